@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Configures and builds Tessera into build/ (Release, ccache, Ninja).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${BUILD_DIR:-build}
+BUILD_TYPE=${BUILD_TYPE:-Release}
+JOBS=${JOBS:-$(nproc)}
+if [ ! -f "$BUILD_DIR/build.ninja" ]; then
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="$BUILD_TYPE" \
+    -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DTESSERA_WERROR=ON
+fi
+cmake --build "$BUILD_DIR" -j "$JOBS" "$@"

@@ -1,0 +1,10 @@
+#include "cli/commands.h"
+
+namespace tessera::cli {
+
+void RegisterBenchCommands(CLI::App& app, CommandContext& ctx) {
+  (void)app;
+  (void)ctx;
+}
+
+}  // namespace tessera::cli

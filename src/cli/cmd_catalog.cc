@@ -1,0 +1,10 @@
+#include "cli/commands.h"
+
+namespace tessera::cli {
+
+void RegisterCatalogCommands(CLI::App& app, CommandContext& ctx) {
+  (void)app;
+  (void)ctx;
+}
+
+}  // namespace tessera::cli

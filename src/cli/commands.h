@@ -1,0 +1,23 @@
+// Registration of the `tessera` subcommands. Each family lives in its own file and sets
+// `ctx.exit_code` from its callback: 0 success, 1 a well-formed request that cannot be met
+// (e.g. no legal layout), 2 bad input (unknown model, malformed list, unreadable file).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace tessera::cli {
+
+struct CommandContext {
+  int exit_code = 0;
+};
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitUnsatisfiable = 1;
+inline constexpr int kExitBadInput = 2;
+
+void RegisterCatalogCommands(CLI::App& app, CommandContext& ctx);
+void RegisterPartitionCommands(CLI::App& app, CommandContext& ctx);
+void RegisterSimCommands(CLI::App& app, CommandContext& ctx);
+void RegisterBenchCommands(CLI::App& app, CommandContext& ctx);
+
+}  // namespace tessera::cli

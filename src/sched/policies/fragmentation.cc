@@ -1,0 +1,309 @@
+// Fragmentation-gradient placement (FGD, Weng et al., USENIX ATC'23) and Tessera's default.
+//
+// Fragment of node n for a task type m (milli-GPU): all of n's free GPU when m cannot run on n
+// at all (CPU-only type, wrong model, too little CPU, too few devices with room), else the free
+// GPU on devices too small for m. F_n(M) = sum_m p_m F_n(m) over the workload mix M. A job goes
+// where the growth of F (the "gradient") is smallest.
+//
+// Speed: a decision must not rescan the cluster. For every task type seen so far we keep, per
+// node, the best score of placing that type there, in a max segment tree over the seeded
+// tie-break order: a decision is one O(log nodes) query; a placement recomputes one node's row
+// (each type x each distinct device choice x each mix entry, O(1) apiece from a per-node
+// summary), and a mix change rebuilds every row.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "sched/policies/policies.h"
+
+namespace tessera::sched {
+namespace {
+
+constexpr double kNoFit = -std::numeric_limits<double>::infinity();
+
+// Max segment tree over tie-break ranks; leftmost maximum wins.
+class MaxTree {
+ public:
+  void Init(int n) {
+    size_ = 1;
+    while (size_ < n) size_ <<= 1;
+    t_.assign(2 * static_cast<size_t>(size_), kNoFit);
+  }
+  void Set(int i, double v) {
+    size_t p = static_cast<size_t>(i + size_);
+    t_[p] = v;
+    for (p >>= 1; p > 0; p >>= 1) t_[p] = std::max(t_[2 * p], t_[2 * p + 1]);
+  }
+  double Get(int i) const { return t_[static_cast<size_t>(i + size_)]; }
+  // Rank of the leftmost maximum, or -1 when every leaf is kNoFit.
+  int LeftmostMax() const {
+    if (t_[1] == kNoFit) return -1;
+    size_t p = 1;
+    while (p < static_cast<size_t>(size_)) p = t_[2 * p] >= t_[2 * p + 1] ? 2 * p : 2 * p + 1;
+    return static_cast<int>(p) - size_;
+  }
+
+ private:
+  int size_ = 1;
+  std::vector<double> t_;
+};
+
+using TypeKey = std::tuple<MilliCpu, MilliGpu, int, ModelMask>;
+TypeKey KeyOf(const TaskType& t) { return {t.cpu_milli, t.gpu_milli, t.gpu_count, t.models}; }
+
+bool ModelOk(const NodeState& n, ModelMask models) {
+  return n.model >= 0 && (models == 0 || (models & (ModelMask{1} << n.model)) != 0);
+}
+
+class FragmentationPolicy final : public Policy {
+ public:
+  FragmentationPolicy(std::string name, FragmentationOptions opt, std::vector<WeightedType> mix)
+      : name_(std::move(name)), opt_(opt) {
+    SetMix(mix);
+  }
+
+  std::string_view name() const override { return name_; }
+
+  void Attach(const ClusterState& state, const SelectContext& ctx) override {
+    order_ = ctx.order;
+    rank_of_ = ctx.rank_of;
+    node_count_ = state.node_count();
+  }
+
+  void Observe(const PlacementRequest& r) override {
+    if (!opt_.online_mix) return;
+    TaskType t = TypeOf(r);
+    auto [it, inserted] = seen_index_.try_emplace(KeyOf(t), seen_.size());
+    if (inserted) {
+      seen_.emplace_back(t, 1);
+    } else {
+      ++seen_[it->second].second;
+    }
+    ++seen_total_;
+    if (seen_total_ >= next_refresh_) {
+      next_refresh_ = seen_total_ * 2;
+      mix_dirty_ = true;
+    }
+  }
+
+  bool Select(const ClusterState& state, const PlacementRequest& r, const SelectContext& ctx,
+              Placement* out) override {
+    if (mix_dirty_) RefreshMix(state);
+    int q = QueryType(state, r);
+    MaxTree& tree = trees_[q];
+    popped_.clear();
+    bool found = false;
+    while (true) {
+      int rank = tree.LeftmostMax();
+      if (rank < 0) break;
+      int node = (*ctx.order)[rank];
+      const NodeState& n = state.node(node);
+      if (NodeFits(n, r)) {
+        int dev = r.fractional() ? devices_[q][node] : -1;
+        if (dev >= 0 && !DeviceFits(n, dev, r)) {
+          // The index chose by compute; GPU memory rules this device out. Take the first
+          // device that fits instead (NodeFits guarantees one).
+          for (dev = 0; !DeviceFits(n, dev, r); ++dev) {
+          }
+        }
+        FillPlacement(n, node, r, dev, out);
+        found = true;
+        break;
+      }
+      // Fits the type but not this request (host or GPU memory): look further.
+      popped_.emplace_back(rank, tree.Get(rank));
+      tree.Set(rank, kNoFit);
+    }
+    for (const auto& [rank, v] : popped_) tree.Set(rank, v);
+    return found;
+  }
+
+  void NodeChanged(const ClusterState& state, int node) override {
+    if (mix_dirty_) return;  // everything is rebuilt on the next decision
+    RecomputeNode(state, node);
+  }
+
+ private:
+  struct MixEntry {
+    TaskType t;
+    double p = 0;
+  };
+  // A node against the mix: per entry, whether the model matches, how many devices have room
+  // and how much free GPU sits on devices too small for it.
+  struct Summary {
+    MilliGpu free_total = 0;
+    double f = 0;  // F_n(M)
+    std::vector<uint8_t> model_ok;
+    std::vector<int16_t> fit_count;
+    std::vector<MilliGpu> small_sum;
+  };
+
+  void SetMix(const std::vector<WeightedType>& mix) {
+    mix_.clear();
+    for (const WeightedType& w : mix) mix_.push_back({w.type, w.weight});
+  }
+
+  void RefreshMix(const ClusterState& state) {
+    mix_dirty_ = false;
+    // The typical mix of what has been seen, most popular types covering 95% of requests.
+    std::vector<std::pair<TaskType, int64_t>> counts = seen_;
+    std::stable_sort(counts.begin(), counts.end(),
+                     [](const auto& a, const auto& b) { return a.second > b.second; });
+    std::vector<WeightedType> mix;
+    int64_t kept = 0;
+    for (const auto& [t, c] : counts) {
+      if (static_cast<double>(kept) >= 0.95 * static_cast<double>(seen_total_)) break;
+      mix.push_back({t, static_cast<double>(c)});
+      kept += c;
+    }
+    for (WeightedType& w : mix) w.weight /= static_cast<double>(kept);
+    SetMix(mix);
+    for (int node = 0; node < node_count_; ++node) RecomputeNode(state, node);
+  }
+
+  void Summarize(const NodeState& n, Summary* s) const {
+    const size_t m = mix_.size();
+    s->model_ok.resize(m);
+    s->fit_count.resize(m);
+    s->small_sum.resize(m);
+    s->free_total = n.gpu_free_total();
+    s->f = 0;
+    for (size_t i = 0; i < m; ++i) {
+      const TaskType& t = mix_[i].t;
+      s->model_ok[i] = ModelOk(n, t.models) ? 1 : 0;
+      int16_t cnt = 0;
+      MilliGpu small = 0;
+      for (int d = 0; d < n.device_count; ++d) {
+        if (n.gpu_free[d] >= t.gpu_milli) {
+          ++cnt;
+        } else {
+          small += n.gpu_free[d];
+        }
+      }
+      s->fit_count[i] = cnt;
+      s->small_sum[i] = small;
+      bool runs = t.gpu_count > 0 && s->model_ok[i] && n.cpu_free >= t.cpu_milli && cnt >= t.gpu_count;
+      s->f += mix_[i].p * static_cast<double>(runs ? small : s->free_total);
+    }
+  }
+
+  // Growth of F_n(M) when `q` lands on n taking `device` (fractional) or whole devices.
+  double Delta(const NodeState& n, const Summary& s, const TaskType& q, int device) const {
+    const MilliCpu cpu_after = n.cpu_free - q.cpu_milli;
+    const MilliGpu free_after = s.free_total - q.gpu_milli * q.gpu_count;
+    const MilliGpu r = device >= 0 ? n.gpu_free[device] : 0;
+    const MilliGpu r_after = r - q.gpu_milli;
+    double f_after = 0;
+    for (size_t i = 0; i < mix_.size(); ++i) {
+      const TaskType& t = mix_[i].t;
+      int cnt = s.fit_count[i];
+      MilliGpu small = s.small_sum[i];
+      if (device >= 0) {
+        cnt += (r_after >= t.gpu_milli ? 1 : 0) - (r >= t.gpu_milli ? 1 : 0);
+        small += (r_after < t.gpu_milli ? r_after : 0) - (r < t.gpu_milli ? r : 0);
+      } else if (q.gpu_count > 0) {
+        cnt -= q.gpu_count;  // fully free devices become empty
+      }
+      bool runs = t.gpu_count > 0 && s.model_ok[i] && cpu_after >= t.cpu_milli && cnt >= t.gpu_count;
+      f_after += mix_[i].p * static_cast<double>(runs ? small : free_after);
+    }
+    return f_after - s.f;
+  }
+
+  double ScoreOf(double delta) const {
+    if (opt_.truncated_score) {
+      // FGD: int64(100 * sigmoid(-delta / 1000)).
+      return std::floor(100.0 / (1.0 + std::exp(delta / 1000.0)));
+    }
+    return -delta;
+  }
+
+  // Best score of type q on node n and the device it uses (-1: whole devices / CPU only).
+  double Entry(const NodeState& n, const Summary& s, const TaskType& q, int8_t* device) const {
+    *device = -1;
+    if (n.cpu_free < q.cpu_milli) return kNoFit;
+    if (q.gpu_count == 0) return ScoreOf(Delta(n, s, q, -1));
+    if (!ModelOk(n, q.models)) return kNoFit;
+    if (q.gpu_count > 1 || q.gpu_milli >= kWholeGpu) {
+      if (n.fully_free_devices() < q.gpu_count) return kNoFit;
+      return ScoreOf(Delta(n, s, q, -1));
+    }
+    double best = kNoFit;
+    for (int d = 0; d < n.device_count; ++d) {
+      if (n.gpu_free[d] < q.gpu_milli) continue;
+      bool seen_same = false;  // devices with equal free give equal states: first one wins
+      for (int e = 0; e < d && !seen_same; ++e) seen_same = n.gpu_free[e] == n.gpu_free[d];
+      if (seen_same) continue;
+      double v = ScoreOf(Delta(n, s, q, d));
+      if (v > best) {
+        best = v;
+        *device = static_cast<int8_t>(d);
+      }
+    }
+    return best;
+  }
+
+  void RecomputeNode(const ClusterState& state, int node) {
+    const NodeState& n = state.node(node);
+    Summarize(n, &summary_);
+    const int rank = (*rank_of_)[node];
+    for (size_t q = 0; q < qtypes_.size(); ++q) {
+      int8_t dev = -1;
+      double v = Entry(n, summary_, qtypes_[q], &dev);
+      trees_[q].Set(rank, v);
+      devices_[q][node] = dev;
+    }
+  }
+
+  int QueryType(const ClusterState& state, const PlacementRequest& r) {
+    TaskType t = TypeOf(r);
+    auto [it, inserted] = qid_.try_emplace(KeyOf(t), static_cast<int>(qtypes_.size()));
+    if (!inserted) return it->second;
+    qtypes_.push_back(t);
+    trees_.emplace_back();
+    trees_.back().Init(node_count_);
+    devices_.emplace_back(static_cast<size_t>(node_count_), int8_t{-1});
+    for (int node = 0; node < node_count_; ++node) {
+      const NodeState& n = state.node(node);
+      Summarize(n, &summary_);
+      int8_t dev = -1;
+      trees_.back().Set((*rank_of_)[node], Entry(n, summary_, t, &dev));
+      devices_.back()[node] = dev;
+    }
+    return it->second;
+  }
+
+  std::string name_;
+  FragmentationOptions opt_;
+  std::vector<MixEntry> mix_;
+  const std::vector<int>* order_ = nullptr;
+  const std::vector<int>* rank_of_ = nullptr;
+  int node_count_ = 0;
+
+  std::vector<TaskType> qtypes_;
+  std::map<TypeKey, int> qid_;
+  std::vector<MaxTree> trees_;
+  std::vector<std::vector<int8_t>> devices_;
+  Summary summary_;
+  std::vector<std::pair<int, double>> popped_;
+
+  // Online mix.
+  std::vector<std::pair<TaskType, int64_t>> seen_;
+  std::map<TypeKey, size_t> seen_index_;
+  int64_t seen_total_ = 0;
+  int64_t next_refresh_ = 1;
+  bool mix_dirty_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Policy> NewFragmentationPolicy(std::string name, FragmentationOptions options,
+                                               std::vector<WeightedType> mix) {
+  return std::make_unique<FragmentationPolicy>(std::move(name), options, std::move(mix));
+}
+
+}  // namespace tessera::sched

@@ -1,0 +1,39 @@
+#include <string>
+
+#include "sched/policies/policies.h"
+
+namespace tessera::sched {
+
+const std::vector<std::string>& PolicyNames() {
+  static const std::vector<std::string> kNames = {
+      "random", "dotprod", "clustering", "packing", "bestfit", "fgd", "tessera", "tessera-oracle"};
+  return kNames;
+}
+
+Result<std::unique_ptr<Policy>> MakePolicy(std::string_view name, const PolicyConfig& config) {
+  if (name == "random") return NewRandomPolicy();
+  if (name == "dotprod") return NewDotProdPolicy();
+  if (name == "clustering") return NewClusteringPolicy();
+  if (name == "packing") return NewPackingPolicy();
+  if (name == "bestfit") return NewBestFitPolicy();
+  if (name == "fgd" || name == "tessera-oracle") {
+    if (config.target_mix.empty()) {
+      return Status::InvalidArgument("policy '" + std::string(name) +
+                                     "' needs the target workload mix up front");
+    }
+  }
+  if (name == "fgd") {
+    return NewFragmentationPolicy("fgd", {.truncated_score = true}, config.target_mix);
+  }
+  if (name == "tessera") {
+    return NewFragmentationPolicy("tessera", {.online_mix = true, .tessera_terms = true}, {});
+  }
+  if (name == "tessera-oracle") {
+    return NewFragmentationPolicy("tessera-oracle", {.tessera_terms = true}, config.target_mix);
+  }
+  std::string known;
+  for (const std::string& n : PolicyNames()) known += (known.empty() ? "" : ", ") + n;
+  return Status::InvalidArgument("unknown policy '" + std::string(name) + "' (known: " + known + ")");
+}
+
+}  // namespace tessera::sched

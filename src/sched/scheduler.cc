@@ -1,0 +1,95 @@
+#include "sched/scheduler.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "model/quantity.h"
+
+namespace tessera::sched {
+
+const char* OutcomeName(Outcome o) {
+  switch (o) {
+    case Outcome::kPlaced: return "placed";
+    case Outcome::kUnschedulableNow: return "unschedulable now";
+    case Outcome::kNeverSchedulable: return "never schedulable";
+  }
+  return "unknown";
+}
+
+Scheduler::Scheduler(ClusterState state, std::unique_ptr<Policy> policy, uint64_t seed)
+    : state_(std::move(state)), policy_(std::move(policy)), rng_(seed) {
+  order_.resize(state_.node_count());
+  std::iota(order_.begin(), order_.end(), 0);
+  // Fisher-Yates with raw draws: the same seed gives the same order with any standard library.
+  for (size_t i = order_.size(); i > 1; --i) {
+    std::swap(order_[i - 1], order_[static_cast<size_t>(rng_() % i)]);
+  }
+  rank_of_.resize(order_.size());
+  for (size_t i = 0; i < order_.size(); ++i) rank_of_[order_[i]] = static_cast<int>(i);
+  ctx_ = SelectContext{&order_, &rank_of_, &rng_};
+  policy_->Attach(state_, ctx_);
+}
+
+PlacementResult Scheduler::Place(const PlacementRequest& r) {
+  policy_->Observe(r);
+  PlacementResult res;
+  if (!policy_->Select(state_, r, ctx_, &res.placement)) return Diagnose(r);
+  state_.Reserve(res.placement);
+  policy_->Reserved(res.placement, r);
+  policy_->NodeChanged(state_, res.placement.node);
+  res.outcome = Outcome::kPlaced;
+  return res;
+}
+
+void Scheduler::Release(const Placement& p) {
+  state_.Release(p);
+  policy_->NodeChanged(state_, p.node);
+}
+
+// Slow path, only on failure: which step rejected the most nodes, and could an empty cluster
+// hold the request at all?
+PlacementResult Scheduler::Diagnose(const PlacementRequest& r) const {
+  int resource = 0, model = 0, gpu = 0;
+  bool ever = false;
+  for (int i = 0; i < state_.node_count(); ++i) {
+    const NodeState& n = state_.node(i);
+    NodeState empty = n;
+    empty.cpu_free = n.cpu_total;
+    empty.memory_free = n.memory_total;
+    for (int d = 0; d < n.device_count; ++d) {
+      empty.gpu_free[d] = kWholeGpu;
+      empty.gpu_memory_free[d] = n.gpu_memory_total[d];
+    }
+    ever = ever || NodeFits(empty, r);
+    if (r.gpu_count > 0 && (n.model < 0 || (r.models != 0 && !(r.models & (ModelMask{1} << n.model))))) {
+      ++model;
+    } else if (n.cpu_free < r.cpu_milli || n.memory_free < r.memory_mib) {
+      ++resource;
+    } else {
+      ++gpu;
+    }
+  }
+  PlacementResult res;
+  res.outcome = ever ? Outcome::kUnschedulableNow : Outcome::kNeverSchedulable;
+  std::string need = "cpu " + FormatMilli(r.cpu_milli) + ", memory " + FormatMiB(r.memory_mib);
+  if (r.gpu_count > 0) {
+    need += ", " + std::to_string(r.gpu_count) + " x " + FormatMilli(r.gpu_milli) + " GPU";
+  }
+  const int total = state_.node_count();
+  if (model == total) {
+    res.step = "GpuModel";
+    res.reason = "no node has an allowed GPU model";
+  } else if (resource >= gpu) {
+    res.step = "ResourceFit";
+    res.reason = std::to_string(resource) + " of " + std::to_string(total) +
+                 " nodes lack CPU or memory for " + need;
+  } else {
+    res.step = "GpuFit";
+    res.reason = std::to_string(gpu) + " of " + std::to_string(total) +
+                 " nodes lack devices with room for " + need;
+  }
+  if (!ever) res.reason = "no node could hold it even when empty: " + res.reason;
+  return res;
+}
+
+}  // namespace tessera::sched

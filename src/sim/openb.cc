@@ -1,0 +1,192 @@
+#include "sim/openb.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "model/quantity.h"
+
+namespace tessera::sim {
+namespace {
+
+Result<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::NotFound("cannot open '" + path + "'");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<std::string_view> SplitCsv(std::string_view line) {
+  std::vector<std::string_view> out;
+  size_t start = 0;
+  while (true) {
+    size_t comma = line.find(',', start);
+    if (comma == std::string_view::npos) {
+      out.push_back(line.substr(start));
+      break;
+    }
+    out.push_back(line.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
+}
+
+// Iterates data rows of a CSV with a required header prefix.
+class CsvReader {
+ public:
+  CsvReader(const std::string& text, std::string path) : text_(text), path_(std::move(path)) {}
+
+  // Reads the header; it must start with `required` columns in that order.
+  Status Header(const std::vector<std::string>& required, size_t* columns) {
+    std::string_view line;
+    if (!Next(&line)) return Status::InvalidArgument(path_ + ": empty file, expected a header");
+    header_ = SplitCsv(line);
+    for (size_t i = 0; i < required.size(); ++i) {
+      if (i >= header_.size() || header_[i] != required[i]) {
+        return Status::InvalidArgument(path_ + ":1: column " + std::to_string(i + 1) +
+                                       " of the header should be '" + required[i] + "'");
+      }
+    }
+    *columns = header_.size();
+    return Status::Ok();
+  }
+
+  bool Next(std::string_view* line) {
+    while (pos_ < text_.size()) {
+      size_t nl = text_.find('\n', pos_);
+      size_t end = nl == std::string::npos ? text_.size() : nl;
+      std::string_view l(text_.data() + pos_, end - pos_);
+      pos_ = nl == std::string::npos ? text_.size() : nl + 1;
+      ++line_no_;
+      if (!l.empty() && l.back() == '\r') l.remove_suffix(1);
+      if (l.empty()) continue;
+      *line = l;
+      return true;
+    }
+    return false;
+  }
+
+  Status Error(size_t column, const std::string& what) const {
+    std::string col = column < header_.size() ? std::string(header_[column]) : "?";
+    return Status::InvalidArgument(path_ + ":" + std::to_string(line_no_) + ": column " +
+                                   std::to_string(column + 1) + " (" + col + "): " + what);
+  }
+  Status RowError(const std::string& what) const {
+    return Status::InvalidArgument(path_ + ":" + std::to_string(line_no_) + ": " + what);
+  }
+
+  Result<int64_t> Int(const std::vector<std::string_view>& f, size_t column) const {
+    Result<int64_t> v = ParseNonNegativeInt(f[column]);
+    if (!v.ok()) {
+      return Error(column, "'" + std::string(f[column]) + "' is not a non-negative integer");
+    }
+    return v;
+  }
+
+ private:
+  const std::string& text_;
+  std::string path_;
+  std::vector<std::string_view> header_;
+  size_t pos_ = 0;
+  int line_no_ = 0;
+};
+
+}  // namespace
+
+Result<std::vector<Node>> ParseOpenbNodes(const std::string& text, const std::string& path) {
+  CsvReader csv(text, path);
+  size_t columns = 0;
+  Status st = csv.Header({"sn", "cpu_milli", "memory_mib", "gpu", "model"}, &columns);
+  if (!st.ok()) return st;
+  std::vector<Node> nodes;
+  std::string_view line;
+  while (csv.Next(&line)) {
+    auto f = SplitCsv(line);
+    if (f.size() != columns) {
+      return csv.RowError("expected " + std::to_string(columns) + " columns, found " +
+                          std::to_string(f.size()) + (f.size() < columns ? " (truncated row?)" : ""));
+    }
+    Node n;
+    n.name = std::string(f[0]);
+    if (n.name.empty()) return csv.Error(0, "empty node name");
+    auto cpu = csv.Int(f, 1);
+    if (!cpu.ok()) return cpu.status();
+    auto mem = csv.Int(f, 2);
+    if (!mem.ok()) return mem.status();
+    auto gpus = csv.Int(f, 3);
+    if (!gpus.ok()) return gpus.status();
+    if (*gpus > 64) return csv.Error(3, "at most 64 GPUs per node");
+    if (*gpus > 0 && f[4].empty()) return csv.Error(4, "a node with GPUs needs a model");
+    n.cpu_milli = *cpu;
+    n.memory_mib = *mem;
+    for (int i = 0; i < *gpus; ++i) n.devices.push_back(Device{i, std::string(f[4]), 0});
+    nodes.push_back(std::move(n));
+  }
+  if (nodes.empty()) return Status::InvalidArgument(path + ": no node rows");
+  return nodes;
+}
+
+Result<std::vector<TracePod>> ParseOpenbPods(const std::string& text, const std::string& path) {
+  CsvReader csv(text, path);
+  size_t columns = 0;
+  Status st = csv.Header({"name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"}, &columns);
+  if (!st.ok()) return st;
+  std::vector<TracePod> pods;
+  std::string_view line;
+  while (csv.Next(&line)) {
+    auto f = SplitCsv(line);
+    if (f.size() != columns) {
+      return csv.RowError("expected " + std::to_string(columns) + " columns, found " +
+                          std::to_string(f.size()) + (f.size() < columns ? " (truncated row?)" : ""));
+    }
+    TracePod p;
+    p.name = std::string(f[0]);
+    if (p.name.empty()) return csv.Error(0, "empty pod name");
+    auto cpu = csv.Int(f, 1);
+    if (!cpu.ok()) return cpu.status();
+    auto mem = csv.Int(f, 2);
+    if (!mem.ok()) return mem.status();
+    auto num = csv.Int(f, 3);
+    if (!num.ok()) return num.status();
+    auto milli = csv.Int(f, 4);
+    if (!milli.ok()) return milli.status();
+    if (*num > 64) return csv.Error(3, "at most 64 GPUs per pod");
+    if (*milli > 1000) return csv.Error(4, "gpu_milli above 1000");
+    if (*num == 0 && *milli != 0) return csv.Error(4, "gpu_milli without num_gpu");
+    if (*num > 0 && *milli == 0) return csv.Error(4, "num_gpu > 0 needs gpu_milli > 0");
+    if (*num > 1 && *milli != 1000) return csv.Error(4, "multi-GPU pods must take whole GPUs (1000)");
+    p.cpu_milli = *cpu;
+    p.memory_mib = *mem;
+    p.num_gpu = static_cast<int>(*num);
+    p.gpu_milli = *milli;
+    if (columns > 5 && !f[5].empty()) {
+      std::string_view spec = f[5];
+      size_t start = 0;
+      while (true) {
+        size_t bar = spec.find('|', start);
+        std::string_view m = spec.substr(start, bar == std::string_view::npos ? spec.npos : bar - start);
+        if (m.empty()) return csv.Error(5, "empty model in gpu_spec '" + std::string(spec) + "'");
+        p.gpu_spec.emplace_back(m);
+        if (bar == std::string_view::npos) break;
+        start = bar + 1;
+      }
+    }
+    pods.push_back(std::move(p));
+  }
+  if (pods.empty()) return Status::InvalidArgument(path + ": no pod rows");
+  return pods;
+}
+
+Result<std::vector<Node>> ReadOpenbNodes(const std::string& path) {
+  auto text = ReadFile(path);
+  if (!text.ok()) return text.status();
+  return ParseOpenbNodes(*text, path);
+}
+
+Result<std::vector<TracePod>> ReadOpenbPods(const std::string& path) {
+  auto text = ReadFile(path);
+  if (!text.ok()) return text.status();
+  return ParseOpenbPods(*text, path);
+}
+
+}  // namespace tessera::sim

@@ -5,11 +5,16 @@
 // GPU on devices too small for m. F_n(M) = sum_m p_m F_n(m) over the workload mix M. A job goes
 // where the growth of F (the "gradient") is smallest.
 //
+// Tessera adds what a placement does to the node's ability to feed its remaining GPUs: free GPU
+// beyond what the node's free CPU (host memory) can support at the workload's CPU-per-GPU
+// (memory-per-GPU) ratio is stranded too. FGD sees CPU only as a cliff per task type; CPU-only
+// jobs, whose gradient is zero on most nodes, then drain CPU that later GPU jobs need.
+//
 // Speed: a decision must not rescan the cluster. For every task type seen so far we keep, per
 // node, the best score of placing that type there, in a max segment tree over the seeded
 // tie-break order: a decision is one O(log nodes) query; a placement recomputes one node's row
 // (each type x each distinct device choice x each mix entry, O(1) apiece from a per-node
-// summary), and a mix change rebuilds every row.
+// summary), and a mix change (at 1, 2, 4, 8, ... requests seen) rebuilds every row.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -25,7 +30,7 @@ namespace {
 
 constexpr double kNoFit = -std::numeric_limits<double>::infinity();
 
-// Max segment tree over tie-break ranks; leftmost maximum wins.
+// Max segment tree over tie-break ranks; the leftmost maximum wins.
 class MaxTree {
  public:
   void Init(int n) {
@@ -69,30 +74,35 @@ class FragmentationPolicy final : public Policy {
   std::string_view name() const override { return name_; }
 
   void Attach(const ClusterState& state, const SelectContext& ctx) override {
-    order_ = ctx.order;
     rank_of_ = ctx.rank_of;
     node_count_ = state.node_count();
   }
 
   void Observe(const PlacementRequest& r) override {
-    if (!opt_.online_mix) return;
-    TaskType t = TypeOf(r);
-    auto [it, inserted] = seen_index_.try_emplace(KeyOf(t), seen_.size());
-    if (inserted) {
-      seen_.emplace_back(t, 1);
-    } else {
-      ++seen_[it->second].second;
+    if (r.gpu_count > 0) {
+      seen_memory_ += static_cast<double>(r.memory_mib);
+      seen_gpu_ += static_cast<double>(r.total_gpu_milli());
+    }
+    if (opt_.online_mix) {
+      auto [it, inserted] = seen_index_.try_emplace(KeyOf(TypeOf(r)), seen_.size());
+      if (inserted) {
+        seen_.emplace_back(TypeOf(r), 1);
+      } else {
+        ++seen_[it->second].second;
+      }
     }
     ++seen_total_;
-    if (seen_total_ >= next_refresh_) {
+    // What is learned from the stream is refreshed at 1, 2, 4, 8, ... requests: often while
+    // little is known, rarely once it has settled, so rebuilds cost O(log requests) in all.
+    if (seen_total_ >= next_refresh_ && (opt_.online_mix || opt_.memory_balance_weight != 0)) {
       next_refresh_ = seen_total_ * 2;
-      mix_dirty_ = true;
+      dirty_ = true;
     }
   }
 
   bool Select(const ClusterState& state, const PlacementRequest& r, const SelectContext& ctx,
               Placement* out) override {
-    if (mix_dirty_) RefreshMix(state);
+    if (dirty_) Refresh(state);
     int q = QueryType(state, r);
     MaxTree& tree = trees_[q];
     popped_.clear();
@@ -107,8 +117,8 @@ class FragmentationPolicy final : public Policy {
         if (dev >= 0 && !DeviceFits(n, dev, r)) {
           // The index chose by compute; GPU memory rules this device out. Take the first
           // device that fits instead (NodeFits guarantees one).
-          for (dev = 0; !DeviceFits(n, dev, r); ++dev) {
-          }
+          dev = 0;
+          while (!DeviceFits(n, dev, r)) ++dev;
         }
         FillPlacement(n, node, r, dev, out);
         found = true;
@@ -123,7 +133,7 @@ class FragmentationPolicy final : public Policy {
   }
 
   void NodeChanged(const ClusterState& state, int node) override {
-    if (mix_dirty_) return;  // everything is rebuilt on the next decision
+    if (dirty_) return;  // every row is rebuilt before the next decision
     RecomputeNode(state, node);
   }
 
@@ -144,24 +154,36 @@ class FragmentationPolicy final : public Policy {
 
   void SetMix(const std::vector<WeightedType>& mix) {
     mix_.clear();
-    for (const WeightedType& w : mix) mix_.push_back({w.type, w.weight});
+    double cpu = 0, gpu = 0;
+    for (const WeightedType& w : mix) {
+      mix_.push_back({w.type, w.weight});
+      if (w.type.gpu_count > 0) {
+        cpu += w.weight * static_cast<double>(w.type.cpu_milli);
+        gpu += w.weight * static_cast<double>(w.type.gpu_milli * w.type.gpu_count);
+      }
+    }
+    cpu_per_gpu_ = gpu > 0 ? cpu / gpu : 0;
   }
 
-  void RefreshMix(const ClusterState& state) {
-    mix_dirty_ = false;
-    // The typical mix of what has been seen, most popular types covering 95% of requests.
-    std::vector<std::pair<TaskType, int64_t>> counts = seen_;
-    std::stable_sort(counts.begin(), counts.end(),
-                     [](const auto& a, const auto& b) { return a.second > b.second; });
-    std::vector<WeightedType> mix;
-    int64_t kept = 0;
-    for (const auto& [t, c] : counts) {
-      if (static_cast<double>(kept) >= 0.95 * static_cast<double>(seen_total_)) break;
-      mix.push_back({t, static_cast<double>(c)});
-      kept += c;
+  void Refresh(const ClusterState& state) {
+    dirty_ = false;
+    memory_per_gpu_ = seen_gpu_ > 0 ? seen_memory_ / seen_gpu_ : 0;
+    if (opt_.online_mix) {
+      // The typical mix of what has been seen: the most popular types covering 95% of the
+      // requests, renormalised (FGD's definition, on the prefix a live engine knows).
+      std::vector<std::pair<TaskType, int64_t>> counts = seen_;
+      std::stable_sort(counts.begin(), counts.end(),
+                       [](const auto& a, const auto& b) { return a.second > b.second; });
+      std::vector<WeightedType> mix;
+      int64_t kept = 0;
+      for (const auto& [t, c] : counts) {
+        if (static_cast<double>(kept) >= 0.95 * static_cast<double>(seen_total_)) break;
+        mix.push_back({t, static_cast<double>(c)});
+        kept += c;
+      }
+      for (WeightedType& w : mix) w.weight /= static_cast<double>(kept);
+      SetMix(mix);
     }
-    for (WeightedType& w : mix) w.weight /= static_cast<double>(kept);
-    SetMix(mix);
     for (int node = 0; node < node_count_; ++node) RecomputeNode(state, node);
   }
 
@@ -186,13 +208,21 @@ class FragmentationPolicy final : public Policy {
       }
       s->fit_count[i] = cnt;
       s->small_sum[i] = small;
-      bool runs = t.gpu_count > 0 && s->model_ok[i] && n.cpu_free >= t.cpu_milli && cnt >= t.gpu_count;
+      bool runs =
+          t.gpu_count > 0 && s->model_ok[i] && n.cpu_free >= t.cpu_milli && cnt >= t.gpu_count;
       s->f += mix_[i].p * static_cast<double>(runs ? small : s->free_total);
     }
   }
 
-  // Growth of F_n(M) when `q` lands on n taking `device` (fractional) or whole devices.
-  double Delta(const NodeState& n, const Summary& s, const TaskType& q, int device) const {
+  // Free GPU (milli) the node cannot feed with `have` of a resource at `per_gpu` per milli-GPU.
+  static double Unfed(double have, MilliGpu gpu, double per_gpu) {
+    return std::max(0.0, static_cast<double>(gpu) - have / per_gpu);
+  }
+
+  // Growth of the node's fragment when `q` (with host memory `memory`) lands on n taking
+  // `device` (a fractional job) or whole devices (device < 0).
+  double Delta(const NodeState& n, const Summary& s, const TaskType& q, MiB memory,
+               int device) const {
     const MilliCpu cpu_after = n.cpu_free - q.cpu_milli;
     const MilliGpu free_after = s.free_total - q.gpu_milli * q.gpu_count;
     const MilliGpu r = device >= 0 ? n.gpu_free[device] : 0;
@@ -211,34 +241,48 @@ class FragmentationPolicy final : public Policy {
       bool runs = t.gpu_count > 0 && s.model_ok[i] && cpu_after >= t.cpu_milli && cnt >= t.gpu_count;
       f_after += mix_[i].p * static_cast<double>(runs ? small : free_after);
     }
-    return f_after - s.f;
+    double delta = f_after - s.f;
+    if (opt_.cpu_balance_weight != 0 && cpu_per_gpu_ > 0) {
+      delta += opt_.cpu_balance_weight *
+               (Unfed(static_cast<double>(cpu_after), free_after, cpu_per_gpu_) -
+                Unfed(static_cast<double>(n.cpu_free), s.free_total, cpu_per_gpu_));
+    }
+    if (opt_.memory_balance_weight != 0 && memory_per_gpu_ > 0) {
+      delta += opt_.memory_balance_weight *
+               (Unfed(static_cast<double>(n.memory_free - memory), free_after, memory_per_gpu_) -
+                Unfed(static_cast<double>(n.memory_free), s.free_total, memory_per_gpu_));
+    }
+    return delta;
   }
 
+  // Higher is better.
   double ScoreOf(double delta) const {
     if (opt_.truncated_score) {
       // FGD: int64(100 * sigmoid(-delta / 1000)).
       return std::floor(100.0 / (1.0 + std::exp(delta / 1000.0)));
     }
+    if (opt_.quantum_milli > 0) return -std::floor(delta / static_cast<double>(opt_.quantum_milli));
     return -delta;
   }
 
   // Best score of type q on node n and the device it uses (-1: whole devices / CPU only).
-  double Entry(const NodeState& n, const Summary& s, const TaskType& q, int8_t* device) const {
+  double Entry(const NodeState& n, const Summary& s, const TaskType& q, MiB memory,
+               int8_t* device) const {
     *device = -1;
     if (n.cpu_free < q.cpu_milli) return kNoFit;
-    if (q.gpu_count == 0) return ScoreOf(Delta(n, s, q, -1));
+    if (q.gpu_count == 0) return ScoreOf(Delta(n, s, q, memory, -1));
     if (!ModelOk(n, q.models)) return kNoFit;
     if (q.gpu_count > 1 || q.gpu_milli >= kWholeGpu) {
       if (n.fully_free_devices() < q.gpu_count) return kNoFit;
-      return ScoreOf(Delta(n, s, q, -1));
+      return ScoreOf(Delta(n, s, q, memory, -1));
     }
     double best = kNoFit;
     for (int d = 0; d < n.device_count; ++d) {
       if (n.gpu_free[d] < q.gpu_milli) continue;
-      bool seen_same = false;  // devices with equal free give equal states: first one wins
-      for (int e = 0; e < d && !seen_same; ++e) seen_same = n.gpu_free[e] == n.gpu_free[d];
-      if (seen_same) continue;
-      double v = ScoreOf(Delta(n, s, q, d));
+      bool same_seen = false;  // devices with equal free give equal states: the first one wins
+      for (int e = 0; e < d && !same_seen; ++e) same_seen = n.gpu_free[e] == n.gpu_free[d];
+      if (same_seen) continue;
+      double v = ScoreOf(Delta(n, s, q, memory, d));
       if (v > best) {
         best = v;
         *device = static_cast<int8_t>(d);
@@ -253,17 +297,19 @@ class FragmentationPolicy final : public Policy {
     const int rank = (*rank_of_)[node];
     for (size_t q = 0; q < qtypes_.size(); ++q) {
       int8_t dev = -1;
-      double v = Entry(n, summary_, qtypes_[q], &dev);
-      trees_[q].Set(rank, v);
+      trees_[q].Set(rank, Entry(n, summary_, qtypes_[q], qmemory_[q], &dev));
       devices_[q][node] = dev;
     }
   }
 
+  // The index of r's type, creating (and filling) its tree on first sight. A type's host
+  // memory for the balance term is that of the first request seen of it.
   int QueryType(const ClusterState& state, const PlacementRequest& r) {
     TaskType t = TypeOf(r);
     auto [it, inserted] = qid_.try_emplace(KeyOf(t), static_cast<int>(qtypes_.size()));
     if (!inserted) return it->second;
     qtypes_.push_back(t);
+    qmemory_.push_back(r.memory_mib);
     trees_.emplace_back();
     trees_.back().Init(node_count_);
     devices_.emplace_back(static_cast<size_t>(node_count_), int8_t{-1});
@@ -271,7 +317,7 @@ class FragmentationPolicy final : public Policy {
       const NodeState& n = state.node(node);
       Summarize(n, &summary_);
       int8_t dev = -1;
-      trees_.back().Set((*rank_of_)[node], Entry(n, summary_, t, &dev));
+      trees_.back().Set((*rank_of_)[node], Entry(n, summary_, t, r.memory_mib, &dev));
       devices_.back()[node] = dev;
     }
     return it->second;
@@ -280,23 +326,26 @@ class FragmentationPolicy final : public Policy {
   std::string name_;
   FragmentationOptions opt_;
   std::vector<MixEntry> mix_;
-  const std::vector<int>* order_ = nullptr;
+  double cpu_per_gpu_ = 0;     // milli-CPU per milli-GPU of the mix's GPU types
+  double memory_per_gpu_ = 0;  // MiB per milli-GPU of the GPU requests seen
   const std::vector<int>* rank_of_ = nullptr;
   int node_count_ = 0;
 
   std::vector<TaskType> qtypes_;
+  std::vector<MiB> qmemory_;
   std::map<TypeKey, int> qid_;
   std::vector<MaxTree> trees_;
   std::vector<std::vector<int8_t>> devices_;
   Summary summary_;
   std::vector<std::pair<int, double>> popped_;
 
-  // Online mix.
+  // What is learned from the stream.
   std::vector<std::pair<TaskType, int64_t>> seen_;
   std::map<TypeKey, size_t> seen_index_;
   int64_t seen_total_ = 0;
   int64_t next_refresh_ = 1;
-  bool mix_dirty_ = false;
+  double seen_memory_ = 0, seen_gpu_ = 0;
+  bool dirty_ = false;
 };
 
 }  // namespace

@@ -13,16 +13,22 @@ std::unique_ptr<Policy> NewClusteringPolicy();
 std::unique_ptr<Policy> NewPackingPolicy();
 std::unique_ptr<Policy> NewBestFitPolicy();
 
-// Fragmentation-gradient policies (fragmentation.cc).
+// Fragmentation-gradient policies (fragmentation.cc). bench/POLICY_LOG.md records what each
+// option buys on the openb traces.
 struct FragmentationOptions {
   // FGD's published scoring: floor(100 * sigmoid(-delta / 1000)), so deltas within a few
-  // hundredths of a GPU tie. Off: the exact delta decides.
+  // hundredths of a GPU tie and go to the first node in the tie-break order.
   bool truncated_score = false;
+  // Otherwise the delta is rounded down to this many milli-GPU before comparing (0: exact).
+  // Near-ties then go to the first node in the fixed order, which packs like first-fit.
+  int64_t quantum_milli = 10;
   // Learn the workload mix from the requests seen so far (a live engine) instead of taking
   // it up front.
   bool online_mix = false;
-  // Tessera's refinements (see bench/POLICY_LOG.md for what each buys).
-  bool tessera_terms = false;
+  // Balance terms: free GPU a node can no longer feed with CPU (or host memory), at the
+  // workload's CPU-per-GPU (memory-per-GPU) ratio, counts as fragment with this weight.
+  double cpu_balance_weight = 0;
+  double memory_balance_weight = 0;
 };
 std::unique_ptr<Policy> NewFragmentationPolicy(std::string name, FragmentationOptions options,
                                                std::vector<WeightedType> mix);

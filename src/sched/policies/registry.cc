@@ -23,13 +23,21 @@ Result<std::unique_ptr<Policy>> MakePolicy(std::string_view name, const PolicyCo
     }
   }
   if (name == "fgd") {
-    return NewFragmentationPolicy("fgd", {.truncated_score = true}, config.target_mix);
+    return NewFragmentationPolicy("fgd", {.truncated_score = true, .quantum_milli = 0},
+                                  config.target_mix);
   }
-  if (name == "tessera") {
-    return NewFragmentationPolicy("tessera", {.online_mix = true, .tessera_terms = true}, {});
-  }
+  // Tessera's default: the fragmentation gradient over the mix learned online, plus the CPU
+  // and memory balance terms, with near-ties packed first-fit.
+  const FragmentationOptions tessera{.truncated_score = false,
+                                     .quantum_milli = 10,
+                                     .online_mix = true,
+                                     .cpu_balance_weight = 1.0,
+                                     .memory_balance_weight = 1.0};
+  if (name == "tessera") return NewFragmentationPolicy("tessera", tessera, {});
   if (name == "tessera-oracle") {
-    return NewFragmentationPolicy("tessera-oracle", {.tessera_terms = true}, config.target_mix);
+    FragmentationOptions oracle = tessera;
+    oracle.online_mix = false;
+    return NewFragmentationPolicy("tessera-oracle", oracle, config.target_mix);
   }
   std::string known;
   for (const std::string& n : PolicyNames()) known += (known.empty() ? "" : ", ") + n;

@@ -1,0 +1,226 @@
+// Runs the built `tessera` binary as a real process and checks its output and exit codes.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace {
+
+using ::testing::HasSubstr;
+using nlohmann::json;
+
+struct ProcessResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Runs tessera with `args` (no shell: fork/exec), capturing stdout and stderr in temp files.
+ProcessResult Tessera(const std::vector<std::string>& args) {
+  const std::string dir = ::testing::TempDir();
+  const std::string out_path = dir + "/tessera_cli_out_" + std::to_string(getpid());
+  const std::string err_path = dir + "/tessera_cli_err_" + std::to_string(getpid());
+  std::vector<std::string> argv_s = {TESSERA_BINARY_DIR "/src/cli/tessera"};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (!freopen(out_path.c_str(), "w", stdout) || !freopen(err_path.c_str(), "w", stderr)) {
+      _exit(127);
+    }
+    std::vector<char*> argv;
+    for (std::string& a : argv_s) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  ProcessResult r;
+  int status = 0;
+  if (pid < 0 || waitpid(pid, &status, 0) != pid) return r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = ReadFile(out_path);
+  r.err = ReadFile(err_path);
+  std::remove(out_path.c_str());
+  std::remove(err_path.c_str());
+  return r;
+}
+
+json ParseJson(const ProcessResult& r) {
+  json j = json::parse(r.out, nullptr, /*allow_exceptions=*/false);
+  EXPECT_FALSE(j.is_discarded()) << "not JSON:\n" << r.out;
+  return j;
+}
+
+TEST(CatalogCliTest, ListShowsEveryModel) {
+  ProcessResult r = Tessera({"catalog", "list"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* m : {"A30-24GB", "A100-40GB", "H100-80GB", "H200-141GB", "GB200-186GB",
+                        "B300-288GB", "MI300X", "MI355X", "MIG", "AMD", "INFERRED"}) {
+    EXPECT_THAT(r.out, HasSubstr(m));
+  }
+  json j = ParseJson(Tessera({"catalog", "list", "--json"}));
+  ASSERT_TRUE(j.is_array());
+  EXPECT_EQ(j.size(), 14u);
+}
+
+TEST(CatalogCliTest, ShowMigModel) {
+  ProcessResult r = Tessera({"catalog", "show", "a100-40gb"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("A100-40GB"));
+  EXPECT_THAT(r.out, HasSubstr("4g.20gb"));
+  EXPECT_THAT(r.out, HasSubstr("{0,1,2,3,4,5,6}"));
+  EXPECT_THAT(r.out, HasSubstr("STARTS"));
+
+  ProcessResult h200 = Tessera({"catalog", "show", "H200", "--json"});
+  ASSERT_EQ(h200.exit_code, 0) << h200.err;
+  json j = ParseJson(h200);
+  EXPECT_EQ(j["name"], "H200-141GB");
+  EXPECT_EQ(j["profiles"][0]["inferred"], true);
+  EXPECT_EQ(j["profiles"][0]["starts"], json({0, 1, 2, 3, 4, 5, 6}));
+  EXPECT_TRUE(j["profiles"][0]["memory_mib"].is_number_integer());
+}
+
+TEST(CatalogCliTest, ShowAmdModel) {
+  ProcessResult r = Tessera({"catalog", "show", "MI300X"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("CPX+NPS4"));
+  EXPECT_THAT(r.out, HasSubstr("24GiB"));
+  json j = ParseJson(Tessera({"catalog", "show", "mi355x", "--json"}));
+  EXPECT_EQ(j["legal_pairs"].size(), 5u);
+}
+
+TEST(CatalogCliTest, UnknownModelIsBadInput) {
+  ProcessResult r = Tessera({"catalog", "show", "Z9000"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("unknown GPU model 'Z9000'"));
+  EXPECT_THAT(r.err, HasSubstr("A100-40GB"));  // lists the valid names
+  EXPECT_TRUE(r.out.empty());
+}
+
+TEST(MigCliTest, PlanPrintsStartsAndSliceMap) {
+  ProcessResult r = Tessera({"partition", "plan", "--gpu", "H100-80GB", "--want",
+                   "3g.40gb,2g.20gb,1g.10gb,1g.10gb"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("3g.40gb"));
+  EXPECT_THAT(r.out, HasSubstr("START"));
+  EXPECT_THAT(r.out, HasSubstr("[3g.40gb"));
+
+  ProcessResult js = Tessera({"partition", "plan", "--gpu", "a100-40gb", "--want", "4g.20gb,3g.20gb",
+                    "--json"});
+  ASSERT_EQ(js.exit_code, 0) << js.err;
+  json j = ParseJson(js);
+  ASSERT_EQ(j["instances"].size(), 2u);
+  for (const json& i : j["instances"]) {
+    ASSERT_TRUE(i.contains("start"));
+    EXPECT_TRUE(i["start"].is_number_integer());
+  }
+  EXPECT_EQ(j["instances"][0]["profile"], "4g.20gb");
+  EXPECT_EQ(j["instances"][0]["start"], 0);
+  EXPECT_EQ(j["instances"][1]["profile"], "3g.20gb");
+  EXPECT_EQ(j["instances"][1]["start"], 4);
+}
+
+TEST(MigCliTest, PlanFailureExitCodes) {
+  ProcessResult cap = Tessera({"partition", "plan", "--gpu", "A100-40GB", "--want", "4g.20gb,4g.20gb"});
+  EXPECT_EQ(cap.exit_code, 1);
+  EXPECT_THAT(cap.err, HasSubstr("wants 2 x 4g.20gb, at most 1 per GPU"));
+
+  ProcessResult overlap = Tessera({"partition", "plan", "--gpu", "A100-40GB", "--want",
+                                   "3g.20gb,2g.10gb", "--existing", "1g.5gb@5"});
+  EXPECT_EQ(overlap.exit_code, 1);
+  EXPECT_THAT(overlap.err, HasSubstr("3g.20gb (starts {0}) and 2g.10gb (starts {0,2}) overlap "
+                                     "in memory slices beside existing 1g.5gb@5"));
+
+  ProcessResult beside = Tessera({"partition", "plan", "--gpu", "A100-40GB", "--want",
+                                  "3g.20gb", "--existing", "1g.5gb@5", "--json"});
+  ASSERT_EQ(beside.exit_code, 0) << beside.err;
+  json j = ParseJson(beside);
+  EXPECT_EQ(j["instances"][0]["start"], 0);
+  EXPECT_EQ(j["existing"][0]["start"], 5);
+
+  ProcessResult bad_existing = Tessera({"partition", "plan", "--gpu", "A100-40GB", "--want",
+                                        "3g.20gb", "--existing", "1g.5gb"});
+  EXPECT_EQ(bad_existing.exit_code, 2);
+  EXPECT_THAT(bad_existing.err, HasSubstr("PROFILE@START"));
+
+  ProcessResult unknown = Tessera({"partition", "plan", "--gpu", "A100-40GB", "--want", "3g.20gb,5g.1gb"});
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_THAT(unknown.err, HasSubstr("unknown profile '5g.1gb'"));
+  EXPECT_THAT(unknown.err, HasSubstr("4g.20gb"));  // lists the valid ones
+
+  ProcessResult malformed = Tessera({"partition", "plan", "--gpu", "A100-80GB", "--want",
+                           "3g.40gb,,1g.10gb"});
+  EXPECT_EQ(malformed.exit_code, 2);
+  EXPECT_THAT(malformed.err, HasSubstr("item 2 is empty"));
+
+  ProcessResult trailing = Tessera({"partition", "plan", "--gpu", "A100-80GB", "--want", "3g.40gb,"});
+  EXPECT_EQ(trailing.exit_code, 2);
+
+  ProcessResult gpu = Tessera({"partition", "plan", "--gpu", "V100", "--want", "1g.5gb"});
+  EXPECT_EQ(gpu.exit_code, 2);
+  EXPECT_THAT(gpu.err, HasSubstr("unknown GPU model 'V100'"));
+  EXPECT_THAT(gpu.err, HasSubstr("H100-80GB"));
+
+  ProcessResult missing = Tessera({"partition", "plan", "--gpu", "H100-80GB"});
+  EXPECT_EQ(missing.exit_code, 2);
+}
+
+TEST(MigCliTest, Geometries) {
+  ProcessResult r = Tessera({"partition", "geometries", "--gpu", "A100-40GB"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("38 maximal geometries"));
+  EXPECT_THAT(r.out, HasSubstr("2 x 3g.20gb"));
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("1g.5gb+me")));
+
+  json j = ParseJson(Tessera({"partition", "geometries", "--gpu", "a30", "--json"}));
+  ASSERT_EQ(j["geometries"].size(), 4u);
+  for (const json& g : j["geometries"]) {
+    EXPECT_FALSE(g["example"].empty());
+    EXPECT_TRUE(g["example"][0].contains("start"));
+  }
+}
+
+TEST(AmdCliTest, PlanBySizesAndByPair) {
+  ProcessResult sizes = Tessera({"partition", "plan", "--gpu", "MI300X", "--want",
+                       "24GiB,24GiB,40GiB,40GiB"});
+  ASSERT_EQ(sizes.exit_code, 0) << sizes.err;
+  EXPECT_THAT(sizes.out, HasSubstr("QPX+NPS1"));
+  EXPECT_THAT(sizes.out, HasSubstr("48GiB"));
+
+  json j = ParseJson(Tessera({"partition", "plan", "--gpu", "mi300x", "--want", "cpx+nps4",
+                              "--json"}));
+  EXPECT_EQ(j["pair"], "CPX+NPS4");
+  EXPECT_EQ(j["partitions"], 8);
+  EXPECT_EQ(j["memory_per_partition_mib"], 24576);
+
+  ProcessResult illegal = Tessera({"partition", "plan", "--gpu", "MI300X", "--want", "SPX+NPS4"});
+  EXPECT_EQ(illegal.exit_code, 1);
+  EXPECT_THAT(illegal.err, HasSubstr("SPX+NPS4 is not a legal pair on MI300X"));
+
+  ProcessResult too_big = Tessera({"partition", "plan", "--gpu", "MI300X", "--want", "500GiB"});
+  EXPECT_EQ(too_big.exit_code, 1);
+
+  ProcessResult bad = Tessera({"partition", "plan", "--gpu", "MI300X", "--want", "24XB"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("24XB"));
+
+  ProcessResult geo = Tessera({"partition", "geometries", "--gpu", "MI355X"});
+  EXPECT_EQ(geo.exit_code, 0);
+  EXPECT_THAT(geo.out, HasSubstr("DPX+NPS2"));
+}
+
+}  // namespace

@@ -46,24 +46,28 @@ void Scheduler::Release(const Placement& p) {
   policy_->NodeChanged(state_, p.node);
 }
 
-// Slow path, only on failure: which step rejected the most nodes, and could an empty cluster
-// hold the request at all?
+// Only on failure: could an empty cluster hold the request at all (against each node's totals),
+// and which filter step rejected the most nodes now? One pass, no copies.
 PlacementResult Scheduler::Diagnose(const PlacementRequest& r) const {
   int resource = 0, model = 0, gpu = 0;
   bool ever = false;
   for (int i = 0; i < state_.node_count(); ++i) {
     const NodeState& n = state_.node(i);
-    NodeState empty = n;
-    empty.cpu_free = n.cpu_total;
-    empty.memory_free = n.memory_total;
-    for (int d = 0; d < n.device_count; ++d) {
-      empty.gpu_free[d] = kWholeGpu;
-      empty.gpu_memory_free[d] = n.gpu_memory_total[d];
-    }
-    ever = ever || NodeFits(empty, r);
-    if (r.gpu_count > 0 && (n.model < 0 || (r.models != 0 && !(r.models & (ModelMask{1} << n.model))))) {
+    const bool model_ok =
+        r.gpu_count == 0 ||
+        (n.model >= 0 && (r.models == 0 || (r.models & (ModelMask{1} << n.model)) != 0));
+    if (!model_ok) {
       ++model;
-    } else if (n.cpu_free < r.cpu_milli || n.memory_free < r.memory_mib) {
+      continue;
+    }
+    if (!ever && n.cpu_total >= r.cpu_milli && n.memory_total >= r.memory_mib) {
+      int could = 0;
+      for (int d = 0; d < n.device_count; ++d) {
+        could += n.gpu_memory_total[d] >= r.gpu_memory_mib ? 1 : 0;
+      }
+      ever = r.gpu_count == 0 || (r.gpu_milli <= kWholeGpu && could >= r.gpu_count);
+    }
+    if (n.cpu_free < r.cpu_milli || n.memory_free < r.memory_mib) {
       ++resource;
     } else {
       ++gpu;

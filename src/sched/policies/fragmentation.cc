@@ -167,7 +167,9 @@ class FragmentationPolicy final : public Policy {
 
   void Refresh(const ClusterState& state) {
     dirty_ = false;
-    memory_per_gpu_ = seen_gpu_ > 0 ? seen_memory_ / seen_gpu_ : 0;
+    const double memory_per_gpu = seen_gpu_ > 0 ? seen_memory_ / seen_gpu_ : 0;
+    bool changed = std::abs(memory_per_gpu - memory_per_gpu_) > kSettled * memory_per_gpu_;
+    memory_per_gpu_ = memory_per_gpu;
     if (opt_.online_mix) {
       // The typical mix of what has been seen: the most popular types covering 95% of the
       // requests, renormalised (FGD's definition, on the prefix a live engine knows).
@@ -182,10 +184,35 @@ class FragmentationPolicy final : public Policy {
         kept += c;
       }
       for (WeightedType& w : mix) w.weight /= static_cast<double>(kept);
-      SetMix(mix);
+      // Rebuilding every row costs O(nodes x types x mix); once the learned mix has settled
+      // (moved by less than kSettled in L1 distance) the rows in place are kept.
+      if (MixDistance(mix) >= kSettled) {
+        SetMix(mix);
+        changed = true;
+      }
     }
+    if (!changed) return;
     for (int node = 0; node < node_count_; ++node) RecomputeNode(state, node);
   }
+
+  // L1 distance between the mix in use and `other`.
+  double MixDistance(const std::vector<WeightedType>& other) const {
+    double d = 0;
+    for (const WeightedType& w : other) {
+      double p = 0;
+      for (const MixEntry& e : mix_) {
+        if (e.t == w.type) p = e.p;
+      }
+      d += std::abs(w.weight - p);
+    }
+    for (const MixEntry& e : mix_) {
+      bool found = false;
+      for (const WeightedType& w : other) found = found || w.type == e.t;
+      if (!found) d += e.p;
+    }
+    return d;
+  }
+  static constexpr double kSettled = 0.05;
 
   void Summarize(const NodeState& n, Summary* s) const {
     const size_t m = mix_.size();

@@ -95,6 +95,13 @@ Result<ReplayCurve> ReplayOpenb(const std::vector<Node>& nodes, const std::vecto
   curve.unallocated_pct.assign(kMaxArrivedPct + 1, 100.0);
   MilliGpu arrived = 0;
   int next_pct = 1;
+  // The curve at arrived = p% is the state after the last pod whose arrival kept the total at
+  // or below p% of capacity.
+  double prev_unalloc = 100.0;
+  auto unallocated = [&] {
+    const MilliGpu allocated = scheduler.state().gpu_allocated();
+    return 100.0 - 100.0 * static_cast<double>(allocated) / static_cast<double>(capacity);
+  };
   for (const PlacementRequest& r : order) {
     sched::PlacementResult res = scheduler.Place(r);
     ++curve.pods;
@@ -107,19 +114,13 @@ Result<ReplayCurve> ReplayOpenb(const std::vector<Node>& nodes, const std::vecto
       if (!st.ok()) return st;
     }
     arrived += r.total_gpu_milli();
-    const MilliGpu allocated = scheduler.state().gpu_allocated();
-    const double unalloc = 100.0 - 100.0 * static_cast<double>(allocated) / static_cast<double>(capacity);
-    // The point where arrived first passes p% takes the state after this pod for every p it
-    // passed; points not yet reached keep being overwritten by later pods below the mark.
-    while (next_pct <= kMaxArrivedPct && arrived * 100 >= capacity * next_pct) {
-      curve.unallocated_pct[next_pct] = unalloc;
-      ++next_pct;
+    while (next_pct <= kMaxArrivedPct && capacity * next_pct < arrived * 100) {
+      curve.unallocated_pct[next_pct++] = prev_unalloc;
     }
+    prev_unalloc = unallocated();
   }
-  // Percentages the tuned list never reached hold the final state.
-  const double final_unalloc =
-      100.0 - 100.0 * static_cast<double>(scheduler.state().gpu_allocated()) / static_cast<double>(capacity);
-  for (; next_pct <= kMaxArrivedPct; ++next_pct) curve.unallocated_pct[next_pct] = final_unalloc;
+  // Percentages at or beyond the final arrival hold the final state.
+  for (; next_pct <= kMaxArrivedPct; ++next_pct) curve.unallocated_pct[next_pct] = prev_unalloc;
   return curve;
 }
 

@@ -9,6 +9,8 @@ const char* StatusCodeName(StatusCode code) {
     case StatusCode::kNotFound: return "not found";
     case StatusCode::kFailedPrecondition: return "failed precondition";
     case StatusCode::kResourceExhausted: return "resource exhausted";
+    case StatusCode::kUnauthenticated: return "unauthenticated";
+    case StatusCode::kPermissionDenied: return "permission denied";
     case StatusCode::kInternal: return "internal";
   }
   return "unknown";

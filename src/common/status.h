@@ -20,6 +20,8 @@ enum class StatusCode {
   kNotFound,         // a named thing does not exist
   kFailedPrecondition,  // the request is well formed but the current state forbids it
   kResourceExhausted,   // no room: the request cannot be satisfied with what is there
+  kUnauthenticated,     // no or unknown credentials
+  kPermissionDenied,    // known caller, not allowed to do this
   kInternal,
 };
 
@@ -38,6 +40,12 @@ class Status {
   }
   static Status ResourceExhausted(std::string m) {
     return {StatusCode::kResourceExhausted, std::move(m)};
+  }
+  static Status Unauthenticated(std::string m) {
+    return {StatusCode::kUnauthenticated, std::move(m)};
+  }
+  static Status PermissionDenied(std::string m) {
+    return {StatusCode::kPermissionDenied, std::move(m)};
   }
   static Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 

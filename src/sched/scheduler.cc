@@ -41,6 +41,25 @@ PlacementResult Scheduler::Place(const PlacementRequest& r) {
   return res;
 }
 
+Status Scheduler::Adopt(const Placement& p) {
+  if (p.node < 0 || p.node >= state_.node_count()) return Status::InvalidArgument("no such node");
+  const NodeState& n = state_.node(p.node);
+  if (n.cpu_free < p.cpu_milli || n.memory_free < p.memory_mib) {
+    return Status::FailedPrecondition("node '" + state_.node_name(p.node) + "' lacks CPU or memory");
+  }
+  for (int k = 0; k < p.device_count; ++k) {
+    int d = p.devices[k];
+    if (d < 0 || d >= n.device_count) return Status::InvalidArgument("no such device");
+    if (n.gpu_free[d] < p.gpu_milli || n.gpu_memory_free[d] < p.gpu_memory_mib) {
+      return Status::FailedPrecondition("device " + std::to_string(d) + " of node '" +
+                                        state_.node_name(p.node) + "' is already taken");
+    }
+  }
+  state_.Reserve(p);
+  policy_->NodeChanged(state_, p.node);
+  return Status::Ok();
+}
+
 void Scheduler::Release(const Placement& p) {
   state_.Release(p);
   policy_->NodeChanged(state_, p.node);

@@ -40,6 +40,9 @@ class Scheduler {
   PlacementResult Place(const PlacementRequest& r);
   // Gives back a placement returned by Place. REQUIRES: not released before.
   void Release(const Placement& p);
+  // Reserves a placement decided earlier (recovery after a restart). Refuses, changing
+  // nothing, one that does not fit the current state: that would be a double allocation.
+  Status Adopt(const Placement& p);
 
   const ClusterState& state() const { return state_; }
   const Policy& policy() const { return *policy_; }

@@ -1,0 +1,177 @@
+// QuotaEngine: the scheduling cycle over pending jobs, under the queue and quota policy.
+//
+// One cycle (RunCycle(now)), on a clock the caller supplies (virtual in the simulator):
+//   0. finish preemptions whose grace ended; apply planned layouts on drained devices;
+//   1. order pending jobs: queue priority, then groups below their reservation, then fair
+//      share (dominant-resource share of decayed usage over weight), then submit time;
+//   2. admit: within the group's reservation is guaranteed; above it and within every limit
+//      (the group's and its ancestors') is borrowed; past a limit waits;
+//   3. place, trying the job's forms in order: whole devices (gangs all-or-nothing, across
+//      nodes when needed), a hardware partition (the smallest MIG profile or AMD partition
+//      covering memory and compute), or a share (a memory cap on a device whose caps sum to at
+//      most its memory; the compute weight is a statistical share under time slicing);
+//   4. when placement fails: reclaim from borrowers for a job within its group's reservation,
+//      else priority preemption inside the group; victims free the need with least lost work
+//      (GPU time already spent); the first blocked job reserves the devices that free up
+//      soonest, and later jobs may use them only when their declared walltime ends first
+//      (backfill that does not delay it);
+//   5. repartition: for partition demand that waits, plan a new layout with the partition
+//      engine on a device whose occupants allow it; the device is drained (preemptible
+//      occupants only) and reconfigured when idle, when the work lost is worth the demand
+//      served. An AMD memory-mode change drains the whole node.
+//
+// Every state change is an Event (who, what, when, why). Every waiting job carries the step
+// and reason that holds it. CheckInvariants() verifies capacity, limits and attribution.
+//
+// Thread-safety: none; one owner drives one engine. Deterministic for the same inputs.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "model/cluster.h"
+#include "sched/quota/policy_model.h"
+
+namespace tessera::quota {
+
+// A node as the engine is given it. A known catalog model (gpu_model) gives the device
+// memory and partition rules; an unknown one needs gpu_memory_mib and cannot be partitioned.
+struct NodeSpec {
+  std::string name;
+  std::string pool;
+  MilliCpu cpu_milli = 0;
+  MiB memory_mib = 0;
+  std::string gpu_model;
+  int gpu_count = 0;
+  MiB gpu_memory_mib = 0;             // only for models outside the catalog
+  std::vector<std::string> mig_layout;  // initial MIG profiles on every device (MIG enabled)
+  std::string amd_mode;                 // initial AMD pair, e.g. "CPX+NPS4"; default SPX+NPS1
+};
+
+// A job as submitted: a queue, an identity, and optional overrides of the queue's profile.
+struct JobSpec {
+  std::string id;
+  std::string identity;
+  std::string group;  // empty: the queue's first group
+  std::string queue;
+  std::optional<WorkloadClass> cls;     // default: the queue's
+  std::optional<AllocationForm> form;   // must be one the policy allows
+  std::optional<int> gpu_count;
+  std::optional<MilliGpu> gpu_milli;
+  std::optional<MiB> gpu_memory_mib;
+  std::optional<MilliCpu> cpu_milli;
+  std::optional<MiB> memory_mib;
+  int64_t walltime_s = 0;  // declared run time, used by backfill; 0 = unknown
+};
+
+enum class JobState { kPending, kRunning, kTerminating, kDone, kRejected };
+const char* JobStateName(JobState s);
+
+enum class EventKind {
+  kSubmitted,
+  kRejected,
+  kAdmitted,
+  kPlaced,
+  kPreempted,
+  kRequeued,
+  kRepartitioned,
+  kCompleted,
+};
+const char* EventKindName(EventKind k);
+
+struct Event {
+  int64_t time = 0;
+  EventKind kind = EventKind::kSubmitted;
+  std::string job;  // empty for device events
+  std::string identity;
+  std::string group;
+  std::string detail;  // why, for people
+};
+
+// What one allocation holds on one device.
+struct GrantView {
+  std::string node;
+  int device = 0;
+  std::string slot;  // partition name ("1g.10gb@3", "CPX#2"); empty for whole and device shares
+  MilliGpu compute = 0;
+  MiB memory = 0;
+};
+
+struct JobView {
+  std::string id, identity, group, queue;
+  WorkloadClass cls = WorkloadClass::kBatch;
+  JobState state = JobState::kPending;
+  std::optional<AllocationForm> form;  // while holding something
+  bool borrowed = false;
+  Resources charge;  // what it holds against quota
+  std::vector<GrantView> grants;
+  int64_t submit_time = 0;
+  int64_t start_time = -1;
+  int preemptions = 0;
+  std::string wait_step;    // while pending: "Admission", "Placement", "Backfill", "Reclaim", ...
+  std::string wait_reason;  // for people
+};
+
+struct GroupView {
+  std::string name;
+  Resources usage;  // held, this group and its descendants
+  Resources reservation;
+  Resources limit;
+  double fair_share = 0;  // dominant share of decayed usage over weight
+};
+
+struct CycleStats {
+  int pending_at_start = 0;
+  int admitted = 0;
+  int preempted = 0;
+  int repartitioned = 0;
+  int backfilled = 0;  // placed on devices reserved for a blocked job, finishing before it
+};
+
+struct EngineOptions {
+  bool check_invariants_each_step = false;  // after every cycle, completion and submit
+};
+
+class QuotaEngine {
+ public:
+  // Validates the policy and nodes (pools exist, models known or sized). Errors name the field.
+  static Result<std::unique_ptr<QuotaEngine>> Create(const PolicySpec& policy,
+                                                     const std::vector<NodeSpec>& nodes,
+                                                     EngineOptions options = {});
+  virtual ~QuotaEngine() = default;
+
+  // Queues a job at `now`. kInvalidArgument (also recorded as a kRejected event) for an unknown
+  // queue, a group the queue does not allow, a form the policy forbids, or a request no device
+  // of the profile's pools could ever hold. Returns the job's handle.
+  virtual Result<int> Submit(const JobSpec& job, int64_t now) = 0;
+  // The job finished; its capacity returns at once. REQUIRES: running or terminating.
+  virtual void Complete(int job, int64_t now) = 0;
+  virtual CycleStats RunCycle(int64_t now) = 0;
+
+  // OK, or the first violation: a device, partition or share over capacity; a group over a
+  // limit; something running without an admission event or without identity and group.
+  virtual Status CheckInvariants() const = 0;
+  // Violations found by the per-step checks (EngineOptions) so far.
+  virtual const std::vector<std::string>& violations() const = 0;
+
+  virtual int job_count() const = 0;
+  virtual JobView job(int handle) const = 0;
+  virtual JobState job_state(int handle) const = 0;
+  virtual std::vector<GroupView> groups() const = 0;
+  virtual const std::vector<Event>& events() const = 0;
+  virtual int device_count() const = 0;
+  virtual MilliGpu gpu_capacity() const = 0;
+  virtual MiB gpu_memory_capacity() const = 0;
+  // Compute and memory held by all allocations now (whole devices count in full).
+  virtual Resources allocated() const = 0;
+  // Devices holding at least one job of each class (a shared device counts for each class).
+  virtual std::vector<int> devices_used_by_class() const = 0;
+  // "1g.10gb@0, 3g.40gb@4" or "CPX+NPS4" or "" for one device, for reports and tests.
+  virtual std::string device_layout(int node, int device) const = 0;
+};
+
+}  // namespace tessera::quota

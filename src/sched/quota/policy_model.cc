@@ -1,0 +1,220 @@
+#include "sched/quota/policy_model.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+namespace tessera::quota {
+namespace {
+
+bool Eq(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    char x = a[i], y = b[i];
+    if (x >= 'A' && x <= 'Z') x = static_cast<char>(x - 'A' + 'a');
+    if (y >= 'A' && y <= 'Z') y = static_cast<char>(y - 'A' + 'a');
+    if (x != y) return false;
+  }
+  return true;
+}
+
+// The first component of `a` above `b`, by name, or nullptr.
+const char* FirstAbove(const Resources& a, const Resources& b) {
+  if (a.gpu_milli > b.gpu_milli) return "gpu";
+  if (a.gpu_memory_mib > b.gpu_memory_mib) return "gpu_memory";
+  if (a.cpu_milli > b.cpu_milli) return "cpu";
+  if (a.memory_mib > b.memory_mib) return "memory";
+  return nullptr;
+}
+
+std::string FormList(const std::vector<AllocationForm>& forms) {
+  std::string s;
+  for (AllocationForm f : forms) s += (s.empty() ? "" : ", ") + std::string(AllocationFormName(f));
+  return s.empty() ? "none" : s;
+}
+
+}  // namespace
+
+const char* WorkloadClassName(WorkloadClass c) {
+  switch (c) {
+    case WorkloadClass::kTraining: return "training";
+    case WorkloadClass::kInference: return "inference";
+    case WorkloadClass::kInteractive: return "interactive";
+    case WorkloadClass::kCi: return "ci";
+    case WorkloadClass::kBatch: return "batch";
+  }
+  return "unknown";
+}
+
+Result<WorkloadClass> ParseWorkloadClass(std::string_view text) {
+  for (int i = 0; i < kClassCount; ++i) {
+    auto c = static_cast<WorkloadClass>(i);
+    if (Eq(text, WorkloadClassName(c))) return c;
+  }
+  return Status::InvalidArgument("unknown workload class '" + std::string(text) +
+                                 "' (known: training, inference, interactive, ci, batch)");
+}
+
+Result<AllocationForm> ParseAllocationForm(std::string_view text) {
+  for (AllocationForm f :
+       {AllocationForm::kWhole, AllocationForm::kPartition, AllocationForm::kShare}) {
+    if (Eq(text, AllocationFormName(f))) return f;
+  }
+  return Status::InvalidArgument("unknown allocation form '" + std::string(text) +
+                                 "' (known: whole, partition, share)");
+}
+
+ClassForms ClassForms::Default() {
+  ClassForms cf;
+  using F = AllocationForm;
+  cf.table[static_cast<int>(WorkloadClass::kTraining)] = {F::kWhole};
+  cf.table[static_cast<int>(WorkloadClass::kInference)] = {F::kPartition};
+  cf.table[static_cast<int>(WorkloadClass::kInteractive)] = {F::kShare};
+  cf.table[static_cast<int>(WorkloadClass::kCi)] = {F::kShare};
+  cf.table[static_cast<int>(WorkloadClass::kBatch)] = {F::kWhole, F::kShare};
+  return cf;
+}
+
+Status Validate(const PolicySpec& p) {
+  std::map<std::string, const GroupSpec*> groups;
+  for (size_t i = 0; i < p.groups.size(); ++i) {
+    const GroupSpec& g = p.groups[i];
+    std::string field = "groups[" + (g.name.empty() ? std::to_string(i) : g.name) + "]";
+    if (g.name.empty()) return Status::InvalidArgument(field + ".name is empty");
+    if (!groups.emplace(g.name, &g).second) {
+      return Status::InvalidArgument(field + ".name is used twice");
+    }
+    if (!g.reservation.NonNegative()) {
+      return Status::InvalidArgument(field + ".reservation is negative");
+    }
+    if (!g.limit.NonNegative()) return Status::InvalidArgument(field + ".limit is negative");
+    if (const char* c = FirstAbove(g.reservation, g.limit)) {
+      return Status::InvalidArgument(field + ".reservation." + c + " exceeds its limit");
+    }
+    if (g.weight_milli <= 0) return Status::InvalidArgument(field + ".weight must be positive");
+  }
+  // Parents exist, no cycles, children's reservations within the parent's.
+  std::map<std::string, Resources> child_sum;
+  for (const GroupSpec& g : p.groups) {
+    if (g.parent.empty()) continue;
+    std::string field = "groups[" + g.name + "].parent";
+    if (!groups.count(g.parent)) {
+      return Status::InvalidArgument(field + " '" + g.parent + "' is not a group");
+    }
+    std::set<std::string> seen{g.name};
+    for (std::string at = g.parent; !at.empty(); at = groups[at]->parent) {
+      if (!seen.insert(at).second) {
+        return Status::InvalidArgument(field + " forms a cycle through '" + at + "'");
+      }
+    }
+    child_sum[g.parent] += g.reservation;
+  }
+  for (const auto& [parent, sum] : child_sum) {
+    if (const char* c = FirstAbove(sum, groups[parent]->reservation)) {
+      return Status::InvalidArgument("groups[" + parent + "].reservation." + c +
+                                     " is below the sum of its children's reservations");
+    }
+  }
+  std::set<std::string> pools;
+  for (size_t i = 0; i < p.pools.size(); ++i) {
+    const PoolSpec& pool = p.pools[i];
+    std::string field = "pools[" + (pool.name.empty() ? std::to_string(i) : pool.name) + "]";
+    if (pool.name.empty()) return Status::InvalidArgument(field + ".name is empty");
+    if (!pools.insert(pool.name).second) {
+      return Status::InvalidArgument(field + ".name is used twice");
+    }
+    if (pool.forms.empty()) return Status::InvalidArgument(field + ".forms is empty");
+  }
+  std::set<std::string> profiles;
+  for (size_t i = 0; i < p.profiles.size(); ++i) {
+    const ProfileSpec& pr = p.profiles[i];
+    std::string field = "profiles[" + (pr.name.empty() ? std::to_string(i) : pr.name) + "]";
+    if (pr.name.empty()) return Status::InvalidArgument(field + ".name is empty");
+    if (!profiles.insert(pr.name).second) {
+      return Status::InvalidArgument(field + ".name is used twice");
+    }
+    if (pr.gpu_count < 0) return Status::InvalidArgument(field + ".gpu_count is negative");
+    if (pr.gpu_milli < 0 || pr.gpu_milli > kWholeGpu) {
+      return Status::InvalidArgument(field + ".gpu must be a fraction of at most 1 per device");
+    }
+    if (pr.gpu_count > 1 && pr.gpu_milli != kWholeGpu) {
+      return Status::InvalidArgument(field + ".gpu: a fraction needs gpu_count 1");
+    }
+    if (pr.gpu_count > 0 && pr.gpu_milli == 0) {
+      return Status::InvalidArgument(field + ".gpu is zero with gpu_count > 0");
+    }
+    if (pr.gpu_memory_mib < 0 || pr.cpu_milli < 0 || pr.memory_mib < 0) {
+      return Status::InvalidArgument(field + " has a negative amount");
+    }
+    for (const std::string& pool : pr.pools) {
+      if (!pools.count(pool)) {
+        return Status::InvalidArgument(field + ".pools: '" + pool + "' is not a pool");
+      }
+    }
+  }
+  std::set<std::string> queues;
+  for (size_t i = 0; i < p.queues.size(); ++i) {
+    const QueueSpec& q = p.queues[i];
+    std::string field = "queues[" + (q.name.empty() ? std::to_string(i) : q.name) + "]";
+    if (q.name.empty()) return Status::InvalidArgument(field + ".name is empty");
+    if (!queues.insert(q.name).second) {
+      return Status::InvalidArgument(field + ".name is used twice");
+    }
+    if (!profiles.count(q.profile)) {
+      return Status::InvalidArgument(field + ".profile '" + q.profile + "' is not a profile");
+    }
+    if (q.groups.empty()) return Status::InvalidArgument(field + ".groups is empty");
+    for (const std::string& g : q.groups) {
+      if (!groups.count(g)) {
+        return Status::InvalidArgument(field + ".groups: '" + g + "' is not a group");
+      }
+    }
+    const ProfileSpec& pr = *std::find_if(p.profiles.begin(), p.profiles.end(),
+                                          [&](const ProfileSpec& x) { return x.name == q.profile; });
+    auto forms = FormsFor(p, pr, q.default_class, std::nullopt);
+    if (!forms.ok() && pr.gpu_count > 0) {
+      return Status::InvalidArgument(field + ".class: " + forms.status().message());
+    }
+  }
+  for (int c = 0; c < kClassCount; ++c) {
+    if (p.class_forms.table[c].empty()) {
+      return Status::InvalidArgument(std::string("class_forms.") +
+                                     WorkloadClassName(static_cast<WorkloadClass>(c)) +
+                                     " is empty");
+    }
+  }
+  if (p.grace_seconds < 0) return Status::InvalidArgument("grace is negative");
+  if (p.fair_share_half_life_s <= 0) {
+    return Status::InvalidArgument("fair_share_half_life must be positive");
+  }
+  return Status::Ok();
+}
+
+Result<std::vector<AllocationForm>> FormsFor(const PolicySpec& policy, const ProfileSpec& profile,
+                                             WorkloadClass cls,
+                                             std::optional<AllocationForm> asked) {
+  std::vector<AllocationForm> out;
+  for (AllocationForm f : policy.class_forms.of(cls)) {
+    if (profile.forms.empty() ||
+        std::find(profile.forms.begin(), profile.forms.end(), f) != profile.forms.end()) {
+      out.push_back(f);
+    }
+  }
+  if (out.empty()) {
+    return Status::InvalidArgument(std::string("class ") + WorkloadClassName(cls) + " allows " +
+                                   FormList(policy.class_forms.of(cls)) + " but profile '" +
+                                   profile.name + "' accepts " + FormList(profile.forms));
+  }
+  if (asked) {
+    if (std::find(out.begin(), out.end(), *asked) == out.end()) {
+      return Status::InvalidArgument(std::string("form ") + AllocationFormName(*asked) +
+                                     " is not allowed for class " + WorkloadClassName(cls) +
+                                     " in profile '" + profile.name + "' (allowed: " +
+                                     FormList(out) + ")");
+    }
+    return std::vector<AllocationForm>{*asked};
+  }
+  return out;
+}
+
+}  // namespace tessera::quota

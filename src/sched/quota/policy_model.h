@@ -1,0 +1,110 @@
+// The queue and quota policy: groups, pools, resource profiles, execution queues and the
+// class-to-form table. Plain value types plus Validate(), which checks a whole policy and names
+// the offending field in its error ("groups[team-a].reservation.gpu exceeds its limit").
+//
+// Who gets what form is decided here, not by the user: FormsFor() intersects the class's
+// forms (the policy's table) with the profile's acceptable forms, in the table's order; a form
+// the user asks for must be in that list, or the job is refused.
+//
+// Thread-safety: value types; no shared state.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "model/cluster.h"
+#include "model/resources.h"
+
+namespace tessera::quota {
+
+enum class WorkloadClass { kTraining = 0, kInference, kInteractive, kCi, kBatch };
+inline constexpr int kClassCount = 5;
+const char* WorkloadClassName(WorkloadClass c);
+Result<WorkloadClass> ParseWorkloadClass(std::string_view text);
+Result<AllocationForm> ParseAllocationForm(std::string_view text);
+
+// A limit component this large means "no limit".
+inline constexpr int64_t kUnlimited = std::numeric_limits<int64_t>::max() / 4;
+inline Resources UnlimitedResources() { return {kUnlimited, kUnlimited, kUnlimited, kUnlimited}; }
+
+// A team or tenant. Usage of a child counts against every ancestor too.
+struct GroupSpec {
+  std::string name;
+  std::string parent;       // empty: a top-level group
+  Resources reservation;    // guaranteed to the group (reclaimable from borrowers)
+  Resources limit = UnlimitedResources();  // most the group may hold at once
+  int64_t weight_milli = 1000;  // share of capacity above reservations, relative to siblings
+};
+
+struct PoolSpec {
+  std::string name;
+  std::vector<AllocationForm> forms;  // what devices of this pool may be granted as
+};
+
+// What a job of a queue receives. GPU amounts are per device: gpu_count devices, each with
+// gpu_milli compute (1000 = a whole device) and gpu_memory_mib memory (0 = unconstrained).
+// cpu_milli and memory_mib are per device too for GPU jobs (a count-4 job receives 4x).
+struct ProfileSpec {
+  std::string name;
+  int gpu_count = 1;
+  MilliGpu gpu_milli = kWholeGpu;
+  MiB gpu_memory_mib = 0;
+  MilliCpu cpu_milli = 0;
+  MiB memory_mib = 0;
+  std::vector<AllocationForm> forms;  // acceptable, in order of preference; empty = any
+  std::vector<std::string> pools;     // pools to draw from; empty = every pool
+};
+
+struct QueueSpec {
+  std::string name;
+  std::string profile;
+  std::vector<std::string> groups;  // groups allowed to submit
+  int priority = 0;                 // higher runs first
+  bool preemptible = false;
+  WorkloadClass default_class = WorkloadClass::kBatch;
+};
+
+// Class -> forms, in order of preference. The default: training gets whole devices; inference
+// the smallest hardware partition covering it; interactive and ci capped shares; batch whole
+// devices, else shares.
+struct ClassForms {
+  std::array<std::vector<AllocationForm>, kClassCount> table;
+  static ClassForms Default();
+  const std::vector<AllocationForm>& of(WorkloadClass c) const {
+    return table[static_cast<int>(c)];
+  }
+};
+
+struct PolicySpec {
+  std::vector<GroupSpec> groups;
+  std::vector<PoolSpec> pools;
+  std::vector<ProfileSpec> profiles;
+  std::vector<QueueSpec> queues;
+  ClassForms class_forms = ClassForms::Default();
+
+  int64_t grace_seconds = 0;             // a preempted job keeps its slot this long
+  int64_t fair_share_half_life_s = 3600;  // decay of past usage in the fair-share key
+  bool repartition = true;                // may the cycle change partition layouts
+  int64_t repartition_horizon_s = 3600;   // demand served is valued over this horizon
+  int max_repartitions_per_cycle = 8;
+  int max_preemption_searches_per_cycle = 64;
+};
+
+// Checks names (unique, non-empty, references resolve), amounts (non-negative, reservation
+// within limit, children's reservations within the parent's, weights positive), profiles
+// (count and fraction consistent) and the class table. The error names the field.
+Status Validate(const PolicySpec& policy);
+
+// The forms a job may get: the class's forms in the table's order, kept when the profile
+// accepts them. With `asked`, that one form if allowed, else kInvalidArgument naming what is.
+Result<std::vector<AllocationForm>> FormsFor(const PolicySpec& policy, const ProfileSpec& profile,
+                                             WorkloadClass cls,
+                                             std::optional<AllocationForm> asked);
+
+}  // namespace tessera::quota

@@ -1,0 +1,572 @@
+// Table-driven tests of the quota engine's cycle: ordering, admission, reclaim, priority
+// preemption, gang, backfill, class-to-form choice and repartitioning, each checking the reason
+// a job waits. Every engine checks its invariants after every step.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "sched/quota/engine.h"
+#include "sched/quota/policy_model.h"
+
+namespace tessera::quota {
+namespace {
+
+constexpr MiB kGiB = 1024;
+using F = AllocationForm;
+using C = WorkloadClass;
+
+Resources Gpu(int64_t milli) { return Resources{milli, 0, 0, 0}; }
+
+// A small world: pools per form, two groups, queues per class.
+PolicySpec BasePolicy() {
+  PolicySpec p;
+  p.pools = {{"train", {F::kWhole}},
+             {"infer", {F::kPartition}},
+             {"inter", {F::kShare}},
+             {"any", {F::kWhole, F::kPartition, F::kShare}}};
+  p.groups = {{"a", "", Gpu(0), UnlimitedResources(), 1000},
+              {"b", "", Gpu(0), UnlimitedResources(), 1000}};
+  p.profiles = {
+      {"gpu1", 1, kWholeGpu, 0, 1000, 1024, {}, {}},
+      {"part8", 1, 100, 8 * kGiB, 1000, 1024, {}, {}},
+      {"share16", 1, 200, 16 * kGiB, 500, 1024, {}, {}},
+  };
+  p.queues = {
+      {"train", "gpu1", {"a", "b"}, 0, false, C::kTraining},
+      {"train-lo", "gpu1", {"a", "b"}, 0, true, C::kTraining},
+      {"train-hi", "gpu1", {"a", "b"}, 10, false, C::kTraining},
+      {"infer", "part8", {"a", "b"}, 0, true, C::kInference},
+      {"inter", "share16", {"a", "b"}, 0, true, C::kInteractive},
+  };
+  return p;
+}
+
+NodeSpec Node(const std::string& name, const std::string& pool, int gpus,
+              const std::string& model = "A100-80GB") {
+  NodeSpec n;
+  n.name = name;
+  n.pool = pool;
+  n.cpu_milli = 64000;
+  n.memory_mib = 512 * kGiB;
+  n.gpu_model = model;
+  n.gpu_count = gpus;
+  return n;
+}
+
+JobSpec Job(const std::string& id, const std::string& queue, const std::string& group,
+            int count = 1, int64_t walltime = 0) {
+  JobSpec j;
+  j.id = id;
+  j.identity = "user-" + id;
+  j.queue = queue;
+  j.group = group;
+  if (count != 1) j.gpu_count = count;
+  j.walltime_s = walltime;
+  return j;
+}
+
+struct World {
+  std::unique_ptr<QuotaEngine> e;
+  std::map<std::string, int> h;
+
+  World(const PolicySpec& p, const std::vector<NodeSpec>& nodes) {
+    auto r = QuotaEngine::Create(p, nodes, {.check_invariants_each_step = true});
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    e = std::move(r).value();
+  }
+  void Submit(const JobSpec& j, int64_t t) {
+    auto r = e->Submit(j, t);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    h[j.id] = *r;
+  }
+  JobState State(const std::string& id) const { return e->job_state(h.at(id)); }
+  JobView View(const std::string& id) const { return e->job(h.at(id)); }
+  void Done() const {
+    EXPECT_TRUE(e->CheckInvariants().ok()) << e->CheckInvariants().ToString();
+    EXPECT_TRUE(e->violations().empty()) << e->violations().front();
+  }
+  int Count(EventKind k) const {
+    int n = 0;
+    for (const Event& ev : e->events()) n += ev.kind == k ? 1 : 0;
+    return n;
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Policy validation
+
+TEST(QuotaPolicy, ValidationNamesTheField) {
+  struct Case {
+    std::string name;
+    std::function<void(PolicySpec&)> edit;
+    std::string want;
+  };
+  std::vector<Case> cases = {
+      {"reservation above limit", [](PolicySpec& p) { p.groups[0].limit = Gpu(1000);
+                                                      p.groups[0].reservation = Gpu(2000); },
+       "groups[a].reservation.gpu exceeds its limit"},
+      {"unknown parent", [](PolicySpec& p) { p.groups[1].parent = "zzz"; },
+       "groups[b].parent 'zzz' is not a group"},
+      {"children above parent", [](PolicySpec& p) {
+         p.groups.push_back({"dept", "", Gpu(1000), UnlimitedResources(), 1000});
+         p.groups[0].parent = "dept";
+         p.groups[0].reservation = Gpu(800);
+         p.groups[1].parent = "dept";
+         p.groups[1].reservation = Gpu(800); },
+       "groups[dept].reservation.gpu is below the sum of its children's reservations"},
+      {"queue profile", [](PolicySpec& p) { p.queues[0].profile = "nope"; },
+       "queues[train].profile 'nope' is not a profile"},
+      {"queue group", [](PolicySpec& p) { p.queues[0].groups = {"c"}; },
+       "queues[train].groups: 'c' is not a group"},
+      {"profile pool", [](PolicySpec& p) { p.profiles[0].pools = {"gone"}; },
+       "profiles[gpu1].pools: 'gone' is not a pool"},
+      {"fraction with count", [](PolicySpec& p) { p.profiles[1].gpu_count = 2; },
+       "profiles[part8].gpu: a fraction needs gpu_count 1"},
+      {"class with no acceptable form", [](PolicySpec& p) { p.profiles[0].forms = {F::kShare}; },
+       "queues[train].class: class training allows whole but profile 'gpu1' accepts share"},
+      {"weight", [](PolicySpec& p) { p.groups[1].weight_milli = 0; },
+       "groups[b].weight must be positive"},
+  };
+  for (const Case& c : cases) {
+    PolicySpec p = BasePolicy();
+    c.edit(p);
+    Status s = Validate(p);
+    EXPECT_FALSE(s.ok()) << c.name;
+    EXPECT_NE(s.message().find(c.want), std::string::npos) << c.name << ": " << s.message();
+  }
+  EXPECT_TRUE(Validate(BasePolicy()).ok());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Class to form
+
+TEST(QuotaForms, ClassChoosesTheForm) {
+  struct Case {
+    std::string name;
+    std::string queue;
+    std::optional<C> cls;
+    std::optional<F> asked;
+    bool override_inference_to_share;
+    std::optional<F> want_form;   // nullopt: rejected
+    std::string want_slot;        // partition name prefix
+    std::string want_reject;
+  };
+  std::vector<Case> cases = {
+      {"training gets a whole device", "train", {}, {}, false, F::kWhole, "", ""},
+      {"inference gets the smallest covering MIG profile", "infer", {}, {}, false,
+       F::kPartition, "1g.10gb", ""},
+      {"interactive gets a capped share", "inter", {}, {}, false, F::kShare, "", ""},
+      {"ci class through an override gets a share", "inter", C::kCi, {}, false, F::kShare, "", ""},
+      {"a user cannot pick a form the policy forbids", "inter", {}, F::kWhole, false, {}, "",
+       "form whole is not allowed for class interactive"},
+      {"policy override sends inference to shares", "infer", {}, {}, true, F::kShare, "", ""},
+  };
+  for (const Case& c : cases) {
+    PolicySpec p = BasePolicy();
+    if (c.override_inference_to_share) {
+      p.class_forms.table[static_cast<int>(C::kInference)] = {F::kShare};
+    }
+    World w(p, {Node("n0", "any", 4)});
+    JobSpec j = Job("j", c.queue, "a");
+    j.cls = c.cls;
+    j.form = c.asked;
+    auto r = w.e->Submit(j, 0);
+    if (!c.want_form) {
+      ASSERT_FALSE(r.ok()) << c.name;
+      EXPECT_NE(r.status().message().find(c.want_reject), std::string::npos)
+          << c.name << ": " << r.status().message();
+      EXPECT_EQ(w.e->events().back().kind, EventKind::kRejected);
+      continue;
+    }
+    ASSERT_TRUE(r.ok()) << c.name << ": " << r.status().ToString();
+    w.e->RunCycle(0);
+    JobView v = w.e->job(*r);
+    ASSERT_EQ(v.state, JobState::kRunning) << c.name << ": " << v.wait_reason;
+    EXPECT_EQ(*v.form, *c.want_form) << c.name;
+    if (!c.want_slot.empty()) {
+      EXPECT_EQ(v.grants[0].slot.rfind(c.want_slot, 0), 0u) << c.name;
+    }
+    if (*v.form == F::kShare) {
+      EXPECT_EQ(v.grants[0].memory, c.override_inference_to_share ? 8 * kGiB : 16 * kGiB);
+    }
+    w.Done();
+  }
+}
+
+TEST(QuotaForms, SharesCapsSumToDeviceMemory) {
+  World w(BasePolicy(), {Node("n0", "inter", 2)});
+  // 80 GiB devices take five 16 GiB caps each; the eleventh waits.
+  for (int i = 0; i < 11; ++i) w.Submit(Job("s" + std::to_string(i), "inter", "a"), 0);
+  w.e->RunCycle(0);
+  int running = 0;
+  for (int i = 0; i < 11; ++i) running += w.State("s" + std::to_string(i)) == JobState::kRunning;
+  EXPECT_EQ(running, 10);
+  EXPECT_EQ(w.View("s10").wait_step, "Placement");
+  EXPECT_NE(w.View("s10").wait_reason.find("no room for 1 x share"), std::string::npos);
+  EXPECT_EQ(w.e->devices_used_by_class()[static_cast<int>(C::kInteractive)], 2);
+  w.Done();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Ordering
+
+TEST(QuotaOrdering, KeysInOrder) {
+  struct Case {
+    std::string name;
+    std::function<void(World&)> setup;  // leaves exactly one free device and pending jobs
+    std::string want_first;
+  };
+  std::vector<Case> cases = {
+      {"queue priority first",
+       [](World& w) {
+         w.Submit(Job("lo", "train", "a"), 0);
+         w.Submit(Job("hi", "train-hi", "a"), 5);
+       },
+       "hi"},
+      {"groups below reservation before others",
+       [](World& w) {
+         w.Submit(Job("fromA", "train", "a"), 0);
+         w.Submit(Job("fromB", "train", "b"), 5);  // b has a reservation, a none
+       },
+       "fromB"},
+      {"submit time among equals",
+       [](World& w) {
+         w.Submit(Job("first", "train", "b"), 1);
+         w.Submit(Job("second", "train", "a"), 3);
+       },
+       "first"},
+  };
+  for (const Case& c : cases) {
+    PolicySpec p = BasePolicy();
+    if (c.name.find("reservation") != std::string::npos) p.groups[1].reservation = Gpu(1000);
+    World w(p, {Node("n0", "train", 1)});
+    c.setup(w);
+    w.e->RunCycle(10);
+    EXPECT_EQ(w.State(c.want_first), JobState::kRunning) << c.name;
+    w.Done();
+  }
+}
+
+TEST(QuotaOrdering, FairShareFavoursTheGroupThatUsedLess) {
+  PolicySpec p = BasePolicy();
+  p.fair_share_half_life_s = 600;
+  World w(p, {Node("n0", "train", 1)});
+  w.Submit(Job("a-old", "train", "a"), 0);
+  w.e->RunCycle(0);
+  ASSERT_EQ(w.State("a-old"), JobState::kRunning);
+  w.e->RunCycle(300);  // a accumulates usage
+  w.e->Complete(w.h["a-old"], 300);
+  w.Submit(Job("a-new", "train", "a"), 301);
+  w.Submit(Job("b-new", "train", "b"), 302);  // later, but b used nothing
+  w.e->RunCycle(310);
+  EXPECT_EQ(w.State("b-new"), JobState::kRunning);
+  EXPECT_EQ(w.State("a-new"), JobState::kPending);
+  auto gs = w.e->groups();
+  EXPECT_GT(gs[0].fair_share, 0.0);
+  w.Done();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Admission
+
+TEST(QuotaAdmission, GuaranteedBorrowedAndLimit) {
+  PolicySpec p = BasePolicy();
+  p.groups[0].reservation = Gpu(1000);
+  p.groups[0].limit = Resources{2000, kUnlimited, kUnlimited, kUnlimited};
+  World w(p, {Node("n0", "train", 4)});
+  w.Submit(Job("j1", "train", "a"), 0);
+  w.Submit(Job("j2", "train", "a"), 1);
+  w.Submit(Job("j3", "train", "a"), 2);
+  w.e->RunCycle(5);
+  EXPECT_EQ(w.State("j1"), JobState::kRunning);
+  EXPECT_FALSE(w.View("j1").borrowed);
+  EXPECT_EQ(w.State("j2"), JobState::kRunning);
+  EXPECT_TRUE(w.View("j2").borrowed);
+  ASSERT_EQ(w.State("j3"), JobState::kPending);
+  EXPECT_EQ(w.View("j3").wait_step, "Admission");
+  EXPECT_EQ(w.View("j3").wait_reason, "group a at its gpu limit: holds 2, job needs 1, limit 2");
+  std::vector<std::string> admitted;
+  for (const Event& e : w.e->events()) {
+    if (e.kind == EventKind::kAdmitted) admitted.push_back(e.detail.substr(0, 10));
+  }
+  EXPECT_EQ(admitted, (std::vector<std::string>{"guaranteed", "borrowed: "}));
+  w.Done();
+}
+
+TEST(QuotaAdmission, ParentLimitBindsChildren) {
+  PolicySpec p = BasePolicy();
+  p.groups.push_back({"dept", "", Gpu(0), Resources{1000, kUnlimited, kUnlimited, kUnlimited},
+                      1000});
+  p.groups[0].parent = "dept";
+  p.groups[1].parent = "dept";
+  World w(p, {Node("n0", "train", 4)});
+  w.Submit(Job("a1", "train", "a"), 0);
+  w.Submit(Job("b1", "train", "b"), 1);
+  w.e->RunCycle(5);
+  EXPECT_EQ(w.State("a1"), JobState::kRunning);
+  EXPECT_EQ(w.View("b1").wait_reason, "group dept at its gpu limit: holds 1, job needs 1, limit 1");
+  w.Done();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reclaim and priority preemption
+
+TEST(QuotaReclaim, BelowReservationTakesBackFromBorrowersWithLeastLostWork) {
+  PolicySpec p = BasePolicy();
+  p.grace_seconds = 30;
+  p.groups[0].reservation = Gpu(1000);
+  World w(p, {Node("n0", "train", 2)});
+  w.Submit(Job("b-old", "train-lo", "b"), 0);
+  w.e->RunCycle(0);
+  w.Submit(Job("b-young", "train-lo", "b"), 100);
+  w.e->RunCycle(100);
+  ASSERT_EQ(w.State("b-young"), JobState::kRunning);
+  w.Submit(Job("a1", "train", "a"), 200);
+  w.e->RunCycle(200);
+  EXPECT_EQ(w.State("b-young"), JobState::kTerminating);  // less work lost than b-old
+  EXPECT_EQ(w.State("b-old"), JobState::kRunning);
+  EXPECT_EQ(w.View("a1").wait_step, "Reclaim");
+  EXPECT_NE(w.View("a1").wait_reason.find("reclaiming capacity from borrowers; back by t=230s"),
+            std::string::npos);
+  w.e->RunCycle(215);  // within grace: still waiting, nobody else takes the device
+  EXPECT_NE(w.View("a1").wait_reason.find("waiting for 1 preempted job"), std::string::npos);  // within grace: still waiting, nobody else takes the device
+  w.Submit(Job("b-3", "train-lo", "b"), 216);
+  w.e->RunCycle(230);  // grace over: one cycle later it runs
+  EXPECT_EQ(w.State("a1"), JobState::kRunning);
+  EXPECT_EQ(w.State("b-young"), JobState::kPending);
+  EXPECT_EQ(w.View("b-young").preemptions, 1);
+  bool saw = false;
+  for (const Event& e : w.e->events()) {
+    if (e.kind == EventKind::kPreempted) {
+      saw = true;
+      EXPECT_NE(e.detail.find("reclaim: group a is below its reservation"), std::string::npos);
+    }
+  }
+  EXPECT_TRUE(saw);
+  w.Done();
+}
+
+TEST(QuotaReclaim, NoReclaimFromNonPreemptibleOrAboveReservation) {
+  struct Case {
+    std::string name;
+    std::string borrower_queue;
+    int64_t a_reservation;
+    std::string want_step;
+  };
+  std::vector<Case> cases = {
+      {"borrower not preemptible", "train", 1000, "Placement"},
+      {"claimant above its reservation", "train-lo", 0, "Placement"},
+  };
+  for (const Case& c : cases) {
+    PolicySpec p = BasePolicy();
+    p.groups[0].reservation = Gpu(c.a_reservation);
+    World w(p, {Node("n0", "train", 1)});
+    w.Submit(Job("b1", c.borrower_queue, "b"), 0);
+    w.e->RunCycle(0);
+    w.Submit(Job("a1", "train", "a"), 10);
+    w.e->RunCycle(10);
+    EXPECT_EQ(w.State("b1"), JobState::kRunning) << c.name;
+    EXPECT_EQ(w.View("a1").wait_step, c.want_step) << c.name;
+    EXPECT_NE(w.View("a1").wait_reason.find("no room for 1 x whole"), std::string::npos)
+        << c.name << ": " << w.View("a1").wait_reason;
+    w.Done();
+  }
+}
+
+TEST(QuotaPreemption, PriorityInsideTheGroup) {
+  struct Case {
+    std::string name;
+    std::string victim_queue, victim_group;
+    bool want_preempted;
+  };
+  std::vector<Case> cases = {
+      {"lower priority preemptible, same group", "train-lo", "a", true},
+      {"lower priority but not preemptible", "train", "a", false},
+      {"other group is not touched by priority", "train-lo", "b", false},
+  };
+  for (const Case& c : cases) {
+    World w(BasePolicy(), {Node("n0", "train", 1)});
+    w.Submit(Job("v", c.victim_queue, c.victim_group), 0);
+    w.e->RunCycle(0);
+    w.Submit(Job("hi", "train-hi", "a"), 10);
+    w.e->RunCycle(10);
+    EXPECT_EQ(w.State("hi") == JobState::kRunning, c.want_preempted) << c.name;
+    if (!c.want_preempted) {
+      EXPECT_EQ(w.View("hi").wait_step, "Placement") << c.name;
+    } else {
+      EXPECT_EQ(w.View("v").wait_reason, "requeued after preemption");
+    }
+    w.Done();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Gang
+
+TEST(QuotaGang, AllOrNothingAcrossNodes) {
+  World w(BasePolicy(), {Node("n0", "train", 4), Node("n1", "train", 4)});
+  w.Submit(Job("one", "train", "a"), 0);
+  w.e->RunCycle(0);
+  w.Submit(Job("gang8", "train", "a", 8), 1);
+  w.e->RunCycle(1);
+  ASSERT_EQ(w.State("gang8"), JobState::kPending);
+  EXPECT_EQ(w.View("gang8").wait_step, "Placement");
+  EXPECT_NE(w.View("gang8").wait_reason.find("gang across nodes, all or nothing"),
+            std::string::npos);
+  EXPECT_EQ(w.e->allocated().gpu_milli, 1000);  // nothing partially held
+  w.e->Complete(w.h["one"], 2);
+  w.e->RunCycle(3);
+  ASSERT_EQ(w.State("gang8"), JobState::kRunning);
+  std::set<std::string> nodes;
+  for (const GrantView& g : w.View("gang8").grants) nodes.insert(g.node);
+  EXPECT_EQ(nodes.size(), 2u);
+  EXPECT_EQ(w.View("gang8").grants.size(), 8u);
+  w.Done();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backfill
+
+TEST(QuotaBackfill, SmallJobsRunOnlyWhenTheyEndBeforeTheHeadStarts) {
+  struct Case {
+    std::string name;
+    int64_t small_walltime;  // 0 = not declared
+    bool want_backfilled;
+  };
+  std::vector<Case> cases = {
+      {"ends before the head's start", 50, true},
+      {"would delay the head", 500, false},
+      {"no walltime declared", 0, false},
+  };
+  for (const Case& c : cases) {
+    World w(BasePolicy(), {Node("n0", "train", 4)});
+    w.Submit(Job("big-running", "train", "a", 2, 100), 0);
+    w.e->RunCycle(0);
+    w.Submit(Job("head", "train-hi", "a", 4, 100), 1);
+    w.Submit(Job("small", "train", "b", 1, c.small_walltime), 2);
+    w.e->RunCycle(10);
+    EXPECT_EQ(w.State("head"), JobState::kPending) << c.name;
+    EXPECT_NE(w.View("head").wait_reason.find("keeps 4 device(s) on n0 expected free at t=100s"),
+              std::string::npos)
+        << w.View("head").wait_reason;
+    EXPECT_EQ(w.State("small") == JobState::kRunning, c.want_backfilled) << c.name;
+    if (!c.want_backfilled) {
+      EXPECT_EQ(w.View("small").wait_step, "Backfill") << c.name;
+    }
+    // The head starts when the running job ends, whatever was backfilled.
+    w.e->Complete(w.h["big-running"], 100);
+    if (c.want_backfilled) w.e->Complete(w.h["small"], 60);
+    w.e->RunCycle(100);
+    EXPECT_EQ(w.State("head"), JobState::kRunning) << c.name;
+    w.Done();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Repartitioning
+
+TEST(QuotaRepartition, MigLayoutChangedWhenWorthIt) {
+  struct Case {
+    std::string name;
+    std::string occupant_queue;  // holds the 7g.80gb instance
+    int64_t occupant_age;        // seconds it has run when demand arrives
+    std::string want_step;       // for the inference job after one cycle
+    bool want_repartition;
+  };
+  std::vector<Case> cases = {
+      {"preemptible occupant, little lost", "infer-big", 60, "Repartition", true},
+      {"non-preemptible occupant", "infer-big-np", 60, "Placement", false},
+      {"too much work lost for one small job", "infer-big", 100000, "Repartition", false},
+  };
+  for (const Case& c : cases) {
+    PolicySpec p = BasePolicy();
+    p.grace_seconds = 10;
+    p.groups[0].reservation = Gpu(1000);  // a may take back from b
+    p.profiles.push_back({"part80", 1, 1000, 70 * kGiB, 1000, 1024, {}, {}});
+    p.queues.push_back({"infer-big", "part80", {"a", "b"}, 0, true, C::kInference});
+    p.queues.push_back({"infer-big-np", "part80", {"a", "b"}, 0, false, C::kInference});
+    NodeSpec n = Node("n0", "infer", 1);
+    n.mig_layout = {"7g.80gb"};
+    World w(p, {n});
+    w.Submit(Job("big", c.occupant_queue, "b"), 0);
+    w.e->RunCycle(0);
+    ASSERT_EQ(w.State("big"), JobState::kRunning) << c.name;
+    int64_t t = c.occupant_age;
+    w.Submit(Job("small", "infer", "a"), t);
+    w.e->RunCycle(t);
+    EXPECT_EQ(w.View("small").wait_step, c.want_step) << c.name << ": " << w.View("small").wait_reason;
+    w.e->RunCycle(t + 10);
+    EXPECT_EQ(w.State("small") == JobState::kRunning, c.want_repartition) << c.name << ": " << w.View("small").wait_step << " " << w.View("small").wait_reason;
+    if (c.want_repartition) {
+      EXPECT_EQ(w.View("small").grants[0].slot.rfind("1g.10gb", 0), 0u);
+      EXPECT_EQ(w.e->device_layout(0, 0).find("7g.80gb"), std::string::npos);
+      bool saw = false;
+      for (const Event& e : w.e->events()) {
+        if (e.kind == EventKind::kRepartitioned && e.detail.find("7g.80gb@0 -> ") != std::string::npos) {
+          saw = true;
+          EXPECT_NE(e.detail.find("lost work"), std::string::npos);
+        }
+      }
+      EXPECT_TRUE(saw) << c.name;
+    } else if (c.want_step == "Repartition") {
+      EXPECT_NE(w.View("small").wait_reason.find("more than the demand served"), std::string::npos)
+          << w.View("small").wait_reason;
+    }
+    w.Done();
+  }
+}
+
+TEST(QuotaRepartition, IdleDeviceIsSplitAndFreeSlicesAreUsed) {
+  World w(BasePolicy(), {Node("n0", "infer", 1)});
+  for (int i = 0; i < 8; ++i) w.Submit(Job("i" + std::to_string(i), "infer", "a"), 0);
+  w.e->RunCycle(0);
+  int running = 0;
+  for (int i = 0; i < 8; ++i) running += w.State("i" + std::to_string(i)) == JobState::kRunning;
+  EXPECT_EQ(running, 7);  // seven 1g.10gb on an A100-80GB
+  EXPECT_EQ(w.View("i7").wait_step, "Placement");
+  w.Done();
+}
+
+TEST(QuotaRepartition, AmdMemoryModeChangeDrainsTheNode) {
+  PolicySpec p = BasePolicy();
+  p.groups[0].reservation = Gpu(1000);  // a is within reservation; b borrows
+  p.profiles.push_back({"part90", 1, 250, 90 * kGiB, 1000, 1024, {}, {}});
+  p.queues.push_back({"infer-90", "part90", {"a"}, 0, true, C::kInference});
+  NodeSpec n = Node("mi", "infer", 2, "MI300X");
+  n.amd_mode = "CPX+NPS4";
+  World w(p, {n});
+  w.Submit(Job("small", "infer", "b"), 0);  // lands on a CPX partition
+  w.e->RunCycle(0);
+  ASSERT_EQ(w.State("small"), JobState::kRunning);
+  w.Submit(Job("big", "infer-90", "a"), 10);
+  w.e->RunCycle(10);
+  // 90 GiB needs DPX+NPS1: a memory-mode change, so both devices of the node drain.
+  EXPECT_EQ(w.State("big"), JobState::kRunning) << w.View("big").wait_reason;
+  EXPECT_EQ(w.e->device_layout(0, 0), "DPX+NPS1");
+  EXPECT_EQ(w.e->device_layout(0, 1).find("NPS1") != std::string::npos, true);
+  EXPECT_EQ(w.State("small"), JobState::kPending);
+  bool saw = false;
+  for (const Event& e : w.e->events()) {
+    saw = saw || (e.kind == EventKind::kRepartitioned &&
+                  e.detail.find("node-wide memory mode") != std::string::npos);
+  }
+  EXPECT_TRUE(saw);
+  w.Done();
+}
+
+TEST(QuotaSubmit, NeverSchedulableIsRejected) {
+  World w(BasePolicy(), {Node("n0", "train", 2)});
+  auto r = w.e->Submit(Job("huge", "train", "a", 4), 0);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("never schedulable: wants 4 devices"), std::string::npos);
+  auto r2 = w.e->Submit(Job("nogroup", "train", "zzz"), 0);
+  EXPECT_NE(r2.status().message().find("group 'zzz' may not use queue 'train'"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace tessera::quota

@@ -1,0 +1,231 @@
+// Allocation family: charge before the driver allocates, credit when it frees. An allocation that
+// would pass the cap returns CUDA_ERROR_OUT_OF_MEMORY without reaching the driver; one the driver
+// refuses is credited back at once.
+#include "capgpu/hook_table.h"
+#include "capgpu/real_driver.h"
+#include "capgpu/runtime.h"
+#include "capgpu/sizes.h"
+
+using tessera::capgpu::AllocKind;
+using tessera::capgpu::CurrentDevice;
+using tessera::capgpu::HookId;
+using tessera::capgpu::Real;
+using tessera::capgpu::Runtime;
+
+namespace {
+
+// Charges, calls `allocate`, tracks the result under (kind, key_of_result) or credits back.
+template <typename Allocate>
+CUresult Charged(AllocKind kind, uint32_t device, uint64_t bytes, const unsigned long long* key,
+                 Allocate allocate) {
+  Runtime& rt = Runtime::Get();
+  if (!rt.Charge(device, bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
+  CUresult r = allocate();
+  if (r != CUDA_SUCCESS) {
+    rt.Credit(device, bytes);
+    return r;
+  }
+  // A table without host memory leaves the charge in place until the process exits: the cap
+  // stays safe, only this allocation's free goes uncredited.
+  rt.allocations().Insert(kind, *key, bytes, device);
+  return r;
+}
+
+// Removes the record first (so a concurrent allocation reusing the address cannot be confused
+// with this one), frees, and credits on success or restores the record on failure.
+template <typename Release>
+CUresult Credited(AllocKind kind, uint64_t key, Release release) {
+  Runtime& rt = Runtime::Get();
+  uint64_t bytes = 0;
+  uint32_t device = 0;
+  const bool known = rt.allocations().Remove(kind, key, &bytes, &device);
+  CUresult r = release();
+  if (!known) return r;
+  if (r == CUDA_SUCCESS) {
+    rt.Credit(device, bytes);
+  } else {
+    rt.allocations().Insert(kind, key, bytes, device);
+  }
+  return r;
+}
+
+uint32_t Device() { return static_cast<uint32_t>(CurrentDevice()); }
+
+}  // namespace
+
+extern "C" {
+
+CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
+  auto real = Real<HookId::cuMemAlloc_v2>();
+  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!Runtime::Get().Capped() || dptr == nullptr) return real(dptr, bytesize);
+  return Charged(AllocKind::kDevicePointer, Device(), bytesize, dptr,
+                 [&] { return real(dptr, bytesize); });
+}
+
+CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flags) {
+  auto real = Real<HookId::cuMemAllocManaged>();
+  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!Runtime::Get().Capped() || dptr == nullptr) return real(dptr, bytesize, flags);
+  return Charged(AllocKind::kDevicePointer, Device(), bytesize, dptr,
+                 [&] { return real(dptr, bytesize, flags); });
+}
+
+CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream stream) {
+  auto real = Real<HookId::cuMemAllocAsync>();
+  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!Runtime::Get().Capped() || dptr == nullptr) return real(dptr, bytesize, stream);
+  return Charged(AllocKind::kDevicePointer, Device(), bytesize, dptr,
+                 [&] { return real(dptr, bytesize, stream); });
+}
+
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream stream) {
+  auto real = Real<HookId::cuMemAllocAsync_ptsz>();
+  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!Runtime::Get().Capped() || dptr == nullptr) return real(dptr, bytesize, stream);
+  return Charged(AllocKind::kDevicePointer, Device(), bytesize, dptr,
+                 [&] { return real(dptr, bytesize, stream); });
+}
+
+// The pool's device is taken to be the current context's (pools are almost always created for
+// it); cuMemPoolGetAccess would cost a driver call per allocation.
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
+                                 CUstream stream) {
+  auto real = Real<HookId::cuMemAllocFromPoolAsync>();
+  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!Runtime::Get().Capped() || dptr == nullptr) return real(dptr, bytesize, pool, stream);
+  return Charged(AllocKind::kDevicePointer, Device(), bytesize, dptr,
+                 [&] { return real(dptr, bytesize, pool, stream); });
+}
+
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
+                                      CUstream stream) {
+  auto real = Real<HookId::cuMemAllocFromPoolAsync_ptsz>();
+  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!Runtime::Get().Capped() || dptr == nullptr) return real(dptr, bytesize, pool, stream);
+  return Charged(AllocKind::kDevicePointer, Device(), bytesize, dptr,
+                 [&] { return real(dptr, bytesize, pool, stream); });
+}
+
+// The pitch is only known after the call: charge an estimate with the usual 512-byte alignment,
+// then settle to pitch x height (refusing, and freeing, if the real size no longer fits).
+CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width_bytes, size_t height,
+                            unsigned int elem_bytes) {
+  auto real = Real<HookId::cuMemAllocPitch_v2>();
+  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  Runtime& rt = Runtime::Get();
+  if (!rt.Capped() || dptr == nullptr || pitch == nullptr) {
+    return real(dptr, pitch, width_bytes, height, elem_bytes);
+  }
+  const uint32_t device = Device();
+  const uint64_t estimate = tessera::capgpu::PitchedBytesEstimate(width_bytes, height);
+  if (!rt.Charge(device, estimate)) return CUDA_ERROR_OUT_OF_MEMORY;
+  CUresult r = real(dptr, pitch, width_bytes, height, elem_bytes);
+  if (r != CUDA_SUCCESS) {
+    rt.Credit(device, estimate);
+    return r;
+  }
+  uint64_t actual = static_cast<uint64_t>(*pitch) * height;
+  if (actual > estimate) {
+    if (!rt.Charge(device, actual - estimate)) {
+      rt.Credit(device, estimate);
+      auto real_free = Real<HookId::cuMemFree_v2>();
+      if (real_free != nullptr) real_free(*dptr);
+      *dptr = 0;
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+  } else {
+    rt.Credit(device, estimate - actual);
+  }
+  rt.allocations().Insert(AllocKind::kDevicePointer, *dptr, actual, device);
+  return r;
+}
+
+CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
+                     const CUmemAllocationProp* prop, unsigned long long flags) {
+  auto real = Real<HookId::cuMemCreate>();
+  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  // Only device-resident physical memory counts against a GPU memory cap.
+  if (!Runtime::Get().Capped() || handle == nullptr || prop == nullptr ||
+      prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop->location.id < 0) {
+    return real(handle, size, prop, flags);
+  }
+  return Charged(AllocKind::kMemHandle, static_cast<uint32_t>(prop->location.id), size, handle,
+                 [&] { return real(handle, size, prop, flags); });
+}
+
+CUresult cuArrayCreate_v2(CUarray* array, const CUDA_ARRAY_DESCRIPTOR* desc) {
+  auto real = Real<HookId::cuArrayCreate_v2>();
+  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!Runtime::Get().Capped() || array == nullptr || desc == nullptr) return real(array, desc);
+  const uint64_t bytes =
+      tessera::capgpu::ArrayBytes(desc->Width, desc->Height, 0, desc->Format, desc->NumChannels, 0);
+  Runtime& rt = Runtime::Get();
+  const uint32_t device = Device();
+  if (!rt.Charge(device, bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
+  CUresult r = real(array, desc);
+  if (r != CUDA_SUCCESS) {
+    rt.Credit(device, bytes);
+    return r;
+  }
+  rt.allocations().Insert(AllocKind::kArray, reinterpret_cast<uint64_t>(*array), bytes, device);
+  return r;
+}
+
+CUresult cuArray3DCreate_v2(CUarray* array, const CUDA_ARRAY3D_DESCRIPTOR* desc) {
+  auto real = Real<HookId::cuArray3DCreate_v2>();
+  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!Runtime::Get().Capped() || array == nullptr || desc == nullptr) return real(array, desc);
+  const uint64_t bytes = tessera::capgpu::ArrayBytes(desc->Width, desc->Height, desc->Depth,
+                                                     desc->Format, desc->NumChannels, desc->Flags);
+  Runtime& rt = Runtime::Get();
+  const uint32_t device = Device();
+  if (!rt.Charge(device, bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
+  CUresult r = real(array, desc);
+  if (r != CUDA_SUCCESS) {
+    rt.Credit(device, bytes);
+    return r;
+  }
+  rt.allocations().Insert(AllocKind::kArray, reinterpret_cast<uint64_t>(*array), bytes, device);
+  return r;
+}
+
+CUresult cuMemFree_v2(CUdeviceptr dptr) {
+  auto real = Real<HookId::cuMemFree_v2>();
+  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!Runtime::Get().Capped()) return real(dptr);
+  return Credited(AllocKind::kDevicePointer, dptr, [&] { return real(dptr); });
+}
+
+// Stream-ordered frees are credited when enqueued: the memory returns to the pool when the
+// stream reaches the free, and the pool is the driver's, not the workload's, to hand out.
+CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
+  auto real = Real<HookId::cuMemFreeAsync>();
+  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!Runtime::Get().Capped()) return real(dptr, stream);
+  return Credited(AllocKind::kDevicePointer, dptr, [&] { return real(dptr, stream); });
+}
+
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream) {
+  auto real = Real<HookId::cuMemFreeAsync_ptsz>();
+  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!Runtime::Get().Capped()) return real(dptr, stream);
+  return Credited(AllocKind::kDevicePointer, dptr, [&] { return real(dptr, stream); });
+}
+
+CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
+  auto real = Real<HookId::cuMemRelease>();
+  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!Runtime::Get().Capped()) return real(handle);
+  return Credited(AllocKind::kMemHandle, handle, [&] { return real(handle); });
+}
+
+CUresult cuArrayDestroy(CUarray array) {
+  auto real = Real<HookId::cuArrayDestroy>();
+  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!Runtime::Get().Capped()) return real(array);
+  return Credited(AllocKind::kArray, reinterpret_cast<uint64_t>(array),
+                  [&] { return real(array); });
+}
+
+}  // extern "C"

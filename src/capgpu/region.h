@@ -1,0 +1,104 @@
+// The shared region: one file per allocation (e.g. /dev/shm/tessera-capgpu-<alloc>), created and
+// sized by the node agent before the workload starts, mapped by every process of the workload.
+// It holds a robust process-shared mutex and the RegionData of accounting.h.
+//
+// Crash safety: the mutex is PTHREAD_MUTEX_ROBUST, so a process killed while holding it never
+// blocks the others: the next locker gets EOWNERDEAD, repairs the totals from the slots, reclaims
+// the slots of dead processes and marks the mutex consistent. Slots of processes that die outside
+// the lock are reclaimed when found dead (on a refused charge, a memory query, a full region, or
+// `tessera-capgpu-region reap`).
+//
+// The limits are written once at creation; processes of the workload only read them, so none of
+// them decides or raises the cap (a hostile process that can write the file can corrupt it: the
+// cap is enforcement for cooperating code, like every interposition library).
+//
+// Thread-safety: a Region may be used from many threads; Lock/Unlock serialise access to data().
+// Uses no C++ runtime library (it is linked into the preload library).
+#pragma once
+
+#include <pthread.h>
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "capgpu/accounting.h"
+#include "capgpu/limits.h"
+
+namespace tessera::capgpu {
+
+inline constexpr uint64_t kRegionMagic = 0x31555047'53534554ULL;  // "TESSGPU1"
+inline constexpr uint32_t kRegionVersion = 1;
+
+// The file's layout. Magic and version are written last at creation (and the file only appears
+// under its name once complete), so a mapped region is always fully initialised.
+struct RegionFile {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t file_bytes;  // sizeof(RegionFile) at creation, checked on open
+  pthread_mutex_t mutex;
+  RegionData data;
+};
+
+// Creates a region file at `path` with `limits` (see InitRegionData). The file is built under a
+// temporary name and linked into place, so an opener never sees a half-written region. With
+// `replace` false an existing file is left alone and EEXIST returned. Returns 0 or an errno.
+int CreateRegionFile(const char* path, const LimitList& limits, mode_t mode, bool replace);
+
+// A mapping of one region. Movable only by hand (no C++ runtime); one per process in the library.
+class Region {
+ public:
+  Region() = default;
+  Region(const Region&) = delete;
+  Region& operator=(const Region&) = delete;
+  ~Region() { Close(); }
+
+  // Maps an existing region file. Returns 0, or an errno (EINVAL: not a region of this version).
+  int Open(const char* path);
+  // A region private to this process (no path configured): same rules, nothing shared.
+  int OpenPrivate(const LimitList& limits);
+  void Close();
+  bool is_open() const { return file_ != nullptr; }
+
+  // REQUIRES: is_open(). Returns false only if the mutex is unrecoverable (a bug elsewhere).
+  bool Lock();
+  void Unlock();
+  // REQUIRES: the lock is held (or the region is private to the caller).
+  RegionData& data() { return file_->data; }
+
+ private:
+  RegionFile* file_ = nullptr;
+  size_t mapped_bytes_ = 0;
+};
+
+// RAII holder of a region's lock.
+class RegionLock {
+ public:
+  explicit RegionLock(Region& region) : region_(region), held_(region.Lock()) {}
+  ~RegionLock() {
+    if (held_) region_.Unlock();
+  }
+  RegionLock(const RegionLock&) = delete;
+  RegionLock& operator=(const RegionLock&) = delete;
+  bool held() const { return held_; }
+
+ private:
+  Region& region_;
+  bool held_;
+};
+
+// ---- Processes (system calls; the impure half of liveness) ------------------------------------
+
+// State letter (R, S, Z, ...) and start time in clock ticks since boot of `pid`, from
+// /proc/PID/stat. False if it is gone.
+bool ReadProcessStat(int32_t pid, char* state, uint64_t* start_time);
+// This process.
+ProcessId SelfProcess();
+// IsAliveFn over the real system: the pid exists (kill(pid, 0) is not ESRCH) and has the same
+// start time (a reused pid reads as dead) and is not a zombie. `context` is unused.
+bool ProcessIsAlive(ProcessId process, void* context);
+// Cheaper IsAliveFn (one kill(pid, 0), no /proc read) for queries that only report: a reused pid
+// reads as alive until a charge is refused and the full check runs.
+bool ProcessExists(ProcessId process, void* context);
+
+}  // namespace tessera::capgpu

@@ -1,0 +1,60 @@
+// Internals of the store shared by its backends and its tests: URL parsing, the migration list
+// and the backend factories. Not part of the public interface; the engine uses store.h only.
+//
+// Thread-safety: free functions over immutable data; safe from any thread.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "store/store.h"
+
+namespace tessera::store::internal {
+
+enum class Backend { kSqlite, kPostgres };
+
+// A store URL taken apart: which backend, and what to hand it (a file path or a libpq URI).
+struct ParsedUrl {
+  Backend backend = Backend::kSqlite;
+  std::string target;  // SQLite: the file path; PostgreSQL: the URL as given
+};
+
+// Accepts a path, "sqlite:PATH", "postgresql://..." or "postgres://...". Rejects an empty URL,
+// an empty path and any other "scheme://" with a message naming the URL.
+Result<ParsedUrl> ParseUrl(const std::string& url);
+
+// A URL fit for logs and messages: the password of a PostgreSQL URL replaced by "***".
+std::string RedactUrl(const std::string& url);
+
+// One schema step. `sqlite` and `postgres` are scripts of ';'-separated statements that move a
+// store from version-1 to version; each runs inside the migration transaction.
+struct Migration {
+  int version;
+  const char* what;
+  const char* sqlite;
+  const char* postgres;
+};
+
+// The steps, versions 1..N in order. LatestSchemaVersion() is the last one's version.
+const std::vector<Migration>& Migrations();
+
+// The refusal for a store written by a newer Tessera.
+Status NewerSchemaError(const std::string& described_url, int found);
+
+// Backend factories. `target_version` is the version to migrate up to: LatestSchemaVersion()
+// for real use; tests pass lower ones to build old stores.
+Result<std::unique_ptr<Store>> OpenSqlite(const std::string& path, int target_version);
+Result<std::unique_ptr<Store>> OpenPostgres(const std::string& url, int target_version);
+
+// Test hooks (production code does not call these).
+// Opens `url` migrating only up to `version` (1..LatestSchemaVersion()).
+Result<std::unique_ptr<Store>> OpenAtVersion(const std::string& url, int version);
+// Runs a ';'-separated SQL script on `url` in one transaction, outside any Store: tests use it to
+// plant rows of an old schema or a future schema version.
+Status ExecSql(const std::string& url, const std::string& sql);
+Status ExecSqliteScript(const std::string& path, const std::string& sql);
+Status ExecPostgresScript(const std::string& url, const std::string& sql);
+
+}  // namespace tessera::store::internal

@@ -1,0 +1,54 @@
+// The schema's history. Append a step to change the schema; never edit a released one, since
+// stores in the field were built by it.
+#include <string>
+#include <vector>
+
+#include "store/internal.h"
+
+namespace tessera::store::internal {
+
+const std::vector<Migration>& Migrations() {
+  static const std::vector<Migration> kSteps = {
+      {1, "event log, job records, settings",
+       // SQLite: INTEGER PRIMARY KEY is the rowid (64-bit); seq is assigned explicitly.
+       "CREATE TABLE events ("
+       "  seq INTEGER PRIMARY KEY, time_ms INTEGER NOT NULL, actor TEXT NOT NULL,"
+       "  kind TEXT NOT NULL, subject TEXT NOT NULL, reason TEXT NOT NULL, data TEXT NOT NULL);"
+       "CREATE TABLE jobs ("
+       "  id TEXT PRIMARY KEY, queue TEXT NOT NULL, identity TEXT NOT NULL,"
+       "  group_name TEXT NOT NULL, state TEXT NOT NULL, spec TEXT NOT NULL,"
+       "  placement TEXT NOT NULL, submit_ms INTEGER NOT NULL, update_ms INTEGER NOT NULL,"
+       "  exit_code INTEGER);"
+       "CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
+       // PostgreSQL: seq is assigned under a table lock, not by a sequence, so that numbers
+       // become visible in order and without gaps.
+       "CREATE TABLE events ("
+       "  seq BIGINT PRIMARY KEY, time_ms BIGINT NOT NULL, actor TEXT NOT NULL,"
+       "  kind TEXT NOT NULL, subject TEXT NOT NULL, reason TEXT NOT NULL, data TEXT NOT NULL);"
+       "CREATE TABLE jobs ("
+       "  id TEXT PRIMARY KEY, queue TEXT NOT NULL, identity TEXT NOT NULL,"
+       "  group_name TEXT NOT NULL, state TEXT NOT NULL, spec TEXT NOT NULL,"
+       "  placement TEXT NOT NULL, submit_ms BIGINT NOT NULL, update_ms BIGINT NOT NULL,"
+       "  exit_code INTEGER);"
+       "CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);"},
+      {2, "job reason; indexes for event filters and job listing",
+       "ALTER TABLE jobs ADD COLUMN reason TEXT NOT NULL DEFAULT '';"
+       "CREATE INDEX events_kind ON events (kind, seq);"
+       "CREATE INDEX events_subject ON events (subject, seq);"
+       "CREATE INDEX jobs_submit ON jobs (submit_ms, id);",
+       "ALTER TABLE jobs ADD COLUMN reason TEXT NOT NULL DEFAULT '';"
+       "CREATE INDEX events_kind ON events (kind, seq);"
+       "CREATE INDEX events_subject ON events (subject, seq);"
+       "CREATE INDEX jobs_submit ON jobs (submit_ms, id);"},
+  };
+  return kSteps;
+}
+
+Status NewerSchemaError(const std::string& described_url, int found) {
+  return Status::FailedPrecondition(
+      described_url + ": store schema version " + std::to_string(found) +
+      " is newer than this Tessera (knows up to " + std::to_string(Store::LatestSchemaVersion()) +
+      "); upgrade Tessera");
+}
+
+}  // namespace tessera::store::internal

@@ -1,0 +1,348 @@
+// The PostgreSQL backend (libpqxx 6.4): one connection guarded by a mutex, named prepared
+// statements, one transaction per Commit.
+//
+// Event numbers: Commit takes LOCK TABLE events IN SHARE ROW EXCLUSIVE MODE (writers exclude each
+// other, readers do not wait), reads MAX(seq) and numbers its events after it. A sequence
+// (BIGSERIAL) would leave gaps on rollback and could become visible out of order under concurrent
+// writers; the lock makes every committed prefix of the log gap-free and in order.
+//
+// pqxx reports errors as exceptions; none leave this file.
+#include <pqxx/pqxx>
+
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "store/internal.h"
+#include "store/store.h"
+
+namespace tessera::store::internal {
+namespace {
+
+// Serialises concurrent migrations of one database (any constant unique to Tessera).
+constexpr int64_t kMigrationLockKey = 0x7e55e7a0;
+
+const char* kEventColumns = "seq, time_ms, actor, kind, subject, reason, data";
+const char* kJobColumns =
+    "id, queue, identity, group_name, state, spec, placement, submit_ms, update_ms, exit_code, "
+    "reason";
+
+std::string Trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ' || s.back() == '\r')) s.pop_back();
+  return s;
+}
+
+std::string ListEventsName(int mask) { return "list_events_" + std::to_string(mask); }
+
+// mask bit 1: kind prefix, 2: subject, 4: actor. Parameters are numbered in that order after
+// $1 (after_seq); the limit comes last.
+std::string ListEventsSql(int mask) {
+  std::string sql = std::string("SELECT ") + kEventColumns + " FROM events WHERE seq > $1";
+  int n = 1;
+  if (mask & 1) {
+    const std::string p = "$" + std::to_string(++n);
+    sql += " AND left(kind, length(" + p + ")) = " + p;
+  }
+  if (mask & 2) sql += " AND subject = $" + std::to_string(++n);
+  if (mask & 4) sql += " AND actor = $" + std::to_string(++n);
+  sql += " ORDER BY seq LIMIT $" + std::to_string(++n);
+  return sql;
+}
+
+JobRecord ReadJob(const pqxx::row& r) {
+  JobRecord j;
+  j.id = r[0].as<std::string>();
+  j.queue = r[1].as<std::string>();
+  j.identity = r[2].as<std::string>();
+  j.group = r[3].as<std::string>();
+  j.state = r[4].as<std::string>();
+  j.spec = r[5].as<std::string>();
+  j.placement = r[6].as<std::string>();
+  j.submit_ms = r[7].as<int64_t>();
+  j.update_ms = r[8].as<int64_t>();
+  if (!r[9].is_null()) j.exit_code = r[9].as<int>();
+  j.reason = r[10].as<std::string>();
+  return j;
+}
+
+class PostgresStore final : public Store {
+ public:
+  explicit PostgresStore(std::string url) : url_(std::move(url)), described_(RedactUrl(url_)) {}
+
+  Status Init(int target_version) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto s = ConnectLocked(); !s.ok()) return s;
+    return Guard("migrating", [&]() -> Status { return MigrateLocked(target_version); });
+  }
+
+  Status Commit(const std::vector<Event>& events, const std::vector<JobRecord>& jobs,
+                std::vector<int64_t>* seqs) override {
+    for (const auto& j : jobs) {
+      if (j.id.empty()) return Status::InvalidArgument("job record with an empty id");
+    }
+    if (seqs != nullptr) seqs->clear();
+    if (events.empty() && jobs.empty()) return Status::Ok();
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<int64_t> assigned;
+    Status s = Guard("committing", [&]() -> Status {
+      pqxx::work w(*conn_);
+      if (!events.empty()) {
+        w.exec0("LOCK TABLE events IN SHARE ROW EXCLUSIVE MODE");
+        int64_t seq = w.exec_prepared1("last_seq")[0].as<int64_t>();
+        for (const auto& e : events) {
+          ++seq;
+          w.exec_prepared0("insert_event", seq, e.time_ms, e.actor, e.kind, e.subject, e.reason,
+                           e.data);
+          assigned.push_back(seq);
+        }
+      }
+      for (const auto& j : jobs) {
+        const std::string exit_text = j.exit_code ? std::to_string(*j.exit_code) : std::string();
+        const char* exit_code = j.exit_code ? exit_text.c_str() : nullptr;
+        w.exec_prepared0("upsert_job", j.id, j.queue, j.identity, j.group, j.state, j.spec,
+                         j.placement, j.submit_ms, j.update_ms, exit_code, j.reason);
+      }
+      w.commit();
+      return Status::Ok();
+    });
+    if (s.ok() && seqs != nullptr) *seqs = std::move(assigned);
+    return s;
+  }
+
+  Result<std::vector<JobRecord>> LoadJobs() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<JobRecord> out;
+    Status s = Guard("loading jobs", [&]() -> Status {
+      pqxx::read_transaction t(*conn_);
+      for (const auto& r : t.exec_prepared("load_jobs")) out.push_back(ReadJob(r));
+      return Status::Ok();
+    });
+    if (!s.ok()) return s;
+    return out;
+  }
+
+  Result<std::optional<JobRecord>> GetJob(const std::string& id) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::optional<JobRecord> out;
+    Status s = Guard("reading job " + id, [&]() -> Status {
+      pqxx::read_transaction t(*conn_);
+      auto r = t.exec_prepared("get_job", id);
+      if (!r.empty()) out = ReadJob(r[0]);
+      return Status::Ok();
+    });
+    if (!s.ok()) return s;
+    return out;
+  }
+
+  Result<std::vector<Event>> ListEvents(int64_t after_seq, int limit,
+                                        const EventFilter& filter) override {
+    if (limit < 0) return Status::InvalidArgument("event limit must not be negative");
+    std::vector<Event> out;
+    if (limit == 0) return out;
+    const int mask = (filter.kind_prefix.empty() ? 0 : 1) | (filter.subject.empty() ? 0 : 2) |
+                     (filter.actor.empty() ? 0 : 4);
+    std::lock_guard<std::mutex> lock(mu_);
+    Status s = Guard("listing events", [&]() -> Status {
+      pqxx::read_transaction t(*conn_);
+      // One prepared statement per combination of filters, so each gets a plan that fits.
+      pqxx::result r = RunListEvents(t, mask, after_seq, limit, filter);
+      for (const auto& row : r) {
+        Event e;
+        e.seq = row[0].as<int64_t>();
+        e.time_ms = row[1].as<int64_t>();
+        e.actor = row[2].as<std::string>();
+        e.kind = row[3].as<std::string>();
+        e.subject = row[4].as<std::string>();
+        e.reason = row[5].as<std::string>();
+        e.data = row[6].as<std::string>();
+        out.push_back(std::move(e));
+      }
+      return Status::Ok();
+    });
+    if (!s.ok()) return s;
+    return out;
+  }
+
+  Result<int64_t> LastSeq() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    int64_t seq = 0;
+    Status s = Guard("reading the last seq", [&]() -> Status {
+      pqxx::read_transaction t(*conn_);
+      seq = t.exec_prepared1("last_seq")[0].as<int64_t>();
+      return Status::Ok();
+    });
+    if (!s.ok()) return s;
+    return seq;
+  }
+
+  Status PutSetting(const std::string& key, const std::string& value) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return Guard("writing setting " + key, [&]() -> Status {
+      pqxx::work w(*conn_);
+      w.exec_prepared0("put_setting", key, value);
+      w.commit();
+      return Status::Ok();
+    });
+  }
+
+  Result<std::optional<std::string>> GetSetting(const std::string& key) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::optional<std::string> out;
+    Status s = Guard("reading setting " + key, [&]() -> Status {
+      pqxx::read_transaction t(*conn_);
+      auto r = t.exec_prepared("get_setting", key);
+      if (!r.empty()) out = r[0][0].as<std::string>();
+      return Status::Ok();
+    });
+    if (!s.ok()) return s;
+    return out;
+  }
+
+  Result<int> SchemaVersion() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    int version = 0;
+    Status s = Guard("reading the schema version", [&]() -> Status {
+      pqxx::read_transaction t(*conn_);
+      version = ReadVersion(t);
+      return Status::Ok();
+    });
+    if (!s.ok()) return s;
+    return version;
+  }
+
+  std::string Describe() const override { return described_; }
+
+ private:
+  static pqxx::result RunListEvents(pqxx::transaction_base& t, int mask, int64_t after_seq,
+                                    int limit, const EventFilter& f) {
+    const std::string name = ListEventsName(mask);
+    const int64_t lim = limit;
+    switch (mask) {
+      case 0: return t.exec_prepared(name, after_seq, lim);
+      case 1: return t.exec_prepared(name, after_seq, f.kind_prefix, lim);
+      case 2: return t.exec_prepared(name, after_seq, f.subject, lim);
+      case 3: return t.exec_prepared(name, after_seq, f.kind_prefix, f.subject, lim);
+      case 4: return t.exec_prepared(name, after_seq, f.actor, lim);
+      case 5: return t.exec_prepared(name, after_seq, f.kind_prefix, f.actor, lim);
+      case 6: return t.exec_prepared(name, after_seq, f.subject, f.actor, lim);
+      default: return t.exec_prepared(name, after_seq, f.kind_prefix, f.subject, f.actor, lim);
+    }
+  }
+
+  // 0 for a database without the version table (a new store).
+  static int ReadVersion(pqxx::transaction_base& t) {
+    if (!t.exec1("SELECT to_regclass('schema_version') IS NOT NULL")[0].as<bool>()) return 0;
+    auto r = t.exec("SELECT version FROM schema_version WHERE id = 1");
+    return r.empty() ? 0 : r[0][0].as<int>();
+  }
+
+  Status ConnectLocked() {
+    try {
+      conn_ = std::make_unique<pqxx::connection>(url_);
+    } catch (const std::exception& e) {
+      conn_.reset();
+      return Status::FailedPrecondition(described_ + ": cannot connect: " + Trim(e.what()));
+    }
+    // Registered now, prepared by pqxx on first use (and again after a reconnect).
+    conn_->prepare("last_seq", "SELECT COALESCE(MAX(seq), 0) FROM events");
+    conn_->prepare("insert_event", std::string("INSERT INTO events (") + kEventColumns +
+                                       ") VALUES ($1, $2, $3, $4, $5, $6, $7)");
+    conn_->prepare("upsert_job",
+                   std::string("INSERT INTO jobs (") + kJobColumns +
+                       ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) "
+                       "ON CONFLICT (id) DO UPDATE SET queue = excluded.queue, "
+                       "identity = excluded.identity, group_name = excluded.group_name, "
+                       "state = excluded.state, spec = excluded.spec, "
+                       "placement = excluded.placement, submit_ms = excluded.submit_ms, "
+                       "update_ms = excluded.update_ms, exit_code = excluded.exit_code, "
+                       "reason = excluded.reason");
+    conn_->prepare("load_jobs",
+                   std::string("SELECT ") + kJobColumns + " FROM jobs ORDER BY submit_ms, id");
+    conn_->prepare("get_job", std::string("SELECT ") + kJobColumns + " FROM jobs WHERE id = $1");
+    conn_->prepare("put_setting",
+                   "INSERT INTO settings (key, value) VALUES ($1, $2) "
+                   "ON CONFLICT (key) DO UPDATE SET value = excluded.value");
+    conn_->prepare("get_setting", "SELECT value FROM settings WHERE key = $1");
+    for (int mask = 0; mask < 8; ++mask) conn_->prepare(ListEventsName(mask), ListEventsSql(mask));
+    return Status::Ok();
+  }
+
+  // Runs `body` on a live connection, turning pqxx's exceptions into a Status. A broken
+  // connection is dropped so that the next call reconnects.
+  template <typename F>
+  Status Guard(const std::string& what, F&& body) {
+    if (!conn_) {
+      if (auto s = ConnectLocked(); !s.ok()) return s;
+    }
+    try {
+      return body();
+    } catch (const pqxx::in_doubt_error& e) {
+      conn_.reset();
+      return Status::Internal(described_ + ": " + what +
+                              ": connection lost during commit, outcome unknown: " +
+                              Trim(e.what()));
+    } catch (const pqxx::broken_connection& e) {
+      conn_.reset();
+      return Status::Internal(described_ + ": " + what + ": connection lost: " + Trim(e.what()));
+    } catch (const pqxx::sql_error& e) {
+      return Status::Internal(described_ + ": " + what + ": " + Trim(e.what()));
+    } catch (const std::exception& e) {
+      return Status::Internal(described_ + ": " + what + ": " + Trim(e.what()));
+    }
+  }
+
+  Status MigrateLocked(int target) {
+    pqxx::work w(*conn_);
+    w.exec1("SELECT pg_advisory_xact_lock(" + std::to_string(kMigrationLockKey) + ")");
+    const int version = ReadVersion(w);
+    if (version > Store::LatestSchemaVersion()) return NewerSchemaError(described_, version);
+    if (version >= target) return Status::Ok();
+    w.exec0(
+        "CREATE TABLE IF NOT EXISTS schema_version ("
+        "id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER NOT NULL)");
+    for (const auto& step : Migrations()) {
+      if (step.version <= version || step.version > target) continue;
+      try {
+        w.exec(step.postgres);
+      } catch (const pqxx::sql_error& e) {
+        return Status::Internal(described_ + ": migrating to schema version " +
+                                std::to_string(step.version) + " (" + step.what +
+                                "): " + Trim(e.what()));
+      }
+    }
+    w.exec0("INSERT INTO schema_version (id, version) VALUES (1, " + std::to_string(target) +
+            ") ON CONFLICT (id) DO UPDATE SET version = excluded.version");
+    w.commit();
+    return Status::Ok();
+  }
+
+  mutable std::mutex mu_;
+  const std::string url_;
+  const std::string described_;
+  std::unique_ptr<pqxx::connection> conn_;  // guarded by mu_; null after a lost connection
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Store>> OpenPostgres(const std::string& url, int target_version) {
+  auto store = std::make_unique<PostgresStore>(url);
+  if (auto s = store->Init(target_version); !s.ok()) return s;
+  return std::unique_ptr<Store>(std::move(store));
+}
+
+Status ExecPostgresScript(const std::string& url, const std::string& sql) {
+  try {
+    pqxx::connection c(url);
+    pqxx::work w(c);
+    w.exec(sql);
+    w.commit();
+    return Status::Ok();
+  } catch (const std::exception& e) {
+    return Status::Internal(RedactUrl(url) + ": " + Trim(e.what()));
+  }
+}
+
+}  // namespace tessera::store::internal

@@ -1,0 +1,414 @@
+// The SQLite backend: one file, WAL journal, synchronous=FULL, one IMMEDIATE transaction per
+// Commit. A single connection is shared by all callers and guarded by a mutex; prepared
+// statements are cached per SQL text.
+#include <sqlite3.h>
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "store/internal.h"
+#include "store/store.h"
+
+namespace tessera::store::internal {
+namespace {
+
+constexpr int kBusyTimeoutMs = 5000;
+
+const char* kEventColumns = "seq, time_ms, actor, kind, subject, reason, data";
+const char* kJobColumns =
+    "id, queue, identity, group_name, state, spec, placement, submit_ms, update_ms, exit_code, "
+    "reason";
+
+// A cached statement in use: bind, step, read; reset and unbound when it goes out of scope, so
+// the cache never holds a statement mid-step.
+class Stmt {
+ public:
+  explicit Stmt(sqlite3_stmt* s) : s_(s) {}
+  ~Stmt() {
+    sqlite3_reset(s_);
+    sqlite3_clear_bindings(s_);
+  }
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
+
+  void Bind(int i, const std::string& v) {
+    sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_STATIC);
+  }
+  void Bind(int i, int64_t v) { sqlite3_bind_int64(s_, i, v); }
+  void BindNull(int i) { sqlite3_bind_null(s_, i); }
+  int Step() { return sqlite3_step(s_); }
+
+  std::string Text(int col) const {
+    const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(s_, col));
+    return p == nullptr ? std::string() : std::string(p, static_cast<size_t>(sqlite3_column_bytes(s_, col)));
+  }
+  int64_t Int64(int col) const { return sqlite3_column_int64(s_, col); }
+  bool IsNull(int col) const { return sqlite3_column_type(s_, col) == SQLITE_NULL; }
+  int Int(int col) const { return sqlite3_column_int(s_, col); }
+
+ private:
+  sqlite3_stmt* s_;
+};
+
+class SqliteStore final : public Store {
+ public:
+  SqliteStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
+  ~SqliteStore() override {
+    for (auto& [sql, stmt] : cache_) sqlite3_finalize(stmt);
+    sqlite3_close_v2(db_);
+  }
+
+  Status Configure(int target_version) {
+    std::lock_guard<std::mutex> lock(mu_);
+    sqlite3_extended_result_codes(db_, 1);
+    sqlite3_busy_timeout(db_, kBusyTimeoutMs);
+    // Reads the file header: a file that is not a database fails here, named.
+    if (auto s = Exec("PRAGMA journal_mode=WAL", "switching to WAL journal"); !s.ok()) return s;
+    if (auto s = Exec("PRAGMA synchronous=FULL", "setting synchronous=FULL"); !s.ok()) return s;
+    return Migrate(target_version);
+  }
+
+  Status Commit(const std::vector<Event>& events, const std::vector<JobRecord>& jobs,
+                std::vector<int64_t>* seqs) override {
+    for (const auto& j : jobs) {
+      if (j.id.empty()) return Status::InvalidArgument("job record with an empty id");
+    }
+    if (seqs != nullptr) seqs->clear();
+    if (events.empty() && jobs.empty()) return Status::Ok();
+    std::lock_guard<std::mutex> lock(mu_);
+    // IMMEDIATE takes the write lock now, so the seq read below cannot race another writer
+    // (another process on the same file).
+    if (auto s = Exec("BEGIN IMMEDIATE", "starting a commit"); !s.ok()) return s;
+    std::vector<int64_t> assigned;
+    Status s = CommitLocked(events, jobs, &assigned);
+    if (s.ok()) s = Exec("COMMIT", "committing");
+    if (!s.ok()) {
+      Exec("ROLLBACK", "rolling back");
+      return s;
+    }
+    if (seqs != nullptr) *seqs = std::move(assigned);
+    return Status::Ok();
+  }
+
+  Result<std::vector<JobRecord>> LoadJobs() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto st = Prepare(std::string("SELECT ") + kJobColumns +
+                      " FROM jobs ORDER BY submit_ms, id");
+    if (!st.ok()) return st.status();
+    Stmt q(*st);
+    std::vector<JobRecord> out;
+    int rc;
+    while ((rc = q.Step()) == SQLITE_ROW) out.push_back(ReadJob(q));
+    if (rc != SQLITE_DONE) return Error("loading jobs");
+    return out;
+  }
+
+  Result<std::optional<JobRecord>> GetJob(const std::string& id) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto st = Prepare(std::string("SELECT ") + kJobColumns + " FROM jobs WHERE id = ?1");
+    if (!st.ok()) return st.status();
+    Stmt q(*st);
+    q.Bind(1, id);
+    const int rc = q.Step();
+    if (rc == SQLITE_ROW) return std::optional<JobRecord>(ReadJob(q));
+    if (rc != SQLITE_DONE) return Error("reading job " + id);
+    return std::optional<JobRecord>();
+  }
+
+  Result<std::vector<Event>> ListEvents(int64_t after_seq, int limit,
+                                        const EventFilter& filter) override {
+    if (limit < 0) return Status::InvalidArgument("event limit must not be negative");
+    std::vector<Event> out;
+    if (limit == 0) return out;
+    std::string sql = std::string("SELECT ") + kEventColumns + " FROM events WHERE seq > ?1";
+    if (!filter.kind_prefix.empty()) sql += " AND substr(kind, 1, length(?2)) = ?2";
+    if (!filter.subject.empty()) sql += " AND subject = ?3";
+    if (!filter.actor.empty()) sql += " AND actor = ?4";
+    sql += " ORDER BY seq LIMIT ?5";
+    std::lock_guard<std::mutex> lock(mu_);
+    auto st = Prepare(sql);
+    if (!st.ok()) return st.status();
+    Stmt q(*st);
+    q.Bind(1, after_seq);
+    if (!filter.kind_prefix.empty()) q.Bind(2, filter.kind_prefix);
+    if (!filter.subject.empty()) q.Bind(3, filter.subject);
+    if (!filter.actor.empty()) q.Bind(4, filter.actor);
+    q.Bind(5, static_cast<int64_t>(limit));
+    int rc;
+    while ((rc = q.Step()) == SQLITE_ROW) {
+      Event e;
+      e.seq = q.Int64(0);
+      e.time_ms = q.Int64(1);
+      e.actor = q.Text(2);
+      e.kind = q.Text(3);
+      e.subject = q.Text(4);
+      e.reason = q.Text(5);
+      e.data = q.Text(6);
+      out.push_back(std::move(e));
+    }
+    if (rc != SQLITE_DONE) return Error("listing events");
+    return out;
+  }
+
+  Result<int64_t> LastSeq() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return LastSeqLocked();
+  }
+
+  Status PutSetting(const std::string& key, const std::string& value) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto st = Prepare(
+        "INSERT INTO settings (key, value) VALUES (?1, ?2) "
+        "ON CONFLICT (key) DO UPDATE SET value = excluded.value");
+    if (!st.ok()) return st.status();
+    Stmt q(*st);
+    q.Bind(1, key);
+    q.Bind(2, value);
+    if (q.Step() != SQLITE_DONE) return Error("writing setting " + key);
+    return Status::Ok();
+  }
+
+  Result<std::optional<std::string>> GetSetting(const std::string& key) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto st = Prepare("SELECT value FROM settings WHERE key = ?1");
+    if (!st.ok()) return st.status();
+    Stmt q(*st);
+    q.Bind(1, key);
+    const int rc = q.Step();
+    if (rc == SQLITE_ROW) return std::optional<std::string>(q.Text(0));
+    if (rc != SQLITE_DONE) return Error("reading setting " + key);
+    return std::optional<std::string>();
+  }
+
+  Result<int> SchemaVersion() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return ReadVersionLocked();
+  }
+
+  std::string Describe() const override { return "sqlite:" + path_; }
+
+ private:
+  Status Error(const std::string& what) const {
+    return Status::Internal(Describe() + ": " + what + ": " + sqlite3_errmsg(db_));
+  }
+
+  Status Exec(const std::string& sql, const std::string& what) {
+    char* err = nullptr;
+    if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
+      std::string msg = err != nullptr ? err : sqlite3_errmsg(db_);
+      sqlite3_free(err);
+      return Status::Internal(Describe() + ": " + what + ": " + msg);
+    }
+    return Status::Ok();
+  }
+
+  Result<sqlite3_stmt*> Prepare(const std::string& sql) {
+    auto it = cache_.find(sql);
+    if (it != cache_.end()) return it->second;
+    sqlite3_stmt* stmt = nullptr;
+    if (sqlite3_prepare_v3(db_, sql.c_str(), -1, SQLITE_PREPARE_PERSISTENT, &stmt, nullptr) !=
+        SQLITE_OK) {
+      return Error("preparing '" + sql + "'");
+    }
+    cache_.emplace(sql, stmt);
+    return stmt;
+  }
+
+  Result<int64_t> LastSeqLocked() {
+    auto st = Prepare("SELECT COALESCE(MAX(seq), 0) FROM events");
+    if (!st.ok()) return st.status();
+    Stmt q(*st);
+    if (q.Step() != SQLITE_ROW) return Error("reading the last seq");
+    return q.Int64(0);
+  }
+
+  Status CommitLocked(const std::vector<Event>& events, const std::vector<JobRecord>& jobs,
+                      std::vector<int64_t>* assigned) {
+    if (!events.empty()) {
+      auto last = LastSeqLocked();
+      if (!last.ok()) return last.status();
+      int64_t seq = *last;
+      auto st = Prepare(std::string("INSERT INTO events (") + kEventColumns +
+                        ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)");
+      if (!st.ok()) return st.status();
+      for (const auto& e : events) {
+        Stmt q(*st);
+        q.Bind(1, ++seq);
+        q.Bind(2, e.time_ms);
+        q.Bind(3, e.actor);
+        q.Bind(4, e.kind);
+        q.Bind(5, e.subject);
+        q.Bind(6, e.reason);
+        q.Bind(7, e.data);
+        if (q.Step() != SQLITE_DONE) return Error("appending event " + e.kind);
+        assigned->push_back(seq);
+      }
+    }
+    if (!jobs.empty()) {
+      auto st = Prepare(std::string("INSERT INTO jobs (") + kJobColumns +
+                        ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) "
+                        "ON CONFLICT (id) DO UPDATE SET queue = excluded.queue, "
+                        "identity = excluded.identity, group_name = excluded.group_name, "
+                        "state = excluded.state, spec = excluded.spec, "
+                        "placement = excluded.placement, submit_ms = excluded.submit_ms, "
+                        "update_ms = excluded.update_ms, exit_code = excluded.exit_code, "
+                        "reason = excluded.reason");
+      if (!st.ok()) return st.status();
+      for (const auto& j : jobs) {
+        Stmt q(*st);
+        q.Bind(1, j.id);
+        q.Bind(2, j.queue);
+        q.Bind(3, j.identity);
+        q.Bind(4, j.group);
+        q.Bind(5, j.state);
+        q.Bind(6, j.spec);
+        q.Bind(7, j.placement);
+        q.Bind(8, j.submit_ms);
+        q.Bind(9, j.update_ms);
+        if (j.exit_code) {
+          q.Bind(10, static_cast<int64_t>(*j.exit_code));
+        } else {
+          q.BindNull(10);
+        }
+        q.Bind(11, j.reason);
+        if (q.Step() != SQLITE_DONE) return Error("writing job " + j.id);
+      }
+    }
+    return Status::Ok();
+  }
+
+  static JobRecord ReadJob(const Stmt& q) {
+    JobRecord j;
+    j.id = q.Text(0);
+    j.queue = q.Text(1);
+    j.identity = q.Text(2);
+    j.group = q.Text(3);
+    j.state = q.Text(4);
+    j.spec = q.Text(5);
+    j.placement = q.Text(6);
+    j.submit_ms = q.Int64(7);
+    j.update_ms = q.Int64(8);
+    if (!q.IsNull(9)) j.exit_code = q.Int(9);
+    j.reason = q.Text(10);
+    return j;
+  }
+
+  // 0 for a store without the version table (a new file).
+  Result<int> ReadVersionLocked() {
+    {
+      auto st = Prepare(
+          "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'");
+      if (!st.ok()) return st.status();
+      Stmt q(*st);
+      if (q.Step() != SQLITE_ROW) return Error("reading the schema version");
+      if (q.Int(0) == 0) return 0;
+    }
+    auto st = Prepare("SELECT version FROM schema_version WHERE id = 1");
+    if (!st.ok()) return st.status();
+    Stmt q(*st);
+    const int rc = q.Step();
+    if (rc == SQLITE_ROW) return q.Int(0);
+    if (rc != SQLITE_DONE) return Error("reading the schema version");
+    return 0;
+  }
+
+  // Brings the file to `target` in one transaction. Statements are not cached here: the schema
+  // is changing under them.
+  Status Migrate(int target) {
+    if (auto s = Exec("BEGIN IMMEDIATE", "starting migration"); !s.ok()) return s;
+    Status s = MigrateLocked(target);
+    if (s.ok()) s = Exec("COMMIT", "committing migration");
+    if (!s.ok()) Exec("ROLLBACK", "rolling back migration");
+    // Drop statements compiled against the old schema.
+    for (auto& [sql, stmt] : cache_) sqlite3_finalize(stmt);
+    cache_.clear();
+    return s;
+  }
+
+  Status MigrateLocked(int target) {
+    auto version = ReadVersionLocked();
+    if (!version.ok()) return version.status();
+    if (*version > Store::LatestSchemaVersion()) return NewerSchemaError(Describe(), *version);
+    if (*version >= target) return Status::Ok();
+    if (auto s = Exec("CREATE TABLE IF NOT EXISTS schema_version ("
+                      "id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER NOT NULL)",
+                      "creating the version table");
+        !s.ok()) {
+      return s;
+    }
+    for (const auto& step : Migrations()) {
+      if (step.version <= *version || step.version > target) continue;
+      if (auto s = Exec(step.sqlite, "migrating to schema version " +
+                                         std::to_string(step.version) + " (" + step.what + ")");
+          !s.ok()) {
+        return s;
+      }
+    }
+    return Exec("INSERT INTO schema_version (id, version) VALUES (1, " + std::to_string(target) +
+                    ") ON CONFLICT (id) DO UPDATE SET version = excluded.version",
+                "recording the schema version");
+  }
+
+  mutable std::mutex mu_;
+  sqlite3* db_;  // guarded by mu_
+  const std::string path_;
+  std::map<std::string, sqlite3_stmt*> cache_;  // guarded by mu_
+};
+
+std::string AbsolutePath(const std::string& path) {
+  std::error_code ec;
+  auto abs = std::filesystem::absolute(path, ec);
+  return ec ? path : abs.lexically_normal().string();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Store>> OpenSqlite(const std::string& path, int target_version) {
+  const std::string abs = AbsolutePath(path);
+  const auto parent = std::filesystem::path(abs).parent_path();
+  std::error_code ec;
+  if (!parent.empty() && !std::filesystem::is_directory(parent, ec)) {
+    return Status::InvalidArgument("sqlite:" + abs + ": directory " + parent.string() +
+                                   " does not exist");
+  }
+  sqlite3* db = nullptr;
+  const int rc = sqlite3_open_v2(abs.c_str(), &db,
+                                 SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                                 nullptr);
+  if (rc != SQLITE_OK) {
+    std::string msg = db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+    sqlite3_close_v2(db);
+    return Status::InvalidArgument("sqlite:" + abs + ": cannot open: " + msg);
+  }
+  auto store = std::make_unique<SqliteStore>(db, abs);
+  if (auto s = store->Configure(target_version); !s.ok()) return s;
+  return std::unique_ptr<Store>(std::move(store));
+}
+
+Status ExecSqliteScript(const std::string& path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) !=
+      SQLITE_OK) {
+    std::string msg = db != nullptr ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close_v2(db);
+    return Status::Internal("sqlite:" + path + ": cannot open: " + msg);
+  }
+  sqlite3_busy_timeout(db, kBusyTimeoutMs);
+  char* err = nullptr;
+  const std::string script = "BEGIN IMMEDIATE;" + sql + ";COMMIT;";
+  Status s;
+  if (sqlite3_exec(db, script.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
+    s = Status::Internal("sqlite:" + path + ": " + (err != nullptr ? err : "error"));
+    sqlite3_free(err);
+    sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
+  }
+  sqlite3_close_v2(db);
+  return s;
+}
+
+}  // namespace tessera::store::internal

@@ -1,0 +1,96 @@
+// Store: the control plane's durable state, an append-only event log plus current job records.
+//
+// Backends: SQLite (a file under the data directory, the default, nothing to install) and
+// PostgreSQL (a shared, highly available deployment). One interface; the engine never knows
+// which one it talks to.
+//
+// Durability: Commit() returns OK only once its events and records are durable (SQLite:
+// WAL + synchronous=FULL, one transaction; PostgreSQL: one committed transaction). A crash at any
+// point leaves either all of one Commit or none of it.
+//
+// Schema: versioned migrations applied in order on Open. A store written by a newer Tessera
+// (schema version above the newest this build knows) is refused with a message naming both
+// versions, never misread.
+//
+// Thread-safety: a Store may be used from several threads; implementations serialise
+// internally.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace tessera::store {
+
+// One typed, appended change: who did what to which subject, when and why.
+struct Event {
+  int64_t seq = 0;       // assigned by the store, strictly increasing from 1
+  int64_t time_ms = 0;   // wall clock, milliseconds since the epoch (set by the caller)
+  std::string actor;     // identity name, "engine" or "agent:<node>"
+  std::string kind;      // "job.submitted", "job.placed", "job.finished", "node.lost", ...
+  std::string subject;   // job id, node name, group name
+  std::string reason;    // for people; may be empty
+  std::string data;      // JSON object text with the details; "{}" when none
+};
+
+// The current record of one job. `spec` and `placement` are JSON texts owned by the engine.
+struct JobRecord {
+  std::string id;
+  std::string queue;
+  std::string identity;
+  std::string group;
+  std::string state;      // pending, admitted, placed, starting, running, succeeded, failed, cancelled, lost
+  std::string spec;       // JSON: the submitted request
+  std::string placement;  // JSON: node and devices, or "" when not placed
+  int64_t submit_ms = 0;
+  int64_t update_ms = 0;
+  std::optional<int> exit_code;
+  std::string reason;     // why it waits / why it ended
+};
+
+// Filter for listing events. Empty fields match everything.
+struct EventFilter {
+  std::string kind_prefix;  // e.g. "job." or "job.finished"
+  std::string subject;
+  std::string actor;
+};
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  // Opens (creating and migrating as needed) a store. `url` is either
+  // "postgresql://..." / "postgres://..." (PostgreSQL, libpq connection URI) or a filesystem
+  // path / "sqlite:PATH" (SQLite file, created if missing).
+  static Result<std::unique_ptr<Store>> Open(const std::string& url);
+
+  // The newest schema version this build knows.
+  static int LatestSchemaVersion();
+
+  // Appends `events` (their seq fields are ignored and assigned) and upserts `jobs` (by id),
+  // atomically and durably. On success `seqs`, when not null, receives the assigned numbers.
+  virtual Status Commit(const std::vector<Event>& events, const std::vector<JobRecord>& jobs,
+                        std::vector<int64_t>* seqs) = 0;
+
+  // Every job record, in submit order (then id).
+  virtual Result<std::vector<JobRecord>> LoadJobs() = 0;
+  virtual Result<std::optional<JobRecord>> GetJob(const std::string& id) = 0;
+
+  // Events with seq > after_seq matching `filter`, oldest first, at most `limit`.
+  virtual Result<std::vector<Event>> ListEvents(int64_t after_seq, int limit,
+                                                const EventFilter& filter) = 0;
+  virtual Result<int64_t> LastSeq() = 0;
+
+  // Small durable key-value settings (e.g. "cluster.id").
+  virtual Status PutSetting(const std::string& key, const std::string& value) = 0;
+  virtual Result<std::optional<std::string>> GetSetting(const std::string& key) = 0;
+
+  virtual Result<int> SchemaVersion() = 0;
+  virtual std::string Describe() const = 0;  // "sqlite:/path/tessera.db" or "postgresql://host/db"
+};
+
+}  // namespace tessera::store

@@ -1,0 +1,122 @@
+// The store suite against SQLite, plus URL handling that needs no server.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "store/internal.h"
+#include "store/store.h"
+#include "store_suite.h"
+
+namespace tessera::store {
+namespace {
+
+INSTANTIATE_TEST_SUITE_P(Sqlite, StoreSuite, ::testing::Values(std::string("sqlite")));
+
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/tessera-store-url-XXXXXX";
+    path_ = mkdtemp(tmpl);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+TEST(StoreUrl, EmptyUrlIsRefused) {
+  auto s = Store::Open("");
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("empty"), std::string::npos) << s.status().message();
+}
+
+TEST(StoreUrl, SqlitePrefixWithoutPathIsRefused) {
+  auto s = Store::Open("sqlite:");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("'sqlite:'"), std::string::npos) << s.status().message();
+}
+
+TEST(StoreUrl, UnknownSchemeIsNamed) {
+  auto s = Store::Open("mysql://user:secret@db/tessera");
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("unsupported scheme 'mysql'"), std::string::npos)
+      << s.status().message();
+  EXPECT_EQ(s.status().message().find("secret"), std::string::npos) << "password leaked";
+}
+
+TEST(StoreUrl, PostgresWithoutTargetIsRefused) {
+  auto s = Store::Open("postgresql://");
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(StoreUrl, MissingDirectoryIsNamed) {
+  auto s = Store::Open("/nonexistent-dir-for-tessera/sub/tessera.db");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("/nonexistent-dir-for-tessera/sub"), std::string::npos)
+      << s.status().message();
+}
+
+TEST(StoreUrl, FileThatIsNotADatabaseIsRefused) {
+  TempDir dir;
+  const std::string path = dir.path() + "/notes.txt";
+  {
+    std::ofstream out(path);
+    out << "these are not the droids you are looking for, this is plain text and long enough "
+           "to fill a database header of one hundred bytes easily, yes indeed it is.\n";
+  }
+  auto s = Store::Open("sqlite:" + path);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find(path), std::string::npos) << s.status().message();
+  EXPECT_NE(s.status().message().find("not a database"), std::string::npos)
+      << s.status().message();
+}
+
+TEST(StoreUrl, PlainPathAndSqlitePrefixOpenTheSameFile) {
+  TempDir dir;
+  const std::string path = dir.path() + "/t.db";
+  {
+    auto a = Store::Open(path);
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    ASSERT_TRUE((*a)->PutSetting("k", "v").ok());
+    EXPECT_EQ((*a)->Describe(), "sqlite:" + path);
+  }
+  auto b = Store::Open("sqlite:" + path);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  auto v = (*b)->GetSetting("k");
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(v->value_or("-"), "v");
+}
+
+TEST(StoreUrl, UnreachablePostgresNamesTheUrlWithoutPassword) {
+  // Port 1 on loopback: nothing listens there, the connection is refused at once.
+  auto s = Store::Open("postgresql://tessera:hunter2@127.0.0.1:1/tessera?connect_timeout=2");
+  ASSERT_FALSE(s.ok());
+  const std::string& m = s.status().message();
+  EXPECT_NE(m.find("postgresql://tessera:***@127.0.0.1:1/tessera"), std::string::npos) << m;
+  EXPECT_NE(m.find("cannot connect"), std::string::npos) << m;
+  EXPECT_EQ(m.find("hunter2"), std::string::npos) << "password leaked: " << m;
+}
+
+TEST(StoreUrl, RedactsOnlyThePassword) {
+  using internal::RedactUrl;
+  EXPECT_EQ(RedactUrl("postgresql://u:p@h:5432/db"), "postgresql://u:***@h:5432/db");
+  EXPECT_EQ(RedactUrl("postgresql://u@h:5432/db"), "postgresql://u@h:5432/db");
+  EXPECT_EQ(RedactUrl("postgresql://h:5432/db"), "postgresql://h:5432/db");
+  EXPECT_EQ(RedactUrl("postgres://h/db?x=a@b"), "postgres://h/db?x=a@b");
+  EXPECT_EQ(RedactUrl("/var/lib/tessera.db"), "/var/lib/tessera.db");
+}
+
+TEST(StoreUrl, OpenAtUnknownVersionIsRefused) {
+  TempDir dir;
+  EXPECT_FALSE(internal::OpenAtVersion(dir.path() + "/t.db", 0).ok());
+  EXPECT_FALSE(internal::OpenAtVersion(dir.path() + "/t.db", Store::LatestSchemaVersion() + 1).ok());
+}
+
+}  // namespace
+}  // namespace tessera::store

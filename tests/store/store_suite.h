@@ -1,0 +1,32 @@
+// The backend-independent store suite. store_suite.cc defines the tests (TEST_P on StoreSuite);
+// each backend's test binary instantiates them with its backend name ("sqlite" or
+// "postgresql").
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+
+#include "store/store.h"
+
+namespace tessera::store {
+
+class StoreSuite : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override;
+  void TearDown() override;
+
+  // A URL of a fresh, empty store of the backend under test.
+  std::string NewUrl();
+  // Opens `url`, failing the test on error.
+  std::unique_ptr<Store> MustOpen(const std::string& url);
+
+  bool is_postgres() const { return GetParam() == "postgresql"; }
+
+ private:
+  std::string tmp_dir_;
+  int next_ = 0;
+};
+
+}  // namespace tessera::store

@@ -1,0 +1,303 @@
+#include "agent/agent.h"
+
+#include <httplib.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "agent/discovery.h"
+#include "agent/launcher.h"
+#include "agent/protocol.h"
+
+namespace tessera::agent {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+volatile std::sig_atomic_t g_signal_stop = 0;
+extern "C" void OnStopSignal(int) { g_signal_stop = 1; }
+
+// Installs SIGINT/SIGTERM handlers for its lifetime.
+class SignalScope {
+ public:
+  explicit SignalScope(bool enabled) : enabled_(enabled) {
+    if (!enabled_) return;
+    g_signal_stop = 0;
+    struct sigaction sa {};
+    sa.sa_handler = OnStopSignal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int_);
+    sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~SignalScope() {
+    if (!enabled_) return;
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+  SignalScope(const SignalScope&) = delete;
+  SignalScope& operator=(const SignalScope&) = delete;
+
+ private:
+  bool enabled_;
+  struct sigaction old_int_ {};
+  struct sigaction old_term_ {};
+};
+
+void DefaultLog(const std::string& line) {
+  std::time_t t = std::time(nullptr);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S", std::localtime(&t));
+  std::fprintf(stderr, "%s agent: %s\n", stamp, line.c_str());
+}
+
+// The agent's state and its loop. One thread.
+class Agent {
+ public:
+  Agent(const AgentOptions& options, Inventory inventory, const std::string& base_url)
+      : options_(options),
+        inventory_(std::move(inventory)),
+        launcher_(LauncherOptions{options.work_dir, options.cgroup_root, options.cgroup_parent,
+                                  options.capgpu_preload, options.region_dir, true}),
+        client_(base_url),
+        heartbeat_ms_(std::max(1, options.default_heartbeat_ms)),
+        backoff_ms_(heartbeat_ms_) {
+    log_ = options.log ? options.log : DefaultLog;
+    auto timeout = milliseconds(std::max(1, options.request_timeout_ms));
+    client_.set_connection_timeout(timeout);
+    client_.set_read_timeout(timeout);
+    client_.set_write_timeout(timeout);
+    client_.set_keep_alive(true);
+    if (!options.token.empty()) client_.set_bearer_token_auth(options.token);
+  }
+
+  int Run() {
+    log_("node " + inventory_.node + ": " + std::to_string(inventory_.devices.size()) + " device(s) from " +
+         inventory_.source + (inventory_.note.empty() ? "" : " (" + inventory_.note + ")") + "; " +
+         launcher_.cgroups_status());
+    Clock::time_point next_contact = Clock::now();
+    while (!StopRequested()) {
+      for (JobExit& e : launcher_.Poll()) RecordExit(e);
+      if (Clock::now() >= next_contact) {
+        bool ok = Contact();
+        if (ok) {
+          backoff_ms_ = heartbeat_ms_;
+          next_contact = Clock::now() + milliseconds(heartbeat_ms_);
+        } else {
+          next_contact = Clock::now() + milliseconds(backoff_ms_);
+          backoff_ms_ = std::min<int64_t>(backoff_ms_ * 2, std::max(heartbeat_ms_, int64_t{options_.max_backoff_ms}));
+        }
+      }
+      auto wait = std::min(milliseconds(std::max(1, options_.poll_ms)),
+                           std::chrono::duration_cast<milliseconds>(next_contact - Clock::now()));
+      if (wait.count() > 0) std::this_thread::sleep_for(wait);
+    }
+    Shutdown();
+    return 0;
+  }
+
+ private:
+  bool StopRequested() const {
+    return g_signal_stop != 0 || (options_.stop != nullptr && options_.stop->load());
+  }
+
+  void RecordExit(const JobExit& e) {
+    log_("job " + e.id + " ended: exit " + std::to_string(e.exit_code) +
+         (e.signal != 0 ? " (signal " + std::to_string(e.signal) + ")" : "") +
+         (e.cancelled ? ", stopped" : "") + ", " + std::to_string(e.output_bytes) + " output bytes");
+    finished_[e.id] = FinishedReport{e.id, e.exit_code, e.signal, e.output_bytes};
+  }
+
+  // One exchange with the control plane: register if needed, upload output, heartbeat.
+  bool Contact() {
+    if (!registered_ && !Register()) return false;
+    if (!UploadOutputs()) return false;
+    return Heartbeat();
+  }
+
+  bool Register() {
+    auto res = client_.Post("/v1/agent/register", RegisterBody(inventory_, launcher_.cgroups_available()),
+                            "application/json");
+    if (!res) return Failed("register: " + httplib::to_string(res.error()));
+    if (res->status / 100 != 2) return Failed("register: HTTP " + std::to_string(res->status) + " " + res->body);
+    Result<int64_t> hb = ParseRegisterReply(res->body, heartbeat_ms_);
+    if (!hb.ok()) return Failed(hb.status().message());
+    heartbeat_ms_ = *hb;
+    registered_ = true;
+    log_("registered with the control plane; heartbeat every " + std::to_string(heartbeat_ms_) + " ms");
+    return true;
+  }
+
+  // Logs a failure once per outage (not on every retry).
+  bool Failed(const std::string& what) {
+    if (!down_) log_(what + "; retrying with backoff (jobs keep running)");
+    down_ = true;
+    return false;
+  }
+
+  // Uploads the new bytes of every running or unacked job. False when the control plane failed.
+  bool UploadOutputs() {
+    std::set<std::string> ids;
+    for (const RunningJob& r : launcher_.Running()) ids.insert(r.id);
+    for (const auto& [id, f] : finished_) ids.insert(id);
+    for (const std::string& id : ids) {
+      if (!UploadOutput(id)) return false;
+    }
+    return true;
+  }
+
+  bool UploadOutput(const std::string& id) {
+    if (ValidateJobId(id).ok() == false) return true;  // never started: no output file
+    std::ifstream in(launcher_.OutputPath(id), std::ios::binary);
+    if (!in) return true;
+    int64_t& offset = uploaded_[id];
+    std::string chunk(static_cast<size_t>(std::max<int64_t>(1, options_.upload_chunk_bytes)), '\0');
+    while (true) {
+      in.clear();
+      in.seekg(offset);
+      in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+      std::streamsize n = in.gcount();
+      if (n <= 0) return true;
+      auto res = client_.Put(OutputPath(id, offset), chunk.data(), static_cast<size_t>(n),
+                             "application/octet-stream");
+      if (!res) return Failed("output upload for job " + id + ": " + httplib::to_string(res.error()));
+      if (res->status / 100 == 4) {
+        // Refused for good (e.g. the job is no longer this node's): give this output up rather
+        // than hold back the job's finished report forever.
+        log_("output upload for job " + id + " refused: HTTP " + std::to_string(res->status) + " " + res->body);
+        in.clear();
+        in.seekg(0, std::ios::end);
+        offset = std::max<int64_t>(offset, static_cast<int64_t>(in.tellg()));
+        return true;
+      }
+      if (res->status / 100 != 2) {
+        log_("output upload for job " + id + ": HTTP " + std::to_string(res->status) + "; retried later");
+        return true;  // the heartbeat still goes out; the finished report waits for the bytes
+      }
+      offset += n;
+    }
+  }
+
+  bool Heartbeat() {
+    std::vector<FinishedReport> finished;
+    for (const auto& [id, f] : finished_) {
+      // Only once the control plane holds all of its output.
+      if (uploaded_[id] >= f.output_bytes || !ValidateJobId(id).ok()) finished.push_back(f);
+    }
+    auto res = client_.Post("/v1/agent/heartbeat", HeartbeatBody(inventory_.node, launcher_.Running(), finished),
+                            "application/json");
+    if (!res) return Failed("heartbeat: " + httplib::to_string(res.error()));
+    if (res->status == 404) {
+      registered_ = false;
+      return Failed("heartbeat: HTTP 404 (node unknown), registering again");
+    }
+    if (res->status / 100 != 2) return Failed("heartbeat: HTTP " + std::to_string(res->status) + " " + res->body);
+    Result<HeartbeatReply> reply = ParseHeartbeatReply(res->body);
+    if (!reply.ok()) return Failed(reply.status().message());
+    if (down_) log_("control plane reachable again");
+    down_ = false;
+    Apply(*reply);
+    return true;
+  }
+
+  void Apply(const HeartbeatReply& reply) {
+    for (const std::string& id : reply.ack) {
+      finished_.erase(id);
+      uploaded_.erase(id);
+    }
+    std::set<std::string> starting;
+    for (const JobSpec& spec : reply.start) {
+      starting.insert(spec.id);
+      if (launcher_.IsRunning(spec.id)) continue;  // a repeated start: already running
+      finished_.erase(spec.id);                   // a new run under an old id
+      uploaded_[spec.id] = 0;
+      Status s = launcher_.Start(spec);
+      if (s.ok()) {
+        log_("job " + spec.id + " started: " + spec.command[0]);
+      } else {
+        log_("job " + spec.id + " could not start: " + s.message());
+        finished_[spec.id] = FinishedReport{spec.id, 127, 0, 0};
+        uploaded_.erase(spec.id);
+      }
+    }
+    for (const CancelOrder& c : reply.cancel) {
+      if (launcher_.Cancel(c.job, milliseconds(c.grace_ms)).ok()) {
+        log_("job " + c.job + " cancelled (grace " + std::to_string(c.grace_ms) + " ms)");
+      }
+    }
+    if (reply.may_run) {
+      std::set<std::string> may(reply.may_run->begin(), reply.may_run->end());
+      for (const RunningJob& r : launcher_.Running()) {
+        if (may.count(r.id) != 0 || starting.count(r.id) != 0) continue;
+        if (launcher_.Cancel(r.id, milliseconds(options_.stop_grace_ms)).ok()) {
+          log_("job " + r.id + " is not in may_run: stopping it");
+        }
+      }
+    }
+  }
+
+  void Shutdown() {
+    std::vector<RunningJob> running = launcher_.Running();
+    if (!running.empty()) log_("stopping " + std::to_string(running.size()) + " job(s)");
+    for (const RunningJob& r : running) launcher_.Cancel(r.id, milliseconds(options_.stop_grace_ms));
+    for (JobExit& e : launcher_.WaitAll(milliseconds(options_.stop_grace_ms + 2000))) RecordExit(e);
+    if (registered_ && !finished_.empty()) {
+      auto timeout = milliseconds(std::min(1000, std::max(1, options_.request_timeout_ms)));
+      client_.set_connection_timeout(timeout);
+      client_.set_read_timeout(timeout);
+      if (UploadOutputs()) Heartbeat();  // best effort: tell the control plane how they ended
+    }
+    log_("stopped");
+  }
+
+  const AgentOptions& options_;
+  Inventory inventory_;
+  Launcher launcher_;
+  httplib::Client client_;
+  std::function<void(const std::string&)> log_;
+  int64_t heartbeat_ms_;
+  int64_t backoff_ms_;
+  bool registered_ = false;
+  bool down_ = false;
+  std::map<std::string, FinishedReport> finished_;  // ended, not yet acked
+  std::map<std::string, int64_t> uploaded_;         // output bytes the control plane holds
+};
+
+}  // namespace
+
+int RunAgent(const AgentOptions& options) {
+  auto log = options.log ? options.log : DefaultLog;
+  std::string node = options.node_name;
+  if (node.empty()) {
+    char host[256] = {};
+    if (gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') {
+      log("cannot read this host's name; pass a node name");
+      return 2;
+    }
+    node = host;
+  }
+  const std::string& url = options.control_plane_url;
+  if (url.rfind("http://", 0) != 0 || url.size() <= 7) {
+    log("control plane URL '" + url + "' must look like http://host:port");
+    return 2;
+  }
+  Result<Inventory> inventory = DiscoverInventory(node, options.simulate, options.nvml_library);
+  if (!inventory.ok()) {
+    log(inventory.status().message());
+    return inventory.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  SignalScope signals(options.handle_signals);
+  Agent agent(options, std::move(inventory).value(), url);
+  return agent.Run();
+}
+
+}  // namespace tessera::agent

@@ -1,0 +1,321 @@
+#include "agent/discovery.h"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <climits>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "model/quantity.h"
+
+namespace tessera::agent {
+namespace {
+
+// ---- The few NVML declarations the agent uses, written from NVML's public API reference. ----
+// Every call returns an nvmlReturn_t (an int-sized enum; 0 is success).
+using NvmlReturn = int;
+constexpr NvmlReturn kNvmlSuccess = 0;
+struct NvmlDeviceOpaque;
+using NvmlDevice = NvmlDeviceOpaque*;
+struct NvmlMemory {  // nvmlMemory_t (v1): bytes
+  unsigned long long total;
+  unsigned long long free;
+  unsigned long long used;
+};
+constexpr unsigned kNvmlMigEnable = 1;  // NVML_DEVICE_MIG_ENABLE
+// NVML_DEVICE_NAME_V2_BUFFER_SIZE and NVML_DEVICE_UUID_V2_BUFFER_SIZE are both 96.
+constexpr unsigned kNvmlStringBuffer = 96;
+
+using InitFn = NvmlReturn (*)();
+using ShutdownFn = NvmlReturn (*)();
+using GetCountFn = NvmlReturn (*)(unsigned int*);
+using GetHandleFn = NvmlReturn (*)(unsigned int, NvmlDevice*);
+using GetStringFn = NvmlReturn (*)(NvmlDevice, char*, unsigned int);
+using GetMemoryFn = NvmlReturn (*)(NvmlDevice, NvmlMemory*);
+using GetMigModeFn = NvmlReturn (*)(NvmlDevice, unsigned int*, unsigned int*);
+using ErrorStringFn = const char* (*)(NvmlReturn);
+
+// Owns a dlopen handle.
+class Library {
+ public:
+  explicit Library(const std::string& path) : handle_(dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)) {}
+  ~Library() {
+    if (handle_ != nullptr) dlclose(handle_);
+  }
+  Library(const Library&) = delete;
+  Library& operator=(const Library&) = delete;
+  bool loaded() const { return handle_ != nullptr; }
+  template <typename Fn>
+  Fn Symbol(const char* name) const {
+    return reinterpret_cast<Fn>(dlsym(handle_, name));
+  }
+
+ private:
+  void* handle_;
+};
+
+std::string Trim(std::string_view s) {
+  size_t b = 0, e = s.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+  return std::string(s.substr(b, e - b));
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return "";
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<std::string> Words(std::string_view s) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char c : s) {
+    if (c == ' ' || c == '-' || c == '_' || c == '(' || c == ')' || c == '/') {
+      if (!cur.empty()) out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    }
+  }
+  if (!cur.empty()) out.push_back(cur);
+  return out;
+}
+
+}  // namespace
+
+Result<std::vector<DiscoveredDevice>> ParseSimulatedInventory(std::string_view spec,
+                                                              std::string_view node,
+                                                              const partition::Catalog& catalog) {
+  assert(!node.empty());
+  std::vector<DiscoveredDevice> devices;
+  if (Trim(spec).empty()) {
+    return Status::InvalidArgument("simulated inventory is empty (want e.g. 2xH100-80GB)");
+  }
+  size_t pos = 0;
+  while (pos <= spec.size()) {
+    size_t comma = spec.find(',', pos);
+    if (comma == std::string_view::npos) comma = spec.size();
+    std::string item = Trim(spec.substr(pos, comma - pos));
+    pos = comma + 1;
+    if (item.empty()) {
+      return Status::InvalidArgument("simulated inventory '" + std::string(spec) +
+                                     "' has an empty item (want e.g. 1xMI300X,4xA100-40GB)");
+    }
+    int64_t count = 1;
+    std::string model = item;
+    size_t x = item.find_first_of("xX");
+    // "<digits>x<model>": the count prefix is optional, but a prefix that is not all digits
+    // belongs to the model name (e.g. "MI300X" has an 'X' of its own).
+    if (x != std::string::npos && x > 0) {
+      std::string prefix = item.substr(0, x);
+      bool digits = true;
+      for (char c : prefix) digits = digits && std::isdigit(static_cast<unsigned char>(c));
+      if (digits) {
+        Result<int64_t> n = ParseNonNegativeInt(prefix);
+        if (!n.ok() || *n == 0 || *n > 64) {
+          return Status::InvalidArgument("simulated inventory item '" + item +
+                                         "': the count must be 1 to 64");
+        }
+        count = *n;
+        model = Trim(item.substr(x + 1));
+      }
+    }
+    if (model.empty()) {
+      return Status::InvalidArgument("simulated inventory item '" + item + "' names no model");
+    }
+    const partition::GpuModel* m = catalog.Find(model);
+    if (m == nullptr) {
+      return Status::InvalidArgument("simulated inventory item '" + item + "': unknown GPU model '" +
+                                     model + "' (known: " + catalog.ModelNames() + ")");
+    }
+    for (int64_t i = 0; i < count; ++i) {
+      DiscoveredDevice d;
+      d.index = static_cast<int>(devices.size());
+      d.model = m->name;
+      d.memory_mib = m->memory_mib;
+      d.uuid = "GPU-sim-" + std::string(node) + "-" + std::to_string(d.index);
+      d.simulated = true;
+      devices.push_back(std::move(d));
+    }
+    if (devices.size() > 64) {
+      return Status::InvalidArgument("simulated inventory '" + std::string(spec) +
+                                     "' declares more than 64 devices");
+    }
+    if (comma == spec.size()) break;
+  }
+  return devices;
+}
+
+std::string MatchCatalogModel(std::string_view driver_name, MiB memory_mib,
+                              const partition::Catalog& catalog) {
+  std::string name = Trim(driver_name);
+  if (const partition::GpuModel* m = catalog.Find(name)) return m->name;
+  constexpr std::string_view kVendor = "NVIDIA ";
+  if (name.size() > kVendor.size() && partition::EqualsIgnoreCase(name.substr(0, kVendor.size()), kVendor)) {
+    if (const partition::GpuModel* m = catalog.Find(name.substr(kVendor.size()))) return m->name;
+  }
+  std::vector<std::string> words = Words(name);
+  const partition::GpuModel* best = nullptr;
+  MiB best_gap = 0;
+  for (const partition::GpuModel& m : catalog.models()) {
+    std::vector<std::string> model_words = Words(m.name);
+    if (model_words.empty()) continue;
+    bool family = false;
+    for (const std::string& w : words) family = family || w == model_words[0];
+    if (!family) continue;
+    MiB gap = memory_mib > m.memory_mib ? memory_mib - m.memory_mib : m.memory_mib - memory_mib;
+    if (best == nullptr || gap < best_gap) {
+      best = &m;
+      best_gap = gap;
+    }
+  }
+  return best != nullptr ? best->name : "";
+}
+
+Result<std::vector<DiscoveredDevice>> DiscoverNvml(const partition::Catalog& catalog,
+                                                   const std::string& library) {
+  Library lib(library);
+  if (!lib.loaded()) {
+    const char* why = dlerror();
+    return Status::FailedPrecondition("no NVML: cannot load " + library + ": " +
+                                      (why != nullptr ? why : "unknown error"));
+  }
+  auto init = lib.Symbol<InitFn>("nvmlInit_v2");
+  auto shutdown = lib.Symbol<ShutdownFn>("nvmlShutdown");
+  auto get_count = lib.Symbol<GetCountFn>("nvmlDeviceGetCount_v2");
+  auto get_handle = lib.Symbol<GetHandleFn>("nvmlDeviceGetHandleByIndex_v2");
+  auto get_name = lib.Symbol<GetStringFn>("nvmlDeviceGetName");
+  auto get_uuid = lib.Symbol<GetStringFn>("nvmlDeviceGetUUID");
+  auto get_memory = lib.Symbol<GetMemoryFn>("nvmlDeviceGetMemoryInfo");
+  auto get_mig = lib.Symbol<GetMigModeFn>("nvmlDeviceGetMigMode");  // optional (pre-Ampere drivers)
+  auto error_string = lib.Symbol<ErrorStringFn>("nvmlErrorString");  // optional
+  if (init == nullptr || shutdown == nullptr || get_count == nullptr || get_handle == nullptr ||
+      get_name == nullptr || get_uuid == nullptr || get_memory == nullptr) {
+    return Status::FailedPrecondition("no NVML: " + library + " lacks the NVML entry points");
+  }
+  auto describe = [&](NvmlReturn rc) {
+    const char* s = error_string != nullptr ? error_string(rc) : nullptr;
+    return s != nullptr ? std::string(s) : "NVML error " + std::to_string(rc);
+  };
+  NvmlReturn rc = init();
+  if (rc != kNvmlSuccess) return Status::FailedPrecondition("no NVML: nvmlInit failed: " + describe(rc));
+
+  std::vector<DiscoveredDevice> devices;
+  Status failure;
+  unsigned int count = 0;
+  rc = get_count(&count);
+  if (rc != kNvmlSuccess) failure = Status::Internal("nvmlDeviceGetCount: " + describe(rc));
+  for (unsigned int i = 0; failure.ok() && i < count; ++i) {
+    NvmlDevice handle = nullptr;
+    char name[kNvmlStringBuffer] = {};
+    char uuid[kNvmlStringBuffer] = {};
+    NvmlMemory memory{};
+    if ((rc = get_handle(i, &handle)) != kNvmlSuccess ||
+        (rc = get_name(handle, name, kNvmlStringBuffer)) != kNvmlSuccess ||
+        (rc = get_uuid(handle, uuid, kNvmlStringBuffer)) != kNvmlSuccess ||
+        (rc = get_memory(handle, &memory)) != kNvmlSuccess) {
+      failure = Status::Internal("NVML device " + std::to_string(i) + ": " + describe(rc));
+      break;
+    }
+    name[kNvmlStringBuffer - 1] = '\0';
+    uuid[kNvmlStringBuffer - 1] = '\0';
+    DiscoveredDevice d;
+    d.index = static_cast<int>(i);
+    d.memory_mib = static_cast<MiB>(memory.total / (1024ULL * 1024ULL));
+    d.model = MatchCatalogModel(name, d.memory_mib, catalog);
+    if (d.model.empty()) d.model = Trim(name);
+    d.uuid = uuid;
+    unsigned int current = 0, pending = 0;
+    // Not supported (pre-Ampere) simply means MIG is off.
+    if (get_mig != nullptr && get_mig(handle, &current, &pending) == kNvmlSuccess) {
+      d.mig_enabled = current == kNvmlMigEnable;
+    }
+    devices.push_back(std::move(d));
+  }
+  shutdown();
+  if (!failure.ok()) return failure;
+  return devices;
+}
+
+MilliCpu ParseCgroupCpuMax(std::string_view text) {
+  std::istringstream in{std::string(text)};
+  std::string quota;
+  long long period = 0;
+  if (!(in >> quota >> period) || quota == "max" || period <= 0) return 0;
+  char* end = nullptr;
+  long long q = std::strtoll(quota.c_str(), &end, 10);
+  if (end == quota.c_str() || *end != '\0' || q <= 0) return 0;
+  return static_cast<MilliCpu>((q * 1000 + period - 1) / period);
+}
+
+MiB ParseMemInfoTotal(std::string_view text) {
+  std::istringstream in{std::string(text)};
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("MemTotal:", 0) != 0) continue;
+    std::istringstream fields(line.substr(9));
+    long long kib = 0;
+    if (fields >> kib && kib > 0) return static_cast<MiB>(kib / 1024);
+  }
+  return 0;
+}
+
+HostResources DiscoverHost() {
+  HostResources h;
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  h.cpu_milli = cpus > 0 ? static_cast<MilliCpu>(cpus) * kOneCore : kOneCore;
+  MilliCpu quota = ParseCgroupCpuMax(ReadFile("/sys/fs/cgroup/cpu.max"));
+  if (quota == 0) {  // cgroup v1
+    std::string q = Trim(ReadFile("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"));
+    std::string p = Trim(ReadFile("/sys/fs/cgroup/cpu/cpu.cfs_period_us"));
+    if (!q.empty() && !p.empty()) quota = ParseCgroupCpuMax(q + " " + p);
+  }
+  if (quota > 0 && quota < h.cpu_milli) h.cpu_milli = quota;
+
+  h.memory_mib = ParseMemInfoTotal(ReadFile("/proc/meminfo"));
+  for (const char* path : {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    std::string v = Trim(ReadFile(path));
+    if (v.empty() || v == "max") continue;
+    char* end = nullptr;
+    unsigned long long bytes = std::strtoull(v.c_str(), &end, 10);
+    if (end == v.c_str() || *end != '\0') continue;
+    MiB limit = static_cast<MiB>(bytes / (1024ULL * 1024ULL));
+    if (limit > 0 && (h.memory_mib == 0 || limit < h.memory_mib)) h.memory_mib = limit;
+  }
+  return h;
+}
+
+Result<Inventory> DiscoverInventory(std::string_view node, std::string_view simulate_spec,
+                                    const std::string& nvml_library) {
+  Inventory inv;
+  inv.node = std::string(node);
+  inv.host = DiscoverHost();
+  const partition::Catalog& catalog = partition::Catalog::BuiltIn();
+  if (!simulate_spec.empty()) {
+    Result<std::vector<DiscoveredDevice>> devices = ParseSimulatedInventory(simulate_spec, node, catalog);
+    if (!devices.ok()) return devices.status();
+    inv.devices = std::move(devices).value();
+    inv.simulated = true;
+    inv.source = "simulated";
+    return inv;
+  }
+  Result<std::vector<DiscoveredDevice>> devices = DiscoverNvml(catalog, nvml_library);
+  if (devices.ok()) {
+    inv.devices = std::move(devices).value();
+    inv.source = "nvml";
+  } else if (devices.status().code() == StatusCode::kFailedPrecondition) {
+    inv.source = "none";
+    inv.note = devices.status().message();
+  } else {
+    return devices.status();
+  }
+  return inv;
+}
+
+}  // namespace tessera::agent

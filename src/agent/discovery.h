@@ -1,0 +1,88 @@
+// Discovery: what a node agent reports about its host.
+//
+// Three sources, tried in this order by DiscoverInventory():
+//   * a declared simulated inventory (`--simulate 2xH100-80GB`), for hosts with no accelerator.
+//     Every device and the inventory itself are marked `simulated`, so no view can mistake them
+//     for real cards. Models must be in the partition catalog; memory comes from the catalog;
+//     UUIDs are `GPU-sim-<node>-<i>`.
+//   * NVML, loaded with dlopen("libnvidia-ml.so.1") at run time. There is no link-time
+//     dependency, so the agent runs on hosts without the NVIDIA driver; there the answer is a
+//     kFailedPrecondition status whose message starts with "no NVML".
+//   * neither: a CPU-only node (no devices).
+// Host CPU comes from sysconf and the cgroup CPU quota (v2 cpu.max or v1 cfs quota), host memory
+// from /proc/meminfo (bounded by a cgroup memory limit when one is set).
+//
+// Thread-safety: free functions; ParseSimulatedInventory and the parsers are pure. DiscoverNvml
+// initialises and shuts NVML down around each call; do not call it from several threads at once.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "model/resources.h"
+#include "partition/catalog.h"
+
+namespace tessera::agent {
+
+// One accelerator as the agent reports it at registration.
+struct DiscoveredDevice {
+  int index = 0;
+  std::string model;   // a catalog name when known, else the driver's name
+  MiB memory_mib = 0;  // total device memory
+  std::string uuid;    // "GPU-..." (NVML) or "GPU-sim-<node>-<i>" (simulated)
+  bool simulated = false;
+  bool mig_enabled = false;  // NVML: current MIG mode is enabled
+};
+
+struct HostResources {
+  MilliCpu cpu_milli = 0;
+  MiB memory_mib = 0;
+};
+
+struct Inventory {
+  std::string node;
+  HostResources host;
+  std::vector<DiscoveredDevice> devices;
+  bool simulated = false;  // true when the devices were declared, not discovered
+  std::string source;      // "simulated", "nvml" or "none"
+  std::string note;        // why there are no devices ("no NVML: ..."), or empty
+};
+
+// Parses a simulated inventory spec: comma-separated `<count>x<model>` items, e.g.
+// "2xH100-80GB" or "1xMI300X,4xA100-40GB" (a bare model means one device). Device indexes run in
+// the spec's order. Errors (kInvalidArgument) quote the offending item and, for unknown models,
+// list the catalog's names. REQUIRES: `node` non-empty (it goes into the UUIDs).
+Result<std::vector<DiscoveredDevice>> ParseSimulatedInventory(std::string_view spec,
+                                                              std::string_view node,
+                                                              const partition::Catalog& catalog);
+
+// Enumerates NVIDIA devices through NVML loaded from `library` (dlopen). When the library
+// cannot be loaded or NVML does not initialise, returns kFailedPrecondition "no NVML: <why>".
+Result<std::vector<DiscoveredDevice>> DiscoverNvml(const partition::Catalog& catalog,
+                                                   const std::string& library = "libnvidia-ml.so.1");
+
+// Maps a driver name ("NVIDIA H100 80GB HBM3") and its memory to a catalog model name: an exact
+// name/alias match first, then the catalog model whose family ("H100") is a word of the name and
+// whose memory is closest. Returns "" when nothing matches.
+std::string MatchCatalogModel(std::string_view driver_name, MiB memory_mib,
+                              const partition::Catalog& catalog);
+
+// Host CPU and memory of this process's view: online CPUs bounded by the cgroup CPU quota,
+// MemTotal bounded by the cgroup memory limit.
+HostResources DiscoverHost();
+
+// Parsers behind DiscoverHost, pure for tests.
+// cgroup v2 cpu.max ("max 100000" or "150000 100000"): milli-CPUs, or 0 when unlimited/garbled.
+MilliCpu ParseCgroupCpuMax(std::string_view text);
+// /proc/meminfo text: MemTotal in MiB, or 0 when absent.
+MiB ParseMemInfoTotal(std::string_view text);
+
+// The whole inventory: simulated when `simulate_spec` is non-empty (errors are returned), else
+// NVML (its absence is recorded in `note`, not an error), plus the host resources.
+Result<Inventory> DiscoverInventory(std::string_view node, std::string_view simulate_spec,
+                                    const std::string& nvml_library = "libnvidia-ml.so.1");
+
+}  // namespace tessera::agent

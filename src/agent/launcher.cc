@@ -1,0 +1,412 @@
+#include "agent/launcher.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+extern char** environ;
+
+namespace tessera::agent {
+namespace {
+
+constexpr int64_t kCpuPeriodUs = 100000;
+
+bool FileExists(const std::string& path) { return !path.empty() && access(path.c_str(), R_OK) == 0; }
+
+std::string ReadSmallFile(const std::string& path, bool* ok) {
+  std::ifstream in(path);
+  *ok = static_cast<bool>(in);
+  std::ostringstream ss;
+  if (in) ss << in.rdbuf();
+  return ss.str();
+}
+
+// Writes `text` to an existing control file. Returns "" or the reason.
+std::string WriteControl(const std::string& path, const std::string& text) {
+  int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return path + ": " + std::strerror(errno);
+  ssize_t n = write(fd, text.data(), text.size());
+  std::string err = n == static_cast<ssize_t>(text.size()) ? "" : path + ": " + std::strerror(errno);
+  close(fd);
+  return err;
+}
+
+bool HasWord(const std::string& text, const std::string& word) {
+  std::istringstream in(text);
+  std::string w;
+  while (in >> w) {
+    if (w == word) return true;
+  }
+  return false;
+}
+
+// Async-signal-safe helpers for the child between fork and exec.
+void SafeWrite(int fd, const char* s) {
+  size_t len = std::strlen(s);
+  while (len > 0) {
+    ssize_t n = write(fd, s, len);
+    if (n <= 0) return;
+    s += n;
+    len -= static_cast<size_t>(n);
+  }
+}
+// Decimal digits of v into buf (>= 24 bytes), NUL-terminated; returns buf.
+char* SafeItoa(long long v, char* buf) {
+  char tmp[24];
+  int n = 0;
+  bool neg = v < 0;
+  unsigned long long u = neg ? 0ULL - static_cast<unsigned long long>(v) : static_cast<unsigned long long>(v);
+  do {
+    tmp[n++] = static_cast<char>('0' + u % 10);
+    u /= 10;
+  } while (u != 0);
+  int i = 0;
+  if (neg) buf[i++] = '-';
+  while (n > 0) buf[i++] = tmp[--n];
+  buf[i] = '\0';
+  return buf;
+}
+
+// Signals the process group (the job is a session leader: pgid == pid); falls back to the pid
+// itself when the child has not reached setsid() yet.
+void SignalJob(pid_t pid, int sig) {
+  if (kill(-pid, sig) != 0 && errno == ESRCH) kill(pid, sig);
+}
+
+}  // namespace
+
+std::string CgroupCpuMax(MilliCpu cpu_milli) {
+  if (cpu_milli <= 0) return "max " + std::to_string(kCpuPeriodUs);
+  // milli-CPU * period / 1000; the kernel's minimum quota is 1000 us.
+  int64_t quota = std::max<int64_t>(cpu_milli * kCpuPeriodUs / 1000, 1000);
+  return std::to_string(quota) + " " + std::to_string(kCpuPeriodUs);
+}
+
+std::string CgroupMemoryMax(MiB memory_mib) {
+  if (memory_mib <= 0) return "max";
+  return std::to_string(memory_mib * 1024 * 1024);
+}
+
+Status ValidateJobId(const std::string& id) {
+  if (id.empty() || id.size() > 128) return Status::InvalidArgument("job id must be 1-128 characters");
+  if (id[0] == '.') return Status::InvalidArgument("job id '" + id + "' must not start with '.'");
+  for (char c : id) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+              c == '_' || c == '-';
+    if (!ok) return Status::InvalidArgument("job id '" + id + "' may only hold [A-Za-z0-9._-]");
+  }
+  return Status::Ok();
+}
+
+std::vector<std::string> BuildJobEnvironment(const JobSpec& spec, const std::vector<std::string>& base,
+                                             const LauncherOptions& options) {
+  std::map<std::string, std::string> env;
+  for (const std::string& kv : base) {
+    size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) continue;
+    env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  // The agent's own bindings (if it runs under one) must never leak into a job.
+  for (const char* name : {"CUDA_VISIBLE_DEVICES", "TESSERA_JOB_ID", "TESSERA_GPU_MEMORY_LIMIT",
+                           "TESSERA_CAPGPU_REGION"}) {
+    env.erase(name);
+  }
+  for (const auto& [k, v] : spec.env) env[k] = v;
+
+  std::string visible;
+  for (const DeviceBinding& d : spec.devices) {
+    if (!visible.empty()) visible += ",";
+    visible += d.mig.empty() ? d.uuid : d.mig;
+  }
+  env["CUDA_VISIBLE_DEVICES"] = visible;
+  env["TESSERA_JOB_ID"] = spec.id;
+  if (spec.gpu_memory_limit_bytes > 0) {
+    env["TESSERA_GPU_MEMORY_LIMIT"] = std::to_string(spec.gpu_memory_limit_bytes);
+    env["TESSERA_CAPGPU_REGION"] = options.region_dir + "/tessera-capgpu-" + spec.id;
+    if (FileExists(options.capgpu_preload)) {
+      auto it = env.find("LD_PRELOAD");
+      env["LD_PRELOAD"] = options.capgpu_preload +
+                          (it != env.end() && !it->second.empty() ? ":" + it->second : std::string());
+    }
+  } else {
+    env.erase("TESSERA_GPU_MEMORY_LIMIT");
+    env.erase("TESSERA_CAPGPU_REGION");
+  }
+  std::vector<std::string> out;
+  out.reserve(env.size());
+  for (const auto& [k, v] : env) out.push_back(k + "=" + v);
+  return out;
+}
+
+Launcher::Launcher(LauncherOptions options) : options_(std::move(options)) {
+  assert(!options_.work_dir.empty());
+  mkdir(options_.work_dir.c_str(), 0755);
+  ProbeCgroups();
+}
+
+Launcher::~Launcher() {
+  for (auto& [id, job] : jobs_) SignalJob(job.pid, SIGKILL);
+  for (auto& [id, job] : jobs_) {
+    int st = 0;
+    while (waitpid(job.pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    Cleanup(job);
+  }
+}
+
+void Launcher::ProbeCgroups() {
+  auto unavailable = [this](const std::string& why) {
+    cgroups_available_ = false;
+    cgroups_status_ = "cgroups: unavailable (" + why + ")";
+  };
+  const std::string& root = options_.cgroup_root;
+  if (root.empty()) return unavailable("disabled");
+  bool ok = false;
+  std::string controllers = ReadSmallFile(root + "/cgroup.controllers", &ok);
+  if (!ok) return unavailable("no cgroup v2 hierarchy at " + root);
+  if (!HasWord(controllers, "cpu") || !HasWord(controllers, "memory")) {
+    return unavailable("cpu and memory controllers not offered at " + root);
+  }
+  if (access((root + "/cgroup.subtree_control").c_str(), W_OK) != 0) {
+    return unavailable(root + " is not writable");
+  }
+  std::string parent = root + "/" + options_.cgroup_parent;
+  if (mkdir(parent.c_str(), 0755) != 0 && errno != EEXIST) {
+    return unavailable("mkdir " + parent + ": " + std::strerror(errno));
+  }
+  for (const std::string& dir : {root, parent}) {
+    std::string enabled = ReadSmallFile(dir + "/cgroup.subtree_control", &ok);
+    if (HasWord(enabled, "cpu") && HasWord(enabled, "memory")) continue;
+    std::string err = WriteControl(dir + "/cgroup.subtree_control", "+cpu +memory");
+    if (!err.empty()) return unavailable("enabling cpu and memory: " + err);
+  }
+  cgroup_parent_dir_ = parent;
+  cgroups_available_ = true;
+  cgroups_status_ = "cgroups v2: " + parent;
+}
+
+Status Launcher::PrepareCgroup(const JobSpec& spec, std::string* dir, int* procs_fd) {
+  *dir = cgroup_parent_dir_ + "/" + spec.id;
+  if (mkdir(dir->c_str(), 0755) != 0 && errno != EEXIST) {
+    return Status::Internal("cgroup " + *dir + ": " + std::strerror(errno));
+  }
+  std::string err = WriteControl(*dir + "/cpu.max", CgroupCpuMax(spec.cpu_milli));
+  if (err.empty()) err = WriteControl(*dir + "/memory.max", CgroupMemoryMax(spec.memory_mib));
+  if (!err.empty()) {
+    rmdir(dir->c_str());
+    return Status::Internal("cgroup limits for job " + spec.id + ": " + err);
+  }
+  *procs_fd = open((*dir + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);
+  if (*procs_fd < 0) {
+    Status s = Status::Internal("cgroup " + *dir + "/cgroup.procs: " + std::strerror(errno));
+    rmdir(dir->c_str());
+    return s;
+  }
+  return Status::Ok();
+}
+
+Status Launcher::Start(const JobSpec& spec) {
+  if (Status s = ValidateJobId(spec.id); !s.ok()) return s;
+  if (spec.command.empty()) return Status::InvalidArgument("job " + spec.id + " has no command");
+  if (jobs_.count(spec.id) != 0) return Status::FailedPrecondition("job " + spec.id + " is already running");
+
+  // Everything the child needs is built before fork: after fork it may only call
+  // async-signal-safe functions (the agent has other threads, e.g. HTTP clients).
+  std::vector<std::string> base;
+  if (options_.inherit_environment) {
+    for (char** e = environ; e != nullptr && *e != nullptr; ++e) base.emplace_back(*e);
+  }
+  std::vector<std::string> env_strings = BuildJobEnvironment(spec, base, options_);
+  std::vector<char*> envp;
+  for (std::string& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> args = spec.command;
+  std::vector<char*> argv;
+  for (std::string& s : args) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  std::string exec_error = "tessera-agent: cannot execute '" + args[0] + "': errno ";
+
+  std::string out_path = OutputPath(spec.id);
+  int out_fd = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+  if (out_fd < 0) return Status::Internal("output file " + out_path + ": " + std::strerror(errno));
+  int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (null_fd < 0) {
+    close(out_fd);
+    return Status::Internal(std::string("/dev/null: ") + std::strerror(errno));
+  }
+
+  Job job;
+  job.spec = spec;
+  int procs_fd = -1;
+  if (cgroups_available_) {
+    if (Status s = PrepareCgroup(spec, &job.cgroup_dir, &procs_fd); !s.ok()) {
+      close(out_fd);
+      close(null_fd);
+      return s;
+    }
+  }
+  if (spec.gpu_memory_limit_bytes > 0) {
+    job.region_path = options_.region_dir + "/tessera-capgpu-" + spec.id;
+    unlink(job.region_path.c_str());  // a stale region of an earlier run must not carry charges
+  }
+
+  // Signals stay blocked across fork so the child cannot run the agent's handlers; it resets
+  // every disposition to default (ignored ones would survive exec) before unblocking.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old);
+  pid_t pid = fork();
+  if (pid == 0) {
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    for (int sig = 1; sig < NSIG; ++sig) sigaction(sig, &dfl, nullptr);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    setsid();
+    char num[24];
+    if (procs_fd >= 0) {
+      SafeItoa(getpid(), num);
+      if (write(procs_fd, num, std::strlen(num)) < 0) {
+        SafeWrite(out_fd, "tessera-agent: cannot join the job's cgroup\n");
+        _exit(126);
+      }
+    }
+    dup2(null_fd, 0);
+    dup2(out_fd, 1);
+    dup2(out_fd, 2);
+    // Close everything else the agent holds (sockets, files) that lacks FD_CLOEXEC.
+    if (close_range(3, ~0U, 0) != 0) {
+      for (int fd = 3; fd < 4096; ++fd) close(fd);
+    }
+    execvpe(argv[0], argv.data(), envp.data());
+    int err = errno;
+    SafeWrite(2, exec_error.c_str());
+    SafeWrite(2, SafeItoa(err, num));
+    SafeWrite(2, err == ENOENT ? " (not found)\n" : err == EACCES ? " (permission denied)\n" : "\n");
+    _exit(127);
+  }
+  int fork_errno = errno;
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  close(out_fd);
+  close(null_fd);
+  if (procs_fd >= 0) close(procs_fd);
+  if (pid < 0) {
+    Cleanup(job);
+    return Status::Internal(std::string("fork: ") + std::strerror(fork_errno));
+  }
+  job.pid = pid;
+  jobs_.emplace(spec.id, std::move(job));
+  return Status::Ok();
+}
+
+Status Launcher::Cancel(const std::string& id, std::chrono::milliseconds grace) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return Status::NotFound("job " + id + " is not running here");
+  Job& job = it->second;
+  auto deadline = std::chrono::steady_clock::now() + grace;
+  if (!job.cancelled || deadline < job.kill_at) job.kill_at = deadline;
+  job.cancelled = true;
+  if (grace.count() <= 0) {
+    SignalJob(job.pid, SIGKILL);
+    job.kill_sent = true;
+  } else {
+    SignalJob(job.pid, SIGTERM);
+  }
+  return Status::Ok();
+}
+
+std::vector<JobExit> Launcher::Poll() {
+  std::vector<JobExit> ended;
+  auto now = std::chrono::steady_clock::now();
+  for (auto it = jobs_.begin(); it != jobs_.end();) {
+    Job& job = it->second;
+    // Peek first (WNOWAIT): while the zombie exists its pid cannot be reused, so the group
+    // kill below cannot hit a stranger.
+    siginfo_t info{};
+    int rc = waitid(P_PID, static_cast<id_t>(job.pid), &info, WEXITED | WNOHANG | WNOWAIT);
+    bool gone = rc == 0 && info.si_pid == job.pid;
+    if (rc != 0 && errno == ECHILD) gone = true;  // reaped elsewhere: report what we can
+    if (!gone) {
+      if (job.cancelled && !job.kill_sent && now >= job.kill_at) {
+        SignalJob(job.pid, SIGKILL);
+        job.kill_sent = true;
+      }
+      ++it;
+      continue;
+    }
+    kill(-job.pid, SIGKILL);  // leftovers of the job's process group
+    JobExit exit;
+    exit.id = it->first;
+    exit.cancelled = job.cancelled;
+    int status = 0;
+    pid_t r;
+    while ((r = waitpid(job.pid, &status, 0)) < 0 && errno == EINTR) {
+    }
+    if (r == job.pid && WIFEXITED(status)) {
+      exit.exit_code = WEXITSTATUS(status);
+    } else if (r == job.pid && WIFSIGNALED(status)) {
+      exit.signal = WTERMSIG(status);
+      exit.exit_code = 128 + exit.signal;
+    } else {
+      exit.exit_code = 255;  // lost track of it
+    }
+    struct stat st {};
+    if (stat(OutputPath(exit.id).c_str(), &st) == 0) exit.output_bytes = st.st_size;
+    Cleanup(job);
+    ended.push_back(std::move(exit));
+    it = jobs_.erase(it);
+  }
+  for (auto it = stale_cgroups_.begin(); it != stale_cgroups_.end();) {
+    if (rmdir(it->c_str()) == 0 || errno == ENOENT) {
+      it = stale_cgroups_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return ended;
+}
+
+std::vector<JobExit> Launcher::WaitAll(std::chrono::milliseconds timeout) {
+  std::vector<JobExit> all;
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    std::vector<JobExit> some = Poll();
+    all.insert(all.end(), some.begin(), some.end());
+    if (jobs_.empty() || std::chrono::steady_clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return all;
+}
+
+void Launcher::Cleanup(Job& job) {
+  if (!job.cgroup_dir.empty()) {
+    if (rmdir(job.cgroup_dir.c_str()) != 0 && errno != ENOENT) stale_cgroups_.push_back(job.cgroup_dir);
+    job.cgroup_dir.clear();
+  }
+  if (!job.region_path.empty()) {
+    unlink(job.region_path.c_str());
+    job.region_path.clear();
+  }
+}
+
+bool Launcher::IsRunning(const std::string& id) const { return jobs_.count(id) != 0; }
+
+std::vector<RunningJob> Launcher::Running() const {
+  std::vector<RunningJob> out;
+  for (const auto& [id, job] : jobs_) out.push_back({id, job.pid});
+  return out;
+}
+
+std::string Launcher::OutputPath(const std::string& id) const { return options_.work_dir + "/" + id + ".out"; }
+
+}  // namespace tessera::agent

@@ -1,0 +1,149 @@
+// Launcher: runs jobs as real processes with their allocation bound in, and stops them.
+//
+// Each job is one process started with fork/exec in a session (and process group) of its own,
+// so a cancel reaches everything the job started in that group. What the process gets:
+//   * CUDA_VISIBLE_DEVICES: the granted device UUIDs, or the MIG instance UUIDs where a grant is
+//     a MIG slice, comma separated ("" when the job holds no GPU, so it sees none);
+//   * TESSERA_JOB_ID;
+//   * when a GPU memory limit is set (a share): TESSERA_GPU_MEMORY_LIMIT (bytes) and
+//     TESSERA_CAPGPU_REGION (the share's region file, created by the cap library's first process
+//     from the limit), and LD_PRELOAD of the cap library when its path is configured and exists;
+//   * the job's own environment on top of the agent's (job variables win, but never over the
+//     binding variables above);
+//   * CPU and memory limits through a cgroup v2 child per job (cpu.max, memory.max) when the
+//     host allows it; otherwise cgroups_status() says why and jobs run without them.
+// stdout and stderr go to one file per job, `<work_dir>/<job>.out` (truncated at start).
+//
+// Reaping is explicit: Poll() calls waitpid(WNOHANG) for each job and escalates cancels past
+// their grace to SIGKILL. No SIGCHLD handler is installed, so there are no signal races; the
+// owner calls Poll() from its loop. When a job's main process exits, whatever is left in its
+// process group is killed, so a finished job leaves nothing behind.
+//
+// Thread-safety: not thread-safe; one owner thread (the agent loop). Start() forks, so it is safe
+// in a multi-threaded process: the child only calls async-signal-safe functions before exec.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "model/resources.h"
+
+namespace tessera::agent {
+
+// One granted device. `mig` is the MIG instance UUID ("MIG-...") when the grant is a slice.
+struct DeviceBinding {
+  int index = 0;
+  std::string uuid;
+  std::string mig;
+};
+
+// What to run and what it holds (one `start` entry of the heartbeat reply).
+struct JobSpec {
+  std::string id;  // REQUIRES: 1-128 chars of [A-Za-z0-9._-], not starting with '.'
+  std::vector<std::string> command;  // REQUIRES: non-empty; argv[0] is looked up in PATH
+  std::map<std::string, std::string> env;
+  MilliCpu cpu_milli = 0;  // 0: no CPU limit
+  MiB memory_mib = 0;      // 0: no memory limit
+  std::vector<DeviceBinding> devices;
+  int64_t gpu_memory_limit_bytes = 0;  // 0: no cap (whole device or hardware slice)
+};
+
+struct LauncherOptions {
+  std::string work_dir;  // output files go here; created if missing. REQUIRES: non-empty
+  // cgroup v2 mount. Empty disables cgroups. Jobs go to <cgroup_root>/<cgroup_parent>/<job>.
+  std::string cgroup_root = "/sys/fs/cgroup";
+  std::string cgroup_parent = "tessera";
+  std::string capgpu_preload;             // path of libtessera_capgpu.so; "" = none
+  std::string region_dir = "/dev/shm";    // where share regions live
+  bool inherit_environment = true;        // start from the agent's environment
+};
+
+// How a job ended.
+struct JobExit {
+  std::string id;
+  int exit_code = 0;  // the exit status when it exited; 128+signal when killed (shell style)
+  int signal = 0;     // the terminating signal, 0 when it exited
+  int64_t output_bytes = 0;
+  bool cancelled = false;  // it was stopped by Cancel()
+};
+
+struct RunningJob {
+  std::string id;
+  pid_t pid = 0;
+};
+
+// The environment a job gets, as "K=V" strings, sorted by name. `base` is the inherited
+// environment (may be empty). Pure; the launcher's binding rules in one place for tests.
+std::vector<std::string> BuildJobEnvironment(const JobSpec& spec, const std::vector<std::string>& base,
+                                             const LauncherOptions& options);
+
+// cpu.max text for milli-CPUs with a 100 ms period ("max 100000" when 0).
+std::string CgroupCpuMax(MilliCpu cpu_milli);
+// memory.max text ("max" when 0).
+std::string CgroupMemoryMax(MiB memory_mib);
+
+// Checks that `id` may name files and cgroups.
+Status ValidateJobId(const std::string& id);
+
+class Launcher {
+ public:
+  // Probes cgroups (see cgroups_status()). Creates work_dir.
+  explicit Launcher(LauncherOptions options);
+  ~Launcher();  // kills and reaps every job still running (SIGKILL), removes their cgroups
+  Launcher(const Launcher&) = delete;
+  Launcher& operator=(const Launcher&) = delete;
+
+  // Starts a job. Errors: an invalid spec, a job with this id already running, fork or file
+  // failures. A command that cannot be executed still starts: it exits with 127 and the reason
+  // in its output (like a shell), so the failure reaches the user through the normal path.
+  Status Start(const JobSpec& spec);
+
+  // Sends SIGTERM to the job's process group; SIGKILL follows from Poll() once `grace` has
+  // passed. A second Cancel keeps the earlier deadline. kNotFound when not running.
+  Status Cancel(const std::string& id, std::chrono::milliseconds grace);
+
+  // Reaps exited jobs (waitpid WNOHANG) and escalates expired cancels. Returns the jobs that
+  // ended since the last call.
+  std::vector<JobExit> Poll();
+
+  // Blocks until every job has ended or `timeout` passes, polling; returns what ended.
+  std::vector<JobExit> WaitAll(std::chrono::milliseconds timeout);
+
+  bool IsRunning(const std::string& id) const;
+  std::vector<RunningJob> Running() const;
+  // `<work_dir>/<id>.out`, whether or not the job exists.
+  std::string OutputPath(const std::string& id) const;
+
+  bool cgroups_available() const { return cgroups_available_; }
+  // "cgroups v2: <dir>" or "cgroups: unavailable (<why>)".
+  const std::string& cgroups_status() const { return cgroups_status_; }
+
+ private:
+  struct Job {
+    JobSpec spec;
+    pid_t pid = 0;
+    std::string cgroup_dir;  // "" when not in a cgroup
+    std::string region_path;
+    bool cancelled = false;
+    bool kill_sent = false;
+    std::chrono::steady_clock::time_point kill_at;
+  };
+  void ProbeCgroups();
+  Status PrepareCgroup(const JobSpec& spec, std::string* dir, int* procs_fd);
+  void Cleanup(Job& job);
+
+  LauncherOptions options_;
+  bool cgroups_available_ = false;
+  std::string cgroups_status_;
+  std::string cgroup_parent_dir_;
+  std::map<std::string, Job> jobs_;
+  std::vector<std::string> stale_cgroups_;  // busy at cleanup, retried on Poll()
+};
+
+}  // namespace tessera::agent

@@ -1,0 +1,171 @@
+#include "agent/protocol.h"
+
+#include <cctype>
+
+#include <nlohmann/json.hpp>
+
+namespace tessera::agent {
+namespace {
+
+using nlohmann::json;
+
+Status Bad(const std::string& what) { return Status::InvalidArgument("control plane reply: " + what); }
+
+Result<JobSpec> ParseStart(const json& j) {
+  if (!j.is_object()) return Bad("a start entry is not an object");
+  JobSpec spec;
+  if (!j.contains("job") || !j["job"].is_string()) return Bad("a start entry has no string 'job'");
+  spec.id = j["job"].get<std::string>();
+  auto field = [&](const char* name) { return "start entry for job " + spec.id + ": field '" + name + "' "; };
+  if (!j.contains("command") || !j["command"].is_array() || j["command"].empty()) {
+    return Bad(field("command") + "must be a non-empty list of strings");
+  }
+  for (const json& a : j["command"]) {
+    if (!a.is_string()) return Bad(field("command") + "must be a non-empty list of strings");
+    spec.command.push_back(a.get<std::string>());
+  }
+  if (j.contains("env") && !j["env"].is_null()) {
+    if (!j["env"].is_object()) return Bad(field("env") + "must be an object of strings");
+    for (const auto& [k, v] : j["env"].items()) {
+      if (!v.is_string()) return Bad(field("env") + "must be an object of strings (" + k + ")");
+      spec.env[k] = v.get<std::string>();
+    }
+  }
+  for (const char* name : {"cpu_milli", "memory_mib", "gpu_memory_limit_bytes"}) {
+    if (!j.contains(name) || j[name].is_null()) continue;
+    if (!j[name].is_number_integer() || j[name].get<int64_t>() < 0) {
+      return Bad(field(name) + "must be a non-negative integer");
+    }
+  }
+  spec.cpu_milli = j.value("cpu_milli", int64_t{0});
+  spec.memory_mib = j.value("memory_mib", int64_t{0});
+  spec.gpu_memory_limit_bytes = j.value("gpu_memory_limit_bytes", int64_t{0});
+  if (j.contains("devices") && !j["devices"].is_null()) {
+    if (!j["devices"].is_array()) return Bad(field("devices") + "must be a list");
+    for (const json& d : j["devices"]) {
+      if (!d.is_object() || !d.contains("uuid") || !d["uuid"].is_string()) {
+        return Bad(field("devices") + "entries need a string 'uuid'");
+      }
+      DeviceBinding b;
+      b.uuid = d["uuid"].get<std::string>();
+      if (d.contains("index") && d["index"].is_number_integer()) b.index = d["index"].get<int>();
+      if (d.contains("mig") && d["mig"].is_string()) b.mig = d["mig"].get<std::string>();
+      spec.devices.push_back(std::move(b));
+    }
+  }
+  return spec;
+}
+
+}  // namespace
+
+std::string RegisterBody(const Inventory& inventory, bool cgroups) {
+  json devices = json::array();
+  for (const DiscoveredDevice& d : inventory.devices) {
+    json dj = {{"index", d.index},       {"model", d.model},         {"memory_mib", d.memory_mib},
+               {"uuid", d.uuid},         {"simulated", d.simulated}};
+    if (d.mig_enabled) dj["mig_enabled"] = true;
+    devices.push_back(std::move(dj));
+  }
+  json body = {{"node", inventory.node},
+               {"cpu_milli", inventory.host.cpu_milli},
+               {"memory_mib", inventory.host.memory_mib},
+               {"simulated", inventory.simulated},
+               {"devices", std::move(devices)},
+               {"cgroups", cgroups}};
+  return body.dump();
+}
+
+Result<int64_t> ParseRegisterReply(std::string_view body, int64_t fallback_ms) {
+  json j = json::parse(body, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return Bad("register reply is not a JSON object");
+  if (j.contains("ok") && j["ok"].is_boolean() && !j["ok"].get<bool>()) {
+    return Bad("register refused: " + j.value("error", std::string("no reason given")));
+  }
+  if (!j.contains("heartbeat_ms") || j["heartbeat_ms"].is_null()) return fallback_ms;
+  if (!j["heartbeat_ms"].is_number_integer() || j["heartbeat_ms"].get<int64_t>() <= 0) {
+    return Bad("heartbeat_ms must be a positive integer");
+  }
+  return j["heartbeat_ms"].get<int64_t>();
+}
+
+std::string HeartbeatBody(const std::string& node, const std::vector<RunningJob>& running,
+                          const std::vector<FinishedReport>& finished) {
+  json r = json::array();
+  for (const RunningJob& job : running) r.push_back({{"job", job.id}, {"pid", job.pid}});
+  json f = json::array();
+  for (const FinishedReport& e : finished) {
+    f.push_back({{"job", e.job}, {"exit_code", e.exit_code}, {"signal", e.signal},
+                 {"output_bytes", e.output_bytes}});
+  }
+  return json{{"node", node}, {"running", std::move(r)}, {"finished", std::move(f)}}.dump();
+}
+
+Result<HeartbeatReply> ParseHeartbeatReply(std::string_view body) {
+  json j = json::parse(body, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return Bad("heartbeat reply is not a JSON object");
+  HeartbeatReply reply;
+  auto list = [&](const char* name) -> Result<const json*> {
+    if (!j.contains(name) || j[name].is_null()) return static_cast<const json*>(nullptr);
+    if (!j[name].is_array()) return Bad(std::string("'") + name + "' must be a list");
+    return &j[name];
+  };
+  Result<const json*> start = list("start");
+  if (!start.ok()) return start.status();
+  if (*start != nullptr) {
+    for (const json& s : **start) {
+      Result<JobSpec> spec = ParseStart(s);
+      if (!spec.ok()) return spec.status();
+      reply.start.push_back(std::move(spec).value());
+    }
+  }
+  Result<const json*> cancel = list("cancel");
+  if (!cancel.ok()) return cancel.status();
+  if (*cancel != nullptr) {
+    for (const json& c : **cancel) {
+      if (!c.is_object() || !c.contains("job") || !c["job"].is_string()) {
+        return Bad("a cancel entry has no string 'job'");
+      }
+      CancelOrder order{c["job"].get<std::string>(), 0};
+      if (c.contains("grace_ms") && !c["grace_ms"].is_null()) {
+        if (!c["grace_ms"].is_number_integer() || c["grace_ms"].get<int64_t>() < 0) {
+          return Bad("cancel of job " + order.job + ": grace_ms must be a non-negative integer");
+        }
+        order.grace_ms = c["grace_ms"].get<int64_t>();
+      }
+      reply.cancel.push_back(std::move(order));
+    }
+  }
+  for (const char* name : {"may_run", "ack"}) {
+    Result<const json*> ids = list(name);
+    if (!ids.ok()) return ids.status();
+    if (*ids == nullptr) continue;
+    std::vector<std::string> out;
+    for (const json& id : **ids) {
+      if (!id.is_string()) return Bad(std::string("'") + name + "' must be a list of job ids");
+      out.push_back(id.get<std::string>());
+    }
+    if (std::string(name) == "may_run") {
+      reply.may_run = std::move(out);
+    } else {
+      reply.ack = std::move(out);
+    }
+  }
+  return reply;
+}
+
+std::string OutputPath(const std::string& job, int64_t offset) {
+  static const char* kHex = "0123456789ABCDEF";
+  std::string id;
+  for (unsigned char c : job) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      id += static_cast<char>(c);
+    } else {
+      id += '%';
+      id += kHex[c >> 4];
+      id += kHex[c & 15];
+    }
+  }
+  return "/v1/agent/jobs/" + id + "/output?offset=" + std::to_string(offset);
+}
+
+}  // namespace tessera::agent

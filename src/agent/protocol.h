@@ -1,0 +1,56 @@
+// The agent side of the control plane <-> node agent protocol (docs/agent-protocol.md): the
+// JSON bodies the agent sends and the parsing of the replies it gets. Pure functions; no I/O.
+//
+// Parsing is strict about types (a `start` entry whose `command` is not a list of strings is an
+// error naming the job and the field) and lenient about absence (a reply without `cancel` has no
+// cancels). `may_run` is optional: when the reply omits it the agent stops nothing.
+//
+// Thread-safety: pure functions over values.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "agent/discovery.h"
+#include "agent/launcher.h"
+#include "common/status.h"
+
+namespace tessera::agent {
+
+struct CancelOrder {
+  std::string job;
+  int64_t grace_ms = 0;
+};
+
+struct HeartbeatReply {
+  std::vector<JobSpec> start;
+  std::vector<CancelOrder> cancel;
+  std::optional<std::vector<std::string>> may_run;  // nullopt: the reply had no may_run
+  std::vector<std::string> ack;
+};
+
+// A finished job as reported until acknowledged.
+struct FinishedReport {
+  std::string job;
+  int exit_code = 0;
+  int signal = 0;
+  int64_t output_bytes = 0;
+};
+
+// POST /v1/agent/register body.
+std::string RegisterBody(const Inventory& inventory, bool cgroups);
+// heartbeat_ms of the register reply (`fallback_ms` when absent). Errors on malformed JSON,
+// `"ok": false`, or a heartbeat_ms that is not a positive integer.
+Result<int64_t> ParseRegisterReply(std::string_view body, int64_t fallback_ms);
+
+// POST /v1/agent/heartbeat body.
+std::string HeartbeatBody(const std::string& node, const std::vector<RunningJob>& running,
+                          const std::vector<FinishedReport>& finished);
+Result<HeartbeatReply> ParseHeartbeatReply(std::string_view body);
+
+// "/v1/agent/jobs/<id>/output?offset=<n>" (the id percent-encoded where needed).
+std::string OutputPath(const std::string& job, int64_t offset);
+
+}  // namespace tessera::agent

@@ -1,0 +1,328 @@
+// The agent loop against a fake control plane (cpp-httplib on 127.0.0.1, port 0) that checks the
+// protocol of docs/agent-protocol.md: registration, heartbeats, starts, output uploads by offset,
+// finished reports repeated until acked, cancels, may_run, and surviving a control-plane outage.
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <signal.h>
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "agent/agent.h"
+#include "test_util.h"
+
+namespace tessera::agent {
+namespace {
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+using testing::TempDir;
+using testing::WaitFor;
+
+constexpr const char* kToken = "agent-token";
+
+// A scriptable control plane. Test code queues starts and cancels and edits may_run; the
+// server records what the agent sent and checks each request's shape, counting violations.
+class FakeControlPlane {
+ public:
+  explicit FakeControlPlane(int port = 0) {
+    server_.Post("/v1/agent/register", [this](const httplib::Request& req, httplib::Response& res) {
+      if (!Authorized(req, res)) return;
+      json body = json::parse(req.body, nullptr, false);
+      std::lock_guard<std::mutex> lock(mu_);
+      if (body.is_discarded() || !body.contains("node") || !body.contains("devices") ||
+          !body.contains("cpu_milli") || !body.contains("memory_mib") || !body.contains("cgroups")) {
+        Violation("register body: " + req.body);
+      }
+      registrations_.push_back(body);
+      registered_ = true;
+      res.set_content(json{{"ok", true}, {"heartbeat_ms", 50}}.dump(), "application/json");
+    });
+    server_.Post("/v1/agent/heartbeat", [this](const httplib::Request& req, httplib::Response& res) {
+      if (!Authorized(req, res)) return;
+      json body = json::parse(req.body, nullptr, false);
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!registered_) {
+        res.status = 404;
+        res.set_content(R"({"error": "unknown node"})", "application/json");
+        return;
+      }
+      if (body.is_discarded() || !body["running"].is_array() || !body["finished"].is_array()) {
+        Violation("heartbeat body: " + req.body);
+        return;
+      }
+      ++heartbeats_;
+      json reply = {{"start", json::array()}, {"cancel", json::array()}, {"ack", json::array()}};
+      running_.clear();
+      for (const json& r : body["running"]) {
+        running_[r["job"].get<std::string>()] = r["pid"].get<int>();
+        pids_seen_[r["job"].get<std::string>()].insert(r["pid"].get<int>());
+      }
+      for (const json& f : body["finished"]) {
+        std::string id = f["job"];
+        if (acked_.count(id) != 0) Violation("job " + id + " reported again after its ack");
+        if (f["output_bytes"].get<size_t>() != output_[id].size()) {
+          Violation("job " + id + " finished before its output was uploaded");
+        }
+        finished_[id] = f;
+        int times = ++finished_reports_[id];
+        if (times >= ack_after_) {
+          reply["ack"].push_back(id);
+          acked_.insert(id);
+        }
+      }
+      for (json& s : pending_start_) {
+        may_run_.insert(s["job"].get<std::string>());
+        reply["start"].push_back(std::move(s));
+      }
+      pending_start_.clear();
+      for (json& c : pending_cancel_) reply["cancel"].push_back(std::move(c));
+      pending_cancel_.clear();
+      reply["may_run"] = may_run_;
+      res.set_content(reply.dump(), "application/json");
+    });
+    server_.Put(R"(/v1/agent/jobs/([^/]+)/output)", [this](const httplib::Request& req, httplib::Response& res) {
+      if (!Authorized(req, res)) return;
+      std::lock_guard<std::mutex> lock(mu_);
+      std::string id = req.matches[1];
+      size_t offset = std::stoull(req.get_param_value("offset"));
+      std::string& out = output_[id];
+      if (offset != out.size()) {
+        Violation("output of " + id + " at offset " + std::to_string(offset) + ", holding " +
+                  std::to_string(out.size()));
+        res.status = 409;
+        return;
+      }
+      if (req.body.empty()) Violation("empty output upload for " + id);
+      out += req.body;
+      ++uploads_;
+      res.set_content("{}", "application/json");
+    });
+    port_ = port == 0 ? server_.bind_to_any_port("127.0.0.1") : (server_.bind_to_port("127.0.0.1", port) ? port : -1);
+    thread_ = std::thread([this] { server_.listen_after_bind(); });
+    while (port_ > 0 && !server_.is_running()) std::this_thread::sleep_for(1ms);
+  }
+  ~FakeControlPlane() { Stop(); }
+
+  void Stop() {
+    server_.stop();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  int port() const { return port_; }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+  void Start(const std::string& id, std::vector<std::string> command, json extra = json::object()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    json s = {{"job", id}, {"command", command}, {"env", json::object()}, {"cpu_milli", 100},
+              {"memory_mib", 64}, {"devices", json::array()}, {"gpu_memory_limit_bytes", 0}};
+    s.update(extra);
+    pending_start_.push_back(s);
+  }
+  void Cancel(const std::string& id, int grace_ms) {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_cancel_.push_back({{"job", id}, {"grace_ms", grace_ms}});
+  }
+  void Forget(const std::string& id) {  // as after node loss: the job was requeued elsewhere
+    std::lock_guard<std::mutex> lock(mu_);
+    may_run_.erase(id);
+  }
+  void AckAfter(int n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ack_after_ = n;
+  }
+
+  // Accessors copy under the lock.
+  bool IsRunning(const std::string& id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return running_.count(id) != 0;
+  }
+  std::set<int> PidsSeen(const std::string& id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return pids_seen_[id];
+  }
+  bool Acked(const std::string& id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return acked_.count(id) != 0;
+  }
+  json Finished(const std::string& id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return finished_.count(id) != 0 ? finished_[id] : json();
+  }
+  int FinishedReports(const std::string& id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return finished_reports_[id];
+  }
+  std::string Output(const std::string& id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return output_[id];
+  }
+  int Heartbeats() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return heartbeats_;
+  }
+  std::vector<json> Registrations() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return registrations_;
+  }
+  std::vector<std::string> Violations() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return violations_;
+  }
+
+ private:
+  bool Authorized(const httplib::Request& req, httplib::Response& res) {
+    if (req.get_header_value("Authorization") == std::string("Bearer ") + kToken) return true;
+    std::lock_guard<std::mutex> lock(mu_);
+    Violation("request without the bearer token: " + req.path);
+    res.status = 401;
+    return false;
+  }
+  void Violation(const std::string& what) { violations_.push_back(what); }  // REQUIRES: mu_ held
+
+  httplib::Server server_;
+  std::thread thread_;
+  int port_ = -1;
+  std::mutex mu_;
+  bool registered_ = false;
+  int heartbeats_ = 0;
+  int uploads_ = 0;
+  int ack_after_ = 1;
+  std::vector<json> registrations_;
+  std::vector<json> pending_start_, pending_cancel_;
+  std::set<std::string> may_run_;
+  std::map<std::string, int> running_;
+  std::map<std::string, std::set<int>> pids_seen_;
+  std::map<std::string, json> finished_;
+  std::map<std::string, int> finished_reports_;
+  std::set<std::string> acked_;
+  std::map<std::string, std::string> output_;
+  std::vector<std::string> violations_;
+};
+
+// RunAgent on a thread, stopped and joined on destruction.
+class AgentThread {
+ public:
+  AgentThread(const std::string& url, const TempDir& dir) {
+    options_.control_plane_url = url;
+    options_.token = kToken;
+    options_.node_name = "host-a";
+    options_.simulate = "2xH100-80GB";
+    options_.work_dir = dir.path() + "/jobs";
+    options_.cgroup_root = "";
+    options_.region_dir = dir.path();
+    options_.poll_ms = 10;
+    options_.default_heartbeat_ms = 50;
+    options_.max_backoff_ms = 200;
+    options_.request_timeout_ms = 1000;
+    options_.stop_grace_ms = 300;
+    options_.upload_chunk_bytes = 4096;  // several PUTs for larger output
+    options_.stop = &stop_;
+    options_.handle_signals = false;
+    options_.log = [](const std::string&) {};
+    thread_ = std::thread([this] { rc_ = RunAgent(options_); });
+  }
+  ~AgentThread() { Stop(); }
+  int Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    return rc_;
+  }
+
+ private:
+  AgentOptions options_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  int rc_ = -1;
+};
+
+std::vector<std::string> Sh(const std::string& script) { return {"/bin/sh", "-c", script}; }
+
+TEST(AgentLoop, RunsJobsAsTheControlPlaneSays) {
+  TempDir dir;
+  FakeControlPlane cp;
+  ASSERT_GT(cp.port(), 0);
+  cp.AckAfter(3);  // finished reports must be repeated until acked
+  AgentThread agent(cp.url(), dir);
+
+  ASSERT_TRUE(WaitFor([&] { return cp.Heartbeats() >= 1; }, 5s));
+  std::vector<json> regs = cp.Registrations();
+  ASSERT_EQ(regs.size(), 1u);
+  EXPECT_EQ(regs[0]["node"], "host-a");
+  EXPECT_EQ(regs[0]["simulated"], true);
+  ASSERT_EQ(regs[0]["devices"].size(), 2u);
+  EXPECT_EQ(regs[0]["devices"][1]["uuid"], "GPU-sim-host-a-1");
+  EXPECT_EQ(regs[0]["devices"][1]["simulated"], true);
+
+  // A job that writes more than one upload chunk and exits non-zero.
+  cp.Start("j-out", Sh("i=0; while [ $i -lt 1000 ]; do echo line-$i; i=$((i+1)); done; "
+                       "echo \"CVD=$CUDA_VISIBLE_DEVICES\" >&2; exit 3"),
+           {{"devices", json::array({{{"index", 1}, {"uuid", "GPU-sim-host-a-1"}, {"mig", ""}}})}});
+  cp.Start("j-cancel", Sh("exec sleep 30"));
+  cp.Start("j-lost", Sh("exec sleep 30"));
+
+  ASSERT_TRUE(WaitFor([&] { return cp.Acked("j-out"); }, 10s));
+  json f = cp.Finished("j-out");
+  EXPECT_EQ(f["exit_code"], 3);
+  EXPECT_EQ(f["signal"], 0);
+  std::string out = cp.Output("j-out");
+  EXPECT_EQ(f["output_bytes"].get<size_t>(), out.size());
+  EXPECT_EQ(out.rfind("line-0\nline-1\n", 0), 0u);
+  EXPECT_NE(out.find("line-999\nCVD=GPU-sim-host-a-1\n"), std::string::npos);
+  EXPECT_GT(out.size(), 8192u);  // took several PUTs
+  EXPECT_EQ(cp.FinishedReports("j-out"), 3);
+
+  ASSERT_TRUE(WaitFor([&] { return cp.IsRunning("j-cancel") && cp.IsRunning("j-lost"); }, 5s));
+  cp.Cancel("j-cancel", 5000);
+  ASSERT_TRUE(WaitFor([&] { return cp.Acked("j-cancel"); }, 5s));
+  EXPECT_EQ(cp.Finished("j-cancel")["signal"], SIGTERM);
+  EXPECT_TRUE(cp.IsRunning("j-lost"));
+
+  cp.Forget("j-lost");  // the next reply's may_run lacks it: the agent must stop it
+  ASSERT_TRUE(WaitFor([&] { return cp.Acked("j-lost"); }, 5s));
+  EXPECT_EQ(cp.Finished("j-lost")["signal"], SIGTERM);
+
+  // Acked reports are not sent again (checked by the server on every heartbeat).
+  int hb = cp.Heartbeats();
+  ASSERT_TRUE(WaitFor([&] { return cp.Heartbeats() >= hb + 3; }, 5s));
+  EXPECT_EQ(agent.Stop(), 0);
+  EXPECT_EQ(cp.Registrations().size(), 1u);
+  EXPECT_EQ(cp.Violations(), std::vector<std::string>{});
+}
+
+TEST(AgentLoop, KeepsJobsRunningWhileTheControlPlaneIsDown) {
+  TempDir dir;
+  auto cp = std::make_unique<FakeControlPlane>();
+  int port = cp->port();
+  AgentThread agent(cp->url(), dir);
+  cp->Start("long", Sh("echo before; sleep 1; echo after; exec sleep 30"));
+  ASSERT_TRUE(WaitFor([&] { return cp->IsRunning("long") && cp->Output("long") == "before\n"; }, 5s));
+  int pid = *cp->PidsSeen("long").begin();
+  EXPECT_EQ(cp->Violations(), std::vector<std::string>{});
+  cp.reset();  // the control plane goes away
+
+  std::this_thread::sleep_for(1500ms);  // several failed heartbeats; the job writes "after"
+  EXPECT_EQ(kill(pid, 0), 0) << "the job must survive the outage";
+
+  // It comes back on the same port without the node's registration (lost state): the agent
+  // gets 404 on heartbeat, registers again, and resumes, output continuing from its offset.
+  FakeControlPlane back(port);
+  ASSERT_EQ(back.port(), port);
+  ASSERT_TRUE(WaitFor([&] { return back.IsRunning("long"); }, 5s));
+  EXPECT_EQ(back.Registrations().size(), 1u);
+  EXPECT_EQ(back.PidsSeen("long"), std::set<int>{pid});
+  // The new server holds no earlier bytes, so the agent's offset 7 is refused (409) and
+  // given up: nothing is sent twice.
+  std::vector<std::string> v = back.Violations();
+  for (const std::string& s : v) EXPECT_NE(s.find("output of long at offset 7"), std::string::npos) << s;
+  EXPECT_EQ(agent.Stop(), 0);
+  EXPECT_NE(kill(pid, 0), 0) << "stopping the agent stops its jobs";
+}
+
+}  // namespace
+}  // namespace tessera::agent

@@ -1,0 +1,145 @@
+#include "agent/discovery.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+namespace tessera::agent {
+namespace {
+
+const partition::Catalog& Cat() { return partition::Catalog::BuiltIn(); }
+
+TEST(SimulatedInventory, CountTimesModel) {
+  Result<std::vector<DiscoveredDevice>> d = ParseSimulatedInventory("2xH100-80GB", "host-a", Cat());
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  ASSERT_EQ(d->size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ((*d)[i].index, i);
+    EXPECT_EQ((*d)[i].model, "H100-80GB");
+    EXPECT_EQ((*d)[i].memory_mib, 81920);
+    EXPECT_EQ((*d)[i].uuid, "GPU-sim-host-a-" + std::to_string(i));
+    EXPECT_TRUE((*d)[i].simulated);
+  }
+}
+
+TEST(SimulatedInventory, MixedListKeepsOrderAndCatalogNames) {
+  Result<std::vector<DiscoveredDevice>> d =
+      ParseSimulatedInventory(" 1xMI300X , 4xa100-40gb", "n1", Cat());
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  ASSERT_EQ(d->size(), 5u);
+  EXPECT_EQ((*d)[0].model, "MI300X");
+  EXPECT_EQ((*d)[0].memory_mib, 196608);
+  EXPECT_EQ((*d)[1].model, "A100-40GB");  // canonical spelling from the catalog
+  EXPECT_EQ((*d)[4].index, 4);
+  EXPECT_EQ((*d)[4].uuid, "GPU-sim-n1-4");
+}
+
+TEST(SimulatedInventory, BareModelMeansOneAndModelsMayContainX) {
+  Result<std::vector<DiscoveredDevice>> d = ParseSimulatedInventory("MI300X", "n", Cat());
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  ASSERT_EQ(d->size(), 1u);
+  EXPECT_EQ((*d)[0].model, "MI300X");
+  d = ParseSimulatedInventory("3XMI325X", "n", Cat());
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->size(), 3u);
+}
+
+TEST(SimulatedInventory, BadSpecsSayWhatIsWrong) {
+  struct Case {
+    const char* spec;
+    const char* want;  // a fragment of the message
+  };
+  for (const Case& c : std::vector<Case>{
+           {"", "empty"},
+           {"2xH100-80GB,", "empty item"},
+           {",1xA30-24GB", "empty item"},
+           {"0xH100-80GB", "count must be 1 to 64"},
+           {"65xH100-80GB", "count must be 1 to 64"},
+           {"2x", "names no model"},
+           {"2xH999", "unknown GPU model 'H999'"},
+           {"2xH999", "H100-80GB"},  // the known names are listed
+           {"40xA30-24GB,40xA30-24GB", "more than 64"},
+       }) {
+    Result<std::vector<DiscoveredDevice>> d = ParseSimulatedInventory(c.spec, "n", Cat());
+    ASSERT_FALSE(d.ok()) << c.spec;
+    EXPECT_EQ(d.status().code(), StatusCode::kInvalidArgument) << c.spec;
+    EXPECT_NE(d.status().message().find(c.want), std::string::npos)
+        << c.spec << ": " << d.status().message();
+  }
+}
+
+TEST(Nvml, AbsentLibraryIsReportedCleanly) {
+  Result<std::vector<DiscoveredDevice>> d = DiscoverNvml(Cat(), "/nonexistent/libnvidia-ml.so.1");
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(d.status().message().rfind("no NVML", 0), 0u) << d.status().message();
+}
+
+TEST(Nvml, AbsentNvmlGivesACpuOnlyInventory) {
+  Result<Inventory> inv = DiscoverInventory("host-b", "", "/nonexistent/libnvidia-ml.so.1");
+  ASSERT_TRUE(inv.ok()) << inv.status().ToString();
+  EXPECT_TRUE(inv->devices.empty());
+  EXPECT_FALSE(inv->simulated);
+  EXPECT_EQ(inv->source, "none");
+  EXPECT_EQ(inv->note.rfind("no NVML", 0), 0u);
+  EXPECT_GT(inv->host.cpu_milli, 0);
+  EXPECT_GT(inv->host.memory_mib, 0);
+}
+
+TEST(Nvml, EnumeratesThroughAStandInLibrary) {
+  unsetenv("FAKE_NVML_INIT_FAIL");
+  Result<std::vector<DiscoveredDevice>> d = DiscoverNvml(Cat(), FAKE_NVML_PATH);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  ASSERT_EQ(d->size(), 2u);
+  EXPECT_EQ((*d)[0].model, "H100-80GB");
+  EXPECT_EQ((*d)[0].uuid, "GPU-fake-agent-0");
+  EXPECT_EQ((*d)[0].memory_mib, 81559);
+  EXPECT_TRUE((*d)[0].mig_enabled);
+  EXPECT_FALSE((*d)[0].simulated);
+  EXPECT_EQ((*d)[1].model, "A100-40GB");
+  EXPECT_FALSE((*d)[1].mig_enabled);
+}
+
+TEST(Nvml, InitFailureIsNoNvml) {
+  setenv("FAKE_NVML_INIT_FAIL", "1", 1);
+  Result<std::vector<DiscoveredDevice>> d = DiscoverNvml(Cat(), FAKE_NVML_PATH);
+  unsetenv("FAKE_NVML_INIT_FAIL");
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(d.status().message().find("Driver Not Loaded"), std::string::npos) << d.status().message();
+}
+
+TEST(Nvml, SimulatedSpecWinsOverNvml) {
+  Result<Inventory> inv = DiscoverInventory("h", "1xH100-80GB", FAKE_NVML_PATH);
+  ASSERT_TRUE(inv.ok());
+  EXPECT_TRUE(inv->simulated);
+  EXPECT_EQ(inv->source, "simulated");
+  ASSERT_EQ(inv->devices.size(), 1u);
+  EXPECT_EQ(inv->devices[0].uuid, "GPU-sim-h-0");
+  EXPECT_FALSE(DiscoverInventory("h", "1xNOPE", FAKE_NVML_PATH).ok());
+}
+
+TEST(MatchCatalogModel, DriverNamesToCatalogModels) {
+  EXPECT_EQ(MatchCatalogModel("NVIDIA H100 80GB HBM3", 81559, Cat()), "H100-80GB");
+  EXPECT_EQ(MatchCatalogModel("NVIDIA H100 NVL", 95830, Cat()), "H100-NVL-94GB");
+  EXPECT_EQ(MatchCatalogModel("NVIDIA A100-SXM4-80GB", 81920, Cat()), "A100-80GB");
+  EXPECT_EQ(MatchCatalogModel("NVIDIA A100-PCIE-40GB", 40536, Cat()), "A100-40GB");
+  EXPECT_EQ(MatchCatalogModel("NVIDIA H200", 143771, Cat()), "H200-141GB");
+  EXPECT_EQ(MatchCatalogModel("Tesla T4", 15360, Cat()), "");
+}
+
+TEST(HostParsers, CgroupCpuMax) {
+  EXPECT_EQ(ParseCgroupCpuMax("max 100000\n"), 0);
+  EXPECT_EQ(ParseCgroupCpuMax("150000 100000\n"), 1500);
+  EXPECT_EQ(ParseCgroupCpuMax("50000 100000"), 500);
+  EXPECT_EQ(ParseCgroupCpuMax("-1 100000"), 0);  // cgroup v1 "no quota"
+  EXPECT_EQ(ParseCgroupCpuMax(""), 0);
+  EXPECT_EQ(ParseCgroupCpuMax("junk"), 0);
+}
+
+TEST(HostParsers, MemInfoTotal) {
+  EXPECT_EQ(ParseMemInfoTotal("MemTotal:       65843012 kB\nMemFree:  1 kB\n"), 64299);
+  EXPECT_EQ(ParseMemInfoTotal("MemFree: 1 kB\n"), 0);
+}
+
+}  // namespace
+}  // namespace tessera::agent

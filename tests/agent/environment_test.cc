@@ -1,0 +1,118 @@
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+
+#include "agent/launcher.h"
+
+namespace tessera::agent {
+namespace {
+
+std::map<std::string, std::string> AsMap(const std::vector<std::string>& env) {
+  std::map<std::string, std::string> m;
+  for (const std::string& kv : env) {
+    size_t eq = kv.find('=');
+    m[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return m;
+}
+
+LauncherOptions TmpOpts() {
+  LauncherOptions o;
+  o.work_dir = "/tmp";
+  return o;
+}
+
+JobSpec TwoDevices() {
+  JobSpec spec;
+  spec.id = "j-1";
+  spec.command = {"true"};
+  spec.devices = {{0, "GPU-aaa", ""}, {1, "GPU-bbb", ""}};
+  return spec;
+}
+
+TEST(JobEnvironment, VisibleDevicesAreTheGrantedUuids) {
+  auto env = AsMap(BuildJobEnvironment(TwoDevices(), {"PATH=/bin", "HOME=/root"}, TmpOpts()));
+  EXPECT_EQ(env["CUDA_VISIBLE_DEVICES"], "GPU-aaa,GPU-bbb");
+  EXPECT_EQ(env["TESSERA_JOB_ID"], "j-1");
+  EXPECT_EQ(env["PATH"], "/bin");
+  EXPECT_EQ(env.count("TESSERA_GPU_MEMORY_LIMIT"), 0u);
+  EXPECT_EQ(env.count("TESSERA_CAPGPU_REGION"), 0u);
+}
+
+TEST(JobEnvironment, MigSliceUsesTheMigUuid) {
+  JobSpec spec = TwoDevices();
+  spec.devices = {{0, "GPU-aaa", "MIG-1234"}};
+  auto env = AsMap(BuildJobEnvironment(spec, {}, TmpOpts()));
+  EXPECT_EQ(env["CUDA_VISIBLE_DEVICES"], "MIG-1234");
+}
+
+TEST(JobEnvironment, NoGpuMeansNoVisibleDevice) {
+  JobSpec spec = TwoDevices();
+  spec.devices.clear();
+  auto env = AsMap(BuildJobEnvironment(spec, {"CUDA_VISIBLE_DEVICES=0,1"}, TmpOpts()));
+  EXPECT_EQ(env["CUDA_VISIBLE_DEVICES"], "");
+}
+
+TEST(JobEnvironment, BindingsBeatInheritedAndJobVariables) {
+  JobSpec spec = TwoDevices();
+  spec.env = {{"CUDA_VISIBLE_DEVICES", "everything"}, {"TESSERA_JOB_ID", "other"}, {"K", "V"}};
+  auto env = AsMap(BuildJobEnvironment(
+      spec, {"TESSERA_GPU_MEMORY_LIMIT=1", "TESSERA_CAPGPU_REGION=/x", "K=old"}, TmpOpts()));
+  EXPECT_EQ(env["CUDA_VISIBLE_DEVICES"], "GPU-aaa,GPU-bbb");
+  EXPECT_EQ(env["TESSERA_JOB_ID"], "j-1");
+  EXPECT_EQ(env["K"], "V");
+  EXPECT_EQ(env.count("TESSERA_GPU_MEMORY_LIMIT"), 0u);  // the agent's own never leaks
+  EXPECT_EQ(env.count("TESSERA_CAPGPU_REGION"), 0u);
+}
+
+TEST(JobEnvironment, ShareGetsLimitRegionAndPreloadWhenTheLibraryExists) {
+  char lib[] = "/tmp/agent-capgpu-XXXXXX";
+  int fd = mkstemp(lib);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  LauncherOptions opts = TmpOpts();
+  opts.capgpu_preload = lib;
+  opts.region_dir = "/dev/shm";
+  JobSpec spec = TwoDevices();
+  spec.devices = {{0, "GPU-aaa", ""}};
+  spec.gpu_memory_limit_bytes = 8589934592;
+  auto env = AsMap(BuildJobEnvironment(spec, {"LD_PRELOAD=/other.so"}, opts));
+  EXPECT_EQ(env["TESSERA_GPU_MEMORY_LIMIT"], "8589934592");
+  EXPECT_EQ(env["TESSERA_CAPGPU_REGION"], "/dev/shm/tessera-capgpu-j-1");
+  EXPECT_EQ(env["LD_PRELOAD"], std::string(lib) + ":/other.so");
+
+  unlink(lib);  // a configured library that is missing is not preloaded
+  env = AsMap(BuildJobEnvironment(spec, {}, opts));
+  EXPECT_EQ(env.count("LD_PRELOAD"), 0u);
+  EXPECT_EQ(env["TESSERA_GPU_MEMORY_LIMIT"], "8589934592");
+
+  spec.gpu_memory_limit_bytes = 0;  // no share: no preload even with the library present
+  opts.capgpu_preload = "/bin/sh";
+  env = AsMap(BuildJobEnvironment(spec, {}, opts));
+  EXPECT_EQ(env.count("LD_PRELOAD"), 0u);
+}
+
+TEST(Cgroups, LimitTexts) {
+  EXPECT_EQ(CgroupCpuMax(0), "max 100000");
+  EXPECT_EQ(CgroupCpuMax(2000), "200000 100000");
+  EXPECT_EQ(CgroupCpuMax(250), "25000 100000");
+  EXPECT_EQ(CgroupCpuMax(1), "1000 100000");  // kernel minimum
+  EXPECT_EQ(CgroupMemoryMax(0), "max");
+  EXPECT_EQ(CgroupMemoryMax(4096), "4294967296");
+}
+
+TEST(JobIds, OnlySafeNames) {
+  EXPECT_TRUE(ValidateJobId("j-12").ok());
+  EXPECT_TRUE(ValidateJobId("job_1.retry-2").ok());
+  EXPECT_FALSE(ValidateJobId("").ok());
+  EXPECT_FALSE(ValidateJobId("../etc").ok());
+  EXPECT_FALSE(ValidateJobId(".hidden").ok());
+  EXPECT_FALSE(ValidateJobId("a/b").ok());
+  EXPECT_FALSE(ValidateJobId(std::string(129, 'a')).ok());
+}
+
+}  // namespace
+}  // namespace tessera::agent

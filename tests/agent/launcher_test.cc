@@ -1,0 +1,200 @@
+// Real processes through the launcher: output capture, exit codes and signals, cancels with
+// grace, the bound environment, exec failures, and cgroup files (against a stand-in tree).
+#include "agent/launcher.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <fstream>
+
+#include "test_util.h"
+
+namespace tessera::agent {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::ReadAll;
+using testing::TempDir;
+using testing::WaitFor;
+using testing::WriteAll;
+
+LauncherOptions Opts(const TempDir& dir) {
+  LauncherOptions o;
+  o.work_dir = dir.path() + "/out";
+  o.cgroup_root = "";  // the real hierarchy is not touched by these tests
+  o.region_dir = dir.path();
+  return o;
+}
+
+JobSpec Sh(const std::string& id, const std::string& script) {
+  JobSpec s;
+  s.id = id;
+  s.command = {"/bin/sh", "-c", script};
+  return s;
+}
+
+JobExit RunToEnd(Launcher& l, const JobSpec& spec, std::chrono::milliseconds timeout = 10s) {
+  Status s = l.Start(spec);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  std::vector<JobExit> ended = l.WaitAll(timeout);
+  EXPECT_EQ(ended.size(), 1u);
+  return ended.empty() ? JobExit{} : ended[0];
+}
+
+TEST(Launcher, CapturesStdoutAndStderrAndExitZero) {
+  TempDir dir;
+  Launcher l(Opts(dir));
+  JobExit e = RunToEnd(l, Sh("ok", "echo out; echo err 1>&2; exit 0"));
+  EXPECT_EQ(e.id, "ok");
+  EXPECT_EQ(e.exit_code, 0);
+  EXPECT_EQ(e.signal, 0);
+  EXPECT_FALSE(e.cancelled);
+  EXPECT_EQ(ReadAll(l.OutputPath("ok")), "out\nerr\n");
+  EXPECT_EQ(e.output_bytes, 8);
+  EXPECT_FALSE(l.IsRunning("ok"));
+}
+
+TEST(Launcher, NonZeroExitCode) {
+  TempDir dir;
+  Launcher l(Opts(dir));
+  JobExit e = RunToEnd(l, Sh("bad", "exit 7"));
+  EXPECT_EQ(e.exit_code, 7);
+  EXPECT_EQ(e.signal, 0);
+}
+
+TEST(Launcher, KilledBySignal) {
+  TempDir dir;
+  Launcher l(Opts(dir));
+  JobExit e = RunToEnd(l, Sh("sig", "kill -KILL $$"));
+  EXPECT_EQ(e.signal, SIGKILL);
+  EXPECT_EQ(e.exit_code, 128 + SIGKILL);
+}
+
+TEST(Launcher, MissingProgramExits127WithTheReasonInItsOutput) {
+  TempDir dir;
+  Launcher l(Opts(dir));
+  JobSpec spec;
+  spec.id = "nope";
+  spec.command = {"/nonexistent/program", "x"};
+  JobExit e = RunToEnd(l, spec);
+  EXPECT_EQ(e.exit_code, 127);
+  EXPECT_NE(ReadAll(l.OutputPath("nope")).find("cannot execute '/nonexistent/program'"), std::string::npos);
+}
+
+TEST(Launcher, RefusesBadSpecsAndDuplicates) {
+  TempDir dir;
+  Launcher l(Opts(dir));
+  EXPECT_FALSE(l.Start(Sh("../x", "true")).ok());
+  JobSpec empty;
+  empty.id = "e";
+  EXPECT_FALSE(l.Start(empty).ok());
+  ASSERT_TRUE(l.Start(Sh("dup", "sleep 5")).ok());
+  Status again = l.Start(Sh("dup", "true"));
+  EXPECT_EQ(again.code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(l.Cancel("dup", 0ms).ok());
+  EXPECT_EQ(l.WaitAll(5s).size(), 1u);
+  EXPECT_EQ(l.Cancel("dup", 0ms).code(), StatusCode::kNotFound);
+}
+
+TEST(Launcher, CancelEndsAJobThatHonoursSigterm) {
+  TempDir dir;
+  Launcher l(Opts(dir));
+  ASSERT_TRUE(l.Start(Sh("polite", "exec sleep 30")).ok());
+  ASSERT_TRUE(l.IsRunning("polite"));
+  auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(l.Cancel("polite", 5s).ok());
+  std::vector<JobExit> ended = l.WaitAll(5s);
+  ASSERT_EQ(ended.size(), 1u);
+  EXPECT_EQ(ended[0].signal, SIGTERM);
+  EXPECT_TRUE(ended[0].cancelled);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 3s);  // did not wait for the grace
+}
+
+TEST(Launcher, CancelKillsAJobIgnoringSigtermAfterTheGrace) {
+  TempDir dir;
+  Launcher l(Opts(dir));
+  ASSERT_TRUE(l.Start(Sh("stubborn", "trap '' TERM; echo ready; while :; do sleep 0.05; done")).ok());
+  ASSERT_TRUE(WaitFor([&] { return ReadAll(l.OutputPath("stubborn")) == "ready\n"; }, 5s));
+  auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(l.Cancel("stubborn", 400ms).ok());
+  std::this_thread::sleep_for(150ms);
+  EXPECT_TRUE(l.Poll().empty());  // still alive inside the grace
+  EXPECT_TRUE(l.IsRunning("stubborn"));
+  std::vector<JobExit> ended = l.WaitAll(5s);
+  ASSERT_EQ(ended.size(), 1u);
+  EXPECT_EQ(ended[0].signal, SIGKILL);
+  EXPECT_TRUE(ended[0].cancelled);
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 400ms);
+}
+
+TEST(Launcher, BindsTheAllocationIntoTheEnvironment) {
+  TempDir dir;
+  Launcher l(Opts(dir));
+  JobSpec spec = Sh("env-1",
+                    "echo \"CVD=$CUDA_VISIBLE_DEVICES\"; echo \"JOB=$TESSERA_JOB_ID\"; "
+                    "echo \"LIM=$TESSERA_GPU_MEMORY_LIMIT\"; echo \"REG=$TESSERA_CAPGPU_REGION\"; echo \"K=$K\"");
+  spec.devices = {{0, "GPU-sim-h-0", ""}, {1, "GPU-sim-h-1", "MIG-abc"}};
+  spec.gpu_memory_limit_bytes = 1 << 30;
+  spec.env = {{"K", "V"}};
+  JobExit e = RunToEnd(l, spec);
+  EXPECT_EQ(e.exit_code, 0);
+  EXPECT_EQ(ReadAll(l.OutputPath("env-1")), "CVD=GPU-sim-h-0,MIG-abc\nJOB=env-1\nLIM=1073741824\nREG=" +
+                                                dir.path() + "/tessera-capgpu-env-1\nK=V\n");
+}
+
+TEST(Launcher, LeftoversOfTheProcessGroupAreKilledWhenTheJobEnds) {
+  TempDir dir;
+  Launcher l(Opts(dir));
+  std::string pidfile = dir.path() + "/bg.pid";
+  JobExit e = RunToEnd(l, Sh("bg", "sleep 30 & echo $! > " + pidfile + "; exit 0"));
+  EXPECT_EQ(e.exit_code, 0);
+  pid_t bg = std::stoi(ReadAll(pidfile));
+  // Gone, or a zombie waiting for its new parent to reap it.
+  EXPECT_TRUE(WaitFor([&] {
+    std::string stat = ReadAll("/proc/" + std::to_string(bg) + "/stat");
+    return stat.empty() || stat.find(") Z ") != std::string::npos;
+  }, 3s));
+}
+
+TEST(Launcher, WritesCgroupLimitsWhenTheHierarchyAllowsIt) {
+  // A stand-in cgroup tree: plain files where cgroupfs would create control files.
+  TempDir dir;
+  std::string root = dir.path() + "/cg";
+  std::filesystem::create_directories(root + "/tessera/cg-job");
+  WriteAll(root + "/cgroup.controllers", "cpuset cpu io memory pids\n");
+  WriteAll(root + "/cgroup.subtree_control", "");
+  WriteAll(root + "/tessera/cgroup.subtree_control", "");
+  for (const char* f : {"cpu.max", "memory.max", "cgroup.procs"}) WriteAll(root + "/tessera/cg-job/" + f, "");
+  LauncherOptions o = Opts(dir);
+  o.cgroup_root = root;
+  Launcher l(o);
+  ASSERT_TRUE(l.cgroups_available()) << l.cgroups_status();
+  EXPECT_EQ(l.cgroups_status(), "cgroups v2: " + root + "/tessera");
+  EXPECT_EQ(ReadAll(root + "/cgroup.subtree_control"), "+cpu +memory");
+  JobSpec spec = Sh("cg-job", "echo $$");
+  spec.cpu_milli = 1500;
+  spec.memory_mib = 512;
+  JobExit e = RunToEnd(l, spec);
+  EXPECT_EQ(e.exit_code, 0);
+  EXPECT_EQ(ReadAll(root + "/tessera/cg-job/cpu.max"), "150000 100000");
+  EXPECT_EQ(ReadAll(root + "/tessera/cg-job/memory.max"), "536870912");
+  // The child put itself in before exec: its pid is the one the shell printed.
+  std::string pid = ReadAll(l.OutputPath("cg-job"));
+  EXPECT_EQ(ReadAll(root + "/tessera/cg-job/cgroup.procs") + "\n", pid);
+}
+
+TEST(Launcher, RunsWithoutCgroupsWhenTheHostHasNone) {
+  TempDir dir;
+  LauncherOptions o = Opts(dir);
+  o.cgroup_root = dir.path() + "/no-cgroup-here";
+  Launcher l(o);
+  EXPECT_FALSE(l.cgroups_available());
+  EXPECT_EQ(l.cgroups_status().rfind("cgroups: unavailable (", 0), 0u) << l.cgroups_status();
+  JobSpec spec = Sh("plain", "exit 0");
+  spec.cpu_milli = 1000;
+  spec.memory_mib = 100;
+  EXPECT_EQ(RunToEnd(l, spec).exit_code, 0);
+}
+
+}  // namespace
+}  // namespace tessera::agent

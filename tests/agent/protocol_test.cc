@@ -1,0 +1,111 @@
+#include "agent/protocol.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+namespace tessera::agent {
+namespace {
+
+using nlohmann::json;
+
+TEST(Protocol, RegisterBodyMarksSimulation) {
+  Inventory inv;
+  inv.node = "host-a";
+  inv.host = {16000, 65536};
+  inv.simulated = true;
+  inv.devices.push_back({0, "H100-80GB", 81920, "GPU-sim-host-a-0", true, false});
+  json j = json::parse(RegisterBody(inv, true));
+  EXPECT_EQ(j["node"], "host-a");
+  EXPECT_EQ(j["cpu_milli"], 16000);
+  EXPECT_EQ(j["memory_mib"], 65536);
+  EXPECT_EQ(j["simulated"], true);
+  EXPECT_EQ(j["cgroups"], true);
+  ASSERT_EQ(j["devices"].size(), 1u);
+  EXPECT_EQ(j["devices"][0]["uuid"], "GPU-sim-host-a-0");
+  EXPECT_EQ(j["devices"][0]["model"], "H100-80GB");
+  EXPECT_EQ(j["devices"][0]["memory_mib"], 81920);
+  EXPECT_EQ(j["devices"][0]["simulated"], true);
+  EXPECT_EQ(j["devices"][0]["index"], 0);
+}
+
+TEST(Protocol, RegisterReply) {
+  EXPECT_EQ(*ParseRegisterReply(R"({"ok": true, "heartbeat_ms": 250})", 1000), 250);
+  EXPECT_EQ(*ParseRegisterReply(R"({"ok": true})", 1000), 1000);
+  EXPECT_FALSE(ParseRegisterReply(R"({"ok": false, "error": "no"})", 1000).ok());
+  EXPECT_FALSE(ParseRegisterReply(R"({"heartbeat_ms": -1})", 1000).ok());
+  EXPECT_FALSE(ParseRegisterReply("not json", 1000).ok());
+}
+
+TEST(Protocol, HeartbeatBody) {
+  json j = json::parse(HeartbeatBody("host-a", {{"j-12", 4242}}, {{"j-11", 0, 0, 120}}));
+  EXPECT_EQ(j, json::parse(R"({"node": "host-a", "running": [{"job": "j-12", "pid": 4242}],
+      "finished": [{"job": "j-11", "exit_code": 0, "signal": 0, "output_bytes": 120}]})"));
+}
+
+TEST(Protocol, HeartbeatReplyAsDocumented) {
+  Result<HeartbeatReply> r = ParseHeartbeatReply(R"({
+    "start": [{"job": "j-13", "command": ["python3", "train.py"], "env": {"K": "V"},
+               "cpu_milli": 2000, "memory_mib": 4096,
+               "devices": [{"index": 0, "uuid": "GPU-sim-host-a-0", "mig": ""}],
+               "gpu_memory_limit_bytes": 8589934592}],
+    "cancel": [{"job": "j-9", "grace_ms": 5000}],
+    "may_run": ["j-12"], "ack": ["j-11"]})");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->start.size(), 1u);
+  const JobSpec& s = r->start[0];
+  EXPECT_EQ(s.id, "j-13");
+  EXPECT_EQ(s.command, (std::vector<std::string>{"python3", "train.py"}));
+  EXPECT_EQ(s.env.at("K"), "V");
+  EXPECT_EQ(s.cpu_milli, 2000);
+  EXPECT_EQ(s.memory_mib, 4096);
+  ASSERT_EQ(s.devices.size(), 1u);
+  EXPECT_EQ(s.devices[0].uuid, "GPU-sim-host-a-0");
+  EXPECT_EQ(s.gpu_memory_limit_bytes, 8589934592);
+  ASSERT_EQ(r->cancel.size(), 1u);
+  EXPECT_EQ(r->cancel[0].job, "j-9");
+  EXPECT_EQ(r->cancel[0].grace_ms, 5000);
+  ASSERT_TRUE(r->may_run.has_value());
+  EXPECT_EQ(*r->may_run, std::vector<std::string>{"j-12"});
+  EXPECT_EQ(r->ack, std::vector<std::string>{"j-11"});
+}
+
+TEST(Protocol, EmptyReplyDoesNothingAndLeavesMayRunUnset) {
+  Result<HeartbeatReply> r = ParseHeartbeatReply("{}");
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->start.empty());
+  EXPECT_FALSE(r->may_run.has_value());
+  r = ParseHeartbeatReply(R"({"may_run": []})");
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(r->may_run.has_value());
+  EXPECT_TRUE(r->may_run->empty());
+}
+
+TEST(Protocol, MalformedRepliesNameTheField) {
+  struct Case {
+    const char* body;
+    const char* want;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"[]", "not a JSON object"},
+           {R"({"start": {}})", "'start' must be a list"},
+           {R"({"start": [{"command": ["x"]}]})", "no string 'job'"},
+           {R"({"start": [{"job": "j", "command": "x"}]})", "job j: field 'command'"},
+           {R"({"start": [{"job": "j", "command": ["x"], "cpu_milli": "2"}]})", "'cpu_milli'"},
+           {R"({"start": [{"job": "j", "command": ["x"], "env": {"A": 1}}]})", "'env'"},
+           {R"({"cancel": [{"job": "j", "grace_ms": -5}]})", "grace_ms"},
+           {R"({"may_run": [1]})", "'may_run' must be a list of job ids"},
+       }) {
+    Result<HeartbeatReply> r = ParseHeartbeatReply(c.body);
+    ASSERT_FALSE(r.ok()) << c.body;
+    EXPECT_NE(r.status().message().find(c.want), std::string::npos) << c.body << ": " << r.status().message();
+  }
+}
+
+TEST(Protocol, OutputPathEscapesIds) {
+  EXPECT_EQ(OutputPath("j-12", 0), "/v1/agent/jobs/j-12/output?offset=0");
+  EXPECT_EQ(OutputPath("a b", 120), "/v1/agent/jobs/a%20b/output?offset=120");
+}
+
+}  // namespace
+}  // namespace tessera::agent

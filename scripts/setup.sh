@@ -6,7 +6,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config python3
   libgtest-dev libgmock-dev googletest libbenchmark-dev
-  nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
+  nlohmann-json3-dev libcli11-dev libyaml-cpp-dev libcpp-httplib-dev
   libsqlite3-dev libpqxx-dev postgresql
   clang-format clang-tidy
 )

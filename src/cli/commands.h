@@ -19,5 +19,6 @@ void RegisterCatalogCommands(CLI::App& app, CommandContext& ctx);
 void RegisterPartitionCommands(CLI::App& app, CommandContext& ctx);
 void RegisterSimCommands(CLI::App& app, CommandContext& ctx);
 void RegisterBenchCommands(CLI::App& app, CommandContext& ctx);
+void RegisterEngineCommands(CLI::App& app, CommandContext& ctx);
 
 }  // namespace tessera::cli

@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   tessera::cli::RegisterPartitionCommands(app, ctx);
   tessera::cli::RegisterSimCommands(app, ctx);
   tessera::cli::RegisterBenchCommands(app, ctx);
+  tessera::cli::RegisterEngineCommands(app, ctx);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -1,0 +1,933 @@
+#include "api/engine.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "model/quantity.h"
+
+namespace tessera::api {
+namespace {
+
+bool Terminal(const std::string& s) {
+  return s == "succeeded" || s == "failed" || s == "cancelled" || s == "lost";
+}
+
+Result<std::vector<std::string>> StringList(const Json& j, const std::string& what) {
+  std::vector<std::string> out;
+  if (!j.is_array()) return Status::InvalidArgument(what + " must be a list of strings");
+  for (const auto& e : j) {
+    if (!e.is_string()) return Status::InvalidArgument(what + " must be a list of strings");
+    out.push_back(e.get<std::string>());
+  }
+  return out;
+}
+
+// A quantity given as a string ("8GiB", "0.5") or a plain number.
+Result<int64_t> Quantity(const Json& j, bool memory, const std::string& what) {
+  std::string text;
+  if (j.is_string()) {
+    text = j.get<std::string>();
+  } else if (j.is_number_integer() && j.get<int64_t>() >= 0) {
+    if (memory) return Status::InvalidArgument(what + " needs a unit, e.g. \"8GiB\"");
+    text = std::to_string(j.get<int64_t>());
+  } else if (j.is_number_float() && !memory) {
+    std::ostringstream ss;
+    ss << j.get<double>();
+    text = ss.str();
+  } else {
+    return Status::InvalidArgument(what + " must be a quantity string");
+  }
+  Result<int64_t> v = memory ? ParseMemoryMiB(text) : ParseMilli(text);
+  if (!v.ok()) return Status::InvalidArgument(what + ": " + v.status().message());
+  return v;
+}
+
+int64_t IdNumber(const std::string& id) {
+  if (id.size() < 3 || id.rfind("j-", 0) != 0) return 0;
+  auto v = ParseNonNegativeInt(id.substr(2));
+  return v.ok() ? *v : 0;
+}
+
+}  // namespace
+
+Engine::Engine(EngineConfig config, std::unique_ptr<store::Store> store, std::string data_dir,
+               Clock clock)
+    : config_(std::move(config)), store_(std::move(store)), data_dir_(std::move(data_dir)),
+      clock_(std::move(clock)) {}
+
+Result<std::unique_ptr<Engine>> Engine::Open(EngineConfig config, std::unique_ptr<store::Store> store,
+                                             std::string data_dir, Clock clock) {
+  std::error_code ec;
+  std::filesystem::create_directories(data_dir + "/output", ec);
+  if (ec) return Status::FailedPrecondition("cannot create '" + data_dir + "/output': " + ec.message());
+  std::unique_ptr<Engine> e(new Engine(std::move(config), std::move(store), std::move(data_dir), std::move(clock)));
+  Status st = e->Load();
+  if (!st.ok()) return st;
+  return e;
+}
+
+store::Event Engine::MakeEvent(const std::string& actor, const std::string& kind,
+                               const std::string& subject, const std::string& reason, Json data) const {
+  store::Event ev;
+  ev.time_ms = clock_();
+  ev.actor = actor;
+  ev.kind = kind;
+  ev.subject = subject;
+  ev.reason = reason;
+  ev.data = data.dump();
+  return ev;
+}
+
+Status Engine::Commit(std::vector<store::Event> events, const std::vector<const Job*>& jobs) {
+  std::vector<store::JobRecord> recs;
+  for (const Job* j : jobs) {
+    store::JobRecord r = j->rec;
+    r.spec = j->spec.dump();
+    if (Holds(*j)) {
+      Json p = {{"node", j->node},        {"devices", j->devices},   {"gpu_milli", j->gpu_milli},
+                {"gpu_memory_mib", j->gpu_memory_mib}, {"cpu_milli", j->cpu_milli},
+                {"memory_mib", j->memory_mib}, {"form", j->form}};
+      r.placement = p.dump();
+    } else {
+      r.placement = "";
+    }
+    recs.push_back(std::move(r));
+  }
+  return store_->Commit(events, recs, nullptr);
+}
+
+bool Engine::Holds(const Job& j) const {
+  return !j.node.empty() && (j.rec.state == "placed" || j.rec.state == "starting" || j.rec.state == "running");
+}
+
+Status Engine::Load() {
+  std::lock_guard<std::mutex> lock(mu_);
+  // Nodes the engine knew; each gets a fresh heartbeat window.
+  auto names = store_->GetSetting("nodes");
+  if (!names.ok()) return names.status();
+  if (names->has_value()) {
+    Json list = Json::parse(**names, nullptr, false);
+    for (const auto& n : list) {
+      auto inv = store_->GetSetting("node/" + n.get<std::string>());
+      if (!inv.ok()) return inv.status();
+      if (!inv->has_value()) continue;
+      Json j = Json::parse(**inv, nullptr, false);
+      if (j.is_discarded()) return Status::Internal("stored inventory of node '" + n.get<std::string>() + "' is corrupt");
+      NodeInfo node;
+      node.name = j.value("node", "");
+      node.cpu_milli = j.value("cpu_milli", int64_t{0});
+      node.memory_mib = j.value("memory_mib", int64_t{0});
+      node.simulated = j.value("simulated", false);
+      for (const auto& d : j.value("devices", Json::array())) {
+        node.devices.push_back({d.value("index", 0), d.value("model", ""), d.value("memory_mib", int64_t{0}),
+                                d.value("uuid", ""), d.value("simulated", false)});
+      }
+      node.last_heartbeat_ms = clock_();
+      nodes_[node.name] = node;
+    }
+  }
+  auto recs = store_->LoadJobs();
+  if (!recs.ok()) return recs.status();
+  for (store::JobRecord& r : *recs) {
+    Job j;
+    j.spec = Json::parse(r.spec, nullptr, false);
+    if (j.spec.is_discarded()) return Status::Internal("stored spec of job '" + r.id + "' is corrupt");
+    if (!r.placement.empty()) {
+      Json p = Json::parse(r.placement, nullptr, false);
+      if (p.is_discarded()) return Status::Internal("stored placement of job '" + r.id + "' is corrupt");
+      j.node = p.value("node", "");
+      j.devices = p.value("devices", std::vector<int>{});
+      j.gpu_milli = p.value("gpu_milli", int64_t{0});
+      j.gpu_memory_mib = p.value("gpu_memory_mib", int64_t{0});
+      j.cpu_milli = p.value("cpu_milli", int64_t{0});
+      j.memory_mib = p.value("memory_mib", int64_t{0});
+      j.form = p.value("form", "");
+    }
+    j.cancel_requested = r.reason == "cancel requested";
+    next_job_ = std::max(next_job_, IdNumber(r.id) + 1);
+    order_.push_back(r.id);
+    j.rec = std::move(r);
+    jobs_[j.rec.id] = std::move(j);
+  }
+  sched_dirty_ = true;
+  return RebuildScheduler();
+}
+
+Status Engine::RebuildScheduler() {
+  std::vector<Node> nodes;
+  sched_nodes_.clear();
+  for (const auto& [name, n] : nodes_) {
+    if (n.lost) continue;
+    Node m;
+    m.name = name;
+    m.cpu_milli = n.cpu_milli;
+    m.memory_mib = n.memory_mib;
+    for (const auto& d : n.devices) m.devices.push_back(Device{d.index, d.model, d.memory_mib});
+    nodes.push_back(std::move(m));
+    sched_nodes_.push_back(name);
+  }
+  auto state = sched::ClusterState::FromNodes(nodes);
+  if (!state.ok()) return state.status();
+  auto policy = sched::MakePolicy(sched::kDefaultPolicy, {});
+  if (!policy.ok()) return policy.status();
+  sched_ = std::make_unique<sched::Scheduler>(std::move(*state), std::move(*policy), 42);
+  for (const std::string& id : order_) {
+    Job& j = jobs_[id];
+    if (!Holds(j)) continue;
+    auto it = std::find(sched_nodes_.begin(), sched_nodes_.end(), j.node);
+    if (it == sched_nodes_.end()) continue;  // on a lost node: handled by MarkLost
+    sched::Placement p;
+    p.node = static_cast<int>(it - sched_nodes_.begin());
+    p.cpu_milli = j.cpu_milli;
+    p.memory_mib = j.memory_mib;
+    p.gpu_milli = j.gpu_milli;
+    p.gpu_memory_mib = j.gpu_memory_mib;
+    p.device_count = static_cast<int>(j.devices.size());
+    for (size_t k = 0; k < j.devices.size(); ++k) p.devices[k] = static_cast<int8_t>(j.devices[k]);
+    Status st = sched_->Adopt(p);
+    if (!st.ok()) {
+      // A broken invariant: two held jobs claim the same capacity. Stop loudly.
+      return Status::Internal("job '" + id + "' cannot be re-reserved: " + st.message());
+    }
+  }
+  sched_dirty_ = false;
+  return Status::Ok();
+}
+
+bool Engine::CanSee(const Identity& who, const Job& j) const {
+  if (who.role == Role::kAdmin) return true;
+  if (who.role != Role::kUser) return false;
+  return std::find(who.groups.begin(), who.groups.end(), j.rec.group) != who.groups.end();
+}
+
+std::string Engine::OutputPath(const std::string& job) const { return data_dir_ + "/output/" + job + ".log"; }
+
+Json Engine::JobJson(const Job& j) const {
+  Json o = {{"id", j.rec.id},         {"queue", j.rec.queue},   {"identity", j.rec.identity},
+            {"group", j.rec.group},   {"state", j.rec.state},   {"reason", j.rec.reason},
+            {"submit_ms", j.rec.submit_ms}, {"update_ms", j.rec.update_ms}, {"spec", j.spec}};
+  if (j.rec.exit_code) o["exit_code"] = *j.rec.exit_code;
+  if (!j.node.empty()) {
+    Json devs = Json::array();
+    auto n = nodes_.find(j.node);
+    for (int d : j.devices) {
+      Json dj = {{"index", d}};
+      if (n != nodes_.end() && d < static_cast<int>(n->second.devices.size())) {
+        dj["uuid"] = n->second.devices[d].uuid;
+        dj["model"] = n->second.devices[d].model;
+        dj["simulated"] = n->second.devices[d].simulated;
+      }
+      devs.push_back(dj);
+    }
+    o["placement"] = {{"node", j.node}, {"form", j.form}, {"devices", devs}, {"gpu_milli", j.gpu_milli},
+                      {"gpu_memory_mib", j.gpu_memory_mib}, {"cpu_milli", j.cpu_milli},
+                      {"memory_mib", j.memory_mib}};
+  }
+  return o;
+}
+
+Result<Json> Engine::Submit(const Identity& who, const Json& body) {
+  if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot submit jobs");
+  if (!body.is_object()) return Status::InvalidArgument("the body must be a JSON object");
+  static const std::set<std::string> kFields = {"queue", "command", "env", "name", "class", "form", "gpus",
+                                                "gpu_memory", "gpu_fraction", "cpu", "memory", "group"};
+  for (const auto& [k, v] : body.items()) {
+    if (!kFields.count(k)) return Status::InvalidArgument("unknown field '" + k + "'");
+  }
+  if (!body.contains("queue") || !body["queue"].is_string()) return Status::InvalidArgument("'queue' is required");
+  const std::string qname = body["queue"].get<std::string>();
+  const QueueConfig* q = config_.FindQueue(qname);
+  if (!q) return Status::InvalidArgument("unknown queue '" + qname + "'");
+  const ProfileConfig* prof = config_.FindProfile(q->profile);
+  // The group the job counts against: one of the caller's groups that the queue allows.
+  std::string group;
+  auto allowed = [&](const std::string& g) {
+    bool in_queue = q->groups.empty() || std::find(q->groups.begin(), q->groups.end(), g) != q->groups.end();
+    bool mine = who.role == Role::kAdmin || std::find(who.groups.begin(), who.groups.end(), g) != who.groups.end();
+    return in_queue && mine && config_.FindGroup(g) != nullptr;
+  };
+  if (body.contains("group")) {
+    if (!body["group"].is_string()) return Status::InvalidArgument("'group' must be a string");
+    group = body["group"].get<std::string>();
+    if (!allowed(group)) {
+      return Status::PermissionDenied("'" + who.name + "' may not submit to queue '" + qname + "' as group '" + group + "'");
+    }
+  } else {
+    for (const auto& g : who.role == Role::kAdmin ? q->groups : who.groups) {
+      if (allowed(g)) {
+        group = g;
+        break;
+      }
+    }
+    if (group.empty()) return Status::PermissionDenied("'" + who.name + "' may not submit to queue '" + qname + "'");
+  }
+  if (!body.contains("command")) return Status::InvalidArgument("'command' is required");
+  auto cmd = StringList(body["command"], "'command'");
+  if (!cmd.ok()) return cmd.status();
+  if (cmd->empty() || (*cmd)[0].empty()) return Status::InvalidArgument("'command' must not be empty");
+  Json env = Json::object();
+  if (body.contains("env")) {
+    if (!body["env"].is_object()) return Status::InvalidArgument("'env' must be an object of strings");
+    for (const auto& [k, v] : body["env"].items()) {
+      if (!v.is_string() || k.empty() || k.find('=') != std::string::npos) {
+        return Status::InvalidArgument("'env' must map names to strings");
+      }
+      env[k] = v;
+    }
+  }
+  std::string job_class = body.contains("class") && body["class"].is_string() ? body["class"].get<std::string>()
+                                                                             : q->default_class;
+  static const std::set<std::string> kClasses = {"training", "inference", "interactive", "ci", "batch"};
+  if (!kClasses.count(job_class)) return Status::InvalidArgument("unknown class '" + job_class + "'");
+
+  int gpus = prof->gpus;
+  if (body.contains("gpus")) {
+    if (!body["gpus"].is_number_integer() || body["gpus"].get<int64_t>() < 0) {
+      return Status::InvalidArgument("'gpus' must be a non-negative integer");
+    }
+    gpus = static_cast<int>(body["gpus"].get<int64_t>());
+  }
+  MiB gpu_memory = prof->gpu_memory_mib;
+  if (body.contains("gpu_memory")) {
+    auto v = Quantity(body["gpu_memory"], true, "'gpu_memory'");
+    if (!v.ok()) return v.status();
+    gpu_memory = *v;
+  }
+  MilliCpu cpu = prof->cpu_milli;
+  if (body.contains("cpu")) {
+    auto v = Quantity(body["cpu"], false, "'cpu'");
+    if (!v.ok()) return v.status();
+    cpu = *v;
+  }
+  MiB memory = prof->memory_mib;
+  if (body.contains("memory")) {
+    auto v = Quantity(body["memory"], true, "'memory'");
+    if (!v.ok()) return v.status();
+    memory = *v;
+  }
+  MilliGpu fraction = prof->gpu_milli;
+  if (body.contains("gpu_fraction")) {
+    auto v = Quantity(body["gpu_fraction"], false, "'gpu_fraction'");
+    if (!v.ok()) return v.status();
+    fraction = *v;
+  }
+  // The form: the one asked for if the profile allows it, else by class, in profile order.
+  std::string form;
+  auto profile_allows = [&](AllocationForm f) {
+    return std::find(prof->forms.begin(), prof->forms.end(), f) != prof->forms.end();
+  };
+  if (body.contains("form")) {
+    std::string f = body["form"].is_string() ? body["form"].get<std::string>() : "";
+    AllocationForm af;
+    if (f == "whole") {
+      af = AllocationForm::kWhole;
+    } else if (f == "share") {
+      af = AllocationForm::kShare;
+    } else if (f == "partition") {
+      af = AllocationForm::kPartition;
+    } else {
+      return Status::InvalidArgument("unknown form '" + f + "' (whole, partition, share)");
+    }
+    if (!profile_allows(af)) {
+      return Status::InvalidArgument("queue '" + qname + "' does not grant the form '" + f + "'");
+    }
+    form = f;
+  } else if (gpus > 0) {
+    std::vector<AllocationForm> pref = job_class == "training" ? std::vector<AllocationForm>{AllocationForm::kWhole}
+                                       : job_class == "inference"
+                                           ? std::vector<AllocationForm>{AllocationForm::kPartition, AllocationForm::kShare,
+                                                                         AllocationForm::kWhole}
+                                           : std::vector<AllocationForm>{AllocationForm::kShare, AllocationForm::kWhole};
+    for (AllocationForm f : pref) {
+      if (profile_allows(f) && f != AllocationForm::kPartition) {
+        form = AllocationFormName(f);
+        break;
+      }
+    }
+    if (form.empty()) {
+      for (AllocationForm f : prof->forms) {
+        if (f != AllocationForm::kPartition) {
+          form = AllocationFormName(f);
+          break;
+        }
+      }
+    }
+    if (form.empty()) {
+      return Status::InvalidArgument("queue '" + qname + "' grants only hardware partitions, which this engine "
+                                     "does not place yet");
+    }
+  }
+  if (form == "partition") {
+    return Status::InvalidArgument("hardware partitions are not placed by this engine yet; ask for a share or whole devices");
+  }
+  // The need must fit the profile.
+  if (gpus > prof->max_gpus) {
+    return Status::InvalidArgument("no profile allows " + std::to_string(gpus) + " GPUs on queue '" + qname +
+                                   "' (at most " + std::to_string(prof->max_gpus) + ")");
+  }
+  if (form == "share") {
+    if (gpus != 1) return Status::InvalidArgument("a share is a slice of one device: 'gpus' must be 1");
+    if (gpu_memory <= 0) return Status::InvalidArgument("a share needs 'gpu_memory' (its cap)");
+    if (gpu_memory > prof->max_gpu_memory_mib) {
+      return Status::InvalidArgument("no profile allows " + FormatMiB(gpu_memory) + " of GPU memory on queue '" +
+                                     qname + "' (at most " + FormatMiB(prof->max_gpu_memory_mib) + ")");
+    }
+    if (fraction == 0) fraction = 100;  // a statistical compute weight under time slicing
+    if (fraction > kWholeGpu) return Status::InvalidArgument("'gpu_fraction' above 1");
+  }
+  if (cpu <= 0) return Status::InvalidArgument("'cpu' must be positive");
+
+  Json spec = {{"command", *cmd}, {"env", env}, {"class", job_class}, {"form", form}, {"gpus", gpus},
+               {"gpu_memory_mib", form == "share" ? gpu_memory : 0}, {"gpu_milli", form == "share" ? fraction : 0},
+               {"cpu_milli", cpu}, {"memory_mib", memory},
+               {"name", body.contains("name") && body["name"].is_string() ? body["name"].get<std::string>() : ""}};
+
+  std::lock_guard<std::mutex> lock(mu_);
+  Job j;
+  j.rec.id = "j-" + std::to_string(next_job_);
+  j.rec.queue = qname;
+  j.rec.identity = who.name;
+  j.rec.group = group;
+  j.rec.state = "pending";
+  j.rec.submit_ms = j.rec.update_ms = clock_();
+  j.spec = spec;
+  Status st = Commit({MakeEvent(who.name, "job.submitted", j.rec.id, "", {{"queue", qname}, {"group", group}})}, {&j});
+  if (!st.ok()) return st;
+  ++next_job_;
+  order_.push_back(j.rec.id);
+  const std::string id = j.rec.id;
+  jobs_[id] = std::move(j);
+  (void)ScheduleLocked();
+  return JobJson(jobs_[id]);
+}
+
+Resources Engine::GroupUsageLocked(const std::string& group) const {
+  Resources r;
+  for (const auto& [id, j] : jobs_) {
+    if (j.rec.group != group || !Holds(j)) continue;
+    const int64_t devs = static_cast<int64_t>(j.devices.size());
+    r.gpu_milli += j.gpu_milli * devs;
+    r.gpu_memory_mib += j.gpu_memory_mib * devs;
+    r.cpu_milli += j.cpu_milli;
+    r.memory_mib += j.memory_mib;
+  }
+  return r;
+}
+
+Status Engine::ScheduleLocked() {
+  if (sched_dirty_) {
+    Status st = RebuildScheduler();
+    if (!st.ok()) return st;
+  }
+  // Order: queue priority, then submit order.
+  std::vector<Job*> pending;
+  for (const std::string& id : order_) {
+    Job& j = jobs_[id];
+    if (j.rec.state == "pending") pending.push_back(&j);
+  }
+  std::stable_sort(pending.begin(), pending.end(), [&](const Job* a, const Job* b) {
+    return config_.FindQueue(a->rec.queue)->priority > config_.FindQueue(b->rec.queue)->priority;
+  });
+  for (Job* j : pending) {
+    const Json& s = j->spec;
+    sched::PlacementRequest r;
+    r.cpu_milli = s.value("cpu_milli", int64_t{0});
+    r.memory_mib = s.value("memory_mib", int64_t{0});
+    r.gpu_count = s.value("gpus", 0);
+    const bool share = s.value("form", "") == "share";
+    r.gpu_milli = r.gpu_count == 0 ? 0 : share ? s.value("gpu_milli", int64_t{100}) : kWholeGpu;
+    r.gpu_memory_mib = share ? s.value("gpu_memory_mib", int64_t{0}) : 0;
+    // Admission against the group's limit.
+    const GroupConfig* g = config_.FindGroup(j->rec.group);
+    Resources use = GroupUsageLocked(j->rec.group);
+    Resources need{r.total_gpu_milli(), r.gpu_memory_mib * r.gpu_count, r.cpu_milli, r.memory_mib};
+    std::string over;
+    if (g) {
+      auto check = [&](int64_t used, int64_t add, int64_t limit, const char* what, bool mem) {
+        if (limit != 0 && used + add > limit && over.empty()) {
+          over = std::string(what) + " " + (mem ? FormatMiB(used) + "+" + FormatMiB(add) + " > " + FormatMiB(limit)
+                                                : FormatMilli(used) + "+" + FormatMilli(add) + " > " + FormatMilli(limit));
+        }
+      };
+      check(use.gpu_milli, need.gpu_milli, g->limit.gpu_milli, "gpu", false);
+      check(use.gpu_memory_mib, need.gpu_memory_mib, g->limit.gpu_memory_mib, "gpu_memory", true);
+      check(use.cpu_milli, need.cpu_milli, g->limit.cpu_milli, "cpu", false);
+      check(use.memory_mib, need.memory_mib, g->limit.memory_mib, "memory", true);
+    }
+    if (!over.empty()) {
+      j->rec.reason = "waiting: group '" + j->rec.group + "' at its limit (" + over + ")";
+      continue;
+    }
+    sched::PlacementResult res = sched_->Place(r);
+    if (!res.placed()) {
+      j->rec.reason = std::string("waiting: ") + sched::OutcomeName(res.outcome) + " (" + res.step + "): " + res.reason;
+      continue;
+    }
+    j->node = sched_nodes_[res.placement.node];
+    j->devices.clear();
+    for (int k = 0; k < res.placement.device_count; ++k) j->devices.push_back(res.placement.devices[k]);
+    j->gpu_milli = res.placement.gpu_milli;
+    j->gpu_memory_mib = res.placement.gpu_memory_mib;
+    j->cpu_milli = res.placement.cpu_milli;
+    j->memory_mib = res.placement.memory_mib;
+    j->form = s.value("form", "");
+    j->rec.state = "placed";
+    j->rec.reason = "";
+    j->rec.update_ms = clock_();
+    Status st = Commit({MakeEvent("engine", "job.placed", j->rec.id, "",
+                                  {{"node", j->node}, {"devices", j->devices}, {"form", j->form}})},
+                       {j});
+    if (!st.ok()) {
+      sched_->Release(res.placement);
+      j->node.clear();
+      j->devices.clear();
+      j->rec.state = "pending";
+      return st;
+    }
+  }
+  return Status::Ok();
+}
+
+void Engine::ReleaseLocked(Job& j) {
+  if (!Holds(j)) return;
+  auto it = std::find(sched_nodes_.begin(), sched_nodes_.end(), j.node);
+  if (it != sched_nodes_.end() && sched_) {
+    sched::Placement p;
+    p.node = static_cast<int>(it - sched_nodes_.begin());
+    p.cpu_milli = j.cpu_milli;
+    p.memory_mib = j.memory_mib;
+    p.gpu_milli = j.gpu_milli;
+    p.gpu_memory_mib = j.gpu_memory_mib;
+    p.device_count = static_cast<int>(j.devices.size());
+    for (size_t k = 0; k < j.devices.size(); ++k) p.devices[k] = static_cast<int8_t>(j.devices[k]);
+    sched_->Release(p);
+  }
+}
+
+Result<Json> Engine::ListJobs(const Identity& who, const std::string& state_filter, int limit) {
+  if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot list jobs");
+  std::lock_guard<std::mutex> lock(mu_);
+  Json out = Json::array();
+  for (auto it = order_.rbegin(); it != order_.rend() && static_cast<int>(out.size()) < limit; ++it) {
+    const Job& j = jobs_[*it];
+    if (!CanSee(who, j)) continue;
+    if (!state_filter.empty() && j.rec.state != state_filter) continue;
+    out.push_back(JobJson(j));
+  }
+  return Json{{"jobs", out}};
+}
+
+Result<Json> Engine::GetJob(const Identity& who, const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end() || !CanSee(who, it->second)) return Status::NotFound("no job '" + id + "'");
+  return JobJson(it->second);
+}
+
+Result<Json> Engine::Cancel(const Identity& who, const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end() || !CanSee(who, it->second)) return Status::NotFound("no job '" + id + "'");
+  Job& j = it->second;
+  if (Terminal(j.rec.state)) return Status::FailedPrecondition("job '" + id + "' has already ended (" + j.rec.state + ")");
+  if (j.rec.state == "pending" || j.rec.state == "placed") {
+    ReleaseLocked(j);
+    j.rec.state = "cancelled";
+    j.rec.reason = "cancelled by " + who.name;
+    j.node.clear();
+    j.devices.clear();
+  } else {
+    j.cancel_requested = true;
+    j.rec.reason = "cancel requested";
+  }
+  j.rec.update_ms = clock_();
+  Status st = Commit({MakeEvent(who.name, j.rec.state == "cancelled" ? "job.cancelled" : "job.cancel_requested", id,
+                                "by " + who.name)},
+                     {&j});
+  if (!st.ok()) return st;
+  if (j.rec.state == "cancelled") (void)ScheduleLocked();
+  return JobJson(j);
+}
+
+Result<std::string> Engine::JobOutput(const Identity& who, const std::string& id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = jobs_.find(id);
+    if (it == jobs_.end() || !CanSee(who, it->second)) return Status::NotFound("no job '" + id + "'");
+  }
+  std::ifstream in(OutputPath(id), std::ios::binary);
+  std::stringstream ss;
+  if (in) ss << in.rdbuf();
+  return ss.str();
+}
+
+Result<Json> Engine::Queues(const Identity& who) {
+  if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot list queues");
+  Json out = Json::array();
+  for (const auto& q : config_.queues) {
+    bool usable = who.role == Role::kAdmin || q.groups.empty();
+    for (const auto& g : who.groups) usable = usable || std::find(q.groups.begin(), q.groups.end(), g) != q.groups.end();
+    if (!usable) continue;
+    const ProfileConfig* p = config_.FindProfile(q.profile);
+    Json forms = Json::array();
+    for (auto f : p->forms) forms.push_back(AllocationFormName(f));
+    out.push_back({{"name", q.name}, {"profile", q.profile}, {"groups", q.groups}, {"priority", q.priority},
+                   {"preemptible", q.preemptible}, {"class", q.default_class}, {"backend", q.backend},
+                   {"forms", forms}, {"gpus", p->gpus}, {"max_gpus", p->max_gpus},
+                   {"gpu_memory_mib", p->gpu_memory_mib}, {"max_gpu_memory_mib", p->max_gpu_memory_mib},
+                   {"cpu_milli", p->cpu_milli}, {"memory_mib", p->memory_mib}});
+  }
+  return Json{{"queues", out}};
+}
+
+Result<Json> Engine::Groups(const Identity& who) {
+  if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot list groups");
+  std::lock_guard<std::mutex> lock(mu_);
+  Json out = Json::array();
+  auto res = [](const Resources& r) {
+    return Json{{"gpu_milli", r.gpu_milli}, {"gpu_memory_mib", r.gpu_memory_mib}, {"cpu_milli", r.cpu_milli},
+                {"memory_mib", r.memory_mib}};
+  };
+  for (const auto& g : config_.groups) {
+    if (who.role != Role::kAdmin && std::find(who.groups.begin(), who.groups.end(), g.name) == who.groups.end()) continue;
+    out.push_back({{"name", g.name}, {"reservation", res(g.reservation)}, {"limit", res(g.limit)},
+                   {"weight", g.weight}, {"usage", res(GroupUsageLocked(g.name))}});
+  }
+  return Json{{"groups", out}};
+}
+
+Result<Json> Engine::Nodes(const Identity& who) {
+  if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot list nodes");
+  std::lock_guard<std::mutex> lock(mu_);
+  Json out = Json::array();
+  for (const auto& [name, n] : nodes_) {
+    Json devs = Json::array();
+    for (const auto& d : n.devices) {
+      Json holders = Json::array();
+      MilliGpu used = 0;
+      MiB mem_used = 0;
+      for (const std::string& id : order_) {
+        const Job& j = jobs_[id];
+        if (!Holds(j) || j.node != name || std::find(j.devices.begin(), j.devices.end(), d.index) == j.devices.end()) continue;
+        used += j.gpu_milli;
+        mem_used += j.form == "share" ? j.gpu_memory_mib : d.memory_mib;
+        Json h = {{"job", j.rec.id}, {"form", j.form}, {"gpu_milli", j.gpu_milli}};
+        if (who.role == Role::kAdmin || CanSee(who, j)) {
+          h["identity"] = j.rec.identity;
+          h["group"] = j.rec.group;
+        }
+        if (j.form == "share") h["gpu_memory_mib"] = j.gpu_memory_mib;
+        holders.push_back(h);
+      }
+      devs.push_back({{"index", d.index}, {"model", d.model}, {"memory_mib", d.memory_mib}, {"uuid", d.uuid},
+                      {"simulated", d.simulated}, {"gpu_milli_used", used}, {"gpu_memory_mib_used", mem_used},
+                      {"holders", holders}});
+    }
+    out.push_back({{"name", name}, {"cpu_milli", n.cpu_milli}, {"memory_mib", n.memory_mib},
+                   {"simulated", n.simulated}, {"state", n.lost ? "lost" : "ready"},
+                   {"last_heartbeat_ms", n.last_heartbeat_ms}, {"devices", devs}});
+  }
+  return Json{{"nodes", out}};
+}
+
+Result<Json> Engine::Summary(const Identity& who) {
+  if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot read the summary");
+  std::lock_guard<std::mutex> lock(mu_);
+  Json groups = Json::array();
+  for (const auto& g : config_.groups) {
+    if (who.role != Role::kAdmin && std::find(who.groups.begin(), who.groups.end(), g.name) == who.groups.end()) continue;
+    Resources held;
+    int64_t gpus_idle = 0, workers = 0, pending = 0;
+    for (const auto& [id, j] : jobs_) {
+      if (j.rec.group != g.name) continue;
+      if (j.rec.state == "pending") ++pending;
+      if (!Holds(j)) continue;
+      const int64_t devs = static_cast<int64_t>(j.devices.size());
+      held.gpu_milli += j.gpu_milli * devs;
+      held.cpu_milli += j.cpu_milli;
+      held.memory_mib += j.memory_mib;
+      if (j.rec.state == "running") {
+        ++workers;
+      } else {
+        gpus_idle += j.gpu_milli * devs;  // held but not yet running
+      }
+    }
+    groups.push_back({{"group", g.name}, {"gpu_milli_total", held.gpu_milli}, {"gpu_milli_idle", gpus_idle},
+                      {"cpu_milli_total", held.cpu_milli}, {"memory_mib_total", held.memory_mib},
+                      {"workers", workers}, {"pending", pending},
+                      {"gpu_milli_limit", g.limit.gpu_milli}, {"gpu_milli_reservation", g.reservation.gpu_milli}});
+  }
+  MilliGpu total = 0, allocated = 0;
+  MilliCpu cpu_total = 0, cpu_alloc = 0;
+  int nodes_ready = 0;
+  for (const auto& [name, n] : nodes_) {
+    if (n.lost) continue;
+    ++nodes_ready;
+    total += static_cast<int64_t>(n.devices.size()) * kWholeGpu;
+    cpu_total += n.cpu_milli;
+  }
+  for (const auto& [id, j] : jobs_) {
+    if (!Holds(j)) continue;
+    allocated += j.gpu_milli * static_cast<int64_t>(j.devices.size());
+    cpu_alloc += j.cpu_milli;
+  }
+  return Json{{"cluster", {{"gpu_milli_total", total}, {"gpu_milli_idle", total - allocated},
+                           {"cpu_milli_total", cpu_total}, {"cpu_milli_idle", cpu_total - cpu_alloc},
+                           {"nodes", nodes_ready}}},
+              {"groups", groups}};
+}
+
+Result<Json> Engine::Events(const Identity& who, int64_t after, int limit, const store::EventFilter& f) {
+  if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot read events");
+  Json out = Json::array();
+  int64_t cursor = after;
+  // Users see the events of the jobs they can see and of nodes; page until `limit` such events.
+  for (int round = 0; round < 50 && static_cast<int>(out.size()) < limit; ++round) {
+    auto evs = store_->ListEvents(cursor, limit, f);
+    if (!evs.ok()) return evs.status();
+    if (evs->empty()) break;
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& e : *evs) {
+      cursor = e.seq;
+      bool visible = who.role == Role::kAdmin;
+      if (!visible) {
+        if (e.kind.rfind("node.", 0) == 0) {
+          visible = true;
+        } else {
+          auto it = jobs_.find(e.subject);
+          visible = it != jobs_.end() && CanSee(who, it->second);
+        }
+      }
+      if (!visible) continue;
+      Json data = Json::parse(e.data, nullptr, false);
+      out.push_back({{"seq", e.seq}, {"time_ms", e.time_ms}, {"actor", e.actor}, {"kind", e.kind},
+                     {"subject", e.subject}, {"reason", e.reason}, {"data", data.is_discarded() ? Json::object() : data}});
+      if (static_cast<int>(out.size()) >= limit) break;
+    }
+  }
+  return Json{{"events", out}, {"next", cursor}};
+}
+
+Result<Json> Engine::RegisterNode(const Identity& who, const Json& body) {
+  if (who.role != Role::kAgent && who.role != Role::kAdmin) return Status::PermissionDenied("only agents register nodes");
+  if (!body.is_object() || !body.contains("node") || !body["node"].is_string() || body["node"].get<std::string>().empty()) {
+    return Status::InvalidArgument("'node' is required");
+  }
+  NodeInfo n;
+  n.name = body["node"].get<std::string>();
+  n.cpu_milli = body.value("cpu_milli", int64_t{0});
+  n.memory_mib = body.value("memory_mib", int64_t{0});
+  n.simulated = body.value("simulated", false);
+  if (n.cpu_milli <= 0 || n.memory_mib <= 0) return Status::InvalidArgument("'cpu_milli' and 'memory_mib' must be positive");
+  if (body.contains("devices")) {
+    if (!body["devices"].is_array()) return Status::InvalidArgument("'devices' must be a list");
+    for (const auto& d : body["devices"]) {
+      if (!d.is_object()) return Status::InvalidArgument("each device must be an object");
+      DeviceInfo di{d.value("index", 0), d.value("model", ""), d.value("memory_mib", int64_t{0}), d.value("uuid", ""),
+                    d.value("simulated", false)};
+      if (di.model.empty() || di.memory_mib <= 0) return Status::InvalidArgument("each device needs 'model' and 'memory_mib'");
+      if (di.index != static_cast<int>(n.devices.size())) return Status::InvalidArgument("device indices must be 0, 1, 2, ...");
+      n.devices.push_back(di);
+    }
+  }
+  if (n.devices.size() > static_cast<size_t>(sched::kMaxDevices)) return Status::InvalidArgument("too many devices");
+  std::lock_guard<std::mutex> lock(mu_);
+  n.last_heartbeat_ms = clock_();
+  Json inv = body;
+  inv["node"] = n.name;
+  auto names = store_->GetSetting("nodes");
+  if (!names.ok()) return names.status();
+  Json list = names->has_value() ? Json::parse(**names, nullptr, false) : Json::array();
+  if (list.is_discarded()) list = Json::array();
+  if (std::find(list.begin(), list.end(), Json(n.name)) == list.end()) list.push_back(n.name);
+  Status st = store_->PutSetting("node/" + n.name, inv.dump());
+  if (st.ok()) st = store_->PutSetting("nodes", list.dump());
+  if (st.ok()) st = Commit({MakeEvent(who.name, "node.registered", n.name, "", {{"devices", n.devices.size()}, {"simulated", n.simulated}})}, {});
+  if (!st.ok()) return st;
+  auto old = nodes_.find(n.name);
+  bool changed = old == nodes_.end() || old->second.devices.size() != n.devices.size() || old->second.lost;
+  nodes_[n.name] = n;
+  if (changed) sched_dirty_ = true;
+  (void)ScheduleLocked();
+  return Json{{"ok", true}, {"heartbeat_ms", 1000}};
+}
+
+Result<Json> Engine::Heartbeat(const Identity& who, const Json& body) {
+  if (who.role != Role::kAgent && who.role != Role::kAdmin) return Status::PermissionDenied("only agents heartbeat");
+  if (!body.is_object() || !body.contains("node") || !body["node"].is_string()) return Status::InvalidArgument("'node' is required");
+  const std::string node = body["node"].get<std::string>();
+  std::lock_guard<std::mutex> lock(mu_);
+  auto nit = nodes_.find(node);
+  if (nit == nodes_.end()) return Status::FailedPrecondition("node '" + node + "' is not registered");
+  NodeInfo& n = nit->second;
+  n.last_heartbeat_ms = clock_();
+  std::vector<store::Event> events;
+  std::vector<const Job*> changed;
+  const std::string actor = "agent:" + node;
+  if (n.lost) {
+    n.lost = false;
+    sched_dirty_ = true;
+    events.push_back(MakeEvent(actor, "node.returned", node, "heartbeat after loss"));
+  }
+  Json ack = Json::array();
+  for (const auto& f : body.value("finished", Json::array())) {
+    const std::string id = f.value("job", "");
+    ack.push_back(id);
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) continue;
+    Job& j = it->second;
+    if (j.node != node || !Holds(j)) continue;
+    const int code = f.value("exit_code", -1);
+    const int sig = f.value("signal", 0);
+    ReleaseLocked(j);
+    j.rec.state = j.cancel_requested ? "cancelled" : (code == 0 && sig == 0 ? "succeeded" : "failed");
+    j.rec.exit_code = code;
+    j.rec.reason = sig != 0 ? "killed by signal " + std::to_string(sig) : (code == 0 ? "" : "exit code " + std::to_string(code));
+    if (j.cancel_requested) j.rec.reason = "cancelled";
+    j.rec.update_ms = clock_();
+    events.push_back(MakeEvent(actor, "job." + j.rec.state, id, j.rec.reason, {{"exit_code", code}, {"signal", sig}}));
+    changed.push_back(&j);
+  }
+  for (const auto& r : body.value("running", Json::array())) {
+    auto it = jobs_.find(r.value("job", ""));
+    if (it == jobs_.end()) continue;
+    Job& j = it->second;
+    if (j.node != node) continue;
+    j.pid = r.value("pid", int64_t{0});
+    if (j.rec.state == "starting" || j.rec.state == "placed") {
+      j.rec.state = "running";
+      j.rec.update_ms = clock_();
+      events.push_back(MakeEvent(actor, "job.running", j.rec.id, "", {{"pid", j.pid}}));
+      changed.push_back(&j);
+    }
+  }
+  Json start = Json::array(), cancel = Json::array(), may_run = Json::array();
+  for (const std::string& id : order_) {
+    Job& j = jobs_[id];
+    if (j.node != node || !Holds(j)) continue;
+    if (j.rec.state == "placed") {
+      Json devs = Json::array();
+      for (int d : j.devices) {
+        devs.push_back({{"index", d}, {"uuid", d < static_cast<int>(n.devices.size()) ? n.devices[d].uuid : ""}, {"mig", ""}});
+      }
+      Json env = j.spec.value("env", Json::object());
+      env["TESSERA_QUEUE"] = j.rec.queue;
+      env["TESSERA_GROUP"] = j.rec.group;
+      env["TESSERA_IDENTITY"] = j.rec.identity;
+      start.push_back({{"job", id}, {"command", j.spec["command"]}, {"env", env}, {"cpu_milli", j.cpu_milli},
+                       {"memory_mib", j.memory_mib}, {"devices", devs},
+                       {"gpu_memory_limit_bytes", j.form == "share" ? j.gpu_memory_mib * 1024 * 1024 : 0}});
+      j.rec.state = "starting";
+      j.rec.update_ms = clock_();
+      events.push_back(MakeEvent("engine", "job.starting", id, "", {{"node", node}}));
+      changed.push_back(&j);
+    } else {
+      may_run.push_back(id);
+      if (j.cancel_requested) cancel.push_back({{"job", id}, {"grace_ms", config_.cancel_grace_ms}});
+    }
+  }
+  if (!events.empty()) {
+    Status st = Commit(events, changed);
+    if (!st.ok()) return st;  // the agent retries; nothing was started
+  }
+  if (sched_dirty_ || !ack.empty()) (void)ScheduleLocked();
+  return Json{{"start", start}, {"cancel", cancel}, {"may_run", may_run}, {"ack", ack}};
+}
+
+Status Engine::WriteOutput(const Identity& who, const std::string& job, int64_t offset, const std::string& bytes) {
+  if (who.role != Role::kAgent && who.role != Role::kAdmin) return Status::PermissionDenied("only agents upload output");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!jobs_.count(job)) return Status::NotFound("no job '" + job + "'");
+  }
+  int fd = ::open(OutputPath(job).c_str(), O_WRONLY | O_CREAT, 0640);
+  if (fd < 0) return Status::Internal("cannot open output of '" + job + "'");
+  ssize_t n = ::pwrite(fd, bytes.data(), bytes.size(), static_cast<off_t>(offset));
+  ::close(fd);
+  if (n != static_cast<ssize_t>(bytes.size())) return Status::Internal("short write of output of '" + job + "'");
+  return Status::Ok();
+}
+
+Status Engine::MarkLostLocked() {
+  const int64_t now = clock_();
+  for (auto& [name, n] : nodes_) {
+    if (n.lost || now - n.last_heartbeat_ms < config_.heartbeat_timeout_ms) continue;
+    n.lost = true;
+    std::vector<store::Event> events = {MakeEvent("engine", "node.lost", name, "no heartbeat for " +
+                                                  std::to_string((now - n.last_heartbeat_ms) / 1000) + "s")};
+    std::vector<const Job*> changed;
+    for (const std::string& id : order_) {
+      Job& j = jobs_[id];
+      if (j.node != name || !Holds(j)) continue;
+      const QueueConfig* q = config_.FindQueue(j.rec.queue);
+      ReleaseLocked(j);
+      j.node.clear();
+      j.devices.clear();
+      if (q && q->requeue_on_loss && !j.cancel_requested) {
+        j.rec.state = "pending";
+        j.rec.reason = "requeued: node '" + name + "' lost";
+        events.push_back(MakeEvent("engine", "job.requeued", id, j.rec.reason));
+      } else {
+        j.rec.state = "lost";
+        j.rec.reason = "node '" + name + "' lost";
+        events.push_back(MakeEvent("engine", "job.lost", id, j.rec.reason));
+      }
+      j.rec.update_ms = now;
+      changed.push_back(&j);
+    }
+    sched_dirty_ = true;
+    Status st = Commit(events, changed);
+    if (!st.ok()) return st;
+  }
+  return Status::Ok();
+}
+
+Status Engine::Tick() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Status st = MarkLostLocked();
+  if (!st.ok()) return st;
+  return ScheduleLocked();
+}
+
+Status Engine::CheckInvariants() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (sched_) {
+    Status st = sched_->state().CheckInvariants();
+    if (!st.ok()) return st;
+  }
+  // Per device: compute and share memory within capacity.
+  std::map<std::pair<std::string, int>, std::pair<MilliGpu, MiB>> use;
+  for (const auto& [id, j] : jobs_) {
+    if (!Holds(j)) continue;
+    for (int d : j.devices) {
+      auto& u = use[{j.node, d}];
+      u.first += j.gpu_milli;
+      u.second += j.gpu_memory_mib;
+    }
+  }
+  for (const auto& [key, u] : use) {
+    auto n = nodes_.find(key.first);
+    if (n == nodes_.end() || key.second >= static_cast<int>(n->second.devices.size())) {
+      return Status::Internal("a job holds unknown device " + key.first + "/" + std::to_string(key.second));
+    }
+    if (u.first > kWholeGpu || u.second > n->second.devices[key.second].memory_mib) {
+      return Status::Internal("device " + key.first + "/" + std::to_string(key.second) + " is over capacity");
+    }
+  }
+  for (const auto& g : config_.groups) {
+    Resources r = GroupUsageLocked(g.name);
+    if ((g.limit.gpu_milli && r.gpu_milli > g.limit.gpu_milli) || (g.limit.cpu_milli && r.cpu_milli > g.limit.cpu_milli)) {
+      return Status::Internal("group '" + g.name + "' is over its limit");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace tessera::api

@@ -1,0 +1,127 @@
+// Engine: the control plane's state machine. Jobs arrive through queues under identities, are
+// admitted against their group's limit, placed by the placement core (policy "tessera"), handed
+// to the node agent that heartbeats for their node, and followed to their end.
+//
+// Every change is appended to the store as an event plus the job's new record, durably, before
+// anyone is told of it: a submission is acknowledged only once committed; a placement is
+// committed before the agent is told to start the job. On open the engine rebuilds its state
+// from the store (jobs, and the nodes it knew) and re-reserves every held placement, so a crash
+// between any two steps neither loses an acknowledged job nor allocates a device twice.
+//
+// Thread-safety: all public methods may be called from any thread (one internal mutex).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "api/config.h"
+#include "common/status.h"
+#include "sched/scheduler.h"
+#include "store/store.h"
+
+namespace tessera::api {
+
+using Json = nlohmann::json;
+using Clock = std::function<int64_t()>;  // milliseconds since the epoch
+
+class Engine {
+ public:
+  // REQUIRES: store is open. `data_dir` holds job output files.
+  static Result<std::unique_ptr<Engine>> Open(EngineConfig config, std::unique_ptr<store::Store> store,
+                                              std::string data_dir, Clock clock);
+
+  // Users.
+  Result<Json> Submit(const Identity& who, const Json& body);
+  Result<Json> ListJobs(const Identity& who, const std::string& state_filter, int limit);
+  Result<Json> GetJob(const Identity& who, const std::string& id);
+  Result<Json> Cancel(const Identity& who, const std::string& id);
+  Result<std::string> JobOutput(const Identity& who, const std::string& id);
+  Result<Json> Queues(const Identity& who);
+  Result<Json> Groups(const Identity& who);
+  Result<Json> Nodes(const Identity& who);
+  Result<Json> Summary(const Identity& who);
+  Result<Json> Events(const Identity& who, int64_t after, int limit, const store::EventFilter& f);
+
+  // Agents.
+  Result<Json> RegisterNode(const Identity& who, const Json& body);
+  Result<Json> Heartbeat(const Identity& who, const Json& body);
+  Status WriteOutput(const Identity& who, const std::string& job, int64_t offset, const std::string& bytes);
+
+  // Housekeeping: marks silent nodes lost and places what can be placed. Called periodically.
+  Status Tick();
+
+  // Checks that no device holds more than its capacity and no group more than its limit.
+  Status CheckInvariants();
+
+  const EngineConfig& config() const { return config_; }
+
+ private:
+  struct DeviceInfo {
+    int index = 0;
+    std::string model;
+    MiB memory_mib = 0;
+    std::string uuid;
+    bool simulated = false;
+  };
+  struct NodeInfo {
+    std::string name;
+    MilliCpu cpu_milli = 0;
+    MiB memory_mib = 0;
+    bool simulated = false;
+    std::vector<DeviceInfo> devices;
+    int64_t last_heartbeat_ms = 0;
+    bool lost = false;
+  };
+  struct Job {
+    store::JobRecord rec;
+    Json spec;
+    // What the job holds while placed/starting/running.
+    std::string node;
+    std::vector<int> devices;
+    MilliGpu gpu_milli = 0;      // per device
+    MiB gpu_memory_mib = 0;      // per device (a share's cap)
+    MilliCpu cpu_milli = 0;
+    MiB memory_mib = 0;
+    std::string form;            // whole / share
+    bool cancel_requested = false;
+    int64_t pid = 0;
+  };
+
+  Engine(EngineConfig config, std::unique_ptr<store::Store> store, std::string data_dir, Clock clock);
+  Status Load();
+  Status RebuildScheduler();
+  Status Commit(std::vector<store::Event> events, const std::vector<const Job*>& jobs);
+  store::Event MakeEvent(const std::string& actor, const std::string& kind, const std::string& subject,
+                         const std::string& reason, Json data = Json::object()) const;
+  Status ScheduleLocked();
+  Status MarkLostLocked();
+  void ReleaseLocked(Job& j);
+  Resources GroupUsageLocked(const std::string& group) const;
+  bool CanSee(const Identity& who, const Job& j) const;
+  Json JobJson(const Job& j) const;
+  bool Holds(const Job& j) const;
+  std::string OutputPath(const std::string& job) const;
+
+  EngineConfig config_;
+  std::unique_ptr<store::Store> store_;
+  std::string data_dir_;
+  Clock clock_;
+
+  std::mutex mu_;
+  std::map<std::string, Job> jobs_;          // by id
+  std::vector<std::string> order_;           // job ids in submit order
+  std::map<std::string, NodeInfo> nodes_;    // by name
+  int64_t next_job_ = 1;
+  std::unique_ptr<sched::Scheduler> sched_;
+  std::vector<std::string> sched_nodes_;     // node index in the scheduler -> name
+  bool sched_dirty_ = true;
+};
+
+}  // namespace tessera::api

@@ -1,0 +1,490 @@
+// The engine's commands: `serve` (control plane), `up` (control plane + agent on this host),
+// and the user commands that talk to a server (submit, jobs, job, cancel, queues, groups,
+// nodes, events, whoami).
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "api/server.h"
+#include "cli/client.h"
+#include "cli/commands.h"
+#include "model/quantity.h"
+
+namespace tessera::cli {
+namespace {
+
+using Json = nlohmann::json;
+
+api::ApiServer* g_server = nullptr;
+void OnSignal(int) {
+  if (g_server) g_server->Stop();
+}
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+bool SplitListen(const std::string& listen, std::string* host, int* port) {
+  size_t colon = listen.rfind(':');
+  if (colon == std::string::npos) return false;
+  *host = listen.substr(0, colon);
+  auto p = ParseNonNegativeInt(listen.substr(colon + 1));
+  if (!p.ok() || *p > 65535) return false;
+  *port = static_cast<int>(*p);
+  return !host->empty();
+}
+
+// Runs the control plane until SIGINT/SIGTERM. `on_ready(port)` runs once it listens.
+int Serve(const std::string& config_path, const std::string& data, const std::string& listen,
+          const std::string& store_url, const std::function<void(int)>& on_ready) {
+  auto config = api::LoadConfig(config_path);
+  if (!config.ok()) {
+    std::cerr << "tessera serve: " << config.status().message() << "\n";
+    return kExitBadInput;
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(data, ec);
+  if (ec) {
+    std::cerr << "tessera serve: cannot create data directory '" << data << "': " << ec.message() << "\n";
+    return kExitBadInput;
+  }
+  const std::string url = store_url.empty() ? data + "/tessera.db" : store_url;
+  auto store = store::Store::Open(url);
+  if (!store.ok()) {
+    std::cerr << "tessera serve: store: " << store.status().message() << "\n";
+    return kExitBadInput;
+  }
+  auto engine = api::Engine::Open(std::move(*config), std::move(*store), data, NowMs);
+  if (!engine.ok()) {
+    std::cerr << "tessera serve: " << engine.status().message() << "\n";
+    return 1;
+  }
+  std::string host;
+  int port = 0;
+  if (!SplitListen(listen, &host, &port)) {
+    std::cerr << "tessera serve: bad --listen '" << listen << "' (HOST:PORT)\n";
+    return kExitBadInput;
+  }
+  api::ApiServer server(engine->get());
+  auto bound = server.Bind(host, port);
+  if (!bound.ok()) {
+    std::cerr << "tessera serve: " << bound.status().message() << "\n";
+    return 1;
+  }
+  g_server = &server;
+  signal(SIGINT, OnSignal);
+  signal(SIGTERM, OnSignal);
+  signal(SIGPIPE, SIG_IGN);
+  std::fprintf(stderr, "tessera: listening on http://%s:%d (store %s)\n", host.c_str(), *bound, url.c_str());
+  if (on_ready) on_ready(*bound);
+  server.Run();
+  g_server = nullptr;
+  return kExitOk;
+}
+
+// The example configuration `tessera up` writes: queues for notebooks (shares), inference and
+// training over the local simulated node.
+std::string ExampleConfig(const std::string& admin, const std::string& user, const std::string& agent) {
+  return R"(# Written by `tessera up`. Tokens are stored as SHA-256 hashes only.
+cluster: local
+heartbeat_timeout: 10s
+cancel_grace: 5s
+identities:
+  - {name: admin, role: admin, token_sha256: )" + api::Sha256Hex(admin) + R"(}
+  - {name: alice, role: user, groups: [research], token_sha256: )" + api::Sha256Hex(user) + R"(}
+  - {name: local-agent, role: agent, token_sha256: )" + api::Sha256Hex(agent) + R"(}
+groups:
+  - name: research
+    reservation: {gpu: 1}
+    limit: {gpu: 3, cpu: 16, memory: 64GiB}
+  - name: production
+    reservation: {gpu: 1}
+    limit: {gpu: 2}
+pools:
+  - {name: local, forms: [whole, share]}
+profiles:
+  - {name: notebook, gpus: 1, gpu_memory: 8GiB, max_gpu_memory: 16GiB, cpu: 1, memory: 2GiB, forms: [share]}
+  - {name: inference, gpus: 1, gpu_memory: 20GiB, max_gpu_memory: 40GiB, cpu: 2, memory: 8GiB, forms: [share, whole]}
+  - {name: training, gpus: 1, max_gpus: 2, cpu: 4, memory: 16GiB, forms: [whole]}
+queues:
+  - {name: notebooks, profile: notebook, groups: [research], priority: 10, class: interactive, preemptible: true}
+  - {name: inference, profile: inference, groups: [research, production], priority: 20, class: inference}
+  - {name: training, profile: training, groups: [research], priority: 5, class: training, preemptible: true}
+)";
+}
+
+std::string ReadOrMakeToken(const std::string& path) {
+  std::ifstream in(path);
+  std::string t;
+  if (in && std::getline(in, t) && !t.empty()) return t;
+  t = api::NewToken();
+  std::ofstream out(path);
+  out << t << "\n";
+  chmod(path.c_str(), 0600);
+  return t;
+}
+
+int Up(const std::string& data, const std::string& listen, const std::string& simulate) {
+  std::error_code ec;
+  std::filesystem::create_directories(data, ec);
+  const std::string admin = ReadOrMakeToken(data + "/admin.token");
+  const std::string user = ReadOrMakeToken(data + "/alice.token");
+  const std::string agent = ReadOrMakeToken(data + "/agent.token");
+  const std::string config = data + "/config.yaml";
+  {
+    std::ofstream out(config);
+    out << ExampleConfig(admin, user, agent);
+  }
+  pid_t agent_pid = -1;
+  auto on_ready = [&](int port) {
+    const std::string url = "http://127.0.0.1:" + std::to_string(port);
+    std::printf("Tessera is up.\n  URL:          %s\n  admin token:  %s\n  user 'alice': %s\n", url.c_str(),
+                admin.c_str(), user.c_str());
+    std::printf("Try:\n  export TESSERA_URL=%s TESSERA_TOKEN=%s\n"
+                "  tessera submit --queue notebooks --gpu-memory 8GiB -- sh -c 'echo hello from a share; "
+                "echo $CUDA_VISIBLE_DEVICES'\n  tessera jobs\nCtrl-C stops it.\n",
+                url.c_str(), user.c_str());
+    std::fflush(stdout);
+    agent_pid = fork();
+    if (agent_pid == 0) {
+      std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+      execl(self.c_str(), self.c_str(), "agent", "--server", url.c_str(), "--token", agent.c_str(), "--node",
+            "local", "--simulate", simulate.c_str(), "--work", (data + "/agent").c_str(),
+            static_cast<char*>(nullptr));
+      _exit(127);
+    }
+  };
+  int rc = Serve(config, data, listen, "", on_ready);
+  if (agent_pid > 0) {
+    kill(agent_pid, SIGTERM);
+    waitpid(agent_pid, nullptr, 0);
+  }
+  return rc;
+}
+
+// ---- user commands ----
+
+struct ClientOptions {
+  std::string url;
+  std::string token;
+  bool json = false;
+};
+
+void AddClientFlags(CLI::App* cmd, ClientOptions* o) {
+  cmd->add_option("--url", o->url, "server URL (default: $TESSERA_URL)");
+  cmd->add_option("--token", o->token, "bearer token (default: $TESSERA_TOKEN)");
+  cmd->add_flag("--json", o->json, "print JSON for scripts");
+}
+
+bool Resolve(ClientOptions* o) {
+  if (o->url.empty() && std::getenv("TESSERA_URL")) o->url = std::getenv("TESSERA_URL");
+  if (o->token.empty() && std::getenv("TESSERA_TOKEN")) o->token = std::getenv("TESSERA_TOKEN");
+  if (o->url.empty()) {
+    std::cerr << "tessera: no server: set TESSERA_URL or pass --url\n";
+    return false;
+  }
+  if (o->token.empty()) {
+    std::cerr << "tessera: no token: set TESSERA_TOKEN or pass --token\n";
+    return false;
+  }
+  return true;
+}
+
+// Calls the server; prints errors; returns the parsed body or a discarded JSON.
+Json Call(const ClientOptions& o, const std::string& method, const std::string& path, int* exit_code,
+          const std::string& body = "") {
+  ClientReply r = HttpCall(o.url, o.token, method, path, body);
+  if (r.status == 0 || r.status >= 400) {
+    std::cerr << "tessera: " << r.error << (r.status ? " (HTTP " + std::to_string(r.status) + ")" : "") << "\n";
+    *exit_code = r.status >= 400 && r.status < 500 ? kExitBadInput : 1;
+    return Json(Json::value_t::discarded);
+  }
+  Json j = Json::parse(r.body, nullptr, false);
+  if (j.is_discarded()) j = r.body;
+  return j;
+}
+
+std::string Age(int64_t since_ms) {
+  int64_t s = (NowMs() - since_ms) / 1000;
+  if (s < 120) return std::to_string(s) + "s";
+  if (s < 7200) return std::to_string(s / 60) + "m";
+  return std::to_string(s / 3600) + "h";
+}
+
+void PrintTable(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> w;
+  for (const auto& r : rows) {
+    for (size_t i = 0; i < r.size(); ++i) {
+      if (w.size() <= i) w.push_back(0);
+      w[i] = std::max(w[i], r[i].size());
+    }
+  }
+  for (const auto& r : rows) {
+    std::string line;
+    for (size_t i = 0; i < r.size(); ++i) {
+      line += r[i];
+      if (i + 1 < r.size()) line += std::string(w[i] - r[i].size() + 2, ' ');
+    }
+    std::cout << line << "\n";
+  }
+}
+
+std::string Placement(const Json& j) {
+  if (!j.contains("placement")) return "-";
+  const Json& p = j["placement"];
+  std::string devs;
+  for (const auto& d : p["devices"]) devs += (devs.empty() ? "" : ",") + std::to_string(d["index"].get<int>());
+  return p["node"].get<std::string>() + (devs.empty() ? "" : ":" + devs);
+}
+
+std::vector<std::string> JobRow(const Json& j) {
+  const Json& s = j["spec"];
+  std::string need = s["gpus"].get<int>() == 0 ? "cpu"
+                     : s["form"] == "share" ? "share " + FormatMiB(s["gpu_memory_mib"].get<int64_t>())
+                                            : std::to_string(s["gpus"].get<int>()) + " whole";
+  return {j["id"], j["state"], j["queue"], j["group"], need, Placement(j), Age(j["submit_ms"].get<int64_t>()),
+          j.value("reason", "")};
+}
+
+}  // namespace
+
+void RegisterEngineCommands(CLI::App& app, CommandContext& ctx) {
+  // serve
+  {
+    auto* cmd = app.add_subcommand("serve", "Run the control plane");
+    auto config = std::make_shared<std::string>();
+    auto data = std::make_shared<std::string>();
+    auto listen = std::make_shared<std::string>("127.0.0.1:8080");
+    auto store = std::make_shared<std::string>();
+    cmd->add_option("--config", *config, "configuration (YAML)")->required();
+    cmd->add_option("--data", *data, "data directory (SQLite store, job output)")->required();
+    cmd->add_option("--listen", *listen, "HOST:PORT to listen on (port 0: any)");
+    cmd->add_option("--store", *store, "postgresql://... to keep state in PostgreSQL");
+    cmd->callback([=, &ctx] { ctx.exit_code = Serve(*config, *data, *listen, *store, nullptr); });
+  }
+  // up
+  {
+    auto* cmd = app.add_subcommand("up", "Control plane and an agent on this host, with an example config");
+    auto data = std::make_shared<std::string>(".tessera");
+    auto listen = std::make_shared<std::string>("127.0.0.1:8080");
+    auto simulate = std::make_shared<std::string>("2xH100-80GB");
+    cmd->add_option("--data", *data, "data directory (default .tessera)");
+    cmd->add_option("--listen", *listen, "HOST:PORT (default 127.0.0.1:8080)");
+    cmd->add_option("--simulate", *simulate, "simulated devices where there is no GPU (default 2xH100-80GB)");
+    cmd->callback([=, &ctx] { ctx.exit_code = Up(*data, *listen, *simulate); });
+  }
+  // submit
+  {
+    auto* cmd = app.add_subcommand("submit", "Submit a job: tessera submit --queue Q [needs] -- COMMAND...");
+    auto o = std::make_shared<ClientOptions>();
+    AddClientFlags(cmd, o.get());
+    auto queue = std::make_shared<std::string>();
+    auto gpu_memory = std::make_shared<std::string>();
+    auto cpu = std::make_shared<std::string>();
+    auto memory = std::make_shared<std::string>();
+    auto job_class = std::make_shared<std::string>();
+    auto form = std::make_shared<std::string>();
+    auto name = std::make_shared<std::string>();
+    auto gpus = std::make_shared<int>(-1);
+    auto env = std::make_shared<std::vector<std::string>>();
+    auto command = std::make_shared<std::vector<std::string>>();
+    cmd->add_option("--queue", *queue, "execution queue")->required();
+    cmd->add_option("--gpus", *gpus, "number of GPUs");
+    cmd->add_option("--gpu-memory", *gpu_memory, "GPU memory, e.g. 8GiB (a share's cap)");
+    cmd->add_option("--cpu", *cpu, "CPU cores, e.g. 2 or 500m");
+    cmd->add_option("--memory", *memory, "host memory, e.g. 4GiB");
+    cmd->add_option("--class", *job_class, "training, inference, interactive, ci, batch");
+    cmd->add_option("--form", *form, "whole or share (if the queue allows it)");
+    cmd->add_option("--name", *name, "a name for people");
+    cmd->add_option("--env", *env, "NAME=VALUE for the job's environment (repeatable)");
+    cmd->add_option("command", *command, "the command after --")->required();
+    cmd->callback([=, &ctx] {
+      ClientOptions co = *o;
+      if (!Resolve(&co)) {
+        ctx.exit_code = kExitBadInput;
+        return;
+      }
+      Json body = {{"queue", *queue}, {"command", *command}};
+      if (*gpus >= 0) body["gpus"] = *gpus;
+      if (!gpu_memory->empty()) body["gpu_memory"] = *gpu_memory;
+      if (!cpu->empty()) body["cpu"] = *cpu;
+      if (!memory->empty()) body["memory"] = *memory;
+      if (!job_class->empty()) body["class"] = *job_class;
+      if (!form->empty()) body["form"] = *form;
+      if (!name->empty()) body["name"] = *name;
+      if (!env->empty()) {
+        Json e = Json::object();
+        for (const auto& kv : *env) {
+          size_t eq = kv.find('=');
+          if (eq == std::string::npos || eq == 0) {
+            std::cerr << "tessera submit: --env wants NAME=VALUE, got '" << kv << "'\n";
+            ctx.exit_code = kExitBadInput;
+            return;
+          }
+          e[kv.substr(0, eq)] = kv.substr(eq + 1);
+        }
+        body["env"] = e;
+      }
+      Json j = Call(co, "POST", "/v1/jobs", &ctx.exit_code, body.dump());
+      if (j.is_discarded()) return;
+      if (co.json) {
+        std::cout << j.dump(2) << "\n";
+      } else {
+        std::cout << j["id"].get<std::string>() << " " << j["state"].get<std::string>() << "\n";
+      }
+    });
+  }
+  // jobs / job / cancel / queues / groups / nodes / events / whoami
+  auto simple = [&](const char* name, const char* help, auto&& fn) {
+    auto* cmd = app.add_subcommand(name, help);
+    auto o = std::make_shared<ClientOptions>();
+    AddClientFlags(cmd, o.get());
+    auto arg = std::make_shared<std::string>();
+    fn(cmd, arg.get());
+    cmd->callback([o, arg, &ctx, fn2 = fn, name] {
+      ClientOptions co = *o;
+      if (!Resolve(&co)) {
+        ctx.exit_code = kExitBadInput;
+        return;
+      }
+      (void)fn2;
+      (void)name;
+      std::string cmd_name = name;
+      if (cmd_name == "jobs") {
+        Json j = Call(co, "GET", "/v1/jobs" + (arg->empty() ? "" : "?state=" + *arg), &ctx.exit_code);
+        if (j.is_discarded()) return;
+        if (co.json) return void(std::cout << j.dump(2) << "\n");
+        std::vector<std::vector<std::string>> rows = {{"ID", "STATE", "QUEUE", "GROUP", "NEEDS", "PLACEMENT", "AGE", "REASON"}};
+        for (const auto& job : j["jobs"]) rows.push_back(JobRow(job));
+        PrintTable(rows);
+      } else if (cmd_name == "job") {
+        Json j = Call(co, "GET", "/v1/jobs/" + *arg, &ctx.exit_code);
+        if (j.is_discarded()) return;
+        if (co.json) return void(std::cout << j.dump(2) << "\n");
+        PrintTable({{"ID", "STATE", "QUEUE", "GROUP", "NEEDS", "PLACEMENT", "AGE", "REASON"}, JobRow(j)});
+        if (j.contains("exit_code")) std::cout << "exit code: " << j["exit_code"] << "\n";
+        ClientReply out = HttpCall(co.url, co.token, "GET", "/v1/jobs/" + *arg + "/output");
+        if (out.status == 200 && !out.body.empty()) std::cout << "--- output ---\n" << out.body;
+      } else if (cmd_name == "cancel") {
+        Json j = Call(co, "POST", "/v1/jobs/" + *arg + "/cancel", &ctx.exit_code);
+        if (j.is_discarded()) return;
+        if (co.json) return void(std::cout << j.dump(2) << "\n");
+        std::cout << j["id"].get<std::string>() << " " << j["state"].get<std::string>() << "\n";
+      } else if (cmd_name == "queues") {
+        Json j = Call(co, "GET", "/v1/queues", &ctx.exit_code);
+        if (j.is_discarded()) return;
+        if (co.json) return void(std::cout << j.dump(2) << "\n");
+        std::vector<std::vector<std::string>> rows = {{"QUEUE", "PRIORITY", "CLASS", "FORMS", "GROUPS", "PREEMPTIBLE"}};
+        for (const auto& q : j["queues"]) {
+          std::string forms, groups;
+          for (const auto& f : q["forms"]) forms += (forms.empty() ? "" : ",") + f.get<std::string>();
+          for (const auto& g : q["groups"]) groups += (groups.empty() ? "" : ",") + g.get<std::string>();
+          rows.push_back({q["name"], std::to_string(q["priority"].get<int>()), q["class"], forms, groups,
+                          q["preemptible"].get<bool>() ? "yes" : "no"});
+        }
+        PrintTable(rows);
+      } else if (cmd_name == "groups") {
+        Json j = Call(co, "GET", "/v1/groups", &ctx.exit_code);
+        if (j.is_discarded()) return;
+        if (co.json) return void(std::cout << j.dump(2) << "\n");
+        std::vector<std::vector<std::string>> rows = {{"GROUP", "GPU USED", "RESERVED", "LIMIT", "CPU USED", "CPU LIMIT"}};
+        for (const auto& g : j["groups"]) {
+          auto lim = [](int64_t v) { return v == 0 ? std::string("-") : FormatMilli(v); };
+          rows.push_back({g["name"], FormatMilli(g["usage"]["gpu_milli"]), FormatMilli(g["reservation"]["gpu_milli"]),
+                          lim(g["limit"]["gpu_milli"]), FormatMilli(g["usage"]["cpu_milli"]), lim(g["limit"]["cpu_milli"])});
+        }
+        PrintTable(rows);
+      } else if (cmd_name == "nodes") {
+        Json j = Call(co, "GET", "/v1/nodes", &ctx.exit_code);
+        if (j.is_discarded()) return;
+        if (co.json) return void(std::cout << j.dump(2) << "\n");
+        std::vector<std::vector<std::string>> rows = {{"NODE", "STATE", "DEVICE", "MODEL", "USED", "MEMORY USED", "HOLDERS"}};
+        for (const auto& n : j["nodes"]) {
+          std::string state = n["state"].get<std::string>() + (n["simulated"].get<bool>() ? " (simulated)" : "");
+          if (n["devices"].empty()) rows.push_back({n["name"], state, "-", "-", "-", "-", "-"});
+          for (const auto& d : n["devices"]) {
+            std::string holders;
+            for (const auto& h : d["holders"]) {
+              holders += (holders.empty() ? "" : " ") + h["job"].get<std::string>() + "(" + h["form"].get<std::string>() +
+                         (h.contains("identity") ? "," + h["identity"].get<std::string>() : "") + ")";
+            }
+            rows.push_back({n["name"], state, std::to_string(d["index"].get<int>()),
+                            d["model"].get<std::string>() + (d["simulated"].get<bool>() ? "*" : ""),
+                            FormatMilli(d["gpu_milli_used"]),
+                            FormatMiB(d["gpu_memory_mib_used"]) + "/" + FormatMiB(d["memory_mib"]),
+                            holders.empty() ? "-" : holders});
+          }
+        }
+        PrintTable(rows);
+      } else if (cmd_name == "whoami") {
+        Json j = Call(co, "GET", "/v1/whoami", &ctx.exit_code);
+        if (j.is_discarded()) return;
+        std::cout << (co.json ? j.dump(2) : j["name"].get<std::string>() + " (" + j["role"].get<std::string>() + ")") << "\n";
+      }
+    });
+    return cmd;
+  };
+  simple("jobs", "List jobs (of your groups)", [](CLI::App* c, std::string* a) {
+    c->add_option("--state", *a, "only jobs in this state");
+  });
+  simple("job", "Show one job and its output", [](CLI::App* c, std::string* a) { c->add_option("id", *a)->required(); });
+  simple("cancel", "Cancel a job", [](CLI::App* c, std::string* a) { c->add_option("id", *a)->required(); });
+  simple("queues", "List the queues you may use", [](CLI::App*, std::string*) {});
+  simple("groups", "Groups with reservation, limit and usage", [](CLI::App*, std::string*) {});
+  simple("nodes", "Nodes, devices, and who holds them", [](CLI::App*, std::string*) {});
+  simple("whoami", "Who the token belongs to", [](CLI::App*, std::string*) {});
+  // events
+  {
+    auto* cmd = app.add_subcommand("events", "The event log (--follow to keep watching)");
+    auto o = std::make_shared<ClientOptions>();
+    AddClientFlags(cmd, o.get());
+    auto follow = std::make_shared<bool>(false);
+    auto kind = std::make_shared<std::string>();
+    auto after = std::make_shared<int64_t>(0);
+    cmd->add_flag("--follow,-f", *follow, "keep printing new events");
+    cmd->add_option("--kind", *kind, "only events whose kind starts with this (e.g. job.)");
+    cmd->add_option("--after", *after, "only events after this sequence number");
+    cmd->callback([=, &ctx] {
+      ClientOptions co = *o;
+      if (!Resolve(&co)) {
+        ctx.exit_code = kExitBadInput;
+        return;
+      }
+      int64_t cursor = *after;
+      do {
+        Json j = Call(co, "GET", "/v1/events?after=" + std::to_string(cursor) + "&limit=500" +
+                                     (kind->empty() ? "" : "&kind=" + *kind),
+                      &ctx.exit_code);
+        if (j.is_discarded()) return;
+        for (const auto& e : j["events"]) {
+          if (co.json) {
+            std::cout << e.dump() << "\n";
+          } else {
+            std::cout << e["seq"] << "  " << e["kind"].get<std::string>() << "  " << e["subject"].get<std::string>()
+                      << "  by " << e["actor"].get<std::string>()
+                      << (e["reason"].get<std::string>().empty() ? "" : "  (" + e["reason"].get<std::string>() + ")") << "\n";
+          }
+        }
+        std::cout.flush();
+        bool more = j["next"].get<int64_t>() > cursor;
+        cursor = j["next"].get<int64_t>();
+        if (!*follow && !more) break;
+        if (!more) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      } while (true);
+    });
+  }
+}
+
+}  // namespace tessera::cli

@@ -214,6 +214,7 @@ class Agent {
       finished_.erase(id);
       uploaded_.erase(id);
     }
+    if (stopping_) return;  // the last report on the way out: start nothing new
     std::set<std::string> starting;
     for (const JobSpec& spec : reply.start) {
       starting.insert(spec.id);
@@ -246,6 +247,7 @@ class Agent {
   }
 
   void Shutdown() {
+    stopping_ = true;
     std::vector<RunningJob> running = launcher_.Running();
     if (!running.empty()) log_("stopping " + std::to_string(running.size()) + " job(s)");
     for (const RunningJob& r : running) launcher_.Cancel(r.id, milliseconds(options_.stop_grace_ms));
@@ -268,6 +270,7 @@ class Agent {
   int64_t backoff_ms_;
   bool registered_ = false;
   bool down_ = false;
+  bool stopping_ = false;
   std::map<std::string, FinishedReport> finished_;  // ended, not yet acked
   std::map<std::string, int64_t> uploaded_;         // output bytes the control plane holds
 };

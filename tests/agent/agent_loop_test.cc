@@ -322,6 +322,7 @@ TEST(AgentLoop, KeepsJobsRunningWhileTheControlPlaneIsDown) {
   for (const std::string& s : v) EXPECT_NE(s.find("output of long at offset 7"), std::string::npos) << s;
   EXPECT_EQ(agent.Stop(), 0);
   EXPECT_NE(kill(pid, 0), 0) << "stopping the agent stops its jobs";
+  EXPECT_EQ(back.Finished("long")["signal"], SIGTERM) << "and reports how they ended";
 }
 
 }  // namespace

@@ -8,7 +8,7 @@ namespace {
 
 const partition::Catalog& Cat() { return partition::Catalog::BuiltIn(); }
 
-TEST(SimulatedInventory, CountTimesModel) {
+TEST(AgentSimulatedInventory, CountTimesModel) {
   Result<std::vector<DiscoveredDevice>> d = ParseSimulatedInventory("2xH100-80GB", "host-a", Cat());
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   ASSERT_EQ(d->size(), 2u);
@@ -21,7 +21,7 @@ TEST(SimulatedInventory, CountTimesModel) {
   }
 }
 
-TEST(SimulatedInventory, MixedListKeepsOrderAndCatalogNames) {
+TEST(AgentSimulatedInventory, MixedListKeepsOrderAndCatalogNames) {
   Result<std::vector<DiscoveredDevice>> d =
       ParseSimulatedInventory(" 1xMI300X , 4xa100-40gb", "n1", Cat());
   ASSERT_TRUE(d.ok()) << d.status().ToString();
@@ -33,7 +33,7 @@ TEST(SimulatedInventory, MixedListKeepsOrderAndCatalogNames) {
   EXPECT_EQ((*d)[4].uuid, "GPU-sim-n1-4");
 }
 
-TEST(SimulatedInventory, BareModelMeansOneAndModelsMayContainX) {
+TEST(AgentSimulatedInventory, BareModelMeansOneAndModelsMayContainX) {
   Result<std::vector<DiscoveredDevice>> d = ParseSimulatedInventory("MI300X", "n", Cat());
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   ASSERT_EQ(d->size(), 1u);
@@ -43,7 +43,7 @@ TEST(SimulatedInventory, BareModelMeansOneAndModelsMayContainX) {
   EXPECT_EQ(d->size(), 3u);
 }
 
-TEST(SimulatedInventory, BadSpecsSayWhatIsWrong) {
+TEST(AgentSimulatedInventory, BadSpecsSayWhatIsWrong) {
   struct Case {
     const char* spec;
     const char* want;  // a fragment of the message
@@ -67,14 +67,14 @@ TEST(SimulatedInventory, BadSpecsSayWhatIsWrong) {
   }
 }
 
-TEST(Nvml, AbsentLibraryIsReportedCleanly) {
+TEST(AgentNvml, AbsentLibraryIsReportedCleanly) {
   Result<std::vector<DiscoveredDevice>> d = DiscoverNvml(Cat(), "/nonexistent/libnvidia-ml.so.1");
   ASSERT_FALSE(d.ok());
   EXPECT_EQ(d.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(d.status().message().rfind("no NVML", 0), 0u) << d.status().message();
 }
 
-TEST(Nvml, AbsentNvmlGivesACpuOnlyInventory) {
+TEST(AgentNvml, AbsentNvmlGivesACpuOnlyInventory) {
   Result<Inventory> inv = DiscoverInventory("host-b", "", "/nonexistent/libnvidia-ml.so.1");
   ASSERT_TRUE(inv.ok()) << inv.status().ToString();
   EXPECT_TRUE(inv->devices.empty());
@@ -85,7 +85,7 @@ TEST(Nvml, AbsentNvmlGivesACpuOnlyInventory) {
   EXPECT_GT(inv->host.memory_mib, 0);
 }
 
-TEST(Nvml, EnumeratesThroughAStandInLibrary) {
+TEST(AgentNvml, EnumeratesThroughAStandInLibrary) {
   unsetenv("FAKE_NVML_INIT_FAIL");
   Result<std::vector<DiscoveredDevice>> d = DiscoverNvml(Cat(), FAKE_NVML_PATH);
   ASSERT_TRUE(d.ok()) << d.status().ToString();
@@ -99,7 +99,7 @@ TEST(Nvml, EnumeratesThroughAStandInLibrary) {
   EXPECT_FALSE((*d)[1].mig_enabled);
 }
 
-TEST(Nvml, InitFailureIsNoNvml) {
+TEST(AgentNvml, InitFailureIsNoNvml) {
   setenv("FAKE_NVML_INIT_FAIL", "1", 1);
   Result<std::vector<DiscoveredDevice>> d = DiscoverNvml(Cat(), FAKE_NVML_PATH);
   unsetenv("FAKE_NVML_INIT_FAIL");
@@ -108,7 +108,7 @@ TEST(Nvml, InitFailureIsNoNvml) {
   EXPECT_NE(d.status().message().find("Driver Not Loaded"), std::string::npos) << d.status().message();
 }
 
-TEST(Nvml, SimulatedSpecWinsOverNvml) {
+TEST(AgentNvml, SimulatedSpecWinsOverNvml) {
   Result<Inventory> inv = DiscoverInventory("h", "1xH100-80GB", FAKE_NVML_PATH);
   ASSERT_TRUE(inv.ok());
   EXPECT_TRUE(inv->simulated);
@@ -118,7 +118,7 @@ TEST(Nvml, SimulatedSpecWinsOverNvml) {
   EXPECT_FALSE(DiscoverInventory("h", "1xNOPE", FAKE_NVML_PATH).ok());
 }
 
-TEST(MatchCatalogModel, DriverNamesToCatalogModels) {
+TEST(AgentMatchCatalogModel, DriverNamesToCatalogModels) {
   EXPECT_EQ(MatchCatalogModel("NVIDIA H100 80GB HBM3", 81559, Cat()), "H100-80GB");
   EXPECT_EQ(MatchCatalogModel("NVIDIA H100 NVL", 95830, Cat()), "H100-NVL-94GB");
   EXPECT_EQ(MatchCatalogModel("NVIDIA A100-SXM4-80GB", 81920, Cat()), "A100-80GB");
@@ -127,7 +127,7 @@ TEST(MatchCatalogModel, DriverNamesToCatalogModels) {
   EXPECT_EQ(MatchCatalogModel("Tesla T4", 15360, Cat()), "");
 }
 
-TEST(HostParsers, CgroupCpuMax) {
+TEST(AgentHostParsers, CgroupCpuMax) {
   EXPECT_EQ(ParseCgroupCpuMax("max 100000\n"), 0);
   EXPECT_EQ(ParseCgroupCpuMax("150000 100000\n"), 1500);
   EXPECT_EQ(ParseCgroupCpuMax("50000 100000"), 500);
@@ -136,7 +136,7 @@ TEST(HostParsers, CgroupCpuMax) {
   EXPECT_EQ(ParseCgroupCpuMax("junk"), 0);
 }
 
-TEST(HostParsers, MemInfoTotal) {
+TEST(AgentHostParsers, MemInfoTotal) {
   EXPECT_EQ(ParseMemInfoTotal("MemTotal:       65843012 kB\nMemFree:  1 kB\n"), 64299);
   EXPECT_EQ(ParseMemInfoTotal("MemFree: 1 kB\n"), 0);
 }

@@ -33,7 +33,7 @@ JobSpec TwoDevices() {
   return spec;
 }
 
-TEST(JobEnvironment, VisibleDevicesAreTheGrantedUuids) {
+TEST(AgentJobEnvironment, VisibleDevicesAreTheGrantedUuids) {
   auto env = AsMap(BuildJobEnvironment(TwoDevices(), {"PATH=/bin", "HOME=/root"}, TmpOpts()));
   EXPECT_EQ(env["CUDA_VISIBLE_DEVICES"], "GPU-aaa,GPU-bbb");
   EXPECT_EQ(env["TESSERA_JOB_ID"], "j-1");
@@ -42,21 +42,21 @@ TEST(JobEnvironment, VisibleDevicesAreTheGrantedUuids) {
   EXPECT_EQ(env.count("TESSERA_CAPGPU_REGION"), 0u);
 }
 
-TEST(JobEnvironment, MigSliceUsesTheMigUuid) {
+TEST(AgentJobEnvironment, MigSliceUsesTheMigUuid) {
   JobSpec spec = TwoDevices();
   spec.devices = {{0, "GPU-aaa", "MIG-1234"}};
   auto env = AsMap(BuildJobEnvironment(spec, {}, TmpOpts()));
   EXPECT_EQ(env["CUDA_VISIBLE_DEVICES"], "MIG-1234");
 }
 
-TEST(JobEnvironment, NoGpuMeansNoVisibleDevice) {
+TEST(AgentJobEnvironment, NoGpuMeansNoVisibleDevice) {
   JobSpec spec = TwoDevices();
   spec.devices.clear();
   auto env = AsMap(BuildJobEnvironment(spec, {"CUDA_VISIBLE_DEVICES=0,1"}, TmpOpts()));
   EXPECT_EQ(env["CUDA_VISIBLE_DEVICES"], "");
 }
 
-TEST(JobEnvironment, BindingsBeatInheritedAndJobVariables) {
+TEST(AgentJobEnvironment, BindingsBeatInheritedAndJobVariables) {
   JobSpec spec = TwoDevices();
   spec.env = {{"CUDA_VISIBLE_DEVICES", "everything"}, {"TESSERA_JOB_ID", "other"}, {"K", "V"}};
   auto env = AsMap(BuildJobEnvironment(
@@ -68,7 +68,7 @@ TEST(JobEnvironment, BindingsBeatInheritedAndJobVariables) {
   EXPECT_EQ(env.count("TESSERA_CAPGPU_REGION"), 0u);
 }
 
-TEST(JobEnvironment, ShareGetsLimitRegionAndPreloadWhenTheLibraryExists) {
+TEST(AgentJobEnvironment, ShareGetsLimitRegionAndPreloadWhenTheLibraryExists) {
   char lib[] = "/tmp/agent-capgpu-XXXXXX";
   int fd = mkstemp(lib);
   ASSERT_GE(fd, 0);
@@ -95,7 +95,7 @@ TEST(JobEnvironment, ShareGetsLimitRegionAndPreloadWhenTheLibraryExists) {
   EXPECT_EQ(env.count("LD_PRELOAD"), 0u);
 }
 
-TEST(Cgroups, LimitTexts) {
+TEST(AgentCgroups, LimitTexts) {
   EXPECT_EQ(CgroupCpuMax(0), "max 100000");
   EXPECT_EQ(CgroupCpuMax(2000), "200000 100000");
   EXPECT_EQ(CgroupCpuMax(250), "25000 100000");
@@ -104,7 +104,7 @@ TEST(Cgroups, LimitTexts) {
   EXPECT_EQ(CgroupMemoryMax(4096), "4294967296");
 }
 
-TEST(JobIds, OnlySafeNames) {
+TEST(AgentJobIds, OnlySafeNames) {
   EXPECT_TRUE(ValidateJobId("j-12").ok());
   EXPECT_TRUE(ValidateJobId("job_1.retry-2").ok());
   EXPECT_FALSE(ValidateJobId("").ok());

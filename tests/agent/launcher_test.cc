@@ -41,7 +41,7 @@ JobExit RunToEnd(Launcher& l, const JobSpec& spec, std::chrono::milliseconds tim
   return ended.empty() ? JobExit{} : ended[0];
 }
 
-TEST(Launcher, CapturesStdoutAndStderrAndExitZero) {
+TEST(AgentLauncher, CapturesStdoutAndStderrAndExitZero) {
   TempDir dir;
   Launcher l(Opts(dir));
   JobExit e = RunToEnd(l, Sh("ok", "echo out; echo err 1>&2; exit 0"));
@@ -54,7 +54,7 @@ TEST(Launcher, CapturesStdoutAndStderrAndExitZero) {
   EXPECT_FALSE(l.IsRunning("ok"));
 }
 
-TEST(Launcher, NonZeroExitCode) {
+TEST(AgentLauncher, NonZeroExitCode) {
   TempDir dir;
   Launcher l(Opts(dir));
   JobExit e = RunToEnd(l, Sh("bad", "exit 7"));
@@ -62,7 +62,7 @@ TEST(Launcher, NonZeroExitCode) {
   EXPECT_EQ(e.signal, 0);
 }
 
-TEST(Launcher, KilledBySignal) {
+TEST(AgentLauncher, KilledBySignal) {
   TempDir dir;
   Launcher l(Opts(dir));
   JobExit e = RunToEnd(l, Sh("sig", "kill -KILL $$"));
@@ -70,7 +70,7 @@ TEST(Launcher, KilledBySignal) {
   EXPECT_EQ(e.exit_code, 128 + SIGKILL);
 }
 
-TEST(Launcher, MissingProgramExits127WithTheReasonInItsOutput) {
+TEST(AgentLauncher, MissingProgramExits127WithTheReasonInItsOutput) {
   TempDir dir;
   Launcher l(Opts(dir));
   JobSpec spec;
@@ -81,7 +81,7 @@ TEST(Launcher, MissingProgramExits127WithTheReasonInItsOutput) {
   EXPECT_NE(ReadAll(l.OutputPath("nope")).find("cannot execute '/nonexistent/program'"), std::string::npos);
 }
 
-TEST(Launcher, RefusesBadSpecsAndDuplicates) {
+TEST(AgentLauncher, RefusesBadSpecsAndDuplicates) {
   TempDir dir;
   Launcher l(Opts(dir));
   EXPECT_FALSE(l.Start(Sh("../x", "true")).ok());
@@ -96,7 +96,7 @@ TEST(Launcher, RefusesBadSpecsAndDuplicates) {
   EXPECT_EQ(l.Cancel("dup", 0ms).code(), StatusCode::kNotFound);
 }
 
-TEST(Launcher, CancelEndsAJobThatHonoursSigterm) {
+TEST(AgentLauncher, CancelEndsAJobThatHonoursSigterm) {
   TempDir dir;
   Launcher l(Opts(dir));
   ASSERT_TRUE(l.Start(Sh("polite", "exec sleep 30")).ok());
@@ -110,7 +110,7 @@ TEST(Launcher, CancelEndsAJobThatHonoursSigterm) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 3s);  // did not wait for the grace
 }
 
-TEST(Launcher, CancelKillsAJobIgnoringSigtermAfterTheGrace) {
+TEST(AgentLauncher, CancelKillsAJobIgnoringSigtermAfterTheGrace) {
   TempDir dir;
   Launcher l(Opts(dir));
   ASSERT_TRUE(l.Start(Sh("stubborn", "trap '' TERM; echo ready; while :; do sleep 0.05; done")).ok());
@@ -127,7 +127,7 @@ TEST(Launcher, CancelKillsAJobIgnoringSigtermAfterTheGrace) {
   EXPECT_GE(std::chrono::steady_clock::now() - t0, 400ms);
 }
 
-TEST(Launcher, BindsTheAllocationIntoTheEnvironment) {
+TEST(AgentLauncher, BindsTheAllocationIntoTheEnvironment) {
   TempDir dir;
   Launcher l(Opts(dir));
   JobSpec spec = Sh("env-1",
@@ -142,7 +142,7 @@ TEST(Launcher, BindsTheAllocationIntoTheEnvironment) {
                                                 dir.path() + "/tessera-capgpu-env-1\nK=V\n");
 }
 
-TEST(Launcher, LeftoversOfTheProcessGroupAreKilledWhenTheJobEnds) {
+TEST(AgentLauncher, LeftoversOfTheProcessGroupAreKilledWhenTheJobEnds) {
   TempDir dir;
   Launcher l(Opts(dir));
   std::string pidfile = dir.path() + "/bg.pid";
@@ -156,7 +156,7 @@ TEST(Launcher, LeftoversOfTheProcessGroupAreKilledWhenTheJobEnds) {
   }, 3s));
 }
 
-TEST(Launcher, WritesCgroupLimitsWhenTheHierarchyAllowsIt) {
+TEST(AgentLauncher, WritesCgroupLimitsWhenTheHierarchyAllowsIt) {
   // A stand-in cgroup tree: plain files where cgroupfs would create control files.
   TempDir dir;
   std::string root = dir.path() + "/cg";
@@ -183,7 +183,7 @@ TEST(Launcher, WritesCgroupLimitsWhenTheHierarchyAllowsIt) {
   EXPECT_EQ(ReadAll(root + "/tessera/cg-job/cgroup.procs") + "\n", pid);
 }
 
-TEST(Launcher, RunsWithoutCgroupsWhenTheHostHasNone) {
+TEST(AgentLauncher, RunsWithoutCgroupsWhenTheHostHasNone) {
   TempDir dir;
   LauncherOptions o = Opts(dir);
   o.cgroup_root = dir.path() + "/no-cgroup-here";

@@ -9,7 +9,7 @@ namespace {
 
 using nlohmann::json;
 
-TEST(Protocol, RegisterBodyMarksSimulation) {
+TEST(AgentProtocol, RegisterBodyMarksSimulation) {
   Inventory inv;
   inv.node = "host-a";
   inv.host = {16000, 65536};
@@ -29,7 +29,7 @@ TEST(Protocol, RegisterBodyMarksSimulation) {
   EXPECT_EQ(j["devices"][0]["index"], 0);
 }
 
-TEST(Protocol, RegisterReply) {
+TEST(AgentProtocol, RegisterReply) {
   EXPECT_EQ(*ParseRegisterReply(R"({"ok": true, "heartbeat_ms": 250})", 1000), 250);
   EXPECT_EQ(*ParseRegisterReply(R"({"ok": true})", 1000), 1000);
   EXPECT_FALSE(ParseRegisterReply(R"({"ok": false, "error": "no"})", 1000).ok());
@@ -37,13 +37,13 @@ TEST(Protocol, RegisterReply) {
   EXPECT_FALSE(ParseRegisterReply("not json", 1000).ok());
 }
 
-TEST(Protocol, HeartbeatBody) {
+TEST(AgentProtocol, HeartbeatBody) {
   json j = json::parse(HeartbeatBody("host-a", {{"j-12", 4242}}, {{"j-11", 0, 0, 120}}));
   EXPECT_EQ(j, json::parse(R"({"node": "host-a", "running": [{"job": "j-12", "pid": 4242}],
       "finished": [{"job": "j-11", "exit_code": 0, "signal": 0, "output_bytes": 120}]})"));
 }
 
-TEST(Protocol, HeartbeatReplyAsDocumented) {
+TEST(AgentProtocol, HeartbeatReplyAsDocumented) {
   Result<HeartbeatReply> r = ParseHeartbeatReply(R"({
     "start": [{"job": "j-13", "command": ["python3", "train.py"], "env": {"K": "V"},
                "cpu_milli": 2000, "memory_mib": 4096,
@@ -70,7 +70,7 @@ TEST(Protocol, HeartbeatReplyAsDocumented) {
   EXPECT_EQ(r->ack, std::vector<std::string>{"j-11"});
 }
 
-TEST(Protocol, EmptyReplyDoesNothingAndLeavesMayRunUnset) {
+TEST(AgentProtocol, EmptyReplyDoesNothingAndLeavesMayRunUnset) {
   Result<HeartbeatReply> r = ParseHeartbeatReply("{}");
   ASSERT_TRUE(r.ok());
   EXPECT_TRUE(r->start.empty());
@@ -81,7 +81,7 @@ TEST(Protocol, EmptyReplyDoesNothingAndLeavesMayRunUnset) {
   EXPECT_TRUE(r->may_run->empty());
 }
 
-TEST(Protocol, MalformedRepliesNameTheField) {
+TEST(AgentProtocol, MalformedRepliesNameTheField) {
   struct Case {
     const char* body;
     const char* want;
@@ -102,7 +102,7 @@ TEST(Protocol, MalformedRepliesNameTheField) {
   }
 }
 
-TEST(Protocol, OutputPathEscapesIds) {
+TEST(AgentProtocol, OutputPathEscapesIds) {
   EXPECT_EQ(OutputPath("j-12", 0), "/v1/agent/jobs/j-12/output?offset=0");
   EXPECT_EQ(OutputPath("a b", 120), "/v1/agent/jobs/a%20b/output?offset=120");
 }

@@ -7,11 +7,10 @@
 // writers; the lock makes every committed prefix of the log gap-free and in order.
 //
 // pqxx reports errors as exceptions; none leave this file.
-#include <pqxx/pqxx>
-
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <pqxx/pqxx>
 #include <string>
 #include <utility>
 #include <vector>
@@ -221,14 +220,22 @@ class PostgresStore final : public Store {
     const std::string name = ListEventsName(mask);
     const int64_t lim = limit;
     switch (mask) {
-      case 0: return t.exec_prepared(name, after_seq, lim);
-      case 1: return t.exec_prepared(name, after_seq, f.kind_prefix, lim);
-      case 2: return t.exec_prepared(name, after_seq, f.subject, lim);
-      case 3: return t.exec_prepared(name, after_seq, f.kind_prefix, f.subject, lim);
-      case 4: return t.exec_prepared(name, after_seq, f.actor, lim);
-      case 5: return t.exec_prepared(name, after_seq, f.kind_prefix, f.actor, lim);
-      case 6: return t.exec_prepared(name, after_seq, f.subject, f.actor, lim);
-      default: return t.exec_prepared(name, after_seq, f.kind_prefix, f.subject, f.actor, lim);
+      case 0:
+        return t.exec_prepared(name, after_seq, lim);
+      case 1:
+        return t.exec_prepared(name, after_seq, f.kind_prefix, lim);
+      case 2:
+        return t.exec_prepared(name, after_seq, f.subject, lim);
+      case 3:
+        return t.exec_prepared(name, after_seq, f.kind_prefix, f.subject, lim);
+      case 4:
+        return t.exec_prepared(name, after_seq, f.actor, lim);
+      case 5:
+        return t.exec_prepared(name, after_seq, f.kind_prefix, f.actor, lim);
+      case 6:
+        return t.exec_prepared(name, after_seq, f.subject, f.actor, lim);
+      default:
+        return t.exec_prepared(name, after_seq, f.kind_prefix, f.subject, f.actor, lim);
     }
   }
 
@@ -281,9 +288,9 @@ class PostgresStore final : public Store {
       return body();
     } catch (const pqxx::in_doubt_error& e) {
       conn_.reset();
-      return Status::Internal(described_ + ": " + what +
-                              ": connection lost during commit, outcome unknown: " +
-                              Trim(e.what()));
+      return Status::Internal(
+          described_ + ": " + what +
+          ": connection lost during commit, outcome unknown: " + Trim(e.what()));
     } catch (const pqxx::broken_connection& e) {
       conn_.reset();
       return Status::Internal(described_ + ": " + what + ": connection lost: " + Trim(e.what()));

@@ -45,7 +45,8 @@ class Stmt {
 
   std::string Text(int col) const {
     const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(s_, col));
-    return p == nullptr ? std::string() : std::string(p, static_cast<size_t>(sqlite3_column_bytes(s_, col)));
+    return p == nullptr ? std::string()
+                        : std::string(p, static_cast<size_t>(sqlite3_column_bytes(s_, col)));
   }
   int64_t Int64(int col) const { return sqlite3_column_int64(s_, col); }
   bool IsNull(int col) const { return sqlite3_column_type(s_, col) == SQLITE_NULL; }
@@ -97,8 +98,7 @@ class SqliteStore final : public Store {
 
   Result<std::vector<JobRecord>> LoadJobs() override {
     std::lock_guard<std::mutex> lock(mu_);
-    auto st = Prepare(std::string("SELECT ") + kJobColumns +
-                      " FROM jobs ORDER BY submit_ms, id");
+    auto st = Prepare(std::string("SELECT ") + kJobColumns + " FROM jobs ORDER BY submit_ms, id");
     if (!st.ok()) return st.status();
     Stmt q(*st);
     std::vector<JobRecord> out;
@@ -343,8 +343,8 @@ class SqliteStore final : public Store {
     }
     for (const auto& step : Migrations()) {
       if (step.version <= *version || step.version > target) continue;
-      if (auto s = Exec(step.sqlite, "migrating to schema version " +
-                                         std::to_string(step.version) + " (" + step.what + ")");
+      if (auto s = Exec(step.sqlite, "migrating to schema version " + std::to_string(step.version) +
+                                         " (" + step.what + ")");
           !s.ok()) {
         return s;
       }
@@ -377,9 +377,8 @@ Result<std::unique_ptr<Store>> OpenSqlite(const std::string& path, int target_ve
                                    " does not exist");
   }
   sqlite3* db = nullptr;
-  const int rc = sqlite3_open_v2(abs.c_str(), &db,
-                                 SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                                 nullptr);
+  const int rc = sqlite3_open_v2(
+      abs.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
   if (rc != SQLITE_OK) {
     std::string msg = db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
     sqlite3_close_v2(db);

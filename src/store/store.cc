@@ -31,7 +31,8 @@ Result<ParsedUrl> ParseUrl(const std::string& url) {
   if (StartsWith(url, "sqlite:")) {
     std::string path = url.substr(7);
     if (path.empty()) {
-      return Status::InvalidArgument("store URL '" + url + "' names no SQLite file after 'sqlite:'");
+      return Status::InvalidArgument("store URL '" + url +
+                                     "' names no SQLite file after 'sqlite:'");
     }
     return ParsedUrl{Backend::kSqlite, path};
   }

@@ -19,9 +19,19 @@ inline std::string JobId(int64_t i) {
 inline std::vector<Event> Events(int64_t i) {
   const std::string id = JobId(i);
   const std::string pad(200 + static_cast<size_t>(i % 97) * 13, 'x');
-  Event submitted{0, 1700000000000 + i, "user:crash", "job.submitted", id, "submitted " + id,
+  Event submitted{0,
+                  1700000000000 + i,
+                  "user:crash",
+                  "job.submitted",
+                  id,
+                  "submitted " + id,
                   "{\"n\":" + std::to_string(i) + ",\"pad\":\"" + pad + "\"}"};
-  Event placed{0, 1700000000000 + i, "engine", "job.placed", id, "",
+  Event placed{0,
+               1700000000000 + i,
+               "engine",
+               "job.placed",
+               id,
+               "",
                "{\"n\":" + std::to_string(i) + ",\"node\":\"node-" + std::to_string(i % 7) + "\"}"};
   return {submitted, placed};
 }

@@ -39,8 +39,8 @@ int main(int argc, char** argv) {
                    s.ToString().c_str());
       return 2;
     }
-    const std::string line = std::to_string(i) + " " + std::to_string(seqs[0]) + " " +
-                             std::to_string(seqs[1]) + "\n";
+    const std::string line =
+        std::to_string(i) + " " + std::to_string(seqs[0]) + " " + std::to_string(seqs[1]) + "\n";
     if (write(1, line.data(), line.size()) != static_cast<ssize_t>(line.size())) return 2;
   }
 }

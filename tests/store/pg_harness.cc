@@ -64,9 +64,9 @@ Status Run(const Command& cmd) {
     if (errno != EINTR) return Status::Internal("waitpid failed for " + Join(cmd.argv));
   }
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return Status::Ok();
-  const std::string how = WIFEXITED(status) ? "exited with " + std::to_string(WEXITSTATUS(status))
-                                            : "was killed by signal " +
-                                                  std::to_string(WTERMSIG(status));
+  const std::string how = WIFEXITED(status)
+                              ? "exited with " + std::to_string(WEXITSTATUS(status))
+                              : "was killed by signal " + std::to_string(WTERMSIG(status));
   return Status::Internal("'" + Join(cmd.argv) + "' " + how + ":\n" + ReadTail(cmd.log));
 }
 
@@ -146,8 +146,9 @@ Result<std::unique_ptr<PgServer>> PgServer::Start(const Options& options) {
     gid = pw->pw_gid;
     runuser = Runuser();
     if (runuser.empty()) {
-      return Status::FailedPrecondition("running as root and runuser(1) is missing; "
-                                        "cannot start PostgreSQL as the 'postgres' user");
+      return Status::FailedPrecondition(
+          "running as root and runuser(1) is missing; "
+          "cannot start PostgreSQL as the 'postgres' user");
     }
     server->as_postgres_user_ = true;
   }
@@ -175,13 +176,11 @@ Result<std::unique_ptr<PgServer>> PgServer::Start(const Options& options) {
     auto port = FreePort();
     if (!port.ok()) return port.status();
     server->port_ = *port;
-    const std::string opts = "-c listen_addresses=127.0.0.1 -p " + std::to_string(*port) +
-                             " -k " + server->dir_ + " -c fsync=" +
-                             (options.fsync ? "on" : "off") +
+    const std::string opts = "-c listen_addresses=127.0.0.1 -p " + std::to_string(*port) + " -k " +
+                             server->dir_ + " -c fsync=" + (options.fsync ? "on" : "off") +
                              " -c max_connections=64 -c shared_buffers=32MB";
     started = Run({as_server({server->bin_dir_ + "/pg_ctl", "-D", data, "-l",
-                              server->dir_ + "/server.log", "-w", "-t", "30", "-o", opts,
-                              "start"}),
+                              server->dir_ + "/server.log", "-w", "-t", "30", "-o", opts, "start"}),
                    server->dir_ + "/pg_ctl.log", server->dir_});
     if (started.ok()) break;
   }
@@ -205,7 +204,7 @@ Status PgServer::Stop() {
   running_ = false;
   // Immediate: no shutdown checkpoint, since the files are removed next.
   std::vector<std::string> argv = {bin_dir_ + "/pg_ctl", "-D", dir_ + "/data", "-m",
-                                   "immediate", "-w", "stop"};
+                                   "immediate",          "-w", "stop"};
   if (as_postgres_user_) argv.insert(argv.begin(), {Runuser(), "-u", "postgres", "--"});
   return Run({argv, dir_ + "/pg_ctl_stop.log", dir_});
 }
@@ -225,7 +224,8 @@ Result<std::string> PgServer::CreateDatabase(const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
   if (auto s = Run({{bin_dir_ + "/createdb", "-h", "127.0.0.1", "-p", std::to_string(port_), "-U",
                      "postgres", name},
-                    dir_ + "/createdb.log", dir_});
+                    dir_ + "/createdb.log",
+                    dir_});
       !s.ok()) {
     return s;
   }

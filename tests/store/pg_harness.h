@@ -13,7 +13,8 @@
 // Usage:
 //   auto server = tessera::testing::PgServer::Start();   // Result<std::unique_ptr<PgServer>>
 //   ASSERT_TRUE(server.ok()) << server.status().ToString();
-//   auto url = (*server)->CreateDatabase("t1");            // "postgresql://postgres@127.0.0.1:P/t1"
+//   auto url = (*server)->CreateDatabase("t1");            //
+//   "postgresql://postgres@127.0.0.1:P/t1"
 //
 // Or, shared by every test of one process: tessera::testing::SharedPgServer(), started on first
 // use and stopped at exit.
@@ -64,7 +65,7 @@ class PgServer {
 
   std::string bin_dir_;  // .../bin of the chosen version
   std::string version_;
-  std::string dir_;      // temporary root: data/, server.log, socket
+  std::string dir_;  // temporary root: data/, server.log, socket
   int port_ = 0;
   bool as_postgres_user_ = false;
   bool running_ = false;

@@ -73,8 +73,7 @@ TEST(StoreUrl, FileThatIsNotADatabaseIsRefused) {
   auto s = Store::Open("sqlite:" + path);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.status().message().find(path), std::string::npos) << s.status().message();
-  EXPECT_NE(s.status().message().find("not a database"), std::string::npos)
-      << s.status().message();
+  EXPECT_NE(s.status().message().find("not a database"), std::string::npos) << s.status().message();
 }
 
 TEST(StoreUrl, PlainPathAndSqlitePrefixOpenTheSameFile) {
@@ -115,7 +114,8 @@ TEST(StoreUrl, RedactsOnlyThePassword) {
 TEST(StoreUrl, OpenAtUnknownVersionIsRefused) {
   TempDir dir;
   EXPECT_FALSE(internal::OpenAtVersion(dir.path() + "/t.db", 0).ok());
-  EXPECT_FALSE(internal::OpenAtVersion(dir.path() + "/t.db", Store::LatestSchemaVersion() + 1).ok());
+  EXPECT_FALSE(
+      internal::OpenAtVersion(dir.path() + "/t.db", Store::LatestSchemaVersion() + 1).ok());
 }
 
 }  // namespace

@@ -8,8 +8,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <random>
@@ -214,9 +214,9 @@ TEST_P(StoreSuite, ConcurrentCommitsFromThreadsGetDistinctOrderedSeqs) {
       for (int i = 0; i < kCommits; ++i) {
         std::vector<int64_t> seqs;
         const std::string id = "t" + std::to_string(t) + "-" + std::to_string(i);
-        auto s = store->Commit({MakeEvent("job.submitted", id, "engine"),
-                                MakeEvent("job.placed", id, "engine")},
-                               {MakeJob(id, i)}, &seqs);
+        auto s = store->Commit(
+            {MakeEvent("job.submitted", id, "engine"), MakeEvent("job.placed", id, "engine")},
+            {MakeJob(id, i)}, &seqs);
         if (!s.ok() || seqs.size() != 2 || seqs[1] != seqs[0] + 1) {
           ADD_FAILURE() << s.ToString();
           return;
@@ -304,8 +304,8 @@ TEST_P(StoreSuite, PagesByAfterSeqAndLimit) {
 TEST_P(StoreSuite, JobsAreUpsertedAndListedInSubmitOrder) {
   auto store = MustOpen(NewUrl());
   ASSERT_NE(store, nullptr);
-  ASSERT_TRUE(store->Commit({}, {MakeJob("c", 30), MakeJob("b", 10), MakeJob("a", 10)}, nullptr)
-                  .ok());
+  ASSERT_TRUE(
+      store->Commit({}, {MakeJob("c", 30), MakeJob("b", 10), MakeJob("a", 10)}, nullptr).ok());
   JobRecord done = MakeJob("c", 30);
   done.state = "failed";
   done.exit_code = 137;
@@ -528,8 +528,8 @@ TEST_P(StoreSuite, CrashKeepsEveryAcknowledgedCommitWhole) {
   int64_t stored = 0;
   for (int run = 0; run < 10; ++run) {
     const auto delay = std::chrono::milliseconds(run == 0 ? 3 : delay_ms(rng));
-    SCOPED_TRACE("run " + std::to_string(run) + ", killed after " +
-                 std::to_string(delay.count()) + " ms");
+    SCOPED_TRACE("run " + std::to_string(run) + ", killed after " + std::to_string(delay.count()) +
+                 " ms");
     auto acks = RunWriterAndKill(url, delay);
     total_acks += acks.size();
     auto store = Store::Open(url);

@@ -1,0 +1,207 @@
+// store_bench: durable commits per second and commit latency of the store backends.
+//
+// Each commit is what a job submission writes: one "job.submitted" event and one job record,
+// in one durable transaction. Commits run back to back from one thread (the engine commits from
+// one thread). Prints throughput, p50/p99/max latency and the conditions.
+//
+//   store_bench [--commits 10000] [--backends sqlite,postgresql] [--dir DIR] [--pg-url URL]
+//
+// SQLite writes a fresh file under --dir (default: a temporary directory under /tmp).
+// PostgreSQL uses --pg-url, or else starts a private server (tests/store/pg_harness.h) with
+// fsync on, so both backends pay for real durability.
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "pg_harness.h"
+#include "store/store.h"
+
+namespace {
+
+using tessera::store::Event;
+using tessera::store::JobRecord;
+using tessera::store::Store;
+
+struct Figures {
+  double per_second = 0;
+  double p50_ms = 0, p99_ms = 0, max_ms = 0;
+};
+
+bool Bench(const std::string& url, int commits, Figures* out) {
+  auto opened = Store::Open(url);
+  if (!opened.ok()) {
+    std::fprintf(stderr, "store_bench: %s\n", opened.status().ToString().c_str());
+    return false;
+  }
+  Store& store = **opened;
+  std::vector<double> lat_ms;
+  lat_ms.reserve(static_cast<size_t>(commits));
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < commits; ++i) {
+    const std::string id = "job-" + std::to_string(i);
+    Event e{0,
+            1700000000000 + i,
+            "user:bench",
+            "job.submitted",
+            id,
+            "",
+            "{\"queue\":\"training\",\"gpus\":1,\"gpu_memory\":\"8GiB\"}"};
+    JobRecord j;
+    j.id = id;
+    j.queue = "training";
+    j.identity = "bench";
+    j.group = "g";
+    j.state = "pending";
+    j.spec = "{\"command\":[\"python\",\"train.py\"],\"gpus\":1}";
+    j.submit_ms = e.time_ms;
+    j.update_ms = e.time_ms;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto s = store.Commit({e}, {j}, nullptr);
+    const auto t1 = std::chrono::steady_clock::now();
+    if (!s.ok()) {
+      std::fprintf(stderr, "store_bench: commit %d: %s\n", i, s.ToString().c_str());
+      return false;
+    }
+    lat_ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+  }
+  const double total_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::sort(lat_ms.begin(), lat_ms.end());
+  auto pct = [&](double p) {
+    return lat_ms[std::min(lat_ms.size() - 1,
+                           static_cast<size_t>(p * static_cast<double>(lat_ms.size())))];
+  };
+  out->per_second = commits / total_s;
+  out->p50_ms = pct(0.50);
+  out->p99_ms = pct(0.99);
+  out->max_ms = lat_ms.back();
+  return true;
+}
+
+std::string Filesystem(const std::string& dir) {
+  // The filesystem type matters for fsync cost; /proc/mounts names it.
+  FILE* f = std::fopen("/proc/mounts", "r");
+  if (f == nullptr) return "?";
+  char dev[512], mnt[512], type[128];
+  std::string best_mnt, best_type = "?";
+  while (std::fscanf(f, "%511s %511s %127s %*[^\n]", dev, mnt, type) == 3) {
+    const std::string m = mnt;
+    if (dir.compare(0, m.size(), m) == 0 && m.size() > best_mnt.size()) {
+      best_mnt = m;
+      best_type = type;
+    }
+  }
+  std::fclose(f);
+  return best_type + " at " + best_mnt;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int commits = 10000;
+  std::string backends = "sqlite,postgresql";
+  std::string dir;
+  std::string pg_url;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "store_bench: %s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--commits") {
+      commits = std::atoi(next().c_str());
+    } else if (a == "--backends") {
+      backends = next();
+    } else if (a == "--dir") {
+      dir = next();
+    } else if (a == "--pg-url") {
+      pg_url = next();
+    } else {
+      std::fprintf(stderr,
+                   "usage: store_bench [--commits N] [--backends sqlite,postgresql] [--dir DIR] "
+                   "[--pg-url URL]\n");
+      return 2;
+    }
+  }
+  if (commits <= 0) {
+    std::fprintf(stderr, "store_bench: --commits must be positive\n");
+    return 2;
+  }
+  bool own_dir = false;
+  if (dir.empty()) {
+    char tmpl[] = "/tmp/tessera-store-bench-XXXXXX";
+    if (mkdtemp(tmpl) == nullptr) return 1;
+    dir = tmpl;
+    own_dir = true;
+  }
+  utsname u{};
+  uname(&u);
+  std::printf("store_bench: %d commits per backend, each 1 event + 1 job record, one thread\n",
+              commits);
+  std::printf("host: %s %s, %ld cores\n", u.sysname, u.release, sysconf(_SC_NPROCESSORS_ONLN));
+  std::printf("%-11s %12s %10s %10s %10s  %s\n", "backend", "commits/s", "p50 ms", "p99 ms",
+              "max ms", "conditions");
+  int rc = 0;
+  std::stringstream list(backends);
+  std::string b;
+  std::unique_ptr<tessera::testing::PgServer> server;
+  while (std::getline(list, b, ',')) {
+    std::string url, conditions;
+    if (b == "sqlite") {
+      url = "sqlite:" + dir + "/bench.db";
+      std::filesystem::remove(dir + "/bench.db");
+      conditions = "WAL, synchronous=FULL, file on " + Filesystem(dir);
+    } else if (b == "postgresql") {
+      if (pg_url.empty()) {
+        tessera::testing::PgServer::Options o;
+        o.fsync = true;
+        auto started = tessera::testing::PgServer::Start(o);
+        if (!started.ok()) {
+          std::fprintf(stderr, "store_bench: %s\n", started.status().ToString().c_str());
+          rc = 1;
+          continue;
+        }
+        server = std::move(*started);
+        auto created = server->CreateDatabase("bench");
+        if (!created.ok()) {
+          std::fprintf(stderr, "store_bench: %s\n", created.status().ToString().c_str());
+          rc = 1;
+          continue;
+        }
+        url = *created;
+        conditions = "PostgreSQL " + server->version() +
+                     " private server over TCP 127.0.0.1, fsync=on, synchronous_commit=on, "
+                     "data on " +
+                     Filesystem(server->dir());
+      } else {
+        url = pg_url;
+        conditions = "server at " + pg_url;
+      }
+    } else {
+      std::fprintf(stderr, "store_bench: unknown backend '%s'\n", b.c_str());
+      return 2;
+    }
+    Figures f;
+    if (!Bench(url, commits, &f)) {
+      rc = 1;
+      continue;
+    }
+    std::printf("%-11s %12.0f %10.3f %10.3f %10.3f  %s\n", b.c_str(), f.per_second, f.p50_ms,
+                f.p99_ms, f.max_ms, conditions.c_str());
+    std::fflush(stdout);
+  }
+  server.reset();
+  if (own_dir) std::filesystem::remove_all(dir);
+  return rc;
+}

@@ -765,7 +765,7 @@ Result<Json> Engine::Heartbeat(const Identity& who, const Json& body) {
   const std::string node = body["node"].get<std::string>();
   std::lock_guard<std::mutex> lock(mu_);
   auto nit = nodes_.find(node);
-  if (nit == nodes_.end()) return Status::FailedPrecondition("node '" + node + "' is not registered");
+  if (nit == nodes_.end()) return Status::NotFound("node '" + node + "' is not registered");
   NodeInfo& n = nit->second;
   n.last_heartbeat_ms = clock_();
   std::vector<store::Event> events;

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "agent/agent.h"
 #include "api/server.h"
 #include "cli/client.h"
 #include "cli/commands.h"
@@ -115,9 +116,9 @@ groups:
 pools:
   - {name: local, forms: [whole, share]}
 profiles:
-  - {name: notebook, gpus: 1, gpu_memory: 8GiB, max_gpu_memory: 16GiB, cpu: 1, memory: 2GiB, forms: [share]}
-  - {name: inference, gpus: 1, gpu_memory: 20GiB, max_gpu_memory: 40GiB, cpu: 2, memory: 8GiB, forms: [share, whole]}
-  - {name: training, gpus: 1, max_gpus: 2, cpu: 4, memory: 16GiB, forms: [whole]}
+  - {name: notebook, gpus: 1, gpu_memory: 8GiB, max_gpu_memory: 16GiB, cpu: 500m, memory: 1GiB, forms: [share]}
+  - {name: inference, gpus: 1, gpu_memory: 20GiB, max_gpu_memory: 40GiB, cpu: 500m, memory: 2GiB, forms: [share, whole]}
+  - {name: training, gpus: 1, max_gpus: 2, cpu: 500m, memory: 2GiB, forms: [whole]}
 queues:
   - {name: notebooks, profile: notebook, groups: [research], priority: 10, class: interactive, preemptible: true}
   - {name: inference, profile: inference, groups: [research, production], priority: 20, class: inference}
@@ -258,9 +259,40 @@ std::vector<std::string> JobRow(const Json& j) {
           j.value("reason", "")};
 }
 
+// The cap library next to this binary in a build tree (build/src/cli/tessera ->
+// build/src/capgpu/libtessera_capgpu.so), or "" when it is not there.
+std::string DefaultCapLibrary() {
+  std::error_code ec;
+  auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return "";
+  auto lib = self.parent_path().parent_path() / "capgpu" / "libtessera_capgpu.so";
+  return std::filesystem::exists(lib, ec) ? lib.string() : "";
+}
+
 }  // namespace
 
 void RegisterEngineCommands(CLI::App& app, CommandContext& ctx) {
+  // agent
+  {
+    auto* cmd = app.add_subcommand("agent", "Run a node agent: register, heartbeat, run the jobs placed here");
+    auto o = std::make_shared<agent::AgentOptions>();
+    cmd->add_option("--server", o->control_plane_url, "control plane URL (default $TESSERA_URL)");
+    cmd->add_option("--token", o->token, "agent token (default $TESSERA_TOKEN)");
+    cmd->add_option("--node", o->node_name, "node name (default: host name)");
+    cmd->add_option("--simulate", o->simulate, "simulated devices where there is no GPU, e.g. 2xH100-80GB");
+    cmd->add_option("--work", o->work_dir, "directory for job output files");
+    cmd->add_option("--capgpu", o->capgpu_preload, "libtessera_capgpu.so to preload into shares");
+    cmd->add_option("--cgroup-root", o->cgroup_root, "cgroup v2 mount (\"\" disables cgroups)");
+    cmd->callback([o, &ctx] {
+      agent::AgentOptions opts = *o;
+      if (opts.token.empty() && std::getenv("TESSERA_TOKEN")) opts.token = std::getenv("TESSERA_TOKEN");
+      if (std::getenv("TESSERA_URL") && opts.control_plane_url == "http://127.0.0.1:8080") {
+        opts.control_plane_url = std::getenv("TESSERA_URL");
+      }
+      if (opts.capgpu_preload.empty()) opts.capgpu_preload = DefaultCapLibrary();
+      ctx.exit_code = agent::RunAgent(opts);
+    });
+  }
   // serve
   {
     auto* cmd = app.add_subcommand("serve", "Run the control plane");

@@ -1,0 +1,326 @@
+// The engine against a real SQLite store in a temporary directory, with an injected clock.
+#include "api/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+namespace tessera::api {
+namespace {
+
+const char* kConfig = R"(
+heartbeat_timeout: 10s
+identities:
+  - {name: admin, role: admin, token: admin-token-1}
+  - {name: alice, role: user, groups: [research], token: alice-token-1}
+  - {name: bob, role: user, groups: [prod], token: bob-token-12}
+  - {name: agent, role: agent, token: agent-token-1}
+groups:
+  - {name: research, reservation: {gpu: 1}, limit: {gpu: 2}}
+  - {name: prod}
+profiles:
+  - {name: nb, gpus: 1, gpu_memory: 8GiB, max_gpu_memory: 40GiB, cpu: 1, memory: 1GiB, forms: [share]}
+  - {name: train, gpus: 1, max_gpus: 4, cpu: 1, memory: 1GiB, forms: [whole]}
+queues:
+  - {name: notebooks, profile: nb, groups: [research], priority: 10, class: interactive}
+  - {name: training, profile: train, groups: [research, prod], class: training, requeue_on_loss: true}
+  - {name: fragile, profile: train, groups: [research], requeue_on_loss: false}
+)";
+
+class EngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "/engine_" + std::to_string(::getpid()) + "_" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    auto c = ParseConfig(kConfig);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    config_ = *c;
+    Reopen();
+  }
+  void Reopen() {
+    engine_.reset();
+    auto store = store::Store::Open(dir_ + "/tessera.db");
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    auto e = Engine::Open(config_, std::move(*store), dir_, [this] { return now_; });
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    engine_ = std::move(*e);
+  }
+  const Identity& Who(const std::string& name) {
+    for (const auto& i : config_.identities) {
+      if (i.name == name) return i;
+    }
+    throw std::runtime_error("no identity " + name);
+  }
+  void Register(const std::string& node, int gpus) {
+    Json devs = Json::array();
+    for (int i = 0; i < gpus; ++i) {
+      devs.push_back({{"index", i}, {"model", "H100-80GB"}, {"memory_mib", 81920}, {"uuid", node + "-" + std::to_string(i)}});
+    }
+    auto r = engine_->RegisterNode(Who("agent"), {{"node", node}, {"cpu_milli", 32000}, {"memory_mib", 65536}, {"devices", devs}});
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+  }
+  Json Submit(const std::string& who, Json body) {
+    auto r = engine_->Submit(Who(who), body);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : Json();
+  }
+  Json Heartbeat(const std::string& node, Json extra = Json::object()) {
+    extra["node"] = node;
+    auto r = engine_->Heartbeat(Who("agent"), extra);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : Json();
+  }
+  std::string State(const std::string& id) { return (*engine_->GetJob(Who("admin"), id))["state"]; }
+
+  std::string dir_;
+  EngineConfig config_;
+  std::unique_ptr<Engine> engine_;
+  int64_t now_ = 1'000'000;
+};
+
+TEST_F(EngineTest, ConfigErrorsNameTheField) {
+  struct Case {
+    std::string yaml, want;
+  };
+  const Case cases[] = {
+      {"identities: []", "identities: at least one identity"},
+      {"identities: [{name: a, token: short}]", "identities[0].token: too short"},
+      {"identities: [{name: a, role: root, token: aaaaaaaaaa}]", "identities[0].role: unknown role 'root'"},
+      {"identities: [{name: a, token: aaaaaaaaaa, groups: [x]}]\nprofiles: []\nqueues: []", "identities[0].groups: unknown group 'x'"},
+      {"identities: [{name: a, token: aaaaaaaaaa}]\nprofiles: [{name: p, forms: [share]}]\nqueues: [{name: q, profile: p}]",
+       "profiles[0].gpu_memory: a share needs a memory cap"},
+      {"identities: [{name: a, token: aaaaaaaaaa}]\nprofiles: [{name: p, forms: [whole]}]\nqueues: [{name: q, profile: nope}]",
+       "queues[0].profile: unknown profile 'nope'"},
+      {"identities: [{name: a, token: aaaaaaaaaa}]\ngroups: [{name: g, reservation: {gpu: 4}, limit: {gpu: 2}}]",
+       "groups[0].reservation.gpu: above the limit"},
+      {"identities: [{name: a, token: aaaaaaaaaa}]\ngroups: [{name: g, limit: {gpu: lots}}]", "groups[0].limit.gpu"},
+      {"identities: [{name: a, token: aaaaaaaaaa}]\nbogus: 1", "config.bogus: unknown field"},
+      {"{{{", "not valid YAML"},
+  };
+  for (const Case& c : cases) {
+    auto r = ParseConfig(c.yaml);
+    ASSERT_FALSE(r.ok()) << c.yaml;
+    EXPECT_NE(r.status().message().find(c.want), std::string::npos) << r.status().message() << "\nwant: " << c.want;
+  }
+}
+
+TEST_F(EngineTest, BadSubmissionsAreRefusedAndChangeNothing) {
+  Register("n1", 2);
+  struct Case {
+    std::string who;
+    Json body;
+    StatusCode code;
+    std::string want;
+  };
+  const Case cases[] = {
+      {"alice", {{"command", {"true"}}}, StatusCode::kInvalidArgument, "'queue' is required"},
+      {"alice", {{"queue", "nope"}, {"command", {"true"}}}, StatusCode::kInvalidArgument, "unknown queue 'nope'"},
+      {"alice", {{"queue", "notebooks"}}, StatusCode::kInvalidArgument, "'command' is required"},
+      {"alice", {{"queue", "notebooks"}, {"command", Json::array()}}, StatusCode::kInvalidArgument, "must not be empty"},
+      {"alice", {{"queue", "notebooks"}, {"command", {"true"}}, {"gpu_memory", "99GiB"}}, StatusCode::kInvalidArgument,
+       "no profile allows 99GiB"},
+      {"alice", {{"queue", "notebooks"}, {"command", {"true"}}, {"gpu_memory", "8"}}, StatusCode::kInvalidArgument,
+       "needs a unit"},
+      {"alice", {{"queue", "training"}, {"command", {"true"}}, {"gpus", 9}}, StatusCode::kInvalidArgument,
+       "no profile allows 9 GPUs"},
+      {"alice", {{"queue", "notebooks"}, {"command", {"true"}}, {"form", "whole"}}, StatusCode::kInvalidArgument,
+       "does not grant the form 'whole'"},
+      {"alice", {{"queue", "notebooks"}, {"command", {"true"}}, {"colour", "red"}}, StatusCode::kInvalidArgument,
+       "unknown field 'colour'"},
+      {"bob", {{"queue", "notebooks"}, {"command", {"true"}}}, StatusCode::kPermissionDenied, "may not submit"},
+      {"alice", {{"queue", "training"}, {"command", {"true"}}, {"group", "prod"}}, StatusCode::kPermissionDenied,
+       "as group 'prod'"},
+      {"agent", {{"queue", "notebooks"}, {"command", {"true"}}}, StatusCode::kPermissionDenied, "agents cannot"},
+  };
+  for (const Case& c : cases) {
+    auto r = engine_->Submit(Who(c.who), c.body);
+    ASSERT_FALSE(r.ok()) << c.body.dump();
+    EXPECT_EQ(r.status().code(), c.code) << c.body.dump();
+    EXPECT_NE(r.status().message().find(c.want), std::string::npos) << r.status().message();
+  }
+  EXPECT_TRUE((*engine_->ListJobs(Who("admin"), "", 100))["jobs"].empty());
+  auto ev = engine_->Events(Who("admin"), 0, 100, {});
+  for (const auto& e : (*ev)["events"]) EXPECT_NE(e["kind"], "job.submitted");
+}
+
+TEST_F(EngineTest, AuthorizationMatrix) {
+  Register("n1", 4);
+  std::string a = Submit("alice", {{"queue", "training"}, {"command", {"true"}}})["id"];
+  std::string b = Submit("bob", {{"queue", "training"}, {"command", {"true"}}})["id"];
+  // who -> can see/cancel alice's job, bob's job; may list nodes; may register a node
+  struct Row {
+    std::string who;
+    bool see_a, see_b, nodes, register_node;
+  };
+  const Row rows[] = {{"admin", true, true, true, true},
+                      {"alice", true, false, true, false},
+                      {"bob", false, true, true, false},
+                      {"agent", false, false, false, true}};
+  for (const Row& r : rows) {
+    EXPECT_EQ(engine_->GetJob(Who(r.who), a).ok(), r.see_a) << r.who;
+    EXPECT_EQ(engine_->GetJob(Who(r.who), b).ok(), r.see_b) << r.who;
+    EXPECT_EQ(engine_->JobOutput(Who(r.who), a).ok(), r.see_a) << r.who;
+    EXPECT_EQ(engine_->Nodes(Who(r.who)).ok(), r.nodes) << r.who;
+    EXPECT_EQ(engine_->Summary(Who(r.who)).ok(), r.nodes) << r.who;
+    auto reg = engine_->RegisterNode(Who(r.who), {{"node", "x-" + r.who}, {"cpu_milli", 1000}, {"memory_mib", 1024}});
+    EXPECT_EQ(reg.ok(), r.register_node) << r.who;
+    if (!reg.ok()) {
+      EXPECT_EQ(reg.status().code(), StatusCode::kPermissionDenied);
+    }
+    auto hb = engine_->Heartbeat(Who(r.who), {{"node", "n1"}});
+    EXPECT_EQ(hb.ok(), r.register_node) << r.who;
+    auto listed = engine_->ListJobs(Who(r.who), "", 100);
+    if (r.who == "agent") {
+      EXPECT_FALSE(listed.ok());
+    } else {
+      ASSERT_TRUE(listed.ok());
+      size_t want = (r.see_a ? 1 : 0) + (r.see_b ? 1 : 0);
+      EXPECT_EQ((*listed)["jobs"].size(), want) << r.who;
+    }
+  }
+  // Cancel follows visibility: bob cannot cancel alice's job (it looks absent to him).
+  auto c = engine_->Cancel(Who("bob"), a);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(engine_->Cancel(Who("alice"), a).ok());
+  // Queues: bob sees training only; alice sees all three.
+  EXPECT_EQ((*engine_->Queues(Who("bob")))["queues"].size(), 1u);
+  EXPECT_EQ((*engine_->Queues(Who("alice")))["queues"].size(), 3u);
+}
+
+TEST_F(EngineTest, LifecycleThroughTheAgent) {
+  Register("n1", 1);
+  Json j = Submit("alice", {{"queue", "notebooks"}, {"command", {"echo", "hi"}}, {"gpu_memory", "8GiB"}});
+  const std::string id = j["id"];
+  EXPECT_EQ(j["state"], "placed");
+  EXPECT_EQ(j["placement"]["form"], "share");
+  Json hb = Heartbeat("n1");
+  ASSERT_EQ(hb["start"].size(), 1u);
+  EXPECT_EQ(hb["start"][0]["gpu_memory_limit_bytes"], int64_t{8} << 30);
+  EXPECT_EQ(hb["start"][0]["devices"][0]["uuid"], "n1-0");
+  EXPECT_EQ(State(id), "starting");
+  Heartbeat("n1", {{"running", {{{"job", id}, {"pid", 42}}}}});
+  EXPECT_EQ(State(id), "running");
+  ASSERT_TRUE(engine_->WriteOutput(Who("agent"), id, 0, "hi\n").ok());
+  hb = Heartbeat("n1", {{"finished", {{{"job", id}, {"exit_code", 0}}}}});
+  EXPECT_EQ(hb["ack"], Json::array({id}));
+  EXPECT_EQ(State(id), "succeeded");
+  EXPECT_EQ(*engine_->JobOutput(Who("alice"), id), "hi\n");
+  // A failing job and a cancelled running job.
+  std::string f = Submit("alice", {{"queue", "notebooks"}, {"command", {"false"}}})["id"];
+  Heartbeat("n1");
+  Heartbeat("n1", {{"finished", {{{"job", f}, {"exit_code", 1}}}}});
+  EXPECT_EQ(State(f), "failed");
+  std::string c = Submit("alice", {{"queue", "notebooks"}, {"command", {"sleep", "100"}}})["id"];
+  Heartbeat("n1");
+  Heartbeat("n1", {{"running", {{{"job", c}, {"pid", 43}}}}});
+  EXPECT_EQ((*engine_->Cancel(Who("alice"), c))["state"], "running");
+  hb = Heartbeat("n1", {{"running", {{{"job", c}, {"pid", 43}}}}});
+  ASSERT_EQ(hb["cancel"].size(), 1u);
+  Heartbeat("n1", {{"finished", {{{"job", c}, {"exit_code", 143}, {"signal", 15}}}}});
+  EXPECT_EQ(State(c), "cancelled");
+  ASSERT_TRUE(engine_->CheckInvariants().ok());
+}
+
+TEST_F(EngineTest, SharesPackByMemoryAndGroupsStopAtTheirLimit) {
+  Register("n1", 1);  // one 80 GiB device
+  std::vector<std::string> ids;
+  for (int i = 0; i < 6; ++i) {
+    ids.push_back(Submit("alice", {{"queue", "notebooks"}, {"command", {"true"}}, {"gpu_memory", "16GiB"}})["id"]);
+  }
+  // Five 16 GiB shares fit in 80 GiB; the sixth waits for GPU memory on the device.
+  int placed = 0;
+  for (const auto& id : ids) placed += State(id) == "placed" ? 1 : 0;
+  EXPECT_EQ(placed, 5);
+  Json sixth = *engine_->GetJob(Who("alice"), ids[5]);
+  EXPECT_EQ(sixth["state"], "pending");
+  EXPECT_NE(sixth["reason"].get<std::string>().find("GpuFit"), std::string::npos) << sixth["reason"];
+  Json nodes = *engine_->Nodes(Who("admin"));
+  EXPECT_EQ(nodes["nodes"][0]["devices"][0]["gpu_memory_mib_used"], 5 * 16384);
+  EXPECT_EQ(nodes["nodes"][0]["devices"][0]["holders"].size(), 5u);
+  EXPECT_EQ(nodes["nodes"][0]["devices"][0]["holders"][0]["identity"], "alice");
+  // The research group's limit is 2 GPUs: whole-device training waits on the limit.
+  Register("n2", 4);
+  std::string t = Submit("alice", {{"queue", "training"}, {"command", {"true"}}, {"gpus", 2}})["id"];
+  Json tj = *engine_->GetJob(Who("alice"), t);
+  EXPECT_EQ(tj["state"], "pending");
+  EXPECT_NE(tj["reason"].get<std::string>().find("at its limit"), std::string::npos) << tj["reason"];
+  ASSERT_TRUE(engine_->CheckInvariants().ok());
+}
+
+TEST_F(EngineTest, NodeLossRequeuesOrLosesAndReturnAllocatesNothingTwice) {
+  Register("n1", 1);
+  std::string a = Submit("alice", {{"queue", "training"}, {"command", {"sleep", "100"}}})["id"];
+  Heartbeat("n1");
+  Heartbeat("n1", {{"running", {{{"job", a}, {"pid", 7}}}}});
+  EXPECT_EQ(State(a), "running");
+  now_ += 11'000;  // past the heartbeat timeout
+  ASSERT_TRUE(engine_->Tick().ok());
+  EXPECT_EQ(State(a), "pending");  // requeued: training requeues on loss, and no node is left
+  // The node returns: the old process is not in may_run, and the job is started afresh.
+  Json hb = Heartbeat("n1", {{"running", {{{"job", a}, {"pid", 7}}}}});
+  EXPECT_TRUE(hb["may_run"].empty());
+  ASSERT_TRUE(engine_->Tick().ok());
+  EXPECT_EQ(State(a), "placed");
+  hb = Heartbeat("n1");
+  EXPECT_EQ(hb["start"].size(), 1u);
+  ASSERT_TRUE(engine_->CheckInvariants().ok());
+  // A queue that does not requeue marks the job lost.
+  Register("n2", 1);
+  std::string f = Submit("alice", {{"queue", "fragile"}, {"command", {"sleep", "100"}}})["id"];
+  EXPECT_EQ(State(f), "placed");
+  now_ += 5'000;
+  Heartbeat("n1");  // n1 stays alive
+  now_ += 6'000;
+  Heartbeat("n1");
+  ASSERT_TRUE(engine_->Tick().ok());
+  EXPECT_EQ(State(f), "lost");
+  auto events = (*engine_->Events(Who("admin"), 0, 1000, store::EventFilter{"node.", "", ""}))["events"];
+  bool lost = false, returned = false;
+  for (const auto& e : events) {
+    lost = lost || e["kind"] == "node.lost";
+    returned = returned || e["kind"] == "node.returned";
+  }
+  EXPECT_TRUE(lost && returned);
+}
+
+TEST_F(EngineTest, RestartRebuildsStateWithoutDoubleAllocation) {
+  Register("n1", 2);
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; ++i) ids.push_back(Submit("alice", {{"queue", "training"}, {"command", {"true"}}})["id"]);
+  // Two placed (two devices), the third waits (the group's limit of 2 GPUs).
+  EXPECT_EQ(State(ids[0]), "placed");
+  EXPECT_EQ(State(ids[1]), "placed");
+  EXPECT_EQ(State(ids[2]), "pending");
+  Json before = *engine_->Nodes(Who("admin"));
+  Reopen();
+  ASSERT_TRUE(engine_->CheckInvariants().ok());
+  for (const auto& id : ids) EXPECT_TRUE(engine_->GetJob(Who("admin"), id).ok());
+  EXPECT_EQ(State(ids[2]), "pending");
+  ASSERT_TRUE(engine_->Tick().ok());
+  EXPECT_EQ(State(ids[2]), "pending") << "nothing freed, nothing placed twice";
+  Json after = *engine_->Nodes(Who("admin"));
+  EXPECT_EQ(before["nodes"][0]["devices"], after["nodes"][0]["devices"]);
+  // New ids continue after the old ones.
+  std::string next = Submit("alice", {{"queue", "notebooks"}, {"command", {"true"}}})["id"];
+  EXPECT_EQ(next, "j-4");
+}
+
+TEST_F(EngineTest, EventsPageByCursorAndFilter) {
+  Register("n1", 1);
+  for (int i = 0; i < 5; ++i) Submit("alice", {{"queue", "notebooks"}, {"command", {"true"}}});
+  Json p1 = *engine_->Events(Who("admin"), 0, 3, {});
+  ASSERT_EQ(p1["events"].size(), 3u);
+  Json p2 = *engine_->Events(Who("admin"), p1["next"], 3, {});
+  EXPECT_GT(p2["events"][0]["seq"].get<int64_t>(), p1["events"][2]["seq"].get<int64_t>());
+  Json submitted = *engine_->Events(Who("admin"), 0, 100, store::EventFilter{"job.submitted", "", ""});
+  EXPECT_EQ(submitted["events"].size(), 5u);
+  // bob sees none of alice's job events.
+  Json bob = *engine_->Events(Who("bob"), 0, 100, store::EventFilter{"job.", "", ""});
+  EXPECT_TRUE(bob["events"].empty());
+}
+
+}  // namespace
+}  // namespace tessera::api

@@ -1,0 +1,131 @@
+// The HTTP API in-process on a loopback port: status codes, JSON errors, body limit, and the
+// OpenAPI description kept true against the server's route table.
+#include "api/server.h"
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <thread>
+
+namespace tessera::api {
+namespace {
+
+const char* kConfig = R"(
+identities:
+  - {name: admin, role: admin, token: admin-token-1}
+  - {name: alice, role: user, groups: [research], token: alice-token-1}
+  - {name: agent, role: agent, token: agent-token-1}
+groups: [{name: research}]
+profiles: [{name: nb, gpus: 1, gpu_memory: 8GiB, forms: [share]}]
+queues: [{name: notebooks, profile: nb, groups: [research]}]
+)";
+
+class ServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "/server_" + std::to_string(::getpid());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    auto store = store::Store::Open(dir_ + "/t.db");
+    ASSERT_TRUE(store.ok());
+    auto e = Engine::Open(*ParseConfig(kConfig), std::move(*store), dir_, [] { return int64_t{1000}; });
+    ASSERT_TRUE(e.ok());
+    engine_ = std::move(*e);
+    server_ = std::make_unique<ApiServer>(engine_.get());
+    auto port = server_->Bind("127.0.0.1", 0);
+    ASSERT_TRUE(port.ok());
+    port_ = *port;
+    thread_ = std::thread([this] { server_->Run(50); });
+    client_ = std::make_unique<httplib::Client>("127.0.0.1", port_);
+    for (int i = 0; i < 100 && !client_->Get("/v1/health"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  void TearDown() override {
+    server_->Stop();
+    thread_.join();
+  }
+  httplib::Headers Auth(const std::string& token) { return {{"Authorization", "Bearer " + token}}; }
+  static std::string Error(const httplib::Result& r) {
+    auto j = Json::parse(r->body, nullptr, false);
+    return j.is_discarded() ? "<not json: " + r->body + ">" : j.value("error", "<no error field>");
+  }
+
+  std::string dir_;
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<ApiServer> server_;
+  std::unique_ptr<httplib::Client> client_;
+  std::thread thread_;
+  int port_ = 0;
+};
+
+TEST_F(ServerTest, StatusCodesAndJsonErrors) {
+  auto r = client_->Get("/v1/jobs");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 401);
+  EXPECT_NE(Error(r).find("missing bearer token"), std::string::npos);
+  r = client_->Get("/v1/jobs", Auth("wrong-token"));
+  EXPECT_EQ(r->status, 401);
+  EXPECT_EQ(Error(r), "unknown token");
+  r = client_->Post("/v1/jobs", Auth("alice-token-1"), "{not json", "application/json");
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(Error(r), "malformed JSON body");
+  r = client_->Post("/v1/jobs", Auth("alice-token-1"), R"({"queue":"nope","command":["true"]})", "application/json");
+  EXPECT_EQ(r->status, 400);
+  EXPECT_NE(Error(r).find("unknown queue 'nope'"), std::string::npos);
+  std::string big = R"({"queue":"notebooks","command":["true"],"name":")" + std::string(1100 * 1024, 'x') + "\"}";
+  r = client_->Post("/v1/jobs", Auth("alice-token-1"), big, "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 413);
+  EXPECT_NE(Error(r).find("1 MiB"), std::string::npos);
+  r = client_->Get("/v1/jobs/j-999", Auth("alice-token-1"));
+  EXPECT_EQ(r->status, 404);
+  r = client_->Post("/v1/agent/register", Auth("alice-token-1"), R"({"node":"x","cpu_milli":1000,"memory_mib":1024})",
+                    "application/json");
+  EXPECT_EQ(r->status, 403);
+  r = client_->Get("/v1/nosuch", Auth("alice-token-1"));
+  EXPECT_EQ(r->status, 404);
+  // None of that changed anything.
+  r = client_->Get("/v1/jobs", Auth("admin-token-1"));
+  EXPECT_EQ(r->status, 200);
+  EXPECT_TRUE(Json::parse(r->body)["jobs"].empty());
+  // A good submission is 201 with the job.
+  r = client_->Post("/v1/jobs", Auth("alice-token-1"), R"({"queue":"notebooks","command":["true"]})", "application/json");
+  EXPECT_EQ(r->status, 201);
+  EXPECT_EQ(Json::parse(r->body)["id"], "j-1");
+  r = client_->Get("/v1/whoami", Auth("alice-token-1"));
+  EXPECT_EQ(Json::parse(r->body)["name"], "alice");
+}
+
+TEST_F(ServerTest, OpenApiDescribesExactlyTheRoutes) {
+  std::ifstream in(TESSERA_SOURCE_DIR "/docs/openapi.json");
+  ASSERT_TRUE(in) << "docs/openapi.json missing";
+  Json spec = Json::parse(in);
+  std::set<std::string> documented, served;
+  for (const auto& [path, ops] : spec["paths"].items()) {
+    for (const auto& [method, op] : ops.items()) {
+      std::string m = method;
+      for (char& c : m) c = static_cast<char>(std::toupper(c));
+      documented.insert(m + " " + path);
+    }
+  }
+  for (const RouteInfo& r : ApiServer::Routes()) served.insert(r.method + " " + r.openapi_path);
+  EXPECT_EQ(documented, served);
+  // And every documented route answers something other than "no such endpoint".
+  for (const RouteInfo& r : ApiServer::Routes()) {
+    std::string path = r.openapi_path;
+    size_t brace = path.find("{id}");
+    if (brace != std::string::npos) path.replace(brace, 4, "j-1");
+    httplib::Result res = r.method == "GET"    ? client_->Get(path.c_str(), Auth("admin-token-1"))
+                          : r.method == "POST" ? client_->Post(path.c_str(), Auth("admin-token-1"), "{}", "application/json")
+                                               : client_->Put(path.c_str(), Auth("admin-token-1"), "", "text/plain");
+    ASSERT_TRUE(res) << r.method << " " << path;
+    if (res->status == 404) {
+      EXPECT_NE(Error(res), "no such endpoint") << r.method << " " << path;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tessera::api

@@ -31,6 +31,7 @@ struct Slot {
   MilliGpu compute = 0;
   int holder = -1;
   bool alive = true;  // a destroyed instance stays as a tombstone so grant indices hold
+  int slices = 0;     // MIG memory slices it occupies  // a destroyed instance stays as a tombstone so grant indices hold
 };
 
 // A pending reconfiguration of a device (or, for an AMD memory mode, of its node).
@@ -63,6 +64,8 @@ struct Dev {
   bool nominated = false;  // kept strictly (reclaim, repartition); else backfill rules apply
   int64_t reserved_until = 0;
   Plan plan;
+  MiB share_key = -1;  // key in shared_by_free_, -1 when not there
+  uint64_t no_start = 0;  // MIG profiles (bit = catalog index) known to have no legal start now
 
   bool idle() const {
     if (whole >= 0 || !shares.empty()) return false;
@@ -286,7 +289,8 @@ class Engine final : public QuotaEngine {
     Status s = CheckInvariants();
     if (!s.ok()) violations_.push_back(T(now_) + " after " + where + ": " + s.message());
   }
-  void UpdateSharedIndex(int d, bool remove_first, MiB old_free);
+  // Recomputes device d's membership in the placement indexes. Call after any change to it.
+  void Reindex(int d);
 
   PolicySpec policy_;
   EngineOptions options_;
@@ -297,7 +301,16 @@ class Engine final : public QuotaEngine {
   std::vector<Event> events_;
   std::vector<std::string> violations_;
   std::vector<int> pending_;  // handles, any order; rebuilt each cycle
-  std::set<std::pair<MiB, int>> shared_by_free_;  // devices with shares, by free memory
+  // Placement indexes, so that a search touches candidates rather than every device:
+  std::set<std::pair<MiB, int>> shared_by_free_;  // devices with shares and room, by free memory
+  std::set<int> free_slot_devs_;  // devices with a free partition slot
+  std::set<int> mig_open_devs_;   // MIG devices with memory slices no instance uses
+  // Submit's never-schedulable verdicts, by request shape.
+  std::map<std::tuple<int, uint64_t, int, MilliGpu, MiB, int>, std::string> feasible_cache_;
+  // Shapes whose repartition search found nothing this cycle.
+  std::set<std::tuple<int, uint64_t, MilliGpu, MiB>> repartition_failed_;
+  int repartition_attempts_ = 0;
+  int active_plans_ = 0;  // devices with a plan waiting (an upper bound between scans)
   std::map<std::tuple<const part::GpuModel*, MilliGpu, MiB>, int> mig_profile_cache_;
   std::map<std::string, int> group_index_, queue_index_, profile_index_;
   MiB gpu_memory_capacity_ = 0;
@@ -307,9 +320,13 @@ class Engine final : public QuotaEngine {
   size_t cursor_node_ = 0, cursor_dev_share_ = 0, cursor_dev_part_ = 0;
   // Failure memo: within one cycle a shape that found no room finds none later either, until
   // something is released. Key: everything the search depends on.
-  std::map<std::tuple<int, uint64_t, int, MilliGpu, MiB, MilliCpu, MiB, int64_t>,
-           std::pair<std::string, std::string>>
-      memo_;
+  // The value keeps the earliest end time that failed: a job of the same shape ending no
+  // earlier fails too (backfill only admits jobs that end before a reserved start).
+  struct MemoEntry {
+    std::string step, reason;
+    int64_t fail_end = 0;
+  };
+  std::map<std::tuple<int, uint64_t, int, MilliGpu, MiB, MilliCpu, MiB>, MemoEntry> memo_;
   int heads_ = 0;
   int preempt_searches_ = 0;
   int repartitions_ = 0;
@@ -404,8 +421,9 @@ Status Engine::Init(const PolicySpec& policy, const std::vector<NodeSpec>& nodes
         d.mig = d.split = true;
         for (const part::Instance& in : plan->layout.instances) {
           const part::MigProfile* p = model->mig.FindProfile(in.profile);
-          d.slots.push_back({in.ToString(), in.profile, in.start, p->memory_mib,
-                             p->compute_slices * kWholeGpu / model->mig.compute_slices, -1});
+          d.slots.push_back({in.ToString(), p->name, in.start, p->memory_mib,
+                             p->compute_slices * kWholeGpu / model->mig.compute_slices, -1, true,
+                             p->memory_slices});
         }
       }
       if (d.amd_capable()) {
@@ -424,6 +442,7 @@ Status Engine::Init(const PolicySpec& policy, const std::vector<NodeSpec>& nodes
     max_devs_per_node_ = std::max(max_devs_per_node_, ns.gpu_count);
     nodes_.push_back(std::move(n));
   }
+  for (size_t d = 0; d < devs_.size(); ++d) Reindex(static_cast<int>(d));
   return Status::Ok();
 }
 
@@ -522,7 +541,15 @@ Result<int> Engine::Submit(const JobSpec& spec, int64_t now) {
     if (listed) j.pools |= uint64_t{1} << p;
   }
   // Never schedulable: no device in the pools could hold it in any allowed form, even empty.
-  if (j.gpu_count > 0) {
+  uint64_t form_bits = 0;
+  for (AllocationForm f : j.forms) form_bits |= uint64_t{1} << static_cast<int>(f);
+  auto fkey = std::make_tuple(j.gpu_count, j.pools, static_cast<int>(form_bits), j.gpu_milli,
+                              j.gpu_mem, 0);
+  auto cached = feasible_cache_.find(fkey);
+  if (cached != feasible_cache_.end()) {
+    if (!cached->second.empty()) return reject(cached->second);
+  } else if (j.gpu_count > 0) {
+    std::string& verdict = feasible_cache_[fkey];
     bool any = false;
     int devices_in_pools = 0;
     for (const Dev& d : devs_) {
@@ -542,15 +569,14 @@ Result<int> Engine::Submit(const JobSpec& spec, int64_t now) {
       }
     }
     if (!any) {
-      return reject("never schedulable: no device in pools " + PoolNames(j) + " can hold " +
-                    std::to_string(j.gpu_count) + " x (gpu " + FormatMilli(j.gpu_milli) +
-                    ", " + FormatMiB(j.gpu_mem) + ") in any allowed form");
+      verdict = "never schedulable: no device in pools " + PoolNames(j) + " can hold " +
+                std::to_string(j.gpu_count) + " x (gpu " + FormatMilli(j.gpu_milli) + ", " +
+                FormatMiB(j.gpu_mem) + ") in any allowed form";
+    } else if (j.gpu_count > devices_in_pools) {
+      verdict = "never schedulable: wants " + std::to_string(j.gpu_count) + " devices, pools " +
+                PoolNames(j) + " have " + std::to_string(devices_in_pools);
     }
-    if (j.gpu_count > devices_in_pools) {
-      return reject("never schedulable: wants " + std::to_string(j.gpu_count) +
-                    " devices, pools " + PoolNames(j) + " have " +
-                    std::to_string(devices_in_pools));
-    }
+    if (!verdict.empty()) return reject(verdict);
   }
   j.priority = queue.priority;
   j.preemptible = queue.preemptible;
@@ -577,7 +603,7 @@ void Engine::Complete(int handle, int64_t now) {
   if (claimant >= 0 && jobs_[claimant].awaiting > 0) --jobs_[claimant].awaiting;
   j.claimant = -1;
   Emit(EventKind::kCompleted, &j, "finished");
-  ApplyReadyPlans();
+  if (active_plans_ > 0) ApplyReadyPlans();
   StepCheck("completion");
 }
 
@@ -701,25 +727,24 @@ bool Engine::FindPartition(Job& j, int self, Candidate* c, bool* blocked) {
   if (n == 0) return false;
   // Pass 0: a free slot of the right size. Pass 1: a new MIG instance on free slices.
   // Pass 2: an idle, unsplit device switched into partitions (nothing is lost: it is idle).
-  for (int pass = 0; pass < 3; ++pass) {
-    for (size_t step = 0; step < n; ++step) {
-      size_t di = (cursor_dev_part_ + step) % n;
+  // Passes 0 and 1 walk their indexes; pass 2 is next fit over all devices.
+  auto visit = [&](size_t di, int pass) -> bool {
       const Dev& d = devs_[di];
-      if (!InPools(j, d.pool) || !PoolAllows(d.pool, AllocationForm::kPartition)) continue;
-      if (!d.mig_capable() && !d.amd_capable()) continue;
+      if (!InPools(j, d.pool) || !PoolAllows(d.pool, AllocationForm::kPartition)) return false;
+      if (!d.mig_capable() && !d.amd_capable()) return false;
       const NodeRt& node = nodes_[d.node];
-      if (!NodeHas(node, j.cpu, j.mem)) continue;
+      if (!NodeHas(node, j.cpu, j.mem)) return false;
       bool bf = false;
-      if (!Usable(d, j, self, &bf, blocked)) continue;
+      if (!Usable(d, j, self, &bf, blocked)) return false;
       int di_int = static_cast<int>(di);
       if (d.mig_capable()) {
         int pi = BestMigProfile(d.model, j.gpu_milli, j.gpu_mem);
-        if (pi < 0) continue;
+        if (pi < 0) return false;
         const part::MigProfile& p = d.model->mig.profiles[pi];
         if (pass == 0 && d.mig) {
           for (size_t s = 0; s < d.slots.size(); ++s) {
             if (d.slots[s].alive && d.slots[s].holder < 0 &&
-                part::EqualsIgnoreCase(d.slots[s].profile, p.name)) {
+                d.slots[s].profile == p.name) {
               c->grants = {{d.node, di_int, static_cast<int>(s), d.slots[s].memory,
                             d.slots[s].compute, j.cpu, j.mem}};
               c->backfill = bf;
@@ -727,7 +752,7 @@ bool Engine::FindPartition(Job& j, int self, Candidate* c, bool* blocked) {
               return true;
             }
           }
-        } else if (pass == 1 && d.mig) {
+        } else if (pass == 1 && d.mig && !((d.no_start >> pi) & 1u)) {
           part::Layout layout;
           for (const Slot& s : d.slots) {
             if (s.alive) layout.instances.push_back({s.profile, s.start});
@@ -742,6 +767,7 @@ bool Engine::FindPartition(Job& j, int self, Candidate* c, bool* blocked) {
             cursor_dev_part_ = di;
             return true;
           }
+          if (pi < 64) devs_[di].no_start |= uint64_t{1} << pi;
         } else if (pass == 2 && !d.split && d.idle()) {
           c->enable_mig_dev = di_int;
           c->create = {{di_int, part::Instance{p.name, p.starts.front()}}};
@@ -768,12 +794,12 @@ bool Engine::FindPartition(Job& j, int self, Candidate* c, bool* blocked) {
           auto cur = part::ParsePair(*d.model, d.amd_pair);
           std::optional<part::AmdPartitioning> best;
           for (const part::AmdPartitioning& a : part::AllPartitionings(*d.model)) {
-            if (a.pair.memory != cur->memory || a.partitions <= 1) continue;
-            if (a.memory_per_partition_mib < j.gpu_mem) continue;
-            if (kWholeGpu / a.partitions < j.gpu_milli) continue;
+            if (a.pair.memory != cur->memory || a.partitions <= 1) return false;
+            if (a.memory_per_partition_mib < j.gpu_mem) return false;
+            if (kWholeGpu / a.partitions < j.gpu_milli) return false;
             if (!best || a.memory_per_partition_mib < best->memory_per_partition_mib) best = a;
           }
-          if (!best) continue;
+          if (!best) return false;
           c->amd_dev = di_int;
           c->amd_switch = best->pair.ToString();
           c->grants = {{d.node, di_int, 0, best->memory_per_partition_mib,
@@ -782,6 +808,19 @@ bool Engine::FindPartition(Job& j, int self, Candidate* c, bool* blocked) {
           return true;
         }
       }
+    return false;
+  };
+  for (int d : free_slot_devs_) {
+    if (visit(static_cast<size_t>(d), 0)) return true;
+  }
+  for (int d : mig_open_devs_) {
+    if (visit(static_cast<size_t>(d), 1)) return true;
+  }
+  for (size_t step = 0; step < n; ++step) {
+    size_t di = (cursor_dev_part_ + step) % n;
+    if (visit(di, 2)) {
+      cursor_dev_part_ = di;
+      return true;
     }
   }
   return false;
@@ -850,10 +889,37 @@ bool Engine::FindCpuOnly(Job& j, Candidate* c) {
   return false;
 }
 
-void Engine::UpdateSharedIndex(int d, bool remove_first, MiB old_free) {
-  if (remove_first) shared_by_free_.erase({old_free, d});
-  const Dev& dev = devs_[d];
-  if (!dev.shares.empty()) shared_by_free_.insert({dev.memory - dev.share_mem, d});
+void Engine::Reindex(int di) {
+  Dev& d = devs_[di];
+  if (d.share_key >= 0) shared_by_free_.erase({d.share_key, di});
+  d.share_key = -1;
+  if (!d.shares.empty() && d.share_weight < kWholeGpu && d.share_mem < d.memory) {
+    d.share_key = d.memory - d.share_mem;
+    shared_by_free_.insert({d.share_key, di});
+  }
+  bool free_slot = false;
+  int used_slices = 0, instances = 0;
+  MilliGpu used_compute = 0;
+  for (const Slot& sl : d.slots) {
+    if (!sl.alive) continue;
+    free_slot = free_slot || sl.holder < 0;
+    used_slices += sl.slices;
+    used_compute += sl.compute;
+    ++instances;
+  }
+  d.no_start = 0;
+  if (free_slot) {
+    free_slot_devs_.insert(di);
+  } else {
+    free_slot_devs_.erase(di);
+  }
+  if (d.mig && used_slices < d.model->mig.memory_slices &&
+      instances < d.model->mig.max_gpu_instances &&
+      used_compute + kWholeGpu / d.model->mig.compute_slices <= kWholeGpu) {
+    mig_open_devs_.insert(di);
+  } else {
+    mig_open_devs_.erase(di);
+  }
 }
 
 void Engine::Commit(int self, AllocationForm f, Candidate& c, bool guaranteed) {
@@ -878,12 +944,15 @@ void Engine::Commit(int self, AllocationForm f, Candidate& c, bool guaranteed) {
     Dev& d = devs_[di];
     const part::MigProfile* p = d.model->mig.FindProfile(inst.profile);
     d.slots.push_back({inst.ToString(), p->name, inst.start, p->memory_mib,
-                       p->compute_slices * kWholeGpu / d.model->mig.compute_slices, -1});
+                       p->compute_slices * kWholeGpu / d.model->mig.compute_slices, -1, true,
+                       p->memory_slices});
     if (c.enable_mig_dev < 0) {
       Emit(EventKind::kRepartitioned, nullptr,
            DevName(di) + ": created " + inst.ToString() + " on free slices for " + j.id);
     }
+    Reindex(di);
   }
+  if (c.amd_dev >= 0) Reindex(c.amd_dev);
   for (Grant& g : c.grants) {
     NodeRt& n = nodes_[g.node];
     n.cpu_free -= g.cpu;
@@ -895,13 +964,11 @@ void Engine::Commit(int self, AllocationForm f, Candidate& c, bool guaranteed) {
     } else if (f == AllocationForm::kWhole) {
       d.whole = self;
     } else {
-      MiB old_free = d.memory - d.share_mem;
-      bool had = !d.shares.empty();
       d.shares.push_back(self);
       d.share_mem += g.memory;
       d.share_weight += g.compute;
-      UpdateSharedIndex(g.dev, had, old_free);
     }
+    Reindex(g.dev);
     if (d.reserved_by == self) {
       d.reserved_by = -1;
       d.nominated = false;
@@ -962,14 +1029,12 @@ void Engine::Release(int self) {
     } else {
       auto it = std::find(d.shares.begin(), d.shares.end(), self);
       if (it != d.shares.end()) {
-        MiB old_free = d.memory - d.share_mem;
         d.shares.erase(it);
         d.share_mem -= g.memory;
         d.share_weight -= g.compute;
-        shared_by_free_.erase({old_free, g.dev});
-        UpdateSharedIndex(g.dev, false, 0);
       }
     }
+    Reindex(g.dev);
   }
   AddUsage(j.group, j.charge, -1);
   j.grants.clear();
@@ -994,13 +1059,14 @@ bool Engine::TryPlace(int self, std::string* step, std::string* reason, bool* ba
     return false;
   }
   auto key = std::make_tuple(j.profile, j.pools, j.gpu_count, j.gpu_milli, j.gpu_mem, j.cpu,
-                             j.mem, j.walltime > 0 ? now_ + j.walltime : 0);
+                             j.mem);
+  int64_t end = j.walltime > 0 ? now_ + j.walltime : kNever;
   bool use_memo = !j.nominated;
   if (use_memo) {
     auto it = memo_.find(key);
-    if (it != memo_.end()) {
-      *step = it->second.first;
-      *reason = it->second.second;
+    if (it != memo_.end() && end >= it->second.fail_end) {
+      *step = it->second.step;
+      *reason = it->second.reason;
       return false;
     }
   }
@@ -1050,7 +1116,10 @@ bool Engine::TryPlace(int self, std::string* step, std::string* reason, bool* ba
     *reason = "no room for " + shape + " in pools " + PoolNames(j) +
               (j.gpu_count > max_devs_per_node_ ? " (gang across nodes, all or nothing)" : "");
   }
-  if (use_memo) memo_[key] = {*step, *reason};
+  if (use_memo) {
+    auto it = memo_.find(key);
+    if (it == memo_.end() || end < it->second.fail_end) memo_[key] = {*step, *reason, end};
+  }
   return false;
 }
 
@@ -1177,8 +1246,7 @@ bool Engine::TryPreempt(int self, bool reclaim) {
         for (const Slot& s : d.slots) {
           if (s.holder < 0 || !Victim(j, s.holder, reclaim)) continue;
           bool right = d.mig_capable()
-                           ? (pi >= 0 && part::EqualsIgnoreCase(s.profile,
-                                                                d.model->mig.profiles[pi].name))
+                           ? (pi >= 0 && s.profile == d.model->mig.profiles[pi].name)
                            : (s.memory >= j.gpu_mem && s.compute >= j.gpu_milli);
           if (right) consider(LostWork(jobs_[s.holder]), {s.holder}, {static_cast<int>(di)});
         }
@@ -1308,7 +1376,7 @@ bool Engine::TryRepartition(int self) {
         // A layout that already has the profile serves this demand once it frees up.
         bool has = false;
         for (const Slot& s : d.slots) {
-          has = has || (s.alive && part::EqualsIgnoreCase(s.profile, want));
+          has = has || (s.alive && s.profile == want);
         }
         if (has) continue;
         std::vector<part::CostedInstance> current;
@@ -1418,6 +1486,7 @@ bool Engine::TryRepartition(int self) {
     }
   }
   d.plan = best.plan;
+  active_plans_ += best.plan.node_wide ? static_cast<int>(nodes_[d.node].devs.size()) : 1;
   Nominate(best.dev, self, now_ + policy_.grace_seconds);
   j.awaiting = static_cast<int>(best.victims.size());
   j.wait_step = "Repartition";
@@ -1490,9 +1559,11 @@ bool Engine::ApplyPlan(int di) {
     for (const part::Instance& in : d.plan.add) {
       const part::MigProfile* p = d.model->mig.FindProfile(in.profile);
       d.slots.push_back({in.ToString(), p->name, in.start, p->memory_mib,
-                         p->compute_slices * kWholeGpu / d.model->mig.compute_slices, -1});
+                         p->compute_slices * kWholeGpu / d.model->mig.compute_slices, -1, true,
+                         p->memory_slices});
     }
   }
+  for (int od : nodes_[d.node].devs) Reindex(od);
   Emit(EventKind::kRepartitioned, nullptr,
        DevName(di) + ": " + (before.empty() ? "unsplit" : before) + " -> " +
            device_layout(d.node, d.index) + (d.plan.node_wide ? " (node-wide memory mode)" : "") +
@@ -1508,8 +1579,10 @@ bool Engine::ApplyPlan(int di) {
 }
 
 void Engine::ApplyReadyPlans() {
+  active_plans_ = 0;
   for (size_t d = 0; d < devs_.size(); ++d) {
     if (devs_[d].plan.active) ApplyPlan(static_cast<int>(d));
+    if (devs_[d].plan.active) ++active_plans_;
   }
 }
 
@@ -1530,9 +1603,7 @@ CycleStats Engine::RunCycle(int64_t now) {
       FinishTermination(static_cast<int>(v));
     }
   }
-  bool any_plan = false;
-  for (const Dev& d : devs_) any_plan = any_plan || d.plan.active;
-  if (any_plan) ApplyReadyPlans();
+  if (active_plans_ > 0) ApplyReadyPlans();
   // Backfill reservations are recomputed every cycle; nominations stay until used.
   for (Dev& d : devs_) {
     if (d.reserved_by >= 0 && !d.nominated) d.reserved_by = -1;
@@ -1645,11 +1716,22 @@ CycleStats Engine::RunCycle(int64_t now) {
   }
   // 5. Repartition for partition demand that still waits.
   if (policy_.repartition) {
+    repartition_failed_.clear();
+    repartition_attempts_ = 0;
     for (int h : partition_demand_) {
       if (repartitions_ >= policy_.max_repartitions_per_cycle) break;
+      // Each search walks every device; a shape that found nothing will not find it again
+      // this cycle, and the searches per cycle are bounded.
+      if (repartition_attempts_ >= 4 * policy_.max_repartitions_per_cycle) break;
       Job& j = jobs_[h];
       if (j.state != JobState::kPending || j.awaiting > 0) continue;
-      if (!TryRepartition(h)) continue;
+      auto rkey = std::make_tuple(j.priority, j.pools, j.gpu_milli, j.gpu_mem);
+      if (repartition_failed_.count(rkey)) continue;
+      ++repartition_attempts_;
+      if (!TryRepartition(h)) {
+        repartition_failed_.insert(rkey);
+        continue;
+      }
       ApplyReadyPlans();
       if (jobs_[h].awaiting == 0) {
         std::string step, reason;

@@ -1,0 +1,877 @@
+#include "sim/scenario.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <queue>
+#include <set>
+#include <sstream>
+#include <unordered_map>
+
+#include "model/quantity.h"
+
+namespace tessera::sim {
+namespace {
+
+using tessera::AllocationForm;
+using quota::WorkloadClass;
+
+// --- YAML helpers: every error names the field path.
+
+std::string Scalar(const YAML::Node& n) { return n.as<std::string>(); }
+
+Status FieldError(const std::string& field, const std::string& what) {
+  return Status::InvalidArgument(field + ": " + what);
+}
+
+Result<int64_t> GetDuration(const YAML::Node& n, const std::string& field) {
+  if (!n.IsScalar()) return FieldError(field, "expected a duration such as 30s or 2h");
+  auto d = ParseDuration(Scalar(n));
+  if (!d.ok()) return FieldError(field, d.status().message());
+  return *d;
+}
+
+Result<MiB> GetMemory(const YAML::Node& n, const std::string& field) {
+  if (!n.IsScalar()) return FieldError(field, "expected a quantity such as 8GiB");
+  auto m = ParseMemoryMiB(Scalar(n));
+  if (!m.ok()) return FieldError(field, m.status().message());
+  return *m;
+}
+
+Result<int64_t> GetMilli(const YAML::Node& n, const std::string& field) {
+  if (!n.IsScalar()) return FieldError(field, "expected a number such as 0.25 or 500m");
+  auto m = ParseMilli(Scalar(n));
+  if (!m.ok()) return FieldError(field, m.status().message());
+  return *m;
+}
+
+Result<int64_t> GetInt(const YAML::Node& n, const std::string& field) {
+  if (!n.IsScalar()) return FieldError(field, "expected a whole number");
+  auto m = ParseNonNegativeInt(Scalar(n));
+  if (!m.ok()) return FieldError(field, m.status().message());
+  return *m;
+}
+
+Result<bool> GetBool(const YAML::Node& n, const std::string& field) {
+  std::string s = n.IsScalar() ? Scalar(n) : "";
+  if (s == "true" || s == "yes") return true;
+  if (s == "false" || s == "no") return false;
+  return FieldError(field, "expected true or false");
+}
+
+Result<std::vector<std::string>> GetStrings(const YAML::Node& n, const std::string& field) {
+  std::vector<std::string> out;
+  if (n.IsScalar()) {
+    out.push_back(Scalar(n));
+    return out;
+  }
+  if (!n.IsSequence()) return FieldError(field, "expected a list");
+  for (const auto& x : n) {
+    if (!x.IsScalar()) return FieldError(field, "expected a list of names");
+    out.push_back(Scalar(x));
+  }
+  return out;
+}
+
+Result<std::vector<AllocationForm>> GetForms(const YAML::Node& n, const std::string& field) {
+  auto names = GetStrings(n, field);
+  if (!names.ok()) return names.status();
+  std::vector<AllocationForm> out;
+  for (const std::string& s : *names) {
+    auto f = quota::ParseAllocationForm(s);
+    if (!f.ok()) return FieldError(field, f.status().message());
+    out.push_back(*f);
+  }
+  return out;
+}
+
+// Checks that a map has only known keys, so a typo is an error rather than a silent default.
+Status KnownKeys(const YAML::Node& n, const std::string& field,
+                 std::initializer_list<const char*> keys) {
+  if (!n.IsMap()) return FieldError(field, "expected a map");
+  for (const auto& kv : n) {
+    std::string k = Scalar(kv.first);
+    bool known = false;
+    for (const char* x : keys) known = known || k == x;
+    if (!known) return FieldError(field, "unknown key '" + k + "'");
+  }
+  return Status::Ok();
+}
+
+#define TRY_ASSIGN(lhs, expr)          \
+  do {                                 \
+    auto _r = (expr);                  \
+    if (!_r.ok()) return _r.status();  \
+    lhs = *_r;                         \
+  } while (0)
+#define TRY(expr)                 \
+  do {                            \
+    Status _s = (expr);           \
+    if (!_s.ok()) return _s;      \
+  } while (0)
+
+Result<Resources> GetResources(const YAML::Node& n, const std::string& field, Resources r) {
+  TRY(KnownKeys(n, field, {"gpu", "gpu_memory", "cpu", "memory"}));
+  if (n["gpu"]) TRY_ASSIGN(r.gpu_milli, GetMilli(n["gpu"], field + ".gpu"));
+  if (n["gpu_memory"]) TRY_ASSIGN(r.gpu_memory_mib, GetMemory(n["gpu_memory"], field + ".gpu_memory"));
+  if (n["cpu"]) TRY_ASSIGN(r.cpu_milli, GetMilli(n["cpu"], field + ".cpu"));
+  if (n["memory"]) TRY_ASSIGN(r.memory_mib, GetMemory(n["memory"], field + ".memory"));
+  return r;
+}
+
+Result<quota::ClassForms> GetClassForms(const YAML::Node& n, const std::string& field,
+                                        quota::ClassForms cf) {
+  if (!n.IsMap()) return FieldError(field, "expected a map of class to forms");
+  for (const auto& kv : n) {
+    std::string k = Scalar(kv.first);
+    auto c = quota::ParseWorkloadClass(k);
+    if (!c.ok()) return FieldError(field, c.status().message());
+    TRY_ASSIGN(cf.table[static_cast<int>(*c)], GetForms(kv.second, field + "." + k));
+  }
+  return cf;
+}
+
+std::string Name(const YAML::Node& n, size_t i) {
+  return n["name"] && n["name"].IsScalar() ? Scalar(n["name"]) : std::to_string(i);
+}
+
+Result<Scenario> Parse(const YAML::Node& root) {
+  Scenario s;
+  TRY(KnownKeys(root, "scenario",
+                {"name", "until", "cycle", "grace", "fair_share_half_life", "repartition",
+                 "repartition_horizon", "nodes", "pools", "groups", "profiles", "queues",
+                 "class_forms", "workload", "compare_with"}));
+  s.name = root["name"] ? Scalar(root["name"]) : "scenario";
+  if (root["until"]) TRY_ASSIGN(s.until_s, GetDuration(root["until"], "until"));
+  if (root["cycle"]) TRY_ASSIGN(s.cycle_s, GetDuration(root["cycle"], "cycle"));
+  if (s.cycle_s <= 0) return FieldError("cycle", "must be positive");
+  quota::PolicySpec& p = s.policy;
+  if (root["grace"]) TRY_ASSIGN(p.grace_seconds, GetDuration(root["grace"], "grace"));
+  if (root["fair_share_half_life"]) {
+    TRY_ASSIGN(p.fair_share_half_life_s,
+               GetDuration(root["fair_share_half_life"], "fair_share_half_life"));
+  }
+  if (root["repartition"]) TRY_ASSIGN(p.repartition, GetBool(root["repartition"], "repartition"));
+  if (root["repartition_horizon"]) {
+    TRY_ASSIGN(p.repartition_horizon_s,
+               GetDuration(root["repartition_horizon"], "repartition_horizon"));
+  }
+  if (!root["nodes"] || !root["nodes"].IsSequence()) return FieldError("nodes", "a list is required");
+  for (size_t i = 0; i < root["nodes"].size(); ++i) {
+    const YAML::Node n = root["nodes"][i];
+    std::string f = "nodes[" + Name(n, i) + "]";
+    TRY(KnownKeys(n, f, {"name", "count", "pool", "cpu", "memory", "gpu", "mig", "amd_mode"}));
+    quota::NodeSpec ns;
+    ns.name = n["name"] ? Scalar(n["name"]) : "node" + std::to_string(i);
+    int64_t count = 1;
+    if (n["count"]) TRY_ASSIGN(count, GetInt(n["count"], f + ".count"));
+    if (n["pool"]) ns.pool = Scalar(n["pool"]);
+    if (n["cpu"]) TRY_ASSIGN(ns.cpu_milli, GetMilli(n["cpu"], f + ".cpu"));
+    if (n["memory"]) TRY_ASSIGN(ns.memory_mib, GetMemory(n["memory"], f + ".memory"));
+    if (n["gpu"]) {
+      const YAML::Node g = n["gpu"];
+      TRY(KnownKeys(g, f + ".gpu", {"model", "count", "memory"}));
+      if (g["model"]) ns.gpu_model = Scalar(g["model"]);
+      int64_t c = 1;
+      if (g["count"]) TRY_ASSIGN(c, GetInt(g["count"], f + ".gpu.count"));
+      ns.gpu_count = static_cast<int>(c);
+      if (g["memory"]) TRY_ASSIGN(ns.gpu_memory_mib, GetMemory(g["memory"], f + ".gpu.memory"));
+    }
+    if (n["mig"]) TRY_ASSIGN(ns.mig_layout, GetStrings(n["mig"], f + ".mig"));
+    if (n["amd_mode"]) ns.amd_mode = Scalar(n["amd_mode"]);
+    for (int64_t k = 0; k < count; ++k) {
+      quota::NodeSpec copy = ns;
+      if (count > 1) copy.name = ns.name + "-" + std::to_string(k);
+      s.nodes.push_back(copy);
+    }
+  }
+  if (root["pools"]) {
+    for (size_t i = 0; i < root["pools"].size(); ++i) {
+      const YAML::Node n = root["pools"][i];
+      std::string f = "pools[" + Name(n, i) + "]";
+      TRY(KnownKeys(n, f, {"name", "forms"}));
+      quota::PoolSpec ps;
+      ps.name = n["name"] ? Scalar(n["name"]) : "";
+      if (n["forms"]) TRY_ASSIGN(ps.forms, GetForms(n["forms"], f + ".forms"));
+      p.pools.push_back(ps);
+    }
+  }
+  if (root["groups"]) {
+    for (size_t i = 0; i < root["groups"].size(); ++i) {
+      const YAML::Node n = root["groups"][i];
+      std::string f = "groups[" + Name(n, i) + "]";
+      TRY(KnownKeys(n, f, {"name", "parent", "reservation", "limit", "weight"}));
+      quota::GroupSpec g;
+      g.name = n["name"] ? Scalar(n["name"]) : "";
+      if (n["parent"]) g.parent = Scalar(n["parent"]);
+      if (n["reservation"]) {
+        TRY_ASSIGN(g.reservation, GetResources(n["reservation"], f + ".reservation", {}));
+      }
+      if (n["limit"]) {
+        TRY_ASSIGN(g.limit, GetResources(n["limit"], f + ".limit", quota::UnlimitedResources()));
+      }
+      if (n["weight"]) TRY_ASSIGN(g.weight_milli, GetMilli(n["weight"], f + ".weight"));
+      p.groups.push_back(g);
+    }
+  }
+  if (root["profiles"]) {
+    for (size_t i = 0; i < root["profiles"].size(); ++i) {
+      const YAML::Node n = root["profiles"][i];
+      std::string f = "profiles[" + Name(n, i) + "]";
+      TRY(KnownKeys(n, f, {"name", "gpus", "gpu", "gpu_memory", "cpu", "memory", "forms", "pools"}));
+      quota::ProfileSpec pr;
+      pr.name = n["name"] ? Scalar(n["name"]) : "";
+      if (n["gpus"]) {
+        int64_t c = 0;
+        TRY_ASSIGN(c, GetInt(n["gpus"], f + ".gpus"));
+        pr.gpu_count = static_cast<int>(c);
+      }
+      if (n["gpu"]) TRY_ASSIGN(pr.gpu_milli, GetMilli(n["gpu"], f + ".gpu"));
+      if (n["gpu_memory"]) TRY_ASSIGN(pr.gpu_memory_mib, GetMemory(n["gpu_memory"], f + ".gpu_memory"));
+      if (n["cpu"]) TRY_ASSIGN(pr.cpu_milli, GetMilli(n["cpu"], f + ".cpu"));
+      if (n["memory"]) TRY_ASSIGN(pr.memory_mib, GetMemory(n["memory"], f + ".memory"));
+      if (n["forms"]) TRY_ASSIGN(pr.forms, GetForms(n["forms"], f + ".forms"));
+      if (n["pools"]) TRY_ASSIGN(pr.pools, GetStrings(n["pools"], f + ".pools"));
+      p.profiles.push_back(pr);
+    }
+  }
+  if (root["queues"]) {
+    for (size_t i = 0; i < root["queues"].size(); ++i) {
+      const YAML::Node n = root["queues"][i];
+      std::string f = "queues[" + Name(n, i) + "]";
+      TRY(KnownKeys(n, f, {"name", "profile", "groups", "priority", "preemptible", "class"}));
+      quota::QueueSpec q;
+      q.name = n["name"] ? Scalar(n["name"]) : "";
+      if (n["profile"]) q.profile = Scalar(n["profile"]);
+      if (n["groups"]) TRY_ASSIGN(q.groups, GetStrings(n["groups"], f + ".groups"));
+      if (n["priority"]) {
+        int64_t pr = 0;
+        TRY_ASSIGN(pr, GetInt(n["priority"], f + ".priority"));
+        q.priority = static_cast<int>(pr);
+      }
+      if (n["preemptible"]) TRY_ASSIGN(q.preemptible, GetBool(n["preemptible"], f + ".preemptible"));
+      if (n["class"]) {
+        auto c = quota::ParseWorkloadClass(Scalar(n["class"]));
+        if (!c.ok()) return FieldError(f + ".class", c.status().message());
+        q.default_class = *c;
+      }
+      p.queues.push_back(q);
+    }
+  }
+  if (root["class_forms"]) {
+    TRY_ASSIGN(p.class_forms, GetClassForms(root["class_forms"], "class_forms", p.class_forms));
+  }
+  if (root["compare_with"]) {
+    const YAML::Node n = root["compare_with"];
+    TRY(KnownKeys(n, "compare_with", {"name", "class_forms"}));
+    if (n["name"]) s.compare_name = Scalar(n["name"]);
+    quota::ClassForms cf = p.class_forms;
+    if (n["class_forms"]) {
+      TRY_ASSIGN(cf, GetClassForms(n["class_forms"], "compare_with.class_forms", cf));
+    }
+    s.compare_forms = cf;
+  }
+  if (!root["workload"] || !root["workload"].IsSequence()) {
+    return FieldError("workload", "a list is required");
+  }
+  for (size_t i = 0; i < root["workload"].size(); ++i) {
+    const YAML::Node n = root["workload"][i];
+    std::string f = "workload[" + std::to_string(i) + "]";
+    TRY(KnownKeys(n, f,
+                  {"queue", "identity", "group", "count", "at", "interval", "duration", "class",
+                   "form", "gpus", "gpu", "gpu_memory", "cpu", "memory", "walltime"}));
+    WorkloadEntry w;
+    if (!n["queue"]) return FieldError(f + ".queue", "required");
+    w.base.queue = Scalar(n["queue"]);
+    w.base.identity = n["identity"] ? Scalar(n["identity"]) : "user" + std::to_string(i);
+    if (n["group"]) w.base.group = Scalar(n["group"]);
+    int64_t count = 1;
+    if (n["count"]) TRY_ASSIGN(count, GetInt(n["count"], f + ".count"));
+    w.count = static_cast<int>(count);
+    if (n["at"]) TRY_ASSIGN(w.at_s, GetDuration(n["at"], f + ".at"));
+    if (n["interval"]) TRY_ASSIGN(w.interval_s, GetDuration(n["interval"], f + ".interval"));
+    if (!n["duration"]) return FieldError(f + ".duration", "required");
+    if (n["duration"].IsSequence()) {
+      for (size_t k = 0; k < n["duration"].size(); ++k) {
+        int64_t d = 0;
+        TRY_ASSIGN(d, GetDuration(n["duration"][k], f + ".duration"));
+        w.durations_s.push_back(d);
+      }
+    } else {
+      int64_t d = 0;
+      TRY_ASSIGN(d, GetDuration(n["duration"], f + ".duration"));
+      w.durations_s.push_back(d);
+    }
+    if (w.durations_s.empty()) return FieldError(f + ".duration", "empty list");
+    if (n["class"]) {
+      auto c = quota::ParseWorkloadClass(Scalar(n["class"]));
+      if (!c.ok()) return FieldError(f + ".class", c.status().message());
+      w.base.cls = *c;
+    }
+    if (n["form"]) {
+      auto fm = quota::ParseAllocationForm(Scalar(n["form"]));
+      if (!fm.ok()) return FieldError(f + ".form", fm.status().message());
+      w.base.form = *fm;
+    }
+    if (n["gpus"]) {
+      int64_t c = 0;
+      TRY_ASSIGN(c, GetInt(n["gpus"], f + ".gpus"));
+      w.base.gpu_count = static_cast<int>(c);
+    }
+    if (n["gpu"]) {
+      int64_t m = 0;
+      TRY_ASSIGN(m, GetMilli(n["gpu"], f + ".gpu"));
+      w.base.gpu_milli = m;
+    }
+    if (n["gpu_memory"]) {
+      const YAML::Node g = n["gpu_memory"];
+      if (g.IsSequence()) {
+        for (size_t k = 0; k < g.size(); ++k) {
+          MiB m = 0;
+          TRY_ASSIGN(m, GetMemory(g[k], f + ".gpu_memory"));
+          w.gpu_memory_mib.push_back(m);
+        }
+      } else {
+        MiB m = 0;
+        TRY_ASSIGN(m, GetMemory(g, f + ".gpu_memory"));
+        w.gpu_memory_mib.push_back(m);
+      }
+    }
+    if (n["cpu"]) {
+      int64_t m = 0;
+      TRY_ASSIGN(m, GetMilli(n["cpu"], f + ".cpu"));
+      w.base.cpu_milli = m;
+    }
+    if (n["memory"]) {
+      MiB m = 0;
+      TRY_ASSIGN(m, GetMemory(n["memory"], f + ".memory"));
+      w.base.memory_mib = m;
+    }
+    if (n["walltime"]) TRY_ASSIGN(w.declare_walltime, GetBool(n["walltime"], f + ".walltime"));
+    s.workload.push_back(w);
+  }
+  Status v = quota::Validate(s.policy);
+  if (!v.ok()) return v;
+  return s;
+}
+
+int64_t Percentile(std::vector<int64_t> v, int pct) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t idx = (v.size() * static_cast<size_t>(pct) + 99) / 100;
+  if (idx > 0) --idx;
+  return v[std::min(idx, v.size() - 1)];
+}
+
+// The kind of a preemption or repartition, without the job-specific parts.
+std::string Reason(const quota::Event& e) {
+  const std::string& d = e.detail;
+  if (e.kind == quota::EventKind::kPreempted) {
+    if (d.rfind("reclaim", 0) == 0) return "reclaim: a group below its reservation took it back";
+    if (d.rfind("priority", 0) == 0) return "priority preemption inside the group";
+    if (d.rfind("drain", 0) == 0) return "drained for a repartition";
+    return d.substr(0, d.find(';'));
+  }
+  if (d.find("created") != std::string::npos) return "instance created on free slices";
+  if (d.find("MIG enabled") != std::string::npos) return "MIG enabled on an idle device";
+  if (d.find("compute mode") != std::string::npos) return "AMD compute mode set on an idle device";
+  if (d.find("node-wide") != std::string::npos) return "AMD memory mode changed (node drained)";
+  return "layout changed after draining";
+}
+
+struct Arrival {
+  int64_t time = 0;
+  quota::JobSpec spec;
+  int64_t duration = 0;
+  MilliGpu nominal_gpu = 0;
+};
+
+}  // namespace
+
+Result<int64_t> ParseDuration(std::string_view text) {
+  if (text.empty()) return Status::InvalidArgument("empty duration");
+  int64_t unit = 1;
+  std::string_view num = text;
+  char last = text.back();
+  if (last == 's' || last == 'm' || last == 'h' || last == 'd') {
+    unit = last == 's' ? 1 : last == 'm' ? 60 : last == 'h' ? 3600 : 86400;
+    num = text.substr(0, text.size() - 1);
+  }
+  auto v = ParseMilli(num);
+  if (!v.ok() || *v < 0) {
+    return Status::InvalidArgument("bad duration '" + std::string(text) +
+                                   "' (use 30s, 5m, 2h, 1d or seconds)");
+  }
+  return *v * unit / 1000;
+}
+
+Result<Scenario> ParseScenario(std::string_view yaml_text) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(yaml_text));
+  } catch (const YAML::Exception& e) {
+    return Status::InvalidArgument(std::string("YAML: ") + e.what());
+  }
+  try {
+    return Parse(root);
+  } catch (const YAML::Exception& e) {
+    return Status::InvalidArgument(std::string("YAML: ") + e.what());
+  }
+}
+
+Result<Scenario> LoadScenario(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::NotFound("cannot read scenario '" + path + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto s = ParseScenario(ss.str());
+  if (!s.ok()) return Status::InvalidArgument(path + ": " + s.status().message());
+  return s;
+}
+
+Result<RunReport> RunOnce(const Scenario& s, const std::string& name, RunOptions o) {
+  auto started = std::chrono::steady_clock::now();
+  auto created = quota::QuotaEngine::Create(
+      s.policy, s.nodes, {.check_invariants_each_step = o.check_invariants_each_step});
+  if (!created.ok()) return created.status();
+  quota::QuotaEngine& e = **created;
+
+  // The arrivals, in time order.
+  std::map<std::string, const quota::ProfileSpec*> profile_of_queue;
+  for (const quota::QueueSpec& q : s.policy.queues) {
+    for (const quota::ProfileSpec& p : s.policy.profiles) {
+      if (p.name == q.profile) profile_of_queue[q.name] = &p;
+    }
+  }
+  std::vector<Arrival> arrivals;
+  for (size_t k = 0; k < s.workload.size(); ++k) {
+    const WorkloadEntry& w = s.workload[k];
+    const quota::ProfileSpec* prof =
+        profile_of_queue.count(w.base.queue) ? profile_of_queue[w.base.queue] : nullptr;
+    for (int i = 0; i < w.count; ++i) {
+      Arrival a;
+      a.time = w.at_s + w.interval_s * i;
+      a.spec = w.base;
+      a.spec.id = w.base.identity + "-" + std::to_string(k) + "-" + std::to_string(i);
+      a.duration = w.durations_s[static_cast<size_t>(i) % w.durations_s.size()];
+      if (!w.gpu_memory_mib.empty()) {
+        a.spec.gpu_memory_mib = w.gpu_memory_mib[static_cast<size_t>(i) % w.gpu_memory_mib.size()];
+      }
+      a.spec.walltime_s = w.declare_walltime ? a.duration : 0;
+      int count = a.spec.gpu_count.value_or(prof ? prof->gpu_count : 1);
+      MilliGpu milli = a.spec.gpu_milli.value_or(prof ? prof->gpu_milli : kWholeGpu);
+      a.nominal_gpu = count * milli;
+      arrivals.push_back(std::move(a));
+    }
+  }
+  std::stable_sort(arrivals.begin(), arrivals.end(),
+                   [](const Arrival& a, const Arrival& b) { return a.time < b.time; });
+
+  RunReport r;
+  r.name = name;
+  r.devices = e.device_count();
+  std::vector<quota::GroupView> gv = e.groups();
+  std::map<std::string, int> group_index;
+  for (size_t g = 0; g < gv.size(); ++g) {
+    group_index[gv[g].name] = static_cast<int>(g);
+    GroupReport gr;
+    gr.name = gv[g].name;
+    gr.reservation_gpu = gv[g].reservation.gpu_milli;
+    gr.limit_gpu = gv[g].limit.gpu_milli;
+    r.groups.push_back(gr);
+  }
+  for (int c = 0; c < quota::kClassCount; ++c) {
+    ClassReport cr;
+    cr.name = quota::WorkloadClassName(static_cast<WorkloadClass>(c));
+    r.classes.push_back(cr);
+  }
+  struct SimJob {
+    int group = 0;
+    int cls = 0;
+    int64_t submit = 0, duration = 0, start = -1;
+    MilliGpu nominal = 0;
+    bool started_once = false;
+    bool pending = false;
+  };
+  std::vector<SimJob> jobs;  // by engine handle
+  std::unordered_map<std::string, int> handle_of;
+  std::vector<std::vector<int64_t>> group_waits(r.groups.size()), class_waits(quota::kClassCount);
+  // Pending nominal GPU per group, for "demand within the reservation".
+  std::vector<std::multiset<MilliGpu>> pending_gpu(r.groups.size());
+  using Completion = std::tuple<int64_t, int, int64_t>;  // end, handle, start
+  std::priority_queue<Completion, std::vector<Completion>, std::greater<>> completions;
+  std::map<std::string, int64_t> preempt_reasons, repart_reasons;
+  std::vector<int64_t> short_since(r.groups.size(), -1);
+  double gpu_util_sum = 0, mem_util_sum = 0;
+  std::vector<double> class_dev_sum(quota::kClassCount, 0);
+  std::vector<double> group_held_sum(r.groups.size(), 0);
+  size_t next = 0, cursor = 0;
+  std::vector<int64_t> durations;  // by handle
+
+  for (int64_t t = 0; t <= s.until_s; t += s.cycle_s) {
+    // Completions and arrivals up to t, in time order.
+    while (true) {
+      bool has_arrival = next < arrivals.size() && arrivals[next].time <= t;
+      bool has_done = !completions.empty() && std::get<0>(completions.top()) <= t;
+      if (!has_arrival && !has_done) break;
+      if (has_done && (!has_arrival || std::get<0>(completions.top()) <= arrivals[next].time)) {
+        auto [end, h, start] = completions.top();
+        completions.pop();
+        quota::JobState st = e.job_state(h);
+        if ((st == quota::JobState::kRunning || st == quota::JobState::kTerminating) &&
+            jobs[h].start == start) {
+          e.Complete(h, end);
+        }
+        continue;
+      }
+      const Arrival& a = arrivals[next++];
+      auto h = e.Submit(a.spec, a.time);
+      ++r.jobs;
+      if (!h.ok()) {
+        ++r.rejected;
+        continue;
+      }
+      if (static_cast<size_t>(*h) >= jobs.size()) jobs.resize(*h + 1);
+      SimJob& sj = jobs[*h];
+      auto gi = group_index.find(e.job(*h).group);
+      sj.group = gi->second;
+      sj.cls = static_cast<int>(e.job(*h).cls);
+      sj.submit = a.time;
+      sj.duration = a.duration;
+      sj.nominal = a.nominal_gpu;
+      handle_of[a.spec.id] = *h;
+    }
+    quota::CycleStats cs = e.RunCycle(t);
+    ++r.cycles;
+    r.backfilled += cs.backfilled;
+    // Follow the events of this step.
+    const std::vector<quota::Event>& ev = e.events();
+    for (; cursor < ev.size(); ++cursor) {
+      const quota::Event& x = ev[cursor];
+      if (x.kind == quota::EventKind::kPreempted) {
+        ++r.preemptions;
+        ++preempt_reasons[Reason(x)];
+        if (r.notable_events.size() < 50) r.notable_events.push_back(x);
+        continue;
+      }
+      if (x.kind == quota::EventKind::kRepartitioned) {
+        ++r.repartitions;
+        ++repart_reasons[Reason(x)];
+        if (r.notable_events.size() < 50) r.notable_events.push_back(x);
+        continue;
+      }
+      auto it = handle_of.find(x.job);
+      if (it == handle_of.end()) continue;
+      SimJob& sj = jobs[it->second];
+      if (x.kind == quota::EventKind::kSubmitted || x.kind == quota::EventKind::kRequeued) {
+        sj.pending = true;
+        pending_gpu[sj.group].insert(sj.nominal);
+      } else if (x.kind == quota::EventKind::kPlaced) {
+        if (sj.pending) {
+          pending_gpu[sj.group].erase(pending_gpu[sj.group].find(sj.nominal));
+          sj.pending = false;
+        }
+        sj.start = x.time;
+        completions.push({x.time + sj.duration, it->second, x.time});
+        if (!sj.started_once) {
+          sj.started_once = true;
+          group_waits[sj.group].push_back(x.time - sj.submit);
+          class_waits[sj.cls].push_back(x.time - sj.submit);
+        }
+      }
+    }
+    // Samples.
+    r.sample_times.push_back(t);
+    gv = e.groups();
+    for (size_t g = 0; g < gv.size(); ++g) {
+      GroupReport& gr = r.groups[g];
+      MilliGpu held = gv[g].usage.gpu_milli;
+      gr.gpu_held.push_back(held);
+      gr.max_gpu_held = std::max(gr.max_gpu_held, held);
+      group_held_sum[g] += static_cast<double>(held);
+      if (held > gv[g].limit.gpu_milli) gr.limit_exceeded = true;
+      // Short of its reservation while asking for something inside it?
+      MilliGpu room = gv[g].reservation.gpu_milli - held;
+      bool shorted = room > 0 && !pending_gpu[g].empty() && *pending_gpu[g].begin() <= room;
+      if (shorted && short_since[g] < 0) short_since[g] = t;
+      if (!shorted && short_since[g] >= 0) {
+        gr.reclaim_times_s.push_back(t - short_since[g]);
+        gr.reclaim_max_s = std::max(gr.reclaim_max_s, t - short_since[g]);
+        short_since[g] = -1;
+      }
+    }
+    Resources a = e.allocated();
+    gpu_util_sum += static_cast<double>(a.gpu_milli) / static_cast<double>(std::max<MilliGpu>(e.gpu_capacity(), 1));
+    mem_util_sum += static_cast<double>(a.gpu_memory_mib) /
+                    static_cast<double>(std::max<MiB>(e.gpu_memory_capacity(), 1));
+    std::vector<int> used = e.devices_used_by_class();
+    for (int c = 0; c < quota::kClassCount; ++c) {
+      r.classes[c].max_devices = std::max(r.classes[c].max_devices, used[c]);
+      class_dev_sum[c] += used[c];
+    }
+  }
+  // Still short at the end: count the open interval too.
+  for (size_t g = 0; g < r.groups.size(); ++g) {
+    if (short_since[g] >= 0) {
+      int64_t d = r.sample_times.empty() ? 0 : r.sample_times.back() - short_since[g];
+      r.groups[g].reclaim_times_s.push_back(d);
+      r.groups[g].reclaim_max_s = std::max(r.groups[g].reclaim_max_s, d);
+    }
+  }
+  double cycles = static_cast<double>(std::max<int64_t>(r.cycles, 1));
+  r.gpu_compute_utilization = gpu_util_sum / cycles;
+  r.gpu_memory_utilization = mem_util_sum / cycles;
+  for (size_t h = 0; h < jobs.size(); ++h) {
+    const SimJob& sj = jobs[h];
+    GroupReport& gr = r.groups[sj.group];
+    ++gr.jobs;
+    ++r.classes[sj.cls].jobs;
+    if (sj.started_once) {
+      ++gr.started;
+    } else {
+      ++gr.never_started;
+      // A job that never started waited at least until the end.
+      int64_t w = s.until_s - sj.submit;
+      group_waits[sj.group].push_back(w);
+      class_waits[sj.cls].push_back(w);
+    }
+  }
+  for (size_t g = 0; g < r.groups.size(); ++g) {
+    GroupReport& gr = r.groups[g];
+    gr.mean_gpu_held = group_held_sum[g] / cycles;
+    gr.wait_p50_s = Percentile(group_waits[g], 50);
+    gr.wait_p99_s = Percentile(group_waits[g], 99);
+    gr.wait_max_s = Percentile(group_waits[g], 100);
+  }
+  for (int c = 0; c < quota::kClassCount; ++c) {
+    ClassReport& cr = r.classes[c];
+    cr.mean_devices = class_dev_sum[c] / cycles;
+    cr.wait_p50_s = Percentile(class_waits[c], 50);
+    cr.wait_p99_s = Percentile(class_waits[c], 99);
+    cr.wait_max_s = Percentile(class_waits[c], 100);
+  }
+  r.preemption_reasons.assign(preempt_reasons.begin(), preempt_reasons.end());
+  r.repartition_reasons.assign(repart_reasons.begin(), repart_reasons.end());
+  r.invariant_violations = e.violations();
+  Status final_check = e.CheckInvariants();
+  if (!final_check.ok()) r.invariant_violations.push_back("at end: " + final_check.message());
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return r;
+}
+
+Result<ScenarioReport> RunScenario(const Scenario& s, RunOptions o) {
+  ScenarioReport out;
+  out.scenario = s.name;
+  auto run = RunOnce(s, "policy", o);
+  if (!run.ok()) return run.status();
+  out.run = std::move(run).value();
+  if (s.compare_forms) {
+    Scenario b = s;
+    b.policy.class_forms = *s.compare_forms;
+    auto base = RunOnce(b, s.compare_name, o);
+    if (!base.ok()) return base.status();
+    out.baseline = std::move(base).value();
+  }
+  return out;
+}
+
+namespace {
+
+nlohmann::json RunJson(const RunReport& r) {
+  nlohmann::json j;
+  j["name"] = r.name;
+  j["cycles"] = r.cycles;
+  j["devices"] = r.devices;
+  j["jobs"] = r.jobs;
+  j["rejected"] = r.rejected;
+  j["preemptions"] = r.preemptions;
+  j["repartitions"] = r.repartitions;
+  j["backfilled"] = r.backfilled;
+  j["utilization"] = {{"gpu_compute", r.gpu_compute_utilization},
+                      {"gpu_memory", r.gpu_memory_utilization}};
+  j["groups"] = nlohmann::json::array();
+  for (const GroupReport& g : r.groups) {
+    // Held over time: at most 200 evenly spaced samples, in GPUs.
+    nlohmann::json series = nlohmann::json::array();
+    size_t n = g.gpu_held.size();
+    size_t step = std::max<size_t>(1, (n + 199) / 200);
+    for (size_t i = 0; i < n; i += step) {
+      series.push_back({r.sample_times[i], static_cast<double>(g.gpu_held[i]) / 1000.0});
+    }
+    j["groups"].push_back({{"name", g.name},
+                           {"reservation_gpu", static_cast<double>(g.reservation_gpu) / 1000.0},
+                           {"limit_gpu", g.limit_gpu >= quota::kUnlimited
+                                             ? nlohmann::json(nullptr)
+                                             : nlohmann::json(static_cast<double>(g.limit_gpu) / 1000.0)},
+                           {"max_gpu_held", static_cast<double>(g.max_gpu_held) / 1000.0},
+                           {"mean_gpu_held", g.mean_gpu_held / 1000.0},
+                           {"jobs", g.jobs},
+                           {"started", g.started},
+                           {"never_started", g.never_started},
+                           {"wait_p50_s", g.wait_p50_s},
+                           {"wait_p99_s", g.wait_p99_s},
+                           {"wait_max_s", g.wait_max_s},
+                           {"reclaim_times_s", g.reclaim_times_s},
+                           {"reclaim_max_s", g.reclaim_max_s},
+                           {"limit_exceeded", g.limit_exceeded},
+                           {"gpu_held", series}});
+  }
+  j["classes"] = nlohmann::json::array();
+  for (const ClassReport& c : r.classes) {
+    if (c.jobs == 0) continue;
+    j["classes"].push_back({{"name", c.name},
+                            {"jobs", c.jobs},
+                            {"max_devices", c.max_devices},
+                            {"mean_devices", c.mean_devices},
+                            {"wait_p50_s", c.wait_p50_s},
+                            {"wait_p99_s", c.wait_p99_s},
+                            {"wait_max_s", c.wait_max_s}});
+  }
+  nlohmann::json pr = nlohmann::json::object(), rr = nlohmann::json::object();
+  for (const auto& [k, v] : r.preemption_reasons) pr[k] = v;
+  for (const auto& [k, v] : r.repartition_reasons) rr[k] = v;
+  j["preemption_reasons"] = pr;
+  j["repartition_reasons"] = rr;
+  j["events"] = nlohmann::json::array();
+  for (const quota::Event& e : r.notable_events) {
+    j["events"].push_back({{"time", e.time},
+                           {"kind", quota::EventKindName(e.kind)},
+                           {"job", e.job},
+                           {"group", e.group},
+                           {"detail", e.detail}});
+  }
+  j["invariant_violations"] = r.invariant_violations;
+  j["seconds"] = r.seconds;
+  return j;
+}
+
+const ClassReport* FindClass(const RunReport& r, WorkloadClass c) {
+  return &r.classes[static_cast<int>(c)];
+}
+
+}  // namespace
+
+std::string ReportJson(const ScenarioReport& r) {
+  nlohmann::json j;
+  j["scenario"] = r.scenario;
+  j["run"] = RunJson(r.run);
+  if (r.baseline) {
+    j["baseline"] = RunJson(*r.baseline);
+    nlohmann::json cmp = nlohmann::json::array();
+    for (int c = 0; c < quota::kClassCount; ++c) {
+      const ClassReport* now = FindClass(r.run, static_cast<WorkloadClass>(c));
+      const ClassReport* before = FindClass(*r.baseline, static_cast<WorkloadClass>(c));
+      if (now->jobs == 0) continue;
+      cmp.push_back({{"class", now->name},
+                     {"devices_before", before->max_devices},
+                     {"devices_now", now->max_devices},
+                     {"devices_returned", before->max_devices - now->max_devices},
+                     {"wait_max_before_s", before->wait_max_s},
+                     {"wait_max_now_s", now->wait_max_s},
+                     {"waits_longer", now->wait_max_s > before->wait_max_s}});
+    }
+    j["comparison"] = cmp;
+  }
+  return j.dump(2);
+}
+
+std::string ReportText(const ScenarioReport& r) {
+  std::ostringstream o;
+  auto one = [&](const RunReport& x) {
+    o << "run '" << x.name << "': " << x.devices << " devices, " << x.jobs << " jobs ("
+      << x.rejected << " rejected), " << x.cycles << " cycles in " << x.seconds << " s\n";
+    o << "  utilization: compute " << static_cast<int>(x.gpu_compute_utilization * 1000) / 10.0
+      << "%, memory " << static_cast<int>(x.gpu_memory_utilization * 1000) / 10.0 << "%\n";
+    o << "  preemptions " << x.preemptions << ", repartitions " << x.repartitions
+      << ", backfilled " << x.backfilled << "\n";
+    for (const auto& [k, v] : x.preemption_reasons) o << "    preempted: " << k << " x" << v << "\n";
+    for (const auto& [k, v] : x.repartition_reasons) o << "    repartitioned: " << k << " x" << v << "\n";
+    o << "  groups (GPU held max/mean, reservation, wait p50/p99/max, longest time short of reservation):\n";
+    for (const GroupReport& g : x.groups) {
+      o << "    " << g.name << ": " << FormatMilli(g.max_gpu_held) << "/"
+        << static_cast<int64_t>(g.mean_gpu_held) / 1000.0 << " GPU, reservation "
+        << FormatMilli(g.reservation_gpu) << ", waits " << g.wait_p50_s << "/" << g.wait_p99_s
+        << "/" << g.wait_max_s << " s, short of reservation at most " << g.reclaim_max_s << " s"
+        << (g.never_started ? ", " + std::to_string(g.never_started) + " never started" : "")
+        << (g.limit_exceeded ? "  LIMIT EXCEEDED" : "") << "\n";
+    }
+    o << "  devices used per class (peak/mean), waits p50/p99/max:\n";
+    for (const ClassReport& c : x.classes) {
+      if (c.jobs == 0) continue;
+      o << "    " << c.name << ": " << c.max_devices << "/" << static_cast<int>(c.mean_devices * 10) / 10.0
+        << " devices, " << c.jobs << " jobs, waits " << c.wait_p50_s << "/" << c.wait_p99_s << "/"
+        << c.wait_max_s << " s\n";
+    }
+    o << "  invariant violations: " << x.invariant_violations.size() << "\n";
+    for (size_t i = 0; i < std::min<size_t>(5, x.invariant_violations.size()); ++i) {
+      o << "    " << x.invariant_violations[i] << "\n";
+    }
+  };
+  o << "scenario " << r.scenario << "\n";
+  one(r.run);
+  if (r.baseline) {
+    one(*r.baseline);
+    o << "comparison with '" << r.baseline->name << "':\n";
+    for (int c = 0; c < quota::kClassCount; ++c) {
+      const ClassReport* now = FindClass(r.run, static_cast<WorkloadClass>(c));
+      const ClassReport* before = FindClass(*r.baseline, static_cast<WorkloadClass>(c));
+      if (now->jobs == 0) continue;
+      o << "  " << now->name << ": " << before->max_devices << " devices before, "
+        << now->max_devices << " now, " << before->max_devices - now->max_devices
+        << " returned to the pool; longest wait " << before->wait_max_s << " s before, "
+        << now->wait_max_s << " s now\n";
+    }
+  }
+  return o.str();
+}
+
+std::string ReportSvg(const RunReport& r) {
+  const int w = 900, h = 360, left = 60, right = 160, top = 20, bottom = 40;
+  MilliGpu ymax = 1000;
+  for (const GroupReport& g : r.groups) ymax = std::max({ymax, g.max_gpu_held, g.reservation_gpu});
+  int64_t tmax = r.sample_times.empty() ? 1 : std::max<int64_t>(1, r.sample_times.back());
+  auto X = [&](int64_t t) {
+    return left + static_cast<double>(t) / static_cast<double>(tmax) * (w - left - right);
+  };
+  auto Y = [&](MilliGpu v) {
+    return top + (1.0 - static_cast<double>(v) / static_cast<double>(ymax)) * (h - top - bottom);
+  };
+  const char* colors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+                          "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+  std::ostringstream o;
+  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << w << "\" height=\"" << h
+    << "\" font-family=\"sans-serif\" font-size=\"11\">\n";
+  o << "<text x=\"" << left << "\" y=\"14\">GPU held per group over time (" << r.name
+    << "); dashed: reservation</text>\n";
+  o << "<line x1=\"" << left << "\" y1=\"" << h - bottom << "\" x2=\"" << w - right << "\" y2=\""
+    << h - bottom << "\" stroke=\"black\"/>\n";
+  o << "<line x1=\"" << left << "\" y1=\"" << top << "\" x2=\"" << left << "\" y2=\"" << h - bottom
+    << "\" stroke=\"black\"/>\n";
+  o << "<text x=\"4\" y=\"" << top + 10 << "\">" << FormatMilli(ymax) << " GPU</text>\n";
+  o << "<text x=\"" << w - right - 40 << "\" y=\"" << h - 10 << "\">" << static_cast<double>(tmax) / 3600.0
+    << " h</text>\n";
+  for (size_t g = 0; g < r.groups.size(); ++g) {
+    const GroupReport& gr = r.groups[g];
+    const char* c = colors[g % 10];
+    o << "<polyline fill=\"none\" stroke=\"" << c << "\" points=\"";
+    size_t n = gr.gpu_held.size();
+    size_t step = std::max<size_t>(1, n / 600);
+    for (size_t i = 0; i < n; i += step) o << X(r.sample_times[i]) << "," << Y(gr.gpu_held[i]) << " ";
+    o << "\"/>\n";
+    if (gr.reservation_gpu > 0) {
+      o << "<line x1=\"" << left << "\" x2=\"" << w - right << "\" y1=\"" << Y(gr.reservation_gpu)
+        << "\" y2=\"" << Y(gr.reservation_gpu) << "\" stroke=\"" << c
+        << "\" stroke-dasharray=\"4 3\"/>\n";
+    }
+    o << "<text x=\"" << w - right + 8 << "\" y=\"" << top + 14 * (g + 1) << "\" fill=\"" << c
+      << "\">" << gr.name << "</text>\n";
+  }
+  o << "</svg>\n";
+  return o.str();
+}
+
+}  // namespace tessera::sim

@@ -1,0 +1,127 @@
+// Scenarios: a cluster, a queue and quota policy and a workload, run through the quota engine
+// on a virtual clock (`tessera sim scenario FILE.yaml`).
+//
+// A scenario file (YAML) declares:
+//   name, until (e.g. 24h), cycle (scheduling interval, default 10s), grace (default 0s),
+//   fair_share_half_life, repartition (bool), repartition_horizon,
+//   nodes:     [{name, count, pool, cpu, memory, gpu: {model, count, memory}, mig: [profiles],
+//                amd_mode}]
+//   pools:     [{name, forms: [whole|partition|share]}]
+//   groups:    [{name, parent, reservation: {gpu, gpu_memory, cpu, memory}, limit: {...},
+//                weight}]
+//   profiles:  [{name, gpus, gpu, gpu_memory, cpu, memory, forms, pools}]
+//   queues:    [{name, profile, groups, priority, preemptible, class}]
+//   class_forms: {training: [whole], inference: [partition], ...}   (overrides the default)
+//   workload:  [{queue, identity, group, count, at, interval, duration, class, form, gpus, gpu,
+//                gpu_memory, cpu, memory, walltime}]  -- duration and gpu_memory may be lists,
+//                used in turn; walltime (default true) declares the duration for backfill
+//   compare_with: {name, class_forms: {...}}  -- run again with this table and compare
+// Durations: "30s", "5m", "2h", "1d" or seconds. Quantities: "8GiB", "0.25", "500m".
+// Errors name the field ("workload[2].duration: ...").
+//
+// Thread-safety: value types and pure functions.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "sched/quota/engine.h"
+#include "sched/quota/policy_model.h"
+
+namespace tessera::sim {
+
+struct WorkloadEntry {
+  quota::JobSpec base;  // queue, identity, group, class, form, request overrides
+  int count = 1;
+  int64_t at_s = 0;
+  int64_t interval_s = 0;
+  std::vector<int64_t> durations_s;   // used in turn
+  std::vector<MiB> gpu_memory_mib;    // used in turn; empty = the profile's
+  bool declare_walltime = true;
+};
+
+struct Scenario {
+  std::string name;
+  quota::PolicySpec policy;
+  std::vector<quota::NodeSpec> nodes;
+  std::vector<WorkloadEntry> workload;
+  int64_t until_s = 3600;
+  int64_t cycle_s = 10;
+  std::optional<quota::ClassForms> compare_forms;
+  std::string compare_name = "before";
+};
+
+// Durations: "30s", "5m", "2h", "1d", "90" (seconds).
+Result<int64_t> ParseDuration(std::string_view text);
+
+Result<Scenario> ParseScenario(std::string_view yaml_text);
+Result<Scenario> LoadScenario(const std::string& path);
+
+struct GroupReport {
+  std::string name;
+  MilliGpu reservation_gpu = 0;
+  MilliGpu limit_gpu = 0;
+  MilliGpu max_gpu_held = 0;
+  double mean_gpu_held = 0;  // milli-GPU, time-averaged over the cycles
+  std::vector<MilliGpu> gpu_held;  // one sample per cycle
+  int64_t jobs = 0, started = 0, never_started = 0;
+  int64_t wait_p50_s = 0, wait_p99_s = 0, wait_max_s = 0;
+  // Times a group below its reservation, with demand inside it, took to get it back, measured
+  // from the first cycle that saw it short to the first cycle that saw it whole (or no longer
+  // asking).
+  std::vector<int64_t> reclaim_times_s;
+  int64_t reclaim_max_s = 0;
+  bool limit_exceeded = false;
+};
+
+struct ClassReport {
+  std::string name;
+  int64_t jobs = 0;
+  int max_devices = 0;        // devices holding at least one job of the class, at peak
+  double mean_devices = 0;
+  int64_t wait_p50_s = 0, wait_p99_s = 0, wait_max_s = 0;
+};
+
+struct RunReport {
+  std::string name;
+  int64_t cycles = 0;
+  int64_t jobs = 0;
+  int64_t rejected = 0;
+  int64_t preemptions = 0;
+  int64_t repartitions = 0;
+  int64_t backfilled = 0;
+  double gpu_compute_utilization = 0;  // time-averaged allocated / capacity, 0..1
+  double gpu_memory_utilization = 0;
+  std::vector<GroupReport> groups;
+  std::vector<ClassReport> classes;
+  std::vector<std::pair<std::string, int64_t>> preemption_reasons;   // reason -> count
+  std::vector<std::pair<std::string, int64_t>> repartition_reasons;
+  std::vector<quota::Event> notable_events;  // first preemptions and repartitions, in order
+  std::vector<std::string> invariant_violations;
+  std::vector<int64_t> sample_times;
+  int devices = 0;
+  double seconds = 0;  // wall time of the run
+};
+
+struct ScenarioReport {
+  std::string scenario;
+  RunReport run;
+  std::optional<RunReport> baseline;  // compare_with
+};
+
+struct RunOptions {
+  bool check_invariants_each_step = true;
+};
+
+Result<RunReport> RunOnce(const Scenario& s, const std::string& name, RunOptions o = {});
+Result<ScenarioReport> RunScenario(const Scenario& s, RunOptions o = {});
+
+std::string ReportJson(const ScenarioReport& r);  // one JSON object
+std::string ReportText(const ScenarioReport& r);  // for people
+std::string ReportSvg(const RunReport& r);        // GPU held per group over time
+
+}  // namespace tessera::sim

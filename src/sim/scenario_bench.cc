@@ -1,0 +1,126 @@
+#include "sim/scenario_bench.h"
+
+#include <chrono>
+#include <random>
+#include <vector>
+
+#include "sched/quota/engine.h"
+
+namespace tessera::sim {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+}  // namespace
+
+CycleBenchResult RunCycleBench(const CycleBenchOptions& o) {
+  using F = AllocationForm;
+  using C = quota::WorkloadClass;
+  auto t0 = Clock::now();
+  quota::PolicySpec p;
+  p.grace_seconds = 30;
+  p.pools = {{"training", {F::kWhole}}, {"inference", {F::kPartition}}, {"interactive", {F::kShare}}};
+  const int kGroups = 8;
+  int gpus = o.nodes * 8;
+  for (int g = 0; g < kGroups; ++g) {
+    quota::GroupSpec gs;
+    gs.name = "team" + std::to_string(g);
+    gs.reservation.gpu_milli = static_cast<MilliGpu>(gpus) * kWholeGpu / (kGroups * 2);
+    gs.limit = quota::UnlimitedResources();
+    gs.limit.gpu_milli = static_cast<MilliGpu>(gpus) * kWholeGpu / 3;
+    gs.weight_milli = 1000 + 250 * g;
+    p.groups.push_back(gs);
+  }
+  std::vector<std::string> all_groups;
+  for (const auto& g : p.groups) all_groups.push_back(g.name);
+  p.profiles = {
+      {"whole", 1, kWholeGpu, 0, 8000, 64 * 1024, {}, {"training"}},
+      {"part", 1, 140, 9 * 1024, 2000, 16 * 1024, {}, {"inference"}},
+      {"share", 1, 200, 12 * 1024, 2000, 16 * 1024, {}, {"interactive"}},
+  };
+  p.queues = {
+      {"train-hi", "whole", all_groups, 10, false, C::kTraining},
+      {"train", "whole", all_groups, 5, true, C::kTraining},
+      {"serve", "part", all_groups, 20, false, C::kInference},
+      {"notebooks", "share", all_groups, 8, true, C::kInteractive},
+      {"ci", "share", all_groups, 3, true, C::kCi},
+  };
+  std::vector<quota::NodeSpec> nodes;
+  for (int i = 0; i < o.nodes; ++i) {
+    quota::NodeSpec n;
+    n.name = "n" + std::to_string(i);
+    int bucket = i % 10;
+    n.pool = bucket < 5 ? "training" : bucket < 7 ? "inference" : "interactive";
+    n.cpu_milli = 192000;
+    n.memory_mib = 2048 * 1024;
+    n.gpu_model = "H100-80GB";
+    n.gpu_count = 8;
+    nodes.push_back(n);
+  }
+  auto created = quota::QuotaEngine::Create(p, nodes, {.check_invariants_each_step = false});
+  CycleBenchResult r;
+  r.nodes = o.nodes;
+  r.gpus = gpus;
+  if (!created.ok()) {
+    r.invariants = created.status().ToString();
+    return r;
+  }
+  quota::QuotaEngine& e = **created;
+  std::mt19937_64 rng(o.seed);
+  int next_id = 0;
+  auto submit = [&](int64_t now) {
+    quota::JobSpec j;
+    j.id = "j" + std::to_string(next_id++);
+    j.identity = "user" + std::to_string(rng() % 500);
+    j.group = all_groups[rng() % kGroups];
+    uint64_t kind = rng() % 100;
+    static const int kCounts[] = {1, 1, 1, 2, 4, 8};
+    if (kind < 35) {
+      j.queue = kind < 5 ? "train-hi" : "train";
+      j.gpu_count = kCounts[rng() % 6];
+    } else if (kind < 60) {
+      j.queue = "serve";
+      j.gpu_memory_mib = (kind % 2 == 0) ? 9 * 1024 : 18 * 1024;  // 1g.10gb or 1g.20gb/2g.20gb
+    } else {
+      j.queue = kind < 85 ? "notebooks" : "ci";
+      j.gpu_memory_mib = static_cast<MiB>(8 + rng() % 9) * 1024;
+    }
+    j.walltime_s = static_cast<int64_t>(600 + rng() % 7200);
+    (void)e.Submit(j, now);
+  };
+  for (int i = 0; i < o.jobs; ++i) submit(0);
+  r.setup_seconds = Since(t0);
+
+  auto t1 = Clock::now();
+  quota::CycleStats s1 = e.RunCycle(0);
+  r.cycle_seconds = Since(t1);
+  r.pending = s1.pending_at_start;
+  r.admitted = s1.admitted;
+  r.preempted = s1.preempted;
+  r.repartitioned = s1.repartitioned;
+  r.admitted_per_second = r.cycle_seconds > 0 ? s1.admitted / r.cycle_seconds : 0;
+
+  // Steady state: 5% of the running jobs finish, as many arrive, one more cycle.
+  int finished = 0;
+  int target = s1.admitted / 20;
+  for (int h = 0; h < e.job_count() && finished < target; h += 7) {
+    if (e.job_state(h) == quota::JobState::kRunning) {
+      e.Complete(h, 60);
+      ++finished;
+    }
+  }
+  for (int i = 0; i < finished; ++i) submit(60);
+  auto t2 = Clock::now();
+  quota::CycleStats s2 = e.RunCycle(60);
+  r.second_cycle_seconds = Since(t2);
+  r.second_pending = s2.pending_at_start;
+  r.second_admitted = s2.admitted;
+  Status inv = e.CheckInvariants();
+  r.invariants = inv.ok() ? "ok" : inv.message();
+  return r;
+}
+
+}  // namespace tessera::sim

@@ -1,0 +1,127 @@
+// Scenario tests: the YAML format, and whole simulated runs through the quota engine with
+// invariants checked after every step.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "sim/scenario.h"
+
+namespace tessera::sim {
+namespace {
+
+std::string Example(const std::string& name) {
+  return std::string(TESSERA_SOURCE_DIR) + "/examples/scenarios/" + name;
+}
+
+const GroupReport& Group(const RunReport& r, const std::string& name) {
+  for (const GroupReport& g : r.groups) {
+    if (g.name == name) return g;
+  }
+  ADD_FAILURE() << "no group " << name;
+  return r.groups.front();
+}
+
+const ClassReport& Class(const RunReport& r, const std::string& name) {
+  for (const ClassReport& c : r.classes) {
+    if (c.name == name) return c;
+  }
+  ADD_FAILURE() << "no class " << name;
+  return r.classes.front();
+}
+
+TEST(ScenarioParse, DurationsAndErrorsNameTheField) {
+  EXPECT_EQ(*ParseDuration("30s"), 30);
+  EXPECT_EQ(*ParseDuration("2h"), 7200);
+  EXPECT_EQ(*ParseDuration("1.5m"), 90);
+  EXPECT_EQ(*ParseDuration("1d"), 86400);
+  EXPECT_EQ(*ParseDuration("45"), 45);
+  EXPECT_FALSE(ParseDuration("soon").ok());
+
+  struct Case {
+    std::string yaml, want;
+  };
+  const std::string ok_head =
+      "nodes: [{name: n, gpu: {model: A100-80GB, count: 1}}]\n"
+      "groups: [{name: g}]\nprofiles: [{name: p}]\n"
+      "queues: [{name: q, profile: p, groups: [g], class: training}]\n";
+  std::vector<Case> cases = {
+      {ok_head + "workload: [{queue: q, duration: forever}]", "workload[0].duration: bad duration"},
+      {ok_head + "workload: [{queue: q, duration: 1h, colour: red}]",
+       "workload[0]: unknown key 'colour'"},
+      {ok_head + "workload: [{queue: q, duration: 1h, class: gaming}]",
+       "workload[0].class: unknown workload class 'gaming'"},
+      {"nodes: [{name: n, memory: lots}]\nworkload: []", "nodes[n].memory:"},
+      {"nodes: [{name: n}]\ngroups: [{name: g, reservation: {gpu: 2}, limit: {gpu: 1}}]\n"
+       "workload: []",
+       "groups[g].reservation.gpu exceeds its limit"},
+      {"nodes: [{name: n}]\nworkload: [\n", "YAML:"},
+  };
+  for (const Case& c : cases) {
+    auto s = ParseScenario(c.yaml);
+    ASSERT_FALSE(s.ok()) << c.yaml;
+    EXPECT_NE(s.status().message().find(c.want), std::string::npos) << s.status().message();
+  }
+  auto s = ParseScenario(ok_head + "workload: [{queue: q, count: 3, interval: 1m, duration: [1h, 2h],"
+                                   " gpu_memory: [8GiB, 16GiB]}]\nuntil: 3h");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->until_s, 10800);
+  EXPECT_EQ(s->workload[0].durations_s, (std::vector<int64_t>{3600, 7200}));
+  EXPECT_EQ(s->workload[0].gpu_memory_mib, (std::vector<MiB>{8192, 16384}));
+}
+
+TEST(ScenarioRun, ReservationRegainedWithinOneCyclePlusGrace) {
+  auto s = LoadScenario(Example("reclaim.yaml"));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  auto r = RunScenario(*s);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const GroupReport& research = Group(r->run, "research");
+  ASSERT_FALSE(research.reclaim_times_s.empty());
+  // Measured from the first cycle that saw the group short: one cycle plus the grace.
+  EXPECT_LE(research.reclaim_max_s, s->cycle_s + s->policy.grace_seconds);
+  EXPECT_EQ(research.max_gpu_held, 16000);
+  EXPECT_EQ(r->run.preemptions, 16);
+  ASSERT_EQ(r->run.preemption_reasons.size(), 1u);
+  EXPECT_EQ(r->run.preemption_reasons[0].first.rfind("reclaim", 0), 0u);
+  EXPECT_TRUE(r->run.invariant_violations.empty()) << r->run.invariant_violations.front();
+  for (const GroupReport& g : r->run.groups) EXPECT_FALSE(g.limit_exceeded) << g.name;
+}
+
+TEST(ScenarioRun, UtilizationMath) {
+  auto s = LoadScenario(Example("utilization-math.yaml"));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  auto r = RunScenario(*s);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(r->baseline.has_value());
+  const ClassReport& now = Class(r->run, "interactive");
+  const ClassReport& before = Class(*r->baseline, "interactive");
+  EXPECT_EQ(before.max_devices, 50);  // one card per session
+  EXPECT_LE(now.max_devices, 10);     // about five sessions per card
+  EXPECT_GE(before.max_devices - now.max_devices, 40);  // returned to the pool
+  EXPECT_LE(now.wait_max_s, before.wait_max_s);  // nobody waits longer
+  EXPECT_EQ(Class(r->run, "training").max_devices, 30);
+  EXPECT_EQ(Class(r->run, "inference").max_devices, 20);
+  EXPECT_TRUE(r->run.invariant_violations.empty());
+  EXPECT_TRUE(r->baseline->invariant_violations.empty());
+  std::string json = ReportJson(*r);
+  EXPECT_NE(json.find("\"devices_returned\": 40"), std::string::npos);
+}
+
+TEST(ScenarioRun, Mixed24hOn1000GpusHasNoViolations) {
+  auto s = LoadScenario(Example("mixed-24h.yaml"));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  auto r = RunScenario(*s);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->run.devices, 1000);
+  EXPECT_GE(r->run.jobs, 10000);
+  EXPECT_EQ(s->until_s, 24 * 3600);
+  EXPECT_TRUE(r->run.invariant_violations.empty()) << r->run.invariant_violations.front();
+  for (const GroupReport& g : r->run.groups) EXPECT_FALSE(g.limit_exceeded) << g.name;
+  // Every class got work done.
+  for (const char* c : {"training", "inference", "interactive", "ci", "batch"}) {
+    EXPECT_GT(Class(r->run, c).max_devices, 0) << c;
+  }
+  EXPECT_GT(r->run.repartitions, 0);
+}
+
+}  // namespace
+}  // namespace tessera::sim

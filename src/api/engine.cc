@@ -178,9 +178,11 @@ Status Engine::RebuildScheduler() {
   auto policy = sched::MakePolicy(sched::kDefaultPolicy, {});
   if (!policy.ok()) return policy.status();
   sched_ = std::make_unique<sched::Scheduler>(std::move(*state), std::move(*policy), 42);
+  group_usage_.clear();
   for (const std::string& id : order_) {
     Job& j = jobs_[id];
     if (!Holds(j)) continue;
+    AddUsageLocked(j, +1);
     auto it = std::find(sched_nodes_.begin(), sched_nodes_.end(), j.node);
     if (it == sched_nodes_.end()) continue;  // on a lost node: handled by MarkLost
     sched::Placement p;
@@ -404,34 +406,46 @@ Result<Json> Engine::Submit(const Identity& who, const Json& body) {
   order_.push_back(j.rec.id);
   const std::string id = j.rec.id;
   jobs_[id] = std::move(j);
-  (void)ScheduleLocked();
+  (void)ScheduleLocked(&jobs_[id]);
   return JobJson(jobs_[id]);
 }
 
 Resources Engine::GroupUsageLocked(const std::string& group) const {
-  Resources r;
-  for (const auto& [id, j] : jobs_) {
-    if (j.rec.group != group || !Holds(j)) continue;
-    const int64_t devs = static_cast<int64_t>(j.devices.size());
-    r.gpu_milli += j.gpu_milli * devs;
-    r.gpu_memory_mib += j.gpu_memory_mib * devs;
-    r.cpu_milli += j.cpu_milli;
-    r.memory_mib += j.memory_mib;
-  }
-  return r;
+  auto it = group_usage_.find(group);
+  return it == group_usage_.end() ? Resources{} : it->second;
 }
 
-Status Engine::ScheduleLocked() {
+void Engine::AddUsageLocked(const Job& j, int sign) {
+  const int64_t devs = static_cast<int64_t>(j.devices.size());
+  Resources r{j.gpu_milli * devs, j.gpu_memory_mib * devs, j.cpu_milli, j.memory_mib};
+  Resources& u = group_usage_[j.rec.group];
+  if (sign > 0) {
+    u += r;
+  } else {
+    u -= r;
+  }
+}
+
+Status Engine::ScheduleLocked(Job* only) {
   if (sched_dirty_) {
     Status st = RebuildScheduler();
     if (!st.ok()) return st;
+    capacity_changed_ = true;
+  }
+  // A new submission adds demand and frees nothing: only it needs trying. A full pass runs when
+  // capacity changed (a release, a node joining or returning).
+  std::vector<Job*> pending;
+  if (only != nullptr) {
+    if (only->rec.state == "pending") pending.push_back(only);
+  } else {
+    if (!capacity_changed_) return Status::Ok();
+    capacity_changed_ = false;
+    for (const std::string& id : order_) {
+      Job& j = jobs_[id];
+      if (j.rec.state == "pending") pending.push_back(&j);
+    }
   }
   // Order: queue priority, then submit order.
-  std::vector<Job*> pending;
-  for (const std::string& id : order_) {
-    Job& j = jobs_[id];
-    if (j.rec.state == "pending") pending.push_back(&j);
-  }
   std::stable_sort(pending.begin(), pending.end(), [&](const Job* a, const Job* b) {
     return config_.FindQueue(a->rec.queue)->priority > config_.FindQueue(b->rec.queue)->priority;
   });
@@ -491,12 +505,15 @@ Status Engine::ScheduleLocked() {
       j->rec.state = "pending";
       return st;
     }
+    AddUsageLocked(*j, +1);
   }
   return Status::Ok();
 }
 
 void Engine::ReleaseLocked(Job& j) {
   if (!Holds(j)) return;
+  capacity_changed_ = true;
+  AddUsageLocked(j, -1);
   auto it = std::find(sched_nodes_.begin(), sched_nodes_.end(), j.node);
   if (it != sched_nodes_.end() && sched_) {
     sched::Placement p;
@@ -749,9 +766,14 @@ Result<Json> Engine::RegisterNode(const Identity& who, const Json& body) {
   if (std::find(list.begin(), list.end(), Json(n.name)) == list.end()) list.push_back(n.name);
   Status st = store_->PutSetting("node/" + n.name, inv.dump());
   if (st.ok()) st = store_->PutSetting("nodes", list.dump());
-  if (st.ok()) st = Commit({MakeEvent(who.name, "node.registered", n.name, "", {{"devices", n.devices.size()}, {"simulated", n.simulated}})}, {});
-  if (!st.ok()) return st;
   auto old = nodes_.find(n.name);
+  std::vector<store::Event> events = {
+      MakeEvent(who.name, "node.registered", n.name, "", {{"devices", n.devices.size()}, {"simulated", n.simulated}})};
+  if (old != nodes_.end() && old->second.lost) {
+    events.push_back(MakeEvent(who.name, "node.returned", n.name, "registered again after loss"));
+  }
+  if (st.ok()) st = Commit(events, {});
+  if (!st.ok()) return st;
   bool changed = old == nodes_.end() || old->second.devices.size() != n.devices.size() || old->second.lost;
   nodes_[n.name] = n;
   if (changed) sched_dirty_ = true;
@@ -919,6 +941,18 @@ Status Engine::CheckInvariants() {
     }
     if (u.first > kWholeGpu || u.second > n->second.devices[key.second].memory_mib) {
       return Status::Internal("device " + key.first + "/" + std::to_string(key.second) + " is over capacity");
+    }
+  }
+  // The incremental usage agrees with the jobs' own holdings.
+  std::map<std::string, Resources> recount;
+  for (const auto& [id, j] : jobs_) {
+    if (!Holds(j)) continue;
+    const int64_t devs = static_cast<int64_t>(j.devices.size());
+    recount[j.rec.group] += Resources{j.gpu_milli * devs, j.gpu_memory_mib * devs, j.cpu_milli, j.memory_mib};
+  }
+  for (const auto& g : config_.groups) {
+    if (!(recount[g.name] == GroupUsageLocked(g.name))) {
+      return Status::Internal("group '" + g.name + "' usage drifted from its jobs' holdings");
     }
   }
   for (const auto& g : config_.groups) {

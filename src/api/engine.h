@@ -100,9 +100,11 @@ class Engine {
   Status Commit(std::vector<store::Event> events, const std::vector<const Job*>& jobs);
   store::Event MakeEvent(const std::string& actor, const std::string& kind, const std::string& subject,
                          const std::string& reason, Json data = Json::object()) const;
-  Status ScheduleLocked();
+  // Tries to place pending jobs: all of them (in order), or only `only`.
+  Status ScheduleLocked(Job* only = nullptr);
   Status MarkLostLocked();
   void ReleaseLocked(Job& j);
+  void AddUsageLocked(const Job& j, int sign);
   Resources GroupUsageLocked(const std::string& group) const;
   bool CanSee(const Identity& who, const Job& j) const;
   Json JobJson(const Job& j) const;
@@ -122,6 +124,8 @@ class Engine {
   std::unique_ptr<sched::Scheduler> sched_;
   std::vector<std::string> sched_nodes_;     // node index in the scheduler -> name
   bool sched_dirty_ = true;
+  bool capacity_changed_ = true;
+  std::map<std::string, Resources> group_usage_;  // what each group holds, kept incrementally  // something was freed or added since the last full pass
 };
 
 }  // namespace tessera::api

@@ -2,6 +2,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/scenario_commands.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Tessera: fractional GPU orchestration", "tessera"};
@@ -11,6 +12,7 @@ int main(int argc, char** argv) {
   tessera::cli::RegisterPartitionCommands(app, ctx);
   tessera::cli::RegisterSimCommands(app, ctx);
   tessera::cli::RegisterBenchCommands(app, ctx);
+  tessera::cli::RegisterScenarioCommands(app, ctx);  // attaches to `sim` and `bench`
   tessera::cli::RegisterEngineCommands(app, ctx);
   try {
     app.parse(argc, argv);

@@ -1,0 +1,161 @@
+// End to end with real processes on this machine: `tessera serve` and `tessera agent
+// --simulate` (a declared inventory: there is no GPU here), jobs that really run.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "proc.h"
+
+namespace tessera {
+namespace {
+
+using Json = nlohmann::json;
+using testing::kTessera;
+using testing::Proc;
+
+const char* kConfig = R"(
+heartbeat_timeout: 2s
+cancel_grace: 1s
+identities:
+  - {name: admin, role: admin, token: admin-token-1}
+  - {name: alice, role: user, groups: [research], token: alice-token-1}
+  - {name: agent, role: agent, token: agent-token-1}
+groups: [{name: research}]
+profiles:
+  - {name: nb, gpus: 1, gpu_memory: 8GiB, cpu: 100m, memory: 64MiB, forms: [share]}
+  - {name: train, gpus: 1, cpu: 100m, memory: 64MiB, forms: [whole]}
+queues:
+  - {name: notebooks, profile: nb, groups: [research]}
+  - {name: training, profile: train, groups: [research], requeue_on_loss: true}
+)";
+
+class E2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "/e2e_" + std::to_string(::getpid()) + "_" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    std::ofstream(dir_ + "/config.yaml") << kConfig;
+    StartServer();
+    StartAgent();
+    ASSERT_TRUE(WaitFor([&] { return NodeState() == "ready"; })) << agent_->Log();
+  }
+  void StartServer() {
+    server_ = std::make_unique<Proc>(std::vector<std::string>{kTessera, "serve", "--config", dir_ + "/config.yaml", "--data",
+                                                              dir_ + "/data", "--listen", "127.0.0.1:" + std::to_string(port_)},
+                                     dir_ + "/serve.log");
+    port_ = server_->WaitForPort();
+    ASSERT_GT(port_, 0) << server_->Log();
+    client_ = std::make_unique<httplib::Client>("127.0.0.1", port_);
+  }
+  void StartAgent() {
+    agent_ = std::make_unique<Proc>(
+        std::vector<std::string>{kTessera, "agent", "--server", "http://127.0.0.1:" + std::to_string(port_), "--token",
+                                 "agent-token-1", "--node", "n1", "--simulate", "2xH100-80GB", "--work", dir_ + "/work",
+                                 "--cgroup-root", ""},
+        dir_ + "/agent.log");
+  }
+  Json Call(const std::string& method, const std::string& path, const Json& body = Json::object(),
+            const std::string& token = "alice-token-1") {
+    httplib::Headers h = {{"Authorization", "Bearer " + token}};
+    auto r = method == "POST" ? client_->Post(path.c_str(), h, body.dump(), "application/json") : client_->Get(path.c_str(), h);
+    if (!r) return Json();
+    Json j = Json::parse(r->body, nullptr, false);
+    return j.is_discarded() ? Json(r->body) : j;
+  }
+  std::string State(const std::string& id) {
+    Json j = Call("GET", "/v1/jobs/" + id);
+    return j.is_object() ? j.value("state", "") : "";
+  }
+  std::string NodeState() {
+    Json j = Call("GET", "/v1/nodes", {}, "admin-token-1");
+    if (!j.is_object() || j["nodes"].empty()) return "";
+    return j["nodes"][0]["state"];
+  }
+  template <typename F>
+  bool WaitFor(F f, int timeout_ms = 15000) {
+    for (int t = 0; t < timeout_ms; t += 50) {
+      if (f()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+  }
+  void TearDown() override {
+    agent_.reset();
+    server_.reset();
+  }
+
+  std::string dir_;
+  int port_ = 0;
+  std::unique_ptr<Proc> server_, agent_;
+  std::unique_ptr<httplib::Client> client_;
+};
+
+TEST_F(E2eTest, SubmitRunCaptureOutput) {
+  Json j = Call("POST", "/v1/jobs",
+                {{"queue", "notebooks"}, {"gpu_memory", "8GiB"},
+                 {"command", {"sh", "-c", "echo out-$TESSERA_JOB_ID; echo dev=$CUDA_VISIBLE_DEVICES cap=$TESSERA_GPU_MEMORY_LIMIT; echo err >&2"}}});
+  const std::string id = j["id"];
+  ASSERT_TRUE(WaitFor([&] { return State(id) == "succeeded"; })) << State(id) << "\n" << agent_->Log();
+  auto out = client_->Get(("/v1/jobs/" + id + "/output").c_str(), {{"Authorization", "Bearer alice-token-1"}});
+  ASSERT_TRUE(out);
+  EXPECT_NE(out->body.find("out-" + id), std::string::npos) << out->body;
+  EXPECT_NE(out->body.find("dev=GPU-sim-n1-"), std::string::npos) << out->body;
+  EXPECT_NE(out->body.find("cap=8589934592"), std::string::npos) << out->body;
+  EXPECT_NE(out->body.find("err"), std::string::npos);
+  // A failing command reports its exit code.
+  std::string f = Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"sh", "-c", "exit 3"}}})["id"];
+  ASSERT_TRUE(WaitFor([&] { return State(f) == "failed"; }));
+  EXPECT_EQ(Call("GET", "/v1/jobs/" + f)["exit_code"], 3);
+}
+
+TEST_F(E2eTest, CancelARunningJob) {
+  std::string id = Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"sleep", "60"}}})["id"];
+  ASSERT_TRUE(WaitFor([&] { return State(id) == "running"; })) << agent_->Log();
+  Call("POST", "/v1/jobs/" + id + "/cancel");
+  ASSERT_TRUE(WaitFor([&] { return State(id) == "cancelled"; }, 10000)) << State(id) << agent_->Log();
+  // Its device is free again: two whole-device jobs can run on the two devices.
+  std::string a = Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"sleep", "0.2"}}})["id"];
+  std::string b = Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"sleep", "0.2"}}})["id"];
+  ASSERT_TRUE(WaitFor([&] { return State(a) == "succeeded" && State(b) == "succeeded"; }));
+}
+
+TEST_F(E2eTest, NodeLossRequeuesAndReturnRunsItAgain) {
+  std::string id = Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"sleep", "30"}}})["id"];
+  ASSERT_TRUE(WaitFor([&] { return State(id) == "running"; }));
+  agent_->Kill(SIGKILL);  // the agent and its job vanish with the node
+  ASSERT_TRUE(WaitFor([&] { return NodeState() == "lost"; }, 10000));
+  EXPECT_EQ(State(id), "pending");
+  Json events = Call("GET", "/v1/events?kind=job.requeued", {}, "admin-token-1");
+  ASSERT_EQ(events["events"].size(), 1u);
+  StartAgent();
+  ASSERT_TRUE(WaitFor([&] { return NodeState() == "ready"; }));
+  ASSERT_TRUE(WaitFor([&] { return State(id) == "running"; })) << State(id);
+  events = Call("GET", "/v1/events?kind=node.", {}, "admin-token-1");
+  std::string kinds;
+  for (const auto& e : events["events"]) kinds += e["kind"].get<std::string>() + " ";
+  EXPECT_NE(kinds.find("node.lost"), std::string::npos) << kinds;
+  EXPECT_NE(kinds.find("node.returned"), std::string::npos) << kinds;
+  // Held once: one device in use.
+  Json nodes = Call("GET", "/v1/nodes", {}, "admin-token-1");
+  int64_t used = 0;
+  for (const auto& d : nodes["nodes"][0]["devices"]) used += d["gpu_milli_used"].get<int64_t>();
+  EXPECT_EQ(used, 1000);
+}
+
+TEST_F(E2eTest, ServerRestartKeepsJobsAndAgentReconciles) {
+  std::string id = Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"sleep", "2"}}})["id"];
+  ASSERT_TRUE(WaitFor([&] { return State(id) == "running"; }));
+  server_->Kill(SIGKILL);
+  StartServer();  // same port, same data directory
+  ASSERT_TRUE(WaitFor([&] { return !State(id).empty(); }, 5000)) << server_->Log();
+  EXPECT_EQ(State(id), "running") << Call("GET", "/v1/jobs/" + id).dump() << server_->Log();
+  ASSERT_TRUE(WaitFor([&] { return State(id) == "succeeded"; }, 20000)) << State(id) << agent_->Log();
+}
+
+}  // namespace
+}  // namespace tessera

@@ -94,6 +94,7 @@ const std::vector<RouteInfo>& ApiServer::Routes() {
 ApiServer::ApiServer(Engine* engine) : engine_(engine), http_(std::make_unique<httplib::Server>()) {
   httplib::Server& s = *http_;
   s.set_payload_max_length(kMaxBody);
+  s.set_tcp_nodelay(true);  // no Nagle delay on small JSON replies
   s.set_error_handler([](const httplib::Request&, httplib::Response& res) {
     if (res.body.empty()) {
       std::string what = res.status == 413 ? "body over 1 MiB" : res.status == 404 ? "no such endpoint"

@@ -9,6 +9,7 @@ ClientReply HttpCall(const std::string& url, const std::string& token, const std
   ClientReply out;
   httplib::Client c(url);
   c.set_connection_timeout(5);
+  c.set_tcp_nodelay(true);
   c.set_read_timeout(30);
   httplib::Headers h;
   if (!token.empty()) h.emplace("Authorization", "Bearer " + token);

@@ -13,6 +13,8 @@
 #include <sstream>
 #include <thread>
 
+#include "capgpu/region.h"
+
 extern char** environ;
 
 namespace tessera::agent {
@@ -257,6 +259,17 @@ Status Launcher::Start(const JobSpec& spec) {
   if (spec.gpu_memory_limit_bytes > 0) {
     job.region_path = options_.region_dir + "/tessera-capgpu-" + spec.id;
     unlink(job.region_path.c_str());  // a stale region of an earlier run must not carry charges
+    // The agent creates and sizes the share's region before the workload starts, so no process
+    // of the workload decides its limit (the cap library only joins it).
+    capgpu::LimitList limits;
+    limits.count = 1;
+    limits.bytes[0] = static_cast<uint64_t>(spec.gpu_memory_limit_bytes);
+    if (int err = capgpu::CreateRegionFile(job.region_path.c_str(), limits, 0600, true); err != 0) {
+      close(out_fd);
+      close(null_fd);
+      return Status::Internal("cannot create the memory-cap region '" + job.region_path + "': " +
+                              std::strerror(err));
+    }
   }
 
   // Signals stay blocked across fork so the child cannot run the agent's handlers; it resets

@@ -113,6 +113,25 @@ TEST_F(E2eTest, SubmitRunCaptureOutput) {
   EXPECT_EQ(Call("GET", "/v1/jobs/" + f)["exit_code"], 3);
 }
 
+// A share's memory cap holds for the job the agent launches: the cap library is preloaded, the
+// agent created the share's region, and a CUDA client (the capgpu tests' probe, over the
+// stand-in libcuda.so.1 those tests build, since there is no GPU here) sees the cap as the
+// device's total and is refused past it.
+TEST_F(E2eTest, ShareCapIsEnforcedOnTheLaunchedJob) {
+  Json j = Call("POST", "/v1/jobs",
+                {{"queue", "notebooks"},
+                 {"gpu_memory", "8GiB"},
+                 {"env", {{"LD_LIBRARY_PATH", CAPGPU_FAKE_DRIVER_DIR}}},
+                 {"command", {CAPGPU_PROBE, "total", "alloc", "6GiB", "alloc", "3GiB", "info"}}});
+  const std::string id = j["id"];
+  ASSERT_TRUE(WaitFor([&] { return State(id) == "succeeded"; })) << State(id) << "\n" << agent_->Log();
+  auto out = client_->Get(("/v1/jobs/" + id + "/output").c_str(), {{"Authorization", "Bearer alice-token-1"}});
+  ASSERT_TRUE(out);
+  EXPECT_NE(out->body.find("total 0 8589934592"), std::string::npos) << out->body;
+  EXPECT_NE(out->body.find("alloc 0\nalloc 2\n"), std::string::npos) << "6 GiB fits, 3 more do not:\n" << out->body;
+  EXPECT_NE(out->body.find("free=2147483648 total=8589934592"), std::string::npos) << out->body;
+}
+
 TEST_F(E2eTest, CancelARunningJob) {
   std::string id = Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"sleep", "60"}}})["id"];
   ASSERT_TRUE(WaitFor([&] { return State(id) == "running"; })) << agent_->Log();

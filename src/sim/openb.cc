@@ -171,6 +171,14 @@ Result<std::vector<TracePod>> ParseOpenbPods(const std::string& text, const std:
         start = bar + 1;
       }
     }
+    if (columns > 9) {
+      for (auto [col, field] : {std::pair<size_t, int64_t*>{8, &p.creation_time}, {9, &p.deletion_time}}) {
+        if (f[col].empty()) continue;
+        auto v = csv.Int(f, col);
+        if (!v.ok()) return v.status();
+        *field = *v;
+      }
+    }
     pods.push_back(std::move(p));
   }
   if (pods.empty()) return Status::InvalidArgument(path + ": no pod rows");

@@ -23,6 +23,10 @@ struct TracePod {
   int num_gpu = 0;
   MilliGpu gpu_milli = 0;               // per GPU
   std::vector<std::string> gpu_spec;    // allowed models; empty = any
+  // Times in seconds from the trace; -1 when the file has no such column (multigpu files) or
+  // the cell is empty (scheduled_time of a pod that never ran).
+  int64_t creation_time = -1;
+  int64_t deletion_time = -1;
 };
 
 Result<std::vector<Node>> ReadOpenbNodes(const std::string& path);

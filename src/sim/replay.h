@@ -62,6 +62,26 @@ Result<SeedSweep> SweepSeeds(const std::vector<Node>& nodes, const std::vector<T
                              int64_t tune_milli, int threads,
                              const std::function<void(int, int)>& progress);
 
+// The trace replayed on its own clock: pods arrive at their creation_time and hold what they get
+// until start + (deletion_time - creation_time); a pod that does not fit waits in a queue
+// (first come, first served, smaller pods may pass a waiting one when they fit) instead of
+// being dropped. Pods that could never fit (bigger than any node) are rejected and counted.
+struct TimedReport {
+  std::string policy;
+  int64_t pods = 0;
+  int64_t started = 0;
+  int64_t never_schedulable = 0;
+  int64_t queued = 0;            // pods that had to wait at all
+  double wait_mean_s = 0, wait_p50_s = 0, wait_p99_s = 0, wait_max_s = 0;
+  double gpu_allocated_mean_pct = 0;  // time-weighted over the replay
+  double gpu_allocated_peak_pct = 0;
+  int64_t makespan_s = 0;
+};
+// `compress` > 1 divides every arrival time by it (durations unchanged): the same pods, N times
+// the load.
+Result<TimedReport> ReplayOpenbTimed(const std::vector<Node>& nodes, const std::vector<TracePod>& pods,
+                                     const std::string& policy, uint64_t seed, int64_t compress = 1);
+
 // "42-51" or "42,45,50" or "42".
 Result<std::vector<uint64_t>> ParseSeeds(const std::string& text);
 

@@ -159,3 +159,38 @@ TEST(SweepTest, SeedsStatsAndReports) {
 
 }  // namespace
 }  // namespace tessera::sim
+
+namespace tessera::sim {
+namespace {
+
+TEST(TimedReplayTest, QueuesInsteadOfDroppingAndFollowsTheTraceClock) {
+  auto nodes = ParseOpenbNodes("sn,cpu_milli,memory_mib,gpu,model\nn0,8000,65536,1,T4\n", "n.csv");
+  ASSERT_TRUE(nodes.ok());
+  auto pods = ParseOpenbPods(std::string(kPodHeader) +
+                                 "a,1000,1024,1,1000,,LS,Running,100,400,100\n"   // holds the GPU 100..400
+                                 "b,1000,1024,1,600,,LS,Running,150,250,150\n"    // waits until 400
+                                 "c,1000,1024,0,0,,LS,Running,160,170,160\n"      // CPU only: runs at once
+                                 "d,1000,1024,2,1000,,LS,Running,170,180,170\n",  // 2 GPUs: never fits
+                             "p.csv");
+  ASSERT_TRUE(pods.ok()) << pods.status().ToString();
+  auto r = ReplayOpenbTimed(*nodes, *pods, "tessera", 1);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->pods, 4);
+  EXPECT_EQ(r->started, 3);
+  EXPECT_EQ(r->never_schedulable, 1);
+  EXPECT_DOUBLE_EQ(r->wait_max_s, 250.0);  // b arrived at 150, started at 400
+  EXPECT_EQ(r->makespan_s, 400 + 100 - 100);
+  EXPECT_DOUBLE_EQ(r->gpu_allocated_peak_pct, 100.0);
+  // Compressing arrivals 10x: b arrives at 15, a at 10 (held until 310); b waits 295.
+  auto c = ReplayOpenbTimed(*nodes, *pods, "tessera", 1, 10);
+  ASSERT_TRUE(c.ok());
+  EXPECT_DOUBLE_EQ(c->wait_max_s, 295.0);
+  // A trace without times is refused.
+  auto no_times = ParseOpenbPods("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1000,1024,1,300\n", "m.csv");
+  auto bad = ReplayOpenbTimed(*nodes, *no_times, "tessera", 1);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("needs a trace with times"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tessera::sim

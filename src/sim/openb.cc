@@ -75,6 +75,31 @@ class CsvReader {
     return Status::InvalidArgument(path_ + ":" + std::to_string(line_no_) + ": " + what);
   }
 
+  // The next data row split into exactly the header's number of columns. False at the end; an
+  // error names the line when a row is short (truncated) or long.
+  Result<bool> NextRow(std::vector<std::string_view>* f) {
+    std::string_view line;
+    if (!Next(&line)) return false;
+    *f = SplitCsv(line);
+    if (f->size() != header_.size()) {
+      return RowError("expected " + std::to_string(header_.size()) + " columns, found " +
+                      std::to_string(f->size()) + (f->size() < header_.size() ? " (truncated row?)" : ""));
+    }
+    return true;
+  }
+
+  // Columns first..last of a row as non-negative integers.
+  Status Ints(const std::vector<std::string_view>& f, size_t first, size_t last,
+              std::vector<int64_t>* out) const {
+    out->clear();
+    for (size_t c = first; c <= last; ++c) {
+      Result<int64_t> v = Int(f, c);
+      if (!v.ok()) return v.status();
+      out->push_back(*v);
+    }
+    return Status::Ok();
+  }
+
   Result<int64_t> Int(const std::vector<std::string_view>& f, size_t column) const {
     Result<int64_t> v = ParseNonNegativeInt(f[column]);
     if (!v.ok()) {
@@ -99,22 +124,17 @@ Result<std::vector<Node>> ParseOpenbNodes(const std::string& text, const std::st
   Status st = csv.Header({"sn", "cpu_milli", "memory_mib", "gpu", "model"}, &columns);
   if (!st.ok()) return st;
   std::vector<Node> nodes;
-  std::string_view line;
-  while (csv.Next(&line)) {
-    auto f = SplitCsv(line);
-    if (f.size() != columns) {
-      return csv.RowError("expected " + std::to_string(columns) + " columns, found " +
-                          std::to_string(f.size()) + (f.size() < columns ? " (truncated row?)" : ""));
-    }
+  std::vector<std::string_view> f;
+  std::vector<int64_t> v;
+  while (true) {
+    Result<bool> more = csv.NextRow(&f);
+    if (!more.ok()) return more.status();
+    if (!*more) break;
     Node n;
     n.name = std::string(f[0]);
     if (n.name.empty()) return csv.Error(0, "empty node name");
-    auto cpu = csv.Int(f, 1);
-    if (!cpu.ok()) return cpu.status();
-    auto mem = csv.Int(f, 2);
-    if (!mem.ok()) return mem.status();
-    auto gpus = csv.Int(f, 3);
-    if (!gpus.ok()) return gpus.status();
+    if (Status s = csv.Ints(f, 1, 3, &v); !s.ok()) return s;
+    const int64_t *cpu = &v[0], *mem = &v[1], *gpus = &v[2];
     if (*gpus > 64) return csv.Error(3, "at most 64 GPUs per node");
     if (*gpus > 0 && f[4].empty()) return csv.Error(4, "a node with GPUs needs a model");
     n.cpu_milli = *cpu;
@@ -132,24 +152,17 @@ Result<std::vector<TracePod>> ParseOpenbPods(const std::string& text, const std:
   Status st = csv.Header({"name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"}, &columns);
   if (!st.ok()) return st;
   std::vector<TracePod> pods;
-  std::string_view line;
-  while (csv.Next(&line)) {
-    auto f = SplitCsv(line);
-    if (f.size() != columns) {
-      return csv.RowError("expected " + std::to_string(columns) + " columns, found " +
-                          std::to_string(f.size()) + (f.size() < columns ? " (truncated row?)" : ""));
-    }
+  std::vector<std::string_view> f;
+  std::vector<int64_t> v;
+  while (true) {
+    Result<bool> more = csv.NextRow(&f);
+    if (!more.ok()) return more.status();
+    if (!*more) break;
     TracePod p;
     p.name = std::string(f[0]);
     if (p.name.empty()) return csv.Error(0, "empty pod name");
-    auto cpu = csv.Int(f, 1);
-    if (!cpu.ok()) return cpu.status();
-    auto mem = csv.Int(f, 2);
-    if (!mem.ok()) return mem.status();
-    auto num = csv.Int(f, 3);
-    if (!num.ok()) return num.status();
-    auto milli = csv.Int(f, 4);
-    if (!milli.ok()) return milli.status();
+    if (Status s = csv.Ints(f, 1, 4, &v); !s.ok()) return s;
+    const int64_t *cpu = &v[0], *mem = &v[1], *num = &v[2], *milli = &v[3];
     if (*num > 64) return csv.Error(3, "at most 64 GPUs per pod");
     if (*milli > 1000) return csv.Error(4, "gpu_milli above 1000");
     if (*num == 0 && *milli != 0) return csv.Error(4, "gpu_milli without num_gpu");
@@ -174,9 +187,9 @@ Result<std::vector<TracePod>> ParseOpenbPods(const std::string& text, const std:
     if (columns > 9) {
       for (auto [col, field] : {std::pair<size_t, int64_t*>{8, &p.creation_time}, {9, &p.deletion_time}}) {
         if (f[col].empty()) continue;
-        auto v = csv.Int(f, col);
-        if (!v.ok()) return v.status();
-        *field = *v;
+        auto t = csv.Int(f, col);
+        if (!t.ok()) return t.status();
+        *field = *t;
       }
     }
     pods.push_back(std::move(p));

@@ -9,6 +9,7 @@ PACKAGES=(
   nlohmann-json3-dev libcli11-dev libyaml-cpp-dev libcpp-httplib-dev
   libsqlite3-dev libpqxx-dev postgresql
   clang-format clang-tidy
+  slurm-wlm munge
 )
 
 missing=()

@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "backends/backend.h"
 #include "model/quantity.h"
 
 namespace tessera::api {
@@ -189,7 +190,7 @@ Result<EngineConfig> ParseConfig(const std::string& yaml_text) {
   }
   if (!root.IsMap()) return Status::InvalidArgument("config: expected a YAML map at the top");
   try {
-    Status st = CheckKeys(root, "config", {"cluster", "heartbeat_timeout", "cancel_grace", "identities",
+    Status st = CheckKeys(root, "config", {"cluster", "heartbeat_timeout", "cancel_grace", "backend_poll", "identities",
                                            "groups", "pools", "profiles", "queues"});
     if (!st.ok()) return st;
     EngineConfig c;
@@ -207,6 +208,12 @@ Result<EngineConfig> ParseConfig(const std::string& yaml_text) {
       auto d = Duration(root["cancel_grace"], "cancel_grace");
       if (!d.ok()) return d.status();
       c.cancel_grace_ms = *d;
+    }
+    if (root["backend_poll"]) {
+      auto d = Duration(root["backend_poll"], "backend_poll");
+      if (!d.ok()) return d.status();
+      if (*d <= 0) return Bad("backend_poll", "must be positive");
+      c.backend_poll_ms = *d;
     }
     const YAML::Node ids = root["identities"];
     if (!ids || !ids.IsSequence() || ids.size() == 0) {
@@ -388,7 +395,8 @@ Result<EngineConfig> ParseConfig(const std::string& yaml_text) {
       std::string w = "queues[" + std::to_string(i) + "]";
       const YAML::Node n = queues[i];
       st = CheckKeys(n, w, {"name", "profile", "groups", "priority", "preemptible", "class",
-                            "requeue_on_loss", "backend"});
+                            "requeue_on_loss", "backend", "partition", "template", "gpu_type",
+                            "gres_whole", "gres_share", "gres_partition", "shard_memory", "cap_library"});
       if (!st.ok()) return st;
       QueueConfig q;
       auto name = Str(n["name"], w + ".name");
@@ -422,7 +430,32 @@ Result<EngineConfig> ParseConfig(const std::string& yaml_text) {
       }
       if (n["backend"]) {
         q.backend = n["backend"].as<std::string>();
-        if (q.backend != "local") return Bad(w + ".backend", "unknown backend '" + q.backend + "' (local)");
+        const auto& reg = backends::BuiltinRegistry();
+        if (q.backend != "local" && !reg.Has(q.backend)) {
+          std::string names = "local";
+          for (const auto& b : reg.Names()) names += ", " + b;
+          return Bad(w + ".backend", "unknown backend '" + q.backend + "' (" + names + ")");
+        }
+      }
+      for (auto [key, field] : std::initializer_list<std::pair<const char*, std::string*>>{
+               {"partition", &q.partition}, {"template", &q.template_path}, {"gpu_type", &q.gpu_type},
+               {"gres_whole", &q.gres_whole}, {"gres_share", &q.gres_share}, {"gres_partition", &q.gres_partition},
+               {"cap_library", &q.cap_library}}) {
+        if (!n[key]) continue;
+        if (q.backend == "local") return Bad(w + "." + key, "only for a queue with an external backend (slurm, pbs)");
+        auto v = Str(n[key], w + "." + key);
+        if (!v.ok()) return v.status();
+        *field = *v;
+      }
+      if (n["shard_memory"]) {
+        if (!n["shard_memory"].IsScalar()) return Bad(w + ".shard_memory", "expected a size such as 1GiB");
+        auto v = ParseMemoryMiB(n["shard_memory"].as<std::string>());
+        if (!v.ok() || *v <= 0) return Bad(w + ".shard_memory", "expected a positive size such as 1GiB");
+        q.shard_mib = *v;
+      }
+      if (!q.template_path.empty()) {
+        std::ifstream t(q.template_path);
+        if (!t) return Bad(w + ".template", "cannot read '" + q.template_path + "'");
       }
       c.queues.push_back(q);
     }

@@ -61,13 +61,21 @@ struct QueueConfig {
   bool preemptible = false;
   std::string default_class = "batch";  // training, inference, interactive, ci, batch
   bool requeue_on_loss = true;
-  std::string backend = "local";
+  std::string backend = "local";  // "local" (node agents), or a registered backend: slurm, pbs
+  // For an external backend (see backends/backend.h QueueMapping):
+  std::string partition;           // Slurm partition / PBS queue
+  std::string template_path;       // batch-script template; empty: the built-in default
+  std::string gpu_type;            // whole cards as gpu:TYPE:N
+  std::string gres_whole, gres_share, gres_partition;  // admin overrides of the GRES mapping
+  MiB shard_mib = 1024;            // GPU memory one Slurm shard stands for
+  std::string cap_library;         // preloaded for shares
 };
 
 struct EngineConfig {
   std::string cluster = "tessera";
   int64_t heartbeat_timeout_ms = 10000;
   int64_t cancel_grace_ms = 5000;
+  int64_t backend_poll_ms = 1000;  // how often external backends are asked about their jobs
   std::vector<Identity> identities;
   std::vector<GroupConfig> groups;
   std::vector<PoolConfig> pools;

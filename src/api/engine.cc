@@ -68,6 +68,12 @@ Result<std::unique_ptr<Engine>> Engine::Open(EngineConfig config, std::unique_pt
   std::filesystem::create_directories(data_dir + "/output", ec);
   if (ec) return Status::FailedPrecondition("cannot create '" + data_dir + "/output': " + ec.message());
   std::unique_ptr<Engine> e(new Engine(std::move(config), std::move(store), std::move(data_dir), std::move(clock)));
+  for (const QueueConfig& q : e->config_.queues) {
+    if (q.backend == "local" || e->backends_.count(q.backend)) continue;
+    auto b = backends::BuiltinRegistry().Make(q.backend, backends::BackendOptions{});
+    if (!b.ok()) return b.status();
+    e->backends_[q.backend] = std::move(*b);
+  }
   Status st = e->Load();
   if (!st.ok()) return st;
   return e;
@@ -94,6 +100,13 @@ Status Engine::Commit(std::vector<store::Event> events, const std::vector<const 
       Json p = {{"node", j->node},        {"devices", j->devices},   {"gpu_milli", j->gpu_milli},
                 {"gpu_memory_mib", j->gpu_memory_mib}, {"cpu_milli", j->cpu_milli},
                 {"memory_mib", j->memory_mib}, {"form", j->form}};
+      if (!j->backend.empty()) {
+        p["backend"] = j->backend;
+        p["external_id"] = j->external_id;
+        p["external_node"] = j->external_node;
+        p["gres"] = j->gres;
+        p["attempts"] = j->submit_attempts;
+      }
       r.placement = p.dump();
     } else {
       r.placement = "";
@@ -149,6 +162,13 @@ Status Engine::Load() {
       j.cpu_milli = p.value("cpu_milli", int64_t{0});
       j.memory_mib = p.value("memory_mib", int64_t{0});
       j.form = p.value("form", "");
+      j.backend = p.value("backend", "");
+      j.external_id = p.value("external_id", "");
+      j.external_node = p.value("external_node", "");
+      j.gres = p.value("gres", "");
+      j.submit_attempts = p.value("attempts", 0);
+      // Placed but with no id recorded: a submission may have happened just before a crash.
+      j.lookup_first = !j.backend.empty() && j.external_id.empty();
     }
     j.cancel_requested = r.reason == "cancel requested";
     next_job_ = std::max(next_job_, IdNumber(r.id) + 1);
@@ -231,6 +251,10 @@ Json Engine::JobJson(const Job& j) const {
     o["placement"] = {{"node", j.node}, {"form", j.form}, {"devices", devs}, {"gpu_milli", j.gpu_milli},
                       {"gpu_memory_mib", j.gpu_memory_mib}, {"cpu_milli", j.cpu_milli},
                       {"memory_mib", j.memory_mib}};
+  }
+  if (!j.backend.empty()) {
+    o["backend"] = {{"name", j.backend}, {"external_id", j.external_id}, {"node", j.external_node},
+                    {"gres", j.gres}, {"state", j.native_state}, {"submit_attempts", j.submit_attempts}};
   }
   return o;
 }
@@ -361,12 +385,16 @@ Result<Json> Engine::Submit(const Identity& who, const Json& body) {
         }
       }
     }
+    if (form.empty() && q->backend != "local" && !q->gres_partition.empty()) form = "partition";
     if (form.empty()) {
       return Status::InvalidArgument("queue '" + qname + "' grants only hardware partitions, which this engine "
                                      "does not place yet");
     }
   }
-  if (form == "partition") {
+  const bool mapped_partition = q->backend != "local" && !q->gres_partition.empty();
+  if (form == "partition" && mapped_partition) {
+    if (gpus != 1) return Status::InvalidArgument("a MIG instance is one slice of one device: 'gpus' must be 1");
+  } else if (form == "partition") {
     return Status::InvalidArgument("hardware partitions are not placed by this engine yet; ask for a share or whole devices");
   }
   // The need must fit the profile.
@@ -386,8 +414,10 @@ Result<Json> Engine::Submit(const Identity& who, const Json& body) {
   }
   if (cpu <= 0) return Status::InvalidArgument("'cpu' must be positive");
 
+  if (form == "partition" && fraction == 0) fraction = 100;
   Json spec = {{"command", *cmd}, {"env", env}, {"class", job_class}, {"form", form}, {"gpus", gpus},
-               {"gpu_memory_mib", form == "share" ? gpu_memory : 0}, {"gpu_milli", form == "share" ? fraction : 0},
+               {"gpu_memory_mib", form == "share" ? gpu_memory : 0},
+               {"gpu_milli", form == "share" || form == "partition" ? fraction : 0},
                {"cpu_milli", cpu}, {"memory_mib", memory},
                {"name", body.contains("name") && body["name"].is_string() ? body["name"].get<std::string>() : ""}};
 
@@ -456,7 +486,8 @@ Status Engine::ScheduleLocked(Job* only) {
     r.memory_mib = s.value("memory_mib", int64_t{0});
     r.gpu_count = s.value("gpus", 0);
     const bool share = s.value("form", "") == "share";
-    r.gpu_milli = r.gpu_count == 0 ? 0 : share ? s.value("gpu_milli", int64_t{100}) : kWholeGpu;
+    const bool slice = share || s.value("form", "") == "partition";
+    r.gpu_milli = r.gpu_count == 0 ? 0 : slice ? s.value("gpu_milli", int64_t{100}) : kWholeGpu;
     r.gpu_memory_mib = share ? s.value("gpu_memory_mib", int64_t{0}) : 0;
     // Admission against the group's limit.
     const GroupConfig* g = config_.FindGroup(j->rec.group);
@@ -477,6 +508,35 @@ Status Engine::ScheduleLocked(Job* only) {
     }
     if (!over.empty()) {
       j->rec.reason = "waiting: group '" + j->rec.group + "' at its limit (" + over + ")";
+      continue;
+    }
+    const QueueConfig* q = config_.FindQueue(j->rec.queue);
+    if (q->backend != "local") {
+      // Admitted: the external scheduler places it. It holds its group's quota from now on.
+      j->backend = q->backend;
+      j->node = q->backend + ":" + (q->partition.empty() ? q->name : q->partition);
+      j->devices.clear();
+      for (int k = 0; k < r.gpu_count; ++k) j->devices.push_back(k);
+      j->gpu_milli = r.gpu_milli;
+      j->gpu_memory_mib = r.gpu_memory_mib;
+      j->cpu_milli = r.cpu_milli;
+      j->memory_mib = r.memory_mib;
+      j->form = s.value("form", "");
+      j->rec.state = "placed";
+      j->rec.reason = "admitted; to be submitted to " + q->backend;
+      j->rec.update_ms = clock_();
+      j->next_submit_ms = 0;
+      Status st = Commit({MakeEvent("engine", "job.placed", j->rec.id, j->rec.reason,
+                                    {{"backend", j->backend}, {"node", j->node}, {"form", j->form}})},
+                         {j});
+      if (!st.ok()) {
+        j->node.clear();
+        j->devices.clear();
+        j->backend.clear();
+        j->rec.state = "pending";
+        return st;
+      }
+      AddUsageLocked(*j, +1);
       continue;
     }
     sched::PlacementResult res = sched_->Place(r);
@@ -912,10 +972,14 @@ Status Engine::MarkLostLocked() {
 }
 
 Status Engine::Tick() {
-  std::lock_guard<std::mutex> lock(mu_);
-  Status st = MarkLostLocked();
-  if (!st.ok()) return st;
-  return ScheduleLocked();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Status st = MarkLostLocked();
+    if (!st.ok()) return st;
+    st = ScheduleLocked();
+    if (!st.ok()) return st;
+  }
+  return BackendTick();
 }
 
 Status Engine::CheckInvariants() {
@@ -927,7 +991,7 @@ Status Engine::CheckInvariants() {
   // Per device: compute and share memory within capacity.
   std::map<std::pair<std::string, int>, std::pair<MilliGpu, MiB>> use;
   for (const auto& [id, j] : jobs_) {
-    if (!Holds(j)) continue;
+    if (!Holds(j) || !j.backend.empty()) continue;  // external jobs hold no agent device
     for (int d : j.devices) {
       auto& u = use[{j.node, d}];
       u.first += j.gpu_milli;
@@ -961,6 +1025,306 @@ Status Engine::CheckInvariants() {
       return Status::Internal("group '" + g.name + "' is over its limit");
     }
   }
+  return Status::Ok();
+}
+
+backends::JobRequest Engine::RequestFor(const Job& j) const {
+  backends::JobRequest r;
+  r.id = j.rec.id;
+  r.name = ExternalName(j.rec.id);
+  for (const auto& a : j.spec.value("command", Json::array())) r.command.push_back(a.get<std::string>());
+  const Json env = j.spec.value("env", Json::object());
+  for (const auto& [k, v] : env.items()) r.env[k] = v.get<std::string>();
+  r.env["TESSERA_QUEUE"] = j.rec.queue;
+  r.env["TESSERA_GROUP"] = j.rec.group;
+  r.env["TESSERA_IDENTITY"] = j.rec.identity;
+  r.form = j.spec.value("form", "");
+  r.gpus = j.spec.value("gpus", 0);
+  r.gpu_memory_mib = j.spec.value("gpu_memory_mib", int64_t{0});
+  r.cpu_milli = j.spec.value("cpu_milli", int64_t{1000});
+  r.memory_mib = j.spec.value("memory_mib", int64_t{1024});
+  std::error_code ec;
+  auto abs = std::filesystem::absolute(OutputPath(j.rec.id), ec);
+  r.output_path = ec ? OutputPath(j.rec.id) : abs.string();
+  if (const QueueConfig* q = config_.FindQueue(j.rec.queue)) {
+    r.mapping.partition = q->partition;
+    r.mapping.template_path = q->template_path;
+    r.mapping.gpu_type = q->gpu_type;
+    r.mapping.gres_whole = q->gres_whole;
+    r.mapping.gres_share = q->gres_share;
+    r.mapping.gres_partition = q->gres_partition;
+    r.mapping.shard_mib = q->shard_mib;
+    r.mapping.cap_library = q->cap_library;
+  }
+  return r;
+}
+
+Status Engine::BackendTick() {
+  if (backends_.empty()) return Status::Ok();
+  std::unique_lock<std::mutex> serial(backend_mu_, std::try_to_lock);
+  if (!serial.owns_lock()) return Status::Ok();  // another pass is running
+  const std::string prefix = ExternalName("");
+
+  // 1. Reconciliation, once after open (retried each pass until the schedulers answer).
+  bool reconcile_now = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    reconcile_now = !reconciled_;
+  }
+  if (reconcile_now) {
+    std::map<std::string, Result<std::vector<backends::ExternalJob>>> lists;
+    bool all_ok = true;
+    for (auto& [name, b] : backends_) {
+      lists.emplace(name, b->List(prefix));
+      all_ok = all_ok && lists.at(name).ok();
+    }
+    if (all_ok) {
+      std::vector<std::pair<backends::Backend*, std::string>> to_cancel;
+      std::vector<store::Event> events;
+      std::vector<const Job*> changed;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (auto& [name, list] : lists) {
+          for (const backends::ExternalJob& x : *list) {
+            const std::string id = x.name.substr(prefix.size());
+            const bool active = x.state == "pending" || x.state == "running";
+            auto it = jobs_.find(id);
+            if (it == jobs_.end() || it->second.backend != name) {
+              if (active) {
+                to_cancel.push_back({backends_[name].get(), x.external_id});
+                events.push_back(MakeEvent("engine", "backend.orphan_cancelled", id,
+                                           name + " job " + x.external_id + " has no Tessera job",
+                                           {{"backend", name}, {"external_id", x.external_id}}));
+              }
+              continue;
+            }
+            Job& j = it->second;
+            if (j.external_id == x.external_id) continue;
+            if (j.rec.state == "placed" && j.external_id.empty()) {
+              j.external_id = x.external_id;
+              j.lookup_first = false;
+              j.rec.state = "starting";
+              j.rec.reason = "adopted " + name + " job " + x.external_id + " after a restart";
+              j.rec.update_ms = clock_();
+              events.push_back(MakeEvent("engine", "job.adopted", id, j.rec.reason,
+                                         {{"backend", name}, {"external_id", x.external_id}}));
+              changed.push_back(&j);
+            } else if (active) {
+              // Ended in Tessera, or a second submission: the record wins.
+              to_cancel.push_back({backends_[name].get(), x.external_id});
+              events.push_back(MakeEvent("engine", "backend.duplicate_cancelled", id,
+                                         name + " job " + x.external_id + " is not the one recorded",
+                                         {{"backend", name}, {"external_id", x.external_id}}));
+            }
+          }
+        }
+        // Every unsubmitted job not found above was never submitted: safe to submit.
+        for (auto& [id, j] : jobs_) {
+          if (!j.backend.empty() && j.external_id.empty()) j.lookup_first = false;
+        }
+        reconciled_ = true;
+        if (!events.empty()) {
+          Status st = Commit(events, changed);
+          if (!st.ok()) return st;
+        }
+      }
+      for (auto& [b, ext] : to_cancel) (void)b->Cancel(ext);
+    }
+  }
+
+  // 2. What to do this pass.
+  struct SubmitWork {
+    std::string id;
+    backends::Backend* b;
+    backends::JobRequest req;
+    bool lookup;
+  };
+  std::vector<SubmitWork> submits;
+  std::map<std::string, std::vector<std::string>> polls;  // backend -> external ids
+  std::vector<std::pair<backends::Backend*, std::string>> cancels;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const int64_t now = clock_();
+    const bool poll_due = now - last_poll_ms_ >= config_.backend_poll_ms;
+    if (poll_due) last_poll_ms_ = now;
+    for (const std::string& id : order_) {
+      Job& j = jobs_[id];
+      if (j.backend.empty() || !Holds(j)) continue;
+      backends::Backend* b = backends_[j.backend].get();
+      if (j.rec.state == "placed" && j.external_id.empty()) {
+        if (now >= j.next_submit_ms && (reconciled_ || !j.lookup_first)) {
+          submits.push_back({id, b, RequestFor(j), j.lookup_first});
+        }
+      } else if (!j.external_id.empty()) {
+        if (j.cancel_requested && !j.cancel_sent) {
+          cancels.push_back({b, j.external_id});
+          j.cancel_sent = true;
+        }
+        if (poll_due) polls[j.backend].push_back(j.external_id);
+      }
+    }
+  }
+  if (submits.empty() && polls.empty() && cancels.empty()) return Status::Ok();
+
+  // 3. The scheduler's commands, without the engine's lock.
+  for (auto& [b, ext] : cancels) (void)b->Cancel(ext);
+  struct SubmitDone {
+    std::string id;
+    std::string external_id;
+    Status status;
+    bool permanent = false;  // the job cannot be rendered: it fails rather than retries
+    bool adopted = false;
+  };
+  std::vector<SubmitDone> done;
+  for (SubmitWork& w : submits) {
+    SubmitDone d{w.id, "", Status::Ok()};
+    if (w.lookup) {
+      auto found = w.b->List(w.req.name);
+      if (!found.ok()) {
+        d.status = found.status();
+        done.push_back(d);
+        continue;
+      }
+      for (const auto& x : *found) {
+        if (x.name == w.req.name) {
+          d.external_id = x.external_id;
+          d.adopted = true;
+        }
+      }
+    }
+    if (!d.adopted) {
+      auto script = w.b->Render(w.req);
+      if (!script.ok()) {
+        d.status = script.status();
+        d.permanent = true;
+      } else {
+        auto ext = w.b->Submit(w.req, *script);
+        if (ext.ok()) {
+          d.external_id = *ext;
+        } else {
+          d.status = ext.status();
+        }
+      }
+    }
+    done.push_back(d);
+  }
+  std::map<std::string, Result<std::map<std::string, backends::ExternalJob>>> polled;
+  for (auto& [name, ids] : polls) polled.emplace(name, backends_[name]->Poll(ids));
+
+  // 4. Record what happened.
+  std::vector<std::pair<backends::Backend*, std::string>> late_cancels;
+  std::vector<store::Event> events;
+  std::vector<const Job*> changed;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const int64_t now = clock_();
+    for (const SubmitDone& d : done) {
+      Job& j = jobs_[d.id];
+      if (d.status.ok()) {
+        if (j.rec.state != "placed" || !j.external_id.empty()) {
+          // Cancelled while the submission ran.
+          if (!d.external_id.empty()) late_cancels.push_back({backends_[j.backend].get(), d.external_id});
+          continue;
+        }
+        j.external_id = d.external_id;
+        j.lookup_first = false;
+        j.rec.state = "starting";
+        j.rec.reason = (d.adopted ? "adopted " : "submitted to ") + j.backend + " as job " + d.external_id;
+        j.rec.update_ms = now;
+        events.push_back(MakeEvent("engine", "job.starting", d.id, j.rec.reason,
+                                   {{"backend", j.backend}, {"external_id", d.external_id}}));
+        changed.push_back(&j);
+      } else if (j.rec.state == "placed") {
+        if (d.permanent) {
+          ReleaseLocked(j);
+          j.rec.state = "failed";
+          j.rec.reason = "cannot render the batch script: " + d.status.message();
+          j.node.clear();
+          j.devices.clear();
+          j.rec.update_ms = now;
+          events.push_back(MakeEvent("engine", "job.failed", d.id, j.rec.reason));
+          changed.push_back(&j);
+          continue;
+        }
+        ++j.submit_attempts;
+        const int64_t backoff = std::min<int64_t>(60000, int64_t{1000} << std::min(j.submit_attempts - 1, 6));
+        j.next_submit_ms = now + backoff;
+        j.lookup_first = true;  // a failed or timed-out submission may still have gone through
+        j.rec.reason = "admitted, not yet submitted to " + j.backend + " (attempt " + std::to_string(j.submit_attempts) +
+                       ", next in " + std::to_string(backoff / 1000) + "s): " + d.status.message();
+        j.rec.update_ms = now;
+        events.push_back(MakeEvent("engine", "job.submit_failed", d.id, j.rec.reason,
+                                   {{"backend", j.backend}, {"attempt", j.submit_attempts}}));
+        changed.push_back(&j);
+      }
+    }
+    for (auto& [name, res] : polled) {
+      for (const std::string& id : order_) {
+        Job& j = jobs_[id];
+        if (j.backend != name || j.external_id.empty() || !Holds(j)) continue;
+        const auto& ids = polls[name];
+        if (std::find(ids.begin(), ids.end(), j.external_id) == ids.end()) continue;
+        if (!res.ok()) {
+          j.rec.reason = "cannot follow " + name + " job " + j.external_id + ": " + res.status().message();
+          continue;
+        }
+        auto it = res->find(j.external_id);
+        if (it == res->end()) {
+          if (++j.unknown_polls < 3) continue;
+          ReleaseLocked(j);
+          j.rec.state = "lost";
+          j.rec.reason = name + " no longer knows job " + j.external_id;
+          j.node.clear();
+          j.devices.clear();
+          j.rec.update_ms = now;
+          events.push_back(MakeEvent("engine", "job.lost", id, j.rec.reason, {{"external_id", j.external_id}}));
+          changed.push_back(&j);
+          continue;
+        }
+        j.unknown_polls = 0;
+        const backends::ExternalJob& x = it->second;
+        j.native_state = x.native_state;
+        if (!x.node.empty()) j.external_node = x.node;
+        if (!x.gres.empty()) j.gres = x.gres;
+        if (!x.devices.empty() && x.devices.size() == j.devices.size()) j.devices = x.devices;
+        if (x.state == "pending") {
+          j.rec.reason = name + " job " + j.external_id + ": " + x.native_state + (x.reason.empty() ? "" : " (" + x.reason + ")");
+        } else if (x.state == "running") {
+          if (j.rec.state != "running") {
+            j.rec.state = "running";
+            j.rec.reason = "";
+            j.rec.update_ms = now;
+            events.push_back(MakeEvent(name, "job.running", id, "",
+                                       {{"external_id", j.external_id}, {"node", j.external_node}, {"gres", j.gres},
+                                        {"devices", j.devices}}));
+            changed.push_back(&j);
+          }
+        } else {
+          ReleaseLocked(j);
+          std::string state = x.state;
+          if (j.cancel_requested && state != "succeeded") state = "cancelled";
+          j.rec.state = state;
+          j.rec.exit_code = x.exit_code;
+          j.rec.reason = state == "cancelled" ? "cancelled"
+                         : state == "succeeded" ? ""
+                                                : name + " " + x.native_state +
+                                                      (x.exit_code ? ", exit code " + std::to_string(*x.exit_code) : "") +
+                                                      (x.signal ? ", signal " + std::to_string(x.signal) : "");
+          j.rec.update_ms = now;
+          events.push_back(MakeEvent(name, "job." + state, id, j.rec.reason,
+                                     {{"external_id", j.external_id}, {"node", j.external_node},
+                                      {"exit_code", x.exit_code ? *x.exit_code : -1}, {"signal", x.signal}}));
+          changed.push_back(&j);
+        }
+      }
+    }
+    if (!events.empty()) {
+      Status st = Commit(events, changed);
+      if (!st.ok()) return st;
+    }
+    if (capacity_changed_) (void)ScheduleLocked();
+  }
+  for (auto& [b, ext] : late_cancels) (void)b->Cancel(ext);
   return Status::Ok();
 }
 

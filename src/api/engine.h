@@ -8,6 +8,18 @@
 // from the store (jobs, and the nodes it knew) and re-reserves every held placement, so a crash
 // between any two steps neither loses an acknowledged job nor allocates a device twice.
 //
+// Queues whose `backend` is not "local" hand their jobs to an external scheduler (Slurm, PBS; see
+// backends/backend.h) instead of placing them on agent nodes: admission against the group's
+// limit is the same; an admitted job is "placed" (holding its group's quota) until it has been
+// submitted, "starting" once the scheduler has it (its id recorded in the job's placement),
+// "running" when the scheduler runs it, and ends as the scheduler says. Submission failures leave
+// the job placed-but-unsubmitted with the reason on it, retried with backoff (1s doubling to 60s).
+// Reconciliation rule (first backend pass after open): scheduler jobs named after this cluster
+// whose Tessera job is unknown or already ended are cancelled; an unsubmitted Tessera job whose
+// scheduler job exists is adopted (never submitted twice); a second scheduler job for the same
+// Tessera job is cancelled; a submitted job the scheduler no longer knows (3 polls running) is
+// marked lost.
+//
 // Thread-safety: all public methods may be called from any thread (one internal mutex).
 #pragma once
 
@@ -22,6 +34,7 @@
 #include <vector>
 
 #include "api/config.h"
+#include "backends/backend.h"
 #include "common/status.h"
 #include "sched/scheduler.h"
 #include "store/store.h"
@@ -54,7 +67,8 @@ class Engine {
   Result<Json> Heartbeat(const Identity& who, const Json& body);
   Status WriteOutput(const Identity& who, const std::string& job, int64_t offset, const std::string& bytes);
 
-  // Housekeeping: marks silent nodes lost and places what can be placed. Called periodically.
+  // Housekeeping: marks silent nodes lost, places what can be placed, and (outside the engine's
+  // lock) submits, follows and cancels the jobs of external backends. Called periodically.
   Status Tick();
 
   // Checks that no device holds more than its capacity and no group more than its limit.
@@ -92,6 +106,17 @@ class Engine {
     std::string form;            // whole / share
     bool cancel_requested = false;
     int64_t pid = 0;
+    // External backend (empty: local agents).
+    std::string backend;
+    std::string external_id;      // the scheduler's job id once submitted
+    std::string external_node;    // where the scheduler runs it
+    std::string gres;             // the scheduler's allocation text
+    std::string native_state;
+    int submit_attempts = 0;
+    int64_t next_submit_ms = 0;
+    bool lookup_first = false;    // a submission may have happened: look before submitting
+    bool cancel_sent = false;
+    int unknown_polls = 0;
   };
 
   Engine(EngineConfig config, std::unique_ptr<store::Store> store, std::string data_dir, Clock clock);
@@ -110,6 +135,9 @@ class Engine {
   Json JobJson(const Job& j) const;
   bool Holds(const Job& j) const;
   std::string OutputPath(const std::string& job) const;
+  Status BackendTick();
+  backends::JobRequest RequestFor(const Job& j) const;
+  std::string ExternalName(const std::string& id) const { return "tessera-" + config_.cluster + "-" + id; }
 
   EngineConfig config_;
   std::unique_ptr<store::Store> store_;
@@ -125,6 +153,10 @@ class Engine {
   std::vector<std::string> sched_nodes_;     // node index in the scheduler -> name
   bool sched_dirty_ = true;
   bool capacity_changed_ = true;
+  std::map<std::string, std::unique_ptr<backends::Backend>> backends_;  // by name
+  std::mutex backend_mu_;   // serializes backend passes (held without mu_ while commands run)
+  int64_t last_poll_ms_ = 0;
+  bool reconciled_ = false;
   std::map<std::string, Resources> group_usage_;  // what each group holds, kept incrementally  // something was freed or added since the last full pass
 };
 

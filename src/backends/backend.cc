@@ -1,0 +1,265 @@
+#include "backends/backend.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <sstream>
+
+namespace tessera::backends {
+
+void Registry::Register(const std::string& name, BackendFactory factory) { factories_[name] = std::move(factory); }
+
+std::vector<std::string> Registry::Names() const {
+  std::vector<std::string> out;
+  for (const auto& [n, f] : factories_) out.push_back(n);
+  return out;
+}
+
+Result<std::unique_ptr<Backend>> Registry::Make(const std::string& name, const BackendOptions& options) const {
+  auto it = factories_.find(name);
+  if (it == factories_.end()) return Status::NotFound("no backend named '" + name + "'");
+  return it->second(options);
+}
+
+void RegisterBuiltins(Registry& r) {
+  r.Register("slurm", MakeSlurmBackend);
+  r.Register("pbs", MakePbsBackend);
+}
+
+const Registry& BuiltinRegistry() {
+  static const Registry* r = [] {
+    auto* reg = new Registry();
+    RegisterBuiltins(*reg);
+    return reg;
+  }();
+  return *r;
+}
+
+CommandResult RunCommand(const std::vector<std::string>& argv, const std::string& input, int64_t timeout_ms) {
+  CommandResult res;
+  if (argv.empty()) return res;
+  int in_p[2], out_p[2], err_p[2];
+  if (pipe2(in_p, O_CLOEXEC) != 0) return res;
+  if (pipe2(out_p, O_CLOEXEC) != 0) {
+    close(in_p[0]);
+    close(in_p[1]);
+    return res;
+  }
+  if (pipe2(err_p, O_CLOEXEC) != 0) {
+    close(in_p[0]);
+    close(in_p[1]);
+    close(out_p[0]);
+    close(out_p[1]);
+    return res;
+  }
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(in_p[0], 0);
+    dup2(out_p[1], 1);
+    dup2(err_p[1], 2);
+    execvp(args[0], args.data());
+    _exit(127);
+  }
+  close(in_p[0]);
+  close(out_p[1]);
+  close(err_p[1]);
+  if (pid < 0) {
+    close(in_p[1]);
+    close(out_p[0]);
+    close(err_p[0]);
+    res.err = "fork failed";
+    return res;
+  }
+  // Feed stdin and drain stdout/stderr together so no pipe fills up.
+  size_t written = 0;
+  int in_fd = in_p[1];
+  if (input.empty()) {
+    close(in_fd);
+    in_fd = -1;
+  } else {
+    fcntl(in_fd, F_SETFL, O_NONBLOCK);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  bool out_open = true, err_open = true, timed_out = false;
+  char buf[8192];
+  while (out_open || err_open) {
+    pollfd fds[3];
+    int n = 0;
+    int i_out = -1, i_err = -1, i_in = -1;
+    if (out_open) { fds[n] = {out_p[0], POLLIN, 0}; i_out = n++; }
+    if (err_open) { fds[n] = {err_p[0], POLLIN, 0}; i_err = n++; }
+    if (in_fd >= 0) { fds[n] = {in_fd, POLLOUT, 0}; i_in = n++; }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+    if (left <= 0) {
+      timed_out = true;
+      break;
+    }
+    int r = ::poll(fds, static_cast<nfds_t>(n), static_cast<int>(left));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) break;
+    if (i_in >= 0 && (fds[i_in].revents & (POLLOUT | POLLERR | POLLHUP))) {
+      ssize_t w = write(in_fd, input.data() + written, input.size() - written);
+      if (w > 0) written += static_cast<size_t>(w);
+      if (w < 0 && errno != EAGAIN) written = input.size();
+      if (written >= input.size()) {
+        close(in_fd);
+        in_fd = -1;
+      }
+    }
+    auto drain = [&](int idx, int fd, std::string& into, bool& open_flag) {
+      if (idx < 0 || !(fds[idx].revents & (POLLIN | POLLHUP | POLLERR))) return;
+      ssize_t got = read(fd, buf, sizeof buf);
+      if (got > 0) {
+        into.append(buf, static_cast<size_t>(got));
+      } else if (got == 0 || errno != EINTR) {
+        open_flag = false;
+      }
+    };
+    drain(i_out, out_p[0], res.out, out_open);
+    drain(i_err, err_p[0], res.err, err_open);
+  }
+  if (in_fd >= 0) close(in_fd);
+  close(out_p[0]);
+  close(err_p[0]);
+  if (timed_out) kill(pid, SIGKILL);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (timed_out) {
+    res.exit_code = -1;
+    res.err += "timed out after " + std::to_string(timeout_ms) + " ms";
+  } else if (WIFEXITED(status)) {
+    res.exit_code = WEXITSTATUS(status);
+    if (res.exit_code == 127 && res.err.empty()) res.err = "cannot run '" + argv[0] + "'";
+  } else {
+    res.exit_code = -1;
+    res.err += "killed by signal " + std::to_string(WTERMSIG(status));
+  }
+  return res;
+}
+
+Result<std::string> RenderTemplate(const std::string& text, const std::map<std::string, std::string>& vars) {
+  std::string out;
+  size_t pos = 0;
+  while (true) {
+    size_t open = text.find("{{", pos);
+    if (open == std::string::npos) {
+      out += text.substr(pos);
+      return out;
+    }
+    size_t close = text.find("}}", open + 2);
+    if (close == std::string::npos) return Status::InvalidArgument("template: '{{' without '}}'");
+    out += text.substr(pos, open - pos);
+    std::string key = text.substr(open + 2, close - open - 2);
+    while (!key.empty() && key.front() == ' ') key.erase(key.begin());
+    while (!key.empty() && key.back() == ' ') key.pop_back();
+    auto it = vars.find(key);
+    if (it == vars.end()) return Status::InvalidArgument("template: unknown placeholder '{{" + key + "}}'");
+    out += it->second;
+    pos = close + 2;
+  }
+}
+
+std::string ShellQuote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'') {
+      out += "'\\''";
+    } else {
+      out += c;
+    }
+  }
+  return out + "'";
+}
+
+std::string ExpandGres(std::string pattern, int gpus, const std::string& type, int64_t shards) {
+  auto repl = [&](const std::string& key, const std::string& val) {
+    for (size_t p = pattern.find(key); p != std::string::npos; p = pattern.find(key, p + val.size())) {
+      pattern.replace(p, key.size(), val);
+    }
+  };
+  repl("{gpus}", std::to_string(gpus));
+  repl("{type}", type);
+  repl("{shards}", std::to_string(shards));
+  return pattern;
+}
+
+std::vector<int> ParseIndexList(const std::string& text) {
+  std::vector<int> out;
+  std::stringstream ss(text);
+  std::string part;
+  while (std::getline(ss, part, ',')) {
+    if (part.empty()) return {};
+    size_t dash = part.find('-');
+    try {
+      if (dash == std::string::npos) {
+        out.push_back(std::stoi(part));
+      } else {
+        int a = std::stoi(part.substr(0, dash)), b = std::stoi(part.substr(dash + 1));
+        if (b < a || b - a > 1024) return {};
+        for (int k = a; k <= b; ++k) out.push_back(k);
+      }
+    } catch (...) {
+      return {};
+    }
+  }
+  return out;
+}
+
+Result<std::string> GresFor(const JobRequest& job) {
+  const QueueMapping& m = job.mapping;
+  if (job.gpus <= 0 || job.form.empty()) return std::string();
+  if (job.form == "whole") {
+    std::string pat = !m.gres_whole.empty() ? m.gres_whole : m.gpu_type.empty() ? "gpu:{gpus}" : "gpu:{type}:{gpus}";
+    return ExpandGres(pat, job.gpus, m.gpu_type, 0);
+  }
+  if (job.form == "share") {
+    const int64_t per = m.shard_mib > 0 ? m.shard_mib : 1024;
+    const int64_t shards = std::max<int64_t>(1, (job.gpu_memory_mib + per - 1) / per);
+    return ExpandGres(m.gres_share.empty() ? "shard:{shards}" : m.gres_share, job.gpus, m.gpu_type, shards);
+  }
+  if (job.form == "partition") {
+    if (m.gres_partition.empty()) return Status::InvalidArgument("this queue maps no MIG instance (gres_partition)");
+    return ExpandGres(m.gres_partition, job.gpus, m.gpu_type, 0);
+  }
+  return Status::InvalidArgument("unknown form '" + job.form + "'");
+}
+
+std::map<std::string, std::string> CommonVars(const JobRequest& job) {
+  std::map<std::string, std::string> v;
+  v["job_id"] = job.id;
+  v["job_name"] = job.name;
+  v["partition"] = job.mapping.partition;
+  v["cpus"] = std::to_string(std::max<int64_t>(1, (job.cpu_milli + 999) / 1000));
+  v["memory_mib"] = std::to_string(std::max<int64_t>(1, job.memory_mib));
+  v["output"] = job.output_path;
+  v["gpus"] = std::to_string(job.gpus);
+  v["gpu_memory_mib"] = std::to_string(job.gpu_memory_mib);
+  const int64_t per = job.mapping.shard_mib > 0 ? job.mapping.shard_mib : 1024;
+  v["shards"] = std::to_string(job.form == "share" ? std::max<int64_t>(1, (job.gpu_memory_mib + per - 1) / per) : 0);
+  auto gres = GresFor(job);
+  v["gres"] = gres.ok() ? *gres : "";
+  std::map<std::string, std::string> env = job.env;
+  env["TESSERA_JOB_ID"] = job.id;
+  if (job.form == "share" && job.gpu_memory_mib > 0) {
+    env["TESSERA_GPU_MEMORY_LIMIT"] = std::to_string(job.gpu_memory_mib * 1024 * 1024);
+    if (!job.mapping.cap_library.empty()) env["LD_PRELOAD"] = job.mapping.cap_library;
+  }
+  std::string exports;
+  for (const auto& [k, val] : env) exports += "export " + k + "=" + ShellQuote(val) + "\n";
+  v["env"] = exports;
+  std::string cmd;
+  for (const auto& a : job.command) cmd += (cmd.empty() ? "" : " ") + ShellQuote(a);
+  v["command"] = cmd;
+  return v;
+}
+
+}  // namespace tessera::backends

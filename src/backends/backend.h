@@ -1,0 +1,136 @@
+// Backends: where the engine sends a job once it is admitted against its group's quota.
+//
+// A backend hands an admitted job to an external batch scheduler (Slurm, PBS) and reports what
+// became of it. The engine keeps the queues, quotas and job records; the backend only renders the
+// queue's batch-script template, submits it, cancels, and polls. Jobs carry a scheduler-side name
+// ("tessera-<cluster>-<job id>") so that after a restart of either side the engine can find its
+// own jobs again (List) and never submit one twice.
+//
+// The agent backend ("local": node agents through heartbeats) is built into the engine itself;
+// its name is reserved in the registry so config validation sees one list of names.
+//
+// Thread-safety: a Backend object may be used from one thread at a time (the engine serializes
+// its backend work); the Registry is safe to read from any thread once registration is done.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace tessera::backends {
+
+// How a queue maps Tessera's allocation forms onto the scheduler's resources; from the queue's
+// config. Placeholders in the GRES patterns: {gpus}, {type}, {shards}.
+struct QueueMapping {
+  std::string partition;        // Slurm partition / PBS queue; empty: the scheduler's default
+  std::string template_path;    // batch-script template file; empty: the built-in default
+  std::string gpu_type;         // e.g. "a100": whole cards as gpu:a100:N
+  std::string gres_whole;       // default "gpu:{gpus}" or "gpu:{type}:{gpus}"
+  std::string gres_share;       // default "shard:{shards}"
+  std::string gres_partition;   // MIG instance, e.g. "gpu:1g.10gb:1"; empty: not offered
+  int64_t shard_mib = 1024;     // GPU memory one shard stands for
+  std::string cap_library;      // LD_PRELOAD'ed for shares when set (the memory-cap library)
+};
+
+// One admitted job, as a backend needs it.
+struct JobRequest {
+  std::string id;         // Tessera's job id
+  std::string name;       // scheduler-side job name
+  std::vector<std::string> command;
+  std::map<std::string, std::string> env;
+  std::string form;       // whole / share / partition, or "" for no GPU
+  int gpus = 0;
+  int64_t gpu_memory_mib = 0;  // a share's cap
+  int64_t cpu_milli = 1000;
+  int64_t memory_mib = 1024;
+  std::string output_path;     // where the job's stdout+stderr go
+  QueueMapping mapping;
+};
+
+// What the scheduler says about one job.
+struct ExternalJob {
+  std::string external_id;
+  std::string name;
+  std::string native_state;  // the scheduler's word: PENDING, RUNNING, COMPLETED, R, F ...
+  std::string state;         // Tessera's: pending, running, succeeded, failed, cancelled
+  std::string reason;        // the scheduler's reason, when it gives one
+  std::optional<int> exit_code;
+  int signal = 0;
+  std::string node;          // where it runs (first node)
+  std::vector<int> devices;  // GPU indices on that node, when reported
+  std::string gres;          // the scheduler's allocation text, e.g. "gpu:testgpu(IDX:0)"
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string Name() const = 0;
+  // The batch script for `job` (the template with its placeholders filled).
+  virtual Result<std::string> Render(const JobRequest& job) const = 0;
+  // Submits `script`; returns the scheduler's job id.
+  virtual Result<std::string> Submit(const JobRequest& job, const std::string& script) = 0;
+  virtual Status Cancel(const std::string& external_id) = 0;
+  // The state of each of `ids` the scheduler still knows; ids it does not know are absent.
+  virtual Result<std::map<std::string, ExternalJob>> Poll(const std::vector<std::string>& ids) = 0;
+  // Every job the scheduler knows whose name starts with `prefix` (reconciliation).
+  virtual Result<std::vector<ExternalJob>> List(const std::string& prefix) = 0;
+};
+
+struct BackendOptions {
+  std::string bin_dir;      // where the scheduler's commands live; empty: found on PATH
+  int64_t command_timeout_ms = 30000;
+};
+
+using BackendFactory = std::function<std::unique_ptr<Backend>(const BackendOptions&)>;
+
+// Backends by name. Registration is explicit: RegisterBuiltins() adds "slurm" and "pbs".
+class Registry {
+ public:
+  void Register(const std::string& name, BackendFactory factory);
+  bool Has(const std::string& name) const { return factories_.count(name) > 0; }
+  std::vector<std::string> Names() const;
+  Result<std::unique_ptr<Backend>> Make(const std::string& name, const BackendOptions& options) const;
+
+ private:
+  std::map<std::string, BackendFactory> factories_;
+};
+
+// The process-wide registry with the built-in backends registered ("slurm", "pbs").
+const Registry& BuiltinRegistry();
+void RegisterBuiltins(Registry& r);
+std::unique_ptr<Backend> MakeSlurmBackend(const BackendOptions& options);
+std::unique_ptr<Backend> MakePbsBackend(const BackendOptions& options);
+
+// --- helpers shared by the backends (exposed for tests) ---
+
+// Output of a finished command.
+struct CommandResult {
+  int exit_code = -1;  // -1: could not run or timed out
+  std::string out;
+  std::string err;
+};
+// Runs argv (argv[0] looked up on PATH unless it has a '/'), feeding `input` on stdin; kills it
+// after timeout_ms. Never throws. Thread-safe.
+CommandResult RunCommand(const std::vector<std::string>& argv, const std::string& input, int64_t timeout_ms);
+
+// Replaces each {{key}} in `text` by vars[key]; an unknown key is an error naming it.
+Result<std::string> RenderTemplate(const std::string& text, const std::map<std::string, std::string>& vars);
+// Single-quotes `s` for a POSIX shell.
+std::string ShellQuote(const std::string& s);
+// Replaces {gpus}/{type}/{shards} in a GRES pattern.
+std::string ExpandGres(std::string pattern, int gpus, const std::string& type, int64_t shards);
+// "0-2,5" -> {0,1,2,5}; bad text -> empty.
+std::vector<int> ParseIndexList(const std::string& text);
+// The GRES string a job asks for under `mapping` (empty: no GPU), or an error.
+Result<std::string> GresFor(const JobRequest& job);
+// The variables every template can use (job_name, partition, cpus, memory_mib, output, env,
+// command, gres, gpus, gpu_memory_mib, shards, job_id).
+std::map<std::string, std::string> CommonVars(const JobRequest& job);
+
+}  // namespace tessera::backends

@@ -1,0 +1,127 @@
+// The PBS Pro / OpenPBS backend: qsub (script on stdin; prints "ID.SERVER"), qstat -x -f -F json
+// (finished jobs too, JSON per PBS's reference guide), qdel.
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "backends/backend.h"
+
+namespace tessera::backends {
+namespace {
+
+const char* kDefaultPbsTemplate = R"(#!/bin/bash
+#PBS -N {{job_name}}
+{{pbs_queue}}#PBS -l select=1:ncpus={{cpus}}:ngpus={{gpus}}:mem={{memory_mib}}mb
+#PBS -j oe
+#PBS -o {{output}}
+{{env}}
+{{command}}
+)";
+
+class PbsBackend : public Backend {
+ public:
+  explicit PbsBackend(BackendOptions o) : opt_(std::move(o)) {}
+  std::string Name() const override { return "pbs"; }
+
+  Result<std::string> Render(const JobRequest& job) const override {
+    std::string text = kDefaultPbsTemplate;
+    if (!job.mapping.template_path.empty()) {
+      std::ifstream in(job.mapping.template_path);
+      if (!in) return Status::NotFound("cannot read template '" + job.mapping.template_path + "'");
+      std::stringstream ss;
+      ss << in.rdbuf();
+      text = ss.str();
+    }
+    if (job.form == "partition") return Status::InvalidArgument("the PBS backend maps no MIG instances");
+    auto vars = CommonVars(job);
+    vars["pbs_queue"] = job.mapping.partition.empty() ? "" : "#PBS -q " + job.mapping.partition + "\n";
+    return RenderTemplate(text, vars);
+  }
+
+  Result<std::string> Submit(const JobRequest&, const std::string& script) override {
+    CommandResult r = RunCommand({Bin("qsub")}, script, opt_.command_timeout_ms);
+    if (r.exit_code != 0) return Status::FailedPrecondition("qsub: " + Trim(r.err.empty() ? r.out : r.err));
+    std::string id = Trim(r.out);
+    if (id.empty()) return Status::Internal("qsub printed no job id");
+    return id;
+  }
+
+  Status Cancel(const std::string& external_id) override {
+    CommandResult r = RunCommand({Bin("qdel"), external_id}, "", opt_.command_timeout_ms);
+    if (r.exit_code != 0) return Status::FailedPrecondition("qdel: " + Trim(r.err));
+    return Status::Ok();
+  }
+
+  Result<std::map<std::string, ExternalJob>> Poll(const std::vector<std::string>& ids) override {
+    auto all = All();
+    if (!all.ok()) return all.status();
+    std::map<std::string, ExternalJob> out;
+    for (const auto& id : ids) {
+      auto it = all->find(id);
+      if (it != all->end()) out[id] = it->second;
+    }
+    return out;
+  }
+
+  Result<std::vector<ExternalJob>> List(const std::string& prefix) override {
+    auto all = All();
+    if (!all.ok()) return all.status();
+    std::vector<ExternalJob> out;
+    for (auto& [id, j] : *all) {
+      if (j.name.rfind(prefix, 0) == 0) out.push_back(j);
+    }
+    return out;
+  }
+
+ private:
+  std::string Bin(const std::string& name) const { return opt_.bin_dir.empty() ? name : opt_.bin_dir + "/" + name; }
+  static std::string Trim(std::string s) {
+    while (!s.empty() && (s.back() == '\n' || s.back() == ' ' || s.back() == '\r')) s.pop_back();
+    return s;
+  }
+  Result<std::map<std::string, ExternalJob>> All() {
+    CommandResult r = RunCommand({Bin("qstat"), "-x", "-f", "-F", "json"}, "", opt_.command_timeout_ms);
+    if (r.exit_code != 0) return Status::FailedPrecondition("qstat: " + Trim(r.err.empty() ? r.out : r.err));
+    nlohmann::json doc = nlohmann::json::parse(r.out, nullptr, false);
+    if (doc.is_discarded() || !doc.is_object()) return Status::Internal("qstat printed no JSON");
+    std::map<std::string, ExternalJob> out;
+    const nlohmann::json jobs = doc.value("Jobs", nlohmann::json::object());
+    if (!jobs.is_object()) return Status::Internal("qstat: 'Jobs' is not an object");
+    for (const auto& [id, v] : jobs.items()) {
+      if (!v.is_object()) continue;
+      ExternalJob j;
+      j.external_id = id;
+      j.name = v.value("Job_Name", "");
+      j.native_state = v.value("job_state", "");
+      j.reason = v.value("comment", "");
+      const std::string& s = j.native_state;
+      if (s == "Q" || s == "H" || s == "W" || s == "T" || s == "S" || s == "U") {
+        j.state = "pending";
+      } else if (s == "R" || s == "E" || s == "B" || s == "X") {
+        j.state = "running";
+      } else if (s == "F") {
+        // Exit_status: the script's code; 256+N: killed by signal N; negative: PBS could not run it.
+        int code = v.value("Exit_status", -1);
+        j.exit_code = code;
+        if (code > 256) j.signal = code - 256;
+        j.state = code == 0 ? "succeeded" : (code == 271 || code == 265) ? "cancelled" : "failed";
+      } else {
+        j.state = "pending";
+      }
+      // exec_host "node1/0*2"; exec_vnode "(node1:ngpus=1:ncpus=2)".
+      std::string host = v.value("exec_host", "");
+      j.node = host.substr(0, host.find('/'));
+      j.gres = v.value("exec_vnode", "");
+      out[id] = j;
+    }
+    return out;
+  }
+
+  BackendOptions opt_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> MakePbsBackend(const BackendOptions& options) { return std::make_unique<PbsBackend>(options); }
+
+}  // namespace tessera::backends

@@ -1,0 +1,105 @@
+// Unit tests of the backends' pieces that need no scheduler: the registry, template rendering,
+// the mapping of allocation forms to GRES, index lists, and running a command.
+#include <gtest/gtest.h>
+
+#include "backends/backend.h"
+
+namespace tessera::backends {
+namespace {
+
+JobRequest Job(const std::string& form, int gpus, int64_t gpu_mem = 0) {
+  JobRequest j;
+  j.id = "j-7";
+  j.name = "tessera-c-j-7";
+  j.command = {"python", "train.py", "it's"};
+  j.form = form;
+  j.gpus = gpus;
+  j.gpu_memory_mib = gpu_mem;
+  j.cpu_milli = 1500;
+  j.memory_mib = 2048;
+  j.output_path = "/data/output/j-7.log";
+  j.mapping.partition = "gpu";
+  return j;
+}
+
+TEST(Registry, BuiltinsAreRegisteredByName) {
+  const Registry& r = BuiltinRegistry();
+  EXPECT_TRUE(r.Has("slurm"));
+  EXPECT_TRUE(r.Has("pbs"));
+  EXPECT_FALSE(r.Has("kubernetes"));
+  auto b = r.Make("slurm", {});
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ((*b)->Name(), "slurm");
+  EXPECT_FALSE(r.Make("nope", {}).ok());
+}
+
+TEST(Gres, FormsMapToSlurmResources) {
+  EXPECT_EQ(*GresFor(Job("whole", 2)), "gpu:2");
+  JobRequest typed = Job("whole", 4);
+  typed.mapping.gpu_type = "a100";
+  EXPECT_EQ(*GresFor(typed), "gpu:a100:4");
+  // Shares: shard GRES sized from the share's memory (1 GiB per shard by default, rounded up).
+  EXPECT_EQ(*GresFor(Job("share", 1, 10 * 1024 + 1)), "shard:11");
+  JobRequest big_shards = Job("share", 1, 8192);
+  big_shards.mapping.shard_mib = 4096;
+  EXPECT_EQ(*GresFor(big_shards), "shard:2");
+  // MIG instances as typed GRES with Slurm's names, when the queue maps one.
+  JobRequest mig = Job("partition", 1);
+  EXPECT_FALSE(GresFor(mig).ok());
+  mig.mapping.gres_partition = "gpu:1g.10gb:1";
+  EXPECT_EQ(*GresFor(mig), "gpu:1g.10gb:1");
+  // The admin's override.
+  JobRequest over = Job("whole", 2);
+  over.mapping.gres_whole = "gpu:h100:{gpus},nic:1";
+  EXPECT_EQ(*GresFor(over), "gpu:h100:2,nic:1");
+  EXPECT_EQ(*GresFor(Job("", 0)), "");
+}
+
+TEST(Render, SlurmDefaultTemplateCarriesResourcesEnvAndCommand) {
+  auto b = BuiltinRegistry().Make("slurm", {});
+  JobRequest j = Job("share", 1, 3072);
+  j.env["A"] = "x y";
+  auto s = (*b)->Render(j);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  for (const char* want : {"#SBATCH --job-name=tessera-c-j-7\n", "#SBATCH --partition=gpu\n", "#SBATCH --cpus-per-task=2\n",
+                           "#SBATCH --mem=2048M\n", "#SBATCH --output=/data/output/j-7.log\n", "#SBATCH --gres=shard:3\n",
+                           "export A='x y'\n", "export TESSERA_GPU_MEMORY_LIMIT='3221225472'\n",
+                           "'python' 'train.py' 'it'\\''s'\n"}) {
+    EXPECT_NE(s->find(want), std::string::npos) << want << " in\n" << *s;
+  }
+}
+
+TEST(Render, PbsDefaultTemplateUsesSelect) {
+  auto b = BuiltinRegistry().Make("pbs", {});
+  auto s = (*b)->Render(Job("whole", 2));
+  ASSERT_TRUE(s.ok());
+  EXPECT_NE(s->find("#PBS -l select=1:ncpus=2:ngpus=2:mem=2048mb\n"), std::string::npos) << *s;
+  EXPECT_NE(s->find("#PBS -q gpu\n"), std::string::npos) << *s;
+}
+
+TEST(Render, UnknownPlaceholderIsNamed) {
+  auto r = RenderTemplate("a {{x}} {{ y }}", {{"x", "1"}, {"y", "2"}});
+  EXPECT_EQ(*r, "a 1 2");
+  auto bad = RenderTemplate("{{nope}}", {});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("nope"), std::string::npos);
+}
+
+TEST(IndexList, Ranges) {
+  EXPECT_EQ(ParseIndexList("0-2,5"), (std::vector<int>{0, 1, 2, 5}));
+  EXPECT_EQ(ParseIndexList("3"), (std::vector<int>{3}));
+  EXPECT_TRUE(ParseIndexList("x").empty());
+}
+
+TEST(Command, RunsWithInputAndReportsFailure) {
+  CommandResult r = RunCommand({"sh", "-c", "cat; echo err >&2; exit 4"}, "hello\n", 5000);
+  EXPECT_EQ(r.exit_code, 4);
+  EXPECT_EQ(r.out, "hello\n");
+  EXPECT_EQ(r.err, "err\n");
+  EXPECT_NE(RunCommand({"/nonexistent/cmd"}, "", 5000).exit_code, 0);
+  CommandResult slow = RunCommand({"sleep", "5"}, "", 100);
+  EXPECT_EQ(slow.exit_code, -1);
+}
+
+}  // namespace
+}  // namespace tessera::backends

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Starts a real single-host Slurm (munged, slurmctld, slurmd from Debian's slurm-wlm) with all
+# state under DIR, on loopback with free ports; GPUs are declared over placeholder character
+# devices created in DIR. Prints nothing on success; on failure prints the daemons' logs.
+# Usage: slurm_up.sh DIR   (as root). Stop with slurm_down.sh DIR.
+#        slurm_up.sh DIR restart-ctld   restarts slurmctld alone (its state is kept in DIR/state).
+#        slurm_up.sh DIR stop-ctld      stops slurmctld alone (a controller outage).
+set -euo pipefail
+D=$1
+export SLURM_CONF=$D/slurm.conf
+wait_idle() {
+  for _ in $(seq 1 150); do
+    if sinfo -h -o '%T' 2>/dev/null | grep -Eqx 'idle|mixed|allocated'; then return 0; fi
+    sleep 0.1
+  done
+  echo "slurm did not become ready:"; sinfo -N -l || true; tail -30 "$D/log/slurmctld.log" "$D/log/slurmd.log"
+  return 1
+}
+stop_ctld() {
+  [ -f "$D/run/slurmctld.pid" ] || return 0
+  pid=$(cat "$D/run/slurmctld.pid")
+  kill -TERM "$pid" 2>/dev/null || true
+  for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
+  kill -KILL "$pid" 2>/dev/null || true
+}
+case "${2:-}" in
+  stop-ctld) stop_ctld; exit 0 ;;
+  restart-ctld)
+    stop_ctld
+    slurmctld -f "$D/slurm.conf" >/dev/null 2>&1 || { cat "$D/log/slurmctld.log"; exit 1; }
+    wait_idle; exit $? ;;
+esac
+mkdir -p "$D"/{state,spool,log,run,munge,dev}
+chmod 700 "$D/munge"
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+CTLD_PORT=$(free_port); SLURMD_PORT=$(free_port)
+while [ "$SLURMD_PORT" = "$CTLD_PORT" ]; do SLURMD_PORT=$(free_port); done
+HOST=$(hostname -s)
+CPUS=$(nproc)
+# Placeholder GPU devices: character devices (null's major/minor) so shards accept them.
+for i in 0 1; do
+  [ -e "$D/dev/gpu$i" ] || mknod "$D/dev/gpu$i" c 1 3
+done
+mungekey -c -f -k "$D/munge/munge.key" >/dev/null 2>&1 || dd if=/dev/urandom of="$D/munge/munge.key" bs=1024 count=1 status=none
+chmod 600 "$D/munge/munge.key"
+munged --key-file="$D/munge/munge.key" --socket="$D/munge/munge.socket" --pid-file="$D/run/munged.pid" \
+  --log-file="$D/log/munged.log" --seed-file="$D/munge/seed" -f
+cat > "$D/slurm.conf" <<CONF
+ClusterName=tessera-test
+SlurmctldHost=$HOST(127.0.0.1)
+SlurmctldPort=$CTLD_PORT
+SlurmdPort=$SLURMD_PORT
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$D/munge/munge.socket
+StateSaveLocation=$D/state
+SlurmdSpoolDir=$D/spool
+SlurmctldPidFile=$D/run/slurmctld.pid
+SlurmdPidFile=$D/run/slurmd.pid
+SlurmctldLogFile=$D/log/slurmctld.log
+SlurmdLogFile=$D/log/slurmd.log
+SlurmctldDebug=info
+SlurmdDebug=info
+GresTypes=gpu,shard
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+MpiDefault=none
+ReturnToService=2
+MinJobAge=600
+SchedulerParameters=sched_interval=1
+SlurmctldTimeout=30
+SlurmdTimeout=30
+KillWait=2
+InactiveLimit=0
+NodeName=$HOST NodeAddr=127.0.0.1 CPUs=$CPUS RealMemory=4000 Gres=gpu:testgpu:2,shard:16 State=UNKNOWN
+PartitionName=debug Nodes=$HOST Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
+CONF
+cat > "$D/gres.conf" <<CONF
+NodeName=$HOST Name=gpu Type=testgpu File=$D/dev/gpu[0-1]
+NodeName=$HOST Name=shard Count=16
+CONF
+slurmctld -f "$D/slurm.conf" -i >/dev/null 2>&1 || { cat "$D/log/slurmctld.log"; exit 1; }
+slurmd -f "$D/slurm.conf" >/dev/null 2>&1 || { cat "$D/log/slurmd.log"; exit 1; }
+wait_idle

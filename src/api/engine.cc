@@ -430,8 +430,21 @@ Result<Json> Engine::Submit(const Identity& who, const Json& body) {
   j.rec.state = "pending";
   j.rec.submit_ms = j.rec.update_ms = clock_();
   j.spec = spec;
-  Status st = Commit({MakeEvent(who.name, "job.submitted", j.rec.id, "", {{"queue", qname}, {"group", group}})}, {&j});
+  std::vector<store::Event> events = {
+      MakeEvent(who.name, "job.submitted", j.rec.id, "", {{"queue", qname}, {"group", group}})};
+  if (q->backend != "local") {
+    // An external backend's job is admitted in the same commit when its group has room (one
+    // durable write per submission); otherwise it waits as pending like any other.
+    sched::PlacementRequest r = RequestOf(j);
+    if (OverLimitLocked(j, r).empty()) {
+      AdmitExternalLocked(j, *q, r);
+      events.push_back(MakeEvent("engine", "job.placed", j.rec.id, j.rec.reason,
+                                 {{"backend", j.backend}, {"node", j.node}, {"form", j.form}}));
+    }
+  }
+  Status st = Commit(events, {&j});
   if (!st.ok()) return st;
+  if (j.rec.state == "placed") AddUsageLocked(j, +1);
   ++next_job_;
   order_.push_back(j.rec.id);
   const std::string id = j.rec.id;
@@ -454,6 +467,55 @@ void Engine::AddUsageLocked(const Job& j, int sign) {
   } else {
     u -= r;
   }
+}
+
+sched::PlacementRequest Engine::RequestOf(const Job& j) const {
+  const Json& s = j.spec;
+  sched::PlacementRequest r;
+  r.cpu_milli = s.value("cpu_milli", int64_t{0});
+  r.memory_mib = s.value("memory_mib", int64_t{0});
+  r.gpu_count = s.value("gpus", 0);
+  const bool share = s.value("form", "") == "share";
+  const bool slice = share || s.value("form", "") == "partition";
+  r.gpu_milli = r.gpu_count == 0 ? 0 : slice ? s.value("gpu_milli", int64_t{100}) : kWholeGpu;
+  r.gpu_memory_mib = share ? s.value("gpu_memory_mib", int64_t{0}) : 0;
+  return r;
+}
+
+std::string Engine::OverLimitLocked(const Job& j, const sched::PlacementRequest& r) const {
+  const GroupConfig* g = config_.FindGroup(j.rec.group);
+  if (!g) return "";
+  Resources use = GroupUsageLocked(j.rec.group);
+  Resources need{r.total_gpu_milli(), r.gpu_memory_mib * r.gpu_count, r.cpu_milli, r.memory_mib};
+  std::string over;
+  auto check = [&](int64_t used, int64_t add, int64_t limit, const char* what, bool mem) {
+    if (limit != 0 && used + add > limit && over.empty()) {
+      over = std::string(what) + " " + (mem ? FormatMiB(used) + "+" + FormatMiB(add) + " > " + FormatMiB(limit)
+                                            : FormatMilli(used) + "+" + FormatMilli(add) + " > " + FormatMilli(limit));
+    }
+  };
+  check(use.gpu_milli, need.gpu_milli, g->limit.gpu_milli, "gpu", false);
+  check(use.gpu_memory_mib, need.gpu_memory_mib, g->limit.gpu_memory_mib, "gpu_memory", true);
+  check(use.cpu_milli, need.cpu_milli, g->limit.cpu_milli, "cpu", false);
+  check(use.memory_mib, need.memory_mib, g->limit.memory_mib, "memory", true);
+  return over;
+}
+
+void Engine::AdmitExternalLocked(Job& j, const QueueConfig& q, const sched::PlacementRequest& r) {
+  // Admitted: the external scheduler places it. It holds its group's quota from now on.
+  j.backend = q.backend;
+  j.node = q.backend + ":" + (q.partition.empty() ? q.name : q.partition);
+  j.devices.clear();
+  for (int k = 0; k < r.gpu_count; ++k) j.devices.push_back(k);
+  j.gpu_milli = r.gpu_milli;
+  j.gpu_memory_mib = r.gpu_memory_mib;
+  j.cpu_milli = r.cpu_milli;
+  j.memory_mib = r.memory_mib;
+  j.form = j.spec.value("form", "");
+  j.rec.state = "placed";
+  j.rec.reason = "admitted; to be submitted to " + q.backend;
+  j.rec.update_ms = clock_();
+  j.next_submit_ms = 0;
 }
 
 Status Engine::ScheduleLocked(Job* only) {
@@ -481,51 +543,16 @@ Status Engine::ScheduleLocked(Job* only) {
   });
   for (Job* j : pending) {
     const Json& s = j->spec;
-    sched::PlacementRequest r;
-    r.cpu_milli = s.value("cpu_milli", int64_t{0});
-    r.memory_mib = s.value("memory_mib", int64_t{0});
-    r.gpu_count = s.value("gpus", 0);
-    const bool share = s.value("form", "") == "share";
-    const bool slice = share || s.value("form", "") == "partition";
-    r.gpu_milli = r.gpu_count == 0 ? 0 : slice ? s.value("gpu_milli", int64_t{100}) : kWholeGpu;
-    r.gpu_memory_mib = share ? s.value("gpu_memory_mib", int64_t{0}) : 0;
+    sched::PlacementRequest r = RequestOf(*j);
     // Admission against the group's limit.
-    const GroupConfig* g = config_.FindGroup(j->rec.group);
-    Resources use = GroupUsageLocked(j->rec.group);
-    Resources need{r.total_gpu_milli(), r.gpu_memory_mib * r.gpu_count, r.cpu_milli, r.memory_mib};
-    std::string over;
-    if (g) {
-      auto check = [&](int64_t used, int64_t add, int64_t limit, const char* what, bool mem) {
-        if (limit != 0 && used + add > limit && over.empty()) {
-          over = std::string(what) + " " + (mem ? FormatMiB(used) + "+" + FormatMiB(add) + " > " + FormatMiB(limit)
-                                                : FormatMilli(used) + "+" + FormatMilli(add) + " > " + FormatMilli(limit));
-        }
-      };
-      check(use.gpu_milli, need.gpu_milli, g->limit.gpu_milli, "gpu", false);
-      check(use.gpu_memory_mib, need.gpu_memory_mib, g->limit.gpu_memory_mib, "gpu_memory", true);
-      check(use.cpu_milli, need.cpu_milli, g->limit.cpu_milli, "cpu", false);
-      check(use.memory_mib, need.memory_mib, g->limit.memory_mib, "memory", true);
-    }
+    std::string over = OverLimitLocked(*j, r);
     if (!over.empty()) {
       j->rec.reason = "waiting: group '" + j->rec.group + "' at its limit (" + over + ")";
       continue;
     }
     const QueueConfig* q = config_.FindQueue(j->rec.queue);
     if (q->backend != "local") {
-      // Admitted: the external scheduler places it. It holds its group's quota from now on.
-      j->backend = q->backend;
-      j->node = q->backend + ":" + (q->partition.empty() ? q->name : q->partition);
-      j->devices.clear();
-      for (int k = 0; k < r.gpu_count; ++k) j->devices.push_back(k);
-      j->gpu_milli = r.gpu_milli;
-      j->gpu_memory_mib = r.gpu_memory_mib;
-      j->cpu_milli = r.cpu_milli;
-      j->memory_mib = r.memory_mib;
-      j->form = s.value("form", "");
-      j->rec.state = "placed";
-      j->rec.reason = "admitted; to be submitted to " + q->backend;
-      j->rec.update_ms = clock_();
-      j->next_submit_ms = 0;
+      AdmitExternalLocked(*j, *q, r);
       Status st = Commit({MakeEvent("engine", "job.placed", j->rec.id, j->rec.reason,
                                     {{"backend", j->backend}, {"node", j->node}, {"form", j->form}})},
                          {j});

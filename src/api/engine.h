@@ -136,6 +136,10 @@ class Engine {
   bool Holds(const Job& j) const;
   std::string OutputPath(const std::string& job) const;
   Status BackendTick();
+  sched::PlacementRequest RequestOf(const Job& j) const;
+  // Empty when `j` fits its group's limit; otherwise what exceeds it.
+  std::string OverLimitLocked(const Job& j, const sched::PlacementRequest& r) const;
+  void AdmitExternalLocked(Job& j, const QueueConfig& q, const sched::PlacementRequest& r);
   backends::JobRequest RequestFor(const Job& j) const;
   std::string ExternalName(const std::string& id) const { return "tessera-" + config_.cluster + "-" + id; }
 

@@ -35,6 +35,8 @@ echo "$name" > "$S/$n.name"
 setsid bash -c 'bash "$0/$1.sh" > "$2" 2>&1; echo $? > "$0/$1.exit.tmp"; mv "$0/$1.exit.tmp" "$0/$1.exit"' "$S" "$n" "${out:-/dev/null}" </dev/null >/dev/null 2>&1 &
 echo $! > "$S/$n.pid"
 echo "$id"
+# Test hook: the submission goes through but qsub reports a failure (as on a timeout).
+if [ -e "$S/fail_after_submit" ]; then rm -f "$S/fail_after_submit"; echo "qsub: timed out" >&2; exit 3; fi
 )SH";
 
 const char* kQstat = R"SH(#!/usr/bin/env python3
@@ -168,6 +170,17 @@ TEST_F(PbsTest, QsubFailingKeepsTheJobUnsubmittedWithItsReasonThenRetries) {
   int n = 0;
   seq >> n;
   EXPECT_EQ(n, 1);
+}
+
+TEST_F(PbsTest, ASubmissionThatFailedAfterGoingThroughIsAdoptedNotRepeated) {
+  std::ofstream(dir_ + "/state/fail_after_submit") << "";
+  std::string id = Call("POST", "/v1/jobs", {{"queue", "hpc"}, {"command", {"sleep", "1"}}})["id"];
+  ASSERT_TRUE(WaitFor([&] { return State(id) == "succeeded"; })) << Job(id).dump() << Calls();
+  std::ifstream seq(dir_ + "/state/seq");
+  int n = 0;
+  seq >> n;
+  EXPECT_EQ(n, 1) << Calls();
+  EXPECT_EQ(Job(id)["backend"]["external_id"], "1.pbs-test");
 }
 
 }  // namespace

@@ -37,6 +37,7 @@ CTLD_PORT=$(free_port); SLURMD_PORT=$(free_port)
 while [ "$SLURMD_PORT" = "$CTLD_PORT" ]; do SLURMD_PORT=$(free_port); done
 HOST=$(hostname -s)
 CPUS=$(nproc)
+MEM=$(awk '/MemTotal/ {m = int($2 / 1024) - 512; print (m < 4000 ? m : 4000)}' /proc/meminfo)
 # Placeholder GPU devices: character devices (null's major/minor) so shards accept them.
 for i in 0 1; do
   [ -e "$D/dev/gpu$i" ] || mknod "$D/dev/gpu$i" c 1 3
@@ -79,7 +80,7 @@ SlurmctldTimeout=30
 SlurmdTimeout=30
 KillWait=2
 InactiveLimit=0
-NodeName=$HOST NodeAddr=127.0.0.1 CPUs=$CPUS RealMemory=4000 Gres=gpu:testgpu:2,shard:16 State=UNKNOWN
+NodeName=$HOST NodeAddr=127.0.0.1 CPUs=$CPUS RealMemory=$MEM Gres=gpu:testgpu:2,shard:16 State=UNKNOWN
 PartitionName=debug Nodes=$HOST Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 CONF
 cat > "$D/gres.conf" <<CONF

@@ -116,6 +116,18 @@ Status Engine::Commit(std::vector<store::Event> events, const std::vector<const 
   return store_->Commit(events, recs, nullptr);
 }
 
+sched::Placement Engine::PlacementOf(const Job& j, int node_index) {
+  sched::Placement p;
+  p.node = node_index;
+  p.cpu_milli = j.cpu_milli;
+  p.memory_mib = j.memory_mib;
+  p.gpu_milli = j.gpu_milli;
+  p.gpu_memory_mib = j.gpu_memory_mib;
+  p.device_count = static_cast<int>(j.devices.size());
+  for (size_t k = 0; k < j.devices.size(); ++k) p.devices[k] = static_cast<int8_t>(j.devices[k]);
+  return p;
+}
+
 bool Engine::Holds(const Job& j) const {
   return !j.node.empty() && (j.rec.state == "placed" || j.rec.state == "starting" || j.rec.state == "running");
 }
@@ -205,14 +217,7 @@ Status Engine::RebuildScheduler() {
     AddUsageLocked(j, +1);
     auto it = std::find(sched_nodes_.begin(), sched_nodes_.end(), j.node);
     if (it == sched_nodes_.end()) continue;  // on a lost node: handled by MarkLost
-    sched::Placement p;
-    p.node = static_cast<int>(it - sched_nodes_.begin());
-    p.cpu_milli = j.cpu_milli;
-    p.memory_mib = j.memory_mib;
-    p.gpu_milli = j.gpu_milli;
-    p.gpu_memory_mib = j.gpu_memory_mib;
-    p.device_count = static_cast<int>(j.devices.size());
-    for (size_t k = 0; k < j.devices.size(); ++k) p.devices[k] = static_cast<int8_t>(j.devices[k]);
+    const sched::Placement p = PlacementOf(j, static_cast<int>(it - sched_nodes_.begin()));
     Status st = sched_->Adopt(p);
     if (!st.ok()) {
       // A broken invariant: two held jobs claim the same capacity. Stop loudly.
@@ -320,30 +325,23 @@ Result<Json> Engine::Submit(const Identity& who, const Json& body) {
     }
     gpus = static_cast<int>(body["gpus"].get<int64_t>());
   }
-  MiB gpu_memory = prof->gpu_memory_mib;
-  if (body.contains("gpu_memory")) {
-    auto v = Quantity(body["gpu_memory"], true, "'gpu_memory'");
-    if (!v.ok()) return v.status();
-    gpu_memory = *v;
-  }
-  MilliCpu cpu = prof->cpu_milli;
-  if (body.contains("cpu")) {
-    auto v = Quantity(body["cpu"], false, "'cpu'");
-    if (!v.ok()) return v.status();
-    cpu = *v;
-  }
-  MiB memory = prof->memory_mib;
-  if (body.contains("memory")) {
-    auto v = Quantity(body["memory"], true, "'memory'");
-    if (!v.ok()) return v.status();
-    memory = *v;
-  }
-  MilliGpu fraction = prof->gpu_milli;
-  if (body.contains("gpu_fraction")) {
-    auto v = Quantity(body["gpu_fraction"], false, "'gpu_fraction'");
-    if (!v.ok()) return v.status();
-    fraction = *v;
-  }
+  // Quantities the body may override, each defaulting to the queue's profile.
+  auto quantity = [&](const char* field, bool memory_unit, int64_t profile_value) -> Result<int64_t> {
+    if (!body.contains(field)) return profile_value;
+    return Quantity(body[field], memory_unit, std::string("'") + field + "'");
+  };
+  auto gpu_memory_r = quantity("gpu_memory", true, prof->gpu_memory_mib);
+  if (!gpu_memory_r.ok()) return gpu_memory_r.status();
+  auto cpu_r = quantity("cpu", false, prof->cpu_milli);
+  if (!cpu_r.ok()) return cpu_r.status();
+  auto memory_r = quantity("memory", true, prof->memory_mib);
+  if (!memory_r.ok()) return memory_r.status();
+  auto fraction_r = quantity("gpu_fraction", false, prof->gpu_milli);
+  if (!fraction_r.ok()) return fraction_r.status();
+  MiB gpu_memory = *gpu_memory_r;
+  MilliCpu cpu = *cpu_r;
+  MiB memory = *memory_r;
+  MilliGpu fraction = *fraction_r;
   // The form: the one asked for if the profile allows it, else by class, in profile order.
   std::string form;
   auto profile_allows = [&](AllocationForm f) {
@@ -603,14 +601,7 @@ void Engine::ReleaseLocked(Job& j) {
   AddUsageLocked(j, -1);
   auto it = std::find(sched_nodes_.begin(), sched_nodes_.end(), j.node);
   if (it != sched_nodes_.end() && sched_) {
-    sched::Placement p;
-    p.node = static_cast<int>(it - sched_nodes_.begin());
-    p.cpu_milli = j.cpu_milli;
-    p.memory_mib = j.memory_mib;
-    p.gpu_milli = j.gpu_milli;
-    p.gpu_memory_mib = j.gpu_memory_mib;
-    p.device_count = static_cast<int>(j.devices.size());
-    for (size_t k = 0; k < j.devices.size(); ++k) p.devices[k] = static_cast<int8_t>(j.devices[k]);
+    const sched::Placement p = PlacementOf(j, static_cast<int>(it - sched_nodes_.begin()));
     sched_->Release(p);
   }
 }

@@ -134,6 +134,8 @@ class Engine {
   bool CanSee(const Identity& who, const Job& j) const;
   Json JobJson(const Job& j) const;
   bool Holds(const Job& j) const;
+  // What a held job holds, as the placement core's Placement on scheduler node `node_index`.
+  static sched::Placement PlacementOf(const Job& j, int node_index);
   std::string OutputPath(const std::string& job) const;
   Status BackendTick();
   sched::PlacementRequest RequestOf(const Job& j) const;

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/table.h"
 #include "model/quantity.h"
 #include "partition/amd.h"
 #include "partition/catalog.h"
@@ -18,24 +19,6 @@ using nlohmann::json;
 using partition::Catalog;
 using partition::GpuModel;
 
-// Prints rows as left-aligned columns two spaces apart; the first row is the header.
-void PrintTable(const std::vector<std::vector<std::string>>& rows) {
-  std::vector<size_t> width;
-  for (const auto& row : rows) {
-    for (size_t i = 0; i < row.size(); ++i) {
-      if (width.size() <= i) width.push_back(0);
-      width[i] = std::max(width[i], row[i].size());
-    }
-  }
-  for (const auto& row : rows) {
-    std::string line;
-    for (size_t i = 0; i < row.size(); ++i) {
-      line += row[i];
-      if (i + 1 < row.size()) line += std::string(width[i] - row[i].size() + 2, ' ');
-    }
-    std::cout << line << "\n";
-  }
-}
 
 std::string Join(const std::vector<std::string>& items, const char* sep) {
   std::string out;

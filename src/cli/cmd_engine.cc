@@ -19,6 +19,7 @@
 #include "api/server.h"
 #include "cli/client.h"
 #include "cli/commands.h"
+#include "cli/table.h"
 #include "model/quantity.h"
 
 namespace tessera::cli {
@@ -224,23 +225,6 @@ std::string Age(int64_t since_ms) {
   return std::to_string(s / 3600) + "h";
 }
 
-void PrintTable(const std::vector<std::vector<std::string>>& rows) {
-  std::vector<size_t> w;
-  for (const auto& r : rows) {
-    for (size_t i = 0; i < r.size(); ++i) {
-      if (w.size() <= i) w.push_back(0);
-      w[i] = std::max(w[i], r[i].size());
-    }
-  }
-  for (const auto& r : rows) {
-    std::string line;
-    for (size_t i = 0; i < r.size(); ++i) {
-      line += r[i];
-      if (i + 1 < r.size()) line += std::string(w[i] - r[i].size() + 2, ' ');
-    }
-    std::cout << line << "\n";
-  }
-}
 
 std::string Placement(const Json& j) {
   if (!j.contains("placement")) return "-";

@@ -192,6 +192,14 @@ std::string ExpandGres(std::string pattern, int gpus, const std::string& type, i
   return pattern;
 }
 
+std::vector<ExternalJob> JobsNamed(const std::map<std::string, ExternalJob>& all, const std::string& prefix) {
+  std::vector<ExternalJob> out;
+  for (const auto& [id, j] : all) {
+    if (j.name.rfind(prefix, 0) == 0) out.push_back(j);
+  }
+  return out;
+}
+
 std::vector<int> ParseIndexList(const std::string& text) {
   std::vector<int> out;
   std::stringstream ss(text);

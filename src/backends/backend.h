@@ -127,6 +127,9 @@ std::string ShellQuote(const std::string& s);
 std::string ExpandGres(std::string pattern, int gpus, const std::string& type, int64_t shards);
 // "0-2,5" -> {0,1,2,5}; bad text -> empty.
 std::vector<int> ParseIndexList(const std::string& text);
+
+// The jobs of `all` whose name starts with `prefix` (a backend's List over its full listing).
+std::vector<ExternalJob> JobsNamed(const std::map<std::string, ExternalJob>& all, const std::string& prefix);
 // The GRES string a job asks for under `mapping` (empty: no GPU), or an error.
 Result<std::string> GresFor(const JobRequest& job);
 // The variables every template can use (job_name, partition, cpus, memory_mib, output, env,

@@ -66,11 +66,7 @@ class PbsBackend : public Backend {
   Result<std::vector<ExternalJob>> List(const std::string& prefix) override {
     auto all = All();
     if (!all.ok()) return all.status();
-    std::vector<ExternalJob> out;
-    for (auto& [id, j] : *all) {
-      if (j.name.rfind(prefix, 0) == 0) out.push_back(j);
-    }
-    return out;
+    return JobsNamed(*all, prefix);
   }
 
  private:

@@ -1,11 +1,11 @@
 // Durable submissions per second into a real local Slurm: through Tessera's API (a `tessera serve`
 // whose queue has `backend: slurm`; each POST is acknowledged once committed to SQLite, and the
 // engine then submits it with sbatch in the background) versus `sbatch` straight into the same
-// Slurm, each with 1 and 4 concurrent submitters. Starts Slurm itself (tests/backends/slurm_up.sh,
+// Slurm, each with 1 and 4 concurrent submitters, all jobs held on both sides. Starts Slurm itself (tests/backends/slurm_up.sh,
 // as root) and tears it down after. Prints both rates, and how long Tessera took to hand every
 // accepted job to Slurm.
 //
-//   backends_slurm_bench [--jobs 400] [--clients 1,4]
+//   backends_slurm_bench [--jobs 2000] [--clients 1,4]
 #include <httplib.h>
 #include <unistd.h>
 
@@ -36,11 +36,33 @@ identities:
   - {name: alice, role: user, groups: [research], token: alice-token-1}
 groups: [{name: research}]
 profiles: [{name: cpu, gpus: 0, cpu: 1, memory: 16MiB, forms: [whole]}]
-queues: [{name: hpc, profile: cpu, groups: [research], backend: slurm, partition: debug}]
+queues: [{name: hpc, profile: cpu, groups: [research], backend: slurm, partition: debug, template: TEMPLATE}]
+)";
+
+// The shipped default template plus `--hold`: both sides submit held jobs, so neither measurement
+// competes with jobs running on the same machine.
+const char* kHeldTemplate = R"(#!/bin/bash
+#SBATCH --job-name={{job_name}}
+#SBATCH --hold
+{{sbatch_partition}}#SBATCH --cpus-per-task={{cpus}}
+#SBATCH --mem={{memory_mib}}M
+#SBATCH --output={{output}}
+{{sbatch_gres}}{{env}}
+{{command}}
 )";
 
 double Seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+
+// Waits until Slurm has no jobs left (after a scancel, slurmctld keeps working for a while).
+void WaitForEmptyQueue() {
+  for (int k = 0; k < 600; ++k) {
+    auto r = tessera::backends::RunCommand({"squeue", "-h", "-o", "%i"}, "", 30000);
+    if (r.exit_code == 0 && r.out.empty()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(1));
 }
 
 // Runs `fn(i)` for i in [0, jobs) on `clients` threads; returns the seconds taken.
@@ -62,7 +84,7 @@ double Parallel(int jobs, int clients, F fn) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int jobs = 400;
+  int jobs = 2000;
   std::vector<int> clients_list = {1, 4};
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--jobs")) jobs = std::atoi(argv[i + 1]);
@@ -87,7 +109,7 @@ int main(int argc, char** argv) {
   }
   setenv("SLURM_CONF", (slurm + "/slurm.conf").c_str(), 1);
   auto down = [&] { (void)std::system(("bash " + kScripts + "/slurm_down.sh " + slurm).c_str()); };
-  std::printf("durable submissions/s into a local Slurm 22.05 (1 node, %u cores): %d jobs per run\n",
+  std::printf("durable submissions/s into a local Slurm 22.05 (1 node, %u cores): %d held jobs per run\n",
               std::thread::hardware_concurrency(), jobs);
   int rc = 0;
   for (int clients : clients_list) {
@@ -103,11 +125,15 @@ int main(int argc, char** argv) {
     std::printf("  sbatch            %d submitter(s): %7.0f submissions/s  (%d failed)\n", clients, sbatch_rate, failed.load());
     std::fflush(stdout);
     (void)std::system("scancel --name=bench-direct >/dev/null 2>&1");
+    WaitForEmptyQueue();
 
     // Through Tessera's API.
     const std::string tdir = dir + "/tessera-" + std::to_string(clients);
     std::filesystem::create_directories(tdir);
-    std::ofstream(tdir + "/config.yaml") << kConfig;
+    std::ofstream(tdir + "/held.sbatch") << kHeldTemplate;
+    std::string config = kConfig;
+    config.replace(config.find("TEMPLATE"), 8, tdir + "/held.sbatch");
+    std::ofstream(tdir + "/config.yaml") << config;
     tessera::testing::Proc server({tessera::testing::kTessera, "serve", "--config", tdir + "/config.yaml", "--data",
                                    tdir + "/data", "--listen", "127.0.0.1:0"},
                                   tdir + "/serve.log");
@@ -149,6 +175,7 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     server.Kill(SIGTERM);
     (void)std::system("scancel -u root >/dev/null 2>&1");
+    WaitForEmptyQueue();
   }
   down();
   std::filesystem::remove_all(dir);

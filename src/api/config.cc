@@ -190,7 +190,7 @@ Result<EngineConfig> ParseConfig(const std::string& yaml_text) {
   }
   if (!root.IsMap()) return Status::InvalidArgument("config: expected a YAML map at the top");
   try {
-    Status st = CheckKeys(root, "config", {"cluster", "heartbeat_timeout", "cancel_grace", "backend_poll", "identities",
+    Status st = CheckKeys(root, "config", {"cluster", "heartbeat_timeout", "cancel_grace", "backend_poll", "backend_nice", "identities",
                                            "groups", "pools", "profiles", "queues"});
     if (!st.ok()) return st;
     EngineConfig c;
@@ -214,6 +214,13 @@ Result<EngineConfig> ParseConfig(const std::string& yaml_text) {
       if (!d.ok()) return d.status();
       if (*d <= 0) return Bad("backend_poll", "must be positive");
       c.backend_poll_ms = *d;
+    }
+    if (root["backend_nice"]) {
+      int n = -1;
+      if (!YAML::convert<int>::decode(root["backend_nice"], n) || n < 0 || n > 19) {
+        return Bad("backend_nice", "must be an integer from 0 to 19");
+      }
+      c.backend_nice = n;
     }
     const YAML::Node ids = root["identities"];
     if (!ids || !ids.IsSequence() || ids.size() == 0) {

@@ -70,7 +70,9 @@ Result<std::unique_ptr<Engine>> Engine::Open(EngineConfig config, std::unique_pt
   std::unique_ptr<Engine> e(new Engine(std::move(config), std::move(store), std::move(data_dir), std::move(clock)));
   for (const QueueConfig& q : e->config_.queues) {
     if (q.backend == "local" || e->backends_.count(q.backend)) continue;
-    auto b = backends::BuiltinRegistry().Make(q.backend, backends::BackendOptions{});
+    backends::BackendOptions options;
+    options.command_nice = e->config_.backend_nice;
+    auto b = backends::BuiltinRegistry().Make(q.backend, options);
     if (!b.ok()) return b.status();
     e->backends_[q.backend] = std::move(*b);
   }
@@ -419,36 +421,66 @@ Result<Json> Engine::Submit(const Identity& who, const Json& body) {
                {"cpu_milli", cpu}, {"memory_mib", memory},
                {"name", body.contains("name") && body["name"].is_string() ? body["name"].get<std::string>() : ""}};
 
-  std::lock_guard<std::mutex> lock(mu_);
-  Job j;
-  j.rec.id = "j-" + std::to_string(next_job_);
+  std::unique_lock<std::mutex> lock(mu_);
+  auto pending = std::make_shared<PendingSubmit>();
+  Job& j = pending->job;
+  j.rec.id = "j-" + std::to_string(next_job_++);
   j.rec.queue = qname;
   j.rec.identity = who.name;
   j.rec.group = group;
   j.rec.state = "pending";
   j.rec.submit_ms = j.rec.update_ms = clock_();
   j.spec = spec;
-  std::vector<store::Event> events = {
-      MakeEvent(who.name, "job.submitted", j.rec.id, "", {{"queue", qname}, {"group", group}})};
+  pending->events = {MakeEvent(who.name, "job.submitted", j.rec.id, "", {{"queue", qname}, {"group", group}})};
   if (q->backend != "local") {
     // An external backend's job is admitted in the same commit when its group has room (one
-    // durable write per submission); otherwise it waits as pending like any other.
+    // durable write per submission); otherwise it waits as pending like any other. Its usage is
+    // counted now, so later submissions in the same batch see it.
     sched::PlacementRequest r = RequestOf(j);
     if (OverLimitLocked(j, r).empty()) {
       AdmitExternalLocked(j, *q, r);
-      events.push_back(MakeEvent("engine", "job.placed", j.rec.id, j.rec.reason,
-                                 {{"backend", j.backend}, {"node", j.node}, {"form", j.form}}));
+      pending->events.push_back(MakeEvent("engine", "job.placed", j.rec.id, j.rec.reason,
+                                          {{"backend", j.backend}, {"node", j.node}, {"form", j.form}}));
+      AddUsageLocked(j, +1);
     }
   }
-  Status st = Commit(events, {&j});
-  if (!st.ok()) return st;
-  if (j.rec.state == "placed") AddUsageLocked(j, +1);
-  ++next_job_;
-  order_.push_back(j.rec.id);
-  const std::string id = j.rec.id;
-  jobs_[id] = std::move(j);
-  (void)ScheduleLocked(&jobs_[id]);
-  return JobJson(jobs_[id]);
+  submit_batch_.push_back(pending);
+  while (!pending->done) {
+    if (committing_) {
+      commit_cv_.wait(lock);
+      continue;
+    }
+    // Lead: commit everything queued so far in one transaction, outside the mutex.
+    committing_ = true;
+    std::vector<std::shared_ptr<PendingSubmit>> batch;
+    batch.swap(submit_batch_);
+    std::vector<store::Event> events;
+    std::vector<const Job*> recs;
+    for (const auto& b : batch) {
+      events.insert(events.end(), b->events.begin(), b->events.end());
+      recs.push_back(&b->job);
+    }
+    lock.unlock();
+    const Status st = Commit(std::move(events), recs);
+    lock.lock();
+    committing_ = false;
+    for (const auto& b : batch) {
+      b->done = true;
+      b->status = st;
+      if (!st.ok()) {
+        if (b->job.rec.state == "placed") AddUsageLocked(b->job, -1);
+        continue;
+      }
+      const std::string id = b->job.rec.id;
+      order_.push_back(id);
+      Job& stored = jobs_[id] = std::move(b->job);
+      (void)ScheduleLocked(&stored);
+      b->reply = JobJson(stored);
+    }
+    commit_cv_.notify_all();
+  }
+  if (!pending->status.ok()) return pending->status;
+  return std::move(pending->reply);
 }
 
 Resources Engine::GroupUsageLocked(const std::string& group) const {

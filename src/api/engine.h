@@ -21,10 +21,19 @@
 // marked lost.
 //
 // Thread-safety: all public methods may be called from any thread (one internal mutex).
+//
+// Group commit: concurrent submissions share one store transaction. A submission is prepared
+// under the mutex (validated, numbered, admitted against its group's limit with its usage counted
+// tentatively) and queued; the first waiter with no commit in flight becomes the leader, takes the
+// whole queue and commits it in one transaction without holding the mutex, while later
+// submissions queue for the next one. Only after that commit are the jobs made visible and their
+// submitters acknowledged; if it fails, every submission in it gets the error and its tentative
+// usage is undone, so nothing is half-applied.
 #pragma once
 
 #include <nlohmann/json.hpp>
 
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -118,6 +127,14 @@ class Engine {
     bool cancel_sent = false;
     int unknown_polls = 0;
   };
+  // A prepared submission waiting for its group commit.
+  struct PendingSubmit {
+    Job job;
+    std::vector<store::Event> events;
+    bool done = false;
+    Status status;
+    Json reply;
+  };
 
   Engine(EngineConfig config, std::unique_ptr<store::Store> store, std::string data_dir, Clock clock);
   Status Load();
@@ -155,6 +172,9 @@ class Engine {
   std::vector<std::string> order_;           // job ids in submit order
   std::map<std::string, NodeInfo> nodes_;    // by name
   int64_t next_job_ = 1;
+  std::vector<std::shared_ptr<PendingSubmit>> submit_batch_;  // prepared, waiting for a commit
+  bool committing_ = false;                                    // a leader is committing a batch
+  std::condition_variable commit_cv_;                          // a batch commit has ended
   std::unique_ptr<sched::Scheduler> sched_;
   std::vector<std::string> sched_nodes_;     // node index in the scheduler -> name
   bool sched_dirty_ = true;

@@ -1,8 +1,10 @@
 #include "backends/backend.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -40,7 +42,8 @@ const Registry& BuiltinRegistry() {
   return *r;
 }
 
-CommandResult RunCommand(const std::vector<std::string>& argv, const std::string& input, int64_t timeout_ms) {
+CommandResult RunCommand(const std::vector<std::string>& argv, const std::string& input, int64_t timeout_ms,
+                         int nice) {
   CommandResult res;
   if (argv.empty()) return res;
   int in_p[2], out_p[2], err_p[2];
@@ -62,6 +65,11 @@ CommandResult RunCommand(const std::vector<std::string>& argv, const std::string
   args.push_back(nullptr);
   pid_t pid = fork();
   if (pid == 0) {
+    if (nice != 0) {
+      errno = 0;
+      const int current = getpriority(PRIO_PROCESS, 0);
+      if (errno == 0) (void)setpriority(PRIO_PROCESS, 0, current + nice);
+    }
     dup2(in_p[0], 0);
     dup2(out_p[1], 1);
     dup2(err_p[1], 2);

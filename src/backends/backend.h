@@ -85,6 +85,9 @@ class Backend {
 struct BackendOptions {
   std::string bin_dir;      // where the scheduler's commands live; empty: found on PATH
   int64_t command_timeout_ms = 30000;
+  // The scheduler's commands run this much nicer than the engine (0-19), so a burst of API
+  // submissions is acknowledged first and handed to the scheduler as CPU allows.
+  int command_nice = 10;
 };
 
 using BackendFactory = std::function<std::unique_ptr<Backend>(const BackendOptions&)>;
@@ -115,9 +118,10 @@ struct CommandResult {
   std::string out;
   std::string err;
 };
-// Runs argv (argv[0] looked up on PATH unless it has a '/'), feeding `input` on stdin; kills it
-// after timeout_ms. Never throws. Thread-safe.
-CommandResult RunCommand(const std::vector<std::string>& argv, const std::string& input, int64_t timeout_ms);
+// Runs argv (argv[0] looked up on PATH unless it has a '/'), feeding `input` on stdin, at
+// `nice` (added to the caller's niceness); kills it after timeout_ms. Never throws. Thread-safe.
+CommandResult RunCommand(const std::vector<std::string>& argv, const std::string& input, int64_t timeout_ms,
+                         int nice = 0);
 
 // Replaces each {{key}} in `text` by vars[key]; an unknown key is an error naming it.
 Result<std::string> RenderTemplate(const std::string& text, const std::map<std::string, std::string>& vars);

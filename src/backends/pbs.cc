@@ -39,7 +39,7 @@ class PbsBackend : public Backend {
   }
 
   Result<std::string> Submit(const JobRequest&, const std::string& script) override {
-    CommandResult r = RunCommand({Bin("qsub")}, script, opt_.command_timeout_ms);
+    CommandResult r = RunCommand({Bin("qsub")}, script, opt_.command_timeout_ms, opt_.command_nice);
     if (r.exit_code != 0) return Status::FailedPrecondition("qsub: " + Trim(r.err.empty() ? r.out : r.err));
     std::string id = Trim(r.out);
     if (id.empty()) return Status::Internal("qsub printed no job id");
@@ -47,7 +47,7 @@ class PbsBackend : public Backend {
   }
 
   Status Cancel(const std::string& external_id) override {
-    CommandResult r = RunCommand({Bin("qdel"), external_id}, "", opt_.command_timeout_ms);
+    CommandResult r = RunCommand({Bin("qdel"), external_id}, "", opt_.command_timeout_ms, opt_.command_nice);
     if (r.exit_code != 0) return Status::FailedPrecondition("qdel: " + Trim(r.err));
     return Status::Ok();
   }
@@ -76,7 +76,7 @@ class PbsBackend : public Backend {
     return s;
   }
   Result<std::map<std::string, ExternalJob>> All() {
-    CommandResult r = RunCommand({Bin("qstat"), "-x", "-f", "-F", "json"}, "", opt_.command_timeout_ms);
+    CommandResult r = RunCommand({Bin("qstat"), "-x", "-f", "-F", "json"}, "", opt_.command_timeout_ms, opt_.command_nice);
     if (r.exit_code != 0) return Status::FailedPrecondition("qstat: " + Trim(r.err.empty() ? r.out : r.err));
     nlohmann::json doc = nlohmann::json::parse(r.out, nullptr, false);
     if (doc.is_discarded() || !doc.is_object()) return Status::Internal("qstat printed no JSON");

@@ -93,7 +93,7 @@ class SlurmBackend : public Backend {
   }
 
   Result<std::string> Submit(const JobRequest&, const std::string& script) override {
-    CommandResult r = RunCommand({Bin("sbatch"), "--parsable"}, script, opt_.command_timeout_ms);
+    CommandResult r = RunCommand({Bin("sbatch"), "--parsable"}, script, opt_.command_timeout_ms, opt_.command_nice);
     if (r.exit_code != 0) return Status::FailedPrecondition("sbatch: " + Trim(r.err.empty() ? r.out : r.err));
     std::string id = Trim(r.out);
     size_t semi = id.find(';');  // "id;cluster" on multi-cluster setups
@@ -103,7 +103,7 @@ class SlurmBackend : public Backend {
   }
 
   Status Cancel(const std::string& external_id) override {
-    CommandResult r = RunCommand({Bin("scancel"), external_id}, "", opt_.command_timeout_ms);
+    CommandResult r = RunCommand({Bin("scancel"), external_id}, "", opt_.command_timeout_ms, opt_.command_nice);
     if (r.exit_code != 0) return Status::FailedPrecondition("scancel: " + Trim(r.err));
     return Status::Ok();
   }
@@ -126,7 +126,7 @@ class SlurmBackend : public Backend {
       std::string list;
       for (const auto& id : missing) list += (list.empty() ? "" : ",") + id;
       CommandResult r = RunCommand({Bin("sacct"), "-n", "-P", "-X", "-j", list, "-o", "JobID,JobName,State,ExitCode,NodeList"},
-                                   "", opt_.command_timeout_ms);
+                                   "", opt_.command_timeout_ms, opt_.command_nice);
       if (r.exit_code == 0) {
         std::stringstream ss(r.out);
         std::string line;
@@ -164,7 +164,7 @@ class SlurmBackend : public Backend {
     return s;
   }
   Result<std::map<std::string, ExternalJob>> All() {
-    CommandResult r = RunCommand({Bin("scontrol"), "show", "job", "-d", "-o"}, "", opt_.command_timeout_ms);
+    CommandResult r = RunCommand({Bin("scontrol"), "show", "job", "-d", "-o"}, "", opt_.command_timeout_ms, opt_.command_nice);
     if (r.exit_code != 0) return Status::FailedPrecondition("scontrol: " + Trim(r.err.empty() ? r.out : r.err));
     std::map<std::string, ExternalJob> out;
     std::stringstream ss(r.out);

@@ -97,6 +97,8 @@ TEST_F(EngineTest, ConfigErrorsNameTheField) {
        "groups[0].reservation.gpu: above the limit"},
       {"identities: [{name: a, token: aaaaaaaaaa}]\ngroups: [{name: g, limit: {gpu: lots}}]", "groups[0].limit.gpu"},
       {"identities: [{name: a, token: aaaaaaaaaa}]\nbogus: 1", "config.bogus: unknown field"},
+      {"identities: [{name: a, token: aaaaaaaaaa}]\nbackend_nice: 20", "backend_nice: must be an integer from 0 to 19"},
+      {"identities: [{name: a, token: aaaaaaaaaa}]\nbackend_nice: low", "backend_nice: must be an integer from 0 to 19"},
       {"{{{", "not valid YAML"},
   };
   for (const Case& c : cases) {

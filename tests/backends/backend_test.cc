@@ -1,5 +1,6 @@
 // Unit tests of the backends' pieces that need no scheduler: the registry, template rendering,
 // the mapping of allocation forms to GRES, index lists, and running a command.
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include "backends/backend.h"
@@ -99,6 +100,16 @@ TEST(Command, RunsWithInputAndReportsFailure) {
   EXPECT_NE(RunCommand({"/nonexistent/cmd"}, "", 5000).exit_code, 0);
   CommandResult slow = RunCommand({"sleep", "5"}, "", 100);
   EXPECT_EQ(slow.exit_code, -1);
+}
+
+TEST(Command, RunsAtTheNicenessAskedFor) {
+  // Field 19 of /proc/self/stat is the niceness of the process reading it.
+  const std::string read_nice = "cut -d' ' -f19 /proc/self/stat";
+  CommandResult plain = RunCommand({"sh", "-c", read_nice}, "", 5000);
+  CommandResult nicer = RunCommand({"sh", "-c", read_nice}, "", 5000, 7);
+  ASSERT_EQ(plain.exit_code, 0);
+  ASSERT_EQ(nicer.exit_code, 0);
+  EXPECT_EQ(std::stoi(nicer.out), std::min(19, std::stoi(plain.out) + 7));
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 // slurmctld and slurmd on loopback with free ports, all state in a temp directory, GPUs declared
 // over placeholder character devices and `shard` GRES (tests/backends/slurm_up.sh), and a real
 // `tessera serve` whose queues point at the partition. Jobs go through Tessera's API and run in
-// Slurm to completion, failure and cancellation, across a controller outage and restarts of
+// Slurm to completion, failure and cancellation (whole cards, shares and MIG-typed GRES), across a controller outage and restarts of
 // Tessera and of slurmctld. Everything is torn down by pid file in the fixture's TearDown/
 // destructor, also when a test fails. Needs root (SlurmUser=root, mknod); skipped otherwise.
 #include <gtest/gtest.h>
@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "../api/proc.h"
 
@@ -36,9 +37,11 @@ groups:
 profiles:
   - {name: nb, gpus: 1, gpu_memory: 4GiB, cpu: 100m, memory: 64MiB, forms: [share]}
   - {name: train, gpus: 1, max_gpus: 2, cpu: 1, memory: 64MiB, forms: [whole]}
+  - {name: mig, gpus: 1, cpu: 100m, memory: 64MiB, forms: [partition]}
 queues:
   - {name: notebooks, profile: nb, groups: [research], backend: slurm, partition: debug, shard_memory: 1GiB}
   - {name: training, profile: train, groups: [research], backend: slurm, partition: debug, gpu_type: testgpu}
+  - {name: inference, profile: mig, groups: [research], backend: slurm, partition: debug, gres_partition: "gpu:1g.10gb:1"}
 )";
 
 int Sh(const std::string& cmd) { return std::system(cmd.c_str()); }
@@ -154,6 +157,28 @@ TEST_F(SlurmTest, WholeCardsAndSharesRunToCompletionWithTheirGres) {
   }
   EXPECT_TRUE(saw_gres) << ev.dump();
   EXPECT_EQ(SlurmJobsNamed("tessera-t1-" + w), 1);
+}
+
+TEST_F(SlurmTest, MigInstancesRunAsTypedGres) {
+  // Two MIG jobs: Slurm gives each one of the two 1g.10gb devices (gpu2, gpu3), never a whole card.
+  std::string a = Call("POST", "/v1/jobs",
+                       {{"queue", "inference"}, {"command", {"sh", "-c", "echo mig cvd=$CUDA_VISIBLE_DEVICES; sleep 2"}}})["id"];
+  std::string b = Call("POST", "/v1/jobs",
+                       {{"queue", "inference"}, {"command", {"sh", "-c", "echo mig cvd=$CUDA_VISIBLE_DEVICES; sleep 2"}}})["id"];
+  ASSERT_FALSE(a.empty());
+  ASSERT_FALSE(b.empty());
+  ASSERT_TRUE(WaitFor([&] { return State(a) == "succeeded"; })) << Diag(a);
+  ASSERT_TRUE(WaitFor([&] { return State(b) == "succeeded"; })) << Diag(b);
+  EXPECT_EQ(Job(a)["placement"]["form"], "partition") << Job(a).dump();
+  Json ev = Call("GET", "/v1/events?kind=job.running", {}, "admin-token-1");
+  std::set<std::string> gres;
+  for (const auto& e : ev["events"]) {
+    if (e["subject"] == a || e["subject"] == b) gres.insert(e["data"]["gres"].get<std::string>());
+  }
+  // Slurm reports each job's device by its type and its index among the node's GPUs (2 and 3 are
+  // the MIG devices; 0 and 1 the whole cards), and sets CUDA_VISIBLE_DEVICES to it.
+  EXPECT_EQ(gres, (std::set<std::string>{"gpu:1g.10gb:1(IDX:2)", "gpu:1g.10gb:1(IDX:3)"})) << ev.dump();
+  EXPECT_EQ((std::set<std::string>{Output(a), Output(b)}), (std::set<std::string>{"mig cvd=2\n", "mig cvd=3\n"}));
 }
 
 TEST_F(SlurmTest, FailureCancellationAndGroupLimit) {

@@ -39,7 +39,9 @@ HOST=$(hostname -s)
 CPUS=$(nproc)
 MEM=$(awk '/MemTotal/ {m = int($2 / 1024) - 512; print (m < 4000 ? m : 4000)}' /proc/meminfo)
 # Placeholder GPU devices: character devices (null's major/minor) so shards accept them.
-for i in 0 1; do
+# gpu0-1 are whole cards (type testgpu); gpu2-3 stand for two MIG instances, typed with the
+# names Slurm gives MIG devices (1g.10gb).
+for i in 0 1 2 3; do
   [ -e "$D/dev/gpu$i" ] || mknod "$D/dev/gpu$i" c 1 3
 done
 mungekey -c -f -k "$D/munge/munge.key" >/dev/null 2>&1 || dd if=/dev/urandom of="$D/munge/munge.key" bs=1024 count=1 status=none
@@ -80,11 +82,12 @@ SlurmctldTimeout=30
 SlurmdTimeout=30
 KillWait=2
 InactiveLimit=0
-NodeName=$HOST NodeAddr=127.0.0.1 CPUs=$CPUS RealMemory=$MEM Gres=gpu:testgpu:2,shard:16 State=UNKNOWN
+NodeName=$HOST NodeAddr=127.0.0.1 CPUs=$CPUS RealMemory=$MEM Gres=gpu:testgpu:2,gpu:1g.10gb:2,shard:16 State=UNKNOWN
 PartitionName=debug Nodes=$HOST Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 CONF
 cat > "$D/gres.conf" <<CONF
 NodeName=$HOST Name=gpu Type=testgpu File=$D/dev/gpu[0-1]
+NodeName=$HOST Name=gpu Type=1g.10gb File=$D/dev/gpu[2-3]
 NodeName=$HOST Name=shard Count=16
 CONF
 slurmctld -f "$D/slurm.conf" -i >/dev/null 2>&1 || { cat "$D/log/slurmctld.log"; exit 1; }

@@ -1,10 +1,11 @@
 // Against a REAL single-host Slurm (Debian's slurm-wlm 22.05 and munge): each test starts munged,
 // slurmctld and slurmd on loopback with free ports, all state in a temp directory, GPUs declared
-// over placeholder character devices and `shard` GRES (tests/backends/slurm_up.sh), and a real
-// `tessera serve` whose queues point at the partition. Jobs go through Tessera's API and run in
-// Slurm to completion, failure and cancellation (whole cards, shares and MIG-typed GRES), across a controller outage and restarts of
-// Tessera and of slurmctld. Everything is torn down by pid file in the fixture's TearDown/
-// destructor, also when a test fails. Needs root (SlurmUser=root, mknod); skipped otherwise.
+// over placeholder character devices (two whole cards, two MIG-typed 1g.10gb devices) and `shard`
+// GRES (tests/backends/slurm_up.sh), and a real `tessera serve` whose queues point at the
+// partition. Jobs go through Tessera's API and run in Slurm to completion, failure and
+// cancellation, across a controller outage and restarts of Tessera and of slurmctld. Everything
+// is torn down by pid file in the fixture's TearDown/destructor, also when a test fails. Needs
+// root (SlurmUser=root, mknod); skipped otherwise.
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <unistd.h>
@@ -170,6 +171,13 @@ TEST_F(SlurmTest, MigInstancesRunAsTypedGres) {
   ASSERT_TRUE(WaitFor([&] { return State(a) == "succeeded"; })) << Diag(a);
   ASSERT_TRUE(WaitFor([&] { return State(b) == "succeeded"; })) << Diag(b);
   EXPECT_EQ(Job(a)["placement"]["form"], "partition") << Job(a).dump();
+  // docs/openapi.json describes every field of such a job, its backend object included.
+  std::ifstream api(TESSERA_SOURCE_DIR "/docs/openapi.json");
+  const Json schema = Json::parse(api)["components"]["schemas"]["Job"]["properties"];
+  for (const auto& [k, v] : Job(a).items()) EXPECT_TRUE(schema.contains(k)) << "undocumented job field " << k;
+  for (const auto& [k, v] : Job(a)["backend"].items()) {
+    EXPECT_TRUE(schema["backend"]["properties"].contains(k)) << "undocumented backend field " << k;
+  }
   Json ev = Call("GET", "/v1/events?kind=job.running", {}, "admin-token-1");
   std::set<std::string> gres;
   for (const auto& e : ev["events"]) {

@@ -132,6 +132,11 @@ std::string ExpandGres(std::string pattern, int gpus, const std::string& type, i
 // "0-2,5" -> {0,1,2,5}; bad text -> empty.
 std::vector<int> ParseIndexList(const std::string& text);
 
+// Slurm's listings: one line of `squeue -h -t all -O JobID:|,State:|,NodeList:|,Reason:|,
+// exit_code:|,Name:|` (nullopt when malformed), and one line of `scontrol show job -d -o`.
+std::optional<ExternalJob> ParseSqueueLine(const std::string& line);
+ExternalJob ParseScontrolLine(const std::string& line);
+
 // The jobs of `all` whose name starts with `prefix` (a backend's List over its full listing).
 std::vector<ExternalJob> JobsNamed(const std::map<std::string, ExternalJob>& all, const std::string& prefix);
 // The GRES string a job asks for under `mapping` (empty: no GPU), or an error.

@@ -1,8 +1,11 @@
-// The Slurm backend: sbatch --parsable (script on stdin), scontrol show job -d -o (one line per
-// job, with the node and the GRES indices it got), sacct as a fallback for jobs scontrol has
-// forgotten (when accounting is on), scancel. Debian 12 ships Slurm 22.05, whose --json output
-// needs extra plugins not always installed, so the one-line text form is parsed instead.
+// The Slurm backend: sbatch --parsable (script on stdin); squeue with a narrow format to follow
+// every job slurmctld still holds (state, node, reason, wait status) each poll; scontrol show job
+// -d -o only for a job newly seen running, to read the GRES indices it got (Slurm reports them
+// nowhere else, and only while it runs); sacct as a fallback for jobs slurmctld has forgotten
+// (when accounting is on); scancel. Debian 12 ships Slurm 22.05, whose --json output needs extra
+// plugins not always installed, so the text forms are parsed instead.
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "backends/backend.h"
@@ -41,6 +44,41 @@ void ParseExit(const std::string& text, ExternalJob& j) {
   }
 }
 
+}  // namespace
+
+// One line of `squeue -h -t all -O JobID:|,State:|,NodeList:|,Reason:|,exit_code:|,Name:|`: the
+// name comes last so that a '|' in it cannot shift the other fields; exit_code is the raw wait
+// status (768 = exit 3).
+std::optional<ExternalJob> ParseSqueueLine(const std::string& line) {
+  std::vector<std::string> f;
+  size_t start = 0;
+  for (int k = 0; k < 5; ++k) {
+    size_t bar = line.find('|', start);
+    if (bar == std::string::npos) return std::nullopt;
+    f.push_back(line.substr(start, bar - start));
+    start = bar + 1;
+  }
+  std::string name = line.substr(start);
+  if (!name.empty() && name.back() == '|') name.pop_back();
+  ExternalJob j;
+  j.external_id = f[0];
+  j.native_state = f[1];
+  j.node = f[2] == "(null)" ? "" : f[2];
+  if (f[3] != "None") j.reason = f[3];
+  j.name = name;
+  j.state = MapSlurmState(j.native_state);
+  if (j.external_id.empty() || j.native_state.empty()) return std::nullopt;
+  if (j.state != "pending" && j.state != "running") {
+    try {
+      const int status = std::stoi(f[4]);
+      j.exit_code = (status >> 8) & 0xff;
+      j.signal = status & 0x7f;
+    } catch (...) {
+    }
+  }
+  return j;
+}
+
 // One line of `scontrol show job -d -o`.
 ExternalJob ParseScontrolLine(const std::string& line) {
   ExternalJob j;
@@ -69,6 +107,8 @@ ExternalJob ParseScontrolLine(const std::string& line) {
   if (j.state == "pending" || j.state == "running") j.exit_code.reset();
   return j;
 }
+
+namespace {
 
 class SlurmBackend : public Backend {
  public:
@@ -109,17 +149,33 @@ class SlurmBackend : public Backend {
   }
 
   Result<std::map<std::string, ExternalJob>> Poll(const std::vector<std::string>& ids) override {
-    auto all = All();
+    auto all = Squeue();
     if (!all.ok()) return all.status();
     std::map<std::string, ExternalJob> out;
     std::vector<std::string> missing;
+    std::set<std::string> polled(ids.begin(), ids.end());
+    for (auto it = gres_.begin(); it != gres_.end();) it = polled.count(it->first) ? std::next(it) : gres_.erase(it);
     for (const std::string& id : ids) {
       auto it = all->find(id);
-      if (it != all->end()) {
-        out[id] = it->second;
-      } else {
+      if (it == all->end()) {
         missing.push_back(id);
+        continue;
       }
+      ExternalJob& j = it->second;
+      if (j.state == "running" && !gres_.count(id)) {
+        // Newly seen running: where exactly (GRES indices), once.
+        CommandResult r = RunCommand({Bin("scontrol"), "show", "job", "-d", "-o", id}, "", opt_.command_timeout_ms,
+                                     opt_.command_nice);
+        if (r.exit_code == 0 && r.out.rfind("JobId=", 0) == 0) {
+          ExternalJob d = ParseScontrolLine(r.out.substr(0, r.out.find('\n')));
+          gres_[id] = {d.gres, d.devices};
+        }
+      }
+      if (auto g = gres_.find(id); g != gres_.end()) {
+        j.gres = g->second.first;
+        j.devices = g->second.second;
+      }
+      out[id] = j;
     }
     if (!missing.empty()) {
       // Jobs scontrol no longer holds (older than MinJobAge): ask accounting, where it is on.
@@ -151,7 +207,7 @@ class SlurmBackend : public Backend {
   }
 
   Result<std::vector<ExternalJob>> List(const std::string& prefix) override {
-    auto all = All();
+    auto all = Squeue();
     if (!all.ok()) return all.status();
     return JobsNamed(*all, prefix);
   }
@@ -163,21 +219,24 @@ class SlurmBackend : public Backend {
     while (!s.empty() && (s.front() == ' ' || s.front() == '\n')) s.erase(s.begin());
     return s;
   }
-  Result<std::map<std::string, ExternalJob>> All() {
-    CommandResult r = RunCommand({Bin("scontrol"), "show", "job", "-d", "-o"}, "", opt_.command_timeout_ms, opt_.command_nice);
-    if (r.exit_code != 0) return Status::FailedPrecondition("scontrol: " + Trim(r.err.empty() ? r.out : r.err));
+  // Every job slurmctld still holds, by id.
+  Result<std::map<std::string, ExternalJob>> Squeue() {
+    CommandResult r = RunCommand(
+        {Bin("squeue"), "-h", "-t", "all", "-O", "JobID:|,State:|,NodeList:|,Reason:|,exit_code:|,Name:|"}, "",
+        opt_.command_timeout_ms, opt_.command_nice);
+    if (r.exit_code != 0) return Status::FailedPrecondition("squeue: " + Trim(r.err.empty() ? r.out : r.err));
     std::map<std::string, ExternalJob> out;
     std::stringstream ss(r.out);
     std::string line;
     while (std::getline(ss, line)) {
-      if (line.rfind("JobId=", 0) != 0) continue;
-      ExternalJob j = ParseScontrolLine(line);
-      if (!j.external_id.empty()) out[j.external_id] = j;
+      if (auto j = ParseSqueueLine(line)) out[j->external_id] = std::move(*j);
     }
     return out;
   }
 
   BackendOptions opt_;
+  // GRES text and indices of the polled jobs seen running (read once per job).
+  std::map<std::string, std::pair<std::string, std::vector<int>>> gres_;
 };
 
 }  // namespace

@@ -92,6 +92,34 @@ TEST(IndexList, Ranges) {
   EXPECT_TRUE(ParseIndexList("x").empty());
 }
 
+// Lines as Slurm 22.05's squeue and scontrol print them (captured from the test cluster).
+TEST(SlurmListing, ParsesSqueueAndScontrolLines) {
+  auto held = ParseSqueueLine("2|PENDING||JobHeldUser|0|tessera-x-j-2|");
+  ASSERT_TRUE(held.has_value());
+  EXPECT_EQ(held->external_id, "2");
+  EXPECT_EQ(held->state, "pending");
+  EXPECT_EQ(held->reason, "JobHeldUser");
+  EXPECT_EQ(held->name, "tessera-x-j-2");
+  EXPECT_FALSE(held->exit_code.has_value());
+  auto failed = ParseSqueueLine("2001|FAILED|vm|NonZeroExitCode|768|tx|fail|");
+  ASSERT_TRUE(failed.has_value());
+  EXPECT_EQ(failed->state, "failed");
+  EXPECT_EQ(failed->exit_code, 3);  // the raw wait status 768
+  EXPECT_EQ(failed->node, "vm");
+  EXPECT_EQ(failed->name, "tx|fail");  // a '|' in a name shifts nothing
+  auto killed = ParseSqueueLine("7|CANCELLED|vm|None|9|t|");
+  ASSERT_TRUE(killed.has_value());
+  EXPECT_EQ(killed->state, "cancelled");
+  EXPECT_EQ(killed->signal, 9);
+  EXPECT_FALSE(ParseSqueueLine("garbage").has_value());
+  ExternalJob running = ParseScontrolLine(
+      "JobId=2002 JobName=tx-run JobState=RUNNING Reason=None ExitCode=0:0 NodeList=vm "
+      "Nodes=vm CPU_IDs=0 Mem=4000 GRES=gpu:testgpu:1(IDX:1)");
+  EXPECT_EQ(running.state, "running");
+  EXPECT_EQ(running.gres, "gpu:testgpu:1(IDX:1)");
+  EXPECT_EQ(running.devices, (std::vector<int>{1}));
+}
+
 TEST(Command, RunsWithInputAndReportsFailure) {
   CommandResult r = RunCommand({"sh", "-c", "cat; echo err >&2; exit 4"}, "hello\n", 5000);
   EXPECT_EQ(r.exit_code, 4);

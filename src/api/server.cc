@@ -95,6 +95,9 @@ ApiServer::ApiServer(Engine* engine) : engine_(engine), http_(std::make_unique<h
   httplib::Server& s = *http_;
   s.set_payload_max_length(kMaxBody);
   s.set_tcp_nodelay(true);  // no Nagle delay on small JSON replies
+  // cpp-httplib closes a kept-alive connection after 5 requests by default; agents, the CLI's
+  // --follow and busy submitters would reconnect (a TCP handshake and a new task) every 5th call.
+  s.set_keep_alive_max_count(100000);
   s.set_error_handler([](const httplib::Request&, httplib::Response& res) {
     if (res.body.empty()) {
       std::string what = res.status == 413 ? "body over 1 MiB" : res.status == 404 ? "no such endpoint"

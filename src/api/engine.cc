@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -464,6 +465,7 @@ Result<Json> Engine::Submit(const Identity& who, const Json& body) {
     const Status st = Commit(std::move(events), recs);
     lock.lock();
     committing_ = false;
+    std::vector<Job*> landed;
     for (const auto& b : batch) {
       b->done = true;
       b->status = st;
@@ -473,10 +475,12 @@ Result<Json> Engine::Submit(const Identity& who, const Json& body) {
       }
       const std::string id = b->job.rec.id;
       order_.push_back(id);
-      Job& stored = jobs_[id] = std::move(b->job);
-      (void)ScheduleLocked(&stored);
-      b->reply = JobJson(stored);
+      landed.push_back(&(jobs_[id] = std::move(b->job)));
     }
+    // The batch's local jobs are placed in one more transaction (acknowledged either way: a job
+    // that could not be placed now waits as pending).
+    (void)ScheduleLocked(&landed);
+    for (size_t k = 0; k < landed.size(); ++k) batch[k]->reply = JobJson(*landed[k]);
     commit_cv_.notify_all();
   }
   if (!pending->status.ok()) return pending->status;
@@ -548,7 +552,7 @@ void Engine::AdmitExternalLocked(Job& j, const QueueConfig& q, const sched::Plac
   j.next_submit_ms = 0;
 }
 
-Status Engine::ScheduleLocked(Job* only) {
+Status Engine::ScheduleLocked(const std::vector<Job*>* only) {
   if (sched_dirty_) {
     Status st = RebuildScheduler();
     if (!st.ok()) return st;
@@ -558,7 +562,9 @@ Status Engine::ScheduleLocked(Job* only) {
   // capacity changed (a release, a node joining or returning).
   std::vector<Job*> pending;
   if (only != nullptr) {
-    if (only->rec.state == "pending") pending.push_back(only);
+    for (Job* j : *only) {
+      if (j->rec.state == "pending") pending.push_back(j);
+    }
   } else {
     if (!capacity_changed_) return Status::Ok();
     capacity_changed_ = false;
@@ -571,6 +577,16 @@ Status Engine::ScheduleLocked(Job* only) {
   std::stable_sort(pending.begin(), pending.end(), [&](const Job* a, const Job* b) {
     return config_.FindQueue(a->rec.queue)->priority > config_.FindQueue(b->rec.queue)->priority;
   });
+  // Every placement of this pass is committed in one transaction at its end (before the lock is
+  // released, so before any agent hears of it); its usage counts at once, so later jobs in the
+  // pass see it. If the commit fails, every placement of the pass is undone.
+  struct Placed {
+    Job* job;
+    std::optional<sched::Placement> local;  // what to release in the placement core
+  };
+  std::vector<Placed> placed;
+  std::vector<store::Event> events;
+  std::vector<const Job*> changed;
   for (Job* j : pending) {
     const Json& s = j->spec;
     sched::PlacementRequest r = RequestOf(*j);
@@ -583,16 +599,10 @@ Status Engine::ScheduleLocked(Job* only) {
     const QueueConfig* q = config_.FindQueue(j->rec.queue);
     if (q->backend != "local") {
       AdmitExternalLocked(*j, *q, r);
-      Status st = Commit({MakeEvent("engine", "job.placed", j->rec.id, j->rec.reason,
-                                    {{"backend", j->backend}, {"node", j->node}, {"form", j->form}})},
-                         {j});
-      if (!st.ok()) {
-        j->node.clear();
-        j->devices.clear();
-        j->backend.clear();
-        j->rec.state = "pending";
-        return st;
-      }
+      events.push_back(MakeEvent("engine", "job.placed", j->rec.id, j->rec.reason,
+                                 {{"backend", j->backend}, {"node", j->node}, {"form", j->form}}));
+      changed.push_back(j);
+      placed.push_back({j, std::nullopt});
       AddUsageLocked(*j, +1);
       continue;
     }
@@ -612,19 +622,28 @@ Status Engine::ScheduleLocked(Job* only) {
     j->rec.state = "placed";
     j->rec.reason = "";
     j->rec.update_ms = clock_();
-    Status st = Commit({MakeEvent("engine", "job.placed", j->rec.id, "",
-                                  {{"node", j->node}, {"devices", j->devices}, {"form", j->form}})},
-                       {j});
-    if (!st.ok()) {
-      sched_->Release(res.placement);
-      j->node.clear();
-      j->devices.clear();
-      j->rec.state = "pending";
-      return st;
-    }
+    events.push_back(MakeEvent("engine", "job.placed", j->rec.id, "",
+                               {{"node", j->node}, {"devices", j->devices}, {"form", j->form}}));
+    changed.push_back(j);
+    placed.push_back({j, res.placement});
     AddUsageLocked(*j, +1);
   }
-  return Status::Ok();
+  if (placed.empty()) return Status::Ok();
+  Status st = Commit(std::move(events), changed);
+  if (!st.ok()) {
+    for (Placed& p : placed) {
+      Job& j = *p.job;
+      AddUsageLocked(j, -1);
+      if (p.local) sched_->Release(*p.local);
+      j.node.clear();
+      j.devices.clear();
+      j.backend.clear();
+      j.rec.state = "pending";
+      j.rec.reason = "waiting: the placement could not be recorded: " + st.message();
+    }
+    capacity_changed_ = true;  // try again next pass
+  }
+  return st;
 }
 
 void Engine::ReleaseLocked(Job& j) {

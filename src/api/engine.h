@@ -142,8 +142,10 @@ class Engine {
   Status Commit(std::vector<store::Event> events, const std::vector<const Job*>& jobs);
   store::Event MakeEvent(const std::string& actor, const std::string& kind, const std::string& subject,
                          const std::string& reason, Json data = Json::object()) const;
-  // Tries to place pending jobs: all of them (in order), or only `only`.
-  Status ScheduleLocked(Job* only = nullptr);
+  // Tries to place pending jobs: all of them (in order) when capacity changed, or only the new
+  // submissions in `only`. The placements of one call are committed together.
+  Status ScheduleLocked() { return ScheduleLocked(nullptr); }
+  Status ScheduleLocked(const std::vector<Job*>* only);
   Status MarkLostLocked();
   void ReleaseLocked(Job& j);
   void AddUsageLocked(const Job& j, int sign);

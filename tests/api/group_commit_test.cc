@@ -25,7 +25,8 @@ class CountingStore : public store::Store {
       : inner_(std::move(inner)), commits_(commits), fail_(fail), delay_ms_(delay_ms) {}
   Status Commit(const std::vector<store::Event>& events, const std::vector<store::JobRecord>& jobs,
                 std::vector<int64_t>* seqs) override {
-    ++*commits_;
+    const int n = ++*commits_;
+    if (fail_nth_ != nullptr && n == fail_nth_->load()) return Status::Internal("disk full (injected, once)");
     if (delay_ms_->load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms_->load()));
     if (fail_->load()) return Status::Internal("disk full (injected)");
     return inner_->Commit(events, jobs, seqs);
@@ -46,6 +47,9 @@ class CountingStore : public store::Store {
   std::atomic<int>* commits_;
   std::atomic<bool>* fail_;
   std::atomic<int>* delay_ms_;
+
+ public:
+  std::atomic<int>* fail_nth_ = nullptr;  // fail only the commit with this number
 };
 
 // A PBS queue: its jobs are admitted against the group's limit in the submission's own commit
@@ -53,6 +57,7 @@ class CountingStore : public store::Store {
 const char* kConfig = R"(
 identities:
   - {name: alice, role: user, groups: [research], token: alice-token-1}
+  - {name: agent, role: agent, token: agent-token-1}
 groups:
   - {name: research, limit: {cpu: 2}}
 profiles:
@@ -83,6 +88,7 @@ class GroupCommitTest : public ::testing::Test {
     auto inner = store::Store::Open(dir_ + "/tessera.db");
     ASSERT_TRUE(inner.ok()) << inner.status().ToString();
     auto store = std::make_unique<CountingStore>(std::move(*inner), &commits_, &fail_, &delay_ms_);
+    store->fail_nth_ = &fail_nth_;
     auto e = Engine::Open(config_, std::move(store), dir_, [] { return int64_t{1'000'000}; });
     ASSERT_TRUE(e.ok()) << e.status().ToString();
     engine_ = std::move(*e);
@@ -102,6 +108,7 @@ class GroupCommitTest : public ::testing::Test {
   std::atomic<int> commits_{0};
   std::atomic<bool> fail_{false};
   std::atomic<int> delay_ms_{0};
+  std::atomic<int> fail_nth_{-1};
 };
 
 TEST_F(GroupCommitTest, ConcurrentSubmissionsShareCommitsAndEveryOneLands) {
@@ -163,6 +170,39 @@ TEST_F(GroupCommitTest, AFailedCommitAcknowledgesNoneAndLeavesNoUsage) {
   ASSERT_TRUE(third.ok());
   EXPECT_EQ((*third)["state"], "pending") << third->dump();
   EXPECT_EQ(JobCount(), 3u);
+}
+
+TEST_F(GroupCommitTest, AFailedPlacementCommitLeavesTheJobPendingAndTheNodeFree) {
+  // A node with room for two 1-CPU jobs of the local queue.
+  Json devs = Json::array({{{"index", 0}, {"model", "H100-80GB"}, {"memory_mib", 81920}, {"uuid", "g0"}}});
+  auto reg = engine_->RegisterNode(config_.identities[1], {{"node", "n1"}, {"cpu_milli", 2000}, {"memory_mib", 4096},
+                                                            {"devices", devs}});
+  ASSERT_TRUE(reg.ok()) << reg.status().ToString();
+  // The submission's commit succeeds, the placement's (the next one) fails.
+  fail_nth_ = commits_.load() + 2;
+  auto first = Submit("local");
+  ASSERT_TRUE(first.ok()) << first.status().ToString();  // acknowledged: the submission is durable
+  EXPECT_EQ((*first)["state"], "pending") << first->dump();
+  EXPECT_NE((*first)["reason"].get<std::string>().find("could not be recorded"), std::string::npos) << first->dump();
+  // The failed placement reserved nothing: the next pass places it, and a second job still fits,
+  // but a third does not.
+  ASSERT_TRUE(engine_->Tick().ok());
+  auto again = engine_->GetJob(config_.identities[0], (*first)["id"]);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again)["state"], "placed") << again->dump();
+  auto second = Submit("local");
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ((*second)["state"], "placed") << second->dump();
+  auto third = Submit("local");
+  ASSERT_TRUE(third.ok());
+  EXPECT_EQ((*third)["state"], "pending") << third->dump();
+  // And after a restart the store agrees: two placed, one pending.
+  Reopen();
+  int placed = 0;
+  auto list = engine_->ListJobs(config_.identities[0], "", 100);
+  ASSERT_TRUE(list.ok());
+  for (const auto& j : (*list)["jobs"]) placed += j["state"] == "placed";
+  EXPECT_EQ(placed, 2) << list->dump();
 }
 
 }  // namespace

@@ -189,6 +189,7 @@ Status Engine::Load() {
     next_job_ = std::max(next_job_, IdNumber(r.id) + 1);
     order_.push_back(r.id);
     j.rec = std::move(r);
+    if (!Ended(j)) live_.push_back(j.rec.id);
     jobs_[j.rec.id] = std::move(j);
   }
   sched_dirty_ = true;
@@ -214,9 +215,12 @@ Status Engine::RebuildScheduler() {
   if (!policy.ok()) return policy.status();
   sched_ = std::make_unique<sched::Scheduler>(std::move(*state), std::move(*policy), 42);
   group_usage_.clear();
-  for (const std::string& id : order_) {
-    Job& j = jobs_[id];
-    if (!Holds(j)) continue;
+  std::vector<Job*> held;
+  ForLiveLocked([&](Job& j) {
+    if (Holds(j)) held.push_back(&j);
+  });
+  for (Job* jp : held) {
+    Job& j = *jp;
     AddUsageLocked(j, +1);
     auto it = std::find(sched_nodes_.begin(), sched_nodes_.end(), j.node);
     if (it == sched_nodes_.end()) continue;  // on a lost node: handled by MarkLost
@@ -224,7 +228,7 @@ Status Engine::RebuildScheduler() {
     Status st = sched_->Adopt(p);
     if (!st.ok()) {
       // A broken invariant: two held jobs claim the same capacity. Stop loudly.
-      return Status::Internal("job '" + id + "' cannot be re-reserved: " + st.message());
+      return Status::Internal("job '" + j.rec.id + "' cannot be re-reserved: " + st.message());
     }
   }
   sched_dirty_ = false;
@@ -475,6 +479,7 @@ Result<Json> Engine::Submit(const Identity& who, const Json& body) {
       }
       const std::string id = b->job.rec.id;
       order_.push_back(id);
+      live_.push_back(id);
       landed.push_back(&(jobs_[id] = std::move(b->job)));
     }
     // The batch's local jobs are placed in one more transaction (acknowledged either way: a job
@@ -568,10 +573,9 @@ Status Engine::ScheduleLocked(const std::vector<Job*>* only) {
   } else {
     if (!capacity_changed_) return Status::Ok();
     capacity_changed_ = false;
-    for (const std::string& id : order_) {
-      Job& j = jobs_[id];
+    ForLiveLocked([&](Job& j) {
       if (j.rec.state == "pending") pending.push_back(&j);
-    }
+    });
   }
   // Order: queue priority, then submit order.
   std::stable_sort(pending.begin(), pending.end(), [&](const Job* a, const Job* b) {
@@ -752,6 +756,10 @@ Result<Json> Engine::Groups(const Identity& who) {
 Result<Json> Engine::Nodes(const Identity& who) {
   if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot list nodes");
   std::lock_guard<std::mutex> lock(mu_);
+  std::map<std::string, std::vector<const Job*>> held;  // by node
+  ForLiveLocked([&](Job& j) {
+    if (Holds(j)) held[j.node].push_back(&j);
+  });
   Json out = Json::array();
   for (const auto& [name, n] : nodes_) {
     Json devs = Json::array();
@@ -759,9 +767,9 @@ Result<Json> Engine::Nodes(const Identity& who) {
       Json holders = Json::array();
       MilliGpu used = 0;
       MiB mem_used = 0;
-      for (const std::string& id : order_) {
-        const Job& j = jobs_[id];
-        if (!Holds(j) || j.node != name || std::find(j.devices.begin(), j.devices.end(), d.index) == j.devices.end()) continue;
+      for (const Job* jp : held[name]) {
+        const Job& j = *jp;
+        if (std::find(j.devices.begin(), j.devices.end(), d.index) == j.devices.end()) continue;
         used += j.gpu_milli;
         mem_used += j.form == "share" ? j.gpu_memory_mib : d.memory_mib;
         Json h = {{"job", j.rec.id}, {"form", j.form}, {"gpu_milli", j.gpu_milli}};
@@ -960,7 +968,7 @@ Result<Json> Engine::Heartbeat(const Identity& who, const Json& body) {
     }
   }
   Json start = Json::array(), cancel = Json::array(), may_run = Json::array();
-  for (const std::string& id : order_) {
+  for (const std::string& id : LiveIdsLocked()) {
     Job& j = jobs_[id];
     if (j.node != node || !Holds(j)) continue;
     if (j.rec.state == "placed") {
@@ -1014,7 +1022,7 @@ Status Engine::MarkLostLocked() {
     std::vector<store::Event> events = {MakeEvent("engine", "node.lost", name, "no heartbeat for " +
                                                   std::to_string((now - n.last_heartbeat_ms) / 1000) + "s")};
     std::vector<const Job*> changed;
-    for (const std::string& id : order_) {
+    for (const std::string& id : LiveIdsLocked()) {
       Job& j = jobs_[id];
       if (j.node != name || !Holds(j)) continue;
       const QueueConfig* q = config_.FindQueue(j.rec.queue);
@@ -1216,7 +1224,7 @@ Status Engine::BackendTick() {
     const int64_t now = clock_();
     const bool poll_due = now - last_poll_ms_ >= config_.backend_poll_ms;
     if (poll_due) last_poll_ms_ = now;
-    for (const std::string& id : order_) {
+    for (const std::string& id : LiveIdsLocked()) {
       Job& j = jobs_[id];
       if (j.backend.empty() || !Holds(j)) continue;
       backends::Backend* b = backends_[j.backend].get();
@@ -1327,12 +1335,13 @@ Status Engine::BackendTick() {
         changed.push_back(&j);
       }
     }
+    std::map<std::string, std::set<std::string>> asked;  // backend -> the external ids polled
+    for (const auto& [name, ids] : polls) asked[name].insert(ids.begin(), ids.end());
     for (auto& [name, res] : polled) {
-      for (const std::string& id : order_) {
+      for (const std::string& id : LiveIdsLocked()) {
         Job& j = jobs_[id];
         if (j.backend != name || j.external_id.empty() || !Holds(j)) continue;
-        const auto& ids = polls[name];
-        if (std::find(ids.begin(), ids.end(), j.external_id) == ids.end()) continue;
+        if (!asked[name].count(j.external_id)) continue;
         if (!res.ok()) {
           j.rec.reason = "cannot follow " + name + " job " + j.external_id + ": " + res.status().message();
           continue;

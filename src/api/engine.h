@@ -33,6 +33,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -172,6 +173,24 @@ class Engine {
   std::mutex mu_;
   std::map<std::string, Job> jobs_;          // by id
   std::vector<std::string> order_;           // job ids in submit order
+  // Ids of the jobs not yet ended, in submit order: what every per-heartbeat, per-tick and
+  // per-pass scan walks, so their cost follows the live jobs, not all jobs ever submitted. Ended
+  // jobs never return to life; they are dropped from here lazily, by the next scan.
+  std::vector<std::string> live_;
+  // The live jobs' ids in submit order, after dropping those that have ended (a copy: the caller
+  // may end jobs while walking it).
+  std::vector<std::string> LiveIdsLocked() {
+    live_.erase(std::remove_if(live_.begin(), live_.end(), [&](const std::string& id) { return Ended(jobs_[id]); }),
+                live_.end());
+    return live_;
+  }
+  template <typename F>
+  void ForLiveLocked(F&& f) {
+    for (const std::string& id : LiveIdsLocked()) f(jobs_[id]);
+  }
+  static bool Ended(const Job& j) {
+    return j.rec.state == "succeeded" || j.rec.state == "failed" || j.rec.state == "cancelled" || j.rec.state == "lost";
+  }
   std::map<std::string, NodeInfo> nodes_;    // by name
   int64_t next_job_ = 1;
   std::vector<std::shared_ptr<PendingSubmit>> submit_batch_;  // prepared, waiting for a commit

@@ -10,6 +10,7 @@
 
 #include "backends/backend.h"
 #include "model/quantity.h"
+#include "partition/catalog.h"
 
 namespace tessera::api {
 namespace {
@@ -403,7 +404,8 @@ Result<EngineConfig> ParseConfig(const std::string& yaml_text) {
       const YAML::Node n = queues[i];
       st = CheckKeys(n, w, {"name", "profile", "groups", "priority", "preemptible", "class",
                             "requeue_on_loss", "backend", "partition", "template", "gpu_type",
-                            "gres_whole", "gres_share", "gres_partition", "shard_memory", "cap_library"});
+                            "gres_whole", "gres_share", "gres_partition", "shard_memory", "cap_library",
+                            "mig_model"});
       if (!st.ok()) return st;
       QueueConfig q;
       auto name = Str(n["name"], w + ".name");
@@ -447,7 +449,7 @@ Result<EngineConfig> ParseConfig(const std::string& yaml_text) {
       for (auto [key, field] : std::initializer_list<std::pair<const char*, std::string*>>{
                {"partition", &q.partition}, {"template", &q.template_path}, {"gpu_type", &q.gpu_type},
                {"gres_whole", &q.gres_whole}, {"gres_share", &q.gres_share}, {"gres_partition", &q.gres_partition},
-               {"cap_library", &q.cap_library}}) {
+               {"cap_library", &q.cap_library}, {"mig_model", &q.mig_model}}) {
         if (!n[key]) continue;
         if (q.backend == "local") return Bad(w + "." + key, "only for a queue with an external backend (slurm, pbs)");
         auto v = Str(n[key], w + "." + key);
@@ -459,6 +461,17 @@ Result<EngineConfig> ParseConfig(const std::string& yaml_text) {
         auto v = ParseMemoryMiB(n["shard_memory"].as<std::string>());
         if (!v.ok() || *v <= 0) return Bad(w + ".shard_memory", "expected a positive size such as 1GiB");
         q.shard_mib = *v;
+      }
+      if (!q.mig_model.empty()) {
+        const partition::GpuModel* m = partition::Catalog::BuiltIn().Find(q.mig_model);
+        if (m == nullptr || !m->is_mig()) {
+          std::string mig;
+          for (const auto& g : partition::Catalog::BuiltIn().models()) {
+            if (g.is_mig()) mig += (mig.empty() ? "" : ", ") + g.name;
+          }
+          return Bad(w + ".mig_model", "'" + q.mig_model + "' is not a MIG model (" + mig + ")");
+        }
+        q.mig_model = m->name;
       }
       if (!q.template_path.empty()) {
         std::ifstream t(q.template_path);

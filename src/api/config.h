@@ -67,6 +67,10 @@ struct QueueConfig {
   std::string template_path;       // batch-script template; empty: the built-in default
   std::string gpu_type;            // whole cards as gpu:TYPE:N
   std::string gres_whole, gres_share, gres_partition;  // admin overrides of the GRES mapping
+  // MIG instances: the cards' model (a MIG model of the partition catalog). A partition job then
+  // gets the smallest MIG profile that gives its gpu_memory and gpu_fraction, as gpu:PROFILE:1
+  // (or gres_partition with {profile} filled in).
+  std::string mig_model;
   MiB shard_mib = 1024;            // GPU memory one Slurm shard stands for
   std::string cap_library;         // preloaded for shares
 };

@@ -10,8 +10,10 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "model/quantity.h"
+#include "partition/catalog.h"
 
 namespace tessera::api {
 namespace {
@@ -390,13 +392,15 @@ Result<Json> Engine::Submit(const Identity& who, const Json& body) {
         }
       }
     }
-    if (form.empty() && q->backend != "local" && !q->gres_partition.empty()) form = "partition";
+    if (form.empty() && q->backend != "local" && (!q->gres_partition.empty() || !q->mig_model.empty())) {
+      form = "partition";
+    }
     if (form.empty()) {
       return Status::InvalidArgument("queue '" + qname + "' grants only hardware partitions, which this engine "
                                      "does not place yet");
     }
   }
-  const bool mapped_partition = q->backend != "local" && !q->gres_partition.empty();
+  const bool mapped_partition = q->backend != "local" && (!q->gres_partition.empty() || !q->mig_model.empty());
   if (form == "partition" && mapped_partition) {
     if (gpus != 1) return Status::InvalidArgument("a MIG instance is one slice of one device: 'gpus' must be 1");
   } else if (form == "partition") {
@@ -419,12 +423,41 @@ Result<Json> Engine::Submit(const Identity& who, const Json& body) {
   }
   if (cpu <= 0) return Status::InvalidArgument("'cpu' must be positive");
 
+  // A MIG instance from the queue's model: the smallest profile with the memory and compute asked.
+  const partition::MigProfile* mig = nullptr;
+  int mig_compute_total = 0;
+  if (form == "partition" && !q->mig_model.empty()) {
+    const partition::GpuModel* model = partition::Catalog::BuiltIn().Find(q->mig_model);
+    mig_compute_total = model->mig.compute_slices;
+    // Asked by the body, or by the queue's profile.
+    const bool memory_asked = gpu_memory > 0;
+    const bool compute_asked = fraction > 0;
+    for (const partition::MigProfile& p : model->mig.profiles) {
+      if (p.media_extension) continue;
+      if (memory_asked && p.memory_mib < gpu_memory) continue;
+      if (compute_asked && int64_t{p.compute_slices} * kWholeGpu < fraction * mig_compute_total) continue;
+      if (mig == nullptr || std::tie(p.memory_slices, p.compute_slices) < std::tie(mig->memory_slices, mig->compute_slices)) {
+        mig = &p;
+      }
+    }
+    if (mig == nullptr) {
+      return Status::InvalidArgument("no MIG profile of " + model->name + " gives " +
+                                     (memory_asked ? FormatMiB(gpu_memory) + " of GPU memory" : "") +
+                                     (memory_asked && compute_asked ? " and " : "") +
+                                     (compute_asked ? FormatMilli(fraction) + " of its compute" : "") + " (profiles: " +
+                                     model->mig.ProfileNames() + ")");
+    }
+    // What the instance holds, for the group's limits: its compute share (rounded up) and memory.
+    fraction = (int64_t{mig->compute_slices} * kWholeGpu + mig_compute_total - 1) / mig_compute_total;
+    gpu_memory = mig->memory_mib;
+  }
   if (form == "partition" && fraction == 0) fraction = 100;
   Json spec = {{"command", *cmd}, {"env", env}, {"class", job_class}, {"form", form}, {"gpus", gpus},
-               {"gpu_memory_mib", form == "share" ? gpu_memory : 0},
+               {"gpu_memory_mib", form == "share" || mig != nullptr ? gpu_memory : 0},
                {"gpu_milli", form == "share" || form == "partition" ? fraction : 0},
                {"cpu_milli", cpu}, {"memory_mib", memory},
                {"name", body.contains("name") && body["name"].is_string() ? body["name"].get<std::string>() : ""}};
+  if (mig != nullptr) spec["mig_profile"] = mig->name;
 
   std::unique_lock<std::mutex> lock(mu_);
   auto pending = std::make_shared<PendingSubmit>();
@@ -517,7 +550,7 @@ sched::PlacementRequest Engine::RequestOf(const Job& j) const {
   const bool share = s.value("form", "") == "share";
   const bool slice = share || s.value("form", "") == "partition";
   r.gpu_milli = r.gpu_count == 0 ? 0 : slice ? s.value("gpu_milli", int64_t{100}) : kWholeGpu;
-  r.gpu_memory_mib = share ? s.value("gpu_memory_mib", int64_t{0}) : 0;
+  r.gpu_memory_mib = slice ? s.value("gpu_memory_mib", int64_t{0}) : 0;
   return r;
 }
 
@@ -1118,6 +1151,7 @@ backends::JobRequest Engine::RequestFor(const Job& j) const {
   r.form = j.spec.value("form", "");
   r.gpus = j.spec.value("gpus", 0);
   r.gpu_memory_mib = j.spec.value("gpu_memory_mib", int64_t{0});
+  r.mig_profile = j.spec.value("mig_profile", "");
   r.cpu_milli = j.spec.value("cpu_milli", int64_t{1000});
   r.memory_mib = j.spec.value("memory_mib", int64_t{1024});
   std::error_code ec;

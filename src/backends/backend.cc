@@ -190,7 +190,8 @@ std::string ShellQuote(const std::string& s) {
   return out + "'";
 }
 
-std::string ExpandGres(std::string pattern, int gpus, const std::string& type, int64_t shards) {
+std::string ExpandGres(std::string pattern, int gpus, const std::string& type, int64_t shards,
+                       const std::string& profile) {
   auto repl = [&](const std::string& key, const std::string& val) {
     for (size_t p = pattern.find(key); p != std::string::npos; p = pattern.find(key, p + val.size())) {
       pattern.replace(p, key.size(), val);
@@ -199,6 +200,7 @@ std::string ExpandGres(std::string pattern, int gpus, const std::string& type, i
   repl("{gpus}", std::to_string(gpus));
   repl("{type}", type);
   repl("{shards}", std::to_string(shards));
+  repl("{profile}", profile);
   return pattern;
 }
 
@@ -245,8 +247,12 @@ Result<std::string> GresFor(const JobRequest& job) {
     return ExpandGres(m.gres_share.empty() ? "shard:{shards}" : m.gres_share, job.gpus, m.gpu_type, shards);
   }
   if (job.form == "partition") {
-    if (m.gres_partition.empty()) return Status::InvalidArgument("this queue maps no MIG instance (gres_partition)");
-    return ExpandGres(m.gres_partition, job.gpus, m.gpu_type, 0);
+    if (m.gres_partition.empty() && job.mig_profile.empty()) {
+      return Status::InvalidArgument("this queue maps no MIG instance (gres_partition or mig_model)");
+    }
+    // Slurm names MIG GRES types after the profile (gpu:1g.10gb:1).
+    if (m.gres_partition.empty()) return "gpu:" + job.mig_profile + ":1";
+    return ExpandGres(m.gres_partition, job.gpus, m.gpu_type, 0, job.mig_profile);
   }
   return Status::InvalidArgument("unknown form '" + job.form + "'");
 }

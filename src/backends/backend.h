@@ -47,6 +47,7 @@ struct JobRequest {
   std::string form;       // whole / share / partition, or "" for no GPU
   int gpus = 0;
   int64_t gpu_memory_mib = 0;  // a share's cap
+  std::string mig_profile;     // a MIG instance's profile chosen from the queue's mig_model, e.g. "1g.10gb"
   int64_t cpu_milli = 1000;
   int64_t memory_mib = 1024;
   std::string output_path;     // where the job's stdout+stderr go
@@ -127,8 +128,9 @@ CommandResult RunCommand(const std::vector<std::string>& argv, const std::string
 Result<std::string> RenderTemplate(const std::string& text, const std::map<std::string, std::string>& vars);
 // Single-quotes `s` for a POSIX shell.
 std::string ShellQuote(const std::string& s);
-// Replaces {gpus}/{type}/{shards} in a GRES pattern.
-std::string ExpandGres(std::string pattern, int gpus, const std::string& type, int64_t shards);
+// Replaces {gpus}/{type}/{shards}/{profile} in a GRES pattern.
+std::string ExpandGres(std::string pattern, int gpus, const std::string& type, int64_t shards,
+                       const std::string& profile = "");
 // "0-2,5" -> {0,1,2,5}; bad text -> empty.
 std::vector<int> ParseIndexList(const std::string& text);
 

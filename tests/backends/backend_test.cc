@@ -49,6 +49,12 @@ TEST(Gres, FormsMapToSlurmResources) {
   EXPECT_FALSE(GresFor(mig).ok());
   mig.mapping.gres_partition = "gpu:1g.10gb:1";
   EXPECT_EQ(*GresFor(mig), "gpu:1g.10gb:1");
+  // A profile chosen from the queue's mig_model: Slurm's type name, or the admin's pattern.
+  JobRequest chosen = Job("partition", 1);
+  chosen.mig_profile = "2g.20gb";
+  EXPECT_EQ(*GresFor(chosen), "gpu:2g.20gb:1");
+  chosen.mapping.gres_partition = "gpu:h100_{profile}:1";
+  EXPECT_EQ(*GresFor(chosen), "gpu:h100_2g.20gb:1");
   // The admin's override.
   JobRequest over = Job("whole", 2);
   over.mapping.gres_whole = "gpu:h100:{gpus},nic:1";

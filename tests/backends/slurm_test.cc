@@ -43,6 +43,7 @@ queues:
   - {name: notebooks, profile: nb, groups: [research], backend: slurm, partition: debug, shard_memory: 1GiB}
   - {name: training, profile: train, groups: [research], backend: slurm, partition: debug, gpu_type: testgpu}
   - {name: inference, profile: mig, groups: [research], backend: slurm, partition: debug, gres_partition: "gpu:1g.10gb:1"}
+  - {name: serving, profile: mig, groups: [research], backend: slurm, partition: debug, mig_model: H100-80GB}
 )";
 
 int Sh(const std::string& cmd) { return std::system(cmd.c_str()); }
@@ -162,15 +163,19 @@ TEST_F(SlurmTest, WholeCardsAndSharesRunToCompletionWithTheirGres) {
 
 TEST_F(SlurmTest, MigInstancesRunAsTypedGres) {
   // Two MIG jobs: Slurm gives each one of the two 1g.10gb devices (gpu2, gpu3), never a whole card.
+  // One through a queue with a fixed GRES, one through a queue that picks the profile from the
+  // card's model and what the job asks for (9GiB on an H100-80GB: 1g.10gb).
   std::string a = Call("POST", "/v1/jobs",
                        {{"queue", "inference"}, {"command", {"sh", "-c", "echo mig cvd=$CUDA_VISIBLE_DEVICES; sleep 2"}}})["id"];
   std::string b = Call("POST", "/v1/jobs",
-                       {{"queue", "inference"}, {"command", {"sh", "-c", "echo mig cvd=$CUDA_VISIBLE_DEVICES; sleep 2"}}})["id"];
+                       {{"queue", "serving"}, {"gpu_memory", "9GiB"},
+                        {"command", {"sh", "-c", "echo mig cvd=$CUDA_VISIBLE_DEVICES; sleep 2"}}})["id"];
   ASSERT_FALSE(a.empty());
   ASSERT_FALSE(b.empty());
   ASSERT_TRUE(WaitFor([&] { return State(a) == "succeeded"; })) << Diag(a);
   ASSERT_TRUE(WaitFor([&] { return State(b) == "succeeded"; })) << Diag(b);
   EXPECT_EQ(Job(a)["placement"]["form"], "partition") << Job(a).dump();
+  EXPECT_EQ(Job(b)["spec"]["mig_profile"], "1g.10gb") << Job(b).dump();
   // docs/openapi.json describes every field of such a job, its backend object included.
   std::ifstream api(TESSERA_SOURCE_DIR "/docs/openapi.json");
   const Json schema = Json::parse(api)["components"]["schemas"]["Job"]["properties"];

@@ -351,6 +351,8 @@ Result<Json> Engine::Submit(const Identity& who, const Json& body) {
   MilliCpu cpu = *cpu_r;
   MiB memory = *memory_r;
   MilliGpu fraction = *fraction_r;
+  // Hardware partitions are granted only where a backend maps them (MIG GRES for Slurm/PBS).
+  const bool mapped_partition = q->backend != "local" && (!q->gres_partition.empty() || !q->mig_model.empty());
   // The form: the one asked for if the profile allows it, else by class, in profile order.
   std::string form;
   auto profile_allows = [&](AllocationForm f) {
@@ -379,28 +381,24 @@ Result<Json> Engine::Submit(const Identity& who, const Json& body) {
                                                                          AllocationForm::kWhole}
                                            : std::vector<AllocationForm>{AllocationForm::kShare, AllocationForm::kWhole};
     for (AllocationForm f : pref) {
-      if (profile_allows(f) && f != AllocationForm::kPartition) {
+      if (profile_allows(f) && (f != AllocationForm::kPartition || mapped_partition)) {
         form = AllocationFormName(f);
         break;
       }
     }
     if (form.empty()) {
       for (AllocationForm f : prof->forms) {
-        if (f != AllocationForm::kPartition) {
+        if (f != AllocationForm::kPartition || mapped_partition) {
           form = AllocationFormName(f);
           break;
         }
       }
-    }
-    if (form.empty() && q->backend != "local" && (!q->gres_partition.empty() || !q->mig_model.empty())) {
-      form = "partition";
     }
     if (form.empty()) {
       return Status::InvalidArgument("queue '" + qname + "' grants only hardware partitions, which this engine "
                                      "does not place yet");
     }
   }
-  const bool mapped_partition = q->backend != "local" && (!q->gres_partition.empty() || !q->mig_model.empty());
   if (form == "partition" && mapped_partition) {
     if (gpus != 1) return Status::InvalidArgument("a MIG instance is one slice of one device: 'gpus' must be 1");
   } else if (form == "partition") {

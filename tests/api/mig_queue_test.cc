@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "api/engine.h"
@@ -115,6 +116,39 @@ TEST_F(MigQueueTest, ImpossibleAsksAndBadModelsAreRefusedByName) {
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("mig_model: only for a queue with an external backend"), std::string::npos)
       << c.status().message();
+}
+
+// The shipped example config loads (its template paths are relative to the source tree).
+TEST(ExampleConfig, SlurmExampleLoads) {
+  const auto cwd = std::filesystem::current_path();
+  std::filesystem::current_path(TESSERA_SOURCE_DIR);
+  auto c = LoadConfig("examples/slurm/tessera.yaml");
+  std::filesystem::current_path(cwd);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_NE(c->FindQueue("inference"), nullptr);
+  EXPECT_EQ(c->FindQueue("inference")->mig_model, "A100-80GB");
+  EXPECT_EQ(c->FindQueue("batch-pbs")->backend, "pbs");
+  // Its inference queue (class inference, profile forms [share, partition]) grants a MIG instance
+  // by default, the smallest A100-80GB profile with the profile's 10GiB: 1g.20gb; a share on ask.
+  const std::string dir = ::testing::TempDir() + "/example_" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  auto store = store::Store::Open(dir + "/tessera.db");
+  ASSERT_TRUE(store.ok());
+  auto e = Engine::Open(*c, std::move(*store), dir, [] { return int64_t{1'000'000}; });
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  const Identity& alice = *std::find_if(c->identities.begin(), c->identities.end(),
+                                        [](const Identity& i) { return i.name == "alice"; });
+  auto mig = (*e)->Submit(alice, {{"queue", "inference"}, {"command", {"true"}}});
+  ASSERT_TRUE(mig.ok()) << mig.status().ToString();
+  EXPECT_EQ((*mig)["spec"]["form"], "partition");
+  EXPECT_EQ((*mig)["spec"]["mig_profile"], "1g.20gb");
+  auto share = (*e)->Submit(alice, {{"queue", "inference"}, {"form", "share"}, {"command", {"true"}}});
+  ASSERT_TRUE(share.ok()) << share.status().ToString();
+  EXPECT_EQ((*share)["spec"]["form"], "share");
+  EXPECT_FALSE((*share)["spec"].contains("mig_profile"));
+  e->reset();
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -155,15 +155,26 @@ class SlurmBackend : public Backend {
     std::vector<std::string> missing;
     std::set<std::string> polled(ids.begin(), ids.end());
     for (auto it = gres_.begin(); it != gres_.end();) it = polled.count(it->first) ? std::next(it) : gres_.erase(it);
+    // Jobs newly seen running: where exactly (GRES indices), read once per job; one scontrol call
+    // each, or one listing of every job when many started at once.
+    std::vector<std::string> started;
     for (const std::string& id : ids) {
       auto it = all->find(id);
-      if (it == all->end()) {
-        missing.push_back(id);
-        continue;
+      if (it != all->end() && it->second.state == "running" && !gres_.count(id)) started.push_back(id);
+    }
+    if (started.size() > kScontrolEach) {
+      CommandResult r = RunCommand({Bin("scontrol"), "show", "job", "-d", "-o"}, "", opt_.command_timeout_ms,
+                                   opt_.command_nice);
+      std::set<std::string> wanted(started.begin(), started.end());
+      std::stringstream ss(r.exit_code == 0 ? r.out : "");
+      std::string line;
+      while (std::getline(ss, line)) {
+        if (line.rfind("JobId=", 0) != 0) continue;
+        ExternalJob d = ParseScontrolLine(line);
+        if (wanted.count(d.external_id)) gres_[d.external_id] = {d.gres, d.devices};
       }
-      ExternalJob& j = it->second;
-      if (j.state == "running" && !gres_.count(id)) {
-        // Newly seen running: where exactly (GRES indices), once.
+    } else {
+      for (const std::string& id : started) {
         CommandResult r = RunCommand({Bin("scontrol"), "show", "job", "-d", "-o", id}, "", opt_.command_timeout_ms,
                                      opt_.command_nice);
         if (r.exit_code == 0 && r.out.rfind("JobId=", 0) == 0) {
@@ -171,6 +182,14 @@ class SlurmBackend : public Backend {
           gres_[id] = {d.gres, d.devices};
         }
       }
+    }
+    for (const std::string& id : ids) {
+      auto it = all->find(id);
+      if (it == all->end()) {
+        missing.push_back(id);
+        continue;
+      }
+      ExternalJob& j = it->second;
       if (auto g = gres_.find(id); g != gres_.end()) {
         j.gres = g->second.first;
         j.devices = g->second.second;
@@ -234,6 +253,7 @@ class SlurmBackend : public Backend {
     return out;
   }
 
+  static constexpr size_t kScontrolEach = 8;  // more jobs started at once: one full listing
   BackendOptions opt_;
   // GRES text and indices of the polled jobs seen running (read once per job).
   std::map<std::string, std::pair<std::string, std::vector<int>>> gres_;

@@ -1,7 +1,13 @@
 // Unit tests of the backends' pieces that need no scheduler: the registry, template rendering,
-// the mapping of allocation forms to GRES, index lists, and running a command.
-#include <algorithm>
+// the mapping of allocation forms to GRES, index lists, running a command, and the Slurm poll's
+// call pattern against stand-in squeue/scontrol scripts.
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "backends/backend.h"
 
@@ -124,6 +130,60 @@ TEST(SlurmListing, ParsesSqueueAndScontrolLines) {
   EXPECT_EQ(running.state, "running");
   EXPECT_EQ(running.gres, "gpu:testgpu:1(IDX:1)");
   EXPECT_EQ(running.devices, (std::vector<int>{1}));
+}
+
+// The Slurm backend's poll against stand-in squeue/scontrol scripts (a unit test of the call
+// pattern; the real Slurm tests cover the commands themselves): GRES indices are read once per job
+// newly seen running, one scontrol call each for a few, one full listing for many.
+TEST(SlurmPoll, ReadsGresOncePerJobAndListsAllWhenManyStart) {
+  const std::string dir = ::testing::TempDir() + "/slurm_poll_" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  auto script = [&](const std::string& name, const std::string& body) {
+    std::ofstream(dir + "/" + name) << "#!/bin/sh\n" << body;
+    std::filesystem::permissions(dir + "/" + name, std::filesystem::perms::owner_all);
+  };
+  // RUNNING jobs 1..N (N from the file `n`), each on index (id mod 4).
+  script("squeue", "n=$(cat " + dir + "/n); i=1; while [ $i -le $n ]; do echo \"$i|RUNNING|vm|None|0|t-j-$i|\"; i=$((i+1)); done\n");
+  script("scontrol", "echo \"$*\" >> " + dir + "/calls\nn=$(cat " + dir + "/n); i=1\n"
+                     "while [ $i -le $n ]; do if [ -z \"$5\" ] || [ \"$5\" = \"$i\" ]; then "
+                     "echo \"JobId=$i JobName=t-j-$i JobState=RUNNING Reason=None NodeList=vm GRES=gpu:t:1(IDX:$((i % 4)))\"; fi; "
+                     "i=$((i+1)); done\n");
+  auto calls = [&] {
+    std::ifstream in(dir + "/calls");
+    std::vector<std::string> out;
+    std::string line;
+    while (std::getline(in, line)) out.push_back(line);
+    std::filesystem::remove(dir + "/calls");
+    return out;
+  };
+  BackendOptions o;
+  o.bin_dir = dir;
+  o.command_nice = 0;
+  auto b = MakeSlurmBackend(o);
+  // Two jobs start: one scontrol call each, by id.
+  std::ofstream(dir + "/n") << 2;
+  auto r = b->Poll({"1", "2"});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->at("2").devices, (std::vector<int>{2}));
+  EXPECT_EQ(r->at("1").gres, "gpu:t:1(IDX:1)");
+  EXPECT_EQ(calls(), (std::vector<std::string>{"show job -d -o 1", "show job -d -o 2"}));
+  // Polled again: known already, no scontrol call; the indices are still reported.
+  r = b->Poll({"1", "2"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->at("2").devices, (std::vector<int>{2}));
+  EXPECT_TRUE(calls().empty());
+  // Twenty more start at once: one full listing.
+  std::ofstream(dir + "/n") << 22;
+  std::vector<std::string> ids;
+  for (int i = 1; i <= 22; ++i) ids.push_back(std::to_string(i));
+  r = b->Poll(ids);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->size(), 22u);
+  EXPECT_EQ(r->at("22").devices, (std::vector<int>{2}));
+  EXPECT_EQ(r->at("13").devices, (std::vector<int>{1}));
+  EXPECT_EQ(calls(), (std::vector<std::string>{"show job -d -o"}));
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Command, RunsWithInputAndReportsFailure) {

@@ -10,6 +10,7 @@ PACKAGES=(
   libsqlite3-dev libpqxx-dev postgresql
   clang-format clang-tidy
   slurm-wlm munge
+  chromium
 )
 
 missing=()

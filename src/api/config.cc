@@ -191,7 +191,7 @@ Result<EngineConfig> ParseConfig(const std::string& yaml_text) {
   }
   if (!root.IsMap()) return Status::InvalidArgument("config: expected a YAML map at the top");
   try {
-    Status st = CheckKeys(root, "config", {"cluster", "heartbeat_timeout", "cancel_grace", "backend_poll", "backend_nice", "identities",
+    Status st = CheckKeys(root, "config", {"cluster", "heartbeat_timeout", "cancel_grace", "backend_poll", "backend_nice", "utilization_sample", "identities",
                                            "groups", "pools", "profiles", "queues"});
     if (!st.ok()) return st;
     EngineConfig c;
@@ -215,6 +215,12 @@ Result<EngineConfig> ParseConfig(const std::string& yaml_text) {
       if (!d.ok()) return d.status();
       if (*d <= 0) return Bad("backend_poll", "must be positive");
       c.backend_poll_ms = *d;
+    }
+    if (root["utilization_sample"]) {
+      auto d = Duration(root["utilization_sample"], "utilization_sample");
+      if (!d.ok()) return d.status();
+      if (*d <= 0) return Bad("utilization_sample", "must be positive");
+      c.utilization_sample_ms = *d;
     }
     if (root["backend_nice"]) {
       int n = -1;

@@ -81,6 +81,7 @@ struct EngineConfig {
   int64_t cancel_grace_ms = 5000;
   int64_t backend_poll_ms = 1000;  // how often external backends are asked about their jobs
   int backend_nice = 10;           // niceness added to the external schedulers' commands (0-19)
+  int64_t utilization_sample_ms = 10000;  // how often the utilization history is sampled
   std::vector<Identity> identities;
   std::vector<GroupConfig> groups;
   std::vector<PoolConfig> pools;

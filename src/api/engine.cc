@@ -822,15 +822,50 @@ Result<Json> Engine::Nodes(const Identity& who) {
   return Json{{"nodes", out}};
 }
 
+void Engine::SampleUtilizationLocked() {
+  UtilizationSample s;
+  s.time_ms = last_sample_ms_ = clock_();
+  for (const auto& [name, n] : nodes_) {
+    if (n.lost) continue;
+    s.gpu_total += static_cast<int64_t>(n.devices.size()) * kWholeGpu;
+    s.cpu_total += n.cpu_milli;
+  }
+  ForLiveLocked([&](Job& j) {
+    if (j.rec.state == "pending") ++s.pending;
+    if (j.rec.state == "running") ++s.workers;
+    if (!Holds(j) || !j.backend.empty()) return;  // external backends' jobs use other clusters
+    s.gpu_allocated += j.gpu_milli * static_cast<int64_t>(j.devices.size());
+    s.cpu_allocated += j.cpu_milli;
+  });
+  utilization_.push_back(s);
+  while (utilization_.size() > kMaxSamples) utilization_.pop_front();
+}
+
+Result<Json> Engine::Utilization(const Identity& who, int64_t since_ms) {
+  if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot read utilization");
+  std::lock_guard<std::mutex> lock(mu_);
+  Json samples = Json::array();
+  for (const UtilizationSample& s : utilization_) {
+    if (s.time_ms <= since_ms) continue;
+    samples.push_back({{"time_ms", s.time_ms}, {"gpu_milli_total", s.gpu_total}, {"gpu_milli_allocated", s.gpu_allocated},
+                       {"cpu_milli_total", s.cpu_total}, {"cpu_milli_allocated", s.cpu_allocated},
+                       {"workers", s.workers}, {"pending", s.pending}});
+  }
+  return Json{{"interval_ms", config_.utilization_sample_ms}, {"samples", samples}};
+}
+
 Result<Json> Engine::Summary(const Identity& who) {
   if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot read the summary");
   std::lock_guard<std::mutex> lock(mu_);
+  std::vector<const Job*> live;
+  ForLiveLocked([&](Job& j) { live.push_back(&j); });
   Json groups = Json::array();
   for (const auto& g : config_.groups) {
     if (who.role != Role::kAdmin && std::find(who.groups.begin(), who.groups.end(), g.name) == who.groups.end()) continue;
     Resources held;
     int64_t gpus_idle = 0, workers = 0, pending = 0;
-    for (const auto& [id, j] : jobs_) {
+    for (const Job* jp : live) {
+      const Job& j = *jp;
       if (j.rec.group != g.name) continue;
       if (j.rec.state == "pending") ++pending;
       if (!Holds(j)) continue;
@@ -858,8 +893,9 @@ Result<Json> Engine::Summary(const Identity& who) {
     total += static_cast<int64_t>(n.devices.size()) * kWholeGpu;
     cpu_total += n.cpu_milli;
   }
-  for (const auto& [id, j] : jobs_) {
-    if (!Holds(j)) continue;
+  for (const Job* jp : live) {
+    const Job& j = *jp;
+    if (!Holds(j) || !j.backend.empty()) continue;  // external backends' jobs hold other clusters' GPUs
     allocated += j.gpu_milli * static_cast<int64_t>(j.devices.size());
     cpu_alloc += j.cpu_milli;
   }
@@ -1086,6 +1122,7 @@ Status Engine::Tick() {
     if (!st.ok()) return st;
     st = ScheduleLocked();
     if (!st.ok()) return st;
+    if (last_sample_ms_ == 0 || clock_() - last_sample_ms_ >= config_.utilization_sample_ms) SampleUtilizationLocked();
   }
   return BackendTick();
 }

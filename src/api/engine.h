@@ -36,6 +36,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -70,7 +71,11 @@ class Engine {
   Result<Json> Groups(const Identity& who);
   Result<Json> Nodes(const Identity& who);
   Result<Json> Summary(const Identity& who);
+  // The cluster's utilization over time: one sample every `utilization_sample` (the last 24h at
+  // the default 10s), newer than `since_ms`. Samples live in memory: a restart starts afresh.
+  Result<Json> Utilization(const Identity& who, int64_t since_ms);
   Result<Json> Events(const Identity& who, int64_t after, int limit, const store::EventFilter& f);
+  Result<int64_t> LastEventSeq() { return store_->LastSeq(); }
 
   // Agents.
   Result<Json> RegisterNode(const Identity& who, const Json& body);
@@ -204,6 +209,16 @@ class Engine {
   std::mutex backend_mu_;   // serializes backend passes (held without mu_ while commands run)
   int64_t last_poll_ms_ = 0;
   bool reconciled_ = false;
+  struct UtilizationSample {
+    int64_t time_ms = 0;
+    MilliGpu gpu_total = 0, gpu_allocated = 0;
+    MilliCpu cpu_total = 0, cpu_allocated = 0;
+    int64_t workers = 0, pending = 0;
+  };
+  void SampleUtilizationLocked();
+  std::deque<UtilizationSample> utilization_;
+  int64_t last_sample_ms_ = 0;
+  static constexpr size_t kMaxSamples = 8640;
   std::map<std::string, Resources> group_usage_;  // what each group holds, kept incrementally  // something was freed or added since the last full pass
 };
 

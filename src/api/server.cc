@@ -1,5 +1,7 @@
 #include "api/server.h"
 
+#include <algorithm>
+
 #include <httplib.h>
 
 #include <chrono>
@@ -83,6 +85,8 @@ const std::vector<RouteInfo>& ApiServer::Routes() {
       {"GET", "/v1/nodes"},
       {"GET", "/v1/events"},
       {"GET", "/v1/summary"},
+      {"GET", "/v1/utilization"},
+      {"GET", "/"},
       {"GET", "/v1/whoami"},
       {"POST", "/v1/agent/register"},
       {"POST", "/v1/agent/heartbeat"},
@@ -160,8 +164,15 @@ ApiServer::ApiServer(Engine* engine) : engine_(engine), http_(std::make_unique<h
   s.Get("/v1/events", authed([e](const Identity& who, const httplib::Request& req, httplib::Response& res) {
           int limit = IntParam(req, "limit", 100, 1000);
           int after = IntParam(req, "after", 0, 2000000000);
-          if (limit < 0 || after < 0) {
-            return ReplyError(res, Status::InvalidArgument("'after' and 'limit' must be non-negative integers"));
+          const int tail = IntParam(req, "tail", 0, 1000);
+          if (limit < 0 || after < 0 || tail < 0) {
+            return ReplyError(res, Status::InvalidArgument("'after', 'limit' and 'tail' must be non-negative integers"));
+          }
+          if (tail > 0) {
+            // The newest events: start `tail` before the last one recorded.
+            auto last = e->LastEventSeq();
+            if (!last.ok()) return ReplyError(res, last.status());
+            after = static_cast<int>(std::max<int64_t>(0, *last - tail));
           }
           store::EventFilter f;
           if (req.has_param("kind")) f.kind_prefix = req.get_param_value("kind");
@@ -169,6 +180,19 @@ ApiServer::ApiServer(Engine* engine) : engine_(engine), http_(std::make_unique<h
           if (req.has_param("actor")) f.actor = req.get_param_value("actor");
           ReplyResult(res, e->Events(who, after, limit, f));
         }));
+  s.Get("/v1/utilization", authed([e](const Identity& who, const httplib::Request& req, httplib::Response& res) {
+          int64_t since = 0;
+          if (req.has_param("since")) {
+            const std::string v = req.get_param_value("since");
+            if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos || v.size() > 18) {
+              return ReplyError(res, Status::InvalidArgument("'since' must be a time in milliseconds"));
+            }
+            since = std::stoll(v);
+          }
+          ReplyResult(res, e->Utilization(who, since));
+        }));
+  // The dashboard: a static page; it reads the API above with the user's token.
+  s.Get("/", [](const httplib::Request&, httplib::Response& res) { res.set_content(DashboardHtml(), "text/html"); });
   s.Post("/v1/agent/register", authed([e](const Identity& who, const httplib::Request& req, httplib::Response& res) {
            auto body = Body(req);
            if (!body.ok()) return ReplyError(res, body.status());

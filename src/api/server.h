@@ -24,6 +24,9 @@ class Server;
 
 namespace tessera::api {
 
+// The dashboard page served at `/` (dashboard.cc).
+const char* DashboardHtml();
+
 struct RouteInfo {
   std::string method;        // GET, POST, PUT
   std::string openapi_path;  // "/v1/jobs/{id}"

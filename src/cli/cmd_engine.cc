@@ -152,8 +152,8 @@ int Up(const std::string& data, const std::string& listen, const std::string& si
   pid_t agent_pid = -1;
   auto on_ready = [&](int port) {
     const std::string url = "http://127.0.0.1:" + std::to_string(port);
-    std::printf("Tessera is up.\n  URL:          %s\n  admin token:  %s\n  user 'alice': %s\n", url.c_str(),
-                admin.c_str(), user.c_str());
+    std::printf("Tessera is up.\n  URL:          %s\n  admin token:  %s\n  user 'alice': %s\n  dashboard:    %s/#token=%s\n",
+                url.c_str(), admin.c_str(), user.c_str(), url.c_str(), admin.c_str());
     std::printf("Try:\n  export TESSERA_URL=%s TESSERA_TOKEN=%s\n"
                 "  tessera submit --queue notebooks --gpu-memory 8GiB -- sh -c 'echo hello from a share; "
                 "echo $CUDA_VISIBLE_DEVICES'\n  tessera jobs\nCtrl-C stops it.\n",

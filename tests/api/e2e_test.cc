@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "proc.h"
 
@@ -18,6 +20,7 @@ using testing::Proc;
 
 const char* kConfig = R"(
 heartbeat_timeout: 2s
+utilization_sample: 200ms
 cancel_grace: 1s
 identities:
   - {name: admin, role: admin, token: admin-token-1}
@@ -94,6 +97,51 @@ class E2eTest : public ::testing::Test {
   std::unique_ptr<Proc> server_, agent_;
   std::unique_ptr<httplib::Client> client_;
 };
+
+// The dashboard in a real headless Chromium: the page served at `/`, given the admin token in the
+// URL fragment, runs its script against the live API and shows the cluster's totals and idle
+// GPUs, the group's held GPUs and running workers, utilization samples and the event log.
+TEST_F(E2eTest, DashboardShowsTotalsGroupsUtilizationAndEvents) {
+  std::string chromium;
+  for (const char* c : {"/usr/bin/chromium", "/usr/bin/chromium-browser"}) {
+    if (std::filesystem::exists(c)) chromium = c;
+  }
+  ASSERT_FALSE(chromium.empty()) << "chromium is not installed: run scripts/setup.sh";
+  // One whole card held by a running job: 2 GPUs, 1 idle.
+  std::string id = Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"sleep", "30"}}})["id"];
+  ASSERT_TRUE(WaitFor([&] { return State(id) == "running"; })) << agent_->Log();
+  ASSERT_TRUE(WaitFor([&] { return !Call("GET", "/v1/utilization", {}, "admin-token-1")["samples"].empty(); }));
+  const std::string dom_file = dir_ + "/dom.html";
+  const std::string cmd = chromium + " --headless --no-sandbox --disable-gpu --user-data-dir=" + dir_ +
+                          "/chromium --virtual-time-budget=5000 --dump-dom 'http://127.0.0.1:" +
+                          std::to_string(port_) + "/#token=admin-token-1' > " + dom_file + " 2> " + dir_ +
+                          "/chromium.log";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream in(dom_file);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string dom = ss.str();
+  auto has = [&](const std::string& what) { return dom.find(what) != std::string::npos; };
+  EXPECT_TRUE(has(R"(<b id="gpus-total">2</b>)")) << dom;
+  EXPECT_TRUE(has(R"(<b id="gpus-idle">1</b>)")) << dom;
+  EXPECT_TRUE(has(R"(<b id="nodes">1</b>)")) << dom;
+  // The group's row: 1 GPU held, 0 idle, 0.1 CPU, 1 worker, 0 pending, no reservation, no limit.
+  EXPECT_TRUE(has(R"(<tr data-group="research"><td>research</td><td>1</td><td>0</td><td>0.1</td><td>1</td><td>0</td><td>0</td><td>none</td></tr>)"))
+      << dom;
+  EXPECT_TRUE(has("<polyline")) << dom;
+  EXPECT_TRUE(has("<td>job.running</td><td>" + id + "</td>")) << dom;
+  EXPECT_TRUE(has(R"(<p id="error"></p>)")) << "the page reported an error:\n" << dom;
+  // Without a token the page asks for one instead.
+  const std::string bare = chromium + " --headless --no-sandbox --disable-gpu --user-data-dir=" + dir_ +
+                           "/chromium2 --virtual-time-budget=3000 --dump-dom 'http://127.0.0.1:" +
+                           std::to_string(port_) + "/' > " + dom_file + " 2>> " + dir_ + "/chromium.log";
+  ASSERT_EQ(std::system(bare.c_str()), 0);
+  std::ifstream in2(dom_file);
+  std::stringstream ss2;
+  ss2 << in2.rdbuf();
+  EXPECT_NE(ss2.str().find(R"(<form id="login">)"), std::string::npos) << ss2.str();
+  Call("POST", "/v1/jobs/" + id + "/cancel");
+}
 
 TEST_F(E2eTest, SubmitRunCaptureOutput) {
   Json j = Call("POST", "/v1/jobs",

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "proc.h"
+#include "test_dir.h"
 
 namespace tessera {
 namespace {
@@ -38,10 +39,7 @@ queues:
 class E2eTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = ::testing::TempDir() + "/e2e_" + std::to_string(::getpid()) + "_" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
+    dir_ = tessera::testing::FreshTestDir("e2e");
     std::ofstream(dir_ + "/config.yaml") << kConfig;
     StartServer();
     StartAgent();

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include "test_dir.h"
 
 namespace tessera::api {
 namespace {
@@ -30,10 +31,7 @@ queues:
 class EngineTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = ::testing::TempDir() + "/engine_" + std::to_string(::getpid()) + "_" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
+    dir_ = tessera::testing::FreshTestDir("engine");
     auto c = ParseConfig(kConfig);
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     config_ = *c;

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "api/engine.h"
+#include "test_dir.h"
 
 namespace tessera::api {
 namespace {
@@ -70,10 +71,7 @@ queues:
 class GroupCommitTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = ::testing::TempDir() + "/group_commit_" + std::to_string(::getpid()) + "_" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
+    dir_ = tessera::testing::FreshTestDir("group_commit");
     auto c = ParseConfig(kConfig);
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     config_ = *c;

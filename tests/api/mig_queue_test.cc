@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "api/engine.h"
+#include "test_dir.h"
 
 namespace tessera::api {
 namespace {
@@ -27,10 +28,7 @@ queues:
 class MigQueueTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = ::testing::TempDir() + "/mig_queue_" + std::to_string(::getpid()) + "_" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
+    dir_ = tessera::testing::FreshTestDir("mig_queue");
     auto c = ParseConfig(kConfig);
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     config_ = *c;

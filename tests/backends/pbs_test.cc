@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../api/proc.h"
+#include "../api/test_dir.h"
 
 namespace tessera {
 namespace {
@@ -81,9 +82,7 @@ queues:
 class PbsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = ::testing::TempDir() + "/pbs_" + std::to_string(::getpid()) + "_" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    std::filesystem::remove_all(dir_);
+    dir_ = tessera::testing::FreshTestDir("pbs");
     std::filesystem::create_directories(dir_ + "/bin");
     std::filesystem::create_directories(dir_ + "/state");
     for (auto [name, text] : {std::pair{"qsub", kQsub}, {"qstat", kQstat}, {"qdel", kQdel}}) {

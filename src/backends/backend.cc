@@ -190,6 +190,24 @@ std::string ShellQuote(const std::string& s) {
   return out + "'";
 }
 
+std::string TrimSpace(std::string s) {
+  auto space = [](char ch) { return ch == ' ' || ch == '\n' || ch == '\r' || ch == '\t'; };
+  while (!s.empty() && space(s.back())) s.pop_back();
+  size_t start = 0;
+  while (start < s.size() && space(s[start])) ++start;
+  return s.substr(start);
+}
+
+Result<std::string> RunSchedulerCommand(const BackendOptions& o, std::vector<std::string> argv,
+                                        const std::string& input) {
+  if (argv.empty()) return Status::InvalidArgument("no command");
+  const std::string name = argv[0];
+  if (!o.bin_dir.empty()) argv[0] = o.bin_dir + "/" + name;
+  CommandResult r = RunCommand(argv, input, o.command_timeout_ms, o.command_nice);
+  if (r.exit_code != 0) return Status::FailedPrecondition(name + ": " + TrimSpace(r.err.empty() ? r.out : r.err));
+  return std::move(r.out);
+}
+
 std::string ExpandGres(std::string pattern, int gpus, const std::string& type, int64_t shards,
                        const std::string& profile) {
   auto repl = [&](const std::string& key, const std::string& val) {

@@ -124,6 +124,14 @@ struct CommandResult {
 CommandResult RunCommand(const std::vector<std::string>& argv, const std::string& input, int64_t timeout_ms,
                          int nice = 0);
 
+// Runs one of the scheduler's commands as `o` says (found in bin_dir, within the timeout, at its
+// niceness), argv[0] being the bare name. Its stdout, or FailedPrecondition "NAME: what it said"
+// (stderr, else stdout, trimmed).
+Result<std::string> RunSchedulerCommand(const BackendOptions& o, std::vector<std::string> argv,
+                                        const std::string& input = "");
+// `s` without leading and trailing spaces and line breaks.
+std::string TrimSpace(std::string s);
+
 // Replaces each {{key}} in `text` by vars[key]; an unknown key is an error naming it.
 Result<std::string> RenderTemplate(const std::string& text, const std::map<std::string, std::string>& vars);
 // Single-quotes `s` for a POSIX shell.

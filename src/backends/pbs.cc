@@ -39,17 +39,15 @@ class PbsBackend : public Backend {
   }
 
   Result<std::string> Submit(const JobRequest&, const std::string& script) override {
-    CommandResult r = RunCommand({Bin("qsub")}, script, opt_.command_timeout_ms, opt_.command_nice);
-    if (r.exit_code != 0) return Status::FailedPrecondition("qsub: " + Trim(r.err.empty() ? r.out : r.err));
-    std::string id = Trim(r.out);
+    auto out = RunSchedulerCommand(opt_, {"qsub"}, script);
+    if (!out.ok()) return out.status();
+    std::string id = TrimSpace(*out);
     if (id.empty()) return Status::Internal("qsub printed no job id");
     return id;
   }
 
   Status Cancel(const std::string& external_id) override {
-    CommandResult r = RunCommand({Bin("qdel"), external_id}, "", opt_.command_timeout_ms, opt_.command_nice);
-    if (r.exit_code != 0) return Status::FailedPrecondition("qdel: " + Trim(r.err));
-    return Status::Ok();
+    return RunSchedulerCommand(opt_, {"qdel", external_id}).status();
   }
 
   Result<std::map<std::string, ExternalJob>> Poll(const std::vector<std::string>& ids) override {
@@ -70,15 +68,10 @@ class PbsBackend : public Backend {
   }
 
  private:
-  std::string Bin(const std::string& name) const { return opt_.bin_dir.empty() ? name : opt_.bin_dir + "/" + name; }
-  static std::string Trim(std::string s) {
-    while (!s.empty() && (s.back() == '\n' || s.back() == ' ' || s.back() == '\r')) s.pop_back();
-    return s;
-  }
   Result<std::map<std::string, ExternalJob>> All() {
-    CommandResult r = RunCommand({Bin("qstat"), "-x", "-f", "-F", "json"}, "", opt_.command_timeout_ms, opt_.command_nice);
-    if (r.exit_code != 0) return Status::FailedPrecondition("qstat: " + Trim(r.err.empty() ? r.out : r.err));
-    nlohmann::json doc = nlohmann::json::parse(r.out, nullptr, false);
+    auto listing = RunSchedulerCommand(opt_, {"qstat", "-x", "-f", "-F", "json"});
+    if (!listing.ok()) return listing.status();
+    nlohmann::json doc = nlohmann::json::parse(*listing, nullptr, false);
     if (doc.is_discarded() || !doc.is_object()) return Status::Internal("qstat printed no JSON");
     std::map<std::string, ExternalJob> out;
     const nlohmann::json jobs = doc.value("Jobs", nlohmann::json::object());

@@ -133,9 +133,9 @@ class SlurmBackend : public Backend {
   }
 
   Result<std::string> Submit(const JobRequest&, const std::string& script) override {
-    CommandResult r = RunCommand({Bin("sbatch"), "--parsable"}, script, opt_.command_timeout_ms, opt_.command_nice);
-    if (r.exit_code != 0) return Status::FailedPrecondition("sbatch: " + Trim(r.err.empty() ? r.out : r.err));
-    std::string id = Trim(r.out);
+    auto out = RunSchedulerCommand(opt_, {"sbatch", "--parsable"}, script);
+    if (!out.ok()) return out.status();
+    std::string id = TrimSpace(*out);
     size_t semi = id.find(';');  // "id;cluster" on multi-cluster setups
     if (semi != std::string::npos) id = id.substr(0, semi);
     if (id.empty()) return Status::Internal("sbatch printed no job id");
@@ -143,9 +143,7 @@ class SlurmBackend : public Backend {
   }
 
   Status Cancel(const std::string& external_id) override {
-    CommandResult r = RunCommand({Bin("scancel"), external_id}, "", opt_.command_timeout_ms, opt_.command_nice);
-    if (r.exit_code != 0) return Status::FailedPrecondition("scancel: " + Trim(r.err));
-    return Status::Ok();
+    return RunSchedulerCommand(opt_, {"scancel", external_id}).status();
   }
 
   Result<std::map<std::string, ExternalJob>> Poll(const std::vector<std::string>& ids) override {
@@ -163,10 +161,9 @@ class SlurmBackend : public Backend {
       if (it != all->end() && it->second.state == "running" && !gres_.count(id)) started.push_back(id);
     }
     if (started.size() > kScontrolEach) {
-      CommandResult r = RunCommand({Bin("scontrol"), "show", "job", "-d", "-o"}, "", opt_.command_timeout_ms,
-                                   opt_.command_nice);
+      auto listing = RunSchedulerCommand(opt_, {"scontrol", "show", "job", "-d", "-o"});
       std::set<std::string> wanted(started.begin(), started.end());
-      std::stringstream ss(r.exit_code == 0 ? r.out : "");
+      std::stringstream ss(listing.ok() ? *listing : "");
       std::string line;
       while (std::getline(ss, line)) {
         if (line.rfind("JobId=", 0) != 0) continue;
@@ -175,10 +172,9 @@ class SlurmBackend : public Backend {
       }
     } else {
       for (const std::string& id : started) {
-        CommandResult r = RunCommand({Bin("scontrol"), "show", "job", "-d", "-o", id}, "", opt_.command_timeout_ms,
-                                     opt_.command_nice);
-        if (r.exit_code == 0 && r.out.rfind("JobId=", 0) == 0) {
-          ExternalJob d = ParseScontrolLine(r.out.substr(0, r.out.find('\n')));
+        auto line = RunSchedulerCommand(opt_, {"scontrol", "show", "job", "-d", "-o", id});
+        if (line.ok() && line->rfind("JobId=", 0) == 0) {
+          ExternalJob d = ParseScontrolLine(line->substr(0, line->find('\n')));
           gres_[id] = {d.gres, d.devices};
         }
       }
@@ -200,10 +196,9 @@ class SlurmBackend : public Backend {
       // Jobs scontrol no longer holds (older than MinJobAge): ask accounting, where it is on.
       std::string list;
       for (const auto& id : missing) list += (list.empty() ? "" : ",") + id;
-      CommandResult r = RunCommand({Bin("sacct"), "-n", "-P", "-X", "-j", list, "-o", "JobID,JobName,State,ExitCode,NodeList"},
-                                   "", opt_.command_timeout_ms, opt_.command_nice);
-      if (r.exit_code == 0) {
-        std::stringstream ss(r.out);
+      auto acct = RunSchedulerCommand(opt_, {"sacct", "-n", "-P", "-X", "-j", list, "-o", "JobID,JobName,State,ExitCode,NodeList"});
+      if (acct.ok()) {
+        std::stringstream ss(*acct);
         std::string line;
         while (std::getline(ss, line)) {
           std::vector<std::string> f;
@@ -232,20 +227,13 @@ class SlurmBackend : public Backend {
   }
 
  private:
-  std::string Bin(const std::string& name) const { return opt_.bin_dir.empty() ? name : opt_.bin_dir + "/" + name; }
-  static std::string Trim(std::string s) {
-    while (!s.empty() && (s.back() == '\n' || s.back() == ' ' || s.back() == '\r')) s.pop_back();
-    while (!s.empty() && (s.front() == ' ' || s.front() == '\n')) s.erase(s.begin());
-    return s;
-  }
   // Every job slurmctld still holds, by id.
   Result<std::map<std::string, ExternalJob>> Squeue() {
-    CommandResult r = RunCommand(
-        {Bin("squeue"), "-h", "-t", "all", "-O", "JobID:|,State:|,NodeList:|,Reason:|,exit_code:|,Name:|"}, "",
-        opt_.command_timeout_ms, opt_.command_nice);
-    if (r.exit_code != 0) return Status::FailedPrecondition("squeue: " + Trim(r.err.empty() ? r.out : r.err));
+    auto listing =
+        RunSchedulerCommand(opt_, {"squeue", "-h", "-t", "all", "-O", "JobID:|,State:|,NodeList:|,Reason:|,exit_code:|,Name:|"});
+    if (!listing.ok()) return listing.status();
     std::map<std::string, ExternalJob> out;
-    std::stringstream ss(r.out);
+    std::stringstream ss(*listing);
     std::string line;
     while (std::getline(ss, line)) {
       if (auto j = ParseSqueueLine(line)) out[j->external_id] = std::move(*j);

@@ -221,6 +221,13 @@ Status Engine::RebuildScheduler() {
   ForLiveLocked([&](Job& j) {
     if (Holds(j)) held.push_back(&j);
   });
+  // Submissions not yet landed (queued or being committed) count too: an external backend's job
+  // admitted in its own submission holds its group's quota from then on.
+  for (const auto* q : {&submit_batch_, &committing_batch_}) {
+    for (const auto& b : *q) {
+      if (b->job.rec.state == "placed") AddUsageLocked(b->job, +1);
+    }
+  }
   for (Job* jp : held) {
     Job& j = *jp;
     AddUsageLocked(j, +1);
@@ -488,8 +495,8 @@ Result<Json> Engine::Submit(const Identity& who, const Json& body) {
     }
     // Lead: commit everything queued so far in one transaction, outside the mutex.
     committing_ = true;
-    std::vector<std::shared_ptr<PendingSubmit>> batch;
-    batch.swap(submit_batch_);
+    committing_batch_.swap(submit_batch_);
+    const std::vector<std::shared_ptr<PendingSubmit>> batch = committing_batch_;
     std::vector<store::Event> events;
     std::vector<const Job*> recs;
     for (const auto& b : batch) {
@@ -500,6 +507,7 @@ Result<Json> Engine::Submit(const Identity& who, const Json& body) {
     const Status st = Commit(std::move(events), recs);
     lock.lock();
     committing_ = false;
+    committing_batch_.clear();
     std::vector<Job*> landed;
     for (const auto& b : batch) {
       b->done = true;

@@ -199,6 +199,7 @@ class Engine {
   std::map<std::string, NodeInfo> nodes_;    // by name
   int64_t next_job_ = 1;
   std::vector<std::shared_ptr<PendingSubmit>> submit_batch_;  // prepared, waiting for a commit
+  std::vector<std::shared_ptr<PendingSubmit>> committing_batch_;  // being committed by the leader
   bool committing_ = false;                                    // a leader is committing a batch
   std::condition_variable commit_cv_;                          // a batch commit has ended
   std::unique_ptr<sched::Scheduler> sched_;

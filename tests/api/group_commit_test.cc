@@ -170,6 +170,30 @@ TEST_F(GroupCommitTest, AFailedCommitAcknowledgesNoneAndLeavesNoUsage) {
   EXPECT_EQ(JobCount(), 3u);
 }
 
+TEST_F(GroupCommitTest, AScheduleRebuildDuringACommitKeepsTheInFlightUsage) {
+  // A submission to the PBS queue (1 of the group's 2 CPUs, counted tentatively) is being
+  // committed when a node registers and the engine rebuilds its state, group usage included.
+  delay_ms_ = 300;
+  Result<Json> first = Status::Internal("unset");
+  std::thread a([&] { first = Submit("hpc"); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  Json devs = Json::array({{{"index", 0}, {"model", "H100-80GB"}, {"memory_mib", 81920}, {"uuid", "g0"}}});
+  auto reg = engine_->RegisterNode(config_.identities[1], {{"node", "n1"}, {"cpu_milli", 2000}, {"memory_mib", 4096},
+                                                            {"devices", devs}});
+  ASSERT_TRUE(reg.ok()) << reg.status().ToString();
+  a.join();
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ((*first)["state"], "placed");
+  // The first job still counts: one more fits the limit, a third waits.
+  delay_ms_ = 0;
+  auto second = Submit("hpc");
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ((*second)["state"], "placed") << second->dump();
+  auto third = Submit("hpc");
+  ASSERT_TRUE(third.ok());
+  EXPECT_EQ((*third)["state"], "pending") << third->dump();
+}
+
 TEST_F(GroupCommitTest, AFailedPlacementCommitLeavesTheJobPendingAndTheNodeFree) {
   // A node with room for two 1-CPU jobs of the local queue.
   Json devs = Json::array({{{"index", 0}, {"model", "H100-80GB"}, {"memory_mib", 81920}, {"uuid", "g0"}}});

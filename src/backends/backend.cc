@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <sstream>
 
 namespace tessera::backends {
@@ -188,6 +189,15 @@ std::string ShellQuote(const std::string& s) {
     }
   }
   return out + "'";
+}
+
+Result<std::string> TemplateText(const JobRequest& job, const char* default_text) {
+  if (job.mapping.template_path.empty()) return std::string(default_text);
+  std::ifstream in(job.mapping.template_path);
+  if (!in) return Status::NotFound("cannot read template '" + job.mapping.template_path + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
 }
 
 std::string TrimSpace(std::string s) {

@@ -132,6 +132,8 @@ Result<std::string> RunSchedulerCommand(const BackendOptions& o, std::vector<std
 // `s` without leading and trailing spaces and line breaks.
 std::string TrimSpace(std::string s);
 
+// The queue's template file (job.mapping.template_path), or `default_text` when it names none.
+Result<std::string> TemplateText(const JobRequest& job, const char* default_text);
 // Replaces each {{key}} in `text` by vars[key]; an unknown key is an error naming it.
 Result<std::string> RenderTemplate(const std::string& text, const std::map<std::string, std::string>& vars);
 // Single-quotes `s` for a POSIX shell.

@@ -1,8 +1,6 @@
 // The PBS Pro / OpenPBS backend: qsub (script on stdin; prints "ID.SERVER"), qstat -x -f -F json
 // (finished jobs too, JSON per PBS's reference guide), qdel.
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "backends/backend.h"
 
@@ -24,18 +22,12 @@ class PbsBackend : public Backend {
   std::string Name() const override { return "pbs"; }
 
   Result<std::string> Render(const JobRequest& job) const override {
-    std::string text = kDefaultPbsTemplate;
-    if (!job.mapping.template_path.empty()) {
-      std::ifstream in(job.mapping.template_path);
-      if (!in) return Status::NotFound("cannot read template '" + job.mapping.template_path + "'");
-      std::stringstream ss;
-      ss << in.rdbuf();
-      text = ss.str();
-    }
+    auto text = TemplateText(job, kDefaultPbsTemplate);
+    if (!text.ok()) return text.status();
     if (job.form == "partition") return Status::InvalidArgument("the PBS backend maps no MIG instances");
     auto vars = CommonVars(job);
     vars["pbs_queue"] = job.mapping.partition.empty() ? "" : "#PBS -q " + job.mapping.partition + "\n";
-    return RenderTemplate(text, vars);
+    return RenderTemplate(*text, vars);
   }
 
   Result<std::string> Submit(const JobRequest&, const std::string& script) override {

@@ -4,7 +4,6 @@
 // nowhere else, and only while it runs); sacct as a fallback for jobs slurmctld has forgotten
 // (when accounting is on); scancel. Debian 12 ships Slurm 22.05, whose --json output needs extra
 // plugins not always installed, so the text forms are parsed instead.
-#include <fstream>
 #include <set>
 #include <sstream>
 
@@ -116,20 +115,14 @@ class SlurmBackend : public Backend {
   std::string Name() const override { return "slurm"; }
 
   Result<std::string> Render(const JobRequest& job) const override {
-    std::string text = kDefaultSlurmTemplate;
-    if (!job.mapping.template_path.empty()) {
-      std::ifstream in(job.mapping.template_path);
-      if (!in) return Status::NotFound("cannot read template '" + job.mapping.template_path + "'");
-      std::stringstream ss;
-      ss << in.rdbuf();
-      text = ss.str();
-    }
+    auto text = TemplateText(job, kDefaultSlurmTemplate);
+    if (!text.ok()) return text.status();
     auto gres = GresFor(job);
     if (!gres.ok()) return gres.status();
     auto vars = CommonVars(job);
     vars["sbatch_partition"] = job.mapping.partition.empty() ? "" : "#SBATCH --partition=" + job.mapping.partition + "\n";
     vars["sbatch_gres"] = gres->empty() ? "" : "#SBATCH --gres=" + *gres + "\n";
-    return RenderTemplate(text, vars);
+    return RenderTemplate(*text, vars);
   }
 
   Result<std::string> Submit(const JobRequest&, const std::string& script) override {

@@ -468,6 +468,9 @@ Result<EngineConfig> ParseConfig(const std::string& yaml_text) {
         if (!v.ok() || *v <= 0) return Bad(w + ".shard_memory", "expected a positive size such as 1GiB");
         q.shard_mib = *v;
       }
+      if (q.backend == "pbs" && (!q.mig_model.empty() || !q.gres_partition.empty())) {
+        return Bad(w + (q.mig_model.empty() ? ".gres_partition" : ".mig_model"), "the PBS backend maps no MIG instances");
+      }
       if (!q.mig_model.empty()) {
         const partition::GpuModel* m = partition::Catalog::BuiltIn().Find(q.mig_model);
         if (m == nullptr || !m->is_mig()) {

@@ -1,7 +1,7 @@
 // Queues with `mig_model`: a partition job gets the smallest MIG profile of the queue's model
 // that gives the memory and compute it asks for, the group's limits count what that instance
-// holds, and impossible asks and bad models are refused by name. Real SQLite store; a PBS queue
-// (nothing runs qsub here: no Tick is called).
+// holds, and impossible asks and bad models are refused by name. Real SQLite store; a Slurm queue
+// (nothing runs sbatch here: no Tick is called).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -22,7 +22,7 @@ groups:
 profiles:
   - {name: mig, gpus: 1, cpu: 1, memory: 1GiB, forms: [partition]}
 queues:
-  - {name: inference, profile: mig, groups: [research], backend: pbs, mig_model: h100-80gb}
+  - {name: inference, profile: mig, groups: [research], backend: slurm, mig_model: h100-80gb}
 )";
 
 class MigQueueTest : public ::testing::Test {
@@ -109,10 +109,16 @@ TEST_F(MigQueueTest, ImpossibleAsksAndBadModelsAreRefusedByName) {
         << c.status().message();
   }
   std::string local = kConfig;
-  local.replace(local.find("backend: pbs, "), 14, "");
+  local.replace(local.find("backend: slurm, "), 16, "");
   auto c = ParseConfig(local);
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("mig_model: only for a queue with an external backend"), std::string::npos)
+      << c.status().message();
+  std::string pbs = kConfig;
+  pbs.replace(pbs.find("backend: slurm"), 14, "backend: pbs");
+  c = ParseConfig(pbs);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("queues[0].mig_model: the PBS backend maps no MIG instances"), std::string::npos)
       << c.status().message();
 }
 

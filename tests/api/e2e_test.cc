@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "proc.h"
+#include "serve_fixture.h"
 #include "test_dir.h"
 
 namespace tessera {
@@ -36,7 +37,7 @@ queues:
   - {name: training, profile: train, groups: [research], requeue_on_loss: true}
 )";
 
-class E2eTest : public ::testing::Test {
+class E2eTest : public testing::ServeFixture {
  protected:
   void SetUp() override {
     dir_ = tessera::testing::FreshTestDir("e2e");
@@ -45,14 +46,6 @@ class E2eTest : public ::testing::Test {
     StartAgent();
     ASSERT_TRUE(WaitFor([&] { return NodeState() == "ready"; })) << agent_->Log();
   }
-  void StartServer() {
-    server_ = std::make_unique<Proc>(std::vector<std::string>{kTessera, "serve", "--config", dir_ + "/config.yaml", "--data",
-                                                              dir_ + "/data", "--listen", "127.0.0.1:" + std::to_string(port_)},
-                                     dir_ + "/serve.log");
-    port_ = server_->WaitForPort();
-    ASSERT_GT(port_, 0) << server_->Log();
-    client_ = std::make_unique<httplib::Client>("127.0.0.1", port_);
-  }
   void StartAgent() {
     agent_ = std::make_unique<Proc>(
         std::vector<std::string>{kTessera, "agent", "--server", "http://127.0.0.1:" + std::to_string(port_), "--token",
@@ -60,40 +53,17 @@ class E2eTest : public ::testing::Test {
                                  "--cgroup-root", ""},
         dir_ + "/agent.log");
   }
-  Json Call(const std::string& method, const std::string& path, const Json& body = Json::object(),
-            const std::string& token = "alice-token-1") {
-    httplib::Headers h = {{"Authorization", "Bearer " + token}};
-    auto r = method == "POST" ? client_->Post(path.c_str(), h, body.dump(), "application/json") : client_->Get(path.c_str(), h);
-    if (!r) return Json();
-    Json j = Json::parse(r->body, nullptr, false);
-    return j.is_discarded() ? Json(r->body) : j;
-  }
-  std::string State(const std::string& id) {
-    Json j = Call("GET", "/v1/jobs/" + id);
-    return j.is_object() ? j.value("state", "") : "";
-  }
   std::string NodeState() {
     Json j = Call("GET", "/v1/nodes", {}, "admin-token-1");
     if (!j.is_object() || j["nodes"].empty()) return "";
     return j["nodes"][0]["state"];
-  }
-  template <typename F>
-  bool WaitFor(F f, int timeout_ms = 15000) {
-    for (int t = 0; t < timeout_ms; t += 50) {
-      if (f()) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    return false;
   }
   void TearDown() override {
     agent_.reset();
     server_.reset();
   }
 
-  std::string dir_;
-  int port_ = 0;
-  std::unique_ptr<Proc> server_, agent_;
-  std::unique_ptr<httplib::Client> client_;
+  std::unique_ptr<Proc> agent_;
 };
 
 // The dashboard in a real headless Chromium: the page served at `/`, given the admin token in the
@@ -115,10 +85,7 @@ TEST_F(E2eTest, DashboardShowsTotalsGroupsUtilizationAndEvents) {
                           std::to_string(port_) + "/#token=admin-token-1' > " + dom_file + " 2> " + dir_ +
                           "/chromium.log";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  std::ifstream in(dom_file);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string dom = ss.str();
+  const std::string dom = testing::ReadFile(dom_file);
   auto has = [&](const std::string& what) { return dom.find(what) != std::string::npos; };
   EXPECT_TRUE(has(R"(<b id="gpus-total">2</b>)")) << dom;
   EXPECT_TRUE(has(R"(<b id="gpus-idle">1</b>)")) << dom;
@@ -134,10 +101,8 @@ TEST_F(E2eTest, DashboardShowsTotalsGroupsUtilizationAndEvents) {
                            "/chromium2 --virtual-time-budget=3000 --dump-dom 'http://127.0.0.1:" +
                            std::to_string(port_) + "/' > " + dom_file + " 2>> " + dir_ + "/chromium.log";
   ASSERT_EQ(std::system(bare.c_str()), 0);
-  std::ifstream in2(dom_file);
-  std::stringstream ss2;
-  ss2 << in2.rdbuf();
-  EXPECT_NE(ss2.str().find(R"(<form id="login">)"), std::string::npos) << ss2.str();
+  const std::string bare_dom = testing::ReadFile(dom_file);
+  EXPECT_NE(bare_dom.find(R"(<form id="login">)"), std::string::npos) << bare_dom;
   Call("POST", "/v1/jobs/" + id + "/cancel");
 }
 

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../api/proc.h"
+#include "../api/serve_fixture.h"
 #include "../api/test_dir.h"
 
 namespace tessera {
@@ -79,7 +80,7 @@ queues:
   - {name: hpc, profile: train, groups: [research], backend: pbs, partition: workq}
 )";
 
-class PbsTest : public ::testing::Test {
+class PbsTest : public testing::ServeFixture {
  protected:
   void SetUp() override {
     dir_ = tessera::testing::FreshTestDir("pbs");
@@ -92,42 +93,9 @@ class PbsTest : public ::testing::Test {
     ::setenv("PBS_STANDIN_STATE", (dir_ + "/state").c_str(), 1);
     ::setenv("PATH", (dir_ + "/bin:" + std::string(::getenv("PATH"))).c_str(), 1);
     std::ofstream(dir_ + "/config.yaml") << kConfig;
-    server_ = std::make_unique<Proc>(std::vector<std::string>{kTessera, "serve", "--config", dir_ + "/config.yaml", "--data",
-                                                              dir_ + "/data", "--listen", "127.0.0.1:0"},
-                                     dir_ + "/serve.log");
-    int port = server_->WaitForPort();
-    ASSERT_GT(port, 0) << server_->Log();
-    client_ = std::make_unique<httplib::Client>("127.0.0.1", port);
+    StartServer();
   }
-  Json Call(const std::string& method, const std::string& path, const Json& body = Json::object()) {
-    httplib::Headers h = {{"Authorization", "Bearer alice-token-1"}};
-    auto r = method == "POST" ? client_->Post(path.c_str(), h, body.dump(), "application/json") : client_->Get(path.c_str(), h);
-    if (!r) return Json();
-    Json j = Json::parse(r->body, nullptr, false);
-    return j.is_discarded() ? Json(r->body) : j;
-  }
-  Json Job(const std::string& id) { return Call("GET", "/v1/jobs/" + id); }
-  std::string State(const std::string& id) {
-    Json j = Job(id);
-    return j.is_object() ? j.value("state", "") : "";
-  }
-  std::string Calls() {
-    std::ifstream in(dir_ + "/state/calls.log");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  }
-  template <typename F>
-  bool WaitFor(F f, int timeout_ms = 15000) {
-    for (int t = 0; t < timeout_ms; t += 50) {
-      if (f()) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    return false;
-  }
-  std::string dir_;
-  std::unique_ptr<Proc> server_;
-  std::unique_ptr<httplib::Client> client_;
+  std::string Calls() { return testing::ReadFile(dir_ + "/state/calls.log"); }
 };
 
 TEST_F(PbsTest, SubmitFollowFailCancel) {

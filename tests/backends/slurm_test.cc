@@ -17,6 +17,7 @@
 #include <set>
 
 #include "../api/proc.h"
+#include "../api/serve_fixture.h"
 
 namespace tessera {
 namespace {
@@ -24,6 +25,7 @@ namespace {
 using Json = nlohmann::json;
 using testing::kTessera;
 using testing::Proc;
+using testing::ReadFile;
 
 const std::string kScripts = TESSERA_SOURCE_DIR "/tests/backends";
 
@@ -48,10 +50,11 @@ queues:
 
 int Sh(const std::string& cmd) { return std::system(cmd.c_str()); }
 
-class SlurmTest : public ::testing::Test {
+class SlurmTest : public testing::ServeFixture {
  protected:
   void SetUp() override {
     if (::geteuid() != 0) GTEST_SKIP() << "needs root to run slurmctld/slurmd";
+    wait_ms_ = 20000;
     // Short: munged's socket path must fit in sun_path (108 bytes).
     static int seq = 0;
     dir_ = ::testing::TempDir() + "/sl" + std::to_string(::getpid()) + "_" + std::to_string(seq++);
@@ -60,7 +63,7 @@ class SlurmTest : public ::testing::Test {
     slurm_ = dir_ + "/slurm";
     started_ = true;
     ASSERT_EQ(Sh("bash " + kScripts + "/slurm_up.sh " + slurm_ + " > " + dir_ + "/slurm_up.log 2>&1"), 0)
-        << Read(dir_ + "/slurm_up.log");
+        << ReadFile(dir_ + "/slurm_up.log");
     ::setenv("SLURM_CONF", (slurm_ + "/slurm.conf").c_str(), 1);
     std::ofstream(dir_ + "/config.yaml") << kConfig;
     StartServer();
@@ -73,37 +76,6 @@ class SlurmTest : public ::testing::Test {
   ~SlurmTest() override {
     if (started_) (void)Sh("bash " + kScripts + "/slurm_down.sh " + slurm_);
   }
-  static std::string Read(const std::string& path) {
-    std::ifstream in(path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  }
-  void StartServer() {
-    server_ = std::make_unique<Proc>(std::vector<std::string>{kTessera, "serve", "--config", dir_ + "/config.yaml", "--data",
-                                                              dir_ + "/data", "--listen", "127.0.0.1:" + std::to_string(port_)},
-                                     dir_ + "/serve.log");
-    port_ = server_->WaitForPort();
-    ASSERT_GT(port_, 0) << server_->Log();
-    client_ = std::make_unique<httplib::Client>("127.0.0.1", port_);
-  }
-  Json Call(const std::string& method, const std::string& path, const Json& body = Json::object(),
-            const std::string& token = "alice-token-1") {
-    httplib::Headers h = {{"Authorization", "Bearer " + token}};
-    auto r = method == "POST" ? client_->Post(path.c_str(), h, body.dump(), "application/json") : client_->Get(path.c_str(), h);
-    if (!r) return Json();
-    Json j = Json::parse(r->body, nullptr, false);
-    return j.is_discarded() ? Json(r->body) : j;
-  }
-  Json Job(const std::string& id) { return Call("GET", "/v1/jobs/" + id); }
-  std::string State(const std::string& id) {
-    Json j = Job(id);
-    return j.is_object() ? j.value("state", "") : "";
-  }
-  std::string Output(const std::string& id) {
-    auto out = client_->Get(("/v1/jobs/" + id + "/output").c_str(), {{"Authorization", "Bearer alice-token-1"}});
-    return out ? out->body : "";
-  }
   // How many Slurm jobs carry `name`.
   int SlurmJobsNamed(const std::string& name) {
     const std::string f = dir_ + "/sq.txt";
@@ -114,24 +86,13 @@ class SlurmTest : public ::testing::Test {
     while (std::getline(in, line)) n += line.find(" JobName=" + name + " ") != std::string::npos;
     return n;
   }
-  template <typename F>
-  bool WaitFor(F f, int timeout_ms = 20000) {
-    for (int t = 0; t < timeout_ms; t += 50) {
-      if (f()) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    return false;
-  }
   std::string Diag(const std::string& id) {
     return Job(id).dump() + "\n--- serve.log\n" + server_->Log() + "\n--- slurmctld.log (tail)\n" +
-           Read(slurm_ + "/log/slurmctld.log").substr(0, 4000);
+           ReadFile(slurm_ + "/log/slurmctld.log").substr(0, 4000);
   }
 
-  std::string dir_, slurm_;
+  std::string slurm_;
   bool started_ = false;
-  int port_ = 0;
-  std::unique_ptr<Proc> server_;
-  std::unique_ptr<httplib::Client> client_;
 };
 
 TEST_F(SlurmTest, WholeCardsAndSharesRunToCompletionWithTheirGres) {
@@ -219,7 +180,7 @@ TEST_F(SlurmTest, ControllerDownJobsWaitUnsubmittedThenRun) {
       << Diag(id);
   EXPECT_EQ(State(id), "placed");
   ASSERT_EQ(Sh("bash " + kScripts + "/slurm_up.sh " + slurm_ + " restart-ctld > " + dir_ + "/restart.log 2>&1"), 0)
-      << Read(dir_ + "/restart.log");
+      << ReadFile(dir_ + "/restart.log");
   ASSERT_TRUE(WaitFor([&] { return State(id) == "succeeded"; }, 45000)) << Diag(id);
   EXPECT_EQ(SlurmJobsNamed("tessera-t1-" + id), 1);
 }
@@ -231,7 +192,7 @@ TEST_F(SlurmTest, RestartsOfTesseraAndSlurmctldNeitherLoseNorDoubleJobs) {
   // A job under this cluster's name that Tessera never recorded: cancelled by reconciliation.
   ASSERT_EQ(Sh("printf '#!/bin/sh\\nsleep 60\\n' | sbatch -Q -J tessera-t1-j-999 -o /dev/null"), 0);
   ASSERT_EQ(Sh("bash " + kScripts + "/slurm_up.sh " + slurm_ + " restart-ctld > " + dir_ + "/restart.log 2>&1"), 0)
-      << Read(dir_ + "/restart.log");
+      << ReadFile(dir_ + "/restart.log");
   StartServer();
   ASSERT_TRUE(WaitFor([&] { return State(id) == "succeeded"; }, 30000)) << Diag(id);
   EXPECT_EQ(SlurmJobsNamed("tessera-t1-" + id), 1);

@@ -39,17 +39,18 @@ profiles: [{name: cpu, gpus: 0, cpu: 1, memory: 16MiB, forms: [whole]}]
 queues: [{name: hpc, profile: cpu, groups: [research], backend: slurm, partition: debug, template: TEMPLATE}]
 )";
 
-// The shipped default template plus `--hold`: both sides submit held jobs, so neither measurement
-// competes with jobs running on the same machine.
-const char* kHeldTemplate = R"(#!/bin/bash
-#SBATCH --job-name={{job_name}}
-#SBATCH --hold
-{{sbatch_partition}}#SBATCH --cpus-per-task={{cpus}}
-#SBATCH --mem={{memory_mib}}M
-#SBATCH --output={{output}}
-{{sbatch_gres}}{{env}}
-{{command}}
-)";
+// The shipped template (examples/slurm/job.sbatch) plus `--hold`: both sides submit held jobs, so
+// neither measurement competes with jobs running on the same machine.
+std::string HeldTemplate() {
+  std::ifstream in(TESSERA_SOURCE_DIR "/examples/slurm/job.sbatch");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string text = ss.str();
+  const std::string name_line = "#SBATCH --job-name={{job_name}}\n";
+  const size_t at = text.find(name_line);
+  if (at == std::string::npos) return "";
+  return text.insert(at + name_line.size(), "#SBATCH --hold\n");
+}
 
 double Seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
@@ -130,7 +131,13 @@ int main(int argc, char** argv) {
     // Through Tessera's API.
     const std::string tdir = dir + "/tessera-" + std::to_string(clients);
     std::filesystem::create_directories(tdir);
-    std::ofstream(tdir + "/held.sbatch") << kHeldTemplate;
+    const std::string held = HeldTemplate();
+    if (held.empty()) {
+      std::fprintf(stderr, "examples/slurm/job.sbatch has no job-name line to add --hold after\n");
+      rc = 1;
+      break;
+    }
+    std::ofstream(tdir + "/held.sbatch") << held;
     std::string config = kConfig;
     config.replace(config.find("TEMPLATE"), 8, tdir + "/held.sbatch");
     std::ofstream(tdir + "/config.yaml") << config;

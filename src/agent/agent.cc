@@ -1,4 +1,5 @@
 #include "agent/agent.h"
+#include "agent/partitions.h"
 
 #include <httplib.h>
 #include <signal.h>
@@ -115,6 +116,7 @@ class Agent {
          (e.signal != 0 ? " (signal " + std::to_string(e.signal) + ")" : "") +
          (e.cancelled ? ", stopped" : "") + ", " + std::to_string(e.output_bytes) + " output bytes");
     finished_[e.id] = FinishedReport{e.id, e.exit_code, e.signal, e.output_bytes};
+    partitions_.Release(e.id);
   }
 
   // One exchange with the control plane: register if needed, upload output, heartbeat.
@@ -221,7 +223,21 @@ class Agent {
       if (launcher_.IsRunning(spec.id)) continue;  // a repeated start: already running
       finished_.erase(spec.id);                   // a new run under an old id
       uploaded_[spec.id] = 0;
-      Status s = launcher_.Start(spec);
+      JobSpec bound = spec;
+      Status s = Status::Ok();
+      for (DeviceBinding& d : bound.devices) {
+        if (d.slot.empty() || !s.ok()) continue;
+        auto mig = partitions_.Acquire(spec.id, d.index, d.slot);
+        if (mig.ok()) {
+          d.mig = *mig;
+          log_("job " + spec.id + ": partition " + d.slot + " on device " + std::to_string(d.index) +
+               (mig->empty() ? "" : " as " + *mig));
+        } else {
+          s = mig.status();
+        }
+      }
+      if (s.ok()) s = launcher_.Start(bound);
+      if (!s.ok()) partitions_.Release(spec.id);
       if (s.ok()) {
         log_("job " + spec.id + " started: " + spec.command[0]);
       } else {
@@ -263,6 +279,7 @@ class Agent {
 
   const AgentOptions& options_;
   Inventory inventory_;
+  Partitions partitions_{inventory_};
   Launcher launcher_;
   httplib::Client client_;
   std::function<void(const std::string&)> log_;
@@ -298,6 +315,7 @@ int RunAgent(const AgentOptions& options) {
     log(inventory.status().message());
     return inventory.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
+  inventory->pool = options.pool;
   SignalScope signals(options.handle_signals);
   Agent agent(options, std::move(inventory).value(), url);
   return agent.Run();

@@ -31,6 +31,7 @@ struct AgentOptions {
   std::string control_plane_url = "http://127.0.0.1:8080";  // http://host:port
   std::string token;      // bearer token of an identity with role agent (or admin)
   std::string node_name;  // "" = this host's name
+  std::string pool;       // the scheduling pool the node joins; "" = "default"
   std::string simulate;   // simulated inventory, e.g. "2xH100-80GB"; "" = discover with NVML
   std::string nvml_library = "libnvidia-ml.so.1";
   std::string work_dir = "tessera-agent";  // job output files (<work_dir>/<job>.out)

@@ -44,6 +44,7 @@ struct HostResources {
 
 struct Inventory {
   std::string node;
+  std::string pool;  // the scheduling pool it registers into; "" = the control plane's "default"
   HostResources host;
   std::vector<DiscoveredDevice> devices;
   bool simulated = false;  // true when the devices were declared, not discovered

@@ -41,6 +41,7 @@ struct DeviceBinding {
   int index = 0;
   std::string uuid;
   std::string mig;
+  std::string slot;  // a partition to make first ("1g.10gb@6"); the agent fills `mig` from it
 };
 
 // What to run and what it holds (one `start` entry of the heartbeat reply).

@@ -50,6 +50,7 @@ Result<JobSpec> ParseStart(const json& j) {
       b.uuid = d["uuid"].get<std::string>();
       if (d.contains("index") && d["index"].is_number_integer()) b.index = d["index"].get<int>();
       if (d.contains("mig") && d["mig"].is_string()) b.mig = d["mig"].get<std::string>();
+      if (d.contains("slot") && d["slot"].is_string()) b.slot = d["slot"].get<std::string>();
       spec.devices.push_back(std::move(b));
     }
   }
@@ -72,6 +73,7 @@ std::string RegisterBody(const Inventory& inventory, bool cgroups) {
                {"simulated", inventory.simulated},
                {"devices", std::move(devices)},
                {"cgroups", cgroups}};
+  if (!inventory.pool.empty()) body["pool"] = inventory.pool;
   return body.dump();
 }
 

@@ -1,39 +1,39 @@
-// Engine: the control plane's state machine. Jobs arrive through queues under identities, are
-// admitted against their group's limit, placed by the placement core (policy "tessera"), handed
-// to the node agent that heartbeats for their node, and followed to their end.
+// Engine: the control plane, a durable shell around the one scheduling cycle (sched/quota).
 //
-// Every change is appended to the store as an event plus the job's new record, durably, before
-// anyone is told of it: a submission is acknowledged only once committed; a placement is
-// committed before the agent is told to start the job. On open the engine rebuilds its state
-// from the store (jobs, and the nodes it knew) and re-reserves every held placement, so a crash
-// between any two steps neither loses an acknowledged job nor allocates a device twice.
+//   requests ─► validate ─► commit "submitted" ─► cycle(now) ─► decisions ─► commit ─► enact
+//   observations (started, exited, lost) ─► commit ─► the cycle sees them
 //
-// Queues whose `backend` is not "local" hand their jobs to an external scheduler (Slurm, PBS; see
-// backends/backend.h) instead of placing them on agent nodes: admission against the group's
-// limit is the same; an admitted job is "placed" (holding its group's quota) until it has been
-// submitted, "starting" once the scheduler has it (its id recorded in the job's placement),
-// "running" when the scheduler runs it, and ends as the scheduler says. Submission failures leave
-// the job placed-but-unsubmitted with the reason on it, retried with backoff (1s doubling to 60s).
-// Reconciliation rule (first backend pass after open): scheduler jobs named after this cluster
-// whose Tessera job is unknown or already ended are cancelled; an unsubmitted Tessera job whose
-// scheduler job exists is adopted (never submitted twice); a second scheduler job for the same
-// Tessera job is cancelled; a submitted job the scheduler no longer knows (3 polls running) is
-// marked lost.
+// The quota engine (quota::QuotaEngine, the same one `tessera sim scenario` drives) decides
+// everything: ordering, admission as guaranteed or borrowed against each group's and its
+// ancestors' limits, reclaim, priority preemption, gangs, backfill, the class-to-form policy and
+// repartitioning. This class keeps what a served system adds around it: identities, the durable
+// store, node agents (registry, heartbeats, start and stop orders), external backends (Slurm,
+// PBS), job output and the views. It is split by job over several files:
 //
-// Thread-safety: all public methods may be called from any thread (one internal mutex).
+//   engine.cc         open, reload from the store, the cycle and its decisions, invariants
+//   submit.cc         request validation and the group commit of submissions; cancel
+//   agent_gateway.cc  node registration, heartbeats (start/stop orders, exits), node loss, output
+//   backend_pass.cc   external backends: submit, follow, cancel, reconcile after a restart
+//   views.cc          jobs, queues, groups, nodes, summary, utilization and events for people
 //
-// Group commit: concurrent submissions share one store transaction. A submission is prepared
-// under the mutex (validated, numbered, admitted against its group's limit with its usage counted
-// tentatively) and queued; the first waiter with no commit in flight becomes the leader, takes the
-// whole queue and commits it in one transaction without holding the mutex, while later
-// submissions queue for the next one. Only after that commit are the jobs made visible and their
-// submitters acknowledged; if it fails, every submission in it gets the error and its tentative
-// usage is undone, so nothing is half-applied.
+// Durability. A decision is committed before anyone acts on it: placements are in the store
+// before an agent hears of them; a preemption is committed before its SIGTERM is ordered. If a
+// commit fails, the memory state is rebuilt from the store (Reload), so memory never runs ahead
+// of what is durable. On open, every job is re-entered into a new quota engine: held ones with
+// their recorded grants (partitions re-created on their devices), pending ones in submit order.
+//
+// Job states: pending -> placed (admitted, holding its grants) -> starting (the agent or backend
+// has it) -> running -> succeeded | failed | cancelled | lost; a preempted job is "preempting"
+// until its processes are gone (SIGTERM, SIGKILL after the policy's grace), then pending again
+// with its submit time and a count of preemptions. A pending job carries the step and reason
+// that hold it ("Admission: group vision at its gpu limit ...").
+//
+// Thread-safety: all public methods may be called from any thread (one internal mutex). The
+// group commit of submissions and the backend commands run outside it.
 #pragma once
 
 #include <nlohmann/json.hpp>
 
-#include <algorithm>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -41,13 +41,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "api/config.h"
 #include "backends/backend.h"
 #include "common/status.h"
-#include "sched/scheduler.h"
+#include "sched/quota/engine.h"
 #include "store/store.h"
 
 namespace tessera::api {
@@ -82,11 +83,14 @@ class Engine {
   Result<Json> Heartbeat(const Identity& who, const Json& body);
   Status WriteOutput(const Identity& who, const std::string& job, int64_t offset, const std::string& bytes);
 
-  // Housekeeping: marks silent nodes lost, places what can be placed, and (outside the engine's
-  // lock) submits, follows and cancels the jobs of external backends. Called periodically.
+  // Housekeeping, called periodically: marks silent nodes lost, runs the cycle when due, and
+  // (outside the engine's lock) submits, follows and cancels the jobs of external backends.
   Status Tick();
+  // Runs one scheduling cycle now and commits its decisions.
+  Status RunCycle();
 
-  // Checks that no device holds more than its capacity and no group more than its limit.
+  // The quota engine's invariants (capacity, limits, attribution) and the agreement of the job
+  // records with its grants.
   Status CheckInvariants();
 
   const EngineConfig& config() const { return config_; }
@@ -101,6 +105,7 @@ class Engine {
   };
   struct NodeInfo {
     std::string name;
+    std::string pool;
     MilliCpu cpu_milli = 0;
     MiB memory_mib = 0;
     bool simulated = false;
@@ -111,14 +116,16 @@ class Engine {
   struct Job {
     store::JobRecord rec;
     Json spec;
-    // What the job holds while placed/starting/running.
-    std::string node;
-    std::vector<int> devices;
-    MilliGpu gpu_milli = 0;      // per device
-    MiB gpu_memory_mib = 0;      // per device (a share's cap)
-    MilliCpu cpu_milli = 0;
-    MiB memory_mib = 0;
-    std::string form;            // whole / share
+    int handle = -1;  // in the quota engine
+    // What the job holds while placed/starting/running/preempting.
+    std::string form;
+    std::vector<quota::GrantView> grants;  // on agent nodes (empty for external backends)
+    bool borrowed = false;
+    std::string node;                      // the first grant's node, or "backend:partition"
+    int preemptions = 0;
+    // Per node of the job: "NODE" once its processes there ended, "sent:NODE" once a gang part
+    // was ordered to start there.
+    std::set<std::string> parts_done;
     bool cancel_requested = false;
     int64_t pid = 0;
     // External backend (empty: local agents).
@@ -126,6 +133,7 @@ class Engine {
     std::string external_id;      // the scheduler's job id once submitted
     std::string external_node;    // where the scheduler runs it
     std::string gres;             // the scheduler's allocation text
+    std::vector<int> external_devices;  // GPU indices the scheduler reports
     std::string native_state;
     int submit_attempts = 0;
     int64_t next_submit_ms = 0;
@@ -136,37 +144,66 @@ class Engine {
   // A prepared submission waiting for its group commit.
   struct PendingSubmit {
     Job job;
+    quota::JobSpec qspec;
     std::vector<store::Event> events;
     bool done = false;
     Status status;
     Json reply;
   };
+  // Store events and changed records collected by one step, committed together.
+  struct Batch {
+    std::vector<store::Event> events;
+    std::vector<const Job*> jobs;
+    void Add(store::Event e, const Job* j) {
+      events.push_back(std::move(e));
+      if (j) jobs.push_back(j);
+    }
+    bool empty() const { return events.empty() && jobs.empty(); }
+  };
 
   Engine(EngineConfig config, std::unique_ptr<store::Store> store, std::string data_dir, Clock clock);
+
+  // --- engine.cc
   Status Load();
-  Status RebuildScheduler();
-  Status Commit(std::vector<store::Event> events, const std::vector<const Job*>& jobs);
+  Status LoadNodes();
+  Status LoadJob(store::JobRecord r);
+  Status NewQuotaEngine();
+  int64_t NowS() const { return clock_() / 1000; }
   store::Event MakeEvent(const std::string& actor, const std::string& kind, const std::string& subject,
                          const std::string& reason, Json data = Json::object()) const;
-  // Tries to place pending jobs: all of them (in order) when capacity changed, or only the new
-  // submissions in `only`. The placements of one call are committed together.
-  Status ScheduleLocked() { return ScheduleLocked(nullptr); }
-  Status ScheduleLocked(const std::vector<Job*>* only);
-  Status MarkLostLocked();
-  void ReleaseLocked(Job& j);
-  void AddUsageLocked(const Job& j, int sign);
-  Resources GroupUsageLocked(const std::string& group) const;
+  store::JobRecord RecordOf(const Job& j) const;
+  // Commits a batch; when the commit fails, rebuilds memory from the store and returns the error.
+  Status CommitLocked(Batch& b);
+  Status CommitRaw(const std::vector<store::Event>& events, const std::vector<const Job*>& jobs);
+  Status ReloadLocked(const Status& cause);
+  // Runs the cycle and turns the quota engine's new events into job changes in `b`.
+  void CycleLocked(Batch& b);
+  void TranslateLocked(size_t from, Batch& b);
+  void RefreshWaitReasonsLocked();
+  void FillGrantsLocked(Job& j);
+  static bool Holds(const Job& j);
+  static bool Ended(const Job& j);
+  std::vector<std::string> NodesOf(const Job& j) const;
+  quota::JobSpec QuotaSpecOf(const Job& j) const;
+  // Ends a held or pending job in the quota engine and in its record.
+  void EndLocked(Job& j, const std::string& state, const std::string& reason);
+
+  // --- submit.cc
+  Result<PendingSubmit> Prepare(const Identity& who, const Json& body) const;
+
+  // --- agent_gateway.cc
+  Status MarkLostLocked(Batch& b);
+  void FinishPartLocked(Job& j, const std::string& node, int code, int sig, Batch& b);
+  Json StartOrderLocked(Job& j, const NodeInfo& n) const;
+
+  // --- views.cc
   bool CanSee(const Identity& who, const Job& j) const;
   Json JobJson(const Job& j) const;
-  bool Holds(const Job& j) const;
-  // What a held job holds, as the placement core's Placement on scheduler node `node_index`.
-  static sched::Placement PlacementOf(const Job& j, int node_index);
   std::string OutputPath(const std::string& job) const;
+  void SampleUtilizationLocked();
+
+  // --- backend_pass.cc
   Status BackendTick();
-  sched::PlacementRequest RequestOf(const Job& j) const;
-  // Empty when `j` fits its group's limit; otherwise what exceeds it.
-  std::string OverLimitLocked(const Job& j, const sched::PlacementRequest& r) const;
-  void AdmitExternalLocked(Job& j, const QueueConfig& q, const sched::PlacementRequest& r);
   backends::JobRequest RequestFor(const Job& j) const;
   std::string ExternalName(const std::string& id) const { return "tessera-" + config_.cluster + "-" + id; }
 
@@ -176,36 +213,22 @@ class Engine {
   Clock clock_;
 
   std::mutex mu_;
+  std::unique_ptr<quota::QuotaEngine> qe_;
   std::map<std::string, Job> jobs_;          // by id
   std::vector<std::string> order_;           // job ids in submit order
+  std::map<int, std::string> by_handle_;     // quota handle -> job id
   // Ids of the jobs not yet ended, in submit order: what every per-heartbeat, per-tick and
-  // per-pass scan walks, so their cost follows the live jobs, not all jobs ever submitted. Ended
-  // jobs never return to life; they are dropped from here lazily, by the next scan.
+  // per-pass scan walks. Ended jobs are dropped from here lazily, by the next scan.
   std::vector<std::string> live_;
-  // The live jobs' ids in submit order, after dropping those that have ended (a copy: the caller
-  // may end jobs while walking it).
-  std::vector<std::string> LiveIdsLocked() {
-    live_.erase(std::remove_if(live_.begin(), live_.end(), [&](const std::string& id) { return Ended(jobs_[id]); }),
-                live_.end());
-    return live_;
-  }
-  template <typename F>
-  void ForLiveLocked(F&& f) {
-    for (const std::string& id : LiveIdsLocked()) f(jobs_[id]);
-  }
-  static bool Ended(const Job& j) {
-    return j.rec.state == "succeeded" || j.rec.state == "failed" || j.rec.state == "cancelled" || j.rec.state == "lost";
-  }
+  std::vector<std::string> LiveIdsLocked();
   std::map<std::string, NodeInfo> nodes_;    // by name
   int64_t next_job_ = 1;
+  int64_t last_cycle_ms_ = 0;
+  bool cycle_wanted_ = true;
+  Status broken_;  // set when a reload after a failed commit failed too: nothing is served
   std::vector<std::shared_ptr<PendingSubmit>> submit_batch_;  // prepared, waiting for a commit
-  std::vector<std::shared_ptr<PendingSubmit>> committing_batch_;  // being committed by the leader
   bool committing_ = false;                                    // a leader is committing a batch
   std::condition_variable commit_cv_;                          // a batch commit has ended
-  std::unique_ptr<sched::Scheduler> sched_;
-  std::vector<std::string> sched_nodes_;     // node index in the scheduler -> name
-  bool sched_dirty_ = true;
-  bool capacity_changed_ = true;
   std::map<std::string, std::unique_ptr<backends::Backend>> backends_;  // by name
   std::mutex backend_mu_;   // serializes backend passes (held without mu_ while commands run)
   int64_t last_poll_ms_ = 0;
@@ -216,11 +239,9 @@ class Engine {
     MilliCpu cpu_total = 0, cpu_allocated = 0;
     int64_t workers = 0, pending = 0;
   };
-  void SampleUtilizationLocked();
   std::deque<UtilizationSample> utilization_;
   int64_t last_sample_ms_ = 0;
   static constexpr size_t kMaxSamples = 8640;
-  std::map<std::string, Resources> group_usage_;  // what each group holds, kept incrementally  // something was freed or added since the last full pass
 };
 
 }  // namespace tessera::api

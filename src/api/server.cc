@@ -1,5 +1,7 @@
 #include "api/server.h"
 
+#include <cstdio>
+
 #include <algorithm>
 
 #include <httplib.h>
@@ -223,8 +225,15 @@ Result<int> ApiServer::Bind(const std::string& host, int port) {
 
 void ApiServer::Run(int tick_ms) {
   ticker_ = std::thread([this, tick_ms] {
+    std::string last_error;
     while (!stop_.load()) {
-      (void)engine_->Tick();
+      Status st = engine_->Tick();
+      // Say once what went wrong (and once that it stopped), not every tick.
+      std::string now = st.ok() ? "" : st.message();
+      if (now != last_error) {
+        std::fprintf(stderr, "tessera serve: %s\n", now.empty() ? "the periodic pass works again" : ("periodic pass failed: " + now).c_str());
+        last_error = now;
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(tick_ms));
     }
   });

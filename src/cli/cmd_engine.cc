@@ -114,12 +114,15 @@ groups:
   - name: production
     reservation: {gpu: 1}
     limit: {gpu: 2}
+grace: 10s
 pools:
-  - {name: local, forms: [whole, share]}
+  - {name: default, forms: [whole, partition, share]}
 profiles:
-  - {name: notebook, gpus: 1, gpu_memory: 8GiB, max_gpu_memory: 16GiB, cpu: 500m, memory: 1GiB, forms: [share]}
-  - {name: inference, gpus: 1, gpu_memory: 20GiB, max_gpu_memory: 40GiB, cpu: 500m, memory: 2GiB, forms: [share, whole]}
+  - {name: notebook, gpus: 1, gpu_fraction: 0.1, gpu_memory: 8GiB, max_gpu_memory: 16GiB, cpu: 500m, memory: 1GiB, forms: [share]}
+  - {name: inference, gpus: 1, gpu_fraction: 0.1, gpu_memory: 20GiB, max_gpu_memory: 40GiB, cpu: 500m, memory: 2GiB, forms: [partition, share, whole]}
   - {name: training, gpus: 1, max_gpus: 2, cpu: 500m, memory: 2GiB, forms: [whole]}
+class_forms:
+  inference: [partition, share, whole]
 queues:
   - {name: notebooks, profile: notebook, groups: [research], priority: 10, class: interactive, preemptible: true}
   - {name: inference, profile: inference, groups: [research, production], priority: 20, class: inference}
@@ -226,19 +229,32 @@ std::string Age(int64_t since_ms) {
 }
 
 
+// "gpu-0:1" or "gpu-0:0[1g.10gb@6]", gang parts joined by "+".
 std::string Placement(const Json& j) {
   if (!j.contains("placement")) return "-";
   const Json& p = j["placement"];
-  std::string devs;
-  for (const auto& d : p["devices"]) devs += (devs.empty() ? "" : ",") + std::to_string(d["index"].get<int>());
-  return p["node"].get<std::string>() + (devs.empty() ? "" : ":" + devs);
+  std::string out, node;
+  for (const auto& d : p["devices"]) {
+    const std::string n = d.value("node", p["node"].get<std::string>());
+    if (n != node) out += (out.empty() ? "" : "+") + n + ":";
+    else out += ",";
+    node = n;
+    out += std::to_string(d["index"].get<int>());
+    if (d.contains("partition")) out += "[" + d["partition"].get<std::string>() + "]";
+  }
+  return out.empty() ? p["node"].get<std::string>() : out;
 }
 
 std::vector<std::string> JobRow(const Json& j) {
   const Json& s = j["spec"];
-  std::string need = s["gpus"].get<int>() == 0 ? "cpu"
-                     : s["form"] == "share" ? "share " + FormatMiB(s["gpu_memory_mib"].get<int64_t>())
-                                            : std::to_string(s["gpus"].get<int>()) + " whole";
+  const std::string form = j.contains("placement") ? j["placement"].value("form", "") : s.value("form", "");
+  const int gpus = s.value("gpus", 0);
+  const MiB mem = s.value("gpu_memory_mib", int64_t{0});
+  std::string need = gpus == 0               ? "cpu"
+                     : form == "share"       ? "share " + FormatMiB(mem)
+                     : form == "partition"   ? "partition " + FormatMiB(mem)
+                     : form == "whole"       ? std::to_string(gpus) + " whole"
+                                             : std::to_string(gpus) + " gpu" + (mem > 0 ? " " + FormatMiB(mem) : "");
   return {j["id"], j["state"], j["queue"], j["group"], need, Placement(j), Age(j["submit_ms"].get<int64_t>()),
           j.value("reason", "")};
 }
@@ -263,6 +279,7 @@ void RegisterEngineCommands(CLI::App& app, CommandContext& ctx) {
     cmd->add_option("--server", o->control_plane_url, "control plane URL (default $TESSERA_URL)");
     cmd->add_option("--token", o->token, "agent token (default $TESSERA_TOKEN)");
     cmd->add_option("--node", o->node_name, "node name (default: host name)");
+    cmd->add_option("--pool", o->pool, "scheduling pool the node joins (default: default)");
     cmd->add_option("--simulate", o->simulate, "simulated devices where there is no GPU, e.g. 2xH100-80GB");
     cmd->add_option("--work", o->work_dir, "directory for job output files");
     cmd->add_option("--capgpu", o->capgpu_preload, "libtessera_capgpu.so to preload into shares");
@@ -314,6 +331,8 @@ void RegisterEngineCommands(CLI::App& app, CommandContext& ctx) {
     auto form = std::make_shared<std::string>();
     auto name = std::make_shared<std::string>();
     auto gpus = std::make_shared<int>(-1);
+    auto walltime = std::make_shared<std::string>();
+    auto gpu_fraction = std::make_shared<std::string>();
     auto env = std::make_shared<std::vector<std::string>>();
     auto command = std::make_shared<std::vector<std::string>>();
     cmd->add_option("--queue", *queue, "execution queue")->required();
@@ -322,7 +341,9 @@ void RegisterEngineCommands(CLI::App& app, CommandContext& ctx) {
     cmd->add_option("--cpu", *cpu, "CPU cores, e.g. 2 or 500m");
     cmd->add_option("--memory", *memory, "host memory, e.g. 4GiB");
     cmd->add_option("--class", *job_class, "training, inference, interactive, ci, batch");
-    cmd->add_option("--form", *form, "whole or share (if the queue allows it)");
+    cmd->add_option("--gpu-fraction", *gpu_fraction, "compute share of one GPU, e.g. 0.25");
+    cmd->add_option("--form", *form, "whole, partition or share (if the queue's policy allows it)");
+    cmd->add_option("--walltime", *walltime, "declared run time, e.g. 2h (lets it backfill)");
     cmd->add_option("--name", *name, "a name for people");
     cmd->add_option("--env", *env, "NAME=VALUE for the job's environment (repeatable)");
     cmd->add_option("command", *command, "the command after --")->required();
@@ -339,6 +360,8 @@ void RegisterEngineCommands(CLI::App& app, CommandContext& ctx) {
       if (!memory->empty()) body["memory"] = *memory;
       if (!job_class->empty()) body["class"] = *job_class;
       if (!form->empty()) body["form"] = *form;
+      if (!gpu_fraction->empty()) body["gpu_fraction"] = *gpu_fraction;
+      if (!walltime->empty()) body["walltime"] = *walltime;
       if (!name->empty()) body["name"] = *name;
       if (!env->empty()) {
         Json e = Json::object();

@@ -13,6 +13,8 @@
 #include <unordered_map>
 
 #include "model/quantity.h"
+#include "policy/policy_yaml.h"
+#include "policy/yaml_fields.h"
 
 namespace tessera::sim {
 namespace {
@@ -20,150 +22,34 @@ namespace {
 using tessera::AllocationForm;
 using quota::WorkloadClass;
 
-// --- YAML helpers: every error names the field path.
-
-std::string Scalar(const YAML::Node& n) { return n.as<std::string>(); }
-
-Status FieldError(const std::string& field, const std::string& what) {
-  return Status::InvalidArgument(field + ": " + what);
-}
-
-Result<int64_t> GetDuration(const YAML::Node& n, const std::string& field) {
-  if (!n.IsScalar()) return FieldError(field, "expected a duration such as 30s or 2h");
-  auto d = ParseDuration(Scalar(n));
-  if (!d.ok()) return FieldError(field, d.status().message());
-  return *d;
-}
-
-Result<MiB> GetMemory(const YAML::Node& n, const std::string& field) {
-  if (!n.IsScalar()) return FieldError(field, "expected a quantity such as 8GiB");
-  auto m = ParseMemoryMiB(Scalar(n));
-  if (!m.ok()) return FieldError(field, m.status().message());
-  return *m;
-}
-
-Result<int64_t> GetMilli(const YAML::Node& n, const std::string& field) {
-  if (!n.IsScalar()) return FieldError(field, "expected a number such as 0.25 or 500m");
-  auto m = ParseMilli(Scalar(n));
-  if (!m.ok()) return FieldError(field, m.status().message());
-  return *m;
-}
-
-Result<int64_t> GetInt(const YAML::Node& n, const std::string& field) {
-  if (!n.IsScalar()) return FieldError(field, "expected a whole number");
-  auto m = ParseNonNegativeInt(Scalar(n));
-  if (!m.ok()) return FieldError(field, m.status().message());
-  return *m;
-}
-
-Result<bool> GetBool(const YAML::Node& n, const std::string& field) {
-  std::string s = n.IsScalar() ? Scalar(n) : "";
-  if (s == "true" || s == "yes") return true;
-  if (s == "false" || s == "no") return false;
-  return FieldError(field, "expected true or false");
-}
-
-Result<std::vector<std::string>> GetStrings(const YAML::Node& n, const std::string& field) {
-  std::vector<std::string> out;
-  if (n.IsScalar()) {
-    out.push_back(Scalar(n));
-    return out;
-  }
-  if (!n.IsSequence()) return FieldError(field, "expected a list");
-  for (const auto& x : n) {
-    if (!x.IsScalar()) return FieldError(field, "expected a list of names");
-    out.push_back(Scalar(x));
-  }
-  return out;
-}
-
-Result<std::vector<AllocationForm>> GetForms(const YAML::Node& n, const std::string& field) {
-  auto names = GetStrings(n, field);
-  if (!names.ok()) return names.status();
-  std::vector<AllocationForm> out;
-  for (const std::string& s : *names) {
-    auto f = quota::ParseAllocationForm(s);
-    if (!f.ok()) return FieldError(field, f.status().message());
-    out.push_back(*f);
-  }
-  return out;
-}
-
-// Checks that a map has only known keys, so a typo is an error rather than a silent default.
-Status KnownKeys(const YAML::Node& n, const std::string& field,
-                 std::initializer_list<const char*> keys) {
-  if (!n.IsMap()) return FieldError(field, "expected a map");
-  for (const auto& kv : n) {
-    std::string k = Scalar(kv.first);
-    bool known = false;
-    for (const char* x : keys) known = known || k == x;
-    if (!known) return FieldError(field, "unknown key '" + k + "'");
-  }
-  return Status::Ok();
-}
-
-#define TRY_ASSIGN(lhs, expr)          \
-  do {                                 \
-    auto _r = (expr);                  \
-    if (!_r.ok()) return _r.status();  \
-    lhs = *_r;                         \
-  } while (0)
-#define TRY(expr)                 \
-  do {                            \
-    Status _s = (expr);           \
-    if (!_s.ok()) return _s;      \
-  } while (0)
-
-Result<Resources> GetResources(const YAML::Node& n, const std::string& field, Resources r) {
-  TRY(KnownKeys(n, field, {"gpu", "gpu_memory", "cpu", "memory"}));
-  if (n["gpu"]) TRY_ASSIGN(r.gpu_milli, GetMilli(n["gpu"], field + ".gpu"));
-  if (n["gpu_memory"]) TRY_ASSIGN(r.gpu_memory_mib, GetMemory(n["gpu_memory"], field + ".gpu_memory"));
-  if (n["cpu"]) TRY_ASSIGN(r.cpu_milli, GetMilli(n["cpu"], field + ".cpu"));
-  if (n["memory"]) TRY_ASSIGN(r.memory_mib, GetMemory(n["memory"], field + ".memory"));
-  return r;
-}
-
-Result<quota::ClassForms> GetClassForms(const YAML::Node& n, const std::string& field,
-                                        quota::ClassForms cf) {
-  if (!n.IsMap()) return FieldError(field, "expected a map of class to forms");
-  for (const auto& kv : n) {
-    std::string k = Scalar(kv.first);
-    auto c = quota::ParseWorkloadClass(k);
-    if (!c.ok()) return FieldError(field, c.status().message());
-    TRY_ASSIGN(cf.table[static_cast<int>(*c)], GetForms(kv.second, field + "." + k));
-  }
-  return cf;
-}
-
-std::string Name(const YAML::Node& n, size_t i) {
-  return n["name"] && n["name"].IsScalar() ? Scalar(n["name"]) : std::to_string(i);
-}
+using policy::EntryName;
+using policy::FieldError;
+using policy::GetBool;
+using policy::GetDuration;
+using policy::GetForms;
+using policy::GetInt;
+using policy::GetMemory;
+using policy::GetMilli;
+using policy::GetStrings;
+using policy::KnownKeys;
+using policy::Scalar;
+#define TRY TESSERA_TRY
+#define TRY_ASSIGN TESSERA_TRY_ASSIGN
 
 Result<Scenario> Parse(const YAML::Node& root) {
   Scenario s;
-  TRY(KnownKeys(root, "scenario",
-                {"name", "until", "cycle", "grace", "fair_share_half_life", "repartition",
-                 "repartition_horizon", "nodes", "pools", "groups", "profiles", "queues",
-                 "class_forms", "workload", "compare_with"}));
+  policy::PolicyKeys keys;
+  keys.extra_root = {"name", "until", "cycle", "nodes", "workload", "compare_with"};
+  TRY_ASSIGN(s.policy, policy::ParsePolicy(root, keys));
   s.name = root["name"] ? Scalar(root["name"]) : "scenario";
   if (root["until"]) TRY_ASSIGN(s.until_s, GetDuration(root["until"], "until"));
   if (root["cycle"]) TRY_ASSIGN(s.cycle_s, GetDuration(root["cycle"], "cycle"));
   if (s.cycle_s <= 0) return FieldError("cycle", "must be positive");
   quota::PolicySpec& p = s.policy;
-  if (root["grace"]) TRY_ASSIGN(p.grace_seconds, GetDuration(root["grace"], "grace"));
-  if (root["fair_share_half_life"]) {
-    TRY_ASSIGN(p.fair_share_half_life_s,
-               GetDuration(root["fair_share_half_life"], "fair_share_half_life"));
-  }
-  if (root["repartition"]) TRY_ASSIGN(p.repartition, GetBool(root["repartition"], "repartition"));
-  if (root["repartition_horizon"]) {
-    TRY_ASSIGN(p.repartition_horizon_s,
-               GetDuration(root["repartition_horizon"], "repartition_horizon"));
-  }
   if (!root["nodes"] || !root["nodes"].IsSequence()) return FieldError("nodes", "a list is required");
   for (size_t i = 0; i < root["nodes"].size(); ++i) {
     const YAML::Node n = root["nodes"][i];
-    std::string f = "nodes[" + Name(n, i) + "]";
+    std::string f = "nodes[" + EntryName(n, i) + "]";
     TRY(KnownKeys(n, f, {"name", "count", "pool", "cpu", "memory", "gpu", "mig", "amd_mode"}));
     quota::NodeSpec ns;
     ns.name = n["name"] ? Scalar(n["name"]) : "node" + std::to_string(i);
@@ -189,89 +75,13 @@ Result<Scenario> Parse(const YAML::Node& root) {
       s.nodes.push_back(copy);
     }
   }
-  if (root["pools"]) {
-    for (size_t i = 0; i < root["pools"].size(); ++i) {
-      const YAML::Node n = root["pools"][i];
-      std::string f = "pools[" + Name(n, i) + "]";
-      TRY(KnownKeys(n, f, {"name", "forms"}));
-      quota::PoolSpec ps;
-      ps.name = n["name"] ? Scalar(n["name"]) : "";
-      if (n["forms"]) TRY_ASSIGN(ps.forms, GetForms(n["forms"], f + ".forms"));
-      p.pools.push_back(ps);
-    }
-  }
-  if (root["groups"]) {
-    for (size_t i = 0; i < root["groups"].size(); ++i) {
-      const YAML::Node n = root["groups"][i];
-      std::string f = "groups[" + Name(n, i) + "]";
-      TRY(KnownKeys(n, f, {"name", "parent", "reservation", "limit", "weight"}));
-      quota::GroupSpec g;
-      g.name = n["name"] ? Scalar(n["name"]) : "";
-      if (n["parent"]) g.parent = Scalar(n["parent"]);
-      if (n["reservation"]) {
-        TRY_ASSIGN(g.reservation, GetResources(n["reservation"], f + ".reservation", {}));
-      }
-      if (n["limit"]) {
-        TRY_ASSIGN(g.limit, GetResources(n["limit"], f + ".limit", quota::UnlimitedResources()));
-      }
-      if (n["weight"]) TRY_ASSIGN(g.weight_milli, GetMilli(n["weight"], f + ".weight"));
-      p.groups.push_back(g);
-    }
-  }
-  if (root["profiles"]) {
-    for (size_t i = 0; i < root["profiles"].size(); ++i) {
-      const YAML::Node n = root["profiles"][i];
-      std::string f = "profiles[" + Name(n, i) + "]";
-      TRY(KnownKeys(n, f, {"name", "gpus", "gpu", "gpu_memory", "cpu", "memory", "forms", "pools"}));
-      quota::ProfileSpec pr;
-      pr.name = n["name"] ? Scalar(n["name"]) : "";
-      if (n["gpus"]) {
-        int64_t c = 0;
-        TRY_ASSIGN(c, GetInt(n["gpus"], f + ".gpus"));
-        pr.gpu_count = static_cast<int>(c);
-      }
-      if (n["gpu"]) TRY_ASSIGN(pr.gpu_milli, GetMilli(n["gpu"], f + ".gpu"));
-      if (n["gpu_memory"]) TRY_ASSIGN(pr.gpu_memory_mib, GetMemory(n["gpu_memory"], f + ".gpu_memory"));
-      if (n["cpu"]) TRY_ASSIGN(pr.cpu_milli, GetMilli(n["cpu"], f + ".cpu"));
-      if (n["memory"]) TRY_ASSIGN(pr.memory_mib, GetMemory(n["memory"], f + ".memory"));
-      if (n["forms"]) TRY_ASSIGN(pr.forms, GetForms(n["forms"], f + ".forms"));
-      if (n["pools"]) TRY_ASSIGN(pr.pools, GetStrings(n["pools"], f + ".pools"));
-      p.profiles.push_back(pr);
-    }
-  }
-  if (root["queues"]) {
-    for (size_t i = 0; i < root["queues"].size(); ++i) {
-      const YAML::Node n = root["queues"][i];
-      std::string f = "queues[" + Name(n, i) + "]";
-      TRY(KnownKeys(n, f, {"name", "profile", "groups", "priority", "preemptible", "class"}));
-      quota::QueueSpec q;
-      q.name = n["name"] ? Scalar(n["name"]) : "";
-      if (n["profile"]) q.profile = Scalar(n["profile"]);
-      if (n["groups"]) TRY_ASSIGN(q.groups, GetStrings(n["groups"], f + ".groups"));
-      if (n["priority"]) {
-        int64_t pr = 0;
-        TRY_ASSIGN(pr, GetInt(n["priority"], f + ".priority"));
-        q.priority = static_cast<int>(pr);
-      }
-      if (n["preemptible"]) TRY_ASSIGN(q.preemptible, GetBool(n["preemptible"], f + ".preemptible"));
-      if (n["class"]) {
-        auto c = quota::ParseWorkloadClass(Scalar(n["class"]));
-        if (!c.ok()) return FieldError(f + ".class", c.status().message());
-        q.default_class = *c;
-      }
-      p.queues.push_back(q);
-    }
-  }
-  if (root["class_forms"]) {
-    TRY_ASSIGN(p.class_forms, GetClassForms(root["class_forms"], "class_forms", p.class_forms));
-  }
   if (root["compare_with"]) {
     const YAML::Node n = root["compare_with"];
     TRY(KnownKeys(n, "compare_with", {"name", "class_forms"}));
     if (n["name"]) s.compare_name = Scalar(n["name"]);
     quota::ClassForms cf = p.class_forms;
     if (n["class_forms"]) {
-      TRY_ASSIGN(cf, GetClassForms(n["class_forms"], "compare_with.class_forms", cf));
+      TRY_ASSIGN(cf, policy::GetClassForms(n["class_forms"], "compare_with.class_forms", cf));
     }
     s.compare_forms = cf;
   }
@@ -283,7 +93,7 @@ Result<Scenario> Parse(const YAML::Node& root) {
     std::string f = "workload[" + std::to_string(i) + "]";
     TRY(KnownKeys(n, f,
                   {"queue", "identity", "group", "count", "at", "interval", "duration", "class",
-                   "form", "gpus", "gpu", "gpu_memory", "cpu", "memory", "walltime"}));
+                   "form", "gpus", "gpu_fraction", "gpu_memory", "cpu", "memory", "walltime"}));
     WorkloadEntry w;
     if (!n["queue"]) return FieldError(f + ".queue", "required");
     w.base.queue = Scalar(n["queue"]);
@@ -322,9 +132,9 @@ Result<Scenario> Parse(const YAML::Node& root) {
       TRY_ASSIGN(c, GetInt(n["gpus"], f + ".gpus"));
       w.base.gpu_count = static_cast<int>(c);
     }
-    if (n["gpu"]) {
+    if (n["gpu_fraction"]) {
       int64_t m = 0;
-      TRY_ASSIGN(m, GetMilli(n["gpu"], f + ".gpu"));
+      TRY_ASSIGN(m, GetMilli(n["gpu_fraction"], f + ".gpu_fraction"));
       w.base.gpu_milli = m;
     }
     if (n["gpu_memory"]) {
@@ -392,22 +202,7 @@ struct Arrival {
 
 }  // namespace
 
-Result<int64_t> ParseDuration(std::string_view text) {
-  if (text.empty()) return Status::InvalidArgument("empty duration");
-  int64_t unit = 1;
-  std::string_view num = text;
-  char last = text.back();
-  if (last == 's' || last == 'm' || last == 'h' || last == 'd') {
-    unit = last == 's' ? 1 : last == 'm' ? 60 : last == 'h' ? 3600 : 86400;
-    num = text.substr(0, text.size() - 1);
-  }
-  auto v = ParseMilli(num);
-  if (!v.ok() || *v < 0) {
-    return Status::InvalidArgument("bad duration '" + std::string(text) +
-                                   "' (use 30s, 5m, 2h, 1d or seconds)");
-  }
-  return *v * unit / 1000;
-}
+Result<int64_t> ParseDuration(std::string_view text) { return policy::ParseDuration(text); }
 
 Result<Scenario> ParseScenario(std::string_view yaml_text) {
   YAML::Node root;

@@ -29,7 +29,7 @@ JobSpec TwoDevices() {
   JobSpec spec;
   spec.id = "j-1";
   spec.command = {"true"};
-  spec.devices = {{0, "GPU-aaa", ""}, {1, "GPU-bbb", ""}};
+  spec.devices = {{0, "GPU-aaa", "", ""}, {1, "GPU-bbb", "", ""}};
   return spec;
 }
 
@@ -44,7 +44,7 @@ TEST(AgentJobEnvironment, VisibleDevicesAreTheGrantedUuids) {
 
 TEST(AgentJobEnvironment, MigSliceUsesTheMigUuid) {
   JobSpec spec = TwoDevices();
-  spec.devices = {{0, "GPU-aaa", "MIG-1234"}};
+  spec.devices = {{0, "GPU-aaa", "MIG-1234", ""}};
   auto env = AsMap(BuildJobEnvironment(spec, {}, TmpOpts()));
   EXPECT_EQ(env["CUDA_VISIBLE_DEVICES"], "MIG-1234");
 }
@@ -77,7 +77,7 @@ TEST(AgentJobEnvironment, ShareGetsLimitRegionAndPreloadWhenTheLibraryExists) {
   opts.capgpu_preload = lib;
   opts.region_dir = "/dev/shm";
   JobSpec spec = TwoDevices();
-  spec.devices = {{0, "GPU-aaa", ""}};
+  spec.devices = {{0, "GPU-aaa", "", ""}};
   spec.gpu_memory_limit_bytes = 8589934592;
   auto env = AsMap(BuildJobEnvironment(spec, {"LD_PRELOAD=/other.so"}, opts));
   EXPECT_EQ(env["TESSERA_GPU_MEMORY_LIMIT"], "8589934592");

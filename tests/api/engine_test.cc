@@ -20,7 +20,7 @@ groups:
   - {name: research, reservation: {gpu: 1}, limit: {gpu: 2}}
   - {name: prod}
 profiles:
-  - {name: nb, gpus: 1, gpu_memory: 8GiB, max_gpu_memory: 40GiB, cpu: 1, memory: 1GiB, forms: [share]}
+  - {name: nb, gpus: 1, gpu_fraction: 0.1, gpu_memory: 8GiB, max_gpu_memory: 40GiB, cpu: 1, memory: 1GiB, forms: [share]}
   - {name: train, gpus: 1, max_gpus: 4, cpu: 1, memory: 1GiB, forms: [whole]}
 queues:
   - {name: notebooks, profile: nb, groups: [research], priority: 10, class: interactive}
@@ -82,22 +82,31 @@ TEST_F(EngineTest, ConfigErrorsNameTheField) {
   struct Case {
     std::string yaml, want;
   };
+  const std::string id = "identities: [{name: a, token: aaaaaaaaaa}]\n";
+  const std::string pq = "profiles: [{name: p}]\nqueues: [{name: q, profile: p, groups: [g]}]\n";
   const Case cases[] = {
       {"identities: []", "identities: at least one identity"},
       {"identities: [{name: a, token: short}]", "identities[0].token: too short"},
       {"identities: [{name: a, role: root, token: aaaaaaaaaa}]", "identities[0].role: unknown role 'root'"},
-      {"identities: [{name: a, token: aaaaaaaaaa, groups: [x]}]\nprofiles: []\nqueues: []", "identities[0].groups: unknown group 'x'"},
-      {"identities: [{name: a, token: aaaaaaaaaa}]\nprofiles: [{name: p, forms: [share]}]\nqueues: [{name: q, profile: p}]",
-       "profiles[0].gpu_memory: a share needs a memory cap"},
-      {"identities: [{name: a, token: aaaaaaaaaa}]\nprofiles: [{name: p, forms: [whole]}]\nqueues: [{name: q, profile: nope}]",
-       "queues[0].profile: unknown profile 'nope'"},
-      {"identities: [{name: a, token: aaaaaaaaaa}]\ngroups: [{name: g, reservation: {gpu: 4}, limit: {gpu: 2}}]",
-       "groups[0].reservation.gpu: above the limit"},
-      {"identities: [{name: a, token: aaaaaaaaaa}]\ngroups: [{name: g, limit: {gpu: lots}}]", "groups[0].limit.gpu"},
-      {"identities: [{name: a, token: aaaaaaaaaa}]\nbogus: 1", "config.bogus: unknown field"},
-      {"identities: [{name: a, token: aaaaaaaaaa}]\nbackend_nice: 20", "backend_nice: must be an integer from 0 to 19"},
-      {"identities: [{name: a, token: aaaaaaaaaa}]\nbackend_nice: low", "backend_nice: must be an integer from 0 to 19"},
-      {"identities: [{name: a, token: aaaaaaaaaa}]\nutilization_sample: 0s", "utilization_sample: must be positive"},
+      {"identities: [{name: a, token: aaaaaaaaaa, groups: [x]}]\ngroups: [{name: g}]\n" + pq,
+       "identities[0].groups: unknown group 'x'"},
+      {id + "groups: [{name: g}]\nprofiles: [{name: p, forms: [share]}]\nqueues: [{name: q, profile: p, groups: [g]}]",
+       "profiles[p].gpu_memory: a share needs a memory cap"},
+      {id + "groups: [{name: g}]\nprofiles: [{name: p, forms: [whole]}]\nqueues: [{name: q, profile: nope, groups: [g]}]",
+       "queues[q].profile 'nope' is not a profile"},
+      {id + "groups: [{name: g, reservation: {gpu: 4}, limit: {gpu: 2}}]\n" + pq,
+       "groups[g].reservation.gpu exceeds its limit"},
+      {id + "groups: [{name: g, limit: {gpu: lots}}]\n" + pq, "groups[g].limit.gpu"},
+      {id + "groups: [{name: g}]\n" + pq + "bogus: 1", "unknown key 'bogus'"},
+      {id + "groups: [{name: g}]\nprofiles: [{name: p, gpu_fraction: 2}]\nqueues: [{name: q, profile: p, groups: [g]}]",
+       "profiles[p].gpu_fraction must be a fraction of at most 1"},
+      {id + "groups: [{name: g}]\n" + pq + "class_forms: {training: [slices]}", "class_forms.training"},
+      {id + "groups: [{name: g}]\nprofiles: [{name: p}]\nqueues: [{name: q, profile: p, groups: [g], backend: lsf}]",
+       "queues[q].backend: unknown backend 'lsf'"},
+      {id, "queues: at least one queue"},
+      {id + "backend_nice: 20", "backend_nice: must be an integer from 0 to 19"},
+      {id + "backend_nice: low", "backend_nice: must be an integer from 0 to 19"},
+      {id + "utilization_sample: 0s", "utilization_sample: must be positive"},
       {"{{{", "not valid YAML"},
   };
   for (const Case& c : cases) {
@@ -121,13 +130,13 @@ TEST_F(EngineTest, BadSubmissionsAreRefusedAndChangeNothing) {
       {"alice", {{"queue", "notebooks"}}, StatusCode::kInvalidArgument, "'command' is required"},
       {"alice", {{"queue", "notebooks"}, {"command", Json::array()}}, StatusCode::kInvalidArgument, "must not be empty"},
       {"alice", {{"queue", "notebooks"}, {"command", {"true"}}, {"gpu_memory", "99GiB"}}, StatusCode::kInvalidArgument,
-       "no profile allows 99GiB"},
+       "allows at most 40GiB of GPU memory"},
       {"alice", {{"queue", "notebooks"}, {"command", {"true"}}, {"gpu_memory", "8"}}, StatusCode::kInvalidArgument,
        "needs a unit"},
       {"alice", {{"queue", "training"}, {"command", {"true"}}, {"gpus", 9}}, StatusCode::kInvalidArgument,
-       "no profile allows 9 GPUs"},
+       "allows at most 4 GPUs"},
       {"alice", {{"queue", "notebooks"}, {"command", {"true"}}, {"form", "whole"}}, StatusCode::kInvalidArgument,
-       "does not grant the form 'whole'"},
+       "form whole is not allowed for class interactive"},
       {"alice", {{"queue", "notebooks"}, {"command", {"true"}}, {"colour", "red"}}, StatusCode::kInvalidArgument,
        "unknown field 'colour'"},
       {"bob", {{"queue", "notebooks"}, {"command", {"true"}}}, StatusCode::kPermissionDenied, "may not submit"},
@@ -237,7 +246,8 @@ TEST_F(EngineTest, SharesPackByMemoryAndGroupsStopAtTheirLimit) {
   EXPECT_EQ(placed, 5);
   Json sixth = *engine_->GetJob(Who("alice"), ids[5]);
   EXPECT_EQ(sixth["state"], "pending");
-  EXPECT_NE(sixth["reason"].get<std::string>().find("GpuFit"), std::string::npos) << sixth["reason"];
+  EXPECT_EQ(sixth["wait"]["step"], "Placement") << sixth.dump();
+  EXPECT_NE(sixth["reason"].get<std::string>().find("no room for 1 x share"), std::string::npos) << sixth["reason"];
   Json nodes = *engine_->Nodes(Who("admin"));
   EXPECT_EQ(nodes["nodes"][0]["devices"][0]["gpu_memory_mib_used"], 5 * 16384);
   EXPECT_EQ(nodes["nodes"][0]["devices"][0]["holders"].size(), 5u);
@@ -247,7 +257,8 @@ TEST_F(EngineTest, SharesPackByMemoryAndGroupsStopAtTheirLimit) {
   std::string t = Submit("alice", {{"queue", "training"}, {"command", {"true"}}, {"gpus", 2}})["id"];
   Json tj = *engine_->GetJob(Who("alice"), t);
   EXPECT_EQ(tj["state"], "pending");
-  EXPECT_NE(tj["reason"].get<std::string>().find("at its limit"), std::string::npos) << tj["reason"];
+  EXPECT_EQ(tj["wait"]["step"], "Admission") << tj.dump();
+  EXPECT_NE(tj["reason"].get<std::string>().find("group research at its gpu limit"), std::string::npos) << tj["reason"];
   ASSERT_TRUE(engine_->CheckInvariants().ok());
 }
 

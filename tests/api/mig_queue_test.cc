@@ -130,8 +130,8 @@ TEST(ExampleConfig, SlurmExampleLoads) {
   std::filesystem::current_path(cwd);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   ASSERT_NE(c->FindQueue("inference"), nullptr);
-  EXPECT_EQ(c->FindQueue("inference")->mig_model, "A100-80GB");
-  EXPECT_EQ(c->FindQueue("batch-pbs")->backend, "pbs");
+  EXPECT_EQ(c->FindRoute("inference")->mig_model, "A100-80GB");
+  EXPECT_EQ(c->FindRoute("batch-pbs")->backend, "pbs");
   // Its inference queue (class inference, profile forms [share, partition]) grants a MIG instance
   // by default, the smallest A100-80GB profile with the profile's 10GiB: 1g.20gb; a share on ask.
   const std::string dir = ::testing::TempDir() + "/example_" + std::to_string(::getpid());

@@ -125,7 +125,7 @@ TEST(QuotaPolicy, ValidationNamesTheField) {
       {"profile pool", [](PolicySpec& p) { p.profiles[0].pools = {"gone"}; },
        "profiles[gpu1].pools: 'gone' is not a pool"},
       {"fraction with count", [](PolicySpec& p) { p.profiles[1].gpu_count = 2; },
-       "profiles[part8].gpu: a fraction needs gpu_count 1"},
+       "profiles[part8].gpu_fraction: a fraction needs gpu_count 1"},
       {"class with no acceptable form", [](PolicySpec& p) { p.profiles[0].forms = {F::kShare}; },
        "queues[train].class: class training allows whole but profile 'gpu1' accepts share"},
       {"weight", [](PolicySpec& p) { p.groups[1].weight_milli = 0; },

@@ -66,6 +66,9 @@ struct JobSpec {
   std::optional<MilliCpu> cpu_milli;
   std::optional<MiB> memory_mib;
   int64_t walltime_s = 0;  // declared run time, used by backfill; 0 = unknown
+  // Re-entering a job already accepted once (a control plane reloading its store): skips the
+  // "never schedulable" check, which depends on the nodes known at the time.
+  bool restoring = false;
 };
 
 enum class JobState { kPending, kRunning, kTerminating, kDone, kRejected };
@@ -99,6 +102,8 @@ struct GrantView {
   std::string slot;  // partition name ("1g.10gb@3", "CPX#2"); empty for whole and device shares
   MilliGpu compute = 0;
   MiB memory = 0;
+  MilliCpu cpu = 0;     // host CPU held with it
+  MiB host_memory = 0;  // host memory held with it
 };
 
 struct JobView {
@@ -134,6 +139,28 @@ struct CycleStats {
 
 struct EngineOptions {
   bool check_invariants_each_step = false;  // after every cycle, completion and submit
+  // A preempted job's capacity returns when its processes are reported gone (Stopped()), not
+  // when the grace ends: what a control plane with real processes needs. The simulator leaves
+  // this off and lets the grace end it.
+  bool await_stop = false;
+};
+
+// A partition as a device holds it, for views and for the agents that create it.
+struct SlotView {
+  std::string name;     // "1g.10gb@3", "CPX#2"
+  std::string profile;  // "1g.10gb", "CPX"
+  int start = 0;
+  std::string holder;   // job id, empty when free
+};
+
+struct DeviceView {
+  std::string node;
+  int index = 0;
+  bool mig = false;
+  std::string amd_pair;            // "CPX+NPS4"; empty for non-AMD
+  std::vector<SlotView> slots;     // live partitions
+  bool draining = false;           // a new layout waits for the device (or node) to empty
+  std::string plan;                // why, while draining
 };
 
 class QuotaEngine {
@@ -148,9 +175,30 @@ class QuotaEngine {
   // queue, a group the queue does not allow, a form the policy forbids, or a request no device
   // of the profile's pools could ever hold. Returns the job's handle.
   virtual Result<int> Submit(const JobSpec& job, int64_t now) = 0;
+  // What Submit would refuse, without submitting (kInvalidArgument with the reason).
+  virtual Status Check(const JobSpec& job) const = 0;
   // The job finished; its capacity returns at once. REQUIRES: running or terminating.
   virtual void Complete(int job, int64_t now) = 0;
   virtual CycleStats RunCycle(int64_t now) = 0;
+
+  // --- Driven from a control plane (nodes come and go, jobs are cancelled and lost).
+  // Adds a node (its index), or brings back a down node of the same name and inventory. A node of
+  // that name with another inventory is retired (it must hold nothing) and replaced.
+  virtual Result<int> AddNode(const NodeSpec& node, int64_t now) = 0;
+  // A down node takes no new work; what it held must be requeued or ended by the caller.
+  virtual void SetNodeDown(const std::string& node, bool down) = 0;
+  // Withdraws a pending job or ends a held one (its capacity returns at once).
+  virtual void Cancel(int job, int64_t now, const std::string& why) = 0;
+  // A held job goes back to pending, keeping its submit time (its node was lost).
+  virtual void Requeue(int job, int64_t now, const std::string& why) = 0;
+  // A terminating job's processes are gone: it returns to pending now (see await_stop).
+  virtual void Stopped(int job, int64_t now) = 0;
+  // Re-enters a held allocation after a restart: `grants` as job(handle).grants listed them.
+  // Partitions named in the grants are re-created on their devices. Fails, changing nothing, when
+  // the capacity is not free or the grant does not fit the device.
+  virtual Status Restore(int job, AllocationForm form, const std::vector<GrantView>& grants,
+                         bool borrowed, bool terminating, int64_t now) = 0;
+  virtual DeviceView device(const std::string& node, int index) const = 0;
 
   // OK, or the first violation: a device, partition or share over capacity; a group over a
   // limit; something running without an admission event or without identity and group.

@@ -135,16 +135,26 @@ Status Validate(const PolicySpec& p) {
     }
     if (pr.gpu_count < 0) return Status::InvalidArgument(field + ".gpu_count is negative");
     if (pr.gpu_milli < 0 || pr.gpu_milli > kWholeGpu) {
-      return Status::InvalidArgument(field + ".gpu must be a fraction of at most 1 per device");
+      return Status::InvalidArgument(field + ".gpu_fraction must be a fraction of at most 1 per device");
     }
     if (pr.gpu_count > 1 && pr.gpu_milli != kWholeGpu) {
-      return Status::InvalidArgument(field + ".gpu: a fraction needs gpu_count 1");
+      return Status::InvalidArgument(field + ".gpu_fraction: a fraction needs gpu_count 1");
     }
     if (pr.gpu_count > 0 && pr.gpu_milli == 0) {
-      return Status::InvalidArgument(field + ".gpu is zero with gpu_count > 0");
+      return Status::InvalidArgument(field + ".gpu_fraction is zero with gpu_count > 0");
     }
     if (pr.gpu_memory_mib < 0 || pr.cpu_milli < 0 || pr.memory_mib < 0) {
       return Status::InvalidArgument(field + " has a negative amount");
+    }
+    if (std::find(pr.forms.begin(), pr.forms.end(), AllocationForm::kShare) != pr.forms.end() &&
+        pr.gpu_count > 0 && pr.gpu_memory_mib == 0) {
+      return Status::InvalidArgument(field + ".gpu_memory: a share needs a memory cap");
+    }
+    if (pr.max_gpus != 0 && pr.max_gpus < pr.gpu_count) {
+      return Status::InvalidArgument(field + ".max_gpus is below gpus");
+    }
+    if (pr.max_gpu_memory_mib != 0 && pr.max_gpu_memory_mib < pr.gpu_memory_mib) {
+      return Status::InvalidArgument(field + ".max_gpu_memory is below gpu_memory");
     }
     for (const std::string& pool : pr.pools) {
       if (!pools.count(pool)) {

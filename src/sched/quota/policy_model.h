@@ -59,6 +59,8 @@ struct ProfileSpec {
   MiB memory_mib = 0;
   std::vector<AllocationForm> forms;  // acceptable, in order of preference; empty = any
   std::vector<std::string> pools;     // pools to draw from; empty = every pool
+  int max_gpus = 0;                   // the most a job may ask for; 0 = no cap of its own
+  MiB max_gpu_memory_mib = 0;         // the most per device a job may ask for; 0 = no cap
 };
 
 struct QueueSpec {
@@ -68,6 +70,9 @@ struct QueueSpec {
   int priority = 0;                 // higher runs first
   bool preemptible = false;
   WorkloadClass default_class = WorkloadClass::kBatch;
+  // Placed by another scheduler (Slurm, PBS): the cycle admits its jobs against the same limits
+  // and charges their request, but places nothing on the engine's nodes and never preempts them.
+  bool external = false;
 };
 
 // Class -> forms, in order of preference. The default: training gets whole devices; inference

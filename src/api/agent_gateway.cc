@@ -1,0 +1,278 @@
+// The node agents' side: registration (a node joins the scheduler's cluster), heartbeats (exits
+// and running jobs in; start and stop orders out), node loss, and job output uploads.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "api/engine.h"
+#include "model/quantity.h"
+
+namespace tessera::api {
+
+Result<Json> Engine::RegisterNode(const Identity& who, const Json& body) {
+  if (who.role != Role::kAgent && who.role != Role::kAdmin) return Status::PermissionDenied("only agents register nodes");
+  if (!body.is_object() || !body.contains("node") || !body["node"].is_string() || body["node"].get<std::string>().empty()) {
+    return Status::InvalidArgument("'node' is required");
+  }
+  auto number = [&](const char* key) -> int64_t {
+    return body.contains(key) && body[key].is_number_integer() ? body[key].get<int64_t>() : 0;
+  };
+  NodeInfo n;
+  n.name = body["node"].get<std::string>();
+  n.pool = body.contains("pool") && body["pool"].is_string() ? body["pool"].get<std::string>() : "default";
+  n.cpu_milli = number("cpu_milli");
+  n.memory_mib = number("memory_mib");
+  n.simulated = body.contains("simulated") && body["simulated"].is_boolean() && body["simulated"].get<bool>();
+  if (n.cpu_milli <= 0 || n.memory_mib <= 0) return Status::InvalidArgument("'cpu_milli' and 'memory_mib' must be positive integers");
+  if (body.contains("devices")) {
+    if (!body["devices"].is_array()) return Status::InvalidArgument("'devices' must be a list");
+    for (const auto& d : body["devices"]) {
+      if (!d.is_object()) return Status::InvalidArgument("each device must be an object");
+      auto str = [&](const char* key) { return d.contains(key) && d[key].is_string() ? d[key].get<std::string>() : ""; };
+      DeviceInfo di{d.contains("index") && d["index"].is_number_integer() ? d["index"].get<int>() : -1, str("model"),
+                    d.contains("memory_mib") && d["memory_mib"].is_number_integer() ? d["memory_mib"].get<int64_t>() : 0,
+                    str("uuid"), d.contains("simulated") && d["simulated"].is_boolean() && d["simulated"].get<bool>()};
+      if (di.model.empty() || di.memory_mib <= 0) return Status::InvalidArgument("each device needs 'model' and 'memory_mib'");
+      if (di.index != static_cast<int>(n.devices.size())) return Status::InvalidArgument("device indices must be 0, 1, 2, ...");
+      if (!n.devices.empty() && (di.model != n.devices[0].model || di.memory_mib != n.devices[0].memory_mib)) {
+        return Status::InvalidArgument("node '" + n.name + "' mixes GPU models (" + n.devices[0].model + ", " + di.model +
+                                       "): run one agent per model with --node names of their own");
+      }
+      n.devices.push_back(di);
+    }
+  }
+  if (n.devices.size() > 64) return Status::InvalidArgument("too many devices (at most 64)");
+  quota::NodeSpec spec;
+  spec.name = n.name;
+  spec.pool = n.pool;
+  spec.cpu_milli = n.cpu_milli;
+  spec.memory_mib = n.memory_mib;
+  spec.gpu_count = static_cast<int>(n.devices.size());
+  if (!n.devices.empty()) {
+    spec.gpu_model = n.devices[0].model;
+    spec.gpu_memory_mib = n.devices[0].memory_mib;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!broken_.ok()) return broken_;
+  auto added = qe_->AddNode(spec, NowS());
+  if (!added.ok()) return Status::InvalidArgument("node '" + n.name + "': " + added.status().message());
+  n.last_heartbeat_ms = clock_();
+  Json inv = body;
+  inv["node"] = n.name;
+  inv["pool"] = n.pool;
+  auto names = store_->GetSetting("nodes");
+  Status st = names.status();
+  Json list = st.ok() && names->has_value() ? Json::parse(**names, nullptr, false) : Json::array();
+  if (!list.is_array()) list = Json::array();
+  if (std::find(list.begin(), list.end(), Json(n.name)) == list.end()) list.push_back(n.name);
+  if (st.ok()) st = store_->PutSetting("node/" + n.name, inv.dump());
+  if (st.ok()) st = store_->PutSetting("nodes", list.dump());
+  auto old = nodes_.find(n.name);
+  Batch b;
+  b.Add(MakeEvent(who.name, "node.registered", n.name, "", {{"devices", n.devices.size()}, {"simulated", n.simulated}}),
+        nullptr);
+  if (old != nodes_.end() && old->second.lost) {
+    b.Add(MakeEvent(who.name, "node.returned", n.name, "registered again after loss"), nullptr);
+  }
+  nodes_[n.name] = n;
+  cycle_wanted_ = true;
+  if (!st.ok()) return ReloadLocked(st);
+  st = CommitLocked(b);
+  if (!st.ok()) return st;
+  return Json{{"ok", true}, {"heartbeat_ms", 1000}};
+}
+
+void Engine::FinishPartLocked(Job& j, const std::string& node, int code, int sig, Batch& b) {
+  j.parts_done.insert(node);
+  bool all_done = true;
+  for (const std::string& n : NodesOf(j)) all_done = all_done && j.parts_done.count(n);
+  const bool failed = code != 0 || sig != 0;
+  const std::string actor = "agent:" + node;
+  if (j.rec.state == "preempting") {
+    if (!all_done) return;
+    const size_t mark = qe_->events().size();
+    qe_->Stopped(j.handle, NowS());
+    TranslateLocked(mark, b);  // job.requeued: pending again, its submit time kept
+    cycle_wanted_ = true;
+    return;
+  }
+  if (!all_done && !failed && !j.cancel_requested) {
+    b.Add(MakeEvent(actor, "job.part_finished", j.rec.id, "part on " + node + " ended"), &j);
+    return;
+  }
+  std::string state = j.cancel_requested ? "cancelled" : failed ? "failed" : "succeeded";
+  std::string reason = j.cancel_requested ? "cancelled"
+                       : sig != 0         ? "killed by signal " + std::to_string(sig)
+                       : code != 0        ? "exit code " + std::to_string(code)
+                                          : "";
+  if (failed && NodesOf(j).size() > 1) reason += " (part on " + node + ")";
+  EndLocked(j, state, reason);
+  j.rec.exit_code = code;
+  b.Add(MakeEvent(actor, "job." + state, j.rec.id, reason, {{"exit_code", code}, {"signal", sig}}), &j);
+  cycle_wanted_ = true;
+}
+
+Json Engine::StartOrderLocked(Job& j, const NodeInfo& n) const {
+  Json devs = Json::array();
+  MilliCpu cpu = 0;
+  MiB mem = 0, cap = 0;
+  for (const auto& g : j.grants) {
+    if (g.node != n.name) continue;
+    cpu += g.cpu;
+    mem += g.host_memory;
+    if (g.device < 0) continue;
+    Json d = {{"index", g.device},
+              {"uuid", g.device < static_cast<int>(n.devices.size()) ? n.devices[g.device].uuid : ""},
+              {"mig", ""}};
+    if (!g.slot.empty()) d["slot"] = g.slot;  // the agent creates (or finds) this partition
+    devs.push_back(d);
+    if (j.form == "share") cap = g.memory;
+  }
+  Json env = j.spec.value("env", Json::object());
+  env["TESSERA_QUEUE"] = j.rec.queue;
+  env["TESSERA_GROUP"] = j.rec.group;
+  env["TESSERA_IDENTITY"] = j.rec.identity;
+  env["TESSERA_FORM"] = j.form;
+  const std::vector<std::string> nodes = NodesOf(j);
+  if (nodes.size() > 1) {
+    std::string list;
+    for (const auto& x : nodes) list += (list.empty() ? "" : ",") + x;
+    env["TESSERA_GANG_NODES"] = list;
+    env["TESSERA_GANG_RANK"] = std::to_string(std::find(nodes.begin(), nodes.end(), n.name) - nodes.begin());
+  }
+  return {{"job", j.rec.id}, {"command", j.spec["command"]}, {"env", env}, {"cpu_milli", cpu},
+          {"memory_mib", mem}, {"devices", devs}, {"gpu_memory_limit_bytes", cap * 1024 * 1024}};
+}
+
+Result<Json> Engine::Heartbeat(const Identity& who, const Json& body) {
+  if (who.role != Role::kAgent && who.role != Role::kAdmin) return Status::PermissionDenied("only agents heartbeat");
+  if (!body.is_object() || !body.contains("node") || !body["node"].is_string()) return Status::InvalidArgument("'node' is required");
+  for (const char* key : {"finished", "running"}) {
+    if (!body.contains(key)) continue;
+    if (!body[key].is_array()) return Status::InvalidArgument(std::string("'") + key + "' must be a list");
+    for (const auto& e : body[key]) {
+      if (!e.is_object() || !e.contains("job") || !e["job"].is_string()) {
+        return Status::InvalidArgument(std::string("each '") + key + "' entry needs a string 'job'");
+      }
+      for (const char* f : {"exit_code", "signal", "pid"}) {
+        if (e.contains(f) && !e[f].is_number_integer()) {
+          return Status::InvalidArgument(std::string("'") + key + "." + f + "' must be an integer");
+        }
+      }
+    }
+  }
+  const std::string node = body["node"].get<std::string>();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!broken_.ok()) return broken_;
+  auto nit = nodes_.find(node);
+  if (nit == nodes_.end()) return Status::NotFound("node '" + node + "' is not registered");
+  NodeInfo& n = nit->second;
+  n.last_heartbeat_ms = clock_();
+  Batch b;
+  const std::string actor = "agent:" + node;
+  if (n.lost) {
+    n.lost = false;
+    qe_->SetNodeDown(node, false);
+    cycle_wanted_ = true;
+    b.Add(MakeEvent(actor, "node.returned", node, "heartbeat after loss"), nullptr);
+  }
+  auto on_node = [&](const Job& j) {
+    const auto nodes = NodesOf(j);
+    return Holds(j) && j.backend.empty() && std::find(nodes.begin(), nodes.end(), node) != nodes.end();
+  };
+  Json ack = Json::array();
+  for (const auto& f : body.value("finished", Json::array())) {
+    const std::string id = f["job"].get<std::string>();
+    ack.push_back(id);
+    auto it = jobs_.find(id);
+    if (it == jobs_.end() || !on_node(it->second) || it->second.parts_done.count(node)) continue;
+    FinishPartLocked(it->second, node, f.value("exit_code", -1), f.value("signal", 0), b);
+  }
+  for (const auto& r : body.value("running", Json::array())) {
+    auto it = jobs_.find(r["job"].get<std::string>());
+    if (it == jobs_.end() || !on_node(it->second)) continue;
+    Job& j = it->second;
+    j.pid = r.value("pid", int64_t{0});
+    if (j.rec.state == "starting" || j.rec.state == "placed") {
+      j.rec.state = "running";
+      j.rec.update_ms = clock_();
+      b.Add(MakeEvent(actor, "job.running", j.rec.id, "", {{"pid", j.pid}, {"node", node}}), &j);
+    }
+  }
+  // Orders: start what was placed here; stop what is cancelled or preempted; the rest may run.
+  Json start = Json::array(), cancel = Json::array(), may_run = Json::array();
+  const int64_t preempt_grace_ms = config_.policy.grace_seconds * 1000;
+  for (const std::string& id : LiveIdsLocked()) {
+    Job& j = jobs_[id];
+    if (!on_node(j) || j.parts_done.count(node)) continue;
+    const bool gang = NodesOf(j).size() > 1;
+    if (j.rec.state == "placed" || (gang && j.rec.state == "starting" && !j.parts_done.count("sent:" + node))) {
+      start.push_back(StartOrderLocked(j, n));
+      if (gang) j.parts_done.insert("sent:" + node);
+      if (j.rec.state == "placed") {
+        j.rec.state = "starting";
+        j.rec.update_ms = clock_();
+        b.Add(MakeEvent("engine", "job.starting", id, "", {{"node", node}}), &j);
+      }
+      continue;
+    }
+    may_run.push_back(id);
+    if (j.rec.state == "preempting") {
+      cancel.push_back({{"job", id}, {"grace_ms", preempt_grace_ms}});
+    } else if (j.cancel_requested) {
+      cancel.push_back({{"job", id}, {"grace_ms", config_.cancel_grace_ms}});
+    }
+  }
+  Status st = CommitLocked(b);
+  if (!st.ok()) return st;  // the agent retries; nothing was started
+  return Json{{"start", start}, {"cancel", cancel}, {"may_run", may_run}, {"ack", ack}};
+}
+
+Status Engine::MarkLostLocked(Batch& b) {
+  const int64_t now = clock_();
+  for (auto& [name, n] : nodes_) {
+    if (n.lost || now - n.last_heartbeat_ms < config_.heartbeat_timeout_ms) continue;
+    n.lost = true;
+    qe_->SetNodeDown(name, true);
+    b.Add(MakeEvent("engine", "node.lost", name, "no heartbeat for " + std::to_string((now - n.last_heartbeat_ms) / 1000) + "s"),
+          nullptr);
+    for (const std::string& id : LiveIdsLocked()) {
+      Job& j = jobs_[id];
+      const auto nodes = NodesOf(j);
+      if (!Holds(j) || !j.backend.empty() || std::find(nodes.begin(), nodes.end(), name) == nodes.end()) continue;
+      const QueueRoute* route = config_.FindRoute(j.rec.queue);
+      const std::string why = "node '" + name + "' lost";
+      const size_t mark = qe_->events().size();
+      if (j.rec.state == "preempting") {
+        qe_->Stopped(j.handle, NowS());
+      } else if (route && route->requeue_on_loss && !j.cancel_requested) {
+        qe_->Requeue(j.handle, NowS(), "requeued: " + why);
+      } else {
+        EndLocked(j, "lost", why);
+        b.Add(MakeEvent("engine", "job.lost", id, why), &j);
+        continue;
+      }
+      TranslateLocked(mark, b);
+    }
+    cycle_wanted_ = true;
+  }
+  return Status::Ok();
+}
+
+Status Engine::WriteOutput(const Identity& who, const std::string& job, int64_t offset, const std::string& bytes) {
+  if (who.role != Role::kAgent && who.role != Role::kAdmin) return Status::PermissionDenied("only agents upload output");
+  if (offset < 0) return Status::InvalidArgument("'offset' must not be negative");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!jobs_.count(job)) return Status::NotFound("no job '" + job + "'");
+  }
+  int fd = ::open(OutputPath(job).c_str(), O_WRONLY | O_CREAT, 0640);
+  if (fd < 0) return Status::Internal("cannot open output of '" + job + "'");
+  ssize_t n = ::pwrite(fd, bytes.data(), bytes.size(), static_cast<off_t>(offset));
+  ::close(fd);
+  if (n != static_cast<ssize_t>(bytes.size())) return Status::Internal("short write of output of '" + job + "'");
+  return Status::Ok();
+}
+
+}  // namespace tessera::api

@@ -1,0 +1,313 @@
+// Submissions: validation of the request against the config and the policy, the group commit
+// that makes them durable before they are acknowledged, and cancellation.
+#include <algorithm>
+#include <set>
+#include <sstream>
+#include <tuple>
+
+#include "api/engine.h"
+#include "model/quantity.h"
+#include "partition/catalog.h"
+#include "policy/yaml_fields.h"
+
+namespace tessera::api {
+namespace {
+
+Result<std::vector<std::string>> StringList(const Json& j, const std::string& what) {
+  std::vector<std::string> out;
+  if (!j.is_array()) return Status::InvalidArgument(what + " must be a list of strings");
+  for (const auto& e : j) {
+    if (!e.is_string()) return Status::InvalidArgument(what + " must be a list of strings");
+    out.push_back(e.get<std::string>());
+  }
+  return out;
+}
+
+// A quantity given as a string ("8GiB", "0.5") or a plain number.
+Result<int64_t> Quantity(const Json& j, bool memory, const std::string& what) {
+  std::string text;
+  if (j.is_string()) {
+    text = j.get<std::string>();
+  } else if (j.is_number_integer() && j.get<int64_t>() >= 0) {
+    if (memory) return Status::InvalidArgument(what + " needs a unit, e.g. \"8GiB\"");
+    text = std::to_string(j.get<int64_t>());
+  } else if (j.is_number_float() && !memory) {
+    std::ostringstream ss;
+    ss << j.get<double>();
+    text = ss.str();
+  } else {
+    return Status::InvalidArgument(what + " must be a quantity string");
+  }
+  Result<int64_t> v = memory ? ParseMemoryMiB(text) : ParseMilli(text);
+  if (!v.ok()) return Status::InvalidArgument(what + ": " + v.status().message());
+  return v;
+}
+
+// The caller's group for this queue: the one asked for, else the first the queue allows.
+Result<std::string> GroupFor(const EngineConfig& c, const Identity& who, const quota::QueueSpec& q,
+                             const Json& body) {
+  auto allowed = [&](const std::string& g) {
+    bool in_queue = std::find(q.groups.begin(), q.groups.end(), g) != q.groups.end();
+    bool mine = who.role == Role::kAdmin || std::find(who.groups.begin(), who.groups.end(), g) != who.groups.end();
+    return in_queue && mine && c.FindGroup(g) != nullptr;
+  };
+  if (body.contains("group")) {
+    if (!body["group"].is_string()) return Status::InvalidArgument("'group' must be a string");
+    std::string group = body["group"].get<std::string>();
+    if (!allowed(group)) {
+      return Status::PermissionDenied("'" + who.name + "' may not submit to queue '" + q.name + "' as group '" + group + "'");
+    }
+    return group;
+  }
+  for (const auto& g : who.role == Role::kAdmin ? q.groups : who.groups) {
+    if (allowed(g)) return g;
+  }
+  return Status::PermissionDenied("'" + who.name + "' may not submit to queue '" + q.name + "'");
+}
+
+// For a queue whose MIG instances an external scheduler hands out: the smallest profile of its
+// model giving the memory and compute asked. Sets the request to the instance's size.
+Result<std::string> MigProfileFor(const QueueRoute& route, int64_t* gpu_milli, MiB* gpu_memory) {
+  const partition::GpuModel* model = partition::Catalog::BuiltIn().Find(route.mig_model);
+  const int total = model->mig.compute_slices;
+  const partition::MigProfile* mig = nullptr;
+  for (const partition::MigProfile& p : model->mig.profiles) {
+    if (p.media_extension) continue;
+    if (*gpu_memory > 0 && p.memory_mib < *gpu_memory) continue;
+    if (int64_t{p.compute_slices} * kWholeGpu < *gpu_milli * total) continue;
+    if (mig == nullptr || std::tie(p.memory_slices, p.compute_slices) < std::tie(mig->memory_slices, mig->compute_slices)) {
+      mig = &p;
+    }
+  }
+  if (mig == nullptr) {
+    return Status::InvalidArgument("no MIG profile of " + model->name + " gives " + FormatMiB(*gpu_memory) +
+                                   " of GPU memory and " + FormatMilli(*gpu_milli) + " of its compute (profiles: " +
+                                   model->mig.ProfileNames() + ")");
+  }
+  *gpu_milli = (int64_t{mig->compute_slices} * kWholeGpu + total - 1) / total;
+  *gpu_memory = mig->memory_mib;
+  return mig->name;
+}
+
+}  // namespace
+
+Result<Engine::PendingSubmit> Engine::Prepare(const Identity& who, const Json& body) const {
+  if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot submit jobs");
+  if (!body.is_object()) return Status::InvalidArgument("the body must be a JSON object");
+  static const std::set<std::string> kFields = {"queue", "command", "env", "name", "class", "form", "gpus",
+                                                "gpu_memory", "gpu_fraction", "cpu", "memory", "group", "walltime"};
+  for (const auto& [k, v] : body.items()) {
+    if (!kFields.count(k)) return Status::InvalidArgument("unknown field '" + k + "'");
+  }
+  if (!body.contains("queue") || !body["queue"].is_string()) return Status::InvalidArgument("'queue' is required");
+  const std::string qname = body["queue"].get<std::string>();
+  const quota::QueueSpec* q = config_.FindQueue(qname);
+  if (!q) return Status::InvalidArgument("unknown queue '" + qname + "'");
+  const quota::ProfileSpec* prof = config_.FindProfile(q->profile);
+  const QueueRoute* route = config_.FindRoute(qname);
+  auto group = GroupFor(config_, who, *q, body);
+  if (!group.ok()) return group.status();
+  if (!body.contains("command")) return Status::InvalidArgument("'command' is required");
+  auto cmd = StringList(body["command"], "'command'");
+  if (!cmd.ok()) return cmd.status();
+  if (cmd->empty() || (*cmd)[0].empty()) return Status::InvalidArgument("'command' must not be empty");
+  Json env = Json::object();
+  if (body.contains("env")) {
+    if (!body["env"].is_object()) return Status::InvalidArgument("'env' must be an object of strings");
+    for (const auto& [k, v] : body["env"].items()) {
+      if (!v.is_string() || k.empty() || k.find('=') != std::string::npos) {
+        return Status::InvalidArgument("'env' must map names to strings");
+      }
+      env[k] = v;
+    }
+  }
+  quota::JobSpec qs;
+  qs.identity = who.name;
+  qs.group = *group;
+  qs.queue = qname;
+  std::string job_class = quota::WorkloadClassName(q->default_class);
+  if (body.contains("class")) {
+    auto c = quota::ParseWorkloadClass(body["class"].is_string() ? body["class"].get<std::string>() : "");
+    if (!c.ok()) return Status::InvalidArgument("'class': " + c.status().message());
+    qs.cls = *c;
+    job_class = quota::WorkloadClassName(*c);
+  }
+  if (body.contains("form")) {
+    auto f = quota::ParseAllocationForm(body["form"].is_string() ? body["form"].get<std::string>() : "");
+    if (!f.ok()) return Status::InvalidArgument("'form': " + f.status().message());
+    qs.form = *f;
+  }
+  int gpus = prof->gpu_count;
+  if (body.contains("gpus")) {
+    if (!body["gpus"].is_number_integer() || body["gpus"].get<int64_t>() < 0 || body["gpus"].get<int64_t>() > 4096) {
+      return Status::InvalidArgument("'gpus' must be a non-negative integer");
+    }
+    gpus = static_cast<int>(body["gpus"].get<int64_t>());
+  }
+  // Quantities the body may override, each defaulting to the queue's profile.
+  auto quantity = [&](const char* field, bool memory_unit, int64_t profile_value) -> Result<int64_t> {
+    if (!body.contains(field)) return profile_value;
+    return Quantity(body[field], memory_unit, std::string("'") + field + "'");
+  };
+  auto gpu_memory = quantity("gpu_memory", true, prof->gpu_memory_mib);
+  if (!gpu_memory.ok()) return gpu_memory.status();
+  auto cpu = quantity("cpu", false, prof->cpu_milli);
+  if (!cpu.ok()) return cpu.status();
+  auto memory = quantity("memory", true, prof->memory_mib);
+  if (!memory.ok()) return memory.status();
+  auto fraction = quantity("gpu_fraction", false, gpus > 0 && prof->gpu_count == 0 ? kWholeGpu : prof->gpu_milli);
+  if (!fraction.ok()) return fraction.status();
+  if (*fraction > kWholeGpu) return Status::InvalidArgument("'gpu_fraction' is above 1");
+  int64_t walltime = 0;
+  if (body.contains("walltime")) {
+    const Json& w = body["walltime"];
+    auto d = w.is_string() ? policy::ParseDuration(w.get<std::string>())
+             : w.is_number_integer() && w.get<int64_t>() >= 0 ? Result<int64_t>(w.get<int64_t>())
+                                                              : Result<int64_t>(Status::InvalidArgument("not a duration"));
+    if (!d.ok()) return Status::InvalidArgument("'walltime': " + d.status().message());
+    walltime = *d;
+  }
+  int64_t gpu_milli = gpus == 0 ? 0 : *fraction;
+  MiB gpu_mem = *gpu_memory;
+  std::string mig_profile;
+  if (route->external() && gpus > 0) {
+    // The form the cycle will grant an external queue's job: the first the policy allows.
+    auto forms = quota::FormsFor(config_.policy, *prof, qs.cls.value_or(q->default_class), qs.form);
+    if (!forms.ok()) return Status::InvalidArgument(forms.status().message());
+    if (forms->front() == AllocationForm::kPartition) {
+      if (route->mig_model.empty() && route->gres_partition.empty()) {
+        return Status::InvalidArgument("queue '" + qname + "' maps no hardware partitions (set mig_model or gres_partition)");
+      }
+      if (gpus != 1) return Status::InvalidArgument("a MIG instance is one slice of one device: 'gpus' must be 1");
+      if (!route->mig_model.empty()) {
+        auto p = MigProfileFor(*route, &gpu_milli, &gpu_mem);
+        if (!p.ok()) return p.status();
+        mig_profile = *p;
+      }
+    }
+    qs.form = forms->front();
+  }
+  qs.gpu_count = gpus;
+  qs.gpu_milli = gpu_milli;
+  qs.gpu_memory_mib = gpu_mem;
+  qs.cpu_milli = *cpu;
+  qs.memory_mib = *memory;
+  qs.walltime_s = walltime;
+  PendingSubmit ps;
+  ps.qspec = qs;
+  Json spec = {{"command", *cmd}, {"env", env}, {"class", job_class}, {"gpus", gpus},
+               {"gpu_milli", gpu_milli}, {"gpu_memory_mib", gpu_mem}, {"cpu_milli", *cpu},
+               {"memory_mib", *memory}, {"walltime_s", walltime},
+               {"name", body.contains("name") && body["name"].is_string() ? body["name"].get<std::string>() : ""}};
+  if (qs.form) spec["form"] = AllocationFormName(*qs.form);
+  if (!mig_profile.empty()) spec["mig_profile"] = mig_profile;
+  ps.job.spec = std::move(spec);
+  ps.job.rec.queue = qname;
+  ps.job.rec.identity = who.name;
+  ps.job.rec.group = *group;
+  ps.job.rec.state = "pending";
+  return ps;
+}
+
+Result<Json> Engine::Submit(const Identity& who, const Json& body) {
+  auto prepared = Prepare(who, body);
+  if (!prepared.ok()) return prepared.status();
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!broken_.ok()) return broken_;
+  // What the cycle would refuse outright (a form the policy forbids, a request no device could
+  // ever hold) is refused now, before anything is written.
+  Status check = qe_->Check(prepared->qspec);
+  if (!check.ok()) return Status::InvalidArgument(check.message());
+  auto pending = std::make_shared<PendingSubmit>(std::move(*prepared));
+  Job& j = pending->job;
+  j.rec.id = pending->qspec.id = "j-" + std::to_string(next_job_++);
+  j.rec.submit_ms = j.rec.update_ms = clock_();
+  j.rec.reason = "Queued: waiting for the next scheduling cycle";
+  pending->events = {MakeEvent(who.name, "job.submitted", j.rec.id, "",
+                               {{"queue", j.rec.queue}, {"group", j.rec.group}})};
+  submit_batch_.push_back(pending);
+  while (!pending->done) {
+    if (committing_) {
+      commit_cv_.wait(lock);
+      continue;
+    }
+    // Lead: commit everything queued so far in one transaction, outside the mutex. The jobs
+    // enter the scheduler only once durable; no cycle runs while a batch is being committed.
+    committing_ = true;
+    std::vector<std::shared_ptr<PendingSubmit>> batch;
+    batch.swap(submit_batch_);
+    std::vector<store::Event> events;
+    std::vector<const Job*> recs;
+    for (const auto& b : batch) {
+      events.insert(events.end(), b->events.begin(), b->events.end());
+      recs.push_back(&b->job);
+    }
+    lock.unlock();
+    const Status st = CommitRaw(events, recs);
+    lock.lock();
+    committing_ = false;
+    Batch after;
+    std::vector<std::string> landed;
+    for (const auto& b : batch) {
+      b->done = true;
+      b->status = st;
+      if (!st.ok()) continue;
+      const std::string id = b->job.rec.id;
+      Job& lj = jobs_[id] = std::move(b->job);
+      order_.push_back(id);
+      live_.push_back(id);
+      auto h = qe_->Submit(b->qspec, lj.rec.submit_ms / 1000);
+      if (!h.ok()) {  // the nodes changed since the check
+        lj.rec.state = "failed";
+        lj.rec.reason = "rejected: " + h.status().message();
+        after.Add(MakeEvent("engine", "job.rejected", id, lj.rec.reason), &lj);
+      } else {
+        lj.handle = *h;
+        by_handle_[lj.handle] = id;
+      }
+      landed.push_back(id);
+    }
+    // The batch's jobs are scheduled at once, their placements committed in one more transaction
+    // (acknowledged either way: a job that could not be placed now waits as pending).
+    if (st.ok()) {
+      CycleLocked(after);
+      (void)CommitLocked(after);
+    }
+    // By id: a failed commit above rebuilt the jobs from the store.
+    for (size_t k = 0; k < landed.size(); ++k) {
+      auto it = jobs_.find(landed[k]);
+      if (it != jobs_.end()) batch[k]->reply = JobJson(it->second);
+    }
+    commit_cv_.notify_all();
+  }
+  if (!pending->status.ok()) return pending->status;
+  return std::move(pending->reply);
+}
+
+Result<Json> Engine::Cancel(const Identity& who, const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!broken_.ok()) return broken_;
+  auto it = jobs_.find(id);
+  if (it == jobs_.end() || !CanSee(who, it->second)) return Status::NotFound("no job '" + id + "'");
+  Job& j = it->second;
+  if (Ended(j)) return Status::FailedPrecondition("job '" + id + "' has already ended (" + j.rec.state + ")");
+  Batch b;
+  if (j.rec.state == "pending" || j.rec.state == "placed") {
+    EndLocked(j, "cancelled", "cancelled by " + who.name);
+    j.grants.clear();
+    b.Add(MakeEvent(who.name, "job.cancelled", id, "by " + who.name), &j);
+    cycle_wanted_ = true;
+  } else {
+    j.cancel_requested = true;
+    j.rec.reason = "cancel requested";
+    j.rec.update_ms = clock_();
+    b.Add(MakeEvent(who.name, "job.cancel_requested", id, "by " + who.name), &j);
+  }
+  Status st = CommitLocked(b);
+  if (!st.ok()) return st;
+  auto again = jobs_.find(id);
+  if (again == jobs_.end()) return Status::Internal("job '" + id + "' vanished in a reload");
+  return JobJson(again->second);
+}
+
+}  // namespace tessera::api

@@ -1,0 +1,317 @@
+// Read models for people: jobs (with the step and reason that hold a waiting one), queues,
+// groups, nodes with their devices and partition layouts, the summary, utilization and events.
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "api/engine.h"
+#include "model/quantity.h"
+
+namespace tessera::api {
+namespace {
+
+Json ResJson(const Resources& r) {
+  auto cap = [](int64_t v) { return v >= quota::kUnlimited ? Json(nullptr) : Json(v); };
+  return Json{{"gpu_milli", cap(r.gpu_milli)}, {"gpu_memory_mib", cap(r.gpu_memory_mib)},
+              {"cpu_milli", cap(r.cpu_milli)}, {"memory_mib", cap(r.memory_mib)}};
+}
+
+MilliGpu GpuHeld(const std::vector<quota::GrantView>& grants) {
+  MilliGpu g = 0;
+  for (const auto& x : grants) g += x.compute;
+  return g;
+}
+
+}  // namespace
+
+bool Engine::CanSee(const Identity& who, const Job& j) const {
+  if (who.role == Role::kAdmin) return true;
+  if (who.role != Role::kUser) return false;
+  return std::find(who.groups.begin(), who.groups.end(), j.rec.group) != who.groups.end();
+}
+
+std::string Engine::OutputPath(const std::string& job) const { return data_dir_ + "/output/" + job + ".log"; }
+
+Json Engine::JobJson(const Job& j) const {
+  Json o = {{"id", j.rec.id},         {"queue", j.rec.queue},   {"identity", j.rec.identity},
+            {"group", j.rec.group},   {"state", j.rec.state},   {"reason", j.rec.reason},
+            {"submit_ms", j.rec.submit_ms}, {"update_ms", j.rec.update_ms}, {"spec", j.spec},
+            {"preemptions", j.preemptions}};
+  if (j.rec.state == "pending") {
+    const size_t colon = j.rec.reason.find(": ");
+    o["wait"] = {{"step", colon == std::string::npos ? "" : j.rec.reason.substr(0, colon)},
+                 {"reason", colon == std::string::npos ? j.rec.reason : j.rec.reason.substr(colon + 2)}};
+  }
+  if (j.rec.exit_code) o["exit_code"] = *j.rec.exit_code;
+  if (Holds(j)) {
+    Json devs = Json::array();
+    MilliCpu cpu = 0;
+    MiB mem = 0;
+    for (const auto& g : j.grants) {
+      cpu += g.cpu;
+      mem += g.host_memory;
+      if (g.device < 0) continue;
+      Json dj = {{"node", g.node}, {"index", g.device}, {"gpu_milli", g.compute}, {"gpu_memory_mib", g.memory}};
+      if (!g.slot.empty()) dj["partition"] = g.slot;
+      auto n = nodes_.find(g.node);
+      if (n != nodes_.end() && g.device < static_cast<int>(n->second.devices.size())) {
+        dj["uuid"] = n->second.devices[g.device].uuid;
+        dj["model"] = n->second.devices[g.device].model;
+        dj["simulated"] = n->second.devices[g.device].simulated;
+      }
+      devs.push_back(dj);
+    }
+    const bool one = devs.size() == 1;
+    o["placement"] = {{"node", j.node}, {"form", j.form}, {"borrowed", j.borrowed}, {"devices", devs},
+                      {"gpu_milli", one ? devs[0]["gpu_milli"] : Json(GpuHeld(j.grants))},
+                      {"gpu_memory_mib", one ? devs[0]["gpu_memory_mib"] : Json(nullptr)},
+                      {"cpu_milli", cpu}, {"memory_mib", mem}};
+  }
+  if (!j.backend.empty()) {
+    o["backend"] = {{"name", j.backend}, {"external_id", j.external_id}, {"node", j.external_node},
+                    {"gres", j.gres}, {"state", j.native_state}, {"submit_attempts", j.submit_attempts}};
+  }
+  return o;
+}
+
+Result<Json> Engine::ListJobs(const Identity& who, const std::string& state_filter, int limit) {
+  if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot list jobs");
+  std::lock_guard<std::mutex> lock(mu_);
+  Json out = Json::array();
+  for (auto it = order_.rbegin(); it != order_.rend() && static_cast<int>(out.size()) < limit; ++it) {
+    const Job& j = jobs_[*it];
+    if (!CanSee(who, j)) continue;
+    if (!state_filter.empty() && j.rec.state != state_filter) continue;
+    out.push_back(JobJson(j));
+  }
+  return Json{{"jobs", out}};
+}
+
+Result<Json> Engine::GetJob(const Identity& who, const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end() || !CanSee(who, it->second)) return Status::NotFound("no job '" + id + "'");
+  return JobJson(it->second);
+}
+
+Result<std::string> Engine::JobOutput(const Identity& who, const std::string& id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = jobs_.find(id);
+    if (it == jobs_.end() || !CanSee(who, it->second)) return Status::NotFound("no job '" + id + "'");
+  }
+  std::ifstream in(OutputPath(id), std::ios::binary);
+  std::stringstream ss;
+  if (in) ss << in.rdbuf();
+  return ss.str();
+}
+
+Result<Json> Engine::Queues(const Identity& who) {
+  if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot list queues");
+  Json out = Json::array();
+  for (const auto& q : config_.policy.queues) {
+    bool usable = who.role == Role::kAdmin;
+    for (const auto& g : who.groups) usable = usable || std::find(q.groups.begin(), q.groups.end(), g) != q.groups.end();
+    if (!usable) continue;
+    const quota::ProfileSpec* p = config_.FindProfile(q.profile);
+    const QueueRoute* r = config_.FindRoute(q.name);
+    Json forms = Json::array();
+    auto allowed = quota::FormsFor(config_.policy, *p, q.default_class, std::nullopt);
+    if (allowed.ok()) {
+      for (auto f : *allowed) forms.push_back(AllocationFormName(f));
+    }
+    out.push_back({{"name", q.name}, {"profile", q.profile}, {"groups", q.groups}, {"priority", q.priority},
+                   {"preemptible", q.preemptible}, {"class", quota::WorkloadClassName(q.default_class)},
+                   {"backend", r->backend}, {"forms", forms}, {"gpus", p->gpu_count},
+                   {"max_gpus", p->max_gpus > 0 ? Json(p->max_gpus) : Json(nullptr)}, {"gpu_milli", p->gpu_milli},
+                   {"gpu_memory_mib", p->gpu_memory_mib},
+                   {"max_gpu_memory_mib", p->max_gpu_memory_mib > 0 ? Json(p->max_gpu_memory_mib) : Json(nullptr)},
+                   {"cpu_milli", p->cpu_milli}, {"memory_mib", p->memory_mib}});
+  }
+  return Json{{"queues", out}};
+}
+
+Result<Json> Engine::Groups(const Identity& who) {
+  if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot list groups");
+  std::lock_guard<std::mutex> lock(mu_);
+  Json out = Json::array();
+  for (const quota::GroupView& g : qe_->groups()) {
+    if (who.role != Role::kAdmin && std::find(who.groups.begin(), who.groups.end(), g.name) == who.groups.end()) continue;
+    const quota::GroupSpec* spec = config_.FindGroup(g.name);
+    out.push_back({{"name", g.name}, {"parent", spec->parent}, {"reservation", ResJson(g.reservation)},
+                   {"limit", ResJson(g.limit)}, {"weight_milli", spec->weight_milli}, {"usage", ResJson(g.usage)},
+                   {"fair_share", g.fair_share}});
+  }
+  return Json{{"groups", out}};
+}
+
+Result<Json> Engine::Nodes(const Identity& who) {
+  if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot list nodes");
+  std::lock_guard<std::mutex> lock(mu_);
+  struct Holder {
+    const Job* job;
+    quota::GrantView grant;
+  };
+  std::map<std::pair<std::string, int>, std::vector<Holder>> held;  // (node, device)
+  for (const std::string& id : LiveIdsLocked()) {
+    const Job& j = jobs_[id];
+    if (!Holds(j)) continue;
+    for (const auto& g : j.grants) held[{g.node, g.device}].push_back({&j, g});
+  }
+  Json out = Json::array();
+  for (const auto& [name, n] : nodes_) {
+    Json devs = Json::array();
+    for (const auto& d : n.devices) {
+      Json holders = Json::array();
+      MilliGpu used = 0;
+      MiB mem_used = 0;
+      for (const Holder& h : held[{name, d.index}]) {
+        used += h.grant.compute;
+        mem_used += h.grant.memory;
+        Json hj = {{"job", h.job->rec.id}, {"form", h.job->form}, {"gpu_milli", h.grant.compute},
+                   {"gpu_memory_mib", h.grant.memory}};
+        if (!h.grant.slot.empty()) hj["partition"] = h.grant.slot;
+        if (CanSee(who, *h.job)) {
+          hj["identity"] = h.job->rec.identity;
+          hj["group"] = h.job->rec.group;
+        }
+        holders.push_back(hj);
+      }
+      quota::DeviceView v = qe_->device(name, d.index);
+      Json slots = Json::array();
+      for (const auto& s : v.slots) slots.push_back({{"name", s.name}, {"profile", s.profile}, {"start", s.start}, {"job", s.holder}});
+      std::string layout = v.mig ? "MIG" : v.amd_pair;
+      devs.push_back({{"index", d.index}, {"model", d.model}, {"memory_mib", d.memory_mib}, {"uuid", d.uuid},
+                      {"simulated", d.simulated}, {"gpu_milli_used", used}, {"gpu_memory_mib_used", mem_used},
+                      {"holders", holders}, {"mig", v.mig}, {"amd_mode", v.amd_pair}, {"partitions", slots},
+                      {"draining", v.draining}, {"drain_reason", v.plan}});
+    }
+    out.push_back({{"name", name}, {"pool", n.pool}, {"cpu_milli", n.cpu_milli}, {"memory_mib", n.memory_mib},
+                   {"simulated", n.simulated}, {"state", n.lost ? "lost" : "ready"},
+                   {"last_heartbeat_ms", n.last_heartbeat_ms}, {"devices", devs}});
+  }
+  return Json{{"nodes", out}};
+}
+
+void Engine::SampleUtilizationLocked() {
+  UtilizationSample s;
+  s.time_ms = last_sample_ms_ = clock_();
+  for (const auto& [name, n] : nodes_) {
+    if (n.lost) continue;
+    s.gpu_total += static_cast<int64_t>(n.devices.size()) * kWholeGpu;
+    s.cpu_total += n.cpu_milli;
+  }
+  for (const std::string& id : LiveIdsLocked()) {
+    const Job& j = jobs_[id];
+    if (j.rec.state == "pending") ++s.pending;
+    if (j.rec.state == "running") ++s.workers;
+    if (!Holds(j)) continue;
+    for (const auto& g : j.grants) {  // external backends' jobs hold no grants here
+      s.gpu_allocated += g.compute;
+      s.cpu_allocated += g.cpu;
+    }
+  }
+  utilization_.push_back(s);
+  while (utilization_.size() > kMaxSamples) utilization_.pop_front();
+}
+
+Result<Json> Engine::Utilization(const Identity& who, int64_t since_ms) {
+  if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot read utilization");
+  std::lock_guard<std::mutex> lock(mu_);
+  Json samples = Json::array();
+  for (const UtilizationSample& s : utilization_) {
+    if (s.time_ms <= since_ms) continue;
+    samples.push_back({{"time_ms", s.time_ms}, {"gpu_milli_total", s.gpu_total}, {"gpu_milli_allocated", s.gpu_allocated},
+                       {"cpu_milli_total", s.cpu_total}, {"cpu_milli_allocated", s.cpu_allocated},
+                       {"workers", s.workers}, {"pending", s.pending}});
+  }
+  return Json{{"interval_ms", config_.utilization_sample_ms}, {"samples", samples}};
+}
+
+Result<Json> Engine::Summary(const Identity& who) {
+  if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot read the summary");
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<const Job*> live;
+  for (const std::string& id : LiveIdsLocked()) live.push_back(&jobs_[id]);
+  Json groups = Json::array();
+  for (const auto& g : config_.policy.groups) {
+    if (who.role != Role::kAdmin && std::find(who.groups.begin(), who.groups.end(), g.name) == who.groups.end()) continue;
+    Resources held;
+    int64_t gpus_idle = 0, workers = 0, pending = 0;
+    for (const Job* jp : live) {
+      const Job& j = *jp;
+      if (j.rec.group != g.name) continue;
+      if (j.rec.state == "pending") ++pending;
+      if (!Holds(j)) continue;
+      const MilliGpu gpu = GpuHeld(j.grants);
+      held.gpu_milli += gpu;
+      for (const auto& x : j.grants) {
+        held.cpu_milli += x.cpu;
+        held.memory_mib += x.host_memory;
+      }
+      if (j.rec.state == "running") {
+        ++workers;
+      } else {
+        gpus_idle += gpu;  // held but not yet (or no longer) running
+      }
+    }
+    auto cap = [](int64_t v) { return v >= quota::kUnlimited ? Json(nullptr) : Json(v); };
+    groups.push_back({{"group", g.name}, {"gpu_milli_total", held.gpu_milli}, {"gpu_milli_idle", gpus_idle},
+                      {"cpu_milli_total", held.cpu_milli}, {"memory_mib_total", held.memory_mib},
+                      {"workers", workers}, {"pending", pending},
+                      {"gpu_milli_limit", cap(g.limit.gpu_milli)}, {"gpu_milli_reservation", g.reservation.gpu_milli}});
+  }
+  MilliGpu total = 0, allocated = 0;
+  MilliCpu cpu_total = 0, cpu_alloc = 0;
+  int nodes_ready = 0;
+  for (const auto& [name, n] : nodes_) {
+    if (n.lost) continue;
+    ++nodes_ready;
+    total += static_cast<int64_t>(n.devices.size()) * kWholeGpu;
+    cpu_total += n.cpu_milli;
+  }
+  for (const Job* jp : live) {
+    if (!Holds(*jp)) continue;
+    for (const auto& x : jp->grants) {
+      allocated += x.compute;
+      cpu_alloc += x.cpu;
+    }
+  }
+  return Json{{"cluster", {{"gpu_milli_total", total}, {"gpu_milli_idle", total - allocated},
+                           {"cpu_milli_total", cpu_total}, {"cpu_milli_idle", cpu_total - cpu_alloc},
+                           {"nodes", nodes_ready}}},
+              {"groups", groups}};
+}
+
+Result<Json> Engine::Events(const Identity& who, int64_t after, int limit, const store::EventFilter& f) {
+  if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot read events");
+  Json out = Json::array();
+  int64_t cursor = after;
+  // Users see the events of the jobs they can see and of nodes; page until `limit` such events.
+  for (int round = 0; round < 50 && static_cast<int>(out.size()) < limit; ++round) {
+    auto evs = store_->ListEvents(cursor, limit, f);
+    if (!evs.ok()) return evs.status();
+    if (evs->empty()) break;
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& e : *evs) {
+      cursor = e.seq;
+      bool visible = who.role == Role::kAdmin;
+      if (!visible) {
+        if (e.kind.rfind("node.", 0) == 0) {
+          visible = true;
+        } else {
+          auto it = jobs_.find(e.subject);
+          visible = it != jobs_.end() && CanSee(who, it->second);
+        }
+      }
+      if (!visible) continue;
+      Json data = Json::parse(e.data, nullptr, false);
+      out.push_back({{"seq", e.seq}, {"time_ms", e.time_ms}, {"actor", e.actor}, {"kind", e.kind},
+                     {"subject", e.subject}, {"reason", e.reason}, {"data", data.is_discarded() ? Json::object() : data}});
+      if (static_cast<int>(out.size()) >= limit) break;
+    }
+  }
+  return Json{{"events", out}, {"next", cursor}};
+}
+
+}  // namespace tessera::api

@@ -1,0 +1,172 @@
+#include "policy/policy_yaml.h"
+
+#include "policy/yaml_fields.h"
+
+namespace tessera::policy {
+namespace {
+
+const std::set<std::string> kPolicyRoot = {"grace", "fair_share_half_life", "repartition",
+                                           "repartition_horizon", "pools", "groups", "profiles",
+                                           "queues", "class_forms"};
+
+Status List(const YAML::Node& n, const std::string& field) {
+  if (n && !n.IsSequence()) return FieldError(field, "expected a list");
+  return Status::Ok();
+}
+
+Status ReadPools(const YAML::Node& root, quota::PolicySpec& p) {
+  TESSERA_TRY(List(root["pools"], "pools"));
+  for (size_t i = 0; root["pools"] && i < root["pools"].size(); ++i) {
+    const YAML::Node n = root["pools"][i];
+    std::string f = "pools[" + EntryName(n, i) + "]";
+    TESSERA_TRY(KnownKeys(n, f, {"name", "forms"}));
+    quota::PoolSpec ps;
+    if (n["name"]) TESSERA_TRY_ASSIGN(ps.name, GetString(n["name"], f + ".name"));
+    if (n["forms"]) TESSERA_TRY_ASSIGN(ps.forms, GetForms(n["forms"], f + ".forms"));
+    p.pools.push_back(ps);
+  }
+  return Status::Ok();
+}
+
+Status ReadGroups(const YAML::Node& root, quota::PolicySpec& p) {
+  TESSERA_TRY(List(root["groups"], "groups"));
+  for (size_t i = 0; root["groups"] && i < root["groups"].size(); ++i) {
+    const YAML::Node n = root["groups"][i];
+    std::string f = "groups[" + EntryName(n, i) + "]";
+    TESSERA_TRY(KnownKeys(n, f, {"name", "parent", "reservation", "limit", "weight"}));
+    quota::GroupSpec g;
+    if (n["name"]) TESSERA_TRY_ASSIGN(g.name, GetString(n["name"], f + ".name"));
+    if (n["parent"]) TESSERA_TRY_ASSIGN(g.parent, GetString(n["parent"], f + ".parent"));
+    if (n["reservation"]) {
+      TESSERA_TRY_ASSIGN(g.reservation, GetResources(n["reservation"], f + ".reservation", {}));
+    }
+    if (n["limit"]) {
+      TESSERA_TRY_ASSIGN(g.limit,
+                         GetResources(n["limit"], f + ".limit", quota::UnlimitedResources()));
+    }
+    if (n["weight"]) TESSERA_TRY_ASSIGN(g.weight_milli, GetMilli(n["weight"], f + ".weight"));
+    p.groups.push_back(g);
+  }
+  return Status::Ok();
+}
+
+Status ReadProfiles(const YAML::Node& root, quota::PolicySpec& p) {
+  TESSERA_TRY(List(root["profiles"], "profiles"));
+  for (size_t i = 0; root["profiles"] && i < root["profiles"].size(); ++i) {
+    const YAML::Node n = root["profiles"][i];
+    std::string f = "profiles[" + EntryName(n, i) + "]";
+    TESSERA_TRY(KnownKeys(n, f, {"name", "gpus", "gpu_fraction", "gpu_memory", "cpu", "memory",
+                                 "max_gpus", "max_gpu_memory", "forms", "pools"}));
+    quota::ProfileSpec pr;
+    int64_t v = 0;
+    if (n["name"]) TESSERA_TRY_ASSIGN(pr.name, GetString(n["name"], f + ".name"));
+    if (n["gpus"]) {
+      TESSERA_TRY_ASSIGN(v, GetInt(n["gpus"], f + ".gpus"));
+      pr.gpu_count = static_cast<int>(v);
+    }
+    if (n["max_gpus"]) {
+      TESSERA_TRY_ASSIGN(v, GetInt(n["max_gpus"], f + ".max_gpus"));
+      pr.max_gpus = static_cast<int>(v);
+    }
+    if (n["gpu_fraction"]) {
+      TESSERA_TRY_ASSIGN(pr.gpu_milli, GetMilli(n["gpu_fraction"], f + ".gpu_fraction"));
+    }
+    if (n["gpu_memory"]) {
+      TESSERA_TRY_ASSIGN(pr.gpu_memory_mib, GetMemory(n["gpu_memory"], f + ".gpu_memory"));
+    }
+    if (n["max_gpu_memory"]) {
+      TESSERA_TRY_ASSIGN(pr.max_gpu_memory_mib,
+                         GetMemory(n["max_gpu_memory"], f + ".max_gpu_memory"));
+    }
+    if (n["cpu"]) TESSERA_TRY_ASSIGN(pr.cpu_milli, GetMilli(n["cpu"], f + ".cpu"));
+    if (n["memory"]) TESSERA_TRY_ASSIGN(pr.memory_mib, GetMemory(n["memory"], f + ".memory"));
+    if (n["forms"]) TESSERA_TRY_ASSIGN(pr.forms, GetForms(n["forms"], f + ".forms"));
+    if (n["pools"]) TESSERA_TRY_ASSIGN(pr.pools, GetStrings(n["pools"], f + ".pools"));
+    if (pr.gpu_count == 0) pr.gpu_milli = 0;  // a CPU-only profile
+    p.profiles.push_back(pr);
+  }
+  return Status::Ok();
+}
+
+Status ReadQueues(const YAML::Node& root, const PolicyKeys& keys, quota::PolicySpec& p) {
+  TESSERA_TRY(List(root["queues"], "queues"));
+  if (keys.require_queues && (!root["queues"] || root["queues"].size() == 0)) {
+    return FieldError("queues", "at least one queue is needed");
+  }
+  std::set<std::string> known = {"name", "profile", "groups", "priority", "preemptible", "class"};
+  known.insert(keys.extra_queue.begin(), keys.extra_queue.end());
+  for (size_t i = 0; root["queues"] && i < root["queues"].size(); ++i) {
+    const YAML::Node n = root["queues"][i];
+    std::string f = "queues[" + EntryName(n, i) + "]";
+    TESSERA_TRY(KnownKeys(n, f, known));
+    quota::QueueSpec q;
+    if (n["name"]) TESSERA_TRY_ASSIGN(q.name, GetString(n["name"], f + ".name"));
+    if (n["profile"]) TESSERA_TRY_ASSIGN(q.profile, GetString(n["profile"], f + ".profile"));
+    if (n["groups"]) TESSERA_TRY_ASSIGN(q.groups, GetStrings(n["groups"], f + ".groups"));
+    if (n["priority"]) {
+      int64_t v = 0;
+      TESSERA_TRY_ASSIGN(v, GetInt(n["priority"], f + ".priority"));
+      q.priority = static_cast<int>(v);
+    }
+    if (n["preemptible"]) {
+      TESSERA_TRY_ASSIGN(q.preemptible, GetBool(n["preemptible"], f + ".preemptible"));
+    }
+    if (n["class"]) {
+      std::string c;
+      TESSERA_TRY_ASSIGN(c, GetString(n["class"], f + ".class"));
+      auto cls = quota::ParseWorkloadClass(c);
+      if (!cls.ok()) return FieldError(f + ".class", cls.status().message());
+      q.default_class = *cls;
+    }
+    p.queues.push_back(q);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<quota::ClassForms> GetClassForms(const YAML::Node& n, const std::string& field,
+                                        quota::ClassForms cf) {
+  if (!n.IsMap()) return FieldError(field, "expected a map of class to forms");
+  for (const auto& kv : n) {
+    std::string k = Scalar(kv.first);
+    auto c = quota::ParseWorkloadClass(k);
+    if (!c.ok()) return FieldError(field, c.status().message());
+    TESSERA_TRY_ASSIGN(cf.table[static_cast<int>(*c)], GetForms(kv.second, field + "." + k));
+  }
+  return cf;
+}
+
+Result<quota::PolicySpec> ParsePolicy(const YAML::Node& root, const PolicyKeys& keys) {
+  try {
+    std::set<std::string> known = kPolicyRoot;
+    known.insert(keys.extra_root.begin(), keys.extra_root.end());
+    TESSERA_TRY(KnownKeys(root, "top level", known));
+    quota::PolicySpec p;
+    if (root["grace"]) TESSERA_TRY_ASSIGN(p.grace_seconds, GetDuration(root["grace"], "grace"));
+    if (root["fair_share_half_life"]) {
+      TESSERA_TRY_ASSIGN(p.fair_share_half_life_s,
+                         GetDuration(root["fair_share_half_life"], "fair_share_half_life"));
+    }
+    if (root["repartition"]) {
+      TESSERA_TRY_ASSIGN(p.repartition, GetBool(root["repartition"], "repartition"));
+    }
+    if (root["repartition_horizon"]) {
+      TESSERA_TRY_ASSIGN(p.repartition_horizon_s,
+                         GetDuration(root["repartition_horizon"], "repartition_horizon"));
+    }
+    TESSERA_TRY(ReadPools(root, p));
+    TESSERA_TRY(ReadGroups(root, p));
+    TESSERA_TRY(ReadProfiles(root, p));
+    TESSERA_TRY(ReadQueues(root, keys, p));
+    if (root["class_forms"]) {
+      TESSERA_TRY_ASSIGN(p.class_forms,
+                         GetClassForms(root["class_forms"], "class_forms", p.class_forms));
+    }
+    return p;
+  } catch (const YAML::Exception& e) {
+    return Status::InvalidArgument(std::string("not valid YAML: ") + e.what());
+  }
+}
+
+}  // namespace tessera::policy

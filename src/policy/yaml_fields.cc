@@ -1,0 +1,121 @@
+#include "policy/yaml_fields.h"
+
+#include "model/quantity.h"
+#include "sched/quota/policy_model.h"
+
+namespace tessera::policy {
+
+Status FieldError(const std::string& field, const std::string& what) {
+  return Status::InvalidArgument(field + ": " + what);
+}
+
+std::string Scalar(const YAML::Node& n) { return n.as<std::string>(); }
+
+Result<int64_t> ParseDuration(std::string_view text) {
+  if (text.empty()) return Status::InvalidArgument("empty duration");
+  int64_t unit = 1;
+  std::string_view num = text;
+  char last = text.back();
+  if (last == 's' || last == 'm' || last == 'h' || last == 'd') {
+    unit = last == 's' ? 1 : last == 'm' ? 60 : last == 'h' ? 3600 : 86400;
+    num = text.substr(0, text.size() - 1);
+  }
+  auto v = ParseMilli(num);
+  if (!v.ok() || *v < 0) {
+    return Status::InvalidArgument("bad duration '" + std::string(text) +
+                                   "' (use 30s, 5m, 2h, 1d or seconds)");
+  }
+  return *v * unit / 1000;
+}
+
+Result<int64_t> GetDuration(const YAML::Node& n, const std::string& field) {
+  if (!n.IsScalar()) return FieldError(field, "expected a duration such as 30s or 2h");
+  auto d = ParseDuration(Scalar(n));
+  if (!d.ok()) return FieldError(field, d.status().message());
+  return *d;
+}
+
+Result<MiB> GetMemory(const YAML::Node& n, const std::string& field) {
+  if (!n.IsScalar()) return FieldError(field, "expected a quantity such as 8GiB");
+  auto m = ParseMemoryMiB(Scalar(n));
+  if (!m.ok()) return FieldError(field, m.status().message());
+  return *m;
+}
+
+Result<int64_t> GetMilli(const YAML::Node& n, const std::string& field) {
+  if (!n.IsScalar()) return FieldError(field, "expected a number such as 0.25 or 500m");
+  auto m = ParseMilli(Scalar(n));
+  if (!m.ok()) return FieldError(field, m.status().message());
+  return *m;
+}
+
+Result<int64_t> GetInt(const YAML::Node& n, const std::string& field) {
+  if (!n.IsScalar()) return FieldError(field, "expected a whole number");
+  auto m = ParseNonNegativeInt(Scalar(n));
+  if (!m.ok()) return FieldError(field, m.status().message());
+  return *m;
+}
+
+Result<bool> GetBool(const YAML::Node& n, const std::string& field) {
+  std::string s = n.IsScalar() ? Scalar(n) : "";
+  if (s == "true" || s == "yes") return true;
+  if (s == "false" || s == "no") return false;
+  return FieldError(field, "expected true or false");
+}
+
+Result<std::string> GetString(const YAML::Node& n, const std::string& field) {
+  if (!n.IsScalar()) return FieldError(field, "expected a string");
+  return Scalar(n);
+}
+
+Result<std::vector<std::string>> GetStrings(const YAML::Node& n, const std::string& field) {
+  std::vector<std::string> out;
+  if (n.IsScalar()) {
+    out.push_back(Scalar(n));
+    return out;
+  }
+  if (!n.IsSequence()) return FieldError(field, "expected a list");
+  for (const auto& x : n) {
+    if (!x.IsScalar()) return FieldError(field, "expected a list of names");
+    out.push_back(Scalar(x));
+  }
+  return out;
+}
+
+Result<std::vector<AllocationForm>> GetForms(const YAML::Node& n, const std::string& field) {
+  auto names = GetStrings(n, field);
+  if (!names.ok()) return names.status();
+  std::vector<AllocationForm> out;
+  for (const std::string& s : *names) {
+    auto f = quota::ParseAllocationForm(s);
+    if (!f.ok()) return FieldError(field, f.status().message());
+    out.push_back(*f);
+  }
+  return out;
+}
+
+Result<Resources> GetResources(const YAML::Node& n, const std::string& field, Resources r) {
+  TESSERA_TRY(KnownKeys(n, field, {"gpu", "gpu_memory", "cpu", "memory"}));
+  if (n["gpu"]) TESSERA_TRY_ASSIGN(r.gpu_milli, GetMilli(n["gpu"], field + ".gpu"));
+  if (n["gpu_memory"]) {
+    TESSERA_TRY_ASSIGN(r.gpu_memory_mib, GetMemory(n["gpu_memory"], field + ".gpu_memory"));
+  }
+  if (n["cpu"]) TESSERA_TRY_ASSIGN(r.cpu_milli, GetMilli(n["cpu"], field + ".cpu"));
+  if (n["memory"]) TESSERA_TRY_ASSIGN(r.memory_mib, GetMemory(n["memory"], field + ".memory"));
+  return r;
+}
+
+Status KnownKeys(const YAML::Node& n, const std::string& field, const std::set<std::string>& keys) {
+  if (!n.IsMap()) return FieldError(field, "expected a map");
+  for (const auto& kv : n) {
+    std::string k = Scalar(kv.first);
+    if (!keys.count(k)) return FieldError(field, "unknown key '" + k + "'");
+  }
+  return Status::Ok();
+}
+
+std::string EntryName(const YAML::Node& n, size_t i) {
+  return n.IsMap() && n["name"] && n["name"].IsScalar() ? Scalar(n["name"]) : std::to_string(i);
+}
+
+}  // namespace tessera::policy

@@ -1,0 +1,392 @@
+// The quota engine: the cycle, invariants and views.
+#include "sched/quota/engine_impl.h"
+
+namespace tessera::quota::internal {
+
+// ------------------------------------------------------------------------------------------
+// The cycle
+
+CycleStats Engine::RunCycle(int64_t now) {
+  now_ = std::max(now_, now);
+  stats_ = {};
+  memo_.clear();
+  heads_ = 0;
+  preempt_searches_ = 0;
+  repartitions_ = 0;
+  partition_demand_.clear();
+  // 0. Preemptions whose grace ended; then layouts waiting for their device to be idle.
+  for (size_t v = 0; v < jobs_.size(); ++v) {
+    if (jobs_[v].state == JobState::kTerminating && jobs_[v].grace_end <= now_ &&
+        !options_.await_stop) {
+      FinishTermination(static_cast<int>(v));
+    }
+  }
+  if (active_plans_ > 0) ApplyReadyPlans();
+  // Backfill reservations are recomputed every cycle; nominations stay until used.
+  for (Dev& d : devs_) {
+    if (d.reserved_by >= 0 && !d.nominated) d.reserved_by = -1;
+  }
+  // Fair share: decay past usage, add the usage since the last cycle.
+  double dt = last_cycle_ < 0 ? 0.0 : static_cast<double>(now_ - last_cycle_);
+  double decay = std::pow(0.5, dt / static_cast<double>(policy_.fair_share_half_life_s));
+  double cap[4] = {static_cast<double>(std::max<MilliGpu>(gpu_capacity(), 1)),
+                   static_cast<double>(std::max<MiB>(gpu_memory_capacity_, 1)), 0, 0};
+  for (const NodeRt& n : nodes_) {
+    cap[2] += static_cast<double>(n.cpu_total);
+    cap[3] += static_cast<double>(n.mem_total);
+  }
+  cap[2] = std::max(cap[2], 1.0);
+  cap[3] = std::max(cap[3], 1.0);
+  for (GroupRt& g : groups_) {
+    double u[4] = {static_cast<double>(g.usage.gpu_milli),
+                   static_cast<double>(g.usage.gpu_memory_mib),
+                   static_cast<double>(g.usage.cpu_milli), static_cast<double>(g.usage.memory_mib)};
+    double share = 0;
+    for (int r = 0; r < 4; ++r) {
+      g.decayed[r] = g.decayed[r] * decay + u[r] * dt;
+      share = std::max(share, g.decayed[r] /
+                                  (cap[r] * static_cast<double>(policy_.fair_share_half_life_s)));
+    }
+    g.fair_share = share / (static_cast<double>(g.spec.weight_milli) / 1000.0);
+    const Resources& res = g.spec.reservation;
+    g.below = g.usage.gpu_milli < res.gpu_milli || g.usage.gpu_memory_mib < res.gpu_memory_mib ||
+              g.usage.cpu_milli < res.cpu_milli || g.usage.memory_mib < res.memory_mib;
+  }
+  last_cycle_ = now_;
+  // 1. Order.
+  std::vector<int> order;
+  order.reserve(pending_.size());
+  for (int h : pending_) {
+    if (jobs_[h].state == JobState::kPending) order.push_back(h);
+  }
+  pending_.clear();  // jobs requeued during the cycle land here; the waiting rejoin at the end
+  std::sort(order.begin(), order.end());
+  order.erase(std::unique(order.begin(), order.end()), order.end());
+  stats_.pending_at_start = static_cast<int>(order.size());
+  std::sort(order.begin(), order.end(), [&](int a, int b) {
+    const Job& x = jobs_[a];
+    const Job& y = jobs_[b];
+    if (x.priority != y.priority) return x.priority > y.priority;
+    bool bx = groups_[x.group].below, by = groups_[y.group].below;
+    if (bx != by) return bx;
+    double fx = groups_[x.group].fair_share, fy = groups_[y.group].fair_share;
+    if (fx != fy) return fx < fy;
+    if (x.submit != y.submit) return x.submit < y.submit;
+    return x.seq < y.seq;
+  });
+  // 2-4. Admit and place in order; preempt and reserve for what does not fit.
+  std::vector<int> still;
+  for (int h : order) {
+    Job& j = jobs_[h];
+    if (j.state != JobState::kPending) continue;
+    std::string step, reason;
+    bool backfilled = false;
+    if (TryPlace(h, &step, &reason, &backfilled)) {
+      ++stats_.admitted;
+      continue;
+    }
+    j.wait_step = step;
+    j.wait_reason = reason;
+    if (j.awaiting > 0) {
+      j.wait_step = "Reclaim";
+      j.wait_reason = "waiting for " + std::to_string(j.awaiting) +
+                      " preempted job(s) to leave (grace " + std::to_string(policy_.grace_seconds) +
+                      "s)";
+      still.push_back(h);
+      continue;
+    }
+    if (j.nominated && step != "Admission") {
+      // What was kept for it is gone or insufficient; let others use it.
+      for (Dev& d : devs_) {
+        if (d.reserved_by == h) d.reserved_by = -1, d.nominated = false;
+      }
+      j.nominated = false;
+    }
+    if (step == "Placement" || step == "Backfill") {
+      Resources nominal{j.gpu_count * j.gpu_milli, 0, 0, 0};
+      bool within_reservation =
+          WithinReservation(groups_[j.group].usage, nominal, groups_[j.group].spec.reservation);
+      bool tried = false;
+      if (preempt_searches_ < policy_.max_preemption_searches_per_cycle) {
+        if (within_reservation) tried = TryPreempt(h, /*reclaim=*/true);
+        if (!tried) tried = TryPreempt(h, /*reclaim=*/false);
+      }
+      if (tried) {
+        if (jobs_[h].awaiting == 0 && TryPlace(h, &step, &reason, &backfilled)) {
+          ++stats_.admitted;
+          continue;
+        }
+        j.wait_step = "Reclaim";
+        j.wait_reason = (within_reservation ? "reclaiming capacity from borrowers"
+                                            : "preempting lower-priority jobs of the group") +
+                        std::string("; back by ") + T(now_ + policy_.grace_seconds);
+      } else {
+        if (std::find(j.forms.begin(), j.forms.end(), AllocationForm::kPartition) !=
+            j.forms.end()) {
+          partition_demand_.push_back(h);
+        }
+        if (heads_ < 4 && step == "Placement" && j.forms.front() == AllocationForm::kWhole) {
+          ReserveForHead(h);
+        }
+      }
+    }
+    still.push_back(h);
+  }
+  // 5. Repartition for partition demand that still waits.
+  if (policy_.repartition) {
+    repartition_failed_.clear();
+    repartition_attempts_ = 0;
+    for (int h : partition_demand_) {
+      if (repartitions_ >= policy_.max_repartitions_per_cycle) break;
+      // Each search walks every device; a shape that found nothing will not find it again
+      // this cycle, and the searches per cycle are bounded.
+      if (repartition_attempts_ >= 4 * policy_.max_repartitions_per_cycle) break;
+      Job& j = jobs_[h];
+      if (j.state != JobState::kPending || j.awaiting > 0) continue;
+      auto rkey = std::make_tuple(j.priority, j.pools, j.gpu_milli, j.gpu_mem);
+      if (repartition_failed_.count(rkey)) continue;
+      ++repartition_attempts_;
+      if (!TryRepartition(h)) {
+        repartition_failed_.insert(rkey);
+        continue;
+      }
+      ApplyReadyPlans();
+      if (jobs_[h].awaiting == 0) {
+        std::string step, reason;
+        bool bf = false;
+        if (TryPlace(h, &step, &reason, &bf)) ++stats_.admitted;
+      }
+    }
+  }
+  for (int h : still) {
+    if (jobs_[h].state == JobState::kPending) pending_.push_back(h);
+  }
+  StepCheck("cycle");
+  return stats_;
+}
+
+// ------------------------------------------------------------------------------------------
+// Invariants and views
+
+Status Engine::CheckInvariants() const {
+  std::vector<MilliCpu> cpu(nodes_.size(), 0);
+  std::vector<MiB> mem(nodes_.size(), 0);
+  std::vector<Resources> usage(groups_.size());
+  std::vector<MiB> share_mem(devs_.size(), 0);
+  std::vector<MilliGpu> share_w(devs_.size(), 0);
+  for (size_t h = 0; h < jobs_.size(); ++h) {
+    const Job& j = jobs_[h];
+    bool holds = j.state == JobState::kRunning || j.state == JobState::kTerminating;
+    if (!holds) {
+      if (!j.grants.empty()) return Status::Internal("job " + j.id + " holds grants while " + JobStateName(j.state));
+      continue;
+    }
+    if (!j.admitted_logged) return Status::Internal("job " + j.id + " runs without an admission event");
+    if (j.identity.empty()) return Status::Internal("job " + j.id + " has no identity");
+    for (int g = j.group; g >= 0; g = groups_[g].parent) usage[g] += j.charge;
+    for (const Grant& gr : j.grants) {
+      cpu[gr.node] += gr.cpu;
+      mem[gr.node] += gr.host_memory;
+      if (gr.dev < 0) continue;
+      const Dev& d = devs_[gr.dev];
+      if (gr.slot >= 0) {
+        if (gr.slot >= static_cast<int>(d.slots.size()) ||
+            d.slots[gr.slot].holder != static_cast<int>(h)) {
+          return Status::Internal("job " + j.id + " holds a partition of " + DevName(gr.dev) +
+                                  " that does not record it");
+        }
+        if (gr.memory > d.slots[gr.slot].memory) {
+          return Status::Internal("job " + j.id + " holds more memory than its partition");
+        }
+      } else if (j.form == AllocationForm::kWhole) {
+        if (d.whole != static_cast<int>(h)) {
+          return Status::Internal("job " + j.id + " holds " + DevName(gr.dev) + " not recorded");
+        }
+      } else {
+        share_mem[gr.dev] += gr.memory;
+        share_w[gr.dev] += gr.compute;
+      }
+    }
+  }
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    const NodeRt& node = nodes_[n];
+    if (cpu[n] > node.cpu_total || mem[n] > node.mem_total) {
+      return Status::Internal("node " + node.name + " over CPU or memory capacity");
+    }
+    if (node.cpu_free != node.cpu_total - cpu[n] || node.mem_free != node.mem_total - mem[n]) {
+      return Status::Internal("node " + node.name + " free CPU/memory out of step with jobs");
+    }
+  }
+  for (size_t di = 0; di < devs_.size(); ++di) {
+    const Dev& d = devs_[di];
+    if (d.whole >= 0 && (!d.shares.empty() || d.split)) {
+      return Status::Internal(DevName(static_cast<int>(di)) + " is whole-held and also shared or split");
+    }
+    if (d.split && !d.shares.empty()) {
+      return Status::Internal(DevName(static_cast<int>(di)) + " is split and carries device shares");
+    }
+    if (share_mem[di] != d.share_mem || share_mem[di] > d.memory) {
+      return Status::Internal(DevName(static_cast<int>(di)) + ": share caps " +
+                              FormatMiB(share_mem[di]) + " exceed or disagree with memory " +
+                              FormatMiB(d.memory));
+    }
+    if (share_w[di] != d.share_weight || share_w[di] > kWholeGpu) {
+      return Status::Internal(DevName(static_cast<int>(di)) + ": share weights over one device");
+    }
+    if (d.mig) {
+      part::Layout layout;
+      for (const Slot& s : d.slots) {
+        if (!s.alive) continue;
+        part::Instance in{s.profile, s.start};
+        Status c = part::CheckCreate(*d.model, layout, in);
+        if (!c.ok()) return Status::Internal(DevName(static_cast<int>(di)) + ": illegal layout: " + c.message());
+        layout.instances.push_back(in);
+      }
+    }
+    MiB slot_mem = 0;
+    for (const Slot& s : d.slots) slot_mem += s.alive ? s.memory : 0;
+    if (slot_mem > d.memory) {
+      return Status::Internal(DevName(static_cast<int>(di)) + ": partitions exceed device memory");
+    }
+  }
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const GroupRt& gr = groups_[g];
+    if (!(usage[g] == gr.usage)) {
+      return Status::Internal("group " + gr.spec.name + " usage out of step with its jobs");
+    }
+    const char* which = nullptr;
+    if (!Within(Resources{}, gr.usage, gr.spec.limit, &which)) {
+      return Status::Internal("group " + gr.spec.name + " over its " + which + " limit: holds " +
+                              gr.usage.ToString());
+    }
+  }
+  return Status::Ok();
+}
+
+JobView Engine::job(int handle) const {
+  const Job& j = jobs_[handle];
+  JobView v;
+  v.id = j.id;
+  v.identity = j.identity;
+  v.group = groups_[j.group].spec.name;
+  v.queue = policy_.queues[j.queue].name;
+  v.cls = j.cls;
+  v.state = j.state;
+  if (!j.grants.empty()) v.form = j.form;
+  v.borrowed = j.borrowed;
+  v.charge = j.charge;
+  for (const Grant& g : j.grants) {
+    GrantView gv;
+    gv.node = nodes_[g.node].name;
+    gv.device = g.dev < 0 ? -1 : devs_[g.dev].index;
+    if (g.slot >= 0) gv.slot = devs_[g.dev].slots[g.slot].name;
+    gv.compute = g.compute;
+    gv.memory = g.memory;
+    gv.cpu = g.cpu;
+    gv.host_memory = g.host_memory;
+    v.grants.push_back(gv);
+  }
+  v.submit_time = j.submit;
+  v.start_time = j.start;
+  v.preemptions = j.preemptions;
+  v.wait_step = j.wait_step;
+  v.wait_reason = j.wait_reason;
+  return v;
+}
+
+std::vector<GroupView> Engine::groups() const {
+  std::vector<GroupView> out;
+  for (const GroupRt& g : groups_) {
+    out.push_back({g.spec.name, g.usage, g.spec.reservation, g.spec.limit, g.fair_share});
+  }
+  return out;
+}
+
+Resources Engine::allocated() const {
+  Resources r;
+  for (const Dev& d : devs_) {
+    if (d.whole >= 0) {
+      r.gpu_milli += kWholeGpu;
+      r.gpu_memory_mib += d.memory;
+    }
+    r.gpu_milli += d.share_weight;
+    r.gpu_memory_mib += d.share_mem;
+    for (const Slot& s : d.slots) {
+      if (s.holder >= 0) r.gpu_milli += s.compute, r.gpu_memory_mib += s.memory;
+    }
+  }
+  for (const NodeRt& n : nodes_) {
+    r.cpu_milli += n.cpu_total - n.cpu_free;
+    r.memory_mib += n.mem_total - n.mem_free;
+  }
+  return r;
+}
+
+std::vector<int> Engine::devices_used_by_class() const {
+  std::vector<int> out(kClassCount, 0);
+  for (const Dev& d : devs_) {
+    bool seen[kClassCount] = {false, false, false, false, false};
+    if (d.whole >= 0) seen[static_cast<int>(jobs_[d.whole].cls)] = true;
+    for (int s : d.shares) seen[static_cast<int>(jobs_[s].cls)] = true;
+    for (const Slot& s : d.slots) {
+      if (s.holder >= 0) seen[static_cast<int>(jobs_[s.holder].cls)] = true;
+    }
+    for (int c = 0; c < kClassCount; ++c) out[c] += seen[c] ? 1 : 0;
+  }
+  return out;
+}
+
+std::string Engine::device_layout(int node, int device) const {
+  const Dev& d = devs_[nodes_[node].devs[device]];
+  if (d.amd_capable()) return d.amd_pair;
+  if (!d.mig) return "";
+  std::vector<const Slot*> s;
+  for (const Slot& x : d.slots) {
+    if (x.alive) s.push_back(&x);
+  }
+  std::sort(s.begin(), s.end(), [](const Slot* a, const Slot* b) { return a->start < b->start; });
+  std::string out;
+  for (const Slot* x : s) out += (out.empty() ? "" : ", ") + x->name;
+  return out.empty() ? "(MIG, no instances)" : out;
+}
+
+}  // namespace tessera::quota::internal
+
+namespace tessera::quota {
+using internal::Engine;
+
+Result<std::unique_ptr<QuotaEngine>> QuotaEngine::Create(const PolicySpec& policy,
+                                                         const std::vector<NodeSpec>& nodes,
+                                                         EngineOptions options) {
+  auto e = std::make_unique<Engine>();
+  Status s = e->Init(policy, nodes, options);
+  if (!s.ok()) return s;
+  return std::unique_ptr<QuotaEngine>(std::move(e));
+}
+
+const char* JobStateName(JobState s) {
+  switch (s) {
+    case JobState::kPending: return "pending";
+    case JobState::kRunning: return "running";
+    case JobState::kTerminating: return "terminating";
+    case JobState::kDone: return "done";
+    case JobState::kRejected: return "rejected";
+  }
+  return "unknown";
+}
+
+const char* EventKindName(EventKind k) {
+  switch (k) {
+    case EventKind::kSubmitted: return "submitted";
+    case EventKind::kRejected: return "rejected";
+    case EventKind::kAdmitted: return "admitted";
+    case EventKind::kPlaced: return "placed";
+    case EventKind::kPreempted: return "preempted";
+    case EventKind::kRequeued: return "requeued";
+    case EventKind::kRepartitioned: return "repartitioned";
+    case EventKind::kCompleted: return "completed";
+  }
+  return "unknown";
+}
+
+}  // namespace tessera::quota

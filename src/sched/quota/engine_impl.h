@@ -1,0 +1,325 @@
+// Internal to the quota engine: its runtime structures and the Engine class behind QuotaEngine.
+// Split over engine_setup.cc (setup, submission, lifecycle), engine_place.cc (quota and
+// placement), engine_preempt.cc (preemption, backfill, repartitioning) and engine_cycle.cc (the
+// cycle, invariants, views). Nothing outside src/sched/quota includes this.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "model/quantity.h"
+#include "partition/amd.h"
+#include "partition/catalog.h"
+#include "partition/mig.h"
+#include "sched/quota/engine.h"
+
+namespace tessera::quota::internal {
+
+namespace part = tessera::partition;
+
+inline constexpr int64_t kNever = std::numeric_limits<int64_t>::max() / 4;
+// Cost that marks a partition holder as not evictable in CheapestEviction.
+inline constexpr int64_t kForbidden = std::numeric_limits<int64_t>::max() / 1024;
+// How many share candidates best-fit looks at before falling back to an empty device.
+inline constexpr int kShareProbe = 64;
+
+struct Slot {
+  std::string name;  // "1g.10gb@3" or "CPX#2"
+  std::string profile;
+  int start = 0;
+  MiB memory = 0;
+  MilliGpu compute = 0;
+  int holder = -1;
+  bool alive = true;  // a destroyed instance stays as a tombstone so grant indices hold
+  int slices = 0;     // MIG memory slices it occupies  // a destroyed instance stays as a tombstone so grant indices hold
+};
+
+// A pending reconfiguration of a device (or, for an AMD memory mode, of its node).
+struct Plan {
+  bool active = false;
+  int for_job = -1;
+  std::vector<part::Instance> evict;  // MIG: instances to destroy
+  std::vector<part::Instance> add;    // MIG: instances to create
+  bool enable_mig = false;            // MIG: turn MIG on (device was unsplit)
+  std::string amd_pair;               // AMD: the new pair ("CPX+NPS1")
+  bool node_wide = false;             // AMD memory-mode change
+  std::string why;
+};
+
+struct Dev {
+  int node = 0;
+  int index = 0;
+  int pool = 0;
+  const part::GpuModel* model = nullptr;
+  MiB memory = 0;
+  int whole = -1;
+  bool mig = false;    // MIG mode on
+  bool split = false;  // has partition slots (MIG on, or AMD with more than one partition)
+  std::string amd_pair;
+  std::vector<Slot> slots;
+  std::vector<int> shares;
+  MiB share_mem = 0;
+  MilliGpu share_weight = 0;
+  int reserved_by = -1;  // a job this device is kept for
+  bool nominated = false;  // kept strictly (reclaim, repartition); else backfill rules apply
+  int64_t reserved_until = 0;
+  Plan plan;
+  MiB share_key = -1;  // key in shared_by_free_, -1 when not there
+  uint64_t no_start = 0;  // MIG profiles (bit = catalog index) known to have no legal start now
+
+  bool idle() const {
+    if (whole >= 0 || !shares.empty()) return false;
+    for (const Slot& s : slots) {
+      if (s.holder >= 0) return false;
+    }
+    return true;
+  }
+  bool mig_capable() const { return model && model->is_mig() && !model->mig.profiles.empty(); }
+  bool amd_capable() const { return model && model->is_amd(); }
+};
+
+struct NodeRt {
+  std::string name;
+  int pool = 0;
+  MilliCpu cpu_total = 0, cpu_free = 0;
+  MiB mem_total = 0, mem_free = 0;
+  std::vector<int> devs;
+  bool down = false;     // lost, or retired: takes no new work
+  NodeSpec spec;         // as added, to tell a return from a replacement
+};
+
+struct Grant {
+  int node = 0;
+  int dev = -1;   // -1: CPU-only
+  int slot = -1;  // -1: whole device or device share
+  MiB memory = 0;
+  MilliGpu compute = 0;
+  MilliCpu cpu = 0;
+  MiB host_memory = 0;
+};
+
+struct Job {
+  std::string id, identity;
+  int group = 0, queue = 0, profile = 0;
+  WorkloadClass cls = WorkloadClass::kBatch;
+  std::vector<AllocationForm> forms;
+  uint64_t pools = 0;
+  int gpu_count = 0;
+  MilliGpu gpu_milli = 0;
+  MiB gpu_mem = 0;
+  MilliCpu cpu = 0;
+  MiB mem = 0;
+  int priority = 0;
+  bool preemptible = false;
+  int64_t submit = 0, walltime = 0, seq = 0;
+  JobState state = JobState::kPending;
+  int64_t start = -1, grace_end = 0;
+  AllocationForm form = AllocationForm::kWhole;
+  std::vector<Grant> grants;
+  Resources charge;
+  bool borrowed = false;
+  bool admitted_logged = false;
+  int preemptions = 0;
+  int awaiting = 0;      // victims still terminating for this job
+  int claimant = -1;     // while terminating: the job waiting for this one's capacity
+  bool nominated = false;  // some device is kept for this job
+  bool external = false;   // its queue's jobs are placed by another scheduler
+  std::string wait_step, wait_reason;
+};
+
+struct GroupRt {
+  GroupSpec spec;
+  int parent = -1;
+  Resources usage;
+  double decayed[4] = {0, 0, 0, 0};
+  double fair_share = 0;
+  bool below = false;
+};
+
+bool Within(const Resources& usage, const Resources& charge, const Resources& cap, const char** which);
+bool WithinReservation(const Resources& usage, const Resources& charge, const Resources& res);
+std::string Amount(const char* which, int64_t v);
+int64_t Component(const Resources& r, const std::string& w);
+std::string T(int64_t t);
+
+class Engine final : public QuotaEngine {
+ public:
+  Status Init(const PolicySpec& policy, const std::vector<NodeSpec>& nodes, EngineOptions o);
+
+  Result<int> Submit(const JobSpec& job, int64_t now) override;
+  Status Check(const JobSpec& job) const override;
+  Result<Job> Build(const JobSpec& job) const;
+  void Complete(int job, int64_t now) override;
+  CycleStats RunCycle(int64_t now) override;
+  Status CheckInvariants() const override;
+  const std::vector<std::string>& violations() const override { return violations_; }
+  int job_count() const override { return static_cast<int>(jobs_.size()); }
+  JobView job(int handle) const override;
+  JobState job_state(int handle) const override { return jobs_[handle].state; }
+  std::vector<GroupView> groups() const override;
+  const std::vector<Event>& events() const override { return events_; }
+  int device_count() const override { return static_cast<int>(devs_.size()); }
+  MilliGpu gpu_capacity() const override { return static_cast<MilliGpu>(devs_.size()) * kWholeGpu; }
+  MiB gpu_memory_capacity() const override { return gpu_memory_capacity_; }
+  Resources allocated() const override;
+  std::vector<int> devices_used_by_class() const override;
+  std::string device_layout(int node, int device) const override;
+
+  Result<int> AddNode(const NodeSpec& node, int64_t now) override;
+  void SetNodeDown(const std::string& node, bool down) override;
+  void Cancel(int job, int64_t now, const std::string& why) override;
+  void Requeue(int job, int64_t now, const std::string& why) override;
+  void Stopped(int job, int64_t now) override;
+  Status Restore(int job, AllocationForm form, const std::vector<GrantView>& grants, bool borrowed,
+                 bool terminating, int64_t now) override;
+  DeviceView device(const std::string& node, int index) const override;
+
+ private:
+  // --- helpers
+  void Emit(EventKind k, const Job* j, std::string detail) {
+    Event e;
+    e.time = now_;
+    e.kind = k;
+    if (j) {
+      e.job = j->id;
+      e.identity = j->identity;
+      e.group = groups_[j->group].spec.name;
+    }
+    e.detail = std::move(detail);
+    events_.push_back(std::move(e));
+  }
+  std::string DevName(int d) const {
+    return nodes_[devs_[d].node].name + "/gpu" + std::to_string(devs_[d].index);
+  }
+  bool PoolAllows(int pool, AllocationForm f) const {
+    const auto& forms = policy_.pools[pool].forms;
+    return std::find(forms.begin(), forms.end(), f) != forms.end();
+  }
+  bool InPools(const Job& j, int pool) const { return (j.pools >> pool) & 1u; }
+  std::string PoolNames(const Job& j) const {
+    std::string s;
+    for (size_t p = 0; p < policy_.pools.size(); ++p) {
+      if (InPools(j, static_cast<int>(p))) s += (s.empty() ? "" : ",") + policy_.pools[p].name;
+    }
+    return "[" + s + "]";
+  }
+  int64_t LostWork(const Job& v) const {
+    if (v.state != JobState::kRunning || v.start < 0) return 0;
+    return (now_ - v.start) * std::max<int64_t>(v.charge.gpu_milli, 1);
+  }
+  int64_t ExpectedEnd(const Job& v) const {
+    if (v.state == JobState::kTerminating) return v.grace_end;
+    if (v.walltime <= 0) return kNever;
+    return std::max(now_, v.start + v.walltime);
+  }
+  // May `j` use device d at all given reservations? Sets *backfill when it does so only
+  // because it ends before the reserved start; *blocked when a reservation stopped it.
+  bool Usable(const Dev& d, const Job& j, int self, bool* backfill, bool* blocked) const {
+    if (d.plan.active || nodes_[d.node].down) return false;
+    if (d.reserved_by < 0 || d.reserved_by == self) return true;
+    if (!d.nominated && j.walltime > 0 && now_ + j.walltime <= d.reserved_until) {
+      if (backfill) *backfill = true;
+      return true;
+    }
+    if (blocked) *blocked = true;
+    return false;
+  }
+  bool NodeHas(const NodeRt& n, MilliCpu cpu, MiB mem) const {
+    return !n.down && n.cpu_free >= cpu && n.mem_free >= mem;
+  }
+  int BestMigProfile(const part::GpuModel* m, MilliGpu milli, MiB mem) const;
+  Resources ChargeOf(const Job& j, const std::vector<Grant>& g) const;
+  Status Admission(const Job& j, const Resources& charge, bool* guaranteed) const;
+  void AddUsage(int group, const Resources& r, int sign);
+
+  // --- placement
+  struct Candidate {
+    std::vector<Grant> grants;
+    bool backfill = false;
+    std::vector<std::pair<int, part::Instance>> create;  // MIG instances to create first
+    int enable_mig_dev = -1;
+    std::string amd_switch;  // with enable_amd_dev: switch an idle device's compute mode
+    int amd_dev = -1;
+  };
+  bool FindWhole(Job& j, int self, Candidate* c, bool* blocked);
+  bool FindGang(Job& j, int self, Candidate* c, bool* blocked);
+  bool FindPartition(Job& j, int self, Candidate* c, bool* blocked);
+  bool FindShare(Job& j, int self, Candidate* c, bool* blocked);
+  bool FindCpuOnly(Job& j, Candidate* c);
+  void Commit(int self, AllocationForm f, Candidate& c, bool guaranteed);
+  void Release(int self);
+  bool TryPlace(int self, std::string* step, std::string* reason, bool* backfilled);
+
+  // --- preemption, backfill, repartition
+  bool Victim(const Job& claimant, int v, bool reclaim) const;
+  bool TryPreempt(int self, bool reclaim);
+  void Preempt(int v, int claimant, const std::string& why);
+  void FinishTermination(int v);
+  void Nominate(int d, int self, int64_t until);
+  void ReserveForHead(int self);
+  bool TryRepartition(int self);
+  bool ApplyPlan(int d);
+  void ApplyReadyPlans();
+  void RebuildAmdSlots(Dev& d);
+  Status AddNodeRt(const NodeSpec& ns, const std::string& field);
+  int NodeByName(const std::string& name) const;
+  void CommitExternal(int self, const Resources& charge, bool guaranteed);
+  void EndHeld(int self);  // releases and settles claimants
+
+  void StepCheck(const char* where) {
+    if (!options_.check_invariants_each_step) return;
+    Status s = CheckInvariants();
+    if (!s.ok()) violations_.push_back(T(now_) + " after " + where + ": " + s.message());
+  }
+  // Recomputes device d's membership in the placement indexes. Call after any change to it.
+  void Reindex(int d);
+
+  PolicySpec policy_;
+  EngineOptions options_;
+  std::vector<GroupRt> groups_;
+  std::vector<NodeRt> nodes_;
+  std::vector<Dev> devs_;
+  std::vector<Job> jobs_;
+  std::vector<Event> events_;
+  std::vector<std::string> violations_;
+  std::vector<int> pending_;  // handles, any order; rebuilt each cycle
+  // Placement indexes, so that a search touches candidates rather than every device:
+  std::set<std::pair<MiB, int>> shared_by_free_;  // devices with shares and room, by free memory
+  std::set<int> free_slot_devs_;  // devices with a free partition slot
+  std::set<int> mig_open_devs_;   // MIG devices with memory slices no instance uses
+  // Submit's never-schedulable verdicts, by request shape.
+  mutable std::map<std::tuple<int, uint64_t, int, MilliGpu, MiB, int>, std::string> feasible_cache_;
+  // Shapes whose repartition search found nothing this cycle.
+  std::set<std::tuple<int, uint64_t, MilliGpu, MiB>> repartition_failed_;
+  int repartition_attempts_ = 0;
+  int active_plans_ = 0;  // devices with a plan waiting (an upper bound between scans)
+  mutable std::map<std::tuple<const part::GpuModel*, MilliGpu, MiB>, int> mig_profile_cache_;
+  std::map<std::string, int> group_index_, queue_index_, profile_index_;
+  std::map<std::string, int> node_index_;  // the live (latest) node of each name
+  MiB gpu_memory_capacity_ = 0;
+  int64_t now_ = 0;
+  int64_t last_cycle_ = -1;
+  int64_t seq_ = 0;
+  size_t cursor_node_ = 0, cursor_dev_share_ = 0, cursor_dev_part_ = 0;
+  // Failure memo: within one cycle a shape that found no room finds none later either, until
+  // something is released. Key: everything the search depends on.
+  // The value keeps the earliest end time that failed: a job of the same shape ending no
+  // earlier fails too (backfill only admits jobs that end before a reserved start).
+  struct MemoEntry {
+    std::string step, reason;
+    int64_t fail_end = 0;
+  };
+  std::map<std::tuple<int, uint64_t, int, MilliGpu, MiB, MilliCpu, MiB>, MemoEntry> memo_;
+  int heads_ = 0;
+  int preempt_searches_ = 0;
+  int repartitions_ = 0;
+  std::vector<int> partition_demand_;
+  CycleStats stats_;
+  int max_devs_per_node_ = 0;
+};
+
+
+}  // namespace tessera::quota::internal

@@ -1,0 +1,263 @@
+// The quota engine as a control plane drives it: nodes that join, leave and return; jobs that are
+// cancelled, lost with their node, or whose preempted processes have stopped; held allocations
+// re-entered after a restart; device views for agents and people.
+#include "sched/quota/engine_impl.h"
+
+namespace tessera::quota::internal {
+
+Result<int> Engine::AddNode(const NodeSpec& ns, int64_t now) {
+  now_ = std::max(now_, now);
+  const std::string field = "node '" + ns.name + "'";
+  const int old = NodeByName(ns.name);
+  if (old >= 0) {
+    NodeRt& n = nodes_[old];
+    const NodeSpec& was = n.spec;
+    const bool same = was.pool == ns.pool && was.cpu_milli == ns.cpu_milli &&
+                      was.memory_mib == ns.memory_mib && was.gpu_model == ns.gpu_model &&
+                      was.gpu_count == ns.gpu_count && was.gpu_memory_mib == ns.gpu_memory_mib;
+    if (same) {
+      n.down = false;
+      memo_.clear();
+      return old;
+    }
+    for (const Job& j : jobs_) {
+      for (const Grant& g : j.grants) {
+        if (g.node == old) {
+          return Status::FailedPrecondition(field + " changed its inventory while job " + j.id +
+                                            " holds part of it");
+        }
+      }
+    }
+    n.down = true;  // retired: its indices stay, it takes no work
+    gpu_memory_capacity_ = 0;
+  }
+  Status s = AddNodeRt(ns, field);
+  if (!s.ok()) {
+    if (old >= 0) node_index_[ns.name] = old;
+    return s;
+  }
+  if (old >= 0) {
+    for (const Dev& d : devs_) gpu_memory_capacity_ += nodes_[d.node].down ? 0 : d.memory;
+  }
+  feasible_cache_.clear();
+  memo_.clear();
+  return NodeByName(ns.name);
+}
+
+void Engine::SetNodeDown(const std::string& name, bool down) {
+  const int n = NodeByName(name);
+  if (n < 0) return;
+  nodes_[n].down = down;
+  memo_.clear();
+}
+
+void Engine::EndHeld(int self) {
+  Job& j = jobs_[self];
+  const int claimant = j.claimant;
+  Release(self);
+  if (claimant >= 0 && jobs_[claimant].awaiting > 0) --jobs_[claimant].awaiting;
+  j.claimant = -1;
+  j.start = -1;
+  if (active_plans_ > 0) ApplyReadyPlans();
+}
+
+void Engine::Cancel(int handle, int64_t now, const std::string& why) {
+  now_ = std::max(now_, now);
+  Job& j = jobs_[handle];
+  if (j.state == JobState::kDone || j.state == JobState::kRejected) return;
+  if (j.state != JobState::kPending) EndHeld(handle);
+  if (j.nominated) {
+    for (Dev& d : devs_) {
+      if (d.reserved_by == handle) d.reserved_by = -1, d.nominated = false;
+    }
+    j.nominated = false;
+  }
+  j.state = JobState::kDone;
+  j.wait_step.clear();
+  j.wait_reason.clear();
+  Emit(EventKind::kCompleted, &j, why);
+  StepCheck("cancel");
+}
+
+void Engine::Requeue(int handle, int64_t now, const std::string& why) {
+  now_ = std::max(now_, now);
+  Job& j = jobs_[handle];
+  if (j.state != JobState::kRunning && j.state != JobState::kTerminating) return;
+  EndHeld(handle);
+  j.state = JobState::kPending;
+  j.wait_step = "Requeued";
+  j.wait_reason = why;
+  pending_.push_back(handle);
+  Emit(EventKind::kRequeued, &j, why);
+  StepCheck("requeue");
+}
+
+void Engine::Stopped(int handle, int64_t now) {
+  now_ = std::max(now_, now);
+  if (jobs_[handle].state != JobState::kTerminating) return;
+  FinishTermination(handle);
+  if (active_plans_ > 0) ApplyReadyPlans();
+  StepCheck("stop");
+}
+
+void Engine::CommitExternal(int self, const Resources& charge, bool guaranteed) {
+  Job& j = jobs_[self];
+  j.grants.clear();
+  j.form = j.forms.empty() ? AllocationForm::kWhole : j.forms.front();
+  j.charge = charge;
+  j.borrowed = !guaranteed;
+  AddUsage(j.group, j.charge, +1);
+  j.state = JobState::kRunning;
+  j.start = now_;
+  j.wait_step.clear();
+  j.wait_reason.clear();
+  const GroupRt& g = groups_[j.group];
+  Emit(EventKind::kAdmitted, &j,
+       std::string(guaranteed ? "guaranteed: within reservation" : "borrowed: above reservation") +
+           " (" + j.charge.ToString() + "; group holds " + g.usage.ToString() + ")");
+  j.admitted_logged = true;
+  Emit(EventKind::kPlaced, &j,
+       std::string(AllocationFormName(j.form)) + " by queue " + policy_.queues[j.queue].name +
+           "'s external scheduler");
+}
+
+namespace {
+
+// "1g.10gb@3" -> {"1g.10gb", 3}; "CPX#2" -> {"CPX", 2}.
+bool ParseSlot(const std::string& name, std::string* profile, int* start, bool* amd) {
+  size_t at = name.rfind('@');
+  *amd = at == std::string::npos;
+  if (*amd) at = name.rfind('#');
+  if (at == std::string::npos || at == 0 || at + 1 >= name.size()) return false;
+  *profile = name.substr(0, at);
+  *start = 0;
+  for (size_t i = at + 1; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return false;
+    *start = *start * 10 + (name[i] - '0');
+  }
+  return true;
+}
+
+}  // namespace
+
+Status Engine::Restore(int handle, AllocationForm form, const std::vector<GrantView>& grants,
+                       bool borrowed, bool terminating, int64_t now) {
+  now_ = std::max(now_, now);
+  Job& j = jobs_[handle];
+  if (j.state != JobState::kPending) return Status::FailedPrecondition("job " + j.id + " is not pending");
+  Candidate c;
+  std::map<int, MiB> share_add;  // device -> share memory added by this restore
+  std::map<int, part::Layout> layouts;
+  for (const GrantView& g : grants) {
+    const std::string where = "job " + j.id + ": " + g.node + "/gpu" + std::to_string(g.device);
+    const int ni = NodeByName(g.node);
+    if (ni < 0) return Status::NotFound("job " + j.id + ": node '" + g.node + "' is not known");
+    NodeRt& n = nodes_[ni];
+    Grant gr{ni, -1, -1, g.memory, g.compute, g.cpu, g.host_memory};
+    if (g.device >= 0) {
+      if (g.device >= static_cast<int>(n.devs.size())) return Status::NotFound(where + " does not exist");
+      gr.dev = n.devs[g.device];
+      Dev& d = devs_[gr.dev];
+      if (d.whole >= 0) return Status::FailedPrecondition(where + " is held whole by another job");
+      if (!g.slot.empty()) {
+        std::string profile;
+        int start = 0;
+        bool amd = false;
+        if (!ParseSlot(g.slot, &profile, &start, &amd)) {
+          return Status::InvalidArgument(where + ": '" + g.slot + "' is not a partition name");
+        }
+        for (size_t s = 0; s < d.slots.size(); ++s) {
+          if (d.slots[s].alive && d.slots[s].name == g.slot) gr.slot = static_cast<int>(s);
+        }
+        if (gr.slot >= 0 && d.slots[gr.slot].holder >= 0) {
+          return Status::FailedPrecondition(where + ": " + g.slot + " is held by another job");
+        }
+        if (gr.slot < 0) {
+          if (amd || !d.mig_capable()) {
+            return Status::FailedPrecondition(where + ": no partition " + g.slot + " in its layout");
+          }
+          if (!d.shares.empty()) return Status::FailedPrecondition(where + " carries shares");
+          auto [lit, first] = layouts.try_emplace(gr.dev);
+          part::Layout& layout = lit->second;
+          if (first) {
+            for (const Slot& s : d.slots) {
+              if (s.alive) layout.instances.push_back({s.profile, s.start});
+            }
+          }
+          part::Instance in{profile, start};
+          Status ok = part::CheckCreate(*d.model, layout, in);
+          if (!ok.ok()) return Status::FailedPrecondition(where + ": " + ok.message());
+          layout.instances.push_back(in);
+          if (!d.mig) c.enable_mig_dev = gr.dev;
+          c.create.push_back({gr.dev, in});
+          // The slot index it will have once created.
+          gr.slot = static_cast<int>(d.slots.size()) +
+                    static_cast<int>(std::count_if(c.create.begin(), c.create.end() - 1,
+                                                   [&](const auto& x) { return x.first == gr.dev; }));
+        }
+      } else if (form == AllocationForm::kWhole) {
+        if (!d.shares.empty() || (d.split && !d.idle())) {
+          return Status::FailedPrecondition(where + " is not free for a whole device");
+        }
+      } else {
+        if (d.split) return Status::FailedPrecondition(where + " is split into partitions");
+        share_add[gr.dev] += g.memory;
+        if (d.share_mem + share_add[gr.dev] > d.memory) {
+          return Status::FailedPrecondition(where + ": share caps would exceed its memory");
+        }
+      }
+    }
+    c.grants.push_back(gr);
+  }
+  std::map<int, std::pair<MilliCpu, MiB>> host;
+  for (const Grant& g : c.grants) {
+    host[g.node].first += g.cpu;
+    host[g.node].second += g.host_memory;
+  }
+  for (const auto& [ni, need] : host) {
+    if (nodes_[ni].cpu_free < need.first || nodes_[ni].mem_free < need.second) {
+      return Status::FailedPrecondition("job " + j.id + ": node " + nodes_[ni].name +
+                                        " lacks the CPU or memory it held");
+    }
+  }
+  if (j.external) {
+    Resources nominal{j.gpu_count * j.gpu_milli, j.gpu_count * j.gpu_mem,
+                      j.cpu * std::max(j.gpu_count, 1), j.mem * std::max(j.gpu_count, 1)};
+    CommitExternal(handle, nominal, !borrowed);
+  } else {
+    for (const Grant& g : c.grants) {
+      if (g.dev >= 0 && form == AllocationForm::kWhole && g.slot < 0 && devs_[g.dev].split) {
+        devs_[g.dev].mig = devs_[g.dev].split = false;  // an idle MIG device held whole
+        devs_[g.dev].slots.clear();
+      }
+    }
+    Commit(handle, form, c, !borrowed);
+  }
+  if (terminating) {
+    j.state = JobState::kTerminating;
+    j.grace_end = now_ + policy_.grace_seconds;
+    j.claimant = -1;
+  }
+  StepCheck("restore");
+  return Status::Ok();
+}
+
+DeviceView Engine::device(const std::string& node, int index) const {
+  DeviceView v;
+  v.node = node;
+  v.index = index;
+  const int ni = NodeByName(node);
+  if (ni < 0 || index < 0 || index >= static_cast<int>(nodes_[ni].devs.size())) return v;
+  const Dev& d = devs_[nodes_[ni].devs[index]];
+  v.mig = d.mig;
+  v.amd_pair = d.amd_pair;
+  for (const Slot& s : d.slots) {
+    if (!s.alive) continue;
+    v.slots.push_back({s.name, s.profile, s.start, s.holder >= 0 ? jobs_[s.holder].id : ""});
+  }
+  v.draining = d.plan.active;
+  v.plan = d.plan.why;
+  return v;
+}
+
+}  // namespace tessera::quota::internal

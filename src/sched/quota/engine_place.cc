@@ -1,0 +1,528 @@
+// The quota engine: admission against limits and placement in each form.
+#include "sched/quota/engine_impl.h"
+
+namespace tessera::quota::internal {
+
+// ------------------------------------------------------------------------------------------
+// Quota
+
+void Engine::AddUsage(int g, const Resources& r, int sign) {
+  for (; g >= 0; g = groups_[g].parent) {
+    if (sign > 0) {
+      groups_[g].usage += r;
+    } else {
+      groups_[g].usage -= r;
+    }
+  }
+}
+
+Status Engine::Admission(const Job& j, const Resources& charge, bool* guaranteed) const {
+  const char* which = nullptr;
+  for (int g = j.group; g >= 0; g = groups_[g].parent) {
+    const GroupRt& gr = groups_[g];
+    if (!Within(gr.usage, charge, gr.spec.limit, &which)) {
+      std::string w = which;
+      return Status::ResourceExhausted(
+          "group " + gr.spec.name + " at its " + w + " limit: holds " +
+          Amount(which, Component(gr.usage, w)) + ", job needs " +
+          Amount(which, Component(charge, w)) + ", limit " +
+          Amount(which, Component(gr.spec.limit, w)));
+    }
+  }
+  // The reservation guarantees the components it names (> 0); one naming none guarantees
+  // nothing. A GPU-only reservation thus covers a job's GPU compute whatever its CPU needs.
+  const GroupRt& own = groups_[j.group];
+  *guaranteed = WithinReservation(own.usage, charge, own.spec.reservation);
+  return Status::Ok();
+}
+
+Resources Engine::ChargeOf(const Job& j, const std::vector<Grant>& gs) const {
+  Resources r;
+  for (const Grant& g : gs) {
+    r.gpu_milli += g.compute;
+    r.gpu_memory_mib += g.memory;
+    r.cpu_milli += g.cpu;
+    r.memory_mib += g.host_memory;
+  }
+  (void)j;
+  return r;
+}
+
+// ------------------------------------------------------------------------------------------
+// Placement
+
+bool Engine::FindWhole(Job& j, int self, Candidate* c, bool* blocked) {
+  if (j.gpu_count > max_devs_per_node_) return FindGang(j, self, c, blocked);
+  size_t n = nodes_.size();
+  for (size_t step = 0; step < n; ++step) {
+    size_t ni = (cursor_node_ + step) % n;
+    const NodeRt& node = nodes_[ni];
+    if (!InPools(j, node.pool) || !PoolAllows(node.pool, AllocationForm::kWhole)) continue;
+    if (static_cast<int>(node.devs.size()) < j.gpu_count) continue;
+    if (!NodeHas(node, j.cpu * j.gpu_count, j.mem * j.gpu_count)) continue;
+    std::vector<Grant> picked;
+    bool backfill = false;
+    for (int d : node.devs) {
+      const Dev& dev = devs_[d];
+      if (dev.split || dev.whole >= 0 || !dev.shares.empty() || dev.memory < j.gpu_mem) continue;
+      bool bf = false;
+      if (!Usable(dev, j, self, &bf, blocked)) continue;
+      backfill = backfill || bf;
+      picked.push_back({static_cast<int>(ni), d, -1, dev.memory, kWholeGpu, j.cpu, j.mem});
+      if (static_cast<int>(picked.size()) == j.gpu_count) break;
+    }
+    if (static_cast<int>(picked.size()) == j.gpu_count) {
+      c->grants = std::move(picked);
+      c->backfill = backfill;
+      cursor_node_ = ni;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool Engine::FindGang(Job& j, int self, Candidate* c, bool* blocked) {
+  // Devices across several nodes, all or nothing: fullest-free nodes first, so the gang
+  // spans as few nodes as it can.
+  std::vector<std::pair<int, std::vector<Grant>>> options;
+  for (size_t ni = 0; ni < nodes_.size(); ++ni) {
+    const NodeRt& node = nodes_[ni];
+    if (!InPools(j, node.pool) || !PoolAllows(node.pool, AllocationForm::kWhole)) continue;
+    std::vector<Grant> free;
+    MilliCpu cpu = 0;
+    MiB mem = 0;
+    for (int d : node.devs) {
+      const Dev& dev = devs_[d];
+      if (dev.split || dev.whole >= 0 || !dev.shares.empty() || dev.memory < j.gpu_mem) continue;
+      if (!Usable(dev, j, self, nullptr, blocked)) continue;
+      if (!NodeHas(node, cpu + j.cpu, mem + j.mem)) break;
+      cpu += j.cpu;
+      mem += j.mem;
+      free.push_back({static_cast<int>(ni), d, -1, dev.memory, kWholeGpu, j.cpu, j.mem});
+    }
+    if (!free.empty()) options.emplace_back(static_cast<int>(free.size()), std::move(free));
+  }
+  std::stable_sort(options.begin(), options.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<Grant> picked;
+  for (auto& [count, grants] : options) {
+    for (const Grant& g : grants) {
+      if (static_cast<int>(picked.size()) == j.gpu_count) break;
+      picked.push_back(g);
+    }
+    (void)count;
+    if (static_cast<int>(picked.size()) == j.gpu_count) break;
+  }
+  if (static_cast<int>(picked.size()) < j.gpu_count) return false;
+  c->grants = std::move(picked);
+  return true;
+}
+
+bool Engine::FindPartition(Job& j, int self, Candidate* c, bool* blocked) {
+  size_t n = devs_.size();
+  if (n == 0) return false;
+  // Pass 0: a free slot of the right size. Pass 1: a new MIG instance on free slices.
+  // Pass 2: an idle, unsplit device switched into partitions (nothing is lost: it is idle).
+  // Passes 0 and 1 walk their indexes; pass 2 is next fit over all devices.
+  auto visit = [&](size_t di, int pass) -> bool {
+      const Dev& d = devs_[di];
+      if (!InPools(j, d.pool) || !PoolAllows(d.pool, AllocationForm::kPartition)) return false;
+      if (!d.mig_capable() && !d.amd_capable()) return false;
+      const NodeRt& node = nodes_[d.node];
+      if (!NodeHas(node, j.cpu, j.mem)) return false;
+      bool bf = false;
+      if (!Usable(d, j, self, &bf, blocked)) return false;
+      int di_int = static_cast<int>(di);
+      if (d.mig_capable()) {
+        int pi = BestMigProfile(d.model, j.gpu_milli, j.gpu_mem);
+        if (pi < 0) return false;
+        const part::MigProfile& p = d.model->mig.profiles[pi];
+        if (pass == 0 && d.mig) {
+          for (size_t s = 0; s < d.slots.size(); ++s) {
+            if (d.slots[s].alive && d.slots[s].holder < 0 &&
+                d.slots[s].profile == p.name) {
+              c->grants = {{d.node, di_int, static_cast<int>(s), d.slots[s].memory,
+                            d.slots[s].compute, j.cpu, j.mem}};
+              c->backfill = bf;
+              cursor_dev_part_ = di;
+              return true;
+            }
+          }
+        } else if (pass == 1 && d.mig && !((d.no_start >> pi) & 1u)) {
+          part::Layout layout;
+          for (const Slot& s : d.slots) {
+            if (s.alive) layout.instances.push_back({s.profile, s.start});
+          }
+          auto starts = part::LegalStarts(*d.model, layout, p.name);
+          if (starts.ok() && !starts->empty()) {
+            c->create = {{di_int, part::Instance{p.name, starts->front()}}};
+            c->grants = {{d.node, di_int, static_cast<int>(d.slots.size()), p.memory_mib,
+                          p.compute_slices * kWholeGpu / d.model->mig.compute_slices, j.cpu,
+                          j.mem}};
+            c->backfill = bf;
+            cursor_dev_part_ = di;
+            return true;
+          }
+          if (pi < 64) devs_[di].no_start |= uint64_t{1} << pi;
+        } else if (pass == 2 && !d.split && d.idle()) {
+          c->enable_mig_dev = di_int;
+          c->create = {{di_int, part::Instance{p.name, p.starts.front()}}};
+          c->grants = {{d.node, di_int, 0, p.memory_mib,
+                        p.compute_slices * kWholeGpu / d.model->mig.compute_slices, j.cpu,
+                        j.mem}};
+          c->backfill = bf;
+          return true;
+        }
+      } else {  // AMD
+        if (pass == 0 && d.split) {
+          for (size_t s = 0; s < d.slots.size(); ++s) {
+            const Slot& sl = d.slots[s];
+            if (sl.holder < 0 && sl.memory >= j.gpu_mem && sl.compute >= j.gpu_milli) {
+              c->grants = {{d.node, di_int, static_cast<int>(s), sl.memory, sl.compute, j.cpu,
+                            j.mem}};
+              c->backfill = bf;
+              cursor_dev_part_ = di;
+              return true;
+            }
+          }
+        } else if (pass == 2 && !d.split && d.idle()) {
+          // A compute-mode change on an idle device keeps the node's memory mode.
+          auto cur = part::ParsePair(*d.model, d.amd_pair);
+          std::optional<part::AmdPartitioning> best;
+          for (const part::AmdPartitioning& a : part::AllPartitionings(*d.model)) {
+            if (a.pair.memory != cur->memory || a.partitions <= 1) return false;
+            if (a.memory_per_partition_mib < j.gpu_mem) return false;
+            if (kWholeGpu / a.partitions < j.gpu_milli) return false;
+            if (!best || a.memory_per_partition_mib < best->memory_per_partition_mib) best = a;
+          }
+          if (!best) return false;
+          c->amd_dev = di_int;
+          c->amd_switch = best->pair.ToString();
+          c->grants = {{d.node, di_int, 0, best->memory_per_partition_mib,
+                        kWholeGpu / best->partitions, j.cpu, j.mem}};
+          c->backfill = bf;
+          return true;
+        }
+      }
+    return false;
+  };
+  for (int d : free_slot_devs_) {
+    if (visit(static_cast<size_t>(d), 0)) return true;
+  }
+  for (int d : mig_open_devs_) {
+    if (visit(static_cast<size_t>(d), 1)) return true;
+  }
+  for (size_t step = 0; step < n; ++step) {
+    size_t di = (cursor_dev_part_ + step) % n;
+    if (visit(di, 2)) {
+      cursor_dev_part_ = di;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool Engine::FindShare(Job& j, int self, Candidate* c, bool* blocked) {
+  MiB cap = j.gpu_mem;
+  auto fits = [&](int di, bool* bf) {
+    const Dev& d = devs_[di];
+    if (!InPools(j, d.pool) || !PoolAllows(d.pool, AllocationForm::kShare)) return false;
+    if (d.split || d.whole >= 0) return false;
+    MiB want = cap > 0 ? cap : d.memory * j.gpu_milli / kWholeGpu;
+    if (d.share_mem + want > d.memory || d.share_weight + j.gpu_milli > kWholeGpu) return false;
+    if (!NodeHas(nodes_[d.node], j.cpu, j.mem)) return false;
+    return Usable(d, j, self, bf, blocked);
+  };
+  auto take = [&](int di, bool bf) {
+    const Dev& d = devs_[di];
+    MiB want = cap > 0 ? cap : d.memory * j.gpu_milli / kWholeGpu;
+    c->grants = {{d.node, di, -1, want, j.gpu_milli, j.cpu, j.mem}};
+    c->backfill = bf;
+  };
+  // Best fit among devices that already carry shares: the least free memory that holds it.
+  int probed = 0;
+  for (auto it = shared_by_free_.lower_bound({cap, -1});
+       it != shared_by_free_.end() && probed < kShareProbe; ++it, ++probed) {
+    bool bf = false;
+    if (fits(it->second, &bf)) {
+      take(it->second, bf);
+      return true;
+    }
+  }
+  // Then an empty device, next fit.
+  size_t n = devs_.size();
+  for (size_t step = 0; step < n; ++step) {
+    size_t di = (cursor_dev_share_ + step) % n;
+    const Dev& d = devs_[di];
+    if (!d.shares.empty() || !d.idle()) continue;
+    bool bf = false;
+    if (fits(static_cast<int>(di), &bf)) {
+      take(static_cast<int>(di), bf);
+      cursor_dev_share_ = di;
+      return true;
+    }
+  }
+  // A device with shares beyond the probe window (rare: many near-equal free sizes).
+  if (probed >= kShareProbe) {
+    for (auto it = shared_by_free_.lower_bound({cap, -1}); it != shared_by_free_.end(); ++it) {
+      bool bf = false;
+      if (fits(it->second, &bf)) {
+        take(it->second, bf);
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+bool Engine::FindCpuOnly(Job& j, Candidate* c) {
+  for (size_t ni = 0; ni < nodes_.size(); ++ni) {
+    const NodeRt& node = nodes_[ni];
+    if (!InPools(j, node.pool) || !NodeHas(node, j.cpu, j.mem)) continue;
+    c->grants = {{static_cast<int>(ni), -1, -1, 0, 0, j.cpu, j.mem}};
+    return true;
+  }
+  return false;
+}
+
+void Engine::Reindex(int di) {
+  Dev& d = devs_[di];
+  if (d.share_key >= 0) shared_by_free_.erase({d.share_key, di});
+  d.share_key = -1;
+  if (!d.shares.empty() && d.share_weight < kWholeGpu && d.share_mem < d.memory) {
+    d.share_key = d.memory - d.share_mem;
+    shared_by_free_.insert({d.share_key, di});
+  }
+  bool free_slot = false;
+  int used_slices = 0, instances = 0;
+  MilliGpu used_compute = 0;
+  for (const Slot& sl : d.slots) {
+    if (!sl.alive) continue;
+    free_slot = free_slot || sl.holder < 0;
+    used_slices += sl.slices;
+    used_compute += sl.compute;
+    ++instances;
+  }
+  d.no_start = 0;
+  if (free_slot) {
+    free_slot_devs_.insert(di);
+  } else {
+    free_slot_devs_.erase(di);
+  }
+  if (d.mig && used_slices < d.model->mig.memory_slices &&
+      instances < d.model->mig.max_gpu_instances &&
+      used_compute + kWholeGpu / d.model->mig.compute_slices <= kWholeGpu) {
+    mig_open_devs_.insert(di);
+  } else {
+    mig_open_devs_.erase(di);
+  }
+}
+
+void Engine::Commit(int self, AllocationForm f, Candidate& c, bool guaranteed) {
+  Job& j = jobs_[self];
+  if (c.enable_mig_dev >= 0) {
+    Dev& d = devs_[c.enable_mig_dev];
+    d.mig = d.split = true;
+    Emit(EventKind::kRepartitioned, nullptr,
+         DevName(c.enable_mig_dev) + ": MIG enabled on an idle device for " + j.id +
+             " (nothing lost)");
+  }
+  if (c.amd_dev >= 0) {
+    Dev& d = devs_[c.amd_dev];
+    std::string before = d.amd_pair;
+    d.amd_pair = c.amd_switch;
+    RebuildAmdSlots(d);
+    Emit(EventKind::kRepartitioned, nullptr,
+         DevName(c.amd_dev) + ": compute mode " + before + " -> " + d.amd_pair +
+             " on an idle device for " + j.id + " (nothing lost)");
+  }
+  for (auto& [di, inst] : c.create) {
+    Dev& d = devs_[di];
+    const part::MigProfile* p = d.model->mig.FindProfile(inst.profile);
+    d.slots.push_back({inst.ToString(), p->name, inst.start, p->memory_mib,
+                       p->compute_slices * kWholeGpu / d.model->mig.compute_slices, -1, true,
+                       p->memory_slices});
+    if (c.enable_mig_dev < 0) {
+      Emit(EventKind::kRepartitioned, nullptr,
+           DevName(di) + ": created " + inst.ToString() + " on free slices for " + j.id);
+    }
+    Reindex(di);
+  }
+  if (c.amd_dev >= 0) Reindex(c.amd_dev);
+  for (Grant& g : c.grants) {
+    NodeRt& n = nodes_[g.node];
+    n.cpu_free -= g.cpu;
+    n.mem_free -= g.host_memory;
+    if (g.dev < 0) continue;
+    Dev& d = devs_[g.dev];
+    if (g.slot >= 0) {
+      d.slots[g.slot].holder = self;
+    } else if (f == AllocationForm::kWhole) {
+      d.whole = self;
+    } else {
+      d.shares.push_back(self);
+      d.share_mem += g.memory;
+      d.share_weight += g.compute;
+    }
+    Reindex(g.dev);
+    if (d.reserved_by == self) {
+      d.reserved_by = -1;
+      d.nominated = false;
+    }
+  }
+  // Whatever else was kept for this job is free again.
+  if (j.nominated) {
+    for (Dev& d : devs_) {
+      if (d.reserved_by == self) d.reserved_by = -1, d.nominated = false;
+    }
+    j.nominated = false;
+  }
+  j.grants = c.grants;
+  j.form = f;
+  j.charge = ChargeOf(j, j.grants);
+  j.borrowed = !guaranteed;
+  AddUsage(j.group, j.charge, +1);
+  j.state = JobState::kRunning;
+  j.start = now_;
+  j.wait_step.clear();
+  j.wait_reason.clear();
+  j.awaiting = 0;
+  const GroupRt& g = groups_[j.group];
+  Emit(EventKind::kAdmitted, &j,
+       std::string(guaranteed ? "guaranteed: within reservation" : "borrowed: above reservation") +
+           " (" + j.charge.ToString() + "; group holds " + g.usage.ToString() + ")");
+  j.admitted_logged = true;
+  std::string where;
+  for (const Grant& gr : j.grants) {
+    if (!where.empty()) where += ", ";
+    where += gr.dev < 0 ? nodes_[gr.node].name : DevName(gr.dev);
+    if (gr.slot >= 0) where += ":" + devs_[gr.dev].slots[gr.slot].name;
+  }
+  Emit(EventKind::kPlaced, &j,
+       std::string(AllocationFormName(f)) + " on " + where +
+           (f == AllocationForm::kShare ? " (cap " + FormatMiB(j.grants[0].memory) +
+                                              ", compute weight " +
+                                              FormatMilli(j.grants[0].compute) + ")"
+                                        : "") +
+           (c.backfill ? " [backfill]" : ""));
+  if (c.backfill) ++stats_.backfilled;
+}
+
+void Engine::Release(int self) {
+  Job& j = jobs_[self];
+  for (const Grant& g : j.grants) {
+    NodeRt& n = nodes_[g.node];
+    n.cpu_free += g.cpu;
+    n.mem_free += g.host_memory;
+    if (g.dev < 0) continue;
+    Dev& d = devs_[g.dev];
+    if (g.slot >= 0) {
+      if (g.slot < static_cast<int>(d.slots.size()) && d.slots[g.slot].holder == self) {
+        d.slots[g.slot].holder = -1;
+      }
+    } else if (d.whole == self) {
+      d.whole = -1;
+    } else {
+      auto it = std::find(d.shares.begin(), d.shares.end(), self);
+      if (it != d.shares.end()) {
+        d.shares.erase(it);
+        d.share_mem -= g.memory;
+        d.share_weight -= g.compute;
+      }
+    }
+    Reindex(g.dev);
+  }
+  AddUsage(j.group, j.charge, -1);
+  j.grants.clear();
+  j.charge = {};
+  memo_.clear();  // room appeared: earlier failures may now fit
+}
+
+bool Engine::TryPlace(int self, std::string* step, std::string* reason, bool* backfilled) {
+  Job& j = jobs_[self];
+  // Admission on the nominal request first: a job past its limit needs no search.
+  Resources nominal{j.gpu_count * j.gpu_milli, j.gpu_count * j.gpu_mem,
+                    j.cpu * std::max(j.gpu_count, 1), j.mem * std::max(j.gpu_count, 1)};
+  if (std::find(j.forms.begin(), j.forms.end(), AllocationForm::kWhole) != j.forms.end() &&
+      j.forms.size() == 1) {
+    nominal.gpu_milli = j.gpu_count * kWholeGpu;
+  }
+  bool guaranteed = false;
+  Status adm = Admission(j, nominal, &guaranteed);
+  if (!adm.ok()) {
+    *step = "Admission";
+    *reason = adm.message();
+    return false;
+  }
+  auto key = std::make_tuple(j.profile, j.pools, j.gpu_count, j.gpu_milli, j.gpu_mem, j.cpu,
+                             j.mem);
+  int64_t end = j.walltime > 0 ? now_ + j.walltime : kNever;
+  bool use_memo = !j.nominated && !j.external;
+  if (use_memo) {
+    auto it = memo_.find(key);
+    if (it != memo_.end() && end >= it->second.fail_end) {
+      *step = it->second.step;
+      *reason = it->second.reason;
+      return false;
+    }
+  }
+  if (j.external) {
+    // Another scheduler places it: admitted here against the same limits, charged its request.
+    *backfilled = false;
+    CommitExternal(self, nominal, guaranteed);
+    return true;
+  }
+  bool blocked = false;
+  std::string limit_reason;
+  for (AllocationForm f : j.forms) {
+    Candidate c;
+    bool found = false;
+    if (j.gpu_count == 0) {
+      found = FindCpuOnly(j, &c);
+    } else if (f == AllocationForm::kWhole) {
+      found = FindWhole(j, self, &c, &blocked);
+    } else if (f == AllocationForm::kPartition) {
+      found = FindPartition(j, self, &c, &blocked);
+    } else {
+      found = FindShare(j, self, &c, &blocked);
+    }
+    if (!found) continue;
+    Resources charge = ChargeOf(j, c.grants);
+    Status a = Admission(j, charge, &guaranteed);
+    if (!a.ok()) {
+      limit_reason = a.message();
+      continue;
+    }
+    *backfilled = c.backfill;
+    Commit(self, f, c, guaranteed);
+    return true;
+  }
+  if (!limit_reason.empty()) {
+    *step = "Admission";
+    *reason = limit_reason + " (as placed)";
+    return false;
+  }
+  std::string forms;
+  for (AllocationForm f : j.forms) forms += (forms.empty() ? "" : "/") + std::string(AllocationFormName(f));
+  std::string shape = j.gpu_count == 0
+                          ? "cpu " + FormatMilli(j.cpu)
+                          : std::to_string(j.gpu_count) + " x " + forms + " (gpu " +
+                                FormatMilli(j.gpu_milli) + ", " + FormatMiB(j.gpu_mem) + ")";
+  if (blocked) {
+    *step = "Backfill";
+    *reason = "room exists only on devices kept for a waiting job; " + shape +
+              (j.walltime > 0 ? " would not finish before it starts"
+                              : " declares no walltime, so it could delay that job");
+  } else {
+    *step = "Placement";
+    *reason = "no room for " + shape + " in pools " + PoolNames(j) +
+              (j.gpu_count > max_devs_per_node_ ? " (gang across nodes, all or nothing)" : "");
+  }
+  if (use_memo) {
+    auto it = memo_.find(key);
+    if (it == memo_.end() || end < it->second.fail_end) memo_[key] = {*step, *reason, end};
+  }
+  return false;
+}
+
+}  // namespace tessera::quota::internal

@@ -1,0 +1,469 @@
+// The quota engine: preemption, backfill reservations and repartitioning with drain.
+#include "sched/quota/engine_impl.h"
+
+namespace tessera::quota::internal {
+
+// ------------------------------------------------------------------------------------------
+// Preemption
+
+bool Engine::Victim(const Job& claimant, int v, bool reclaim) const {
+  const Job& x = jobs_[v];
+  if (x.state != JobState::kRunning || !x.preemptible || x.external) return false;
+  if (reclaim) {
+    if (x.group == claimant.group) return false;
+    const GroupRt& g = groups_[x.group];
+    // A borrower: its group holds more GPU than it reserved.
+    return g.usage.gpu_milli > g.spec.reservation.gpu_milli;
+  }
+  return x.group == claimant.group && x.priority < claimant.priority;
+}
+
+bool Engine::TryPreempt(int self, bool reclaim) {
+  Job& j = jobs_[self];
+  if (j.gpu_count == 0 || j.gpu_count > max_devs_per_node_) return false;
+  ++preempt_searches_;
+  struct Best {
+    int64_t cost = kNever;
+    std::vector<int> victims;
+    std::vector<int> devs;
+  } best;
+  auto consider = [&](int64_t cost, std::vector<int> victims, std::vector<int> devs) {
+    if (victims.empty() || cost >= best.cost) return;
+    best.cost = cost;
+    best.victims = std::move(victims);
+    best.devs = std::move(devs);
+  };
+  auto occupants = [&](const Dev& d, std::vector<int>* out) {
+    if (d.whole >= 0) out->push_back(d.whole);
+    for (int s : d.shares) out->push_back(s);
+    for (const Slot& s : d.slots) {
+      if (s.holder >= 0) out->push_back(s.holder);
+    }
+  };
+  for (AllocationForm f : j.forms) {
+    if (f == AllocationForm::kWhole) {
+      for (const NodeRt& node : nodes_) {
+        if (!InPools(j, node.pool) || !PoolAllows(node.pool, f)) continue;
+        if (static_cast<int>(node.devs.size()) < j.gpu_count) continue;
+        // Per device: the cost of clearing it, or skip when something there must stay.
+        std::vector<std::pair<int64_t, int>> costs;
+        for (int d : node.devs) {
+          const Dev& dev = devs_[d];
+          if (dev.split || dev.plan.active || dev.memory < j.gpu_mem) continue;
+          if (dev.reserved_by >= 0 && dev.reserved_by != self && dev.nominated) continue;
+          std::vector<int> occ;
+          occupants(dev, &occ);
+          int64_t cost = 0;
+          bool ok = true;
+          for (int v : occ) {
+            if (!Victim(j, v, reclaim)) ok = false;
+            cost += LostWork(jobs_[v]);
+          }
+          if (ok) costs.push_back({cost, d});
+        }
+        if (static_cast<int>(costs.size()) < j.gpu_count) continue;
+        std::sort(costs.begin(), costs.end());
+        int64_t total = 0;
+        std::vector<int> victims, devs;
+        MilliCpu cpu = node.cpu_free;
+        MiB mem = node.mem_free;
+        for (int k = 0; k < j.gpu_count; ++k) {
+          total += costs[k].first;
+          devs.push_back(costs[k].second);
+          std::vector<int> occ;
+          occupants(devs_[costs[k].second], &occ);
+          for (int v : occ) {
+            if (std::find(victims.begin(), victims.end(), v) == victims.end()) {
+              victims.push_back(v);
+              for (const Grant& g : jobs_[v].grants) {
+                if (g.dev == costs[k].second) cpu += g.cpu, mem += g.host_memory;
+              }
+            }
+          }
+        }
+        if (cpu < j.cpu * j.gpu_count || mem < j.mem * j.gpu_count) continue;
+        consider(total, victims, devs);
+      }
+    } else if (f == AllocationForm::kShare) {
+      for (size_t di = 0; di < devs_.size(); ++di) {
+        const Dev& d = devs_[di];
+        if (!InPools(j, d.pool) || !PoolAllows(d.pool, f) || d.split || d.plan.active) continue;
+        if (d.reserved_by >= 0 && d.reserved_by != self && d.nominated) continue;
+        MiB want = j.gpu_mem > 0 ? j.gpu_mem : d.memory * j.gpu_milli / kWholeGpu;
+        if (want > d.memory) continue;
+        if (d.whole >= 0) {
+          if (Victim(j, d.whole, reclaim)) {
+            consider(LostWork(jobs_[d.whole]), {d.whole}, {static_cast<int>(di)});
+          }
+          continue;
+        }
+        MiB free_mem = d.memory - d.share_mem;
+        MilliGpu free_w = kWholeGpu - d.share_weight;
+        std::vector<std::pair<int64_t, int>> vs;
+        for (int s : d.shares) {
+          if (Victim(j, s, reclaim)) vs.push_back({LostWork(jobs_[s]), s});
+        }
+        std::sort(vs.begin(), vs.end());
+        int64_t cost = 0;
+        std::vector<int> victims;
+        for (auto& [c, v] : vs) {
+          if (free_mem >= want && free_w >= j.gpu_milli) break;
+          cost += c;
+          victims.push_back(v);
+          free_mem += jobs_[v].grants[0].memory;
+          free_w += jobs_[v].grants[0].compute;
+        }
+        if (free_mem >= want && free_w >= j.gpu_milli) {
+          consider(cost, victims, {static_cast<int>(di)});
+        }
+      }
+    } else {  // partition: a slot of the right size held by a victim
+      for (size_t di = 0; di < devs_.size(); ++di) {
+        const Dev& d = devs_[di];
+        if (!InPools(j, d.pool) || !PoolAllows(d.pool, f) || !d.split || d.plan.active) continue;
+        if (d.reserved_by >= 0 && d.reserved_by != self && d.nominated) continue;
+        int pi = d.mig_capable() ? BestMigProfile(d.model, j.gpu_milli, j.gpu_mem) : -1;
+        for (const Slot& s : d.slots) {
+          if (s.holder < 0 || !Victim(j, s.holder, reclaim)) continue;
+          bool right = d.mig_capable()
+                           ? (pi >= 0 && s.profile == d.model->mig.profiles[pi].name)
+                           : (s.memory >= j.gpu_mem && s.compute >= j.gpu_milli);
+          if (right) consider(LostWork(jobs_[s.holder]), {s.holder}, {static_cast<int>(di)});
+        }
+      }
+    }
+  }
+  if (best.victims.empty()) return false;
+  std::string why = std::string(reclaim ? "reclaim: group " : "priority preemption: ") +
+                    (reclaim ? groups_[j.group].spec.name + " is below its reservation; " : "") +
+                    "for " + j.id + " (priority " + std::to_string(j.priority) + ")";
+  for (int d : best.devs) Nominate(d, self, now_ + policy_.grace_seconds);
+  j.awaiting = static_cast<int>(best.victims.size());
+  for (int v : best.victims) Preempt(v, self, why);
+  return true;
+}
+
+void Engine::Nominate(int d, int self, int64_t until) {
+  devs_[d].reserved_by = self;
+  devs_[d].nominated = true;
+  devs_[d].reserved_until = until;
+  jobs_[self].nominated = true;
+}
+
+void Engine::Preempt(int v, int claimant, const std::string& why) {
+  Job& x = jobs_[v];
+  int64_t lost = LostWork(x);
+  x.state = JobState::kTerminating;
+  x.grace_end = now_ + policy_.grace_seconds;
+  x.claimant = claimant;
+  ++stats_.preempted;
+  Emit(EventKind::kPreempted, &x,
+       why + "; lost " + std::to_string(lost / 1000) + " GPU-s; grace until " + T(x.grace_end));
+  if (policy_.grace_seconds == 0 && !options_.await_stop) FinishTermination(v);
+}
+
+void Engine::FinishTermination(int v) {
+  Job& x = jobs_[v];
+  int claimant = x.claimant;
+  Release(v);
+  x.state = JobState::kPending;
+  x.claimant = -1;
+  x.start = -1;
+  ++x.preemptions;
+  x.wait_step = "Preempted";
+  x.wait_reason = "requeued after preemption";
+  pending_.push_back(v);
+  Emit(EventKind::kRequeued, &x, "back to pending after preemption");
+  if (claimant >= 0 && jobs_[claimant].awaiting > 0) --jobs_[claimant].awaiting;
+}
+
+// ------------------------------------------------------------------------------------------
+// Backfill: the first blocked job keeps the devices that free up soonest.
+
+void Engine::ReserveForHead(int self) {
+  Job& j = jobs_[self];
+  if (j.gpu_count == 0 || j.gpu_count > max_devs_per_node_) return;
+  if (std::find(j.forms.begin(), j.forms.end(), AllocationForm::kWhole) == j.forms.end()) return;
+  int best_node = -1;
+  int64_t best_time = kNever + 1;
+  std::vector<int> best_devs;
+  for (size_t ni = 0; ni < nodes_.size(); ++ni) {
+    const NodeRt& node = nodes_[ni];
+    if (!InPools(j, node.pool) || !PoolAllows(node.pool, AllocationForm::kWhole)) continue;
+    if (static_cast<int>(node.devs.size()) < j.gpu_count) continue;
+    std::vector<std::pair<int64_t, int>> ready;
+    for (int d : node.devs) {
+      const Dev& dev = devs_[d];
+      if (dev.split || dev.plan.active || dev.reserved_by >= 0 || dev.memory < j.gpu_mem) continue;
+      int64_t t = now_;
+      if (dev.whole >= 0) t = std::max(t, ExpectedEnd(jobs_[dev.whole]));
+      for (int s : dev.shares) t = std::max(t, ExpectedEnd(jobs_[s]));
+      ready.push_back({t, d});
+    }
+    if (static_cast<int>(ready.size()) < j.gpu_count) continue;
+    std::sort(ready.begin(), ready.end());
+    int64_t t = ready[j.gpu_count - 1].first;
+    if (t < best_time) {
+      best_time = t;
+      best_node = static_cast<int>(ni);
+      best_devs.clear();
+      for (int k = 0; k < j.gpu_count; ++k) best_devs.push_back(ready[k].second);
+    }
+  }
+  if (best_node < 0) return;
+  for (int d : best_devs) {
+    devs_[d].reserved_by = self;
+    devs_[d].nominated = false;
+    devs_[d].reserved_until = best_time;
+  }
+  ++heads_;
+  memo_.clear();  // the kept devices change what later shapes find
+  j.wait_reason += "; keeps " + std::to_string(j.gpu_count) + " device(s) on " +
+                   nodes_[best_node].name + (best_time >= kNever ? " (start unknown: running jobs declare no walltime)"
+                                                                  : " expected free at " + T(best_time));
+}
+
+// ------------------------------------------------------------------------------------------
+// Repartitioning
+
+bool Engine::TryRepartition(int self) {
+  Job& j = jobs_[self];
+  if (j.gpu_count != 1) return false;
+  struct Option {
+    int dev = -1;
+    int64_t cost = kNever;
+    std::vector<int> victims;
+    Plan plan;
+  } best;
+  // Drained for it: preemptible work of lower priority, or of borrowers when the job is within
+  // its group's reservation. Peers are never drained for peers (layouts would ping-pong).
+  bool within_reservation = WithinReservation(
+      groups_[j.group].usage, Resources{j.gpu_milli, 0, 0, 0}, groups_[j.group].spec.reservation);
+  auto victim_ok = [&](int v) {
+    const Job& x = jobs_[v];
+    if (x.state != JobState::kRunning || !x.preemptible || x.external) return false;
+    return x.priority < j.priority || (within_reservation && Victim(j, v, /*reclaim=*/true));
+  };
+  for (size_t di = 0; di < devs_.size(); ++di) {
+    const Dev& d = devs_[di];
+    if (!InPools(j, d.pool) || !PoolAllows(d.pool, AllocationForm::kPartition)) continue;
+    if (d.plan.active || (d.reserved_by >= 0 && d.reserved_by != self && d.nominated)) continue;
+    if (d.mig_capable()) {
+      int pi = BestMigProfile(d.model, j.gpu_milli, j.gpu_mem);
+      if (pi < 0) continue;
+      const std::string& want = d.model->mig.profiles[pi].name;
+      if (d.mig) {
+        // A layout that already has the profile serves this demand once it frees up.
+        bool has = false;
+        for (const Slot& s : d.slots) {
+          has = has || (s.alive && s.profile == want);
+        }
+        if (has) continue;
+        std::vector<part::CostedInstance> current;
+        for (const Slot& s : d.slots) {
+          if (!s.alive) continue;
+          int64_t cost = 0;
+          if (s.holder >= 0) cost = victim_ok(s.holder) ? LostWork(jobs_[s.holder]) + 1 : kForbidden;
+          current.push_back({{s.profile, s.start}, cost});
+        }
+        auto ev = part::CheapestEviction(*d.model, current, want);
+        if (!ev.ok() || ev->cost >= kForbidden || ev->evict.empty()) continue;
+        if (ev->cost >= best.cost) continue;
+        Option o;
+        o.dev = static_cast<int>(di);
+        o.cost = ev->cost;
+        for (const part::Instance& in : ev->evict) {
+          for (const Slot& s : d.slots) {
+            if (s.profile == in.profile && s.start == in.start && s.holder >= 0) {
+              o.victims.push_back(s.holder);
+            }
+          }
+        }
+        o.plan.evict = ev->evict;
+        o.plan.add = {ev->placed};
+        best = std::move(o);
+      } else {
+        // Unsplit: everything on it must go (only preemptible work may be drained).
+        std::vector<int> occ;
+        if (d.whole >= 0) occ.push_back(d.whole);
+        for (int s : d.shares) occ.push_back(s);
+        if (occ.empty()) continue;  // idle: placement's pass 2 handles it
+        int64_t cost = 0;
+        bool ok = true;
+        for (int v : occ) {
+          ok = ok && victim_ok(v);
+          cost += LostWork(jobs_[v]) + 1;
+        }
+        if (!ok || cost >= best.cost) continue;
+        Option o;
+        o.dev = static_cast<int>(di);
+        o.cost = cost;
+        o.victims = occ;
+        o.plan.enable_mig = true;
+        o.plan.add = {part::Instance{want, d.model->mig.profiles[pi].starts.front()}};
+        best = std::move(o);
+      }
+    } else if (d.amd_capable()) {
+      auto pick = part::PlanAmd(*d.model, {std::max<MiB>(j.gpu_mem, 1)});
+      if (!pick.ok() || pick->pair.ToString() == d.amd_pair) continue;
+      auto cur = part::ParsePair(*d.model, d.amd_pair);
+      bool node_wide = pick->pair.memory != cur->memory;
+      std::vector<int> occ;
+      const std::vector<int> scope =
+          node_wide ? nodes_[d.node].devs : std::vector<int>{static_cast<int>(di)};
+      bool ok = true;
+      for (int od : scope) {
+        const Dev& o = devs_[od];
+        if (o.plan.active) ok = false;
+        if (o.whole >= 0) occ.push_back(o.whole);
+        for (int s : o.shares) occ.push_back(s);
+        for (const Slot& s : o.slots) {
+          if (s.holder >= 0) occ.push_back(s.holder);
+        }
+      }
+      int64_t cost = 0;
+      for (int v : occ) {
+        ok = ok && victim_ok(v);
+        cost += LostWork(jobs_[v]) + 1;
+      }
+      if (!ok || cost >= best.cost) continue;
+      Option o;
+      o.dev = static_cast<int>(di);
+      o.cost = cost;
+      o.victims = occ;
+      o.plan.amd_pair = pick->pair.ToString();
+      o.plan.node_wide = node_wide;
+      best = std::move(o);
+    }
+  }
+  if (best.dev < 0) return false;
+  // Demand served, in the same unit as lost work (milli-GPU seconds): what the job asks, over
+  // the time it has waited plus the planning horizon.
+  int64_t demand = std::max<int64_t>(j.gpu_milli, 1) *
+                   (now_ - j.submit + policy_.repartition_horizon_s);
+  if (best.cost > demand) {
+    j.wait_step = "Repartition";
+    j.wait_reason += "; cheapest repartition (" + DevName(best.dev) + ") loses " +
+                     std::to_string(best.cost / 1000) + " GPU-s, more than the demand served (" +
+                     std::to_string(demand / 1000) + " GPU-s)";
+    return false;
+  }
+  Dev& d = devs_[best.dev];
+  best.plan.active = true;
+  best.plan.for_job = self;
+  std::string layout_before = device_layout(d.node, d.index);
+  best.plan.why = "for " + j.id + " (gpu " + FormatMilli(j.gpu_milli) + ", " +
+                  FormatMiB(j.gpu_mem) + "); lost work " + std::to_string(best.cost / 1000) +
+                  " GPU-s vs demand " + std::to_string(demand / 1000) + " GPU-s; was " +
+                  (layout_before.empty() ? "unsplit" : layout_before);
+  if (best.plan.node_wide) {
+    for (int od : nodes_[d.node].devs) {
+      if (od != best.dev) {
+        devs_[od].plan.active = true;  // held still: part of the node-wide change
+        devs_[od].plan.for_job = self;
+        devs_[od].plan.node_wide = true;
+      }
+    }
+  }
+  d.plan = best.plan;
+  active_plans_ += best.plan.node_wide ? static_cast<int>(nodes_[d.node].devs.size()) : 1;
+  Nominate(best.dev, self, now_ + policy_.grace_seconds);
+  j.awaiting = static_cast<int>(best.victims.size());
+  j.wait_step = "Repartition";
+  j.wait_reason = "draining " + DevName(best.dev) + " for a new layout (" +
+                  std::to_string(best.victims.size()) + " job(s) preempted)";
+  for (int v : best.victims) {
+    Preempt(v, self, "drain " + DevName(best.dev) + " for repartition " + best.plan.why);
+  }
+  ++repartitions_;
+  return true;
+}
+
+bool Engine::ApplyPlan(int di) {
+  Dev& d = devs_[di];
+  if (!d.plan.active || (d.plan.node_wide && d.plan.amd_pair.empty())) return false;
+  if (d.plan.node_wide) {
+    for (int od : nodes_[d.node].devs) {
+      if (!devs_[od].idle()) return false;
+    }
+  } else if (d.plan.enable_mig || !d.plan.amd_pair.empty()) {
+    if (!d.idle()) return false;
+  } else {
+    for (const part::Instance& in : d.plan.evict) {
+      for (const Slot& s : d.slots) {
+        if (s.alive && s.profile == in.profile && s.start == in.start && s.holder >= 0) {
+          return false;
+        }
+      }
+    }
+  }
+  std::string before = device_layout(d.node, d.index);
+  if (!d.plan.amd_pair.empty()) {
+    auto pair = part::ParsePair(*d.model, d.plan.amd_pair);
+    if (d.plan.node_wide) {
+      std::vector<part::AmdDevice> hive;
+      for (int od : nodes_[d.node].devs) {
+        hive.push_back({DevName(od), *part::ParsePair(*d.model, devs_[od].amd_pair), false});
+      }
+      auto change = part::CheckMemoryModeChange(*d.model, hive, pair->memory);
+      if (!change.ok()) {
+        d.plan = {};
+        return false;
+      }
+      const std::vector<int>& nd = nodes_[d.node].devs;
+      for (size_t k = 0; k < nd.size(); ++k) {
+        Dev& o = devs_[nd[k]];
+        o.amd_pair = nd[k] == di ? pair->ToString() : change->resulting[k].ToString();
+        if (nd[k] != di) o.plan = {};
+        RebuildAmdSlots(o);
+      }
+    } else {
+      d.amd_pair = pair->ToString();
+      RebuildAmdSlots(d);
+    }
+  } else {
+    if (d.plan.enable_mig) {
+      d.mig = d.split = true;
+      d.slots.clear();
+    }
+    for (const part::Instance& in : d.plan.evict) {
+      for (Slot& s : d.slots) {
+        if (s.alive && s.profile == in.profile && s.start == in.start) s.alive = false;
+      }
+    }
+    if (d.idle()) {  // no grant points into the slots: drop the tombstones
+      d.slots.erase(std::remove_if(d.slots.begin(), d.slots.end(),
+                                   [](const Slot& s) { return !s.alive; }),
+                    d.slots.end());
+    }
+    for (const part::Instance& in : d.plan.add) {
+      const part::MigProfile* p = d.model->mig.FindProfile(in.profile);
+      d.slots.push_back({in.ToString(), p->name, in.start, p->memory_mib,
+                         p->compute_slices * kWholeGpu / d.model->mig.compute_slices, -1, true,
+                         p->memory_slices});
+    }
+  }
+  for (int od : nodes_[d.node].devs) Reindex(od);
+  Emit(EventKind::kRepartitioned, nullptr,
+       DevName(di) + ": " + (before.empty() ? "unsplit" : before) + " -> " +
+           device_layout(d.node, d.index) + (d.plan.node_wide ? " (node-wide memory mode)" : "") +
+           " " + d.plan.why);
+  ++stats_.repartitioned;
+  int for_job = d.plan.for_job;
+  d.plan = {};
+  if (for_job >= 0 && jobs_[for_job].state == JobState::kPending) {
+    Nominate(di, for_job, now_);
+  }
+  memo_.clear();
+  return true;
+}
+
+void Engine::ApplyReadyPlans() {
+  active_plans_ = 0;
+  for (size_t d = 0; d < devs_.size(); ++d) {
+    if (devs_[d].plan.active) ApplyPlan(static_cast<int>(d));
+    if (devs_[d].plan.active) ++active_plans_;
+  }
+}
+
+}  // namespace tessera::quota::internal

@@ -1,0 +1,359 @@
+// The quota engine: shared helpers, setup, submission and completion (see engine.h).
+#include "sched/quota/engine_impl.h"
+
+namespace tessera::quota::internal {
+
+// Within `cap` on every component the charge uses.
+bool Within(const Resources& usage, const Resources& charge, const Resources& cap,
+            const char** which) {
+  Resources after = usage + charge;
+  if (charge.gpu_milli > 0 && after.gpu_milli > cap.gpu_milli) return *which = "gpu", false;
+  if (charge.gpu_memory_mib > 0 && after.gpu_memory_mib > cap.gpu_memory_mib) {
+    return *which = "gpu_memory", false;
+  }
+  if (charge.cpu_milli > 0 && after.cpu_milli > cap.cpu_milli) return *which = "cpu", false;
+  if (charge.memory_mib > 0 && after.memory_mib > cap.memory_mib) return *which = "memory", false;
+  return true;
+}
+
+bool WithinReservation(const Resources& usage, const Resources& charge, const Resources& res) {
+  Resources after = usage + charge;
+  bool named = false;
+  auto check = [&](int64_t r, int64_t c, int64_t a) {
+    if (r <= 0) return true;
+    named = true;
+    return c <= 0 || a <= r;
+  };
+  bool ok = check(res.gpu_milli, charge.gpu_milli, after.gpu_milli) &&
+            check(res.gpu_memory_mib, charge.gpu_memory_mib, after.gpu_memory_mib) &&
+            check(res.cpu_milli, charge.cpu_milli, after.cpu_milli) &&
+            check(res.memory_mib, charge.memory_mib, after.memory_mib);
+  return ok && named;
+}
+
+std::string Amount(const char* which, int64_t v) {
+  std::string w = which;
+  if (w == "gpu" || w == "cpu") return FormatMilli(v);
+  return FormatMiB(v);
+}
+int64_t Component(const Resources& r, const std::string& w) {
+  if (w == "gpu") return r.gpu_milli;
+  if (w == "gpu_memory") return r.gpu_memory_mib;
+  if (w == "cpu") return r.cpu_milli;
+  return r.memory_mib;
+}
+
+std::string T(int64_t t) { return "t=" + std::to_string(t) + "s"; }
+
+// ------------------------------------------------------------------------------------------
+// Setup
+
+Status Engine::Init(const PolicySpec& policy, const std::vector<NodeSpec>& nodes,
+                    EngineOptions o) {
+  policy_ = policy;
+  options_ = o;
+  // Pools: declared ones; with none declared, every node pool offers every form.
+  if (policy_.pools.empty()) {
+    std::set<std::string> names;
+    for (const NodeSpec& n : nodes) names.insert(n.pool.empty() ? "default" : n.pool);
+    for (const std::string& n : names) {
+      policy_.pools.push_back(
+          {n, {AllocationForm::kWhole, AllocationForm::kPartition, AllocationForm::kShare}});
+    }
+  }
+  if (policy_.pools.size() > 64) return Status::InvalidArgument("pools: at most 64");
+  Status v = Validate(policy_);
+  if (!v.ok()) return v;
+  for (size_t i = 0; i < policy_.groups.size(); ++i) {
+    group_index_[policy_.groups[i].name] = static_cast<int>(i);
+  }
+  for (size_t i = 0; i < policy_.groups.size(); ++i) {
+    GroupRt g;
+    g.spec = policy_.groups[i];
+    g.parent = g.spec.parent.empty() ? -1 : group_index_[g.spec.parent];
+    groups_.push_back(g);
+  }
+  for (size_t i = 0; i < policy_.queues.size(); ++i) {
+    queue_index_[policy_.queues[i].name] = static_cast<int>(i);
+  }
+  for (size_t i = 0; i < policy_.profiles.size(); ++i) {
+    profile_index_[policy_.profiles[i].name] = static_cast<int>(i);
+  }
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const NodeSpec& ns = nodes[i];
+    std::string field = "nodes[" + (ns.name.empty() ? std::to_string(i) : ns.name) + "]";
+    if (node_index_.count(ns.name)) return Status::InvalidArgument(field + ".name is used twice");
+    Status s = AddNodeRt(ns, field);
+    if (!s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
+int Engine::NodeByName(const std::string& name) const {
+  auto it = node_index_.find(name);
+  return it == node_index_.end() ? -1 : it->second;
+}
+
+Status Engine::AddNodeRt(const NodeSpec& ns, const std::string& field) {
+  const part::Catalog& catalog = part::Catalog::BuiltIn();
+  if (ns.name.empty()) return Status::InvalidArgument(field + ".name is empty");
+  {
+    std::string pool = ns.pool.empty() ? "default" : ns.pool;
+    int pool_id = -1;
+    for (size_t p = 0; p < policy_.pools.size(); ++p) {
+      if (policy_.pools[p].name == pool) pool_id = static_cast<int>(p);
+    }
+    if (pool_id < 0) return Status::InvalidArgument(field + ".pool '" + pool + "' is not a pool");
+    if (ns.cpu_milli < 0 || ns.memory_mib < 0 || ns.gpu_count < 0) {
+      return Status::InvalidArgument(field + " has a negative amount");
+    }
+    NodeRt n;
+    n.name = ns.name;
+    n.pool = pool_id;
+    n.cpu_total = n.cpu_free = ns.cpu_milli;
+    n.mem_total = n.mem_free = ns.memory_mib;
+    const part::GpuModel* model = ns.gpu_model.empty() ? nullptr : catalog.Find(ns.gpu_model);
+    MiB dev_mem = model ? model->memory_mib : ns.gpu_memory_mib;
+    if (ns.gpu_memory_mib > 0) dev_mem = ns.gpu_memory_mib;
+    if (ns.gpu_count > 0 && dev_mem <= 0) {
+      return Status::InvalidArgument(field + ".gpu.model '" + ns.gpu_model +
+                                     "' is not in the catalog; give gpu.memory");
+    }
+    if (!ns.mig_layout.empty() && !(model && model->is_mig())) {
+      return Status::InvalidArgument(field + ".mig: model '" + ns.gpu_model +
+                                     "' is not a MIG model");
+    }
+    if (!ns.amd_mode.empty() && !(model && model->is_amd())) {
+      return Status::InvalidArgument(field + ".amd_mode: model '" + ns.gpu_model +
+                                     "' is not an AMD model");
+    }
+    int node_id = static_cast<int>(nodes_.size());
+    for (int k = 0; k < ns.gpu_count; ++k) {
+      Dev d;
+      d.node = node_id;
+      d.index = k;
+      d.pool = pool_id;
+      d.model = model;
+      d.memory = dev_mem;
+      if (!ns.mig_layout.empty()) {
+        auto plan = part::Plan(*model, ns.mig_layout);
+        if (!plan.ok()) return Status::InvalidArgument(field + ".mig: " + plan.status().message());
+        d.mig = d.split = true;
+        for (const part::Instance& in : plan->layout.instances) {
+          const part::MigProfile* p = model->mig.FindProfile(in.profile);
+          d.slots.push_back({in.ToString(), p->name, in.start, p->memory_mib,
+                             p->compute_slices * kWholeGpu / model->mig.compute_slices, -1, true,
+                             p->memory_slices});
+        }
+      }
+      if (d.amd_capable()) {
+        std::string pair = ns.amd_mode.empty() ? "SPX+NPS1" : ns.amd_mode;
+        auto parsed = part::ParsePair(*model, pair);
+        if (!parsed.ok()) return Status::InvalidArgument(field + ".amd_mode: " + parsed.status().message());
+        auto shape = part::Partition(*model, *parsed);
+        if (!shape.ok()) return Status::InvalidArgument(field + ".amd_mode: " + shape.status().message());
+        d.amd_pair = parsed->ToString();
+        RebuildAmdSlots(d);
+      }
+      gpu_memory_capacity_ += d.memory;
+      n.devs.push_back(static_cast<int>(devs_.size()));
+      devs_.push_back(std::move(d));
+    }
+    max_devs_per_node_ = std::max(max_devs_per_node_, ns.gpu_count);
+    n.spec = ns;
+    node_index_[ns.name] = node_id;
+    nodes_.push_back(std::move(n));
+    for (int d : nodes_.back().devs) Reindex(d);
+  }
+  return Status::Ok();
+}
+
+void Engine::RebuildAmdSlots(Dev& d) {
+  d.slots.clear();
+  d.split = false;
+  auto pair = part::ParsePair(*d.model, d.amd_pair);
+  auto shape = part::Partition(*d.model, *pair);
+  if (!shape.ok() || shape->partitions <= 1) return;
+  d.split = true;
+  for (int i = 0; i < shape->partitions; ++i) {
+    d.slots.push_back({pair->compute + "#" + std::to_string(i), pair->compute, i,
+                       shape->memory_per_partition_mib, kWholeGpu / shape->partitions, -1});
+  }
+}
+
+int Engine::BestMigProfile(const part::GpuModel* m, MilliGpu milli, MiB mem) const {
+  auto key = std::make_tuple(m, milli, mem);
+  auto it = mig_profile_cache_.find(key);
+  if (it != mig_profile_cache_.end()) return it->second;
+  int best = -1;
+  const auto& ps = m->mig.profiles;
+  for (size_t i = 0; i < ps.size(); ++i) {
+    const part::MigProfile& p = ps[i];
+    if (p.media_extension) continue;
+    MilliGpu compute = p.compute_slices * kWholeGpu / m->mig.compute_slices;
+    if (compute < milli || p.memory_mib < mem) continue;
+    if (best < 0 ||
+        std::tie(p.memory_slices, p.compute_slices, p.memory_mib) <
+            std::tie(ps[best].memory_slices, ps[best].compute_slices, ps[best].memory_mib)) {
+      best = static_cast<int>(i);
+    }
+  }
+  mig_profile_cache_[key] = best;
+  return best;
+}
+
+// ------------------------------------------------------------------------------------------
+// Submission, completion
+
+Result<Job> Engine::Build(const JobSpec& spec) const {
+  Job j;
+  j.id = spec.id;
+  j.identity = spec.identity;
+  auto reject = [&](const std::string& why) -> Result<Job> {
+    return Status::InvalidArgument(why);
+  };
+  if (spec.identity.empty()) return reject("no identity");
+  auto q = queue_index_.find(spec.queue);
+  if (q == queue_index_.end()) return reject("queue '" + spec.queue + "' does not exist");
+  const QueueSpec& queue = policy_.queues[q->second];
+  std::string group = spec.group.empty() ? queue.groups.front() : spec.group;
+  if (std::find(queue.groups.begin(), queue.groups.end(), group) == queue.groups.end()) {
+    return reject("group '" + group + "' may not use queue '" + queue.name + "'");
+  }
+  j.queue = q->second;
+  j.group = group_index_.at(group);
+  j.profile = profile_index_.at(queue.profile);
+  const ProfileSpec& pr = policy_.profiles[j.profile];
+  j.cls = spec.cls.value_or(queue.default_class);
+  j.gpu_count = spec.gpu_count.value_or(pr.gpu_count);
+  j.gpu_milli = spec.gpu_milli.value_or(pr.gpu_milli);
+  j.gpu_mem = spec.gpu_memory_mib.value_or(pr.gpu_memory_mib);
+  j.cpu = spec.cpu_milli.value_or(pr.cpu_milli);
+  j.mem = spec.memory_mib.value_or(pr.memory_mib);
+  if (j.gpu_count < 0 || j.gpu_milli < 0 || j.gpu_milli > kWholeGpu || j.gpu_mem < 0 ||
+      j.cpu < 0 || j.mem < 0) {
+    return reject("request has an amount out of range");
+  }
+  if (j.gpu_count > 1 && j.gpu_milli != kWholeGpu) {
+    return reject("a fraction of a GPU needs gpu_count 1");
+  }
+  if (j.gpu_count > 0 && j.gpu_milli == 0) j.gpu_milli = kWholeGpu;
+  if (pr.max_gpus > 0 && j.gpu_count > pr.max_gpus) {
+    return reject("queue '" + queue.name + "' allows at most " + std::to_string(pr.max_gpus) +
+                  " GPUs (profile '" + pr.name + "')");
+  }
+  if (pr.max_gpu_memory_mib > 0 && j.gpu_mem > pr.max_gpu_memory_mib) {
+    return reject("queue '" + queue.name + "' allows at most " + FormatMiB(pr.max_gpu_memory_mib) +
+                  " of GPU memory per device (profile '" + pr.name + "')");
+  }
+  j.external = queue.external;
+  auto forms = FormsFor(policy_, pr, j.cls, spec.form);
+  if (!forms.ok()) return reject(forms.status().message());
+  j.forms = *forms;
+  if (j.gpu_count > 1) {
+    // Several devices are whole devices (or several partitions/shares are not offered).
+    j.forms.erase(std::remove_if(j.forms.begin(), j.forms.end(),
+                                 [](AllocationForm f) { return f != AllocationForm::kWhole; }),
+                  j.forms.end());
+    if (j.forms.empty()) return reject("several devices are granted only as whole devices");
+  }
+  for (size_t p = 0; p < policy_.pools.size(); ++p) {
+    bool listed = pr.pools.empty() || std::find(pr.pools.begin(), pr.pools.end(),
+                                                policy_.pools[p].name) != pr.pools.end();
+    if (listed) j.pools |= uint64_t{1} << p;
+  }
+  // Never schedulable: no device in the pools could hold it in any allowed form, even empty.
+  uint64_t form_bits = 0;
+  for (AllocationForm f : j.forms) form_bits |= uint64_t{1} << static_cast<int>(f);
+  auto fkey = std::make_tuple(j.gpu_count, j.pools, static_cast<int>(form_bits), j.gpu_milli,
+                              j.gpu_mem, 0);
+  auto cached = feasible_cache_.find(fkey);
+  if (spec.restoring || j.external || devs_.empty()) {
+    // Restored jobs were accepted once; external queues have no nodes here; with no node known
+    // yet (a control plane before its agents), nothing can be judged.
+  } else if (cached != feasible_cache_.end()) {
+    if (!cached->second.empty()) return reject(cached->second);
+  } else if (j.gpu_count > 0) {
+    std::string& verdict = feasible_cache_[fkey];
+    bool any = false;
+    int devices_in_pools = 0;
+    for (const Dev& d : devs_) {
+      if (!InPools(j, d.pool)) continue;
+      ++devices_in_pools;
+      for (AllocationForm f : j.forms) {
+        if (!PoolAllows(d.pool, f)) continue;
+        if (f == AllocationForm::kWhole && d.memory >= j.gpu_mem) any = true;
+        if (f == AllocationForm::kShare && d.memory >= j.gpu_mem) any = true;
+        if (f == AllocationForm::kPartition) {
+          if (d.mig_capable() && BestMigProfile(d.model, j.gpu_milli, j.gpu_mem) >= 0) any = true;
+          if (d.amd_capable()) {
+            auto plan = part::PlanAmd(*d.model, {std::max<MiB>(j.gpu_mem, 1)});
+            if (plan.ok()) any = true;
+          }
+        }
+      }
+    }
+    if (!any) {
+      verdict = "never schedulable: no device in pools " + PoolNames(j) + " can hold " +
+                std::to_string(j.gpu_count) + " x (gpu " + FormatMilli(j.gpu_milli) + ", " +
+                FormatMiB(j.gpu_mem) + ") in any allowed form";
+    } else if (j.gpu_count > devices_in_pools) {
+      verdict = "never schedulable: wants " + std::to_string(j.gpu_count) + " devices, pools " +
+                PoolNames(j) + " have " + std::to_string(devices_in_pools);
+    }
+    if (!verdict.empty()) return reject(verdict);
+  }
+  j.priority = queue.priority;
+  j.preemptible = queue.preemptible;
+  j.walltime = spec.walltime_s;
+  return j;
+}
+
+Status Engine::Check(const JobSpec& spec) const {
+  auto j = Build(spec);
+  return j.ok() ? Status::Ok() : j.status();
+}
+
+Result<int> Engine::Submit(const JobSpec& spec, int64_t now) {
+  now_ = std::max(now_, now);
+  auto built = Build(spec);
+  if (!built.ok()) {
+    Event e;
+    e.time = now_;
+    e.kind = EventKind::kRejected;
+    e.job = spec.id;
+    e.identity = spec.identity;
+    e.group = spec.group;
+    e.detail = built.status().message();
+    events_.push_back(e);
+    return Status::InvalidArgument("job '" + spec.id + "': " + built.status().message());
+  }
+  Job j = std::move(*built);
+  const QueueSpec& queue = policy_.queues[j.queue];
+  j.submit = now_;
+  j.seq = seq_++;
+  j.wait_step = "Queued";
+  j.wait_reason = "waiting for the next scheduling cycle";
+  int handle = static_cast<int>(jobs_.size());
+  jobs_.push_back(std::move(j));
+  pending_.push_back(handle);
+  Emit(EventKind::kSubmitted, &jobs_[handle],
+       std::string("queue ") + queue.name + ", class " + WorkloadClassName(jobs_[handle].cls));
+  return handle;
+}
+
+void Engine::Complete(int handle, int64_t now) {
+  now_ = std::max(now_, now);
+  Job& j = jobs_[handle];
+  if (j.state != JobState::kRunning && j.state != JobState::kTerminating) return;
+  int claimant = j.claimant;
+  Release(handle);
+  j.state = JobState::kDone;
+  if (claimant >= 0 && jobs_[claimant].awaiting > 0) --jobs_[claimant].awaiting;
+  j.claimant = -1;
+  Emit(EventKind::kCompleted, &j, "finished");
+  if (active_plans_ > 0) ApplyReadyPlans();
+  StepCheck("completion");
+}
+
+}  // namespace tessera::quota::internal

@@ -89,7 +89,8 @@ void Engine::FinishPartLocked(Job& j, const std::string& node, int code, int sig
   for (const std::string& n : NodesOf(j)) all_done = all_done && j.parts_done.count(n);
   const bool failed = code != 0 || sig != 0;
   const std::string actor = "agent:" + node;
-  if (j.rec.state == "preempting") {
+  if (j.rec.state == "preempting" && (failed || j.cancel_requested)) {
+    // Stopped by the preemption (a signal, or a non-zero exit): pending again once all parts are.
     if (!all_done) return;
     const size_t mark = qe_->events().size();
     qe_->Stopped(j.handle, NowS());

@@ -230,6 +230,11 @@ Result<EngineConfig> ParseConfig(const std::string& yaml_text) {
       if (*d <= 0) return Bad("cycle", "must be positive");
       c.cycle_ms = *d;
     }
+    if (root["schedule_on_submit"]) {
+      auto v = policy::GetBool(root["schedule_on_submit"], "schedule_on_submit");
+      if (!v.ok()) return Status::InvalidArgument("config: " + v.status().message());
+      c.schedule_on_submit = *v;
+    }
     if (root["backend_poll"]) {
       auto d = Duration(root["backend_poll"], "backend_poll");
       if (!d.ok()) return d.status();
@@ -297,7 +302,7 @@ Result<EngineConfig> ParseConfig(const std::string& yaml_text) {
       }
     }
     policy::PolicyKeys keys;
-    keys.extra_root = {"cluster", "heartbeat_timeout", "cancel_grace", "cycle", "backend_poll",
+    keys.extra_root = {"cluster", "heartbeat_timeout", "cancel_grace", "cycle", "schedule_on_submit", "backend_poll",
                        "backend_nice", "utilization_sample", "identities"};
     keys.extra_queue = {"requeue_on_loss", "backend", "partition", "template", "gpu_type",
                         "gres_whole", "gres_share", "gres_partition", "shard_memory",

@@ -56,7 +56,8 @@ struct EngineConfig {
   std::string cluster = "tessera";
   int64_t heartbeat_timeout_ms = 10000;
   int64_t cancel_grace_ms = 5000;
-  int64_t cycle_ms = 1000;         // how often the scheduling cycle runs (also after submissions)
+  int64_t cycle_ms = 1000;         // how often the scheduling cycle runs
+  bool schedule_on_submit = true;  // also run it right after each batch of submissions lands
   int64_t backend_poll_ms = 1000;  // how often external backends are asked about their jobs
   int backend_nice = 10;           // niceness added to the external schedulers' commands (0-19)
   int64_t utilization_sample_ms = 10000;  // how often the utilization history is sampled

@@ -101,7 +101,7 @@ store::JobRecord Engine::RecordOf(const Job& j) const {
   store::JobRecord r = j.rec;
   r.spec = j.spec.dump();
   Json p = {{"preemptions", j.preemptions}};
-  if (Holds(j)) {
+  if (!j.node.empty()) {  // held, or where it ran once ended
     Json grants = Json::array();
     for (const auto& g : j.grants) grants.push_back(GrantJson(g));
     p["node"] = j.node;
@@ -243,11 +243,7 @@ Status Engine::LoadJob(store::JobRecord r) {
   order_.push_back(r.id);
   j.rec = std::move(r);
   const std::string id = j.rec.id;
-  if (Ended(j)) {
-    jobs_[id] = std::move(j);
-    return Status::Ok();
-  }
-  if (Holds(j)) {
+  if (p.contains("node")) {
     j.node = p.value("node", "");
     j.form = p.value("form", "");
     j.borrowed = p.value("borrowed", false);
@@ -260,6 +256,10 @@ Status Engine::LoadJob(store::JobRecord r) {
     j.submit_attempts = p.value("attempts", 0);
     // Placed but with no id recorded: a submission may have happened just before a crash.
     j.lookup_first = !j.backend.empty() && j.external_id.empty();
+  }
+  if (Ended(j)) {
+    jobs_[id] = std::move(j);
+    return Status::Ok();
   }
   quota::JobSpec qs = QuotaSpecOf(j);
   qs.restoring = true;

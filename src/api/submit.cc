@@ -269,10 +269,10 @@ Result<Json> Engine::Submit(const Identity& who, const Json& body) {
     }
     // The batch's jobs are scheduled at once, their placements committed in one more transaction
     // (acknowledged either way: a job that could not be placed now waits as pending).
-    if (st.ok()) {
+    if (st.ok() && config_.schedule_on_submit) {
       CycleLocked(after);
-      (void)CommitLocked(after);
     }
+    if (st.ok()) (void)CommitLocked(after);
     // By id: a failed commit above rebuilt the jobs from the store.
     for (size_t k = 0; k < landed.size(); ++k) {
       auto it = jobs_.find(landed[k]);
@@ -295,6 +295,7 @@ Result<Json> Engine::Cancel(const Identity& who, const std::string& id) {
   if (j.rec.state == "pending" || j.rec.state == "placed") {
     EndLocked(j, "cancelled", "cancelled by " + who.name);
     j.grants.clear();
+    j.node.clear();
     b.Add(MakeEvent(who.name, "job.cancelled", id, "by " + who.name), &j);
     cycle_wanted_ = true;
   } else {

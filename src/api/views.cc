@@ -43,7 +43,7 @@ Json Engine::JobJson(const Job& j) const {
                  {"reason", colon == std::string::npos ? j.rec.reason : j.rec.reason.substr(colon + 2)}};
   }
   if (j.rec.exit_code) o["exit_code"] = *j.rec.exit_code;
-  if (Holds(j)) {
+  if (!j.node.empty()) {  // what it holds, or held when it ended
     Json devs = Json::array();
     MilliCpu cpu = 0;
     MiB mem = 0;

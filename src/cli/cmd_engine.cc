@@ -449,18 +449,28 @@ void RegisterEngineCommands(CLI::App& app, CommandContext& ctx) {
         Json j = Call(co, "GET", "/v1/nodes", &ctx.exit_code);
         if (j.is_discarded()) return;
         if (co.json) return void(std::cout << j.dump(2) << "\n");
-        std::vector<std::vector<std::string>> rows = {{"NODE", "STATE", "DEVICE", "MODEL", "USED", "MEMORY USED", "HOLDERS"}};
+        std::vector<std::vector<std::string>> rows = {
+            {"NODE", "STATE", "DEVICE", "MODEL", "LAYOUT", "USED", "MEMORY USED", "HOLDERS"}};
         for (const auto& n : j["nodes"]) {
           std::string state = n["state"].get<std::string>() + (n["simulated"].get<bool>() ? " (simulated)" : "");
-          if (n["devices"].empty()) rows.push_back({n["name"], state, "-", "-", "-", "-", "-"});
+          if (n["devices"].empty()) rows.push_back({n["name"], state, "-", "-", "-", "-", "-", "-"});
           for (const auto& d : n["devices"]) {
             std::string holders;
             for (const auto& h : d["holders"]) {
               holders += (holders.empty() ? "" : " ") + h["job"].get<std::string>() + "(" + h["form"].get<std::string>() +
+                         (h.contains("partition") ? " " + h["partition"].get<std::string>() : "") +
                          (h.contains("identity") ? "," + h["identity"].get<std::string>() : "") + ")";
             }
+            // The partition layout: MIG instances (free ones too), the AMD mode, or "whole".
+            std::string layout;
+            for (const auto& p : d.value("partitions", Json::array())) {
+              layout += (layout.empty() ? "" : ",") + p["name"].get<std::string>();
+            }
+            if (layout.empty()) layout = d.value("mig", false) ? "MIG (empty)" : d.value("amd_mode", "");
+            if (layout.empty()) layout = "-";
+            if (d.value("draining", false)) layout += " draining";
             rows.push_back({n["name"], state, std::to_string(d["index"].get<int>()),
-                            d["model"].get<std::string>() + (d["simulated"].get<bool>() ? "*" : ""),
+                            d["model"].get<std::string>() + (d["simulated"].get<bool>() ? "*" : ""), layout,
                             FormatMilli(d["gpu_milli_used"]),
                             FormatMiB(d["gpu_memory_mib_used"]) + "/" + FormatMiB(d["memory_mib"]),
                             holders.empty() ? "-" : holders});

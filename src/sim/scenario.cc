@@ -454,6 +454,7 @@ Result<RunReport> RunOnce(const Scenario& s, const std::string& name, RunOptions
   r.invariant_violations = e.violations();
   Status final_check = e.CheckInvariants();
   if (!final_check.ok()) r.invariant_violations.push_back("at end: " + final_check.message());
+  if (o.events != nullptr) *o.events = e.events();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return r;
 }

@@ -115,6 +115,7 @@ struct ScenarioReport {
 
 struct RunOptions {
   bool check_invariants_each_step = true;
+  std::vector<quota::Event>* events = nullptr;  // receives every event of the run when set
 };
 
 Result<RunReport> RunOnce(const Scenario& s, const std::string& name, RunOptions o = {});

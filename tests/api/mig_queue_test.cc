@@ -20,9 +20,9 @@ identities:
 groups:
   - {name: research, limit: {gpu_memory: 20GiB}}
 profiles:
-  - {name: mig, gpus: 1, cpu: 1, memory: 1GiB, forms: [partition]}
+  - {name: mig, gpus: 1, gpu_fraction: 0.1, cpu: 1, memory: 1GiB, forms: [partition]}
 queues:
-  - {name: inference, profile: mig, groups: [research], backend: slurm, mig_model: h100-80gb}
+  - {name: inference, profile: mig, groups: [research], class: inference, backend: slurm, mig_model: h100-80gb}
 )";
 
 class MigQueueTest : public ::testing::Test {
@@ -60,7 +60,7 @@ TEST_F(MigQueueTest, TheSmallestProfileThatGivesWhatIsAsked) {
     int64_t memory_mib, gpu_milli;
   };
   const Case cases[] = {
-      {Json::object(), "1g.10gb", 9984, 143},                                     // nothing asked: the smallest
+      {Json::object(), "1g.10gb", 9984, 143},  // the profile's 0.1 of a GPU: the smallest
       {{{"gpu_memory", "10GiB"}}, "1g.20gb", 20091, 143},                         // 10GiB > 9984MiB
       {{{"gpu_memory", "15GiB"}, {"gpu_fraction", "0.25"}}, "2g.20gb", 20091, 286},  // 2 of 7 slices
       {{{"gpu_fraction", "0.5"}}, "4g.40gb", 40448, 572},
@@ -105,7 +105,7 @@ TEST_F(MigQueueTest, ImpossibleAsksAndBadModelsAreRefusedByName) {
     yaml.replace(yaml.find("h100-80gb"), 9, model);
     auto c = ParseConfig(yaml);
     ASSERT_FALSE(c.ok()) << model;
-    EXPECT_NE(c.status().message().find("queues[0].mig_model: '" + model + "' is not a MIG model"), std::string::npos)
+    EXPECT_NE(c.status().message().find("queues[inference].mig_model: '" + model + "' is not a MIG model"), std::string::npos)
         << c.status().message();
   }
   std::string local = kConfig;
@@ -118,7 +118,7 @@ TEST_F(MigQueueTest, ImpossibleAsksAndBadModelsAreRefusedByName) {
   pbs.replace(pbs.find("backend: slurm"), 14, "backend: pbs");
   c = ParseConfig(pbs);
   ASSERT_FALSE(c.ok());
-  EXPECT_NE(c.status().message().find("queues[0].mig_model: the PBS backend maps no MIG instances"), std::string::npos)
+  EXPECT_NE(c.status().message().find("queues[inference].mig_model: the PBS backend maps no MIG instances"), std::string::npos)
       << c.status().message();
 }
 

@@ -38,14 +38,14 @@ identities:
 groups:
   - {name: research, limit: {gpu: 2}}
 profiles:
-  - {name: nb, gpus: 1, gpu_memory: 4GiB, cpu: 100m, memory: 64MiB, forms: [share]}
+  - {name: nb, gpus: 1, gpu_fraction: 0.1, gpu_memory: 4GiB, cpu: 100m, memory: 64MiB, forms: [share]}
   - {name: train, gpus: 1, max_gpus: 2, cpu: 1, memory: 64MiB, forms: [whole]}
-  - {name: mig, gpus: 1, cpu: 100m, memory: 64MiB, forms: [partition]}
+  - {name: mig, gpus: 1, gpu_fraction: 0.1, cpu: 100m, memory: 64MiB, forms: [partition]}
 queues:
   - {name: notebooks, profile: nb, groups: [research], backend: slurm, partition: debug, shard_memory: 1GiB}
   - {name: training, profile: train, groups: [research], backend: slurm, partition: debug, gpu_type: testgpu}
-  - {name: inference, profile: mig, groups: [research], backend: slurm, partition: debug, gres_partition: "gpu:1g.10gb:1"}
-  - {name: serving, profile: mig, groups: [research], backend: slurm, partition: debug, mig_model: H100-80GB}
+  - {name: inference, profile: mig, groups: [research], backend: slurm, partition: debug, gres_partition: "gpu:1g.10gb:1", class: inference}
+  - {name: serving, profile: mig, groups: [research], backend: slurm, partition: debug, mig_model: H100-80GB, class: inference}
 )";
 
 int Sh(const std::string& cmd) { return std::system(cmd.c_str()); }
@@ -165,7 +165,7 @@ TEST_F(SlurmTest, FailureCancellationAndGroupLimit) {
   std::string big = Call("POST", "/v1/jobs", {{"queue", "training"}, {"gpus", 2}, {"command", {"true"}}})["id"];
   Json bj = Job(big);
   EXPECT_EQ(bj["state"], "pending") << bj.dump();
-  EXPECT_NE(bj["reason"].get<std::string>().find("at its limit"), std::string::npos) << bj.dump();
+  EXPECT_NE(bj["reason"].get<std::string>().find("at its gpu limit"), std::string::npos) << bj.dump();
   Call("POST", "/v1/jobs/" + c + "/cancel");
   ASSERT_TRUE(WaitFor([&] { return State(c) == "cancelled"; })) << Diag(c);
   // Its quota is free again: the waiting job is admitted and runs.

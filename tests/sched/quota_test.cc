@@ -126,8 +126,13 @@ TEST(QuotaPolicy, ValidationNamesTheField) {
        "profiles[gpu1].pools: 'gone' is not a pool"},
       {"fraction with count", [](PolicySpec& p) { p.profiles[1].gpu_count = 2; },
        "profiles[part8].gpu_fraction: a fraction needs gpu_count 1"},
-      {"class with no acceptable form", [](PolicySpec& p) { p.profiles[0].forms = {F::kShare}; },
+      {"class with no acceptable form", [](PolicySpec& p) { p.profiles[0].forms = {F::kShare};
+                                                             p.profiles[0].gpu_memory_mib = 1024; },
        "queues[train].class: class training allows whole but profile 'gpu1' accepts share"},
+      {"share without a cap", [](PolicySpec& p) { p.profiles[0].forms = {F::kShare}; },
+       "profiles[gpu1].gpu_memory: a share needs a memory cap"},
+      {"max_gpus below gpus", [](PolicySpec& p) { p.profiles[0].max_gpus = 1; p.profiles[0].gpu_count = 2; },
+       "profiles[gpu1].max_gpus is below gpus"},
       {"weight", [](PolicySpec& p) { p.groups[1].weight_milli = 0; },
        "groups[b].weight must be positive"},
   };

@@ -272,7 +272,7 @@ JobView Engine::job(int handle) const {
   v.queue = policy_.queues[j.queue].name;
   v.cls = j.cls;
   v.state = j.state;
-  if (!j.grants.empty()) v.form = j.form;
+  if (j.state == JobState::kRunning || j.state == JobState::kTerminating) v.form = j.form;
   v.borrowed = j.borrowed;
   v.charge = j.charge;
   for (const Grant& g : j.grants) {

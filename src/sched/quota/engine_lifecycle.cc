@@ -95,8 +95,7 @@ void Engine::Requeue(int handle, int64_t now, const std::string& why) {
 void Engine::Stopped(int handle, int64_t now) {
   now_ = std::max(now_, now);
   if (jobs_[handle].state != JobState::kTerminating) return;
-  FinishTermination(handle);
-  if (active_plans_ > 0) ApplyReadyPlans();
+  FinishTermination(handle);  // layouts waiting for it apply at the next cycle, as with a grace end
   StepCheck("stop");
 }
 

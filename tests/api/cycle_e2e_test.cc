@@ -1,0 +1,269 @@
+// The served control plane schedules with the quota cycle, with real processes: `tessera serve`
+// and `tessera agent --simulate` (declared inventories: there is no GPU here). Reclaim with the
+// borrowers' processes really signalled, the class-to-form policy making a MIG instance, gangs
+// across agents, backfill by declared walltime, priority preemption.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <set>
+#include <nlohmann/json.hpp>
+
+#include "proc.h"
+#include "serve_fixture.h"
+#include "test_dir.h"
+
+namespace tessera {
+namespace {
+
+using Json = nlohmann::json;
+using testing::kTessera;
+using testing::Proc;
+
+// A job that says when it gets SIGTERM (and leaves), else runs until killed.
+const std::vector<std::string> kLongJob = {"sh", "-c",
+                                           "trap 'echo got-SIGTERM; exit 143' TERM; echo started; "
+                                           "while true; do sleep 0.1; done"};
+
+class CycleE2eTest : public testing::ServeFixture {
+ protected:
+  void Start(const std::string& config, const std::vector<std::pair<std::string, std::string>>& agents) {
+    dir_ = tessera::testing::FreshTestDir("cycle_e2e");
+    std::ofstream(dir_ + "/config.yaml") << config;
+    StartServer();
+    for (const auto& [node, simulate] : agents) StartAgent(node, simulate);
+    ASSERT_TRUE(WaitFor([&] { return ReadyNodes() == static_cast<int>(agents.size()); })) << server_->Log();
+  }
+  void StartAgent(const std::string& node, const std::string& simulate) {
+    agents_.push_back(std::make_unique<Proc>(
+        std::vector<std::string>{kTessera, "agent", "--server", "http://127.0.0.1:" + std::to_string(port_), "--token",
+                                 "agent-token-1", "--node", node, "--simulate", simulate, "--work",
+                                 dir_ + "/work-" + node, "--cgroup-root", ""},
+        dir_ + "/agent-" + node + ".log"));
+  }
+  int ReadyNodes() {
+    Json j = Call("GET", "/v1/nodes", {}, "admin-token-1");
+    int ready = 0;
+    if (j.is_object()) {
+      for (const auto& n : j["nodes"]) ready += n["state"] == "ready";
+    }
+    return ready;
+  }
+  std::string Submit(const std::string& token, Json body) {
+    Json r = Call("POST", "/v1/jobs", body, token);
+    EXPECT_TRUE(r.is_object() && r.contains("id")) << r.dump();
+    return r.is_object() ? r.value("id", "") : "";
+  }
+  Json AdminJob(const std::string& id) { return Call("GET", "/v1/jobs/" + id, {}, "admin-token-1"); }
+  std::string AdminState(const std::string& id) {
+    Json j = AdminJob(id);
+    return j.is_object() ? j.value("state", "") : "";
+  }
+  std::string AdminOutput(const std::string& id) {
+    auto out = client_->Get(("/v1/jobs/" + id + "/output").c_str(), {{"Authorization", "Bearer admin-token-1"}});
+    return out ? out->body : "";
+  }
+  std::string Logs() {
+    std::string s = server_ ? server_->Log() : "";
+    for (const auto& a : agents_) s += "\n--- agent\n" + a->Log();
+    return s;
+  }
+  void TearDown() override {
+    agents_.clear();
+    server_.reset();
+  }
+
+  std::vector<std::unique_ptr<Proc>> agents_;
+};
+
+const char* kReclaim = R"(
+heartbeat_timeout: 5s
+cycle: 300ms
+grace: 2s
+identities:
+  - {name: admin, role: admin, token: admin-token-1}
+  - {name: vee, role: user, groups: [vision], token: vision-token-1}
+  - {name: sam, role: user, groups: [speech], token: speech-token-1}
+  - {name: agent, role: agent, token: agent-token-1}
+groups:
+  - {name: vision, reservation: {gpu: 2}}
+  - {name: speech, reservation: {gpu: 2}}
+profiles:
+  - {name: card, gpus: 1, cpu: 100m, memory: 64MiB, forms: [whole]}
+queues:
+  - {name: vision, profile: card, groups: [vision], preemptible: true, class: training}
+  - {name: speech, profile: card, groups: [speech], class: training}
+)";
+
+// 4 cards; vision borrows all 4 with preemptible jobs; speech (reservation 2) submits 2 jobs: the
+// cycle reclaims two cards, the borrowers get SIGTERM and go back to pending, and both speech jobs
+// run within one cycle plus the grace (plus the agents' heartbeat and start-up slack).
+TEST_F(CycleE2eTest, ReclaimSignalsBorrowersAndGivesTheReservationBack) {
+  Start(kReclaim, {{"n1", "4xH100-80GB"}});
+  std::vector<std::string> vision;
+  for (int i = 0; i < 4; ++i) vision.push_back(Submit("vision-token-1", {{"queue", "vision"}, {"command", kLongJob}}));
+  for (const auto& id : vision) {
+    ASSERT_TRUE(WaitFor([&] { return AdminOutput(id).find("started") != std::string::npos; })) << Logs();
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string s1 = Submit("speech-token-1", {{"queue", "speech"}, {"command", kLongJob}});
+  std::string s2 = Submit("speech-token-1", {{"queue", "speech"}, {"command", kLongJob}});
+  ASSERT_TRUE(WaitFor([&] { return AdminState(s1) == "running" && AdminState(s2) == "running"; }, 15000)) << Logs();
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // cycle 0.3 s + grace 2 s, plus heartbeats (1 s) for the stop, the exit and the start.
+  EXPECT_LT(took, 0.3 + 2 + 4) << "reclaim took " << took << " s";
+  int preempted = 0;
+  for (const auto& id : vision) {
+    Json j = AdminJob(id);
+    if (j["preemptions"].get<int>() == 0) continue;
+    ++preempted;
+    EXPECT_EQ(j["state"], "pending") << j.dump();
+    EXPECT_NE(j["reason"].get<std::string>().find(":"), std::string::npos) << j.dump();  // step: reason
+    EXPECT_NE(AdminOutput(id).find("got-SIGTERM"), std::string::npos) << id << ": " << AdminOutput(id);
+  }
+  EXPECT_EQ(preempted, 2);
+  // The events say who was preempted, for whom and why.
+  Json ev = Call("GET", "/v1/events?kind=job.preempted", {}, "admin-token-1");
+  ASSERT_EQ(ev["events"].size(), 2u) << ev.dump();
+  EXPECT_NE(ev["events"][0]["reason"].get<std::string>().find("speech"), std::string::npos) << ev.dump();
+}
+
+const char* kForms = R"(
+heartbeat_timeout: 5s
+cycle: 300ms
+identities:
+  - {name: admin, role: admin, token: admin-token-1}
+  - {name: alice, role: user, groups: [research], token: alice-token-1}
+  - {name: agent, role: agent, token: agent-token-1}
+groups: [{name: research}]
+profiles:
+  - {name: serve, gpus: 1, gpu_fraction: 0.1, gpu_memory: 10GB, cpu: 100m, memory: 64MiB, forms: [partition, share, whole]}
+  - {name: nb, gpus: 1, gpu_fraction: 0.1, gpu_memory: 8GiB, cpu: 100m, memory: 64MiB, forms: [share]}
+  - {name: train, gpus: 1, cpu: 100m, memory: 64MiB, forms: [whole]}
+class_forms:
+  inference: [partition, share, whole]
+queues:
+  - {name: inference, profile: serve, groups: [research], class: inference}
+  - {name: notebooks, profile: nb, groups: [research], class: interactive}
+  - {name: training, profile: train, groups: [research], class: training}
+)";
+
+// On 2 x A100-80GB: inference asking 10 GB (9537 MiB) runs on a 1g.10gb MIG instance (its environment names
+// the MIG UUID; `nodes` shows the layout), training on a whole card, then a notebook on a share.
+TEST_F(CycleE2eTest, TheClassToFormPolicyPicksMigShareAndWhole) {
+  Start(kForms, {{"a100", "2xA100-80GB"}});
+  const std::vector<std::string> show = {"sh", "-c", "echo devices=$CUDA_VISIBLE_DEVICES; sleep 30"};
+  std::string inf = Submit("alice-token-1", {{"queue", "inference"}, {"command", show}});
+  std::string train = Submit("alice-token-1", {{"queue", "training"}, {"command", {"sh", "-c", "echo devices=$CUDA_VISIBLE_DEVICES"}}});
+  ASSERT_TRUE(WaitFor([&] { return AdminOutput(inf).find("devices=MIG-") != std::string::npos; })) << Logs();
+  Json j = AdminJob(inf);
+  EXPECT_EQ(j["placement"]["form"], "partition") << j.dump();
+  const std::string slot = j["placement"]["devices"][0].value("partition", "");
+  EXPECT_EQ(slot.rfind("1g.10gb@", 0), 0u) << j.dump();
+  ASSERT_TRUE(WaitFor([&] { return AdminState(train) == "succeeded"; })) << Logs();
+  EXPECT_NE(AdminOutput(train).find("devices=GPU-"), std::string::npos) << AdminOutput(train);
+  EXPECT_EQ(AdminJob(train)["spec"]["gpus"], 1);
+  Json nodes = Call("GET", "/v1/nodes", {}, "admin-token-1");
+  bool shown = false;
+  for (const auto& d : nodes["nodes"][0]["devices"]) {
+    for (const auto& p : d["partitions"]) shown = shown || (p["name"] == slot && p["job"] == inf);
+  }
+  EXPECT_TRUE(shown) << nodes.dump();
+  // The CLI shows the layout too.
+  {
+    Proc cli({kTessera, "nodes", "--url", "http://127.0.0.1:" + std::to_string(port_), "--token", "admin-token-1"},
+             dir_ + "/cli.log");
+    ASSERT_TRUE(WaitFor([&] { return !cli.Alive(); }));
+    EXPECT_NE(cli.Log().find(slot), std::string::npos) << cli.Log();
+  }
+  // The training card is free again: a notebook gets a share of it.
+  std::string nb = Submit("alice-token-1", {{"queue", "notebooks"}, {"command", show}});
+  ASSERT_TRUE(WaitFor([&] { return AdminOutput(nb).find("devices=GPU-") != std::string::npos; })) << Logs();
+  EXPECT_EQ(AdminJob(nb)["placement"]["form"], "share");
+  EXPECT_EQ(AdminJob(nb)["placement"]["devices"][0]["gpu_memory_mib"], 8192);
+}
+
+const char* kGangs = R"(
+heartbeat_timeout: 5s
+cycle: 300ms
+grace: 1s
+identities:
+  - {name: admin, role: admin, token: admin-token-1}
+  - {name: alice, role: user, groups: [research], token: alice-token-1}
+  - {name: agent, role: agent, token: agent-token-1}
+groups: [{name: research}]
+profiles:
+  - {name: train, gpus: 1, max_gpus: 2, cpu: 100m, memory: 64MiB, forms: [whole]}
+queues:
+  - {name: urgent, profile: train, groups: [research], priority: 10, class: training}
+  - {name: training, profile: train, groups: [research], priority: 5, class: training}
+  - {name: scavenger, profile: train, groups: [research], priority: 0, preemptible: true, class: training}
+)";
+
+// Two agents with one card each: a 2-card job is a gang across them. It waits, all or nothing
+// (holding nothing), while one card is busy, then starts on both agents at once.
+TEST_F(CycleE2eTest, AGangAcrossAgentsStartsAllOrNothing) {
+  Start(kGangs, {{"a", "1xH100-80GB"}, {"b", "1xH100-80GB"}});
+  std::string busy = Submit("alice-token-1", {{"queue", "training"}, {"command", kLongJob}});
+  ASSERT_TRUE(WaitFor([&] { return AdminState(busy) == "running"; })) << Logs();
+  std::string gang = Submit("alice-token-1", {{"queue", "training"}, {"command", kLongJob}, {"gpus", 2}});
+  ASSERT_TRUE(WaitFor([&] { return AdminJob(gang).value("reason", "").find("all or nothing") != std::string::npos; }))
+      << AdminJob(gang).dump();
+  Json g = AdminJob(gang);
+  EXPECT_EQ(g["state"], "pending");
+  EXPECT_FALSE(g.contains("placement")) << g.dump();  // nothing held while it waits
+  ASSERT_TRUE(Call("POST", "/v1/jobs/" + busy + "/cancel", {}, "admin-token-1").is_object());
+  ASSERT_TRUE(WaitFor([&] { return AdminState(gang) == "running"; })) << Logs();
+  g = AdminJob(gang);
+  std::set<std::string> nodes;
+  for (const auto& d : g["placement"]["devices"]) nodes.insert(d["node"].get<std::string>());
+  EXPECT_EQ(nodes, (std::set<std::string>{"a", "b"})) << g.dump();
+  ASSERT_TRUE(WaitFor([&] {
+    return agents_[0]->Log().find("job " + gang + " started") != std::string::npos &&
+           agents_[1]->Log().find("job " + gang + " started") != std::string::npos;
+  })) << Logs();
+  // Cancelled, it stops on both.
+  Call("POST", "/v1/jobs/" + gang + "/cancel", {}, "admin-token-1");
+  ASSERT_TRUE(WaitFor([&] { return AdminState(gang) == "cancelled"; })) << Logs();
+}
+
+// One agent with two cards. Backfill: behind a blocked 2-card head, a 1-card job whose walltime
+// ends before the head's reserved start runs; one that declares no walltime waits at Backfill.
+// Priority: an urgent job preempts a scavenger job of the same group (SIGTERM, then pending).
+TEST_F(CycleE2eTest, BackfillByWalltimeAndPriorityPreemption) {
+  Start(kGangs, {{"a", "2xH100-80GB"}});
+  std::string busy = Submit("alice-token-1", {{"queue", "training"}, {"command", kLongJob}, {"walltime", "1h"}});
+  ASSERT_TRUE(WaitFor([&] { return AdminState(busy) == "running"; })) << Logs();
+  std::string head = Submit("alice-token-1", {{"queue", "training"}, {"command", kLongJob}, {"gpus", 2}});
+  std::string quick = Submit("alice-token-1",
+                             {{"queue", "training"}, {"command", {"sh", "-c", "echo quick"}}, {"walltime", "10s"}});
+  std::string open_ended = Submit("alice-token-1", {{"queue", "training"}, {"command", kLongJob}});
+  ASSERT_TRUE(WaitFor([&] { return AdminState(quick) == "succeeded"; })) << Logs();
+  EXPECT_EQ(AdminState(head), "pending");
+  ASSERT_TRUE(WaitFor([&] { return AdminJob(open_ended)["wait"].value("step", "") == "Backfill"; }))
+      << AdminJob(open_ended).dump();
+  EXPECT_EQ(AdminState(open_ended), "pending");
+  Json placed = Call("GET", "/v1/events?kind=job.placed&subject=" + quick, {}, "admin-token-1");
+  ASSERT_EQ(placed["events"].size(), 1u) << placed.dump();
+  EXPECT_NE(placed["events"][0]["reason"].get<std::string>().find("[backfill]"), std::string::npos) << placed.dump();
+  for (const auto& id : {head, open_ended, busy}) Call("POST", "/v1/jobs/" + id + "/cancel", {}, "admin-token-1");
+  ASSERT_TRUE(WaitFor([&] { return AdminState(busy) == "cancelled"; })) << Logs();
+  // Priority preemption inside the group.
+  std::string scav1 = Submit("alice-token-1", {{"queue", "scavenger"}, {"command", kLongJob}});
+  std::string scav2 = Submit("alice-token-1", {{"queue", "scavenger"}, {"command", kLongJob}});
+  ASSERT_TRUE(WaitFor([&] { return AdminOutput(scav1).find("started") != std::string::npos &&
+                                   AdminOutput(scav2).find("started") != std::string::npos; })) << Logs();
+  std::string urgent = Submit("alice-token-1", {{"queue", "urgent"}, {"command", kLongJob}});
+  ASSERT_TRUE(WaitFor([&] { return AdminState(urgent) == "running"; })) << Logs();
+  int preempted = 0;
+  for (const auto& id : {scav1, scav2}) {
+    Json s = AdminJob(id);
+    if (s["preemptions"].get<int>() == 0) continue;
+    ++preempted;
+    EXPECT_EQ(s["state"], "pending") << s.dump();
+    EXPECT_NE(AdminOutput(id).find("got-SIGTERM"), std::string::npos) << AdminOutput(id);
+  }
+  EXPECT_EQ(preempted, 1);
+}
+
+}  // namespace
+}  // namespace tessera

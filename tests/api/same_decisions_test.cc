@@ -96,7 +96,11 @@ class Served {
       }
     }
     config_.schedule_on_submit = false;
-    for (const auto& q : s.policy.queues) config_.routes.push_back(QueueRoute{.queue = q.name});
+    for (const auto& q : s.policy.queues) {
+      QueueRoute r;
+      r.queue = q.name;
+      config_.routes.push_back(r);
+    }
     admin_ = {"admin", Role::kAdmin, {}, ""};
     auto store = store::Store::Open(dir_ + "/tessera.db");
     EXPECT_TRUE(store.ok()) << store.status().ToString();
@@ -279,8 +283,8 @@ TEST_P(SameDecisions, SimulatorAndServedEngineDecideAlike) {
 
 INSTANTIATE_TEST_SUITE_P(Examples, SameDecisions,
                          ::testing::Values("reclaim.yaml", "utilization-math.yaml", "mixed-24h.yaml"),
-                         [](const auto& info) {
-                           std::string n = info.param.substr(0, info.param.find('.'));
+                         [](const auto& p) {
+                           std::string n = p.param.substr(0, p.param.find('.'));
                            std::replace(n.begin(), n.end(), '-', '_');
                            return n;
                          });

@@ -61,13 +61,7 @@ Result<Json> Engine::RegisterNode(const Identity& who, const Json& body) {
   Json inv = body;
   inv["node"] = n.name;
   inv["pool"] = n.pool;
-  auto names = store_->GetSetting("nodes");
-  Status st = names.status();
-  Json list = st.ok() && names->has_value() ? Json::parse(**names, nullptr, false) : Json::array();
-  if (!list.is_array()) list = Json::array();
-  if (std::find(list.begin(), list.end(), Json(n.name)) == list.end()) list.push_back(n.name);
-  if (st.ok()) st = store_->PutSetting("node/" + n.name, inv.dump());
-  if (st.ok()) st = store_->PutSetting("nodes", list.dump());
+  Status st = store_->PutSetting("node/" + n.name, inv.dump());
   auto old = nodes_.find(n.name);
   Batch b;
   b.Add(MakeEvent(who.name, "node.registered", n.name, "", {{"devices", n.devices.size()}, {"simulated", n.simulated}}),

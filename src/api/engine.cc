@@ -61,9 +61,14 @@ Result<std::unique_ptr<Engine>> Engine::Open(EngineConfig config, std::unique_pt
   return e;
 }
 
-std::vector<std::string> Engine::LiveIdsLocked() {
-  live_.erase(std::remove_if(live_.begin(), live_.end(), [&](const std::string& id) { return Ended(jobs_[id]); }),
-              live_.end());
+const std::vector<std::string>& Engine::LiveIdsLocked() {
+  // Pruned when about half of it has ended, so that a walk costs what the live jobs do, amortized;
+  // walkers still skip what ended since.
+  if (ended_since_prune_ > 64 && 2 * ended_since_prune_ > live_.size()) {
+    live_.erase(std::remove_if(live_.begin(), live_.end(), [&](const std::string& id) { return Ended(jobs_[id]); }),
+                live_.end());
+    ended_since_prune_ = 0;
+  }
   return live_;
 }
 
@@ -99,7 +104,7 @@ store::Event Engine::MakeEvent(const std::string& actor, const std::string& kind
 
 store::JobRecord Engine::RecordOf(const Job& j) const {
   store::JobRecord r = j.rec;
-  r.spec = j.spec.dump();
+  r.spec = j.spec_text.empty() ? j.spec.dump() : j.spec_text;
   Json p = {{"preemptions", j.preemptions}};
   if (!j.node.empty()) {  // held, or where it ran once ended
     Json grants = Json::array();
@@ -166,17 +171,11 @@ Status Engine::NewQuotaEngine() {
 }
 
 Status Engine::LoadNodes() {
-  auto names = store_->GetSetting("nodes");
-  if (!names.ok()) return names.status();
-  if (!names->has_value()) return Status::Ok();
-  Json list = Json::parse(**names, nullptr, false);
-  if (!list.is_array()) return Status::Internal("stored node list is corrupt");
-  for (const auto& n : list) {
-    auto inv = store_->GetSetting("node/" + n.get<std::string>());
-    if (!inv.ok()) return inv.status();
-    if (!inv->has_value()) continue;
-    Json j = Json::parse(**inv, nullptr, false);
-    if (j.is_discarded()) return Status::Internal("stored inventory of node '" + n.get<std::string>() + "' is corrupt");
+  auto stored = store_->ListSettings("node/");
+  if (!stored.ok()) return stored.status();
+  for (const auto& [key, value] : *stored) {
+    Json j = Json::parse(value, nullptr, false);
+    if (j.is_discarded()) return Status::Internal("stored inventory '" + key + "' is corrupt");
     NodeInfo node;
     node.name = j.value("node", "");
     node.pool = j.value("pool", "default");
@@ -235,6 +234,7 @@ Status Engine::LoadJob(store::JobRecord r) {
   Job j;
   j.spec = Json::parse(r.spec, nullptr, false);
   if (j.spec.is_discarded()) return Status::Internal("stored spec of job '" + r.id + "' is corrupt");
+  j.spec_text = r.spec;
   Json p = r.placement.empty() ? Json::object() : Json::parse(r.placement, nullptr, false);
   if (p.is_discarded()) return Status::Internal("stored placement of job '" + r.id + "' is corrupt");
   j.preemptions = p.value("preemptions", 0);
@@ -272,7 +272,6 @@ Status Engine::LoadJob(store::JobRecord r) {
     return Status::Ok();
   }
   j.handle = *h;
-  by_handle_[j.handle] = id;
   if (Holds(j)) {
     auto form = quota::ParseAllocationForm(j.form.empty() ? "whole" : j.form);
     Status st = qe_->Restore(j.handle, form.ok() ? *form : AllocationForm::kWhole, j.grants, j.borrowed,
@@ -283,7 +282,8 @@ Status Engine::LoadJob(store::JobRecord r) {
     }
   }
   live_.push_back(id);
-  jobs_[id] = std::move(j);
+  Job& stored = jobs_[id] = std::move(j);
+  Index(stored);
   return Status::Ok();
 }
 
@@ -292,6 +292,7 @@ Status Engine::Load() {
   order_.clear();
   live_.clear();
   by_handle_.clear();
+  ended_since_prune_ = 0;
   nodes_.clear();
   Status st = NewQuotaEngine();
   if (!st.ok()) return st;
@@ -327,6 +328,7 @@ void Engine::FillGrantsLocked(Job& j) {
 }
 
 void Engine::EndLocked(Job& j, const std::string& state, const std::string& reason) {
+  ++ended_since_prune_;
   if (j.handle >= 0) qe_->Cancel(j.handle, NowS(), state + (reason.empty() ? "" : ": " + reason));
   j.rec.state = state;
   j.rec.reason = reason;
@@ -385,11 +387,20 @@ void Engine::TranslateLocked(size_t from, Batch& b) {
 }
 
 void Engine::RefreshWaitReasonsLocked() {
-  for (const std::string& id : LiveIdsLocked()) {
-    Job& j = jobs_[id];
-    if (j.rec.state != "pending" || j.handle < 0) continue;
-    quota::JobView v = qe_->job(j.handle);
-    if (!v.wait_step.empty()) j.rec.reason = v.wait_step + ": " + v.wait_reason;
+  std::string step, reason;
+  for (int h : qe_->waiting()) {  // what the cycle left waiting, and what arrived since
+    if (h < 0 || h >= static_cast<int>(by_handle_.size()) || by_handle_[h] == nullptr) continue;
+    Job& j = *by_handle_[h];
+    if (j.rec.state != "pending") continue;
+    qe_->WaitOf(j.handle, &step, &reason);
+    if (step.empty()) continue;
+    // Only rebuilt when it changed: most waiting jobs keep theirs from cycle to cycle.
+    const std::string& cur = j.rec.reason;
+    if (cur.size() == step.size() + 2 + reason.size() && cur.compare(0, step.size(), step) == 0 &&
+        cur.compare(step.size() + 2, std::string::npos, reason) == 0) {
+      continue;
+    }
+    j.rec.reason = step + ": " + reason;
   }
 }
 

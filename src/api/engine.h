@@ -116,6 +116,7 @@ class Engine {
   struct Job {
     store::JobRecord rec;
     Json spec;
+    std::string spec_text;  // spec.dump(), kept: the spec never changes
     int handle = -1;  // in the quota engine
     // What the job holds while placed/starting/running/preempting.
     std::string form;
@@ -216,11 +217,17 @@ class Engine {
   std::unique_ptr<quota::QuotaEngine> qe_;
   std::map<std::string, Job> jobs_;          // by id
   std::vector<std::string> order_;           // job ids in submit order
-  std::map<int, std::string> by_handle_;     // quota handle -> job id
+  std::vector<Job*> by_handle_;               // quota handle -> job (jobs_ nodes do not move)
+  void Index(Job& j) {
+    if (j.handle >= static_cast<int>(by_handle_.size())) by_handle_.resize(j.handle + 1, nullptr);
+    by_handle_[j.handle] = &j;
+  }
+  size_t ended_since_prune_ = 0;             // jobs ended since live_ was last pruned
   // Ids of the jobs not yet ended, in submit order: what every per-heartbeat, per-tick and
   // per-pass scan walks. Ended jobs are dropped from here lazily, by the next scan.
   std::vector<std::string> live_;
-  std::vector<std::string> LiveIdsLocked();
+  // REQUIRES: the caller adds no job while walking the result.
+  const std::vector<std::string>& LiveIdsLocked();
   std::map<std::string, NodeInfo> nodes_;    // by name
   int64_t next_job_ = 1;
   int64_t last_cycle_ms_ = 0;

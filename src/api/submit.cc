@@ -201,6 +201,7 @@ Result<Engine::PendingSubmit> Engine::Prepare(const Identity& who, const Json& b
                {"name", body.contains("name") && body["name"].is_string() ? body["name"].get<std::string>() : ""}};
   if (qs.form) spec["form"] = AllocationFormName(*qs.form);
   if (!mig_profile.empty()) spec["mig_profile"] = mig_profile;
+  ps.job.spec_text = spec.dump();
   ps.job.spec = std::move(spec);
   ps.job.rec.queue = qname;
   ps.job.rec.identity = who.name;
@@ -263,7 +264,7 @@ Result<Json> Engine::Submit(const Identity& who, const Json& body) {
         after.Add(MakeEvent("engine", "job.rejected", id, lj.rec.reason), &lj);
       } else {
         lj.handle = *h;
-        by_handle_[lj.handle] = id;
+        Index(lj);
       }
       landed.push_back(id);
     }

@@ -16,11 +16,11 @@ double Since(Clock::time_point t) {
 
 }  // namespace
 
-CycleBenchResult RunCycleBench(const CycleBenchOptions& o) {
+CycleBenchInput MakeCycleBenchInput(const CycleBenchOptions& o) {
+  CycleBenchInput in;
   using F = AllocationForm;
   using C = quota::WorkloadClass;
-  auto t0 = Clock::now();
-  quota::PolicySpec p;
+  quota::PolicySpec& p = in.policy;
   p.grace_seconds = 30;
   p.pools = {{"training", {F::kWhole}}, {"inference", {F::kPartition}}, {"interactive", {F::kShare}}};
   const int kGroups = 8;
@@ -34,7 +34,7 @@ CycleBenchResult RunCycleBench(const CycleBenchOptions& o) {
     gs.weight_milli = 1000 + 250 * g;
     p.groups.push_back(gs);
   }
-  std::vector<std::string> all_groups;
+  std::vector<std::string>& all_groups = in.groups;
   for (const auto& g : p.groups) all_groups.push_back(g.name);
   p.profiles = {
       {"whole", 1, kWholeGpu, 0, 8000, 64 * 1024, {}, {"training"}},
@@ -48,7 +48,7 @@ CycleBenchResult RunCycleBench(const CycleBenchOptions& o) {
       {"notebooks", "share", all_groups, 8, true, C::kInteractive},
       {"ci", "share", all_groups, 3, true, C::kCi},
   };
-  std::vector<quota::NodeSpec> nodes;
+  std::vector<quota::NodeSpec>& nodes = in.nodes;
   for (int i = 0; i < o.nodes; ++i) {
     quota::NodeSpec n;
     n.name = "n" + std::to_string(i);
@@ -60,6 +60,39 @@ CycleBenchResult RunCycleBench(const CycleBenchOptions& o) {
     n.gpu_count = 8;
     nodes.push_back(n);
   }
+  in.rng.seed(o.seed);
+  for (int i = 0; i < o.jobs; ++i) in.jobs.push_back(in.NextJob());
+  return in;
+}
+
+quota::JobSpec CycleBenchInput::NextJob() {
+  const int kGroups = static_cast<int>(groups.size());
+  quota::JobSpec j;
+  j.id = "j" + std::to_string(next_id++);
+  j.identity = "user" + std::to_string(rng() % 500);
+  j.group = groups[rng() % kGroups];
+  uint64_t kind = rng() % 100;
+  static const int kCounts[] = {1, 1, 1, 2, 4, 8};
+  if (kind < 35) {
+    j.queue = kind < 5 ? "train-hi" : "train";
+    j.gpu_count = kCounts[rng() % 6];
+  } else if (kind < 60) {
+    j.queue = "serve";
+    j.gpu_memory_mib = (kind % 2 == 0) ? 9 * 1024 : 18 * 1024;  // 1g.10gb or 1g.20gb/2g.20gb
+  } else {
+    j.queue = kind < 85 ? "notebooks" : "ci";
+    j.gpu_memory_mib = static_cast<MiB>(8 + rng() % 9) * 1024;
+  }
+  j.walltime_s = static_cast<int64_t>(600 + rng() % 7200);
+  return j;
+}
+
+CycleBenchResult RunCycleBench(const CycleBenchOptions& o) {
+  auto t0 = Clock::now();
+  CycleBenchInput in = MakeCycleBenchInput(o);
+  const quota::PolicySpec& p = in.policy;
+  const std::vector<quota::NodeSpec>& nodes = in.nodes;
+  const int gpus = o.nodes * 8;
   auto created = quota::QuotaEngine::Create(p, nodes, {.check_invariants_each_step = false});
   CycleBenchResult r;
   r.nodes = o.nodes;
@@ -69,29 +102,8 @@ CycleBenchResult RunCycleBench(const CycleBenchOptions& o) {
     return r;
   }
   quota::QuotaEngine& e = **created;
-  std::mt19937_64 rng(o.seed);
-  int next_id = 0;
-  auto submit = [&](int64_t now) {
-    quota::JobSpec j;
-    j.id = "j" + std::to_string(next_id++);
-    j.identity = "user" + std::to_string(rng() % 500);
-    j.group = all_groups[rng() % kGroups];
-    uint64_t kind = rng() % 100;
-    static const int kCounts[] = {1, 1, 1, 2, 4, 8};
-    if (kind < 35) {
-      j.queue = kind < 5 ? "train-hi" : "train";
-      j.gpu_count = kCounts[rng() % 6];
-    } else if (kind < 60) {
-      j.queue = "serve";
-      j.gpu_memory_mib = (kind % 2 == 0) ? 9 * 1024 : 18 * 1024;  // 1g.10gb or 1g.20gb/2g.20gb
-    } else {
-      j.queue = kind < 85 ? "notebooks" : "ci";
-      j.gpu_memory_mib = static_cast<MiB>(8 + rng() % 9) * 1024;
-    }
-    j.walltime_s = static_cast<int64_t>(600 + rng() % 7200);
-    (void)e.Submit(j, now);
-  };
-  for (int i = 0; i < o.jobs; ++i) submit(0);
+  auto submit = [&](int64_t now) { (void)e.Submit(in.NextJob(), now); };
+  for (const quota::JobSpec& j : in.jobs) (void)e.Submit(j, 0);
   r.setup_seconds = Since(t0);
 
   auto t1 = Clock::now();

@@ -10,7 +10,11 @@
 #pragma once
 
 #include <cstdint>
+#include <random>
 #include <string>
+#include <vector>
+
+#include "sched/quota/engine.h"
 
 namespace tessera::sim {
 
@@ -30,6 +34,18 @@ struct CycleBenchResult {
   double setup_seconds = 0;
   std::string invariants;  // "ok" or the violation, checked after the timed cycles (untimed)
 };
+
+// The benchmark's input, for the served engine's benchmark to run the same one.
+struct CycleBenchInput {
+  quota::PolicySpec policy;
+  std::vector<quota::NodeSpec> nodes;
+  std::vector<quota::JobSpec> jobs;  // `jobs` first; more with NextJob
+  std::vector<std::string> groups;
+  std::mt19937_64 rng;
+  int next_id = 0;
+  quota::JobSpec NextJob();
+};
+CycleBenchInput MakeCycleBenchInput(const CycleBenchOptions& o);
 
 CycleBenchResult RunCycleBench(const CycleBenchOptions& o);
 

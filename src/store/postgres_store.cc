@@ -200,6 +200,19 @@ class PostgresStore final : public Store {
     return out;
   }
 
+  Result<std::vector<std::pair<std::string, std::string>>> ListSettings(const std::string& prefix) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<std::pair<std::string, std::string>> out;
+    Status s = Guard("listing settings " + prefix, [&]() -> Status {
+      pqxx::read_transaction t(*conn_);
+      auto r = t.exec_params("SELECT key, value FROM settings WHERE left(key, length($1)) = $1 ORDER BY key", prefix);
+      for (const auto& row : r) out.push_back({row[0].as<std::string>(), row[1].as<std::string>()});
+      return Status::Ok();
+    });
+    if (!s.ok()) return s;
+    return out;
+  }
+
   Result<int> SchemaVersion() override {
     std::lock_guard<std::mutex> lock(mu_);
     int version = 0;

@@ -185,6 +185,19 @@ class SqliteStore final : public Store {
     return std::optional<std::string>();
   }
 
+  Result<std::vector<std::pair<std::string, std::string>>> ListSettings(const std::string& prefix) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto st = Prepare("SELECT key, value FROM settings WHERE substr(key, 1, length(?1)) = ?1 ORDER BY key");
+    if (!st.ok()) return st.status();
+    Stmt q(*st);
+    q.Bind(1, prefix);
+    std::vector<std::pair<std::string, std::string>> out;
+    int rc;
+    while ((rc = q.Step()) == SQLITE_ROW) out.push_back({q.Text(0), q.Text(1)});
+    if (rc != SQLITE_DONE) return Error("listing settings " + prefix);
+    return out;
+  }
+
   Result<int> SchemaVersion() override {
     std::lock_guard<std::mutex> lock(mu_);
     return ReadVersionLocked();

@@ -88,6 +88,8 @@ class Store {
   // Small durable key-value settings (e.g. "cluster.id").
   virtual Status PutSetting(const std::string& key, const std::string& value) = 0;
   virtual Result<std::optional<std::string>> GetSetting(const std::string& key) = 0;
+  // Every setting whose key starts with `prefix`, by key.
+  virtual Result<std::vector<std::pair<std::string, std::string>>> ListSettings(const std::string& prefix) = 0;
 
   virtual Result<int> SchemaVersion() = 0;
   virtual std::string Describe() const = 0;  // "sqlite:/path/tessera.db" or "postgresql://host/db"

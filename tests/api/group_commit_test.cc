@@ -40,6 +40,9 @@ class CountingStore : public store::Store {
   Result<int64_t> LastSeq() override { return inner_->LastSeq(); }
   Status PutSetting(const std::string& k, const std::string& v) override { return inner_->PutSetting(k, v); }
   Result<std::optional<std::string>> GetSetting(const std::string& k) override { return inner_->GetSetting(k); }
+  Result<std::vector<std::pair<std::string, std::string>>> ListSettings(const std::string& p) override {
+    return inner_->ListSettings(p);
+  }
   Result<int> SchemaVersion() override { return inner_->SchemaVersion(); }
   std::string Describe() const override { return inner_->Describe(); }
 

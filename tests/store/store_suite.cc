@@ -362,6 +362,16 @@ TEST_P(StoreSuite, SettingsAreDurableKeyValues) {
   EXPECT_EQ(*store->GetSetting("cluster.id"), std::optional<std::string>("c-2"));
   EXPECT_EQ(*store->GetSetting("empty"), std::optional<std::string>(""));
   EXPECT_EQ(*store->GetSetting("other"), std::nullopt);
+  // By prefix, in key order; a prefix with LIKE's wildcards in it matches only itself.
+  ASSERT_TRUE(store->PutSetting("node/b", "2").ok());
+  ASSERT_TRUE(store->PutSetting("node/a", "1").ok());
+  ASSERT_TRUE(store->PutSetting("node%x", "no").ok());
+  ASSERT_TRUE(store->PutSetting("nodes", "no").ok());
+  auto listed = store->ListSettings("node/");
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  using KV = std::vector<std::pair<std::string, std::string>>;
+  EXPECT_EQ(*listed, (KV{{"node/a", "1"}, {"node/b", "2"}}));
+  EXPECT_TRUE(store->ListSettings("zzz/")->empty());
 }
 
 TEST_P(StoreSuite, NewerSchemaIsRefusedNamingBothVersions) {

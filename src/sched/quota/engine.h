@@ -208,6 +208,11 @@ class QuotaEngine {
 
   virtual int job_count() const = 0;
   virtual JobView job(int handle) const = 0;
+  // Handles of the jobs left waiting by the last cycle and submitted or requeued since (may hold
+  // some that have started or ended since).
+  virtual const std::vector<int>& waiting() const = 0;
+  // The step and reason holding a pending job (cheaper than job()).
+  virtual void WaitOf(int handle, std::string* step, std::string* reason) const = 0;
   virtual JobState job_state(int handle) const = 0;
   virtual std::vector<GroupView> groups() const = 0;
   virtual const std::vector<Event>& events() const = 0;

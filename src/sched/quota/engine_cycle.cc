@@ -15,28 +15,26 @@ CycleStats Engine::RunCycle(int64_t now) {
   repartitions_ = 0;
   partition_demand_.clear();
   // 0. Preemptions whose grace ended; then layouts waiting for their device to be idle.
-  for (size_t v = 0; v < jobs_.size(); ++v) {
-    if (jobs_[v].state == JobState::kTerminating && jobs_[v].grace_end <= now_ &&
-        !options_.await_stop) {
-      FinishTermination(static_cast<int>(v));
+  if (!options_.await_stop && !terminating_.empty()) {
+    const std::vector<int> terminating(terminating_.begin(), terminating_.end());  // handle order
+    for (int v : terminating) {
+      if (jobs_[v].state == JobState::kTerminating && jobs_[v].grace_end <= now_) FinishTermination(v);
     }
   }
   if (active_plans_ > 0) ApplyReadyPlans();
   // Backfill reservations are recomputed every cycle; nominations stay until used.
-  for (Dev& d : devs_) {
+  for (auto it = reserved_devs_.begin(); it != reserved_devs_.end();) {
+    Dev& d = devs_[*it];
     if (d.reserved_by >= 0 && !d.nominated) d.reserved_by = -1;
+    it = d.reserved_by < 0 ? reserved_devs_.erase(it) : std::next(it);
   }
   // Fair share: decay past usage, add the usage since the last cycle.
   double dt = last_cycle_ < 0 ? 0.0 : static_cast<double>(now_ - last_cycle_);
   double decay = std::pow(0.5, dt / static_cast<double>(policy_.fair_share_half_life_s));
   double cap[4] = {static_cast<double>(std::max<MilliGpu>(gpu_capacity(), 1)),
-                   static_cast<double>(std::max<MiB>(gpu_memory_capacity_, 1)), 0, 0};
-  for (const NodeRt& n : nodes_) {
-    cap[2] += static_cast<double>(n.cpu_total);
-    cap[3] += static_cast<double>(n.mem_total);
-  }
-  cap[2] = std::max(cap[2], 1.0);
-  cap[3] = std::max(cap[3], 1.0);
+                   static_cast<double>(std::max<MiB>(gpu_memory_capacity_, 1)),
+                   static_cast<double>(std::max<MilliCpu>(cpu_capacity_, 1)),
+                   static_cast<double>(std::max<MiB>(host_memory_capacity_, 1))};
   for (GroupRt& g : groups_) {
     double u[4] = {static_cast<double>(g.usage.gpu_milli),
                    static_cast<double>(g.usage.gpu_memory_mib),

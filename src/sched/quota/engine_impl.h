@@ -158,6 +158,11 @@ class Engine final : public QuotaEngine {
   const std::vector<std::string>& violations() const override { return violations_; }
   int job_count() const override { return static_cast<int>(jobs_.size()); }
   JobView job(int handle) const override;
+  const std::vector<int>& waiting() const override { return pending_; }
+  void WaitOf(int handle, std::string* step, std::string* reason) const override {
+    *step = jobs_[handle].wait_step;
+    *reason = jobs_[handle].wait_reason;
+  }
   JobState job_state(int handle) const override { return jobs_[handle].state; }
   std::vector<GroupView> groups() const override;
   const std::vector<Event>& events() const override { return events_; }
@@ -300,6 +305,10 @@ class Engine final : public QuotaEngine {
   std::map<std::string, int> group_index_, queue_index_, profile_index_;
   std::map<std::string, int> node_index_;  // the live (latest) node of each name
   MiB gpu_memory_capacity_ = 0;
+  MilliCpu cpu_capacity_ = 0;      // every node's, for the fair-share key
+  MiB host_memory_capacity_ = 0;
+  std::set<int> terminating_;      // handles in kTerminating, in handle order
+  std::set<int> reserved_devs_;    // devices whose reserved_by may be set
   int64_t now_ = 0;
   int64_t last_cycle_ = -1;
   int64_t seq_ = 0;

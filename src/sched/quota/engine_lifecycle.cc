@@ -234,6 +234,7 @@ Status Engine::Restore(int handle, AllocationForm form, const std::vector<GrantV
   }
   if (terminating) {
     j.state = JobState::kTerminating;
+    terminating_.insert(handle);
     j.grace_end = now_ + policy_.grace_seconds;
     j.claimant = -1;
   }

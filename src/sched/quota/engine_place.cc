@@ -410,6 +410,7 @@ void Engine::Commit(int self, AllocationForm f, Candidate& c, bool guaranteed) {
 
 void Engine::Release(int self) {
   Job& j = jobs_[self];
+  terminating_.erase(self);
   for (const Grant& g : j.grants) {
     NodeRt& n = nodes_[g.node];
     n.cpu_free += g.cpu;

@@ -145,6 +145,7 @@ bool Engine::TryPreempt(int self, bool reclaim) {
 
 void Engine::Nominate(int d, int self, int64_t until) {
   devs_[d].reserved_by = self;
+  reserved_devs_.insert(d);
   devs_[d].nominated = true;
   devs_[d].reserved_until = until;
   jobs_[self].nominated = true;
@@ -154,6 +155,7 @@ void Engine::Preempt(int v, int claimant, const std::string& why) {
   Job& x = jobs_[v];
   int64_t lost = LostWork(x);
   x.state = JobState::kTerminating;
+  terminating_.insert(v);
   x.grace_end = now_ + policy_.grace_seconds;
   x.claimant = claimant;
   ++stats_.preempted;
@@ -213,6 +215,7 @@ void Engine::ReserveForHead(int self) {
   if (best_node < 0) return;
   for (int d : best_devs) {
     devs_[d].reserved_by = self;
+    reserved_devs_.insert(d);
     devs_[d].nominated = false;
     devs_[d].reserved_until = best_time;
   }

@@ -161,6 +161,8 @@ Status Engine::AddNodeRt(const NodeSpec& ns, const std::string& field) {
     }
     max_devs_per_node_ = std::max(max_devs_per_node_, ns.gpu_count);
     n.spec = ns;
+    cpu_capacity_ += n.cpu_total;
+    host_memory_capacity_ += n.mem_total;
     node_index_[ns.name] = node_id;
     nodes_.push_back(std::move(n));
     for (int d : nodes_.back().devs) Reindex(d);

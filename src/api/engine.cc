@@ -337,6 +337,7 @@ void Engine::EndLocked(Job& j, const std::string& state, const std::string& reas
 
 void Engine::TranslateLocked(size_t from, Batch& b) {
   const auto& evs = qe_->events();
+  std::string admission;  // the admission of the placement that follows it
   for (size_t i = from; i < evs.size(); ++i) {
     const quota::Event& e = evs[i];
     if (e.kind == quota::EventKind::kRepartitioned) {
@@ -348,7 +349,7 @@ void Engine::TranslateLocked(size_t from, Batch& b) {
     Job& j = it->second;
     switch (e.kind) {
       case quota::EventKind::kAdmitted:
-        b.Add(MakeEvent("engine", "job.admitted", j.rec.id, e.detail), nullptr);
+        admission = e.detail;  // recorded with the placement: one event per decision
         break;
       case quota::EventKind::kPlaced: {
         FillGrantsLocked(j);
@@ -358,7 +359,8 @@ void Engine::TranslateLocked(size_t from, Batch& b) {
         Json devs = Json::array();
         for (const auto& g : j.grants) devs.push_back(GrantJson(g));
         b.Add(MakeEvent("engine", "job.placed", j.rec.id, e.detail,
-                        {{"node", j.node}, {"form", j.form}, {"grants", devs}, {"borrowed", j.borrowed}}),
+                        {{"node", j.node}, {"form", j.form}, {"grants", devs}, {"borrowed", j.borrowed},
+                         {"admission", admission}}),
               &j);
         break;
       }

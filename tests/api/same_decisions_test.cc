@@ -232,8 +232,10 @@ class Served {
           // handle order); should its work end first, it completes as in the simulator.
           grace_end_[{t + s_.policy.grace_seconds, std::stoll(id.substr(2))}] = id;
         }
-        static const std::map<std::string, std::string> kCompared = {{"job.admitted", "admitted"},
-                                                                     {"job.placed", "placed"},
+        if (kind == "job.placed") {  // the admission is recorded with its placement
+          decisions_.push_back({e["time_ms"].get<int64_t>() / 1000, "admitted", id, e["data"]["admission"]});
+        }
+        static const std::map<std::string, std::string> kCompared = {{"job.placed", "placed"},
                                                                      {"job.preempted", "preempted"},
                                                                      {"device.repartitioned", "repartitioned"}};
         auto k = kCompared.find(kind);

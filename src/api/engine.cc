@@ -133,7 +133,29 @@ Status Engine::CommitRaw(const std::vector<store::Event>& events, const std::vec
   return store_->Commit(events, recs, nullptr);
 }
 
+namespace {
+
+Json DrainJson(const quota::QuotaEngine::Drain& d) {
+  return {{"node", d.node}, {"device", d.device}, {"job", d.job}, {"evict", d.evict}, {"add", d.add},
+          {"enable_mig", d.enable_mig}, {"amd_pair", d.amd_pair}, {"node_wide", d.node_wide}, {"why", d.why}};
+}
+
+}  // namespace
+
 Status Engine::CommitLocked(Batch& b) {
+  // Drains in progress ride with the decisions that started or ended them, so that a restart
+  // finds every drain it must finish (device.drains: the whole set, when it changed).
+  if (qe_->MayHaveDrains() || !drains_.empty()) {
+    std::vector<quota::QuotaEngine::Drain> now = qe_->Drains();
+    if (now != drains_) {
+      Json list = Json::array();
+      for (const auto& d : now) list.push_back(DrainJson(d));
+      b.Add(MakeEvent("engine", "device.drains", "cluster", std::to_string(now.size()) + " drain(s) in progress",
+                      {{"drains", list}}),
+            nullptr);
+      drains_ = std::move(now);
+    }
+  }
   if (b.empty()) return Status::Ok();
   Status st = CommitRaw(b.events, b.jobs);
   b = {};
@@ -203,6 +225,37 @@ Status Engine::LoadNodes() {
     }
     nodes_[node.name] = node;
   }
+  return Status::Ok();
+}
+
+Status Engine::LoadDrains() {
+  drains_.clear();
+  Json last;
+  store::EventFilter f;
+  f.kind_prefix = "device.drains";
+  for (int64_t cursor = 0;;) {
+    auto page = store_->ListEvents(cursor, 1000, f);
+    if (!page.ok()) return page.status();
+    if (page->empty()) break;
+    cursor = page->back().seq;
+    last = Json::parse(page->back().data, nullptr, false);
+  }
+  if (!last.is_object()) return Status::Ok();
+  for (const auto& x : last.value("drains", Json::array())) {
+    quota::QuotaEngine::Drain d;
+    d.node = x.value("node", "");
+    d.device = x.value("device", 0);
+    d.job = x.value("job", "");
+    d.evict = x.value("evict", std::vector<std::string>{});
+    d.add = x.value("add", std::vector<std::string>{});
+    d.enable_mig = x.value("enable_mig", false);
+    d.amd_pair = x.value("amd_pair", "");
+    d.node_wide = x.value("node_wide", false);
+    d.why = x.value("why", "");
+    Status st = qe_->RestoreDrain(d, NowS());
+    if (!st.ok()) return Status::Internal("stored drain cannot be resumed: " + st.message());
+  }
+  drains_ = qe_->Drains();
   return Status::Ok();
 }
 
@@ -304,6 +357,8 @@ Status Engine::Load() {
     st = LoadJob(std::move(r));
     if (!st.ok()) return st;
   }
+  st = LoadDrains();
+  if (!st.ok()) return st;
   // Nodes are back on probation: each gets a fresh heartbeat window (set in LoadNodes).
   cycle_wanted_ = true;
   reconciled_ = false;

@@ -223,6 +223,8 @@ class Engine {
     by_handle_[j.handle] = &j;
   }
   size_t ended_since_prune_ = 0;             // jobs ended since live_ was last pruned
+  std::vector<quota::QuotaEngine::Drain> drains_;  // as last committed ("device.drains")
+  Status LoadDrains();
   // Ids of the jobs not yet ended, in submit order: what every per-heartbeat, per-tick and
   // per-pass scan walks. Ended jobs are dropped from here lazily, by the next scan.
   std::vector<std::string> live_;

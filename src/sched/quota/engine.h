@@ -200,6 +200,25 @@ class QuotaEngine {
                          bool borrowed, bool terminating, int64_t now) = 0;
   virtual DeviceView device(const std::string& node, int index) const = 0;
 
+  // Drains in progress (a device, or for an AMD memory mode its node, waiting to empty for a new
+  // layout), so that a control plane can keep them across a restart: Drains() lists them,
+  // RestoreDrain() puts one back (its device is kept for `job` again when that job still waits).
+  struct Drain {
+    std::string node;
+    int device = 0;
+    std::string job;                  // the job it is for
+    std::vector<std::string> evict;   // MIG instances to destroy ("1g.10gb@3")
+    std::vector<std::string> add;     // MIG instances to create
+    bool enable_mig = false;
+    std::string amd_pair;             // AMD: the new pair ("CPX+NPS1")
+    bool node_wide = false;           // AMD memory-mode change (every device of the node)
+    std::string why;
+    bool operator==(const Drain&) const = default;
+  };
+  virtual std::vector<Drain> Drains() const = 0;
+  virtual bool MayHaveDrains() const = 0;  // cheap: false means Drains() is empty
+  virtual Status RestoreDrain(const Drain& drain, int64_t now) = 0;
+
   // OK, or the first violation: a device, partition or share over capacity; a group over a
   // limit; something running without an admission event or without identity and group.
   virtual Status CheckInvariants() const = 0;

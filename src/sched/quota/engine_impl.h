@@ -181,6 +181,9 @@ class Engine final : public QuotaEngine {
   Status Restore(int job, AllocationForm form, const std::vector<GrantView>& grants, bool borrowed,
                  bool terminating, int64_t now) override;
   DeviceView device(const std::string& node, int index) const override;
+  std::vector<Drain> Drains() const override;
+  bool MayHaveDrains() const override { return active_plans_ > 0; }
+  Status RestoreDrain(const Drain& drain, int64_t now) override;
 
  private:
   // --- helpers

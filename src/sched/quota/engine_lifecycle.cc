@@ -260,4 +260,58 @@ DeviceView Engine::device(const std::string& node, int index) const {
   return v;
 }
 
+std::vector<QuotaEngine::Drain> Engine::Drains() const {
+  std::vector<Drain> out;
+  for (const Dev& d : devs_) {
+    if (!d.plan.active) continue;
+    Drain x;
+    x.node = nodes_[d.node].name;
+    x.device = d.index;
+    x.job = d.plan.for_job >= 0 ? jobs_[d.plan.for_job].id : "";
+    for (const auto& in : d.plan.evict) x.evict.push_back(in.ToString());
+    for (const auto& in : d.plan.add) x.add.push_back(in.ToString());
+    x.enable_mig = d.plan.enable_mig;
+    x.amd_pair = d.plan.amd_pair;
+    x.node_wide = d.plan.node_wide;
+    x.why = d.plan.why;
+    out.push_back(std::move(x));
+  }
+  return out;
+}
+
+Status Engine::RestoreDrain(const Drain& x, int64_t now) {
+  now_ = std::max(now_, now);
+  const int ni = NodeByName(x.node);
+  if (ni < 0 || x.device < 0 || x.device >= static_cast<int>(nodes_[ni].devs.size())) {
+    return Status::NotFound("drain of " + x.node + "/gpu" + std::to_string(x.device) + ": no such device");
+  }
+  const int di = nodes_[ni].devs[x.device];
+  Dev& d = devs_[di];
+  Plan p;
+  p.active = true;
+  for (const auto* names : {&x.evict, &x.add}) {
+    for (const std::string& s : *names) {
+      std::string profile;
+      int start = 0;
+      bool amd = false;
+      if (!ParseSlot(s, &profile, &start, &amd) || amd) {
+        return Status::InvalidArgument("drain of " + DevName(di) + ": '" + s + "' is not a MIG instance");
+      }
+      (names == &x.evict ? p.evict : p.add).push_back({profile, start});
+    }
+  }
+  p.enable_mig = x.enable_mig;
+  p.amd_pair = x.amd_pair;
+  p.node_wide = x.node_wide;
+  p.why = x.why;
+  for (size_t h = 0; h < jobs_.size(); ++h) {
+    if (jobs_[h].id == x.job && jobs_[h].state == JobState::kPending) p.for_job = static_cast<int>(h);
+  }
+  d.plan = p;
+  ++active_plans_;
+  if (p.for_job >= 0 && (!p.node_wide || !p.amd_pair.empty())) Nominate(di, p.for_job, now_ + policy_.grace_seconds);
+  memo_.clear();
+  return Status::Ok();
+}
+
 }  // namespace tessera::quota::internal

@@ -1,0 +1,119 @@
+// A repartition with drain survives a control-plane restart: the engine over a real SQLite store,
+// reopened mid-drain, keeps the device draining (nothing new lands on it, nothing is preempted a
+// second time), and reconfigures it once the preempted job's processes are gone.
+#include <gtest/gtest.h>
+
+#include "api/engine.h"
+#include "test_dir.h"
+
+namespace tessera::api {
+namespace {
+
+const char* kConfig = R"(
+grace: 30s
+identities:
+  - {name: admin, role: admin, token: admin-token-1}
+groups: [{name: lab}]
+profiles:
+  - {name: card, gpus: 1, cpu: 1, memory: 1GiB, forms: [whole]}
+  - {name: serve, gpus: 1, gpu_fraction: 0.1, gpu_memory: 9GiB, cpu: 1, memory: 1GiB, forms: [partition]}
+queues:
+  - {name: batch, profile: card, groups: [lab], preemptible: true, class: batch}
+  - {name: serve, profile: serve, groups: [lab], priority: 10, class: inference}
+)";
+
+class DrainRestartTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = tessera::testing::FreshTestDir("drain_restart");
+    auto c = ParseConfig(kConfig);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    config_ = *c;
+    Reopen();
+  }
+  void Reopen() {
+    engine_.reset();
+    auto store = store::Store::Open(dir_ + "/tessera.db");
+    ASSERT_TRUE(store.ok());
+    auto e = Engine::Open(config_, std::move(*store), dir_, [this] { return now_; });
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    engine_ = std::move(*e);
+  }
+  Json Heartbeat(Json extra = Json::object()) {
+    extra["node"] = "n1";
+    auto r = engine_->Heartbeat(admin(), extra);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : Json();
+  }
+  Json Job(const std::string& id) { return *engine_->GetJob(admin(), id); }
+  Json Device() { return (*engine_->Nodes(admin()))["nodes"][0]["devices"][0]; }
+  int Count(const std::string& kind) {
+    store::EventFilter f;
+    f.kind_prefix = kind;
+    return static_cast<int>((*engine_->Events(admin(), 0, 1000, f))["events"].size());
+  }
+  const Identity& admin() { return config_.identities[0]; }
+
+  std::string dir_;
+  EngineConfig config_;
+  std::unique_ptr<Engine> engine_;
+  int64_t now_ = 1'000'000'000;
+};
+
+TEST_F(DrainRestartTest, ADrainInProgressSurvivesARestart) {
+  Json dev = {{"index", 0}, {"model", "A100-80GB"}, {"memory_mib", 81920}, {"uuid", "GPU-a"}};
+  ASSERT_TRUE(engine_->RegisterNode(admin(), {{"node", "n1"}, {"cpu_milli", 8000}, {"memory_mib", 65536},
+                                              {"devices", Json::array({dev})}})
+                  .ok());
+  // A preemptible batch job holds the only card, whole, and runs.
+  std::string batch = (*engine_->Submit(admin(), {{"queue", "batch"}, {"command", {"sleep", "1000"}}}))["id"];
+  ASSERT_EQ(Job(batch)["state"], "placed");
+  Heartbeat();
+  Heartbeat({{"running", {{{"job", batch}, {"pid", 10}}}}});
+  // An inference job wants a MIG instance: the cycle drains the card for a new layout.
+  now_ += 100'000;
+  std::string serve = (*engine_->Submit(admin(), {{"queue", "serve"}, {"command", {"true"}}}))["id"];
+  ASSERT_EQ(Job(batch)["state"], "preempting") << Job(batch).dump();
+  EXPECT_NE(Job(batch)["reason"].get<std::string>().find("drain n1/gpu0 for repartition"), std::string::npos);
+  ASSERT_EQ(Job(serve)["state"], "pending");
+  EXPECT_EQ(Job(serve)["wait"]["step"], "Repartition") << Job(serve).dump();
+  EXPECT_TRUE(Device()["draining"].get<bool>()) << Device().dump();
+  ASSERT_EQ(Count("job.preempted"), 1);
+
+  // The control plane restarts mid-drain.
+  Reopen();
+  EXPECT_TRUE(Device()["draining"].get<bool>()) << "the drain was forgotten: " << Device().dump();
+  EXPECT_EQ(Job(batch)["state"], "preempting");
+  // Cycles while the batch job's processes are still stopping: nothing lands on the card, nothing
+  // is preempted twice; the agent is told again to stop the job.
+  for (int i = 0; i < 3; ++i) {
+    now_ += 1000;
+    ASSERT_TRUE(engine_->RunCycle().ok());
+  }
+  EXPECT_EQ(Count("job.preempted"), 1);
+  EXPECT_EQ(Job(serve)["state"], "pending");
+  Json hb = Heartbeat({{"running", {{{"job", batch}, {"pid", 10}}}}});
+  ASSERT_EQ(hb["cancel"].size(), 1u) << hb.dump();
+  EXPECT_EQ(hb["cancel"][0]["grace_ms"], 30000);
+  // Its processes end: the card gets MIG and the inference job its instance; batch waits.
+  Heartbeat({{"finished", {{{"job", batch}, {"exit_code", 143}, {"signal", 15}}}}});
+  EXPECT_EQ(Job(batch)["state"], "pending");
+  EXPECT_EQ(Job(batch)["preemptions"], 1);
+  now_ += 1000;
+  ASSERT_TRUE(engine_->RunCycle().ok());
+  Json s = Job(serve);
+  ASSERT_EQ(s["state"], "placed") << s.dump();
+  EXPECT_EQ(s["placement"]["form"], "partition");
+  EXPECT_EQ(s["placement"]["devices"][0]["partition"].get<std::string>().rfind("1g.10gb@", 0), 0u) << s.dump();
+  EXPECT_FALSE(Device()["draining"].get<bool>());
+  EXPECT_TRUE(Device()["mig"].get<bool>());
+  EXPECT_EQ(Count("device.repartitioned"), 1);
+  ASSERT_TRUE(engine_->CheckInvariants().ok());
+  // And a restart now finds no drain left to finish.
+  Reopen();
+  EXPECT_FALSE(Device()["draining"].get<bool>());
+  EXPECT_EQ(Job(serve)["state"], "placed");
+}
+
+}  // namespace
+}  // namespace tessera::api

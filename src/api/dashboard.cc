@@ -44,6 +44,10 @@ const char* DashboardHtml() {
 <h2>Groups</h2>
 <table id="groups"><thead><tr><th>group</th><th>GPUs held</th><th>GPUs idle (held, not running)</th>
 <th>CPUs held</th><th>workers</th><th>pending</th><th>reservation</th><th>limit</th></tr></thead><tbody></tbody></table>
+<h2>Waiting jobs</h2>
+<table id="waiting"><thead><tr><th>job</th><th>group</th><th>queue</th><th>step</th><th>reason</th>
+<th>waiting</th></tr></thead><tbody></tbody></table>
+<p id="waiting-none">none</p>
 <h2>Utilization (GPU allocated / total)</h2>
 <svg id="util" width="720" height="140" viewBox="0 0 720 140"></svg>
 <p id="util-now"></p>
@@ -93,7 +97,8 @@ function drawUtilization(samples) {
 async function refresh() {
   if (!token) { $("login").hidden = false; return; }
   try {
-    const [sum, util, ev] = await Promise.all([api("/v1/summary"), api("/v1/utilization"), api("/v1/events?limit=50")]);
+    const [sum, util, ev, pend] = await Promise.all([api("/v1/summary"), api("/v1/utilization"),
+                                                     api("/v1/events?limit=50"), api("/v1/jobs?state=pending&limit=50")]);
     $("error").textContent = "";
     const c = sum.cluster;
     $("gpus-total").textContent = milli(c.gpu_milli_total);
@@ -115,6 +120,20 @@ async function refresh() {
       cell(row, milli(g.gpu_milli_reservation));
       cell(row, g.gpu_milli_limit ? milli(g.gpu_milli_limit) : "none");
     }
+    // What holds each waiting job: the scheduling cycle's step and reason.
+    const wb = $("waiting").tBodies[0];
+    wb.textContent = "";
+    for (const j of pend.jobs) {
+      const row = wb.insertRow();
+      row.dataset.job = j.id;
+      cell(row, j.id);
+      cell(row, j.group);
+      cell(row, j.queue);
+      cell(row, j.wait ? j.wait.step : "");
+      cell(row, j.wait ? j.wait.reason : j.reason);
+      cell(row, Math.round((Date.now() - j.submit_ms) / 1000) + " s");
+    }
+    $("waiting-none").hidden = pend.jobs.length > 0;
     drawUtilization(util.samples);
     const eb = $("events").tBodies[0];
     eb.textContent = "";

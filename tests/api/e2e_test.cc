@@ -79,6 +79,10 @@ TEST_F(E2eTest, DashboardShowsTotalsGroupsUtilizationAndEvents) {
   std::string id = Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"sleep", "30"}}})["id"];
   ASSERT_TRUE(WaitFor([&] { return State(id) == "running"; })) << agent_->Log();
   ASSERT_TRUE(WaitFor([&] { return !Call("GET", "/v1/utilization", {}, "admin-token-1")["samples"].empty(); }));
+  // A 2-card job waits (one card is busy): the page shows the step and reason that hold it.
+  std::string waiting = Call("POST", "/v1/jobs", {{"queue", "training"}, {"gpus", 2}, {"command", {"true"}}})["id"];
+  ASSERT_TRUE(WaitFor([&] { return Job(waiting).value("wait", Json::object()).value("step", "") == "Placement"; }))
+      << Job(waiting).dump();
   const std::string dom_file = dir_ + "/dom.html";
   const std::string cmd = chromium + " --headless --no-sandbox --disable-gpu --user-data-dir=" + dir_ +
                           "/chromium --virtual-time-budget=5000 --dump-dom 'http://127.0.0.1:" +
@@ -90,8 +94,10 @@ TEST_F(E2eTest, DashboardShowsTotalsGroupsUtilizationAndEvents) {
   EXPECT_TRUE(has(R"(<b id="gpus-total">2</b>)")) << dom;
   EXPECT_TRUE(has(R"(<b id="gpus-idle">1</b>)")) << dom;
   EXPECT_TRUE(has(R"(<b id="nodes">1</b>)")) << dom;
-  // The group's row: 1 GPU held, 0 idle, 0.1 CPU, 1 worker, 0 pending, no reservation, no limit.
-  EXPECT_TRUE(has(R"(<tr data-group="research"><td>research</td><td>1</td><td>0</td><td>0.1</td><td>1</td><td>0</td><td>0</td><td>none</td></tr>)"))
+  // The group's row: 1 GPU held, 0 idle, 0.1 CPU, 1 worker, 1 pending, no reservation, no limit.
+  EXPECT_TRUE(has(R"(<tr data-group="research"><td>research</td><td>1</td><td>0</td><td>0.1</td><td>1</td><td>1</td><td>0</td><td>none</td></tr>)"))
+      << dom;
+  EXPECT_TRUE(has("<tr data-job=\"" + waiting + "\"><td>" + waiting + "</td><td>research</td><td>training</td><td>Placement</td><td>no room for 2 x whole"))
       << dom;
   EXPECT_TRUE(has("<polyline")) << dom;
   EXPECT_TRUE(has("<td>job.running</td><td>" + id + "</td>")) << dom;
@@ -104,6 +110,7 @@ TEST_F(E2eTest, DashboardShowsTotalsGroupsUtilizationAndEvents) {
   const std::string bare_dom = testing::ReadFile(dom_file);
   EXPECT_NE(bare_dom.find(R"(<form id="login">)"), std::string::npos) << bare_dom;
   Call("POST", "/v1/jobs/" + id + "/cancel");
+  Call("POST", "/v1/jobs/" + waiting + "/cancel");
 }
 
 TEST_F(E2eTest, SubmitRunCaptureOutput) {

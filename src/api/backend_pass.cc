@@ -57,274 +57,276 @@ Status Engine::BackendTick() {
   if (backends_.empty()) return Status::Ok();
   std::unique_lock<std::mutex> serial(backend_mu_, std::try_to_lock);
   if (!serial.owns_lock()) return Status::Ok();  // another pass is running
-  const std::string prefix = ExternalName("");
-
-  // 1. Reconciliation, once after open (retried each pass until the schedulers answer).
   bool reconcile_now = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     reconcile_now = !reconciled_;
   }
+  // 1. Reconciliation, once after open (retried each pass until the schedulers answer).
   if (reconcile_now) {
-    std::map<std::string, Result<std::vector<backends::ExternalJob>>> lists;
-    bool all_ok = true;
-    for (auto& [name, b] : backends_) {
-      lists.emplace(name, b->List(prefix));
-      all_ok = all_ok && lists.at(name).ok();
-    }
-    if (all_ok) {
-      std::vector<std::pair<backends::Backend*, std::string>> to_cancel;
-      std::vector<store::Event> events;
-      std::vector<const Job*> changed;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        for (auto& [name, list] : lists) {
-          for (const backends::ExternalJob& x : *list) {
-            const std::string id = x.name.substr(prefix.size());
-            const bool active = x.state == "pending" || x.state == "running";
-            auto it = jobs_.find(id);
-            if (it == jobs_.end() || it->second.backend != name) {
-              if (active) {
-                to_cancel.push_back({backends_[name].get(), x.external_id});
-                events.push_back(MakeEvent("engine", "backend.orphan_cancelled", id,
-                                           name + " job " + x.external_id + " has no Tessera job",
-                                           {{"backend", name}, {"external_id", x.external_id}}));
-              }
-              continue;
-            }
-            Job& j = it->second;
-            if (j.external_id == x.external_id) continue;
-            if (j.rec.state == "placed" && j.external_id.empty()) {
-              j.external_id = x.external_id;
-              j.lookup_first = false;
-              j.rec.state = "starting";
-              j.rec.reason = "adopted " + name + " job " + x.external_id + " after a restart";
-              j.rec.update_ms = clock_();
-              events.push_back(MakeEvent("engine", "job.adopted", id, j.rec.reason,
-                                         {{"backend", name}, {"external_id", x.external_id}}));
-              changed.push_back(&j);
-            } else if (active) {
-              // Ended in Tessera, or a second submission: the record wins.
-              to_cancel.push_back({backends_[name].get(), x.external_id});
-              events.push_back(MakeEvent("engine", "backend.duplicate_cancelled", id,
-                                         name + " job " + x.external_id + " is not the one recorded",
-                                         {{"backend", name}, {"external_id", x.external_id}}));
-            }
-          }
-        }
-        // Every unsubmitted job not found above was never submitted: safe to submit.
-        for (auto& [id, j] : jobs_) {
-          if (!j.backend.empty() && j.external_id.empty()) j.lookup_first = false;
-        }
-        reconciled_ = true;
-        if (!events.empty()) {
-          Batch batch;
-          batch.events = events;
-          batch.jobs = changed;
-          Status st = CommitLocked(batch);
-          if (!st.ok()) return st;
-        }
-      }
-      for (auto& [b, ext] : to_cancel) (void)b->Cancel(ext);
-    }
+    Status st = ReconcileBackends();
+    if (!st.ok()) return st;
   }
-
   // 2. What to do this pass.
-  struct SubmitWork {
-    std::string id;
-    backends::Backend* b;
-    backends::JobRequest req;
-    bool lookup;
-  };
-  std::vector<SubmitWork> submits;
-  std::map<std::string, std::vector<std::string>> polls;  // backend -> external ids
-  std::vector<std::pair<backends::Backend*, std::string>> cancels;
+  BackendWork w;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    const int64_t now = clock_();
-    const bool poll_due = now - last_poll_ms_ >= config_.backend_poll_ms;
-    if (poll_due) last_poll_ms_ = now;
-    for (const std::string& id : LiveIdsLocked()) {
-      Job& j = jobs_[id];
-      if (j.backend.empty() || !Holds(j)) continue;
-      backends::Backend* b = backends_[j.backend].get();
-      if (j.rec.state == "placed" && j.external_id.empty()) {
-        if (now >= j.next_submit_ms && (reconciled_ || !j.lookup_first)) {
-          submits.push_back({id, b, RequestFor(j), j.lookup_first});
-        }
-      } else if (!j.external_id.empty()) {
-        if (j.cancel_requested && !j.cancel_sent) {
-          cancels.push_back({b, j.external_id});
-          j.cancel_sent = true;
-        }
-        if (poll_due) polls[j.backend].push_back(j.external_id);
-      }
-    }
+    CollectBackendWorkLocked(&w);
   }
-  if (submits.empty() && polls.empty() && cancels.empty()) return Status::Ok();
-
+  if (w.submits.empty() && w.polls.empty() && w.cancels.empty()) return Status::Ok();
   // 3. The scheduler's commands, without the engine's lock.
-  for (auto& [b, ext] : cancels) (void)b->Cancel(ext);
-  struct SubmitDone {
-    std::string id;
-    std::string external_id;
-    Status status;
-    bool permanent = false;  // the job cannot be rendered: it fails rather than retries
-    bool adopted = false;
-  };
+  for (auto& [b, ext] : w.cancels) (void)b->Cancel(ext);
   std::vector<SubmitDone> done;
-  for (SubmitWork& w : submits) {
-    SubmitDone d{w.id, "", Status::Ok()};
-    if (w.lookup) {
-      auto found = w.b->List(w.req.name);
-      if (!found.ok()) {
-        d.status = found.status();
-        done.push_back(d);
-        continue;
-      }
-      for (const auto& x : *found) {
-        if (x.name == w.req.name) {
-          d.external_id = x.external_id;
-          d.adopted = true;
-        }
-      }
-    }
-    if (!d.adopted) {
-      auto script = w.b->Render(w.req);
-      if (!script.ok()) {
-        d.status = script.status();
-        d.permanent = true;
-      } else {
-        auto ext = w.b->Submit(w.req, *script);
-        if (ext.ok()) {
-          d.external_id = *ext;
-        } else {
-          d.status = ext.status();
-        }
-      }
-    }
-    done.push_back(d);
-  }
+  for (const SubmitWork& s : w.submits) done.push_back(SubmitOne(s));
   std::map<std::string, Result<std::map<std::string, backends::ExternalJob>>> polled;
-  for (auto& [name, ids] : polls) polled.emplace(name, backends_[name]->Poll(ids));
-
+  for (auto& [name, ids] : w.polls) polled.emplace(name, backends_[name]->Poll(ids));
   // 4. Record what happened.
   std::vector<std::pair<backends::Backend*, std::string>> late_cancels;
-  std::vector<store::Event> events;
-  std::vector<const Job*> changed;
+  Batch batch;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    const int64_t now = clock_();
-    for (const SubmitDone& d : done) {
-      Job& j = jobs_[d.id];
-      if (d.status.ok()) {
-        if (j.rec.state != "placed" || !j.external_id.empty()) {
-          // Cancelled while the submission ran.
-          if (!d.external_id.empty()) late_cancels.push_back({backends_[j.backend].get(), d.external_id});
-          continue;
-        }
-        j.external_id = d.external_id;
-        j.lookup_first = false;
-        j.rec.state = "starting";
-        j.rec.reason = (d.adopted ? "adopted " : "submitted to ") + j.backend + " as job " + d.external_id;
-        j.rec.update_ms = now;
-        events.push_back(MakeEvent("engine", "job.starting", d.id, j.rec.reason,
-                                   {{"backend", j.backend}, {"external_id", d.external_id}}));
-        changed.push_back(&j);
-      } else if (j.rec.state == "placed") {
-        if (d.permanent) {
-          if (j.handle >= 0) qe_->Cancel(j.handle, NowS(), "ended in " + j.backend);
-          cycle_wanted_ = true;
-          j.rec.state = "failed";
-          j.rec.reason = "cannot render the batch script: " + d.status.message();
-          j.rec.update_ms = now;
-          events.push_back(MakeEvent("engine", "job.failed", d.id, j.rec.reason));
-          changed.push_back(&j);
-          continue;
-        }
-        ++j.submit_attempts;
-        const int64_t backoff = std::min<int64_t>(60000, int64_t{1000} << std::min(j.submit_attempts - 1, 6));
-        j.next_submit_ms = now + backoff;
-        j.lookup_first = true;  // a failed or timed-out submission may still have gone through
-        j.rec.reason = "admitted, not yet submitted to " + j.backend + " (attempt " + std::to_string(j.submit_attempts) +
-                       ", next in " + std::to_string(backoff / 1000) + "s): " + d.status.message();
-        j.rec.update_ms = now;
-        events.push_back(MakeEvent("engine", "job.submit_failed", d.id, j.rec.reason,
-                                   {{"backend", j.backend}, {"attempt", j.submit_attempts}}));
-        changed.push_back(&j);
-      }
-    }
-    std::map<std::string, std::set<std::string>> asked;  // backend -> the external ids polled
-    for (const auto& [name, ids] : polls) asked[name].insert(ids.begin(), ids.end());
-    for (auto& [name, res] : polled) {
-      for (const std::string& id : LiveIdsLocked()) {
-        Job& j = jobs_[id];
-        if (j.backend != name || j.external_id.empty() || !Holds(j)) continue;
-        if (!asked[name].count(j.external_id)) continue;
-        if (!res.ok()) {
-          j.rec.reason = "cannot follow " + name + " job " + j.external_id + ": " + res.status().message();
-          continue;
-        }
-        auto it = res->find(j.external_id);
-        if (it == res->end()) {
-          if (++j.unknown_polls < 3) continue;
-          if (j.handle >= 0) qe_->Cancel(j.handle, NowS(), "ended in " + j.backend);
-          cycle_wanted_ = true;
-          j.rec.state = "lost";
-          j.rec.reason = name + " no longer knows job " + j.external_id;
-          j.rec.update_ms = now;
-          events.push_back(MakeEvent("engine", "job.lost", id, j.rec.reason, {{"external_id", j.external_id}}));
-          changed.push_back(&j);
-          continue;
-        }
-        j.unknown_polls = 0;
-        const backends::ExternalJob& x = it->second;
-        j.native_state = x.native_state;
-        if (!x.node.empty()) j.external_node = x.node;
-        if (!x.gres.empty()) j.gres = x.gres;
-        if (!x.devices.empty()) j.external_devices = x.devices;
-        if (x.state == "pending") {
-          j.rec.reason = name + " job " + j.external_id + ": " + x.native_state + (x.reason.empty() ? "" : " (" + x.reason + ")");
-        } else if (x.state == "running") {
-          if (j.rec.state != "running") {
-            j.rec.state = "running";
-            j.rec.reason = "";
-            j.rec.update_ms = now;
-            events.push_back(MakeEvent(name, "job.running", id, "",
-                                       {{"external_id", j.external_id}, {"node", j.external_node}, {"gres", j.gres},
-                                        {"devices", j.external_devices}}));
-            changed.push_back(&j);
-          }
-        } else {
-          if (j.handle >= 0) qe_->Cancel(j.handle, NowS(), "ended in " + j.backend);
-          cycle_wanted_ = true;
-          std::string state = x.state;
-          if (j.cancel_requested && state != "succeeded") state = "cancelled";
-          j.rec.state = state;
-          j.rec.exit_code = x.exit_code;
-          j.rec.reason = state == "cancelled" ? "cancelled"
-                         : state == "succeeded" ? ""
-                                                : name + " " + x.native_state +
-                                                      (x.exit_code ? ", exit code " + std::to_string(*x.exit_code) : "") +
-                                                      (x.signal ? ", signal " + std::to_string(x.signal) : "");
-          j.rec.update_ms = now;
-          events.push_back(MakeEvent(name, "job." + state, id, j.rec.reason,
-                                     {{"external_id", j.external_id}, {"node", j.external_node},
-                                      {"exit_code", x.exit_code ? *x.exit_code : -1}, {"signal", x.signal}}));
-          changed.push_back(&j);
-        }
-      }
-    }
-    if (!events.empty()) {
-      Batch batch;
-          batch.events = events;
-          batch.jobs = changed;
-          Status st = CommitLocked(batch);
-      if (!st.ok()) return st;
-    }
+    RecordSubmissionsLocked(done, &late_cancels, &batch);
+    RecordPollsLocked(w.polls, polled, &batch);
+    Status st = CommitLocked(batch);
+    if (!st.ok()) return st;
   }
   for (auto& [b, ext] : late_cancels) (void)b->Cancel(ext);
   return Status::Ok();
+}
+
+Status Engine::ReconcileBackends() {
+  const std::string prefix = ExternalName("");
+  std::map<std::string, Result<std::vector<backends::ExternalJob>>> lists;
+  bool all_ok = true;
+  for (auto& [name, b] : backends_) {
+    lists.emplace(name, b->List(prefix));
+    all_ok = all_ok && lists.at(name).ok();
+  }
+  if (all_ok) {
+    std::vector<std::pair<backends::Backend*, std::string>> to_cancel;
+    std::vector<store::Event> events;
+    std::vector<const Job*> changed;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto& [name, list] : lists) {
+        for (const backends::ExternalJob& x : *list) {
+          const std::string id = x.name.substr(prefix.size());
+          const bool active = x.state == "pending" || x.state == "running";
+          auto it = jobs_.find(id);
+          if (it == jobs_.end() || it->second.backend != name) {
+            if (active) {
+              to_cancel.push_back({backends_[name].get(), x.external_id});
+              events.push_back(MakeEvent("engine", "backend.orphan_cancelled", id,
+                                         name + " job " + x.external_id + " has no Tessera job",
+                                         {{"backend", name}, {"external_id", x.external_id}}));
+            }
+            continue;
+          }
+          Job& j = it->second;
+          if (j.external_id == x.external_id) continue;
+          if (j.rec.state == "placed" && j.external_id.empty()) {
+            j.external_id = x.external_id;
+            j.lookup_first = false;
+            j.rec.state = "starting";
+            j.rec.reason = "adopted " + name + " job " + x.external_id + " after a restart";
+            j.rec.update_ms = clock_();
+            events.push_back(MakeEvent("engine", "job.adopted", id, j.rec.reason,
+                                       {{"backend", name}, {"external_id", x.external_id}}));
+            changed.push_back(&j);
+          } else if (active) {
+            // Ended in Tessera, or a second submission: the record wins.
+            to_cancel.push_back({backends_[name].get(), x.external_id});
+            events.push_back(MakeEvent("engine", "backend.duplicate_cancelled", id,
+                                       name + " job " + x.external_id + " is not the one recorded",
+                                       {{"backend", name}, {"external_id", x.external_id}}));
+          }
+        }
+      }
+      // Every unsubmitted job not found above was never submitted: safe to submit.
+      for (auto& [id, j] : jobs_) {
+        if (!j.backend.empty() && j.external_id.empty()) j.lookup_first = false;
+      }
+      reconciled_ = true;
+      if (!events.empty()) {
+        Batch batch;
+        batch.events = events;
+        batch.jobs = changed;
+        Status st = CommitLocked(batch);
+        if (!st.ok()) return st;
+      }
+    }
+    for (auto& [b, ext] : to_cancel) (void)b->Cancel(ext);
+  }
+  return Status::Ok();
+}
+
+void Engine::CollectBackendWorkLocked(BackendWork* w) {
+  auto& submits = w->submits;
+  auto& polls = w->polls;
+  auto& cancels = w->cancels;
+  const int64_t now = clock_();
+  const bool poll_due = now - last_poll_ms_ >= config_.backend_poll_ms;
+  if (poll_due) last_poll_ms_ = now;
+  for (const std::string& id : LiveIdsLocked()) {
+    Job& j = jobs_[id];
+    if (j.backend.empty() || !Holds(j)) continue;
+    backends::Backend* b = backends_[j.backend].get();
+    if (j.rec.state == "placed" && j.external_id.empty()) {
+      if (now >= j.next_submit_ms && (reconciled_ || !j.lookup_first)) {
+        submits.push_back({id, b, RequestFor(j), j.lookup_first});
+      }
+    } else if (!j.external_id.empty()) {
+      if (j.cancel_requested && !j.cancel_sent) {
+        cancels.push_back({b, j.external_id});
+        j.cancel_sent = true;
+      }
+      if (poll_due) polls[j.backend].push_back(j.external_id);
+    }
+  }
+}
+
+Engine::SubmitDone Engine::SubmitOne(const SubmitWork& w) {
+  SubmitDone d{w.id, "", Status::Ok()};
+  if (w.lookup) {
+    auto found = w.b->List(w.req.name);
+    if (!found.ok()) {
+      d.status = found.status();
+      return d;
+    }
+    for (const auto& x : *found) {
+      if (x.name == w.req.name) {
+        d.external_id = x.external_id;
+        d.adopted = true;
+      }
+    }
+  }
+  if (!d.adopted) {
+    auto script = w.b->Render(w.req);
+    if (!script.ok()) {
+      d.status = script.status();
+      d.permanent = true;
+    } else {
+      auto ext = w.b->Submit(w.req, *script);
+      if (ext.ok()) {
+        d.external_id = *ext;
+      } else {
+        d.status = ext.status();
+      }
+    }
+  }
+  return d;
+}
+
+void Engine::RecordSubmissionsLocked(const std::vector<SubmitDone>& done,
+                                     std::vector<std::pair<backends::Backend*, std::string>>* late_cancels,
+                                     Batch* batch) {
+  const int64_t now = clock_();
+  for (const SubmitDone& d : done) {
+    Job& j = jobs_[d.id];
+    if (d.status.ok()) {
+      if (j.rec.state != "placed" || !j.external_id.empty()) {
+        // Cancelled while the submission ran.
+        if (!d.external_id.empty()) late_cancels->push_back({backends_[j.backend].get(), d.external_id});
+        continue;
+      }
+      j.external_id = d.external_id;
+      j.lookup_first = false;
+      j.rec.state = "starting";
+      j.rec.reason = (d.adopted ? "adopted " : "submitted to ") + j.backend + " as job " + d.external_id;
+      j.rec.update_ms = now;
+      batch->Add(MakeEvent("engine", "job.starting", d.id, j.rec.reason,
+                                 {{"backend", j.backend}, {"external_id", d.external_id}}));
+      batch->jobs.push_back(&j);
+    } else if (j.rec.state == "placed") {
+      if (d.permanent) {
+        if (j.handle >= 0) qe_->Cancel(j.handle, NowS(), "ended in " + j.backend);
+        cycle_wanted_ = true;
+        j.rec.state = "failed";
+        j.rec.reason = "cannot render the batch script: " + d.status.message();
+        j.rec.update_ms = now;
+        batch->Add(MakeEvent("engine", "job.failed", d.id, j.rec.reason));
+        batch->jobs.push_back(&j);
+        continue;
+      }
+      ++j.submit_attempts;
+      const int64_t backoff = std::min<int64_t>(60000, int64_t{1000} << std::min(j.submit_attempts - 1, 6));
+      j.next_submit_ms = now + backoff;
+      j.lookup_first = true;  // a failed or timed-out submission may still have gone through
+      j.rec.reason = "admitted, not yet submitted to " + j.backend + " (attempt " + std::to_string(j.submit_attempts) +
+                     ", next in " + std::to_string(backoff / 1000) + "s): " + d.status.message();
+      j.rec.update_ms = now;
+      batch->Add(MakeEvent("engine", "job.submit_failed", d.id, j.rec.reason,
+                                 {{"backend", j.backend}, {"attempt", j.submit_attempts}}));
+      batch->jobs.push_back(&j);
+    }
+  }
+}
+
+void Engine::RecordPollsLocked(const std::map<std::string, std::vector<std::string>>& polls,
+                               std::map<std::string, Result<std::map<std::string, backends::ExternalJob>>>& polled,
+                               Batch* batch) {
+  const int64_t now = clock_();
+  std::map<std::string, std::set<std::string>> asked;  // backend -> the external ids polled
+  for (const auto& [name, ids] : polls) asked[name].insert(ids.begin(), ids.end());
+  for (auto& [name, res] : polled) {
+    for (const std::string& id : LiveIdsLocked()) {
+      Job& j = jobs_[id];
+      if (j.backend != name || j.external_id.empty() || !Holds(j)) continue;
+      if (!asked[name].count(j.external_id)) continue;
+      if (!res.ok()) {
+        j.rec.reason = "cannot follow " + name + " job " + j.external_id + ": " + res.status().message();
+        continue;
+      }
+      auto it = res->find(j.external_id);
+      if (it == res->end()) {
+        if (++j.unknown_polls < 3) continue;
+        if (j.handle >= 0) qe_->Cancel(j.handle, NowS(), "ended in " + j.backend);
+        cycle_wanted_ = true;
+        j.rec.state = "lost";
+        j.rec.reason = name + " no longer knows job " + j.external_id;
+        j.rec.update_ms = now;
+        batch->Add(MakeEvent("engine", "job.lost", id, j.rec.reason, {{"external_id", j.external_id}}));
+        batch->jobs.push_back(&j);
+        continue;
+      }
+      j.unknown_polls = 0;
+      const backends::ExternalJob& x = it->second;
+      j.native_state = x.native_state;
+      if (!x.node.empty()) j.external_node = x.node;
+      if (!x.gres.empty()) j.gres = x.gres;
+      if (!x.devices.empty()) j.external_devices = x.devices;
+      if (x.state == "pending") {
+        j.rec.reason = name + " job " + j.external_id + ": " + x.native_state + (x.reason.empty() ? "" : " (" + x.reason + ")");
+      } else if (x.state == "running") {
+        if (j.rec.state != "running") {
+          j.rec.state = "running";
+          j.rec.reason = "";
+          j.rec.update_ms = now;
+          batch->Add(MakeEvent(name, "job.running", id, "",
+                                     {{"external_id", j.external_id}, {"node", j.external_node}, {"gres", j.gres},
+                                      {"devices", j.external_devices}}));
+          batch->jobs.push_back(&j);
+        }
+      } else {
+        if (j.handle >= 0) qe_->Cancel(j.handle, NowS(), "ended in " + j.backend);
+        cycle_wanted_ = true;
+        std::string state = x.state;
+        if (j.cancel_requested && state != "succeeded") state = "cancelled";
+        j.rec.state = state;
+        j.rec.exit_code = x.exit_code;
+        j.rec.reason = state == "cancelled" ? "cancelled"
+                       : state == "succeeded" ? ""
+                                              : name + " " + x.native_state +
+                                                    (x.exit_code ? ", exit code " + std::to_string(*x.exit_code) : "") +
+                                                    (x.signal ? ", signal " + std::to_string(x.signal) : "");
+        j.rec.update_ms = now;
+        batch->Add(MakeEvent(name, "job." + state, id, j.rec.reason,
+                                   {{"external_id", j.external_id}, {"node", j.external_node},
+                                    {"exit_code", x.exit_code ? *x.exit_code : -1}, {"signal", x.signal}}));
+        batch->jobs.push_back(&j);
+      }
+    }
+  }
 }
 
 }  // namespace tessera::api

@@ -155,7 +155,7 @@ class Engine {
   struct Batch {
     std::vector<store::Event> events;
     std::vector<const Job*> jobs;
-    void Add(store::Event e, const Job* j) {
+    void Add(store::Event e, const Job* j = nullptr) {
       events.push_back(std::move(e));
       if (j) jobs.push_back(j);
     }
@@ -204,7 +204,33 @@ class Engine {
   void SampleUtilizationLocked();
 
   // --- backend_pass.cc
+  struct SubmitWork {
+    std::string id;
+    backends::Backend* b;
+    backends::JobRequest req;
+    bool lookup;
+  };
+  struct SubmitDone {
+    std::string id;
+    std::string external_id;
+    Status status;
+    bool permanent = false;  // the job cannot be rendered: it fails rather than retries
+    bool adopted = false;
+  };
+  struct BackendWork {
+    std::vector<SubmitWork> submits;
+    std::map<std::string, std::vector<std::string>> polls;  // backend -> external ids
+    std::vector<std::pair<backends::Backend*, std::string>> cancels;
+  };
   Status BackendTick();
+  Status ReconcileBackends();
+  void CollectBackendWorkLocked(BackendWork* w);
+  SubmitDone SubmitOne(const SubmitWork& w);
+  void RecordSubmissionsLocked(const std::vector<SubmitDone>& done,
+                               std::vector<std::pair<backends::Backend*, std::string>>* late_cancels, Batch* batch);
+  void RecordPollsLocked(const std::map<std::string, std::vector<std::string>>& polls,
+                         std::map<std::string, Result<std::map<std::string, backends::ExternalJob>>>& polled,
+                         Batch* batch);
   backends::JobRequest RequestFor(const Job& j) const;
   std::string ExternalName(const std::string& id) const { return "tessera-" + config_.cluster + "-" + id; }
 

@@ -279,7 +279,7 @@ class Agent {
 
   const AgentOptions& options_;
   Inventory inventory_;
-  Partitions partitions_{inventory_};
+  Partitions partitions_{inventory_, options_.nvml_library};
   Launcher launcher_;
   httplib::Client client_;
   std::function<void(const std::string&)> log_;

@@ -16,10 +16,6 @@ Result<std::string> Partitions::Acquire(const std::string& job, int index, const
     if (slot.find('#') != std::string::npos && d.simulated) return std::string();  // AMD: by index
     return Status::InvalidArgument("partition '" + slot + "' is not a MIG instance (profile@start)");
   }
-  if (!d.simulated) {
-    return Status::FailedPrecondition("MIG instance " + slot + " on " + d.uuid +
-                                      ": this agent does not create MIG instances through NVML yet");
-  }
   const partition::GpuModel* model = partition::Catalog::BuiltIn().Find(d.model);
   if (model == nullptr || !model->is_mig()) {
     return Status::InvalidArgument(d.model + " has no MIG instances");
@@ -30,17 +26,40 @@ Result<std::string> Partitions::Acquire(const std::string& job, int index, const
   } catch (...) {
     return Status::InvalidArgument("partition '" + slot + "' has no start slice");
   }
+  if (!d.simulated) return AcquireNvml(job, index, *model, in);
   partition::Layout& layout = layouts_[index];
   Status st = partition::CreateInstance(*model, &layout, in);
   if (!st.ok()) return Status::FailedPrecondition("MIG instance " + slot + " on " + d.uuid + ": " + st.message());
-  by_job_.insert({job, {index, layout.instances.back()}});
+  by_job_.insert({job, {index, layout.instances.back(), {}}});
   std::string tail = d.uuid.rfind("GPU-", 0) == 0 ? d.uuid.substr(4) : d.uuid;
   return "MIG-" + tail + "-" + layout.instances.back().profile + "-" + std::to_string(in.start);
+}
+
+Result<std::string> Partitions::AcquireNvml(const std::string& job, int index, const partition::GpuModel& model,
+                                            const partition::Instance& in) {
+  const DiscoveredDevice& d = inventory_.devices[index];
+  const partition::MigProfile* p = model.mig.FindProfile(in.profile);
+  if (p == nullptr || !p->nvidia_smi_profile_id) {
+    return Status::InvalidArgument("MIG profile " + in.profile + " of " + model.name + " has no NVML profile id");
+  }
+  if (nvml_ == nullptr) {
+    auto opened = NvmlMig::Open(nvml_library_);
+    if (!opened.ok()) return opened.status();
+    nvml_ = std::move(*opened);
+  }
+  auto made = nvml_->Create(d.uuid, *p->nvidia_smi_profile_id, in.start, p->memory_slices);
+  if (!made.ok()) return made.status();
+  by_job_.insert({job, {index, in, *made}});
+  return made->uuid;
 }
 
 void Partitions::Release(const std::string& job) {
   auto [lo, hi] = by_job_.equal_range(job);
   for (auto it = lo; it != hi; ++it) {
+    if (it->second.nvml.gpu_instance != nullptr) {
+      (void)nvml_->Destroy(it->second.nvml);  // a failure leaves an instance the next layout replaces
+      continue;
+    }
     auto& v = layouts_[it->second.index].instances;
     auto f = std::find(v.begin(), v.end(), it->second.instance);
     if (f != v.end()) v.erase(f);

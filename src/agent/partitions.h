@@ -4,9 +4,9 @@
 //
 // On a simulated inventory the instances are kept here under the partition engine's rules (a
 // start slice the model does not allow, or one overlapping a live instance, is refused), so the
-// whole path runs on a machine without a GPU. On NVML devices this build does not create MIG
-// instances yet: a job granted one fails to start with that reason (the control plane then
-// records it as failed), rather than running on the whole card.
+// whole path runs on a machine without a GPU. On NVML devices they are made through NVML
+// (nvml_mig.h): a GPU instance at that start slice, one compute instance over it; a job whose
+// instance cannot be made fails to start with the reason, rather than running on the whole card.
 //
 // Thread-safety: none; the agent's loop owns it.
 #pragma once
@@ -15,7 +15,10 @@
 #include <string>
 #include <vector>
 
+#include <memory>
+
 #include "agent/discovery.h"
+#include "agent/nvml_mig.h"
 #include "common/status.h"
 #include "partition/mig.h"
 
@@ -23,7 +26,8 @@ namespace tessera::agent {
 
 class Partitions {
  public:
-  explicit Partitions(const Inventory& inventory) : inventory_(inventory) {}
+  Partitions(const Inventory& inventory, std::string nvml_library)
+      : inventory_(inventory), nvml_library_(std::move(nvml_library)) {}
 
   // The instance for `slot` on device `index` for `job`: created (simulated) or refused. Returns
   // the UUID to expose ("MIG-..."), or "" for AMD partitions (exposed by index).
@@ -37,8 +41,13 @@ class Partitions {
   struct Held {
     int index = 0;
     partition::Instance instance;
+    NvmlMig::Instance nvml;  // on NVML devices
   };
+  Result<std::string> AcquireNvml(const std::string& job, int index, const partition::GpuModel& model,
+                                  const partition::Instance& in);
   const Inventory& inventory_;
+  std::string nvml_library_;
+  std::unique_ptr<NvmlMig> nvml_;  // opened at the first NVML partition
   std::map<int, partition::Layout> layouts_;       // by device index
   std::multimap<std::string, Held> by_job_;
 };

@@ -1,9 +1,15 @@
-// A stand-in libnvidia-ml for the agent's discovery tests: two devices, "NVIDIA H100 80GB HBM3"
-// (MIG on) and "NVIDIA A100-SXM4-40GB", with UUIDs GPU-fake-agent-<i>. FAKE_NVML_INIT_FAIL=1
-// makes nvmlInit_v2 fail. Thread-safety: stateless.
+// A stand-in libnvidia-ml for the agent's tests: two devices, "NVIDIA H100 80GB HBM3" (MIG on)
+// and "NVIDIA A100-SXM4-40GB" (MIG off), with UUIDs GPU-fake-agent-<i>. FAKE_NVML_INIT_FAIL=1
+// makes nvmlInit_v2 fail. MIG on device 0: GPU instances of H100-80GB's profiles (by nvidia-smi
+// id) created with placement (overlaps and illegal starts refused as the driver does), one
+// compute instance each, MIG devices with UUIDs MIG-fake-<gi>; fake_nvml_instances() lists what
+// exists for the tests to check. Thread-safety: none (one test thread).
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #define FAKE_API extern "C" __attribute__((visibility("default")))
 
@@ -38,6 +44,11 @@ FAKE_API int nvmlDeviceGetName(void* device, char* name, unsigned length) {
   return 0;
 }
 FAKE_API int nvmlDeviceGetUUID(void* device, char* uuid, unsigned length) {
+  const uintptr_t h = reinterpret_cast<uintptr_t>(device);
+  if (h >= 0x3000) {  // a MIG device (see the MIG section)
+    Copy(("MIG-fake-" + std::to_string(h - 0x3000 + 1)).c_str(), uuid, length);
+    return 0;
+  }
   Copy(Index(device) == 0 ? "GPU-fake-agent-0" : "GPU-fake-agent-1", uuid, length);
   return 0;
 }
@@ -51,4 +62,141 @@ FAKE_API int nvmlDeviceGetMemoryInfo(void* device, Memory* memory) {
 FAKE_API int nvmlDeviceGetMigMode(void* device, unsigned* current, unsigned* pending) {
   *current = *pending = Index(device) == 0 ? 1 : 0;
   return 0;
+}
+
+// ---- MIG (device 0 only) ----
+namespace {
+struct GiProfile {
+  unsigned id, slices, memory_slices;
+  std::vector<unsigned> starts;
+};
+// H100-80GB, by NVML profile index: 1g.10gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb, 1g.20gb.
+const GiProfile kProfiles[] = {{19, 1, 1, {0, 1, 2, 3, 4, 5, 6}}, {14, 2, 2, {0, 2, 4}}, {9, 3, 4, {0, 4}},
+                               {5, 4, 4, {0}},  {0, 7, 8, {0}}, {0xFFFF, 0, 0, {}}, {0xFFFF, 0, 0, {}},
+                               {15, 1, 2, {0, 2, 4, 6}}};
+struct Gi {
+  unsigned id, profile, start, size;
+  bool alive, has_ci;
+};
+std::vector<Gi> g_gis;
+struct GiInfo {
+  void* device;
+  unsigned id, profileId, start, size;
+};
+struct GiProfileInfo {
+  unsigned id, p2p, sliceCount, instanceCount, sms, ce, dec, enc, jpeg, ofa;
+  unsigned long long memoryMB;
+};
+struct CiProfileInfo {
+  unsigned id, sliceCount, instanceCount, sms, ce, dec, enc, jpeg, ofa;
+};
+constexpr uintptr_t kGiBase = 0x1000, kCiBase = 0x2000, kMigBase = 0x3000;
+Gi* GiOf(void* h) {
+  uintptr_t i = reinterpret_cast<uintptr_t>(h) - kGiBase;
+  return i < g_gis.size() && g_gis[i].alive ? &g_gis[i] : nullptr;
+}
+}  // namespace
+
+FAKE_API int nvmlDeviceGetHandleByUUID(const char* uuid, void** device) {
+  for (unsigned i = 0; i < 2; ++i) {
+    if (std::string(uuid) == "GPU-fake-agent-" + std::to_string(i)) {
+      *device = reinterpret_cast<void*>(static_cast<uintptr_t>(i) + 1);
+      return 0;
+    }
+  }
+  return 6;  // not found
+}
+FAKE_API int nvmlDeviceGetGpuInstanceProfileInfo(void* device, unsigned profile, GiProfileInfo* info) {
+  if (Index(device) != 0) return 3;  // not supported
+  if (profile >= sizeof kProfiles / sizeof kProfiles[0] || kProfiles[profile].id == 0xFFFF) return 2;
+  std::memset(info, 0, sizeof *info);
+  info->id = kProfiles[profile].id;
+  info->sliceCount = kProfiles[profile].slices;
+  info->instanceCount = 7;
+  return 0;
+}
+FAKE_API int nvmlDeviceCreateGpuInstanceWithPlacement(void* device, unsigned profile_id, const unsigned* placement,
+                                                      void** gi) {
+  if (Index(device) != 0) return 3;
+  const GiProfile* p = nullptr;
+  for (const GiProfile& x : kProfiles) {
+    if (x.id == profile_id && x.slices > 0) p = &x;
+  }
+  if (p == nullptr) return 2;
+  const unsigned start = placement[0], size = placement[1];
+  bool legal = size == p->memory_slices;
+  bool listed = false;
+  for (unsigned s : p->starts) listed = listed || s == start;
+  if (!legal || !listed) return 2;  // invalid argument
+  for (const Gi& g : g_gis) {
+    if (g.alive && start < g.start + g.size && g.start < start + size) return 23;  // insufficient resources
+  }
+  g_gis.push_back({static_cast<unsigned>(g_gis.size()) + 1, profile_id, start, size, true, false});
+  *gi = reinterpret_cast<void*>(kGiBase + g_gis.size() - 1);
+  return 0;
+}
+FAKE_API int nvmlGpuInstanceGetInfo(void* gi, GiInfo* info) {
+  Gi* g = GiOf(gi);
+  if (g == nullptr) return 2;
+  *info = {reinterpret_cast<void*>(uintptr_t{1}), g->id, g->profile, g->start, g->size};
+  return 0;
+}
+FAKE_API int nvmlGpuInstanceGetComputeInstanceProfileInfo(void* gi, unsigned profile, unsigned eng, CiProfileInfo* info) {
+  Gi* g = GiOf(gi);
+  if (g == nullptr || eng != 0 || profile > 6) return 2;
+  static const unsigned kSlices[] = {1, 2, 3, 4, 7, 8, 6};
+  std::memset(info, 0, sizeof *info);
+  info->id = profile;
+  info->sliceCount = kSlices[profile];
+  return 0;
+}
+FAKE_API int nvmlGpuInstanceCreateComputeInstance(void* gi, unsigned, void** ci) {
+  Gi* g = GiOf(gi);
+  if (g == nullptr || g->has_ci) return 2;
+  g->has_ci = true;
+  *ci = reinterpret_cast<void*>(kCiBase + (reinterpret_cast<uintptr_t>(gi) - kGiBase));
+  return 0;
+}
+FAKE_API int nvmlComputeInstanceDestroy(void* ci) {
+  Gi* g = GiOf(reinterpret_cast<void*>(kGiBase + (reinterpret_cast<uintptr_t>(ci) - kCiBase)));
+  if (g == nullptr || !g->has_ci) return 2;
+  g->has_ci = false;
+  return 0;
+}
+FAKE_API int nvmlGpuInstanceDestroy(void* gi) {
+  Gi* g = GiOf(gi);
+  if (g == nullptr) return 2;
+  if (g->has_ci) return 19;  // in use
+  g->alive = false;
+  return 0;
+}
+FAKE_API int nvmlDeviceGetMaxMigDeviceCount(void* device, unsigned* count) {
+  *count = Index(device) == 0 ? 7 : 0;
+  return 0;
+}
+FAKE_API int nvmlDeviceGetMigDeviceHandleByIndex(void* device, unsigned index, void** mig) {
+  if (Index(device) != 0) return 3;
+  unsigned seen = 0;
+  for (size_t i = 0; i < g_gis.size(); ++i) {
+    if (!g_gis[i].alive || !g_gis[i].has_ci) continue;
+    if (seen++ == index) {
+      *mig = reinterpret_cast<void*>(kMigBase + i);
+      return 0;
+    }
+  }
+  return 6;
+}
+FAKE_API int nvmlDeviceGetGpuInstanceId(void* mig, unsigned* id) {
+  uintptr_t i = reinterpret_cast<uintptr_t>(mig) - kMigBase;
+  if (i >= g_gis.size()) return 2;
+  *id = g_gis[i].id;
+  return 0;
+}
+// "19@3 0@0": profile id @ start of every live GPU instance with its compute instance.
+FAKE_API void fake_nvml_instances(char* out, unsigned length) {
+  std::string s;
+  for (const Gi& g : g_gis) {
+    if (g.alive) s += (s.empty() ? "" : " ") + std::to_string(g.profile) + "@" + std::to_string(g.start) + (g.has_ci ? "" : "(no ci)");
+  }
+  Copy(s.empty() ? "-" : s.c_str(), out, length);
 }

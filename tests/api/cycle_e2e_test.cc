@@ -265,5 +265,62 @@ TEST_F(CycleE2eTest, BackfillByWalltimeAndPriorityPreemption) {
   EXPECT_EQ(preempted, 1);
 }
 
+const char* kDrain = R"(
+heartbeat_timeout: 30s
+cycle: 300ms
+grace: 6s
+identities:
+  - {name: admin, role: admin, token: admin-token-1}
+  - {name: alice, role: user, groups: [lab], token: alice-token-1}
+  - {name: agent, role: agent, token: agent-token-1}
+groups: [{name: lab}]
+profiles:
+  - {name: card, gpus: 1, cpu: 100m, memory: 64MiB, forms: [whole]}
+  - {name: serve, gpus: 1, gpu_fraction: 0.1, gpu_memory: 9GiB, cpu: 100m, memory: 64MiB, forms: [partition]}
+queues:
+  - {name: batch, profile: card, groups: [lab], preemptible: true, class: batch}
+  - {name: serve, profile: serve, groups: [lab], priority: 10, class: inference}
+)";
+
+// A repartition with drain across a control-plane restart: a preemptible job holds the only
+// A100-80GB whole and ignores SIGTERM; an inference job needs a MIG instance, so the card is
+// drained. The server is killed (SIGKILL) mid-drain and started again: the drain is still there,
+// nothing is preempted twice, and when the grace ends (SIGKILL) the card gets its MIG instance
+// and the inference job runs on it.
+TEST_F(CycleE2eTest, ARepartitionWithDrainSurvivesAServerRestart) {
+  Start(kDrain, {{"n1", "1xA100-80GB"}});
+  const std::vector<std::string> stubborn = {"sh", "-c", "trap 'echo ignoring-SIGTERM' TERM; echo started; "
+                                                         "while true; do sleep 0.1; done"};
+  std::string batch = Submit("alice-token-1", {{"queue", "batch"}, {"command", stubborn}});
+  ASSERT_TRUE(WaitFor([&] { return AdminOutput(batch).find("started") != std::string::npos; })) << Logs();
+  std::string serve = Submit("alice-token-1", {{"queue", "serve"},
+                                               {"command", {"sh", "-c", "echo devices=$CUDA_VISIBLE_DEVICES; sleep 30"}}});
+  ASSERT_TRUE(WaitFor([&] { return AdminState(batch) == "preempting"; })) << Logs();
+  auto draining = [&] {
+    Json n = Call("GET", "/v1/nodes", {}, "admin-token-1");
+    return n.is_object() && !n["nodes"].empty() && n["nodes"][0]["devices"][0].value("draining", false);
+  };
+  ASSERT_TRUE(draining());
+  server_->Kill(SIGKILL);
+  const int before = port_;
+  StartServer();  // same port, same data directory
+  ASSERT_EQ(port_, before);
+  // The first answer from the new server (a restart takes a moment to accept).
+  Json nodes;
+  ASSERT_TRUE(WaitFor([&] { return (nodes = Call("GET", "/v1/nodes", {}, "admin-token-1")).is_object(); })) << server_->Log();
+  EXPECT_TRUE(nodes["nodes"][0]["devices"][0].value("draining", false))
+      << "the drain was forgotten across the restart: " << nodes.dump();
+  EXPECT_EQ(AdminState(batch), "preempting");
+  ASSERT_TRUE(WaitFor([&] { return AdminOutput(serve).find("devices=MIG-") != std::string::npos; }, 25000)) << Logs();
+  Json s = AdminJob(serve);
+  EXPECT_EQ(s["placement"]["form"], "partition") << s.dump();
+  Json b = AdminJob(batch);
+  EXPECT_EQ(b["preemptions"], 1) << b.dump();
+  EXPECT_NE(b["state"], "running") << b.dump();
+  Json ev = Call("GET", "/v1/events?kind=job.preempted", {}, "admin-token-1");
+  EXPECT_EQ(ev["events"].size(), 1u) << ev.dump();
+  EXPECT_NE(AdminOutput(batch).find("ignoring-SIGTERM"), std::string::npos);  // SIGTERM first, SIGKILL after the grace
+}
+
 }  // namespace
 }  // namespace tessera

@@ -191,6 +191,9 @@ class Engine {
 
   // --- submit.cc
   Result<PendingSubmit> Prepare(const Identity& who, const Json& body) const;
+  // For an external queue: the form the cycle will grant, and the MIG profile its backend is
+  // asked for (the request resized to that instance). "" when none.
+  Result<std::string> ExternalForm(const quota::QueueSpec& q, quota::JobSpec* qs) const;
 
   // --- agent_gateway.cc
   Status MarkLostLocked(Batch& b);

@@ -91,6 +91,80 @@ Result<std::string> MigProfileFor(const QueueRoute& route, int64_t* gpu_milli, M
 
 }  // namespace
 
+namespace {
+
+// The command and environment of a submission.
+Status ReadCommand(const Json& body, std::vector<std::string>* cmd, Json* env) {
+  if (!body.contains("command")) return Status::InvalidArgument("'command' is required");
+  auto c = StringList(body["command"], "'command'");
+  if (!c.ok()) return c.status();
+  if (c->empty() || (*c)[0].empty()) return Status::InvalidArgument("'command' must not be empty");
+  *cmd = *c;
+  *env = Json::object();
+  if (!body.contains("env")) return Status::Ok();
+  if (!body["env"].is_object()) return Status::InvalidArgument("'env' must be an object of strings");
+  for (const auto& [k, v] : body["env"].items()) {
+    if (!v.is_string() || k.empty() || k.find('=') != std::string::npos) {
+      return Status::InvalidArgument("'env' must map names to strings");
+    }
+    (*env)[k] = v;
+  }
+  return Status::Ok();
+}
+
+// What the job needs: class, form, GPUs and quantities (each defaulting to the queue's profile),
+// walltime. Fills the scheduler's request.
+Status ReadNeeds(const Json& body, const quota::ProfileSpec& prof, quota::JobSpec* qs) {
+  if (body.contains("class")) {
+    auto c = quota::ParseWorkloadClass(body["class"].is_string() ? body["class"].get<std::string>() : "");
+    if (!c.ok()) return Status::InvalidArgument("'class': " + c.status().message());
+    qs->cls = *c;
+  }
+  if (body.contains("form")) {
+    auto f = quota::ParseAllocationForm(body["form"].is_string() ? body["form"].get<std::string>() : "");
+    if (!f.ok()) return Status::InvalidArgument("'form': " + f.status().message());
+    qs->form = *f;
+  }
+  int gpus = prof.gpu_count;
+  if (body.contains("gpus")) {
+    if (!body["gpus"].is_number_integer() || body["gpus"].get<int64_t>() < 0 || body["gpus"].get<int64_t>() > 4096) {
+      return Status::InvalidArgument("'gpus' must be a non-negative integer");
+    }
+    gpus = static_cast<int>(body["gpus"].get<int64_t>());
+  }
+  auto quantity = [&](const char* field, bool memory_unit, int64_t profile_value) -> Result<int64_t> {
+    if (!body.contains(field)) return profile_value;
+    return Quantity(body[field], memory_unit, std::string("'") + field + "'");
+  };
+  auto gpu_memory = quantity("gpu_memory", true, prof.gpu_memory_mib);
+  if (!gpu_memory.ok()) return gpu_memory.status();
+  auto cpu = quantity("cpu", false, prof.cpu_milli);
+  if (!cpu.ok()) return cpu.status();
+  auto memory = quantity("memory", true, prof.memory_mib);
+  if (!memory.ok()) return memory.status();
+  auto fraction = quantity("gpu_fraction", false, gpus > 0 && prof.gpu_count == 0 ? kWholeGpu : prof.gpu_milli);
+  if (!fraction.ok()) return fraction.status();
+  if (*fraction > kWholeGpu) return Status::InvalidArgument("'gpu_fraction' is above 1");
+  int64_t walltime = 0;
+  if (body.contains("walltime")) {
+    const Json& w = body["walltime"];
+    auto d = w.is_string() ? policy::ParseDuration(w.get<std::string>())
+             : w.is_number_integer() && w.get<int64_t>() >= 0 ? Result<int64_t>(w.get<int64_t>())
+                                                              : Result<int64_t>(Status::InvalidArgument("not a duration"));
+    if (!d.ok()) return Status::InvalidArgument("'walltime': " + d.status().message());
+    walltime = *d;
+  }
+  qs->gpu_count = gpus;
+  qs->gpu_milli = gpus == 0 ? 0 : *fraction;
+  qs->gpu_memory_mib = *gpu_memory;
+  qs->cpu_milli = *cpu;
+  qs->memory_mib = *memory;
+  qs->walltime_s = walltime;
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<Engine::PendingSubmit> Engine::Prepare(const Identity& who, const Json& body) const {
   if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot submit jobs");
   if (!body.is_object()) return Status::InvalidArgument("the body must be a JSON object");
@@ -103,104 +177,25 @@ Result<Engine::PendingSubmit> Engine::Prepare(const Identity& who, const Json& b
   const std::string qname = body["queue"].get<std::string>();
   const quota::QueueSpec* q = config_.FindQueue(qname);
   if (!q) return Status::InvalidArgument("unknown queue '" + qname + "'");
-  const quota::ProfileSpec* prof = config_.FindProfile(q->profile);
-  const QueueRoute* route = config_.FindRoute(qname);
   auto group = GroupFor(config_, who, *q, body);
   if (!group.ok()) return group.status();
-  if (!body.contains("command")) return Status::InvalidArgument("'command' is required");
-  auto cmd = StringList(body["command"], "'command'");
-  if (!cmd.ok()) return cmd.status();
-  if (cmd->empty() || (*cmd)[0].empty()) return Status::InvalidArgument("'command' must not be empty");
-  Json env = Json::object();
-  if (body.contains("env")) {
-    if (!body["env"].is_object()) return Status::InvalidArgument("'env' must be an object of strings");
-    for (const auto& [k, v] : body["env"].items()) {
-      if (!v.is_string() || k.empty() || k.find('=') != std::string::npos) {
-        return Status::InvalidArgument("'env' must map names to strings");
-      }
-      env[k] = v;
-    }
-  }
-  quota::JobSpec qs;
+  std::vector<std::string> cmd;
+  Json env;
+  if (Status st = ReadCommand(body, &cmd, &env); !st.ok()) return st;
+  PendingSubmit ps;
+  quota::JobSpec& qs = ps.qspec;
   qs.identity = who.name;
   qs.group = *group;
   qs.queue = qname;
-  std::string job_class = quota::WorkloadClassName(q->default_class);
-  if (body.contains("class")) {
-    auto c = quota::ParseWorkloadClass(body["class"].is_string() ? body["class"].get<std::string>() : "");
-    if (!c.ok()) return Status::InvalidArgument("'class': " + c.status().message());
-    qs.cls = *c;
-    job_class = quota::WorkloadClassName(*c);
-  }
-  if (body.contains("form")) {
-    auto f = quota::ParseAllocationForm(body["form"].is_string() ? body["form"].get<std::string>() : "");
-    if (!f.ok()) return Status::InvalidArgument("'form': " + f.status().message());
-    qs.form = *f;
-  }
-  int gpus = prof->gpu_count;
-  if (body.contains("gpus")) {
-    if (!body["gpus"].is_number_integer() || body["gpus"].get<int64_t>() < 0 || body["gpus"].get<int64_t>() > 4096) {
-      return Status::InvalidArgument("'gpus' must be a non-negative integer");
-    }
-    gpus = static_cast<int>(body["gpus"].get<int64_t>());
-  }
-  // Quantities the body may override, each defaulting to the queue's profile.
-  auto quantity = [&](const char* field, bool memory_unit, int64_t profile_value) -> Result<int64_t> {
-    if (!body.contains(field)) return profile_value;
-    return Quantity(body[field], memory_unit, std::string("'") + field + "'");
-  };
-  auto gpu_memory = quantity("gpu_memory", true, prof->gpu_memory_mib);
-  if (!gpu_memory.ok()) return gpu_memory.status();
-  auto cpu = quantity("cpu", false, prof->cpu_milli);
-  if (!cpu.ok()) return cpu.status();
-  auto memory = quantity("memory", true, prof->memory_mib);
-  if (!memory.ok()) return memory.status();
-  auto fraction = quantity("gpu_fraction", false, gpus > 0 && prof->gpu_count == 0 ? kWholeGpu : prof->gpu_milli);
-  if (!fraction.ok()) return fraction.status();
-  if (*fraction > kWholeGpu) return Status::InvalidArgument("'gpu_fraction' is above 1");
-  int64_t walltime = 0;
-  if (body.contains("walltime")) {
-    const Json& w = body["walltime"];
-    auto d = w.is_string() ? policy::ParseDuration(w.get<std::string>())
-             : w.is_number_integer() && w.get<int64_t>() >= 0 ? Result<int64_t>(w.get<int64_t>())
-                                                              : Result<int64_t>(Status::InvalidArgument("not a duration"));
-    if (!d.ok()) return Status::InvalidArgument("'walltime': " + d.status().message());
-    walltime = *d;
-  }
-  int64_t gpu_milli = gpus == 0 ? 0 : *fraction;
-  MiB gpu_mem = *gpu_memory;
-  std::string mig_profile;
-  if (route->external() && gpus > 0) {
-    // The form the cycle will grant an external queue's job: the first the policy allows.
-    auto forms = quota::FormsFor(config_.policy, *prof, qs.cls.value_or(q->default_class), qs.form);
-    if (!forms.ok()) return Status::InvalidArgument(forms.status().message());
-    if (forms->front() == AllocationForm::kPartition) {
-      if (route->mig_model.empty() && route->gres_partition.empty()) {
-        return Status::InvalidArgument("queue '" + qname + "' maps no hardware partitions (set mig_model or gres_partition)");
-      }
-      if (gpus != 1) return Status::InvalidArgument("a MIG instance is one slice of one device: 'gpus' must be 1");
-      if (!route->mig_model.empty()) {
-        auto p = MigProfileFor(*route, &gpu_milli, &gpu_mem);
-        if (!p.ok()) return p.status();
-        mig_profile = *p;
-      }
-    }
-    qs.form = forms->front();
-  }
-  qs.gpu_count = gpus;
-  qs.gpu_milli = gpu_milli;
-  qs.gpu_memory_mib = gpu_mem;
-  qs.cpu_milli = *cpu;
-  qs.memory_mib = *memory;
-  qs.walltime_s = walltime;
-  PendingSubmit ps;
-  ps.qspec = qs;
-  Json spec = {{"command", *cmd}, {"env", env}, {"class", job_class}, {"gpus", gpus},
-               {"gpu_milli", gpu_milli}, {"gpu_memory_mib", gpu_mem}, {"cpu_milli", *cpu},
-               {"memory_mib", *memory}, {"walltime_s", walltime},
+  if (Status st = ReadNeeds(body, *config_.FindProfile(q->profile), &qs); !st.ok()) return st;
+  auto mig_profile = ExternalForm(*q, &qs);
+  if (!mig_profile.ok()) return mig_profile.status();
+  Json spec = {{"command", cmd}, {"env", env}, {"class", quota::WorkloadClassName(qs.cls.value_or(q->default_class))},
+               {"gpus", *qs.gpu_count}, {"gpu_milli", *qs.gpu_milli}, {"gpu_memory_mib", *qs.gpu_memory_mib},
+               {"cpu_milli", *qs.cpu_milli}, {"memory_mib", *qs.memory_mib}, {"walltime_s", qs.walltime_s},
                {"name", body.contains("name") && body["name"].is_string() ? body["name"].get<std::string>() : ""}};
   if (qs.form) spec["form"] = AllocationFormName(*qs.form);
-  if (!mig_profile.empty()) spec["mig_profile"] = mig_profile;
+  if (!mig_profile->empty()) spec["mig_profile"] = *mig_profile;
   ps.job.spec_text = spec.dump();
   ps.job.spec = std::move(spec);
   ps.job.rec.queue = qname;
@@ -208,6 +203,28 @@ Result<Engine::PendingSubmit> Engine::Prepare(const Identity& who, const Json& b
   ps.job.rec.group = *group;
   ps.job.rec.state = "pending";
   return ps;
+}
+
+Result<std::string> Engine::ExternalForm(const quota::QueueSpec& q, quota::JobSpec* qs) const {
+  const QueueRoute* route = config_.FindRoute(q.name);
+  if (!route->external() || *qs->gpu_count == 0) return std::string();
+  // The form the cycle will grant an external queue's job: the first the policy allows.
+  auto forms = quota::FormsFor(config_.policy, *config_.FindProfile(q.profile), qs->cls.value_or(q.default_class), qs->form);
+  if (!forms.ok()) return Status::InvalidArgument(forms.status().message());
+  qs->form = forms->front();
+  if (forms->front() != AllocationForm::kPartition) return std::string();
+  if (route->mig_model.empty() && route->gres_partition.empty()) {
+    return Status::InvalidArgument("queue '" + q.name + "' maps no hardware partitions (set mig_model or gres_partition)");
+  }
+  if (*qs->gpu_count != 1) return Status::InvalidArgument("a MIG instance is one slice of one device: 'gpus' must be 1");
+  if (route->mig_model.empty()) return std::string();
+  int64_t milli = *qs->gpu_milli;
+  MiB mem = *qs->gpu_memory_mib;
+  auto p = MigProfileFor(*route, &milli, &mem);
+  if (!p.ok()) return p.status();
+  qs->gpu_milli = milli;
+  qs->gpu_memory_mib = mem;
+  return *p;
 }
 
 Result<Json> Engine::Submit(const Identity& who, const Json& body) {

@@ -14,6 +14,19 @@ CycleStats Engine::RunCycle(int64_t now) {
   preempt_searches_ = 0;
   repartitions_ = 0;
   partition_demand_.clear();
+  EndGraces();
+  UpdateFairShare();
+  std::vector<int> order = Order();
+  std::vector<int> still = AdmitInOrder(order);
+  RepartitionForDemand();
+  for (int h : still) {
+    if (jobs_[h].state == JobState::kPending) pending_.push_back(h);
+  }
+  StepCheck("cycle");
+  return stats_;
+}
+
+void Engine::EndGraces() {
   // 0. Preemptions whose grace ended; then layouts waiting for their device to be idle.
   if (!options_.await_stop && !terminating_.empty()) {
     const std::vector<int> terminating(terminating_.begin(), terminating_.end());  // handle order
@@ -28,6 +41,9 @@ CycleStats Engine::RunCycle(int64_t now) {
     if (d.reserved_by >= 0 && !d.nominated) d.reserved_by = -1;
     it = d.reserved_by < 0 ? reserved_devs_.erase(it) : std::next(it);
   }
+}
+
+void Engine::UpdateFairShare() {
   // Fair share: decay past usage, add the usage since the last cycle.
   double dt = last_cycle_ < 0 ? 0.0 : static_cast<double>(now_ - last_cycle_);
   double decay = std::pow(0.5, dt / static_cast<double>(policy_.fair_share_half_life_s));
@@ -51,6 +67,9 @@ CycleStats Engine::RunCycle(int64_t now) {
               g.usage.cpu_milli < res.cpu_milli || g.usage.memory_mib < res.memory_mib;
   }
   last_cycle_ = now_;
+}
+
+std::vector<int> Engine::Order() {
   // 1. Order.
   std::vector<int> order;
   order.reserve(pending_.size());
@@ -72,6 +91,10 @@ CycleStats Engine::RunCycle(int64_t now) {
     if (x.submit != y.submit) return x.submit < y.submit;
     return x.seq < y.seq;
   });
+  return order;
+}
+
+std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order) {
   // 2-4. Admit and place in order; preempt and reserve for what does not fit.
   std::vector<int> still;
   for (int h : order) {
@@ -130,6 +153,10 @@ CycleStats Engine::RunCycle(int64_t now) {
     }
     still.push_back(h);
   }
+  return still;
+}
+
+void Engine::RepartitionForDemand() {
   // 5. Repartition for partition demand that still waits.
   if (policy_.repartition) {
     repartition_failed_.clear();
@@ -156,11 +183,6 @@ CycleStats Engine::RunCycle(int64_t now) {
       }
     }
   }
-  for (int h : still) {
-    if (jobs_[h].state == JobState::kPending) pending_.push_back(h);
-  }
-  StepCheck("cycle");
-  return stats_;
 }
 
 // ------------------------------------------------------------------------------------------

@@ -272,6 +272,12 @@ class Engine final : public QuotaEngine {
   bool ApplyPlan(int d);
   void ApplyReadyPlans();
   void RebuildAmdSlots(Dev& d);
+  // The cycle's phases (engine_cycle.cc).
+  void EndGraces();          // 0. preemptions whose grace ended; layouts waiting for idle devices
+  void UpdateFairShare();    //    decayed usage, fair-share keys, groups below their reservation
+  std::vector<int> Order();  // 1. pending jobs in scheduling order
+  std::vector<int> AdmitInOrder(const std::vector<int>& order);  // 2-4; returns who still waits
+  void RepartitionForDemand();  // 5.
   Status AddNodeRt(const NodeSpec& ns, const std::string& field);
   int NodeByName(const std::string& name) const;
   void CommitExternal(int self, const Resources& charge, bool guaranteed);

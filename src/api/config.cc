@@ -198,6 +198,58 @@ const QueueRoute* EngineConfig::FindRoute(const std::string& queue) const {
   return nullptr;
 }
 
+// identities: [{name, role, groups, token | token_sha256}]; tokens kept as SHA-256 hashes.
+static Status ReadIdentities(const YAML::Node& ids, std::vector<Identity>* out) {
+  Status st;
+  if (!ids || !ids.IsSequence() || ids.size() == 0) {
+    return Bad("identities", "at least one identity is needed");
+  }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    std::string w = "identities[" + std::to_string(i) + "]";
+    const YAML::Node n = ids[i];
+    st = CheckKeys(n, w, {"name", "role", "groups", "token", "token_sha256"});
+    if (!st.ok()) return st;
+    Identity id;
+    auto name = Str(n["name"], w + ".name");
+    if (!name.ok()) return name.status();
+    id.name = *name;
+    std::string role = n["role"] ? n["role"].as<std::string>() : "user";
+    if (role == "admin") {
+      id.role = Role::kAdmin;
+    } else if (role == "user") {
+      id.role = Role::kUser;
+    } else if (role == "agent") {
+      id.role = Role::kAgent;
+    } else {
+      return Bad(w + ".role", "unknown role '" + role + "' (admin, user, agent)");
+    }
+    auto groups = StrList(n["groups"], w + ".groups");
+    if (!groups.ok()) return groups.status();
+    id.groups = *groups;
+    if (n["token_sha256"]) {
+      id.token_sha256 = n["token_sha256"].as<std::string>();
+      if (id.token_sha256.size() != 64) return Bad(w + ".token_sha256", "expected 64 hex digits");
+    } else if (n["token"]) {
+      std::string t = n["token"].as<std::string>();
+      if (t.size() < 8) return Bad(w + ".token", "too short (at least 8 characters)");
+      id.token_sha256 = Sha256Hex(t);
+    } else {
+      return Bad(w, "needs token or token_sha256");
+    }
+    (*out).push_back(id);
+  }
+  st = CheckUnique((*out), "identities");
+  if (!st.ok()) return st;
+  for (const auto& a : (*out)) {
+    for (const auto& b : (*out)) {
+      if (&a != &b && a.token_sha256 == b.token_sha256) {
+        return Bad("identities", "'" + a.name + "' and '" + b.name + "' share a token");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 Result<EngineConfig> ParseConfig(const std::string& yaml_text) {
   YAML::Node root;
   try {
@@ -254,53 +306,8 @@ Result<EngineConfig> ParseConfig(const std::string& yaml_text) {
       }
       c.backend_nice = n;
     }
-    const YAML::Node ids = root["identities"];
-    if (!ids || !ids.IsSequence() || ids.size() == 0) {
-      return Bad("identities", "at least one identity is needed");
-    }
-    for (size_t i = 0; i < ids.size(); ++i) {
-      std::string w = "identities[" + std::to_string(i) + "]";
-      const YAML::Node n = ids[i];
-      st = CheckKeys(n, w, {"name", "role", "groups", "token", "token_sha256"});
-      if (!st.ok()) return st;
-      Identity id;
-      auto name = Str(n["name"], w + ".name");
-      if (!name.ok()) return name.status();
-      id.name = *name;
-      std::string role = n["role"] ? n["role"].as<std::string>() : "user";
-      if (role == "admin") {
-        id.role = Role::kAdmin;
-      } else if (role == "user") {
-        id.role = Role::kUser;
-      } else if (role == "agent") {
-        id.role = Role::kAgent;
-      } else {
-        return Bad(w + ".role", "unknown role '" + role + "' (admin, user, agent)");
-      }
-      auto groups = StrList(n["groups"], w + ".groups");
-      if (!groups.ok()) return groups.status();
-      id.groups = *groups;
-      if (n["token_sha256"]) {
-        id.token_sha256 = n["token_sha256"].as<std::string>();
-        if (id.token_sha256.size() != 64) return Bad(w + ".token_sha256", "expected 64 hex digits");
-      } else if (n["token"]) {
-        std::string t = n["token"].as<std::string>();
-        if (t.size() < 8) return Bad(w + ".token", "too short (at least 8 characters)");
-        id.token_sha256 = Sha256Hex(t);
-      } else {
-        return Bad(w, "needs token or token_sha256");
-      }
-      c.identities.push_back(id);
-    }
-    st = CheckUnique(c.identities, "identities");
+    st = ReadIdentities(root["identities"], &c.identities);
     if (!st.ok()) return st;
-    for (const auto& a : c.identities) {
-      for (const auto& b : c.identities) {
-        if (&a != &b && a.token_sha256 == b.token_sha256) {
-          return Bad("identities", "'" + a.name + "' and '" + b.name + "' share a token");
-        }
-      }
-    }
     policy::PolicyKeys keys;
     keys.extra_root = {"cluster", "heartbeat_timeout", "cancel_grace", "cycle", "schedule_on_submit", "backend_poll",
                        "backend_nice", "utilization_sample", "identities"};

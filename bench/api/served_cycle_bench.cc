@@ -173,8 +173,11 @@ int main(int argc, char** argv) {
   }
   }
 
-  // 3. Submit-to-placed latency at a steady rate.
+  // 3. Submit-to-placed latency at a steady rate. The throughput phase's files are flushed
+  // first, so that their write-back does not land in this phase's fsyncs.
   if (phases.find("latency") != std::string::npos) {
+    ::sync();
+    std::this_thread::sleep_for(std::chrono::seconds(2));
     Served s = OpenServed(in, true, "latency");
     const int total = rate * seconds;
     std::vector<quota::JobSpec> jobs;

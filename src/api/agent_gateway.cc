@@ -43,16 +43,7 @@ Result<Json> Engine::RegisterNode(const Identity& who, const Json& body) {
     }
   }
   if (n.devices.size() > 64) return Status::InvalidArgument("too many devices (at most 64)");
-  quota::NodeSpec spec;
-  spec.name = n.name;
-  spec.pool = n.pool;
-  spec.cpu_milli = n.cpu_milli;
-  spec.memory_mib = n.memory_mib;
-  spec.gpu_count = static_cast<int>(n.devices.size());
-  if (!n.devices.empty()) {
-    spec.gpu_model = n.devices[0].model;
-    spec.gpu_memory_mib = n.devices[0].memory_mib;
-  }
+  const quota::NodeSpec spec = SpecOf(n);
   std::lock_guard<std::mutex> lock(mu_);
   if (!broken_.ok()) return broken_;
   auto added = qe_->AddNode(spec, NowS());

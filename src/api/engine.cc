@@ -192,6 +192,20 @@ Status Engine::NewQuotaEngine() {
   return Status::Ok();
 }
 
+quota::NodeSpec Engine::SpecOf(const NodeInfo& n) {
+  quota::NodeSpec spec;
+  spec.name = n.name;
+  spec.pool = n.pool;
+  spec.cpu_milli = n.cpu_milli;
+  spec.memory_mib = n.memory_mib;
+  spec.gpu_count = static_cast<int>(n.devices.size());
+  if (!n.devices.empty()) {  // one model per node (registration refuses mixed ones)
+    spec.gpu_model = n.devices[0].model;
+    spec.gpu_memory_mib = n.devices[0].memory_mib;
+  }
+  return spec;
+}
+
 Status Engine::LoadNodes() {
   auto stored = store_->ListSettings("node/");
   if (!stored.ok()) return stored.status();
@@ -209,17 +223,7 @@ Status Engine::LoadNodes() {
                               d.value("uuid", ""), d.value("simulated", false)});
     }
     node.last_heartbeat_ms = clock_();
-    quota::NodeSpec spec;
-    spec.name = node.name;
-    spec.pool = node.pool;
-    spec.cpu_milli = node.cpu_milli;
-    spec.memory_mib = node.memory_mib;
-    spec.gpu_count = static_cast<int>(node.devices.size());
-    if (!node.devices.empty()) {
-      spec.gpu_model = node.devices[0].model;
-      spec.gpu_memory_mib = node.devices[0].memory_mib;
-    }
-    auto added = qe_->AddNode(spec, NowS());
+    auto added = qe_->AddNode(SpecOf(node), NowS());
     if (!added.ok()) {
       return Status::Internal("stored node '" + node.name + "' cannot be scheduled: " + added.status().message());
     }

@@ -167,6 +167,7 @@ class Engine {
   // --- engine.cc
   Status Load();
   Status LoadNodes();
+  static quota::NodeSpec SpecOf(const NodeInfo& n);  // what the scheduler knows of a node
   Status LoadJob(store::JobRecord r);
   Status NewQuotaEngine();
   int64_t NowS() const { return clock_() / 1000; }

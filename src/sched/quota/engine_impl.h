@@ -264,6 +264,16 @@ class Engine final : public QuotaEngine {
   // --- preemption, backfill, repartition
   bool Victim(const Job& claimant, int v, bool reclaim) const;
   bool TryPreempt(int self, bool reclaim);
+  struct PreemptOption {  // the cheapest set of victims found so far
+    int64_t cost = kNever;
+    std::vector<int> victims;
+    std::vector<int> devs;
+    void Consider(int64_t c, std::vector<int> v, std::vector<int> d);
+  };
+  void Occupants(const Dev& d, std::vector<int>* out) const;
+  void PreemptForWhole(const Job& j, int self, bool reclaim, PreemptOption* best);
+  void PreemptForShare(const Job& j, int self, bool reclaim, PreemptOption* best);
+  void PreemptForPartition(const Job& j, int self, bool reclaim, PreemptOption* best);
   void Preempt(int v, int claimant, const std::string& why);
   void FinishTermination(int v);
   void Nominate(int d, int self, int64_t until);

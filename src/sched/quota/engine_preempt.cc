@@ -18,119 +18,33 @@ bool Engine::Victim(const Job& claimant, int v, bool reclaim) const {
   return x.group == claimant.group && x.priority < claimant.priority;
 }
 
+void Engine::PreemptOption::Consider(int64_t c, std::vector<int> v, std::vector<int> d) {
+  if (v.empty() || c >= cost) return;
+  cost = c;
+  victims = std::move(v);
+  devs = std::move(d);
+}
+
+void Engine::Occupants(const Dev& d, std::vector<int>* out) const {
+  if (d.whole >= 0) out->push_back(d.whole);
+  for (int s : d.shares) out->push_back(s);
+  for (const Slot& s : d.slots) {
+    if (s.holder >= 0) out->push_back(s.holder);
+  }
+}
+
 bool Engine::TryPreempt(int self, bool reclaim) {
   Job& j = jobs_[self];
   if (j.gpu_count == 0 || j.gpu_count > max_devs_per_node_) return false;
   ++preempt_searches_;
-  struct Best {
-    int64_t cost = kNever;
-    std::vector<int> victims;
-    std::vector<int> devs;
-  } best;
-  auto consider = [&](int64_t cost, std::vector<int> victims, std::vector<int> devs) {
-    if (victims.empty() || cost >= best.cost) return;
-    best.cost = cost;
-    best.victims = std::move(victims);
-    best.devs = std::move(devs);
-  };
-  auto occupants = [&](const Dev& d, std::vector<int>* out) {
-    if (d.whole >= 0) out->push_back(d.whole);
-    for (int s : d.shares) out->push_back(s);
-    for (const Slot& s : d.slots) {
-      if (s.holder >= 0) out->push_back(s.holder);
-    }
-  };
+  PreemptOption best;
   for (AllocationForm f : j.forms) {
     if (f == AllocationForm::kWhole) {
-      for (const NodeRt& node : nodes_) {
-        if (!InPools(j, node.pool) || !PoolAllows(node.pool, f)) continue;
-        if (static_cast<int>(node.devs.size()) < j.gpu_count) continue;
-        // Per device: the cost of clearing it, or skip when something there must stay.
-        std::vector<std::pair<int64_t, int>> costs;
-        for (int d : node.devs) {
-          const Dev& dev = devs_[d];
-          if (dev.split || dev.plan.active || dev.memory < j.gpu_mem) continue;
-          if (dev.reserved_by >= 0 && dev.reserved_by != self && dev.nominated) continue;
-          std::vector<int> occ;
-          occupants(dev, &occ);
-          int64_t cost = 0;
-          bool ok = true;
-          for (int v : occ) {
-            if (!Victim(j, v, reclaim)) ok = false;
-            cost += LostWork(jobs_[v]);
-          }
-          if (ok) costs.push_back({cost, d});
-        }
-        if (static_cast<int>(costs.size()) < j.gpu_count) continue;
-        std::sort(costs.begin(), costs.end());
-        int64_t total = 0;
-        std::vector<int> victims, devs;
-        MilliCpu cpu = node.cpu_free;
-        MiB mem = node.mem_free;
-        for (int k = 0; k < j.gpu_count; ++k) {
-          total += costs[k].first;
-          devs.push_back(costs[k].second);
-          std::vector<int> occ;
-          occupants(devs_[costs[k].second], &occ);
-          for (int v : occ) {
-            if (std::find(victims.begin(), victims.end(), v) == victims.end()) {
-              victims.push_back(v);
-              for (const Grant& g : jobs_[v].grants) {
-                if (g.dev == costs[k].second) cpu += g.cpu, mem += g.host_memory;
-              }
-            }
-          }
-        }
-        if (cpu < j.cpu * j.gpu_count || mem < j.mem * j.gpu_count) continue;
-        consider(total, victims, devs);
-      }
+      PreemptForWhole(j, self, reclaim, &best);
     } else if (f == AllocationForm::kShare) {
-      for (size_t di = 0; di < devs_.size(); ++di) {
-        const Dev& d = devs_[di];
-        if (!InPools(j, d.pool) || !PoolAllows(d.pool, f) || d.split || d.plan.active) continue;
-        if (d.reserved_by >= 0 && d.reserved_by != self && d.nominated) continue;
-        MiB want = j.gpu_mem > 0 ? j.gpu_mem : d.memory * j.gpu_milli / kWholeGpu;
-        if (want > d.memory) continue;
-        if (d.whole >= 0) {
-          if (Victim(j, d.whole, reclaim)) {
-            consider(LostWork(jobs_[d.whole]), {d.whole}, {static_cast<int>(di)});
-          }
-          continue;
-        }
-        MiB free_mem = d.memory - d.share_mem;
-        MilliGpu free_w = kWholeGpu - d.share_weight;
-        std::vector<std::pair<int64_t, int>> vs;
-        for (int s : d.shares) {
-          if (Victim(j, s, reclaim)) vs.push_back({LostWork(jobs_[s]), s});
-        }
-        std::sort(vs.begin(), vs.end());
-        int64_t cost = 0;
-        std::vector<int> victims;
-        for (auto& [c, v] : vs) {
-          if (free_mem >= want && free_w >= j.gpu_milli) break;
-          cost += c;
-          victims.push_back(v);
-          free_mem += jobs_[v].grants[0].memory;
-          free_w += jobs_[v].grants[0].compute;
-        }
-        if (free_mem >= want && free_w >= j.gpu_milli) {
-          consider(cost, victims, {static_cast<int>(di)});
-        }
-      }
-    } else {  // partition: a slot of the right size held by a victim
-      for (size_t di = 0; di < devs_.size(); ++di) {
-        const Dev& d = devs_[di];
-        if (!InPools(j, d.pool) || !PoolAllows(d.pool, f) || !d.split || d.plan.active) continue;
-        if (d.reserved_by >= 0 && d.reserved_by != self && d.nominated) continue;
-        int pi = d.mig_capable() ? BestMigProfile(d.model, j.gpu_milli, j.gpu_mem) : -1;
-        for (const Slot& s : d.slots) {
-          if (s.holder < 0 || !Victim(j, s.holder, reclaim)) continue;
-          bool right = d.mig_capable()
-                           ? (pi >= 0 && s.profile == d.model->mig.profiles[pi].name)
-                           : (s.memory >= j.gpu_mem && s.compute >= j.gpu_milli);
-          if (right) consider(LostWork(jobs_[s.holder]), {s.holder}, {static_cast<int>(di)});
-        }
-      }
+      PreemptForShare(j, self, reclaim, &best);
+    } else {
+      PreemptForPartition(j, self, reclaim, &best);
     }
   }
   if (best.victims.empty()) return false;
@@ -141,6 +55,105 @@ bool Engine::TryPreempt(int self, bool reclaim) {
   j.awaiting = static_cast<int>(best.victims.size());
   for (int v : best.victims) Preempt(v, self, why);
   return true;
+}
+
+// Whole devices on one node: the cheapest devices to clear, when everything on them may go.
+void Engine::PreemptForWhole(const Job& j, int self, bool reclaim, PreemptOption* best) {
+  for (const NodeRt& node : nodes_) {
+    if (!InPools(j, node.pool) || !PoolAllows(node.pool, AllocationForm::kWhole)) continue;
+    if (static_cast<int>(node.devs.size()) < j.gpu_count) continue;
+    // Per device: the cost of clearing it, or skip when something there must stay.
+    std::vector<std::pair<int64_t, int>> costs;
+    for (int d : node.devs) {
+      const Dev& dev = devs_[d];
+      if (dev.split || dev.plan.active || dev.memory < j.gpu_mem) continue;
+      if (dev.reserved_by >= 0 && dev.reserved_by != self && dev.nominated) continue;
+      std::vector<int> occ;
+      Occupants(dev, &occ);
+      int64_t cost = 0;
+      bool ok = true;
+      for (int v : occ) {
+        if (!Victim(j, v, reclaim)) ok = false;
+        cost += LostWork(jobs_[v]);
+      }
+      if (ok) costs.push_back({cost, d});
+    }
+    if (static_cast<int>(costs.size()) < j.gpu_count) continue;
+    std::sort(costs.begin(), costs.end());
+    int64_t total = 0;
+    std::vector<int> victims, devs;
+    MilliCpu cpu = node.cpu_free;
+    MiB mem = node.mem_free;
+    for (int k = 0; k < j.gpu_count; ++k) {
+      total += costs[k].first;
+      devs.push_back(costs[k].second);
+      std::vector<int> occ;
+      Occupants(devs_[costs[k].second], &occ);
+      for (int v : occ) {
+        if (std::find(victims.begin(), victims.end(), v) == victims.end()) {
+          victims.push_back(v);
+          for (const Grant& g : jobs_[v].grants) {
+            if (g.dev == costs[k].second) cpu += g.cpu, mem += g.host_memory;
+          }
+        }
+      }
+    }
+    if (cpu < j.cpu * j.gpu_count || mem < j.mem * j.gpu_count) continue;
+    best->Consider(total, victims, devs);
+  }
+}
+
+// A share: the device's whole holder, or its cheapest shares until the share fits.
+void Engine::PreemptForShare(const Job& j, int self, bool reclaim, PreemptOption* best) {
+  for (size_t di = 0; di < devs_.size(); ++di) {
+    const Dev& d = devs_[di];
+    if (!InPools(j, d.pool) || !PoolAllows(d.pool, AllocationForm::kShare) || d.split || d.plan.active) continue;
+    if (d.reserved_by >= 0 && d.reserved_by != self && d.nominated) continue;
+    MiB want = j.gpu_mem > 0 ? j.gpu_mem : d.memory * j.gpu_milli / kWholeGpu;
+    if (want > d.memory) continue;
+    if (d.whole >= 0) {
+      if (Victim(j, d.whole, reclaim)) {
+        best->Consider(LostWork(jobs_[d.whole]), {d.whole}, {static_cast<int>(di)});
+      }
+      continue;
+    }
+    MiB free_mem = d.memory - d.share_mem;
+    MilliGpu free_w = kWholeGpu - d.share_weight;
+    std::vector<std::pair<int64_t, int>> vs;
+    for (int s : d.shares) {
+      if (Victim(j, s, reclaim)) vs.push_back({LostWork(jobs_[s]), s});
+    }
+    std::sort(vs.begin(), vs.end());
+    int64_t cost = 0;
+    std::vector<int> victims;
+    for (auto& [c, v] : vs) {
+      if (free_mem >= want && free_w >= j.gpu_milli) break;
+      cost += c;
+      victims.push_back(v);
+      free_mem += jobs_[v].grants[0].memory;
+      free_w += jobs_[v].grants[0].compute;
+    }
+    if (free_mem >= want && free_w >= j.gpu_milli) {
+      best->Consider(cost, victims, {static_cast<int>(di)});
+    }
+  }
+}
+
+// A partition: a slot of the right size held by a victim.
+void Engine::PreemptForPartition(const Job& j, int self, bool reclaim, PreemptOption* best) {
+  for (size_t di = 0; di < devs_.size(); ++di) {
+    const Dev& d = devs_[di];
+    if (!InPools(j, d.pool) || !PoolAllows(d.pool, AllocationForm::kPartition) || !d.split || d.plan.active) continue;
+    if (d.reserved_by >= 0 && d.reserved_by != self && d.nominated) continue;
+    int pi = d.mig_capable() ? BestMigProfile(d.model, j.gpu_milli, j.gpu_mem) : -1;
+    for (const Slot& s : d.slots) {
+      if (s.holder < 0 || !Victim(j, s.holder, reclaim)) continue;
+      bool right = d.mig_capable()
+                       ? (pi >= 0 && s.profile == d.model->mig.profiles[pi].name)
+                       : (s.memory >= j.gpu_mem && s.compute >= j.gpu_milli);
+      if (right) best->Consider(LostWork(jobs_[s.holder]), {s.holder}, {static_cast<int>(di)});
+    }
+  }
 }
 
 void Engine::Nominate(int d, int self, int64_t until) {

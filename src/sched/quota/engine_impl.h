@@ -279,6 +279,17 @@ class Engine final : public QuotaEngine {
   void Nominate(int d, int self, int64_t until);
   void ReserveForHead(int self);
   bool TryRepartition(int self);
+  struct DrainOption {  // the cheapest device (or node) to drain for a new layout
+    int dev = -1;
+    int64_t cost = kNever;
+    std::vector<int> victims;
+    Plan plan;
+  };
+  // May v be drained for j? Preemptible work of lower priority, or of borrowers when j is
+  // within its group's reservation.
+  bool DrainVictim(const Job& j, bool within_reservation, int v) const;
+  void MigDrainOption(const Job& j, int di, bool within_reservation, DrainOption* best);
+  void AmdDrainOption(const Job& j, int di, bool within_reservation, DrainOption* best);
   bool ApplyPlan(int d);
   void ApplyReadyPlans();
   void RebuildAmdSlots(Dev& d);

@@ -245,111 +245,19 @@ void Engine::ReserveForHead(int self) {
 bool Engine::TryRepartition(int self) {
   Job& j = jobs_[self];
   if (j.gpu_count != 1) return false;
-  struct Option {
-    int dev = -1;
-    int64_t cost = kNever;
-    std::vector<int> victims;
-    Plan plan;
-  } best;
+  DrainOption best;
   // Drained for it: preemptible work of lower priority, or of borrowers when the job is within
   // its group's reservation. Peers are never drained for peers (layouts would ping-pong).
   bool within_reservation = WithinReservation(
       groups_[j.group].usage, Resources{j.gpu_milli, 0, 0, 0}, groups_[j.group].spec.reservation);
-  auto victim_ok = [&](int v) {
-    const Job& x = jobs_[v];
-    if (x.state != JobState::kRunning || !x.preemptible || x.external) return false;
-    return x.priority < j.priority || (within_reservation && Victim(j, v, /*reclaim=*/true));
-  };
   for (size_t di = 0; di < devs_.size(); ++di) {
     const Dev& d = devs_[di];
     if (!InPools(j, d.pool) || !PoolAllows(d.pool, AllocationForm::kPartition)) continue;
     if (d.plan.active || (d.reserved_by >= 0 && d.reserved_by != self && d.nominated)) continue;
     if (d.mig_capable()) {
-      int pi = BestMigProfile(d.model, j.gpu_milli, j.gpu_mem);
-      if (pi < 0) continue;
-      const std::string& want = d.model->mig.profiles[pi].name;
-      if (d.mig) {
-        // A layout that already has the profile serves this demand once it frees up.
-        bool has = false;
-        for (const Slot& s : d.slots) {
-          has = has || (s.alive && s.profile == want);
-        }
-        if (has) continue;
-        std::vector<part::CostedInstance> current;
-        for (const Slot& s : d.slots) {
-          if (!s.alive) continue;
-          int64_t cost = 0;
-          if (s.holder >= 0) cost = victim_ok(s.holder) ? LostWork(jobs_[s.holder]) + 1 : kForbidden;
-          current.push_back({{s.profile, s.start}, cost});
-        }
-        auto ev = part::CheapestEviction(*d.model, current, want);
-        if (!ev.ok() || ev->cost >= kForbidden || ev->evict.empty()) continue;
-        if (ev->cost >= best.cost) continue;
-        Option o;
-        o.dev = static_cast<int>(di);
-        o.cost = ev->cost;
-        for (const part::Instance& in : ev->evict) {
-          for (const Slot& s : d.slots) {
-            if (s.profile == in.profile && s.start == in.start && s.holder >= 0) {
-              o.victims.push_back(s.holder);
-            }
-          }
-        }
-        o.plan.evict = ev->evict;
-        o.plan.add = {ev->placed};
-        best = std::move(o);
-      } else {
-        // Unsplit: everything on it must go (only preemptible work may be drained).
-        std::vector<int> occ;
-        if (d.whole >= 0) occ.push_back(d.whole);
-        for (int s : d.shares) occ.push_back(s);
-        if (occ.empty()) continue;  // idle: placement's pass 2 handles it
-        int64_t cost = 0;
-        bool ok = true;
-        for (int v : occ) {
-          ok = ok && victim_ok(v);
-          cost += LostWork(jobs_[v]) + 1;
-        }
-        if (!ok || cost >= best.cost) continue;
-        Option o;
-        o.dev = static_cast<int>(di);
-        o.cost = cost;
-        o.victims = occ;
-        o.plan.enable_mig = true;
-        o.plan.add = {part::Instance{want, d.model->mig.profiles[pi].starts.front()}};
-        best = std::move(o);
-      }
+      MigDrainOption(j, static_cast<int>(di), within_reservation, &best);
     } else if (d.amd_capable()) {
-      auto pick = part::PlanAmd(*d.model, {std::max<MiB>(j.gpu_mem, 1)});
-      if (!pick.ok() || pick->pair.ToString() == d.amd_pair) continue;
-      auto cur = part::ParsePair(*d.model, d.amd_pair);
-      bool node_wide = pick->pair.memory != cur->memory;
-      std::vector<int> occ;
-      const std::vector<int> scope =
-          node_wide ? nodes_[d.node].devs : std::vector<int>{static_cast<int>(di)};
-      bool ok = true;
-      for (int od : scope) {
-        const Dev& o = devs_[od];
-        if (o.plan.active) ok = false;
-        if (o.whole >= 0) occ.push_back(o.whole);
-        for (int s : o.shares) occ.push_back(s);
-        for (const Slot& s : o.slots) {
-          if (s.holder >= 0) occ.push_back(s.holder);
-        }
-      }
-      int64_t cost = 0;
-      for (int v : occ) {
-        ok = ok && victim_ok(v);
-        cost += LostWork(jobs_[v]) + 1;
-      }
-      if (!ok || cost >= best.cost) continue;
-      Option o;
-      o.dev = static_cast<int>(di);
-      o.cost = cost;
-      o.victims = occ;
-      o.plan.amd_pair = pick->pair.ToString();
-      o.plan.node_wide = node_wide;
-      best = std::move(o);
+      AmdDrainOption(j, static_cast<int>(di), within_reservation, &best);
     }
   }
   if (best.dev < 0) return false;
@@ -393,6 +301,109 @@ bool Engine::TryRepartition(int self) {
   }
   ++repartitions_;
   return true;
+}
+
+bool Engine::DrainVictim(const Job& j, bool within_reservation, int v) const {
+  const Job& x = jobs_[v];
+  if (x.state != JobState::kRunning || !x.preemptible || x.external) return false;
+  return x.priority < j.priority || (within_reservation && Victim(j, v, /*reclaim=*/true));
+}
+
+// A MIG device: the cheapest eviction that makes room for the job's profile, or (unsplit) MIG
+// turned on once everything on it has gone.
+void Engine::MigDrainOption(const Job& j, int di, bool within_reservation, DrainOption* out) {
+  DrainOption& best = *out;
+  const Dev& d = devs_[di];
+  int pi = BestMigProfile(d.model, j.gpu_milli, j.gpu_mem);
+  if (pi < 0) return;
+  const std::string& want = d.model->mig.profiles[pi].name;
+  if (d.mig) {
+    // A layout that already has the profile serves this demand once it frees up.
+    bool has = false;
+    for (const Slot& s : d.slots) {
+      has = has || (s.alive && s.profile == want);
+    }
+    if (has) return;
+    std::vector<part::CostedInstance> current;
+    for (const Slot& s : d.slots) {
+      if (!s.alive) continue;
+      int64_t cost = 0;
+      if (s.holder >= 0) cost = DrainVictim(j, within_reservation, s.holder) ? LostWork(jobs_[s.holder]) + 1 : kForbidden;
+      current.push_back({{s.profile, s.start}, cost});
+    }
+    auto ev = part::CheapestEviction(*d.model, current, want);
+    if (!ev.ok() || ev->cost >= kForbidden || ev->evict.empty()) return;
+    if (ev->cost >= best.cost) return;
+    DrainOption o;
+    o.dev = static_cast<int>(di);
+    o.cost = ev->cost;
+    for (const part::Instance& in : ev->evict) {
+      for (const Slot& s : d.slots) {
+        if (s.profile == in.profile && s.start == in.start && s.holder >= 0) {
+          o.victims.push_back(s.holder);
+        }
+      }
+    }
+    o.plan.evict = ev->evict;
+    o.plan.add = {ev->placed};
+    best = std::move(o);
+  } else {
+    // Unsplit: everything on it must go (only preemptible work may be drained).
+    std::vector<int> occ;
+    if (d.whole >= 0) occ.push_back(d.whole);
+    for (int s : d.shares) occ.push_back(s);
+    if (occ.empty()) return;  // idle: placement's pass 2 handles it
+    int64_t cost = 0;
+    bool ok = true;
+    for (int v : occ) {
+      ok = ok && DrainVictim(j, within_reservation, v);
+      cost += LostWork(jobs_[v]) + 1;
+    }
+    if (!ok || cost >= best.cost) return;
+    DrainOption o;
+    o.dev = static_cast<int>(di);
+    o.cost = cost;
+    o.victims = occ;
+    o.plan.enable_mig = true;
+    o.plan.add = {part::Instance{want, d.model->mig.profiles[pi].starts.front()}};
+    best = std::move(o);
+  }
+}
+
+// An AMD device: the compute (and, node-wide, memory) mode whose partitions hold the job.
+void Engine::AmdDrainOption(const Job& j, int di, bool within_reservation, DrainOption* out) {
+  DrainOption& best = *out;
+  const Dev& d = devs_[di];
+  auto pick = part::PlanAmd(*d.model, {std::max<MiB>(j.gpu_mem, 1)});
+  if (!pick.ok() || pick->pair.ToString() == d.amd_pair) return;
+  auto cur = part::ParsePair(*d.model, d.amd_pair);
+  bool node_wide = pick->pair.memory != cur->memory;
+  std::vector<int> occ;
+  const std::vector<int> scope =
+      node_wide ? nodes_[d.node].devs : std::vector<int>{static_cast<int>(di)};
+  bool ok = true;
+  for (int od : scope) {
+    const Dev& o = devs_[od];
+    if (o.plan.active) ok = false;
+    if (o.whole >= 0) occ.push_back(o.whole);
+    for (int s : o.shares) occ.push_back(s);
+    for (const Slot& s : o.slots) {
+      if (s.holder >= 0) occ.push_back(s.holder);
+    }
+  }
+  int64_t cost = 0;
+  for (int v : occ) {
+    ok = ok && DrainVictim(j, within_reservation, v);
+    cost += LostWork(jobs_[v]) + 1;
+  }
+  if (!ok || cost >= best.cost) return;
+  DrainOption o;
+  o.dev = static_cast<int>(di);
+  o.cost = cost;
+  o.victims = occ;
+  o.plan.amd_pair = pick->pair.ToString();
+  o.plan.node_wide = node_wide;
+  best = std::move(o);
 }
 
 bool Engine::ApplyPlan(int di) {

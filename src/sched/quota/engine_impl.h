@@ -152,6 +152,7 @@ class Engine final : public QuotaEngine {
   Result<int> Submit(const JobSpec& job, int64_t now) override;
   Status Check(const JobSpec& job) const override;
   Result<Job> Build(const JobSpec& job) const;
+  std::string NeverSchedulable(const Job& j) const;
   void Complete(int job, int64_t now) override;
   CycleStats RunCycle(int64_t now) override;
   Status CheckInvariants() const override;

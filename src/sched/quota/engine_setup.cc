@@ -207,6 +207,45 @@ int Engine::BestMigProfile(const part::GpuModel* m, MilliGpu milli, MiB mem) con
 // ------------------------------------------------------------------------------------------
 // Submission, completion
 
+// Why no device in the job's pools could ever hold it in any allowed form, even empty ("" when
+// some could). Cached by request shape until the nodes change.
+std::string Engine::NeverSchedulable(const Job& j) const {
+  uint64_t form_bits = 0;
+  for (AllocationForm f : j.forms) form_bits |= uint64_t{1} << static_cast<int>(f);
+  auto fkey = std::make_tuple(j.gpu_count, j.pools, static_cast<int>(form_bits), j.gpu_milli,
+                              j.gpu_mem, 0);
+  auto cached = feasible_cache_.find(fkey);
+  if (cached != feasible_cache_.end()) return cached->second;
+  std::string& verdict = feasible_cache_[fkey];
+  bool any = false;
+  int devices_in_pools = 0;
+  for (const Dev& d : devs_) {
+    if (!InPools(j, d.pool)) continue;
+    ++devices_in_pools;
+    for (AllocationForm f : j.forms) {
+      if (!PoolAllows(d.pool, f)) continue;
+      if (f == AllocationForm::kWhole && d.memory >= j.gpu_mem) any = true;
+      if (f == AllocationForm::kShare && d.memory >= j.gpu_mem) any = true;
+      if (f == AllocationForm::kPartition) {
+        if (d.mig_capable() && BestMigProfile(d.model, j.gpu_milli, j.gpu_mem) >= 0) any = true;
+        if (d.amd_capable()) {
+          auto plan = part::PlanAmd(*d.model, {std::max<MiB>(j.gpu_mem, 1)});
+          if (plan.ok()) any = true;
+        }
+      }
+    }
+  }
+  if (!any) {
+    verdict = "never schedulable: no device in pools " + PoolNames(j) + " can hold " +
+              std::to_string(j.gpu_count) + " x (gpu " + FormatMilli(j.gpu_milli) + ", " +
+              FormatMiB(j.gpu_mem) + ") in any allowed form";
+  } else if (j.gpu_count > devices_in_pools) {
+    verdict = "never schedulable: wants " + std::to_string(j.gpu_count) + " devices, pools " +
+              PoolNames(j) + " have " + std::to_string(devices_in_pools);
+  }
+  return verdict;
+}
+
 Result<Job> Engine::Build(const JobSpec& spec) const {
   Job j;
   j.id = spec.id;
@@ -264,45 +303,10 @@ Result<Job> Engine::Build(const JobSpec& spec) const {
                                                 policy_.pools[p].name) != pr.pools.end();
     if (listed) j.pools |= uint64_t{1} << p;
   }
-  // Never schedulable: no device in the pools could hold it in any allowed form, even empty.
-  uint64_t form_bits = 0;
-  for (AllocationForm f : j.forms) form_bits |= uint64_t{1} << static_cast<int>(f);
-  auto fkey = std::make_tuple(j.gpu_count, j.pools, static_cast<int>(form_bits), j.gpu_milli,
-                              j.gpu_mem, 0);
-  auto cached = feasible_cache_.find(fkey);
-  if (spec.restoring || j.external || devs_.empty()) {
-    // Restored jobs were accepted once; external queues have no nodes here; with no node known
-    // yet (a control plane before its agents), nothing can be judged.
-  } else if (cached != feasible_cache_.end()) {
-    if (!cached->second.empty()) return reject(cached->second);
-  } else if (j.gpu_count > 0) {
-    std::string& verdict = feasible_cache_[fkey];
-    bool any = false;
-    int devices_in_pools = 0;
-    for (const Dev& d : devs_) {
-      if (!InPools(j, d.pool)) continue;
-      ++devices_in_pools;
-      for (AllocationForm f : j.forms) {
-        if (!PoolAllows(d.pool, f)) continue;
-        if (f == AllocationForm::kWhole && d.memory >= j.gpu_mem) any = true;
-        if (f == AllocationForm::kShare && d.memory >= j.gpu_mem) any = true;
-        if (f == AllocationForm::kPartition) {
-          if (d.mig_capable() && BestMigProfile(d.model, j.gpu_milli, j.gpu_mem) >= 0) any = true;
-          if (d.amd_capable()) {
-            auto plan = part::PlanAmd(*d.model, {std::max<MiB>(j.gpu_mem, 1)});
-            if (plan.ok()) any = true;
-          }
-        }
-      }
-    }
-    if (!any) {
-      verdict = "never schedulable: no device in pools " + PoolNames(j) + " can hold " +
-                std::to_string(j.gpu_count) + " x (gpu " + FormatMilli(j.gpu_milli) + ", " +
-                FormatMiB(j.gpu_mem) + ") in any allowed form";
-    } else if (j.gpu_count > devices_in_pools) {
-      verdict = "never schedulable: wants " + std::to_string(j.gpu_count) + " devices, pools " +
-                PoolNames(j) + " have " + std::to_string(devices_in_pools);
-    }
+  // Restored jobs were accepted once; external queues have no nodes here; with no node known
+  // yet (a control plane before its agents), nothing can be judged.
+  if (!spec.restoring && !j.external && !devs_.empty() && j.gpu_count > 0) {
+    const std::string verdict = NeverSchedulable(j);
     if (!verdict.empty()) return reject(verdict);
   }
   j.priority = queue.priority;

@@ -186,7 +186,21 @@ Result<Json> Engine::Heartbeat(const Identity& who, const Json& body) {
       b.Add(MakeEvent(actor, "job.running", j.rec.id, "", {{"pid", j.pid}, {"node", node}}), &j);
     }
   }
-  // Orders: start what was placed here; stop what is cancelled or preempted; the rest may run.
+  Json orders = OrdersLocked(n, b);
+  Status st = CommitLocked(b);
+  if (!st.ok()) return st;  // the agent retries; nothing was started
+  orders["ack"] = ack;
+  return orders;
+}
+
+// Orders for node n: start what was placed there; stop what is cancelled or preempted; the
+// rest may run (anything else the agent runs is stopped).
+Json Engine::OrdersLocked(const NodeInfo& n, Batch& b) {
+  const std::string& node = n.name;
+  auto on_node = [&](const Job& j) {
+    const auto nodes = NodesOf(j);
+    return Holds(j) && j.backend.empty() && std::find(nodes.begin(), nodes.end(), node) != nodes.end();
+  };
   Json start = Json::array(), cancel = Json::array(), may_run = Json::array();
   const int64_t preempt_grace_ms = config_.policy.grace_seconds * 1000;
   for (const std::string& id : LiveIdsLocked()) {
@@ -210,9 +224,7 @@ Result<Json> Engine::Heartbeat(const Identity& who, const Json& body) {
       cancel.push_back({{"job", id}, {"grace_ms", config_.cancel_grace_ms}});
     }
   }
-  Status st = CommitLocked(b);
-  if (!st.ok()) return st;  // the agent retries; nothing was started
-  return Json{{"start", start}, {"cancel", cancel}, {"may_run", may_run}, {"ack", ack}};
+  return Json{{"start", start}, {"cancel", cancel}, {"may_run", may_run}};
 }
 
 Status Engine::MarkLostLocked(Batch& b) {

@@ -200,6 +200,7 @@ class Engine {
   Status MarkLostLocked(Batch& b);
   void FinishPartLocked(Job& j, const std::string& node, int code, int sig, Batch& b);
   Json StartOrderLocked(Job& j, const NodeInfo& n) const;
+  Json OrdersLocked(const NodeInfo& n, Batch& b);
 
   // --- views.cc
   bool CanSee(const Identity& who, const Job& j) const;

@@ -30,6 +30,7 @@ class CycleE2eTest : public testing::ServeFixture {
     dir_ = tessera::testing::FreshTestDir("cycle_e2e");
     std::ofstream(dir_ + "/config.yaml") << config;
     StartServer();
+    if (HasFatalFailure()) return;  // no server: start no agents
     for (const auto& [node, simulate] : agents) StartAgent(node, simulate);
     ASSERT_TRUE(WaitFor([&] { return ReadyNodes() == static_cast<int>(agents.size()); })) << server_->Log();
   }
@@ -98,7 +99,7 @@ queues:
 // cycle reclaims two cards, the borrowers get SIGTERM and go back to pending, and both speech jobs
 // run within one cycle plus the grace (plus the agents' heartbeat and start-up slack).
 TEST_F(CycleE2eTest, ReclaimSignalsBorrowersAndGivesTheReservationBack) {
-  Start(kReclaim, {{"n1", "4xH100-80GB"}});
+  ASSERT_NO_FATAL_FAILURE(Start(kReclaim, {{"n1", "4xH100-80GB"}}));
   std::vector<std::string> vision;
   for (int i = 0; i < 4; ++i) vision.push_back(Submit("vision-token-1", {{"queue", "vision"}, {"command", kLongJob}}));
   for (const auto& id : vision) {
@@ -150,7 +151,7 @@ queues:
 // On 2 x A100-80GB: inference asking 10 GB (9537 MiB) runs on a 1g.10gb MIG instance (its environment names
 // the MIG UUID; `nodes` shows the layout), training on a whole card, then a notebook on a share.
 TEST_F(CycleE2eTest, TheClassToFormPolicyPicksMigShareAndWhole) {
-  Start(kForms, {{"a100", "2xA100-80GB"}});
+  ASSERT_NO_FATAL_FAILURE(Start(kForms, {{"a100", "2xA100-80GB"}}));
   const std::vector<std::string> show = {"sh", "-c", "echo devices=$CUDA_VISIBLE_DEVICES; sleep 30"};
   std::string inf = Submit("alice-token-1", {{"queue", "inference"}, {"command", show}});
   std::string train = Submit("alice-token-1", {{"queue", "training"}, {"command", {"sh", "-c", "echo devices=$CUDA_VISIBLE_DEVICES"}}});
@@ -202,7 +203,7 @@ queues:
 // Two agents with one card each: a 2-card job is a gang across them. It waits, all or nothing
 // (holding nothing), while one card is busy, then starts on both agents at once.
 TEST_F(CycleE2eTest, AGangAcrossAgentsStartsAllOrNothing) {
-  Start(kGangs, {{"a", "1xH100-80GB"}, {"b", "1xH100-80GB"}});
+  ASSERT_NO_FATAL_FAILURE(Start(kGangs, {{"a", "1xH100-80GB"}, {"b", "1xH100-80GB"}}));
   std::string busy = Submit("alice-token-1", {{"queue", "training"}, {"command", kLongJob}});
   ASSERT_TRUE(WaitFor([&] { return AdminState(busy) == "running"; })) << Logs();
   std::string gang = Submit("alice-token-1", {{"queue", "training"}, {"command", kLongJob}, {"gpus", 2}});
@@ -230,7 +231,7 @@ TEST_F(CycleE2eTest, AGangAcrossAgentsStartsAllOrNothing) {
 // ends before the head's reserved start runs; one that declares no walltime waits at Backfill.
 // Priority: an urgent job preempts a scavenger job of the same group (SIGTERM, then pending).
 TEST_F(CycleE2eTest, BackfillByWalltimeAndPriorityPreemption) {
-  Start(kGangs, {{"a", "2xH100-80GB"}});
+  ASSERT_NO_FATAL_FAILURE(Start(kGangs, {{"a", "2xH100-80GB"}}));
   std::string busy = Submit("alice-token-1", {{"queue", "training"}, {"command", kLongJob}, {"walltime", "1h"}});
   ASSERT_TRUE(WaitFor([&] { return AdminState(busy) == "running"; })) << Logs();
   std::string head = Submit("alice-token-1", {{"queue", "training"}, {"command", kLongJob}, {"gpus", 2}});
@@ -288,7 +289,7 @@ queues:
 // nothing is preempted twice, and when the grace ends (SIGKILL) the card gets its MIG instance
 // and the inference job runs on it.
 TEST_F(CycleE2eTest, ARepartitionWithDrainSurvivesAServerRestart) {
-  Start(kDrain, {{"n1", "1xA100-80GB"}});
+  ASSERT_NO_FATAL_FAILURE(Start(kDrain, {{"n1", "1xA100-80GB"}}));
   const std::vector<std::string> stubborn = {"sh", "-c", "trap 'echo ignoring-SIGTERM' TERM; echo started; "
                                                          "while true; do sleep 0.1; done"};
   std::string batch = Submit("alice-token-1", {{"queue", "batch"}, {"command", stubborn}});

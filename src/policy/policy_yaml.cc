@@ -5,7 +5,7 @@
 namespace tessera::policy {
 namespace {
 
-const std::set<std::string> kPolicyRoot = {"grace", "fair_share_half_life", "repartition",
+const std::set<std::string> kPolicyRoot = {"grace", "placement", "fair_share_half_life", "repartition",
                                            "repartition_horizon", "pools", "groups", "profiles",
                                            "queues", "class_forms"};
 
@@ -144,6 +144,7 @@ Result<quota::PolicySpec> ParsePolicy(const YAML::Node& root, const PolicyKeys& 
     TESSERA_TRY(KnownKeys(root, "top level", known));
     quota::PolicySpec p;
     if (root["grace"]) TESSERA_TRY_ASSIGN(p.grace_seconds, GetDuration(root["grace"], "grace"));
+    if (root["placement"]) TESSERA_TRY_ASSIGN(p.placement, GetString(root["placement"], "placement"));
     if (root["fair_share_half_life"]) {
       TESSERA_TRY_ASSIGN(p.fair_share_half_life_s,
                          GetDuration(root["fair_share_half_life"], "fair_share_half_life"));

@@ -15,6 +15,7 @@
 #include "partition/catalog.h"
 #include "partition/mig.h"
 #include "sched/quota/engine.h"
+#include "sched/scheduler.h"
 
 namespace tessera::quota::internal {
 
@@ -248,6 +249,7 @@ class Engine final : public QuotaEngine {
   struct Candidate {
     std::vector<Grant> grants;
     bool backfill = false;
+    std::optional<sched::Placement> mirrored;  // already reserved in the mirror (the policy's pick)
     std::vector<std::pair<int, part::Instance>> create;  // MIG instances to create first
     int enable_mig_dev = -1;
     std::string amd_switch;  // with enable_amd_dev: switch an idle device's compute mode
@@ -294,6 +296,16 @@ class Engine final : public QuotaEngine {
   bool ApplyPlan(int d);
   void ApplyReadyPlans();
   void RebuildAmdSlots(Dev& d);
+  // The placement core's view of the engine's devices (engine_mirror.cc): the policy named by
+  // PolicySpec::placement chooses whole and share grants on it. Rebuilt from the engine's own
+  // state when nodes change; kept in step by Commit and Release. Split (partitioned) devices
+  // are blocked whole in it. The engine's state stays the truth: a pick is checked against it.
+  void RebuildMirror();
+  void MirrorAdopt(int self, const std::vector<Grant>& grants);
+  void MirrorRelease(int self);
+  void MirrorSyncSplit(int di);
+  bool PolicyPick(Job& j, int self, AllocationForm f, Candidate* c);
+  void DropPick(Candidate& c);
   // The cycle's phases (engine_cycle.cc).
   void EndGraces();          // 0. preemptions whose grace ended; layouts waiting for idle devices
   void UpdateFairShare();    //    decayed usage, fair-share keys, groups below their reservation
@@ -335,6 +347,11 @@ class Engine final : public QuotaEngine {
   mutable std::map<std::tuple<const part::GpuModel*, MilliGpu, MiB>, int> mig_profile_cache_;
   std::map<std::string, int> group_index_, queue_index_, profile_index_;
   std::map<std::string, int> node_index_;  // the live (latest) node of each name
+  std::unique_ptr<sched::Scheduler> mirror_;
+  bool mirror_dirty_ = true;
+  std::map<int, std::vector<sched::Placement>> mirror_held_;  // job handle -> its placements
+  std::map<int, sched::Placement> mirror_blocks_;             // device -> its block while split
+  std::vector<sched::ModelMask> pool_models_;                // pool -> mirror model ids
   MiB gpu_memory_capacity_ = 0;
   MilliCpu cpu_capacity_ = 0;      // every node's, for the fair-share key
   MiB host_memory_capacity_ = 0;

@@ -228,6 +228,7 @@ Status Engine::Restore(int handle, AllocationForm form, const std::vector<GrantV
       if (g.dev >= 0 && form == AllocationForm::kWhole && g.slot < 0 && devs_[g.dev].split) {
         devs_[g.dev].mig = devs_[g.dev].split = false;  // an idle MIG device held whole
         devs_[g.dev].slots.clear();
+        MirrorSyncSplit(g.dev);
       }
     }
     Commit(handle, form, c, !borrowed);

@@ -53,6 +53,7 @@ Resources Engine::ChargeOf(const Job& j, const std::vector<Grant>& gs) const {
 
 bool Engine::FindWhole(Job& j, int self, Candidate* c, bool* blocked) {
   if (j.gpu_count > max_devs_per_node_) return FindGang(j, self, c, blocked);
+  if (PolicyPick(j, self, AllocationForm::kWhole, c)) return true;
   size_t n = nodes_.size();
   for (size_t step = 0; step < n; ++step) {
     size_t ni = (cursor_node_ + step) % n;
@@ -223,6 +224,7 @@ bool Engine::FindPartition(Job& j, int self, Candidate* c, bool* blocked) {
 }
 
 bool Engine::FindShare(Job& j, int self, Candidate* c, bool* blocked) {
+  if (PolicyPick(j, self, AllocationForm::kShare, c)) return true;
   MiB cap = j.gpu_mem;
   auto fits = [&](int di, bool* bf) {
     const Dev& d = devs_[di];
@@ -349,6 +351,9 @@ void Engine::Commit(int self, AllocationForm f, Candidate& c, bool guaranteed) {
     Reindex(di);
   }
   if (c.amd_dev >= 0) Reindex(c.amd_dev);
+  if (c.enable_mig_dev >= 0) MirrorSyncSplit(c.enable_mig_dev);
+  if (c.amd_dev >= 0) MirrorSyncSplit(c.amd_dev);
+  for (auto& [di, inst] : c.create) MirrorSyncSplit(di);
   for (Grant& g : c.grants) {
     NodeRt& n = nodes_[g.node];
     n.cpu_free -= g.cpu;
@@ -378,6 +383,11 @@ void Engine::Commit(int self, AllocationForm f, Candidate& c, bool guaranteed) {
     j.nominated = false;
   }
   j.grants = c.grants;
+  if (c.mirrored) {
+    mirror_held_[self].push_back(*c.mirrored);
+  } else {
+    MirrorAdopt(self, j.grants);
+  }
   j.form = f;
   j.charge = ChargeOf(j, j.grants);
   j.borrowed = !guaranteed;
@@ -411,6 +421,7 @@ void Engine::Commit(int self, AllocationForm f, Candidate& c, bool guaranteed) {
 void Engine::Release(int self) {
   Job& j = jobs_[self];
   terminating_.erase(self);
+  MirrorRelease(self);
   for (const Grant& g : j.grants) {
     NodeRt& n = nodes_[g.node];
     n.cpu_free += g.cpu;
@@ -492,6 +503,7 @@ bool Engine::TryPlace(int self, std::string* step, std::string* reason, bool* ba
     Status a = Admission(j, charge, &guaranteed);
     if (!a.ok()) {
       limit_reason = a.message();
+      DropPick(c);
       continue;
     }
     *backfilled = c.backfill;

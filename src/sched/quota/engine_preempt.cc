@@ -470,7 +470,10 @@ bool Engine::ApplyPlan(int di) {
                          p->memory_slices});
     }
   }
-  for (int od : nodes_[d.node].devs) Reindex(od);
+  for (int od : nodes_[d.node].devs) {
+    Reindex(od);
+    MirrorSyncSplit(od);
+  }
   Emit(EventKind::kRepartitioned, nullptr,
        DevName(di) + ": " + (before.empty() ? "unsplit" : before) + " -> " +
            device_layout(d.node, d.index) + (d.plan.node_wide ? " (node-wide memory mode)" : "") +

@@ -98,6 +98,11 @@ struct PolicySpec {
   bool repartition = true;                // may the cycle change partition layouts
   int64_t repartition_horizon_s = 3600;   // demand served is valued over this horizon
   int max_repartitions_per_cycle = 8;
+  // Which node and device(s) a whole-device or share grant takes: a placement-core policy
+  // (sched/policy.h: tessera, fgd, bestfit, packing, ...), or "nextfit" for the cycle's own
+  // next-fit / best-fit search. The policy chooses among the devices the cycle may use; what it
+  // cannot place (backfill onto devices kept for a waiting job) falls back to the cycle's search.
+  std::string placement = "tessera";
   int max_preemption_searches_per_cycle = 64;
 };
 

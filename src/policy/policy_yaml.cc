@@ -103,10 +103,14 @@ Status ReadQueues(const YAML::Node& root, const PolicyKeys& keys, quota::PolicyS
     if (n["name"]) TESSERA_TRY_ASSIGN(q.name, GetString(n["name"], f + ".name"));
     if (n["profile"]) TESSERA_TRY_ASSIGN(q.profile, GetString(n["profile"], f + ".profile"));
     if (n["groups"]) TESSERA_TRY_ASSIGN(q.groups, GetStrings(n["groups"], f + ".groups"));
-    if (n["priority"]) {
+    if (n["priority"]) {  // may be negative: a scavenger queue below the default 0
+      std::string text;
+      TESSERA_TRY_ASSIGN(text, GetString(n["priority"], f + ".priority"));
+      const bool negative = !text.empty() && text[0] == '-';
       int64_t v = 0;
-      TESSERA_TRY_ASSIGN(v, GetInt(n["priority"], f + ".priority"));
-      q.priority = static_cast<int>(v);
+      TESSERA_TRY_ASSIGN(v, GetInt(YAML::Node(negative ? text.substr(1) : text), f + ".priority"));
+      if (v > 1000000) return FieldError(f + ".priority", "must be within -1000000..1000000");
+      q.priority = static_cast<int>(negative ? -v : v);
     }
     if (n["preemptible"]) {
       TESSERA_TRY_ASSIGN(q.preemptible, GetBool(n["preemptible"], f + ".preemptible"));

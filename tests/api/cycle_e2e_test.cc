@@ -197,7 +197,7 @@ profiles:
 queues:
   - {name: urgent, profile: train, groups: [research], priority: 10, class: training}
   - {name: training, profile: train, groups: [research], priority: 5, class: training}
-  - {name: scavenger, profile: train, groups: [research], priority: 0, preemptible: true, class: training}
+  - {name: scavenger, profile: train, groups: [research], priority: -5, preemptible: true, class: training}
 )";
 
 // Two agents with one card each: a 2-card job is a gang across them. It waits, all or nothing

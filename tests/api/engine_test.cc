@@ -104,6 +104,8 @@ TEST_F(EngineTest, ConfigErrorsNameTheField) {
       {id + "groups: [{name: g}]\nprofiles: [{name: p}]\nqueues: [{name: q, profile: p, groups: [g], backend: lsf}]",
        "queues[q].backend: unknown backend 'lsf'"},
       {id, "queues: at least one queue"},
+      {id + "groups: [{name: g}]\nprofiles: [{name: p}]\nqueues: [{name: q, profile: p, groups: [g], priority: high}]",
+       "queues[q].priority"},
       {id + "backend_nice: 20", "backend_nice: must be an integer from 0 to 19"},
       {id + "backend_nice: low", "backend_nice: must be an integer from 0 to 19"},
       {id + "utilization_sample: 0s", "utilization_sample: must be positive"},

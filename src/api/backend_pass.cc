@@ -105,7 +105,7 @@ Status Engine::ReconcileBackends() {
   if (all_ok) {
     std::vector<std::pair<backends::Backend*, std::string>> to_cancel;
     std::vector<store::Event> events;
-    std::vector<const Job*> changed;
+    std::vector<Job*> changed;
     {
       std::lock_guard<std::mutex> lock(mu_);
       for (auto& [name, list] : lists) {

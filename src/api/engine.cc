@@ -104,7 +104,7 @@ store::Event Engine::MakeEvent(const std::string& actor, const std::string& kind
 
 store::JobRecord Engine::RecordOf(const Job& j) const {
   store::JobRecord r = j.rec;
-  r.spec = j.spec_text.empty() ? j.spec.dump() : j.spec_text;
+  r.spec = j.stored ? "" : j.spec_text.empty() ? j.spec.dump() : j.spec_text;  // "": unchanged
   Json p = {{"preemptions", j.preemptions}};
   if (!j.node.empty()) {  // held, or where it ran once ended
     Json grants = Json::array();
@@ -126,11 +126,15 @@ store::JobRecord Engine::RecordOf(const Job& j) const {
   return r;
 }
 
-Status Engine::CommitRaw(const std::vector<store::Event>& events, const std::vector<const Job*>& jobs) {
+Status Engine::CommitRaw(const std::vector<store::Event>& events, const std::vector<Job*>& jobs) {
   std::vector<store::JobRecord> recs;
   recs.reserve(jobs.size());
   for (const Job* j : jobs) recs.push_back(RecordOf(*j));
-  return store_->Commit(events, recs, nullptr);
+  Status st = store_->Commit(events, recs, nullptr);
+  if (st.ok()) {
+    for (Job* j : jobs) j->stored = true;
+  }
+  return st;
 }
 
 namespace {
@@ -292,6 +296,7 @@ Status Engine::LoadJob(store::JobRecord r) {
   j.spec = Json::parse(r.spec, nullptr, false);
   if (j.spec.is_discarded()) return Status::Internal("stored spec of job '" + r.id + "' is corrupt");
   j.spec_text = r.spec;
+  j.stored = true;
   Json p = r.placement.empty() ? Json::object() : Json::parse(r.placement, nullptr, false);
   if (p.is_discarded()) return Status::Internal("stored placement of job '" + r.id + "' is corrupt");
   j.preemptions = p.value("preemptions", 0);

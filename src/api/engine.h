@@ -117,6 +117,7 @@ class Engine {
     store::JobRecord rec;
     Json spec;
     std::string spec_text;  // spec.dump(), kept: the spec never changes
+    bool stored = false;    // its record is in the store: updates need not rewrite the spec
     int handle = -1;  // in the quota engine
     // What the job holds while placed/starting/running/preempting.
     std::string form;
@@ -154,8 +155,8 @@ class Engine {
   // Store events and changed records collected by one step, committed together.
   struct Batch {
     std::vector<store::Event> events;
-    std::vector<const Job*> jobs;
-    void Add(store::Event e, const Job* j = nullptr) {
+    std::vector<Job*> jobs;
+    void Add(store::Event e, Job* j = nullptr) {
       events.push_back(std::move(e));
       if (j) jobs.push_back(j);
     }
@@ -176,7 +177,7 @@ class Engine {
   store::JobRecord RecordOf(const Job& j) const;
   // Commits a batch; when the commit fails, rebuilds memory from the store and returns the error.
   Status CommitLocked(Batch& b);
-  Status CommitRaw(const std::vector<store::Event>& events, const std::vector<const Job*>& jobs);
+  Status CommitRaw(const std::vector<store::Event>& events, const std::vector<Job*>& jobs);
   Status ReloadLocked(const Status& cause);
   // Runs the cycle and turns the quota engine's new events into job changes in `b`.
   void CycleLocked(Batch& b);

@@ -255,7 +255,7 @@ Result<Json> Engine::Submit(const Identity& who, const Json& body) {
     std::vector<std::shared_ptr<PendingSubmit>> batch;
     batch.swap(submit_batch_);
     std::vector<store::Event> events;
-    std::vector<const Job*> recs;
+    std::vector<Job*> recs;
     for (const auto& b : batch) {
       events.insert(events.end(), b->events.begin(), b->events.end());
       recs.push_back(&b->job);

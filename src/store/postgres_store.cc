@@ -275,7 +275,8 @@ class PostgresStore final : public Store {
                        ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) "
                        "ON CONFLICT (id) DO UPDATE SET queue = excluded.queue, "
                        "identity = excluded.identity, group_name = excluded.group_name, "
-                       "state = excluded.state, spec = excluded.spec, "
+                       "state = excluded.state, "
+                       "spec = CASE WHEN excluded.spec = '' THEN jobs.spec ELSE excluded.spec END, "
                        "placement = excluded.placement, submit_ms = excluded.submit_ms, "
                        "update_ms = excluded.update_ms, exit_code = excluded.exit_code, "
                        "reason = excluded.reason");

@@ -44,7 +44,7 @@ struct JobRecord {
   std::string identity;
   std::string group;
   std::string state;      // pending, admitted, placed, starting, running, succeeded, failed, cancelled, lost
-  std::string spec;       // JSON: the submitted request
+  std::string spec;       // JSON: the submitted request; "" in an update keeps the stored one
   std::string placement;  // JSON: node and devices, or "" when not placed
   int64_t submit_ms = 0;
   int64_t update_ms = 0;

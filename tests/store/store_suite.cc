@@ -177,6 +177,25 @@ TEST_P(StoreSuite, GetJobMissingIsNullopt) {
   EXPECT_FALSE(got->has_value());
 }
 
+TEST_P(StoreSuite, AnUpdateWithAnEmptySpecKeepsTheStoredOne) {
+  auto store = MustOpen(NewUrl());
+  ASSERT_NE(store, nullptr);
+  JobRecord j = MakeJob("j-1", 100);
+  ASSERT_TRUE(store->Commit({}, {j}, nullptr).ok());
+  j.spec = "";
+  j.state = "placed";
+  j.placement = "{\"node\":\"n1\"}";
+  ASSERT_TRUE(store->Commit({}, {j}, nullptr).ok());
+  auto got = store->GetJob("j-1");
+  ASSERT_TRUE(got.ok() && got->has_value());
+  EXPECT_EQ((*got)->spec, "{\"gpus\":1}");
+  EXPECT_EQ((*got)->state, "placed");
+  EXPECT_EQ((*got)->placement, "{\"node\":\"n1\"}");
+  j.spec = "{\"gpus\":2}";  // a spec given is written
+  ASSERT_TRUE(store->Commit({}, {j}, nullptr).ok());
+  EXPECT_EQ((*store->GetJob("j-1"))->spec, "{\"gpus\":2}");
+}
+
 TEST_P(StoreSuite, SeqIsStrictlyIncreasingWithoutGaps) {
   auto store = MustOpen(NewUrl());
   ASSERT_NE(store, nullptr);

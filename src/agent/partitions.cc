@@ -20,12 +20,9 @@ Result<std::string> Partitions::Acquire(const std::string& job, int index, const
   if (model == nullptr || !model->is_mig()) {
     return Status::InvalidArgument(d.model + " has no MIG instances");
   }
-  partition::Instance in{slot.substr(0, at), 0};
-  try {
-    in.start = std::stoi(slot.substr(at + 1));
-  } catch (...) {
-    return Status::InvalidArgument("partition '" + slot + "' has no start slice");
-  }
+  auto parsed = partition::Instance::Parse(slot);
+  if (!parsed.ok()) return parsed.status();
+  partition::Instance in = *parsed;
   if (!d.simulated) return AcquireNvml(job, index, *model, in);
   partition::Layout& layout = layouts_[index];
   Status st = partition::CreateInstance(*model, &layout, in);

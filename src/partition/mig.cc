@@ -8,6 +8,21 @@
 #include <tuple>
 
 namespace tessera::partition {
+
+Result<Instance> Instance::Parse(std::string_view text) {
+  const size_t at = text.rfind('@');
+  if (at == std::string_view::npos || at == 0 || at + 1 >= text.size()) {
+    return Status::InvalidArgument("'" + std::string(text) + "' is not a MIG instance (profile@start)");
+  }
+  int start = 0;
+  for (size_t k = at + 1; k < text.size(); ++k) {
+    if (text[k] < '0' || text[k] > '9' || start > 1000) {
+      return Status::InvalidArgument("'" + std::string(text) + "' has no start slice after '@'");
+    }
+    start = start * 10 + (text[k] - '0');
+  }
+  return Instance{std::string(text.substr(0, at)), start};
+}
 namespace {
 
 using Mask = uint64_t;

@@ -44,6 +44,8 @@ struct Instance {
   friend auto operator<=>(const Instance&, const Instance&) = default;
   // "3g.20gb@4"
   std::string ToString() const { return profile + "@" + std::to_string(start); }
+  // The inverse of ToString: "3g.20gb@4" -> {"3g.20gb", 4}; the profile is not checked here.
+  static Result<Instance> Parse(std::string_view text);
 };
 
 // The GPU instances on one device. Order is not significant.

@@ -488,3 +488,21 @@ TEST(MigSliceMapTest, DrawsInstancesAndFreeSlices) {
 
 }  // namespace
 }  // namespace tessera::partition
+
+namespace tessera::partition {
+namespace {
+
+TEST(MigInstanceName, ParseIsTheInverseOfToString) {
+  auto in = Instance::Parse("3g.40gb@4");
+  ASSERT_TRUE(in.ok()) << in.status().ToString();
+  EXPECT_EQ(*in, (Instance{"3g.40gb", 4}));
+  EXPECT_EQ(in->ToString(), "3g.40gb@4");
+  for (const char* bad : {"3g.40gb", "@4", "3g.40gb@", "3g.40gb@x", "3g.40gb@99999"}) {
+    auto r = Instance::Parse(bad);
+    EXPECT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find(bad), std::string::npos) << r.status().message();
+  }
+}
+
+}  // namespace
+}  // namespace tessera::partition

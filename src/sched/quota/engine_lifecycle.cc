@@ -122,18 +122,20 @@ void Engine::CommitExternal(int self, const Resources& charge, bool guaranteed) 
 
 namespace {
 
-// "1g.10gb@3" -> {"1g.10gb", 3}; "CPX#2" -> {"CPX", 2}.
+// A slot's name: a MIG instance ("1g.10gb@3", part::Instance::Parse) or an AMD partition
+// ("CPX#2": the partition's compute mode and index).
 bool ParseSlot(const std::string& name, std::string* profile, int* start, bool* amd) {
-  size_t at = name.rfind('@');
-  *amd = at == std::string::npos;
-  if (*amd) at = name.rfind('#');
-  if (at == std::string::npos || at == 0 || at + 1 >= name.size()) return false;
-  *profile = name.substr(0, at);
-  *start = 0;
-  for (size_t i = at + 1; i < name.size(); ++i) {
-    if (name[i] < '0' || name[i] > '9') return false;
-    *start = *start * 10 + (name[i] - '0');
+  std::string text = name;
+  *amd = text.find('@') == std::string::npos;
+  if (*amd) {  // "CPX#2" has the shape of "1g.10gb@3"
+    const size_t hash = text.rfind('#');
+    if (hash == std::string::npos) return false;
+    text[hash] = '@';
   }
+  auto in = part::Instance::Parse(text);
+  if (!in.ok()) return false;
+  *profile = in->profile;
+  *start = in->start;
   return true;
 }
 

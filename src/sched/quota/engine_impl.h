@@ -291,6 +291,8 @@ class Engine final : public QuotaEngine {
   // May v be drained for j? Preemptible work of lower priority, or of borrowers when j is
   // within its group's reservation.
   bool DrainVictim(const Job& j, bool within_reservation, int v) const;
+  // Work lost by draining `occupants` for j, or kNever when one of them may not be drained.
+  int64_t DrainCost(const Job& j, bool within_reservation, const std::vector<int>& occupants) const;
   void MigDrainOption(const Job& j, int di, bool within_reservation, DrainOption* best);
   void AmdDrainOption(const Job& j, int di, bool within_reservation, DrainOption* best);
   bool ApplyPlan(int d);

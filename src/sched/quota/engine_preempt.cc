@@ -303,6 +303,15 @@ bool Engine::TryRepartition(int self) {
   return true;
 }
 
+int64_t Engine::DrainCost(const Job& j, bool within_reservation, const std::vector<int>& occupants) const {
+  int64_t cost = 0;
+  for (int v : occupants) {
+    if (!DrainVictim(j, within_reservation, v)) return kNever;  // something there must stay
+    cost += LostWork(jobs_[v]) + 1;
+  }
+  return cost;
+}
+
 bool Engine::DrainVictim(const Job& j, bool within_reservation, int v) const {
   const Job& x = jobs_[v];
   if (x.state != JobState::kRunning || !x.preemptible || x.external) return false;
@@ -350,16 +359,10 @@ void Engine::MigDrainOption(const Job& j, int di, bool within_reservation, Drain
   } else {
     // Unsplit: everything on it must go (only preemptible work may be drained).
     std::vector<int> occ;
-    if (d.whole >= 0) occ.push_back(d.whole);
-    for (int s : d.shares) occ.push_back(s);
+    Occupants(d, &occ);
     if (occ.empty()) return;  // idle: placement's pass 2 handles it
-    int64_t cost = 0;
-    bool ok = true;
-    for (int v : occ) {
-      ok = ok && DrainVictim(j, within_reservation, v);
-      cost += LostWork(jobs_[v]) + 1;
-    }
-    if (!ok || cost >= best.cost) return;
+    const int64_t cost = DrainCost(j, within_reservation, occ);
+    if (cost >= best.cost) return;
     DrainOption o;
     o.dev = static_cast<int>(di);
     o.cost = cost;
@@ -381,22 +384,12 @@ void Engine::AmdDrainOption(const Job& j, int di, bool within_reservation, Drain
   std::vector<int> occ;
   const std::vector<int> scope =
       node_wide ? nodes_[d.node].devs : std::vector<int>{static_cast<int>(di)};
-  bool ok = true;
   for (int od : scope) {
-    const Dev& o = devs_[od];
-    if (o.plan.active) ok = false;
-    if (o.whole >= 0) occ.push_back(o.whole);
-    for (int s : o.shares) occ.push_back(s);
-    for (const Slot& s : o.slots) {
-      if (s.holder >= 0) occ.push_back(s.holder);
-    }
+    if (devs_[od].plan.active) return;
+    Occupants(devs_[od], &occ);
   }
-  int64_t cost = 0;
-  for (int v : occ) {
-    ok = ok && DrainVictim(j, within_reservation, v);
-    cost += LostWork(jobs_[v]) + 1;
-  }
-  if (!ok || cost >= best.cost) return;
+  const int64_t cost = DrainCost(j, within_reservation, occ);
+  if (cost >= best.cost) return;
   DrainOption o;
   o.dev = static_cast<int>(di);
   o.cost = cost;

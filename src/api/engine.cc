@@ -376,10 +376,9 @@ Status Engine::Load() {
 }
 
 void Engine::FillGrantsLocked(Job& j) {
-  quota::JobView v = qe_->job(j.handle);
-  j.grants = v.grants;
-  j.borrowed = v.borrowed;
-  j.form = v.form ? AllocationFormName(*v.form) : "";
+  std::optional<AllocationForm> form;
+  qe_->HeldOf(j.handle, &j.grants, &form, &j.borrowed);
+  j.form = form ? AllocationFormName(*form) : "";
   j.parts_done.clear();
   const QueueRoute* route = config_.FindRoute(j.rec.queue);
   if (route != nullptr && route->external()) {

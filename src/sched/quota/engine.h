@@ -227,6 +227,9 @@ class QuotaEngine {
 
   virtual int job_count() const = 0;
   virtual JobView job(int handle) const = 0;
+  // What a job holds (job()'s grants, form and borrowed, without the rest of the view).
+  virtual void HeldOf(int handle, std::vector<GrantView>* grants, std::optional<AllocationForm>* form,
+                      bool* borrowed) const = 0;
   // Handles of the jobs left waiting by the last cycle and submitted or requeued since (may hold
   // some that have started or ended since).
   virtual const std::vector<int>& waiting() const = 0;

@@ -295,6 +295,19 @@ JobView Engine::job(int handle) const {
   if (j.state == JobState::kRunning || j.state == JobState::kTerminating) v.form = j.form;
   v.borrowed = j.borrowed;
   v.charge = j.charge;
+  HeldOf(handle, &v.grants, nullptr, nullptr);
+  v.submit_time = j.submit;
+  v.start_time = j.start;
+  v.preemptions = j.preemptions;
+  v.wait_step = j.wait_step;
+  v.wait_reason = j.wait_reason;
+  return v;
+}
+
+void Engine::HeldOf(int handle, std::vector<GrantView>* grants, std::optional<AllocationForm>* form,
+                    bool* borrowed) const {
+  const Job& j = jobs_[handle];
+  grants->clear();
   for (const Grant& g : j.grants) {
     GrantView gv;
     gv.node = nodes_[g.node].name;
@@ -304,14 +317,11 @@ JobView Engine::job(int handle) const {
     gv.memory = g.memory;
     gv.cpu = g.cpu;
     gv.host_memory = g.host_memory;
-    v.grants.push_back(gv);
+    grants->push_back(std::move(gv));
   }
-  v.submit_time = j.submit;
-  v.start_time = j.start;
-  v.preemptions = j.preemptions;
-  v.wait_step = j.wait_step;
-  v.wait_reason = j.wait_reason;
-  return v;
+  const bool held = j.state == JobState::kRunning || j.state == JobState::kTerminating;
+  if (form != nullptr) *form = held ? std::optional<AllocationForm>(j.form) : std::nullopt;
+  if (borrowed != nullptr) *borrowed = j.borrowed;
 }
 
 std::vector<GroupView> Engine::groups() const {

@@ -160,6 +160,8 @@ class Engine final : public QuotaEngine {
   const std::vector<std::string>& violations() const override { return violations_; }
   int job_count() const override { return static_cast<int>(jobs_.size()); }
   JobView job(int handle) const override;
+  void HeldOf(int handle, std::vector<GrantView>* grants, std::optional<AllocationForm>* form,
+              bool* borrowed) const override;
   const std::vector<int>& waiting() const override { return pending_; }
   void WaitOf(int handle, std::string* step, std::string* reason) const override {
     *step = jobs_[handle].wait_step;

@@ -21,9 +21,13 @@ Status Bad(const std::string& where, const std::string& what) {
   return Status::InvalidArgument("config: " + where + ": " + what);
 }
 
+// The policy loader's typed reads (policy/yaml_fields.h), their errors prefixed "config: ".
+Status Prefixed(const Status& s) { return Status::InvalidArgument("config: " + s.message()); }
+
 Result<std::string> Str(const YAML::Node& n, const std::string& where) {
-  if (!n || !n.IsScalar()) return Bad(where, "expected a string");
-  return n.as<std::string>();
+  auto r = policy::GetString(n, where);
+  if (!r.ok()) return Prefixed(r.status());
+  return r;
 }
 
 Result<int64_t> Duration(const YAML::Node& n, const std::string& where) {
@@ -44,15 +48,10 @@ Result<int64_t> Duration(const YAML::Node& n, const std::string& where) {
 }
 
 Result<std::vector<std::string>> StrList(const YAML::Node& n, const std::string& where) {
-  std::vector<std::string> out;
-  if (!n) return out;
-  if (!n.IsSequence()) return Bad(where, "expected a list");
-  for (size_t i = 0; i < n.size(); ++i) {
-    auto s = Str(n[i], where + "[" + std::to_string(i) + "]");
-    if (!s.ok()) return s.status();
-    out.push_back(*s);
-  }
-  return out;
+  if (!n) return std::vector<std::string>{};  // optional: none
+  auto r = policy::GetStrings(n, where);
+  if (!r.ok()) return Prefixed(r.status());
+  return r;
 }
 
 template <typename T>
@@ -66,11 +65,8 @@ Status CheckUnique(const std::vector<T>& items, const std::string& what) {
 }
 
 Status CheckKeys(const YAML::Node& n, const std::string& where, const std::set<std::string>& known) {
-  for (const auto& kv : n) {
-    std::string k = kv.first.as<std::string>();
-    if (!known.count(k)) return Bad(where + "." + k, "unknown field");
-  }
-  return Status::Ok();
+  Status s = policy::KnownKeys(n, where, known);
+  return s.ok() ? s : Prefixed(s);
 }
 
 // A queue's route: which backend runs its jobs and how (the keys beyond the policy's).
@@ -78,7 +74,7 @@ Result<QueueRoute> ParseRoute(const YAML::Node& n, const std::string& w) {
   QueueRoute q;
   if (n["requeue_on_loss"]) {
     auto v = policy::GetBool(n["requeue_on_loss"], w + ".requeue_on_loss");
-    if (!v.ok()) return Bad(w + ".requeue_on_loss", "expected true or false");
+    if (!v.ok()) return Prefixed(v.status());
     q.requeue_on_loss = *v;
   }
   if (n["backend"]) {
@@ -284,7 +280,7 @@ Result<EngineConfig> ParseConfig(const std::string& yaml_text) {
     }
     if (root["schedule_on_submit"]) {
       auto v = policy::GetBool(root["schedule_on_submit"], "schedule_on_submit");
-      if (!v.ok()) return Status::InvalidArgument("config: " + v.status().message());
+      if (!v.ok()) return Prefixed(v.status());
       c.schedule_on_submit = *v;
     }
     if (root["backend_poll"]) {
@@ -316,7 +312,7 @@ Result<EngineConfig> ParseConfig(const std::string& yaml_text) {
                         "cap_library", "mig_model"};
     keys.require_queues = true;
     auto pol = policy::ParsePolicy(root, keys);
-    if (!pol.ok()) return Status::InvalidArgument("config: " + pol.status().message());
+    if (!pol.ok()) return Prefixed(pol.status());
     c.policy = std::move(*pol);
     if (c.policy.pools.empty()) {
       c.policy.pools.push_back(
@@ -338,7 +334,7 @@ Result<EngineConfig> ParseConfig(const std::string& yaml_text) {
       c.routes.push_back(*route);
     }
     Status valid = quota::Validate(c.policy);
-    if (!valid.ok()) return Status::InvalidArgument("config: " + valid.message());
+    if (!valid.ok()) return Prefixed(valid);
     return c;
   } catch (const YAML::Exception& e) {
     return Status::InvalidArgument("config: " + std::string(e.what()));

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "api/json_text.h"
 #include "model/quantity.h"
 
 namespace tessera::api {
@@ -16,10 +17,20 @@ int64_t IdNumber(const std::string& id) {
   return v.ok() ? *v : 0;
 }
 
-Json GrantJson(const quota::GrantView& g) {
-  return {{"node", g.node},       {"device", g.device}, {"slot", g.slot},
-          {"compute", g.compute}, {"memory", g.memory}, {"cpu", g.cpu},
-          {"host_memory", g.host_memory}};
+void WriteGrants(JsonText& w, const std::vector<quota::GrantView>& grants) {
+  w.BeginArray();
+  for (const auto& g : grants) {
+    w.BeginObject()
+        .Key("node").Str(g.node)
+        .Key("device").Int(g.device)
+        .Key("slot").Str(g.slot)
+        .Key("compute").Int(g.compute)
+        .Key("memory").Int(g.memory)
+        .Key("cpu").Int(g.cpu)
+        .Key("host_memory").Int(g.host_memory)
+        .EndObject();
+  }
+  w.EndArray();
 }
 
 quota::GrantView GrantFrom(const Json& j) {
@@ -102,27 +113,38 @@ store::Event Engine::MakeEvent(const std::string& actor, const std::string& kind
   return ev;
 }
 
+store::Event Engine::MakeEvent(const std::string& actor, const std::string& kind,
+                               const std::string& subject, const std::string& reason, JsonText data) const {
+  store::Event ev;
+  ev.time_ms = clock_();
+  ev.actor = actor;
+  ev.kind = kind;
+  ev.subject = subject;
+  ev.reason = reason;
+  ev.data = data.Take();
+  return ev;
+}
+
 store::JobRecord Engine::RecordOf(const Job& j) const {
   store::JobRecord r = j.rec;
   r.spec = j.stored ? "" : j.spec_text.empty() ? j.spec.dump() : j.spec_text;  // "": unchanged
-  Json p = {{"preemptions", j.preemptions}};
+  JsonText p;
+  p.BeginObject().Key("preemptions").Int(j.preemptions);
   if (!j.node.empty()) {  // held, or where it ran once ended
-    Json grants = Json::array();
-    for (const auto& g : j.grants) grants.push_back(GrantJson(g));
-    p["node"] = j.node;
-    p["form"] = j.form;
-    p["borrowed"] = j.borrowed;
-    p["grants"] = grants;
-    p["parts_done"] = j.parts_done;
+    p.Key("node").Str(j.node).Key("form").Str(j.form).Key("borrowed").Bool(j.borrowed).Key("grants");
+    WriteGrants(p, j.grants);
+    p.Key("parts_done").BeginArray();
+    for (const std::string& n : j.parts_done) p.Str(n);
+    p.EndArray();
     if (!j.backend.empty()) {
-      p["backend"] = j.backend;
-      p["external_id"] = j.external_id;
-      p["external_node"] = j.external_node;
-      p["gres"] = j.gres;
-      p["attempts"] = j.submit_attempts;
+      p.Key("backend").Str(j.backend)
+          .Key("external_id").Str(j.external_id)
+          .Key("external_node").Str(j.external_node)
+          .Key("gres").Str(j.gres)
+          .Key("attempts").Int(j.submit_attempts);
     }
   }
-  r.placement = p.dump();
+  r.placement = p.EndObject().Take();
   return r;
 }
 
@@ -419,12 +441,11 @@ void Engine::TranslateLocked(size_t from, Batch& b) {
         j.rec.state = "placed";
         j.rec.reason = j.backend.empty() ? "" : "admitted; to be submitted to " + j.backend;
         j.rec.update_ms = clock_();
-        Json devs = Json::array();
-        for (const auto& g : j.grants) devs.push_back(GrantJson(g));
-        b.Add(MakeEvent("engine", "job.placed", j.rec.id, e.detail,
-                        {{"node", j.node}, {"form", j.form}, {"grants", devs}, {"borrowed", j.borrowed},
-                         {"admission", admission}}),
-              &j);
+        JsonText data;
+        data.BeginObject().Key("node").Str(j.node).Key("form").Str(j.form).Key("grants");
+        WriteGrants(data, j.grants);
+        data.Key("borrowed").Bool(j.borrowed).Key("admission").Str(admission).EndObject();
+        b.Add(MakeEvent("engine", "job.placed", j.rec.id, e.detail, std::move(data)), &j);
         break;
       }
       case quota::EventKind::kPreempted:

@@ -43,6 +43,9 @@ const std::vector<Migration>& Migrations();
 // The refusal for a store written by a newer Tessera.
 Status NewerSchemaError(const std::string& described_url, int found);
 
+// The refusal of an update (a record with an empty spec) of a job the store does not hold.
+Status UnknownJobUpdate(const std::string& id);
+
 // Backend factories. `target_version` is the version to migrate up to: LatestSchemaVersion()
 // for real use; tests pass lower ones to build old stores.
 Result<std::unique_ptr<Store>> OpenSqlite(const std::string& path, int target_version);

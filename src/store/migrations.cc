@@ -51,4 +51,9 @@ Status NewerSchemaError(const std::string& described_url, int found) {
       "); upgrade Tessera");
 }
 
+Status UnknownJobUpdate(const std::string& id) {
+  return Status::FailedPrecondition("job record " + id +
+                                    " is an update (empty spec) of a job the store does not hold");
+}
+
 }  // namespace tessera::store::internal

@@ -101,8 +101,14 @@ class PostgresStore final : public Store {
       for (const auto& j : jobs) {
         const std::string exit_text = j.exit_code ? std::to_string(*j.exit_code) : std::string();
         const char* exit_code = j.exit_code ? exit_text.c_str() : nullptr;
-        w.exec_prepared0("upsert_job", j.id, j.queue, j.identity, j.group, j.state, j.spec,
-                         j.placement, j.submit_ms, j.update_ms, exit_code, j.reason);
+        if (j.spec.empty()) {
+          auto r = w.exec_prepared("update_job", j.id, j.state, j.placement, j.update_ms, exit_code,
+                                   j.reason);
+          if (r.affected_rows() != 1) return UnknownJobUpdate(j.id);  // the transaction rolls back
+        } else {
+          w.exec_prepared0("upsert_job", j.id, j.queue, j.identity, j.group, j.state, j.spec,
+                           j.placement, j.submit_ms, j.update_ms, exit_code, j.reason);
+        }
       }
       w.commit();
       return Status::Ok();
@@ -275,11 +281,13 @@ class PostgresStore final : public Store {
                        ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) "
                        "ON CONFLICT (id) DO UPDATE SET queue = excluded.queue, "
                        "identity = excluded.identity, group_name = excluded.group_name, "
-                       "state = excluded.state, "
-                       "spec = CASE WHEN excluded.spec = '' THEN jobs.spec ELSE excluded.spec END, "
+                       "state = excluded.state, spec = excluded.spec, "
                        "placement = excluded.placement, submit_ms = excluded.submit_ms, "
                        "update_ms = excluded.update_ms, exit_code = excluded.exit_code, "
                        "reason = excluded.reason");
+    conn_->prepare("update_job",
+                   "UPDATE jobs SET state = $2, placement = $3, update_ms = $4, exit_code = $5, "
+                   "reason = $6 WHERE id = $1");
     conn_->prepare("load_jobs",
                    std::string("SELECT ") + kJobColumns + " FROM jobs ORDER BY submit_ms, id");
     conn_->prepare("get_job", std::string("SELECT ") + kJobColumns + " FROM jobs WHERE id = $1");

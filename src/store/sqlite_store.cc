@@ -265,38 +265,65 @@ class SqliteStore final : public Store {
         assigned->push_back(seq);
       }
     }
-    if (!jobs.empty()) {
-      auto st = Prepare(std::string("INSERT INTO jobs (") + kJobColumns +
-                        ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) "
-                        "ON CONFLICT (id) DO UPDATE SET queue = excluded.queue, "
-                        "identity = excluded.identity, group_name = excluded.group_name, "
-                        "state = excluded.state, "
-                       "spec = CASE WHEN excluded.spec = '' THEN jobs.spec ELSE excluded.spec END, "
-                        "placement = excluded.placement, submit_ms = excluded.submit_ms, "
-                        "update_ms = excluded.update_ms, exit_code = excluded.exit_code, "
-                        "reason = excluded.reason");
-      if (!st.ok()) return st.status();
-      for (const auto& j : jobs) {
-        Stmt q(*st);
-        q.Bind(1, j.id);
-        q.Bind(2, j.queue);
-        q.Bind(3, j.identity);
-        q.Bind(4, j.group);
-        q.Bind(5, j.state);
-        q.Bind(6, j.spec);
-        q.Bind(7, j.placement);
-        q.Bind(8, j.submit_ms);
-        q.Bind(9, j.update_ms);
-        if (j.exit_code) {
-          q.Bind(10, static_cast<int64_t>(*j.exit_code));
-        } else {
-          q.BindNull(10);
-        }
-        q.Bind(11, j.reason);
-        if (q.Step() != SQLITE_DONE) return Error("writing job " + j.id);
-      }
+    for (const auto& j : jobs) {
+      Status s = j.spec.empty() ? UpdateJobLocked(j) : InsertJobLocked(j);
+      if (!s.ok()) return s;
     }
     return Status::Ok();
+  }
+
+  // A new job, or one whose spec is rewritten.
+  Status InsertJobLocked(const JobRecord& j) {
+    auto st = Prepare(std::string("INSERT INTO jobs (") + kJobColumns +
+                      ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) "
+                      "ON CONFLICT (id) DO UPDATE SET queue = excluded.queue, "
+                      "identity = excluded.identity, group_name = excluded.group_name, "
+                      "state = excluded.state, spec = excluded.spec, "
+                      "placement = excluded.placement, submit_ms = excluded.submit_ms, "
+                      "update_ms = excluded.update_ms, exit_code = excluded.exit_code, "
+                      "reason = excluded.reason");
+    if (!st.ok()) return st.status();
+    Stmt q(*st);
+    q.Bind(1, j.id);
+    q.Bind(2, j.queue);
+    q.Bind(3, j.identity);
+    q.Bind(4, j.group);
+    q.Bind(5, j.state);
+    q.Bind(6, j.spec);
+    q.Bind(7, j.placement);
+    q.Bind(8, j.submit_ms);
+    q.Bind(9, j.update_ms);
+    BindExitCode(q, 10, j);
+    q.Bind(11, j.reason);
+    if (q.Step() != SQLITE_DONE) return Error("writing job " + j.id);
+    return Status::Ok();
+  }
+
+  // A stored job's progress: only the columns that change after submission, so that the submit
+  // time index is left alone.
+  Status UpdateJobLocked(const JobRecord& j) {
+    auto st = Prepare(
+        "UPDATE jobs SET state = ?2, placement = ?3, update_ms = ?4, exit_code = ?5, reason = ?6 "
+        "WHERE id = ?1");
+    if (!st.ok()) return st.status();
+    Stmt q(*st);
+    q.Bind(1, j.id);
+    q.Bind(2, j.state);
+    q.Bind(3, j.placement);
+    q.Bind(4, j.update_ms);
+    BindExitCode(q, 5, j);
+    q.Bind(6, j.reason);
+    if (q.Step() != SQLITE_DONE) return Error("updating job " + j.id);
+    if (sqlite3_changes(db_) != 1) return UnknownJobUpdate(j.id);
+    return Status::Ok();
+  }
+
+  static void BindExitCode(Stmt& q, int i, const JobRecord& j) {
+    if (j.exit_code) {
+      q.Bind(i, static_cast<int64_t>(*j.exit_code));
+    } else {
+      q.BindNull(i);
+    }
   }
 
   static JobRecord ReadJob(const Stmt& q) {

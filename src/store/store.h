@@ -44,7 +44,10 @@ struct JobRecord {
   std::string identity;
   std::string group;
   std::string state;      // pending, admitted, placed, starting, running, succeeded, failed, cancelled, lost
-  std::string spec;       // JSON: the submitted request; "" in an update keeps the stored one
+  // JSON: the submitted request. "" makes the record an update of a stored job: its state,
+  // placement, update_ms, exit_code and reason change, the rest is kept; an update of a job that
+  // is not stored fails the commit, naming the job.
+  std::string spec;
   std::string placement;  // JSON: node and devices, or "" when not placed
   int64_t submit_ms = 0;
   int64_t update_ms = 0;

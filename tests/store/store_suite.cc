@@ -196,6 +196,24 @@ TEST_P(StoreSuite, AnUpdateWithAnEmptySpecKeepsTheStoredOne) {
   EXPECT_EQ((*store->GetJob("j-1"))->spec, "{\"gpus\":2}");
 }
 
+TEST_P(StoreSuite, AnUpdateOfAJobNotStoredFailsTheWholeCommit) {
+  auto store = MustOpen(NewUrl());
+  ASSERT_NE(store, nullptr);
+  JobRecord fresh = MakeJob("j-1", 100);
+  JobRecord ghost = MakeJob("j-2", 100);
+  ghost.spec = "";
+  Status st = store->Commit({MakeEvent("job.x", "j-1", "engine")}, {fresh, ghost}, nullptr);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("j-2"), std::string::npos) << st.ToString();
+  // Nothing of it landed: neither the new job nor the event.
+  auto got = store->GetJob("j-1");
+  ASSERT_TRUE(got.ok());
+  EXPECT_FALSE(got->has_value());
+  auto evs = store->ListEvents(0, 10, {});
+  ASSERT_TRUE(evs.ok());
+  EXPECT_TRUE(evs->empty());
+}
+
 TEST_P(StoreSuite, SeqIsStrictlyIncreasingWithoutGaps) {
   auto store = MustOpen(NewUrl());
   ASSERT_NE(store, nullptr);

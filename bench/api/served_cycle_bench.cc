@@ -15,6 +15,7 @@
 //
 //   served_cycle_bench [--nodes 10000] [--jobs 100000] [--rate 1000] [--seconds 5] [--threads 4]
 //                      [--phases cycle,latency] [--placement tessera|fgd|nextfit|...]
+//                      [--warmup N (untimed submissions before the latency phase; default: --rate)]
 #include <unistd.h>
 
 #include <algorithm>
@@ -114,7 +115,7 @@ double Percentile(std::vector<double> v, double p) {
 
 int main(int argc, char** argv) {
   sim::CycleBenchOptions o;
-  int rate = 1000, seconds = 5, threads = 4;
+  int rate = 1000, seconds = 5, threads = 4, warmup = -1;
   std::string phases = "cycle,latency";
   std::string placement = "tessera";
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -123,6 +124,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--rate")) rate = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--seconds")) seconds = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--warmup")) warmup = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--phases")) phases = argv[i + 1];
     if (!std::strcmp(argv[i], "--placement")) placement = argv[i + 1];
   }
@@ -191,7 +193,8 @@ int main(int argc, char** argv) {
     const int total = rate * seconds;
     // Warm-up, untimed: as many submissions as one second brings, so that the policy has learned
     // the workload mix (tessera rebuilds its index while the mix it learned still moves).
-    for (int i = 0; i < rate; ++i) {
+    if (warmup < 0) warmup = rate;
+    for (int i = 0; i < warmup; ++i) {
       quota::JobSpec w = in.NextJob();
       (void)s.engine->Submit(api::Identity{w.identity, api::Role::kAdmin, {}, ""}, Body(w));
     }
@@ -226,7 +229,7 @@ int main(int argc, char** argv) {
     const double took = Since(start);
     std::printf("  latency: after %d untimed warm-up submissions, %d submissions at %d/s offered (%d threads, open loop) "
                 "over %.1f s: %zu placed at once, %zu left pending, %d failed\n",
-                rate, total, rate, threads, took, placed_ms.size(), pending_ms.size(), failed.load());
+                warmup, total, rate, threads, took, placed_ms.size(), pending_ms.size(), failed.load());
     std::printf("  submit-to-placed (from the submission's due time): p50 %.1f ms, p99 %.1f ms, max %.1f ms; "
                 "goal p99 under 100 ms: %s\n",
                 Percentile(placed_ms, 50), Percentile(placed_ms, 99), Percentile(placed_ms, 100),

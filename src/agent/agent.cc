@@ -226,15 +226,20 @@ class Agent {
       JobSpec bound = spec;
       Status s = Status::Ok();
       for (DeviceBinding& d : bound.devices) {
-        if (d.slot.empty() || !s.ok()) continue;
-        auto mig = partitions_.Acquire(spec.id, d.index, d.slot);
-        if (mig.ok()) {
-          d.mig = *mig;
-          log_("job " + spec.id + ": partition " + d.slot + " on device " + std::to_string(d.index) +
-               (mig->empty() ? "" : " as " + *mig));
-        } else {
-          s = mig.status();
+        if (!s.ok()) break;
+        if (d.slot.empty()) {
+          partitions_.Use(spec.id, d.index);
+          continue;
         }
+        auto got = partitions_.Acquire(spec.id, d.index, d.slot, d.mode);
+        if (!got.ok()) {
+          s = got.status();
+          continue;
+        }
+        d.mig = got->mig;
+        d.amd_index = got->amd_index;
+        log_("job " + spec.id + ": partition " + d.slot + " on device " + std::to_string(d.index) +
+             (d.mig.empty() ? " (logical GPU " + std::to_string(d.amd_index) + ")" : " as " + d.mig));
       }
       if (s.ok()) s = launcher_.Start(bound);
       if (!s.ok()) partitions_.Release(spec.id);

@@ -118,18 +118,23 @@ std::vector<std::string> BuildJobEnvironment(const JobSpec& spec, const std::vec
     env[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
   // The agent's own bindings (if it runs under one) must never leak into a job.
-  for (const char* name : {"CUDA_VISIBLE_DEVICES", "TESSERA_JOB_ID", "TESSERA_GPU_MEMORY_LIMIT",
+  for (const char* name : {"CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "TESSERA_JOB_ID", "TESSERA_GPU_MEMORY_LIMIT",
                            "TESSERA_CAPGPU_REGION"}) {
     env.erase(name);
   }
   for (const auto& [k, v] : spec.env) env[k] = v;
 
-  std::string visible;
+  std::string visible, rocr;
   for (const DeviceBinding& d : spec.devices) {
+    if (d.amd_index >= 0) {  // an AMD partition: a logical GPU of its own
+      rocr += (rocr.empty() ? "" : ",") + std::to_string(d.amd_index);
+      continue;
+    }
     if (!visible.empty()) visible += ",";
     visible += d.mig.empty() ? d.uuid : d.mig;
   }
   env["CUDA_VISIBLE_DEVICES"] = visible;
+  if (!rocr.empty()) env["ROCR_VISIBLE_DEVICES"] = rocr;
   env["TESSERA_JOB_ID"] = spec.id;
   if (spec.gpu_memory_limit_bytes > 0) {
     env["TESSERA_GPU_MEMORY_LIMIT"] = std::to_string(spec.gpu_memory_limit_bytes);

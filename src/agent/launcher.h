@@ -41,7 +41,9 @@ struct DeviceBinding {
   int index = 0;
   std::string uuid;
   std::string mig;
-  std::string slot;  // a partition to make first ("1g.10gb@6"); the agent fills `mig` from it
+  std::string slot;  // a partition to make first ("1g.10gb@6", "CPX#2"); the agent fills `mig` from it
+  std::string mode;  // AMD: the device's pair for that partition ("CPX+NPS1")
+  int amd_index = -1;  // AMD: the partition's logical GPU index (ROCR_VISIBLE_DEVICES), filled by the agent
 };
 
 // What to run and what it holds (one `start` entry of the heartbeat reply).

@@ -2,34 +2,50 @@
 
 #include <algorithm>
 
+#include "model/quantity.h"
 #include "partition/catalog.h"
 
 namespace tessera::agent {
 
-Result<std::string> Partitions::Acquire(const std::string& job, int index, const std::string& slot) {
+Result<Partitions::Granted> Partitions::Acquire(const std::string& job, int index, const std::string& slot,
+                                                const std::string& amd_mode) {
   if (index < 0 || index >= static_cast<int>(inventory_.devices.size())) {
     return Status::InvalidArgument("device " + std::to_string(index) + " does not exist");
   }
   const DiscoveredDevice& d = inventory_.devices[index];
-  const size_t at = slot.rfind('@');
-  if (at == std::string::npos) {
-    if (slot.find('#') != std::string::npos && d.simulated) return std::string();  // AMD: by index
-    return Status::InvalidArgument("partition '" + slot + "' is not a MIG instance (profile@start)");
-  }
   const partition::GpuModel* model = partition::Catalog::BuiltIn().Find(d.model);
+  if (slot.rfind('@') == std::string::npos) {
+    if (slot.find('#') == std::string::npos) {
+      return Status::InvalidArgument("partition '" + slot + "' is neither a MIG instance (profile@start) nor an "
+                                     "AMD partition (MODE#index)");
+    }
+    if (model == nullptr || !model->is_amd()) return Status::InvalidArgument(d.model + " has no AMD partitions");
+    if (!d.simulated) {
+      return Status::FailedPrecondition("AMD partition " + slot + " on " + d.uuid +
+                                   ": mode changes on real AMD devices are not supported by this agent");
+    }
+    return AcquireAmd(job, index, *model, slot, amd_mode);
+  }
   if (model == nullptr || !model->is_mig()) {
     return Status::InvalidArgument(d.model + " has no MIG instances");
   }
   auto parsed = partition::Instance::Parse(slot);
   if (!parsed.ok()) return parsed.status();
   partition::Instance in = *parsed;
-  if (!d.simulated) return AcquireNvml(job, index, *model, in);
+  Granted g;
+  if (!d.simulated) {
+    auto made = AcquireNvml(job, index, *model, in);
+    if (!made.ok()) return made.status();
+    g.mig = *made;
+    return g;
+  }
   partition::Layout& layout = layouts_[index];
   Status st = partition::CreateInstance(*model, &layout, in);
   if (!st.ok()) return Status::FailedPrecondition("MIG instance " + slot + " on " + d.uuid + ": " + st.message());
   by_job_.insert({job, {index, layout.instances.back(), {}}});
   std::string tail = d.uuid.rfind("GPU-", 0) == 0 ? d.uuid.substr(4) : d.uuid;
-  return "MIG-" + tail + "-" + layout.instances.back().profile + "-" + std::to_string(in.start);
+  g.mig = "MIG-" + tail + "-" + layout.instances.back().profile + "-" + std::to_string(in.start);
+  return g;
 }
 
 Result<std::string> Partitions::AcquireNvml(const std::string& job, int index, const partition::GpuModel& model,
@@ -50,6 +66,90 @@ Result<std::string> Partitions::AcquireNvml(const std::string& job, int index, c
   return made->uuid;
 }
 
+Result<Partitions::Granted> Partitions::AcquireAmd(const std::string& job, int index,
+                                                   const partition::GpuModel& model, const std::string& slot,
+                                                   const std::string& mode) {
+  const DiscoveredDevice& d = inventory_.devices[index];
+  const size_t hash = slot.rfind('#');
+  auto slot_mode = partition::ParsePair(model, slot.substr(0, hash) + "+NPS1");
+  auto part = ParseNonNegativeInt(slot.substr(hash + 1));
+  if (!slot_mode.ok() || !part.ok()) {
+    return Status::InvalidArgument("AMD partition '" + slot + "' is not MODE#index (for example CPX#2)");
+  }
+  Amd& dev = amd_[index];
+  partition::AmdPair want{slot_mode->compute, dev.pair.memory};
+  if (!mode.empty()) {
+    auto parsed = partition::ParsePair(model, mode);
+    if (!parsed.ok()) return parsed.status();
+    if (parsed->compute != want.compute) {
+      return Status::InvalidArgument("AMD partition " + slot + " is not a partition of mode " + mode);
+    }
+    want = *parsed;
+  }
+  auto shape = partition::Partition(model, want);
+  if (!shape.ok()) return shape.status();
+  if (*part >= shape->partitions) {
+    return Status::InvalidArgument("AMD partition " + slot + ": " + want.ToString() + " has " +
+                                   std::to_string(shape->partitions) + " partition(s)");
+  }
+  if (!(want == dev.pair)) {
+    Status st = SwitchAmd(index, model, want);
+    if (!st.ok()) return Status::FailedPrecondition("AMD partition " + slot + " on " + d.uuid + ": " + st.message());
+  }
+  auto [it, inserted] = dev.held.try_emplace(static_cast<int>(*part), job);
+  if (!inserted) {
+    return Status::FailedPrecondition("AMD partition " + slot + " on " + d.uuid + " is in use by job " + it->second);
+  }
+  Granted g;
+  g.amd_index = static_cast<int>(*part);
+  for (int i = 0; i < index; ++i) g.amd_index += LogicalGpus(i);
+  return g;
+}
+
+Status Partitions::SwitchAmd(int index, const partition::GpuModel& model, const partition::AmdPair& want) {
+  Amd& dev = amd_[index];
+  if (want.memory != dev.pair.memory) {
+    // Hive-wide: every AMD device of the node of this model.
+    std::vector<partition::AmdDevice> node;
+    std::vector<int> indices;
+    for (int i = 0; i < static_cast<int>(inventory_.devices.size()); ++i) {
+      if (inventory_.devices[i].model != model.name) continue;
+      node.push_back({"device " + std::to_string(i), amd_[i].pair, Busy(i)});
+      indices.push_back(i);
+    }
+    auto change = partition::CheckMemoryModeChange(model, node, want.memory);
+    if (!change.ok()) return change.status();
+    for (size_t k = 0; k < indices.size(); ++k) amd_[indices[k]].pair = change->resulting[k];
+  }
+  if (want.compute != dev.pair.compute) {
+    Status st = partition::CheckComputeModeChange(model, {"device " + std::to_string(index), dev.pair, Busy(index)},
+                                                  want.compute);
+    if (!st.ok()) return st;
+    dev.pair.compute = want.compute;
+  }
+  return Status::Ok();
+}
+
+bool Partitions::Busy(int index) const {
+  auto it = amd_.find(index);
+  if (it != amd_.end() && !it->second.held.empty()) return true;
+  for (const auto& [job, i] : used_) {
+    if (i == index) return true;
+  }
+  return false;
+}
+
+int Partitions::LogicalGpus(int index) const {
+  auto it = amd_.find(index);
+  if (it == amd_.end()) return 1;
+  const partition::GpuModel* model = partition::Catalog::BuiltIn().Find(inventory_.devices[index].model);
+  if (model == nullptr) return 1;
+  auto shape = partition::Partition(*model, it->second.pair);
+  return shape.ok() ? shape->partitions : 1;
+}
+
+void Partitions::Use(const std::string& job, int index) { used_.insert({job, index}); }
+
 void Partitions::Release(const std::string& job) {
   auto [lo, hi] = by_job_.equal_range(job);
   for (auto it = lo; it != hi; ++it) {
@@ -62,9 +162,20 @@ void Partitions::Release(const std::string& job) {
     if (f != v.end()) v.erase(f);
   }
   by_job_.erase(lo, hi);
+  used_.erase(job);
+  for (auto& [index, dev] : amd_) {
+    for (auto it = dev.held.begin(); it != dev.held.end();) it = it->second == job ? dev.held.erase(it) : std::next(it);
+  }
 }
 
 std::string Partitions::Layout(int index) const {
+  auto amd = amd_.find(index);
+  if (amd != amd_.end()) {
+    if (LogicalGpus(index) <= 1) return "";
+    std::string out = amd->second.pair.ToString() + ":";
+    for (const auto& [part, job] : amd->second.held) out += " #" + std::to_string(part);
+    return out;
+  }
   auto it = layouts_.find(index);
   return it == layouts_.end() || it->second.empty() ? "" : it->second.ToString();
 }

@@ -8,6 +8,13 @@
 // (nvml_mig.h): a GPU instance at that start slice, one compute instance over it; a job whose
 // instance cannot be made fails to start with the reason, rather than running on the whole card.
 //
+// AMD devices (MI300X-class) are cut by a compute mode and a memory mode (partition/amd.h). A
+// grant's slot names one logical GPU ("CPX#2") and the start order carries the device's pair
+// ("CPX+NPS4"); the agent switches modes under the partition engine's rules: a compute mode
+// only on an idle device, a memory mode only when every device of the node (the hive) is idle.
+// The partition is exposed by its logical GPU index (ROCR_VISIBLE_DEVICES): the partitions of
+// the devices before it, then its own index.
+//
 // Thread-safety: none; the agent's loop owns it.
 #pragma once
 
@@ -20,6 +27,7 @@
 #include "agent/discovery.h"
 #include "agent/nvml_mig.h"
 #include "common/status.h"
+#include "partition/amd.h"
 #include "partition/mig.h"
 
 namespace tessera::agent {
@@ -29,12 +37,22 @@ class Partitions {
   Partitions(const Inventory& inventory, std::string nvml_library)
       : inventory_(inventory), nvml_library_(std::move(nvml_library)) {}
 
-  // The instance for `slot` on device `index` for `job`: created (simulated) or refused. Returns
-  // the UUID to expose ("MIG-..."), or "" for AMD partitions (exposed by index).
-  Result<std::string> Acquire(const std::string& job, int index, const std::string& slot);
+  // What a job is given for one partition.
+  struct Granted {
+    std::string mig;  // MIG: the instance's UUID ("MIG-...")
+    int amd_index = -1;  // AMD: the logical GPU index
+  };
+  // The partition `slot` on device `index` for `job`: created (simulated MIG, NVML) or switched
+  // to (AMD, `amd_mode` the device's pair; "" keeps its memory mode), or refused with the reason.
+  Result<Granted> Acquire(const std::string& job, int index, const std::string& slot,
+                          const std::string& amd_mode = "");
+  // Marks device `index` in use by `job` without a partition (a whole card): an AMD device in
+  // use cannot change mode.
+  void Use(const std::string& job, int index);
   // Removes what `job` held.
   void Release(const std::string& job);
-  // "1g.10gb@6, 3g.40gb@0" for device `index`, "" when it has none.
+  // "1g.10gb@6, 3g.40gb@0" for device `index`; "CPX+NPS1: #0 #3" for an AMD device in a split
+  // mode; "" when it has none.
   std::string Layout(int index) const;
 
  private:
@@ -43,13 +61,24 @@ class Partitions {
     partition::Instance instance;
     NvmlMig::Instance nvml;  // on NVML devices
   };
+  struct Amd {
+    partition::AmdPair pair{"SPX", "NPS1"};
+    std::map<int, std::string> held;  // partition index -> job
+  };
   Result<std::string> AcquireNvml(const std::string& job, int index, const partition::GpuModel& model,
                                   const partition::Instance& in);
+  Result<Granted> AcquireAmd(const std::string& job, int index, const partition::GpuModel& model,
+                             const std::string& slot, const std::string& mode);
+  Status SwitchAmd(int index, const partition::GpuModel& model, const partition::AmdPair& want);
+  bool Busy(int index) const;
+  int LogicalGpus(int index) const;  // logical GPUs of device `index` now (1 for a non-AMD one)
   const Inventory& inventory_;
   std::string nvml_library_;
   std::unique_ptr<NvmlMig> nvml_;  // opened at the first NVML partition
   std::map<int, partition::Layout> layouts_;       // by device index
   std::multimap<std::string, Held> by_job_;
+  std::map<int, Amd> amd_;                          // by device index
+  std::multimap<std::string, int> used_;            // whole devices in use, by job
 };
 
 }  // namespace tessera::agent

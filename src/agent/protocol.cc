@@ -51,6 +51,7 @@ Result<JobSpec> ParseStart(const json& j) {
       if (d.contains("index") && d["index"].is_number_integer()) b.index = d["index"].get<int>();
       if (d.contains("mig") && d["mig"].is_string()) b.mig = d["mig"].get<std::string>();
       if (d.contains("slot") && d["slot"].is_string()) b.slot = d["slot"].get<std::string>();
+      if (d.contains("mode") && d["mode"].is_string()) b.mode = d["mode"].get<std::string>();
       spec.devices.push_back(std::move(b));
     }
   }

@@ -112,6 +112,7 @@ Json Engine::StartOrderLocked(Job& j, const NodeInfo& n) const {
               {"uuid", g.device < static_cast<int>(n.devices.size()) ? n.devices[g.device].uuid : ""},
               {"mig", ""}};
     if (!g.slot.empty()) d["slot"] = g.slot;  // the agent creates (or finds) this partition
+    if (g.slot.find('#') != std::string::npos) d["mode"] = qe_->device(g.node, g.device).amd_pair;
     devs.push_back(d);
     if (j.form == "share") cap = g.memory;
   }

@@ -29,7 +29,7 @@ JobSpec TwoDevices() {
   JobSpec spec;
   spec.id = "j-1";
   spec.command = {"true"};
-  spec.devices = {{0, "GPU-aaa", "", ""}, {1, "GPU-bbb", "", ""}};
+  spec.devices = {{0, "GPU-aaa", "", "", "", -1}, {1, "GPU-bbb", "", "", "", -1}};
   return spec;
 }
 
@@ -44,9 +44,17 @@ TEST(AgentJobEnvironment, VisibleDevicesAreTheGrantedUuids) {
 
 TEST(AgentJobEnvironment, MigSliceUsesTheMigUuid) {
   JobSpec spec = TwoDevices();
-  spec.devices = {{0, "GPU-aaa", "MIG-1234", ""}};
+  spec.devices = {{0, "GPU-aaa", "MIG-1234", "", "", -1}};
   auto env = AsMap(BuildJobEnvironment(spec, {}, TmpOpts()));
   EXPECT_EQ(env["CUDA_VISIBLE_DEVICES"], "MIG-1234");
+}
+
+TEST(AgentJobEnvironment, AmdPartitionIsALogicalGpuIndex) {
+  JobSpec spec = TwoDevices();
+  spec.devices = {{1, "GPU-bbb", "", "CPX#2", "CPX+NPS1", 3}};
+  auto env = AsMap(BuildJobEnvironment(spec, {"ROCR_VISIBLE_DEVICES=0,1"}, TmpOpts()));
+  EXPECT_EQ(env["ROCR_VISIBLE_DEVICES"], "3");
+  EXPECT_EQ(env["CUDA_VISIBLE_DEVICES"], "");
 }
 
 TEST(AgentJobEnvironment, NoGpuMeansNoVisibleDevice) {
@@ -77,7 +85,7 @@ TEST(AgentJobEnvironment, ShareGetsLimitRegionAndPreloadWhenTheLibraryExists) {
   opts.capgpu_preload = lib;
   opts.region_dir = "/dev/shm";
   JobSpec spec = TwoDevices();
-  spec.devices = {{0, "GPU-aaa", "", ""}};
+  spec.devices = {{0, "GPU-aaa", "", "", "", -1}};
   spec.gpu_memory_limit_bytes = 8589934592;
   auto env = AsMap(BuildJobEnvironment(spec, {"LD_PRELOAD=/other.so"}, opts));
   EXPECT_EQ(env["TESSERA_GPU_MEMORY_LIMIT"], "8589934592");

@@ -133,7 +133,7 @@ TEST(AgentLauncher, BindsTheAllocationIntoTheEnvironment) {
   JobSpec spec = Sh("env-1",
                     "echo \"CVD=$CUDA_VISIBLE_DEVICES\"; echo \"JOB=$TESSERA_JOB_ID\"; "
                     "echo \"LIM=$TESSERA_GPU_MEMORY_LIMIT\"; echo \"REG=$TESSERA_CAPGPU_REGION\"; echo \"K=$K\"");
-  spec.devices = {{0, "GPU-sim-h-0", "", ""}, {1, "GPU-sim-h-1", "MIG-abc", ""}};
+  spec.devices = {{0, "GPU-sim-h-0", "", "", "", -1}, {1, "GPU-sim-h-1", "MIG-abc", "", "", -1}};
   spec.gpu_memory_limit_bytes = 1 << 30;
   spec.env = {{"K", "V"}};
   JobExit e = RunToEnd(l, spec);

@@ -31,7 +31,8 @@ TEST(AgentPartitions, SimulatedInstancesFollowThePartitionEngine) {
   Partitions p(inv, "");
   auto a = p.Acquire("j1", 0, "1g.10gb@6");
   ASSERT_TRUE(a.ok()) << a.status().ToString();
-  EXPECT_EQ(a->rfind("MIG-", 0), 0u);
+  EXPECT_EQ(a->mig.rfind("MIG-", 0), 0u);
+  EXPECT_EQ(a->amd_index, -1);
   EXPECT_FALSE(p.Acquire("j2", 0, "1g.10gb@6").ok());    // taken
   EXPECT_FALSE(p.Acquire("j2", 0, "3g.40gb@3").ok());    // not a legal start
   EXPECT_FALSE(p.Acquire("j2", 0, "3g.40gb@4").ok());    // slices 4-7 overlap 1g.10gb@6
@@ -39,6 +40,47 @@ TEST(AgentPartitions, SimulatedInstancesFollowThePartitionEngine) {
   EXPECT_EQ(p.Layout(0), "3g.40gb@0, 1g.10gb@6");
   p.Release("j1");
   EXPECT_EQ(p.Layout(0), "3g.40gb@0");
+}
+
+// AMD: a partition switches its device's compute mode only while the device is idle, and the
+// memory mode only while the whole node is; partitions are logical GPUs numbered across devices.
+TEST(AgentPartitions, SimulatedAmdModesFollowThePartitionEngine) {
+  auto devs = ParseSimulatedInventory("2xMI300X", "n1", partition::Catalog::BuiltIn());
+  ASSERT_TRUE(devs.ok()) << devs.status().ToString();
+  Inventory inv;
+  inv.node = "n1";
+  inv.devices = *devs;
+  Partitions p(inv, "");
+  EXPECT_EQ(p.Layout(1), "");  // SPX+NPS1: not split
+  auto a = p.Acquire("j1", 1, "CPX#2", "CPX+NPS1");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->amd_index, 1 + 2);  // device 0 is one logical GPU (SPX), then device 1's #2
+  EXPECT_EQ(a->mig, "");
+  EXPECT_EQ(p.Layout(1), "CPX+NPS1: #2");
+  auto taken = p.Acquire("j2", 1, "CPX#2", "CPX+NPS1");
+  ASSERT_FALSE(taken.ok());
+  EXPECT_NE(taken.status().message().find("in use by job j1"), std::string::npos) << taken.status().message();
+  EXPECT_FALSE(p.Acquire("j2", 1, "CPX#8", "CPX+NPS1").ok());  // CPX has partitions 0-7
+  auto busy = p.Acquire("j2", 1, "QPX#0", "QPX+NPS1");       // device 1 is busy: no compute change
+  ASSERT_FALSE(busy.ok());
+  EXPECT_NE(busy.status().message().find("busy"), std::string::npos) << busy.status().message();
+  // NPS4 is hive-wide: refused while device 1 runs j1, whichever device asks.
+  auto nps = p.Acquire("j3", 0, "CPX#0", "CPX+NPS4");
+  ASSERT_FALSE(nps.ok());
+  EXPECT_NE(nps.status().message().find("device 1"), std::string::npos) << nps.status().message();
+  EXPECT_EQ(p.Layout(0), "");  // nothing half-applied
+  EXPECT_FALSE(p.Acquire("j3", 0, "SPX#0", "SPX+NPS4").ok());  // not a legal pair
+  p.Release("j1");
+  auto b = p.Acquire("j3", 0, "CPX#1", "CPX+NPS4");  // the node is idle now
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(b->amd_index, 1);
+  EXPECT_EQ(p.Layout(0), "CPX+NPS4: #1");
+  EXPECT_EQ(p.Layout(1), "CPX+NPS4:");  // switched with the hive
+  // A whole card in use holds its device's mode too.
+  p.Use("j4", 1);
+  EXPECT_FALSE(p.Acquire("j5", 1, "QPX#0", "QPX+NPS4").ok());
+  p.Release("j4");
+  EXPECT_TRUE(p.Acquire("j5", 1, "QPX#0", "QPX+NPS4").ok());
 }
 
 TEST(AgentPartitions, NvmlDevicesGetInstancesThroughNvml) {
@@ -49,11 +91,11 @@ TEST(AgentPartitions, NvmlDevicesGetInstancesThroughNvml) {
   Partitions p(inv, FAKE_NVML_PATH);
   auto a = p.Acquire("j1", 0, "1g.10gb@3");
   ASSERT_TRUE(a.ok()) << a.status().ToString();
-  EXPECT_EQ(a->rfind("MIG-fake-", 0), 0u) << *a;
+  EXPECT_EQ(a->mig.rfind("MIG-fake-", 0), 0u) << a->mig;
   EXPECT_EQ(FakeInstances(), "19@3");  // profile id 19 (1g.10gb) at slice 3, with its compute instance
   auto b = p.Acquire("j2", 0, "3g.40gb@4");
   ASSERT_TRUE(b.ok()) << b.status().ToString();
-  EXPECT_NE(*a, *b);
+  EXPECT_NE(a->mig, b->mig);
   EXPECT_EQ(FakeInstances(), "19@3 9@4");
   auto overlap = p.Acquire("j3", 0, "1g.10gb@5");  // inside 3g.40gb@4's slices 4-7
   ASSERT_FALSE(overlap.ok());

@@ -183,6 +183,40 @@ TEST_F(CycleE2eTest, TheClassToFormPolicyPicksMigShareAndWhole) {
   EXPECT_EQ(AdminJob(nb)["placement"]["devices"][0]["gpu_memory_mib"], 8192);
 }
 
+// On 1 x MI300X (SPX+NPS1, not split): inference asking 10 GB gets a CPX partition (24 GB): the
+// cycle repartitions the idle card, the agent switches its compute mode under the partition
+// engine's rules and exposes the partition as a logical GPU; a second job gets another one.
+const char* kAmd = R"(
+heartbeat_timeout: 5s
+cycle: 300ms
+identities:
+  - {name: admin, role: admin, token: admin-token-1}
+  - {name: alice, role: user, groups: [research], token: alice-token-1}
+  - {name: agent, role: agent, token: agent-token-1}
+groups: [{name: research}]
+profiles:
+  - {name: serve, gpus: 1, gpu_fraction: 0.1, gpu_memory: 10GB, cpu: 100m, memory: 64MiB, forms: [partition]}
+queues:
+  - {name: inference, profile: serve, groups: [research], class: inference}
+)";
+
+TEST_F(CycleE2eTest, AnAmdCardIsSplitIntoComputePartitionsForInference) {
+  ASSERT_NO_FATAL_FAILURE(Start(kAmd, {{"mi300", "1xMI300X"}}));
+  const std::vector<std::string> show = {"sh", "-c", "echo rocr=$ROCR_VISIBLE_DEVICES; sleep 30"};
+  std::string a = Submit("alice-token-1", {{"queue", "inference"}, {"command", show}});
+  std::string b = Submit("alice-token-1", {{"queue", "inference"}, {"command", show}});
+  for (const std::string& id : {a, b}) {
+    ASSERT_TRUE(WaitFor([&] { return AdminOutput(id).find("rocr=") != std::string::npos; }, 20000)) << Logs();
+    Json j = AdminJob(id);
+    EXPECT_EQ(j["placement"]["form"], "partition") << j.dump();
+    EXPECT_EQ(j["placement"]["devices"][0].value("partition", "").rfind("CPX#", 0), 0u) << j.dump();
+  }
+  const std::string out_a = AdminOutput(a), out_b = AdminOutput(b);
+  EXPECT_NE(out_a.find("rocr=0"), std::string::npos) << out_a;  // one device: partition i is logical GPU i
+  EXPECT_NE(out_a, out_b);                                       // two different partitions
+  EXPECT_NE(agents_[0]->Log().find("partition CPX#"), std::string::npos) << Logs();
+}
+
 const char* kGangs = R"(
 heartbeat_timeout: 5s
 cycle: 300ms

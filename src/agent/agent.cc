@@ -119,11 +119,14 @@ class Agent {
     partitions_.Release(e.id);
   }
 
-  // One exchange with the control plane: register if needed, upload output, heartbeat.
+  // One exchange with the control plane: register if needed, heartbeat, then upload output for
+  // at most half a heartbeat period, so that output, however fast a job prints, never delays the
+  // next heartbeat (the rest goes next time; a finished report waits for its job's bytes).
   bool Contact() {
     if (!registered_ && !Register()) return false;
-    if (!UploadOutputs()) return false;
-    return Heartbeat();
+    if (!Heartbeat()) return false;
+    UploadOutputs(Clock::now() + milliseconds(heartbeat_ms_ / 2));
+    return true;
   }
 
   bool Register() {
@@ -146,24 +149,28 @@ class Agent {
     return false;
   }
 
-  // Uploads the new bytes of every running or unacked job. False when the control plane failed.
-  bool UploadOutputs() {
-    std::set<std::string> ids;
-    for (const RunningJob& r : launcher_.Running()) ids.insert(r.id);
-    for (const auto& [id, f] : finished_) ids.insert(id);
+  // Uploads the new bytes of every running or unacked job until `deadline`, finished jobs first
+  // (their reports wait for them), then the job least uploaded. False when the control plane failed.
+  bool UploadOutputs(Clock::time_point deadline) {
+    std::vector<std::string> ids;
+    for (const auto& [id, f] : finished_) ids.push_back(id);
+    for (const RunningJob& r : launcher_.Running()) {
+      if (!finished_.count(r.id)) ids.push_back(r.id);
+    }
     for (const std::string& id : ids) {
-      if (!UploadOutput(id)) return false;
+      if (!UploadOutput(id, deadline)) return false;
+      if (Clock::now() >= deadline) break;
     }
     return true;
   }
 
-  bool UploadOutput(const std::string& id) {
+  bool UploadOutput(const std::string& id, Clock::time_point deadline) {
     if (ValidateJobId(id).ok() == false) return true;  // never started: no output file
     std::ifstream in(launcher_.OutputPath(id), std::ios::binary);
     if (!in) return true;
     int64_t& offset = uploaded_[id];
     std::string chunk(static_cast<size_t>(std::max<int64_t>(1, options_.upload_chunk_bytes)), '\0');
-    while (true) {
+    while (Clock::now() < deadline) {
       in.clear();
       in.seekg(offset);
       in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
@@ -187,6 +194,7 @@ class Agent {
       }
       offset += n;
     }
+    return true;
   }
 
   bool Heartbeat() {
@@ -277,7 +285,8 @@ class Agent {
       auto timeout = milliseconds(std::min(1000, std::max(1, options_.request_timeout_ms)));
       client_.set_connection_timeout(timeout);
       client_.set_read_timeout(timeout);
-      if (UploadOutputs()) Heartbeat();  // best effort: tell the control plane how they ended
+      // Best effort: the last output (for a few seconds at most), then how they ended.
+      if (UploadOutputs(Clock::now() + milliseconds(3000))) Heartbeat();
     }
     log_("stopped");
   }

@@ -204,7 +204,7 @@ Json Engine::OrdersLocked(const NodeInfo& n, Batch& b) {
   };
   Json start = Json::array(), cancel = Json::array(), may_run = Json::array();
   const int64_t preempt_grace_ms = config_.policy.grace_seconds * 1000;
-  for (const std::string& id : LiveIdsLocked()) {
+  for (const std::string& id : NodeJobsLocked(node)) {
     Job& j = jobs_[id];
     if (!on_node(j) || j.parts_done.count(node)) continue;
     const bool gang = NodesOf(j).size() > 1;
@@ -236,10 +236,9 @@ Status Engine::MarkLostLocked(Batch& b) {
     qe_->SetNodeDown(name, true);
     b.Add(MakeEvent("engine", "node.lost", name, "no heartbeat for " + std::to_string((now - n.last_heartbeat_ms) / 1000) + "s"),
           nullptr);
-    for (const std::string& id : LiveIdsLocked()) {
+    const std::vector<std::string> held = NodeJobsLocked(name);  // a copy: the walk changes jobs
+    for (const std::string& id : held) {
       Job& j = jobs_[id];
-      const auto nodes = NodesOf(j);
-      if (!Holds(j) || !j.backend.empty() || std::find(nodes.begin(), nodes.end(), name) == nodes.end()) continue;
       const QueueRoute* route = config_.FindRoute(j.rec.queue);
       const std::string why = "node '" + name + "' lost";
       const size_t mark = qe_->events().size();

@@ -368,13 +368,36 @@ Status Engine::LoadJob(store::JobRecord r) {
   live_.push_back(id);
   Job& stored = jobs_[id] = std::move(j);
   Index(stored);
+  if (Holds(stored)) NoteNodesLocked(stored);
   return Status::Ok();
+}
+
+void Engine::NoteNodesLocked(const Job& j) {
+  if (!j.backend.empty()) return;
+  for (const std::string& node : NodesOf(j)) {
+    std::vector<std::string>& ids = node_jobs_[node];
+    if (std::find(ids.begin(), ids.end(), j.rec.id) == ids.end()) ids.push_back(j.rec.id);
+  }
+}
+
+const std::vector<std::string>& Engine::NodeJobsLocked(const std::string& node) {
+  std::vector<std::string>& ids = node_jobs_[node];
+  ids.erase(std::remove_if(ids.begin(), ids.end(),
+                           [&](const std::string& id) {
+                             const Job& j = jobs_[id];
+                             const auto nodes = NodesOf(j);
+                             return !Holds(j) || !j.backend.empty() ||
+                                    std::find(nodes.begin(), nodes.end(), node) == nodes.end();
+                           }),
+            ids.end());
+  return ids;
 }
 
 Status Engine::Load() {
   jobs_.clear();
   order_.clear();
   live_.clear();
+  node_jobs_.clear();
   by_handle_.clear();
   ended_since_prune_ = 0;
   nodes_.clear();
@@ -438,6 +461,7 @@ void Engine::TranslateLocked(size_t from, Batch& b) {
         break;
       case quota::EventKind::kPlaced: {
         FillGrantsLocked(j);
+        NoteNodesLocked(j);
         j.rec.state = "placed";
         j.rec.reason = j.backend.empty() ? "" : "admitted; to be submitted to " + j.backend;
         j.rec.update_ms = clock_();

@@ -267,6 +267,12 @@ class Engine {
   // REQUIRES: the caller adds no job while walking the result.
   const std::vector<std::string>& LiveIdsLocked();
   std::map<std::string, NodeInfo> nodes_;    // by name
+  // Job ids by the agent nodes they were granted, so that a heartbeat walks its own node's jobs,
+  // not every live one. Entries are added with grants and dropped lazily by the walk
+  // (NodeJobsLocked) once the job no longer holds anything there.
+  std::map<std::string, std::vector<std::string>> node_jobs_;
+  void NoteNodesLocked(const Job& j);
+  const std::vector<std::string>& NodeJobsLocked(const std::string& node);
   int64_t next_job_ = 1;
   int64_t last_cycle_ms_ = 0;
   bool cycle_wanted_ = true;

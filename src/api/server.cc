@@ -4,11 +4,10 @@
 
 #include <algorithm>
 
-#include <httplib.h>
-
 #include <chrono>
 
 #include "model/quantity.h"
+#include "net/http_server.h"
 
 namespace tessera::api {
 namespace {
@@ -29,17 +28,21 @@ int HttpCode(const Status& st) {
   return 500;
 }
 
-void Reply(httplib::Response& res, int code, const Json& body) {
+using net::HttpRequest;
+using net::HttpResponse;
+
+void Reply(HttpResponse& res, int code, const Json& body) {
   res.status = code;
-  res.set_content(body.dump(), "application/json");
+  res.content_type = "application/json";
+  res.body = body.dump();
 }
 
-void ReplyError(httplib::Response& res, const Status& st) {
+void ReplyError(HttpResponse& res, const Status& st) {
   Reply(res, HttpCode(st), Json{{"error", st.message()}});
 }
 
 template <typename T>
-void ReplyResult(httplib::Response& res, const Result<T>& r) {
+void ReplyResult(HttpResponse& res, const Result<T>& r) {
   if (r.ok()) {
     Reply(res, 200, *r);
   } else {
@@ -47,8 +50,8 @@ void ReplyResult(httplib::Response& res, const Result<T>& r) {
   }
 }
 
-Result<Identity> Authenticate(const Engine& e, const httplib::Request& req) {
-  const std::string h = req.get_header_value("Authorization");
+Result<Identity> Authenticate(const Engine& e, const HttpRequest& req) {
+  const std::string h = req.header("authorization");
   const std::string prefix = "Bearer ";
   if (h.rfind(prefix, 0) != 0 || h.size() == prefix.size()) {
     return Status::Unauthenticated("missing bearer token (Authorization: Bearer <token>)");
@@ -58,16 +61,16 @@ Result<Identity> Authenticate(const Engine& e, const httplib::Request& req) {
   return *id;
 }
 
-Result<Json> Body(const httplib::Request& req) {
+Result<Json> Body(const HttpRequest& req) {
   if (req.body.size() > kMaxBody) return Status::InvalidArgument("body over 1 MiB");
   Json j = Json::parse(req.body, nullptr, false);
   if (j.is_discarded()) return Status::InvalidArgument("malformed JSON body");
   return j;
 }
 
-int IntParam(const httplib::Request& req, const char* name, int def, int max) {
+int IntParam(const HttpRequest& req, const char* name, int def, int max) {
   if (!req.has_param(name)) return def;
-  auto v = ParseNonNegativeInt(req.get_param_value(name));
+  auto v = ParseNonNegativeInt(req.param(name));
   if (!v.ok()) return -1;
   return static_cast<int>(std::min<int64_t>(*v, max));
 }
@@ -97,73 +100,61 @@ const std::vector<RouteInfo>& ApiServer::Routes() {
   return kRoutes;
 }
 
-ApiServer::ApiServer(Engine* engine) : engine_(engine), http_(std::make_unique<httplib::Server>()) {
-  httplib::Server& s = *http_;
-  s.set_payload_max_length(kMaxBody);
-  s.set_tcp_nodelay(true);  // no Nagle delay on small JSON replies
-  // cpp-httplib closes a kept-alive connection after 5 requests by default; agents, the CLI's
-  // --follow and busy submitters would reconnect (a TCP handshake and a new task) every 5th call.
-  s.set_keep_alive_max_count(100000);
-  s.set_error_handler([](const httplib::Request&, httplib::Response& res) {
-    if (res.body.empty()) {
-      std::string what = res.status == 413 ? "body over 1 MiB" : res.status == 404 ? "no such endpoint"
-                                                                                 : "request failed";
-      res.set_content(Json{{"error", what}}.dump(), "application/json");
-    }
-  });
-  s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
-    Reply(res, 500, Json{{"error", "internal error"}});
-  });
+ApiServer::ApiServer(Engine* engine, ApiServerOptions options)
+    : engine_(engine), http_(std::make_unique<net::HttpServer>(net::HttpServerOptions{
+                           options.io_threads, options.workers, kMaxBody, options.idle_timeout_ms})) {
+  net::HttpServer& s = *http_;
   Engine* e = engine_;
   auto authed = [e](auto fn) {
-    return [e, fn](const httplib::Request& req, httplib::Response& res) {
+    return [e, fn](const HttpRequest& req, HttpResponse& res) {
       auto who = Authenticate(*e, req);
       if (!who.ok()) return ReplyError(res, who.status());
       fn(*who, req, res);
     };
   };
-  s.Get("/v1/health", [](const httplib::Request&, httplib::Response& res) { Reply(res, 200, Json{{"ok", true}}); });
-  s.Get("/v1/whoami", authed([](const Identity& who, const httplib::Request&, httplib::Response& res) {
+  s.Route("GET", "/v1/health", [](const HttpRequest&, HttpResponse& res) { Reply(res, 200, Json{{"ok", true}}); });
+  s.Route("GET", "/v1/whoami", authed([](const Identity& who, const HttpRequest&, HttpResponse& res) {
           Reply(res, 200, Json{{"name", who.name}, {"role", RoleName(who.role)}, {"groups", who.groups}});
         }));
-  s.Post("/v1/jobs", authed([e](const Identity& who, const httplib::Request& req, httplib::Response& res) {
+  s.Route("POST", "/v1/jobs", authed([e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
            auto body = Body(req);
            if (!body.ok()) return ReplyError(res, body.status());
            auto r = e->Submit(who, *body);
            if (r.ok()) return Reply(res, 201, *r);
            ReplyError(res, r.status());
          }));
-  s.Get("/v1/jobs", authed([e](const Identity& who, const httplib::Request& req, httplib::Response& res) {
+  s.Route("GET", "/v1/jobs", authed([e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
           int limit = IntParam(req, "limit", 100, 10000);
           if (limit < 0) return ReplyError(res, Status::InvalidArgument("'limit' must be a non-negative integer"));
-          ReplyResult(res, e->ListJobs(who, req.has_param("state") ? req.get_param_value("state") : "", limit));
+          ReplyResult(res, e->ListJobs(who, req.has_param("state") ? req.param("state") : "", limit));
         }));
-  s.Get(R"(/v1/jobs/([^/]+))", authed([e](const Identity& who, const httplib::Request& req, httplib::Response& res) {
-          ReplyResult(res, e->GetJob(who, req.matches[1]));
+  s.Route("GET", "/v1/jobs/{id}", authed([e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
+          ReplyResult(res, e->GetJob(who, req.params[0]));
         }));
-  s.Post(R"(/v1/jobs/([^/]+)/cancel)",
-         authed([e](const Identity& who, const httplib::Request& req, httplib::Response& res) {
-           ReplyResult(res, e->Cancel(who, req.matches[1]));
+  s.Route("POST", "/v1/jobs/{id}/cancel",
+         authed([e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
+           ReplyResult(res, e->Cancel(who, req.params[0]));
          }));
-  s.Get(R"(/v1/jobs/([^/]+)/output)",
-        authed([e](const Identity& who, const httplib::Request& req, httplib::Response& res) {
-          auto out = e->JobOutput(who, req.matches[1]);
+  s.Route("GET", "/v1/jobs/{id}/output",
+        authed([e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
+          auto out = e->JobOutput(who, req.params[0]);
           if (!out.ok()) return ReplyError(res, out.status());
-          res.set_content(*out, "text/plain");
+          res.content_type = "text/plain";
+          res.body = std::move(*out);
         }));
-  s.Get("/v1/queues", authed([e](const Identity& who, const httplib::Request&, httplib::Response& res) {
+  s.Route("GET", "/v1/queues", authed([e](const Identity& who, const HttpRequest&, HttpResponse& res) {
           ReplyResult(res, e->Queues(who));
         }));
-  s.Get("/v1/groups", authed([e](const Identity& who, const httplib::Request&, httplib::Response& res) {
+  s.Route("GET", "/v1/groups", authed([e](const Identity& who, const HttpRequest&, HttpResponse& res) {
           ReplyResult(res, e->Groups(who));
         }));
-  s.Get("/v1/nodes", authed([e](const Identity& who, const httplib::Request&, httplib::Response& res) {
+  s.Route("GET", "/v1/nodes", authed([e](const Identity& who, const HttpRequest&, HttpResponse& res) {
           ReplyResult(res, e->Nodes(who));
         }));
-  s.Get("/v1/summary", authed([e](const Identity& who, const httplib::Request&, httplib::Response& res) {
+  s.Route("GET", "/v1/summary", authed([e](const Identity& who, const HttpRequest&, HttpResponse& res) {
           ReplyResult(res, e->Summary(who));
         }));
-  s.Get("/v1/events", authed([e](const Identity& who, const httplib::Request& req, httplib::Response& res) {
+  s.Route("GET", "/v1/events", authed([e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
           int limit = IntParam(req, "limit", 100, 1000);
           int after = IntParam(req, "after", 0, 2000000000);
           const int tail = IntParam(req, "tail", 0, 1000);
@@ -177,15 +168,15 @@ ApiServer::ApiServer(Engine* engine) : engine_(engine), http_(std::make_unique<h
             after = static_cast<int>(std::max<int64_t>(0, *last - tail));
           }
           store::EventFilter f;
-          if (req.has_param("kind")) f.kind_prefix = req.get_param_value("kind");
-          if (req.has_param("subject")) f.subject = req.get_param_value("subject");
-          if (req.has_param("actor")) f.actor = req.get_param_value("actor");
+          if (req.has_param("kind")) f.kind_prefix = req.param("kind");
+          if (req.has_param("subject")) f.subject = req.param("subject");
+          if (req.has_param("actor")) f.actor = req.param("actor");
           ReplyResult(res, e->Events(who, after, limit, f));
         }));
-  s.Get("/v1/utilization", authed([e](const Identity& who, const httplib::Request& req, httplib::Response& res) {
+  s.Route("GET", "/v1/utilization", authed([e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
           int64_t since = 0;
           if (req.has_param("since")) {
-            const std::string v = req.get_param_value("since");
+            const std::string v = req.param("since");
             if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos || v.size() > 18) {
               return ReplyError(res, Status::InvalidArgument("'since' must be a time in milliseconds"));
             }
@@ -194,22 +185,23 @@ ApiServer::ApiServer(Engine* engine) : engine_(engine), http_(std::make_unique<h
           ReplyResult(res, e->Utilization(who, since));
         }));
   // The dashboard: a static page; it reads the API above with the user's token.
-  s.Get("/", [](const httplib::Request&, httplib::Response& res) { res.set_content(DashboardHtml(), "text/html"); });
-  s.Post("/v1/agent/register", authed([e](const Identity& who, const httplib::Request& req, httplib::Response& res) {
+  s.Route("GET", "/", [](const HttpRequest&, HttpResponse& res) { res.content_type = "text/html";
+    res.body = DashboardHtml(); });
+  s.Route("POST", "/v1/agent/register", authed([e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
            auto body = Body(req);
            if (!body.ok()) return ReplyError(res, body.status());
            ReplyResult(res, e->RegisterNode(who, *body));
          }));
-  s.Post("/v1/agent/heartbeat", authed([e](const Identity& who, const httplib::Request& req, httplib::Response& res) {
+  s.Route("POST", "/v1/agent/heartbeat", authed([e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
            auto body = Body(req);
            if (!body.ok()) return ReplyError(res, body.status());
            ReplyResult(res, e->Heartbeat(who, *body));
          }));
-  s.Put(R"(/v1/agent/jobs/([^/]+)/output)",
-        authed([e](const Identity& who, const httplib::Request& req, httplib::Response& res) {
-          auto offset = ParseNonNegativeInt(req.has_param("offset") ? req.get_param_value("offset") : "0");
+  s.Route("PUT", "/v1/agent/jobs/{id}/output",
+        authed([e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
+          auto offset = ParseNonNegativeInt(req.has_param("offset") ? req.param("offset") : "0");
           if (!offset.ok()) return ReplyError(res, Status::InvalidArgument("'offset' must be a non-negative integer"));
-          Status st = e->WriteOutput(who, req.matches[1], *offset, req.body);
+          Status st = e->WriteOutput(who, req.params[0], *offset, req.body);
           if (!st.ok()) return ReplyError(res, st);
           Reply(res, 200, Json{{"ok", true}});
         }));
@@ -217,11 +209,7 @@ ApiServer::ApiServer(Engine* engine) : engine_(engine), http_(std::make_unique<h
 
 ApiServer::~ApiServer() { Stop(); }
 
-Result<int> ApiServer::Bind(const std::string& host, int port) {
-  int bound = port == 0 ? http_->bind_to_any_port(host) : (http_->bind_to_port(host, port) ? port : -1);
-  if (bound <= 0) return Status::FailedPrecondition("cannot listen on " + host + ":" + std::to_string(port));
-  return bound;
-}
+Result<int> ApiServer::Bind(const std::string& host, int port) { return http_->Bind(host, port); }
 
 void ApiServer::Run(int tick_ms) {
   ticker_ = std::thread([this, tick_ms] {
@@ -237,12 +225,12 @@ void ApiServer::Run(int tick_ms) {
       std::this_thread::sleep_for(std::chrono::milliseconds(tick_ms));
     }
   });
-  http_->listen_after_bind();
+  http_->Run();
 }
 
 void ApiServer::Stop() {
   stop_.store(true);
-  if (http_) http_->stop();
+  if (http_) http_->Stop();
   if (ticker_.joinable() && ticker_.get_id() != std::this_thread::get_id()) ticker_.join();
 }
 

@@ -1,4 +1,5 @@
-// ApiServer: the control plane's HTTP + JSON API over an Engine (cpp-httplib).
+// ApiServer: the control plane's HTTP + JSON API over an Engine, served by net::HttpServer
+// (event-driven: kept-alive agent connections do not hold threads).
 //
 // Every request but GET /v1/health carries "Authorization: Bearer <token>"; tokens are looked up
 // by their SHA-256. Errors are 4xx/5xx with {"error": "..."} naming the problem; a rejected
@@ -7,7 +8,8 @@
 // The route table (Routes()) is the single list the server registers and the OpenAPI
 // description (docs/openapi.json) is checked against by a test.
 //
-// Thread-safety: Run() blocks serving on a thread pool; Stop() may be called from any thread.
+// Thread-safety: Run() blocks serving; handlers run on a worker pool; Stop() may be called from
+// any thread.
 #pragma once
 
 #include <atomic>
@@ -18,8 +20,8 @@
 
 #include "api/engine.h"
 
-namespace httplib {
-class Server;
+namespace tessera::net {
+class HttpServer;
 }
 
 namespace tessera::api {
@@ -32,9 +34,15 @@ struct RouteInfo {
   std::string openapi_path;  // "/v1/jobs/{id}"
 };
 
+struct ApiServerOptions {
+  int io_threads = 1;   // threads reading and writing connections
+  int workers = 16;     // threads running requests (most wait on the engine)
+  int idle_timeout_ms = 10 * 60 * 1000;
+};
+
 class ApiServer {
  public:
-  explicit ApiServer(Engine* engine);
+  explicit ApiServer(Engine* engine, ApiServerOptions options = {});
   ~ApiServer();
 
   // Binds to host:port (port 0: any free port). Returns the port bound.
@@ -47,7 +55,7 @@ class ApiServer {
 
  private:
   Engine* engine_;
-  std::unique_ptr<httplib::Server> http_;
+  std::unique_ptr<net::HttpServer> http_;
   std::atomic<bool> stop_{false};
   std::thread ticker_;
 };

@@ -1,0 +1,313 @@
+#include "net/http_server.h"
+
+#include <sys/resource.h>
+
+#include <atomic>
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <optional>
+#include <thread>
+
+namespace tessera::net {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+
+struct RouteEntry {
+  std::string method;
+  std::vector<std::string> segments;  // "{...}" matches any one non-empty segment
+  HttpHandler handler;
+};
+
+std::vector<std::string> Split(const std::string& path) {
+  std::vector<std::string> out;
+  size_t i = 1;  // after the leading '/'
+  while (i <= path.size()) {
+    size_t j = path.find('/', i);
+    if (j == std::string::npos) j = path.size();
+    out.push_back(path.substr(i, j - i));
+    i = j + 1;
+  }
+  return out;
+}
+
+bool Matches(const RouteEntry& r, const std::vector<std::string>& segs, std::vector<std::string>* params) {
+  if (r.segments.size() != segs.size()) return false;
+  params->clear();
+  for (size_t i = 0; i < segs.size(); ++i) {
+    const std::string& p = r.segments[i];
+    if (!p.empty() && p.front() == '{') {
+      if (segs[i].empty()) return false;
+      params->push_back(segs[i]);
+    } else if (p != segs[i]) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string ErrorBody(const std::string& what) {
+  std::string out = "{\"error\":\"";
+  for (char c : what) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"}";
+}
+
+std::string TooLarge(size_t max) {
+  constexpr size_t kMiB = 1024 * 1024;
+  return "body over " + (max % kMiB == 0 ? std::to_string(max / kMiB) + " MiB" : std::to_string(max) + " bytes");
+}
+
+void RaiseOpenFileLimit() {
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+    r.rlim_cur = r.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &r);
+  }
+}
+
+}  // namespace
+
+class HttpServer::Impl {
+ public:
+  explicit Impl(HttpServerOptions o)
+      : options(o),
+        ioc(std::max(1, o.io_threads)),
+        acceptor(ioc),
+        workers(static_cast<size_t>(std::max(1, o.workers))) {}
+
+  void Dispatch(HttpRequest& req, HttpResponse& res) const {
+    const std::vector<std::string> segs = Split(req.path);
+    for (const RouteEntry& r : routes) {
+      if (r.method != req.method || !Matches(r, segs, &req.params)) continue;
+      try {
+        r.handler(req, res);
+      } catch (const std::exception&) {
+        res = HttpResponse{500, "application/json", ErrorBody("internal error")};
+      }
+      return;
+    }
+    res = HttpResponse{404, "application/json", ErrorBody("no such endpoint")};
+  }
+
+  void Accept();
+
+  // Destroyed in reverse: the workers finish first, then the connections (which count down
+  // `open`) with the I/O context.
+  HttpServerOptions options;
+  std::atomic<int64_t> open{0};
+  std::atomic<bool> stopped{false};
+  std::vector<RouteEntry> routes;
+  asio::io_context ioc;
+  tcp::acceptor acceptor;
+  asio::thread_pool workers;
+};
+
+namespace {
+
+// One connection: read a request, hand it to the workers, write the answer, read the next.
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(tcp::socket socket, HttpServer::Impl* server) : stream_(std::move(socket)), server_(server) {
+    ++server_->open;
+  }
+  ~Session() { --server_->open; }
+
+  void Start() {
+    asio::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->Read(); });
+  }
+
+ private:
+  void Read() {
+    parser_.emplace();
+    parser_->body_limit(server_->options.max_body_bytes);
+    parser_->header_limit(64 * 1024);
+    stream_.expires_after(std::chrono::milliseconds(server_->options.idle_timeout_ms));
+    http::async_read(stream_, buffer_, *parser_,
+                     [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
+  }
+
+  void OnRead(beast::error_code ec) {
+    if (ec == http::error::end_of_stream || ec == beast::error::timeout || ec == asio::error::eof ||
+        ec == asio::error::connection_reset || ec == asio::error::operation_aborted) {
+      return Close();
+    }
+    if (ec == http::error::body_limit) {
+      // The client may still be sending the body: drain it after the answer, so that the client
+      // reads the 413 instead of a reset connection.
+      linger_ = true;
+      return Send(HttpResponse{413, "application/json", ErrorBody(TooLarge(server_->options.max_body_bytes))}, 11,
+                  false);
+    }
+    if (ec) return Send(HttpResponse{400, "application/json", ErrorBody("malformed HTTP request")}, 11, false);
+    http::request<http::string_body> msg = parser_->release();
+    auto req = std::make_shared<HttpRequest>();
+    req->method = std::string(msg.method_string());
+    const std::string target(msg.target());
+    const size_t q = target.find('?');
+    req->path = HttpServer::Decode(target.substr(0, q), false);
+    if (q != std::string::npos) ParseQuery(target.substr(q + 1), &req->query);
+    for (const auto& f : msg) {
+      std::string name(f.name_string());
+      for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      req->headers[name] = std::string(f.value());
+    }
+    req->body = std::move(msg.body());
+    const unsigned version = msg.version();
+    const bool keep_alive = msg.keep_alive();
+    asio::post(server_->workers, [self = shared_from_this(), req, version, keep_alive] {
+      auto res = std::make_shared<HttpResponse>();
+      self->server_->Dispatch(*req, *res);
+      asio::post(self->stream_.get_executor(),
+                 [self, res, version, keep_alive] { self->Send(std::move(*res), version, keep_alive); });
+    });
+  }
+
+  void Send(HttpResponse out, unsigned version, bool keep_alive) {
+    res_ = {};
+    res_.version(version);
+    res_.result(static_cast<http::status>(out.status));
+    res_.set(http::field::content_type, out.content_type);
+    res_.keep_alive(keep_alive);
+    res_.body() = std::move(out.body);
+    res_.prepare_payload();
+    stream_.expires_after(std::chrono::seconds(60));
+    http::async_write(stream_, res_, [self = shared_from_this(), keep_alive](beast::error_code ec, size_t) {
+      if (!ec && self->linger_) return self->Drain(0);
+      if (ec || !keep_alive) return self->Close();
+      self->Read();
+    });
+  }
+
+  // Reads and drops what the client still sends (at most 64 MiB, for 10 s), then closes.
+  void Drain(size_t dropped) {
+    if (dropped == 0) {
+      beast::error_code ignored;
+      stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+      stream_.expires_after(std::chrono::seconds(10));
+    }
+    drain_.resize(64 * 1024);
+    stream_.async_read_some(asio::buffer(drain_), [self = shared_from_this(), dropped](beast::error_code ec, size_t n) {
+      if (ec || dropped + n > 64 * 1024 * 1024) return self->Close();
+      self->Drain(dropped + n);
+    });
+  }
+
+  void Close() {
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    stream_.socket().close(ignored);
+  }
+
+  static void ParseQuery(const std::string& q, std::map<std::string, std::string>* out) {
+    size_t i = 0;
+    while (i <= q.size()) {
+      size_t amp = q.find('&', i);
+      if (amp == std::string::npos) amp = q.size();
+      const std::string kv = q.substr(i, amp - i);
+      if (!kv.empty()) {
+        const size_t eq = kv.find('=');
+        (*out)[HttpServer::Decode(kv.substr(0, eq), true)] =
+            eq == std::string::npos ? "" : HttpServer::Decode(kv.substr(eq + 1), true);
+      }
+      i = amp + 1;
+    }
+  }
+
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  http::response<http::string_body> res_;
+  HttpServer::Impl* server_;
+  bool linger_ = false;
+  std::vector<char> drain_;
+};
+
+}  // namespace
+
+void HttpServer::Impl::Accept() {
+  acceptor.async_accept(asio::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
+    if (stopped.load()) return;
+    if (!ec) {
+      beast::error_code ignored;
+      socket.set_option(tcp::no_delay(true), ignored);  // small JSON replies: no Nagle delay
+      std::make_shared<Session>(std::move(socket), this)->Start();
+    }
+    Accept();
+  });
+}
+
+HttpServer::HttpServer(HttpServerOptions options) : impl_(std::make_unique<Impl>(options)) {}
+
+HttpServer::~HttpServer() {
+  Stop();
+  impl_->workers.join();
+}
+
+void HttpServer::Route(const std::string& method, const std::string& pattern, HttpHandler handler) {
+  impl_->routes.push_back({method, Split(pattern), std::move(handler)});
+}
+
+Result<int> HttpServer::Bind(const std::string& host, int port) {
+  RaiseOpenFileLimit();
+  beast::error_code ec;
+  const auto address = asio::ip::make_address(host == "localhost" ? "127.0.0.1" : host, ec);
+  if (ec) return Status::InvalidArgument("cannot listen on '" + host + "': not an IP address");
+  const tcp::endpoint at(address, static_cast<unsigned short>(port));
+  tcp::acceptor& a = impl_->acceptor;
+  a.open(at.protocol(), ec);
+  if (!ec) a.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) a.bind(at, ec);
+  if (!ec) a.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return Status::FailedPrecondition("cannot listen on " + host + ":" + std::to_string(port) + ": " + ec.message());
+  impl_->Accept();
+  return static_cast<int>(a.local_endpoint().port());
+}
+
+void HttpServer::Run() {
+  std::vector<std::thread> extra;
+  for (int i = 1; i < impl_->options.io_threads; ++i) extra.emplace_back([this] { impl_->ioc.run(); });
+  impl_->ioc.run();
+  for (auto& t : extra) t.join();
+}
+
+void HttpServer::Stop() {
+  impl_->stopped.store(true);
+  asio::post(impl_->ioc, [this] {
+    beast::error_code ignored;
+    impl_->acceptor.close(ignored);
+  });
+  impl_->ioc.stop();
+}
+
+int64_t HttpServer::connections() const { return impl_->open.load(); }
+
+std::string HttpServer::Decode(const std::string& s, bool plus_is_space) {
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size() && hex(s[i + 1]) >= 0 && hex(s[i + 2]) >= 0) {
+      out += static_cast<char>(hex(s[i + 1]) * 16 + hex(s[i + 2]));
+      i += 2;
+    } else if (s[i] == '+' && plus_is_space) {
+      out += ' ';
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+}  // namespace tessera::net

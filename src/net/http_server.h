@@ -1,0 +1,90 @@
+// HttpServer: HTTP/1.1 with kept-alive connections, event-driven (Boost.Beast over Asio).
+//
+// Connections are served by a few I/O threads that only read and write: ten thousand kept-alive
+// agent connections cost sockets and buffers, not threads, and a slow handler never stops other
+// connections from being read. Each complete request is handed to a worker pool; its response
+// goes back on its connection's strand. Requests on one connection are answered in order.
+//
+// Routes are "/v1/jobs/{id}/output"-style patterns: literal segments, and {name} for exactly one
+// non-empty segment, captured in order into HttpRequest::params.
+//
+// Errors the server answers itself, with a JSON body {"error": "..."}: 400 for a malformed
+// request, 404 for a path no route has, 413 for a body over max_body_bytes (the connection is
+// then closed), 500 when a handler throws.
+//
+// Thread-safety: Route() before Bind(); Run() blocks until Stop(), which any thread may call.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace tessera::net {
+
+struct HttpRequest {
+  std::string method;  // "GET"
+  std::string path;    // decoded, without the query: "/v1/jobs/j-1"
+  std::map<std::string, std::string> query;    // decoded query parameters
+  std::map<std::string, std::string> headers;  // names in lower case
+  std::vector<std::string> params;             // the route's {name} segments, in order
+  std::string body;
+
+  bool has_param(const std::string& name) const { return query.count(name) != 0; }
+  std::string param(const std::string& name) const {
+    auto it = query.find(name);
+    return it == query.end() ? "" : it->second;
+  }
+  std::string header(const std::string& lower_name) const {
+    auto it = headers.find(lower_name);
+    return it == headers.end() ? "" : it->second;
+  }
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+};
+
+using HttpHandler = std::function<void(const HttpRequest&, HttpResponse&)>;
+
+struct HttpServerOptions {
+  int io_threads = 1;                      // threads reading and writing connections
+  int workers = 8;                         // threads running handlers
+  size_t max_body_bytes = 1024 * 1024;     // larger bodies get 413
+  int idle_timeout_ms = 10 * 60 * 1000;    // a connection silent this long is closed
+};
+
+class HttpServer {
+ public:
+  explicit HttpServer(HttpServerOptions options = {});
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  void Route(const std::string& method, const std::string& pattern, HttpHandler handler);
+  // Listens on host:port (0: any free port) and returns the port. Raises the process's open-file
+  // limit to its hard limit, since every kept-alive connection holds a descriptor.
+  Result<int> Bind(const std::string& host, int port);
+  // Serves until Stop().
+  void Run();
+  void Stop();
+
+  // Connections open now (for logs and benchmarks).
+  int64_t connections() const;
+
+  // Percent-decodes `s` ('+' as a space when `plus_is_space`); malformed escapes stay as they are.
+  static std::string Decode(const std::string& s, bool plus_is_space);
+
+  class Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tessera::net

@@ -269,271 +269,337 @@ std::string DefaultCapLibrary() {
   return std::filesystem::exists(lib, ec) ? lib.string() : "";
 }
 
+// ---- command registration ----
+
+void RegisterAgentCommand(CLI::App& app, CommandContext& ctx) {
+  auto* cmd = app.add_subcommand("agent", "Run a node agent: register, heartbeat, run the jobs placed here");
+  auto o = std::make_shared<agent::AgentOptions>();
+  cmd->add_option("--server", o->control_plane_url, "control plane URL (default $TESSERA_URL)");
+  cmd->add_option("--token", o->token, "agent token (default $TESSERA_TOKEN)");
+  cmd->add_option("--node", o->node_name, "node name (default: host name)");
+  cmd->add_option("--pool", o->pool, "scheduling pool the node joins (default: default)");
+  cmd->add_option("--simulate", o->simulate, "simulated devices where there is no GPU, e.g. 2xH100-80GB");
+  cmd->add_option("--work", o->work_dir, "directory for job output files");
+  cmd->add_option("--capgpu", o->capgpu_preload, "libtessera_capgpu.so to preload into shares");
+  cmd->add_option("--cgroup-root", o->cgroup_root, "cgroup v2 mount (\"\" disables cgroups)");
+  cmd->callback([o, &ctx] {
+    agent::AgentOptions opts = *o;
+    if (opts.token.empty() && std::getenv("TESSERA_TOKEN")) opts.token = std::getenv("TESSERA_TOKEN");
+    if (std::getenv("TESSERA_URL") && opts.control_plane_url == "http://127.0.0.1:8080") {
+      opts.control_plane_url = std::getenv("TESSERA_URL");
+    }
+    if (opts.capgpu_preload.empty()) opts.capgpu_preload = DefaultCapLibrary();
+    ctx.exit_code = agent::RunAgent(opts);
+  });
+}
+
+void RegisterServeCommand(CLI::App& app, CommandContext& ctx) {
+  auto* cmd = app.add_subcommand("serve", "Run the control plane");
+  auto config = std::make_shared<std::string>();
+  auto data = std::make_shared<std::string>();
+  auto listen = std::make_shared<std::string>("127.0.0.1:8080");
+  auto store = std::make_shared<std::string>();
+  cmd->add_option("--config", *config, "configuration (YAML)")->required();
+  cmd->add_option("--data", *data, "data directory (SQLite store, job output)")->required();
+  cmd->add_option("--listen", *listen, "HOST:PORT to listen on (port 0: any)");
+  cmd->add_option("--store", *store, "postgresql://... to keep state in PostgreSQL");
+  cmd->callback([=, &ctx] { ctx.exit_code = Serve(*config, *data, *listen, *store, nullptr); });
+}
+
+void RegisterUpCommand(CLI::App& app, CommandContext& ctx) {
+  auto* cmd = app.add_subcommand("up", "Control plane and an agent on this host, with an example config");
+  auto data = std::make_shared<std::string>(".tessera");
+  auto listen = std::make_shared<std::string>("127.0.0.1:8080");
+  auto simulate = std::make_shared<std::string>("2xH100-80GB");
+  cmd->add_option("--data", *data, "data directory (default .tessera)");
+  cmd->add_option("--listen", *listen, "HOST:PORT (default 127.0.0.1:8080)");
+  cmd->add_option("--simulate", *simulate, "simulated devices where there is no GPU (default 2xH100-80GB)");
+  cmd->callback([=, &ctx] { ctx.exit_code = Up(*data, *listen, *simulate); });
+}
+
+struct SubmitOptions {
+  ClientOptions client;
+  std::string queue;
+  std::string gpu_memory;
+  std::string cpu;
+  std::string memory;
+  std::string job_class;
+  std::string form;
+  std::string name;
+  int gpus = -1;
+  std::string walltime;
+  std::string gpu_fraction;
+  std::vector<std::string> env;
+  std::vector<std::string> command;
+};
+
+// The POST /v1/jobs body; false (after printing why) on a malformed --env.
+bool SubmitBody(const SubmitOptions& s, Json* body) {
+  *body = {{"queue", s.queue}, {"command", s.command}};
+  if (s.gpus >= 0) (*body)["gpus"] = s.gpus;
+  if (!s.gpu_memory.empty()) (*body)["gpu_memory"] = s.gpu_memory;
+  if (!s.cpu.empty()) (*body)["cpu"] = s.cpu;
+  if (!s.memory.empty()) (*body)["memory"] = s.memory;
+  if (!s.job_class.empty()) (*body)["class"] = s.job_class;
+  if (!s.form.empty()) (*body)["form"] = s.form;
+  if (!s.gpu_fraction.empty()) (*body)["gpu_fraction"] = s.gpu_fraction;
+  if (!s.walltime.empty()) (*body)["walltime"] = s.walltime;
+  if (!s.name.empty()) (*body)["name"] = s.name;
+  if (!s.env.empty()) {
+    Json e = Json::object();
+    for (const auto& kv : s.env) {
+      size_t eq = kv.find('=');
+      if (eq == std::string::npos || eq == 0) {
+        std::cerr << "tessera submit: --env wants NAME=VALUE, got '" << kv << "'\n";
+        return false;
+      }
+      e[kv.substr(0, eq)] = kv.substr(eq + 1);
+    }
+    (*body)["env"] = e;
+  }
+  return true;
+}
+
+void Submit(const SubmitOptions& s, int* exit_code) {
+  ClientOptions co = s.client;
+  if (!Resolve(&co)) {
+    *exit_code = kExitBadInput;
+    return;
+  }
+  Json body;
+  if (!SubmitBody(s, &body)) {
+    *exit_code = kExitBadInput;
+    return;
+  }
+  Json j = Call(co, "POST", "/v1/jobs", exit_code, body.dump());
+  if (j.is_discarded()) return;
+  if (co.json) {
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::cout << j["id"].get<std::string>() << " " << j["state"].get<std::string>() << "\n";
+  }
+}
+
+void RegisterSubmitCommand(CLI::App& app, CommandContext& ctx) {
+  auto* cmd = app.add_subcommand("submit", "Submit a job: tessera submit --queue Q [needs] -- COMMAND...");
+  auto o = std::make_shared<SubmitOptions>();
+  AddClientFlags(cmd, &o->client);
+  cmd->add_option("--queue", o->queue, "execution queue")->required();
+  cmd->add_option("--gpus", o->gpus, "number of GPUs");
+  cmd->add_option("--gpu-memory", o->gpu_memory, "GPU memory, e.g. 8GiB (a share's cap)");
+  cmd->add_option("--cpu", o->cpu, "CPU cores, e.g. 2 or 500m");
+  cmd->add_option("--memory", o->memory, "host memory, e.g. 4GiB");
+  cmd->add_option("--class", o->job_class, "training, inference, interactive, ci, batch");
+  cmd->add_option("--gpu-fraction", o->gpu_fraction, "compute share of one GPU, e.g. 0.25");
+  cmd->add_option("--form", o->form, "whole, partition or share (if the queue's policy allows it)");
+  cmd->add_option("--walltime", o->walltime, "declared run time, e.g. 2h (lets it backfill)");
+  cmd->add_option("--name", o->name, "a name for people");
+  cmd->add_option("--env", o->env, "NAME=VALUE for the job's environment (repeatable)");
+  cmd->add_option("command", o->command, "the command after --")->required();
+  cmd->callback([o, &ctx] { Submit(*o, &ctx.exit_code); });
+}
+
+// ---- jobs / job / cancel / queues / groups / nodes / whoami ----
+
+void ListJobs(const ClientOptions& co, const std::string& state, int* exit_code) {
+  Json j = Call(co, "GET", "/v1/jobs" + (state.empty() ? "" : "?state=" + state), exit_code);
+  if (j.is_discarded()) return;
+  if (co.json) return void(std::cout << j.dump(2) << "\n");
+  std::vector<std::vector<std::string>> rows = {
+      {"ID", "STATE", "QUEUE", "GROUP", "NEEDS", "PLACEMENT", "AGE", "REASON"}};
+  for (const auto& job : j["jobs"]) rows.push_back(JobRow(job));
+  PrintTable(rows);
+}
+
+void ShowJob(const ClientOptions& co, const std::string& id, int* exit_code) {
+  Json j = Call(co, "GET", "/v1/jobs/" + id, exit_code);
+  if (j.is_discarded()) return;
+  if (co.json) return void(std::cout << j.dump(2) << "\n");
+  PrintTable({{"ID", "STATE", "QUEUE", "GROUP", "NEEDS", "PLACEMENT", "AGE", "REASON"}, JobRow(j)});
+  if (j.contains("exit_code")) std::cout << "exit code: " << j["exit_code"] << "\n";
+  ClientReply out = HttpCall(co.url, co.token, "GET", "/v1/jobs/" + id + "/output");
+  if (out.status == 200 && !out.body.empty()) std::cout << "--- output ---\n" << out.body;
+}
+
+void CancelJob(const ClientOptions& co, const std::string& id, int* exit_code) {
+  Json j = Call(co, "POST", "/v1/jobs/" + id + "/cancel", exit_code);
+  if (j.is_discarded()) return;
+  if (co.json) return void(std::cout << j.dump(2) << "\n");
+  std::cout << j["id"].get<std::string>() << " " << j["state"].get<std::string>() << "\n";
+}
+
+void ListQueues(const ClientOptions& co, const std::string&, int* exit_code) {
+  Json j = Call(co, "GET", "/v1/queues", exit_code);
+  if (j.is_discarded()) return;
+  if (co.json) return void(std::cout << j.dump(2) << "\n");
+  std::vector<std::vector<std::string>> rows = {{"QUEUE", "PRIORITY", "CLASS", "FORMS", "GROUPS", "PREEMPTIBLE"}};
+  for (const auto& q : j["queues"]) {
+    std::string forms, groups;
+    for (const auto& f : q["forms"]) forms += (forms.empty() ? "" : ",") + f.get<std::string>();
+    for (const auto& g : q["groups"]) groups += (groups.empty() ? "" : ",") + g.get<std::string>();
+    rows.push_back({q["name"], std::to_string(q["priority"].get<int>()), q["class"], forms, groups,
+                    q["preemptible"].get<bool>() ? "yes" : "no"});
+  }
+  PrintTable(rows);
+}
+
+void ListGroups(const ClientOptions& co, const std::string&, int* exit_code) {
+  Json j = Call(co, "GET", "/v1/groups", exit_code);
+  if (j.is_discarded()) return;
+  if (co.json) return void(std::cout << j.dump(2) << "\n");
+  std::vector<std::vector<std::string>> rows = {{"GROUP", "GPU USED", "RESERVED", "LIMIT", "CPU USED", "CPU LIMIT"}};
+  for (const auto& g : j["groups"]) {
+    auto lim = [](int64_t v) { return v == 0 ? std::string("-") : FormatMilli(v); };
+    rows.push_back({g["name"], FormatMilli(g["usage"]["gpu_milli"]), FormatMilli(g["reservation"]["gpu_milli"]),
+                    lim(g["limit"]["gpu_milli"]), FormatMilli(g["usage"]["cpu_milli"]), lim(g["limit"]["cpu_milli"])});
+  }
+  PrintTable(rows);
+}
+
+// "job(form[ partition][,identity])" per holder, space-separated.
+std::string DeviceHolders(const Json& d) {
+  std::string holders;
+  for (const auto& h : d["holders"]) {
+    holders += (holders.empty() ? "" : " ") + h["job"].get<std::string>() + "(" + h["form"].get<std::string>() +
+               (h.contains("partition") ? " " + h["partition"].get<std::string>() : "") +
+               (h.contains("identity") ? "," + h["identity"].get<std::string>() : "") + ")";
+  }
+  return holders;
+}
+
+// The partition layout: MIG instances (free ones too), the AMD mode, or "whole".
+std::string DeviceLayout(const Json& d) {
+  std::string layout;
+  for (const auto& p : d.value("partitions", Json::array())) {
+    layout += (layout.empty() ? "" : ",") + p["name"].get<std::string>();
+  }
+  if (layout.empty()) layout = d.value("mig", false) ? "MIG (empty)" : d.value("amd_mode", "");
+  if (layout.empty()) layout = "-";
+  if (d.value("draining", false)) layout += " draining";
+  return layout;
+}
+
+void ListNodes(const ClientOptions& co, const std::string&, int* exit_code) {
+  Json j = Call(co, "GET", "/v1/nodes", exit_code);
+  if (j.is_discarded()) return;
+  if (co.json) return void(std::cout << j.dump(2) << "\n");
+  std::vector<std::vector<std::string>> rows = {
+      {"NODE", "STATE", "DEVICE", "MODEL", "LAYOUT", "USED", "MEMORY USED", "HOLDERS"}};
+  for (const auto& n : j["nodes"]) {
+    std::string state = n["state"].get<std::string>() + (n["simulated"].get<bool>() ? " (simulated)" : "");
+    if (n["devices"].empty()) rows.push_back({n["name"], state, "-", "-", "-", "-", "-", "-"});
+    for (const auto& d : n["devices"]) {
+      std::string holders = DeviceHolders(d);
+      std::string layout = DeviceLayout(d);
+      rows.push_back({n["name"], state, std::to_string(d["index"].get<int>()),
+                      d["model"].get<std::string>() + (d["simulated"].get<bool>() ? "*" : ""), layout,
+                      FormatMilli(d["gpu_milli_used"]),
+                      FormatMiB(d["gpu_memory_mib_used"]) + "/" + FormatMiB(d["memory_mib"]),
+                      holders.empty() ? "-" : holders});
+    }
+  }
+  PrintTable(rows);
+}
+
+void WhoAmI(const ClientOptions& co, const std::string&, int* exit_code) {
+  Json j = Call(co, "GET", "/v1/whoami", exit_code);
+  if (j.is_discarded()) return;
+  std::cout << (co.json ? j.dump(2) : j["name"].get<std::string>() + " (" + j["role"].get<std::string>() + ")") << "\n";
+}
+
+using ClientRun = void (*)(const ClientOptions& co, const std::string& arg, int* exit_code);
+
+// A client command with at most one string argument, which `add_arg` declares.
+void RegisterClientCommand(CLI::App& app, CommandContext& ctx, const char* name, const char* help,
+                           void (*add_arg)(CLI::App*, std::string*), ClientRun run) {
+  auto* cmd = app.add_subcommand(name, help);
+  auto o = std::make_shared<ClientOptions>();
+  AddClientFlags(cmd, o.get());
+  auto arg = std::make_shared<std::string>();
+  add_arg(cmd, arg.get());
+  cmd->callback([o, arg, &ctx, run] {
+    ClientOptions co = *o;
+    if (!Resolve(&co)) {
+      ctx.exit_code = kExitBadInput;
+      return;
+    }
+    run(co, *arg, &ctx.exit_code);
+  });
+}
+
+void RegisterClientCommands(CLI::App& app, CommandContext& ctx) {
+  auto no_arg = [](CLI::App*, std::string*) {};
+  auto id_arg = [](CLI::App* c, std::string* a) { c->add_option("id", *a)->required(); };
+  RegisterClientCommand(app, ctx, "jobs", "List jobs (of your groups)", [](CLI::App* c, std::string* a) {
+    c->add_option("--state", *a, "only jobs in this state");
+  }, ListJobs);
+  RegisterClientCommand(app, ctx, "job", "Show one job and its output", id_arg, ShowJob);
+  RegisterClientCommand(app, ctx, "cancel", "Cancel a job", id_arg, CancelJob);
+  RegisterClientCommand(app, ctx, "queues", "List the queues you may use", no_arg, ListQueues);
+  RegisterClientCommand(app, ctx, "groups", "Groups with reservation, limit and usage", no_arg, ListGroups);
+  RegisterClientCommand(app, ctx, "nodes", "Nodes, devices, and who holds them", no_arg, ListNodes);
+  RegisterClientCommand(app, ctx, "whoami", "Who the token belongs to", no_arg, WhoAmI);
+}
+
+// ---- events ----
+
+struct EventsOptions {
+  ClientOptions client;
+  bool follow = false;
+  std::string kind;
+  int64_t after = 0;
+};
+
+void PrintEvent(const Json& e, bool json) {
+  if (json) {
+    std::cout << e.dump() << "\n";
+  } else {
+    std::cout << e["seq"] << "  " << e["kind"].get<std::string>() << "  " << e["subject"].get<std::string>()
+              << "  by " << e["actor"].get<std::string>()
+              << (e["reason"].get<std::string>().empty() ? "" : "  (" + e["reason"].get<std::string>() + ")") << "\n";
+  }
+}
+
+void Events(const EventsOptions& o, int* exit_code) {
+  ClientOptions co = o.client;
+  if (!Resolve(&co)) {
+    *exit_code = kExitBadInput;
+    return;
+  }
+  int64_t cursor = o.after;
+  do {
+    Json j = Call(co, "GET", "/v1/events?after=" + std::to_string(cursor) + "&limit=500" +
+                                 (o.kind.empty() ? "" : "&kind=" + o.kind),
+                  exit_code);
+    if (j.is_discarded()) return;
+    for (const auto& e : j["events"]) PrintEvent(e, co.json);
+    std::cout.flush();
+    bool more = j["next"].get<int64_t>() > cursor;
+    cursor = j["next"].get<int64_t>();
+    if (!o.follow && !more) break;
+    if (!more) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  } while (true);
+}
+
+void RegisterEventsCommand(CLI::App& app, CommandContext& ctx) {
+  auto* cmd = app.add_subcommand("events", "The event log (--follow to keep watching)");
+  auto o = std::make_shared<EventsOptions>();
+  AddClientFlags(cmd, &o->client);
+  cmd->add_flag("--follow,-f", o->follow, "keep printing new events");
+  cmd->add_option("--kind", o->kind, "only events whose kind starts with this (e.g. job.)");
+  cmd->add_option("--after", o->after, "only events after this sequence number");
+  cmd->callback([o, &ctx] { Events(*o, &ctx.exit_code); });
+}
+
 }  // namespace
 
 void RegisterEngineCommands(CLI::App& app, CommandContext& ctx) {
-  // agent
-  {
-    auto* cmd = app.add_subcommand("agent", "Run a node agent: register, heartbeat, run the jobs placed here");
-    auto o = std::make_shared<agent::AgentOptions>();
-    cmd->add_option("--server", o->control_plane_url, "control plane URL (default $TESSERA_URL)");
-    cmd->add_option("--token", o->token, "agent token (default $TESSERA_TOKEN)");
-    cmd->add_option("--node", o->node_name, "node name (default: host name)");
-    cmd->add_option("--pool", o->pool, "scheduling pool the node joins (default: default)");
-    cmd->add_option("--simulate", o->simulate, "simulated devices where there is no GPU, e.g. 2xH100-80GB");
-    cmd->add_option("--work", o->work_dir, "directory for job output files");
-    cmd->add_option("--capgpu", o->capgpu_preload, "libtessera_capgpu.so to preload into shares");
-    cmd->add_option("--cgroup-root", o->cgroup_root, "cgroup v2 mount (\"\" disables cgroups)");
-    cmd->callback([o, &ctx] {
-      agent::AgentOptions opts = *o;
-      if (opts.token.empty() && std::getenv("TESSERA_TOKEN")) opts.token = std::getenv("TESSERA_TOKEN");
-      if (std::getenv("TESSERA_URL") && opts.control_plane_url == "http://127.0.0.1:8080") {
-        opts.control_plane_url = std::getenv("TESSERA_URL");
-      }
-      if (opts.capgpu_preload.empty()) opts.capgpu_preload = DefaultCapLibrary();
-      ctx.exit_code = agent::RunAgent(opts);
-    });
-  }
-  // serve
-  {
-    auto* cmd = app.add_subcommand("serve", "Run the control plane");
-    auto config = std::make_shared<std::string>();
-    auto data = std::make_shared<std::string>();
-    auto listen = std::make_shared<std::string>("127.0.0.1:8080");
-    auto store = std::make_shared<std::string>();
-    cmd->add_option("--config", *config, "configuration (YAML)")->required();
-    cmd->add_option("--data", *data, "data directory (SQLite store, job output)")->required();
-    cmd->add_option("--listen", *listen, "HOST:PORT to listen on (port 0: any)");
-    cmd->add_option("--store", *store, "postgresql://... to keep state in PostgreSQL");
-    cmd->callback([=, &ctx] { ctx.exit_code = Serve(*config, *data, *listen, *store, nullptr); });
-  }
-  // up
-  {
-    auto* cmd = app.add_subcommand("up", "Control plane and an agent on this host, with an example config");
-    auto data = std::make_shared<std::string>(".tessera");
-    auto listen = std::make_shared<std::string>("127.0.0.1:8080");
-    auto simulate = std::make_shared<std::string>("2xH100-80GB");
-    cmd->add_option("--data", *data, "data directory (default .tessera)");
-    cmd->add_option("--listen", *listen, "HOST:PORT (default 127.0.0.1:8080)");
-    cmd->add_option("--simulate", *simulate, "simulated devices where there is no GPU (default 2xH100-80GB)");
-    cmd->callback([=, &ctx] { ctx.exit_code = Up(*data, *listen, *simulate); });
-  }
-  // submit
-  {
-    auto* cmd = app.add_subcommand("submit", "Submit a job: tessera submit --queue Q [needs] -- COMMAND...");
-    auto o = std::make_shared<ClientOptions>();
-    AddClientFlags(cmd, o.get());
-    auto queue = std::make_shared<std::string>();
-    auto gpu_memory = std::make_shared<std::string>();
-    auto cpu = std::make_shared<std::string>();
-    auto memory = std::make_shared<std::string>();
-    auto job_class = std::make_shared<std::string>();
-    auto form = std::make_shared<std::string>();
-    auto name = std::make_shared<std::string>();
-    auto gpus = std::make_shared<int>(-1);
-    auto walltime = std::make_shared<std::string>();
-    auto gpu_fraction = std::make_shared<std::string>();
-    auto env = std::make_shared<std::vector<std::string>>();
-    auto command = std::make_shared<std::vector<std::string>>();
-    cmd->add_option("--queue", *queue, "execution queue")->required();
-    cmd->add_option("--gpus", *gpus, "number of GPUs");
-    cmd->add_option("--gpu-memory", *gpu_memory, "GPU memory, e.g. 8GiB (a share's cap)");
-    cmd->add_option("--cpu", *cpu, "CPU cores, e.g. 2 or 500m");
-    cmd->add_option("--memory", *memory, "host memory, e.g. 4GiB");
-    cmd->add_option("--class", *job_class, "training, inference, interactive, ci, batch");
-    cmd->add_option("--gpu-fraction", *gpu_fraction, "compute share of one GPU, e.g. 0.25");
-    cmd->add_option("--form", *form, "whole, partition or share (if the queue's policy allows it)");
-    cmd->add_option("--walltime", *walltime, "declared run time, e.g. 2h (lets it backfill)");
-    cmd->add_option("--name", *name, "a name for people");
-    cmd->add_option("--env", *env, "NAME=VALUE for the job's environment (repeatable)");
-    cmd->add_option("command", *command, "the command after --")->required();
-    cmd->callback([=, &ctx] {
-      ClientOptions co = *o;
-      if (!Resolve(&co)) {
-        ctx.exit_code = kExitBadInput;
-        return;
-      }
-      Json body = {{"queue", *queue}, {"command", *command}};
-      if (*gpus >= 0) body["gpus"] = *gpus;
-      if (!gpu_memory->empty()) body["gpu_memory"] = *gpu_memory;
-      if (!cpu->empty()) body["cpu"] = *cpu;
-      if (!memory->empty()) body["memory"] = *memory;
-      if (!job_class->empty()) body["class"] = *job_class;
-      if (!form->empty()) body["form"] = *form;
-      if (!gpu_fraction->empty()) body["gpu_fraction"] = *gpu_fraction;
-      if (!walltime->empty()) body["walltime"] = *walltime;
-      if (!name->empty()) body["name"] = *name;
-      if (!env->empty()) {
-        Json e = Json::object();
-        for (const auto& kv : *env) {
-          size_t eq = kv.find('=');
-          if (eq == std::string::npos || eq == 0) {
-            std::cerr << "tessera submit: --env wants NAME=VALUE, got '" << kv << "'\n";
-            ctx.exit_code = kExitBadInput;
-            return;
-          }
-          e[kv.substr(0, eq)] = kv.substr(eq + 1);
-        }
-        body["env"] = e;
-      }
-      Json j = Call(co, "POST", "/v1/jobs", &ctx.exit_code, body.dump());
-      if (j.is_discarded()) return;
-      if (co.json) {
-        std::cout << j.dump(2) << "\n";
-      } else {
-        std::cout << j["id"].get<std::string>() << " " << j["state"].get<std::string>() << "\n";
-      }
-    });
-  }
-  // jobs / job / cancel / queues / groups / nodes / events / whoami
-  auto simple = [&](const char* name, const char* help, auto&& fn) {
-    auto* cmd = app.add_subcommand(name, help);
-    auto o = std::make_shared<ClientOptions>();
-    AddClientFlags(cmd, o.get());
-    auto arg = std::make_shared<std::string>();
-    fn(cmd, arg.get());
-    cmd->callback([o, arg, &ctx, fn2 = fn, name] {
-      ClientOptions co = *o;
-      if (!Resolve(&co)) {
-        ctx.exit_code = kExitBadInput;
-        return;
-      }
-      (void)fn2;
-      (void)name;
-      std::string cmd_name = name;
-      if (cmd_name == "jobs") {
-        Json j = Call(co, "GET", "/v1/jobs" + (arg->empty() ? "" : "?state=" + *arg), &ctx.exit_code);
-        if (j.is_discarded()) return;
-        if (co.json) return void(std::cout << j.dump(2) << "\n");
-        std::vector<std::vector<std::string>> rows = {{"ID", "STATE", "QUEUE", "GROUP", "NEEDS", "PLACEMENT", "AGE", "REASON"}};
-        for (const auto& job : j["jobs"]) rows.push_back(JobRow(job));
-        PrintTable(rows);
-      } else if (cmd_name == "job") {
-        Json j = Call(co, "GET", "/v1/jobs/" + *arg, &ctx.exit_code);
-        if (j.is_discarded()) return;
-        if (co.json) return void(std::cout << j.dump(2) << "\n");
-        PrintTable({{"ID", "STATE", "QUEUE", "GROUP", "NEEDS", "PLACEMENT", "AGE", "REASON"}, JobRow(j)});
-        if (j.contains("exit_code")) std::cout << "exit code: " << j["exit_code"] << "\n";
-        ClientReply out = HttpCall(co.url, co.token, "GET", "/v1/jobs/" + *arg + "/output");
-        if (out.status == 200 && !out.body.empty()) std::cout << "--- output ---\n" << out.body;
-      } else if (cmd_name == "cancel") {
-        Json j = Call(co, "POST", "/v1/jobs/" + *arg + "/cancel", &ctx.exit_code);
-        if (j.is_discarded()) return;
-        if (co.json) return void(std::cout << j.dump(2) << "\n");
-        std::cout << j["id"].get<std::string>() << " " << j["state"].get<std::string>() << "\n";
-      } else if (cmd_name == "queues") {
-        Json j = Call(co, "GET", "/v1/queues", &ctx.exit_code);
-        if (j.is_discarded()) return;
-        if (co.json) return void(std::cout << j.dump(2) << "\n");
-        std::vector<std::vector<std::string>> rows = {{"QUEUE", "PRIORITY", "CLASS", "FORMS", "GROUPS", "PREEMPTIBLE"}};
-        for (const auto& q : j["queues"]) {
-          std::string forms, groups;
-          for (const auto& f : q["forms"]) forms += (forms.empty() ? "" : ",") + f.get<std::string>();
-          for (const auto& g : q["groups"]) groups += (groups.empty() ? "" : ",") + g.get<std::string>();
-          rows.push_back({q["name"], std::to_string(q["priority"].get<int>()), q["class"], forms, groups,
-                          q["preemptible"].get<bool>() ? "yes" : "no"});
-        }
-        PrintTable(rows);
-      } else if (cmd_name == "groups") {
-        Json j = Call(co, "GET", "/v1/groups", &ctx.exit_code);
-        if (j.is_discarded()) return;
-        if (co.json) return void(std::cout << j.dump(2) << "\n");
-        std::vector<std::vector<std::string>> rows = {{"GROUP", "GPU USED", "RESERVED", "LIMIT", "CPU USED", "CPU LIMIT"}};
-        for (const auto& g : j["groups"]) {
-          auto lim = [](int64_t v) { return v == 0 ? std::string("-") : FormatMilli(v); };
-          rows.push_back({g["name"], FormatMilli(g["usage"]["gpu_milli"]), FormatMilli(g["reservation"]["gpu_milli"]),
-                          lim(g["limit"]["gpu_milli"]), FormatMilli(g["usage"]["cpu_milli"]), lim(g["limit"]["cpu_milli"])});
-        }
-        PrintTable(rows);
-      } else if (cmd_name == "nodes") {
-        Json j = Call(co, "GET", "/v1/nodes", &ctx.exit_code);
-        if (j.is_discarded()) return;
-        if (co.json) return void(std::cout << j.dump(2) << "\n");
-        std::vector<std::vector<std::string>> rows = {
-            {"NODE", "STATE", "DEVICE", "MODEL", "LAYOUT", "USED", "MEMORY USED", "HOLDERS"}};
-        for (const auto& n : j["nodes"]) {
-          std::string state = n["state"].get<std::string>() + (n["simulated"].get<bool>() ? " (simulated)" : "");
-          if (n["devices"].empty()) rows.push_back({n["name"], state, "-", "-", "-", "-", "-", "-"});
-          for (const auto& d : n["devices"]) {
-            std::string holders;
-            for (const auto& h : d["holders"]) {
-              holders += (holders.empty() ? "" : " ") + h["job"].get<std::string>() + "(" + h["form"].get<std::string>() +
-                         (h.contains("partition") ? " " + h["partition"].get<std::string>() : "") +
-                         (h.contains("identity") ? "," + h["identity"].get<std::string>() : "") + ")";
-            }
-            // The partition layout: MIG instances (free ones too), the AMD mode, or "whole".
-            std::string layout;
-            for (const auto& p : d.value("partitions", Json::array())) {
-              layout += (layout.empty() ? "" : ",") + p["name"].get<std::string>();
-            }
-            if (layout.empty()) layout = d.value("mig", false) ? "MIG (empty)" : d.value("amd_mode", "");
-            if (layout.empty()) layout = "-";
-            if (d.value("draining", false)) layout += " draining";
-            rows.push_back({n["name"], state, std::to_string(d["index"].get<int>()),
-                            d["model"].get<std::string>() + (d["simulated"].get<bool>() ? "*" : ""), layout,
-                            FormatMilli(d["gpu_milli_used"]),
-                            FormatMiB(d["gpu_memory_mib_used"]) + "/" + FormatMiB(d["memory_mib"]),
-                            holders.empty() ? "-" : holders});
-          }
-        }
-        PrintTable(rows);
-      } else if (cmd_name == "whoami") {
-        Json j = Call(co, "GET", "/v1/whoami", &ctx.exit_code);
-        if (j.is_discarded()) return;
-        std::cout << (co.json ? j.dump(2) : j["name"].get<std::string>() + " (" + j["role"].get<std::string>() + ")") << "\n";
-      }
-    });
-    return cmd;
-  };
-  simple("jobs", "List jobs (of your groups)", [](CLI::App* c, std::string* a) {
-    c->add_option("--state", *a, "only jobs in this state");
-  });
-  simple("job", "Show one job and its output", [](CLI::App* c, std::string* a) { c->add_option("id", *a)->required(); });
-  simple("cancel", "Cancel a job", [](CLI::App* c, std::string* a) { c->add_option("id", *a)->required(); });
-  simple("queues", "List the queues you may use", [](CLI::App*, std::string*) {});
-  simple("groups", "Groups with reservation, limit and usage", [](CLI::App*, std::string*) {});
-  simple("nodes", "Nodes, devices, and who holds them", [](CLI::App*, std::string*) {});
-  simple("whoami", "Who the token belongs to", [](CLI::App*, std::string*) {});
-  // events
-  {
-    auto* cmd = app.add_subcommand("events", "The event log (--follow to keep watching)");
-    auto o = std::make_shared<ClientOptions>();
-    AddClientFlags(cmd, o.get());
-    auto follow = std::make_shared<bool>(false);
-    auto kind = std::make_shared<std::string>();
-    auto after = std::make_shared<int64_t>(0);
-    cmd->add_flag("--follow,-f", *follow, "keep printing new events");
-    cmd->add_option("--kind", *kind, "only events whose kind starts with this (e.g. job.)");
-    cmd->add_option("--after", *after, "only events after this sequence number");
-    cmd->callback([=, &ctx] {
-      ClientOptions co = *o;
-      if (!Resolve(&co)) {
-        ctx.exit_code = kExitBadInput;
-        return;
-      }
-      int64_t cursor = *after;
-      do {
-        Json j = Call(co, "GET", "/v1/events?after=" + std::to_string(cursor) + "&limit=500" +
-                                     (kind->empty() ? "" : "&kind=" + *kind),
-                      &ctx.exit_code);
-        if (j.is_discarded()) return;
-        for (const auto& e : j["events"]) {
-          if (co.json) {
-            std::cout << e.dump() << "\n";
-          } else {
-            std::cout << e["seq"] << "  " << e["kind"].get<std::string>() << "  " << e["subject"].get<std::string>()
-                      << "  by " << e["actor"].get<std::string>()
-                      << (e["reason"].get<std::string>().empty() ? "" : "  (" + e["reason"].get<std::string>() + ")") << "\n";
-          }
-        }
-        std::cout.flush();
-        bool more = j["next"].get<int64_t>() > cursor;
-        cursor = j["next"].get<int64_t>();
-        if (!*follow && !more) break;
-        if (!more) std::this_thread::sleep_for(std::chrono::milliseconds(500));
-      } while (true);
-    });
-  }
+  RegisterAgentCommand(app, ctx);
+  RegisterServeCommand(app, ctx);
+  RegisterUpCommand(app, ctx);
+  RegisterSubmitCommand(app, ctx);
+  RegisterClientCommands(app, ctx);
+  RegisterEventsCommand(app, ctx);
 }
 
 }  // namespace tessera::cli

@@ -36,6 +36,140 @@ using policy::Scalar;
 #define TRY TESSERA_TRY
 #define TRY_ASSIGN TESSERA_TRY_ASSIGN
 
+Status ParseNodeGpu(const YAML::Node& g, const std::string& f, quota::NodeSpec* ns) {
+  TRY(KnownKeys(g, f + ".gpu", {"model", "count", "memory"}));
+  if (g["model"]) ns->gpu_model = Scalar(g["model"]);
+  int64_t c = 1;
+  if (g["count"]) TRY_ASSIGN(c, GetInt(g["count"], f + ".gpu.count"));
+  ns->gpu_count = static_cast<int>(c);
+  if (g["memory"]) TRY_ASSIGN(ns->gpu_memory_mib, GetMemory(g["memory"], f + ".gpu.memory"));
+  return Status::Ok();
+}
+
+// One `nodes` entry; with count > 1 it becomes nodes "NAME-0", "NAME-1", ...
+Status ParseNodeEntry(const YAML::Node& n, size_t i, std::vector<quota::NodeSpec>* nodes) {
+  std::string f = "nodes[" + EntryName(n, i) + "]";
+  TRY(KnownKeys(n, f, {"name", "count", "pool", "cpu", "memory", "gpu", "mig", "amd_mode"}));
+  quota::NodeSpec ns;
+  ns.name = n["name"] ? Scalar(n["name"]) : "node" + std::to_string(i);
+  int64_t count = 1;
+  if (n["count"]) TRY_ASSIGN(count, GetInt(n["count"], f + ".count"));
+  if (n["pool"]) ns.pool = Scalar(n["pool"]);
+  if (n["cpu"]) TRY_ASSIGN(ns.cpu_milli, GetMilli(n["cpu"], f + ".cpu"));
+  if (n["memory"]) TRY_ASSIGN(ns.memory_mib, GetMemory(n["memory"], f + ".memory"));
+  if (n["gpu"]) TRY(ParseNodeGpu(n["gpu"], f, &ns));
+  if (n["mig"]) TRY_ASSIGN(ns.mig_layout, GetStrings(n["mig"], f + ".mig"));
+  if (n["amd_mode"]) ns.amd_mode = Scalar(n["amd_mode"]);
+  for (int64_t k = 0; k < count; ++k) {
+    quota::NodeSpec copy = ns;
+    if (count > 1) copy.name = ns.name + "-" + std::to_string(k);
+    nodes->push_back(copy);
+  }
+  return Status::Ok();
+}
+
+Status ParseCompareWith(const YAML::Node& n, Scenario* s) {
+  TRY(KnownKeys(n, "compare_with", {"name", "class_forms"}));
+  if (n["name"]) s->compare_name = Scalar(n["name"]);
+  quota::ClassForms cf = s->policy.class_forms;
+  if (n["class_forms"]) {
+    TRY_ASSIGN(cf, policy::GetClassForms(n["class_forms"], "compare_with.class_forms", cf));
+  }
+  s->compare_forms = cf;
+  return Status::Ok();
+}
+
+// A duration or a list of them, used in turn.
+Status ParseDurations(const YAML::Node& n, const std::string& f, std::vector<int64_t>* out) {
+  if (n.IsSequence()) {
+    for (size_t k = 0; k < n.size(); ++k) {
+      int64_t d = 0;
+      TRY_ASSIGN(d, GetDuration(n[k], f + ".duration"));
+      out->push_back(d);
+    }
+  } else {
+    int64_t d = 0;
+    TRY_ASSIGN(d, GetDuration(n, f + ".duration"));
+    out->push_back(d);
+  }
+  return Status::Ok();
+}
+
+// A memory size or a list of them, used in turn.
+Status ParseGpuMemories(const YAML::Node& g, const std::string& f, std::vector<MiB>* out) {
+  if (g.IsSequence()) {
+    for (size_t k = 0; k < g.size(); ++k) {
+      MiB m = 0;
+      TRY_ASSIGN(m, GetMemory(g[k], f + ".gpu_memory"));
+      out->push_back(m);
+    }
+  } else {
+    MiB m = 0;
+    TRY_ASSIGN(m, GetMemory(g, f + ".gpu_memory"));
+    out->push_back(m);
+  }
+  return Status::Ok();
+}
+
+// The request overrides of a workload entry: class, form, gpus, gpu_fraction, gpu_memory, cpu, memory.
+Status ParseWorkloadRequest(const YAML::Node& n, const std::string& f, WorkloadEntry* w) {
+  if (n["class"]) {
+    auto c = quota::ParseWorkloadClass(Scalar(n["class"]));
+    if (!c.ok()) return FieldError(f + ".class", c.status().message());
+    w->base.cls = *c;
+  }
+  if (n["form"]) {
+    auto fm = quota::ParseAllocationForm(Scalar(n["form"]));
+    if (!fm.ok()) return FieldError(f + ".form", fm.status().message());
+    w->base.form = *fm;
+  }
+  if (n["gpus"]) {
+    int64_t c = 0;
+    TRY_ASSIGN(c, GetInt(n["gpus"], f + ".gpus"));
+    w->base.gpu_count = static_cast<int>(c);
+  }
+  if (n["gpu_fraction"]) {
+    int64_t m = 0;
+    TRY_ASSIGN(m, GetMilli(n["gpu_fraction"], f + ".gpu_fraction"));
+    w->base.gpu_milli = m;
+  }
+  if (n["gpu_memory"]) TRY(ParseGpuMemories(n["gpu_memory"], f, &w->gpu_memory_mib));
+  if (n["cpu"]) {
+    int64_t m = 0;
+    TRY_ASSIGN(m, GetMilli(n["cpu"], f + ".cpu"));
+    w->base.cpu_milli = m;
+  }
+  if (n["memory"]) {
+    MiB m = 0;
+    TRY_ASSIGN(m, GetMemory(n["memory"], f + ".memory"));
+    w->base.memory_mib = m;
+  }
+  return Status::Ok();
+}
+
+Result<WorkloadEntry> ParseWorkloadEntry(const YAML::Node& n, size_t i) {
+  std::string f = "workload[" + std::to_string(i) + "]";
+  TRY(KnownKeys(n, f,
+                {"queue", "identity", "group", "count", "at", "interval", "duration", "class",
+                 "form", "gpus", "gpu_fraction", "gpu_memory", "cpu", "memory", "walltime"}));
+  WorkloadEntry w;
+  if (!n["queue"]) return FieldError(f + ".queue", "required");
+  w.base.queue = Scalar(n["queue"]);
+  w.base.identity = n["identity"] ? Scalar(n["identity"]) : "user" + std::to_string(i);
+  if (n["group"]) w.base.group = Scalar(n["group"]);
+  int64_t count = 1;
+  if (n["count"]) TRY_ASSIGN(count, GetInt(n["count"], f + ".count"));
+  w.count = static_cast<int>(count);
+  if (n["at"]) TRY_ASSIGN(w.at_s, GetDuration(n["at"], f + ".at"));
+  if (n["interval"]) TRY_ASSIGN(w.interval_s, GetDuration(n["interval"], f + ".interval"));
+  if (!n["duration"]) return FieldError(f + ".duration", "required");
+  TRY(ParseDurations(n["duration"], f, &w.durations_s));
+  if (w.durations_s.empty()) return FieldError(f + ".duration", "empty list");
+  TRY(ParseWorkloadRequest(n, f, &w));
+  if (n["walltime"]) TRY_ASSIGN(w.declare_walltime, GetBool(n["walltime"], f + ".walltime"));
+  return w;
+}
+
 Result<Scenario> Parse(const YAML::Node& root) {
   Scenario s;
   policy::PolicyKeys keys;
@@ -45,123 +179,15 @@ Result<Scenario> Parse(const YAML::Node& root) {
   if (root["until"]) TRY_ASSIGN(s.until_s, GetDuration(root["until"], "until"));
   if (root["cycle"]) TRY_ASSIGN(s.cycle_s, GetDuration(root["cycle"], "cycle"));
   if (s.cycle_s <= 0) return FieldError("cycle", "must be positive");
-  quota::PolicySpec& p = s.policy;
   if (!root["nodes"] || !root["nodes"].IsSequence()) return FieldError("nodes", "a list is required");
-  for (size_t i = 0; i < root["nodes"].size(); ++i) {
-    const YAML::Node n = root["nodes"][i];
-    std::string f = "nodes[" + EntryName(n, i) + "]";
-    TRY(KnownKeys(n, f, {"name", "count", "pool", "cpu", "memory", "gpu", "mig", "amd_mode"}));
-    quota::NodeSpec ns;
-    ns.name = n["name"] ? Scalar(n["name"]) : "node" + std::to_string(i);
-    int64_t count = 1;
-    if (n["count"]) TRY_ASSIGN(count, GetInt(n["count"], f + ".count"));
-    if (n["pool"]) ns.pool = Scalar(n["pool"]);
-    if (n["cpu"]) TRY_ASSIGN(ns.cpu_milli, GetMilli(n["cpu"], f + ".cpu"));
-    if (n["memory"]) TRY_ASSIGN(ns.memory_mib, GetMemory(n["memory"], f + ".memory"));
-    if (n["gpu"]) {
-      const YAML::Node g = n["gpu"];
-      TRY(KnownKeys(g, f + ".gpu", {"model", "count", "memory"}));
-      if (g["model"]) ns.gpu_model = Scalar(g["model"]);
-      int64_t c = 1;
-      if (g["count"]) TRY_ASSIGN(c, GetInt(g["count"], f + ".gpu.count"));
-      ns.gpu_count = static_cast<int>(c);
-      if (g["memory"]) TRY_ASSIGN(ns.gpu_memory_mib, GetMemory(g["memory"], f + ".gpu.memory"));
-    }
-    if (n["mig"]) TRY_ASSIGN(ns.mig_layout, GetStrings(n["mig"], f + ".mig"));
-    if (n["amd_mode"]) ns.amd_mode = Scalar(n["amd_mode"]);
-    for (int64_t k = 0; k < count; ++k) {
-      quota::NodeSpec copy = ns;
-      if (count > 1) copy.name = ns.name + "-" + std::to_string(k);
-      s.nodes.push_back(copy);
-    }
-  }
-  if (root["compare_with"]) {
-    const YAML::Node n = root["compare_with"];
-    TRY(KnownKeys(n, "compare_with", {"name", "class_forms"}));
-    if (n["name"]) s.compare_name = Scalar(n["name"]);
-    quota::ClassForms cf = p.class_forms;
-    if (n["class_forms"]) {
-      TRY_ASSIGN(cf, policy::GetClassForms(n["class_forms"], "compare_with.class_forms", cf));
-    }
-    s.compare_forms = cf;
-  }
+  for (size_t i = 0; i < root["nodes"].size(); ++i) TRY(ParseNodeEntry(root["nodes"][i], i, &s.nodes));
+  if (root["compare_with"]) TRY(ParseCompareWith(root["compare_with"], &s));
   if (!root["workload"] || !root["workload"].IsSequence()) {
     return FieldError("workload", "a list is required");
   }
   for (size_t i = 0; i < root["workload"].size(); ++i) {
-    const YAML::Node n = root["workload"][i];
-    std::string f = "workload[" + std::to_string(i) + "]";
-    TRY(KnownKeys(n, f,
-                  {"queue", "identity", "group", "count", "at", "interval", "duration", "class",
-                   "form", "gpus", "gpu_fraction", "gpu_memory", "cpu", "memory", "walltime"}));
     WorkloadEntry w;
-    if (!n["queue"]) return FieldError(f + ".queue", "required");
-    w.base.queue = Scalar(n["queue"]);
-    w.base.identity = n["identity"] ? Scalar(n["identity"]) : "user" + std::to_string(i);
-    if (n["group"]) w.base.group = Scalar(n["group"]);
-    int64_t count = 1;
-    if (n["count"]) TRY_ASSIGN(count, GetInt(n["count"], f + ".count"));
-    w.count = static_cast<int>(count);
-    if (n["at"]) TRY_ASSIGN(w.at_s, GetDuration(n["at"], f + ".at"));
-    if (n["interval"]) TRY_ASSIGN(w.interval_s, GetDuration(n["interval"], f + ".interval"));
-    if (!n["duration"]) return FieldError(f + ".duration", "required");
-    if (n["duration"].IsSequence()) {
-      for (size_t k = 0; k < n["duration"].size(); ++k) {
-        int64_t d = 0;
-        TRY_ASSIGN(d, GetDuration(n["duration"][k], f + ".duration"));
-        w.durations_s.push_back(d);
-      }
-    } else {
-      int64_t d = 0;
-      TRY_ASSIGN(d, GetDuration(n["duration"], f + ".duration"));
-      w.durations_s.push_back(d);
-    }
-    if (w.durations_s.empty()) return FieldError(f + ".duration", "empty list");
-    if (n["class"]) {
-      auto c = quota::ParseWorkloadClass(Scalar(n["class"]));
-      if (!c.ok()) return FieldError(f + ".class", c.status().message());
-      w.base.cls = *c;
-    }
-    if (n["form"]) {
-      auto fm = quota::ParseAllocationForm(Scalar(n["form"]));
-      if (!fm.ok()) return FieldError(f + ".form", fm.status().message());
-      w.base.form = *fm;
-    }
-    if (n["gpus"]) {
-      int64_t c = 0;
-      TRY_ASSIGN(c, GetInt(n["gpus"], f + ".gpus"));
-      w.base.gpu_count = static_cast<int>(c);
-    }
-    if (n["gpu_fraction"]) {
-      int64_t m = 0;
-      TRY_ASSIGN(m, GetMilli(n["gpu_fraction"], f + ".gpu_fraction"));
-      w.base.gpu_milli = m;
-    }
-    if (n["gpu_memory"]) {
-      const YAML::Node g = n["gpu_memory"];
-      if (g.IsSequence()) {
-        for (size_t k = 0; k < g.size(); ++k) {
-          MiB m = 0;
-          TRY_ASSIGN(m, GetMemory(g[k], f + ".gpu_memory"));
-          w.gpu_memory_mib.push_back(m);
-        }
-      } else {
-        MiB m = 0;
-        TRY_ASSIGN(m, GetMemory(g, f + ".gpu_memory"));
-        w.gpu_memory_mib.push_back(m);
-      }
-    }
-    if (n["cpu"]) {
-      int64_t m = 0;
-      TRY_ASSIGN(m, GetMilli(n["cpu"], f + ".cpu"));
-      w.base.cpu_milli = m;
-    }
-    if (n["memory"]) {
-      MiB m = 0;
-      TRY_ASSIGN(m, GetMemory(n["memory"], f + ".memory"));
-      w.base.memory_mib = m;
-    }
-    if (n["walltime"]) TRY_ASSIGN(w.declare_walltime, GetBool(n["walltime"], f + ".walltime"));
+    TRY_ASSIGN(w, ParseWorkloadEntry(root["workload"][i], i));
     s.workload.push_back(w);
   }
   Status v = quota::Validate(s.policy);
@@ -200,6 +226,295 @@ struct Arrival {
   MilliGpu nominal_gpu = 0;
 };
 
+// The jobs of one workload entry, numbered "IDENTITY-ENTRY-I".
+void AddArrivals(const WorkloadEntry& w, size_t k, const quota::ProfileSpec* prof, std::vector<Arrival>* arrivals) {
+  for (int i = 0; i < w.count; ++i) {
+    Arrival a;
+    a.time = w.at_s + w.interval_s * i;
+    a.spec = w.base;
+    a.spec.id = w.base.identity + "-" + std::to_string(k) + "-" + std::to_string(i);
+    a.duration = w.durations_s[static_cast<size_t>(i) % w.durations_s.size()];
+    if (!w.gpu_memory_mib.empty()) {
+      a.spec.gpu_memory_mib = w.gpu_memory_mib[static_cast<size_t>(i) % w.gpu_memory_mib.size()];
+    }
+    a.spec.walltime_s = w.declare_walltime ? a.duration : 0;
+    int count = a.spec.gpu_count.value_or(prof ? prof->gpu_count : 1);
+    MilliGpu milli = a.spec.gpu_milli.value_or(prof ? prof->gpu_milli : kWholeGpu);
+    a.nominal_gpu = count * milli;
+    arrivals->push_back(std::move(a));
+  }
+}
+
+// The arrivals, in time order.
+std::vector<Arrival> Arrivals(const Scenario& s) {
+  std::map<std::string, const quota::ProfileSpec*> profile_of_queue;
+  for (const quota::QueueSpec& q : s.policy.queues) {
+    for (const quota::ProfileSpec& p : s.policy.profiles) {
+      if (p.name == q.profile) profile_of_queue[q.name] = &p;
+    }
+  }
+  std::vector<Arrival> arrivals;
+  for (size_t k = 0; k < s.workload.size(); ++k) {
+    const WorkloadEntry& w = s.workload[k];
+    const quota::ProfileSpec* prof =
+        profile_of_queue.count(w.base.queue) ? profile_of_queue[w.base.queue] : nullptr;
+    AddArrivals(w, k, prof, &arrivals);
+  }
+  std::stable_sort(arrivals.begin(), arrivals.end(),
+                   [](const Arrival& a, const Arrival& b) { return a.time < b.time; });
+  return arrivals;
+}
+
+struct SimJob {
+  int group = 0;
+  int cls = 0;
+  int64_t submit = 0, duration = 0, start = -1;
+  MilliGpu nominal = 0;
+  bool started_once = false;
+  bool pending = false;
+};
+
+// One run on the virtual clock: feeds the engine arrivals and completions cycle by cycle and
+// builds the report from its events and samples.
+class ScenarioRun {
+ public:
+  ScenarioRun(const Scenario& s, quota::QuotaEngine& e, const std::string& name)
+      : s_(s), e_(e), arrivals_(Arrivals(s)) {
+    InitReport(name);
+  }
+
+  void Cycle(int64_t t) {
+    FeedUntil(t);
+    quota::CycleStats cs = e_.RunCycle(t);
+    ++r_.cycles;
+    r_.backfilled += cs.backfilled;
+    FollowEvents();
+    r_.sample_times.push_back(t);
+    SampleGroups(t);
+    SampleDevices();
+  }
+
+  RunReport Finish() {
+    CloseReclaims();
+    double cycles = static_cast<double>(std::max<int64_t>(r_.cycles, 1));
+    r_.gpu_compute_utilization = gpu_util_sum_ / cycles;
+    r_.gpu_memory_utilization = mem_util_sum_ / cycles;
+    CountJobs();
+    Summarize(cycles);
+    r_.preemption_reasons.assign(preempt_reasons_.begin(), preempt_reasons_.end());
+    r_.repartition_reasons.assign(repart_reasons_.begin(), repart_reasons_.end());
+    return std::move(r_);
+  }
+
+ private:
+  using Completion = std::tuple<int64_t, int, int64_t>;  // end, handle, start
+
+  void InitReport(const std::string& name) {
+    r_.name = name;
+    r_.devices = e_.device_count();
+    std::vector<quota::GroupView> gv = e_.groups();
+    for (size_t g = 0; g < gv.size(); ++g) {
+      group_index_[gv[g].name] = static_cast<int>(g);
+      GroupReport gr;
+      gr.name = gv[g].name;
+      gr.reservation_gpu = gv[g].reservation.gpu_milli;
+      gr.limit_gpu = gv[g].limit.gpu_milli;
+      r_.groups.push_back(gr);
+    }
+    for (int c = 0; c < quota::kClassCount; ++c) {
+      ClassReport cr;
+      cr.name = quota::WorkloadClassName(static_cast<WorkloadClass>(c));
+      r_.classes.push_back(cr);
+    }
+    group_waits_.resize(r_.groups.size());
+    class_waits_.resize(quota::kClassCount);
+    pending_gpu_.resize(r_.groups.size());
+    short_since_.assign(r_.groups.size(), -1);
+    class_dev_sum_.assign(quota::kClassCount, 0);
+    group_held_sum_.assign(r_.groups.size(), 0);
+  }
+
+  // Completions and arrivals up to t, in time order.
+  void FeedUntil(int64_t t) {
+    while (true) {
+      bool has_arrival = next_ < arrivals_.size() && arrivals_[next_].time <= t;
+      bool has_done = !completions_.empty() && std::get<0>(completions_.top()) <= t;
+      if (!has_arrival && !has_done) break;
+      if (has_done && (!has_arrival || std::get<0>(completions_.top()) <= arrivals_[next_].time)) {
+        auto [end, h, start] = completions_.top();
+        completions_.pop();
+        quota::JobState st = e_.job_state(h);
+        // A job preempted and placed again since has a newer completion of its own.
+        if ((st == quota::JobState::kRunning || st == quota::JobState::kTerminating) &&
+            jobs_[h].start == start) {
+          e_.Complete(h, end);
+        }
+        continue;
+      }
+      Arrive(arrivals_[next_++]);
+    }
+  }
+
+  void Arrive(const Arrival& a) {
+    auto h = e_.Submit(a.spec, a.time);
+    ++r_.jobs;
+    if (!h.ok()) {
+      ++r_.rejected;
+      return;
+    }
+    if (static_cast<size_t>(*h) >= jobs_.size()) jobs_.resize(*h + 1);
+    SimJob& sj = jobs_[*h];
+    auto gi = group_index_.find(e_.job(*h).group);
+    sj.group = gi->second;
+    sj.cls = static_cast<int>(e_.job(*h).cls);
+    sj.submit = a.time;
+    sj.duration = a.duration;
+    sj.nominal = a.nominal_gpu;
+    handle_of_[a.spec.id] = *h;
+  }
+
+  // Follow the events of this step.
+  void FollowEvents() {
+    const std::vector<quota::Event>& ev = e_.events();
+    for (; cursor_ < ev.size(); ++cursor_) {
+      const quota::Event& x = ev[cursor_];
+      if (x.kind == quota::EventKind::kPreempted) {
+        ++r_.preemptions;
+        ++preempt_reasons_[Reason(x)];
+        if (r_.notable_events.size() < 50) r_.notable_events.push_back(x);
+        continue;
+      }
+      if (x.kind == quota::EventKind::kRepartitioned) {
+        ++r_.repartitions;
+        ++repart_reasons_[Reason(x)];
+        if (r_.notable_events.size() < 50) r_.notable_events.push_back(x);
+        continue;
+      }
+      OnJobEvent(x);
+    }
+  }
+
+  void OnJobEvent(const quota::Event& x) {
+    auto it = handle_of_.find(x.job);
+    if (it == handle_of_.end()) return;
+    SimJob& sj = jobs_[it->second];
+    if (x.kind == quota::EventKind::kSubmitted || x.kind == quota::EventKind::kRequeued) {
+      sj.pending = true;
+      pending_gpu_[sj.group].insert(sj.nominal);
+    } else if (x.kind == quota::EventKind::kPlaced) {
+      if (sj.pending) {
+        pending_gpu_[sj.group].erase(pending_gpu_[sj.group].find(sj.nominal));
+        sj.pending = false;
+      }
+      sj.start = x.time;
+      completions_.push({x.time + sj.duration, it->second, x.time});
+      if (!sj.started_once) {
+        sj.started_once = true;
+        group_waits_[sj.group].push_back(x.time - sj.submit);
+        class_waits_[sj.cls].push_back(x.time - sj.submit);
+      }
+    }
+  }
+
+  void SampleGroups(int64_t t) {
+    std::vector<quota::GroupView> gv = e_.groups();
+    for (size_t g = 0; g < gv.size(); ++g) {
+      GroupReport& gr = r_.groups[g];
+      MilliGpu held = gv[g].usage.gpu_milli;
+      gr.gpu_held.push_back(held);
+      gr.max_gpu_held = std::max(gr.max_gpu_held, held);
+      group_held_sum_[g] += static_cast<double>(held);
+      if (held > gv[g].limit.gpu_milli) gr.limit_exceeded = true;
+      // Short of its reservation while asking for something inside it?
+      MilliGpu room = gv[g].reservation.gpu_milli - held;
+      bool shorted = room > 0 && !pending_gpu_[g].empty() && *pending_gpu_[g].begin() <= room;
+      if (shorted && short_since_[g] < 0) short_since_[g] = t;
+      if (!shorted && short_since_[g] >= 0) {
+        gr.reclaim_times_s.push_back(t - short_since_[g]);
+        gr.reclaim_max_s = std::max(gr.reclaim_max_s, t - short_since_[g]);
+        short_since_[g] = -1;
+      }
+    }
+  }
+
+  void SampleDevices() {
+    Resources a = e_.allocated();
+    gpu_util_sum_ +=
+        static_cast<double>(a.gpu_milli) / static_cast<double>(std::max<MilliGpu>(e_.gpu_capacity(), 1));
+    mem_util_sum_ += static_cast<double>(a.gpu_memory_mib) /
+                     static_cast<double>(std::max<MiB>(e_.gpu_memory_capacity(), 1));
+    std::vector<int> used = e_.devices_used_by_class();
+    for (int c = 0; c < quota::kClassCount; ++c) {
+      r_.classes[c].max_devices = std::max(r_.classes[c].max_devices, used[c]);
+      class_dev_sum_[c] += used[c];
+    }
+  }
+
+  // Still short at the end: count the open interval too.
+  void CloseReclaims() {
+    for (size_t g = 0; g < r_.groups.size(); ++g) {
+      if (short_since_[g] >= 0) {
+        int64_t d = r_.sample_times.empty() ? 0 : r_.sample_times.back() - short_since_[g];
+        r_.groups[g].reclaim_times_s.push_back(d);
+        r_.groups[g].reclaim_max_s = std::max(r_.groups[g].reclaim_max_s, d);
+      }
+    }
+  }
+
+  void CountJobs() {
+    for (size_t h = 0; h < jobs_.size(); ++h) {
+      const SimJob& sj = jobs_[h];
+      GroupReport& gr = r_.groups[sj.group];
+      ++gr.jobs;
+      ++r_.classes[sj.cls].jobs;
+      if (sj.started_once) {
+        ++gr.started;
+      } else {
+        ++gr.never_started;
+        // A job that never started waited at least until the end.
+        int64_t w = s_.until_s - sj.submit;
+        group_waits_[sj.group].push_back(w);
+        class_waits_[sj.cls].push_back(w);
+      }
+    }
+  }
+
+  void Summarize(double cycles) {
+    for (size_t g = 0; g < r_.groups.size(); ++g) {
+      GroupReport& gr = r_.groups[g];
+      gr.mean_gpu_held = group_held_sum_[g] / cycles;
+      gr.wait_p50_s = Percentile(group_waits_[g], 50);
+      gr.wait_p99_s = Percentile(group_waits_[g], 99);
+      gr.wait_max_s = Percentile(group_waits_[g], 100);
+    }
+    for (int c = 0; c < quota::kClassCount; ++c) {
+      ClassReport& cr = r_.classes[c];
+      cr.mean_devices = class_dev_sum_[c] / cycles;
+      cr.wait_p50_s = Percentile(class_waits_[c], 50);
+      cr.wait_p99_s = Percentile(class_waits_[c], 99);
+      cr.wait_max_s = Percentile(class_waits_[c], 100);
+    }
+  }
+
+  const Scenario& s_;
+  quota::QuotaEngine& e_;
+  const std::vector<Arrival> arrivals_;
+  RunReport r_;
+  std::map<std::string, int> group_index_;
+  std::vector<SimJob> jobs_;  // by engine handle
+  std::unordered_map<std::string, int> handle_of_;
+  std::vector<std::vector<int64_t>> group_waits_, class_waits_;
+  // Pending nominal GPU per group, for "demand within the reservation".
+  std::vector<std::multiset<MilliGpu>> pending_gpu_;
+  std::priority_queue<Completion, std::vector<Completion>, std::greater<>> completions_;
+  std::map<std::string, int64_t> preempt_reasons_, repart_reasons_;
+  std::vector<int64_t> short_since_;
+  double gpu_util_sum_ = 0, mem_util_sum_ = 0;
+  std::vector<double> class_dev_sum_;
+  std::vector<double> group_held_sum_;
+  size_t next_ = 0, cursor_ = 0;
+};
+
 }  // namespace
 
 Result<int64_t> ParseDuration(std::string_view text) { return policy::ParseDuration(text); }
@@ -234,223 +549,9 @@ Result<RunReport> RunOnce(const Scenario& s, const std::string& name, RunOptions
       s.policy, s.nodes, {.check_invariants_each_step = o.check_invariants_each_step});
   if (!created.ok()) return created.status();
   quota::QuotaEngine& e = **created;
-
-  // The arrivals, in time order.
-  std::map<std::string, const quota::ProfileSpec*> profile_of_queue;
-  for (const quota::QueueSpec& q : s.policy.queues) {
-    for (const quota::ProfileSpec& p : s.policy.profiles) {
-      if (p.name == q.profile) profile_of_queue[q.name] = &p;
-    }
-  }
-  std::vector<Arrival> arrivals;
-  for (size_t k = 0; k < s.workload.size(); ++k) {
-    const WorkloadEntry& w = s.workload[k];
-    const quota::ProfileSpec* prof =
-        profile_of_queue.count(w.base.queue) ? profile_of_queue[w.base.queue] : nullptr;
-    for (int i = 0; i < w.count; ++i) {
-      Arrival a;
-      a.time = w.at_s + w.interval_s * i;
-      a.spec = w.base;
-      a.spec.id = w.base.identity + "-" + std::to_string(k) + "-" + std::to_string(i);
-      a.duration = w.durations_s[static_cast<size_t>(i) % w.durations_s.size()];
-      if (!w.gpu_memory_mib.empty()) {
-        a.spec.gpu_memory_mib = w.gpu_memory_mib[static_cast<size_t>(i) % w.gpu_memory_mib.size()];
-      }
-      a.spec.walltime_s = w.declare_walltime ? a.duration : 0;
-      int count = a.spec.gpu_count.value_or(prof ? prof->gpu_count : 1);
-      MilliGpu milli = a.spec.gpu_milli.value_or(prof ? prof->gpu_milli : kWholeGpu);
-      a.nominal_gpu = count * milli;
-      arrivals.push_back(std::move(a));
-    }
-  }
-  std::stable_sort(arrivals.begin(), arrivals.end(),
-                   [](const Arrival& a, const Arrival& b) { return a.time < b.time; });
-
-  RunReport r;
-  r.name = name;
-  r.devices = e.device_count();
-  std::vector<quota::GroupView> gv = e.groups();
-  std::map<std::string, int> group_index;
-  for (size_t g = 0; g < gv.size(); ++g) {
-    group_index[gv[g].name] = static_cast<int>(g);
-    GroupReport gr;
-    gr.name = gv[g].name;
-    gr.reservation_gpu = gv[g].reservation.gpu_milli;
-    gr.limit_gpu = gv[g].limit.gpu_milli;
-    r.groups.push_back(gr);
-  }
-  for (int c = 0; c < quota::kClassCount; ++c) {
-    ClassReport cr;
-    cr.name = quota::WorkloadClassName(static_cast<WorkloadClass>(c));
-    r.classes.push_back(cr);
-  }
-  struct SimJob {
-    int group = 0;
-    int cls = 0;
-    int64_t submit = 0, duration = 0, start = -1;
-    MilliGpu nominal = 0;
-    bool started_once = false;
-    bool pending = false;
-  };
-  std::vector<SimJob> jobs;  // by engine handle
-  std::unordered_map<std::string, int> handle_of;
-  std::vector<std::vector<int64_t>> group_waits(r.groups.size()), class_waits(quota::kClassCount);
-  // Pending nominal GPU per group, for "demand within the reservation".
-  std::vector<std::multiset<MilliGpu>> pending_gpu(r.groups.size());
-  using Completion = std::tuple<int64_t, int, int64_t>;  // end, handle, start
-  std::priority_queue<Completion, std::vector<Completion>, std::greater<>> completions;
-  std::map<std::string, int64_t> preempt_reasons, repart_reasons;
-  std::vector<int64_t> short_since(r.groups.size(), -1);
-  double gpu_util_sum = 0, mem_util_sum = 0;
-  std::vector<double> class_dev_sum(quota::kClassCount, 0);
-  std::vector<double> group_held_sum(r.groups.size(), 0);
-  size_t next = 0, cursor = 0;
-  std::vector<int64_t> durations;  // by handle
-
-  for (int64_t t = 0; t <= s.until_s; t += s.cycle_s) {
-    // Completions and arrivals up to t, in time order.
-    while (true) {
-      bool has_arrival = next < arrivals.size() && arrivals[next].time <= t;
-      bool has_done = !completions.empty() && std::get<0>(completions.top()) <= t;
-      if (!has_arrival && !has_done) break;
-      if (has_done && (!has_arrival || std::get<0>(completions.top()) <= arrivals[next].time)) {
-        auto [end, h, start] = completions.top();
-        completions.pop();
-        quota::JobState st = e.job_state(h);
-        if ((st == quota::JobState::kRunning || st == quota::JobState::kTerminating) &&
-            jobs[h].start == start) {
-          e.Complete(h, end);
-        }
-        continue;
-      }
-      const Arrival& a = arrivals[next++];
-      auto h = e.Submit(a.spec, a.time);
-      ++r.jobs;
-      if (!h.ok()) {
-        ++r.rejected;
-        continue;
-      }
-      if (static_cast<size_t>(*h) >= jobs.size()) jobs.resize(*h + 1);
-      SimJob& sj = jobs[*h];
-      auto gi = group_index.find(e.job(*h).group);
-      sj.group = gi->second;
-      sj.cls = static_cast<int>(e.job(*h).cls);
-      sj.submit = a.time;
-      sj.duration = a.duration;
-      sj.nominal = a.nominal_gpu;
-      handle_of[a.spec.id] = *h;
-    }
-    quota::CycleStats cs = e.RunCycle(t);
-    ++r.cycles;
-    r.backfilled += cs.backfilled;
-    // Follow the events of this step.
-    const std::vector<quota::Event>& ev = e.events();
-    for (; cursor < ev.size(); ++cursor) {
-      const quota::Event& x = ev[cursor];
-      if (x.kind == quota::EventKind::kPreempted) {
-        ++r.preemptions;
-        ++preempt_reasons[Reason(x)];
-        if (r.notable_events.size() < 50) r.notable_events.push_back(x);
-        continue;
-      }
-      if (x.kind == quota::EventKind::kRepartitioned) {
-        ++r.repartitions;
-        ++repart_reasons[Reason(x)];
-        if (r.notable_events.size() < 50) r.notable_events.push_back(x);
-        continue;
-      }
-      auto it = handle_of.find(x.job);
-      if (it == handle_of.end()) continue;
-      SimJob& sj = jobs[it->second];
-      if (x.kind == quota::EventKind::kSubmitted || x.kind == quota::EventKind::kRequeued) {
-        sj.pending = true;
-        pending_gpu[sj.group].insert(sj.nominal);
-      } else if (x.kind == quota::EventKind::kPlaced) {
-        if (sj.pending) {
-          pending_gpu[sj.group].erase(pending_gpu[sj.group].find(sj.nominal));
-          sj.pending = false;
-        }
-        sj.start = x.time;
-        completions.push({x.time + sj.duration, it->second, x.time});
-        if (!sj.started_once) {
-          sj.started_once = true;
-          group_waits[sj.group].push_back(x.time - sj.submit);
-          class_waits[sj.cls].push_back(x.time - sj.submit);
-        }
-      }
-    }
-    // Samples.
-    r.sample_times.push_back(t);
-    gv = e.groups();
-    for (size_t g = 0; g < gv.size(); ++g) {
-      GroupReport& gr = r.groups[g];
-      MilliGpu held = gv[g].usage.gpu_milli;
-      gr.gpu_held.push_back(held);
-      gr.max_gpu_held = std::max(gr.max_gpu_held, held);
-      group_held_sum[g] += static_cast<double>(held);
-      if (held > gv[g].limit.gpu_milli) gr.limit_exceeded = true;
-      // Short of its reservation while asking for something inside it?
-      MilliGpu room = gv[g].reservation.gpu_milli - held;
-      bool shorted = room > 0 && !pending_gpu[g].empty() && *pending_gpu[g].begin() <= room;
-      if (shorted && short_since[g] < 0) short_since[g] = t;
-      if (!shorted && short_since[g] >= 0) {
-        gr.reclaim_times_s.push_back(t - short_since[g]);
-        gr.reclaim_max_s = std::max(gr.reclaim_max_s, t - short_since[g]);
-        short_since[g] = -1;
-      }
-    }
-    Resources a = e.allocated();
-    gpu_util_sum += static_cast<double>(a.gpu_milli) / static_cast<double>(std::max<MilliGpu>(e.gpu_capacity(), 1));
-    mem_util_sum += static_cast<double>(a.gpu_memory_mib) /
-                    static_cast<double>(std::max<MiB>(e.gpu_memory_capacity(), 1));
-    std::vector<int> used = e.devices_used_by_class();
-    for (int c = 0; c < quota::kClassCount; ++c) {
-      r.classes[c].max_devices = std::max(r.classes[c].max_devices, used[c]);
-      class_dev_sum[c] += used[c];
-    }
-  }
-  // Still short at the end: count the open interval too.
-  for (size_t g = 0; g < r.groups.size(); ++g) {
-    if (short_since[g] >= 0) {
-      int64_t d = r.sample_times.empty() ? 0 : r.sample_times.back() - short_since[g];
-      r.groups[g].reclaim_times_s.push_back(d);
-      r.groups[g].reclaim_max_s = std::max(r.groups[g].reclaim_max_s, d);
-    }
-  }
-  double cycles = static_cast<double>(std::max<int64_t>(r.cycles, 1));
-  r.gpu_compute_utilization = gpu_util_sum / cycles;
-  r.gpu_memory_utilization = mem_util_sum / cycles;
-  for (size_t h = 0; h < jobs.size(); ++h) {
-    const SimJob& sj = jobs[h];
-    GroupReport& gr = r.groups[sj.group];
-    ++gr.jobs;
-    ++r.classes[sj.cls].jobs;
-    if (sj.started_once) {
-      ++gr.started;
-    } else {
-      ++gr.never_started;
-      // A job that never started waited at least until the end.
-      int64_t w = s.until_s - sj.submit;
-      group_waits[sj.group].push_back(w);
-      class_waits[sj.cls].push_back(w);
-    }
-  }
-  for (size_t g = 0; g < r.groups.size(); ++g) {
-    GroupReport& gr = r.groups[g];
-    gr.mean_gpu_held = group_held_sum[g] / cycles;
-    gr.wait_p50_s = Percentile(group_waits[g], 50);
-    gr.wait_p99_s = Percentile(group_waits[g], 99);
-    gr.wait_max_s = Percentile(group_waits[g], 100);
-  }
-  for (int c = 0; c < quota::kClassCount; ++c) {
-    ClassReport& cr = r.classes[c];
-    cr.mean_devices = class_dev_sum[c] / cycles;
-    cr.wait_p50_s = Percentile(class_waits[c], 50);
-    cr.wait_p99_s = Percentile(class_waits[c], 99);
-    cr.wait_max_s = Percentile(class_waits[c], 100);
-  }
-  r.preemption_reasons.assign(preempt_reasons.begin(), preempt_reasons.end());
-  r.repartition_reasons.assign(repart_reasons.begin(), repart_reasons.end());
+  ScenarioRun run(s, e, name);
+  for (int64_t t = 0; t <= s.until_s; t += s.cycle_s) run.Cycle(t);
+  RunReport r = run.Finish();
   r.invariant_violations = e.violations();
   Status final_check = e.CheckInvariants();
   if (!final_check.ok()) r.invariant_violations.push_back("at end: " + final_check.message());

@@ -30,6 +30,98 @@ struct BenchOptions {
   bool json = false;
 };
 
+// A homogeneous cluster shaped like the openb trace's 8-GPU nodes: 12 cores and 48 GiB of
+// host memory per GPU.
+std::vector<Node> SyntheticNodes(const BenchOptions& o) {
+  std::vector<Node> nodes(static_cast<size_t>(o.nodes));
+  for (int i = 0; i < o.nodes; ++i) {
+    Node& n = nodes[static_cast<size_t>(i)];
+    n.name = "node-" + std::to_string(i);
+    n.cpu_milli = int64_t{12000} * o.gpus_per_node;
+    n.memory_mib = int64_t{49152} * o.gpus_per_node;
+    for (int d = 0; d < o.gpus_per_node; ++d) n.devices.push_back(Device{d, "G2", 0});
+  }
+  return nodes;
+}
+
+// The trace's job mix, GPU-model constraints dropped since the synthetic cluster has one model.
+std::vector<sched::PlacementRequest> JobMix(const std::vector<sim::TracePod>& pods, int gpus_per_node) {
+  std::vector<sched::PlacementRequest> mix;
+  for (const auto& p : pods) {
+    sched::PlacementRequest r;
+    r.cpu_milli = p.cpu_milli;
+    r.memory_mib = p.memory_mib;
+    r.gpu_count = std::min(p.num_gpu, gpus_per_node);
+    r.gpu_milli = p.num_gpu > 0 ? p.gpu_milli : 0;
+    mix.push_back(r);
+  }
+  return mix;
+}
+
+struct BenchResult {
+  double setup_s = 0;
+  int64_t placed = 0;
+  double total_s = 0;
+  std::vector<double> sorted_us;  // decision latencies, ascending
+  double rate = 0;                // decisions per second
+  double util = 0;                // GPU allocated at the end, percent
+};
+
+// Places each job in turn, timing every decision.
+void TimeDecisions(sched::Scheduler* scheduler, const std::vector<sched::PlacementRequest>& jobs, BenchResult* r) {
+  std::vector<double> latency_us;
+  latency_us.reserve(jobs.size());
+  const auto start = std::chrono::steady_clock::now();
+  for (const auto& j : jobs) {
+    const auto t0 = std::chrono::steady_clock::now();
+    sched::PlacementResult res = scheduler->Place(j);
+    const auto t1 = std::chrono::steady_clock::now();
+    latency_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    r->placed += res.placed() ? 1 : 0;
+  }
+  r->total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  r->sorted_us = latency_us;
+  std::sort(r->sorted_us.begin(), r->sorted_us.end());
+  r->rate = static_cast<double>(jobs.size()) / r->total_s;
+  r->util = 100.0 * static_cast<double>(scheduler->state().gpu_allocated()) /
+            static_cast<double>(scheduler->state().gpu_capacity());
+}
+
+void PrintBench(const BenchOptions& o, const BenchResult& r) {
+  const std::vector<double>& sorted = r.sorted_us;
+  auto pct = [&](double p) {
+    size_t k = static_cast<size_t>(p * static_cast<double>(sorted.size() - 1));
+    return sorted[k];
+  };
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  const double peak_mib = static_cast<double>(ru.ru_maxrss) / 1024.0;
+  if (o.json) {
+    nlohmann::json j = {{"policy", o.policy},
+                        {"nodes", o.nodes},
+                        {"gpus_per_node", o.gpus_per_node},
+                        {"jobs", o.jobs},
+                        {"placed", r.placed},
+                        {"placements_per_second", r.rate},
+                        {"latency_us", {{"p50", pct(0.50)}, {"p99", pct(0.99)}, {"max", sorted.back()}}},
+                        {"seconds", r.total_s},
+                        {"setup_seconds", r.setup_s},
+                        {"gpu_allocated_pct", r.util},
+                        {"peak_rss_mib", peak_mib},
+                        {"threads", 1}};
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::printf("placement benchmark: policy %s, %d nodes x %d GPUs, %d jobs from %s, seed %llu, "
+                "1 thread\n",
+                o.policy.c_str(), o.nodes, o.gpus_per_node, o.jobs, o.pods.c_str(),
+                static_cast<unsigned long long>(o.seed));
+    std::printf("  decisions/s   %.0f  (%lld placed, %lld unschedulable; GPU allocated %.1f%%)\n", r.rate,
+                static_cast<long long>(r.placed), static_cast<long long>(o.jobs - r.placed), r.util);
+    std::printf("  latency (us)  p50 %.1f  p99 %.1f  max %.1f\n", pct(0.50), pct(0.99), sorted.back());
+    std::printf("  total %.2fs, setup %.2fs, peak RSS %.0f MiB\n", r.total_s, r.setup_s, peak_mib);
+  }
+}
+
 int RunPlacementBench(const BenchOptions& o) {
   if (o.nodes <= 0 || o.jobs <= 0 || o.gpus_per_node <= 0 || o.gpus_per_node > sched::kMaxDevices) {
     std::cerr << "tessera bench: --nodes and --jobs must be positive and --gpus-per-node within 1.."
@@ -41,32 +133,14 @@ int RunPlacementBench(const BenchOptions& o) {
     std::cerr << "tessera bench: " << pods.status().message() << "\n";
     return kExitBadInput;
   }
-  // A homogeneous cluster shaped like the openb trace's 8-GPU nodes: 12 cores and 48 GiB of
-  // host memory per GPU.
-  std::vector<Node> nodes(static_cast<size_t>(o.nodes));
-  for (int i = 0; i < o.nodes; ++i) {
-    Node& n = nodes[static_cast<size_t>(i)];
-    n.name = "node-" + std::to_string(i);
-    n.cpu_milli = int64_t{12000} * o.gpus_per_node;
-    n.memory_mib = int64_t{49152} * o.gpus_per_node;
-    for (int d = 0; d < o.gpus_per_node; ++d) n.devices.push_back(Device{d, "G2", 0});
-  }
+  std::vector<Node> nodes = SyntheticNodes(o);
   auto state = sched::ClusterState::FromNodes(nodes);
   if (!state.ok()) {
     std::cerr << "tessera bench: " << state.status().message() << "\n";
     return kExitBadInput;
   }
-  // Jobs drawn with replacement from the trace (its job mix), GPU-model constraints dropped
-  // since the synthetic cluster has one model.
-  std::vector<sched::PlacementRequest> mix;
-  for (const auto& p : *pods) {
-    sched::PlacementRequest r;
-    r.cpu_milli = p.cpu_milli;
-    r.memory_mib = p.memory_mib;
-    r.gpu_count = std::min(p.num_gpu, o.gpus_per_node);
-    r.gpu_milli = p.num_gpu > 0 ? p.gpu_milli : 0;
-    mix.push_back(r);
-  }
+  // Jobs drawn with replacement from the trace (its job mix).
+  std::vector<sched::PlacementRequest> mix = JobMix(*pods, o.gpus_per_node);
   std::mt19937_64 rng(o.seed);
   std::vector<sched::PlacementRequest> jobs(static_cast<size_t>(o.jobs));
   for (auto& j : jobs) j = mix[rng() % mix.size()];
@@ -78,59 +152,12 @@ int RunPlacementBench(const BenchOptions& o) {
     std::cerr << "tessera bench: " << policy.status().message() << "\n";
     return kExitBadInput;
   }
+  BenchResult r;
   const auto setup_start = std::chrono::steady_clock::now();
   sched::Scheduler scheduler(std::move(*state), std::move(*policy), o.seed);
-  const double setup_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - setup_start).count();
-
-  std::vector<double> latency_us;
-  latency_us.reserve(jobs.size());
-  int64_t placed = 0;
-  const auto start = std::chrono::steady_clock::now();
-  for (const auto& j : jobs) {
-    const auto t0 = std::chrono::steady_clock::now();
-    sched::PlacementResult res = scheduler.Place(j);
-    const auto t1 = std::chrono::steady_clock::now();
-    latency_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
-    placed += res.placed() ? 1 : 0;
-  }
-  const double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::vector<double> sorted = latency_us;
-  std::sort(sorted.begin(), sorted.end());
-  auto pct = [&](double p) {
-    size_t k = static_cast<size_t>(p * static_cast<double>(sorted.size() - 1));
-    return sorted[k];
-  };
-  struct rusage ru {};
-  getrusage(RUSAGE_SELF, &ru);
-  const double peak_mib = static_cast<double>(ru.ru_maxrss) / 1024.0;
-  const double rate = static_cast<double>(jobs.size()) / total_s;
-  const double util = 100.0 * static_cast<double>(scheduler.state().gpu_allocated()) /
-                      static_cast<double>(scheduler.state().gpu_capacity());
-  if (o.json) {
-    nlohmann::json j = {{"policy", o.policy},
-                        {"nodes", o.nodes},
-                        {"gpus_per_node", o.gpus_per_node},
-                        {"jobs", o.jobs},
-                        {"placed", placed},
-                        {"placements_per_second", rate},
-                        {"latency_us", {{"p50", pct(0.50)}, {"p99", pct(0.99)}, {"max", sorted.back()}}},
-                        {"seconds", total_s},
-                        {"setup_seconds", setup_s},
-                        {"gpu_allocated_pct", util},
-                        {"peak_rss_mib", peak_mib},
-                        {"threads", 1}};
-    std::cout << j.dump(2) << "\n";
-  } else {
-    std::printf("placement benchmark: policy %s, %d nodes x %d GPUs, %d jobs from %s, seed %llu, "
-                "1 thread\n",
-                o.policy.c_str(), o.nodes, o.gpus_per_node, o.jobs, o.pods.c_str(),
-                static_cast<unsigned long long>(o.seed));
-    std::printf("  decisions/s   %.0f  (%lld placed, %lld unschedulable; GPU allocated %.1f%%)\n", rate,
-                static_cast<long long>(placed), static_cast<long long>(o.jobs - placed), util);
-    std::printf("  latency (us)  p50 %.1f  p99 %.1f  max %.1f\n", pct(0.50), pct(0.99), sorted.back());
-    std::printf("  total %.2fs, setup %.2fs, peak RSS %.0f MiB\n", total_s, setup_s, peak_mib);
-  }
+  r.setup_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - setup_start).count();
+  TimeDecisions(&scheduler, jobs, &r);
+  PrintBench(o, r);
   return kExitOk;
 }
 

@@ -75,34 +75,38 @@ ClassForms ClassForms::Default() {
   return cf;
 }
 
-Status Validate(const PolicySpec& p) {
-  std::map<std::string, const GroupSpec*> groups;
-  for (size_t i = 0; i < p.groups.size(); ++i) {
-    const GroupSpec& g = p.groups[i];
-    std::string field = "groups[" + (g.name.empty() ? std::to_string(i) : g.name) + "]";
-    if (g.name.empty()) return Status::InvalidArgument(field + ".name is empty");
-    if (!groups.emplace(g.name, &g).second) {
-      return Status::InvalidArgument(field + ".name is used twice");
-    }
-    if (!g.reservation.NonNegative()) {
-      return Status::InvalidArgument(field + ".reservation is negative");
-    }
-    if (!g.limit.NonNegative()) return Status::InvalidArgument(field + ".limit is negative");
-    if (const char* c = FirstAbove(g.reservation, g.limit)) {
-      return Status::InvalidArgument(field + ".reservation." + c + " exceeds its limit");
-    }
-    if (g.weight_milli <= 0) return Status::InvalidArgument(field + ".weight must be positive");
+namespace {
+
+using GroupIndex = std::map<std::string, const GroupSpec*>;
+
+Status ValidateGroup(const GroupSpec& g, size_t i, GroupIndex* groups) {
+  std::string field = "groups[" + (g.name.empty() ? std::to_string(i) : g.name) + "]";
+  if (g.name.empty()) return Status::InvalidArgument(field + ".name is empty");
+  if (!groups->emplace(g.name, &g).second) {
+    return Status::InvalidArgument(field + ".name is used twice");
   }
-  // Parents exist, no cycles, children's reservations within the parent's.
+  if (!g.reservation.NonNegative()) {
+    return Status::InvalidArgument(field + ".reservation is negative");
+  }
+  if (!g.limit.NonNegative()) return Status::InvalidArgument(field + ".limit is negative");
+  if (const char* c = FirstAbove(g.reservation, g.limit)) {
+    return Status::InvalidArgument(field + ".reservation." + c + " exceeds its limit");
+  }
+  if (g.weight_milli <= 0) return Status::InvalidArgument(field + ".weight must be positive");
+  return Status::Ok();
+}
+
+// Parents exist, no cycles, children's reservations within the parent's.
+Status ValidateGroupTree(const PolicySpec& p, GroupIndex* groups) {
   std::map<std::string, Resources> child_sum;
   for (const GroupSpec& g : p.groups) {
     if (g.parent.empty()) continue;
     std::string field = "groups[" + g.name + "].parent";
-    if (!groups.count(g.parent)) {
+    if (!groups->count(g.parent)) {
       return Status::InvalidArgument(field + " '" + g.parent + "' is not a group");
     }
     std::set<std::string> seen{g.name};
-    for (std::string at = g.parent; !at.empty(); at = groups[at]->parent) {
+    for (std::string at = g.parent; !at.empty(); at = (*groups)[at]->parent) {
       if (!seen.insert(at).second) {
         return Status::InvalidArgument(field + " forms a cycle through '" + at + "'");
       }
@@ -110,82 +114,89 @@ Status Validate(const PolicySpec& p) {
     child_sum[g.parent] += g.reservation;
   }
   for (const auto& [parent, sum] : child_sum) {
-    if (const char* c = FirstAbove(sum, groups[parent]->reservation)) {
+    if (const char* c = FirstAbove(sum, (*groups)[parent]->reservation)) {
       return Status::InvalidArgument("groups[" + parent + "].reservation." + c +
                                      " is below the sum of its children's reservations");
     }
   }
-  std::set<std::string> pools;
-  for (size_t i = 0; i < p.pools.size(); ++i) {
-    const PoolSpec& pool = p.pools[i];
-    std::string field = "pools[" + (pool.name.empty() ? std::to_string(i) : pool.name) + "]";
-    if (pool.name.empty()) return Status::InvalidArgument(field + ".name is empty");
-    if (!pools.insert(pool.name).second) {
-      return Status::InvalidArgument(field + ".name is used twice");
-    }
-    if (pool.forms.empty()) return Status::InvalidArgument(field + ".forms is empty");
+  return Status::Ok();
+}
+
+Status ValidatePool(const PoolSpec& pool, size_t i, std::set<std::string>* pools) {
+  std::string field = "pools[" + (pool.name.empty() ? std::to_string(i) : pool.name) + "]";
+  if (pool.name.empty()) return Status::InvalidArgument(field + ".name is empty");
+  if (!pools->insert(pool.name).second) {
+    return Status::InvalidArgument(field + ".name is used twice");
   }
-  std::set<std::string> profiles;
-  for (size_t i = 0; i < p.profiles.size(); ++i) {
-    const ProfileSpec& pr = p.profiles[i];
-    std::string field = "profiles[" + (pr.name.empty() ? std::to_string(i) : pr.name) + "]";
-    if (pr.name.empty()) return Status::InvalidArgument(field + ".name is empty");
-    if (!profiles.insert(pr.name).second) {
-      return Status::InvalidArgument(field + ".name is used twice");
-    }
-    if (pr.gpu_count < 0) return Status::InvalidArgument(field + ".gpu_count is negative");
-    if (pr.gpu_milli < 0 || pr.gpu_milli > kWholeGpu) {
-      return Status::InvalidArgument(field + ".gpu_fraction must be a fraction of at most 1 per device");
-    }
-    if (pr.gpu_count > 1 && pr.gpu_milli != kWholeGpu) {
-      return Status::InvalidArgument(field + ".gpu_fraction: a fraction needs gpu_count 1");
-    }
-    if (pr.gpu_count > 0 && pr.gpu_milli == 0) {
-      return Status::InvalidArgument(field + ".gpu_fraction is zero with gpu_count > 0");
-    }
-    if (pr.gpu_memory_mib < 0 || pr.cpu_milli < 0 || pr.memory_mib < 0) {
-      return Status::InvalidArgument(field + " has a negative amount");
-    }
-    if (std::find(pr.forms.begin(), pr.forms.end(), AllocationForm::kShare) != pr.forms.end() &&
-        pr.gpu_count > 0 && pr.gpu_memory_mib == 0) {
-      return Status::InvalidArgument(field + ".gpu_memory: a share needs a memory cap");
-    }
-    if (pr.max_gpus != 0 && pr.max_gpus < pr.gpu_count) {
-      return Status::InvalidArgument(field + ".max_gpus is below gpus");
-    }
-    if (pr.max_gpu_memory_mib != 0 && pr.max_gpu_memory_mib < pr.gpu_memory_mib) {
-      return Status::InvalidArgument(field + ".max_gpu_memory is below gpu_memory");
-    }
-    for (const std::string& pool : pr.pools) {
-      if (!pools.count(pool)) {
-        return Status::InvalidArgument(field + ".pools: '" + pool + "' is not a pool");
-      }
-    }
+  if (pool.forms.empty()) return Status::InvalidArgument(field + ".forms is empty");
+  return Status::Ok();
+}
+
+Status ValidateProfile(const ProfileSpec& pr, size_t i, const std::set<std::string>& pools,
+                       std::set<std::string>* profiles) {
+  std::string field = "profiles[" + (pr.name.empty() ? std::to_string(i) : pr.name) + "]";
+  if (pr.name.empty()) return Status::InvalidArgument(field + ".name is empty");
+  if (!profiles->insert(pr.name).second) {
+    return Status::InvalidArgument(field + ".name is used twice");
   }
-  std::set<std::string> queues;
-  for (size_t i = 0; i < p.queues.size(); ++i) {
-    const QueueSpec& q = p.queues[i];
-    std::string field = "queues[" + (q.name.empty() ? std::to_string(i) : q.name) + "]";
-    if (q.name.empty()) return Status::InvalidArgument(field + ".name is empty");
-    if (!queues.insert(q.name).second) {
-      return Status::InvalidArgument(field + ".name is used twice");
-    }
-    if (!profiles.count(q.profile)) {
-      return Status::InvalidArgument(field + ".profile '" + q.profile + "' is not a profile");
-    }
-    if (q.groups.empty()) return Status::InvalidArgument(field + ".groups is empty");
-    for (const std::string& g : q.groups) {
-      if (!groups.count(g)) {
-        return Status::InvalidArgument(field + ".groups: '" + g + "' is not a group");
-      }
-    }
-    const ProfileSpec& pr = *std::find_if(p.profiles.begin(), p.profiles.end(),
-                                          [&](const ProfileSpec& x) { return x.name == q.profile; });
-    auto forms = FormsFor(p, pr, q.default_class, std::nullopt);
-    if (!forms.ok() && pr.gpu_count > 0) {
-      return Status::InvalidArgument(field + ".class: " + forms.status().message());
+  if (pr.gpu_count < 0) return Status::InvalidArgument(field + ".gpu_count is negative");
+  if (pr.gpu_milli < 0 || pr.gpu_milli > kWholeGpu) {
+    return Status::InvalidArgument(field + ".gpu_fraction must be a fraction of at most 1 per device");
+  }
+  if (pr.gpu_count > 1 && pr.gpu_milli != kWholeGpu) {
+    return Status::InvalidArgument(field + ".gpu_fraction: a fraction needs gpu_count 1");
+  }
+  if (pr.gpu_count > 0 && pr.gpu_milli == 0) {
+    return Status::InvalidArgument(field + ".gpu_fraction is zero with gpu_count > 0");
+  }
+  if (pr.gpu_memory_mib < 0 || pr.cpu_milli < 0 || pr.memory_mib < 0) {
+    return Status::InvalidArgument(field + " has a negative amount");
+  }
+  if (std::find(pr.forms.begin(), pr.forms.end(), AllocationForm::kShare) != pr.forms.end() &&
+      pr.gpu_count > 0 && pr.gpu_memory_mib == 0) {
+    return Status::InvalidArgument(field + ".gpu_memory: a share needs a memory cap");
+  }
+  if (pr.max_gpus != 0 && pr.max_gpus < pr.gpu_count) {
+    return Status::InvalidArgument(field + ".max_gpus is below gpus");
+  }
+  if (pr.max_gpu_memory_mib != 0 && pr.max_gpu_memory_mib < pr.gpu_memory_mib) {
+    return Status::InvalidArgument(field + ".max_gpu_memory is below gpu_memory");
+  }
+  for (const std::string& pool : pr.pools) {
+    if (!pools.count(pool)) {
+      return Status::InvalidArgument(field + ".pools: '" + pool + "' is not a pool");
     }
   }
+  return Status::Ok();
+}
+
+Status ValidateQueue(const PolicySpec& p, const QueueSpec& q, size_t i, const GroupIndex& groups,
+                     const std::set<std::string>& profiles, std::set<std::string>* queues) {
+  std::string field = "queues[" + (q.name.empty() ? std::to_string(i) : q.name) + "]";
+  if (q.name.empty()) return Status::InvalidArgument(field + ".name is empty");
+  if (!queues->insert(q.name).second) {
+    return Status::InvalidArgument(field + ".name is used twice");
+  }
+  if (!profiles.count(q.profile)) {
+    return Status::InvalidArgument(field + ".profile '" + q.profile + "' is not a profile");
+  }
+  if (q.groups.empty()) return Status::InvalidArgument(field + ".groups is empty");
+  for (const std::string& g : q.groups) {
+    if (!groups.count(g)) {
+      return Status::InvalidArgument(field + ".groups: '" + g + "' is not a group");
+    }
+  }
+  const ProfileSpec& pr = *std::find_if(p.profiles.begin(), p.profiles.end(),
+                                        [&](const ProfileSpec& x) { return x.name == q.profile; });
+  auto forms = FormsFor(p, pr, q.default_class, std::nullopt);
+  if (!forms.ok() && pr.gpu_count > 0) {
+    return Status::InvalidArgument(field + ".class: " + forms.status().message());
+  }
+  return Status::Ok();
+}
+
+// The class-forms table and the policy-wide settings.
+Status ValidateSettings(const PolicySpec& p) {
   for (int c = 0; c < kClassCount; ++c) {
     if (p.class_forms.table[c].empty()) {
       return Status::InvalidArgument(std::string("class_forms.") +
@@ -198,6 +209,29 @@ Status Validate(const PolicySpec& p) {
     return Status::InvalidArgument("fair_share_half_life must be positive");
   }
   return Status::Ok();
+}
+
+}  // namespace
+
+Status Validate(const PolicySpec& p) {
+  GroupIndex groups;
+  for (size_t i = 0; i < p.groups.size(); ++i) {
+    if (Status s = ValidateGroup(p.groups[i], i, &groups); !s.ok()) return s;
+  }
+  if (Status s = ValidateGroupTree(p, &groups); !s.ok()) return s;
+  std::set<std::string> pools;
+  for (size_t i = 0; i < p.pools.size(); ++i) {
+    if (Status s = ValidatePool(p.pools[i], i, &pools); !s.ok()) return s;
+  }
+  std::set<std::string> profiles;
+  for (size_t i = 0; i < p.profiles.size(); ++i) {
+    if (Status s = ValidateProfile(p.profiles[i], i, pools, &profiles); !s.ok()) return s;
+  }
+  std::set<std::string> queues;
+  for (size_t i = 0; i < p.queues.size(); ++i) {
+    if (Status s = ValidateQueue(p, p.queues[i], i, groups, profiles, &queues); !s.ok()) return s;
+  }
+  return ValidateSettings(p);
 }
 
 Result<std::vector<AllocationForm>> FormsFor(const PolicySpec& policy, const ProfileSpec& profile,

@@ -84,6 +84,110 @@ void SignalJob(pid_t pid, int sig) {
   if (kill(-pid, sig) != 0 && errno == ESRCH) kill(pid, sig);
 }
 
+// argv and envp for execvpe, pointing into the strings held here; filled in place, never moved.
+struct ExecArgs {
+  std::vector<std::string> env_strings;
+  std::vector<char*> envp;
+  std::vector<std::string> args;
+  std::vector<char*> argv;
+  std::string exec_error;  // the prefix the child writes when exec fails
+};
+
+void BuildExecArgs(const JobSpec& spec, const LauncherOptions& options, ExecArgs* x) {
+  std::vector<std::string> base;
+  if (options.inherit_environment) {
+    for (char** e = environ; e != nullptr && *e != nullptr; ++e) base.emplace_back(*e);
+  }
+  x->env_strings = BuildJobEnvironment(spec, base, options);
+  for (std::string& s : x->env_strings) x->envp.push_back(s.data());
+  x->envp.push_back(nullptr);
+  x->args = spec.command;
+  for (std::string& s : x->args) x->argv.push_back(s.data());
+  x->argv.push_back(nullptr);
+  x->exec_error = "tessera-agent: cannot execute '" + x->args[0] + "': errno ";
+}
+
+// The job's stdout/stderr file (truncated) and /dev/null for its stdin.
+Status OpenJobStdio(const std::string& out_path, int* out_fd, int* null_fd) {
+  *out_fd = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+  if (*out_fd < 0) return Status::Internal("output file " + out_path + ": " + std::strerror(errno));
+  *null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (*null_fd < 0) {
+    close(*out_fd);
+    return Status::Internal(std::string("/dev/null: ") + std::strerror(errno));
+  }
+  return Status::Ok();
+}
+
+// The agent creates and sizes the share's region before the workload starts, so no process
+// of the workload decides its limit (the cap library only joins it).
+Status CreateShareRegion(const std::string& path, int64_t limit_bytes) {
+  unlink(path.c_str());  // a stale region of an earlier run must not carry charges
+  capgpu::LimitList limits;
+  limits.count = 1;
+  limits.bytes[0] = static_cast<uint64_t>(limit_bytes);
+  if (int err = capgpu::CreateRegionFile(path.c_str(), limits, 0600, true); err != 0) {
+    return Status::Internal("cannot create the memory-cap region '" + path + "': " + std::strerror(err));
+  }
+  return Status::Ok();
+}
+
+// What the child needs after fork; plain values and pointers only.
+struct ChildSetup {
+  int out_fd = -1;
+  int null_fd = -1;
+  int procs_fd = -1;  // the job cgroup's cgroup.procs, or -1
+  char* const* argv = nullptr;
+  char* const* envp = nullptr;
+  const char* exec_error = nullptr;
+};
+
+// The child between fork and exec: async-signal-safe calls only.
+[[noreturn]] void RunJobChild(const ChildSetup& c) {
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  for (int sig = 1; sig < NSIG; ++sig) sigaction(sig, &dfl, nullptr);
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  setsid();
+  char num[24];
+  if (c.procs_fd >= 0) {
+    SafeItoa(getpid(), num);
+    if (write(c.procs_fd, num, std::strlen(num)) < 0) {
+      SafeWrite(c.out_fd, "tessera-agent: cannot join the job's cgroup\n");
+      _exit(126);
+    }
+  }
+  dup2(c.null_fd, 0);
+  dup2(c.out_fd, 1);
+  dup2(c.out_fd, 2);
+  // Close everything else the agent holds (sockets, files) that lacks FD_CLOEXEC.
+  if (close_range(3, ~0U, 0) != 0) {
+    for (int fd = 3; fd < 4096; ++fd) close(fd);
+  }
+  execvpe(c.argv[0], c.argv, c.envp);
+  int err = errno;
+  SafeWrite(2, c.exec_error);
+  SafeWrite(2, SafeItoa(err, num));
+  SafeWrite(2, err == ENOENT ? " (not found)\n" : err == EACCES ? " (permission denied)\n" : "\n");
+  _exit(127);
+}
+
+// Forks the job's process; returns its pid, or -1 with the reason in `fork_errno`.
+pid_t ForkJob(const ChildSetup& c, int* fork_errno) {
+  // Signals stay blocked across fork so the child cannot run the agent's handlers; it resets
+  // every disposition to default (ignored ones would survive exec) before unblocking.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old);
+  pid_t pid = fork();
+  if (pid == 0) RunJobChild(c);
+  *fork_errno = errno;
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  return pid;
+}
+
 }  // namespace
 
 std::string CgroupCpuMax(MilliCpu cpu_milli) {
@@ -221,6 +325,17 @@ Status Launcher::PrepareCgroup(const JobSpec& spec, std::string* dir, int* procs
   return Status::Ok();
 }
 
+Status Launcher::PrepareLimits(const JobSpec& spec, Job* job, int* procs_fd) {
+  if (cgroups_available_) {
+    if (Status s = PrepareCgroup(spec, &job->cgroup_dir, procs_fd); !s.ok()) return s;
+  }
+  if (spec.gpu_memory_limit_bytes > 0) {
+    job->region_path = options_.region_dir + "/tessera-capgpu-" + spec.id;
+    if (Status s = CreateShareRegion(job->region_path, spec.gpu_memory_limit_bytes); !s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
 Status Launcher::Start(const JobSpec& spec) {
   if (Status s = ValidateJobId(spec.id); !s.ok()) return s;
   if (spec.command.empty()) return Status::InvalidArgument("job " + spec.id + " has no command");
@@ -228,96 +343,26 @@ Status Launcher::Start(const JobSpec& spec) {
 
   // Everything the child needs is built before fork: after fork it may only call
   // async-signal-safe functions (the agent has other threads, e.g. HTTP clients).
-  std::vector<std::string> base;
-  if (options_.inherit_environment) {
-    for (char** e = environ; e != nullptr && *e != nullptr; ++e) base.emplace_back(*e);
-  }
-  std::vector<std::string> env_strings = BuildJobEnvironment(spec, base, options_);
-  std::vector<char*> envp;
-  for (std::string& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> args = spec.command;
-  std::vector<char*> argv;
-  for (std::string& s : args) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  std::string exec_error = "tessera-agent: cannot execute '" + args[0] + "': errno ";
-
-  std::string out_path = OutputPath(spec.id);
-  int out_fd = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
-  if (out_fd < 0) return Status::Internal("output file " + out_path + ": " + std::strerror(errno));
-  int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  if (null_fd < 0) {
-    close(out_fd);
-    return Status::Internal(std::string("/dev/null: ") + std::strerror(errno));
-  }
+  ExecArgs exec;
+  BuildExecArgs(spec, options_, &exec);
+  ChildSetup child;
+  child.argv = exec.argv.data();
+  child.envp = exec.envp.data();
+  child.exec_error = exec.exec_error.c_str();
+  if (Status s = OpenJobStdio(OutputPath(spec.id), &child.out_fd, &child.null_fd); !s.ok()) return s;
 
   Job job;
   job.spec = spec;
-  int procs_fd = -1;
-  if (cgroups_available_) {
-    if (Status s = PrepareCgroup(spec, &job.cgroup_dir, &procs_fd); !s.ok()) {
-      close(out_fd);
-      close(null_fd);
-      return s;
-    }
+  if (Status s = PrepareLimits(spec, &job, &child.procs_fd); !s.ok()) {
+    close(child.out_fd);
+    close(child.null_fd);
+    return s;
   }
-  if (spec.gpu_memory_limit_bytes > 0) {
-    job.region_path = options_.region_dir + "/tessera-capgpu-" + spec.id;
-    unlink(job.region_path.c_str());  // a stale region of an earlier run must not carry charges
-    // The agent creates and sizes the share's region before the workload starts, so no process
-    // of the workload decides its limit (the cap library only joins it).
-    capgpu::LimitList limits;
-    limits.count = 1;
-    limits.bytes[0] = static_cast<uint64_t>(spec.gpu_memory_limit_bytes);
-    if (int err = capgpu::CreateRegionFile(job.region_path.c_str(), limits, 0600, true); err != 0) {
-      close(out_fd);
-      close(null_fd);
-      return Status::Internal("cannot create the memory-cap region '" + job.region_path + "': " +
-                              std::strerror(err));
-    }
-  }
-
-  // Signals stay blocked across fork so the child cannot run the agent's handlers; it resets
-  // every disposition to default (ignored ones would survive exec) before unblocking.
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, &old);
-  pid_t pid = fork();
-  if (pid == 0) {
-    struct sigaction dfl {};
-    dfl.sa_handler = SIG_DFL;
-    for (int sig = 1; sig < NSIG; ++sig) sigaction(sig, &dfl, nullptr);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    setsid();
-    char num[24];
-    if (procs_fd >= 0) {
-      SafeItoa(getpid(), num);
-      if (write(procs_fd, num, std::strlen(num)) < 0) {
-        SafeWrite(out_fd, "tessera-agent: cannot join the job's cgroup\n");
-        _exit(126);
-      }
-    }
-    dup2(null_fd, 0);
-    dup2(out_fd, 1);
-    dup2(out_fd, 2);
-    // Close everything else the agent holds (sockets, files) that lacks FD_CLOEXEC.
-    if (close_range(3, ~0U, 0) != 0) {
-      for (int fd = 3; fd < 4096; ++fd) close(fd);
-    }
-    execvpe(argv[0], argv.data(), envp.data());
-    int err = errno;
-    SafeWrite(2, exec_error.c_str());
-    SafeWrite(2, SafeItoa(err, num));
-    SafeWrite(2, err == ENOENT ? " (not found)\n" : err == EACCES ? " (permission denied)\n" : "\n");
-    _exit(127);
-  }
-  int fork_errno = errno;
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  close(out_fd);
-  close(null_fd);
-  if (procs_fd >= 0) close(procs_fd);
+  int fork_errno = 0;
+  pid_t pid = ForkJob(child, &fork_errno);
+  close(child.out_fd);
+  close(child.null_fd);
+  if (child.procs_fd >= 0) close(child.procs_fd);
   if (pid < 0) {
     Cleanup(job);
     return Status::Internal(std::string("fork: ") + std::strerror(fork_errno));

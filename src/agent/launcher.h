@@ -139,6 +139,8 @@ class Launcher {
   };
   void ProbeCgroups();
   Status PrepareCgroup(const JobSpec& spec, std::string* dir, int* procs_fd);
+  // The job's cgroup (when available) and its share region (when capped).
+  Status PrepareLimits(const JobSpec& spec, Job* job, int* procs_fd);
   void Cleanup(Job& job);
 
   LauncherOptions options_;

@@ -188,12 +188,16 @@ void Engine::RepartitionForDemand() {
 // ------------------------------------------------------------------------------------------
 // Invariants and views
 
-Status Engine::CheckInvariants() const {
-  std::vector<MilliCpu> cpu(nodes_.size(), 0);
-  std::vector<MiB> mem(nodes_.size(), 0);
-  std::vector<Resources> usage(groups_.size());
-  std::vector<MiB> share_mem(devs_.size(), 0);
-  std::vector<MilliGpu> share_w(devs_.size(), 0);
+// What the jobs' grants add up to, to compare with the engine's running totals.
+struct Engine::InvariantTally {
+  std::vector<MilliCpu> cpu;
+  std::vector<MiB> mem;
+  std::vector<Resources> usage;
+  std::vector<MiB> share_mem;
+  std::vector<MilliGpu> share_w;
+};
+
+Status Engine::CheckJobHoldings(InvariantTally* t) const {
   for (size_t h = 0; h < jobs_.size(); ++h) {
     const Job& j = jobs_[h];
     bool holds = j.state == JobState::kRunning || j.state == JobState::kTerminating;
@@ -203,10 +207,10 @@ Status Engine::CheckInvariants() const {
     }
     if (!j.admitted_logged) return Status::Internal("job " + j.id + " runs without an admission event");
     if (j.identity.empty()) return Status::Internal("job " + j.id + " has no identity");
-    for (int g = j.group; g >= 0; g = groups_[g].parent) usage[g] += j.charge;
+    for (int g = j.group; g >= 0; g = groups_[g].parent) t->usage[g] += j.charge;
     for (const Grant& gr : j.grants) {
-      cpu[gr.node] += gr.cpu;
-      mem[gr.node] += gr.host_memory;
+      t->cpu[gr.node] += gr.cpu;
+      t->mem[gr.node] += gr.host_memory;
       if (gr.dev < 0) continue;
       const Dev& d = devs_[gr.dev];
       if (gr.slot >= 0) {
@@ -223,20 +227,28 @@ Status Engine::CheckInvariants() const {
           return Status::Internal("job " + j.id + " holds " + DevName(gr.dev) + " not recorded");
         }
       } else {
-        share_mem[gr.dev] += gr.memory;
-        share_w[gr.dev] += gr.compute;
+        t->share_mem[gr.dev] += gr.memory;
+        t->share_w[gr.dev] += gr.compute;
       }
     }
   }
+  return Status::Ok();
+}
+
+Status Engine::CheckNodeTotals(const InvariantTally& t) const {
   for (size_t n = 0; n < nodes_.size(); ++n) {
     const NodeRt& node = nodes_[n];
-    if (cpu[n] > node.cpu_total || mem[n] > node.mem_total) {
+    if (t.cpu[n] > node.cpu_total || t.mem[n] > node.mem_total) {
       return Status::Internal("node " + node.name + " over CPU or memory capacity");
     }
-    if (node.cpu_free != node.cpu_total - cpu[n] || node.mem_free != node.mem_total - mem[n]) {
+    if (node.cpu_free != node.cpu_total - t.cpu[n] || node.mem_free != node.mem_total - t.mem[n]) {
       return Status::Internal("node " + node.name + " free CPU/memory out of step with jobs");
     }
   }
+  return Status::Ok();
+}
+
+Status Engine::CheckDevices(const InvariantTally& t) const {
   for (size_t di = 0; di < devs_.size(); ++di) {
     const Dev& d = devs_[di];
     if (d.whole >= 0 && (!d.shares.empty() || d.split)) {
@@ -245,12 +257,12 @@ Status Engine::CheckInvariants() const {
     if (d.split && !d.shares.empty()) {
       return Status::Internal(DevName(static_cast<int>(di)) + " is split and carries device shares");
     }
-    if (share_mem[di] != d.share_mem || share_mem[di] > d.memory) {
+    if (t.share_mem[di] != d.share_mem || t.share_mem[di] > d.memory) {
       return Status::Internal(DevName(static_cast<int>(di)) + ": share caps " +
-                              FormatMiB(share_mem[di]) + " exceed or disagree with memory " +
+                              FormatMiB(t.share_mem[di]) + " exceed or disagree with memory " +
                               FormatMiB(d.memory));
     }
-    if (share_w[di] != d.share_weight || share_w[di] > kWholeGpu) {
+    if (t.share_w[di] != d.share_weight || t.share_w[di] > kWholeGpu) {
       return Status::Internal(DevName(static_cast<int>(di)) + ": share weights over one device");
     }
     if (d.mig) {
@@ -269,9 +281,13 @@ Status Engine::CheckInvariants() const {
       return Status::Internal(DevName(static_cast<int>(di)) + ": partitions exceed device memory");
     }
   }
+  return Status::Ok();
+}
+
+Status Engine::CheckGroupUsage(const InvariantTally& t) const {
   for (size_t g = 0; g < groups_.size(); ++g) {
     const GroupRt& gr = groups_[g];
-    if (!(usage[g] == gr.usage)) {
+    if (!(t.usage[g] == gr.usage)) {
       return Status::Internal("group " + gr.spec.name + " usage out of step with its jobs");
     }
     const char* which = nullptr;
@@ -281,6 +297,20 @@ Status Engine::CheckInvariants() const {
     }
   }
   return Status::Ok();
+}
+
+Status Engine::CheckInvariants() const {
+  InvariantTally t;
+  t.cpu.assign(nodes_.size(), 0);
+  t.mem.assign(nodes_.size(), 0);
+  t.usage.resize(groups_.size());
+  t.share_mem.assign(devs_.size(), 0);
+  t.share_w.assign(devs_.size(), 0);
+  // One call per part, not per job or device: this runs after every step of a simulation.
+  if (Status s = CheckJobHoldings(&t); !s.ok()) return s;
+  if (Status s = CheckNodeTotals(t); !s.ok()) return s;
+  if (Status s = CheckDevices(t); !s.ok()) return s;
+  return CheckGroupUsage(t);
 }
 
 JobView Engine::job(int handle) const {

@@ -260,11 +260,20 @@ class Engine final : public QuotaEngine {
   bool FindWhole(Job& j, int self, Candidate* c, bool* blocked);
   bool FindGang(Job& j, int self, Candidate* c, bool* blocked);
   bool FindPartition(Job& j, int self, Candidate* c, bool* blocked);
+  // FindPartition's visit of device di in one of its passes, and its MIG and AMD halves.
+  bool PartitionAt(const Job& j, int self, size_t di, int pass, Candidate* c, bool* blocked);
+  bool MigPartitionAt(const Job& j, size_t di, int pass, Candidate* c);
+  bool AmdPartitionAt(const Job& j, size_t di, int pass, Candidate* c);
   bool FindShare(Job& j, int self, Candidate* c, bool* blocked);
   bool FindCpuOnly(Job& j, Candidate* c);
+  bool FindInForm(Job& j, int self, AllocationForm f, Candidate* c, bool* blocked);
   void Commit(int self, AllocationForm f, Candidate& c, bool guaranteed);
+  void ApplyCandidateLayout(const Job& j, const Candidate& c);  // MIG on, AMD mode, new instances
+  void TakeGrants(int self, AllocationForm f, const std::vector<Grant>& grants);
+  std::string PlacedDetail(const Job& j, AllocationForm f, bool backfill) const;
   void Release(int self);
   bool TryPlace(int self, std::string* step, std::string* reason, bool* backfilled);
+  void NoRoomReason(const Job& j, bool blocked, std::string* step, std::string* reason) const;
 
   // --- preemption, backfill, repartition
   bool Victim(const Job& claimant, int v, bool reclaim) const;
@@ -298,6 +307,9 @@ class Engine final : public QuotaEngine {
   void MigDrainOption(const Job& j, int di, bool within_reservation, DrainOption* best);
   void AmdDrainOption(const Job& j, int di, bool within_reservation, DrainOption* best);
   bool ApplyPlan(int d);
+  bool PlanReady(const Dev& d) const;  // what the plan changes is idle
+  bool ApplyAmdPlan(int di);  // false (plan dropped) when the hive refuses the memory mode
+  void ApplyMigPlan(Dev& d);
   void ApplyReadyPlans();
   void RebuildAmdSlots(Dev& d);
   // The placement core's view of the engine's devices (engine_mirror.cc): the policy named by
@@ -326,6 +338,13 @@ class Engine final : public QuotaEngine {
     Status s = CheckInvariants();
     if (!s.ok()) violations_.push_back(T(now_) + " after " + where + ": " + s.message());
   }
+  // CheckInvariants' parts: the jobs' grants against the devices (summed into the tally), then
+  // the sums against the nodes, devices and groups.
+  struct InvariantTally;
+  Status CheckJobHoldings(InvariantTally* t) const;
+  Status CheckNodeTotals(const InvariantTally& t) const;
+  Status CheckDevices(const InvariantTally& t) const;
+  Status CheckGroupUsage(const InvariantTally& t) const;
   // Recomputes device d's membership in the placement indexes. Call after any change to it.
   void Reindex(int d);
 

@@ -119,103 +119,109 @@ bool Engine::FindGang(Job& j, int self, Candidate* c, bool* blocked) {
   return true;
 }
 
+bool Engine::MigPartitionAt(const Job& j, size_t di, int pass, Candidate* c) {
+  const Dev& d = devs_[di];
+  int pi = BestMigProfile(d.model, j.gpu_milli, j.gpu_mem);
+  if (pi < 0) return false;
+  const part::MigProfile& p = d.model->mig.profiles[pi];
+  int di_int = static_cast<int>(di);
+  if (pass == 0 && d.mig) {
+    for (size_t s = 0; s < d.slots.size(); ++s) {
+      if (d.slots[s].alive && d.slots[s].holder < 0 &&
+          d.slots[s].profile == p.name) {
+        c->grants = {{d.node, di_int, static_cast<int>(s), d.slots[s].memory,
+                      d.slots[s].compute, j.cpu, j.mem}};
+        cursor_dev_part_ = di;
+        return true;
+      }
+    }
+  } else if (pass == 1 && d.mig && !((d.no_start >> pi) & 1u)) {
+    part::Layout layout;
+    for (const Slot& s : d.slots) {
+      if (s.alive) layout.instances.push_back({s.profile, s.start});
+    }
+    auto starts = part::LegalStarts(*d.model, layout, p.name);
+    if (starts.ok() && !starts->empty()) {
+      c->create = {{di_int, part::Instance{p.name, starts->front()}}};
+      c->grants = {{d.node, di_int, static_cast<int>(d.slots.size()), p.memory_mib,
+                    p.compute_slices * kWholeGpu / d.model->mig.compute_slices, j.cpu,
+                    j.mem}};
+      cursor_dev_part_ = di;
+      return true;
+    }
+    if (pi < 64) devs_[di].no_start |= uint64_t{1} << pi;
+  } else if (pass == 2 && !d.split && d.idle()) {
+    c->enable_mig_dev = di_int;
+    c->create = {{di_int, part::Instance{p.name, p.starts.front()}}};
+    c->grants = {{d.node, di_int, 0, p.memory_mib,
+                  p.compute_slices * kWholeGpu / d.model->mig.compute_slices, j.cpu,
+                  j.mem}};
+    return true;
+  }
+  return false;
+}
+
+bool Engine::AmdPartitionAt(const Job& j, size_t di, int pass, Candidate* c) {
+  const Dev& d = devs_[di];
+  int di_int = static_cast<int>(di);
+  if (pass == 0 && d.split) {
+    for (size_t s = 0; s < d.slots.size(); ++s) {
+      const Slot& sl = d.slots[s];
+      if (sl.holder < 0 && sl.memory >= j.gpu_mem && sl.compute >= j.gpu_milli) {
+        c->grants = {{d.node, di_int, static_cast<int>(s), sl.memory, sl.compute, j.cpu,
+                      j.mem}};
+        cursor_dev_part_ = di;
+        return true;
+      }
+    }
+  } else if (pass == 2 && !d.split && d.idle()) {
+    // A compute-mode change on an idle device keeps the node's memory mode.
+    auto cur = part::ParsePair(*d.model, d.amd_pair);
+    std::optional<part::AmdPartitioning> best;
+    for (const part::AmdPartitioning& a : part::AllPartitionings(*d.model)) {
+      if (a.pair.memory != cur->memory || a.partitions <= 1) return false;
+      if (a.memory_per_partition_mib < j.gpu_mem) return false;
+      if (kWholeGpu / a.partitions < j.gpu_milli) return false;
+      if (!best || a.memory_per_partition_mib < best->memory_per_partition_mib) best = a;
+    }
+    if (!best) return false;
+    c->amd_dev = di_int;
+    c->amd_switch = best->pair.ToString();
+    c->grants = {{d.node, di_int, 0, best->memory_per_partition_mib,
+                  kWholeGpu / best->partitions, j.cpu, j.mem}};
+    return true;
+  }
+  return false;
+}
+
+bool Engine::PartitionAt(const Job& j, int self, size_t di, int pass, Candidate* c, bool* blocked) {
+  const Dev& d = devs_[di];
+  if (!InPools(j, d.pool) || !PoolAllows(d.pool, AllocationForm::kPartition)) return false;
+  if (!d.mig_capable() && !d.amd_capable()) return false;
+  const NodeRt& node = nodes_[d.node];
+  if (!NodeHas(node, j.cpu, j.mem)) return false;
+  bool bf = false;
+  if (!Usable(d, j, self, &bf, blocked)) return false;
+  bool found = d.mig_capable() ? MigPartitionAt(j, di, pass, c) : AmdPartitionAt(j, di, pass, c);
+  if (found) c->backfill = bf;
+  return found;
+}
+
 bool Engine::FindPartition(Job& j, int self, Candidate* c, bool* blocked) {
   size_t n = devs_.size();
   if (n == 0) return false;
   // Pass 0: a free slot of the right size. Pass 1: a new MIG instance on free slices.
   // Pass 2: an idle, unsplit device switched into partitions (nothing is lost: it is idle).
   // Passes 0 and 1 walk their indexes; pass 2 is next fit over all devices.
-  auto visit = [&](size_t di, int pass) -> bool {
-      const Dev& d = devs_[di];
-      if (!InPools(j, d.pool) || !PoolAllows(d.pool, AllocationForm::kPartition)) return false;
-      if (!d.mig_capable() && !d.amd_capable()) return false;
-      const NodeRt& node = nodes_[d.node];
-      if (!NodeHas(node, j.cpu, j.mem)) return false;
-      bool bf = false;
-      if (!Usable(d, j, self, &bf, blocked)) return false;
-      int di_int = static_cast<int>(di);
-      if (d.mig_capable()) {
-        int pi = BestMigProfile(d.model, j.gpu_milli, j.gpu_mem);
-        if (pi < 0) return false;
-        const part::MigProfile& p = d.model->mig.profiles[pi];
-        if (pass == 0 && d.mig) {
-          for (size_t s = 0; s < d.slots.size(); ++s) {
-            if (d.slots[s].alive && d.slots[s].holder < 0 &&
-                d.slots[s].profile == p.name) {
-              c->grants = {{d.node, di_int, static_cast<int>(s), d.slots[s].memory,
-                            d.slots[s].compute, j.cpu, j.mem}};
-              c->backfill = bf;
-              cursor_dev_part_ = di;
-              return true;
-            }
-          }
-        } else if (pass == 1 && d.mig && !((d.no_start >> pi) & 1u)) {
-          part::Layout layout;
-          for (const Slot& s : d.slots) {
-            if (s.alive) layout.instances.push_back({s.profile, s.start});
-          }
-          auto starts = part::LegalStarts(*d.model, layout, p.name);
-          if (starts.ok() && !starts->empty()) {
-            c->create = {{di_int, part::Instance{p.name, starts->front()}}};
-            c->grants = {{d.node, di_int, static_cast<int>(d.slots.size()), p.memory_mib,
-                          p.compute_slices * kWholeGpu / d.model->mig.compute_slices, j.cpu,
-                          j.mem}};
-            c->backfill = bf;
-            cursor_dev_part_ = di;
-            return true;
-          }
-          if (pi < 64) devs_[di].no_start |= uint64_t{1} << pi;
-        } else if (pass == 2 && !d.split && d.idle()) {
-          c->enable_mig_dev = di_int;
-          c->create = {{di_int, part::Instance{p.name, p.starts.front()}}};
-          c->grants = {{d.node, di_int, 0, p.memory_mib,
-                        p.compute_slices * kWholeGpu / d.model->mig.compute_slices, j.cpu,
-                        j.mem}};
-          c->backfill = bf;
-          return true;
-        }
-      } else {  // AMD
-        if (pass == 0 && d.split) {
-          for (size_t s = 0; s < d.slots.size(); ++s) {
-            const Slot& sl = d.slots[s];
-            if (sl.holder < 0 && sl.memory >= j.gpu_mem && sl.compute >= j.gpu_milli) {
-              c->grants = {{d.node, di_int, static_cast<int>(s), sl.memory, sl.compute, j.cpu,
-                            j.mem}};
-              c->backfill = bf;
-              cursor_dev_part_ = di;
-              return true;
-            }
-          }
-        } else if (pass == 2 && !d.split && d.idle()) {
-          // A compute-mode change on an idle device keeps the node's memory mode.
-          auto cur = part::ParsePair(*d.model, d.amd_pair);
-          std::optional<part::AmdPartitioning> best;
-          for (const part::AmdPartitioning& a : part::AllPartitionings(*d.model)) {
-            if (a.pair.memory != cur->memory || a.partitions <= 1) return false;
-            if (a.memory_per_partition_mib < j.gpu_mem) return false;
-            if (kWholeGpu / a.partitions < j.gpu_milli) return false;
-            if (!best || a.memory_per_partition_mib < best->memory_per_partition_mib) best = a;
-          }
-          if (!best) return false;
-          c->amd_dev = di_int;
-          c->amd_switch = best->pair.ToString();
-          c->grants = {{d.node, di_int, 0, best->memory_per_partition_mib,
-                        kWholeGpu / best->partitions, j.cpu, j.mem}};
-          c->backfill = bf;
-          return true;
-        }
-      }
-    return false;
-  };
   for (int d : free_slot_devs_) {
-    if (visit(static_cast<size_t>(d), 0)) return true;
+    if (PartitionAt(j, self, static_cast<size_t>(d), 0, c, blocked)) return true;
   }
   for (int d : mig_open_devs_) {
-    if (visit(static_cast<size_t>(d), 1)) return true;
+    if (PartitionAt(j, self, static_cast<size_t>(d), 1, c, blocked)) return true;
   }
   for (size_t step = 0; step < n; ++step) {
     size_t di = (cursor_dev_part_ + step) % n;
-    if (visit(di, 2)) {
+    if (PartitionAt(j, self, di, 2, c, blocked)) {
       cursor_dev_part_ = di;
       return true;
     }
@@ -320,8 +326,7 @@ void Engine::Reindex(int di) {
   }
 }
 
-void Engine::Commit(int self, AllocationForm f, Candidate& c, bool guaranteed) {
-  Job& j = jobs_[self];
+void Engine::ApplyCandidateLayout(const Job& j, const Candidate& c) {
   if (c.enable_mig_dev >= 0) {
     Dev& d = devs_[c.enable_mig_dev];
     d.mig = d.split = true;
@@ -338,7 +343,7 @@ void Engine::Commit(int self, AllocationForm f, Candidate& c, bool guaranteed) {
          DevName(c.amd_dev) + ": compute mode " + before + " -> " + d.amd_pair +
              " on an idle device for " + j.id + " (nothing lost)");
   }
-  for (auto& [di, inst] : c.create) {
+  for (const auto& [di, inst] : c.create) {
     Dev& d = devs_[di];
     const part::MigProfile* p = d.model->mig.FindProfile(inst.profile);
     d.slots.push_back({inst.ToString(), p->name, inst.start, p->memory_mib,
@@ -353,8 +358,12 @@ void Engine::Commit(int self, AllocationForm f, Candidate& c, bool guaranteed) {
   if (c.amd_dev >= 0) Reindex(c.amd_dev);
   if (c.enable_mig_dev >= 0) MirrorSyncSplit(c.enable_mig_dev);
   if (c.amd_dev >= 0) MirrorSyncSplit(c.amd_dev);
-  for (auto& [di, inst] : c.create) MirrorSyncSplit(di);
-  for (Grant& g : c.grants) {
+  for (const auto& [di, inst] : c.create) MirrorSyncSplit(di);
+}
+
+void Engine::TakeGrants(int self, AllocationForm f, const std::vector<Grant>& grants) {
+  Job& j = jobs_[self];
+  for (const Grant& g : grants) {
     NodeRt& n = nodes_[g.node];
     n.cpu_free -= g.cpu;
     n.mem_free -= g.host_memory;
@@ -382,6 +391,27 @@ void Engine::Commit(int self, AllocationForm f, Candidate& c, bool guaranteed) {
     }
     j.nominated = false;
   }
+}
+
+std::string Engine::PlacedDetail(const Job& j, AllocationForm f, bool backfill) const {
+  std::string where;
+  for (const Grant& gr : j.grants) {
+    if (!where.empty()) where += ", ";
+    where += gr.dev < 0 ? nodes_[gr.node].name : DevName(gr.dev);
+    if (gr.slot >= 0) where += ":" + devs_[gr.dev].slots[gr.slot].name;
+  }
+  return std::string(AllocationFormName(f)) + " on " + where +
+         (f == AllocationForm::kShare ? " (cap " + FormatMiB(j.grants[0].memory) +
+                                            ", compute weight " +
+                                            FormatMilli(j.grants[0].compute) + ")"
+                                      : "") +
+         (backfill ? " [backfill]" : "");
+}
+
+void Engine::Commit(int self, AllocationForm f, Candidate& c, bool guaranteed) {
+  Job& j = jobs_[self];
+  ApplyCandidateLayout(j, c);
+  TakeGrants(self, f, c.grants);
   j.grants = c.grants;
   if (c.mirrored) {
     mirror_held_[self].push_back(*c.mirrored);
@@ -402,19 +432,7 @@ void Engine::Commit(int self, AllocationForm f, Candidate& c, bool guaranteed) {
        std::string(guaranteed ? "guaranteed: within reservation" : "borrowed: above reservation") +
            " (" + j.charge.ToString() + "; group holds " + g.usage.ToString() + ")");
   j.admitted_logged = true;
-  std::string where;
-  for (const Grant& gr : j.grants) {
-    if (!where.empty()) where += ", ";
-    where += gr.dev < 0 ? nodes_[gr.node].name : DevName(gr.dev);
-    if (gr.slot >= 0) where += ":" + devs_[gr.dev].slots[gr.slot].name;
-  }
-  Emit(EventKind::kPlaced, &j,
-       std::string(AllocationFormName(f)) + " on " + where +
-           (f == AllocationForm::kShare ? " (cap " + FormatMiB(j.grants[0].memory) +
-                                              ", compute weight " +
-                                              FormatMilli(j.grants[0].compute) + ")"
-                                        : "") +
-           (c.backfill ? " [backfill]" : ""));
+  Emit(EventKind::kPlaced, &j, PlacedDetail(j, f, c.backfill));
   if (c.backfill) ++stats_.backfilled;
 }
 
@@ -448,6 +466,32 @@ void Engine::Release(int self) {
   j.grants.clear();
   j.charge = {};
   memo_.clear();  // room appeared: earlier failures may now fit
+}
+
+bool Engine::FindInForm(Job& j, int self, AllocationForm f, Candidate* c, bool* blocked) {
+  if (j.gpu_count == 0) return FindCpuOnly(j, c);
+  if (f == AllocationForm::kWhole) return FindWhole(j, self, c, blocked);
+  if (f == AllocationForm::kPartition) return FindPartition(j, self, c, blocked);
+  return FindShare(j, self, c, blocked);
+}
+
+void Engine::NoRoomReason(const Job& j, bool blocked, std::string* step, std::string* reason) const {
+  std::string forms;
+  for (AllocationForm f : j.forms) forms += (forms.empty() ? "" : "/") + std::string(AllocationFormName(f));
+  std::string shape = j.gpu_count == 0
+                          ? "cpu " + FormatMilli(j.cpu)
+                          : std::to_string(j.gpu_count) + " x " + forms + " (gpu " +
+                                FormatMilli(j.gpu_milli) + ", " + FormatMiB(j.gpu_mem) + ")";
+  if (blocked) {
+    *step = "Backfill";
+    *reason = "room exists only on devices kept for a waiting job; " + shape +
+              (j.walltime > 0 ? " would not finish before it starts"
+                              : " declares no walltime, so it could delay that job");
+  } else {
+    *step = "Placement";
+    *reason = "no room for " + shape + " in pools " + PoolNames(j) +
+              (j.gpu_count > max_devs_per_node_ ? " (gang across nodes, all or nothing)" : "");
+  }
 }
 
 bool Engine::TryPlace(int self, std::string* step, std::string* reason, bool* backfilled) {
@@ -488,17 +532,7 @@ bool Engine::TryPlace(int self, std::string* step, std::string* reason, bool* ba
   std::string limit_reason;
   for (AllocationForm f : j.forms) {
     Candidate c;
-    bool found = false;
-    if (j.gpu_count == 0) {
-      found = FindCpuOnly(j, &c);
-    } else if (f == AllocationForm::kWhole) {
-      found = FindWhole(j, self, &c, &blocked);
-    } else if (f == AllocationForm::kPartition) {
-      found = FindPartition(j, self, &c, &blocked);
-    } else {
-      found = FindShare(j, self, &c, &blocked);
-    }
-    if (!found) continue;
+    if (!FindInForm(j, self, f, &c, &blocked)) continue;
     Resources charge = ChargeOf(j, c.grants);
     Status a = Admission(j, charge, &guaranteed);
     if (!a.ok()) {
@@ -515,22 +549,7 @@ bool Engine::TryPlace(int self, std::string* step, std::string* reason, bool* ba
     *reason = limit_reason + " (as placed)";
     return false;
   }
-  std::string forms;
-  for (AllocationForm f : j.forms) forms += (forms.empty() ? "" : "/") + std::string(AllocationFormName(f));
-  std::string shape = j.gpu_count == 0
-                          ? "cpu " + FormatMilli(j.cpu)
-                          : std::to_string(j.gpu_count) + " x " + forms + " (gpu " +
-                                FormatMilli(j.gpu_milli) + ", " + FormatMiB(j.gpu_mem) + ")";
-  if (blocked) {
-    *step = "Backfill";
-    *reason = "room exists only on devices kept for a waiting job; " + shape +
-              (j.walltime > 0 ? " would not finish before it starts"
-                              : " declares no walltime, so it could delay that job");
-  } else {
-    *step = "Placement";
-    *reason = "no room for " + shape + " in pools " + PoolNames(j) +
-              (j.gpu_count > max_devs_per_node_ ? " (gang across nodes, all or nothing)" : "");
-  }
+  NoRoomReason(j, blocked, step, reason);
   if (use_memo) {
     auto it = memo_.find(key);
     if (it == memo_.end() || end < it->second.fail_end) memo_[key] = {*step, *reason, end};

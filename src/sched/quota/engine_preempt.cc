@@ -399,8 +399,7 @@ void Engine::AmdDrainOption(const Job& j, int di, bool within_reservation, Drain
   best = std::move(o);
 }
 
-bool Engine::ApplyPlan(int di) {
-  Dev& d = devs_[di];
+bool Engine::PlanReady(const Dev& d) const {
   if (!d.plan.active || (d.plan.node_wide && d.plan.amd_pair.empty())) return false;
   if (d.plan.node_wide) {
     for (int od : nodes_[d.node].devs) {
@@ -417,51 +416,67 @@ bool Engine::ApplyPlan(int di) {
       }
     }
   }
+  return true;
+}
+
+bool Engine::ApplyAmdPlan(int di) {
+  Dev& d = devs_[di];
+  auto pair = part::ParsePair(*d.model, d.plan.amd_pair);
+  if (!d.plan.node_wide) {
+    d.amd_pair = pair->ToString();
+    RebuildAmdSlots(d);
+    return true;
+  }
+  std::vector<part::AmdDevice> hive;
+  for (int od : nodes_[d.node].devs) {
+    hive.push_back({DevName(od), *part::ParsePair(*d.model, devs_[od].amd_pair), false});
+  }
+  auto change = part::CheckMemoryModeChange(*d.model, hive, pair->memory);
+  if (!change.ok()) {
+    d.plan = {};
+    return false;
+  }
+  const std::vector<int>& nd = nodes_[d.node].devs;
+  for (size_t k = 0; k < nd.size(); ++k) {
+    Dev& o = devs_[nd[k]];
+    o.amd_pair = nd[k] == di ? pair->ToString() : change->resulting[k].ToString();
+    if (nd[k] != di) o.plan = {};
+    RebuildAmdSlots(o);
+  }
+  return true;
+}
+
+void Engine::ApplyMigPlan(Dev& d) {
+  if (d.plan.enable_mig) {
+    d.mig = d.split = true;
+    d.slots.clear();
+  }
+  for (const part::Instance& in : d.plan.evict) {
+    for (Slot& s : d.slots) {
+      if (s.alive && s.profile == in.profile && s.start == in.start) s.alive = false;
+    }
+  }
+  if (d.idle()) {  // no grant points into the slots: drop the tombstones
+    d.slots.erase(std::remove_if(d.slots.begin(), d.slots.end(),
+                                 [](const Slot& s) { return !s.alive; }),
+                  d.slots.end());
+  }
+  for (const part::Instance& in : d.plan.add) {
+    const part::MigProfile* p = d.model->mig.FindProfile(in.profile);
+    d.slots.push_back({in.ToString(), p->name, in.start, p->memory_mib,
+                       p->compute_slices * kWholeGpu / d.model->mig.compute_slices, -1, true,
+                       p->memory_slices});
+  }
+}
+
+bool Engine::ApplyPlan(int di) {
+  Dev& d = devs_[di];
+  if (!PlanReady(d)) return false;
   std::string before = device_layout(d.node, d.index);
   if (!d.plan.amd_pair.empty()) {
-    auto pair = part::ParsePair(*d.model, d.plan.amd_pair);
-    if (d.plan.node_wide) {
-      std::vector<part::AmdDevice> hive;
-      for (int od : nodes_[d.node].devs) {
-        hive.push_back({DevName(od), *part::ParsePair(*d.model, devs_[od].amd_pair), false});
-      }
-      auto change = part::CheckMemoryModeChange(*d.model, hive, pair->memory);
-      if (!change.ok()) {
-        d.plan = {};
-        return false;
-      }
-      const std::vector<int>& nd = nodes_[d.node].devs;
-      for (size_t k = 0; k < nd.size(); ++k) {
-        Dev& o = devs_[nd[k]];
-        o.amd_pair = nd[k] == di ? pair->ToString() : change->resulting[k].ToString();
-        if (nd[k] != di) o.plan = {};
-        RebuildAmdSlots(o);
-      }
-    } else {
-      d.amd_pair = pair->ToString();
-      RebuildAmdSlots(d);
-    }
+    if (!ApplyAmdPlan(di)) return false;
   } else {
-    if (d.plan.enable_mig) {
-      d.mig = d.split = true;
-      d.slots.clear();
-    }
-    for (const part::Instance& in : d.plan.evict) {
-      for (Slot& s : d.slots) {
-        if (s.alive && s.profile == in.profile && s.start == in.start) s.alive = false;
-      }
-    }
-    if (d.idle()) {  // no grant points into the slots: drop the tombstones
-      d.slots.erase(std::remove_if(d.slots.begin(), d.slots.end(),
-                                   [](const Slot& s) { return !s.alive; }),
-                    d.slots.end());
-    }
-    for (const part::Instance& in : d.plan.add) {
-      const part::MigProfile* p = d.model->mig.FindProfile(in.profile);
-      d.slots.push_back({in.ToString(), p->name, in.start, p->memory_mib,
-                         p->compute_slices * kWholeGpu / d.model->mig.compute_slices, -1, true,
-                         p->memory_slices});
-    }
+    ApplyMigPlan(d);
   }
   for (int od : nodes_[d.node].devs) {
     Reindex(od);

@@ -246,6 +246,86 @@ static Status ReadIdentities(const YAML::Node& ids, std::vector<Identity>* out) 
   return Status::Ok();
 }
 
+// An optional duration setting, in milliseconds; `positive` refuses 0.
+static Status ReadMs(const YAML::Node& root, const char* key, bool positive, int64_t* ms) {
+  if (!root[key]) return Status::Ok();
+  auto d = Duration(root[key], key);
+  if (!d.ok()) return d.status();
+  if (positive && *d <= 0) return Bad(key, "must be positive");
+  *ms = *d;
+  return Status::Ok();
+}
+
+// The server's own settings: cluster name, timings, schedule_on_submit, backend_nice.
+static Status ReadServerSettings(const YAML::Node& root, EngineConfig* c) {
+  if (root["cluster"]) {
+    auto s = Str(root["cluster"], "cluster");
+    if (!s.ok()) return s.status();
+    c->cluster = *s;
+  }
+  Status st = ReadMs(root, "heartbeat_timeout", false, &c->heartbeat_timeout_ms);
+  if (st.ok()) st = ReadMs(root, "cancel_grace", false, &c->cancel_grace_ms);
+  if (st.ok()) st = ReadMs(root, "cycle", true, &c->cycle_ms);
+  if (!st.ok()) return st;
+  if (root["schedule_on_submit"]) {
+    auto v = policy::GetBool(root["schedule_on_submit"], "schedule_on_submit");
+    if (!v.ok()) return Prefixed(v.status());
+    c->schedule_on_submit = *v;
+  }
+  st = ReadMs(root, "backend_poll", true, &c->backend_poll_ms);
+  if (st.ok()) st = ReadMs(root, "utilization_sample", true, &c->utilization_sample_ms);
+  if (!st.ok()) return st;
+  if (root["backend_nice"]) {
+    int n = -1;
+    if (!YAML::convert<int>::decode(root["backend_nice"], n) || n < 0 || n > 19) {
+      return Bad("backend_nice", "must be an integer from 0 to 19");
+    }
+    c->backend_nice = n;
+  }
+  return Status::Ok();
+}
+
+// The quota policy, with the server's extra keys allowed; one pool with every form when none is given.
+static Result<quota::PolicySpec> ReadPolicy(const YAML::Node& root) {
+  policy::PolicyKeys keys;
+  keys.extra_root = {"cluster", "heartbeat_timeout", "cancel_grace", "cycle", "schedule_on_submit", "backend_poll",
+                     "backend_nice", "utilization_sample", "identities"};
+  keys.extra_queue = {"requeue_on_loss", "backend", "partition", "template", "gpu_type",
+                      "gres_whole", "gres_share", "gres_partition", "shard_memory",
+                      "cap_library", "mig_model"};
+  keys.require_queues = true;
+  auto pol = policy::ParsePolicy(root, keys);
+  if (!pol.ok()) return Prefixed(pol.status());
+  if (pol->pools.empty()) {
+    pol->pools.push_back(
+        {"default", {AllocationForm::kWhole, AllocationForm::kPartition, AllocationForm::kShare}});
+  }
+  return pol;
+}
+
+static Status CheckIdentityGroups(const EngineConfig& c) {
+  for (size_t i = 0; i < c.identities.size(); ++i) {
+    for (const auto& g : c.identities[i].groups) {
+      if (!c.FindGroup(g)) {
+        return Bad("identities[" + std::to_string(i) + "].groups", "unknown group '" + g + "'");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+// Each queue's route (backend and its keys), in the policy's queue order.
+static Status ReadRoutes(const YAML::Node& queues, EngineConfig* c) {
+  for (size_t i = 0; i < queues.size(); ++i) {
+    auto route = ParseRoute(queues[i], "queues[" + policy::EntryName(queues[i], i) + "]");
+    if (!route.ok()) return route.status();
+    route->queue = c->policy.queues[i].name;
+    c->policy.queues[i].external = route->external();
+    c->routes.push_back(*route);
+  }
+  return Status::Ok();
+}
+
 Result<EngineConfig> ParseConfig(const std::string& yaml_text) {
   YAML::Node root;
   try {
@@ -255,84 +335,18 @@ Result<EngineConfig> ParseConfig(const std::string& yaml_text) {
   }
   if (!root.IsMap()) return Status::InvalidArgument("config: expected a YAML map at the top");
   try {
-    Status st;
     EngineConfig c;
-    if (root["cluster"]) {
-      auto s = Str(root["cluster"], "cluster");
-      if (!s.ok()) return s.status();
-      c.cluster = *s;
-    }
-    if (root["heartbeat_timeout"]) {
-      auto d = Duration(root["heartbeat_timeout"], "heartbeat_timeout");
-      if (!d.ok()) return d.status();
-      c.heartbeat_timeout_ms = *d;
-    }
-    if (root["cancel_grace"]) {
-      auto d = Duration(root["cancel_grace"], "cancel_grace");
-      if (!d.ok()) return d.status();
-      c.cancel_grace_ms = *d;
-    }
-    if (root["cycle"]) {
-      auto d = Duration(root["cycle"], "cycle");
-      if (!d.ok()) return d.status();
-      if (*d <= 0) return Bad("cycle", "must be positive");
-      c.cycle_ms = *d;
-    }
-    if (root["schedule_on_submit"]) {
-      auto v = policy::GetBool(root["schedule_on_submit"], "schedule_on_submit");
-      if (!v.ok()) return Prefixed(v.status());
-      c.schedule_on_submit = *v;
-    }
-    if (root["backend_poll"]) {
-      auto d = Duration(root["backend_poll"], "backend_poll");
-      if (!d.ok()) return d.status();
-      if (*d <= 0) return Bad("backend_poll", "must be positive");
-      c.backend_poll_ms = *d;
-    }
-    if (root["utilization_sample"]) {
-      auto d = Duration(root["utilization_sample"], "utilization_sample");
-      if (!d.ok()) return d.status();
-      if (*d <= 0) return Bad("utilization_sample", "must be positive");
-      c.utilization_sample_ms = *d;
-    }
-    if (root["backend_nice"]) {
-      int n = -1;
-      if (!YAML::convert<int>::decode(root["backend_nice"], n) || n < 0 || n > 19) {
-        return Bad("backend_nice", "must be an integer from 0 to 19");
-      }
-      c.backend_nice = n;
-    }
+    Status st = ReadServerSettings(root, &c);
+    if (!st.ok()) return st;
     st = ReadIdentities(root["identities"], &c.identities);
     if (!st.ok()) return st;
-    policy::PolicyKeys keys;
-    keys.extra_root = {"cluster", "heartbeat_timeout", "cancel_grace", "cycle", "schedule_on_submit", "backend_poll",
-                       "backend_nice", "utilization_sample", "identities"};
-    keys.extra_queue = {"requeue_on_loss", "backend", "partition", "template", "gpu_type",
-                        "gres_whole", "gres_share", "gres_partition", "shard_memory",
-                        "cap_library", "mig_model"};
-    keys.require_queues = true;
-    auto pol = policy::ParsePolicy(root, keys);
-    if (!pol.ok()) return Prefixed(pol.status());
+    auto pol = ReadPolicy(root);
+    if (!pol.ok()) return pol.status();
     c.policy = std::move(*pol);
-    if (c.policy.pools.empty()) {
-      c.policy.pools.push_back(
-          {"default", {AllocationForm::kWhole, AllocationForm::kPartition, AllocationForm::kShare}});
-    }
-    for (size_t i = 0; i < c.identities.size(); ++i) {
-      for (const auto& g : c.identities[i].groups) {
-        if (!c.FindGroup(g)) {
-          return Bad("identities[" + std::to_string(i) + "].groups", "unknown group '" + g + "'");
-        }
-      }
-    }
-    const YAML::Node queues = root["queues"];
-    for (size_t i = 0; i < queues.size(); ++i) {
-      auto route = ParseRoute(queues[i], "queues[" + policy::EntryName(queues[i], i) + "]");
-      if (!route.ok()) return route.status();
-      route->queue = c.policy.queues[i].name;
-      c.policy.queues[i].external = route->external();
-      c.routes.push_back(*route);
-    }
+    st = CheckIdentityGroups(c);
+    if (!st.ok()) return st;
+    st = ReadRoutes(root["queues"], &c);
+    if (!st.ok()) return st;
     Status valid = quota::Validate(c.policy);
     if (!valid.ok()) return Prefixed(valid);
     return c;

@@ -200,10 +200,7 @@ Status ParseMig(const FieldReader& r, GpuModel* m) {
   return Status::Ok();
 }
 
-Status ParseAmd(const FieldReader& r, GpuModel* m) {
-  AmdModelInfo& amd = m->amd;
-  TESSERA_RETURN_IF_ERROR(r.SmallInt("xcd_count", 1, kMaxSlices, &amd.xcd_count));
-  TESSERA_RETURN_IF_ERROR(r.SmallInt("cus", 1, kMaxCount, &amd.cus));
+Status ParseAmdMemoryModes(const FieldReader& r, AmdModelInfo* amd) {
   const json* memory_modes = nullptr;
   TESSERA_RETURN_IF_ERROR(r.Array("memory_modes", &memory_modes));
   for (const json& e : *memory_modes) {
@@ -213,11 +210,15 @@ Status ParseAmd(const FieldReader& r, GpuModel* m) {
     TESSERA_RETURN_IF_ERROR(mr.String("name", &mode.name));
     FieldReader nr(e, r.where() + ", memory mode " + mode.name);
     TESSERA_RETURN_IF_ERROR(nr.SmallInt("domains", 1, kMaxSlices, &mode.domains));
-    if (amd.FindMemoryMode(mode.name) != nullptr) {
+    if (amd->FindMemoryMode(mode.name) != nullptr) {
       return r.Error("memory_modes", "lists " + mode.name + " twice");
     }
-    amd.memory_modes.push_back(mode);
+    amd->memory_modes.push_back(mode);
   }
+  return Status::Ok();
+}
+
+Status ParseAmdComputeModes(const FieldReader& r, AmdModelInfo* amd) {
   const json* compute_modes = nullptr;
   TESSERA_RETURN_IF_ERROR(r.Array("compute_modes", &compute_modes));
   for (const json& e : *compute_modes) {
@@ -231,23 +232,27 @@ Status ParseAmd(const FieldReader& r, GpuModel* m) {
         nr.SmallInt("xcds_per_partition", 1, kMaxSlices, &mode.xcds_per_partition));
     TESSERA_RETURN_IF_ERROR(
         nr.SmallInt("cus_per_partition", 1, kMaxCount, &mode.cus_per_partition));
-    if (mode.partitions * mode.xcds_per_partition != amd.xcd_count) {
+    if (mode.partitions * mode.xcds_per_partition != amd->xcd_count) {
       return nr.Error("xcds_per_partition",
                       "times partitions is " +
                           std::to_string(mode.partitions * mode.xcds_per_partition) +
-                          ", not the device's " + std::to_string(amd.xcd_count) + " XCDs");
+                          ", not the device's " + std::to_string(amd->xcd_count) + " XCDs");
     }
-    if (mode.partitions * mode.cus_per_partition != amd.cus) {
+    if (mode.partitions * mode.cus_per_partition != amd->cus) {
       return nr.Error("cus_per_partition",
                       "times partitions is " +
                           std::to_string(mode.partitions * mode.cus_per_partition) +
-                          ", not the device's " + std::to_string(amd.cus) + " CUs");
+                          ", not the device's " + std::to_string(amd->cus) + " CUs");
     }
-    if (amd.FindComputeMode(mode.name) != nullptr) {
+    if (amd->FindComputeMode(mode.name) != nullptr) {
       return r.Error("compute_modes", "lists " + mode.name + " twice");
     }
-    amd.compute_modes.push_back(mode);
+    amd->compute_modes.push_back(mode);
   }
+  return Status::Ok();
+}
+
+Status ParseAmdLegalPairs(const FieldReader& r, AmdModelInfo* amd) {
   const json* pairs = nullptr;
   TESSERA_RETURN_IF_ERROR(r.Array("legal_pairs", &pairs));
   for (const json& e : *pairs) {
@@ -256,8 +261,8 @@ Status ParseAmd(const FieldReader& r, GpuModel* m) {
     std::string compute, memory;
     TESSERA_RETURN_IF_ERROR(pr.String("compute", &compute));
     TESSERA_RETURN_IF_ERROR(pr.String("memory", &memory));
-    const AmdComputeMode* c = amd.FindComputeMode(compute);
-    const AmdMemoryMode* mm = amd.FindMemoryMode(memory);
+    const AmdComputeMode* c = amd->FindComputeMode(compute);
+    const AmdMemoryMode* mm = amd->FindMemoryMode(memory);
     if (c == nullptr) {
       return r.Error("legal_pairs", "names unknown compute mode " + compute);
     }
@@ -270,13 +275,23 @@ Status ParseAmd(const FieldReader& r, GpuModel* m) {
                                         ") exceed compute partitions (" +
                                         std::to_string(c->partitions) + ")");
     }
-    for (const auto& [pc, pm] : amd.legal_pairs) {
+    for (const auto& [pc, pm] : amd->legal_pairs) {
       if (pc == c->name && pm == mm->name) {
         return r.Error("legal_pairs", "lists " + c->name + "+" + mm->name + " twice");
       }
     }
-    amd.legal_pairs.emplace_back(c->name, mm->name);
+    amd->legal_pairs.emplace_back(c->name, mm->name);
   }
+  return Status::Ok();
+}
+
+Status ParseAmd(const FieldReader& r, GpuModel* m) {
+  AmdModelInfo& amd = m->amd;
+  TESSERA_RETURN_IF_ERROR(r.SmallInt("xcd_count", 1, kMaxSlices, &amd.xcd_count));
+  TESSERA_RETURN_IF_ERROR(r.SmallInt("cus", 1, kMaxCount, &amd.cus));
+  TESSERA_RETURN_IF_ERROR(ParseAmdMemoryModes(r, &amd));
+  TESSERA_RETURN_IF_ERROR(ParseAmdComputeModes(r, &amd));
+  TESSERA_RETURN_IF_ERROR(ParseAmdLegalPairs(r, &amd));
   TESSERA_RETURN_IF_ERROR(r.Strings("validated_pairs", &amd.validated_pairs, false));
   for (const std::string& v : amd.validated_pairs) {
     bool found = false;

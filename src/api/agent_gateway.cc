@@ -44,7 +44,7 @@ Result<Json> Engine::RegisterNode(const Identity& who, const Json& body) {
   }
   if (n.devices.size() > 64) return Status::InvalidArgument("too many devices (at most 64)");
   const quota::NodeSpec spec = SpecOf(n);
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   if (!broken_.ok()) return broken_;
   auto added = qe_->AddNode(spec, NowS());
   if (!added.ok()) return Status::InvalidArgument("node '" + n.name + "': " + added.status().message());
@@ -63,7 +63,7 @@ Result<Json> Engine::RegisterNode(const Identity& who, const Json& body) {
   nodes_[n.name] = n;
   cycle_wanted_ = true;
   if (!st.ok()) return ReloadLocked(st);
-  st = CommitLocked(b);
+  st = CommitLocked(b, lock);
   if (!st.ok()) return st;
   return Json{{"ok", true}, {"heartbeat_ms", 1000}};
 }
@@ -150,7 +150,7 @@ Result<Json> Engine::Heartbeat(const Identity& who, const Json& body) {
     }
   }
   const std::string node = body["node"].get<std::string>();
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   if (!broken_.ok()) return broken_;
   auto nit = nodes_.find(node);
   if (nit == nodes_.end()) return Status::NotFound("node '" + node + "' is not registered");
@@ -188,7 +188,7 @@ Result<Json> Engine::Heartbeat(const Identity& who, const Json& body) {
     }
   }
   Json orders = OrdersLocked(n, b);
-  Status st = CommitLocked(b);
+  Status st = CommitLocked(b, lock, &node);
   if (!st.ok()) return st;  // the agent retries; nothing was started
   orders["ack"] = ack;
   return orders;
@@ -262,7 +262,7 @@ Status Engine::WriteOutput(const Identity& who, const std::string& job, int64_t 
   if (who.role != Role::kAgent && who.role != Role::kAdmin) return Status::PermissionDenied("only agents upload output");
   if (offset < 0) return Status::InvalidArgument("'offset' must not be negative");
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     if (!jobs_.count(job)) return Status::NotFound("no job '" + job + "'");
   }
   int fd = ::open(OutputPath(job).c_str(), O_WRONLY | O_CREAT, 0640);

@@ -59,7 +59,7 @@ Status Engine::BackendTick() {
   if (!serial.owns_lock()) return Status::Ok();  // another pass is running
   bool reconcile_now = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     reconcile_now = !reconciled_;
   }
   // 1. Reconciliation, once after open (retried each pass until the schedulers answer).
@@ -70,7 +70,7 @@ Status Engine::BackendTick() {
   // 2. What to do this pass.
   BackendWork w;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     CollectBackendWorkLocked(&w);
   }
   if (w.submits.empty() && w.polls.empty() && w.cancels.empty()) return Status::Ok();
@@ -84,10 +84,10 @@ Status Engine::BackendTick() {
   std::vector<std::pair<backends::Backend*, std::string>> late_cancels;
   Batch batch;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     RecordSubmissionsLocked(done, &late_cancels, &batch);
     RecordPollsLocked(w.polls, polled, &batch);
-    Status st = CommitLocked(batch);
+    Status st = CommitLocked(batch, lock);
     if (!st.ok()) return st;
   }
   for (auto& [b, ext] : late_cancels) (void)b->Cancel(ext);
@@ -107,7 +107,7 @@ Status Engine::ReconcileBackends() {
     std::vector<store::Event> events;
     std::vector<Job*> changed;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      std::unique_lock<std::mutex> lock(mu_);
       for (auto& [name, list] : lists) {
         for (const backends::ExternalJob& x : *list) {
           const std::string id = x.name.substr(prefix.size());
@@ -151,7 +151,7 @@ Status Engine::ReconcileBackends() {
         Batch batch;
         batch.events = events;
         batch.jobs = changed;
-        Status st = CommitLocked(batch);
+        Status st = CommitLocked(batch, lock);
         if (!st.ok()) return st;
       }
     }

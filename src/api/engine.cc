@@ -168,7 +168,7 @@ Json DrainJson(const quota::QuotaEngine::Drain& d) {
 
 }  // namespace
 
-Status Engine::CommitLocked(Batch& b) {
+Status Engine::CommitLocked(Batch& b, std::unique_lock<std::mutex>& lock, const std::string* node) {
   // Drains in progress ride with the decisions that started or ended them, so that a restart
   // finds every drain it must finish (device.drains: the whole set, when it changed).
   if (qe_->MayHaveDrains() || !drains_.empty()) {
@@ -182,11 +182,67 @@ Status Engine::CommitLocked(Batch& b) {
       drains_ = std::move(now);
     }
   }
-  if (b.empty()) return Status::Ok();
-  Status st = CommitRaw(b.events, b.jobs);
+  const bool queued = !b.empty();
+  if (queued) {
+    QueuedCommit q;
+    q.seq = ++queued_seq_;
+    q.events = std::move(b.events);
+    q.records.reserve(b.jobs.size());
+    for (const Job* j : b.jobs) {
+      q.records.push_back(RecordOf(*j));
+      q.jobs.push_back(j->rec.id);
+      for (const auto& g : j->grants) node_seq_[g.node] = q.seq;
+    }
+    for (const std::string& n : b.nodes) node_seq_[n] = q.seq;
+    commit_queue_.push_back(std::move(q));
+  }
   b = {};
-  if (st.ok()) return st;
-  return ReloadLocked(st);
+  int64_t target = queued_seq_;
+  if (node != nullptr && !queued) {
+    auto it = node_seq_.find(*node);
+    target = it == node_seq_.end() ? 0 : it->second;
+  }
+  const size_t failures_seen = commit_failures_.size();
+  while (durable_seq_ < target) {
+    if (store_writing_) {
+      durable_cv_.wait(lock);
+      continue;
+    }
+    // Lead: write everything queued so far, in order, in one transaction, without the mutex.
+    store_writing_ = true;
+    std::deque<QueuedCommit> group;
+    group.swap(commit_queue_);
+    std::vector<store::Event> events;
+    std::vector<store::JobRecord> records;
+    for (QueuedCommit& q : group) {
+      std::move(q.events.begin(), q.events.end(), std::back_inserter(events));
+      std::move(q.records.begin(), q.records.end(), std::back_inserter(records));
+    }
+    lock.unlock();
+    const Status st = store_->Commit(events, records, nullptr);
+    lock.lock();
+    store_writing_ = false;
+    if (st.ok()) {
+      durable_seq_ = group.back().seq;
+      for (const QueuedCommit& q : group) {
+        for (const std::string& id : q.jobs) {
+          auto it = jobs_.find(id);
+          if (it != jobs_.end()) it->second.stored = true;
+        }
+      }
+    } else {
+      // Memory ran ahead of the store by this group and everything queued after it.
+      commit_failures_.emplace_back(group.front().seq, st);
+      commit_queue_.clear();
+      durable_seq_ = queued_seq_;
+      (void)ReloadLocked(st);
+    }
+    durable_cv_.notify_all();
+  }
+  for (size_t k = failures_seen; k < commit_failures_.size(); ++k) {
+    if (commit_failures_[k].first <= target) return commit_failures_[k].second;
+  }
+  return Status::Ok();
 }
 
 Status Engine::ReloadLocked(const Status& cause) {
@@ -483,6 +539,7 @@ void Engine::TranslateLocked(size_t from, Batch& b) {
         j.rec.reason = e.detail;
         j.rec.update_ms = clock_();
         j.preemptions = qe_->job(j.handle).preemptions;
+        b.Touch(NodesOf(j));  // its nodes' orders change: it may no longer run there
         j.grants.clear();
         j.node.clear();
         j.form.clear();
@@ -524,16 +581,16 @@ void Engine::CycleLocked(Batch& b) {
 }
 
 Status Engine::RunCycle() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   if (!broken_.ok()) return broken_;
   Batch b;
   CycleLocked(b);
-  return CommitLocked(b);
+  return CommitLocked(b, lock);
 }
 
 Status Engine::Tick() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     if (!broken_.ok()) {
       Status st = ReloadLocked(broken_);  // try again to come back
       if (!broken_.ok()) return st;
@@ -544,7 +601,7 @@ Status Engine::Tick() {
         (cycle_wanted_ || clock_() - last_cycle_ms_ >= config_.cycle_ms)) {
       CycleLocked(b);
     }
-    if (st.ok()) st = CommitLocked(b);
+    if (st.ok()) st = CommitLocked(b, lock);
     if (!st.ok()) return st;
     if (clock_() - last_sample_ms_ >= config_.utilization_sample_ms) SampleUtilizationLocked();
   }
@@ -552,7 +609,7 @@ Status Engine::Tick() {
 }
 
 Status Engine::CheckInvariants() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   Status st = qe_->CheckInvariants();
   if (!st.ok()) return st;
   // The records agree with the quota engine: what a job holds there is what its record says.

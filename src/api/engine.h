@@ -157,11 +157,13 @@ class Engine {
   struct Batch {
     std::vector<store::Event> events;
     std::vector<Job*> jobs;
+    std::vector<std::string> nodes;  // nodes whose jobs lost their grants in this batch
     void Add(store::Event e, Job* j = nullptr) {
       events.push_back(std::move(e));
       if (j) jobs.push_back(j);
     }
     bool empty() const { return events.empty() && jobs.empty(); }
+    void Touch(const std::vector<std::string>& n) { nodes.insert(nodes.end(), n.begin(), n.end()); }
   };
 
   Engine(EngineConfig config, std::unique_ptr<store::Store> store, std::string data_dir, Clock clock);
@@ -179,8 +181,16 @@ class Engine {
   store::Event MakeEvent(const std::string& actor, const std::string& kind, const std::string& subject,
                          const std::string& reason, JsonText data) const;
   store::JobRecord RecordOf(const Job& j) const;
-  // Commits a batch; when the commit fails, rebuilds memory from the store and returns the error.
-  Status CommitLocked(Batch& b);
+  // Queues a batch for the store and waits, with `lock` released while the store writes, until it
+  // and every batch queued before it is durable: a caller replies (and anyone acts) only on
+  // durable decisions, and no fsync happens under the engine's mutex. Batches are written in
+  // the order they were queued, several in one transaction when they queue up behind a write.
+  // When a write fails, memory is rebuilt from the store, everything queued since is dropped
+  // with it, and each caller whose batch was among them gets the error. An empty batch waits
+  // for what is queued (its reply may rest on it), or, given `node`, only for what was queued
+  // about that node's jobs: a heartbeat that changes nothing, about a node whose orders are
+  // durable, does not wait at all.
+  Status CommitLocked(Batch& b, std::unique_lock<std::mutex>& lock, const std::string* node = nullptr);
   Status CommitRaw(const std::vector<store::Event>& events, const std::vector<Job*>& jobs);
   Status ReloadLocked(const Status& cause);
   // Runs the cycle and turns the quota engine's new events into job changes in `b`.
@@ -280,6 +290,20 @@ class Engine {
   std::vector<std::shared_ptr<PendingSubmit>> submit_batch_;  // prepared, waiting for a commit
   bool committing_ = false;                                    // a leader is committing a batch
   std::condition_variable commit_cv_;                          // a batch commit has ended
+  // The commit pipeline (CommitLocked).
+  struct QueuedCommit {
+    int64_t seq = 0;
+    std::vector<store::Event> events;
+    std::vector<store::JobRecord> records;  // snapshots taken when queued
+    std::vector<std::string> jobs;          // their ids: marked stored once durable
+  };
+  std::deque<QueuedCommit> commit_queue_;
+  std::map<std::string, int64_t> node_seq_;  // the last batch queued about a job on each node
+  int64_t queued_seq_ = 0;                 // the last batch queued
+  int64_t durable_seq_ = 0;                // every batch up to this one is durable (or dropped)
+  bool store_writing_ = false;             // a caller is writing queued batches
+  std::vector<std::pair<int64_t, Status>> commit_failures_;  // (first seq dropped, why)
+  std::condition_variable durable_cv_;
   std::map<std::string, std::unique_ptr<backends::Backend>> backends_;  // by name
   std::mutex backend_mu_;   // serializes backend passes (held without mu_ while commands run)
   int64_t last_poll_ms_ = 0;

@@ -1,5 +1,6 @@
 #include "api/server.h"
 
+#include <csignal>
 #include <cstdio>
 
 #include <algorithm>
@@ -102,7 +103,8 @@ const std::vector<RouteInfo>& ApiServer::Routes() {
 
 ApiServer::ApiServer(Engine* engine, ApiServerOptions options)
     : engine_(engine), http_(std::make_unique<net::HttpServer>(net::HttpServerOptions{
-                           options.io_threads, options.workers, kMaxBody, options.idle_timeout_ms})) {
+                           options.io_threads, options.workers, kMaxBody, options.idle_timeout_ms,
+                           options.stop_on_signals ? std::vector<int>{SIGINT, SIGTERM} : std::vector<int>{}})) {
   net::HttpServer& s = *http_;
   Engine* e = engine_;
   auto authed = [e](auto fn) {
@@ -207,7 +209,10 @@ ApiServer::ApiServer(Engine* engine, ApiServerOptions options)
         }));
 }
 
-ApiServer::~ApiServer() { Stop(); }
+ApiServer::~ApiServer() {
+  Stop();
+  if (ticker_.joinable()) ticker_.join();
+}
 
 Result<int> ApiServer::Bind(const std::string& host, int port) { return http_->Bind(host, port); }
 
@@ -226,12 +231,14 @@ void ApiServer::Run(int tick_ms) {
     }
   });
   http_->Run();
+  stop_.store(true);
+  ticker_.join();
 }
 
 void ApiServer::Stop() {
+  // No joins: Run() joins the ticker once serving has ended.
   stop_.store(true);
   if (http_) http_->Stop();
-  if (ticker_.joinable() && ticker_.get_id() != std::this_thread::get_id()) ticker_.join();
 }
 
 }  // namespace tessera::api

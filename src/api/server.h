@@ -35,9 +35,13 @@ struct RouteInfo {
 };
 
 struct ApiServerOptions {
-  int io_threads = 1;   // threads reading and writing connections
-  int workers = 16;     // threads running requests (most wait on the engine)
+  // Threads that read, run and answer requests, on one event loop. A request mostly runs for
+  // microseconds under the engine's mutex; one that waits (for a group commit to be durable)
+  // holds its thread meanwhile, so there are several more threads than cores.
+  int io_threads = 16;
+  int workers = 0;  // no separate handler pool: see net::HttpServerOptions
   int idle_timeout_ms = 10 * 60 * 1000;
+  bool stop_on_signals = false;  // SIGINT and SIGTERM stop Run() (tessera serve)
 };
 
 class ApiServer {

@@ -245,7 +245,7 @@ Result<Json> Engine::Submit(const Identity& who, const Json& body) {
                                {{"queue", j.rec.queue}, {"group", j.rec.group}})};
   submit_batch_.push_back(pending);
   while (!pending->done) {
-    if (committing_) {
+    if (committing_ || submit_batch_.empty()) {  // empty: its leader is placing it (the mutex let go)
       commit_cv_.wait(lock);
       continue;
     }
@@ -267,8 +267,7 @@ Result<Json> Engine::Submit(const Identity& who, const Json& body) {
     Batch after;
     std::vector<std::string> landed;
     for (const auto& b : batch) {
-      b->done = true;
-      b->status = st;
+      b->status = st;  // done only once its reply is filled in, below
       if (!st.ok()) continue;
       const std::string id = b->job.rec.id;
       Job& lj = jobs_[id] = std::move(b->job);
@@ -290,12 +289,15 @@ Result<Json> Engine::Submit(const Identity& who, const Json& body) {
     if (st.ok() && config_.schedule_on_submit) {
       CycleLocked(after);
     }
-    if (st.ok()) (void)CommitLocked(after);
+    if (st.ok()) (void)CommitLocked(after, lock);
     // By id: a failed commit above rebuilt the jobs from the store.
     for (size_t k = 0; k < landed.size(); ++k) {
       auto it = jobs_.find(landed[k]);
       if (it != jobs_.end()) batch[k]->reply = JobJson(it->second);
     }
+    // Done only now: the commit of the placements above let go of the mutex, and a submitter
+    // woken meanwhile must not answer with an empty reply.
+    for (const auto& b : batch) b->done = true;
     commit_cv_.notify_all();
   }
   if (!pending->status.ok()) return pending->status;
@@ -303,7 +305,7 @@ Result<Json> Engine::Submit(const Identity& who, const Json& body) {
 }
 
 Result<Json> Engine::Cancel(const Identity& who, const std::string& id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   if (!broken_.ok()) return broken_;
   auto it = jobs_.find(id);
   if (it == jobs_.end() || !CanSee(who, it->second)) return Status::NotFound("no job '" + id + "'");
@@ -312,6 +314,7 @@ Result<Json> Engine::Cancel(const Identity& who, const std::string& id) {
   Batch b;
   if (j.rec.state == "pending" || j.rec.state == "placed") {
     EndLocked(j, "cancelled", "cancelled by " + who.name);
+    b.Touch(NodesOf(j));
     j.grants.clear();
     j.node.clear();
     b.Add(MakeEvent(who.name, "job.cancelled", id, "by " + who.name), &j);
@@ -322,7 +325,7 @@ Result<Json> Engine::Cancel(const Identity& who, const std::string& id) {
     j.rec.update_ms = clock_();
     b.Add(MakeEvent(who.name, "job.cancel_requested", id, "by " + who.name), &j);
   }
-  Status st = CommitLocked(b);
+  Status st = CommitLocked(b, lock);
   if (!st.ok()) return st;
   auto again = jobs_.find(id);
   if (again == jobs_.end()) return Status::Internal("job '" + id + "' vanished in a reload");

@@ -76,7 +76,7 @@ Json Engine::JobJson(const Job& j) const {
 
 Result<Json> Engine::ListJobs(const Identity& who, const std::string& state_filter, int limit) {
   if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot list jobs");
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   Json out = Json::array();
   for (auto it = order_.rbegin(); it != order_.rend() && static_cast<int>(out.size()) < limit; ++it) {
     const Job& j = jobs_[*it];
@@ -88,7 +88,7 @@ Result<Json> Engine::ListJobs(const Identity& who, const std::string& state_filt
 }
 
 Result<Json> Engine::GetJob(const Identity& who, const std::string& id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   auto it = jobs_.find(id);
   if (it == jobs_.end() || !CanSee(who, it->second)) return Status::NotFound("no job '" + id + "'");
   return JobJson(it->second);
@@ -96,7 +96,7 @@ Result<Json> Engine::GetJob(const Identity& who, const std::string& id) {
 
 Result<std::string> Engine::JobOutput(const Identity& who, const std::string& id) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     auto it = jobs_.find(id);
     if (it == jobs_.end() || !CanSee(who, it->second)) return Status::NotFound("no job '" + id + "'");
   }
@@ -133,7 +133,7 @@ Result<Json> Engine::Queues(const Identity& who) {
 
 Result<Json> Engine::Groups(const Identity& who) {
   if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot list groups");
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   Json out = Json::array();
   for (const quota::GroupView& g : qe_->groups()) {
     if (who.role != Role::kAdmin && std::find(who.groups.begin(), who.groups.end(), g.name) == who.groups.end()) continue;
@@ -147,7 +147,7 @@ Result<Json> Engine::Groups(const Identity& who) {
 
 Result<Json> Engine::Nodes(const Identity& who) {
   if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot list nodes");
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   struct Holder {
     const Job* job;
     quota::GrantView grant;
@@ -217,7 +217,7 @@ void Engine::SampleUtilizationLocked() {
 
 Result<Json> Engine::Utilization(const Identity& who, int64_t since_ms) {
   if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot read utilization");
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   Json samples = Json::array();
   for (const UtilizationSample& s : utilization_) {
     if (s.time_ms <= since_ms) continue;
@@ -230,7 +230,7 @@ Result<Json> Engine::Utilization(const Identity& who, int64_t since_ms) {
 
 Result<Json> Engine::Summary(const Identity& who) {
   if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot read the summary");
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   std::vector<const Job*> live;
   for (const std::string& id : LiveIdsLocked()) live.push_back(&jobs_[id]);
   Json groups = Json::array();
@@ -292,7 +292,7 @@ Result<Json> Engine::Events(const Identity& who, int64_t after, int limit, const
     auto evs = store_->ListEvents(cursor, limit, f);
     if (!evs.ok()) return evs.status();
     if (evs->empty()) break;
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     for (const auto& e : *evs) {
       cursor = e.seq;
       bool visible = who.role == Role::kAdmin;

@@ -27,11 +27,6 @@ namespace {
 
 using Json = nlohmann::json;
 
-api::ApiServer* g_server = nullptr;
-void OnSignal(int) {
-  if (g_server) g_server->Stop();
-}
-
 int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -79,20 +74,18 @@ int Serve(const std::string& config_path, const std::string& data, const std::st
     std::cerr << "tessera serve: bad --listen '" << listen << "' (HOST:PORT)\n";
     return kExitBadInput;
   }
-  api::ApiServer server(engine->get());
+  api::ApiServerOptions options;
+  options.stop_on_signals = true;  // SIGINT/SIGTERM end Run(), handled on the event loop
+  api::ApiServer server(engine->get(), options);
   auto bound = server.Bind(host, port);
   if (!bound.ok()) {
     std::cerr << "tessera serve: " << bound.status().message() << "\n";
     return 1;
   }
-  g_server = &server;
-  signal(SIGINT, OnSignal);
-  signal(SIGTERM, OnSignal);
   signal(SIGPIPE, SIG_IGN);
   std::fprintf(stderr, "tessera: listening on http://%s:%d (store %s)\n", host.c_str(), *bound, url.c_str());
   if (on_ready) on_ready(*bound);
   server.Run();
-  g_server = nullptr;
   return kExitOk;
 }
 

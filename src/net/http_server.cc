@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 
 #include <atomic>
+#include <utility>  // before Boost 1.74's Asio, which uses std::exchange without it
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -161,6 +162,11 @@ class Session : public std::enable_shared_from_this<Session> {
     req->body = std::move(msg.body());
     const unsigned version = msg.version();
     const bool keep_alive = msg.keep_alive();
+    if (server_->options.workers <= 0) {  // handlers run on the I/O threads: no hand-offs
+      HttpResponse res;
+      server_->Dispatch(*req, res);
+      return Send(std::move(res), version, keep_alive);
+    }
     asio::post(server_->workers, [self = shared_from_this(), req, version, keep_alive] {
       auto res = std::make_shared<HttpResponse>();
       self->server_->Dispatch(*req, *res);
@@ -271,6 +277,14 @@ Result<int> HttpServer::Bind(const std::string& host, int port) {
 }
 
 void HttpServer::Run() {
+  std::optional<asio::signal_set> signals;
+  if (!impl_->options.stop_signals.empty()) {
+    signals.emplace(impl_->ioc);
+    for (int sig : impl_->options.stop_signals) signals->add(sig);
+    signals->async_wait([this](beast::error_code ec, int) {
+      if (!ec) Stop();
+    });
+  }
   std::vector<std::thread> extra;
   for (int i = 1; i < impl_->options.io_threads; ++i) extra.emplace_back([this] { impl_->ioc.run(); });
   impl_->ioc.run();
@@ -278,11 +292,10 @@ void HttpServer::Run() {
 }
 
 void HttpServer::Stop() {
+  // Run() returns; the acceptor and connections close when the server is destroyed. Not for a
+  // signal handler (the event loop's lock may be held by the thread it interrupted): see
+  // HttpServerOptions::stop_signals.
   impl_->stopped.store(true);
-  asio::post(impl_->ioc, [this] {
-    beast::error_code ignored;
-    impl_->acceptor.close(ignored);
-  });
   impl_->ioc.stop();
 }
 

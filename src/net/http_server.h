@@ -2,8 +2,9 @@
 //
 // Connections are served by a few I/O threads that only read and write: ten thousand kept-alive
 // agent connections cost sockets and buffers, not threads, and a slow handler never stops other
-// connections from being read. Each complete request is handed to a worker pool; its response
-// goes back on its connection's strand. Requests on one connection are answered in order.
+// connections from being read. Each complete request is handed to a worker pool (or run on the
+// I/O thread that read it); its response goes back on its connection's strand. Requests on one
+// connection are answered in order.
 //
 // Routes are "/v1/jobs/{id}/output"-style patterns: literal segments, and {name} for exactly one
 // non-empty segment, captured in order into HttpRequest::params.
@@ -55,9 +56,14 @@ using HttpHandler = std::function<void(const HttpRequest&, HttpResponse&)>;
 
 struct HttpServerOptions {
   int io_threads = 1;                      // threads reading and writing connections
-  int workers = 8;                         // threads running handlers
+  // Threads running handlers; 0 runs them on the I/O threads, which saves two thread hand-offs
+  // per request when handlers are short (a handler that waits then holds one I/O thread: have
+  // enough of them).
+  int workers = 8;
   size_t max_body_bytes = 1024 * 1024;     // larger bodies get 413
   int idle_timeout_ms = 10 * 60 * 1000;    // a connection silent this long is closed
+  // Signals that stop Run(), caught on the event loop (a signal handler may not touch it).
+  std::vector<int> stop_signals;
 };
 
 class HttpServer {

@@ -119,8 +119,13 @@ TEST_P(CrashTest, AcknowledgedJobsSurviveAndNothingIsAllocatedTwice) {
           auto r = c.Post("/v1/jobs", {{"Authorization", "Bearer alice-token-1"}}, body.dump(),
                           "application/json");
           if (r && r->status == 201) {
+            const Json reply = Json::parse(r->body, nullptr, false);
+            if (!reply.is_object() || !reply.contains("id") || !reply["id"].is_string()) {
+              ADD_FAILURE() << "201 without a job id: " << r->body;
+              return;
+            }
             std::lock_guard<std::mutex> lock(mu);
-            acked.insert(Json::parse(r->body)["id"].get<std::string>());
+            acked.insert(reply["id"].get<std::string>());
             break;
           }
           if (r && r->status != 201 && r->status < 500) {

@@ -55,6 +55,7 @@ class Proc {
     waitpid(pid_, &status, 0);
     pid_ = -1;
   }
+  pid_t pid() const { return pid_; }
   bool Alive() const { return pid_ > 0 && waitpid(pid_, nullptr, WNOHANG) == 0; }
   std::string Log() const {
     std::ifstream in(log_);

@@ -111,6 +111,10 @@ TEST(QuotaPolicy, ValidationNamesTheField) {
        "groups[a].reservation.gpu exceeds its limit"},
       {"unknown parent", [](PolicySpec& p) { p.groups[1].parent = "zzz"; },
        "groups[b].parent 'zzz' is not a group"},
+      {"unknown grandparent, listed after its grandchild", [](PolicySpec& p) {
+         p.groups[0].parent = "b";
+         p.groups[1].parent = "zzz"; },
+       "groups[b].parent 'zzz' is not a group"},
       {"children above parent", [](PolicySpec& p) {
          p.groups.push_back({"dept", "", Gpu(1000), UnlimitedResources(), 1000});
          p.groups[0].parent = "dept";

@@ -106,10 +106,17 @@ Status ValidateGroupTree(const PolicySpec& p, GroupIndex* groups) {
       return Status::InvalidArgument(field + " '" + g.parent + "' is not a group");
     }
     std::set<std::string> seen{g.name};
-    for (std::string at = g.parent; !at.empty(); at = (*groups)[at]->parent) {
+    std::string child = g.name;
+    for (std::string at = g.parent; !at.empty();) {
+      auto it = groups->find(at);
+      if (it == groups->end()) {  // an ancestor's parent, checked here before its own turn
+        return Status::InvalidArgument("groups[" + child + "].parent '" + at + "' is not a group");
+      }
       if (!seen.insert(at).second) {
         return Status::InvalidArgument(field + " forms a cycle through '" + at + "'");
       }
+      child = at;
+      at = it->second->parent;
     }
     child_sum[g.parent] += g.reservation;
   }

@@ -130,7 +130,7 @@ class Agent {
   }
 
   bool Register() {
-    auto res = client_.Post("/v1/agent/register", RegisterBody(inventory_, launcher_.cgroups_available()),
+    auto res = client_.Post("/v1/agent/register", RegisterBody(inventory_, launcher_.cgroups_available(), launcher_.Running()),
                             "application/json");
     if (!res) return Failed("register: " + httplib::to_string(res.error()));
     if (res->status / 100 != 2) return Failed("register: HTTP " + std::to_string(res->status) + " " + res->body);

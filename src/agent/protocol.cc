@@ -60,7 +60,7 @@ Result<JobSpec> ParseStart(const json& j) {
 
 }  // namespace
 
-std::string RegisterBody(const Inventory& inventory, bool cgroups) {
+std::string RegisterBody(const Inventory& inventory, bool cgroups, const std::vector<RunningJob>& running) {
   json devices = json::array();
   for (const DiscoveredDevice& d : inventory.devices) {
     json dj = {{"index", d.index},       {"model", d.model},         {"memory_mib", d.memory_mib},
@@ -74,6 +74,9 @@ std::string RegisterBody(const Inventory& inventory, bool cgroups) {
                {"simulated", inventory.simulated},
                {"devices", std::move(devices)},
                {"cgroups", cgroups}};
+  json r = json::array();
+  for (const RunningJob& job : running) r.push_back({{"job", job.id}, {"pid", job.pid}});
+  body["running"] = std::move(r);
   if (!inventory.pool.empty()) body["pool"] = inventory.pool;
   return body.dump();
 }

@@ -40,7 +40,9 @@ struct FinishedReport {
 };
 
 // POST /v1/agent/register body.
-std::string RegisterBody(const Inventory& inventory, bool cgroups);
+// `running`: the jobs this agent runs now (none after a restart); the control plane ends any
+// other job it believed ran on the node.
+std::string RegisterBody(const Inventory& inventory, bool cgroups, const std::vector<RunningJob>& running = {});
 // heartbeat_ms of the register reply (`fallback_ms` when absent). Errors on malformed JSON,
 // `"ok": false`, or a heartbeat_ms that is not a positive integer.
 Result<int64_t> ParseRegisterReply(std::string_view body, int64_t fallback_ms);

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <set>
 
 #include "api/engine.h"
 #include "model/quantity.h"
@@ -43,6 +44,16 @@ Result<Json> Engine::RegisterNode(const Identity& who, const Json& body) {
     }
   }
   if (n.devices.size() > 64) return Status::InvalidArgument("too many devices (at most 64)");
+  std::set<std::string> running;
+  if (body.contains("running")) {
+    if (!body["running"].is_array()) return Status::InvalidArgument("'running' must be a list");
+    for (const auto& r : body["running"]) {
+      if (!r.is_object() || !r.contains("job") || !r["job"].is_string()) {
+        return Status::InvalidArgument("each 'running' entry needs a string 'job'");
+      }
+      running.insert(r["job"].get<std::string>());
+    }
+  }
   const quota::NodeSpec spec = SpecOf(n);
   std::unique_lock<std::mutex> lock(mu_);
   if (!broken_.ok()) return broken_;
@@ -63,6 +74,17 @@ Result<Json> Engine::RegisterNode(const Identity& who, const Json& body) {
   nodes_[n.name] = n;
   cycle_wanted_ = true;
   if (!st.ok()) return ReloadLocked(st);
+  // What the agent runs now is the truth: a job the control plane believed started there that
+  // the (restarted) agent does not run is over there, at once rather than at a heartbeat timeout.
+  // (An agent that does not say what it runs is not reconciled.)
+  const std::vector<std::string> held =
+      body.contains("running") ? NodeJobsLocked(n.name) : std::vector<std::string>{};  // a copy
+  for (const std::string& id : held) {
+    Job& j = jobs_[id];
+    if (j.rec.state == "placed" || running.count(id) || j.parts_done.count(n.name)) continue;
+    if (NodesOf(j).size() > 1 && j.rec.state == "starting" && !j.parts_done.count("sent:" + n.name)) continue;
+    LoseJobLocked(j, n.name, "not running on node '" + n.name + "' when its agent registered again", b);
+  }
   st = CommitLocked(b, lock);
   if (!st.ok()) return st;
   return Json{{"ok", true}, {"heartbeat_ms", 1000}};
@@ -237,25 +259,26 @@ Status Engine::MarkLostLocked(Batch& b) {
     b.Add(MakeEvent("engine", "node.lost", name, "no heartbeat for " + std::to_string((now - n.last_heartbeat_ms) / 1000) + "s"),
           nullptr);
     const std::vector<std::string> held = NodeJobsLocked(name);  // a copy: the walk changes jobs
-    for (const std::string& id : held) {
-      Job& j = jobs_[id];
-      const QueueRoute* route = config_.FindRoute(j.rec.queue);
-      const std::string why = "node '" + name + "' lost";
-      const size_t mark = qe_->events().size();
-      if (j.rec.state == "preempting") {
-        qe_->Stopped(j.handle, NowS());
-      } else if (route && route->requeue_on_loss && !j.cancel_requested) {
-        qe_->Requeue(j.handle, NowS(), "requeued: " + why);
-      } else {
-        EndLocked(j, "lost", why);
-        b.Add(MakeEvent("engine", "job.lost", id, why), &j);
-        continue;
-      }
-      TranslateLocked(mark, b);
-    }
+    for (const std::string& id : held) LoseJobLocked(jobs_[id], name, "node '" + name + "' lost", b);
     cycle_wanted_ = true;
   }
   return Status::Ok();
+}
+
+void Engine::LoseJobLocked(Job& j, const std::string& node, const std::string& why, Batch& b) {
+  const QueueRoute* route = config_.FindRoute(j.rec.queue);
+  const size_t mark = qe_->events().size();
+  b.Touch({node});
+  if (j.rec.state == "preempting") {
+    qe_->Stopped(j.handle, NowS());
+  } else if (route && route->requeue_on_loss && !j.cancel_requested) {
+    qe_->Requeue(j.handle, NowS(), "requeued: " + why);
+  } else {
+    EndLocked(j, "lost", why);
+    b.Add(MakeEvent("engine", "job.lost", j.rec.id, why), &j);
+    return;
+  }
+  TranslateLocked(mark, b);
 }
 
 Status Engine::WriteOutput(const Identity& who, const std::string& job, int64_t offset, const std::string& bytes) {

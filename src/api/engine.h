@@ -213,6 +213,9 @@ class Engine {
 
   // --- agent_gateway.cc
   Status MarkLostLocked(Batch& b);
+  // A job held on `node` that no longer runs there: stopped if it was being preempted, else
+  // requeued (if its queue says so) or ended as lost, for `why`.
+  void LoseJobLocked(Job& j, const std::string& node, const std::string& why, Batch& b);
   void FinishPartLocked(Job& j, const std::string& node, int code, int sig, Batch& b);
   Json StartOrderLocked(Job& j, const NodeInfo& n) const;
   Json OrdersLocked(const NodeInfo& n, Batch& b);

@@ -184,6 +184,32 @@ TEST_F(E2eTest, NodeLossRequeuesAndReturnRunsItAgain) {
   EXPECT_EQ(used, 1000);
 }
 
+// An agent that comes back without its jobs (killed with them, restarted at once, before the
+// 2 s heartbeat timeout): it says it runs nothing, so the job is over there at once (requeued,
+// as its queue says) and runs again, rather than showing "running" until a heartbeat timeout
+// notices, or forever when the agent heartbeats in time.
+TEST_F(E2eTest, AnAgentRestartedWithoutItsJobsEndsThemAtOnce) {
+  std::string id = Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"sleep", "30"}}})["id"];
+  ASSERT_TRUE(WaitFor([&] { return State(id) == "running"; })) << agent_->Log();
+  agent_->Kill(SIGKILL);  // the agent and its job, without a word to the control plane
+  StartAgent();
+  ASSERT_TRUE(WaitFor([&] {
+    Json e = Call("GET", "/v1/events?kind=job.requeued", {}, "admin-token-1");
+    return e.is_object() && !e["events"].empty();
+  }, 5000));
+  Json requeued = Call("GET", "/v1/events?kind=job.requeued", {}, "admin-token-1");
+  EXPECT_NE(requeued["events"][0]["reason"].get<std::string>().find("when its agent registered again"),
+            std::string::npos)
+      << requeued.dump();
+  ASSERT_TRUE(WaitFor([&] { return State(id) == "running"; }, 10000)) << State(id) << agent_->Log();
+  Json lost = Call("GET", "/v1/events?kind=node.lost", {}, "admin-token-1");
+  EXPECT_TRUE(lost["events"].empty()) << lost.dump();
+  Json nodes = Call("GET", "/v1/nodes", {}, "admin-token-1");
+  int64_t used = 0;
+  for (const auto& d : nodes["nodes"][0]["devices"]) used += d["gpu_milli_used"].get<int64_t>();
+  EXPECT_EQ(used, 1000);  // held once
+}
+
 TEST_F(E2eTest, ServerRestartKeepsJobsAndAgentReconciles) {
   std::string id = Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"sleep", "2"}}})["id"];
   ASSERT_TRUE(WaitFor([&] { return State(id) == "running"; }));

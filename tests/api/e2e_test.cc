@@ -3,11 +3,14 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "proc.h"
 #include "serve_fixture.h"
@@ -208,6 +211,34 @@ TEST_F(E2eTest, AnAgentRestartedWithoutItsJobsEndsThemAtOnce) {
   int64_t used = 0;
   for (const auto& d : nodes["nodes"][0]["devices"]) used += d["gpu_milli_used"].get<int64_t>();
   EXPECT_EQ(used, 1000);  // held once
+}
+
+// A job printing as fast as it can (200 MB at pipe speed) never holds back its node's heartbeats:
+// the agent heartbeats first and uploads for at most half a period. Sampled every 100 ms, the
+// last heartbeat is never more than the 1 s period plus 1 s old, and the node is never lost.
+TEST_F(E2eTest, FastOutputNeverDelaysHeartbeats) {
+  const std::string cmd = "yes 0123456789012345678901234567890123456789012345678901234567890123456789 | "
+                          "head -c 200000000; sleep 1";
+  std::string id = Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"sh", "-c", cmd}}})["id"];
+  int64_t worst_ms = 0;
+  int samples = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (State(id) != "succeeded" && std::chrono::steady_clock::now() < until) {
+    Json nodes = Call("GET", "/v1/nodes", {}, "admin-token-1");
+    const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
+    if (nodes.is_object() && !nodes["nodes"].empty()) {
+      worst_ms = std::max(worst_ms, now - nodes["nodes"][0]["last_heartbeat_ms"].get<int64_t>());
+      ++samples;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(State(id), "succeeded") << agent_->Log();
+  EXPECT_GT(samples, 10);
+  EXPECT_LT(worst_ms, 2000) << "a heartbeat was held back";
+  Json lost = Call("GET", "/v1/events?kind=node.lost", {}, "admin-token-1");
+  EXPECT_TRUE(lost["events"].empty()) << lost.dump();
 }
 
 TEST_F(E2eTest, ServerRestartKeepsJobsAndAgentReconciles) {

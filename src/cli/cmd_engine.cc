@@ -43,6 +43,23 @@ bool SplitListen(const std::string& listen, std::string* host, int* port) {
   return !host->empty();
 }
 
+// `tessera serve --check-config`: the config parsed and validated as serve would, nothing opened.
+int CheckConfig(const std::string& config_path) {
+  auto config = api::LoadConfig(config_path);
+  if (!config.ok()) {
+    std::cerr << "tessera serve: " << config.status().message() << "\n";
+    return kExitBadInput;
+  }
+  const api::EngineConfig& c = *config;
+  std::printf("%s: ok: %zu group(s), %zu pool(s), %zu profile(s), %zu queue(s), %zu identity(ies), placement %s\n",
+              config_path.c_str(), c.policy.groups.size(), c.policy.pools.size(), c.policy.profiles.size(),
+              c.policy.queues.size(), c.identities.size(), c.policy.placement.c_str());
+  for (const api::QueueRoute& r : c.routes) {
+    std::printf("  queue %s -> %s\n", r.queue.c_str(), r.backend.c_str());
+  }
+  return kExitOk;
+}
+
 // Runs the control plane until SIGINT/SIGTERM. `on_ready(port)` runs once it listens.
 int Serve(const std::string& config_path, const std::string& data, const std::string& listen,
           const std::string& store_url, const std::function<void(int)>& on_ready) {
@@ -292,11 +309,22 @@ void RegisterServeCommand(CLI::App& app, CommandContext& ctx) {
   auto data = std::make_shared<std::string>();
   auto listen = std::make_shared<std::string>("127.0.0.1:8080");
   auto store = std::make_shared<std::string>();
+  auto check = std::make_shared<bool>(false);
   cmd->add_option("--config", *config, "configuration (YAML)")->required();
-  cmd->add_option("--data", *data, "data directory (SQLite store, job output)")->required();
+  cmd->add_option("--data", *data, "data directory (SQLite store, job output); required unless --check-config");
   cmd->add_option("--listen", *listen, "HOST:PORT to listen on (port 0: any)");
   cmd->add_option("--store", *store, "postgresql://... to keep state in PostgreSQL");
-  cmd->callback([=, &ctx] { ctx.exit_code = Serve(*config, *data, *listen, *store, nullptr); });
+  cmd->add_flag("--check-config", *check, "check the configuration, say what it declares, and exit");
+  cmd->callback([=, &ctx] {
+    if (*check) {
+      ctx.exit_code = CheckConfig(*config);
+    } else if (data->empty()) {
+      std::cerr << "tessera serve: --data is required\n";
+      ctx.exit_code = kExitBadInput;
+    } else {
+      ctx.exit_code = Serve(*config, *data, *listen, *store, nullptr);
+    }
+  });
 }
 
 void RegisterUpCommand(CLI::App& app, CommandContext& ctx) {

@@ -223,4 +223,32 @@ TEST(AmdCliTest, PlanBySizesAndByPair) {
   EXPECT_THAT(geo.out, HasSubstr("DPX+NPS2"));
 }
 
+// `tessera serve --check-config`: the config checked as serve would, nothing opened; a broken one
+// is refused naming the field.
+TEST(ServeCliTest, CheckConfigSaysWhatItDeclaresOrWhatIsWrong) {
+  const std::string base = ::testing::TempDir() + "/check-config-" + std::to_string(getpid());
+  const std::string good = base + "-good.yaml", bad = base + "-bad.yaml";
+  const std::string yaml =
+      "identities:\n  - {name: admin, role: admin, token: admin-token-1}\n"
+      "groups: [{name: research}]\n"
+      "profiles: [{name: card, gpus: 1, forms: [whole]}]\n"
+      "queues: [{name: training, profile: card, groups: [research]}]\n";
+  std::ofstream(good) << yaml;
+  std::string broken = yaml;
+  broken.replace(broken.find("profile: card"), 13, "profile: nope");
+  std::ofstream(bad) << broken;
+  ProcessResult ok = Tessera({"serve", "--config", good, "--check-config"});
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_THAT(ok.out, HasSubstr("ok: 1 group(s)"));
+  EXPECT_THAT(ok.out, HasSubstr("queue training -> local"));
+  ProcessResult no = Tessera({"serve", "--config", bad, "--check-config"});
+  EXPECT_EQ(no.exit_code, 2);
+  EXPECT_THAT(no.err, HasSubstr("queues[training].profile 'nope' is not a profile"));
+  ProcessResult no_data = Tessera({"serve", "--config", good});
+  EXPECT_EQ(no_data.exit_code, 2);
+  EXPECT_THAT(no_data.err, HasSubstr("--data is required"));
+  std::remove(good.c_str());
+  std::remove(bad.c_str());
+}
+
 }  // namespace

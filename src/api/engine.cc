@@ -103,14 +103,9 @@ std::vector<std::string> Engine::NodesOf(const Job& j) const {
 
 store::Event Engine::MakeEvent(const std::string& actor, const std::string& kind,
                                const std::string& subject, const std::string& reason, Json data) const {
-  store::Event ev;
-  ev.time_ms = clock_();
-  ev.actor = actor;
-  ev.kind = kind;
-  ev.subject = subject;
-  ev.reason = reason;
-  ev.data = data.dump();
-  return ev;
+  JsonText text;
+  text.Raw(data.dump());
+  return MakeEvent(actor, kind, subject, reason, std::move(text));
 }
 
 store::Event Engine::MakeEvent(const std::string& actor, const std::string& kind,

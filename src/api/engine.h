@@ -73,6 +73,9 @@ class Engine {
   Result<Json> Groups(const Identity& who);
   Result<Json> Nodes(const Identity& who);
   Result<Json> Summary(const Identity& who);
+  // For GET /v1/health (no token): the role (one server on its store: "leader"; there is no
+  // standby yet), whether the store takes commits, and the commit pipeline's depth.
+  Json Health();
   // The cluster's utilization over time: one sample every `utilization_sample` (the last 24h at
   // the default 10s), newer than `since_ms`. Samples live in memory: a restart starts afresh.
   Result<Json> Utilization(const Identity& who, int64_t since_ms);

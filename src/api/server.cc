@@ -114,7 +114,10 @@ ApiServer::ApiServer(Engine* engine, ApiServerOptions options)
       fn(*who, req, res);
     };
   };
-  s.Route("GET", "/v1/health", [](const HttpRequest&, HttpResponse& res) { Reply(res, 200, Json{{"ok", true}}); });
+  s.Route("GET", "/v1/health", [e](const HttpRequest&, HttpResponse& res) {
+    Json h = e->Health();
+    Reply(res, h["ok"].get<bool>() ? 200 : 503, h);
+  });
   s.Route("GET", "/v1/whoami", authed([](const Identity& who, const HttpRequest&, HttpResponse& res) {
           Reply(res, 200, Json{{"name", who.name}, {"role", RoleName(who.role)}, {"groups", who.groups}});
         }));

@@ -314,4 +314,14 @@ Result<Json> Engine::Events(const Identity& who, int64_t after, int limit, const
   return Json{{"events", out}, {"next", cursor}};
 }
 
+Json Engine::Health() {
+  std::unique_lock<std::mutex> lock(mu_);
+  const bool ok = broken_.ok();
+  return {{"ok", ok},
+          {"role", "leader"},
+          {"store", ok ? "ok" : broken_.message()},
+          {"commits_queued", queued_seq_ - durable_seq_},
+          {"nodes", nodes_.size()}};
+}
+
 }  // namespace tessera::api

@@ -60,6 +60,17 @@ class ServerTest : public ::testing::Test {
   int port_ = 0;
 };
 
+TEST_F(ServerTest, HealthNeedsNoTokenAndSaysRoleAndStore) {
+  auto r = client_->Get("/v1/health");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  Json h = Json::parse(r->body);
+  EXPECT_EQ(h["ok"], true);
+  EXPECT_EQ(h["role"], "leader");
+  EXPECT_EQ(h["store"], "ok");
+  EXPECT_EQ(h["commits_queued"], 0);
+}
+
 TEST_F(ServerTest, StatusCodesAndJsonErrors) {
   auto r = client_->Get("/v1/jobs");
   ASSERT_TRUE(r);

@@ -32,10 +32,13 @@
 #include <thread>
 #include <vector>
 
+#include "percentile.h"
 #include "agent/protocol.h"
 #include "proc.h"
 
 namespace {
+
+using tessera::bench::Percentile;
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
@@ -74,12 +77,6 @@ struct Stats {
 };
 
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
-
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p / 100.0 * static_cast<double>(v.size())))];
-}
 
 // One kept-alive HTTP connection issuing one request at a time.
 class Conn : public std::enable_shared_from_this<Conn> {

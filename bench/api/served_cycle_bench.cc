@@ -28,11 +28,14 @@
 #include <thread>
 #include <vector>
 
+#include "percentile.h"
 #include "api/engine.h"
 #include "partition/catalog.h"
 #include "sim/scenario_bench.h"
 
 namespace {
+
+using tessera::bench::Percentile;
 
 using namespace tessera;
 using Clock = std::chrono::steady_clock;
@@ -103,12 +106,6 @@ Served OpenServed(const sim::CycleBenchInput& in, bool schedule_on_submit, const
   // policy's view of the cluster, which a running control plane has long had.
   (void)s.engine->RunCycle();
   return s;
-}
-
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p / 100.0 * static_cast<double>(v.size())))];
 }
 
 }  // namespace

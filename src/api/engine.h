@@ -43,6 +43,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "api/config.h"
@@ -304,7 +305,8 @@ class Engine {
     std::vector<std::string> jobs;          // their ids: marked stored once durable
   };
   std::deque<QueuedCommit> commit_queue_;
-  std::map<std::string, int64_t> node_seq_;  // the last batch queued about a job on each node
+  // The last batch queued about a job on each node (written per grant on the cycle's hot path).
+  std::unordered_map<std::string, int64_t> node_seq_;
   int64_t queued_seq_ = 0;                 // the last batch queued
   int64_t durable_seq_ = 0;                // every batch up to this one is durable (or dropped)
   bool store_writing_ = false;             // a caller is writing queued batches

@@ -143,17 +143,6 @@ store::JobRecord Engine::RecordOf(const Job& j) const {
   return r;
 }
 
-Status Engine::CommitRaw(const std::vector<store::Event>& events, const std::vector<Job*>& jobs) {
-  std::vector<store::JobRecord> recs;
-  recs.reserve(jobs.size());
-  for (const Job* j : jobs) recs.push_back(RecordOf(*j));
-  Status st = store_->Commit(events, recs, nullptr);
-  if (st.ok()) {
-    for (Job* j : jobs) j->stored = true;
-  }
-  return st;
-}
-
 namespace {
 
 Json DrainJson(const quota::QuotaEngine::Drain& d) {
@@ -573,6 +562,7 @@ void Engine::CycleLocked(Batch& b) {
   RefreshWaitReasonsLocked();
   last_cycle_ms_ = clock_();
   cycle_wanted_ = false;
+  ++cycles_;
 }
 
 Status Engine::RunCycle() {
@@ -592,7 +582,7 @@ Status Engine::Tick() {
     }
     Batch b;
     Status st = MarkLostLocked(b);
-    if (st.ok() && !committing_ &&
+    if (st.ok() &&
         (cycle_wanted_ || clock_() - last_cycle_ms_ >= config_.cycle_ms)) {
       CycleLocked(b);
     }

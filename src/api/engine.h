@@ -11,7 +11,7 @@
 // PBS), job output and the views. It is split by job over several files:
 //
 //   engine.cc         open, reload from the store, the cycle and its decisions, invariants
-//   submit.cc         request validation and the group commit of submissions; cancel
+//   submit.cc         request validation, submissions through the commit pipeline; cancel
 //   agent_gateway.cc  node registration, heartbeats (start/stop orders, exits), node loss, output
 //   backend_pass.cc   external backends: submit, follow, cancel, reconcile after a restart
 //   views.cc          jobs, queues, groups, nodes, summary, utilization and events for people
@@ -29,7 +29,8 @@
 // that hold it ("Admission: group vision at its gpu limit ...").
 //
 // Thread-safety: all public methods may be called from any thread (one internal mutex). The
-// group commit of submissions and the backend commands run outside it.
+// store writes (the commit pipeline: whatever queued meanwhile goes in one transaction) and
+// the backend commands run outside it.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -148,14 +149,10 @@ class Engine {
     bool cancel_sent = false;
     int unknown_polls = 0;
   };
-  // A prepared submission waiting for its group commit.
+  // A validated submission, before it has an id.
   struct PendingSubmit {
     Job job;
     quota::JobSpec qspec;
-    std::vector<store::Event> events;
-    bool done = false;
-    Status status;
-    Json reply;
   };
   // Store events and changed records collected by one step, committed together.
   struct Batch {
@@ -195,7 +192,6 @@ class Engine {
   // about that node's jobs: a heartbeat that changes nothing, about a node whose orders are
   // durable, does not wait at all.
   Status CommitLocked(Batch& b, std::unique_lock<std::mutex>& lock, const std::string* node = nullptr);
-  Status CommitRaw(const std::vector<store::Event>& events, const std::vector<Job*>& jobs);
   Status ReloadLocked(const Status& cause);
   // Runs the cycle and turns the quota engine's new events into job changes in `b`.
   void CycleLocked(Batch& b);
@@ -294,9 +290,7 @@ class Engine {
   int64_t last_cycle_ms_ = 0;
   bool cycle_wanted_ = true;
   Status broken_;  // set when a reload after a failed commit failed too: nothing is served
-  std::vector<std::shared_ptr<PendingSubmit>> submit_batch_;  // prepared, waiting for a commit
-  bool committing_ = false;                                    // a leader is committing a batch
-  std::condition_variable commit_cv_;                          // a batch commit has ended
+  int64_t cycles_ = 0;  // cycles run: a submitter runs one only if none ran since its commit
   // The commit pipeline (CommitLocked).
   struct QueuedCommit {
     int64_t seq = 0;

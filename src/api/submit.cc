@@ -236,72 +236,43 @@ Result<Json> Engine::Submit(const Identity& who, const Json& body) {
   // ever hold) is refused now, before anything is written.
   Status check = qe_->Check(prepared->qspec);
   if (!check.ok()) return Status::InvalidArgument(check.message());
-  auto pending = std::make_shared<PendingSubmit>(std::move(*prepared));
-  Job& j = pending->job;
-  j.rec.id = pending->qspec.id = "j-" + std::to_string(next_job_++);
+  const std::string id = prepared->qspec.id = "j-" + std::to_string(next_job_++);
+  Job& j = jobs_[id] = std::move(prepared->job);
+  j.rec.id = id;
   j.rec.submit_ms = j.rec.update_ms = clock_();
   j.rec.reason = "Queued: waiting for the next scheduling cycle";
-  pending->events = {MakeEvent(who.name, "job.submitted", j.rec.id, "",
-                               {{"queue", j.rec.queue}, {"group", j.rec.group}})};
-  submit_batch_.push_back(pending);
-  while (!pending->done) {
-    if (committing_ || submit_batch_.empty()) {  // empty: its leader is placing it (the mutex let go)
-      commit_cv_.wait(lock);
-      continue;
-    }
-    // Lead: commit everything queued so far in one transaction, outside the mutex. The jobs
-    // enter the scheduler only once durable; no cycle runs while a batch is being committed.
-    committing_ = true;
-    std::vector<std::shared_ptr<PendingSubmit>> batch;
-    batch.swap(submit_batch_);
-    std::vector<store::Event> events;
-    std::vector<Job*> recs;
-    for (const auto& b : batch) {
-      events.insert(events.end(), b->events.begin(), b->events.end());
-      recs.push_back(&b->job);
-    }
-    lock.unlock();
-    const Status st = CommitRaw(events, recs);
-    lock.lock();
-    committing_ = false;
-    Batch after;
-    std::vector<std::string> landed;
-    for (const auto& b : batch) {
-      b->status = st;  // done only once its reply is filled in, below
-      if (!st.ok()) continue;
-      const std::string id = b->job.rec.id;
-      Job& lj = jobs_[id] = std::move(b->job);
-      order_.push_back(id);
-      live_.push_back(id);
-      auto h = qe_->Submit(b->qspec, lj.rec.submit_ms / 1000);
-      if (!h.ok()) {  // the nodes changed since the check
-        lj.rec.state = "failed";
-        lj.rec.reason = "rejected: " + h.status().message();
-        after.Add(MakeEvent("engine", "job.rejected", id, lj.rec.reason), &lj);
-      } else {
-        lj.handle = *h;
-        Index(lj);
-      }
-      landed.push_back(id);
-    }
-    // The batch's jobs are scheduled at once, their placements committed in one more transaction
-    // (acknowledged either way: a job that could not be placed now waits as pending).
-    if (st.ok() && config_.schedule_on_submit) {
-      CycleLocked(after);
-    }
-    if (st.ok()) (void)CommitLocked(after, lock);
-    // By id: a failed commit above rebuilt the jobs from the store.
-    for (size_t k = 0; k < landed.size(); ++k) {
-      auto it = jobs_.find(landed[k]);
-      if (it != jobs_.end()) batch[k]->reply = JobJson(it->second);
-    }
-    // Done only now: the commit of the placements above let go of the mutex, and a submitter
-    // woken meanwhile must not answer with an empty reply.
-    for (const auto& b : batch) b->done = true;
-    commit_cv_.notify_all();
+  auto h = qe_->Submit(prepared->qspec, j.rec.submit_ms / 1000);
+  if (!h.ok()) {
+    jobs_.erase(id);
+    return Status::InvalidArgument(h.status().message());
   }
-  if (!pending->status.ok()) return pending->status;
-  return std::move(pending->reply);
+  j.handle = *h;
+  Index(j);
+  order_.push_back(id);
+  live_.push_back(id);
+  cycle_wanted_ = true;
+  // Like every change, the submission goes through the commit pipeline: queued now, written
+  // with whatever else is queued (other submissions, heartbeats) in one transaction. A failed
+  // commit rebuilds memory from the store, without this job unless its write landed.
+  Batch b;
+  b.Add(MakeEvent(who.name, "job.submitted", id, "", {{"queue", j.rec.queue}, {"group", j.rec.group}}), &j);
+  const int64_t cycles_before = cycles_;
+  Status st = CommitLocked(b, lock);
+  if (!st.ok()) return st;
+  // Scheduled at once: one cycle after the commit covers every submission that landed with it
+  // (whoever gets the mutex first runs it; the others find their job already considered), and
+  // the reply waits for that cycle's decisions to be durable. The submission is durable either
+  // way: should the decisions' commit fail, it is acknowledged as pending (the reload says why).
+  if (config_.schedule_on_submit && cycles_ == cycles_before) {
+    Batch decisions;
+    CycleLocked(decisions);
+    (void)CommitLocked(decisions, lock);
+  } else if (config_.schedule_on_submit) {
+    (void)CommitLocked(b, lock);  // nothing new: waits for what is queued, the cycle's decisions
+  }
+  auto it = jobs_.find(id);  // by id: a failed commit rebuilt the jobs from the store
+  if (it == jobs_.end()) return Status::Internal("job '" + id + "' vanished in a reload");
+  return JobJson(it->second);
 }
 
 Result<Json> Engine::Cancel(const Identity& who, const std::string& id) {

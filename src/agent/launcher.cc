@@ -221,9 +221,11 @@ std::vector<std::string> BuildJobEnvironment(const JobSpec& spec, const std::vec
     if (eq == std::string::npos || eq == 0) continue;
     env[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
-  // The agent's own bindings (if it runs under one) must never leak into a job.
+  // The agent's own bindings (if it runs under one) must never leak into a job, nor its token
+  // (tessera-agent.service reads TESSERA_TOKEN from /etc/tessera/agent.env): a job that wants to
+  // call the API passes its own in the job's env.
   for (const char* name : {"CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "TESSERA_JOB_ID", "TESSERA_GPU_MEMORY_LIMIT",
-                           "TESSERA_CAPGPU_REGION"}) {
+                           "TESSERA_CAPGPU_REGION", "TESSERA_TOKEN"}) {
     env.erase(name);
   }
   for (const auto& [k, v] : spec.env) env[k] = v;

@@ -76,6 +76,17 @@ TEST(AgentJobEnvironment, BindingsBeatInheritedAndJobVariables) {
   EXPECT_EQ(env.count("TESSERA_CAPGPU_REGION"), 0u);
 }
 
+TEST(AgentJobEnvironment, TheAgentTokenNeverReachesAJob) {
+  JobSpec spec = TwoDevices();
+  auto env = AsMap(BuildJobEnvironment(
+      spec, {"TESSERA_TOKEN=agent-secret", "TESSERA_URL=http://cp:8080"}, TmpOpts()));
+  EXPECT_EQ(env.count("TESSERA_TOKEN"), 0u);
+  EXPECT_EQ(env["TESSERA_URL"], "http://cp:8080");
+  spec.env = {{"TESSERA_TOKEN", "the-job-s-own"}};  // a job may bring its own
+  env = AsMap(BuildJobEnvironment(spec, {"TESSERA_TOKEN=agent-secret"}, TmpOpts()));
+  EXPECT_EQ(env["TESSERA_TOKEN"], "the-job-s-own");
+}
+
 TEST(AgentJobEnvironment, ShareGetsLimitRegionAndPreloadWhenTheLibraryExists) {
   char lib[] = "/tmp/agent-capgpu-XXXXXX";
   int fd = mkstemp(lib);

@@ -11,6 +11,7 @@ PACKAGES=(
   clang-format clang-tidy
   slurm-wlm munge
   chromium
+  file dpkg-dev systemd          # cpack -G DEB (dpkg-shlibdeps, file); systemd-analyze verify
 )
 
 missing=()

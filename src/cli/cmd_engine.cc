@@ -269,14 +269,19 @@ std::vector<std::string> JobRow(const Json& j) {
           j.value("reason", "")};
 }
 
-// The cap library next to this binary in a build tree (build/src/cli/tessera ->
-// build/src/capgpu/libtessera_capgpu.so), or "" when it is not there.
+// The cap library next to this binary: in a build tree (build/src/cli/tessera ->
+// build/src/capgpu/libtessera_capgpu.so) or where the package installs it (/usr/bin/tessera ->
+// /usr/lib/tessera/libtessera_capgpu.so); "" when it is in neither place.
 std::string DefaultCapLibrary() {
   std::error_code ec;
   auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (ec) return "";
-  auto lib = self.parent_path().parent_path() / "capgpu" / "libtessera_capgpu.so";
-  return std::filesystem::exists(lib, ec) ? lib.string() : "";
+  const auto prefix = self.parent_path().parent_path();
+  for (const auto& lib : {prefix / "capgpu" / "libtessera_capgpu.so",
+                          prefix / TESSERA_PRIVATE_LIBDIR / "libtessera_capgpu.so"}) {
+    if (std::filesystem::exists(lib, ec)) return lib.string();
+  }
+  return "";
 }
 
 // ---- command registration ----

@@ -50,7 +50,18 @@ quota::GrantView GrantFrom(const Json& j) {
 Engine::Engine(EngineConfig config, std::unique_ptr<store::Store> store, std::string data_dir,
                Clock clock)
     : config_(std::move(config)), store_(std::move(store)), data_dir_(std::move(data_dir)),
-      clock_(std::move(clock)) {}
+      clock_(std::move(clock)) {
+  writer_ = std::thread([this] { WriterLoop(); });
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> w(wmu_);
+    stop_writer_ = true;
+  }
+  work_cv_.notify_all();
+  writer_.join();
+}
 
 Result<std::unique_ptr<Engine>> Engine::Open(EngineConfig config, std::unique_ptr<store::Store> store,
                                              std::string data_dir, Clock clock) {
@@ -152,7 +163,7 @@ Json DrainJson(const quota::QuotaEngine::Drain& d) {
 
 }  // namespace
 
-Status Engine::CommitLocked(Batch& b, std::unique_lock<std::mutex>& lock, const std::string* node) {
+int64_t Engine::QueueLocked(Batch& b) {
   // Drains in progress ride with the decisions that started or ended them, so that a restart
   // finds every drain it must finish (device.drains: the whole set, when it changed).
   if (qe_->MayHaveDrains() || !drains_.empty()) {
@@ -166,71 +177,118 @@ Status Engine::CommitLocked(Batch& b, std::unique_lock<std::mutex>& lock, const 
       drains_ = std::move(now);
     }
   }
-  const bool queued = !b.empty();
-  if (queued) {
-    QueuedCommit q;
-    q.seq = ++queued_seq_;
-    q.events = std::move(b.events);
-    q.records.reserve(b.jobs.size());
-    for (const Job* j : b.jobs) {
-      q.records.push_back(RecordOf(*j));
-      q.jobs.push_back(j->rec.id);
-      for (const auto& g : j->grants) node_seq_[g.node] = q.seq;
-    }
-    for (const std::string& n : b.nodes) node_seq_[n] = q.seq;
+  if (b.empty()) {
+    b = {};
+    return 0;
+  }
+  QueuedCommit q;
+  q.seq = ++queued_seq_;
+  q.epoch = epoch_;
+  q.events = std::move(b.events);
+  q.records.reserve(b.jobs.size());
+  q.jobs.reserve(b.jobs.size());
+  for (const Job* j : b.jobs) {
+    q.records.push_back(RecordOf(*j));
+    q.jobs.push_back(j->rec.id);
+    for (const auto& g : j->grants) node_seq_[g.node] = q.seq;
+  }
+  for (const std::string& n : b.nodes) node_seq_[n] = q.seq;
+  b = {};
+  {
+    std::lock_guard<std::mutex> w(wmu_);
     commit_queue_.push_back(std::move(q));
   }
-  b = {};
+  work_cv_.notify_one();
+  return queued_seq_;
+}
+
+Status Engine::CommitLocked(Batch& b, std::unique_lock<std::mutex>& lock, const std::string* node) {
+  const int64_t seq = QueueLocked(b);
   int64_t target = queued_seq_;
-  if (node != nullptr && !queued) {
+  if (node != nullptr && seq == 0) {
     auto it = node_seq_.find(*node);
     target = it == node_seq_.end() ? 0 : it->second;
   }
-  const size_t failures_seen = commit_failures_.size();
-  while (durable_seq_ < target) {
-    if (store_writing_) {
-      durable_cv_.wait(lock);
-      continue;
+  Status result;
+  lock.unlock();
+  {
+    std::unique_lock<std::mutex> w(wmu_);
+    durable_cv_.wait(w, [&] { return written_seq_ >= target; });
+    for (const CommitFailure& f : commit_failures_) {
+      if (f.first <= target && target <= f.last) result = f.why;
     }
-    // Lead: write everything queued so far, in order, in one transaction, without the mutex.
-    store_writing_ = true;
+  }
+  lock.lock();
+  CatchUpLocked();
+  return result;
+}
+
+void Engine::CatchUpLocked() {
+  std::vector<std::string> stored;
+  bool reload = false;
+  Status cause;
+  {
+    std::lock_guard<std::mutex> w(wmu_);
+    stored.swap(newly_stored_);
+    reload = dropped_epoch_ >= epoch_;
+    cause = last_failure_;
+  }
+  for (const std::string& id : stored) {
+    auto it = jobs_.find(id);
+    if (it != jobs_.end()) it->second.stored = true;
+  }
+  // Memory ran ahead of the store by a failed write and whatever was queued after it.
+  if (reload) (void)ReloadLocked(cause);
+}
+
+void Engine::WriterLoop() {
+  std::unique_lock<std::mutex> w(wmu_);
+  while (true) {
+    work_cv_.wait(w, [&] { return stop_writer_ || !commit_queue_.empty(); });
+    if (commit_queue_.empty()) return;  // stopping, and everything queued was written
     std::deque<QueuedCommit> group;
     group.swap(commit_queue_);
-    std::vector<store::Event> events;
-    std::vector<store::JobRecord> records;
-    for (QueuedCommit& q : group) {
-      std::move(q.events.begin(), q.events.end(), std::back_inserter(events));
-      std::move(q.records.begin(), q.records.end(), std::back_inserter(records));
+    // What was queued before the reload that follows a failed write rests on the memory that
+    // ran ahead: dropped (epochs only grow along the queue, so it is a prefix).
+    size_t dropped = 0;
+    while (dropped < group.size() && group[dropped].epoch <= dropped_epoch_) ++dropped;
+    if (dropped > 0) {
+      commit_failures_.push_back({group.front().seq, group[dropped - 1].seq,
+                                  Status::Internal("not recorded: an earlier commit failed (" +
+                                                      last_failure_.message() + ")")});
+      written_seq_ = group[dropped - 1].seq;
+      group.erase(group.begin(), group.begin() + static_cast<std::ptrdiff_t>(dropped));
     }
-    lock.unlock();
-    const Status st = store_->Commit(events, records, nullptr);
-    lock.lock();
-    store_writing_ = false;
-    if (st.ok()) {
-      durable_seq_ = group.back().seq;
-      for (const QueuedCommit& q : group) {
-        for (const std::string& id : q.jobs) {
-          auto it = jobs_.find(id);
-          if (it != jobs_.end()) it->second.stored = true;
-        }
+    if (!group.empty()) {
+      std::vector<store::Event> events;
+      std::vector<store::JobRecord> records;
+      for (QueuedCommit& q : group) {
+        std::move(q.events.begin(), q.events.end(), std::back_inserter(events));
+        std::move(q.records.begin(), q.records.end(), std::back_inserter(records));
       }
-    } else {
-      // Memory ran ahead of the store by this group and everything queued after it.
-      commit_failures_.emplace_back(group.front().seq, st);
-      commit_queue_.clear();
-      durable_seq_ = queued_seq_;
-      (void)ReloadLocked(st);
+      w.unlock();
+      const Status st = store_->Commit(events, records, nullptr);
+      w.lock();
+      written_seq_ = group.back().seq;
+      if (st.ok()) {
+        for (QueuedCommit& q : group) {
+          std::move(q.jobs.begin(), q.jobs.end(), std::back_inserter(newly_stored_));
+        }
+      } else {
+        dropped_epoch_ = group.back().epoch;
+        last_failure_ = st;
+        commit_failures_.push_back({group.front().seq, group.back().seq, st});
+      }
     }
+    while (commit_failures_.size() > 64) commit_failures_.pop_front();
     durable_cv_.notify_all();
   }
-  for (size_t k = failures_seen; k < commit_failures_.size(); ++k) {
-    if (commit_failures_[k].first <= target) return commit_failures_[k].second;
-  }
-  return Status::Ok();
 }
 
 Status Engine::ReloadLocked(const Status& cause) {
-  // Memory ran ahead of a commit that failed: drop it and rebuild from what is durable.
+  // Memory ran ahead of a commit that failed: drop it and rebuild from what is durable. Batches
+  // queued from now on rest on the reloaded state (a new epoch).
+  ++epoch_;
   Status st = Load();
   broken_ = st;
   if (st.ok()) {
@@ -556,8 +614,17 @@ void Engine::RefreshWaitReasonsLocked() {
 }
 
 void Engine::CycleLocked(Batch& b) {
-  const size_t mark = qe_->events().size();
-  qe_->RunCycle(NowS());
+  // A large cycle's decisions are queued for the writer in chunks while it goes on (after
+  // whatever `b` held before it), so that writing them overlaps deciding the rest; nobody acts
+  // on them before the caller's commit, which waits for all of them.
+  constexpr size_t kChunk = 4096;
+  size_t mark = qe_->events().size();
+  qe_->RunCycle(NowS(), [&] {
+    if (qe_->events().size() - mark < kChunk) return;
+    TranslateLocked(mark, b);
+    mark = qe_->events().size();
+    QueueLocked(b);
+  });
   TranslateLocked(mark, b);
   RefreshWaitReasonsLocked();
   last_cycle_ms_ = clock_();
@@ -576,6 +643,7 @@ Status Engine::RunCycle() {
 Status Engine::Tick() {
   {
     std::unique_lock<std::mutex> lock(mu_);
+    CatchUpLocked();  // a failed write nobody waited for
     if (!broken_.ok()) {
       Status st = ReloadLocked(broken_);  // try again to come back
       if (!broken_.ok()) return st;

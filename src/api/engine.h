@@ -44,6 +44,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -64,6 +65,7 @@ class Engine {
   // REQUIRES: store is open. `data_dir` holds job output files.
   static Result<std::unique_ptr<Engine>> Open(EngineConfig config, std::unique_ptr<store::Store> store,
                                               std::string data_dir, Clock clock);
+  ~Engine();  // writes what is queued, then stops the writer
 
   // Users.
   Result<Json> Submit(const Identity& who, const Json& body);
@@ -192,6 +194,12 @@ class Engine {
   // about that node's jobs: a heartbeat that changes nothing, about a node whose orders are
   // durable, does not wait at all.
   Status CommitLocked(Batch& b, std::unique_lock<std::mutex>& lock, const std::string* node = nullptr);
+  // The first half of CommitLocked: queues `b` for the writer (and empties it) without waiting.
+  // Returns its sequence number, 0 when it was empty.
+  int64_t QueueLocked(Batch& b);
+  // Marks the jobs whose records landed, and rebuilds memory from the store after a failed write.
+  void CatchUpLocked();
+  void WriterLoop();
   Status ReloadLocked(const Status& cause);
   // Runs the cycle and turns the quota engine's new events into job changes in `b`.
   void CycleLocked(Batch& b);
@@ -291,21 +299,36 @@ class Engine {
   bool cycle_wanted_ = true;
   Status broken_;  // set when a reload after a failed commit failed too: nothing is served
   int64_t cycles_ = 0;  // cycles run: a submitter runs one only if none ran since its commit
-  // The commit pipeline (CommitLocked).
+  // The commit pipeline. Batches are queued under mu_ (QueueLocked) and written in order by one
+  // writer thread (WriterLoop) that holds only wmu_, so the cycle can go on deciding while its
+  // first decisions are written. Lock order: mu_, then wmu_.
   struct QueuedCommit {
     int64_t seq = 0;
+    int64_t epoch = 0;                      // reloads before it was queued
     std::vector<store::Event> events;
     std::vector<store::JobRecord> records;  // snapshots taken when queued
     std::vector<std::string> jobs;          // their ids: marked stored once durable
   };
+  struct CommitFailure {
+    int64_t first = 0, last = 0;  // the batches that were not written
+    Status why;
+  };
+  // Under mu_:
+  std::unordered_map<std::string, int64_t> node_seq_;  // the last batch about a job on each node
+  int64_t queued_seq_ = 0;                               // the last batch queued
+  int64_t epoch_ = 0;                                    // reloads so far
+  // Under wmu_:
+  std::mutex wmu_;
+  std::condition_variable work_cv_;     // the writer: something was queued, or stop
+  std::condition_variable durable_cv_;  // callers: written_seq_ moved
   std::deque<QueuedCommit> commit_queue_;
-  // The last batch queued about a job on each node (written per grant on the cycle's hot path).
-  std::unordered_map<std::string, int64_t> node_seq_;
-  int64_t queued_seq_ = 0;                 // the last batch queued
-  int64_t durable_seq_ = 0;                // every batch up to this one is durable (or dropped)
-  bool store_writing_ = false;             // a caller is writing queued batches
-  std::vector<std::pair<int64_t, Status>> commit_failures_;  // (first seq dropped, why)
-  std::condition_variable durable_cv_;
+  int64_t written_seq_ = 0;             // every batch up to this one was written or dropped
+  int64_t dropped_epoch_ = -1;          // a write failed: batches of this epoch or older are dropped
+  Status last_failure_;
+  std::deque<CommitFailure> commit_failures_;  // the most recent ones
+  std::vector<std::string> newly_stored_;      // jobs whose records landed, to mark under mu_
+  bool stop_writer_ = false;
+  std::thread writer_;
   std::map<std::string, std::unique_ptr<backends::Backend>> backends_;  // by name
   std::mutex backend_mu_;   // serializes backend passes (held without mu_ while commands run)
   int64_t last_poll_ms_ = 0;

@@ -317,10 +317,15 @@ Result<Json> Engine::Events(const Identity& who, int64_t after, int limit, const
 Json Engine::Health() {
   std::unique_lock<std::mutex> lock(mu_);
   const bool ok = broken_.ok();
+  int64_t written = 0;
+  {
+    std::lock_guard<std::mutex> w(wmu_);
+    written = written_seq_;
+  }
   return {{"ok", ok},
           {"role", "leader"},
           {"store", ok ? "ok" : broken_.message()},
-          {"commits_queued", queued_seq_ - durable_seq_},
+          {"commits_queued", queued_seq_ - written},
           {"nodes", nodes_.size()}};
 }
 

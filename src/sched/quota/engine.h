@@ -27,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -179,7 +180,9 @@ class QuotaEngine {
   virtual Status Check(const JobSpec& job) const = 0;
   // The job finished; its capacity returns at once. REQUIRES: running or terminating.
   virtual void Complete(int job, int64_t now) = 0;
-  virtual CycleStats RunCycle(int64_t now) = 0;
+  // `between`, when given, is called after each job the cycle considered: decisions made so far
+  // are final (events() holds them), so a caller may record them while the cycle goes on.
+  virtual CycleStats RunCycle(int64_t now, const std::function<void()>& between = nullptr) = 0;
 
   // --- Driven from a control plane (nodes come and go, jobs are cancelled and lost).
   // Adds a node (its index), or brings back a down node of the same name and inventory. A node of

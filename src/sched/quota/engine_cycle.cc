@@ -6,7 +6,7 @@ namespace tessera::quota::internal {
 // ------------------------------------------------------------------------------------------
 // The cycle
 
-CycleStats Engine::RunCycle(int64_t now) {
+CycleStats Engine::RunCycle(int64_t now, const std::function<void()>& between) {
   now_ = std::max(now_, now);
   stats_ = {};
   memo_.clear();
@@ -17,7 +17,7 @@ CycleStats Engine::RunCycle(int64_t now) {
   EndGraces();
   UpdateFairShare();
   std::vector<int> order = Order();
-  std::vector<int> still = AdmitInOrder(order);
+  std::vector<int> still = AdmitInOrder(order, between);
   RepartitionForDemand();
   for (int h : still) {
     if (jobs_[h].state == JobState::kPending) pending_.push_back(h);
@@ -94,10 +94,11 @@ std::vector<int> Engine::Order() {
   return order;
 }
 
-std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order) {
+std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order, const std::function<void()>& between) {
   // 2-4. Admit and place in order; preempt and reserve for what does not fit.
   std::vector<int> still;
   for (int h : order) {
+    if (between) between();  // every decision so far is final
     Job& j = jobs_[h];
     if (j.state != JobState::kPending) continue;
     std::string step, reason;

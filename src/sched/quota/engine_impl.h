@@ -155,7 +155,7 @@ class Engine final : public QuotaEngine {
   Result<Job> Build(const JobSpec& job) const;
   std::string NeverSchedulable(const Job& j) const;
   void Complete(int job, int64_t now) override;
-  CycleStats RunCycle(int64_t now) override;
+  CycleStats RunCycle(int64_t now, const std::function<void()>& between = nullptr) override;
   Status CheckInvariants() const override;
   const std::vector<std::string>& violations() const override { return violations_; }
   int job_count() const override { return static_cast<int>(jobs_.size()); }
@@ -326,7 +326,8 @@ class Engine final : public QuotaEngine {
   void EndGraces();          // 0. preemptions whose grace ended; layouts waiting for idle devices
   void UpdateFairShare();    //    decayed usage, fair-share keys, groups below their reservation
   std::vector<int> Order();  // 1. pending jobs in scheduling order
-  std::vector<int> AdmitInOrder(const std::vector<int>& order);  // 2-4; returns who still waits
+  // 2-4; returns who still waits. `between` runs before each job is considered.
+  std::vector<int> AdmitInOrder(const std::vector<int>& order, const std::function<void()>& between);
   void RepartitionForDemand();  // 5.
   Status AddNodeRt(const NodeSpec& ns, const std::string& field);
   int NodeByName(const std::string& name) const;

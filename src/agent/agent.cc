@@ -64,21 +64,16 @@ void DefaultLog(const std::string& line) {
 // The agent's state and its loop. One thread.
 class Agent {
  public:
-  Agent(const AgentOptions& options, Inventory inventory, const std::string& base_url)
+  Agent(const AgentOptions& options, Inventory inventory, std::vector<std::string> urls)
       : options_(options),
         inventory_(std::move(inventory)),
         launcher_(LauncherOptions{options.work_dir, options.cgroup_root, options.cgroup_parent,
                                   options.capgpu_preload, options.region_dir, true}),
-        client_(base_url),
+        urls_(std::move(urls)),
         heartbeat_ms_(std::max(1, options.default_heartbeat_ms)),
         backoff_ms_(heartbeat_ms_) {
     log_ = options.log ? options.log : DefaultLog;
-    auto timeout = milliseconds(std::max(1, options.request_timeout_ms));
-    client_.set_connection_timeout(timeout);
-    client_.set_read_timeout(timeout);
-    client_.set_write_timeout(timeout);
-    client_.set_keep_alive(true);
-    if (!options.token.empty()) client_.set_bearer_token_auth(options.token);
+    Connect();
   }
 
   int Run() {
@@ -130,9 +125,10 @@ class Agent {
   }
 
   bool Register() {
-    auto res = client_.Post("/v1/agent/register", RegisterBody(inventory_, launcher_.cgroups_available(), launcher_.Running()),
+    auto res = client_->Post("/v1/agent/register", RegisterBody(inventory_, launcher_.cgroups_available(), launcher_.Running()),
                             "application/json");
-    if (!res) return Failed("register: " + httplib::to_string(res.error()));
+    if (!res) return Failover(), Failed("register: " + httplib::to_string(res.error()));
+    if (res->status == 503) Failover();  // a standby (or a server that cannot serve now)
     if (res->status / 100 != 2) return Failed("register: HTTP " + std::to_string(res->status) + " " + res->body);
     Result<int64_t> hb = ParseRegisterReply(res->body, heartbeat_ms_);
     if (!hb.ok()) return Failed(hb.status().message());
@@ -140,6 +136,25 @@ class Agent {
     registered_ = true;
     log_("registered with the control plane; heartbeat every " + std::to_string(heartbeat_ms_) + " ms");
     return true;
+  }
+
+  // A client for the current server URL.
+  void Connect() {
+    client_ = std::make_unique<httplib::Client>(urls_[current_]);
+    auto timeout = milliseconds(std::max(1, options_.request_timeout_ms));
+    client_->set_connection_timeout(timeout);
+    client_->set_read_timeout(timeout);
+    client_->set_write_timeout(timeout);
+    client_->set_keep_alive(true);
+    if (!options_.token.empty()) client_->set_bearer_token_auth(options_.token);
+  }
+
+  // The server did not answer, or is a standby: the next attempt goes to the next URL given.
+  void Failover() {
+    if (urls_.size() < 2) return;
+    current_ = (current_ + 1) % urls_.size();
+    log_("trying the control plane at " + urls_[current_]);
+    Connect();
   }
 
   // Logs a failure once per outage (not on every retry).
@@ -176,9 +191,9 @@ class Agent {
       in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
       std::streamsize n = in.gcount();
       if (n <= 0) return true;
-      auto res = client_.Put(OutputPath(id, offset), chunk.data(), static_cast<size_t>(n),
+      auto res = client_->Put(OutputPath(id, offset), chunk.data(), static_cast<size_t>(n),
                              "application/octet-stream");
-      if (!res) return Failed("output upload for job " + id + ": " + httplib::to_string(res.error()));
+      if (!res) return Failover(), Failed("output upload for job " + id + ": " + httplib::to_string(res.error()));
       if (res->status / 100 == 4) {
         // Refused for good (e.g. the job is no longer this node's): give this output up rather
         // than hold back the job's finished report forever.
@@ -203,9 +218,10 @@ class Agent {
       // Only once the control plane holds all of its output.
       if (uploaded_[id] >= f.output_bytes || !ValidateJobId(id).ok()) finished.push_back(f);
     }
-    auto res = client_.Post("/v1/agent/heartbeat", HeartbeatBody(inventory_.node, launcher_.Running(), finished),
+    auto res = client_->Post("/v1/agent/heartbeat", HeartbeatBody(inventory_.node, launcher_.Running(), finished),
                             "application/json");
-    if (!res) return Failed("heartbeat: " + httplib::to_string(res.error()));
+    if (!res) return Failover(), Failed("heartbeat: " + httplib::to_string(res.error()));
+    if (res->status == 503) Failover();
     if (res->status == 404) {
       registered_ = false;
       return Failed("heartbeat: HTTP 404 (node unknown), registering again");
@@ -283,8 +299,8 @@ class Agent {
     for (JobExit& e : launcher_.WaitAll(milliseconds(options_.stop_grace_ms + 2000))) RecordExit(e);
     if (registered_ && !finished_.empty()) {
       auto timeout = milliseconds(std::min(1000, std::max(1, options_.request_timeout_ms)));
-      client_.set_connection_timeout(timeout);
-      client_.set_read_timeout(timeout);
+      client_->set_connection_timeout(timeout);
+      client_->set_read_timeout(timeout);
       // Best effort: the last output (for a few seconds at most), then how they ended.
       if (UploadOutputs(Clock::now() + milliseconds(3000))) Heartbeat();
     }
@@ -295,7 +311,9 @@ class Agent {
   Inventory inventory_;
   Partitions partitions_{inventory_, options_.nvml_library};
   Launcher launcher_;
-  httplib::Client client_;
+  std::vector<std::string> urls_;  // the control plane's servers; one leads
+  size_t current_ = 0;
+  std::unique_ptr<httplib::Client> client_;
   std::function<void(const std::string&)> log_;
   int64_t heartbeat_ms_;
   int64_t backoff_ms_;
@@ -319,10 +337,20 @@ int RunAgent(const AgentOptions& options) {
     }
     node = host;
   }
-  const std::string& url = options.control_plane_url;
-  if (url.rfind("http://", 0) != 0 || url.size() <= 7) {
-    log("control plane URL '" + url + "' must look like http://host:port");
-    return 2;
+  // One URL, or several (comma-separated) servers sharing one store.
+  std::vector<std::string> urls;
+  for (size_t start = 0; start <= options.control_plane_url.size();) {
+    size_t comma = options.control_plane_url.find(',', start);
+    if (comma == std::string::npos) comma = options.control_plane_url.size();
+    std::string u = options.control_plane_url.substr(start, comma - start);
+    while (!u.empty() && u.front() == ' ') u.erase(u.begin());
+    while (!u.empty() && u.back() == ' ') u.pop_back();
+    if (u.rfind("http://", 0) != 0 || u.size() <= 7) {
+      log("control plane URL '" + u + "' must look like http://host:port");
+      return 2;
+    }
+    urls.push_back(u);
+    start = comma + 1;
   }
   Result<Inventory> inventory = DiscoverInventory(node, options.simulate, options.nvml_library);
   if (!inventory.ok()) {
@@ -331,7 +359,7 @@ int RunAgent(const AgentOptions& options) {
   }
   inventory->pool = options.pool;
   SignalScope signals(options.handle_signals);
-  Agent agent(options, std::move(inventory).value(), url);
+  Agent agent(options, std::move(inventory).value(), std::move(urls));
   return agent.Run();
 }
 

@@ -618,6 +618,7 @@ void Engine::CycleLocked(Batch& b) {
   // whatever `b` held before it), so that writing them overlaps deciding the rest; nobody acts
   // on them before the caller's commit, which waits for all of them.
   constexpr size_t kChunk = 4096;
+  cycled_submissions_ = submissions_;
   size_t mark = qe_->events().size();
   qe_->RunCycle(NowS(), [&] {
     if (qe_->events().size() - mark < kChunk) return;
@@ -629,7 +630,6 @@ void Engine::CycleLocked(Batch& b) {
   RefreshWaitReasonsLocked();
   last_cycle_ms_ = clock_();
   cycle_wanted_ = false;
-  ++cycles_;
 }
 
 Status Engine::RunCycle() {

@@ -298,7 +298,8 @@ class Engine {
   int64_t last_cycle_ms_ = 0;
   bool cycle_wanted_ = true;
   Status broken_;  // set when a reload after a failed commit failed too: nothing is served
-  int64_t cycles_ = 0;  // cycles run: a submitter runs one only if none ran since its commit
+  int64_t submissions_ = 0;         // submissions queued so far
+  int64_t cycled_submissions_ = 0;  // how many of them the last cycle started after
   // The commit pipeline. Batches are queued under mu_ (QueueLocked) and written in order by one
   // writer thread (WriterLoop) that holds only wmu_, so the cycle can go on deciding while its
   // first decisions are written. Lock order: mu_, then wmu_.

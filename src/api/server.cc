@@ -102,7 +102,7 @@ const std::vector<RouteInfo>& ApiServer::Routes() {
 }
 
 ApiServer::ApiServer(Engine* engine, ApiServerOptions options)
-    : engine_(engine), http_(std::make_unique<net::HttpServer>(net::HttpServerOptions{
+    : engine_(engine), lease_check_(options.lease_check), http_(std::make_unique<net::HttpServer>(net::HttpServerOptions{
                            options.io_threads, options.workers, kMaxBody, options.idle_timeout_ms,
                            options.stop_on_signals ? std::vector<int>{SIGINT, SIGTERM} : std::vector<int>{}})) {
   net::HttpServer& s = *http_;
@@ -223,6 +223,18 @@ void ApiServer::Run(int tick_ms) {
   ticker_ = std::thread([this, tick_ms] {
     std::string last_error;
     while (!stop_.load()) {
+      if (lease_check_) {
+        Status lease = lease_check_();
+        if (!lease.ok()) {
+          std::fprintf(stderr, "tessera serve: no longer the leader: %s; stopping\n", lease.message().c_str());
+          {
+            std::lock_guard<std::mutex> l(deposed_mu_);
+            deposed_ = lease;
+          }
+          http_->Stop();
+          break;
+        }
+      }
       Status st = engine_->Tick();
       // Say once what went wrong (and once that it stopped), not every tick.
       std::string now = st.ok() ? "" : st.message();
@@ -237,6 +249,44 @@ void ApiServer::Run(int tick_ms) {
   stop_.store(true);
   ticker_.join();
 }
+
+Status ApiServer::deposed() const {
+  std::lock_guard<std::mutex> l(deposed_mu_);
+  return deposed_;
+}
+
+StandbyServer::StandbyServer(store::Store* store, ApiServerOptions options)
+    : store_(store), http_(std::make_unique<net::HttpServer>(net::HttpServerOptions{
+                         std::min(options.io_threads, 4), 0, kMaxBody, options.idle_timeout_ms,
+                         options.stop_on_signals ? std::vector<int>{SIGINT, SIGTERM} : std::vector<int>{}})) {
+  store::Store* st = store_;
+  auto leader = [st]() -> std::string {
+    auto l = st->Leader();
+    return l.ok() ? l->holder : "";
+  };
+  for (const RouteInfo& r : ApiServer::Routes()) {
+    if (r.openapi_path == "/v1/health") continue;
+    http_->Route(r.method, r.openapi_path, [leader](const HttpRequest&, HttpResponse& res) {
+      const std::string who = leader();
+      Reply(res, 503, Json{{"error", "this server is a standby; the leader is " + (who.empty() ? "unknown" : who)},
+                           {"role", "standby"}, {"leader", who}});
+    });
+  }
+  http_->Route("GET", "/v1/health", [st](const HttpRequest&, HttpResponse& res) {
+    auto l = st->Leader();
+    Reply(res, l.ok() ? 200 : 503,
+          Json{{"ok", l.ok()}, {"role", "standby"}, {"store", l.ok() ? "ok" : l.status().message()},
+               {"leader", l.ok() ? l->holder : ""}, {"epoch", l.ok() ? l->epoch : 0}});
+  });
+}
+
+StandbyServer::~StandbyServer() { Stop(); }
+
+Result<int> StandbyServer::Bind(const std::string& host, int port) { return http_->Bind(host, port); }
+
+void StandbyServer::Run() { http_->Run(); }
+
+void StandbyServer::Stop() { http_->Stop(); }
 
 void ApiServer::Stop() {
   // No joins: Run() joins the ticker once serving has ended.

@@ -13,7 +13,9 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -36,12 +38,16 @@ struct RouteInfo {
 
 struct ApiServerOptions {
   // Threads that read, run and answer requests, on one event loop. A request mostly runs for
-  // microseconds under the engine's mutex; one that waits (for a group commit to be durable)
-  // holds its thread meanwhile, so there are several more threads than cores.
-  int io_threads = 16;
+  // microseconds under the engine's mutex; one that waits (for its commit to be durable) holds
+  // its thread meanwhile, so there are many more threads than cores: with 10,000 agents, a few
+  // hundred state changes a second wait on the store at once (16 threads starved heartbeats).
+  int io_threads = 64;
   int workers = 0;  // no separate handler pool: see net::HttpServerOptions
   int idle_timeout_ms = 10 * 60 * 1000;
   bool stop_on_signals = false;  // SIGINT and SIGTERM stop Run() (tessera serve)
+  // Checked every tick when set (the store's leader lease): once it fails, Run() stops serving
+  // and deposed() says why. A deposed leader must not answer as one.
+  std::function<Status()> lease_check;
 };
 
 class ApiServer {
@@ -54,14 +60,35 @@ class ApiServer {
   // Serves until Stop(). Also runs the engine's Tick() every `tick_ms`.
   void Run(int tick_ms = 200);
   void Stop();
+  // Why Run() stopped on its own (the lease check failed); OK otherwise.
+  Status deposed() const;
 
   static const std::vector<RouteInfo>& Routes();
 
  private:
   Engine* engine_;
+  std::function<Status()> lease_check_;
   std::unique_ptr<net::HttpServer> http_;
   std::atomic<bool> stop_{false};
   std::thread ticker_;
+  mutable std::mutex deposed_mu_;
+  Status deposed_;
+};
+
+// A standby server: several `tessera serve` share one store and one of them leads. Until this
+// one does, it answers GET /v1/health (role "standby", who leads) and every other API route with
+// 503 {"error", "leader"} naming the leader, so that clients given several URLs move on to it.
+class StandbyServer {
+ public:
+  StandbyServer(store::Store* store, ApiServerOptions options = {});
+  ~StandbyServer();
+  Result<int> Bind(const std::string& host, int port);
+  void Run();   // until Stop() (or SIGINT/SIGTERM with stop_on_signals)
+  void Stop();
+
+ private:
+  store::Store* store_;
+  std::unique_ptr<net::HttpServer> http_;
 };
 
 }  // namespace tessera::api

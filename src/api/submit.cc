@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 #include <sstream>
+#include <thread>
 #include <tuple>
 
 #include "api/engine.h"
@@ -252,26 +253,30 @@ Result<Json> Engine::Submit(const Identity& who, const Json& body) {
   live_.push_back(id);
   cycle_wanted_ = true;
   // Like every change, the submission goes through the commit pipeline: queued now, written
-  // with whatever else is queued (other submissions, heartbeats) in one transaction. A failed
-  // commit rebuilds memory from the store, without this job unless its write landed.
+  // with whatever else is queued (other submissions, heartbeats) in one transaction.
   Batch b;
   b.Add(MakeEvent(who.name, "job.submitted", id, "", {{"queue", j.rec.queue}, {"group", j.rec.group}}), &j);
-  const int64_t cycles_before = cycles_;
-  Status st = CommitLocked(b, lock);
-  if (!st.ok()) return st;
-  // Scheduled at once: one cycle after the commit covers every submission that landed with it
-  // (whoever gets the mutex first runs it; the others find their job already considered), and
-  // the reply waits for that cycle's decisions to be durable. The submission is durable either
-  // way: should the decisions' commit fail, it is acknowledged as pending (the reload says why).
-  if (config_.schedule_on_submit && cycles_ == cycles_before) {
-    Batch decisions;
-    CycleLocked(decisions);
-    (void)CommitLocked(decisions, lock);
-  } else if (config_.schedule_on_submit) {
-    (void)CommitLocked(b, lock);  // nothing new: waits for what is queued, the cycle's decisions
+  QueueLocked(b);
+  const int64_t mine = ++submissions_;
+  if (config_.schedule_on_submit) {
+    // Scheduled at once, by one cycle for every submission queued before it started: submitters
+    // waiting for the mutex get to queue theirs first. Its decisions are queued behind the
+    // submissions, and the reply waits until all of it is durable: one wait, not two.
+    lock.unlock();
+    std::this_thread::yield();
+    lock.lock();
+    if (cycled_submissions_ < mine) {
+      Batch decisions;
+      CycleLocked(decisions);
+      QueueLocked(decisions);
+    }
   }
-  auto it = jobs_.find(id);  // by id: a failed commit rebuilt the jobs from the store
-  if (it == jobs_.end()) return Status::Internal("job '" + id + "' vanished in a reload");
+  Batch none;
+  Status st = CommitLocked(none, lock);
+  // By id: a failed commit rebuilt the jobs from the store, with this one if its write landed
+  // (then it is acknowledged, pending, the reload saying why).
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return st.ok() ? Status::Internal("job '" + id + "' vanished in a reload") : st;
   return JobJson(it->second);
 }
 

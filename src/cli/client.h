@@ -1,10 +1,12 @@
 // A small HTTP client for the `tessera` user commands: the server and token come from
-// TESSERA_URL and TESSERA_TOKEN (or --url / --token).
+// TESSERA_URL and TESSERA_TOKEN (or --url / --token). TESSERA_URL may list several servers,
+// comma-separated: the call goes to the first that answers and is not a standby.
 #pragma once
 
 #include <nlohmann/json.hpp>
 
 #include <string>
+#include <vector>
 
 namespace tessera::cli {
 
@@ -12,7 +14,11 @@ struct ClientReply {
   int status = 0;         // HTTP status, 0 when the server could not be reached
   std::string body;
   std::string error;      // a message for people when status is 0 or >= 400
+  bool standby = false;   // 503 from a standby server (another one leads)
 };
+
+// "http://a:8080, http://b:8080" -> each URL, trimmed.
+std::vector<std::string> SplitUrls(const std::string& urls);
 
 ClientReply HttpCall(const std::string& url, const std::string& token, const std::string& method,
                      const std::string& path, const std::string& body = "");

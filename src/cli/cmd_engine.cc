@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +22,7 @@
 #include "cli/commands.h"
 #include "cli/table.h"
 #include "model/quantity.h"
+#include "store/store.h"
 
 namespace tessera::cli {
 namespace {
@@ -60,12 +62,56 @@ int CheckConfig(const std::string& config_path) {
   return kExitOk;
 }
 
+// Waits as a standby until this server holds the store's leader lease (answering health and
+// naming the leader meanwhile). False when stopped by a signal first.
+bool AwaitLead(store::Store& store, const std::string& advertise, const std::string& host, int port) {
+  auto lead = store.TryLead(advertise);
+  if (!lead.ok()) {
+    std::cerr << "tessera serve: " << lead.status().message() << "\n";
+    return false;
+  }
+  if (*lead) return true;
+  api::ApiServerOptions options;
+  options.stop_on_signals = true;
+  api::StandbyServer standby(&store, options);
+  auto bound = standby.Bind(host, port);
+  if (!bound.ok()) {
+    std::cerr << "tessera serve: " << bound.status().message() << "\n";
+    return false;
+  }
+  auto now = store.Leader();
+  std::fprintf(stderr, "tessera: standby on http://%s:%d: %s leads %s; waiting for the lease\n", host.c_str(), *bound,
+               now.ok() ? now->holder.c_str() : "another server", store.Describe().c_str());
+  std::atomic<bool> done{false}, leading{false};
+  std::thread poll([&] {
+    while (!done.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      auto l = store.TryLead(advertise);
+      if (l.ok() && *l) {
+        leading.store(true);
+        standby.Stop();
+        return;
+      }
+    }
+  });
+  standby.Run();
+  done.store(true);
+  poll.join();
+  return leading.load();
+}
+
 // Runs the control plane until SIGINT/SIGTERM. `on_ready(port)` runs once it listens.
 int Serve(const std::string& config_path, const std::string& data, const std::string& listen,
-          const std::string& store_url, const std::function<void(int)>& on_ready) {
+          const std::string& store_url, const std::string& advertise_url, const std::function<void(int)>& on_ready) {
   auto config = api::LoadConfig(config_path);
   if (!config.ok()) {
     std::cerr << "tessera serve: " << config.status().message() << "\n";
+    return kExitBadInput;
+  }
+  std::string host;
+  int port = 0;
+  if (!SplitListen(listen, &host, &port)) {
+    std::cerr << "tessera serve: bad --listen '" << listen << "' (HOST:PORT)\n";
     return kExitBadInput;
   }
   std::error_code ec;
@@ -80,19 +126,18 @@ int Serve(const std::string& config_path, const std::string& data, const std::st
     std::cerr << "tessera serve: store: " << store.status().message() << "\n";
     return kExitBadInput;
   }
+  // Several servers may share one store: one leads, the others wait as standbys.
+  const std::string advertise = advertise_url.empty() ? "http://" + listen : advertise_url;
+  store::Store* lease = store->get();
+  if (!AwaitLead(*lease, advertise, host, port)) return kExitOk;
   auto engine = api::Engine::Open(std::move(*config), std::move(*store), data, NowMs);
   if (!engine.ok()) {
     std::cerr << "tessera serve: " << engine.status().message() << "\n";
     return 1;
   }
-  std::string host;
-  int port = 0;
-  if (!SplitListen(listen, &host, &port)) {
-    std::cerr << "tessera serve: bad --listen '" << listen << "' (HOST:PORT)\n";
-    return kExitBadInput;
-  }
   api::ApiServerOptions options;
   options.stop_on_signals = true;  // SIGINT/SIGTERM end Run(), handled on the event loop
+  options.lease_check = [lease] { return lease->CheckLease(); };  // owned by the engine, which outlives the server
   api::ApiServer server(engine->get(), options);
   auto bound = server.Bind(host, port);
   if (!bound.ok()) {
@@ -100,9 +145,11 @@ int Serve(const std::string& config_path, const std::string& data, const std::st
     return 1;
   }
   signal(SIGPIPE, SIG_IGN);
-  std::fprintf(stderr, "tessera: listening on http://%s:%d (store %s)\n", host.c_str(), *bound, url.c_str());
+  std::fprintf(stderr, "tessera: listening on http://%s:%d (store %s), leading as %s\n", host.c_str(), *bound,
+               url.c_str(), advertise.c_str());
   if (on_ready) on_ready(*bound);
   server.Run();
+  if (!server.deposed().ok()) return kExitDeposed;
   return kExitOk;
 }
 
@@ -181,7 +228,7 @@ int Up(const std::string& data, const std::string& listen, const std::string& si
       _exit(127);
     }
   };
-  int rc = Serve(config, data, listen, "", on_ready);
+  int rc = Serve(config, data, listen, "", "", on_ready);
   if (agent_pid > 0) {
     kill(agent_pid, SIGTERM);
     waitpid(agent_pid, nullptr, 0);
@@ -315,10 +362,13 @@ void RegisterServeCommand(CLI::App& app, CommandContext& ctx) {
   auto listen = std::make_shared<std::string>("127.0.0.1:8080");
   auto store = std::make_shared<std::string>();
   auto check = std::make_shared<bool>(false);
+  auto advertise = std::make_shared<std::string>();
   cmd->add_option("--config", *config, "configuration (YAML)")->required();
   cmd->add_option("--data", *data, "data directory (SQLite store, job output); required unless --check-config");
   cmd->add_option("--listen", *listen, "HOST:PORT to listen on (port 0: any)");
   cmd->add_option("--store", *store, "postgresql://... to keep state in PostgreSQL");
+  cmd->add_option("--advertise", *advertise,
+                  "the URL clients reach this server at, recorded while it leads (default http://LISTEN)");
   cmd->add_flag("--check-config", *check, "check the configuration, say what it declares, and exit");
   cmd->callback([=, &ctx] {
     if (*check) {
@@ -327,7 +377,7 @@ void RegisterServeCommand(CLI::App& app, CommandContext& ctx) {
       std::cerr << "tessera serve: --data is required\n";
       ctx.exit_code = kExitBadInput;
     } else {
-      ctx.exit_code = Serve(*config, *data, *listen, *store, nullptr);
+      ctx.exit_code = Serve(*config, *data, *listen, *store, *advertise, nullptr);
     }
   });
 }

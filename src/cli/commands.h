@@ -14,6 +14,7 @@ struct CommandContext {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitUnsatisfiable = 1;
 inline constexpr int kExitBadInput = 2;
+inline constexpr int kExitDeposed = 3;  // tessera serve: another server took the lead
 
 void RegisterCatalogCommands(CLI::App& app, CommandContext& ctx);
 void RegisterPartitionCommands(CLI::App& app, CommandContext& ctx);

@@ -25,6 +25,9 @@ struct ParsedUrl {
 // an empty path and any other "scheme://" with a message naming the URL.
 Result<ParsedUrl> ParseUrl(const std::string& url);
 
+// Why a write of a deposed leader (its epoch `mine`) is refused, naming who leads now.
+std::string DeposedMessage(const std::string& described_url, int64_t mine, const Store::Leadership& now);
+
 // A URL fit for logs and messages: the password of a PostgreSQL URL replaced by "***".
 std::string RedactUrl(const std::string& url);
 

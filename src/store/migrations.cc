@@ -40,6 +40,13 @@ const std::vector<Migration>& Migrations() {
        "CREATE INDEX events_kind ON events (kind, seq);"
        "CREATE INDEX events_subject ON events (subject, seq);"
        "CREATE INDEX jobs_submit ON jobs (submit_ms, id);"},
+      {3, "leadership: the epoch that fences a deposed leader's writes",
+       "CREATE TABLE leadership (id INTEGER PRIMARY KEY CHECK (id = 1), epoch INTEGER NOT NULL,"
+       "  holder TEXT NOT NULL, since_ms INTEGER NOT NULL);"
+       "INSERT INTO leadership (id, epoch, holder, since_ms) VALUES (1, 0, '', 0);",
+       "CREATE TABLE leadership (id INTEGER PRIMARY KEY CHECK (id = 1), epoch BIGINT NOT NULL,"
+       "  holder TEXT NOT NULL, since_ms BIGINT NOT NULL);"
+       "INSERT INTO leadership (id, epoch, holder, since_ms) VALUES (1, 0, '', 0);"},
   };
   return kSteps;
 }
@@ -49,6 +56,12 @@ Status NewerSchemaError(const std::string& described_url, int found) {
       described_url + ": store schema version " + std::to_string(found) +
       " is newer than this Tessera (knows up to " + std::to_string(Store::LatestSchemaVersion()) +
       "); upgrade Tessera");
+}
+
+std::string DeposedMessage(const std::string& described_url, int64_t mine, const Store::Leadership& now) {
+  return described_url + ": deposed: this server led in epoch " + std::to_string(mine) + ", and " +
+         (now.holder.empty() ? std::string("another server") : now.holder) + " leads since epoch " +
+         std::to_string(now.epoch) + "; its writes are refused";
 }
 
 Status UnknownJobUpdate(const std::string& id) {

@@ -7,6 +7,7 @@
 // writers; the lock makes every committed prefix of the log gap-free and in order.
 //
 // pqxx reports errors as exceptions; none leave this file.
+#include <atomic>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -23,6 +24,8 @@ namespace {
 
 // Serialises concurrent migrations of one database (any constant unique to Tessera).
 constexpr int64_t kMigrationLockKey = 0x7e55e7a0;
+// Held, at session level on a connection of its own, by the server that leads.
+constexpr int64_t kLeaderLockKey = 0x7e55e7a1;
 
 const char* kEventColumns = "seq, time_ms, actor, kind, subject, reason, data";
 const char* kJobColumns =
@@ -88,6 +91,7 @@ class PostgresStore final : public Store {
     std::vector<int64_t> assigned;
     Status s = Guard("committing", [&]() -> Status {
       pqxx::work w(*conn_);
+      if (Status f = CheckFence(w); !f.ok()) return f;  // the transaction rolls back
       if (!events.empty()) {
         w.exec0("LOCK TABLE events IN SHARE ROW EXCLUSIVE MODE");
         int64_t seq = w.exec_prepared1("last_seq")[0].as<int64_t>();
@@ -187,6 +191,7 @@ class PostgresStore final : public Store {
     std::lock_guard<std::mutex> lock(mu_);
     return Guard("writing setting " + key, [&]() -> Status {
       pqxx::work w(*conn_);
+      if (Status f = CheckFence(w); !f.ok()) return f;
       w.exec_prepared0("put_setting", key, value);
       w.commit();
       return Status::Ok();
@@ -233,7 +238,82 @@ class PostgresStore final : public Store {
 
   std::string Describe() const override { return described_; }
 
+  Result<std::optional<Leadership>> TryLead(const std::string& holder) override {
+    std::lock_guard<std::mutex> lease_lock(lease_mu_);
+    try {
+      if (!lease_) lease_ = std::make_unique<pqxx::connection>(url_);
+      pqxx::nontransaction n(*lease_);
+      if (!n.exec1("SELECT pg_try_advisory_lock(" + std::to_string(kLeaderLockKey) + ")")[0].as<bool>()) {
+        return std::optional<Leadership>();
+      }
+    } catch (const std::exception& e) {
+      lease_.reset();
+      return Status::Internal(described_ + ": taking the lead: " + Trim(e.what()));
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    Leadership now;
+    Status s = Guard("taking the lead", [&]() -> Status {
+      pqxx::work w(*conn_);
+      // Waits for a deposed leader's commit in flight (it holds the row FOR SHARE), so that
+      // everything it wrote is there before this server loads the store.
+      auto r = w.exec_params1(
+          "UPDATE leadership SET epoch = epoch + 1, holder = $1, "
+          "since_ms = (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT WHERE id = 1 "
+          "RETURNING epoch, holder",
+          holder);
+      now = {r[0].as<int64_t>(), r[1].as<std::string>()};
+      w.commit();
+      return Status::Ok();
+    });
+    if (!s.ok()) {
+      lease_.reset();  // closing the session lets the lock go
+      return s;
+    }
+    fence_ = now.epoch;
+    return std::optional<Leadership>(now);
+  }
+
+  Result<Leadership> Leader() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Leadership now;
+    Status s = Guard("reading the leadership", [&]() -> Status {
+      pqxx::read_transaction t(*conn_);
+      auto r = t.exec1("SELECT epoch, holder FROM leadership WHERE id = 1");
+      now = {r[0].as<int64_t>(), r[1].as<std::string>()};
+      return Status::Ok();
+    });
+    if (!s.ok()) return s;
+    return now;
+  }
+
+  Status CheckLease() override {
+    if (fence_ == 0) return Status::Ok();
+    std::lock_guard<std::mutex> lease_lock(lease_mu_);
+    try {
+      if (!lease_) return Status::FailedPrecondition(described_ + ": the leader lease was lost");
+      // The session (and with it the advisory lock) is alive, and nobody took the lead since.
+      pqxx::nontransaction n(*lease_);
+      auto r = n.exec1("SELECT epoch, holder FROM leadership WHERE id = 1");
+      Leadership now{r[0].as<int64_t>(), r[1].as<std::string>()};
+      if (now.epoch != fence_) return Status::FailedPrecondition(DeposedMessage(described_, fence_, now));
+      return Status::Ok();
+    } catch (const std::exception& e) {
+      lease_.reset();
+      return Status::FailedPrecondition(described_ + ": the leader lease was lost: " + Trim(e.what()));
+    }
+  }
+
  private:
+  // Inside a write transaction: refused when another server took the lead since this one did.
+  // FOR SHARE: a new leader's epoch bump waits for this transaction, and this one for it.
+  Status CheckFence(pqxx::work& w) {
+    if (fence_ == 0) return Status::Ok();
+    auto r = w.exec1("SELECT epoch, holder FROM leadership WHERE id = 1 FOR SHARE");
+    Leadership now{r[0].as<int64_t>(), r[1].as<std::string>()};
+    if (now.epoch == fence_) return Status::Ok();
+    return Status::FailedPrecondition(DeposedMessage(described_, fence_, now));
+  }
+
   static pqxx::result RunListEvents(pqxx::transaction_base& t, int mask, int64_t after_seq,
                                     int limit, const EventFilter& f) {
     const std::string name = ListEventsName(mask);
@@ -352,6 +432,9 @@ class PostgresStore final : public Store {
   const std::string url_;
   const std::string described_;
   std::unique_ptr<pqxx::connection> conn_;  // guarded by mu_; null after a lost connection
+  std::mutex lease_mu_;
+  std::unique_ptr<pqxx::connection> lease_;  // guarded by lease_mu_: holds the leader lock
+  std::atomic<int64_t> fence_{0};            // the epoch this store leads in; 0: unfenced
 };
 
 }  // namespace

@@ -1,7 +1,10 @@
 // The SQLite backend: one file, WAL journal, synchronous=FULL, one IMMEDIATE transaction per
 // Commit. A single connection is shared by all callers and guarded by a mutex; prepared
 // statements are cached per SQL text.
+#include <fcntl.h>
 #include <sqlite3.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <map>
@@ -62,6 +65,7 @@ class SqliteStore final : public Store {
   ~SqliteStore() override {
     for (auto& [sql, stmt] : cache_) sqlite3_finalize(stmt);
     sqlite3_close_v2(db_);
+    if (lease_fd_ >= 0) close(lease_fd_);  // releases the flock
   }
 
   Status Configure(int target_version) {
@@ -89,7 +93,8 @@ class SqliteStore final : public Store {
     // (another process on the same file).
     if (auto s = Exec("BEGIN IMMEDIATE", "starting a commit"); !s.ok()) return s;
     std::vector<int64_t> assigned;
-    Status s = CommitLocked(events, jobs, &assigned);
+    Status s = CheckFenceLocked();
+    if (s.ok()) s = CommitLocked(events, jobs, &assigned);
     if (s.ok()) s = Exec("COMMIT", "committing");
     if (!s.ok()) {
       Exec("ROLLBACK", "rolling back");
@@ -165,15 +170,48 @@ class SqliteStore final : public Store {
 
   Status PutSetting(const std::string& key, const std::string& value) override {
     std::lock_guard<std::mutex> lock(mu_);
-    auto st = Prepare(
-        "INSERT INTO settings (key, value) VALUES (?1, ?2) "
-        "ON CONFLICT (key) DO UPDATE SET value = excluded.value");
-    if (!st.ok()) return st.status();
-    Stmt q(*st);
-    q.Bind(1, key);
-    q.Bind(2, value);
-    if (q.Step() != SQLITE_DONE) return Error("writing setting " + key);
-    return Status::Ok();
+    if (auto s = Exec("BEGIN IMMEDIATE", "writing setting " + key); !s.ok()) return s;
+    Status s = CheckFenceLocked();
+    if (s.ok()) s = PutSettingLocked(key, value);
+    if (s.ok()) s = Exec("COMMIT", "committing setting " + key);
+    if (!s.ok()) Exec("ROLLBACK", "rolling back");
+    return s;
+  }
+
+  Result<std::optional<Leadership>> TryLead(const std::string& holder) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (lease_fd_ < 0) {
+      const std::string lease = path_ + ".leader";
+      lease_fd_ = open(lease.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+      if (lease_fd_ < 0) return Status::Internal(Describe() + ": cannot open " + lease);
+      if (flock(lease_fd_, LOCK_EX | LOCK_NB) != 0) {
+        close(lease_fd_);
+        lease_fd_ = -1;
+        return std::optional<Leadership>();  // another process leads this file
+      }
+    }
+    if (auto s = Exec("BEGIN IMMEDIATE", "taking the lead"); !s.ok()) return s;
+    Status s = Exec("UPDATE leadership SET epoch = epoch + 1, holder = " + Quote(holder) +
+                        ", since_ms = CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) WHERE id = 1",
+                    "taking the lead");
+    auto now = s.ok() ? LeaderLocked() : Result<Leadership>(s);
+    if (now.ok()) s = Exec("COMMIT", "taking the lead");
+    if (!now.ok() || !s.ok()) {
+      Exec("ROLLBACK", "rolling back");
+      return now.ok() ? s : now.status();
+    }
+    fence_ = now->epoch;
+    return std::optional<Leadership>(*now);
+  }
+
+  Result<Leadership> Leader() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return LeaderLocked();
+  }
+
+  Status CheckLease() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return CheckFenceLocked();  // the flock lasts as long as this process
   }
 
   Result<std::optional<std::string>> GetSetting(const std::string& key) override {
@@ -233,6 +271,41 @@ class SqliteStore final : public Store {
     }
     cache_.emplace(sql, stmt);
     return stmt;
+  }
+
+  Status PutSettingLocked(const std::string& key, const std::string& value) {
+    auto st = Prepare(
+        "INSERT INTO settings (key, value) VALUES (?1, ?2) "
+        "ON CONFLICT (key) DO UPDATE SET value = excluded.value");
+    if (!st.ok()) return st.status();
+    Stmt q(*st);
+    q.Bind(1, key);
+    q.Bind(2, value);
+    if (q.Step() != SQLITE_DONE) return Error("writing setting " + key);
+    return Status::Ok();
+  }
+
+  static std::string Quote(const std::string& text) {
+    std::string out = "'";
+    for (char c : text) out += c == '\'' ? std::string("''") : std::string(1, c);
+    return out + "'";
+  }
+
+  Result<Leadership> LeaderLocked() {
+    auto st = Prepare("SELECT epoch, holder FROM leadership WHERE id = 1");
+    if (!st.ok()) return st.status();
+    Stmt q(*st);
+    if (q.Step() != SQLITE_ROW) return Error("reading the leadership");
+    return Leadership{q.Int64(0), q.Text(1)};
+  }
+
+  // Inside a write transaction: refused when another server took the lead since this one did.
+  Status CheckFenceLocked() {
+    if (fence_ == 0) return Status::Ok();
+    auto now = LeaderLocked();
+    if (!now.ok()) return now.status();
+    if (now->epoch == fence_) return Status::Ok();
+    return Status::FailedPrecondition(DeposedMessage(Describe(), fence_, *now));
   }
 
   Result<int64_t> LastSeqLocked() {
@@ -402,6 +475,8 @@ class SqliteStore final : public Store {
   sqlite3* db_;  // guarded by mu_
   const std::string path_;
   std::map<std::string, sqlite3_stmt*> cache_;  // guarded by mu_
+  int lease_fd_ = -1;                           // "<file>.leader", flocked while leading
+  int64_t fence_ = 0;                           // the epoch this store leads in; 0: unfenced
 };
 
 std::string AbsolutePath(const std::string& path) {

@@ -96,6 +96,28 @@ class Store {
 
   virtual Result<int> SchemaVersion() = 0;
   virtual std::string Describe() const = 0;  // "sqlite:/path/tessera.db" or "postgresql://host/db"
+
+  // --- Leadership: several servers on one store, one of them writing.
+  //
+  // A server leads while it holds the store's lease (PostgreSQL: a session advisory lock on a
+  // connection of its own, released by the database when that server dies; SQLite: an exclusive
+  // flock on "<file>.leader"). Taking the lease bumps the store's epoch and records the holder;
+  // from then on every write of this Store checks, inside its transaction, that the epoch is
+  // still its own, so a deposed leader's late writes are refused (FailedPrecondition, "deposed").
+  // A Store on which TryLead was never called writes unfenced (tools, tests).
+  struct Leadership {
+    int64_t epoch = 0;   // 0: nobody ever led
+    std::string holder;  // the leader's advertised URL
+  };
+  // Takes the lease if it is free: the new epoch; nullopt while another server holds it.
+  virtual Result<std::optional<Leadership>> TryLead(const std::string& holder) {
+    return std::optional<Leadership>(Leadership{0, holder});  // a store of one server
+  }
+  // Who leads now, as the store records it.
+  virtual Result<Leadership> Leader() { return Leadership{}; }
+  // OK while this Store holds the lease and its epoch is the store's (the leader checks it
+  // every tick and stops when it is not).
+  virtual Status CheckLease() { return Status::Ok(); }
 };
 
 }  // namespace tessera::store

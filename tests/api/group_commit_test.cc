@@ -198,29 +198,37 @@ TEST_F(GroupCommitTest, AScheduleRebuildDuringACommitKeepsTheInFlightUsage) {
 }
 
 TEST_F(GroupCommitTest, AFailedPlacementCommitLeavesTheJobPendingAndTheNodeFree) {
+  // Jobs wait for the periodic cycle here, so that the submission and the placement are
+  // separate commits whatever the timing.
+  config_.schedule_on_submit = false;
+  Reopen();
   // A node with room for two 1-CPU jobs of the local queue.
   Json devs = Json::array({{{"index", 0}, {"model", "H100-80GB"}, {"memory_mib", 81920}, {"uuid", "g0"}}});
   auto reg = engine_->RegisterNode(config_.identities[1], {{"node", "n1"}, {"cpu_milli", 2000}, {"memory_mib", 4096},
                                                             {"devices", devs}});
   ASSERT_TRUE(reg.ok()) << reg.status().ToString();
-  // The submission's commit succeeds, the placement's (the next one) fails.
-  fail_nth_ = commits_.load() + 2;
   auto first = Submit("local");
   ASSERT_TRUE(first.ok()) << first.status().ToString();  // acknowledged: the submission is durable
   EXPECT_EQ((*first)["state"], "pending") << first->dump();
-  EXPECT_NE((*first)["reason"].get<std::string>().find("could not be recorded"), std::string::npos) << first->dump();
-  // The failed placement reserved nothing: the next pass places it, and a second job still fits,
-  // but a third does not.
-  ASSERT_TRUE(engine_->Tick().ok());
+  // The cycle's commit, the placement, fails.
+  fail_nth_ = commits_.load() + 1;
+  EXPECT_FALSE(engine_->RunCycle().ok());
+  auto after = engine_->GetJob(config_.identities[0], (*first)["id"]);
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ((*after)["state"], "pending") << after->dump();
+  EXPECT_NE((*after)["reason"].get<std::string>().find("could not be recorded"), std::string::npos) << after->dump();
+  // The failed placement reserved nothing: the next cycle places it, and a second job still
+  // fits, but a third does not.
+  ASSERT_TRUE(engine_->RunCycle().ok());
   auto again = engine_->GetJob(config_.identities[0], (*first)["id"]);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ((*again)["state"], "placed") << again->dump();
   auto second = Submit("local");
-  ASSERT_TRUE(second.ok());
-  EXPECT_EQ((*second)["state"], "placed") << second->dump();
   auto third = Submit("local");
-  ASSERT_TRUE(third.ok());
-  EXPECT_EQ((*third)["state"], "pending") << third->dump();
+  ASSERT_TRUE(second.ok() && third.ok());
+  ASSERT_TRUE(engine_->RunCycle().ok());
+  EXPECT_EQ((*engine_->GetJob(config_.identities[0], (*second)["id"]))["state"], "placed");
+  EXPECT_EQ((*engine_->GetJob(config_.identities[0], (*third)["id"]))["state"], "pending");
   // And after a restart the store agrees: two placed, one pending.
   Reopen();
   int placed = 0;

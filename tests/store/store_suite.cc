@@ -431,6 +431,59 @@ TEST_P(StoreSuite, NewerSchemaIsRefusedNamingBothVersions) {
   }
 }
 
+// Several servers on one store: one holds the lease, the other waits; once another server has
+// taken the lead (epoch bumped), the deposed one's writes are refused whole and its lease check
+// fails. PostgreSQL: the deposed leader's lease session is killed (as when it hangs or is cut
+// off) and the standby takes the lock; SQLite: its flock cannot be taken from a live process,
+// so the new leader's epoch bump is written directly.
+TEST_P(StoreSuite, OneLeaderAtATimeAndADeposedLeaderCannotWrite) {
+  const std::string url = NewUrl();
+  auto a = MustOpen(url), b = MustOpen(url);
+  ASSERT_TRUE(a && b);
+  auto la = a->TryLead("http://a:8080");
+  ASSERT_TRUE(la.ok()) << la.status().ToString();
+  ASSERT_TRUE(la->has_value());
+  EXPECT_EQ((*la)->epoch, 1);
+  auto lb = b->TryLead("http://b:8080");
+  ASSERT_TRUE(lb.ok()) << lb.status().ToString();
+  EXPECT_FALSE(lb->has_value()) << "two leaders at once";
+  EXPECT_EQ(b->Leader()->holder, "http://a:8080");
+  ASSERT_TRUE(a->Commit({MakeEvent("job.submitted", "j1", "engine")}, {MakeJob("j1", 1)}, nullptr).ok());
+  ASSERT_TRUE(a->PutSetting("node/n1", "{}").ok());
+  EXPECT_TRUE(a->CheckLease().ok());
+
+  if (is_postgres()) {
+    ASSERT_TRUE(internal::ExecSql(url, "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE "
+                                       "locktype = 'advisory' AND objid = 2119559073")
+                    .ok());
+    std::optional<Store::Leadership> now;
+    for (int i = 0; i < 100 && !now; ++i) {  // the server ends the session asynchronously
+      auto l = b->TryLead("http://b:8080");
+      ASSERT_TRUE(l.ok()) << l.status().ToString();
+      now = *l;
+      if (!now) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ASSERT_TRUE(now.has_value()) << "the standby never got the lease";
+    EXPECT_EQ(now->epoch, 2);
+  } else {
+    ASSERT_TRUE(internal::ExecSql(url, "UPDATE leadership SET epoch = epoch + 1, holder = 'http://b:8080'").ok());
+  }
+  EXPECT_EQ(b->Leader()->epoch, 2);
+  const int64_t seq = *a->LastSeq();
+  Status late = a->Commit({MakeEvent("job.placed", "j1", "engine")}, {MakeJob("j2", 2)}, nullptr);
+  EXPECT_EQ(late.code(), StatusCode::kFailedPrecondition) << late.ToString();
+  EXPECT_NE(late.message().find("deposed"), std::string::npos) << late.message();
+  EXPECT_NE(late.message().find("http://b:8080"), std::string::npos) << late.message();
+  EXPECT_EQ(*a->LastSeq(), seq) << "a refused commit wrote events";
+  EXPECT_FALSE(b->GetJob("j2")->has_value()) << "a refused commit wrote a job";
+  EXPECT_EQ(a->PutSetting("node/n2", "{}").code(), StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(a->CheckLease().ok());
+  if (is_postgres()) {
+    EXPECT_TRUE(b->Commit({MakeEvent("job.placed", "j1", "engine")}, {}, nullptr).ok());
+    EXPECT_TRUE(b->CheckLease().ok());
+  }
+}
+
 TEST_P(StoreSuite, MigratesAVersionOneStore) {
   ASSERT_GE(Store::LatestSchemaVersion(), 2);
   const std::string url = NewUrl();

@@ -222,7 +222,9 @@ void Engine::RecordSubmissionsLocked(const std::vector<SubmitDone>& done,
                                      Batch* batch) {
   const int64_t now = clock_();
   for (const SubmitDone& d : done) {
-    Job& j = jobs_[d.id];
+    auto found = jobs_.find(d.id);
+    if (found == jobs_.end()) continue;  // ended and out of memory while the submission ran
+    Job& j = found->second;
     if (d.status.ok()) {
       if (j.rec.state != "placed" || !j.external_id.empty()) {
         // Cancelled while the submission ran.

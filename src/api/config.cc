@@ -38,12 +38,14 @@ Result<int64_t> Duration(const YAML::Node& n, const std::string& where) {
   if (s.size() > 2 && s.substr(s.size() - 2) == "ms") {
     mult = 1;
     num = s.substr(0, s.size() - 2);
-  } else if (!s.empty() && (s.back() == 's' || s.back() == 'm' || s.back() == 'h')) {
-    mult = s.back() == 's' ? 1000 : s.back() == 'm' ? 60000 : 3600000;
+  } else if (!s.empty() && (s.back() == 's' || s.back() == 'm' || s.back() == 'h' || s.back() == 'd')) {
+    mult = s.back() == 's' ? 1000 : s.back() == 'm' ? 60000 : s.back() == 'h' ? 3600000 : 86400000;
     num = s.substr(0, s.size() - 1);
   }
   auto v = ParseNonNegativeInt(num);
-  if (!v.ok()) return Bad(where, "'" + s + "' is not a duration such as 10s, 500ms, 2m, 1h");
+  if (!v.ok() || *v > (int64_t{1} << 40)) {
+    return Bad(where, "'" + s + "' is not a duration such as 10s, 500ms, 2m, 1h, 90d");
+  }
   return *v * mult;
 }
 
@@ -274,6 +276,7 @@ static Status ReadServerSettings(const YAML::Node& root, EngineConfig* c) {
   }
   st = ReadMs(root, "backend_poll", true, &c->backend_poll_ms);
   if (st.ok()) st = ReadMs(root, "utilization_sample", true, &c->utilization_sample_ms);
+  if (st.ok()) st = ReadMs(root, "retention", false, &c->retention_ms);
   if (!st.ok()) return st;
   if (root["backend_nice"]) {
     int n = -1;
@@ -289,7 +292,7 @@ static Status ReadServerSettings(const YAML::Node& root, EngineConfig* c) {
 static Result<quota::PolicySpec> ReadPolicy(const YAML::Node& root) {
   policy::PolicyKeys keys;
   keys.extra_root = {"cluster", "heartbeat_timeout", "cancel_grace", "cycle", "schedule_on_submit", "backend_poll",
-                     "backend_nice", "utilization_sample", "identities"};
+                     "backend_nice", "utilization_sample", "retention", "identities"};
   keys.extra_queue = {"requeue_on_loss", "backend", "partition", "template", "gpu_type",
                       "gres_whole", "gres_share", "gres_partition", "shard_memory",
                       "cap_library", "mig_model"};

@@ -59,6 +59,9 @@ struct EngineConfig {
   int64_t cycle_ms = 1000;         // how often the scheduling cycle runs
   bool schedule_on_submit = true;  // also run it right after each batch of submissions lands
   int64_t backend_poll_ms = 1000;  // how often external backends are asked about their jobs
+  // `retention: 90d`: jobs that ended longer ago, and older events, are deleted from the store
+  // (checked hourly). 0 keeps everything.
+  int64_t retention_ms = 0;
   int backend_nice = 10;           // niceness added to the external schedulers' commands (0-19)
   int64_t utilization_sample_ms = 10000;  // how often the utilization history is sampled
   std::vector<Identity> identities;

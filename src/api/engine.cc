@@ -187,7 +187,8 @@ int64_t Engine::QueueLocked(Batch& b) {
   q.events = std::move(b.events);
   q.records.reserve(b.jobs.size());
   q.jobs.reserve(b.jobs.size());
-  for (const Job* j : b.jobs) {
+  for (Job* j : b.jobs) {
+    j->last_seq = q.seq;
     q.records.push_back(RecordOf(*j));
     q.jobs.push_back(j->rec.id);
     for (const auto& g : j->grants) node_seq_[g.node] = q.seq;
@@ -227,18 +228,52 @@ void Engine::CatchUpLocked() {
   std::vector<std::string> stored;
   bool reload = false;
   Status cause;
+  int64_t written = 0;
   {
     std::lock_guard<std::mutex> w(wmu_);
     stored.swap(newly_stored_);
     reload = dropped_epoch_ >= epoch_;
     cause = last_failure_;
+    written = written_seq_;
   }
   for (const std::string& id : stored) {
     auto it = jobs_.find(id);
     if (it != jobs_.end()) it->second.stored = true;
   }
   // Memory ran ahead of the store by a failed write and whatever was queued after it.
-  if (reload) (void)ReloadLocked(cause);
+  if (reload) {
+    (void)ReloadLocked(cause);
+    return;
+  }
+  if (ended_.size() > 2 * kEndedKept) EvictEndedLocked(written);
+}
+
+void Engine::EvictEndedLocked(int64_t written) {
+  // The oldest ended jobs leave memory once their last record is durable; the views read them
+  // from the store. One pass over the indexes for a thousand or more at a time.
+  std::set<std::string> gone;
+  std::deque<std::string> keep;
+  while (ended_.size() > kEndedKept) {
+    std::string id = std::move(ended_.front());
+    ended_.pop_front();
+    auto it = jobs_.find(id);
+    if (it == jobs_.end() || !Ended(it->second)) continue;  // gone already, or requeued since
+    if (it->second.last_seq > written) {
+      keep.push_back(std::move(id));
+      continue;
+    }
+    if (it->second.handle >= 0 && it->second.handle < static_cast<int>(by_handle_.size())) {
+      by_handle_[it->second.handle] = nullptr;
+    }
+    jobs_.erase(it);
+    gone.insert(std::move(id));
+  }
+  for (auto& id : keep) ended_.push_front(std::move(id));
+  if (gone.empty()) return;
+  auto out = [&](const std::string& id) { return gone.count(id) != 0; };
+  live_.erase(std::remove_if(live_.begin(), live_.end(), out), live_.end());
+  order_.erase(std::remove_if(order_.begin(), order_.end(), out), order_.end());
+  for (auto& [node, ids] : node_jobs_) ids.erase(std::remove_if(ids.begin(), ids.end(), out), ids.end());
 }
 
 void Engine::WriterLoop() {
@@ -411,7 +446,7 @@ quota::JobSpec Engine::QuotaSpecOf(const Job& j) const {
   return q;
 }
 
-Status Engine::LoadJob(store::JobRecord r) {
+Result<Engine::Job> Engine::JobFromRecord(store::JobRecord r) const {
   Job j;
   j.spec = Json::parse(r.spec, nullptr, false);
   if (j.spec.is_discarded()) return Status::Internal("stored spec of job '" + r.id + "' is corrupt");
@@ -421,10 +456,7 @@ Status Engine::LoadJob(store::JobRecord r) {
   if (p.is_discarded()) return Status::Internal("stored placement of job '" + r.id + "' is corrupt");
   j.preemptions = p.value("preemptions", 0);
   j.cancel_requested = r.reason == "cancel requested";
-  next_job_ = std::max(next_job_, IdNumber(r.id) + 1);
-  order_.push_back(r.id);
   j.rec = std::move(r);
-  const std::string id = j.rec.id;
   if (p.contains("node")) {
     j.node = p.value("node", "");
     j.form = p.value("form", "");
@@ -439,7 +471,18 @@ Status Engine::LoadJob(store::JobRecord r) {
     // Placed but with no id recorded: a submission may have happened just before a crash.
     j.lookup_first = !j.backend.empty() && j.external_id.empty();
   }
-  if (Ended(j)) {
+  return j;
+}
+
+Status Engine::LoadJob(store::JobRecord r) {
+  auto parsed = JobFromRecord(std::move(r));
+  if (!parsed.ok()) return parsed.status();
+  Job j = std::move(*parsed);
+  const std::string id = j.rec.id;
+  next_job_ = std::max(next_job_, IdNumber(id) + 1);
+  order_.push_back(id);
+  if (Ended(j)) {  // not loaded from the store (LoadLiveJobs), but a caller may pass one
+    ended_.push_back(id);
     jobs_[id] = std::move(j);
     return Status::Ok();
   }
@@ -450,6 +493,7 @@ Status Engine::LoadJob(store::JobRecord r) {
     // The policy changed under it (its queue is gone, say): it ends, with the reason.
     j.rec.state = "failed";
     j.rec.reason = "no longer schedulable after a restart: " + h.status().message();
+    ended_.push_back(id);
     jobs_[id] = std::move(j);
     return Status::Ok();
   }
@@ -498,12 +542,18 @@ Status Engine::Load() {
   node_jobs_.clear();
   by_handle_.clear();
   ended_since_prune_ = 0;
+  ended_.clear();
   nodes_.clear();
   Status st = NewQuotaEngine();
   if (!st.ok()) return st;
   st = LoadNodes();
   if (!st.ok()) return st;
-  auto recs = store_->LoadJobs();
+  // Only what has not ended: ended jobs are read from the store when asked for (views), so
+  // memory and start-up follow the live jobs, not the history.
+  auto top = store_->MaxJobNumber();
+  if (!top.ok()) return top.status();
+  next_job_ = *top + 1;
+  auto recs = store_->LoadLiveJobs();
   if (!recs.ok()) return recs.status();
   for (store::JobRecord& r : *recs) {
     st = LoadJob(std::move(r));
@@ -535,6 +585,7 @@ void Engine::FillGrantsLocked(Job& j) {
 
 void Engine::EndLocked(Job& j, const std::string& state, const std::string& reason) {
   ++ended_since_prune_;
+  ended_.push_back(j.rec.id);
   if (j.handle >= 0) qe_->Cancel(j.handle, NowS(), state + (reason.empty() ? "" : ": " + reason));
   j.rec.state = state;
   j.rec.reason = reason;
@@ -658,7 +709,18 @@ Status Engine::Tick() {
     if (!st.ok()) return st;
     if (clock_() - last_sample_ms_ >= config_.utilization_sample_ms) SampleUtilizationLocked();
   }
+  if (Status st = RetentionTick(); !st.ok()) return st;
   return BackendTick();
+}
+
+Status Engine::RetentionTick() {
+  // Hourly, outside the engine's mutex: the store deletes what ended before the cut (a job in
+  // memory is live or ended recently, so nothing memory holds is older than a day of it).
+  const int64_t now = clock_();
+  if (config_.retention_ms <= 0 || now - last_prune_ms_ < kPruneEveryMs) return Status::Ok();
+  last_prune_ms_ = now;
+  auto rows = store_->Prune(now - config_.retention_ms);
+  return rows.ok() ? Status::Ok() : rows.status();
 }
 
 Status Engine::CheckInvariants() {

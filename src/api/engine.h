@@ -35,6 +35,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -126,6 +127,7 @@ class Engine {
     Json spec;
     std::string spec_text;  // spec.dump(), kept: the spec never changes
     bool stored = false;    // its record is in the store: updates need not rewrite the spec
+    int64_t last_seq = 0;   // the last commit batch that carried its record
     int handle = -1;  // in the quota engine
     // What the job holds while placed/starting/running/preempting.
     std::string form;
@@ -176,6 +178,11 @@ class Engine {
   Status LoadNodes();
   static quota::NodeSpec SpecOf(const NodeInfo& n);  // what the scheduler knows of a node
   Status LoadJob(store::JobRecord r);
+  // A stored record as a Job (not entered into the quota engine): for loading and for views of
+  // jobs no longer in memory.
+  Result<Job> JobFromRecord(store::JobRecord r) const;
+  Result<Json> StoredJobJson(const Identity& who, const std::string& id);  // a job out of memory
+  static int64_t IdOrder(const std::string& id);  // N of "j-N", for ordering
   Status NewQuotaEngine();
   int64_t NowS() const { return clock_() / 1000; }
   store::Event MakeEvent(const std::string& actor, const std::string& kind, const std::string& subject,
@@ -199,6 +206,14 @@ class Engine {
   int64_t QueueLocked(Batch& b);
   // Marks the jobs whose records landed, and rebuilds memory from the store after a failed write.
   void CatchUpLocked();
+  // Ended jobs beyond the newest kEndedKept leave memory once durable (`written`: the last
+  // batch written).
+  void EvictEndedLocked(int64_t written);
+  static constexpr size_t kEndedKept = 1000;
+  // Deletes from the store what the retention setting lets go (hourly).
+  Status RetentionTick();
+  static constexpr int64_t kPruneEveryMs = 3600 * 1000;
+  std::atomic<int64_t> last_prune_ms_{0};
   void WriterLoop();
   Status ReloadLocked(const Status& cause);
   // Runs the cycle and turns the quota engine's new events into job changes in `b`.
@@ -273,7 +288,8 @@ class Engine {
   std::mutex mu_;
   std::unique_ptr<quota::QuotaEngine> qe_;
   std::map<std::string, Job> jobs_;          // by id
-  std::vector<std::string> order_;           // job ids in submit order
+  std::vector<std::string> order_;           // ids of the jobs in memory, in submit order
+  std::deque<std::string> ended_;            // ids of ended jobs in memory, oldest end first
   std::vector<Job*> by_handle_;               // quota handle -> job (jobs_ nodes do not move)
   void Index(Job& j) {
     if (j.handle >= static_cast<int>(by_handle_.size())) by_handle_.resize(j.handle + 1, nullptr);

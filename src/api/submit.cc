@@ -304,8 +304,9 @@ Result<Json> Engine::Cancel(const Identity& who, const std::string& id) {
   Status st = CommitLocked(b, lock);
   if (!st.ok()) return st;
   auto again = jobs_.find(id);
-  if (again == jobs_.end()) return Status::Internal("job '" + id + "' vanished in a reload");
-  return JobJson(again->second);
+  if (again != jobs_.end()) return JobJson(again->second);
+  lock.unlock();
+  return StoredJobJson(who, id);  // ended, durable and already out of memory
 }
 
 }  // namespace tessera::api

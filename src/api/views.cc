@@ -24,6 +24,12 @@ MilliGpu GpuHeld(const std::vector<quota::GrantView>& grants) {
 
 }  // namespace
 
+int64_t Engine::IdOrder(const std::string& id) {
+  if (id.size() < 3 || id.compare(0, 2, "j-") != 0) return 0;
+  auto v = ParseNonNegativeInt(id.substr(2));
+  return v.ok() ? *v : 0;
+}
+
 bool Engine::CanSee(const Identity& who, const Job& j) const {
   if (who.role == Role::kAdmin) return true;
   if (who.role != Role::kUser) return false;
@@ -76,29 +82,86 @@ Json Engine::JobJson(const Job& j) const {
 
 Result<Json> Engine::ListJobs(const Identity& who, const std::string& state_filter, int limit) {
   if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot list jobs");
-  std::unique_lock<std::mutex> lock(mu_);
+  // Memory holds the live jobs and the newest ended ones; the store every durable job. The
+  // newest `limit` of the union, memory's version winning (it may be ahead of the store).
+  std::vector<Json> mine;
+  std::set<std::string> in_memory;
+  const bool live_only = !state_filter.empty() && !store::Store::EndedState(state_filter);
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
+      auto jt = jobs_.find(*it);
+      if (jt == jobs_.end()) continue;
+      in_memory.insert(*it);
+      const Job& j = jt->second;
+      if (static_cast<int>(mine.size()) >= limit || !CanSee(who, j)) continue;
+      if (!state_filter.empty() && j.rec.state != state_filter) continue;
+      mine.push_back(JobJson(j));
+    }
+  }
+  std::vector<Json> older;
+  if (!live_only) {
+    auto stored = store_->ListJobs(state_filter, limit + static_cast<int>(in_memory.size()));
+    if (!stored.ok()) return stored.status();
+    for (store::JobRecord& r : *stored) {
+      if (in_memory.count(r.id)) continue;
+      auto j = JobFromRecord(std::move(r));
+      if (!j.ok() || !CanSee(who, *j)) continue;
+      std::unique_lock<std::mutex> lock(mu_);  // JobJson reads the node inventory
+      older.push_back(JobJson(*j));
+    }
+  }
+  // Both lists are newest first: merge by (submit time, id).
+  auto newer = [](const Json& a, const Json& b) {
+    const int64_t ta = a["submit_ms"], tb = b["submit_ms"];
+    if (ta != tb) return ta > tb;
+    return IdOrder(a["id"].get<std::string>()) > IdOrder(b["id"].get<std::string>());
+  };
   Json out = Json::array();
-  for (auto it = order_.rbegin(); it != order_.rend() && static_cast<int>(out.size()) < limit; ++it) {
-    const Job& j = jobs_[*it];
-    if (!CanSee(who, j)) continue;
-    if (!state_filter.empty() && j.rec.state != state_filter) continue;
-    out.push_back(JobJson(j));
+  size_t i = 0, k = 0;
+  while (static_cast<int>(out.size()) < limit && (i < mine.size() || k < older.size())) {
+    if (k >= older.size() || (i < mine.size() && newer(mine[i], older[k]))) {
+      out.push_back(std::move(mine[i++]));
+    } else {
+      out.push_back(std::move(older[k++]));
+    }
   }
   return Json{{"jobs", out}};
 }
 
 Result<Json> Engine::GetJob(const Identity& who, const std::string& id) {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    auto it = jobs_.find(id);
+    if (it != jobs_.end()) {
+      if (!CanSee(who, it->second)) return Status::NotFound("no job '" + id + "'");
+      return JobJson(it->second);
+    }
+  }
+  return StoredJobJson(who, id);
+}
+
+Result<Json> Engine::StoredJobJson(const Identity& who, const std::string& id) {
+  auto rec = store_->GetJob(id);
+  if (!rec.ok()) return rec.status();
+  if (!rec->has_value()) return Status::NotFound("no job '" + id + "'");
+  auto j = JobFromRecord(std::move(**rec));
+  if (!j.ok()) return j.status();
+  if (!CanSee(who, *j)) return Status::NotFound("no job '" + id + "'");
   std::unique_lock<std::mutex> lock(mu_);
-  auto it = jobs_.find(id);
-  if (it == jobs_.end() || !CanSee(who, it->second)) return Status::NotFound("no job '" + id + "'");
-  return JobJson(it->second);
+  return JobJson(*j);
 }
 
 Result<std::string> Engine::JobOutput(const Identity& who, const std::string& id) {
   {
     std::unique_lock<std::mutex> lock(mu_);
     auto it = jobs_.find(id);
-    if (it == jobs_.end() || !CanSee(who, it->second)) return Status::NotFound("no job '" + id + "'");
+    if (it != jobs_.end() && !CanSee(who, it->second)) return Status::NotFound("no job '" + id + "'");
+    if (it == jobs_.end()) {
+      lock.unlock();
+      auto stored = StoredJobJson(who, id);  // ended and out of memory
+      if (!stored.ok()) return stored.status();
+    }
   }
   std::ifstream in(OutputPath(id), std::ios::binary);
   std::stringstream ss;
@@ -326,6 +389,7 @@ Json Engine::Health() {
           {"role", "leader"},
           {"store", ok ? "ok" : broken_.message()},
           {"commits_queued", queued_seq_ - written},
+          {"jobs_in_memory", jobs_.size()},
           {"nodes", nodes_.size()}};
 }
 

@@ -28,6 +28,9 @@ Result<ParsedUrl> ParseUrl(const std::string& url);
 // Why a write of a deposed leader (its epoch `mine`) is refused, naming who leads now.
 std::string DeposedMessage(const std::string& described_url, int64_t mine, const Store::Leadership& now);
 
+// N for a job id "j-N", 0 for any other id.
+int64_t JobNumber(const std::string& id);
+
 // A URL fit for logs and messages: the password of a PostgreSQL URL replaced by "***".
 std::string RedactUrl(const std::string& url);
 

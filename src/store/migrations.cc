@@ -47,6 +47,15 @@ const std::vector<Migration>& Migrations() {
        "CREATE TABLE leadership (id INTEGER PRIMARY KEY CHECK (id = 1), epoch BIGINT NOT NULL,"
        "  holder TEXT NOT NULL, since_ms BIGINT NOT NULL);"
        "INSERT INTO leadership (id, epoch, holder, since_ms) VALUES (1, 0, '', 0);"},
+      {4, "partial indexes: live jobs (loaded at start), ended jobs by age (retention)",
+       "CREATE INDEX jobs_live ON jobs (submit_ms, id)"
+       "  WHERE state NOT IN ('succeeded', 'failed', 'cancelled', 'lost');"
+       "CREATE INDEX jobs_ended ON jobs (update_ms)"
+       "  WHERE state IN ('succeeded', 'failed', 'cancelled', 'lost');",
+       "CREATE INDEX jobs_live ON jobs (submit_ms, id)"
+       "  WHERE state NOT IN ('succeeded', 'failed', 'cancelled', 'lost');"
+       "CREATE INDEX jobs_ended ON jobs (update_ms)"
+       "  WHERE state IN ('succeeded', 'failed', 'cancelled', 'lost');"},
   };
   return kSteps;
 }

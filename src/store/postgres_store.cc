@@ -7,6 +7,7 @@
 // writers; the lock makes every committed prefix of the log gap-free and in order.
 //
 // pqxx reports errors as exceptions; none leave this file.
+#include <algorithm>
 #include <atomic>
 #include <exception>
 #include <memory>
@@ -131,6 +132,67 @@ class PostgresStore final : public Store {
     });
     if (!s.ok()) return s;
     return out;
+  }
+
+  Result<std::vector<JobRecord>> LoadLiveJobs() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<JobRecord> out;
+    Status s = Guard("loading live jobs", [&]() -> Status {
+      pqxx::read_transaction t(*conn_);
+      for (const auto& r : t.exec_prepared("load_live_jobs")) out.push_back(ReadJob(r));
+      return Status::Ok();
+    });
+    if (!s.ok()) return s;
+    return out;
+  }
+
+  Result<std::vector<JobRecord>> ListJobs(const std::string& state, int limit) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<JobRecord> out;
+    Status s = Guard("listing jobs", [&]() -> Status {
+      pqxx::read_transaction t(*conn_);
+      for (const auto& r : t.exec_prepared("list_jobs", state, static_cast<int64_t>(std::max(0, limit)))) {
+        out.push_back(ReadJob(r));
+      }
+      return Status::Ok();
+    });
+    if (!s.ok()) return s;
+    return out;
+  }
+
+  Result<int64_t> MaxJobNumber() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    int64_t n = 0;
+    Status s = Guard("reading the highest job number", [&]() -> Status {
+      pqxx::read_transaction t(*conn_);
+      n = t.exec1("SELECT COALESCE(MAX(CAST(substring(id from 3) AS BIGINT)), 0) FROM jobs "
+                  "WHERE id ~ '^j-[0-9]{1,18}$'")[0]
+              .as<int64_t>();
+      return Status::Ok();
+    });
+    if (!s.ok()) return s;
+    return n;
+  }
+
+  Result<int64_t> Prune(int64_t before_ms) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    int64_t rows = 0;
+    Status s = Guard("pruning", [&]() -> Status {
+      pqxx::work w(*conn_);
+      if (Status f = CheckFence(w); !f.ok()) return f;
+      rows += w.exec_params("DELETE FROM jobs WHERE state IN ('succeeded', 'failed', 'cancelled', 'lost') "
+                            "AND update_ms < $1",
+                            before_ms)
+                  .affected_rows();
+      rows += w.exec_params("DELETE FROM events WHERE seq < COALESCE((SELECT MIN(seq) FROM events WHERE "
+                            "time_ms >= $1), (SELECT MAX(seq) + 1 FROM events), 0)",
+                            before_ms)
+                  .affected_rows();
+      w.commit();
+      return Status::Ok();
+    });
+    if (!s.ok()) return s;
+    return rows;
   }
 
   Result<std::optional<JobRecord>> GetJob(const std::string& id) override {
@@ -371,6 +433,12 @@ class PostgresStore final : public Store {
     conn_->prepare("load_jobs",
                    std::string("SELECT ") + kJobColumns + " FROM jobs ORDER BY submit_ms, id");
     conn_->prepare("get_job", std::string("SELECT ") + kJobColumns + " FROM jobs WHERE id = $1");
+    conn_->prepare("load_live_jobs", std::string("SELECT ") + kJobColumns +
+                                         " FROM jobs WHERE state NOT IN ('succeeded', 'failed', 'cancelled', "
+                                         "'lost') ORDER BY submit_ms, id");
+    conn_->prepare("list_jobs", std::string("SELECT ") + kJobColumns +
+                                    " FROM jobs WHERE ($1 = '' OR state = $1) ORDER BY submit_ms DESC, id DESC "
+                                    "LIMIT $2");
     conn_->prepare("put_setting",
                    "INSERT INTO settings (key, value) VALUES ($1, $2) "
                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value");

@@ -6,6 +6,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -21,6 +22,7 @@ namespace tessera::store::internal {
 namespace {
 
 constexpr int kBusyTimeoutMs = 5000;
+constexpr const char* kEndedStates = "('succeeded', 'failed', 'cancelled', 'lost')";
 
 const char* kEventColumns = "seq, time_ms, actor, kind, subject, reason, data";
 const char* kJobColumns =
@@ -114,6 +116,72 @@ class SqliteStore final : public Store {
     while ((rc = q.Step()) == SQLITE_ROW) out.push_back(ReadJob(q));
     if (rc != SQLITE_DONE) return Error("loading jobs");
     return out;
+  }
+
+  Result<std::vector<JobRecord>> LoadLiveJobs() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto st = Prepare(std::string("SELECT ") + kJobColumns + " FROM jobs WHERE state NOT IN " +
+                      kEndedStates + " ORDER BY submit_ms, id");
+    if (!st.ok()) return st.status();
+    Stmt q(*st);
+    std::vector<JobRecord> out;
+    int rc;
+    while ((rc = q.Step()) == SQLITE_ROW) out.push_back(ReadJob(q));
+    if (rc != SQLITE_DONE) return Error("loading live jobs");
+    return out;
+  }
+
+  Result<std::vector<JobRecord>> ListJobs(const std::string& state, int limit) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto st = Prepare(std::string("SELECT ") + kJobColumns +
+                      " FROM jobs WHERE (?1 = '' OR state = ?1) ORDER BY submit_ms DESC, id DESC LIMIT ?2");
+    if (!st.ok()) return st.status();
+    Stmt q(*st);
+    q.Bind(1, state);
+    q.Bind(2, static_cast<int64_t>(std::max(0, limit)));
+    std::vector<JobRecord> out;
+    int rc;
+    while ((rc = q.Step()) == SQLITE_ROW) out.push_back(ReadJob(q));
+    if (rc != SQLITE_DONE) return Error("listing jobs");
+    return out;
+  }
+
+  Result<int64_t> MaxJobNumber() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto st = Prepare("SELECT COALESCE(MAX(CAST(substr(id, 3) AS INTEGER)), 0) FROM jobs WHERE id LIKE 'j-%'");
+    if (!st.ok()) return st.status();
+    Stmt q(*st);
+    if (q.Step() != SQLITE_ROW) return Error("reading the highest job number");
+    return q.Int64(0);
+  }
+
+  Result<int64_t> Prune(int64_t before_ms) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto s = Exec("BEGIN IMMEDIATE", "pruning"); !s.ok()) return s;
+    int64_t rows = 0;
+    Status s = CheckFenceLocked();
+    // Events by seq: the log's prefix older than the cut (seq order is time order, near enough).
+    for (const char* sql : {"DELETE FROM jobs WHERE state IN ('succeeded', 'failed', 'cancelled', 'lost') "
+                            "AND update_ms < ?1",
+                            "DELETE FROM events WHERE seq < COALESCE((SELECT MIN(seq) FROM events WHERE time_ms >= ?1), "
+                            "(SELECT MAX(seq) + 1 FROM events), 0)"}) {
+      if (!s.ok()) break;
+      auto st = Prepare(sql);
+      if (!st.ok()) {
+        s = st.status();
+        break;
+      }
+      Stmt q(*st);
+      q.Bind(1, before_ms);
+      if (q.Step() != SQLITE_DONE) s = Error("pruning");
+      rows += sqlite3_changes(db_);
+    }
+    if (s.ok()) s = Exec("COMMIT", "pruning");
+    if (!s.ok()) {
+      Exec("ROLLBACK", "rolling back");
+      return s;
+    }
+    return rows;
   }
 
   Result<std::optional<JobRecord>> GetJob(const std::string& id) override {

@@ -1,4 +1,5 @@
 // Store::Open: picks the backend from the URL.
+#include <algorithm>
 #include "store/store.h"
 
 #include <string>
@@ -69,6 +70,16 @@ Result<std::unique_ptr<Store>> OpenAtVersion(const std::string& url, int version
   return OpenSqlite(parsed->target, version);
 }
 
+int64_t JobNumber(const std::string& id) {
+  if (id.size() < 3 || id.compare(0, 2, "j-") != 0 || id.size() > 20) return 0;
+  int64_t n = 0;
+  for (size_t i = 2; i < id.size(); ++i) {
+    if (id[i] < '0' || id[i] > '9') return 0;
+    n = n * 10 + (id[i] - '0');
+  }
+  return n;
+}
+
 Status ExecSql(const std::string& url, const std::string& sql) {
   auto parsed = ParseUrl(url);
   if (!parsed.ok()) return parsed.status();
@@ -83,5 +94,41 @@ int Store::LatestSchemaVersion() { return internal::Migrations().back().version;
 Result<std::unique_ptr<Store>> Store::Open(const std::string& url) {
   return internal::OpenAtVersion(url, LatestSchemaVersion());
 }
+
+bool Store::EndedState(const std::string& state) {
+  return state == "succeeded" || state == "failed" || state == "cancelled" || state == "lost";
+}
+
+// Defaults over LoadJobs() for stores that do not index these (test doubles); the SQLite and
+// PostgreSQL stores answer them with their own queries.
+Result<std::vector<JobRecord>> Store::LoadLiveJobs() {
+  auto all = LoadJobs();
+  if (!all.ok()) return all.status();
+  std::vector<JobRecord> out;
+  for (auto& j : *all) {
+    if (!EndedState(j.state)) out.push_back(std::move(j));
+  }
+  return out;
+}
+
+Result<std::vector<JobRecord>> Store::ListJobs(const std::string& state, int limit) {
+  auto all = LoadJobs();
+  if (!all.ok()) return all.status();
+  std::vector<JobRecord> out;
+  for (auto it = all->rbegin(); it != all->rend() && static_cast<int>(out.size()) < limit; ++it) {
+    if (state.empty() || it->state == state) out.push_back(std::move(*it));
+  }
+  return out;
+}
+
+Result<int64_t> Store::MaxJobNumber() {
+  auto all = LoadJobs();
+  if (!all.ok()) return all.status();
+  int64_t n = 0;
+  for (const auto& j : *all) n = std::max(n, internal::JobNumber(j.id));
+  return n;
+}
+
+Result<int64_t> Store::Prune(int64_t) { return Status::FailedPrecondition(Describe() + ": retention is not supported"); }
 
 }  // namespace tessera::store

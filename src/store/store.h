@@ -73,6 +73,8 @@ class Store {
 
   // The newest schema version this build knows.
   static int LatestSchemaVersion();
+  // succeeded, failed, cancelled, lost: a job in one of these never changes again.
+  static bool EndedState(const std::string& state);
 
   // Appends `events` (their seq fields are ignored and assigned) and upserts `jobs` (by id),
   // atomically and durably. On success `seqs`, when not null, receives the assigned numbers.
@@ -87,6 +89,17 @@ class Store {
   virtual Result<std::vector<Event>> ListEvents(int64_t after_seq, int limit,
                                                 const EventFilter& filter) = 0;
   virtual Result<int64_t> LastSeq() = 0;
+
+  // Jobs that have not ended (state not succeeded/failed/cancelled/lost), in submit order: what
+  // a server loads at start. The default filters LoadJobs().
+  virtual Result<std::vector<JobRecord>> LoadLiveJobs();
+  // At most `limit` jobs, newest submission first, in `state` when not empty.
+  virtual Result<std::vector<JobRecord>> ListJobs(const std::string& state, int limit);
+  // The highest N among job ids "j-N" (0 when none): where a server's numbering continues.
+  virtual Result<int64_t> MaxJobNumber();
+  // Retention: deletes jobs that ended (last updated) before `before_ms` and events older than
+  // `before_ms`; returns how many rows went. Fenced like every write.
+  virtual Result<int64_t> Prune(int64_t before_ms);
 
   // Small durable key-value settings (e.g. "cluster.id").
   virtual Status PutSetting(const std::string& key, const std::string& value) = 0;

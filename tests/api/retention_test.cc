@@ -1,0 +1,146 @@
+// Bounded memory and retention: ended jobs leave memory once durable (the newest thousand or so
+// stay), and every view still finds them in the store; a restart loads only the live jobs and
+// numbering continues; `retention` deletes what ended before the cut, and old events.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+#include <thread>
+
+#include "api/engine.h"
+#include "test_dir.h"
+
+namespace tessera::api {
+namespace {
+
+const char* kConfig = R"(
+retention: 1h
+identities:
+  - {name: admin, role: admin, token: admin-token-1}
+  - {name: alice, role: user, groups: [research], token: alice-token-1}
+  - {name: bob, role: user, groups: [other], token: bob-token-1}
+groups: [{name: research}, {name: other}]
+profiles:
+  - {name: card, gpus: 1, cpu: 1, memory: 1GiB, forms: [whole]}
+queues:
+  - {name: train, profile: card, groups: [research, other]}
+)";
+
+class RetentionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = tessera::testing::FreshTestDir("retention");
+    auto c = ParseConfig(kConfig);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    config_ = *c;
+    Reopen();
+  }
+  void TearDown() override {
+    engine_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  void Reopen() {
+    engine_.reset();
+    auto store = store::Store::Open(dir_ + "/tessera.db");
+    ASSERT_TRUE(store.ok());
+    auto e = Engine::Open(config_, std::move(*store), dir_, [this] { return now_; });
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    engine_ = std::move(*e);
+  }
+  const Identity& admin() { return config_.identities[0]; }
+  const Identity& alice() { return config_.identities[1]; }
+  const Identity& bob() { return config_.identities[2]; }
+  std::string Submit(const Identity& who) {
+    auto r = engine_->Submit(who, {{"queue", "train"}, {"command", {"true"}}});
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? (*r)["id"].get<std::string>() : "";
+  }
+  int64_t InMemory() { return engine_->Health()["jobs_in_memory"].get<int64_t>(); }
+
+  std::string dir_;
+  EngineConfig config_;
+  std::unique_ptr<Engine> engine_;
+  int64_t now_ = 1'000'000'000'000;
+};
+
+TEST_F(RetentionTest, EndedJobsLeaveMemoryButNotTheViews) {
+  // No nodes: every job waits; cancelling ends it. Eight threads, so that commits are shared.
+  std::vector<std::string> ids(3000);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = t; i < 3000; i += 8) {
+        ids[i] = Submit(i % 2 ? alice() : bob());
+        EXPECT_TRUE(engine_->Cancel(admin(), ids[i]).ok());
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  // Submission order is id order (the clock stands still here).
+  std::sort(ids.begin(), ids.end(), [](const std::string& a, const std::string& b) {
+    return std::stoll(a.substr(2)) < std::stoll(b.substr(2));
+  });
+  const std::string live = Submit(alice());
+  EXPECT_LE(InMemory(), 2 * 1000 + 1) << "ended jobs stay in memory";
+  EXPECT_GE(InMemory(), 1000 + 1);
+  // The oldest, out of memory, is still there for whoever may see it.
+  auto first = engine_->GetJob(admin(), ids.front());
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ((*first)["state"], "cancelled");
+  const Identity& other = (*first)["identity"] == "bob" ? alice() : bob();
+  EXPECT_EQ(engine_->GetJob(other, ids.front()).status().code(), StatusCode::kNotFound);
+  // Listing: newest first over memory and store together, each job once, by state.
+  auto all = engine_->ListJobs(admin(), "", 100000);
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ((*all)["jobs"].size(), 3001u);
+  EXPECT_EQ((*all)["jobs"][0]["id"], live);
+  EXPECT_EQ((*all)["jobs"][3000]["id"], ids.front());
+  std::set<std::string> seen;
+  for (const auto& j : (*all)["jobs"]) seen.insert(j["id"].get<std::string>());
+  EXPECT_EQ(seen.size(), 3001u);
+  auto cancelled = engine_->ListJobs(admin(), "cancelled", 5);
+  ASSERT_TRUE(cancelled.ok());
+  ASSERT_EQ((*cancelled)["jobs"].size(), 5u);
+  EXPECT_EQ((*cancelled)["jobs"][0]["id"], ids.back());
+  auto mine = engine_->ListJobs(alice(), "cancelled", 100000);
+  ASSERT_TRUE(mine.ok());
+  EXPECT_EQ((*mine)["jobs"].size(), 1500u);
+  auto pending = engine_->ListJobs(admin(), "pending", 10);
+  ASSERT_TRUE(pending.ok());
+  ASSERT_EQ((*pending)["jobs"].size(), 1u);
+  // A restart loads the live job only; numbering continues after the highest stored id.
+  Reopen();
+  EXPECT_EQ(InMemory(), 1);
+  EXPECT_EQ((*engine_->GetJob(admin(), ids.front()))["state"], "cancelled");
+  const std::string next = Submit(alice());
+  EXPECT_EQ(next, "j-" + std::to_string(3002));
+}
+
+TEST_F(RetentionTest, RetentionDeletesWhatEndedBeforeTheCut) {
+  const std::string old_job = Submit(alice());
+  ASSERT_TRUE(engine_->Cancel(admin(), old_job).ok());
+  const std::string waiting = Submit(alice());  // live: never pruned however old
+  now_ += 2 * 3600 * 1000;  // past the 1h retention
+  const std::string recent = Submit(alice());
+  ASSERT_TRUE(engine_->Cancel(admin(), recent).ok());
+  ASSERT_TRUE(engine_->Tick().ok());
+  Reopen();  // what the store holds now
+  EXPECT_EQ(engine_->GetJob(admin(), old_job).status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(engine_->GetJob(admin(), waiting).ok());
+  EXPECT_EQ((*engine_->GetJob(admin(), recent))["state"], "cancelled");
+  auto events = engine_->Events(admin(), 0, 1000, {});
+  ASSERT_TRUE(events.ok());
+  for (const auto& e : (*events)["events"]) {
+    EXPECT_GE(e["time_ms"].get<int64_t>(), now_ - 3600 * 1000) << "an event older than the retention: " << e.dump();
+  }
+  EXPECT_FALSE((*events)["events"].empty());
+}
+
+TEST(RetentionConfig, ABadRetentionIsRefusedNamed) {
+  auto c = ParseConfig(std::string(kConfig).replace(0, 14, "retention: forever"));
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("retention"), std::string::npos) << c.status().message();
+}
+
+}  // namespace
+}  // namespace tessera::api

@@ -644,6 +644,7 @@ void Engine::TranslateLocked(size_t from, Batch& b) {
         break;  // submitted, rejected, completed: the server records those itself
     }
   }
+  qe_->ClearEvents();  // recorded (or the server's own): marks start again from 0
 }
 
 void Engine::RefreshWaitReasonsLocked() {

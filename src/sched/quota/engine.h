@@ -241,6 +241,9 @@ class QuotaEngine {
   virtual JobState job_state(int handle) const = 0;
   virtual std::vector<GroupView> groups() const = 0;
   virtual const std::vector<Event>& events() const = 0;
+  // Drops the events recorded so far (a control plane that has recorded them elsewhere: a
+  // long-running server would otherwise keep every decision ever made).
+  virtual void ClearEvents() = 0;
   virtual int device_count() const = 0;
   virtual MilliGpu gpu_capacity() const = 0;
   virtual MiB gpu_memory_capacity() const = 0;

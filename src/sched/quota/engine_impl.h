@@ -170,6 +170,10 @@ class Engine final : public QuotaEngine {
   JobState job_state(int handle) const override { return jobs_[handle].state; }
   std::vector<GroupView> groups() const override;
   const std::vector<Event>& events() const override { return events_; }
+  void ClearEvents() override {
+    events_.clear();
+    if (events_.capacity() > 65536) events_.shrink_to_fit();  // after a large cycle
+  }
   int device_count() const override { return static_cast<int>(devs_.size()); }
   MilliGpu gpu_capacity() const override { return static_cast<MilliGpu>(devs_.size()) * kWholeGpu; }
   MiB gpu_memory_capacity() const override { return gpu_memory_capacity_; }

@@ -1,6 +1,7 @@
 // Submissions: validation of the request against the config and the policy, the group commit
 // that makes them durable before they are acknowledged, and cancellation.
 #include <algorithm>
+#include <cctype>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -105,8 +106,16 @@ Status ReadCommand(const Json& body, std::vector<std::string>* cmd, Json* env) {
   if (!body.contains("env")) return Status::Ok();
   if (!body["env"].is_object()) return Status::InvalidArgument("'env' must be an object of strings");
   for (const auto& [k, v] : body["env"].items()) {
-    if (!v.is_string() || k.empty() || k.find('=') != std::string::npos) {
-      return Status::InvalidArgument("'env' must map names to strings");
+    // A portable shell name: it is written into batch scripts (Slurm, PBS) and exported.
+    bool name = !k.empty() && k.size() <= 256 && !std::isdigit(static_cast<unsigned char>(k[0]));
+    for (char ch : k) name = name && (std::isalnum(static_cast<unsigned char>(ch)) || ch == '_');
+    if (!name) {
+      return Status::InvalidArgument("'env': '" + k.substr(0, 64) +
+                                     "' is not a variable name (letters, digits and _, not starting with a digit)");
+    }
+    if (!v.is_string()) return Status::InvalidArgument("'env': the value of '" + k + "' must be a string");
+    if (v.get<std::string>().find('\0') != std::string::npos) {
+      return Status::InvalidArgument("'env': the value of '" + k + "' contains a NUL byte");
     }
     (*env)[k] = v;
   }

@@ -285,7 +285,7 @@ Result<std::string> GresFor(const JobRequest& job) {
   return Status::InvalidArgument("unknown form '" + job.form + "'");
 }
 
-std::map<std::string, std::string> CommonVars(const JobRequest& job) {
+Result<std::map<std::string, std::string>> CommonVars(const JobRequest& job) {
   std::map<std::string, std::string> v;
   v["job_id"] = job.id;
   v["job_name"] = job.name;
@@ -306,7 +306,14 @@ std::map<std::string, std::string> CommonVars(const JobRequest& job) {
     if (!job.mapping.cap_library.empty()) env["LD_PRELOAD"] = job.mapping.cap_library;
   }
   std::string exports;
-  for (const auto& [k, val] : env) exports += "export " + k + "=" + ShellQuote(val) + "\n";
+  for (const auto& [k, val] : env) {
+    // Names go into the script unquoted: only portable shell names (the API refuses others;
+    // this guards records written before it did).
+    bool name = !k.empty() && !std::isdigit(static_cast<unsigned char>(k[0]));
+    for (char c : k) name = name && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
+    if (!name) return Status::InvalidArgument("environment variable name '" + k + "' is not a shell name");
+    exports += "export " + k + "=" + ShellQuote(val) + "\n";
+  }
   v["env"] = exports;
   std::string cmd;
   for (const auto& a : job.command) cmd += (cmd.empty() ? "" : " ") + ShellQuote(a);

@@ -154,7 +154,8 @@ std::vector<ExternalJob> JobsNamed(const std::map<std::string, ExternalJob>& all
 // The GRES string a job asks for under `mapping` (empty: no GPU), or an error.
 Result<std::string> GresFor(const JobRequest& job);
 // The variables every template can use (job_name, partition, cpus, memory_mib, output, env,
-// command, gres, gpus, gpu_memory_mib, shards, job_id).
-std::map<std::string, std::string> CommonVars(const JobRequest& job);
+// command, gres, gpus, gpu_memory_mib, shards, job_id); an environment variable whose name is
+// not a shell name is refused (it would be written into the script unquoted).
+Result<std::map<std::string, std::string>> CommonVars(const JobRequest& job);
 
 }  // namespace tessera::backends

@@ -25,7 +25,9 @@ class PbsBackend : public Backend {
     auto text = TemplateText(job, kDefaultPbsTemplate);
     if (!text.ok()) return text.status();
     if (job.form == "partition") return Status::InvalidArgument("the PBS backend maps no MIG instances");
-    auto vars = CommonVars(job);
+    auto common = CommonVars(job);
+    if (!common.ok()) return common.status();
+    auto& vars = *common;
     vars["pbs_queue"] = job.mapping.partition.empty() ? "" : "#PBS -q " + job.mapping.partition + "\n";
     return RenderTemplate(*text, vars);
   }

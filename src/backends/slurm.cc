@@ -119,7 +119,9 @@ class SlurmBackend : public Backend {
     if (!text.ok()) return text.status();
     auto gres = GresFor(job);
     if (!gres.ok()) return gres.status();
-    auto vars = CommonVars(job);
+    auto common = CommonVars(job);
+    if (!common.ok()) return common.status();
+    auto& vars = *common;
     vars["sbatch_partition"] = job.mapping.partition.empty() ? "" : "#SBATCH --partition=" + job.mapping.partition + "\n";
     vars["sbatch_gres"] = gres->empty() ? "" : "#SBATCH --gres=" + *gres + "\n";
     return RenderTemplate(*text, vars);

@@ -145,6 +145,15 @@ TEST_F(EngineTest, BadSubmissionsAreRefusedAndChangeNothing) {
       {"alice", {{"queue", "training"}, {"command", {"true"}}, {"group", "prod"}}, StatusCode::kPermissionDenied,
        "as group 'prod'"},
       {"agent", {{"queue", "notebooks"}, {"command", {"true"}}}, StatusCode::kPermissionDenied, "agents cannot"},
+      // Environment names are written into batch scripts: only shell names.
+      {"alice", {{"queue", "notebooks"}, {"command", {"true"}}, {"env", {{"X=1; rm -rf /; Y", "v"}}}},
+       StatusCode::kInvalidArgument, "is not a variable name"},
+      {"alice", {{"queue", "notebooks"}, {"command", {"true"}}, {"env", {{"A B", "v"}}}}, StatusCode::kInvalidArgument,
+       "'A B' is not a variable name"},
+      {"alice", {{"queue", "notebooks"}, {"command", {"true"}}, {"env", {{"9A", "v"}}}}, StatusCode::kInvalidArgument,
+       "is not a variable name"},
+      {"alice", {{"queue", "notebooks"}, {"command", {"true"}}, {"env", {{"A", 1}}}}, StatusCode::kInvalidArgument,
+       "the value of 'A' must be a string"},
   };
   for (const Case& c : cases) {
     auto r = engine_->Submit(Who(c.who), c.body);

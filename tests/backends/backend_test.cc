@@ -82,6 +82,17 @@ TEST(Render, SlurmDefaultTemplateCarriesResourcesEnvAndCommand) {
   }
 }
 
+TEST(Render, AnEnvironmentNameThatIsNotAShellNameIsRefused) {
+  for (const char* backend : {"slurm", "pbs"}) {
+    auto b = BuiltinRegistry().Make(backend, {});
+    JobRequest j = Job("whole", 1);
+    j.env["X=1; touch /tmp/owned; Y"] = "v";  // a record from before the API refused these
+    auto s = (*b)->Render(j);
+    ASSERT_FALSE(s.ok()) << backend << ":\n" << *s;
+    EXPECT_NE(s.status().message().find("is not a shell name"), std::string::npos) << s.status().message();
+  }
+}
+
 TEST(Render, PbsDefaultTemplateUsesSelect) {
   auto b = BuiltinRegistry().Make("pbs", {});
   auto s = (*b)->Render(Job("whole", 2));

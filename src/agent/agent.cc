@@ -8,8 +8,6 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
-#include <cstdio>
-#include <ctime>
 #include <fstream>
 #include <map>
 #include <set>
@@ -18,6 +16,7 @@
 #include "agent/discovery.h"
 #include "agent/launcher.h"
 #include "agent/protocol.h"
+#include "common/log.h"
 
 namespace tessera::agent {
 namespace {
@@ -54,11 +53,15 @@ class SignalScope {
   struct sigaction old_term_ {};
 };
 
-void DefaultLog(const std::string& line) {
-  std::time_t t = std::time(nullptr);
-  char stamp[32];
-  std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S", std::localtime(&t));
-  std::fprintf(stderr, "%s agent: %s\n", stamp, line.c_str());
+const log::Logger& AgentLog() {
+  static const log::Logger logger("agent");
+  return logger;
+}
+
+// One line of the agent's log: to options.log when set, else to the structured log (stderr).
+void Say(const AgentOptions& options, log::Level level, const std::string& line, log::Fields fields = {}) {
+  if (options.log) return options.log(line);
+  AgentLog().Log(level, line, fields);
 }
 
 // The agent's state and its loop. One thread.
@@ -72,12 +75,11 @@ class Agent {
         urls_(std::move(urls)),
         heartbeat_ms_(std::max(1, options.default_heartbeat_ms)),
         backoff_ms_(heartbeat_ms_) {
-    log_ = options.log ? options.log : DefaultLog;
     Connect();
   }
 
   int Run() {
-    log_("node " + inventory_.node + ": " + std::to_string(inventory_.devices.size()) + " device(s) from " +
+    Info("node " + inventory_.node + ": " + std::to_string(inventory_.devices.size()) + " device(s) from " +
          inventory_.source + (inventory_.note.empty() ? "" : " (" + inventory_.note + ")") + "; " +
          launcher_.cgroups_status());
     Clock::time_point next_contact = Clock::now();
@@ -102,14 +104,18 @@ class Agent {
   }
 
  private:
+  void Info(const std::string& line, log::Fields fields = {}) const { Say(options_, log::Level::kInfo, line, fields); }
+  void Warn(const std::string& line, log::Fields fields = {}) const { Say(options_, log::Level::kWarn, line, fields); }
+
   bool StopRequested() const {
     return g_signal_stop != 0 || (options_.stop != nullptr && options_.stop->load());
   }
 
   void RecordExit(const JobExit& e) {
-    log_("job " + e.id + " ended: exit " + std::to_string(e.exit_code) +
-         (e.signal != 0 ? " (signal " + std::to_string(e.signal) + ")" : "") +
-         (e.cancelled ? ", stopped" : "") + ", " + std::to_string(e.output_bytes) + " output bytes");
+    Info("job " + e.id + " ended: exit " + std::to_string(e.exit_code) +
+             (e.signal != 0 ? " (signal " + std::to_string(e.signal) + ")" : "") + (e.cancelled ? ", stopped" : "") +
+             ", " + std::to_string(e.output_bytes) + " output bytes",
+         {{"job", e.id}, {"exit_code", e.exit_code}});
     finished_[e.id] = FinishedReport{e.id, e.exit_code, e.signal, e.output_bytes};
     partitions_.Release(e.id);
   }
@@ -134,7 +140,8 @@ class Agent {
     if (!hb.ok()) return Failed(hb.status().message());
     heartbeat_ms_ = *hb;
     registered_ = true;
-    log_("registered with the control plane; heartbeat every " + std::to_string(heartbeat_ms_) + " ms");
+    Info("registered with the control plane; heartbeat every " + std::to_string(heartbeat_ms_) + " ms",
+         {{"node", inventory_.node}, {"server", urls_[current_]}});
     return true;
   }
 
@@ -153,13 +160,13 @@ class Agent {
   void Failover() {
     if (urls_.size() < 2) return;
     current_ = (current_ + 1) % urls_.size();
-    log_("trying the control plane at " + urls_[current_]);
+    Warn("trying the control plane at " + urls_[current_]);
     Connect();
   }
 
   // Logs a failure once per outage (not on every retry).
   bool Failed(const std::string& what) {
-    if (!down_) log_(what + "; retrying with backoff (jobs keep running)");
+    if (!down_) Warn(what + "; retrying with backoff (jobs keep running)");
     down_ = true;
     return false;
   }
@@ -197,14 +204,14 @@ class Agent {
       if (res->status / 100 == 4) {
         // Refused for good (e.g. the job is no longer this node's): give this output up rather
         // than hold back the job's finished report forever.
-        log_("output upload for job " + id + " refused: HTTP " + std::to_string(res->status) + " " + res->body);
+        Warn("output upload for job " + id + " refused: HTTP " + std::to_string(res->status) + " " + res->body);
         in.clear();
         in.seekg(0, std::ios::end);
         offset = std::max<int64_t>(offset, static_cast<int64_t>(in.tellg()));
         return true;
       }
       if (res->status / 100 != 2) {
-        log_("output upload for job " + id + ": HTTP " + std::to_string(res->status) + "; retried later");
+        Warn("output upload for job " + id + ": HTTP " + std::to_string(res->status) + "; retried later");
         return true;  // the heartbeat still goes out; the finished report waits for the bytes
       }
       offset += n;
@@ -229,7 +236,7 @@ class Agent {
     if (res->status / 100 != 2) return Failed("heartbeat: HTTP " + std::to_string(res->status) + " " + res->body);
     Result<HeartbeatReply> reply = ParseHeartbeatReply(res->body);
     if (!reply.ok()) return Failed(reply.status().message());
-    if (down_) log_("control plane reachable again");
+    if (down_) Info("control plane reachable again");
     down_ = false;
     Apply(*reply);
     return true;
@@ -262,22 +269,23 @@ class Agent {
         }
         d.mig = got->mig;
         d.amd_index = got->amd_index;
-        log_("job " + spec.id + ": partition " + d.slot + " on device " + std::to_string(d.index) +
-             (d.mig.empty() ? " (logical GPU " + std::to_string(d.amd_index) + ")" : " as " + d.mig));
+        Info("job " + spec.id + ": partition " + d.slot + " on device " + std::to_string(d.index) +
+                 (d.mig.empty() ? " (logical GPU " + std::to_string(d.amd_index) + ")" : " as " + d.mig),
+             {{"job", spec.id}});
       }
       if (s.ok()) s = launcher_.Start(bound);
       if (!s.ok()) partitions_.Release(spec.id);
       if (s.ok()) {
-        log_("job " + spec.id + " started: " + spec.command[0]);
+        Info("job " + spec.id + " started: " + spec.command[0], {{"job", spec.id}});
       } else {
-        log_("job " + spec.id + " could not start: " + s.message());
+        Warn("job " + spec.id + " could not start: " + s.message(), {{"job", spec.id}});
         finished_[spec.id] = FinishedReport{spec.id, 127, 0, 0};
         uploaded_.erase(spec.id);
       }
     }
     for (const CancelOrder& c : reply.cancel) {
       if (launcher_.Cancel(c.job, milliseconds(c.grace_ms)).ok()) {
-        log_("job " + c.job + " cancelled (grace " + std::to_string(c.grace_ms) + " ms)");
+        Info("job " + c.job + " cancelled (grace " + std::to_string(c.grace_ms) + " ms)");
       }
     }
     if (reply.may_run) {
@@ -285,7 +293,7 @@ class Agent {
       for (const RunningJob& r : launcher_.Running()) {
         if (may.count(r.id) != 0 || starting.count(r.id) != 0) continue;
         if (launcher_.Cancel(r.id, milliseconds(options_.stop_grace_ms)).ok()) {
-          log_("job " + r.id + " is not in may_run: stopping it");
+          Info("job " + r.id + " is not in may_run: stopping it", {{"job", r.id}});
         }
       }
     }
@@ -294,7 +302,7 @@ class Agent {
   void Shutdown() {
     stopping_ = true;
     std::vector<RunningJob> running = launcher_.Running();
-    if (!running.empty()) log_("stopping " + std::to_string(running.size()) + " job(s)");
+    if (!running.empty()) Info("stopping " + std::to_string(running.size()) + " job(s)");
     for (const RunningJob& r : running) launcher_.Cancel(r.id, milliseconds(options_.stop_grace_ms));
     for (JobExit& e : launcher_.WaitAll(milliseconds(options_.stop_grace_ms + 2000))) RecordExit(e);
     if (registered_ && !finished_.empty()) {
@@ -304,7 +312,7 @@ class Agent {
       // Best effort: the last output (for a few seconds at most), then how they ended.
       if (UploadOutputs(Clock::now() + milliseconds(3000))) Heartbeat();
     }
-    log_("stopped");
+    Info("stopped");
   }
 
   const AgentOptions& options_;
@@ -314,7 +322,6 @@ class Agent {
   std::vector<std::string> urls_;  // the control plane's servers; one leads
   size_t current_ = 0;
   std::unique_ptr<httplib::Client> client_;
-  std::function<void(const std::string&)> log_;
   int64_t heartbeat_ms_;
   int64_t backoff_ms_;
   bool registered_ = false;
@@ -327,12 +334,12 @@ class Agent {
 }  // namespace
 
 int RunAgent(const AgentOptions& options) {
-  auto log = options.log ? options.log : DefaultLog;
+  auto fail = [&options](const std::string& line) { Say(options, log::Level::kError, line); };
   std::string node = options.node_name;
   if (node.empty()) {
     char host[256] = {};
     if (gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') {
-      log("cannot read this host's name; pass a node name");
+      fail("cannot read this host's name; pass a node name");
       return 2;
     }
     node = host;
@@ -346,7 +353,7 @@ int RunAgent(const AgentOptions& options) {
     while (!u.empty() && u.front() == ' ') u.erase(u.begin());
     while (!u.empty() && u.back() == ' ') u.pop_back();
     if (u.rfind("http://", 0) != 0 || u.size() <= 7) {
-      log("control plane URL '" + u + "' must look like http://host:port");
+      fail("control plane URL '" + u + "' must look like http://host:port");
       return 2;
     }
     urls.push_back(u);
@@ -354,7 +361,7 @@ int RunAgent(const AgentOptions& options) {
   }
   Result<Inventory> inventory = DiscoverInventory(node, options.simulate, options.nvml_library);
   if (!inventory.ok()) {
-    log(inventory.status().message());
+    fail(inventory.status().message());
     return inventory.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
   inventory->pool = options.pool;

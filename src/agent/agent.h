@@ -47,7 +47,8 @@ struct AgentOptions {
   int64_t upload_chunk_bytes = 512 * 1024;  // output bytes per PUT (the API caps bodies at 1 MiB)
   std::atomic<bool>* stop = nullptr;  // set to true to stop; may be null
   bool handle_signals = true;         // SIGINT/SIGTERM stop the agent
-  std::function<void(const std::string&)> log;  // one line per event; default: stderr
+  // One line per event; default: the structured log (common/log.h, component "agent") on stderr.
+  std::function<void(const std::string&)> log;
 };
 
 // Runs the agent until stopped. Returns 0 after a clean stop, 2 for bad options (an invalid

@@ -1,12 +1,11 @@
 #include "api/server.h"
 
 #include <csignal>
-#include <cstdio>
 
 #include <algorithm>
-
 #include <chrono>
 
+#include "common/log.h"
 #include "model/quantity.h"
 #include "net/http_server.h"
 
@@ -14,6 +13,17 @@ namespace tessera::api {
 namespace {
 
 constexpr size_t kMaxBody = 1024 * 1024;
+
+const log::Logger& ServeLog() {
+  static const log::Logger logger("serve");
+  return logger;
+}
+
+// The request log's level for a route: agents' requests (10,000 agents heartbeat every second)
+// at debug, so that they do not flood it; people's at info.
+log::Level RequestLogLevel(const std::string& pattern) {
+  return pattern.rfind("/v1/agent/", 0) == 0 ? log::Level::kDebug : log::Level::kInfo;
+}
 
 int HttpCode(const Status& st) {
   switch (st.code()) {
@@ -196,12 +206,12 @@ ApiServer::ApiServer(Engine* engine, ApiServerOptions options)
            auto body = Body(req);
            if (!body.ok()) return ReplyError(res, body.status());
            ReplyResult(res, e->RegisterNode(who, *body));
-         }));
+         }), RequestLogLevel("/v1/agent/register"));
   s.Route("POST", "/v1/agent/heartbeat", authed([e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
            auto body = Body(req);
            if (!body.ok()) return ReplyError(res, body.status());
            ReplyResult(res, e->Heartbeat(who, *body));
-         }));
+         }), RequestLogLevel("/v1/agent/heartbeat"));
   s.Route("PUT", "/v1/agent/jobs/{id}/output",
         authed([e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
           auto offset = ParseNonNegativeInt(req.has_param("offset") ? req.param("offset") : "0");
@@ -209,7 +219,7 @@ ApiServer::ApiServer(Engine* engine, ApiServerOptions options)
           Status st = e->WriteOutput(who, req.params[0], *offset, req.body);
           if (!st.ok()) return ReplyError(res, st);
           Reply(res, 200, Json{{"ok", true}});
-        }));
+        }), RequestLogLevel("/v1/agent/jobs/{id}/output"));
 }
 
 ApiServer::~ApiServer() {
@@ -226,7 +236,7 @@ void ApiServer::Run(int tick_ms) {
       if (lease_check_) {
         Status lease = lease_check_();
         if (!lease.ok()) {
-          std::fprintf(stderr, "tessera serve: no longer the leader: %s; stopping\n", lease.message().c_str());
+          ServeLog().Error("no longer the leader: " + lease.message() + "; stopping");
           {
             std::lock_guard<std::mutex> l(deposed_mu_);
             deposed_ = lease;
@@ -239,7 +249,11 @@ void ApiServer::Run(int tick_ms) {
       // Say once what went wrong (and once that it stopped), not every tick.
       std::string now = st.ok() ? "" : st.message();
       if (now != last_error) {
-        std::fprintf(stderr, "tessera serve: %s\n", now.empty() ? "the periodic pass works again" : ("periodic pass failed: " + now).c_str());
+        if (now.empty()) {
+          ServeLog().Info("the periodic pass works again");
+        } else {
+          ServeLog().Error("periodic pass failed: " + now);
+        }
         last_error = now;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(tick_ms));
@@ -270,7 +284,7 @@ StandbyServer::StandbyServer(store::Store* store, ApiServerOptions options)
       const std::string who = leader();
       Reply(res, 503, Json{{"error", "this server is a standby; the leader is " + (who.empty() ? "unknown" : who)},
                            {"role", "standby"}, {"leader", who}});
-    });
+    }, RequestLogLevel(r.openapi_path));
   }
   http_->Route("GET", "/v1/health", [st](const HttpRequest&, HttpResponse& res) {
     auto l = st->Leader();

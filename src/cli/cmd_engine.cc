@@ -21,6 +21,7 @@
 #include "cli/client.h"
 #include "cli/commands.h"
 #include "cli/table.h"
+#include "common/log.h"
 #include "model/quantity.h"
 #include "store/store.h"
 
@@ -28,6 +29,12 @@ namespace tessera::cli {
 namespace {
 
 using Json = nlohmann::json;
+
+// The server's own log lines (its request log is the component "http": net/http_server.h).
+const log::Logger& ServeLog() {
+  static const log::Logger logger("serve");
+  return logger;
+}
 
 int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -67,7 +74,7 @@ int CheckConfig(const std::string& config_path) {
 bool AwaitLead(store::Store& store, const std::string& advertise, const std::string& host, int port) {
   auto lead = store.TryLead(advertise);
   if (!lead.ok()) {
-    std::cerr << "tessera serve: " << lead.status().message() << "\n";
+    ServeLog().Error(lead.status().message());
     return false;
   }
   if (*lead) return true;
@@ -76,12 +83,14 @@ bool AwaitLead(store::Store& store, const std::string& advertise, const std::str
   api::StandbyServer standby(&store, options);
   auto bound = standby.Bind(host, port);
   if (!bound.ok()) {
-    std::cerr << "tessera serve: " << bound.status().message() << "\n";
+    ServeLog().Error(bound.status().message());
     return false;
   }
   auto now = store.Leader();
-  std::fprintf(stderr, "tessera: standby on http://%s:%d: %s leads %s; waiting for the lease\n", host.c_str(), *bound,
-               now.ok() ? now->holder.c_str() : "another server", store.Describe().c_str());
+  const std::string leader = now.ok() ? now->holder : "another server";
+  ServeLog().Info("standby on http://" + host + ":" + std::to_string(*bound) + ": " + leader + " leads " +
+                      store.Describe() + "; waiting for the lease",
+                  {{"port", *bound}, {"leader", leader}});
   std::atomic<bool> done{false}, leading{false};
   std::thread poll([&] {
     while (!done.load()) {
@@ -105,25 +114,25 @@ int Serve(const std::string& config_path, const std::string& data, const std::st
           const std::string& store_url, const std::string& advertise_url, const std::function<void(int)>& on_ready) {
   auto config = api::LoadConfig(config_path);
   if (!config.ok()) {
-    std::cerr << "tessera serve: " << config.status().message() << "\n";
+    ServeLog().Error(config.status().message());
     return kExitBadInput;
   }
   std::string host;
   int port = 0;
   if (!SplitListen(listen, &host, &port)) {
-    std::cerr << "tessera serve: bad --listen '" << listen << "' (HOST:PORT)\n";
+    ServeLog().Error("bad --listen '" + listen + "' (HOST:PORT)");
     return kExitBadInput;
   }
   std::error_code ec;
   std::filesystem::create_directories(data, ec);
   if (ec) {
-    std::cerr << "tessera serve: cannot create data directory '" << data << "': " << ec.message() << "\n";
+    ServeLog().Error("cannot create data directory '" + data + "': " + ec.message());
     return kExitBadInput;
   }
   const std::string url = store_url.empty() ? data + "/tessera.db" : store_url;
   auto store = store::Store::Open(url);
   if (!store.ok()) {
-    std::cerr << "tessera serve: store: " << store.status().message() << "\n";
+    ServeLog().Error("store: " + store.status().message());
     return kExitBadInput;
   }
   // Several servers may share one store: one leads, the others wait as standbys.
@@ -132,7 +141,7 @@ int Serve(const std::string& config_path, const std::string& data, const std::st
   if (!AwaitLead(*lease, advertise, host, port)) return kExitOk;
   auto engine = api::Engine::Open(std::move(*config), std::move(*store), data, NowMs);
   if (!engine.ok()) {
-    std::cerr << "tessera serve: " << engine.status().message() << "\n";
+    ServeLog().Error(engine.status().message());
     return 1;
   }
   api::ApiServerOptions options;
@@ -141,12 +150,14 @@ int Serve(const std::string& config_path, const std::string& data, const std::st
   api::ApiServer server(engine->get(), options);
   auto bound = server.Bind(host, port);
   if (!bound.ok()) {
-    std::cerr << "tessera serve: " << bound.status().message() << "\n";
+    ServeLog().Error(bound.status().message());
     return 1;
   }
   signal(SIGPIPE, SIG_IGN);
-  std::fprintf(stderr, "tessera: listening on http://%s:%d (store %s), leading as %s\n", host.c_str(), *bound,
-               url.c_str(), advertise.c_str());
+  // The store as it describes itself: a PostgreSQL URL's password is not logged.
+  ServeLog().Info("listening on http://" + host + ":" + std::to_string(*bound) + " (store " + lease->Describe() +
+                      "), leading as " + advertise,
+                  {{"port", *bound}, {"log_level", log::LevelName(log::CurrentLevel())}});
   if (on_ready) on_ready(*bound);
   server.Run();
   if (!server.deposed().ok()) return kExitDeposed;
@@ -198,7 +209,8 @@ std::string ReadOrMakeToken(const std::string& path) {
   return t;
 }
 
-int Up(const std::string& data, const std::string& listen, const std::string& simulate) {
+int Up(const std::string& data, const std::string& listen, const std::string& simulate, const std::string& log_level,
+       const std::string& log_format) {
   std::error_code ec;
   std::filesystem::create_directories(data, ec);
   const std::string admin = ReadOrMakeToken(data + "/admin.token");
@@ -223,8 +235,8 @@ int Up(const std::string& data, const std::string& listen, const std::string& si
     if (agent_pid == 0) {
       std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
       execl(self.c_str(), self.c_str(), "agent", "--server", url.c_str(), "--token", agent.c_str(), "--node",
-            "local", "--simulate", simulate.c_str(), "--work", (data + "/agent").c_str(),
-            static_cast<char*>(nullptr));
+            "local", "--simulate", simulate.c_str(), "--work", (data + "/agent").c_str(), "--log-level",
+            log_level.c_str(), "--log-format", log_format.c_str(), static_cast<char*>(nullptr));
       _exit(127);
     }
   };
@@ -333,6 +345,21 @@ std::string DefaultCapLibrary() {
 
 // ---- command registration ----
 
+// --log-level and --log-format, for the long-running commands.
+struct LogFlags {
+  std::string level = "info";
+  std::string format = "text";
+};
+
+void AddLogFlags(CLI::App* cmd, LogFlags* f) {
+  cmd->add_option("--log-level", f->level, "debug, info, warn or error (default info)")
+      ->check(CLI::IsMember({"debug", "info", "warn", "error"}));
+  cmd->add_option("--log-format", f->format, "text or json: one JSON object per line (default text)")
+      ->check(CLI::IsMember({"text", "json"}));
+}
+
+void ApplyLogFlags(const LogFlags& f) { log::Configure(*log::ParseLevel(f.level), *log::ParseFormat(f.format)); }
+
 void RegisterAgentCommand(CLI::App& app, CommandContext& ctx) {
   auto* cmd = app.add_subcommand("agent", "Run a node agent: register, heartbeat, run the jobs placed here");
   auto o = std::make_shared<agent::AgentOptions>();
@@ -344,7 +371,10 @@ void RegisterAgentCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--work", o->work_dir, "directory for job output files");
   cmd->add_option("--capgpu", o->capgpu_preload, "libtessera_capgpu.so to preload into shares");
   cmd->add_option("--cgroup-root", o->cgroup_root, "cgroup v2 mount (\"\" disables cgroups)");
-  cmd->callback([o, &ctx] {
+  auto log_flags = std::make_shared<LogFlags>();
+  AddLogFlags(cmd, log_flags.get());
+  cmd->callback([o, log_flags, &ctx] {
+    ApplyLogFlags(*log_flags);
     agent::AgentOptions opts = *o;
     if (opts.token.empty() && std::getenv("TESSERA_TOKEN")) opts.token = std::getenv("TESSERA_TOKEN");
     if (std::getenv("TESSERA_URL") && opts.control_plane_url == "http://127.0.0.1:8080") {
@@ -370,7 +400,10 @@ void RegisterServeCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--advertise", *advertise,
                   "the URL clients reach this server at, recorded while it leads (default http://LISTEN)");
   cmd->add_flag("--check-config", *check, "check the configuration, say what it declares, and exit");
+  auto log_flags = std::make_shared<LogFlags>();
+  AddLogFlags(cmd, log_flags.get());
   cmd->callback([=, &ctx] {
+    ApplyLogFlags(*log_flags);
     if (*check) {
       ctx.exit_code = CheckConfig(*config);
     } else if (data->empty()) {
@@ -390,7 +423,12 @@ void RegisterUpCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--data", *data, "data directory (default .tessera)");
   cmd->add_option("--listen", *listen, "HOST:PORT (default 127.0.0.1:8080)");
   cmd->add_option("--simulate", *simulate, "simulated devices where there is no GPU (default 2xH100-80GB)");
-  cmd->callback([=, &ctx] { ctx.exit_code = Up(*data, *listen, *simulate); });
+  auto log_flags = std::make_shared<LogFlags>();
+  AddLogFlags(cmd, log_flags.get());
+  cmd->callback([=, &ctx] {
+    ApplyLogFlags(*log_flags);  // the server's; the agent it starts is given the same flags
+    ctx.exit_code = Up(*data, *listen, *simulate, log_flags->level, log_flags->format);
+  });
 }
 
 struct SubmitOptions {

@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 
 #include <atomic>
+#include <chrono>
 #include <utility>  // before Boost 1.74's Asio, which uses std::exchange without it
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -22,6 +23,26 @@ struct RouteEntry {
   std::string method;
   std::vector<std::string> segments;  // "{...}" matches any one non-empty segment
   HttpHandler handler;
+  log::Level log_level = log::Level::kInfo;  // of its request-log lines
+};
+
+using SteadyClock = std::chrono::steady_clock;
+
+const log::Logger& RequestLog() {
+  static const log::Logger logger("http");
+  return logger;
+}
+
+// What the request log says of one request, filled only when its level is on (level kOff: no
+// line). The strings are moved from the request once it has been handled: no copies.
+struct RequestLogEntry {
+  log::Level level = log::Level::kOff;
+  SteadyClock::time_point start;
+  std::string method;
+  std::string path;
+  size_t in_bytes = 0;
+  int status = 0;
+  size_t bytes = 0;
 };
 
 std::vector<std::string> Split(const std::string& path) {
@@ -83,7 +104,8 @@ class HttpServer::Impl {
         acceptor(ioc),
         workers(static_cast<size_t>(std::max(1, o.workers))) {}
 
-  void Dispatch(HttpRequest& req, HttpResponse& res) const {
+  // Runs the route's handler; returns the level of the request's log line.
+  log::Level Dispatch(HttpRequest& req, HttpResponse& res) const {
     const std::vector<std::string> segs = Split(req.path);
     for (const RouteEntry& r : routes) {
       if (r.method != req.method || !Matches(r, segs, &req.params)) continue;
@@ -92,9 +114,10 @@ class HttpServer::Impl {
       } catch (const std::exception&) {
         res = HttpResponse{500, "application/json", ErrorBody("internal error")};
       }
-      return;
+      return r.log_level;
     }
     res = HttpResponse{404, "application/json", ErrorBody("no such endpoint")};
+    return log::Level::kInfo;
   }
 
   void Accept();
@@ -144,9 +167,14 @@ class Session : public std::enable_shared_from_this<Session> {
       // reads the 413 instead of a reset connection.
       linger_ = true;
       return Send(HttpResponse{413, "application/json", ErrorBody(TooLarge(server_->options.max_body_bytes))}, 11,
-                  false);
+                  false, RefusedEntry());
     }
-    if (ec) return Send(HttpResponse{400, "application/json", ErrorBody("malformed HTTP request")}, 11, false);
+    if (ec) {
+      return Send(HttpResponse{400, "application/json", ErrorBody("malformed HTTP request")}, 11, false, RefusedEntry());
+    }
+    // The request log's clock starts once the request has been read (a kept-alive connection
+    // may sit idle before it); no clock read when no request could be logged.
+    const SteadyClock::time_point start = log::Enabled(log::Level::kInfo) ? SteadyClock::now() : SteadyClock::time_point{};
     http::request<http::string_body> msg = parser_->release();
     auto req = std::make_shared<HttpRequest>();
     req->method = std::string(msg.method_string());
@@ -164,18 +192,68 @@ class Session : public std::enable_shared_from_this<Session> {
     const bool keep_alive = msg.keep_alive();
     if (server_->options.workers <= 0) {  // handlers run on the I/O threads: no hand-offs
       HttpResponse res;
-      server_->Dispatch(*req, res);
-      return Send(std::move(res), version, keep_alive);
+      const log::Level level = server_->Dispatch(*req, res);
+      return Send(std::move(res), version, keep_alive, Entry(level, start, *req));
     }
-    asio::post(server_->workers, [self = shared_from_this(), req, version, keep_alive] {
+    asio::post(server_->workers, [self = shared_from_this(), req, version, keep_alive, start] {
       auto res = std::make_shared<HttpResponse>();
-      self->server_->Dispatch(*req, *res);
+      const log::Level level = self->server_->Dispatch(*req, *res);
       asio::post(self->stream_.get_executor(),
-                 [self, res, version, keep_alive] { self->Send(std::move(*res), version, keep_alive); });
+                 [self, res, version, keep_alive, entry = Entry(level, start, *req)]() mutable {
+                   self->Send(std::move(*res), version, keep_alive, std::move(entry));
+                 });
     });
   }
 
-  void Send(HttpResponse out, unsigned version, bool keep_alive) {
+  // The log entry of a handled request (whose strings it takes), or none when `level` is off.
+  static RequestLogEntry Entry(log::Level level, SteadyClock::time_point start, HttpRequest& req) {
+    RequestLogEntry e;
+    if (!log::Enabled(level)) return e;
+    e.level = level;
+    e.start = start;
+    e.method = std::move(req.method);
+    e.path = std::move(req.path);
+    e.in_bytes = req.body.size();
+    return e;
+  }
+
+  // The log entry of a request the server refuses itself (malformed, body too large): its
+  // method and path when its header was read.
+  RequestLogEntry RefusedEntry() {
+    RequestLogEntry e;
+    if (!log::Enabled(log::Level::kInfo)) return e;
+    e.level = log::Level::kInfo;
+    e.start = SteadyClock::now();
+    e.method = "-";
+    e.path = "-";
+    if (parser_ && parser_->is_header_done()) {
+      const auto& m = parser_->get();
+      e.method = std::string(m.method_string());
+      const std::string_view target(m.target().data(), m.target().size());
+      e.path = HttpServer::Decode(std::string(target.substr(0, target.find('?'))), false);
+    }
+    return e;
+  }
+
+  void LogRequest() {
+    RequestLogEntry& e = logged_;
+    if (e.level == log::Level::kOff) return;
+    if (peer_.empty()) {
+      beast::error_code ec;
+      const tcp::endpoint at = stream_.socket().remote_endpoint(ec);
+      peer_ = ec ? "-" : at.address().to_string() + ":" + std::to_string(at.port());
+    }
+    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(SteadyClock::now() - e.start).count();
+    RequestLog().Log(e.level, "request",
+                     {{"method", e.method}, {"path", e.path}, {"status", e.status}, {"duration_us", us},
+                      {"bytes", e.bytes}, {"in_bytes", e.in_bytes}, {"peer", peer_}});
+    e.level = log::Level::kOff;
+  }
+
+  void Send(HttpResponse out, unsigned version, bool keep_alive, RequestLogEntry entry) {
+    entry.status = out.status;
+    entry.bytes = out.body.size();
+    logged_ = std::move(entry);
     res_ = {};
     res_.version(version);
     res_.result(static_cast<http::status>(out.status));
@@ -185,6 +263,7 @@ class Session : public std::enable_shared_from_this<Session> {
     res_.prepare_payload();
     stream_.expires_after(std::chrono::seconds(60));
     http::async_write(stream_, res_, [self = shared_from_this(), keep_alive](beast::error_code ec, size_t) {
+      self->LogRequest();
       if (!ec && self->linger_) return self->Drain(0);
       if (ec || !keep_alive) return self->Close();
       self->Read();
@@ -233,6 +312,8 @@ class Session : public std::enable_shared_from_this<Session> {
   HttpServer::Impl* server_;
   bool linger_ = false;
   std::vector<char> drain_;
+  RequestLogEntry logged_;  // the request being answered, for the request log
+  std::string peer_;        // "address:port", once a request was logged
 };
 
 }  // namespace
@@ -256,8 +337,9 @@ HttpServer::~HttpServer() {
   impl_->workers.join();
 }
 
-void HttpServer::Route(const std::string& method, const std::string& pattern, HttpHandler handler) {
-  impl_->routes.push_back({method, Split(pattern), std::move(handler)});
+void HttpServer::Route(const std::string& method, const std::string& pattern, HttpHandler handler,
+                       log::Level request_log) {
+  impl_->routes.push_back({method, Split(pattern), std::move(handler), request_log});
 }
 
 Result<int> HttpServer::Bind(const std::string& host, int port) {

@@ -9,6 +9,12 @@
 // Routes are "/v1/jobs/{id}/output"-style patterns: literal segments, and {name} for exactly one
 // non-empty segment, captured in order into HttpRequest::params.
 //
+// The request log (component "http"): one line per answered request, after its response is
+// written, with method, path (never the query string), status, duration_us, bytes (response
+// body), in_bytes (request body) and peer; never a header or a body. Each route says the level
+// of its lines (Route()); requests no route takes, and those the server refuses itself, log at
+// info. Nothing is formatted, and no clock read, when that level is off (log::Enabled).
+//
 // Errors the server answers itself, with a JSON body {"error": "..."}: 400 for a malformed
 // request, 404 for a path no route has, 413 for a body over max_body_bytes (the connection is
 // then closed), 500 when a handler throws.
@@ -23,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "common/log.h"
 #include "common/status.h"
 
 namespace tessera::net {
@@ -73,7 +80,10 @@ class HttpServer {
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
-  void Route(const std::string& method, const std::string& pattern, HttpHandler handler);
+  // `request_log`: the level of this route's request-log lines (debug for a route hit many
+  // times a second by machines, so that it does not flood the log at info).
+  void Route(const std::string& method, const std::string& pattern, HttpHandler handler,
+             log::Level request_log = log::Level::kInfo);
   // Listens on host:port (0: any free port) and returns the port. Raises the process's open-file
   // limit to its hard limit, since every kept-alive connection holds a descriptor.
   Result<int> Bind(const std::string& host, int port);

@@ -1,6 +1,8 @@
 // The node agents' side: registration (a node joins the scheduler's cluster), heartbeats (exits
 // and running jobs in; start and stop orders out), node loss, and job output uploads.
 #include <fcntl.h>
+
+#include <cstdio>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,11 +13,19 @@
 
 namespace tessera::api {
 
+Status Engine::SpeaksFor(const Identity& who, const std::string& node, const char* what) const {
+  if (who.MaySpeakFor(node)) return Status::Ok();
+  std::fprintf(stderr, "tessera serve: refused: identity '%s' may not %s for node '%s'\n", who.name.c_str(), what,
+               node.c_str());
+  return Status::PermissionDenied("identity '" + who.name + "' may not " + what + " for node '" + node + "'");
+}
+
 Result<Json> Engine::RegisterNode(const Identity& who, const Json& body) {
   if (who.role != Role::kAgent && who.role != Role::kAdmin) return Status::PermissionDenied("only agents register nodes");
   if (!body.is_object() || !body.contains("node") || !body["node"].is_string() || body["node"].get<std::string>().empty()) {
     return Status::InvalidArgument("'node' is required");
   }
+  if (Status st = SpeaksFor(who, body["node"].get<std::string>(), "register"); !st.ok()) return st;
   auto number = [&](const char* key) -> int64_t {
     return body.contains(key) && body[key].is_number_integer() ? body[key].get<int64_t>() : 0;
   };
@@ -172,6 +182,7 @@ Result<Json> Engine::Heartbeat(const Identity& who, const Json& body) {
     }
   }
   const std::string node = body["node"].get<std::string>();
+  if (Status st = SpeaksFor(who, node, "heartbeat"); !st.ok()) return st;
   std::unique_lock<std::mutex> lock(mu_);
   if (!broken_.ok()) return broken_;
   auto nit = nodes_.find(node);
@@ -284,9 +295,21 @@ void Engine::LoseJobLocked(Job& j, const std::string& node, const std::string& w
 Status Engine::WriteOutput(const Identity& who, const std::string& job, int64_t offset, const std::string& bytes) {
   if (who.role != Role::kAgent && who.role != Role::kAdmin) return Status::PermissionDenied("only agents upload output");
   if (offset < 0) return Status::InvalidArgument("'offset' must not be negative");
+  if (offset > config_.max_output_bytes - static_cast<int64_t>(bytes.size())) {
+    return Status::ResourceExhausted("output of job '" + job + "' is over the limit of " +
+                                     std::to_string(config_.max_output_bytes) + " bytes (max_output)");
+  }
   {
     std::unique_lock<std::mutex> lock(mu_);
-    if (!jobs_.count(job)) return Status::NotFound("no job '" + job + "'");
+    auto it = jobs_.find(job);
+    if (it == jobs_.end()) return Status::NotFound("no job '" + job + "'");
+    // Only for a job on a node this agent speaks for.
+    bool mine = who.role == Role::kAdmin;
+    for (const std::string& n : NodesOf(it->second)) mine = mine || who.MaySpeakFor(n);
+    if (!mine) {
+      lock.unlock();
+      return SpeaksFor(who, it->second.node.empty() ? "(none)" : it->second.node, "upload output");
+    }
   }
   int fd = ::open(OutputPath(job).c_str(), O_WRONLY | O_CREAT, 0640);
   if (fd < 0) return Status::Internal("cannot open output of '" + job + "'");

@@ -196,7 +196,16 @@ const QueueRoute* EngineConfig::FindRoute(const std::string& queue) const {
   return nullptr;
 }
 
-// identities: [{name, role, groups, token | token_sha256}]; tokens kept as SHA-256 hashes.
+bool Identity::MaySpeakFor(const std::string& node) const {
+  if (role == Role::kAdmin || (role == Role::kAgent && nodes.empty())) return true;
+  if (role != Role::kAgent) return false;
+  for (const std::string& p : nodes) {
+    if (p.back() == '*' ? node.compare(0, p.size() - 1, p, 0, p.size() - 1) == 0 : node == p) return true;
+  }
+  return false;
+}
+
+// identities: [{name, role, groups, nodes, token | token_sha256}]; tokens kept as SHA-256 hashes.
 static Status ReadIdentities(const YAML::Node& ids, std::vector<Identity>* out) {
   Status st;
   if (!ids || !ids.IsSequence() || ids.size() == 0) {
@@ -205,7 +214,7 @@ static Status ReadIdentities(const YAML::Node& ids, std::vector<Identity>* out) 
   for (size_t i = 0; i < ids.size(); ++i) {
     std::string w = "identities[" + std::to_string(i) + "]";
     const YAML::Node n = ids[i];
-    st = CheckKeys(n, w, {"name", "role", "groups", "token", "token_sha256"});
+    st = CheckKeys(n, w, {"name", "role", "groups", "token", "token_sha256", "nodes"});
     if (!st.ok()) return st;
     Identity id;
     auto name = Str(n["name"], w + ".name");
@@ -224,6 +233,15 @@ static Status ReadIdentities(const YAML::Node& ids, std::vector<Identity>* out) 
     auto groups = StrList(n["groups"], w + ".groups");
     if (!groups.ok()) return groups.status();
     id.groups = *groups;
+    auto nodes = StrList(n["nodes"], w + ".nodes");
+    if (!nodes.ok()) return nodes.status();
+    if (!nodes->empty() && id.role != Role::kAgent) return Bad(w + ".nodes", "only agents speak for nodes");
+    for (const std::string& pattern : *nodes) {
+      if (pattern.empty() || pattern.find('*') < pattern.size() - 1) {
+        return Bad(w + ".nodes", "'" + pattern + "' is not a node name or a prefix ending in '*'");
+      }
+    }
+    id.nodes = *nodes;
     if (n["token_sha256"]) {
       id.token_sha256 = n["token_sha256"].as<std::string>();
       if (id.token_sha256.size() != 64) return Bad(w + ".token_sha256", "expected 64 hex digits");
@@ -277,6 +295,11 @@ static Status ReadServerSettings(const YAML::Node& root, EngineConfig* c) {
   st = ReadMs(root, "backend_poll", true, &c->backend_poll_ms);
   if (st.ok()) st = ReadMs(root, "utilization_sample", true, &c->utilization_sample_ms);
   if (st.ok()) st = ReadMs(root, "retention", false, &c->retention_ms);
+  if (st.ok() && root["max_output"]) {
+    auto q = ParseMemoryMiB(root["max_output"].as<std::string>());
+    if (!q.ok() || *q <= 0) return Bad("max_output", "expected a size such as 1GiB");
+    c->max_output_bytes = *q * 1024 * 1024;
+  }
   if (!st.ok()) return st;
   if (root["backend_nice"]) {
     int n = -1;
@@ -292,7 +315,7 @@ static Status ReadServerSettings(const YAML::Node& root, EngineConfig* c) {
 static Result<quota::PolicySpec> ReadPolicy(const YAML::Node& root) {
   policy::PolicyKeys keys;
   keys.extra_root = {"cluster", "heartbeat_timeout", "cancel_grace", "cycle", "schedule_on_submit", "backend_poll",
-                     "backend_nice", "utilization_sample", "retention", "identities"};
+                     "backend_nice", "utilization_sample", "retention", "max_output", "identities"};
   keys.extra_queue = {"requeue_on_loss", "backend", "partition", "template", "gpu_type",
                       "gres_whole", "gres_share", "gres_partition", "shard_memory",
                       "cap_library", "mig_model"};

@@ -27,6 +27,10 @@ struct Identity {
   Role role = Role::kUser;
   std::vector<std::string> groups;
   std::string token_sha256;  // lowercase hex
+  // An agent: the nodes it may speak for (register, heartbeat, report exits, upload output):
+  // names, or prefixes ending in '*'. Empty: any node (the config check warns).
+  std::vector<std::string> nodes;
+  bool MaySpeakFor(const std::string& node) const;
 };
 
 // How a queue's admitted jobs run: on Tessera's node agents ("local"), or handed to an external
@@ -62,6 +66,8 @@ struct EngineConfig {
   // `retention: 90d`: jobs that ended longer ago, and older events, are deleted from the store
   // (checked hourly). 0 keeps everything.
   int64_t retention_ms = 0;
+  // `max_output: 1GiB`: the most output kept per job; uploads past it are refused (413).
+  int64_t max_output_bytes = int64_t{1} << 30;
   int backend_nice = 10;           // niceness added to the external schedulers' commands (0-19)
   int64_t utilization_sample_ms = 10000;  // how often the utilization history is sampled
   std::vector<Identity> identities;

@@ -235,6 +235,8 @@ class Engine {
   Result<std::string> ExternalForm(const quota::QueueSpec& q, quota::JobSpec* qs) const;
 
   // --- agent_gateway.cc
+  // PermissionDenied (and a log line) unless `who` may speak for `node`.
+  Status SpeaksFor(const Identity& who, const std::string& node, const char* what) const;
   Status MarkLostLocked(Batch& b);
   // A job held on `node` that no longer runs there: stopped if it was being preempted, else
   // requeued (if its queue says so) or ended as lost, for `why`.

@@ -16,6 +16,7 @@ identities:
   - {name: alice, role: user, groups: [research], token: alice-token-1}
   - {name: bob, role: user, groups: [prod], token: bob-token-12}
   - {name: agent, role: agent, token: agent-token-1}
+  - {name: rack1, role: agent, nodes: [r1-*], token: rack1-token-1}
 groups:
   - {name: research, reservation: {gpu: 1}, limit: {gpu: 2}}
   - {name: prod}
@@ -164,6 +165,47 @@ TEST_F(EngineTest, BadSubmissionsAreRefusedAndChangeNothing) {
   EXPECT_TRUE((*engine_->ListJobs(Who("admin"), "", 100))["jobs"].empty());
   auto ev = engine_->Events(Who("admin"), 0, 100, {});
   for (const auto& e : (*ev)["events"]) EXPECT_NE(e["kind"], "job.submitted");
+}
+
+// An agent credential bound to its nodes (`nodes: [r1-*]`) registers, heartbeats and uploads
+// output for those only; anything else is refused (403) and changes nothing.
+TEST_F(EngineTest, AnAgentSpeaksOnlyForItsNodes) {
+  const Identity& rack = Who("rack1");
+  Json devs = Json::array({{{"index", 0}, {"model", "H100-80GB"}, {"memory_mib", 81920}, {"uuid", "u0"}}});
+  Json inv = {{"cpu_milli", 8000}, {"memory_mib", 65536}, {"devices", devs}};
+  inv["node"] = "r1-a";
+  ASSERT_TRUE(engine_->RegisterNode(rack, inv).ok());
+  inv["node"] = "r2-a";
+  auto other = engine_->RegisterNode(rack, inv);
+  ASSERT_EQ(other.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(other.status().message().find("may not register for node 'r2-a'"), std::string::npos);
+  Register("n1", 1);  // by the unbound agent identity
+  // A job on n1: rack1 may not heartbeat as n1 (and learn its orders), report it, or write its output.
+  Json j = Submit("alice", {{"queue", "training"}, {"command", {"true"}}});
+  ASSERT_EQ(j["state"], "placed") << j.dump();
+  const std::string node = j["placement"]["node"];
+  const std::string id = j["id"];
+  auto hb = engine_->Heartbeat(rack, {{"node", node}, {"finished", {{{"job", id}, {"exit_code", 0}}}}});
+  EXPECT_EQ(hb.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(State(id), "placed") << "a refused heartbeat changed the job";
+  EXPECT_EQ(engine_->WriteOutput(rack, id, 0, "forged").code(), StatusCode::kPermissionDenied);
+  EXPECT_TRUE(engine_->Heartbeat(rack, {{"node", "r1-a"}}).ok());
+  EXPECT_TRUE(engine_->WriteOutput(Who("agent"), id, 0, "real").ok());
+  // Output has a ceiling.
+  EXPECT_EQ(engine_->WriteOutput(Who("agent"), id, config_.max_output_bytes, "x").code(),
+            StatusCode::kResourceExhausted);
+}
+
+TEST(ConfigNodes, OnlyAgentsSpeakForNodesAndPatternsAreChecked) {
+  const std::string alice = "role: user, groups: [research], token: alice-token-1";
+  auto user = ParseConfig(std::string(kConfig).replace(std::string(kConfig).find(alice), alice.size(),
+                                                       "role: user, nodes: [x], groups: [research], token: alice-token-1"));
+  ASSERT_FALSE(user.ok());
+  EXPECT_NE(user.status().message().find("only agents speak for nodes"), std::string::npos) << user.status().message();
+  auto bad = ParseConfig(std::string(kConfig).replace(std::string(kConfig).find("[r1-*]"), 6, "[r*1]"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("'r*1' is not a node name or a prefix"), std::string::npos)
+      << bad.status().message();
 }
 
 TEST_F(EngineTest, AuthorizationMatrix) {

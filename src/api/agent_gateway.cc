@@ -9,14 +9,16 @@
 #include <set>
 
 #include "api/engine.h"
+#include "common/log.h"
 #include "model/quantity.h"
 
 namespace tessera::api {
 
 Status Engine::SpeaksFor(const Identity& who, const std::string& node, const char* what) const {
   if (who.MaySpeakFor(node)) return Status::Ok();
-  std::fprintf(stderr, "tessera serve: refused: identity '%s' may not %s for node '%s'\n", who.name.c_str(), what,
-               node.c_str());
+  static const log::Logger kLog("serve");
+  kLog.Warn("refused: an identity spoke for a node it is not bound to",
+            {{"identity", who.name}, {"action", what}, {"node", node}});
   return Status::PermissionDenied("identity '" + who.name + "' may not " + what + " for node '" + node + "'");
 }
 

@@ -183,6 +183,8 @@ class Engine {
   Result<Job> JobFromRecord(store::JobRecord r) const;
   Result<Json> StoredJobJson(const Identity& who, const std::string& id);  // a job out of memory
   static int64_t IdOrder(const std::string& id);  // N of "j-N", for ordering
+  // A job's view for `who`: another identity's environment values hidden (admins see all).
+  static Json Redacted(const Identity& who, Json job);
   Status NewQuotaEngine();
   int64_t NowS() const { return clock_() / 1000; }
   store::Event MakeEvent(const std::string& actor, const std::string& kind, const std::string& subject,

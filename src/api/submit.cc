@@ -295,6 +295,9 @@ Result<Json> Engine::Cancel(const Identity& who, const std::string& id) {
   auto it = jobs_.find(id);
   if (it == jobs_.end() || !CanSee(who, it->second)) return Status::NotFound("no job '" + id + "'");
   Job& j = it->second;
+  if (who.role != Role::kAdmin && who.name != j.rec.identity) {
+    return Status::PermissionDenied("job '" + id + "' is " + j.rec.identity + "'s: only its owner or an admin cancels it");
+  }
   if (Ended(j)) return Status::FailedPrecondition("job '" + id + "' has already ended (" + j.rec.state + ")");
   Batch b;
   if (j.rec.state == "pending" || j.rec.state == "placed") {
@@ -313,7 +316,7 @@ Result<Json> Engine::Cancel(const Identity& who, const std::string& id) {
   Status st = CommitLocked(b, lock);
   if (!st.ok()) return st;
   auto again = jobs_.find(id);
-  if (again != jobs_.end()) return JobJson(again->second);
+  if (again != jobs_.end()) return Redacted(who, JobJson(again->second));
   lock.unlock();
   return StoredJobJson(who, id);  // ended, durable and already out of memory
 }

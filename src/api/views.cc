@@ -30,6 +30,15 @@ int64_t Engine::IdOrder(const std::string& id) {
   return v.ok() ? *v : 0;
 }
 
+Json Engine::Redacted(const Identity& who, Json job) {
+  // Group members see each other's jobs, not their environment (it may hold secrets).
+  if (who.role == Role::kAdmin || job.value("identity", "") == who.name) return job;
+  if (job.contains("spec") && job["spec"].contains("env") && job["spec"]["env"].is_object()) {
+    for (auto& [k, v] : job["spec"]["env"].items()) v = "(hidden)";
+  }
+  return job;
+}
+
 bool Engine::CanSee(const Identity& who, const Job& j) const {
   if (who.role == Role::kAdmin) return true;
   if (who.role != Role::kUser) return false;
@@ -96,7 +105,7 @@ Result<Json> Engine::ListJobs(const Identity& who, const std::string& state_filt
       const Job& j = jt->second;
       if (static_cast<int>(mine.size()) >= limit || !CanSee(who, j)) continue;
       if (!state_filter.empty() && j.rec.state != state_filter) continue;
-      mine.push_back(JobJson(j));
+      mine.push_back(Redacted(who, JobJson(j)));
     }
   }
   std::vector<Json> older;
@@ -108,7 +117,7 @@ Result<Json> Engine::ListJobs(const Identity& who, const std::string& state_filt
       auto j = JobFromRecord(std::move(r));
       if (!j.ok() || !CanSee(who, *j)) continue;
       std::unique_lock<std::mutex> lock(mu_);  // JobJson reads the node inventory
-      older.push_back(JobJson(*j));
+      older.push_back(Redacted(who, JobJson(*j)));
     }
   }
   // Both lists are newest first: merge by (submit time, id).
@@ -135,7 +144,7 @@ Result<Json> Engine::GetJob(const Identity& who, const std::string& id) {
     auto it = jobs_.find(id);
     if (it != jobs_.end()) {
       if (!CanSee(who, it->second)) return Status::NotFound("no job '" + id + "'");
-      return JobJson(it->second);
+      return Redacted(who, JobJson(it->second));
     }
   }
   return StoredJobJson(who, id);
@@ -149,7 +158,7 @@ Result<Json> Engine::StoredJobJson(const Identity& who, const std::string& id) {
   if (!j.ok()) return j.status();
   if (!CanSee(who, *j)) return Status::NotFound("no job '" + id + "'");
   std::unique_lock<std::mutex> lock(mu_);
-  return JobJson(*j);
+  return Redacted(who, JobJson(*j));
 }
 
 Result<std::string> Engine::JobOutput(const Identity& who, const std::string& id) {

@@ -17,6 +17,7 @@ identities:
   - {name: bob, role: user, groups: [prod], token: bob-token-12}
   - {name: agent, role: agent, token: agent-token-1}
   - {name: rack1, role: agent, nodes: [r1-*], token: rack1-token-1}
+  - {name: carol, role: user, groups: [research], token: carol-token-1}
 groups:
   - {name: research, reservation: {gpu: 1}, limit: {gpu: 2}}
   - {name: prod}
@@ -206,6 +207,25 @@ TEST(ConfigNodes, OnlyAgentsSpeakForNodesAndPatternsAreChecked) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("'r*1' is not a node name or a prefix"), std::string::npos)
       << bad.status().message();
+}
+
+// Group members see each other's jobs but not their environment (secrets), and only the owner
+// (or an admin) cancels a job.
+TEST_F(EngineTest, AGroupMateSeesNoSecretsAndCannotCancel) {
+  Json j = Submit("alice", {{"queue", "training"}, {"command", {"true"}}, {"env", {{"API_KEY", "s3cret"}}}});
+  const std::string id = j["id"];
+  EXPECT_EQ(j["spec"]["env"]["API_KEY"], "s3cret");  // the owner's own reply
+  auto seen = engine_->GetJob(Who("carol"), id);
+  ASSERT_TRUE(seen.ok());
+  EXPECT_EQ((*seen)["spec"]["env"]["API_KEY"], "(hidden)") << seen->dump();
+  auto listed = engine_->ListJobs(Who("carol"), "", 10);
+  ASSERT_TRUE(listed.ok());
+  EXPECT_EQ(listed->dump().find("s3cret"), std::string::npos) << listed->dump();
+  EXPECT_EQ((*engine_->GetJob(Who("admin"), id))["spec"]["env"]["API_KEY"], "s3cret");
+  auto c = engine_->Cancel(Who("carol"), id);
+  EXPECT_EQ(c.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(State(id), "cancelled");
+  EXPECT_TRUE(engine_->Cancel(Who("alice"), id).ok());
 }
 
 TEST_F(EngineTest, AuthorizationMatrix) {

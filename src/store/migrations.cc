@@ -47,15 +47,19 @@ const std::vector<Migration>& Migrations() {
        "CREATE TABLE leadership (id INTEGER PRIMARY KEY CHECK (id = 1), epoch BIGINT NOT NULL,"
        "  holder TEXT NOT NULL, since_ms BIGINT NOT NULL);"
        "INSERT INTO leadership (id, epoch, holder, since_ms) VALUES (1, 0, '', 0);"},
-      {4, "partial indexes: live jobs (loaded at start), ended jobs by age (retention)",
-       "CREATE INDEX jobs_live ON jobs (submit_ms, id)"
-       "  WHERE state NOT IN ('succeeded', 'failed', 'cancelled', 'lost');"
-       "CREATE INDEX jobs_ended ON jobs (update_ms)"
-       "  WHERE state IN ('succeeded', 'failed', 'cancelled', 'lost');",
-       "CREATE INDEX jobs_live ON jobs (submit_ms, id)"
-       "  WHERE state NOT IN ('succeeded', 'failed', 'cancelled', 'lost');"
-       "CREATE INDEX jobs_ended ON jobs (update_ms)"
-       "  WHERE state IN ('succeeded', 'failed', 'cancelled', 'lost');"},
+      {4, "jobs.ended_ms (0 while live) and partial indexes on it: live jobs (loaded at start), "
+          "ended jobs by age (retention); the state column stays unindexed, so progress updates "
+          "touch no index",
+       "ALTER TABLE jobs ADD COLUMN ended_ms INTEGER NOT NULL DEFAULT 0;"
+       "UPDATE jobs SET ended_ms = MAX(update_ms, 1)"
+       "  WHERE state IN ('succeeded', 'failed', 'cancelled', 'lost');"
+       "CREATE INDEX jobs_live ON jobs (submit_ms, id) WHERE ended_ms = 0;"
+       "CREATE INDEX jobs_ended ON jobs (ended_ms) WHERE ended_ms > 0;",
+       "ALTER TABLE jobs ADD COLUMN ended_ms BIGINT NOT NULL DEFAULT 0;"
+       "UPDATE jobs SET ended_ms = GREATEST(update_ms, 1)"
+       "  WHERE state IN ('succeeded', 'failed', 'cancelled', 'lost');"
+       "CREATE INDEX jobs_live ON jobs (submit_ms, id) WHERE ended_ms = 0;"
+       "CREATE INDEX jobs_ended ON jobs (ended_ms) WHERE ended_ms > 0;"},
   };
   return kSteps;
 }

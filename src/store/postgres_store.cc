@@ -106,13 +106,18 @@ class PostgresStore final : public Store {
       for (const auto& j : jobs) {
         const std::string exit_text = j.exit_code ? std::to_string(*j.exit_code) : std::string();
         const char* exit_code = j.exit_code ? exit_text.c_str() : nullptr;
+        const bool ended = EndedState(j.state);
+        const int64_t ended_ms = ended ? std::max<int64_t>(j.update_ms, 1) : 0;
         if (j.spec.empty()) {
-          auto r = w.exec_prepared("update_job", j.id, j.state, j.placement, j.update_ms, exit_code,
-                                   j.reason);
+          // ended_ms is set once, when the job ends: progress updates change no indexed column.
+          auto r = ended ? w.exec_prepared("end_job", j.id, j.state, j.placement, j.update_ms, exit_code,
+                                           j.reason, ended_ms)
+                         : w.exec_prepared("update_job", j.id, j.state, j.placement, j.update_ms, exit_code,
+                                           j.reason);
           if (r.affected_rows() != 1) return UnknownJobUpdate(j.id);  // the transaction rolls back
         } else {
           w.exec_prepared0("upsert_job", j.id, j.queue, j.identity, j.group, j.state, j.spec,
-                           j.placement, j.submit_ms, j.update_ms, exit_code, j.reason);
+                           j.placement, j.submit_ms, j.update_ms, exit_code, j.reason, ended_ms);
         }
       }
       w.commit();
@@ -180,9 +185,7 @@ class PostgresStore final : public Store {
     Status s = Guard("pruning", [&]() -> Status {
       pqxx::work w(*conn_);
       if (Status f = CheckFence(w); !f.ok()) return f;
-      rows += w.exec_params("DELETE FROM jobs WHERE state IN ('succeeded', 'failed', 'cancelled', 'lost') "
-                            "AND update_ms < $1",
-                            before_ms)
+      rows += w.exec_params("DELETE FROM jobs WHERE ended_ms > 0 AND ended_ms < $1", before_ms)
                   .affected_rows();
       rows += w.exec_params("DELETE FROM events WHERE seq < COALESCE((SELECT MIN(seq) FROM events WHERE "
                             "time_ms >= $1), (SELECT MAX(seq) + 1 FROM events), 0)",
@@ -420,22 +423,24 @@ class PostgresStore final : public Store {
                                        ") VALUES ($1, $2, $3, $4, $5, $6, $7)");
     conn_->prepare("upsert_job",
                    std::string("INSERT INTO jobs (") + kJobColumns +
-                       ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) "
+                       ", ended_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) "
                        "ON CONFLICT (id) DO UPDATE SET queue = excluded.queue, "
                        "identity = excluded.identity, group_name = excluded.group_name, "
                        "state = excluded.state, spec = excluded.spec, "
                        "placement = excluded.placement, submit_ms = excluded.submit_ms, "
                        "update_ms = excluded.update_ms, exit_code = excluded.exit_code, "
-                       "reason = excluded.reason");
+                       "reason = excluded.reason, ended_ms = excluded.ended_ms");
     conn_->prepare("update_job",
                    "UPDATE jobs SET state = $2, placement = $3, update_ms = $4, exit_code = $5, "
                    "reason = $6 WHERE id = $1");
+    conn_->prepare("end_job",
+                   "UPDATE jobs SET state = $2, placement = $3, update_ms = $4, exit_code = $5, "
+                   "reason = $6, ended_ms = $7 WHERE id = $1");
     conn_->prepare("load_jobs",
                    std::string("SELECT ") + kJobColumns + " FROM jobs ORDER BY submit_ms, id");
     conn_->prepare("get_job", std::string("SELECT ") + kJobColumns + " FROM jobs WHERE id = $1");
     conn_->prepare("load_live_jobs", std::string("SELECT ") + kJobColumns +
-                                         " FROM jobs WHERE state NOT IN ('succeeded', 'failed', 'cancelled', "
-                                         "'lost') ORDER BY submit_ms, id");
+                                         " FROM jobs WHERE ended_ms = 0 ORDER BY submit_ms, id");
     conn_->prepare("list_jobs", std::string("SELECT ") + kJobColumns +
                                     " FROM jobs WHERE ($1 = '' OR state = $1) ORDER BY submit_ms DESC, id DESC "
                                     "LIMIT $2");

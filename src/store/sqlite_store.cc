@@ -22,7 +22,6 @@ namespace tessera::store::internal {
 namespace {
 
 constexpr int kBusyTimeoutMs = 5000;
-constexpr const char* kEndedStates = "('succeeded', 'failed', 'cancelled', 'lost')";
 
 const char* kEventColumns = "seq, time_ms, actor, kind, subject, reason, data";
 const char* kJobColumns =
@@ -120,8 +119,7 @@ class SqliteStore final : public Store {
 
   Result<std::vector<JobRecord>> LoadLiveJobs() override {
     std::lock_guard<std::mutex> lock(mu_);
-    auto st = Prepare(std::string("SELECT ") + kJobColumns + " FROM jobs WHERE state NOT IN " +
-                      kEndedStates + " ORDER BY submit_ms, id");
+    auto st = Prepare(std::string("SELECT ") + kJobColumns + " FROM jobs WHERE ended_ms = 0 ORDER BY submit_ms, id");
     if (!st.ok()) return st.status();
     Stmt q(*st);
     std::vector<JobRecord> out;
@@ -161,8 +159,7 @@ class SqliteStore final : public Store {
     int64_t rows = 0;
     Status s = CheckFenceLocked();
     // Events by seq: the log's prefix older than the cut (seq order is time order, near enough).
-    for (const char* sql : {"DELETE FROM jobs WHERE state IN ('succeeded', 'failed', 'cancelled', 'lost') "
-                            "AND update_ms < ?1",
+    for (const char* sql : {"DELETE FROM jobs WHERE ended_ms > 0 AND ended_ms < ?1",
                             "DELETE FROM events WHERE seq < COALESCE((SELECT MIN(seq) FROM events WHERE time_ms >= ?1), "
                             "(SELECT MAX(seq) + 1 FROM events), 0)"}) {
       if (!s.ok()) break;
@@ -416,13 +413,13 @@ class SqliteStore final : public Store {
   // A new job, or one whose spec is rewritten.
   Status InsertJobLocked(const JobRecord& j) {
     auto st = Prepare(std::string("INSERT INTO jobs (") + kJobColumns +
-                      ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) "
+                      ", ended_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) "
                       "ON CONFLICT (id) DO UPDATE SET queue = excluded.queue, "
                       "identity = excluded.identity, group_name = excluded.group_name, "
                       "state = excluded.state, spec = excluded.spec, "
                       "placement = excluded.placement, submit_ms = excluded.submit_ms, "
                       "update_ms = excluded.update_ms, exit_code = excluded.exit_code, "
-                      "reason = excluded.reason");
+                      "reason = excluded.reason, ended_ms = excluded.ended_ms");
     if (!st.ok()) return st.status();
     Stmt q(*st);
     q.Bind(1, j.id);
@@ -436,6 +433,7 @@ class SqliteStore final : public Store {
     q.Bind(9, j.update_ms);
     BindExitCode(q, 10, j);
     q.Bind(11, j.reason);
+    q.Bind(12, EndedState(j.state) ? std::max<int64_t>(j.update_ms, 1) : int64_t{0});
     if (q.Step() != SQLITE_DONE) return Error("writing job " + j.id);
     return Status::Ok();
   }
@@ -443,9 +441,13 @@ class SqliteStore final : public Store {
   // A stored job's progress: only the columns that change after submission, so that the submit
   // time index is left alone.
   Status UpdateJobLocked(const JobRecord& j) {
-    auto st = Prepare(
-        "UPDATE jobs SET state = ?2, placement = ?3, update_ms = ?4, exit_code = ?5, reason = ?6 "
-        "WHERE id = ?1");
+    // ended_ms is set once, when the job ends; progress updates leave it (and so every index)
+    // alone.
+    const bool ended = EndedState(j.state);
+    auto st = Prepare(ended ? "UPDATE jobs SET state = ?2, placement = ?3, update_ms = ?4, exit_code = ?5, "
+                              "reason = ?6, ended_ms = ?7 WHERE id = ?1"
+                            : "UPDATE jobs SET state = ?2, placement = ?3, update_ms = ?4, exit_code = ?5, "
+                              "reason = ?6 WHERE id = ?1");
     if (!st.ok()) return st.status();
     Stmt q(*st);
     q.Bind(1, j.id);
@@ -454,6 +456,7 @@ class SqliteStore final : public Store {
     q.Bind(4, j.update_ms);
     BindExitCode(q, 5, j);
     q.Bind(6, j.reason);
+    if (ended) q.Bind(7, std::max<int64_t>(j.update_ms, 1));
     if (q.Step() != SQLITE_DONE) return Error("updating job " + j.id);
     if (sqlite3_changes(db_) != 1) return UnknownJobUpdate(j.id);
     return Status::Ok();

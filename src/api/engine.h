@@ -11,6 +11,7 @@
 // PBS), job output and the views. It is split by job over several files:
 //
 //   engine.cc         open, reload from the store, the cycle and its decisions, invariants
+//   commit_pipeline.cc  queueing changes, the writer thread, failed writes, evicting ended jobs
 //   submit.cc         request validation, submissions through the commit pipeline; cancel
 //   agent_gateway.cc  node registration, heartbeats (start/stop orders, exits), node loss, output
 //   backend_pass.cc   external backends: submit, follow, cancel, reconcile after a restart

@@ -21,5 +21,6 @@ void RegisterPartitionCommands(CLI::App& app, CommandContext& ctx);
 void RegisterSimCommands(CLI::App& app, CommandContext& ctx);
 void RegisterBenchCommands(CLI::App& app, CommandContext& ctx);
 void RegisterEngineCommands(CLI::App& app, CommandContext& ctx);
+void RegisterUserCommands(CLI::App& app, CommandContext& ctx);  // cmd_client.cc
 
 }  // namespace tessera::cli

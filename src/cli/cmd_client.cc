@@ -1,0 +1,392 @@
+// The user commands that talk to a server: submit, jobs, job, cancel, queues, groups, nodes,
+// events, whoami (TESSERA_URL may list several servers: cli/client.h).
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "cli/client.h"
+#include "cli/commands.h"
+#include "cli/table.h"
+#include "model/quantity.h"
+
+namespace tessera::cli {
+namespace {
+
+using Json = nlohmann::json;
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// ---- user commands ----
+
+struct ClientOptions {
+  std::string url;
+  std::string token;
+  bool json = false;
+};
+
+void AddClientFlags(CLI::App* cmd, ClientOptions* o) {
+  cmd->add_option("--url", o->url, "server URL (default: $TESSERA_URL)");
+  cmd->add_option("--token", o->token, "bearer token (default: $TESSERA_TOKEN)");
+  cmd->add_flag("--json", o->json, "print JSON for scripts");
+}
+
+bool Resolve(ClientOptions* o) {
+  if (o->url.empty() && std::getenv("TESSERA_URL")) o->url = std::getenv("TESSERA_URL");
+  if (o->token.empty() && std::getenv("TESSERA_TOKEN")) o->token = std::getenv("TESSERA_TOKEN");
+  if (o->url.empty()) {
+    std::cerr << "tessera: no server: set TESSERA_URL or pass --url\n";
+    return false;
+  }
+  if (o->token.empty()) {
+    std::cerr << "tessera: no token: set TESSERA_TOKEN or pass --token\n";
+    return false;
+  }
+  return true;
+}
+
+// Calls the server; prints errors; returns the parsed body or a discarded JSON.
+Json Call(const ClientOptions& o, const std::string& method, const std::string& path, int* exit_code,
+          const std::string& body = "") {
+  ClientReply r = HttpCall(o.url, o.token, method, path, body);
+  if (r.status == 0 || r.status >= 400) {
+    std::cerr << "tessera: " << r.error << (r.status ? " (HTTP " + std::to_string(r.status) + ")" : "") << "\n";
+    *exit_code = r.status >= 400 && r.status < 500 ? kExitBadInput : 1;
+    return Json(Json::value_t::discarded);
+  }
+  Json j = Json::parse(r.body, nullptr, false);
+  if (j.is_discarded()) j = r.body;
+  return j;
+}
+
+std::string Age(int64_t since_ms) {
+  int64_t s = (NowMs() - since_ms) / 1000;
+  if (s < 120) return std::to_string(s) + "s";
+  if (s < 7200) return std::to_string(s / 60) + "m";
+  return std::to_string(s / 3600) + "h";
+}
+
+
+// "gpu-0:1" or "gpu-0:0[1g.10gb@6]", gang parts joined by "+".
+std::string Placement(const Json& j) {
+  if (!j.contains("placement")) return "-";
+  const Json& p = j["placement"];
+  std::string out, node;
+  for (const auto& d : p["devices"]) {
+    const std::string n = d.value("node", p["node"].get<std::string>());
+    if (n != node) out += (out.empty() ? "" : "+") + n + ":";
+    else out += ",";
+    node = n;
+    out += std::to_string(d["index"].get<int>());
+    if (d.contains("partition")) out += "[" + d["partition"].get<std::string>() + "]";
+  }
+  return out.empty() ? p["node"].get<std::string>() : out;
+}
+
+std::vector<std::string> JobRow(const Json& j) {
+  const Json& s = j["spec"];
+  const std::string form = j.contains("placement") ? j["placement"].value("form", "") : s.value("form", "");
+  const int gpus = s.value("gpus", 0);
+  const MiB mem = s.value("gpu_memory_mib", int64_t{0});
+  std::string need = gpus == 0               ? "cpu"
+                     : form == "share"       ? "share " + FormatMiB(mem)
+                     : form == "partition"   ? "partition " + FormatMiB(mem)
+                     : form == "whole"       ? std::to_string(gpus) + " whole"
+                                             : std::to_string(gpus) + " gpu" + (mem > 0 ? " " + FormatMiB(mem) : "");
+  return {j["id"], j["state"], j["queue"], j["group"], need, Placement(j), Age(j["submit_ms"].get<int64_t>()),
+          j.value("reason", "")};
+}
+
+// The cap library next to this binary: in a build tree (build/src/cli/tessera ->
+// build/src/capgpu/libtessera_capgpu.so) or where the package installs it (/usr/bin/tessera ->
+// /usr/lib/tessera/libtessera_capgpu.so); "" when it is in neither place.
+struct SubmitOptions {
+  ClientOptions client;
+  std::string queue;
+  std::string gpu_memory;
+  std::string cpu;
+  std::string memory;
+  std::string job_class;
+  std::string form;
+  std::string name;
+  int gpus = -1;
+  std::string walltime;
+  std::string gpu_fraction;
+  std::vector<std::string> env;
+  std::vector<std::string> command;
+};
+
+// The POST /v1/jobs body; false (after printing why) on a malformed --env.
+bool SubmitBody(const SubmitOptions& s, Json* body) {
+  *body = {{"queue", s.queue}, {"command", s.command}};
+  if (s.gpus >= 0) (*body)["gpus"] = s.gpus;
+  if (!s.gpu_memory.empty()) (*body)["gpu_memory"] = s.gpu_memory;
+  if (!s.cpu.empty()) (*body)["cpu"] = s.cpu;
+  if (!s.memory.empty()) (*body)["memory"] = s.memory;
+  if (!s.job_class.empty()) (*body)["class"] = s.job_class;
+  if (!s.form.empty()) (*body)["form"] = s.form;
+  if (!s.gpu_fraction.empty()) (*body)["gpu_fraction"] = s.gpu_fraction;
+  if (!s.walltime.empty()) (*body)["walltime"] = s.walltime;
+  if (!s.name.empty()) (*body)["name"] = s.name;
+  if (!s.env.empty()) {
+    Json e = Json::object();
+    for (const auto& kv : s.env) {
+      size_t eq = kv.find('=');
+      if (eq == std::string::npos || eq == 0) {
+        std::cerr << "tessera submit: --env wants NAME=VALUE, got '" << kv << "'\n";
+        return false;
+      }
+      e[kv.substr(0, eq)] = kv.substr(eq + 1);
+    }
+    (*body)["env"] = e;
+  }
+  return true;
+}
+
+void Submit(const SubmitOptions& s, int* exit_code) {
+  ClientOptions co = s.client;
+  if (!Resolve(&co)) {
+    *exit_code = kExitBadInput;
+    return;
+  }
+  Json body;
+  if (!SubmitBody(s, &body)) {
+    *exit_code = kExitBadInput;
+    return;
+  }
+  Json j = Call(co, "POST", "/v1/jobs", exit_code, body.dump());
+  if (j.is_discarded()) return;
+  if (co.json) {
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::cout << j["id"].get<std::string>() << " " << j["state"].get<std::string>() << "\n";
+  }
+}
+
+void RegisterSubmitCommand(CLI::App& app, CommandContext& ctx) {
+  auto* cmd = app.add_subcommand("submit", "Submit a job: tessera submit --queue Q [needs] -- COMMAND...");
+  auto o = std::make_shared<SubmitOptions>();
+  AddClientFlags(cmd, &o->client);
+  cmd->add_option("--queue", o->queue, "execution queue")->required();
+  cmd->add_option("--gpus", o->gpus, "number of GPUs");
+  cmd->add_option("--gpu-memory", o->gpu_memory, "GPU memory, e.g. 8GiB (a share's cap)");
+  cmd->add_option("--cpu", o->cpu, "CPU cores, e.g. 2 or 500m");
+  cmd->add_option("--memory", o->memory, "host memory, e.g. 4GiB");
+  cmd->add_option("--class", o->job_class, "training, inference, interactive, ci, batch");
+  cmd->add_option("--gpu-fraction", o->gpu_fraction, "compute share of one GPU, e.g. 0.25");
+  cmd->add_option("--form", o->form, "whole, partition or share (if the queue's policy allows it)");
+  cmd->add_option("--walltime", o->walltime, "declared run time, e.g. 2h (lets it backfill)");
+  cmd->add_option("--name", o->name, "a name for people");
+  cmd->add_option("--env", o->env, "NAME=VALUE for the job's environment (repeatable)");
+  cmd->add_option("command", o->command, "the command after --")->required();
+  cmd->callback([o, &ctx] { Submit(*o, &ctx.exit_code); });
+}
+
+// ---- jobs / job / cancel / queues / groups / nodes / whoami ----
+
+void ListJobs(const ClientOptions& co, const std::string& state, int* exit_code) {
+  Json j = Call(co, "GET", "/v1/jobs" + (state.empty() ? "" : "?state=" + state), exit_code);
+  if (j.is_discarded()) return;
+  if (co.json) return void(std::cout << j.dump(2) << "\n");
+  std::vector<std::vector<std::string>> rows = {
+      {"ID", "STATE", "QUEUE", "GROUP", "NEEDS", "PLACEMENT", "AGE", "REASON"}};
+  for (const auto& job : j["jobs"]) rows.push_back(JobRow(job));
+  PrintTable(rows);
+}
+
+void ShowJob(const ClientOptions& co, const std::string& id, int* exit_code) {
+  Json j = Call(co, "GET", "/v1/jobs/" + id, exit_code);
+  if (j.is_discarded()) return;
+  if (co.json) return void(std::cout << j.dump(2) << "\n");
+  PrintTable({{"ID", "STATE", "QUEUE", "GROUP", "NEEDS", "PLACEMENT", "AGE", "REASON"}, JobRow(j)});
+  if (j.contains("exit_code")) std::cout << "exit code: " << j["exit_code"] << "\n";
+  ClientReply out = HttpCall(co.url, co.token, "GET", "/v1/jobs/" + id + "/output");
+  if (out.status == 200 && !out.body.empty()) std::cout << "--- output ---\n" << out.body;
+}
+
+void CancelJob(const ClientOptions& co, const std::string& id, int* exit_code) {
+  Json j = Call(co, "POST", "/v1/jobs/" + id + "/cancel", exit_code);
+  if (j.is_discarded()) return;
+  if (co.json) return void(std::cout << j.dump(2) << "\n");
+  std::cout << j["id"].get<std::string>() << " " << j["state"].get<std::string>() << "\n";
+}
+
+void ListQueues(const ClientOptions& co, const std::string&, int* exit_code) {
+  Json j = Call(co, "GET", "/v1/queues", exit_code);
+  if (j.is_discarded()) return;
+  if (co.json) return void(std::cout << j.dump(2) << "\n");
+  std::vector<std::vector<std::string>> rows = {{"QUEUE", "PRIORITY", "CLASS", "FORMS", "GROUPS", "PREEMPTIBLE"}};
+  for (const auto& q : j["queues"]) {
+    std::string forms, groups;
+    for (const auto& f : q["forms"]) forms += (forms.empty() ? "" : ",") + f.get<std::string>();
+    for (const auto& g : q["groups"]) groups += (groups.empty() ? "" : ",") + g.get<std::string>();
+    rows.push_back({q["name"], std::to_string(q["priority"].get<int>()), q["class"], forms, groups,
+                    q["preemptible"].get<bool>() ? "yes" : "no"});
+  }
+  PrintTable(rows);
+}
+
+void ListGroups(const ClientOptions& co, const std::string&, int* exit_code) {
+  Json j = Call(co, "GET", "/v1/groups", exit_code);
+  if (j.is_discarded()) return;
+  if (co.json) return void(std::cout << j.dump(2) << "\n");
+  std::vector<std::vector<std::string>> rows = {{"GROUP", "GPU USED", "RESERVED", "LIMIT", "CPU USED", "CPU LIMIT"}};
+  for (const auto& g : j["groups"]) {
+    auto lim = [](int64_t v) { return v == 0 ? std::string("-") : FormatMilli(v); };
+    rows.push_back({g["name"], FormatMilli(g["usage"]["gpu_milli"]), FormatMilli(g["reservation"]["gpu_milli"]),
+                    lim(g["limit"]["gpu_milli"]), FormatMilli(g["usage"]["cpu_milli"]), lim(g["limit"]["cpu_milli"])});
+  }
+  PrintTable(rows);
+}
+
+// "job(form[ partition][,identity])" per holder, space-separated.
+std::string DeviceHolders(const Json& d) {
+  std::string holders;
+  for (const auto& h : d["holders"]) {
+    holders += (holders.empty() ? "" : " ") + h["job"].get<std::string>() + "(" + h["form"].get<std::string>() +
+               (h.contains("partition") ? " " + h["partition"].get<std::string>() : "") +
+               (h.contains("identity") ? "," + h["identity"].get<std::string>() : "") + ")";
+  }
+  return holders;
+}
+
+// The partition layout: MIG instances (free ones too), the AMD mode, or "whole".
+std::string DeviceLayout(const Json& d) {
+  std::string layout;
+  for (const auto& p : d.value("partitions", Json::array())) {
+    layout += (layout.empty() ? "" : ",") + p["name"].get<std::string>();
+  }
+  if (layout.empty()) layout = d.value("mig", false) ? "MIG (empty)" : d.value("amd_mode", "");
+  if (layout.empty()) layout = "-";
+  if (d.value("draining", false)) layout += " draining";
+  return layout;
+}
+
+void ListNodes(const ClientOptions& co, const std::string&, int* exit_code) {
+  Json j = Call(co, "GET", "/v1/nodes", exit_code);
+  if (j.is_discarded()) return;
+  if (co.json) return void(std::cout << j.dump(2) << "\n");
+  std::vector<std::vector<std::string>> rows = {
+      {"NODE", "STATE", "DEVICE", "MODEL", "LAYOUT", "USED", "MEMORY USED", "HOLDERS"}};
+  for (const auto& n : j["nodes"]) {
+    std::string state = n["state"].get<std::string>() + (n["simulated"].get<bool>() ? " (simulated)" : "");
+    if (n["devices"].empty()) rows.push_back({n["name"], state, "-", "-", "-", "-", "-", "-"});
+    for (const auto& d : n["devices"]) {
+      std::string holders = DeviceHolders(d);
+      std::string layout = DeviceLayout(d);
+      rows.push_back({n["name"], state, std::to_string(d["index"].get<int>()),
+                      d["model"].get<std::string>() + (d["simulated"].get<bool>() ? "*" : ""), layout,
+                      FormatMilli(d["gpu_milli_used"]),
+                      FormatMiB(d["gpu_memory_mib_used"]) + "/" + FormatMiB(d["memory_mib"]),
+                      holders.empty() ? "-" : holders});
+    }
+  }
+  PrintTable(rows);
+}
+
+void WhoAmI(const ClientOptions& co, const std::string&, int* exit_code) {
+  Json j = Call(co, "GET", "/v1/whoami", exit_code);
+  if (j.is_discarded()) return;
+  std::cout << (co.json ? j.dump(2) : j["name"].get<std::string>() + " (" + j["role"].get<std::string>() + ")") << "\n";
+}
+
+using ClientRun = void (*)(const ClientOptions& co, const std::string& arg, int* exit_code);
+
+// A client command with at most one string argument, which `add_arg` declares.
+void RegisterClientCommand(CLI::App& app, CommandContext& ctx, const char* name, const char* help,
+                           void (*add_arg)(CLI::App*, std::string*), ClientRun run) {
+  auto* cmd = app.add_subcommand(name, help);
+  auto o = std::make_shared<ClientOptions>();
+  AddClientFlags(cmd, o.get());
+  auto arg = std::make_shared<std::string>();
+  add_arg(cmd, arg.get());
+  cmd->callback([o, arg, &ctx, run] {
+    ClientOptions co = *o;
+    if (!Resolve(&co)) {
+      ctx.exit_code = kExitBadInput;
+      return;
+    }
+    run(co, *arg, &ctx.exit_code);
+  });
+}
+
+void RegisterClientCommands(CLI::App& app, CommandContext& ctx) {
+  auto no_arg = [](CLI::App*, std::string*) {};
+  auto id_arg = [](CLI::App* c, std::string* a) { c->add_option("id", *a)->required(); };
+  RegisterClientCommand(app, ctx, "jobs", "List jobs (of your groups)", [](CLI::App* c, std::string* a) {
+    c->add_option("--state", *a, "only jobs in this state");
+  }, ListJobs);
+  RegisterClientCommand(app, ctx, "job", "Show one job and its output", id_arg, ShowJob);
+  RegisterClientCommand(app, ctx, "cancel", "Cancel a job", id_arg, CancelJob);
+  RegisterClientCommand(app, ctx, "queues", "List the queues you may use", no_arg, ListQueues);
+  RegisterClientCommand(app, ctx, "groups", "Groups with reservation, limit and usage", no_arg, ListGroups);
+  RegisterClientCommand(app, ctx, "nodes", "Nodes, devices, and who holds them", no_arg, ListNodes);
+  RegisterClientCommand(app, ctx, "whoami", "Who the token belongs to", no_arg, WhoAmI);
+}
+
+// ---- events ----
+
+struct EventsOptions {
+  ClientOptions client;
+  bool follow = false;
+  std::string kind;
+  int64_t after = 0;
+};
+
+void PrintEvent(const Json& e, bool json) {
+  if (json) {
+    std::cout << e.dump() << "\n";
+  } else {
+    std::cout << e["seq"] << "  " << e["kind"].get<std::string>() << "  " << e["subject"].get<std::string>()
+              << "  by " << e["actor"].get<std::string>()
+              << (e["reason"].get<std::string>().empty() ? "" : "  (" + e["reason"].get<std::string>() + ")") << "\n";
+  }
+}
+
+void Events(const EventsOptions& o, int* exit_code) {
+  ClientOptions co = o.client;
+  if (!Resolve(&co)) {
+    *exit_code = kExitBadInput;
+    return;
+  }
+  int64_t cursor = o.after;
+  do {
+    Json j = Call(co, "GET", "/v1/events?after=" + std::to_string(cursor) + "&limit=500" +
+                                 (o.kind.empty() ? "" : "&kind=" + o.kind),
+                  exit_code);
+    if (j.is_discarded()) return;
+    for (const auto& e : j["events"]) PrintEvent(e, co.json);
+    std::cout.flush();
+    bool more = j["next"].get<int64_t>() > cursor;
+    cursor = j["next"].get<int64_t>();
+    if (!o.follow && !more) break;
+    if (!more) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  } while (true);
+}
+
+void RegisterEventsCommand(CLI::App& app, CommandContext& ctx) {
+  auto* cmd = app.add_subcommand("events", "The event log (--follow to keep watching)");
+  auto o = std::make_shared<EventsOptions>();
+  AddClientFlags(cmd, &o->client);
+  cmd->add_flag("--follow,-f", o->follow, "keep printing new events");
+  cmd->add_option("--kind", o->kind, "only events whose kind starts with this (e.g. job.)");
+  cmd->add_option("--after", o->after, "only events after this sequence number");
+  cmd->callback([o, &ctx] { Events(*o, &ctx.exit_code); });
+}
+
+}  // namespace
+
+void RegisterUserCommands(CLI::App& app, CommandContext& ctx) {
+  RegisterSubmitCommand(app, ctx);
+  RegisterClientCommands(app, ctx);
+  RegisterEventsCommand(app, ctx);
+}
+
+}  // namespace tessera::cli

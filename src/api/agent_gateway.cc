@@ -67,15 +67,27 @@ Result<Json> Engine::RegisterNode(const Identity& who, const Json& body) {
     }
   }
   const quota::NodeSpec spec = SpecOf(n);
+  Json inv = body;
+  inv["node"] = n.name;
+  inv["pool"] = n.pool;
+  // Registrations one at a time (the store's inventory and memory's in the same order), and the
+  // inventory's fsync outside the engine's mutex: the scheduler checks the inventory first
+  // (one it cannot hold is refused and never saved), keeps the node down while it is written,
+  // and takes it up once durable, so nothing is placed on an inventory a restart would not find.
+  std::unique_lock<std::mutex> registering(register_mu_);
   std::unique_lock<std::mutex> lock(mu_);
   if (!broken_.ok()) return broken_;
   auto added = qe_->AddNode(spec, NowS());
   if (!added.ok()) return Status::InvalidArgument("node '" + n.name + "': " + added.status().message());
-  n.last_heartbeat_ms = clock_();
-  Json inv = body;
-  inv["node"] = n.name;
-  inv["pool"] = n.pool;
+  qe_->SetNodeDown(n.name, true);
+  lock.unlock();
   Status st = store_->PutSetting("node/" + n.name, inv.dump());
+  lock.lock();
+  if (!st.ok()) return ReloadLocked(st);
+  // Up (AddNode of the same inventory brings a down node back; after a reload meanwhile, adds it).
+  added = qe_->AddNode(spec, NowS());
+  if (!added.ok()) return ReloadLocked(Status::Internal("node '" + n.name + "': " + added.status().message()));
+  n.last_heartbeat_ms = clock_();
   auto old = nodes_.find(n.name);
   Batch b;
   b.Add(MakeEvent(who.name, "node.registered", n.name, "", {{"devices", n.devices.size()}, {"simulated", n.simulated}}),
@@ -85,7 +97,6 @@ Result<Json> Engine::RegisterNode(const Identity& who, const Json& body) {
   }
   nodes_[n.name] = n;
   cycle_wanted_ = true;
-  if (!st.ok()) return ReloadLocked(st);
   // What the agent runs now is the truth: a job the control plane believed started there that
   // the (restarted) agent does not run is over there, at once rather than at a heartbeat timeout.
   // (An agent that does not say what it runs is not reconciled.)

@@ -352,6 +352,7 @@ class Engine {
   bool stop_writer_ = false;
   std::thread writer_;
   std::map<std::string, std::unique_ptr<backends::Backend>> backends_;  // by name
+  std::mutex register_mu_;  // orders node registrations (held without mu_ while one is written)
   std::mutex backend_mu_;   // serializes backend passes (held without mu_ while commands run)
   int64_t last_poll_ms_ = 0;
   bool reconciled_ = false;

@@ -1,6 +1,7 @@
 // Consistency under failing commits: the store fails commits at random (either before writing,
-// or after writing with the acknowledgement lost), while submissions, cancels, cycles and agent
-// heartbeats (starts, exits, preempted jobs stopping) go on. After every step, what the engine
+// or after writing with the acknowledgement lost) and inventory writes, while submissions,
+// cancels, cycles, agent heartbeats (starts, exits, preempted jobs stopping) and agents
+// registering again go on. After every step, what the engine
 // holds in memory equals what a second engine loads from the same store: nothing in memory
 // changed without its commit, and nothing committed was forgotten.
 #include <gtest/gtest.h>
@@ -54,7 +55,16 @@ class FaultyStore : public store::Store {
     return inner_->ListEvents(after, limit, f);
   }
   Result<int64_t> LastSeq() override { return inner_->LastSeq(); }
-  Status PutSetting(const std::string& k, const std::string& v) override { return inner_->PutSetting(k, v); }
+  Status PutSetting(const std::string& k, const std::string& v) override {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (static_cast<int>(rng_() % 1000) < per_mille_) {
+        ++failures_;
+        return Status::Internal("disk full (injected, writing a setting)");
+      }
+    }
+    return inner_->PutSetting(k, v);
+  }
   Result<std::optional<std::string>> GetSetting(const std::string& k) override { return inner_->GetSetting(k); }
   Result<std::vector<std::pair<std::string, std::string>>> ListSettings(const std::string& p) override {
     return inner_->ListSettings(p);
@@ -111,14 +121,25 @@ class CommitFaultTest : public ::testing::TestWithParam<uint32_t> {
     std::filesystem::remove_all(dir_);
   }
 
-  void Register(const std::string& node, const std::string& model, int count, MiB memory) {
+  Json Inventory(const std::string& node) {
+    const bool a100 = node == "a100";
     Json devs = Json::array();
-    for (int i = 0; i < count; ++i) {
-      devs.push_back({{"index", i}, {"model", model}, {"memory_mib", memory}, {"uuid", node + "-" + std::to_string(i)}});
+    for (int i = 0; i < (a100 ? 2 : 4); ++i) {
+      devs.push_back({{"index", i}, {"model", a100 ? "A100-80GB" : "H100-80GB"}, {"memory_mib", 81920},
+                      {"uuid", node + "-" + std::to_string(i)}});
     }
-    auto r = engine_->RegisterNode(admin(), {{"node", node}, {"cpu_milli", 64000}, {"memory_mib", 1 << 20},
-                                             {"devices", devs}});
+    return {{"node", node}, {"cpu_milli", 64000}, {"memory_mib", 1 << 20}, {"devices", devs}};
+  }
+  void Register(const std::string& node) {
+    auto r = engine_->RegisterNode(admin(), Inventory(node));
     ASSERT_TRUE(r.ok()) << r.status().ToString();
+  }
+  // An agent that restarts registers again, saying what it still runs.
+  Status Reregister(const std::string& node) {
+    Json inv = Inventory(node);
+    inv["running"] = Json::array();
+    for (const auto& [id, stopping] : agents_[node].running) inv["running"].push_back({{"job", id}});
+    return engine_->RegisterNode(admin(), inv).status();
   }
 
   // One heartbeat of `node`'s in-process agent: it reports what it runs and what ended, and
@@ -203,8 +224,8 @@ class CommitFaultTest : public ::testing::TestWithParam<uint32_t> {
 };
 
 TEST_P(CommitFaultTest, MemoryAlwaysEqualsWhatTheStoreReloads) {
-  Register("a100", "A100-80GB", 2, 81920);
-  Register("h100", "H100-80GB", 4, 81920);
+  Register("a100");
+  Register("h100");
   store_->set_failure_per_mille(150);
   std::mt19937 rng(GetParam());
   const std::vector<std::string> queues = {"batch", "batch", "train", "serve", "nb"};
@@ -236,8 +257,14 @@ TEST_P(CommitFaultTest, MemoryAlwaysEqualsWhatTheStoreReloads) {
         }
         break;
       case 3:
-        (void)engine_->RunCycle();
-        what = "cycle";
+        if (rng() % 3 == 0) {
+          const std::string node = rng() % 2 ? "a100" : "h100";
+          (void)Reregister(node);
+          what = "registration of " + node;
+        } else {
+          (void)engine_->RunCycle();
+          what = "cycle";
+        }
         break;
       default: {
         const std::string node = rng() % 2 ? "a100" : "h100";

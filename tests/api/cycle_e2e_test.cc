@@ -69,6 +69,9 @@ class CycleE2eTest : public testing::ServeFixture {
     return s;
   }
   void TearDown() override {
+    // SIGTERM first: an agent stops its jobs (each in a session of its own) before it exits; a
+    // SIGKILLed agent would leave them running after the test.
+    for (auto& a : agents_) a->KillOnly(SIGTERM);
     agents_.clear();
     server_.reset();
   }

@@ -62,6 +62,7 @@ class E2eTest : public testing::ServeFixture {
     return j["nodes"][0]["state"];
   }
   void TearDown() override {
+    if (agent_) agent_->KillOnly(SIGTERM);  // the agent stops its jobs (own sessions) first
     agent_.reset();
     server_.reset();
   }

@@ -13,6 +13,7 @@
 #include <set>
 
 #include "api/engine.h"
+#include "forwarding_store.h"
 #include "test_dir.h"
 
 namespace tessera::api {
@@ -20,10 +21,10 @@ namespace {
 
 // A real SQLite store whose commits fail at random: kBefore writes nothing, kAfter writes and
 // then reports a failure (a connection lost after COMMIT: the caller cannot know it landed).
-class FaultyStore : public store::Store {
+class FaultyStore : public tessera::testing::ForwardingStore {
  public:
   enum Fault { kNone, kBefore, kAfter };
-  FaultyStore(std::unique_ptr<store::Store> inner, uint32_t seed) : inner_(std::move(inner)), rng_(seed) {}
+  FaultyStore(std::unique_ptr<store::Store> inner, uint32_t seed) : ForwardingStore(std::move(inner)), rng_(seed) {}
 
   void set_failure_per_mille(int p) {
     std::lock_guard<std::mutex> l(mu_);
@@ -45,16 +46,10 @@ class FaultyStore : public store::Store {
       }
     }
     if (f == kBefore) return Status::Internal("disk full (injected before the write)");
-    Status st = inner_->Commit(events, jobs, seqs);
+    Status st = ForwardingStore::Commit(events, jobs, seqs);
     if (f == kAfter && st.ok()) return Status::Internal("connection lost after COMMIT (injected)");
     return st;
   }
-  Result<std::vector<store::JobRecord>> LoadJobs() override { return inner_->LoadJobs(); }
-  Result<std::optional<store::JobRecord>> GetJob(const std::string& id) override { return inner_->GetJob(id); }
-  Result<std::vector<store::Event>> ListEvents(int64_t after, int limit, const store::EventFilter& f) override {
-    return inner_->ListEvents(after, limit, f);
-  }
-  Result<int64_t> LastSeq() override { return inner_->LastSeq(); }
   Status PutSetting(const std::string& k, const std::string& v) override {
     {
       std::lock_guard<std::mutex> l(mu_);
@@ -63,17 +58,10 @@ class FaultyStore : public store::Store {
         return Status::Internal("disk full (injected, writing a setting)");
       }
     }
-    return inner_->PutSetting(k, v);
+    return ForwardingStore::PutSetting(k, v);
   }
-  Result<std::optional<std::string>> GetSetting(const std::string& k) override { return inner_->GetSetting(k); }
-  Result<std::vector<std::pair<std::string, std::string>>> ListSettings(const std::string& p) override {
-    return inner_->ListSettings(p);
-  }
-  Result<int> SchemaVersion() override { return inner_->SchemaVersion(); }
-  std::string Describe() const override { return inner_->Describe(); }
 
  private:
-  std::unique_ptr<store::Store> inner_;
   std::mutex mu_;
   std::mt19937 rng_;
   int per_mille_ = 0;

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "api/engine.h"
+#include "forwarding_store.h"
 #include "test_dir.h"
 
 namespace tessera::api {
@@ -19,35 +20,21 @@ namespace {
 
 // Forwards to a real store; counts commits, can fail them, can make them slow (so that
 // submissions arriving meanwhile queue up behind one).
-class CountingStore : public store::Store {
+class CountingStore : public tessera::testing::ForwardingStore {
  public:
   CountingStore(std::unique_ptr<store::Store> inner, std::atomic<int>* commits, std::atomic<bool>* fail,
                 std::atomic<int>* delay_ms)
-      : inner_(std::move(inner)), commits_(commits), fail_(fail), delay_ms_(delay_ms) {}
+      : ForwardingStore(std::move(inner)), commits_(commits), fail_(fail), delay_ms_(delay_ms) {}
   Status Commit(const std::vector<store::Event>& events, const std::vector<store::JobRecord>& jobs,
                 std::vector<int64_t>* seqs) override {
     const int n = ++*commits_;
     if (fail_nth_ != nullptr && n == fail_nth_->load()) return Status::Internal("disk full (injected, once)");
     if (delay_ms_->load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms_->load()));
     if (fail_->load()) return Status::Internal("disk full (injected)");
-    return inner_->Commit(events, jobs, seqs);
+    return ForwardingStore::Commit(events, jobs, seqs);
   }
-  Result<std::vector<store::JobRecord>> LoadJobs() override { return inner_->LoadJobs(); }
-  Result<std::optional<store::JobRecord>> GetJob(const std::string& id) override { return inner_->GetJob(id); }
-  Result<std::vector<store::Event>> ListEvents(int64_t after, int limit, const store::EventFilter& f) override {
-    return inner_->ListEvents(after, limit, f);
-  }
-  Result<int64_t> LastSeq() override { return inner_->LastSeq(); }
-  Status PutSetting(const std::string& k, const std::string& v) override { return inner_->PutSetting(k, v); }
-  Result<std::optional<std::string>> GetSetting(const std::string& k) override { return inner_->GetSetting(k); }
-  Result<std::vector<std::pair<std::string, std::string>>> ListSettings(const std::string& p) override {
-    return inner_->ListSettings(p);
-  }
-  Result<int> SchemaVersion() override { return inner_->SchemaVersion(); }
-  std::string Describe() const override { return inner_->Describe(); }
 
  private:
-  std::unique_ptr<store::Store> inner_;
   std::atomic<int>* commits_;
   std::atomic<bool>* fail_;
   std::atomic<int>* delay_ms_;

@@ -122,6 +122,7 @@ void Engine::EvictEndedLocked(int64_t written) {
     if (it->second.handle >= 0 && it->second.handle < static_cast<int>(by_handle_.size())) {
       by_handle_[it->second.handle] = nullptr;
     }
+    if (!it->second.rec.idempotency_key.empty()) idem_.erase(it->second.rec.idempotency_key);
     jobs_.erase(it);
     gone.insert(std::move(id));
   }

@@ -315,6 +315,7 @@ Status Engine::LoadJob(store::JobRecord r) {
   const std::string id = j.rec.id;
   next_job_ = std::max(next_job_, IdNumber(id) + 1);
   order_.push_back(id);
+  if (!j.rec.idempotency_key.empty()) idem_[j.rec.idempotency_key] = id;
   if (Ended(j)) {  // not loaded from the store (LoadLiveJobs), but a caller may pass one
     ended_.push_back(id);
     jobs_[id] = std::move(j);
@@ -371,6 +372,7 @@ const std::vector<std::string>& Engine::NodeJobsLocked(const std::string& node) 
 
 Status Engine::Load() {
   jobs_.clear();
+  idem_.clear();
   order_.clear();
   live_.clear();
   node_jobs_.clear();

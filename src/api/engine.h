@@ -70,7 +70,14 @@ class Engine {
   ~Engine();  // writes what is queued, then stops the writer
 
   // Users.
-  Result<Json> Submit(const Identity& who, const Json& body);
+  // With an `idempotency_key` (the Idempotency-Key header): a key this identity already used
+  // within kIdempotencyWindowMs returns that job, durable, and sets *replayed, instead of
+  // making a second one.
+  Result<Json> Submit(const Identity& who, const Json& body, const std::string& idempotency_key = "",
+                      bool* replayed = nullptr);
+  static constexpr int64_t kIdempotencyWindowMs = int64_t{24} * 3600 * 1000;
+  // Letters, digits and -_.:/+=, 1 to 200 of them (UUIDs and the like).
+  static Status ValidIdempotencyKey(const std::string& key);
   Result<Json> ListJobs(const Identity& who, const std::string& state_filter, int limit);
   Result<Json> GetJob(const Identity& who, const std::string& id);
   Result<Json> Cancel(const Identity& who, const std::string& id);
@@ -293,6 +300,12 @@ class Engine {
   std::mutex mu_;
   std::unique_ptr<quota::QuotaEngine> qe_;
   std::map<std::string, Job> jobs_;          // by id
+  // Scoped idempotency keys ("identity\nkey") of the jobs in memory -> job id. Evicted jobs
+  // are found in the store.
+  std::map<std::string, std::string> idem_;
+  // The job a repeated key names, durable, or nullopt when the key is new.
+  Result<std::optional<Json>> RepeatedLocked(const Identity& who, const std::string& scoped,
+                                             std::unique_lock<std::mutex>& lock);
   std::vector<std::string> order_;           // ids of the jobs in memory, in submit order
   std::deque<std::string> ended_;            // ids of ended jobs in memory, oldest end first
   std::vector<Job*> by_handle_;               // quota handle -> job (jobs_ nodes do not move)

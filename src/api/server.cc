@@ -134,8 +134,9 @@ ApiServer::ApiServer(Engine* engine, ApiServerOptions options)
   s.Route("POST", "/v1/jobs", authed([e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
            auto body = Body(req);
            if (!body.ok()) return ReplyError(res, body.status());
-           auto r = e->Submit(who, *body);
-           if (r.ok()) return Reply(res, 201, *r);
+           bool replayed = false;
+           auto r = e->Submit(who, *body, req.header("idempotency-key"), &replayed);
+           if (r.ok()) return Reply(res, replayed ? 200 : 201, *r);
            ReplyError(res, r.status());
          }));
   s.Route("GET", "/v1/jobs", authed([e](const Identity& who, const HttpRequest& req, HttpResponse& res) {

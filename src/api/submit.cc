@@ -2,6 +2,7 @@
 // that makes them durable before they are acknowledged, and cancellation.
 #include <algorithm>
 #include <cctype>
+#include <cstring>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -237,11 +238,65 @@ Result<std::string> Engine::ExternalForm(const quota::QueueSpec& q, quota::JobSp
   return *p;
 }
 
-Result<Json> Engine::Submit(const Identity& who, const Json& body) {
+Status Engine::ValidIdempotencyKey(const std::string& key) {
+  bool ok = !key.empty() && key.size() <= 200;
+  for (char c : key) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || std::strchr("-_.:/+=", c) != nullptr);
+  if (ok) return Status::Ok();
+  return Status::InvalidArgument("Idempotency-Key: expected 1 to 200 letters, digits or -_.:/+= (a UUID, say)");
+}
+
+Result<std::optional<Json>> Engine::RepeatedLocked(const Identity& who, const std::string& scoped,
+                                                   std::unique_lock<std::mutex>& lock) {
+  auto it = idem_.find(scoped);
+  if (it != idem_.end()) {
+    // Possibly still on its way to the store: answered once it is durable, like the first time.
+    const std::string id = it->second;
+    Batch none;
+    Status st = CommitLocked(none, lock);
+    auto again = jobs_.find(id);
+    if (again != jobs_.end() && again->second.rec.idempotency_key == scoped) return std::optional<Json>(JobJson(again->second));
+    if (!st.ok() && idem_.count(scoped) == 0) return std::optional<Json>();  // its write failed: a new one
+  }
+  // Not in memory: ended and evicted, or submitted before a restart or to another server.
+  lock.unlock();
+  auto stored = store_->FindByIdempotencyKey(scoped, clock_() - kIdempotencyWindowMs);
+  std::optional<Json> out;
+  if (stored.ok() && stored->has_value()) {
+    auto job = StoredJobJson(who, (*stored)->id);
+    if (!job.ok()) {
+      lock.lock();
+      return job.status();
+    }
+    out = std::move(*job);
+  }
+  lock.lock();
+  if (!stored.ok()) return stored.status();
+  return out;
+}
+
+Result<Json> Engine::Submit(const Identity& who, const Json& body, const std::string& idempotency_key,
+                            bool* replayed) {
+  std::string scoped;
+  if (!idempotency_key.empty()) {
+    if (Status st = ValidIdempotencyKey(idempotency_key); !st.ok()) return st;
+    scoped = who.name + "\n" + idempotency_key;
+  }
   auto prepared = Prepare(who, body);
   if (!prepared.ok()) return prepared.status();
   std::unique_lock<std::mutex> lock(mu_);
   if (!broken_.ok()) return broken_;
+  if (!scoped.empty()) {
+    auto repeated = RepeatedLocked(who, scoped, lock);
+    if (!repeated.ok()) return repeated.status();
+    // A twin that raced in while the store was asked (the lock was let go) is found here.
+    if (!repeated->has_value() && idem_.count(scoped) != 0) repeated = RepeatedLocked(who, scoped, lock);
+    if (!repeated.ok()) return repeated.status();
+    if (repeated->has_value()) {
+      if (replayed != nullptr) *replayed = true;
+      return std::move(**repeated);
+    }
+    if (!broken_.ok()) return broken_;
+  }
   // What the cycle would refuse outright (a form the policy forbids, a request no device could
   // ever hold) is refused now, before anything is written.
   Status check = qe_->Check(prepared->qspec);
@@ -249,11 +304,14 @@ Result<Json> Engine::Submit(const Identity& who, const Json& body) {
   const std::string id = prepared->qspec.id = "j-" + std::to_string(next_job_++);
   Job& j = jobs_[id] = std::move(prepared->job);
   j.rec.id = id;
+  j.rec.idempotency_key = scoped;
+  if (!scoped.empty()) idem_[scoped] = id;
   j.rec.submit_ms = j.rec.update_ms = clock_();
   j.rec.reason = "Queued: waiting for the next scheduling cycle";
   auto h = qe_->Submit(prepared->qspec, j.rec.submit_ms / 1000);
   if (!h.ok()) {
     jobs_.erase(id);
+    if (!scoped.empty()) idem_.erase(scoped);
     return Status::InvalidArgument(h.status().message());
   }
   j.handle = *h;

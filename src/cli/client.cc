@@ -2,14 +2,19 @@
 
 #include <httplib.h>
 
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <thread>
 #include <vector>
 
 namespace tessera::cli {
 
 namespace {
 
-ClientReply CallOne(const std::string& url, const std::string& token, const std::string& method,
+ClientReply CallOne(const std::string& url, const CallOptions& o, const std::string& method,
                     const std::string& path, const std::string& body) {
+  const std::string& token = o.token;
   ClientReply out;
   httplib::Client c(url);
   c.set_connection_timeout(5);
@@ -17,6 +22,7 @@ ClientReply CallOne(const std::string& url, const std::string& token, const std:
   c.set_read_timeout(30);
   httplib::Headers h;
   if (!token.empty()) h.emplace("Authorization", "Bearer " + token);
+  for (const auto& [k, v] : o.headers) h.emplace(k, v);
   httplib::Result r = method == "POST" ? c.Post(path.c_str(), h, body, "application/json")
                      : method == "PUT"  ? c.Put(path.c_str(), h, body, "application/octet-stream")
                                         : c.Get(path.c_str(), h);
@@ -51,18 +57,36 @@ std::vector<std::string> SplitUrls(const std::string& urls) {
   return out;
 }
 
-ClientReply HttpCall(const std::string& urls, const std::string& token, const std::string& method,
-                     const std::string& path, const std::string& body) {
+ClientReply HttpCall(const CallOptions& o, const std::string& method, const std::string& path,
+                     const std::string& body) {
   // Several servers ("http://a:8080,http://b:8080"): the first that answers and is not a
-  // standby. A request that reached a server is never sent to another (it may have landed).
+  // standby. A request that reached a server is never sent to another (it may have landed),
+  // unless it carries an Idempotency-Key (then a repeat returns the job the first one made).
+  bool idempotent = method == "GET";
+  for (const auto& [k, v] : o.headers) idempotent = idempotent || k == "Idempotency-Key";
+  std::vector<std::string> list = SplitUrls(o.urls);
+  if (list.empty()) list.push_back(o.urls);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(o.retry_for_ms);
   ClientReply last;
-  std::vector<std::string> list = SplitUrls(urls);
-  if (list.empty()) list.push_back(urls);
-  for (const std::string& url : list) {
-    last = CallOne(url, token, method, path, body);
-    if (last.status != 0 && !last.standby) return last;
+  for (int round = 0;; ++round) {
+    for (const std::string& url : list) {
+      last = CallOne(url, o, method, path, body);
+      if (last.status != 0 && !last.standby && !(idempotent && last.status == 503)) return last;
+    }
+    if (!idempotent || std::chrono::steady_clock::now() >= until) return last;
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(2000, 200 << std::min(round, 3))));
   }
-  return last;
+}
+
+std::string NewIdempotencyKey() {
+  std::random_device rd;  // the kernel's entropy
+  std::string out;
+  for (int i = 0; i < 4; ++i) {
+    char part[9];
+    std::snprintf(part, sizeof part, "%08x", static_cast<unsigned>(rd()));
+    out += part;
+  }
+  return out;
 }
 
 }  // namespace tessera::cli

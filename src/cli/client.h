@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tessera::cli {
@@ -17,10 +18,22 @@ struct ClientReply {
   bool standby = false;   // 503 from a standby server (another one leads)
 };
 
+struct CallOptions {
+  std::string urls;   // one URL or several, comma-separated
+  std::string token;  // bearer token; "" sends none
+  std::vector<std::pair<std::string, std::string>> headers;
+  // A request that reached a server is sent again only when it is safe to repeat: with an
+  // Idempotency-Key header. Then it is retried, over every URL, until `retry_for_ms` passed.
+  int retry_for_ms = 0;
+};
+
 // "http://a:8080, http://b:8080" -> each URL, trimmed.
 std::vector<std::string> SplitUrls(const std::string& urls);
 
-ClientReply HttpCall(const std::string& url, const std::string& token, const std::string& method,
-                     const std::string& path, const std::string& body = "");
+ClientReply HttpCall(const CallOptions& options, const std::string& method, const std::string& path,
+                     const std::string& body = "");
+
+// A fresh random key (128 bits, hex) for one invocation's Idempotency-Key.
+std::string NewIdempotencyKey();
 
 }  // namespace tessera::cli

@@ -54,8 +54,10 @@ bool Resolve(ClientOptions* o) {
 
 // Calls the server; prints errors; returns the parsed body or a discarded JSON.
 Json Call(const ClientOptions& o, const std::string& method, const std::string& path, int* exit_code,
-          const std::string& body = "") {
-  ClientReply r = HttpCall(o.url, o.token, method, path, body);
+          const std::string& body = "", CallOptions call = {}) {
+  call.urls = o.url;
+  call.token = o.token;
+  ClientReply r = HttpCall(call, method, path, body);
   if (r.status == 0 || r.status >= 400) {
     std::cerr << "tessera: " << r.error << (r.status ? " (HTTP " + std::to_string(r.status) + ")" : "") << "\n";
     *exit_code = r.status >= 400 && r.status < 500 ? kExitBadInput : 1;
@@ -161,7 +163,12 @@ void Submit(const SubmitOptions& s, int* exit_code) {
     *exit_code = kExitBadInput;
     return;
   }
-  Json j = Call(co, "POST", "/v1/jobs", exit_code, body.dump());
+  // One key per invocation, sent again on its retries: a submission whose answer was lost (a
+  // server killed, a failover) is made once.
+  CallOptions once;
+  once.headers.emplace_back("Idempotency-Key", NewIdempotencyKey());
+  once.retry_for_ms = 30000;
+  Json j = Call(co, "POST", "/v1/jobs", exit_code, body.dump(), once);
   if (j.is_discarded()) return;
   if (co.json) {
     std::cout << j.dump(2) << "\n";
@@ -207,7 +214,7 @@ void ShowJob(const ClientOptions& co, const std::string& id, int* exit_code) {
   if (co.json) return void(std::cout << j.dump(2) << "\n");
   PrintTable({{"ID", "STATE", "QUEUE", "GROUP", "NEEDS", "PLACEMENT", "AGE", "REASON"}, JobRow(j)});
   if (j.contains("exit_code")) std::cout << "exit code: " << j["exit_code"] << "\n";
-  ClientReply out = HttpCall(co.url, co.token, "GET", "/v1/jobs/" + id + "/output");
+  ClientReply out = HttpCall(CallOptions{co.url, co.token, {}, 0}, "GET", "/v1/jobs/" + id + "/output");
   if (out.status == 200 && !out.body.empty()) std::cout << "--- output ---\n" << out.body;
 }
 

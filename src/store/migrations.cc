@@ -60,6 +60,12 @@ const std::vector<Migration>& Migrations() {
        "  WHERE state IN ('succeeded', 'failed', 'cancelled', 'lost');"
        "CREATE INDEX jobs_live ON jobs (submit_ms, id) WHERE ended_ms = 0;"
        "CREATE INDEX jobs_ended ON jobs (ended_ms) WHERE ended_ms > 0;"},
+      {5, "jobs.idem_key: the submitter's Idempotency-Key (identity, newline, key), '' when none; "
+          "a repeated submission finds its job by it",
+       "ALTER TABLE jobs ADD COLUMN idem_key TEXT NOT NULL DEFAULT '';"
+       "CREATE INDEX jobs_idem ON jobs (idem_key) WHERE idem_key <> '';",
+       "ALTER TABLE jobs ADD COLUMN idem_key TEXT NOT NULL DEFAULT '';"
+       "CREATE INDEX jobs_idem ON jobs (idem_key) WHERE idem_key <> '';"},
   };
   return kSteps;
 }

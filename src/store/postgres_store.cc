@@ -31,7 +31,7 @@ constexpr int64_t kLeaderLockKey = 0x7e55e7a1;
 const char* kEventColumns = "seq, time_ms, actor, kind, subject, reason, data";
 const char* kJobColumns =
     "id, queue, identity, group_name, state, spec, placement, submit_ms, update_ms, exit_code, "
-    "reason";
+    "reason, idem_key";
 
 std::string Trim(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ' || s.back() == '\r')) s.pop_back();
@@ -68,6 +68,7 @@ JobRecord ReadJob(const pqxx::row& r) {
   j.update_ms = r[8].as<int64_t>();
   if (!r[9].is_null()) j.exit_code = r[9].as<int>();
   j.reason = r[10].as<std::string>();
+  j.idempotency_key = r[11].as<std::string>();
   return j;
 }
 
@@ -117,7 +118,8 @@ class PostgresStore final : public Store {
           if (r.affected_rows() != 1) return UnknownJobUpdate(j.id);  // the transaction rolls back
         } else {
           w.exec_prepared0("upsert_job", j.id, j.queue, j.identity, j.group, j.state, j.spec,
-                           j.placement, j.submit_ms, j.update_ms, exit_code, j.reason, ended_ms);
+                           j.placement, j.submit_ms, j.update_ms, exit_code, j.reason, j.idempotency_key,
+                           ended_ms);
         }
       }
       w.commit();
@@ -204,6 +206,20 @@ class PostgresStore final : public Store {
     Status s = Guard("reading job " + id, [&]() -> Status {
       pqxx::read_transaction t(*conn_);
       auto r = t.exec_prepared("get_job", id);
+      if (!r.empty()) out = ReadJob(r[0]);
+      return Status::Ok();
+    });
+    if (!s.ok()) return s;
+    return out;
+  }
+
+  Result<std::optional<JobRecord>> FindByIdempotencyKey(const std::string& key, int64_t since_ms) override {
+    if (key.empty()) return std::optional<JobRecord>();  // '' marks the jobs without a key
+    std::lock_guard<std::mutex> lock(mu_);
+    std::optional<JobRecord> out;
+    Status s = Guard("finding a job by idempotency key", [&]() -> Status {
+      pqxx::read_transaction t(*conn_);
+      auto r = t.exec_prepared("find_idem", key, since_ms);
       if (!r.empty()) out = ReadJob(r[0]);
       return Status::Ok();
     });
@@ -423,13 +439,13 @@ class PostgresStore final : public Store {
                                        ") VALUES ($1, $2, $3, $4, $5, $6, $7)");
     conn_->prepare("upsert_job",
                    std::string("INSERT INTO jobs (") + kJobColumns +
-                       ", ended_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) "
+                       ", ended_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) "
                        "ON CONFLICT (id) DO UPDATE SET queue = excluded.queue, "
                        "identity = excluded.identity, group_name = excluded.group_name, "
                        "state = excluded.state, spec = excluded.spec, "
                        "placement = excluded.placement, submit_ms = excluded.submit_ms, "
                        "update_ms = excluded.update_ms, exit_code = excluded.exit_code, "
-                       "reason = excluded.reason, ended_ms = excluded.ended_ms");
+                       "reason = excluded.reason, idem_key = excluded.idem_key, ended_ms = excluded.ended_ms");
     conn_->prepare("update_job",
                    "UPDATE jobs SET state = $2, placement = $3, update_ms = $4, exit_code = $5, "
                    "reason = $6 WHERE id = $1");
@@ -439,6 +455,8 @@ class PostgresStore final : public Store {
     conn_->prepare("load_jobs",
                    std::string("SELECT ") + kJobColumns + " FROM jobs ORDER BY submit_ms, id");
     conn_->prepare("get_job", std::string("SELECT ") + kJobColumns + " FROM jobs WHERE id = $1");
+    conn_->prepare("find_idem", std::string("SELECT ") + kJobColumns +
+                                    " FROM jobs WHERE idem_key = $1 AND submit_ms >= $2 ORDER BY submit_ms LIMIT 1");
     conn_->prepare("load_live_jobs", std::string("SELECT ") + kJobColumns +
                                          " FROM jobs WHERE ended_ms = 0 ORDER BY submit_ms, id");
     conn_->prepare("list_jobs", std::string("SELECT ") + kJobColumns +

@@ -26,7 +26,7 @@ constexpr int kBusyTimeoutMs = 5000;
 const char* kEventColumns = "seq, time_ms, actor, kind, subject, reason, data";
 const char* kJobColumns =
     "id, queue, identity, group_name, state, spec, placement, submit_ms, update_ms, exit_code, "
-    "reason";
+    "reason, idem_key";
 
 // A cached statement in use: bind, step, read; reset and unbound when it goes out of scope, so
 // the cache never holds a statement mid-step.
@@ -190,6 +190,21 @@ class SqliteStore final : public Store {
     const int rc = q.Step();
     if (rc == SQLITE_ROW) return std::optional<JobRecord>(ReadJob(q));
     if (rc != SQLITE_DONE) return Error("reading job " + id);
+    return std::optional<JobRecord>();
+  }
+
+  Result<std::optional<JobRecord>> FindByIdempotencyKey(const std::string& key, int64_t since_ms) override {
+    if (key.empty()) return std::optional<JobRecord>();  // '' marks the jobs without a key
+    std::lock_guard<std::mutex> lock(mu_);
+    auto st = Prepare(std::string("SELECT ") + kJobColumns +
+                      " FROM jobs WHERE idem_key = ?1 AND submit_ms >= ?2 ORDER BY submit_ms LIMIT 1");
+    if (!st.ok()) return st.status();
+    Stmt q(*st);
+    q.Bind(1, key);
+    q.Bind(2, since_ms);
+    const int rc = q.Step();
+    if (rc == SQLITE_ROW) return std::optional<JobRecord>(ReadJob(q));
+    if (rc != SQLITE_DONE) return Error("finding a job by idempotency key");
     return std::optional<JobRecord>();
   }
 
@@ -413,13 +428,13 @@ class SqliteStore final : public Store {
   // A new job, or one whose spec is rewritten.
   Status InsertJobLocked(const JobRecord& j) {
     auto st = Prepare(std::string("INSERT INTO jobs (") + kJobColumns +
-                      ", ended_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) "
+                      ", ended_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) "
                       "ON CONFLICT (id) DO UPDATE SET queue = excluded.queue, "
                       "identity = excluded.identity, group_name = excluded.group_name, "
                       "state = excluded.state, spec = excluded.spec, "
                       "placement = excluded.placement, submit_ms = excluded.submit_ms, "
                       "update_ms = excluded.update_ms, exit_code = excluded.exit_code, "
-                      "reason = excluded.reason, ended_ms = excluded.ended_ms");
+                      "reason = excluded.reason, idem_key = excluded.idem_key, ended_ms = excluded.ended_ms");
     if (!st.ok()) return st.status();
     Stmt q(*st);
     q.Bind(1, j.id);
@@ -433,7 +448,8 @@ class SqliteStore final : public Store {
     q.Bind(9, j.update_ms);
     BindExitCode(q, 10, j);
     q.Bind(11, j.reason);
-    q.Bind(12, EndedState(j.state) ? std::max<int64_t>(j.update_ms, 1) : int64_t{0});
+    q.Bind(12, j.idempotency_key);
+    q.Bind(13, EndedState(j.state) ? std::max<int64_t>(j.update_ms, 1) : int64_t{0});
     if (q.Step() != SQLITE_DONE) return Error("writing job " + j.id);
     return Status::Ok();
   }
@@ -483,6 +499,7 @@ class SqliteStore final : public Store {
     j.update_ms = q.Int64(8);
     if (!q.IsNull(9)) j.exit_code = q.Int(9);
     j.reason = q.Text(10);
+    j.idempotency_key = q.Text(11);
     return j;
   }
 

@@ -129,6 +129,15 @@ Result<int64_t> Store::MaxJobNumber() {
   return n;
 }
 
+Result<std::optional<JobRecord>> Store::FindByIdempotencyKey(const std::string& key, int64_t since_ms) {
+  auto all = LoadJobs();
+  if (!all.ok()) return all.status();
+  for (JobRecord& j : *all) {
+    if (!key.empty() && j.idempotency_key == key && j.submit_ms >= since_ms) return std::optional<JobRecord>(std::move(j));
+  }
+  return std::optional<JobRecord>();
+}
+
 Result<int64_t> Store::Prune(int64_t) { return Status::FailedPrecondition(Describe() + ": retention is not supported"); }
 
 }  // namespace tessera::store

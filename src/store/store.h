@@ -53,6 +53,9 @@ struct JobRecord {
   int64_t update_ms = 0;
   std::optional<int> exit_code;
   std::string reason;     // why it waits / why it ended
+  // The submitter's Idempotency-Key, scoped to them ("identity\nkey"); "" when none. Written
+  // with the job's first record (an update leaves it).
+  std::string idempotency_key;
 };
 
 // Filter for listing events. Empty fields match everything.
@@ -95,6 +98,9 @@ class Store {
   virtual Result<std::vector<JobRecord>> LoadLiveJobs();
   // At most `limit` jobs, newest submission first, in `state` when not empty.
   virtual Result<std::vector<JobRecord>> ListJobs(const std::string& state, int limit);
+  // The first job submitted at or after `since_ms` whose idempotency_key is `key`. The default
+  // scans LoadJobs().
+  virtual Result<std::optional<JobRecord>> FindByIdempotencyKey(const std::string& key, int64_t since_ms);
   // The highest N among job ids "j-N" (0 when none): where a server's numbering continues.
   virtual Result<int64_t> MaxJobNumber();
   // Retention: deletes jobs that ended (last updated) before `before_ms` and events older than

@@ -393,6 +393,45 @@ TEST_F(EngineTest, RestartRebuildsStateWithoutDoubleAllocation) {
   EXPECT_EQ(next, "j-4");
 }
 
+TEST_F(EngineTest, ARepeatedIdempotencyKeyReturnsTheFirstJob) {
+  const Json body = {{"queue", "training"}, {"command", {"true"}}};
+  bool replayed = false;
+  auto first = engine_->Submit(Who("alice"), body, "key-1", &replayed);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_FALSE(replayed);
+  const std::string id = (*first)["id"];
+  auto again = engine_->Submit(Who("alice"), body, "key-1", &replayed);
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(replayed);
+  EXPECT_EQ((*again)["id"], id);
+  // Keys belong to their identity: bob's "key-1" is his own.
+  replayed = false;
+  auto bobs = engine_->Submit(Who("bob"), body, "key-1", &replayed);
+  ASSERT_TRUE(bobs.ok());
+  EXPECT_FALSE(replayed);
+  EXPECT_NE((*bobs)["id"], id);
+  auto bad = engine_->Submit(Who("alice"), body, "not a key", &replayed);
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("Idempotency-Key"), std::string::npos);
+  EXPECT_EQ((*engine_->ListJobs(Who("admin"), "", 100))["jobs"].size(), 2u);
+  // Ended and not loaded after a restart: found in the store.
+  ASSERT_TRUE(engine_->Cancel(Who("alice"), id).ok());
+  Reopen();
+  replayed = false;
+  auto stored = engine_->Submit(Who("alice"), body, "key-1", &replayed);
+  ASSERT_TRUE(stored.ok());
+  EXPECT_TRUE(replayed);
+  EXPECT_EQ((*stored)["id"], id);
+  EXPECT_EQ((*stored)["state"], "cancelled");
+  // After the window, the key makes a new job.
+  now_ += Engine::kIdempotencyWindowMs + 1000;
+  replayed = false;
+  auto later = engine_->Submit(Who("alice"), body, "key-1", &replayed);
+  ASSERT_TRUE(later.ok());
+  EXPECT_FALSE(replayed);
+  EXPECT_NE((*later)["id"], id);
+}
+
 TEST_F(EngineTest, UtilizationIsSampledEveryIntervalAndFilteredBySince) {
   Register("n1", 2);
   Json j = Submit("alice", {{"queue", "training"}, {"command", {"true"}}});

@@ -26,6 +26,9 @@ class ForwardingStore : public store::Store {
     return inner_->ListJobs(state, limit);
   }
   Result<int64_t> MaxJobNumber() override { return inner_->MaxJobNumber(); }
+  Result<std::optional<store::JobRecord>> FindByIdempotencyKey(const std::string& key, int64_t since_ms) override {
+    return inner_->FindByIdempotencyKey(key, since_ms);
+  }
   Result<int64_t> Prune(int64_t before_ms) override { return inner_->Prune(before_ms); }
   Result<std::optional<store::JobRecord>> GetJob(const std::string& id) override { return inner_->GetJob(id); }
   Result<std::vector<store::Event>> ListEvents(int64_t after, int limit, const store::EventFilter& f) override {

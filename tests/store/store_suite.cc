@@ -196,6 +196,25 @@ TEST_P(StoreSuite, AnUpdateWithAnEmptySpecKeepsTheStoredOne) {
   EXPECT_EQ((*store->GetJob("j-1"))->spec, "{\"gpus\":2}");
 }
 
+TEST_P(StoreSuite, AJobIsFoundByItsIdempotencyKeyWithinTheWindow) {
+  auto store = MustOpen(NewUrl());
+  ASSERT_NE(store, nullptr);
+  JobRecord j = MakeJob("j-1", 1000);
+  j.idempotency_key = "alice\nk1";
+  ASSERT_TRUE(store->Commit({}, {j, MakeJob("j-2", 1001)}, nullptr).ok());
+  j.spec = "";  // an update keeps the key
+  j.state = "running";
+  ASSERT_TRUE(store->Commit({}, {j}, nullptr).ok());
+  auto found = store->FindByIdempotencyKey("alice\nk1", 500);
+  ASSERT_TRUE(found.ok()) << found.status().ToString();
+  ASSERT_TRUE(found->has_value());
+  EXPECT_EQ((*found)->id, "j-1");
+  EXPECT_EQ((*found)->idempotency_key, "alice\nk1");
+  EXPECT_FALSE(store->FindByIdempotencyKey("alice\nk1", 1001)->has_value()) << "older than the window";
+  EXPECT_FALSE(store->FindByIdempotencyKey("bob\nk1", 0)->has_value());
+  EXPECT_FALSE(store->FindByIdempotencyKey("", 0)->has_value()) << "jobs without a key match nothing";
+}
+
 TEST_P(StoreSuite, AnUpdateOfAJobNotStoredFailsTheWholeCommit) {
   auto store = MustOpen(NewUrl());
   ASSERT_NE(store, nullptr);

@@ -7,7 +7,7 @@ PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config python3
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libyaml-cpp-dev libcpp-httplib-dev
-  libsqlite3-dev libpqxx-dev postgresql libboost-dev libspdlog-dev
+  libsqlite3-dev libpqxx-dev postgresql libboost-dev libspdlog-dev libssl-dev
   clang-format clang-tidy
   slurm-wlm munge
   chromium

@@ -17,6 +17,7 @@
 #include "agent/launcher.h"
 #include "agent/protocol.h"
 #include "common/log.h"
+#include "net/http_client.h"
 
 namespace tessera::agent {
 namespace {
@@ -147,7 +148,7 @@ class Agent {
 
   // A client for the current server URL.
   void Connect() {
-    client_ = std::make_unique<httplib::Client>(urls_[current_]);
+    client_ = net::NewHttpClient(urls_[current_], options_.tls);
     auto timeout = milliseconds(std::max(1, options_.request_timeout_ms));
     client_->set_connection_timeout(timeout);
     client_->set_read_timeout(timeout);
@@ -352,8 +353,8 @@ int RunAgent(const AgentOptions& options) {
     std::string u = options.control_plane_url.substr(start, comma - start);
     while (!u.empty() && u.front() == ' ') u.erase(u.begin());
     while (!u.empty() && u.back() == ' ') u.pop_back();
-    if (u.rfind("http://", 0) != 0 || u.size() <= 7) {
-      fail("control plane URL '" + u + "' must look like http://host:port");
+    if (!net::IsHttpUrl(u)) {
+      fail("control plane URL '" + u + "' must look like http://host:port or https://host:port");
       return 2;
     }
     urls.push_back(u);

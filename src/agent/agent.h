@@ -25,11 +25,14 @@
 #include <functional>
 #include <string>
 
+#include "net/client_tls.h"
+
 namespace tessera::agent {
 
 struct AgentOptions {
-  std::string control_plane_url = "http://127.0.0.1:8080";  // http://host:port
+  std::string control_plane_url = "http://127.0.0.1:8080";  // http(s)://host:port, or several, comma-separated
   std::string token;      // bearer token of an identity with role agent (or admin)
+  net::ClientTls tls;     // for https:// control planes
   std::string node_name;  // "" = this host's name
   std::string pool;       // the scheduling pool the node joins; "" = "default"
   std::string simulate;   // simulated inventory, e.g. "2xH100-80GB"; "" = discover with NVML

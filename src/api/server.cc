@@ -111,10 +111,23 @@ const std::vector<RouteInfo>& ApiServer::Routes() {
   return kRoutes;
 }
 
+namespace {
+net::HttpServerOptions HttpOptions(const ApiServerOptions& o, int io_threads, int workers) {
+  net::HttpServerOptions h;
+  h.io_threads = io_threads;
+  h.workers = workers;
+  h.max_body_bytes = kMaxBody;
+  h.idle_timeout_ms = o.idle_timeout_ms;
+  if (o.stop_on_signals) h.stop_signals = {SIGINT, SIGTERM};
+  h.tls_cert_file = o.tls_cert_file;
+  h.tls_key_file = o.tls_key_file;
+  h.tls_client_ca_file = o.tls_client_ca_file;
+  return h;
+}
+}  // namespace
+
 ApiServer::ApiServer(Engine* engine, ApiServerOptions options)
-    : engine_(engine), lease_check_(options.lease_check), http_(std::make_unique<net::HttpServer>(net::HttpServerOptions{
-                           options.io_threads, options.workers, kMaxBody, options.idle_timeout_ms,
-                           options.stop_on_signals ? std::vector<int>{SIGINT, SIGTERM} : std::vector<int>{}})) {
+    : engine_(engine), lease_check_(options.lease_check), http_(std::make_unique<net::HttpServer>(HttpOptions(options, options.io_threads, options.workers))) {
   net::HttpServer& s = *http_;
   Engine* e = engine_;
   auto authed = [e](auto fn) {
@@ -271,9 +284,7 @@ Status ApiServer::deposed() const {
 }
 
 StandbyServer::StandbyServer(store::Store* store, ApiServerOptions options)
-    : store_(store), http_(std::make_unique<net::HttpServer>(net::HttpServerOptions{
-                         std::min(options.io_threads, 4), 0, kMaxBody, options.idle_timeout_ms,
-                         options.stop_on_signals ? std::vector<int>{SIGINT, SIGTERM} : std::vector<int>{}})) {
+    : store_(store), http_(std::make_unique<net::HttpServer>(HttpOptions(options, std::min(options.io_threads, 4), 0))) {
   store::Store* st = store_;
   auto leader = [st]() -> std::string {
     auto l = st->Leader();

@@ -48,6 +48,10 @@ struct ApiServerOptions {
   // Checked every tick when set (the store's leader lease): once it fails, Run() stops serving
   // and deposed() says why. A deposed leader must not answer as one.
   std::function<Status()> lease_check;
+  // HTTPS: PEM certificate chain and key; with a client CA, mutual TLS (net/http_server.h).
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_client_ca_file;
 };
 
 class ApiServer {

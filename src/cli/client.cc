@@ -2,6 +2,8 @@
 
 #include <httplib.h>
 
+#include "net/http_client.h"
+
 #include <chrono>
 #include <cstdio>
 #include <random>
@@ -16,7 +18,8 @@ ClientReply CallOne(const std::string& url, const CallOptions& o, const std::str
                     const std::string& path, const std::string& body) {
   const std::string& token = o.token;
   ClientReply out;
-  httplib::Client c(url);
+  auto client = net::NewHttpClient(url, o.tls);
+  httplib::Client& c = *client;
   c.set_connection_timeout(5);
   c.set_tcp_nodelay(true);
   c.set_read_timeout(30);
@@ -28,6 +31,9 @@ ClientReply CallOne(const std::string& url, const CallOptions& o, const std::str
                                         : c.Get(path.c_str(), h);
   if (!r) {
     out.error = "cannot reach " + url + " (" + httplib::to_string(r.error()) + ")";
+    if (r.error() == httplib::Error::SSLServerVerification) {
+      out.error += ": its certificate is not trusted; set TESSERA_CA to the CA file that signed it";
+    }
     return out;
   }
   out.status = r->status;

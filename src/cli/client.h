@@ -1,6 +1,7 @@
 // A small HTTP client for the `tessera` user commands: the server and token come from
-// TESSERA_URL and TESSERA_TOKEN (or --url / --token). TESSERA_URL may list several servers,
-// comma-separated: the call goes to the first that answers and is not a standby.
+// TESSERA_URL and TESSERA_TOKEN or TESSERA_TOKEN_FILE (or --url / --token / --token-file).
+// TESSERA_URL may list several servers, comma-separated: the call goes to the first that answers
+// and is not a standby. https:// servers are verified against TESSERA_CA (or the system's CAs).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -8,6 +9,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "net/client_tls.h"
 
 namespace tessera::cli {
 
@@ -21,6 +24,7 @@ struct ClientReply {
 struct CallOptions {
   std::string urls;   // one URL or several, comma-separated
   std::string token;  // bearer token; "" sends none
+  net::ClientTls tls;  // for https:// URLs
   std::vector<std::pair<std::string, std::string>> headers;
   // A request that reached a server is sent again only when it is safe to repeat: with an
   // Idempotency-Key header. Then it is retried, over every URL, until `retry_for_ms` passed.

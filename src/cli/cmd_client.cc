@@ -29,24 +29,41 @@ int64_t NowMs() {
 struct ClientOptions {
   std::string url;
   std::string token;
+  std::string token_file;
+  net::ClientTls tls;
   bool json = false;
 };
 
 void AddClientFlags(CLI::App* cmd, ClientOptions* o) {
   cmd->add_option("--url", o->url, "server URL (default: $TESSERA_URL)");
-  cmd->add_option("--token", o->token, "bearer token (default: $TESSERA_TOKEN)");
+  cmd->add_option("--token", o->token, "bearer token (default: $TESSERA_TOKEN; visible in ps: prefer --token-file)");
+  cmd->add_option("--token-file", o->token_file, "file holding the bearer token (default: $TESSERA_TOKEN_FILE)");
+  cmd->add_option("--ca", o->tls.ca_file, "CA file that signed an https:// server's certificate (default: $TESSERA_CA)");
   cmd->add_flag("--json", o->json, "print JSON for scripts");
 }
 
 bool Resolve(ClientOptions* o) {
-  if (o->url.empty() && std::getenv("TESSERA_URL")) o->url = std::getenv("TESSERA_URL");
-  if (o->token.empty() && std::getenv("TESSERA_TOKEN")) o->token = std::getenv("TESSERA_TOKEN");
+  auto env = [](const char* name) { return std::getenv(name) ? std::string(std::getenv(name)) : std::string(); };
+  if (o->url.empty()) o->url = env("TESSERA_URL");
+  if (o->token_file.empty() && o->token.empty()) o->token_file = env("TESSERA_TOKEN_FILE");
+  if (!o->token_file.empty()) {
+    auto t = net::ReadSecretFile(o->token_file);
+    if (!t.ok()) {
+      std::cerr << "tessera: " << t.status().message() << "\n";
+      return false;
+    }
+    o->token = *t;
+  }
+  if (o->token.empty()) o->token = env("TESSERA_TOKEN");
+  if (o->tls.ca_file.empty()) o->tls.ca_file = env("TESSERA_CA");
+  // For tests against a throw-away certificate only: the server is not verified.
+  o->tls.insecure = env("TESSERA_INSECURE_TLS") == "1";
   if (o->url.empty()) {
     std::cerr << "tessera: no server: set TESSERA_URL or pass --url\n";
     return false;
   }
   if (o->token.empty()) {
-    std::cerr << "tessera: no token: set TESSERA_TOKEN or pass --token\n";
+    std::cerr << "tessera: no token: set TESSERA_TOKEN_FILE or TESSERA_TOKEN, or pass --token-file\n";
     return false;
   }
   return true;
@@ -57,6 +74,7 @@ Json Call(const ClientOptions& o, const std::string& method, const std::string& 
           const std::string& body = "", CallOptions call = {}) {
   call.urls = o.url;
   call.token = o.token;
+  call.tls = o.tls;
   ClientReply r = HttpCall(call, method, path, body);
   if (r.status == 0 || r.status >= 400) {
     std::cerr << "tessera: " << r.error << (r.status ? " (HTTP " + std::to_string(r.status) + ")" : "") << "\n";
@@ -214,7 +232,7 @@ void ShowJob(const ClientOptions& co, const std::string& id, int* exit_code) {
   if (co.json) return void(std::cout << j.dump(2) << "\n");
   PrintTable({{"ID", "STATE", "QUEUE", "GROUP", "NEEDS", "PLACEMENT", "AGE", "REASON"}, JobRow(j)});
   if (j.contains("exit_code")) std::cout << "exit code: " << j["exit_code"] << "\n";
-  ClientReply out = HttpCall(CallOptions{co.url, co.token, {}, 0}, "GET", "/v1/jobs/" + id + "/output");
+  ClientReply out = HttpCall(CallOptions{co.url, co.token, co.tls, {}, 0}, "GET", "/v1/jobs/" + id + "/output");
   if (out.status == 200 && !out.body.empty()) std::cout << "--- output ---\n" << out.body;
 }
 

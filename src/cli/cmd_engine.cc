@@ -22,6 +22,8 @@
 #include "cli/table.h"
 #include "common/log.h"
 #include "model/quantity.h"
+#include "net/client_tls.h"
+#include "net/tls.h"
 #include "store/store.h"
 
 namespace tessera::cli {
@@ -68,18 +70,39 @@ int CheckConfig(const std::string& config_path) {
   return kExitOk;
 }
 
+// `tessera serve`'s flags.
+struct ServeFlags {
+  std::string config;
+  std::string data;
+  std::string listen = "127.0.0.1:8080";
+  std::string store;      // postgresql://... ("" : SQLite under data)
+  std::string advertise;  // "" : http(s)://listen
+  std::string tls_cert;   // HTTPS when set, with tls_key
+  std::string tls_key;
+  std::string tls_client_ca;  // mutual TLS: clients must present a certificate it signed
+
+  std::string Scheme() const { return tls_cert.empty() ? "http://" : "https://"; }
+  api::ApiServerOptions ServerOptions() const {
+    api::ApiServerOptions o;
+    o.stop_on_signals = true;  // SIGINT/SIGTERM end Run(), handled on the event loop
+    o.tls_cert_file = tls_cert;
+    o.tls_key_file = tls_key;
+    o.tls_client_ca_file = tls_client_ca;
+    return o;
+  }
+};
+
 // Waits as a standby until this server holds the store's leader lease (answering health and
 // naming the leader meanwhile). False when stopped by a signal first.
-bool AwaitLead(store::Store& store, const std::string& advertise, const std::string& host, int port) {
+bool AwaitLead(store::Store& store, const std::string& advertise, const std::string& host, int port,
+               const ServeFlags& flags) {
   auto lead = store.TryLead(advertise);
   if (!lead.ok()) {
     ServeLog().Error(lead.status().message());
     return false;
   }
   if (*lead) return true;
-  api::ApiServerOptions options;
-  options.stop_on_signals = true;
-  api::StandbyServer standby(&store, options);
+  api::StandbyServer standby(&store, flags.ServerOptions());
   auto bound = standby.Bind(host, port);
   if (!bound.ok()) {
     ServeLog().Error(bound.status().message());
@@ -87,7 +110,7 @@ bool AwaitLead(store::Store& store, const std::string& advertise, const std::str
   }
   auto now = store.Leader();
   const std::string leader = now.ok() ? now->holder : "another server";
-  ServeLog().Info("standby on http://" + host + ":" + std::to_string(*bound) + ": " + leader + " leads " +
+  ServeLog().Info("standby on " + flags.Scheme() + host + ":" + std::to_string(*bound) + ": " + leader + " leads " +
                       store.Describe() + "; waiting for the lease",
                   {{"port", *bound}, {"leader", leader}});
   std::atomic<bool> done{false}, leading{false};
@@ -109,9 +132,11 @@ bool AwaitLead(store::Store& store, const std::string& advertise, const std::str
 }
 
 // Runs the control plane until SIGINT/SIGTERM. `on_ready(port)` runs once it listens.
-int Serve(const std::string& config_path, const std::string& data, const std::string& listen,
-          const std::string& store_url, const std::string& advertise_url, const std::function<void(int)>& on_ready) {
-  auto config = api::LoadConfig(config_path);
+int Serve(const ServeFlags& flags, const std::function<void(int)>& on_ready) {
+  const std::string& data = flags.data;
+  const std::string& listen = flags.listen;
+  const std::string& store_url = flags.store;
+  auto config = api::LoadConfig(flags.config);
   if (!config.ok()) {
     ServeLog().Error(config.status().message());
     return kExitBadInput;
@@ -135,16 +160,15 @@ int Serve(const std::string& config_path, const std::string& data, const std::st
     return kExitBadInput;
   }
   // Several servers may share one store: one leads, the others wait as standbys.
-  const std::string advertise = advertise_url.empty() ? "http://" + listen : advertise_url;
+  const std::string advertise = flags.advertise.empty() ? flags.Scheme() + listen : flags.advertise;
   store::Store* lease = store->get();
-  if (!AwaitLead(*lease, advertise, host, port)) return kExitOk;
+  if (!AwaitLead(*lease, advertise, host, port, flags)) return kExitOk;
   auto engine = api::Engine::Open(std::move(*config), std::move(*store), data, NowMs);
   if (!engine.ok()) {
     ServeLog().Error(engine.status().message());
     return 1;
   }
-  api::ApiServerOptions options;
-  options.stop_on_signals = true;  // SIGINT/SIGTERM end Run(), handled on the event loop
+  api::ApiServerOptions options = flags.ServerOptions();
   options.lease_check = [lease] { return lease->CheckLease(); };  // owned by the engine, which outlives the server
   api::ApiServer server(engine->get(), options);
   auto bound = server.Bind(host, port);
@@ -154,7 +178,7 @@ int Serve(const std::string& config_path, const std::string& data, const std::st
   }
   signal(SIGPIPE, SIG_IGN);
   // The store as it describes itself: a PostgreSQL URL's password is not logged.
-  ServeLog().Info("listening on http://" + host + ":" + std::to_string(*bound) + " (store " + lease->Describe() +
+  ServeLog().Info("listening on " + flags.Scheme() + host + ":" + std::to_string(*bound) + " (store " + lease->Describe() +
                       "), leading as " + advertise,
                   {{"port", *bound}, {"log_level", log::LevelName(log::CurrentLevel())}});
   if (on_ready) on_ready(*bound);
@@ -208,38 +232,75 @@ std::string ReadOrMakeToken(const std::string& path) {
   return t;
 }
 
+// `tessera up --tls` (the default): a self-signed certificate for this host, made once under
+// DATA/tls and kept, so that clients trusting it (TESSERA_CA) keep working across restarts.
+Status LocalCertificate(const std::string& data, const std::string& listen, ServeFlags* f) {
+  std::error_code ec;
+  std::filesystem::create_directories(data + "/tls", ec);
+  f->tls_cert = data + "/tls/cert.pem";
+  f->tls_key = data + "/tls/key.pem";
+  if (std::filesystem::exists(f->tls_cert, ec) && std::filesystem::exists(f->tls_key, ec)) return Status::Ok();
+  std::vector<std::string> hosts = {"localhost", "127.0.0.1", "::1"};
+  std::string host;
+  int port = 0;
+  if (SplitListen(listen, &host, &port) && std::find(hosts.begin(), hosts.end(), host) == hosts.end() &&
+      host != "0.0.0.0") {
+    hosts.push_back(host);
+  }
+  char name[256] = {};
+  if (gethostname(name, sizeof name - 1) == 0 && name[0] != '\0') hosts.push_back(name);
+  return net::WriteSelfSigned(f->tls_cert, f->tls_key, hosts);
+}
+
 int Up(const std::string& data, const std::string& listen, const std::string& simulate, const std::string& log_level,
-       const std::string& log_format) {
+       const std::string& log_format, bool tls) {
   std::error_code ec;
   std::filesystem::create_directories(data, ec);
+  ServeFlags flags;
+  flags.data = data;
+  flags.listen = listen;
+  if (tls) {
+    Status st = LocalCertificate(data, listen, &flags);
+    if (!st.ok()) {
+      ServeLog().Error("tls: " + st.message());
+      return 1;
+    }
+  }
   const std::string admin = ReadOrMakeToken(data + "/admin.token");
   const std::string user = ReadOrMakeToken(data + "/alice.token");
   const std::string agent = ReadOrMakeToken(data + "/agent.token");
-  const std::string config = data + "/config.yaml";
+  const std::string config = flags.config = data + "/config.yaml";
   {
     std::ofstream out(config);
     out << ExampleConfig(admin, user, agent);
   }
   pid_t agent_pid = -1;
   auto on_ready = [&](int port) {
-    const std::string url = "http://127.0.0.1:" + std::to_string(port);
+    const std::string url = flags.Scheme() + "127.0.0.1:" + std::to_string(port);
     std::printf("Tessera is up.\n  URL:          %s\n  admin token:  %s\n  user 'alice': %s\n  dashboard:    %s/#token=%s\n",
                 url.c_str(), admin.c_str(), user.c_str(), url.c_str(), admin.c_str());
-    std::printf("Try:\n  export TESSERA_URL=%s TESSERA_TOKEN=%s\n"
+    if (tls) {
+      std::printf("  certificate:  %s (self-signed for this host: browsers ask once)\n", flags.tls_cert.c_str());
+    }
+    const std::string ca = tls ? " TESSERA_CA=" + flags.tls_cert : "";
+    std::printf("Try:\n  export TESSERA_URL=%s TESSERA_TOKEN_FILE=%s/alice.token%s\n"
                 "  tessera submit --queue notebooks --gpu-memory 8GiB -- sh -c 'echo hello from a share; "
                 "echo $CUDA_VISIBLE_DEVICES'\n  tessera jobs\nCtrl-C stops it.\n",
-                url.c_str(), user.c_str());
+                url.c_str(), data.c_str(), ca.c_str());
     std::fflush(stdout);
     agent_pid = fork();
     if (agent_pid == 0) {
       std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-      execl(self.c_str(), self.c_str(), "agent", "--server", url.c_str(), "--token", agent.c_str(), "--node",
-            "local", "--simulate", simulate.c_str(), "--work", (data + "/agent").c_str(), "--log-level",
-            log_level.c_str(), "--log-format", log_format.c_str(), static_cast<char*>(nullptr));
+      // The token by file, never on the command line (where ps shows it).
+      const std::string token_file = data + "/agent.token";
+      const std::string ca_file = tls ? flags.tls_cert : "";
+      execl(self.c_str(), self.c_str(), "agent", "--server", url.c_str(), "--token-file", token_file.c_str(), "--ca",
+            ca_file.c_str(), "--node", "local", "--simulate", simulate.c_str(), "--work", (data + "/agent").c_str(),
+            "--log-level", log_level.c_str(), "--log-format", log_format.c_str(), static_cast<char*>(nullptr));
       _exit(127);
     }
   };
-  int rc = Serve(config, data, listen, "", "", on_ready);
+  int rc = Serve(flags, on_ready);
   if (agent_pid > 0) {
     kill(agent_pid, SIGTERM);
     waitpid(agent_pid, nullptr, 0);
@@ -279,8 +340,13 @@ void ApplyLogFlags(const LogFlags& f) { log::Configure(*log::ParseLevel(f.level)
 void RegisterAgentCommand(CLI::App& app, CommandContext& ctx) {
   auto* cmd = app.add_subcommand("agent", "Run a node agent: register, heartbeat, run the jobs placed here");
   auto o = std::make_shared<agent::AgentOptions>();
-  cmd->add_option("--server", o->control_plane_url, "control plane URL (default $TESSERA_URL)");
-  cmd->add_option("--token", o->token, "agent token (default $TESSERA_TOKEN)");
+  auto token_file = std::make_shared<std::string>();
+  cmd->add_option("--server", o->control_plane_url, "control plane URL(s), http:// or https:// (default $TESSERA_URL)");
+  cmd->add_option("--token", o->token, "agent token (default $TESSERA_TOKEN; visible in ps: prefer --token-file)");
+  cmd->add_option("--token-file", *token_file, "file holding the agent token (default $TESSERA_TOKEN_FILE)");
+  cmd->add_option("--ca", o->tls.ca_file, "CA file that signed the server's certificate (default $TESSERA_CA)");
+  cmd->add_option("--tls-cert", o->tls.cert_file, "client certificate (PEM) for a server that asks for one");
+  cmd->add_option("--tls-key", o->tls.key_file, "private key of --tls-cert");
   cmd->add_option("--node", o->node_name, "node name (default: host name)");
   cmd->add_option("--pool", o->pool, "scheduling pool the node joins (default: default)");
   cmd->add_option("--simulate", o->simulate, "simulated devices where there is no GPU, e.g. 2xH100-80GB");
@@ -289,12 +355,25 @@ void RegisterAgentCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--cgroup-root", o->cgroup_root, "cgroup v2 mount (\"\" disables cgroups)");
   auto log_flags = std::make_shared<LogFlags>();
   AddLogFlags(cmd, log_flags.get());
-  cmd->callback([o, log_flags, &ctx] {
+  cmd->callback([o, token_file, log_flags, &ctx] {
     ApplyLogFlags(*log_flags);
     agent::AgentOptions opts = *o;
-    if (opts.token.empty() && std::getenv("TESSERA_TOKEN")) opts.token = std::getenv("TESSERA_TOKEN");
-    if (std::getenv("TESSERA_URL") && opts.control_plane_url == "http://127.0.0.1:8080") {
-      opts.control_plane_url = std::getenv("TESSERA_URL");
+    auto env = [](const char* name) { return std::getenv(name) ? std::string(std::getenv(name)) : std::string(); };
+    std::string file = token_file->empty() && opts.token.empty() ? env("TESSERA_TOKEN_FILE") : *token_file;
+    if (!file.empty()) {
+      auto t = net::ReadSecretFile(file);
+      if (!t.ok()) {
+        std::cerr << "tessera agent: " << t.status().message() << "\n";
+        ctx.exit_code = kExitBadInput;
+        return;
+      }
+      opts.token = *t;
+    }
+    if (opts.token.empty()) opts.token = env("TESSERA_TOKEN");
+    if (opts.tls.ca_file.empty()) opts.tls.ca_file = env("TESSERA_CA");
+    opts.tls.insecure = env("TESSERA_INSECURE_TLS") == "1";  // tests against a throw-away certificate only
+    if (!env("TESSERA_URL").empty() && opts.control_plane_url == "http://127.0.0.1:8080") {
+      opts.control_plane_url = env("TESSERA_URL");
     }
     if (opts.capgpu_preload.empty()) opts.capgpu_preload = DefaultCapLibrary();
     ctx.exit_code = agent::RunAgent(opts);
@@ -303,30 +382,32 @@ void RegisterAgentCommand(CLI::App& app, CommandContext& ctx) {
 
 void RegisterServeCommand(CLI::App& app, CommandContext& ctx) {
   auto* cmd = app.add_subcommand("serve", "Run the control plane");
-  auto config = std::make_shared<std::string>();
-  auto data = std::make_shared<std::string>();
-  auto listen = std::make_shared<std::string>("127.0.0.1:8080");
-  auto store = std::make_shared<std::string>();
+  auto f = std::make_shared<ServeFlags>();
   auto check = std::make_shared<bool>(false);
-  auto advertise = std::make_shared<std::string>();
-  cmd->add_option("--config", *config, "configuration (YAML)")->required();
-  cmd->add_option("--data", *data, "data directory (SQLite store, job output); required unless --check-config");
-  cmd->add_option("--listen", *listen, "HOST:PORT to listen on (port 0: any)");
-  cmd->add_option("--store", *store, "postgresql://... to keep state in PostgreSQL");
-  cmd->add_option("--advertise", *advertise,
-                  "the URL clients reach this server at, recorded while it leads (default http://LISTEN)");
+  cmd->add_option("--config", f->config, "configuration (YAML)")->required();
+  cmd->add_option("--data", f->data, "data directory (SQLite store, job output); required unless --check-config");
+  cmd->add_option("--listen", f->listen, "HOST:PORT to listen on (port 0: any)");
+  cmd->add_option("--store", f->store, "postgresql://... to keep state in PostgreSQL");
+  cmd->add_option("--advertise", f->advertise,
+                  "the URL clients reach this server at, recorded while it leads (default http(s)://LISTEN)");
+  cmd->add_option("--tls-cert", f->tls_cert, "PEM certificate chain: serve HTTPS (with --tls-key)");
+  cmd->add_option("--tls-key", f->tls_key, "PEM private key of --tls-cert");
+  cmd->add_option("--tls-client-ca", f->tls_client_ca, "PEM CA: every client must present a certificate it signed");
   cmd->add_flag("--check-config", *check, "check the configuration, say what it declares, and exit");
   auto log_flags = std::make_shared<LogFlags>();
   AddLogFlags(cmd, log_flags.get());
   cmd->callback([=, &ctx] {
     ApplyLogFlags(*log_flags);
     if (*check) {
-      ctx.exit_code = CheckConfig(*config);
-    } else if (data->empty()) {
+      ctx.exit_code = CheckConfig(f->config);
+    } else if (f->data.empty()) {
       std::cerr << "tessera serve: --data is required\n";
       ctx.exit_code = kExitBadInput;
+    } else if (f->tls_cert.empty() != f->tls_key.empty() || (!f->tls_client_ca.empty() && f->tls_cert.empty())) {
+      std::cerr << "tessera serve: --tls-cert and --tls-key go together (and --tls-client-ca needs them)\n";
+      ctx.exit_code = kExitBadInput;
     } else {
-      ctx.exit_code = Serve(*config, *data, *listen, *store, *advertise, nullptr);
+      ctx.exit_code = Serve(*f, nullptr);
     }
   });
 }
@@ -336,14 +417,16 @@ void RegisterUpCommand(CLI::App& app, CommandContext& ctx) {
   auto data = std::make_shared<std::string>(".tessera");
   auto listen = std::make_shared<std::string>("127.0.0.1:8080");
   auto simulate = std::make_shared<std::string>("2xH100-80GB");
+  auto tls = std::make_shared<bool>(true);
   cmd->add_option("--data", *data, "data directory (default .tessera)");
   cmd->add_option("--listen", *listen, "HOST:PORT (default 127.0.0.1:8080)");
   cmd->add_option("--simulate", *simulate, "simulated devices where there is no GPU (default 2xH100-80GB)");
+  cmd->add_flag("--tls,!--no-tls", *tls, "HTTPS with a self-signed certificate made under DATA/tls (default on)");
   auto log_flags = std::make_shared<LogFlags>();
   AddLogFlags(cmd, log_flags.get());
   cmd->callback([=, &ctx] {
     ApplyLogFlags(*log_flags);  // the server's; the agent it starts is given the same flags
-    ctx.exit_code = Up(*data, *listen, *simulate, log_flags->level, log_flags->format);
+    ctx.exit_code = Up(*data, *listen, *simulate, log_flags->level, log_flags->format, *tls);
   });
 }
 

@@ -8,6 +8,7 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <optional>
 #include <thread>
 
@@ -122,6 +123,29 @@ class HttpServer::Impl {
 
   void Accept();
 
+  // The certificate chain, key and (for mutual TLS) client CA of options; TLS 1.2 or newer.
+  Status LoadTls() {
+    const HttpServerOptions& o = options;
+    if (o.tls_cert_file.empty() || o.tls_key_file.empty()) {
+      return Status::InvalidArgument("TLS needs both a certificate (--tls-cert) and its key (--tls-key)");
+    }
+    ssl.emplace(asio::ssl::context::tls_server);
+    ssl->set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
+                     asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 | asio::ssl::context::no_tlsv1_1 |
+                     asio::ssl::context::single_dh_use);
+    beast::error_code ec;
+    ssl->use_certificate_chain_file(o.tls_cert_file, ec);
+    if (ec) return Status::InvalidArgument("--tls-cert " + o.tls_cert_file + ": " + ec.message());
+    ssl->use_private_key_file(o.tls_key_file, asio::ssl::context::pem, ec);
+    if (ec) return Status::InvalidArgument("--tls-key " + o.tls_key_file + ": " + ec.message());
+    if (!o.tls_client_ca_file.empty()) {
+      ssl->load_verify_file(o.tls_client_ca_file, ec);
+      if (ec) return Status::InvalidArgument("--tls-client-ca " + o.tls_client_ca_file + ": " + ec.message());
+      ssl->set_verify_mode(asio::ssl::verify_peer | asio::ssl::verify_fail_if_no_peer_cert);
+    }
+    return Status::Ok();
+  }
+
   // Destroyed in reverse: the workers finish first, then the connections (which count down
   // `open`) with the I/O context.
   HttpServerOptions options;
@@ -129,6 +153,7 @@ class HttpServer::Impl {
   std::atomic<bool> stopped{false};
   std::vector<RouteEntry> routes;
   asio::io_context ioc;
+  std::optional<asio::ssl::context> ssl;  // set when the server speaks TLS
   tcp::acceptor acceptor;
   asio::thread_pool workers;
 };
@@ -136,30 +161,50 @@ class HttpServer::Impl {
 namespace {
 
 // One connection: read a request, hand it to the workers, write the answer, read the next.
-class Session : public std::enable_shared_from_this<Session> {
+// `Stream`: beast::tcp_stream, or an ssl_stream over one (TLS: the handshake comes first).
+template <class Stream>
+class Session : public std::enable_shared_from_this<Session<Stream>> {
+  static constexpr bool kTls = !std::is_same_v<Stream, beast::tcp_stream>;
+  using std::enable_shared_from_this<Session<Stream>>::shared_from_this;
+
  public:
-  Session(tcp::socket socket, HttpServer::Impl* server) : stream_(std::move(socket)), server_(server) {
+  template <class... Args>
+  explicit Session(HttpServer::Impl* server, Args&&... args) : stream_(std::forward<Args>(args)...), server_(server) {
     ++server_->open;
   }
   ~Session() { --server_->open; }
 
   void Start() {
-    asio::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->Read(); });
+    asio::dispatch(stream_.get_executor(), [self = shared_from_this()] {
+      if constexpr (kTls) {
+        // A client that connects and says nothing, or speaks no TLS, is dropped within 10 s.
+        self->Lowest().expires_after(std::chrono::seconds(10));
+        self->stream_.async_handshake(asio::ssl::stream_base::server, [self](beast::error_code ec) {
+          if (ec) return self->Close();
+          self->Read();
+        });
+      } else {
+        self->Read();
+      }
+    });
   }
 
  private:
+  beast::tcp_stream& Lowest() { return beast::get_lowest_layer(stream_); }
+
   void Read() {
     parser_.emplace();
     parser_->body_limit(server_->options.max_body_bytes);
     parser_->header_limit(64 * 1024);
-    stream_.expires_after(std::chrono::milliseconds(server_->options.idle_timeout_ms));
+    Lowest().expires_after(std::chrono::milliseconds(server_->options.idle_timeout_ms));
     http::async_read(stream_, buffer_, *parser_,
                      [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
   }
 
   void OnRead(beast::error_code ec) {
     if (ec == http::error::end_of_stream || ec == beast::error::timeout || ec == asio::error::eof ||
-        ec == asio::error::connection_reset || ec == asio::error::operation_aborted) {
+        ec == asio::error::connection_reset || ec == asio::error::operation_aborted ||
+        ec == asio::ssl::error::stream_truncated) {
       return Close();
     }
     if (ec == http::error::body_limit) {
@@ -240,7 +285,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (e.level == log::Level::kOff) return;
     if (peer_.empty()) {
       beast::error_code ec;
-      const tcp::endpoint at = stream_.socket().remote_endpoint(ec);
+      const tcp::endpoint at = Lowest().socket().remote_endpoint(ec);
       peer_ = ec ? "-" : at.address().to_string() + ":" + std::to_string(at.port());
     }
     const auto us = std::chrono::duration_cast<std::chrono::microseconds>(SteadyClock::now() - e.start).count();
@@ -261,7 +306,7 @@ class Session : public std::enable_shared_from_this<Session> {
     res_.keep_alive(keep_alive);
     res_.body() = std::move(out.body);
     res_.prepare_payload();
-    stream_.expires_after(std::chrono::seconds(60));
+    Lowest().expires_after(std::chrono::seconds(60));
     http::async_write(stream_, res_, [self = shared_from_this(), keep_alive](beast::error_code ec, size_t) {
       self->LogRequest();
       if (!ec && self->linger_) return self->Drain(0);
@@ -274,8 +319,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void Drain(size_t dropped) {
     if (dropped == 0) {
       beast::error_code ignored;
-      stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-      stream_.expires_after(std::chrono::seconds(10));
+      Lowest().socket().shutdown(tcp::socket::shutdown_send, ignored);
+      Lowest().expires_after(std::chrono::seconds(10));
     }
     drain_.resize(64 * 1024);
     stream_.async_read_some(asio::buffer(drain_), [self = shared_from_this(), dropped](beast::error_code ec, size_t n) {
@@ -286,8 +331,8 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void Close() {
     beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-    stream_.socket().close(ignored);
+    Lowest().socket().shutdown(tcp::socket::shutdown_send, ignored);
+    Lowest().socket().close(ignored);
   }
 
   static void ParseQuery(const std::string& q, std::map<std::string, std::string>* out) {
@@ -305,7 +350,7 @@ class Session : public std::enable_shared_from_this<Session> {
     }
   }
 
-  beast::tcp_stream stream_;
+  Stream stream_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   http::response<http::string_body> res_;
@@ -324,7 +369,11 @@ void HttpServer::Impl::Accept() {
     if (!ec) {
       beast::error_code ignored;
       socket.set_option(tcp::no_delay(true), ignored);  // small JSON replies: no Nagle delay
-      std::make_shared<Session>(std::move(socket), this)->Start();
+      if (ssl) {
+        std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(this, std::move(socket), *ssl)->Start();
+      } else {
+        std::make_shared<Session<beast::tcp_stream>>(this, std::move(socket))->Start();
+      }
     }
     Accept();
   });
@@ -344,6 +393,10 @@ void HttpServer::Route(const std::string& method, const std::string& pattern, Ht
 
 Result<int> HttpServer::Bind(const std::string& host, int port) {
   RaiseOpenFileLimit();
+  if (!impl_->options.tls_cert_file.empty() || !impl_->options.tls_key_file.empty()) {
+    Status st = impl_->LoadTls();
+    if (!st.ok()) return st;
+  }
   beast::error_code ec;
   const auto address = asio::ip::make_address(host == "localhost" ? "127.0.0.1" : host, ec);
   if (ec) return Status::InvalidArgument("cannot listen on '" + host + "': not an IP address");

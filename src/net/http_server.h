@@ -69,6 +69,11 @@ struct HttpServerOptions {
   int workers = 8;
   size_t max_body_bytes = 1024 * 1024;     // larger bodies get 413
   int idle_timeout_ms = 10 * 60 * 1000;    // a connection silent this long is closed
+  // TLS (HTTPS) when a certificate is given: PEM files, the certificate's chain and its key.
+  // With a client CA, every client must present a certificate it signed (mutual TLS).
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_client_ca_file;
   // Signals that stop Run(), caught on the event loop (a signal handler may not touch it).
   std::vector<int> stop_signals;
 };
@@ -84,7 +89,8 @@ class HttpServer {
   // times a second by machines, so that it does not flood the log at info).
   void Route(const std::string& method, const std::string& pattern, HttpHandler handler,
              log::Level request_log = log::Level::kInfo);
-  // Listens on host:port (0: any free port) and returns the port. Raises the process's open-file
+  // Listens on host:port (0: any free port) and returns the port; loads the TLS files, refusing
+  // with the file's name and the reason when one cannot be used. Raises the process's open-file
   // limit to its hard limit, since every kept-alive connection holds a descriptor.
   Result<int> Bind(const std::string& host, int port);
   // Serves until Stop().

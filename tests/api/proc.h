@@ -63,13 +63,14 @@ class Proc {
     ss << in.rdbuf();
     return ss.str();
   }
-  // Waits for "listening on http://HOST:PORT" in the log; returns the port or -1.
+  // Waits for "listening on http(s)://HOST:PORT" in the log; returns the port or -1.
   int WaitForPort(int timeout_ms = 15000) const {
     for (int waited = 0; waited < timeout_ms; waited += 20) {
       std::string log = Log();
-      size_t at = log.rfind("listening on http://");
+      size_t at = log.rfind("listening on http");
+      if (at != std::string::npos) at = log.find("://", at);
       if (at != std::string::npos) {
-        size_t colon = log.find(':', at + 20);
+        size_t colon = log.find(':', at + 3);
         size_t end = log.find_first_not_of("0123456789", colon + 1);
         if (colon != std::string::npos && end != std::string::npos && end > colon + 1) {
           return std::stoi(log.substr(colon + 1, end - colon - 1));

@@ -1,0 +1,36 @@
+// What the HTTP clients (the `tessera` commands, the agent) share: HTTPS settings, URL checks and
+// secrets read from files (--token-file). The client itself: net/http_client.h.
+#pragma once
+
+#include <fstream>
+#include <string>
+
+#include "common/status.h"
+
+namespace tessera::net {
+
+struct ClientTls {
+  std::string ca_file;    // PEM CAs the server's certificate must chain to ("" : the system's)
+  std::string cert_file;  // a client certificate and key, for servers that ask (mutual TLS)
+  std::string key_file;
+  bool insecure = false;  // no verification of the server: for tests only
+};
+
+// "http://..." or "https://...": the schemes the clients speak.
+inline bool IsHttpUrl(const std::string& u) {
+  return (u.rfind("http://", 0) == 0 && u.size() > 7) || (u.rfind("https://", 0) == 0 && u.size() > 8);
+}
+
+// A secret kept in a file (--token-file): its first line, without surrounding white space.
+inline Result<std::string> ReadSecretFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Status::InvalidArgument("cannot read token file '" + path + "'");
+  std::string line;
+  std::getline(in, line);
+  const size_t b = line.find_first_not_of(" \t\r");
+  const size_t e = line.find_last_not_of(" \t\r");
+  if (b == std::string::npos) return Status::InvalidArgument("token file '" + path + "' is empty");
+  return line.substr(b, e - b + 1);
+}
+
+}  // namespace tessera::net

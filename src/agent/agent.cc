@@ -87,10 +87,13 @@ class Agent {
     while (!StopRequested()) {
       for (JobExit& e : launcher_.Poll()) RecordExit(e);
       if (Clock::now() >= next_contact) {
+        // The period counts from the heartbeat, not from the end of the uploads after it: output
+        // never stretches the interval between heartbeats.
+        const Clock::time_point started = Clock::now();
         bool ok = Contact();
         if (ok) {
           backoff_ms_ = heartbeat_ms_;
-          next_contact = Clock::now() + milliseconds(heartbeat_ms_);
+          next_contact = std::max(started + milliseconds(heartbeat_ms_), Clock::now() + milliseconds(heartbeat_ms_ / 4));
         } else {
           next_contact = Clock::now() + milliseconds(backoff_ms_);
           backoff_ms_ = std::min<int64_t>(backoff_ms_ * 2, std::max(heartbeat_ms_, int64_t{options_.max_backoff_ms}));

@@ -308,10 +308,12 @@ void Engine::LoseJobLocked(Job& j, const std::string& node, const std::string& w
 Status Engine::WriteOutput(const Identity& who, const std::string& job, int64_t offset, const std::string& bytes) {
   if (who.role != Role::kAgent && who.role != Role::kAdmin) return Status::PermissionDenied("only agents upload output");
   if (offset < 0) return Status::InvalidArgument("'offset' must not be negative");
-  if (offset > config_.max_output_bytes - static_cast<int64_t>(bytes.size())) {
+  if (offset >= config_.max_output_bytes) {
     return Status::ResourceExhausted("output of job '" + job + "' is over the limit of " +
                                      std::to_string(config_.max_output_bytes) + " bytes (max_output)");
   }
+  // The part below the limit is kept; the next upload is refused.
+  const size_t keep = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(bytes.size()), config_.max_output_bytes - offset));
   {
     std::unique_lock<std::mutex> lock(mu_);
     auto it = jobs_.find(job);
@@ -326,9 +328,9 @@ Status Engine::WriteOutput(const Identity& who, const std::string& job, int64_t 
   }
   int fd = ::open(OutputPath(job).c_str(), O_WRONLY | O_CREAT, 0640);
   if (fd < 0) return Status::Internal("cannot open output of '" + job + "'");
-  ssize_t n = ::pwrite(fd, bytes.data(), bytes.size(), static_cast<off_t>(offset));
+  ssize_t n = ::pwrite(fd, bytes.data(), keep, static_cast<off_t>(offset));
   ::close(fd);
-  if (n != static_cast<ssize_t>(bytes.size())) return Status::Internal("short write of output of '" + job + "'");
+  if (n != static_cast<ssize_t>(keep)) return Status::Internal("short write of output of '" + job + "'");
   return Status::Ok();
 }
 

@@ -66,8 +66,9 @@ struct EngineConfig {
   // `retention: 90d`: jobs that ended longer ago, and older events, are deleted from the store
   // (checked hourly). 0 keeps everything.
   int64_t retention_ms = 0;
-  // `max_output: 1GiB`: the most output kept per job; uploads past it are refused (413).
-  int64_t max_output_bytes = int64_t{1} << 30;
+  // `max_output: 64MiB` (the default): the most output kept per job; uploads past it are
+  // refused (413), the part of one below it kept.
+  int64_t max_output_bytes = int64_t{64} << 20;
   int backend_nice = 10;           // niceness added to the external schedulers' commands (0-19)
   int64_t utilization_sample_ms = 10000;  // how often the utilization history is sampled
   std::vector<Identity> identities;

@@ -81,7 +81,16 @@ class Engine {
   Result<Json> ListJobs(const Identity& who, const std::string& state_filter, int limit);
   Result<Json> GetJob(const Identity& who, const std::string& id);
   Result<Json> Cancel(const Identity& who, const std::string& id);
-  Result<std::string> JobOutput(const Identity& who, const std::string& id);
+  // A range of a job's captured output: at most `length` (capped at kOutputRangeMax) bytes from
+  // `offset`, read from its file, never the whole file at once.
+  struct OutputRange {
+    std::string bytes;
+    int64_t offset = 0;
+    int64_t total = 0;  // the output's size now
+  };
+  static constexpr int64_t kOutputRangeMax = int64_t{4} << 20;
+  Result<OutputRange> JobOutput(const Identity& who, const std::string& id, int64_t offset = 0,
+                                int64_t length = kOutputRangeMax);
   Result<Json> Queues(const Identity& who);
   Result<Json> Groups(const Identity& who);
   Result<Json> Nodes(const Identity& who);

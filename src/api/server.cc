@@ -79,6 +79,33 @@ Result<Json> Body(const HttpRequest& req) {
   return j;
 }
 
+// The range asked of a job's output: a "Range: bytes=FIRST-[LAST]" header, or ?offset=&length=.
+Status OutputRangeOf(const HttpRequest& req, int64_t* offset, int64_t* length) {
+  const std::string range = req.header("range");
+  if (!range.empty()) {
+    const size_t dash = range.find('-');
+    if (range.rfind("bytes=", 0) != 0 || dash == std::string::npos || range.find(',') != std::string::npos) {
+      return Status::InvalidArgument("Range: expected bytes=FIRST-[LAST]");
+    }
+    auto first = ParseNonNegativeInt(range.substr(6, dash - 6));
+    if (!first.ok()) return Status::InvalidArgument("Range: expected bytes=FIRST-[LAST]");
+    *offset = *first;
+    if (dash + 1 < range.size()) {
+      auto last = ParseNonNegativeInt(range.substr(dash + 1));
+      if (!last.ok() || *last < *first) return Status::InvalidArgument("Range: LAST must be a number at least FIRST");
+      *length = std::min(*length, *last - *first + 1);
+    }
+    return Status::Ok();
+  }
+  for (auto [name, out] : {std::pair<const char*, int64_t*>{"offset", offset}, {"length", length}}) {
+    if (!req.has_param(name)) continue;
+    auto v = ParseNonNegativeInt(req.param(name));
+    if (!v.ok()) return Status::InvalidArgument(std::string("'") + name + "' must be a non-negative integer");
+    *out = name == std::string("length") ? std::min(*out, *v) : *v;
+  }
+  return Status::Ok();
+}
+
 int IntParam(const HttpRequest& req, const char* name, int def, int max) {
   if (!req.has_param(name)) return def;
   auto v = ParseNonNegativeInt(req.param(name));
@@ -166,10 +193,25 @@ ApiServer::ApiServer(Engine* engine, ApiServerOptions options)
          }));
   s.Route("GET", "/v1/jobs/{id}/output",
         authed([e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
-          auto out = e->JobOutput(who, req.params[0]);
+          // A range: "Range: bytes=FIRST-[LAST]" or ?offset=&length=, at most 4 MiB per request
+          // (206 with Content-Range when it is not the whole output); X-Output-Size says how much
+          // there is, so a client reads on from where it stopped.
+          int64_t offset = 0, length = Engine::kOutputRangeMax;
+          if (Status st = OutputRangeOf(req, &offset, &length); !st.ok()) return ReplyError(res, st);
+          auto out = e->JobOutput(who, req.params[0], offset, length);
           if (!out.ok()) return ReplyError(res, out.status());
+          const int64_t last = out->offset + static_cast<int64_t>(out->bytes.size());
           res.content_type = "text/plain";
-          res.body = std::move(*out);
+          res.headers.emplace_back("X-Output-Size", std::to_string(out->total));
+          res.headers.emplace_back("Accept-Ranges", "bytes");
+          if (out->offset > 0 || last < out->total) {
+            res.status = 206;
+            res.headers.emplace_back("Content-Range", out->bytes.empty() ? "bytes */" + std::to_string(out->total)
+                                                                        : "bytes " + std::to_string(out->offset) + "-" +
+                                                                              std::to_string(last - 1) + "/" +
+                                                                              std::to_string(out->total));
+          }
+          res.body = std::move(out->bytes);
         }));
   s.Route("GET", "/v1/queues", authed([e](const Identity& who, const HttpRequest&, HttpResponse& res) {
           ReplyResult(res, e->Queues(who));

@@ -1,5 +1,9 @@
 // Read models for people: jobs (with the step and reason that hold a waiting one), queues,
 // groups, nodes with their devices and partition layouts, the summary, utilization and events.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <fstream>
 #include <sstream>
@@ -161,7 +165,9 @@ Result<Json> Engine::StoredJobJson(const Identity& who, const std::string& id) {
   return Redacted(who, JobJson(*j));
 }
 
-Result<std::string> Engine::JobOutput(const Identity& who, const std::string& id) {
+Result<Engine::OutputRange> Engine::JobOutput(const Identity& who, const std::string& id, int64_t offset,
+                                              int64_t length) {
+  if (offset < 0 || length < 0) return Status::InvalidArgument("an output range must not be negative");
   {
     std::unique_lock<std::mutex> lock(mu_);
     auto it = jobs_.find(id);
@@ -172,10 +178,18 @@ Result<std::string> Engine::JobOutput(const Identity& who, const std::string& id
       if (!stored.ok()) return stored.status();
     }
   }
-  std::ifstream in(OutputPath(id), std::ios::binary);
-  std::stringstream ss;
-  if (in) ss << in.rdbuf();
-  return ss.str();
+  OutputRange out;
+  out.offset = offset;
+  int fd = ::open(OutputPath(id).c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return out;  // nothing printed yet
+  struct stat st{};
+  if (::fstat(fd, &st) == 0) out.total = st.st_size;
+  const int64_t n = std::max<int64_t>(0, std::min({length, kOutputRangeMax, out.total - offset}));
+  out.bytes.resize(static_cast<size_t>(n));
+  ssize_t got = n > 0 ? ::pread(fd, out.bytes.data(), static_cast<size_t>(n), static_cast<off_t>(offset)) : 0;
+  ::close(fd);
+  out.bytes.resize(static_cast<size_t>(std::max<ssize_t>(got, 0)));
+  return out;
 }
 
 Result<Json> Engine::Queues(const Identity& who) {

@@ -232,8 +232,16 @@ void ShowJob(const ClientOptions& co, const std::string& id, int* exit_code) {
   if (co.json) return void(std::cout << j.dump(2) << "\n");
   PrintTable({{"ID", "STATE", "QUEUE", "GROUP", "NEEDS", "PLACEMENT", "AGE", "REASON"}, JobRow(j)});
   if (j.contains("exit_code")) std::cout << "exit code: " << j["exit_code"] << "\n";
-  ClientReply out = HttpCall(CallOptions{co.url, co.token, co.tls, {}, 0}, "GET", "/v1/jobs/" + id + "/output");
-  if (out.status == 200 && !out.body.empty()) std::cout << "--- output ---\n" << out.body;
+  // Range by range (the server sends at most 4 MiB at a time), as it is now.
+  for (int64_t offset = 0;;) {
+    ClientReply out = HttpCall(CallOptions{co.url, co.token, co.tls, {}, 0}, "GET",
+                               "/v1/jobs/" + id + "/output?offset=" + std::to_string(offset));
+    if ((out.status != 200 && out.status != 206) || out.body.empty()) break;
+    if (offset == 0) std::cout << "--- output ---\n";
+    std::cout << out.body;
+    offset += static_cast<int64_t>(out.body.size());
+    if (out.status == 200) break;
+  }
 }
 
 void CancelJob(const ClientOptions& co, const std::string& id, int* exit_code) {

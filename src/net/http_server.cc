@@ -113,11 +113,11 @@ class HttpServer::Impl {
       try {
         r.handler(req, res);
       } catch (const std::exception&) {
-        res = HttpResponse{500, "application/json", ErrorBody("internal error")};
+        res = HttpResponse{500, "application/json", ErrorBody("internal error"), {}};
       }
       return r.log_level;
     }
-    res = HttpResponse{404, "application/json", ErrorBody("no such endpoint")};
+    res = HttpResponse{404, "application/json", ErrorBody("no such endpoint"), {}};
     return log::Level::kInfo;
   }
 
@@ -211,11 +211,11 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       // The client may still be sending the body: drain it after the answer, so that the client
       // reads the 413 instead of a reset connection.
       linger_ = true;
-      return Send(HttpResponse{413, "application/json", ErrorBody(TooLarge(server_->options.max_body_bytes))}, 11,
+      return Send(HttpResponse{413, "application/json", ErrorBody(TooLarge(server_->options.max_body_bytes)), {}}, 11,
                   false, RefusedEntry());
     }
     if (ec) {
-      return Send(HttpResponse{400, "application/json", ErrorBody("malformed HTTP request")}, 11, false, RefusedEntry());
+      return Send(HttpResponse{400, "application/json", ErrorBody("malformed HTTP request"), {}}, 11, false, RefusedEntry());
     }
     // The request log's clock starts once the request has been read (a kept-alive connection
     // may sit idle before it); no clock read when no request could be logged.
@@ -303,6 +303,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     res_.version(version);
     res_.result(static_cast<http::status>(out.status));
     res_.set(http::field::content_type, out.content_type);
+    for (const auto& [name, value] : out.headers) res_.set(name, value);
     res_.keep_alive(keep_alive);
     res_.body() = std::move(out.body);
     res_.prepare_payload();

@@ -57,6 +57,7 @@ struct HttpResponse {
   int status = 200;
   std::string content_type = "application/json";
   std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;  // more header fields
 };
 
 using HttpHandler = std::function<void(const HttpRequest&, HttpResponse&)>;

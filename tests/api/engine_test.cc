@@ -290,7 +290,7 @@ TEST_F(EngineTest, LifecycleThroughTheAgent) {
   hb = Heartbeat("n1", {{"finished", {{{"job", id}, {"exit_code", 0}}}}});
   EXPECT_EQ(hb["ack"], Json::array({id}));
   EXPECT_EQ(State(id), "succeeded");
-  EXPECT_EQ(*engine_->JobOutput(Who("alice"), id), "hi\n");
+  EXPECT_EQ(engine_->JobOutput(Who("alice"), id)->bytes, "hi\n");
   // A failing job and a cancelled running job.
   std::string f = Submit("alice", {{"queue", "notebooks"}, {"command", {"false"}}})["id"];
   Heartbeat("n1");
@@ -305,6 +305,28 @@ TEST_F(EngineTest, LifecycleThroughTheAgent) {
   Heartbeat("n1", {{"finished", {{{"job", c}, {"exit_code", 143}, {"signal", 15}}}}});
   EXPECT_EQ(State(c), "cancelled");
   ASSERT_TRUE(engine_->CheckInvariants().ok());
+}
+
+TEST_F(EngineTest, OutputIsCappedAtMaxOutputAndReadInRanges) {
+  config_.max_output_bytes = 10;
+  Reopen();
+  Register("n1", 1);
+  const std::string id = Submit("alice", {{"queue", "notebooks"}, {"command", {"yes"}}, {"gpu_memory", "8GiB"}})["id"];
+  Heartbeat("n1");
+  ASSERT_TRUE(engine_->WriteOutput(Who("agent"), id, 0, "0123456").ok());
+  // The part below the cap is kept, the rest refused.
+  ASSERT_TRUE(engine_->WriteOutput(Who("agent"), id, 7, "789abc").ok());
+  EXPECT_EQ(engine_->WriteOutput(Who("agent"), id, 10, "d").code(), StatusCode::kResourceExhausted);
+  auto all = engine_->JobOutput(Who("alice"), id);
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->bytes, "0123456789");
+  EXPECT_EQ(all->total, 10);
+  auto mid = engine_->JobOutput(Who("alice"), id, 3, 4);
+  EXPECT_EQ(mid->bytes, "3456");
+  EXPECT_EQ(mid->offset, 3);
+  EXPECT_EQ(engine_->JobOutput(Who("alice"), id, 20, 4)->bytes, "");
+  EXPECT_EQ(engine_->JobOutput(Who("alice"), id, -1, 4).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine_->JobOutput(Who("bob"), id).status().code(), StatusCode::kNotFound);
 }
 
 TEST_F(EngineTest, SharesPackByMemoryAndGroupsStopAtTheirLimit) {

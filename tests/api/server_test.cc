@@ -109,6 +109,34 @@ TEST_F(ServerTest, StatusCodesAndJsonErrors) {
   EXPECT_EQ(Json::parse(r->body)["name"], "alice");
 }
 
+TEST_F(ServerTest, OutputIsServedInRanges) {
+  auto r = client_->Post("/v1/jobs", Auth("alice-token-1"), R"({"queue":"notebooks","command":["true"]})", "application/json");
+  ASSERT_EQ(r->status, 201);
+  const std::string id = Json::parse(r->body)["id"];
+  ASSERT_TRUE(engine_->WriteOutput(engine_->config().identities[0], id, 0, "0123456789").ok());  // an admin may
+  const std::string path = "/v1/jobs/" + id + "/output";
+  r = client_->Get(path.c_str(), Auth("alice-token-1"));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->body, "0123456789");
+  EXPECT_EQ(r->get_header_value("X-Output-Size"), "10");
+  httplib::Headers ranged = Auth("alice-token-1");
+  ranged.emplace("Range", "bytes=2-5");
+  r = client_->Get(path.c_str(), ranged);
+  EXPECT_EQ(r->status, 206);
+  EXPECT_EQ(r->body, "2345");
+  EXPECT_EQ(r->get_header_value("Content-Range"), "bytes 2-5/10");
+  r = client_->Get((path + "?offset=7").c_str(), Auth("alice-token-1"));
+  EXPECT_EQ(r->status, 206);
+  EXPECT_EQ(r->body, "789");
+  r = client_->Get((path + "?offset=x").c_str(), Auth("alice-token-1"));
+  EXPECT_EQ(r->status, 400);
+  EXPECT_NE(Error(r).find("'offset'"), std::string::npos);
+  ranged = Auth("alice-token-1");
+  ranged.emplace("Range", "bytes=5-2");
+  EXPECT_EQ(client_->Get(path.c_str(), ranged)->status, 400);
+}
+
 TEST_F(ServerTest, OpenApiDescribesExactlyTheRoutes) {
   std::ifstream in(TESSERA_SOURCE_DIR "/docs/openapi.json");
   ASSERT_TRUE(in) << "docs/openapi.json missing";

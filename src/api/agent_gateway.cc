@@ -13,6 +13,47 @@
 #include "model/quantity.h"
 
 namespace tessera::api {
+namespace {
+
+// Agents' messages carry only the fields the protocol names (docs/agent-protocol.md): anything
+// else is a 400 naming it, before anything changes.
+Status OnlyKnownFields(const Json& obj, std::initializer_list<const char*> known, const std::string& where) {
+  for (const auto& [k, v] : obj.items()) {
+    bool ok = false;
+    for (const char* name : known) ok = ok || k == name;
+    if (!ok) return Status::InvalidArgument(where + ": unknown field '" + k.substr(0, 64) + "'");
+  }
+  return Status::Ok();
+}
+
+// A registration's numbers, each within what a real machine could have (so that no sum of
+// capacities can overflow).
+Status InRange(const Json& obj, const char* key, int64_t max, const std::string& where) {
+  if (!obj.contains(key)) return Status::Ok();
+  const Json& v = obj[key];
+  const bool ok = v.is_number_integer() && (v.is_number_unsigned() ? v.get<uint64_t>() <= static_cast<uint64_t>(max)
+                                                                    : v.get<int64_t>() >= 0 && v.get<int64_t>() <= max);
+  if (!ok) return Status::InvalidArgument(where + "'" + key + "' must be an integer from 0 to " + std::to_string(max));
+  return Status::Ok();
+}
+
+Status CheckRegistration(const Json& body) {
+  Status st = OnlyKnownFields(body, {"node", "pool", "cpu_milli", "memory_mib", "simulated", "devices", "cgroups", "running"},
+                              "register");
+  if (st.ok()) st = InRange(body, "cpu_milli", int64_t{1} << 30, "");   // a million cores
+  if (st.ok()) st = InRange(body, "memory_mib", int64_t{1} << 40, "");  // an exbibyte
+  if (!st.ok() || !body.contains("devices") || !body["devices"].is_array()) return st;
+  for (const Json& d : body["devices"]) {
+    if (!d.is_object()) return Status::InvalidArgument("each device must be an object");
+    st = OnlyKnownFields(d, {"index", "model", "memory_mib", "uuid", "simulated", "mig_enabled"}, "register: a device");
+    if (st.ok()) st = InRange(d, "memory_mib", int64_t{1} << 30, "a device's ");  // a pebibyte
+    if (st.ok()) st = InRange(d, "index", 63, "a device's ");
+    if (!st.ok()) return st;
+  }
+  return Status::Ok();
+}
+
+}  // namespace
 
 Status Engine::SpeaksFor(const Identity& who, const std::string& node, const char* what) const {
   if (who.MaySpeakFor(node)) return Status::Ok();
@@ -28,6 +69,7 @@ Result<Json> Engine::RegisterNode(const Identity& who, const Json& body) {
     return Status::InvalidArgument("'node' is required");
   }
   if (Status st = SpeaksFor(who, body["node"].get<std::string>(), "register"); !st.ok()) return st;
+  if (Status st = CheckRegistration(body); !st.ok()) return st;
   auto number = [&](const char* key) -> int64_t {
     return body.contains(key) && body[key].is_number_integer() ? body[key].get<int64_t>() : 0;
   };
@@ -180,6 +222,7 @@ Json Engine::StartOrderLocked(Job& j, const NodeInfo& n) const {
 Result<Json> Engine::Heartbeat(const Identity& who, const Json& body) {
   if (who.role != Role::kAgent && who.role != Role::kAdmin) return Status::PermissionDenied("only agents heartbeat");
   if (!body.is_object() || !body.contains("node") || !body["node"].is_string()) return Status::InvalidArgument("'node' is required");
+  if (Status st = OnlyKnownFields(body, {"node", "running", "finished"}, "heartbeat"); !st.ok()) return st;
   for (const char* key : {"finished", "running"}) {
     if (!body.contains(key)) continue;
     if (!body[key].is_array()) return Status::InvalidArgument(std::string("'") + key + "' must be a list");
@@ -187,7 +230,10 @@ Result<Json> Engine::Heartbeat(const Identity& who, const Json& body) {
       if (!e.is_object() || !e.contains("job") || !e["job"].is_string()) {
         return Status::InvalidArgument(std::string("each '") + key + "' entry needs a string 'job'");
       }
-      for (const char* f : {"exit_code", "signal", "pid"}) {
+      Status known = OnlyKnownFields(e, {"job", "exit_code", "signal", "pid", "output_bytes"},
+                                     std::string("heartbeat: a '") + key + "' entry");
+      if (!known.ok()) return known;
+      for (const char* f : {"exit_code", "signal", "pid", "output_bytes"}) {
         if (e.contains(f) && !e[f].is_number_integer()) {
           return Status::InvalidArgument(std::string("'") + key + "." + f + "' must be an integer");
         }

@@ -168,6 +168,52 @@ TEST_F(EngineTest, BadSubmissionsAreRefusedAndChangeNothing) {
   for (const auto& e : (*ev)["events"]) EXPECT_NE(e["kind"], "job.submitted");
 }
 
+// Agents' messages are checked whole before anything changes: wrong types, unknown fields,
+// numbers no machine has, an inventory the scheduler cannot hold; each answer names the field.
+TEST_F(EngineTest, BadAgentMessagesAreRefusedAndChangeNothing) {
+  Register("n1", 1);
+  const std::string id = Submit("alice", {{"queue", "training"}, {"command", {"true"}}})["id"];
+  Heartbeat("n1");
+  ASSERT_EQ(State(id), "starting");
+  const Json dev = {{"index", 0}, {"model", "H100-80GB"}, {"memory_mib", 81920}, {"uuid", "u"}};
+  auto reg = [&](Json body) { return engine_->RegisterNode(Who("agent"), body); };
+  const std::pair<Json, std::string> bad_registrations[] = {
+      {{{"node", "n2"}, {"cpu_milli", "lots"}, {"memory_mib", 1024}}, "'cpu_milli'"},
+      {{{"node", "n2"}, {"cpu_milli", 1000}, {"memory_mib", uint64_t{1} << 63}}, "'memory_mib'"},
+      {{{"node", "n2"}, {"cpu_milli", 1000}, {"memory_mib", 1024}, {"gpus", 8}}, "unknown field 'gpus'"},
+      {{{"node", "n2"}, {"cpu_milli", 1000}, {"memory_mib", 1024}, {"devices", {{{"index", 0}, {"model", "H100-80GB"}, {"memory_mib", -1}}}}},
+       "'memory_mib'"},
+      {{{"node", "n2"}, {"cpu_milli", 1000}, {"memory_mib", 1024}, {"devices", {dev, {{"index", 1}, {"model", "A100-80GB"}, {"memory_mib", 81920}}}}},
+       "mixes GPU models"},
+      {{{"node", "n2"}, {"cpu_milli", 1000}, {"memory_mib", 1024}, {"running", {{{"job", 7}}}}}, "string 'job'"},
+  };
+  for (const auto& [body, want] : bad_registrations) {
+    auto r = reg(body);
+    ASSERT_FALSE(r.ok()) << body.dump();
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << body.dump();
+    EXPECT_NE(r.status().message().find(want), std::string::npos) << r.status().message();
+  }
+  const std::pair<Json, std::string> bad_heartbeats[] = {
+      {{{"node", "n1"}, {"finished", {{{"job", id}, {"exit_code", "zero"}}}}}, "'finished.exit_code'"},
+      {{{"node", "n1"}, {"running", {{{"job", id}, {"pid", 1.5}}}}}, "'running.pid'"},
+      {{{"node", "n1"}, {"running", "all"}}, "'running' must be a list"},
+      {{{"node", "n1"}, {"finished", {{{"job", id}, {"exit_code", 0}, {"colour", 1}}}}}, "unknown field 'colour'"},
+      {{{"node", "n1"}, {"status", "fine"}}, "unknown field 'status'"},
+  };
+  for (const auto& [body, want] : bad_heartbeats) {
+    auto r = engine_->Heartbeat(Who("agent"), body);
+    ASSERT_FALSE(r.ok()) << body.dump();
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << body.dump();
+    EXPECT_NE(r.status().message().find(want), std::string::npos) << r.status().message();
+  }
+  // Nothing changed: n2 never joined, the job still starts on n1, and the scheduler still works.
+  EXPECT_EQ((*engine_->Nodes(Who("admin")))["nodes"].size(), 1u);
+  EXPECT_EQ(State(id), "starting");
+  EXPECT_TRUE(engine_->CheckInvariants().ok());
+  Reopen();
+  EXPECT_EQ(State(id), "starting");
+}
+
 // An agent credential bound to its nodes (`nodes: [r1-*]`) registers, heartbeats and uploads
 // output for those only; anything else is refused (403) and changes nothing.
 TEST_F(EngineTest, AnAgentSpeaksOnlyForItsNodes) {

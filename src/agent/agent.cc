@@ -283,8 +283,16 @@ class Agent {
         Info("job " + spec.id + " started: " + spec.command[0], {{"job", spec.id}});
       } else {
         Warn("job " + spec.id + " could not start: " + s.message(), {{"job", spec.id}});
-        finished_[spec.id] = FinishedReport{spec.id, 127, 0, 0};
-        uploaded_.erase(spec.id);
+        // The reason is the job's output, so that its submitter reads it (tessera job ID).
+        const std::string why = "tessera-agent: job " + spec.id + " could not start on node " + inventory_.node + ": " +
+                                s.message() + "\n";
+        int64_t bytes = 0;
+        if (ValidateJobId(spec.id).ok()) {
+          std::ofstream(launcher_.OutputPath(spec.id), std::ios::binary | std::ios::trunc) << why;
+          bytes = static_cast<int64_t>(why.size());
+        }
+        finished_[spec.id] = FinishedReport{spec.id, 127, 0, bytes};
+        uploaded_[spec.id] = 0;
       }
     }
     for (const CancelOrder& c : reply.cancel) {

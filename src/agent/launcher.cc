@@ -2,6 +2,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -10,6 +12,7 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <thread>
 
@@ -132,6 +135,44 @@ Status CreateShareRegion(const std::string& path, int64_t limit_bytes) {
   return Status::Ok();
 }
 
+// A job's Unix account, resolved before fork (getpwnam is not async-signal-safe).
+struct Account {
+  bool set = false;  // false: the agent's own
+  uid_t uid = 0;
+  gid_t gid = 0;
+  std::vector<gid_t> groups;  // supplementary, the primary included
+  std::string name, home;
+};
+
+Result<Account> ResolveAccount(const std::string& name) {
+  Account a;
+  if (name.empty()) return a;
+  std::vector<char> buf(16384);
+  passwd pw{};
+  passwd* found = nullptr;
+  if (getpwnam_r(name.c_str(), &pw, buf.data(), buf.size(), &found) != 0 || found == nullptr) {
+    return Status::FailedPrecondition("run_as: the account '" + name + "' does not exist on this node");
+  }
+  a.set = true;
+  a.uid = pw.pw_uid;
+  a.gid = pw.pw_gid;
+  a.name = name;
+  a.home = pw.pw_dir != nullptr ? pw.pw_dir : "/";
+  int n = 64;
+  a.groups.resize(static_cast<size_t>(n));
+  if (getgrouplist(name.c_str(), a.gid, a.groups.data(), &n) < 0) {
+    a.groups.resize(static_cast<size_t>(n));
+    getgrouplist(name.c_str(), a.gid, a.groups.data(), &n);
+  }
+  a.groups.resize(static_cast<size_t>(std::max(n, 0)));
+  if (geteuid() != 0 && a.uid != geteuid()) {
+    return Status::FailedPrecondition("run_as: this agent runs as uid " + std::to_string(geteuid()) +
+                                      " and cannot start jobs as '" + name + "' (uid " + std::to_string(a.uid) +
+                                      "); run the agent as root to run jobs as their submitters");
+  }
+  return a;
+}
+
 // What the child needs after fork; plain values and pointers only.
 struct ChildSetup {
   int out_fd = -1;
@@ -140,6 +181,7 @@ struct ChildSetup {
   char* const* argv = nullptr;
   char* const* envp = nullptr;
   const char* exec_error = nullptr;
+  const Account* account = nullptr;  // switch to it (uid, gid, groups) before exec
 };
 
 // The child between fork and exec: async-signal-safe calls only.
@@ -162,6 +204,15 @@ struct ChildSetup {
   dup2(c.null_fd, 0);
   dup2(c.out_fd, 1);
   dup2(c.out_fd, 2);
+  // Groups first, then the gid, then the uid (after which neither could change).
+  if (c.account != nullptr && c.account->set &&
+      (setgroups(c.account->groups.size(), c.account->groups.data()) != 0 || setgid(c.account->gid) != 0 ||
+       setuid(c.account->uid) != 0)) {
+    SafeWrite(2, "tessera-agent: cannot switch to the job's account (errno ");
+    SafeWrite(2, SafeItoa(errno, num));
+    SafeWrite(2, ")\n");
+    _exit(126);
+  }
   // Close everything else the agent holds (sockets, files) that lacks FD_CLOEXEC.
   if (close_range(3, ~0U, 0) != 0) {
     for (int fd = 3; fd < 4096; ++fd) close(fd);
@@ -191,14 +242,17 @@ pid_t ForkJob(const ChildSetup& c, int* fork_errno) {
 }  // namespace
 
 std::string CgroupCpuMax(MilliCpu cpu_milli) {
-  if (cpu_milli <= 0) return "max " + std::to_string(kCpuPeriodUs);
+  // 0, or more than the quota can express: no limit.
+  if (cpu_milli <= 0 || cpu_milli > std::numeric_limits<int64_t>::max() / kCpuPeriodUs) {
+    return "max " + std::to_string(kCpuPeriodUs);
+  }
   // milli-CPU * period / 1000; the kernel's minimum quota is 1000 us.
   int64_t quota = std::max<int64_t>(cpu_milli * kCpuPeriodUs / 1000, 1000);
   return std::to_string(quota) + " " + std::to_string(kCpuPeriodUs);
 }
 
 std::string CgroupMemoryMax(MiB memory_mib) {
-  if (memory_mib <= 0) return "max";
+  if (memory_mib <= 0 || memory_mib > std::numeric_limits<int64_t>::max() / (1024 * 1024)) return "max";
   return std::to_string(memory_mib * 1024 * 1024);
 }
 
@@ -345,9 +399,17 @@ Status Launcher::Start(const JobSpec& spec) {
 
   // Everything the child needs is built before fork: after fork it may only call
   // async-signal-safe functions (the agent has other threads, e.g. HTTP clients).
+  auto account = ResolveAccount(spec.run_as);
+  if (!account.ok()) return account.status();
+  JobSpec as = spec;
+  if (account->set) {
+    as.env["HOME"] = account->home;
+    as.env["USER"] = as.env["LOGNAME"] = account->name;
+  }
   ExecArgs exec;
-  BuildExecArgs(spec, options_, &exec);
+  BuildExecArgs(as, options_, &exec);
   ChildSetup child;
+  child.account = &*account;
   child.argv = exec.argv.data();
   child.envp = exec.envp.data();
   child.exec_error = exec.exec_error.c_str();
@@ -355,10 +417,19 @@ Status Launcher::Start(const JobSpec& spec) {
 
   Job job;
   job.spec = spec;
-  if (Status s = PrepareLimits(spec, &job, &child.procs_fd); !s.ok()) {
+  Status prepared = PrepareLimits(spec, &job, &child.procs_fd);
+  // The job's own files: its output (written through the inherited descriptor) and its share's
+  // region (which the cap library in the job opens) belong to its account.
+  if (prepared.ok() && account->set && (fchown(child.out_fd, account->uid, account->gid) != 0 ||
+                                        (!job.region_path.empty() && chown(job.region_path.c_str(), account->uid, account->gid) != 0))) {
+    prepared = Status::Internal("cannot give job " + spec.id + "'s files to '" + account->name + "': " + std::strerror(errno));
+  }
+  if (!prepared.ok()) {
     close(child.out_fd);
     close(child.null_fd);
-    return s;
+    if (child.procs_fd >= 0) close(child.procs_fd);
+    Cleanup(job);
+    return prepared;
   }
   int fork_errno = 0;
   pid_t pid = ForkJob(child, &fork_errno);

@@ -55,6 +55,10 @@ struct JobSpec {
   MiB memory_mib = 0;      // 0: no memory limit
   std::vector<DeviceBinding> devices;
   int64_t gpu_memory_limit_bytes = 0;  // 0: no cap (whole device or hardware slice)
+  // The Unix account the job runs under (its uid, primary gid and supplementary groups; HOME,
+  // USER, LOGNAME set): "" runs it as the agent's own account. An account this node does not
+  // have, or one a non-root agent cannot switch to, refuses the start with the reason.
+  std::string run_as;
 };
 
 struct LauncherOptions {

@@ -215,8 +215,10 @@ Json Engine::StartOrderLocked(Job& j, const NodeInfo& n) const {
     env["TESSERA_GANG_NODES"] = list;
     env["TESSERA_GANG_RANK"] = std::to_string(std::find(nodes.begin(), nodes.end(), n.name) - nodes.begin());
   }
-  return {{"job", j.rec.id}, {"command", j.spec["command"]}, {"env", env}, {"cpu_milli", cpu},
-          {"memory_mib", mem}, {"devices", devs}, {"gpu_memory_limit_bytes", cap * 1024 * 1024}};
+  Json order = {{"job", j.rec.id}, {"command", j.spec["command"]}, {"env", env}, {"cpu_milli", cpu},
+                {"memory_mib", mem}, {"devices", devs}, {"gpu_memory_limit_bytes", cap * 1024 * 1024}};
+  if (j.spec.contains("run_as")) order["run_as"] = j.spec["run_as"];
+  return order;
 }
 
 Result<Json> Engine::Heartbeat(const Identity& who, const Json& body) {

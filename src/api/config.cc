@@ -4,7 +4,9 @@
 #include <openssl/rand.h>
 #include <yaml-cpp/yaml.h>
 
+#include <cctype>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -43,7 +45,7 @@ Result<int64_t> Duration(const YAML::Node& n, const std::string& where) {
     num = s.substr(0, s.size() - 1);
   }
   auto v = ParseNonNegativeInt(num);
-  if (!v.ok() || *v > (int64_t{1} << 40)) {
+  if (!v.ok() || *v > (int64_t{1} << 40) || *v > std::numeric_limits<int64_t>::max() / mult) {
     return Bad(where, "'" + s + "' is not a duration such as 10s, 500ms, 2m, 1h, 90d");
   }
   return *v * mult;
@@ -205,7 +207,15 @@ bool Identity::MaySpeakFor(const std::string& node) const {
   return false;
 }
 
-// identities: [{name, role, groups, nodes, token | token_sha256}]; tokens kept as SHA-256 hashes.
+// A portable Unix account name: a lower-case letter or _, then letters, digits, _ or -; 32 at most.
+bool IsUnixAccountName(const std::string& s) {
+  bool ok = !s.empty() && s.size() <= 32 && (std::islower(static_cast<unsigned char>(s[0])) || s[0] == '_');
+  for (char c : s) ok = ok && (std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) || c == '_' || c == '-');
+  return ok;
+}
+
+// identities: [{name, role, groups, nodes, run_as, run_as_root, token | token_sha256}]; tokens
+// kept as SHA-256 hashes.
 static Status ReadIdentities(const YAML::Node& ids, std::vector<Identity>* out) {
   Status st;
   if (!ids || !ids.IsSequence() || ids.size() == 0) {
@@ -214,7 +224,7 @@ static Status ReadIdentities(const YAML::Node& ids, std::vector<Identity>* out) 
   for (size_t i = 0; i < ids.size(); ++i) {
     std::string w = "identities[" + std::to_string(i) + "]";
     const YAML::Node n = ids[i];
-    st = CheckKeys(n, w, {"name", "role", "groups", "token", "token_sha256", "nodes"});
+    st = CheckKeys(n, w, {"name", "role", "groups", "token", "token_sha256", "nodes", "run_as", "run_as_root"});
     if (!st.ok()) return st;
     Identity id;
     auto name = Str(n["name"], w + ".name");
@@ -242,6 +252,17 @@ static Status ReadIdentities(const YAML::Node& ids, std::vector<Identity>* out) 
       }
     }
     id.nodes = *nodes;
+    if (n["run_as"]) {
+      auto account = Str(n["run_as"], w + ".run_as");
+      if (!account.ok()) return account.status();
+      if (!IsUnixAccountName(*account)) return Bad(w + ".run_as", "'" + *account + "' is not a Unix account name");
+      id.run_as = *account;
+    }
+    if (n["run_as_root"]) {
+      auto v = policy::GetBool(n["run_as_root"], w + ".run_as_root");
+      if (!v.ok()) return Prefixed(v.status());
+      id.run_as_root = *v;
+    }
     if (n["token_sha256"]) {
       id.token_sha256 = n["token_sha256"].as<std::string>();
       if (id.token_sha256.size() != 64) return Bad(w + ".token_sha256", "expected 64 hex digits");
@@ -297,7 +318,9 @@ static Status ReadServerSettings(const YAML::Node& root, EngineConfig* c) {
   if (st.ok()) st = ReadMs(root, "retention", false, &c->retention_ms);
   if (st.ok() && root["max_output"]) {
     auto q = ParseMemoryMiB(root["max_output"].as<std::string>());
-    if (!q.ok() || *q <= 0) return Bad("max_output", "expected a size such as 1GiB");
+    if (!q.ok() || *q <= 0 || *q > std::numeric_limits<int64_t>::max() / (1024 * 1024)) {
+      return Bad("max_output", "expected a size such as 1GiB");
+    }
     c->max_output_bytes = *q * 1024 * 1024;
   }
   if (!st.ok()) return st;
@@ -330,6 +353,11 @@ static Result<quota::PolicySpec> ReadPolicy(const YAML::Node& root) {
 }
 
 static Status CheckIdentityGroups(const EngineConfig& c) {
+  for (const quota::GroupSpec& g : c.policy.groups) {
+    if (!g.run_as.empty() && !IsUnixAccountName(g.run_as)) {
+      return Bad("groups[" + g.name + "].run_as", "'" + g.run_as + "' is not a Unix account name");
+    }
+  }
   for (size_t i = 0; i < c.identities.size(); ++i) {
     for (const auto& g : c.identities[i].groups) {
       if (!c.FindGroup(g)) {

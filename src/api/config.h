@@ -22,6 +22,8 @@ namespace tessera::api {
 enum class Role { kAdmin, kUser, kAgent };
 const char* RoleName(Role r);
 
+bool IsUnixAccountName(const std::string& s);
+
 struct Identity {
   std::string name;
   Role role = Role::kUser;
@@ -30,6 +32,10 @@ struct Identity {
   // An agent: the nodes it may speak for (register, heartbeat, report exits, upload output):
   // names, or prefixes ending in '*'. Empty: any node (the config check warns).
   std::vector<std::string> nodes;
+  // The Unix account this identity's jobs run under on the nodes ("" : its group's run_as, else
+  // the agent's own account). Root only with run_as_root.
+  std::string run_as;
+  bool run_as_root = false;
   bool MaySpeakFor(const std::string& node) const;
 };
 

@@ -206,6 +206,13 @@ Result<Engine::PendingSubmit> Engine::Prepare(const Identity& who, const Json& b
                {"cpu_milli", *qs.cpu_milli}, {"memory_mib", *qs.memory_mib}, {"walltime_s", qs.walltime_s},
                {"name", body.contains("name") && body["name"].is_string() ? body["name"].get<std::string>() : ""}};
   if (qs.form) spec["form"] = AllocationFormName(*qs.form);
+  // The Unix account its processes run under on agent nodes: the identity's, else its group's.
+  const quota::GroupSpec* gs = config_.FindGroup(*group);
+  const std::string run_as = !who.run_as.empty() ? who.run_as : gs != nullptr ? gs->run_as : "";
+  if (run_as == "root" && !who.run_as_root) {
+    return Status::PermissionDenied("'" + who.name + "' may not run jobs as root (run_as_root is not set for it)");
+  }
+  if (!run_as.empty()) spec["run_as"] = run_as;
   if (!mig_profile->empty()) spec["mig_profile"] = *mig_profile;
   ps.job.spec_text = spec.dump();
   ps.job.spec = std::move(spec);

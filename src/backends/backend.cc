@@ -253,7 +253,7 @@ std::vector<int> ParseIndexList(const std::string& text) {
       } else {
         int a = std::stoi(part.substr(0, dash)), b = std::stoi(part.substr(dash + 1));
         if (b < a || b - a > 1024) return {};
-        for (int k = a; k <= b; ++k) out.push_back(k);
+        for (int64_t k = a; k <= b; ++k) out.push_back(static_cast<int>(k));
       }
     } catch (...) {
       return {};

@@ -2,6 +2,8 @@
 // (finished jobs too, JSON per PBS's reference guide), qdel.
 #include <nlohmann/json.hpp>
 
+#include <limits>
+
 #include "backends/backend.h"
 
 namespace tessera::backends {
@@ -72,11 +74,16 @@ class PbsBackend : public Backend {
     if (!jobs.is_object()) return Status::Internal("qstat: 'Jobs' is not an object");
     for (const auto& [id, v] : jobs.items()) {
       if (!v.is_object()) continue;
+      // A field of another type than PBS documents reads as absent (json::value would throw).
+      auto text = [&v](const char* key) {
+        auto it = v.find(key);
+        return it != v.end() && it->is_string() ? it->get<std::string>() : std::string();
+      };
       ExternalJob j;
       j.external_id = id;
-      j.name = v.value("Job_Name", "");
-      j.native_state = v.value("job_state", "");
-      j.reason = v.value("comment", "");
+      j.name = text("Job_Name");
+      j.native_state = text("job_state");
+      j.reason = text("comment");
       const std::string& s = j.native_state;
       if (s == "Q" || s == "H" || s == "W" || s == "T" || s == "S" || s == "U") {
         j.state = "pending";
@@ -84,7 +91,12 @@ class PbsBackend : public Backend {
         j.state = "running";
       } else if (s == "F") {
         // Exit_status: the script's code; 256+N: killed by signal N; negative: PBS could not run it.
-        int code = v.value("Exit_status", -1);
+        int code = -1;
+        auto status = v.find("Exit_status");
+        if (status != v.end() && status->is_number_integer() && status->get<int64_t>() >= std::numeric_limits<int>::min() &&
+            status->get<int64_t>() <= std::numeric_limits<int>::max()) {
+          code = static_cast<int>(status->get<int64_t>());
+        }
         j.exit_code = code;
         if (code > 256) j.signal = code - 256;
         j.state = code == 0 ? "succeeded" : (code == 271 || code == 265) ? "cancelled" : "failed";
@@ -92,9 +104,9 @@ class PbsBackend : public Backend {
         j.state = "pending";
       }
       // exec_host "node1/0*2"; exec_vnode "(node1:ngpus=1:ncpus=2)".
-      std::string host = v.value("exec_host", "");
+      std::string host = text("exec_host");
       j.node = host.substr(0, host.find('/'));
-      j.gres = v.value("exec_vnode", "");
+      j.gres = text("exec_vnode");
       out[id] = j;
     }
     return out;

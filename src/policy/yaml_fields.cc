@@ -1,5 +1,7 @@
 #include "policy/yaml_fields.h"
 
+#include <limits>
+
 #include "model/quantity.h"
 #include "sched/quota/policy_model.h"
 
@@ -24,6 +26,9 @@ Result<int64_t> ParseDuration(std::string_view text) {
   if (!v.ok() || *v < 0) {
     return Status::InvalidArgument("bad duration '" + std::string(text) +
                                    "' (use 30s, 5m, 2h, 1d or seconds)");
+  }
+  if (*v > std::numeric_limits<int64_t>::max() / unit) {
+    return Status::InvalidArgument("duration '" + std::string(text) + "' is too long");
   }
   return *v * unit / 1000;
 }

@@ -121,6 +121,11 @@ TEST(AgentCgroups, LimitTexts) {
   EXPECT_EQ(CgroupCpuMax(1), "1000 100000");  // kernel minimum
   EXPECT_EQ(CgroupMemoryMax(0), "max");
   EXPECT_EQ(CgroupMemoryMax(4096), "4294967296");
+  // Found by fuzz/agent_protocol_fuzz: a start order's amounts past what the files can say
+  // overflowed int64; they are no limit.
+  EXPECT_EQ(CgroupCpuMax(99999999999999999), "max 100000");
+  EXPECT_EQ(CgroupMemoryMax(99999999999999999), "max");
+  EXPECT_EQ(CgroupMemoryMax(8796093022207), "9223372036853727232");  // the largest that fits
 }
 
 TEST(AgentJobIds, OnlySafeNames) {

@@ -500,6 +500,37 @@ TEST_F(EngineTest, ARepeatedIdempotencyKeyReturnsTheFirstJob) {
   EXPECT_NE((*later)["id"], id);
 }
 
+TEST_F(EngineTest, JobsRunAsTheIdentitysAccountOrItsGroupsAndRootOnlyWhenAllowed) {
+  auto c = ParseConfig(std::string(kConfig) + "");
+  ASSERT_TRUE(c.ok());
+  for (Identity& i : c->identities) {
+    if (i.name == "alice") i.run_as = "alice-unix";
+    if (i.name == "carol") i.run_as = "root";
+  }
+  for (auto& g : c->policy.groups) {
+    if (g.name == "prod") g.run_as = "prod-svc";
+  }
+  config_ = *c;
+  Reopen();
+  Register("n1", 2);
+  const std::string a = Submit("alice", {{"queue", "training"}, {"command", {"true"}}})["id"];
+  const std::string b = Submit("bob", {{"queue", "training"}, {"command", {"true"}}})["id"];
+  Json hb = Heartbeat("n1");
+  ASSERT_EQ(hb["start"].size(), 2u) << hb.dump();
+  std::map<std::string, std::string> run_as;
+  for (const auto& s : hb["start"]) run_as[s["job"]] = s.value("run_as", "");
+  EXPECT_EQ(run_as[a], "alice-unix");  // the identity's own
+  EXPECT_EQ(run_as[b], "prod-svc");    // bob has none: his group's
+  auto root = engine_->Submit(Who("carol"), {{"queue", "training"}, {"command", {"true"}}});
+  EXPECT_EQ(root.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(root.status().message().find("as root"), std::string::npos);
+  // Config: names are checked, and run_as_root is a boolean.
+  auto bad = ParseConfig(std::string(kConfig).replace(std::string(kConfig).find("{name: bob, role: user"), 22,
+                                                      "{name: bob, run_as: 'x y', role: user"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("identities[2].run_as"), std::string::npos) << bad.status().message();
+}
+
 TEST_F(EngineTest, UtilizationIsSampledEveryIntervalAndFilteredBySince) {
   Register("n1", 2);
   Json j = Submit("alice", {{"queue", "training"}, {"command", {"true"}}});

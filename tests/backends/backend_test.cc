@@ -113,6 +113,8 @@ TEST(IndexList, Ranges) {
   EXPECT_EQ(ParseIndexList("0-2,5"), (std::vector<int>{0, 1, 2, 5}));
   EXPECT_EQ(ParseIndexList("3"), (std::vector<int>{3}));
   EXPECT_TRUE(ParseIndexList("x").empty());
+  // Found by fuzz/slurm_fuzz: a range ending at INT_MAX overflowed its loop counter.
+  EXPECT_EQ(ParseIndexList("2147483647-2147483647"), (std::vector<int>{2147483647}));
 }
 
 // Lines as Slurm 22.05's squeue and scontrol print them (captured from the test cluster).
@@ -194,6 +196,36 @@ TEST(SlurmPoll, ReadsGresOncePerJobAndListsAllWhenManyStart) {
   EXPECT_EQ(r->at("22").devices, (std::vector<int>{2}));
   EXPECT_EQ(r->at("13").devices, (std::vector<int>{1}));
   EXPECT_EQ(calls(), (std::vector<std::string>{"show job -d -o"}));
+  std::filesystem::remove_all(dir);
+}
+
+// The PBS backend's reading of `qstat -x -f -F json` against a stand-in qstat printing fields of
+// other types than PBS documents. Found by fuzz/backend_poll_fuzz: json::value threw out of
+// List/Poll (ending the server), and a fractional Exit_status out of int's range was undefined.
+TEST(PbsPoll, FieldsOfTheWrongTypeReadAsAbsent) {
+  const std::string dir = ::testing::TempDir() + "/pbs_poll_" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/qstat") << "#!/bin/sh\ncat <<'EOF'\n"
+                                << R"({"Jobs": {"1.s": {"Job_Name": 5, "job_state": "F", "Exit_status": 1e300},
+                                              "2.s": {"Job_Name": "t-2", "job_state": "F", "Exit_status": "0",
+                                                      "exec_host": ["n1"], "comment": {}},
+                                              "3.s": {"Job_Name": "t-3", "job_state": "F", "Exit_status": 271}}})"
+                                << "\nEOF\n";
+  std::filesystem::permissions(dir + "/qstat", std::filesystem::perms::owner_all);
+  BackendOptions o;
+  o.bin_dir = dir;
+  o.command_nice = 0;
+  auto b = MakePbsBackend(o);
+  auto r = b->Poll({"1.s", "2.s", "3.s"});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->at("1.s").name, "");
+  EXPECT_EQ(r->at("1.s").exit_code, -1);
+  EXPECT_EQ(r->at("1.s").state, "failed");
+  EXPECT_EQ(r->at("2.s").name, "t-2");
+  EXPECT_EQ(r->at("2.s").exit_code, -1);
+  EXPECT_EQ(r->at("2.s").node, "");
+  EXPECT_EQ(r->at("3.s").state, "cancelled");
   std::filesystem::remove_all(dir);
 }
 

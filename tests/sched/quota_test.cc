@@ -28,8 +28,8 @@ PolicySpec BasePolicy() {
              {"infer", {F::kPartition}},
              {"inter", {F::kShare}},
              {"any", {F::kWhole, F::kPartition, F::kShare}}};
-  p.groups = {{"a", "", Gpu(0), UnlimitedResources(), 1000},
-              {"b", "", Gpu(0), UnlimitedResources(), 1000}};
+  p.groups = {{"a", "", Gpu(0), UnlimitedResources(), 1000, ""},
+              {"b", "", Gpu(0), UnlimitedResources(), 1000, ""}};
   p.profiles = {
       {"gpu1", 1, kWholeGpu, 0, 1000, 1024, {}, {}},
       {"part8", 1, 100, 8 * kGiB, 1000, 1024, {}, {}},
@@ -116,7 +116,7 @@ TEST(QuotaPolicy, ValidationNamesTheField) {
          p.groups[1].parent = "zzz"; },
        "groups[b].parent 'zzz' is not a group"},
       {"children above parent", [](PolicySpec& p) {
-         p.groups.push_back({"dept", "", Gpu(1000), UnlimitedResources(), 1000});
+         p.groups.push_back({"dept", "", Gpu(1000), UnlimitedResources(), 1000, ""});
          p.groups[0].parent = "dept";
          p.groups[0].reservation = Gpu(800);
          p.groups[1].parent = "dept";
@@ -309,7 +309,7 @@ TEST(QuotaAdmission, GuaranteedBorrowedAndLimit) {
 TEST(QuotaAdmission, ParentLimitBindsChildren) {
   PolicySpec p = BasePolicy();
   p.groups.push_back({"dept", "", Gpu(0), Resources{1000, kUnlimited, kUnlimited, kUnlimited},
-                      1000});
+                      1000, ""});
   p.groups[0].parent = "dept";
   p.groups[1].parent = "dept";
   World w(p, {Node("n0", "train", 4)});
@@ -564,6 +564,24 @@ TEST(QuotaRepartition, AmdMemoryModeChangeDrainsTheNode) {
                   e.detail.find("node-wide memory mode") != std::string::npos);
   }
   EXPECT_TRUE(saw);
+  w.Done();
+}
+
+// Found by fuzz/api_requests_fuzz: two agents registering absurd amounts overflowed the
+// cluster's totals; amounts past 2^40 are refused.
+TEST(QuotaNodes, AmountsPastTwoToTheFortyAreRefused) {
+  World w(BasePolicy(), {Node("n0", "train", 2)});
+  NodeSpec huge = Node("n1", "train", 1);
+  huge.cpu_milli = 9000000000000000000;
+  auto r = w.e->AddNode(huge, 0);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("above 2^40"), std::string::npos) << r.status().message();
+  huge.cpu_milli = 64000;
+  huge.gpu_memory_mib = (int64_t{1} << 40) + 1;
+  EXPECT_FALSE(w.e->AddNode(huge, 0).ok());
+  huge.gpu_memory_mib = 0;
+  huge.memory_mib = int64_t{1} << 40;
+  EXPECT_TRUE(w.e->AddNode(huge, 0).ok());
   w.Done();
 }
 

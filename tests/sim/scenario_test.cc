@@ -36,6 +36,11 @@ TEST(ScenarioParse, DurationsAndErrorsNameTheField) {
   EXPECT_EQ(*ParseDuration("1d"), 86400);
   EXPECT_EQ(*ParseDuration("45"), 45);
   EXPECT_FALSE(ParseDuration("soon").ok());
+  // Found by fuzz/scenario_fuzz: scaling by the unit overflowed int64.
+  EXPECT_FALSE(ParseDuration("9223372036854775807md").ok());
+  EXPECT_FALSE(ParseDuration("4611686018427387903d").ok());
+  EXPECT_FALSE(ParseDuration("106751991168d").ok());
+  EXPECT_EQ(*ParseDuration("106751991167d"), int64_t{106751991167} * 86400);  // the longest in days
 
   struct Case {
     std::string yaml, want;

@@ -107,6 +107,12 @@ Status Engine::AddNodeRt(const NodeSpec& ns, const std::string& field) {
     if (ns.cpu_milli < 0 || ns.memory_mib < 0 || ns.gpu_count < 0) {
       return Status::InvalidArgument(field + " has a negative amount");
     }
+    // The cluster's totals are sums over nodes and devices: amounts past 2^40 (a billion cores,
+    // an exbibyte) are refused rather than let the sums overflow.
+    constexpr int64_t kMaxAmount = int64_t{1} << 40;
+    if (ns.cpu_milli > kMaxAmount || ns.memory_mib > kMaxAmount || ns.gpu_memory_mib > kMaxAmount) {
+      return Status::InvalidArgument(field + " has an amount above 2^40");
+    }
     NodeRt n;
     n.name = ns.name;
     n.pool = pool_id;

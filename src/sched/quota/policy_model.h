@@ -40,6 +40,9 @@ struct GroupSpec {
   Resources reservation;    // guaranteed to the group (reclaimable from borrowers)
   Resources limit = UnlimitedResources();  // most the group may hold at once
   int64_t weight_milli = 1000;  // share of capacity above reservations, relative to siblings
+  // The Unix account its members' jobs run under on agent nodes, unless the identity names its
+  // own (served control plane only; the simulator ignores it).
+  std::string run_as;
 };
 
 struct PoolSpec {

@@ -95,6 +95,25 @@ class SlurmTest : public testing::ServeFixture {
   bool started_ = false;
 };
 
+// Hostile values in the environment and the command, quoted for the shell in the batch script:
+// they arrive byte for byte and run nothing (no file appears); a hostile name is refused.
+TEST_F(SlurmTest, HostileValuesRunHarmlesslyAndHostileNamesAreRefused) {
+  const std::string marker = dir_ + "/owned";
+  const std::string nasty = "a'b\"c $(touch " + marker + ") `touch " + marker + "` ; touch " + marker + " \\n %s {{queue}}";
+  std::string id = Call("POST", "/v1/jobs",
+                        {{"queue", "training"},
+                         {"env", {{"NASTY", nasty}}},
+                         {"command", {"sh", "-c", "printf '%s|%s\\n' \"$NASTY\" \"$1\"", "argv0", nasty}}})["id"];
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(WaitFor([&] { return State(id) == "succeeded"; })) << Diag(id);
+  EXPECT_EQ(Output(id), nasty + "|" + nasty + "\n");
+  EXPECT_FALSE(std::filesystem::exists(marker)) << "a value was run by the shell";
+  Json refused = Call("POST", "/v1/jobs",
+                      {{"queue", "training"}, {"env", {{"X=1; touch " + marker + "; Y", "v"}}}, {"command", {"true"}}});
+  EXPECT_NE(refused.value("error", "").find("is not a variable name"), std::string::npos) << refused.dump();
+  EXPECT_FALSE(std::filesystem::exists(marker));
+}
+
 TEST_F(SlurmTest, WholeCardsAndSharesRunToCompletionWithTheirGres) {
   std::string w = Call("POST", "/v1/jobs",
                        {{"queue", "training"}, {"gpus", 2},

@@ -55,11 +55,15 @@ Status CheckRegistration(const Json& body) {
 
 }  // namespace
 
-Status Engine::SpeaksFor(const Identity& who, const std::string& node, const char* what) const {
+Status Engine::SpeaksFor(const Identity& who, const std::string& node, const char* what) {
   if (who.MaySpeakFor(node)) return Status::Ok();
   static const log::Logger kLog("serve");
   kLog.Warn("refused: an identity spoke for a node it is not bound to",
             {{"identity", who.name}, {"action", what}, {"node", node}});
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    AuditLocked(who.name, "agent.refused", node, std::string("may not ") + what + " for this node", {{"action", what}});
+  }
   return Status::PermissionDenied("identity '" + who.name + "' may not " + what + " for node '" + node + "'");
 }
 

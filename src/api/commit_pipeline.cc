@@ -178,4 +178,29 @@ void Engine::WriterLoop() {
   }
 }
 
+void Engine::AuditLocked(const std::string& actor, const std::string& kind, const std::string& subject,
+                         const std::string& reason, Json data) {
+  if (!broken_.ok()) return;
+  const int64_t second = clock_() / 1000;
+  if (kind == "auth.failed") {
+    if (second != audit_second_) {
+      audit_second_ = second;
+      audit_in_second_ = 0;
+    }
+    if (++audit_in_second_ > kAuditPerSecond) {
+      ++audit_suppressed_;
+      return;
+    }
+    if (audit_suppressed_ > 0) data["suppressed"] = std::exchange(audit_suppressed_, 0);
+  }
+  Batch b;
+  b.Add(MakeEvent(actor, kind, subject, reason, std::move(data)), nullptr);
+  QueueLocked(b);
+}
+
+void Engine::AuditAuthFailure(const std::string& method, const std::string& path, const std::string& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  AuditLocked("-", "auth.failed", path, why, {{"method", method}});
+}
+
 }  // namespace tessera::api

@@ -104,6 +104,10 @@ class Engine {
   Result<Json> Events(const Identity& who, int64_t after, int limit, const store::EventFilter& f);
   Result<int64_t> LastEventSeq() { return store_->LastSeq(); }
 
+  // A request refused for its credentials (missing or unknown token): an "auth.failed" event,
+  // rate-limited. `peer` is the client's address when known.
+  void AuditAuthFailure(const std::string& method, const std::string& path, const std::string& why);
+
   // Agents.
   Result<Json> RegisterNode(const Identity& who, const Json& body);
   Result<Json> Heartbeat(const Identity& who, const Json& body);
@@ -255,7 +259,16 @@ class Engine {
 
   // --- agent_gateway.cc
   // PermissionDenied (and a log line) unless `who` may speak for `node`.
-  Status SpeaksFor(const Identity& who, const std::string& node, const char* what) const;
+  // REQUIRES: mu_ not held (a refusal is an audit event).
+  Status SpeaksFor(const Identity& who, const std::string& node, const char* what);
+  // Audit trail: an event queued for the store (not waited for). Auth failures are at most
+  // kAuditPerSecond events a second; the rest are counted into the next one ("suppressed").
+  void AuditLocked(const std::string& actor, const std::string& kind, const std::string& subject,
+                   const std::string& reason, Json data);
+  static constexpr int kAuditPerSecond = 20;
+  int64_t audit_second_ = 0;
+  int audit_in_second_ = 0;
+  int64_t audit_suppressed_ = 0;
   Status MarkLostLocked(Batch& b);
   // A job held on `node` that no longer runs there: stopped if it was being preempted, else
   // requeued (if its queue says so) or ended as lost, for `why`.

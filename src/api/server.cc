@@ -160,7 +160,10 @@ ApiServer::ApiServer(Engine* engine, ApiServerOptions options)
   auto authed = [e](auto fn) {
     return [e, fn](const HttpRequest& req, HttpResponse& res) {
       auto who = Authenticate(*e, req);
-      if (!who.ok()) return ReplyError(res, who.status());
+      if (!who.ok()) {
+        e->AuditAuthFailure(req.method, req.path, who.status().message());
+        return ReplyError(res, who.status());
+      }
       fn(*who, req, res);
     };
   };

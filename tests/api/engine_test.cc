@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <set>
 #include "test_dir.h"
 
 namespace tessera::api {
@@ -241,6 +242,16 @@ TEST_F(EngineTest, AnAgentSpeaksOnlyForItsNodes) {
   // Output has a ceiling.
   EXPECT_EQ(engine_->WriteOutput(Who("agent"), id, config_.max_output_bytes, "x").code(),
             StatusCode::kResourceExhausted);
+  // Each refused claim is in the audit trail: who, for which node, doing what.
+  ASSERT_TRUE(engine_->Tick().ok());  // after a commit, the queued audit events are durable
+  auto ev = engine_->Events(Who("admin"), 0, 1000, {"agent.refused", "", ""});
+  ASSERT_TRUE(ev.ok());
+  std::set<std::string> actions;
+  for (const auto& e : (*ev)["events"]) {
+    EXPECT_EQ(e["actor"], "rack1");
+    actions.insert(e["data"]["action"].get<std::string>() + "@" + e["subject"].get<std::string>());
+  }
+  EXPECT_EQ(actions, (std::set<std::string>{"register@r2-a", "heartbeat@" + node, "upload output@" + node}));
 }
 
 TEST(ConfigNodes, OnlyAgentsSpeakForNodesAndPatternsAreChecked) {

@@ -97,6 +97,16 @@ TEST_F(ServerTest, StatusCodesAndJsonErrors) {
   EXPECT_EQ(r->status, 403);
   r = client_->Get("/v1/nosuch", Auth("alice-token-1"));
   EXPECT_EQ(r->status, 404);
+  // Both refused credentials are in the audit trail (admins read it).
+  ASSERT_TRUE(engine_->Tick().ok());
+  r = client_->Get("/v1/events?kind=auth.failed", Auth("admin-token-1"));
+  ASSERT_EQ(r->status, 200) << r->body;
+  const Json failed = Json::parse(r->body)["events"];
+  ASSERT_EQ(failed.size(), 2u) << failed.dump();
+  EXPECT_EQ(failed[0]["reason"], "missing bearer token (Authorization: Bearer <token>)");
+  EXPECT_EQ(failed[1]["reason"], "unknown token");
+  EXPECT_EQ(failed[1]["subject"], "/v1/jobs");
+  EXPECT_EQ(r->body.find("wrong-token"), std::string::npos) << "a presented token is never recorded";
   // None of that changed anything.
   r = client_->Get("/v1/jobs", Auth("admin-token-1"));
   EXPECT_EQ(r->status, 200);

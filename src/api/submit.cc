@@ -355,6 +355,7 @@ Result<Json> Engine::Submit(const Identity& who, const Json& body, const std::st
 }
 
 Result<Json> Engine::Cancel(const Identity& who, const std::string& id) {
+  if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot cancel jobs");
   std::unique_lock<std::mutex> lock(mu_);
   if (!broken_.ok()) return broken_;
   auto it = jobs_.find(id);

@@ -143,6 +143,7 @@ Result<Json> Engine::ListJobs(const Identity& who, const std::string& state_filt
 }
 
 Result<Json> Engine::GetJob(const Identity& who, const std::string& id) {
+  if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot read jobs");
   {
     std::unique_lock<std::mutex> lock(mu_);
     auto it = jobs_.find(id);
@@ -167,6 +168,7 @@ Result<Json> Engine::StoredJobJson(const Identity& who, const std::string& id) {
 
 Result<Engine::OutputRange> Engine::JobOutput(const Identity& who, const std::string& id, int64_t offset,
                                               int64_t length) {
+  if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot read job output");
   if (offset < 0 || length < 0) return Status::InvalidArgument("an output range must not be negative");
   {
     std::unique_lock<std::mutex> lock(mu_);

@@ -12,8 +12,9 @@
 # exits non-zero if any target found a crash, a leak, undefined behaviour or a timeout. What a
 # failing target found (the input, libFuzzer's log) is kept and its path printed.
 #
-# Environment: BUILD_DIR (build-fuzz), JOBS (build jobs; nproc), FUZZ_TIMEOUT (seconds one input
-# may take; 30), FUZZ_WORK (where corpora copies, logs and findings go; a new temp dir).
+# Environment: FUZZ_BUILD_DIR (build-fuzz), JOBS (build jobs; nproc), FUZZ_TIMEOUT (seconds one input
+# may take; 30), FUZZ_WORK (where corpora copies, logs and findings go; a new temp dir),
+# FUZZ_ARGS (more libFuzzer flags, e.g. -max_len=1024).
 # The project's other build dependencies come from scripts/setup.sh; clang and libFuzzer
 # (Debian's clang and libclang-rt-dev) are installed here when missing.
 set -euo pipefail
@@ -46,7 +47,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
-BUILD_DIR=${BUILD_DIR:-build-fuzz}
+BUILD_DIR=${FUZZ_BUILD_DIR:-build-fuzz}
 JOBS=${JOBS:-$(nproc)}
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
   LAUNCHER=()
@@ -88,7 +89,7 @@ for t in "${TARGETS[@]}"; do
   start=$(date +%s)
   rc=0
   "$bin" "$dir/corpus" "${LIMIT[@]}" -timeout="${FUZZ_TIMEOUT:-30}" -print_final_stats=1 \
-    -artifact_prefix="$dir/findings/" >"$dir/log" 2>&1 || rc=$?
+    -artifact_prefix="$dir/findings/" ${FUZZ_ARGS:-} >"$dir/log" 2>&1 || rc=$?
   secs=$(( $(date +%s) - start ))
   runs=$(stat number_of_executed_units "$dir/log")
   rate=$(stat average_exec_per_sec "$dir/log")

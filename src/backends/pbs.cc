@@ -75,9 +75,9 @@ class PbsBackend : public Backend {
     for (const auto& [id, v] : jobs.items()) {
       if (!v.is_object()) continue;
       // A field of another type than PBS documents reads as absent (json::value would throw).
-      auto text = [&v](const char* key) {
-        auto it = v.find(key);
-        return it != v.end() && it->is_string() ? it->get<std::string>() : std::string();
+      auto text = [&job = v](const char* key) {
+        auto it = job.find(key);
+        return it != job.end() && it->is_string() ? it->get<std::string>() : std::string();
       };
       ExternalJob j;
       j.external_id = id;

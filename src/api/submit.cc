@@ -180,7 +180,8 @@ Result<Engine::PendingSubmit> Engine::Prepare(const Identity& who, const Json& b
   if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot submit jobs");
   if (!body.is_object()) return Status::InvalidArgument("the body must be a JSON object");
   static const std::set<std::string> kFields = {"queue", "command", "env", "name", "class", "form", "gpus",
-                                                "gpu_memory", "gpu_fraction", "cpu", "memory", "group", "walltime"};
+                                                "gpu_memory", "gpu_fraction", "cpu", "memory", "group", "walltime",
+                                                "secret_args"};
   for (const auto& [k, v] : body.items()) {
     if (!kFields.count(k)) return Status::InvalidArgument("unknown field '" + k + "'");
   }
@@ -206,6 +207,16 @@ Result<Engine::PendingSubmit> Engine::Prepare(const Identity& who, const Json& b
                {"cpu_milli", *qs.cpu_milli}, {"memory_mib", *qs.memory_mib}, {"walltime_s", qs.walltime_s},
                {"name", body.contains("name") && body["name"].is_string() ? body["name"].get<std::string>() : ""}};
   if (qs.form) spec["form"] = AllocationFormName(*qs.form);
+  if (body.contains("secret_args")) {
+    // Indices of command arguments only the owner and admins see (a password on a command line).
+    const Json& sa = body["secret_args"];
+    bool ok = sa.is_array();
+    for (const Json& i : ok ? sa : Json::array()) {
+      ok = ok && i.is_number_integer() && i.get<int64_t>() >= 0 && i.get<int64_t>() < static_cast<int64_t>(cmd.size());
+    }
+    if (!ok) return Status::InvalidArgument("'secret_args' must list indices into 'command' (0 to " + std::to_string(cmd.size() - 1) + ")");
+    spec["secret_args"] = sa;
+  }
   // The Unix account its processes run under on agent nodes: the identity's, else its group's.
   const quota::GroupSpec* gs = config_.FindGroup(*group);
   const std::string run_as = !who.run_as.empty() ? who.run_as : gs != nullptr ? gs->run_as : "";
@@ -361,8 +372,11 @@ Result<Json> Engine::Cancel(const Identity& who, const std::string& id) {
   auto it = jobs_.find(id);
   if (it == jobs_.end() || !CanSee(who, it->second)) return Status::NotFound("no job '" + id + "'");
   Job& j = it->second;
-  if (who.role != Role::kAdmin && who.name != j.rec.identity) {
-    return Status::PermissionDenied("job '" + id + "' is " + j.rec.identity + "'s: only its owner or an admin cancels it");
+  const quota::GroupSpec* group = config_.FindGroup(j.rec.group);
+  if (who.role != Role::kAdmin && who.name != j.rec.identity && !(group != nullptr && group->members_cancel)) {
+    return Status::PermissionDenied("job '" + id + "' is " + j.rec.identity +
+                                    "'s: only its owner or an admin cancels it (or any member, where its group says "
+                                    "members_cancel)");
   }
   if (Ended(j)) return Status::FailedPrecondition("job '" + id + "' has already ended (" + j.rec.state + ")");
   Batch b;

@@ -40,6 +40,15 @@ Json Engine::Redacted(const Identity& who, Json job) {
   if (job.contains("spec") && job["spec"].contains("env") && job["spec"]["env"].is_object()) {
     for (auto& [k, v] : job["spec"]["env"].items()) v = "(hidden)";
   }
+  // Command arguments the submitter marked secret ("secret_args": their indices).
+  if (job.contains("spec") && job["spec"].contains("secret_args") && job["spec"].contains("command")) {
+    Json& cmd = job["spec"]["command"];
+    for (const Json& i : job["spec"]["secret_args"]) {
+      if (i.is_number_integer() && i.get<int64_t>() >= 0 && i.get<int64_t>() < static_cast<int64_t>(cmd.size())) {
+        cmd[static_cast<size_t>(i.get<int64_t>())] = "(hidden)";
+      }
+    }
+  }
   return job;
 }
 

@@ -33,7 +33,7 @@ Status ReadGroups(const YAML::Node& root, quota::PolicySpec& p) {
   for (size_t i = 0; root["groups"] && i < root["groups"].size(); ++i) {
     const YAML::Node n = root["groups"][i];
     std::string f = "groups[" + EntryName(n, i) + "]";
-    TESSERA_TRY(KnownKeys(n, f, {"name", "parent", "reservation", "limit", "weight", "run_as"}));
+    TESSERA_TRY(KnownKeys(n, f, {"name", "parent", "reservation", "limit", "weight", "run_as", "members_cancel"}));
     quota::GroupSpec g;
     if (n["name"]) TESSERA_TRY_ASSIGN(g.name, GetString(n["name"], f + ".name"));
     if (n["parent"]) TESSERA_TRY_ASSIGN(g.parent, GetString(n["parent"], f + ".parent"));
@@ -46,6 +46,7 @@ Status ReadGroups(const YAML::Node& root, quota::PolicySpec& p) {
     }
     if (n["weight"]) TESSERA_TRY_ASSIGN(g.weight_milli, GetMilli(n["weight"], f + ".weight"));
     if (n["run_as"]) TESSERA_TRY_ASSIGN(g.run_as, GetString(n["run_as"], f + ".run_as"));
+    if (n["members_cancel"]) TESSERA_TRY_ASSIGN(g.members_cancel, GetBool(n["members_cancel"], f + ".members_cancel"));
     p.groups.push_back(g);
   }
   return Status::Ok();

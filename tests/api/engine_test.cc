@@ -283,6 +283,18 @@ TEST_F(EngineTest, AGroupMateSeesNoSecretsAndCannotCancel) {
   EXPECT_EQ(c.status().code(), StatusCode::kPermissionDenied);
   EXPECT_NE(State(id), "cancelled");
   EXPECT_TRUE(engine_->Cancel(Who("alice"), id).ok());
+  // Arguments marked secret are hidden from the group too; a bad index is refused.
+  Json s = Submit("alice", {{"queue", "training"}, {"command", {"login", "--password", "hunter2"}}, {"secret_args", {2}}});
+  EXPECT_EQ(s["spec"]["command"][2], "hunter2");
+  const Json seen_s = *engine_->GetJob(Who("carol"), s["id"]);
+  EXPECT_EQ(seen_s["spec"]["command"], Json({"login", "--password", "(hidden)"}));
+  EXPECT_EQ(engine_->ListJobs(Who("carol"), "", 10)->dump().find("hunter2"), std::string::npos);
+  auto bad = engine_->Submit(Who("alice"), {{"queue", "training"}, {"command", {"true"}}, {"secret_args", {1}}});
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  // A group that says members_cancel lets a member cancel another's job.
+  for (auto& g : config_.policy.groups) g.members_cancel = g.name == "research";
+  Reopen();
+  EXPECT_TRUE(engine_->Cancel(Who("carol"), s["id"]).ok());
 }
 
 TEST_F(EngineTest, AuthorizationMatrix) {

@@ -28,8 +28,8 @@ PolicySpec BasePolicy() {
              {"infer", {F::kPartition}},
              {"inter", {F::kShare}},
              {"any", {F::kWhole, F::kPartition, F::kShare}}};
-  p.groups = {{"a", "", Gpu(0), UnlimitedResources(), 1000, ""},
-              {"b", "", Gpu(0), UnlimitedResources(), 1000, ""}};
+  p.groups = {{"a", "", Gpu(0), UnlimitedResources(), 1000, "", false},
+              {"b", "", Gpu(0), UnlimitedResources(), 1000, "", false}};
   p.profiles = {
       {"gpu1", 1, kWholeGpu, 0, 1000, 1024, {}, {}},
       {"part8", 1, 100, 8 * kGiB, 1000, 1024, {}, {}},
@@ -116,7 +116,7 @@ TEST(QuotaPolicy, ValidationNamesTheField) {
          p.groups[1].parent = "zzz"; },
        "groups[b].parent 'zzz' is not a group"},
       {"children above parent", [](PolicySpec& p) {
-         p.groups.push_back({"dept", "", Gpu(1000), UnlimitedResources(), 1000, ""});
+         p.groups.push_back({"dept", "", Gpu(1000), UnlimitedResources(), 1000, "", false});
          p.groups[0].parent = "dept";
          p.groups[0].reservation = Gpu(800);
          p.groups[1].parent = "dept";
@@ -309,7 +309,7 @@ TEST(QuotaAdmission, GuaranteedBorrowedAndLimit) {
 TEST(QuotaAdmission, ParentLimitBindsChildren) {
   PolicySpec p = BasePolicy();
   p.groups.push_back({"dept", "", Gpu(0), Resources{1000, kUnlimited, kUnlimited, kUnlimited},
-                      1000, ""});
+                      1000, "", false});
   p.groups[0].parent = "dept";
   p.groups[1].parent = "dept";
   World w(p, {Node("n0", "train", 4)});

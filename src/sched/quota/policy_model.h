@@ -43,6 +43,8 @@ struct GroupSpec {
   // The Unix account its members' jobs run under on agent nodes, unless the identity names its
   // own (served control plane only; the simulator ignores it).
   std::string run_as;
+  // Members may cancel each other's jobs (served control plane; default: only the owner).
+  bool members_cancel = false;
 };
 
 struct PoolSpec {

@@ -55,6 +55,7 @@ Engine::Engine(EngineConfig config, std::unique_ptr<store::Store> store, std::st
 }
 
 Engine::~Engine() {
+  if (broken_.ok()) (void)SaveFairShare(true);  // a clean stop loses no fair-share history
   {
     std::lock_guard<std::mutex> w(wmu_);
     stop_writer_ = true;
@@ -382,6 +383,8 @@ Status Engine::Load() {
   nodes_.clear();
   Status st = NewQuotaEngine();
   if (!st.ok()) return st;
+  st = LoadFairShare();
+  if (!st.ok()) return st;
   st = LoadNodes();
   if (!st.ok()) return st;
   // Only what has not ended: ended jobs are read from the store when asked for (views), so
@@ -547,7 +550,45 @@ Status Engine::Tick() {
     if (clock_() - last_sample_ms_ >= config_.utilization_sample_ms) SampleUtilizationLocked();
   }
   if (Status st = RetentionTick(); !st.ok()) return st;
+  if (Status st = SaveFairShare(false); !st.ok()) return st;
   return BackendTick();
+}
+
+// Fair-share history survives restarts: saved every minute (and when asked), outside the
+// engine's mutex, as {"as_of": s, "groups": {name: [gpu, gpu_memory, cpu, memory]}}.
+Status Engine::SaveFairShare(bool now) {
+  Json saved;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!now && clock_() - last_fair_share_save_ms_ < kFairShareSaveMs) return Status::Ok();
+    last_fair_share_save_ms_ = clock_();
+    int64_t as_of = 0;
+    Json groups = Json::object();
+    for (const auto& h : qe_->FairShare(&as_of)) groups[h.group] = {h.decayed[0], h.decayed[1], h.decayed[2], h.decayed[3]};
+    if (as_of < 0) return Status::Ok();  // no cycle yet: nothing to say
+    saved = {{"as_of", as_of}, {"groups", groups}};
+  }
+  return store_->PutSetting(kFairShareKey, saved.dump());
+}
+
+Status Engine::LoadFairShare() {
+  auto text = store_->GetSetting(kFairShareKey);
+  if (!text.ok()) return text.status();
+  if (!text->has_value()) return Status::Ok();
+  const Json j = Json::parse(**text, nullptr, false);
+  if (!j.is_object() || !j.contains("as_of") || !j["as_of"].is_number_integer() || !j.contains("groups") ||
+      !j["groups"].is_object()) {
+    return Status::Ok();  // unreadable history: start afresh rather than refuse to start
+  }
+  std::vector<quota::QuotaEngine::FairShareHistory> history;
+  for (const auto& [name, v] : j["groups"].items()) {
+    quota::QuotaEngine::FairShareHistory h;
+    h.group = name;
+    for (size_t r = 0; r < 4 && v.is_array() && r < v.size(); ++r) h.decayed[r] = v[r].is_number() ? v[r].get<double>() : 0.0;
+    history.push_back(h);
+  }
+  qe_->RestoreFairShare(history, j["as_of"].get<int64_t>(), NowS());
+  return Status::Ok();
 }
 
 Status Engine::RetentionTick() {

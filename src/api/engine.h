@@ -235,6 +235,13 @@ class Engine {
   static constexpr size_t kEndedKept = 1000;
   // Deletes from the store what the retention setting lets go (hourly).
   Status RetentionTick();
+  // Fair-share history in the store (setting kFairShareKey): saved every kFairShareSaveMs by
+  // Tick, or at once with `now`; loaded with the jobs.
+  Status SaveFairShare(bool now);
+  Status LoadFairShare();
+  static constexpr const char* kFairShareKey = "scheduler.fair_share";
+  static constexpr int64_t kFairShareSaveMs = 60'000;
+  int64_t last_fair_share_save_ms_ = 0;
   static constexpr int64_t kPruneEveryMs = 3600 * 1000;
   std::atomic<int64_t> last_prune_ms_{0};
   void WriterLoop();

@@ -554,6 +554,35 @@ TEST_F(EngineTest, JobsRunAsTheIdentitysAccountOrItsGroupsAndRootOnlyWhenAllowed
   EXPECT_NE(bad.status().message().find("identities[2].run_as"), std::string::npos) << bad.status().message();
 }
 
+// Fair share survives a restart: a group that used the cluster still ranks behind one that did
+// not, with its history decayed over the time the server was down.
+TEST_F(EngineTest, FairShareHistorySurvivesARestart) {
+  Register("n1", 2);
+  const std::string id = Submit("alice", {{"queue", "training"}, {"command", {"true"}}})["id"];
+  for (int i = 0; i < 5; ++i) {  // ten minutes of one card held by research
+    now_ += 120'000;
+    ASSERT_TRUE(engine_->RunCycle().ok());
+  }
+  auto share = [&](const std::string& group) {
+    const Json groups = *engine_->Groups(Who("admin"));
+    for (const auto& g : groups["groups"]) {
+      if (g["name"] == group) return g["fair_share"].get<double>();
+    }
+    return -1.0;
+  };
+  const double before = share("research");
+  ASSERT_GT(before, 0.0);
+  EXPECT_EQ(share("prod"), 0.0);
+  ASSERT_TRUE(engine_->Cancel(Who("alice"), id).ok());
+  engine_.reset();  // the engine saves its history when it stops
+  now_ += 3600'000;  // an hour down: one half-life (the default)
+  Reopen();
+  ASSERT_TRUE(engine_->RunCycle().ok());
+  const double after = share("research");
+  EXPECT_GT(after, 0.0) << "the history was lost";
+  EXPECT_NEAR(after, before / 2, before * 0.05);
+}
+
 TEST_F(EngineTest, UtilizationIsSampledEveryIntervalAndFilteredBySince) {
   Register("n1", 2);
   Json j = Submit("alice", {{"queue", "training"}, {"command", {"true"}}});

@@ -244,6 +244,16 @@ class QuotaEngine {
   // Drops the events recorded so far (a control plane that has recorded them elsewhere: a
   // long-running server would otherwise keep every decision ever made).
   virtual void ClearEvents() = 0;
+  // Fair-share history: each group's decayed usage (resource-seconds per resource: GPU,
+  // GPU memory, CPU, host memory) as of the last cycle, which `as_of` receives. A served
+  // control plane saves it and gives it back after a restart, decayed over the time between.
+  struct FairShareHistory {
+    std::string group;
+    double decayed[4] = {0, 0, 0, 0};
+  };
+  virtual std::vector<FairShareHistory> FairShare(int64_t* as_of) const = 0;
+  // Groups the policy no longer has are ignored.
+  virtual void RestoreFairShare(const std::vector<FairShareHistory>& history, int64_t as_of, int64_t now) = 0;
   virtual int device_count() const = 0;
   virtual MilliGpu gpu_capacity() const = 0;
   virtual MiB gpu_memory_capacity() const = 0;

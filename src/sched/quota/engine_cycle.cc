@@ -69,6 +69,30 @@ void Engine::UpdateFairShare() {
   last_cycle_ = now_;
 }
 
+std::vector<QuotaEngine::FairShareHistory> Engine::FairShare(int64_t* as_of) const {
+  std::vector<FairShareHistory> out;
+  for (const GroupRt& g : groups_) {
+    FairShareHistory h;
+    h.group = g.spec.name;
+    std::copy(std::begin(g.decayed), std::end(g.decayed), std::begin(h.decayed));
+    out.push_back(h);
+  }
+  if (as_of != nullptr) *as_of = last_cycle_;
+  return out;
+}
+
+void Engine::RestoreFairShare(const std::vector<FairShareHistory>& history, int64_t as_of, int64_t now) {
+  // Decayed over the time since it was saved (no usage added for it: nothing was recorded).
+  const double dt = static_cast<double>(std::max<int64_t>(0, now - as_of));
+  const double decay = std::pow(0.5, dt / static_cast<double>(policy_.fair_share_half_life_s));
+  for (const FairShareHistory& h : history) {
+    for (GroupRt& g : groups_) {
+      if (g.spec.name != h.group) continue;
+      for (int r = 0; r < 4; ++r) g.decayed[r] = std::max(0.0, h.decayed[r]) * decay;
+    }
+  }
+}
+
 std::vector<int> Engine::Order() {
   // 1. Order.
   std::vector<int> order;

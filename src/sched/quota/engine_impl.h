@@ -174,6 +174,8 @@ class Engine final : public QuotaEngine {
     events_.clear();
     if (events_.capacity() > 65536) events_.shrink_to_fit();  // after a large cycle
   }
+  std::vector<FairShareHistory> FairShare(int64_t* as_of) const override;
+  void RestoreFairShare(const std::vector<FairShareHistory>& history, int64_t as_of, int64_t now) override;
   int device_count() const override { return static_cast<int>(devs_.size()); }
   MilliGpu gpu_capacity() const override { return static_cast<MilliGpu>(devs_.size()) * kWholeGpu; }
   MiB gpu_memory_capacity() const override { return gpu_memory_capacity_; }

@@ -242,6 +242,28 @@ TEST_F(E2eTest, FastOutputNeverDelaysHeartbeats) {
   EXPECT_TRUE(lost["events"].empty()) << lost.dump();
 }
 
+// An inventory the scheduler cannot hold (two GPU models on one node) is refused at
+// registration with the reason, never saved: the server restarts cleanly and the good node and
+// its job are still there.
+TEST_F(E2eTest, ABadInventoryIsRefusedAndTheServerRestartsCleanly) {
+  std::string id = Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"sleep", "30"}}})["id"];
+  ASSERT_TRUE(WaitFor([&] { return State(id) == "running"; }));
+  const Json bad = {{"node", "mixed"}, {"cpu_milli", 8000}, {"memory_mib", 65536},
+                    {"devices", {{{"index", 0}, {"model", "H100-80GB"}, {"memory_mib", 81920}, {"uuid", "a"}},
+                                 {{"index", 1}, {"model", "A100-80GB"}, {"memory_mib", 81920}, {"uuid", "b"}}}}};
+  auto r = client_->Post("/v1/agent/register", {{"Authorization", "Bearer agent-token-1"}}, bad.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_NE(r->body.find("mixes GPU models"), std::string::npos) << r->body;
+  server_->Kill(SIGKILL);
+  StartServer();  // same data: it must start
+  ASSERT_TRUE(WaitFor([&] { return State(id) == "running"; }, 10000)) << server_->Log();
+  Json nodes = Call("GET", "/v1/nodes", {}, "admin-token-1");
+  ASSERT_EQ(nodes["nodes"].size(), 1u) << nodes.dump();
+  EXPECT_EQ(nodes["nodes"][0]["name"], "n1");
+  Call("POST", "/v1/jobs/" + id + "/cancel");
+}
+
 TEST_F(E2eTest, ServerRestartKeepsJobsAndAgentReconciles) {
   std::string id = Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"sleep", "2"}}})["id"];
   ASSERT_TRUE(WaitFor([&] { return State(id) == "running"; }));

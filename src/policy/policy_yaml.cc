@@ -133,14 +133,18 @@ Status ReadQueues(const YAML::Node& root, const PolicyKeys& keys, quota::PolicyS
 
 Result<quota::ClassForms> GetClassForms(const YAML::Node& n, const std::string& field,
                                         quota::ClassForms cf) {
-  if (!n.IsMap()) return FieldError(field, "expected a map of class to forms");
-  for (const auto& kv : n) {
-    std::string k = Scalar(kv.first);
-    auto c = quota::ParseWorkloadClass(k);
-    if (!c.ok()) return FieldError(field, c.status().message());
-    TESSERA_TRY_ASSIGN(cf.table[static_cast<int>(*c)], GetForms(kv.second, field + "." + k));
+  try {
+    if (!n.IsMap()) return FieldError(field, "expected a map of class to forms");
+    for (const auto& kv : n) {
+      std::string k = Scalar(kv.first);
+      auto c = quota::ParseWorkloadClass(k);
+      if (!c.ok()) return FieldError(field, c.status().message());
+      TESSERA_TRY_ASSIGN(cf.table[static_cast<int>(*c)], GetForms(kv.second, field + "." + k));
+    }
+    return cf;
+  } catch (const YAML::Exception& e) {  // a key that is not a string (ParsePolicy's callers catch it too)
+    return FieldError(field, std::string("not valid YAML: ") + e.what());
   }
-  return cf;
 }
 
 Result<quota::PolicySpec> ParsePolicy(const YAML::Node& root, const PolicyKeys& keys) {

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "policy/policy_yaml.h"
 #include "sim/scenario.h"
 
 namespace tessera::sim {
@@ -72,6 +73,18 @@ TEST(ScenarioParse, DurationsAndErrorsNameTheField) {
   EXPECT_EQ(s->until_s, 10800);
   EXPECT_EQ(s->workload[0].durations_s, (std::vector<int64_t>{3600, 7200}));
   EXPECT_EQ(s->workload[0].gpu_memory_mib, (std::vector<MiB>{8192, 16384}));
+}
+
+// Found by fuzz/policy_fuzz: a class_forms key that is not a string (here null, from an anchor
+// swallowing it) threw YAML::TypedBadConversion out of GetClassForms, a Result-returning function.
+TEST(ScenarioParse, ClassFormsKeyThatIsNotAStringIsAnError) {
+  for (const char* text : {"{&anchor: [whole]}", "{[training]: [whole]}"}) {
+    auto cf = policy::GetClassForms(YAML::Load(text), "class_forms", quota::ClassForms::Default());
+    ASSERT_FALSE(cf.ok()) << text;
+    EXPECT_NE(cf.status().message().find("class_forms"), std::string::npos) << cf.status().message();
+  }
+  auto cf = policy::GetClassForms(YAML::Load("{training: [partition]}"), "class_forms", quota::ClassForms::Default());
+  ASSERT_TRUE(cf.ok()) << cf.status().ToString();
 }
 
 TEST(ScenarioRun, ReservationRegainedWithinOneCyclePlusGrace) {

@@ -10,7 +10,8 @@
 #
 # Prints, per target, the executions, executions per second, seconds and new coverage units, and
 # exits non-zero if any target found a crash, a leak, undefined behaviour or a timeout. What a
-# failing target found (the input, libFuzzer's log) is kept and its path printed.
+# failing target found (the input, libFuzzer's log) is kept and its path printed; after a clean
+# run the scratch directory is removed unless FUZZ_WORK named it.
 #
 # Environment: FUZZ_BUILD_DIR (build-fuzz), JOBS (build jobs; nproc), FUZZ_TIMEOUT (seconds one input
 # may take; 30), FUZZ_WORK (where corpora copies, logs and findings go; a new temp dir),
@@ -71,7 +72,7 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 
 # One field of libFuzzer's -print_final_stats=1 block.
-stat() { sed -n "s/^stat::$1: *//p" "$2" | tail -1; }
+final_stat() { sed -n "s/^stat::$1: *//p" "$2" | tail -1; }
 
 failed=0
 summary=$(printf '%-16s %12s %9s %8s %9s  %s' target executions exec/s seconds new-units result)
@@ -91,9 +92,9 @@ for t in "${TARGETS[@]}"; do
   "$bin" "$dir/corpus" "${LIMIT[@]}" -timeout="${FUZZ_TIMEOUT:-30}" -print_final_stats=1 \
     -artifact_prefix="$dir/findings/" ${FUZZ_ARGS:-} >"$dir/log" 2>&1 || rc=$?
   secs=$(( $(date +%s) - start ))
-  runs=$(stat number_of_executed_units "$dir/log")
-  rate=$(stat average_exec_per_sec "$dir/log")
-  units=$(stat new_units_added "$dir/log")
+  runs=$(final_stat number_of_executed_units "$dir/log")
+  rate=$(final_stat average_exec_per_sec "$dir/log")
+  units=$(final_stat new_units_added "$dir/log")
   if [ "$rc" -eq 0 ]; then
     result=ok
   else
@@ -107,5 +108,9 @@ done
 
 echo
 echo "$summary"
-echo "fuzz: corpora, logs and findings in $WORK"
+if [ "$failed" -eq 0 ] && [ -z "${FUZZ_WORK:-}" ]; then
+  rm -rf "$WORK"  # nothing found: the grown corpora and logs go (set FUZZ_WORK to keep them)
+else
+  echo "fuzz: corpora, logs and findings in $WORK"
+fi
 exit "$failed"

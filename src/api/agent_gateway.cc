@@ -285,16 +285,30 @@ Result<Json> Engine::Heartbeat(const Identity& who, const Json& body) {
       b.Add(MakeEvent(actor, "job.running", j.rec.id, "", {{"pid", j.pid}, {"node", node}}), &j);
     }
   }
-  Json orders = OrdersLocked(n, b);
-  Status st = CommitLocked(b, lock, &node);
+  Json orders = OrdersLocked(n, b, DurableSeq());
+  if (ack.empty()) {
+    // Nothing to acknowledge: the reply waits for no fsync. Its orders name only durable
+    // decisions (see OrdersLocked), and what this heartbeat changed (running, starting) is
+    // queued: were it lost, the next heartbeat says it again.
+    QueueLocked(b);
+    orders["ack"] = ack;
+    return orders;
+  }
+  // Exits are acknowledged only once durable: an acked exit is never reported again.
+  Status st = CommitLocked(b, lock);
   if (!st.ok()) return st;  // the agent retries; nothing was started
   orders["ack"] = ack;
   return orders;
 }
 
+int64_t Engine::DurableSeq() {
+  std::lock_guard<std::mutex> w(wmu_);
+  return durable_seq_;
+}
+
 // Orders for node n: start what was placed there; stop what is cancelled or preempted; the
 // rest may run (anything else the agent runs is stopped).
-Json Engine::OrdersLocked(const NodeInfo& n, Batch& b) {
+Json Engine::OrdersLocked(const NodeInfo& n, Batch& b, int64_t durable) {
   const std::string& node = n.name;
   auto on_node = [&](const Job& j) {
     const auto nodes = NodesOf(j);
@@ -306,7 +320,11 @@ Json Engine::OrdersLocked(const NodeInfo& n, Batch& b) {
     Job& j = jobs_[id];
     if (!on_node(j) || j.parts_done.count(node)) continue;
     const bool gang = NodesOf(j).size() > 1;
+    // A decision still on its way to the store is not acted on: its order goes out with a
+    // later heartbeat, once it is durable (the job stays allowed to run meanwhile).
+    const bool decided = j.last_seq <= durable;
     if (j.rec.state == "placed" || (gang && j.rec.state == "starting" && !j.parts_done.count("sent:" + node))) {
+      if (!decided) continue;
       start.push_back(StartOrderLocked(j, n));
       if (gang) j.parts_done.insert("sent:" + node);
       if (j.rec.state == "placed") {
@@ -317,6 +335,7 @@ Json Engine::OrdersLocked(const NodeInfo& n, Batch& b) {
       continue;
     }
     may_run.push_back(id);
+    if (!decided) continue;
     if (j.rec.state == "preempting") {
       cancel.push_back({{"job", id}, {"grace_ms", preempt_grace_ms}});
     } else if (j.cancel_requested) {

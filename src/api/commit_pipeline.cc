@@ -20,6 +20,12 @@ Json DrainJson(const quota::QuotaEngine::Drain& d) {
 
 }  // namespace
 
+Status Engine::Sync() {
+  std::unique_lock<std::mutex> lock(mu_);
+  Batch none;
+  return CommitLocked(none, lock);
+}
+
 int64_t Engine::QueueLocked(Batch& b) {
   // Drains in progress ride with the decisions that started or ended them, so that a restart
   // finds every drain it must finish (device.drains: the whole set, when it changed).
@@ -164,6 +170,7 @@ void Engine::WriterLoop() {
       w.lock();
       written_seq_ = group.back().seq;
       if (st.ok()) {
+        durable_seq_ = group.back().seq;
         for (QueuedCommit& q : group) {
           std::move(q.jobs.begin(), q.jobs.end(), std::back_inserter(newly_stored_));
         }

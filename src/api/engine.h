@@ -118,6 +118,9 @@ class Engine {
   Status Tick();
   // Runs one scheduling cycle now and commits its decisions.
   Status RunCycle();
+  // Waits until everything queued so far is written (or, after a failed write, memory is
+  // rebuilt from the store); its error is that failure.
+  Status Sync();
 
   // The quota engine's invariants (capacity, limits, attribution) and the agreement of the job
   // records with its grants.
@@ -282,7 +285,9 @@ class Engine {
   void LoseJobLocked(Job& j, const std::string& node, const std::string& why, Batch& b);
   void FinishPartLocked(Job& j, const std::string& node, int code, int sig, Batch& b);
   Json StartOrderLocked(Job& j, const NodeInfo& n) const;
-  Json OrdersLocked(const NodeInfo& n, Batch& b);
+  // Orders for node n; only decisions durable by `durable` (DurableSeq()) are acted on.
+  Json OrdersLocked(const NodeInfo& n, Batch& b, int64_t durable);
+  int64_t DurableSeq();  // REQUIRES: wmu_ not held
 
   // --- views.cc
   bool CanSee(const Identity& who, const Job& j) const;
@@ -387,6 +392,9 @@ class Engine {
   std::condition_variable durable_cv_;  // callers: written_seq_ moved
   std::deque<QueuedCommit> commit_queue_;
   int64_t written_seq_ = 0;             // every batch up to this one was written or dropped
+  // Every batch up to this one that was not dropped is in the store (a failed write does not
+  // move it; the batches after a failure are of a new epoch, over memory reloaded).
+  int64_t durable_seq_ = 0;
   int64_t dropped_epoch_ = -1;          // a write failed: batches of this epoch or older are dropped
   Status last_failure_;
   std::deque<CommitFailure> commit_failures_;  // the most recent ones

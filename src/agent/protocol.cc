@@ -89,7 +89,9 @@ Result<int64_t> ParseRegisterReply(std::string_view body, int64_t fallback_ms) {
   json j = json::parse(body, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return Bad("register reply is not a JSON object");
   if (j.contains("ok") && j["ok"].is_boolean() && !j["ok"].get<bool>()) {
-    return Bad("register refused: " + j.value("error", std::string("no reason given")));
+    // A reason that is not a string (found by fuzz/agent_protocol) is no reason, not an exception.
+    const bool said = j.contains("error") && j["error"].is_string();
+    return Bad("register refused: " + (said ? j["error"].get<std::string>() : std::string("no reason given")));
   }
   if (!j.contains("heartbeat_ms") || j["heartbeat_ms"].is_null()) return fallback_ms;
   if (!j["heartbeat_ms"].is_number_integer() || j["heartbeat_ms"].get<int64_t>() <= 0) {

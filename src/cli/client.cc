@@ -40,8 +40,8 @@ ClientReply CallOne(const std::string& url, const CallOptions& o, const std::str
   out.body = r->body;
   if (r->status >= 400) {
     auto j = nlohmann::json::parse(r->body, nullptr, false);
-    out.error = !j.is_discarded() && j.contains("error") ? j["error"].get<std::string>() : r->body;
-    out.standby = r->status == 503 && !j.is_discarded() && j.value("role", "") == "standby";
+    out.error = !j.is_discarded() && j.contains("error") && j["error"].is_string() ? j["error"].get<std::string>() : r->body;
+    out.standby = r->status == 503 && j.is_object() && j.contains("role") && j["role"] == "standby";
   }
   return out;
 }

@@ -33,6 +33,10 @@ TEST(AgentProtocol, RegisterReply) {
   EXPECT_EQ(*ParseRegisterReply(R"({"ok": true, "heartbeat_ms": 250})", 1000), 250);
   EXPECT_EQ(*ParseRegisterReply(R"({"ok": true})", 1000), 1000);
   EXPECT_FALSE(ParseRegisterReply(R"({"ok": false, "error": "no"})", 1000).ok());
+  // Found by fuzz/agent_protocol: a refusal whose reason is not a string threw.
+  auto odd = ParseRegisterReply(R"({"ok": false, "error": 3.5})", 1000);
+  ASSERT_FALSE(odd.ok());
+  EXPECT_NE(odd.status().message().find("no reason given"), std::string::npos);
   EXPECT_FALSE(ParseRegisterReply(R"({"heartbeat_ms": -1})", 1000).ok());
   EXPECT_FALSE(ParseRegisterReply("not json", 1000).ok());
 }

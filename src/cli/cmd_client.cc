@@ -45,19 +45,10 @@ void AddClientFlags(CLI::App* cmd, ClientOptions* o) {
 bool Resolve(ClientOptions* o) {
   auto env = [](const char* name) { return std::getenv(name) ? std::string(std::getenv(name)) : std::string(); };
   if (o->url.empty()) o->url = env("TESSERA_URL");
-  if (o->token_file.empty() && o->token.empty()) o->token_file = env("TESSERA_TOKEN_FILE");
-  if (!o->token_file.empty()) {
-    auto t = net::ReadSecretFile(o->token_file);
-    if (!t.ok()) {
-      std::cerr << "tessera: " << t.status().message() << "\n";
-      return false;
-    }
-    o->token = *t;
+  if (Status st = net::ResolveCredentials(o->token_file, &o->token, &o->tls); !st.ok()) {
+    std::cerr << "tessera: " << st.message() << "\n";
+    return false;
   }
-  if (o->token.empty()) o->token = env("TESSERA_TOKEN");
-  if (o->tls.ca_file.empty()) o->tls.ca_file = env("TESSERA_CA");
-  // For tests against a throw-away certificate only: the server is not verified.
-  o->tls.insecure = env("TESSERA_INSECURE_TLS") == "1";
   if (o->url.empty()) {
     std::cerr << "tessera: no server: set TESSERA_URL or pass --url\n";
     return false;

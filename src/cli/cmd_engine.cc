@@ -359,19 +359,11 @@ void RegisterAgentCommand(CLI::App& app, CommandContext& ctx) {
     ApplyLogFlags(*log_flags);
     agent::AgentOptions opts = *o;
     auto env = [](const char* name) { return std::getenv(name) ? std::string(std::getenv(name)) : std::string(); };
-    std::string file = token_file->empty() && opts.token.empty() ? env("TESSERA_TOKEN_FILE") : *token_file;
-    if (!file.empty()) {
-      auto t = net::ReadSecretFile(file);
-      if (!t.ok()) {
-        std::cerr << "tessera agent: " << t.status().message() << "\n";
-        ctx.exit_code = kExitBadInput;
-        return;
-      }
-      opts.token = *t;
+    if (Status st = net::ResolveCredentials(*token_file, &opts.token, &opts.tls); !st.ok()) {
+      std::cerr << "tessera agent: " << st.message() << "\n";
+      ctx.exit_code = kExitBadInput;
+      return;
     }
-    if (opts.token.empty()) opts.token = env("TESSERA_TOKEN");
-    if (opts.tls.ca_file.empty()) opts.tls.ca_file = env("TESSERA_CA");
-    opts.tls.insecure = env("TESSERA_INSECURE_TLS") == "1";  // tests against a throw-away certificate only
     if (!env("TESSERA_URL").empty() && opts.control_plane_url == "http://127.0.0.1:8080") {
       opts.control_plane_url = env("TESSERA_URL");
     }

@@ -2,6 +2,7 @@
 // secrets read from files (--token-file). The client itself: net/http_client.h.
 #pragma once
 
+#include <cstdlib>
 #include <fstream>
 #include <string>
 
@@ -31,6 +32,25 @@ inline Result<std::string> ReadSecretFile(const std::string& path) {
   const size_t e = line.find_last_not_of(" \t\r");
   if (b == std::string::npos) return Status::InvalidArgument("token file '" + path + "' is empty");
   return line.substr(b, e - b + 1);
+}
+
+// A client's credentials from its flags, else the environment, in one place for the CLI and
+// the agent: the token from `token_file` (or TESSERA_TOKEN_FILE when neither flag is given),
+// else `token`, else TESSERA_TOKEN; the CA from TESSERA_CA unless given;
+// TESSERA_INSECURE_TLS=1 (tests only) turns off server verification. An unreadable token file
+// is an error naming it.
+inline Status ResolveCredentials(std::string token_file, std::string* token, ClientTls* tls) {
+  auto env = [](const char* name) { return std::getenv(name) != nullptr ? std::string(std::getenv(name)) : std::string(); };
+  if (token_file.empty() && token->empty()) token_file = env("TESSERA_TOKEN_FILE");
+  if (!token_file.empty()) {
+    auto t = ReadSecretFile(token_file);
+    if (!t.ok()) return t.status();
+    *token = *t;
+  }
+  if (token->empty()) *token = env("TESSERA_TOKEN");
+  if (tls->ca_file.empty()) tls->ca_file = env("TESSERA_CA");
+  tls->insecure = env("TESSERA_INSECURE_TLS") == "1";
+  return Status::Ok();
 }
 
 }  // namespace tessera::net

@@ -151,7 +151,7 @@ Result<Json> Engine::RegisterNode(const Identity& who, const Json& body) {
   for (const std::string& id : held) {
     Job& j = jobs_[id];
     if (j.rec.state == "placed" || running.count(id) || j.parts_done.count(n.name)) continue;
-    if (NodesOf(j).size() > 1 && j.rec.state == "starting" && !j.parts_done.count("sent:" + n.name)) continue;
+    if (GangPartUnsent(j, n.name)) continue;
     LoseJobLocked(j, n.name, "not running on node '" + n.name + "' when its agent registered again", b);
   }
   st = CommitLocked(b, lock);
@@ -188,6 +188,14 @@ void Engine::FinishPartLocked(Job& j, const std::string& node, int code, int sig
   j.rec.exit_code = code;
   b.Add(MakeEvent(actor, "job." + state, j.rec.id, reason, {{"exit_code", code}, {"signal", sig}}), &j);
   cycle_wanted_ = true;
+}
+
+// A part of a gang whose start order has not gone to `node` yet. The job may already be
+// running elsewhere: the first part's start moves it to "starting", its first report to
+// "running", and the other parts' orders follow (each once its decisions are durable).
+bool Engine::GangPartUnsent(const Job& j, const std::string& node) const {
+  if (j.rec.state != "starting" && j.rec.state != "running") return false;
+  return NodesOf(j).size() > 1 && !j.parts_done.count("sent:" + node);
 }
 
 Json Engine::StartOrderLocked(Job& j, const NodeInfo& n) const {
@@ -323,7 +331,7 @@ Json Engine::OrdersLocked(const NodeInfo& n, Batch& b, int64_t durable) {
     // A decision still on its way to the store is not acted on: its order goes out with a
     // later heartbeat, once it is durable (the job stays allowed to run meanwhile).
     const bool decided = j.last_seq <= durable;
-    if (j.rec.state == "placed" || (gang && j.rec.state == "starting" && !j.parts_done.count("sent:" + node))) {
+    if (j.rec.state == "placed" || GangPartUnsent(j, node)) {
       if (!decided) continue;
       start.push_back(StartOrderLocked(j, n));
       if (gang) j.parts_done.insert("sent:" + node);

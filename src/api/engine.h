@@ -285,6 +285,7 @@ class Engine {
   void LoseJobLocked(Job& j, const std::string& node, const std::string& why, Batch& b);
   void FinishPartLocked(Job& j, const std::string& node, int code, int sig, Batch& b);
   Json StartOrderLocked(Job& j, const NodeInfo& n) const;
+  bool GangPartUnsent(const Job& j, const std::string& node) const;
   // Orders for node n; only decisions durable by `durable` (DurableSeq()) are acted on.
   Json OrdersLocked(const NodeInfo& n, Batch& b, int64_t durable);
   int64_t DurableSeq();  // REQUIRES: wmu_ not held

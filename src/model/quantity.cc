@@ -155,9 +155,10 @@ Result<int64_t> ParseNonNegativeInt(std::string_view text) {
 std::string FormatMiB(MiB mib) {
   if (mib != 0 && mib % (1024 * 1024) == 0) return std::to_string(mib / (1024 * 1024)) + "TiB";
   if (mib != 0 && mib % 1024 == 0) return std::to_string(mib / 1024) + "GiB";
-  if (mib >= 1024 && (mib * 100) % 1024 == 0) {
-    // Exact to two decimals, e.g. 1.5GiB, 9.75GiB.
-    int64_t hundredths = mib * 100 / 1024;
+  if (mib >= 1024 && mib % 256 == 0) {
+    // Exact to two decimals, e.g. 1.5GiB, 9.75GiB: mib * 100 / 1024 is whole exactly when mib is a
+    // multiple of 256, and is then (mib / 256) * 25, which cannot overflow (mib < 2^63 / 2^8 * 25).
+    int64_t hundredths = (mib / 256) * 25;
     std::string frac = std::to_string(hundredths % 100);
     if (frac.size() == 1) frac = "0" + frac;
     if (frac.back() == '0') frac.pop_back();

@@ -376,6 +376,28 @@ TEST_F(EngineTest, LifecycleThroughTheAgent) {
   ASSERT_TRUE(engine_->CheckInvariants().ok());
 }
 
+// A gang across two nodes: its second part's start order still goes out when the first part
+// already reported running before the second node's heartbeat (found flaky in CI: the order was
+// sent only while the job was "starting").
+TEST_F(EngineTest, EveryGangPartStartsEvenAfterAnotherPartRuns) {
+  Register("n1", 1);
+  Register("n2", 1);
+  const std::string id = Submit("alice", {{"queue", "training"}, {"command", {"sleep", "100"}}, {"gpus", 2}})["id"];
+  ASSERT_EQ(State(id), "placed");
+  Json first = Heartbeat("n1");
+  ASSERT_EQ(first["start"].size(), 1u);
+  EXPECT_EQ(first["start"][0]["env"]["TESSERA_GANG_RANK"], "0");
+  Heartbeat("n1", {{"running", {{{"job", id}, {"pid", 7}}}}});
+  EXPECT_EQ(State(id), "running");
+  ASSERT_TRUE(engine_->Sync().ok());
+  Json second = Heartbeat("n2");
+  ASSERT_EQ(second["start"].size(), 1u) << second.dump();
+  EXPECT_EQ(second["start"][0]["env"]["TESSERA_GANG_RANK"], "1");
+  EXPECT_EQ(Heartbeat("n2")["start"].size(), 0u);  // once
+  EXPECT_EQ(Heartbeat("n1")["start"].size(), 0u);
+  ASSERT_TRUE(engine_->CheckInvariants().ok());
+}
+
 TEST_F(EngineTest, OutputIsCappedAtMaxOutputAndReadInRanges) {
   config_.max_output_bytes = 10;
   Reopen();

@@ -65,6 +65,16 @@ TEST(FormatTest, RoundTrips) {
   }
 }
 
+// Found by fuzz/api_requests: the largest memory a request may name was formatted with an
+// overflowing mib * 100.
+TEST(FormatTest, TheLargestQuantitiesFormatExactly) {
+  Result<MiB> big = ParseMemoryMiB("1333333333333330GiB");
+  ASSERT_TRUE(big.ok());
+  EXPECT_EQ(FormatMiB(*big), "1333333333333330GiB");
+  EXPECT_EQ(FormatMiB(int64_t{1} << 61), std::to_string(int64_t{1} << 41) + "TiB");
+  EXPECT_EQ(FormatMiB((int64_t{1} << 61) - 256 * 3), std::to_string(((int64_t{1} << 61) - 768) / 1024) + ".25GiB");
+}
+
 TEST(ResourcesTest, ExactArithmetic) {
   Resources node{.gpu_milli = 2000, .gpu_memory_mib = 163840, .cpu_milli = 16000, .memory_mib = 65536};
   Resources job{.gpu_milli = 500, .gpu_memory_mib = 8192, .cpu_milli = 500, .memory_mib = 1024};

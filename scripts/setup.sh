@@ -9,6 +9,7 @@ PACKAGES=(
   nlohmann-json3-dev libcli11-dev libyaml-cpp-dev libcpp-httplib-dev
   libsqlite3-dev libpqxx-dev postgresql libboost-dev libspdlog-dev libssl-dev
   clang-format clang-tidy
+  prometheus                     # promtool check metrics (tests/api/metrics_test.cc)
   slurm-wlm munge
   chromium
   file dpkg-dev systemd          # cpack -G DEB (dpkg-shlibdeps, file); systemd-analyze verify

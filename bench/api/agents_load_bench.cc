@@ -176,7 +176,10 @@ class SimAgent : public std::enable_shared_from_this<SimAgent> {
         finished_.push_back({it->first, 0, 0, 0});
         it = running_.erase(it);
       } else {
-        running.push_back({it->first, 4242});
+        tessera::agent::RunningJob r;
+        r.id = it->first;
+        r.pid = 4242;
+        running.push_back(r);
         ++it;
       }
     }

@@ -229,7 +229,9 @@ class Agent {
       // Only once the control plane holds all of its output.
       if (uploaded_[id] >= f.output_bytes || !ValidateJobId(id).ok()) finished.push_back(f);
     }
-    auto res = client_->Post("/v1/agent/heartbeat", HeartbeatBody(inventory_.node, launcher_.Running(), finished),
+    std::vector<RunningJob> running = launcher_.Running(true);
+    std::vector<DeviceTelemetry> devices = Telemetry(running);
+    auto res = client_->Post("/v1/agent/heartbeat", HeartbeatBody(inventory_.node, running, finished, devices),
                             "application/json");
     if (!res) return Failover(), Failed("heartbeat: " + httplib::to_string(res.error()));
     if (res->status == 503) Failover();
@@ -327,7 +329,41 @@ class Agent {
     Info("stopped");
   }
 
+  // Activity since the last heartbeat: a job whose processes used CPU time is active (the
+  // stand-in for GPU activity until per-process NVML sampling is wired; see docs/telemetry.md).
+  // On a simulated node the devices' utilization is synthesized from the same figures: the CPU
+  // share of the jobs on each device (capped at 100%), and their charged share memory.
+  std::vector<DeviceTelemetry> Telemetry(std::vector<RunningJob>& running) {
+    const auto now = Clock::now();
+    const int64_t elapsed_ms =
+        last_telemetry_ == Clock::time_point{} ? 0 : std::chrono::duration_cast<milliseconds>(now - last_telemetry_).count();
+    last_telemetry_ = now;
+    static const long kTicksPerSecond = sysconf(_SC_CLK_TCK) > 0 ? sysconf(_SC_CLK_TCK) : 100;
+    std::map<int, int64_t> util_milli, memory_mib;  // by device
+    std::map<std::string, uint64_t> seen;
+    for (RunningJob& r : running) {
+      auto prev = cpu_ticks_.find(r.id);
+      const uint64_t delta = prev == cpu_ticks_.end() || r.cpu_ticks < prev->second ? 0 : r.cpu_ticks - prev->second;
+      r.active = prev == cpu_ticks_.end() || delta > 0 ? 1 : 0;  // its first report: just started
+      seen[r.id] = r.cpu_ticks;
+      for (int d : r.devices) {
+        if (elapsed_ms > 0) util_milli[d] += static_cast<int64_t>(delta) * 1000 * 1000 / (kTicksPerSecond * elapsed_ms);
+        if (r.gpu_memory_used_bytes >= 0) memory_mib[d] += (r.gpu_memory_used_bytes + (1 << 20) - 1) >> 20;
+      }
+    }
+    cpu_ticks_ = std::move(seen);
+    std::vector<DeviceTelemetry> out;
+    if (!inventory_.simulated || elapsed_ms == 0) return out;
+    for (const DiscoveredDevice& d : inventory_.devices) {
+      const int64_t u = util_milli.count(d.index) ? util_milli[d.index] : 0;
+      out.push_back({d.index, static_cast<int>(std::min<int64_t>(100, u / 10)), memory_mib.count(d.index) ? memory_mib[d.index] : 0});
+    }
+    return out;
+  }
+
   const AgentOptions& options_;
+  Clock::time_point last_telemetry_{};
+  std::map<std::string, uint64_t> cpu_ticks_;  // each running job's CPU time at the last heartbeat
   Inventory inventory_;
   Partitions partitions_{inventory_, options_.nvml_library};
   Launcher launcher_;

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <dirent.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -537,9 +538,60 @@ void Launcher::Cleanup(Job& job) {
 
 bool Launcher::IsRunning(const std::string& id) const { return jobs_.count(id) != 0; }
 
-std::vector<RunningJob> Launcher::Running() const {
+std::map<pid_t, uint64_t> CpuTicksBySession(const std::string& proc) {
+  std::map<pid_t, uint64_t> out;
+  DIR* dir = opendir(proc.c_str());
+  if (dir == nullptr) return out;
+  while (dirent* e = readdir(dir)) {
+    if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
+    std::ifstream in(proc + "/" + e->d_name + "/stat");
+    std::string line;
+    if (!std::getline(in, line)) continue;
+    const size_t close = line.rfind(')');  // the command may hold spaces and parentheses
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 1));
+    // Fields 3.. : state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime
+    // stime cutime cstime.
+    std::string state;
+    long long ppid = 0, pgrp = 0, session = 0, skip = 0;
+    unsigned long long utime = 0, stime = 0;
+    long long cutime = 0, cstime = 0;
+    rest >> state >> ppid >> pgrp >> session;
+    for (int i = 0; i < 7; ++i) rest >> skip;
+    rest >> utime >> stime >> cutime >> cstime;
+    if (!rest || session <= 0) continue;
+    out[static_cast<pid_t>(session)] += utime + stime + static_cast<uint64_t>(std::max(0LL, cutime) + std::max(0LL, cstime));
+  }
+  closedir(dir);
+  return out;
+}
+
+std::vector<RunningJob> Launcher::Running(bool usage) const {
   std::vector<RunningJob> out;
-  for (const auto& [id, job] : jobs_) out.push_back({id, job.pid});
+  std::map<pid_t, uint64_t> ticks;
+  if (usage) ticks = CpuTicksBySession();
+  for (const auto& [id, job] : jobs_) {
+    RunningJob r;
+    r.id = id;
+    r.pid = job.pid;
+    for (const DeviceBinding& d : job.spec.devices) r.devices.push_back(d.index);
+    if (usage) {
+      auto t = ticks.find(job.pid);
+      if (t != ticks.end()) r.cpu_ticks = t->second;
+      if (!job.region_path.empty() && access(job.region_path.c_str(), F_OK) == 0) {
+        capgpu::Region region;
+        if (region.Open(job.region_path.c_str()) == 0) {
+          capgpu::RegionLock lock(region);
+          uint64_t used = 0;
+          if (lock.held()) {
+            for (uint32_t d = 0; d < capgpu::kMaxDevices; ++d) used += region.data().used[d];
+          }
+          r.gpu_memory_used_bytes = static_cast<int64_t>(used);
+        }
+      }
+    }
+    out.push_back(std::move(r));
+  }
   return out;
 }
 

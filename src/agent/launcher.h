@@ -83,7 +83,18 @@ struct JobExit {
 struct RunningJob {
   std::string id;
   pid_t pid = 0;
+  // With Running(true): CPU time so far of every process in the job's session (clock ticks,
+  // children reaped included), and the device memory its share region has charged (-1: no
+  // region, e.g. a whole card or a hardware partition).
+  uint64_t cpu_ticks = 0;
+  int64_t gpu_memory_used_bytes = -1;
+  std::vector<int> devices;  // device indices it was started on
+  int active = -1;           // filled by the agent for its heartbeat: 1 active, 0 not, -1 unknown
 };
+
+// CPU time (utime + stime + cutime + cstime, in clock ticks) of the processes of each session,
+// from /proc/*/stat: a job is a session leader, so its session is its whole process tree.
+std::map<pid_t, uint64_t> CpuTicksBySession(const std::string& proc = "/proc");
 
 // The environment a job gets, as "K=V" strings, sorted by name. `base` is the inherited
 // environment (may be empty). Pure; the launcher's binding rules in one place for tests.
@@ -123,7 +134,8 @@ class Launcher {
   std::vector<JobExit> WaitAll(std::chrono::milliseconds timeout);
 
   bool IsRunning(const std::string& id) const;
-  std::vector<RunningJob> Running() const;
+  // With `usage`: each job's CPU time and charged device memory too (one /proc scan).
+  std::vector<RunningJob> Running(bool usage = false) const;
   // `<work_dir>/<id>.out`, whether or not the job exists.
   std::string OutputPath(const std::string& id) const;
 

@@ -101,15 +101,31 @@ Result<int64_t> ParseRegisterReply(std::string_view body, int64_t fallback_ms) {
 }
 
 std::string HeartbeatBody(const std::string& node, const std::vector<RunningJob>& running,
-                          const std::vector<FinishedReport>& finished) {
+                          const std::vector<FinishedReport>& finished, const std::vector<DeviceTelemetry>& devices) {
   json r = json::array();
-  for (const RunningJob& job : running) r.push_back({{"job", job.id}, {"pid", job.pid}});
+  for (const RunningJob& job : running) {
+    json e = {{"job", job.id}, {"pid", job.pid}};
+    if (job.active >= 0) e["active"] = job.active == 1;
+    if (job.gpu_memory_used_bytes >= 0) e["gpu_memory_used_mib"] = (job.gpu_memory_used_bytes + (1 << 20) - 1) >> 20;
+    r.push_back(std::move(e));
+  }
   json f = json::array();
   for (const FinishedReport& e : finished) {
     f.push_back({{"job", e.job}, {"exit_code", e.exit_code}, {"signal", e.signal},
                  {"output_bytes", e.output_bytes}});
   }
-  return json{{"node", node}, {"running", std::move(r)}, {"finished", std::move(f)}}.dump();
+  json body = {{"node", node}, {"running", std::move(r)}, {"finished", std::move(f)}};
+  if (!devices.empty()) {
+    json d = json::array();
+    for (const DeviceTelemetry& t : devices) {
+      json e = {{"index", t.index}};
+      if (t.util_pct >= 0) e["util_pct"] = t.util_pct;
+      if (t.memory_used_mib >= 0) e["memory_used_mib"] = t.memory_used_mib;
+      d.push_back(std::move(e));
+    }
+    body["devices"] = std::move(d);
+  }
+  return body.dump();
 }
 
 Result<HeartbeatReply> ParseHeartbeatReply(std::string_view body) {

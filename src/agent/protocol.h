@@ -48,8 +48,17 @@ std::string RegisterBody(const Inventory& inventory, bool cgroups, const std::ve
 Result<int64_t> ParseRegisterReply(std::string_view body, int64_t fallback_ms);
 
 // POST /v1/agent/heartbeat body.
+// Device telemetry for a heartbeat (-1: not known, left out).
+struct DeviceTelemetry {
+  int index = 0;
+  int util_pct = -1;
+  int64_t memory_used_mib = -1;
+};
+// Each running entry carries "active" and "gpu_memory_used_mib" when known (RunningJob::active,
+// gpu_memory_used_bytes); `devices` adds the body's "devices" list when not empty.
 std::string HeartbeatBody(const std::string& node, const std::vector<RunningJob>& running,
-                          const std::vector<FinishedReport>& finished);
+                          const std::vector<FinishedReport>& finished,
+                          const std::vector<DeviceTelemetry>& devices = {});
 Result<HeartbeatReply> ParseHeartbeatReply(std::string_view body);
 
 // "/v1/agent/jobs/<id>/output?offset=<n>" (the id percent-encoded where needed).

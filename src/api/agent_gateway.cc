@@ -236,7 +236,8 @@ Json Engine::StartOrderLocked(Job& j, const NodeInfo& n) const {
 Result<Json> Engine::Heartbeat(const Identity& who, const Json& body) {
   if (who.role != Role::kAgent && who.role != Role::kAdmin) return Status::PermissionDenied("only agents heartbeat");
   if (!body.is_object() || !body.contains("node") || !body["node"].is_string()) return Status::InvalidArgument("'node' is required");
-  if (Status st = OnlyKnownFields(body, {"node", "running", "finished"}, "heartbeat"); !st.ok()) return st;
+  if (Status st = OnlyKnownFields(body, {"node", "running", "finished", "devices"}, "heartbeat"); !st.ok()) return st;
+  if (Status st = CheckTelemetry(body); !st.ok()) return st;
   for (const char* key : {"finished", "running"}) {
     if (!body.contains(key)) continue;
     if (!body[key].is_array()) return Status::InvalidArgument(std::string("'") + key + "' must be a list");
@@ -244,7 +245,7 @@ Result<Json> Engine::Heartbeat(const Identity& who, const Json& body) {
       if (!e.is_object() || !e.contains("job") || !e["job"].is_string()) {
         return Status::InvalidArgument(std::string("each '") + key + "' entry needs a string 'job'");
       }
-      Status known = OnlyKnownFields(e, {"job", "exit_code", "signal", "pid", "output_bytes"},
+      Status known = OnlyKnownFields(e, {"job", "exit_code", "signal", "pid", "output_bytes", "active", "gpu_memory_used_mib"},
                                      std::string("heartbeat: a '") + key + "' entry");
       if (!known.ok()) return known;
       for (const char* f : {"exit_code", "signal", "pid", "output_bytes"}) {
@@ -290,8 +291,18 @@ Result<Json> Engine::Heartbeat(const Identity& who, const Json& body) {
     if (j.rec.state == "starting" || j.rec.state == "placed") {
       j.rec.state = "running";
       j.rec.update_ms = clock_();
+      j.last_active_ms = clock_();  // a fresh start counts as activity
       b.Add(MakeEvent(actor, "job.running", j.rec.id, "", {{"pid", j.pid}, {"node", node}}), &j);
     }
+    ObserveActivityLocked(j, r, actor, b);
+  }
+  for (const auto& d : body.value("devices", Json::array())) {
+    const int index = d["index"].get<int>();
+    if (index >= static_cast<int>(n.devices.size())) continue;
+    DeviceInfo& dev = n.devices[index];
+    dev.util_pct = d.value("util_pct", -1);
+    dev.memory_used_mib = d.value("memory_used_mib", MiB{-1});
+    dev.telemetry_ms = clock_();
   }
   Json orders = OrdersLocked(n, b, DurableSeq());
   if (ack.empty()) {
@@ -307,6 +318,56 @@ Result<Json> Engine::Heartbeat(const Identity& who, const Json& body) {
   if (!st.ok()) return st;  // the agent retries; nothing was started
   orders["ack"] = ack;
   return orders;
+}
+
+// The heartbeat's telemetry: device entries {index, util_pct 0-100, memory_used_mib}, and on each
+// running entry "active" (its devices or processes showed activity since the last heartbeat) and
+// "gpu_memory_used_mib". All optional; an agent that sends none is never judged idle.
+Status Engine::CheckTelemetry(const Json& body) {
+  if (body.contains("devices")) {
+    if (!body["devices"].is_array()) return Status::InvalidArgument("'devices' must be a list");
+    for (const auto& d : body["devices"]) {
+      if (!d.is_object() || !d.contains("index")) return Status::InvalidArgument("each 'devices' entry needs an 'index'");
+      Status st = OnlyKnownFields(d, {"index", "util_pct", "memory_used_mib"}, "heartbeat: a 'devices' entry");
+      if (st.ok()) st = InRange(d, "index", 1023, "devices.");
+      if (st.ok()) st = InRange(d, "util_pct", 100, "devices.");
+      if (st.ok()) st = InRange(d, "memory_used_mib", int64_t{1} << 40, "devices.");
+      if (!st.ok()) return st;
+    }
+  }
+  for (const auto& r : body.value("running", Json::array())) {
+    if (r.contains("active") && !r["active"].is_boolean()) return Status::InvalidArgument("'running.active' must be true or false");
+    if (Status st = InRange(r, "gpu_memory_used_mib", int64_t{1} << 40, "running."); !st.ok()) return st;
+  }
+  return Status::Ok();
+}
+
+// A running job's activity report: the last active time, and the change to or from "held but
+// idle" (no activity for idle_after) as a job.idle / job.active event. Its data carry the times
+// that `tessera usage` needs to count idle holding exactly from the event log.
+void Engine::ObserveActivityLocked(Job& j, const Json& report, const std::string& actor, Batch& b) {
+  if (j.rec.state != "running") return;
+  if (report.contains("gpu_memory_used_mib")) j.gpu_memory_used_mib = report["gpu_memory_used_mib"].get<MiB>();
+  if (!report.contains("active")) return;  // no telemetry: never judged idle
+  const int64_t now = clock_();
+  if (j.last_active_ms == 0) j.last_active_ms = now;
+  if (report["active"].get<bool>()) {
+    if (j.idle) {
+      j.idle = false;
+      b.Add(MakeEvent(actor, "job.active", j.rec.id, "activity again after " + std::to_string((now - j.last_active_ms) / 1000) + "s idle",
+                      {{"at_ms", now}, {"idle_since_ms", j.last_active_ms}}),
+            nullptr);
+    }
+    j.last_active_ms = now;
+    return;
+  }
+  if (!j.idle && now - j.last_active_ms >= config_.idle_after_ms) {
+    j.idle = true;
+    b.Add(MakeEvent(actor, "job.idle", j.rec.id,
+                    "held but idle: no activity for " + std::to_string((now - j.last_active_ms) / 1000) + "s",
+                    {{"since_ms", j.last_active_ms}}),
+          nullptr);
+  }
 }
 
 int64_t Engine::DurableSeq() {

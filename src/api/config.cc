@@ -313,9 +313,17 @@ static Status ReadServerSettings(const YAML::Node& root, EngineConfig* c) {
     if (!v.ok()) return Prefixed(v.status());
     c->schedule_on_submit = *v;
   }
+  if (root["metrics_public"]) {
+    auto v = policy::GetBool(root["metrics_public"], "metrics_public");
+    if (!v.ok()) return Prefixed(v.status());
+    c->metrics_public = *v;
+  }
   st = ReadMs(root, "backend_poll", true, &c->backend_poll_ms);
   if (st.ok()) st = ReadMs(root, "utilization_sample", true, &c->utilization_sample_ms);
   if (st.ok()) st = ReadMs(root, "retention", false, &c->retention_ms);
+  if (st.ok()) st = ReadMs(root, "idle_after", true, &c->idle_after_ms);
+  if (st.ok()) st = ReadMs(root, "utilization_fine_keep", true, &c->utilization_fine_keep_ms);
+  if (st.ok()) st = ReadMs(root, "utilization_keep", true, &c->utilization_keep_ms);
   if (st.ok() && root["max_output"]) {
     auto q = ParseMemoryMiB(root["max_output"].as<std::string>());
     if (!q.ok() || *q <= 0 || *q > std::numeric_limits<int64_t>::max() / (1024 * 1024)) {
@@ -334,14 +342,20 @@ static Status ReadServerSettings(const YAML::Node& root, EngineConfig* c) {
   return Status::Ok();
 }
 
+const std::set<std::string>& ServerQueueKeys() {
+  static const std::set<std::string> kKeys = {"requeue_on_loss", "backend", "partition", "template", "gpu_type",
+                      "gres_whole", "gres_share", "gres_partition", "shard_memory",
+                      "cap_library", "mig_model"};
+  return kKeys;
+}
+
 // The quota policy, with the server's extra keys allowed; one pool with every form when none is given.
 static Result<quota::PolicySpec> ReadPolicy(const YAML::Node& root) {
   policy::PolicyKeys keys;
   keys.extra_root = {"cluster", "heartbeat_timeout", "cancel_grace", "cycle", "schedule_on_submit", "backend_poll",
-                     "backend_nice", "utilization_sample", "retention", "max_output", "identities"};
-  keys.extra_queue = {"requeue_on_loss", "backend", "partition", "template", "gpu_type",
-                      "gres_whole", "gres_share", "gres_partition", "shard_memory",
-                      "cap_library", "mig_model"};
+                     "backend_nice", "utilization_sample", "retention", "max_output", "identities", "idle_after",
+                     "utilization_fine_keep", "utilization_keep", "metrics_public"};
+  keys.extra_queue = ServerQueueKeys();
   keys.require_queues = true;
   auto pol = policy::ParsePolicy(root, keys);
   if (!pol.ok()) return Prefixed(pol.status());
@@ -390,6 +404,7 @@ Result<EngineConfig> ParseConfig(const std::string& yaml_text) {
   if (!root.IsMap()) return Status::InvalidArgument("config: expected a YAML map at the top");
   try {
     EngineConfig c;
+    c.source_yaml = yaml_text;
     Status st = ReadServerSettings(root, &c);
     if (!st.ok()) return st;
     st = ReadIdentities(root["identities"], &c.identities);

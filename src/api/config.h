@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -77,8 +78,19 @@ struct EngineConfig {
   int64_t max_output_bytes = int64_t{64} << 20;
   int backend_nice = 10;           // niceness added to the external schedulers' commands (0-19)
   int64_t utilization_sample_ms = 10000;  // how often the utilization history is sampled
+  // `idle_after: 15m` (the default): an allocation whose devices showed no activity for this
+  // long is "held but idle" (job.idle event, marked in every view and in /metrics).
+  int64_t idle_after_ms = int64_t{15} * 60 * 1000;
+  // Utilization history kept in the store: samples at `utilization_sample` for
+  // `utilization_fine_keep` (1d), 5-minute averages for `utilization_keep` (90d).
+  int64_t utilization_fine_keep_ms = int64_t{24} * 3600 * 1000;
+  int64_t utilization_keep_ms = int64_t{90} * 24 * 3600 * 1000;
+  // `metrics_public: true`: GET /metrics needs no token (for a Prometheus inside a trusted
+  // network); otherwise (the default) only admins read it.
+  bool metrics_public = false;
   std::vector<Identity> identities;
   quota::PolicySpec policy;
+  std::string source_yaml;  // the text it was parsed from (its policy part seeds `tessera whatif`)
   std::vector<QueueRoute> routes;  // one per policy queue, in the same order
 
   const Identity* FindIdentityByTokenHash(const std::string& hash) const;
@@ -89,6 +101,8 @@ struct EngineConfig {
 };
 
 Result<EngineConfig> ParseConfig(const std::string& yaml_text);
+// The keys of a queue entry that only the server reads (backend routing), not a scenario.
+const std::set<std::string>& ServerQueueKeys();
 Result<EngineConfig> LoadConfig(const std::string& path);
 
 // Lowercase hex SHA-256 of `text`.

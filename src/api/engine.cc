@@ -3,6 +3,7 @@
 #include "api/engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 
 #include "api/json_text.h"
@@ -437,6 +438,7 @@ void Engine::TranslateLocked(size_t from, Batch& b) {
   for (size_t i = from; i < evs.size(); ++i) {
     const quota::Event& e = evs[i];
     if (e.kind == quota::EventKind::kRepartitioned) {
+      CountEventLocked(e, nullptr);
       b.Add(MakeEvent("engine", "device.repartitioned", e.detail.substr(0, e.detail.find(':')), e.detail), nullptr);
       continue;
     }
@@ -457,10 +459,12 @@ void Engine::TranslateLocked(size_t from, Batch& b) {
         data.BeginObject().Key("node").Str(j.node).Key("form").Str(j.form).Key("grants");
         WriteGrants(data, j.grants);
         data.Key("borrowed").Bool(j.borrowed).Key("admission").Str(admission).EndObject();
+        CountEventLocked(e, &j);
         b.Add(MakeEvent("engine", "job.placed", j.rec.id, e.detail, std::move(data)), &j);
         break;
       }
       case quota::EventKind::kPreempted:
+        CountEventLocked(e, &j);
         j.rec.state = "preempting";
         j.rec.reason = "preempted: " + e.detail;
         j.rec.update_ms = clock_();
@@ -477,6 +481,9 @@ void Engine::TranslateLocked(size_t from, Batch& b) {
         j.form.clear();
         j.parts_done.clear();
         j.pid = 0;
+        j.last_active_ms = 0;
+        j.idle = false;
+        j.gpu_memory_used_mib = -1;
         b.Add(MakeEvent("engine", "job.requeued", j.rec.id, e.detail, {{"preemptions", j.preemptions}}), &j);
         break;
       default:
@@ -509,6 +516,7 @@ void Engine::CycleLocked(Batch& b) {
   // whatever `b` held before it), so that writing them overlaps deciding the rest; nobody acts
   // on them before the caller's commit, which waits for all of them.
   constexpr size_t kChunk = 4096;
+  const auto started = std::chrono::steady_clock::now();  // for tessera_scheduling_cycle_seconds
   cycled_submissions_ = submissions_;
   size_t mark = qe_->events().size();
   qe_->RunCycle(NowS(), [&] {
@@ -519,6 +527,8 @@ void Engine::CycleLocked(Batch& b) {
   });
   TranslateLocked(mark, b);
   RefreshWaitReasonsLocked();
+  const auto took = std::chrono::steady_clock::now() - started;
+  cycle_latency_.Observe(std::chrono::duration_cast<std::chrono::microseconds>(took).count());
   last_cycle_ms_ = clock_();
   cycle_wanted_ = false;
 }
@@ -547,8 +557,8 @@ Status Engine::Tick() {
     }
     if (st.ok()) st = CommitLocked(b, lock);
     if (!st.ok()) return st;
-    if (clock_() - last_sample_ms_ >= config_.utilization_sample_ms) SampleUtilizationLocked();
   }
+  if (Status st = HistoryTick(); !st.ok()) return st;
   if (Status st = RetentionTick(); !st.ok()) return st;
   if (Status st = SaveFairShare(false); !st.ok()) return st;
   return BackendTick();

@@ -15,7 +15,10 @@
 //   submit.cc         request validation, submissions through the commit pipeline; cancel
 //   agent_gateway.cc  node registration, heartbeats (start/stop orders, exits), node loss, output
 //   backend_pass.cc   external backends: submit, follow, cancel, reconcile after a restart
-//   views.cc          jobs, queues, groups, nodes, summary, utilization and events for people
+//   views.cc          jobs, queues, groups, nodes, summary and events for people
+//   history.cc        the utilization history in the store; usage (attribution) from the event log
+//   whatif.cc         the observed workload as a scenario, for `tessera whatif`
+//   metrics.cc        GET /metrics: all of the above for Prometheus, with counters and latencies
 //
 // Durability. A decision is committed before anyone acts on it: placements are in the store
 // before an agent hears of them; a preemption is committed before its SIGTERM is ordered. If a
@@ -47,6 +50,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -61,6 +65,15 @@ namespace tessera::api {
 
 using Json = nlohmann::json;
 using Clock = std::function<int64_t()>;  // milliseconds since the epoch
+
+// A latency histogram for /metrics (metrics.cc): counts per fixed bucket (0.1 ms to 10 s, then
+// +Inf; not cumulative here), their number and their sum, in integer microseconds.
+struct LatencyHistogram {
+  std::vector<int64_t> counts;  // empty until the first observation
+  int64_t count = 0;
+  int64_t sum_us = 0;
+  void Observe(int64_t us);
+};
 
 class Engine {
  public:
@@ -98,9 +111,38 @@ class Engine {
   // For GET /v1/health (no token): the role (one server on its store: "leader"; there is no
   // standby yet), whether the store takes commits, and the commit pipeline's depth.
   Json Health();
-  // The cluster's utilization over time: one sample every `utilization_sample` (the last 24h at
-  // the default 10s), newer than `since_ms`. Samples live in memory: a restart starts afresh.
-  Result<Json> Utilization(const Identity& who, int64_t since_ms);
+  // The cluster's utilization over time (history.cc), from the store: samples in [since, until)
+  // (defaults: the last hour, now), averaged per `step` (default and minimum: the sample interval
+  // while the range lies within utilization_fine_keep, else 5 minutes), with a breakdown `by`
+  // group, queue or pool ("": none). A restart loses nothing.
+  struct HistoryQuery {
+    int64_t since_ms = 0, until_ms = 0, step_ms = 0;
+    std::string by;
+  };
+  Result<Json> Utilization(const Identity& who, const HistoryQuery& q);
+  // GPU, GPU-memory and CPU time held (and of it, held idle) in [since, until), by group,
+  // identity, queue or form (form rows split by slice: the partition profile, the share's
+  // memory, the number of whole cards), computed exactly (integer milli-GPU-ms, MiB-ms) from the
+  // event log: from each job.placed to the event that ends the hold; idle from job.idle's
+  // since_ms to job.active or the end. Users see their groups' jobs; admins all.
+  struct UsageQuery {
+    int64_t since_ms = 0, until_ms = 0;
+    std::string by = "group";
+  };
+  Result<Json> Usage(const Identity& who, const UsageQuery& q);
+  // The jobs submitted in [since, until) as a scenario (whatif.cc): {"scenario": YAML text (the
+  // server's policy, its nodes, one workload entry per job that ran: arrival, held time, needs),
+  // "observed": {class: {jobs, max_devices, wait_p50_s, wait_p99_s, wait_max_s}}, "jobs"}.
+  // Admins only.
+  Result<Json> WhatIfScenario(const Identity& who, int64_t since_ms, int64_t until_ms);
+  // GET /metrics: the Prometheus text exposition (format 0.0.4) of capacity, allocation, jobs,
+  // counters since start, latency histograms, heartbeat ages and telemetry (docs/metrics.md).
+  // Admins, or anyone when the config says `metrics_public: true`.
+  Result<std::string> Metrics(const Identity& who);
+  // The HTTP layer's request latency, by route pattern (never the raw path) and status code.
+  // Takes only its own small lock.
+  void ObserveRequest(const std::string& method, const std::string& route, int code,
+                      int64_t duration_us);
   Result<Json> Events(const Identity& who, int64_t after, int limit, const store::EventFilter& f);
   Result<int64_t> LastEventSeq() { return store_->LastSeq(); }
 
@@ -135,6 +177,11 @@ class Engine {
     MiB memory_mib = 0;
     std::string uuid;
     bool simulated = false;
+    // Telemetry from the agent's heartbeats (NVML, or synthesized on simulated nodes); -1 when
+    // never reported.
+    int util_pct = -1;            // SM utilization, percent
+    MiB memory_used_mib = -1;     // device memory in use
+    int64_t telemetry_ms = 0;     // when last reported
   };
   struct NodeInfo {
     std::string name;
@@ -164,6 +211,12 @@ class Engine {
     std::set<std::string> parts_done;
     bool cancel_requested = false;
     int64_t pid = 0;
+    // Telemetry (agent nodes): the last time its devices or processes showed activity (its start
+    // until a report says so), whether it is "held but idle" (no activity for idle_after; a
+    // job.idle event marked the change), its measured device memory (-1: unknown).
+    int64_t last_active_ms = 0;
+    bool idle = false;
+    MiB gpu_memory_used_mib = -1;
     // External backend (empty: local agents).
     std::string backend;
     std::string external_id;      // the scheduler's job id once submitted
@@ -286,6 +339,8 @@ class Engine {
   void FinishPartLocked(Job& j, const std::string& node, int code, int sig, Batch& b);
   Json StartOrderLocked(Job& j, const NodeInfo& n) const;
   bool GangPartUnsent(const Job& j, const std::string& node) const;
+  static Status CheckTelemetry(const Json& body);
+  void ObserveActivityLocked(Job& j, const Json& report, const std::string& actor, Batch& b);
   // Orders for node n; only decisions durable by `durable` (DurableSeq()) are acted on.
   Json OrdersLocked(const NodeInfo& n, Batch& b, int64_t durable);
   int64_t DurableSeq();  // REQUIRES: wmu_ not held
@@ -294,7 +349,26 @@ class Engine {
   bool CanSee(const Identity& who, const Job& j) const;
   Json JobJson(const Job& j) const;
   std::string OutputPath(const std::string& job) const;
-  void SampleUtilizationLocked();
+  // --- history.cc
+  std::string UtilizationSampleLocked();
+  // Takes a sample when due, rolls complete 5-minute buckets into averages and prunes (store
+  // writes outside mu_).
+  Status HistoryTick();
+  int64_t last_rollup_ms_ = 0;  // 5-minute buckets before this are rolled up
+
+  // --- metrics.cc
+  // Counts a placement (admission, guaranteed or borrowed), preemption or repartition from the
+  // quota engine's events, as TranslateLocked records them; `j`: the event's job, if any.
+  void CountEventLocked(const quota::Event& e, const Job* j);
+  // Under mu_: placements by queue, group and kind; preemptions by reason (reclaim, priority,
+  // repartition, other); repartitions by node; the cycle's latency.
+  std::map<std::tuple<std::string, std::string, std::string>, int64_t> admissions_;
+  std::map<std::string, int64_t> preemptions_;
+  std::map<std::string, int64_t> repartitions_;
+  LatencyHistogram cycle_latency_;
+  // Under http_latency_mu_: request latency by method, route pattern and status code.
+  std::mutex http_latency_mu_;
+  std::map<std::tuple<std::string, std::string, int>, LatencyHistogram> http_latency_;
 
   // --- backend_pass.cc
   struct SubmitWork {
@@ -407,15 +481,7 @@ class Engine {
   std::mutex backend_mu_;   // serializes backend passes (held without mu_ while commands run)
   int64_t last_poll_ms_ = 0;
   bool reconciled_ = false;
-  struct UtilizationSample {
-    int64_t time_ms = 0;
-    MilliGpu gpu_total = 0, gpu_allocated = 0;
-    MilliCpu cpu_total = 0, cpu_allocated = 0;
-    int64_t workers = 0, pending = 0;
-  };
-  std::deque<UtilizationSample> utilization_;
   int64_t last_sample_ms_ = 0;
-  static constexpr size_t kMaxSamples = 8640;
 };
 
 }  // namespace tessera::api

@@ -20,9 +20,10 @@ const log::Logger& ServeLog() {
 }
 
 // The request log's level for a route: agents' requests (10,000 agents heartbeat every second)
-// at debug, so that they do not flood it; people's at info.
+// and Prometheus's scrapes at debug, so that they do not flood it; people's at info.
 log::Level RequestLogLevel(const std::string& pattern) {
-  return pattern.rfind("/v1/agent/", 0) == 0 ? log::Level::kDebug : log::Level::kInfo;
+  return pattern.rfind("/v1/agent/", 0) == 0 || pattern == "/metrics" ? log::Level::kDebug
+                                                                      : log::Level::kInfo;
 }
 
 int HttpCode(const Status& st) {
@@ -129,11 +130,14 @@ const std::vector<RouteInfo>& ApiServer::Routes() {
       {"GET", "/v1/events"},
       {"GET", "/v1/summary"},
       {"GET", "/v1/utilization"},
+      {"GET", "/v1/usage"},
+      {"GET", "/v1/whatif/scenario"},
       {"GET", "/"},
       {"GET", "/v1/whoami"},
       {"POST", "/v1/agent/register"},
       {"POST", "/v1/agent/heartbeat"},
       {"PUT", "/v1/agent/jobs/{id}/output"},
+      {"GET", "/metrics"},
   };
   return kRoutes;
 }
@@ -151,11 +155,40 @@ net::HttpServerOptions HttpOptions(const ApiServerOptions& o, int io_threads, in
   h.tls_client_ca_file = o.tls_client_ca_file;
   return h;
 }
+
+// Registers routes on the HTTP server with each request's handling time recorded for
+// tessera_http_request_duration_seconds, by the route's pattern (bounded labels), not its path.
+struct TimedRoutes {
+  net::HttpServer& http;
+  Engine* e;
+  void Route(const std::string& method, const std::string& pattern, net::HttpHandler handler,
+             log::Level request_log = log::Level::kInfo) {
+    http.Route(
+        method, pattern,
+        [e = e, method, pattern, handler = std::move(handler)](const HttpRequest& req,
+                                                               HttpResponse& res) {
+          const auto start = std::chrono::steady_clock::now();
+          auto micros = [&start] {
+            return std::chrono::duration_cast<std::chrono::microseconds>(
+                       std::chrono::steady_clock::now() - start)
+                .count();
+          };
+          try {
+            handler(req, res);
+          } catch (...) {
+            e->ObserveRequest(method, pattern, 500, micros());  // the server answers 500
+            throw;
+          }
+          e->ObserveRequest(method, pattern, res.status, micros());
+        },
+        request_log);
+  }
+};
 }  // namespace
 
 ApiServer::ApiServer(Engine* engine, ApiServerOptions options)
     : engine_(engine), lease_check_(options.lease_check), http_(std::make_unique<net::HttpServer>(HttpOptions(options, options.io_threads, options.workers))) {
-  net::HttpServer& s = *http_;
+  TimedRoutes s{*http_, engine_};
   Engine* e = engine_;
   auto authed = [e](auto fn) {
     return [e, fn](const HttpRequest& req, HttpResponse& res) {
@@ -248,16 +281,57 @@ ApiServer::ApiServer(Engine* engine, ApiServerOptions options)
           ReplyResult(res, e->Events(who, after, limit, f));
         }));
   s.Route("GET", "/v1/utilization", authed([e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
-          int64_t since = 0;
-          if (req.has_param("since")) {
-            const std::string v = req.param("since");
-            if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos || v.size() > 18) {
-              return ReplyError(res, Status::InvalidArgument("'since' must be a time in milliseconds"));
-            }
-            since = std::stoll(v);
+          Engine::HistoryQuery q;
+          for (auto [name, out] : {std::pair<const char*, int64_t*>{"since", &q.since_ms}, {"until", &q.until_ms}, {"step", &q.step_ms}}) {
+            if (!req.has_param(name)) continue;
+            auto v = ParseNonNegativeInt(req.param(name));
+            if (!v.ok()) return ReplyError(res, Status::InvalidArgument(std::string("'") + name + "' must be milliseconds (an integer)"));
+            *out = *v;
           }
-          ReplyResult(res, e->Utilization(who, since));
+          if (req.has_param("by")) q.by = req.param("by");
+          ReplyResult(res, e->Utilization(who, q));
         }));
+  s.Route("GET", "/v1/usage", authed([e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
+          Engine::UsageQuery q;
+          for (auto [name, out] : {std::pair<const char*, int64_t*>{"since", &q.since_ms}, {"until", &q.until_ms}}) {
+            if (!req.has_param(name)) continue;
+            auto v = ParseNonNegativeInt(req.param(name));
+            if (!v.ok()) return ReplyError(res, Status::InvalidArgument(std::string("'") + name + "' must be milliseconds (an integer)"));
+            *out = *v;
+          }
+          if (req.has_param("by")) q.by = req.param("by");
+          ReplyResult(res, e->Usage(who, q));
+        }));
+  s.Route("GET", "/v1/whatif/scenario", authed([e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
+          int64_t since = 0, until = 0;
+          for (auto [name, out] : {std::pair<const char*, int64_t*>{"since", &since}, {"until", &until}}) {
+            if (!req.has_param(name)) continue;
+            auto v = ParseNonNegativeInt(req.param(name));
+            if (!v.ok()) return ReplyError(res, Status::InvalidArgument(std::string("'") + name + "' must be milliseconds (an integer)"));
+            *out = *v;
+          }
+          ReplyResult(res, e->WhatIfScenario(who, since, until));
+        }));
+  // Prometheus: admins, or anyone (no token needed) when the config says metrics_public.
+  s.Route(
+      "GET", "/metrics",
+      [e](const HttpRequest& req, HttpResponse& res) {
+        Identity anonymous;  // a user: allowed only by metrics_public
+        anonymous.name = "anonymous";
+        Result<Identity> who = anonymous;
+        if (!e->config().metrics_public || !req.header("authorization").empty()) {
+          who = Authenticate(*e, req);
+          if (!who.ok()) {
+            e->AuditAuthFailure(req.method, req.path, who.status().message());
+            return ReplyError(res, who.status());
+          }
+        }
+        auto text = e->Metrics(*who);
+        if (!text.ok()) return ReplyError(res, text.status());
+        res.content_type = "text/plain; version=0.0.4; charset=utf-8";
+        res.body = std::move(*text);
+      },
+      RequestLogLevel("/metrics"));
   // The dashboard: a static page; it reads the API above with the user's token.
   s.Route("GET", "/", [](const HttpRequest&, HttpResponse& res) { res.content_type = "text/html";
     res.body = DashboardHtml(); });

@@ -1,5 +1,5 @@
 // Read models for people: jobs (with the step and reason that hold a waiting one), queues,
-// groups, nodes with their devices and partition layouts, the summary, utilization and events.
+// groups, nodes with their devices and partition layouts, the summary and events.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -94,6 +94,10 @@ Json Engine::JobJson(const Job& j) const {
                       {"gpu_milli", one ? devs[0]["gpu_milli"] : Json(GpuHeld(j.grants))},
                       {"gpu_memory_mib", one ? devs[0]["gpu_memory_mib"] : Json(nullptr)},
                       {"cpu_milli", cpu}, {"memory_mib", mem}};
+  }
+  if (j.last_active_ms > 0 && Holds(j)) {
+    o["activity"] = {{"idle", j.idle}, {"last_active_ms", j.last_active_ms}};
+    if (j.gpu_memory_used_mib >= 0) o["activity"]["gpu_memory_used_mib"] = j.gpu_memory_used_mib;
   }
   if (!j.backend.empty()) {
     o["backend"] = {{"name", j.backend}, {"external_id", j.external_id}, {"node", j.external_node},
@@ -268,6 +272,7 @@ Result<Json> Engine::Nodes(const Identity& who) {
         Json hj = {{"job", h.job->rec.id}, {"form", h.job->form}, {"gpu_milli", h.grant.compute},
                    {"gpu_memory_mib", h.grant.memory}};
         if (!h.grant.slot.empty()) hj["partition"] = h.grant.slot;
+        hj["idle"] = h.job->idle;
         if (CanSee(who, *h.job)) {
           hj["identity"] = h.job->rec.identity;
           hj["group"] = h.job->rec.group;
@@ -282,47 +287,18 @@ Result<Json> Engine::Nodes(const Identity& who) {
                       {"simulated", d.simulated}, {"gpu_milli_used", used}, {"gpu_memory_mib_used", mem_used},
                       {"holders", holders}, {"mig", v.mig}, {"amd_mode", v.amd_pair}, {"partitions", slots},
                       {"draining", v.draining}, {"drain_reason", v.plan}});
+      if (d.telemetry_ms > 0) {
+        Json& t = devs.back()["telemetry"];
+        t = {{"time_ms", d.telemetry_ms}};
+        if (d.util_pct >= 0) t["util_pct"] = d.util_pct;
+        if (d.memory_used_mib >= 0) t["memory_used_mib"] = d.memory_used_mib;
+      }
     }
     out.push_back({{"name", name}, {"pool", n.pool}, {"cpu_milli", n.cpu_milli}, {"memory_mib", n.memory_mib},
                    {"simulated", n.simulated}, {"state", n.lost ? "lost" : "ready"},
                    {"last_heartbeat_ms", n.last_heartbeat_ms}, {"devices", devs}});
   }
   return Json{{"nodes", out}};
-}
-
-void Engine::SampleUtilizationLocked() {
-  UtilizationSample s;
-  s.time_ms = last_sample_ms_ = clock_();
-  for (const auto& [name, n] : nodes_) {
-    if (n.lost) continue;
-    s.gpu_total += static_cast<int64_t>(n.devices.size()) * kWholeGpu;
-    s.cpu_total += n.cpu_milli;
-  }
-  for (const std::string& id : LiveIdsLocked()) {
-    const Job& j = jobs_[id];
-    if (j.rec.state == "pending") ++s.pending;
-    if (j.rec.state == "running") ++s.workers;
-    if (!Holds(j)) continue;
-    for (const auto& g : j.grants) {  // external backends' jobs hold no grants here
-      s.gpu_allocated += g.compute;
-      s.cpu_allocated += g.cpu;
-    }
-  }
-  utilization_.push_back(s);
-  while (utilization_.size() > kMaxSamples) utilization_.pop_front();
-}
-
-Result<Json> Engine::Utilization(const Identity& who, int64_t since_ms) {
-  if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot read utilization");
-  std::unique_lock<std::mutex> lock(mu_);
-  Json samples = Json::array();
-  for (const UtilizationSample& s : utilization_) {
-    if (s.time_ms <= since_ms) continue;
-    samples.push_back({{"time_ms", s.time_ms}, {"gpu_milli_total", s.gpu_total}, {"gpu_milli_allocated", s.gpu_allocated},
-                       {"cpu_milli_total", s.cpu_total}, {"cpu_milli_allocated", s.cpu_allocated},
-                       {"workers", s.workers}, {"pending", s.pending}});
-  }
-  return Json{{"interval_ms", config_.utilization_sample_ms}, {"samples", samples}};
 }
 
 Result<Json> Engine::Summary(const Identity& who) {
@@ -334,7 +310,7 @@ Result<Json> Engine::Summary(const Identity& who) {
   for (const auto& g : config_.policy.groups) {
     if (who.role != Role::kAdmin && std::find(who.groups.begin(), who.groups.end(), g.name) == who.groups.end()) continue;
     Resources held;
-    int64_t gpus_idle = 0, workers = 0, pending = 0;
+    int64_t gpus_idle = 0, held_idle = 0, workers = 0, pending = 0;
     for (const Job* jp : live) {
       const Job& j = *jp;
       if (j.rec.group != g.name) continue;
@@ -348,13 +324,14 @@ Result<Json> Engine::Summary(const Identity& who) {
       }
       if (j.rec.state == "running") {
         ++workers;
+        if (j.idle) held_idle += gpu;  // held but idle (telemetry)
       } else {
         gpus_idle += gpu;  // held but not yet (or no longer) running
       }
     }
     auto cap = [](int64_t v) { return v >= quota::kUnlimited ? Json(nullptr) : Json(v); };
     groups.push_back({{"group", g.name}, {"gpu_milli_total", held.gpu_milli}, {"gpu_milli_idle", gpus_idle},
-                      {"cpu_milli_total", held.cpu_milli}, {"memory_mib_total", held.memory_mib},
+                      {"gpu_milli_held_idle", held_idle}, {"cpu_milli_total", held.cpu_milli}, {"memory_mib_total", held.memory_mib},
                       {"workers", workers}, {"pending", pending},
                       {"gpu_milli_limit", cap(g.limit.gpu_milli)}, {"gpu_milli_reservation", g.reservation.gpu_milli}});
   }

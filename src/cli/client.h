@@ -40,4 +40,25 @@ ClientReply HttpCall(const CallOptions& options, const std::string& method, cons
 // A fresh random key (128 bits, hex) for one invocation's Idempotency-Key.
 std::string NewIdempotencyKey();
 
+// The flags every server-talking command takes, and their resolution from the environment.
+struct ClientOptions {
+  std::string url;
+  std::string token;
+  std::string token_file;
+  net::ClientTls tls;
+  bool json = false;
+};
+}  // namespace tessera::cli
+namespace CLI {
+class App;
+}
+namespace tessera::cli {
+void AddClientFlags(CLI::App* cmd, ClientOptions* o);
+// Fills url and token from TESSERA_URL, TESSERA_TOKEN(_FILE), TESSERA_CA; prints what is missing.
+bool Resolve(ClientOptions* o);
+// Calls the server; prints errors (and sets *exit_code); returns the parsed body or a discarded
+// JSON.
+nlohmann::json Call(const ClientOptions& o, const std::string& method, const std::string& path, int* exit_code,
+                    const std::string& body = "", CallOptions call = {});
+
 }  // namespace tessera::cli

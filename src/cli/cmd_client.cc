@@ -26,57 +26,6 @@ int64_t NowMs() {
 
 // ---- user commands ----
 
-struct ClientOptions {
-  std::string url;
-  std::string token;
-  std::string token_file;
-  net::ClientTls tls;
-  bool json = false;
-};
-
-void AddClientFlags(CLI::App* cmd, ClientOptions* o) {
-  cmd->add_option("--url", o->url, "server URL (default: $TESSERA_URL)");
-  cmd->add_option("--token", o->token, "bearer token (default: $TESSERA_TOKEN; visible in ps: prefer --token-file)");
-  cmd->add_option("--token-file", o->token_file, "file holding the bearer token (default: $TESSERA_TOKEN_FILE)");
-  cmd->add_option("--ca", o->tls.ca_file, "CA file that signed an https:// server's certificate (default: $TESSERA_CA)");
-  cmd->add_flag("--json", o->json, "print JSON for scripts");
-}
-
-bool Resolve(ClientOptions* o) {
-  auto env = [](const char* name) { return std::getenv(name) ? std::string(std::getenv(name)) : std::string(); };
-  if (o->url.empty()) o->url = env("TESSERA_URL");
-  if (Status st = net::ResolveCredentials(o->token_file, &o->token, &o->tls); !st.ok()) {
-    std::cerr << "tessera: " << st.message() << "\n";
-    return false;
-  }
-  if (o->url.empty()) {
-    std::cerr << "tessera: no server: set TESSERA_URL or pass --url\n";
-    return false;
-  }
-  if (o->token.empty()) {
-    std::cerr << "tessera: no token: set TESSERA_TOKEN_FILE or TESSERA_TOKEN, or pass --token-file\n";
-    return false;
-  }
-  return true;
-}
-
-// Calls the server; prints errors; returns the parsed body or a discarded JSON.
-Json Call(const ClientOptions& o, const std::string& method, const std::string& path, int* exit_code,
-          const std::string& body = "", CallOptions call = {}) {
-  call.urls = o.url;
-  call.token = o.token;
-  call.tls = o.tls;
-  ClientReply r = HttpCall(call, method, path, body);
-  if (r.status == 0 || r.status >= 400) {
-    std::cerr << "tessera: " << r.error << (r.status ? " (HTTP " + std::to_string(r.status) + ")" : "") << "\n";
-    *exit_code = r.status >= 400 && r.status < 500 ? kExitBadInput : 1;
-    return Json(Json::value_t::discarded);
-  }
-  Json j = Json::parse(r.body, nullptr, false);
-  if (j.is_discarded()) j = r.body;
-  return j;
-}
-
 std::string Age(int64_t since_ms) {
   int64_t s = (NowMs() - since_ms) / 1000;
   if (s < 120) return std::to_string(s) + "s";

@@ -429,6 +429,7 @@ void RegisterEngineCommands(CLI::App& app, CommandContext& ctx) {
   RegisterServeCommand(app, ctx);
   RegisterUpCommand(app, ctx);
   RegisterUserCommands(app, ctx);
+  RegisterHistoryCommands(app, ctx);
 }
 
 }  // namespace tessera::cli

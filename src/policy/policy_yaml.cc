@@ -9,6 +9,12 @@ const std::set<std::string> kPolicyRoot = {"grace", "placement", "fair_share_hal
                                            "repartition_horizon", "pools", "groups", "profiles",
                                            "queues", "class_forms"};
 
+}  // namespace
+
+const std::set<std::string>& PolicyRootKeys() { return kPolicyRoot; }
+
+namespace {
+
 Status List(const YAML::Node& n, const std::string& field) {
   if (n && !n.IsSequence()) return FieldError(field, "expected a list");
   return Status::Ok();

@@ -36,6 +36,9 @@ struct PolicyKeys {
   bool require_queues = false;        // at least one queue (the server); a scenario may have none
 };
 
+// The top-level keys ParsePolicy reads (a scenario's and the server config's shared part).
+const std::set<std::string>& PolicyRootKeys();
+
 // Reads the policy keys of `root` (a map). The caller validates (quota::Validate) once it has
 // settled the pools (a scenario without pools takes them from its nodes).
 Result<quota::PolicySpec> ParsePolicy(const YAML::Node& root, const PolicyKeys& keys);

@@ -59,6 +59,10 @@ struct Scenario {
 Result<int64_t> ParseDuration(std::string_view text);
 
 Result<Scenario> ParseScenario(std::string_view yaml_text);
+// `yaml_text` with its class-to-form table changed by `forms` ("CLASS=FORM[,FORM...]", e.g.
+// "interactive=share"), named "what-if", and the previous entries of those classes as its
+// compare_with run ("as-configured"): `tessera sim scenario` on the result runs that comparison.
+Result<std::string> WithClassForms(const std::string& yaml_text, const std::vector<std::string>& forms);
 Result<Scenario> LoadScenario(const std::string& path);
 
 struct GroupReport {

@@ -66,6 +66,12 @@ const std::vector<Migration>& Migrations() {
        "CREATE INDEX jobs_idem ON jobs (idem_key) WHERE idem_key <> '';",
        "ALTER TABLE jobs ADD COLUMN idem_key TEXT NOT NULL DEFAULT '';"
        "CREATE INDEX jobs_idem ON jobs (idem_key) WHERE idem_key <> '';"},
+      {6, "samples: the utilization history (a JSON breakdown per time), at a resolution in seconds "
+          "(the sample interval, and 5-minute averages)",
+       "CREATE TABLE samples (resolution_s INTEGER NOT NULL, time_ms BIGINT NOT NULL, data TEXT NOT NULL,"
+       "  PRIMARY KEY (resolution_s, time_ms));",
+       "CREATE TABLE samples (resolution_s INTEGER NOT NULL, time_ms BIGINT NOT NULL, data TEXT NOT NULL,"
+       "  PRIMARY KEY (resolution_s, time_ms));"},
   };
   return kSteps;
 }

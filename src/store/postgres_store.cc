@@ -279,6 +279,49 @@ class PostgresStore final : public Store {
     });
   }
 
+  Status PutSample(int resolution_s, const Sample& sample) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return Guard("writing a sample", [&]() -> Status {
+      pqxx::work w(*conn_);
+      if (Status f = CheckFence(w); !f.ok()) return f;
+      w.exec_params0("INSERT INTO samples (resolution_s, time_ms, data) VALUES ($1, $2, $3) "
+                     "ON CONFLICT (resolution_s, time_ms) DO UPDATE SET data = excluded.data",
+                     resolution_s, sample.time_ms, sample.data);
+      w.commit();
+      return Status::Ok();
+    });
+  }
+
+  Result<std::vector<Sample>> ListSamples(int resolution_s, int64_t since_ms, int64_t until_ms) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<Sample> out;
+    Status s = Guard("listing samples", [&]() -> Status {
+      pqxx::read_transaction t(*conn_);
+      auto r = t.exec_params("SELECT time_ms, data FROM samples WHERE resolution_s = $1 AND time_ms >= $2 AND "
+                             "time_ms < $3 ORDER BY time_ms",
+                             resolution_s, since_ms, until_ms);
+      for (const auto& row : r) out.push_back({row[0].as<int64_t>(), row[1].as<std::string>()});
+      return Status::Ok();
+    });
+    if (!s.ok()) return s;
+    return out;
+  }
+
+  Result<int64_t> PruneSamples(int resolution_s, int64_t before_ms) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    int64_t n = 0;
+    Status s = Guard("pruning samples", [&]() -> Status {
+      pqxx::work w(*conn_);
+      if (Status f = CheckFence(w); !f.ok()) return f;
+      auto r = w.exec_params0("DELETE FROM samples WHERE resolution_s = $1 AND time_ms < $2", resolution_s, before_ms);
+      n = static_cast<int64_t>(r.affected_rows());
+      w.commit();
+      return Status::Ok();
+    });
+    if (!s.ok()) return s;
+    return n;
+  }
+
   Result<std::optional<std::string>> GetSetting(const std::string& key) override {
     std::lock_guard<std::mutex> lock(mu_);
     std::optional<std::string> out;

@@ -294,6 +294,69 @@ class SqliteStore final : public Store {
     return CheckFenceLocked();  // the flock lasts as long as this process
   }
 
+  Status PutSample(int resolution_s, const Sample& sample) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto s = Exec("BEGIN IMMEDIATE", "writing a sample"); !s.ok()) return s;
+    Status s = CheckFenceLocked();
+    if (s.ok()) {
+      auto st = Prepare("INSERT INTO samples (resolution_s, time_ms, data) VALUES (?1, ?2, ?3) "
+                        "ON CONFLICT (resolution_s, time_ms) DO UPDATE SET data = excluded.data");
+      if (!st.ok()) {
+        s = st.status();
+      } else {
+        Stmt q(*st);
+        q.Bind(1, static_cast<int64_t>(resolution_s));
+        q.Bind(2, sample.time_ms);
+        q.Bind(3, sample.data);
+        if (q.Step() != SQLITE_DONE) s = Error("writing a sample");
+      }
+    }
+    if (s.ok()) s = Exec("COMMIT", "committing a sample");
+    if (!s.ok()) Exec("ROLLBACK", "rolling back");
+    return s;
+  }
+
+  Result<std::vector<Sample>> ListSamples(int resolution_s, int64_t since_ms, int64_t until_ms) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto st = Prepare("SELECT time_ms, data FROM samples WHERE resolution_s = ?1 AND time_ms >= ?2 AND time_ms < ?3 "
+                      "ORDER BY time_ms");
+    if (!st.ok()) return st.status();
+    Stmt q(*st);
+    q.Bind(1, static_cast<int64_t>(resolution_s));
+    q.Bind(2, since_ms);
+    q.Bind(3, until_ms);
+    std::vector<Sample> out;
+    int rc;
+    while ((rc = q.Step()) == SQLITE_ROW) out.push_back({q.Int64(0), q.Text(1)});
+    if (rc != SQLITE_DONE) return Error("listing samples");
+    return out;
+  }
+
+  Result<int64_t> PruneSamples(int resolution_s, int64_t before_ms) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto s = Exec("BEGIN IMMEDIATE", "pruning samples"); !s.ok()) return s;
+    Status s = CheckFenceLocked();
+    int64_t n = 0;
+    if (s.ok()) {
+      auto st = Prepare("DELETE FROM samples WHERE resolution_s = ?1 AND time_ms < ?2");
+      if (!st.ok()) {
+        s = st.status();
+      } else {
+        Stmt q(*st);
+        q.Bind(1, static_cast<int64_t>(resolution_s));
+        q.Bind(2, before_ms);
+        if (q.Step() != SQLITE_DONE) s = Error("pruning samples");
+        n = sqlite3_changes(db_);
+      }
+    }
+    if (s.ok()) s = Exec("COMMIT", "committing pruned samples");
+    if (!s.ok()) {
+      Exec("ROLLBACK", "rolling back");
+      return s;
+    }
+    return n;
+  }
+
   Result<std::optional<std::string>> GetSetting(const std::string& key) override {
     std::lock_guard<std::mutex> lock(mu_);
     auto st = Prepare("SELECT value FROM settings WHERE key = ?1");

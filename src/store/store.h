@@ -107,6 +107,18 @@ class Store {
   // `before_ms`; returns how many rows went. Fenced like every write.
   virtual Result<int64_t> Prune(int64_t before_ms);
 
+  // Utilization history: one JSON text per (resolution in seconds, time). PutSample replaces a
+  // sample at the same key; ListSamples returns since_ms <= time < until_ms, oldest first;
+  // PruneSamples deletes those of `resolution_s` older than `before_ms` (how many went). Writes
+  // are fenced like every other.
+  struct Sample {
+    int64_t time_ms = 0;
+    std::string data;
+  };
+  virtual Status PutSample(int resolution_s, const Sample& sample) = 0;
+  virtual Result<std::vector<Sample>> ListSamples(int resolution_s, int64_t since_ms, int64_t until_ms) = 0;
+  virtual Result<int64_t> PruneSamples(int resolution_s, int64_t before_ms) = 0;
+
   // Small durable key-value settings (e.g. "cluster.id").
   virtual Status PutSetting(const std::string& key, const std::string& value) = 0;
   virtual Result<std::optional<std::string>> GetSetting(const std::string& key) = 0;

@@ -42,9 +42,18 @@ TEST(AgentProtocol, RegisterReply) {
 }
 
 TEST(AgentProtocol, HeartbeatBody) {
-  json j = json::parse(HeartbeatBody("host-a", {{"j-12", 4242}}, {{"j-11", 0, 0, 120}}));
+  RunningJob r;
+  r.id = "j-12";
+  r.pid = 4242;
+  json j = json::parse(HeartbeatBody("host-a", {r}, {{"j-11", 0, 0, 120}}));
   EXPECT_EQ(j, json::parse(R"({"node": "host-a", "running": [{"job": "j-12", "pid": 4242}],
       "finished": [{"job": "j-11", "exit_code": 0, "signal": 0, "output_bytes": 120}]})"));
+  // With telemetry: activity and charged memory (rounded up to MiB), and the devices.
+  r.active = 0;
+  r.gpu_memory_used_bytes = (int64_t{3} << 20) + 1;
+  j = json::parse(HeartbeatBody("host-a", {r}, {}, {{0, 37, 4096}, {1, -1, -1}}));
+  EXPECT_EQ(j["running"][0], json::parse(R"({"job": "j-12", "pid": 4242, "active": false, "gpu_memory_used_mib": 4})"));
+  EXPECT_EQ(j["devices"], json::parse(R"([{"index": 0, "util_pct": 37, "memory_used_mib": 4096}, {"index": 1}])"));
 }
 
 TEST(AgentProtocol, HeartbeatReplyAsDocumented) {

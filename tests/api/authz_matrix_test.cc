@@ -59,9 +59,12 @@ const std::vector<Row> kMatrix = {
     {"GET", "/v1/summary", {401, 401, 2, 2, 2, 2, 403, 403}},
     {"GET", "/v1/events", {401, 401, 2, 2, 2, 2, 403, 403}},
     {"GET", "/v1/utilization", {401, 401, 2, 2, 2, 2, 403, 403}},
+    {"GET", "/v1/usage", {401, 401, 2, 2, 2, 2, 403, 403}},
+    {"GET", "/v1/whatif/scenario", {401, 401, 2, 403, 403, 403, 403, 403}},
     {"POST", "/v1/agent/register", {401, 401, 2, 403, 403, 403, 2, 403}},
     {"POST", "/v1/agent/heartbeat", {401, 401, 2, 403, 403, 403, 2, 403}},
     {"PUT", "/v1/agent/jobs/{id}/output", {401, 401, 2, 403, 403, 403, 2, 403}},
+    {"GET", "/metrics", {401, 401, 2, 403, 403, 403, 403, 403}},  // without metrics_public
 };
 
 class AuthzMatrixTest : public ::testing::Test {

@@ -360,5 +360,89 @@ TEST_F(CycleE2eTest, ARepartitionWithDrainSurvivesAServerRestart) {
   EXPECT_NE(AdminOutput(batch).find("ignoring-SIGTERM"), std::string::npos);  // SIGTERM first, SIGKILL after the grace
 }
 
+const char* kTelemetry = R"(
+heartbeat_timeout: 5s
+cycle: 300ms
+idle_after: 2s
+utilization_sample: 1s
+identities:
+  - {name: admin, role: admin, token: admin-token-1}
+  - {name: alice, role: user, groups: [research], token: alice-token-1}
+  - {name: agent, role: agent, token: agent-token-1}
+groups: [{name: research}]
+profiles:
+  - {name: train, gpus: 1, gpu_fraction: 0.5, gpu_memory: 8GiB, cpu: 100m, memory: 64MiB, forms: [whole, share]}
+queues:
+  - {name: training, profile: train, groups: [research], class: training}
+)";
+
+// Telemetry from a real agent on a simulated node: a job that only sleeps is "held but idle"
+// after idle_after (a job.idle event, marked on its device), a job that computes stays active and
+// its device shows utilization; `tessera usage` attributes both to the group, with the idle part.
+TEST_F(CycleE2eTest, AnIdleHoldingIsMarkedAndUsageCountsIt) {
+  ASSERT_NO_FATAL_FAILURE(Start(kTelemetry, {{"a", "2xH100-80GB"}}));
+  const std::string sleeper = Submit("alice-token-1", {{"queue", "training"}, {"command", {"sleep", "1000"}}});
+  const std::string busy = Submit("alice-token-1", {{"queue", "training"}, {"command", {"sh", "-c", "while :; do :; done"}}});
+  ASSERT_TRUE(WaitFor([&] {
+    Json j = AdminJob(sleeper);
+    return j.contains("activity") && j["activity"].value("idle", false);
+  })) << AdminJob(sleeper).dump() << Logs();
+  Json b = AdminJob(busy);
+  ASSERT_TRUE(b.contains("activity")) << b.dump();
+  EXPECT_FALSE(b["activity"]["idle"].get<bool>()) << b.dump();
+  Json idle = Call("GET", "/v1/events?kind=job.idle&subject=" + sleeper, {}, "admin-token-1");
+  ASSERT_EQ(idle["events"].size(), 1u) << idle.dump();
+  // The device map: the sleeper's holding is marked idle; the busy job's device shows activity.
+  Json nodes = Call("GET", "/v1/nodes", {}, "admin-token-1");
+  bool marked = false;
+  int busy_util = -1;
+  for (const auto& d : nodes["nodes"][0]["devices"]) {
+    for (const auto& h : d["holders"]) {
+      if (h["job"] == sleeper) marked = h["idle"].get<bool>();
+      if (h["job"] == busy && d.contains("telemetry")) busy_util = d["telemetry"].value("util_pct", -1);
+    }
+  }
+  EXPECT_TRUE(marked) << nodes.dump();
+  EXPECT_GT(busy_util, 0) << nodes.dump();
+  Json summary = Call("GET", "/v1/summary", {}, "admin-token-1");
+  EXPECT_EQ(summary["groups"][0]["gpu_milli_held_idle"], 1000) << summary.dump();
+  // Usage from the CLI: two jobs, some of the held time idle.
+  const std::string cmd = std::string(kTessera) + " usage --url http://127.0.0.1:" + std::to_string(port_) +
+                          " --token admin-token-1 --since 10m --by group --json";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  ASSERT_EQ(::pclose(p), 0) << out;
+  Json u = Json::parse(out, nullptr, false);
+  ASSERT_TRUE(u.is_object()) << out;
+  ASSERT_EQ(u["rows"].size(), 1u) << out;
+  EXPECT_EQ(u["rows"][0]["group"], "research");
+  EXPECT_EQ(u["rows"][0]["jobs"], 2);
+  EXPECT_GT(u["rows"][0]["idle_gpu_milli_ms"].get<int64_t>(), 0) << out;
+  EXPECT_LT(u["rows"][0]["idle_gpu_milli_ms"].get<int64_t>(), u["rows"][0]["gpu_milli_ms"].get<int64_t>()) << out;
+  // The history is served from the store.
+  Json util = Call("GET", "/v1/utilization?by=group", {}, "admin-token-1");
+  ASSERT_FALSE(util["samples"].empty()) << util.dump();
+  EXPECT_EQ(util["samples"].back()["gpu_milli_allocated"], 2000) << util.dump();
+  // What-if from the CLI: the two jobs replayed with training on shares (the simulator's run
+  // beside the as-configured one).
+  const std::string wcmd = std::string(kTessera) + " whatif --url http://127.0.0.1:" + std::to_string(port_) +
+                           " --token admin-token-1 --since 10m --forms training=share --json 2>&1";
+  p = ::popen(wcmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  out.clear();
+  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  ASSERT_EQ(::pclose(p), 0) << out;
+  Json w = Json::parse(out, nullptr, false);
+  ASSERT_TRUE(w.is_object()) << out;
+  EXPECT_EQ(w["jobs"], 2) << out;
+  EXPECT_EQ(w["classes"]["training"]["observed_cards"], 2) << out;
+  EXPECT_EQ(w["classes"]["training"]["as_configured_cards"], 2) << out;
+  EXPECT_EQ(w["classes"]["training"]["what_if_cards"], 1) << out;  // two shares on one card
+  for (const auto& id : {sleeper, busy}) Call("POST", "/v1/jobs/" + id + "/cancel", {}, "admin-token-1");
+}
+
 }  // namespace
 }  // namespace tessera

@@ -605,30 +605,6 @@ TEST_F(EngineTest, FairShareHistorySurvivesARestart) {
   EXPECT_NEAR(after, before / 2, before * 0.05);
 }
 
-TEST_F(EngineTest, UtilizationIsSampledEveryIntervalAndFilteredBySince) {
-  Register("n1", 2);
-  Json j = Submit("alice", {{"queue", "training"}, {"command", {"true"}}});
-  ASSERT_EQ(j["state"], "placed") << j.dump();
-  ASSERT_TRUE(engine_->Tick().ok());  // the first tick samples
-  now_ += 5000;
-  ASSERT_TRUE(engine_->Tick().ok());  // 5s later: not yet (every 10s by default)
-  now_ += 5000;
-  ASSERT_TRUE(engine_->Tick().ok());  // 10s after the first: a second sample
-  auto u = engine_->Utilization(Who("admin"), 0);
-  ASSERT_TRUE(u.ok());
-  ASSERT_EQ((*u)["samples"].size(), 2u) << u->dump();
-  EXPECT_EQ((*u)["interval_ms"], 10000);
-  const Json& first = (*u)["samples"][0];
-  EXPECT_EQ(first["gpu_milli_total"], 2000);
-  EXPECT_EQ(first["gpu_milli_allocated"], 1000);
-  EXPECT_EQ(first["cpu_milli_total"], 32000);
-  EXPECT_EQ(first["workers"], 0);  // placed, not yet running
-  auto later = engine_->Utilization(Who("admin"), first["time_ms"].get<int64_t>());
-  ASSERT_TRUE(later.ok());
-  EXPECT_EQ((*later)["samples"].size(), 1u);
-  EXPECT_EQ(engine_->Utilization(Who("agent"), 0).status().code(), StatusCode::kPermissionDenied);
-}
-
 TEST_F(EngineTest, EventsPageByCursorAndFilter) {
   Register("n1", 1);
   for (int i = 0; i < 5; ++i) Submit("alice", {{"queue", "notebooks"}, {"command", {"true"}}});

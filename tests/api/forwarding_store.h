@@ -40,6 +40,11 @@ class ForwardingStore : public store::Store {
   Result<std::vector<std::pair<std::string, std::string>>> ListSettings(const std::string& p) override {
     return inner_->ListSettings(p);
   }
+  Status PutSample(int r, const Sample& s) override { return inner_->PutSample(r, s); }
+  Result<std::vector<Sample>> ListSamples(int r, int64_t since, int64_t until) override {
+    return inner_->ListSamples(r, since, until);
+  }
+  Result<int64_t> PruneSamples(int r, int64_t before) override { return inner_->PruneSamples(r, before); }
   Result<int> SchemaVersion() override { return inner_->SchemaVersion(); }
   std::string Describe() const override { return inner_->Describe(); }
   Result<std::optional<Leadership>> TryLead(const std::string& holder) override { return inner_->TryLead(holder); }

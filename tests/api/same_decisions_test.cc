@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <map>
 #include <queue>
 #include <set>
@@ -83,7 +85,9 @@ std::vector<Decision> Simulated(const sim::Scenario& s) {
 
 class Served {
  public:
-  explicit Served(const sim::Scenario& s) : s_(s) {
+  // `source`: the scenario's text, kept as the server's config text (the policy `tessera whatif`
+  // replays under).
+  explicit Served(const sim::Scenario& s, const std::string& source = "") : s_(s) {
     dir_ = "/dev/shm/tessera-same-decisions-" + std::to_string(::getpid()) + "-" + s.name;
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
@@ -96,6 +100,8 @@ class Served {
       }
     }
     config_.schedule_on_submit = false;
+    config_.source_yaml = source;
+    config_.cycle_ms = s.cycle_s * 1000;
     for (const auto& q : s.policy.queues) {
       QueueRoute r;
       r.queue = q.name;
@@ -112,6 +118,9 @@ class Served {
     engine_.reset();
     std::filesystem::remove_all(dir_);
   }
+
+  Engine& engine() { return *engine_; }
+  const Identity& admin() const { return admin_; }
 
   std::vector<Decision> Run() {
     for (const quota::NodeSpec& n : s_.nodes) Register(n);
@@ -281,6 +290,63 @@ TEST_P(SameDecisions, SimulatorAndServedEngineDecideAlike) {
   for (const Decision& d : want) ++kinds[d.kind];
   std::printf("%s: %zu decisions alike (%d placed, %d preempted, %d repartitioned)\n", GetParam().c_str(), want.size(),
               kinds["placed"], kinds["preempted"], kinds["repartitioned"]);
+}
+
+// `tessera whatif` on a recorded history: utilization-math served with interactive sessions on
+// whole cards (its compare_with table, how such estates run today), then the observed jobs
+// replayed with interactive=share. It reports the 40 cards that come back, and the emitted
+// scenario run by `tessera sim scenario` (a real process) reports the same.
+TEST(WhatIf, TheRecordedUtilizationMathHistoryReturnsFortyCards) {
+  std::ifstream in(std::string(TESSERA_SOURCE_DIR) + "/examples/scenarios/utilization-math.yaml");
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string source = text.str() + "\nclass_forms: {interactive: [whole]}\n";  // as recorded
+  auto s = sim::ParseScenario(source);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  s->compare_forms.reset();
+  Served served(*s, source);
+  served.Run();
+  auto w = served.engine().WhatIfScenario(served.admin(), 0, s->until_s * 1000);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  EXPECT_EQ((*w)["jobs"], 100);  // 30 training, 20 inference, 50 notebooks
+  EXPECT_EQ((*w)["observed"]["interactive"]["max_devices"], 50) << (*w)["observed"].dump();
+  EXPECT_EQ((*w)["observed"]["interactive"]["jobs"], 50);
+  auto what_if = sim::WithClassForms((*w)["scenario"].get<std::string>(), {"interactive=share"});
+  ASSERT_TRUE(what_if.ok()) << what_if.status().ToString();
+  auto replay = sim::ParseScenario(*what_if);
+  ASSERT_TRUE(replay.ok()) << replay.status().ToString() << "\n" << *what_if;
+  auto report = sim::RunScenario(*replay);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  ASSERT_TRUE(report->baseline.has_value());
+  auto cards = [](const sim::RunReport& r, const std::string& cls) {
+    for (const auto& c : r.classes) {
+      if (c.name == cls) return c.max_devices;
+    }
+    return -1;
+  };
+  EXPECT_EQ(cards(*report->baseline, "interactive"), 50);  // as configured: what was observed
+  EXPECT_EQ(cards(report->run, "interactive"), 10);        // as shares
+  EXPECT_EQ(cards(*report->baseline, "interactive") - cards(report->run, "interactive"), 40);
+  EXPECT_EQ(cards(report->run, "training"), 30);
+  EXPECT_TRUE(report->run.invariant_violations.empty());
+  // The same scenario through `tessera sim scenario`, as a process: the same figures.
+  const std::string file = "/dev/shm/tessera-whatif-" + std::to_string(::getpid()) + ".yaml";
+  std::ofstream(file) << *what_if;
+  FILE* p = ::popen((std::string(TESSERA_BINARY_DIR) + "/src/cli/tessera sim scenario --json " + file).c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  EXPECT_EQ(::pclose(p), 0) << out;
+  std::filesystem::remove(file);
+  Json cli = Json::parse(out, nullptr, false);
+  Json mine = Json::parse(sim::ReportJson(*report), nullptr, false);
+  ASSERT_TRUE(cli.is_object()) << out;
+  for (const char* run : {"run", "baseline"}) {
+    for (const char* f : {"classes", "groups", "jobs", "preemptions", "repartitions"}) {
+      EXPECT_EQ(cli[run][f], mine[run][f]) << run << "." << f;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Examples, SameDecisions,

@@ -215,6 +215,30 @@ TEST_P(StoreSuite, AJobIsFoundByItsIdempotencyKeyWithinTheWindow) {
   EXPECT_FALSE(store->FindByIdempotencyKey("", 0)->has_value()) << "jobs without a key match nothing";
 }
 
+TEST_P(StoreSuite, SamplesAreKeptPerResolutionListedByTimeAndPruned) {
+  const std::string url = NewUrl();
+  auto store = MustOpen(url);
+  ASSERT_NE(store, nullptr);
+  for (int64_t t : {30'000, 10'000, 20'000}) ASSERT_TRUE(store->PutSample(10, {t, "{\"t\":" + std::to_string(t) + "}"}).ok());
+  ASSERT_TRUE(store->PutSample(300, {0, "{\"avg\":1}"}).ok());
+  ASSERT_TRUE(store->PutSample(10, {20'000, "{\"t\":\"again\"}"}).ok());  // replaces
+  auto fine = store->ListSamples(10, 10'000, 30'000);  // until is exclusive
+  ASSERT_TRUE(fine.ok()) << fine.status().ToString();
+  ASSERT_EQ(fine->size(), 2u);
+  EXPECT_EQ((*fine)[0].time_ms, 10'000);
+  EXPECT_EQ((*fine)[1].data, "{\"t\":\"again\"}");
+  EXPECT_EQ(store->ListSamples(300, 0, 1)->size(), 1u);
+  auto pruned = store->PruneSamples(10, 25'000);
+  ASSERT_TRUE(pruned.ok());
+  EXPECT_EQ(*pruned, 2);
+  EXPECT_EQ(store->ListSamples(10, 0, 100'000)->size(), 1u);
+  EXPECT_EQ(store->ListSamples(300, 0, 100'000)->size(), 1u);  // another resolution is untouched
+  store.reset();  // kept across a reopen
+  auto again = MustOpen(url);
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(again->ListSamples(10, 0, 100'000)->size(), 1u);
+}
+
 TEST_P(StoreSuite, AnUpdateOfAJobNotStoredFailsTheWholeCommit) {
   auto store = MustOpen(NewUrl());
   ASSERT_NE(store, nullptr);

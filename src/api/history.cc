@@ -1,0 +1,408 @@
+// History for people: the utilization samples kept in the store (fine for a day, 5-minute
+// averages for 90 days; see EngineConfig) and the attribution of GPU time to groups,
+// identities, queues and forms, computed exactly from the event log.
+//
+// A sample is one JSON object of integer gauges, taken every utilization_sample:
+//   {"gpu_milli_total", "gpu_memory_mib_total", "cpu_milli_total", "gpu_milli_allocated",
+//    "gpu_memory_mib_allocated", "cpu_milli_allocated", "gpu_milli_held_idle", "workers",
+//    "pending", "by": {"group": {NAME: {...}}, "queue": {...}, "pool": {...}}}
+// An average (a 5-minute row, or a step of a query) is the integer mean of each gauge over the
+// samples it covers (a name missing from a sample counts 0 there), with "samples": how many.
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "api/engine.h"
+#include "model/quantity.h"
+
+namespace tessera::api {
+namespace {
+
+__extension__ typedef __int128 Int128;
+constexpr int64_t kCoarseMs = 300'000;  // 5 minutes
+
+// acc += x for every integer leaf (objects recursively).
+void AddInto(Json& acc, const Json& x) {
+  for (const auto& [k, v] : x.items()) {
+    if (v.is_object()) {
+      AddInto(acc[k], v);
+    } else if (v.is_number_integer()) {
+      acc[k] = (acc.contains(k) && acc[k].is_number_integer() ? acc[k].get<int64_t>() : 0) +
+               v.get<int64_t>();
+    }
+  }
+}
+
+void DivideBy(Json& acc, int64_t n) {
+  for (auto& [k, v] : acc.items()) {
+    if (v.is_object()) {
+      DivideBy(v, n);
+    } else if (v.is_number_integer()) {
+      v = v.get<int64_t>() / n;
+    }
+  }
+}
+
+// The mean of `samples` (each parsed from its text; unreadable ones skipped).
+Json Average(const std::vector<Json>& samples) {
+  Json acc = Json::object();
+  for (const Json& s : samples) AddInto(acc, s);
+  if (!samples.empty()) DivideBy(acc, static_cast<int64_t>(samples.size()));
+  acc["samples"] = static_cast<int64_t>(samples.size());
+  return acc;
+}
+
+void Bump(Json& o, const char* k, int64_t v) {
+  o[k] = (o.contains(k) ? o[k].get<int64_t>() : 0) + v;
+}
+
+}  // namespace
+
+// ---- Utilization history ------------------------------------------------------------------------
+
+std::string Engine::UtilizationSampleLocked() {
+  Json s = {{"gpu_milli_total", 0},
+            {"gpu_memory_mib_total", 0},
+            {"cpu_milli_total", 0},
+            {"gpu_milli_allocated", 0},
+            {"gpu_memory_mib_allocated", 0},
+            {"cpu_milli_allocated", 0},
+            {"gpu_milli_held_idle", 0},
+            {"workers", 0},
+            {"pending", 0}};
+  Json by = {{"group", Json::object()}, {"queue", Json::object()}, {"pool", Json::object()}};
+  for (const auto& [name, n] : nodes_) {
+    if (n.lost) continue;
+    const std::string pool = n.pool.empty() ? "default" : n.pool;
+    MiB mem = 0;
+    for (const auto& d : n.devices) mem += d.memory_mib;
+    const int64_t gpus = static_cast<int64_t>(n.devices.size()) * kWholeGpu;
+    Bump(s, "gpu_milli_total", gpus);
+    Bump(s, "gpu_memory_mib_total", mem);
+    Bump(s, "cpu_milli_total", n.cpu_milli);
+    Json& p = by["pool"][pool];
+    Bump(p, "gpu_milli_total", gpus);
+    Bump(p, "gpu_memory_mib_total", mem);
+    Bump(p, "cpu_milli_total", n.cpu_milli);
+  }
+  for (const std::string& id : LiveIdsLocked()) {
+    const Job& j = jobs_[id];
+    Json* rows[2] = {&by["group"][j.rec.group], &by["queue"][j.rec.queue]};
+    if (j.rec.state == "pending") {
+      Bump(s, "pending", 1);
+      for (Json* r : rows) Bump(*r, "pending", 1);
+    }
+    if (!Holds(j)) continue;
+    const bool running = j.rec.state == "running";
+    if (running) {
+      Bump(s, "workers", 1);
+      for (Json* r : rows) Bump(*r, "workers", 1);
+    }
+    for (const auto& g : j.grants) {  // external backends' jobs hold no grants here
+      auto n = nodes_.find(g.node);
+      Json* pool = n == nodes_.end()
+                       ? nullptr
+                       : &by["pool"][n->second.pool.empty() ? "default" : n->second.pool];
+      for (Json* r : {rows[0], rows[1], pool, &s}) {
+        if (r == nullptr) continue;
+        Bump(*r, r == &s ? "gpu_milli_allocated" : "gpu_milli", g.compute);
+        Bump(*r, r == &s ? "gpu_memory_mib_allocated" : "gpu_memory_mib", g.memory);
+        Bump(*r, r == &s ? "cpu_milli_allocated" : "cpu_milli", g.cpu);
+        if (running && j.idle) Bump(*r, "gpu_milli_held_idle", g.compute);
+      }
+    }
+  }
+  s["by"] = std::move(by);
+  return s.dump();
+}
+
+Status Engine::HistoryTick() {
+  const int64_t now = clock_();
+  const int fine_s = static_cast<int>(std::max<int64_t>(1, config_.utilization_sample_ms / 1000));
+  std::string sample;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!broken_.ok()) return broken_;
+    if (last_sample_ms_ != 0 && now - last_sample_ms_ < config_.utilization_sample_ms)
+      return Status::Ok();
+    last_sample_ms_ = now;
+    sample = UtilizationSampleLocked();
+  }
+  if (Status st = store_->PutSample(fine_s, {now, sample}); !st.ok()) return st;
+  // Roll every complete 5-minute bucket since the last one rolled (found in the store after a
+  // restart) into its average; fine samples older than utilization_fine_keep go.
+  const int64_t done = now / kCoarseMs * kCoarseMs;  // buckets before this are complete
+  if (done > last_rollup_ms_) {
+    int64_t from = std::max<int64_t>(last_rollup_ms_, done - config_.utilization_fine_keep_ms);
+    if (last_rollup_ms_ == 0) {
+      auto coarse =
+          store_->ListSamples(kCoarseMs / 1000, done - config_.utilization_fine_keep_ms, done);
+      if (!coarse.ok()) return coarse.status();
+      from = coarse->empty() ? done - config_.utilization_fine_keep_ms
+                             : coarse->back().time_ms + kCoarseMs;
+    }
+    from = from / kCoarseMs * kCoarseMs;
+    auto fine = store_->ListSamples(fine_s, from, done);
+    if (!fine.ok()) return fine.status();
+    std::map<int64_t, std::vector<Json>> buckets;
+    for (const auto& f : *fine) {
+      Json j = Json::parse(f.data, nullptr, false);
+      if (j.is_object()) buckets[f.time_ms / kCoarseMs * kCoarseMs].push_back(std::move(j));
+    }
+    for (const auto& [t, samples] : buckets) {
+      if (Status st = store_->PutSample(kCoarseMs / 1000, {t, Average(samples).dump()}); !st.ok())
+        return st;
+    }
+    last_rollup_ms_ = done;
+    if (auto p = store_->PruneSamples(fine_s, now - config_.utilization_fine_keep_ms); !p.ok())
+      return p.status();
+    if (auto p = store_->PruneSamples(kCoarseMs / 1000, now - config_.utilization_keep_ms); !p.ok())
+      return p.status();
+  }
+  return Status::Ok();
+}
+
+Result<Json> Engine::Utilization(const Identity& who, const HistoryQuery& q) {
+  if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot read utilization");
+  if (!q.by.empty() && q.by != "group" && q.by != "queue" && q.by != "pool") {
+    return Status::InvalidArgument("'by' must be group, queue or pool, not '" + q.by.substr(0, 32) +
+                                   "'");
+  }
+  const int64_t now = clock_();
+  const int64_t until = q.until_ms > 0 ? q.until_ms : now + 1;
+  const int64_t since = q.since_ms > 0 ? q.since_ms : until - 3600 * 1000;
+  if (since >= until) return Status::InvalidArgument("'since' must be before 'until'");
+  // Fine samples while the range lies within what they keep and the step asks for no coarser;
+  // 5-minute averages otherwise.
+  const bool fine =
+      since >= now - config_.utilization_fine_keep_ms && (q.step_ms == 0 || q.step_ms < kCoarseMs);
+  const int64_t resolution =
+      fine ? std::max<int64_t>(1000, config_.utilization_sample_ms / 1000 * 1000) : kCoarseMs;
+  int64_t step = std::max(q.step_ms, resolution);
+  if ((until - since) / step > 5000) step = (until - since) / 5000 + 1;  // at most ~5000 points
+  auto rows = store_->ListSamples(static_cast<int>(resolution / 1000), since, until);
+  if (!rows.ok()) return rows.status();
+  std::map<int64_t, std::vector<Json>> buckets;
+  for (const auto& r : *rows) {
+    Json j = Json::parse(r.data, nullptr, false);
+    if (j.is_object()) buckets[since + (r.time_ms - since) / step * step].push_back(std::move(j));
+  }
+  Json samples = Json::array();
+  for (auto& [t, list] : buckets) {
+    Json a = list.size() == 1 && step == resolution ? list[0] : Average(list);
+    Json by = a.contains("by") ? a["by"] : Json::object();
+    a.erase("by");
+    if (!q.by.empty()) {
+      Json part = by.value(q.by, Json::object());
+      if (q.by == "group" && who.role != Role::kAdmin) {
+        for (auto it = part.begin(); it != part.end();) {
+          const bool mine =
+              std::find(who.groups.begin(), who.groups.end(), it.key()) != who.groups.end();
+          it = mine ? std::next(it) : part.erase(it);
+        }
+      }
+      a["by"] = std::move(part);
+    }
+    a["time_ms"] = t;
+    samples.push_back(std::move(a));
+  }
+  return Json{{"interval_ms", config_.utilization_sample_ms},
+              {"resolution_ms", resolution},
+              {"step_ms", step},
+              {"since_ms", since},
+              {"until_ms", until},
+              {"by", q.by},
+              {"samples", samples}};
+}
+
+// ---- Attribution --------------------------------------------------------------------------------
+
+namespace {
+
+struct Held {
+  std::string job, key, slice;
+  int64_t start = 0;
+  int64_t idle_since = -1;  // held but idle since (-1: active)
+  MilliGpu gpu = 0;
+  MiB gpu_memory = 0;
+  MilliCpu cpu = 0;
+};
+
+struct Totals {
+  int64_t jobs = 0;
+  Int128 gpu_milli_ms = 0, gpu_memory_mib_ms = 0, cpu_milli_ms = 0;  // held
+  Int128 idle_gpu_milli_ms = 0, idle_gpu_memory_mib_ms = 0;          // of which idle
+};
+
+std::string Decimal(Int128 v, int64_t unit, int places) {
+  // v / unit rounded down to `places` decimals, exactly.
+  Int128 scale = 1;
+  for (int i = 0; i < places; ++i) scale *= 10;
+  const Int128 scaled = v * scale / unit;
+  auto str = [](Int128 x) {
+    std::string s;
+    do {
+      s.insert(s.begin(), static_cast<char>('0' + static_cast<int>(x % 10)));
+      x /= 10;
+    } while (x > 0);
+    return s;
+  };
+  std::string frac = str(scaled % scale);
+  while (static_cast<int>(frac.size()) < places) frac.insert(frac.begin(), '0');
+  return str(scaled / scale) + (places > 0 ? "." + frac : "");
+}
+
+Json Int(Int128 v) { return Json(static_cast<int64_t>(v)); }
+
+}  // namespace
+
+Result<Json> Engine::Usage(const Identity& who, const UsageQuery& q) {
+  if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot read usage");
+  if (q.by != "group" && q.by != "identity" && q.by != "queue" && q.by != "form") {
+    return Status::InvalidArgument("'by' must be group, identity, queue or form, not '" +
+                                   q.by.substr(0, 32) + "'");
+  }
+  const int64_t now = clock_();
+  const int64_t until = q.until_ms > 0 ? std::min(q.until_ms, now) : now;
+  const int64_t since = q.since_ms;
+  if (since >= until)
+    return Status::InvalidArgument("'since' must be before 'until' (and before now)");
+  struct Owner {
+    std::string identity, group, queue;
+  };
+  std::map<std::string, Owner> owners;
+  std::map<std::string, Held> open;                              // by job
+  std::map<std::pair<std::string, std::string>, Totals> totals;  // (key, slice)
+  auto visible = [&](const Owner& o) {
+    return who.role == Role::kAdmin ||
+           std::find(who.groups.begin(), who.groups.end(), o.group) != who.groups.end();
+  };
+  std::set<std::string> counted;  // job, key, slice: each job counted once per row
+  // Adds [from, to) of h, clipped to [since, until), to its row; the idle part from idle_since.
+  auto account = [&](const Held& h, int64_t to) {
+    const int64_t a = std::max(h.start, since), b = std::min(to, until);
+    if (b <= a) return;
+    Totals& t = totals[{h.key, h.slice}];
+    if (counted.insert(h.job + "\n" + h.key + "\n" + h.slice).second) ++t.jobs;
+    t.gpu_milli_ms += Int128(h.gpu) * (b - a);
+    t.gpu_memory_mib_ms += Int128(h.gpu_memory) * (b - a);
+    t.cpu_milli_ms += Int128(h.cpu) * (b - a);
+    if (h.idle_since >= 0) {
+      const int64_t ia = std::max(h.idle_since, a);
+      if (b > ia) {
+        t.idle_gpu_milli_ms += Int128(h.gpu) * (b - ia);
+        t.idle_gpu_memory_mib_ms += Int128(h.gpu_memory) * (b - ia);
+      }
+    }
+  };
+  int64_t after = 0;
+  for (;;) {
+    auto page = store_->ListEvents(after, 5000, store::EventFilter{"job.", "", ""});
+    if (!page.ok()) return page.status();
+    for (const store::Event& e : *page) {
+      after = e.seq;
+      if (e.kind == "job.submitted") {
+        Json d = Json::parse(e.data, nullptr, false);
+        owners[e.subject] = {e.actor, d.is_object() ? d.value("group", "") : "",
+                             d.is_object() ? d.value("queue", "") : ""};
+        continue;
+      }
+      const bool closes = e.kind == "job.requeued" || e.kind == "job.succeeded" ||
+                          e.kind == "job.failed" || e.kind == "job.cancelled" ||
+                          e.kind == "job.lost";
+      auto it = open.find(e.subject);
+      if (closes || e.kind == "job.placed") {
+        if (it != open.end()) {
+          account(it->second, e.time_ms);
+          open.erase(it);
+        }
+        if (!closes) {
+          Json d = Json::parse(e.data, nullptr, false);
+          if (!d.is_object() || !d.contains("grants") || !d["grants"].is_array()) continue;
+          auto o = owners.find(e.subject);
+          if (o == owners.end()) {  // submitted before the log's retained part: the record knows
+            auto rec = store_->GetJob(e.subject);
+            if (!rec.ok()) return rec.status();
+            if (!*rec) continue;
+            o = owners.emplace(e.subject, Owner{(*rec)->identity, (*rec)->group, (*rec)->queue})
+                    .first;
+          }
+          if (!visible(o->second)) continue;
+          Held h;
+          h.job = e.subject;
+          h.start = e.time_ms;
+          const std::string form = d.value("form", "");
+          for (const auto& g : d["grants"]) {
+            h.gpu += g.value("compute", int64_t{0});
+            h.gpu_memory += g.value("memory", int64_t{0});
+            h.cpu += g.value("cpu", int64_t{0});
+          }
+          h.key = q.by == "group"      ? o->second.group
+                  : q.by == "identity" ? o->second.identity
+                  : q.by == "queue"    ? o->second.queue
+                                       : form;
+          if (q.by == "form") {
+            const std::string slot = d["grants"].empty() ? "" : d["grants"][0].value("slot", "");
+            h.slice = form == "partition" ? slot.substr(0, slot.find_first_of("@#"))
+                      : form == "share"   ? FormatMiB(h.gpu_memory)
+                                          : std::to_string(h.gpu / kWholeGpu) + "x";
+          }
+          open[e.subject] = h;
+        }
+        continue;
+      }
+      if (it == open.end()) continue;
+      Json d = Json::parse(e.data, nullptr, false);
+      if (e.kind == "job.idle" && d.is_object()) {
+        it->second.idle_since = d.value("since_ms", e.time_ms);
+      } else if (e.kind == "job.active" && it->second.idle_since >= 0) {
+        // The idle stretch ends here: account it as its own piece, then go on active.
+        Held idle = it->second;
+        account(idle, e.time_ms);
+        it->second.start = e.time_ms;
+        it->second.idle_since = -1;
+      }
+    }
+    if (page->size() < 5000) break;
+  }
+  for (const auto& [id, h] : open) account(h, until);  // still held
+  Json rows = Json::array();
+  Totals all;
+  for (const auto& [key, t] : totals) {
+    Json r = {
+        {q.by, key.first},
+        {"jobs", t.jobs},
+        {"gpu_milli_ms", Int(t.gpu_milli_ms)},
+        {"gpu_memory_mib_ms", Int(t.gpu_memory_mib_ms)},
+        {"cpu_milli_ms", Int(t.cpu_milli_ms)},
+        {"idle_gpu_milli_ms", Int(t.idle_gpu_milli_ms)},
+        {"idle_gpu_memory_mib_ms", Int(t.idle_gpu_memory_mib_ms)},
+        {"gpu_hours", Decimal(t.gpu_milli_ms, int64_t{1000} * 3600 * 1000, 3)},
+        {"gpu_hours_used",
+         Decimal(t.gpu_milli_ms - t.idle_gpu_milli_ms, int64_t{1000} * 3600 * 1000, 3)},
+        {"gpu_memory_gib_hours", Decimal(t.gpu_memory_mib_ms, int64_t{1024} * 3600 * 1000, 3)}};
+    if (q.by == "form") r["slice"] = key.second;
+    rows.push_back(std::move(r));
+    all.jobs += t.jobs;
+    all.gpu_milli_ms += t.gpu_milli_ms;
+    all.gpu_memory_mib_ms += t.gpu_memory_mib_ms;
+    all.cpu_milli_ms += t.cpu_milli_ms;
+    all.idle_gpu_milli_ms += t.idle_gpu_milli_ms;
+    all.idle_gpu_memory_mib_ms += t.idle_gpu_memory_mib_ms;
+  }
+  Json total = {
+      {"jobs", all.jobs},
+      {"gpu_milli_ms", Int(all.gpu_milli_ms)},
+      {"gpu_memory_mib_ms", Int(all.gpu_memory_mib_ms)},
+      {"cpu_milli_ms", Int(all.cpu_milli_ms)},
+      {"idle_gpu_milli_ms", Int(all.idle_gpu_milli_ms)},
+      {"idle_gpu_memory_mib_ms", Int(all.idle_gpu_memory_mib_ms)},
+      {"gpu_hours", Decimal(all.gpu_milli_ms, int64_t{1000} * 3600 * 1000, 3)},
+      {"gpu_hours_used",
+       Decimal(all.gpu_milli_ms - all.idle_gpu_milli_ms, int64_t{1000} * 3600 * 1000, 3)},
+      {"gpu_memory_gib_hours", Decimal(all.gpu_memory_mib_ms, int64_t{1024} * 3600 * 1000, 3)}};
+  return Json{
+      {"since_ms", since}, {"until_ms", until}, {"by", q.by}, {"rows", rows}, {"total", total}};
+}
+
+}  // namespace tessera::api

@@ -1,0 +1,369 @@
+// GET /metrics: the Prometheus text exposition format, version 0.0.4. What the views show
+// (capacity, allocation, jobs, heartbeats, telemetry) read under the engine's mutex and copied,
+// counters since start (admissions, preemptions, repartitions) and latency histograms
+// (scheduling cycle, HTTP requests), rendered outside it. The metric list: docs/metrics.md.
+//
+// Units are the base ones (bytes, seconds, ratios), except GPU compute and CPU, counted in
+// thousandths (`_gpu_milli`, `_cpu_milli`: 1000 per card or core) as everywhere in Tessera.
+// Everything is integer arithmetic; decimals are printed from integers (microseconds,
+// milliseconds, percent), never through floating point.
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <map>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "api/engine.h"
+
+namespace tessera::api {
+namespace {
+
+// Histogram bucket bounds, in microseconds (0.1 ms to 10 s); +Inf follows.
+constexpr std::array<int64_t, 16> kBoundsUs = {100,     250,     500,     1000,    2500,   5000,
+                                               10000,   25000,   50000,   100000,  250000, 500000,
+                                               1000000, 2500000, 5000000, 10000000};
+constexpr int64_t kMiB = int64_t{1} << 20;
+
+// `v` / 10^digits as a decimal ("0.0005", "12", "-1.5"): trailing zeros trimmed.
+std::string Decimal(int64_t v, int digits) {
+  int64_t scale = 1;
+  for (int i = 0; i < digits; ++i) scale *= 10;
+  const bool negative = v < 0;
+  const uint64_t a = negative ? static_cast<uint64_t>(-(v + 1)) + 1 : static_cast<uint64_t>(v);
+  std::string out = (negative ? "-" : "") + std::to_string(a / scale);
+  std::string frac = std::to_string(a % scale);
+  frac.insert(0, static_cast<size_t>(digits) - frac.size(), '0');
+  while (!frac.empty() && frac.back() == '0') frac.pop_back();
+  return frac.empty() ? out : out + "." + frac;
+}
+
+// A label value escaped per the exposition format: backslash, double quote, line feed.
+std::string Escape(const std::string& v) {
+  std::string out;
+  out.reserve(v.size());
+  for (char c : v) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '"') {
+      out += "\\\"";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+using Labels = std::vector<std::pair<std::string, std::string>>;
+
+// One metric family: its HELP and TYPE lines and samples, in the order added. A family without
+// samples prints nothing.
+class Family {
+ public:
+  Family(std::string name, std::string type, std::string help)
+      : name_(std::move(name)), type_(std::move(type)), help_(std::move(help)) {}
+  void Add(const Labels& labels, const std::string& value) { Sample("", labels, value); }
+  void Add(const Labels& labels, int64_t value) { Sample("", labels, std::to_string(value)); }
+  void AddHistogram(const Labels& labels, const LatencyHistogram& h) {
+    int64_t cumulative = 0;
+    for (size_t i = 0; i <= kBoundsUs.size(); ++i) {
+      if (i < h.counts.size()) cumulative += h.counts[i];
+      Labels with = labels;
+      with.emplace_back("le", i < kBoundsUs.size() ? Decimal(kBoundsUs[i], 6) : "+Inf");
+      Sample("_bucket", with, std::to_string(cumulative));
+    }
+    Sample("_sum", labels, Decimal(h.sum_us, 6));
+    Sample("_count", labels, std::to_string(h.count));
+  }
+  void RenderTo(std::string& out) const {
+    if (samples_.empty()) return;
+    out += "# HELP " + name_ + " " + help_ + "\n# TYPE " + name_ + " " + type_ + "\n" + samples_;
+  }
+
+ private:
+  void Sample(const char* suffix, const Labels& labels, const std::string& value) {
+    samples_ += name_ + suffix;
+    if (!labels.empty()) {
+      samples_ += '{';
+      for (size_t i = 0; i < labels.size(); ++i) {
+        samples_ += (i ? "," : "") + labels[i].first + "=\"" + Escape(labels[i].second) + "\"";
+      }
+      samples_ += '}';
+    }
+    samples_ += " " + value + "\n";
+  }
+  std::string name_, type_, help_;
+  std::string samples_;
+};
+
+// The step of a pending job's reason ("Placement: no device ..." -> "Placement"): one word, so
+// that the label stays bounded; anything else is "Other".
+std::string WaitStep(const std::string& reason) {
+  const size_t colon = reason.find(": ");
+  if (colon == std::string::npos || colon == 0 || colon > 32) return "Other";
+  const std::string step = reason.substr(0, colon);
+  const bool word = std::all_of(step.begin(), step.end(),
+                                [](char c) { return std::isalpha(static_cast<unsigned char>(c)); });
+  return word ? step : "Other";
+}
+
+// What the render needs, copied under the engine's mutex.
+struct DeviceRow {
+  int index = 0;
+  std::string model;
+  MiB memory_mib = 0;
+  int util_pct = -1;
+  MiB memory_used_mib = -1;
+};
+struct NodeRow {
+  std::string name, pool;
+  MilliCpu cpu_milli = 0;
+  MiB memory_mib = 0;
+  int64_t heartbeat_age_ms = 0;
+  bool lost = false;
+  std::vector<DeviceRow> devices;
+};
+struct JobRow {
+  std::string id, state, queue, group, reason, form, node;
+  bool holds = false, idle = false;
+  MiB gpu_memory_used_mib = -1;
+  std::vector<quota::GrantView> grants;
+};
+
+}  // namespace
+
+void LatencyHistogram::Observe(int64_t us) {
+  us = std::max<int64_t>(us, 0);
+  if (counts.empty()) counts.assign(kBoundsUs.size() + 1, 0);
+  const size_t i = static_cast<size_t>(std::lower_bound(kBoundsUs.begin(), kBoundsUs.end(), us) -
+                                       kBoundsUs.begin());
+  ++counts[i];  // the first bucket whose bound is >= us (le: less than or equal)
+  ++count;
+  sum_us += us;
+}
+
+void Engine::ObserveRequest(const std::string& method, const std::string& route, int code,
+                            int64_t duration_us) {
+  std::lock_guard<std::mutex> l(http_latency_mu_);
+  http_latency_[{method, route, code}].Observe(duration_us);
+}
+
+void Engine::CountEventLocked(const quota::Event& e, const Job* j) {
+  switch (e.kind) {
+    case quota::EventKind::kPlaced:
+      if (j) ++admissions_[{j->rec.queue, j->rec.group, j->borrowed ? "borrowed" : "guaranteed"}];
+      break;
+    case quota::EventKind::kPreempted: {
+      const std::string& d = e.detail;
+      const char* why = d.rfind("reclaim", 0) == 0                       ? "reclaim"
+                        : d.rfind("priority", 0) == 0                    ? "priority"
+                        : d.find("for repartition") != std::string::npos ? "repartition"
+                                                                         : "other";
+      ++preemptions_[why];
+      break;
+    }
+    case quota::EventKind::kRepartitioned: {
+      // "NODE/gpuN: what changed"
+      const std::string device = e.detail.substr(0, e.detail.find(':'));
+      ++repartitions_[device.substr(0, device.rfind('/'))];
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+Result<std::string> Engine::Metrics(const Identity& who) {
+  if (who.role != Role::kAdmin && !config_.metrics_public) {
+    return Status::PermissionDenied(
+        "metrics are for admins (or set metrics_public: true in the config)");
+  }
+  std::vector<NodeRow> nodes;
+  std::vector<JobRow> jobs;
+  std::map<std::tuple<std::string, std::string, std::string>, int64_t> admissions;
+  std::map<std::string, int64_t> preemptions, repartitions;
+  LatencyHistogram cycle;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    const int64_t now = clock_();
+    for (const auto& [name, n] : nodes_) {
+      NodeRow row{name,
+                  n.pool,
+                  n.cpu_milli,
+                  n.memory_mib,
+                  std::max<int64_t>(0, now - n.last_heartbeat_ms),
+                  n.lost,
+                  {}};
+      for (const DeviceInfo& d : n.devices) {
+        row.devices.push_back({d.index, d.model, d.memory_mib, d.util_pct, d.memory_used_mib});
+      }
+      nodes.push_back(std::move(row));
+    }
+    for (const std::string& id : LiveIdsLocked()) {
+      const Job& j = jobs_[id];
+      if (Ended(j)) continue;
+      jobs.push_back({j.rec.id, j.rec.state, j.rec.queue, j.rec.group, j.rec.reason, j.form, j.node,
+                      Holds(j), j.idle, j.gpu_memory_used_mib,
+                      Holds(j) ? j.grants : std::vector<quota::GrantView>{}});
+    }
+    admissions = admissions_;
+    preemptions = preemptions_;
+    repartitions = repartitions_;
+    cycle = cycle_latency_;
+  }
+  std::map<std::tuple<std::string, std::string, int>, LatencyHistogram> http;
+  {
+    std::lock_guard<std::mutex> l(http_latency_mu_);
+    http = http_latency_;
+  }
+
+  std::map<std::string, std::string> pool_of;
+  for (const NodeRow& n : nodes) pool_of[n.name] = n.pool;
+
+  Family dev_gpu("tessera_device_gpu_milli", "gauge",
+                 "GPU compute capacity of a device, in thousandths of a card (1000 per card).");
+  Family dev_mem("tessera_device_memory_bytes", "gauge", "GPU memory of a device.");
+  Family node_cpu("tessera_node_cpu_milli", "gauge",
+                  "CPU capacity of a node, in thousandths of a core.");
+  Family node_mem("tessera_node_memory_bytes", "gauge", "Host memory of a node.");
+  Family hb_age("tessera_agent_heartbeat_age_seconds", "gauge",
+                "Time since the node's agent last registered or heartbeat.");
+  Family lost("tessera_node_lost", "gauge",
+              "1 when the node is lost (no heartbeat within heartbeat_timeout), else 0.");
+  Family util("tessera_device_utilization_ratio", "gauge",
+              "SM utilization of a device as its agent last reported it (0 to 1).");
+  Family mem_used("tessera_device_memory_used_bytes", "gauge",
+                  "GPU memory in use on a device as its agent last reported it.");
+  for (const NodeRow& n : nodes) {
+    for (const DeviceRow& d : n.devices) {
+      const Labels l = {{"node", n.name},
+                        {"device", std::to_string(d.index)},
+                        {"model", d.model},
+                        {"pool", n.pool}};
+      dev_gpu.Add(l, kWholeGpu);
+      dev_mem.Add(l, d.memory_mib * kMiB);
+      const Labels nd = {{"node", n.name}, {"device", std::to_string(d.index)}};
+      if (d.util_pct >= 0) util.Add(nd, Decimal(d.util_pct, 2));
+      if (d.memory_used_mib >= 0) mem_used.Add(nd, d.memory_used_mib * kMiB);
+    }
+    node_cpu.Add({{"node", n.name}, {"pool", n.pool}}, n.cpu_milli);
+    node_mem.Add({{"node", n.name}, {"pool", n.pool}}, n.memory_mib * kMiB);
+    hb_age.Add({{"node", n.name}}, Decimal(n.heartbeat_age_ms, 3));
+    lost.Add({{"node", n.name}}, n.lost ? 1 : 0);
+  }
+
+  // Allocation: the grants of the jobs that hold something, summed by where and whose.
+  using DevKey = std::tuple<std::string, int, std::string, std::string,
+                            std::string>;  // node, device, form, group, queue
+  using NodeKey =
+      std::tuple<std::string, std::string, std::string, std::string>;  // node, form, group, queue
+  std::map<DevKey, std::pair<MilliGpu, MiB>> by_device;
+  std::map<NodeKey, std::pair<MilliCpu, MiB>> by_node;
+  std::map<std::tuple<std::string, std::string, std::string>, int64_t>
+      job_count;                                                   // state, queue, group
+  std::map<std::pair<std::string, std::string>, int64_t> pending;  // queue, step
+  std::map<std::string, MilliGpu> idle_held;
+  for (const auto& g : config_.policy.groups) idle_held[g.name] = 0;
+  Family alloc_idle("tessera_allocation_idle", "gauge",
+                    "1 when the allocation is held but idle (no activity on its devices for "
+                    "idle_after), else 0.");
+  Family alloc_mem_used(
+      "tessera_allocation_gpu_memory_used_bytes", "gauge",
+      "GPU memory the allocation's processes use, as its agent last reported it.");
+  for (const JobRow& j : jobs) {
+    ++job_count[{j.state, j.queue, j.group}];
+    if (j.state == "pending") ++pending[{j.queue, WaitStep(j.reason)}];
+    if (!j.holds || j.grants.empty()) continue;  // external backends' jobs hold no grants here
+    for (const auto& g : j.grants) {
+      if (g.device >= 0) {
+        auto& v = by_device[{g.node, g.device, j.form, j.group, j.queue}];
+        v.first += g.compute;
+        v.second += g.memory;
+        if (j.idle) idle_held[j.group] += g.compute;
+      }
+      auto& c = by_node[{g.node, j.form, j.group, j.queue}];
+      c.first += g.cpu;
+      c.second += g.host_memory;
+    }
+    const Labels l = {{"job", j.id}, {"node", j.node}, {"group", j.group}, {"queue", j.queue}};
+    alloc_idle.Add(l, j.idle ? 1 : 0);
+    if (j.gpu_memory_used_mib >= 0) alloc_mem_used.Add(l, j.gpu_memory_used_mib * kMiB);
+  }
+  Family a_gpu("tessera_allocated_gpu_milli", "gauge",
+               "GPU compute held by jobs, in thousandths of a card.");
+  Family a_gmem("tessera_allocated_gpu_memory_bytes", "gauge", "GPU memory held by jobs.");
+  for (const auto& [k, v] : by_device) {
+    const auto& [node, device, form, group, queue] = k;
+    const Labels l = {{"node", node},   {"device", std::to_string(device)},
+                      {"form", form},   {"group", group},
+                      {"queue", queue}, {"pool", pool_of[node]}};
+    a_gpu.Add(l, v.first);
+    a_gmem.Add(l, v.second * kMiB);
+  }
+  Family a_cpu("tessera_allocated_cpu_milli", "gauge",
+               "Host CPU held by jobs, in thousandths of a core.");
+  Family a_mem("tessera_allocated_memory_bytes", "gauge", "Host memory held by jobs.");
+  for (const auto& [k, v] : by_node) {
+    const auto& [node, form, group, queue] = k;
+    const Labels l = {{"node", node},
+                      {"form", form},
+                      {"group", group},
+                      {"queue", queue},
+                      {"pool", pool_of[node]}};
+    a_cpu.Add(l, v.first);
+    a_mem.Add(l, v.second * kMiB);
+  }
+  Family idle_fam("tessera_idle_held_gpu_milli", "gauge",
+                  "GPU compute held by idle allocations, by group, in thousandths of a card.");
+  for (const auto& [group, milli] : idle_held) idle_fam.Add({{"group", group}}, milli);
+  Family jobs_fam("tessera_jobs", "gauge",
+                  "Jobs not ended, by state (pending, placed, starting, running, preempting).");
+  for (const auto& [k, n] : job_count) {
+    jobs_fam.Add({{"state", std::get<0>(k)}, {"queue", std::get<1>(k)}, {"group", std::get<2>(k)}},
+                 n);
+  }
+  Family pending_fam(
+      "tessera_pending_jobs", "gauge",
+      "Pending jobs by queue and the step that holds them (Admission, Placement, Backfill, ...).");
+  for (const auto& [k, n] : pending) pending_fam.Add({{"queue", k.first}, {"reason", k.second}}, n);
+
+  Family adm("tessera_admissions_total", "counter",
+             "Placements since the server started, by queue, group and kind (guaranteed: within "
+             "the reservation; borrowed).");
+  for (const auto& [k, n] : admissions) {
+    adm.Add({{"queue", std::get<0>(k)}, {"group", std::get<1>(k)}, {"kind", std::get<2>(k)}}, n);
+  }
+  Family pre(
+      "tessera_preemptions_total", "counter",
+      "Preemptions since the server started, by reason (reclaim, priority, repartition, other).");
+  for (const auto& [why, n] : preemptions) pre.Add({{"reason", why}}, n);
+  Family rep("tessera_repartitions_total", "counter",
+             "Device repartitions (MIG, AMD modes) since the server started, by node.");
+  for (const auto& [node, n] : repartitions) rep.Add({{"node", node}}, n);
+  Family cyc("tessera_scheduling_cycle_seconds", "histogram", "Time each scheduling cycle takes.");
+  cyc.AddHistogram({}, cycle);
+  Family req("tessera_http_request_duration_seconds", "histogram",
+             "Time the API takes to handle a request, by method, route pattern and status code.");
+  for (const auto& [k, h] : http) {
+    req.AddHistogram({{"method", std::get<0>(k)},
+                      {"route", std::get<1>(k)},
+                      {"code", std::to_string(std::get<2>(k))}},
+                     h);
+  }
+
+  std::string out;
+  for (const Family* f :
+       {&dev_gpu, &dev_mem,  &node_cpu,    &node_mem, &a_gpu,    &a_gmem,     &a_cpu,
+        &a_mem,   &jobs_fam, &pending_fam, &adm,      &pre,      &rep,        &cyc,
+        &req,     &hb_age,   &lost,        &util,     &mem_used, &alloc_idle, &alloc_mem_used,
+        &idle_fam}) {
+    f->RenderTo(out);
+  }
+  return out;
+}
+
+}  // namespace tessera::api

@@ -1,0 +1,245 @@
+// The utilization history in the store and usage attribution from the event log, on a real
+// engine over SQLite with an injected clock: a scripted history whose figures are worked out by
+// hand below.
+#include <gtest/gtest.h>
+
+#include "api/engine.h"
+#include "test_dir.h"
+
+namespace tessera::api {
+namespace {
+
+const char* kConfig = R"(
+idle_after: 60s
+identities:
+  - {name: admin, role: admin, token: admin-token-1}
+  - {name: alice, role: user, groups: [research], token: alice-token-1}
+  - {name: bob, role: user, groups: [prod], token: bob-token-12}
+  - {name: agent, role: agent, token: agent-token-1}
+groups:
+  - {name: research}
+  - {name: prod}
+profiles:
+  - {name: nb, gpus: 1, gpu_fraction: 0.1, gpu_memory: 8GiB, max_gpu_memory: 40GiB, cpu: 1, memory: 1GiB, forms: [share]}
+  - {name: train, gpus: 1, max_gpus: 4, cpu: 1, memory: 1GiB, forms: [whole]}
+queues:
+  - {name: notebooks, profile: nb, groups: [research], class: interactive}
+  - {name: training, profile: train, groups: [research, prod], class: training}
+)";
+
+class HistoryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = tessera::testing::FreshTestDir("history");
+    auto c = ParseConfig(kConfig);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    config_ = *c;
+    Reopen();
+  }
+  void Reopen() {
+    engine_.reset();
+    auto store = store::Store::Open(dir_ + "/tessera.db");
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    auto e = Engine::Open(config_, std::move(*store), dir_, [this] { return now_; });
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    engine_ = std::move(*e);
+  }
+  const Identity& Who(const std::string& name) {
+    for (const auto& i : config_.identities) {
+      if (i.name == name) return i;
+    }
+    throw std::runtime_error("no identity " + name);
+  }
+  void Register(const std::string& node, int gpus) {
+    Json devs = Json::array();
+    for (int i = 0; i < gpus; ++i) {
+      devs.push_back({{"index", i},
+                      {"model", "H100-80GB"},
+                      {"memory_mib", 81920},
+                      {"uuid", node + "-" + std::to_string(i)}});
+    }
+    auto r = engine_->RegisterNode(
+        Who("agent"),
+        {{"node", node}, {"cpu_milli", 32000}, {"memory_mib", 65536}, {"devices", devs}});
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+  }
+  std::string Submit(const std::string& who, Json body) {
+    auto r = engine_->Submit(Who(who), body);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? (*r)["id"].get<std::string>() : "";
+  }
+  Json Heartbeat(Json body) {
+    body["node"] = "n1";
+    auto r = engine_->Heartbeat(Who("agent"), body);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : Json();
+  }
+  Json Usage(const std::string& who, int64_t since, int64_t until, const std::string& by) {
+    auto u = engine_->Usage(Who(who), {since, until, by});
+    EXPECT_TRUE(u.ok()) << u.status().ToString();
+    return u.ok() ? *u : Json();
+  }
+  static Json Row(const Json& usage, const std::string& key, const std::string& value) {
+    for (const auto& r : usage["rows"]) {
+      if (r[key] == value) return r;
+    }
+    return Json();
+  }
+
+  std::string dir_;
+  EngineConfig config_;
+  std::unique_ptr<Engine> engine_;
+  int64_t now_ = 3'000'000;  // on a 5-minute boundary
+};
+
+TEST_F(HistoryTest, UtilizationIsKeptInTheStoreRolledUpAndBrokenDown) {
+  Register("n1", 2);
+  ASSERT_FALSE(Submit("alice", {{"queue", "training"}, {"command", {"sleep", "1000"}}}).empty());
+  const int64_t t0 = now_;
+  for (int k = 0; k < 36; ++k) {  // six minutes of ticks, one sample every 10 s
+    Heartbeat(Json::object());
+    ASSERT_TRUE(engine_->Tick().ok());
+    now_ += 10'000;
+  }
+  Engine::HistoryQuery q;
+  q.since_ms = t0;
+  q.until_ms = t0 + 360'000;
+  q.by = "group";
+  auto u = engine_->Utilization(Who("admin"), q);
+  ASSERT_TRUE(u.ok()) << u.status().ToString();
+  ASSERT_EQ((*u)["samples"].size(), 36u) << u->dump();
+  const Json& first = (*u)["samples"][0];
+  EXPECT_EQ(first["time_ms"], t0);
+  EXPECT_EQ(first["gpu_milli_total"], 2000);
+  EXPECT_EQ(first["gpu_milli_allocated"], 1000);
+  EXPECT_EQ(first["gpu_memory_mib_allocated"], 81920);
+  EXPECT_EQ(first["by"]["research"]["gpu_milli"], 1000);
+  // Survives a restart: read back from the store.
+  Reopen();
+  u = engine_->Utilization(Who("admin"), q);
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ((*u)["samples"].size(), 36u);
+  // Other groups' rows are not shown to bob.
+  auto bob = engine_->Utilization(Who("bob"), q);
+  ASSERT_TRUE(bob.ok());
+  EXPECT_FALSE((*bob)["samples"][0]["by"].contains("research")) << bob->dump();
+  EXPECT_EQ((*bob)["samples"][0]["gpu_milli_total"], 2000);
+  // A step of 5 minutes reads the rolled-up averages: the first bucket (t0 .. t0+5min) was
+  // complete at the tick at t0+5min and holds the mean of its 30 samples.
+  q.step_ms = 300'000;
+  u = engine_->Utilization(Who("admin"), q);
+  ASSERT_TRUE(u.ok());
+  ASSERT_EQ((*u)["resolution_ms"], 300'000);
+  ASSERT_EQ((*u)["samples"].size(), 1u) << u->dump();
+  EXPECT_EQ((*u)["samples"][0]["samples"], 30);
+  EXPECT_EQ((*u)["samples"][0]["gpu_milli_allocated"], 1000);
+  // A step of 20 s over the fine samples: pairs averaged.
+  q.step_ms = 20'000;
+  u = engine_->Utilization(Who("admin"), q);
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ((*u)["samples"].size(), 18u);
+  EXPECT_EQ((*u)["samples"][0]["samples"], 2);
+  // Bad queries name what is wrong.
+  q.by = "planet";
+  EXPECT_EQ(engine_->Utilization(Who("admin"), q).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine_->Utilization(Who("agent"), {}).status().code(), StatusCode::kPermissionDenied);
+}
+
+// A scripted history: a whole card held 295 s of the window and a 8 GiB share held 190 s, idle
+// for 130 s of them. Every figure below is worked out by hand from those times.
+TEST_F(HistoryTest, UsageFromTheEventLogMatchesTheJobLifetimes) {
+  Register("n1", 2);
+  const int64_t t0 = now_;
+  const std::string a = Submit("alice", {{"queue", "training"}, {"command", {"sleep", "1000"}}});
+  Json hb = Heartbeat(Json::object());
+  ASSERT_EQ(hb["start"].size(), 1u);
+  now_ = t0 + 10'000;
+  const std::string b = Submit(
+      "alice", {{"queue", "notebooks"}, {"command", {"sleep", "1000"}}, {"gpu_memory", "8GiB"}});
+  Json bj = *engine_->GetJob(Who("admin"), b);
+  ASSERT_EQ(bj["placement"]["gpu_milli"], 100) << bj.dump();
+  ASSERT_EQ(bj["placement"]["gpu_memory_mib"], 8192);
+  Json aj = *engine_->GetJob(Who("admin"), a);
+  ASSERT_EQ(aj["placement"]["gpu_milli"], 1000);
+  ASSERT_EQ(aj["placement"]["gpu_memory_mib"], 81920) << aj.dump();
+  auto running = [&](bool a_active, bool b_active) {
+    return Json{{"running",
+                 {{{"job", a}, {"pid", 11}, {"active", a_active}},
+                  {{"job", b}, {"pid", 12}, {"active", b_active}}}}};
+  };
+  Heartbeat(Json{{"running", {{{"job", a}, {"pid", 11}, {"active", true}}}}});  // b's start order
+  now_ = t0 + 20'000;
+  Heartbeat(running(true, false));  // b running since t0+20s: its activity clock starts there
+  now_ = t0 + 70'000;
+  Heartbeat(running(true, false));  // 50 s without activity: not yet idle (idle_after 60s)
+  EXPECT_FALSE((*engine_->GetJob(Who("admin"), b))["activity"]["idle"].get<bool>());
+  now_ = t0 + 90'000;
+  Heartbeat(running(true, false));  // 70 s: held but idle, since t0+20s
+  Json idle = *engine_->GetJob(Who("admin"), b);
+  EXPECT_TRUE(idle["activity"]["idle"].get<bool>()) << idle.dump();
+  EXPECT_EQ(idle["activity"]["last_active_ms"], t0 + 20'000);
+  Json nodes = *engine_->Nodes(Who("admin"));
+  bool marked = false;
+  for (const auto& h : nodes["nodes"][0]["devices"][0]["holders"])
+    marked = marked || (h["job"] == b && h["idle"] == true);
+  for (const auto& h : nodes["nodes"][0]["devices"][1]["holders"])
+    marked = marked || (h["job"] == b && h["idle"] == true);
+  EXPECT_TRUE(marked) << nodes.dump();
+  Json summary = *engine_->Summary(Who("admin"));
+  EXPECT_EQ(summary["groups"][0]["gpu_milli_held_idle"], 100) << summary.dump();
+  now_ = t0 + 150'000;
+  Heartbeat(running(true, true));  // active again: idle from t0+20s to t0+150s
+  EXPECT_FALSE((*engine_->GetJob(Who("admin"), b))["activity"]["idle"].get<bool>());
+  now_ = t0 + 200'000;
+  Heartbeat(Json{{"running", {{{"job", a}, {"pid", 11}, {"active", true}}}},
+                 {"finished", {{{"job", b}, {"exit_code", 0}}}}});
+  ASSERT_EQ((*engine_->GetJob(Who("admin"), b))["state"], "succeeded");
+  ASSERT_TRUE(engine_->Sync().ok());
+  now_ = t0 + 300'000;
+
+  // The window [t0+5s, t0+300s): a holds [t0, now) -> 295 s; b holds [t0+10s, t0+200s) -> 190 s,
+  // idle [t0+20s, t0+150s) -> 130 s.
+  const int64_t since = t0 + 5'000, until = t0 + 300'000;
+  const int64_t a_ms = 295'000, b_ms = 190'000, b_idle_ms = 130'000;
+  Json g = Usage("admin", since, until, "group");
+  Json research = Row(g, "group", "research");
+  ASSERT_FALSE(research.is_null()) << g.dump();
+  EXPECT_EQ(research["jobs"], 2);
+  EXPECT_EQ(research["gpu_milli_ms"], 1000 * a_ms + 100 * b_ms);
+  EXPECT_EQ(research["gpu_memory_mib_ms"], 81920 * a_ms + 8192 * b_ms);  // to the MiB-millisecond
+  EXPECT_EQ(research["cpu_milli_ms"], 1000 * a_ms + 1000 * b_ms);
+  EXPECT_EQ(research["idle_gpu_milli_ms"], 100 * b_idle_ms);
+  EXPECT_EQ(research["idle_gpu_memory_mib_ms"], 8192 * b_idle_ms);
+  // 1000*295000 + 100*190000 = 314,000,000 milli-GPU-ms = 0.0872... GPU-hours.
+  EXPECT_EQ(research["gpu_hours"], "0.087");
+  EXPECT_EQ(g["total"]["gpu_milli_ms"], research["gpu_milli_ms"]);
+  // By form, split by slice.
+  Json f = Usage("admin", since, until, "form");
+  Json whole = Row(f, "form", "whole"), share = Row(f, "form", "share");
+  EXPECT_EQ(whole["slice"], "1x");
+  EXPECT_EQ(whole["gpu_milli_ms"], 1000 * a_ms);
+  EXPECT_EQ(share["slice"], "8GiB");
+  EXPECT_EQ(share["gpu_memory_mib_ms"], 8192 * b_ms);
+  // By identity and by queue the same totals.
+  EXPECT_EQ(Row(Usage("admin", since, until, "identity"), "identity", "alice")["gpu_milli_ms"],
+            1000 * a_ms + 100 * b_ms);
+  EXPECT_EQ(Row(Usage("admin", since, until, "queue"), "queue", "notebooks")["gpu_milli_ms"],
+            100 * b_ms);
+  // A window inside b's idle stretch: all of b's time there is idle.
+  Json mid = Usage("admin", t0 + 30'000, t0 + 40'000, "queue");
+  EXPECT_EQ(Row(mid, "queue", "notebooks")["idle_gpu_milli_ms"], 100 * 10'000);
+  EXPECT_EQ(Row(mid, "queue", "notebooks")["gpu_milli_ms"], 100 * 10'000);
+  // bob sees none of research's usage; bad queries are refused.
+  EXPECT_TRUE(Usage("bob", since, until, "group")["rows"].empty());
+  EXPECT_EQ(engine_->Usage(Who("admin"), {since, until, "planet"}).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine_->Usage(Who("admin"), {until, since, "group"}).status().code(),
+            StatusCode::kInvalidArgument);
+  // The same after a restart: it is all in the log.
+  Reopen();
+  EXPECT_EQ(Row(Usage("admin", since, until, "group"), "group", "research")["gpu_memory_mib_ms"],
+            81920 * a_ms + 8192 * b_ms);
+}
+
+}  // namespace
+}  // namespace tessera::api

@@ -135,6 +135,9 @@ class Engine {
   // "observed": {class: {jobs, max_devices, wait_p50_s, wait_p99_s, wait_max_s}}, "jobs"}.
   // Admins only.
   Result<Json> WhatIfScenario(const Identity& who, int64_t since_ms, int64_t until_ms);
+  // That scenario replayed by the simulator with `forms` ("CLASS=FORM[,FORM]" each) applied:
+  // sim::WhatIf's report (cards per class observed, as configured and what-if; waits).
+  Result<Json> WhatIf(const Identity& who, int64_t since_ms, int64_t until_ms, const std::vector<std::string>& forms);
   // GET /metrics: the Prometheus text exposition (format 0.0.4) of capacity, allocation, jobs,
   // counters since start, latency histograms, heartbeat ages and telemetry (docs/metrics.md).
   // Admins, or anyone when the config says `metrics_public: true`.

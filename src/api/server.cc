@@ -132,6 +132,7 @@ const std::vector<RouteInfo>& ApiServer::Routes() {
       {"GET", "/v1/utilization"},
       {"GET", "/v1/usage"},
       {"GET", "/v1/whatif/scenario"},
+      {"GET", "/v1/whatif"},
       {"GET", "/"},
       {"GET", "/v1/whoami"},
       {"POST", "/v1/agent/register"},
@@ -311,6 +312,24 @@ ApiServer::ApiServer(Engine* engine, ApiServerOptions options)
             *out = *v;
           }
           ReplyResult(res, e->WhatIfScenario(who, since, until));
+        }));
+  // forms: "interactive=share;training=whole,share" (classes separated by ';').
+  s.Route("GET", "/v1/whatif", authed([e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
+          int64_t since = 0, until = 0;
+          for (auto [name, out] : {std::pair<const char*, int64_t*>{"since", &since}, {"until", &until}}) {
+            if (!req.has_param(name)) continue;
+            auto v = ParseNonNegativeInt(req.param(name));
+            if (!v.ok()) return ReplyError(res, Status::InvalidArgument(std::string("'") + name + "' must be milliseconds (an integer)"));
+            *out = *v;
+          }
+          std::vector<std::string> forms;
+          std::string rest = req.has_param("forms") ? req.param("forms") : "";
+          while (!rest.empty()) {
+            const size_t semi = rest.find(';');
+            if (semi != 0) forms.push_back(rest.substr(0, semi));
+            rest = semi == std::string::npos ? "" : rest.substr(semi + 1);
+          }
+          ReplyResult(res, e->WhatIf(who, since, until, forms));
         }));
   // Prometheus: admins, or anyone (no token needed) when the config says metrics_public.
   s.Route(

@@ -11,6 +11,7 @@
 
 #include "api/engine.h"
 #include "policy/policy_yaml.h"
+#include "sim/scenario.h"
 
 namespace tessera::api {
 namespace {
@@ -204,6 +205,14 @@ Result<Json> Engine::WhatIfScenario(const Identity& who, int64_t since, int64_t 
               {"jobs", replayed},
               {"scenario", std::string(emit.c_str())},
               {"observed", observed}};
+}
+
+Result<Json> Engine::WhatIf(const Identity& who, int64_t since_ms, int64_t until_ms, const std::vector<std::string>& forms) {
+  Result<Json> observed = WhatIfScenario(who, since_ms, until_ms);
+  if (!observed.ok()) return observed.status();
+  Result<sim::WhatIfResult> r = sim::WhatIf(*observed, forms);
+  if (!r.ok()) return r.status();
+  return r->report;
 }
 
 }  // namespace tessera::api

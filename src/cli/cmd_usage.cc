@@ -190,70 +190,32 @@ void WhatIf(const WhatIfOptions& o, int* exit_code) {
       "/v1/whatif/scenario?since=" + std::to_string(*since) + "&until=" + std::to_string(*until),
       exit_code);
   if (j.is_discarded()) return;
-  Result<std::string> text = sim::WithClassForms(j["scenario"].get<std::string>(), o.forms);
-  if (!text.ok()) {
-    std::cerr << "tessera whatif: " << text.status().message() << "\n";
-    *exit_code = kExitBadInput;
+  Result<sim::WhatIfResult> r = sim::WhatIf(j, o.forms);
+  if (!r.ok()) {
+    std::cerr << "tessera whatif: " << r.status().message() << "\n";
+    *exit_code = r.status().code() == StatusCode::kInvalidArgument ? kExitBadInput : 1;
     return;
   }
   if (!o.emit.empty()) {
     std::ofstream f(o.emit);
     f << "# Written by tessera whatif: the jobs observed from " << *since << " to " << *until
       << " (epoch ms); run it with `tessera sim scenario`.\n"
-      << *text << "\n";
+      << r->scenario << "\n";
     if (!f) {
       std::cerr << "tessera whatif: cannot write " << o.emit << "\n";
       *exit_code = kExitBadInput;
       return;
     }
   }
-  auto scenario = sim::ParseScenario(*text);
-  if (!scenario.ok()) {
-    std::cerr << "tessera whatif: " << scenario.status().message() << "\n";
-    *exit_code = 1;
-    return;
+  const Json& out = r->report;
+  std::vector<std::vector<std::string>> rows = {{"CLASS", "JOBS", "CARDS OBSERVED", "AS CONFIGURED", "WHAT-IF",
+                                                 "RETURNED", "WAIT P99 OBSERVED/CONFIGURED/WHAT-IF"}};
+  for (const auto& [name, c] : out["classes"].items()) {
+    auto n = [&](const char* k) { return std::to_string(c[k].get<int64_t>()); };
+    rows.push_back({name, n("jobs"), n("observed_cards"), n("as_configured_cards"), n("what_if_cards"), n("returned"),
+                    n("observed_wait_p99_s") + "s/" + n("as_configured_wait_p99_s") + "s/" + n("what_if_wait_p99_s") + "s"});
   }
-  auto report = sim::RunScenario(*scenario);
-  if (!report.ok()) {
-    std::cerr << "tessera whatif: " << report.status().message() << "\n";
-    *exit_code = 1;
-    return;
-  }
-  // Cards per class: observed (peak devices held at once), as configured, what-if.
-  const Json& observed = j["observed"];
-  std::map<std::string, const sim::ClassReport*> as_configured, what_if;
-  for (const auto& c : report->run.classes) what_if[c.name] = &c;
-  if (report->baseline) {
-    for (const auto& c : report->baseline->classes) as_configured[c.name] = &c;
-  }
-  Json out = {
-      {"since_ms", *since}, {"until_ms", *until}, {"jobs", j["jobs"]}, {"classes", Json::object()}};
-  std::vector<std::vector<std::string>> rows = {{"CLASS", "JOBS", "CARDS OBSERVED", "AS CONFIGURED",
-                                                 "WHAT-IF", "RETURNED",
-                                                 "WAIT P99 OBSERVED/CONFIGURED/WHAT-IF"}};
-  int64_t returned_total = 0;
-  for (const auto& [name, c] : what_if) {
-    const sim::ClassReport* base = as_configured.count(name) ? as_configured[name] : c;
-    const Json obs = observed.value(name, Json::object());
-    const int64_t returned = base->max_devices - c->max_devices;
-    returned_total += returned;
-    out["classes"][name] = {{"jobs", c->jobs},
-                            {"observed_cards", obs.value("max_devices", 0)},
-                            {"as_configured_cards", base->max_devices},
-                            {"what_if_cards", c->max_devices},
-                            {"returned", returned},
-                            {"observed_wait_p99_s", obs.value("wait_p99_s", 0)},
-                            {"as_configured_wait_p99_s", base->wait_p99_s},
-                            {"what_if_wait_p99_s", c->wait_p99_s}};
-    rows.push_back({name, std::to_string(c->jobs), std::to_string(obs.value("max_devices", 0)),
-                    std::to_string(base->max_devices), std::to_string(c->max_devices),
-                    std::to_string(returned),
-                    std::to_string(obs.value("wait_p99_s", 0)) + "s/" +
-                        std::to_string(base->wait_p99_s) + "s/" + std::to_string(c->wait_p99_s) +
-                        "s"});
-  }
-  out["returned"] = returned_total;
-  out["report"] = Json::parse(sim::ReportJson(*report), nullptr, false);
+  const int64_t returned_total = out["returned"].get<int64_t>();
   if (co.json) {
     std::cout << out.dump(2) << "\n";
     return;
@@ -267,7 +229,7 @@ void WhatIf(const WhatIfOptions& o, int* exit_code) {
   PrintTable(rows);
   std::cout << "\n"
             << returned_total << " card(s) returned to the pool at peak.\n\n"
-            << sim::ReportText(*report);
+            << r->text;
 }
 
 void RegisterWhatIfCommand(CLI::App& app, CommandContext& ctx) {

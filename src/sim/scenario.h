@@ -22,6 +22,8 @@
 // Thread-safety: value types and pure functions.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -63,6 +65,17 @@ Result<Scenario> ParseScenario(std::string_view yaml_text);
 // "interactive=share"), named "what-if", and the previous entries of those classes as its
 // compare_with run ("as-configured"): `tessera sim scenario` on the result runs that comparison.
 Result<std::string> WithClassForms(const std::string& yaml_text, const std::vector<std::string>& forms);
+// `tessera whatif`: `observed` as the server's /v1/whatif/scenario answers ({scenario, observed,
+// jobs, since_ms, until_ms}) run with `forms` applied. `report`: {classes: {NAME: {jobs,
+// observed_cards, as_configured_cards, what_if_cards, returned, observed_wait_p99_s,
+// as_configured_wait_p99_s, what_if_wait_p99_s}}, returned, jobs, forms, report: ReportJson};
+// `text`: ReportText; `scenario`: the YAML run.
+struct WhatIfResult {
+  std::string scenario;
+  nlohmann::json report;
+  std::string text;
+};
+Result<WhatIfResult> WhatIf(const nlohmann::json& observed, const std::vector<std::string>& forms);
 Result<Scenario> LoadScenario(const std::string& path);
 
 struct GroupReport {

@@ -329,6 +329,12 @@ TEST(WhatIf, TheRecordedUtilizationMathHistoryReturnsFortyCards) {
   EXPECT_EQ(cards(*report->baseline, "interactive") - cards(report->run, "interactive"), 40);
   EXPECT_EQ(cards(report->run, "training"), 30);
   EXPECT_TRUE(report->run.invariant_violations.empty());
+  // What GET /v1/whatif answers (the dashboard's what-if view): the same cards.
+  auto served_report = served.engine().WhatIf(served.admin(), 0, s->until_s * 1000, {"interactive=share"});
+  ASSERT_TRUE(served_report.ok()) << served_report.status().ToString();
+  EXPECT_EQ((*served_report)["classes"]["interactive"]["returned"], 40) << served_report->dump();
+  EXPECT_EQ((*served_report)["classes"]["interactive"]["observed_cards"], 50);
+  EXPECT_EQ((*served_report)["returned"], 40);
   // The same scenario through `tessera sim scenario`, as a process: the same figures.
   const std::string file = "/dev/shm/tessera-whatif-" + std::to_string(::getpid()) + ".yaml";
   std::ofstream(file) << *what_if;

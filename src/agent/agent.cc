@@ -1,5 +1,4 @@
 #include "agent/agent.h"
-#include "agent/partitions.h"
 
 #include <httplib.h>
 #include <signal.h>
@@ -11,10 +10,12 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "agent/discovery.h"
 #include "agent/launcher.h"
+#include "agent/partitions.h"
 #include "agent/protocol.h"
 #include "common/log.h"
 #include "net/http_client.h"
@@ -60,7 +61,8 @@ const log::Logger& AgentLog() {
 }
 
 // One line of the agent's log: to options.log when set, else to the structured log (stderr).
-void Say(const AgentOptions& options, log::Level level, const std::string& line, log::Fields fields = {}) {
+void Say(const AgentOptions& options, log::Level level, const std::string& line,
+         log::Fields fields = {}) {
   if (options.log) return options.log(line);
   AgentLog().Log(level, line, fields);
 }
@@ -76,12 +78,17 @@ class Agent {
         urls_(std::move(urls)),
         heartbeat_ms_(std::max(1, options.default_heartbeat_ms)),
         backoff_ms_(heartbeat_ms_) {
+    if (inventory_.source == "nvml") {
+      auto sampler = NvmlSampler::Open(options.nvml_library);
+      if (sampler.ok()) nvml_ = std::move(*sampler);
+    }
     Connect();
   }
 
   int Run() {
-    Info("node " + inventory_.node + ": " + std::to_string(inventory_.devices.size()) + " device(s) from " +
-         inventory_.source + (inventory_.note.empty() ? "" : " (" + inventory_.note + ")") + "; " +
+    Info("node " + inventory_.node + ": " + std::to_string(inventory_.devices.size()) +
+         " device(s) from " + inventory_.source +
+         (inventory_.note.empty() ? "" : " (" + inventory_.note + ")") + "; " +
          launcher_.cgroups_status());
     Clock::time_point next_contact = Clock::now();
     while (!StopRequested()) {
@@ -93,10 +100,12 @@ class Agent {
         bool ok = Contact();
         if (ok) {
           backoff_ms_ = heartbeat_ms_;
-          next_contact = std::max(started + milliseconds(heartbeat_ms_), Clock::now() + milliseconds(heartbeat_ms_ / 4));
+          next_contact = std::max(started + milliseconds(heartbeat_ms_),
+                                  Clock::now() + milliseconds(heartbeat_ms_ / 4));
         } else {
           next_contact = Clock::now() + milliseconds(backoff_ms_);
-          backoff_ms_ = std::min<int64_t>(backoff_ms_ * 2, std::max(heartbeat_ms_, int64_t{options_.max_backoff_ms}));
+          backoff_ms_ = std::min<int64_t>(
+              backoff_ms_ * 2, std::max(heartbeat_ms_, int64_t{options_.max_backoff_ms}));
         }
       }
       auto wait = std::min(milliseconds(std::max(1, options_.poll_ms)),
@@ -108,8 +117,12 @@ class Agent {
   }
 
  private:
-  void Info(const std::string& line, log::Fields fields = {}) const { Say(options_, log::Level::kInfo, line, fields); }
-  void Warn(const std::string& line, log::Fields fields = {}) const { Say(options_, log::Level::kWarn, line, fields); }
+  void Info(const std::string& line, log::Fields fields = {}) const {
+    Say(options_, log::Level::kInfo, line, fields);
+  }
+  void Warn(const std::string& line, log::Fields fields = {}) const {
+    Say(options_, log::Level::kWarn, line, fields);
+  }
 
   bool StopRequested() const {
     return g_signal_stop != 0 || (options_.stop != nullptr && options_.stop->load());
@@ -117,8 +130,9 @@ class Agent {
 
   void RecordExit(const JobExit& e) {
     Info("job " + e.id + " ended: exit " + std::to_string(e.exit_code) +
-             (e.signal != 0 ? " (signal " + std::to_string(e.signal) + ")" : "") + (e.cancelled ? ", stopped" : "") +
-             ", " + std::to_string(e.output_bytes) + " output bytes",
+             (e.signal != 0 ? " (signal " + std::to_string(e.signal) + ")" : "") +
+             (e.cancelled ? ", stopped" : "") + ", " + std::to_string(e.output_bytes) +
+             " output bytes",
          {{"job", e.id}, {"exit_code", e.exit_code}});
     finished_[e.id] = FinishedReport{e.id, e.exit_code, e.signal, e.output_bytes};
     partitions_.Release(e.id);
@@ -135,16 +149,20 @@ class Agent {
   }
 
   bool Register() {
-    auto res = client_->Post("/v1/agent/register", RegisterBody(inventory_, launcher_.cgroups_available(), launcher_.Running()),
-                            "application/json");
+    auto res =
+        client_->Post("/v1/agent/register",
+                      RegisterBody(inventory_, launcher_.cgroups_available(), launcher_.Running()),
+                      "application/json");
     if (!res) return Failover(), Failed("register: " + httplib::to_string(res.error()));
     if (res->status == 503) Failover();  // a standby (or a server that cannot serve now)
-    if (res->status / 100 != 2) return Failed("register: HTTP " + std::to_string(res->status) + " " + res->body);
+    if (res->status / 100 != 2)
+      return Failed("register: HTTP " + std::to_string(res->status) + " " + res->body);
     Result<int64_t> hb = ParseRegisterReply(res->body, heartbeat_ms_);
     if (!hb.ok()) return Failed(hb.status().message());
     heartbeat_ms_ = *hb;
     registered_ = true;
-    Info("registered with the control plane; heartbeat every " + std::to_string(heartbeat_ms_) + " ms",
+    Info("registered with the control plane; heartbeat every " + std::to_string(heartbeat_ms_) +
+             " ms",
          {{"node", inventory_.node}, {"server", urls_[current_]}});
     return true;
   }
@@ -176,7 +194,8 @@ class Agent {
   }
 
   // Uploads the new bytes of every running or unacked job until `deadline`, finished jobs first
-  // (their reports wait for them), then the job least uploaded. False when the control plane failed.
+  // (their reports wait for them), then the job least uploaded. False when the control plane
+  // failed.
   bool UploadOutputs(Clock::time_point deadline) {
     std::vector<std::string> ids;
     for (const auto& [id, f] : finished_) ids.push_back(id);
@@ -203,19 +222,23 @@ class Agent {
       std::streamsize n = in.gcount();
       if (n <= 0) return true;
       auto res = client_->Put(OutputPath(id, offset), chunk.data(), static_cast<size_t>(n),
-                             "application/octet-stream");
-      if (!res) return Failover(), Failed("output upload for job " + id + ": " + httplib::to_string(res.error()));
+                              "application/octet-stream");
+      if (!res)
+        return Failover(),
+               Failed("output upload for job " + id + ": " + httplib::to_string(res.error()));
       if (res->status / 100 == 4) {
         // Refused for good (e.g. the job is no longer this node's): give this output up rather
         // than hold back the job's finished report forever.
-        Warn("output upload for job " + id + " refused: HTTP " + std::to_string(res->status) + " " + res->body);
+        Warn("output upload for job " + id + " refused: HTTP " + std::to_string(res->status) + " " +
+             res->body);
         in.clear();
         in.seekg(0, std::ios::end);
         offset = std::max<int64_t>(offset, static_cast<int64_t>(in.tellg()));
         return true;
       }
       if (res->status / 100 != 2) {
-        Warn("output upload for job " + id + ": HTTP " + std::to_string(res->status) + "; retried later");
+        Warn("output upload for job " + id + ": HTTP " + std::to_string(res->status) +
+             "; retried later");
         return true;  // the heartbeat still goes out; the finished report waits for the bytes
       }
       offset += n;
@@ -231,15 +254,17 @@ class Agent {
     }
     std::vector<RunningJob> running = launcher_.Running(true);
     std::vector<DeviceTelemetry> devices = Telemetry(running);
-    auto res = client_->Post("/v1/agent/heartbeat", HeartbeatBody(inventory_.node, running, finished, devices),
-                            "application/json");
+    auto res = client_->Post("/v1/agent/heartbeat",
+                             HeartbeatBody(inventory_.node, running, finished, devices),
+                             "application/json");
     if (!res) return Failover(), Failed("heartbeat: " + httplib::to_string(res.error()));
     if (res->status == 503) Failover();
     if (res->status == 404) {
       registered_ = false;
       return Failed("heartbeat: HTTP 404 (node unknown), registering again");
     }
-    if (res->status / 100 != 2) return Failed("heartbeat: HTTP " + std::to_string(res->status) + " " + res->body);
+    if (res->status / 100 != 2)
+      return Failed("heartbeat: HTTP " + std::to_string(res->status) + " " + res->body);
     Result<HeartbeatReply> reply = ParseHeartbeatReply(res->body);
     if (!reply.ok()) return Failed(reply.status().message());
     if (down_) Info("control plane reachable again");
@@ -258,7 +283,7 @@ class Agent {
     for (const JobSpec& spec : reply.start) {
       starting.insert(spec.id);
       if (launcher_.IsRunning(spec.id)) continue;  // a repeated start: already running
-      finished_.erase(spec.id);                   // a new run under an old id
+      finished_.erase(spec.id);                    // a new run under an old id
       uploaded_[spec.id] = 0;
       JobSpec bound = spec;
       Status s = Status::Ok();
@@ -276,7 +301,8 @@ class Agent {
         d.mig = got->mig;
         d.amd_index = got->amd_index;
         Info("job " + spec.id + ": partition " + d.slot + " on device " + std::to_string(d.index) +
-                 (d.mig.empty() ? " (logical GPU " + std::to_string(d.amd_index) + ")" : " as " + d.mig),
+                 (d.mig.empty() ? " (logical GPU " + std::to_string(d.amd_index) + ")"
+                                : " as " + d.mig),
              {{"job", spec.id}});
       }
       if (s.ok()) s = launcher_.Start(bound);
@@ -286,8 +312,8 @@ class Agent {
       } else {
         Warn("job " + spec.id + " could not start: " + s.message(), {{"job", spec.id}});
         // The reason is the job's output, so that its submitter reads it (tessera job ID).
-        const std::string why = "tessera-agent: job " + spec.id + " could not start on node " + inventory_.node + ": " +
-                                s.message() + "\n";
+        const std::string why = "tessera-agent: job " + spec.id + " could not start on node " +
+                                inventory_.node + ": " + s.message() + "\n";
         int64_t bytes = 0;
         if (ValidateJobId(spec.id).ok()) {
           std::ofstream(launcher_.OutputPath(spec.id), std::ios::binary | std::ios::trunc) << why;
@@ -317,7 +343,8 @@ class Agent {
     stopping_ = true;
     std::vector<RunningJob> running = launcher_.Running();
     if (!running.empty()) Info("stopping " + std::to_string(running.size()) + " job(s)");
-    for (const RunningJob& r : running) launcher_.Cancel(r.id, milliseconds(options_.stop_grace_ms));
+    for (const RunningJob& r : running)
+      launcher_.Cancel(r.id, milliseconds(options_.stop_grace_ms));
     for (JobExit& e : launcher_.WaitAll(milliseconds(options_.stop_grace_ms + 2000))) RecordExit(e);
     if (registered_ && !finished_.empty()) {
       auto timeout = milliseconds(std::min(1000, std::max(1, options_.request_timeout_ms)));
@@ -336,32 +363,79 @@ class Agent {
   std::vector<DeviceTelemetry> Telemetry(std::vector<RunningJob>& running) {
     const auto now = Clock::now();
     const int64_t elapsed_ms =
-        last_telemetry_ == Clock::time_point{} ? 0 : std::chrono::duration_cast<milliseconds>(now - last_telemetry_).count();
+        last_telemetry_ == Clock::time_point{}
+            ? 0
+            : std::chrono::duration_cast<milliseconds>(now - last_telemetry_).count();
     last_telemetry_ = now;
     static const long kTicksPerSecond = sysconf(_SC_CLK_TCK) > 0 ? sysconf(_SC_CLK_TCK) : 100;
     std::map<int, int64_t> util_milli, memory_mib;  // by device
     std::map<std::string, uint64_t> seen;
     for (RunningJob& r : running) {
       auto prev = cpu_ticks_.find(r.id);
-      const uint64_t delta = prev == cpu_ticks_.end() || r.cpu_ticks < prev->second ? 0 : r.cpu_ticks - prev->second;
+      const uint64_t delta =
+          prev == cpu_ticks_.end() || r.cpu_ticks < prev->second ? 0 : r.cpu_ticks - prev->second;
       r.active = prev == cpu_ticks_.end() || delta > 0 ? 1 : 0;  // its first report: just started
       seen[r.id] = r.cpu_ticks;
       for (int d : r.devices) {
-        if (elapsed_ms > 0) util_milli[d] += static_cast<int64_t>(delta) * 1000 * 1000 / (kTicksPerSecond * elapsed_ms);
-        if (r.gpu_memory_used_bytes >= 0) memory_mib[d] += (r.gpu_memory_used_bytes + (1 << 20) - 1) >> 20;
+        if (elapsed_ms > 0)
+          util_milli[d] +=
+              static_cast<int64_t>(delta) * 1000 * 1000 / (kTicksPerSecond * elapsed_ms);
+        if (r.gpu_memory_used_bytes >= 0)
+          memory_mib[d] += (r.gpu_memory_used_bytes + (1 << 20) - 1) >> 20;
       }
     }
     cpu_ticks_ = std::move(seen);
     std::vector<DeviceTelemetry> out;
+    if (nvml_) {
+      // Real devices: NVML's utilization and memory; a job with compute processes on a busy
+      // device is active, and its processes' device memory is what it uses.
+      std::map<int, NvmlSample> by_index;
+      for (NvmlSample& d : nvml_->Sample()) by_index[d.index] = std::move(d);
+      for (RunningJob& r : running) {
+        int64_t used = 0;
+        bool seen_on_device = false, busy = false;
+        for (int d : r.devices) {
+          auto it = by_index.find(d);
+          if (it == by_index.end()) continue;
+          for (const auto& [pid, bytes] : it->second.processes) {
+            if (SessionOf(pid) != r.pid) continue;
+            seen_on_device = true;
+            used += bytes;
+            busy = busy || it->second.util_pct > 0;
+          }
+        }
+        if (seen_on_device && r.gpu_memory_used_bytes < 0) r.gpu_memory_used_bytes = used;
+        if (busy) r.active = 1;
+      }
+      for (const auto& [index, d] : by_index) {
+        out.push_back({index, d.util_pct,
+                       d.memory_used_bytes < 0 ? -1 : (d.memory_used_bytes + (1 << 20) - 1) >> 20});
+      }
+      return out;
+    }
     if (!inventory_.simulated || elapsed_ms == 0) return out;
     for (const DiscoveredDevice& d : inventory_.devices) {
       const int64_t u = util_milli.count(d.index) ? util_milli[d.index] : 0;
-      out.push_back({d.index, static_cast<int>(std::min<int64_t>(100, u / 10)), memory_mib.count(d.index) ? memory_mib[d.index] : 0});
+      out.push_back({d.index, static_cast<int>(std::min<int64_t>(100, u / 10)),
+                     memory_mib.count(d.index) ? memory_mib[d.index] : 0});
     }
     return out;
   }
 
+  // The session (the job's process tree: each job is a session leader) of `pid`; 0 when gone.
+  static pid_t SessionOf(int pid) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    if (!std::getline(in, line) || line.rfind(')') == std::string::npos) return 0;
+    std::istringstream rest(line.substr(line.rfind(')') + 1));
+    std::string state;
+    long long ppid = 0, pgrp = 0, session = 0;
+    rest >> state >> ppid >> pgrp >> session;
+    return rest ? static_cast<pid_t>(session) : 0;
+  }
+
   const AgentOptions& options_;
+  std::unique_ptr<NvmlSampler> nvml_;  // real NVIDIA devices: their telemetry
   Clock::time_point last_telemetry_{};
   std::map<std::string, uint64_t> cpu_ticks_;  // each running job's CPU time at the last heartbeat
   Inventory inventory_;

@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <climits>
 #include <cstdlib>
@@ -41,7 +42,8 @@ using ErrorStringFn = const char* (*)(NvmlReturn);
 // Owns a dlopen handle.
 class Library {
  public:
-  explicit Library(const std::string& path) : handle_(dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)) {}
+  explicit Library(const std::string& path)
+      : handle_(dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)) {}
   ~Library() {
     if (handle_ != nullptr) dlclose(handle_);
   }
@@ -131,8 +133,9 @@ Result<std::vector<DiscoveredDevice>> ParseSimulatedInventory(std::string_view s
     }
     const partition::GpuModel* m = catalog.Find(model);
     if (m == nullptr) {
-      return Status::InvalidArgument("simulated inventory item '" + item + "': unknown GPU model '" +
-                                     model + "' (known: " + catalog.ModelNames() + ")");
+      return Status::InvalidArgument("simulated inventory item '" + item +
+                                     "': unknown GPU model '" + model +
+                                     "' (known: " + catalog.ModelNames() + ")");
     }
     for (int64_t i = 0; i < count; ++i) {
       DiscoveredDevice d;
@@ -157,7 +160,8 @@ std::string MatchCatalogModel(std::string_view driver_name, MiB memory_mib,
   std::string name = Trim(driver_name);
   if (const partition::GpuModel* m = catalog.Find(name)) return m->name;
   constexpr std::string_view kVendor = "NVIDIA ";
-  if (name.size() > kVendor.size() && partition::EqualsIgnoreCase(name.substr(0, kVendor.size()), kVendor)) {
+  if (name.size() > kVendor.size() &&
+      partition::EqualsIgnoreCase(name.substr(0, kVendor.size()), kVendor)) {
     if (const partition::GpuModel* m = catalog.Find(name.substr(kVendor.size()))) return m->name;
   }
   std::vector<std::string> words = Words(name);
@@ -204,7 +208,8 @@ Result<std::vector<DiscoveredDevice>> DiscoverNvml(const partition::Catalog& cat
     return s != nullptr ? std::string(s) : "NVML error " + std::to_string(rc);
   };
   NvmlReturn rc = init();
-  if (rc != kNvmlSuccess) return Status::FailedPrecondition("no NVML: nvmlInit failed: " + describe(rc));
+  if (rc != kNvmlSuccess)
+    return Status::FailedPrecondition("no NVML: nvmlInit failed: " + describe(rc));
 
   std::vector<DiscoveredDevice> devices;
   Status failure;
@@ -243,6 +248,97 @@ Result<std::vector<DiscoveredDevice>> DiscoverNvml(const partition::Catalog& cat
   return devices;
 }
 
+// ---- Telemetry ----
+
+namespace {
+struct NvmlUtilization {  // nvmlUtilization_t: percent over the driver's last sample period
+  unsigned int gpu;
+  unsigned int memory;
+};
+struct NvmlProcessInfo {  // nvmlProcessInfo_t (v2, as the _v3 query fills it)
+  unsigned int pid;
+  unsigned long long used_gpu_memory;
+  unsigned int gpu_instance_id;
+  unsigned int compute_instance_id;
+};
+using GetUtilizationFn = NvmlReturn (*)(NvmlDevice, NvmlUtilization*);
+using GetProcessesFn = NvmlReturn (*)(NvmlDevice, unsigned int*, NvmlProcessInfo*);
+constexpr NvmlReturn kNvmlInsufficientSize = 7;  // NVML_ERROR_INSUFFICIENT_SIZE
+}  // namespace
+
+struct NvmlSampler::Impl {
+  explicit Impl(const std::string& path) : lib(path) {}
+  Library lib;
+  ShutdownFn shutdown = nullptr;
+  GetCountFn get_count = nullptr;
+  GetHandleFn get_handle = nullptr;
+  GetMemoryFn get_memory = nullptr;
+  GetUtilizationFn get_utilization = nullptr;
+  GetProcessesFn get_processes = nullptr;
+};
+
+Result<std::unique_ptr<NvmlSampler>> NvmlSampler::Open(const std::string& library) {
+  std::unique_ptr<NvmlSampler> s(new NvmlSampler());
+  s->impl_ = std::make_unique<Impl>(library);
+  Impl& m = *s->impl_;
+  if (!m.lib.loaded()) return Status::FailedPrecondition("no NVML: cannot load " + library);
+  auto init = m.lib.Symbol<InitFn>("nvmlInit_v2");
+  m.shutdown = m.lib.Symbol<ShutdownFn>("nvmlShutdown");
+  m.get_count = m.lib.Symbol<GetCountFn>("nvmlDeviceGetCount_v2");
+  m.get_handle = m.lib.Symbol<GetHandleFn>("nvmlDeviceGetHandleByIndex_v2");
+  m.get_memory = m.lib.Symbol<GetMemoryFn>("nvmlDeviceGetMemoryInfo");
+  m.get_utilization = m.lib.Symbol<GetUtilizationFn>("nvmlDeviceGetUtilizationRates");
+  m.get_processes =
+      m.lib.Symbol<GetProcessesFn>("nvmlDeviceGetComputeRunningProcesses_v3");  // optional
+  if (init == nullptr || m.shutdown == nullptr || m.get_count == nullptr ||
+      m.get_handle == nullptr || m.get_memory == nullptr || m.get_utilization == nullptr) {
+    return Status::FailedPrecondition("no NVML: " + library + " lacks the telemetry entry points");
+  }
+  if (init() != kNvmlSuccess) return Status::FailedPrecondition("no NVML: nvmlInit failed");
+  return s;
+}
+
+NvmlSampler::~NvmlSampler() {
+  if (impl_ && impl_->shutdown != nullptr) impl_->shutdown();
+}
+
+std::vector<NvmlSample> NvmlSampler::Sample() {
+  Impl& m = *impl_;
+  std::vector<NvmlSample> out;
+  unsigned int count = 0;
+  if (m.get_count(&count) != kNvmlSuccess) return out;
+  for (unsigned int i = 0; i < count; ++i) {
+    NvmlSample s;
+    s.index = static_cast<int>(i);
+    NvmlDevice handle = nullptr;
+    if (m.get_handle(i, &handle) == kNvmlSuccess) {
+      NvmlUtilization u{};
+      if (m.get_utilization(handle, &u) == kNvmlSuccess)
+        s.util_pct = static_cast<int>(std::min(100u, u.gpu));
+      NvmlMemory mem{};
+      if (m.get_memory(handle, &mem) == kNvmlSuccess)
+        s.memory_used_bytes = static_cast<int64_t>(mem.used);
+      if (m.get_processes != nullptr) {
+        std::vector<NvmlProcessInfo> procs(16);
+        unsigned int n = static_cast<unsigned int>(procs.size());
+        NvmlReturn rc = m.get_processes(handle, &n, procs.data());
+        if (rc == kNvmlInsufficientSize && n > procs.size() && n < 100000) {
+          procs.resize(n);
+          rc = m.get_processes(handle, &n, procs.data());
+        }
+        if (rc == kNvmlSuccess) {
+          for (unsigned int k = 0; k < n && k < procs.size(); ++k) {
+            s.processes.push_back(
+                {static_cast<int>(procs[k].pid), static_cast<int64_t>(procs[k].used_gpu_memory)});
+          }
+        }
+      }
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
 MilliCpu ParseCgroupCpuMax(std::string_view text) {
   std::istringstream in{std::string(text)};
   std::string quota;
@@ -279,7 +375,8 @@ HostResources DiscoverHost() {
   if (quota > 0 && quota < h.cpu_milli) h.cpu_milli = quota;
 
   h.memory_mib = ParseMemInfoTotal(ReadFile("/proc/meminfo"));
-  for (const char* path : {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+  for (const char* path :
+       {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
     std::string v = Trim(ReadFile(path));
     if (v.empty() || v == "max") continue;
     char* end = nullptr;
@@ -298,7 +395,8 @@ Result<Inventory> DiscoverInventory(std::string_view node, std::string_view simu
   inv.host = DiscoverHost();
   const partition::Catalog& catalog = partition::Catalog::BuiltIn();
   if (!simulate_spec.empty()) {
-    Result<std::vector<DiscoveredDevice>> devices = ParseSimulatedInventory(simulate_spec, node, catalog);
+    Result<std::vector<DiscoveredDevice>> devices =
+        ParseSimulatedInventory(simulate_spec, node, catalog);
     if (!devices.ok()) return devices.status();
     inv.devices = std::move(devices).value();
     inv.simulated = true;

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -62,8 +63,34 @@ Result<std::vector<DiscoveredDevice>> ParseSimulatedInventory(std::string_view s
 
 // Enumerates NVIDIA devices through NVML loaded from `library` (dlopen). When the library
 // cannot be loaded or NVML does not initialise, returns kFailedPrecondition "no NVML: <why>".
-Result<std::vector<DiscoveredDevice>> DiscoverNvml(const partition::Catalog& catalog,
-                                                   const std::string& library = "libnvidia-ml.so.1");
+Result<std::vector<DiscoveredDevice>> DiscoverNvml(
+    const partition::Catalog& catalog, const std::string& library = "libnvidia-ml.so.1");
+
+// Device telemetry through NVML, loaded once and kept initialised while the sampler lives.
+struct NvmlSample {
+  int index = 0;
+  int util_pct = -1;               // nvmlDeviceGetUtilizationRates().gpu: SM busy, percent
+  int64_t memory_used_bytes = -1;  // nvmlDeviceGetMemoryInfo().used
+  // Compute processes on the device (nvmlDeviceGetComputeRunningProcesses_v3; on a MIG-enabled
+  // device, what the driver lets this process see) and their device memory.
+  std::vector<std::pair<int, int64_t>> processes;  // pid, bytes
+};
+class NvmlSampler {
+ public:
+  // kFailedPrecondition when the library does not load or initialise.
+  static Result<std::unique_ptr<NvmlSampler>> Open(
+      const std::string& library = "libnvidia-ml.so.1");
+  ~NvmlSampler();
+  NvmlSampler(const NvmlSampler&) = delete;
+  NvmlSampler& operator=(const NvmlSampler&) = delete;
+  // One sample per device; a device whose calls fail keeps -1 there.
+  std::vector<NvmlSample> Sample();
+
+ private:
+  NvmlSampler() = default;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 // Maps a driver name ("NVIDIA H100 80GB HBM3") and its memory to a catalog model name: an exact
 // name/alias match first, then the catalog model whose family ("H100") is a word of the name and

@@ -57,6 +57,7 @@ class FakeControlPlane {
         return;
       }
       ++heartbeats_;
+      last_heartbeat_ = body;
       json reply = {{"start", json::array()}, {"cancel", json::array()}, {"ack", json::array()}};
       running_.clear();
       for (const json& r : body["running"]) {
@@ -166,6 +167,14 @@ class FakeControlPlane {
     std::lock_guard<std::mutex> lock(mu_);
     return heartbeats_;
   }
+  json LastHeartbeat() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_heartbeat_;
+  }
+  int Pid(const std::string& job) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return running_.count(job) ? running_[job] : 0;
+  }
   std::vector<json> Registrations() {
     std::lock_guard<std::mutex> lock(mu_);
     return registrations_;
@@ -191,6 +200,7 @@ class FakeControlPlane {
   std::mutex mu_;
   bool registered_ = false;
   int heartbeats_ = 0;
+  json last_heartbeat_;
   int uploads_ = 0;
   int ack_after_ = 1;
   std::vector<json> registrations_;
@@ -208,11 +218,12 @@ class FakeControlPlane {
 // RunAgent on a thread, stopped and joined on destruction.
 class AgentThread {
  public:
-  AgentThread(const std::string& url, const TempDir& dir) {
+  AgentThread(const std::string& url, const TempDir& dir, const std::string& nvml = "") {
     options_.control_plane_url = url;
     options_.token = kToken;
     options_.node_name = "host-a";
-    options_.simulate = "2xH100-80GB";
+    options_.simulate = nvml.empty() ? "2xH100-80GB" : "";
+    if (!nvml.empty()) options_.nvml_library = nvml;
     options_.work_dir = dir.path() + "/jobs";
     options_.cgroup_root = "";
     options_.region_dir = dir.path();
@@ -293,6 +304,35 @@ TEST(AgentLoop, RunsJobsAsTheControlPlaneSays) {
   EXPECT_EQ(agent.Stop(), 0);
   EXPECT_EQ(cp.Registrations().size(), 1u);
   EXPECT_EQ(cp.Violations(), std::vector<std::string>{});
+}
+
+// Telemetry on a node whose devices come from NVML (the stand-in library: device 0 is 37% busy
+// and lists one compute process, the pid in FAKE_NVML_PID): the heartbeat carries each device's
+// utilization and memory, and the job whose process that is is active and uses its memory.
+TEST(AgentLoop, ReportsNvmlTelemetryAndTheJobsOnTheDevices) {
+  TempDir dir;
+  FakeControlPlane cp;
+  ASSERT_GT(cp.port(), 0);
+  ::setenv("FAKE_NVML_PID", "1", 1);  // nobody's, until the job runs
+  AgentThread agent(cp.url(), dir, FAKE_NVML_PATH);
+  ASSERT_TRUE(WaitFor([&] { return cp.Heartbeats() >= 1; }, 5s));
+  ASSERT_EQ(cp.Registrations()[0]["devices"].size(), 2u);
+  cp.Start("j-gpu", Sh("exec sleep 30"), {{"devices", json::array({{{"index", 0}, {"uuid", "GPU-fake-agent-0"}, {"mig", ""}}})}});
+  ASSERT_TRUE(WaitFor([&] { return cp.Pid("j-gpu") > 0; }, 5s));
+  ::setenv("FAKE_NVML_PID", std::to_string(cp.Pid("j-gpu")).c_str(), 1);
+  json hb;
+  ASSERT_TRUE(WaitFor([&] {
+    hb = cp.LastHeartbeat();
+    return hb.contains("running") && !hb["running"].empty() && hb["running"][0].contains("gpu_memory_used_mib");
+  }, 5s)) << hb.dump();
+  EXPECT_EQ(hb["running"][0]["active"], true) << hb.dump();  // a sleeping process on a busy device
+  EXPECT_EQ(hb["running"][0]["gpu_memory_used_mib"], 3072);
+  ASSERT_EQ(hb["devices"].size(), 2u) << hb.dump();
+  EXPECT_EQ(hb["devices"][0]["util_pct"], 37);
+  EXPECT_EQ(hb["devices"][0]["memory_used_mib"], 0);
+  EXPECT_EQ(hb["devices"][1]["util_pct"], 0);
+  ::unsetenv("FAKE_NVML_PID");
+  EXPECT_EQ(agent.Stop(), 0);
 }
 
 TEST(AgentLoop, KeepsJobsRunningWhileTheControlPlaneIsDown) {

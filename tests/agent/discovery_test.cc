@@ -143,3 +143,23 @@ TEST(AgentHostParsers, MemInfoTotal) {
 
 }  // namespace
 }  // namespace tessera::agent
+
+namespace tessera::agent {
+namespace {
+
+TEST(NvmlSampler, ReadsUtilizationMemoryAndProcesses) {
+  auto sampler = NvmlSampler::Open(FAKE_NVML_PATH);
+  ASSERT_TRUE(sampler.ok()) << sampler.status().ToString();
+  std::vector<NvmlSample> s = (*sampler)->Sample();
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(s[0].util_pct, 37);
+  EXPECT_EQ(s[0].memory_used_bytes, 0);
+  ASSERT_EQ(s[0].processes.size(), 1u);
+  EXPECT_EQ(s[0].processes[0], (std::pair<int, int64_t>{4242, int64_t{3} << 30}));
+  EXPECT_EQ(s[1].util_pct, 0);
+  EXPECT_TRUE(s[1].processes.empty());
+  EXPECT_EQ(NvmlSampler::Open("/nonexistent/libnvidia-ml.so.1").status().code(), StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace tessera::agent

@@ -59,6 +59,35 @@ FAKE_API int nvmlDeviceGetMemoryInfo(void* device, Memory* memory) {
   memory->used = 0;
   return 0;
 }
+// Telemetry: device 0 is 37% busy with one process (pid FAKE_NVML_PID, default 4242) using
+// 3 GiB; device 1 is idle.
+struct Utilization {
+  unsigned gpu, memory;
+};
+struct ProcessInfo {
+  unsigned pid;
+  unsigned long long used;
+  unsigned gi, ci;
+};
+FAKE_API int nvmlDeviceGetUtilizationRates(void* device, Utilization* u) {
+  u->gpu = Index(device) == 0 ? 37 : 0;
+  u->memory = Index(device) == 0 ? 12 : 0;
+  return 0;
+}
+FAKE_API int nvmlDeviceGetComputeRunningProcesses_v3(void* device, unsigned* count, ProcessInfo* infos) {
+  if (Index(device) != 0) {
+    *count = 0;
+    return 0;
+  }
+  if (*count < 1) {
+    *count = 1;
+    return 7;  // insufficient size
+  }
+  const char* pid = std::getenv("FAKE_NVML_PID");
+  infos[0] = {pid ? static_cast<unsigned>(std::atoi(pid)) : 4242u, 3ULL << 30, 0xFFFFFFFFu, 0xFFFFFFFFu};
+  *count = 1;
+  return 0;
+}
 FAKE_API int nvmlDeviceGetMigMode(void* device, unsigned* current, unsigned* pending) {
   *current = *pending = Index(device) == 0 ? 1 : 0;
   return 0;

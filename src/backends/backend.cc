@@ -212,8 +212,8 @@ Result<std::string> RunSchedulerCommand(const BackendOptions& o, std::vector<std
                                         const std::string& input) {
   if (argv.empty()) return Status::InvalidArgument("no command");
   const std::string name = argv[0];
-  if (!o.bin_dir.empty()) argv[0] = o.bin_dir + "/" + name;
-  CommandResult r = RunCommand(argv, input, o.command_timeout_ms, o.command_nice);
+  if (!o.bin_dir.empty() && !o.runner) argv[0] = o.bin_dir + "/" + name;
+  CommandResult r = o.runner ? o.runner(argv, input) : RunCommand(argv, input, o.command_timeout_ms, o.command_nice);
   if (r.exit_code != 0) return Status::FailedPrecondition(name + ": " + TrimSpace(r.err.empty() ? r.out : r.err));
   return std::move(r.out);
 }

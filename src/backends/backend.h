@@ -83,12 +83,17 @@ class Backend {
   virtual Result<std::vector<ExternalJob>> List(const std::string& prefix) = 0;
 };
 
+struct CommandResult;
+
 struct BackendOptions {
   std::string bin_dir;      // where the scheduler's commands live; empty: found on PATH
   int64_t command_timeout_ms = 30000;
   // The scheduler's commands run this much nicer than the engine (0-19), so a burst of API
   // submissions is acknowledged first and handed to the scheduler as CPU allows.
   int command_nice = 10;
+  // When set, runs the scheduler's commands instead of starting processes (argv[0] the bare
+  // name): for the fuzz targets, which feed the backends' parsers in-process.
+  std::function<CommandResult(const std::vector<std::string>& argv, const std::string& input)> runner;
 };
 
 using BackendFactory = std::function<std::unique_ptr<Backend>(const BackendOptions&)>;

@@ -1,167 +1,149 @@
-// The dashboard: one self-contained page (no external scripts, styles or fonts) served at `/`.
-// It reads the API with the token the user gives it (kept in the browser's localStorage, or
-// passed once in the URL fragment, which never reaches the server) and refreshes every 5 s:
-// cluster totals and idle capacity, each group's (tenant's) GPUs, CPUs and workers against its
-// reservation and limit, utilization over time, and the event log.
+// The dashboard: one self-contained page (no external scripts, styles or fonts; works offline)
+// served at `/`. It reads the API with the user's token (passed once in the URL fragment, which
+// never reaches the server, then kept in the browser's localStorage) and refreshes every 5 s.
+// Views, one shown at a time and named in the fragment (#view=jobs&group=vision reproduces a
+// filtered view): overview tiles, the card map (every device with its partitions and shares to
+// scale, coloured by group, idle holdings hatched), utilization over time stacked by group,
+// groups, jobs (filters; a job's wait reason and events), queues, the event log and the what-if
+// report. The markup is here; the style and the script are in dashboard/.
+#include <string>
+
+#include "api/dashboard/assets.h"
 #include "api/server.h"
 
 namespace tessera::api {
 
-const char* DashboardHtml() {
-  return R"HTML(<!doctype html>
+namespace {
+
+const char* kHead = R"HTML(<!doctype html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<link rel="icon" href="data:,">
 <title>Tessera</title>
-<style>
-  body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; }
-  h1 { font-size: 1.3em; margin: 0 0 .6em; }
-  h2 { font-size: 1.05em; margin: 1.4em 0 .4em; }
-  table { border-collapse: collapse; }
-  th, td { padding: .25em .8em; border-bottom: 1px solid #ddd; text-align: right; }
-  th:first-child, td:first-child { text-align: left; }
-  .cards { display: flex; gap: 1em; flex-wrap: wrap; }
-  .card { border: 1px solid #ccc; border-radius: 6px; padding: .6em 1em; min-width: 9em; }
-  .card b { display: block; font-size: 1.5em; }
-  #error { color: #b00; }
-  #events td, #events th { text-align: left; }
-  svg { border: 1px solid #ddd; background: #fafafa; }
-</style>
+<style>)HTML";
+
+const char* kBody = R"HTML(</style>
 </head>
 <body>
-<h1>Tessera <span id="cluster-name"></span></h1>
+<header>
+  <h1>Tessera</h1>
+  <nav aria-label="Views">
+    <a href="#view=overview" data-view="overview">Overview</a>
+    <a href="#view=cards" data-view="cards">Card map</a>
+    <a href="#view=utilization" data-view="utilization">Utilization</a>
+    <a href="#view=groups" data-view="groups">Groups</a>
+    <a href="#view=jobs" data-view="jobs">Jobs</a>
+    <a href="#view=queues" data-view="queues">Queues</a>
+    <a href="#view=events" data-view="events">Events</a>
+    <a href="#view=whatif" data-view="whatif">What-if</a>
+  </nav>
+  <span id="whoami" class="muted"></span>
+</header>
 <form id="login" hidden>
-  <label>API token <input id="token" type="password" size="40"></label> <button>Show</button>
+  <label>API token <input id="token" type="password" size="40" autocomplete="off"></label> <button>Show</button>
 </form>
-<p id="error"></p>
-<div class="cards">
-  <div class="card">GPUs <b id="gpus-total">-</b></div>
-  <div class="card">idle GPUs <b id="gpus-idle">-</b></div>
-  <div class="card">CPUs <b id="cpus-total">-</b></div>
-  <div class="card">idle CPUs <b id="cpus-idle">-</b></div>
-  <div class="card">nodes <b id="nodes">-</b></div>
-</div>
-<h2>Groups</h2>
-<table id="groups"><thead><tr><th>group</th><th>GPUs held</th><th>GPUs idle (held, not running)</th>
-<th>CPUs held</th><th>workers</th><th>pending</th><th>reservation</th><th>limit</th></tr></thead><tbody></tbody></table>
-<h2>Waiting jobs</h2>
-<table id="waiting"><thead><tr><th>job</th><th>group</th><th>queue</th><th>step</th><th>reason</th>
-<th>waiting</th></tr></thead><tbody></tbody></table>
-<p id="waiting-none">none</p>
-<h2>Utilization (GPU allocated / total)</h2>
-<svg id="util" width="720" height="140" viewBox="0 0 720 140"></svg>
-<p id="util-now"></p>
-<h2>Events</h2>
-<table id="events"><thead><tr><th>time</th><th>kind</th><th>subject</th><th>actor</th><th>reason</th></tr></thead>
-<tbody></tbody></table>
-<script>
-"use strict";
-// Quantities arrive in integer thousandths (milli-GPU, milli-CPU): shown with up to 3 decimals.
-const milli = m => (m / 1000).toFixed(3).replace(/\.?0+$/, "");
-let token = "";
-const frag = new URLSearchParams(location.hash.slice(1));
-if (frag.get("token")) {
-  token = frag.get("token");
-  try { localStorage.setItem("tessera-token", token); } catch (e) {}
-  history.replaceState(null, "", location.pathname);
-} else {
-  try { token = localStorage.getItem("tessera-token") || ""; } catch (e) {}
-}
-const $ = id => document.getElementById(id);
-function cell(row, text) { const td = document.createElement("td"); td.textContent = text; row.appendChild(td); }
-async function api(path) {
-  const r = await fetch(path, { headers: { Authorization: "Bearer " + token } });
-  if (!r.ok) throw new Error(path + ": " + r.status + " " + (await r.text()));
-  return r.json();
-}
-function drawUtilization(samples) {
-  const svg = $("util");
-  svg.textContent = "";
-  if (!samples.length) { $("util-now").textContent = "no samples yet"; return; }
-  const w = 720, h = 140, n = samples.length;
-  const pts = samples.map((s, i) => {
-    const x = n === 1 ? w : (i / (n - 1)) * w;
-    const frac = s.gpu_milli_total ? s.gpu_milli_allocated / s.gpu_milli_total : 0;
-    return x.toFixed(1) + "," + (h - frac * (h - 4) - 2).toFixed(1);
-  });
-  const line = document.createElementNS("http://www.w3.org/2000/svg", "polyline");
-  line.setAttribute("points", pts.join(" "));
-  line.setAttribute("fill", "none");
-  line.setAttribute("stroke", "#2a6");
-  line.setAttribute("stroke-width", "2");
-  svg.appendChild(line);
-  const last = samples[n - 1];
-  $("util-now").textContent = "now: " + milli(last.gpu_milli_allocated) + " of " + milli(last.gpu_milli_total) +
-      " GPUs allocated, " + last.workers + " workers, " + last.pending + " pending (" + n + " samples)";
-}
-async function refresh() {
-  if (!token) { $("login").hidden = false; return; }
-  try {
-    const [sum, util, ev, pend] = await Promise.all([api("/v1/summary"), api("/v1/utilization"),
-                                                     api("/v1/events?limit=50"), api("/v1/jobs?state=pending&limit=50")]);
-    $("error").textContent = "";
-    const c = sum.cluster;
-    $("gpus-total").textContent = milli(c.gpu_milli_total);
-    $("gpus-idle").textContent = milli(c.gpu_milli_idle);
-    $("cpus-total").textContent = milli(c.cpu_milli_total);
-    $("cpus-idle").textContent = milli(c.cpu_milli_idle);
-    $("nodes").textContent = c.nodes;
-    const gb = $("groups").tBodies[0];
-    gb.textContent = "";
-    for (const g of sum.groups) {
-      const row = gb.insertRow();
-      row.dataset.group = g.group;
-      cell(row, g.group);
-      cell(row, milli(g.gpu_milli_total));
-      cell(row, milli(g.gpu_milli_idle));
-      cell(row, milli(g.cpu_milli_total));
-      cell(row, g.workers);
-      cell(row, g.pending);
-      cell(row, milli(g.gpu_milli_reservation));
-      cell(row, g.gpu_milli_limit ? milli(g.gpu_milli_limit) : "none");
-    }
-    // What holds each waiting job: the scheduling cycle's step and reason.
-    const wb = $("waiting").tBodies[0];
-    wb.textContent = "";
-    for (const j of pend.jobs) {
-      const row = wb.insertRow();
-      row.dataset.job = j.id;
-      cell(row, j.id);
-      cell(row, j.group);
-      cell(row, j.queue);
-      cell(row, j.wait ? j.wait.step : "");
-      cell(row, j.wait ? j.wait.reason : j.reason);
-      cell(row, Math.round((Date.now() - j.submit_ms) / 1000) + " s");
-    }
-    $("waiting-none").hidden = pend.jobs.length > 0;
-    drawUtilization(util.samples);
-    const eb = $("events").tBodies[0];
-    eb.textContent = "";
-    for (const e of ev.events.slice().reverse()) {
-      const row = eb.insertRow();
-      cell(row, new Date(e.time_ms).toISOString().replace("T", " ").slice(0, 19));
-      cell(row, e.kind);
-      cell(row, e.subject);
-      cell(row, e.actor);
-      cell(row, e.reason);
-    }
-  } catch (err) {
-    $("error").textContent = String(err.message || err);
-  }
-}
-$("login").addEventListener("submit", ev => {
-  ev.preventDefault();
-  token = $("token").value;
-  try { localStorage.setItem("tessera-token", token); } catch (e) {}
-  $("login").hidden = true;
-  refresh();
-});
-refresh();
-setInterval(refresh, 5000);
-</script>
+<p id="error" role="alert"></p>
+<main>
+<section id="view-overview" aria-labelledby="h-overview">
+  <h2 id="h-overview">Overview</h2>
+  <div class="tiles">
+    <div class="tile">GPUs <b id="gpus-total">-</b><small>in ready nodes</small></div>
+    <div class="tile">idle GPUs <b id="gpus-idle">-</b><small>not allocated</small></div>
+    <div class="tile">held but idle <b id="gpus-held-idle">-</b><small>allocated, no activity</small></div>
+    <div class="tile">CPUs <b id="cpus-total">-</b><small>idle: <span id="cpus-idle">-</span></small></div>
+    <div class="tile">nodes <b id="nodes">-</b><small>ready</small></div>
+    <div class="tile">workers <b id="workers">-</b><small>running jobs</small></div>
+    <div class="tile">pending <b id="pending">-</b><small>waiting jobs</small></div>
+  </div>
+  <h3>Groups at a glance</h3>
+  <table id="overview-groups"><thead><tr><th>group</th><th class="num">GPUs held</th><th class="num">held but idle</th>
+  <th class="num">workers</th><th class="num">pending</th></tr></thead><tbody></tbody></table>
+</section>
+<section id="view-cards" aria-labelledby="h-cards" hidden>
+  <h2 id="h-cards">Card map</h2>
+  <p class="note">Each bar is one device, its width the device's memory: MIG/AMD partitions and shares drawn to
+  scale, coloured by group; hatched holdings are held but idle.</p>
+  <div id="legend" class="legend" aria-label="Groups"></div>
+  <div id="cardmap"></div>
+</section>
+<section id="view-utilization" aria-labelledby="h-util" hidden>
+  <h2 id="h-util">Utilization over time</h2>
+  <div class="filters" role="group" aria-label="Range">
+    <span class="muted">Range:</span>
+    <button type="button" data-range="15m">15 min</button><button type="button" data-range="1h">1 h</button>
+    <button type="button" data-range="6h">6 h</button><button type="button" data-range="24h">24 h</button>
+    <button type="button" data-range="7d">7 d</button>
+  </div>
+  <div id="util-legend" class="legend"></div>
+  <svg id="util" class="chart" viewBox="0 0 1000 300" role="img" aria-label="GPUs allocated by group over time"></svg>
+  <p id="util-now" class="muted"></p>
+</section>
+<section id="view-groups" aria-labelledby="h-groups" hidden>
+  <h2 id="h-groups">Groups</h2>
+  <table id="groups"><thead><tr><th>group</th><th>parent</th><th class="num">reservation</th><th class="num">limit</th>
+  <th class="num">held</th><th class="num">borrowed</th><th class="num">held but idle</th><th class="num" title="dominant share of decayed usage over weight: the lower, the sooner served">fair share</th>
+  <th class="num">weight</th><th class="num">pending</th><th>why pending</th></tr></thead><tbody></tbody></table>
+  <p class="note">GPU counts; borrowed is what a group holds beyond its reservation; fair share is the group's
+  dominant share of decayed usage over its weight (the lower, the sooner served).</p>
+</section>
+<section id="view-jobs" aria-labelledby="h-jobs" hidden>
+  <h2 id="h-jobs">Jobs</h2>
+  <div class="filters">
+    <label>state <select id="f-state" data-filter="state"></select></label>
+    <label>queue <select id="f-queue" data-filter="queue"></select></label>
+    <label>group <select id="f-group" data-filter="group"></select></label>
+    <label>identity <select id="f-identity" data-filter="identity"></select></label>
+    <span id="jobs-count" class="muted"></span>
+  </div>
+  <div class="scroll"><table id="jobs"><thead><tr><th>job</th><th>state</th><th>queue</th><th>group</th><th>identity</th>
+  <th>form</th><th>node</th><th>activity</th><th>wait / reason</th></tr></thead><tbody></tbody></table></div>
+  <div id="job-detail" class="panel" hidden tabindex="-1"></div>
+</section>
+<section id="view-queues" aria-labelledby="h-queues" hidden>
+  <h2 id="h-queues">Queues</h2>
+  <table id="queues"><thead><tr><th>queue</th><th>groups</th><th>class</th><th>forms</th><th class="num">priority</th>
+  <th>preemptible</th><th>profile</th><th class="num">GPUs</th><th class="num">GPU memory</th><th>backend</th>
+  <th class="num">pending</th><th class="num">running</th></tr></thead><tbody></tbody></table>
+</section>
+<section id="view-events" aria-labelledby="h-events" hidden>
+  <h2 id="h-events">Events</h2>
+  <div class="filters"><label>kind (prefix) <input id="f-kind" list="kinds" placeholder="e.g. job. or node."></label>
+  <datalist id="kinds"><option value="job."><option value="job.idle"><option value="job.preempted"><option value="node.">
+  </datalist></div>
+  <div class="scroll"><table id="events"><thead><tr><th>time</th><th>kind</th><th>subject</th><th>actor</th><th>reason</th></tr></thead>
+  <tbody></tbody></table></div>
+</section>
+<section id="view-whatif" aria-labelledby="h-whatif" hidden>
+  <h2 id="h-whatif">What-if</h2>
+  <p class="note">Replays the observed jobs through the simulator with other forms for a class: cards needed,
+  returned and wait percentiles beside what happened.</p>
+  <form id="whatif-form" class="filters">
+    <label>window <select id="w-since"><option value="1h">1 h</option><option value="24h">24 h</option>
+      <option value="7d" selected>7 d</option><option value="30d">30 d</option></select></label>
+    <label>class <input id="w-class" value="interactive" size="12"></label>
+    <label>forms <input id="w-forms" value="share" size="18"></label>
+    <button>Run</button>
+  </form>
+  <p id="whatif-note" class="note"></p>
+  <table id="whatif"><thead><tr><th>class</th><th class="num">jobs</th><th class="num">observed cards</th>
+  <th class="num">as configured</th><th class="num">what-if</th><th class="num">returned</th><th class="num">wait p99 observed</th>
+  <th class="num">as configured</th><th class="num">what-if</th></tr></thead><tbody></tbody></table>
+</section>
+</main>
+<script>)HTML";
+
+const char* kTail = R"HTML(</script>
 </body>
 </html>
 )HTML";
+
+}  // namespace
+
+const char* DashboardHtml() {
+  static const std::string page = std::string(kHead) + DashboardCss() + kBody + DashboardJs() + kTail;
+  return page.c_str();
 }
 
 }  // namespace tessera::api

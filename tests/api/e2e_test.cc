@@ -98,14 +98,23 @@ TEST_F(E2eTest, DashboardShowsTotalsGroupsUtilizationAndEvents) {
   EXPECT_TRUE(has(R"(<b id="gpus-total">2</b>)")) << dom;
   EXPECT_TRUE(has(R"(<b id="gpus-idle">1</b>)")) << dom;
   EXPECT_TRUE(has(R"(<b id="nodes">1</b>)")) << dom;
-  // The group's row: 1 GPU held, 0 idle, 0.1 CPU, 1 worker, 1 pending, no reservation, no limit.
-  EXPECT_TRUE(has(R"(<tr data-group="research"><td>research</td><td>1</td><td>0</td><td>0.1</td><td>1</td><td>1</td><td>0</td><td>none</td></tr>)"))
+  EXPECT_TRUE(has(R"(<b id="workers">1</b>)")) << dom;
+  EXPECT_TRUE(has(R"(<b id="pending">1</b>)")) << dom;
+  // The group at a glance: 1 GPU held, 0 held but idle, 1 worker, 1 pending; in the groups view
+  // no parent, no reservation, no limit, 1 GPU held.
+  EXPECT_TRUE(has(R"(research</span></span></td><td class="num">1</td><td class="num">0</td><td class="num">1</td><td class="num">1</td></tr>)"))
       << dom;
-  EXPECT_TRUE(has("<tr data-job=\"" + waiting + "\"><td>" + waiting + "</td><td>research</td><td>training</td><td>Placement</td><td>no room for 2 x whole"))
+  EXPECT_TRUE(has(R"(research</span></span></td><td></td><td class="num">0</td><td class="num">none</td><td class="num">1</td>)"))
       << dom;
-  EXPECT_TRUE(has("<polyline")) << dom;
+  // The waiting job's row in the jobs table, with the step and reason that hold it.
+  const size_t row = dom.find("<tr data-job=\"" + waiting + "\" data-state=\"pending\"");
+  ASSERT_NE(row, std::string::npos) << dom;
+  EXPECT_NE(dom.find("<td>Placement: no room for 2 x whole", row), std::string::npos) << dom.substr(row);
+  // The utilization chart has points.
+  EXPECT_TRUE(has(R"(<svg id="util")")) << dom;
+  EXPECT_TRUE(has(R"(data-points=")") && !has(R"(data-points="0")")) << dom;
   EXPECT_TRUE(has("<td>job.running</td><td>" + id + "</td>")) << dom;
-  EXPECT_TRUE(has(R"(<p id="error"></p>)")) << "the page reported an error:\n" << dom;
+  EXPECT_TRUE(has(R"(<p id="error" role="alert"></p>)")) << "the page reported an error:\n" << dom;
   // Without a token the page asks for one instead.
   const std::string bare = chromium + " --headless --no-sandbox --disable-gpu --user-data-dir=" + dir_ +
                            "/chromium2 --virtual-time-budget=3000 --dump-dom 'http://127.0.0.1:" +

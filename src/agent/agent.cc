@@ -370,12 +370,19 @@ class Agent {
     static const long kTicksPerSecond = sysconf(_SC_CLK_TCK) > 0 ? sysconf(_SC_CLK_TCK) : 100;
     std::map<int, int64_t> util_milli, memory_mib;  // by device
     std::map<std::string, uint64_t> seen;
+    std::map<std::string, int64_t> launches;
     for (RunningJob& r : running) {
       auto prev = cpu_ticks_.find(r.id);
       const uint64_t delta =
           prev == cpu_ticks_.end() || r.cpu_ticks < prev->second ? 0 : r.cpu_ticks - prev->second;
       r.active = prev == cpu_ticks_.end() || delta > 0 ? 1 : 0;  // its first report: just started
       seen[r.id] = r.cpu_ticks;
+      // A share whose processes launched kernels since the last heartbeat (its region counts them).
+      if (r.gpu_launches >= 0) {
+        auto pl = launches_.find(r.id);
+        if (pl != launches_.end() && r.gpu_launches > pl->second) r.active = 1;
+        launches[r.id] = r.gpu_launches;
+      }
       for (int d : r.devices) {
         if (elapsed_ms > 0)
           util_milli[d] +=
@@ -385,6 +392,7 @@ class Agent {
       }
     }
     cpu_ticks_ = std::move(seen);
+    launches_ = std::move(launches);
     std::vector<DeviceTelemetry> out;
     if (nvml_) {
       // Real devices: NVML's utilization and memory; a job with compute processes on a busy
@@ -438,6 +446,7 @@ class Agent {
   std::unique_ptr<NvmlSampler> nvml_;  // real NVIDIA devices: their telemetry
   Clock::time_point last_telemetry_{};
   std::map<std::string, uint64_t> cpu_ticks_;  // each running job's CPU time at the last heartbeat
+  std::map<std::string, int64_t> launches_;    // each share's kernel launches at the last heartbeat
   Inventory inventory_;
   Partitions partitions_{inventory_, options_.nvml_library};
   Launcher launcher_;

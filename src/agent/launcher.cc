@@ -585,6 +585,7 @@ std::vector<RunningJob> Launcher::Running(bool usage) const {
           uint64_t used = 0;
           if (lock.held()) {
             for (uint32_t d = 0; d < capgpu::kMaxDevices; ++d) used += region.data().used[d];
+            r.gpu_launches = static_cast<int64_t>(__atomic_load_n(&region.data().launches, __ATOMIC_RELAXED));
           }
           r.gpu_memory_used_bytes = static_cast<int64_t>(used);
         }

@@ -88,6 +88,7 @@ struct RunningJob {
   // region, e.g. a whole card or a hardware partition).
   uint64_t cpu_ticks = 0;
   int64_t gpu_memory_used_bytes = -1;
+  int64_t gpu_launches = -1;  // kernel launches its share region counted (-1: no region)
   std::vector<int> devices;  // device indices it was started on
   int active = -1;           // filled by the agent for its heartbeat: 1 active, 0 not, -1 unknown
 };

@@ -47,6 +47,9 @@ struct RegionData {
   uint64_t used[kMaxDevices];   // == sum over slots of charged[d]
   uint64_t reaped_processes;    // dead processes reclaimed so far (for `show`)
   Slot slots[kMaxSlots];
+  // Kernel launches by the share's processes so far (cuLaunchKernel*), counted with relaxed
+  // atomic increments outside the lock: the agent reads a change as GPU activity.
+  uint64_t launches;
 };
 
 // Fills `data` for a fresh region. `limits` has `count` entries (count <= kMaxDevices): one

@@ -28,7 +28,7 @@
 namespace tessera::capgpu {
 
 inline constexpr uint64_t kRegionMagic = 0x31555047'53534554ULL;  // "TESSGPU1"
-inline constexpr uint32_t kRegionVersion = 1;
+inline constexpr uint32_t kRegionVersion = 2;  // 2: RegionData::launches
 
 // The file's layout. Magic and version are written last at creation (and the file only appears
 // under its name once complete), so a mapped region is always fully initialised.

@@ -48,6 +48,9 @@ class Runtime {
   // False when the device is uncapped.
   bool Usage(uint32_t device, uint64_t* limit, uint64_t* used);
 
+  // Counts a kernel launch in the region (no lock, no system call). REQUIRES: Capped().
+  void NoteLaunch() { __atomic_fetch_add(&region_.data().launches, 1, __ATOMIC_RELAXED); }
+
   AllocationTable& allocations() { return allocations_; }
 
   // Hooks for pthread_atfork (child) and process exit.

@@ -1,6 +1,7 @@
 // Real processes through the launcher: output capture, exit codes and signals, cancels with
 // grace, the bound environment, exec failures, and cgroup files (against a stand-in tree).
 #include "agent/launcher.h"
+#include "capgpu/region.h"
 
 #include <gtest/gtest.h>
 #include <pwd.h>
@@ -182,6 +183,38 @@ TEST(AgentLauncher, BindsTheAllocationIntoTheEnvironment) {
   EXPECT_EQ(e.exit_code, 0);
   EXPECT_EQ(ReadAll(l.OutputPath("env-1")), "CVD=GPU-sim-h-0,MIG-abc\nJOB=env-1\nLIM=1073741824\nREG=" +
                                                 dir.path() + "/tessera-capgpu-env-1\nK=V\n");
+}
+
+// What the agent's telemetry reads: the CPU time of the job's whole process tree, and for a share
+// its region's charged memory and kernel launches.
+TEST(AgentLauncher, RunningReportsCpuTimeAndTheShareRegion) {
+  TempDir dir;
+  Launcher l(Opts(dir));
+  JobSpec busy = Sh("busy", "i=0; while [ $i -lt 2000000 ]; do i=$((i+1)); done; sleep 30");
+  busy.devices = {{0, "GPU-sim-h-0", "", "", "", -1}};
+  busy.gpu_memory_limit_bytes = 1 << 30;
+  ASSERT_TRUE(l.Start(busy).ok());
+  ASSERT_TRUE(l.Start(Sh("idle", "exec sleep 30")).ok());
+  std::vector<RunningJob> r;
+  ASSERT_TRUE(WaitFor([&] {
+    r = l.Running(true);
+    return r.size() == 2 && r[0].cpu_ticks > 10;  // ordered by id: busy, idle
+  }, 10s));
+  EXPECT_EQ(r[0].id, "busy");
+  EXPECT_EQ(r[0].devices, std::vector<int>{0});
+  EXPECT_EQ(r[0].gpu_memory_used_bytes, 0);  // a region, nothing charged yet
+  EXPECT_EQ(r[0].gpu_launches, 0);
+  EXPECT_EQ(r[1].cpu_ticks, 0u);  // sleeping since it started
+  EXPECT_EQ(r[1].gpu_launches, -1);  // no region: not a share
+  {
+    capgpu::Region region;
+    ASSERT_EQ(region.Open((dir.path() + "/tessera-capgpu-busy").c_str()), 0);
+    __atomic_fetch_add(&region.data().launches, 5, __ATOMIC_RELAXED);
+  }
+  EXPECT_EQ(l.Running(true)[0].gpu_launches, 5);
+  ASSERT_TRUE(l.Cancel("busy", 100ms).ok());
+  ASSERT_TRUE(l.Cancel("idle", 100ms).ok());
+  l.WaitAll(5s);
 }
 
 TEST(AgentLauncher, LeftoversOfTheProcessGroupAreKilledWhenTheJobEnds) {

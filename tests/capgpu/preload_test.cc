@@ -309,6 +309,20 @@ TEST_F(PreloadTest, TwoProcessesShareOneCap) {
   EXPECT_EQ(Run("procaddr", {"alloc", "4GiB"}, Capped()), "alloc 0\n");
 }
 
+// Kernel launches are counted in the share's region (the agent's activity signal), by every
+// process of the share, through both launch entry points.
+TEST_F(PreloadTest, KernelLaunchesAreCountedInTheRegion) {
+  CreateRegion(4 * kGiB);
+  EXPECT_EQ(Run("direct", {"launch", "launch_ptsz", "launch"}, Capped()), "launch 0\nlaunch_ptsz 0\nlaunch 0\n");
+  EXPECT_EQ(Run("dlsym", {"launch"}, Capped()), "launch 0\n");
+  Region region;
+  ASSERT_EQ(region.Open(region_.c_str()), 0);
+  EXPECT_EQ(__atomic_load_n(&region.data().launches, __ATOMIC_RELAXED), 4u);
+  // Uncapped, nothing is counted anywhere and the launch still goes through.
+  EXPECT_EQ(Run("direct", {"launch"}, {}), "launch 0\n");
+  EXPECT_EQ(__atomic_load_n(&region.data().launches, __ATOMIC_RELAXED), 4u);
+}
+
 TEST_F(PreloadTest, ForkedChildSharesTheCapWithItsOwnSlot) {
   CreateRegion(4 * kGiB);
   EXPECT_EQ(

@@ -36,11 +36,27 @@ using policy::Scalar;
 #define TRY TESSERA_TRY
 #define TRY_ASSIGN TESSERA_TRY_ASSIGN
 
+// Counts a scenario may ask for: enough for any real cluster, bounded so that a typo (or a
+// hostile file) is an error naming the field, not an hour of work or all of memory.
+constexpr int64_t kMaxNodesPerEntry = 100'000;
+constexpr size_t kMaxNodes = 200'000;
+constexpr int64_t kMaxGpusPerNode = 1024;
+constexpr int64_t kMaxJobsPerEntry = 10'000'000;
+
+Status Within(int64_t v, int64_t lo, int64_t hi, const std::string& field) {
+  if (v < lo || v > hi) {
+    return policy::FieldError(field, "must be from " + std::to_string(lo) + " to " + std::to_string(hi) + ", not " +
+                                         std::to_string(v));
+  }
+  return Status::Ok();
+}
+
 Status ParseNodeGpu(const YAML::Node& g, const std::string& f, quota::NodeSpec* ns) {
   TRY(KnownKeys(g, f + ".gpu", {"model", "count", "memory"}));
   if (g["model"]) ns->gpu_model = Scalar(g["model"]);
   int64_t c = 1;
   if (g["count"]) TRY_ASSIGN(c, GetInt(g["count"], f + ".gpu.count"));
+  TRY(Within(c, 0, kMaxGpusPerNode, f + ".gpu.count"));
   ns->gpu_count = static_cast<int>(c);
   if (g["memory"]) TRY_ASSIGN(ns->gpu_memory_mib, GetMemory(g["memory"], f + ".gpu.memory"));
   return Status::Ok();
@@ -54,6 +70,10 @@ Status ParseNodeEntry(const YAML::Node& n, size_t i, std::vector<quota::NodeSpec
   ns.name = n["name"] ? Scalar(n["name"]) : "node" + std::to_string(i);
   int64_t count = 1;
   if (n["count"]) TRY_ASSIGN(count, GetInt(n["count"], f + ".count"));
+  TRY(Within(count, 0, kMaxNodesPerEntry, f + ".count"));
+  if (nodes->size() + static_cast<size_t>(count) > kMaxNodes) {
+    return policy::FieldError(f + ".count", "a scenario has at most " + std::to_string(kMaxNodes) + " nodes");
+  }
   if (n["pool"]) ns.pool = Scalar(n["pool"]);
   if (n["cpu"]) TRY_ASSIGN(ns.cpu_milli, GetMilli(n["cpu"], f + ".cpu"));
   if (n["memory"]) TRY_ASSIGN(ns.memory_mib, GetMemory(n["memory"], f + ".memory"));
@@ -126,6 +146,7 @@ Status ParseWorkloadRequest(const YAML::Node& n, const std::string& f, WorkloadE
   if (n["gpus"]) {
     int64_t c = 0;
     TRY_ASSIGN(c, GetInt(n["gpus"], f + ".gpus"));
+    TRY(Within(c, 0, kMaxGpusPerNode, f + ".gpus"));
     w->base.gpu_count = static_cast<int>(c);
   }
   if (n["gpu_fraction"]) {
@@ -159,6 +180,7 @@ Result<WorkloadEntry> ParseWorkloadEntry(const YAML::Node& n, size_t i) {
   if (n["group"]) w.base.group = Scalar(n["group"]);
   int64_t count = 1;
   if (n["count"]) TRY_ASSIGN(count, GetInt(n["count"], f + ".count"));
+  TRY(Within(count, 0, kMaxJobsPerEntry, f + ".count"));
   w.count = static_cast<int>(count);
   if (n["at"]) TRY_ASSIGN(w.at_s, GetDuration(n["at"], f + ".at"));
   if (n["interval"]) TRY_ASSIGN(w.interval_s, GetDuration(n["interval"], f + ".interval"));

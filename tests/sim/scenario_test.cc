@@ -87,6 +87,33 @@ TEST(ScenarioParse, ClassFormsKeyThatIsNotAStringIsAnError) {
   ASSERT_TRUE(cf.ok()) << cf.status().ToString();
 }
 
+// Found by fuzz/scenario (an out-of-memory: `count: 1403121483905207778` expanded node by node):
+// counts are bounded and the error names the field.
+TEST(ScenarioParse, HugeCountsAreRefusedNamingTheField) {
+  const std::string head = "until: 1h\nnodes:\n";
+  const std::string work = "workload:\n  - {queue: q, duration: 1h, count: 1}\nqueues: [{name: q, profile: p, groups: [g]}]\ngroups: [{name: g}]\n"
+                           "profiles: [{name: p, gpus: 1}]\n";
+  struct Case {
+    std::string nodes, field;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"  - {name: a, count: 1403121483905207778, gpu: {model: H100-80GB, count: 8}}\n", "nodes[a].count"},
+           {"  - {name: a, count: -1}\n", "nodes[a].count"},
+           {"  - {name: a, count: 100000}\n  - {name: b, count: 100000}\n  - {name: c, count: 1}\n", "nodes[c].count"},
+           {"  - {name: a, gpu: {model: H100-80GB, count: 4294967297}}\n", "nodes[a].gpu.count"}}) {
+    auto s = sim::ParseScenario(head + c.nodes + work);
+    ASSERT_FALSE(s.ok()) << c.nodes;
+    EXPECT_NE(s.status().message().find(c.field), std::string::npos) << s.status().message();
+  }
+  auto jobs = sim::ParseScenario(head + "  - {name: a, gpu: {model: H100-80GB, count: 8}}\n" +
+                                 "workload:\n  - {queue: q, duration: 1h, count: 99999999999}\nqueues: [{name: q, profile: p, groups: [g]}]\ngroups: [{name: g}]\n"
+                                 "profiles: [{name: p, gpus: 1}]\n");
+  ASSERT_FALSE(jobs.ok());
+  EXPECT_NE(jobs.status().message().find("workload[0].count"), std::string::npos) << jobs.status().message();
+  auto big = sim::ParseScenario(head + "  - {name: a, count: 100000, gpu: {model: H100-80GB, count: 8}}\n" + work);
+  EXPECT_TRUE(big.ok()) << big.status().ToString();
+}
+
 TEST(ScenarioRun, ReservationRegainedWithinOneCyclePlusGrace) {
   auto s = LoadScenario(Example("reclaim.yaml"));
   ASSERT_TRUE(s.ok()) << s.status().ToString();

@@ -422,6 +422,29 @@ TEST_F(CycleE2eTest, AnIdleHoldingIsMarkedAndUsageCountsIt) {
   EXPECT_EQ(u["rows"][0]["jobs"], 2);
   EXPECT_GT(u["rows"][0]["idle_gpu_milli_ms"].get<int64_t>(), 0) << out;
   EXPECT_LT(u["rows"][0]["idle_gpu_milli_ms"].get<int64_t>(), u["rows"][0]["gpu_milli_ms"].get<int64_t>()) << out;
+  // The same as CSV (exact integer columns) and as a table for people.
+  auto run = [&](const std::string& args) {
+    FILE* f = ::popen((std::string(kTessera) + " usage --url http://127.0.0.1:" + std::to_string(port_) +
+                       " --token admin-token-1 " + args + " 2>&1").c_str(), "r");
+    std::string text;
+    char chunk[4096];
+    while (size_t n = fread(chunk, 1, sizeof chunk, f)) text.append(chunk, n);
+    const int rc = ::pclose(f);
+    return std::make_pair(rc, text);
+  };
+  auto [csv_rc, csv] = run("--since 10m --by group --csv");
+  ASSERT_EQ(csv_rc, 0) << csv;
+  EXPECT_EQ(csv.substr(0, csv.find('\n')),
+            "group,jobs,gpu_milli_ms,idle_gpu_milli_ms,gpu_memory_mib_ms,idle_gpu_memory_mib_ms,cpu_milli_ms,gpu_hours,gpu_hours_used")
+      << csv;
+  EXPECT_EQ(csv.find("\nresearch,2,"), csv.find('\n')) << csv;
+  auto [table_rc, table] = run("--since 10m --by form");
+  ASSERT_EQ(table_rc, 0) << table;
+  EXPECT_NE(table.find("FORM"), std::string::npos) << table;
+  EXPECT_NE(table.find("(total)"), std::string::npos) << table;
+  auto [bad_rc, bad] = run("--since yesterday-ish");
+  EXPECT_NE(bad_rc, 0);
+  EXPECT_NE(bad.find("'yesterday-ish' is not a time"), std::string::npos) << bad;
   // The history is served from the store.
   Json util = Call("GET", "/v1/utilization?by=group", {}, "admin-token-1");
   ASSERT_FALSE(util["samples"].empty()) << util.dump();

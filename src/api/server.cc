@@ -107,6 +107,18 @@ Status OutputRangeOf(const HttpRequest& req, int64_t* offset, int64_t* length) {
   return Status::Ok();
 }
 
+// Query parameters in milliseconds (times, steps): each present one must be a non-negative
+// integer; absent ones keep their value.
+Status MsParams(const HttpRequest& req, std::initializer_list<std::pair<const char*, int64_t*>> params) {
+  for (auto [name, out] : params) {
+    if (!req.has_param(name)) continue;
+    auto v = ParseNonNegativeInt(req.param(name));
+    if (!v.ok()) return Status::InvalidArgument(std::string("'") + name + "' must be milliseconds (an integer)");
+    *out = *v;
+  }
+  return Status::Ok();
+}
+
 int IntParam(const HttpRequest& req, const char* name, int def, int max) {
   if (!req.has_param(name)) return def;
   auto v = ParseNonNegativeInt(req.param(name));
@@ -283,45 +295,25 @@ ApiServer::ApiServer(Engine* engine, ApiServerOptions options)
         }));
   s.Route("GET", "/v1/utilization", authed([e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
           Engine::HistoryQuery q;
-          for (auto [name, out] : {std::pair<const char*, int64_t*>{"since", &q.since_ms}, {"until", &q.until_ms}, {"step", &q.step_ms}}) {
-            if (!req.has_param(name)) continue;
-            auto v = ParseNonNegativeInt(req.param(name));
-            if (!v.ok()) return ReplyError(res, Status::InvalidArgument(std::string("'") + name + "' must be milliseconds (an integer)"));
-            *out = *v;
-          }
+          if (Status st = MsParams(req, {{"since", &q.since_ms}, {"until", &q.until_ms}, {"step", &q.step_ms}}); !st.ok()) return ReplyError(res, st);
           if (req.has_param("by")) q.by = req.param("by");
           ReplyResult(res, e->Utilization(who, q));
         }));
   s.Route("GET", "/v1/usage", authed([e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
           Engine::UsageQuery q;
-          for (auto [name, out] : {std::pair<const char*, int64_t*>{"since", &q.since_ms}, {"until", &q.until_ms}}) {
-            if (!req.has_param(name)) continue;
-            auto v = ParseNonNegativeInt(req.param(name));
-            if (!v.ok()) return ReplyError(res, Status::InvalidArgument(std::string("'") + name + "' must be milliseconds (an integer)"));
-            *out = *v;
-          }
+          if (Status st = MsParams(req, {{"since", &q.since_ms}, {"until", &q.until_ms}}); !st.ok()) return ReplyError(res, st);
           if (req.has_param("by")) q.by = req.param("by");
           ReplyResult(res, e->Usage(who, q));
         }));
   s.Route("GET", "/v1/whatif/scenario", authed([e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
           int64_t since = 0, until = 0;
-          for (auto [name, out] : {std::pair<const char*, int64_t*>{"since", &since}, {"until", &until}}) {
-            if (!req.has_param(name)) continue;
-            auto v = ParseNonNegativeInt(req.param(name));
-            if (!v.ok()) return ReplyError(res, Status::InvalidArgument(std::string("'") + name + "' must be milliseconds (an integer)"));
-            *out = *v;
-          }
+          if (Status st = MsParams(req, {{"since", &since}, {"until", &until}}); !st.ok()) return ReplyError(res, st);
           ReplyResult(res, e->WhatIfScenario(who, since, until));
         }));
   // forms: "interactive=share;training=whole,share" (classes separated by ';').
   s.Route("GET", "/v1/whatif", authed([e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
           int64_t since = 0, until = 0;
-          for (auto [name, out] : {std::pair<const char*, int64_t*>{"since", &since}, {"until", &until}}) {
-            if (!req.has_param(name)) continue;
-            auto v = ParseNonNegativeInt(req.param(name));
-            if (!v.ok()) return ReplyError(res, Status::InvalidArgument(std::string("'") + name + "' must be milliseconds (an integer)"));
-            *out = *v;
-          }
+          if (Status st = MsParams(req, {{"since", &since}, {"until", &until}}); !st.ok()) return ReplyError(res, st);
           std::vector<std::string> forms;
           std::string rest = req.has_param("forms") ? req.param("forms") : "";
           while (!rest.empty()) {

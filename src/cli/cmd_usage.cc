@@ -65,6 +65,22 @@ Result<int64_t> ParseTime(const std::string& text, int64_t now_ms) {
   return now_ms - *ago * 1000;
 }
 
+// --since/--until as epoch milliseconds; prints what is wrong.
+bool ResolveWindow(const std::string& since_text, const std::string& until_text, int64_t* since,
+                   int64_t* until) {
+  const int64_t now = NowMs();
+  Result<int64_t> s = ParseTime(since_text, now), u = ParseTime(until_text, now);
+  for (const auto* r : {&s, &u}) {
+    if (!r->ok()) {
+      std::cerr << "tessera: " << r->status().message() << "\n";
+      return false;
+    }
+  }
+  *since = *s;
+  *until = *u;
+  return true;
+}
+
 struct UsageOptions {
   ClientOptions client;
   std::string since = "7d", until = "now", by = "group";
@@ -73,21 +89,13 @@ struct UsageOptions {
 
 void Usage(const UsageOptions& o, int* exit_code) {
   ClientOptions co = o.client;
-  const int64_t now = NowMs();
-  Result<int64_t> since = ParseTime(o.since, now), until = ParseTime(o.until, now);
-  for (const auto* r : {&since, &until}) {
-    if (!r->ok()) {
-      std::cerr << "tessera: " << r->status().message() << "\n";
-      *exit_code = kExitBadInput;
-      return;
-    }
-  }
-  if (!Resolve(&co)) {
+  int64_t since = 0, until = 0;
+  if (!ResolveWindow(o.since, o.until, &since, &until) || !Resolve(&co)) {
     *exit_code = kExitBadInput;
     return;
   }
   Json j = Call(co, "GET",
-                "/v1/usage?since=" + std::to_string(*since) + "&until=" + std::to_string(*until) +
+                "/v1/usage?since=" + std::to_string(since) + "&until=" + std::to_string(until) +
                     "&by=" + o.by,
                 exit_code);
   if (j.is_discarded()) return;
@@ -172,23 +180,15 @@ struct WhatIfOptions {
 
 void WhatIf(const WhatIfOptions& o, int* exit_code) {
   ClientOptions co = o.client;
-  const int64_t now = NowMs();
-  Result<int64_t> since = ParseTime(o.since, now), until = ParseTime(o.until, now);
-  for (const auto* r : {&since, &until}) {
-    if (!r->ok()) {
-      std::cerr << "tessera: " << r->status().message() << "\n";
-      *exit_code = kExitBadInput;
-      return;
-    }
-  }
-  if (!Resolve(&co)) {
+  int64_t since = 0, until = 0;
+  if (!ResolveWindow(o.since, o.until, &since, &until) || !Resolve(&co)) {
     *exit_code = kExitBadInput;
     return;
   }
-  Json j = Call(
-      co, "GET",
-      "/v1/whatif/scenario?since=" + std::to_string(*since) + "&until=" + std::to_string(*until),
-      exit_code);
+  Json j =
+      Call(co, "GET",
+           "/v1/whatif/scenario?since=" + std::to_string(since) + "&until=" + std::to_string(until),
+           exit_code);
   if (j.is_discarded()) return;
   Result<sim::WhatIfResult> r = sim::WhatIf(j, o.forms);
   if (!r.ok()) {
@@ -198,7 +198,7 @@ void WhatIf(const WhatIfOptions& o, int* exit_code) {
   }
   if (!o.emit.empty()) {
     std::ofstream f(o.emit);
-    f << "# Written by tessera whatif: the jobs observed from " << *since << " to " << *until
+    f << "# Written by tessera whatif: the jobs observed from " << since << " to " << until
       << " (epoch ms); run it with `tessera sim scenario`.\n"
       << r->scenario << "\n";
     if (!f) {
@@ -208,12 +208,15 @@ void WhatIf(const WhatIfOptions& o, int* exit_code) {
     }
   }
   const Json& out = r->report;
-  std::vector<std::vector<std::string>> rows = {{"CLASS", "JOBS", "CARDS OBSERVED", "AS CONFIGURED", "WHAT-IF",
-                                                 "RETURNED", "WAIT P99 OBSERVED/CONFIGURED/WHAT-IF"}};
+  std::vector<std::vector<std::string>> rows = {{"CLASS", "JOBS", "CARDS OBSERVED", "AS CONFIGURED",
+                                                 "WHAT-IF", "RETURNED",
+                                                 "WAIT P99 OBSERVED/CONFIGURED/WHAT-IF"}};
   for (const auto& [name, c] : out["classes"].items()) {
     auto n = [&](const char* k) { return std::to_string(c[k].get<int64_t>()); };
-    rows.push_back({name, n("jobs"), n("observed_cards"), n("as_configured_cards"), n("what_if_cards"), n("returned"),
-                    n("observed_wait_p99_s") + "s/" + n("as_configured_wait_p99_s") + "s/" + n("what_if_wait_p99_s") + "s"});
+    rows.push_back({name, n("jobs"), n("observed_cards"), n("as_configured_cards"),
+                    n("what_if_cards"), n("returned"),
+                    n("observed_wait_p99_s") + "s/" + n("as_configured_wait_p99_s") + "s/" +
+                        n("what_if_wait_p99_s") + "s"});
   }
   const int64_t returned_total = out["returned"].get<int64_t>();
   if (co.json) {
@@ -227,9 +230,7 @@ void WhatIf(const WhatIfOptions& o, int* exit_code) {
                                 : " with the class-to-form table changed")
             << ":\n\n";
   PrintTable(rows);
-  std::cout << "\n"
-            << returned_total << " card(s) returned to the pool at peak.\n\n"
-            << r->text;
+  std::cout << "\n" << returned_total << " card(s) returned to the pool at peak.\n\n" << r->text;
 }
 
 void RegisterWhatIfCommand(CLI::App& app, CommandContext& ctx) {

@@ -33,3 +33,11 @@ echo "setup: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+
+# Only promtool is wanted from the prometheus package: on a host running systemd, the Prometheus
+# server it just installed and started (port 9090) is stopped and disabled again. A prometheus
+# that was installed before is left alone.
+if [[ " ${missing[*]} " == *" prometheus "* ]] && [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
+  echo "setup: disabling the prometheus service (only promtool is used)"
+  $SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true
+fi

@@ -358,6 +358,10 @@ class Engine {
   // writes outside mu_).
   Status HistoryTick();
   int64_t last_rollup_ms_ = 0;  // 5-minute buckets before this are rolled up
+  // Every job.* event in the store, oldest first (usage and what-if read the log this way).
+  Status ForEachJobEvent(const std::function<Status(const store::Event&)>& fn);
+  // The events that end a job's hold on its grants.
+  static bool EndsHold(const std::string& kind);
 
   // --- metrics.cc
   // Counts a placement (admission, guaranteed or borrowed), preemption or repartition from the

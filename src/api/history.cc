@@ -256,6 +256,24 @@ Json Int(Int128 v) { return Json(static_cast<int64_t>(v)); }
 
 }  // namespace
 
+bool Engine::EndsHold(const std::string& kind) {
+  return kind == "job.requeued" || kind == "job.succeeded" || kind == "job.failed" ||
+         kind == "job.cancelled" || kind == "job.lost";
+}
+
+Status Engine::ForEachJobEvent(const std::function<Status(const store::Event&)>& fn) {
+  constexpr int kPage = 5000;
+  for (int64_t after = 0;;) {
+    auto page = store_->ListEvents(after, kPage, store::EventFilter{"job.", "", ""});
+    if (!page.ok()) return page.status();
+    for (const store::Event& e : *page) {
+      after = e.seq;
+      if (Status st = fn(e); !st.ok()) return st;
+    }
+    if (page->size() < static_cast<size_t>(kPage)) return Status::Ok();
+  }
+}
+
 Result<Json> Engine::Usage(const Identity& who, const UsageQuery& q) {
   if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot read usage");
   if (q.by != "group" && q.by != "identity" && q.by != "queue" && q.by != "form") {
@@ -295,76 +313,69 @@ Result<Json> Engine::Usage(const Identity& who, const UsageQuery& q) {
       }
     }
   };
-  int64_t after = 0;
-  for (;;) {
-    auto page = store_->ListEvents(after, 5000, store::EventFilter{"job.", "", ""});
-    if (!page.ok()) return page.status();
-    for (const store::Event& e : *page) {
-      after = e.seq;
-      if (e.kind == "job.submitted") {
-        Json d = Json::parse(e.data, nullptr, false);
-        owners[e.subject] = {e.actor, d.is_object() ? d.value("group", "") : "",
-                             d.is_object() ? d.value("queue", "") : ""};
-        continue;
-      }
-      const bool closes = e.kind == "job.requeued" || e.kind == "job.succeeded" ||
-                          e.kind == "job.failed" || e.kind == "job.cancelled" ||
-                          e.kind == "job.lost";
-      auto it = open.find(e.subject);
-      if (closes || e.kind == "job.placed") {
-        if (it != open.end()) {
-          account(it->second, e.time_ms);
-          open.erase(it);
-        }
-        if (!closes) {
-          Json d = Json::parse(e.data, nullptr, false);
-          if (!d.is_object() || !d.contains("grants") || !d["grants"].is_array()) continue;
-          auto o = owners.find(e.subject);
-          if (o == owners.end()) {  // submitted before the log's retained part: the record knows
-            auto rec = store_->GetJob(e.subject);
-            if (!rec.ok()) return rec.status();
-            if (!*rec) continue;
-            o = owners.emplace(e.subject, Owner{(*rec)->identity, (*rec)->group, (*rec)->queue})
-                    .first;
-          }
-          if (!visible(o->second)) continue;
-          Held h;
-          h.job = e.subject;
-          h.start = e.time_ms;
-          const std::string form = d.value("form", "");
-          for (const auto& g : d["grants"]) {
-            h.gpu += g.value("compute", int64_t{0});
-            h.gpu_memory += g.value("memory", int64_t{0});
-            h.cpu += g.value("cpu", int64_t{0});
-          }
-          h.key = q.by == "group"      ? o->second.group
-                  : q.by == "identity" ? o->second.identity
-                  : q.by == "queue"    ? o->second.queue
-                                       : form;
-          if (q.by == "form") {
-            const std::string slot = d["grants"].empty() ? "" : d["grants"][0].value("slot", "");
-            h.slice = form == "partition" ? slot.substr(0, slot.find_first_of("@#"))
-                      : form == "share"   ? FormatMiB(h.gpu_memory)
-                                          : std::to_string(h.gpu / kWholeGpu) + "x";
-          }
-          open[e.subject] = h;
-        }
-        continue;
-      }
-      if (it == open.end()) continue;
+  Status walked = ForEachJobEvent([&](const store::Event& e) -> Status {
+    if (e.kind == "job.submitted") {
       Json d = Json::parse(e.data, nullptr, false);
-      if (e.kind == "job.idle" && d.is_object()) {
-        it->second.idle_since = d.value("since_ms", e.time_ms);
-      } else if (e.kind == "job.active" && it->second.idle_since >= 0) {
-        // The idle stretch ends here: account it as its own piece, then go on active.
-        Held idle = it->second;
-        account(idle, e.time_ms);
-        it->second.start = e.time_ms;
-        it->second.idle_since = -1;
-      }
+      owners[e.subject] = {e.actor, d.is_object() ? d.value("group", "") : "",
+                           d.is_object() ? d.value("queue", "") : ""};
+      return Status::Ok();
     }
-    if (page->size() < 5000) break;
-  }
+    const bool closes = EndsHold(e.kind);
+    auto it = open.find(e.subject);
+    if (closes || e.kind == "job.placed") {
+      if (it != open.end()) {
+        account(it->second, e.time_ms);
+        open.erase(it);
+      }
+      if (!closes) {
+        Json d = Json::parse(e.data, nullptr, false);
+        if (!d.is_object() || !d.contains("grants") || !d["grants"].is_array()) return Status::Ok();
+        auto o = owners.find(e.subject);
+        if (o == owners.end()) {  // submitted before the log's retained part: the record knows
+          auto rec = store_->GetJob(e.subject);
+          if (!rec.ok()) return rec.status();
+          if (!*rec) return Status::Ok();
+          o = owners.emplace(e.subject, Owner{(*rec)->identity, (*rec)->group, (*rec)->queue})
+                  .first;
+        }
+        if (!visible(o->second)) return Status::Ok();
+        Held h;
+        h.job = e.subject;
+        h.start = e.time_ms;
+        const std::string form = d.value("form", "");
+        for (const auto& g : d["grants"]) {
+          h.gpu += g.value("compute", int64_t{0});
+          h.gpu_memory += g.value("memory", int64_t{0});
+          h.cpu += g.value("cpu", int64_t{0});
+        }
+        h.key = q.by == "group"      ? o->second.group
+                : q.by == "identity" ? o->second.identity
+                : q.by == "queue"    ? o->second.queue
+                                     : form;
+        if (q.by == "form") {
+          const std::string slot = d["grants"].empty() ? "" : d["grants"][0].value("slot", "");
+          h.slice = form == "partition" ? slot.substr(0, slot.find_first_of("@#"))
+                    : form == "share"   ? FormatMiB(h.gpu_memory)
+                                        : std::to_string(h.gpu / kWholeGpu) + "x";
+        }
+        open[e.subject] = h;
+      }
+      return Status::Ok();
+    }
+    if (it == open.end()) return Status::Ok();
+    Json d = Json::parse(e.data, nullptr, false);
+    if (e.kind == "job.idle" && d.is_object()) {
+      it->second.idle_since = d.value("since_ms", e.time_ms);
+    } else if (e.kind == "job.active" && it->second.idle_since >= 0) {
+      // The idle stretch ends here: account it as its own piece, then go on active.
+      Held idle = it->second;
+      account(idle, e.time_ms);
+      it->second.start = e.time_ms;
+      it->second.idle_since = -1;
+    }
+    return Status::Ok();
+  });
+  if (!walked.ok()) return walked;
   for (const auto& [id, h] : open) account(h, until);  // still held
   Json rows = Json::array();
   Totals all;

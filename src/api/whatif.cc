@@ -58,53 +58,47 @@ Result<Json> Engine::WhatIfScenario(const Identity& who, int64_t since, int64_t 
     }
     o.devices.clear();
   };
-  int64_t after = 0;
-  for (;;) {
-    auto page = store_->ListEvents(after, 5000, store::EventFilter{"job.", "", ""});
-    if (!page.ok()) return page.status();
-    for (const store::Event& e : *page) {
-      after = e.seq;
-      if (e.kind == "job.submitted") {
-        if (e.time_ms < since || e.time_ms >= until) continue;
-        Json d = Json::parse(e.data, nullptr, false);
-        Observed o;
-        o.identity = e.actor;
-        o.group = d.is_object() ? d.value("group", "") : "";
-        o.queue = d.is_object() ? d.value("queue", "") : "";
-        o.submit_ms = e.time_ms;
-        jobs[e.subject] = o;
-        continue;
-      }
-      auto it = jobs.find(e.subject);
-      if (it == jobs.end() || e.time_ms >= until) continue;
-      Observed& o = it->second;
-      if (e.kind == "job.placed") {
-        close(o, e.subject, e.time_ms);
-        if (class_of[e.subject].empty()) {
-          auto rec = store_->GetJob(e.subject);
-          if (!rec.ok()) return rec.status();
-          Json spec = *rec ? Json::parse((*rec)->spec, nullptr, false) : Json();
-          class_of[e.subject] = spec.is_object() ? spec.value("class", "batch") : "batch";
-        }
-        if (o.first_placed_ms < 0) o.first_placed_ms = e.time_ms;
-        o.open_since = e.time_ms;
-        Json d = Json::parse(e.data, nullptr, false);
-        if (d.is_object() && d.contains("grants") && d["grants"].is_array()) {
-          for (const auto& g : d["grants"]) {
-            if (g.value("device", -1) >= 0)
-              o.devices.insert({g.value("node", ""), g.value("device", -1)});
-          }
-        }
-        auto& h = held[cls(e.subject)];
-        for (const auto& dev : o.devices) ++h[dev];
-        peak[cls(e.subject)] = std::max(peak[cls(e.subject)], static_cast<int>(h.size()));
-      } else if (e.kind == "job.requeued" || e.kind == "job.succeeded" || e.kind == "job.failed" ||
-                 e.kind == "job.cancelled" || e.kind == "job.lost") {
-        close(o, e.subject, e.time_ms);
-      }
+  Status walked = ForEachJobEvent([&](const store::Event& e) -> Status {
+    if (e.kind == "job.submitted") {
+      if (e.time_ms < since || e.time_ms >= until) return Status::Ok();
+      Json d = Json::parse(e.data, nullptr, false);
+      Observed o;
+      o.identity = e.actor;
+      o.group = d.is_object() ? d.value("group", "") : "";
+      o.queue = d.is_object() ? d.value("queue", "") : "";
+      o.submit_ms = e.time_ms;
+      jobs[e.subject] = o;
+      return Status::Ok();
     }
-    if (page->size() < 5000) break;
-  }
+    auto it = jobs.find(e.subject);
+    if (it == jobs.end() || e.time_ms >= until) return Status::Ok();
+    Observed& o = it->second;
+    if (e.kind == "job.placed") {
+      close(o, e.subject, e.time_ms);
+      if (class_of[e.subject].empty()) {
+        auto rec = store_->GetJob(e.subject);
+        if (!rec.ok()) return rec.status();
+        Json spec = *rec ? Json::parse((*rec)->spec, nullptr, false) : Json();
+        class_of[e.subject] = spec.is_object() ? spec.value("class", "batch") : "batch";
+      }
+      if (o.first_placed_ms < 0) o.first_placed_ms = e.time_ms;
+      o.open_since = e.time_ms;
+      Json d = Json::parse(e.data, nullptr, false);
+      if (d.is_object() && d.contains("grants") && d["grants"].is_array()) {
+        for (const auto& g : d["grants"]) {
+          if (g.value("device", -1) >= 0)
+            o.devices.insert({g.value("node", ""), g.value("device", -1)});
+        }
+      }
+      auto& h = held[cls(e.subject)];
+      for (const auto& dev : o.devices) ++h[dev];
+      peak[cls(e.subject)] = std::max(peak[cls(e.subject)], static_cast<int>(h.size()));
+    } else if (EndsHold(e.kind)) {
+      close(o, e.subject, e.time_ms);
+    }
+    return Status::Ok();
+  });
+  if (!walked.ok()) return walked;
   for (auto& [id, o] : jobs) close(o, id, until);
 
   // The scenario: the server's policy, its nodes, the observed jobs.
@@ -207,7 +201,8 @@ Result<Json> Engine::WhatIfScenario(const Identity& who, int64_t since, int64_t 
               {"observed", observed}};
 }
 
-Result<Json> Engine::WhatIf(const Identity& who, int64_t since_ms, int64_t until_ms, const std::vector<std::string>& forms) {
+Result<Json> Engine::WhatIf(const Identity& who, int64_t since_ms, int64_t until_ms,
+                            const std::vector<std::string>& forms) {
   Result<Json> observed = WhatIfScenario(who, since_ms, until_ms);
   if (!observed.ok()) return observed.status();
   Result<sim::WhatIfResult> r = sim::WhatIf(*observed, forms);

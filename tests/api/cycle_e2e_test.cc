@@ -406,15 +406,19 @@ TEST_F(CycleE2eTest, AnIdleHoldingIsMarkedAndUsageCountsIt) {
   EXPECT_GT(busy_util, 0) << nodes.dump();
   Json summary = Call("GET", "/v1/summary", {}, "admin-token-1");
   EXPECT_EQ(summary["groups"][0]["gpu_milli_held_idle"], 1000) << summary.dump();
-  // Usage from the CLI: two jobs, some of the held time idle.
-  const std::string cmd = std::string(kTessera) + " usage --url http://127.0.0.1:" + std::to_string(port_) +
-                          " --token admin-token-1 --since 10m --by group --json";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  ASSERT_EQ(::pclose(p), 0) << out;
+  // Usage from the CLI: two jobs, some of the held time idle. `tessera ARGS` against this server,
+  // its exit status and what it printed (stderr too).
+  auto run = [&](const std::string& args) {
+    FILE* f = ::popen((std::string(kTessera) + " " + args + " --url http://127.0.0.1:" + std::to_string(port_) +
+                       " --token admin-token-1 2>&1").c_str(), "r");
+    std::string text;
+    char chunk[4096];
+    for (size_t n = 0; f != nullptr && (n = fread(chunk, 1, sizeof chunk, f)) > 0;) text.append(chunk, n);
+    const int rc = f != nullptr ? ::pclose(f) : -1;
+    return std::make_pair(rc, text);
+  };
+  auto [usage_rc, out] = run("usage --since 10m --by group --json");
+  ASSERT_EQ(usage_rc, 0) << out;
   Json u = Json::parse(out, nullptr, false);
   ASSERT_TRUE(u.is_object()) << out;
   ASSERT_EQ(u["rows"].size(), 1u) << out;
@@ -423,26 +427,17 @@ TEST_F(CycleE2eTest, AnIdleHoldingIsMarkedAndUsageCountsIt) {
   EXPECT_GT(u["rows"][0]["idle_gpu_milli_ms"].get<int64_t>(), 0) << out;
   EXPECT_LT(u["rows"][0]["idle_gpu_milli_ms"].get<int64_t>(), u["rows"][0]["gpu_milli_ms"].get<int64_t>()) << out;
   // The same as CSV (exact integer columns) and as a table for people.
-  auto run = [&](const std::string& args) {
-    FILE* f = ::popen((std::string(kTessera) + " usage --url http://127.0.0.1:" + std::to_string(port_) +
-                       " --token admin-token-1 " + args + " 2>&1").c_str(), "r");
-    std::string text;
-    char chunk[4096];
-    while (size_t n = fread(chunk, 1, sizeof chunk, f)) text.append(chunk, n);
-    const int rc = ::pclose(f);
-    return std::make_pair(rc, text);
-  };
-  auto [csv_rc, csv] = run("--since 10m --by group --csv");
+  auto [csv_rc, csv] = run("usage --since 10m --by group --csv");
   ASSERT_EQ(csv_rc, 0) << csv;
   EXPECT_EQ(csv.substr(0, csv.find('\n')),
             "group,jobs,gpu_milli_ms,idle_gpu_milli_ms,gpu_memory_mib_ms,idle_gpu_memory_mib_ms,cpu_milli_ms,gpu_hours,gpu_hours_used")
       << csv;
   EXPECT_EQ(csv.find("\nresearch,2,"), csv.find('\n')) << csv;
-  auto [table_rc, table] = run("--since 10m --by form");
+  auto [table_rc, table] = run("usage --since 10m --by form");
   ASSERT_EQ(table_rc, 0) << table;
   EXPECT_NE(table.find("FORM"), std::string::npos) << table;
   EXPECT_NE(table.find("(total)"), std::string::npos) << table;
-  auto [bad_rc, bad] = run("--since yesterday-ish");
+  auto [bad_rc, bad] = run("usage --since yesterday-ish");
   EXPECT_NE(bad_rc, 0);
   EXPECT_NE(bad.find("'yesterday-ish' is not a time"), std::string::npos) << bad;
   // The history is served from the store.
@@ -451,19 +446,14 @@ TEST_F(CycleE2eTest, AnIdleHoldingIsMarkedAndUsageCountsIt) {
   EXPECT_EQ(util["samples"].back()["gpu_milli_allocated"], 2000) << util.dump();
   // What-if from the CLI: the two jobs replayed with training on shares (the simulator's run
   // beside the as-configured one).
-  const std::string wcmd = std::string(kTessera) + " whatif --url http://127.0.0.1:" + std::to_string(port_) +
-                           " --token admin-token-1 --since 10m --forms training=share --json 2>&1";
-  p = ::popen(wcmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  out.clear();
-  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  ASSERT_EQ(::pclose(p), 0) << out;
-  Json w = Json::parse(out, nullptr, false);
-  ASSERT_TRUE(w.is_object()) << out;
-  EXPECT_EQ(w["jobs"], 2) << out;
-  EXPECT_EQ(w["classes"]["training"]["observed_cards"], 2) << out;
-  EXPECT_EQ(w["classes"]["training"]["as_configured_cards"], 2) << out;
-  EXPECT_EQ(w["classes"]["training"]["what_if_cards"], 1) << out;  // two shares on one card
+  auto [whatif_rc, wout] = run("whatif --since 10m --forms training=share --json");
+  ASSERT_EQ(whatif_rc, 0) << wout;
+  Json w = Json::parse(wout, nullptr, false);
+  ASSERT_TRUE(w.is_object()) << wout;
+  EXPECT_EQ(w["jobs"], 2) << wout;
+  EXPECT_EQ(w["classes"]["training"]["observed_cards"], 2) << wout;
+  EXPECT_EQ(w["classes"]["training"]["as_configured_cards"], 2) << wout;
+  EXPECT_EQ(w["classes"]["training"]["what_if_cards"], 1) << wout;  // two shares on one card
   for (const auto& id : {sleeper, busy}) Call("POST", "/v1/jobs/" + id + "/cancel", {}, "admin-token-1");
 }
 

@@ -30,6 +30,7 @@ backends::JobRequest Engine::RequestFor(const Job& j) const {
   r.form = j.form.empty() ? j.spec.value("form", "") : j.form;
   r.gpus = j.spec.value("gpus", 0);
   r.gpu_memory_mib = j.spec.value("gpu_memory_mib", int64_t{0});
+  r.gpu_milli = j.spec.value("gpu_milli", int64_t{1000});
   r.mig_profile = j.spec.value("mig_profile", "");
   // Profiles give CPU and memory per device; the scheduler is asked for the job's total.
   const int64_t per = std::max(r.gpus, 1);
@@ -49,6 +50,7 @@ backends::JobRequest Engine::RequestFor(const Job& j) const {
     r.mapping.gres_partition = q->gres_partition;
     r.mapping.shard_mib = q->shard_mib;
     r.mapping.cap_library = q->cap_library;
+    r.mapping.kube = q->kube;
   }
   return r;
 }
@@ -73,24 +75,27 @@ Status Engine::BackendTick() {
     std::unique_lock<std::mutex> lock(mu_);
     CollectBackendWorkLocked(&w);
   }
-  if (w.submits.empty() && w.polls.empty() && w.cancels.empty()) return Status::Ok();
+  if (w.submits.empty() && w.polls.empty() && w.cancels.empty() && w.suspends.empty()) return Status::Ok();
   // 3. The scheduler's commands, without the engine's lock.
   for (auto& [b, ext] : w.cancels) (void)b->Cancel(ext);
+  for (SuspendWork& s : w.suspends) s.status = s.suspend ? s.b->Suspend(s.external_id) : s.b->Resume(s.external_id, s.req);
   std::vector<SubmitDone> done;
   for (const SubmitWork& s : w.submits) done.push_back(SubmitOne(s));
   std::map<std::string, Result<std::map<std::string, backends::ExternalJob>>> polled;
   for (auto& [name, ids] : w.polls) polled.emplace(name, backends_[name]->Poll(ids));
   // 4. Record what happened.
-  std::vector<std::pair<backends::Backend*, std::string>> late_cancels;
+  std::vector<std::pair<backends::Backend*, std::string>> late_cancels, forget;
   Batch batch;
   {
     std::unique_lock<std::mutex> lock(mu_);
     RecordSubmissionsLocked(done, &late_cancels, &batch);
-    RecordPollsLocked(w.polls, polled, &batch);
+    RecordSuspendsLocked(w.suspends, &batch);
+    RecordPollsLocked(w.polls, polled, &forget, &batch);
     Status st = CommitLocked(batch, lock);
     if (!st.ok()) return st;
   }
   for (auto& [b, ext] : late_cancels) (void)b->Cancel(ext);
+  for (auto& [b, ext] : forget) (void)b->Forget(ext);  // its end is durable: the backend's object can go
   return Status::Ok();
 }
 
@@ -111,7 +116,7 @@ Status Engine::ReconcileBackends() {
       for (auto& [name, list] : lists) {
         for (const backends::ExternalJob& x : *list) {
           const std::string id = x.name.substr(prefix.size());
-          const bool active = x.state == "pending" || x.state == "running";
+          const bool active = x.state == "pending" || x.state == "running" || x.state == "suspended";
           auto it = jobs_.find(id);
           if (it == jobs_.end() || it->second.backend != name) {
             if (active) {
@@ -167,10 +172,32 @@ void Engine::CollectBackendWorkLocked(BackendWork* w) {
   const int64_t now = clock_();
   const bool poll_due = now - last_poll_ms_ >= config_.backend_poll_ms;
   if (poll_due) last_poll_ms_ = now;
+  for (auto& [name, ext] : backend_deletes_) {
+    if (backends_.count(name)) cancels.push_back({backends_[name].get(), ext});
+  }
+  backend_deletes_.clear();
   for (const std::string& id : LiveIdsLocked()) {
     Job& j = jobs_[id];
-    if (j.backend.empty() || !Holds(j)) continue;
+    if (j.backend.empty() || !backends_.count(j.backend)) continue;
     backends::Backend* b = backends_[j.backend].get();
+    if (b->Suspends() && !j.external_id.empty() && (Holds(j) || j.rec.state == "pending")) {
+      // A job the backend keeps: its Job is suspended while Tessera has it pending or preempting,
+      // and running (resumed, with the queue's scheduling directives) while it holds its admission.
+      const bool want_suspended = j.rec.state == "pending" || j.rec.state == "preempting";
+      const bool change = want_suspended ? !j.ext_suspended : (j.rec.state == "placed" || j.ext_suspended);
+      if (change && !j.cancel_requested && now >= j.next_suspend_ms) {
+        w->suspends.push_back({id, b, j.external_id, want_suspended,
+                               want_suspended ? backends::JobRequest{} : RequestFor(j), Status::Ok()});
+        j.next_suspend_ms = now + 2000;  // not again before the answer is recorded
+      }
+      if (j.cancel_requested && !j.cancel_sent) {
+        cancels.push_back({b, j.external_id});
+        j.cancel_sent = true;
+      }
+      if (poll_due) polls[j.backend].push_back(j.external_id);
+      continue;
+    }
+    if (!Holds(j)) continue;
     if (j.rec.state == "placed" && j.external_id.empty()) {
       if (now >= j.next_submit_ms && (reconciled_ || !j.lookup_first)) {
         submits.push_back({id, b, RequestFor(j), j.lookup_first});
@@ -266,14 +293,14 @@ void Engine::RecordSubmissionsLocked(const std::vector<SubmitDone>& done,
 
 void Engine::RecordPollsLocked(const std::map<std::string, std::vector<std::string>>& polls,
                                std::map<std::string, Result<std::map<std::string, backends::ExternalJob>>>& polled,
-                               Batch* batch) {
+                               std::vector<std::pair<backends::Backend*, std::string>>* forget, Batch* batch) {
   const int64_t now = clock_();
   std::map<std::string, std::set<std::string>> asked;  // backend -> the external ids polled
   for (const auto& [name, ids] : polls) asked[name].insert(ids.begin(), ids.end());
   for (auto& [name, res] : polled) {
     for (const std::string& id : LiveIdsLocked()) {
       Job& j = jobs_[id];
-      if (j.backend != name || j.external_id.empty() || !Holds(j)) continue;
+      if (j.backend != name || j.external_id.empty() || !(Holds(j) || j.rec.state == "pending")) continue;
       if (!asked[name].count(j.external_id)) continue;
       if (!res.ok()) {
         j.rec.reason = "cannot follow " + name + " job " + j.external_id + ": " + res.status().message();
@@ -281,7 +308,19 @@ void Engine::RecordPollsLocked(const std::map<std::string, std::vector<std::stri
       }
       auto it = res->find(j.external_id);
       if (it == res->end()) {
+        if (j.cancel_sent) {  // deleted on our request (Kubernetes forgets a deleted Job)
+          EndLocked(j, "cancelled", "cancelled");
+          batch->Add(MakeEvent(name, "job.cancelled", id, "cancelled", {{"external_id", j.external_id}}));
+          batch->jobs.push_back(&j);
+          continue;
+        }
         if (++j.unknown_polls < 3) continue;
+        if (j.rec.state == "pending") {  // its suspended Job is gone: made anew at admission
+          j.external_id.clear();
+          j.unknown_polls = 0;
+          batch->jobs.push_back(&j);
+          continue;
+        }
         if (j.handle >= 0) qe_->Cancel(j.handle, NowS(), "ended in " + j.backend);
         cycle_wanted_ = true;
         j.rec.state = "lost";
@@ -293,6 +332,7 @@ void Engine::RecordPollsLocked(const std::map<std::string, std::vector<std::stri
       }
       j.unknown_polls = 0;
       const backends::ExternalJob& x = it->second;
+      if (backends_[name]->Suspends() && FollowSuspendLocked(j, x, batch)) continue;
       j.native_state = x.native_state;
       if (!x.node.empty()) j.external_node = x.node;
       if (!x.gres.empty()) j.gres = x.gres;
@@ -319,6 +359,7 @@ void Engine::RecordPollsLocked(const std::map<std::string, std::vector<std::stri
         j.rec.reason = state == "cancelled" ? "cancelled"
                        : state == "succeeded" ? ""
                                               : name + " " + x.native_state +
+                                                    (x.reason.empty() || x.reason == x.native_state ? "" : " (" + x.reason + ")") +
                                                     (x.exit_code ? ", exit code " + std::to_string(*x.exit_code) : "") +
                                                     (x.signal ? ", signal " + std::to_string(x.signal) : "");
         j.rec.update_ms = now;
@@ -326,9 +367,84 @@ void Engine::RecordPollsLocked(const std::map<std::string, std::vector<std::stri
                                    {{"external_id", j.external_id}, {"node", j.external_node},
                                     {"exit_code", x.exit_code ? *x.exit_code : -1}, {"signal", x.signal}}));
         batch->jobs.push_back(&j);
+        forget->push_back({backends_[name].get(), j.external_id});
       }
     }
   }
+}
+
+void Engine::RecordSuspendsLocked(const std::vector<SuspendWork>& done, Batch* batch) {
+  const int64_t now = clock_();
+  for (const SuspendWork& d : done) {
+    auto found = jobs_.find(d.id);
+    if (found == jobs_.end() || found->second.external_id != d.external_id) continue;
+    Job& j = found->second;
+    const std::string verb = d.suspend ? "suspend" : "resume";
+    if (!d.status.ok()) {
+      j.next_suspend_ms = now + 5000;
+      j.rec.reason = "cannot " + verb + " " + j.backend + " job " + d.external_id + " (retried): " + d.status.message();
+      continue;
+    }
+    j.ext_suspended = d.suspend;
+    j.next_suspend_ms = 0;
+    if (d.suspend) {
+      batch->Add(MakeEvent("engine", "job.suspended", d.id, j.backend + " job " + d.external_id + " suspended",
+                           {{"backend", j.backend}, {"external_id", d.external_id}}));
+    } else if (j.rec.state == "placed") {
+      j.rec.state = "starting";
+      j.rec.reason = "resumed in " + j.backend + " as job " + d.external_id;
+      j.rec.update_ms = now;
+      batch->Add(MakeEvent("engine", "job.starting", d.id, j.rec.reason,
+                           {{"backend", j.backend}, {"external_id", d.external_id}, {"resumed", true}}));
+      batch->jobs.push_back(&j);
+    }
+  }
+}
+
+// A polled job of a backend that suspends (Kubernetes). True when this decided its course:
+// - pending in Tessera: its Job stays suspended, nothing else to follow;
+// - preempting: once the Job is suspended and its pods are gone, the job is pending again
+//   (requeued, its submit time kept) and its admission is free;
+// - suspended while Tessera has it admitted (someone suspended it): resumed by the next pass;
+// - starting, with its pod unschedulable for the queue's placement_timeout: requeued with that
+//   reason (and so suspended).
+// False: the usual following (pending in the scheduler, running, ended).
+bool Engine::FollowSuspendLocked(Job& j, const backends::ExternalJob& x, Batch* batch) {
+  const int64_t now = clock_();
+  j.ext_suspended = x.suspended;
+  if (j.rec.state == "pending") return true;
+  const bool ended = x.state == "succeeded" || x.state == "failed" || x.state == "cancelled";
+  if (j.rec.state == "preempting" && !ended) {
+    if (x.state == "suspended") {
+      const size_t mark = qe_->events().size();
+      qe_->Stopped(j.handle, NowS());
+      TranslateLocked(mark, *batch);  // job.requeued
+      cycle_wanted_ = true;
+    }
+    return true;
+  }
+  if (x.state == "suspended" && !ended) {
+    j.rec.reason = j.backend + " job " + j.external_id + " is suspended; resuming it";
+    return true;
+  }
+  if (j.rec.state == "starting" && x.unschedulable) {
+    if (j.unschedulable_since_ms == 0) j.unschedulable_since_ms = now;
+    const QueueRoute* route = config_.FindRoute(j.rec.queue);
+    const int64_t timeout = route != nullptr ? route->kube.placement_timeout_ms : 0;
+    if (timeout > 0 && now - j.unschedulable_since_ms >= timeout) {
+      j.unschedulable_since_ms = 0;
+      const size_t mark = qe_->events().size();
+      qe_->Requeue(j.handle, NowS(),
+                   "requeued: " + j.backend + " did not schedule its pod within " + std::to_string(timeout / 1000) +
+                       "s (" + x.reason + ")");
+      TranslateLocked(mark, *batch);
+      cycle_wanted_ = true;
+      return true;
+    }
+  } else {
+    j.unschedulable_since_ms = 0;
+  }
+  return false;
 }
 
 }  // namespace tessera::api

@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "api/config_fields.h"
 #include "backends/backend.h"
 #include "model/quantity.h"
 #include "partition/catalog.h"
@@ -19,44 +20,11 @@
 namespace tessera::api {
 namespace {
 
-Status Bad(const std::string& where, const std::string& what) {
-  return Status::InvalidArgument("config: " + where + ": " + what);
-}
-
-// The policy loader's typed reads (policy/yaml_fields.h), their errors prefixed "config: ".
-Status Prefixed(const Status& s) { return Status::InvalidArgument("config: " + s.message()); }
-
-Result<std::string> Str(const YAML::Node& n, const std::string& where) {
-  auto r = policy::GetString(n, where);
-  if (!r.ok()) return Prefixed(r.status());
-  return r;
-}
-
-Result<int64_t> Duration(const YAML::Node& n, const std::string& where) {
-  if (!n || !n.IsScalar()) return Bad(where, "expected a duration such as 10s or 500ms");
-  std::string s = n.as<std::string>();
-  int64_t mult = 1000;
-  std::string num = s;
-  if (s.size() > 2 && s.substr(s.size() - 2) == "ms") {
-    mult = 1;
-    num = s.substr(0, s.size() - 2);
-  } else if (!s.empty() && (s.back() == 's' || s.back() == 'm' || s.back() == 'h' || s.back() == 'd')) {
-    mult = s.back() == 's' ? 1000 : s.back() == 'm' ? 60000 : s.back() == 'h' ? 3600000 : 86400000;
-    num = s.substr(0, s.size() - 1);
-  }
-  auto v = ParseNonNegativeInt(num);
-  if (!v.ok() || *v > (int64_t{1} << 40) || *v > std::numeric_limits<int64_t>::max() / mult) {
-    return Bad(where, "'" + s + "' is not a duration such as 10s, 500ms, 2m, 1h, 90d");
-  }
-  return *v * mult;
-}
-
-Result<std::vector<std::string>> StrList(const YAML::Node& n, const std::string& where) {
-  if (!n) return std::vector<std::string>{};  // optional: none
-  auto r = policy::GetStrings(n, where);
-  if (!r.ok()) return Prefixed(r.status());
-  return r;
-}
+using cfg::Bad;
+using cfg::Duration;
+using cfg::Prefixed;
+using cfg::Str;
+using cfg::StrList;
 
 template <typename T>
 Status CheckUnique(const std::vector<T>& items, const std::string& what) {
@@ -98,7 +66,7 @@ Result<QueueRoute> ParseRoute(const YAML::Node& n, const std::string& w) {
            {"gres_partition", &q.gres_partition}, {"cap_library", &q.cap_library},
            {"mig_model", &q.mig_model}}) {
     if (!n[key]) continue;
-    if (!q.external()) return Bad(w + "." + key, "only for a queue with an external backend (slurm, pbs)");
+    if (!q.external()) return Bad(w + "." + key, "only for a queue with an external backend (slurm, pbs, kubernetes)");
     auto v = Str(n[key], w + "." + key);
     if (!v.ok()) return v.status();
     *field = *v;
@@ -123,6 +91,14 @@ Result<QueueRoute> ParseRoute(const YAML::Node& n, const std::string& w) {
       return Bad(w + ".mig_model", "'" + q.mig_model + "' is not a MIG model (" + mig + ")");
     }
     q.mig_model = m->name;
+  }
+  if (q.backend == "kubernetes") {
+    Status st = ParseKubeRoute(n, w, &q);
+    if (!st.ok()) return st;
+  } else {
+    for (const std::string& key : KubeQueueKeys()) {
+      if (n[key]) return Bad(w + "." + key, "only for a queue with backend: kubernetes");
+    }
   }
   if (!q.template_path.empty()) {
     std::ifstream t(q.template_path);
@@ -346,7 +322,12 @@ const std::set<std::string>& ServerQueueKeys() {
   static const std::set<std::string> kKeys = {"requeue_on_loss", "backend", "partition", "template", "gpu_type",
                       "gres_whole", "gres_share", "gres_partition", "shard_memory",
                       "cap_library", "mig_model"};
-  return kKeys;
+  static const std::set<std::string> kAll = [] {
+    std::set<std::string> all = kKeys;
+    all.insert(KubeQueueKeys().begin(), KubeQueueKeys().end());
+    return all;
+  }();
+  return kAll;
 }
 
 // The quota policy, with the server's extra keys allowed; one pool with every form when none is given.
@@ -354,7 +335,7 @@ static Result<quota::PolicySpec> ReadPolicy(const YAML::Node& root) {
   policy::PolicyKeys keys;
   keys.extra_root = {"cluster", "heartbeat_timeout", "cancel_grace", "cycle", "schedule_on_submit", "backend_poll",
                      "backend_nice", "utilization_sample", "retention", "max_output", "identities", "idle_after",
-                     "utilization_fine_keep", "utilization_keep", "metrics_public"};
+                     "utilization_fine_keep", "utilization_keep", "metrics_public", "kubernetes"};
   keys.extra_queue = ServerQueueKeys();
   keys.require_queues = true;
   auto pol = policy::ParsePolicy(root, keys);
@@ -406,6 +387,7 @@ Result<EngineConfig> ParseConfig(const std::string& yaml_text) {
     EngineConfig c;
     c.source_yaml = yaml_text;
     Status st = ReadServerSettings(root, &c);
+    if (st.ok()) st = ReadKubeSettings(root, &c);
     if (!st.ok()) return st;
     st = ReadIdentities(root["identities"], &c.identities);
     if (!st.ok()) return st;

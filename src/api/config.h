@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/backend.h"
 #include "common/status.h"
 #include "model/cluster.h"
 #include "model/resources.h"
@@ -58,13 +59,24 @@ struct QueueRoute {
   std::string mig_model;
   MiB shard_mib = 1024;            // GPU memory one Slurm shard stands for
   std::string cap_library;         // preloaded for shares
+  backends::KubeMapping kube;      // backend: kubernetes (namespace, node_selector, tolerations ...)
   bool external() const { return backend != "local"; }
 };
 
 // The server's config: the queue and quota policy (the same schema and loader as a scenario's,
 // policy/policy_yaml.h) plus identities, queue routes and the server's own timings.
+// `kubernetes:` the cluster the kubernetes queues use: kubeconfig files and context, or the
+// pod's service account (in_cluster: true).
+struct KubeSettings {
+  std::string kubeconfig;  // ':'-separated files ("" : $KUBECONFIG, else ~/.kube/config)
+  std::string context;     // "" : the current-context
+  bool in_cluster = false;
+  std::string ns;          // the default namespace of its queues ("" : the context's, else "default")
+};
+
 struct EngineConfig {
   std::string cluster = "tessera";
+  KubeSettings kubernetes;
   int64_t heartbeat_timeout_ms = 10000;
   int64_t cancel_grace_ms = 5000;
   int64_t cycle_ms = 1000;         // how often the scheduling cycle runs

@@ -75,6 +75,11 @@ Result<std::unique_ptr<Engine>> Engine::Open(EngineConfig config, std::unique_pt
     if (!q.external() || e->backends_.count(q.backend)) continue;
     backends::BackendOptions options;
     options.command_nice = e->config_.backend_nice;
+    options.cluster = e->config_.cluster;
+    options.kubeconfig = e->config_.kubernetes.kubeconfig;
+    options.kube_context = e->config_.kubernetes.context;
+    options.kube_in_cluster = e->config_.kubernetes.in_cluster;
+    options.kube_namespace = e->config_.kubernetes.ns;
     auto b = backends::BuiltinRegistry().Make(q.backend, options);
     if (!b.ok()) return b.status();
     e->backends_[q.backend] = std::move(*b);
@@ -144,13 +149,13 @@ store::JobRecord Engine::RecordOf(const Job& j) const {
     p.Key("parts_done").BeginArray();
     for (const std::string& n : j.parts_done) p.Str(n);
     p.EndArray();
-    if (!j.backend.empty()) {
-      p.Key("backend").Str(j.backend)
-          .Key("external_id").Str(j.external_id)
-          .Key("external_node").Str(j.external_node)
-          .Key("gres").Str(j.gres)
-          .Key("attempts").Int(j.submit_attempts);
-    }
+  }
+  if (!j.backend.empty()) {  // also while pending again (a suspended Kubernetes Job keeps its id)
+    p.Key("backend").Str(j.backend)
+        .Key("external_id").Str(j.external_id)
+        .Key("external_node").Str(j.external_node)
+        .Key("gres").Str(j.gres)
+        .Key("attempts").Int(j.submit_attempts);
   }
   r.placement = p.EndObject().Take();
   return r;
@@ -299,14 +304,14 @@ Result<Engine::Job> Engine::JobFromRecord(store::JobRecord r) const {
     j.borrowed = p.value("borrowed", false);
     for (const auto& g : p.value("grants", Json::array())) j.grants.push_back(GrantFrom(g));
     for (const auto& n : p.value("parts_done", Json::array())) j.parts_done.insert(n.get<std::string>());
-    j.backend = p.value("backend", "");
-    j.external_id = p.value("external_id", "");
-    j.external_node = p.value("external_node", "");
-    j.gres = p.value("gres", "");
-    j.submit_attempts = p.value("attempts", 0);
-    // Placed but with no id recorded: a submission may have happened just before a crash.
-    j.lookup_first = !j.backend.empty() && j.external_id.empty();
   }
+  j.backend = p.value("backend", "");
+  j.external_id = p.value("external_id", "");
+  j.external_node = p.value("external_node", "");
+  j.gres = p.value("gres", "");
+  j.submit_attempts = p.value("attempts", 0);
+  // Placed but with no id recorded: a submission may have happened just before a crash.
+  j.lookup_first = !j.backend.empty() && j.external_id.empty();
   return j;
 }
 

@@ -232,6 +232,11 @@ class Engine {
     bool lookup_first = false;    // a submission may have happened: look before submitting
     bool cancel_sent = false;
     int unknown_polls = 0;
+    // Backends that suspend (Kubernetes): the Job's spec.suspend as last seen or set, when the
+    // next suspend/resume may be sent, and since when its pod has been unschedulable.
+    bool ext_suspended = false;
+    int64_t next_suspend_ms = 0;
+    int64_t unschedulable_since_ms = 0;
   };
   // A validated submission, before it has an id.
   struct PendingSubmit {
@@ -391,8 +396,17 @@ class Engine {
     bool permanent = false;  // the job cannot be rendered: it fails rather than retries
     bool adopted = false;
   };
+  struct SuspendWork {  // suspend (or resume) a job the backend keeps
+    std::string id;
+    backends::Backend* b;
+    std::string external_id;
+    bool suspend;
+    backends::JobRequest req;  // resume: the queue's scheduling directives
+    Status status;
+  };
   struct BackendWork {
     std::vector<SubmitWork> submits;
+    std::vector<SuspendWork> suspends;
     std::map<std::string, std::vector<std::string>> polls;  // backend -> external ids
     std::vector<std::pair<backends::Backend*, std::string>> cancels;
   };
@@ -404,7 +418,10 @@ class Engine {
                                std::vector<std::pair<backends::Backend*, std::string>>* late_cancels, Batch* batch);
   void RecordPollsLocked(const std::map<std::string, std::vector<std::string>>& polls,
                          std::map<std::string, Result<std::map<std::string, backends::ExternalJob>>>& polled,
-                         Batch* batch);
+                         std::vector<std::pair<backends::Backend*, std::string>>* forget, Batch* batch);
+  void RecordSuspendsLocked(const std::vector<SuspendWork>& done, Batch* batch);
+  // Whether the poll of a kept (suspending) backend's job changed its course; see backend_pass.cc.
+  bool FollowSuspendLocked(Job& j, const backends::ExternalJob& x, Batch* batch);
   backends::JobRequest RequestFor(const Job& j) const;
   std::string ExternalName(const std::string& id) const { return "tessera-" + config_.cluster + "-" + id; }
 
@@ -485,6 +502,9 @@ class Engine {
   std::thread writer_;
   std::map<std::string, std::unique_ptr<backends::Backend>> backends_;  // by name
   std::mutex register_mu_;  // orders node registrations (held without mu_ while one is written)
+  // Backend jobs to delete whose Tessera job ended without the backend's help (a suspended
+  // Kubernetes Job of a job cancelled while pending): (backend, external id); drained by BackendTick.
+  std::vector<std::pair<std::string, std::string>> backend_deletes_;
   std::mutex backend_mu_;   // serializes backend passes (held without mu_ while commands run)
   int64_t last_poll_ms_ = 0;
   bool reconciled_ = false;

@@ -381,6 +381,7 @@ Result<Json> Engine::Cancel(const Identity& who, const std::string& id) {
   if (Ended(j)) return Status::FailedPrecondition("job '" + id + "' has already ended (" + j.rec.state + ")");
   Batch b;
   if (j.rec.state == "pending" || j.rec.state == "placed") {
+    if (!j.backend.empty() && !j.external_id.empty()) backend_deletes_.push_back({j.backend, j.external_id});
     EndLocked(j, "cancelled", "cancelled by " + who.name);
     b.Touch(NodesOf(j));
     j.grants.clear();

@@ -32,6 +32,7 @@ Result<std::unique_ptr<Backend>> Registry::Make(const std::string& name, const B
 void RegisterBuiltins(Registry& r) {
   r.Register("slurm", MakeSlurmBackend);
   r.Register("pbs", MakePbsBackend);
+  r.Register("kubernetes", MakeKubernetesBackend);
 }
 
 const Registry& BuiltinRegistry() {

@@ -25,6 +25,22 @@
 
 namespace tessera::backends {
 
+// A Kubernetes queue's settings (backend: kubernetes; see backends/kubernetes/manifest.h).
+struct KubeMapping {
+  std::string ns;                                   // namespace ("" : the connection's, else "default")
+  std::map<std::string, std::string> node_selector;  // of the queue's pool, set at admission
+  std::string tolerations_json = "[]";              // a JSON array of tolerations, set at admission
+  std::string priority_class;
+  std::string image;                                // the container image ("" : the template's)
+  std::string vendor = "nvidia";                    // nvidia | amd: whole cards as <vendor>.com/gpu
+  std::string mig_strategy = "mixed";               // mixed: nvidia.com/mig-<profile>; single: nvidia.com/gpu + product selector
+  std::string mig_product;                          // single strategy: nvidia.com/gpu.product, {profile} filled in
+  std::string share_mode = "hami";                  // hami: nvidia.com/gpumem; timeslice: the cap library's environment
+  std::string amd_partition;                        // AMD partitions: e.g. cpx_nps4 -> amd.com/cpx_nps4
+  std::map<std::string, std::string> resources;     // overrides: whole, mig, share, gpumem, gpucores, amd_partition
+  int64_t placement_timeout_ms = 300000;            // admitted pods unscheduled this long: suspended, requeued
+};
+
 // How a queue maps Tessera's allocation forms onto the scheduler's resources; from the queue's
 // config. Placeholders in the GRES patterns: {gpus}, {type}, {shards}.
 struct QueueMapping {
@@ -36,6 +52,7 @@ struct QueueMapping {
   std::string gres_partition;   // MIG instance, e.g. "gpu:1g.10gb:1"; empty: not offered
   int64_t shard_mib = 1024;     // GPU memory one shard stands for
   std::string cap_library;      // LD_PRELOAD'ed for shares when set (the memory-cap library)
+  KubeMapping kube;             // backend: kubernetes
 };
 
 // One admitted job, as a backend needs it.
@@ -47,6 +64,7 @@ struct JobRequest {
   std::string form;       // whole / share / partition, or "" for no GPU
   int gpus = 0;
   int64_t gpu_memory_mib = 0;  // a share's cap
+  int64_t gpu_milli = 1000;    // a share's compute, in thousandths of a card (HAMi's gpucores)
   std::string mig_profile;     // a MIG instance's profile chosen from the queue's mig_model, e.g. "1g.10gb"
   int64_t cpu_milli = 1000;
   int64_t memory_mib = 1024;
@@ -66,6 +84,8 @@ struct ExternalJob {
   std::string node;          // where it runs (first node)
   std::vector<int> devices;  // GPU indices on that node, when reported
   std::string gres;          // the scheduler's allocation text, e.g. "gpu:testgpu(IDX:0)"
+  bool suspended = false;    // Kubernetes: the Job is suspended (state "suspended" once its pods are gone)
+  bool unschedulable = false;  // Kubernetes: its pod cannot be scheduled (reason says why)
 };
 
 class Backend {
@@ -81,6 +101,24 @@ class Backend {
   virtual Result<std::map<std::string, ExternalJob>> Poll(const std::vector<std::string>& ids) = 0;
   // Every job the scheduler knows whose name starts with `prefix` (reconciliation).
   virtual Result<std::vector<ExternalJob>> List(const std::string& prefix) = 0;
+
+  // Schedulers whose jobs can be suspended and resumed keeping their identity (Kubernetes:
+  // spec.suspend). The engine then suspends a preempted or reclaimed job instead of cancelling
+  // it, and resumes it when the cycle admits it again (with the queue's scheduling directives).
+  virtual bool Suspends() const { return false; }
+  virtual Status Suspend(const std::string& external_id) {
+    return Status::FailedPrecondition(Name() + " cannot suspend job " + external_id);
+  }
+  virtual Status Resume(const std::string& external_id, const JobRequest& job) {
+    (void)job;
+    return Status::FailedPrecondition(Name() + " cannot resume job " + external_id);
+  }
+  // Called once a job's end is recorded: a scheduler that keeps ended jobs as objects (Kubernetes)
+  // deletes it here, so no labelled object is left behind.
+  virtual Status Forget(const std::string& external_id) {
+    (void)external_id;
+    return Status::Ok();
+  }
 };
 
 struct CommandResult;
@@ -94,11 +132,19 @@ struct BackendOptions {
   // When set, runs the scheduler's commands instead of starting processes (argv[0] the bare
   // name): for the fuzz targets, which feed the backends' parsers in-process.
   std::function<CommandResult(const std::vector<std::string>& argv, const std::string& input)> runner;
+  // Kubernetes: the cluster's name (the tessera.io/cluster label) and how to reach the API:
+  // kubeconfig files (':'-separated; "" : $KUBECONFIG, else ~/.kube/config) and context, or
+  // in_cluster (the pod's service account).
+  std::string cluster = "tessera";
+  std::string kubeconfig;
+  std::string kube_context;
+  bool kube_in_cluster = false;
+  std::string kube_namespace;  // the default namespace ("" : the context's, else "default")
 };
 
 using BackendFactory = std::function<std::unique_ptr<Backend>(const BackendOptions&)>;
 
-// Backends by name. Registration is explicit: RegisterBuiltins() adds "slurm" and "pbs".
+// Backends by name. Registration is explicit: RegisterBuiltins() adds "slurm", "pbs" and "kubernetes".
 class Registry {
  public:
   void Register(const std::string& name, BackendFactory factory);
@@ -115,6 +161,7 @@ const Registry& BuiltinRegistry();
 void RegisterBuiltins(Registry& r);
 std::unique_ptr<Backend> MakeSlurmBackend(const BackendOptions& options);
 std::unique_ptr<Backend> MakePbsBackend(const BackendOptions& options);
+std::unique_ptr<Backend> MakeKubernetesBackend(const BackendOptions& options);
 
 // --- helpers shared by the backends (exposed for tests) ---
 

@@ -1,0 +1,177 @@
+// The config of Kubernetes queues (backend: kubernetes) and of the cluster they use.
+//
+//   kubernetes: {kubeconfig: /etc/tessera/kubeconfig, context: prod, namespace: ml}   # or in_cluster: true
+//   queues:
+//     - name: k8s-train
+//       backend: kubernetes
+//       namespace: ml
+//       node_selector: {pool: a100}
+//       tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]
+//       priority_class: batch
+//       image: nvcr.io/nvidia/pytorch:24.05-py3
+//       template: examples/kubernetes/job.yaml
+//       mig_model: A100-80GB     mig_strategy: mixed | single (mig_product: "A100-SXM4-80GB-MIG-{profile}")
+//       share_mode: hami | timeslice     vendor: nvidia | amd (amd_partition: cpx_nps4)
+//       resources: {whole: nvidia.com/gpu, mig: "nvidia.com/mig-{profile}", gpumem: nvidia.com/gpumem}
+//       placement_timeout: 5m
+#include <nlohmann/json.hpp>
+
+#include "api/config.h"
+#include "api/config_fields.h"
+
+namespace tessera::api {
+namespace {
+
+using cfg::Bad;
+using cfg::Duration;
+using cfg::Str;
+
+// A YAML value as JSON (tolerations are passed to Kubernetes as they are written).
+nlohmann::json ToJson(const YAML::Node& n) {
+  if (n.IsMap()) {
+    nlohmann::json o = nlohmann::json::object();
+    for (const auto& kv : n) o[kv.first.as<std::string>()] = ToJson(kv.second);
+    return o;
+  }
+  if (n.IsSequence()) {
+    nlohmann::json a = nlohmann::json::array();
+    for (const auto& e : n) a.push_back(ToJson(e));
+    return a;
+  }
+  if (n.IsScalar()) {
+    const std::string s = n.Scalar();
+    if (n.Tag() != "!" && s.find_first_not_of("0123456789") == std::string::npos && !s.empty() && s.size() < 19) {
+      return std::stoll(s);  // tolerationSeconds
+    }
+    return s;
+  }
+  return nullptr;
+}
+
+Result<std::map<std::string, std::string>> StrMap(const YAML::Node& n, const std::string& where) {
+  if (!n.IsMap()) return Bad(where, "expected a map of names to values");
+  std::map<std::string, std::string> out;
+  for (const auto& kv : n) {
+    if (!kv.second.IsScalar()) return Bad(where + "." + kv.first.as<std::string>(), "expected a string");
+    out[kv.first.as<std::string>()] = kv.second.as<std::string>();
+  }
+  return out;
+}
+
+Status OneOf(const std::string& v, std::initializer_list<const char*> allowed, const std::string& where) {
+  std::string list;
+  for (const char* a : allowed) {
+    if (v == a) return Status::Ok();
+    list += (list.empty() ? "" : ", ") + std::string(a);
+  }
+  return Bad(where, "'" + v + "' is not one of " + list);
+}
+
+// A Kubernetes label key or value is short and plain; names are DNS labels.
+bool DnsLabel(const std::string& s) {
+  if (s.empty() || s.size() > 63) return false;
+  for (char c : s) {
+    if (!(std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) || c == '-')) return false;
+  }
+  return s.front() != '-' && s.back() != '-';
+}
+
+}  // namespace
+
+const std::set<std::string>& KubeQueueKeys() {
+  static const std::set<std::string> kKeys = {"namespace", "node_selector", "tolerations", "priority_class",
+                                              "image", "vendor", "mig_strategy", "mig_product", "share_mode",
+                                              "amd_partition", "resources", "placement_timeout"};
+  return kKeys;
+}
+
+Status ParseKubeRoute(const YAML::Node& n, const std::string& w, QueueRoute* q) {
+  backends::KubeMapping& k = q->kube;
+  for (auto [key, field] : std::initializer_list<std::pair<const char*, std::string*>>{
+           {"namespace", &k.ns}, {"priority_class", &k.priority_class}, {"image", &k.image}, {"vendor", &k.vendor},
+           {"mig_strategy", &k.mig_strategy}, {"mig_product", &k.mig_product}, {"share_mode", &k.share_mode},
+           {"amd_partition", &k.amd_partition}}) {
+    if (!n[key]) continue;
+    auto v = Str(n[key], w + "." + key);
+    if (!v.ok()) return v.status();
+    *field = *v;
+  }
+  if (!k.ns.empty() && !DnsLabel(k.ns)) return Bad(w + ".namespace", "'" + k.ns + "' is not a Kubernetes namespace name");
+  Status st = OneOf(k.vendor, {"nvidia", "amd"}, w + ".vendor");
+  if (st.ok()) st = OneOf(k.mig_strategy, {"mixed", "single"}, w + ".mig_strategy");
+  if (st.ok()) st = OneOf(k.share_mode, {"hami", "timeslice"}, w + ".share_mode");
+  if (!st.ok()) return st;
+  if (k.mig_strategy == "single" && !q->mig_model.empty() && k.mig_product.empty()) {
+    return Bad(w + ".mig_product", "the single MIG strategy needs the nvidia.com/gpu.product of the MIG nodes, e.g. \"A100-SXM4-80GB-MIG-{profile}\"");
+  }
+  if (n["node_selector"]) {
+    auto m = StrMap(n["node_selector"], w + ".node_selector");
+    if (!m.ok()) return m.status();
+    k.node_selector = *m;
+  }
+  if (n["resources"]) {
+    auto m = StrMap(n["resources"], w + ".resources");
+    if (!m.ok()) return m.status();
+    for (const auto& [form, name] : *m) {
+      st = OneOf(form, {"whole", "mig", "gpumem", "gpucores", "amd_partition"}, w + ".resources");
+      if (!st.ok()) return st;
+      if (name.find('/') == std::string::npos) return Bad(w + ".resources." + form, "'" + name + "' is not a resource name such as nvidia.com/gpu");
+    }
+    k.resources = *m;
+  }
+  if (n["tolerations"]) {
+    if (!n["tolerations"].IsSequence()) return Bad(w + ".tolerations", "expected a list of tolerations");
+    for (size_t i = 0; i < n["tolerations"].size(); ++i) {
+      const YAML::Node t = n["tolerations"][i];
+      const std::string tw = w + ".tolerations[" + std::to_string(i) + "]";
+      if (!t.IsMap()) return Bad(tw, "expected a map (key, operator, value, effect)");
+      for (const auto& kv : t) {
+        const std::string key = kv.first.as<std::string>();
+        st = OneOf(key, {"key", "operator", "value", "effect", "tolerationSeconds"}, tw);
+        if (!st.ok()) return st;
+      }
+      if (t["operator"]) {
+        st = OneOf(t["operator"].as<std::string>(), {"Equal", "Exists"}, tw + ".operator");
+        if (!st.ok()) return st;
+      }
+      if (t["effect"]) {
+        st = OneOf(t["effect"].as<std::string>(), {"NoSchedule", "PreferNoSchedule", "NoExecute"}, tw + ".effect");
+        if (!st.ok()) return st;
+      }
+    }
+    k.tolerations_json = ToJson(n["tolerations"]).dump();
+  }
+  if (n["placement_timeout"]) {
+    auto d = Duration(n["placement_timeout"], w + ".placement_timeout");
+    if (!d.ok()) return d.status();
+    k.placement_timeout_ms = *d;
+  }
+  return Status::Ok();
+}
+
+Status ReadKubeSettings(const YAML::Node& root, EngineConfig* c) {
+  const YAML::Node n = root["kubernetes"];
+  if (!n) return Status::Ok();
+  if (!n.IsMap()) return Bad("kubernetes", "expected a map (kubeconfig, context, in_cluster, namespace)");
+  for (const auto& kv : n) {
+    Status st = OneOf(kv.first.as<std::string>(), {"kubeconfig", "context", "in_cluster", "namespace"}, "kubernetes");
+    if (!st.ok()) return st;
+  }
+  KubeSettings& k = c->kubernetes;
+  for (auto [key, field] : std::initializer_list<std::pair<const char*, std::string*>>{
+           {"kubeconfig", &k.kubeconfig}, {"context", &k.context}, {"namespace", &k.ns}}) {
+    if (!n[key]) continue;
+    auto v = Str(n[key], std::string("kubernetes.") + key);
+    if (!v.ok()) return v.status();
+    *field = *v;
+  }
+  if (n["in_cluster"]) {
+    auto v = policy::GetBool(n["in_cluster"], "kubernetes.in_cluster");
+    if (!v.ok()) return cfg::Prefixed(v.status());
+    k.in_cluster = *v;
+  }
+  if (k.in_cluster && !k.kubeconfig.empty()) return Bad("kubernetes", "in_cluster and kubeconfig exclude each other");
+  return Status::Ok();
+}
+
+}  // namespace tessera::api

@@ -1,0 +1,299 @@
+#include "backends/kubernetes/manifest.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+namespace tessera::backends::kube {
+
+const char* kDefaultJobTemplate = R"(apiVersion: batch/v1
+kind: Job
+metadata:
+  name: set-by-tessera
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+        - name: job
+          image: busybox:1.36
+)";
+
+namespace {
+
+Json Convert(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Map: {
+      Json o = Json::object();
+      for (const auto& kv : n) o[kv.first.as<std::string>()] = Convert(kv.second);
+      return o;
+    }
+    case YAML::NodeType::Sequence: {
+      Json a = Json::array();
+      for (const auto& e : n) a.push_back(Convert(e));
+      return a;
+    }
+    case YAML::NodeType::Scalar: {
+      const std::string s = n.Scalar();
+      if (n.Tag() == "!") return s;  // quoted
+      if (s == "true" || s == "True") return true;
+      if (s == "false" || s == "False") return false;
+      if (s == "null" || s == "~" || s.empty()) return nullptr;
+      if (!s.empty() && s.size() < 19 && s.find_first_not_of("0123456789", s[0] == '-' ? 1 : 0) == std::string::npos &&
+          s != "-") {
+        return std::stoll(s);
+      }
+      return s;
+    }
+    default:
+      return nullptr;
+  }
+}
+
+std::string Get(const std::map<std::string, std::string>& m, const std::string& k, const std::string& def) {
+  auto it = m.find(k);
+  return it == m.end() ? def : it->second;
+}
+
+std::string Fill(std::string pattern, const std::string& key, const std::string& value) {
+  for (size_t at; (at = pattern.find(key)) != std::string::npos;) pattern.replace(at, key.size(), value);
+  return pattern;
+}
+
+}  // namespace
+
+Result<Json> YamlToJson(const std::string& text) {
+  try {
+    return Convert(YAML::Load(text));
+  } catch (const YAML::Exception& e) {
+    return Status::InvalidArgument(std::string("not valid YAML: ") + e.what());
+  }
+}
+
+std::string JobName(const std::string& name) {
+  std::string out;
+  for (char c : name) {
+    const char l = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    out.push_back(std::isalnum(static_cast<unsigned char>(l)) ? l : '-');
+  }
+  if (out.size() > 63) out.resize(63);
+  while (!out.empty() && out.back() == '-') out.pop_back();
+  return out.empty() ? "tessera" : out;
+}
+
+Result<Json> ResourcesFor(const JobRequest& job) {
+  const KubeMapping& k = job.mapping.kube;
+  Json r = Json::object();
+  r["cpu"] = std::to_string(job.cpu_milli) + "m";
+  r["memory"] = std::to_string(job.memory_mib) + "Mi";
+  const std::string whole = Get(k.resources, "whole", k.vendor + ".com/gpu");
+  if (job.form.empty() || (job.gpus == 0 && job.form != "share" && job.form != "partition")) return r;
+  if (job.form == "whole") {
+    r[whole] = std::to_string(std::max(job.gpus, 1));
+  } else if (job.form == "partition") {
+    if (k.vendor == "amd") {
+      if (k.amd_partition.empty()) {
+        return Status::InvalidArgument("the queue maps no AMD partition (set amd_partition, e.g. cpx_nps4)");
+      }
+      r[Fill(Get(k.resources, "amd_partition", "amd.com/{partition}"), "{partition}", k.amd_partition)] = "1";
+    } else {
+      if (job.mig_profile.empty()) return Status::InvalidArgument("a MIG instance needs the queue's mig_model");
+      if (k.mig_strategy == "single") {
+        r[whole] = "1";
+      } else {
+        r[Fill(Get(k.resources, "mig", "nvidia.com/mig-{profile}"), "{profile}", job.mig_profile)] = "1";
+      }
+    }
+  } else if (job.form == "share") {
+    r[whole] = "1";
+    if (k.share_mode == "hami") {
+      r[Get(k.resources, "gpumem", "nvidia.com/gpumem")] = std::to_string(job.gpu_memory_mib);
+      if (job.gpu_milli > 0 && job.gpu_milli < 1000) {
+        r[Get(k.resources, "gpucores", "nvidia.com/gpucores")] = std::to_string((job.gpu_milli + 9) / 10);
+      }
+    }
+  } else {
+    return Status::InvalidArgument("unknown form '" + job.form + "'");
+  }
+  return r;
+}
+
+Result<Json> SchedulingFor(const JobRequest& job) {
+  const KubeMapping& k = job.mapping.kube;
+  Json sel = Json::object();
+  for (const auto& [key, v] : k.node_selector) sel[key] = v;
+  if (job.form == "partition" && k.vendor != "amd" && k.mig_strategy == "single") {
+    if (k.mig_product.empty()) return Status::InvalidArgument("the single MIG strategy needs the queue's mig_product");
+    sel["nvidia.com/gpu.product"] = Fill(k.mig_product, "{profile}", job.mig_profile);
+  }
+  Json tol = Json::parse(k.tolerations_json.empty() ? "[]" : k.tolerations_json, nullptr, false);
+  if (!tol.is_array()) return Status::InvalidArgument("tolerations: expected a list");
+  return Json{{"nodeSelector", sel}, {"tolerations", tol}};
+}
+
+Result<Json> RenderJob(const JobRequest& job, const std::string& cluster, const std::string& ns) {
+  std::string text = kDefaultJobTemplate;
+  if (!job.mapping.template_path.empty()) {
+    std::ifstream in(job.mapping.template_path);
+    if (!in) return Status::InvalidArgument("cannot read the manifest template '" + job.mapping.template_path + "'");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    text = ss.str();
+  }
+  auto parsed = YamlToJson(text);
+  if (!parsed.ok()) return Status::InvalidArgument("manifest template: " + parsed.status().message());
+  Json m = std::move(*parsed);
+  const std::string where = job.mapping.template_path.empty() ? "the default template" : "'" + job.mapping.template_path + "'";
+  if (StrAt(m, "kind") != "Job" || StrAt(m, "apiVersion") != "batch/v1") {
+    return Status::InvalidArgument("manifest template " + where + ": expected a batch/v1 Job");
+  }
+  Json& pod = m["spec"]["template"];
+  if (!pod.is_object() || !pod["spec"].is_object() || !pod["spec"]["containers"].is_array() ||
+      pod["spec"]["containers"].empty() || !pod["spec"]["containers"][0].is_object()) {
+    return Status::InvalidArgument("manifest template " + where + ": spec.template.spec.containers needs a container");
+  }
+  Json labels = {{"tessera.io/job", job.id}, {"tessera.io/cluster", cluster}};
+  m["metadata"]["name"] = JobName(job.name);
+  m["metadata"]["namespace"] = ns;
+  for (Json* meta : {&m["metadata"], &pod["metadata"]}) {
+    if (!(*meta)["labels"].is_object()) (*meta)["labels"] = Json::object();
+    for (const auto& [key, v] : labels.items()) (*meta)["labels"][key] = v;
+  }
+  m["spec"]["suspend"] = true;
+  m["spec"]["backoffLimit"] = 0;  // Tessera owns retries
+  Json& spec = pod["spec"];
+  if (!spec.contains("restartPolicy")) spec["restartPolicy"] = "Never";
+  if (!job.mapping.kube.priority_class.empty()) spec["priorityClassName"] = job.mapping.kube.priority_class;
+  Json& c = spec["containers"][0];
+  if (!job.mapping.kube.image.empty()) c["image"] = job.mapping.kube.image;
+  if (!c.contains("image")) return Status::InvalidArgument("manifest template " + where + ": the container has no image");
+  if (!job.command.empty()) {
+    c["command"] = job.command;
+    c.erase("args");
+  }
+  Json env = At(c, "env");
+  if (!env.is_array()) env = Json::array();
+  std::map<std::string, std::string> vars = job.env;
+  if (job.form == "share") {
+    vars["TESSERA_GPU_MEMORY_LIMIT"] = std::to_string(job.gpu_memory_mib * 1024 * 1024);
+    if (job.mapping.kube.share_mode == "timeslice" && !job.mapping.cap_library.empty()) {
+      vars["LD_PRELOAD"] = job.mapping.cap_library;
+    }
+  }
+  for (const auto& [k, v] : vars) env.push_back(Json{{"name", k}, {"value", v}});
+  c["env"] = env;
+  auto res = ResourcesFor(job);
+  if (!res.ok()) return res.status();
+  c["resources"] = Json{{"requests", *res}, {"limits", *res}};
+  return m;
+}
+
+const Json& At(const Json& o, const char* key) {
+  static const Json kNull;
+  if (!o.is_object()) return kNull;
+  auto it = o.find(key);
+  return it == o.end() ? kNull : *it;
+}
+
+std::string StrAt(const Json& o, const char* key) {
+  const Json& v = At(o, key);
+  return v.is_string() ? v.get<std::string>() : std::string();
+}
+
+int64_t IntAt(const Json& o, const char* key) {
+  const Json& v = At(o, key);
+  return v.is_number_integer() ? v.get<int64_t>() : 0;
+}
+
+std::string KeyOf(const Json& obj) {
+  const Json& m = At(obj, "metadata");
+  return StrAt(m, "namespace") + "/" + StrAt(m, "name");
+}
+
+std::string RvOf(const Json& obj) { return StrAt(At(obj, "metadata"), "resourceVersion"); }
+
+namespace {
+
+// The terminated state of a pod's first container that has one.
+const Json* Terminated(const Json& pod) {
+  const Json& st = At(pod, "status");
+  for (const char* key : {"containerStatuses", "initContainerStatuses"}) {
+    const Json& list = At(st, key);
+    if (!list.is_array()) continue;
+    for (const Json& cs : list) {
+      const Json& t = At(At(cs, "state"), "terminated");
+      if (t.is_object()) return &t;
+    }
+  }
+  return nullptr;
+}
+
+const Json* Condition(const Json& obj, const std::string& type) {
+  const Json& list = At(At(obj, "status"), "conditions");
+  if (!list.is_array()) return nullptr;
+  for (const Json& c : list) {
+    if (StrAt(c, "type") == type) return &c;
+  }
+  return nullptr;
+}
+
+bool True(const Json* c) { return c != nullptr && StrAt(*c, "status") == "True"; }
+
+}  // namespace
+
+ExternalJob ReadJob(const Json& job, const std::vector<const Json*>& pods) {
+  ExternalJob x;
+  const Json& meta = At(job, "metadata");
+  x.name = StrAt(meta, "name");
+  x.external_id = StrAt(meta, "namespace") + "/" + x.name;
+  x.suspended = At(At(job, "spec"), "suspend") == true;
+  const int64_t active = IntAt(At(job, "status"), "active");
+  // The newest pod tells where and why.
+  const Json* pod = nullptr;
+  for (const Json* p : pods) {
+    if (pod == nullptr || StrAt(At(*p, "metadata"), "creationTimestamp") >= StrAt(At(*pod, "metadata"), "creationTimestamp")) {
+      pod = p;
+    }
+  }
+  if (pod != nullptr) {
+    x.node = StrAt(At(*pod, "spec"), "nodeName");
+    const Json* sched = Condition(*pod, "PodScheduled");
+    if (sched != nullptr && !True(sched)) {
+      x.reason = StrAt(*sched, "reason") + ": " + StrAt(*sched, "message");
+      x.unschedulable = StrAt(*sched, "reason") == "Unschedulable";
+    }
+  }
+  const Json* failed = Condition(job, "Failed");
+  if (True(Condition(job, "Complete"))) {
+    x.state = "succeeded";
+    x.native_state = "Complete";
+    x.exit_code = 0;
+  } else if (True(failed)) {
+    x.state = "failed";
+    x.native_state = "Failed";
+    x.reason = StrAt(*failed, "reason");
+    if (pod != nullptr) {
+      if (const Json* t = Terminated(*pod)) {
+        x.exit_code = static_cast<int>(IntAt(*t, "exitCode"));
+        if (StrAt(*t, "reason") == "OOMKilled") x.reason = "OOMKilled";
+        x.signal = static_cast<int>(IntAt(*t, "signal"));
+      }
+      const std::string pr = StrAt(At(*pod, "status"), "reason");
+      if (!pr.empty()) x.reason = pr;  // Evicted, UnexpectedAdmissionError, DeadlineExceeded ...
+    }
+  } else if (x.suspended) {
+    x.state = active > 0 ? "running" : "suspended";  // pods still stopping count as running
+    x.native_state = "Suspended";
+  } else if (pod != nullptr && StrAt(At(*pod, "status"), "phase") == "Running") {
+    x.state = "running";
+    x.native_state = "Running";
+  } else {
+    x.state = "pending";
+    x.native_state = pod == nullptr ? "NoPod" : "Pending";
+  }
+  return x;
+}
+
+}  // namespace tessera::backends::kube

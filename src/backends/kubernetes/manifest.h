@@ -1,0 +1,59 @@
+// What a Tessera job becomes in Kubernetes: one batch/v1 Job, created suspended, whose pod asks
+// for the job's form by the device plugins' resource names. Also how Job and pod status read
+// back as Tessera's states.
+//
+// Fields Tessera sets are set on the parsed manifest, never pasted into its text, so a value
+// (a command argument, an environment value) cannot change the manifest's structure.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+#include "backends/backend.h"
+#include "common/status.h"
+
+namespace tessera::backends::kube {
+
+using Json = nlohmann::json;
+
+// Reading objects from the API without trusting their shape: a missing key, or a value of
+// another type than Kubernetes documents, reads as null / "" / 0 (never an exception).
+const Json& At(const Json& o, const char* key);
+std::string StrAt(const Json& o, const char* key);
+int64_t IntAt(const Json& o, const char* key);
+// metadata.namespace + "/" + metadata.name, and metadata.resourceVersion.
+std::string KeyOf(const Json& obj);
+std::string RvOf(const Json& obj);
+
+// The Job manifest used when a queue names no template.
+extern const char* kDefaultJobTemplate;
+
+// `text` (YAML or JSON) as JSON: plain scalars that read as integers, booleans or null become
+// those; quoted ones stay strings.
+Result<Json> YamlToJson(const std::string& text);
+
+// The container resources (requests = limits) for the job's form under its queue's mapping,
+// e.g. {"nvidia.com/gpu": "2", "cpu": "8000m", "memory": "65536Mi"}; an error for a form the
+// mapping cannot express.
+Result<Json> ResourcesFor(const JobRequest& job);
+
+// The scheduling directives of the queue's pool (node selector and tolerations), as the merge
+// patch sets them at admission: {"nodeSelector": {...}, "tolerations": [...]} (with the MIG
+// product label under the single strategy).
+Result<Json> SchedulingFor(const JobRequest& job);
+
+// The whole Job: the template (the queue's file or kDefaultJobTemplate) with metadata.name,
+// namespace, labels tessera.io/job and tessera.io/cluster (also on the pod template), spec.suspend
+// true, backoffLimit 0, and the first container's command, env and resources.
+Result<Json> RenderJob(const JobRequest& job, const std::string& cluster, const std::string& ns);
+
+// A Job object's state for Tessera, with its pods' details (`pods`: the Job's pods, any order).
+ExternalJob ReadJob(const Json& job, const std::vector<const Json*>& pods);
+
+// The name a Job gets: the job's scheduler-side name, lowercased, made a DNS-1123 label.
+std::string JobName(const std::string& name);
+
+}  // namespace tessera::backends::kube

@@ -1,0 +1,334 @@
+// Unit tests of the Kubernetes backend's pure parts: kubeconfig merging, manifests per form,
+// Job/pod status read back, and the config of kubernetes queues.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "api/config.h"
+#include "backends/kubernetes/connection.h"
+#include "backends/kubernetes/manifest.h"
+
+namespace tessera::backends::kube {
+namespace {
+
+namespace fs = std::filesystem;
+
+class Kubeconfig : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("kubecfg-" + std::to_string(::getpid()) + "-" +
+                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_ / "sub");
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string Write(const std::string& rel, const std::string& text) {
+    std::ofstream(dir_ / rel) << text;
+    return (dir_ / rel).string();
+  }
+  fs::path dir_;
+};
+
+TEST_F(Kubeconfig, TheFirstFileToSetANameOrTheCurrentContextWins) {
+  Write("sub/ca.pem", "CA-FROM-FILE");
+  Write("sub/token", "tok-from-file\n");
+  const std::string a = Write("a.yaml", R"(
+current-context: dev
+contexts:
+  - {name: dev, context: {cluster: c1, user: u1, namespace: ml}}
+clusters:
+  - {name: c1, cluster: {server: "https://k8s.example:6443/", certificate-authority: sub/ca.pem, tls-server-name: api.internal}}
+users:
+  - {name: u1, user: {tokenFile: sub/token}}
+)");
+  const std::string b = Write("b.yaml", R"(
+current-context: prod
+contexts:
+  - {name: dev, context: {cluster: other, user: other}}
+  - {name: prod, context: {cluster: c2, user: u2}}
+clusters:
+  - {name: c1, cluster: {server: "https://ignored:1"}}
+  - {name: c2, cluster: {server: "https://prod:443", insecure-skip-tls-verify: true}}
+users:
+  - {name: u2, user: {token: abc, client-certificate-data: Q0VSVA==, client-key-data: S0VZ}}
+)");
+  auto c = LoadKubeconfig({a, b});
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->server, "https://k8s.example:6443");  // a's c1, trailing '/' dropped
+  EXPECT_EQ(c->ca_pem, "CA-FROM-FILE");               // relative to a.yaml's directory
+  EXPECT_EQ(c->tls_server_name, "api.internal");
+  EXPECT_EQ(c->token_file, (dir_ / "sub/token").string());
+  EXPECT_EQ(c->ns, "ml");
+  // b first: its current-context (prod) wins, and its entries.
+  auto p = LoadKubeconfig({b, a});
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_EQ(p->server, "https://prod:443");
+  EXPECT_TRUE(p->insecure);
+  EXPECT_EQ(p->token, "abc");
+  EXPECT_EQ(p->client_cert_pem, "CERT");
+  EXPECT_EQ(p->client_key_pem, "KEY");
+  // An explicit context.
+  auto d = LoadKubeconfig({b, a}, "dev");
+  EXPECT_FALSE(d.ok());  // b's dev names cluster "other", which no file defines
+  EXPECT_NE(d.status().message().find("cluster 'other'"), std::string::npos) << d.status().message();
+  // A missing file of a list is skipped, as kubectl does; a single named file must exist.
+  EXPECT_TRUE(LoadKubeconfig({(dir_ / "missing").string(), a}).ok());
+  EXPECT_FALSE(LoadKubeconfig({(dir_ / "missing").string()}).ok());
+}
+
+TEST_F(Kubeconfig, BrokenFilesAreRefusedNamingWhatIsWrong) {
+  auto msg = [&](const std::string& text, const std::string& ctx = "") {
+    auto c = LoadKubeconfig({Write("k.yaml", text)}, ctx);
+    return c.ok() ? std::string("ok") : c.status().message();
+  };
+  EXPECT_NE(msg("{{{").find("not valid YAML"), std::string::npos);
+  EXPECT_NE(msg("clusters: []").find("no current-context"), std::string::npos);
+  EXPECT_NE(msg("current-context: x").find("no context 'x'"), std::string::npos);
+  EXPECT_NE(msg("current-context: x\ncontexts: [{name: x, context: {cluster: c}}]\nclusters: [{name: c, cluster: {}}]")
+                .find("clusters[c].server: not set"),
+            std::string::npos);
+  EXPECT_NE(msg("current-context: x\ncontexts: [{name: x, context: {cluster: c}}]\nclusters: [{name: c, cluster: {server: ftp://a}}]")
+                .find("not an http(s) URL"),
+            std::string::npos);
+  EXPECT_NE(msg("current-context: x\ncontexts: [{name: x, context: {cluster: c}}]\n"
+                "clusters: [{name: c, cluster: {server: 'https://a', certificate-authority-data: '***'}}]")
+                .find("certificate-authority-data: not valid base64"),
+            std::string::npos);
+  EXPECT_NE(msg("current-context: x\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"
+                "clusters: [{name: c, cluster: {server: 'https://a'}}]\nusers: [{name: u, user: {client-certificate-data: Q0VSVA==}}]")
+                .find("needs its key"),
+            std::string::npos);
+  EXPECT_NE(msg("current-context: x\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"
+                "clusters: [{name: c, cluster: {server: 'https://a'}}]\nusers: [{name: u, user: {exec: {command: x}}}]")
+                .find("exec and auth-provider"),
+            std::string::npos);
+}
+
+TEST_F(Kubeconfig, InClusterReadsTheServiceAccountFiles) {
+  Write("sub/token", "sa-token");
+  Write("sub/ca.crt", "SA-CA");
+  Write("sub/namespace", "team-a");
+  ::unsetenv("KUBERNETES_SERVICE_HOST");
+  EXPECT_FALSE(LoadInCluster((dir_ / "sub").string()).ok());
+  ::setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1", 1);
+  ::setenv("KUBERNETES_SERVICE_PORT", "443", 1);
+  auto c = LoadInCluster((dir_ / "sub").string());
+  ::unsetenv("KUBERNETES_SERVICE_HOST");
+  ::unsetenv("KUBERNETES_SERVICE_PORT");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->server, "https://10.0.0.1:443");
+  EXPECT_EQ(c->ca_pem, "SA-CA");
+  EXPECT_EQ(c->ns, "team-a");
+  EXPECT_EQ(c->token_file, (dir_ / "sub/token").string());
+}
+
+TEST(Base64, DecodesWithAndWithoutPaddingAndRefusesOtherText) {
+  EXPECT_EQ(*DecodeBase64("aGVsbG8="), "hello");
+  EXPECT_EQ(*DecodeBase64("aGVsbG8"), "hello");
+  EXPECT_EQ(*DecodeBase64("aGVs\nbG8h"), "hello!");
+  EXPECT_FALSE(DecodeBase64("aGV$").ok());
+  EXPECT_FALSE(DecodeBase64("a").ok());
+}
+
+JobRequest Req(const std::string& form, int gpus = 1) {
+  JobRequest r;
+  r.id = "j-7";
+  r.name = "tessera-lab-j-7";
+  r.command = {"python", "train.py", "--lr", "0.1; rm -rf /"};
+  r.env = {{"A", "x y"}, {"B", "$(danger)"}};
+  r.form = form;
+  r.gpus = gpus;
+  r.cpu_milli = 4000;
+  r.memory_mib = 16384;
+  return r;
+}
+
+TEST(Manifest, EachFormAsksForItsDevicePluginResources) {
+  JobRequest whole = Req("whole", 2);
+  auto r = ResourcesFor(whole);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ((*r)["nvidia.com/gpu"], "2");
+  EXPECT_EQ((*r)["cpu"], "4000m");
+  EXPECT_EQ((*r)["memory"], "16384Mi");
+  whole.mapping.kube.vendor = "amd";
+  EXPECT_EQ((*ResourcesFor(whole))["amd.com/gpu"], "2");
+
+  JobRequest mig = Req("partition");
+  mig.mig_profile = "1g.10gb";
+  EXPECT_EQ((*ResourcesFor(mig))["nvidia.com/mig-1g.10gb"], "1");
+  mig.mapping.kube.mig_strategy = "single";
+  mig.mapping.kube.mig_product = "A100-SXM4-80GB-MIG-{profile}";
+  EXPECT_EQ((*ResourcesFor(mig))["nvidia.com/gpu"], "1");
+  EXPECT_EQ((*SchedulingFor(mig))["nodeSelector"]["nvidia.com/gpu.product"], "A100-SXM4-80GB-MIG-1g.10gb");
+  mig.mig_profile.clear();
+  mig.mapping.kube.mig_strategy = "mixed";
+  EXPECT_FALSE(ResourcesFor(mig).ok());
+
+  JobRequest amd = Req("partition");
+  amd.mapping.kube.vendor = "amd";
+  EXPECT_FALSE(ResourcesFor(amd).ok());
+  amd.mapping.kube.amd_partition = "cpx_nps4";
+  EXPECT_EQ((*ResourcesFor(amd))["amd.com/cpx_nps4"], "1");
+
+  JobRequest share = Req("share");
+  share.gpu_memory_mib = 10240;
+  share.gpu_milli = 250;
+  auto s = ResourcesFor(share);
+  EXPECT_EQ((*s)["nvidia.com/gpu"], "1");
+  EXPECT_EQ((*s)["nvidia.com/gpumem"], "10240");
+  EXPECT_EQ((*s)["nvidia.com/gpucores"], "25");
+  share.mapping.kube.share_mode = "timeslice";
+  s = ResourcesFor(share);
+  EXPECT_FALSE(s->contains("nvidia.com/gpumem"));
+  share.mapping.kube.resources = {{"whole", "example.com/vgpu"}};
+  EXPECT_EQ((*ResourcesFor(share))["example.com/vgpu"], "1");
+}
+
+TEST(Manifest, TheJobIsSuspendedLabelledAndCarriesValuesAsData) {
+  JobRequest r = Req("share");
+  r.gpu_memory_mib = 2048;
+  r.mapping.kube.share_mode = "timeslice";
+  r.mapping.cap_library = "/usr/lib/tessera/libtessera_capgpu.so";
+  r.mapping.kube.priority_class = "batch";
+  r.mapping.kube.image = "python:3.12";
+  auto m = RenderJob(r, "lab", "ml");
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ((*m)["metadata"]["name"], "tessera-lab-j-7");
+  EXPECT_EQ((*m)["metadata"]["namespace"], "ml");
+  EXPECT_EQ((*m)["metadata"]["labels"]["tessera.io/job"], "j-7");
+  EXPECT_EQ((*m)["metadata"]["labels"]["tessera.io/cluster"], "lab");
+  EXPECT_EQ((*m)["spec"]["template"]["metadata"]["labels"]["tessera.io/cluster"], "lab");
+  EXPECT_EQ((*m)["spec"]["suspend"], true);
+  EXPECT_EQ((*m)["spec"]["backoffLimit"], 0);
+  const auto& pod = (*m)["spec"]["template"]["spec"];
+  EXPECT_EQ(pod["restartPolicy"], "Never");
+  EXPECT_EQ(pod["priorityClassName"], "batch");
+  const auto& c = pod["containers"][0];
+  EXPECT_EQ(c["image"], "python:3.12");
+  EXPECT_EQ(c["command"][3], "0.1; rm -rf /");  // an argument stays one argument
+  bool preload = false, limit = false, b = false;
+  for (const auto& e : c["env"]) {
+    preload |= e["name"] == "LD_PRELOAD" && e["value"] == "/usr/lib/tessera/libtessera_capgpu.so";
+    limit |= e["name"] == "TESSERA_GPU_MEMORY_LIMIT" && e["value"] == "2147483648";
+    b |= e["name"] == "B" && e["value"] == "$(danger)";
+  }
+  EXPECT_TRUE(preload && limit && b);
+  EXPECT_EQ(c["resources"]["limits"]["nvidia.com/gpu"], "1");
+  EXPECT_EQ(c["resources"]["requests"], c["resources"]["limits"]);
+}
+
+TEST(Manifest, TemplatesAreCheckedAndKeepTheirOwnFields) {
+  const std::string path = (fs::temp_directory_path() / ("tmpl-" + std::to_string(::getpid()) + ".yaml")).string();
+  std::ofstream(path) << "apiVersion: batch/v1\nkind: Job\nmetadata: {name: x, labels: {team: ml}}\n"
+                         "spec:\n  activeDeadlineSeconds: 3600\n  template:\n    spec:\n      serviceAccountName: runner\n"
+                         "      containers: [{name: main, image: 'busybox:1.36', args: [a]}]\n";
+  JobRequest r = Req("whole");
+  r.mapping.template_path = path;
+  auto m = RenderJob(r, "lab", "default");
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ((*m)["spec"]["activeDeadlineSeconds"], 3600);
+  EXPECT_EQ((*m)["metadata"]["labels"]["team"], "ml");
+  EXPECT_EQ((*m)["spec"]["template"]["spec"]["serviceAccountName"], "runner");
+  EXPECT_FALSE((*m)["spec"]["template"]["spec"]["containers"][0].contains("args"));
+  std::ofstream(path) << "apiVersion: v1\nkind: Pod\n";
+  EXPECT_NE(RenderJob(r, "lab", "default").status().message().find("expected a batch/v1 Job"), std::string::npos);
+  std::ofstream(path) << "apiVersion: batch/v1\nkind: Job\nspec: {template: {spec: {containers: []}}}\n";
+  EXPECT_NE(RenderJob(r, "lab", "default").status().message().find("needs a container"), std::string::npos);
+  fs::remove(path);
+  r.mapping.template_path = "/nonexistent/job.yaml";
+  EXPECT_NE(RenderJob(r, "lab", "default").status().message().find("cannot read"), std::string::npos);
+}
+
+Json Pod(const std::string& phase, const std::string& created, Json extra = Json::object()) {
+  Json p = {{"metadata", {{"name", "p"}, {"creationTimestamp", created}}},
+            {"spec", {{"nodeName", "n1"}}},
+            {"status", {{"phase", phase}}}};
+  p["status"].update(extra);
+  return p;
+}
+
+TEST(ReadJob, StatesExitCodesAndReasonsComeFromTheJobAndItsNewestPod) {
+  Json job = {{"metadata", {{"name", "tessera-lab-j-1"}, {"namespace", "ml"}}}, {"spec", {{"suspend", false}}},
+              {"status", {{"active", 1}}}};
+  Json running = Pod("Running", "2026-12-01T10:00:02Z");
+  Json old = Pod("Failed", "2026-12-01T10:00:01Z");
+  ExternalJob x = ReadJob(job, {&old, &running});
+  EXPECT_EQ(x.external_id, "ml/tessera-lab-j-1");
+  EXPECT_EQ(x.state, "running");
+  EXPECT_EQ(x.node, "n1");
+
+  Json unsched = Pod("Pending", "2026-12-01T10:00:03Z",
+                     {{"conditions", {{{"type", "PodScheduled"}, {"status", "False"}, {"reason", "Unschedulable"},
+                                       {"message", "0/3 nodes are available"}}}}});
+  x = ReadJob(job, {&unsched});
+  EXPECT_EQ(x.state, "pending");
+  EXPECT_TRUE(x.unschedulable);
+  EXPECT_NE(x.reason.find("0/3 nodes"), std::string::npos);
+
+  job["status"] = {{"conditions", {{{"type", "Failed"}, {"status", "True"}, {"reason", "BackoffLimitExceeded"}}}}};
+  Json oom = Pod("Failed", "2026-12-01T10:00:04Z",
+                 {{"containerStatuses", {{{"state", {{"terminated", {{"exitCode", 137}, {"reason", "OOMKilled"}}}}}}}}});
+  x = ReadJob(job, {&oom});
+  EXPECT_EQ(x.state, "failed");
+  EXPECT_EQ(*x.exit_code, 137);
+  EXPECT_EQ(x.reason, "OOMKilled");
+  Json evicted = Pod("Failed", "2026-12-01T10:00:05Z", {{"reason", "Evicted"}});
+  EXPECT_EQ(ReadJob(job, {&evicted}).reason, "Evicted");
+  EXPECT_EQ(ReadJob(job, {}).reason, "BackoffLimitExceeded");
+
+  job["status"] = {{"conditions", {{{"type", "Complete"}, {"status", "True"}}}}};
+  x = ReadJob(job, {});
+  EXPECT_EQ(x.state, "succeeded");
+  EXPECT_EQ(*x.exit_code, 0);
+
+  job["spec"]["suspend"] = true;
+  job["status"] = {{"active", 1}};
+  EXPECT_EQ(ReadJob(job, {&running}).state, "running");  // its pod is still stopping
+  job["status"] = Json::object();
+  x = ReadJob(job, {});
+  EXPECT_EQ(x.state, "suspended");
+  EXPECT_TRUE(x.suspended);
+}
+
+TEST(KubeConfig, KubernetesQueuesAreParsedAndBadKeysNamed) {
+  const std::string head = "identities: [{name: a, role: admin, token: tok-12345678}]\ngroups: [{name: g, limit: {gpu: 4}}]\n"
+                           "profiles: [{name: p, gpus: 1, gpu_memory: 10GiB, forms: [whole, share, partition]}]\n";
+  auto c = api::ParseConfig(head + R"(kubernetes: {kubeconfig: /etc/k, context: prod, namespace: ml}
+queues:
+  - name: k
+    profile: p
+    groups: [g]
+    backend: kubernetes
+    namespace: team-a
+    node_selector: {pool: a100}
+    tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule, tolerationSeconds: 30}]
+    mig_model: A100-80GB
+    placement_timeout: 2m
+    resources: {gpumem: example.com/mem}
+)");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->kubernetes.context, "prod");
+  const api::QueueRoute* q = c->FindRoute("k");
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(q->kube.ns, "team-a");
+  EXPECT_EQ(q->kube.node_selector.at("pool"), "a100");
+  EXPECT_EQ(Json::parse(q->kube.tolerations_json)[0]["tolerationSeconds"], 30);
+  EXPECT_EQ(q->kube.placement_timeout_ms, 120000);
+  EXPECT_EQ(q->kube.resources.at("gpumem"), "example.com/mem");
+  auto bad = [&](const std::string& queue_extra, const std::string& root_extra = "") {
+    auto r = api::ParseConfig(head + root_extra + "queues:\n  - {name: k, profile: p, groups: [g], " + queue_extra + "}\n");
+    return r.ok() ? std::string("ok") : r.status().message();
+  };
+  EXPECT_NE(bad("backend: slurm, namespace: x").find("queues[k].namespace: only for a queue with backend: kubernetes"), std::string::npos);
+  EXPECT_NE(bad("backend: kubernetes, namespace: Bad_NS").find("not a Kubernetes namespace"), std::string::npos);
+  EXPECT_NE(bad("backend: kubernetes, share_mode: mps").find("share_mode: 'mps' is not one of hami, timeslice"), std::string::npos);
+  EXPECT_NE(bad("backend: kubernetes, tolerations: [{operator: Maybe}]").find("tolerations[0].operator"), std::string::npos);
+  EXPECT_NE(bad("backend: kubernetes, mig_model: A100-80GB, mig_strategy: single").find("mig_product"), std::string::npos);
+  EXPECT_NE(bad("backend: kubernetes, resources: {whole: gpu}").find("not a resource name"), std::string::npos);
+  EXPECT_NE(bad("backend: kubernetes", "kubernetes: {in_cluster: true, kubeconfig: /x}\n").find("exclude each other"), std::string::npos);
+  EXPECT_NE(bad("backend: kubernetes", "kubernetes: {server: x}\n").find("kubernetes: 'server' is not one of"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tessera::backends::kube

@@ -69,6 +69,7 @@ Status Engine::BackendTick() {
     Status st = ReconcileBackends();
     if (!st.ok()) return st;
   }
+  (void)RefreshCapacity();  // an unreachable scheduler keeps the last capacity it gave
   // 2. What to do this pass.
   BackendWork w;
   {
@@ -97,6 +98,35 @@ Status Engine::BackendTick() {
   for (auto& [b, ext] : late_cancels) (void)b->Cancel(ext);
   for (auto& [b, ext] : forget) (void)b->Forget(ext);  // its end is durable: the backend's object can go
   return Status::Ok();
+}
+
+Status Engine::RefreshCapacity() {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    const int64_t now = clock_();
+    if (last_capacity_ms_ >= 0 && now - last_capacity_ms_ < 5 * config_.backend_poll_ms) return Status::Ok();
+    last_capacity_ms_ = now;
+  }
+  Status first = Status::Ok();
+  for (auto& [name, b] : backends_) {
+    auto cap = b->GpuCapacity();  // without the engine's lock: it asks the scheduler
+    if (!cap.ok()) {
+      if (first.ok()) first = cap.status();
+      continue;
+    }
+    if (cap->gpu_milli < 0) continue;
+    std::unique_lock<std::mutex> lock(mu_);
+    auto& known = capacity_[name];
+    if (known.gpu_milli == cap->gpu_milli && known.detail == cap->detail) continue;
+    known = *cap;
+    qe_->SetExternalCapacity(name, cap->gpu_milli);
+    cycle_wanted_ = true;
+    Batch batch;
+    batch.Add(MakeEvent(name, "backend.capacity", name, cap->detail, {{"gpu_milli", cap->gpu_milli}}));
+    Status st = CommitLocked(batch, lock);
+    if (!st.ok()) return st;
+  }
+  return first;
 }
 
 Status Engine::ReconcileBackends() {

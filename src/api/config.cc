@@ -370,6 +370,8 @@ static Status ReadRoutes(const YAML::Node& queues, EngineConfig* c) {
     if (!route.ok()) return route.status();
     route->queue = c->policy.queues[i].name;
     c->policy.queues[i].external = route->external();
+    // Kubernetes reports its capacity: admission keeps within it and reclaims by suspending.
+    c->policy.queues[i].external_pool = route->backend == "kubernetes" ? "kubernetes" : "";
     c->routes.push_back(*route);
   }
   return Status::Ok();

@@ -505,6 +505,11 @@ class Engine {
   // Backend jobs to delete whose Tessera job ended without the backend's help (a suspended
   // Kubernetes Job of a job cancelled while pending): (backend, external id); drained by BackendTick.
   std::vector<std::pair<std::string, std::string>> backend_deletes_;
+  // What each backend last said it has for Tessera's jobs (GpuCapacity), refreshed every 5
+  // backend polls; the quota engine's external pools follow it.
+  std::map<std::string, backends::Capacity> capacity_;
+  int64_t last_capacity_ms_ = -1;
+  Status RefreshCapacity();
   std::mutex backend_mu_;   // serializes backend passes (held without mu_ while commands run)
   int64_t last_poll_ms_ = 0;
   bool reconciled_ = false;

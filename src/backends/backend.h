@@ -88,6 +88,13 @@ struct ExternalJob {
   bool unschedulable = false;  // Kubernetes: its pod cannot be scheduled (reason says why)
 };
 
+// The GPUs a scheduler has for Tessera's jobs, in thousandths of a card (negative: unknown,
+// not bounded), with what it is made of for people.
+struct Capacity {
+  int64_t gpu_milli = -1;
+  std::string detail;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -113,6 +120,9 @@ class Backend {
     (void)job;
     return Status::FailedPrecondition(Name() + " cannot resume job " + external_id);
   }
+  // What the scheduler has for Tessera's jobs (Kubernetes: allocatable GPUs of ready nodes, less
+  // what pods Tessera does not manage request); unknown by default.
+  virtual Result<Capacity> GpuCapacity() { return Capacity{}; }
   // Called once a job's end is recorded: a scheduler that keeps ended jobs as objects (Kubernetes)
   // deletes it here, so no labelled object is left behind.
   virtual Status Forget(const std::string& external_id) {

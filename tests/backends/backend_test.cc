@@ -33,7 +33,8 @@ TEST(Registry, BuiltinsAreRegisteredByName) {
   const Registry& r = BuiltinRegistry();
   EXPECT_TRUE(r.Has("slurm"));
   EXPECT_TRUE(r.Has("pbs"));
-  EXPECT_FALSE(r.Has("kubernetes"));
+  EXPECT_TRUE(r.Has("kubernetes"));
+  EXPECT_FALSE(r.Has("nomad"));
   auto b = r.Make("slurm", {});
   ASSERT_TRUE(b.ok());
   EXPECT_EQ((*b)->Name(), "slurm");

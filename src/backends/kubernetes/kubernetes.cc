@@ -71,14 +71,15 @@ Status Failed(const std::string& what, const kube::Response& r) {
 // One kind of object, listed then watched, kept in a cache by "ns/name".
 class Follower {
  public:
-  Follower(std::string path, std::string selector) : path_(std::move(path)), selector_(std::move(selector)) {}
+  // `query`: the selectors of every list and watch, e.g. "labelSelector=tessera.io%2Fcluster%3Dlab".
+  Follower(std::string path, std::string query) : path_(std::move(path)), query_(std::move(query)) {}
 
   // Lists everything (in chunks); the cache is replaced. Returns the list's resourceVersion.
   Result<std::string> Relist(kube::Client& c) {
     std::map<std::string, Json> all;
     std::string cont, rv;
     for (int restarts = 0;;) {
-      std::string q = path_ + "?limit=500&labelSelector=" + kube::QueryEscape(selector_);
+      std::string q = path_ + "?limit=500" + (query_.empty() ? "" : "&" + query_);
       if (!cont.empty()) q += "&continue=" + kube::QueryEscape(cont);
       auto r = c.Call("GET", q);
       if (!r.ok()) return r.status();
@@ -114,8 +115,8 @@ class Follower {
       std::lock_guard<std::mutex> l(mu_);
       rv = rv_;
     }
-    const std::string q = path_ + "?watch=1&allowWatchBookmarks=true&timeoutSeconds=60&labelSelector=" +
-                          kube::QueryEscape(selector_) + "&resourceVersion=" + kube::QueryEscape(rv);
+    const std::string q = path_ + "?watch=1&allowWatchBookmarks=true&timeoutSeconds=60" + (query_.empty() ? "" : "&" + query_) +
+                          "&resourceVersion=" + kube::QueryEscape(rv);
     bool expired = false;
     auto status = c.Stream(q, 90, [&](const std::string& line) {
       Json ev = Json::parse(line, nullptr, false);
@@ -163,7 +164,7 @@ class Follower {
   }
 
  private:
-  const std::string path_, selector_;
+  const std::string path_, query_;
   mutable std::mutex mu_;
   std::map<std::string, Json> cache_;
   std::string rv_;
@@ -175,7 +176,7 @@ class KubernetesBackend : public Backend {
  public:
   explicit KubernetesBackend(BackendOptions o)
       : opt_(std::move(o)),
-        selector_("tessera.io/cluster=" + opt_.cluster),
+        selector_("labelSelector=" + kube::QueryEscape("tessera.io/cluster=" + opt_.cluster)),
         jobs_("/apis/batch/v1/jobs", selector_),
         pods_("/api/v1/pods", selector_) {}
 
@@ -273,6 +274,69 @@ class KubernetesBackend : public Backend {
     });
   }
 
+  // Whole cards (nvidia.com/gpu, amd.com/gpu) allocatable on ready, schedulable nodes, less what
+  // running or pending pods of others request there ("Managing Resources for Containers":
+  // extended resources are integers; limits stand for requests when requests are absent).
+  Result<Capacity> GpuCapacity() override {
+    auto c = Calls();
+    if (!c.ok()) return c.status();
+    Follower nodes("/api/v1/nodes", "");
+    Follower others("/api/v1/pods", "fieldSelector=" + kube::QueryEscape("status.phase!=Succeeded,status.phase!=Failed"));
+    for (Follower* f : {&nodes, &others}) {
+      auto rv = f->Relist(**c);
+      if (!rv.ok()) return rv.status();
+    }
+    static const char* kWhole[] = {"nvidia.com/gpu", "amd.com/gpu"};
+    std::map<std::string, int64_t> free;  // ready node -> cards
+    int64_t total = 0, foreign = 0;
+    nodes.Read([&](const std::map<std::string, Json>& all) {
+      for (const auto& [key, n] : all) {
+        (void)key;
+        if (At(At(n, "spec"), "unschedulable") == true) continue;
+        bool ready = true;
+        const Json& conds = At(At(n, "status"), "conditions");
+        if (conds.is_array()) {
+          for (const Json& cd : conds) {
+            if (StrAt(cd, "type") == "Ready") ready = StrAt(cd, "status") == "True";
+          }
+        }
+        if (!ready) continue;
+        int64_t cards = 0;
+        for (const char* r : kWhole) cards += Count(At(At(n, "status"), "allocatable"), r);
+        free[StrAt(At(n, "metadata"), "name")] = cards;
+        total += cards;
+      }
+      return 0;
+    });
+    others.Read([&](const std::map<std::string, Json>& all) {
+      for (const auto& [key, p] : all) {
+        (void)key;
+        if (StrAt(At(At(p, "metadata"), "labels"), "tessera.io/cluster") == opt_.cluster) continue;  // ours: in the ledger
+        auto node = free.find(StrAt(At(p, "spec"), "nodeName"));
+        if (node == free.end()) continue;
+        const Json& containers = At(At(p, "spec"), "containers");
+        if (!containers.is_array()) continue;
+        for (const Json& ct : containers) {
+          const Json& res = At(ct, "resources");
+          for (const char* r : kWhole) {
+            int64_t n = Count(At(res, "requests"), r);
+            if (n == 0) n = Count(At(res, "limits"), r);
+            n = std::min(n, node->second);
+            node->second -= n;
+            foreign += n;
+          }
+        }
+      }
+      return 0;
+    });
+    Capacity cap;
+    cap.gpu_milli = (total - foreign) * 1000;
+    cap.detail = std::to_string(total - foreign) + " of " + std::to_string(total) + " GPUs on " +
+                 std::to_string(free.size()) + " ready nodes (" + std::to_string(foreign) +
+                 " held by pods Tessera does not manage)";
+    return cap;
+  }
+
   Result<std::vector<ExternalJob>> List(const std::string& prefix) override {
     Status st = EnsureSynced();
     if (!st.ok()) return st;
@@ -288,6 +352,15 @@ class KubernetesBackend : public Backend {
   }
 
  private:
+  // An extended resource's integer count in a resource map ("8"; anything else counts 0).
+  static int64_t Count(const Json& resources, const char* name) {
+    const Json& v = At(resources, name);
+    if (v.is_number_integer()) return std::max<int64_t>(0, v.get<int64_t>());
+    const std::string s = v.is_string() ? v.get<std::string>() : "";
+    if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos) return 0;
+    return std::stoll(s);
+  }
+
   ExternalJob Read(const Json& job, const std::vector<Json>& pods) const {
     std::vector<const Json*> ptrs;
     for (const Json& p : pods) ptrs.push_back(&p);

@@ -190,6 +190,9 @@ class QuotaEngine {
   virtual Result<int> AddNode(const NodeSpec& node, int64_t now) = 0;
   // A down node takes no new work; what it held must be requeued or ended by the caller.
   virtual void SetNodeDown(const std::string& node, bool down) = 0;
+  // The GPU capacity (thousandths of a card) an external pool (QueueSpec::external_pool) has
+  // for this engine's jobs; negative: unbounded (the default).
+  virtual void SetExternalCapacity(const std::string& pool, int64_t gpu_milli) = 0;
   // Withdraws a pending job or ends a held one (its capacity returns at once).
   virtual void Cancel(int job, int64_t now, const std::string& why) = 0;
   // A held job goes back to pending, keeping its submit time (its node was lost).

@@ -128,6 +128,7 @@ struct Job {
   int claimant = -1;     // while terminating: the job waiting for this one's capacity
   bool nominated = false;  // some device is kept for this job
   bool external = false;   // its queue's jobs are placed by another scheduler
+  std::string ext_pool;    // ... sharing that scheduler's capacity ("" : unbounded)
   std::string wait_step, wait_reason;
 };
 
@@ -185,6 +186,7 @@ class Engine final : public QuotaEngine {
 
   Result<int> AddNode(const NodeSpec& node, int64_t now) override;
   void SetNodeDown(const std::string& node, bool down) override;
+  void SetExternalCapacity(const std::string& pool, int64_t gpu_milli) override;
   void Cancel(int job, int64_t now, const std::string& why) override;
   void Requeue(int job, int64_t now, const std::string& why) override;
   void Stopped(int job, int64_t now) override;
@@ -284,6 +286,9 @@ class Engine final : public QuotaEngine {
   // --- preemption, backfill, repartition
   bool Victim(const Job& claimant, int v, bool reclaim) const;
   bool TryPreempt(int self, bool reclaim);
+  bool TryPreemptExternal(int self, bool reclaim);
+  // An external job's nominal GPU: its cards whole when it only takes whole cards.
+  int64_t ExternalGpu(const Job& j) const;
   struct PreemptOption {  // the cheapest set of victims found so far
     int64_t cost = kNever;
     std::vector<int> victims;
@@ -406,6 +411,8 @@ class Engine final : public QuotaEngine {
   std::vector<int> partition_demand_;
   CycleStats stats_;
   int max_devs_per_node_ = 0;
+  std::map<std::string, int64_t> ext_cap_;   // external pool -> GPU capacity (milli); absent: unbounded
+  std::map<std::string, int64_t> ext_used_;  // external pool -> GPU charged by its held jobs
 };
 
 

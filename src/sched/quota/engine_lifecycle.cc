@@ -51,6 +51,14 @@ void Engine::SetNodeDown(const std::string& name, bool down) {
   memo_.clear();
 }
 
+void Engine::SetExternalCapacity(const std::string& pool, int64_t gpu_milli) {
+  if (gpu_milli < 0) {
+    ext_cap_.erase(pool);
+  } else {
+    ext_cap_[pool] = gpu_milli;
+  }
+}
+
 void Engine::EndHeld(int self) {
   Job& j = jobs_[self];
   const int claimant = j.claimant;
@@ -106,6 +114,7 @@ void Engine::CommitExternal(int self, const Resources& charge, bool guaranteed) 
   j.charge = charge;
   j.borrowed = !guaranteed;
   AddUsage(j.group, j.charge, +1);
+  if (!j.ext_pool.empty()) ext_used_[j.ext_pool] += j.charge.gpu_milli;
   j.state = JobState::kRunning;
   j.start = now_;
   j.wait_step.clear();

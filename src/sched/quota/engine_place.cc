@@ -463,6 +463,7 @@ void Engine::Release(int self) {
     Reindex(g.dev);
   }
   AddUsage(j.group, j.charge, -1);
+  if (j.external && !j.ext_pool.empty()) ext_used_[j.ext_pool] -= j.charge.gpu_milli;
   j.grants.clear();
   j.charge = {};
   memo_.clear();  // room appeared: earlier failures may now fit
@@ -523,7 +524,15 @@ bool Engine::TryPlace(int self, std::string* step, std::string* reason, bool* ba
     }
   }
   if (j.external) {
-    // Another scheduler places it: admitted here against the same limits, charged its request.
+    // Another scheduler places it: admitted here against the same limits, charged its request,
+    // within the capacity its scheduler has for us when that is known.
+    auto cap = ext_cap_.find(j.ext_pool);
+    if (cap != ext_cap_.end() && ext_used_[j.ext_pool] + nominal.gpu_milli > cap->second) {
+      *step = "Placement";
+      *reason = j.ext_pool + " has " + FormatMilli(cap->second) + " GPU for this cluster, " +
+                FormatMilli(ext_used_[j.ext_pool]) + " held";
+      return false;
+    }
     *backfilled = false;
     CommitExternal(self, nominal, guaranteed);
     return true;

@@ -8,7 +8,8 @@ namespace tessera::quota::internal {
 
 bool Engine::Victim(const Job& claimant, int v, bool reclaim) const {
   const Job& x = jobs_[v];
-  if (x.state != JobState::kRunning || !x.preemptible || x.external) return false;
+  if (x.state != JobState::kRunning || !x.preemptible || x.external != claimant.external) return false;
+  if (x.external && (x.ext_pool.empty() || x.ext_pool != claimant.ext_pool)) return false;
   if (reclaim) {
     if (x.group == claimant.group) return false;
     const GroupRt& g = groups_[x.group];
@@ -33,8 +34,48 @@ void Engine::Occupants(const Dev& d, std::vector<int>* out) const {
   }
 }
 
+int64_t Engine::ExternalGpu(const Job& j) const {
+  const bool whole_only = j.forms.size() == 1 && j.forms.front() == AllocationForm::kWhole;
+  return j.gpu_count * (whole_only ? kWholeGpu : j.gpu_milli);
+}
+
+// An external pool at its capacity: the running jobs of the pool that may go (borrowers, for a
+// reclaim; lower priorities of the group, else), least lost work first, until enough is freed.
+// Nothing is preempted unless the victims free all that is missing.
+bool Engine::TryPreemptExternal(int self, bool reclaim) {
+  Job& j = jobs_[self];
+  auto cap = ext_cap_.find(j.ext_pool);
+  if (cap == ext_cap_.end()) return false;
+  int64_t need = ext_used_[j.ext_pool] + ExternalGpu(j) - cap->second;
+  for (int t : terminating_) {
+    if (jobs_[t].ext_pool == j.ext_pool) need -= jobs_[t].charge.gpu_milli;  // already leaving
+  }
+  if (need <= 0) return false;
+  ++preempt_searches_;
+  std::vector<std::pair<int64_t, int>> options;
+  for (int v = 0; v < static_cast<int>(jobs_.size()); ++v) {
+    if (v != self && Victim(j, v, reclaim)) options.push_back({LostWork(jobs_[v]), v});
+  }
+  std::sort(options.begin(), options.end());
+  std::vector<int> victims;
+  int64_t freed = 0;
+  for (const auto& [lost, v] : options) {
+    if (freed >= need) break;
+    victims.push_back(v);
+    freed += jobs_[v].charge.gpu_milli;
+  }
+  if (freed < need) return false;
+  std::string why = std::string(reclaim ? "reclaim: group " + groups_[j.group].spec.name + " is below its reservation; "
+                                        : "priority preemption: ") +
+                    "for " + j.id + " (priority " + std::to_string(j.priority) + ") in " + j.ext_pool;
+  j.awaiting = static_cast<int>(victims.size());
+  for (int v : victims) Preempt(v, self, why);
+  return true;
+}
+
 bool Engine::TryPreempt(int self, bool reclaim) {
   Job& j = jobs_[self];
+  if (j.external) return TryPreemptExternal(self, reclaim);
   if (j.gpu_count == 0 || j.gpu_count > max_devs_per_node_) return false;
   ++preempt_searches_;
   PreemptOption best;

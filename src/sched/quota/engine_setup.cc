@@ -295,6 +295,7 @@ Result<Job> Engine::Build(const JobSpec& spec) const {
                   " of GPU memory per device (profile '" + pr.name + "')");
   }
   j.external = queue.external;
+  j.ext_pool = queue.external ? queue.external_pool : "";
   auto forms = FormsFor(policy_, pr, j.cls, spec.form);
   if (!forms.ok()) return reject(forms.status().message());
   j.forms = *forms;

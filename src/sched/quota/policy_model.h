@@ -75,9 +75,14 @@ struct QueueSpec {
   int priority = 0;                 // higher runs first
   bool preemptible = false;
   WorkloadClass default_class = WorkloadClass::kBatch;
-  // Placed by another scheduler (Slurm, PBS): the cycle admits its jobs against the same limits
-  // and charges their request, but places nothing on the engine's nodes and never preempts them.
+  // Placed by another scheduler (Slurm, PBS, Kubernetes): the cycle admits its jobs against the
+  // same limits and charges their request, but places nothing on the engine's nodes.
   bool external = false;
+  // The external scheduler whose capacity its jobs share (e.g. "kubernetes"). Once that pool's
+  // GPU capacity is known (SetExternalCapacity), admission keeps within it, and a group below
+  // its reservation reclaims from borrowers of the pool (preempted: suspended by the server).
+  // "" : unbounded, never preempted (Slurm, PBS).
+  std::string external_pool{};
 };
 
 // Class -> forms, in order of preference. The default: training gets whole devices; inference

@@ -12,6 +12,7 @@ PACKAGES=(
   prometheus                     # promtool check metrics (tests/api/metrics_test.cc)
   slurm-wlm munge
   chromium
+  python3-kubernetes python3-yaml  # the Kubernetes stand-in's independent checks (tests/backends/kube)
   file dpkg-dev systemd          # cpack -G DEB (dpkg-shlibdeps, file); systemd-analyze verify
 )
 
@@ -22,8 +23,24 @@ for p in "${PACKAGES[@]}"; do
   fi
 done
 
+# kubectl (Debian's kubernetes-client) and node/npm (Debian's nodejs, npm), unless some kubectl or
+# npm is already installed (another package may provide the same command).
+command -v kubectl >/dev/null || missing+=(kubernetes-client)
+command -v npm >/dev/null || missing+=(nodejs npm)
+
+# The schema check of rendered Kubernetes manifests: kubernetes-models from npm, as locked.
+npm_validate() {
+  local dir
+  dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tools/k8s-validate"
+  if [ ! -d "$dir/node_modules/kubernetes-models" ]; then
+    echo "setup: npm ci in tools/k8s-validate (kubernetes-models)"
+    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+  fi
+}
+
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all ${#PACKAGES[@]} packages present"
+  npm_validate
   exit 0
 fi
 
@@ -41,3 +58,5 @@ if [[ " ${missing[*]} " == *" prometheus "* ]] && [ -d /run/systemd/system ] && 
   echo "setup: disabling the prometheus service (only promtool is used)"
   $SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true
 fi
+
+npm_validate

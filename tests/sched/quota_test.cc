@@ -597,3 +597,66 @@ TEST(QuotaSubmit, NeverSchedulableIsRejected) {
 
 }  // namespace
 }  // namespace tessera::quota
+
+namespace tessera::quota {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// External pools (Kubernetes): capacity from the cluster, reclaim by preemption (suspension)
+
+TEST(QuotaExternal, APoolAtItsCapacityAdmitsNoMoreAndReclaimsFromBorrowers) {
+  PolicySpec p = BasePolicy();
+  p.groups[0].reservation = Gpu(0);     // a: borrows
+  p.groups[1].reservation = Gpu(2000);  // b: 2 cards guaranteed
+  p.queues.push_back({"k8s", "gpu1", {"a", "b"}, 0, true, C::kTraining});
+  p.queues.back().external = true;
+  p.queues.back().external_pool = "kubernetes";
+  p.queues.push_back({"slurm", "gpu1", {"a", "b"}, 0, true, C::kTraining});
+  p.queues.back().external = true;  // no pool: unbounded, never preempted
+  auto r = QuotaEngine::Create(p, {}, {.check_invariants_each_step = true, .await_stop = true});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  World w(p, {});
+  w.e = std::move(r).value();
+  // Before the cluster reports its capacity, admission is bounded by limits only.
+  w.Submit(Job("a1", "k8s", "a"), 0);
+  w.e->RunCycle(1);
+  EXPECT_EQ(w.State("a1"), JobState::kRunning);
+  w.e->SetExternalCapacity("kubernetes", 4000);
+  for (const char* id : {"a2", "a3", "a4", "a5"}) w.Submit(Job(id, "k8s", "a"), 2);
+  w.Submit(Job("s1", "slurm", "a"), 2);
+  w.e->RunCycle(3);
+  EXPECT_EQ(w.State("a4"), JobState::kRunning);
+  EXPECT_EQ(w.State("a5"), JobState::kPending);  // the pool is full
+  EXPECT_EQ(w.View("a5").wait_step, "Placement");
+  EXPECT_NE(w.View("a5").wait_reason.find("kubernetes has 4 GPU for this cluster, 4 held"), std::string::npos)
+      << w.View("a5").wait_reason;
+  EXPECT_EQ(w.State("s1"), JobState::kRunning);  // another scheduler's capacity is not this pool's
+  // b is below its reservation: two of a's borrowed jobs are preempted (the server suspends them).
+  w.Submit(Job("b1", "k8s", "b", 2), 4);
+  w.e->RunCycle(5);
+  EXPECT_EQ(w.State("b1"), JobState::kPending);
+  EXPECT_EQ(w.View("b1").wait_step, "Reclaim");
+  EXPECT_EQ(w.Count(EventKind::kPreempted), 2);
+  std::vector<std::string> preempted;
+  for (const char* id : {"a1", "a2", "a3", "a4"}) {
+    if (w.State(id) == JobState::kTerminating) preempted.push_back(id);
+  }
+  ASSERT_EQ(preempted.size(), 2u);
+  EXPECT_EQ(w.State("s1"), JobState::kRunning);  // never a victim: its pool has no capacity known
+  // Until their pods are gone, the capacity is still held.
+  w.e->RunCycle(6);
+  EXPECT_EQ(w.State("b1"), JobState::kPending);
+  for (const auto& id : preempted) w.e->Stopped(w.h[id], 7);
+  w.e->RunCycle(8);
+  EXPECT_EQ(w.State("b1"), JobState::kRunning);
+  for (const auto& id : preempted) EXPECT_EQ(w.State(id), JobState::kPending);  // resumed when room returns
+  // The cluster grows: the preempted jobs come back.
+  w.e->SetExternalCapacity("kubernetes", 6000);
+  w.e->RunCycle(9);
+  for (const auto& id : preempted) EXPECT_EQ(w.State(id), JobState::kRunning);
+  EXPECT_EQ(w.State("a5"), JobState::kPending);
+  w.Done();
+}
+
+}  // namespace
+}  // namespace tessera::quota

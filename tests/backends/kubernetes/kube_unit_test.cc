@@ -332,3 +332,59 @@ queues:
 
 }  // namespace
 }  // namespace tessera::backends::kube
+
+namespace tessera::backends::kube {
+namespace {
+
+// Every form under every mapping, written as JSON for the schema check (the CTest
+// kube_manifests_schema runs this, then validates the files with kubernetes-models).
+TEST(Manifest, EveryFormIsWrittenForTheSchemaCheck) {
+  const fs::path dir = fs::path(TESSERA_BINARY_DIR) / "kube-manifests";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  struct Case {
+    std::string name;
+    JobRequest req;
+  };
+  std::vector<Case> cases;
+  cases.push_back({"cpu-only", Req("", 0)});
+  cases.push_back({"whole-nvidia", Req("whole", 4)});
+  JobRequest amd = Req("whole", 2);
+  amd.mapping.kube.vendor = "amd";
+  cases.push_back({"whole-amd", amd});
+  JobRequest mig = Req("partition");
+  mig.mig_profile = "3g.40gb";
+  cases.push_back({"mig-mixed", mig});
+  mig.mapping.kube.mig_strategy = "single";
+  mig.mapping.kube.mig_product = "A100-SXM4-80GB-MIG-{profile}";
+  cases.push_back({"mig-single", mig});
+  JobRequest part = Req("partition");
+  part.mapping.kube.vendor = "amd";
+  part.mapping.kube.amd_partition = "cpx_nps4";
+  cases.push_back({"amd-partition", part});
+  JobRequest share = Req("share");
+  share.gpu_memory_mib = 8192;
+  share.gpu_milli = 300;
+  share.mapping.kube.priority_class = "interactive";
+  cases.push_back({"share-hami", share});
+  share.mapping.kube.share_mode = "timeslice";
+  share.mapping.cap_library = "/usr/lib/tessera/libtessera_capgpu.so";
+  cases.push_back({"share-timeslice", share});
+  JobRequest tmpl = Req("whole", 1);
+  tmpl.mapping.template_path = std::string(TESSERA_SOURCE_DIR) + "/examples/kubernetes/job.yaml";
+  cases.push_back({"example-template", tmpl});
+  for (const Case& c : cases) {
+    auto m = RenderJob(c.req, "lab", "ml");
+    ASSERT_TRUE(m.ok()) << c.name << ": " << m.status().message();
+    // As the backend sends it at admission: the merge patch applied.
+    auto sched = SchedulingFor(c.req);
+    ASSERT_TRUE(sched.ok()) << c.name;
+    (*m)["spec"]["suspend"] = false;
+    (*m)["spec"]["template"]["spec"].update(*sched);
+    std::ofstream(dir / (c.name + ".json")) << m->dump(2);
+  }
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator{}), static_cast<long>(cases.size()));
+}
+
+}  // namespace
+}  // namespace tessera::backends::kube

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <csignal>
 #include <chrono>
 #include <thread>
 
@@ -70,6 +71,14 @@ Client::Client(Connection c, ClientOptions o) : conn_(std::move(c)), opt_(o) {}
 Client::~Client() { Stop(); }
 
 Result<std::unique_ptr<Client>> Client::Make(const Connection& c, ClientOptions o) {
+  // A TLS write to a connection the server closed raises SIGPIPE, which by default ends the
+  // process: a client of a remote server ignores it (unless the process chose a handler).
+  static const bool kIgnored = [] {
+    struct sigaction cur {};
+    if (sigaction(SIGPIPE, nullptr, &cur) == 0 && cur.sa_handler == SIG_DFL) std::signal(SIGPIPE, SIG_IGN);
+    return true;
+  }();
+  (void)kIgnored;
   std::unique_ptr<Client> cl(new Client(c, o));
   std::string rest;
   if (c.server.rfind("https://", 0) == 0) {

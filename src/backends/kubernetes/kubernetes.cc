@@ -178,7 +178,13 @@ class KubernetesBackend : public Backend {
       : opt_(std::move(o)),
         selector_("labelSelector=" + kube::QueryEscape("tessera.io/cluster=" + opt_.cluster)),
         jobs_("/apis/batch/v1/jobs", selector_),
-        pods_("/api/v1/pods", selector_) {}
+        pods_("/api/v1/pods", selector_) {
+    // The context's namespace is the queues' default (read now: rendering needs it first).
+    if (opt_.kube_namespace.empty()) {
+      auto conn = Connect();
+      if (conn.ok()) opt_.kube_namespace = conn->ns;
+    }
+  }
 
   ~KubernetesBackend() override {
     stop_ = true;
@@ -398,7 +404,6 @@ class KubernetesBackend : public Backend {
     if (calls_) return calls_.get();
     auto conn = Connect();
     if (!conn.ok()) return conn.status();
-    if (opt_.kube_namespace.empty() && !conn->ns.empty()) opt_.kube_namespace = conn->ns;
     auto c = kube::Client::Make(*conn);
     if (!c.ok()) return c.status();
     auto jc = kube::Client::Make(*conn);

@@ -48,7 +48,8 @@ class KubeStandIn {
   status: {allocatable: {cpu: "16", memory: 64Gi, nvidia.com/gpu: "2"}, conditions: [{type: Ready, status: "True"}]}
 )";
 
-  explicit KubeStandIn(const std::string& dir, bool client_cert = true) : dir_(dir), client_cert_(client_cert) {
+  explicit KubeStandIn(const std::string& dir, bool client_cert = true, const std::string& nodes = kNodes)
+      : dir_(dir), client_cert_(client_cert) {
     namespace fs = std::filesystem;
     fs::create_directories(dir_);
     const std::string d = dir_;
@@ -60,7 +61,7 @@ class KubeStandIn {
         " && openssl req -newkey rsa:2048 -nodes -subj /CN=tessera -keyout client.key -out client.csr 2>/dev/null"
         " && openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -out client.crt 2>/dev/null";
     EXPECT_EQ(std::system(openssl.c_str()), 0) << "openssl failed";
-    std::ofstream(d + "/nodes.yaml") << kNodes;
+    std::ofstream(d + "/nodes.yaml") << nodes;
     SetServerTokens("token-one\n");
     std::ofstream(d + "/client-token") << "token-one\n";
     port_ = FreePort();

@@ -18,6 +18,7 @@ inline std::unique_ptr<httplib::Client> NewHttpClient(const std::string& url, co
                                  : std::make_unique<httplib::Client>(url, tls.cert_file, tls.key_file);
   if (!tls.ca_file.empty()) c->set_ca_cert_path(tls.ca_file.c_str());
   c->enable_server_certificate_verification(!tls.insecure);
+  c->set_tcp_nodelay(true);  // a request's headers and body are separate writes: no delayed-ACK stall
   return c;
 }
 

@@ -32,6 +32,7 @@ class KubeE2eTest : public testing::ServeFixture {
   void SetUp() override {
     dir_ = tessera::testing::FreshTestDir("kube_e2e");
     k_ = std::make_unique<testing::KubeStandIn>(dir_ + "/k8s", true, kOneNode);
+    ASSERT_EQ(k_->error(), "");
     std::ofstream(dir_ + "/config.yaml") << R"(
 cluster: lab
 heartbeat_timeout: 5s

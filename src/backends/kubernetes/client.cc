@@ -148,6 +148,7 @@ Result<std::shared_ptr<httplib::ClientImpl>> Client::NewConnection(int64_t read_
     h = std::make_shared<httplib::ClientImpl>(host_, port_);
   }
   h->set_keep_alive(true);
+  h->set_tcp_nodelay(true);  // headers and body go in separate writes: no 40 ms delayed-ACK stall
   h->set_connection_timeout(std::chrono::milliseconds(opt_.timeout_ms));
   h->set_read_timeout(std::chrono::milliseconds(read_timeout_ms));
   h->set_write_timeout(std::chrono::milliseconds(opt_.timeout_ms));

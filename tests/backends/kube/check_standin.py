@@ -746,6 +746,7 @@ class Checks:
         ns = "patch"
         base = "/apis/batch/v1/namespaces/%s/jobs/p1" % ns
         self.create_job(ns, job_body("p1", "exit 0", suspend=True, labels={"keep": "1", "drop": "1"}))
+        self.wait_job_cond(ns, "p1", "Suspended")
         j = self.patch(base, {"metadata": {"labels": {"drop": None, "new": "x"}}, "spec": {"parallelism": 3}},
                        "application/merge-patch+json")
         expect(j["metadata"]["labels"].get("keep") == "1" and "drop" not in j["metadata"]["labels"] and
@@ -802,6 +803,8 @@ class Checks:
     def conflicts(self):
         ns = "conflict"
         self.create_job(ns, job_body("k1", suspend=True))
+        # let the Job controller record Suspended=True first (it writes the status, too)
+        self.wait_job_cond(ns, "k1", "Suspended")
         old = self.batch.read_namespaced_job("k1", ns, _request_timeout=10)
         self.patch("/apis/batch/v1/namespaces/%s/jobs/k1" % ns, {"metadata": {"labels": {"v": "2"}}},
                    "application/merge-patch+json")

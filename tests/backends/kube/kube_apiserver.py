@@ -4,6 +4,7 @@
     kube_apiserver.py --port 0 [--port-file F] [--tls-cert C --tls-key K] [--client-ca CA]
                       [--token-file F] [--state-file F] [--history N] [--continue-ttl SECONDS]
                       [--nodes nodes.yaml] [--tick-ms 100] [--address 127.0.0.1] [--verbose]
+                      [--no-exit-with-parent]
 
 The implementation lives in the standin/ package next to this file; see README.md.
 """

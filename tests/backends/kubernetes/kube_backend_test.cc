@@ -23,6 +23,7 @@ class KubeBackend : public ::testing::Test {
            ("kube-" + std::to_string(::getpid()) + "-" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::remove_all(dir_);
     k_ = std::make_unique<KubeStandIn>(dir_.string());
+    ASSERT_EQ(k_->error(), "");
     b_ = Make("");
   }
   void TearDown() override {
@@ -180,6 +181,7 @@ TEST_F(KubeBackend, TheServerRestartingLosesNothing) {
   auto down = b_->Poll({a});  // the cache answers while the server is away
   EXPECT_TRUE(down.ok());
   k_->Start();
+  ASSERT_EQ(k_->error(), "");
   // Objects were kept (state file); the watch history was not: a relist follows.
   EXPECT_EQ(WaitFor(*b_, a, "succeeded", 30000).state, "succeeded") << k_->Log();
   const std::string c = Submit(*b_, Req("j-10", "exit 0"));

@@ -5,7 +5,6 @@
 // on these machines.
 #pragma once
 
-#include <gtest/gtest.h>
 #include <httplib.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -60,7 +59,7 @@ class KubeStandIn {
         " && openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile san.ext -out server.crt 2>/dev/null"
         " && openssl req -newkey rsa:2048 -nodes -subj /CN=tessera -keyout client.key -out client.csr 2>/dev/null"
         " && openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -out client.crt 2>/dev/null";
-    EXPECT_EQ(std::system(openssl.c_str()), 0) << "openssl failed";
+    if (std::system(openssl.c_str()) != 0) error_ = "openssl could not make the certificates";
     std::ofstream(d + "/nodes.yaml") << nodes;
     SetServerTokens("token-one\n");
     std::ofstream(d + "/client-token") << "token-one\n";
@@ -85,8 +84,10 @@ class KubeStandIn {
     for (int i = 0; i < 300 && !std::filesystem::exists(dir_ + "/port"); ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
-    ASSERT_TRUE(std::filesystem::exists(dir_ + "/port")) << proc_->Log();
+    if (!std::filesystem::exists(dir_ + "/port")) error_ = "the stand-in did not start:\n" + proc_->Log();
   }
+  // Empty when it runs; else what went wrong.
+  const std::string& error() const { return error_; }
   void Stop() {
     if (proc_) proc_->Kill(SIGTERM);
     proc_.reset();
@@ -130,6 +131,7 @@ class KubeStandIn {
   bool client_cert_;
   int port_ = 0;
   std::unique_ptr<Proc> proc_;
+  std::string error_;
 };
 
 }  // namespace tessera::testing

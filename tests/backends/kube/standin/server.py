@@ -973,6 +973,8 @@ def parse_args(argv):
     ap.add_argument("--nodes")
     ap.add_argument("--tick-ms", type=int, default=100)
     ap.add_argument("--verbose", action="store_true")
+    ap.add_argument("--no-exit-with-parent", action="store_true",
+                    help="keep running when the process that started the stand-in goes away")
     opts = ap.parse_args(argv)
     if bool(opts.tls_cert) != bool(opts.tls_key):
         ap.error("--tls-cert and --tls-key go together")
@@ -1026,6 +1028,13 @@ def main(argv=None):
             os._exit(0)
     signal.signal(signal.SIGTERM, shutdown)
     signal.signal(signal.SIGINT, shutdown)
+    if not opts.no_exit_with_parent and os.getppid() != 1:
+        # A test that crashes cannot send SIGTERM: leave (as at SIGTERM) when re-parented.
+        def parent_watch(ppid=os.getppid()):
+            while os.getppid() == ppid:
+                time.sleep(0.5)
+            shutdown(None, None)
+        threading.Thread(target=parent_watch, daemon=True, name="parent-watch").start()
     threading.Thread(target=ctrl.run, daemon=True, name="controllers").start()
     if opts.state_file:
         threading.Thread(target=saver_loop, args=(srv,), daemon=True, name="saver").start()

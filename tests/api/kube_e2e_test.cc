@@ -169,5 +169,28 @@ TEST_F(KubeE2eTest, OneLedgerAcrossAgentsAndKubernetesWithReclaimBySuspension) {
   ASSERT_TRUE(WaitFor([&] { return Labelled().empty(); })) << Labelled().dump();
 }
 
+// After a restart of `tessera serve`, its Jobs are adopted by label (the running one keeps
+// running in the same Job) and a labelled Job it has no record of is deleted.
+TEST_F(KubeE2eTest, AfterARestartItsJobsAreAdoptedAndUnknownLabelledJobsDeleted) {
+  const std::string k1 = Submit("vision-token-1", "k8s", kLong);
+  ASSERT_TRUE(WaitFor([&] { return StateOf(k1) == "running"; })) << Logs();
+  const std::string uid = KubeJob(k1)["metadata"]["uid"];
+  // A Job labelled as this cluster's that Tessera never made (e.g. left by a lost database).
+  Json made = k_->Control("POST", "/apis/batch/v1/namespaces/ml/jobs", Json{
+      {"apiVersion", "batch/v1"}, {"kind", "Job"},
+      {"metadata", {{"name", "tessera-lab-j-999"}, {"labels", {{"tessera.io/cluster", "lab"}, {"tessera.io/job", "j-999"}}},
+                    {"annotations", {{"tessera.io/name", "tessera-lab-j-999"}}}}},
+      {"spec", {{"template", {{"spec", {{"restartPolicy", "Never"},
+                                         {"containers", {{{"name", "c"}, {"image", "busybox"}, {"command", kLong}}}}}}}}}}}.dump());
+  ASSERT_EQ(made.value("kind", ""), "Job") << made.dump();
+  server_->Kill(SIGKILL);
+  StartServer();
+  ASSERT_TRUE(WaitFor([&] { return KubeJob("j-999").value("code", 0) == 404; })) << KubeJob("j-999").dump() << Logs();
+  EXPECT_EQ(StateOf(k1), "running");
+  EXPECT_EQ(KubeJob(k1)["metadata"]["uid"], uid);
+  Json ev = Call("GET", "/v1/events?limit=1000&kind=backend.orphan_cancelled", {}, "admin-token-1");
+  EXPECT_NE(ev.dump().find("j-999"), std::string::npos) << ev.dump();
+}
+
 }  // namespace
 }  // namespace tessera

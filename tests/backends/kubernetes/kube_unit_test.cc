@@ -388,3 +388,21 @@ TEST(Manifest, EveryFormIsWrittenForTheSchemaCheck) {
 
 }  // namespace
 }  // namespace tessera::backends::kube
+
+namespace tessera::backends::kube {
+namespace {
+
+TEST(KubeConfig, TheShippedExampleLoads) {
+  const auto cwd = fs::current_path();
+  fs::current_path(TESSERA_SOURCE_DIR);  // its template path is relative to the checkout
+  auto c = api::LoadConfig("examples/kubernetes/tessera.yaml");
+  fs::current_path(cwd);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->FindRoute("k8s-serve")->kube.ns, "serving");
+  EXPECT_EQ(c->FindRoute("k8s-notebooks")->kube.share_mode, "timeslice");
+  EXPECT_EQ(c->FindQueue("k8s-train")->external_pool, "kubernetes");
+  EXPECT_EQ(c->FindQueue("local")->external_pool, "");
+}
+
+}  // namespace
+}  // namespace tessera::backends::kube

@@ -293,7 +293,8 @@ class KubernetesBackend : public Backend {
       if (!rv.ok()) return rv.status();
     }
     static const char* kWhole[] = {"nvidia.com/gpu", "amd.com/gpu"};
-    std::map<std::string, int64_t> free;  // ready node -> cards
+    std::map<std::string, int64_t> free;    // ready node -> cards
+    std::map<std::string, int64_t> models;  // nvidia.com/gpu.product -> cards
     int64_t total = 0, foreign = 0;
     nodes.Read([&](const std::map<std::string, Json>& all) {
       for (const auto& [key, n] : all) {
@@ -311,6 +312,11 @@ class KubernetesBackend : public Backend {
         for (const char* r : kWhole) cards += Count(At(At(n, "status"), "allocatable"), r);
         free[StrAt(At(n, "metadata"), "name")] = cards;
         total += cards;
+        // GPU feature discovery's labels, for people: which models the capacity is made of.
+        const Json& labels = At(At(n, "metadata"), "labels");
+        std::string product = StrAt(labels, "nvidia.com/gpu.product");
+        if (product.empty()) product = StrAt(labels, "amd.com/gpu.product-name");
+        if (cards > 0) models[product.empty() ? "unlabelled" : product] += cards;
       }
       return 0;
     });
@@ -340,6 +346,9 @@ class KubernetesBackend : public Backend {
     cap.detail = std::to_string(total - foreign) + " of " + std::to_string(total) + " GPUs on " +
                  std::to_string(free.size()) + " ready nodes (" + std::to_string(foreign) +
                  " held by pods Tessera does not manage)";
+    std::string list;
+    for (const auto& [m, n] : models) list += (list.empty() ? "" : ", ") + std::to_string(n) + "x " + m;
+    if (!list.empty()) cap.detail += "; " + list;
     return cap;
   }
 

@@ -86,6 +86,7 @@ TEST_F(KubeBackend, JobsRunToTheirEndAndReportExitCodesAndReasons) {
   const std::string bad = Submit(*b_, Req("j-2", "exit 3"));
   const std::string oom = Submit(*b_, Req("j-3", "sleep 5", {{"STANDIN_OUTCOME", "OOMKilled"}}));
   const std::string evicted = Submit(*b_, Req("j-4", "sleep 5", {{"STANDIN_OUTCOME", "Evicted"}}));
+  const std::string refused = Submit(*b_, Req("j-17", "sleep 5", {{"STANDIN_OUTCOME", "UnexpectedAdmissionError"}}));
   ExternalJob x = WaitFor(*b_, ok, "succeeded");
   EXPECT_EQ(x.state, "succeeded");
   EXPECT_EQ(x.node, "n1");  // the only ready, schedulable, untainted node of pool a100
@@ -99,6 +100,8 @@ TEST_F(KubeBackend, JobsRunToTheirEndAndReportExitCodesAndReasons) {
   EXPECT_EQ(*x.exit_code, 137);
   x = WaitFor(*b_, evicted, "failed");
   EXPECT_EQ(x.reason, "Evicted");
+  x = WaitFor(*b_, refused, "failed");
+  EXPECT_EQ(x.reason, "UnexpectedAdmissionError");
   // What Kubernetes holds is what the API says: created suspended, resumed with the pool's selector.
   Json job = k_->Control("GET", "/apis/batch/v1/namespaces/ml/jobs/tessera-lab-j-1");
   EXPECT_EQ(job["metadata"]["labels"]["tessera.io/job"], "j-1");
@@ -109,8 +112,8 @@ TEST_F(KubeBackend, JobsRunToTheirEndAndReportExitCodesAndReasons) {
   // List finds them by name prefix; Forget deletes (Background) and they go.
   auto all = b_->List("tessera-lab-");
   ASSERT_TRUE(all.ok());
-  EXPECT_EQ(all->size(), 4u);
-  for (const std::string& id : {ok, bad, oom, evicted}) ASSERT_TRUE(b_->Forget(id).ok());
+  EXPECT_EQ(all->size(), 5u);
+  for (const std::string& id : {ok, bad, oom, evicted, refused}) ASSERT_TRUE(b_->Forget(id).ok());
   EXPECT_EQ(WaitFor(*b_, ok, "gone").state, "gone");
   EXPECT_TRUE(b_->Cancel(ok).ok());  // already gone: fine
 }
@@ -226,6 +229,7 @@ TEST_F(KubeBackend, CapacityIsReadyNodesGpusLessWhatOthersHold) {
   auto cap = b_->GpuCapacity();
   ASSERT_TRUE(cap.ok()) << cap.status().message();
   EXPECT_EQ(cap->gpu_milli, 6000) << cap->detail;
+  EXPECT_NE(cap->detail.find("4x A100-SXM4-80GB, 2x unlabelled"), std::string::npos) << cap->detail;
   // A pod Tessera does not manage takes 3 cards on n1; Tessera's own pods are in its ledger.
   k_->Control("POST", "/api/v1/namespaces/other/pods", R"({"apiVersion":"v1","kind":"Pod",
     "metadata":{"name":"foreign"},"spec":{"nodeName":"n1","containers":[{"name":"c","image":"x","command":["sleep","60"],

@@ -149,7 +149,9 @@ Status Engine::ReconcileBackends() {
           const bool active = x.state == "pending" || x.state == "running" || x.state == "suspended";
           auto it = jobs_.find(id);
           if (it == jobs_.end() || it->second.backend != name) {
-            if (active) {
+            // A scheduler that keeps ended jobs as objects (Kubernetes) has them deleted too:
+            // a crash between recording an end and Forget must not leave one behind.
+            if (active || backends_[name]->Suspends()) {
               to_cancel.push_back({backends_[name].get(), x.external_id});
               events.push_back(MakeEvent("engine", "backend.orphan_cancelled", id,
                                          name + " job " + x.external_id + " has no Tessera job",

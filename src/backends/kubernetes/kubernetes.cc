@@ -108,8 +108,12 @@ class Follower {
     return rv;
   }
 
-  // Watches from the last resourceVersion until the stream ends; false when a relist is needed.
-  bool Watch(kube::Client& c, const std::atomic<bool>& stop) {
+  // What a watch's end asks for: watch again at once (the server ended the stream), after a
+  // pause (no connection), or list again first (410 Expired, another error status).
+  enum class Next { kWatch, kPauseThenWatch, kRelist };
+
+  // Watches from the last resourceVersion until the stream ends.
+  Next Watch(kube::Client& c, const std::atomic<bool>& stop) {
     std::string rv;
     {
       std::lock_guard<std::mutex> l(mu_);
@@ -140,9 +144,9 @@ class Follower {
       ++events_;
       return !stop;
     });
-    if (status.ok() && *status == 410) expired = true;
-    if (status.ok() && *status != 200 && *status != 410) return false;  // e.g. 5xx: list again after a pause
-    return !expired;
+    if (!status.ok()) return Next::kPauseThenWatch;  // e.g. the server is restarting
+    if (expired || *status != 200) return Next::kRelist;
+    return Next::kWatch;
   }
 
   template <typename F>
@@ -435,10 +439,16 @@ class KubernetesBackend : public Backend {
         continue;
       }
       pause = 200;
-      synced_cv_.notify_all();
-      while (!stop_ && f.Watch(c, stop_)) {
+      for (int failures = 0; !stop_;) {
+        const Follower::Next next = f.Watch(c, stop_);
+        if (next == Follower::Next::kRelist) break;
+        if (next == Follower::Next::kPauseThenWatch) {
+          Sleep(std::min<int64_t>(int64_t{200} << std::min(failures++, 5), 5000));
+        } else {
+          failures = 0;
+        }
       }
-      if (!stop_) Sleep(100);  // a 410 or a failed watch: list again, not in a tight loop
+      if (!stop_) Sleep(100);  // a 410 or an error status: list again, not in a tight loop
     }
   }
 
@@ -503,7 +513,7 @@ class KubernetesBackend : public Backend {
   std::vector<std::thread> threads_;
   std::atomic<bool> stop_{false};
   std::mutex sleep_mu_;
-  std::condition_variable wake_, synced_cv_;
+  std::condition_variable wake_;
   int64_t conflicts_ = 0;
 };
 

@@ -250,12 +250,16 @@ ExternalJob ReadJob(const Json& job, const std::vector<const Json*>& pods) {
   x.external_id = StrAt(meta, "namespace") + "/" + x.name;
   x.suspended = At(At(job, "spec"), "suspend") == true;
   const int64_t active = IntAt(At(job, "status"), "active");
-  // The newest pod tells where and why.
+  // The newest pod tells where and why; one being deleted (a suspended or replaced run's)
+  // only when there is no other. Timestamps have whole seconds: a pod made in the same second
+  // as its predecessor is told apart by the predecessor's deletion.
   const Json* pod = nullptr;
+  auto rank = [](const Json* p) {
+    const Json& m = At(*p, "metadata");
+    return std::make_pair(At(m, "deletionTimestamp").is_null(), StrAt(m, "creationTimestamp"));
+  };
   for (const Json* p : pods) {
-    if (pod == nullptr || StrAt(At(*p, "metadata"), "creationTimestamp") >= StrAt(At(*pod, "metadata"), "creationTimestamp")) {
-      pod = p;
-    }
+    if (pod == nullptr || rank(p) >= rank(pod)) pod = p;
   }
   if (pod != nullptr) {
     x.node = StrAt(At(*pod, "spec"), "nodeName");
@@ -286,7 +290,8 @@ ExternalJob ReadJob(const Json& job, const std::vector<const Json*>& pods) {
   } else if (x.suspended) {
     x.state = active > 0 ? "running" : "suspended";  // pods still stopping count as running
     x.native_state = "Suspended";
-  } else if (pod != nullptr && StrAt(At(*pod, "status"), "phase") == "Running") {
+  } else if (pod != nullptr && StrAt(At(*pod, "status"), "phase") == "Running" &&
+             At(At(*pod, "metadata"), "deletionTimestamp").is_null()) {
     x.state = "running";
     x.native_state = "Running";
   } else {

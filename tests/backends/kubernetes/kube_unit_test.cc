@@ -255,6 +255,12 @@ TEST(ReadJob, StatesExitCodesAndReasonsComeFromTheJobAndItsNewestPod) {
   Json old = Pod("Failed", "2026-12-01T10:00:01Z");
   ExternalJob x = ReadJob(job, {&old, &running});
   EXPECT_EQ(x.external_id, "ml/tessera-lab-j-1");
+  // A pod being deleted (a suspended run's) loses to its successor made in the same second.
+  Json stopping = Pod("Running", "2026-12-01T10:00:02Z");
+  stopping["metadata"]["deletionTimestamp"] = "2026-12-01T10:00:02Z";
+  stopping["spec"]["nodeName"] = "old-node";
+  EXPECT_EQ(ReadJob(job, {&running, &stopping}).node, "n1");
+  EXPECT_EQ(ReadJob(job, {&stopping, &running}).node, "n1");
   EXPECT_EQ(x.state, "running");
   EXPECT_EQ(x.node, "n1");
 

@@ -244,3 +244,27 @@ TEST_F(KubeBackend, CapacityIsReadyNodesGpusLessWhatOthersHold) {
 
 }  // namespace
 }  // namespace tessera::backends
+
+namespace tessera::backends {
+namespace {
+
+// More Jobs than one page: the followers list in chunks of 500 (limit/continue) and see all.
+TEST_F(KubeBackend, ListsComeInChunksAndMissNothing) {
+  const int n = 1203;
+  for (int i = 0; i < n; ++i) {
+    JobRequest r = Req("c-" + std::to_string(i), "true");
+    auto m = b_->Render(r);
+    ASSERT_TRUE(m.ok());
+    Json doc = Json::parse(*m);
+    Json made = k_->Control("POST", "/apis/batch/v1/namespaces/ml/jobs", doc.dump());
+    ASSERT_EQ(made.value("kind", ""), "Job") << made.dump();
+  }
+  auto fresh = Make("");
+  auto all = fresh->List("tessera-lab-c-");
+  ASSERT_TRUE(all.ok()) << all.status().message();
+  EXPECT_EQ(all->size(), static_cast<size_t>(n));
+  for (const auto& x : *all) EXPECT_EQ(x.state, "suspended") << x.name;
+}
+
+}  // namespace
+}  // namespace tessera::backends

@@ -89,6 +89,7 @@ class KubeStandIn {
   // Empty when it runs; else what went wrong.
   const std::string& error() const { return error_; }
   void Stop() {
+    control_.reset();
     if (proc_) proc_->Kill(SIGTERM);
     proc_.reset();
   }
@@ -115,8 +116,13 @@ class KubeStandIn {
 
   // The stand-in's own endpoints (faults, stats) and plain API calls, as the tests' observer.
   nlohmann::json Control(const std::string& method, const std::string& path, const std::string& body = "{}") {
-    httplib::SSLClient c("localhost", port_, dir_ + "/client.crt", dir_ + "/client.key");
-    c.set_ca_cert_path((dir_ + "/ca.crt").c_str());
+    if (!control_) {
+      control_ = std::make_unique<httplib::SSLClient>("localhost", port_, dir_ + "/client.crt", dir_ + "/client.key");
+      control_->set_ca_cert_path((dir_ + "/ca.crt").c_str());
+      control_->set_tcp_nodelay(true);
+      control_->set_keep_alive(true);
+    }
+    httplib::SSLClient& c = *control_;
     httplib::Headers h = {{"Authorization", "Bearer token-one"}};
     auto r = method == "POST"     ? c.Post(path.c_str(), h, body, "application/json")
              : method == "DELETE" ? c.Delete(path.c_str(), h)
@@ -131,6 +137,7 @@ class KubeStandIn {
   bool client_cert_;
   int port_ = 0;
   std::unique_ptr<Proc> proc_;
+  std::unique_ptr<httplib::SSLClient> control_;
   std::string error_;
 };
 

@@ -76,7 +76,7 @@ Status Engine::BackendTick() {
     std::unique_lock<std::mutex> lock(mu_);
     CollectBackendWorkLocked(&w);
   }
-  if (w.submits.empty() && w.polls.empty() && w.cancels.empty() && w.suspends.empty()) return Status::Ok();
+  if (w.submits.empty() && w.polls.empty() && w.cancels.empty() && w.suspends.empty() && !w.stops) return Status::Ok();
   // 3. The scheduler's commands, without the engine's lock.
   for (auto& [b, ext] : w.cancels) (void)b->Cancel(ext);
   for (SuspendWork& s : w.suspends) s.status = s.suspend ? s.b->Suspend(s.external_id) : s.b->Resume(s.external_id, s.req);
@@ -92,6 +92,7 @@ Status Engine::BackendTick() {
     RecordSubmissionsLocked(done, &late_cancels, &batch);
     RecordSuspendsLocked(w.suspends, &batch);
     RecordPollsLocked(w.polls, polled, &forget, &batch);
+    StopUnsubmittedLocked(&batch);
     Status st = CommitLocked(batch, lock);
     if (!st.ok()) return st;
   }
@@ -212,6 +213,7 @@ void Engine::CollectBackendWorkLocked(BackendWork* w) {
     Job& j = jobs_[id];
     if (j.backend.empty() || !backends_.count(j.backend)) continue;
     backends::Backend* b = backends_[j.backend].get();
+    if (b->Suspends() && j.external_id.empty() && j.rec.state == "preempting") w->stops = true;
     if (b->Suspends() && !j.external_id.empty() && (Holds(j) || j.rec.state == "pending")) {
       // A job the backend keeps: its Job is suspended while Tessera has it pending or preempting,
       // and running (resumed, with the queue's scheduling directives) while it holds its admission.
@@ -402,6 +404,23 @@ void Engine::RecordPollsLocked(const std::map<std::string, std::vector<std::stri
         forget->push_back({backends_[name].get(), j.external_id});
       }
     }
+  }
+}
+
+// A job of a backend that suspends, preempted before its Job existed (or while its creation ran,
+// which RecordSubmissionsLocked has then deleted): nothing runs, so it is stopped at once and
+// pending again.
+void Engine::StopUnsubmittedLocked(Batch* batch) {
+  for (const std::string& id : LiveIdsLocked()) {
+    Job& j = jobs_[id];
+    if (j.rec.state != "preempting" || !j.external_id.empty() || j.backend.empty() || !backends_.count(j.backend) ||
+        !backends_[j.backend]->Suspends()) {
+      continue;
+    }
+    const size_t mark = qe_->events().size();
+    qe_->Stopped(j.handle, NowS());
+    TranslateLocked(mark, *batch);  // job.requeued
+    cycle_wanted_ = true;
   }
 }
 

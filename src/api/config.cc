@@ -369,6 +369,10 @@ static Status ReadRoutes(const YAML::Node& queues, EngineConfig* c) {
     auto route = ParseRoute(queues[i], "queues[" + policy::EntryName(queues[i], i) + "]");
     if (!route.ok()) return route.status();
     route->queue = c->policy.queues[i].name;
+    if (route->backend == "kubernetes") {
+      Status st = CheckKubeCluster(c->cluster);
+      if (!st.ok()) return st;
+    }
     c->policy.queues[i].external = route->external();
     // Kubernetes reports its capacity: admission keeps within it and reclaims by suspending.
     c->policy.queues[i].external_pool = route->backend == "kubernetes" ? "kubernetes" : "";

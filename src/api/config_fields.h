@@ -63,4 +63,6 @@ struct EngineConfig;
 const std::set<std::string>& KubeQueueKeys();
 Status ParseKubeRoute(const YAML::Node& n, const std::string& where, QueueRoute* q);
 Status ReadKubeSettings(const YAML::Node& root, EngineConfig* c);
+// The cluster name, when a queue uses Kubernetes: a label value short enough for Job names.
+Status CheckKubeCluster(const std::string& cluster);
 }  // namespace tessera::api

@@ -18,6 +18,7 @@
 
 #include "api/config.h"
 #include "api/config_fields.h"
+#include "model/quantity.h"
 
 namespace tessera::api {
 namespace {
@@ -25,28 +26,6 @@ namespace {
 using cfg::Bad;
 using cfg::Duration;
 using cfg::Str;
-
-// A YAML value as JSON (tolerations are passed to Kubernetes as they are written).
-nlohmann::json ToJson(const YAML::Node& n) {
-  if (n.IsMap()) {
-    nlohmann::json o = nlohmann::json::object();
-    for (const auto& kv : n) o[kv.first.as<std::string>()] = ToJson(kv.second);
-    return o;
-  }
-  if (n.IsSequence()) {
-    nlohmann::json a = nlohmann::json::array();
-    for (const auto& e : n) a.push_back(ToJson(e));
-    return a;
-  }
-  if (n.IsScalar()) {
-    const std::string s = n.Scalar();
-    if (n.Tag() != "!" && s.find_first_not_of("0123456789") == std::string::npos && !s.empty() && s.size() < 19) {
-      return std::stoll(s);  // tolerationSeconds
-    }
-    return s;
-  }
-  return nullptr;
-}
 
 Result<std::map<std::string, std::string>> StrMap(const YAML::Node& n, const std::string& where) {
   if (!n.IsMap()) return Bad(where, "expected a map of names to values");
@@ -139,7 +118,25 @@ Status ParseKubeRoute(const YAML::Node& n, const std::string& w, QueueRoute* q) 
         if (!st.ok()) return st;
       }
     }
-    k.tolerations_json = ToJson(n["tolerations"]).dump();
+    // Kubernetes takes every field as a string but tolerationSeconds (an integer).
+    nlohmann::json list = nlohmann::json::array();
+    for (size_t i = 0; i < n["tolerations"].size(); ++i) {
+      nlohmann::json t = nlohmann::json::object();
+      for (const auto& kv : n["tolerations"][i]) {
+        const std::string key = kv.first.as<std::string>();
+        const std::string tw = w + ".tolerations[" + std::to_string(i) + "]." + key;
+        if (!kv.second.IsScalar()) return Bad(tw, "expected a single value");
+        if (key == "tolerationSeconds") {
+          auto secs = ParseNonNegativeInt(kv.second.Scalar());
+          if (!secs.ok()) return Bad(tw, "expected a whole number of seconds");
+          t[key] = *secs;
+        } else {
+          t[key] = kv.second.Scalar();
+        }
+      }
+      list.push_back(std::move(t));
+    }
+    k.tolerations_json = list.dump();
   }
   if (n["placement_timeout"]) {
     auto d = Duration(n["placement_timeout"], w + ".placement_timeout");
@@ -171,6 +168,18 @@ Status ReadKubeSettings(const YAML::Node& root, EngineConfig* c) {
     k.in_cluster = *v;
   }
   if (k.in_cluster && !k.kubeconfig.empty()) return Bad("kubernetes", "in_cluster and kubeconfig exclude each other");
+  return Status::Ok();
+}
+
+Status CheckKubeCluster(const std::string& cl) {
+  // The cluster's name is the tessera.io/cluster label and part of every Job's name.
+  bool label = !cl.empty() && cl.size() <= 40 && std::isalnum(static_cast<unsigned char>(cl.front())) &&
+               std::isalnum(static_cast<unsigned char>(cl.back()));
+  for (char ch : cl) label = label && (std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.');
+  if (!label) {
+    return Bad("cluster", "'" + cl + "' cannot name Kubernetes objects: up to 40 letters, digits, '-', '_' or '.', "
+                          "starting and ending with a letter or digit");
+  }
   return Status::Ok();
 }
 

@@ -378,6 +378,8 @@ const std::vector<std::string>& Engine::NodeJobsLocked(const std::string& node) 
 }
 
 Status Engine::Load() {
+  capacity_.clear();  // a new quota engine knows no external capacity: ask the backends again
+  last_capacity_ms_ = -1;
   jobs_.clear();
   idem_.clear();
   order_.clear();

@@ -407,6 +407,7 @@ class Engine {
   struct BackendWork {
     std::vector<SubmitWork> submits;
     std::vector<SuspendWork> suspends;
+    bool stops = false;  // a kept job preempted before it was submitted (StopUnsubmittedLocked)
     std::map<std::string, std::vector<std::string>> polls;  // backend -> external ids
     std::vector<std::pair<backends::Backend*, std::string>> cancels;
   };
@@ -420,6 +421,7 @@ class Engine {
                          std::map<std::string, Result<std::map<std::string, backends::ExternalJob>>>& polled,
                          std::vector<std::pair<backends::Backend*, std::string>>* forget, Batch* batch);
   void RecordSuspendsLocked(const std::vector<SuspendWork>& done, Batch* batch);
+  void StopUnsubmittedLocked(Batch* batch);
   // Whether the poll of a kept (suspending) backend's job changed its course; see backend_pass.cc.
   bool FollowSuspendLocked(Job& j, const backends::ExternalJob& x, Batch* batch);
   backends::JobRequest RequestFor(const Job& j) const;

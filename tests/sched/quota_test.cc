@@ -631,6 +631,10 @@ TEST(QuotaExternal, APoolAtItsCapacityAdmitsNoMoreAndReclaimsFromBorrowers) {
   EXPECT_NE(w.View("a5").wait_reason.find("kubernetes has 4 GPU for this cluster, 4 held"), std::string::npos)
       << w.View("a5").wait_reason;
   EXPECT_EQ(w.State("s1"), JobState::kRunning);  // another scheduler's capacity is not this pool's
+  w.Submit(Job("cpu", "k8s", "a", 0), 3);  // no GPU asked: a full pool does not hold it back
+  w.e->RunCycle(3);
+  EXPECT_EQ(w.State("cpu"), JobState::kRunning);
+  EXPECT_EQ(w.Count(EventKind::kPreempted), 0);
   // b is below its reservation: two of a's borrowed jobs are preempted (the server suspends them).
   w.Submit(Job("b1", "k8s", "b", 2), 4);
   w.e->RunCycle(5);

@@ -22,6 +22,7 @@ Result<std::string> ReadFile(const std::string& path, const std::string& what) {
 }
 
 std::string Str(const YAML::Node& n, const char* key) {
+  if (!n.IsMap()) return std::string();
   const YAML::Node v = n[key];
   return v && v.IsScalar() ? v.as<std::string>() : std::string();
 }
@@ -90,7 +91,17 @@ std::vector<std::string> KubeconfigFiles(const std::string& setting) {
   return files;
 }
 
+Result<Connection> LoadKubeconfigUnguarded(const std::vector<std::string>& files, const std::string& context);
+
 Result<Connection> LoadKubeconfig(const std::vector<std::string>& files, const std::string& context) {
+  try {
+    return LoadKubeconfigUnguarded(files, context);
+  } catch (const YAML::Exception& e) {  // an entry of another shape than kubeconfig's
+    return Status::InvalidArgument(std::string("kubeconfig: not a valid kubeconfig: ") + e.what());
+  }
+}
+
+Result<Connection> LoadKubeconfigUnguarded(const std::vector<std::string>& files, const std::string& context) {
   if (files.empty()) return Status::InvalidArgument("kubeconfig: no file named");
   std::string current;
   std::map<std::string, Named> clusters, users, contexts;

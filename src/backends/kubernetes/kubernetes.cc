@@ -191,7 +191,10 @@ class KubernetesBackend : public Backend {
   }
 
   ~KubernetesBackend() override {
-    stop_ = true;
+    {
+      std::lock_guard<std::mutex> l(sleep_mu_);  // a follower about to sleep sees it
+      stop_ = true;
+    }
     {
       std::lock_guard<std::mutex> l(mu_);
       for (auto* c : {calls_.get(), jobs_client_.get(), pods_client_.get()}) {
@@ -215,8 +218,6 @@ class KubernetesBackend : public Backend {
     auto m = kube::RenderJob(job, opt_.cluster, *ns);
     if (!m.ok()) return m.status();
     (*m)["metadata"]["annotations"]["tessera.io/name"] = job.name;
-    auto sched = kube::SchedulingFor(job);  // checked now, applied at admission
-    if (!sched.ok()) return sched.status();
     return m->dump(2);
   }
 
@@ -243,14 +244,23 @@ class KubernetesBackend : public Backend {
       if (created.is_object()) jobs_.Put(created);
     }
     Status st = Resume(id, job);  // admitted: unsuspend it with the pool's directives
-    if (!st.ok()) return st;
+    if (!st.ok()) {
+      (void)Cancel(id);  // not left behind suspended: the retry creates it again (or adopts it)
+      return st;
+    }
     return id;
   }
 
   Status Resume(const std::string& id, const JobRequest& job) override {
-    auto sched = kube::SchedulingFor(job);
-    if (!sched.ok()) return sched.status();
-    return PatchWithVersion(id, Json{{"spec", {{"suspend", false}, {"template", {{"spec", *sched}}}}}}, "resume");
+    auto ns = Namespace(job);
+    auto m = kube::RenderJob(job, opt_.cluster, *ns);  // the directives as the Job has them, with the pool's
+    if (!m.ok()) return m.status();
+    Json sched = Json::object();
+    const Json& spec = At(At(At(*m, "spec"), "template"), "spec");
+    for (const char* key : {"nodeSelector", "tolerations"}) {
+      if (!At(spec, key).is_null()) sched[key] = At(spec, key);
+    }
+    return PatchWithVersion(id, Json{{"spec", {{"suspend", false}, {"template", {{"spec", sched}}}}}}, "resume");
   }
 
   Status Suspend(const std::string& id) override {
@@ -432,6 +442,7 @@ class KubernetesBackend : public Backend {
 
   void Follow(Follower& f, kube::Client& c) {
     int64_t pause = 200;
+    int relists_in_row = 0;
     while (!stop_) {
       if (!f.Relist(c).ok()) {
         Sleep(pause);
@@ -439,16 +450,22 @@ class KubernetesBackend : public Backend {
         continue;
       }
       pause = 200;
+      bool watched = false;  // a stream worked since the last list
       for (int failures = 0; !stop_;) {
+        const auto began = std::chrono::steady_clock::now();
         const Follower::Next next = f.Watch(c, stop_);
         if (next == Follower::Next::kRelist) break;
-        if (next == Follower::Next::kPauseThenWatch) {
+        watched = watched || next == Follower::Next::kWatch;
+        const bool brief = std::chrono::steady_clock::now() - began < std::chrono::milliseconds(200);
+        if (next == Follower::Next::kPauseThenWatch || brief) {  // no connection, or a stream that ends at once
           Sleep(std::min<int64_t>(int64_t{200} << std::min(failures++, 5), 5000));
         } else {
           failures = 0;
         }
       }
-      if (!stop_) Sleep(100);  // a 410 or an error status: list again, not in a tight loop
+      // A 410 or an error status: list again, not in a tight loop; repeated ones back off.
+      relists_in_row = watched ? 0 : relists_in_row + 1;
+      if (!stop_) Sleep(std::min<int64_t>(int64_t{100} << std::min(relists_in_row, 6), 5000));
     }
   }
 

@@ -21,6 +21,8 @@ spec:
           image: busybox:1.36
 )";
 
+Result<Json> RenderJobUnguarded(const JobRequest& job, const std::string& cluster, const std::string& ns);
+
 namespace {
 
 Json Convert(const YAML::Node& n) {
@@ -120,20 +122,37 @@ Result<Json> ResourcesFor(const JobRequest& job) {
   return r;
 }
 
-Result<Json> SchedulingFor(const JobRequest& job) {
+Result<Json> SchedulingFor(const JobRequest& job, const Json& pod_spec) {
   const KubeMapping& k = job.mapping.kube;
-  Json sel = Json::object();
+  Json sel = At(pod_spec, "nodeSelector").is_object() ? At(pod_spec, "nodeSelector") : Json::object();
   for (const auto& [key, v] : k.node_selector) sel[key] = v;
   if (job.form == "partition" && k.vendor != "amd" && k.mig_strategy == "single") {
     if (k.mig_product.empty()) return Status::InvalidArgument("the single MIG strategy needs the queue's mig_product");
     sel["nvidia.com/gpu.product"] = Fill(k.mig_product, "{profile}", job.mig_profile);
   }
-  Json tol = Json::parse(k.tolerations_json.empty() ? "[]" : k.tolerations_json, nullptr, false);
-  if (!tol.is_array()) return Status::InvalidArgument("tolerations: expected a list");
-  return Json{{"nodeSelector", sel}, {"tolerations", tol}};
+  Json queue_tol = Json::parse(k.tolerations_json.empty() ? "[]" : k.tolerations_json, nullptr, false);
+  if (!queue_tol.is_array()) return Status::InvalidArgument("tolerations: expected a list");
+  Json tol = At(pod_spec, "tolerations").is_array() ? At(pod_spec, "tolerations") : Json::array();
+  for (const Json& t : queue_tol) {
+    if (std::find(tol.begin(), tol.end(), t) == tol.end()) tol.push_back(t);
+  }
+  Json out = Json::object();
+  if (!sel.empty()) out["nodeSelector"] = sel;
+  if (!tol.empty()) out["tolerations"] = tol;
+  return out;
 }
 
 Result<Json> RenderJob(const JobRequest& job, const std::string& cluster, const std::string& ns) {
+  try {
+    return RenderJobUnguarded(job, cluster, ns);
+  } catch (const Json::exception& e) {  // a template whose fields have other types than a Job's
+    return Status::InvalidArgument("manifest template " +
+                                   (job.mapping.template_path.empty() ? std::string("(default)") : "'" + job.mapping.template_path + "'") +
+                                   ": not a valid Job: " + e.what());
+  }
+}
+
+Result<Json> RenderJobUnguarded(const JobRequest& job, const std::string& cluster, const std::string& ns) {
   std::string text = kDefaultJobTemplate;
   if (!job.mapping.template_path.empty()) {
     std::ifstream in(job.mapping.template_path);
@@ -149,8 +168,12 @@ Result<Json> RenderJob(const JobRequest& job, const std::string& cluster, const 
   if (StrAt(m, "kind") != "Job" || StrAt(m, "apiVersion") != "batch/v1") {
     return Status::InvalidArgument("manifest template " + where + ": expected a batch/v1 Job");
   }
+  if (!m["metadata"].is_object()) m["metadata"] = Json::object();
+  if (!m["spec"].is_object()) return Status::InvalidArgument("manifest template " + where + ": spec is not a map");
   Json& pod = m["spec"]["template"];
-  if (!pod.is_object() || !pod["spec"].is_object() || !pod["spec"]["containers"].is_array() ||
+  if (!pod.is_object()) return Status::InvalidArgument("manifest template " + where + ": spec.template is not a map");
+  if (!pod["metadata"].is_object()) pod["metadata"] = Json::object();
+  if (!pod["spec"].is_object() || !pod["spec"]["containers"].is_array() ||
       pod["spec"]["containers"].empty() || !pod["spec"]["containers"][0].is_object()) {
     return Status::InvalidArgument("manifest template " + where + ": spec.template.spec.containers needs a container");
   }
@@ -187,6 +210,10 @@ Result<Json> RenderJob(const JobRequest& job, const std::string& cluster, const 
   auto res = ResourcesFor(job);
   if (!res.ok()) return res.status();
   c["resources"] = Json{{"requests", *res}, {"limits", *res}};
+  // The pool's scheduling directives (with the template's own): set again by the admission patch.
+  auto sched = SchedulingFor(job, spec);
+  if (!sched.ok()) return sched.status();
+  for (const auto& [key, v] : sched->items()) spec[key] = v;
   return m;
 }
 
@@ -249,7 +276,12 @@ ExternalJob ReadJob(const Json& job, const std::vector<const Json*>& pods) {
   x.name = StrAt(meta, "name");
   x.external_id = StrAt(meta, "namespace") + "/" + x.name;
   x.suspended = At(At(job, "spec"), "suspend") == true;
-  const int64_t active = IntAt(At(job, "status"), "active");
+  // status.active leaves out pods being deleted: a pod not yet ended still holds its devices.
+  int64_t active = IntAt(At(job, "status"), "active");
+  for (const Json* p : pods) {
+    const std::string phase = StrAt(At(*p, "status"), "phase");
+    if (phase != "Succeeded" && phase != "Failed" && !At(At(*p, "metadata"), "deletionTimestamp").is_null()) ++active;
+  }
   // The newest pod tells where and why; one being deleted (a suspended or replaced run's)
   // only when there is no other. Timestamps have whole seconds: a pod made in the same second
   // as its predecessor is told apart by the predecessor's deletion.

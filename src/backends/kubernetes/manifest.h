@@ -40,14 +40,16 @@ Result<Json> YamlToJson(const std::string& text);
 // mapping cannot express.
 Result<Json> ResourcesFor(const JobRequest& job);
 
-// The scheduling directives of the queue's pool (node selector and tolerations), as the merge
-// patch sets them at admission: {"nodeSelector": {...}, "tolerations": [...]} (with the MIG
-// product label under the single strategy).
-Result<Json> SchedulingFor(const JobRequest& job);
+// The scheduling directives of the queue's pool merged with those of the template's pod spec
+// (`pod_spec`): {"nodeSelector": {...}, "tolerations": [...]}, each key only when not empty
+// (with the MIG product label under the single strategy). A merge patch replaces lists whole,
+// so the admission patch carries the template's tolerations too.
+Result<Json> SchedulingFor(const JobRequest& job, const Json& pod_spec = Json::object());
 
 // The whole Job: the template (the queue's file or kDefaultJobTemplate) with metadata.name,
 // namespace, labels tessera.io/job and tessera.io/cluster (also on the pod template), spec.suspend
-// true, backoffLimit 0, and the first container's command, env and resources.
+// true, backoffLimit 0, the first container's command, env and resources, and the scheduling
+// directives (SchedulingFor). A template of the wrong shape is an error, never an exception.
 Result<Json> RenderJob(const JobRequest& job, const std::string& cluster, const std::string& ns);
 
 // A Job object's state for Tessera, with its pods' details (`pods`: the Job's pods, any order).

@@ -527,7 +527,7 @@ bool Engine::TryPlace(int self, std::string* step, std::string* reason, bool* ba
     // Another scheduler places it: admitted here against the same limits, charged its request,
     // within the capacity its scheduler has for us when that is known.
     auto cap = ext_cap_.find(j.ext_pool);
-    if (cap != ext_cap_.end() && ext_used_[j.ext_pool] + nominal.gpu_milli > cap->second) {
+    if (cap != ext_cap_.end() && nominal.gpu_milli > 0 && ext_used_[j.ext_pool] + nominal.gpu_milli > cap->second) {
       *step = "Placement";
       *reason = j.ext_pool + " has " + FormatMilli(cap->second) + " GPU for this cluster, " +
                 FormatMilli(ext_used_[j.ext_pool]) + " held";

@@ -45,7 +45,7 @@ int64_t Engine::ExternalGpu(const Job& j) const {
 bool Engine::TryPreemptExternal(int self, bool reclaim) {
   Job& j = jobs_[self];
   auto cap = ext_cap_.find(j.ext_pool);
-  if (cap == ext_cap_.end()) return false;
+  if (cap == ext_cap_.end() || ExternalGpu(j) <= 0) return false;  // no GPU asked: nothing to free
   int64_t need = ext_used_[j.ext_pool] + ExternalGpu(j) - cap->second;
   for (int t : terminating_) {
     if (jobs_[t].ext_pool == j.ext_pool) need -= jobs_[t].charge.gpu_milli;  // already leaving
@@ -54,7 +54,7 @@ bool Engine::TryPreemptExternal(int self, bool reclaim) {
   ++preempt_searches_;
   std::vector<std::pair<int64_t, int>> options;
   for (int v = 0; v < static_cast<int>(jobs_.size()); ++v) {
-    if (v != self && Victim(j, v, reclaim)) options.push_back({LostWork(jobs_[v]), v});
+    if (v != self && jobs_[v].charge.gpu_milli > 0 && Victim(j, v, reclaim)) options.push_back({LostWork(jobs_[v]), v});
   }
   std::sort(options.begin(), options.end());
   std::vector<int> victims;

@@ -412,3 +412,68 @@ TEST(KubeConfig, TheShippedExampleLoads) {
 
 }  // namespace
 }  // namespace tessera::backends::kube
+
+namespace tessera::backends::kube {
+namespace {
+
+TEST(Manifest, TheTemplatesDirectivesAreKeptBesideThePools) {
+  const std::string path = (fs::temp_directory_path() / ("tol-" + std::to_string(::getpid()) + ".yaml")).string();
+  std::ofstream(path) << "apiVersion: batch/v1\nkind: Job\nspec:\n  template:\n    spec:\n"
+                         "      nodeSelector: {zone: a}\n"
+                         "      tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]\n"
+                         "      containers: [{name: c, image: 'busybox:1.36'}]\n";
+  JobRequest r = Req("whole");
+  r.mapping.template_path = path;
+  r.mapping.kube.node_selector = {{"pool", "a100"}};
+  r.mapping.kube.tolerations_json = R"([{"key":"dedicated","operator":"Equal","value":"ml","effect":"NoSchedule"}])";
+  auto m = RenderJob(r, "lab", "ml");
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  const Json& spec = (*m)["spec"]["template"]["spec"];
+  EXPECT_EQ(spec["nodeSelector"], (Json{{"zone", "a"}, {"pool", "a100"}}));
+  ASSERT_EQ(spec["tolerations"].size(), 2u);
+  EXPECT_EQ(spec["tolerations"][0]["key"], "nvidia.com/gpu");
+  EXPECT_EQ(spec["tolerations"][1]["value"], "ml");
+  // A queue with no directives adds no empty ones (a merge patch would wipe the template's).
+  r.mapping.kube = {};
+  auto plain = SchedulingFor(r);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_TRUE(plain->empty()) << plain->dump();
+  // Templates of the wrong shape are errors, not exceptions.
+  for (const std::string& bad : {std::string("apiVersion: batch/v1\nkind: Job\nmetadata: foo\nspec: {template: {spec: {containers: [{name: c, image: x}]}}}\n"),
+                                 std::string("apiVersion: batch/v1\nkind: Job\nspec: []\n"),
+                                 std::string("apiVersion: batch/v1\nkind: Job\nspec: {template: []}\n"),
+                                 std::string("apiVersion: batch/v1\nkind: Job\nspec: {template: {spec: {containers: [{name: c, image: x, env: 3}]}}}\n")}) {
+    std::ofstream(path) << bad;
+    r.mapping.template_path = path;
+    auto x = RenderJob(r, "lab", "ml");
+    if (x.ok()) continue;  // metadata: foo is replaced, env: 3 is reset; no exception either way
+    EXPECT_NE(x.status().message().find("manifest template"), std::string::npos) << x.status().message();
+  }
+  fs::remove(path);
+}
+
+TEST_F(Kubeconfig, EntriesOfTheWrongShapeAreErrors) {
+  for (const std::string& text : {std::string("current-context: x\ncontexts: [{name: x, context: foo}]\n"),
+                                  std::string("current-context: x\ncontexts: [{name: x, context: {cluster: c}}]\nclusters: [{name: c, cluster: [1, 2]}]\n"),
+                                  std::string("current-context: [a]\n")}) {
+    auto c = LoadKubeconfig({Write("k.yaml", text)});
+    EXPECT_FALSE(c.ok()) << text;
+  }
+}
+
+TEST(KubeConfig, TolerationValuesAreStringsAndTheClusterNameALabel) {
+  const std::string head = "identities: [{name: a, role: admin, token: tok-12345678}]\ngroups: [{name: g}]\n"
+                           "profiles: [{name: p, gpus: 1}]\n";
+  auto c = api::ParseConfig(head + "queues:\n  - {name: k, profile: p, groups: [g], backend: kubernetes,"
+                                   " tolerations: [{key: gpu, operator: Equal, value: 8, effect: NoSchedule, tolerationSeconds: 30}]}\n");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  Json t = Json::parse(c->FindRoute("k")->kube.tolerations_json)[0];
+  EXPECT_EQ(t["value"], "8");
+  EXPECT_EQ(t["tolerationSeconds"], 30);
+  auto bad = api::ParseConfig("cluster: 'my lab!'\n" + head + "queues:\n  - {name: k, profile: p, groups: [g], backend: kubernetes}\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("cannot name Kubernetes objects"), std::string::npos) << bad.status().message();
+}
+
+}  // namespace
+}  // namespace tessera::backends::kube

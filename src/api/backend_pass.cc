@@ -78,7 +78,10 @@ Status Engine::BackendTick() {
   }
   if (w.submits.empty() && w.polls.empty() && w.cancels.empty() && w.suspends.empty() && !w.stops) return Status::Ok();
   // 3. The scheduler's commands, without the engine's lock.
-  for (auto& [b, ext] : w.cancels) (void)b->Cancel(ext);
+  std::set<std::string> cancel_failed;  // external ids whose cancel is sent again next pass
+  for (auto& [b, ext] : w.cancels) {
+    if (!b->Cancel(ext).ok()) cancel_failed.insert(ext);
+  }
   for (SuspendWork& s : w.suspends) s.status = s.suspend ? s.b->Suspend(s.external_id) : s.b->Resume(s.external_id, s.req);
   std::vector<SubmitDone> done;
   for (const SubmitWork& s : w.submits) done.push_back(SubmitOne(s));
@@ -90,6 +93,12 @@ Status Engine::BackendTick() {
   {
     std::unique_lock<std::mutex> lock(mu_);
     RecordSubmissionsLocked(done, &late_cancels, &batch);
+    if (!cancel_failed.empty()) {
+      for (const std::string& id : LiveIdsLocked()) {
+        Job& j = jobs_[id];
+        if (j.cancel_sent && cancel_failed.count(j.external_id)) j.cancel_sent = false;
+      }
+    }
     RecordSuspendsLocked(w.suspends, &batch);
     RecordPollsLocked(w.polls, polled, &forget, &batch);
     StopUnsubmittedLocked(&batch);

@@ -149,7 +149,7 @@ Result<std::shared_ptr<httplib::ClientImpl>> Client::NewConnection(int64_t read_
   }
   h->set_keep_alive(true);
   h->set_tcp_nodelay(true);  // headers and body go in separate writes: no 40 ms delayed-ACK stall
-  h->set_connection_timeout(std::chrono::milliseconds(opt_.timeout_ms));
+  h->set_connection_timeout(std::chrono::milliseconds(opt_.connect_timeout_ms));
   h->set_read_timeout(std::chrono::milliseconds(read_timeout_ms));
   h->set_write_timeout(std::chrono::milliseconds(opt_.timeout_ms));
   return h;
@@ -166,8 +166,17 @@ Result<std::string> Client::Token() const {
 
 Result<Response> Client::Call(const std::string& method, const std::string& path, const std::string& body,
                               const std::string& content_type) {
+  auto now_ms = [] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  };
+  if (now_ms() < down_until_ms_.load()) {
+    std::lock_guard<std::mutex> l(mu_);
+    return Status::FailedPrecondition("kubernetes API server " + conn_.server + " is not answering (" + down_reason_ +
+                                      "); tried again within " + std::to_string(opt_.down_for_ms / 1000) + "s");
+  }
   int64_t pause = opt_.backoff_ms;
   std::string last = "no attempt made";
+  int unanswered = 0;
   for (int attempt = 1; attempt <= std::max(opt_.attempts, 1); ++attempt) {
     if (stopped_) return Status::FailedPrecondition("kubernetes client stopped");
     auto token = Token();
@@ -205,13 +214,18 @@ Result<Response> Client::Call(const std::string& method, const std::string& path
       } else {
         last = httplib::to_string(res.error());
         call_conn_.reset();  // a fresh connection next time
+        if (++unanswered >= std::max(opt_.unanswered_attempts, 1)) {
+          down_reason_ = last;
+          down_until_ms_ = now_ms() + opt_.down_for_ms;
+          break;
+        }
       }
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(pause));
     pause = std::min(pause * 2, opt_.max_backoff_ms);
   }
-  return Status::FailedPrecondition("kubernetes " + method + " " + path.substr(0, path.find('?')) + ": no answer after " +
-                                    std::to_string(opt_.attempts) + " attempts (" + last + ")");
+  return Status::FailedPrecondition("kubernetes " + method + " " + path.substr(0, path.find('?')) + " at " + conn_.server +
+                                    ": no usable answer (" + last + ")");
 }
 
 Result<int> Client::Stream(const std::string& path, int read_timeout_s,

@@ -34,7 +34,12 @@ struct Response {
 };
 
 struct ClientOptions {
-  int attempts = 6;                  // tries for a retryable answer
+  int attempts = 6;                  // tries for a retryable answer (429, 5xx)
+  int unanswered_attempts = 2;       // tries when no answer comes at all
+  int64_t connect_timeout_ms = 3000;
+  // After a call got no answer at all, calls fail at once for this long (the engine's pass is not
+  // held up job by job by a server that is down).
+  int64_t down_for_ms = 10000;
   int64_t backoff_ms = 100;          // the first pause; doubles up to max_backoff_ms
   int64_t max_backoff_ms = 5000;
   int64_t timeout_ms = 30000;        // connect/read timeout of one request
@@ -81,6 +86,8 @@ class Client {
   std::shared_ptr<httplib::ClientImpl> stream_conn_;
   std::atomic<bool> stopped_{false};
   std::atomic<int64_t> requests_{0};
+  std::atomic<int64_t> down_until_ms_{0};  // steady-clock ms; see ClientOptions::down_for_ms
+  std::string down_reason_;                // guarded by mu_
 };
 
 // Percent-encodes `s` for a query parameter value.

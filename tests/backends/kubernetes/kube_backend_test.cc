@@ -183,12 +183,22 @@ TEST_F(KubeBackend, TheServerRestartingLosesNothing) {
   k_->Stop();
   auto down = b_->Poll({a});  // the cache answers while the server is away
   EXPECT_TRUE(down.ok());
+  // Calls fail within seconds, then at once for a while: the engine's pass is not held up.
+  JobRequest r = Req("j-down", "exit 0");
+  auto first = b_->Submit(r, *b_->Render(r));
+  ASSERT_FALSE(first.ok());
+  const auto t = std::chrono::steady_clock::now();
+  auto second = b_->Submit(r, *b_->Render(r));
+  ASSERT_FALSE(second.ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - t, std::chrono::milliseconds(500));
+  EXPECT_NE(second.status().message().find("is not answering"), std::string::npos) << second.status().message();
   k_->Start();
   ASSERT_EQ(k_->error(), "");
   // Objects were kept (state file); the watch history was not: a relist follows.
   EXPECT_EQ(WaitFor(*b_, a, "succeeded", 30000).state, "succeeded") << k_->Log();
-  const std::string c = Submit(*b_, Req("j-10", "exit 0"));
-  EXPECT_EQ(WaitFor(*b_, c, "succeeded").state, "succeeded");
+  auto fresh = Make("");  // b_'s calls fail fast for a few more seconds
+  const std::string c = Submit(*fresh, Req("j-10", "exit 0"));
+  EXPECT_EQ(WaitFor(*fresh, c, "succeeded").state, "succeeded");
 }
 
 TEST_F(KubeBackend, ClientCertificatesTlsServerNamesAndRotatingTokens) {

@@ -71,6 +71,18 @@ Status Failed(const std::string& what, const kube::Response& r) {
 // One kind of object, listed then watched, kept in a cache by "ns/name".
 class Follower {
  public:
+  // Whether `a` is an older version of the object than `b`. resourceVersions are opaque to
+  // clients ("API concepts: Resource versions"); where both are decimal (etcd revisions, as every
+  // API server backed by etcd gives) they are compared, else `a` is taken as newer.
+  static bool Older(const Json& a, const Json& b) {
+    const std::string ra = RvOf(a), rb = RvOf(b);
+    auto decimal = [](const std::string& v) {
+      return !v.empty() && v.size() < 19 && v.find_first_not_of("0123456789") == std::string::npos;
+    };
+    if (!decimal(ra) || !decimal(rb)) return false;
+    return std::stoll(ra) < std::stoll(rb);
+  }
+
   // `query`: the selectors of every list and watch, e.g. "labelSelector=tessera.io%2Fcluster%3Dlab".
   Follower(std::string path, std::string query) : path_(std::move(path)), query_(std::move(query)) {}
 
@@ -101,6 +113,11 @@ class Follower {
       if (cont.empty()) break;
     }
     std::lock_guard<std::mutex> l(mu_);
+    // A write of ours answered while this list ran is newer than what the list saw: kept.
+    for (auto& [key, obj] : all) {
+      auto old = cache_.find(key);
+      if (old != cache_.end() && Older(obj, old->second)) obj = old->second;
+    }
     cache_ = std::move(all);
     rv_ = rv;
     synced_ = true;
@@ -139,7 +156,8 @@ class Follower {
       if (type == "DELETED") {
         cache_.erase(key);
       } else {
-        cache_[key] = std::move(obj);
+        auto old = cache_.find(key);
+        if (old == cache_.end() || !Older(obj, old->second)) cache_[key] = std::move(obj);
       }
       ++events_;
       return !stop;
@@ -164,7 +182,8 @@ class Follower {
   }
   void Put(const Json& obj) {  // our own write's answer, ahead of its watch event
     std::lock_guard<std::mutex> l(mu_);
-    cache_[KeyOf(obj)] = obj;
+    auto old = cache_.find(KeyOf(obj));
+    if (old == cache_.end() || !Older(obj, old->second)) cache_[KeyOf(obj)] = obj;
   }
 
  private:

@@ -22,16 +22,11 @@ using Json = nlohmann::json;
 using testing::kTessera;
 using testing::Proc;
 
-// One ready node with 4 GPUs in pool a100.
-const char* kOneNode = R"(- metadata: {name: n1, labels: {pool: a100}}
-  status: {allocatable: {cpu: "64", memory: 512Gi, nvidia.com/gpu: "4"}, conditions: [{type: Ready, status: "True"}]}
-)";
-
 class KubeE2eTest : public testing::ServeFixture {
  protected:
   void SetUp() override {
     dir_ = tessera::testing::FreshTestDir("kube_e2e");
-    k_ = std::make_unique<testing::KubeStandIn>(dir_ + "/k8s", true, kOneNode);
+    k_ = std::make_unique<testing::KubeStandIn>(dir_ + "/k8s", true, testing::KubeStandIn::kOneNode);
     ASSERT_EQ(k_->error(), "");
     std::ofstream(dir_ + "/config.yaml") << R"(
 cluster: lab

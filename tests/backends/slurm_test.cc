@@ -18,6 +18,7 @@
 
 #include "../api/proc.h"
 #include "../api/serve_fixture.h"
+#include "slurm_env.h"
 
 namespace tessera {
 namespace {
@@ -27,7 +28,7 @@ using testing::kTessera;
 using testing::Proc;
 using testing::ReadFile;
 
-const std::string kScripts = TESSERA_SOURCE_DIR "/tests/backends";
+const std::string& kScripts = testing::kSlurmScripts;
 
 const char* kConfig = R"(
 cluster: t1
@@ -48,7 +49,7 @@ queues:
   - {name: serving, profile: mig, groups: [research], backend: slurm, partition: debug, mig_model: H100-80GB, class: inference}
 )";
 
-int Sh(const std::string& cmd) { return std::system(cmd.c_str()); }
+using testing::Sh;
 
 class SlurmTest : public testing::ServeFixture {
  protected:

@@ -13,6 +13,7 @@
 #include "../api/proc.h"
 #include "../api/serve_fixture.h"
 #include "kubernetes/kube_standin.h"
+#include "slurm_env.h"
 
 namespace tessera {
 namespace {
@@ -22,12 +23,7 @@ using testing::kTessera;
 using testing::Proc;
 using testing::ReadFile;
 
-const std::string kScripts = TESSERA_SOURCE_DIR "/tests/backends";
-const char* kOneNode = R"(- metadata: {name: n1, labels: {pool: a100}}
-  status: {allocatable: {cpu: "64", memory: 512Gi, nvidia.com/gpu: "4"}, conditions: [{type: Ready, status: "True"}]}
-)";
-
-int Sh(const std::string& cmd) { return std::system(cmd.c_str()); }
+using testing::Sh;
 
 class ThreeBackendsTest : public testing::ServeFixture {
  protected:
@@ -39,10 +35,8 @@ class ThreeBackendsTest : public testing::ServeFixture {
     std::filesystem::create_directories(dir_);
     slurm_ = dir_ + "/slurm";
     started_ = true;
-    ASSERT_EQ(Sh("bash " + kScripts + "/slurm_up.sh " + slurm_ + " > " + dir_ + "/slurm_up.log 2>&1"), 0)
-        << ReadFile(dir_ + "/slurm_up.log");
-    ::setenv("SLURM_CONF", (slurm_ + "/slurm.conf").c_str(), 1);
-    k_ = std::make_unique<testing::KubeStandIn>(dir_ + "/k8s", false, kOneNode);
+    ASSERT_EQ(testing::SlurmUp(slurm_, dir_ + "/slurm_up.log"), 0) << ReadFile(dir_ + "/slurm_up.log");
+    k_ = std::make_unique<testing::KubeStandIn>(dir_ + "/k8s", false, testing::KubeStandIn::kOneNode);
     ASSERT_EQ(k_->error(), "");
     std::ofstream(dir_ + "/config.yaml") << R"(
 cluster: tri
@@ -75,7 +69,7 @@ queues:
     agent_.reset();
     server_.reset();
     k_.reset();
-    if (started_) (void)Sh("bash " + kScripts + "/slurm_down.sh " + slurm_);
+    if (started_) testing::SlurmDown(slurm_);
     started_ = false;
   }
   std::string Submit(const std::string& queue) {

@@ -47,6 +47,11 @@ class KubeStandIn {
   status: {allocatable: {cpu: "16", memory: 64Gi, nvidia.com/gpu: "2"}, conditions: [{type: Ready, status: "True"}]}
 )";
 
+  // One ready node with 4 GPUs in pool a100.
+  static constexpr const char* kOneNode = R"(- metadata: {name: n1, labels: {pool: a100}}
+  status: {allocatable: {cpu: "64", memory: 512Gi, nvidia.com/gpu: "4"}, conditions: [{type: Ready, status: "True"}]}
+)";
+
   explicit KubeStandIn(const std::string& dir, bool client_cert = true, const std::string& nodes = kNodes)
       : dir_(dir), client_cert_(client_cert) {
     namespace fs = std::filesystem;

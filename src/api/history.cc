@@ -254,6 +254,140 @@ std::string Decimal(Int128 v, int64_t unit, int places) {
 
 Json Int(Int128 v) { return Json(static_cast<int64_t>(v)); }
 
+// A row's (or the total's) figures: held and idle time, exactly, and in hours.
+Json TotalsJson(const Totals& t) {
+  return Json{
+      {"jobs", t.jobs},
+      {"gpu_milli_ms", Int(t.gpu_milli_ms)},
+      {"gpu_memory_mib_ms", Int(t.gpu_memory_mib_ms)},
+      {"cpu_milli_ms", Int(t.cpu_milli_ms)},
+      {"idle_gpu_milli_ms", Int(t.idle_gpu_milli_ms)},
+      {"idle_gpu_memory_mib_ms", Int(t.idle_gpu_memory_mib_ms)},
+      {"gpu_hours", Decimal(t.gpu_milli_ms, int64_t{1000} * 3600 * 1000, 3)},
+      {"gpu_hours_used",
+       Decimal(t.gpu_milli_ms - t.idle_gpu_milli_ms, int64_t{1000} * 3600 * 1000, 3)},
+      {"gpu_memory_gib_hours", Decimal(t.gpu_memory_mib_ms, int64_t{1024} * 3600 * 1000, 3)}};
+}
+
+// The attribution of held time in [since, until) to rows (key, slice) as the event log shows it
+// (oldest event first): each hold from its job.placed to the event that ends it, its idle part
+// from job.idle's since_ms to job.active or the end. Only jobs `who` may see are counted.
+class UsageLedger {
+ public:
+  UsageLedger(const Identity& who, const std::string& by, int64_t since, int64_t until,
+              store::Store* store)
+      : who_(who), by_(by), since_(since), until_(until), store_(store) {}
+
+  // One job.* event; `closes`: it ends the job's hold on its grants.
+  Status Observe(const store::Event& e, bool closes) {
+    if (e.kind == "job.submitted") {
+      Json d = Json::parse(e.data, nullptr, false);
+      owners_[e.subject] = {e.actor, d.is_object() ? d.value("group", "") : "",
+                            d.is_object() ? d.value("queue", "") : ""};
+      return Status::Ok();
+    }
+    auto it = open_.find(e.subject);
+    if (closes || e.kind == "job.placed") {
+      if (it != open_.end()) {
+        Account(it->second, e.time_ms);
+        open_.erase(it);
+      }
+      return closes ? Status::Ok() : Placed(e);
+    }
+    if (it == open_.end()) return Status::Ok();
+    Json d = Json::parse(e.data, nullptr, false);
+    if (e.kind == "job.idle" && d.is_object()) {
+      it->second.idle_since = d.value("since_ms", e.time_ms);
+    } else if (e.kind == "job.active" && it->second.idle_since >= 0) {
+      // The idle stretch ends here: account it as its own piece, then go on active.
+      Held idle = it->second;
+      Account(idle, e.time_ms);
+      it->second.start = e.time_ms;
+      it->second.idle_since = -1;
+    }
+    return Status::Ok();
+  }
+
+  // Accounts the holds still open up to the window's end.
+  void CloseAll() {
+    for (const auto& [id, h] : open_) Account(h, until_);
+  }
+
+  const std::map<std::pair<std::string, std::string>, Totals>& totals() const { return totals_; }
+
+ private:
+  struct Owner {
+    std::string identity, group, queue;
+  };
+
+  bool Visible(const Owner& o) const {
+    return who_.role == Role::kAdmin ||
+           std::find(who_.groups.begin(), who_.groups.end(), o.group) != who_.groups.end();
+  }
+
+  // A job.placed: a hold opened on its grants, under its row.
+  Status Placed(const store::Event& e) {
+    Json d = Json::parse(e.data, nullptr, false);
+    if (!d.is_object() || !d.contains("grants") || !d["grants"].is_array()) return Status::Ok();
+    auto o = owners_.find(e.subject);
+    if (o == owners_.end()) {  // submitted before the log's retained part: the record knows
+      auto rec = store_->GetJob(e.subject);
+      if (!rec.ok()) return rec.status();
+      if (!*rec) return Status::Ok();
+      o = owners_.emplace(e.subject, Owner{(*rec)->identity, (*rec)->group, (*rec)->queue}).first;
+    }
+    if (!Visible(o->second)) return Status::Ok();
+    Held h;
+    h.job = e.subject;
+    h.start = e.time_ms;
+    const std::string form = d.value("form", "");
+    for (const auto& g : d["grants"]) {
+      h.gpu += g.value("compute", int64_t{0});
+      h.gpu_memory += g.value("memory", int64_t{0});
+      h.cpu += g.value("cpu", int64_t{0});
+    }
+    h.key = by_ == "group"      ? o->second.group
+            : by_ == "identity" ? o->second.identity
+            : by_ == "queue"    ? o->second.queue
+                                : form;
+    if (by_ == "form") {
+      const std::string slot = d["grants"].empty() ? "" : d["grants"][0].value("slot", "");
+      h.slice = form == "partition" ? slot.substr(0, slot.find_first_of("@#"))
+                : form == "share"   ? FormatMiB(h.gpu_memory)
+                                    : std::to_string(h.gpu / kWholeGpu) + "x";
+    }
+    open_[e.subject] = h;
+    return Status::Ok();
+  }
+
+  // Adds [from, to) of h, clipped to [since, until), to its row; the idle part from idle_since.
+  void Account(const Held& h, int64_t to) {
+    const int64_t a = std::max(h.start, since_), b = std::min(to, until_);
+    if (b <= a) return;
+    Totals& t = totals_[{h.key, h.slice}];
+    if (counted_.insert(h.job + "\n" + h.key + "\n" + h.slice).second) ++t.jobs;
+    t.gpu_milli_ms += Int128(h.gpu) * (b - a);
+    t.gpu_memory_mib_ms += Int128(h.gpu_memory) * (b - a);
+    t.cpu_milli_ms += Int128(h.cpu) * (b - a);
+    if (h.idle_since >= 0) {
+      const int64_t ia = std::max(h.idle_since, a);
+      if (b > ia) {
+        t.idle_gpu_milli_ms += Int128(h.gpu) * (b - ia);
+        t.idle_gpu_memory_mib_ms += Int128(h.gpu_memory) * (b - ia);
+      }
+    }
+  }
+
+  const Identity& who_;
+  const std::string& by_;
+  const int64_t since_, until_;
+  store::Store* store_;
+  std::map<std::string, Owner> owners_;
+  std::map<std::string, Held> open_;                              // by job
+  std::map<std::pair<std::string, std::string>, Totals> totals_;  // (key, slice)
+  std::set<std::string> counted_;  // job, key, slice: each job counted once per row
+};
+
 }  // namespace
 
 bool Engine::EndsHold(const std::string& kind) {
@@ -285,113 +419,16 @@ Result<Json> Engine::Usage(const Identity& who, const UsageQuery& q) {
   const int64_t since = q.since_ms;
   if (since >= until)
     return Status::InvalidArgument("'since' must be before 'until' (and before now)");
-  struct Owner {
-    std::string identity, group, queue;
-  };
-  std::map<std::string, Owner> owners;
-  std::map<std::string, Held> open;                              // by job
-  std::map<std::pair<std::string, std::string>, Totals> totals;  // (key, slice)
-  auto visible = [&](const Owner& o) {
-    return who.role == Role::kAdmin ||
-           std::find(who.groups.begin(), who.groups.end(), o.group) != who.groups.end();
-  };
-  std::set<std::string> counted;  // job, key, slice: each job counted once per row
-  // Adds [from, to) of h, clipped to [since, until), to its row; the idle part from idle_since.
-  auto account = [&](const Held& h, int64_t to) {
-    const int64_t a = std::max(h.start, since), b = std::min(to, until);
-    if (b <= a) return;
-    Totals& t = totals[{h.key, h.slice}];
-    if (counted.insert(h.job + "\n" + h.key + "\n" + h.slice).second) ++t.jobs;
-    t.gpu_milli_ms += Int128(h.gpu) * (b - a);
-    t.gpu_memory_mib_ms += Int128(h.gpu_memory) * (b - a);
-    t.cpu_milli_ms += Int128(h.cpu) * (b - a);
-    if (h.idle_since >= 0) {
-      const int64_t ia = std::max(h.idle_since, a);
-      if (b > ia) {
-        t.idle_gpu_milli_ms += Int128(h.gpu) * (b - ia);
-        t.idle_gpu_memory_mib_ms += Int128(h.gpu_memory) * (b - ia);
-      }
-    }
-  };
-  Status walked = ForEachJobEvent([&](const store::Event& e) -> Status {
-    if (e.kind == "job.submitted") {
-      Json d = Json::parse(e.data, nullptr, false);
-      owners[e.subject] = {e.actor, d.is_object() ? d.value("group", "") : "",
-                           d.is_object() ? d.value("queue", "") : ""};
-      return Status::Ok();
-    }
-    const bool closes = EndsHold(e.kind);
-    auto it = open.find(e.subject);
-    if (closes || e.kind == "job.placed") {
-      if (it != open.end()) {
-        account(it->second, e.time_ms);
-        open.erase(it);
-      }
-      if (!closes) {
-        Json d = Json::parse(e.data, nullptr, false);
-        if (!d.is_object() || !d.contains("grants") || !d["grants"].is_array()) return Status::Ok();
-        auto o = owners.find(e.subject);
-        if (o == owners.end()) {  // submitted before the log's retained part: the record knows
-          auto rec = store_->GetJob(e.subject);
-          if (!rec.ok()) return rec.status();
-          if (!*rec) return Status::Ok();
-          o = owners.emplace(e.subject, Owner{(*rec)->identity, (*rec)->group, (*rec)->queue})
-                  .first;
-        }
-        if (!visible(o->second)) return Status::Ok();
-        Held h;
-        h.job = e.subject;
-        h.start = e.time_ms;
-        const std::string form = d.value("form", "");
-        for (const auto& g : d["grants"]) {
-          h.gpu += g.value("compute", int64_t{0});
-          h.gpu_memory += g.value("memory", int64_t{0});
-          h.cpu += g.value("cpu", int64_t{0});
-        }
-        h.key = q.by == "group"      ? o->second.group
-                : q.by == "identity" ? o->second.identity
-                : q.by == "queue"    ? o->second.queue
-                                     : form;
-        if (q.by == "form") {
-          const std::string slot = d["grants"].empty() ? "" : d["grants"][0].value("slot", "");
-          h.slice = form == "partition" ? slot.substr(0, slot.find_first_of("@#"))
-                    : form == "share"   ? FormatMiB(h.gpu_memory)
-                                        : std::to_string(h.gpu / kWholeGpu) + "x";
-        }
-        open[e.subject] = h;
-      }
-      return Status::Ok();
-    }
-    if (it == open.end()) return Status::Ok();
-    Json d = Json::parse(e.data, nullptr, false);
-    if (e.kind == "job.idle" && d.is_object()) {
-      it->second.idle_since = d.value("since_ms", e.time_ms);
-    } else if (e.kind == "job.active" && it->second.idle_since >= 0) {
-      // The idle stretch ends here: account it as its own piece, then go on active.
-      Held idle = it->second;
-      account(idle, e.time_ms);
-      it->second.start = e.time_ms;
-      it->second.idle_since = -1;
-    }
-    return Status::Ok();
-  });
+  UsageLedger ledger(who, q.by, since, until, store_.get());
+  Status walked = ForEachJobEvent(
+      [&](const store::Event& e) -> Status { return ledger.Observe(e, EndsHold(e.kind)); });
   if (!walked.ok()) return walked;
-  for (const auto& [id, h] : open) account(h, until);  // still held
+  ledger.CloseAll();  // still held
   Json rows = Json::array();
   Totals all;
-  for (const auto& [key, t] : totals) {
-    Json r = {
-        {q.by, key.first},
-        {"jobs", t.jobs},
-        {"gpu_milli_ms", Int(t.gpu_milli_ms)},
-        {"gpu_memory_mib_ms", Int(t.gpu_memory_mib_ms)},
-        {"cpu_milli_ms", Int(t.cpu_milli_ms)},
-        {"idle_gpu_milli_ms", Int(t.idle_gpu_milli_ms)},
-        {"idle_gpu_memory_mib_ms", Int(t.idle_gpu_memory_mib_ms)},
-        {"gpu_hours", Decimal(t.gpu_milli_ms, int64_t{1000} * 3600 * 1000, 3)},
-        {"gpu_hours_used",
-         Decimal(t.gpu_milli_ms - t.idle_gpu_milli_ms, int64_t{1000} * 3600 * 1000, 3)},
-        {"gpu_memory_gib_hours", Decimal(t.gpu_memory_mib_ms, int64_t{1024} * 3600 * 1000, 3)}};
+  for (const auto& [key, t] : ledger.totals()) {
+    Json r = TotalsJson(t);
+    r[q.by] = key.first;
     if (q.by == "form") r["slice"] = key.second;
     rows.push_back(std::move(r));
     all.jobs += t.jobs;
@@ -401,19 +438,11 @@ Result<Json> Engine::Usage(const Identity& who, const UsageQuery& q) {
     all.idle_gpu_milli_ms += t.idle_gpu_milli_ms;
     all.idle_gpu_memory_mib_ms += t.idle_gpu_memory_mib_ms;
   }
-  Json total = {
-      {"jobs", all.jobs},
-      {"gpu_milli_ms", Int(all.gpu_milli_ms)},
-      {"gpu_memory_mib_ms", Int(all.gpu_memory_mib_ms)},
-      {"cpu_milli_ms", Int(all.cpu_milli_ms)},
-      {"idle_gpu_milli_ms", Int(all.idle_gpu_milli_ms)},
-      {"idle_gpu_memory_mib_ms", Int(all.idle_gpu_memory_mib_ms)},
-      {"gpu_hours", Decimal(all.gpu_milli_ms, int64_t{1000} * 3600 * 1000, 3)},
-      {"gpu_hours_used",
-       Decimal(all.gpu_milli_ms - all.idle_gpu_milli_ms, int64_t{1000} * 3600 * 1000, 3)},
-      {"gpu_memory_gib_hours", Decimal(all.gpu_memory_mib_ms, int64_t{1024} * 3600 * 1000, 3)}};
-  return Json{
-      {"since_ms", since}, {"until_ms", until}, {"by", q.by}, {"rows", rows}, {"total", total}};
+  return Json{{"since_ms", since},
+              {"until_ms", until},
+              {"by", q.by},
+              {"rows", rows},
+              {"total", TotalsJson(all)}};
 }
 
 }  // namespace tessera::api

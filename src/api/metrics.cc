@@ -134,6 +134,192 @@ struct JobRow {
   std::vector<quota::GrantView> grants;
 };
 
+// Counters since start and latency histograms, copied under their locks.
+struct Counters {
+  std::map<std::tuple<std::string, std::string, std::string>, int64_t> admissions;
+  std::map<std::string, int64_t> preemptions, repartitions;
+  LatencyHistogram cycle;
+  std::map<std::tuple<std::string, std::string, int>, LatencyHistogram> http;
+};
+
+// The nodes' and their devices' families: capacity, heartbeats, telemetry.
+struct NodeFamilies {
+  Family dev_gpu{"tessera_device_gpu_milli", "gauge",
+                 "GPU compute capacity of a device, in thousandths of a card (1000 per card)."};
+  Family dev_mem{"tessera_device_memory_bytes", "gauge", "GPU memory of a device."};
+  Family node_cpu{"tessera_node_cpu_milli", "gauge",
+                  "CPU capacity of a node, in thousandths of a core."};
+  Family node_mem{"tessera_node_memory_bytes", "gauge", "Host memory of a node."};
+  Family hb_age{"tessera_agent_heartbeat_age_seconds", "gauge",
+                "Time since the node's agent last registered or heartbeat."};
+  Family lost{"tessera_node_lost", "gauge",
+              "1 when the node is lost (no heartbeat within heartbeat_timeout), else 0."};
+  Family util{"tessera_device_utilization_ratio", "gauge",
+              "SM utilization of a device as its agent last reported it (0 to 1)."};
+  Family mem_used{"tessera_device_memory_used_bytes", "gauge",
+                  "GPU memory in use on a device as its agent last reported it."};
+};
+
+NodeFamilies NodeMetrics(const std::vector<NodeRow>& nodes) {
+  NodeFamilies f;
+  for (const NodeRow& n : nodes) {
+    for (const DeviceRow& d : n.devices) {
+      const Labels l = {{"node", n.name},
+                        {"device", std::to_string(d.index)},
+                        {"model", d.model},
+                        {"pool", n.pool}};
+      f.dev_gpu.Add(l, kWholeGpu);
+      f.dev_mem.Add(l, d.memory_mib * kMiB);
+      const Labels nd = {{"node", n.name}, {"device", std::to_string(d.index)}};
+      if (d.util_pct >= 0) f.util.Add(nd, Decimal(d.util_pct, 2));
+      if (d.memory_used_mib >= 0) f.mem_used.Add(nd, d.memory_used_mib * kMiB);
+    }
+    f.node_cpu.Add({{"node", n.name}, {"pool", n.pool}}, n.cpu_milli);
+    f.node_mem.Add({{"node", n.name}, {"pool", n.pool}}, n.memory_mib * kMiB);
+    f.hb_age.Add({{"node", n.name}}, Decimal(n.heartbeat_age_ms, 3));
+    f.lost.Add({{"node", n.name}}, n.lost ? 1 : 0);
+  }
+  return f;
+}
+
+// The jobs' families: allocation, counts by state and wait step, idleness.
+struct JobFamilies {
+  Family a_gpu{"tessera_allocated_gpu_milli", "gauge",
+               "GPU compute held by jobs, in thousandths of a card."};
+  Family a_gmem{"tessera_allocated_gpu_memory_bytes", "gauge", "GPU memory held by jobs."};
+  Family a_cpu{"tessera_allocated_cpu_milli", "gauge",
+               "Host CPU held by jobs, in thousandths of a core."};
+  Family a_mem{"tessera_allocated_memory_bytes", "gauge", "Host memory held by jobs."};
+  Family jobs_fam{"tessera_jobs", "gauge",
+                  "Jobs not ended, by state (pending, placed, starting, running, preempting)."};
+  Family pending_fam{
+      "tessera_pending_jobs", "gauge",
+      "Pending jobs by queue and the step that holds them (Admission, Placement, Backfill, ...)."};
+  Family alloc_idle{"tessera_allocation_idle", "gauge",
+                    "1 when the allocation is held but idle (no activity on its devices for "
+                    "idle_after), else 0."};
+  Family alloc_mem_used{
+      "tessera_allocation_gpu_memory_used_bytes", "gauge",
+      "GPU memory the allocation's processes use, as its agent last reported it."};
+  Family idle_fam{"tessera_idle_held_gpu_milli", "gauge",
+                  "GPU compute held by idle allocations, by group, in thousandths of a card."};
+};
+
+// Allocation: the grants of the jobs that hold something, summed by where and whose; the jobs
+// counted by state and by what holds the pending ones.
+struct JobTally {
+  using DevKey = std::tuple<std::string, int, std::string, std::string,
+                            std::string>;  // node, device, form, group, queue
+  using NodeKey =
+      std::tuple<std::string, std::string, std::string, std::string>;  // node, form, group, queue
+  std::map<DevKey, std::pair<MilliGpu, MiB>> by_device;
+  std::map<NodeKey, std::pair<MilliCpu, MiB>> by_node;
+  std::map<std::tuple<std::string, std::string, std::string>, int64_t>
+      job_count;                                                   // state, queue, group
+  std::map<std::pair<std::string, std::string>, int64_t> pending;  // queue, step
+  std::map<std::string, MilliGpu> idle_held;
+};
+
+// Sums the jobs into `t`, and adds each holding job's idleness and memory use to `f`.
+void TallyJobs(const std::vector<JobRow>& jobs, JobTally* t, JobFamilies* f) {
+  for (const JobRow& j : jobs) {
+    ++t->job_count[{j.state, j.queue, j.group}];
+    if (j.state == "pending") ++t->pending[{j.queue, WaitStep(j.reason)}];
+    if (!j.holds || j.grants.empty()) continue;  // external backends' jobs hold no grants here
+    for (const auto& g : j.grants) {
+      if (g.device >= 0) {
+        auto& v = t->by_device[{g.node, g.device, j.form, j.group, j.queue}];
+        v.first += g.compute;
+        v.second += g.memory;
+        if (j.idle) t->idle_held[j.group] += g.compute;
+      }
+      auto& c = t->by_node[{g.node, j.form, j.group, j.queue}];
+      c.first += g.cpu;
+      c.second += g.host_memory;
+    }
+    const Labels l = {{"job", j.id}, {"node", j.node}, {"group", j.group}, {"queue", j.queue}};
+    f->alloc_idle.Add(l, j.idle ? 1 : 0);
+    if (j.gpu_memory_used_mib >= 0) f->alloc_mem_used.Add(l, j.gpu_memory_used_mib * kMiB);
+  }
+}
+
+// What the jobs hold, by device (GPU) and by node (host).
+void AllocationMetrics(const JobTally& t, std::map<std::string, std::string>& pool_of,
+                       JobFamilies* f) {
+  for (const auto& [k, v] : t.by_device) {
+    const auto& [node, device, form, group, queue] = k;
+    const Labels l = {{"node", node},   {"device", std::to_string(device)},
+                      {"form", form},   {"group", group},
+                      {"queue", queue}, {"pool", pool_of[node]}};
+    f->a_gpu.Add(l, v.first);
+    f->a_gmem.Add(l, v.second * kMiB);
+  }
+  for (const auto& [k, v] : t.by_node) {
+    const auto& [node, form, group, queue] = k;
+    const Labels l = {{"node", node},
+                      {"form", form},
+                      {"group", group},
+                      {"queue", queue},
+                      {"pool", pool_of[node]}};
+    f->a_cpu.Add(l, v.first);
+    f->a_mem.Add(l, v.second * kMiB);
+  }
+}
+
+// Idle held GPU by group; jobs by state; pending jobs by queue and step.
+void CountMetrics(const JobTally& t, JobFamilies* f) {
+  for (const auto& [group, milli] : t.idle_held) f->idle_fam.Add({{"group", group}}, milli);
+  for (const auto& [k, n] : t.job_count) {
+    f->jobs_fam.Add(
+        {{"state", std::get<0>(k)}, {"queue", std::get<1>(k)}, {"group", std::get<2>(k)}}, n);
+  }
+  for (const auto& [k, n] : t.pending) {
+    f->pending_fam.Add({{"queue", k.first}, {"reason", k.second}}, n);
+  }
+}
+
+// The jobs' families from `tally` (its idle_held: each group's entry, 0 so far).
+JobFamilies JobMetrics(const std::vector<JobRow>& jobs, JobTally tally,
+                       std::map<std::string, std::string>& pool_of) {
+  JobFamilies f;
+  TallyJobs(jobs, &tally, &f);
+  AllocationMetrics(tally, pool_of, &f);
+  CountMetrics(tally, &f);
+  return f;
+}
+
+// Counters since the server started and latency histograms.
+struct CounterFamilies {
+  Family adm{"tessera_admissions_total", "counter",
+             "Placements since the server started, by queue, group and kind (guaranteed: within "
+             "the reservation; borrowed)."};
+  Family pre{
+      "tessera_preemptions_total", "counter",
+      "Preemptions since the server started, by reason (reclaim, priority, repartition, other)."};
+  Family rep{"tessera_repartitions_total", "counter",
+             "Device repartitions (MIG, AMD modes) since the server started, by node."};
+  Family cyc{"tessera_scheduling_cycle_seconds", "histogram", "Time each scheduling cycle takes."};
+  Family req{"tessera_http_request_duration_seconds", "histogram",
+             "Time the API takes to handle a request, by method, route pattern and status code."};
+};
+
+CounterFamilies CounterMetrics(const Counters& c) {
+  CounterFamilies f;
+  for (const auto& [k, n] : c.admissions) {
+    f.adm.Add({{"queue", std::get<0>(k)}, {"group", std::get<1>(k)}, {"kind", std::get<2>(k)}}, n);
+  }
+  for (const auto& [why, n] : c.preemptions) f.pre.Add({{"reason", why}}, n);
+  for (const auto& [node, n] : c.repartitions) f.rep.Add({{"node", node}}, n);
+  f.cyc.AddHistogram({}, c.cycle);
+  for (const auto& [k, h] : c.http) {
+    f.req.AddHistogram({{"method", std::get<0>(k)},
+                        {"route", std::get<1>(k)},
+                        {"code", std::to_string(std::get<2>(k))}},
+                       h);
+  }
+  return f;
+}
+
 }  // namespace
 
 void LatencyHistogram::Observe(int64_t us) {
@@ -184,9 +370,7 @@ Result<std::string> Engine::Metrics(const Identity& who) {
   }
   std::vector<NodeRow> nodes;
   std::vector<JobRow> jobs;
-  std::map<std::tuple<std::string, std::string, std::string>, int64_t> admissions;
-  std::map<std::string, int64_t> preemptions, repartitions;
-  LatencyHistogram cycle;
+  Counters counters;
   {
     std::unique_lock<std::mutex> lock(mu_);
     const int64_t now = clock_();
@@ -210,157 +394,33 @@ Result<std::string> Engine::Metrics(const Identity& who) {
                       Holds(j), j.idle, j.gpu_memory_used_mib,
                       Holds(j) ? j.grants : std::vector<quota::GrantView>{}});
     }
-    admissions = admissions_;
-    preemptions = preemptions_;
-    repartitions = repartitions_;
-    cycle = cycle_latency_;
+    counters.admissions = admissions_;
+    counters.preemptions = preemptions_;
+    counters.repartitions = repartitions_;
+    counters.cycle = cycle_latency_;
   }
-  std::map<std::tuple<std::string, std::string, int>, LatencyHistogram> http;
   {
     std::lock_guard<std::mutex> l(http_latency_mu_);
-    http = http_latency_;
+    counters.http = http_latency_;
   }
 
   std::map<std::string, std::string> pool_of;
   for (const NodeRow& n : nodes) pool_of[n.name] = n.pool;
-
-  Family dev_gpu("tessera_device_gpu_milli", "gauge",
-                 "GPU compute capacity of a device, in thousandths of a card (1000 per card).");
-  Family dev_mem("tessera_device_memory_bytes", "gauge", "GPU memory of a device.");
-  Family node_cpu("tessera_node_cpu_milli", "gauge",
-                  "CPU capacity of a node, in thousandths of a core.");
-  Family node_mem("tessera_node_memory_bytes", "gauge", "Host memory of a node.");
-  Family hb_age("tessera_agent_heartbeat_age_seconds", "gauge",
-                "Time since the node's agent last registered or heartbeat.");
-  Family lost("tessera_node_lost", "gauge",
-              "1 when the node is lost (no heartbeat within heartbeat_timeout), else 0.");
-  Family util("tessera_device_utilization_ratio", "gauge",
-              "SM utilization of a device as its agent last reported it (0 to 1).");
-  Family mem_used("tessera_device_memory_used_bytes", "gauge",
-                  "GPU memory in use on a device as its agent last reported it.");
-  for (const NodeRow& n : nodes) {
-    for (const DeviceRow& d : n.devices) {
-      const Labels l = {{"node", n.name},
-                        {"device", std::to_string(d.index)},
-                        {"model", d.model},
-                        {"pool", n.pool}};
-      dev_gpu.Add(l, kWholeGpu);
-      dev_mem.Add(l, d.memory_mib * kMiB);
-      const Labels nd = {{"node", n.name}, {"device", std::to_string(d.index)}};
-      if (d.util_pct >= 0) util.Add(nd, Decimal(d.util_pct, 2));
-      if (d.memory_used_mib >= 0) mem_used.Add(nd, d.memory_used_mib * kMiB);
-    }
-    node_cpu.Add({{"node", n.name}, {"pool", n.pool}}, n.cpu_milli);
-    node_mem.Add({{"node", n.name}, {"pool", n.pool}}, n.memory_mib * kMiB);
-    hb_age.Add({{"node", n.name}}, Decimal(n.heartbeat_age_ms, 3));
-    lost.Add({{"node", n.name}}, n.lost ? 1 : 0);
-  }
-
-  // Allocation: the grants of the jobs that hold something, summed by where and whose.
-  using DevKey = std::tuple<std::string, int, std::string, std::string,
-                            std::string>;  // node, device, form, group, queue
-  using NodeKey =
-      std::tuple<std::string, std::string, std::string, std::string>;  // node, form, group, queue
-  std::map<DevKey, std::pair<MilliGpu, MiB>> by_device;
-  std::map<NodeKey, std::pair<MilliCpu, MiB>> by_node;
-  std::map<std::tuple<std::string, std::string, std::string>, int64_t>
-      job_count;                                                   // state, queue, group
-  std::map<std::pair<std::string, std::string>, int64_t> pending;  // queue, step
-  std::map<std::string, MilliGpu> idle_held;
-  for (const auto& g : config_.policy.groups) idle_held[g.name] = 0;
-  Family alloc_idle("tessera_allocation_idle", "gauge",
-                    "1 when the allocation is held but idle (no activity on its devices for "
-                    "idle_after), else 0.");
-  Family alloc_mem_used(
-      "tessera_allocation_gpu_memory_used_bytes", "gauge",
-      "GPU memory the allocation's processes use, as its agent last reported it.");
-  for (const JobRow& j : jobs) {
-    ++job_count[{j.state, j.queue, j.group}];
-    if (j.state == "pending") ++pending[{j.queue, WaitStep(j.reason)}];
-    if (!j.holds || j.grants.empty()) continue;  // external backends' jobs hold no grants here
-    for (const auto& g : j.grants) {
-      if (g.device >= 0) {
-        auto& v = by_device[{g.node, g.device, j.form, j.group, j.queue}];
-        v.first += g.compute;
-        v.second += g.memory;
-        if (j.idle) idle_held[j.group] += g.compute;
-      }
-      auto& c = by_node[{g.node, j.form, j.group, j.queue}];
-      c.first += g.cpu;
-      c.second += g.host_memory;
-    }
-    const Labels l = {{"job", j.id}, {"node", j.node}, {"group", j.group}, {"queue", j.queue}};
-    alloc_idle.Add(l, j.idle ? 1 : 0);
-    if (j.gpu_memory_used_mib >= 0) alloc_mem_used.Add(l, j.gpu_memory_used_mib * kMiB);
-  }
-  Family a_gpu("tessera_allocated_gpu_milli", "gauge",
-               "GPU compute held by jobs, in thousandths of a card.");
-  Family a_gmem("tessera_allocated_gpu_memory_bytes", "gauge", "GPU memory held by jobs.");
-  for (const auto& [k, v] : by_device) {
-    const auto& [node, device, form, group, queue] = k;
-    const Labels l = {{"node", node},   {"device", std::to_string(device)},
-                      {"form", form},   {"group", group},
-                      {"queue", queue}, {"pool", pool_of[node]}};
-    a_gpu.Add(l, v.first);
-    a_gmem.Add(l, v.second * kMiB);
-  }
-  Family a_cpu("tessera_allocated_cpu_milli", "gauge",
-               "Host CPU held by jobs, in thousandths of a core.");
-  Family a_mem("tessera_allocated_memory_bytes", "gauge", "Host memory held by jobs.");
-  for (const auto& [k, v] : by_node) {
-    const auto& [node, form, group, queue] = k;
-    const Labels l = {{"node", node},
-                      {"form", form},
-                      {"group", group},
-                      {"queue", queue},
-                      {"pool", pool_of[node]}};
-    a_cpu.Add(l, v.first);
-    a_mem.Add(l, v.second * kMiB);
-  }
-  Family idle_fam("tessera_idle_held_gpu_milli", "gauge",
-                  "GPU compute held by idle allocations, by group, in thousandths of a card.");
-  for (const auto& [group, milli] : idle_held) idle_fam.Add({{"group", group}}, milli);
-  Family jobs_fam("tessera_jobs", "gauge",
-                  "Jobs not ended, by state (pending, placed, starting, running, preempting).");
-  for (const auto& [k, n] : job_count) {
-    jobs_fam.Add({{"state", std::get<0>(k)}, {"queue", std::get<1>(k)}, {"group", std::get<2>(k)}},
-                 n);
-  }
-  Family pending_fam(
-      "tessera_pending_jobs", "gauge",
-      "Pending jobs by queue and the step that holds them (Admission, Placement, Backfill, ...).");
-  for (const auto& [k, n] : pending) pending_fam.Add({{"queue", k.first}, {"reason", k.second}}, n);
-
-  Family adm("tessera_admissions_total", "counter",
-             "Placements since the server started, by queue, group and kind (guaranteed: within "
-             "the reservation; borrowed).");
-  for (const auto& [k, n] : admissions) {
-    adm.Add({{"queue", std::get<0>(k)}, {"group", std::get<1>(k)}, {"kind", std::get<2>(k)}}, n);
-  }
-  Family pre(
-      "tessera_preemptions_total", "counter",
-      "Preemptions since the server started, by reason (reclaim, priority, repartition, other).");
-  for (const auto& [why, n] : preemptions) pre.Add({{"reason", why}}, n);
-  Family rep("tessera_repartitions_total", "counter",
-             "Device repartitions (MIG, AMD modes) since the server started, by node.");
-  for (const auto& [node, n] : repartitions) rep.Add({{"node", node}}, n);
-  Family cyc("tessera_scheduling_cycle_seconds", "histogram", "Time each scheduling cycle takes.");
-  cyc.AddHistogram({}, cycle);
-  Family req("tessera_http_request_duration_seconds", "histogram",
-             "Time the API takes to handle a request, by method, route pattern and status code.");
-  for (const auto& [k, h] : http) {
-    req.AddHistogram({{"method", std::get<0>(k)},
-                      {"route", std::get<1>(k)},
-                      {"code", std::to_string(std::get<2>(k))}},
-                     h);
-  }
+  const NodeFamilies nf = NodeMetrics(nodes);
+  JobTally tally;
+  for (const auto& g : config_.policy.groups) tally.idle_held[g.name] = 0;
+  const JobFamilies jf = JobMetrics(jobs, std::move(tally), pool_of);
+  const CounterFamilies cf = CounterMetrics(counters);
 
   std::string out;
-  for (const Family* f :
-       {&dev_gpu, &dev_mem,  &node_cpu,    &node_mem, &a_gpu,    &a_gmem,     &a_cpu,
-        &a_mem,   &jobs_fam, &pending_fam, &adm,      &pre,      &rep,        &cyc,
-        &req,     &hb_age,   &lost,        &util,     &mem_used, &alloc_idle, &alloc_mem_used,
-        &idle_fam}) {
+  for (const Family* f : {&nf.dev_gpu,     &nf.dev_mem,    &nf.node_cpu,
+                          &nf.node_mem,    &jf.a_gpu,      &jf.a_gmem,
+                          &jf.a_cpu,       &jf.a_mem,      &jf.jobs_fam,
+                          &jf.pending_fam, &cf.adm,        &cf.pre,
+                          &cf.rep,         &cf.cyc,        &cf.req,
+                          &nf.hb_age,      &nf.lost,       &nf.util,
+                          &nf.mem_used,    &jf.alloc_idle, &jf.alloc_mem_used,
+                          &jf.idle_fam}) {
     f->RenderTo(out);
   }
   return out;

@@ -3,8 +3,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
-#include <spawn.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,7 +15,9 @@
 
 namespace tessera::backends {
 
-void Registry::Register(const std::string& name, BackendFactory factory) { factories_[name] = std::move(factory); }
+void Registry::Register(const std::string& name, BackendFactory factory) {
+  factories_[name] = std::move(factory);
+}
 
 std::vector<std::string> Registry::Names() const {
   std::vector<std::string> out;
@@ -23,7 +25,8 @@ std::vector<std::string> Registry::Names() const {
   return out;
 }
 
-Result<std::unique_ptr<Backend>> Registry::Make(const std::string& name, const BackendOptions& options) const {
+Result<std::unique_ptr<Backend>> Registry::Make(const std::string& name,
+                                                const BackendOptions& options) const {
   auto it = factories_.find(name);
   if (it == factories_.end()) return Status::NotFound("no backend named '" + name + "'");
   return it->second(options);
@@ -44,24 +47,31 @@ const Registry& BuiltinRegistry() {
   return *r;
 }
 
-CommandResult RunCommand(const std::vector<std::string>& argv, const std::string& input, int64_t timeout_ms,
-                         int nice) {
-  CommandResult res;
-  if (argv.empty()) return res;
-  int in_p[2], out_p[2], err_p[2];
-  if (pipe2(in_p, O_CLOEXEC) != 0) return res;
+namespace {
+
+// The command's stdin, stdout and stderr pipes (close-on-exec); false, with none left open,
+// when one cannot be made.
+bool OpenPipes(int in_p[2], int out_p[2], int err_p[2]) {
+  if (pipe2(in_p, O_CLOEXEC) != 0) return false;
   if (pipe2(out_p, O_CLOEXEC) != 0) {
     close(in_p[0]);
     close(in_p[1]);
-    return res;
+    return false;
   }
   if (pipe2(err_p, O_CLOEXEC) != 0) {
     close(in_p[0]);
     close(in_p[1]);
     close(out_p[0]);
     close(out_p[1]);
-    return res;
+    return false;
   }
+  return true;
+}
+
+// Starts argv (under `nice` when nice > 0) on the pipes' child ends, then closes those ends.
+// Returns its pid, or -1 with *spawn_error set.
+pid_t Spawn(const std::vector<std::string>& argv, int nice, const int in_p[2], const int out_p[2],
+            const int err_p[2], int* spawn_error) {
   // posix_spawn (a vfork-style clone in glibc), not fork: the engine is a large multithreaded
   // process, and fork would copy its page tables and interrupt its API threads for each command.
   // A nicer command runs under coreutils' `nice`, which needs no privilege.
@@ -77,22 +87,20 @@ CommandResult RunCommand(const std::vector<std::string>& argv, const std::string
   posix_spawn_file_actions_adddup2(&actions, out_p[1], 1);
   posix_spawn_file_actions_adddup2(&actions, err_p[1], 2);
   pid_t pid = -1;
-  const int spawn_error = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
+  *spawn_error = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
-  if (spawn_error != 0) pid = -1;
+  if (*spawn_error != 0) pid = -1;
   close(in_p[0]);
   close(out_p[1]);
   close(err_p[1]);
-  if (pid < 0) {
-    close(in_p[1]);
-    close(out_p[0]);
-    close(err_p[0]);
-    res.err = "cannot run '" + argv[0] + "': " + std::strerror(spawn_error);
-    return res;
-  }
-  // Feed stdin and drain stdout/stderr together so no pipe fills up.
+  return pid;
+}
+
+// Feeds `input` to in_fd and drains out_fd and err_fd into res together, so that no pipe fills
+// up, until both are closed or `timeout_ms` has passed (then true). Closes in_fd.
+bool Exchange(int in_fd, int out_fd, int err_fd, const std::string& input, int64_t timeout_ms,
+              CommandResult* res) {
   size_t written = 0;
-  int in_fd = in_p[1];
   if (input.empty()) {
     close(in_fd);
     in_fd = -1;
@@ -106,10 +114,21 @@ CommandResult RunCommand(const std::vector<std::string>& argv, const std::string
     pollfd fds[3];
     int n = 0;
     int i_out = -1, i_err = -1, i_in = -1;
-    if (out_open) { fds[n] = {out_p[0], POLLIN, 0}; i_out = n++; }
-    if (err_open) { fds[n] = {err_p[0], POLLIN, 0}; i_err = n++; }
-    if (in_fd >= 0) { fds[n] = {in_fd, POLLOUT, 0}; i_in = n++; }
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+    if (out_open) {
+      fds[n] = {out_fd, POLLIN, 0};
+      i_out = n++;
+    }
+    if (err_open) {
+      fds[n] = {err_fd, POLLIN, 0};
+      i_err = n++;
+    }
+    if (in_fd >= 0) {
+      fds[n] = {in_fd, POLLOUT, 0};
+      i_in = n++;
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          deadline - std::chrono::steady_clock::now())
+                          .count();
     if (left <= 0) {
       timed_out = true;
       break;
@@ -135,30 +154,58 @@ CommandResult RunCommand(const std::vector<std::string>& argv, const std::string
         open_flag = false;
       }
     };
-    drain(i_out, out_p[0], res.out, out_open);
-    drain(i_err, err_p[0], res.err, err_open);
+    drain(i_out, out_fd, res->out, out_open);
+    drain(i_err, err_fd, res->err, err_open);
   }
   if (in_fd >= 0) close(in_fd);
-  close(out_p[0]);
-  close(err_p[0]);
+  return timed_out;
+}
+
+// Reaps pid (killed first when it timed out) and says how it ended in res.
+void Reap(pid_t pid, bool timed_out, const std::string& command, int64_t timeout_ms,
+          CommandResult* res) {
   if (timed_out) kill(pid, SIGKILL);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (timed_out) {
-    res.exit_code = -1;
-    res.err += "timed out after " + std::to_string(timeout_ms) + " ms";
+    res->exit_code = -1;
+    res->err += "timed out after " + std::to_string(timeout_ms) + " ms";
   } else if (WIFEXITED(status)) {
-    res.exit_code = WEXITSTATUS(status);
-    if (res.exit_code == 127 && res.err.empty()) res.err = "cannot run '" + argv[0] + "'";
+    res->exit_code = WEXITSTATUS(status);
+    if (res->exit_code == 127 && res->err.empty()) res->err = "cannot run '" + command + "'";
   } else {
-    res.exit_code = -1;
-    res.err += "killed by signal " + std::to_string(WTERMSIG(status));
+    res->exit_code = -1;
+    res->err += "killed by signal " + std::to_string(WTERMSIG(status));
   }
+}
+
+}  // namespace
+
+CommandResult RunCommand(const std::vector<std::string>& argv, const std::string& input,
+                         int64_t timeout_ms, int nice) {
+  CommandResult res;
+  if (argv.empty()) return res;
+  int in_p[2], out_p[2], err_p[2];
+  if (!OpenPipes(in_p, out_p, err_p)) return res;
+  int spawn_error = 0;
+  const pid_t pid = Spawn(argv, nice, in_p, out_p, err_p, &spawn_error);
+  if (pid < 0) {
+    close(in_p[1]);
+    close(out_p[0]);
+    close(err_p[0]);
+    res.err = "cannot run '" + argv[0] + "': " + std::strerror(spawn_error);
+    return res;
+  }
+  const bool timed_out = Exchange(in_p[1], out_p[0], err_p[0], input, timeout_ms, &res);
+  close(out_p[0]);
+  close(err_p[0]);
+  Reap(pid, timed_out, argv[0], timeout_ms, &res);
   return res;
 }
 
-Result<std::string> RenderTemplate(const std::string& text, const std::map<std::string, std::string>& vars) {
+Result<std::string> RenderTemplate(const std::string& text,
+                                   const std::map<std::string, std::string>& vars) {
   std::string out;
   size_t pos = 0;
   while (true) {
@@ -174,7 +221,8 @@ Result<std::string> RenderTemplate(const std::string& text, const std::map<std::
     while (!key.empty() && key.front() == ' ') key.erase(key.begin());
     while (!key.empty() && key.back() == ' ') key.pop_back();
     auto it = vars.find(key);
-    if (it == vars.end()) return Status::InvalidArgument("template: unknown placeholder '{{" + key + "}}'");
+    if (it == vars.end())
+      return Status::InvalidArgument("template: unknown placeholder '{{" + key + "}}'");
     out += it->second;
     pos = close + 2;
   }
@@ -214,15 +262,18 @@ Result<std::string> RunSchedulerCommand(const BackendOptions& o, std::vector<std
   if (argv.empty()) return Status::InvalidArgument("no command");
   const std::string name = argv[0];
   if (!o.bin_dir.empty() && !o.runner) argv[0] = o.bin_dir + "/" + name;
-  CommandResult r = o.runner ? o.runner(argv, input) : RunCommand(argv, input, o.command_timeout_ms, o.command_nice);
-  if (r.exit_code != 0) return Status::FailedPrecondition(name + ": " + TrimSpace(r.err.empty() ? r.out : r.err));
+  CommandResult r = o.runner ? o.runner(argv, input)
+                             : RunCommand(argv, input, o.command_timeout_ms, o.command_nice);
+  if (r.exit_code != 0)
+    return Status::FailedPrecondition(name + ": " + TrimSpace(r.err.empty() ? r.out : r.err));
   return std::move(r.out);
 }
 
 std::string ExpandGres(std::string pattern, int gpus, const std::string& type, int64_t shards,
                        const std::string& profile) {
   auto repl = [&](const std::string& key, const std::string& val) {
-    for (size_t p = pattern.find(key); p != std::string::npos; p = pattern.find(key, p + val.size())) {
+    for (size_t p = pattern.find(key); p != std::string::npos;
+         p = pattern.find(key, p + val.size())) {
       pattern.replace(p, key.size(), val);
     }
   };
@@ -233,7 +284,8 @@ std::string ExpandGres(std::string pattern, int gpus, const std::string& type, i
   return pattern;
 }
 
-std::vector<ExternalJob> JobsNamed(const std::map<std::string, ExternalJob>& all, const std::string& prefix) {
+std::vector<ExternalJob> JobsNamed(const std::map<std::string, ExternalJob>& all,
+                                   const std::string& prefix) {
   std::vector<ExternalJob> out;
   for (const auto& [id, j] : all) {
     if (j.name.rfind(prefix, 0) == 0) out.push_back(j);
@@ -267,17 +319,21 @@ Result<std::string> GresFor(const JobRequest& job) {
   const QueueMapping& m = job.mapping;
   if (job.gpus <= 0 || job.form.empty()) return std::string();
   if (job.form == "whole") {
-    std::string pat = !m.gres_whole.empty() ? m.gres_whole : m.gpu_type.empty() ? "gpu:{gpus}" : "gpu:{type}:{gpus}";
+    std::string pat = !m.gres_whole.empty() ? m.gres_whole
+                      : m.gpu_type.empty()  ? "gpu:{gpus}"
+                                            : "gpu:{type}:{gpus}";
     return ExpandGres(pat, job.gpus, m.gpu_type, 0);
   }
   if (job.form == "share") {
     const int64_t per = m.shard_mib > 0 ? m.shard_mib : 1024;
     const int64_t shards = std::max<int64_t>(1, (job.gpu_memory_mib + per - 1) / per);
-    return ExpandGres(m.gres_share.empty() ? "shard:{shards}" : m.gres_share, job.gpus, m.gpu_type, shards);
+    return ExpandGres(m.gres_share.empty() ? "shard:{shards}" : m.gres_share, job.gpus, m.gpu_type,
+                      shards);
   }
   if (job.form == "partition") {
     if (m.gres_partition.empty() && job.mig_profile.empty()) {
-      return Status::InvalidArgument("this queue maps no MIG instance (gres_partition or mig_model)");
+      return Status::InvalidArgument(
+          "this queue maps no MIG instance (gres_partition or mig_model)");
     }
     // Slurm names MIG GRES types after the profile (gpu:1g.10gb:1).
     if (m.gres_partition.empty()) return "gpu:" + job.mig_profile + ":1";
@@ -297,7 +353,8 @@ Result<std::map<std::string, std::string>> CommonVars(const JobRequest& job) {
   v["gpus"] = std::to_string(job.gpus);
   v["gpu_memory_mib"] = std::to_string(job.gpu_memory_mib);
   const int64_t per = job.mapping.shard_mib > 0 ? job.mapping.shard_mib : 1024;
-  v["shards"] = std::to_string(job.form == "share" ? std::max<int64_t>(1, (job.gpu_memory_mib + per - 1) / per) : 0);
+  v["shards"] = std::to_string(
+      job.form == "share" ? std::max<int64_t>(1, (job.gpu_memory_mib + per - 1) / per) : 0);
   auto gres = GresFor(job);
   v["gres"] = gres.ok() ? *gres : "";
   std::map<std::string, std::string> env = job.env;
@@ -312,7 +369,8 @@ Result<std::map<std::string, std::string>> CommonVars(const JobRequest& job) {
     // this guards records written before it did).
     bool name = !k.empty() && !std::isdigit(static_cast<unsigned char>(k[0]));
     for (char c : k) name = name && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
-    if (!name) return Status::InvalidArgument("environment variable name '" + k + "' is not a shell name");
+    if (!name)
+      return Status::InvalidArgument("environment variable name '" + k + "' is not a shell name");
     exports += "export " + k + "=" + ShellQuote(val) + "\n";
   }
   v["env"] = exports;

@@ -12,7 +12,8 @@ namespace tessera::partition {
 Result<Instance> Instance::Parse(std::string_view text) {
   const size_t at = text.rfind('@');
   if (at == std::string_view::npos || at == 0 || at + 1 >= text.size()) {
-    return Status::InvalidArgument("'" + std::string(text) + "' is not a MIG instance (profile@start)");
+    return Status::InvalidArgument("'" + std::string(text) +
+                                   "' is not a MIG instance (profile@start)");
   }
   int start = 0;
   for (size_t k = at + 1; k < text.size(); ++k) {
@@ -67,10 +68,9 @@ class DeviceState {
                                      "; its starts are " + FormatStarts(prof.starts));
     }
     if (count(p) >= prof.max_instances) {
-      return Status::FailedPrecondition(model_.name + " allows at most " +
-                                        std::to_string(prof.max_instances) + " x " + prof.name +
-                                        " per GPU, and " + std::to_string(count(p)) +
-                                        " already exist");
+      return Status::FailedPrecondition(
+          model_.name + " allows at most " + std::to_string(prof.max_instances) + " x " +
+          prof.name + " per GPU, and " + std::to_string(count(p)) + " already exist");
     }
     if (prof.media_extension && me_count_ >= mig.media_extension_limit) {
       std::string existing;
@@ -79,8 +79,8 @@ class DeviceState {
       }
       return Status::FailedPrecondition(
           prof.name + "@" + std::to_string(start) + " would be a second +me instance beside " +
-          existing + "; " + model_.name + " allows " +
-          std::to_string(mig.media_extension_limit) + " +me instance per GPU");
+          existing + "; " + model_.name + " allows " + std::to_string(mig.media_extension_limit) +
+          " +me instance per GPU");
     }
     Mask want = SliceMask(start, prof.memory_slices);
     if (want & used_) {
@@ -88,22 +88,20 @@ class DeviceState {
         Mask theirs = SliceMask(q.start, profile(q.profile).memory_slices);
         if (want & theirs) {
           int slice = FirstSlice(want & theirs);
-          return Status::FailedPrecondition(prof.name + "@" + std::to_string(start) +
-                                            " overlaps " + Name(q) + " in memory slice " +
-                                            std::to_string(slice));
+          return Status::FailedPrecondition(prof.name + "@" + std::to_string(start) + " overlaps " +
+                                            Name(q) + " in memory slice " + std::to_string(slice));
         }
       }
     }
     if (compute_ + prof.compute_slices > mig.compute_slices) {
-      return Status::FailedPrecondition(
-          prof.name + " needs " + std::to_string(prof.compute_slices) +
-          " compute slices; " + std::to_string(mig.compute_slices - compute_) + " of " +
-          std::to_string(mig.compute_slices) + " are free");
+      return Status::FailedPrecondition(prof.name + " needs " +
+                                        std::to_string(prof.compute_slices) + " compute slices; " +
+                                        std::to_string(mig.compute_slices - compute_) + " of " +
+                                        std::to_string(mig.compute_slices) + " are free");
     }
     if (static_cast<int>(placed_.size()) >= mig.max_gpu_instances) {
       return Status::FailedPrecondition(model_.name + " allows at most " +
-                                        std::to_string(mig.max_gpu_instances) +
-                                        " GPU instances");
+                                        std::to_string(mig.max_gpu_instances) + " GPU instances");
     }
     return Status::Ok();
   }
@@ -167,8 +165,8 @@ class DeviceState {
 };
 
 Status UnknownProfile(const GpuModel& model, std::string_view name) {
-  return Status::InvalidArgument("unknown profile '" + std::string(name) + "' for " +
-                                 model.name + "; profiles: " + model.mig.ProfileNames());
+  return Status::InvalidArgument("unknown profile '" + std::string(name) + "' for " + model.name +
+                                 "; profiles: " + model.mig.ProfileNames());
 }
 
 // Builds the state of an existing layout, checking every instance against the rules.
@@ -412,8 +410,7 @@ Status DestroyInstance(const GpuModel& model, Layout* layout, const Instance& in
     }
   }
   return Status::NotFound("no " + p->name + " instance at memory slice " +
-                          std::to_string(instance.start) + " (layout: " + layout->ToString() +
-                          ")");
+                          std::to_string(instance.start) + " (layout: " + layout->ToString() + ")");
 }
 
 std::vector<Layout> EnumerateLayouts(const GpuModel& model, EnumerateOptions options) {
@@ -434,9 +431,8 @@ std::vector<Layout> MaximalLayouts(const GpuModel& model, EnumerateOptions optio
 std::vector<ProfileMultiset> FittingMultisets(const GpuModel& model, EnumerateOptions options) {
   std::vector<ProfileMultiset> out;
   for (const Counts& c : FittingCounts(model, options)) out.push_back(ToMultiset(model, c));
-  std::sort(out.begin(), out.end(), [&](const auto& a, const auto& b) {
-    return MultisetLess(model, a, b);
-  });
+  std::sort(out.begin(), out.end(),
+            [&](const auto& a, const auto& b) { return MultisetLess(model, a, b); });
   return out;
 }
 
@@ -463,24 +459,17 @@ std::vector<ProfileMultiset> MaximalMultisets(const GpuModel& model, EnumerateOp
   return out;
 }
 
-Result<MigPlan> Plan(const GpuModel& model, const std::vector<std::string>& wanted_names,
-                     const Layout& existing) {
-  DeviceState state(model);
-  Status loaded = LoadLayout(existing, &state);
-  if (!loaded.ok()) return loaded;
-  const MigModelInfo& mig = model.mig;
-  std::vector<int> wanted;
-  for (const std::string& name : wanted_names) {
-    int p = mig.ProfileIndex(name);
-    if (p < 0) return UnknownProfile(model, name);
-    wanted.push_back(p);
-  }
-  const size_t n_existing = state.placed().size();
-  auto existing_note = [&](int n, const char* what) {
-    return n > 0 ? ", " + std::to_string(n) + " " + what : std::string();
-  };
+namespace {
 
-  // Per-profile caps.
+// ", 2 already present" (nothing when n is 0): what the device holds, in an error.
+std::string ExistingNote(int n, const char* what) {
+  return n > 0 ? ", " + std::to_string(n) + " " + what : std::string();
+}
+
+// The caps of each profile (at most so many per GPU) and of the "+me" profiles together.
+Status CheckProfileCaps(const GpuModel& model, const DeviceState& state,
+                        const std::vector<int>& wanted) {
+  const MigModelInfo& mig = model.mig;
   std::vector<int> want_count(mig.profiles.size(), 0);
   for (int p : wanted) ++want_count[static_cast<size_t>(p)];
   for (size_t p = 0; p < mig.profiles.size(); ++p) {
@@ -488,7 +477,7 @@ Result<MigPlan> Plan(const GpuModel& model, const std::vector<std::string>& want
     if (want_count[p] > 0 && want_count[p] + have > mig.profiles[p].max_instances) {
       return Status::ResourceExhausted(
           "wants " + std::to_string(want_count[p]) + " x " + mig.profiles[p].name +
-          existing_note(have, "already present") + ", at most " +
+          ExistingNote(have, "already present") + ", at most " +
           std::to_string(mig.profiles[p].max_instances) + " per GPU on " + model.name);
     }
   }
@@ -503,12 +492,19 @@ Result<MigPlan> Plan(const GpuModel& model, const std::vector<std::string>& want
   }
   for (const Placed& q : state.placed()) me_have += state.profile(q.profile).media_extension;
   if (me_want > 0 && me_want + me_have > mig.media_extension_limit) {
-    return Status::ResourceExhausted(
-        "wants " + std::to_string(me_want) + " +me instances (" + me_names + ")" +
-        existing_note(me_have, "already present") + ", at most " +
-        std::to_string(mig.media_extension_limit) + " +me instance per GPU on " + model.name);
+    return Status::ResourceExhausted("wants " + std::to_string(me_want) + " +me instances (" +
+                                     me_names + ")" + ExistingNote(me_have, "already present") +
+                                     ", at most " + std::to_string(mig.media_extension_limit) +
+                                     " +me instance per GPU on " + model.name);
   }
-  // Totals.
+  return Status::Ok();
+}
+
+// The device's totals: memory and compute slices, GPU instances.
+Status CheckTotals(const GpuModel& model, const DeviceState& state,
+                   const std::vector<int>& wanted) {
+  const MigModelInfo& mig = model.mig;
+  const size_t n_existing = state.placed().size();
   int mem_want = 0, compute_want = 0, mem_have = 0, compute_have = 0;
   for (int p : wanted) {
     mem_want += mig.profiles[static_cast<size_t>(p)].memory_slices;
@@ -519,23 +515,58 @@ Result<MigPlan> Plan(const GpuModel& model, const std::vector<std::string>& want
     compute_have += state.profile(q.profile).compute_slices;
   }
   if (mem_want + mem_have > mig.memory_slices) {
-    return Status::ResourceExhausted(
-        "wants " + std::to_string(mem_want) + " memory" + SliceWord(mem_want) +
-        existing_note(mem_have, "already in use") + ", " + model.name + " has " +
-        std::to_string(mig.memory_slices));
+    return Status::ResourceExhausted("wants " + std::to_string(mem_want) + " memory" +
+                                     SliceWord(mem_want) +
+                                     ExistingNote(mem_have, "already in use") + ", " + model.name +
+                                     " has " + std::to_string(mig.memory_slices));
   }
   if (compute_want + compute_have > mig.compute_slices) {
-    return Status::ResourceExhausted(
-        "wants " + std::to_string(compute_want) + " compute" + SliceWord(compute_want) +
-        existing_note(compute_have, "already in use") + ", " + model.name + " has " +
-        std::to_string(mig.compute_slices));
+    return Status::ResourceExhausted("wants " + std::to_string(compute_want) + " compute" +
+                                     SliceWord(compute_want) +
+                                     ExistingNote(compute_have, "already in use") + ", " +
+                                     model.name + " has " + std::to_string(mig.compute_slices));
   }
   if (static_cast<int>(wanted.size() + n_existing) > mig.max_gpu_instances) {
-    return Status::ResourceExhausted(
-        "wants " + std::to_string(wanted.size()) + " GPU instances" +
-        existing_note(static_cast<int>(n_existing), "already present") + ", " + model.name +
-        " allows " + std::to_string(mig.max_gpu_instances));
+    return Status::ResourceExhausted("wants " + std::to_string(wanted.size()) + " GPU instances" +
+                                     ExistingNote(static_cast<int>(n_existing), "already present") +
+                                     ", " + model.name + " allows " +
+                                     std::to_string(mig.max_gpu_instances));
   }
+  return Status::Ok();
+}
+
+// Deletion filter: drops every item whose removal leaves the rest still infeasible. What
+// remains is a minimal conflicting subset.
+std::vector<int> MinimalConflict(DeviceState* state, const std::vector<int>& wanted,
+                                 const std::vector<int>& items) {
+  std::vector<int> core = items;
+  for (int item : items) {
+    std::vector<int> without;
+    for (int i : core) {
+      if (i != item) without.push_back(i);
+    }
+    std::vector<int> scratch(wanted.size(), -1);
+    if (!Feasible(state, wanted, without, &scratch)) core = std::move(without);
+  }
+  return core;
+}
+
+}  // namespace
+
+Result<MigPlan> Plan(const GpuModel& model, const std::vector<std::string>& wanted_names,
+                     const Layout& existing) {
+  DeviceState state(model);
+  Status loaded = LoadLayout(existing, &state);
+  if (!loaded.ok()) return loaded;
+  const MigModelInfo& mig = model.mig;
+  std::vector<int> wanted;
+  for (const std::string& name : wanted_names) {
+    int p = mig.ProfileIndex(name);
+    if (p < 0) return UnknownProfile(model, name);
+    wanted.push_back(p);
+  }
+  if (Status caps = CheckProfileCaps(model, state, wanted); !caps.ok()) return caps;
+  if (Status totals = CheckTotals(model, state, wanted); !totals.ok()) return totals;
 
   std::vector<int> items(wanted.size());
   std::iota(items.begin(), items.end(), 0);
@@ -550,38 +581,26 @@ Result<MigPlan> Plan(const GpuModel& model, const std::vector<std::string>& want
     }
     return plan;
   }
-
-  // Deletion filter: drop every item whose removal leaves the rest still infeasible. What
-  // remains is a minimal conflicting subset.
-  std::vector<int> core = items;
-  for (int item : items) {
-    std::vector<int> without;
-    for (int i : core) {
-      if (i != item) without.push_back(i);
-    }
-    std::vector<int> scratch(wanted.size(), -1);
-    if (!Feasible(&state, wanted, without, &scratch)) core = std::move(without);
-  }
+  const std::vector<int> core = MinimalConflict(&state, wanted, items);
   return Status::ResourceExhausted("no legal layout on " + model.name + ": " +
                                    DescribeConflict(state, wanted, core));
 }
 
-Result<Eviction> CheapestEviction(const GpuModel& model,
-                                  const std::vector<CostedInstance>& current,
+Result<Eviction> CheapestEviction(const GpuModel& model, const std::vector<CostedInstance>& current,
                                   std::string_view wanted) {
   if (!model.is_mig()) return Status::InvalidArgument(model.name + " is not a MIG device");
   int want = model.mig.ProfileIndex(wanted);
   if (want < 0) return UnknownProfile(model, wanted);
   constexpr size_t kMaxInstances = 20;  // 2^20 subsets at most; real devices hold <= 7
   if (current.size() > kMaxInstances) {
-    return Status::InvalidArgument("too many current instances (" +
-                                   std::to_string(current.size()) + ")");
+    return Status::InvalidArgument("too many current instances (" + std::to_string(current.size()) +
+                                   ")");
   }
   Layout all;
   for (const CostedInstance& c : current) {
     if (c.cost < 0) {
-      return Status::InvalidArgument("negative eviction cost " + std::to_string(c.cost) +
-                                     " for " + c.instance.ToString());
+      return Status::InvalidArgument("negative eviction cost " + std::to_string(c.cost) + " for " +
+                                     c.instance.ToString());
     }
     all.instances.push_back(c.instance);
   }
@@ -591,7 +610,8 @@ Result<Eviction> CheapestEviction(const GpuModel& model,
     if (!s.ok()) return s;
   }
   std::vector<int> profile_of;
-  for (const CostedInstance& c : current) profile_of.push_back(model.mig.ProfileIndex(c.instance.profile));
+  for (const CostedInstance& c : current)
+    profile_of.push_back(model.mig.ProfileIndex(c.instance.profile));
 
   struct Best {
     uint64_t subset = 0;

@@ -2,12 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <mutex>
 #include <random>
 #include <thread>
 #include <tuple>
-#include <climits>
 
 #include "model/quantity.h"
 #include "sched/scheduler.h"
@@ -126,116 +126,173 @@ Result<ReplayCurve> ReplayOpenb(const std::vector<Node>& nodes, const std::vecto
   return curve;
 }
 
-Result<TimedReport> ReplayOpenbTimed(const std::vector<Node>& nodes, const std::vector<TracePod>& pods,
-                                     const std::string& policy_name, uint64_t seed, int64_t compress) {
-  if (compress < 1) return Status::InvalidArgument("compress must be at least 1");
-  auto state = sched::ClusterState::FromNodes(nodes);
-  if (!state.ok()) return state.status();
-  struct Pod {
-    PlacementRequest req;
-    int64_t arrive = 0;
-    int64_t duration = 0;
-    int64_t start = -1;
-  };
-  std::vector<Pod> all;
-  std::vector<PlacementRequest> requests;
+namespace {
+
+// A pod of the timed replay: its request, arrival (compressed), how long it runs, when it
+// started (-1: not yet).
+struct TimedPod {
+  PlacementRequest req;
+  int64_t arrive = 0;
+  int64_t duration = 0;
+  int64_t start = -1;
+};
+
+// The trace's pods with their times; each needs both.
+Result<std::vector<TimedPod>> TimedPods(const std::vector<TracePod>& pods,
+                                        const sched::ClusterState& state, int64_t compress) {
+  std::vector<TimedPod> all;
   for (size_t i = 0; i < pods.size(); ++i) {
     const TracePod& p = pods[i];
     if (p.creation_time < 0 || p.deletion_time < 0) {
-      return Status::InvalidArgument("pod '" + p.name +
-                                     "' has no creation_time/deletion_time: --timed needs a trace with times");
+      return Status::InvalidArgument(
+          "pod '" + p.name +
+          "' has no creation_time/deletion_time: --timed needs a trace with times");
     }
-    Pod x;
-    x.req = ToRequest(p, *state, static_cast<int>(i));
+    TimedPod x;
+    x.req = ToRequest(p, state, static_cast<int>(i));
     x.arrive = p.creation_time / compress;
     x.duration = std::max<int64_t>(0, p.deletion_time - p.creation_time);
     all.push_back(x);
-    requests.push_back(x.req);
   }
+  return all;
+}
+
+// The timed replay's event loop: pods arrive in order and start when they fit, each behind
+// those queued before it; completions free their placements.
+class TimedRun {
+ public:
+  TimedRun(sched::Scheduler* scheduler, std::vector<TimedPod>* all, MilliGpu capacity,
+           TimedReport* rep)
+      : scheduler_(*scheduler), all_(*all), capacity_(capacity), rep_(*rep) {}
+
+  // Runs every pod (by_arrival: their indices by arrival), then fills in the report.
+  void Run(const std::vector<size_t>& by_arrival) {
+    size_t next = 0;
+    now_ = all_[by_arrival[0]].arrive;
+    const int64_t t0 = now_;
+    double weighted = 0;
+    while (next < by_arrival.size() || !running_.empty()) {
+      // The next event: an arrival or a completion, whichever is first.
+      int64_t t_arrive = next < by_arrival.size() ? all_[by_arrival[next]].arrive : INT64_MAX;
+      int64_t t_done = running_.empty() ? INT64_MAX : std::get<0>(running_.front());
+      int64_t t = std::min(t_arrive, t_done);
+      if (t == INT64_MAX) break;
+      weighted +=
+          static_cast<double>(scheduler_.state().gpu_allocated()) * static_cast<double>(t - now_);
+      now_ = t;
+      const bool freed = ReleaseEnded();
+      while (next < by_arrival.size() && all_[by_arrival[next]].arrive == now_) {
+        size_t i = by_arrival[next++];
+        // Behind a queue, a new pod waits its turn (the scan below may still start it now).
+        if (!waiting_.empty() || !TryStart(i)) {
+          waiting_.push_back(i);
+          ++rep_.queued;
+        }
+      }
+      if (freed || !waiting_.empty()) {
+        std::vector<size_t> still;
+        for (size_t i : waiting_) {
+          if (!TryStart(i)) still.push_back(i);
+        }
+        waiting_.swap(still);
+      }
+      rep_.gpu_allocated_peak_pct =
+          std::max(rep_.gpu_allocated_peak_pct,
+                   100.0 * static_cast<double>(scheduler_.state().gpu_allocated()) /
+                       static_cast<double>(capacity_));
+    }
+    rep_.makespan_s = now_ - t0;
+    rep_.gpu_allocated_mean_pct = rep_.makespan_s > 0
+                                      ? 100.0 * weighted / static_cast<double>(rep_.makespan_s) /
+                                            static_cast<double>(capacity_)
+                                      : 0;
+    WaitStats();
+  }
+
+ private:
+  // Completions: (end time, pod, placement).
+  using Done = std::tuple<int64_t, size_t, sched::Placement>;
+  static bool Later(const Done& a, const Done& b) { return std::get<0>(a) > std::get<0>(b); }
+
+  // Pod i placed now, or dropped as never schedulable: false when it must wait.
+  bool TryStart(size_t i) {
+    sched::PlacementResult r = scheduler_.Place(all_[i].req);
+    if (r.outcome == sched::Outcome::kNeverSchedulable) {
+      ++rep_.never_schedulable;
+      return true;  // leaves the queue
+    }
+    if (!r.placed()) return false;
+    all_[i].start = now_;
+    ++rep_.started;
+    waits_.push_back(static_cast<double>(now_ - all_[i].arrive));
+    running_.emplace_back(now_ + all_[i].duration, i, r.placement);
+    std::push_heap(running_.begin(), running_.end(), Later);
+    return true;
+  }
+
+  // Releases the pods that end now; whether any did.
+  bool ReleaseEnded() {
+    bool freed = false;
+    while (!running_.empty() && std::get<0>(running_.front()) == now_) {
+      std::pop_heap(running_.begin(), running_.end(), Later);
+      scheduler_.Release(std::get<2>(running_.back()));
+      running_.pop_back();
+      freed = true;
+    }
+    return freed;
+  }
+
+  void WaitStats() {
+    std::sort(waits_.begin(), waits_.end());
+    if (waits_.empty()) return;
+    double sum = 0;
+    for (double w : waits_) sum += w;
+    rep_.wait_mean_s = sum / static_cast<double>(waits_.size());
+    rep_.wait_p50_s = waits_[waits_.size() / 2];
+    rep_.wait_p99_s = waits_[static_cast<size_t>(0.99 * static_cast<double>(waits_.size() - 1))];
+    rep_.wait_max_s = waits_.back();
+  }
+
+  sched::Scheduler& scheduler_;
+  std::vector<TimedPod>& all_;
+  const MilliGpu capacity_;
+  TimedReport& rep_;
+  std::vector<Done> running_;  // a heap ordered by end time
+  std::vector<size_t> waiting_;
+  std::vector<double> waits_;
+  int64_t now_ = 0;
+};
+
+}  // namespace
+
+Result<TimedReport> ReplayOpenbTimed(const std::vector<Node>& nodes,
+                                     const std::vector<TracePod>& pods,
+                                     const std::string& policy_name, uint64_t seed,
+                                     int64_t compress) {
+  if (compress < 1) return Status::InvalidArgument("compress must be at least 1");
+  auto state = sched::ClusterState::FromNodes(nodes);
+  if (!state.ok()) return state.status();
+  auto timed = TimedPods(pods, *state, compress);
+  if (!timed.ok()) return timed.status();
+  std::vector<TimedPod>& all = *timed;
   if (all.empty()) return Status::InvalidArgument("no pods to replay");
+  std::vector<PlacementRequest> requests;
+  for (const TimedPod& x : all) requests.push_back(x.req);
   sched::PolicyConfig config;
   config.target_mix = sched::TypicalMix(requests);
   auto policy = sched::MakePolicy(policy_name, config);
   if (!policy.ok()) return policy.status();
   std::vector<size_t> by_arrival(all.size());
   for (size_t i = 0; i < all.size(); ++i) by_arrival[i] = i;
-  std::stable_sort(by_arrival.begin(), by_arrival.end(), [&](size_t a, size_t b) { return all[a].arrive < all[b].arrive; });
+  std::stable_sort(by_arrival.begin(), by_arrival.end(),
+                   [&](size_t a, size_t b) { return all[a].arrive < all[b].arrive; });
 
   const MilliGpu capacity = state->gpu_capacity();
   sched::Scheduler scheduler(std::move(*state), std::move(*policy), seed);
   TimedReport rep;
   rep.policy = policy_name;
   rep.pods = static_cast<int64_t>(all.size());
-  // Completions: (end time, pod, placement).
-  using Done = std::tuple<int64_t, size_t, sched::Placement>;
-  auto later = [](const Done& a, const Done& b) { return std::get<0>(a) > std::get<0>(b); };
-  std::vector<Done> running;  // a heap ordered by end time
-  std::vector<size_t> waiting;
-  std::vector<double> waits;
-  size_t next = 0;
-  int64_t now = all[by_arrival[0]].arrive;
-  const int64_t t0 = now;
-  double weighted = 0;
-  auto try_start = [&](size_t i) {
-    sched::PlacementResult r = scheduler.Place(all[i].req);
-    if (r.outcome == sched::Outcome::kNeverSchedulable) {
-      ++rep.never_schedulable;
-      return true;  // leaves the queue
-    }
-    if (!r.placed()) return false;
-    all[i].start = now;
-    ++rep.started;
-    waits.push_back(static_cast<double>(now - all[i].arrive));
-    running.emplace_back(now + all[i].duration, i, r.placement);
-    std::push_heap(running.begin(), running.end(), later);
-    return true;
-  };
-  while (next < by_arrival.size() || !running.empty()) {
-    // The next event: an arrival or a completion, whichever is first.
-    int64_t t_arrive = next < by_arrival.size() ? all[by_arrival[next]].arrive : INT64_MAX;
-    int64_t t_done = running.empty() ? INT64_MAX : std::get<0>(running.front());
-    int64_t t = std::min(t_arrive, t_done);
-    if (t == INT64_MAX) break;
-    weighted += static_cast<double>(scheduler.state().gpu_allocated()) * static_cast<double>(t - now);
-    now = t;
-    bool freed = false;
-    while (!running.empty() && std::get<0>(running.front()) == now) {
-      std::pop_heap(running.begin(), running.end(), later);
-      scheduler.Release(std::get<2>(running.back()));
-      running.pop_back();
-      freed = true;
-    }
-    while (next < by_arrival.size() && all[by_arrival[next]].arrive == now) {
-      size_t i = by_arrival[next++];
-      // Behind a queue, a new pod waits its turn (the scan below may still start it now).
-      if (!waiting.empty() || !try_start(i)) {
-        waiting.push_back(i);
-        ++rep.queued;
-      }
-    }
-    if (freed || !waiting.empty()) {
-      std::vector<size_t> still;
-      for (size_t i : waiting) {
-        if (!try_start(i)) still.push_back(i);
-      }
-      waiting.swap(still);
-    }
-    rep.gpu_allocated_peak_pct = std::max(
-        rep.gpu_allocated_peak_pct,
-        100.0 * static_cast<double>(scheduler.state().gpu_allocated()) / static_cast<double>(capacity));
-  }
-  rep.makespan_s = now - t0;
-  rep.gpu_allocated_mean_pct =
-      rep.makespan_s > 0 ? 100.0 * weighted / static_cast<double>(rep.makespan_s) / static_cast<double>(capacity) : 0;
-  std::sort(waits.begin(), waits.end());
-  if (!waits.empty()) {
-    double sum = 0;
-    for (double w : waits) sum += w;
-    rep.wait_mean_s = sum / static_cast<double>(waits.size());
-    rep.wait_p50_s = waits[waits.size() / 2];
-    rep.wait_p99_s = waits[static_cast<size_t>(0.99 * static_cast<double>(waits.size() - 1))];
-    rep.wait_max_s = waits.back();
-  }
+  TimedRun(&scheduler, &all, capacity, &rep).Run(by_arrival);
   return rep;
 }
 
@@ -309,9 +366,12 @@ Result<std::vector<uint64_t>> ParseSeeds(const std::string& text) {
   size_t start = 0;
   while (start <= text.size()) {
     size_t comma = text.find(',', start);
-    std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    std::string item =
+        text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     size_t dash = item.find('-');
-    auto bad = [&] { return Status::InvalidArgument("bad seed list '" + text + "' (use 42-51 or 1,2,3)"); };
+    auto bad = [&] {
+      return Status::InvalidArgument("bad seed list '" + text + "' (use 42-51 or 1,2,3)");
+    };
     if (dash == std::string::npos) {
       auto v = ParseNonNegativeInt(item);
       if (!v.ok()) return bad();

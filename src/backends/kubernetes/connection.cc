@@ -55,7 +55,8 @@ Result<std::string> DataOrFile(const Named& n, const std::string& key, const std
 }  // namespace
 
 Result<std::string> DecodeBase64(const std::string& text) {
-  static const std::string kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  static const std::string kAlphabet =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   std::string out;
   uint32_t acc = 0;
   int bits = 0;
@@ -87,13 +88,16 @@ std::vector<std::string> KubeconfigFiles(const std::string& setting) {
   for (std::string f; std::getline(ss, f, ':');) {
     if (!f.empty()) files.push_back(f);
   }
-  if (files.empty() && std::getenv("HOME") != nullptr) files.push_back(std::string(std::getenv("HOME")) + "/.kube/config");
+  if (files.empty() && std::getenv("HOME") != nullptr)
+    files.push_back(std::string(std::getenv("HOME")) + "/.kube/config");
   return files;
 }
 
-Result<Connection> LoadKubeconfigUnguarded(const std::vector<std::string>& files, const std::string& context);
+Result<Connection> LoadKubeconfigUnguarded(const std::vector<std::string>& files,
+                                           const std::string& context);
 
-Result<Connection> LoadKubeconfig(const std::vector<std::string>& files, const std::string& context) {
+Result<Connection> LoadKubeconfig(const std::vector<std::string>& files,
+                                  const std::string& context) {
   try {
     return LoadKubeconfigUnguarded(files, context);
   } catch (const YAML::Exception& e) {  // an entry of another shape than kubeconfig's
@@ -101,15 +105,46 @@ Result<Connection> LoadKubeconfig(const std::vector<std::string>& files, const s
   }
 }
 
-Result<Connection> LoadKubeconfigUnguarded(const std::vector<std::string>& files, const std::string& context) {
-  if (files.empty()) return Status::InvalidArgument("kubeconfig: no file named");
+namespace {
+
+// The entries of a list of kubeconfig files, merged as kubectl does: the first file to set
+// current-context, and the first entry of each name, win.
+struct Merged {
   std::string current;
   std::map<std::string, Named> clusters, users, contexts;
-  int read = 0;
+  int read = 0;  // files read
+};
+
+// Merges one file's root into m.
+Status MergeKubeconfig(const std::string& file, YAML::Node root, Merged* m) {
+  if (!root.IsMap()) return Status::Ok();
+  if (m->current.empty()) m->current = Str(root, "current-context");
+  for (auto [key, into, inner] :
+       {std::tuple{"clusters", &m->clusters, "cluster"}, std::tuple{"users", &m->users, "user"},
+        std::tuple{"contexts", &m->contexts, "context"}}) {
+    const YAML::Node list = root[key];
+    if (!list) continue;
+    if (!list.IsSequence())
+      return Status::InvalidArgument("kubeconfig '" + file + "': " + key + " is not a list");
+    for (const YAML::Node& e : list) {
+      const std::string name = e.IsMap() ? Str(e, "name") : "";
+      if (name.empty())
+        return Status::InvalidArgument("kubeconfig '" + file + "': an entry of " + key +
+                                       " has no name");
+      if (!into->count(name))
+        (*into)[name] = Named{e[inner] ? e[inner] : YAML::Node(YAML::NodeType::Map), file};
+    }
+  }
+  return Status::Ok();
+}
+
+// Reads and merges the files (a missing one skipped, unless it is the only one).
+Status ReadKubeconfigs(const std::vector<std::string>& files, Merged* m) {
   for (const std::string& file : files) {
     std::ifstream probe(file);
     if (!probe) {
-      if (files.size() == 1) return Status::InvalidArgument("kubeconfig: cannot read '" + file + "'");
+      if (files.size() == 1)
+        return Status::InvalidArgument("kubeconfig: cannot read '" + file + "'");
       continue;  // kubectl skips missing files of a list
     }
     YAML::Node root;
@@ -118,69 +153,88 @@ Result<Connection> LoadKubeconfigUnguarded(const std::vector<std::string>& files
     } catch (const YAML::Exception& e) {
       return Status::InvalidArgument("kubeconfig '" + file + "': not valid YAML: " + e.what());
     }
-    ++read;
-    if (!root.IsMap()) continue;
-    if (current.empty()) current = Str(root, "current-context");
-    for (auto [key, into, inner] : {std::tuple{"clusters", &clusters, "cluster"}, std::tuple{"users", &users, "user"},
-                                    std::tuple{"contexts", &contexts, "context"}}) {
-      const YAML::Node list = root[key];
-      if (!list) continue;
-      if (!list.IsSequence()) return Status::InvalidArgument("kubeconfig '" + file + "': " + key + " is not a list");
-      for (const YAML::Node& e : list) {
-        const std::string name = e.IsMap() ? Str(e, "name") : "";
-        if (name.empty()) return Status::InvalidArgument("kubeconfig '" + file + "': an entry of " + key + " has no name");
-        if (!into->count(name)) (*into)[name] = Named{e[inner] ? e[inner] : YAML::Node(YAML::NodeType::Map), file};
-      }
-    }
+    ++m->read;
+    if (Status st = MergeKubeconfig(file, root, m); !st.ok()) return st;
   }
-  if (read == 0) return Status::InvalidArgument("kubeconfig: none of the files can be read");
-  const std::string ctx_name = context.empty() ? current : context;
-  if (ctx_name.empty()) return Status::InvalidArgument("kubeconfig: no current-context and no context named");
-  auto ctx = contexts.find(ctx_name);
-  if (ctx == contexts.end()) return Status::InvalidArgument("kubeconfig: no context '" + ctx_name + "'");
+  return Status::Ok();
+}
+
+// The cluster's server, TLS settings and CA into c.
+Status ApplyCluster(const Named& cluster, const std::string& cw, Connection* c) {
+  c->server = Str(cluster.body, "server");
+  if (c->server.empty()) return Status::InvalidArgument(cw + ".server: not set");
+  if (c->server.rfind("https://", 0) != 0 && c->server.rfind("http://", 0) != 0) {
+    return Status::InvalidArgument(cw + ".server: '" + c->server + "' is not an http(s) URL");
+  }
+  while (!c->server.empty() && c->server.back() == '/') c->server.pop_back();
+  c->insecure = Str(cluster.body, "insecure-skip-tls-verify") == "true";
+  c->tls_server_name = Str(cluster.body, "tls-server-name");
+  auto ca = DataOrFile(cluster, "certificate-authority", cw);
+  if (!ca.ok()) return ca.status();
+  c->ca_pem = *ca;
+  return Status::Ok();
+}
+
+// The user's credentials into c: a client certificate and key, a token or a token file.
+Status ApplyUser(const Named& user, const std::string& uw, Connection* c) {
+  auto cert = DataOrFile(user, "client-certificate", uw);
+  if (!cert.ok()) return cert.status();
+  auto key = DataOrFile(user, "client-key", uw);
+  if (!key.ok()) return key.status();
+  if (cert->empty() != key->empty())
+    return Status::InvalidArgument(
+        uw + ": a client certificate needs its key and the key its certificate");
+  c->client_cert_pem = *cert;
+  c->client_key_pem = *key;
+  c->token = Str(user.body, "token");
+  c->token_file = Resolve(Str(user.body, "tokenFile"), user.file);
+  if (!c->token_file.empty()) {
+    std::ifstream t(c->token_file);
+    if (!t) return Status::InvalidArgument(uw + ".tokenFile: cannot read '" + c->token_file + "'");
+  }
+  YAML::Node body = user.body;  // a handle on the entry: looked up as a non-const node
+  if (body["exec"] || body["auth-provider"]) {
+    return Status::InvalidArgument(uw +
+                                   ": exec and auth-provider credentials are not supported (use a "
+                                   "token, tokenFile or client certificate)");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<Connection> LoadKubeconfigUnguarded(const std::vector<std::string>& files,
+                                           const std::string& context) {
+  if (files.empty()) return Status::InvalidArgument("kubeconfig: no file named");
+  Merged m;
+  if (Status st = ReadKubeconfigs(files, &m); !st.ok()) return st;
+  if (m.read == 0) return Status::InvalidArgument("kubeconfig: none of the files can be read");
+  const std::string ctx_name = context.empty() ? m.current : context;
+  if (ctx_name.empty())
+    return Status::InvalidArgument("kubeconfig: no current-context and no context named");
+  auto ctx = m.contexts.find(ctx_name);
+  if (ctx == m.contexts.end())
+    return Status::InvalidArgument("kubeconfig: no context '" + ctx_name + "'");
   const std::string cluster_name = Str(ctx->second.body, "cluster");
   const std::string user_name = Str(ctx->second.body, "user");
-  auto cl = clusters.find(cluster_name);
-  if (cl == clusters.end()) {
-    return Status::InvalidArgument("kubeconfig: context '" + ctx_name + "' names cluster '" + cluster_name + "', which no file defines");
+  auto cl = m.clusters.find(cluster_name);
+  if (cl == m.clusters.end()) {
+    return Status::InvalidArgument("kubeconfig: context '" + ctx_name + "' names cluster '" +
+                                   cluster_name + "', which no file defines");
   }
   Connection c;
   c.source = "kubeconfig " + ctx->second.file + " (context " + ctx_name + ")";
   c.ns = Str(ctx->second.body, "namespace");
   const std::string cw = "kubeconfig clusters[" + cluster_name + "]";
-  c.server = Str(cl->second.body, "server");
-  if (c.server.empty()) return Status::InvalidArgument(cw + ".server: not set");
-  if (c.server.rfind("https://", 0) != 0 && c.server.rfind("http://", 0) != 0) {
-    return Status::InvalidArgument(cw + ".server: '" + c.server + "' is not an http(s) URL");
-  }
-  while (!c.server.empty() && c.server.back() == '/') c.server.pop_back();
-  c.insecure = Str(cl->second.body, "insecure-skip-tls-verify") == "true";
-  c.tls_server_name = Str(cl->second.body, "tls-server-name");
-  auto ca = DataOrFile(cl->second, "certificate-authority", cw);
-  if (!ca.ok()) return ca.status();
-  c.ca_pem = *ca;
+  if (Status st = ApplyCluster(cl->second, cw, &c); !st.ok()) return st;
   if (!user_name.empty()) {
-    auto us = users.find(user_name);
-    if (us == users.end()) {
-      return Status::InvalidArgument("kubeconfig: context '" + ctx_name + "' names user '" + user_name + "', which no file defines");
+    auto us = m.users.find(user_name);
+    if (us == m.users.end()) {
+      return Status::InvalidArgument("kubeconfig: context '" + ctx_name + "' names user '" +
+                                     user_name + "', which no file defines");
     }
     const std::string uw = "kubeconfig users[" + user_name + "]";
-    auto cert = DataOrFile(us->second, "client-certificate", uw);
-    if (!cert.ok()) return cert.status();
-    auto key = DataOrFile(us->second, "client-key", uw);
-    if (!key.ok()) return key.status();
-    if (cert->empty() != key->empty()) return Status::InvalidArgument(uw + ": a client certificate needs its key and the key its certificate");
-    c.client_cert_pem = *cert;
-    c.client_key_pem = *key;
-    c.token = Str(us->second.body, "token");
-    c.token_file = Resolve(Str(us->second.body, "tokenFile"), us->second.file);
-    if (!c.token_file.empty()) {
-      std::ifstream t(c.token_file);
-      if (!t) return Status::InvalidArgument(uw + ".tokenFile: cannot read '" + c.token_file + "'");
-    }
-    if (us->second.body["exec"] || us->second.body["auth-provider"]) {
-      return Status::InvalidArgument(uw + ": exec and auth-provider credentials are not supported (use a token, tokenFile or client certificate)");
-    }
+    if (Status st = ApplyUser(us->second, uw, &c); !st.ok()) return st;
   }
   return c;
 }
@@ -189,7 +243,9 @@ Result<Connection> LoadInCluster(const std::string& dir) {
   const char* host = std::getenv("KUBERNETES_SERVICE_HOST");
   const char* port = std::getenv("KUBERNETES_SERVICE_PORT");
   if (host == nullptr || port == nullptr || *host == '\0' || *port == '\0') {
-    return Status::InvalidArgument("in-cluster: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not set (not running in a pod?)");
+    return Status::InvalidArgument(
+        "in-cluster: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not set (not running "
+        "in a pod?)");
   }
   Connection c;
   c.source = "in-cluster";
@@ -197,7 +253,9 @@ Result<Connection> LoadInCluster(const std::string& dir) {
   c.server = "https://" + (h.find(':') != std::string::npos ? "[" + h + "]" : h) + ":" + port;
   c.token_file = dir + "/token";
   std::ifstream t(c.token_file);
-  if (!t) return Status::InvalidArgument("in-cluster: cannot read the service account token '" + c.token_file + "'");
+  if (!t)
+    return Status::InvalidArgument("in-cluster: cannot read the service account token '" +
+                                   c.token_file + "'");
   auto ca = ReadFile(dir + "/ca.crt", "in-cluster");
   if (!ca.ok()) return ca.status();
   c.ca_pem = *ca;

@@ -341,6 +341,15 @@ class Engine final : public QuotaEngine {
   std::vector<int> AdmitInOrder(const std::vector<int>& order, const std::function<void()>& between);
   void RepartitionForDemand();  // 5.
   Status AddNodeRt(const NodeSpec& ns, const std::string& field);
+  // AddNodeRt's new device d of `ns`: the MIG layout or AMD mode the spec gives it.
+  Status SplitNewDevice(Dev& d, const NodeSpec& ns, const std::string& field);
+  // Restore's check of one recorded grant of j, added to c: the partitions to re-create go to
+  // `layouts` (per device), the share memory to `share_add`.
+  Status RestoreGrant(const Job& j, const GrantView& g, AllocationForm form, Candidate* c,
+                      std::map<int, MiB>* share_add, std::map<int, part::Layout>* layouts) const;
+  // RestoreGrant's partition slot: found in the device's layout, or to be created there.
+  Status RestoreSlot(const GrantView& g, const std::string& where, Grant* gr, Candidate* c,
+                     std::map<int, part::Layout>* layouts) const;
   int NodeByName(const std::string& name) const;
   void CommitExternal(int self, const Resources& charge, bool guaranteed);
   void EndHeld(int self);  // releases and settles claimants

@@ -150,74 +150,89 @@ bool ParseSlot(const std::string& name, std::string* profile, int* start, bool* 
 
 }  // namespace
 
+Status Engine::RestoreSlot(const GrantView& g, const std::string& where, Grant* gr, Candidate* c,
+                           std::map<int, part::Layout>* layouts) const {
+  const Dev& d = devs_[gr->dev];
+  std::string profile;
+  int start = 0;
+  bool amd = false;
+  if (!ParseSlot(g.slot, &profile, &start, &amd)) {
+    return Status::InvalidArgument(where + ": '" + g.slot + "' is not a partition name");
+  }
+  for (size_t s = 0; s < d.slots.size(); ++s) {
+    if (d.slots[s].alive && d.slots[s].name == g.slot) gr->slot = static_cast<int>(s);
+  }
+  if (gr->slot >= 0 && d.slots[gr->slot].holder >= 0) {
+    return Status::FailedPrecondition(where + ": " + g.slot + " is held by another job");
+  }
+  if (gr->slot >= 0) return Status::Ok();
+  if (amd || !d.mig_capable()) {
+    return Status::FailedPrecondition(where + ": no partition " + g.slot + " in its layout");
+  }
+  if (!d.shares.empty()) return Status::FailedPrecondition(where + " carries shares");
+  auto [lit, first] = layouts->try_emplace(gr->dev);
+  part::Layout& layout = lit->second;
+  if (first) {
+    for (const Slot& s : d.slots) {
+      if (s.alive) layout.instances.push_back({s.profile, s.start});
+    }
+  }
+  part::Instance in{profile, start};
+  Status ok = part::CheckCreate(*d.model, layout, in);
+  if (!ok.ok()) return Status::FailedPrecondition(where + ": " + ok.message());
+  layout.instances.push_back(in);
+  if (!d.mig) c->enable_mig_dev = gr->dev;
+  c->create.push_back({gr->dev, in});
+  // The slot index it will have once created.
+  gr->slot = static_cast<int>(d.slots.size()) +
+             static_cast<int>(std::count_if(c->create.begin(), c->create.end() - 1,
+                                            [&](const auto& x) { return x.first == gr->dev; }));
+  return Status::Ok();
+}
+
+Status Engine::RestoreGrant(const Job& j, const GrantView& g, AllocationForm form, Candidate* c,
+                            std::map<int, MiB>* share_add,
+                            std::map<int, part::Layout>* layouts) const {
+  const std::string where = "job " + j.id + ": " + g.node + "/gpu" + std::to_string(g.device);
+  const int ni = NodeByName(g.node);
+  if (ni < 0) return Status::NotFound("job " + j.id + ": node '" + g.node + "' is not known");
+  const NodeRt& n = nodes_[ni];
+  Grant gr{ni, -1, -1, g.memory, g.compute, g.cpu, g.host_memory};
+  if (g.device >= 0) {
+    if (g.device >= static_cast<int>(n.devs.size()))
+      return Status::NotFound(where + " does not exist");
+    gr.dev = n.devs[g.device];
+    const Dev& d = devs_[gr.dev];
+    if (d.whole >= 0) return Status::FailedPrecondition(where + " is held whole by another job");
+    if (!g.slot.empty()) {
+      if (Status st = RestoreSlot(g, where, &gr, c, layouts); !st.ok()) return st;
+    } else if (form == AllocationForm::kWhole) {
+      if (!d.shares.empty() || (d.split && !d.idle())) {
+        return Status::FailedPrecondition(where + " is not free for a whole device");
+      }
+    } else {
+      if (d.split) return Status::FailedPrecondition(where + " is split into partitions");
+      (*share_add)[gr.dev] += g.memory;
+      if (d.share_mem + (*share_add)[gr.dev] > d.memory) {
+        return Status::FailedPrecondition(where + ": share caps would exceed its memory");
+      }
+    }
+  }
+  c->grants.push_back(gr);
+  return Status::Ok();
+}
+
 Status Engine::Restore(int handle, AllocationForm form, const std::vector<GrantView>& grants,
                        bool borrowed, bool terminating, int64_t now) {
   now_ = std::max(now_, now);
   Job& j = jobs_[handle];
-  if (j.state != JobState::kPending) return Status::FailedPrecondition("job " + j.id + " is not pending");
+  if (j.state != JobState::kPending)
+    return Status::FailedPrecondition("job " + j.id + " is not pending");
   Candidate c;
   std::map<int, MiB> share_add;  // device -> share memory added by this restore
   std::map<int, part::Layout> layouts;
   for (const GrantView& g : grants) {
-    const std::string where = "job " + j.id + ": " + g.node + "/gpu" + std::to_string(g.device);
-    const int ni = NodeByName(g.node);
-    if (ni < 0) return Status::NotFound("job " + j.id + ": node '" + g.node + "' is not known");
-    NodeRt& n = nodes_[ni];
-    Grant gr{ni, -1, -1, g.memory, g.compute, g.cpu, g.host_memory};
-    if (g.device >= 0) {
-      if (g.device >= static_cast<int>(n.devs.size())) return Status::NotFound(where + " does not exist");
-      gr.dev = n.devs[g.device];
-      Dev& d = devs_[gr.dev];
-      if (d.whole >= 0) return Status::FailedPrecondition(where + " is held whole by another job");
-      if (!g.slot.empty()) {
-        std::string profile;
-        int start = 0;
-        bool amd = false;
-        if (!ParseSlot(g.slot, &profile, &start, &amd)) {
-          return Status::InvalidArgument(where + ": '" + g.slot + "' is not a partition name");
-        }
-        for (size_t s = 0; s < d.slots.size(); ++s) {
-          if (d.slots[s].alive && d.slots[s].name == g.slot) gr.slot = static_cast<int>(s);
-        }
-        if (gr.slot >= 0 && d.slots[gr.slot].holder >= 0) {
-          return Status::FailedPrecondition(where + ": " + g.slot + " is held by another job");
-        }
-        if (gr.slot < 0) {
-          if (amd || !d.mig_capable()) {
-            return Status::FailedPrecondition(where + ": no partition " + g.slot + " in its layout");
-          }
-          if (!d.shares.empty()) return Status::FailedPrecondition(where + " carries shares");
-          auto [lit, first] = layouts.try_emplace(gr.dev);
-          part::Layout& layout = lit->second;
-          if (first) {
-            for (const Slot& s : d.slots) {
-              if (s.alive) layout.instances.push_back({s.profile, s.start});
-            }
-          }
-          part::Instance in{profile, start};
-          Status ok = part::CheckCreate(*d.model, layout, in);
-          if (!ok.ok()) return Status::FailedPrecondition(where + ": " + ok.message());
-          layout.instances.push_back(in);
-          if (!d.mig) c.enable_mig_dev = gr.dev;
-          c.create.push_back({gr.dev, in});
-          // The slot index it will have once created.
-          gr.slot = static_cast<int>(d.slots.size()) +
-                    static_cast<int>(std::count_if(c.create.begin(), c.create.end() - 1,
-                                                   [&](const auto& x) { return x.first == gr.dev; }));
-        }
-      } else if (form == AllocationForm::kWhole) {
-        if (!d.shares.empty() || (d.split && !d.idle())) {
-          return Status::FailedPrecondition(where + " is not free for a whole device");
-        }
-      } else {
-        if (d.split) return Status::FailedPrecondition(where + " is split into partitions");
-        share_add[gr.dev] += g.memory;
-        if (d.share_mem + share_add[gr.dev] > d.memory) {
-          return Status::FailedPrecondition(where + ": share caps would exceed its memory");
-        }
-      }
-    }
-    c.grants.push_back(gr);
+    if (Status st = RestoreGrant(j, g, form, &c, &share_add, &layouts); !st.ok()) return st;
   }
   std::map<int, std::pair<MilliCpu, MiB>> host;
   for (const Grant& g : c.grants) {
@@ -295,7 +310,8 @@ Status Engine::RestoreDrain(const Drain& x, int64_t now) {
   now_ = std::max(now_, now);
   const int ni = NodeByName(x.node);
   if (ni < 0 || x.device < 0 || x.device >= static_cast<int>(nodes_[ni].devs.size())) {
-    return Status::NotFound("drain of " + x.node + "/gpu" + std::to_string(x.device) + ": no such device");
+    return Status::NotFound("drain of " + x.node + "/gpu" + std::to_string(x.device) +
+                            ": no such device");
   }
   const int di = nodes_[ni].devs[x.device];
   Dev& d = devs_[di];
@@ -307,7 +323,8 @@ Status Engine::RestoreDrain(const Drain& x, int64_t now) {
       int start = 0;
       bool amd = false;
       if (!ParseSlot(s, &profile, &start, &amd) || amd) {
-        return Status::InvalidArgument("drain of " + DevName(di) + ": '" + s + "' is not a MIG instance");
+        return Status::InvalidArgument("drain of " + DevName(di) + ": '" + s +
+                                       "' is not a MIG instance");
       }
       (names == &x.evict ? p.evict : p.add).push_back({profile, start});
     }
@@ -317,11 +334,13 @@ Status Engine::RestoreDrain(const Drain& x, int64_t now) {
   p.node_wide = x.node_wide;
   p.why = x.why;
   for (size_t h = 0; h < jobs_.size(); ++h) {
-    if (jobs_[h].id == x.job && jobs_[h].state == JobState::kPending) p.for_job = static_cast<int>(h);
+    if (jobs_[h].id == x.job && jobs_[h].state == JobState::kPending)
+      p.for_job = static_cast<int>(h);
   }
   d.plan = p;
   ++active_plans_;
-  if (p.for_job >= 0 && (!p.node_wide || !p.amd_pair.empty())) Nominate(di, p.for_job, now_ + policy_.grace_seconds);
+  if (p.for_job >= 0 && (!p.node_wide || !p.amd_pair.empty()))
+    Nominate(di, p.for_job, now_ + policy_.grace_seconds);
   memo_.clear();
   return Status::Ok();
 }

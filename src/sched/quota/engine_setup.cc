@@ -48,8 +48,7 @@ std::string T(int64_t t) { return "t=" + std::to_string(t) + "s"; }
 // ------------------------------------------------------------------------------------------
 // Setup
 
-Status Engine::Init(const PolicySpec& policy, const std::vector<NodeSpec>& nodes,
-                    EngineOptions o) {
+Status Engine::Init(const PolicySpec& policy, const std::vector<NodeSpec>& nodes, EngineOptions o) {
   policy_ = policy;
   options_ = o;
   // Pools: declared ones; with none declared, every node pool offers every form.
@@ -141,26 +140,7 @@ Status Engine::AddNodeRt(const NodeSpec& ns, const std::string& field) {
       d.pool = pool_id;
       d.model = model;
       d.memory = dev_mem;
-      if (!ns.mig_layout.empty()) {
-        auto plan = part::Plan(*model, ns.mig_layout);
-        if (!plan.ok()) return Status::InvalidArgument(field + ".mig: " + plan.status().message());
-        d.mig = d.split = true;
-        for (const part::Instance& in : plan->layout.instances) {
-          const part::MigProfile* p = model->mig.FindProfile(in.profile);
-          d.slots.push_back({in.ToString(), p->name, in.start, p->memory_mib,
-                             p->compute_slices * kWholeGpu / model->mig.compute_slices, -1, true,
-                             p->memory_slices});
-        }
-      }
-      if (d.amd_capable()) {
-        std::string pair = ns.amd_mode.empty() ? "SPX+NPS1" : ns.amd_mode;
-        auto parsed = part::ParsePair(*model, pair);
-        if (!parsed.ok()) return Status::InvalidArgument(field + ".amd_mode: " + parsed.status().message());
-        auto shape = part::Partition(*model, *parsed);
-        if (!shape.ok()) return Status::InvalidArgument(field + ".amd_mode: " + shape.status().message());
-        d.amd_pair = parsed->ToString();
-        RebuildAmdSlots(d);
-      }
+      if (Status split = SplitNewDevice(d, ns, field); !split.ok()) return split;
       gpu_memory_capacity_ += d.memory;
       n.devs.push_back(static_cast<int>(devs_.size()));
       devs_.push_back(std::move(d));
@@ -173,6 +153,33 @@ Status Engine::AddNodeRt(const NodeSpec& ns, const std::string& field) {
     nodes_.push_back(std::move(n));
     for (int d : nodes_.back().devs) Reindex(d);
     mirror_dirty_ = true;  // rebuilt at the next placement
+  }
+  return Status::Ok();
+}
+
+Status Engine::SplitNewDevice(Dev& d, const NodeSpec& ns, const std::string& field) {
+  const part::GpuModel* model = d.model;
+  if (!ns.mig_layout.empty()) {
+    auto plan = part::Plan(*model, ns.mig_layout);
+    if (!plan.ok()) return Status::InvalidArgument(field + ".mig: " + plan.status().message());
+    d.mig = d.split = true;
+    for (const part::Instance& in : plan->layout.instances) {
+      const part::MigProfile* p = model->mig.FindProfile(in.profile);
+      d.slots.push_back({in.ToString(), p->name, in.start, p->memory_mib,
+                         p->compute_slices * kWholeGpu / model->mig.compute_slices, -1, true,
+                         p->memory_slices});
+    }
+  }
+  if (d.amd_capable()) {
+    std::string pair = ns.amd_mode.empty() ? "SPX+NPS1" : ns.amd_mode;
+    auto parsed = part::ParsePair(*model, pair);
+    if (!parsed.ok())
+      return Status::InvalidArgument(field + ".amd_mode: " + parsed.status().message());
+    auto shape = part::Partition(*model, *parsed);
+    if (!shape.ok())
+      return Status::InvalidArgument(field + ".amd_mode: " + shape.status().message());
+    d.amd_pair = parsed->ToString();
+    RebuildAmdSlots(d);
   }
   return Status::Ok();
 }
@@ -219,8 +226,8 @@ int Engine::BestMigProfile(const part::GpuModel* m, MilliGpu milli, MiB mem) con
 std::string Engine::NeverSchedulable(const Job& j) const {
   uint64_t form_bits = 0;
   for (AllocationForm f : j.forms) form_bits |= uint64_t{1} << static_cast<int>(f);
-  auto fkey = std::make_tuple(j.gpu_count, j.pools, static_cast<int>(form_bits), j.gpu_milli,
-                              j.gpu_mem, 0);
+  auto fkey =
+      std::make_tuple(j.gpu_count, j.pools, static_cast<int>(form_bits), j.gpu_milli, j.gpu_mem, 0);
   auto cached = feasible_cache_.find(fkey);
   if (cached != feasible_cache_.end()) return cached->second;
   std::string& verdict = feasible_cache_[fkey];
@@ -257,9 +264,7 @@ Result<Job> Engine::Build(const JobSpec& spec) const {
   Job j;
   j.id = spec.id;
   j.identity = spec.identity;
-  auto reject = [&](const std::string& why) -> Result<Job> {
-    return Status::InvalidArgument(why);
-  };
+  auto reject = [&](const std::string& why) -> Result<Job> { return Status::InvalidArgument(why); };
   if (spec.identity.empty()) return reject("no identity");
   auto q = queue_index_.find(spec.queue);
   if (q == queue_index_.end()) return reject("queue '" + spec.queue + "' does not exist");
@@ -278,8 +283,8 @@ Result<Job> Engine::Build(const JobSpec& spec) const {
   j.gpu_mem = spec.gpu_memory_mib.value_or(pr.gpu_memory_mib);
   j.cpu = spec.cpu_milli.value_or(pr.cpu_milli);
   j.mem = spec.memory_mib.value_or(pr.memory_mib);
-  if (j.gpu_count < 0 || j.gpu_milli < 0 || j.gpu_milli > kWholeGpu || j.gpu_mem < 0 ||
-      j.cpu < 0 || j.mem < 0) {
+  if (j.gpu_count < 0 || j.gpu_milli < 0 || j.gpu_milli > kWholeGpu || j.gpu_mem < 0 || j.cpu < 0 ||
+      j.mem < 0) {
     return reject("request has an amount out of range");
   }
   if (j.gpu_count > 1 && j.gpu_milli != kWholeGpu) {

@@ -5,7 +5,12 @@
 // heartbeat and submission latency, nodes falsely marked lost, and the server's CPU and RSS.
 //
 //   agents_load_bench [--agents 10000] [--seconds 300] [--rate 200] [--period-ms 1000]
-//                     [--job-seconds 20] [--submitters 4]
+//                     [--job-seconds 20] [--submitters 4] [--watch 1]
+//
+// With --watch 1 (the default, as `tessera agent` does) each agent also keeps an order watch
+// (GET /v1/agent/orders, a long poll on a second connection) and heartbeats at once when it
+// wakes: the server then holds 2 connections per agent. Submit-to-start is the time from a
+// submission's answer to its agent receiving the start order.
 //
 // Latency is measured from when a request was due (open loop), so a server that falls behind
 // shows it. Everything runs on one I/O thread here (Boost.Asio); the server gets its own process.
@@ -68,11 +73,14 @@ struct Options {
   int period_ms = 1000;
   int job_seconds = 20;
   int submitters = 4;
+  bool watch = true;
 };
 
 struct Stats {
   std::vector<double> heartbeat_ms, submit_ms, register_ms;
-  int64_t heartbeat_errors = 0, submit_errors = 0, started = 0, finished = 0;
+  int64_t heartbeat_errors = 0, submit_errors = 0, started = 0, finished = 0, wakes = 0;
+  std::map<std::string, Clock::time_point> submitted;  // job id -> when its submission was answered
+  std::vector<double> start_ms;                        // submit-to-start, per job started
   bool measuring = false;
 };
 
@@ -139,7 +147,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
 class SimAgent : public std::enable_shared_from_this<SimAgent> {
  public:
   SimAgent(asio::io_context& ioc, tcp::endpoint at, std::string node, const Options& o, Stats* stats)
-      : conn_(std::make_shared<Conn>(ioc, at)), timer_(ioc), node_(std::move(node)), o_(o), stats_(stats) {}
+      : conn_(std::make_shared<Conn>(ioc, at)), watch_(std::make_shared<Conn>(ioc, at)), timer_(ioc),
+        node_(std::move(node)), o_(o), stats_(stats) {}
 
   void Register(std::function<void(bool)> then) {
     tessera::agent::Inventory inv;
@@ -161,14 +170,39 @@ class SimAgent : public std::enable_shared_from_this<SimAgent> {
   void Beat(Clock::time_point due) {
     timer_.expires_at(due);
     timer_.async_wait([self = shared_from_this(), due](beast::error_code ec) {
-      if (!ec) self->Send(due);
+      if (!ec && !self->in_flight_) self->Send(due);  // (a wake may have sent one already)
     });
   }
   void Stop() { stopped_ = true; timer_.cancel(); }
 
  private:
+  // The order watch: woken, heartbeat now (or right after the one in flight).
+  void Watch() {
+    if (stopped_ || watching_ || seq_ < 0) return;
+    watching_ = true;
+    watch_->Request(http::verb::get, "/v1/agent/orders?node=" + node_ + "&after=" + std::to_string(seq_) + "&wait_ms=25000",
+                    "agent-token-1", "", [self = shared_from_this()](bool ok, int status, const std::string& body) {
+                      self->watching_ = false;
+                      if (!ok || status != 200) return;
+                      auto w = tessera::agent::ParseOrdersWake(body);
+                      if (!w.ok()) return;
+                      if (w->wake) {
+                        self->seq_ = std::max(self->seq_, w->seq);
+                        if (self->stats_->measuring) ++self->stats_->wakes;
+                        if (self->in_flight_) {
+                          self->woken_ = true;
+                        } else {
+                          self->timer_.cancel();
+                          self->Send(Clock::now());
+                        }
+                      }
+                      self->Watch();
+                    });
+  }
+
   void Send(Clock::time_point due) {
     if (stopped_) return;
+    in_flight_ = true;
     const auto now = Clock::now();
     std::vector<RunningJob> running;
     for (auto it = running_.begin(); it != running_.end();) {
@@ -191,6 +225,7 @@ class SimAgent : public std::enable_shared_from_this<SimAgent> {
   }
 
   void OnReply(Clock::time_point due, bool ok, const std::string& body) {
+    in_flight_ = false;
     if (stats_->measuring) {
       if (ok) {
         stats_->heartbeat_ms.push_back(Ms(Clock::now() - due));
@@ -208,17 +243,32 @@ class SimAgent : public std::enable_shared_from_this<SimAgent> {
         }
         for (const auto& s : reply->start) {
           if (running_.emplace(s.id, Clock::now() + std::chrono::seconds(o_.job_seconds)).second) ++stats_->started;
+          auto at = stats_->submitted.find(s.id);
+          if (at != stats_->submitted.end()) {
+            if (stats_->measuring) stats_->start_ms.push_back(Ms(Clock::now() - at->second));
+            stats_->submitted.erase(at);
+          }
         }
         for (const auto& c : reply->cancel) {
           if (running_.erase(c.job)) finished_.push_back({c.job, 0, 15, 0});
         }
       }
     }
+    if (ok && o_.watch) {
+      auto reply = tessera::agent::ParseHeartbeatReply(body);
+      if (reply.ok() && reply->seq > seq_) seq_ = reply->seq;
+      Watch();
+    }
+    if (woken_) {  // orders arrived while this heartbeat was out
+      woken_ = false;
+      return Send(Clock::now());
+    }
     // The next beat a period after this one was due; if the reply came later than that, at once.
     Beat(std::max(due + std::chrono::milliseconds(o_.period_ms), Clock::now()));
   }
 
   std::shared_ptr<Conn> conn_;
+  std::shared_ptr<Conn> watch_;  // the order watch's own connection
   asio::steady_timer timer_;
   std::string node_;
   const Options& o_;
@@ -226,6 +276,10 @@ class SimAgent : public std::enable_shared_from_this<SimAgent> {
   std::map<std::string, Clock::time_point> running_;
   std::vector<FinishedReport> finished_;
   bool stopped_ = false;
+  int64_t seq_ = -1;        // the node's order sequence, from heartbeat replies and wakes
+  bool watching_ = false;   // a watch is out
+  bool in_flight_ = false;  // a heartbeat is out
+  bool woken_ = false;      // woken while it was
 };
 
 // Submits at rate/submitters per second over one connection, open loop.
@@ -246,7 +300,11 @@ class Submitter : public std::enable_shared_from_this<Submitter> {
       if (ec) return;
       const std::string body = R"({"queue":"training","command":["true"]})";
       self->conn_->Request(http::verb::post, "/v1/jobs", "alice-token-1", body,
-                           [self, due](bool ok, int status, const std::string&) {
+                           [self, due](bool ok, int status, const std::string& reply) {
+                             if (ok && status == 201) {
+                               Json j = Json::parse(reply, nullptr, false);
+                               if (j.is_object() && j.contains("id")) self->stats_->submitted[j["id"]] = Clock::now();
+                             }
                              if (self->stats_->measuring) {
                                if (ok && status == 201) {
                                  self->stats_->submit_ms.push_back(Ms(Clock::now() - due));
@@ -316,6 +374,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--period-ms")) o.period_ms = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--job-seconds")) o.job_seconds = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--submitters")) o.submitters = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--watch")) o.watch = std::atoi(argv[i + 1]) != 0;
   }
   rlimit r{};
   if (getrlimit(RLIMIT_NOFILE, &r) == 0) {
@@ -334,9 +393,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::printf("agents load: %d simulated agents (8 x H100-80GB each) heartbeating every %d ms, %d submissions/s "
-              "(%d clients), jobs run %d s, for %d s; tessera serve on SQLite (%s), %u cores shared with this "
-              "generator (one I/O thread)\n",
-              o.agents, o.period_ms, o.rate, o.submitters, o.job_seconds, o.seconds, dir.c_str(),
+              "(%d clients), jobs run %d s, for %d s, order watches %s; tessera serve on SQLite (%s), %u cores shared "
+              "with this generator (one I/O thread)\n",
+              o.agents, o.period_ms, o.rate, o.submitters, o.job_seconds, o.seconds, o.watch ? "on" : "off", dir.c_str(),
               std::thread::hardware_concurrency());
   std::fflush(stdout);
   asio::io_context ioc(1);
@@ -413,6 +472,10 @@ int main(int argc, char** argv) {
   std::printf("  submission latency (from due time): p50 %.1f ms, p99 %.1f ms, max %.1f ms; goal p99 < 100 ms: %s\n",
               Percentile(stats.submit_ms, 50), Percentile(stats.submit_ms, 99), Percentile(stats.submit_ms, 100),
               Percentile(stats.submit_ms, 99) < 100 ? "met" : "NOT met");
+  std::printf("  submit-to-start (answered submission to its agent's start order): p50 %.1f ms, p99 %.1f ms over %zu "
+              "jobs; %lld order-watch wakes\n",
+              Percentile(stats.start_ms, 50), Percentile(stats.start_ms, 99), stats.start_ms.size(),
+              static_cast<long long>(stats.wakes));
   std::printf("  nodes falsely lost: %d (goal 0)\n", lost);
   std::printf("  tessera serve: %.2f CPU cores busy on average, RSS %.0f MiB (peak %.0f MiB); %.1f us CPU per "
               "heartbeat+submission\n",

@@ -5,10 +5,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <csignal>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -91,8 +93,10 @@ class Agent {
          (inventory_.note.empty() ? "" : " (" + inventory_.note + ")") + "; " +
          launcher_.cgroups_status());
     Clock::time_point next_contact = Clock::now();
+    std::thread watcher([this] { WatchLoop(); });
     while (!StopRequested()) {
       for (JobExit& e : launcher_.Poll()) RecordExit(e);
+      if (wake_.exchange(false)) next_contact = std::min(next_contact, Clock::now());
       if (Clock::now() >= next_contact) {
         // The period counts from the heartbeat, not from the end of the uploads after it: output
         // never stretches the interval between heartbeats.
@@ -112,6 +116,8 @@ class Agent {
                            std::chrono::duration_cast<milliseconds>(next_contact - Clock::now()));
       if (wait.count() > 0) std::this_thread::sleep_for(wait);
     }
+    StopWatching();
+    watcher.join();
     Shutdown();
     return 0;
   }
@@ -136,6 +142,78 @@ class Agent {
          {{"job", e.id}, {"exit_code", e.exit_code}});
     finished_[e.id] = FinishedReport{e.id, e.exit_code, e.signal, e.output_bytes};
     partitions_.Release(e.id);
+    wake_.store(true);  // reported now, not at the end of the period: its devices free up sooner
+  }
+
+  // The order watch: a long poll (GET /v1/agent/orders) on a connection of its own, answered as
+  // soon as the control plane has new orders for this node, so that the main loop heartbeats at
+  // once instead of at the end of its period (a start or a stop reaches the node in milliseconds;
+  // heartbeats stay at their period for liveness). Watches only once a heartbeat reply gave the
+  // node's order sequence (seen_seq_ >= 0); a control plane without watches is polled as before.
+  void WatchLoop() {
+    std::string url;
+    while (!StopRequested() && !watch_stop_.load()) {
+      const int64_t after = seen_seq_.load();
+      std::string now_url;
+      {
+        std::lock_guard<std::mutex> g(watch_mu_);
+        now_url = urls_[current_];
+        if (after >= 0 && (watch_client_ == nullptr || now_url != url)) {
+          watch_client_ = net::NewHttpClient(now_url, options_.tls);
+          watch_client_->set_connection_timeout(milliseconds(std::max(1, options_.request_timeout_ms)));
+          watch_client_->set_read_timeout(milliseconds(kWatchMs + std::max(1, options_.request_timeout_ms)));
+          watch_client_->set_keep_alive(true);
+          if (!options_.token.empty()) watch_client_->set_bearer_token_auth(options_.token);
+          url = now_url;
+        }
+      }
+      if (after < 0) {
+        Pause(milliseconds(100));
+        continue;
+      }
+      auto res = watch_client_->Get("/v1/agent/orders?node=" + Encoded(inventory_.node) + "&after=" +
+                                    std::to_string(after) + "&wait_ms=" + std::to_string(kWatchMs));
+      if (!res || res->status != 200) {
+        // Down, a standby, unknown node (registering again), or a control plane without watches.
+        Pause(milliseconds(res && res->status == 404 ? 5000 : 1000));
+        continue;
+      }
+      Result<OrdersWake> w = ParseOrdersWake(res->body);
+      if (!w.ok() || !w->wake) continue;
+      int64_t seen = seen_seq_.load();
+      while (seen >= 0 && w->seq > seen && !seen_seq_.compare_exchange_weak(seen, w->seq)) {
+      }
+      wake_.store(true);
+    }
+  }
+
+  void StopWatching() {
+    watch_stop_.store(true);
+    std::lock_guard<std::mutex> g(watch_mu_);
+    if (watch_client_) watch_client_->stop();  // a long poll in progress returns now
+  }
+
+  // Sleeps `d`, or less when the agent stops.
+  void Pause(milliseconds d) {
+    const auto until = Clock::now() + d;
+    while (Clock::now() < until && !StopRequested() && !watch_stop_.load()) {
+      std::this_thread::sleep_for(milliseconds(50));
+    }
+  }
+
+  static std::string Encoded(const std::string& s) {
+    static const char* kHex = "0123456789ABCDEF";
+    std::string out;
+    for (unsigned char c : s) {
+      if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+        out += static_cast<char>(c);
+      } else {
+        out += '%';
+        out += kHex[c >> 4];
+        out += kHex[c & 15];
+      }
+    }
+    return out;
   }
 
   // One exchange with the control plane: register if needed, heartbeat, then upload output for
@@ -161,6 +239,7 @@ class Agent {
     if (!hb.ok()) return Failed(hb.status().message());
     heartbeat_ms_ = *hb;
     registered_ = true;
+    seen_seq_.store(-1);  // until a heartbeat reply says where this node's orders stand
     Info("registered with the control plane; heartbeat every " + std::to_string(heartbeat_ms_) +
              " ms",
          {{"node", inventory_.node}, {"server", urls_[current_]}});
@@ -181,7 +260,11 @@ class Agent {
   // The server did not answer, or is a standby: the next attempt goes to the next URL given.
   void Failover() {
     if (urls_.size() < 2) return;
-    current_ = (current_ + 1) % urls_.size();
+    seen_seq_.store(-1);  // another server's sequence is not comparable
+    {
+      std::lock_guard<std::mutex> g(watch_mu_);
+      current_ = (current_ + 1) % urls_.size();
+    }
     Warn("trying the control plane at " + urls_[current_]);
     Connect();
   }
@@ -261,6 +344,7 @@ class Agent {
     if (res->status == 503) Failover();
     if (res->status == 404) {
       registered_ = false;
+      seen_seq_.store(-1);
       return Failed("heartbeat: HTTP 404 (node unknown), registering again");
     }
     if (res->status / 100 != 2)
@@ -270,6 +354,11 @@ class Agent {
     if (down_) Info("control plane reachable again");
     down_ = false;
     Apply(*reply);
+    if (reply->seq >= 0) {
+      int64_t seen = seen_seq_.load();
+      while (reply->seq > seen && !seen_seq_.compare_exchange_weak(seen, reply->seq)) {
+      }
+    }
     return true;
   }
 
@@ -307,6 +396,7 @@ class Agent {
       }
       if (s.ok()) s = launcher_.Start(bound);
       if (!s.ok()) partitions_.Release(spec.id);
+      wake_.store(true);  // the next heartbeat says at once that it runs (or could not start)
       if (s.ok()) {
         Info("job " + spec.id + " started: " + spec.command[0], {{"job", spec.id}});
       } else {
@@ -451,7 +541,14 @@ class Agent {
   Partitions partitions_{inventory_, options_.nvml_library};
   Launcher launcher_;
   std::vector<std::string> urls_;  // the control plane's servers; one leads
-  size_t current_ = 0;
+  size_t current_ = 0;             // written by the main thread under watch_mu_
+  // The order watch (WatchLoop, its own thread and connection).
+  static constexpr int64_t kWatchMs = 25000;
+  std::mutex watch_mu_;
+  std::unique_ptr<httplib::Client> watch_client_;
+  std::atomic<int64_t> seen_seq_{-1};  // the node's order sequence the agent knows; -1: none yet
+  std::atomic<bool> wake_{false};      // new orders: heartbeat now
+  std::atomic<bool> watch_stop_{false};
   std::unique_ptr<httplib::Client> client_;
   int64_t heartbeat_ms_;
   int64_t backoff_ms_;

@@ -178,7 +178,24 @@ Result<HeartbeatReply> ParseHeartbeatReply(std::string_view body) {
       reply.ack = std::move(out);
     }
   }
+  if (j.contains("seq")) {
+    if (!j["seq"].is_number_integer() || j["seq"].get<int64_t>() < 0) return Bad("'seq' must be a non-negative integer");
+    reply.seq = j["seq"].get<int64_t>();
+  }
   return reply;
+}
+
+Result<OrdersWake> ParseOrdersWake(const std::string& body) {
+  json j = json::parse(body, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return Bad("order watch reply is not a JSON object");
+  OrdersWake out;
+  if (!j.contains("wake") || !j["wake"].is_boolean()) return Bad("order watch reply: 'wake' must be true or false");
+  out.wake = j["wake"].get<bool>();
+  if (j.contains("seq")) {
+    if (!j["seq"].is_number_integer() || j["seq"].get<int64_t>() < 0) return Bad("order watch reply: 'seq' must be a non-negative integer");
+    out.seq = j["seq"].get<int64_t>();
+  }
+  return out;
 }
 
 std::string OutputPath(const std::string& job, int64_t offset) {

@@ -29,7 +29,18 @@ struct HeartbeatReply {
   std::vector<CancelOrder> cancel;
   std::optional<std::vector<std::string>> may_run;  // nullopt: the reply had no may_run
   std::vector<std::string> ack;
+  // The node's order sequence the reply reflects: an order watch after it wakes only for news
+  // (-1: the control plane keeps no order sequence; the agent does not watch).
+  int64_t seq = -1;
 };
+
+// The answer to an order watch (GET /v1/agent/orders): woken with the sequence to watch after
+// next, or not (its wait ran out, or a newer watch replaced it).
+struct OrdersWake {
+  bool wake = false;
+  int64_t seq = 0;
+};
+Result<OrdersWake> ParseOrdersWake(const std::string& body);
 
 // A finished job as reported until acknowledged.
 struct FinishedReport {

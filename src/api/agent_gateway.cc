@@ -1,11 +1,10 @@
 // The node agents' side: registration (a node joins the scheduler's cluster), heartbeats (exits
 // and running jobs in; start and stop orders out), node loss, and job output uploads.
 #include <fcntl.h>
-
-#include <cstdio>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <set>
 
 #include "api/engine.h"
@@ -17,7 +16,8 @@ namespace {
 
 // Agents' messages carry only the fields the protocol names (docs/agent-protocol.md): anything
 // else is a 400 naming it, before anything changes.
-Status OnlyKnownFields(const Json& obj, std::initializer_list<const char*> known, const std::string& where) {
+Status OnlyKnownFields(const Json& obj, std::initializer_list<const char*> known,
+                       const std::string& where) {
   for (const auto& [k, v] : obj.items()) {
     bool ok = false;
     for (const char* name : known) ok = ok || k == name;
@@ -31,24 +31,70 @@ Status OnlyKnownFields(const Json& obj, std::initializer_list<const char*> known
 Status InRange(const Json& obj, const char* key, int64_t max, const std::string& where) {
   if (!obj.contains(key)) return Status::Ok();
   const Json& v = obj[key];
-  const bool ok = v.is_number_integer() && (v.is_number_unsigned() ? v.get<uint64_t>() <= static_cast<uint64_t>(max)
-                                                                    : v.get<int64_t>() >= 0 && v.get<int64_t>() <= max);
-  if (!ok) return Status::InvalidArgument(where + "'" + key + "' must be an integer from 0 to " + std::to_string(max));
+  const bool ok = v.is_number_integer() &&
+                  (v.is_number_unsigned() ? v.get<uint64_t>() <= static_cast<uint64_t>(max)
+                                          : v.get<int64_t>() >= 0 && v.get<int64_t>() <= max);
+  if (!ok)
+    return Status::InvalidArgument(where + "'" + key + "' must be an integer from 0 to " +
+                                   std::to_string(max));
   return Status::Ok();
 }
 
 Status CheckRegistration(const Json& body) {
-  Status st = OnlyKnownFields(body, {"node", "pool", "cpu_milli", "memory_mib", "simulated", "devices", "cgroups", "running"},
-                              "register");
+  Status st = OnlyKnownFields(
+      body,
+      {"node", "pool", "cpu_milli", "memory_mib", "simulated", "devices", "cgroups", "running"},
+      "register");
   if (st.ok()) st = InRange(body, "cpu_milli", int64_t{1} << 30, "");   // a million cores
   if (st.ok()) st = InRange(body, "memory_mib", int64_t{1} << 40, "");  // an exbibyte
   if (!st.ok() || !body.contains("devices") || !body["devices"].is_array()) return st;
   for (const Json& d : body["devices"]) {
     if (!d.is_object()) return Status::InvalidArgument("each device must be an object");
-    st = OnlyKnownFields(d, {"index", "model", "memory_mib", "uuid", "simulated", "mig_enabled"}, "register: a device");
+    st = OnlyKnownFields(d, {"index", "model", "memory_mib", "uuid", "simulated", "mig_enabled"},
+                         "register: a device");
     if (st.ok()) st = InRange(d, "memory_mib", int64_t{1} << 30, "a device's ");  // a pebibyte
     if (st.ok()) st = InRange(d, "index", 63, "a device's ");
     if (!st.ok()) return st;
+  }
+  return Status::Ok();
+}
+
+// The jobs an agent says it runs as it registers (`running`: [{job}, ...]).
+Result<std::set<std::string>> RunningOfRegistration(const Json& body) {
+  std::set<std::string> running;
+  if (body.contains("running")) {
+    if (!body["running"].is_array()) return Status::InvalidArgument("'running' must be a list");
+    for (const auto& r : body["running"]) {
+      if (!r.is_object() || !r.contains("job") || !r["job"].is_string()) {
+        return Status::InvalidArgument("each 'running' entry needs a string 'job'");
+      }
+      running.insert(r["job"].get<std::string>());
+    }
+  }
+  return running;
+}
+
+// A heartbeat's `finished` and `running` lists: entries {job, ...} with integer numbers.
+Status CheckHeartbeatJobs(const Json& body) {
+  for (const char* key : {"finished", "running"}) {
+    if (!body.contains(key)) continue;
+    if (!body[key].is_array())
+      return Status::InvalidArgument(std::string("'") + key + "' must be a list");
+    for (const auto& e : body[key]) {
+      if (!e.is_object() || !e.contains("job") || !e["job"].is_string()) {
+        return Status::InvalidArgument(std::string("each '") + key +
+                                       "' entry needs a string 'job'");
+      }
+      Status known = OnlyKnownFields(
+          e, {"job", "exit_code", "signal", "pid", "output_bytes", "active", "gpu_memory_used_mib"},
+          std::string("heartbeat: a '") + key + "' entry");
+      if (!known.ok()) return known;
+      for (const char* f : {"exit_code", "signal", "pid", "output_bytes"}) {
+        if (e.contains(f) && !e[f].is_number_integer()) {
+          return Status::InvalidArgument(std::string("'") + key + "." + f + "' must be an integer");
+        }
+      }
+    }
   }
   return Status::Ok();
 }
@@ -62,56 +108,73 @@ Status Engine::SpeaksFor(const Identity& who, const std::string& node, const cha
             {{"identity", who.name}, {"action", what}, {"node", node}});
   {
     std::lock_guard<std::mutex> lock(mu_);
-    AuditLocked(who.name, "agent.refused", node, std::string("may not ") + what + " for this node", {{"action", what}});
+    AuditLocked(who.name, "agent.refused", node, std::string("may not ") + what + " for this node",
+                {{"action", what}});
   }
-  return Status::PermissionDenied("identity '" + who.name + "' may not " + what + " for node '" + node + "'");
+  return Status::PermissionDenied("identity '" + who.name + "' may not " + what + " for node '" +
+                                  node + "'");
 }
 
-Result<Json> Engine::RegisterNode(const Identity& who, const Json& body) {
-  if (who.role != Role::kAgent && who.role != Role::kAdmin) return Status::PermissionDenied("only agents register nodes");
-  if (!body.is_object() || !body.contains("node") || !body["node"].is_string() || body["node"].get<std::string>().empty()) {
-    return Status::InvalidArgument("'node' is required");
-  }
-  if (Status st = SpeaksFor(who, body["node"].get<std::string>(), "register"); !st.ok()) return st;
-  if (Status st = CheckRegistration(body); !st.ok()) return st;
+Result<Engine::NodeInfo> Engine::NodeOfRegistration(const Json& body) {
   auto number = [&](const char* key) -> int64_t {
     return body.contains(key) && body[key].is_number_integer() ? body[key].get<int64_t>() : 0;
   };
   NodeInfo n;
   n.name = body["node"].get<std::string>();
-  n.pool = body.contains("pool") && body["pool"].is_string() ? body["pool"].get<std::string>() : "default";
+  n.pool = body.contains("pool") && body["pool"].is_string() ? body["pool"].get<std::string>()
+                                                             : "default";
   n.cpu_milli = number("cpu_milli");
   n.memory_mib = number("memory_mib");
-  n.simulated = body.contains("simulated") && body["simulated"].is_boolean() && body["simulated"].get<bool>();
-  if (n.cpu_milli <= 0 || n.memory_mib <= 0) return Status::InvalidArgument("'cpu_milli' and 'memory_mib' must be positive integers");
+  n.simulated =
+      body.contains("simulated") && body["simulated"].is_boolean() && body["simulated"].get<bool>();
+  if (n.cpu_milli <= 0 || n.memory_mib <= 0)
+    return Status::InvalidArgument("'cpu_milli' and 'memory_mib' must be positive integers");
   if (body.contains("devices")) {
     if (!body["devices"].is_array()) return Status::InvalidArgument("'devices' must be a list");
     for (const auto& d : body["devices"]) {
       if (!d.is_object()) return Status::InvalidArgument("each device must be an object");
-      auto str = [&](const char* key) { return d.contains(key) && d[key].is_string() ? d[key].get<std::string>() : ""; };
-      DeviceInfo di{d.contains("index") && d["index"].is_number_integer() ? d["index"].get<int>() : -1, str("model"),
-                    d.contains("memory_mib") && d["memory_mib"].is_number_integer() ? d["memory_mib"].get<int64_t>() : 0,
-                    str("uuid"), d.contains("simulated") && d["simulated"].is_boolean() && d["simulated"].get<bool>()};
-      if (di.model.empty() || di.memory_mib <= 0) return Status::InvalidArgument("each device needs 'model' and 'memory_mib'");
-      if (di.index != static_cast<int>(n.devices.size())) return Status::InvalidArgument("device indices must be 0, 1, 2, ...");
-      if (!n.devices.empty() && (di.model != n.devices[0].model || di.memory_mib != n.devices[0].memory_mib)) {
-        return Status::InvalidArgument("node '" + n.name + "' mixes GPU models (" + n.devices[0].model + ", " + di.model +
+      auto str = [&](const char* key) {
+        return d.contains(key) && d[key].is_string() ? d[key].get<std::string>() : "";
+      };
+      DeviceInfo di{
+          d.contains("index") && d["index"].is_number_integer() ? d["index"].get<int>() : -1,
+          str("model"),
+          d.contains("memory_mib") && d["memory_mib"].is_number_integer()
+              ? d["memory_mib"].get<int64_t>()
+              : 0,
+          str("uuid"),
+          d.contains("simulated") && d["simulated"].is_boolean() && d["simulated"].get<bool>()};
+      if (di.model.empty() || di.memory_mib <= 0)
+        return Status::InvalidArgument("each device needs 'model' and 'memory_mib'");
+      if (di.index != static_cast<int>(n.devices.size()))
+        return Status::InvalidArgument("device indices must be 0, 1, 2, ...");
+      if (!n.devices.empty() &&
+          (di.model != n.devices[0].model || di.memory_mib != n.devices[0].memory_mib)) {
+        return Status::InvalidArgument("node '" + n.name + "' mixes GPU models (" +
+                                       n.devices[0].model + ", " + di.model +
                                        "): run one agent per model with --node names of their own");
       }
       n.devices.push_back(di);
     }
   }
   if (n.devices.size() > 64) return Status::InvalidArgument("too many devices (at most 64)");
-  std::set<std::string> running;
-  if (body.contains("running")) {
-    if (!body["running"].is_array()) return Status::InvalidArgument("'running' must be a list");
-    for (const auto& r : body["running"]) {
-      if (!r.is_object() || !r.contains("job") || !r["job"].is_string()) {
-        return Status::InvalidArgument("each 'running' entry needs a string 'job'");
-      }
-      running.insert(r["job"].get<std::string>());
-    }
+  return n;
+}
+
+Result<Json> Engine::RegisterNode(const Identity& who, const Json& body) {
+  if (who.role != Role::kAgent && who.role != Role::kAdmin)
+    return Status::PermissionDenied("only agents register nodes");
+  if (!body.is_object() || !body.contains("node") || !body["node"].is_string() ||
+      body["node"].get<std::string>().empty()) {
+    return Status::InvalidArgument("'node' is required");
   }
+  if (Status st = SpeaksFor(who, body["node"].get<std::string>(), "register"); !st.ok()) return st;
+  if (Status st = CheckRegistration(body); !st.ok()) return st;
+  Result<NodeInfo> parsed = NodeOfRegistration(body);
+  if (!parsed.ok()) return parsed.status();
+  NodeInfo& n = *parsed;
+  Result<std::set<std::string>> running = RunningOfRegistration(body);
+  if (!running.ok()) return running.status();
   const quota::NodeSpec spec = SpecOf(n);
   Json inv = body;
   inv["node"] = n.name;
@@ -124,7 +187,8 @@ Result<Json> Engine::RegisterNode(const Identity& who, const Json& body) {
   std::unique_lock<std::mutex> lock(mu_);
   if (!broken_.ok()) return broken_;
   auto added = qe_->AddNode(spec, NowS());
-  if (!added.ok()) return Status::InvalidArgument("node '" + n.name + "': " + added.status().message());
+  if (!added.ok())
+    return Status::InvalidArgument("node '" + n.name + "': " + added.status().message());
   qe_->SetNodeDown(n.name, true);
   lock.unlock();
   Status st = store_->PutSetting("node/" + n.name, inv.dump());
@@ -132,11 +196,13 @@ Result<Json> Engine::RegisterNode(const Identity& who, const Json& body) {
   if (!st.ok()) return ReloadLocked(st);
   // Up (AddNode of the same inventory brings a down node back; after a reload meanwhile, adds it).
   added = qe_->AddNode(spec, NowS());
-  if (!added.ok()) return ReloadLocked(Status::Internal("node '" + n.name + "': " + added.status().message()));
+  if (!added.ok())
+    return ReloadLocked(Status::Internal("node '" + n.name + "': " + added.status().message()));
   n.last_heartbeat_ms = clock_();
   auto old = nodes_.find(n.name);
   Batch b;
-  b.Add(MakeEvent(who.name, "node.registered", n.name, "", {{"devices", n.devices.size()}, {"simulated", n.simulated}}),
+  b.Add(MakeEvent(who.name, "node.registered", n.name, "",
+                  {{"devices", n.devices.size()}, {"simulated", n.simulated}}),
         nullptr);
   if (old != nodes_.end() && old->second.lost) {
     b.Add(MakeEvent(who.name, "node.returned", n.name, "registered again after loss"), nullptr);
@@ -150,13 +216,14 @@ Result<Json> Engine::RegisterNode(const Identity& who, const Json& body) {
       body.contains("running") ? NodeJobsLocked(n.name) : std::vector<std::string>{};  // a copy
   for (const std::string& id : held) {
     Job& j = jobs_[id];
-    if (j.rec.state == "placed" || running.count(id) || j.parts_done.count(n.name)) continue;
+    if (j.rec.state == "placed" || running->count(id) || j.parts_done.count(n.name)) continue;
     if (GangPartUnsent(j, n.name)) continue;
-    LoseJobLocked(j, n.name, "not running on node '" + n.name + "' when its agent registered again", b);
+    LoseJobLocked(j, n.name, "not running on node '" + n.name + "' when its agent registered again",
+                  b);
   }
   st = CommitLocked(b, lock);
   if (!st.ok()) return st;
-  return Json{{"ok", true}, {"heartbeat_ms", 1000}};
+  return Json{{"ok", true}, {"heartbeat_ms", config_.heartbeat_interval_ms}};
 }
 
 void Engine::FinishPartLocked(Job& j, const std::string& node, int code, int sig, Batch& b) {
@@ -186,7 +253,8 @@ void Engine::FinishPartLocked(Job& j, const std::string& node, int code, int sig
   if (failed && NodesOf(j).size() > 1) reason += " (part on " + node + ")";
   EndLocked(j, state, reason);
   j.rec.exit_code = code;
-  b.Add(MakeEvent(actor, "job." + state, j.rec.id, reason, {{"exit_code", code}, {"signal", sig}}), &j);
+  b.Add(MakeEvent(actor, "job." + state, j.rec.id, reason, {{"exit_code", code}, {"signal", sig}}),
+        &j);
   cycle_wanted_ = true;
 }
 
@@ -207,9 +275,10 @@ Json Engine::StartOrderLocked(Job& j, const NodeInfo& n) const {
     cpu += g.cpu;
     mem += g.host_memory;
     if (g.device < 0) continue;
-    Json d = {{"index", g.device},
-              {"uuid", g.device < static_cast<int>(n.devices.size()) ? n.devices[g.device].uuid : ""},
-              {"mig", ""}};
+    Json d = {
+        {"index", g.device},
+        {"uuid", g.device < static_cast<int>(n.devices.size()) ? n.devices[g.device].uuid : ""},
+        {"mig", ""}};
     if (!g.slot.empty()) d["slot"] = g.slot;  // the agent creates (or finds) this partition
     if (g.slot.find('#') != std::string::npos) d["mode"] = qe_->device(g.node, g.device).amd_pair;
     devs.push_back(d);
@@ -225,36 +294,42 @@ Json Engine::StartOrderLocked(Job& j, const NodeInfo& n) const {
     std::string list;
     for (const auto& x : nodes) list += (list.empty() ? "" : ",") + x;
     env["TESSERA_GANG_NODES"] = list;
-    env["TESSERA_GANG_RANK"] = std::to_string(std::find(nodes.begin(), nodes.end(), n.name) - nodes.begin());
+    env["TESSERA_GANG_RANK"] =
+        std::to_string(std::find(nodes.begin(), nodes.end(), n.name) - nodes.begin());
   }
-  Json order = {{"job", j.rec.id}, {"command", j.spec["command"]}, {"env", env}, {"cpu_milli", cpu},
-                {"memory_mib", mem}, {"devices", devs}, {"gpu_memory_limit_bytes", cap * 1024 * 1024}};
+  Json order = {{"job", j.rec.id},
+                {"command", j.spec["command"]},
+                {"env", env},
+                {"cpu_milli", cpu},
+                {"memory_mib", mem},
+                {"devices", devs},
+                {"gpu_memory_limit_bytes", cap * 1024 * 1024}};
   if (j.spec.contains("run_as")) order["run_as"] = j.spec["run_as"];
   return order;
 }
 
-Result<Json> Engine::Heartbeat(const Identity& who, const Json& body) {
-  if (who.role != Role::kAgent && who.role != Role::kAdmin) return Status::PermissionDenied("only agents heartbeat");
-  if (!body.is_object() || !body.contains("node") || !body["node"].is_string()) return Status::InvalidArgument("'node' is required");
-  if (Status st = OnlyKnownFields(body, {"node", "running", "finished", "devices"}, "heartbeat"); !st.ok()) return st;
-  if (Status st = CheckTelemetry(body); !st.ok()) return st;
-  for (const char* key : {"finished", "running"}) {
-    if (!body.contains(key)) continue;
-    if (!body[key].is_array()) return Status::InvalidArgument(std::string("'") + key + "' must be a list");
-    for (const auto& e : body[key]) {
-      if (!e.is_object() || !e.contains("job") || !e["job"].is_string()) {
-        return Status::InvalidArgument(std::string("each '") + key + "' entry needs a string 'job'");
-      }
-      Status known = OnlyKnownFields(e, {"job", "exit_code", "signal", "pid", "output_bytes", "active", "gpu_memory_used_mib"},
-                                     std::string("heartbeat: a '") + key + "' entry");
-      if (!known.ok()) return known;
-      for (const char* f : {"exit_code", "signal", "pid", "output_bytes"}) {
-        if (e.contains(f) && !e[f].is_number_integer()) {
-          return Status::InvalidArgument(std::string("'") + key + "." + f + "' must be an integer");
-        }
-      }
-    }
+// A heartbeat's device telemetry (`devices`: [{index, util_pct, memory_used_mib}]) on n.
+void Engine::RecordTelemetryLocked(NodeInfo& n, const Json& body) {
+  for (const auto& d : body.value("devices", Json::array())) {
+    const int index = d["index"].get<int>();
+    if (index >= static_cast<int>(n.devices.size())) continue;
+    DeviceInfo& dev = n.devices[index];
+    dev.util_pct = d.value("util_pct", -1);
+    dev.memory_used_mib = d.value("memory_used_mib", MiB{-1});
+    dev.telemetry_ms = clock_();
   }
+}
+
+Result<Json> Engine::Heartbeat(const Identity& who, const Json& body) {
+  if (who.role != Role::kAgent && who.role != Role::kAdmin)
+    return Status::PermissionDenied("only agents heartbeat");
+  if (!body.is_object() || !body.contains("node") || !body["node"].is_string())
+    return Status::InvalidArgument("'node' is required");
+  if (Status st = OnlyKnownFields(body, {"node", "running", "finished", "devices"}, "heartbeat");
+      !st.ok())
+    return st;
+  if (Status st = CheckTelemetry(body); !st.ok()) return st;
+  if (Status st = CheckHeartbeatJobs(body); !st.ok()) return st;
   const std::string node = body["node"].get<std::string>();
   if (Status st = SpeaksFor(who, node, "heartbeat"); !st.ok()) return st;
   std::unique_lock<std::mutex> lock(mu_);
@@ -264,6 +339,7 @@ Result<Json> Engine::Heartbeat(const Identity& who, const Json& body) {
   NodeInfo& n = nit->second;
   n.last_heartbeat_ms = clock_();
   Batch b;
+  b.from_node = node;
   const std::string actor = "agent:" + node;
   if (n.lost) {
     n.lost = false;
@@ -273,7 +349,8 @@ Result<Json> Engine::Heartbeat(const Identity& who, const Json& body) {
   }
   auto on_node = [&](const Job& j) {
     const auto nodes = NodesOf(j);
-    return Holds(j) && j.backend.empty() && std::find(nodes.begin(), nodes.end(), node) != nodes.end();
+    return Holds(j) && j.backend.empty() &&
+           std::find(nodes.begin(), nodes.end(), node) != nodes.end();
   };
   Json ack = Json::array();
   for (const auto& f : body.value("finished", Json::array())) {
@@ -296,15 +373,13 @@ Result<Json> Engine::Heartbeat(const Identity& who, const Json& body) {
     }
     ObserveActivityLocked(j, r, actor, b);
   }
-  for (const auto& d : body.value("devices", Json::array())) {
-    const int index = d["index"].get<int>();
-    if (index >= static_cast<int>(n.devices.size())) continue;
-    DeviceInfo& dev = n.devices[index];
-    dev.util_pct = d.value("util_pct", -1);
-    dev.memory_used_mib = d.value("memory_used_mib", MiB{-1});
-    dev.telemetry_ms = clock_();
-  }
-  Json orders = OrdersLocked(n, b, DurableSeq());
+  RecordTelemetryLocked(n, body);
+  const int64_t durable = DurableSeq();
+  Json orders = OrdersLocked(n, b, durable);
+  // What these orders reflect: every decision about the node up to here (an order watch after
+  // it wakes for the next one, not for what this heartbeat changed itself).
+  auto os = order_seq_.find(node);
+  orders["seq"] = std::min(os == order_seq_.end() ? int64_t{0} : os->second, durable);
   if (ack.empty()) {
     // Nothing to acknowledge: the reply waits for no fsync. Its orders name only durable
     // decisions (see OrdersLocked), and what this heartbeat changed (running, starting) is
@@ -327,8 +402,10 @@ Status Engine::CheckTelemetry(const Json& body) {
   if (body.contains("devices")) {
     if (!body["devices"].is_array()) return Status::InvalidArgument("'devices' must be a list");
     for (const auto& d : body["devices"]) {
-      if (!d.is_object() || !d.contains("index")) return Status::InvalidArgument("each 'devices' entry needs an 'index'");
-      Status st = OnlyKnownFields(d, {"index", "util_pct", "memory_used_mib"}, "heartbeat: a 'devices' entry");
+      if (!d.is_object() || !d.contains("index"))
+        return Status::InvalidArgument("each 'devices' entry needs an 'index'");
+      Status st = OnlyKnownFields(d, {"index", "util_pct", "memory_used_mib"},
+                                  "heartbeat: a 'devices' entry");
       if (st.ok()) st = InRange(d, "index", 1023, "devices.");
       if (st.ok()) st = InRange(d, "util_pct", 100, "devices.");
       if (st.ok()) st = InRange(d, "memory_used_mib", int64_t{1} << 40, "devices.");
@@ -336,8 +413,10 @@ Status Engine::CheckTelemetry(const Json& body) {
     }
   }
   for (const auto& r : body.value("running", Json::array())) {
-    if (r.contains("active") && !r["active"].is_boolean()) return Status::InvalidArgument("'running.active' must be true or false");
-    if (Status st = InRange(r, "gpu_memory_used_mib", int64_t{1} << 40, "running."); !st.ok()) return st;
+    if (r.contains("active") && !r["active"].is_boolean())
+      return Status::InvalidArgument("'running.active' must be true or false");
+    if (Status st = InRange(r, "gpu_memory_used_mib", int64_t{1} << 40, "running."); !st.ok())
+      return st;
   }
   return Status::Ok();
 }
@@ -347,14 +426,17 @@ Status Engine::CheckTelemetry(const Json& body) {
 // that `tessera usage` needs to count idle holding exactly from the event log.
 void Engine::ObserveActivityLocked(Job& j, const Json& report, const std::string& actor, Batch& b) {
   if (j.rec.state != "running") return;
-  if (report.contains("gpu_memory_used_mib")) j.gpu_memory_used_mib = report["gpu_memory_used_mib"].get<MiB>();
+  if (report.contains("gpu_memory_used_mib"))
+    j.gpu_memory_used_mib = report["gpu_memory_used_mib"].get<MiB>();
   if (!report.contains("active")) return;  // no telemetry: never judged idle
   const int64_t now = clock_();
   if (j.last_active_ms == 0) j.last_active_ms = now;
   if (report["active"].get<bool>()) {
     if (j.idle) {
       j.idle = false;
-      b.Add(MakeEvent(actor, "job.active", j.rec.id, "activity again after " + std::to_string((now - j.last_active_ms) / 1000) + "s idle",
+      b.Add(MakeEvent(actor, "job.active", j.rec.id,
+                      "activity again after " + std::to_string((now - j.last_active_ms) / 1000) +
+                          "s idle",
                       {{"at_ms", now}, {"idle_since_ms", j.last_active_ms}}),
             nullptr);
     }
@@ -364,7 +446,8 @@ void Engine::ObserveActivityLocked(Job& j, const Json& report, const std::string
   if (!j.idle && now - j.last_active_ms >= config_.idle_after_ms) {
     j.idle = true;
     b.Add(MakeEvent(actor, "job.idle", j.rec.id,
-                    "held but idle: no activity for " + std::to_string((now - j.last_active_ms) / 1000) + "s",
+                    "held but idle: no activity for " +
+                        std::to_string((now - j.last_active_ms) / 1000) + "s",
                     {{"since_ms", j.last_active_ms}}),
           nullptr);
   }
@@ -381,7 +464,8 @@ Json Engine::OrdersLocked(const NodeInfo& n, Batch& b, int64_t durable) {
   const std::string& node = n.name;
   auto on_node = [&](const Job& j) {
     const auto nodes = NodesOf(j);
-    return Holds(j) && j.backend.empty() && std::find(nodes.begin(), nodes.end(), node) != nodes.end();
+    return Holds(j) && j.backend.empty() &&
+           std::find(nodes.begin(), nodes.end(), node) != nodes.end();
   };
   Json start = Json::array(), cancel = Json::array(), may_run = Json::array();
   const int64_t preempt_grace_ms = config_.policy.grace_seconds * 1000;
@@ -420,10 +504,12 @@ Status Engine::MarkLostLocked(Batch& b) {
     if (n.lost || now - n.last_heartbeat_ms < config_.heartbeat_timeout_ms) continue;
     n.lost = true;
     qe_->SetNodeDown(name, true);
-    b.Add(MakeEvent("engine", "node.lost", name, "no heartbeat for " + std::to_string((now - n.last_heartbeat_ms) / 1000) + "s"),
+    b.Add(MakeEvent("engine", "node.lost", name,
+                    "no heartbeat for " + std::to_string((now - n.last_heartbeat_ms) / 1000) + "s"),
           nullptr);
     const std::vector<std::string> held = NodeJobsLocked(name);  // a copy: the walk changes jobs
-    for (const std::string& id : held) LoseJobLocked(jobs_[id], name, "node '" + name + "' lost", b);
+    for (const std::string& id : held)
+      LoseJobLocked(jobs_[id], name, "node '" + name + "' lost", b);
     cycle_wanted_ = true;
   }
   return Status::Ok();
@@ -445,15 +531,19 @@ void Engine::LoseJobLocked(Job& j, const std::string& node, const std::string& w
   TranslateLocked(mark, b);
 }
 
-Status Engine::WriteOutput(const Identity& who, const std::string& job, int64_t offset, const std::string& bytes) {
-  if (who.role != Role::kAgent && who.role != Role::kAdmin) return Status::PermissionDenied("only agents upload output");
+Status Engine::WriteOutput(const Identity& who, const std::string& job, int64_t offset,
+                           const std::string& bytes) {
+  if (who.role != Role::kAgent && who.role != Role::kAdmin)
+    return Status::PermissionDenied("only agents upload output");
   if (offset < 0) return Status::InvalidArgument("'offset' must not be negative");
   if (offset >= config_.max_output_bytes) {
     return Status::ResourceExhausted("output of job '" + job + "' is over the limit of " +
-                                     std::to_string(config_.max_output_bytes) + " bytes (max_output)");
+                                     std::to_string(config_.max_output_bytes) +
+                                     " bytes (max_output)");
   }
   // The part below the limit is kept; the next upload is refused.
-  const size_t keep = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(bytes.size()), config_.max_output_bytes - offset));
+  const size_t keep = static_cast<size_t>(
+      std::min<int64_t>(static_cast<int64_t>(bytes.size()), config_.max_output_bytes - offset));
   {
     std::unique_lock<std::mutex> lock(mu_);
     auto it = jobs_.find(job);
@@ -470,7 +560,8 @@ Status Engine::WriteOutput(const Identity& who, const std::string& job, int64_t 
   if (fd < 0) return Status::Internal("cannot open output of '" + job + "'");
   ssize_t n = ::pwrite(fd, bytes.data(), keep, static_cast<off_t>(offset));
   ::close(fd);
-  if (n != static_cast<ssize_t>(keep)) return Status::Internal("short write of output of '" + job + "'");
+  if (n != static_cast<ssize_t>(keep))
+    return Status::Internal("short write of output of '" + job + "'");
   return Status::Ok();
 }
 

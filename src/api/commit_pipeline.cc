@@ -27,6 +27,7 @@ Status Engine::Sync() {
 }
 
 int64_t Engine::QueueLocked(Batch& b) {
+  view_version_.fetch_add(1);  // memory changed (every change queues its batch, even an empty one)
   // Drains in progress ride with the decisions that started or ended them, so that a restart
   // finds every drain it must finish (device.drains: the whole set, when it changed).
   if (qe_->MayHaveDrains() || !drains_.empty()) {
@@ -50,13 +51,20 @@ int64_t Engine::QueueLocked(Batch& b) {
   q.events = std::move(b.events);
   q.records.reserve(b.jobs.size());
   q.jobs.reserve(b.jobs.size());
+  const bool watched = watching_.load(std::memory_order_relaxed) > 0;
+  auto about = [&](const std::string& node) {
+    node_seq_[node] = q.seq;
+    if (node == b.from_node) return;  // the node's own heartbeat: nothing new for its agent
+    order_seq_[node] = q.seq;
+    if (watched) q.watched.push_back(node);
+  };
   for (Job* j : b.jobs) {
     j->last_seq = q.seq;
     q.records.push_back(RecordOf(*j));
     q.jobs.push_back(j->rec.id);
-    for (const auto& g : j->grants) node_seq_[g.node] = q.seq;
+    for (const auto& g : j->grants) about(g.node);
   }
-  for (const std::string& n : b.nodes) node_seq_[n] = q.seq;
+  for (const std::string& n : b.nodes) about(n);
   b = {};
   {
     std::lock_guard<std::mutex> w(wmu_);
@@ -88,6 +96,7 @@ Status Engine::CommitLocked(Batch& b, std::unique_lock<std::mutex>& lock, const 
 }
 
 void Engine::CatchUpLocked() {
+  view_version_.fetch_add(1);
   std::vector<std::string> stored;
   bool reload = false;
   Status cause;
@@ -158,6 +167,7 @@ void Engine::WriterLoop() {
       written_seq_ = group[dropped - 1].seq;
       group.erase(group.begin(), group.begin() + static_cast<std::ptrdiff_t>(dropped));
     }
+    std::vector<std::pair<std::string, int64_t>> news;  // watched nodes with new orders
     if (!group.empty()) {
       std::vector<store::Event> events;
       std::vector<store::JobRecord> records;
@@ -173,6 +183,7 @@ void Engine::WriterLoop() {
         durable_seq_ = group.back().seq;
         for (QueuedCommit& q : group) {
           std::move(q.jobs.begin(), q.jobs.end(), std::back_inserter(newly_stored_));
+          for (std::string& n : q.watched) news.emplace_back(std::move(n), q.seq);
         }
       } else {
         dropped_epoch_ = group.back().epoch;
@@ -182,7 +193,65 @@ void Engine::WriterLoop() {
     }
     while (commit_failures_.size() > 64) commit_failures_.pop_front();
     durable_cv_.notify_all();
+    if (!news.empty()) {
+      w.unlock();
+      FireWatches(news);
+      w.lock();
+    }
   }
+}
+
+void Engine::FireWatches(const std::vector<std::pair<std::string, int64_t>>& touched) {
+  std::lock_guard<std::mutex> g(watch_mu_);
+  for (const auto& [node, seq] : touched) {
+    auto it = watches_.find(node);
+    if (it == watches_.end() || seq <= it->second.after) continue;
+    it->second.wake(seq);
+    watches_.erase(it);
+    --watching_;
+  }
+}
+
+Result<uint64_t> Engine::WatchOrders(const Identity& who, const std::string& node, int64_t after,
+                                     std::function<void(int64_t)> wake) {
+  if (who.role != Role::kAgent && who.role != Role::kAdmin) return Status::PermissionDenied("only agents watch for orders");
+  if (Status st = SpeaksFor(who, node, "watch for orders"); !st.ok()) return st;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!broken_.ok()) return broken_;
+  if (nodes_.count(node) == 0) return Status::NotFound("node '" + node + "' is not registered");
+  auto os = order_seq_.find(node);
+  const int64_t news = os == order_seq_.end() ? 0 : os->second;
+  std::lock_guard<std::mutex> g(watch_mu_);
+  // Registered before the durable mark is read: a write that lands after this read fires it.
+  OrderWatch& w = watches_[node];
+  if (w.wake) {
+    w.wake(0);  // replaced by a newer watch (the agent reconnected)
+  } else {
+    ++watching_;
+  }
+  w = OrderWatch{++next_ticket_, after, std::move(wake)};
+  if (news > after && news <= DurableSeq()) {
+    w.wake(news);
+    watches_.erase(node);
+    --watching_;
+    return uint64_t{0};
+  }
+  return w.ticket;
+}
+
+void Engine::UnwatchOrders(const std::string& node, uint64_t ticket) {
+  std::lock_guard<std::mutex> g(watch_mu_);
+  auto it = watches_.find(node);
+  if (it == watches_.end() || it->second.ticket != ticket) return;
+  watches_.erase(it);
+  --watching_;
+}
+
+void Engine::UnwatchAll() {
+  std::lock_guard<std::mutex> g(watch_mu_);
+  for (auto& [node, w] : watches_) w.wake(0);
+  watches_.clear();
+  watching_ = 0;
 }
 
 void Engine::AuditLocked(const std::string& actor, const std::string& kind, const std::string& subject,

@@ -281,6 +281,11 @@ static Status ReadServerSettings(const YAML::Node& root, EngineConfig* c) {
     c->cluster = *s;
   }
   Status st = ReadMs(root, "heartbeat_timeout", false, &c->heartbeat_timeout_ms);
+  if (st.ok()) st = ReadMs(root, "heartbeat_interval", true, &c->heartbeat_interval_ms);
+  if (st.ok() && c->heartbeat_interval_ms * 2 > c->heartbeat_timeout_ms) {
+    return Bad("heartbeat_interval", "must be at most half of heartbeat_timeout (" +
+                                         std::to_string(c->heartbeat_timeout_ms / 1000) + "s), or nodes are lost between heartbeats");
+  }
   if (st.ok()) st = ReadMs(root, "cancel_grace", false, &c->cancel_grace_ms);
   if (st.ok()) st = ReadMs(root, "cycle", true, &c->cycle_ms);
   if (!st.ok()) return st;
@@ -333,7 +338,7 @@ const std::set<std::string>& ServerQueueKeys() {
 // The quota policy, with the server's extra keys allowed; one pool with every form when none is given.
 static Result<quota::PolicySpec> ReadPolicy(const YAML::Node& root) {
   policy::PolicyKeys keys;
-  keys.extra_root = {"cluster", "heartbeat_timeout", "cancel_grace", "cycle", "schedule_on_submit", "backend_poll",
+  keys.extra_root = {"cluster", "heartbeat_timeout", "heartbeat_interval", "cancel_grace", "cycle", "schedule_on_submit", "backend_poll",
                      "backend_nice", "utilization_sample", "retention", "max_output", "identities", "idle_after",
                      "utilization_fine_keep", "utilization_keep", "metrics_public", "kubernetes"};
   keys.extra_queue = ServerQueueKeys();

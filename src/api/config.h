@@ -78,6 +78,9 @@ struct EngineConfig {
   std::string cluster = "tessera";
   KubeSettings kubernetes;
   int64_t heartbeat_timeout_ms = 10000;
+  // How often agents heartbeat (the register reply tells them). Orders do not wait for it: an
+  // agent's order watch (GET /v1/agent/orders) hears of them at once.
+  int64_t heartbeat_interval_ms = 1000;
   int64_t cancel_grace_ms = 5000;
   int64_t cycle_ms = 1000;         // how often the scheduling cycle runs
   bool schedule_on_submit = true;  // also run it right after each batch of submissions lands

@@ -162,6 +162,7 @@ store::JobRecord Engine::RecordOf(const Job& j) const {
 }
 
 Status Engine::ReloadLocked(const Status& cause) {
+  view_version_.fetch_add(1);
   // Memory ran ahead of a commit that failed: drop it and rebuild from what is durable. Batches
   // queued from now on rest on the reloaded state (a new epoch).
   ++epoch_;

@@ -104,10 +104,16 @@ class Engine {
   static constexpr int64_t kOutputRangeMax = int64_t{4} << 20;
   Result<OutputRange> JobOutput(const Identity& who, const std::string& id, int64_t offset = 0,
                                 int64_t length = kOutputRangeMax);
+  // The views people and dashboards poll (jobs, groups, nodes, summary) are served from a
+  // snapshot: each rendering is kept with the state version it shows and served again, without
+  // the engine's lock, while nothing changed; while the lock is busy (a scheduling cycle
+  // deciding), the last rendering is served at once with "stale_ms" (its age) instead of waiting.
   Result<Json> Queues(const Identity& who);
   Result<Json> Groups(const Identity& who);
   Result<Json> Nodes(const Identity& who);
   Result<Json> Summary(const Identity& who);
+  // For tests: holds the engine's lock (as a long cycle does) until the lock is let go.
+  std::unique_lock<std::mutex> HoldForTest() { return std::unique_lock<std::mutex>(mu_); }
   // For GET /v1/health (no token): the role (one server on its store: "leader"; there is no
   // standby yet), whether the store takes commits, and the commit pipeline's depth.
   Json Health();
@@ -157,6 +163,15 @@ class Engine {
   Result<Json> RegisterNode(const Identity& who, const Json& body);
   Result<Json> Heartbeat(const Identity& who, const Json& body);
   Status WriteOutput(const Identity& who, const std::string& job, int64_t offset, const std::string& bytes);
+  // A long poll for a node's orders (GET /v1/agent/orders): `wake` is called once, from any
+  // thread, with the node's order sequence as soon as a durable change that gives the node new
+  // orders is newer than `after` (at once when there is one already). One watch per node: a newer
+  // watch answers the older with 0, as does UnwatchAll. The heartbeat reply's `seq` is the
+  // `after` that wakes for nothing the agent already knows. Returns the watch's ticket.
+  Result<uint64_t> WatchOrders(const Identity& who, const std::string& node, int64_t after,
+                               std::function<void(int64_t)> wake);
+  void UnwatchOrders(const std::string& node, uint64_t ticket);  // its deadline passed: no call
+  void UnwatchAll();  // answers every watch with 0 (the server stops)
 
   // Housekeeping, called periodically: marks silent nodes lost, runs the cycle when due, and
   // (outside the engine's lock) submits, follows and cancels the jobs of external backends.
@@ -248,6 +263,9 @@ class Engine {
     std::vector<store::Event> events;
     std::vector<Job*> jobs;
     std::vector<std::string> nodes;  // nodes whose jobs lost their grants in this batch
+    // The node whose own heartbeat made this batch: what it changed there is no news to that
+    // node's agent (no order watch wakes for it).
+    std::string from_node;
     void Add(store::Event e, Job* j = nullptr) {
       events.push_back(std::move(e));
       if (j) jobs.push_back(j);
@@ -257,6 +275,21 @@ class Engine {
   };
 
   Engine(EngineConfig config, std::unique_ptr<store::Store> store, std::string data_dir, Clock clock);
+
+  // --- views.cc: the snapshot the polled views are served from (see Nodes()).
+  Result<Json> ViewOf(const std::string& key, const std::function<Result<Json>()>& render);
+  Result<Json> ListJobsNow(const Identity& who, const std::string& state_filter, int limit);
+  Result<Json> GroupsNow(const Identity& who);
+  Result<Json> NodesNow(const Identity& who);
+  Result<Json> SummaryNow(const Identity& who);
+  struct CachedView {
+    int64_t version = -1;
+    int64_t at_ms = 0;
+    Json view;
+  };
+  std::atomic<int64_t> view_version_{0};  // bumped by every change to memory (QueueLocked, reloads)
+  std::mutex view_mu_;                    // guards views_; never held while taking mu_
+  std::unordered_map<std::string, CachedView> views_;
 
   // --- engine.cc
   Status Load();
@@ -345,9 +378,12 @@ class Engine {
   // requeued (if its queue says so) or ended as lost, for `why`.
   void LoseJobLocked(Job& j, const std::string& node, const std::string& why, Batch& b);
   void FinishPartLocked(Job& j, const std::string& node, int code, int sig, Batch& b);
+  // RegisterNode's node and devices from its body, checked (the agent's `running` list aside).
+  static Result<NodeInfo> NodeOfRegistration(const Json& body);
   Json StartOrderLocked(Job& j, const NodeInfo& n) const;
   bool GangPartUnsent(const Job& j, const std::string& node) const;
   static Status CheckTelemetry(const Json& body);
+  void RecordTelemetryLocked(NodeInfo& n, const Json& body);  // a heartbeat's `devices`
   void ObserveActivityLocked(Job& j, const Json& report, const std::string& actor, Batch& b);
   // Orders for node n; only decisions durable by `durable` (DurableSeq()) are acted on.
   Json OrdersLocked(const NodeInfo& n, Batch& b, int64_t durable);
@@ -478,6 +514,7 @@ class Engine {
     std::vector<store::Event> events;
     std::vector<store::JobRecord> records;  // snapshots taken when queued
     std::vector<std::string> jobs;          // their ids: marked stored once durable
+    std::vector<std::string> watched;       // watched nodes it gives new orders (see order_seq_)
   };
   struct CommitFailure {
     int64_t first = 0, last = 0;  // the batches that were not written
@@ -485,6 +522,21 @@ class Engine {
   };
   // Under mu_:
   std::unordered_map<std::string, int64_t> node_seq_;  // the last batch about a job on each node
+  // The last batch that may give each node new orders: node_seq_ less the batches of the node's
+  // own heartbeats. An order watch wakes when one newer than the agent knows is durable.
+  std::unordered_map<std::string, int64_t> order_seq_;
+  // Under watch_mu_ (taken after mu_, never with wmu_ held; callbacks run under it and must
+  // take no engine lock):
+  struct OrderWatch {
+    uint64_t ticket = 0;
+    int64_t after = 0;
+    std::function<void(int64_t)> wake;
+  };
+  std::mutex watch_mu_;
+  std::unordered_map<std::string, OrderWatch> watches_;
+  uint64_t next_ticket_ = 0;
+  std::atomic<int> watching_{0};  // watches_.size(), read without the lock by QueueLocked
+  void FireWatches(const std::vector<std::pair<std::string, int64_t>>& touched);
   int64_t queued_seq_ = 0;                               // the last batch queued
   int64_t epoch_ = 0;                                    // reloads so far
   // Under wmu_:

@@ -1,9 +1,8 @@
 #include "api/server.h"
 
-#include <csignal>
-
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 
 #include "common/log.h"
 #include "model/quantity.h"
@@ -28,14 +27,22 @@ log::Level RequestLogLevel(const std::string& pattern) {
 
 int HttpCode(const Status& st) {
   switch (st.code()) {
-    case StatusCode::kOk: return 200;
-    case StatusCode::kInvalidArgument: return 400;
-    case StatusCode::kUnauthenticated: return 401;
-    case StatusCode::kPermissionDenied: return 403;
-    case StatusCode::kNotFound: return 404;
-    case StatusCode::kFailedPrecondition: return 409;
-    case StatusCode::kResourceExhausted: return 429;
-    case StatusCode::kInternal: return 500;
+    case StatusCode::kOk:
+      return 200;
+    case StatusCode::kInvalidArgument:
+      return 400;
+    case StatusCode::kUnauthenticated:
+      return 401;
+    case StatusCode::kPermissionDenied:
+      return 403;
+    case StatusCode::kNotFound:
+      return 404;
+    case StatusCode::kFailedPrecondition:
+      return 409;
+    case StatusCode::kResourceExhausted:
+      return 429;
+    case StatusCode::kInternal:
+      return 500;
   }
   return 500;
 }
@@ -85,7 +92,8 @@ Status OutputRangeOf(const HttpRequest& req, int64_t* offset, int64_t* length) {
   const std::string range = req.header("range");
   if (!range.empty()) {
     const size_t dash = range.find('-');
-    if (range.rfind("bytes=", 0) != 0 || dash == std::string::npos || range.find(',') != std::string::npos) {
+    if (range.rfind("bytes=", 0) != 0 || dash == std::string::npos ||
+        range.find(',') != std::string::npos) {
       return Status::InvalidArgument("Range: expected bytes=FIRST-[LAST]");
     }
     auto first = ParseNonNegativeInt(range.substr(6, dash - 6));
@@ -93,15 +101,18 @@ Status OutputRangeOf(const HttpRequest& req, int64_t* offset, int64_t* length) {
     *offset = *first;
     if (dash + 1 < range.size()) {
       auto last = ParseNonNegativeInt(range.substr(dash + 1));
-      if (!last.ok() || *last < *first) return Status::InvalidArgument("Range: LAST must be a number at least FIRST");
+      if (!last.ok() || *last < *first)
+        return Status::InvalidArgument("Range: LAST must be a number at least FIRST");
       *length = std::min(*length, *last - *first + 1);
     }
     return Status::Ok();
   }
-  for (auto [name, out] : {std::pair<const char*, int64_t*>{"offset", offset}, {"length", length}}) {
+  for (auto [name, out] :
+       {std::pair<const char*, int64_t*>{"offset", offset}, {"length", length}}) {
     if (!req.has_param(name)) continue;
     auto v = ParseNonNegativeInt(req.param(name));
-    if (!v.ok()) return Status::InvalidArgument(std::string("'") + name + "' must be a non-negative integer");
+    if (!v.ok())
+      return Status::InvalidArgument(std::string("'") + name + "' must be a non-negative integer");
     *out = name == std::string("length") ? std::min(*out, *v) : *v;
   }
   return Status::Ok();
@@ -109,11 +120,14 @@ Status OutputRangeOf(const HttpRequest& req, int64_t* offset, int64_t* length) {
 
 // Query parameters in milliseconds (times, steps): each present one must be a non-negative
 // integer; absent ones keep their value.
-Status MsParams(const HttpRequest& req, std::initializer_list<std::pair<const char*, int64_t*>> params) {
+Status MsParams(const HttpRequest& req,
+                std::initializer_list<std::pair<const char*, int64_t*>> params) {
   for (auto [name, out] : params) {
     if (!req.has_param(name)) continue;
     auto v = ParseNonNegativeInt(req.param(name));
-    if (!v.ok()) return Status::InvalidArgument(std::string("'") + name + "' must be milliseconds (an integer)");
+    if (!v.ok())
+      return Status::InvalidArgument(std::string("'") + name +
+                                     "' must be milliseconds (an integer)");
     *out = *v;
   }
   return Status::Ok();
@@ -150,6 +164,7 @@ const std::vector<RouteInfo>& ApiServer::Routes() {
       {"POST", "/v1/agent/register"},
       {"POST", "/v1/agent/heartbeat"},
       {"PUT", "/v1/agent/jobs/{id}/output"},
+      {"GET", "/v1/agent/orders"},
       {"GET", "/metrics"},
   };
   return kRoutes;
@@ -197,132 +212,181 @@ struct TimedRoutes {
         request_log);
   }
 };
-}  // namespace
 
-ApiServer::ApiServer(Engine* engine, ApiServerOptions options)
-    : engine_(engine), lease_check_(options.lease_check), http_(std::make_unique<net::HttpServer>(HttpOptions(options, options.io_threads, options.workers))) {
-  TimedRoutes s{*http_, engine_};
-  Engine* e = engine_;
-  auto authed = [e](auto fn) {
-    return [e, fn](const HttpRequest& req, HttpResponse& res) {
-      auto who = Authenticate(*e, req);
-      if (!who.ok()) {
-        e->AuditAuthFailure(req.method, req.path, who.status().message());
-        return ReplyError(res, who.status());
-      }
-      fn(*who, req, res);
-    };
+// A handler that runs `fn` with the request's identity, or refuses the request (401) for its
+// credentials, with an audit event.
+template <typename Fn>
+auto Authed(Engine* e, Fn fn) {
+  return [e, fn](const HttpRequest& req, HttpResponse& res) {
+    auto who = Authenticate(*e, req);
+    if (!who.ok()) {
+      e->AuditAuthFailure(req.method, req.path, who.status().message());
+      return ReplyError(res, who.status());
+    }
+    fn(*who, req, res);
   };
+}
+
+// GET /v1/health (no token) and /v1/whoami.
+void AddHealthRoutes(TimedRoutes& s) {
+  Engine* e = s.e;
   s.Route("GET", "/v1/health", [e](const HttpRequest&, HttpResponse& res) {
     Json h = e->Health();
     Reply(res, h["ok"].get<bool>() ? 200 : 503, h);
   });
-  s.Route("GET", "/v1/whoami", authed([](const Identity& who, const HttpRequest&, HttpResponse& res) {
-          Reply(res, 200, Json{{"name", who.name}, {"role", RoleName(who.role)}, {"groups", who.groups}});
-        }));
-  s.Route("POST", "/v1/jobs", authed([e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
-           auto body = Body(req);
-           if (!body.ok()) return ReplyError(res, body.status());
-           bool replayed = false;
-           auto r = e->Submit(who, *body, req.header("idempotency-key"), &replayed);
-           if (r.ok()) return Reply(res, replayed ? 200 : 201, *r);
-           ReplyError(res, r.status());
-         }));
-  s.Route("GET", "/v1/jobs", authed([e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
-          int limit = IntParam(req, "limit", 100, 10000);
-          if (limit < 0) return ReplyError(res, Status::InvalidArgument("'limit' must be a non-negative integer"));
-          ReplyResult(res, e->ListJobs(who, req.has_param("state") ? req.param("state") : "", limit));
-        }));
-  s.Route("GET", "/v1/jobs/{id}", authed([e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
-          ReplyResult(res, e->GetJob(who, req.params[0]));
-        }));
+  s.Route("GET", "/v1/whoami",
+          Authed(e, [](const Identity& who, const HttpRequest&, HttpResponse& res) {
+            Reply(res, 200,
+                  Json{{"name", who.name}, {"role", RoleName(who.role)}, {"groups", who.groups}});
+          }));
+}
+
+// Jobs: submit, list, get, cancel, read output.
+void AddJobRoutes(TimedRoutes& s) {
+  Engine* e = s.e;
+  s.Route("POST", "/v1/jobs",
+          Authed(e, [e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
+            auto body = Body(req);
+            if (!body.ok()) return ReplyError(res, body.status());
+            bool replayed = false;
+            auto r = e->Submit(who, *body, req.header("idempotency-key"), &replayed);
+            if (r.ok()) return Reply(res, replayed ? 200 : 201, *r);
+            ReplyError(res, r.status());
+          }));
+  s.Route(
+      "GET", "/v1/jobs",
+      Authed(e, [e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
+        int limit = IntParam(req, "limit", 100, 10000);
+        if (limit < 0)
+          return ReplyError(res, Status::InvalidArgument("'limit' must be a non-negative integer"));
+        ReplyResult(res, e->ListJobs(who, req.has_param("state") ? req.param("state") : "", limit));
+      }));
+  s.Route("GET", "/v1/jobs/{id}",
+          Authed(e, [e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
+            ReplyResult(res, e->GetJob(who, req.params[0]));
+          }));
   s.Route("POST", "/v1/jobs/{id}/cancel",
-         authed([e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
-           ReplyResult(res, e->Cancel(who, req.params[0]));
-         }));
+          Authed(e, [e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
+            ReplyResult(res, e->Cancel(who, req.params[0]));
+          }));
   s.Route("GET", "/v1/jobs/{id}/output",
-        authed([e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
-          // A range: "Range: bytes=FIRST-[LAST]" or ?offset=&length=, at most 4 MiB per request
-          // (206 with Content-Range when it is not the whole output); X-Output-Size says how much
-          // there is, so a client reads on from where it stopped.
-          int64_t offset = 0, length = Engine::kOutputRangeMax;
-          if (Status st = OutputRangeOf(req, &offset, &length); !st.ok()) return ReplyError(res, st);
-          auto out = e->JobOutput(who, req.params[0], offset, length);
-          if (!out.ok()) return ReplyError(res, out.status());
-          const int64_t last = out->offset + static_cast<int64_t>(out->bytes.size());
-          res.content_type = "text/plain";
-          res.headers.emplace_back("X-Output-Size", std::to_string(out->total));
-          res.headers.emplace_back("Accept-Ranges", "bytes");
-          if (out->offset > 0 || last < out->total) {
-            res.status = 206;
-            res.headers.emplace_back("Content-Range", out->bytes.empty() ? "bytes */" + std::to_string(out->total)
-                                                                        : "bytes " + std::to_string(out->offset) + "-" +
-                                                                              std::to_string(last - 1) + "/" +
-                                                                              std::to_string(out->total));
-          }
-          res.body = std::move(out->bytes);
-        }));
-  s.Route("GET", "/v1/queues", authed([e](const Identity& who, const HttpRequest&, HttpResponse& res) {
-          ReplyResult(res, e->Queues(who));
-        }));
-  s.Route("GET", "/v1/groups", authed([e](const Identity& who, const HttpRequest&, HttpResponse& res) {
-          ReplyResult(res, e->Groups(who));
-        }));
-  s.Route("GET", "/v1/nodes", authed([e](const Identity& who, const HttpRequest&, HttpResponse& res) {
-          ReplyResult(res, e->Nodes(who));
-        }));
-  s.Route("GET", "/v1/summary", authed([e](const Identity& who, const HttpRequest&, HttpResponse& res) {
-          ReplyResult(res, e->Summary(who));
-        }));
-  s.Route("GET", "/v1/events", authed([e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
-          int limit = IntParam(req, "limit", 100, 1000);
-          int after = IntParam(req, "after", 0, 2000000000);
-          const int tail = IntParam(req, "tail", 0, 1000);
-          if (limit < 0 || after < 0 || tail < 0) {
-            return ReplyError(res, Status::InvalidArgument("'after', 'limit' and 'tail' must be non-negative integers"));
-          }
-          if (tail > 0) {
-            // The newest events: start `tail` before the last one recorded.
-            auto last = e->LastEventSeq();
-            if (!last.ok()) return ReplyError(res, last.status());
-            after = static_cast<int>(std::max<int64_t>(0, *last - tail));
-          }
-          store::EventFilter f;
-          if (req.has_param("kind")) f.kind_prefix = req.param("kind");
-          if (req.has_param("subject")) f.subject = req.param("subject");
-          if (req.has_param("actor")) f.actor = req.param("actor");
-          ReplyResult(res, e->Events(who, after, limit, f));
-        }));
-  s.Route("GET", "/v1/utilization", authed([e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
-          Engine::HistoryQuery q;
-          if (Status st = MsParams(req, {{"since", &q.since_ms}, {"until", &q.until_ms}, {"step", &q.step_ms}}); !st.ok()) return ReplyError(res, st);
-          if (req.has_param("by")) q.by = req.param("by");
-          ReplyResult(res, e->Utilization(who, q));
-        }));
-  s.Route("GET", "/v1/usage", authed([e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
-          Engine::UsageQuery q;
-          if (Status st = MsParams(req, {{"since", &q.since_ms}, {"until", &q.until_ms}}); !st.ok()) return ReplyError(res, st);
-          if (req.has_param("by")) q.by = req.param("by");
-          ReplyResult(res, e->Usage(who, q));
-        }));
-  s.Route("GET", "/v1/whatif/scenario", authed([e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
-          int64_t since = 0, until = 0;
-          if (Status st = MsParams(req, {{"since", &since}, {"until", &until}}); !st.ok()) return ReplyError(res, st);
-          ReplyResult(res, e->WhatIfScenario(who, since, until));
-        }));
+          Authed(e, [e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
+            // A range: "Range: bytes=FIRST-[LAST]" or ?offset=&length=, at most 4 MiB per request
+            // (206 with Content-Range when it is not the whole output); X-Output-Size says how much
+            // there is, so a client reads on from where it stopped.
+            int64_t offset = 0, length = Engine::kOutputRangeMax;
+            if (Status st = OutputRangeOf(req, &offset, &length); !st.ok())
+              return ReplyError(res, st);
+            auto out = e->JobOutput(who, req.params[0], offset, length);
+            if (!out.ok()) return ReplyError(res, out.status());
+            const int64_t last = out->offset + static_cast<int64_t>(out->bytes.size());
+            res.content_type = "text/plain";
+            res.headers.emplace_back("X-Output-Size", std::to_string(out->total));
+            res.headers.emplace_back("Accept-Ranges", "bytes");
+            if (out->offset > 0 || last < out->total) {
+              res.status = 206;
+              res.headers.emplace_back(
+                  "Content-Range", out->bytes.empty() ? "bytes */" + std::to_string(out->total)
+                                                      : "bytes " + std::to_string(out->offset) +
+                                                            "-" + std::to_string(last - 1) + "/" +
+                                                            std::to_string(out->total));
+            }
+            res.body = std::move(out->bytes);
+          }));
+}
+
+// Queues, groups, nodes, the summary and the event log.
+void AddViewRoutes(TimedRoutes& s) {
+  Engine* e = s.e;
+  s.Route("GET", "/v1/queues",
+          Authed(e, [e](const Identity& who, const HttpRequest&, HttpResponse& res) {
+            ReplyResult(res, e->Queues(who));
+          }));
+  s.Route("GET", "/v1/groups",
+          Authed(e, [e](const Identity& who, const HttpRequest&, HttpResponse& res) {
+            ReplyResult(res, e->Groups(who));
+          }));
+  s.Route("GET", "/v1/nodes",
+          Authed(e, [e](const Identity& who, const HttpRequest&, HttpResponse& res) {
+            ReplyResult(res, e->Nodes(who));
+          }));
+  s.Route("GET", "/v1/summary",
+          Authed(e, [e](const Identity& who, const HttpRequest&, HttpResponse& res) {
+            ReplyResult(res, e->Summary(who));
+          }));
+  s.Route("GET", "/v1/events",
+          Authed(e, [e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
+            int limit = IntParam(req, "limit", 100, 1000);
+            int after = IntParam(req, "after", 0, 2000000000);
+            const int tail = IntParam(req, "tail", 0, 1000);
+            if (limit < 0 || after < 0 || tail < 0) {
+              return ReplyError(res,
+                                Status::InvalidArgument(
+                                    "'after', 'limit' and 'tail' must be non-negative integers"));
+            }
+            if (tail > 0) {
+              // The newest events: start `tail` before the last one recorded.
+              auto last = e->LastEventSeq();
+              if (!last.ok()) return ReplyError(res, last.status());
+              after = static_cast<int>(std::max<int64_t>(0, *last - tail));
+            }
+            store::EventFilter f;
+            if (req.has_param("kind")) f.kind_prefix = req.param("kind");
+            if (req.has_param("subject")) f.subject = req.param("subject");
+            if (req.has_param("actor")) f.actor = req.param("actor");
+            ReplyResult(res, e->Events(who, after, limit, f));
+          }));
+}
+
+// Utilization history, usage and what-if.
+void AddHistoryRoutes(TimedRoutes& s) {
+  Engine* e = s.e;
+  s.Route("GET", "/v1/utilization",
+          Authed(e, [e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
+            Engine::HistoryQuery q;
+            if (Status st = MsParams(
+                    req, {{"since", &q.since_ms}, {"until", &q.until_ms}, {"step", &q.step_ms}});
+                !st.ok())
+              return ReplyError(res, st);
+            if (req.has_param("by")) q.by = req.param("by");
+            ReplyResult(res, e->Utilization(who, q));
+          }));
+  s.Route(
+      "GET", "/v1/usage",
+      Authed(e, [e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
+        Engine::UsageQuery q;
+        if (Status st = MsParams(req, {{"since", &q.since_ms}, {"until", &q.until_ms}}); !st.ok())
+          return ReplyError(res, st);
+        if (req.has_param("by")) q.by = req.param("by");
+        ReplyResult(res, e->Usage(who, q));
+      }));
+  s.Route("GET", "/v1/whatif/scenario",
+          Authed(e, [e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
+            int64_t since = 0, until = 0;
+            if (Status st = MsParams(req, {{"since", &since}, {"until", &until}}); !st.ok())
+              return ReplyError(res, st);
+            ReplyResult(res, e->WhatIfScenario(who, since, until));
+          }));
   // forms: "interactive=share;training=whole,share" (classes separated by ';').
-  s.Route("GET", "/v1/whatif", authed([e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
-          int64_t since = 0, until = 0;
-          if (Status st = MsParams(req, {{"since", &since}, {"until", &until}}); !st.ok()) return ReplyError(res, st);
-          std::vector<std::string> forms;
-          std::string rest = req.has_param("forms") ? req.param("forms") : "";
-          while (!rest.empty()) {
-            const size_t semi = rest.find(';');
-            if (semi != 0) forms.push_back(rest.substr(0, semi));
-            rest = semi == std::string::npos ? "" : rest.substr(semi + 1);
-          }
-          ReplyResult(res, e->WhatIf(who, since, until, forms));
-        }));
+  s.Route("GET", "/v1/whatif",
+          Authed(e, [e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
+            int64_t since = 0, until = 0;
+            if (Status st = MsParams(req, {{"since", &since}, {"until", &until}}); !st.ok())
+              return ReplyError(res, st);
+            std::vector<std::string> forms;
+            std::string rest = req.has_param("forms") ? req.param("forms") : "";
+            while (!rest.empty()) {
+              const size_t semi = rest.find(';');
+              if (semi != 0) forms.push_back(rest.substr(0, semi));
+              rest = semi == std::string::npos ? "" : rest.substr(semi + 1);
+            }
+            ReplyResult(res, e->WhatIf(who, since, until, forms));
+          }));
+}
+
+// Prometheus's /metrics and the dashboard page at /.
+void AddMetricsAndDashboardRoutes(TimedRoutes& s) {
+  Engine* e = s.e;
   // Prometheus: admins, or anyone (no token needed) when the config says metrics_public.
   s.Route(
       "GET", "/metrics",
@@ -344,31 +408,112 @@ ApiServer::ApiServer(Engine* engine, ApiServerOptions options)
       },
       RequestLogLevel("/metrics"));
   // The dashboard: a static page; it reads the API above with the user's token.
-  s.Route("GET", "/", [](const HttpRequest&, HttpResponse& res) { res.content_type = "text/html";
-    res.body = DashboardHtml(); });
-  s.Route("POST", "/v1/agent/register", authed([e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
-           auto body = Body(req);
-           if (!body.ok()) return ReplyError(res, body.status());
-           ReplyResult(res, e->RegisterNode(who, *body));
-         }), RequestLogLevel("/v1/agent/register"));
-  s.Route("POST", "/v1/agent/heartbeat", authed([e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
-           auto body = Body(req);
-           if (!body.ok()) return ReplyError(res, body.status());
-           ReplyResult(res, e->Heartbeat(who, *body));
-         }), RequestLogLevel("/v1/agent/heartbeat"));
+  s.Route("GET", "/", [](const HttpRequest&, HttpResponse& res) {
+    res.content_type = "text/html";
+    res.body = DashboardHtml();
+  });
+}
+
+// GET /v1/agent/orders?node=N&after=S&wait_ms=W: an agent's long poll for its node's orders,
+// answered {"wake": true, "seq": S'} as soon as a durable decision gives the node new orders
+// (S' > S; the agent then heartbeats for them), or {"wake": false} after W ms (default 25 s, at
+// most 60 s) or when a newer watch for the node replaces it. No thread waits meanwhile.
+void AddOrderWatchRoute(TimedRoutes& s) {
+  Engine* e = s.e;
+  net::HttpServer* http = &s.http;
+  auto answer = [](const net::HttpReply& reply, int status, Json body) {
+    HttpResponse res;
+    Reply(res, status, body);
+    reply(std::move(res));
+  };
+  auto refuse = [](const net::HttpReply& reply, const Status& st) {
+    HttpResponse res;
+    ReplyError(res, st);
+    reply(std::move(res));
+  };
+  http->RouteAsync(
+      "GET", "/v1/agent/orders",
+      [e, http, answer, refuse](const HttpRequest& req, net::HttpReply reply) {
+        auto who = Authenticate(*e, req);
+        if (!who.ok()) {
+          e->AuditAuthFailure(req.method, req.path, who.status().message());
+          return refuse(reply, who.status());
+        }
+        const std::string node = req.param("node");
+        if (node.empty()) return refuse(reply, Status::InvalidArgument("'node' is required"));
+        auto after = ParseNonNegativeInt(req.has_param("after") ? req.param("after") : "0");
+        if (!after.ok()) return refuse(reply, Status::InvalidArgument("'after' must be a non-negative integer"));
+        auto wait = ParseNonNegativeInt(req.has_param("wait_ms") ? req.param("wait_ms") : "25000");
+        if (!wait.ok() || *wait > 60000) {
+          return refuse(reply, Status::InvalidArgument("'wait_ms' must be an integer from 0 to 60000"));
+        }
+        auto ticket = e->WatchOrders(*who, node, *after, [reply, answer](int64_t seq) {
+          answer(reply, 200, Json{{"wake", seq > 0}, {"seq", seq}});
+        });
+        if (!ticket.ok()) return refuse(reply, ticket.status());
+        if (*ticket == 0) return;  // answered at once
+        http->After(*wait, [e, node, t = *ticket, reply, answer] {
+          e->UnwatchOrders(node, t);
+          answer(reply, 200, Json{{"wake", false}});
+        });
+      },
+      RequestLogLevel("/v1/agent/orders"));
+}
+
+// Node agents: registration, heartbeats, job output uploads.
+void AddAgentRoutes(TimedRoutes& s) {
+  Engine* e = s.e;
+  s.Route("POST", "/v1/agent/register",
+          Authed(e,
+                 [e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
+                   auto body = Body(req);
+                   if (!body.ok()) return ReplyError(res, body.status());
+                   ReplyResult(res, e->RegisterNode(who, *body));
+                 }),
+          RequestLogLevel("/v1/agent/register"));
+  s.Route("POST", "/v1/agent/heartbeat",
+          Authed(e,
+                 [e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
+                   auto body = Body(req);
+                   if (!body.ok()) return ReplyError(res, body.status());
+                   ReplyResult(res, e->Heartbeat(who, *body));
+                 }),
+          RequestLogLevel("/v1/agent/heartbeat"));
   s.Route("PUT", "/v1/agent/jobs/{id}/output",
-        authed([e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
-          auto offset = ParseNonNegativeInt(req.has_param("offset") ? req.param("offset") : "0");
-          if (!offset.ok()) return ReplyError(res, Status::InvalidArgument("'offset' must be a non-negative integer"));
-          Status st = e->WriteOutput(who, req.params[0], *offset, req.body);
-          if (!st.ok()) return ReplyError(res, st);
-          Reply(res, 200, Json{{"ok", true}});
-        }), RequestLogLevel("/v1/agent/jobs/{id}/output"));
+          Authed(e,
+                 [e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
+                   auto offset =
+                       ParseNonNegativeInt(req.has_param("offset") ? req.param("offset") : "0");
+                   if (!offset.ok())
+                     return ReplyError(
+                         res, Status::InvalidArgument("'offset' must be a non-negative integer"));
+                   Status st = e->WriteOutput(who, req.params[0], *offset, req.body);
+                   if (!st.ok()) return ReplyError(res, st);
+                   Reply(res, 200, Json{{"ok", true}});
+                 }),
+          RequestLogLevel("/v1/agent/jobs/{id}/output"));
+  AddOrderWatchRoute(s);
+}
+}  // namespace
+
+ApiServer::ApiServer(Engine* engine, ApiServerOptions options)
+    : engine_(engine),
+      lease_check_(options.lease_check),
+      http_(std::make_unique<net::HttpServer>(
+          HttpOptions(options, options.io_threads, options.workers))) {
+  TimedRoutes s{*http_, engine_};
+  AddHealthRoutes(s);
+  AddJobRoutes(s);
+  AddViewRoutes(s);
+  AddHistoryRoutes(s);
+  AddMetricsAndDashboardRoutes(s);
+  AddAgentRoutes(s);
 }
 
 ApiServer::~ApiServer() {
   Stop();
   if (ticker_.joinable()) ticker_.join();
+  engine_->UnwatchAll();  // their answers would go to connections about to be destroyed
 }
 
 Result<int> ApiServer::Bind(const std::string& host, int port) { return http_->Bind(host, port); }
@@ -414,7 +559,9 @@ Status ApiServer::deposed() const {
 }
 
 StandbyServer::StandbyServer(store::Store* store, ApiServerOptions options)
-    : store_(store), http_(std::make_unique<net::HttpServer>(HttpOptions(options, std::min(options.io_threads, 4), 0))) {
+    : store_(store),
+      http_(std::make_unique<net::HttpServer>(
+          HttpOptions(options, std::min(options.io_threads, 4), 0))) {
   store::Store* st = store_;
   auto leader = [st]() -> std::string {
     auto l = st->Leader();
@@ -422,23 +569,34 @@ StandbyServer::StandbyServer(store::Store* store, ApiServerOptions options)
   };
   for (const RouteInfo& r : ApiServer::Routes()) {
     if (r.openapi_path == "/v1/health") continue;
-    http_->Route(r.method, r.openapi_path, [leader](const HttpRequest&, HttpResponse& res) {
-      const std::string who = leader();
-      Reply(res, 503, Json{{"error", "this server is a standby; the leader is " + (who.empty() ? "unknown" : who)},
-                           {"role", "standby"}, {"leader", who}});
-    }, RequestLogLevel(r.openapi_path));
+    http_->Route(
+        r.method, r.openapi_path,
+        [leader](const HttpRequest&, HttpResponse& res) {
+          const std::string who = leader();
+          Reply(res, 503,
+                Json{{"error",
+                      "this server is a standby; the leader is " + (who.empty() ? "unknown" : who)},
+                     {"role", "standby"},
+                     {"leader", who}});
+        },
+        RequestLogLevel(r.openapi_path));
   }
   http_->Route("GET", "/v1/health", [st](const HttpRequest&, HttpResponse& res) {
     auto l = st->Leader();
     Reply(res, l.ok() ? 200 : 503,
-          Json{{"ok", l.ok()}, {"role", "standby"}, {"store", l.ok() ? "ok" : l.status().message()},
-               {"leader", l.ok() ? l->holder : ""}, {"epoch", l.ok() ? l->epoch : 0}});
+          Json{{"ok", l.ok()},
+               {"role", "standby"},
+               {"store", l.ok() ? "ok" : l.status().message()},
+               {"leader", l.ok() ? l->holder : ""},
+               {"epoch", l.ok() ? l->epoch : 0}});
   });
 }
 
 StandbyServer::~StandbyServer() { Stop(); }
 
-Result<int> StandbyServer::Bind(const std::string& host, int port) { return http_->Bind(host, port); }
+Result<int> StandbyServer::Bind(const std::string& host, int port) {
+  return http_->Bind(host, port);
+}
 
 void StandbyServer::Run() { http_->Run(); }
 

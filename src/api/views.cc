@@ -106,7 +106,42 @@ Json Engine::JobJson(const Job& j) const {
   return o;
 }
 
+Result<Json> Engine::ViewOf(const std::string& key, const std::function<Result<Json>()>& render) {
+  const int64_t version = view_version_.load();
+  {
+    std::lock_guard<std::mutex> g(view_mu_);
+    auto it = views_.find(key);
+    if (it != views_.end() && it->second.version == version) return it->second.view;
+  }
+  // The lock busy (a cycle deciding, a reload): the last rendering, with its age, rather than a
+  // wait of up to a cycle. (try_lock may fail spuriously: then too.)
+  if (!mu_.try_lock()) {
+    std::lock_guard<std::mutex> g(view_mu_);
+    auto it = views_.find(key);
+    if (it != views_.end()) {
+      Json stale = it->second.view;
+      stale["stale_ms"] = std::max<int64_t>(0, clock_() - it->second.at_ms);
+      return stale;
+    }
+  } else {
+    mu_.unlock();
+  }
+  // The version was read before rendering: a change made meanwhile renders again next time.
+  Result<Json> fresh = render();
+  if (!fresh.ok()) return fresh;
+  std::lock_guard<std::mutex> g(view_mu_);
+  if (views_.size() >= 512) views_.clear();  // one entry per identity and view: bounded
+  views_[key] = CachedView{version, clock_(), *fresh};
+  return fresh;
+}
+
 Result<Json> Engine::ListJobs(const Identity& who, const std::string& state_filter, int limit) {
+  if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot list jobs");
+  return ViewOf("jobs\n" + who.name + "\n" + state_filter + "\n" + std::to_string(limit),
+                [&] { return ListJobsNow(who, state_filter, limit); });
+}
+
+Result<Json> Engine::ListJobsNow(const Identity& who, const std::string& state_filter, int limit) {
   if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot list jobs");
   // Memory holds the live jobs and the newest ended ones; the store every durable job. The
   // newest `limit` of the union, memory's version winning (it may be ahead of the store).
@@ -234,6 +269,11 @@ Result<Json> Engine::Queues(const Identity& who) {
 
 Result<Json> Engine::Groups(const Identity& who) {
   if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot list groups");
+  return ViewOf("groups\n" + who.name, [&] { return GroupsNow(who); });
+}
+
+Result<Json> Engine::GroupsNow(const Identity& who) {
+  if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot list groups");
   std::unique_lock<std::mutex> lock(mu_);
   Json out = Json::array();
   for (const quota::GroupView& g : qe_->groups()) {
@@ -247,6 +287,11 @@ Result<Json> Engine::Groups(const Identity& who) {
 }
 
 Result<Json> Engine::Nodes(const Identity& who) {
+  if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot list nodes");
+  return ViewOf("nodes\n" + who.name, [&] { return NodesNow(who); });
+}
+
+Result<Json> Engine::NodesNow(const Identity& who) {
   if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot list nodes");
   std::unique_lock<std::mutex> lock(mu_);
   struct Holder {
@@ -302,6 +347,11 @@ Result<Json> Engine::Nodes(const Identity& who) {
 }
 
 Result<Json> Engine::Summary(const Identity& who) {
+  if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot read the summary");
+  return ViewOf("summary\n" + who.name, [&] { return SummaryNow(who); });
+}
+
+Result<Json> Engine::SummaryNow(const Identity& who) {
   if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot read the summary");
   std::unique_lock<std::mutex> lock(mu_);
   std::vector<const Job*> live;

@@ -24,6 +24,7 @@ struct RouteEntry {
   std::string method;
   std::vector<std::string> segments;  // "{...}" matches any one non-empty segment
   HttpHandler handler;
+  HttpAsyncHandler async;  // set instead of handler for routes that answer later
   log::Level log_level = log::Level::kInfo;  // of its request-log lines
 };
 
@@ -104,6 +105,15 @@ class HttpServer::Impl {
         ioc(std::max(1, o.io_threads)),
         acceptor(ioc),
         workers(static_cast<size_t>(std::max(1, o.workers))) {}
+
+  // The route that takes req (its params filled), or null.
+  const RouteEntry* Find(HttpRequest& req) const {
+    const std::vector<std::string> segs = Split(req.path);
+    for (const RouteEntry& r : routes) {
+      if (r.method == req.method && Matches(r, segs, &req.params)) return &r;
+    }
+    return nullptr;
+  }
 
   // Runs the route's handler; returns the level of the request's log line.
   log::Level Dispatch(HttpRequest& req, HttpResponse& res) const {
@@ -235,6 +245,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     req->body = std::move(msg.body());
     const unsigned version = msg.version();
     const bool keep_alive = msg.keep_alive();
+    if (const RouteEntry* r = server_->Find(*req); r != nullptr && r->async) return DispatchAsync(*r, req, version, keep_alive, start);
     if (server_->options.workers <= 0) {  // handlers run on the I/O threads: no hand-offs
       HttpResponse res;
       const log::Level level = server_->Dispatch(*req, res);
@@ -248,6 +259,25 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
                    self->Send(std::move(*res), version, keep_alive, std::move(entry));
                  });
     });
+  }
+
+  // An async route: its handler gets a one-shot reply that brings the answer back onto this
+  // connection's executor from whichever thread calls it.
+  void DispatchAsync(const RouteEntry& r, std::shared_ptr<HttpRequest> req, unsigned version, bool keep_alive,
+                     SteadyClock::time_point start) {
+    auto once = std::make_shared<std::atomic<bool>>(false);
+    const log::Level level = r.log_level;
+    HttpReply reply = [self = shared_from_this(), req, version, keep_alive, start, level, once](HttpResponse res) {
+      if (once->exchange(true)) return;
+      asio::post(self->stream_.get_executor(), [self, req, version, keep_alive, start, level, res = std::move(res)]() mutable {
+        self->Send(std::move(res), version, keep_alive, Entry(level, start, *req));
+      });
+    };
+    try {
+      r.async(*req, reply);
+    } catch (const std::exception&) {
+      reply(HttpResponse{500, "application/json", ErrorBody("internal error"), {}});
+    }
   }
 
   // The log entry of a handled request (whose strings it takes), or none when `level` is off.
@@ -389,7 +419,21 @@ HttpServer::~HttpServer() {
 
 void HttpServer::Route(const std::string& method, const std::string& pattern, HttpHandler handler,
                        log::Level request_log) {
-  impl_->routes.push_back({method, Split(pattern), std::move(handler), request_log});
+  impl_->routes.push_back({method, Split(pattern), std::move(handler), nullptr, request_log});
+}
+
+void HttpServer::RouteAsync(const std::string& method, const std::string& pattern, HttpAsyncHandler handler,
+                            log::Level request_log) {
+  RouteEntry r{method, Split(pattern), nullptr, std::move(handler), request_log};
+  impl_->routes.push_back(std::move(r));
+}
+
+void HttpServer::After(int64_t ms, std::function<void()> fn) {
+  if (impl_->stopped.load()) return;
+  auto timer = std::make_shared<asio::steady_timer>(impl_->ioc, std::chrono::milliseconds(std::max<int64_t>(0, ms)));
+  timer->async_wait([timer, fn = std::move(fn)](beast::error_code ec) {
+    if (!ec) fn();
+  });
 }
 
 Result<int> HttpServer::Bind(const std::string& host, int port) {

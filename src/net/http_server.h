@@ -61,6 +61,10 @@ struct HttpResponse {
 };
 
 using HttpHandler = std::function<void(const HttpRequest&, HttpResponse&)>;
+// The answer to a request whose handler replies later (a long poll): call it once, from any
+// thread; later calls are ignored. The connection reads nothing more until then.
+using HttpReply = std::function<void(HttpResponse)>;
+using HttpAsyncHandler = std::function<void(const HttpRequest&, HttpReply)>;
 
 struct HttpServerOptions {
   int io_threads = 1;                      // threads reading and writing connections
@@ -90,6 +94,13 @@ class HttpServer {
   // times a second by machines, so that it does not flood the log at info).
   void Route(const std::string& method, const std::string& pattern, HttpHandler handler,
              log::Level request_log = log::Level::kInfo);
+  // A route whose handler returns at once and answers through its HttpReply when it can: no
+  // thread waits meanwhile (ten thousand agents long-polling hold sockets, not threads).
+  void RouteAsync(const std::string& method, const std::string& pattern, HttpAsyncHandler handler,
+                  log::Level request_log = log::Level::kInfo);
+  // Runs `fn` on the event loop after `ms` milliseconds (a long poll's deadline); never once
+  // the server has stopped.
+  void After(int64_t ms, std::function<void()> fn);
   // Listens on host:port (0: any free port) and returns the port; loads the TLS files, refusing
   // with the file's name and the reason when one cannot be used. Raises the process's open-file
   // limit to its hard limit, since every kept-alive connection holds a descriptor.

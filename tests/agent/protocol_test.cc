@@ -115,6 +115,22 @@ TEST(AgentProtocol, MalformedRepliesNameTheField) {
   }
 }
 
+// The order sequence of a heartbeat reply and the order watch's answer (docs/agent-protocol.md).
+TEST(AgentProtocol, OrderSequenceAndWatchReplies) {
+  EXPECT_EQ(ParseHeartbeatReply(R"({"start": []})")->seq, -1) << "no seq: the agent does not watch";
+  EXPECT_EQ(ParseHeartbeatReply(R"({"seq": 41})")->seq, 41);
+  EXPECT_FALSE(ParseHeartbeatReply(R"({"seq": -1})").ok());
+  EXPECT_FALSE(ParseHeartbeatReply(R"({"seq": "41"})").ok());
+  Result<OrdersWake> w = ParseOrdersWake(R"({"wake": true, "seq": 42})");
+  ASSERT_TRUE(w.ok());
+  EXPECT_TRUE(w->wake);
+  EXPECT_EQ(w->seq, 42);
+  EXPECT_FALSE(ParseOrdersWake(R"({"wake": false})")->wake);
+  for (const char* bad : {"[]", "{}", R"({"wake": 1})", R"({"wake": true, "seq": -3})", "not json"}) {
+    EXPECT_FALSE(ParseOrdersWake(bad).ok()) << bad;
+  }
+}
+
 TEST(AgentProtocol, OutputPathEscapesIds) {
   EXPECT_EQ(OutputPath("j-12", 0), "/v1/agent/jobs/j-12/output?offset=0");
   EXPECT_EQ(OutputPath("a b", 120), "/v1/agent/jobs/a%20b/output?offset=120");

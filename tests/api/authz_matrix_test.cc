@@ -65,6 +65,7 @@ const std::vector<Row> kMatrix = {
     {"POST", "/v1/agent/register", {401, 401, 2, 403, 403, 403, 2, 403}},
     {"POST", "/v1/agent/heartbeat", {401, 401, 2, 403, 403, 403, 2, 403}},
     {"PUT", "/v1/agent/jobs/{id}/output", {401, 401, 2, 403, 403, 403, 2, 403}},
+    {"GET", "/v1/agent/orders", {401, 401, 2, 403, 403, 403, 2, 403}},
     {"GET", "/metrics", {401, 401, 2, 403, 403, 403, 403, 403}},  // without metrics_public
 };
 
@@ -142,6 +143,7 @@ TEST_F(AuthzMatrixTest, EveryRouteByEveryRoleAndOwnership) {
       if (row.path == "/v1/jobs" && row.method == "POST") body = R"({"queue":"training","command":["true"]})";
       if (row.path == "/v1/agent/register") body = Inventory();
       if (row.path == "/v1/agent/heartbeat") body = R"({"node":"n1"})";
+      if (row.path == "/v1/agent/orders") path += "?node=n1&wait_ms=0";
       if (row.method == "PUT") {
         path += "?offset=0";
         body = "out";

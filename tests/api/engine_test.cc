@@ -3,8 +3,11 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
+#include <mutex>
 #include <set>
+#include <thread>
 #include "test_dir.h"
 
 namespace tessera::api {
@@ -252,6 +255,15 @@ TEST_F(EngineTest, AnAgentSpeaksOnlyForItsNodes) {
     actions.insert(e["data"]["action"].get<std::string>() + "@" + e["subject"].get<std::string>());
   }
   EXPECT_EQ(actions, (std::set<std::string>{"register@r2-a", "heartbeat@" + node, "upload output@" + node}));
+}
+
+TEST(ConfigHeartbeats, TheIntervalIsToldToAgentsAndFitsTheTimeout) {
+  auto c = ParseConfig("heartbeat_interval: 5s\nheartbeat_timeout: 20s\n" + std::string(kConfig).substr(std::string(kConfig).find("identities:")));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->heartbeat_interval_ms, 5000);
+  auto bad = ParseConfig("heartbeat_interval: 6s\n" + std::string(kConfig));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("heartbeat_interval"), std::string::npos) << bad.status().message();
 }
 
 TEST(ConfigNodes, OnlyAgentsSpeakForNodesAndPatternsAreChecked) {
@@ -617,6 +629,68 @@ TEST_F(EngineTest, EventsPageByCursorAndFilter) {
   // bob sees none of alice's job events.
   Json bob = *engine_->Events(Who("bob"), 0, 100, store::EventFilter{"job.", "", ""});
   EXPECT_TRUE(bob["events"].empty());
+}
+
+// An agent's order watch (the long poll behind GET /v1/agent/orders) wakes as soon as a durable
+// decision gives its node new orders (a start, a cancel), and not for what the node's own
+// heartbeats changed; a newer watch answers the older with 0; other nodes' agents are refused.
+TEST_F(EngineTest, AnOrderWatchWakesForNewOrdersOnly) {
+  Register("n1", 1);
+  std::mutex m;
+  std::vector<int64_t> woke;
+  auto watch = [&](int64_t after) {
+    return engine_->WatchOrders(Who("agent"), "n1", after, [&](int64_t s) {
+      std::lock_guard<std::mutex> g(m);
+      woke.push_back(s);
+    });
+  };
+  auto woken = [&](size_t n) {  // waits up to 2 s for the n-th call
+    for (int i = 0; i < 200; ++i) {
+      {
+        std::lock_guard<std::mutex> g(m);
+        if (woke.size() >= n) return woke[n - 1];
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return int64_t{-1};
+  };
+  Json hb = Heartbeat("n1");
+  ASSERT_TRUE(hb["seq"].is_number_integer()) << hb.dump();
+  auto t = watch(hb["seq"]);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_NE(*t, 0u) << "nothing new for n1: the watch waits";
+  // A start order: the watch wakes with a sequence past what the agent knew.
+  const std::string id = Submit("alice", {{"queue", "training"}, {"command", {"sleep", "60"}}})["id"];
+  const int64_t s1 = woken(1);
+  ASSERT_GT(s1, hb["seq"].get<int64_t>()) << "no wake for a job placed on n1";
+  hb = Heartbeat("n1");
+  ASSERT_EQ(hb["start"].size(), 1u) << hb.dump();
+  EXPECT_GE(hb["seq"].get<int64_t>(), s1);
+  // The node's own heartbeats (starting, then running) are no news to its agent.
+  ASSERT_TRUE(watch(hb["seq"]).ok());
+  hb = Heartbeat("n1", {{"running", {{{"job", id}, {"pid", 42}}}}});
+  EXPECT_EQ(State(id), "running");
+  ASSERT_TRUE(engine_->Sync().ok());
+  EXPECT_EQ(woken(2), -1) << "woken by the node's own heartbeat";
+  // A cancel is an order: the same watch wakes.
+  ASSERT_TRUE(engine_->Cancel(Who("alice"), id).ok());
+  EXPECT_GT(woken(2), s1);
+  // Asked after an older sequence, a watch answers at once (ticket 0).
+  auto at_once = watch(0);
+  ASSERT_TRUE(at_once.ok());
+  EXPECT_EQ(*at_once, 0u);
+  EXPECT_GT(woken(3), 0);
+  // A newer watch replaces an older one, which is answered with 0.
+  hb = Heartbeat("n1");
+  ASSERT_TRUE(watch(hb["seq"]).ok());
+  ASSERT_TRUE(watch(hb["seq"]).ok());
+  EXPECT_EQ(woken(4), 0);
+  // Only the agents of n1 may watch n1; unknown nodes are named.
+  EXPECT_EQ(engine_->WatchOrders(Who("rack1"), "n1", 0, [](int64_t) {}).status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(engine_->WatchOrders(Who("alice"), "n1", 0, [](int64_t) {}).status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(engine_->WatchOrders(Who("agent"), "n9", 0, [](int64_t) {}).status().code(), StatusCode::kNotFound);
+  engine_->UnwatchAll();
+  EXPECT_EQ(woken(5), 0);
 }
 
 }  // namespace

@@ -7,43 +7,49 @@ Result<ClusterState> ClusterState::FromNodes(const std::vector<Node>& nodes) {
   s.nodes_.reserve(nodes.size());
   s.names_.reserve(nodes.size());
   for (const Node& n : nodes) {
-    if (n.devices.size() > static_cast<size_t>(kMaxDevices)) {
-      return Status::InvalidArgument("node '" + n.name + "' has " + std::to_string(n.devices.size()) +
-                                     " devices; at most " + std::to_string(kMaxDevices) +
-                                     " are supported");
-    }
-    if (n.cpu_milli < 0 || n.memory_mib < 0) {
-      return Status::InvalidArgument("node '" + n.name + "' has negative capacity");
-    }
-    NodeState ns;
-    ns.cpu_total = ns.cpu_free = n.cpu_milli;
-    ns.memory_total = ns.memory_free = n.memory_mib;
-    ns.device_count = static_cast<int>(n.devices.size());
-    for (int i = 0; i < ns.device_count; ++i) {
-      const Device& d = n.devices[i];
-      if (d.model != n.devices.front().model) {
-        return Status::InvalidArgument("node '" + n.name + "' mixes GPU models '" +
-                                       n.devices.front().model + "' and '" + d.model + "'");
-      }
-      ns.gpu_free[i] = kWholeGpu;
-      ns.gpu_memory_total[i] = ns.gpu_memory_free[i] = d.memory_mib;
-    }
-    if (ns.device_count > 0) {
-      int id = s.model_id(n.devices.front().model);
-      if (id < 0) {
-        if (s.model_names_.size() >= static_cast<size_t>(kMaxModels)) {
-          return Status::InvalidArgument("more than " + std::to_string(kMaxModels) + " GPU models");
-        }
-        id = static_cast<int>(s.model_names_.size());
-        s.model_names_.push_back(n.devices.front().model);
-      }
-      ns.model = id;
-    }
-    s.gpu_capacity_ += ns.device_count * kWholeGpu;
-    s.nodes_.push_back(ns);
-    s.names_.push_back(n.name);
+    auto added = s.AddNode(n);
+    if (!added.ok()) return added.status();
   }
   return s;
+}
+
+Result<int> ClusterState::AddNode(const Node& n) {
+  if (n.devices.size() > static_cast<size_t>(kMaxDevices)) {
+    return Status::InvalidArgument("node '" + n.name + "' has " + std::to_string(n.devices.size()) +
+                                   " devices; at most " + std::to_string(kMaxDevices) +
+                                   " are supported");
+  }
+  if (n.cpu_milli < 0 || n.memory_mib < 0) {
+    return Status::InvalidArgument("node '" + n.name + "' has negative capacity");
+  }
+  NodeState ns;
+  ns.cpu_total = ns.cpu_free = n.cpu_milli;
+  ns.memory_total = ns.memory_free = n.memory_mib;
+  ns.device_count = static_cast<int>(n.devices.size());
+  for (int i = 0; i < ns.device_count; ++i) {
+    const Device& d = n.devices[i];
+    if (d.model != n.devices.front().model) {
+      return Status::InvalidArgument("node '" + n.name + "' mixes GPU models '" +
+                                     n.devices.front().model + "' and '" + d.model + "'");
+    }
+    ns.gpu_free[i] = kWholeGpu;
+    ns.gpu_memory_total[i] = ns.gpu_memory_free[i] = d.memory_mib;
+  }
+  if (ns.device_count > 0) {
+    int id = model_id(n.devices.front().model);
+    if (id < 0) {
+      if (model_names_.size() >= static_cast<size_t>(kMaxModels)) {
+        return Status::InvalidArgument("more than " + std::to_string(kMaxModels) + " GPU models");
+      }
+      id = static_cast<int>(model_names_.size());
+      model_names_.push_back(n.devices.front().model);
+    }
+    ns.model = id;
+  }
+  gpu_capacity_ += ns.device_count * kWholeGpu;
+  nodes_.push_back(ns);
+  names_.push_back(n.name);
+  return static_cast<int>(nodes_.size()) - 1;
 }
 
 int ClusterState::model_id(const std::string& name) const {

@@ -76,6 +76,9 @@ class ClusterState {
   // Builds the state from domain nodes; every node starts empty. Fails on a node with more
   // than kMaxDevices devices, mixed GPU models on one node, or more than kMaxModels models.
   static Result<ClusterState> FromNodes(const std::vector<Node>& nodes);
+  // Appends one node, empty (a node joining a running cluster); refused, changing nothing, for
+  // the reasons FromNodes refuses. Returns its index.
+  Result<int> AddNode(const Node& n);
 
   int node_count() const { return static_cast<int>(nodes_.size()); }
   const NodeState& node(int i) const { return nodes_[i]; }

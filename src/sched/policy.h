@@ -63,11 +63,19 @@ class Policy {
     (void)state;
     (void)node;
   }
+  // `node` joined the state (appended, empty; ctx's order and ranks already include it). Returns
+  // false when the policy cannot take it in place: the caller then builds a new scheduler.
+  virtual bool NodeAdded(const ClusterState& state, int node) {
+    (void)state;
+    (void)node;
+    return false;
+  }
 };
 
 // A policy that scores each feasible node independently.
 class ScanPolicy : public Policy {
  public:
+  bool NodeAdded(const ClusterState&, int) override { return true; }  // nothing kept per node
   bool Select(const ClusterState& state, const PlacementRequest& r, const SelectContext& ctx,
               Placement* out) override;
 

@@ -60,6 +60,17 @@ Status Scheduler::Adopt(const Placement& p) {
   return Status::Ok();
 }
 
+Status Scheduler::AddNode(const Node& n) {
+  auto added = state_.AddNode(n);
+  if (!added.ok()) return added.status();
+  order_.push_back(*added);
+  rank_of_.push_back(static_cast<int>(order_.size()) - 1);
+  if (!policy_->NodeAdded(state_, *added)) {
+    return Status::FailedPrecondition("policy '" + std::string(policy_->name()) + "' does not take nodes in place");
+  }
+  return Status::Ok();
+}
+
 void Scheduler::Release(const Placement& p) {
   state_.Release(p);
   policy_->NodeChanged(state_, p.node);

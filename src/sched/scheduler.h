@@ -43,6 +43,10 @@ class Scheduler {
   // Reserves a placement decided earlier (recovery after a restart). Refuses, changing
   // nothing, one that does not fit the current state: that would be a double allocation.
   Status Adopt(const Placement& p);
+  // A node joining: appended to the state, last in the tie-break order, and taken into the
+  // policy's indexes in place (O(the node), not O(the cluster)). FailedPrecondition when the
+  // policy cannot (build a new scheduler then); the node's own errors as FromNodes gives them.
+  Status AddNode(const Node& n);
 
   const ClusterState& state() const { return state_; }
   const Policy& policy() const { return *policy_; }

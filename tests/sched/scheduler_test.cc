@@ -120,6 +120,33 @@ TEST_P(EveryPolicyTest, SameSeedSameDecisions) {
   }
 }
 
+// Nodes joining a running scheduler are taken in place (no rebuild): every policy indexes them at
+// once, past its indexes' first size, with a GPU model new to the state, and nothing else moves.
+TEST_P(EveryPolicyTest, NodesJoinInPlace) {
+  auto s = Make({MakeNode("a", 2, 64000, 65536), MakeNode("b", 2, 64000, 65536)}, GetParam());
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(s->Place(Job(1000, 1, 1000)).placed());
+  EXPECT_EQ(s->Place(Job(1000, 1, 100)).outcome, Outcome::kUnschedulableNow);
+  // A V100 node joins: a V100-only request goes there, as does anything else now.
+  ASSERT_TRUE(s->AddNode(MakeNode("v", 4, 64000, 65536, "V100")).ok());
+  PlacementRequest v100 = Job(1000, 1, 500);
+  v100.models = ModelMask{1} << s->state().model_id("V100");
+  auto r = s->Place(v100);
+  ASSERT_TRUE(r.placed());
+  EXPECT_EQ(s->state().node_name(r.placement.node), "v");
+  // Ten more join one by one (the indexes grow past their first size): every GPU is reachable.
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(s->AddNode(MakeNode("j" + std::to_string(i), 2, 64000, 65536)).ok());
+  int placed = 0;
+  while (s->Place(Job(1000, 1, 1000)).placed()) ++placed;
+  EXPECT_EQ(placed, 3 + 20) << "the V100 node's 3 free GPUs and the 20 of the joined nodes";
+  EXPECT_EQ(s->state().gpu_allocated(), s->state().gpu_capacity() - 500);
+  EXPECT_TRUE(s->state().CheckInvariants().ok());
+  // A node the state cannot hold is refused and changes nothing.
+  Node mixed = MakeNode("m", 2, 8000, 8192);
+  mixed.devices[1].model = "T4";
+  EXPECT_FALSE(s->AddNode(mixed).ok());
+  EXPECT_EQ(s->state().node_count(), 13);
+}
+
 INSTANTIATE_TEST_SUITE_P(Policies, EveryPolicyTest, ::testing::ValuesIn(PolicyNames()),
                          [](const ::testing::TestParamInfo<std::string>& param_info) {
                            std::string n = param_info.param;

@@ -28,6 +28,7 @@ int TightestDevice(const NodeState& n, const PlacementRequest& r) {
 class RandomPolicy final : public Policy {
  public:
   std::string_view name() const override { return "random"; }
+  bool NodeAdded(const ClusterState&, int) override { return true; }  // nothing kept per node
   bool Select(const ClusterState& state, const PlacementRequest& r, const SelectContext& ctx,
               Placement* out) override {
     feasible_.clear();
@@ -80,6 +81,10 @@ class ClusteringPolicy final : public ScanPolicy {
   std::string_view name() const override { return "clustering"; }
   void Attach(const ClusterState& state, const SelectContext&) override {
     kinds_.assign(state.node_count(), Kinds{});
+  }
+  bool NodeAdded(const ClusterState& state, int) override {
+    kinds_.resize(static_cast<size_t>(state.node_count()), Kinds{});
+    return true;
   }
   void Reserved(const Placement& p, const PlacementRequest& r) override {
     int k = KindOf(r);

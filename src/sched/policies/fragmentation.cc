@@ -44,6 +44,17 @@ class MaxTree {
     for (p >>= 1; p > 0; p >>= 1) t_[p] = std::max(t_[2 * p], t_[2 * p + 1]);
   }
   double Get(int i) const { return t_[static_cast<size_t>(i + size_)]; }
+  // Room for n leaves, the leaves kept (doubling: amortized O(1) per node added).
+  void Grow(int n) {
+    if (n <= size_) return;
+    MaxTree bigger;
+    bigger.Init(std::max(n, 2 * size_));
+    for (int i = 0; i < size_; ++i) bigger.t_[static_cast<size_t>(i + bigger.size_)] = Get(i);
+    for (size_t p = static_cast<size_t>(bigger.size_) - 1; p > 0; --p) {
+      bigger.t_[p] = std::max(bigger.t_[2 * p], bigger.t_[2 * p + 1]);
+    }
+    *this = std::move(bigger);
+  }
   // Rank of the leftmost maximum, or -1 when every leaf is kNoFit.
   int LeftmostMax() const {
     if (t_[1] == kNoFit) return -1;
@@ -135,6 +146,18 @@ class FragmentationPolicy final : public Policy {
   void NodeChanged(const ClusterState& state, int node) override {
     if (dirty_) return;  // every row is rebuilt before the next decision
     RecomputeNode(state, node);
+  }
+
+  // A node joining: one more leaf in every type's tree and one row computed (a rebuild would
+  // compute every node's rows).
+  bool NodeAdded(const ClusterState& state, int node) override {
+    node_count_ = state.node_count();
+    for (size_t q = 0; q < trees_.size(); ++q) {
+      trees_[q].Grow(node_count_);
+      devices_[q].resize(static_cast<size_t>(node_count_), int8_t{-1});
+    }
+    if (!dirty_) RecomputeNode(state, node);
+    return true;
   }
 
  private:

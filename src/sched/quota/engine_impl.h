@@ -328,6 +328,7 @@ class Engine final : public QuotaEngine {
   // state when nodes change; kept in step by Commit and Release. Split (partitioned) devices
   // are blocked whole in it. The engine's state stays the truth: a pick is checked against it.
   void RebuildMirror();
+  void MirrorAddNode(int node);  // a node joined: into the mirror in place, else rebuilt later
   void MirrorAdopt(int self, const std::vector<Grant>& grants);
   void MirrorRelease(int self);
   void MirrorSyncSplit(int di);

@@ -50,6 +50,33 @@ void Engine::RebuildMirror() {
   }
 }
 
+void Engine::MirrorAddNode(int node) {
+  // Taken in place: a fleet registering one agent at a time costs O(nodes), not O(nodes^2)
+  // rebuilds. The mirror's node i is the engine's node i (both append).
+  if (!mirror_ || mirror_dirty_ || node != mirror_->state().node_count()) {
+    mirror_dirty_ = true;  // rebuilt at the next placement
+    return;
+  }
+  const NodeRt& n = nodes_[node];
+  Node m;
+  m.name = n.name;
+  m.cpu_milli = n.cpu_total;
+  m.memory_mib = n.mem_total;
+  for (int d : n.devs) m.devices.push_back(Device{devs_[d].index, MirrorModel(policy_.pools[n.pool].name, devs_[d]), devs_[d].memory});
+  if (!mirror_->AddNode(m).ok()) {
+    mirror_dirty_ = true;
+    return;
+  }
+  // A model new to the mirror joins its pool's mask.
+  const auto& names = mirror_->state().model_names();
+  for (size_t p = 0; p < policy_.pools.size(); ++p) {
+    for (size_t k = 0; k < names.size(); ++k) {
+      if (names[k].rfind(policy_.pools[p].name + "|", 0) == 0) pool_models_[p] |= sched::ModelMask{1} << k;
+    }
+  }
+  for (int d : n.devs) MirrorSyncSplit(d);
+}
+
 void Engine::MirrorAdopt(int self, const std::vector<Grant>& grants) {
   if (!mirror_ || mirror_dirty_) return;
   std::map<int, sched::Placement> by_node;

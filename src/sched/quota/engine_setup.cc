@@ -152,7 +152,7 @@ Status Engine::AddNodeRt(const NodeSpec& ns, const std::string& field) {
     node_index_[ns.name] = node_id;
     nodes_.push_back(std::move(n));
     for (int d : nodes_.back().devs) Reindex(d);
-    mirror_dirty_ = true;  // rebuilt at the next placement
+    MirrorAddNode(node_id);
   }
   return Status::Ok();
 }

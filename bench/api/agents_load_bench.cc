@@ -74,6 +74,7 @@ struct Options {
   int job_seconds = 20;
   int submitters = 4;
   bool watch = true;
+  std::string server_threads;  // tessera serve --threads ("" : its default)
 };
 
 struct Stats {
@@ -375,18 +376,22 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--job-seconds")) o.job_seconds = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--submitters")) o.submitters = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--watch")) o.watch = std::atoi(argv[i + 1]) != 0;
+    if (!std::strcmp(argv[i], "--server-threads")) o.server_threads = argv[i + 1];
   }
-  rlimit r{};
-  if (getrlimit(RLIMIT_NOFILE, &r) == 0) {
+  // Two connections per agent: past the usual hard limit of 20,000 descriptors at 10,000 agents
+  // (raised when this runs as root; the server does the same).
+  rlimit r{262144, 262144};
+  if (setrlimit(RLIMIT_NOFILE, &r) != 0 && getrlimit(RLIMIT_NOFILE, &r) == 0) {
     r.rlim_cur = r.rlim_max;
     setrlimit(RLIMIT_NOFILE, &r);
   }
   const std::string dir = std::filesystem::temp_directory_path().string() + "/tessera-agents-load-" + std::to_string(getpid());
   std::filesystem::create_directories(dir);
   std::ofstream(dir + "/config.yaml") << kConfig;
-  tessera::testing::Proc server({TESSERA_BINARY_DIR "/src/cli/tessera", "serve", "--config", dir + "/config.yaml", "--data",
-                                 dir + "/data", "--listen", "127.0.0.1:0"},
-                                dir + "/serve.log");
+  std::vector<std::string> serve = {TESSERA_BINARY_DIR "/src/cli/tessera", "serve", "--config", dir + "/config.yaml",
+                                    "--data", dir + "/data", "--listen", "127.0.0.1:0"};
+  if (!o.server_threads.empty()) serve.insert(serve.end(), {"--threads", o.server_threads});
+  tessera::testing::Proc server(serve, dir + "/serve.log");
   const int port = Port(dir + "/serve.log");
   if (port <= 0) {
     std::fprintf(stderr, "tessera serve did not start; see %s/serve.log\n", dir.c_str());
@@ -489,6 +494,7 @@ int main(int argc, char** argv) {
   std::filesystem::copy_file(dir + "/serve.log", std::filesystem::temp_directory_path() / "agents_load_bench-serve.log",
                              std::filesystem::copy_options::overwrite_existing, ec);
   std::printf("  the server's log: %s\n", (std::filesystem::temp_directory_path() / "agents_load_bench-serve.log").c_str());
-  std::filesystem::remove_all(dir);
+  std::fflush(stdout);
+  std::filesystem::remove_all(dir, ec);
   return 0;
 }

@@ -173,6 +173,7 @@ const std::vector<RouteInfo>& ApiServer::Routes() {
 namespace {
 net::HttpServerOptions HttpOptions(const ApiServerOptions& o, int io_threads, int workers) {
   net::HttpServerOptions h;
+  if (io_threads <= 0) io_threads = std::max(4, 2 * static_cast<int>(std::thread::hardware_concurrency()));
   h.io_threads = io_threads;
   h.workers = workers;
   h.max_body_bytes = kMaxBody;
@@ -561,7 +562,7 @@ Status ApiServer::deposed() const {
 StandbyServer::StandbyServer(store::Store* store, ApiServerOptions options)
     : store_(store),
       http_(std::make_unique<net::HttpServer>(
-          HttpOptions(options, std::min(options.io_threads, 4), 0))) {
+          HttpOptions(options, options.io_threads > 0 ? std::min(options.io_threads, 4) : 4, 0))) {
   store::Store* st = store_;
   auto leader = [st]() -> std::string {
     auto l = st->Leader();

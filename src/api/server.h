@@ -41,7 +41,11 @@ struct ApiServerOptions {
   // microseconds under the engine's mutex; one that waits (for its commit to be durable) holds
   // its thread meanwhile, so there are many more threads than cores: with 10,000 agents, a few
   // hundred state changes a second wait on the store at once (16 threads starved heartbeats).
-  int io_threads = 64;
+  // 0: twice the cores, at least 4. Measured at 10,000 agents on 2 cores (bench/README.md): 64
+  // threads cost more in switching than waiting requests need (heartbeat p99 174 ms against 27 ms
+  // with 4), since heartbeats without exits and order watches never wait; what waits for a
+  // commit is a group commit away. `tessera serve --threads N` sets it.
+  int io_threads = 0;
   int workers = 0;  // no separate handler pool: see net::HttpServerOptions
   int idle_timeout_ms = 10 * 60 * 1000;
   bool stop_on_signals = false;  // SIGINT and SIGTERM stop Run() (tessera serve)

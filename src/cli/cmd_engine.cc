@@ -80,6 +80,7 @@ struct ServeFlags {
   std::string tls_cert;   // HTTPS when set, with tls_key
   std::string tls_key;
   std::string tls_client_ca;  // mutual TLS: clients must present a certificate it signed
+  int threads = 0;            // 0: ApiServerOptions' default (twice the cores, at least 4)
 
   std::string Scheme() const { return tls_cert.empty() ? "http://" : "https://"; }
   api::ApiServerOptions ServerOptions() const {
@@ -88,6 +89,7 @@ struct ServeFlags {
     o.tls_cert_file = tls_cert;
     o.tls_key_file = tls_key;
     o.tls_client_ca_file = tls_client_ca;
+    if (threads > 0) o.io_threads = threads;
     return o;
   }
 };
@@ -385,6 +387,9 @@ void RegisterServeCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--tls-cert", f->tls_cert, "PEM certificate chain: serve HTTPS (with --tls-key)");
   cmd->add_option("--tls-key", f->tls_key, "PEM private key of --tls-cert");
   cmd->add_option("--tls-client-ca", f->tls_client_ca, "PEM CA: every client must present a certificate it signed");
+  cmd->add_option("--threads", f->threads,
+                  "threads serving the API's event loop (default: twice the cores, at least 4; a request waiting for a durable commit holds one)")
+      ->check(CLI::Range(1, 1024));
   cmd->add_flag("--check-config", *check, "check the configuration, say what it declares, and exit");
   auto log_flags = std::make_shared<LogFlags>();
   AddLogFlags(cmd, log_flags.get());

@@ -88,9 +88,18 @@ std::string TooLarge(size_t max) {
   return "body over " + (max % kMiB == 0 ? std::to_string(max / kMiB) + " MiB" : std::to_string(max) + " bytes");
 }
 
+// Each agent holds two connections (heartbeats and its order watch): 10,000 agents need more
+// descriptors than the usual hard limit of 20,000 (or less). A privileged server (root, or
+// CAP_SYS_RESOURCE) raises the hard limit too; otherwise the soft limit goes up to the hard one.
 void RaiseOpenFileLimit() {
+  constexpr rlim_t kWanted = 262144;
   rlimit r{};
-  if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+  if (getrlimit(RLIMIT_NOFILE, &r) != 0) return;
+  if (r.rlim_max != RLIM_INFINITY && r.rlim_max < kWanted) {
+    rlimit raised{kWanted, kWanted};
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) return;
+  }
+  if (r.rlim_cur < r.rlim_max) {
     r.rlim_cur = r.rlim_max;
     setrlimit(RLIMIT_NOFILE, &r);
   }
@@ -161,6 +170,7 @@ class HttpServer::Impl {
   HttpServerOptions options;
   std::atomic<int64_t> open{0};
   std::atomic<bool> stopped{false};
+  std::atomic<bool> out_of_descriptors{false};  // said once in the log
   std::vector<RouteEntry> routes;
   asio::io_context ioc;
   std::optional<asio::ssl::context> ssl;  // set when the server speaks TLS
@@ -405,6 +415,18 @@ void HttpServer::Impl::Accept() {
       } else {
         std::make_shared<Session<beast::tcp_stream>>(this, std::move(socket))->Start();
       }
+    } else if (ec == asio::error::no_descriptors || ec == asio::error::no_buffer_space) {
+      // Out of descriptors (RLIMIT_NOFILE): the pending connection stays in the backlog. Say so
+      // once, and try again in 100 ms rather than spin on accept while no descriptor is free.
+      if (!out_of_descriptors.exchange(true)) {
+        RequestLog().Warn("out of file descriptors: new connections wait; raise the open-file limit",
+                          {{"open", open.load()}});
+      }
+      auto timer = std::make_shared<asio::steady_timer>(ioc, std::chrono::milliseconds(100));
+      timer->async_wait([this, timer](beast::error_code) {
+        if (!stopped.load()) Accept();
+      });
+      return;
     }
     Accept();
   });

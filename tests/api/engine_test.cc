@@ -8,6 +8,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include "engine_fixture.h"
 #include "test_dir.h"
 
 namespace tessera::api {
@@ -34,37 +35,9 @@ queues:
   - {name: fragile, profile: train, groups: [research], requeue_on_loss: false}
 )";
 
-class EngineTest : public ::testing::Test {
+class EngineTest : public testing::EngineFixture {
  protected:
-  void SetUp() override {
-    dir_ = tessera::testing::FreshTestDir("engine");
-    auto c = ParseConfig(kConfig);
-    ASSERT_TRUE(c.ok()) << c.status().ToString();
-    config_ = *c;
-    Reopen();
-  }
-  void Reopen() {
-    engine_.reset();
-    auto store = store::Store::Open(dir_ + "/tessera.db");
-    ASSERT_TRUE(store.ok()) << store.status().ToString();
-    auto e = Engine::Open(config_, std::move(*store), dir_, [this] { return now_; });
-    ASSERT_TRUE(e.ok()) << e.status().ToString();
-    engine_ = std::move(*e);
-  }
-  const Identity& Who(const std::string& name) {
-    for (const auto& i : config_.identities) {
-      if (i.name == name) return i;
-    }
-    throw std::runtime_error("no identity " + name);
-  }
-  void Register(const std::string& node, int gpus) {
-    Json devs = Json::array();
-    for (int i = 0; i < gpus; ++i) {
-      devs.push_back({{"index", i}, {"model", "H100-80GB"}, {"memory_mib", 81920}, {"uuid", node + "-" + std::to_string(i)}});
-    }
-    auto r = engine_->RegisterNode(Who("agent"), {{"node", node}, {"cpu_milli", 32000}, {"memory_mib", 65536}, {"devices", devs}});
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-  }
+  void SetUp() override { Start("engine", kConfig); }
   Json Submit(const std::string& who, Json body) {
     auto r = engine_->Submit(Who(who), body);
     EXPECT_TRUE(r.ok()) << r.status().ToString();
@@ -77,11 +50,6 @@ class EngineTest : public ::testing::Test {
     return r.ok() ? *r : Json();
   }
   std::string State(const std::string& id) { return (*engine_->GetJob(Who("admin"), id))["state"]; }
-
-  std::string dir_;
-  EngineConfig config_;
-  std::unique_ptr<Engine> engine_;
-  int64_t now_ = 1'000'000;
 };
 
 TEST_F(EngineTest, ConfigErrorsNameTheField) {

@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "api/engine.h"
-#include "test_dir.h"
+#include "engine_fixture.h"
 
 namespace tessera::api {
 namespace {
@@ -24,45 +24,19 @@ profiles: [{name: train, gpus: 1, cpu: 1, memory: 1GiB, forms: [whole]}]
 queues: [{name: training, profile: train, groups: [research]}]
 )";
 
-class ViewSnapshotTest : public ::testing::Test {
+class ViewSnapshotTest : public testing::EngineFixture {
  protected:
-  void SetUp() override {
-    dir_ = tessera::testing::FreshTestDir("views");
-    auto c = ParseConfig(kConfig);
-    ASSERT_TRUE(c.ok()) << c.status().ToString();
-    config_ = *c;
-    auto store = store::Store::Open(dir_ + "/tessera.db");
-    ASSERT_TRUE(store.ok());
-    auto e = Engine::Open(config_, std::move(*store), dir_, [this] { return now_; });
-    ASSERT_TRUE(e.ok()) << e.status().ToString();
-    engine_ = std::move(*e);
-  }
-  const Identity& Who(const std::string& name) {
-    for (const auto& i : config_.identities) {
-      if (i.name == name) return i;
-    }
-    throw std::runtime_error("no identity " + name);
-  }
-  void Register(const std::string& node) {
-    Json devs = Json::array({{{"index", 0}, {"model", "H100-80GB"}, {"memory_mib", 81920}, {"uuid", node + "-0"}}});
-    auto r = engine_->RegisterNode(Who("agent"), {{"node", node}, {"cpu_milli", 8000}, {"memory_mib", 65536}, {"devices", devs}});
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-  }
-
-  std::string dir_;
-  EngineConfig config_;
-  int64_t now_ = 1'000'000;
-  std::unique_ptr<Engine> engine_;
+  void SetUp() override { Start("views", kConfig); }
 };
 
 TEST_F(ViewSnapshotTest, ChangesShowAtOnceAndABusyEngineServesTheLastViewWithItsAge) {
-  Register("n1");
+  Register("n1", 1);
   auto nodes = engine_->Nodes(Who("admin"));
   ASSERT_TRUE(nodes.ok());
   ASSERT_EQ((*nodes)["nodes"].size(), 1u);
   EXPECT_FALSE(nodes->contains("stale_ms"));
   // Read your writes: a change is in the next read.
-  Register("n2");
+  Register("n2", 1);
   const std::string id = (*engine_->Submit(Who("alice"), {{"queue", "training"}, {"command", {"true"}}}))["id"];
   EXPECT_EQ((*engine_->Nodes(Who("admin")))["nodes"].size(), 2u);
   auto jobs = engine_->ListJobs(Who("alice"), "", 10);
@@ -74,7 +48,7 @@ TEST_F(ViewSnapshotTest, ChangesShowAtOnceAndABusyEngineServesTheLastViewWithIts
   // A change, then the engine's lock held (as by a long cycle, which changes memory under the
   // lock): the reads answer at once, from the last rendering, with its age, not the change.
   now_ += 1500;
-  Register("n3");
+  Register("n3", 1);
   auto hold = engine_->HoldForTest();
   auto read = std::async(std::launch::async, [this] {
     return std::make_pair(engine_->Nodes(Who("admin")), engine_->Summary(Who("admin")));

@@ -64,6 +64,32 @@ const std::set<std::string>& KubeQueueKeys() {
   return kKeys;
 }
 
+// Everything a queue's mapping puts into a Kubernetes object goes out as JSON, which holds only
+// UTF-8: other bytes are refused here, naming the field (not thrown later, mid-request).
+Status Utf8(const std::string& s, const std::string& field) {
+  try {
+    (void)nlohmann::json(s).dump();
+  } catch (const nlohmann::json::exception&) {
+    return Bad(field, "is not valid UTF-8");
+  }
+  return Status::Ok();
+}
+
+Status CheckKubeUtf8(const backends::KubeMapping& k, const std::string& w) {
+  for (auto [key, value] : std::initializer_list<std::pair<const char*, const std::string*>>{
+           {"priority_class", &k.priority_class}, {"image", &k.image}, {"mig_product", &k.mig_product},
+           {"amd_partition", &k.amd_partition}}) {
+    if (Status st = Utf8(*value, w + "." + key); !st.ok()) return st;
+  }
+  for (const auto* m : {&k.node_selector, &k.resources}) {
+    const std::string what = w + (m == &k.node_selector ? ".node_selector" : ".resources");
+    for (const auto& [key, value] : *m) {
+      if (Status st = Utf8(key + value, what); !st.ok()) return st;
+    }
+  }
+  return Status::Ok();
+}
+
 Status ParseKubeRoute(const YAML::Node& n, const std::string& w, QueueRoute* q) {
   backends::KubeMapping& k = q->kube;
   for (auto [key, field] : std::initializer_list<std::pair<const char*, std::string*>>{
@@ -131,6 +157,7 @@ Status ParseKubeRoute(const YAML::Node& n, const std::string& w, QueueRoute* q) 
           if (!secs.ok()) return Bad(tw, "expected a whole number of seconds");
           t[key] = *secs;
         } else {
+          if (Status u = Utf8(key + kv.second.Scalar(), tw); !u.ok()) return u;
           t[key] = kv.second.Scalar();
         }
       }
@@ -143,7 +170,7 @@ Status ParseKubeRoute(const YAML::Node& n, const std::string& w, QueueRoute* q) 
     if (!d.ok()) return d.status();
     k.placement_timeout_ms = *d;
   }
-  return Status::Ok();
+  return CheckKubeUtf8(k, w);
 }
 
 Status ReadKubeSettings(const YAML::Node& root, EngineConfig* c) {

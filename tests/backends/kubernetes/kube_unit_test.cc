@@ -470,6 +470,17 @@ TEST(KubeConfig, TolerationValuesAreStringsAndTheClusterNameALabel) {
   Json t = Json::parse(c->FindRoute("k")->kube.tolerations_json)[0];
   EXPECT_EQ(t["value"], "8");
   EXPECT_EQ(t["tolerationSeconds"], 30);
+  // Bytes that are not UTF-8 cannot go into a Kubernetes object: refused, naming the field (found
+  // by fuzz/config: it threw while the config was read).
+  auto latin1 = api::ParseConfig(head + "queues:\n  - {name: k, profile: p, groups: [g], backend: kubernetes,"
+                                        " tolerations: [{key: gpu, value: caf\xe9}]}\n");
+  ASSERT_FALSE(latin1.ok());
+  EXPECT_NE(latin1.status().message().find("tolerations[0]"), std::string::npos) << latin1.status().message();
+  EXPECT_NE(latin1.status().message().find("UTF-8"), std::string::npos) << latin1.status().message();
+  auto selector = api::ParseConfig(head + "queues:\n  - {name: k, profile: p, groups: [g], backend: kubernetes,"
+                                          " node_selector: {pool: \xff}}\n");
+  ASSERT_FALSE(selector.ok());
+  EXPECT_NE(selector.status().message().find("node_selector"), std::string::npos) << selector.status().message();
   auto bad = api::ParseConfig("cluster: 'my lab!'\n" + head + "queues:\n  - {name: k, profile: p, groups: [g], backend: kubernetes}\n");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("cannot name Kubernetes objects"), std::string::npos) << bad.status().message();

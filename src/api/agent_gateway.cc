@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <future>
 #include <set>
 
 #include "api/engine.h"
@@ -321,6 +322,25 @@ void Engine::RecordTelemetryLocked(NodeInfo& n, const Json& body) {
 }
 
 Result<Json> Engine::Heartbeat(const Identity& who, const Json& body) {
+  std::promise<Result<Json>> answered;
+  HeartbeatAsync(who, body, [&answered](Result<Json> r) { answered.set_value(std::move(r)); });
+  Result<Json> result = answered.get_future().get();
+  if (!result.ok()) (void)Sync();  // a failed write: memory is rebuilt before the caller looks
+  return result;
+}
+
+void Engine::HeartbeatAsync(const Identity& who, const Json& body, std::function<void(Result<Json>)> done) {
+  auto queued = HeartbeatQueued(who, body);
+  if (!queued.ok()) return done(queued.status());
+  auto& [reply, target] = *queued;
+  if (target == 0) return done(std::move(reply));
+  WhenDurable(target, [done = std::move(done), reply = std::move(reply)](Status st) mutable {
+    if (!st.ok()) return done(st);  // the agent reports the exits again; nothing was started
+    done(std::move(reply));
+  });
+}
+
+Result<std::pair<Json, int64_t>> Engine::HeartbeatQueued(const Identity& who, const Json& body) {
   if (who.role != Role::kAgent && who.role != Role::kAdmin)
     return Status::PermissionDenied("only agents heartbeat");
   if (!body.is_object() || !body.contains("node") || !body["node"].is_string())
@@ -380,19 +400,14 @@ Result<Json> Engine::Heartbeat(const Identity& who, const Json& body) {
   // it wakes for the next one, not for what this heartbeat changed itself).
   auto os = order_seq_.find(node);
   orders["seq"] = std::min(os == order_seq_.end() ? int64_t{0} : os->second, durable);
-  if (ack.empty()) {
-    // Nothing to acknowledge: the reply waits for no fsync. Its orders name only durable
-    // decisions (see OrdersLocked), and what this heartbeat changed (running, starting) is
-    // queued: were it lost, the next heartbeat says it again.
-    QueueLocked(b);
-    orders["ack"] = ack;
-    return orders;
-  }
-  // Exits are acknowledged only once durable: an acked exit is never reported again.
-  Status st = CommitLocked(b, lock);
-  if (!st.ok()) return st;  // the agent retries; nothing was started
-  orders["ack"] = ack;
-  return orders;
+  // With nothing to acknowledge the reply waits for no write. Its orders name only durable
+  // decisions (see OrdersLocked), and what this heartbeat changed (running, starting) is
+  // queued: were it lost, the next heartbeat says it again. Exits are acknowledged only once
+  // durable: an acked exit is never reported again.
+  QueueLocked(b);
+  const int64_t target = ack.empty() ? 0 : queued_seq_;
+  orders["ack"] = std::move(ack);
+  return std::pair<Json, int64_t>{std::move(orders), target};
 }
 
 // The heartbeat's telemetry: device entries {index, util_pct 0-100, memory_used_mib}, and on each

@@ -1,6 +1,7 @@
 // The commit pipeline: changes are queued under the engine's mutex (QueueLocked) and written
 // in order by one writer thread (WriterLoop) that holds only its own mutex, several batches per
-// transaction when they queue up; callers wait for their batch (CommitLocked). A failed write
+// transaction when they queue up; callers wait for their batch (CommitLocked) or are called back
+// once it is written (WhenDurable: submissions and heartbeats, no thread waiting). A failed write
 // drops what was queued on the memory that ran ahead of it and rebuilds memory from the store
 // (CatchUpLocked, ReloadLocked in engine.cc). Ended jobs leave memory here once durable.
 #include <algorithm>
@@ -86,13 +87,41 @@ Status Engine::CommitLocked(Batch& b, std::unique_lock<std::mutex>& lock, const 
   {
     std::unique_lock<std::mutex> w(wmu_);
     durable_cv_.wait(w, [&] { return written_seq_ >= target; });
-    for (const CommitFailure& f : commit_failures_) {
-      if (f.first <= target && target <= f.last) result = f.why;
-    }
+    result = FailureUpToLocked(target);
   }
   lock.lock();
   CatchUpLocked();
   return result;
+}
+
+void Engine::Quiesce() {
+  int64_t target = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    target = queued_seq_;
+  }
+  std::unique_lock<std::mutex> w(wmu_);
+  durable_cv_.wait(w, [&] { return written_seq_ >= target && !replying_; });
+}
+
+Status Engine::FailureUpToLocked(int64_t target) const {
+  for (const CommitFailure& f : commit_failures_) {
+    if (f.first <= target && target <= f.last) return f.why;
+  }
+  return Status::Ok();
+}
+
+void Engine::WhenDurable(int64_t target, std::function<void(Status)> done) {
+  Status now;
+  {
+    std::lock_guard<std::mutex> w(wmu_);
+    if (written_seq_ < target) {
+      durable_waiters_.emplace(target, std::move(done));
+      return;
+    }
+    now = FailureUpToLocked(target);
+  }
+  done(now);
 }
 
 void Engine::CatchUpLocked() {
@@ -191,12 +220,23 @@ void Engine::WriterLoop() {
         commit_failures_.push_back({group.front().seq, group.back().seq, st});
       }
     }
+    // Replies whose batches were written, with their outcome (before older failures are let go).
+    std::vector<std::pair<std::function<void(Status)>, Status>> replies;
+    for (auto it = durable_waiters_.begin(); it != durable_waiters_.end() && it->first <= written_seq_;) {
+      replies.emplace_back(std::move(it->second), FailureUpToLocked(it->first));
+      it = durable_waiters_.erase(it);
+    }
     while (commit_failures_.size() > 64) commit_failures_.pop_front();
     durable_cv_.notify_all();
-    if (!news.empty()) {
+    if (!news.empty() || !replies.empty()) {
+      replying_ = true;
       w.unlock();
-      FireWatches(news);
+      for (auto& [reply, st] : replies) reply(st);
+      replies.clear();
+      if (!news.empty()) FireWatches(news);
       w.lock();
+      replying_ = false;
+      durable_cv_.notify_all();
     }
   }
 }

@@ -81,6 +81,9 @@ class Engine {
   static Result<std::unique_ptr<Engine>> Open(EngineConfig config, std::unique_ptr<store::Store> store,
                                               std::string data_dir, Clock clock);
   ~Engine();  // writes what is queued, then stops the writer
+  // Returns once everything queued so far is written and every reply waiting on it was called
+  // (a server calls it before its connections go: no answer arrives after them).
+  void Quiesce();
 
   // Users.
   // With an `idempotency_key` (the Idempotency-Key header): a key this identity already used
@@ -88,6 +91,12 @@ class Engine {
   // making a second one.
   Result<Json> Submit(const Identity& who, const Json& body, const std::string& idempotency_key = "",
                       bool* replayed = nullptr);
+  // The same, answered through `done` (the job, or why not; whether it was a replay) once the
+  // job and the decisions of the cycle it ran are durable: from the commit writer's thread, so
+  // that no caller's thread waits for the store (at once, on the caller's thread, when refused
+  // or already durable). `done` must take no engine lock.
+  using SubmitReply = std::function<void(Result<Json>, bool replayed)>;
+  void SubmitAsync(const Identity& who, const Json& body, const std::string& idempotency_key, SubmitReply done);
   static constexpr int64_t kIdempotencyWindowMs = int64_t{24} * 3600 * 1000;
   // Letters, digits and -_.:/+=, 1 to 200 of them (UUIDs and the like).
   static Status ValidIdempotencyKey(const std::string& key);
@@ -162,6 +171,9 @@ class Engine {
   // Agents.
   Result<Json> RegisterNode(const Identity& who, const Json& body);
   Result<Json> Heartbeat(const Identity& who, const Json& body);
+  // The same, answered through `done` as SubmitAsync is: a heartbeat that reports exits is
+  // answered once they are durable, without a thread waiting for it.
+  void HeartbeatAsync(const Identity& who, const Json& body, std::function<void(Result<Json>)> done);
   Status WriteOutput(const Identity& who, const std::string& job, int64_t offset, const std::string& bytes);
   // A long poll for a node's orders (GET /v1/agent/orders): `wake` is called once, from any
   // thread, with the node's order sequence as soon as a durable change that gives the node new
@@ -324,6 +336,11 @@ class Engine {
   // The first half of CommitLocked: queues `b` for the writer (and empties it) without waiting.
   // Returns its sequence number, 0 when it was empty.
   int64_t QueueLocked(Batch& b);
+  // The second half, without a waiting thread: calls `done` with the outcome once every batch up
+  // to `target` was written (from the writer thread; at once, on this one, if they were).
+  // REQUIRES: mu_ and wmu_ not held. A failure's reload is left to the next CatchUpLocked.
+  void WhenDurable(int64_t target, std::function<void(Status)> done);
+  Status FailureUpToLocked(int64_t target) const;  // REQUIRES: wmu_ held
   // Marks the jobs whose records landed, and rebuilds memory from the store after a failed write.
   void CatchUpLocked();
   // Ended jobs beyond the newest kEndedKept leave memory once durable (`written`: the last
@@ -357,6 +374,9 @@ class Engine {
 
   // --- submit.cc
   Result<PendingSubmit> Prepare(const Identity& who, const Json& body) const;
+  // Submit's work under mu_: its reply, and the last batch the reply rests on (0: durable now).
+  Result<std::pair<Json, int64_t>> SubmitQueued(const Identity& who, const Json& body,
+                                                const std::string& idempotency_key, bool* replayed);
   // For an external queue: the form the cycle will grant, and the MIG profile its backend is
   // asked for (the request resized to that instance). "" when none.
   Result<std::string> ExternalForm(const quota::QueueSpec& q, quota::JobSpec* qs) const;
@@ -373,6 +393,8 @@ class Engine {
   int64_t audit_second_ = 0;
   int audit_in_second_ = 0;
   int64_t audit_suppressed_ = 0;
+  // Heartbeat's work under mu_: its reply, and the last batch the reply rests on (0: none).
+  Result<std::pair<Json, int64_t>> HeartbeatQueued(const Identity& who, const Json& body);
   Status MarkLostLocked(Batch& b);
   // A job held on `node` that no longer runs there: stopped if it was being preempted, else
   // requeued (if its queue says so) or ended as lost, for `why`.
@@ -552,6 +574,9 @@ class Engine {
   Status last_failure_;
   std::deque<CommitFailure> commit_failures_;  // the most recent ones
   std::vector<std::string> newly_stored_;      // jobs whose records landed, to mark under mu_
+  // Replies waiting for their batch (WhenDurable), by the last batch they rest on.
+  std::multimap<int64_t, std::function<void(Status)>> durable_waiters_;
+  bool replying_ = false;  // the writer is calling replies (and order watches) without wmu_
   bool stop_writer_ = false;
   std::thread writer_;
   std::map<std::string, std::unique_ptr<backends::Backend>> backends_;  // by name

@@ -212,6 +212,22 @@ struct TimedRoutes {
         },
         request_log);
   }
+  // A route answered later (once what it changed is durable), timed until its answer.
+  void RouteAsync(const std::string& method, const std::string& pattern, net::HttpAsyncHandler handler,
+                  log::Level request_log = log::Level::kInfo) {
+    http.RouteAsync(
+        method, pattern,
+        [e = e, method, pattern, handler = std::move(handler)](const HttpRequest& req, net::HttpReply reply) {
+          const auto start = std::chrono::steady_clock::now();
+          handler(req, [e, method, pattern, start, reply = std::move(reply)](HttpResponse res) {
+            const auto micros =
+                std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start);
+            e->ObserveRequest(method, pattern, res.status, micros.count());
+            reply(std::move(res));
+          });
+        },
+        request_log);
+  }
 };
 
 // A handler that runs `fn` with the request's identity, or refuses the request (401) for its
@@ -226,6 +242,32 @@ auto Authed(Engine* e, Fn fn) {
     }
     fn(*who, req, res);
   };
+}
+
+// The same for a route answered later: `fn(who, req, reply)`.
+template <typename Fn>
+auto AuthedAsync(Engine* e, Fn fn) {
+  return [e, fn](const HttpRequest& req, net::HttpReply reply) {
+    auto who = Authenticate(*e, req);
+    if (!who.ok()) {
+      e->AuditAuthFailure(req.method, req.path, who.status().message());
+      HttpResponse res;
+      ReplyError(res, who.status());
+      return reply(std::move(res));
+    }
+    fn(*who, req, std::move(reply));
+  };
+}
+
+// Answers `reply` with `r` (200, or `ok_status`), or its error.
+void ReplyLater(const net::HttpReply& reply, const Result<Json>& r, int ok_status = 200) {
+  HttpResponse res;
+  if (r.ok()) {
+    Reply(res, ok_status, *r);
+  } else {
+    ReplyError(res, r.status());
+  }
+  reply(std::move(res));
 }
 
 // GET /v1/health (no token) and /v1/whoami.
@@ -245,15 +287,16 @@ void AddHealthRoutes(TimedRoutes& s) {
 // Jobs: submit, list, get, cancel, read output.
 void AddJobRoutes(TimedRoutes& s) {
   Engine* e = s.e;
-  s.Route("POST", "/v1/jobs",
-          Authed(e, [e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
-            auto body = Body(req);
-            if (!body.ok()) return ReplyError(res, body.status());
-            bool replayed = false;
-            auto r = e->Submit(who, *body, req.header("idempotency-key"), &replayed);
-            if (r.ok()) return Reply(res, replayed ? 200 : 201, *r);
-            ReplyError(res, r.status());
-          }));
+  // Answered once the job is durable, from the commit writer: no API thread waits for the store.
+  s.RouteAsync("POST", "/v1/jobs",
+               AuthedAsync(e, [e](const Identity& who, const HttpRequest& req, net::HttpReply reply) {
+                 auto body = Body(req);
+                 if (!body.ok()) return ReplyLater(reply, body.status());
+                 e->SubmitAsync(who, *body, req.header("idempotency-key"),
+                                [reply = std::move(reply)](Result<Json> r, bool replayed) {
+                                  ReplyLater(reply, r, replayed ? 200 : 201);
+                                });
+               }));
   s.Route(
       "GET", "/v1/jobs",
       Authed(e, [e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
@@ -472,14 +515,16 @@ void AddAgentRoutes(TimedRoutes& s) {
                    ReplyResult(res, e->RegisterNode(who, *body));
                  }),
           RequestLogLevel("/v1/agent/register"));
-  s.Route("POST", "/v1/agent/heartbeat",
-          Authed(e,
-                 [e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
-                   auto body = Body(req);
-                   if (!body.ok()) return ReplyError(res, body.status());
-                   ReplyResult(res, e->Heartbeat(who, *body));
-                 }),
-          RequestLogLevel("/v1/agent/heartbeat"));
+  s.RouteAsync("POST", "/v1/agent/heartbeat",
+               AuthedAsync(e,
+                           [e](const Identity& who, const HttpRequest& req, net::HttpReply reply) {
+                             auto body = Body(req);
+                             if (!body.ok()) return ReplyLater(reply, body.status());
+                             e->HeartbeatAsync(who, *body, [reply = std::move(reply)](Result<Json> r) {
+                               ReplyLater(reply, r);
+                             });
+                           }),
+               RequestLogLevel("/v1/agent/heartbeat"));
   s.Route("PUT", "/v1/agent/jobs/{id}/output",
           Authed(e,
                  [e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
@@ -514,7 +559,10 @@ ApiServer::ApiServer(Engine* engine, ApiServerOptions options)
 ApiServer::~ApiServer() {
   Stop();
   if (ticker_.joinable()) ticker_.join();
-  engine_->UnwatchAll();  // their answers would go to connections about to be destroyed
+  // Answers would go to connections about to be destroyed: the ones waiting for a write get
+  // theirs now, the order watches theirs at once.
+  engine_->Quiesce();
+  engine_->UnwatchAll();
 }
 
 Result<int> ApiServer::Bind(const std::string& host, int port) { return http_->Bind(host, port); }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
+#include <future>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -294,6 +295,30 @@ Result<std::optional<Json>> Engine::RepeatedLocked(const Identity& who, const st
 
 Result<Json> Engine::Submit(const Identity& who, const Json& body, const std::string& idempotency_key,
                             bool* replayed) {
+  std::promise<std::pair<Result<Json>, bool>> answered;
+  SubmitAsync(who, body, idempotency_key,
+              [&answered](Result<Json> r, bool again) { answered.set_value({std::move(r), again}); });
+  auto [result, again] = answered.get_future().get();
+  if (replayed != nullptr) *replayed = again;
+  if (!result.ok()) (void)Sync();  // a failed write: memory is rebuilt before the caller looks
+  return std::move(result);
+}
+
+void Engine::SubmitAsync(const Identity& who, const Json& body, const std::string& idempotency_key,
+                         SubmitReply done) {
+  bool replayed = false;
+  auto queued = SubmitQueued(who, body, idempotency_key, &replayed);
+  if (!queued.ok()) return done(queued.status(), false);
+  auto& [reply, target] = *queued;
+  if (target == 0) return done(std::move(reply), replayed);
+  WhenDurable(target, [done = std::move(done), reply = std::move(reply)](Status st) mutable {
+    if (!st.ok()) return done(st, false);  // not recorded: a retry with the same key makes it once
+    done(std::move(reply), false);
+  });
+}
+
+Result<std::pair<Json, int64_t>> Engine::SubmitQueued(const Identity& who, const Json& body,
+                                                      const std::string& idempotency_key, bool* replayed) {
   std::string scoped;
   if (!idempotency_key.empty()) {
     if (Status st = ValidIdempotencyKey(idempotency_key); !st.ok()) return st;
@@ -310,8 +335,8 @@ Result<Json> Engine::Submit(const Identity& who, const Json& body, const std::st
     if (!repeated->has_value() && idem_.count(scoped) != 0) repeated = RepeatedLocked(who, scoped, lock);
     if (!repeated.ok()) return repeated.status();
     if (repeated->has_value()) {
-      if (replayed != nullptr) *replayed = true;
-      return std::move(**repeated);
+      *replayed = true;
+      return std::pair<Json, int64_t>{std::move(**repeated), 0};
     }
     if (!broken_.ok()) return broken_;
   }
@@ -356,13 +381,10 @@ Result<Json> Engine::Submit(const Identity& who, const Json& body, const std::st
       QueueLocked(decisions);
     }
   }
-  Batch none;
-  Status st = CommitLocked(none, lock);
-  // By id: a failed commit rebuilt the jobs from the store, with this one if its write landed
-  // (then it is acknowledged, pending, the reload saying why).
+  // Answered once all of it is durable (by id: a reload may have run while the lock was let go).
   auto it = jobs_.find(id);
-  if (it == jobs_.end()) return st.ok() ? Status::Internal("job '" + id + "' vanished in a reload") : st;
-  return JobJson(it->second);
+  if (it == jobs_.end()) return Status::Internal("job '" + id + "' was not recorded: a write failed meanwhile");
+  return std::pair<Json, int64_t>{JobJson(it->second), queued_seq_};
 }
 
 Result<Json> Engine::Cancel(const Identity& who, const std::string& id) {

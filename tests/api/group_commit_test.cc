@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <future>
 #include <set>
 #include <thread>
 
@@ -130,6 +131,42 @@ TEST_F(GroupCommitTest, ConcurrentSubmissionsShareCommitsAndEveryOneLands) {
   Reopen();
   EXPECT_EQ(JobCount(), size_t{kThreads * kEach});
   for (const std::string& id : ids) EXPECT_TRUE(engine_->GetJob(config_.identities[0], id).ok()) << id;
+}
+
+// SubmitAsync returns while the store still writes, and answers from the commit writer once the
+// job is durable (or with the write's error, leaving nothing behind): no caller's thread waits.
+TEST_F(GroupCommitTest, AnAsynchronousSubmissionIsAnsweredByTheWriterOnceDurable) {
+  delay_ms_ = 300;  // a slow disk: the answer cannot come before the write ends
+  std::promise<std::pair<Result<Json>, std::thread::id>> answered;
+  std::atomic<bool> called{false};
+  engine_->SubmitAsync(config_.identities[0], Json{{"queue", "local"}, {"command", {"true"}}}, "",
+                       [&](Result<Json> r, bool replayed) {
+                         EXPECT_FALSE(replayed);
+                         called = true;
+                         answered.set_value({std::move(r), std::this_thread::get_id()});
+                       });
+  EXPECT_FALSE(called.load()) << "answered before its write ended";
+  auto [r, thread] = answered.get_future().get();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)["id"], "j-1");
+  EXPECT_NE(thread, std::this_thread::get_id()) << "answered on the caller's thread, which waited";
+  delay_ms_ = 0;
+  Reopen();
+  EXPECT_TRUE(engine_->GetJob(config_.identities[0], "j-1").ok()) << "acknowledged but not durable";
+
+  // A failed write answers with its error; once memory catches up the job is gone.
+  fail_ = true;
+  std::promise<Result<Json>> refused;
+  engine_->SubmitAsync(config_.identities[0], Json{{"queue", "local"}, {"command", {"true"}}}, "",
+                       [&](Result<Json> r2, bool) { refused.set_value(std::move(r2)); });
+  Result<Json> r2 = refused.get_future().get();
+  ASSERT_FALSE(r2.ok());
+  EXPECT_NE(r2.status().message().find("disk full"), std::string::npos) << r2.status().ToString();
+  fail_ = false;
+  (void)engine_->Sync();
+  EXPECT_EQ(JobCount(), 1u);
+  Reopen();
+  EXPECT_EQ(JobCount(), 1u);
 }
 
 TEST_F(GroupCommitTest, AFailedCommitAcknowledgesNoneAndLeavesNoUsage) {

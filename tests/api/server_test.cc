@@ -5,10 +5,13 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <thread>
+
+#include "forwarding_store.h"
 
 namespace tessera::api {
 namespace {
@@ -117,6 +120,80 @@ TEST_F(ServerTest, StatusCodesAndJsonErrors) {
   EXPECT_EQ(Json::parse(r->body)["id"], "j-1");
   r = client_->Get("/v1/whoami", Auth("alice-token-1"));
   EXPECT_EQ(Json::parse(r->body)["name"], "alice");
+}
+
+// A store whose commits wait while `hold` is set (counting the ones waiting).
+class HeldStore : public tessera::testing::ForwardingStore {
+ public:
+  HeldStore(std::unique_ptr<store::Store> inner, std::atomic<bool>* hold, std::atomic<int>* waiting)
+      : ForwardingStore(std::move(inner)), hold_(hold), waiting_(waiting) {}
+  Status Commit(const std::vector<store::Event>& events, const std::vector<store::JobRecord>& jobs,
+                std::vector<int64_t>* seqs) override {
+    ++*waiting_;
+    while (hold_->load()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    --*waiting_;
+    return ForwardingStore::Commit(events, jobs, seqs);
+  }
+
+ private:
+  std::atomic<bool>* hold_;
+  std::atomic<int>* waiting_;
+};
+
+// With one API thread, a submission whose write is slow holds no thread: other requests (an
+// agent's heartbeat, a health check) are answered meanwhile, and the submission when it lands.
+TEST(ServerThreads, ASubmissionWaitingForTheStoreHoldsNoApiThread) {
+  const std::string dir = ::testing::TempDir() + "/server_held_" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::atomic<bool> hold{false};
+  std::atomic<int> waiting{0};
+  auto inner = store::Store::Open(dir + "/t.db");
+  ASSERT_TRUE(inner.ok());
+  auto e = Engine::Open(*ParseConfig(kConfig), std::make_unique<HeldStore>(std::move(*inner), &hold, &waiting), dir,
+                        [] { return int64_t{1000}; });
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  ApiServerOptions options;
+  options.io_threads = 1;
+  ApiServer server(e->get(), options);
+  auto port = server.Bind("127.0.0.1", 0);
+  ASSERT_TRUE(port.ok());
+  std::thread serving([&] { server.Run(50); });
+  httplib::Client user("127.0.0.1", *port), agent("127.0.0.1", *port);
+  user.set_read_timeout(20, 0);
+  agent.set_read_timeout(5, 0);
+  const httplib::Headers alice = {{"Authorization", "Bearer alice-token-1"}};
+  const httplib::Headers agent_token = {{"Authorization", "Bearer agent-token-1"}};
+  auto reg = agent.Post("/v1/agent/register", agent_token,
+                        R"({"node":"n1","cpu_milli":8000,"memory_mib":65536,"devices":[{"index":0,"model":"H100-80GB","memory_mib":81920}]})",
+                        "application/json");
+  ASSERT_TRUE(reg);
+  ASSERT_EQ(reg->status, 200) << reg->body;
+
+  hold = true;
+  int submitted_status = 0;
+  std::string submitted_body;
+  std::thread submitter([&] {
+    auto r = user.Post("/v1/jobs", alice, R"({"queue":"notebooks","command":["true"]})", "application/json");
+    if (!r) return;
+    submitted_status = r->status;
+    submitted_body = r->body;
+  });
+  for (int i = 0; i < 500 && waiting.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_GT(waiting.load(), 0) << "the submission never reached the store";
+  auto hb = agent.Post("/v1/agent/heartbeat", agent_token, R"({"node":"n1"})", "application/json");
+  ASSERT_TRUE(hb) << "a heartbeat was not answered while a submission waited for the store";
+  EXPECT_EQ(hb->status, 200) << hb->body;
+  auto health = agent.Get("/v1/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  EXPECT_GT(waiting.load(), 0) << "the write ended early: the test showed nothing";
+  hold = false;
+  submitter.join();
+  ASSERT_EQ(submitted_status, 201) << submitted_body;
+  EXPECT_EQ(Json::parse(submitted_body)["id"], "j-1");
+  server.Stop();
+  serving.join();
 }
 
 TEST_F(ServerTest, OutputIsServedInRanges) {

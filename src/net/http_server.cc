@@ -272,14 +272,15 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   }
 
   // An async route: its handler gets a one-shot reply that brings the answer back onto this
-  // connection's executor from whichever thread calls it.
+  // connection's executor from whichever thread calls it; called from the handler itself (an
+  // answer ready at once) it is sent there and then, not queued behind every other connection.
   void DispatchAsync(const RouteEntry& r, std::shared_ptr<HttpRequest> req, unsigned version, bool keep_alive,
                      SteadyClock::time_point start) {
     auto once = std::make_shared<std::atomic<bool>>(false);
     const log::Level level = r.log_level;
     HttpReply reply = [self = shared_from_this(), req, version, keep_alive, start, level, once](HttpResponse res) {
       if (once->exchange(true)) return;
-      asio::post(self->stream_.get_executor(), [self, req, version, keep_alive, start, level, res = std::move(res)]() mutable {
+      asio::dispatch(self->stream_.get_executor(), [self, req, version, keep_alive, start, level, res = std::move(res)]() mutable {
         self->Send(std::move(res), version, keep_alive, Entry(level, start, *req));
       });
     };

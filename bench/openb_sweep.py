@@ -10,6 +10,14 @@ prints the acceptance checks of issue 3:
 
 Usage: bench/openb_sweep.py [--binary build/src/cli/tessera] [--seeds 42-51] [--traces a,b]
                             [--out bench/results/openb_sweep.csv]
+
+With --guard it guards the headline instead (issue 14): the default policy `tessera` against
+FGD, as implemented here (same simulator, same seeds), on every shipped trace and every
+constrained variant of bench/constrained_traces.py (generated first), printing mean and standard
+deviation across seeds at 100% arrived. It exits non-zero when the default's mean is not below
+FGD's on some trace; it also reports whether the default's sd is within 1.5x FGD's and whether
+the default trace is at 3.9% or less. --quick is the short form CI runs (four traces, seeds
+42-44).
 """
 import argparse
 import csv
@@ -27,13 +35,76 @@ POLICIES = ["random", "dotprod", "clustering", "packing", "bestfit", "fgd", "tes
             "tessera-oracle"]
 
 
+def run_sim(binary, pods, policies, seeds):
+    """{policy: {"mean", "sd"}} at 100% arrived for one pod list."""
+    out = subprocess.run(
+        [binary, "sim", "openb", "--nodes", os.path.join(TRACES, "openb_node_list_gpu_node.csv"),
+         "--pods", pods, "--policy", ",".join(policies), "--seeds", seeds, "--json"],
+        check=True, capture_output=True, text=True).stdout
+    return {r["policy"]: r["unallocated_gpu_pct"]["100"] for r in json.loads(out)}
+
+
+def guard(args):
+    sys.path.insert(0, HERE)
+    import constrained_traces  # noqa: E402 (beside this script)
+    gen_dir = os.path.join(HERE, "traces", "generated")
+    os.makedirs(gen_dir, exist_ok=True)
+    nodes = constrained_traces.read_nodes()
+    traces = []
+    for f in sorted(os.listdir(TRACES)):
+        if f.startswith("openb_pod_list_") and f.endswith(".csv"):
+            traces.append((f[len("openb_pod_list_"):-4], os.path.join(TRACES, f)))
+    traces.sort(key=lambda t: (t[0] != "default", t[0]))
+    print("constrained variants (bench/constrained_traces.py):")
+    for name, base, share in constrained_traces.VARIANTS:
+        traces.append((name, constrained_traces.generate(name, base, share, nodes, gen_dir)))
+    if args.quick:
+        keep = {"default", "gpuspec25", "gpuspec33", "multigpu30-spec25"}
+        traces = [t for t in traces if t[0] in keep]
+    if args.traces:
+        traces = [t for t in traces if t[0] in args.traces.split(",")]
+    print(f"\nplacement guard: tessera against fgd on {len(traces)} traces, seeds {args.seeds}, "
+          f"100% arrived, mean and sd of unallocated GPU % across seeds ({os.cpu_count()} cores)")
+    print(f"{'trace':<20}{'fgd':>8}{'sd':>6}{'tessera':>10}{'sd':>6}{'diff':>8}  below  sd<=1.5x")
+    start = time.time()
+    worse, unstable = [], []
+    default = None
+    for name, path in traces:
+        r = run_sim(args.binary, path, ["fgd", "tessera"], args.seeds)
+        f, t = r["fgd"], r["tessera"]
+        below = t["mean"] < f["mean"]
+        stable = t["sd"] <= 1.5 * f["sd"] + 0.01  # 0.01: the figures are printed to 2 places
+        if not below:
+            worse.append(name)
+        if not stable:
+            unstable.append(name)
+        if name == "default":
+            default = t["mean"]
+        print(f"{name:<20}{f['mean']:8.2f}{f['sd']:6.2f}{t['mean']:10.2f}{t['sd']:6.2f}"
+              f"{t['mean'] - f['mean']:+8.2f}  {'yes' if below else 'NO':>5}  {'yes' if stable else 'NO':>8}",
+              flush=True)
+    print(f"\n{len(traces)} traces in {time.time() - start:.1f}s")
+    print(f"default below FGD on every trace: {'PASS' if not worse else 'FAIL: ' + ','.join(worse)}")
+    print(f"default sd within 1.5x FGD's on every trace: "
+          f"{'PASS' if not unstable else 'FAIL: ' + ','.join(unstable)}")
+    if default is not None:
+        print(f"default trace: {default:.2f}% (goal 3.9% or less): {'met' if default <= 3.9 else 'not met'}")
+    return 1 if worse else 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--binary", default=os.path.join(HERE, "..", "build", "src", "cli", "tessera"))
-    ap.add_argument("--seeds", default="42-51")
+    ap.add_argument("--seeds", default="")
     ap.add_argument("--traces", default="")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "openb_sweep.csv"))
+    ap.add_argument("--guard", action="store_true", help="tessera against fgd on every trace")
+    ap.add_argument("--quick", action="store_true", help="with --guard: four traces, seeds 42-44")
     args = ap.parse_args()
+    if not args.seeds:
+        args.seeds = "42-44" if args.quick else "42-51"
+    if args.guard:
+        return guard(args)
 
     ref = {}
     with open(os.path.join(TRACES, "fgd_reference_unallocated_gpu_pct.csv")) as f:

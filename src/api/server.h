@@ -37,14 +37,12 @@ struct RouteInfo {
 };
 
 struct ApiServerOptions {
-  // Threads that read, run and answer requests, on one event loop. A request mostly runs for
-  // microseconds under the engine's mutex; one that waits (for its commit to be durable) holds
-  // its thread meanwhile, so there are many more threads than cores: with 10,000 agents, a few
-  // hundred state changes a second wait on the store at once (16 threads starved heartbeats).
-  // 0: twice the cores, at least 4. Measured at 10,000 agents on 2 cores (bench/README.md): 64
-  // threads cost more in switching than waiting requests need (heartbeat p99 174 ms against 27 ms
-  // with 4), since heartbeats without exits and order watches never wait; what waits for a
-  // commit is a group commit away. `tessera serve --threads N` sets it.
+  // Threads that read, run and answer requests, on one event loop. A request runs for
+  // microseconds under the engine's mutex; none holds a thread while the store writes (a
+  // submission or a heartbeat with exits is answered by the commit writer once durable, an
+  // order watch when its node has news). 0: twice the cores, at least 4. Measured at 10,000
+  // agents on 2 cores (bench/README.md): 64 threads cost more in switching than they saved
+  // (heartbeat p99 174 ms against 27 ms with 4). `tessera serve --threads N` sets it.
   int io_threads = 0;
   int workers = 0;  // no separate handler pool: see net::HttpServerOptions
   int idle_timeout_ms = 10 * 60 * 1000;

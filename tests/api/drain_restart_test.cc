@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "api/engine.h"
-#include "test_dir.h"
+#include "engine_fixture.h"
 
 namespace tessera::api {
 namespace {
@@ -22,22 +22,11 @@ queues:
   - {name: serve, profile: serve, groups: [lab], priority: 10, class: inference}
 )";
 
-class DrainRestartTest : public ::testing::Test {
+class DrainRestartTest : public testing::EngineFixture {
  protected:
   void SetUp() override {
-    dir_ = tessera::testing::FreshTestDir("drain_restart");
-    auto c = ParseConfig(kConfig);
-    ASSERT_TRUE(c.ok()) << c.status().ToString();
-    config_ = *c;
-    Reopen();
-  }
-  void Reopen() {
-    engine_.reset();
-    auto store = store::Store::Open(dir_ + "/tessera.db");
-    ASSERT_TRUE(store.ok());
-    auto e = Engine::Open(config_, std::move(*store), dir_, [this] { return now_; });
-    ASSERT_TRUE(e.ok()) << e.status().ToString();
-    engine_ = std::move(*e);
+    now_ = 1'000'000'000;
+    Start("drain_restart", kConfig);
   }
   Json Heartbeat(Json extra = Json::object()) {
     extra["node"] = "n1";
@@ -53,11 +42,6 @@ class DrainRestartTest : public ::testing::Test {
     return static_cast<int>((*engine_->Events(admin(), 0, 1000, f))["events"].size());
   }
   const Identity& admin() { return config_.identities[0]; }
-
-  std::string dir_;
-  EngineConfig config_;
-  std::unique_ptr<Engine> engine_;
-  int64_t now_ = 1'000'000'000;
 };
 
 TEST_F(DrainRestartTest, ADrainInProgressSurvivesARestart) {

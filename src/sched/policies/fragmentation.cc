@@ -87,12 +87,17 @@ class FragmentationPolicy final : public Policy {
   void Attach(const ClusterState& state, const SelectContext& ctx) override {
     rank_of_ = ctx.rank_of;
     node_count_ = state.node_count();
+    model_cap_.clear();
+    model_free_.clear();
+    node_free_.assign(static_cast<size_t>(node_count_), 0);
+    for (int node = 0; node < node_count_; ++node) TrackNode(state, node, true);
   }
 
   void Observe(const PlacementRequest& r) override {
     if (r.gpu_count > 0) {
       seen_memory_ += static_cast<double>(r.memory_mib);
       seen_gpu_ += static_cast<double>(r.total_gpu_milli());
+      if (TypeOf(r).models != 0) seen_constrained_gpu_ += static_cast<double>(r.total_gpu_milli());
     }
     if (opt_.online_mix) {
       auto [it, inserted] = seen_index_.try_emplace(KeyOf(TypeOf(r)), seen_.size());
@@ -115,12 +120,15 @@ class FragmentationPolicy final : public Policy {
               Placement* out) override {
     if (dirty_) Refresh(state);
     int q = QueryType(state, r);
-    MaxTree& tree = trees_[q];
+    const bool charged = opt_.model_balance_weight != 0 && TypeOf(r).models == 0 && r.gpu_count > 0 &&
+                         seen_constrained_gpu_ > 0;
     popped_.clear();
     bool found = false;
     while (true) {
+      const int slot = BestSlot(q, charged ? r.total_gpu_milli() : 0);
+      if (slot < 0) break;
+      MaxTree& tree = trees_[q][static_cast<size_t>(slot)];
       int rank = tree.LeftmostMax();
-      if (rank < 0) break;
       int node = (*ctx.order)[rank];
       const NodeState& n = state.node(node);
       if (NodeFits(n, r)) {
@@ -136,14 +144,70 @@ class FragmentationPolicy final : public Policy {
         break;
       }
       // Fits the type but not this request (host or GPU memory): look further.
-      popped_.emplace_back(rank, tree.Get(rank));
+      popped_.push_back({slot, rank, tree.Get(rank)});
       tree.Set(rank, kNoFit);
     }
-    for (const auto& [rank, v] : popped_) tree.Set(rank, v);
+    for (const Popped& p : popped_) trees_[q][static_cast<size_t>(p.slot)].Set(p.rank, p.value);
     return found;
   }
 
+  // The model slot whose best node wins for type q: the highest score, less (for an
+  // unconstrained job of `gpu` milli-GPU) the charge for taking from a model whose free share
+  // is below the cluster's; ties to the lowest rank. -1 when nothing fits.
+  int BestSlot(int q, MilliGpu gpu) const {
+    int best = -1, best_rank = 0;
+    double best_v = kNoFit;
+    const auto& trees = trees_[q];
+    for (size_t m = 0; m < trees.size(); ++m) {
+      const int rank = trees[m].LeftmostMax();
+      if (rank < 0) continue;
+      double v = trees[m].Get(rank);
+      if (gpu > 0) v -= ModelCharge(static_cast<int>(m), gpu);
+      if (best < 0 || v > best_v || (v == best_v && rank < best_rank)) {
+        best = static_cast<int>(m);
+        best_v = v;
+        best_rank = rank;
+      }
+    }
+    return best;
+  }
+
+  // In the score's units (quanta of milli-GPU): weight x the constrained share of the GPU
+  // demand seen x gpu x (cluster free share - the model's free share).
+  double ModelCharge(int slot, MilliGpu gpu) const {
+    const double cap = static_cast<double>(model_cap_[static_cast<size_t>(slot)]);
+    if (cap <= 0 || total_cap_ <= 0) return 0;
+    const double mine = static_cast<double>(model_free_[static_cast<size_t>(slot)]) / cap;
+    const double all = static_cast<double>(total_free_) / static_cast<double>(total_cap_);
+    const double share = seen_gpu_ > 0 ? seen_constrained_gpu_ / seen_gpu_ : 0;
+    const double charge = opt_.model_balance_weight * share * static_cast<double>(gpu) * (all - mine);
+    return opt_.quantum_milli > 0 ? charge / static_cast<double>(opt_.quantum_milli) : charge;
+  }
+
+  // Keeps the free GPU per model slot (model + 1; slot 0: CPU-only nodes) in step with node.
+  void TrackNode(const ClusterState& state, int node, bool add) {
+    const NodeState& n = state.node(node);
+    const size_t slot = static_cast<size_t>(n.model + 1);
+    if (model_cap_.size() <= slot) {
+      model_cap_.resize(slot + 1, 0);
+      model_free_.resize(slot + 1, 0);
+    }
+    if (node_free_.size() <= static_cast<size_t>(node)) node_free_.resize(static_cast<size_t>(node) + 1, 0);
+    const MilliGpu free = n.gpu_free_total();
+    if (add) {
+      model_cap_[slot] += static_cast<MilliGpu>(n.device_count) * kWholeGpu;
+      total_cap_ += static_cast<MilliGpu>(n.device_count) * kWholeGpu;
+    } else {
+      model_free_[slot] -= node_free_[static_cast<size_t>(node)];
+      total_free_ -= node_free_[static_cast<size_t>(node)];
+    }
+    model_free_[slot] += free;
+    total_free_ += free;
+    node_free_[static_cast<size_t>(node)] = free;
+  }
+
   void NodeChanged(const ClusterState& state, int node) override {
+    TrackNode(state, node, false);
     if (dirty_) return;  // every row is rebuilt before the next decision
     RecomputeNode(state, node);
   }
@@ -152,8 +216,9 @@ class FragmentationPolicy final : public Policy {
   // compute every node's rows).
   bool NodeAdded(const ClusterState& state, int node) override {
     node_count_ = state.node_count();
+    TrackNode(state, node, true);
     for (size_t q = 0; q < trees_.size(); ++q) {
-      trees_[q].Grow(node_count_);
+      for (MaxTree& t : trees_[q]) t.Grow(node_count_);
       devices_[q].resize(static_cast<size_t>(node_count_), int8_t{-1});
     }
     if (!dirty_) RecomputeNode(state, node);
@@ -347,9 +412,20 @@ class FragmentationPolicy final : public Policy {
     const int rank = (*rank_of_)[node];
     for (size_t q = 0; q < qtypes_.size(); ++q) {
       int8_t dev = -1;
-      trees_[q].Set(rank, Entry(n, summary_, qtypes_[q], qmemory_[q], &dev));
+      TreeOf(static_cast<int>(q), n).Set(rank, Entry(n, summary_, qtypes_[q], qmemory_[q], &dev));
       devices_[q][node] = dev;
     }
+  }
+
+  // Type q's tree for n's model (one per model slot, made on first use, each over every rank).
+  MaxTree& TreeOf(int q, const NodeState& n) {
+    auto& trees = trees_[static_cast<size_t>(q)];
+    const size_t slot = static_cast<size_t>(n.model + 1);
+    while (trees.size() <= slot) {
+      trees.emplace_back();
+      trees.back().Init(node_count_);
+    }
+    return trees[slot];
   }
 
   // The index of r's type, creating (and filling) its tree on first sight. A type's host
@@ -361,13 +437,12 @@ class FragmentationPolicy final : public Policy {
     qtypes_.push_back(t);
     qmemory_.push_back(r.memory_mib);
     trees_.emplace_back();
-    trees_.back().Init(node_count_);
     devices_.emplace_back(static_cast<size_t>(node_count_), int8_t{-1});
     for (int node = 0; node < node_count_; ++node) {
       const NodeState& n = state.node(node);
       Summarize(n, &summary_);
       int8_t dev = -1;
-      trees_.back().Set((*rank_of_)[node], Entry(n, summary_, t, r.memory_mib, &dev));
+      TreeOf(it->second, n).Set((*rank_of_)[node], Entry(n, summary_, t, r.memory_mib, &dev));
       devices_.back()[node] = dev;
     }
     return it->second;
@@ -384,10 +459,18 @@ class FragmentationPolicy final : public Policy {
   std::vector<TaskType> qtypes_;
   std::vector<MiB> qmemory_;
   std::map<TypeKey, int> qid_;
-  std::vector<MaxTree> trees_;
+  std::vector<std::vector<MaxTree>> trees_;  // per type, per model slot
   std::vector<std::vector<int8_t>> devices_;
   Summary summary_;
-  std::vector<std::pair<int, double>> popped_;
+  struct Popped {
+    int slot, rank;
+    double value;
+  };
+  std::vector<Popped> popped_;
+  // Free and total GPU per model slot and in all, and each node's free as last seen.
+  std::vector<MilliGpu> model_cap_, model_free_, node_free_;
+  MilliGpu total_cap_ = 0, total_free_ = 0;
+  double seen_constrained_gpu_ = 0;
 
   // What is learned from the stream.
   std::vector<std::pair<TaskType, int64_t>> seen_;

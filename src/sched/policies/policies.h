@@ -29,6 +29,10 @@ struct FragmentationOptions {
   // workload's CPU-per-GPU (memory-per-GPU) ratio, counts as fragment with this weight.
   double cpu_balance_weight = 0;
   double memory_balance_weight = 0;
+  // Model balance: an unconstrained GPU job pays weight x (the constrained share of the GPU
+  // demand seen) x its milli-GPU x (the cluster's free share - its model's free share), so it
+  // leaves room on the models that constrained jobs need. 0: off.
+  double model_balance_weight = 0;
 };
 std::unique_ptr<Policy> NewFragmentationPolicy(std::string name, FragmentationOptions options,
                                                std::vector<WeightedType> mix);

@@ -26,13 +26,14 @@ Result<std::unique_ptr<Policy>> MakePolicy(std::string_view name, const PolicyCo
     return NewFragmentationPolicy("fgd", {.truncated_score = true, .quantum_milli = 0},
                                   config.target_mix);
   }
-  // Tessera's default: the fragmentation gradient over the mix learned online, plus the CPU
-  // and memory balance terms, with near-ties packed first-fit.
+  // Tessera's default: the fragmentation gradient over the mix learned online, plus the CPU,
+  // memory and model balance terms, with near-ties packed first-fit (bench/POLICY_LOG.md).
   const FragmentationOptions tessera{.truncated_score = false,
                                      .quantum_milli = 10,
                                      .online_mix = true,
                                      .cpu_balance_weight = 1.0,
-                                     .memory_balance_weight = 1.0};
+                                     .memory_balance_weight = 1.0,
+                                     .model_balance_weight = 8.0};
   if (name == "tessera") return NewFragmentationPolicy("tessera", tessera, {});
   if (name == "tessera-oracle") {
     FragmentationOptions oracle = tessera;

@@ -28,10 +28,12 @@ struct BenchOptions {
   std::string pods = TESSERA_DEFAULT_PODS;
   uint64_t seed = 42;
   bool json = false;
+  int models = 1;       // GPU models in the cluster, node i of model i % models
+  int constrained = 0;  // percent of GPU jobs pinned to one model, drawn uniformly
 };
 
-// A homogeneous cluster shaped like the openb trace's 8-GPU nodes: 12 cores and 48 GiB of
-// host memory per GPU.
+// A cluster shaped like the openb trace's 8-GPU nodes: 12 cores and 48 GiB of host memory per
+// GPU; one model ("G2") or, heterogeneous, models M0..M{models-1} in turn.
 std::vector<Node> SyntheticNodes(const BenchOptions& o) {
   std::vector<Node> nodes(static_cast<size_t>(o.nodes));
   for (int i = 0; i < o.nodes; ++i) {
@@ -39,7 +41,8 @@ std::vector<Node> SyntheticNodes(const BenchOptions& o) {
     n.name = "node-" + std::to_string(i);
     n.cpu_milli = int64_t{12000} * o.gpus_per_node;
     n.memory_mib = int64_t{49152} * o.gpus_per_node;
-    for (int d = 0; d < o.gpus_per_node; ++d) n.devices.push_back(Device{d, "G2", 0});
+    const std::string model = o.models == 1 ? "G2" : "M" + std::to_string(i % o.models);
+    for (int d = 0; d < o.gpus_per_node; ++d) n.devices.push_back(Device{d, model, 0});
   }
   return nodes;
 }
@@ -101,6 +104,8 @@ void PrintBench(const BenchOptions& o, const BenchResult& r) {
                         {"nodes", o.nodes},
                         {"gpus_per_node", o.gpus_per_node},
                         {"jobs", o.jobs},
+                        {"models", o.models},
+                        {"constrained_pct", o.constrained},
                         {"placed", r.placed},
                         {"placements_per_second", r.rate},
                         {"latency_us", {{"p50", pct(0.50)}, {"p99", pct(0.99)}, {"max", sorted.back()}}},
@@ -111,9 +116,9 @@ void PrintBench(const BenchOptions& o, const BenchResult& r) {
                         {"threads", 1}};
     std::cout << j.dump(2) << "\n";
   } else {
-    std::printf("placement benchmark: policy %s, %d nodes x %d GPUs, %d jobs from %s, seed %llu, "
-                "1 thread\n",
-                o.policy.c_str(), o.nodes, o.gpus_per_node, o.jobs, o.pods.c_str(),
+    std::printf("placement benchmark: policy %s, %d nodes x %d GPUs of %d model(s), %d jobs from %s (%d%% "
+                "of GPU jobs pinned to a model), seed %llu, 1 thread\n",
+                o.policy.c_str(), o.nodes, o.gpus_per_node, o.models, o.jobs, o.pods.c_str(), o.constrained,
                 static_cast<unsigned long long>(o.seed));
     std::printf("  decisions/s   %.0f  (%lld placed, %lld unschedulable; GPU allocated %.1f%%)\n", r.rate,
                 static_cast<long long>(r.placed), static_cast<long long>(o.jobs - r.placed), r.util);
@@ -126,6 +131,10 @@ int RunPlacementBench(const BenchOptions& o) {
   if (o.nodes <= 0 || o.jobs <= 0 || o.gpus_per_node <= 0 || o.gpus_per_node > sched::kMaxDevices) {
     std::cerr << "tessera bench: --nodes and --jobs must be positive and --gpus-per-node within 1.."
               << sched::kMaxDevices << "\n";
+    return kExitBadInput;
+  }
+  if (o.models < 1 || o.models > 16 || o.constrained < 0 || o.constrained > 100) {
+    std::cerr << "tessera bench: --models must be within 1..16 and --constrained within 0..100\n";
     return kExitBadInput;
   }
   auto pods = sim::ReadOpenbPods(o.pods);
@@ -143,7 +152,14 @@ int RunPlacementBench(const BenchOptions& o) {
   std::vector<sched::PlacementRequest> mix = JobMix(*pods, o.gpus_per_node);
   std::mt19937_64 rng(o.seed);
   std::vector<sched::PlacementRequest> jobs(static_cast<size_t>(o.jobs));
-  for (auto& j : jobs) j = mix[rng() % mix.size()];
+  for (auto& j : jobs) {
+    j = mix[rng() % mix.size()];
+    // A constrained job names one model (uniform: every model has the same capacity here).
+    if (j.gpu_count > 0 && static_cast<int>(rng() % 100) < o.constrained) {
+      const int id = state->model_id(o.models == 1 ? "G2" : "M" + std::to_string(rng() % static_cast<uint64_t>(o.models)));
+      j.models = sched::ModelMask{1} << id;
+    }
+  }
 
   sched::PolicyConfig config;
   config.target_mix = sched::TypicalMix(mix);
@@ -174,6 +190,8 @@ void RegisterBenchCommands(CLI::App& app, CommandContext& ctx) {
   placement->add_option("--policy", o->policy, "placement policy (tessera)");
   placement->add_option("--pods", o->pods, "trace whose job mix the jobs are drawn from");
   placement->add_option("--seed", o->seed, "seed for jobs and tie-breaks (42)");
+  placement->add_option("--models", o->models, "GPU models in the cluster, nodes taking them in turn (1)");
+  placement->add_option("--constrained", o->constrained, "percent of GPU jobs pinned to one model (0)");
   placement->add_flag("--json", o->json, "print one JSON object");
   placement->callback([o, &ctx] { ctx.exit_code = RunPlacementBench(*o); });
 }

@@ -89,6 +89,7 @@ class FragmentationPolicy final : public Policy {
     node_count_ = state.node_count();
     model_cap_.clear();
     model_free_.clear();
+    total_cap_ = total_free_ = 0;
     node_free_.assign(static_cast<size_t>(node_count_), 0);
     for (int node = 0; node < node_count_; ++node) TrackNode(state, node, true);
   }

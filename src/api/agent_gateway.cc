@@ -330,14 +330,8 @@ Result<Json> Engine::Heartbeat(const Identity& who, const Json& body) {
 }
 
 void Engine::HeartbeatAsync(const Identity& who, const Json& body, std::function<void(Result<Json>)> done) {
-  auto queued = HeartbeatQueued(who, body);
-  if (!queued.ok()) return done(queued.status());
-  auto& [reply, target] = *queued;
-  if (target == 0) return done(std::move(reply));
-  WhenDurable(target, [done = std::move(done), reply = std::move(reply)](Status st) mutable {
-    if (!st.ok()) return done(st);  // the agent reports the exits again; nothing was started
-    done(std::move(reply));
-  });
+  // A failed write: the agent reports the exits again; nothing was started.
+  AnswerWhenDurable(HeartbeatQueued(who, body), std::move(done));
 }
 
 Result<std::pair<Json, int64_t>> Engine::HeartbeatQueued(const Identity& who, const Json& body) {

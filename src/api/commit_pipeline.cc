@@ -124,6 +124,16 @@ void Engine::WhenDurable(int64_t target, std::function<void(Status)> done) {
   done(now);
 }
 
+void Engine::AnswerWhenDurable(Result<std::pair<Json, int64_t>> queued, std::function<void(Result<Json>)> done) {
+  if (!queued.ok()) return done(queued.status());
+  auto& [reply, target] = *queued;
+  if (target == 0) return done(std::move(reply));
+  WhenDurable(target, [done = std::move(done), reply = std::move(reply)](Status st) mutable {
+    if (!st.ok()) return done(st);
+    done(std::move(reply));
+  });
+}
+
 void Engine::CatchUpLocked() {
   view_version_.fetch_add(1);
   std::vector<std::string> stored;

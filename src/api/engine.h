@@ -341,6 +341,9 @@ class Engine {
   // REQUIRES: mu_ and wmu_ not held. A failure's reload is left to the next CatchUpLocked.
   void WhenDurable(int64_t target, std::function<void(Status)> done);
   Status FailureUpToLocked(int64_t target) const;  // REQUIRES: wmu_ held
+  // Answers `done` with a queued call's reply once the batch it rests on is durable (its
+  // sequence; 0: now), with the write's error if that failed, or at once with the call's own.
+  void AnswerWhenDurable(Result<std::pair<Json, int64_t>> queued, std::function<void(Result<Json>)> done);
   // Marks the jobs whose records landed, and rebuilds memory from the store after a failed write.
   void CatchUpLocked();
   // Ended jobs beyond the newest kEndedKept leave memory once durable (`written`: the last

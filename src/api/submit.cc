@@ -308,12 +308,9 @@ void Engine::SubmitAsync(const Identity& who, const Json& body, const std::strin
                          SubmitReply done) {
   bool replayed = false;
   auto queued = SubmitQueued(who, body, idempotency_key, &replayed);
-  if (!queued.ok()) return done(queued.status(), false);
-  auto& [reply, target] = *queued;
-  if (target == 0) return done(std::move(reply), replayed);
-  WhenDurable(target, [done = std::move(done), reply = std::move(reply)](Status st) mutable {
-    if (!st.ok()) return done(st, false);  // not recorded: a retry with the same key makes it once
-    done(std::move(reply), false);
+  // A failed write: not recorded, and a retry with the same key makes the job once.
+  AnswerWhenDurable(std::move(queued), [done = std::move(done), replayed](Result<Json> r) {
+    done(std::move(r), replayed);
   });
 }
 

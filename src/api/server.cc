@@ -173,7 +173,7 @@ const std::vector<RouteInfo>& ApiServer::Routes() {
 namespace {
 net::HttpServerOptions HttpOptions(const ApiServerOptions& o, int io_threads, int workers) {
   net::HttpServerOptions h;
-  if (io_threads <= 0) io_threads = std::max(4, 2 * static_cast<int>(std::thread::hardware_concurrency()));
+  if (io_threads <= 0) io_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   h.io_threads = io_threads;
   h.workers = workers;
   h.max_body_bytes = kMaxBody;
@@ -610,7 +610,7 @@ Status ApiServer::deposed() const {
 StandbyServer::StandbyServer(store::Store* store, ApiServerOptions options)
     : store_(store),
       http_(std::make_unique<net::HttpServer>(
-          HttpOptions(options, options.io_threads > 0 ? std::min(options.io_threads, 4) : 4, 0))) {
+          HttpOptions(options, options.io_threads, options.workers))) {
   store::Store* st = store_;
   auto leader = [st]() -> std::string {
     auto l = st->Leader();

@@ -37,14 +37,18 @@ struct RouteInfo {
 };
 
 struct ApiServerOptions {
-  // Threads that read, run and answer requests, on one event loop. A request runs for
-  // microseconds under the engine's mutex; none holds a thread while the store writes (a
-  // submission or a heartbeat with exits is answered by the commit writer once durable, an
-  // order watch when its node has news). 0: twice the cores, at least 4. Measured at 10,000
-  // agents on 2 cores (bench/README.md): 64 threads cost more in switching than they saved
-  // (heartbeat p99 174 ms against 27 ms with 4). `tessera serve --threads N` sets it.
+  // Threads that read and answer requests, each with its own event loop (a connection stays on
+  // one). Heartbeats, submissions and order watches run on them: microseconds under the engine's
+  // mutex, and none holds a thread while the store writes (a submission or a heartbeat with exits
+  // is answered by the commit writer once durable, an order watch when its node has news).
+  // 0: one per core. Measured at 10,000 agents on 2 cores (bench/README.md, session of
+  // 2026-12-01, seventh): 2 threads gave a heartbeat p99 of 14 ms against 34 ms with 4; more
+  // threads than cores cost more in switching than they save. `tessera serve --threads N`.
   int io_threads = 0;
-  int workers = 0;  // no separate handler pool: see net::HttpServerOptions
+  // Threads for every other route (registration, cancels, output, lists, history, metrics,
+  // the dashboard): they may wait for the store or the disk, and a loop that waited would stall
+  // every connection on it.
+  int workers = 4;
   int idle_timeout_ms = 10 * 60 * 1000;
   bool stop_on_signals = false;  // SIGINT and SIGTERM stop Run() (tessera serve)
   // Checked every tick when set (the store's leader lease): once it fails, Run() stops serving

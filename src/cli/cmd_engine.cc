@@ -80,7 +80,7 @@ struct ServeFlags {
   std::string tls_cert;   // HTTPS when set, with tls_key
   std::string tls_key;
   std::string tls_client_ca;  // mutual TLS: clients must present a certificate it signed
-  int threads = 0;            // 0: ApiServerOptions' default (twice the cores, at least 4)
+  int threads = 0;            // 0: ApiServerOptions' default (one per core)
 
   std::string Scheme() const { return tls_cert.empty() ? "http://" : "https://"; }
   api::ApiServerOptions ServerOptions() const {
@@ -388,7 +388,7 @@ void RegisterServeCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--tls-key", f->tls_key, "PEM private key of --tls-cert");
   cmd->add_option("--tls-client-ca", f->tls_client_ca, "PEM CA: every client must present a certificate it signed");
   cmd->add_option("--threads", f->threads,
-                  "threads serving the API's event loop (default: twice the cores, at least 4; a request waiting for a durable commit holds one)")
+                  "threads running the API's event loops (default: one per core; routes that may wait run on a separate pool)")
       ->check(CLI::Range(1, 1024));
   cmd->add_flag("--check-config", *check, "check the configuration, say what it declares, and exit");
   auto log_flags = std::make_shared<LogFlags>();

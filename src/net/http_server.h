@@ -2,8 +2,9 @@
 //
 // Connections are served by a few I/O threads that only read and write: ten thousand kept-alive
 // agent connections cost sockets and buffers, not threads, and a slow handler never stops other
-// connections from being read. Each complete request is handed to a worker pool (or run on the
-// I/O thread that read it); its response goes back on its connection's strand. Requests on one
+// connections from being read. Each I/O thread runs its own event loop, and each connection
+// belongs to one loop for its life. Each complete request is handed to a worker pool (or run on
+// the I/O thread that read it); its response goes back on its connection's loop. Requests on one
 // connection are answered in order.
 //
 // Routes are "/v1/jobs/{id}/output"-style patterns: literal segments, and {name} for exactly one

@@ -155,6 +155,7 @@ TEST(ServerThreads, ASubmissionWaitingForTheStoreHoldsNoApiThread) {
   ASSERT_TRUE(e.ok()) << e.status().ToString();
   ApiServerOptions options;
   options.io_threads = 1;
+  options.workers = 0;  // every route on the one loop: a submission that held it would stall all
   ApiServer server(e->get(), options);
   auto port = server.Bind("127.0.0.1", 0);
   ASSERT_TRUE(port.ok());

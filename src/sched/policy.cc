@@ -120,7 +120,7 @@ std::vector<WeightedType> TypicalMix(const std::vector<PlacementRequest>& reques
   int64_t kept = 0;
   for (const auto& [t, c] : counts) {
     if (static_cast<double>(kept) >= coverage * total) break;
-    mix.push_back({t, static_cast<double>(c)});
+    mix.push_back({t, static_cast<double>(c), c});
     kept += c;
   }
   for (WeightedType& w : mix) w.weight /= static_cast<double>(kept);

@@ -100,6 +100,7 @@ struct TaskType {
 struct WeightedType {
   TaskType type;
   double weight = 0;  // sums to 1 over a mix
+  int64_t count = 0;  // the requests behind the weight, when counted (TypicalMix): exact sums
 };
 TaskType TypeOf(const PlacementRequest& r);
 

@@ -1,6 +1,7 @@
 // The indexed FGD policy against a brute-force scan written straight from PROTOCOL.md.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -116,6 +117,87 @@ TEST(FgdIndexTest, EveryDecisionIsABestScoreOfABruteForceScan) {
     ASSERT_TRUE(s.state().CheckInvariants().ok());
   }
   EXPECT_GT(placed, 100);
+}
+
+// Nodes joining mid-run (of both models) take their place in the index: every decision still
+// reaches the brute-force best, and a job pinned to a model lands only on that model.
+TEST(FgdIndexTest, NodesAddedMidRunAreScoredLikeTheOthers) {
+  std::vector<Node> nodes;
+  for (int i = 0; i < 6; ++i) nodes.push_back(MakeNode("n" + std::to_string(i), 4, 32000, 262144, i % 2 ? "T4" : "G2"));
+  const std::vector<WeightedType> mix = {{TaskType{2000, 500, 1, 0}, 0.5}, {TaskType{8000, 1000, 1, 0}, 0.3},
+                                         {TaskType{12000, 1000, 2, 0}, 0.2}};
+  auto state = ClusterState::FromNodes(nodes);
+  ASSERT_TRUE(state.ok());
+  auto policy = MakePolicy("fgd", PolicyConfig{mix});
+  ASSERT_TRUE(policy.ok());
+  Scheduler s(std::move(*state), std::move(*policy), 3);
+  std::mt19937_64 rng(9);
+  int placed = 0;
+  for (int i = 0; i < 240; ++i) {
+    if (i % 12 == 0) {
+      ASSERT_TRUE(s.AddNode(MakeNode("a" + std::to_string(i), 4, 32000, 262144, (i / 12) % 2 ? "T4" : "G2")).ok());
+    }
+    const WeightedType& w = mix[rng() % mix.size()];
+    PlacementRequest r = Job(w.type.cpu_milli, w.type.gpu_count, w.type.gpu_milli);
+    const bool pinned = i % 3 == 0;
+    if (pinned) r.models = ModelMask{1} << s.state().model_id("T4");
+    int best = -1;
+    for (int n = 0; n < s.state().node_count(); ++n) best = std::max(best, BruteScore(s.state().node(n), r, mix));
+    const ClusterState before = s.state();
+    auto res = s.Place(r);
+    ASSERT_EQ(res.placed(), best >= 0) << i;
+    if (!res.placed()) continue;
+    ++placed;
+    NodeState chosen = before.node(res.placement.node);
+    if (pinned) {
+      EXPECT_EQ(chosen.model, s.state().model_id("T4")) << i;
+    }
+    NodeState after = chosen;
+    after.cpu_free -= r.cpu_milli;
+    for (int k = 0; k < res.placement.device_count; ++k) after.gpu_free[res.placement.devices[k]] -= r.gpu_milli;
+    const double delta = Fragment(after, mix) - Fragment(chosen, mix);
+    EXPECT_EQ(static_cast<int>(std::floor(100.0 / (1.0 + std::exp(delta / 1000.0)))), best) << "decision " << i;
+    if (i % 4 == 3) s.Release(res.placement);  // some room comes back
+  }
+  EXPECT_GT(placed, 100);
+}
+
+// The fragment is summed in integers (request counts x milli-GPU): the same mix listed in
+// another order gives the same decisions, where floating-point sums could break near-ties
+// differently.
+TEST(TesseraPolicyTest, TheOrderOfTheMixChangesNoDecision) {
+  std::vector<Node> nodes;
+  for (int i = 0; i < 24; ++i) nodes.push_back(MakeNode("n" + std::to_string(i), 8, 96000, 393216, i % 3 ? "G2" : "T4"));
+  std::vector<WeightedType> mix;
+  std::mt19937_64 rng(21);
+  int64_t total = 0;
+  for (int k = 0; k < 30; ++k) {
+    const int64_t count = 1 + static_cast<int64_t>(rng() % 97);
+    const MilliGpu gpu = k % 5 == 0 ? 1000 : 100 * (1 + static_cast<MilliGpu>(rng() % 9)) + 7 * k;
+    mix.push_back({TaskType{1000 * (1 + static_cast<MilliCpu>(rng() % 12)), gpu, 1 + (k % 7 == 0 ? 1 : 0), 0}, 0, count});
+    total += count;
+  }
+  for (auto& w : mix) w.weight = static_cast<double>(w.count) / static_cast<double>(total);
+  std::vector<WeightedType> reversed(mix.rbegin(), mix.rend());
+  auto decisions = [&](const std::vector<WeightedType>& m) {
+    auto state = ClusterState::FromNodes(nodes);
+    auto policy = MakePolicy("tessera-oracle", PolicyConfig{m});
+    Scheduler s(std::move(*state), std::move(*policy), 5);
+    std::mt19937_64 draw(77);
+    std::vector<std::pair<int, int>> out;
+    for (int i = 0; i < 400; ++i) {
+      const WeightedType& w = mix[draw() % mix.size()];
+      PlacementRequest r = Job(w.type.cpu_milli, w.type.gpu_count, w.type.gpu_milli);
+      if (i % 4 == 0) r.models = ModelMask{1} << s.state().model_id("T4");
+      auto res = s.Place(r);
+      out.emplace_back(res.placed() ? res.placement.node : -1, res.placed() ? res.placement.devices[0] : -1);
+      if (res.placed() && i % 3 == 2) s.Release(res.placement);
+    }
+    return out;
+  };
+  const auto a = decisions(mix), b = decisions(reversed);
+  EXPECT_EQ(a, b);
+  EXPECT_GT(std::count_if(a.begin(), a.end(), [](const auto& d) { return d.first >= 0; }), 200);
 }
 
 TEST(TypicalMixTest, KeepsThePopularTypesCoveringTheShare) {

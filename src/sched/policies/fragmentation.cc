@@ -13,12 +13,19 @@
 // Speed: a decision must not rescan the cluster. For every task type seen so far we keep, per
 // node, the best score of placing that type there, in a max segment tree over the seeded
 // tie-break order: a decision is one O(log nodes) query; a placement recomputes one node's row
-// (each type x each distinct device choice x each mix entry, O(1) apiece from a per-node
-// summary), and a mix change (at 1, 2, 4, 8, ... requests seen) rebuilds every row.
+// (each type x each distinct device choice x each mix entry that can run on the node's model,
+// O(1) apiece from a per-node summary), and a mix change (at 1, 2, 4, 8, ... requests seen)
+// rebuilds every row.
+//
+// Exact: F is kept as an integer, sum_m w_m F_n(m) with w_m the mix's request counts, so that a
+// gradient does not depend on the order its terms are added in. Mix entries that can never run
+// on a node's model (CPU-only types, other models) add w_m x free GPU to F; they are summed once
+// per model, not visited per node.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -38,10 +45,17 @@ class MaxTree {
     while (size_ < n) size_ <<= 1;
     t_.assign(2 * static_cast<size_t>(size_), kNoFit);
   }
+  // Stops climbing where a parent's maximum is unchanged (its ancestors then are too): most
+  // updates change a leaf that is not its subtree's maximum.
   void Set(int i, double v) {
     size_t p = static_cast<size_t>(i + size_);
+    if (t_[p] == v) return;
     t_[p] = v;
-    for (p >>= 1; p > 0; p >>= 1) t_[p] = std::max(t_[2 * p], t_[2 * p + 1]);
+    for (p >>= 1; p > 0; p >>= 1) {
+      const double m = std::max(t_[2 * p], t_[2 * p + 1]);
+      if (t_[p] == m) return;
+      t_[p] = m;
+    }
   }
   double Get(int i) const { return t_[static_cast<size_t>(i + size_)]; }
   // Room for n leaves, the leaves kept (doubling: amortized O(1) per node added).
@@ -87,6 +101,9 @@ class FragmentationPolicy final : public Policy {
   void Attach(const ClusterState& state, const SelectContext& ctx) override {
     rank_of_ = ctx.rank_of;
     node_count_ = state.node_count();
+    slot_nodes_.clear();
+    local_of_.assign(static_cast<size_t>(node_count_), 0);
+    for (int node : *ctx.order) Enlist(state, node);
     model_cap_.clear();
     model_free_.clear();
     total_cap_ = total_free_ = 0;
@@ -117,20 +134,21 @@ class FragmentationPolicy final : public Policy {
     }
   }
 
-  bool Select(const ClusterState& state, const PlacementRequest& r, const SelectContext& ctx,
+  bool Select(const ClusterState& state, const PlacementRequest& r, const SelectContext& /*ctx*/,
               Placement* out) override {
     if (dirty_) Refresh(state);
-    int q = QueryType(state, r);
-    const bool charged = opt_.model_balance_weight != 0 && TypeOf(r).models == 0 && r.gpu_count > 0 &&
+    const int q = QueryType(state, r);
+    const ModelMask models = TypeOf(r).models;
+    const bool charged = opt_.model_balance_weight != 0 && models == 0 && r.gpu_count > 0 &&
                          seen_constrained_gpu_ > 0;
     popped_.clear();
     bool found = false;
     while (true) {
-      const int slot = BestSlot(q, charged ? r.total_gpu_milli() : 0);
+      const int slot = BestSlot(q, models, charged ? r.total_gpu_milli() : 0);
       if (slot < 0) break;
       MaxTree& tree = trees_[q][static_cast<size_t>(slot)];
-      int rank = tree.LeftmostMax();
-      int node = (*ctx.order)[rank];
+      const int local = tree.LeftmostMax();
+      const int node = slot_nodes_[static_cast<size_t>(slot)][static_cast<size_t>(local)];
       const NodeState& n = state.node(node);
       if (NodeFits(n, r)) {
         int dev = r.fractional() ? devices_[q][node] : -1;
@@ -145,24 +163,27 @@ class FragmentationPolicy final : public Policy {
         break;
       }
       // Fits the type but not this request (host or GPU memory): look further.
-      popped_.push_back({slot, rank, tree.Get(rank)});
-      tree.Set(rank, kNoFit);
+      popped_.push_back({slot, local, tree.Get(local)});
+      tree.Set(local, kNoFit);
     }
-    for (const Popped& p : popped_) trees_[q][static_cast<size_t>(p.slot)].Set(p.rank, p.value);
+    for (const Popped& p : popped_) trees_[q][static_cast<size_t>(p.slot)].Set(p.local, p.value);
     return found;
   }
 
-  // The model slot whose best node wins for type q: the highest score, less (for an
-  // unconstrained job of `gpu` milli-GPU) the charge for taking from a model whose free share
-  // is below the cluster's; ties to the lowest rank. -1 when nothing fits.
-  int BestSlot(int q, MilliGpu gpu) const {
+  // The model slot whose best node wins for type q among the models a job allows (0: any):
+  // the highest score, less (for an unconstrained job of `gpu` milli-GPU) the charge for taking
+  // from a model whose free share is below the cluster's; ties to the lowest rank. -1 when
+  // nothing fits.
+  int BestSlot(int q, ModelMask models, MilliGpu gpu) const {
     int best = -1, best_rank = 0;
     double best_v = kNoFit;
     const auto& trees = trees_[q];
     for (size_t m = 0; m < trees.size(); ++m) {
-      const int rank = trees[m].LeftmostMax();
-      if (rank < 0) continue;
-      double v = trees[m].Get(rank);
+      if (models != 0 && (m == 0 || (models & (ModelMask{1} << (m - 1))) == 0)) continue;
+      const int local = trees[m].LeftmostMax();
+      if (local < 0) continue;
+      double v = trees[m].Get(local);
+      const int rank = (*rank_of_)[slot_nodes_[m][static_cast<size_t>(local)]];
       if (gpu > 0) v -= ModelCharge(static_cast<int>(m), gpu);
       if (best < 0 || v > best_v || (v == best_v && rank < best_rank)) {
         best = static_cast<int>(m);
@@ -213,45 +234,97 @@ class FragmentationPolicy final : public Policy {
     RecomputeNode(state, node);
   }
 
-  // A node joining: one more leaf in every type's tree and one row computed (a rebuild would
-  // compute every node's rows).
+  // A node joining (it takes the last rank): one more leaf in every type's tree of its model and
+  // one row computed (a rebuild would compute every node's rows).
   bool NodeAdded(const ClusterState& state, int node) override {
     node_count_ = state.node_count();
     TrackNode(state, node, true);
+    local_of_.resize(static_cast<size_t>(node_count_), 0);
+    const size_t slot = Enlist(state, node);
     for (size_t q = 0; q < trees_.size(); ++q) {
-      for (MaxTree& t : trees_[q]) t.Grow(node_count_);
+      if (trees_[q].size() > slot) trees_[q][slot].Grow(static_cast<int>(slot_nodes_[slot].size()));
       devices_[q].resize(static_cast<size_t>(node_count_), int8_t{-1});
     }
     if (!dirty_) RecomputeNode(state, node);
     return true;
   }
 
+  // Appends node (next in rank order) to its model slot's leaves; returns the slot.
+  size_t Enlist(const ClusterState& state, int node) {
+    const size_t slot = static_cast<size_t>(state.node(node).model + 1);
+    if (slot_nodes_.size() <= slot) slot_nodes_.resize(slot + 1);
+    local_of_[static_cast<size_t>(node)] = static_cast<int>(slot_nodes_[slot].size());
+    slot_nodes_[slot].push_back(node);
+    return slot;
+  }
+
  private:
   struct MixEntry {
     TaskType t;
-    double p = 0;
+    int64_t w = 0;  // weight: requests counted (or the given weight in units of 1e-9)
   };
-  // A node against the mix: per entry, whether the model matches, how many devices have room
-  // and how much free GPU sits on devices too small for it.
+  // The mix as a node of one model sees it: the entries that may run there (GPU types the model
+  // satisfies), those of one shape (CPU, GPU per device, devices) merged into one, their weights
+  // summed, whatever models they name; and the total weight of those that never can.
+  struct ViewEntry {
+    MilliCpu cpu_milli = 0;
+    MilliGpu gpu_milli = 0;
+    int gpu_count = 0;
+    int64_t w = 0;
+  };
+  struct ModelView {
+    std::vector<ViewEntry> runs;
+    int64_t never_w = 0;
+  };
+  // A node against the mix: per entry of its model's view, how many devices have room and how
+  // much free GPU sits on devices too small for it.
   struct Summary {
     MilliGpu free_total = 0;
-    double f = 0;  // F_n(M)
-    std::vector<uint8_t> model_ok;
+    int64_t f = 0;  // W x F_n(M), W the mix's total weight
     std::vector<int16_t> fit_count;
     std::vector<MilliGpu> small_sum;
   };
 
   void SetMix(const std::vector<WeightedType>& mix) {
     mix_.clear();
+    views_.clear();
+    mix_w_ = 0;
     double cpu = 0, gpu = 0;
     for (const WeightedType& w : mix) {
-      mix_.push_back({w.type, w.weight});
+      const int64_t weight = w.count > 0 ? w.count : std::llround(w.weight * 1e9);
+      if (weight <= 0) continue;
+      mix_.push_back({w.type, weight});
+      mix_w_ += weight;
       if (w.type.gpu_count > 0) {
         cpu += w.weight * static_cast<double>(w.type.cpu_milli);
         gpu += w.weight * static_cast<double>(w.type.gpu_milli * w.type.gpu_count);
       }
     }
     cpu_per_gpu_ = gpu > 0 ? cpu / gpu : 0;
+  }
+
+  // The mix as nodes of `model` (-1: no GPU model) see it, made on first use after a mix change.
+  const ModelView& ViewOf(int model) {
+    const size_t slot = static_cast<size_t>(model + 1);
+    if (views_.size() <= slot) views_.resize(slot + 1);
+    if (!views_[slot]) {
+      ModelView v;
+      std::map<std::tuple<MilliCpu, MilliGpu, int>, size_t> shape;
+      for (const MixEntry& e : mix_) {
+        const TaskType& t = e.t;
+        const bool may_run = t.gpu_count > 0 && model >= 0 &&
+                             (t.models == 0 || (t.models & (ModelMask{1} << model)) != 0);
+        if (!may_run) {
+          v.never_w += e.w;
+          continue;
+        }
+        auto [it, fresh] = shape.try_emplace({t.cpu_milli, t.gpu_milli, t.gpu_count}, v.runs.size());
+        if (fresh) v.runs.push_back({t.cpu_milli, t.gpu_milli, t.gpu_count, 0});
+        v.runs[it->second].w += e.w;
+      }
+      views_[slot] = std::move(v);
+    }
+    return *views_[slot];
   }
 
   void Refresh(const ClusterState& state) {
@@ -269,7 +342,7 @@ class FragmentationPolicy final : public Policy {
       int64_t kept = 0;
       for (const auto& [t, c] : counts) {
         if (static_cast<double>(kept) >= 0.95 * static_cast<double>(seen_total_)) break;
-        mix.push_back({t, static_cast<double>(c)});
+        mix.push_back({t, static_cast<double>(c), c});
         kept += c;
       }
       for (WeightedType& w : mix) w.weight /= static_cast<double>(kept);
@@ -286,47 +359,45 @@ class FragmentationPolicy final : public Policy {
 
   // L1 distance between the mix in use and `other`.
   double MixDistance(const std::vector<WeightedType>& other) const {
+    auto p_of = [this](const MixEntry& e) { return static_cast<double>(e.w) / static_cast<double>(mix_w_); };
     double d = 0;
     for (const WeightedType& w : other) {
       double p = 0;
       for (const MixEntry& e : mix_) {
-        if (e.t == w.type) p = e.p;
+        if (e.t == w.type) p = p_of(e);
       }
       d += std::abs(w.weight - p);
     }
     for (const MixEntry& e : mix_) {
       bool found = false;
       for (const WeightedType& w : other) found = found || w.type == e.t;
-      if (!found) d += e.p;
+      if (!found) d += p_of(e);
     }
     return d;
   }
   static constexpr double kSettled = 0.05;
 
-  void Summarize(const NodeState& n, Summary* s) const {
-    const size_t m = mix_.size();
-    s->model_ok.resize(m);
+  void Summarize(const NodeState& n, const ModelView& view, Summary* s) const {
+    const size_t m = view.runs.size();
     s->fit_count.resize(m);
     s->small_sum.resize(m);
     s->free_total = n.gpu_free_total();
-    s->f = 0;
-    for (size_t i = 0; i < m; ++i) {
-      const TaskType& t = mix_[i].t;
-      s->model_ok[i] = ModelOk(n, t.models) ? 1 : 0;
+    s->f = view.never_w * s->free_total;
+    for (size_t k = 0; k < m; ++k) {
+      const ViewEntry& e = view.runs[k];
       int16_t cnt = 0;
       MilliGpu small = 0;
       for (int d = 0; d < n.device_count; ++d) {
-        if (n.gpu_free[d] >= t.gpu_milli) {
+        if (n.gpu_free[d] >= e.gpu_milli) {
           ++cnt;
         } else {
           small += n.gpu_free[d];
         }
       }
-      s->fit_count[i] = cnt;
-      s->small_sum[i] = small;
-      bool runs =
-          t.gpu_count > 0 && s->model_ok[i] && n.cpu_free >= t.cpu_milli && cnt >= t.gpu_count;
-      s->f += mix_[i].p * static_cast<double>(runs ? small : s->free_total);
+      s->fit_count[k] = cnt;
+      s->small_sum[k] = small;
+      const bool runs = n.cpu_free >= e.cpu_milli && cnt >= e.gpu_count;
+      s->f += e.w * (runs ? small : s->free_total);
     }
   }
 
@@ -337,27 +408,27 @@ class FragmentationPolicy final : public Policy {
 
   // Growth of the node's fragment when `q` (with host memory `memory`) lands on n taking
   // `device` (a fractional job) or whole devices (device < 0).
-  double Delta(const NodeState& n, const Summary& s, const TaskType& q, MiB memory,
-               int device) const {
+  double Delta(const NodeState& n, const ModelView& view, const Summary& s, const TaskType& q,
+               MiB memory, int device) const {
     const MilliCpu cpu_after = n.cpu_free - q.cpu_milli;
     const MilliGpu free_after = s.free_total - q.gpu_milli * q.gpu_count;
     const MilliGpu r = device >= 0 ? n.gpu_free[device] : 0;
     const MilliGpu r_after = r - q.gpu_milli;
-    double f_after = 0;
-    for (size_t i = 0; i < mix_.size(); ++i) {
-      const TaskType& t = mix_[i].t;
-      int cnt = s.fit_count[i];
-      MilliGpu small = s.small_sum[i];
+    int64_t f_after = view.never_w * free_after;
+    for (size_t k = 0; k < view.runs.size(); ++k) {
+      const ViewEntry& e = view.runs[k];
+      int cnt = s.fit_count[k];
+      MilliGpu small = s.small_sum[k];
       if (device >= 0) {
-        cnt += (r_after >= t.gpu_milli ? 1 : 0) - (r >= t.gpu_milli ? 1 : 0);
-        small += (r_after < t.gpu_milli ? r_after : 0) - (r < t.gpu_milli ? r : 0);
+        cnt += (r_after >= e.gpu_milli ? 1 : 0) - (r >= e.gpu_milli ? 1 : 0);
+        small += (r_after < e.gpu_milli ? r_after : 0) - (r < e.gpu_milli ? r : 0);
       } else if (q.gpu_count > 0) {
         cnt -= q.gpu_count;  // fully free devices become empty
       }
-      bool runs = t.gpu_count > 0 && s.model_ok[i] && cpu_after >= t.cpu_milli && cnt >= t.gpu_count;
-      f_after += mix_[i].p * static_cast<double>(runs ? small : free_after);
+      const bool runs = cpu_after >= e.cpu_milli && cnt >= e.gpu_count;
+      f_after += e.w * (runs ? small : free_after);
     }
-    double delta = f_after - s.f;
+    double delta = mix_w_ > 0 ? static_cast<double>(f_after - s.f) / static_cast<double>(mix_w_) : 0;
     if (opt_.cpu_balance_weight != 0 && cpu_per_gpu_ > 0) {
       delta += opt_.cpu_balance_weight *
                (Unfed(static_cast<double>(cpu_after), free_after, cpu_per_gpu_) -
@@ -382,15 +453,15 @@ class FragmentationPolicy final : public Policy {
   }
 
   // Best score of type q on node n and the device it uses (-1: whole devices / CPU only).
-  double Entry(const NodeState& n, const Summary& s, const TaskType& q, MiB memory,
-               int8_t* device) const {
+  double Entry(const NodeState& n, const ModelView& view, const Summary& s, const TaskType& q,
+               MiB memory, int8_t* device) const {
     *device = -1;
     if (n.cpu_free < q.cpu_milli) return kNoFit;
-    if (q.gpu_count == 0) return ScoreOf(Delta(n, s, q, memory, -1));
+    if (q.gpu_count == 0) return ScoreOf(Delta(n, view, s, q, memory, -1));
     if (!ModelOk(n, q.models)) return kNoFit;
     if (q.gpu_count > 1 || q.gpu_milli >= kWholeGpu) {
       if (n.fully_free_devices() < q.gpu_count) return kNoFit;
-      return ScoreOf(Delta(n, s, q, memory, -1));
+      return ScoreOf(Delta(n, view, s, q, memory, -1));
     }
     double best = kNoFit;
     for (int d = 0; d < n.device_count; ++d) {
@@ -398,7 +469,7 @@ class FragmentationPolicy final : public Policy {
       bool same_seen = false;  // devices with equal free give equal states: the first one wins
       for (int e = 0; e < d && !same_seen; ++e) same_seen = n.gpu_free[e] == n.gpu_free[d];
       if (same_seen) continue;
-      double v = ScoreOf(Delta(n, s, q, memory, d));
+      double v = ScoreOf(Delta(n, view, s, q, memory, d));
       if (v > best) {
         best = v;
         *device = static_cast<int8_t>(d);
@@ -409,30 +480,36 @@ class FragmentationPolicy final : public Policy {
 
   void RecomputeNode(const ClusterState& state, int node) {
     const NodeState& n = state.node(node);
-    Summarize(n, &summary_);
-    const int rank = (*rank_of_)[node];
+    const ModelView& view = ViewOf(n.model);
+    Summarize(n, view, &summary_);
+    const int local = local_of_[static_cast<size_t>(node)];
     for (size_t q = 0; q < qtypes_.size(); ++q) {
       int8_t dev = -1;
-      TreeOf(static_cast<int>(q), n).Set(rank, Entry(n, summary_, qtypes_[q], qmemory_[q], &dev));
+      TreeOf(static_cast<int>(q), n).Set(local, Entry(n, view, summary_, qtypes_[q], qmemory_[q], &dev));
       devices_[q][node] = dev;
     }
   }
 
-  // Type q's tree for n's model (one per model slot, made on first use, each over every rank).
+  // Type q's tree for n's model (one per model slot, made on first use, each over that model's
+  // nodes in rank order: a model's tree is as small as its share of the cluster).
   MaxTree& TreeOf(int q, const NodeState& n) {
     auto& trees = trees_[static_cast<size_t>(q)];
     const size_t slot = static_cast<size_t>(n.model + 1);
     while (trees.size() <= slot) {
       trees.emplace_back();
-      trees.back().Init(node_count_);
+      trees.back().Init(static_cast<int>(slot_nodes_[trees.size() - 1].size()));
     }
     return trees[slot];
   }
 
-  // The index of r's type, creating (and filling) its tree on first sight. A type's host
-  // memory for the balance term is that of the first request seen of it.
+  // The index of r's type less its model constraint, creating (and filling) its trees on first
+  // sight. A job pinned to models scores every node as the unconstrained type does (the score
+  // does not depend on the constraint) and is offered only those models' trees (BestSlot); so
+  // constraints add no rows to compute. A type's host memory for the balance term is that of
+  // the first request seen of it.
   int QueryType(const ClusterState& state, const PlacementRequest& r) {
     TaskType t = TypeOf(r);
+    t.models = 0;
     auto [it, inserted] = qid_.try_emplace(KeyOf(t), static_cast<int>(qtypes_.size()));
     if (!inserted) return it->second;
     qtypes_.push_back(t);
@@ -441,9 +518,10 @@ class FragmentationPolicy final : public Policy {
     devices_.emplace_back(static_cast<size_t>(node_count_), int8_t{-1});
     for (int node = 0; node < node_count_; ++node) {
       const NodeState& n = state.node(node);
-      Summarize(n, &summary_);
+      const ModelView& view = ViewOf(n.model);
+      Summarize(n, view, &summary_);
       int8_t dev = -1;
-      TreeOf(it->second, n).Set((*rank_of_)[node], Entry(n, summary_, t, r.memory_mib, &dev));
+      TreeOf(it->second, n).Set(local_of_[static_cast<size_t>(node)], Entry(n, view, summary_, t, r.memory_mib, &dev));
       devices_.back()[node] = dev;
     }
     return it->second;
@@ -452,10 +530,14 @@ class FragmentationPolicy final : public Policy {
   std::string name_;
   FragmentationOptions opt_;
   std::vector<MixEntry> mix_;
+  int64_t mix_w_ = 0;                          // the mix's total weight
+  std::vector<std::optional<ModelView>> views_;  // per model slot (model + 1)
   double cpu_per_gpu_ = 0;     // milli-CPU per milli-GPU of the mix's GPU types
   double memory_per_gpu_ = 0;  // MiB per milli-GPU of the GPU requests seen
   const std::vector<int>* rank_of_ = nullptr;
   int node_count_ = 0;
+  std::vector<std::vector<int>> slot_nodes_;  // per model slot, its nodes in rank order
+  std::vector<int> local_of_;                 // node -> its index in its slot's list
 
   std::vector<TaskType> qtypes_;
   std::vector<MiB> qmemory_;
@@ -464,7 +546,7 @@ class FragmentationPolicy final : public Policy {
   std::vector<std::vector<int8_t>> devices_;
   Summary summary_;
   struct Popped {
-    int slot, rank;
+    int slot, local;
     double value;
   };
   std::vector<Popped> popped_;

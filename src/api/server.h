@@ -42,8 +42,9 @@ struct ApiServerOptions {
   // mutex, and none holds a thread while the store writes (a submission or a heartbeat with exits
   // is answered by the commit writer once durable, an order watch when its node has news).
   // 0: one per core. Measured at 10,000 agents on 2 cores (bench/README.md, session of
-  // 2026-12-01, seventh): 2 threads gave a heartbeat p99 of 14 ms against 34 ms with 4; more
-  // threads than cores cost more in switching than they save. `tessera serve --threads N`.
+  // 2026-12-01, seventh; 60 s runs): 2 threads gave a heartbeat p99 of 14 ms against 34 ms
+  // with 4; more threads than cores cost more in switching than they save. `tessera serve
+  // --threads N`.
   int io_threads = 0;
   // Threads for every other route (registration, cancels, output, lists, history, metrics,
   // the dashboard): they may wait for the store or the disk, and a loop that waited would stall

@@ -58,6 +58,10 @@ class MaxTree {
     }
   }
   double Get(int i) const { return t_[static_cast<size_t>(i + size_)]; }
+  // Asks the cache for the leaf and its nearest ancestors, which Set(i, ...) reads.
+  void Prefetch(int i) const {
+    for (size_t p = static_cast<size_t>(i + size_), k = 0; p > 0 && k < 4; p >>= 1, ++k) __builtin_prefetch(&t_[p]);
+  }
   // Room for n leaves, the leaves kept (doubling: amortized O(1) per node added).
   void Grow(int n) {
     if (n <= size_) return;
@@ -483,11 +487,16 @@ class FragmentationPolicy final : public Policy {
     const ModelView& view = ViewOf(n.model);
     Summarize(n, view, &summary_);
     const int local = local_of_[static_cast<size_t>(node)];
+    // The leaves are in as many trees as types, each likely out of cache: fetch them all while
+    // the row is computed, then write them.
+    for (size_t q = 0; q < qtypes_.size(); ++q) TreeOf(static_cast<int>(q), n).Prefetch(local);
+    row_.resize(qtypes_.size());
     for (size_t q = 0; q < qtypes_.size(); ++q) {
       int8_t dev = -1;
-      TreeOf(static_cast<int>(q), n).Set(local, Entry(n, view, summary_, qtypes_[q], qmemory_[q], &dev));
+      row_[q] = Entry(n, view, summary_, qtypes_[q], qmemory_[q], &dev);
       devices_[q][node] = dev;
     }
+    for (size_t q = 0; q < qtypes_.size(); ++q) TreeOf(static_cast<int>(q), n).Set(local, row_[q]);
   }
 
   // Type q's tree for n's model (one per model slot, made on first use, each over that model's
@@ -545,6 +554,7 @@ class FragmentationPolicy final : public Policy {
   std::vector<std::vector<MaxTree>> trees_;  // per type, per model slot
   std::vector<std::vector<int8_t>> devices_;
   Summary summary_;
+  std::vector<double> row_;  // RecomputeNode's scores, one per type
   struct Popped {
     int slot, local;
     double value;

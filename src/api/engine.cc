@@ -527,7 +527,7 @@ void Engine::CycleLocked(Batch& b) {
   const auto started = std::chrono::steady_clock::now();  // for tessera_scheduling_cycle_seconds
   cycled_submissions_ = submissions_;
   size_t mark = qe_->events().size();
-  qe_->RunCycle(NowS(), [&] {
+  const quota::CycleStats stats = qe_->RunCycle(NowS(), [&] {
     if (qe_->events().size() - mark < kChunk) return;
     TranslateLocked(mark, b);
     mark = qe_->events().size();
@@ -535,8 +535,11 @@ void Engine::CycleLocked(Batch& b) {
   });
   TranslateLocked(mark, b);
   RefreshWaitReasonsLocked();
-  const auto took = std::chrono::steady_clock::now() - started;
-  cycle_latency_.Observe(std::chrono::duration_cast<std::chrono::microseconds>(took).count());
+  const auto ended = std::chrono::steady_clock::now();
+  const int64_t took_us = std::chrono::duration_cast<std::chrono::microseconds>(ended - started).count();
+  cycle_latency_.Observe(took_us);
+  submit_cycles_.Ran(std::chrono::duration_cast<std::chrono::microseconds>(ended.time_since_epoch()).count(), took_us,
+                     stats.pending_at_start - stats.admitted);
   last_cycle_ms_ = clock_();
   cycle_wanted_ = false;
 }

@@ -75,6 +75,28 @@ struct LatencyHistogram {
   void Observe(int64_t us);
 };
 
+// How often a submission may run the scheduling cycle itself (schedule_on_submit). A cycle is
+// cheap while few jobs wait, and then runs for every submission. Behind a backlog each one walks
+// thousands of waiting jobs, and 200 submissions/s kept the engine locked (heartbeats and every
+// other request waiting behind cycles). So after a cycle that took kLong or more and left
+// kBacklog or more jobs waiting, none runs on submission before its end plus kIdle times its
+// length: such cycles hold the engine at most a tenth of the time. What arrives meanwhile is
+// scheduled by the first submission after that (it cycles for all queued before it) or by the
+// periodic pass. Microseconds of a steady clock.
+class CycleBudget {
+ public:
+  static constexpr int64_t kLong = 2000;
+  static constexpr int64_t kBacklog = 1000;
+  static constexpr int64_t kIdle = 9;
+  void Ran(int64_t end_us, int64_t took_us, int64_t left_waiting) {
+    not_before_us_ = took_us >= kLong && left_waiting >= kBacklog ? end_us + kIdle * took_us : 0;
+  }
+  bool Allows(int64_t now_us) const { return now_us >= not_before_us_; }
+
+ private:
+  int64_t not_before_us_ = 0;
+};
+
 class Engine {
  public:
   // REQUIRES: store is open. `data_dir` holds job output files.
@@ -439,6 +461,7 @@ class Engine {
   std::map<std::string, int64_t> preemptions_;
   std::map<std::string, int64_t> repartitions_;
   LatencyHistogram cycle_latency_;
+  CycleBudget submit_cycles_;  // under mu_
   // Under http_latency_mu_: request latency by method, route pattern and status code.
   std::mutex http_latency_mu_;
   std::map<std::tuple<std::string, std::string, int>, LatencyHistogram> http_latency_;

@@ -661,5 +661,23 @@ TEST_F(EngineTest, AnOrderWatchWakesForNewOrdersOnly) {
   EXPECT_EQ(woken(5), 0);
 }
 
+// Cycles on submission: a cheap one, or one that leaves no backlog, never holds the next back;
+// after one of 2 ms or more that left 1,000 or more jobs waiting, none runs before nine times
+// its length has passed, so they hold the engine at most a tenth of the time.
+TEST(CycleBudgetTest, OnlyLongCyclesOverABacklogHoldTheNextBackForNineTimesTheirLength) {
+  CycleBudget b;
+  EXPECT_TRUE(b.Allows(0));
+  b.Ran(/*end_us=*/1'000'000, /*took_us=*/1'999, /*left_waiting=*/50'000);
+  EXPECT_TRUE(b.Allows(1'000'000)) << "a cycle under 2 ms holds nothing back";
+  b.Ran(/*end_us=*/1'500'000, /*took_us=*/300'000, /*left_waiting=*/999);
+  EXPECT_TRUE(b.Allows(1'500'000)) << "a long cycle without a backlog (an index rebuild) neither";
+  b.Ran(/*end_us=*/2'000'000, /*took_us=*/20'000, /*left_waiting=*/1'000);
+  EXPECT_FALSE(b.Allows(2'000'000));
+  EXPECT_FALSE(b.Allows(2'179'999));
+  EXPECT_TRUE(b.Allows(2'180'000));
+  b.Ran(/*end_us=*/3'000'000, /*took_us=*/500, /*left_waiting=*/10'000);  // a cheap one lifts it
+  EXPECT_TRUE(b.Allows(3'000'000));
+}
+
 }  // namespace
 }  // namespace tessera::api

@@ -89,9 +89,11 @@ class MaxTree {
 using TypeKey = std::tuple<MilliCpu, MilliGpu, int, ModelMask>;
 TypeKey KeyOf(const TaskType& t) { return {t.cpu_milli, t.gpu_milli, t.gpu_count, t.models}; }
 
-bool ModelOk(const NodeState& n, ModelMask models) {
-  return n.model >= 0 && (models == 0 || (models & (ModelMask{1} << n.model)) != 0);
+// Whether a GPU of `model` (-1: none) satisfies a job's model constraint (0: any model).
+bool ModelAllows(int model, ModelMask models) {
+  return model >= 0 && (models == 0 || (models & (ModelMask{1} << model)) != 0);
 }
+bool ModelOk(const NodeState& n, ModelMask models) { return ModelAllows(n.model, models); }
 
 class FragmentationPolicy final : public Policy {
  public:
@@ -183,7 +185,7 @@ class FragmentationPolicy final : public Policy {
     double best_v = kNoFit;
     const auto& trees = trees_[q];
     for (size_t m = 0; m < trees.size(); ++m) {
-      if (models != 0 && (m == 0 || (models & (ModelMask{1} << (m - 1))) == 0)) continue;
+      if (models != 0 && !ModelAllows(static_cast<int>(m) - 1, models)) continue;
       const int local = trees[m].LeftmostMax();
       if (local < 0) continue;
       double v = trees[m].Get(local);
@@ -316,8 +318,7 @@ class FragmentationPolicy final : public Policy {
       std::map<std::tuple<MilliCpu, MilliGpu, int>, size_t> shape;
       for (const MixEntry& e : mix_) {
         const TaskType& t = e.t;
-        const bool may_run = t.gpu_count > 0 && model >= 0 &&
-                             (t.models == 0 || (t.models & (ModelMask{1} << model)) != 0);
+        const bool may_run = t.gpu_count > 0 && ModelAllows(model, t.models);
         if (!may_run) {
           v.never_w += e.w;
           continue;

@@ -535,11 +535,10 @@ void Engine::CycleLocked(Batch& b) {
   });
   TranslateLocked(mark, b);
   RefreshWaitReasonsLocked();
-  const auto ended = std::chrono::steady_clock::now();
-  const int64_t took_us = std::chrono::duration_cast<std::chrono::microseconds>(ended - started).count();
+  const int64_t took_us =
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - started).count();
   cycle_latency_.Observe(took_us);
-  submit_cycles_.Ran(std::chrono::duration_cast<std::chrono::microseconds>(ended.time_since_epoch()).count(), took_us,
-                     stats.pending_at_start - stats.admitted);
+  submit_cycles_.Ran(CycleBudget::NowUs(), took_us, stats.pending_at_start - stats.admitted);
   last_cycle_ms_ = clock_();
   cycle_wanted_ = false;
 }

@@ -40,6 +40,7 @@
 #include <nlohmann/json.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -92,6 +93,10 @@ class CycleBudget {
     not_before_us_ = took_us >= kLong && left_waiting >= kBacklog ? end_us + kIdle * took_us : 0;
   }
   bool Allows(int64_t now_us) const { return now_us >= not_before_us_; }
+  static int64_t NowUs() {
+    return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
 
  private:
   int64_t not_before_us_ = 0;

@@ -2,7 +2,6 @@
 // that makes them durable before they are acknowledged, and cancellation.
 #include <algorithm>
 #include <cctype>
-#include <chrono>
 #include <cstring>
 #include <future>
 #include <set>
@@ -11,8 +10,6 @@
 #include <tuple>
 
 #include "api/engine.h"
-
-#include <chrono>
 #include "model/quantity.h"
 #include "partition/catalog.h"
 #include "policy/yaml_fields.h"
@@ -375,10 +372,7 @@ Result<std::pair<Json, int64_t>> Engine::SubmitQueued(const Identity& who, const
     lock.unlock();
     std::this_thread::yield();
     lock.lock();
-    const int64_t now_us = std::chrono::duration_cast<std::chrono::microseconds>(
-                               std::chrono::steady_clock::now().time_since_epoch())
-                               .count();
-    if (cycled_submissions_ < mine && submit_cycles_.Allows(now_us)) {
+    if (cycled_submissions_ < mine && submit_cycles_.Allows(CycleBudget::NowUs())) {
       Batch decisions;
       CycleLocked(decisions);
       QueueLocked(decisions);

@@ -51,6 +51,12 @@ void ReleaseSlot(RegionData& data, int slot) {
     data.used[d] = data.used[d] >= c ? data.used[d] - c : 0;
     s.charged[d] = 0;
   }
+  data.host_used = data.host_used >= s.host_bytes ? data.host_used - s.host_bytes : 0;
+  s.host_bytes = 0;
+  s.disk_bytes = 0;
+  s.resident_bytes = 0;
+  s.swap_state = 0;
+  s.unswappable = 0;
   s.pid = 0;
   s.start_time = 0;
   if (data.slots_in_use > 0) --data.slots_in_use;
@@ -97,11 +103,13 @@ int ReapDead(RegionData& data, IsAliveFn is_alive, void* context, int keep) {
 void Repair(RegionData& data) {
   uint32_t in_use = 0;
   for (uint32_t d = 0; d < kMaxDevices; ++d) data.used[d] = 0;
+  data.host_used = 0;
   for (uint32_t i = 0; i < kMaxSlots; ++i) {
     const Slot& s = data.slots[i];
     if (s.pid == 0) continue;
     ++in_use;
     for (uint32_t d = 0; d < kMaxDevices; ++d) data.used[d] += s.charged[d];
+    data.host_used += s.host_bytes;
   }
   data.slots_in_use = in_use;
 }
@@ -111,6 +119,94 @@ uint64_t FreeBytes(const RegionData& data, uint32_t device) {
   const uint64_t limit = data.limit[device];
   const uint64_t used = data.used[device];
   return used >= limit ? 0 : limit - used;
+}
+
+bool ConfigureSwap(RegionData& data, uint64_t ram_limit, const char* swap_dir) {
+  const size_t n = swap_dir == nullptr ? 0 : std::strlen(swap_dir);
+  if (n >= sizeof(data.swap_dir)) return false;
+  std::memset(data.swap_dir, 0, sizeof(data.swap_dir));
+  if (n > 0) std::memcpy(data.swap_dir, swap_dir, n);
+  data.swap_ram_limit = ram_limit;
+  data.swap_enabled = 1;
+  return true;
+}
+
+void SetSwapTarget(RegionData& data, SwapTarget target) {
+  __atomic_store_n(&data.swap_target, static_cast<uint32_t>(target), __ATOMIC_RELEASE);
+  __atomic_add_fetch(&data.swap_seq, 1, __ATOMIC_RELEASE);
+}
+
+bool ChargeHost(RegionData& data, int slot, uint64_t bytes) {
+  if (slot < 0 || static_cast<uint32_t>(slot) >= kMaxSlots || data.slots[slot].pid == 0) {
+    return false;
+  }
+  const uint64_t limit = data.swap_ram_limit;
+  if (bytes > limit || data.host_used > limit - bytes) return false;
+  data.slots[slot].host_bytes += bytes;
+  data.host_used += bytes;
+  return true;
+}
+
+void CreditHost(RegionData& data, int slot, uint64_t bytes) {
+  if (slot < 0 || static_cast<uint32_t>(slot) >= kMaxSlots) return;
+  Slot& s = data.slots[slot];
+  if (bytes > s.host_bytes) bytes = s.host_bytes;
+  s.host_bytes -= bytes;
+  data.host_used = data.host_used >= bytes ? data.host_used - bytes : 0;
+}
+
+bool SwapSummary::SettledFor(SwapTarget target) const {
+  if (swapping_out > 0 || swapping_in > 0) return false;
+  return target == SwapTarget::kResident ? swapped == 0 : resident == 0;
+}
+
+SwapSummary SummarizeSwap(const RegionData& data) {
+  SwapSummary sum;
+  for (uint32_t i = 0; i < kMaxSlots; ++i) {
+    const Slot& s = data.slots[i];
+    if (s.pid == 0) continue;
+    ++sum.processes;
+    switch (static_cast<SwapState>(s.swap_state)) {
+      case SwapState::kResident: ++sum.resident; break;
+      case SwapState::kSwappingOut: ++sum.swapping_out; break;
+      case SwapState::kSwapped: ++sum.swapped; break;
+      case SwapState::kSwappingIn: ++sum.swapping_in; break;
+      case SwapState::kUnswappable:
+        if (sum.unswappable++ == 0) sum.first_reason = s.unswappable;
+        break;
+    }
+    sum.resident_bytes += s.resident_bytes;
+    sum.host_bytes += s.host_bytes;
+    sum.disk_bytes += s.disk_bytes;
+    sum.gate_waits += s.gate_waits;
+  }
+  return sum;
+}
+
+const char* SwapStateName(uint32_t state) {
+  switch (static_cast<SwapState>(state)) {
+    case SwapState::kResident: return "resident";
+    case SwapState::kSwappingOut: return "swapping-out";
+    case SwapState::kSwapped: return "swapped";
+    case SwapState::kSwappingIn: return "resuming";
+    case SwapState::kUnswappable: return "unswappable";
+  }
+  return "unknown";
+}
+
+const char* UnswappableReason(uint32_t reason) {
+  switch (static_cast<Unswappable>(reason)) {
+    case Unswappable::kNone: return "";
+    case Unswappable::kStreamOrderedPool:
+      return "uses stream-ordered memory pools (cuMemAllocAsync): the pool's memory is the driver's";
+    case Unswappable::kArray: return "uses CUDA arrays, which have no address to copy from";
+    case Unswappable::kManaged: return "uses managed memory (cuMemAllocManaged), which the driver pages itself";
+    case Unswappable::kNoVmm: return "the driver lacks the virtual memory management API";
+    case Unswappable::kBusy: return "a driver call did not return in time (a kernel still running)";
+    case Unswappable::kFailed: return "a copy, a host allocation or the disk tier failed; nothing moved";
+    case Unswappable::kExported: return "exported memory to another process, which maps it too";
+  }
+  return "unknown";
 }
 
 }  // namespace tessera::capgpu

@@ -33,11 +33,48 @@ struct ProcessId {
   friend bool operator==(const ProcessId&, const ProcessId&) = default;
 };
 
+// Swapping (swap.h): the agent sets the share's target; each process moves its swappable device
+// memory to match and reports its state in its slot.
+enum class SwapTarget : uint32_t {
+  kResident = 0,  // device memory stays (or comes back) on the device
+  kOut = 1,       // leave the device; a process that calls the driver again brings the share back
+  kHold = 2,      // leave the device and stay out: driver calls wait until the target changes
+};
+enum class SwapState : uint32_t {
+  kResident = 0,
+  kSwappingOut = 1,
+  kSwapped = 2,
+  kSwappingIn = 3,
+  kUnswappable = 4,  // Slot::unswappable says why
+};
+// Why a process cannot be swapped (Slot::unswappable).
+enum class Unswappable : uint32_t {
+  kNone = 0,
+  kStreamOrderedPool = 1,  // cuMemAllocAsync / cuMemAllocFromPoolAsync: the pool is the driver's
+  kArray = 2,              // CUDA arrays: opaque layout, no address to copy from
+  kManaged = 3,            // cuMemAllocManaged: the driver pages it itself
+  kNoVmm = 4,              // the driver lacks the virtual memory management API
+  kBusy = 5,               // a driver call did not return within the swap's wait (kernel running)
+  kFailed = 6,             // a copy, a host allocation or the disk tier failed (nothing moved)
+  kExported = 7,           // memory exported to another process (cuMemExportToShareableHandle)
+};
+
 struct Slot {
   int32_t pid;  // 0: free
   uint32_t reserved;
   uint64_t start_time;
   uint64_t charged[kMaxDevices];
+  // Swap state of this process (written by the process itself, under the lock).
+  uint32_t swap_state;      // SwapState
+  uint32_t unswappable;     // Unswappable
+  uint64_t resident_bytes;  // swappable device memory mapped now
+  uint64_t host_bytes;      // swapped-out bytes held in host RAM (counted in RegionData::host_used)
+  uint64_t disk_bytes;      // swapped-out bytes held in a file under swap_dir
+  uint64_t gate_waits;      // driver calls that waited at the gate
+  uint64_t swap_outs;
+  uint64_t swap_ins;
+  uint64_t last_swap_out_us;  // how long the last swap-out / swap-in took
+  uint64_t last_swap_in_us;
 };
 
 struct RegionData {
@@ -50,6 +87,17 @@ struct RegionData {
   // Kernel launches by the share's processes so far (cuLaunchKernel*), counted with relaxed
   // atomic increments outside the lock: the agent reads a change as GPU activity.
   uint64_t launches;
+  // Swapping. swap_enabled is written at creation; swap_target and swap_seq are written under
+  // the lock with atomic stores and read without it (swap_seq is a futex word: every change of
+  // target bumps it and wakes the processes' watchers).
+  uint32_t swap_enabled;
+  uint32_t swap_target;  // SwapTarget
+  uint32_t swap_seq;
+  uint32_t reserved_swap;
+  uint64_t swap_ram_limit;  // host RAM the share's swapped bytes may take; the rest goes to disk
+  uint64_t host_used;       // == sum over slots of host_bytes
+  uint64_t demand_wakes;    // times a process's driver call brought a kOut share back
+  char swap_dir[256];       // directory for the disk tier ("" = no disk tier)
 };
 
 // Fills `data` for a fresh region. `limits` has `count` entries (count <= kMaxDevices): one
@@ -89,5 +137,34 @@ void Repair(RegionData& data);
 
 // Bytes still free on `device` (0 when over, e.g. after the agent shrank a limit).
 uint64_t FreeBytes(const RegionData& data, uint32_t device);
+
+// ---- Swapping -----------------------------------------------------------------------------------
+
+// Turns swapping on for a fresh region: host RAM budget and disk directory (may be "" for none;
+// truncated paths are refused: false).
+bool ConfigureSwap(RegionData& data, uint64_t ram_limit, const char* swap_dir);
+
+// Sets the share's target and bumps swap_seq (the caller then wakes the futex).
+void SetSwapTarget(RegionData& data, SwapTarget target);
+
+// Charges `bytes` of host RAM to `slot` if the share's budget allows; all or nothing.
+bool ChargeHost(RegionData& data, int slot, uint64_t bytes);
+// Credits host RAM back, never more than the slot holds.
+void CreditHost(RegionData& data, int slot, uint64_t bytes);
+
+// What the live slots report, for the agent and `show`.
+struct SwapSummary {
+  uint32_t processes = 0;
+  uint32_t resident = 0, swapping_out = 0, swapped = 0, swapping_in = 0, unswappable = 0;
+  uint32_t first_reason = 0;  // Unswappable of the first unswappable slot
+  uint64_t resident_bytes = 0, host_bytes = 0, disk_bytes = 0, gate_waits = 0;
+  // True when every process is in the state `target` asks for (kUnswappable counts as settled:
+  // it will not move).
+  bool SettledFor(SwapTarget target) const;
+};
+SwapSummary SummarizeSwap(const RegionData& data);
+
+const char* SwapStateName(uint32_t state);
+const char* UnswappableReason(uint32_t reason);
 
 }  // namespace tessera::capgpu

@@ -93,6 +93,18 @@ typedef struct CUmemAllocationProp_st {
 } CUmemAllocationProp;
 static_assert(offsetof(CUmemAllocationProp, location) == 8);
 static_assert(sizeof(CUmemAllocationProp) == 32);
+enum : int { CU_MEM_ALLOCATION_TYPE_PINNED = 0x1 };
+enum : int { CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0x0 };
+// cuMemSetAccess.
+typedef struct CUmemAccessDesc_st {
+  CUmemLocation location;
+  int flags;  // CUmemAccess_flags
+} CUmemAccessDesc;
+enum : int { CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 0x3 };
+static_assert(sizeof(CUmemAccessDesc) == 12);
+typedef int CUmemAllocationHandleType;
+typedef struct CUgraphExec_st* CUgraphExec;
+typedef struct CUlaunchConfig_st CUlaunchConfig;  // only passed through
 
 // ---- NVML -------------------------------------------------------------------------------------
 typedef int nvmlReturn_t;

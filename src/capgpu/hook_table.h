@@ -46,6 +46,72 @@
   X(kCuda, cuMemRelease, "cuMemRelease", 10020, kAny, CUresult,                                    \
     (CUmemGenericAllocationHandle handle))                                                         \
   X(kCuda, cuArrayDestroy, "cuArrayDestroy", 2000, kAny, CUresult, (CUarray array))                \
+  X(kCuda, cuMemMap, "cuMemMap", 10020, kAny, CUresult,                                            \
+    (CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,            \
+     unsigned long long flags))                                                                    \
+  X(kCuda, cuMemUnmap, "cuMemUnmap", 10020, kAny, CUresult, (CUdeviceptr ptr, size_t size))        \
+  X(kCuda, cuMemExportToShareableHandle, "cuMemExportToShareableHandle", 10020, kAny, CUresult,    \
+    (void* shareable, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType type,        \
+     unsigned long long flags))                                                                    \
+  X(kCuda, cuMemGetAllocationPropertiesFromHandle, "cuMemGetAllocationPropertiesFromHandle",      \
+    10020, kAny, CUresult, (CUmemAllocationProp * prop, CUmemGenericAllocationHandle handle))     \
+  /* gated calls that touch device memory (the swap gate, swap.h): hooks_gate.cc */                \
+  X(kCuda, cuMemcpy, "cuMemcpy", 4000, kLegacy, CUresult,                                          \
+    (CUdeviceptr dst, CUdeviceptr src, size_t n))                                                  \
+  X(kCuda, cuMemcpy_ptds, "cuMemcpy", 7000, kPerThread, CUresult,                                  \
+    (CUdeviceptr dst, CUdeviceptr src, size_t n))                                                  \
+  X(kCuda, cuMemcpyAsync, "cuMemcpyAsync", 4000, kLegacy, CUresult,                                \
+    (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream stream))                                 \
+  X(kCuda, cuMemcpyAsync_ptsz, "cuMemcpyAsync", 7000, kPerThread, CUresult,                        \
+    (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream stream))                                 \
+  X(kCuda, cuMemcpyHtoD_v2, "cuMemcpyHtoD", 3020, kLegacy, CUresult,                               \
+    (CUdeviceptr dst, const void* src, size_t n))                                                  \
+  X(kCuda, cuMemcpyHtoD_v2_ptds, "cuMemcpyHtoD", 7000, kPerThread, CUresult,                       \
+    (CUdeviceptr dst, const void* src, size_t n))                                                  \
+  X(kCuda, cuMemcpyDtoH_v2, "cuMemcpyDtoH", 3020, kLegacy, CUresult,                               \
+    (void* dst, CUdeviceptr src, size_t n))                                                        \
+  X(kCuda, cuMemcpyDtoH_v2_ptds, "cuMemcpyDtoH", 7000, kPerThread, CUresult,                       \
+    (void* dst, CUdeviceptr src, size_t n))                                                        \
+  X(kCuda, cuMemcpyDtoD_v2, "cuMemcpyDtoD", 3020, kLegacy, CUresult,                               \
+    (CUdeviceptr dst, CUdeviceptr src, size_t n))                                                  \
+  X(kCuda, cuMemcpyDtoD_v2_ptds, "cuMemcpyDtoD", 7000, kPerThread, CUresult,                       \
+    (CUdeviceptr dst, CUdeviceptr src, size_t n))                                                  \
+  X(kCuda, cuMemcpyHtoDAsync_v2, "cuMemcpyHtoDAsync", 3020, kLegacy, CUresult,                     \
+    (CUdeviceptr dst, const void* src, size_t n, CUstream stream))                                 \
+  X(kCuda, cuMemcpyHtoDAsync_v2_ptsz, "cuMemcpyHtoDAsync", 7000, kPerThread, CUresult,             \
+    (CUdeviceptr dst, const void* src, size_t n, CUstream stream))                                 \
+  X(kCuda, cuMemcpyDtoHAsync_v2, "cuMemcpyDtoHAsync", 3020, kLegacy, CUresult,                     \
+    (void* dst, CUdeviceptr src, size_t n, CUstream stream))                                       \
+  X(kCuda, cuMemcpyDtoHAsync_v2_ptsz, "cuMemcpyDtoHAsync", 7000, kPerThread, CUresult,             \
+    (void* dst, CUdeviceptr src, size_t n, CUstream stream))                                       \
+  X(kCuda, cuMemsetD8_v2, "cuMemsetD8", 3020, kLegacy, CUresult,                                   \
+    (CUdeviceptr dst, unsigned char value, size_t n))                                              \
+  X(kCuda, cuMemsetD8_v2_ptds, "cuMemsetD8", 7000, kPerThread, CUresult,                           \
+    (CUdeviceptr dst, unsigned char value, size_t n))                                              \
+  X(kCuda, cuMemsetD32_v2, "cuMemsetD32", 3020, kLegacy, CUresult,                                 \
+    (CUdeviceptr dst, unsigned int value, size_t n))                                               \
+  X(kCuda, cuMemsetD32_v2_ptds, "cuMemsetD32", 7000, kPerThread, CUresult,                         \
+    (CUdeviceptr dst, unsigned int value, size_t n))                                               \
+  X(kCuda, cuMemsetD8Async, "cuMemsetD8Async", 3020, kLegacy, CUresult,                            \
+    (CUdeviceptr dst, unsigned char value, size_t n, CUstream stream))                             \
+  X(kCuda, cuMemsetD8Async_ptsz, "cuMemsetD8Async", 7000, kPerThread, CUresult,                    \
+    (CUdeviceptr dst, unsigned char value, size_t n, CUstream stream))                             \
+  X(kCuda, cuMemsetD32Async, "cuMemsetD32Async", 3020, kLegacy, CUresult,                          \
+    (CUdeviceptr dst, unsigned int value, size_t n, CUstream stream))                              \
+  X(kCuda, cuMemsetD32Async_ptsz, "cuMemsetD32Async", 7000, kPerThread, CUresult,                  \
+    (CUdeviceptr dst, unsigned int value, size_t n, CUstream stream))                              \
+  X(kCuda, cuGraphLaunch, "cuGraphLaunch", 10000, kLegacy, CUresult,                               \
+    (CUgraphExec graph, CUstream stream))                                                          \
+  X(kCuda, cuGraphLaunch_ptsz, "cuGraphLaunch", 10000, kPerThread, CUresult,                       \
+    (CUgraphExec graph, CUstream stream))                                                          \
+  X(kCuda, cuLaunchKernelEx, "cuLaunchKernelEx", 11060, kLegacy, CUresult,                         \
+    (const CUlaunchConfig* config, CUfunction f, void** params, void** extra))                    \
+  X(kCuda, cuLaunchKernelEx_ptsz, "cuLaunchKernelEx", 11060, kPerThread, CUresult,                 \
+    (const CUlaunchConfig* config, CUfunction f, void** params, void** extra))                    \
+  X(kCuda, cuStreamSynchronize, "cuStreamSynchronize", 2000, kLegacy, CUresult, (CUstream stream)) \
+  X(kCuda, cuStreamSynchronize_ptsz, "cuStreamSynchronize", 7000, kPerThread, CUresult,            \
+    (CUstream stream))                                                                             \
+  X(kCuda, cuCtxSynchronize, "cuCtxSynchronize", 2000, kAny, CUresult, ())                         \
   /* memory queries: hooks_info.cc */                                                              \
   X(kCuda, cuMemGetInfo_v2, "cuMemGetInfo", 3020, kAny, CUresult, (size_t * free, size_t * total)) \
   X(kCuda, cuDeviceTotalMem_v2, "cuDeviceTotalMem", 3020, kAny, CUresult,                          \

@@ -1,11 +1,12 @@
 // Execution family. cuLaunchKernel passes through after counting the launch in the share's
-// region (a relaxed atomic increment: the agent's activity signal): no lock, no system call. It
-// is hooked so that compute time-slicing of shares has its place; the benchmark (bench/capgpu)
-// measures what the hook costs.
+// region (a relaxed atomic increment: the agent's activity signal) and passing the swap gate
+// (swap.h): no lock, no system call when no swap is pending. It is hooked so that compute
+// time-slicing of shares has its place; the benchmark (bench/capgpu) measures what it costs.
 #include "capgpu/hook_table.h"
 #include "capgpu/real_driver.h"
 #include "capgpu/runtime.h"
 
+using tessera::capgpu::GateScope;
 using tessera::capgpu::HookId;
 using tessera::capgpu::Real;
 using tessera::capgpu::Runtime;
@@ -17,7 +18,12 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int grid_x, unsigned int grid_y, 
                         unsigned int shared_bytes, CUstream stream, void** params, void** extra) {
   auto real = Real<HookId::cuLaunchKernel>();
   if (__builtin_expect(real == nullptr, 0)) return CUDA_ERROR_NOT_INITIALIZED;
-  if (Runtime::Get().Capped()) Runtime::Get().NoteLaunch();
+  if (!Runtime::Get().Capped()) {
+    return real(f, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes, stream, params,
+                extra);
+  }
+  Runtime::Get().NoteLaunch();
+  GateScope gate(Runtime::Get().swapper());
   return real(f, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes, stream, params,
               extra);
 }
@@ -28,7 +34,12 @@ CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int grid_x, unsigned int gri
                              void** params, void** extra) {
   auto real = Real<HookId::cuLaunchKernel_ptsz>();
   if (__builtin_expect(real == nullptr, 0)) return CUDA_ERROR_NOT_INITIALIZED;
-  if (Runtime::Get().Capped()) Runtime::Get().NoteLaunch();
+  if (!Runtime::Get().Capped()) {
+    return real(f, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes, stream, params,
+                extra);
+  }
+  Runtime::Get().NoteLaunch();
+  GateScope gate(Runtime::Get().swapper());
   return real(f, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes, stream, params,
               extra);
 }

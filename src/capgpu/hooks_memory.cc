@@ -1,6 +1,11 @@
 // Allocation family: charge before the driver allocates, credit when it frees. An allocation that
 // would pass the cap returns CUDA_ERROR_OUT_OF_MEMORY without reaching the driver; one the driver
 // refuses is credited back at once.
+//
+// With swapping on (swap.h), every call passes the swap gate first; cuMemAlloc and pitch
+// allocations are served from the library's own virtual-memory ranges (charged at the driver's
+// granularity), frameworks' cuMemCreate handles are tracked, and stream-ordered pools, arrays
+// and managed memory make the process unswappable.
 #include "capgpu/hook_table.h"
 #include "capgpu/real_driver.h"
 #include "capgpu/runtime.h"
@@ -8,9 +13,12 @@
 
 using tessera::capgpu::AllocKind;
 using tessera::capgpu::CurrentDevice;
+using tessera::capgpu::GateScope;
 using tessera::capgpu::HookId;
 using tessera::capgpu::Real;
 using tessera::capgpu::Runtime;
+using tessera::capgpu::Swapper;
+using tessera::capgpu::Unswappable;
 
 namespace {
 
@@ -51,6 +59,22 @@ CUresult Credited(AllocKind kind, uint64_t key, Release release) {
 
 uint32_t Device() { return static_cast<uint32_t>(CurrentDevice()); }
 
+Swapper& Swap() { return Runtime::Get().swapper(); }
+
+// Memory the swap cannot move: the process stays resident from now on.
+void Unmovable(Unswappable why) {
+  if (Swap().on()) Swap().MarkUnswappable(why);
+}
+
+// cuMemAlloc under swapping: a range of the library's own, `bytes` rounded to the granularity.
+CUresult SwappableAlloc(CUdeviceptr* dptr, uint64_t bytes) {
+  const uint32_t device = Device();
+  const uint64_t rounded = Swap().Rounded(bytes, device);
+  if (rounded == 0) return bytes == 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_OUT_OF_MEMORY;
+  return Charged(AllocKind::kDevicePointer, device, rounded, dptr,
+                 [&] { return Swap().Alloc(dptr, rounded, device); });
+}
+
 }  // namespace
 
 extern "C" {
@@ -59,6 +83,8 @@ CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
   auto real = Real<HookId::cuMemAlloc_v2>();
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   if (!Runtime::Get().Capped() || dptr == nullptr) return real(dptr, bytesize);
+  GateScope gate(Swap());
+  if (Swap().on()) return SwappableAlloc(dptr, bytesize);
   return Charged(AllocKind::kDevicePointer, Device(), bytesize, dptr,
                  [&] { return real(dptr, bytesize); });
 }
@@ -67,6 +93,8 @@ CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flag
   auto real = Real<HookId::cuMemAllocManaged>();
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   if (!Runtime::Get().Capped() || dptr == nullptr) return real(dptr, bytesize, flags);
+  GateScope gate(Swap());
+  Unmovable(Unswappable::kManaged);
   return Charged(AllocKind::kDevicePointer, Device(), bytesize, dptr,
                  [&] { return real(dptr, bytesize, flags); });
 }
@@ -75,6 +103,8 @@ CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream stream) {
   auto real = Real<HookId::cuMemAllocAsync>();
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   if (!Runtime::Get().Capped() || dptr == nullptr) return real(dptr, bytesize, stream);
+  GateScope gate(Swap());
+  Unmovable(Unswappable::kStreamOrderedPool);
   return Charged(AllocKind::kDevicePointer, Device(), bytesize, dptr,
                  [&] { return real(dptr, bytesize, stream); });
 }
@@ -83,6 +113,8 @@ CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream strea
   auto real = Real<HookId::cuMemAllocAsync_ptsz>();
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   if (!Runtime::Get().Capped() || dptr == nullptr) return real(dptr, bytesize, stream);
+  GateScope gate(Swap());
+  Unmovable(Unswappable::kStreamOrderedPool);
   return Charged(AllocKind::kDevicePointer, Device(), bytesize, dptr,
                  [&] { return real(dptr, bytesize, stream); });
 }
@@ -94,6 +126,8 @@ CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize, CUmemoryPoo
   auto real = Real<HookId::cuMemAllocFromPoolAsync>();
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   if (!Runtime::Get().Capped() || dptr == nullptr) return real(dptr, bytesize, pool, stream);
+  GateScope gate(Swap());
+  Unmovable(Unswappable::kStreamOrderedPool);
   return Charged(AllocKind::kDevicePointer, Device(), bytesize, dptr,
                  [&] { return real(dptr, bytesize, pool, stream); });
 }
@@ -103,6 +137,8 @@ CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUmemo
   auto real = Real<HookId::cuMemAllocFromPoolAsync_ptsz>();
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   if (!Runtime::Get().Capped() || dptr == nullptr) return real(dptr, bytesize, pool, stream);
+  GateScope gate(Swap());
+  Unmovable(Unswappable::kStreamOrderedPool);
   return Charged(AllocKind::kDevicePointer, Device(), bytesize, dptr,
                  [&] { return real(dptr, bytesize, pool, stream); });
 }
@@ -116,6 +152,18 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width_bytes
   Runtime& rt = Runtime::Get();
   if (!rt.Capped() || dptr == nullptr || pitch == nullptr) {
     return real(dptr, pitch, width_bytes, height, elem_bytes);
+  }
+  GateScope gate(Swap());
+  if (Swap().on()) {
+    // The driver's pitch rule for linear memory: rows aligned to 512 bytes.
+    if (width_bytes == 0 || height == 0 || width_bytes > (SIZE_MAX - 511)) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    const uint64_t row = (static_cast<uint64_t>(width_bytes) + 511) / 512 * 512;
+    if (row > UINT64_MAX / height) return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r = SwappableAlloc(dptr, row * height);
+    if (r == CUDA_SUCCESS) *pitch = static_cast<size_t>(row);
+    return r;
   }
   const uint32_t device = Device();
   const uint64_t estimate = tessera::capgpu::PitchedBytesEstimate(width_bytes, height);
@@ -150,14 +198,25 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
       prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop->location.id < 0) {
     return real(handle, size, prop, flags);
   }
+  GateScope gate(Swap());
   return Charged(AllocKind::kMemHandle, static_cast<uint32_t>(prop->location.id), size, handle,
-                 [&] { return real(handle, size, prop, flags); });
+                 [&] {
+                   CUresult r = real(handle, size, prop, flags);
+                   if (r == CUDA_SUCCESS && Swap().on()) {
+                     // The process holds a value of the library's; the table keys on it.
+                     const CUmemGenericAllocationHandle user = Swap().Track(*handle, size, prop);
+                     if (user != 0) *handle = user;
+                   }
+                   return r;
+                 });
 }
 
 CUresult cuArrayCreate_v2(CUarray* array, const CUDA_ARRAY_DESCRIPTOR* desc) {
   auto real = Real<HookId::cuArrayCreate_v2>();
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   if (!Runtime::Get().Capped() || array == nullptr || desc == nullptr) return real(array, desc);
+  GateScope gate(Swap());
+  Unmovable(Unswappable::kArray);
   const uint64_t bytes =
       tessera::capgpu::ArrayBytes(desc->Width, desc->Height, 0, desc->Format, desc->NumChannels, 0);
   Runtime& rt = Runtime::Get();
@@ -176,6 +235,8 @@ CUresult cuArray3DCreate_v2(CUarray* array, const CUDA_ARRAY3D_DESCRIPTOR* desc)
   auto real = Real<HookId::cuArray3DCreate_v2>();
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   if (!Runtime::Get().Capped() || array == nullptr || desc == nullptr) return real(array, desc);
+  GateScope gate(Swap());
+  Unmovable(Unswappable::kArray);
   const uint64_t bytes = tessera::capgpu::ArrayBytes(desc->Width, desc->Height, desc->Depth,
                                                      desc->Format, desc->NumChannels, desc->Flags);
   Runtime& rt = Runtime::Get();
@@ -194,7 +255,12 @@ CUresult cuMemFree_v2(CUdeviceptr dptr) {
   auto real = Real<HookId::cuMemFree_v2>();
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   if (!Runtime::Get().Capped()) return real(dptr);
-  return Credited(AllocKind::kDevicePointer, dptr, [&] { return real(dptr); });
+  GateScope gate(Swap());
+  return Credited(AllocKind::kDevicePointer, dptr, [&] {
+    CUresult r = CUDA_SUCCESS;
+    if (Swap().on() && Swap().Free(dptr, &r)) return r;
+    return real(dptr);
+  });
 }
 
 // Stream-ordered frees are credited when enqueued: the memory returns to the pool when the
@@ -203,29 +269,85 @@ CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
   auto real = Real<HookId::cuMemFreeAsync>();
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   if (!Runtime::Get().Capped()) return real(dptr, stream);
-  return Credited(AllocKind::kDevicePointer, dptr, [&] { return real(dptr, stream); });
+  GateScope gate(Swap());
+  return Credited(AllocKind::kDevicePointer, dptr, [&] {
+    CUresult r = CUDA_SUCCESS;
+    // A library range freed on a stream: the stream is drained first, then it goes at once.
+    if (Swap().on() && Swap().Free(dptr, &r)) return r;
+    return real(dptr, stream);
+  });
 }
 
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream) {
   auto real = Real<HookId::cuMemFreeAsync_ptsz>();
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   if (!Runtime::Get().Capped()) return real(dptr, stream);
-  return Credited(AllocKind::kDevicePointer, dptr, [&] { return real(dptr, stream); });
+  GateScope gate(Swap());
+  return Credited(AllocKind::kDevicePointer, dptr, [&] {
+    CUresult r = CUDA_SUCCESS;
+    // A library range freed on a stream: the stream is drained first, then it goes at once.
+    if (Swap().on() && Swap().Free(dptr, &r)) return r;
+    return real(dptr, stream);
+  });
 }
 
 CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
   auto real = Real<HookId::cuMemRelease>();
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   if (!Runtime::Get().Capped()) return real(handle);
-  return Credited(AllocKind::kMemHandle, handle, [&] { return real(handle); });
+  GateScope gate(Swap());
+  return Credited(AllocKind::kMemHandle, handle, [&] {
+    CUresult r = CUDA_SUCCESS;
+    if (Swap().on() && Swap().Release(handle, &r)) return r;
+    return real(handle);
+  });
 }
 
 CUresult cuArrayDestroy(CUarray array) {
   auto real = Real<HookId::cuArrayDestroy>();
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   if (!Runtime::Get().Capped()) return real(array);
+  GateScope gate(Swap());
   return Credited(AllocKind::kArray, reinterpret_cast<uint64_t>(array),
                   [&] { return real(array); });
+}
+
+// Mappings through handles the library tracks (swap.h); pass-through otherwise.
+CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                  unsigned long long flags) {
+  auto real = Real<HookId::cuMemMap>();
+  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!Runtime::Get().Capped() || !Swap().on()) return real(ptr, size, offset, handle, flags);
+  GateScope gate(Swap());
+  return Swap().Map(ptr, size, offset, handle, flags);
+}
+
+CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
+  auto real = Real<HookId::cuMemUnmap>();
+  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!Runtime::Get().Capped() || !Swap().on()) return real(ptr, size);
+  GateScope gate(Swap());
+  return Swap().Unmap(ptr, size);
+}
+
+// Memory exported to another process is mapped there too: it cannot leave the device.
+CUresult cuMemExportToShareableHandle(void* shareable, CUmemGenericAllocationHandle handle,
+                                      CUmemAllocationHandleType type, unsigned long long flags) {
+  auto real = Real<HookId::cuMemExportToShareableHandle>();
+  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!Runtime::Get().Capped() || !Swap().on()) return real(shareable, handle, type, flags);
+  GateScope gate(Swap());
+  Swap().MarkUnswappable(Unswappable::kExported);
+  return real(shareable, Swap().RealHandle(handle), type, flags);
+}
+
+CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* prop,
+                                                CUmemGenericAllocationHandle handle) {
+  auto real = Real<HookId::cuMemGetAllocationPropertiesFromHandle>();
+  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!Runtime::Get().Capped() || !Swap().on()) return real(prop, handle);
+  GateScope gate(Swap());
+  return real(prop, Swap().RealHandle(handle));
 }
 
 }  // extern "C"

@@ -2,6 +2,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -135,6 +138,39 @@ bool Region::Lock() {
 }
 
 void Region::Unlock() { pthread_mutex_unlock(&file_->mutex); }
+
+bool RequestSwap(Region& region, SwapTarget target) {
+  {
+    RegionLock lock(region);
+    if (!lock.held() || region.data().swap_enabled == 0) return false;
+    SetSwapTarget(region.data(), target);
+  }
+  syscall(SYS_futex, &region.data().swap_seq, FUTEX_WAKE, 0x7fffffff, nullptr, nullptr, 0);
+  return true;
+}
+
+bool WaitSwapSettled(Region& region, int64_t timeout_ms, SwapSummary* summary) {
+  timespec start;
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  for (;;) {
+    SwapTarget target;
+    {
+      RegionLock lock(region);
+      if (!lock.held()) return false;
+      ReapDead(region.data(), ProcessIsAlive, nullptr);
+      *summary = SummarizeSwap(region.data());
+      target = static_cast<SwapTarget>(region.data().swap_target);
+    }
+    if (summary->SettledFor(target)) return true;
+    timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    const int64_t elapsed =
+        (now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000;
+    if (elapsed >= timeout_ms) return false;
+    timespec pause{0, 2'000'000};
+    nanosleep(&pause, nullptr);
+  }
+}
 
 bool ReadProcessStat(int32_t pid, char* state, uint64_t* start_time) {
   char path[64];

@@ -28,7 +28,7 @@
 namespace tessera::capgpu {
 
 inline constexpr uint64_t kRegionMagic = 0x31555047'53534554ULL;  // "TESSGPU1"
-inline constexpr uint32_t kRegionVersion = 2;  // 2: RegionData::launches
+inline constexpr uint32_t kRegionVersion = 3;  // 2: RegionData::launches; 3: swapping
 
 // The file's layout. Magic and version are written last at creation (and the file only appears
 // under its name once complete), so a mapped region is always fully initialised.
@@ -86,6 +86,16 @@ class RegionLock {
   Region& region_;
   bool held_;
 };
+
+// ---- Swapping (the agent's side; swap.h is the process's) -----------------------------------------
+
+// Sets the share's swap target and wakes its processes' watchers. False when the region has
+// swapping off or its lock is unusable.
+bool RequestSwap(Region& region, SwapTarget target);
+// Waits until every live process has settled for the current target (kUnswappable counts as
+// settled), or `timeout_ms` passes; *summary gets the last state seen. True when settled.
+// Dead processes are reaped along the way.
+bool WaitSwapSettled(Region& region, int64_t timeout_ms, SwapSummary* summary);
 
 // ---- Processes (system calls; the impure half of liveness) ------------------------------------
 

@@ -96,6 +96,12 @@ int Runtime::JoinLocked() {
   slot_ = ClaimSlot(data, self);
   if (slot_ < 0 && ReapDead(data, ProcessIsAlive, nullptr) > 0) slot_ = ClaimSlot(data, self);
   if (slot_ < 0) Log(true, "region full (%u processes); allocations will be refused", kMaxSlots);
+  if (slot_ >= 0 && !private_region_ && data.swap_enabled != 0) {
+    swapper_.Start(&region_, slot_);
+    Log(false, "swapping on (host RAM budget %llu, disk tier %s)",
+        static_cast<unsigned long long>(data.swap_ram_limit),
+        data.swap_dir[0] != '\0' ? data.swap_dir : "none");
+  }
   Log(false, "joined %s as slot %d, device 0 limit %llu", private_region_ ? "(private)" : path,
       slot_, static_cast<unsigned long long>(data.limit[0]));
   return kCapped;
@@ -137,6 +143,7 @@ void Runtime::AfterForkInChild() {
   // Only this thread exists now; nothing here may wait for another.
   join_mu_ = PTHREAD_MUTEX_INITIALIZER;
   allocations_.ResetAfterFork();
+  swapper_.AfterForkInChild();
   if (private_region_) {
     // A private region is a copy of the parent's: the child starts its own.
     region_.Close();

@@ -9,6 +9,7 @@
 //                             CUDA_DEVICE_MEMORY_LIMIT[_i]. Without a region path the cap is
 //                             private to the process.
 //   TESSERA_CAPGPU_LOG=1      informational messages on stderr (errors are always printed).
+// Swapping is on when the region file says so (`tessera-capgpu-region create --swap`): swap.h.
 // Nothing configured: every hook passes straight through.
 //
 // Thread-safety: all methods are thread-safe. Fork: the child re-joins on first use and gets its
@@ -22,6 +23,7 @@
 
 #include "capgpu/alloc_table.h"
 #include "capgpu/region.h"
+#include "capgpu/swap.h"
 
 namespace tessera::capgpu {
 
@@ -52,6 +54,8 @@ class Runtime {
   void NoteLaunch() { __atomic_fetch_add(&region_.data().launches, 1, __ATOMIC_RELAXED); }
 
   AllocationTable& allocations() { return allocations_; }
+  // The swap side (swap.h); on() only when the region has swapping on.
+  Swapper& swapper() { return swapper_; }
 
   // Hooks for pthread_atfork (child) and process exit.
   void AfterForkInChild();
@@ -68,6 +72,19 @@ class Runtime {
   bool private_region_ = false;
   int slot_ = -1;  // -1: no slot (region full): charges are refused
   AllocationTable allocations_;
+  Swapper swapper_;
+};
+
+// Holds the swap gate open for one driver call (a no-op without swapping).
+class GateScope {
+ public:
+  explicit GateScope(Swapper& swapper) : record_(swapper.Enter()) {}
+  ~GateScope() { Swapper::Leave(record_); }
+  GateScope(const GateScope&) = delete;
+  GateScope& operator=(const GateScope&) = delete;
+
+ private:
+  Swapper::ThreadRecord* record_;
 };
 
 }  // namespace tessera::capgpu

@@ -204,7 +204,7 @@ TEST(AgentLauncher, RunningReportsCpuTimeAndTheShareRegion) {
   EXPECT_EQ(r[0].devices, std::vector<int>{0});
   EXPECT_EQ(r[0].gpu_memory_used_bytes, 0);  // a region, nothing charged yet
   EXPECT_EQ(r[0].gpu_launches, 0);
-  EXPECT_EQ(r[1].cpu_ticks, 0u);  // sleeping since it started
+  EXPECT_LE(r[1].cpu_ticks, 2u);  // sleeping since it started (a tick for exec on a loaded machine)
   EXPECT_EQ(r[1].gpu_launches, -1);  // no region: not a share
   {
     capgpu::Region region;

@@ -1,0 +1,219 @@
+// capgpu_swap_probe: a CUDA driver client for the swap tests (swap_test.cc), linked against the
+// stand-in driver and run under LD_PRELOAD of the cap library. It reads one command per line on
+// stdin and answers each with one line on stdout:
+//
+//   alloc NAME SIZE            cuMemAlloc_v2                        -> "alloc NAME RC"
+//   pitch NAME WIDTH HEIGHT    cuMemAllocPitch_v2                   -> "pitch NAME RC PITCH"
+//   vmm NAME SIZE keep|release a framework's own mapping: reserve, cuMemCreate, cuMemMap,
+//                              cuMemSetAccess; `release` drops the handle at once (the mapping
+//                              keeps the memory), `keep` holds it until `free`
+//   async NAME SIZE            cuMemAllocAsync (a stream-ordered pool)
+//   fill NAME SEED             cuMemcpyHtoD of a pattern            -> "fill NAME RC"
+//   check NAME SEED            cuMemcpyDtoH and compare             -> "check NAME ok" / "... bad AT"
+//   kernel NAME                the stand-in kernel adds 1 to every byte (pattern SEED -> SEED+1)
+//   addr NAME                  -> "addr NAME 0x..."
+//   free NAME                  cuMemFree_v2, or unmap + release + address free for `vmm`
+//   threads N NAME SEED        N threads checking NAME in a loop until `stop`
+//   loops                      -> "loops COUNT" (the threads' finished checks; not a driver call)
+//   stop                       -> "stop loops=COUNT errors=COUNT"
+//   devused                    the stand-in's device bytes in use (not a driver call)
+//   quit
+// SIZE: bytes, or with KiB/MiB/GiB. Pattern byte i of SEED: (SEED + 7*i + i/4096) mod 256.
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <atomic>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "capgpu/cuda_abi.h"
+
+extern "C" {
+CUresult cuInit(unsigned int);
+CUresult cuCtxCreate_v2(CUcontext*, unsigned int, CUdevice);
+CUresult cuMemAlloc_v2(CUdeviceptr*, size_t);
+CUresult cuMemAllocPitch_v2(CUdeviceptr*, size_t*, size_t, size_t, unsigned int);
+CUresult cuMemAllocAsync(CUdeviceptr*, size_t, CUstream);
+CUresult cuMemFree_v2(CUdeviceptr);
+CUresult cuMemCreate(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*,
+                     unsigned long long);
+CUresult cuMemRelease(CUmemGenericAllocationHandle);
+CUresult cuMemAddressReserve(CUdeviceptr*, size_t, size_t, CUdeviceptr, unsigned long long);
+CUresult cuMemAddressFree(CUdeviceptr, size_t);
+CUresult cuMemMap(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+CUresult cuMemUnmap(CUdeviceptr, size_t);
+CUresult cuMemSetAccess(CUdeviceptr, size_t, const CUmemAccessDesc*, size_t);
+CUresult cuMemcpyHtoD_v2(CUdeviceptr, const void*, size_t);
+CUresult cuMemcpyDtoH_v2(void*, CUdeviceptr, size_t);
+CUresult cuLaunchKernel(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int,
+                        unsigned int, unsigned int, unsigned int, CUstream, void**, void**);
+unsigned long long fakecudaDeviceUsed();
+}
+
+namespace {
+
+struct Buffer {
+  CUdeviceptr ptr = 0;
+  size_t bytes = 0;  // what the program uses (pitch * height for pitched)
+  bool vmm = false;
+  bool keep = false;
+  size_t reserved = 0;
+  CUmemGenericAllocationHandle handle = 0;
+};
+
+std::map<std::string, Buffer> g_buffers;
+std::atomic<bool> g_stop{false};
+std::atomic<long> g_loops{0}, g_errors{0};
+std::vector<std::thread> g_threads;
+
+size_t Size(const std::string& text) {
+  char* end = nullptr;
+  unsigned long long v = strtoull(text.c_str(), &end, 10);
+  if (strcmp(end, "KiB") == 0) return v << 10;
+  if (strcmp(end, "MiB") == 0) return v << 20;
+  if (strcmp(end, "GiB") == 0) return v << 30;
+  return v;
+}
+
+unsigned char Pattern(unsigned seed, size_t i) {
+  return static_cast<unsigned char>(seed + 7 * i + i / 4096);
+}
+
+// Offset of the first wrong byte, or -1.
+long Check(const Buffer& b, unsigned seed) {
+  std::vector<unsigned char> host(b.bytes);
+  if (cuMemcpyDtoH_v2(host.data(), b.ptr, b.bytes) != CUDA_SUCCESS) return 0;
+  for (size_t i = 0; i < b.bytes; ++i) {
+    if (host[i] != Pattern(seed, i)) return static_cast<long>(i);
+  }
+  return -1;
+}
+
+void Say(const std::string& line) {
+  printf("%s\n", line.c_str());
+  fflush(stdout);
+}
+
+}  // namespace
+
+int main() {
+  cuInit(0);
+  CUcontext ctx = nullptr;
+  cuCtxCreate_v2(&ctx, 0, 0);
+  char raw[512];
+  while (fgets(raw, sizeof(raw), stdin) != nullptr) {
+    std::istringstream in(raw);
+    std::string cmd, name;
+    in >> cmd >> name;
+    if (cmd.empty()) continue;
+    Buffer& b = g_buffers[name];
+    if (cmd == "alloc") {
+      std::string size;
+      in >> size;
+      b.bytes = Size(size);
+      Say("alloc " + name + " " + std::to_string(cuMemAlloc_v2(&b.ptr, b.bytes)));
+    } else if (cmd == "pitch") {
+      std::string w, h;
+      in >> w >> h;
+      size_t pitch = 0;
+      CUresult r = cuMemAllocPitch_v2(&b.ptr, &pitch, Size(w), Size(h), 4);
+      b.bytes = pitch * Size(h);
+      Say("pitch " + name + " " + std::to_string(r) + " " + std::to_string(pitch));
+    } else if (cmd == "async") {
+      std::string size;
+      in >> size;
+      b.bytes = Size(size);
+      Say("async " + name + " " + std::to_string(cuMemAllocAsync(&b.ptr, b.bytes, nullptr)));
+    } else if (cmd == "vmm") {
+      std::string size, mode;
+      in >> size >> mode;
+      b.bytes = Size(size);
+      b.vmm = true;
+      b.keep = mode == "keep";
+      b.reserved = (b.bytes + (2u << 20) - 1) / (2u << 20) * (2u << 20);
+      CUmemAllocationProp prop{};
+      prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+      prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+      prop.location.id = 0;
+      CUmemAccessDesc access{};
+      access.location = prop.location;
+      access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+      CUresult r = cuMemAddressReserve(&b.ptr, b.reserved, 0, 0, 0);
+      if (r == CUDA_SUCCESS) r = cuMemCreate(&b.handle, b.reserved, &prop, 0);
+      if (r == CUDA_SUCCESS) r = cuMemMap(b.ptr, b.reserved, 0, b.handle, 0);
+      if (r == CUDA_SUCCESS) r = cuMemSetAccess(b.ptr, b.reserved, &access, 1);
+      if (r == CUDA_SUCCESS && !b.keep) r = cuMemRelease(b.handle);
+      Say("vmm " + name + " " + std::to_string(r));
+    } else if (cmd == "fill") {
+      unsigned seed = 0;
+      in >> seed;
+      std::vector<unsigned char> host(b.bytes);
+      for (size_t i = 0; i < b.bytes; ++i) host[i] = Pattern(seed, i);
+      Say("fill " + name + " " + std::to_string(cuMemcpyHtoD_v2(b.ptr, host.data(), b.bytes)));
+    } else if (cmd == "check") {
+      unsigned seed = 0;
+      in >> seed;
+      long bad = Check(b, seed);
+      Say("check " + name + (bad < 0 ? std::string(" ok") : " bad " + std::to_string(bad)));
+    } else if (cmd == "kernel") {
+      void* params[2] = {&b.ptr, &b.bytes};
+      CUresult r = cuLaunchKernel(reinterpret_cast<CUfunction>(0xF00D), 1, 1, 1, 1, 1, 1, 0,
+                                  nullptr, params, nullptr);
+      Say("kernel " + name + " " + std::to_string(r));
+    } else if (cmd == "addr") {
+      char hex[32];
+      snprintf(hex, sizeof(hex), "0x%llx", b.ptr);
+      Say("addr " + name + " " + hex);
+    } else if (cmd == "free") {
+      CUresult r;
+      if (b.vmm) {
+        r = cuMemUnmap(b.ptr, b.reserved);
+        if (r == CUDA_SUCCESS && b.keep) r = cuMemRelease(b.handle);
+        if (r == CUDA_SUCCESS) r = cuMemAddressFree(b.ptr, b.reserved);
+      } else {
+        r = cuMemFree_v2(b.ptr);
+      }
+      Say("free " + name + " " + std::to_string(r));
+      g_buffers.erase(name);
+    } else if (cmd == "threads") {
+      int n = 0;
+      std::string target;
+      unsigned seed = 0;
+      n = atoi(name.c_str());
+      in >> target >> seed;
+      const Buffer watched = g_buffers[target];
+      for (int t = 0; t < n; ++t) {
+        g_threads.emplace_back([watched, seed] {
+          while (!g_stop.load()) {
+            if (Check(watched, seed) >= 0) g_errors.fetch_add(1);
+            g_loops.fetch_add(1);
+          }
+        });
+      }
+      g_buffers.erase(name);
+      Say("threads " + std::to_string(n));
+    } else if (cmd == "loops") {
+      g_buffers.erase(name);
+      Say("loops " + std::to_string(g_loops.load()));
+    } else if (cmd == "stop") {
+      g_buffers.erase(name);
+      g_stop = true;
+      for (auto& t : g_threads) t.join();
+      g_threads.clear();
+      Say("stop loops=" + std::to_string(g_loops.load()) + " errors=" + std::to_string(g_errors.load()));
+    } else if (cmd == "devused") {
+      g_buffers.erase(name);
+      Say("devused " + std::to_string(fakecudaDeviceUsed()));
+    } else if (cmd == "quit") {
+      break;
+    } else {
+      Say("unknown " + cmd);
+    }
+  }
+  return 0;
+}

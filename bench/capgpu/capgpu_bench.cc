@@ -8,7 +8,14 @@
 //     cap in a shared region (lock, charge, table insert; table remove, lock, credit);
 //   - start-up: 64 processes started at once against one region; each times its first
 //     cuMemGetInfo_v2 (which joins the region: open, mmap, lock, claim a slot, resolve the driver)
-//     against the same first call without the preload; plus wall time for all 64 processes.
+//     against the same first call without the preload; plus wall time for all 64 processes;
+//   - swapping (swap.h): the gate's cost per driver call when no swap is pending (cuLaunchKernel
+//     in a region with swapping on, against the same region without), and swap-out / swap-in
+//     throughput of --swap-mib MiB (default 1024) to host RAM and to the disk tier, against plain
+//     memcpy of the same bytes in the same process (into fresh pages, as the swap's host copy
+//     is, and into warm ones). The stand-in's device memory is host memory, so these are the
+//     library's own costs (chunking, pipelining, page faults, bookkeeping), not PCIe:
+//     tests/gpu/swap_roundtrip.sh measures a real card.
 // Each figure is the best of --reps runs (default 5); conditions are printed with it.
 #include <fcntl.h>
 #include <stdio.h>
@@ -22,6 +29,8 @@
 #include <string>
 #include <vector>
 
+#include <sys/mman.h>
+
 #include "capgpu/cuda_abi.h"
 #include "capgpu/limits.h"
 #include "capgpu/region.h"
@@ -31,6 +40,8 @@ CUresult cuInit(unsigned int);
 CUresult cuMemAlloc_v2(CUdeviceptr*, size_t);
 CUresult cuMemFree_v2(CUdeviceptr);
 CUresult cuMemGetInfo_v2(size_t*, size_t*);
+CUresult cuMemsetD8_v2(CUdeviceptr, unsigned char, size_t);
+CUresult cuMemcpyDtoH_v2(void*, CUdeviceptr, size_t);
 CUresult cuLaunchKernel(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int,
                         unsigned int, unsigned int, unsigned int, CUstream, void**, void**);
 }
@@ -74,6 +85,63 @@ int WorkerAllocFree(long n) {
   int64_t t1 = NowNs();
   printf("%.3f\n", static_cast<double>(t1 - t0) / static_cast<double>(n));
   return 0;
+}
+
+// Allocates `mib` MiB through the library (swapping on in `region`), fills it, swaps it out and
+// back by asking its own region, checks it, and times memcpy of the same bytes. Prints
+// "out_us in_us memcpy_fresh_us memcpy_warm_us host_bytes disk_bytes".
+int WorkerSwap(long mib, const char* region_path) {
+  cuInit(0);
+  const size_t bytes = static_cast<size_t>(mib) << 20;
+  CUdeviceptr p = 0;
+  if (cuMemAlloc_v2(&p, bytes) != CUDA_SUCCESS) return 1;
+  if (cuMemsetD8_v2(p, 0x5a, bytes) != CUDA_SUCCESS) return 1;
+  tessera::capgpu::Region region;
+  if (region.Open(region_path) != 0) return 1;
+  tessera::capgpu::SwapSummary s;
+  if (!tessera::capgpu::RequestSwap(region, tessera::capgpu::SwapTarget::kHold) ||
+      !tessera::capgpu::WaitSwapSettled(region, 600000, &s) || s.swapped != 1) {
+    return 1;
+  }
+  const uint64_t host = s.host_bytes, disk = s.disk_bytes;
+  if (!tessera::capgpu::RequestSwap(region, tessera::capgpu::SwapTarget::kResident) ||
+      !tessera::capgpu::WaitSwapSettled(region, 600000, &s) || s.resident != 1) {
+    return 1;
+  }
+  uint64_t out_us = 0, in_us = 0;
+  {
+    tessera::capgpu::RegionLock lock(region);
+    for (const auto& slot : region.data().slots) {
+      if (slot.pid == getpid()) {
+        out_us = slot.last_swap_out_us;
+        in_us = slot.last_swap_in_us;
+      }
+    }
+  }
+  // Contents: spot-check a page in every MiB.
+  char page[4096];
+  for (size_t off = 0; off < bytes; off += 1 << 20) {
+    if (cuMemcpyDtoH_v2(page, p + off, sizeof(page)) != CUDA_SUCCESS) return 1;
+    for (char c : page) {
+      if (c != 0x5a) return 1;
+    }
+  }
+  // memcpy of the same bytes: from the device range (host memory here) into newly allocated
+  // (populated) pages, as the swap's pinned copy is, then into the same pages again (warm).
+  int64_t t0 = NowNs();
+  void* dst = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
+                   -1, 0);
+  if (dst == MAP_FAILED) return 1;
+  memcpy(dst, reinterpret_cast<void*>(p), bytes);
+  int64_t t1 = NowNs();
+  memcpy(dst, reinterpret_cast<void*>(p), bytes);
+  int64_t t2 = NowNs();
+  munmap(dst, bytes);
+  printf("%llu %llu %lld %lld %llu %llu\n", static_cast<unsigned long long>(out_us),
+         static_cast<unsigned long long>(in_us), static_cast<long long>((t1 - t0) / 1000),
+         static_cast<long long>((t2 - t1) / 1000), static_cast<unsigned long long>(host),
+         static_cast<unsigned long long>(disk));
+  return cuMemFree_v2(p) == CUDA_SUCCESS ? 0 : 1;
 }
 
 int64_t CpuNs() {
@@ -208,8 +276,23 @@ int main(int argc, char** argv) {
   if (argc >= 2 && strcmp(argv[1], "--worker-allocfree") == 0)
     return WorkerAllocFree(atol(argv[2]));
   if (argc >= 2 && strcmp(argv[1], "--worker-join") == 0) return WorkerJoin();
+  if (argc >= 4 && strcmp(argv[1], "--worker-swap") == 0) return WorkerSwap(atol(argv[2]), argv[3]);
   int reps = 5;
-  if (argc == 3 && strcmp(argv[1], "--reps") == 0) reps = atoi(argv[2]);
+  long swap_mib = 1024;
+  for (int i = 1; i < argc; ++i) {
+    if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
+      reps = atoi(argv[++i]);
+    } else if (strcmp(argv[i], "--swap-mib") == 0 && i + 1 < argc) {
+      swap_mib = atol(argv[++i]);
+    } else {
+      fprintf(stderr, "usage: capgpu_bench [--reps N] [--swap-mib MIB]\n");
+      return 2;
+    }
+  }
+  if (reps < 1 || swap_mib < 1) {
+    fprintf(stderr, "capgpu_bench: --reps and --swap-mib must be positive\n");
+    return 2;
+  }
 
   const char* dir = getenv("TMPDIR") != nullptr ? getenv("TMPDIR") : "/tmp";
   if (access("/dev/shm", W_OK) == 0) dir = "/dev/shm";
@@ -263,6 +346,54 @@ int main(int argc, char** argv) {
       "added)\n",
       kProcesses, best_base.wall_ms, best_join.wall_ms,
       (best_join.wall_ms - best_base.wall_ms) / kProcesses);
+
+  // ---- Swapping --------------------------------------------------------------------------------
+  auto swap_region = [&](const char* name, uint64_t ram, const char* swap_dir) {
+    std::string path = MakeRegion(dir, name, 64ULL << 30);
+    tessera::capgpu::Region r;
+    if (r.Open(path.c_str()) != 0) exit(2);
+    tessera::capgpu::RegionLock lock(r);
+    if (!lock.held() || !tessera::capgpu::ConfigureSwap(r.data(), ram, swap_dir)) exit(2);
+    return path;
+  };
+  const std::string gate_region = swap_region("capgpu-bench-swap", tessera::capgpu::kNoLimit, "");
+  double launch_gate =
+      BestOf(reps, {"--worker-launch", std::to_string(kLaunches)}, true, gate_region);
+  printf("\nswap gate (cuLaunchKernel, %ld calls, region with swapping on, no swap pending)\n",
+         kLaunches);
+  printf("  capped, swapping off  %8.2f ns/call\n", launch_hook);
+  printf("  capped, swapping on   %8.2f ns/call\n", launch_gate);
+  printf("  gate                  %8.2f ns/call   (target < 20 ns)\n", launch_gate - launch_hook);
+
+  const char* tmp = getenv("TMPDIR") != nullptr ? getenv("TMPDIR") : "/tmp";
+  for (int tier = 0; tier < 2; ++tier) {
+    double best_out = 1e18, best_in = 1e18, best_fresh = 1e18, best_warm = 1e18;
+    unsigned long long host = 0, disk = 0;
+    for (int i = 0; i < reps; ++i) {
+      const std::string r = tier == 0 ? swap_region("capgpu-bench-swap", tessera::capgpu::kNoLimit, "")
+                                      : swap_region("capgpu-bench-swap", 0, tmp);
+      std::string out =
+          Collect(Spawn({"--worker-swap", std::to_string(swap_mib), r}, BaseEnv(true, r)));
+      double o = 0, in = 0, fresh = 0, warm = 0;
+      if (sscanf(out.c_str(), "%lf %lf %lf %lf %llu %llu", &o, &in, &fresh, &warm, &host, &disk) != 6) {
+        fprintf(stderr, "swap worker: %s\n", out.c_str());
+        return 2;
+      }
+      best_out = std::min(best_out, o);
+      best_in = std::min(best_in, in);
+      best_fresh = std::min(best_fresh, fresh);
+      best_warm = std::min(best_warm, warm);
+    }
+    const double gb = static_cast<double>(swap_mib) * 1048576.0 / 1e9;
+    printf("\nswap of %ld MiB (one cuMemAlloc_v2), %s (host %llu bytes, disk %llu bytes)\n", swap_mib,
+           tier == 0 ? "host RAM tier" : "disk tier (swap_ram 0, files under TMPDIR or /tmp)", host, disk);
+    printf("  swap-out   %9.1f ms  %6.2f GB/s\n", best_out / 1e3, gb / (best_out / 1e6));
+    printf("  swap-in    %9.1f ms  %6.2f GB/s\n", best_in / 1e3, gb / (best_in / 1e6));
+    printf("  allocate + memcpy    %9.1f ms  %6.2f GB/s   (the same bytes, same process)\n",
+           best_fresh / 1e3, gb / (best_fresh / 1e6));
+    printf("  memcpy, warm pages   %9.1f ms  %6.2f GB/s\n", best_warm / 1e3, gb / (best_warm / 1e6));
+  }
+  unlink(gate_region.c_str());
   unlink(region.c_str());
   unlink((std::string(dir) + "/capgpu-bench-join").c_str());
   unlink((std::string(dir) + "/capgpu-bench-join1").c_str());

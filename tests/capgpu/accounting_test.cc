@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <string>
 #include <set>
 
 #include "capgpu/alloc_table.h"
@@ -185,6 +186,58 @@ TEST(AllocationTable, GrowsAndSurvivesChurn) {
     }
     EXPECT_EQ(t.size(), 0u);
   }
+}
+
+// Swapping's bookkeeping: the host RAM budget is shared by the share's processes, released with
+// a dead process's slot, and rebuilt by Repair; the summary tells the agent when a target is met.
+TEST(SwapAccounting, HostRamBudgetIsSharedAndReclaimedWithTheSlot) {
+  auto d = Fresh({4 * kGiB});
+  ASSERT_TRUE(ConfigureSwap(*d, 3 * kGiB, "/var/lib/tessera/swap"));
+  EXPECT_EQ(d->swap_enabled, 1u);
+  EXPECT_STREQ(d->swap_dir, "/var/lib/tessera/swap");
+  const int a = ClaimSlot(*d, {100, 1});
+  const int b = ClaimSlot(*d, {200, 1});
+  EXPECT_TRUE(ChargeHost(*d, a, 2 * kGiB));
+  EXPECT_FALSE(ChargeHost(*d, b, 2 * kGiB)) << "all or nothing past the budget";
+  EXPECT_TRUE(ChargeHost(*d, b, 1 * kGiB));
+  EXPECT_EQ(d->host_used, 3 * kGiB);
+  CreditHost(*d, b, 5 * kGiB);  // never more than the slot holds
+  EXPECT_EQ(d->host_used, 2 * kGiB);
+  ReleaseSlot(*d, a);
+  EXPECT_EQ(d->host_used, 0u);
+  EXPECT_TRUE(ChargeHost(*d, b, 3 * kGiB));
+  d->host_used = 12345;  // a process died inside the lock
+  Repair(*d);
+  EXPECT_EQ(d->host_used, 3 * kGiB);
+  std::string long_dir(300, 'x');
+  EXPECT_FALSE(ConfigureSwap(*d, 0, long_dir.c_str()));
+}
+
+TEST(SwapAccounting, TargetsBumpTheSequenceAndTheSummarySaysWhenSettled) {
+  auto d = Fresh({4 * kGiB});
+  ASSERT_TRUE(ConfigureSwap(*d, kNoLimit, ""));
+  const int a = ClaimSlot(*d, {100, 1});
+  const int b = ClaimSlot(*d, {200, 1});
+  const uint32_t seq = d->swap_seq;
+  SetSwapTarget(*d, SwapTarget::kOut);
+  EXPECT_EQ(d->swap_seq, seq + 1);
+  SwapSummary s = SummarizeSwap(*d);
+  EXPECT_EQ(s.processes, 2u);
+  EXPECT_FALSE(s.SettledFor(SwapTarget::kOut));
+  EXPECT_TRUE(s.SettledFor(SwapTarget::kResident));
+  d->slots[a].swap_state = static_cast<uint32_t>(SwapState::kSwapped);
+  d->slots[a].host_bytes = 7;
+  d->slots[b].swap_state = static_cast<uint32_t>(SwapState::kUnswappable);
+  d->slots[b].unswappable = static_cast<uint32_t>(Unswappable::kArray);
+  s = SummarizeSwap(*d);
+  EXPECT_TRUE(s.SettledFor(SwapTarget::kOut)) << "an unswappable process will not move: settled";
+  EXPECT_FALSE(s.SettledFor(SwapTarget::kResident));
+  EXPECT_EQ(s.first_reason, static_cast<uint32_t>(Unswappable::kArray));
+  EXPECT_EQ(s.host_bytes, 7u);
+  EXPECT_NE(std::string(UnswappableReason(s.first_reason)).find("arrays"), std::string::npos);
+  d->slots[a].swap_state = static_cast<uint32_t>(SwapState::kSwappingIn);
+  EXPECT_FALSE(SummarizeSwap(*d).SettledFor(SwapTarget::kResident));
+  EXPECT_STREQ(SwapStateName(d->slots[a].swap_state), "resuming");
 }
 
 }  // namespace

@@ -342,9 +342,15 @@ FAKE_API CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const void*, size
     if (p >= it->first + it->second.bytes) return CUDA_ERROR_INVALID_VALUE;
     p = it->first + it->second.bytes;
   }
-  return mprotect(reinterpret_cast<void*>(ptr), size, PROT_READ | PROT_WRITE) == 0
-             ? CUDA_SUCCESS
-             : CUDA_ERROR_INVALID_VALUE;
+  if (mprotect(reinterpret_cast<void*>(ptr), size, PROT_READ | PROT_WRITE) != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  // Populated at once: device memory is present once mapped, as a driver's is (kernels older
+  // than 5.14 lack the advice and fault pages in on first touch instead).
+#ifdef MADV_POPULATE_WRITE
+  madvise(reinterpret_cast<void*>(ptr), size, MADV_POPULATE_WRITE);
+#endif
+  return CUDA_SUCCESS;
 }
 
 // Copies and fills: the VMM device pointers are host addresses. The exported functions never
@@ -384,7 +390,9 @@ FAKE_API CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, size_t n) 
 }
 FAKE_API CUresult cuMemHostAlloc(void** p, size_t bytes, unsigned int) {
   if (p == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
-  void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  // Pinned memory is resident from the start: populated at allocation.
+  void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
+                 -1, 0);
   if (m == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
   std::lock_guard<std::mutex> lock(g_mu);
   InitVmmLocked();

@@ -16,13 +16,17 @@
 //   threads N NAME SEED        N threads checking NAME in a loop until `stop`
 //   loops                      -> "loops COUNT" (the threads' finished checks; not a driver call)
 //   stop                       -> "stop loops=COUNT errors=COUNT"
-//   devused                    the stand-in's device bytes in use (not a driver call)
+//   devused                    the stand-in's device bytes in use (not a driver call; -1 on a
+//                              real driver)
+//   bw NAME                    pinned copy bandwidth over NAME's bytes: cuMemHostAlloc, then one
+//                              cuMemcpyDtoH and one cuMemcpyHtoD timed -> "bw NAME D2H_GBPS H2D_GBPS"
 //   quit
 // SIZE: bytes, or with KiB/MiB/GiB. Pattern byte i of SEED: (SEED + 7*i + i/4096) mod 256.
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <atomic>
 #include <map>
@@ -52,7 +56,10 @@ CUresult cuMemcpyHtoD_v2(CUdeviceptr, const void*, size_t);
 CUresult cuMemcpyDtoH_v2(void*, CUdeviceptr, size_t);
 CUresult cuLaunchKernel(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int,
                         unsigned int, unsigned int, unsigned int, CUstream, void**, void**);
-unsigned long long fakecudaDeviceUsed();
+CUresult cuMemHostAlloc(void**, size_t, unsigned int);
+CUresult cuMemFreeHost(void*);
+// Only the stand-in driver has it (weak: the probe also runs on a real driver, tests/gpu/).
+__attribute__((weak)) unsigned long long fakecudaDeviceUsed();
 }
 
 namespace {
@@ -208,7 +215,29 @@ int main() {
       Say("stop loops=" + std::to_string(g_loops.load()) + " errors=" + std::to_string(g_errors.load()));
     } else if (cmd == "devused") {
       g_buffers.erase(name);
-      Say("devused " + std::to_string(fakecudaDeviceUsed()));
+      Say("devused " + (fakecudaDeviceUsed != nullptr ? std::to_string(fakecudaDeviceUsed())
+                                                      : std::string("-1")));
+    } else if (cmd == "bw") {
+      void* host = nullptr;
+      if (cuMemHostAlloc(&host, b.bytes, 0) != CUDA_SUCCESS) {
+        Say("bw " + name + " failed");
+        continue;
+      }
+      auto now = [] {
+        timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+      };
+      const double t0 = now();
+      CUresult r = cuMemcpyDtoH_v2(host, b.ptr, b.bytes);
+      const double t1 = now();
+      r = r != CUDA_SUCCESS ? r : cuMemcpyHtoD_v2(b.ptr, host, b.bytes);
+      const double t2 = now();
+      cuMemFreeHost(host);
+      char line[160];
+      snprintf(line, sizeof(line), "bw %s %.2f %.2f", name.c_str(),
+               static_cast<double>(b.bytes) / 1e9 / (t1 - t0), static_cast<double>(b.bytes) / 1e9 / (t2 - t1));
+      Say(r == CUDA_SUCCESS ? line : "bw " + name + " failed");
     } else if (cmd == "quit") {
       break;
     } else {

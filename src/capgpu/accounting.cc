@@ -55,6 +55,7 @@ void ReleaseSlot(RegionData& data, int slot) {
   s.host_bytes = 0;
   s.disk_bytes = 0;
   s.resident_bytes = 0;
+  s.room_wanted = 0;
   s.swap_state = 0;
   s.unswappable = 0;
   s.pid = 0;
@@ -179,6 +180,7 @@ SwapSummary SummarizeSwap(const RegionData& data) {
     sum.host_bytes += s.host_bytes;
     sum.disk_bytes += s.disk_bytes;
     sum.gate_waits += s.gate_waits;
+    sum.room_wanted += s.room_wanted;
   }
   return sum;
 }

@@ -75,6 +75,7 @@ struct Slot {
   uint64_t swap_ins;
   uint64_t last_swap_out_us;  // how long the last swap-out / swap-in took
   uint64_t last_swap_in_us;
+  uint64_t room_wanted;  // bytes an allocation is waiting for: the device had no room
 };
 
 struct RegionData {
@@ -157,7 +158,7 @@ struct SwapSummary {
   uint32_t processes = 0;
   uint32_t resident = 0, swapping_out = 0, swapped = 0, swapping_in = 0, unswappable = 0;
   uint32_t first_reason = 0;  // Unswappable of the first unswappable slot
-  uint64_t resident_bytes = 0, host_bytes = 0, disk_bytes = 0, gate_waits = 0;
+  uint64_t resident_bytes = 0, host_bytes = 0, disk_bytes = 0, gate_waits = 0, room_wanted = 0;
   // True when every process is in the state `target` asks for (kUnswappable counts as settled:
   // it will not move).
   bool SettledFor(SwapTarget target) const;

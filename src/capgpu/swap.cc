@@ -373,6 +373,7 @@ CUresult Swapper::Alloc(CUdeviceptr* dptr, uint64_t rounded, uint32_t device) {
   if (r != CUDA_SUCCESS) return r;
   CUmemGenericAllocationHandle real = 0;
   r = create(&real, rounded, &prop, 0);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) r = WaitForRoom(&real, rounded, &prop);
   if (r != CUDA_SUCCESS) {
     address_free(va, rounded);
     return r;
@@ -407,6 +408,31 @@ CUresult Swapper::Alloc(CUdeviceptr* dptr, uint64_t rounded, uint32_t device) {
   AddResident(static_cast<int64_t>(rounded));
   *dptr = va;
   return CUDA_SUCCESS;
+}
+
+CUresult Swapper::WaitForRoom(CUmemGenericAllocationHandle* real, uint64_t bytes,
+                              const CUmemAllocationProp* prop) {
+  // The cap allows it but the card is full (its caps are overcommitted): say so in the slot, so
+  // the agent swaps an idle share out, and retry until there is room or the wait runs out.
+  static const int64_t wait_ms = [] {
+    const char* v = getenv("TESSERA_CAPGPU_ROOM_WAIT_MS");
+    return v != nullptr && *v != '\0' ? atoll(v) : 60000LL;
+  }();
+  RegionData& data = region_->data();
+  auto want = [&](uint64_t b) {
+    RegionLock lock(*region_);
+    if (lock.held() && slot_ >= 0) data.slots[slot_].room_wanted = b;
+  };
+  want(bytes);
+  const int64_t deadline = NowNs() + wait_ms * 1'000'000;
+  CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
+  while (r == CUDA_ERROR_OUT_OF_MEMORY && NowNs() < deadline) {
+    const uint32_t seq = __atomic_load_n(&data.swap_seq, __ATOMIC_ACQUIRE);
+    FutexWait(&data.swap_seq, seq, 10'000'000);
+    r = cuMemCreate_fn()(real, bytes, prop, 0);
+  }
+  want(0);
+  return r;
 }
 
 bool Swapper::Free(CUdeviceptr dptr, CUresult* result) {

@@ -6,7 +6,10 @@
 // API: cuMemAddressReserve, cuMemCreate, cuMemMap, cuMemSetAccess), so the physical memory can
 // go away while the addresses stay:
 //   - cuMemAlloc_v2 and cuMemAllocPitch_v2 are served that way (sizes rounded up to the driver's
-//     allocation granularity, and charged as such);
+//     allocation granularity, and charged as such). When the cap allows an allocation but the
+//     card has no room (the share's caps overcommit it), the call waits, with the bytes it
+//     wants in its slot (room_wanted), for the agent to swap an idle share out, up to
+//     TESSERA_CAPGPU_ROOM_WAIT_MS (default 60000), then fails with CUDA_ERROR_OUT_OF_MEMORY;
 //   - mappings a framework makes itself (cuMemCreate + cuMemMap) are tracked; the handle it holds
 //     keeps working after a swap: the library maps the new physical memory under it.
 //   - cuMemAllocAsync / cuMemAllocFromPoolAsync (stream-ordered pools), CUDA arrays and managed
@@ -127,6 +130,8 @@ class Swapper {
   uint32_t SwapOutLocked();
   CUresult SwapInLocked();
   bool DrainLocked();  // waits for threads inside the driver; false on timeout
+  CUresult WaitForRoom(CUmemGenericAllocationHandle* real, uint64_t bytes,
+                       const CUmemAllocationProp* prop);
   void PublishLocked(uint32_t state, uint32_t reason);
   void AddResident(int64_t delta);
   bool EnsureStreams(uint32_t device);

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "capgpu/region.h"
+#include "swap_probe_process.h"
 
 extern char** environ;
 
@@ -24,75 +25,6 @@ namespace tessera::capgpu {
 namespace {
 
 constexpr uint64_t kMiB = 1ULL << 20;
-
-class Probe {
- public:
-  explicit Probe(const std::map<std::string, std::string>& extra_env) {
-    int in[2], out[2];
-    EXPECT_EQ(pipe(in), 0);
-    EXPECT_EQ(pipe(out), 0);
-    std::vector<std::string> env;
-    for (char** e = environ; *e != nullptr; ++e) env.push_back(*e);
-    for (const auto& [k, v] : extra_env) env.push_back(k + "=" + v);
-    std::vector<char*> envp;
-    for (auto& e : env) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(in[0], 0);
-      dup2(out[1], 1);
-      close(in[1]);
-      close(out[0]);
-      char* argv[] = {const_cast<char*>(CAPGPU_SWAP_PROBE), nullptr};
-      execve(CAPGPU_SWAP_PROBE, argv, envp.data());
-      _exit(127);
-    }
-    close(in[0]);
-    close(out[1]);
-    in_ = in[1];
-    out_ = out[0];
-  }
-  ~Probe() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-    close(in_);
-    close(out_);
-  }
-  void Send(const std::string& line) {
-    std::string l = line + "\n";
-    ASSERT_EQ(write(in_, l.data(), l.size()), static_cast<ssize_t>(l.size()));
-  }
-  // The next line of output, or "" after `timeout_ms`.
-  std::string Line(int timeout_ms = 10000) {
-    for (;;) {
-      size_t nl = buffer_.find('\n');
-      if (nl != std::string::npos) {
-        std::string line = buffer_.substr(0, nl);
-        buffer_.erase(0, nl + 1);
-        return line;
-      }
-      pollfd p{out_, POLLIN, 0};
-      if (poll(&p, 1, timeout_ms) <= 0) return "";
-      char buf[4096];
-      ssize_t n = read(out_, buf, sizeof(buf));
-      if (n <= 0) return "";
-      buffer_.append(buf, static_cast<size_t>(n));
-    }
-  }
-  std::string Ask(const std::string& line, int timeout_ms = 10000) {
-    Send(line);
-    return Line(timeout_ms);
-  }
-  pid_t pid() const { return pid_; }
-  void Killed() { pid_ = -1; }
-
- private:
-  pid_t pid_ = -1;
-  int in_ = -1, out_ = -1;
-  std::string buffer_;
-};
 
 class SwapTest : public ::testing::Test {
  protected:
@@ -146,7 +78,7 @@ class SwapTest : public ::testing::Test {
 
 TEST_F(SwapTest, EveryAllocationKindSurvivesSwapByteForByteAtTheSameAddress) {
   Create(256 * kMiB);
-  Probe p(Env());
+  Probe p(CAPGPU_SWAP_PROBE, Env());
   EXPECT_EQ(p.Ask("alloc a 5MiB"), "alloc a 0");
   EXPECT_EQ(p.Ask("pitch b 1000 300"), "pitch b 0 1024");
   EXPECT_EQ(p.Ask("vmm c 4MiB keep"), "vmm c 0");
@@ -187,7 +119,7 @@ TEST_F(SwapTest, EveryAllocationKindSurvivesSwapByteForByteAtTheSameAddress) {
 
 TEST_F(SwapTest, DriverCallsDuringASwapWaitThenProceed) {
   Create(64 * kMiB);
-  Probe p(Env());
+  Probe p(CAPGPU_SWAP_PROBE, Env());
   EXPECT_EQ(p.Ask("alloc a 16MiB"), "alloc a 0");
   EXPECT_EQ(p.Ask("fill a 9"), "fill a 0");
   EXPECT_EQ(p.Ask("threads 4 a 9"), "threads 4");
@@ -211,7 +143,7 @@ TEST_F(SwapTest, DriverCallsDuringASwapWaitThenProceed) {
 
 TEST_F(SwapTest, ADriverCallBringsASwappedShareBack) {
   Create(64 * kMiB);
-  Probe p(Env());
+  Probe p(CAPGPU_SWAP_PROBE, Env());
   EXPECT_EQ(p.Ask("alloc a 3MiB"), "alloc a 0");
   EXPECT_EQ(p.Ask("fill a 5"), "fill a 0");
   EXPECT_EQ(Settle(SwapTarget::kOut).swapped, 1u);
@@ -225,7 +157,7 @@ TEST_F(SwapTest, ADriverCallBringsASwappedShareBack) {
 
 TEST_F(SwapTest, DiskTierTakesWhatTheHostRamBudgetCannot) {
   Create(64 * kMiB, /*swap_ram=*/4 * kMiB, /*disk=*/true);
-  Probe p(Env());
+  Probe p(CAPGPU_SWAP_PROBE, Env());
   EXPECT_EQ(p.Ask("alloc a 4MiB"), "alloc a 0");
   EXPECT_EQ(p.Ask("alloc b 20MiB"), "alloc b 0");
   EXPECT_EQ(p.Ask("fill a 1"), "fill a 0");
@@ -247,7 +179,7 @@ TEST_F(SwapTest, DiskTierTakesWhatTheHostRamBudgetCannot) {
 
 TEST_F(SwapTest, TwoProcessesOfOneShareSwapTogether) {
   Create(64 * kMiB);
-  Probe p1(Env()), p2(Env());
+  Probe p1(CAPGPU_SWAP_PROBE, Env()), p2(CAPGPU_SWAP_PROBE, Env());
   EXPECT_EQ(p1.Ask("alloc a 6MiB"), "alloc a 0");
   EXPECT_EQ(p2.Ask("vmm a 8MiB keep"), "vmm a 0");
   EXPECT_EQ(p1.Ask("fill a 11"), "fill a 0");
@@ -268,7 +200,7 @@ TEST_F(SwapTest, SigkillDuringASwapLeavesNoLockSlotOrHostMemoryBehind) {
   Create(256 * kMiB);
   auto env = Env();
   env["FAKECUDA_COPY_US"] = "50000";  // 8 MiB chunks: a 64 MiB swap takes ~400 ms
-  Probe p(env);
+  Probe p(CAPGPU_SWAP_PROBE, env);
   EXPECT_EQ(p.Ask("alloc a 64MiB"), "alloc a 0");
   ASSERT_TRUE(RequestSwap(region_, SwapTarget::kHold));
   // Wait for the copy to be under way, then kill.
@@ -296,7 +228,7 @@ TEST_F(SwapTest, SigkillDuringASwapLeavesNoLockSlotOrHostMemoryBehind) {
 
 TEST_F(SwapTest, StreamOrderedPoolsMakeAProcessUnswappableWithTheReason) {
   Create(64 * kMiB);
-  Probe p(Env());
+  Probe p(CAPGPU_SWAP_PROBE, Env());
   EXPECT_EQ(p.Ask("alloc a 2MiB"), "alloc a 0");
   EXPECT_EQ(p.Ask("async b 1MiB"), "async b 0");
   SwapSummary s = Settle(SwapTarget::kOut);
@@ -311,14 +243,14 @@ TEST_F(SwapTest, AWakingShareWithNoRoomWaitsUntilTheDeviceHasIt) {
   auto env = Env();
   env["FAKECUDA_DEVICE_FILE"] = dir_ + "/device";  // both processes on one 12 MiB card
   env["FAKECUDA_TOTAL_BYTES"] = std::to_string(12 * kMiB);
-  Probe sleeper(env);
+  Probe sleeper(CAPGPU_SWAP_PROBE, env);
   EXPECT_EQ(sleeper.Ask("alloc a 8MiB"), "alloc a 0");
   EXPECT_EQ(sleeper.Ask("fill a 4"), "fill a 0");
   EXPECT_EQ(Settle(SwapTarget::kOut).swapped, 1u);
   // Another workload (uncapped, outside the share) takes the card.
   auto other_env = env;
   other_env["TESSERA_CAPGPU_REGION"] = "";
-  Probe other(other_env);
+  Probe other(CAPGPU_SWAP_PROBE, other_env);
   EXPECT_EQ(other.Ask("alloc x 8MiB"), "alloc x 0");
   sleeper.Send("check a 4");
   EXPECT_EQ(sleeper.Line(500), "") << "no room: the call must wait, not fail";

@@ -1,0 +1,141 @@
+#include "agent/swap_manager.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "capgpu/region.h"
+
+namespace tessera::agent {
+
+struct SwapManager::Share {
+  std::string id;
+  capgpu::Region region;
+  uint64_t launches = 0, gate_waits = 0, resident = 0;
+  int64_t last_active_ms = 0;
+  int64_t swap_outs = 0;
+  capgpu::SwapSummary summary;
+  uint32_t target = 0;
+};
+
+namespace {
+
+std::string Gib(uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f GiB", static_cast<double>(bytes) / (1ULL << 30));
+  return buf;
+}
+
+}  // namespace
+
+SwapManager::SwapManager(Options options) : options_(options) {}
+SwapManager::~SwapManager() = default;
+
+Status SwapManager::Add(const std::string& id, const std::string& region_path, int64_t now_ms) {
+  auto share = std::make_unique<Share>();
+  share->id = id;
+  if (int rc = share->region.Open(region_path.c_str()); rc != 0) {
+    return Status::NotFound("swap: cannot open the region of " + id + " (" + region_path + ")");
+  }
+  {
+    capgpu::RegionLock lock(share->region);
+    if (!lock.held() || share->region.data().swap_enabled == 0) {
+      return Status::FailedPrecondition("swap: the region of " + id + " does not have swapping on");
+    }
+  }
+  share->last_active_ms = now_ms;
+  shares_[id] = std::move(share);
+  return Status::Ok();
+}
+
+void SwapManager::Remove(const std::string& id) { shares_.erase(id); }
+
+std::vector<std::string> SwapManager::Tick(int64_t now_ms) {
+  std::vector<std::string> actions;
+  uint64_t resident_total = 0;
+  // Read every share, and note activity.
+  for (auto& [id, s] : shares_) {
+    uint64_t launches = __atomic_load_n(&s->region.data().launches, __ATOMIC_RELAXED);
+    {
+      capgpu::RegionLock lock(s->region);
+      if (!lock.held()) continue;
+      capgpu::ReapDead(s->region.data(), capgpu::ProcessIsAlive, nullptr);
+      s->summary = capgpu::SummarizeSwap(s->region.data());
+      s->target = s->region.data().swap_target;
+    }
+    const bool wants = s->summary.room_wanted > 0 || s->summary.swapping_in > 0;
+    if (launches != s->launches || s->summary.gate_waits != s->gate_waits ||
+        s->summary.resident_bytes != s->resident || wants) {
+      s->last_active_ms = now_ms;
+    }
+    s->launches = launches;
+    s->gate_waits = s->summary.gate_waits;
+    s->resident = s->summary.resident_bytes;
+    resident_total += s->summary.resident_bytes;
+  }
+  // What the shares waiting for memory need: new allocations, and swapped bytes coming back.
+  uint64_t need = 0;
+  std::string needy;
+  for (auto& [id, s] : shares_) {
+    uint64_t n = s->summary.room_wanted;
+    if (s->summary.swapping_in > 0) n += s->summary.host_bytes + s->summary.disk_bytes;
+    if (n > 0) {
+      need += n;
+      needy += (needy.empty() ? "" : ", ") + id;
+    }
+  }
+  const uint64_t free = options_.device_memory > resident_total ? options_.device_memory - resident_total : 0;
+  if (need <= free) return actions;
+  // Evict the least recently active idle shares until the need fits.
+  std::vector<Share*> idle;
+  for (auto& [id, s] : shares_) {
+    const bool in_need = s->summary.room_wanted > 0 || s->summary.swapping_in > 0;
+    if (in_need || s->summary.resident_bytes == 0 || s->summary.unswappable > 0 ||
+        s->target != static_cast<uint32_t>(capgpu::SwapTarget::kResident) ||
+        now_ms - s->last_active_ms < options_.idle_ms) {
+      continue;
+    }
+    idle.push_back(s.get());
+  }
+  std::sort(idle.begin(), idle.end(),
+            [](const Share* a, const Share* b) { return a->last_active_ms < b->last_active_ms; });
+  uint64_t freeing = 0;
+  for (Share* s : idle) {
+    if (free + freeing >= need) break;
+    if (!capgpu::RequestSwap(s->region, capgpu::SwapTarget::kOut)) continue;
+    ++s->swap_outs;
+    freeing += s->summary.resident_bytes;
+    actions.push_back("swap-out " + s->id + ": idle " +
+                      std::to_string((now_ms - s->last_active_ms) / 1000) + " s, frees " +
+                      Gib(s->summary.resident_bytes) + " for " + needy);
+  }
+  if (free + freeing < need) {
+    actions.push_back("waiting: " + needy + " need " + Gib(need) + ", " + Gib(free + freeing) +
+                      " free or being freed, no idle share to swap out");
+  }
+  return actions;
+}
+
+std::vector<SwapManager::ShareState> SwapManager::States() const {
+  std::vector<ShareState> out;
+  for (const auto& [id, s] : shares_) {
+    ShareState st;
+    st.id = id;
+    const capgpu::SwapSummary& m = s->summary;
+    st.state = m.processes == 0 ? "resident"
+               : m.swapping_in > 0 ? "resuming"
+               : m.swapping_out > 0 ? "swapping-out"
+               : m.unswappable > 0 ? "unswappable"
+               : m.swapped == m.processes ? "swapped"
+               : m.resident == m.processes ? "resident"
+                                           : "mixed";
+    st.resident_bytes = m.resident_bytes;
+    st.swapped_bytes = m.host_bytes + m.disk_bytes;
+    st.room_wanted = m.room_wanted;
+    st.last_active_ms = s->last_active_ms;
+    st.swap_outs = s->swap_outs;
+    out.push_back(st);
+  }
+  return out;
+}
+
+}  // namespace tessera::agent

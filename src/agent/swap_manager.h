@@ -1,0 +1,63 @@
+// The node side of swapping (src/capgpu/swap.h is the process side): keeps the resident set of
+// the shares on one device within its memory when their caps overcommit it.
+//
+// Each Tick reads every share's region: resident bytes, bytes swapped out, the bytes an
+// allocation waits for (room_wanted), processes resuming without room, and activity (the
+// library's kernel-launch counter, driver calls waiting at the gate, a change of resident
+// bytes). When the shares that want memory need more than the device has free, it swaps out
+// the least recently active shares that have been idle for at least `idle_ms` (target kOut:
+// their next driver call brings them back, and waits for room in turn). A share that wants room
+// and finds no idle share to evict waits; the wait is visible in its region (state "resuming",
+// room_wanted) and in Tick's report.
+//
+//   SwapManager m({.device_memory = 80 * GiB, .idle_ms = 30000});
+//   m.Add("job-7", "/dev/shm/tessera-capgpu-job-7");
+//   every second: for (auto& line : m.Tick(NowMs())) log(line);
+//
+// Thread-safety: not thread-safe; one thread ticks.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace tessera::agent {
+
+class SwapManager {
+ public:
+  struct Options {
+    uint64_t device_memory = 0;  // bytes of the device the shares sit on
+    int64_t idle_ms = 30000;     // a share is idle after this long without activity
+  };
+  struct ShareState {
+    std::string id;
+    std::string state;  // resident, swapped, resuming, swapping-out, unswappable, mixed
+    uint64_t resident_bytes = 0, swapped_bytes = 0, room_wanted = 0;
+    int64_t last_active_ms = 0;
+    int64_t swap_outs = 0;  // requested by this manager
+  };
+
+  explicit SwapManager(Options options);
+  ~SwapManager();
+
+  // The share's region must exist and have swapping on.
+  Status Add(const std::string& id, const std::string& region_path, int64_t now_ms);
+  void Remove(const std::string& id);
+
+  // One pass; returns one line per action taken ("swap-out job-7: idle 41 s, frees 8.0 GiB for
+  // job-9"), and a "waiting" line for a share whose need no idle share can meet.
+  std::vector<std::string> Tick(int64_t now_ms);
+
+  std::vector<ShareState> States() const;
+
+ private:
+  struct Share;
+  Options options_;
+  std::map<std::string, std::unique_ptr<Share>> shares_;
+};
+
+}  // namespace tessera::agent

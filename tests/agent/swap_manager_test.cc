@@ -1,0 +1,107 @@
+// The agent's swap manager with real processes: two shares whose caps overcommit one card
+// (capgpu_swap_probe processes under the cap library, on the stand-in driver with one device
+// file shared by both, so the card's memory is really shared). The idle share is swapped out
+// when the other grows; it resumes when it runs again; neither job ever sees an error.
+#include "agent/swap_manager.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "capgpu/region.h"
+#include "capgpu/swap_probe_process.h"
+
+namespace tessera::agent {
+namespace {
+
+using capgpu::Probe;
+constexpr uint64_t kMiB = 1ULL << 20;
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+class SwapManagerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/agent-swap-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    for (const char* f : {"/a", "/b", "/device"}) unlink((dir_ + f).c_str());
+    rmdir(dir_.c_str());
+  }
+  std::string Region(const std::string& name, uint64_t cap) {
+    std::string path = dir_ + "/" + name;
+    capgpu::LimitList l;
+    l.count = 1;
+    l.bytes[0] = cap;
+    EXPECT_EQ(capgpu::CreateRegionFile(path.c_str(), l, 0600, false), 0);
+    capgpu::Region r;
+    EXPECT_EQ(r.Open(path.c_str()), 0);
+    capgpu::RegionLock lock(r);
+    EXPECT_TRUE(capgpu::ConfigureSwap(r.data(), capgpu::kNoLimit, ""));
+    return path;
+  }
+  std::map<std::string, std::string> Env(const std::string& region) const {
+    return {{"LD_PRELOAD", CAPGPU_LIBRARY},
+            {"LD_LIBRARY_PATH", CAPGPU_FAKE_DRIVER_DIR},
+            {"TESSERA_CAPGPU_REGION", region},
+            {"FAKECUDA_DEVICE_FILE", dir_ + "/device"},
+            {"FAKECUDA_TOTAL_BYTES", std::to_string(12 * kMiB)}};
+  }
+  std::string dir_;
+};
+
+TEST_F(SwapManagerTest, TwoSharesOvercommitOneCardAndNeitherSeesAnError) {
+  // Caps of 8 MiB each on a 12 MiB card: overcommitted by a third.
+  const std::string a = Region("a", 8 * kMiB), b = Region("b", 8 * kMiB);
+  SwapManager m({.device_memory = 12 * kMiB, .idle_ms = 150});
+  ASSERT_TRUE(m.Add("a", a, NowMs()).ok());
+  ASSERT_TRUE(m.Add("b", b, NowMs()).ok());
+  EXPECT_FALSE(m.Add("c", dir_ + "/missing", NowMs()).ok());
+  std::atomic<bool> stop{false};
+  std::vector<std::string> log;
+  std::thread ticker([&] {
+    while (!stop) {
+      for (auto& line : m.Tick(NowMs())) log.push_back(line);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  });
+
+  Probe pa(CAPGPU_SWAP_PROBE, Env(a)), pb(CAPGPU_SWAP_PROBE, Env(b));
+  EXPECT_EQ(pa.Ask("alloc x 8MiB"), "alloc x 0");
+  EXPECT_EQ(pa.Ask("fill x 1"), "fill x 0");
+  EXPECT_EQ(pb.Ask("alloc y 2MiB"), "alloc y 0");
+  EXPECT_EQ(pb.Ask("fill y 2"), "fill y 0");
+  // b grows past what the card has left: its allocation waits until a (idle) is swapped out.
+  EXPECT_EQ(pb.Ask("alloc z 6MiB", 20000), "alloc z 0");
+  EXPECT_EQ(pb.Ask("fill z 3"), "fill z 0");
+  // a runs again: it waits for room, the manager swaps the now idle b out, a resumes intact.
+  EXPECT_EQ(pa.Ask("check x 1", 20000), "check x ok");
+  EXPECT_EQ(pa.Ask("kernel x"), "kernel x 0");
+  // And b once more, after a goes idle.
+  EXPECT_EQ(pb.Ask("check y 2", 20000), "check y ok");
+  EXPECT_EQ(pb.Ask("check z 3", 20000), "check z ok");
+  stop = true;
+  ticker.join();
+
+  int64_t outs_a = 0, outs_b = 0;
+  for (const auto& s : m.States()) (s.id == "a" ? outs_a : outs_b) = s.swap_outs;
+  EXPECT_GE(outs_a, 2) << "a swapped out for b's growth and again for b's return";
+  EXPECT_GE(outs_b, 1) << "b swapped out for a's return";
+  bool logged = false;
+  for (const auto& line : log) logged = logged || line.rfind("swap-out a: idle", 0) == 0;
+  EXPECT_TRUE(logged);
+}
+
+}  // namespace
+}  // namespace tessera::agent

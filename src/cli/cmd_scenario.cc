@@ -8,6 +8,7 @@
 
 #include "cli/scenario_commands.h"
 #include "sim/scenario.h"
+#include "sim/swap_model.h"
 #include "sim/scenario_bench.h"
 
 namespace tessera::cli {
@@ -108,6 +109,51 @@ void RegisterScenarioCommands(CLI::App& app, CommandContext& ctx) {
   scenario->add_flag("--json", o->json, "print one JSON object");
   scenario->add_option("--plot", o->plot, "write SVG charts of GPU held per group to DIR");
   scenario->callback([o, &ctx] { ctx.exit_code = RunScenarioCommand(*o); });
+
+  // `tessera sim swap`: the swap model (sim/swap_model.h) over an estate of interactive sessions.
+  struct SwapCli {
+    sim::SwapEstate e;
+    int64_t cap_min_gib = 8, cap_max_gib = 16, card_gib = 80, host_ram_gib = 1024;
+    std::string burst = "2m", duration = "24h";
+  };
+  auto w = std::make_shared<SwapCli>();
+  auto* swap = sim->add_subcommand(
+      "swap", "Interactive sessions on cards with and without swapping: cards needed, time-to-resume");
+  swap->add_option("--sessions", w->e.sessions, "sessions (50)");
+  swap->add_option("--cap-min", w->cap_min_gib, "smallest cap, GiB (8)");
+  swap->add_option("--cap-max", w->cap_max_gib, "largest cap, GiB (16)");
+  swap->add_option("--card-memory", w->card_gib, "device memory, GiB (80)");
+  swap->add_option("--active", w->e.active_percent, "percent of time each session is active (20)");
+  swap->add_option("--burst", w->burst, "mean active period (2m)");
+  swap->add_option("--overcommit", w->e.overcommit_percent, "caps per card with swapping, percent of its memory (200)");
+  swap->add_option("--host-mbps", w->e.host_mbps, "host link MB/s (50000: PCIe Gen5 x16)");
+  swap->add_option("--disk-mbps", w->e.disk_mbps, "disk tier MB/s (5000)");
+  swap->add_option("--host-ram", w->host_ram_gib, "host RAM for swapped bytes per card, GiB (1024)");
+  swap->add_option("--duration", w->duration, "simulated time (24h)");
+  swap->add_option("--seed", w->e.seed, "seed (1)");
+  swap->callback([w, &ctx] {
+    auto burst = sim::ParseDuration(w->burst);
+    auto duration = sim::ParseDuration(w->duration);
+    if (!burst.ok() || !duration.ok()) {
+      std::cerr << "tessera sim swap: --burst and --duration take durations such as 2m or 24h\n";
+      ctx.exit_code = 2;
+      return;
+    }
+    w->e.burst_us = *burst * 1'000'000;
+    w->e.duration_us = *duration * 1'000'000;
+    w->e.cap_min_mib = w->cap_min_gib * 1024;
+    w->e.cap_max_mib = w->cap_max_gib * 1024;
+    w->e.card_memory_mib = w->card_gib * 1024;
+    w->e.host_ram_mib = w->host_ram_gib * 1024;
+    auto report = sim::RunSwapEstate(w->e);
+    if (!report.ok()) {
+      std::cerr << "tessera sim swap: " << report.status().message() << "\n";
+      ctx.exit_code = 2;
+      return;
+    }
+    std::cout << report->Text(w->e);
+    ctx.exit_code = 0;
+  });
 
   auto c = std::make_shared<CycleBenchCli>();
   auto* cycle = bench->add_subcommand(

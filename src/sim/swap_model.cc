@@ -1,0 +1,243 @@
+#include "sim/swap_model.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <queue>
+#include <random>
+
+namespace tessera::sim {
+namespace {
+
+struct Session {
+  int64_t cap_mib = 0;
+  bool active = false;
+  bool resident = false;  // on the device (or coming back)
+  bool waiting = false;
+  bool on_disk = false;  // while swapped out: its bytes went to disk (host RAM budget spent)
+  int64_t last_active_us = 0;
+  int64_t activated_us = 0;
+};
+
+struct Event {
+  int64_t at_us;
+  int session;
+  bool activate;
+  bool operator>(const Event& o) const { return at_us != o.at_us ? at_us > o.at_us : session > o.session; }
+};
+
+// First fit, largest first, under `budget_mib` per card; returns the card of each session.
+std::vector<int> Pack(const std::vector<int64_t>& caps, int64_t budget_mib, int* cards) {
+  std::vector<int> order(caps.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return caps[a] > caps[b]; });
+  std::vector<int64_t> used;
+  std::vector<int> card_of(caps.size(), -1);
+  for (int s : order) {
+    size_t c = 0;
+    while (c < used.size() && used[c] + caps[s] > budget_mib) ++c;
+    if (c == used.size()) used.push_back(0);
+    used[c] += caps[s];
+    card_of[s] = static_cast<int>(c);
+  }
+  *cards = static_cast<int>(used.size());
+  return card_of;
+}
+
+int64_t Percentile(std::vector<int64_t> v, int per_mille) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, v.size() * static_cast<size_t>(per_mille) / 1000)];
+}
+
+// Exponential with the given mean, in whole microseconds (at least 1).
+int64_t Exponential(std::mt19937_64& rng, int64_t mean_us) {
+  std::exponential_distribution<double> d(1.0 / static_cast<double>(mean_us));
+  return std::max<int64_t>(1, static_cast<int64_t>(d(rng)));
+}
+
+}  // namespace
+
+Status ValidateSwapEstate(const SwapEstate& e) {
+  if (e.sessions < 1) return Status::InvalidArgument("sessions: at least 1");
+  if (e.cap_min_mib < 1 || e.cap_max_mib < e.cap_min_mib) {
+    return Status::InvalidArgument("cap: need 0 < cap-min <= cap-max");
+  }
+  if (e.card_memory_mib < e.cap_max_mib) {
+    return Status::InvalidArgument("card-memory: smaller than the largest cap");
+  }
+  if (e.active_percent < 1 || e.active_percent > 100) {
+    return Status::InvalidArgument("active: a percentage from 1 to 100");
+  }
+  if (e.overcommit_percent < 100) return Status::InvalidArgument("overcommit: at least 100%");
+  if (e.burst_us < 1 || e.duration_us < 1) return Status::InvalidArgument("burst and duration: positive");
+  if (e.host_mbps < 1 || e.disk_mbps < 1) return Status::InvalidArgument("bandwidths: positive");
+  if (e.host_ram_mib < 0) return Status::InvalidArgument("host-ram: not negative");
+  return Status::Ok();
+}
+
+Result<SwapEstateReport> RunSwapEstate(const SwapEstate& e) {
+  if (Status s = ValidateSwapEstate(e); !s.ok()) return s;
+  std::mt19937_64 rng(e.seed);
+  std::uniform_int_distribution<int64_t> cap_gib(e.cap_min_mib / 1024, e.cap_max_mib / 1024);
+  std::vector<int64_t> caps(static_cast<size_t>(e.sessions));
+  for (auto& c : caps) {
+    c = e.cap_max_mib - e.cap_min_mib >= 1024 ? cap_gib(rng) * 1024 : e.cap_min_mib;
+  }
+  SwapEstateReport r;
+  Pack(caps, e.card_memory_mib, &r.cards_without_swap);
+  Pack(caps, e.card_memory_mib * e.overcommit_percent / 100, &r.cards_with_swap);
+  // With swapping, the sessions are then spread over the cards needed (largest first, onto the
+  // card with the least caps so far), so no card carries more active memory than it must.
+  std::vector<int> card_of(caps.size(), 0);
+  {
+    std::vector<int> order(caps.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return caps[a] > caps[b]; });
+    std::vector<int64_t> load(static_cast<size_t>(r.cards_with_swap), 0);
+    for (int s : order) {
+      const size_t c = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+      load[c] += caps[static_cast<size_t>(s)];
+      card_of[static_cast<size_t>(s)] = static_cast<int>(c);
+    }
+  }
+
+  const int64_t idle_mean_us = e.burst_us * (100 - e.active_percent) / e.active_percent;
+  std::vector<int64_t> resumes, activations;
+  for (int card = 0; card < r.cards_with_swap; ++card) {
+    std::vector<int> ids;
+    for (int s = 0; s < e.sessions; ++s) {
+      if (card_of[static_cast<size_t>(s)] == card) ids.push_back(s);
+    }
+    std::vector<Session> ss(ids.size());
+    int64_t resident_mib = 0, host_mib = 0, link_free_us = 0;
+    std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      ss[i].cap_mib = caps[static_cast<size_t>(ids[i])];
+      // Start idle; resident while the card has room, the rest already swapped out.
+      if (resident_mib + ss[i].cap_mib <= e.card_memory_mib) {
+        ss[i].resident = true;
+        resident_mib += ss[i].cap_mib;
+      } else if (host_mib + ss[i].cap_mib <= e.host_ram_mib) {
+        host_mib += ss[i].cap_mib;
+      } else {
+        ss[i].on_disk = true;
+      }
+      events.push({Exponential(rng, idle_mean_us), static_cast<int>(i), true});
+    }
+    r.peak_host_mib = std::max(r.peak_host_mib, host_mib);
+    std::vector<int> waiting;  // sessions waiting for an active one to go idle, in order
+
+    // Brings session i back at or after `now`; false when no idle session can make room.
+    auto resume = [&](int i, int64_t now) -> bool {
+      Session& s = ss[static_cast<size_t>(i)];
+      int64_t free = e.card_memory_mib - resident_mib;
+      std::vector<int> victims;
+      if (free < s.cap_mib) {
+        std::vector<int> idle;
+        for (size_t j = 0; j < ss.size(); ++j) {
+          if (ss[j].resident && !ss[j].active && !ss[j].waiting) idle.push_back(static_cast<int>(j));
+        }
+        std::sort(idle.begin(), idle.end(), [&](int a, int b) {
+          return ss[static_cast<size_t>(a)].last_active_us < ss[static_cast<size_t>(b)].last_active_us;
+        });
+        for (int j : idle) {
+          if (free >= s.cap_mib) break;
+          victims.push_back(j);
+          free += ss[static_cast<size_t>(j)].cap_mib;
+        }
+        if (free < s.cap_mib) return false;
+      }
+      int64_t t = std::max(now, link_free_us);
+      for (int j : victims) {
+        Session& v = ss[static_cast<size_t>(j)];
+        const bool to_disk = host_mib + v.cap_mib > e.host_ram_mib;
+        t += v.cap_mib * 1'048'576 / (to_disk ? e.disk_mbps : e.host_mbps);
+        v.resident = false;
+        v.on_disk = to_disk;
+        resident_mib -= v.cap_mib;
+        if (!to_disk) host_mib += v.cap_mib;
+        ++r.swap_outs;
+        r.swapped_mib += v.cap_mib;
+      }
+      r.peak_host_mib = std::max(r.peak_host_mib, host_mib);
+      t += s.cap_mib * 1'048'576 / (s.on_disk ? e.disk_mbps : e.host_mbps);
+      if (!s.on_disk) host_mib -= s.cap_mib;
+      s.on_disk = false;
+      link_free_us = t;
+      s.resident = true;
+      s.active = true;
+      s.waiting = false;
+      resident_mib += s.cap_mib;
+      resumes.push_back(t - s.activated_us);
+      activations.push_back(t - s.activated_us);
+      events.push({t + Exponential(rng, e.burst_us), i, false});
+      return true;
+    };
+
+    while (!events.empty()) {
+      const Event ev = events.top();
+      events.pop();
+      if (ev.at_us > e.duration_us) break;
+      Session& s = ss[static_cast<size_t>(ev.session)];
+      if (ev.activate) {
+        ++r.activations;
+        s.activated_us = ev.at_us;
+        if (s.resident) {
+          s.active = true;
+          activations.push_back(0);
+          events.push({ev.at_us + Exponential(rng, e.burst_us), ev.session, false});
+        } else if (!resume(ev.session, ev.at_us)) {
+          s.waiting = true;
+          ++r.waits_for_active;
+          waiting.push_back(ev.session);
+        }
+      } else {
+        s.active = false;
+        s.last_active_us = ev.at_us;
+        events.push({ev.at_us + Exponential(rng, idle_mean_us), ev.session, true});
+        // Someone waiting may fit now.
+        for (size_t w = 0; w < waiting.size();) {
+          if (resume(waiting[w], ev.at_us)) {
+            waiting.erase(waiting.begin() + static_cast<std::ptrdiff_t>(w));
+          } else {
+            ++w;
+          }
+        }
+      }
+    }
+  }
+  r.resumes = static_cast<int64_t>(resumes.size());
+  r.resume_p50_us = Percentile(resumes, 500);
+  r.resume_p99_us = Percentile(resumes, 990);
+  r.resume_max_us = resumes.empty() ? 0 : *std::max_element(resumes.begin(), resumes.end());
+  r.activation_p99_us = Percentile(activations, 990);
+  return r;
+}
+
+std::string SwapEstateReport::Text(const SwapEstate& e) const {
+  char buf[2048];
+  std::snprintf(
+      buf, sizeof(buf),
+      "estate: %d interactive sessions, caps %lld-%lld GiB, active %d%% in bursts of %lld s (mean), "
+      "cards of %lld GiB\n"
+      "swapping: overcommit %lld%%, host link %lld MB/s, disk %lld MB/s, %lld h simulated, seed %llu\n"
+      "cards needed: %d without swapping, %d with\n"
+      "activations %lld; resumes from swap %lld (waited for an active session: %lld); swap-outs %lld "
+      "(%lld GiB moved)\n"
+      "time-to-resume: p50 %.3f s  p99 %.3f s  max %.3f s;  p99 over every activation %.3f s\n"
+      "peak swapped-out bytes on one card's host: %lld GiB\n",
+      e.sessions, static_cast<long long>(e.cap_min_mib / 1024), static_cast<long long>(e.cap_max_mib / 1024),
+      e.active_percent, static_cast<long long>(e.burst_us / 1'000'000),
+      static_cast<long long>(e.card_memory_mib / 1024), static_cast<long long>(e.overcommit_percent),
+      static_cast<long long>(e.host_mbps), static_cast<long long>(e.disk_mbps),
+      static_cast<long long>(e.duration_us / 3'600'000'000LL), static_cast<unsigned long long>(e.seed),
+      cards_without_swap, cards_with_swap, static_cast<long long>(activations),
+      static_cast<long long>(resumes), static_cast<long long>(waits_for_active),
+      static_cast<long long>(swap_outs), static_cast<long long>(swapped_mib / 1024),
+      static_cast<double>(resume_p50_us) / 1e6, static_cast<double>(resume_p99_us) / 1e6,
+      static_cast<double>(resume_max_us) / 1e6, static_cast<double>(activation_p99_us) / 1e6,
+      static_cast<long long>(peak_host_mib / 1024));
+  return buf;
+}
+
+}  // namespace tessera::sim

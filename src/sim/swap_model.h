@@ -1,0 +1,62 @@
+// Swapping in the simulator (`tessera sim swap`): interactive sessions with memory caps on cards,
+// each active part of the time in bursts, packed with and without swapping, then run on a
+// virtual clock to see what resuming an idle session costs.
+//
+// Packing: sessions by cap, largest first, first fit onto cards whose caps sum to at most
+// card_memory (without swapping) or card_memory x overcommit (with). The count of cards used is
+// "cards needed".
+//
+// Dynamics, per card (each card has its own host link): a session alternates idle and active
+// periods (exponential, mean burst and burst x (1 - active) / active). Idle sessions stay on the
+// device until room is needed (the agent's swap manager, src/agent/swap_manager.h): a session
+// that activates while swapped out needs its cap back on the device; if the card lacks room,
+// the least recently active idle sessions are swapped out first (device-to-host at host_mbps),
+// then its bytes come back (host-to-device at host_mbps; the link carries one transfer at a
+// time). With no idle session to evict it waits until an active one goes idle. Its
+// time-to-resume runs from its activation to the moment its memory is back. Sessions whose
+// swapped bytes pass the node's host RAM budget go to disk (disk_mbps) instead.
+//
+// Integers throughout: bytes in MiB, time in microseconds, bandwidth in MB/s (= bytes/us).
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace tessera::sim {
+
+struct SwapEstate {
+  int sessions = 50;
+  int64_t cap_min_mib = 8 * 1024, cap_max_mib = 16 * 1024;  // each session's cap, uniform
+  int64_t card_memory_mib = 80 * 1024;
+  int active_percent = 20;                 // share of time each session is active
+  int64_t burst_us = 120'000'000;          // mean active period
+  int64_t overcommit_percent = 200;        // caps may sum to this much of a card with swapping
+  int64_t host_mbps = 50'000;              // PCIe Gen5 x16, achievable (64 GB/s theoretical)
+  int64_t disk_mbps = 5'000;               // NVMe
+  int64_t host_ram_mib = 1024 * 1024;      // per card's share of the node's swap_ram
+  int64_t duration_us = 24LL * 3600 * 1'000'000;
+  uint64_t seed = 1;
+};
+
+struct SwapEstateReport {
+  int cards_without_swap = 0;
+  int cards_with_swap = 0;
+  int64_t activations = 0;
+  int64_t resumes = 0;           // activations that found the session swapped out
+  int64_t waits_for_active = 0;  // resumes that had to wait for an active session to go idle
+  int64_t swap_outs = 0;
+  int64_t swapped_mib = 0;       // bytes moved off the devices in all
+  int64_t resume_p50_us = 0, resume_p99_us = 0, resume_max_us = 0;
+  int64_t activation_p99_us = 0;  // over every activation (0 for a resident session)
+  int64_t peak_host_mib = 0;      // swapped-out bytes held at once, on the busiest card
+  std::string Text(const SwapEstate& e) const;
+};
+
+Status ValidateSwapEstate(const SwapEstate& e);
+Result<SwapEstateReport> RunSwapEstate(const SwapEstate& e);
+
+}  // namespace tessera::sim

@@ -1,0 +1,69 @@
+// The swap model (sim/swap_model.h): the estate of the product description, and bad input.
+#include "sim/swap_model.h"
+
+#include <gtest/gtest.h>
+
+namespace tessera::sim {
+namespace {
+
+// 50 sessions of 8-16 GiB on 80 GiB cards, each active 20% of the time: caps alone need 8 cards;
+// swapping at 200% overcommit packs them onto 4, and 5 cards (160%) keep p99 time-to-resume
+// under a second at PCIe Gen5 bandwidth. At 4 cards a session sometimes wakes on a card whose
+// active sessions already fill it and waits for one to go idle: the model says so.
+TEST(SwapModel, TheEstateNeedsHalfTheCardsWithSwapping) {
+  SwapEstate e;
+  auto r = RunSwapEstate(e);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->cards_without_swap, 8);
+  EXPECT_EQ(r->cards_with_swap, 4);
+  EXPECT_GT(r->resumes, 1000);
+  EXPECT_GT(r->swap_outs, 0);
+  EXPECT_LT(r->resume_p50_us, 1'000'000);
+  EXPECT_GT(r->waits_for_active, 0) << "four cards are tight: some wakes must wait";
+  EXPECT_LE(r->resume_p50_us, r->resume_p99_us);
+  EXPECT_LE(r->resume_p99_us, r->resume_max_us);
+
+  e.overcommit_percent = 160;
+  auto five = RunSwapEstate(e);
+  ASSERT_TRUE(five.ok());
+  EXPECT_EQ(five->cards_with_swap, 5);
+  EXPECT_LT(five->resume_p99_us, 1'000'000);
+  EXPECT_LT(five->waits_for_active, r->waits_for_active);
+
+  // Slower links make resuming slower, in proportion for a resume that moves the same bytes.
+  e.host_mbps = 25'000;
+  auto slow = RunSwapEstate(e);
+  ASSERT_TRUE(slow.ok());
+  EXPECT_GT(slow->resume_p50_us, five->resume_p50_us);
+}
+
+TEST(SwapModel, DiskTierTakesOverWhenHostRamRunsOut) {
+  SwapEstate e;
+  e.overcommit_percent = 160;
+  e.host_ram_mib = 0;
+  auto disk = RunSwapEstate(e);
+  ASSERT_TRUE(disk.ok());
+  EXPECT_EQ(disk->peak_host_mib, 0);
+  e.host_ram_mib = 1024 * 1024;
+  auto ram = RunSwapEstate(e);
+  ASSERT_TRUE(ram.ok());
+  EXPECT_GT(disk->resume_p50_us, 5 * ram->resume_p50_us) << "NVMe at 5 GB/s against PCIe at 50";
+}
+
+TEST(SwapModel, BadEstatesAreRefusedNamingTheField) {
+  SwapEstate e;
+  e.sessions = 0;
+  EXPECT_NE(RunSwapEstate(e).status().message().find("sessions"), std::string::npos);
+  e = SwapEstate{};
+  e.cap_max_mib = 200 * 1024;
+  EXPECT_NE(RunSwapEstate(e).status().message().find("card-memory"), std::string::npos);
+  e = SwapEstate{};
+  e.overcommit_percent = 50;
+  EXPECT_NE(RunSwapEstate(e).status().message().find("overcommit"), std::string::npos);
+  e = SwapEstate{};
+  e.active_percent = 0;
+  EXPECT_NE(RunSwapEstate(e).status().message().find("active"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tessera::sim

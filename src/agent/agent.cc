@@ -17,6 +17,7 @@
 
 #include "agent/discovery.h"
 #include "agent/launcher.h"
+#include "agent/swap_manager.h"
 #include "agent/partitions.h"
 #include "agent/protocol.h"
 #include "common/log.h"
@@ -76,7 +77,8 @@ class Agent {
       : options_(options),
         inventory_(std::move(inventory)),
         launcher_(LauncherOptions{options.work_dir, options.cgroup_root, options.cgroup_parent,
-                                  options.capgpu_preload, options.region_dir, true}),
+                                  options.capgpu_preload, options.region_dir, true,
+                                  options.swap_ram_bytes, options.swap_dir}),
         urls_(std::move(urls)),
         heartbeat_ms_(std::max(1, options.default_heartbeat_ms)),
         backoff_ms_(heartbeat_ms_) {
@@ -96,6 +98,7 @@ class Agent {
     std::thread watcher([this] { WatchLoop(); });
     while (!StopRequested()) {
       for (JobExit& e : launcher_.Poll()) RecordExit(e);
+      TickSwap();
       if (wake_.exchange(false)) next_contact = std::min(next_contact, Clock::now());
       if (Clock::now() >= next_contact) {
         // The period counts from the heartbeat, not from the end of the uploads after it: output
@@ -134,6 +137,36 @@ class Agent {
     return g_signal_stop != 0 || (options_.stop != nullptr && options_.stop->load());
   }
 
+  // Swapping shares: one manager per device keeps their resident memory within the device.
+  void WatchSwap(const JobSpec& spec) {
+    const int index = spec.devices[0].index;
+    if (index < 0 || index >= static_cast<int>(inventory_.devices.size())) return;
+    auto& manager = swap_[index];
+    if (manager == nullptr) {
+      const uint64_t bytes = static_cast<uint64_t>(inventory_.devices[index].memory_mib) << 20;
+      manager = std::make_unique<SwapManager>(SwapManager::Options{bytes, options_.swap_idle_ms});
+    }
+    const std::string region = options_.region_dir + "/tessera-capgpu-" + spec.id;
+    Status s = manager->Add(spec.id, region, NowMs());
+    if (!s.ok()) Warn("job " + spec.id + ": " + s.message(), {{"job", spec.id}});
+  }
+
+  void TickSwap() {
+    if (swap_.empty()) return;
+    const int64_t now = NowMs();
+    if (now - last_swap_tick_ms_ < 100) return;
+    last_swap_tick_ms_ = now;
+    for (auto& [device, manager] : swap_) {
+      for (const std::string& line : manager->Tick(now)) {
+        Info("device " + std::to_string(device) + ": " + line);
+      }
+    }
+  }
+
+  static int64_t NowMs() {
+    return std::chrono::duration_cast<milliseconds>(Clock::now().time_since_epoch()).count();
+  }
+
   void RecordExit(const JobExit& e) {
     Info("job " + e.id + " ended: exit " + std::to_string(e.exit_code) +
              (e.signal != 0 ? " (signal " + std::to_string(e.signal) + ")" : "") +
@@ -142,6 +175,7 @@ class Agent {
          {{"job", e.id}, {"exit_code", e.exit_code}});
     finished_[e.id] = FinishedReport{e.id, e.exit_code, e.signal, e.output_bytes};
     partitions_.Release(e.id);
+    for (auto& [device, manager] : swap_) manager->Remove(e.id);
     wake_.store(true);  // reported now, not at the end of the period: its devices free up sooner
   }
 
@@ -397,6 +431,9 @@ class Agent {
       if (s.ok()) s = launcher_.Start(bound);
       if (!s.ok()) partitions_.Release(spec.id);
       wake_.store(true);  // the next heartbeat says at once that it runs (or could not start)
+      if (s.ok() && bound.swap && bound.gpu_memory_limit_bytes > 0 && bound.devices.size() == 1) {
+        WatchSwap(bound);
+      }
       if (s.ok()) {
         Info("job " + spec.id + " started: " + spec.command[0], {{"job", spec.id}});
       } else {
@@ -540,6 +577,8 @@ class Agent {
   Inventory inventory_;
   Partitions partitions_{inventory_, options_.nvml_library};
   Launcher launcher_;
+  std::map<int, std::unique_ptr<SwapManager>> swap_;  // device index -> its swapping shares
+  int64_t last_swap_tick_ms_ = 0;
   std::vector<std::string> urls_;  // the control plane's servers; one leads
   size_t current_ = 0;             // written by the main thread under watch_mu_
   // The order watch (WatchLoop, its own thread and connection).

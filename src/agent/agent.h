@@ -42,6 +42,12 @@ struct AgentOptions {
   std::string cgroup_parent = "tessera";       // jobs go to <cgroup_root>/<cgroup_parent>/<job>
   std::string capgpu_preload;                  // path of libtessera_capgpu.so for shares; "" = none
   std::string region_dir = "/dev/shm";         // share region files
+  // Swapping shares (queues with swap: true): host RAM per share for swapped-out bytes (0:
+  // unlimited), the disk tier's directory ("" = none), and how long a share must be idle before
+  // it may be swapped out to make room for another (src/agent/swap_manager.h).
+  int64_t swap_ram_bytes = 0;
+  std::string swap_dir;
+  int swap_idle_ms = 30000;
   int poll_ms = 50;                 // how often finished processes are reaped
   int default_heartbeat_ms = 1000;  // until the register reply says otherwise
   int max_backoff_ms = 10000;       // retry ceiling while the control plane is down

@@ -125,13 +125,27 @@ Status OpenJobStdio(const std::string& out_path, int* out_fd, int* null_fd) {
 
 // The agent creates and sizes the share's region before the workload starts, so no process
 // of the workload decides its limit (the cap library only joins it).
-Status CreateShareRegion(const std::string& path, int64_t limit_bytes) {
+Status CreateShareRegion(const std::string& path, int64_t limit_bytes, bool swap,
+                         int64_t swap_ram_bytes, const std::string& swap_dir) {
   unlink(path.c_str());  // a stale region of an earlier run must not carry charges
   capgpu::LimitList limits;
   limits.count = 1;
   limits.bytes[0] = static_cast<uint64_t>(limit_bytes);
   if (int err = capgpu::CreateRegionFile(path.c_str(), limits, 0600, true); err != 0) {
     return Status::Internal("cannot create the memory-cap region '" + path + "': " + std::strerror(err));
+  }
+  if (swap) {
+    // Before the workload starts: its processes read swap_enabled when they join.
+    capgpu::Region region;
+    int err = region.Open(path.c_str());
+    if (err == 0) {
+      capgpu::RegionLock lock(region);
+      const uint64_t ram = swap_ram_bytes > 0 ? static_cast<uint64_t>(swap_ram_bytes) : capgpu::kNoLimit;
+      if (!lock.held() || !capgpu::ConfigureSwap(region.data(), ram, swap_dir.c_str())) err = EINVAL;
+    }
+    if (err != 0) {
+      return Status::Internal("cannot turn swapping on in '" + path + "': " + std::strerror(err));
+    }
   }
   return Status::Ok();
 }
@@ -388,7 +402,11 @@ Status Launcher::PrepareLimits(const JobSpec& spec, Job* job, int* procs_fd) {
   }
   if (spec.gpu_memory_limit_bytes > 0) {
     job->region_path = options_.region_dir + "/tessera-capgpu-" + spec.id;
-    if (Status s = CreateShareRegion(job->region_path, spec.gpu_memory_limit_bytes); !s.ok()) return s;
+    if (Status s = CreateShareRegion(job->region_path, spec.gpu_memory_limit_bytes, spec.swap,
+                                     options_.swap_ram_bytes, options_.swap_dir);
+        !s.ok()) {
+      return s;
+    }
   }
   return Status::Ok();
 }

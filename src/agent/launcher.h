@@ -55,6 +55,9 @@ struct JobSpec {
   MiB memory_mib = 0;      // 0: no memory limit
   std::vector<DeviceBinding> devices;
   int64_t gpu_memory_limit_bytes = 0;  // 0: no cap (whole device or hardware slice)
+  // The share's memory may be swapped out while idle (src/capgpu/swap.h): its region is created
+  // with swapping on, with the launcher's swap_ram and swap_dir.
+  bool swap = false;
   // The Unix account the job runs under (its uid, primary gid and supplementary groups; HOME,
   // USER, LOGNAME set): "" runs it as the agent's own account. An account this node does not
   // have, or one a non-root agent cannot switch to, refuses the start with the reason.
@@ -69,6 +72,10 @@ struct LauncherOptions {
   std::string capgpu_preload;             // path of libtessera_capgpu.so; "" = none
   std::string region_dir = "/dev/shm";    // where share regions live
   bool inherit_environment = true;        // start from the agent's environment
+  // Swapping shares: host RAM each share's swapped-out bytes may take (0: unlimited), and the
+  // directory of the disk tier ("" = none).
+  int64_t swap_ram_bytes = 0;
+  std::string swap_dir;
 };
 
 // How a job ended.

@@ -40,6 +40,10 @@ Result<JobSpec> ParseStart(const json& j) {
   spec.cpu_milli = j.value("cpu_milli", int64_t{0});
   spec.memory_mib = j.value("memory_mib", int64_t{0});
   spec.gpu_memory_limit_bytes = j.value("gpu_memory_limit_bytes", int64_t{0});
+  if (j.contains("swap") && !j["swap"].is_null()) {
+    if (!j["swap"].is_boolean()) return Bad(field("swap") + "must be true or false");
+    spec.swap = j["swap"].get<bool>();
+  }
   if (j.contains("run_as") && !j["run_as"].is_null()) {
     if (!j["run_as"].is_string()) return Bad(field("run_as") + "must be a string");
     spec.run_as = j["run_as"].get<std::string>();

@@ -306,6 +306,10 @@ Json Engine::StartOrderLocked(Job& j, const NodeInfo& n) const {
                 {"devices", devs},
                 {"gpu_memory_limit_bytes", cap * 1024 * 1024}};
   if (j.spec.contains("run_as")) order["run_as"] = j.spec["run_as"];
+  if (j.form == "share") {
+    const QueueRoute* route = config_.FindRoute(j.rec.queue);
+    if (route != nullptr && route->swap_overcommit_percent > 0) order["swap"] = true;
+  }
   return order;
 }
 

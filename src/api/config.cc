@@ -4,6 +4,7 @@
 #include <openssl/rand.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cctype>
 #include <fstream>
 #include <limits>
@@ -76,6 +77,36 @@ Result<QueueRoute> ParseRoute(const YAML::Node& n, const std::string& w) {
     auto v = ParseMemoryMiB(n["shard_memory"].as<std::string>());
     if (!v.ok() || *v <= 0) return Bad(w + ".shard_memory", "expected a positive size such as 1GiB");
     q.shard_mib = *v;
+  }
+  if (n["overcommit"] && !n["swap"]) return Bad(w + ".overcommit", "needs swap: true");
+  if (n["swap"]) {
+    auto v = policy::GetBool(n["swap"], w + ".swap");
+    if (!v.ok()) return Prefixed(v.status());
+    if (*v && q.external()) {
+      return Bad(w + ".swap", "only for queues run by node agents (backend local)");
+    }
+    int percent = 200;
+    if (n["overcommit"]) {
+      // A factor with up to two decimals, in whole percent: exact, no floating point.
+      auto text = Str(n["overcommit"], w + ".overcommit");
+      if (!text.ok()) return text.status();
+      const std::string& t = *text;
+      const size_t dot = t.find('.');
+      const std::string whole = t.substr(0, dot);
+      const std::string frac = dot == std::string::npos ? "" : t.substr(dot + 1);
+      const auto digits = [](const std::string& s) {
+        return !s.empty() && s.size() <= 3 &&
+               std::all_of(s.begin(), s.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+      };
+      if (!digits(whole) || (dot != std::string::npos && (!digits(frac) || frac.size() > 2))) {
+        return Bad(w + ".overcommit", "expected a factor such as 2 or 1.5, not '" + t + "'");
+      }
+      percent = std::stoi(whole) * 100 + (frac.empty() ? 0 : std::stoi(frac) * (frac.size() == 1 ? 10 : 1));
+      if (percent < 100 || percent > 1000) {
+        return Bad(w + ".overcommit", "must be from 1 to 10 (caps may sum to that many times a device)");
+      }
+    }
+    q.swap_overcommit_percent = *v ? percent : 0;
   }
   if (q.backend == "pbs" && (!q.mig_model.empty() || !q.gres_partition.empty())) {
     return Bad(w + (q.mig_model.empty() ? ".gres_partition" : ".mig_model"),
@@ -326,7 +357,7 @@ static Status ReadServerSettings(const YAML::Node& root, EngineConfig* c) {
 const std::set<std::string>& ServerQueueKeys() {
   static const std::set<std::string> kKeys = {"requeue_on_loss", "backend", "partition", "template", "gpu_type",
                       "gres_whole", "gres_share", "gres_partition", "shard_memory",
-                      "cap_library", "mig_model"};
+                      "cap_library", "mig_model", "swap", "overcommit"};
   static const std::set<std::string> kAll = [] {
     std::set<std::string> all = kKeys;
     all.insert(KubeQueueKeys().begin(), KubeQueueKeys().end());
@@ -379,6 +410,7 @@ static Status ReadRoutes(const YAML::Node& queues, EngineConfig* c) {
       if (!st.ok()) return st;
     }
     c->policy.queues[i].external = route->external();
+    c->policy.queues[i].swap_overcommit_percent = route->swap_overcommit_percent;
     // Kubernetes reports its capacity: admission keeps within it and reclaims by suspending.
     c->policy.queues[i].external_pool = route->backend == "kubernetes" ? "kubernetes" : "";
     c->routes.push_back(*route);

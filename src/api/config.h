@@ -59,6 +59,10 @@ struct QueueRoute {
   std::string mig_model;
   MiB shard_mib = 1024;            // GPU memory one Slurm shard stands for
   std::string cap_library;         // preloaded for shares
+  // Swapping (local queues): `swap: true` lets idle shares' memory leave the card
+  // (src/capgpu/swap.h); `overcommit` (a factor, "2" or "1.5"; default 2) is how far their caps
+  // may sum past a device's memory. 0: no swapping.
+  int swap_overcommit_percent = 0;
   backends::KubeMapping kube;      // backend: kubernetes (namespace, node_selector, tolerations ...)
   bool external() const { return backend != "local"; }
 };

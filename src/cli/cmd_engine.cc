@@ -355,11 +355,24 @@ void RegisterAgentCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--work", o->work_dir, "directory for job output files");
   cmd->add_option("--capgpu", o->capgpu_preload, "libtessera_capgpu.so to preload into shares");
   cmd->add_option("--cgroup-root", o->cgroup_root, "cgroup v2 mount (\"\" disables cgroups)");
+  auto swap_ram = std::make_shared<std::string>();
+  cmd->add_option("--swap-ram", *swap_ram, "host RAM per swapping share for swapped-out memory, e.g. 64GiB (default: unlimited)");
+  cmd->add_option("--swap-dir", o->swap_dir, "directory for swapped-out memory past --swap-ram (default: none)");
+  cmd->add_option("--swap-idle", o->swap_idle_ms, "ms a share must be idle before it is swapped out for another (30000)");
   auto log_flags = std::make_shared<LogFlags>();
   AddLogFlags(cmd, log_flags.get());
-  cmd->callback([o, token_file, log_flags, &ctx] {
+  cmd->callback([o, token_file, swap_ram, log_flags, &ctx] {
     ApplyLogFlags(*log_flags);
     agent::AgentOptions opts = *o;
+    if (!swap_ram->empty()) {
+      auto mib = ParseMemoryMiB(*swap_ram);
+      if (!mib.ok() || *mib <= 0) {
+        std::cerr << "tessera agent: --swap-ram: expected a size such as 64GiB, not '" << *swap_ram << "'\n";
+        ctx.exit_code = kExitBadInput;
+        return;
+      }
+      opts.swap_ram_bytes = *mib * 1024 * 1024;
+    }
     auto env = [](const char* name) { return std::getenv(name) ? std::string(std::getenv(name)) : std::string(); };
     if (Status st = net::ResolveCredentials(*token_file, &opts.token, &opts.tls); !st.ok()) {
       std::cerr << "tessera agent: " << st.message() << "\n";

@@ -185,6 +185,33 @@ TEST(AgentLauncher, BindsTheAllocationIntoTheEnvironment) {
                                                 dir.path() + "/tessera-capgpu-env-1\nK=V\n");
 }
 
+// A swapping share's region is created with swapping on and the launcher's budgets; a plain
+// share's is not.
+TEST(AgentLauncher, SwappingSharesGetARegionWithSwapOn) {
+  TempDir dir;
+  LauncherOptions o = Opts(dir);
+  o.swap_ram_bytes = int64_t{6} << 30;
+  o.swap_dir = dir.path();
+  Launcher l(o);
+  for (bool swap : {true, false}) {
+    JobSpec s = Sh(swap ? "swapping" : "plain", "exec sleep 30");
+    s.devices = {{0, "GPU-sim-h-0", "", "", "", -1}};
+    s.gpu_memory_limit_bytes = int64_t{8} << 30;
+    s.swap = swap;
+    ASSERT_TRUE(l.Start(s).ok());
+    capgpu::Region region;
+    ASSERT_EQ(region.Open((dir.path() + "/tessera-capgpu-" + s.id).c_str()), 0);
+    capgpu::RegionLock lock(region);
+    EXPECT_EQ(region.data().swap_enabled, swap ? 1u : 0u);
+    if (swap) {
+      EXPECT_EQ(region.data().swap_ram_limit, uint64_t{6} << 30);
+      EXPECT_EQ(std::string(region.data().swap_dir), dir.path());
+    }
+  }
+  l.Cancel("swapping", std::chrono::milliseconds(100));
+  l.Cancel("plain", std::chrono::milliseconds(100));
+}
+
 // What the agent's telemetry reads: the CPU time of the job's whole process tree, and for a share
 // its region's charged memory and kernel launches.
 TEST(AgentLauncher, RunningReportsCpuTimeAndTheShareRegion) {

@@ -61,7 +61,7 @@ TEST(AgentProtocol, HeartbeatReplyAsDocumented) {
     "start": [{"job": "j-13", "command": ["python3", "train.py"], "env": {"K": "V"},
                "cpu_milli": 2000, "memory_mib": 4096,
                "devices": [{"index": 0, "uuid": "GPU-sim-host-a-0", "mig": ""}],
-               "gpu_memory_limit_bytes": 8589934592}],
+               "gpu_memory_limit_bytes": 8589934592, "swap": true}],
     "cancel": [{"job": "j-9", "grace_ms": 5000}],
     "may_run": ["j-12"], "ack": ["j-11"]})");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -75,6 +75,8 @@ TEST(AgentProtocol, HeartbeatReplyAsDocumented) {
   ASSERT_EQ(s.devices.size(), 1u);
   EXPECT_EQ(s.devices[0].uuid, "GPU-sim-host-a-0");
   EXPECT_EQ(s.gpu_memory_limit_bytes, 8589934592);
+  EXPECT_TRUE(s.swap);
+  EXPECT_FALSE(ParseHeartbeatReply(R"({"start": [{"job": "j", "command": ["x"], "swap": 1}]})").ok());
   ASSERT_EQ(r->cancel.size(), 1u);
   EXPECT_EQ(r->cancel[0].job, "j-9");
   EXPECT_EQ(r->cancel[0].grace_ms, 5000);

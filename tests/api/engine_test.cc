@@ -84,11 +84,39 @@ TEST_F(EngineTest, ConfigErrorsNameTheField) {
       {id + "backend_nice: low", "backend_nice: must be an integer from 0 to 19"},
       {id + "utilization_sample: 0s", "utilization_sample: must be positive"},
       {"{{{", "not valid YAML"},
+      {id + "groups: [{name: g}]\nprofiles: [{name: p}]\nqueues: [{name: q, profile: p, groups: [g], overcommit: 2}]",
+       "queues[q].overcommit: needs swap: true"},
+      {id + "groups: [{name: g}]\nprofiles: [{name: p}]\nqueues: [{name: q, profile: p, groups: [g], swap: true, overcommit: 0.5}]",
+       "queues[q].overcommit: must be from 1 to 10"},
+      {id + "groups: [{name: g}]\nprofiles: [{name: p}]\nqueues: [{name: q, profile: p, groups: [g], swap: true, overcommit: 1.234}]",
+       "queues[q].overcommit: expected a factor such as 2 or 1.5"},
+      {id + "groups: [{name: g}]\nprofiles: [{name: p}]\nqueues: [{name: q, profile: p, groups: [g], swap: maybe}]",
+       "queues[q].swap"},
+      {id + "groups: [{name: g}]\nprofiles: [{name: p}]\nqueues: [{name: q, profile: p, groups: [g], backend: slurm, swap: true}]",
+       "queues[q].swap: only for queues run by node agents"},
   };
   for (const Case& c : cases) {
     auto r = ParseConfig(c.yaml);
     ASSERT_FALSE(r.ok()) << c.yaml;
     EXPECT_NE(r.status().message().find(c.want), std::string::npos) << r.status().message() << "\nwant: " << c.want;
+  }
+}
+
+// `swap: true` with an overcommit factor reaches the quota policy as whole percent.
+TEST_F(EngineTest, SwapQueuesCarryTheirOvercommit) {
+  const std::string base =
+      "identities: [{name: a, token: aaaaaaaaaa}]\ngroups: [{name: g}]\n"
+      "profiles: [{name: p, forms: [share], gpu_memory: 8GiB}]\n";
+  for (auto [queue, want] : std::initializer_list<std::pair<std::string, int>>{
+           {"{name: q, profile: p, groups: [g]}", 0},
+           {"{name: q, profile: p, groups: [g], swap: false}", 0},
+           {"{name: q, profile: p, groups: [g], swap: true}", 200},
+           {"{name: q, profile: p, groups: [g], swap: true, overcommit: 1.5}", 150},
+           {"{name: q, profile: p, groups: [g], swap: true, overcommit: \"3\"}", 300}}) {
+    auto r = ParseConfig(base + "queues: [" + queue + "]\n");
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    EXPECT_EQ(r->policy.queues[0].swap_overcommit_percent, want) << queue;
+    EXPECT_EQ(r->FindRoute("q")->swap_overcommit_percent, want) << queue;
   }
 }
 
@@ -677,6 +705,51 @@ TEST(CycleBudgetTest, OnlyLongCyclesOverABacklogHoldTheNextBackForNineTimesTheir
   EXPECT_TRUE(b.Allows(2'180'000));
   b.Ran(/*end_us=*/3'000'000, /*took_us=*/500, /*left_waiting=*/10'000);  // a cheap one lifts it
   EXPECT_TRUE(b.Allows(3'000'000));
+}
+
+}  // namespace
+}  // namespace tessera::api
+
+namespace tessera::api {
+namespace {
+
+const char* kSwapConfig = R"(
+identities:
+  - {name: admin, role: admin, token: admin-token-1}
+  - {name: alice, role: user, groups: [research], token: alice-token-1}
+  - {name: agent, role: agent, token: agent-token-1}
+groups:
+  - {name: research}
+profiles:
+  - {name: nb, gpus: 1, gpu_fraction: 0.1, gpu_memory: 16GiB, cpu: 1, memory: 1GiB, forms: [share]}
+queues:
+  - {name: notebooks, profile: nb, groups: [research], class: interactive, swap: true, overcommit: 2}
+  - {name: plain, profile: nb, groups: [research], class: interactive}
+)";
+
+class SwapEngineTest : public EngineTest {
+ protected:
+  void SetUp() override { Start("swap", kSwapConfig); }
+};
+
+// A swapping queue's shares overcommit one 80 GiB card up to 160 GiB of caps, and their start
+// orders tell the agent to create the share's region with swapping on.
+TEST_F(SwapEngineTest, OvercommittedSharesOnOneCardAndSwapInTheirOrders) {
+  Register("n1", 1);
+  std::vector<std::string> ids;
+  for (int i = 0; i < 11; ++i) {
+    Json j = Submit("alice", {{"queue", "notebooks"}, {"command", {"sleep", "60"}}});
+    ids.push_back(j["id"]);
+  }
+  Json plain = Submit("alice", {{"queue", "plain"}, {"command", {"sleep", "60"}}});
+  Json hb = Heartbeat("n1");
+  ASSERT_EQ(hb["start"].size(), 10u) << "ten 16 GiB caps on one 80 GiB card at 200%";
+  for (const Json& order : hb["start"]) {
+    EXPECT_EQ(order["swap"], true);
+    EXPECT_EQ(order["gpu_memory_limit_bytes"], int64_t{16} << 30);
+  }
+  EXPECT_EQ(State(ids[10]), "pending");
+  EXPECT_EQ(State(plain["id"]), "pending") << "a share that cannot swap stays off the card";
 }
 
 }  // namespace

@@ -220,6 +220,44 @@ TEST(QuotaForms, SharesCapsSumToDeviceMemory) {
   w.Done();
 }
 
+// Swapping queues (swap_overcommit_percent): their shares' caps may sum past a device's memory,
+// and a device holds shares of one kind only, so a share that cannot be swapped never sits where
+// the memory is overcommitted.
+TEST(QuotaForms, SwapSharesOvercommitTheirDeviceAndStayApartFromOthers) {
+  PolicySpec p = BasePolicy();
+  p.queues.push_back({"inter-swap", "share16", {"a", "b"}, 0, true, C::kInteractive});
+  p.queues.back().swap_overcommit_percent = 200;
+  World w(p, {Node("n0", "inter", 2)});
+  w.Submit(Job("plain", "inter", "a"), 0);
+  w.e->RunCycle(0);
+  ASSERT_EQ(w.State("plain"), JobState::kRunning);
+  const int plain_device = w.View("plain").grants[0].device;
+  // Ten 16 GiB caps on the other 80 GiB device (160 GiB of caps, 2000 milli of weight); the
+  // eleventh does not join the device that holds the plain share.
+  for (int i = 0; i < 11; ++i) w.Submit(Job("s" + std::to_string(i), "inter-swap", "a"), 1);
+  w.e->RunCycle(1);
+  int running = 0;
+  for (int i = 0; i < 11; ++i) {
+    const std::string id = "s" + std::to_string(i);
+    if (w.State(id) != JobState::kRunning) continue;
+    ++running;
+    EXPECT_NE(w.View(id).grants[0].device, plain_device);
+  }
+  EXPECT_EQ(running, 10);
+  EXPECT_EQ(w.State("s10"), JobState::kPending);
+  // The plain share leaves: its device takes swapping shares now, and a plain one waits.
+  w.e->Complete(w.h.at("plain"), 2);
+  w.e->RunCycle(2);
+  EXPECT_EQ(w.State("s10"), JobState::kRunning);
+  EXPECT_EQ(w.View("s10").grants[0].device, plain_device);
+  w.Submit(Job("plain2", "inter", "b"), 3);
+  w.e->RunCycle(3);
+  EXPECT_EQ(w.State("plain2"), JobState::kPending);
+  // Utilization counts an overcommitted device once.
+  EXPECT_LE(w.e->allocated().gpu_milli, 2 * kWholeGpu);
+  w.Done();
+}
+
 // ---------------------------------------------------------------------------------------------
 // Ordering
 

@@ -282,12 +282,12 @@ Status Engine::CheckDevices(const InvariantTally& t) const {
     if (d.split && !d.shares.empty()) {
       return Status::Internal(DevName(static_cast<int>(di)) + " is split and carries device shares");
     }
-    if (t.share_mem[di] != d.share_mem || t.share_mem[di] > d.memory) {
+    if (t.share_mem[di] != d.share_mem || t.share_mem[di] > d.share_capacity(d.swap_oc)) {
       return Status::Internal(DevName(static_cast<int>(di)) + ": share caps " +
                               FormatMiB(t.share_mem[di]) + " exceed or disagree with memory " +
                               FormatMiB(d.memory));
     }
-    if (t.share_w[di] != d.share_weight || t.share_w[di] > kWholeGpu) {
+    if (t.share_w[di] != d.share_weight || t.share_w[di] > d.weight_capacity(d.swap_oc)) {
       return Status::Internal(DevName(static_cast<int>(di)) + ": share weights over one device");
     }
     if (d.mig) {
@@ -394,8 +394,9 @@ Resources Engine::allocated() const {
       r.gpu_milli += kWholeGpu;
       r.gpu_memory_mib += d.memory;
     }
-    r.gpu_milli += d.share_weight;
-    r.gpu_memory_mib += d.share_mem;
+    // Overcommitted shares (swapping) hold at most the device itself.
+    r.gpu_milli += std::min<MilliGpu>(d.share_weight, kWholeGpu);
+    r.gpu_memory_mib += std::min<MiB>(d.share_mem, d.memory);
     for (const Slot& s : d.slots) {
       if (s.holder >= 0) r.gpu_milli += s.compute, r.gpu_memory_mib += s.memory;
     }

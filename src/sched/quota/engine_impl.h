@@ -69,7 +69,14 @@ struct Dev {
   int64_t reserved_until = 0;
   Plan plan;
   MiB share_key = -1;  // key in shared_by_free_, -1 when not there
+  int swap_oc = 0;     // the overcommit percent of the shares it holds (0: no swapping)
   uint64_t no_start = 0;  // MIG profiles (bit = catalog index) known to have no legal start now
+
+  // What shares of overcommit `oc` may sum to here: memory and compute weight.
+  MiB share_capacity(int oc) const { return oc > 0 ? memory * oc / 100 : memory; }
+  MilliGpu weight_capacity(int oc) const { return oc > 0 ? kWholeGpu * oc / 100 : kWholeGpu; }
+  // Shares of one overcommit per device.
+  bool ShareKindFits(int oc) const { return shares.empty() || swap_oc == oc; }
 
   bool idle() const {
     if (whole >= 0 || !shares.empty()) return false;
@@ -105,6 +112,7 @@ struct Grant {
 struct Job {
   std::string id, identity;
   int group = 0, queue = 0, profile = 0;
+  int swap_oc = 0;  // its queue's swap_overcommit_percent
   WorkloadClass cls = WorkloadClass::kBatch;
   std::vector<AllocationForm> forms;
   uint64_t pools = 0;

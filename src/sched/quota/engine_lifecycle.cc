@@ -213,7 +213,8 @@ Status Engine::RestoreGrant(const Job& j, const GrantView& g, AllocationForm for
     } else {
       if (d.split) return Status::FailedPrecondition(where + " is split into partitions");
       (*share_add)[gr.dev] += g.memory;
-      if (d.share_mem + (*share_add)[gr.dev] > d.memory) {
+      const int oc = j.swap_oc;
+      if (!d.ShareKindFits(oc) || d.share_mem + (*share_add)[gr.dev] > d.share_capacity(oc)) {
         return Status::FailedPrecondition(where + ": share caps would exceed its memory");
       }
     }

@@ -237,7 +237,10 @@ bool Engine::FindShare(Job& j, int self, Candidate* c, bool* blocked) {
     if (!InPools(j, d.pool) || !PoolAllows(d.pool, AllocationForm::kShare)) return false;
     if (d.split || d.whole >= 0) return false;
     MiB want = cap > 0 ? cap : d.memory * j.gpu_milli / kWholeGpu;
-    if (d.share_mem + want > d.memory || d.share_weight + j.gpu_milli > kWholeGpu) return false;
+    if (!d.ShareKindFits(j.swap_oc) || d.share_mem + want > d.share_capacity(j.swap_oc) ||
+        d.share_weight + j.gpu_milli > d.weight_capacity(j.swap_oc)) {
+      return false;
+    }
     if (!NodeHas(nodes_[d.node], j.cpu, j.mem)) return false;
     return Usable(d, j, self, bf, blocked);
   };
@@ -297,8 +300,9 @@ void Engine::Reindex(int di) {
   Dev& d = devs_[di];
   if (d.share_key >= 0) shared_by_free_.erase({d.share_key, di});
   d.share_key = -1;
-  if (!d.shares.empty() && d.share_weight < kWholeGpu && d.share_mem < d.memory) {
-    d.share_key = d.memory - d.share_mem;
+  if (!d.shares.empty() && d.share_weight < d.weight_capacity(d.swap_oc) &&
+      d.share_mem < d.share_capacity(d.swap_oc)) {
+    d.share_key = d.share_capacity(d.swap_oc) - d.share_mem;
     shared_by_free_.insert({d.share_key, di});
   }
   bool free_slot = false;
@@ -374,6 +378,7 @@ void Engine::TakeGrants(int self, AllocationForm f, const std::vector<Grant>& gr
     } else if (f == AllocationForm::kWhole) {
       d.whole = self;
     } else {
+      if (d.shares.empty()) d.swap_oc = jobs_[self].swap_oc;
       d.shares.push_back(self);
       d.share_mem += g.memory;
       d.share_weight += g.compute;
@@ -458,6 +463,7 @@ void Engine::Release(int self) {
         d.shares.erase(it);
         d.share_mem -= g.memory;
         d.share_weight -= g.compute;
+        if (d.shares.empty()) d.swap_oc = 0;
       }
     }
     Reindex(g.dev);

@@ -158,8 +158,9 @@ void Engine::PreemptForShare(const Job& j, int self, bool reclaim, PreemptOption
       }
       continue;
     }
-    MiB free_mem = d.memory - d.share_mem;
-    MilliGpu free_w = kWholeGpu - d.share_weight;
+    if (!d.ShareKindFits(j.swap_oc)) continue;  // shares of another overcommit stay apart
+    MiB free_mem = d.share_capacity(j.swap_oc) - d.share_mem;
+    MilliGpu free_w = d.weight_capacity(j.swap_oc) - d.share_weight;
     std::vector<std::pair<int64_t, int>> vs;
     for (int s : d.shares) {
       if (Victim(j, s, reclaim)) vs.push_back({LostWork(jobs_[s]), s});

@@ -274,6 +274,7 @@ Result<Job> Engine::Build(const JobSpec& spec) const {
     return reject("group '" + group + "' may not use queue '" + queue.name + "'");
   }
   j.queue = q->second;
+  j.swap_oc = queue.swap_overcommit_percent;
   j.group = group_index_.at(group);
   j.profile = profile_index_.at(queue.profile);
   const ProfileSpec& pr = policy_.profiles[j.profile];

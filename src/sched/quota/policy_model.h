@@ -83,6 +83,12 @@ struct QueueSpec {
   // its reservation reclaims from borrowers of the pool (preempted: suspended by the server).
   // "" : unbounded, never preempted (Slurm, PBS).
   std::string external_pool{};
+  // Swapping (the cap library moves idle shares' memory off the card, src/capgpu/swap.h): the
+  // caps of this queue's shares on one device may sum to this percent of its memory (and their
+  // compute weights to this percent of the device). 0: no swapping; caps fit the memory.
+  // Devices hold shares of one overcommit only, so a share that cannot be swapped never sits
+  // where the memory is overcommitted. Set from the server config's queue `swap`/`overcommit`.
+  int swap_overcommit_percent = 0;
 };
 
 // Class -> forms, in order of preference. The default: training gets whole devices; inference

@@ -604,6 +604,11 @@ std::vector<RunningJob> Launcher::Running(bool usage) const {
           if (lock.held()) {
             for (uint32_t d = 0; d < capgpu::kMaxDevices; ++d) used += region.data().used[d];
             r.gpu_launches = static_cast<int64_t>(__atomic_load_n(&region.data().launches, __ATOMIC_RELAXED));
+            if (region.data().swap_enabled != 0) {
+              const capgpu::SwapSummary m = capgpu::SummarizeSwap(region.data());
+              r.swap_state = capgpu::ShareSwapState(m);
+              r.swapped_bytes = static_cast<int64_t>(m.host_bytes + m.disk_bytes);
+            }
           }
           r.gpu_memory_used_bytes = static_cast<int64_t>(used);
         }

@@ -96,6 +96,10 @@ struct RunningJob {
   uint64_t cpu_ticks = 0;
   int64_t gpu_memory_used_bytes = -1;
   int64_t gpu_launches = -1;  // kernel launches its share region counted (-1: no region)
+  // A swapping share: its state (capgpu::ShareSwapState; "" when not swapping) and the bytes
+  // it has off the device.
+  std::string swap_state;
+  int64_t swapped_bytes = 0;
   std::vector<int> devices;  // device indices it was started on
   int active = -1;           // filled by the agent for its heartbeat: 1 active, 0 not, -1 unknown
 };

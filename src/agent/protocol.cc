@@ -111,6 +111,10 @@ std::string HeartbeatBody(const std::string& node, const std::vector<RunningJob>
     json e = {{"job", job.id}, {"pid", job.pid}};
     if (job.active >= 0) e["active"] = job.active == 1;
     if (job.gpu_memory_used_bytes >= 0) e["gpu_memory_used_mib"] = (job.gpu_memory_used_bytes + (1 << 20) - 1) >> 20;
+    if (!job.swap_state.empty()) {
+      e["swap"] = job.swap_state;
+      e["swapped_mib"] = (job.swapped_bytes + (1 << 20) - 1) >> 20;
+    }
     r.push_back(std::move(e));
   }
   json f = json::array();

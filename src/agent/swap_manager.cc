@@ -121,13 +121,7 @@ std::vector<SwapManager::ShareState> SwapManager::States() const {
     ShareState st;
     st.id = id;
     const capgpu::SwapSummary& m = s->summary;
-    st.state = m.processes == 0 ? "resident"
-               : m.swapping_in > 0 ? "resuming"
-               : m.swapping_out > 0 ? "swapping-out"
-               : m.unswappable > 0 ? "unswappable"
-               : m.swapped == m.processes ? "swapped"
-               : m.resident == m.processes ? "resident"
-                                           : "mixed";
+    st.state = capgpu::ShareSwapState(m);
     st.resident_bytes = m.resident_bytes;
     st.swapped_bytes = m.host_bytes + m.disk_bytes;
     st.room_wanted = m.room_wanted;

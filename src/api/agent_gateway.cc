@@ -87,7 +87,8 @@ Status CheckHeartbeatJobs(const Json& body) {
                                        "' entry needs a string 'job'");
       }
       Status known = OnlyKnownFields(
-          e, {"job", "exit_code", "signal", "pid", "output_bytes", "active", "gpu_memory_used_mib"},
+          e, {"job", "exit_code", "signal", "pid", "output_bytes", "active", "gpu_memory_used_mib",
+              "swap", "swapped_mib"},
           std::string("heartbeat: a '") + key + "' entry");
       if (!known.ok()) return known;
       for (const char* f : {"exit_code", "signal", "pid", "output_bytes"}) {
@@ -430,6 +431,15 @@ Status Engine::CheckTelemetry(const Json& body) {
       return Status::InvalidArgument("'running.active' must be true or false");
     if (Status st = InRange(r, "gpu_memory_used_mib", int64_t{1} << 40, "running."); !st.ok())
       return st;
+    if (Status st = InRange(r, "swapped_mib", int64_t{1} << 40, "running."); !st.ok()) return st;
+    if (r.contains("swap")) {
+      static const std::set<std::string> kStates = {"resident", "swapping-out", "swapped",
+                                                    "resuming", "unswappable", "mixed"};
+      if (!r["swap"].is_string() || kStates.count(r["swap"].get<std::string>()) == 0) {
+        return Status::InvalidArgument(
+            "'running.swap' must be one of resident, swapping-out, swapped, resuming, unswappable, mixed");
+      }
+    }
   }
   return Status::Ok();
 }
@@ -441,6 +451,23 @@ void Engine::ObserveActivityLocked(Job& j, const Json& report, const std::string
   if (j.rec.state != "running") return;
   if (report.contains("gpu_memory_used_mib"))
     j.gpu_memory_used_mib = report["gpu_memory_used_mib"].get<MiB>();
+  if (report.contains("swap")) {
+    // A swapping share's state: every change is an event (swapped out, resuming, back).
+    const std::string state = report["swap"].get<std::string>();
+    const MiB swapped = report.value("swapped_mib", MiB{0});
+    if (state != j.swap_state) {
+      std::string detail = state == "swapped"    ? "swapped out: " + std::to_string(swapped) + " MiB off the device"
+                           : state == "resuming" ? "resuming: waiting for room on the device"
+                           : state == "resident" ? "back on the device"
+                                                 : state;
+      b.Add(MakeEvent(actor, "job.swap", j.rec.id, detail,
+                      {{"from", j.swap_state.empty() ? "resident" : j.swap_state}, {"to", state},
+                       {"swapped_mib", swapped}}),
+            nullptr);
+      j.swap_state = state;
+    }
+    j.swapped_mib = swapped;
+  }
   if (!report.contains("active")) return;  // no telemetry: never judged idle
   const int64_t now = clock_();
   if (j.last_active_ms == 0) j.last_active_ms = now;

@@ -492,6 +492,8 @@ void Engine::TranslateLocked(size_t from, Batch& b) {
         j.last_active_ms = 0;
         j.idle = false;
         j.gpu_memory_used_mib = -1;
+        j.swap_state.clear();
+        j.swapped_mib = 0;
         b.Add(MakeEvent("engine", "job.requeued", j.rec.id, e.detail, {{"preemptions", j.preemptions}}), &j);
         break;
       default:

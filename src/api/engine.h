@@ -274,6 +274,8 @@ class Engine {
     int64_t last_active_ms = 0;
     bool idle = false;
     MiB gpu_memory_used_mib = -1;
+    std::string swap_state;  // a swapping share's, as its agent last reported it ("": none)
+    MiB swapped_mib = 0;
     // External backend (empty: local agents).
     std::string backend;
     std::string external_id;      // the scheduler's job id once submitted

@@ -132,6 +132,8 @@ struct JobRow {
   bool holds = false, idle = false;
   MiB gpu_memory_used_mib = -1;
   std::vector<quota::GrantView> grants;
+  std::string swap_state;
+  MiB swapped_mib = 0;
 };
 
 // Counters since start and latency histograms, copied under their locks.
@@ -201,6 +203,10 @@ struct JobFamilies {
   Family alloc_mem_used{
       "tessera_allocation_gpu_memory_used_bytes", "gauge",
       "GPU memory the allocation's processes use, as its agent last reported it."};
+  Family alloc_swapped{
+      "tessera_allocation_gpu_memory_swapped_bytes", "gauge",
+      "A swapping share's device memory held off the device (host RAM or disk), with its swap "
+      "state (resident, swapped, resuming, ...), as its agent last reported it."};
   Family idle_fam{"tessera_idle_held_gpu_milli", "gauge",
                   "GPU compute held by idle allocations, by group, in thousandths of a card."};
 };
@@ -240,6 +246,11 @@ void TallyJobs(const std::vector<JobRow>& jobs, JobTally* t, JobFamilies* f) {
     const Labels l = {{"job", j.id}, {"node", j.node}, {"group", j.group}, {"queue", j.queue}};
     f->alloc_idle.Add(l, j.idle ? 1 : 0);
     if (j.gpu_memory_used_mib >= 0) f->alloc_mem_used.Add(l, j.gpu_memory_used_mib * kMiB);
+    if (!j.swap_state.empty()) {
+      Labels sl = l;
+      sl.push_back({"state", j.swap_state});
+      f->alloc_swapped.Add(sl, j.swapped_mib * kMiB);
+    }
   }
 }
 
@@ -392,7 +403,8 @@ Result<std::string> Engine::Metrics(const Identity& who) {
       if (Ended(j)) continue;
       jobs.push_back({j.rec.id, j.rec.state, j.rec.queue, j.rec.group, j.rec.reason, j.form, j.node,
                       Holds(j), j.idle, j.gpu_memory_used_mib,
-                      Holds(j) ? j.grants : std::vector<quota::GrantView>{}});
+                      Holds(j) ? j.grants : std::vector<quota::GrantView>{}, j.swap_state,
+                      j.swapped_mib});
     }
     counters.admissions = admissions_;
     counters.preemptions = preemptions_;
@@ -420,7 +432,7 @@ Result<std::string> Engine::Metrics(const Identity& who) {
                           &cf.rep,         &cf.cyc,        &cf.req,
                           &nf.hb_age,      &nf.lost,       &nf.util,
                           &nf.mem_used,    &jf.alloc_idle, &jf.alloc_mem_used,
-                          &jf.idle_fam}) {
+                          &jf.alloc_swapped, &jf.idle_fam}) {
     f->RenderTo(out);
   }
   return out;

@@ -98,6 +98,10 @@ Json Engine::JobJson(const Job& j) const {
   if (j.last_active_ms > 0 && Holds(j)) {
     o["activity"] = {{"idle", j.idle}, {"last_active_ms", j.last_active_ms}};
     if (j.gpu_memory_used_mib >= 0) o["activity"]["gpu_memory_used_mib"] = j.gpu_memory_used_mib;
+    if (!j.swap_state.empty()) {
+      o["activity"]["swap"] = j.swap_state;
+      o["activity"]["swapped_mib"] = j.swapped_mib;
+    }
   }
   if (!j.backend.empty()) {
     o["backend"] = {{"name", j.backend}, {"external_id", j.external_id}, {"node", j.external_node},

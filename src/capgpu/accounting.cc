@@ -196,6 +196,16 @@ const char* SwapStateName(uint32_t state) {
   return "unknown";
 }
 
+const char* ShareSwapState(const SwapSummary& m) {
+  if (m.processes == 0) return "resident";
+  if (m.swapping_in > 0 || m.room_wanted > 0) return "resuming";
+  if (m.swapping_out > 0) return "swapping-out";
+  if (m.unswappable > 0) return "unswappable";
+  if (m.swapped == m.processes) return "swapped";
+  if (m.resident == m.processes) return "resident";
+  return "mixed";
+}
+
 const char* UnswappableReason(uint32_t reason) {
   switch (static_cast<Unswappable>(reason)) {
     case Unswappable::kNone: return "";

@@ -166,6 +166,10 @@ struct SwapSummary {
 SwapSummary SummarizeSwap(const RegionData& data);
 
 const char* SwapStateName(uint32_t state);
+// One word for a whole share: "resuming" if any process waits to come back, "swapping-out",
+// "unswappable", "swapped" when every process is out, "resident" when every one is in (or there
+// are none), else "mixed".
+const char* ShareSwapState(const SwapSummary& summary);
 const char* UnswappableReason(uint32_t reason);
 
 }  // namespace tessera::capgpu

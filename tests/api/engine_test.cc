@@ -750,6 +750,25 @@ TEST_F(SwapEngineTest, OvercommittedSharesOnOneCardAndSwapInTheirOrders) {
   }
   EXPECT_EQ(State(ids[10]), "pending");
   EXPECT_EQ(State(plain["id"]), "pending") << "a share that cannot swap stays off the card";
+
+  // The agent reports each share's swap state: changes are events, the job view shows it.
+  const std::string id = ids[0];
+  Heartbeat("n1", {{"running", {{{"job", id}, {"pid", 7}, {"swap", "swapped"}, {"swapped_mib", 16384}}}}});
+  Heartbeat("n1", {{"running", {{{"job", id}, {"pid", 7}, {"swap", "swapped"}, {"swapped_mib", 16384}}}}});
+  Heartbeat("n1", {{"running", {{{"job", id}, {"pid", 7}, {"swap", "resuming"}, {"swapped_mib", 16384}}}}});
+  ASSERT_TRUE(engine_->Sync().ok());  // heartbeats commit after they answer
+  Json view = *engine_->GetJob(Who("alice"), id);
+  EXPECT_EQ(view["activity"]["swap"], "resuming");
+  EXPECT_EQ(view["activity"]["swapped_mib"], 16384);
+  Json events = (*engine_->Events(Who("admin"), 0, 1000, store::EventFilter{"job.swap", "", ""}))["events"];
+  ASSERT_EQ(events.size(), 2u) << "one event per change, not per heartbeat";
+  EXPECT_NE(events[0]["reason"].get<std::string>().find("swapped out: 16384 MiB"), std::string::npos);
+  EXPECT_NE(events[1]["reason"].get<std::string>().find("resuming"), std::string::npos);
+  // A state the protocol does not know is refused, naming the field, and changes nothing.
+  auto bad = engine_->Heartbeat(Who("agent"), {{"node", "n1"}, {"running", {{{"job", id}, {"pid", 7}, {"swap", "asleep"}}}}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("running.swap"), std::string::npos);
+  EXPECT_EQ((*engine_->GetJob(Who("alice"), id))["activity"]["swap"], "resuming");
 }
 
 }  // namespace

@@ -632,6 +632,10 @@ int RunAgent(const AgentOptions& options) {
     return inventory.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
   inventory->pool = options.pool;
+  // What swapped-out share memory may take on this node: --swap-ram (else half the host's
+  // memory) plus --swap-disk. The scheduler keeps swapping shares' overcommit within it.
+  inventory->swap_mib = (options.swap_ram_bytes > 0 ? options.swap_ram_bytes >> 20 : inventory->host.memory_mib / 2) +
+                        (options.swap_disk_bytes >> 20);
   SignalScope signals(options.handle_signals);
   Agent agent(options, std::move(inventory).value(), std::move(urls));
   return agent.Run();

@@ -47,6 +47,7 @@ struct AgentOptions {
   // it may be swapped out to make room for another (src/agent/swap_manager.h).
   int64_t swap_ram_bytes = 0;
   std::string swap_dir;
+  int64_t swap_disk_bytes = 0;  // what the node offers under swap_dir, reported as capacity
   int swap_idle_ms = 30000;
   int poll_ms = 50;                 // how often finished processes are reaped
   int default_heartbeat_ms = 1000;  // until the register reply says otherwise

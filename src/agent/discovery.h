@@ -51,6 +51,7 @@ struct Inventory {
   bool simulated = false;  // true when the devices were declared, not discovered
   std::string source;      // "simulated", "nvml" or "none"
   std::string note;        // why there are no devices ("no NVML: ..."), or empty
+  MiB swap_mib = 0;        // host RAM + disk it gives swapped-out share memory (0: none)
 };
 
 // Parses a simulated inventory spec: comma-separated `<count>x<model>` items, e.g.

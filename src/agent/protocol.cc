@@ -86,6 +86,7 @@ std::string RegisterBody(const Inventory& inventory, bool cgroups, const std::ve
   for (const RunningJob& job : running) r.push_back({{"job", job.id}, {"pid", job.pid}});
   body["running"] = std::move(r);
   if (!inventory.pool.empty()) body["pool"] = inventory.pool;
+  if (inventory.swap_mib > 0) body["swap_mib"] = inventory.swap_mib;
   return body.dump();
 }
 

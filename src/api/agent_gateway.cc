@@ -44,10 +44,12 @@ Status InRange(const Json& obj, const char* key, int64_t max, const std::string&
 Status CheckRegistration(const Json& body) {
   Status st = OnlyKnownFields(
       body,
-      {"node", "pool", "cpu_milli", "memory_mib", "simulated", "devices", "cgroups", "running"},
+      {"node", "pool", "cpu_milli", "memory_mib", "swap_mib", "simulated", "devices", "cgroups",
+       "running"},
       "register");
   if (st.ok()) st = InRange(body, "cpu_milli", int64_t{1} << 30, "");   // a million cores
   if (st.ok()) st = InRange(body, "memory_mib", int64_t{1} << 40, "");  // an exbibyte
+  if (st.ok()) st = InRange(body, "swap_mib", int64_t{1} << 40, "");
   if (!st.ok() || !body.contains("devices") || !body["devices"].is_array()) return st;
   for (const Json& d : body["devices"]) {
     if (!d.is_object()) return Status::InvalidArgument("each device must be an object");
@@ -127,6 +129,7 @@ Result<Engine::NodeInfo> Engine::NodeOfRegistration(const Json& body) {
                                                              : "default";
   n.cpu_milli = number("cpu_milli");
   n.memory_mib = number("memory_mib");
+  n.swap_mib = number("swap_mib");
   n.simulated =
       body.contains("simulated") && body["simulated"].is_boolean() && body["simulated"].get<bool>();
   if (n.cpu_milli <= 0 || n.memory_mib <= 0)

@@ -199,6 +199,7 @@ quota::NodeSpec Engine::SpecOf(const NodeInfo& n) {
   spec.pool = n.pool;
   spec.cpu_milli = n.cpu_milli;
   spec.memory_mib = n.memory_mib;
+  spec.swap_mib = n.swap_mib;
   spec.gpu_count = static_cast<int>(n.devices.size());
   if (!n.devices.empty()) {  // one model per node (registration refuses mixed ones)
     spec.gpu_model = n.devices[0].model;
@@ -218,6 +219,7 @@ Status Engine::LoadNodes() {
     node.pool = j.value("pool", "default");
     node.cpu_milli = j.value("cpu_milli", int64_t{0});
     node.memory_mib = j.value("memory_mib", int64_t{0});
+    node.swap_mib = j.value("swap_mib", int64_t{0});
     node.simulated = j.value("simulated", false);
     for (const auto& d : j.value("devices", Json::array())) {
       node.devices.push_back({d.value("index", 0), d.value("model", ""), d.value("memory_mib", int64_t{0}),

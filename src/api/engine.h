@@ -245,6 +245,7 @@ class Engine {
     std::string pool;
     MilliCpu cpu_milli = 0;
     MiB memory_mib = 0;
+    MiB swap_mib = 0;  // host RAM + disk for swapped-out share memory (the agent's --swap-*)
     bool simulated = false;
     std::vector<DeviceInfo> devices;
     int64_t last_heartbeat_ms = 0;

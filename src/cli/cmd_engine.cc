@@ -358,10 +358,12 @@ void RegisterAgentCommand(CLI::App& app, CommandContext& ctx) {
   auto swap_ram = std::make_shared<std::string>();
   cmd->add_option("--swap-ram", *swap_ram, "host RAM per swapping share for swapped-out memory, e.g. 64GiB (default: unlimited)");
   cmd->add_option("--swap-dir", o->swap_dir, "directory for swapped-out memory past --swap-ram (default: none)");
+  auto swap_disk = std::make_shared<std::string>();
+  cmd->add_option("--swap-disk", *swap_disk, "space under --swap-dir the node offers swapped-out memory, e.g. 500GiB (default 0)");
   cmd->add_option("--swap-idle", o->swap_idle_ms, "ms a share must be idle before it is swapped out for another (30000)");
   auto log_flags = std::make_shared<LogFlags>();
   AddLogFlags(cmd, log_flags.get());
-  cmd->callback([o, token_file, swap_ram, log_flags, &ctx] {
+  cmd->callback([o, token_file, swap_ram, swap_disk, log_flags, &ctx] {
     ApplyLogFlags(*log_flags);
     agent::AgentOptions opts = *o;
     if (!swap_ram->empty()) {
@@ -372,6 +374,15 @@ void RegisterAgentCommand(CLI::App& app, CommandContext& ctx) {
         return;
       }
       opts.swap_ram_bytes = *mib * 1024 * 1024;
+    }
+    if (!swap_disk->empty()) {
+      auto mib = ParseMemoryMiB(*swap_disk);
+      if (!mib.ok() || *mib < 0 || opts.swap_dir.empty()) {
+        std::cerr << "tessera agent: --swap-disk: expected a size such as 500GiB, with --swap-dir\n";
+        ctx.exit_code = kExitBadInput;
+        return;
+      }
+      opts.swap_disk_bytes = *mib * 1024 * 1024;
     }
     auto env = [](const char* name) { return std::getenv(name) ? std::string(std::getenv(name)) : std::string(); };
     if (Status st = net::ResolveCredentials(*token_file, &opts.token, &opts.tls); !st.ok()) {

@@ -735,7 +735,15 @@ class SwapEngineTest : public EngineTest {
 // A swapping queue's shares overcommit one 80 GiB card up to 160 GiB of caps, and their start
 // orders tell the agent to create the share's region with swapping on.
 TEST_F(SwapEngineTest, OvercommittedSharesOnOneCardAndSwapInTheirOrders) {
-  Register("n1", 1);
+  // A node that offers 256 GiB of host RAM and disk to swapped-out memory.
+  auto r = engine_->RegisterNode(
+      Who("agent"), {{"node", "n1"}, {"cpu_milli", 32000}, {"memory_mib", 65536}, {"swap_mib", 262144},
+                     {"devices", {{{"index", 0}, {"model", "H100-80GB"}, {"memory_mib", 81920}, {"uuid", "n1-0"}}}}});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  auto bad = engine_->RegisterNode(Who("agent"), {{"node", "n2"}, {"cpu_milli", 1000}, {"memory_mib", 1024},
+                                                  {"swap_mib", "lots"}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("swap_mib"), std::string::npos);
   std::vector<std::string> ids;
   for (int i = 0; i < 11; ++i) {
     Json j = Submit("alice", {{"queue", "notebooks"}, {"command", {"sleep", "60"}}});
@@ -765,9 +773,9 @@ TEST_F(SwapEngineTest, OvercommittedSharesOnOneCardAndSwapInTheirOrders) {
   EXPECT_NE(events[0]["reason"].get<std::string>().find("swapped out: 16384 MiB"), std::string::npos);
   EXPECT_NE(events[1]["reason"].get<std::string>().find("resuming"), std::string::npos);
   // A state the protocol does not know is refused, naming the field, and changes nothing.
-  auto bad = engine_->Heartbeat(Who("agent"), {{"node", "n1"}, {"running", {{{"job", id}, {"pid", 7}, {"swap", "asleep"}}}}});
-  ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("running.swap"), std::string::npos);
+  auto refused = engine_->Heartbeat(Who("agent"), {{"node", "n1"}, {"running", {{{"job", id}, {"pid", 7}, {"swap", "asleep"}}}}});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("running.swap"), std::string::npos);
   EXPECT_EQ((*engine_->GetJob(Who("alice"), id))["activity"]["swap"], "resuming");
 }
 

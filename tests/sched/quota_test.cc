@@ -227,7 +227,9 @@ TEST(QuotaForms, SwapSharesOvercommitTheirDeviceAndStayApartFromOthers) {
   PolicySpec p = BasePolicy();
   p.queues.push_back({"inter-swap", "share16", {"a", "b"}, 0, true, C::kInteractive});
   p.queues.back().swap_overcommit_percent = 200;
-  World w(p, {Node("n0", "inter", 2)});
+  NodeSpec node = Node("n0", "inter", 2);
+  node.swap_mib = 200 * kGiB;  // host RAM + disk for the caps past the devices' memory
+  World w(p, {node});
   w.Submit(Job("plain", "inter", "a"), 0);
   w.e->RunCycle(0);
   ASSERT_EQ(w.State("plain"), JobState::kRunning);
@@ -256,6 +258,26 @@ TEST(QuotaForms, SwapSharesOvercommitTheirDeviceAndStayApartFromOthers) {
   // Utilization counts an overcommitted device once.
   EXPECT_LE(w.e->allocated().gpu_milli, 2 * kWholeGpu);
   w.Done();
+}
+
+// The node's swap budget bounds the overcommit: caps past the devices' memory, summed over the
+// node, stay within what its host RAM and disk can take.
+TEST(QuotaForms, TheNodeSwapBudgetBoundsTheOvercommit) {
+  PolicySpec p = BasePolicy();
+  p.queues.push_back({"inter-swap", "share16", {"a", "b"}, 0, true, C::kInteractive});
+  p.queues.back().swap_overcommit_percent = 200;
+  for (auto [budget, want] : std::initializer_list<std::pair<MiB, int>>{{0, 10}, {48 * kGiB, 13}}) {
+    NodeSpec node = Node("n0", "inter", 2);
+    node.swap_mib = budget;
+    World w(p, {node});
+    for (int i = 0; i < 20; ++i) w.Submit(Job("s" + std::to_string(i), "inter-swap", "a"), 0);
+    w.e->RunCycle(0);
+    int running = 0;
+    for (int i = 0; i < 20; ++i) running += w.State("s" + std::to_string(i)) == JobState::kRunning;
+    // No budget: five per device, as without swapping; 48 GiB: three more past the memory.
+    EXPECT_EQ(running, want) << "budget " << budget;
+    w.Done();
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -51,6 +51,9 @@ struct NodeSpec {
   MiB gpu_memory_mib = 0;             // only for models outside the catalog
   std::vector<std::string> mig_layout;  // initial MIG profiles on every device (MIG enabled)
   std::string amd_mode;                 // initial AMD pair, e.g. "CPX+NPS4"; default SPX+NPS1
+  // Host RAM and disk the node gives swapped-out share memory. Swapping shares' caps past a
+  // device's memory (their overcommit) must fit in it, summed over the node's devices.
+  MiB swap_mib = 0;
 };
 
 // A job as submitted: a queue, an identity, and optional overrides of the queue's profile.

@@ -280,6 +280,9 @@ class Engine final : public QuotaEngine {
   bool PartitionAt(const Job& j, int self, size_t di, int pass, Candidate* c, bool* blocked);
   bool MigPartitionAt(const Job& j, size_t di, int pass, Candidate* c);
   bool AmdPartitionAt(const Job& j, size_t di, int pass, Candidate* c);
+  // Whether a swapping share of `want` MiB on device `di` keeps its node's overcommit (the caps
+  // past each device's memory, summed) within the node's swap budget.
+  bool SwapRoom(int di, MiB want) const;
   bool FindShare(Job& j, int self, Candidate* c, bool* blocked);
   bool FindCpuOnly(Job& j, Candidate* c);
   bool FindInForm(Job& j, int self, AllocationForm f, Candidate* c, bool* blocked);

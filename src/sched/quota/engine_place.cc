@@ -229,6 +229,19 @@ bool Engine::FindPartition(Job& j, int self, Candidate* c, bool* blocked) {
   return false;
 }
 
+bool Engine::SwapRoom(int di, MiB want) const {
+  const Dev& d = devs_[di];
+  const NodeRt& n = nodes_[d.node];
+  MiB over = 0;
+  for (int x : n.devs) {
+    const Dev& e = devs_[x];
+    if (e.share_mem > e.memory) over += e.share_mem - e.memory;
+  }
+  const MiB before = d.share_mem > d.memory ? d.share_mem - d.memory : 0;
+  const MiB after = d.share_mem + want > d.memory ? d.share_mem + want - d.memory : 0;
+  return over - before + after <= n.spec.swap_mib;
+}
+
 bool Engine::FindShare(Job& j, int self, Candidate* c, bool* blocked) {
   if (PolicyPick(j, self, AllocationForm::kShare, c)) return true;
   MiB cap = j.gpu_mem;
@@ -238,7 +251,8 @@ bool Engine::FindShare(Job& j, int self, Candidate* c, bool* blocked) {
     if (d.split || d.whole >= 0) return false;
     MiB want = cap > 0 ? cap : d.memory * j.gpu_milli / kWholeGpu;
     if (!d.ShareKindFits(j.swap_oc) || d.share_mem + want > d.share_capacity(j.swap_oc) ||
-        d.share_weight + j.gpu_milli > d.weight_capacity(j.swap_oc)) {
+        d.share_weight + j.gpu_milli > d.weight_capacity(j.swap_oc) ||
+        (j.swap_oc > 0 && !SwapRoom(di, want))) {
       return false;
     }
     if (!NodeHas(nodes_[d.node], j.cpu, j.mem)) return false;

@@ -117,11 +117,13 @@ int Create(const char* path, int argc, char** argv) {
 void PrintSwap(const capgpu::SwapSummary& s) {
   printf("swap: %u processes: %u resident, %u swapping out, %u swapped, %u resuming, %u unswappable\n",
          s.processes, s.resident, s.swapping_out, s.swapped, s.swapping_in, s.unswappable);
-  printf("swap: device %llu bytes, host %llu bytes, disk %llu bytes, waits at the gate %llu\n",
+  printf("swap: device %llu bytes, host %llu bytes, disk %llu bytes, waits at the gate %llu, "
+         "waiting for room %llu bytes\n",
          static_cast<unsigned long long>(s.resident_bytes),
          static_cast<unsigned long long>(s.host_bytes),
          static_cast<unsigned long long>(s.disk_bytes),
-         static_cast<unsigned long long>(s.gate_waits));
+         static_cast<unsigned long long>(s.gate_waits),
+         static_cast<unsigned long long>(s.room_wanted));
   if (s.unswappable > 0) printf("swap: unswappable: %s\n", capgpu::UnswappableReason(s.first_reason));
 }
 

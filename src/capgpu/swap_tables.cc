@@ -1,0 +1,280 @@
+// The swap's tables: the library's own allocations (cuMemAlloc, pitch), the handles and
+// mappings a framework makes through the VMM API, and the handle values the process holds.
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "capgpu/swap_internal.h"
+
+namespace tessera::capgpu {
+
+using namespace swap_internal;  // NOLINT: the implementation's own helpers
+
+bool Swapper::Grow(void** array, uint32_t* capacity, size_t element) {
+  const uint32_t next = *capacity == 0 ? 64 : *capacity * 2;
+  void* p = realloc(*array, static_cast<size_t>(next) * element);
+  if (p == nullptr) return false;
+  memset(static_cast<char*>(p) + static_cast<size_t>(*capacity) * element, 0,
+         static_cast<size_t>(next - *capacity) * element);
+  *array = p;
+  *capacity = next;
+  return true;
+}
+
+Swapper::Handle* Swapper::NewHandle() {
+  for (uint32_t i = 0; i < handle_count_; ++i) {
+    if (!handles_[i].live) return &handles_[i];
+  }
+  if (handle_count_ == handle_capacity_ &&
+      !Grow(reinterpret_cast<void**>(&handles_), &handle_capacity_, sizeof(Handle))) {
+    return nullptr;
+  }
+  return &handles_[handle_count_++];
+}
+
+Swapper::Mapping* Swapper::NewMapping() {
+  for (uint32_t i = 0; i < mapping_count_; ++i) {
+    if (!mappings_[i].live) return &mappings_[i];
+  }
+  if (mapping_count_ == mapping_capacity_ &&
+      !Grow(reinterpret_cast<void**>(&mappings_), &mapping_capacity_, sizeof(Mapping))) {
+    return nullptr;
+  }
+  return &mappings_[mapping_count_++];
+}
+
+Swapper::Handle* Swapper::FindHandle(CUmemGenericAllocationHandle user) {
+  if (user == 0) return nullptr;  // Alloc's own handles are never the process's
+  for (uint32_t i = 0; i < handle_count_; ++i) {
+    if (handles_[i].live && handles_[i].user == user) return &handles_[i];
+  }
+  return nullptr;
+}
+
+
+uint64_t Swapper::Rounded(uint64_t bytes, uint32_t device) {
+  auto granularity = cuMemGetAllocationGranularity_fn();
+  if (granularity == nullptr) return 0;
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = static_cast<int>(device);
+  size_t g = 0;
+  if (granularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS || g == 0) return 0;
+  if (bytes == 0 || bytes > UINT64_MAX - g) return 0;
+  return (bytes + g - 1) / g * g;
+}
+
+CUresult Swapper::Alloc(CUdeviceptr* dptr, uint64_t rounded, uint32_t device) {
+  auto reserve = cuMemAddressReserve_fn();
+  auto address_free = cuMemAddressFree_fn();
+  auto create = cuMemCreate_fn();
+  auto release = cuMemRelease_fn();
+  auto map = cuMemMap_fn();
+  auto unmap = cuMemUnmap_fn();
+  auto access = cuMemSetAccess_fn();
+  if (reserve == nullptr || address_free == nullptr || create == nullptr || release == nullptr ||
+      map == nullptr || unmap == nullptr || access == nullptr) {
+    return CUDA_ERROR_NOT_INITIALIZED;
+  }
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = static_cast<int>(device);
+  CUdeviceptr va = 0;
+  CUresult r = reserve(&va, rounded, 0, 0, 0);
+  if (r != CUDA_SUCCESS) return r;
+  CUmemGenericAllocationHandle real = 0;
+  r = create(&real, rounded, &prop, 0);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) r = WaitForRoom(&real, rounded, &prop);
+  if (r != CUDA_SUCCESS) {
+    address_free(va, rounded);
+    return r;
+  }
+  r = map(va, rounded, 0, real, 0);
+  if (r == CUDA_SUCCESS) {
+    const CUmemAccessDesc desc = ReadWrite(device);
+    r = access(va, rounded, &desc, 1);
+    if (r != CUDA_SUCCESS) unmap(va, rounded);
+  }
+  if (r != CUDA_SUCCESS) {
+    release(real);
+    address_free(va, rounded);
+    return r;
+  }
+  pthread_mutex_lock(&mu_);
+  if (device < kMaxDevices && contexts_[device] == nullptr && cuCtxGetCurrent_fn() != nullptr) {
+    cuCtxGetCurrent_fn()(&contexts_[device]);
+  }
+  Handle* h = NewHandle();
+  Mapping* m = h != nullptr ? NewMapping() : nullptr;
+  if (m == nullptr) {
+    pthread_mutex_unlock(&mu_);
+    unmap(va, rounded);
+    release(real);
+    address_free(va, rounded);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  *h = Handle{0, real, rounded, prop, device, 0, 1, 1};
+  *m = Mapping{va, rounded, 0, rounded, static_cast<uint32_t>(h - handles_), 1, 0, nullptr, 0};
+  pthread_mutex_unlock(&mu_);
+  AddResident(static_cast<int64_t>(rounded));
+  *dptr = va;
+  return CUDA_SUCCESS;
+}
+
+CUresult Swapper::WaitForRoom(CUmemGenericAllocationHandle* real, uint64_t bytes,
+                              const CUmemAllocationProp* prop) {
+  // The cap allows it but the card is full (its caps are overcommitted): say so in the slot, so
+  // the agent swaps an idle share out, and retry until there is room or the wait runs out.
+  static const int64_t wait_ms = [] {
+    const char* v = getenv("TESSERA_CAPGPU_ROOM_WAIT_MS");
+    return v != nullptr && *v != '\0' ? atoll(v) : 60000LL;
+  }();
+  RegionData& data = region_->data();
+  auto want = [&](uint64_t b) {
+    RegionLock lock(*region_);
+    if (lock.held() && slot_ >= 0) data.slots[slot_].room_wanted = b;
+  };
+  want(bytes);
+  const int64_t deadline = NowNs() + wait_ms * 1'000'000;
+  CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
+  while (r == CUDA_ERROR_OUT_OF_MEMORY && NowNs() < deadline) {
+    const uint32_t seq = __atomic_load_n(&data.swap_seq, __ATOMIC_ACQUIRE);
+    FutexWait(&data.swap_seq, seq, 10'000'000);
+    r = cuMemCreate_fn()(real, bytes, prop, 0);
+  }
+  want(0);
+  return r;
+}
+
+bool Swapper::Free(CUdeviceptr dptr, CUresult* result) {
+  pthread_mutex_lock(&mu_);
+  Mapping* m = nullptr;
+  for (uint32_t i = 0; i < mapping_count_ && m == nullptr; ++i) {
+    if (mappings_[i].live && mappings_[i].reserved > 0 && mappings_[i].va == dptr) m = &mappings_[i];
+  }
+  if (m == nullptr) {
+    pthread_mutex_unlock(&mu_);
+    return false;
+  }
+  Handle& h = handles_[m->handle];
+  CUresult r = cuMemUnmap_fn()(m->va, m->bytes);
+  if (r == CUDA_SUCCESS) {
+    if (h.real != 0) cuMemRelease_fn()(h.real);
+    cuMemAddressFree_fn()(m->va, m->reserved);
+    const int64_t freed = h.real != 0 ? static_cast<int64_t>(h.bytes) : 0;
+    h.live = 0;
+    m->live = 0;
+    pthread_mutex_unlock(&mu_);
+    AddResident(-freed);
+  } else {
+    pthread_mutex_unlock(&mu_);
+  }
+  *result = r;
+  return true;
+}
+
+CUmemGenericAllocationHandle Swapper::Track(CUmemGenericAllocationHandle real, uint64_t bytes,
+                                            const CUmemAllocationProp* prop) {
+  pthread_mutex_lock(&mu_);
+  const uint32_t device = static_cast<uint32_t>(prop->location.id);
+  if (device < kMaxDevices && contexts_[device] == nullptr && cuCtxGetCurrent_fn() != nullptr) {
+    cuCtxGetCurrent_fn()(&contexts_[device]);
+  }
+  Handle* h = NewHandle();
+  CUmemGenericAllocationHandle user = 0;
+  if (h != nullptr) {
+    user = kUserHandleTag | next_user_++;
+    *h = Handle{user, real, bytes, *prop, device, 1, 0, 1};
+  } else {
+    unswappable_ = static_cast<uint32_t>(Unswappable::kFailed);
+  }
+  pthread_mutex_unlock(&mu_);
+  if (h != nullptr) AddResident(static_cast<int64_t>(bytes));
+  return user;
+}
+
+CUmemGenericAllocationHandle Swapper::RealHandle(CUmemGenericAllocationHandle user) {
+  pthread_mutex_lock(&mu_);
+  Handle* h = user != 0 ? FindHandle(user) : nullptr;
+  const CUmemGenericAllocationHandle real = h != nullptr ? h->real : user;
+  pthread_mutex_unlock(&mu_);
+  return real;
+}
+
+CUresult Swapper::Map(CUdeviceptr ptr, size_t size, size_t offset,
+                      CUmemGenericAllocationHandle handle, unsigned long long flags) {
+  pthread_mutex_lock(&mu_);
+  Handle* h = FindHandle(handle);
+  if (h == nullptr) {
+    pthread_mutex_unlock(&mu_);
+    return cuMemMap_fn()(ptr, size, offset, handle, flags);
+  }
+  CUresult r = cuMemMap_fn()(ptr, size, offset, h->real, flags);
+  if (r == CUDA_SUCCESS) {
+    Mapping* m = NewMapping();
+    if (m != nullptr) {
+      *m = Mapping{ptr, size, offset, 0, static_cast<uint32_t>(h - handles_), 1, 0, nullptr, 0};
+      ++h->mappings;
+    } else {
+      unswappable_ = static_cast<uint32_t>(Unswappable::kFailed);  // untracked: cannot move it
+    }
+  }
+  pthread_mutex_unlock(&mu_);
+  return r;
+}
+
+CUresult Swapper::Unmap(CUdeviceptr ptr, size_t size) {
+  pthread_mutex_lock(&mu_);
+  Mapping* m = nullptr;
+  for (uint32_t i = 0; i < mapping_count_ && m == nullptr; ++i) {
+    if (mappings_[i].live && mappings_[i].reserved == 0 && mappings_[i].va == ptr &&
+        mappings_[i].bytes == size) {
+      m = &mappings_[i];
+    }
+  }
+  CUresult r = cuMemUnmap_fn()(ptr, size);
+  int64_t freed = 0;
+  if (r == CUDA_SUCCESS && m != nullptr) {
+    m->live = 0;
+    Handle& h = handles_[m->handle];
+    if (--h.mappings == 0 && h.refs == 0) {
+      if (h.real != 0) {
+        cuMemRelease_fn()(h.real);
+        freed = static_cast<int64_t>(h.bytes);
+      }
+      h.live = 0;
+    }
+  }
+  pthread_mutex_unlock(&mu_);
+  if (freed != 0) AddResident(-freed);
+  return r;
+}
+
+bool Swapper::Release(CUmemGenericAllocationHandle handle, CUresult* result) {
+  pthread_mutex_lock(&mu_);
+  Handle* h = FindHandle(handle);
+  if (h == nullptr || h->refs == 0) {
+    pthread_mutex_unlock(&mu_);
+    if (h != nullptr) *result = CUDA_ERROR_INVALID_VALUE;  // released twice
+    return h != nullptr;
+  }
+  int64_t freed = 0;
+  *result = CUDA_SUCCESS;
+  if (--h->refs == 0 && h->mappings == 0) {
+    if (h->real != 0) {
+      *result = cuMemRelease_fn()(h->real);
+      freed = static_cast<int64_t>(h->bytes);
+    }
+    h->live = 0;
+  }
+  pthread_mutex_unlock(&mu_);
+  if (freed != 0) AddResident(-freed);
+  return true;
+}
+
+}  // namespace tessera::capgpu

@@ -230,7 +230,11 @@ CUresult Swapper::SwapInLocked() {
   auto h2d = cuMemcpyHtoDAsync_v2_fn();
   auto sync = cuStreamSynchronize_fn();
   auto free_host = cuMemFreeHost_fn();
-  if (create == nullptr || h2d == nullptr || sync == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  // Every function the swap-in calls, checked once: none may be missing halfway.
+  if (create == nullptr || release == nullptr || map == nullptr || unmap == nullptr ||
+      access == nullptr || h2d == nullptr || sync == nullptr || free_host == nullptr) {
+    return CUDA_ERROR_NOT_INITIALIZED;
+  }
   PublishLocked(static_cast<uint32_t>(SwapState::kSwappingIn), 0);
   // Physical memory first, all of it, so a device without room leaves nothing half-mapped.
   CUresult r = CUDA_SUCCESS;

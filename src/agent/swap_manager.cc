@@ -10,7 +10,7 @@ namespace tessera::agent {
 struct SwapManager::Share {
   std::string id;
   capgpu::Region region;
-  uint64_t launches = 0, gate_waits = 0, resident = 0;
+  uint64_t launches = 0, gate_waits = 0, resident = 0, cap = 0;
   int64_t last_active_ms = 0;
   int64_t swap_outs = 0;
   capgpu::SwapSummary summary;
@@ -19,9 +19,17 @@ struct SwapManager::Share {
 
 namespace {
 
+// Under pressure a share this long without activity may make room for another.
+constexpr int64_t kPressureIdleMs = 2000;
+
+// "8.0 GiB", or "512.0 MiB" below a GiB.
 std::string Gib(uint64_t bytes) {
   char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.1f GiB", static_cast<double>(bytes) / (1ULL << 30));
+  if (bytes < (1ULL << 30)) {
+    std::snprintf(buf, sizeof(buf), "%.1f MiB", static_cast<double>(bytes) / (1ULL << 20));
+  } else {
+    std::snprintf(buf, sizeof(buf), "%.1f GiB", static_cast<double>(bytes) / (1ULL << 30));
+  }
   return buf;
 }
 
@@ -61,6 +69,7 @@ std::vector<std::string> SwapManager::Tick(int64_t now_ms) {
       capgpu::ReapDead(s->region.data(), capgpu::ProcessIsAlive, nullptr);
       s->summary = capgpu::SummarizeSwap(s->region.data());
       s->target = s->region.data().swap_target;
+      s->cap = capgpu::LimitFor(s->region.data(), 0);
     }
     const bool wants = s->summary.room_wanted > 0 || s->summary.swapping_in > 0;
     if (launches != s->launches || s->summary.gate_waits != s->gate_waits ||
@@ -73,7 +82,8 @@ std::vector<std::string> SwapManager::Tick(int64_t now_ms) {
     resident_total += s->summary.resident_bytes;
   }
   // What the shares waiting for memory need: new allocations, and swapped bytes coming back.
-  uint64_t need = 0;
+  // What is being freed: shares asked out that still hold memory.
+  uint64_t need = 0, leaving = 0, headroom = 0;
   std::string needy;
   for (auto& [id, s] : shares_) {
     uint64_t n = s->summary.room_wanted;
@@ -82,33 +92,42 @@ std::vector<std::string> SwapManager::Tick(int64_t now_ms) {
       need += n;
       needy += (needy.empty() ? "" : ", ") + id;
     }
+    if (s->target == static_cast<uint32_t>(capgpu::SwapTarget::kOut) && s->summary.unswappable == 0) {
+      leaving += s->summary.resident_bytes;
+    }
+    headroom = std::max(headroom, std::min(s->cap, options_.device_memory));
   }
   const uint64_t free = options_.device_memory > resident_total ? options_.device_memory - resident_total : 0;
-  if (need <= free) return actions;
-  // Evict the least recently active idle shares until the need fits.
+  const bool pressure = need > free + leaving;
+  if (!pressure && (!options_.ahead || free + leaving >= headroom)) return actions;
+  // The least recently active shares idle for `idle_for` or longer, not already leaving.
+  const int64_t idle_for = pressure ? std::min(options_.idle_ms, kPressureIdleMs) : options_.idle_ms;
   std::vector<Share*> idle;
   for (auto& [id, s] : shares_) {
     const bool in_need = s->summary.room_wanted > 0 || s->summary.swapping_in > 0;
     if (in_need || s->summary.resident_bytes == 0 || s->summary.unswappable > 0 ||
         s->target != static_cast<uint32_t>(capgpu::SwapTarget::kResident) ||
-        now_ms - s->last_active_ms < options_.idle_ms) {
+        now_ms - s->last_active_ms < idle_for) {
       continue;
     }
     idle.push_back(s.get());
   }
   std::sort(idle.begin(), idle.end(),
             [](const Share* a, const Share* b) { return a->last_active_ms < b->last_active_ms; });
-  uint64_t freeing = 0;
+  const uint64_t goal = pressure ? need : headroom;
+  uint64_t freeing = leaving;
   for (Share* s : idle) {
-    if (free + freeing >= need) break;
+    if (free + freeing >= goal) break;
     if (!capgpu::RequestSwap(s->region, capgpu::SwapTarget::kOut)) continue;
     ++s->swap_outs;
     freeing += s->summary.resident_bytes;
-    actions.push_back("swap-out " + s->id + ": idle " +
-                      std::to_string((now_ms - s->last_active_ms) / 1000) + " s, frees " +
-                      Gib(s->summary.resident_bytes) + " for " + needy);
+    const std::string idle_s = std::to_string((now_ms - s->last_active_ms) / 1000);
+    actions.push_back(pressure ? "swap-out " + s->id + ": idle " + idle_s + " s, frees " +
+                                     Gib(s->summary.resident_bytes) + " for " + needy
+                               : "swap-out " + s->id + ": idle " + idle_s +
+                                     " s, ahead of need: keeps " + Gib(headroom) + " free for the next wake");
   }
-  if (free + freeing < need) {
+  if (pressure && free + freeing < need) {
     actions.push_back("waiting: " + needy + " need " + Gib(need) + ", " + Gib(free + freeing) +
                       " free or being freed, no idle share to swap out");
   }

@@ -4,11 +4,16 @@
 // Each Tick reads every share's region: resident bytes, bytes swapped out, the bytes an
 // allocation waits for (room_wanted), processes resuming without room, and activity (the
 // library's kernel-launch counter, driver calls waiting at the gate, a change of resident
-// bytes). When the shares that want memory need more than the device has free, it swaps out
-// the least recently active shares that have been idle for at least `idle_ms` (target kOut:
-// their next driver call brings them back, and waits for room in turn). A share that wants room
-// and finds no idle share to evict waits; the wait is visible in its region (state "resuming",
-// room_wanted) and in Tick's report.
+// bytes). Two rules, least recently active share first (target kOut: its next driver call
+// brings it back, and waits for room in turn):
+// - under pressure: when the shares that want memory need more than the device has free (or is
+//   freeing), shares idle for min(idle_ms, 2 s) or longer are swapped out until the need fits.
+//   A share that wants room and finds no idle share to evict waits; the wait is visible in its
+//   region (state "resuming", room_wanted) and in Tick's report;
+// - ahead of need (`ahead`): while the device has less free than the largest cap among its
+//   shares, shares idle for idle_ms or longer are swapped out, so the next share to wake finds
+//   room and only copies its own bytes back. `tessera sim swap` models both rules
+//   (src/sim/swap_model.h): at PCIe Gen5 the second halves the median time-to-resume.
 //
 //   SwapManager m({.device_memory = 80 * GiB, .idle_ms = 30000});
 //   m.Add("job-7", "/dev/shm/tessera-capgpu-job-7");
@@ -31,7 +36,8 @@ class SwapManager {
  public:
   struct Options {
     uint64_t device_memory = 0;  // bytes of the device the shares sit on
-    int64_t idle_ms = 30000;     // a share is idle after this long without activity
+    int64_t idle_ms = 30000;     // idle this long: swapped out ahead of need (pressure: 2 s)
+    bool ahead = true;           // keep room for the next wake (false: swap out only on need)
   };
   struct ShareState {
     std::string id;
@@ -49,7 +55,8 @@ class SwapManager {
   void Remove(const std::string& id);
 
   // One pass; returns one line per action taken ("swap-out job-7: idle 41 s, frees 8.0 GiB for
-  // job-9"), and a "waiting" line for a share whose need no idle share can meet.
+  // job-9", "swap-out job-3: idle 95 s, ahead of need: keeps 16.0 GiB free for the next wake"),
+  // and a "waiting" line for a share whose need no idle share can meet.
   std::vector<std::string> Tick(int64_t now_ms);
 
   std::vector<ShareState> States() const;

@@ -18,11 +18,19 @@ struct Session {
   int64_t activated_us = 0;
 };
 
+// kIdleCheck: the session has been idle for idle_us (if it has not run since): it may be swapped
+// out ahead of need.
+enum class Kind { kActivate, kDeactivate, kIdleCheck };
+
 struct Event {
   int64_t at_us;
   int session;
-  bool activate;
-  bool operator>(const Event& o) const { return at_us != o.at_us ? at_us > o.at_us : session > o.session; }
+  Kind kind;
+  bool operator>(const Event& o) const {
+    if (at_us != o.at_us) return at_us > o.at_us;
+    if (session != o.session) return session > o.session;
+    return kind > o.kind;
+  }
 };
 
 // First fit, largest first, under `budget_mib` per card; returns the card of each session.
@@ -72,6 +80,7 @@ Status ValidateSwapEstate(const SwapEstate& e) {
   if (e.burst_us < 1 || e.duration_us < 1) return Status::InvalidArgument("burst and duration: positive");
   if (e.host_mbps < 1 || e.disk_mbps < 1) return Status::InvalidArgument("bandwidths: positive");
   if (e.host_ram_mib < 0) return Status::InvalidArgument("host-ram: not negative");
+  if (e.idle_us < 0) return Status::InvalidArgument("idle: not negative");
   return Status::Ok();
 }
 
@@ -102,17 +111,18 @@ Result<SwapEstateReport> RunSwapEstate(const SwapEstate& e) {
   }
 
   const int64_t idle_mean_us = e.burst_us * (100 - e.active_percent) / e.active_percent;
-  std::vector<int64_t> resumes, activations;
+  std::vector<int64_t> resumes, activations, prompt;
   for (int card = 0; card < r.cards_with_swap; ++card) {
     std::vector<int> ids;
     for (int s = 0; s < e.sessions; ++s) {
       if (card_of[static_cast<size_t>(s)] == card) ids.push_back(s);
     }
     std::vector<Session> ss(ids.size());
-    int64_t resident_mib = 0, host_mib = 0, link_free_us = 0;
+    int64_t resident_mib = 0, host_mib = 0, link_free_us = 0, headroom_mib = 0;
     std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events;
     for (size_t i = 0; i < ids.size(); ++i) {
       ss[i].cap_mib = caps[static_cast<size_t>(ids[i])];
+      headroom_mib = std::max(headroom_mib, ss[i].cap_mib);
       // Start idle; resident while the card has room, the rest already swapped out.
       if (resident_mib + ss[i].cap_mib <= e.card_memory_mib) {
         ss[i].resident = true;
@@ -122,10 +132,53 @@ Result<SwapEstateReport> RunSwapEstate(const SwapEstate& e) {
       } else {
         ss[i].on_disk = true;
       }
-      events.push({Exponential(rng, idle_mean_us), static_cast<int>(i), true});
+      events.push({Exponential(rng, idle_mean_us), static_cast<int>(i), Kind::kActivate});
+      events.push({e.idle_us, static_cast<int>(i), Kind::kIdleCheck});
     }
     r.peak_host_mib = std::max(r.peak_host_mib, host_mib);
     std::vector<int> waiting;  // sessions waiting for an active one to go idle, in order
+
+    // Session j's bytes leave the device over the link from `t`; returns when they are off.
+    auto swap_out = [&](int j, int64_t t) -> int64_t {
+      Session& v = ss[static_cast<size_t>(j)];
+      const bool to_disk = host_mib + v.cap_mib > e.host_ram_mib;
+      t += v.cap_mib * 1'048'576 / (to_disk ? e.disk_mbps : e.host_mbps);
+      v.resident = false;
+      v.on_disk = to_disk;
+      resident_mib -= v.cap_mib;
+      if (!to_disk) host_mib += v.cap_mib;
+      ++r.swap_outs;
+      r.swapped_mib += v.cap_mib;
+      r.peak_host_mib = std::max(r.peak_host_mib, host_mib);
+      return t;
+    };
+
+    // Resident idle sessions, least recently active first; only those idle since `before` or
+    // earlier.
+    auto idle_sessions = [&](int64_t before) {
+      std::vector<int> idle;
+      for (size_t j = 0; j < ss.size(); ++j) {
+        if (ss[j].resident && !ss[j].active && !ss[j].waiting && ss[j].last_active_us <= before) {
+          idle.push_back(static_cast<int>(j));
+        }
+      }
+      std::sort(idle.begin(), idle.end(), [&](int a, int b) {
+        return ss[static_cast<size_t>(a)].last_active_us < ss[static_cast<size_t>(b)].last_active_us;
+      });
+      return idle;
+    };
+
+    // Ahead of need: sessions idle for idle_us go while the card has less free than its largest
+    // cap, so the next wake finds room.
+    auto keep_headroom = [&](int64_t now) {
+      if (e.lazy) return;
+      if (e.card_memory_mib - resident_mib >= headroom_mib) return;
+      for (int j : idle_sessions(now - e.idle_us)) {
+        if (e.card_memory_mib - resident_mib >= headroom_mib) break;
+        link_free_us = swap_out(j, std::max(now, link_free_us));
+        ++r.swap_outs_ahead;
+      }
+    };
 
     // Brings session i back at or after `now`; false when no idle session can make room.
     auto resume = [&](int i, int64_t now) -> bool {
@@ -133,14 +186,7 @@ Result<SwapEstateReport> RunSwapEstate(const SwapEstate& e) {
       int64_t free = e.card_memory_mib - resident_mib;
       std::vector<int> victims;
       if (free < s.cap_mib) {
-        std::vector<int> idle;
-        for (size_t j = 0; j < ss.size(); ++j) {
-          if (ss[j].resident && !ss[j].active && !ss[j].waiting) idle.push_back(static_cast<int>(j));
-        }
-        std::sort(idle.begin(), idle.end(), [&](int a, int b) {
-          return ss[static_cast<size_t>(a)].last_active_us < ss[static_cast<size_t>(b)].last_active_us;
-        });
-        for (int j : idle) {
+        for (int j : idle_sessions(now)) {
           if (free >= s.cap_mib) break;
           victims.push_back(j);
           free += ss[static_cast<size_t>(j)].cap_mib;
@@ -148,29 +194,20 @@ Result<SwapEstateReport> RunSwapEstate(const SwapEstate& e) {
         if (free < s.cap_mib) return false;
       }
       int64_t t = std::max(now, link_free_us);
-      for (int j : victims) {
-        Session& v = ss[static_cast<size_t>(j)];
-        const bool to_disk = host_mib + v.cap_mib > e.host_ram_mib;
-        t += v.cap_mib * 1'048'576 / (to_disk ? e.disk_mbps : e.host_mbps);
-        v.resident = false;
-        v.on_disk = to_disk;
-        resident_mib -= v.cap_mib;
-        if (!to_disk) host_mib += v.cap_mib;
-        ++r.swap_outs;
-        r.swapped_mib += v.cap_mib;
-      }
-      r.peak_host_mib = std::max(r.peak_host_mib, host_mib);
+      for (int j : victims) t = swap_out(j, t);
       t += s.cap_mib * 1'048'576 / (s.on_disk ? e.disk_mbps : e.host_mbps);
       if (!s.on_disk) host_mib -= s.cap_mib;
       s.on_disk = false;
       link_free_us = t;
       s.resident = true;
       s.active = true;
-      s.waiting = false;
       resident_mib += s.cap_mib;
       resumes.push_back(t - s.activated_us);
+      if (!s.waiting) prompt.push_back(t - s.activated_us);
+      s.waiting = false;
       activations.push_back(t - s.activated_us);
-      events.push({t + Exponential(rng, e.burst_us), i, false});
+      events.push({t + Exponential(rng, e.burst_us), i, Kind::kDeactivate});
+      keep_headroom(now);
       return true;
     };
 
@@ -179,13 +216,15 @@ Result<SwapEstateReport> RunSwapEstate(const SwapEstate& e) {
       events.pop();
       if (ev.at_us > e.duration_us) break;
       Session& s = ss[static_cast<size_t>(ev.session)];
-      if (ev.activate) {
+      if (ev.kind == Kind::kIdleCheck) {
+        if (!s.active && !s.waiting && s.last_active_us + e.idle_us <= ev.at_us) keep_headroom(ev.at_us);
+      } else if (ev.kind == Kind::kActivate) {
         ++r.activations;
         s.activated_us = ev.at_us;
         if (s.resident) {
           s.active = true;
           activations.push_back(0);
-          events.push({ev.at_us + Exponential(rng, e.burst_us), ev.session, false});
+          events.push({ev.at_us + Exponential(rng, e.burst_us), ev.session, Kind::kDeactivate});
         } else if (!resume(ev.session, ev.at_us)) {
           s.waiting = true;
           ++r.waits_for_active;
@@ -194,7 +233,8 @@ Result<SwapEstateReport> RunSwapEstate(const SwapEstate& e) {
       } else {
         s.active = false;
         s.last_active_us = ev.at_us;
-        events.push({ev.at_us + Exponential(rng, idle_mean_us), ev.session, true});
+        events.push({ev.at_us + Exponential(rng, idle_mean_us), ev.session, Kind::kActivate});
+        events.push({ev.at_us + e.idle_us, ev.session, Kind::kIdleCheck});
         // Someone waiting may fit now.
         for (size_t w = 0; w < waiting.size();) {
           if (resume(waiting[w], ev.at_us)) {
@@ -209,33 +249,40 @@ Result<SwapEstateReport> RunSwapEstate(const SwapEstate& e) {
   r.resumes = static_cast<int64_t>(resumes.size());
   r.resume_p50_us = Percentile(resumes, 500);
   r.resume_p99_us = Percentile(resumes, 990);
+  r.prompt_resume_p99_us = Percentile(prompt, 990);
   r.resume_max_us = resumes.empty() ? 0 : *std::max_element(resumes.begin(), resumes.end());
   r.activation_p99_us = Percentile(activations, 990);
   return r;
 }
 
 std::string SwapEstateReport::Text(const SwapEstate& e) const {
+  const std::string ahead =
+      e.lazy ? std::string("idle sessions swapped out only when room is needed")
+             : "sessions idle " + std::to_string(e.idle_us / 1'000'000) + " s swapped out ahead of need";
   char buf[2048];
   std::snprintf(
       buf, sizeof(buf),
       "estate: %d interactive sessions, caps %lld-%lld GiB, active %d%% in bursts of %lld s (mean), "
       "cards of %lld GiB\n"
-      "swapping: overcommit %lld%%, host link %lld MB/s, disk %lld MB/s, %lld h simulated, seed %llu\n"
+      "swapping: overcommit %lld%%, host link %lld MB/s, disk %lld MB/s, %s, %lld h simulated, seed %llu\n"
       "cards needed: %d without swapping, %d with\n"
-      "activations %lld; resumes from swap %lld (waited for an active session: %lld); swap-outs %lld "
-      "(%lld GiB moved)\n"
+      "activations %lld; resumes from swap %lld (waited for an active session: %lld); swap-outs %lld, "
+      "%lld of them ahead of need (%lld GiB moved)\n"
       "time-to-resume: p50 %.3f s  p99 %.3f s  max %.3f s;  p99 over every activation %.3f s\n"
+      "time-to-resume of the wakes that found room or idle sessions to evict: p99 %.3f s\n"
       "peak swapped-out bytes on one card's host: %lld GiB\n",
       e.sessions, static_cast<long long>(e.cap_min_mib / 1024), static_cast<long long>(e.cap_max_mib / 1024),
       e.active_percent, static_cast<long long>(e.burst_us / 1'000'000),
       static_cast<long long>(e.card_memory_mib / 1024), static_cast<long long>(e.overcommit_percent),
-      static_cast<long long>(e.host_mbps), static_cast<long long>(e.disk_mbps),
+      static_cast<long long>(e.host_mbps), static_cast<long long>(e.disk_mbps), ahead.c_str(),
       static_cast<long long>(e.duration_us / 3'600'000'000LL), static_cast<unsigned long long>(e.seed),
       cards_without_swap, cards_with_swap, static_cast<long long>(activations),
       static_cast<long long>(resumes), static_cast<long long>(waits_for_active),
-      static_cast<long long>(swap_outs), static_cast<long long>(swapped_mib / 1024),
+      static_cast<long long>(swap_outs), static_cast<long long>(swap_outs_ahead),
+      static_cast<long long>(swapped_mib / 1024),
       static_cast<double>(resume_p50_us) / 1e6, static_cast<double>(resume_p99_us) / 1e6,
       static_cast<double>(resume_max_us) / 1e6, static_cast<double>(activation_p99_us) / 1e6,
+      static_cast<double>(prompt_resume_p99_us) / 1e6,
       static_cast<long long>(peak_host_mib / 1024));
   return buf;
 }

@@ -7,12 +7,17 @@
 // "cards needed".
 //
 // Dynamics, per card (each card has its own host link): a session alternates idle and active
-// periods (exponential, mean burst and burst x (1 - active) / active). Idle sessions stay on the
-// device until room is needed (the agent's swap manager, src/agent/swap_manager.h): a session
-// that activates while swapped out needs its cap back on the device; if the card lacks room,
-// the least recently active idle sessions are swapped out first (device-to-host at host_mbps),
-// then its bytes come back (host-to-device at host_mbps; the link carries one transfer at a
-// time). With no idle session to evict it waits until an active one goes idle. Its
+// periods (exponential, mean burst and burst x (1 - active) / active). The agent's swap manager
+// (src/agent/swap_manager.h) is modelled as it decides:
+// - ahead of need: a session idle for idle_us or longer is swapped out while the card's free
+//   memory is below the largest cap on the card, so that the next session to wake finds room
+//   and only has to copy its own bytes back (off with `lazy`: idle sessions stay until room is
+//   needed);
+// - under pressure: a session that activates while swapped out needs its cap back on the
+//   device; if the card lacks room, the least recently active idle sessions are swapped out
+//   first (device-to-host at host_mbps), then its bytes come back (host-to-device at host_mbps).
+//   With no idle session to evict it waits until an active one goes idle.
+// The link carries one transfer at a time, ahead-of-need swap-outs included. A session's
 // time-to-resume runs from its activation to the moment its memory is back. Sessions whose
 // swapped bytes pass the node's host RAM budget go to disk (disk_mbps) instead.
 //
@@ -38,6 +43,8 @@ struct SwapEstate {
   int64_t host_mbps = 50'000;              // PCIe Gen5 x16, achievable (64 GB/s theoretical)
   int64_t disk_mbps = 5'000;               // NVMe
   int64_t host_ram_mib = 1024 * 1024;      // per card's share of the node's swap_ram
+  int64_t idle_us = 30'000'000;            // the agent's --swap-idle: idle this long, swapped ahead of need
+  bool lazy = false;                       // no swap-out ahead of need: only when room is needed
   int64_t duration_us = 24LL * 3600 * 1'000'000;
   uint64_t seed = 1;
 };
@@ -49,9 +56,13 @@ struct SwapEstateReport {
   int64_t resumes = 0;           // activations that found the session swapped out
   int64_t waits_for_active = 0;  // resumes that had to wait for an active session to go idle
   int64_t swap_outs = 0;
+  int64_t swap_outs_ahead = 0;   // of those, ahead of need (keeping room for the next wake)
   int64_t swapped_mib = 0;       // bytes moved off the devices in all
   int64_t resume_p50_us = 0, resume_p99_us = 0, resume_max_us = 0;
   int64_t activation_p99_us = 0;  // over every activation (0 for a resident session)
+  // Over the resumes that did not wait for an active session: what the link and the swap
+  // manager cost, without the waits for a card whose active sessions fill it.
+  int64_t prompt_resume_p99_us = 0;
   int64_t peak_host_mib = 0;      // swapped-out bytes held at once, on the busiest card
   std::string Text(const SwapEstate& e) const;
 };

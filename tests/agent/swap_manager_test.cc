@@ -103,5 +103,58 @@ TEST_F(SwapManagerTest, TwoSharesOvercommitOneCardAndNeitherSeesAnError) {
   EXPECT_TRUE(logged);
 }
 
+// Ahead of need: with no share asking for anything, the least recently active idle share leaves
+// until the card has room for its largest cap, so the next wake only copies its own bytes back;
+// with `ahead` off nothing moves until a share needs room.
+TEST_F(SwapManagerTest, AheadOfNeedKeepsRoomForTheNextWake) {
+  const std::string a = Region("a", 8 * kMiB), b = Region("b", 8 * kMiB);
+  Probe pa(CAPGPU_SWAP_PROBE, Env(a)), pb(CAPGPU_SWAP_PROBE, Env(b));
+  EXPECT_EQ(pa.Ask("alloc x 6MiB"), "alloc x 0");
+  EXPECT_EQ(pa.Ask("fill x 4"), "fill x 0");
+  EXPECT_EQ(pb.Ask("alloc y 4MiB"), "alloc y 0");
+  EXPECT_EQ(pb.Ask("fill y 5"), "fill y 0");
+
+  auto run = [&](SwapManager& m, int64_t for_ms) {
+    std::vector<std::string> log;
+    const int64_t until = NowMs() + for_ms;
+    while (NowMs() < until) {
+      for (auto& line : m.Tick(NowMs())) log.push_back(line);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return log;
+  };
+  auto outs = [](const SwapManager& m, const std::string& id) {
+    for (const auto& s : m.States()) {
+      if (s.id == id) return s.swap_outs;
+    }
+    return int64_t{-1};
+  };
+
+  {
+    SwapManager lazy({.device_memory = 12 * kMiB, .idle_ms = 100, .ahead = false});
+    ASSERT_TRUE(lazy.Add("a", a, NowMs()).ok());
+    ASSERT_TRUE(lazy.Add("b", b, NowMs()).ok());
+    EXPECT_TRUE(run(lazy, 600).empty());
+    EXPECT_EQ(outs(lazy, "a") + outs(lazy, "b"), 0) << "2 MiB free, but nobody needs more";
+  }
+
+  SwapManager m({.device_memory = 12 * kMiB, .idle_ms = 100});
+  ASSERT_TRUE(m.Add("a", a, NowMs()).ok());
+  ASSERT_TRUE(m.Add("b", b, NowMs() + 50).ok());  // b counts as the more recently active
+  std::vector<std::string> log = run(m, 800);
+  EXPECT_EQ(outs(m, "a"), 1) << "a, least recently active, leaves: 8 MiB free";
+  EXPECT_EQ(outs(m, "b"), 0) << "one is enough";
+  ASSERT_FALSE(log.empty());
+  EXPECT_EQ(log[0].rfind("swap-out a: idle", 0), 0u) << log[0];
+  EXPECT_NE(log[0].find("ahead of need: keeps 8.0 MiB"), std::string::npos) << log[0];
+  for (const auto& s : m.States()) {
+    EXPECT_EQ(s.state, s.id == "a" ? "swapped" : "resident") << s.id;
+  }
+  // a wakes to room: its bytes come back and nothing else had to leave first.
+  EXPECT_EQ(pa.Ask("check x 4", 20000), "check x ok");
+  EXPECT_EQ(outs(m, "b"), 0);
+  EXPECT_EQ(pb.Ask("check y 5"), "check y ok");
+}
+
 }  // namespace
 }  // namespace tessera::agent

@@ -95,7 +95,7 @@ std::vector<std::string> SwapManager::Tick(int64_t now_ms) {
     if (s->target == static_cast<uint32_t>(capgpu::SwapTarget::kOut) && s->summary.unswappable == 0) {
       leaving += s->summary.resident_bytes;
     }
-    headroom = std::max(headroom, std::min(s->cap, options_.device_memory));
+    if (s->cap != capgpu::kNoLimit) headroom = std::max(headroom, std::min(s->cap, options_.device_memory));
   }
   const uint64_t free = options_.device_memory > resident_total ? options_.device_memory - resident_total : 0;
   const bool pressure = need > free + leaving;

@@ -273,7 +273,7 @@ CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
   return Credited(AllocKind::kDevicePointer, dptr, [&] {
     CUresult r = CUDA_SUCCESS;
     // A library range freed on a stream: the stream is drained first, then it goes at once.
-    if (Swap().on() && Swap().Free(dptr, &r)) return r;
+    if (Swap().on() && Swap().Free(dptr, &r, &stream)) return r;
     return real(dptr, stream);
   });
 }
@@ -286,7 +286,7 @@ CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream) {
   return Credited(AllocKind::kDevicePointer, dptr, [&] {
     CUresult r = CUDA_SUCCESS;
     // A library range freed on a stream: the stream is drained first, then it goes at once.
-    if (Swap().on() && Swap().Free(dptr, &r)) return r;
+    if (Swap().on() && Swap().Free(dptr, &r, &stream)) return r;
     return real(dptr, stream);
   });
 }

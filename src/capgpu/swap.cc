@@ -25,6 +25,9 @@ void FreeRecord(void* record) {
   auto* rec = static_cast<Swapper::ThreadRecord*>(record);
   __atomic_store_n(&rec->inside, 0, __ATOMIC_RELEASE);
   __atomic_store_n(&rec->in_use, 0, __ATOMIC_RELEASE);
+  // A later destructor of this thread that calls the driver registers afresh instead of using a
+  // record another thread may have taken.
+  Swapper::ForgetThreadRecord();
 }
 
 
@@ -45,7 +48,7 @@ void Swapper::Start(Region* region, int slot) {
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  pthread_attr_setstacksize(&attr, 256 * 1024);
+  pthread_attr_setstacksize(&attr, 2 * 1024 * 1024);  // the driver's calls run on it
   pthread_create(&watcher, &attr, WatcherMain, this);
   pthread_attr_destroy(&attr);
 }
@@ -101,17 +104,28 @@ Swapper::ThreadRecord* Swapper::SlowEnter(ThreadRecord* rec) {
           }
           FutexWakeAll(&data.swap_seq);
         }
+        // On the application's thread: the swap-in makes each device's context current; the
+        // thread's own is put back.
+        CUcontext current = nullptr;
+        if (cuCtxGetCurrent_fn() != nullptr) cuCtxGetCurrent_fn()(&current);
         wait = SwapInLocked() != CUDA_SUCCESS;  // no room on the device yet: wait, retry
+        if (cuCtxSetCurrent_fn() != nullptr) cuCtxSetCurrent_fn()(current);
       }
       pthread_mutex_unlock(&mu_);
       if (wait) FutexWait(&data.swap_seq, seq, 20'000'000);
       continue;
     }
     pthread_mutex_unlock(&mu_);
+    if (__atomic_load_n(&closed_, __ATOMIC_ACQUIRE) != 0) {
+      // A swap-out is starting (it waits for the threads inside the driver): wait outside, so it
+      // does not wait for this one, until it has finished or given up.
+      const uint32_t seq = __atomic_load_n(&region_->data().swap_seq, __ATOMIC_ACQUIRE);
+      FutexWait(&region_->data().swap_seq, seq, 1'000'000);
+      continue;
+    }
     __atomic_store_n(&rec->inside, 1, __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     if (__atomic_load_n(&closed_, __ATOMIC_ACQUIRE) == 0) return rec;
-    sched_yield();  // a swap-out is starting; its lock is taken next round
   }
 }
 
@@ -127,11 +141,22 @@ void Swapper::Watch() {
     const auto target = static_cast<SwapTarget>(__atomic_load_n(&data.swap_target, __ATOMIC_ACQUIRE));
     int64_t wait_ns = 200'000'000;
     pthread_mutex_lock(&mu_);
+    FreeStaleLocked();
     const auto state = static_cast<SwapState>(state_);
     if (target != SwapTarget::kResident &&
         (state == SwapState::kResident || state == SwapState::kUnswappable)) {
-      // An unswappable process is asked again only when the target changes.
-      if (state == SwapState::kResident) SwapOutLocked();
+      // A process unswappable for good is asked again only when the target changes; one whose
+      // last try failed for a passing reason (a driver call that did not return in time, a
+      // failed copy or host allocation) is tried again a second later.
+      if (state == SwapState::kResident ||
+          (unswappable_ == 0 && NowNs() - last_failure_ns_ >= 1'000'000'000)) {
+        if (SwapOutLocked() != 0) {
+          last_failure_ns_ = NowNs();
+          wait_ns = 1'000'000'000;
+        }
+      } else if (unswappable_ == 0) {
+        wait_ns = 1'000'000'000;
+      }
     } else if (target == SwapTarget::kResident &&
                (state == SwapState::kSwapped || state == SwapState::kSwappingIn)) {
       if (SwapInLocked() != CUDA_SUCCESS) wait_ns = 20'000'000;  // prefetch: no room yet
@@ -158,7 +183,7 @@ void Swapper::PublishLocked(uint32_t state, uint32_t reason) {
   s.resident_bytes = resident;
 }
 
-void Swapper::AddResident(int64_t delta) {
+void Swapper::AddResidentLocked(int64_t delta) {
   RegionLock lock(*region_);
   if (!lock.held() || slot_ < 0) return;
   Slot& s = region_->data().slots[slot_];
@@ -170,7 +195,7 @@ void Swapper::AddResident(int64_t delta) {
 }
 
 
-bool Swapper::DrainLocked() {
+bool Swapper::Drain() {
   if (full_fence_) {
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
   } else {
@@ -190,6 +215,24 @@ bool Swapper::DrainLocked() {
   return true;
 }
 
+
+void Swapper::SetRoomWanted(int64_t delta) {
+  RegionLock lock(*region_);
+  if (!lock.held() || slot_ < 0) return;
+  uint64_t& wanted = region_->data().slots[slot_].room_wanted;
+  wanted = delta < 0 && static_cast<uint64_t>(-delta) > wanted
+               ? 0
+               : static_cast<uint64_t>(static_cast<int64_t>(wanted) + delta);
+}
+
+void Swapper::FreeStaleLocked() {
+  auto free_host = cuMemFreeHost_fn();
+  for (uint32_t i = 0; i < stale_count_; ++i) {
+    if (free_host != nullptr) free_host(stale_host_[i]);
+    stale_host_[i] = nullptr;
+  }
+  stale_count_ = 0;
+}
 
 void Swapper::MarkUnswappable(Unswappable reason) {
   pthread_mutex_lock(&mu_);
@@ -216,6 +259,9 @@ void Swapper::AfterForkInChild() {
   }
   for (auto& c : contexts_) c = nullptr;
   for (auto& s : staging_) s = nullptr;
+  for (auto& s : stale_host_) s = nullptr;
+  stale_count_ = 0;
+  last_failure_ns_ = 0;
   if (swap_fd_ >= 0) close(swap_fd_);
   swap_fd_ = -1;
 }

@@ -84,6 +84,8 @@ class Swapper {
   static void Leave(ThreadRecord* rec) {
     if (rec != nullptr) __atomic_store_n(&rec->inside, 0, __ATOMIC_RELEASE);
   }
+  // The calling thread's record went back to the pool (its thread-exit destructor).
+  static void ForgetThreadRecord() { t_record_ = nullptr; }
 
   // ---- Allocations (REQUIRES: on(), inside the gate) --------------------------------------------
   // The size an allocation of `bytes` takes (rounded to the granularity); 0 if unknown.
@@ -91,8 +93,10 @@ class Swapper {
   // Reserves, creates, maps and opens a range of `rounded` bytes on `device` (the charge is the
   // caller's). CUDA_SUCCESS with *dptr set, or the driver's error with nothing left behind.
   CUresult Alloc(CUdeviceptr* dptr, uint64_t rounded, uint32_t device);
-  // Frees a range Alloc made: true with *result set; false when `dptr` is not one of ours.
-  bool Free(CUdeviceptr dptr, CUresult* result);
+  // Frees a range Alloc made: true with *result set; false when `dptr` is not one of ours. The
+  // work that may still use it is waited for first, as cuMemFree would: `stream` for a
+  // stream-ordered free, the context otherwise (nullptr).
+  bool Free(CUdeviceptr dptr, CUresult* result, CUstream* stream = nullptr);
   // A framework's own physical allocation, after the real cuMemCreate made `real`: returns the
   // handle value the process gets instead (0 when the table has no room: the caller then hands
   // out `real` and the process becomes unswappable).
@@ -129,11 +133,13 @@ class Swapper {
   void Watch();
   uint32_t SwapOutLocked();
   CUresult SwapInLocked();
-  bool DrainLocked();  // waits for threads inside the driver; false on timeout
+  bool Drain();  // waits for threads inside the driver (mu_ released); false on timeout
   CUresult WaitForRoom(CUmemGenericAllocationHandle* real, uint64_t bytes,
                        const CUmemAllocationProp* prop);
   void PublishLocked(uint32_t state, uint32_t reason);
-  void AddResident(int64_t delta);
+  void AddResidentLocked(int64_t delta);  // REQUIRES: mu_, so PublishLocked's sum agrees
+  void SetRoomWanted(int64_t delta);      // adds to the slot's room_wanted (several threads wait)
+  void FreeStaleLocked();                 // pinned copies a swap-in left for the watcher
   bool EnsureStreams(uint32_t device);
   Handle* FindHandle(CUmemGenericAllocationHandle user);
   Handle* NewHandle();
@@ -150,6 +156,7 @@ class Swapper {
   pthread_mutex_t mu_ = PTHREAD_MUTEX_INITIALIZER;  // guards everything below and transitions
   uint32_t state_ = 0;                              // SwapState
   uint32_t unswappable_ = 0;                        // sticky reasons (pools, arrays, managed)
+  int64_t last_failure_ns_ = 0;                     // the last swap-out that failed, passing
   uint64_t next_user_ = 1;                          // for Track's handle values
   // Thread records, in chunks that are never freed (records are reused through in_use).
   pthread_mutex_t records_mu_ = PTHREAD_MUTEX_INITIALIZER;
@@ -166,6 +173,10 @@ class Swapper {
   CUstream streams_[kMaxDevices][4] = {};
   void* staging_[4] = {};  // pinned staging buffers for the disk tier
   int swap_fd_ = -1;       // the disk tier's unlinked file while swapped
+  // Pinned copies a swap-in no longer needs: freed by the watcher after the gate has opened, so
+  // unpinning is not part of a resume (and of its time). Freed at once when the list is full.
+  void* stale_host_[64] = {};
+  uint32_t stale_count_ = 0;
 };
 
 }  // namespace tessera::capgpu

@@ -89,7 +89,14 @@ uint32_t Swapper::SwapOutLocked() {
     PublishLocked(static_cast<uint32_t>(SwapState::kUnswappable), static_cast<uint32_t>(why));
     return static_cast<uint32_t>(why);
   };
-  if (!DrainLocked()) return fail(Unswappable::kBusy);
+  // The threads already inside the driver may be about to take mu_ (an allocation, a free, a
+  // mapping): they are waited for with it released. New calls wait at the closed gate, and no
+  // other transition starts meanwhile (the state is "swapping out").
+  pthread_mutex_unlock(&mu_);
+  const bool drained = Drain();
+  pthread_mutex_lock(&mu_);
+  if (!drained) return fail(Unswappable::kBusy);
+  if (unswappable_ != 0) return fail(static_cast<Unswappable>(unswappable_));  // a call just now
   auto d2h = cuMemcpyDtoHAsync_v2_fn();
   auto sync = cuStreamSynchronize_fn();
   auto host_alloc = cuMemHostAlloc_fn();
@@ -301,7 +308,11 @@ CUresult Swapper::SwapInLocked() {
       }
       for (int s = 0; s < kStreams; ++s) ok = sync(streams[s]) == CUDA_SUCCESS && ok;
       host_total += m.bytes;
-      free_host(m.host);
+      if (stale_count_ < sizeof(stale_host_) / sizeof(stale_host_[0])) {
+        stale_host_[stale_count_++] = m.host;  // the watcher unpins it once the gate is open
+      } else {
+        free_host(m.host);
+      }
       m.host = nullptr;
       continue;
     }
@@ -333,6 +344,7 @@ CUresult Swapper::SwapInLocked() {
   if (!ok) fprintf(stderr, "tessera-capgpu[%d]: a copy back to the device failed\n", getpid());
   __atomic_store_n(&closed_, 0, __ATOMIC_RELEASE);
   PublishLocked(static_cast<uint32_t>(SwapState::kResident), 0);
+  if (stale_count_ > 0) FutexWakeAll(&region_->data().swap_seq);  // the watcher unpins them
   return CUDA_SUCCESS;
 }
 

@@ -120,8 +120,8 @@ CUresult Swapper::Alloc(CUdeviceptr* dptr, uint64_t rounded, uint32_t device) {
   }
   *h = Handle{0, real, rounded, prop, device, 0, 1, 1};
   *m = Mapping{va, rounded, 0, rounded, static_cast<uint32_t>(h - handles_), 1, 0, nullptr, 0};
+  AddResidentLocked(static_cast<int64_t>(rounded));
   pthread_mutex_unlock(&mu_);
-  AddResident(static_cast<int64_t>(rounded));
   *dptr = va;
   return CUDA_SUCCESS;
 }
@@ -135,45 +135,62 @@ CUresult Swapper::WaitForRoom(CUmemGenericAllocationHandle* real, uint64_t bytes
     return v != nullptr && *v != '\0' ? atoll(v) : 60000LL;
   }();
   RegionData& data = region_->data();
-  auto want = [&](uint64_t b) {
-    RegionLock lock(*region_);
-    if (lock.held() && slot_ >= 0) data.slots[slot_].room_wanted = b;
-  };
-  want(bytes);
-  const int64_t deadline = NowNs() + wait_ms * 1'000'000;
+  SetRoomWanted(static_cast<int64_t>(bytes));
+  const int64_t deadline =
+      NowNs() + (wait_ms > 0 && wait_ms < 100'000'000'000LL ? wait_ms : 60000LL) * 1'000'000;
   CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
   while (r == CUDA_ERROR_OUT_OF_MEMORY && NowNs() < deadline) {
     const uint32_t seq = __atomic_load_n(&data.swap_seq, __ATOMIC_ACQUIRE);
     FutexWait(&data.swap_seq, seq, 10'000'000);
     r = cuMemCreate_fn()(real, bytes, prop, 0);
   }
-  want(0);
+  SetRoomWanted(-static_cast<int64_t>(bytes));
   return r;
 }
 
-bool Swapper::Free(CUdeviceptr dptr, CUresult* result) {
+bool Swapper::Free(CUdeviceptr dptr, CUresult* result, CUstream* stream) {
+  auto ours = [&] {
+    for (uint32_t i = 0; i < mapping_count_; ++i) {
+      if (mappings_[i].live && mappings_[i].reserved > 0 && mappings_[i].va == dptr) return &mappings_[i];
+    }
+    return static_cast<Mapping*>(nullptr);
+  };
   pthread_mutex_lock(&mu_);
-  Mapping* m = nullptr;
-  for (uint32_t i = 0; i < mapping_count_ && m == nullptr; ++i) {
-    if (mappings_[i].live && mappings_[i].reserved > 0 && mappings_[i].va == dptr) m = &mappings_[i];
+  const bool found = ours() != nullptr;
+  pthread_mutex_unlock(&mu_);
+  if (!found) return false;
+  // Unmapping does not wait for kernels and copies still using the range (cuMemFree does):
+  // wait for them here, outside the lock.
+  auto stream_sync = cuStreamSynchronize_fn();
+  auto ctx_sync = cuCtxSynchronize_fn();
+  CUresult r = CUDA_SUCCESS;
+  if (stream != nullptr) {
+    if (stream_sync != nullptr) r = stream_sync(*stream);
+  } else if (ctx_sync != nullptr) {
+    r = ctx_sync();
   }
+  if (r != CUDA_SUCCESS) {
+    *result = r;
+    return true;
+  }
+  pthread_mutex_lock(&mu_);
+  Mapping* m = ours();  // looked up again: another thread may have freed it meanwhile
   if (m == nullptr) {
     pthread_mutex_unlock(&mu_);
-    return false;
+    *result = CUDA_ERROR_INVALID_VALUE;
+    return true;
   }
   Handle& h = handles_[m->handle];
-  CUresult r = cuMemUnmap_fn()(m->va, m->bytes);
+  r = cuMemUnmap_fn()(m->va, m->bytes);
   if (r == CUDA_SUCCESS) {
     if (h.real != 0) cuMemRelease_fn()(h.real);
     cuMemAddressFree_fn()(m->va, m->reserved);
     const int64_t freed = h.real != 0 ? static_cast<int64_t>(h.bytes) : 0;
     h.live = 0;
     m->live = 0;
-    pthread_mutex_unlock(&mu_);
-    AddResident(-freed);
-  } else {
-    pthread_mutex_unlock(&mu_);
+    AddResidentLocked(-freed);
   }
+  pthread_mutex_unlock(&mu_);
   *result = r;
   return true;
 }
@@ -190,11 +207,11 @@ CUmemGenericAllocationHandle Swapper::Track(CUmemGenericAllocationHandle real, u
   if (h != nullptr) {
     user = kUserHandleTag | next_user_++;
     *h = Handle{user, real, bytes, *prop, device, 1, 0, 1};
+    AddResidentLocked(static_cast<int64_t>(bytes));
   } else {
     unswappable_ = static_cast<uint32_t>(Unswappable::kFailed);
   }
   pthread_mutex_unlock(&mu_);
-  if (h != nullptr) AddResident(static_cast<int64_t>(bytes));
   return user;
 }
 
@@ -250,8 +267,8 @@ CUresult Swapper::Unmap(CUdeviceptr ptr, size_t size) {
       h.live = 0;
     }
   }
+  if (freed != 0) AddResidentLocked(-freed);
   pthread_mutex_unlock(&mu_);
-  if (freed != 0) AddResident(-freed);
   return r;
 }
 
@@ -272,8 +289,8 @@ bool Swapper::Release(CUmemGenericAllocationHandle handle, CUresult* result) {
     }
     h->live = 0;
   }
+  if (freed != 0) AddResidentLocked(-freed);
   pthread_mutex_unlock(&mu_);
-  if (freed != 0) AddResident(-freed);
   return true;
 }
 

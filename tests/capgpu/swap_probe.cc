@@ -14,12 +14,13 @@
 //   addr NAME                  -> "addr NAME 0x..."
 //   free NAME                  cuMemFree_v2, or unmap + release + address free for `vmm`
 //   threads N NAME SEED        N threads checking NAME in a loop until `stop`
+//   churn N                    N threads allocating and freeing 1 MiB in a loop until `stop`
 //   loops                      -> "loops COUNT" (the threads' finished checks; not a driver call)
 //   stop                       -> "stop loops=COUNT errors=COUNT"
 //   devused                    the stand-in's device bytes in use (not a driver call; -1 on a
 //                              real driver)
-//   bw NAME                    pinned copy bandwidth over NAME's bytes: cuMemHostAlloc, then one
-//                              cuMemcpyDtoH and one cuMemcpyHtoD timed -> "bw NAME D2H_GBPS H2D_GBPS"
+//   bw NAME                    pinned copy bandwidth over NAME's bytes: cuMemHostAlloc, then the
+//                              best of three cuMemcpyDtoH and cuMemcpyHtoD -> "bw NAME D2H_GBPS H2D_GBPS"
 //   quit
 // SIZE: bytes, or with KiB/MiB/GiB. Pattern byte i of SEED: (SEED + 7*i + i/4096) mod 256.
 #include <pthread.h>
@@ -40,6 +41,7 @@
 extern "C" {
 CUresult cuInit(unsigned int);
 CUresult cuCtxCreate_v2(CUcontext*, unsigned int, CUdevice);
+CUresult cuCtxSetCurrent(CUcontext);
 CUresult cuMemAlloc_v2(CUdeviceptr*, size_t);
 CUresult cuMemAllocPitch_v2(CUdeviceptr*, size_t*, size_t, size_t, unsigned int);
 CUresult cuMemAllocAsync(CUdeviceptr*, size_t, CUstream);
@@ -109,9 +111,15 @@ void Say(const std::string& line) {
 }  // namespace
 
 int main() {
-  cuInit(0);
   CUcontext ctx = nullptr;
-  cuCtxCreate_v2(&ctx, 0, 0);
+  if (CUresult r = cuInit(0); r != CUDA_SUCCESS) {
+    fprintf(stderr, "capgpu_swap_probe: cuInit failed (%d)\n", static_cast<int>(r));
+    return 1;
+  }
+  if (CUresult r = cuCtxCreate_v2(&ctx, 0, 0); r != CUDA_SUCCESS) {
+    fprintf(stderr, "capgpu_swap_probe: cuCtxCreate failed (%d)\n", static_cast<int>(r));
+    return 1;
+  }
   char raw[512];
   while (fgets(raw, sizeof(raw), stdin) != nullptr) {
     std::istringstream in(raw);
@@ -204,6 +212,23 @@ int main() {
       }
       g_buffers.erase(name);
       Say("threads " + std::to_string(n));
+    } else if (cmd == "churn") {
+      // churn N: N threads allocating and freeing 1 MiB in a loop (each call may meet a swap).
+      const int n = atoi(name.c_str());
+      for (int t = 0; t < n; ++t) {
+        g_threads.emplace_back([ctx] {
+          cuCtxSetCurrent(ctx);
+          while (!g_stop.load()) {
+            CUdeviceptr p = 0;
+            if (cuMemAlloc_v2(&p, 1 << 20) != CUDA_SUCCESS || cuMemFree_v2(p) != CUDA_SUCCESS) {
+              g_errors.fetch_add(1);
+            }
+            g_loops.fetch_add(1);
+          }
+        });
+      }
+      g_buffers.erase(name);
+      Say("churn " + std::to_string(n));
     } else if (cmd == "loops") {
       g_buffers.erase(name);
       Say("loops " + std::to_string(g_loops.load()));
@@ -228,11 +253,19 @@ int main() {
         clock_gettime(CLOCK_MONOTONIC, &ts);
         return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
       };
-      const double t0 = now();
-      CUresult r = cuMemcpyDtoH_v2(host, b.ptr, b.bytes);
-      const double t1 = now();
-      r = r != CUDA_SUCCESS ? r : cuMemcpyHtoD_v2(b.ptr, host, b.bytes);
-      const double t2 = now();
+      // The best of three of each direction (the first also warms the pages and the link).
+      double d2h = 1e30, h2d = 1e30;
+      CUresult r = CUDA_SUCCESS;
+      for (int rep = 0; rep < 3 && r == CUDA_SUCCESS; ++rep) {
+        const double t0 = now();
+        r = cuMemcpyDtoH_v2(host, b.ptr, b.bytes);
+        const double t1 = now();
+        r = r != CUDA_SUCCESS ? r : cuMemcpyHtoD_v2(b.ptr, host, b.bytes);
+        const double t2 = now();
+        d2h = t1 - t0 < d2h ? t1 - t0 : d2h;
+        h2d = t2 - t1 < h2d ? t2 - t1 : h2d;
+      }
+      const double t0 = 0, t1 = d2h, t2 = d2h + h2d;
       cuMemFreeHost(host);
       char line[160];
       snprintf(line, sizeof(line), "bw %s %.2f %.2f", name.c_str(),

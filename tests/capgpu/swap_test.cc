@@ -141,6 +141,28 @@ TEST_F(SwapTest, DriverCallsDuringASwapWaitThenProceed) {
   EXPECT_NE(stop.find("errors=0"), std::string::npos) << stop;
 }
 
+// Threads allocating and freeing while swap-outs start: a thread already inside the driver that
+// wants the library's tables is waited for without the watcher holding them, so every swap-out
+// completes at once (it used to wait its 10 s drain timeout and give up as "busy").
+TEST_F(SwapTest, SwapOutsCompleteWhileThreadsAllocateAndFree) {
+  Create(64 * kMiB);
+  Probe p(CAPGPU_SWAP_PROBE, Env());
+  EXPECT_EQ(p.Ask("alloc a 16MiB"), "alloc a 0");
+  EXPECT_EQ(p.Ask("fill a 3"), "fill a 0");
+  EXPECT_EQ(p.Ask("churn 4"), "churn 4");
+  for (int round = 0; round < 5; ++round) {
+    usleep(20 * 1000);
+    SwapSummary out = Settle(SwapTarget::kHold, 3000);
+    EXPECT_EQ(out.unswappable, 0u) << "round " << round;
+    EXPECT_EQ(out.swapped, 1u) << "round " << round;
+    SwapSummary in = Settle(SwapTarget::kResident, 3000);
+    EXPECT_EQ(in.resident, 1u) << "round " << round;
+  }
+  const std::string stop = p.Ask("stop");
+  EXPECT_NE(stop.find("errors=0"), std::string::npos) << stop;
+  EXPECT_EQ(p.Ask("check a 3"), "check a ok");
+}
+
 TEST_F(SwapTest, ADriverCallBringsASwappedShareBack) {
   Create(64 * kMiB);
   Probe p(CAPGPU_SWAP_PROBE, Env());

@@ -11,7 +11,8 @@
 //     wants in its slot (room_wanted), for the agent to swap an idle share out, up to
 //     TESSERA_CAPGPU_ROOM_WAIT_MS (default 60000), then fails with CUDA_ERROR_OUT_OF_MEMORY;
 //   - mappings a framework makes itself (cuMemCreate + cuMemMap) are tracked; the handle it holds
-//     keeps working after a swap: the library maps the new physical memory under it.
+//     keeps working after a swap: the library maps the new physical memory under it. Its
+//     cuMemCreate waits for room on a full card as cuMemAlloc_v2 does.
 //   - cuMemAllocAsync / cuMemAllocFromPoolAsync (stream-ordered pools), CUDA arrays and managed
 //     memory make the process unswappable, with the reason in its slot.
 //
@@ -111,6 +112,10 @@ class Swapper {
   CUresult Unmap(CUdeviceptr ptr, size_t size);
   // False when the handle is not tracked (the caller releases it itself).
   bool Release(CUmemGenericAllocationHandle handle, CUresult* result);
+  // After the driver said out of memory for an allocation the cap allows: waits, with the bytes
+  // in the slot (room_wanted), for the agent to make room, retrying cuMemCreate (flags 0, as the
+  // driver requires), up to TESSERA_CAPGPU_ROOM_WAIT_MS. The driver's last answer.
+  CUresult WaitForRoom(CUmemGenericAllocationHandle* real, uint64_t bytes, const CUmemAllocationProp* prop);
   // Memory the library cannot move: the process stays resident, and says why.
   void MarkUnswappable(Unswappable reason);
 
@@ -134,8 +139,6 @@ class Swapper {
   uint32_t SwapOutLocked();
   CUresult SwapInLocked();
   bool Drain();  // waits for threads inside the driver (mu_ released); false on timeout
-  CUresult WaitForRoom(CUmemGenericAllocationHandle* real, uint64_t bytes,
-                       const CUmemAllocationProp* prop);
   void PublishLocked(uint32_t state, uint32_t reason);
   void AddResidentLocked(int64_t delta);  // REQUIRES: mu_, so PublishLocked's sum agrees
   void SetRoomWanted(int64_t delta);      // adds to the slot's room_wanted (several threads wait)

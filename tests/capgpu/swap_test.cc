@@ -285,5 +285,33 @@ TEST_F(SwapTest, AWakingShareWithNoRoomWaitsUntilTheDeviceHasIt) {
   EXPECT_EQ(sleeper.Line(), "check a ok");
 }
 
+// A framework's own cuMemCreate on a full card (within its cap) waits for room too, as
+// cuMemAlloc does, instead of failing at once.
+TEST_F(SwapTest, AFrameworksCuMemCreateWaitsForRoomLikeAnAllocation) {
+  Create(64 * kMiB);
+  auto env = Env();
+  env["FAKECUDA_DEVICE_FILE"] = dir_ + "/device";  // both processes on one 12 MiB card
+  env["FAKECUDA_TOTAL_BYTES"] = std::to_string(12 * kMiB);
+  auto other_env = env;
+  other_env["TESSERA_CAPGPU_REGION"] = "";
+  Probe other(CAPGPU_SWAP_PROBE, other_env);
+  EXPECT_EQ(other.Ask("alloc x 8MiB"), "alloc x 0");
+  Probe p(CAPGPU_SWAP_PROBE, env);
+  p.Send("vmm v 8MiB keep");
+  EXPECT_EQ(p.Line(500), "") << "no room: the call must wait, not fail";
+  {
+    RegionLock lock(region_);
+    EXPECT_GE(region_.data().slots[0].room_wanted, 8 * kMiB);
+  }
+  EXPECT_EQ(other.Ask("free x"), "free x 0");
+  EXPECT_EQ(p.Line(), "vmm v 0");
+  {
+    RegionLock lock(region_);
+    EXPECT_EQ(region_.data().slots[0].room_wanted, 0u);
+  }
+  EXPECT_EQ(p.Ask("fill v 6"), "fill v 0");
+  EXPECT_EQ(p.Ask("check v 6"), "check v ok");
+}
+
 }  // namespace
 }  // namespace tessera::capgpu

@@ -55,6 +55,8 @@
      unsigned long long flags))                                                                    \
   X(kCuda, cuMemGetAllocationPropertiesFromHandle, "cuMemGetAllocationPropertiesFromHandle",      \
     10020, kAny, CUresult, (CUmemAllocationProp * prop, CUmemGenericAllocationHandle handle))     \
+  X(kCuda, cuMemRetainAllocationHandle, "cuMemRetainAllocationHandle", 11000, kAny, CUresult,      \
+    (CUmemGenericAllocationHandle * handle, void* addr))                                           \
   /* gated calls that touch device memory (the swap gate, swap.h): hooks_gate.cc */                \
   X(kCuda, cuMemcpy, "cuMemcpy", 4000, kLegacy, CUresult,                                          \
     (CUdeviceptr dst, CUdeviceptr src, size_t n))                                                  \

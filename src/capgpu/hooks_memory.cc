@@ -353,4 +353,16 @@ CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* prop,
   return real(prop, Swap().RealHandle(handle));
 }
 
+// A handle retained from an address (NCCL frees its buffers this way) is the library's value
+// with one more reference, never the driver's: the driver's may change with a swap.
+CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void* addr) {
+  auto real = Real<HookId::cuMemRetainAllocationHandle>();
+  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!Runtime::Get().Capped() || !Swap().on() || handle == nullptr) return real(handle, addr);
+  GateScope gate(Swap());
+  CUresult r = CUDA_SUCCESS;
+  if (Swap().Retain(reinterpret_cast<CUdeviceptr>(addr), handle, &r)) return r;
+  return real(handle, addr);
+}
+
 }  // extern "C"

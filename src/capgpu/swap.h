@@ -112,6 +112,11 @@ class Swapper {
   CUresult Unmap(CUdeviceptr ptr, size_t size);
   // False when the handle is not tracked (the caller releases it itself).
   bool Release(CUmemGenericAllocationHandle handle, CUresult* result);
+  // cuMemRetainAllocationHandle for an address in a tracked mapping: true with *result set and,
+  // on success, *handle the process's value with one more reference (a cuMemAlloc_v2 range has
+  // none to give: CUDA_ERROR_INVALID_VALUE, as for memory not made through the VMM API). False
+  // when the address is not the library's.
+  bool Retain(CUdeviceptr addr, CUmemGenericAllocationHandle* handle, CUresult* result);
   // After the driver said out of memory for an allocation the cap allows: waits, with the bytes
   // in the slot (room_wanted), for the agent to make room, retrying cuMemCreate (flags 0, as the
   // driver requires), up to TESSERA_CAPGPU_ROOM_WAIT_MS. The driver's last answer.

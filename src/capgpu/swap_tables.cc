@@ -272,6 +272,29 @@ CUresult Swapper::Unmap(CUdeviceptr ptr, size_t size) {
   return r;
 }
 
+bool Swapper::Retain(CUdeviceptr addr, CUmemGenericAllocationHandle* handle, CUresult* result) {
+  pthread_mutex_lock(&mu_);
+  const Mapping* m = nullptr;
+  for (uint32_t i = 0; i < mapping_count_ && m == nullptr; ++i) {
+    const Mapping& c = mappings_[i];
+    if (c.live && addr >= c.va && addr - c.va < c.bytes) m = &c;
+  }
+  if (m == nullptr) {
+    pthread_mutex_unlock(&mu_);
+    return false;
+  }
+  Handle& h = handles_[m->handle];
+  if (h.user == 0) {
+    *result = CUDA_ERROR_INVALID_VALUE;
+  } else {
+    ++h.refs;
+    *handle = h.user;
+    *result = CUDA_SUCCESS;
+  }
+  pthread_mutex_unlock(&mu_);
+  return true;
+}
+
 bool Swapper::Release(CUmemGenericAllocationHandle handle, CUresult* result) {
   pthread_mutex_lock(&mu_);
   Handle* h = FindHandle(handle);

@@ -64,7 +64,7 @@ struct Physical {
   int fd;
   size_t bytes;
   int mappings;
-  bool released;
+  int refs;  // the handle's references: cuMemCreate's, and each cuMemRetainAllocationHandle's
 };
 struct Mapping {
   size_t bytes;
@@ -155,7 +155,7 @@ void InitVmmLocked() {
 
 // REQUIRES: g_mu. Frees a physical allocation once released and unmapped everywhere.
 void MaybeFreePhysicalLocked(std::map<unsigned long long, Physical>::iterator it) {
-  if (!it->second.released || it->second.mappings > 0) return;
+  if (it->second.refs > 0 || it->second.mappings > 0) return;
   close(it->second.fd);
   GiveDevice(it->second.bytes);
   g_physical->erase(it);
@@ -250,15 +250,31 @@ FAKE_API CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t bytes
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   *handle = g_next_handle++;
-  (*g_physical)[*handle] = Physical{fd, bytes, 0, false};
+  (*g_physical)[*handle] = Physical{fd, bytes, 0, 1};
+  return CUDA_SUCCESS;
+}
+// The handle of the physical memory mapped at `addr`, with one more reference.
+FAKE_API CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void* addr) {
+  if (handle == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(g_mu);
+  InitVmmLocked();
+  const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
+  auto it = g_mappings->upper_bound(a);
+  if (it == g_mappings->begin()) return CUDA_ERROR_INVALID_VALUE;
+  --it;
+  if (a >= it->first + it->second.bytes) return CUDA_ERROR_INVALID_VALUE;
+  auto phys = g_physical->find(it->second.handle);
+  if (phys == g_physical->end()) return CUDA_ERROR_INVALID_VALUE;
+  ++phys->second.refs;
+  *handle = it->second.handle;
   return CUDA_SUCCESS;
 }
 FAKE_API CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
   std::lock_guard<std::mutex> lock(g_mu);
   InitVmmLocked();
   auto it = g_physical->find(handle);
-  if (it == g_physical->end() || it->second.released) return CUDA_ERROR_INVALID_VALUE;
-  it->second.released = true;
+  if (it == g_physical->end() || it->second.refs == 0) return CUDA_ERROR_INVALID_VALUE;
+  --it->second.refs;
   MaybeFreePhysicalLocked(it);
   return CUDA_SUCCESS;
 }
@@ -303,7 +319,7 @@ FAKE_API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
   std::lock_guard<std::mutex> lock(g_mu);
   InitVmmLocked();
   auto it = g_physical->find(handle);
-  if (it == g_physical->end() || it->second.released || size == 0 ||
+  if (it == g_physical->end() || it->second.refs == 0 || size == 0 ||
       offset + size > it->second.bytes || !InReservationLocked(ptr, size) ||
       g_mappings->count(ptr) != 0) {
     return CUDA_ERROR_INVALID_VALUE;
@@ -513,6 +529,7 @@ const Entry kEntries[] = {
     FAKE_ENTRY("cuMemAllocFromPoolAsync", 11020, 2, cuMemAllocFromPoolAsync_ptsz),
     FAKE_ENTRY("cuMemCreate", 10020, 0, cuMemCreate),
     FAKE_ENTRY("cuMemRelease", 10020, 0, cuMemRelease),
+    FAKE_ENTRY("cuMemRetainAllocationHandle", 11000, 0, cuMemRetainAllocationHandle),
     FAKE_ENTRY("cuArrayCreate", 3020, 0, cuArrayCreate_v2),
     FAKE_ENTRY("cuArray3DCreate", 3020, 0, cuArray3DCreate_v2),
     FAKE_ENTRY("cuArrayDestroy", 2000, 0, cuArrayDestroy),

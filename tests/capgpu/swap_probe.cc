@@ -13,6 +13,10 @@
 //   kernel NAME                the stand-in kernel adds 1 to every byte (pattern SEED -> SEED+1)
 //   addr NAME                  -> "addr NAME 0x..."
 //   free NAME                  cuMemFree_v2, or unmap + release + address free for `vmm`
+//   ncclfree NAME              a `vmm ... keep` buffer freed as NCCL does: retain the handle
+//                              from the address, release it, unmap, release the handle the
+//                              address gave, address free -> "ncclfree NAME RC HANDLE_HEX"
+//   retain NAME                cuMemRetainAllocationHandle on NAME's address -> "retain NAME RC"
 //   threads N NAME SEED        N threads checking NAME in a loop until `stop`
 //   churn N                    N threads allocating and freeing 1 MiB in a loop until `stop`
 //   loops                      -> "loops COUNT" (the threads' finished checks; not a driver call)
@@ -49,6 +53,7 @@ CUresult cuMemFree_v2(CUdeviceptr);
 CUresult cuMemCreate(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*,
                      unsigned long long);
 CUresult cuMemRelease(CUmemGenericAllocationHandle);
+CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle*, void*);
 CUresult cuMemAddressReserve(CUdeviceptr*, size_t, size_t, CUdeviceptr, unsigned long long);
 CUresult cuMemAddressFree(CUdeviceptr, size_t);
 CUresult cuMemMap(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
@@ -195,6 +200,21 @@ int main() {
       }
       Say("free " + name + " " + std::to_string(r));
       g_buffers.erase(name);
+    } else if (cmd == "ncclfree") {
+      CUmemGenericAllocationHandle h = 0;
+      CUresult r = cuMemRetainAllocationHandle(&h, reinterpret_cast<void*>(b.ptr));
+      if (r == CUDA_SUCCESS) r = cuMemRelease(h);
+      if (r == CUDA_SUCCESS) r = cuMemUnmap(b.ptr, b.reserved);
+      if (r == CUDA_SUCCESS) r = cuMemRelease(h);
+      if (r == CUDA_SUCCESS) r = cuMemAddressFree(b.ptr, b.reserved);
+      char hex[32];
+      snprintf(hex, sizeof(hex), "0x%llx", h);
+      Say("ncclfree " + name + " " + std::to_string(r) + " " + hex);
+      g_buffers.erase(name);
+    } else if (cmd == "retain") {
+      CUmemGenericAllocationHandle h = 0;
+      Say("retain " + name + " " +
+          std::to_string(cuMemRetainAllocationHandle(&h, reinterpret_cast<void*>(b.ptr))));
     } else if (cmd == "threads") {
       int n = 0;
       std::string target;

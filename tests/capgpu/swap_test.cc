@@ -313,5 +313,29 @@ TEST_F(SwapTest, AFrameworksCuMemCreateWaitsForRoomLikeAnAllocation) {
   EXPECT_EQ(p.Ask("check v 6"), "check v ok");
 }
 
+// NCCL frees its buffers by retaining the handle from the address: after a swap the driver's
+// handle is a new one, so the process must get the library's value, and freeing through it must
+// give the memory back (device, cap and resident bytes). A cuMemAlloc range has no handle to give.
+TEST_F(SwapTest, AHandleRetainedFromAnAddressIsTheProcesssOwnAcrossSwaps) {
+  Create(64 * kMiB);
+  auto env = Env();
+  env["FAKECUDA_DEVICE_FILE"] = dir_ + "/device";
+  Probe p(CAPGPU_SWAP_PROBE, env);
+  EXPECT_EQ(p.Ask("vmm v 8MiB keep"), "vmm v 0");
+  EXPECT_EQ(p.Ask("fill v 5"), "fill v 0");
+  EXPECT_EQ(p.Ask("alloc a 2MiB"), "alloc a 0");
+  EXPECT_EQ(Settle(SwapTarget::kHold).swapped, 1u);
+  EXPECT_EQ(Settle(SwapTarget::kResident).resident, 1u);
+  EXPECT_EQ(p.Ask("check v 5"), "check v ok");
+  EXPECT_EQ(p.Ask("retain a"), "retain a 1") << "CUDA_ERROR_INVALID_VALUE";
+  const uint64_t before = DeviceUsed(p);
+  const std::string freed = p.Ask("ncclfree v");
+  EXPECT_EQ(freed.rfind("ncclfree v 0 0xc0de", 0), 0u) << freed << ": the library's handle value";
+  EXPECT_EQ(before - DeviceUsed(p), 8 * kMiB) << "the physical memory went back to the device";
+  RegionLock lock(region_);
+  EXPECT_EQ(region_.data().slots[0].resident_bytes, 2 * kMiB) << "only `a` is left";
+  EXPECT_EQ(region_.data().used[0], 2 * kMiB) << "the cap's charge went with it";
+}
+
 }  // namespace
 }  // namespace tessera::capgpu

@@ -156,8 +156,15 @@ class Agent {
     const int64_t now = NowMs();
     if (now - last_swap_tick_ms_ < 100) return;
     last_swap_tick_ms_ = now;
+    // The node's swap RAM budget, the same the agent reports: shared by every device's shares.
+    const uint64_t budget = options_.swap_ram_bytes > 0
+                                ? static_cast<uint64_t>(options_.swap_ram_bytes)
+                                : static_cast<uint64_t>(inventory_.host.memory_mib / 2) << 20;
+    uint64_t held = 0;
+    for (auto& [device, manager] : swap_) held += manager->HostBytes();
+    uint64_t left = budget > held ? budget - held : 0;
     for (auto& [device, manager] : swap_) {
-      for (const std::string& line : manager->Tick(now)) {
+      for (const std::string& line : manager->Tick(now, &left)) {
         Info("device " + std::to_string(device) + ": " + line);
       }
     }

@@ -57,7 +57,16 @@ Status SwapManager::Add(const std::string& id, const std::string& region_path, i
 
 void SwapManager::Remove(const std::string& id) { shares_.erase(id); }
 
-std::vector<std::string> SwapManager::Tick(int64_t now_ms) {
+uint64_t SwapManager::HostBytes() const {
+  uint64_t bytes = 0;
+  for (const auto& [id, s] : shares_) {
+    bytes += s->summary.host_bytes;
+    if (s->target == static_cast<uint32_t>(capgpu::SwapTarget::kOut)) bytes += s->summary.resident_bytes;
+  }
+  return bytes;
+}
+
+std::vector<std::string> SwapManager::Tick(int64_t now_ms, uint64_t* host_ram_left) {
   std::vector<std::string> actions;
   uint64_t resident_total = 0;
   // Read every share, and note activity.
@@ -118,6 +127,13 @@ std::vector<std::string> SwapManager::Tick(int64_t now_ms) {
   uint64_t freeing = leaving;
   for (Share* s : idle) {
     if (free + freeing >= goal) break;
+    if (host_ram_left != nullptr) {
+      // Its pinned copies may take what the node's budget has left; the rest goes to disk.
+      capgpu::RegionLock lock(s->region);
+      if (!lock.held()) continue;
+      s->region.data().swap_ram_limit = s->region.data().host_used + *host_ram_left;
+      *host_ram_left -= std::min(*host_ram_left, s->summary.resident_bytes);
+    }
     if (!capgpu::RequestSwap(s->region, capgpu::SwapTarget::kOut)) continue;
     ++s->swap_outs;
     freeing += s->summary.resident_bytes;

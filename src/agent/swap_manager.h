@@ -54,10 +54,17 @@ class SwapManager {
   Status Add(const std::string& id, const std::string& region_path, int64_t now_ms);
   void Remove(const std::string& id);
 
-  // One pass; returns one line per action taken ("swap-out job-7: idle 41 s, frees 8.0 GiB for
+  // One pass. `host_ram_left`, when given, is what the node's swap RAM budget (--swap-ram) has
+  // left for all its devices' shares: each share asked out may put at most that much in pinned
+  // host memory (its region's limit is set so; the rest goes to its disk tier), and it is
+  // decremented by what each asked-out share may take. Returns one line per action taken ("swap-out job-7: idle 41 s, frees 8.0 GiB for
   // job-9", "swap-out job-3: idle 95 s, ahead of need: keeps 16.0 GiB free for the next wake"),
   // and a "waiting" line for a share whose need no idle share can meet.
-  std::vector<std::string> Tick(int64_t now_ms);
+  std::vector<std::string> Tick(int64_t now_ms, uint64_t* host_ram_left = nullptr);
+
+  // Host RAM the shares hold or are about to (swapped out to RAM, or asked out and still
+  // resident), as of the last Tick: what they take from the node's budget.
+  uint64_t HostBytes() const;
 
   std::vector<ShareState> States() const;
 

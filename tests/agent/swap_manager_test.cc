@@ -39,7 +39,7 @@ class SwapManagerTest : public ::testing::Test {
     for (const char* f : {"/a", "/b", "/device"}) unlink((dir_ + f).c_str());
     rmdir(dir_.c_str());
   }
-  std::string Region(const std::string& name, uint64_t cap) {
+  std::string Region(const std::string& name, uint64_t cap, const std::string& swap_dir = "") {
     std::string path = dir_ + "/" + name;
     capgpu::LimitList l;
     l.count = 1;
@@ -48,7 +48,7 @@ class SwapManagerTest : public ::testing::Test {
     capgpu::Region r;
     EXPECT_EQ(r.Open(path.c_str()), 0);
     capgpu::RegionLock lock(r);
-    EXPECT_TRUE(capgpu::ConfigureSwap(r.data(), capgpu::kNoLimit, ""));
+    EXPECT_TRUE(capgpu::ConfigureSwap(r.data(), capgpu::kNoLimit, swap_dir.c_str()));
     return path;
   }
   std::map<std::string, std::string> Env(const std::string& region) const {
@@ -154,6 +154,36 @@ TEST_F(SwapManagerTest, AheadOfNeedKeepsRoomForTheNextWake) {
   EXPECT_EQ(pa.Ask("check x 4", 20000), "check x ok");
   EXPECT_EQ(outs(m, "b"), 0);
   EXPECT_EQ(pb.Ask("check y 5"), "check y ok");
+}
+
+// The node's swap RAM budget is shared by every share: with none of it left, a share asked out
+// goes to its disk tier, whatever its own region allowed.
+TEST_F(SwapManagerTest, TheNodesHostRamBudgetSendsTheRestToDisk) {
+  const std::string a = Region("a", 8 * kMiB, dir_), b = Region("b", 8 * kMiB);
+  Probe pa(CAPGPU_SWAP_PROBE, Env(a)), pb(CAPGPU_SWAP_PROBE, Env(b));
+  EXPECT_EQ(pa.Ask("alloc x 6MiB"), "alloc x 0");
+  EXPECT_EQ(pa.Ask("fill x 4"), "fill x 0");
+  EXPECT_EQ(pb.Ask("alloc y 4MiB"), "alloc y 0");
+  SwapManager m({.device_memory = 12 * kMiB, .idle_ms = 100});
+  ASSERT_TRUE(m.Add("a", a, NowMs()).ok());
+  ASSERT_TRUE(m.Add("b", b, NowMs() + 50).ok());
+  capgpu::Region ra;
+  ASSERT_EQ(ra.Open(a.c_str()), 0);
+  capgpu::SwapSummary sa;
+  for (int i = 0; i < 200 && sa.swapped == 0; ++i) {
+    uint64_t left = 0;  // the node's budget is spent
+    m.Tick(NowMs(), &left);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    capgpu::RegionLock lock(ra);
+    sa = capgpu::SummarizeSwap(ra.data());
+  }
+  ASSERT_EQ(sa.swapped, 1u);
+  EXPECT_EQ(sa.host_bytes, 0u);
+  EXPECT_EQ(sa.disk_bytes, 6 * kMiB);
+  uint64_t left = 0;
+  m.Tick(NowMs(), &left);  // HostBytes is as of the last tick
+  EXPECT_EQ(m.HostBytes(), 0u) << "on disk: nothing taken from the node's RAM";
+  EXPECT_EQ(pa.Ask("check x 4", 20000), "check x ok");
 }
 
 }  // namespace

@@ -80,10 +80,12 @@ Status ParseNodeEntry(const YAML::Node& n, size_t i, std::vector<quota::NodeSpec
   if (n["gpu"]) TRY(ParseNodeGpu(n["gpu"], f, &ns));
   if (n["mig"]) TRY_ASSIGN(ns.mig_layout, GetStrings(n["mig"], f + ".mig"));
   if (n["amd_mode"]) ns.amd_mode = Scalar(n["amd_mode"]);
+  // Up to 200,000 copies: grown once for them (still geometrically over many entries).
+  const size_t needed = nodes->size() + static_cast<size_t>(count);
+  if (needed > nodes->capacity()) nodes->reserve(std::max(needed, 2 * nodes->capacity()));
   for (int64_t k = 0; k < count; ++k) {
-    quota::NodeSpec copy = ns;
-    if (count > 1) copy.name = ns.name + "-" + std::to_string(k);
-    nodes->push_back(copy);
+    nodes->push_back(ns);
+    if (count > 1) nodes->back().name = ns.name + "-" + std::to_string(k);
   }
   return Status::Ok();
 }

@@ -58,6 +58,8 @@ class Policy {
     (void)p;
     (void)r;
   }
+  // The pipeline gave `p` back (called before NodeChanged).
+  virtual void Released(const Placement& p) { (void)p; }
   // The state of `node` changed (a reserve or a release).
   virtual void NodeChanged(const ClusterState& state, int node) {
     (void)state;

@@ -56,6 +56,13 @@ Status Scheduler::Adopt(const Placement& p) {
     }
   }
   state_.Reserve(p);
+  PlacementRequest r;  // what the placement holds, as a request
+  r.cpu_milli = p.cpu_milli;
+  r.memory_mib = p.memory_mib;
+  r.gpu_count = p.device_count;
+  r.gpu_milli = p.gpu_milli;
+  r.gpu_memory_mib = p.gpu_memory_mib;
+  policy_->Reserved(p, r);
   policy_->NodeChanged(state_, p.node);
   return Status::Ok();
 }
@@ -73,6 +80,7 @@ Status Scheduler::AddNode(const Node& n) {
 
 void Scheduler::Release(const Placement& p) {
   state_.Release(p);
+  policy_->Released(p);
   policy_->NodeChanged(state_, p.node);
 }
 

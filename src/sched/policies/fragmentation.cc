@@ -22,6 +22,7 @@
 // on a node's model (CPU-only types, other models) add w_m x free GPU to F; they are summed once
 // per model, not visited per node.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -31,6 +32,7 @@
 #include <vector>
 
 #include "sched/policies/policies.h"
+#include "sched/policies/share_plan.h"
 
 namespace tessera::sched {
 namespace {
@@ -100,6 +102,13 @@ class FragmentationPolicy final : public Policy {
   FragmentationPolicy(std::string name, FragmentationOptions opt, std::vector<WeightedType> mix)
       : name_(std::move(name)), opt_(opt) {
     SetMix(mix);
+    if (opt_.share_plan && !opt_.online_mix) {
+      std::vector<std::pair<MilliGpu, int64_t>> sizes;
+      for (const MixEntry& e : mix_) {
+        if (e.t.gpu_count == 1) sizes.emplace_back(e.t.gpu_milli, e.w);
+      }
+      plan_ = SharePlan::Solve(sizes);
+    }
   }
 
   std::string_view name() const override { return name_; }
@@ -115,6 +124,22 @@ class FragmentationPolicy final : public Policy {
     total_cap_ = total_free_ = 0;
     node_free_.assign(static_cast<size_t>(node_count_), 0);
     for (int node = 0; node < node_count_; ++node) TrackNode(state, node, true);
+    shares_.assign(static_cast<size_t>(node_count_), {});
+  }
+
+  void Reserved(const Placement& p, const PlacementRequest& /*r*/) override {
+    if (!opt_.share_plan || !IsShare(p)) return;
+    DeviceShares& ds = shares_[static_cast<size_t>(p.node)][static_cast<size_t>(p.devices[0])];
+    ds.jobs.insert(std::upper_bound(ds.jobs.begin(), ds.jobs.end(), p.gpu_milli), p.gpu_milli);
+    ds.fit = plan_.FitOf(ds.jobs);
+  }
+
+  void Released(const Placement& p) override {
+    if (!opt_.share_plan || !IsShare(p)) return;
+    DeviceShares& ds = shares_[static_cast<size_t>(p.node)][static_cast<size_t>(p.devices[0])];
+    const auto it = std::lower_bound(ds.jobs.begin(), ds.jobs.end(), p.gpu_milli);
+    if (it != ds.jobs.end() && *it == p.gpu_milli) ds.jobs.erase(it);
+    ds.fit = plan_.FitOf(ds.jobs);
   }
 
   void Observe(const PlacementRequest& r) override {
@@ -245,6 +270,7 @@ class FragmentationPolicy final : public Policy {
   bool NodeAdded(const ClusterState& state, int node) override {
     node_count_ = state.node_count();
     TrackNode(state, node, true);
+    shares_.resize(static_cast<size_t>(node_count_));
     local_of_.resize(static_cast<size_t>(node_count_), 0);
     const size_t slot = Enlist(state, node);
     for (size_t q = 0; q < trees_.size(); ++q) {
@@ -282,6 +308,13 @@ class FragmentationPolicy final : public Policy {
     std::vector<ViewEntry> runs;
     int64_t never_w = 0;
   };
+  // The share jobs on one device (sizes, ascending) and where they stand against the plan.
+  struct DeviceShares {
+    std::vector<MilliGpu> jobs;
+    SharePlan::Fit fit;
+  };
+  static inline const std::array<DeviceShares, kMaxDevices> kNoShares{};
+
   // A node against the mix: per entry of its model's view, how many devices have room and how
   // much free GPU sits on devices too small for it.
   struct Summary {
@@ -358,8 +391,32 @@ class FragmentationPolicy final : public Policy {
         changed = true;
       }
     }
+    if (opt_.share_plan && opt_.online_mix && Replan()) changed = true;
     if (!changed) return;
     for (int node = 0; node < node_count_; ++node) RecomputeNode(state, node);
+  }
+
+  // A share placement: part of one device.
+  static bool IsShare(const Placement& p) {
+    return p.device_count == 1 && p.gpu_milli > 0 && p.gpu_milli < kWholeGpu;
+  }
+
+  // Plans the shares from every fractional size seen; true when the plan changed (every
+  // device's standing against it is then refreshed).
+  bool Replan() {
+    std::vector<std::pair<MilliGpu, int64_t>> sizes;
+    for (const auto& [t, c] : seen_) {
+      if (t.gpu_count == 1) sizes.emplace_back(t.gpu_milli, c);
+    }
+    SharePlan plan = SharePlan::Solve(sizes);
+    if (plan == plan_) return false;
+    plan_ = std::move(plan);
+    for (auto& node : shares_) {
+      for (DeviceShares& ds : node) {
+        if (!ds.jobs.empty()) ds.fit = plan_.FitOf(ds.jobs);
+      }
+    }
+    return true;
   }
 
   // L1 distance between the mix in use and `other`.
@@ -458,8 +515,8 @@ class FragmentationPolicy final : public Policy {
   }
 
   // Best score of type q on node n and the device it uses (-1: whole devices / CPU only).
-  double Entry(const NodeState& n, const ModelView& view, const Summary& s, const TaskType& q,
-               MiB memory, int8_t* device) const {
+  double Entry(const NodeState& n, int node, const ModelView& view, const Summary& s,
+               const TaskType& q, MiB memory, int8_t* device) const {
     *device = -1;
     if (n.cpu_free < q.cpu_milli) return kNoFit;
     if (q.gpu_count == 0) return ScoreOf(Delta(n, view, s, q, memory, -1));
@@ -469,12 +526,18 @@ class FragmentationPolicy final : public Policy {
       return ScoreOf(Delta(n, view, s, q, memory, -1));
     }
     double best = kNoFit;
+    const bool planned = opt_.share_plan && !plan_.empty();
+    const auto& shares = planned ? shares_[static_cast<size_t>(node)] : kNoShares;
+    const int size = planned ? plan_.IndexOf(q.gpu_milli) : -1;
     for (int d = 0; d < n.device_count; ++d) {
       if (n.gpu_free[d] < q.gpu_milli) continue;
       bool same_seen = false;  // devices with equal free give equal states: the first one wins
-      for (int e = 0; e < d && !same_seen; ++e) same_seen = n.gpu_free[e] == n.gpu_free[d];
+      for (int e = 0; e < d && !same_seen; ++e) {
+        same_seen = n.gpu_free[e] == n.gpu_free[d] && (!planned || shares[e].jobs == shares[d].jobs);
+      }
       if (same_seen) continue;
       double v = ScoreOf(Delta(n, view, s, q, memory, d));
+      if (planned) v -= kTier * Tier(n, shares[d], d, size);
       if (v > best) {
         best = v;
         *device = static_cast<int8_t>(d);
@@ -482,6 +545,16 @@ class FragmentationPolicy final : public Policy {
     }
     return best;
   }
+
+  // Under a share plan: 0 for a device the job keeps on a pattern (or one outside every pattern
+  // already, or a size the plan leaves free), 1 for an empty device, 2 for a device the job
+  // would take off its pattern. A lower tier always wins.
+  static int Tier(const NodeState& n, const DeviceShares& ds, int d, int size) {
+    if (n.gpu_free[d] == kWholeGpu && ds.jobs.empty()) return 1;
+    if (size < 0 || !ds.fit.planned) return 0;
+    return (ds.fit.next >> size & 1) != 0 ? 0 : 2;
+  }
+  static constexpr double kTier = 1e12;  // far above any quantized delta
 
   void RecomputeNode(const ClusterState& state, int node) {
     const NodeState& n = state.node(node);
@@ -494,7 +567,7 @@ class FragmentationPolicy final : public Policy {
     row_.resize(qtypes_.size());
     for (size_t q = 0; q < qtypes_.size(); ++q) {
       int8_t dev = -1;
-      row_[q] = Entry(n, view, summary_, qtypes_[q], qmemory_[q], &dev);
+      row_[q] = Entry(n, node, view, summary_, qtypes_[q], qmemory_[q], &dev);
       devices_[q][node] = dev;
     }
     for (size_t q = 0; q < qtypes_.size(); ++q) TreeOf(static_cast<int>(q), n).Set(local, row_[q]);
@@ -531,7 +604,7 @@ class FragmentationPolicy final : public Policy {
       const ModelView& view = ViewOf(n.model);
       Summarize(n, view, &summary_);
       int8_t dev = -1;
-      TreeOf(it->second, n).Set(local_of_[static_cast<size_t>(node)], Entry(n, view, summary_, t, r.memory_mib, &dev));
+      TreeOf(it->second, n).Set(local_of_[static_cast<size_t>(node)], Entry(n, node, view, summary_, t, r.memory_mib, &dev));
       devices_.back()[node] = dev;
     }
     return it->second;
@@ -565,6 +638,8 @@ class FragmentationPolicy final : public Policy {
   std::vector<MilliGpu> model_cap_, model_free_, node_free_;
   MilliGpu total_cap_ = 0, total_free_ = 0;
   double seen_constrained_gpu_ = 0;
+  SharePlan plan_;
+  std::vector<std::array<DeviceShares, kMaxDevices>> shares_;  // per node, per device
 
   // What is learned from the stream.
   std::vector<std::pair<TaskType, int64_t>> seen_;

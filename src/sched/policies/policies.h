@@ -33,6 +33,10 @@ struct FragmentationOptions {
   // demand seen) x its milli-GPU x (the cluster's free share - its model's free share), so it
   // leaves room on the models that constrained jobs need. 0: off.
   double model_balance_weight = 0;
+  // Share plan (share_plan.h): fractional jobs keep each device on a pattern of the packing
+  // planned from the sizes seen; a job that would take a device off every pattern goes to an
+  // empty device instead, where one fits.
+  bool share_plan = false;
 };
 std::unique_ptr<Policy> NewFragmentationPolicy(std::string name, FragmentationOptions options,
                                                std::vector<WeightedType> mix);

@@ -33,7 +33,8 @@ Result<std::unique_ptr<Policy>> MakePolicy(std::string_view name, const PolicyCo
                                      .online_mix = true,
                                      .cpu_balance_weight = 1.0,
                                      .memory_balance_weight = 1.0,
-                                     .model_balance_weight = 8.0};
+                                     .model_balance_weight = 8.0,
+                                     .share_plan = true};
   if (name == "tessera") return NewFragmentationPolicy("tessera", tessera, {});
   if (name == "tessera-oracle") {
     FragmentationOptions oracle = tessera;

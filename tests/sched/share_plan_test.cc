@@ -185,5 +185,60 @@ TEST(SharePlanPolicyTest, AReleasedShareReopensItsSlot) {
   EXPECT_EQ(s.state().node(0).gpu_free[1 - big.placement.devices[0]], kWholeGpu);
 }
 
+// Whatever the tiers say, a job that fits some node is placed: under a random stream of shares,
+// whole and multi-device jobs, CPU-only jobs and model constraints, with releases and
+// re-adoptions, the default policy places exactly the jobs that fit.
+TEST(SharePlanPolicyTest, EveryJobThatFitsSomewhereIsPlaced) {
+  std::vector<Node> nodes;
+  std::mt19937_64 rng(3);
+  for (int i = 0; i < 12; ++i) {
+    nodes.push_back(MakeNode("n" + std::to_string(i), 2 + static_cast<int>(rng() % 7),
+                             16000 + static_cast<MilliCpu>(rng() % 48) * 1000, 262144, i % 3 ? "G2" : "T4"));
+  }
+  auto state = ClusterState::FromNodes(nodes);
+  ASSERT_TRUE(state.ok());
+  auto policy = MakePolicy("tessera", {});
+  ASSERT_TRUE(policy.ok());
+  Scheduler s(std::move(*state), std::move(*policy), 9);
+  const MilliGpu shares[] = {810, 470, 320, 650, 230, 160, 110, 50, 550, 370};
+  std::vector<Placement> held;
+  int placed = 0, refused = 0;
+  for (int i = 0; i < 3000; ++i) {
+    PlacementRequest r;
+    const int kind = static_cast<int>(rng() % 10);
+    if (kind < 6) {
+      r = Job(1000 + static_cast<MilliCpu>(rng() % 8) * 1000, 1, shares[rng() % 10]);
+    } else if (kind < 8) {
+      r = Job(4000, 1 + static_cast<int>(rng() % 2) * 3, 1000);
+    } else {
+      r = Job(2000 + static_cast<MilliCpu>(rng() % 4) * 1000, 0, 0);
+    }
+    if (r.gpu_count > 0 && rng() % 5 == 0) r.models = ModelMask{1} << s.state().model_id("T4");
+    bool fits = false;
+    for (int n = 0; n < s.state().node_count() && !fits; ++n) fits = NodeFits(s.state().node(n), r);
+    const auto res = s.Place(r);
+    ASSERT_EQ(res.placed(), fits) << "request " << i;
+    if (res.placed()) {
+      ++placed;
+      held.push_back(res.placement);
+    } else {
+      ++refused;
+    }
+    if (!held.empty() && rng() % 3 == 0) {  // a release, and now and then the same job adopted back
+      const size_t k = rng() % held.size();
+      const Placement p = held[k];
+      s.Release(p);
+      held.erase(held.begin() + static_cast<std::ptrdiff_t>(k));
+      if (rng() % 4 == 0) {
+        ASSERT_TRUE(s.Adopt(p).ok());
+        held.push_back(p);
+      }
+    }
+    ASSERT_TRUE(s.state().CheckInvariants().ok());
+  }
+  EXPECT_GT(placed, 500);
+  EXPECT_GT(refused, 100);  // the cluster was full at times
+}
+
 }  // namespace
 }  // namespace tessera::sched

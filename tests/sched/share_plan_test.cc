@@ -18,7 +18,8 @@ using testing::Job;
 using testing::MakeNode;
 
 // Every pattern fits a device, and the patterns' uses hold every job exactly once.
-void ExpectFeasible(const SharePlan& plan, const std::vector<std::pair<MilliGpu, int64_t>>& counts) {
+void ExpectFeasible(const SharePlan& plan,
+                    const std::vector<std::pair<MilliGpu, int64_t>>& counts) {
   ASSERT_FALSE(plan.empty());
   std::vector<double> held(plan.sizes().size(), 0.0);
   double devices = 0;
@@ -77,7 +78,8 @@ TEST(SharePlanTest, BetweenTheVolumeBoundAndFirstFitDecreasing) {
     std::vector<std::pair<MilliGpu, int64_t>> counts;
     const int sizes = 2 + static_cast<int>(rng() % 12);
     for (int i = 0; i < sizes; ++i) {
-      counts.emplace_back(10 * static_cast<MilliGpu>(1 + rng() % 99), 1 + static_cast<int64_t>(rng() % 40));
+      counts.emplace_back(10 * static_cast<MilliGpu>(1 + rng() % 99),
+                          1 + static_cast<int64_t>(rng() % 40));
     }
     const SharePlan plan = SharePlan::Solve(counts);
     std::vector<MilliGpu> jobs;
@@ -193,7 +195,8 @@ TEST(SharePlanPolicyTest, EveryJobThatFitsSomewhereIsPlaced) {
   std::mt19937_64 rng(3);
   for (int i = 0; i < 12; ++i) {
     nodes.push_back(MakeNode("n" + std::to_string(i), 2 + static_cast<int>(rng() % 7),
-                             16000 + static_cast<MilliCpu>(rng() % 48) * 1000, 262144, i % 3 ? "G2" : "T4"));
+                             16000 + static_cast<MilliCpu>(rng() % 48) * 1000, 262144,
+                             i % 3 ? "G2" : "T4"));
   }
   auto state = ClusterState::FromNodes(nodes);
   ASSERT_TRUE(state.ok());

@@ -167,6 +167,32 @@ TEST(SharePlanPolicyTest, AShareThatWouldLeaveEveryPatternTakesAnEmptyDevice) {
   EXPECT_EQ(DeviceOfTheTwoHundred(true, true), 1);
 }
 
+// Where GPU memory rules out the device the index chose, the best device that fits is taken,
+// tiers included: here the empty device with the memory, not the pattern the share would break.
+TEST(SharePlanPolicyTest, AShareRuledOutByGpuMemoryStillKeepsThePattern) {
+  Node node = MakeNode("n", 0, 64000, 262144);
+  node.devices = {Device{0, "G2", 81920}, Device{1, "G2", 16384}, Device{2, "G2", 81920}};
+  auto state = ClusterState::FromNodes({node});
+  ASSERT_TRUE(state.ok());
+  const std::vector<WeightedType> mix = {{TaskType{1000, 700, 1, 0}, 6.0 / 17, 6},
+                                         {TaskType{1000, 300, 1, 0}, 6.0 / 17, 6},
+                                         {TaskType{1000, 200, 1, 0}, 5.0 / 17, 5}};
+  FragmentationOptions opt{.quantum_milli = 10, .share_plan = true};
+  Scheduler s(std::move(*state), NewFragmentationPolicy("t", opt, mix), 1);
+  Placement big;
+  big.node = 0;
+  big.device_count = 1;
+  big.devices[0] = 0;
+  big.gpu_milli = 700;
+  big.cpu_milli = 1000;
+  ASSERT_TRUE(s.Adopt(big).ok());
+  PlacementRequest r = Job(1000, 1, 200);
+  r.gpu_memory_mib = 32768;  // not on device 1
+  const auto res = s.Place(r);
+  ASSERT_TRUE(res.placed());
+  EXPECT_EQ(res.placement.devices[0], 2);
+}
+
 // A released share reopens its place in the pattern.
 TEST(SharePlanPolicyTest, AReleasedShareReopensItsSlot) {
   auto state = ClusterState::FromNodes({MakeNode("n", 2, 64000, 262144)});

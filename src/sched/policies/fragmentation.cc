@@ -184,10 +184,9 @@ class FragmentationPolicy final : public Policy {
       if (NodeFits(n, r)) {
         int dev = r.fractional() ? devices_[q][node] : -1;
         if (dev >= 0 && !DeviceFits(n, dev, r)) {
-          // The index chose by compute; GPU memory rules this device out. Take the first
-          // device that fits instead (NodeFits guarantees one).
-          dev = 0;
-          while (!DeviceFits(n, dev, r)) ++dev;
+          // The index chose by compute; GPU memory rules this device out. Take the best of
+          // the devices that fit instead (NodeFits guarantees one).
+          dev = BestFittingDevice(n, node, r, qtypes_[static_cast<size_t>(q)]);
         }
         FillPlacement(n, node, r, dev, out);
         found = true;
@@ -541,6 +540,26 @@ class FragmentationPolicy final : public Policy {
       if (v > best) {
         best = v;
         *device = static_cast<int8_t>(d);
+      }
+    }
+    return best;
+  }
+
+  // The device of n that fits r (GPU memory included) with the best score, tiers included.
+  int BestFittingDevice(const NodeState& n, int node, const PlacementRequest& r, const TaskType& q) {
+    const ModelView& view = ViewOf(n.model);
+    Summarize(n, view, &summary_);
+    const bool planned = opt_.share_plan && !plan_.empty();
+    const int size = planned ? plan_.IndexOf(q.gpu_milli) : -1;
+    int best = -1;
+    double best_v = kNoFit;
+    for (int d = 0; d < n.device_count; ++d) {
+      if (!DeviceFits(n, d, r)) continue;
+      double v = ScoreOf(Delta(n, view, summary_, q, r.memory_mib, d));
+      if (planned) v -= kTier * Tier(n, shares_[static_cast<size_t>(node)][static_cast<size_t>(d)], d, size);
+      if (best < 0 || v > best_v) {
+        best = d;
+        best_v = v;
       }
     }
     return best;

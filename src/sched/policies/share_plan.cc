@@ -79,7 +79,13 @@ SharePlan SharePlan::Solve(const std::vector<std::pair<MilliGpu, int64_t>>& coun
     binv[i * k + i] = 1;
   }
   std::vector<double> x = d, y(k), u(k);
-  const int max_rounds = 50 * static_cast<int>(k) + 100;
+  // Tolerances relative to the counts (a mix given as weights counts in units of 1e-9).
+  const double eps = kEps * std::max(1.0, *std::max_element(d.begin(), d.end()));
+  // Cutting-stock LPs are degenerate: stop after a bounded number of rounds, or of pivots in a
+  // row that move nothing, with the (feasible) basis reached. A plan is made inside a
+  // placement decision, so its cost must stay bounded.
+  const int max_rounds = 20 * static_cast<int>(k) + 50;
+  int stalled = 0;
   for (int round = 0; round < max_rounds; ++round) {
     // Duals: y = c_B B^-1 with every cost 1, i.e. the column sums of B^-1.
     std::fill(y.begin(), y.end(), 0.0);
@@ -89,6 +95,7 @@ SharePlan SharePlan::Solve(const std::vector<std::pair<MilliGpu, int64_t>>& coun
     double value = 0;
     std::vector<int> a = BestPattern(plan.sizes_, y, &value);
     if (value <= 1 + 1e-7) break;  // no pattern has a negative reduced cost: optimal
+    if (std::find(basis.begin(), basis.end(), a) != basis.end()) break;  // rounding, not progress
     // u = B^-1 a; the leaving row by the ratio test (ties to the largest pivot).
     for (size_t r = 0; r < k; ++r) {
       double s = 0;
@@ -100,8 +107,8 @@ SharePlan SharePlan::Solve(const std::vector<std::pair<MilliGpu, int64_t>>& coun
     for (size_t r = 0; r < k; ++r) {
       if (u[r] <= kEps) continue;
       const double ratio = std::max(0.0, x[r]) / u[r];
-      if (leave < 0 || ratio < best_ratio - kEps ||
-          (ratio <= best_ratio + kEps && u[r] > u[static_cast<size_t>(leave)])) {
+      if (leave < 0 || ratio < best_ratio - eps ||
+          (ratio <= best_ratio + eps && u[r] > u[static_cast<size_t>(leave)])) {
         leave = static_cast<int>(r);
         best_ratio = ratio;
       }
@@ -109,6 +116,8 @@ SharePlan SharePlan::Solve(const std::vector<std::pair<MilliGpu, int64_t>>& coun
     if (leave < 0) break;  // cannot happen with positive costs; stop rather than loop
     const size_t l = static_cast<size_t>(leave);
     const double theta = best_ratio;
+    stalled = theta <= eps ? stalled + 1 : 0;
+    if (stalled > 2 * static_cast<int>(k)) break;
     for (size_t r = 0; r < k; ++r) x[r] -= theta * u[r];
     x[l] = theta;
     const double pivot = u[l];
@@ -124,7 +133,7 @@ SharePlan SharePlan::Solve(const std::vector<std::pair<MilliGpu, int64_t>>& coun
   // The patterns in use, merged when the same pattern is basic twice (degenerate pivots).
   std::map<std::vector<int>, double> used;
   for (size_t j = 0; j < k; ++j) {
-    if (x[j] > kEps) used[basis[j]] += x[j];
+    if (x[j] > eps) used[basis[j]] += x[j];
   }
   for (auto& [pattern, uses] : used) {
     plan.patterns_.push_back(pattern);

@@ -20,7 +20,8 @@
 
 namespace tessera::sched {
 
-inline constexpr int kMaxPlannedSizes = 63;
+inline constexpr int kMaxPlannedSizes = 63;  // a device's next sizes are a 64-bit mask
+static_assert(kMaxPlannedSizes <= 64);
 
 class SharePlan {
  public:

@@ -131,6 +131,25 @@ TEST(SharePlanTest, PlansOnlyTheMostFrequentSizesAndIgnoresWholeDevices) {
   EXPECT_TRUE(SharePlan::Solve({}).empty());
 }
 
+// A workload of 700s, 300s and 200s whose optimum pairs each 700 with a 300.
+std::vector<WeightedType> SevenHundredsMix() {
+  return {{TaskType{1000, 700, 1, 0}, 6.0 / 17, 6},
+          {TaskType{1000, 300, 1, 0}, 6.0 / 17, 6},
+          {TaskType{1000, 200, 1, 0}, 5.0 / 17, 5}};
+}
+
+// A 700 share on device 0 of node 0, as a restart adopts it.
+Placement SevenHundredOnDeviceZero() {
+  Placement p;
+  p.node = 0;
+  p.device_count = 1;
+  p.devices[0] = 0;
+  p.gpu_milli = 700;
+  p.cpu_milli = 1000;
+  p.memory_mib = 1024;
+  return p;
+}
+
 // One node, two devices, a workload of 700s, 300s and 200s whose optimum pairs each 700 with a
 // 300. With a 700 on device 0, a 200 fits there too, and the fragmentation gradient prefers it
 // (it fills the 300-hole a 700 cannot use); the plan sends it to the empty device instead,
@@ -138,20 +157,11 @@ TEST(SharePlanTest, PlansOnlyTheMostFrequentSizesAndIgnoresWholeDevices) {
 // restart (the policy must learn of adopted jobs too).
 int DeviceOfTheTwoHundred(bool share_plan, bool adopted) {
   auto state = ClusterState::FromNodes({MakeNode("n", 2, 64000, 262144)});
-  const std::vector<WeightedType> mix = {{TaskType{1000, 700, 1, 0}, 6.0 / 17, 6},
-                                         {TaskType{1000, 300, 1, 0}, 6.0 / 17, 6},
-                                         {TaskType{1000, 200, 1, 0}, 5.0 / 17, 5}};
+  const std::vector<WeightedType> mix = SevenHundredsMix();
   FragmentationOptions opt{.quantum_milli = 10, .share_plan = share_plan};
   Scheduler s(std::move(*state), NewFragmentationPolicy("t", opt, mix), 1);
   if (adopted) {
-    Placement p;
-    p.node = 0;
-    p.device_count = 1;
-    p.devices[0] = 0;
-    p.gpu_milli = 700;
-    p.cpu_milli = 1000;
-    p.memory_mib = 1024;
-    EXPECT_TRUE(s.Adopt(p).ok());
+    EXPECT_TRUE(s.Adopt(SevenHundredOnDeviceZero()).ok());
   } else {
     const auto r = s.Place(Job(1000, 1, 700));
     EXPECT_TRUE(r.placed());
@@ -174,18 +184,10 @@ TEST(SharePlanPolicyTest, AShareRuledOutByGpuMemoryStillKeepsThePattern) {
   node.devices = {Device{0, "G2", 81920}, Device{1, "G2", 16384}, Device{2, "G2", 81920}};
   auto state = ClusterState::FromNodes({node});
   ASSERT_TRUE(state.ok());
-  const std::vector<WeightedType> mix = {{TaskType{1000, 700, 1, 0}, 6.0 / 17, 6},
-                                         {TaskType{1000, 300, 1, 0}, 6.0 / 17, 6},
-                                         {TaskType{1000, 200, 1, 0}, 5.0 / 17, 5}};
+  const std::vector<WeightedType> mix = SevenHundredsMix();
   FragmentationOptions opt{.quantum_milli = 10, .share_plan = true};
   Scheduler s(std::move(*state), NewFragmentationPolicy("t", opt, mix), 1);
-  Placement big;
-  big.node = 0;
-  big.device_count = 1;
-  big.devices[0] = 0;
-  big.gpu_milli = 700;
-  big.cpu_milli = 1000;
-  ASSERT_TRUE(s.Adopt(big).ok());
+  ASSERT_TRUE(s.Adopt(SevenHundredOnDeviceZero()).ok());
   PlacementRequest r = Job(1000, 1, 200);
   r.gpu_memory_mib = 32768;  // not on device 1
   const auto res = s.Place(r);

@@ -527,7 +527,6 @@ class FragmentationPolicy final : public Policy {
     double best = kNoFit;
     const bool planned = opt_.share_plan && !plan_.empty();
     const auto& shares = planned ? shares_[static_cast<size_t>(node)] : kNoShares;
-    const int size = planned ? plan_.IndexOf(q.gpu_milli) : -1;
     for (int d = 0; d < n.device_count; ++d) {
       if (n.gpu_free[d] < q.gpu_milli) continue;
       bool same_seen = false;  // devices with equal free give equal states: the first one wins
@@ -535,8 +534,7 @@ class FragmentationPolicy final : public Policy {
         same_seen = n.gpu_free[e] == n.gpu_free[d] && (!planned || shares[e].jobs == shares[d].jobs);
       }
       if (same_seen) continue;
-      double v = ScoreOf(Delta(n, view, s, q, memory, d));
-      if (planned) v -= kTier * Tier(n, shares[d], d, size);
+      const double v = ShareScore(n, node, view, s, q, memory, d);
       if (v > best) {
         best = v;
         *device = static_cast<int8_t>(d);
@@ -549,20 +547,26 @@ class FragmentationPolicy final : public Policy {
   int BestFittingDevice(const NodeState& n, int node, const PlacementRequest& r, const TaskType& q) {
     const ModelView& view = ViewOf(n.model);
     Summarize(n, view, &summary_);
-    const bool planned = opt_.share_plan && !plan_.empty();
-    const int size = planned ? plan_.IndexOf(q.gpu_milli) : -1;
     int best = -1;
     double best_v = kNoFit;
     for (int d = 0; d < n.device_count; ++d) {
       if (!DeviceFits(n, d, r)) continue;
-      double v = ScoreOf(Delta(n, view, summary_, q, r.memory_mib, d));
-      if (planned) v -= kTier * Tier(n, shares_[static_cast<size_t>(node)][static_cast<size_t>(d)], d, size);
+      const double v = ShareScore(n, node, view, summary_, q, r.memory_mib, d);
       if (best < 0 || v > best_v) {
         best = d;
         best_v = v;
       }
     }
     return best;
+  }
+
+  // Score of share type q on device d of n: the gradient's, below every better tier.
+  double ShareScore(const NodeState& n, int node, const ModelView& view, const Summary& s,
+                    const TaskType& q, MiB memory, int d) const {
+    const double v = ScoreOf(Delta(n, view, s, q, memory, d));
+    if (!opt_.share_plan || plan_.empty()) return v;
+    const DeviceShares& ds = shares_[static_cast<size_t>(node)][static_cast<size_t>(d)];
+    return v - kTier * Tier(n, ds, d, plan_.IndexOf(q.gpu_milli));
   }
 
   // Under a share plan: 0 for a device the job keeps on a pattern (or one outside every pattern

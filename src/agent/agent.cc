@@ -144,7 +144,8 @@ class Agent {
     auto& manager = swap_[index];
     if (manager == nullptr) {
       const uint64_t bytes = static_cast<uint64_t>(inventory_.devices[index].memory_mib) << 20;
-      manager = std::make_unique<SwapManager>(SwapManager::Options{bytes, options_.swap_idle_ms});
+      manager = std::make_unique<SwapManager>(SwapManager::Options{
+          .device_memory = bytes, .idle_ms = options_.swap_idle_ms, .slice_ms = options_.swap_slice_ms});
     }
     const std::string region = options_.region_dir + "/tessera-capgpu-" + spec.id;
     Status s = manager->Add(spec.id, region, NowMs());

@@ -49,6 +49,7 @@ struct AgentOptions {
   std::string swap_dir;
   int64_t swap_disk_bytes = 0;  // what the node offers under swap_dir, reported as capacity
   int swap_idle_ms = 30000;
+  int swap_slice_ms = 0;  // slicing: active shares past this may be swapped out for one in need (0: off)
   int poll_ms = 50;                 // how often finished processes are reaped
   int default_heartbeat_ms = 1000;  // until the register reply says otherwise
   int max_backoff_ms = 10000;       // retry ceiling while the control plane is down

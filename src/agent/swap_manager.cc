@@ -12,7 +12,10 @@ struct SwapManager::Share {
   capgpu::Region region;
   uint64_t launches = 0, gate_waits = 0, resident = 0, cap = 0;
   int64_t last_active_ms = 0;
-  int64_t swap_outs = 0;
+  int64_t resident_since_ms = 0;  // since its swapped bytes last came back (or it was added)
+  bool was_out = false;           // asked out, or not all resident, as of the last tick
+  int64_t held_since_ms = -1;     // slicing: asked out while active and held out since then
+  int64_t swap_outs = 0, sliced = 0;
   capgpu::SwapSummary summary;
   uint32_t target = 0;
 };
@@ -21,6 +24,8 @@ namespace {
 
 // Under pressure a share this long without activity may make room for another.
 constexpr int64_t kPressureIdleMs = 2000;
+// Slicing: at most one round of active shares asked out per device per this long.
+constexpr int64_t kSliceGapMs = 2000;
 
 // "8.0 GiB", or "512.0 MiB" below a GiB.
 std::string Gib(uint64_t bytes) {
@@ -30,6 +35,13 @@ std::string Gib(uint64_t bytes) {
   } else {
     std::snprintf(buf, sizeof(buf), "%.1f GiB", static_cast<double>(bytes) / (1ULL << 30));
   }
+  return buf;
+}
+
+// "2.5 s".
+std::string Seconds(int64_t ms) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f s", static_cast<double>(ms) / 1000);
   return buf;
 }
 
@@ -51,6 +63,7 @@ Status SwapManager::Add(const std::string& id, const std::string& region_path, i
     }
   }
   share->last_active_ms = now_ms;
+  share->resident_since_ms = now_ms;
   shares_[id] = std::move(share);
   return Status::Ok();
 }
@@ -61,7 +74,7 @@ uint64_t SwapManager::HostBytes() const {
   uint64_t bytes = 0;
   for (const auto& [id, s] : shares_) {
     bytes += s->summary.host_bytes;
-    if (s->target == static_cast<uint32_t>(capgpu::SwapTarget::kOut)) bytes += s->summary.resident_bytes;
+    if (s->target != static_cast<uint32_t>(capgpu::SwapTarget::kResident)) bytes += s->summary.resident_bytes;
   }
   return bytes;
 }
@@ -85,6 +98,10 @@ std::vector<std::string> SwapManager::Tick(int64_t now_ms, uint64_t* host_ram_le
         s->summary.resident_bytes != s->resident || wants) {
       s->last_active_ms = now_ms;
     }
+    const bool out = s->summary.host_bytes + s->summary.disk_bytes > 0 || s->summary.swapped > 0 ||
+                     s->summary.swapping_in > 0 || s->summary.swapping_out > 0;
+    if (s->was_out && !out) s->resident_since_ms = now_ms;  // back (or not out after all)
+    s->was_out = out;
     s->launches = launches;
     s->gate_waits = s->summary.gate_waits;
     s->resident = s->summary.resident_bytes;
@@ -101,14 +118,34 @@ std::vector<std::string> SwapManager::Tick(int64_t now_ms, uint64_t* host_ram_le
       need += n;
       needy += (needy.empty() ? "" : ", ") + id;
     }
-    if (s->target == static_cast<uint32_t>(capgpu::SwapTarget::kOut) && s->summary.unswappable == 0) {
+    if (s->target != static_cast<uint32_t>(capgpu::SwapTarget::kResident) && s->summary.unswappable == 0) {
       leaving += s->summary.resident_bytes;
     }
     if (s->cap != capgpu::kNoLimit) headroom = std::max(headroom, std::min(s->cap, options_.device_memory));
   }
+  // A share sliced out is held at the gate until the shares it made room for have it (or for a
+  // slice at most), so that its own next driver call does not take the room back first; then it
+  // waits in turn like any share that wants its bytes back.
+  for (auto& [id, s] : shares_) {
+    if (s->held_since_ms < 0) continue;
+    uint64_t own = s->summary.room_wanted;
+    if (s->summary.swapping_in > 0) own += s->summary.host_bytes + s->summary.disk_bytes;
+    const bool others_served = need <= own;
+    if (!others_served && now_ms - s->held_since_ms < std::max(options_.slice_ms, kSliceGapMs)) continue;
+    if (s->target == static_cast<uint32_t>(capgpu::SwapTarget::kHold)) {
+      capgpu::RequestSwap(s->region, capgpu::SwapTarget::kOut);
+      actions.push_back("release " + s->id + ": " +
+                        (others_served ? std::string("the room it left is taken") : "held a slice") +
+                        "; it comes back when it next runs and there is room");
+    }
+    s->held_since_ms = -1;
+  }
   const uint64_t free = options_.device_memory > resident_total ? options_.device_memory - resident_total : 0;
   const bool pressure = need > free + leaving;
-  if (!pressure && (!options_.ahead || free + leaving >= headroom)) return actions;
+  if (!pressure && (!options_.ahead || free + leaving >= headroom)) {
+    last_waiting_.clear();
+    return actions;
+  }
   // The least recently active shares idle for `idle_for` or longer, not already leaving.
   const int64_t idle_for = pressure ? std::min(options_.idle_ms, kPressureIdleMs) : options_.idle_ms;
   std::vector<Share*> idle;
@@ -125,28 +162,66 @@ std::vector<std::string> SwapManager::Tick(int64_t now_ms, uint64_t* host_ram_le
             [](const Share* a, const Share* b) { return a->last_active_ms < b->last_active_ms; });
   const uint64_t goal = pressure ? need : headroom;
   uint64_t freeing = leaving;
-  for (Share* s : idle) {
-    if (free + freeing >= goal) break;
+  // Asks share s out; its pinned copies may take what the node's budget has left, the rest goes
+  // to disk.
+  auto ask_out = [&](Share* s, capgpu::SwapTarget target) {
     if (host_ram_left != nullptr) {
-      // Its pinned copies may take what the node's budget has left; the rest goes to disk.
       capgpu::RegionLock lock(s->region);
-      if (!lock.held()) continue;
+      if (!lock.held()) return false;
       s->region.data().swap_ram_limit = s->region.data().host_used + *host_ram_left;
       *host_ram_left -= std::min(*host_ram_left, s->summary.resident_bytes);
     }
-    if (!capgpu::RequestSwap(s->region, capgpu::SwapTarget::kOut)) continue;
+    if (!capgpu::RequestSwap(s->region, target)) return false;
     ++s->swap_outs;
+    s->was_out = true;  // its return is seen even if it comes back before the next tick
     freeing += s->summary.resident_bytes;
+    return true;
+  };
+  for (Share* s : idle) {
+    if (free + freeing >= goal) break;
+    if (!ask_out(s, capgpu::SwapTarget::kOut)) continue;
     const std::string idle_s = std::to_string((now_ms - s->last_active_ms) / 1000);
     actions.push_back(pressure ? "swap-out " + s->id + ": idle " + idle_s + " s, frees " +
                                      Gib(s->summary.resident_bytes) + " for " + needy
                                : "swap-out " + s->id + ": idle " + idle_s +
                                      " s, ahead of need: keeps " + Gib(headroom) + " free for the next wake");
   }
-  if (pressure && free + freeing < need) {
-    actions.push_back("waiting: " + needy + " need " + Gib(need) + ", " + Gib(free + freeing) +
-                      " free or being freed, no idle share to swap out");
+  // Slicing: active shares that have held the device a slice or longer, longest first.
+  const bool slicing = pressure && options_.slice_ms > 0;
+  if (slicing && free + freeing < need && now_ms >= next_slice_ms_) {
+    std::vector<Share*> held;
+    for (auto& [id, s] : shares_) {
+      const bool in_need = s->summary.room_wanted > 0 || s->summary.swapping_in > 0;
+      if (in_need || s->summary.resident_bytes == 0 || s->summary.unswappable > 0 ||
+          s->target != static_cast<uint32_t>(capgpu::SwapTarget::kResident) ||
+          now_ms - s->resident_since_ms < options_.slice_ms ||
+          std::find(idle.begin(), idle.end(), s.get()) != idle.end()) {
+        continue;
+      }
+      held.push_back(s.get());
+    }
+    std::sort(held.begin(), held.end(),
+              [](const Share* a, const Share* b) { return a->resident_since_ms < b->resident_since_ms; });
+    for (Share* s : held) {
+      if (free + freeing >= need) break;
+      if (!ask_out(s, capgpu::SwapTarget::kHold)) continue;
+      ++s->sliced;
+      s->held_since_ms = now_ms;
+      next_slice_ms_ = now_ms + kSliceGapMs;
+      actions.push_back("swap-out " + s->id + ": active, held the device " +
+                        Seconds(now_ms - s->resident_since_ms) + " (slice " + Seconds(options_.slice_ms) +
+                        "), frees " + Gib(s->summary.resident_bytes) + " for " + needy);
+    }
   }
+  std::string waiting;
+  if (pressure && free + freeing < need) {
+    waiting = "waiting: " + needy + " need " + Gib(need) + ", " + Gib(free + freeing) +
+              " free or being freed, no idle share to swap out" +
+              (slicing ? " and none active past its slice" : "");
+  }
+  // Said once, not at every tick while it lasts.
+  if (!waiting.empty() && waiting != last_waiting_) actions.push_back(waiting);
+  last_waiting_ = waiting;
   return actions;
 }
 
@@ -162,6 +237,7 @@ std::vector<SwapManager::ShareState> SwapManager::States() const {
     st.room_wanted = m.room_wanted;
     st.last_active_ms = s->last_active_ms;
     st.swap_outs = s->swap_outs;
+    st.sliced = s->sliced;
     out.push_back(st);
   }
   return out;

@@ -12,8 +12,14 @@
 //   region (state "resuming", room_wanted) and in Tick's report;
 // - ahead of need (`ahead`): while the device has less free than the largest cap among its
 //   shares, shares idle for idle_ms or longer are swapped out, so the next share to wake finds
-//   room and only copies its own bytes back. `tessera sim swap` models both rules
-//   (src/sim/swap_model.h): at PCIe Gen5 the second halves the median time-to-resume.
+//   room and only copies its own bytes back;
+// - slicing (`slice_ms`, off by default): when no idle share can meet the need, active shares
+//   that have held the device slice_ms or longer since they last came back are swapped out,
+//   longest first, at most once per device per 2 s. They pause (their next driver call waits at
+//   the gate) and come back in turn, so a wait lasts about a slice instead of until an active
+//   share goes idle.
+// `tessera sim swap` models these rules (src/sim/swap_model.h): at PCIe Gen5 ahead-of-need
+// halves the median time-to-resume, and slicing cuts the longest waits from minutes to seconds.
 //
 //   SwapManager m({.device_memory = 80 * GiB, .idle_ms = 30000});
 //   m.Add("job-7", "/dev/shm/tessera-capgpu-job-7");
@@ -38,6 +44,7 @@ class SwapManager {
     uint64_t device_memory = 0;  // bytes of the device the shares sit on
     int64_t idle_ms = 30000;     // idle this long: swapped out ahead of need (pressure: 2 s)
     bool ahead = true;           // keep room for the next wake (false: swap out only on need)
+    int64_t slice_ms = 0;        // 0: a share in need waits for an active one to go idle
   };
   struct ShareState {
     std::string id;
@@ -45,6 +52,7 @@ class SwapManager {
     uint64_t resident_bytes = 0, swapped_bytes = 0, room_wanted = 0;
     int64_t last_active_ms = 0;
     int64_t swap_outs = 0;  // requested by this manager
+    int64_t sliced = 0;     // of those, while it was active (slicing)
   };
 
   explicit SwapManager(Options options);
@@ -57,9 +65,11 @@ class SwapManager {
   // One pass. `host_ram_left`, when given, is what the node's swap RAM budget (--swap-ram) has
   // left for all its devices' shares: each share asked out may put at most that much in pinned
   // host memory (its region's limit is set so; the rest goes to its disk tier), and it is
-  // decremented by what each asked-out share may take. Returns one line per action taken ("swap-out job-7: idle 41 s, frees 8.0 GiB for
-  // job-9", "swap-out job-3: idle 95 s, ahead of need: keeps 16.0 GiB free for the next wake"),
-  // and a "waiting" line for a share whose need no idle share can meet.
+  // decremented by what each asked-out share may take. Returns one line per action taken
+  // ("swap-out job-7: idle 41 s, frees 8.0 GiB for job-9", "swap-out job-3: idle 95 s, ahead of
+  // need: keeps 16.0 GiB free for the next wake", "swap-out job-5: active, held the device
+  // 12.0 s (slice 10.0 s), frees ...", "release job-5: ..."), and a "waiting" line when a need
+  // no share can meet begins or changes (not again at every tick while it lasts).
   std::vector<std::string> Tick(int64_t now_ms, uint64_t* host_ram_left = nullptr);
 
   // Host RAM the shares hold or are about to (swapped out to RAM, or asked out and still
@@ -71,6 +81,8 @@ class SwapManager {
  private:
   struct Share;
   Options options_;
+  int64_t next_slice_ms_ = 0;  // slicing: no active share asked out before this
+  std::string last_waiting_;   // the "waiting" line of the last tick ("" if none)
   std::map<std::string, std::unique_ptr<Share>> shares_;
 };
 

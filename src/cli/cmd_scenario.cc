@@ -114,7 +114,7 @@ void RegisterScenarioCommands(CLI::App& app, CommandContext& ctx) {
   struct SwapCli {
     sim::SwapEstate e;
     int64_t cap_min_gib = 8, cap_max_gib = 16, card_gib = 80, host_ram_gib = 1024;
-    std::string burst = "2m", duration = "24h", idle = "30s";
+    std::string burst = "2m", duration = "24h", idle = "30s", slice = "0s";
   };
   auto w = std::make_shared<SwapCli>();
   auto* swap = sim->add_subcommand(
@@ -131,20 +131,23 @@ void RegisterScenarioCommands(CLI::App& app, CommandContext& ctx) {
   swap->add_option("--host-ram", w->host_ram_gib, "host RAM for swapped bytes per card, GiB (1024)");
   swap->add_option("--duration", w->duration, "simulated time (24h)");
   swap->add_option("--swap-idle", w->idle, "idle this long, a session is swapped out ahead of need (30s; the agent's --swap-idle)");
+  swap->add_option("--swap-slice", w->slice, "0s: a wake waits for active sessions; else it may take the place of one active this long (the agent's --swap-slice)");
   swap->add_flag("--lazy", w->e.lazy, "swap out only when room is needed, never ahead of need");
   swap->add_option("--seed", w->e.seed, "seed (1)");
   swap->callback([w, &ctx] {
     auto burst = sim::ParseDuration(w->burst);
     auto duration = sim::ParseDuration(w->duration);
     auto idle = sim::ParseDuration(w->idle);
-    if (!burst.ok() || !duration.ok() || !idle.ok()) {
-      std::cerr << "tessera sim swap: --burst, --duration and --swap-idle take durations such as 30s, 2m or 24h\n";
+    auto slice = sim::ParseDuration(w->slice);
+    if (!burst.ok() || !duration.ok() || !idle.ok() || !slice.ok()) {
+      std::cerr << "tessera sim swap: --burst, --duration, --swap-idle and --swap-slice take durations such as 30s, 2m or 24h\n";
       ctx.exit_code = 2;
       return;
     }
     w->e.burst_us = *burst * 1'000'000;
     w->e.duration_us = *duration * 1'000'000;
     w->e.idle_us = *idle * 1'000'000;
+    w->e.slice_us = *slice * 1'000'000;
     w->e.cap_min_mib = w->cap_min_gib * 1024;
     w->e.cap_max_mib = w->cap_max_gib * 1024;
     w->e.card_memory_mib = w->card_gib * 1024;

@@ -17,6 +17,10 @@
 //   device; if the card lacks room, the least recently active idle sessions are swapped out
 //   first (device-to-host at host_mbps), then its bytes come back (host-to-device at host_mbps).
 //   With no idle session to evict it waits until an active one goes idle.
+// - slicing (`slice_us`, off by default): a session that would wait for an active one to go
+//   idle takes the place of the active sessions that have held the device slice_us or longer
+//   instead; they pause (their burst resumes where it stopped) and wait in turn, so no wait
+//   lasts much past a slice, at the price of more, shorter pauses.
 // The link carries one transfer at a time, ahead-of-need swap-outs included. A session's
 // time-to-resume runs from its activation to the moment its memory is back. Sessions whose
 // swapped bytes pass the node's host RAM budget go to disk (disk_mbps) instead.
@@ -45,6 +49,10 @@ struct SwapEstate {
   int64_t host_ram_mib = 1024 * 1024;      // per card's share of the node's swap_ram
   int64_t idle_us = 30'000'000;            // the agent's --swap-idle: idle this long, swapped ahead of need
   bool lazy = false;                       // no swap-out ahead of need: only when room is needed
+  // Slicing (the agent's --swap-slice): 0, a session that finds the card's active sessions
+  // filling it waits for one to go idle; else it may take the place of active sessions that have
+  // held the device this long, longest first, at most one such swap-out per card per 2 s.
+  int64_t slice_us = 0;
   int64_t duration_us = 24LL * 3600 * 1'000'000;
   uint64_t seed = 1;
 };
@@ -63,6 +71,11 @@ struct SwapEstateReport {
   // Over the resumes that did not wait for an active session: what the link and the swap
   // manager cost, without the waits for a card whose active sessions fill it.
   int64_t prompt_resume_p99_us = 0;
+  int64_t waited_us = 0;          // every wait for memory (wakes and returns), in all
+  int64_t preemptions = 0;        // active sessions swapped out for a waiting one (slicing)
+  int64_t stalled_us = 0;         // what those preemptions paused active sessions for, in all
+  int64_t return_p99_us = 0, return_max_us = 0;  // a preempted session's wait to come back
+  int64_t wait_p99_us = 0;        // over every wait for memory: wakes and returns together
   int64_t peak_host_mib = 0;      // swapped-out bytes held at once, on the busiest card
   std::string Text(const SwapEstate& e) const;
 };

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -184,6 +185,105 @@ TEST_F(SwapManagerTest, TheNodesHostRamBudgetSendsTheRestToDisk) {
   m.Tick(NowMs(), &left);  // HostBytes is as of the last tick
   EXPECT_EQ(m.HostBytes(), 0u) << "on disk: nothing taken from the node's RAM";
   EXPECT_EQ(pa.Ask("check x 4", 20000), "check x ok");
+}
+
+// Slicing: two shares that both stay active cannot both fit. Without slicing the second one's
+// allocation waits for the first to go idle, which it never does; with a slice, the share that
+// has held the device longest is swapped out while active, pauses at the gate, and comes back
+// in turn: both keep running, neither sees an error, and their bytes survive every round.
+TEST_F(SwapManagerTest, SlicingTakesTurnsBetweenActiveShares) {
+  const std::string a = Region("a", 8 * kMiB), b = Region("b", 8 * kMiB);
+  Probe pa(CAPGPU_SWAP_PROBE, Env(a)), pb(CAPGPU_SWAP_PROBE, Env(b));
+  EXPECT_EQ(pa.Ask("alloc x 6MiB"), "alloc x 0");
+  EXPECT_EQ(pa.Ask("fill x 1"), "fill x 0");
+  EXPECT_EQ(pa.Ask("alloc k 1MiB"), "alloc k 0");
+
+  // Each share launches kernels on its own small buffer `k` until told to stop.
+  std::atomic<bool> stop_kernels{false};
+  std::atomic<int> kernels_a{0}, kernels_b{0};
+  std::vector<std::string> errors;
+  std::mutex errors_mu;
+  auto kernels = [&](Probe& p, std::atomic<int>& count) {
+    while (!stop_kernels) {
+      const std::string reply = p.Ask("kernel k", 30000);
+      if (reply != "kernel k 0") {
+        std::lock_guard<std::mutex> lock(errors_mu);
+        errors.push_back(reply);
+        return;
+      }
+      ++count;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  };
+  std::thread run_a(kernels, std::ref(pa), std::ref(kernels_a));
+
+  std::atomic<bool> stop_ticks{false};
+  std::vector<std::string> log;
+  auto tick = [&](SwapManager& m) {
+    while (!stop_ticks) {
+      for (auto& line : m.Tick(NowMs())) log.push_back(line);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  };
+  auto state = [](const SwapManager& m, const std::string& id) {
+    for (const auto& s : m.States()) {
+      if (s.id == id) return s;
+    }
+    return SwapManager::ShareState{};
+  };
+
+  // No slicing: b's allocation needs room that only the active a holds, and it waits.
+  {
+    SwapManager m({.device_memory = 12 * kMiB, .idle_ms = 100});
+    ASSERT_TRUE(m.Add("a", a, NowMs()).ok());
+    ASSERT_TRUE(m.Add("b", b, NowMs()).ok());
+    std::thread ticker([&] { tick(m); });
+    pb.Send("alloc y 6MiB");
+    EXPECT_EQ(pb.Line(1500), "") << "b waits while a stays active";
+    stop_ticks = true;
+    ticker.join();
+    EXPECT_EQ(state(m, "a").swap_outs, 0);
+    int waiting = 0;
+    for (const auto& line : log) waiting += line.rfind("waiting: b need", 0) == 0 ? 1 : 0;
+    EXPECT_EQ(waiting, 1) << "said once, not at every tick";
+    EXPECT_GT(kernels_a.load(), 10) << "a kept running";
+  }
+
+  // A slice of 300 ms: a is asked out while active, b's allocation goes through, and from then
+  // on the two take turns, at most one round per 2 s.
+  log.clear();
+  stop_ticks = false;
+  SwapManager m({.device_memory = 12 * kMiB, .idle_ms = 100, .slice_ms = 300});
+  ASSERT_TRUE(m.Add("a", a, NowMs() - 1000).ok());
+  ASSERT_TRUE(m.Add("b", b, NowMs()).ok());
+  std::thread ticker([&] { tick(m); });
+  EXPECT_EQ(pb.Line(20000), "alloc y 0");
+  EXPECT_EQ(pb.Ask("fill y 2", 20000), "fill y 0");
+  EXPECT_EQ(pb.Ask("alloc k 1MiB", 20000), "alloc k 0");
+  std::thread run_b(kernels, std::ref(pb), std::ref(kernels_b));
+  const int a_before = kernels_a.load();
+  std::this_thread::sleep_for(std::chrono::milliseconds(5500));
+  stop_kernels = true;
+  run_a.join();
+  run_b.join();
+  {
+    std::lock_guard<std::mutex> lock(errors_mu);
+    EXPECT_TRUE(errors.empty()) << errors.front();
+  }
+  EXPECT_GT(kernels_a.load(), a_before) << "a came back and ran again";
+  EXPECT_GT(kernels_b.load(), 0);
+  EXPECT_GE(state(m, "a").sliced, 2) << "for b's allocation, and again for b's turn to end";
+  EXPECT_GE(state(m, "b").sliced, 1) << "for a's return";
+  bool logged = false;
+  for (const auto& line : log) {
+    logged = logged || line.rfind("swap-out a: active, held the device", 0) == 0;
+  }
+  EXPECT_TRUE(logged);
+  // Both idle now: whichever is out comes back when it next runs, its bytes intact.
+  EXPECT_EQ(pa.Ask("check x 1", 20000), "check x ok");
+  EXPECT_EQ(pb.Ask("check y 2", 20000), "check y ok");
+  stop_ticks = true;
+  ticker.join();
 }
 
 }  // namespace

@@ -81,6 +81,38 @@ TEST(SwapModel, BadEstatesAreRefusedNamingTheField) {
   e = SwapEstate{};
   e.active_percent = 0;
   EXPECT_NE(RunSwapEstate(e).status().message().find("active"), std::string::npos);
+  e = SwapEstate{};
+  e.slice_us = -1;
+  EXPECT_NE(RunSwapEstate(e).status().message().find("slice"), std::string::npos);
+}
+
+// Slicing on 4 cards: a wake that finds the card's active sessions filling it takes the place
+// of the one that has held the device longest instead of waiting for one to go idle. The longest
+// waits drop from minutes to seconds; the price is paid by the sessions paused mid-burst, whose
+// wait to come back the model reports beside the wakes' (it is about a slice, not under 1 s).
+TEST(SwapModel, SlicingBoundsTheWaitsAndReportsWhatItCosts) {
+  for (uint64_t seed : {1, 3}) {
+    SwapEstate e;
+    e.seed = seed;
+    auto plain = RunSwapEstate(e);
+    e.slice_us = 10'000'000;
+    auto sliced = RunSwapEstate(e);
+    ASSERT_TRUE(plain.ok() && sliced.ok());
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    EXPECT_EQ(plain->preemptions, 0);
+    EXPECT_EQ(plain->stalled_us, 0);
+    EXPECT_GT(sliced->preemptions, 0);
+    EXPECT_GT(sliced->stalled_us, 0);
+    EXPECT_EQ(sliced->cards_with_swap, 4);
+
+    EXPECT_GT(plain->resume_max_us, 30'000'000) << "without slicing, some wake waits a burst out";
+    EXPECT_LT(sliced->resume_max_us, 15'000'000);
+    EXPECT_LT(sliced->return_max_us, 15'000'000) << "a paused session waits about a slice, not a burst";
+    EXPECT_LT(sliced->resume_p99_us, 1'000'000) << "wakes take the place of active sessions";
+    EXPECT_GT(sliced->return_p99_us, 1'000'000) << "and the sessions they displace pay for it";
+    EXPECT_GT(sliced->wait_p99_us, 1'000'000) << "so over every wait, p99 stays above a second";
+    EXPECT_LT(sliced->waits_for_active, plain->waits_for_active);
+  }
 }
 
 }  // namespace

@@ -361,7 +361,7 @@ void RegisterAgentCommand(CLI::App& app, CommandContext& ctx) {
   auto swap_disk = std::make_shared<std::string>();
   cmd->add_option("--swap-disk", *swap_disk, "space under --swap-dir the node offers swapped-out memory, e.g. 500GiB (default 0)");
   cmd->add_option("--swap-idle", o->swap_idle_ms, "ms a share must be idle before it is swapped out ahead of need, to keep room for the next wake (30000; under pressure 2000 or this, if shorter)");
-  cmd->add_option("--swap-slice", o->swap_slice_ms, "ms an active share may hold the device before it is swapped out for a share waiting for memory when no idle one can make room (0, the default: the share waits for an active one to go idle)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--swap-slice", o->swap_slice_ms, "ms an active share may hold the device before it is swapped out for a share waiting for memory when no idle one can make room (0, the default: the share waits for an active one to go idle)")->check(CLI::Range(0, 86'400'000));
   auto log_flags = std::make_shared<LogFlags>();
   AddLogFlags(cmd, log_flags.get());
   cmd->callback([o, token_file, swap_ram, swap_disk, log_flags, &ctx] {

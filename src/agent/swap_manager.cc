@@ -14,6 +14,7 @@ struct SwapManager::Share {
   int64_t last_active_ms = 0;
   int64_t resident_since_ms = 0;  // since its swapped bytes last came back (or it was added)
   bool was_out = false;           // asked out, or not all resident, as of the last tick
+  uint64_t room_wanted = 0;       // as of the last tick
   int64_t held_since_ms = -1;     // slicing: asked out while active and held out since then
   int64_t swap_outs = 0, sliced = 0;
   capgpu::SwapSummary summary;
@@ -96,12 +97,16 @@ std::vector<std::string> SwapManager::Tick(int64_t now_ms, uint64_t* host_ram_le
     const bool wants = s->summary.room_wanted > 0 || s->summary.swapping_in > 0;
     if (launches != s->launches || s->summary.gate_waits != s->gate_waits ||
         s->summary.resident_bytes != s->resident || wants) {
+      // Its slice starts again when it runs after being idle, as when its memory comes back.
+      if (now_ms - s->last_active_ms >= std::min(options_.idle_ms, kPressureIdleMs)) s->resident_since_ms = now_ms;
       s->last_active_ms = now_ms;
     }
     const bool out = s->summary.host_bytes + s->summary.disk_bytes > 0 || s->summary.swapped > 0 ||
                      s->summary.swapping_in > 0 || s->summary.swapping_out > 0;
     if (s->was_out && !out) s->resident_since_ms = now_ms;  // back (or not out after all)
+    if (s->room_wanted > 0 && s->summary.room_wanted == 0) s->resident_since_ms = now_ms;  // it got its room
     s->was_out = out;
+    s->room_wanted = s->summary.room_wanted;
     s->launches = launches;
     s->gate_waits = s->summary.gate_waits;
     s->resident = s->summary.resident_bytes;
@@ -123,21 +128,25 @@ std::vector<std::string> SwapManager::Tick(int64_t now_ms, uint64_t* host_ram_le
     }
     if (s->cap != capgpu::kNoLimit) headroom = std::max(headroom, std::min(s->cap, options_.device_memory));
   }
-  // A share sliced out is held at the gate until the shares it made room for have it (or for a
-  // slice at most), so that its own next driver call does not take the room back first; then it
-  // waits in turn like any share that wants its bytes back.
+  // A share sliced out is held at the gate until the shares it made room for have it (or, once
+  // its bytes are off the device, for max(slice, 2 s) at most), so that its own next driver call
+  // does not take the room back first; then it waits in turn like any share that wants its
+  // bytes back.
   for (auto& [id, s] : shares_) {
     if (s->held_since_ms < 0) continue;
+    if (s->target != static_cast<uint32_t>(capgpu::SwapTarget::kHold)) {
+      s->held_since_ms = -1;  // someone else changed its target
+      continue;
+    }
     uint64_t own = s->summary.room_wanted;
     if (s->summary.swapping_in > 0) own += s->summary.host_bytes + s->summary.disk_bytes;
     const bool others_served = need <= own;
+    if (s->summary.resident_bytes > 0 || s->summary.swapping_out > 0) s->held_since_ms = now_ms;  // still leaving
     if (!others_served && now_ms - s->held_since_ms < std::max(options_.slice_ms, kSliceGapMs)) continue;
-    if (s->target == static_cast<uint32_t>(capgpu::SwapTarget::kHold)) {
-      capgpu::RequestSwap(s->region, capgpu::SwapTarget::kOut);
-      actions.push_back("release " + s->id + ": " +
-                        (others_served ? std::string("the room it left is taken") : "held a slice") +
-                        "; it comes back when it next runs and there is room");
-    }
+    if (!capgpu::RequestSwap(s->region, capgpu::SwapTarget::kOut)) continue;  // next tick
+    actions.push_back("release " + s->id + ": " +
+                      (others_served ? std::string("the room it left is taken") : "held out a slice") +
+                      "; it comes back when it next runs and there is room");
     s->held_since_ms = -1;
   }
   const uint64_t free = options_.device_memory > resident_total ? options_.device_memory - resident_total : 0;
@@ -188,7 +197,8 @@ std::vector<std::string> SwapManager::Tick(int64_t now_ms, uint64_t* host_ram_le
   }
   // Slicing: active shares that have held the device a slice or longer, longest first.
   const bool slicing = pressure && options_.slice_ms > 0;
-  if (slicing && free + freeing < need && now_ms >= next_slice_ms_) {
+  std::string slice_note = " and none active past its slice";
+  if (slicing && free + freeing < need) {
     std::vector<Share*> held;
     for (auto& [id, s] : shares_) {
       const bool in_need = s->summary.room_wanted > 0 || s->summary.swapping_in > 0;
@@ -202,6 +212,16 @@ std::vector<std::string> SwapManager::Tick(int64_t now_ms, uint64_t* host_ram_le
     }
     std::sort(held.begin(), held.end(),
               [](const Share* a, const Share* b) { return a->resident_since_ms < b->resident_since_ms; });
+    // All or nothing: pausing shares that cannot make the room would only cost them.
+    uint64_t could = 0;
+    for (const Share* s : held) could += s->summary.resident_bytes;
+    if (!held.empty() && free + freeing + could < need) {
+      slice_note = " and those active past their slice would not make enough room";
+      held.clear();
+    } else if (!held.empty() && now_ms < next_slice_ms_) {
+      slice_note = "; the next slice is due within 2 s";
+      held.clear();
+    }
     for (Share* s : held) {
       if (free + freeing >= need) break;
       if (!ask_out(s, capgpu::SwapTarget::kHold)) continue;
@@ -217,7 +237,7 @@ std::vector<std::string> SwapManager::Tick(int64_t now_ms, uint64_t* host_ram_le
   if (pressure && free + freeing < need) {
     waiting = "waiting: " + needy + " need " + Gib(need) + ", " + Gib(free + freeing) +
               " free or being freed, no idle share to swap out" +
-              (slicing ? " and none active past its slice" : "");
+              (slicing ? slice_note : "");
   }
   // Said once, not at every tick while it lasts.
   if (!waiting.empty() && waiting != last_waiting_) actions.push_back(waiting);

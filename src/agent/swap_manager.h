@@ -14,9 +14,11 @@
 //   shares, shares idle for idle_ms or longer are swapped out, so the next share to wake finds
 //   room and only copies its own bytes back;
 // - slicing (`slice_ms`, off by default): when no idle share can meet the need, active shares
-//   that have held the device slice_ms or longer since they last came back are swapped out,
-//   longest first, at most once per device per 2 s. They pause (their next driver call waits at
-//   the gate) and come back in turn, so a wait lasts about a slice instead of until an active
+//   that have held the device slice_ms or longer (since their memory came back, or they woke,
+//   or their last allocation got room) are swapped out, longest first, at most one round per
+//   device per 2 s, and only if together they make the room. They are held at the gate (target
+//   kHold) until the shares they made room for have it (or, once out, for max(slice, 2 s)),
+//   then released to come back in turn, so a wait lasts about a slice instead of until an active
 //   share goes idle.
 // `tessera sim swap` models these rules (src/sim/swap_model.h): at PCIe Gen5 ahead-of-need
 // halves the median time-to-resume, and slicing cuts the longest waits from minutes to seconds.

@@ -44,6 +44,24 @@ PlacementResult Scheduler::Place(const PlacementRequest& r) {
 Status Scheduler::Adopt(const Placement& p) {
   if (p.node < 0 || p.node >= state_.node_count()) return Status::InvalidArgument("no such node");
   const NodeState& n = state_.node(p.node);
+  if (p.cpu_milli < 0 || p.memory_mib < 0 || p.gpu_milli < 0 || p.gpu_memory_mib < 0) {
+    return Status::InvalidArgument("a placement's amounts cannot be negative");
+  }
+  if (p.device_count < 0 || p.device_count > n.device_count) {
+    return Status::InvalidArgument("device count " + std::to_string(p.device_count) + " on a node of " +
+                                   std::to_string(n.device_count) + " devices");
+  }
+  if (p.gpu_milli > 1000) {
+    return Status::InvalidArgument("GPU share per device past a whole device: " + std::to_string(p.gpu_milli) +
+                                   " milli");
+  }
+  for (int k = 0; k < p.device_count; ++k) {
+    for (int j = 0; j < k; ++j) {
+      if (p.devices[j] == p.devices[k]) {
+        return Status::InvalidArgument("device " + std::to_string(p.devices[k]) + " is listed twice");
+      }
+    }
+  }
   if (n.cpu_free < p.cpu_milli || n.memory_free < p.memory_mib) {
     return Status::FailedPrecondition("node '" + state_.node_name(p.node) + "' lacks CPU or memory");
   }

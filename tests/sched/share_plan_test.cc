@@ -195,6 +195,36 @@ TEST(SharePlanPolicyTest, AShareRuledOutByGpuMemoryStillKeepsThePattern) {
   EXPECT_EQ(res.placement.devices[0], 2);
 }
 
+// Adopt refuses, changing nothing, a placement it could not have made: a device listed twice
+// (each check alone would pass, and the device would be reserved twice), more devices than the
+// node has, negative amounts, more than a whole device.
+TEST(SchedulerAdoptTest, RefusesMalformedPlacementsAndChangesNothing) {
+  auto state = ClusterState::FromNodes({MakeNode("n", 2, 64000, 262144)});
+  ASSERT_TRUE(state.ok());
+  Scheduler s(std::move(*state), NewFragmentationPolicy("t", FragmentationOptions{}, {}), 1);
+  Placement twice = SevenHundredOnDeviceZero();
+  twice.device_count = 2;
+  twice.devices[1] = 0;
+  twice.gpu_milli = 600;
+  Status st = s.Adopt(twice);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("listed twice"), std::string::npos) << st.message();
+  Placement many = SevenHundredOnDeviceZero();
+  many.device_count = 3;
+  many.devices = {0, 1, 2};
+  EXPECT_NE(s.Adopt(many).message().find("device count 3"), std::string::npos);
+  Placement negative = SevenHundredOnDeviceZero();
+  negative.cpu_milli = -1;
+  EXPECT_NE(s.Adopt(negative).message().find("negative"), std::string::npos);
+  Placement over = SevenHundredOnDeviceZero();
+  over.gpu_milli = 1001;
+  EXPECT_NE(s.Adopt(over).message().find("past a whole device"), std::string::npos);
+  // Nothing was reserved: both devices take a whole job each.
+  const auto a = s.Place(Job(1000, 1, 1000));
+  const auto b = s.Place(Job(1000, 1, 1000));
+  EXPECT_TRUE(a.placed() && b.placed());
+}
+
 // A released share reopens its place in the pattern.
 TEST(SharePlanPolicyTest, AReleasedShareReopensItsSlot) {
   auto state = ClusterState::FromNodes({MakeNode("n", 2, 64000, 262144)});

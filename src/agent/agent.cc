@@ -337,15 +337,31 @@ class Agent {
   bool UploadOutput(const std::string& id, Clock::time_point deadline) {
     if (ValidateJobId(id).ok() == false) return true;  // never started: no output file
     std::ifstream in(launcher_.OutputPath(id), std::ios::binary);
-    if (!in) return true;
     int64_t& offset = uploaded_[id];
+    // A finished job's output that is gone or ends early (a tmp cleaner, a full disk) will not
+    // grow: say so and let its finished report go, rather than hold it (and its devices) forever.
+    const auto fin = finished_.find(id);
+    auto lost = [&](const char* how) {
+      if (fin == finished_.end() || offset >= fin->second.output_bytes) return;
+      Warn("output of job " + id + " " + how + " at byte " + std::to_string(offset) + " of " +
+               std::to_string(fin->second.output_bytes) + ": the rest is lost",
+           {{"job", id}});
+      offset = fin->second.output_bytes;
+    };
+    if (!in) {
+      lost("is missing");
+      return true;
+    }
     std::string chunk(static_cast<size_t>(std::max<int64_t>(1, options_.upload_chunk_bytes)), '\0');
     while (Clock::now() < deadline) {
       in.clear();
       in.seekg(offset);
       in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
       std::streamsize n = in.gcount();
-      if (n <= 0) return true;
+      if (n <= 0) {
+        lost("ends");
+        return true;
+      }
       auto res = client_->Put(OutputPath(id, offset), chunk.data(), static_cast<size_t>(n),
                               "application/octet-stream");
       if (!res)
@@ -451,8 +467,10 @@ class Agent {
                                 inventory_.node + ": " + s.message() + "\n";
         int64_t bytes = 0;
         if (ValidateJobId(spec.id).ok()) {
-          std::ofstream(launcher_.OutputPath(spec.id), std::ios::binary | std::ios::trunc) << why;
-          bytes = static_cast<int64_t>(why.size());
+          std::ofstream out(launcher_.OutputPath(spec.id), std::ios::binary | std::ios::trunc);
+          out << why;
+          out.close();
+          if (out) bytes = static_cast<int64_t>(why.size());  // not written (a full disk): no output
         }
         finished_[spec.id] = FinishedReport{spec.id, 127, 0, bytes};
         uploaded_[spec.id] = 0;

@@ -37,9 +37,13 @@ Result<JobSpec> ParseStart(const json& j) {
       return Bad(field(name) + "must be a non-negative integer");
     }
   }
-  spec.cpu_milli = j.value("cpu_milli", int64_t{0});
-  spec.memory_mib = j.value("memory_mib", int64_t{0});
-  spec.gpu_memory_limit_bytes = j.value("gpu_memory_limit_bytes", int64_t{0});
+  // Not given, or null: 0 (json::value() would throw on a null).
+  auto size = [&](const char* name) {
+    return j.contains(name) && !j[name].is_null() ? j[name].get<int64_t>() : int64_t{0};
+  };
+  spec.cpu_milli = size("cpu_milli");
+  spec.memory_mib = size("memory_mib");
+  spec.gpu_memory_limit_bytes = size("gpu_memory_limit_bytes");
   if (j.contains("swap") && !j["swap"].is_null()) {
     if (!j["swap"].is_boolean()) return Bad(field("swap") + "must be true or false");
     spec.swap = j["swap"].get<bool>();
@@ -137,7 +141,9 @@ std::string HeartbeatBody(const std::string& node, const std::vector<RunningJob>
   return body.dump();
 }
 
-Result<HeartbeatReply> ParseHeartbeatReply(std::string_view body) {
+namespace {
+
+Result<HeartbeatReply> ParseHeartbeatReplyChecked(std::string_view body) {
   json j = json::parse(body, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return Bad("heartbeat reply is not a JSON object");
   HeartbeatReply reply;
@@ -167,7 +173,7 @@ Result<HeartbeatReply> ParseHeartbeatReply(std::string_view body) {
         if (!c["grace_ms"].is_number_integer() || c["grace_ms"].get<int64_t>() < 0) {
           return Bad("cancel of job " + order.job + ": grace_ms must be a non-negative integer");
         }
-        order.grace_ms = c["grace_ms"].get<int64_t>();
+        order.grace_ms = std::min<int64_t>(c["grace_ms"].get<int64_t>(), 86'400'000);  // a day at most
       }
       reply.cancel.push_back(std::move(order));
     }
@@ -192,6 +198,18 @@ Result<HeartbeatReply> ParseHeartbeatReply(std::string_view body) {
     reply.seq = j["seq"].get<int64_t>();
   }
   return reply;
+}
+
+}  // namespace
+
+Result<HeartbeatReply> ParseHeartbeatReply(std::string_view body) {
+  // Every field is type-checked before it is read; this is the net under that, so that a reply
+  // no check foresaw is an error the agent reports and retries, never an exception that ends it.
+  try {
+    return ParseHeartbeatReplyChecked(body);
+  } catch (const json::exception& e) {
+    return Bad(std::string("heartbeat reply: ") + e.what());
+  }
 }
 
 Result<OrdersWake> ParseOrdersWake(const std::string& body) {

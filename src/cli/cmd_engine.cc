@@ -369,7 +369,7 @@ void RegisterAgentCommand(CLI::App& app, CommandContext& ctx) {
     agent::AgentOptions opts = *o;
     if (!swap_ram->empty()) {
       auto mib = ParseMemoryMiB(*swap_ram);
-      if (!mib.ok() || *mib <= 0) {
+      if (!mib.ok() || *mib <= 0 || *mib > (INT64_MAX >> 20)) {
         std::cerr << "tessera agent: --swap-ram: expected a size such as 64GiB, not '" << *swap_ram << "'\n";
         ctx.exit_code = kExitBadInput;
         return;
@@ -378,7 +378,7 @@ void RegisterAgentCommand(CLI::App& app, CommandContext& ctx) {
     }
     if (!swap_disk->empty()) {
       auto mib = ParseMemoryMiB(*swap_disk);
-      if (!mib.ok() || *mib < 0 || opts.swap_dir.empty()) {
+      if (!mib.ok() || *mib < 0 || *mib > (INT64_MAX >> 20) || opts.swap_dir.empty()) {
         std::cerr << "tessera agent: --swap-disk: expected a size such as 500GiB, with --swap-dir\n";
         ctx.exit_code = kExitBadInput;
         return;
@@ -395,6 +395,9 @@ void RegisterAgentCommand(CLI::App& app, CommandContext& ctx) {
       opts.control_plane_url = env("TESSERA_URL");
     }
     if (opts.capgpu_preload.empty()) opts.capgpu_preload = DefaultCapLibrary();
+    // A control plane that closes a connection mid-write (a restart, an early 4xx to an output
+    // upload) is an error on that request, not a signal that ends the agent.
+    signal(SIGPIPE, SIG_IGN);
     ctx.exit_code = agent::RunAgent(opts);
   });
 }

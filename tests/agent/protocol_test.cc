@@ -117,6 +117,19 @@ TEST(AgentProtocol, MalformedRepliesNameTheField) {
   }
 }
 
+// A size given as null is a size not given (0), as for every other optional field; it used to
+// throw from json::value() and take the agent down.
+TEST(AgentProtocol, NullSizesAreNotGiven) {
+  Result<HeartbeatReply> r = ParseHeartbeatReply(
+      R"({"start": [{"job": "j", "command": ["x"], "cpu_milli": null, "memory_mib": null,)"
+      R"( "gpu_memory_limit_bytes": null}]})");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(r->start.size(), 1u);
+  EXPECT_EQ(r->start[0].cpu_milli, 0);
+  EXPECT_EQ(r->start[0].memory_mib, 0);
+  EXPECT_EQ(r->start[0].gpu_memory_limit_bytes, 0);
+}
+
 // The order sequence of a heartbeat reply and the order watch's answer (docs/agent-protocol.md).
 TEST(AgentProtocol, OrderSequenceAndWatchReplies) {
   EXPECT_EQ(ParseHeartbeatReply(R"({"start": []})")->seq, -1) << "no seq: the agent does not watch";

@@ -98,6 +98,13 @@ Status CheckHeartbeatJobs(const Json& body) {
           return Status::InvalidArgument(std::string("'") + key + "." + f + "' must be an integer");
         }
       }
+      // Read as int: a value past it would wrap (an exit code of 2^32 read as 0, "succeeded").
+      for (const char* f : {"exit_code", "signal"}) {
+        if (!e.contains(f)) continue;
+        const bool fits = e[f].is_number_unsigned() ? e[f].get<uint64_t>() <= INT32_MAX
+                                                    : e[f].get<int64_t>() >= INT32_MIN && e[f].get<int64_t>() <= INT32_MAX;
+        if (!fits) return Status::InvalidArgument(std::string("'") + key + "." + f + "' is out of range");
+      }
     }
   }
   return Status::Ok();

@@ -272,7 +272,12 @@ static Status ReadIdentities(const YAML::Node& ids, std::vector<Identity>* out) 
     }
     if (n["token_sha256"]) {
       id.token_sha256 = n["token_sha256"].as<std::string>();
-      if (id.token_sha256.size() != 64) return Bad(w + ".token_sha256", "expected 64 hex digits");
+      // As sha256sum prints it; an upper-case digest (as some tools print it) is taken too.
+      for (char& c : id.token_sha256) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      if (id.token_sha256.size() != 64 ||
+          id.token_sha256.find_first_not_of("0123456789abcdef") != std::string::npos) {
+        return Bad(w + ".token_sha256", "expected 64 hex digits");
+      }
     } else if (n["token"]) {
       std::string t = n["token"].as<std::string>();
       if (t.size() < 8) return Bad(w + ".token", "too short (at least 8 characters)");

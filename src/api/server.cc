@@ -80,8 +80,39 @@ Result<Identity> Authenticate(const Engine& e, const HttpRequest& req) {
   return *id;
 }
 
+// How deep arrays and objects nest in JSON text (strings skipped), stopping past `limit`: a
+// small body nested half a million deep would otherwise be parsed, and then copied and freed
+// recursively, until the stack runs out.
+int Nesting(std::string_view text, int limit) {
+  int depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+      if (deepest > limit) return deepest;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
 Result<Json> Body(const HttpRequest& req) {
   if (req.body.size() > kMaxBody) return Status::InvalidArgument("body over 1 MiB");
+  constexpr int kMaxNesting = 64;
+  if (Nesting(req.body, kMaxNesting) > kMaxNesting) {
+    return Status::InvalidArgument("JSON body nested deeper than 64 levels");
+  }
   Json j = Json::parse(req.body, nullptr, false);
   if (j.is_discarded()) return Status::InvalidArgument("malformed JSON body");
   return j;

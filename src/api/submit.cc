@@ -5,7 +5,6 @@
 #include <cstring>
 #include <future>
 #include <set>
-#include <sstream>
 #include <thread>
 #include <tuple>
 
@@ -36,9 +35,7 @@ Result<int64_t> Quantity(const Json& j, bool memory, const std::string& what) {
     if (memory) return Status::InvalidArgument(what + " needs a unit, e.g. \"8GiB\"");
     text = std::to_string(j.get<int64_t>());
   } else if (j.is_number_float() && !memory) {
-    std::ostringstream ss;
-    ss << j.get<double>();
-    text = ss.str();
+    text = j.dump();  // the shortest text that reads back as the same double: 1000.125, 0.1
   } else {
     return Status::InvalidArgument(what + " must be a quantity string");
   }

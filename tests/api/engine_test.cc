@@ -61,6 +61,7 @@ TEST_F(EngineTest, ConfigErrorsNameTheField) {
   const Case cases[] = {
       {"identities: []", "identities: at least one identity"},
       {"identities: [{name: a, token: short}]", "identities[0].token: too short"},
+      {"identities: [{name: a, token_sha256: " + std::string(64, 'g') + "}]", "identities[0].token_sha256: expected 64 hex digits"},
       {"identities: [{name: a, role: root, token: aaaaaaaaaa}]", "identities[0].role: unknown role 'root'"},
       {"identities: [{name: a, token: aaaaaaaaaa, groups: [x]}]\ngroups: [{name: g}]\n" + pq,
        "identities[0].groups: unknown group 'x'"},
@@ -199,6 +200,8 @@ TEST_F(EngineTest, BadAgentMessagesAreRefusedAndChangeNothing) {
       {{{"node", "n1"}, {"running", "all"}}, "'running' must be a list"},
       {{{"node", "n1"}, {"finished", {{{"job", id}, {"exit_code", 0}, {"colour", 1}}}}}, "unknown field 'colour'"},
       {{{"node", "n1"}, {"status", "fine"}}, "unknown field 'status'"},
+      {{{"node", "n1"}, {"finished", {{{"job", id}, {"exit_code", int64_t{4294967296}}}}}}, "'finished.exit_code' is out of range"},
+      {{{"node", "n1"}, {"finished", {{{"job", id}, {"exit_code", 0}, {"signal", uint64_t{1} << 63}}}}}, "'finished.signal' is out of range"},
   };
   for (const auto& [body, want] : bad_heartbeats) {
     auto r = engine_->Heartbeat(Who("agent"), body);

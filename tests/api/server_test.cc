@@ -85,6 +85,18 @@ TEST_F(ServerTest, StatusCodesAndJsonErrors) {
   r = client_->Post("/v1/jobs", Auth("alice-token-1"), "{not json", "application/json");
   EXPECT_EQ(r->status, 400);
   EXPECT_EQ(Error(r), "malformed JSON body");
+  // Deep nesting is refused before it is parsed (a stack overflow otherwise, for any token).
+  const std::string deep = R"({"queue": "x", "command": )" + std::string(200000, '[') + std::string(200000, ']') + "}";
+  r = client_->Post("/v1/jobs", Auth("alice-token-1"), deep, "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(Error(r), "JSON body nested deeper than 64 levels");
+  // Brackets inside strings are not nesting.
+  r = client_->Post("/v1/jobs", Auth("alice-token-1"),
+                    R"({"queue": "nope", "command": [")" + std::string(100, '[') + R"("]})", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_NE(Error(r).find("queue"), std::string::npos) << Error(r);
   r = client_->Post("/v1/jobs", Auth("alice-token-1"), R"({"queue":"nope","command":["true"]})", "application/json");
   EXPECT_EQ(r->status, 400);
   EXPECT_NE(Error(r).find("unknown queue 'nope'"), std::string::npos);

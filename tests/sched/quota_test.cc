@@ -206,6 +206,35 @@ TEST(QuotaForms, ClassChoosesTheForm) {
   }
 }
 
+// Amounts past 2^40 (or past 4096 GPUs, or a walltime past ten years) are refused: times the
+// GPU count and summed into usage they would overflow, and a negative product passes every
+// capacity and limit check.
+TEST(QuotaPolicy, HugeAmountsAreRefused) {
+  World w(BasePolicy(), {Node("n0", "any", 4)});
+  struct Case {
+    const char* name;
+    std::function<void(JobSpec&)> set;
+    const char* want;
+  };
+  const Case cases[] = {
+      {"cpu", [](JobSpec& j) { j.cpu_milli = INT64_MAX; }, "above 2^40"},
+      {"memory", [](JobSpec& j) { j.memory_mib = (int64_t{1} << 40) + 1; }, "above 2^40"},
+      {"gpu memory", [](JobSpec& j) { j.gpu_memory_mib = int64_t{1} << 50; }, "above 2^40"},
+      {"gpus", [](JobSpec& j) { j.gpu_count = 5000; }, "more than 4096 GPUs"},
+      {"walltime", [](JobSpec& j) { j.walltime_s = INT64_MAX; }, "ten years"},
+  };
+  for (const Case& c : cases) {
+    JobSpec j = Job(std::string("huge-") + c.name, "train", "a");
+    c.set(j);
+    auto r = w.e->Submit(j, 0);
+    ASSERT_FALSE(r.ok()) << c.name;
+    EXPECT_NE(r.status().message().find(c.want), std::string::npos) << c.name << ": " << r.status().message();
+  }
+  JobSpec fine = Job("fine", "train", "a");
+  fine.cpu_milli = int64_t{1} << 40;
+  EXPECT_TRUE(w.e->Submit(fine, 0).ok()) << "2^40 itself is allowed (it waits: no node holds it)";
+}
+
 TEST(QuotaForms, SharesCapsSumToDeviceMemory) {
   World w(BasePolicy(), {Node("n0", "inter", 2)});
   // 80 GiB devices take five 16 GiB caps each; the eleventh waits.

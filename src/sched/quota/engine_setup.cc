@@ -288,6 +288,16 @@ Result<Job> Engine::Build(const JobSpec& spec) const {
       j.mem < 0) {
     return reject("request has an amount out of range");
   }
+  // Bounded as nodes are (2^40: a billion cores, an exbibyte), so that amounts times GPUs and
+  // sums of usage cannot overflow; a walltime of at most ten years.
+  constexpr int64_t kMaxAmount = int64_t{1} << 40;
+  if (j.cpu > kMaxAmount || j.mem > kMaxAmount || j.gpu_mem > kMaxAmount) {
+    return reject("request has an amount above 2^40 (cpu in milli, memory in MiB)");
+  }
+  if (j.gpu_count > 4096) return reject("request has more than 4096 GPUs");
+  if (spec.walltime_s < 0 || spec.walltime_s > 10LL * 365 * 24 * 3600) {
+    return reject("walltime must be between 0 and ten years");
+  }
   if (j.gpu_count > 1 && j.gpu_milli != kWholeGpu) {
     return reject("a fraction of a GPU needs gpu_count 1");
   }

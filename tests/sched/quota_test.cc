@@ -674,6 +674,28 @@ TEST(QuotaNodes, AmountsPastTwoToTheFortyAreRefused) {
   w.Done();
 }
 
+// A node registering again with a changed inventory that is refused (here an unknown pool)
+// changes nothing: the node still takes work and the totals are as before. Accepted, the old
+// inventory leaves the totals and the new one enters.
+TEST(QuotaNodes, ARefusedChangeOfInventoryChangesNothing) {
+  World w(BasePolicy(), {Node("n0", "train", 2)});
+  const MiB before = w.e->gpu_memory_capacity();
+  NodeSpec typo = Node("n0", "typo", 2);
+  auto r = w.e->AddNode(typo, 0);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("not a pool"), std::string::npos) << r.status().message();
+  EXPECT_EQ(w.e->gpu_memory_capacity(), before);
+  auto id = w.e->Submit(Job("still", "train", "a", 2), 0);
+  ASSERT_TRUE(id.ok()) << id.status().message();
+  w.e->RunCycle(0);
+  EXPECT_EQ(w.e->job(*id).state, JobState::kRunning) << "n0 still takes work";
+  w.e->Cancel(*id, 1, "done");
+
+  ASSERT_TRUE(w.e->AddNode(Node("n0", "train", 4), 2).ok());
+  EXPECT_EQ(w.e->gpu_memory_capacity(), before * 2) << "the old two devices out, the new four in";
+  w.Done();
+}
+
 TEST(QuotaSubmit, NeverSchedulableIsRejected) {
   World w(BasePolicy(), {Node("n0", "train", 2)});
   auto r = w.e->Submit(Job("huge", "train", "a", 4), 0);

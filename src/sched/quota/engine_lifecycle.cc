@@ -28,16 +28,30 @@ Result<int> Engine::AddNode(const NodeSpec& ns, int64_t now) {
         }
       }
     }
-    n.down = true;  // retired: its indices stay, it takes no work
-    gpu_memory_capacity_ = 0;
+  }
+  // A changed inventory retires the old node (its indices stay, it takes no work) and adds the
+  // new one; its capacity leaves the totals. Refused, nothing changes.
+  const bool was_down = old >= 0 && nodes_[old].down;
+  const MiB gpu_memory_was = gpu_memory_capacity_;
+  const MilliCpu cpu_was = cpu_capacity_;
+  const MiB host_memory_was = host_memory_capacity_;
+  if (old >= 0) {
+    NodeRt& n = nodes_[old];
+    n.down = true;
+    for (int d : n.devs) gpu_memory_capacity_ -= devs_[d].memory;
+    cpu_capacity_ -= n.cpu_total;
+    host_memory_capacity_ -= n.mem_total;
   }
   Status s = AddNodeRt(ns, field);
   if (!s.ok()) {
-    if (old >= 0) node_index_[ns.name] = old;
+    if (old >= 0) {
+      node_index_[ns.name] = old;
+      nodes_[old].down = was_down;
+      gpu_memory_capacity_ = gpu_memory_was;
+      cpu_capacity_ = cpu_was;
+      host_memory_capacity_ = host_memory_was;
+    }
     return s;
-  }
-  if (old >= 0) {
-    for (const Dev& d : devs_) gpu_memory_capacity_ += nodes_[d.node].down ? 0 : d.memory;
   }
   feasible_cache_.clear();
   memo_.clear();

@@ -133,6 +133,8 @@ Status Engine::AddNodeRt(const NodeSpec& ns, const std::string& field) {
                                      "' is not an AMD model");
     }
     int node_id = static_cast<int>(nodes_.size());
+    // Every device is made before any is added: a refusal changes nothing.
+    std::vector<Dev> made;
     for (int k = 0; k < ns.gpu_count; ++k) {
       Dev d;
       d.node = node_id;
@@ -141,6 +143,9 @@ Status Engine::AddNodeRt(const NodeSpec& ns, const std::string& field) {
       d.model = model;
       d.memory = dev_mem;
       if (Status split = SplitNewDevice(d, ns, field); !split.ok()) return split;
+      made.push_back(std::move(d));
+    }
+    for (Dev& d : made) {
       gpu_memory_capacity_ += d.memory;
       n.devs.push_back(static_cast<int>(devs_.size()));
       devs_.push_back(std::move(d));

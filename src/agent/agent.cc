@@ -94,6 +94,16 @@ class Agent {
          " device(s) from " + inventory_.source +
          (inventory_.note.empty() ? "" : " (" + inventory_.note + ")") + "; " +
          launcher_.cgroups_status());
+    if (!launcher_.owns_work_dir()) {
+      Warn("another agent uses the work directory " + options_.work_dir +
+           ": jobs this one starts are not listed there, and are not stopped if it dies");
+    }
+    if (!launcher_.leftovers().empty()) {
+      std::string ids;
+      for (const std::string& id : launcher_.leftovers()) ids += (ids.empty() ? "" : ", ") + id;
+      Warn("stopped " + std::to_string(launcher_.leftovers().size()) +
+           " job(s) an earlier run of this agent left running (it did not stop cleanly): " + ids);
+    }
     Clock::time_point next_contact = Clock::now();
     std::thread watcher([this] { WatchLoop(); });
     while (!StopRequested()) {

@@ -5,6 +5,7 @@
 #include <grp.h>
 #include <pwd.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <dirent.h>
@@ -86,6 +87,28 @@ char* SafeItoa(long long v, char* buf) {
 // itself when the child has not reached setsid() yet.
 void SignalJob(pid_t pid, int sig) {
   if (kill(-pid, sig) != 0 && errno == ESRCH) kill(pid, sig);
+}
+
+// Whether process `pid` is in the cgroup at `dir` (under the v2 mount `root`): /proc/PID/cgroup
+// reads "0::/<dir relative to root>".
+bool InCgroup(long pid, const std::string& root, const std::string& dir) {
+  if (dir.size() <= root.size() || dir.compare(0, root.size(), root) != 0) return false;
+  bool ok = false;
+  const std::string line = ReadSmallFile("/proc/" + std::to_string(pid) + "/cgroup", &ok);
+  return ok && line.find("0::" + dir.substr(root.size()) + "\n") != std::string::npos;
+}
+
+// SIGKILL to every process in a job's cgroup, those that left its process group or session
+// included: cgroup.kill where the kernel has it (5.14), else each member cgroup.procs lists
+// (checked to be one, so that a stale list never kills a stranger).
+void KillCgroup(const std::string& root, const std::string& dir) {
+  if (dir.empty() || WriteControl(dir + "/cgroup.kill", "1").empty()) return;
+  bool ok = false;
+  std::istringstream procs(ReadSmallFile(dir + "/cgroup.procs", &ok));
+  long pid = 0;
+  while (procs >> pid) {
+    if (pid > 0 && InCgroup(pid, root, dir)) kill(static_cast<pid_t>(pid), SIGKILL);
+  }
 }
 
 // argv and envp for execvpe, pointing into the strings held here; filled in place, never moved.
@@ -333,6 +356,12 @@ Launcher::Launcher(LauncherOptions options) : options_(std::move(options)) {
   assert(!options_.work_dir.empty());
   mkdir(options_.work_dir.c_str(), 0755);
   ProbeCgroups();
+  // One launcher per work directory keeps its list of running jobs: a second one at once (two
+  // agents given the same --work) neither reads nor writes it, so that it never stops the
+  // first one's jobs as left over.
+  lock_fd_ = open((options_.work_dir + "/.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  owns_list_ = lock_fd_ >= 0 && flock(lock_fd_, LOCK_EX | LOCK_NB) == 0;
+  if (owns_list_) StopLeftovers();
 }
 
 Launcher::~Launcher() {
@@ -343,6 +372,68 @@ Launcher::~Launcher() {
     }
     Cleanup(job);
   }
+  jobs_.clear();
+  WriteRunningList();
+  if (lock_fd_ >= 0) close(lock_fd_);
+  // Cgroups whose last processes were still exiting: a second to go.
+  for (int i = 0; i < 100 && !stale_cgroups_.empty(); ++i) {
+    std::erase_if(stale_cgroups_, [](const std::string& d) { return rmdir(d.c_str()) == 0 || errno == ENOENT; });
+    if (!stale_cgroups_.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+std::string Launcher::RunningListPath() const { return options_.work_dir + "/.running"; }
+
+// One line per job: id, pid, the pid's start time (so that a reused pid is never taken for the
+// job's). Written whole and renamed over, so that a crash leaves the old list or the new one.
+void Launcher::WriteRunningList() const {
+  if (!owns_list_) return;
+  std::string text;
+  for (const auto& [id, job] : jobs_) {
+    char state = 0;
+    uint64_t start = 0;
+    if (!capgpu::ReadProcessStat(job.pid, &state, &start)) continue;
+    text += id + " " + std::to_string(job.pid) + " " + std::to_string(start) + "\n";
+  }
+  const std::string path = RunningListPath(), tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    if (!out) return;
+  }
+  rename(tmp.c_str(), path.c_str());
+}
+
+// Jobs an earlier run of this agent (same work directory) started and never saw end: the agent
+// died (a crash, SIGKILL, an out-of-memory kill) and its jobs, in their own sessions and
+// cgroups, outlived it. The control plane has ended them and may give their devices to new
+// work, so they are stopped, their cgroups and share regions removed.
+void Launcher::StopLeftovers() {
+  bool ok = false;
+  std::istringstream in(ReadSmallFile(RunningListPath(), &ok));
+  if (!ok) return;
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string id;
+    long pid = 0;
+    uint64_t start = 0;
+    if (!(fields >> id >> pid >> start) || !ValidateJobId(id).ok() || pid <= 1) continue;
+    char state = 0;
+    uint64_t now_start = 0;
+    if (capgpu::ReadProcessStat(static_cast<int32_t>(pid), &state, &now_start) && now_start == start) {
+      kill(static_cast<pid_t>(-pid), SIGKILL);  // its process group (the job is a session leader)
+      kill(static_cast<pid_t>(pid), SIGKILL);
+    }
+    if (cgroups_available_) {
+      const std::string dir = cgroup_parent_dir_ + "/" + id;
+      KillCgroup(options_.cgroup_root, dir);
+      if (rmdir(dir.c_str()) != 0 && errno != ENOENT) stale_cgroups_.push_back(dir);
+    }
+    unlink((options_.region_dir + "/tessera-capgpu-" + id).c_str());
+    leftovers_.push_back(id);
+  }
+  WriteRunningList();
 }
 
 void Launcher::ProbeCgroups() {
@@ -461,6 +552,7 @@ Status Launcher::Start(const JobSpec& spec) {
   }
   job.pid = pid;
   jobs_.emplace(spec.id, std::move(job));
+  WriteRunningList();
   return Status::Ok();
 }
 
@@ -482,6 +574,7 @@ Status Launcher::Cancel(const std::string& id, std::chrono::milliseconds grace) 
 
 std::vector<JobExit> Launcher::Poll() {
   std::vector<JobExit> ended;
+  bool listed_changed = false;
   auto now = std::chrono::steady_clock::now();
   for (auto it = jobs_.begin(); it != jobs_.end();) {
     Job& job = it->second;
@@ -494,6 +587,7 @@ std::vector<JobExit> Launcher::Poll() {
     if (!gone) {
       if (job.cancelled && !job.kill_sent && now >= job.kill_at) {
         SignalJob(job.pid, SIGKILL);
+        KillCgroup(options_.cgroup_root, job.cgroup_dir);
         job.kill_sent = true;
       }
       ++it;
@@ -520,7 +614,9 @@ std::vector<JobExit> Launcher::Poll() {
     Cleanup(job);
     ended.push_back(std::move(exit));
     it = jobs_.erase(it);
+    listed_changed = true;
   }
+  if (listed_changed) WriteRunningList();
   for (auto it = stale_cgroups_.begin(); it != stale_cgroups_.end();) {
     if (rmdir(it->c_str()) == 0 || errno == ENOENT) {
       it = stale_cgroups_.erase(it);
@@ -545,6 +641,7 @@ std::vector<JobExit> Launcher::WaitAll(std::chrono::milliseconds timeout) {
 
 void Launcher::Cleanup(Job& job) {
   if (!job.cgroup_dir.empty()) {
+    KillCgroup(options_.cgroup_root, job.cgroup_dir);  // whatever escaped the process group
     if (rmdir(job.cgroup_dir.c_str()) != 0 && errno != ENOENT) stale_cgroups_.push_back(job.cgroup_dir);
     job.cgroup_dir.clear();
   }

@@ -125,7 +125,9 @@ class Launcher {
  public:
   // Probes cgroups (see cgroups_status()). Creates work_dir.
   explicit Launcher(LauncherOptions options);
-  ~Launcher();  // kills and reaps every job still running (SIGKILL), removes their cgroups
+  // Kills and reaps every job still running (SIGKILL), removes their cgroups. The jobs it runs
+  // are listed in <work_dir>/.running, so that a launcher after a crash stops what they left.
+  ~Launcher();
   Launcher(const Launcher&) = delete;
   Launcher& operator=(const Launcher&) = delete;
 
@@ -152,6 +154,12 @@ class Launcher {
   std::string OutputPath(const std::string& id) const;
 
   bool cgroups_available() const { return cgroups_available_; }
+  // Jobs an earlier launcher on this work directory left running (its agent died), stopped at
+  // construction: their processes, cgroups and share regions.
+  const std::vector<std::string>& leftovers() const { return leftovers_; }
+  // False when another launcher (another agent) holds this work directory: its jobs are not
+  // listed, and nothing is stopped as left over.
+  bool owns_work_dir() const { return owns_list_; }
   // "cgroups v2: <dir>" or "cgroups: unavailable (<why>)".
   const std::string& cgroups_status() const { return cgroups_status_; }
 
@@ -170,6 +178,9 @@ class Launcher {
   // The job's cgroup (when available) and its share region (when capped).
   Status PrepareLimits(const JobSpec& spec, Job* job, int* procs_fd);
   void Cleanup(Job& job);
+  std::string RunningListPath() const;
+  void WriteRunningList() const;
+  void StopLeftovers();
 
   LauncherOptions options_;
   bool cgroups_available_ = false;
@@ -177,6 +188,9 @@ class Launcher {
   std::string cgroup_parent_dir_;
   std::map<std::string, Job> jobs_;
   std::vector<std::string> stale_cgroups_;  // busy at cleanup, retried on Poll()
+  std::vector<std::string> leftovers_;
+  int lock_fd_ = -1;         // <work_dir>/.lock, held (flock) while this launcher owns the list
+  bool owns_list_ = false;
 };
 
 }  // namespace tessera::agent

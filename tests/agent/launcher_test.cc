@@ -7,9 +7,11 @@
 #include <pwd.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <fstream>
+#include <sstream>
 
 #include "test_util.h"
 
@@ -56,6 +58,75 @@ TEST(AgentLauncher, CapturesStdoutAndStderrAndExitZero) {
   EXPECT_EQ(ReadAll(l.OutputPath("ok")), "out\nerr\n");
   EXPECT_EQ(e.output_bytes, 8);
   EXPECT_FALSE(l.IsRunning("ok"));
+}
+
+// The pid a launcher on `dir` listed for job `id` in <work_dir>/.running (0 if none).
+pid_t ListedPid(const TempDir& dir, const std::string& id) {
+  std::istringstream in(ReadAll(dir.path() + "/out/.running"));
+  std::string got;
+  long pid = 0;
+  uint64_t start = 0;
+  while (in >> got >> pid >> start) {
+    if (got == id) return static_cast<pid_t>(pid);
+  }
+  return 0;
+}
+
+// Gone, or a zombie nobody has reaped yet: either way it runs no more.
+bool Dead(pid_t pid) {
+  char state = 0;
+  uint64_t start = 0;
+  return !capgpu::ReadProcessStat(pid, &state, &start) || state == 'Z' || state == 'X';
+}
+
+// An agent that dies without stopping its jobs (a crash, SIGKILL) leaves them running in their
+// own sessions; the next launcher on the same work directory stops them, and only them.
+TEST(AgentLauncher, JobsACrashedLauncherLeftAreStoppedByTheNext) {
+  TempDir dir;
+  pid_t crashed = fork();
+  ASSERT_GE(crashed, 0);
+  if (crashed == 0) {
+    // The launcher of the agent that crashes: starts a job, then dies without its destructor.
+    auto* l = new Launcher(Opts(dir));
+    _exit(l->Start(Sh("orphan", "exec sleep 300")).ok() ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(crashed, &status, 0), crashed);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  const pid_t orphan = ListedPid(dir, "orphan");
+  ASSERT_GT(orphan, 0) << ReadAll(dir.path() + "/out/.running");
+  ASSERT_FALSE(Dead(orphan)) << "the job outlived its agent";
+
+  Launcher next(Opts(dir));
+  EXPECT_TRUE(next.owns_work_dir());
+  ASSERT_EQ(next.leftovers(), std::vector<std::string>{"orphan"});
+  EXPECT_TRUE(WaitFor([&] { return Dead(orphan); }, 5s)) << "the leftover job was stopped";
+  EXPECT_EQ(ListedPid(dir, "orphan"), 0) << "and is no longer listed";
+  // The new launcher's own jobs are listed, and a clean stop leaves the list empty.
+  ASSERT_TRUE(next.Start(Sh("mine", "exec sleep 300")).ok());
+  EXPECT_GT(ListedPid(dir, "mine"), 0);
+  ASSERT_TRUE(next.Cancel("mine", 0ms).ok());
+  next.WaitAll(5s);
+  EXPECT_EQ(ListedPid(dir, "mine"), 0);
+}
+
+// Two launchers on one work directory at once (two agents given the same --work): the second
+// does not own the list, so it stops nothing of the first's.
+TEST(AgentLauncher, ASecondLauncherOnTheSameWorkDirStopsNothing) {
+  TempDir dir;
+  Launcher first(Opts(dir));
+  ASSERT_TRUE(first.Start(Sh("firsts", "exec sleep 300")).ok());
+  const pid_t pid = ListedPid(dir, "firsts");
+  ASSERT_GT(pid, 0);
+  {
+    Launcher second(Opts(dir));
+    EXPECT_FALSE(second.owns_work_dir());
+    EXPECT_TRUE(second.leftovers().empty());
+  }
+  EXPECT_FALSE(Dead(pid));
+  EXPECT_TRUE(first.IsRunning("firsts"));
+  ASSERT_TRUE(first.Cancel("firsts", 0ms).ok());
+  first.WaitAll(5s);
 }
 
 // run_as: the job runs under the named account (uid, gid, HOME), checked from /proc while it

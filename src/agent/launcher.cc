@@ -85,6 +85,10 @@ char* SafeItoa(long long v, char* buf) {
 
 // Signals the process group (the job is a session leader: pgid == pid); falls back to the pid
 // itself when the child has not reached setsid() yet.
+// How long the agent waits for a share region's lock, which the job's processes take too: one
+// stopped while holding it (SIGSTOP, a debugger) must not stop the agent's loop.
+constexpr int64_t kRegionLockMs = 200;
+
 void SignalJob(pid_t pid, int sig) {
   if (kill(-pid, sig) != 0 && errno == ESRCH) kill(pid, sig);
 }
@@ -360,7 +364,12 @@ Launcher::Launcher(LauncherOptions options) : options_(std::move(options)) {
   // agents given the same --work) neither reads nor writes it, so that it never stops the
   // first one's jobs as left over.
   lock_fd_ = open((options_.work_dir + "/.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  owns_list_ = lock_fd_ >= 0 && flock(lock_fd_, LOCK_EX | LOCK_NB) == 0;
+  // (A job of a launcher that just died may hold the lock for a moment, between its fork and its
+  // exec, which closes it: a second of retries.)
+  for (int i = 0; i < 50 && lock_fd_ >= 0 && !owns_list_; ++i) {
+    owns_list_ = flock(lock_fd_, LOCK_EX | LOCK_NB) == 0;
+    if (!owns_list_) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   if (owns_list_) StopLeftovers();
 }
 
@@ -696,7 +705,7 @@ std::vector<RunningJob> Launcher::Running(bool usage) const {
       if (!job.region_path.empty() && access(job.region_path.c_str(), F_OK) == 0) {
         capgpu::Region region;
         if (region.Open(job.region_path.c_str()) == 0) {
-          capgpu::RegionLock lock(region);
+          capgpu::RegionLock lock(region, kRegionLockMs);  // a stopped job must not stop the agent
           uint64_t used = 0;
           if (lock.held()) {
             for (uint32_t d = 0; d < capgpu::kMaxDevices; ++d) used += region.data().used[d];

@@ -125,8 +125,21 @@ void Region::Close() {
   mapped_bytes_ = 0;
 }
 
-bool Region::Lock() {
-  int rc = pthread_mutex_lock(&file_->mutex);
+bool Region::Lock() { return Locked(pthread_mutex_lock(&file_->mutex)); }
+
+bool Region::LockFor(int64_t timeout_ms) {
+  timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);  // the clock pthread_mutex_timedlock measures against
+  until.tv_sec += static_cast<time_t>(timeout_ms / 1000);
+  until.tv_nsec += static_cast<long>(timeout_ms % 1000) * 1'000'000;
+  if (until.tv_nsec >= 1'000'000'000) {
+    until.tv_sec += 1;
+    until.tv_nsec -= 1'000'000'000;
+  }
+  return Locked(pthread_mutex_timedlock(&file_->mutex, &until));
+}
+
+bool Region::Locked(int rc) {
   if (rc == EOWNERDEAD) {
     // The previous owner died inside the critical section: its writes may be half done.
     Repair(file_->data);
@@ -141,7 +154,7 @@ void Region::Unlock() { pthread_mutex_unlock(&file_->mutex); }
 
 bool RequestSwap(Region& region, SwapTarget target) {
   {
-    RegionLock lock(region);
+    RegionLock lock(region, 1000);  // the agent's call: not forever on a stopped process's lock
     if (!lock.held() || region.data().swap_enabled == 0) return false;
     SetSwapTarget(region.data(), target);
   }

@@ -62,11 +62,15 @@ class Region {
 
   // REQUIRES: is_open(). Returns false only if the mutex is unrecoverable (a bug elsewhere).
   bool Lock();
+  // As Lock, giving up after `timeout_ms`: for the agent, which must not hang on a share whose
+  // process was stopped (SIGSTOP, a debugger) while it held the lock.
+  bool LockFor(int64_t timeout_ms);
   void Unlock();
   // REQUIRES: the lock is held (or the region is private to the caller).
   RegionData& data() { return file_->data; }
 
  private:
+  bool Locked(int rc);  // the result of a lock call: repairs after a dead owner
   RegionFile* file_ = nullptr;
   size_t mapped_bytes_ = 0;
 };
@@ -75,6 +79,7 @@ class Region {
 class RegionLock {
  public:
   explicit RegionLock(Region& region) : region_(region), held_(region.Lock()) {}
+  RegionLock(Region& region, int64_t timeout_ms) : region_(region), held_(region.LockFor(timeout_ms)) {}
   ~RegionLock() {
     if (held_) region_.Unlock();
   }

@@ -3,7 +3,11 @@
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <chrono>
 
 #include <string>
 
@@ -83,6 +87,35 @@ TEST_F(RegionTest, TwoMappingsShareCharges) {
   RegionLock lock(b);
   EXPECT_EQ(b.data().used[0], 3 * kGiB);
   EXPECT_EQ(TryCharge(b.data(), slot, 0, 2 * kGiB), ChargeResult::kOverCap);
+}
+
+// A process stopped while it holds the lock (SIGSTOP, a debugger) does not stop the agent:
+// LockFor gives up; and once that process is killed, the robust lock is taken again.
+TEST_F(RegionTest, LockForGivesUpOnAStoppedHolder) {
+  ASSERT_EQ(CreateRegionFile(path_.c_str(), Limit(4 * kGiB), 0600, false), 0);
+  pid_t holder = fork();
+  ASSERT_GE(holder, 0);
+  if (holder == 0) {
+    Region r;
+    if (r.Open(path_.c_str()) != 0 || !r.Lock()) _exit(1);
+    raise(SIGSTOP);
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(holder, &status, WUNTRACED), holder);
+  ASSERT_TRUE(WIFSTOPPED(status));
+  Region r;
+  ASSERT_EQ(r.Open(path_.c_str()), 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    RegionLock lock(r, 100);
+    EXPECT_FALSE(lock.held());
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  kill(holder, SIGKILL);
+  ASSERT_EQ(waitpid(holder, &status, 0), holder);
+  RegionLock lock(r, 1000);
+  EXPECT_TRUE(lock.held()) << "its owner died: the robust lock is recovered";
 }
 
 TEST(Processes, SelfIsAliveAndAnotherStartTimeIsNot) {

@@ -97,6 +97,12 @@ namespace {
 // The command and environment of a submission.
 Status ReadCommand(const Json& body, std::vector<std::string>* cmd, Json* env) {
   if (!body.contains("command")) return Status::InvalidArgument("'command' is required");
+  // Bounded as a kernel bounds exec (its argument count), so that a 1 MiB body of one-letter
+  // arguments cannot make each stored job tens of megabytes of parsed JSON.
+  constexpr size_t kMaxArgs = 4096, kMaxEnv = 1024;
+  if (body["command"].is_array() && body["command"].size() > kMaxArgs) {
+    return Status::InvalidArgument("'command' has more than 4096 arguments");
+  }
   auto c = StringList(body["command"], "'command'");
   if (!c.ok()) return c.status();
   if (c->empty() || (*c)[0].empty()) return Status::InvalidArgument("'command' must not be empty");
@@ -104,6 +110,7 @@ Status ReadCommand(const Json& body, std::vector<std::string>* cmd, Json* env) {
   *env = Json::object();
   if (!body.contains("env")) return Status::Ok();
   if (!body["env"].is_object()) return Status::InvalidArgument("'env' must be an object of strings");
+  if (body["env"].size() > kMaxEnv) return Status::InvalidArgument("'env' has more than 1024 variables");
   for (const auto& [k, v] : body["env"].items()) {
     // A portable shell name: it is written into batch scripts (Slurm, PBS) and exported.
     bool name = !k.empty() && k.size() <= 256 && !std::isdigit(static_cast<unsigned char>(k[0]));

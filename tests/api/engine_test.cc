@@ -157,6 +157,12 @@ TEST_F(EngineTest, BadSubmissionsAreRefusedAndChangeNothing) {
        "is not a variable name"},
       {"alice", {{"queue", "notebooks"}, {"command", {"true"}}, {"env", {{"A", 1}}}}, StatusCode::kInvalidArgument,
        "the value of 'A' must be a string"},
+      {"alice", {{"queue", "notebooks"}, {"command", Json(std::vector<std::string>(4097, "x"))}},
+       StatusCode::kInvalidArgument, "more than 4096 arguments"},
+      {"alice", {{"queue", "notebooks"}, {"command", {"true"}}, {"cpu", "9223372036854775807m"}},
+       StatusCode::kInvalidArgument, "above 2^40"},
+      {"alice", {{"queue", "notebooks"}, {"command", {"true"}}, {"walltime", int64_t{1} << 62}},
+       StatusCode::kInvalidArgument, "ten years"},
   };
   for (const Case& c : cases) {
     auto r = engine_->Submit(Who(c.who), c.body);

@@ -335,10 +335,12 @@ Status Engine::LoadJob(store::JobRecord r) {
   qs.restoring = true;
   auto h = qe_->Submit(qs, j.rec.submit_ms / 1000);
   if (!h.ok()) {
-    // The policy changed under it (its queue is gone, say): it ends, with the reason.
+    // The policy changed under it (its queue is gone, say): it ends, with the reason, written
+    // (with its job.failed event) by the first tick, so that the store agrees and usage closes.
     j.rec.state = "failed";
     j.rec.reason = "no longer schedulable after a restart: " + h.status().message();
-    ended_.push_back(id);
+    j.rec.update_ms = clock_();
+    failed_on_load_.push_back(id);
     jobs_[id] = std::move(j);
     return Status::Ok();
   }
@@ -391,6 +393,7 @@ Status Engine::Load() {
   by_handle_.clear();
   ended_since_prune_ = 0;
   ended_.clear();
+  failed_on_load_.clear();
   nodes_.clear();
   Status st = NewQuotaEngine();
   if (!st.ok()) return st;
@@ -564,6 +567,13 @@ Status Engine::Tick() {
       if (!broken_.ok()) return st;
     }
     Batch b;
+    for (const std::string& id : failed_on_load_) {
+      auto it = jobs_.find(id);
+      if (it == jobs_.end()) continue;
+      ended_.push_back(id);
+      b.Add(MakeEvent("engine", "job.failed", id, it->second.rec.reason), &it->second);
+    }
+    failed_on_load_.clear();
     Status st = MarkLostLocked(b);
     if (st.ok() &&
         (cycle_wanted_ || clock_() - last_cycle_ms_ >= config_.cycle_ms)) {

@@ -535,6 +535,8 @@ class Engine {
                                              std::unique_lock<std::mutex>& lock);
   std::vector<std::string> order_;           // ids of the jobs in memory, in submit order
   std::deque<std::string> ended_;            // ids of ended jobs in memory, oldest end first
+  // Jobs Load ended (no longer schedulable under the policy): written by the next Tick.
+  std::vector<std::string> failed_on_load_;
   std::vector<Job*> by_handle_;               // quota handle -> job (jobs_ nodes do not move)
   void Index(Job& j) {
     if (j.handle >= static_cast<int>(by_handle_.size())) by_handle_.resize(j.handle + 1, nullptr);

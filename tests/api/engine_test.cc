@@ -523,6 +523,33 @@ TEST_F(EngineTest, RestartRebuildsStateWithoutDoubleAllocation) {
   EXPECT_EQ(next, "j-4");
 }
 
+// A job the policy no longer admits after a restart (its queue was removed) fails, and the
+// failure is written: the next restart reads it as failed, with one job.failed event, instead
+// of failing it again in memory only.
+TEST_F(EngineTest, AJobThePolicyNoLongerAdmitsFailsDurablyOnRestart) {
+  const std::string id = Submit("alice", {{"queue", "fragile"}, {"command", {"true"}}})["id"];
+  EXPECT_EQ(State(id), "pending");
+  std::string without = kConfig;
+  without.erase(without.find("  - {name: fragile"));
+  auto c = ParseConfig(without);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  config_ = *c;
+  Reopen();
+  EXPECT_EQ(State(id), "failed");
+  ASSERT_TRUE(engine_->Tick().ok());
+  Reopen();
+  EXPECT_EQ(State(id), "failed") << "read back from the store";
+  auto job = engine_->GetJob(Who("admin"), id);
+  ASSERT_TRUE(job.ok());
+  EXPECT_NE((*job)["reason"].get<std::string>().find("no longer schedulable after a restart"), std::string::npos)
+      << job->dump();
+  auto ev = engine_->Events(Who("admin"), 0, 1000, {});
+  ASSERT_TRUE(ev.ok());
+  int failed = 0;
+  for (const auto& e : (*ev)["events"]) failed += e["kind"] == "job.failed" && e["subject"] == id ? 1 : 0;
+  EXPECT_EQ(failed, 1);
+}
+
 TEST_F(EngineTest, ARepeatedIdempotencyKeyReturnsTheFirstJob) {
   const Json body = {{"queue", "training"}, {"command", {"true"}}};
   bool replayed = false;

@@ -134,7 +134,8 @@ Status OutputRangeOf(const HttpRequest& req, int64_t* offset, int64_t* length) {
       auto last = ParseNonNegativeInt(range.substr(dash + 1));
       if (!last.ok() || *last < *first)
         return Status::InvalidArgument("Range: LAST must be a number at least FIRST");
-      *length = std::min(*length, *last - *first + 1);
+      // (last - first) + 1 would overflow at LAST = 2^63 - 1: compare before adding.
+      if (*last - *first < *length) *length = *last - *first + 1;
     }
     return Status::Ok();
   }
@@ -392,7 +393,9 @@ void AddViewRoutes(TimedRoutes& s) {
   s.Route("GET", "/v1/events",
           Authed(e, [e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
             int limit = IntParam(req, "limit", 100, 1000);
-            int after = IntParam(req, "after", 0, 2000000000);
+            // Event numbers are 64-bit: past 2^31 an int would page the same events forever.
+            auto after_param = ParseNonNegativeInt(req.has_param("after") ? req.param("after") : "0");
+            int64_t after = after_param.ok() ? *after_param : -1;
             const int tail = IntParam(req, "tail", 0, 1000);
             if (limit < 0 || after < 0 || tail < 0) {
               return ReplyError(res,
@@ -403,7 +406,7 @@ void AddViewRoutes(TimedRoutes& s) {
               // The newest events: start `tail` before the last one recorded.
               auto last = e->LastEventSeq();
               if (!last.ok()) return ReplyError(res, last.status());
-              after = static_cast<int>(std::max<int64_t>(0, *last - tail));
+              after = std::max<int64_t>(0, *last - tail);
             }
             store::EventFilter f;
             if (req.has_param("kind")) f.kind_prefix = req.param("kind");

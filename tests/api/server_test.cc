@@ -235,6 +235,12 @@ TEST_F(ServerTest, OutputIsServedInRanges) {
   ranged = Auth("alice-token-1");
   ranged.emplace("Range", "bytes=5-2");
   EXPECT_EQ(client_->Get(path.c_str(), ranged)->status, 400);
+  // The largest LAST there is: to the end (its length is not computed by overflowing).
+  ranged = Auth("alice-token-1");
+  ranged.emplace("Range", "bytes=0-9223372036854775807");
+  r = client_->Get(path.c_str(), ranged);
+  EXPECT_EQ(r->status, 206);
+  EXPECT_EQ(r->body, "0123456789");
 }
 
 TEST_F(ServerTest, OpenApiDescribesExactlyTheRoutes) {

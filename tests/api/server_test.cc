@@ -239,7 +239,7 @@ TEST_F(ServerTest, OutputIsServedInRanges) {
   ranged = Auth("alice-token-1");
   ranged.emplace("Range", "bytes=0-9223372036854775807");
   r = client_->Get(path.c_str(), ranged);
-  EXPECT_EQ(r->status, 206);
+  EXPECT_EQ(r->status, 200) << "all of it";
   EXPECT_EQ(r->body, "0123456789");
 }
 

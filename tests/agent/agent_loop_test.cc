@@ -335,6 +335,21 @@ TEST(AgentLoop, ReportsNvmlTelemetryAndTheJobsOnTheDevices) {
   EXPECT_EQ(agent.Stop(), 0);
 }
 
+// A node name every message would fail to encode (not UTF-8) or that cannot name files is
+// refused at start with exit code 2, not at the first message.
+TEST(AgentLoop, RefusesANodeNameItCannotSend) {
+  TempDir dir;
+  for (const std::string& bad : {std::string("bad\xff"), std::string("has space"), std::string("a/b")}) {
+    AgentOptions o;
+    o.node_name = bad;
+    o.control_plane_url = "http://127.0.0.1:1";
+    o.work_dir = dir.path() + "/work";
+    o.simulate = "1xH100-80GB";
+    o.cgroup_root = "";
+    EXPECT_EQ(RunAgent(o), 2) << bad;
+  }
+}
+
 TEST(AgentLoop, KeepsJobsRunningWhileTheControlPlaneIsDown) {
   TempDir dir;
   auto cp = std::make_unique<FakeControlPlane>();

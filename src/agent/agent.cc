@@ -108,6 +108,7 @@ class Agent {
     std::thread watcher([this] { WatchLoop(); });
     while (!StopRequested()) {
       for (JobExit& e : launcher_.Poll()) RecordExit(e);
+      partitions_.RetryDestroys();
       TickSwap();
       if (wake_.exchange(false)) next_contact = std::min(next_contact, Clock::now());
       if (Clock::now() >= next_contact) {

@@ -162,15 +162,19 @@ Result<NvmlMig::Instance> NvmlMig::Create(const std::string& gpu_uuid, int profi
   return out;
 }
 
-Status NvmlMig::Destroy(const Instance& instance) {
+Status NvmlMig::Destroy(Instance& instance) {
   const Api& a = *api_;
   if (instance.compute_instance) {
     if (NvmlReturn rc = a.destroy_ci(instance.compute_instance); rc != kOk) {
       return Status::Internal(a.Error(instance.uuid + ": destroying the compute instance", rc));
     }
+    instance.compute_instance = nullptr;
   }
-  if (NvmlReturn rc = a.destroy_gi(instance.gpu_instance); rc != kOk) {
-    return Status::Internal(a.Error(instance.uuid + ": destroying the GPU instance", rc));
+  if (instance.gpu_instance) {
+    if (NvmlReturn rc = a.destroy_gi(instance.gpu_instance); rc != kOk) {
+      return Status::Internal(a.Error(instance.uuid + ": destroying the GPU instance", rc));
+    }
+    instance.gpu_instance = nullptr;
   }
   return Status::Ok();
 }

@@ -33,7 +33,9 @@ class NvmlMig {
     void* compute_instance = nullptr;
   };
   Result<Instance> Create(const std::string& gpu_uuid, int profile_id, int start, int size);
-  Status Destroy(const Instance& instance);
+  // Destroys the compute instance, then the GPU instance; clears each handle as it goes, so
+  // that a failed call (the instance still in use) can be made again and goes on from there.
+  Status Destroy(Instance& instance);
 
  private:
   struct Api;

@@ -60,6 +60,7 @@ Result<std::string> Partitions::AcquireNvml(const std::string& job, int index, c
     if (!opened.ok()) return opened.status();
     nvml_ = std::move(*opened);
   }
+  RetryDestroys();  // an instance left in use may sit where this one goes
   auto made = nvml_->Create(d.uuid, *p->nvidia_smi_profile_id, in.start, p->memory_slices);
   if (!made.ok()) return made.status();
   by_job_.insert({job, {index, in, *made}});
@@ -150,11 +151,19 @@ int Partitions::LogicalGpus(int index) const {
 
 void Partitions::Use(const std::string& job, int index) { used_.insert({job, index}); }
 
+size_t Partitions::RetryDestroys() {
+  if (nvml_ == nullptr) return 0;
+  std::erase_if(undestroyed_, [this](NvmlMig::Instance& i) { return nvml_->Destroy(i).ok(); });
+  return undestroyed_.size();
+}
+
 void Partitions::Release(const std::string& job) {
   auto [lo, hi] = by_job_.equal_range(job);
   for (auto it = lo; it != hi; ++it) {
     if (it->second.nvml.gpu_instance != nullptr) {
-      (void)nvml_->Destroy(it->second.nvml);  // a failure leaves an instance the next layout replaces
+      // The job's processes may still be exiting (it was just killed) and hold the instance:
+      // tried again by RetryDestroys, and before the next instance is made.
+      if (!nvml_->Destroy(it->second.nvml).ok()) undestroyed_.push_back(it->second.nvml);
       continue;
     }
     auto& v = layouts_[it->second.index].instances;

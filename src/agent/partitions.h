@@ -51,6 +51,9 @@ class Partitions {
   void Use(const std::string& job, int index);
   // Removes what `job` held.
   void Release(const std::string& job);
+  // MIG instances whose destroy failed at Release (their processes still exiting) are tried
+  // again; returns how many are left. The agent calls it every loop while any are.
+  size_t RetryDestroys();
   // "1g.10gb@6, 3g.40gb@0" for device `index`; "CPX+NPS1: #0 #3" for an AMD device in a split
   // mode; "" when it has none.
   std::string Layout(int index) const;
@@ -75,6 +78,7 @@ class Partitions {
   const Inventory& inventory_;
   std::string nvml_library_;
   std::unique_ptr<NvmlMig> nvml_;  // opened at the first NVML partition
+  std::vector<NvmlMig::Instance> undestroyed_;
   std::map<int, partition::Layout> layouts_;       // by device index
   std::multimap<std::string, Held> by_job_;
   std::map<int, Amd> amd_;                          // by device index

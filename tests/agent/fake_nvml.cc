@@ -189,6 +189,13 @@ FAKE_API int nvmlGpuInstanceCreateComputeInstance(void* gi, unsigned, void** ci)
 FAKE_API int nvmlComputeInstanceDestroy(void* ci) {
   Gi* g = GiOf(reinterpret_cast<void*>(kGiBase + (reinterpret_cast<uintptr_t>(ci) - kCiBase)));
   if (g == nullptr || !g->has_ci) return 2;
+  // FAKE_NVML_BUSY_DESTROYS=N: the next N destroys find the instance in use (a process of the
+  // job still exiting); each one counts the variable down.
+  const char* busy = std::getenv("FAKE_NVML_BUSY_DESTROYS");
+  if (busy != nullptr && std::atoi(busy) > 0) {
+    setenv("FAKE_NVML_BUSY_DESTROYS", std::to_string(std::atoi(busy) - 1).c_str(), 1);
+    return 19;
+  }
   g->has_ci = false;
   return 0;
 }

@@ -6,6 +6,7 @@
 
 #include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include "partition/catalog.h"
 
@@ -107,6 +108,33 @@ TEST(AgentPartitions, NvmlDevicesGetInstancesThroughNvml) {
   EXPECT_EQ(FakeInstances(), "9@4");
   p.Release("j2");
   EXPECT_EQ(FakeInstances(), "-");
+}
+
+// A MIG instance whose destroy fails at release (the killed job's processes still hold it) is
+// destroyed later, by RetryDestroys or before the next instance is made, not left behind.
+TEST(AgentPartitions, AnInstanceStillInUseAtReleaseIsDestroyedLater) {
+  Inventory inv;
+  inv.node = "n1";
+  inv.devices = {{0, "H100-80GB", 81152, "GPU-fake-agent-0", false, true}};
+  Partitions p(inv, FAKE_NVML_PATH);
+  ASSERT_TRUE(p.Acquire("j1", 0, "1g.10gb@3").ok());
+  setenv("FAKE_NVML_BUSY_DESTROYS", "2", 1);
+  p.Release("j1");
+  EXPECT_EQ(FakeInstances(), "19@3") << "still in use: left for later";
+  EXPECT_EQ(p.RetryDestroys(), 1u) << "still in use";
+  EXPECT_EQ(p.RetryDestroys(), 0u);
+  EXPECT_EQ(FakeInstances(), "-");
+  // And before a new instance is made where it was.
+  ASSERT_TRUE(p.Acquire("j2", 0, "1g.10gb@3").ok());
+  setenv("FAKE_NVML_BUSY_DESTROYS", "1", 1);
+  p.Release("j2");
+  EXPECT_EQ(FakeInstances(), "19@3");
+  auto again = p.Acquire("j3", 0, "1g.10gb@3");
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(FakeInstances(), "19@3");
+  p.Release("j3");
+  EXPECT_EQ(FakeInstances(), "-");
+  unsetenv("FAKE_NVML_BUSY_DESTROYS");
 }
 
 }  // namespace

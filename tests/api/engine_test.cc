@@ -550,6 +550,27 @@ TEST_F(EngineTest, AJobThePolicyNoLongerAdmitsFailsDurablyOnRestart) {
   EXPECT_EQ(failed, 1);
 }
 
+// Job lists are cut from a cached rendering of 100 or 1000 (or rendered whole past 1000): any
+// limit gives the newest jobs first, the same whichever rendering it came from.
+TEST_F(EngineTest, JobListsOfAnyLimitAreTheNewestFirst) {
+  std::vector<std::string> ids;
+  for (int i = 0; i < 5; ++i) ids.push_back(Submit("alice", {{"queue", "training"}, {"command", {"true"}}})["id"]);
+  auto names = [&](int limit) {
+    std::vector<std::string> out;
+    const Result<Json> list = engine_->ListJobs(Who("admin"), "", limit);
+    if (!list.ok()) return out;
+    for (const auto& j : (*list)["jobs"]) out.push_back(j["id"]);
+    return out;
+  };
+  const std::vector<std::string> newest_two = {ids[4], ids[3]};
+  EXPECT_EQ(names(2), newest_two);
+  EXPECT_EQ(names(100).size(), 5u);
+  EXPECT_EQ(names(2), newest_two) << "cut from the cached rendering of 100";
+  EXPECT_EQ(names(500).size(), 5u);
+  EXPECT_EQ(names(5000).size(), 5u);
+  EXPECT_EQ(names(0).size(), 0u);
+}
+
 TEST_F(EngineTest, ARepeatedIdempotencyKeyReturnsTheFirstJob) {
   const Json body = {{"queue", "training"}, {"command", {"true"}}};
   bool replayed = false;

@@ -252,7 +252,20 @@ std::string Decimal(Int128 v, int64_t unit, int places) {
   return str(scaled / scale) + (places > 0 ? "." + frac : "");
 }
 
-Json Int(Int128 v) { return Json(static_cast<int64_t>(v)); }
+// Exact, whatever the size: an integer while it fits 64 bits (signed, else unsigned), else its
+// decimal digits as a string (a year of 2,000 H200s passes 2^63 MiB-ms of GPU memory).
+Json Int(Int128 v) {
+  if (v >= INT64_MIN && v <= INT64_MAX) return Json(static_cast<int64_t>(v));
+  if (v > 0 && v <= static_cast<Int128>(UINT64_MAX)) return Json(static_cast<uint64_t>(v));
+  std::string digits;
+  const bool negative = v < 0;
+  Int128 x = negative ? -v : v;
+  do {
+    digits.insert(digits.begin(), static_cast<char>('0' + static_cast<int>(x % 10)));
+    x /= 10;
+  } while (x > 0);
+  return Json(negative ? "-" + digits : digits);
+}
 
 // A row's (or the total's) figures: held and idle time, exactly, and in hours.
 Json TotalsJson(const Totals& t) {

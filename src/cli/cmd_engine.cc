@@ -290,14 +290,18 @@ int Up(const std::string& data, const std::string& listen, const std::string& si
                 "echo $CUDA_VISIBLE_DEVICES'\n  tessera jobs\nCtrl-C stops it.\n",
                 url.c_str(), data.c_str(), ca.c_str());
     std::fflush(stdout);
+    // Everything the child needs is made before fork: the server is multi-threaded, and between
+    // fork and exec the child may only make async-signal-safe calls (no allocation).
+    std::error_code exe_error;
+    const std::string self = std::filesystem::read_symlink("/proc/self/exe", exe_error).string();
+    // The token by file, never on the command line (where ps shows it).
+    const std::string token_file = data + "/agent.token";
+    const std::string ca_file = tls ? flags.tls_cert : "";
+    const std::string work = data + "/agent";
     agent_pid = fork();
     if (agent_pid == 0) {
-      std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-      // The token by file, never on the command line (where ps shows it).
-      const std::string token_file = data + "/agent.token";
-      const std::string ca_file = tls ? flags.tls_cert : "";
       execl(self.c_str(), self.c_str(), "agent", "--server", url.c_str(), "--token-file", token_file.c_str(), "--ca",
-            ca_file.c_str(), "--node", "local", "--simulate", simulate.c_str(), "--work", (data + "/agent").c_str(),
+            ca_file.c_str(), "--node", "local", "--simulate", simulate.c_str(), "--work", work.c_str(),
             "--log-level", log_level.c_str(), "--log-format", log_format.c_str(), static_cast<char*>(nullptr));
       _exit(127);
     }

@@ -130,7 +130,13 @@ class Agent {
                            std::chrono::duration_cast<milliseconds>(next_contact - Clock::now()));
       if (wait.count() > 0) std::this_thread::sleep_for(wait);
     }
+    // A long poll begun just after a stop() would wait out its time: stop() again until the
+    // watcher has returned.
     StopWatching();
+    while (!watch_done_.load()) {
+      StopWatching();
+      std::this_thread::sleep_for(milliseconds(20));
+    }
     watcher.join();
     Shutdown();
     return 0;
@@ -204,6 +210,10 @@ class Agent {
   // heartbeats stay at their period for liveness). Watches only once a heartbeat reply gave the
   // node's order sequence (seen_seq_ >= 0); a control plane without watches is polled as before.
   void WatchLoop() {
+    struct Done {
+      std::atomic<bool>& done;
+      ~Done() { done.store(true); }
+    } done{watch_done_};
     std::string url;
     while (!StopRequested() && !watch_stop_.load()) {
       const int64_t after = seen_seq_.load();
@@ -625,6 +635,7 @@ class Agent {
   std::atomic<int64_t> seen_seq_{-1};  // the node's order sequence the agent knows; -1: none yet
   std::atomic<bool> wake_{false};      // new orders: heartbeat now
   std::atomic<bool> watch_stop_{false};
+  std::atomic<bool> watch_done_{false};  // WatchLoop has returned
   std::unique_ptr<httplib::Client> client_;
   int64_t heartbeat_ms_;
   int64_t backoff_ms_;

@@ -1,5 +1,7 @@
 #include "agent/swap_manager.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cstdio>
 
@@ -9,6 +11,7 @@ namespace tessera::agent {
 
 struct SwapManager::Share {
   std::string id;
+  std::string path;  // the region file, checked whole before each tick reads its mapping
   capgpu::Region region;
   uint64_t launches = 0, gate_waits = 0, resident = 0, cap = 0;
   int64_t last_active_ms = 0;
@@ -57,6 +60,7 @@ SwapManager::~SwapManager() = default;
 Status SwapManager::Add(const std::string& id, const std::string& region_path, int64_t now_ms) {
   auto share = std::make_unique<Share>();
   share->id = id;
+  share->path = region_path;
   if (int rc = share->region.Open(region_path.c_str()); rc != 0) {
     return Status::NotFound("swap: cannot open the region of " + id + " (" + region_path + ")");
   }
@@ -87,6 +91,17 @@ std::vector<std::string> SwapManager::Tick(int64_t now_ms, uint64_t* host_ram_le
   std::vector<std::string> actions;
   uint64_t resident_total = 0;
   // Read every share, and note activity.
+  // The region file belongs to the job's account: one cut short would make touching its
+  // mapping a SIGBUS in the agent. Such a share is dropped (it can no longer swap anyway).
+  for (auto it = shares_.begin(); it != shares_.end();) {
+    struct stat st {};
+    if (stat(it->second->path.c_str(), &st) == 0 && static_cast<size_t>(st.st_size) >= sizeof(capgpu::RegionFile)) {
+      ++it;
+      continue;
+    }
+    actions.push_back("dropped " + it->first + ": its region file is gone or cut short");
+    it = shares_.erase(it);
+  }
   for (auto& [id, s] : shares_) {
     uint64_t launches = __atomic_load_n(&s->region.data().launches, __ATOMIC_RELAXED);
     {

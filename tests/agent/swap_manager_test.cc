@@ -187,6 +187,21 @@ TEST_F(SwapManagerTest, TheNodesHostRamBudgetSendsTheRestToDisk) {
   EXPECT_EQ(pa.Ask("check x 4", 20000), "check x ok");
 }
 
+// A job may cut its region file short (it owns it): the manager drops that share instead of
+// touching the mapping past the file's end, which would be a SIGBUS in the agent.
+TEST_F(SwapManagerTest, ARegionCutShortIsDroppedNotRead) {
+  const std::string a = Region("a", 8 * kMiB), b = Region("b", 8 * kMiB);
+  SwapManager m({.device_memory = 12 * kMiB, .idle_ms = 100});
+  ASSERT_TRUE(m.Add("a", a, NowMs()).ok());
+  ASSERT_TRUE(m.Add("b", b, NowMs()).ok());
+  ASSERT_EQ(truncate(a.c_str(), 100), 0);
+  std::vector<std::string> log = m.Tick(NowMs());
+  ASSERT_FALSE(log.empty());
+  EXPECT_EQ(log[0], "dropped a: its region file is gone or cut short");
+  ASSERT_EQ(m.States().size(), 1u);
+  EXPECT_EQ(m.States()[0].id, "b");
+}
+
 // Slicing: two shares that both stay active cannot both fit. Without slicing the second one's
 // allocation waits for the first to go idle, which it never does; with a slice, the share that
 // has held the device longest is swapped out while active, held at the gate until the other has

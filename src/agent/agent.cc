@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -370,7 +371,10 @@ class Agent {
       offset = fin->second.output_bytes;
     };
     if (!in) {
-      lost("is missing");
+      struct stat st {};
+      if (stat(launcher_.OutputPath(id).c_str(), &st) != 0 && errno == ENOENT) {
+        lost("is missing");  // other errors (EMFILE, EACCES...) are tried again later
+      }
       return true;
     }
     std::string chunk(static_cast<size_t>(std::max<int64_t>(1, options_.upload_chunk_bytes)), '\0');

@@ -95,7 +95,8 @@ void SignalJob(pid_t pid, int sig) {
 
 // Whether process `pid` is in the cgroup at `dir` (under the v2 mount `root`): /proc/PID/cgroup
 // reads "0::/<dir relative to root>".
-bool InCgroup(long pid, const std::string& root, const std::string& dir) {
+bool InCgroup(long pid, std::string root, const std::string& dir) {
+  while (root.size() > 1 && root.back() == '/') root.pop_back();
   if (dir.size() <= root.size() || dir.compare(0, root.size(), root) != 0) return false;
   bool ok = false;
   const std::string line = ReadSmallFile("/proc/" + std::to_string(pid) + "/cgroup", &ok);
@@ -393,11 +394,20 @@ Launcher::~Launcher() {
 
 std::string Launcher::RunningListPath() const { return options_.work_dir + "/.running"; }
 
-// One line per job: id, pid, the pid's start time (so that a reused pid is never taken for the
-// job's). Written whole and renamed over, so that a crash leaves the old list or the new one.
+// This boot's id: start times count from boot, so a list from before a reboot means nothing.
+std::string BootId() {
+  bool ok = false;
+  std::string id = ReadSmallFile("/proc/sys/kernel/random/boot_id", &ok);
+  while (!id.empty() && (id.back() == '\n' || id.back() == ' ')) id.pop_back();
+  return ok && !id.empty() ? id : "unknown";
+}
+
+// "boot <boot id>", then one line per job: id, pid, the pid's start time (so that a reused pid
+// is never taken for the job's). Written whole and renamed over, so that a crash leaves the old
+// list or the new one.
 void Launcher::WriteRunningList() const {
   if (!owns_list_) return;
-  std::string text;
+  std::string text = "boot " + BootId() + "\n";
   for (const auto& [id, job] : jobs_) {
     char state = 0;
     uint64_t start = 0;
@@ -422,6 +432,12 @@ void Launcher::StopLeftovers() {
   std::istringstream in(ReadSmallFile(RunningListPath(), &ok));
   if (!ok) return;
   std::string line;
+  // Written before a reboot (or by an older agent, without the line): its processes are gone,
+  // and its pids and start times may now be other processes'.
+  if (!std::getline(in, line) || line != "boot " + BootId()) {
+    WriteRunningList();
+    return;
+  }
   while (std::getline(in, line)) {
     std::istringstream fields(line);
     std::string id;

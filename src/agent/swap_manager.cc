@@ -1,6 +1,8 @@
 #include "agent/swap_manager.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -11,8 +13,13 @@ namespace tessera::agent {
 
 struct SwapManager::Share {
   std::string id;
-  std::string path;  // the region file, checked whole before each tick reads its mapping
+  std::string path;
+  int fd = -1;  // the region file as opened, so that its size is the mapped file's (fstat)
   capgpu::Region region;
+  bool unread = false;  // its lock timed out this tick: its summary is stale, it is left alone
+  ~Share() {
+    if (fd >= 0) close(fd);
+  }
   uint64_t launches = 0, gate_waits = 0, resident = 0, cap = 0;
   int64_t last_active_ms = 0;
   int64_t resident_since_ms = 0;  // since its swapped bytes last came back (or it was added)
@@ -61,12 +68,14 @@ Status SwapManager::Add(const std::string& id, const std::string& region_path, i
   auto share = std::make_unique<Share>();
   share->id = id;
   share->path = region_path;
-  if (int rc = share->region.Open(region_path.c_str()); rc != 0) {
+  share->fd = open(region_path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (share->fd < 0 || share->region.Open(region_path.c_str()) != 0) {
     return Status::NotFound("swap: cannot open the region of " + id + " (" + region_path + ")");
   }
   {
     capgpu::RegionLock lock(share->region, kRegionLockMs);
-    if (!lock.held() || share->region.data().swap_enabled == 0) {
+    if (!lock.held()) return Status::FailedPrecondition("swap: the region of " + id + " stayed locked (a process of it stopped?)");
+    if (share->region.data().swap_enabled == 0) {
       return Status::FailedPrecondition("swap: the region of " + id + " does not have swapping on");
     }
   }
@@ -92,10 +101,11 @@ std::vector<std::string> SwapManager::Tick(int64_t now_ms, uint64_t* host_ram_le
   uint64_t resident_total = 0;
   // Read every share, and note activity.
   // The region file belongs to the job's account: one cut short would make touching its
-  // mapping a SIGBUS in the agent. Such a share is dropped (it can no longer swap anyway).
+  // mapping a SIGBUS in the agent. Such a share is dropped (it can no longer swap anyway). The
+  // size is the opened file's (fstat), whatever is at the path now.
   for (auto it = shares_.begin(); it != shares_.end();) {
     struct stat st {};
-    if (stat(it->second->path.c_str(), &st) == 0 && static_cast<size_t>(st.st_size) >= sizeof(capgpu::RegionFile)) {
+    if (fstat(it->second->fd, &st) == 0 && static_cast<size_t>(st.st_size) >= sizeof(capgpu::RegionFile)) {
       ++it;
       continue;
     }
@@ -106,7 +116,8 @@ std::vector<std::string> SwapManager::Tick(int64_t now_ms, uint64_t* host_ram_le
     uint64_t launches = __atomic_load_n(&s->region.data().launches, __ATOMIC_RELAXED);
     {
       capgpu::RegionLock lock(s->region, kRegionLockMs);
-      if (!lock.held()) continue;
+      s->unread = !lock.held();
+      if (s->unread) continue;
       capgpu::ReapDead(s->region.data(), capgpu::ProcessIsAlive, nullptr);
       s->summary = capgpu::SummarizeSwap(s->region.data());
       s->target = s->region.data().swap_target;
@@ -151,7 +162,7 @@ std::vector<std::string> SwapManager::Tick(int64_t now_ms, uint64_t* host_ram_le
   // does not take the room back first; then it waits in turn like any share that wants its
   // bytes back.
   for (auto& [id, s] : shares_) {
-    if (s->held_since_ms < 0) continue;
+    if (s->held_since_ms < 0 || s->unread) continue;
     if (s->target != static_cast<uint32_t>(capgpu::SwapTarget::kHold)) {
       s->held_since_ms = -1;  // someone else changed its target
       continue;
@@ -178,7 +189,7 @@ std::vector<std::string> SwapManager::Tick(int64_t now_ms, uint64_t* host_ram_le
   std::vector<Share*> idle;
   for (auto& [id, s] : shares_) {
     const bool in_need = s->summary.room_wanted > 0 || s->summary.swapping_in > 0;
-    if (in_need || s->summary.resident_bytes == 0 || s->summary.unswappable > 0 ||
+    if (s->unread || in_need || s->summary.resident_bytes == 0 || s->summary.unswappable > 0 ||
         s->target != static_cast<uint32_t>(capgpu::SwapTarget::kResident) ||
         now_ms - s->last_active_ms < idle_for) {
       continue;
@@ -220,7 +231,7 @@ std::vector<std::string> SwapManager::Tick(int64_t now_ms, uint64_t* host_ram_le
     std::vector<Share*> held;
     for (auto& [id, s] : shares_) {
       const bool in_need = s->summary.room_wanted > 0 || s->summary.swapping_in > 0;
-      if (in_need || s->summary.resident_bytes == 0 || s->summary.unswappable > 0 ||
+      if (s->unread || in_need || s->summary.resident_bytes == 0 || s->summary.unswappable > 0 ||
           s->target != static_cast<uint32_t>(capgpu::SwapTarget::kResident) ||
           now_ms - s->resident_since_ms < options_.slice_ms ||
           std::find(idle.begin(), idle.end(), s.get()) != idle.end()) {

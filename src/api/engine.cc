@@ -571,6 +571,7 @@ Status Engine::Tick() {
       auto it = jobs_.find(id);
       if (it == jobs_.end()) continue;
       ended_.push_back(id);
+      ++ended_since_prune_;
       b.Add(MakeEvent("engine", "job.failed", id, it->second.rec.reason), &it->second);
     }
     failed_on_load_.clear();

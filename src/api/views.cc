@@ -141,10 +141,10 @@ Result<Json> Engine::ViewOf(const std::string& key, const std::function<Result<J
 
 Result<Json> Engine::ListJobs(const Identity& who, const std::string& state_filter, int limit) {
   if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot list jobs");
-  // Cached per identity and filter at two sizes, 100 and 1000 jobs, and each request cut from
+  // Cached per identity and filter at three sizes (100, 500: the dashboard's, and 1000 jobs), each request cut from
   // them; longer lists and long filters are rendered each time. So the cache holds a few
   // renderings per identity, not one per limit asked (512 limits near 10,000 were gigabytes).
-  const int cached = limit <= 100 ? 100 : limit <= 1000 ? 1000 : 0;
+  const int cached = limit <= 100 ? 100 : limit <= 500 ? 500 : limit <= 1000 ? 1000 : 0;
   if (cached == 0 || state_filter.size() > 32) return ListJobsNow(who, state_filter, limit);
   Result<Json> view = ViewOf("jobs\n" + who.name + "\n" + state_filter + "\n" + std::to_string(cached),
                              [&] { return ListJobsNow(who, state_filter, cached); });

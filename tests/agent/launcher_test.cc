@@ -63,11 +63,13 @@ TEST(AgentLauncher, CapturesStdoutAndStderrAndExitZero) {
 // The pid a launcher on `dir` listed for job `id` in <work_dir>/.running (0 if none).
 pid_t ListedPid(const TempDir& dir, const std::string& id) {
   std::istringstream in(ReadAll(dir.path() + "/out/.running"));
-  std::string got;
-  long pid = 0;
-  uint64_t start = 0;
-  while (in >> got >> pid >> start) {
-    if (got == id) return static_cast<pid_t>(pid);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string got;
+    long pid = 0;
+    uint64_t start = 0;
+    if (fields >> got >> pid >> start && got == id) return static_cast<pid_t>(pid);
   }
   return 0;
 }
@@ -108,6 +110,32 @@ TEST(AgentLauncher, JobsACrashedLauncherLeftAreStoppedByTheNext) {
   ASSERT_TRUE(next.Cancel("mine", 0ms).ok());
   next.WaitAll(5s);
   EXPECT_EQ(ListedPid(dir, "mine"), 0);
+}
+
+// A list written before a reboot names pids and start times that may now be other processes':
+// it is ignored, whatever it says.
+TEST(AgentLauncher, AListFromAnotherBootStopsNothing) {
+  TempDir dir;
+  pid_t stranger = fork();
+  ASSERT_GE(stranger, 0);
+  if (stranger == 0) {
+    execl("/bin/sleep", "sleep", "300", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  char state = 0;
+  uint64_t start = 0;
+  ASSERT_TRUE(WaitFor([&] { return capgpu::ReadProcessStat(stranger, &state, &start); }, 5s));
+  mkdir((dir.path() + "/out").c_str(), 0755);
+  WriteAll(dir.path() + "/out/.running", "boot 00000000-0000-0000-0000-000000000000\nold " +
+                                             std::to_string(stranger) + " " + std::to_string(start) + "\n");
+  {
+    Launcher next(Opts(dir));
+    EXPECT_TRUE(next.leftovers().empty());
+  }
+  EXPECT_EQ(kill(stranger, 0), 0) << "not ours to stop";
+  EXPECT_FALSE(Dead(stranger));
+  kill(stranger, SIGKILL);
+  waitpid(stranger, nullptr, 0);
 }
 
 // Two launchers on one work directory at once (two agents given the same --work): the second

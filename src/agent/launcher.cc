@@ -18,6 +18,7 @@
 #include <sstream>
 #include <thread>
 
+#include "agent/host_files.h"
 #include "capgpu/region.h"
 
 extern char** environ;
@@ -25,36 +26,14 @@ extern char** environ;
 namespace tessera::agent {
 namespace {
 
+using internal::HasWord;
+using internal::KillCgroup;
+using internal::ReadSmallFile;
+using internal::WriteControl;
+
 constexpr int64_t kCpuPeriodUs = 100000;
 
 bool FileExists(const std::string& path) { return !path.empty() && access(path.c_str(), R_OK) == 0; }
-
-std::string ReadSmallFile(const std::string& path, bool* ok) {
-  std::ifstream in(path);
-  *ok = static_cast<bool>(in);
-  std::ostringstream ss;
-  if (in) ss << in.rdbuf();
-  return ss.str();
-}
-
-// Writes `text` to an existing control file. Returns "" or the reason.
-std::string WriteControl(const std::string& path, const std::string& text) {
-  int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return path + ": " + std::strerror(errno);
-  ssize_t n = write(fd, text.data(), text.size());
-  std::string err = n == static_cast<ssize_t>(text.size()) ? "" : path + ": " + std::strerror(errno);
-  close(fd);
-  return err;
-}
-
-bool HasWord(const std::string& text, const std::string& word) {
-  std::istringstream in(text);
-  std::string w;
-  while (in >> w) {
-    if (w == word) return true;
-  }
-  return false;
-}
 
 // Async-signal-safe helpers for the child between fork and exec.
 void SafeWrite(int fd, const char* s) {
@@ -91,29 +70,6 @@ constexpr int64_t kRegionLockMs = 200;
 
 void SignalJob(pid_t pid, int sig) {
   if (kill(-pid, sig) != 0 && errno == ESRCH) kill(pid, sig);
-}
-
-// Whether process `pid` is in the cgroup at `dir` (under the v2 mount `root`): /proc/PID/cgroup
-// reads "0::/<dir relative to root>".
-bool InCgroup(long pid, std::string root, const std::string& dir) {
-  while (root.size() > 1 && root.back() == '/') root.pop_back();
-  if (dir.size() <= root.size() || dir.compare(0, root.size(), root) != 0) return false;
-  bool ok = false;
-  const std::string line = ReadSmallFile("/proc/" + std::to_string(pid) + "/cgroup", &ok);
-  return ok && line.find("0::" + dir.substr(root.size()) + "\n") != std::string::npos;
-}
-
-// SIGKILL to every process in a job's cgroup, those that left its process group or session
-// included: cgroup.kill where the kernel has it (5.14), else each member cgroup.procs lists
-// (checked to be one, so that a stale list never kills a stranger).
-void KillCgroup(const std::string& root, const std::string& dir) {
-  if (dir.empty() || WriteControl(dir + "/cgroup.kill", "1").empty()) return;
-  bool ok = false;
-  std::istringstream procs(ReadSmallFile(dir + "/cgroup.procs", &ok));
-  long pid = 0;
-  while (procs >> pid) {
-    if (pid > 0 && InCgroup(pid, root, dir)) kill(static_cast<pid_t>(pid), SIGKILL);
-  }
 }
 
 // argv and envp for execvpe, pointing into the strings held here; filled in place, never moved.
@@ -390,75 +346,6 @@ Launcher::~Launcher() {
     std::erase_if(stale_cgroups_, [](const std::string& d) { return rmdir(d.c_str()) == 0 || errno == ENOENT; });
     if (!stale_cgroups_.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-}
-
-std::string Launcher::RunningListPath() const { return options_.work_dir + "/.running"; }
-
-// This boot's id: start times count from boot, so a list from before a reboot means nothing.
-std::string BootId() {
-  bool ok = false;
-  std::string id = ReadSmallFile("/proc/sys/kernel/random/boot_id", &ok);
-  while (!id.empty() && (id.back() == '\n' || id.back() == ' ')) id.pop_back();
-  return ok && !id.empty() ? id : "unknown";
-}
-
-// "boot <boot id>", then one line per job: id, pid, the pid's start time (so that a reused pid
-// is never taken for the job's). Written whole and renamed over, so that a crash leaves the old
-// list or the new one.
-void Launcher::WriteRunningList() const {
-  if (!owns_list_) return;
-  std::string text = "boot " + BootId() + "\n";
-  for (const auto& [id, job] : jobs_) {
-    char state = 0;
-    uint64_t start = 0;
-    if (!capgpu::ReadProcessStat(job.pid, &state, &start)) continue;
-    text += id + " " + std::to_string(job.pid) + " " + std::to_string(start) + "\n";
-  }
-  const std::string path = RunningListPath(), tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    if (!out) return;
-  }
-  rename(tmp.c_str(), path.c_str());
-}
-
-// Jobs an earlier run of this agent (same work directory) started and never saw end: the agent
-// died (a crash, SIGKILL, an out-of-memory kill) and its jobs, in their own sessions and
-// cgroups, outlived it. The control plane has ended them and may give their devices to new
-// work, so they are stopped, their cgroups and share regions removed.
-void Launcher::StopLeftovers() {
-  bool ok = false;
-  std::istringstream in(ReadSmallFile(RunningListPath(), &ok));
-  if (!ok) return;
-  std::string line;
-  // Written before a reboot (or by an older agent, without the line): its processes are gone,
-  // and its pids and start times may now be other processes'.
-  if (!std::getline(in, line) || line != "boot " + BootId()) {
-    WriteRunningList();
-    return;
-  }
-  while (std::getline(in, line)) {
-    std::istringstream fields(line);
-    std::string id;
-    long pid = 0;
-    uint64_t start = 0;
-    if (!(fields >> id >> pid >> start) || !ValidateJobId(id).ok() || pid <= 1) continue;
-    char state = 0;
-    uint64_t now_start = 0;
-    if (capgpu::ReadProcessStat(static_cast<int32_t>(pid), &state, &now_start) && now_start == start) {
-      kill(static_cast<pid_t>(-pid), SIGKILL);  // its process group (the job is a session leader)
-      kill(static_cast<pid_t>(pid), SIGKILL);
-    }
-    if (cgroups_available_) {
-      const std::string dir = cgroup_parent_dir_ + "/" + id;
-      KillCgroup(options_.cgroup_root, dir);
-      if (rmdir(dir.c_str()) != 0 && errno != ENOENT) stale_cgroups_.push_back(dir);
-    }
-    unlink((options_.region_dir + "/tessera-capgpu-" + id).c_str());
-    leftovers_.push_back(id);
-  }
-  WriteRunningList();
 }
 
 void Launcher::ProbeCgroups() {

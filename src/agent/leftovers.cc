@@ -1,0 +1,82 @@
+// The launcher's list of the jobs it runs (<work_dir>/.running), and what a launcher does with
+// the list an earlier one left: the jobs of an agent that died are stopped (docs/agent.md).
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "agent/host_files.h"
+#include "agent/launcher.h"
+#include "capgpu/region.h"
+
+namespace tessera::agent {
+
+using internal::BootId;
+using internal::KillCgroup;
+using internal::ReadSmallFile;
+
+std::string Launcher::RunningListPath() const { return options_.work_dir + "/.running"; }
+
+// "boot <boot id>", then one line per job: id, pid, the pid's start time (so that a reused pid
+// is never taken for the job's). Written whole and renamed over, so that a crash leaves the old
+// list or the new one.
+void Launcher::WriteRunningList() const {
+  if (!owns_list_) return;
+  std::string text = "boot " + BootId() + "\n";
+  for (const auto& [id, job] : jobs_) {
+    char state = 0;
+    uint64_t start = 0;
+    if (!capgpu::ReadProcessStat(job.pid, &state, &start)) continue;
+    text += id + " " + std::to_string(job.pid) + " " + std::to_string(start) + "\n";
+  }
+  const std::string path = RunningListPath(), tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    if (!out) return;
+  }
+  rename(tmp.c_str(), path.c_str());
+}
+
+// Jobs an earlier run of this agent (same work directory) started and never saw end: the agent
+// died (a crash, SIGKILL, an out-of-memory kill) and its jobs, in their own sessions and
+// cgroups, outlived it. The control plane has ended them and may give their devices to new
+// work, so they are stopped, their cgroups and share regions removed.
+void Launcher::StopLeftovers() {
+  bool ok = false;
+  std::istringstream in(ReadSmallFile(RunningListPath(), &ok));
+  if (!ok) return;
+  std::string line;
+  // Written before a reboot (or by an older agent, without the line): its processes are gone,
+  // and its pids and start times may now be other processes'.
+  if (!std::getline(in, line) || line != "boot " + BootId()) {
+    WriteRunningList();
+    return;
+  }
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string id;
+    long pid = 0;
+    uint64_t start = 0;
+    if (!(fields >> id >> pid >> start) || !ValidateJobId(id).ok() || pid <= 1) continue;
+    char state = 0;
+    uint64_t now_start = 0;
+    if (capgpu::ReadProcessStat(static_cast<int32_t>(pid), &state, &now_start) && now_start == start) {
+      kill(static_cast<pid_t>(-pid), SIGKILL);  // its process group (the job is a session leader)
+      kill(static_cast<pid_t>(pid), SIGKILL);
+    }
+    if (cgroups_available_) {
+      const std::string dir = cgroup_parent_dir_ + "/" + id;
+      KillCgroup(options_.cgroup_root, dir);
+      if (rmdir(dir.c_str()) != 0 && errno != ENOENT) stale_cgroups_.push_back(dir);
+    }
+    unlink((options_.region_dir + "/tessera-capgpu-" + id).c_str());
+    leftovers_.push_back(id);
+  }
+  WriteRunningList();
+}
+
+}  // namespace tessera::agent

@@ -663,12 +663,8 @@ int RunAgent(const AgentOptions& options) {
     }
     node = host;
   }
-  // Sent in every message as a JSON string and used in file names: printable ASCII without
-  // spaces or slashes (a byte that is not UTF-8 would make every message fail to encode).
-  bool printable = !node.empty() && node.size() <= 253;
-  for (unsigned char c : node) printable = printable && c > 0x20 && c < 0x7f && c != '/';
-  if (!printable) {
-    fail("node name '" + node + "' must be 1 to 253 printable ASCII characters, without spaces or '/'");
+  if (Status named = ValidateNodeName(node); !named.ok()) {
+    fail(named.message());
     return 2;
   }
   // One URL, or several (comma-separated) servers sharing one store.

@@ -53,6 +53,11 @@ struct FinishedReport {
 // POST /v1/agent/register body.
 // `running`: the jobs this agent runs now (none after a restart); the control plane ends any
 // other job it believed ran on the node.
+// The node name goes into every message as a JSON string and into file names: 1 to 253
+// printable ASCII characters without spaces or '/' (a byte that is not UTF-8 would make every
+// message fail to encode). InvalidArgument naming it otherwise.
+Status ValidateNodeName(const std::string& node);
+
 std::string RegisterBody(const Inventory& inventory, bool cgroups, const std::vector<RunningJob>& running = {});
 // heartbeat_ms of the register reply (`fallback_ms` when absent). Errors on malformed JSON,
 // `"ok": false`, or a heartbeat_ms that is not a positive integer.

@@ -117,6 +117,16 @@ TEST(AgentProtocol, MalformedRepliesNameTheField) {
   }
 }
 
+TEST(AgentProtocol, NodeNamesThatCannotBeSentAreRefused) {
+  for (const char* good : {"n1", "gpu-node-07.rack3", "a"}) EXPECT_TRUE(ValidateNodeName(good).ok()) << good;
+  for (const std::string& bad : {std::string(), std::string("bad\xff"), std::string("has space"), std::string("a/b"),
+                                 std::string(254, 'x')}) {
+    Status st = ValidateNodeName(bad);
+    ASSERT_FALSE(st.ok()) << bad;
+    EXPECT_NE(st.message().find("printable ASCII"), std::string::npos) << st.message();
+  }
+}
+
 // A size given as null is a size not given (0), as for every other optional field; it used to
 // throw from json::value() and take the agent down.
 TEST(AgentProtocol, NullSizesAreNotGiven) {

@@ -64,10 +64,6 @@ char* SafeItoa(long long v, char* buf) {
 
 // Signals the process group (the job is a session leader: pgid == pid); falls back to the pid
 // itself when the child has not reached setsid() yet.
-// How long the agent waits for a share region's lock, which the job's processes take too: one
-// stopped while holding it (SIGSTOP, a debugger) must not stop the agent's loop.
-constexpr int64_t kRegionLockMs = 200;
-
 void SignalJob(pid_t pid, int sig) {
   if (kill(-pid, sig) != 0 && errno == ESRCH) kill(pid, sig);
 }
@@ -608,7 +604,7 @@ std::vector<RunningJob> Launcher::Running(bool usage) const {
       if (!job.region_path.empty() && access(job.region_path.c_str(), F_OK) == 0) {
         capgpu::Region region;
         if (region.Open(job.region_path.c_str()) == 0) {
-          capgpu::RegionLock lock(region, kRegionLockMs);  // a stopped job must not stop the agent
+          capgpu::RegionLock lock(region, capgpu::kObserverLockMs);
           uint64_t used = 0;
           if (lock.held()) {
             for (uint32_t d = 0; d < capgpu::kMaxDevices; ++d) used += region.data().used[d];

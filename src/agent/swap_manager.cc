@@ -33,9 +33,7 @@ struct SwapManager::Share {
 
 namespace {
 
-// How long a tick waits for a share's region lock (its processes take it too): one stopped
-// while holding it must not stop the agent; that share is skipped until the next tick.
-constexpr int64_t kRegionLockMs = 200;
+// A share whose region lock is not had within capgpu::kObserverLockMs is skipped this tick.
 // Under pressure a share this long without activity may make room for another.
 constexpr int64_t kPressureIdleMs = 2000;
 // Slicing: at most one round of active shares asked out per device per this long.
@@ -73,7 +71,7 @@ Status SwapManager::Add(const std::string& id, const std::string& region_path, i
     return Status::NotFound("swap: cannot open the region of " + id + " (" + region_path + ")");
   }
   {
-    capgpu::RegionLock lock(share->region, kRegionLockMs);
+    capgpu::RegionLock lock(share->region, capgpu::kObserverLockMs);
     if (!lock.held()) return Status::FailedPrecondition("swap: the region of " + id + " stayed locked (a process of it stopped?)");
     if (share->region.data().swap_enabled == 0) {
       return Status::FailedPrecondition("swap: the region of " + id + " does not have swapping on");
@@ -115,7 +113,7 @@ std::vector<std::string> SwapManager::Tick(int64_t now_ms, uint64_t* host_ram_le
   for (auto& [id, s] : shares_) {
     uint64_t launches = __atomic_load_n(&s->region.data().launches, __ATOMIC_RELAXED);
     {
-      capgpu::RegionLock lock(s->region, kRegionLockMs);
+      capgpu::RegionLock lock(s->region, capgpu::kObserverLockMs);
       s->unread = !lock.held();
       if (s->unread) continue;
       capgpu::ReapDead(s->region.data(), capgpu::ProcessIsAlive, nullptr);
@@ -204,7 +202,7 @@ std::vector<std::string> SwapManager::Tick(int64_t now_ms, uint64_t* host_ram_le
   // to disk.
   auto ask_out = [&](Share* s, capgpu::SwapTarget target) {
     if (host_ram_left != nullptr) {
-      capgpu::RegionLock lock(s->region, kRegionLockMs);
+      capgpu::RegionLock lock(s->region, capgpu::kObserverLockMs);
       if (!lock.held()) return false;
       s->region.data().swap_ram_limit = s->region.data().host_used + *host_ram_left;
       *host_ram_left -= std::min(*host_ram_left, s->summary.resident_bytes);

@@ -76,6 +76,10 @@ class Region {
 };
 
 // RAII holder of a region's lock.
+// How long an observer of a share (the agent) waits for its region's lock, which the share's
+// processes take too: one stopped while holding it must not stop the observer.
+constexpr int64_t kObserverLockMs = 200;
+
 class RegionLock {
  public:
   explicit RegionLock(Region& region) : region_(region), held_(region.Lock()) {}

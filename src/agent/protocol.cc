@@ -1,5 +1,7 @@
 #include "agent/protocol.h"
 
+#include "model/cluster.h"
+
 #include <cctype>
 
 #include <nlohmann/json.hpp>
@@ -72,13 +74,7 @@ Result<JobSpec> ParseStart(const json& j) {
 
 }  // namespace
 
-Status ValidateNodeName(const std::string& node) {
-  bool printable = !node.empty() && node.size() <= 253;
-  for (unsigned char c : node) printable = printable && c > 0x20 && c < 0x7f && c != '/';
-  if (printable) return Status::Ok();
-  return Status::InvalidArgument("node name '" + node +
-                                 "' must be 1 to 253 printable ASCII characters, without spaces or '/'");
-}
+Status ValidateNodeName(const std::string& node) { return tessera::ValidateNodeName(node); }
 
 std::string RegisterBody(const Inventory& inventory, bool cgroups, const std::vector<RunningJob>& running) {
   json devices = json::array();

@@ -180,6 +180,7 @@ Result<Json> Engine::RegisterNode(const Identity& who, const Json& body) {
       body["node"].get<std::string>().empty()) {
     return Status::InvalidArgument("'node' is required");
   }
+  if (Status st = ValidateNodeName(body["node"].get<std::string>()); !st.ok()) return st;
   if (Status st = SpeaksFor(who, body["node"].get<std::string>(), "register"); !st.ok()) return st;
   if (Status st = CheckRegistration(body); !st.ok()) return st;
   Result<NodeInfo> parsed = NodeOfRegistration(body);
@@ -360,6 +361,7 @@ Result<std::pair<Json, int64_t>> Engine::HeartbeatQueued(const Identity& who, co
   if (Status st = CheckTelemetry(body); !st.ok()) return st;
   if (Status st = CheckHeartbeatJobs(body); !st.ok()) return st;
   const std::string node = body["node"].get<std::string>();
+  if (Status st = ValidateNodeName(node); !st.ok()) return st;
   if (Status st = SpeaksFor(who, node, "heartbeat"); !st.ok()) return st;
   std::unique_lock<std::mutex> lock(mu_);
   if (!broken_.ok()) return broken_;

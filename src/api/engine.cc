@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "api/json_text.h"
+#include "common/text.h"
 #include "model/quantity.h"
 
 namespace tessera::api {
@@ -122,7 +123,7 @@ std::vector<std::string> Engine::NodesOf(const Job& j) const {
 store::Event Engine::MakeEvent(const std::string& actor, const std::string& kind,
                                const std::string& subject, const std::string& reason, Json data) const {
   JsonText text;
-  text.Raw(data.dump());
+  text.Raw(data.dump(-1, ' ', false, Json::error_handler_t::replace));
   return MakeEvent(actor, kind, subject, reason, std::move(text));
 }
 
@@ -130,10 +131,12 @@ store::Event Engine::MakeEvent(const std::string& actor, const std::string& kind
                                const std::string& subject, const std::string& reason, JsonText data) const {
   store::Event ev;
   ev.time_ms = clock_();
-  ev.actor = actor;
-  ev.kind = kind;
-  ev.subject = subject;
-  ev.reason = reason;
+  // What is stored is valid UTF-8 whatever reached us (an event once made every page of the
+  // log that held it fail to render).
+  ev.actor = ToValidUtf8(actor);
+  ev.kind = ToValidUtf8(kind);
+  ev.subject = ToValidUtf8(subject);
+  ev.reason = ToValidUtf8(reason);
   ev.data = data.Take();
   return ev;
 }

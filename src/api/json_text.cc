@@ -1,9 +1,19 @@
 #include "api/json_text.h"
 
+#include "common/text.h"
+
 namespace tessera::api {
 
-void JsonText::Quote(std::string_view s) {
+void JsonText::Quote(std::string_view text) {
   static constexpr char kHex[] = "0123456789abcdef";
+  // JSON text is UTF-8: bytes that are not (from a request, a node, an old record) become U+FFFD
+  // here, so that no reader of what was written fails on it.
+  std::string valid;
+  std::string_view s = text;
+  if (!IsValidUtf8(text)) {
+    valid = ToValidUtf8(text);
+    s = valid;
+  }
   out_ += '"';
   for (char c : s) {
     const auto u = static_cast<unsigned char>(c);
@@ -19,7 +29,7 @@ void JsonText::Quote(std::string_view s) {
           out_ += kHex[u >> 4];
           out_ += kHex[u & 15];
         } else {
-          out_ += c;  // UTF-8 passes through as it came
+          out_ += c;  // valid UTF-8 passes through as it came
         }
     }
   }

@@ -5,6 +5,7 @@
 #include <csignal>
 
 #include "common/log.h"
+#include "common/text.h"
 #include "model/quantity.h"
 #include "net/http_server.h"
 
@@ -53,7 +54,8 @@ using net::HttpResponse;
 void Reply(HttpResponse& res, int code, const Json& body) {
   res.status = code;
   res.content_type = "application/json";
-  res.body = body.dump();
+  // Invalid UTF-8 from an old record is replaced (U+FFFD), never a reason to fail the answer.
+  res.body = body.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
 void ReplyError(HttpResponse& res, const Status& st) {
@@ -217,6 +219,27 @@ net::HttpServerOptions HttpOptions(const ApiServerOptions& o, int io_threads, in
   return h;
 }
 
+// The boundary check every route passes before its handler: the decoded path and every query
+// parameter must be valid UTF-8 without control characters (they name jobs, nodes and filters,
+// and reach events and logs), and an Idempotency-Key is printable ASCII of at most 255 bytes.
+// A request failing it is refused (400) before authentication, so that nothing of it is stored.
+Status CheckRequestText(const HttpRequest& req) {
+  if (!IsCleanText(req.path)) {
+    return Status::InvalidArgument("the request path is not valid UTF-8 text (or holds control characters)");
+  }
+  for (const auto& [name, value] : req.query) {
+    if (!IsCleanText(name) || !IsCleanText(value)) {
+      return Status::InvalidArgument("query parameter '" + ToValidUtf8(EscapeForTerminal(name)) +
+                                     "' is not valid UTF-8 text (or holds control characters)");
+    }
+  }
+  const std::string key = req.header("idempotency-key");
+  bool key_ok = key.size() <= 255;
+  for (unsigned char c : key) key_ok = key_ok && c > 0x20 && c < 0x7f;
+  if (!key_ok) return Status::InvalidArgument("Idempotency-Key must be 1 to 255 printable ASCII characters");
+  return Status::Ok();
+}
+
 // Registers routes on the HTTP server with each request's handling time recorded for
 // tessera_http_request_duration_seconds, by the route's pattern (bounded labels), not its path.
 struct TimedRoutes {
@@ -235,7 +258,11 @@ struct TimedRoutes {
                 .count();
           };
           try {
-            handler(req, res);
+            if (Status st = CheckRequestText(req); !st.ok()) {
+              ReplyError(res, st);
+            } else {
+              handler(req, res);
+            }
           } catch (...) {
             e->ObserveRequest(method, pattern, 500, micros());  // the server answers 500
             throw;
@@ -251,12 +278,18 @@ struct TimedRoutes {
         method, pattern,
         [e = e, method, pattern, handler = std::move(handler)](const HttpRequest& req, net::HttpReply reply) {
           const auto start = std::chrono::steady_clock::now();
-          handler(req, [e, method, pattern, start, reply = std::move(reply)](HttpResponse res) {
+          net::HttpReply timed = [e, method, pattern, start, reply = std::move(reply)](HttpResponse res) {
             const auto micros =
                 std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start);
             e->ObserveRequest(method, pattern, res.status, micros.count());
             reply(std::move(res));
-          });
+          };
+          if (Status st = CheckRequestText(req); !st.ok()) {
+            HttpResponse res;
+            ReplyError(res, st);
+            return timed(std::move(res));
+          }
+          handler(req, std::move(timed));
         },
         request_log);
   }
@@ -512,6 +545,7 @@ void AddOrderWatchRoute(TimedRoutes& s) {
   http->RouteAsync(
       "GET", "/v1/agent/orders",
       [e, http, answer, refuse](const HttpRequest& req, net::HttpReply reply) {
+        if (Status st = CheckRequestText(req); !st.ok()) return refuse(reply, st);
         auto who = Authenticate(*e, req);
         if (!who.ok()) {
           e->AuditAuthFailure(req.method, req.path, who.status().message());
@@ -519,6 +553,7 @@ void AddOrderWatchRoute(TimedRoutes& s) {
         }
         const std::string node = req.param("node");
         if (node.empty()) return refuse(reply, Status::InvalidArgument("'node' is required"));
+        if (Status st = ValidateNodeName(node); !st.ok()) return refuse(reply, st);
         auto after = ParseNonNegativeInt(req.has_param("after") ? req.param("after") : "0");
         if (!after.ok()) return refuse(reply, Status::InvalidArgument("'after' must be a non-negative integer"));
         auto wait = ParseNonNegativeInt(req.has_param("wait_ms") ? req.param("wait_ms") : "25000");

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/status.h"
 #include "model/resources.h"
 
 namespace tessera {
@@ -73,5 +74,10 @@ struct Allocation {
   MiB memory_mib = 0;
   std::vector<DeviceGrant> devices;
 };
+
+// A node's name, as an agent sends it and as every view and terminal shows it: 1 to 253
+// printable ASCII characters, without spaces or '/'. The one rule, for the agent (at its start)
+// and the server (at every registration, heartbeat and order poll).
+Status ValidateNodeName(const std::string& node);
 
 }  // namespace tessera

@@ -1,0 +1,30 @@
+// Text that crosses a boundary: what a request, an agent or a user hands us may be any bytes,
+// and what we store, render as JSON or print on a terminal must not break its reader. The
+// rules: strings that name things (paths, query parameters, node names, keys) are refused
+// unless they are valid UTF-8 without control characters; free text that is only recorded
+// (an event's reason) is made valid (each invalid byte becomes U+FFFD); anything printed on a
+// terminal has its control characters escaped.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace tessera {
+
+// Whether `s` is well-formed UTF-8 (no overlong forms, no surrogates, nothing past U+10FFFF).
+bool IsValidUtf8(std::string_view s);
+
+// Whether `s` holds a C0 control character (below 0x20), DEL, or a C1 control (U+0080..U+009F).
+bool HasControlCharacters(std::string_view s);
+
+// Valid UTF-8 without control characters: the test for a name or a parameter.
+inline bool IsCleanText(std::string_view s) { return IsValidUtf8(s) && !HasControlCharacters(s); }
+
+// `s` with every byte that is not part of a well-formed UTF-8 sequence replaced by U+FFFD.
+std::string ToValidUtf8(std::string_view s);
+
+// `s` made safe for a terminal: valid UTF-8 (as ToValidUtf8), and every control character
+// (ESC, CR, BEL, C1 controls...) written as a visible escape such as \x1b or \u009b.
+std::string EscapeForTerminal(std::string_view s);
+
+}  // namespace tessera

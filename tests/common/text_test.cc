@@ -1,0 +1,50 @@
+#include "common/text.h"
+
+#include <gtest/gtest.h>
+
+namespace tessera {
+namespace {
+
+TEST(Text, Utf8IsCheckedByTheStandardsRules) {
+  EXPECT_TRUE(IsValidUtf8(""));
+  EXPECT_TRUE(IsValidUtf8("plain"));
+  EXPECT_TRUE(IsValidUtf8("gr\xC3\xBC\xC3\x9F e \xE2\x82\xAC \xF0\x9F\x98\x80"));
+  EXPECT_FALSE(IsValidUtf8("\xFF\xFE"));          // the red team's path
+  EXPECT_FALSE(IsValidUtf8("\xC0\xAF"));          // overlong '/'
+  EXPECT_FALSE(IsValidUtf8("\xE0\x80\xAF"));      // overlong
+  EXPECT_FALSE(IsValidUtf8("\xED\xA0\x80"));      // a surrogate
+  EXPECT_FALSE(IsValidUtf8("\xF4\x90\x80\x80"));  // past U+10FFFF
+  EXPECT_FALSE(IsValidUtf8("ab\xE2\x82"));        // cut short
+  EXPECT_FALSE(IsValidUtf8("\x80"));              // a lone continuation byte
+}
+
+TEST(Text, ControlCharactersAreFoundC0DelAndC1) {
+  EXPECT_FALSE(HasControlCharacters("node-1 \xC3\xA9"));
+  EXPECT_TRUE(HasControlCharacters(std::string("a\0b", 3)));
+  EXPECT_TRUE(HasControlCharacters("\x1b[31mred"));
+  EXPECT_TRUE(HasControlCharacters("a\x7f"));
+  EXPECT_TRUE(
+      HasControlCharacters("\xC2\x9B"
+                           "31m"));  // CSI as a C1 control
+  EXPECT_FALSE(IsCleanText("x\ny"));
+  EXPECT_TRUE(IsCleanText("x y"));
+}
+
+TEST(Text, InvalidBytesBecomeReplacementCharacters) {
+  EXPECT_EQ(ToValidUtf8("/v1/jobs/\xFF\xFE"), "/v1/jobs/\xEF\xBF\xBD\xEF\xBF\xBD");
+  EXPECT_EQ(ToValidUtf8("\xE2\x82\xAC"), "\xE2\x82\xAC");
+  EXPECT_EQ(ToValidUtf8("a\xE2\x82"), "a\xEF\xBF\xBD\xEF\xBF\xBD");
+  EXPECT_TRUE(IsValidUtf8(ToValidUtf8("\xF0\x9F\x98")));
+}
+
+TEST(Text, TerminalEscapesAreMadeVisible) {
+  EXPECT_EQ(EscapeForTerminal("n1\x1b]0;owned\x07"), "n1\\x1b]0;owned\\x07");
+  EXPECT_EQ(EscapeForTerminal("a\xC2\x9B"
+                              "2J"),
+            "a\\u009b2J");
+  EXPECT_EQ(EscapeForTerminal("\xFF"), "\xEF\xBF\xBD");
+  EXPECT_EQ(EscapeForTerminal("caf\xC3\xA9"), "caf\xC3\xA9");
+}
+
+}  // namespace
+}  // namespace tessera

@@ -18,7 +18,16 @@
 //
 // Errors the server answers itself, with a JSON body {"error": "..."}: 400 for a malformed
 // request, 404 for a path no route has, 413 for a body over max_body_bytes (the connection is
-// then closed), 500 when a handler throws.
+// then closed), 500 when a handler throws. Framing is strict (net/http_framing.h): a
+// Transfer-Encoding other than exactly "chunked", Transfer-Encoding with Content-Length, or
+// differing Content-Length values get 400 and the connection is closed.
+//
+// Limits against clients that hold connections (HttpServerOptions): a cap on open connections,
+// in all and per peer address (a connection over either is accepted and closed at once, so the
+// process never runs out of descriptors and the acceptor keeps serving others); a deadline for
+// a request's header (slow-header clients are dropped) and one for its body; the idle deadline
+// between requests. Memory freed by closed connections goes back to the system (malloc_trim,
+// once a burst of closes is over, at most every 5 s).
 //
 // Thread-safety: Route() before Bind(); Run() blocks until Stop(), which any thread may call.
 #pragma once
@@ -36,8 +45,8 @@
 namespace tessera::net {
 
 struct HttpRequest {
-  std::string method;  // "GET"
-  std::string path;    // decoded, without the query: "/v1/jobs/j-1"
+  std::string method;                          // "GET"
+  std::string path;                            // decoded, without the query: "/v1/jobs/j-1"
   std::map<std::string, std::string> query;    // decoded query parameters
   std::map<std::string, std::string> headers;  // names in lower case
   std::vector<std::string> params;             // the route's {name} segments, in order
@@ -68,13 +77,26 @@ using HttpReply = std::function<void(HttpResponse)>;
 using HttpAsyncHandler = std::function<void(const HttpRequest&, HttpReply)>;
 
 struct HttpServerOptions {
-  int io_threads = 1;                      // threads reading and writing connections
+  int io_threads = 1;  // threads reading and writing connections
   // Threads running handlers; 0 runs them on the I/O threads, which saves two thread hand-offs
   // per request when handlers are short (a handler that waits then holds one I/O thread: have
   // enough of them).
   int workers = 8;
-  size_t max_body_bytes = 1024 * 1024;     // larger bodies get 413
-  int idle_timeout_ms = 10 * 60 * 1000;    // a connection silent this long is closed
+  size_t max_body_bytes = 1024 * 1024;   // larger bodies get 413
+  int idle_timeout_ms = 10 * 60 * 1000;  // a connection silent this long between requests is closed
+  // A request's header (request line and fields) must arrive within this, counted from its first
+  // byte, or for a connection's first request from the connection's start (after the TLS
+  // handshake, which has its own 10 s): a slow-header client is closed.
+  int header_timeout_ms = 10 * 1000;
+  int body_timeout_ms = 60 * 1000;  // the body must arrive within this after the header
+  // Open connections at most; more are accepted and closed at once. 0: the open-file limit (as
+  // Bind raised it) less 1,024 descriptors kept for the rest of the process (store, logs, job
+  // output), and at most 50,000 (an idle TLS connection holds about 80 KB).
+  int64_t max_connections = 0;
+  // Open connections at most from one peer address (IPv6: one /64 network); 0: no limit.
+  // Loopback peers are not counted unless `limit_loopback_peers` (local agents, a local proxy).
+  int64_t max_connections_per_peer = 512;
+  bool limit_loopback_peers = false;
   // TLS (HTTPS) when a certificate is given: PEM files, the certificate's chain and its key.
   // With a client CA, every client must present a certificate it signed (mutual TLS).
   std::string tls_cert_file;
@@ -112,6 +134,10 @@ class HttpServer {
 
   // Connections open now (for logs and benchmarks).
   int64_t connections() const;
+  // Connections accepted and closed at once for being over a limit, since the start.
+  int64_t refused_connections() const;
+  // The connection cap in force (max_connections, or what Bind derived from the open-file limit).
+  int64_t max_connections() const;
 
   // Percent-decodes `s` ('+' as a space when `plus_is_space`); malformed escapes stay as they are.
   static std::string Decode(const std::string& s, bool plus_is_space);

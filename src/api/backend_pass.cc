@@ -41,6 +41,7 @@ backends::JobRequest Engine::RequestFor(const Job& j) const {
   std::error_code ec;
   auto abs = std::filesystem::absolute(OutputPath(j.rec.id), ec);
   r.output_path = ec ? OutputPath(j.rec.id) : abs.string();
+  r.run_as = j.spec.value("run_as", "");  // Slurm and PBS submit as this account
   if (const QueueRoute* q = config_.FindRoute(j.rec.queue)) {
     r.mapping.partition = q->partition;
     r.mapping.template_path = q->template_path;

@@ -2,14 +2,20 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
+#include <pwd.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -258,15 +264,139 @@ std::string TrimSpace(std::string s) {
 }
 
 Result<std::string> RunSchedulerCommand(const BackendOptions& o, std::vector<std::string> argv,
-                                        const std::string& input) {
+                                        const std::string& input,
+                                        const std::vector<std::string>& wrapper) {
   if (argv.empty()) return Status::InvalidArgument("no command");
   const std::string name = argv[0];
   if (!o.bin_dir.empty() && !o.runner) argv[0] = o.bin_dir + "/" + name;
+  argv.insert(argv.begin(), wrapper.begin(), wrapper.end());
   CommandResult r = o.runner ? o.runner(argv, input)
                              : RunCommand(argv, input, o.command_timeout_ms, o.command_nice);
   if (r.exit_code != 0)
     return Status::FailedPrecondition(name + ": " + TrimSpace(r.err.empty() ? r.out : r.err));
   return std::move(r.out);
+}
+
+Result<SubmitAccount> ResolveSubmitAccount(const std::string& backend, const std::string& run_as,
+                                           uid_t server_uid) {
+  SubmitAccount a;
+  if (run_as.empty()) return a;
+  std::vector<char> buf(16384);
+  passwd pw{};
+  passwd* found = nullptr;
+  if (getpwnam_r(run_as.c_str(), &pw, buf.data(), buf.size(), &found) != 0 || found == nullptr) {
+    return Status::FailedPrecondition("run_as: the account '" + run_as +
+                                      "' does not exist on the server's host, so no " + backend +
+                                      " job can be submitted as it");
+  }
+  if (pw.pw_uid == server_uid) return a;  // the server's own account: submitted as before
+  if (server_uid != 0) {
+    return Status::PermissionDenied(
+        "run_as: tessera serve runs as uid " + std::to_string(server_uid) +
+        ", not root, so it cannot submit " + backend + " jobs as '" + run_as + "' (uid " +
+        std::to_string(pw.pw_uid) +
+        "); refused rather than run under the server's account (run tessera serve as root)");
+  }
+  a.other = true;
+  a.name = run_as;
+  a.uid = pw.pw_uid;
+  a.gid = pw.pw_gid;
+  a.home = pw.pw_dir != nullptr ? pw.pw_dir : "/";
+  int n = 64;
+  a.groups.resize(static_cast<size_t>(n));
+  if (getgrouplist(run_as.c_str(), a.gid, a.groups.data(), &n) < 0) {
+    a.groups.resize(static_cast<size_t>(n));
+    getgrouplist(run_as.c_str(), a.gid, a.groups.data(), &n);
+  }
+  a.groups.resize(static_cast<size_t>(std::max(n, 0)));
+  struct stat st {};
+  a.work_dir = stat(a.home.c_str(), &st) == 0 && S_ISDIR(st.st_mode) ? a.home : "/tmp";
+  return a;
+}
+
+Result<JobRequest> ForSubmitAccount(const std::string& backend, const JobRequest& job) {
+  auto account = ResolveSubmitAccount(backend, job.run_as, geteuid());
+  if (!account.ok()) return account.status();
+  JobRequest as = job;
+  if (account->other) {
+    as.env["HOME"] = account->home;
+    as.env["USER"] = as.env["LOGNAME"] = account->name;
+  }
+  return as;
+}
+
+namespace {
+
+// Whether `account` may search (pass through) the directory `st` describes, by its mode bits
+// (ACLs are not read): the owner's, else the group's, else the others' execute bit.
+bool Searchable(const struct stat& st, const SubmitAccount& account) {
+  if (st.st_uid == account.uid) return (st.st_mode & S_IXUSR) != 0;
+  const bool member =
+      st.st_gid == account.gid ||
+      std::find(account.groups.begin(), account.groups.end(), st.st_gid) != account.groups.end();
+  return (st.st_mode & (member ? S_IXGRP : S_IXOTH)) != 0;
+}
+
+}  // namespace
+
+Status PrepareOutputFor(const SubmitAccount& account, const std::string& path) {
+  if (!account.other || path.empty()) return Status::Ok();
+  std::error_code ec;
+  const std::filesystem::path file = std::filesystem::absolute(path, ec);
+  if (ec) return Status::Internal("cannot resolve the output path '" + path + "': " + ec.message());
+  for (std::filesystem::path dir = file.parent_path();; dir = dir.parent_path()) {
+    struct stat st {};
+    if (stat(dir.c_str(), &st) != 0) {
+      return Status::FailedPrecondition("cannot read the output directory " + dir.string() + ": " +
+                                        std::strerror(errno));
+    }
+    if (!Searchable(st, account)) {
+      char mode[8];
+      std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+      return Status::FailedPrecondition(
+          "run_as: the account '" + account.name + "' cannot reach its job's output file " +
+          file.string() + ": " + dir.string() + " (mode " + mode + ", uid " +
+          std::to_string(st.st_uid) +
+          ") does not let it search; give others search permission (chmod o+x) on the data "
+          "directory and the directories above it");
+    }
+    if (dir == dir.parent_path()) break;
+  }
+  const int fd = open(file.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return Status::FailedPrecondition("cannot create the output file " + file.string() + ": " +
+                                      std::strerror(errno));
+  }
+  struct stat st {};
+  Status s = Status::Ok();
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    s = Status::FailedPrecondition("the output path " + file.string() + " is not a plain file");
+  } else if (fchown(fd, account.uid, account.gid) != 0 || fchmod(fd, 0600) != 0) {
+    s = Status::FailedPrecondition("cannot give the output file " + file.string() + " to '" +
+                                   account.name + "': " + std::strerror(errno));
+  }
+  close(fd);
+  return s;
+}
+
+std::vector<std::string> SubmitWrapper(const SubmitAccount& account, bool switch_user) {
+  if (!account.other) return {};
+  std::vector<std::string> w;
+  if (switch_user) {
+    w = {"setpriv", "--reuid=" + std::to_string(account.uid),
+         "--regid=" + std::to_string(account.gid), "--init-groups"};
+  }
+  w.insert(w.end(), {"env", "-i", "-C", account.work_dir});
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string var = *e;
+    const std::string key = var.substr(0, var.find('='));
+    if (key == "PATH" || key == "LANG" || key == "TZ" || key.rfind("LC_", 0) == 0 ||
+        key.rfind("SLURM_", 0) == 0 || key.rfind("PBS_", 0) == 0) {
+      w.push_back(var);
+    }
+  }
+  w.insert(w.end(), {"HOME=" + account.home, "USER=" + account.name, "LOGNAME=" + account.name});
+  return w;
 }
 
 std::string ExpandGres(std::string pattern, int gpus, const std::string& type, int64_t shards,

@@ -13,6 +13,8 @@
 // its backend work); the Registry is safe to read from any thread once registration is done.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -69,6 +71,9 @@ struct JobRequest {
   int64_t cpu_milli = 1000;
   int64_t memory_mib = 1024;
   std::string output_path;     // where the job's stdout+stderr go
+  // The Unix account the job is submitted as, so that the scheduler runs it as, and accounts it
+  // to, that account (the job spec's run_as); "" : the account the server runs under.
+  std::string run_as;
   QueueMapping mapping;
 };
 
@@ -187,10 +192,45 @@ CommandResult RunCommand(const std::vector<std::string>& argv, const std::string
                          int nice = 0);
 
 // Runs one of the scheduler's commands as `o` says (found in bin_dir, within the timeout, at its
-// niceness), argv[0] being the bare name. Its stdout, or FailedPrecondition "NAME: what it said"
-// (stderr, else stdout, trimmed).
+// niceness), argv[0] being the bare name, after the commands of `wrapper` when given (e.g.
+// SubmitWrapper's). Its stdout, or FailedPrecondition "NAME: what it said" (stderr, else stdout,
+// trimmed).
 Result<std::string> RunSchedulerCommand(const BackendOptions& o, std::vector<std::string> argv,
-                                        const std::string& input = "");
+                                        const std::string& input = "",
+                                        const std::vector<std::string>& wrapper = {});
+
+// The Unix account a job is submitted as (JobRequest::run_as), read from this host's accounts.
+struct SubmitAccount {
+  bool other = false;  // false: the server's own account (no run_as, or the server's): as before
+  std::string name;
+  uid_t uid = 0;
+  gid_t gid = 0;              // its primary group
+  std::vector<gid_t> groups;  // its groups, the primary included
+  std::string home;
+  std::string work_dir;  // where its job starts: its home, or /tmp when that is no directory
+};
+// Resolves `run_as` for a server running as `server_uid` (geteuid()). An account this host lacks,
+// or another account than the server's while the server is not root, is an error naming the
+// account: such a job is refused rather than run under the server's account. `backend` names the
+// scheduler in the message.
+Result<SubmitAccount> ResolveSubmitAccount(const std::string& backend, const std::string& run_as,
+                                           uid_t server_uid);
+// `job` as it is rendered for its account: HOME, USER and LOGNAME are the account's (as the agent
+// sets them) when it is another than the server's. An account that cannot be used is an error,
+// which fails the job (a refused account is not retried).
+Result<JobRequest> ForSubmitAccount(const std::string& backend, const JobRequest& job);
+// Makes the job's output file usable by another `account`: every directory above it must be
+// searchable by the account (an error names the first that is not), and the file is created
+// when missing (never through a symbolic link) and given to the account, mode 0600. The
+// directory stays the server's, so the account cannot swap the file for a link to something the
+// server would then read back as the job's output.
+Status PrepareOutputFor(const SubmitAccount& account, const std::string& path);
+// The commands a scheduler's submission command runs behind for another `account`: a fresh
+// environment (PATH, LANG, LC_*, TZ and the scheduler's own SLURM_* / PBS_* settings of the
+// server's environment, then HOME, USER and LOGNAME of the account) and the account's work_dir
+// as the current directory (`env -i -C`); with `switch_user`, first `setpriv` to the account's
+// uid, primary gid and groups. Empty for the server's own account.
+std::vector<std::string> SubmitWrapper(const SubmitAccount& account, bool switch_user);
 // `s` without leading and trailing spaces and line breaks.
 std::string TrimSpace(std::string s);
 

@@ -4,6 +4,8 @@
 // nowhere else, and only while it runs); sacct as a fallback for jobs slurmctld has forgotten
 // (when accounting is on); scancel. Debian 12 ships Slurm 22.05, whose --json output needs extra
 // plugins not always installed, so the text forms are parsed instead.
+#include <unistd.h>
+
 #include <set>
 #include <sstream>
 
@@ -114,7 +116,10 @@ class SlurmBackend : public Backend {
   explicit SlurmBackend(BackendOptions o) : opt_(std::move(o)) {}
   std::string Name() const override { return "slurm"; }
 
-  Result<std::string> Render(const JobRequest& job) const override {
+  Result<std::string> Render(const JobRequest& request) const override {
+    auto as = ForSubmitAccount(Name(), request);  // a refused run_as account fails the job
+    if (!as.ok()) return as.status();
+    const JobRequest& job = *as;
     auto text = TemplateText(job, kDefaultSlurmTemplate);
     if (!text.ok()) return text.status();
     auto gres = GresFor(job);
@@ -127,8 +132,22 @@ class SlurmBackend : public Backend {
     return RenderTemplate(*text, vars);
   }
 
-  Result<std::string> Submit(const JobRequest&, const std::string& script) override {
-    auto out = RunSchedulerCommand(opt_, {"sbatch", "--parsable"}, script);
+  // A job of another account (run_as) is submitted by root for it: `sbatch --uid --gid` (root
+  // only), so slurmctld records it as the account's job (squeue, scontrol, accounting) and slurmd
+  // runs it with the account's uid and groups; it starts in the account's home (the work
+  // directory sbatch takes from its current one, which a template may still set) and writes its
+  // output into a file Tessera made for the account. scancel, as root, still cancels it.
+  Result<std::string> Submit(const JobRequest& job, const std::string& script) override {
+    auto account = ResolveSubmitAccount(Name(), job.run_as, geteuid());
+    if (!account.ok()) return account.status();
+    std::vector<std::string> argv = {"sbatch", "--parsable"};
+    if (account->other) {
+      Status prepared = PrepareOutputFor(*account, job.output_path);
+      if (!prepared.ok()) return prepared;
+      argv.push_back("--uid=" + std::to_string(account->uid));
+      argv.push_back("--gid=" + std::to_string(account->gid));
+    }
+    auto out = RunSchedulerCommand(opt_, argv, script, SubmitWrapper(*account, false));
     if (!out.ok()) return out.status();
     std::string id = TrimSpace(*out);
     size_t semi = id.find(';');  // "id;cluster" on multi-cluster setups

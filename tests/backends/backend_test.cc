@@ -1,15 +1,17 @@
 // Unit tests of the backends' pieces that need no scheduler: the registry, template rendering,
 // the mapping of allocation forms to GRES, index lists, running a command, and the Slurm poll's
-// call pattern against stand-in squeue/scontrol scripts.
+// call pattern against stand-in squeue/scontrol scripts, and the accounts jobs are submitted as.
+#include "backends/backend.h"
+
 #include <gtest/gtest.h>
+#include <pwd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-
-#include "backends/backend.h"
 
 namespace tessera::backends {
 namespace {
@@ -248,6 +250,143 @@ TEST(Command, RunsAtTheNicenessAskedFor) {
   ASSERT_EQ(plain.exit_code, 0);
   ASSERT_EQ(nicer.exit_code, 0);
   EXPECT_EQ(std::stoi(nicer.out), std::min(19, std::stoi(plain.out) + 7));
+}
+
+// Issue 30: which account a job is submitted as (JobRequest::run_as), and when that is refused.
+TEST(SubmitAccount, ResolvedOrRefusedByTheServersAccount) {
+  const passwd* nobody = getpwnam("nobody");
+  ASSERT_NE(nobody, nullptr);
+  // No run_as, or the server's own account: submitted as before.
+  auto none = ResolveSubmitAccount("slurm", "", 1000);
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->other);
+  auto own = ResolveSubmitAccount("slurm", "nobody", nobody->pw_uid);
+  ASSERT_TRUE(own.ok());
+  EXPECT_FALSE(own->other);
+  auto root = ResolveSubmitAccount("slurm", "root", 0);
+  ASSERT_TRUE(root.ok());
+  EXPECT_FALSE(root->other);
+  // A root server submits for another account: its uid, primary group, groups and a directory
+  // it can start in (nobody's home, /nonexistent, is none: /tmp).
+  auto as = ResolveSubmitAccount("slurm", "nobody", 0);
+  ASSERT_TRUE(as.ok()) << as.status().message();
+  EXPECT_TRUE(as->other);
+  EXPECT_EQ(as->uid, nobody->pw_uid);
+  EXPECT_EQ(as->gid, nobody->pw_gid);
+  EXPECT_NE(std::find(as->groups.begin(), as->groups.end(), nobody->pw_gid), as->groups.end());
+  EXPECT_EQ(as->home, nobody->pw_dir);
+  EXPECT_EQ(as->work_dir, "/tmp");
+  // A server that is not root refuses another account, naming it, rather than submit as itself.
+  auto refused = ResolveSubmitAccount("pbs", "nobody", 1000);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(refused.status().message().find("'nobody'"), std::string::npos)
+      << refused.status().message();
+  EXPECT_NE(refused.status().message().find("not root"), std::string::npos)
+      << refused.status().message();
+  auto missing = ResolveSubmitAccount("slurm", "tessera-no-such-account", 0);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("'tessera-no-such-account' does not exist"),
+            std::string::npos)
+      << missing.status().message();
+}
+
+TEST(SubmitAccount, TheWrapperGivesACleanEnvironmentAndSwitchesOnlyWhenAsked) {
+  SubmitAccount a;
+  EXPECT_TRUE(SubmitWrapper(a, true).empty());  // the server's own account: nothing in front
+  a.other = true;
+  a.name = "nobody";
+  a.uid = 65534;
+  a.gid = 65534;
+  a.home = "/nonexistent";
+  a.work_dir = "/tmp";
+  ::setenv("SLURM_CONF", "/etc/slurm/test.conf", 1);
+  ::setenv("TESSERA_TEST_SECRET", "s3cret", 1);
+  const std::vector<std::string> slurm = SubmitWrapper(a, false);
+  ASSERT_GE(slurm.size(), 7u);
+  EXPECT_EQ(std::vector<std::string>(slurm.begin(), slurm.begin() + 4),
+            (std::vector<std::string>{"env", "-i", "-C", "/tmp"}));
+  EXPECT_EQ(std::vector<std::string>(slurm.end() - 3, slurm.end()),
+            (std::vector<std::string>{"HOME=/nonexistent", "USER=nobody", "LOGNAME=nobody"}));
+  EXPECT_NE(std::find(slurm.begin(), slurm.end(), "SLURM_CONF=/etc/slurm/test.conf"), slurm.end());
+  for (const std::string& w : slurm) EXPECT_EQ(w.find("s3cret"), std::string::npos) << w;
+  const std::vector<std::string> pbs = SubmitWrapper(a, true);
+  EXPECT_EQ(std::vector<std::string>(pbs.begin(), pbs.begin() + 5),
+            (std::vector<std::string>{"setpriv", "--reuid=65534", "--regid=65534", "--init-groups",
+                                      "env"}));
+  ::unsetenv("TESSERA_TEST_SECRET");
+  // The wrapper goes in front of the scheduler's command, which alone is looked up in bin_dir.
+  BackendOptions o;
+  std::vector<std::string> seen;
+  o.runner = [&](const std::vector<std::string>& argv, const std::string&) {
+    seen = argv;
+    return CommandResult{0, "7\n", ""};
+  };
+  ASSERT_TRUE(
+      RunSchedulerCommand(o, {"sbatch", "--parsable"}, "#!/bin/sh\n", {"env", "-C", "/tmp"}).ok());
+  EXPECT_EQ(seen, (std::vector<std::string>{"env", "-C", "/tmp", "sbatch", "--parsable"}));
+}
+
+// The output file of another account's job: the account must reach it, and gets it (mode 0600);
+// a link put in its place is not followed.
+TEST(SubmitAccount, TheOutputFileIsMadeForTheAccount) {
+  if (geteuid() != 0) GTEST_SKIP() << "giving a file to another account needs root";
+  auto as = ResolveSubmitAccount("slurm", "nobody", 0);
+  ASSERT_TRUE(as.ok());
+  const std::string dir = ::testing::TempDir() + "/out_" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir + "/output");
+  ::chmod(dir.c_str(), 0700);
+  Status blocked = PrepareOutputFor(*as, dir + "/output/j-1.log");
+  ASSERT_FALSE(blocked.ok());
+  EXPECT_NE(blocked.message().find("'nobody' cannot reach"), std::string::npos)
+      << blocked.message();
+  EXPECT_NE(blocked.message().find(dir + " (mode 0700"), std::string::npos) << blocked.message();
+  ::chmod(dir.c_str(), 0711);
+  ::chmod((dir + "/output").c_str(), 0755);
+  ASSERT_TRUE(PrepareOutputFor(*as, dir + "/output/j-1.log").ok());
+  struct stat st {};
+  ASSERT_EQ(::stat((dir + "/output/j-1.log").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, as->uid);
+  EXPECT_EQ(st.st_gid, as->gid);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  // Again (a retried submission): the same file, still the account's.
+  ASSERT_TRUE(PrepareOutputFor(*as, dir + "/output/j-1.log").ok());
+  std::filesystem::create_symlink("/etc/hostname", dir + "/output/j-2.log");
+  EXPECT_FALSE(PrepareOutputFor(*as, dir + "/output/j-2.log").ok());
+  ASSERT_EQ(::stat("/etc/hostname", &st), 0);
+  EXPECT_EQ(st.st_uid, 0u);
+  // The server's own account: nothing is made.
+  EXPECT_TRUE(PrepareOutputFor(SubmitAccount{}, dir + "/output/j-3.log").ok());
+  EXPECT_FALSE(std::filesystem::exists(dir + "/output/j-3.log"));
+  std::filesystem::remove_all(dir);
+}
+
+// Rendered for another account, the job's script sets its HOME, USER and LOGNAME, as the agent
+// does; an account that cannot be used fails rendering (so the job fails, naming it).
+TEST(SubmitAccount, RenderedForTheAccount) {
+  JobRequest j = Job("whole", 1);
+  j.run_as = "tessera-no-such-account";
+  for (const char* name : {"slurm", "pbs"}) {
+    auto b = BuiltinRegistry().Make(name, BackendOptions{});
+    ASSERT_TRUE(b.ok());
+    auto refused = (*b)->Render(j);
+    ASSERT_FALSE(refused.ok()) << name;
+    EXPECT_NE(refused.status().message().find("'tessera-no-such-account'"), std::string::npos);
+  }
+  if (geteuid() != 0) return;
+  j.run_as = "nobody";
+  auto b = BuiltinRegistry().Make("slurm", BackendOptions{});
+  ASSERT_TRUE(b.ok());
+  auto script = (*b)->Render(j);
+  ASSERT_TRUE(script.ok()) << script.status().message();
+  EXPECT_NE(script->find("export HOME='/nonexistent'\n"), std::string::npos) << *script;
+  EXPECT_NE(script->find("export USER='nobody'\n"), std::string::npos) << *script;
+  EXPECT_NE(script->find("export LOGNAME='nobody'\n"), std::string::npos) << *script;
+  j.run_as = "root";  // the server's own account (root here): as before
+  auto own = (*b)->Render(j);
+  ASSERT_TRUE(own.ok());
+  EXPECT_EQ(own->find("export HOME="), std::string::npos) << *own;
 }
 
 }  // namespace

@@ -4,11 +4,15 @@
 // prints "SEQ.SERVER"; `qstat -x -f -F json` prints {"Jobs": {ID: {"Job_Name", "job_state" (Q, R,
 // F), "exec_host", "exec_vnode", "Exit_status"}}} (PBS Reference Guide, qstat JSON output); qdel
 // kills the job (Exit_status 271 = 256 + SIGTERM). The stand-in qsub really runs the script, in the
-// background, writing where its `#PBS -o` says.
+// background, as the account qsub was run as (as PBS runs a job as its owner), writing where its
+// `#PBS -o` says; it records that account as the job's Job_Owner, which qstat shows.
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <pwd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -34,6 +38,7 @@ id="$n.pbs-test"
 cat > "$S/$n.sh"
 name=$(sed -n 's/^#PBS -N //p' "$S/$n.sh"); out=$(sed -n 's/^#PBS -o //p' "$S/$n.sh")
 echo "$name" > "$S/$n.name"
+echo "$(id -un) $(id -u) $(id -g) HOME=$HOME USER=$USER LOGNAME=$LOGNAME PWD=$PWD" > "$S/$n.owner"
 setsid bash -c 'bash "$0/$1.sh" > "$2" 2>&1; echo $? > "$0/$1.exit.tmp"; mv "$0/$1.exit.tmp" "$0/$1.exit"' "$S" "$n" "${out:-/dev/null}" </dev/null >/dev/null 2>&1 &
 echo $! > "$S/$n.pid"
 echo "$id"
@@ -48,7 +53,8 @@ open(S + "/calls.log", "a").write("qstat " + " ".join(sys.argv[1:]) + "\n")
 jobs = {}
 n = int(open(S + "/seq").read()) if os.path.exists(S + "/seq") else 0
 for i in range(1, n + 1):
-    j = {"Job_Name": open("%s/%d.name" % (S, i)).read().strip(), "Job_Owner": "root@pbs-test",
+    owner = open("%s/%d.owner" % (S, i)).read().split()[0]
+    j = {"Job_Name": open("%s/%d.name" % (S, i)).read().strip(), "Job_Owner": owner + "@pbs-test",
          "queue": "workq", "exec_host": "pbsnode1/0", "exec_vnode": "(pbsnode1:ncpus=1:ngpus=1)"}
     if os.path.exists("%s/%d.exit" % (S, i)):
         j["job_state"] = "F"
@@ -73,6 +79,8 @@ cluster: p1
 backend_poll: 200ms
 identities:
   - {name: alice, role: user, groups: [research], token: alice-token-1}
+  - {name: nob, role: user, groups: [research], token: nobody-token-1, run_as: nobody}
+  - {name: dae, role: user, groups: [research], token: daemon-token-1, run_as: daemon}
 groups: [{name: research}]
 profiles:
   - {name: train, gpus: 1, cpu: 1, memory: 64MiB, forms: [whole]}
@@ -88,14 +96,29 @@ class PbsTest : public testing::ServeFixture {
     std::filesystem::create_directories(dir_ + "/state");
     for (auto [name, text] : {std::pair{"qsub", kQsub}, {"qstat", kQstat}, {"qdel", kQdel}}) {
       std::ofstream(dir_ + "/bin/" + name) << text;
-      std::filesystem::permissions(dir_ + "/bin/" + name, std::filesystem::perms::owner_all);
+      // Runnable by every account: qsub runs as the job's account.
+      std::filesystem::permissions(dir_ + "/bin/" + name, std::filesystem::perms::owner_all |
+                                                              std::filesystem::perms::group_read |
+                                                              std::filesystem::perms::group_exec |
+                                                              std::filesystem::perms::others_read |
+                                                              std::filesystem::perms::others_exec);
     }
     ::setenv("PBS_STANDIN_STATE", (dir_ + "/state").c_str(), 1);
     ::setenv("PATH", (dir_ + "/bin:" + std::string(::getenv("PATH"))).c_str(), 1);
+    ShareState();
     std::ofstream(dir_ + "/config.yaml") << kConfig;
     StartServer();
   }
   std::string Calls() { return testing::ReadFile(dir_ + "/state/calls.log"); }
+  // The stand-in's state, writable by every account: qsub runs as the job's.
+  void ShareState() {
+    namespace fs = std::filesystem;
+    std::ofstream(dir_ + "/state/calls.log", std::ios::app).flush();
+    fs::permissions(
+        dir_ + "/state/calls.log",
+        fs::perms::all & ~(fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec));
+    fs::permissions(dir_ + "/state", fs::perms::all);
+  }
 };
 
 TEST_F(PbsTest, SubmitFollowFailCancel) {
@@ -148,6 +171,79 @@ TEST_F(PbsTest, ASubmissionThatFailedAfterGoingThroughIsAdoptedNotRepeated) {
   seq >> n;
   EXPECT_EQ(n, 1) << Calls();
   EXPECT_EQ(Job(id)["backend"]["external_id"], "1.pbs-test");
+}
+
+// Issue 30: qsub runs as the identity's Unix account (run_as: nobody), so PBS records that account
+// as the job's owner (Job_Owner in qstat) and runs the job as it. The server (root) prepares the
+// job's output file for the account and still cancels its jobs (root is a PBS manager).
+TEST_F(PbsTest, QsubRunsAsTheIdentitysAccount) {
+  if (::geteuid() != 0)
+    GTEST_SKIP() << "submitting as another account needs a root server (CI runs as root)";
+  passwd* pw = ::getpwnam("nobody");
+  ASSERT_NE(pw, nullptr);
+  const std::string uid = std::to_string(pw->pw_uid), gid = std::to_string(pw->pw_gid);
+  const std::string token = "nobody-token-1";
+  std::string id =
+      Call("POST", "/v1/jobs", {{"queue", "hpc"}, {"command", {"sh", "-c", "echo user=$(id -un)"}}},
+           token)["id"];
+  ASSERT_TRUE(WaitFor([&] { return State(id) == "succeeded"; }))
+      << Job(id).dump() << Calls() << server_->Log();
+  // qsub ran as nobody, with nobody's home and names, in a directory nobody can enter (its home
+  // is /nonexistent: /tmp, where Slurm too sends a job whose directory is missing).
+  EXPECT_EQ(testing::ReadFile(dir_ + "/state/1.owner"),
+            "nobody " + uid + " " + gid + " HOME=" + pw->pw_dir +
+                " USER=nobody LOGNAME=nobody PWD=/tmp\n");
+  auto out =
+      client_->Get(("/v1/jobs/" + id + "/output").c_str(), {{"Authorization", "Bearer " + token}});
+  ASSERT_TRUE(out);
+  EXPECT_EQ(out->body, "user=nobody\n");
+  struct stat st {};
+  ASSERT_EQ(::stat((dir_ + "/data/output/" + id + ".log").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, pw->pw_uid);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  // What qstat says of it: PBS's owner is the account.
+  std::string qstat;
+  FILE* p = ::popen("qstat -x -f -F json", "r");
+  ASSERT_NE(p, nullptr);
+  char buf[4096];
+  size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) qstat.append(buf, n);
+  ::pclose(p);
+  EXPECT_EQ(Json::parse(qstat)["Jobs"]["1.pbs-test"]["Job_Owner"], "nobody@pbs-test") << qstat;
+  // Cancelled by Tessera, as root.
+  std::string c =
+      Call("POST", "/v1/jobs", {{"queue", "hpc"}, {"command", {"sleep", "60"}}}, token)["id"];
+  ASSERT_TRUE(WaitFor([&] { return State(c) == "running"; })) << Job(c).dump() << Calls();
+  Call("POST", "/v1/jobs/" + c + "/cancel", Json::object(), token);
+  ASSERT_TRUE(WaitFor([&] { return State(c) == "cancelled"; })) << Job(c).dump() << Calls();
+  EXPECT_NE(Calls().find("qdel 2.pbs-test"), std::string::npos) << Calls();
+}
+
+// A server that is not root cannot submit as another account: the job fails with a reason naming
+// the account, and qsub is never run (the job does not run under the server's account instead).
+// As root, the test runs `tessera serve` as nobody (setpriv) and maps the identity to daemon.
+TEST_F(PbsTest, ANonRootServerRefusesAnotherAccount) {
+  server_.reset();
+  std::vector<std::string> argv = {
+      kTessera, "serve",        "--config", dir_ + "/config.yaml",
+      "--data", dir_ + "/data", "--listen", "127.0.0.1:" + std::to_string(port_)};
+  if (::geteuid() == 0) {
+    ASSERT_EQ(std::system(("chown -R nobody:nogroup " + dir_).c_str()), 0);
+    argv.insert(argv.begin(),
+                {"/usr/bin/setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"});
+  }
+  server_ = std::make_unique<Proc>(argv, dir_ + "/serve-again.log");  // a fresh log: its port
+  port_ = server_->WaitForPort();
+  ASSERT_GT(port_, 0) << server_->Log();
+  client_ = std::make_unique<httplib::Client>("127.0.0.1", port_);
+  Json made = Call("POST", "/v1/jobs", {{"queue", "hpc"}, {"command", {"true"}}}, "daemon-token-1");
+  ASSERT_TRUE(made.contains("id")) << made.dump() << server_->Log();
+  const std::string id = made["id"];
+  ASSERT_TRUE(WaitFor([&] { return State(id) == "failed"; })) << Job(id).dump() << server_->Log();
+  const std::string reason = Job(id)["reason"];
+  EXPECT_NE(reason.find("'daemon'"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("not root"), std::string::npos) << reason;
+  EXPECT_EQ(Calls().find("qsub"), std::string::npos) << Calls();
 }
 
 }  // namespace

@@ -8,8 +8,12 @@
 // root (SlurmUser=root, mknod); skipped otherwise.
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <pwd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -36,6 +40,7 @@ backend_poll: 200ms
 identities:
   - {name: admin, role: admin, token: admin-token-1}
   - {name: alice, role: user, groups: [research], token: alice-token-1}
+  - {name: nob, role: user, groups: [research], token: nobody-token-1, run_as: nobody}
 groups:
   - {name: research, limit: {gpu: 2}}
 profiles:
@@ -50,6 +55,25 @@ queues:
 )";
 
 using testing::Sh;
+
+std::string TrimWs(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  while (!s.empty() && s.front() == ' ') s.erase(s.begin());
+  return s;
+}
+
+// What `cmd` prints (stdout and stderr), and its exit status in *rc.
+std::string Capture(const std::string& cmd, int* rc) {
+  std::string out;
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  if (p == nullptr) return out;
+  char buf[4096];
+  size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int st = ::pclose(p);
+  *rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return out;
+}
 
 class SlurmTest : public testing::ServeFixture {
  protected:
@@ -220,6 +244,70 @@ TEST_F(SlurmTest, RestartsOfTesseraAndSlurmctldNeitherLoseNorDoubleJobs) {
     Json ev = Call("GET", "/v1/events?kind=backend.orphan_cancelled", {}, "admin-token-1");
     return ev.is_object() && ev["events"].size() == 1;
   })) << server_->Log();
+}
+
+// Issue 30: a job of an identity whose Unix account is `nobody` (run_as) is Slurm's job of that
+// account, not of the account `tessera serve` runs under (root here): squeue, scontrol and Slurm's
+// job completion log (jobcomp/filetxt) name it, the job's processes run as it, it writes its
+// output into the file Tessera reads (created for it, mode 0600), and Tessera (root) still
+// cancels its jobs. sacct needs slurmdbd and a MySQL/MariaDB server, which the test Slurm does
+// not run (AccountingStorageType=accounting_storage/none: "Slurm accounting storage is
+// disabled"); where sacct answers, it is checked too.
+TEST_F(SlurmTest, JobsAreSubmittedAsTheIdentitysAccount) {
+  passwd* pw = ::getpwnam("nobody");
+  ASSERT_NE(pw, nullptr) << "Debian has the account nobody";
+  const uid_t uid = pw->pw_uid;
+  const std::string token = "nobody-token-1";
+  std::string id = Call(
+      "POST", "/v1/jobs",
+      {{"queue", "training"},
+       {"command",
+        {"sh", "-c", "echo user=$(id -un) uid=$(id -u) home=$HOME logname=$LOGNAME; sleep 2"}}},
+      token)["id"];
+  ASSERT_FALSE(id.empty()) << server_->Log();
+  ASSERT_TRUE(WaitFor([&] { return State(id) == "running" || State(id) == "succeeded"; }))
+      << Diag(id);
+  const std::string ext = Job(id)["backend"]["external_id"];
+  int rc = 0;
+  EXPECT_EQ(Capture("squeue -h -t all -j " + ext + " -o %u", &rc), "nobody\n");
+  const std::string shown = Capture("scontrol show job -o " + ext, &rc);
+  EXPECT_NE(shown.find(" UserId=nobody(" + std::to_string(uid) + ") "), std::string::npos) << shown;
+  ASSERT_TRUE(WaitFor([&] { return State(id) == "succeeded"; })) << Diag(id);
+  auto out =
+      client_->Get(("/v1/jobs/" + id + "/output").c_str(), {{"Authorization", "Bearer " + token}});
+  ASSERT_TRUE(out);
+  EXPECT_EQ(out->body,
+            "user=nobody uid=" + std::to_string(uid) + " home=" + pw->pw_dir + " logname=nobody\n");
+  struct stat st {};
+  ASSERT_EQ(::stat((dir_ + "/data/output/" + id + ".log").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, uid);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  // Slurm's own record of the ended job.
+  std::string comp;
+  ASSERT_TRUE(WaitFor([&] {
+    comp = ReadFile(slurm_ + "/log/jobcomp.txt");
+    return comp.find("JobId=" + ext + " ") != std::string::npos;
+  })) << comp;
+  const size_t at = comp.find("JobId=" + ext + " ");
+  const std::string line = comp.substr(at, comp.find('\n', at) - at);
+  EXPECT_NE(line.find(" UserId=nobody(" + std::to_string(uid) + ") "), std::string::npos) << line;
+  const std::string acct = Capture("sacct -j " + ext + " -n -X -o User", &rc);
+  if (rc == 0) {
+    EXPECT_EQ(TrimWs(acct), "nobody");
+  } else {
+    EXPECT_NE(acct.find("accounting storage is disabled"), std::string::npos) << acct;
+  }
+  // Tessera still cancels the account's jobs.
+  std::string c =
+      Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"sleep", "60"}}}, token)["id"];
+  ASSERT_TRUE(WaitFor([&] { return State(c) == "running"; })) << Diag(c);
+  const std::string cext = Job(c)["backend"]["external_id"];
+  EXPECT_EQ(Capture("squeue -h -t all -j " + cext + " -o %u", &rc), "nobody\n");
+  Call("POST", "/v1/jobs/" + c + "/cancel", Json::object(), token);
+  ASSERT_TRUE(WaitFor([&] { return State(c) == "cancelled"; })) << Diag(c);
+  ASSERT_TRUE(WaitFor([&] {
+    return Capture("squeue -h -t all -j " + cext + " -o %T", &rc).rfind("CANCELLED", 0) == 0;
+  })) << Capture("scontrol show job -o " + cext, &rc);
 }
 
 }  // namespace

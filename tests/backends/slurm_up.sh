@@ -13,7 +13,7 @@ wait_idle() {
     if sinfo -h -o '%T' 2>/dev/null | grep -Eqx 'idle|mixed|allocated'; then return 0; fi
     sleep 0.1
   done
-  echo "slurm did not become ready:"; sinfo -N -l || true; tail -30 "$D/log/slurmctld.log" "$D/log/slurmd.log"
+  echo "slurm did not become ready:"; sinfo -N -l || true; tail -n 30 "$D/log/slurmctld.log" "$D/log/slurmd.log"
   return 1
 }
 stop_ctld() {
@@ -73,7 +73,10 @@ ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
+# No slurmdbd (it needs a MySQL/MariaDB server), so sacct has no storage to read; ended jobs are
+# recorded by the completion log instead (JobId, UserId, JobState, ... one line each).
+JobCompType=jobcomp/filetxt
+JobCompLoc=$D/log/jobcomp.txt
 MpiDefault=none
 ReturnToService=2
 MinJobAge=600

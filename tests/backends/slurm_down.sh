@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Stops what slurm_up.sh DIR started, by the pid files it left (never by name).
 D=$1
-for p in slurmd slurmctld munged; do
+for p in slurmd slurmctld slurmdbd mariadb munged; do
   f="$D/run/$p.pid"
   [ -f "$f" ] || continue
   pid=$(cat "$f")

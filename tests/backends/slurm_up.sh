@@ -3,6 +3,9 @@
 # state under DIR, on loopback with free ports; GPUs are declared over placeholder character
 # devices created in DIR. Prints nothing on success; on failure prints the daemons' logs.
 # Usage: slurm_up.sh DIR   (as root). Stop with slurm_down.sh DIR.
+#        With SLURM_UP_ACCOUNTING=1, where Debian's slurmdbd and mariadb-server are installed:
+#        accounting through slurmdbd over a MariaDB server of its own in DIR/db, so that sacct
+#        answers (without them, or without the variable, there is no accounting storage).
 #        slurm_up.sh DIR restart-ctld   restarts slurmctld alone (its state is kept in DIR/state).
 #        slurm_up.sh DIR stop-ctld      stops slurmctld alone (a controller outage).
 set -euo pipefail
@@ -35,6 +38,15 @@ chmod 700 "$D/munge"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 CTLD_PORT=$(free_port); SLURMD_PORT=$(free_port)
 while [ "$SLURMD_PORT" = "$CTLD_PORT" ]; do SLURMD_PORT=$(free_port); done
+ACCOUNTING="AccountingStorageType=accounting_storage/none"
+DBD=0
+if [ "${SLURM_UP_ACCOUNTING:-}" = 1 ] && command -v slurmdbd >/dev/null && command -v mariadbd >/dev/null; then
+  DBD=1; DB_PORT=$(free_port); DBD_PORT=$(free_port)
+  ACCOUNTING="AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=127.0.0.1
+AccountingStoragePort=$DBD_PORT
+AccountingStoragePass=$D/munge/munge.socket"
+fi
 HOST=$(hostname -s)
 CPUS=$(nproc)
 MEM=$(awk '/MemTotal/ {m = int($2 / 1024) - 512; print (m < 4000 ? m : 4000)}' /proc/meminfo)
@@ -72,9 +84,9 @@ SelectTypeParameters=CR_Core_Memory
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-# No slurmdbd (it needs a MySQL/MariaDB server), so sacct has no storage to read; ended jobs are
-# recorded by the completion log instead (JobId, UserId, JobState, ... one line each).
+$ACCOUNTING
+# Ended jobs are also recorded by the completion log (JobId, UserId, JobState, ... one line
+# each), which needs no slurmdbd (sacct needs slurmdbd, and slurmdbd a MySQL/MariaDB server).
 JobCompType=jobcomp/filetxt
 JobCompLoc=$D/log/jobcomp.txt
 MpiDefault=none
@@ -93,6 +105,39 @@ NodeName=$HOST Name=gpu Type=testgpu File=$D/dev/gpu[0-1]
 NodeName=$HOST Name=gpu Type=1g.10gb File=$D/dev/gpu[2-3]
 NodeName=$HOST Name=shard Count=16
 CONF
+if [ "$DBD" = 1 ]; then
+  # MariaDB under DIR/db on loopback, slurmdbd over it (slurmdbd.conf beside slurm.conf), and
+  # the cluster registered before slurmctld starts.
+  mkdir -p "$D/db"
+  mariadb-install-db --datadir="$D/db" --user=root --auth-root-authentication-method=normal \
+    >"$D/log/mariadb-install.log" 2>&1 || { cat "$D/log/mariadb-install.log"; exit 1; }
+  mariadbd --datadir="$D/db" --user=root --socket="$D/run/mariadb.sock" --port="$DB_PORT" \
+    --bind-address=127.0.0.1 --pid-file="$D/run/mariadb.pid" --log-error="$D/log/mariadb.log" \
+    >/dev/null 2>&1 </dev/null &
+  for _ in $(seq 1 150); do [ -S "$D/run/mariadb.sock" ] && break; sleep 0.1; done
+  mariadb -S "$D/run/mariadb.sock" -u root -e "CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY 'slurm';
+    GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';" || { cat "$D/log/mariadb.log"; exit 1; }
+  cat > "$D/slurmdbd.conf" <<CONF
+AuthType=auth/munge
+AuthInfo=socket=$D/munge/munge.socket
+DbdAddr=127.0.0.1
+DbdHost=localhost
+DbdPort=$DBD_PORT
+SlurmUser=root
+PidFile=$D/run/slurmdbd.pid
+LogFile=$D/log/slurmdbd.log
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort=$DB_PORT
+StorageUser=slurm
+StoragePass=slurm
+StorageLoc=slurm_acct_db
+CONF
+  chmod 600 "$D/slurmdbd.conf"
+  slurmdbd >/dev/null 2>&1 || { cat "$D/log/slurmdbd.log"; exit 1; }
+  for _ in $(seq 1 150); do sacctmgr -n list cluster >/dev/null 2>&1 && break; sleep 0.1; done
+  sacctmgr -i add cluster tessera-test >/dev/null || { cat "$D/log/slurmdbd.log"; exit 1; }
+fi
 slurmctld -f "$D/slurm.conf" -i >/dev/null 2>&1 || { cat "$D/log/slurmctld.log"; exit 1; }
 slurmd -f "$D/slurm.conf" >/dev/null 2>&1 || { cat "$D/log/slurmd.log"; exit 1; }
 wait_idle

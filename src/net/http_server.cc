@@ -276,10 +276,13 @@ class HttpServer::Impl {
   }
 
   // Memory that closed connections freed goes back to the system: glibc keeps freed heap pages
-  // that live allocations (the event loop's descriptor records among them) fragment, so a flood
-  // of 20,000 connections left the server at 1.6 GB after they closed. Checked every second on
-  // the acceptor's loop: a trim (malloc_trim) once at least 64 connections closed since the last
-  // one and either none closed in the last second (the burst is over) or the last trim is 5 s old.
+  // that live allocations fragment, so a flood of 20,000 connections left the server at 1.6 GB
+  // after they closed. Checked every second on the acceptor's loop: a trim (malloc_trim) once at
+  // least 64 connections, and at least as many as are still open, closed since the last one (a
+  // flood ended: most of the connections' memory is free), and either none closed in the last
+  // second (the burst is over) or the last trim is 5 s old. Not for a steady churn beside many
+  // open connections: their freed memory is soon reused, and a trim over a large heap holds each
+  // arena's lock for a while (200 ms over 1.2 GB), which the loops would wait on.
   //
   // The acceptor has a thread of its own, and each session is made on its connection's loop: the
   // records the event loop keeps for every descriptor (never freed, reused) are then allocated
@@ -292,7 +295,8 @@ class HttpServer::Impl {
       const int64_t now_closed = closed.load();
       const auto now = SteadyClock::now();
       const bool burst_over = now_closed == closed_at_last_tick;
-      if (now_closed - closed_at_trim >= 64 &&
+      const int64_t freed = now_closed - closed_at_trim;
+      if (freed >= 64 && freed >= open.load() &&
           (burst_over || now - trimmed_at >= std::chrono::seconds(5))) {
 #if defined(__GLIBC__)
         malloc_trim(0);

@@ -391,7 +391,7 @@ std::vector<std::string> SubmitWrapper(const SubmitAccount& account, bool switch
     const std::string var = *e;
     const std::string key = var.substr(0, var.find('='));
     if (key == "PATH" || key == "LANG" || key == "TZ" || key.rfind("LC_", 0) == 0 ||
-        key.rfind("SLURM_", 0) == 0 || key.rfind("PBS_", 0) == 0) {
+        key.rfind("SLURM_", 0) == 0 || key.rfind("SBATCH_", 0) == 0 || key.rfind("PBS_", 0) == 0) {
       w.push_back(var);
     }
   }

@@ -226,10 +226,10 @@ Result<JobRequest> ForSubmitAccount(const std::string& backend, const JobRequest
 // server would then read back as the job's output.
 Status PrepareOutputFor(const SubmitAccount& account, const std::string& path);
 // The commands a scheduler's submission command runs behind for another `account`: a fresh
-// environment (PATH, LANG, LC_*, TZ and the scheduler's own SLURM_* / PBS_* settings of the
-// server's environment, then HOME, USER and LOGNAME of the account) and the account's work_dir
-// as the current directory (`env -i -C`); with `switch_user`, first `setpriv` to the account's
-// uid, primary gid and groups. Empty for the server's own account.
+// environment (PATH, LANG, LC_*, TZ and the scheduler's own SLURM_* / SBATCH_* / PBS_* settings
+// of the server's environment, then HOME, USER and LOGNAME of the account) and the account's
+// work_dir as the current directory (`env -i -C`); with `switch_user`, first `setpriv` to the
+// account's uid, primary gid and groups. Empty for the server's own account.
 std::vector<std::string> SubmitWrapper(const SubmitAccount& account, bool switch_user);
 // `s` without leading and trailing spaces and line breaks.
 std::string TrimSpace(std::string s);

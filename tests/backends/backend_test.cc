@@ -301,6 +301,7 @@ TEST(SubmitAccount, TheWrapperGivesACleanEnvironmentAndSwitchesOnlyWhenAsked) {
   a.home = "/nonexistent";
   a.work_dir = "/tmp";
   ::setenv("SLURM_CONF", "/etc/slurm/test.conf", 1);
+  ::setenv("SBATCH_ACCOUNT", "gpu-lab", 1);
   ::setenv("TESSERA_TEST_SECRET", "s3cret", 1);
   const std::vector<std::string> slurm = SubmitWrapper(a, false);
   ASSERT_GE(slurm.size(), 7u);
@@ -309,6 +310,7 @@ TEST(SubmitAccount, TheWrapperGivesACleanEnvironmentAndSwitchesOnlyWhenAsked) {
   EXPECT_EQ(std::vector<std::string>(slurm.end() - 3, slurm.end()),
             (std::vector<std::string>{"HOME=/nonexistent", "USER=nobody", "LOGNAME=nobody"}));
   EXPECT_NE(std::find(slurm.begin(), slurm.end(), "SLURM_CONF=/etc/slurm/test.conf"), slurm.end());
+  EXPECT_NE(std::find(slurm.begin(), slurm.end(), "SBATCH_ACCOUNT=gpu-lab"), slurm.end());
   for (const std::string& w : slurm) EXPECT_EQ(w.find("s3cret"), std::string::npos) << w;
   const std::vector<std::string> pbs = SubmitWrapper(a, true);
   EXPECT_EQ(std::vector<std::string>(pbs.begin(), pbs.begin() + 5),

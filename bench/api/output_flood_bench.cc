@@ -64,8 +64,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "server did not start:\n%s\n", server.Log().c_str());
     return 1;
   }
-  Proc agent({kTessera, "agent", "--server", "http://127.0.0.1:" + std::to_string(port), "--token", "agent-token-1",
-              "--node", "n1", "--simulate", "1xH100-80GB", "--work", dir + "/work", "--cgroup-root", ""},
+  Proc agent({kTessera, "agent", "--server", "http://127.0.0.1:" + std::to_string(port),
+              "--token-file", tessera::testing::TokenFile("agent-token-1"), "--node", "n1",
+              "--simulate", "1xH100-80GB", "--work", dir + "/work", "--cgroup-root", ""},
              dir + "/agent.log");
   httplib::Client c("127.0.0.1", port);
   const httplib::Headers admin = {{"Authorization", "Bearer admin-token-1"}};

@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -18,9 +19,9 @@
 
 #include "agent/discovery.h"
 #include "agent/launcher.h"
-#include "agent/swap_manager.h"
 #include "agent/partitions.h"
 #include "agent/protocol.h"
+#include "agent/swap_manager.h"
 #include "common/log.h"
 #include "net/http_client.h"
 
@@ -459,6 +460,14 @@ class Agent {
       uploaded_[spec.id] = 0;
       JobSpec bound = spec;
       Status s = Status::Ok();
+      // A root agent runs no job as root by default: an order must name the account (the
+      // server names root itself only for a queue with run_as_root).
+      if (spec.run_as.empty() && geteuid() == 0) {
+        s = Status::FailedPrecondition(
+            "the order names no account to run the job under, and this agent runs as root: it runs "
+            "no job as "
+            "root unless its queue says run_as_root (a server older than this agent?)");
+      }
       for (DeviceBinding& d : bound.devices) {
         if (!s.ok()) break;
         if (d.slot.empty()) {
@@ -654,6 +663,12 @@ class Agent {
 
 int RunAgent(const AgentOptions& options) {
   auto fail = [&options](const std::string& line) { Say(options, log::Level::kError, line); };
+  // The token is in this process's memory (and its environment when given as TESSERA_TOKEN): not
+  // dumpable, /proc/PID/environ and /proc/PID/mem are root's alone, so that jobs running under
+  // the agent's own account (a non-root agent's) cannot read it there. The variable is dropped
+  // too, so that nothing started later inherits it.
+  prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+  unsetenv("TESSERA_TOKEN");
   std::string node = options.node_name;
   if (node.empty()) {
     char host[256] = {};

@@ -141,10 +141,16 @@ struct Account {
 
 Result<Account> ResolveAccount(const std::string& name) {
   Account a;
-  if (name.empty()) return a;
   std::vector<char> buf(16384);
   passwd pw{};
   passwd* found = nullptr;
+  if (name.empty()) {  // the agent's own (a non-root agent's): its name and home all the same
+    if (getpwuid_r(geteuid(), &pw, buf.data(), buf.size(), &found) == 0 && found != nullptr) {
+      a.name = pw.pw_name;
+      a.home = pw.pw_dir != nullptr ? pw.pw_dir : "/";
+    }
+    return a;
+  }
   if (getpwnam_r(name.c_str(), &pw, buf.data(), buf.size(), &found) != 0 || found == nullptr) {
     return Status::FailedPrecondition("run_as: the account '" + name + "' does not exist on this node");
   }
@@ -177,6 +183,7 @@ struct ChildSetup {
   char* const* envp = nullptr;
   const char* exec_error = nullptr;
   const Account* account = nullptr;  // switch to it (uid, gid, groups) before exec
+  const char* cwd = "/";             // the account's home (never the agent's directory)
 };
 
 // The child between fork and exec: async-signal-safe calls only.
@@ -206,6 +213,11 @@ struct ChildSetup {
     SafeWrite(2, "tessera-agent: cannot switch to the job's account (errno ");
     SafeWrite(2, SafeItoa(errno, num));
     SafeWrite(2, ")\n");
+    _exit(126);
+  }
+  // The job starts in its account's home, else at /: not in the agent's working directory.
+  if (chdir(c.cwd) != 0 && chdir("/") != 0) {
+    SafeWrite(2, "tessera-agent: cannot enter a working directory\n");
     _exit(126);
   }
   // Close everything else the agent holds (sockets, files) that lacks FD_CLOEXEC.
@@ -265,18 +277,28 @@ Status ValidateJobId(const std::string& id) {
 std::vector<std::string> BuildJobEnvironment(const JobSpec& spec, const std::vector<std::string>& base,
                                              const LauncherOptions& options) {
   std::map<std::string, std::string> env;
+  // From the agent's environment, only what describes the host and its GPU software (an
+  // allowlist): never its token or anything else the unit or the operator's shell put there.
+  // A job that wants to call the API passes its own token in the job's env.
+  const auto allowed = [](const std::string& name) {
+    static const char* const kNames[] = {
+        "PATH", "LANG", "LANGUAGE", "TZ", "TERM", "LD_LIBRARY_PATH", "TMPDIR"};
+    static const char* const kPrefixes[] = {"LC_", "CUDA_", "NVIDIA_", "ROCM_", "HIP_", "HSA_"};
+    for (const char* n : kNames) {
+      if (name == n) return true;
+    }
+    for (const char* p : kPrefixes) {
+      if (name.rfind(p, 0) == 0) return true;
+    }
+    return false;
+  };
   for (const std::string& kv : base) {
     size_t eq = kv.find('=');
-    if (eq == std::string::npos || eq == 0) continue;
+    if (eq == std::string::npos || eq == 0 || !allowed(kv.substr(0, eq))) continue;
     env[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
-  // The agent's own bindings (if it runs under one) must never leak into a job, nor its token
-  // (tessera-agent.service reads TESSERA_TOKEN from /etc/tessera/agent.env): a job that wants to
-  // call the API passes its own in the job's env.
-  for (const char* name : {"CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "TESSERA_JOB_ID", "TESSERA_GPU_MEMORY_LIMIT",
-                           "TESSERA_CAPGPU_REGION", "TESSERA_TOKEN"}) {
-    env.erase(name);
-  }
+  // The agent's own bindings (if it runs under one) never leak into a job.
+  for (const char* name : {"CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"}) env.erase(name);
   for (const auto& [k, v] : spec.env) env[k] = v;
 
   std::string visible, rocr;
@@ -420,7 +442,7 @@ Status Launcher::Start(const JobSpec& spec) {
   auto account = ResolveAccount(spec.run_as);
   if (!account.ok()) return account.status();
   JobSpec as = spec;
-  if (account->set) {
+  if (!account->name.empty()) {
     as.env["HOME"] = account->home;
     as.env["USER"] = as.env["LOGNAME"] = account->name;
   }
@@ -428,6 +450,8 @@ Status Launcher::Start(const JobSpec& spec) {
   BuildExecArgs(as, options_, &exec);
   ChildSetup child;
   child.account = &*account;
+  const std::string cwd = account->home.empty() ? "/" : account->home;
+  child.cwd = cwd.c_str();
   child.argv = exec.argv.data();
   child.envp = exec.envp.data();
   child.exec_error = exec.exec_error.c_str();

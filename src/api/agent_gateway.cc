@@ -1,6 +1,7 @@
 // The node agents' side: registration (a node joins the scheduler's cluster), heartbeats (exits
 // and running jobs in; start and stop orders out), node loss, and job output uploads.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -608,8 +609,18 @@ Status Engine::WriteOutput(const Identity& who, const std::string& job, int64_t 
       return SpeaksFor(who, it->second.node.empty() ? "(none)" : it->second.node, "upload output");
     }
   }
-  int fd = ::open(OutputPath(job).c_str(), O_WRONLY | O_CREAT, 0640);
+  int fd = ::open(OutputPath(job).c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0640);
   if (fd < 0) return Status::Internal("cannot open output of '" + job + "'");
+  // Uploads come in order (docs/agent-protocol.md): one may start where the stored bytes end, or
+  // repeat bytes already stored (an upload whose answer was lost); one past the end would leave
+  // a hole of bytes the job never wrote, and is refused (409).
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || offset > static_cast<int64_t>(st.st_size)) {
+    const int64_t have = static_cast<int64_t>(st.st_size);
+    ::close(fd);
+    return Status::FailedPrecondition("output of job '" + job + "' continues at byte " +
+                                      std::to_string(have) + ", not " + std::to_string(offset));
+  }
   ssize_t n = ::pwrite(fd, bytes.data(), keep, static_cast<off_t>(offset));
   ::close(fd);
   if (n != static_cast<ssize_t>(keep))

@@ -42,6 +42,12 @@ int64_t Engine::QueueLocked(Batch& b) {
       drains_ = std::move(now);
     }
   }
+  for (Job* j : b.jobs) {
+    if (j->counted_live && Ended(*j)) {
+      j->counted_live = false;
+      if (--live_by_identity_[j->rec.identity] <= 0) live_by_identity_.erase(j->rec.identity);
+    }
+  }
   if (b.empty()) {
     b = {};
     return 0;

@@ -8,6 +8,7 @@
 #include <cctype>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -77,6 +78,11 @@ Result<QueueRoute> ParseRoute(const YAML::Node& n, const std::string& w) {
     auto v = ParseMemoryMiB(n["shard_memory"].as<std::string>());
     if (!v.ok() || *v <= 0) return Bad(w + ".shard_memory", "expected a positive size such as 1GiB");
     q.shard_mib = *v;
+  }
+  if (n["run_as_root"]) {
+    auto v = policy::GetBool(n["run_as_root"], w + ".run_as_root");
+    if (!v.ok()) return Prefixed(v.status());
+    q.run_as_root = *v;
   }
   if (n["overcommit"] && !n["swap"]) return Bad(w + ".overcommit", "needs swap: true");
   if (n["swap"]) {
@@ -231,7 +237,12 @@ static Status ReadIdentities(const YAML::Node& ids, std::vector<Identity>* out) 
   for (size_t i = 0; i < ids.size(); ++i) {
     std::string w = "identities[" + std::to_string(i) + "]";
     const YAML::Node n = ids[i];
-    st = CheckKeys(n, w, {"name", "role", "groups", "token", "token_sha256", "nodes", "run_as", "run_as_root"});
+    if (n["run_as_root"]) {
+      return Bad(
+          w + ".run_as_root",
+          "root is granted per queue: set run_as_root on the queue whose jobs must run as root");
+    }
+    st = CheckKeys(n, w, {"name", "role", "groups", "token", "token_sha256", "nodes", "run_as"});
     if (!st.ok()) return st;
     Identity id;
     auto name = Str(n["name"], w + ".name");
@@ -263,12 +274,11 @@ static Status ReadIdentities(const YAML::Node& ids, std::vector<Identity>* out) 
       auto account = Str(n["run_as"], w + ".run_as");
       if (!account.ok()) return account.status();
       if (!IsUnixAccountName(*account)) return Bad(w + ".run_as", "'" + *account + "' is not a Unix account name");
+      if (*account == "root") {
+        return Bad(w + ".run_as",
+                   "jobs run as root only on a queue with run_as_root: true, never per identity");
+      }
       id.run_as = *account;
-    }
-    if (n["run_as_root"]) {
-      auto v = policy::GetBool(n["run_as_root"], w + ".run_as_root");
-      if (!v.ok()) return Prefixed(v.status());
-      id.run_as_root = *v;
     }
     if (n["token_sha256"]) {
       id.token_sha256 = n["token_sha256"].as<std::string>();
@@ -341,6 +351,14 @@ static Status ReadServerSettings(const YAML::Node& root, EngineConfig* c) {
   if (st.ok()) st = ReadMs(root, "idle_after", true, &c->idle_after_ms);
   if (st.ok()) st = ReadMs(root, "utilization_fine_keep", true, &c->utilization_fine_keep_ms);
   if (st.ok()) st = ReadMs(root, "utilization_keep", true, &c->utilization_keep_ms);
+  if (st.ok() && root["max_jobs_per_identity"]) {
+    int64_t n = -1;
+    if (!YAML::convert<int64_t>::decode(root["max_jobs_per_identity"], n) || n < 1 ||
+        n > 100'000'000) {
+      return Bad("max_jobs_per_identity", "must be an integer from 1 to 100000000");
+    }
+    c->max_jobs_per_identity = n;
+  }
   if (st.ok() && root["max_output"]) {
     auto q = ParseMemoryMiB(root["max_output"].as<std::string>());
     if (!q.ok() || *q <= 0 || *q > std::numeric_limits<int64_t>::max() / (1024 * 1024)) {
@@ -360,9 +378,10 @@ static Status ReadServerSettings(const YAML::Node& root, EngineConfig* c) {
 }
 
 const std::set<std::string>& ServerQueueKeys() {
-  static const std::set<std::string> kKeys = {"requeue_on_loss", "backend", "partition", "template", "gpu_type",
-                      "gres_whole", "gres_share", "gres_partition", "shard_memory",
-                      "cap_library", "mig_model", "swap", "overcommit"};
+  static const std::set<std::string> kKeys = {
+      "requeue_on_loss", "backend",    "partition",      "template",     "gpu_type",
+      "gres_whole",      "gres_share", "gres_partition", "shard_memory", "cap_library",
+      "mig_model",       "swap",       "overcommit",     "run_as_root"};
   static const std::set<std::string> kAll = [] {
     std::set<std::string> all = kKeys;
     all.insert(KubeQueueKeys().begin(), KubeQueueKeys().end());
@@ -374,9 +393,24 @@ const std::set<std::string>& ServerQueueKeys() {
 // The quota policy, with the server's extra keys allowed; one pool with every form when none is given.
 static Result<quota::PolicySpec> ReadPolicy(const YAML::Node& root) {
   policy::PolicyKeys keys;
-  keys.extra_root = {"cluster", "heartbeat_timeout", "heartbeat_interval", "cancel_grace", "cycle", "schedule_on_submit", "backend_poll",
-                     "backend_nice", "utilization_sample", "retention", "max_output", "identities", "idle_after",
-                     "utilization_fine_keep", "utilization_keep", "metrics_public", "kubernetes"};
+  keys.extra_root = {"cluster",
+                     "heartbeat_timeout",
+                     "heartbeat_interval",
+                     "cancel_grace",
+                     "cycle",
+                     "schedule_on_submit",
+                     "backend_poll",
+                     "backend_nice",
+                     "utilization_sample",
+                     "retention",
+                     "max_output",
+                     "max_jobs_per_identity",
+                     "identities",
+                     "idle_after",
+                     "utilization_fine_keep",
+                     "utilization_keep",
+                     "metrics_public",
+                     "kubernetes"};
   keys.extra_queue = ServerQueueKeys();
   keys.require_queues = true;
   auto pol = policy::ParsePolicy(root, keys);
@@ -393,6 +427,10 @@ static Status CheckIdentityGroups(const EngineConfig& c) {
     if (!g.run_as.empty() && !IsUnixAccountName(g.run_as)) {
       return Bad("groups[" + g.name + "].run_as", "'" + g.run_as + "' is not a Unix account name");
     }
+    if (g.run_as == "root") {
+      return Bad("groups[" + g.name + "].run_as",
+                 "jobs run as root only on a queue with run_as_root: true, never per group");
+    }
   }
   for (size_t i = 0; i < c.identities.size(); ++i) {
     for (const auto& g : c.identities[i].groups) {
@@ -402,6 +440,61 @@ static Status CheckIdentityGroups(const EngineConfig& c) {
     }
   }
   return Status::Ok();
+}
+
+// The Unix account `id`'s jobs run under outside run_as_root queues: its own run_as, else its
+// first group's, else its own name (when that is an account name; "" otherwise).
+std::string EngineConfig::AccountOf(const Identity& id, const std::string& group) const {
+  if (!id.run_as.empty()) return id.run_as;
+  const quota::GroupSpec* g =
+      FindGroup(group.empty() && !id.groups.empty() ? id.groups.front() : group);
+  if (g != nullptr && !g->run_as.empty()) return g->run_as;
+  return IsUnixAccountName(id.name) && id.name != "root" ? id.name : "";
+}
+
+std::vector<std::string> ConfigWarnings(const EngineConfig& c) {
+  std::vector<std::string> out;
+  std::map<std::string, std::vector<std::string>> by_account;
+  for (const Identity& id : c.identities) {
+    if (id.role == Role::kAgent) {
+      if (id.nodes.empty()) {
+        out.push_back("identity '" + id.name +
+                      "' (agent) has no nodes: it speaks for every node; list its nodes (nodes: "
+                      "[name, prefix*])");
+      }
+      continue;
+    }
+    for (const std::string& g : id.groups.empty() ? std::vector<std::string>{""} : id.groups) {
+      const std::string account = c.AccountOf(id, g);
+      if (account.empty()) {
+        out.push_back("identity '" + id.name +
+                      "' has no Unix account: its name is not one and neither it nor group '" + g +
+                      "' sets run_as, so its jobs are refused; set run_as");
+        continue;
+      }
+      auto& names = by_account[account];
+      if (std::find(names.begin(), names.end(), id.name) == names.end()) names.push_back(id.name);
+    }
+  }
+  for (const quota::GroupSpec& g : c.policy.groups) {
+    if (g.run_as.empty()) continue;
+    out.push_back(
+        "group '" + g.name + "' sets run_as '" + g.run_as +
+        "' for all its members: their jobs share one Unix account, so each can read the others' "
+        "environments and signal their jobs; prefer run_as per identity");
+  }
+  for (const auto& [account, names] : by_account) {
+    if (names.size() < 2) continue;
+    std::string list;
+    for (const std::string& n : names) list += (list.empty() ? "'" : ", '") + n + "'";
+    out.push_back("identities " + list + " run their jobs as the one Unix account '" + account +
+                  "': each can read the others' job environments and signal their jobs");
+  }
+  for (const QueueRoute& r : c.routes) {
+    if (r.run_as_root)
+      out.push_back("queue '" + r.queue + "' runs its jobs as root (run_as_root: true)");
+  }
+  return out;
 }
 
 // Each queue's route (backend and its keys), in the policy's queue order.
@@ -448,6 +541,7 @@ Result<EngineConfig> ParseConfig(const std::string& yaml_text) {
     if (!st.ok()) return st;
     Status valid = quota::Validate(c.policy);
     if (!valid.ok()) return Prefixed(valid);
+    c.warnings = ConfigWarnings(c);
     return c;
   } catch (const YAML::Exception& e) {
     return Status::InvalidArgument("config: " + std::string(e.what()));

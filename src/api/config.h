@@ -35,9 +35,9 @@ struct Identity {
   // names, or prefixes ending in '*'. Empty: any node (the config check warns).
   std::vector<std::string> nodes;
   // The Unix account this identity's jobs run under on the nodes ("" : its group's run_as, else
-  // the agent's own account). Root only with run_as_root.
+  // the account named as the identity itself). Never root: a queue with run_as_root runs its
+  // jobs as root (QueueRoute::run_as_root), nothing else does.
   std::string run_as;
-  bool run_as_root = false;
   bool MaySpeakFor(const std::string& node) const;
 };
 
@@ -63,6 +63,8 @@ struct QueueRoute {
   // (src/capgpu/swap.h); `overcommit` (a factor, "2" or "1.5"; default 2) is how far their caps
   // may sum past a device's memory. 0: no swapping.
   int swap_overcommit_percent = 0;
+  // The queue's jobs run as root on the nodes (`run_as_root: true`): the only way any job does.
+  bool run_as_root = false;
   backends::KubeMapping kube;      // backend: kubernetes (namespace, node_selector, tolerations ...)
   bool external() const { return backend != "local"; }
 };
@@ -95,6 +97,10 @@ struct EngineConfig {
   // `max_output: 64MiB` (the default): the most output kept per job; uploads past it are
   // refused (413), the part of one below it kept.
   int64_t max_output_bytes = int64_t{64} << 20;
+  // `max_jobs_per_identity: 10000` (the default): the most jobs one identity may have not yet
+  // ended; a submission past it is refused with 429 and Retry-After, so one user cannot flood the
+  // queue (100,000 pending jobs in 35 s) or the server's memory.
+  int64_t max_jobs_per_identity = 10000;
   int backend_nice = 10;           // niceness added to the external schedulers' commands (0-19)
   int64_t utilization_sample_ms = 10000;  // how often the utilization history is sampled
   // `idle_after: 15m` (the default): an allocation whose devices showed no activity for this
@@ -109,17 +115,25 @@ struct EngineConfig {
   bool metrics_public = false;
   std::vector<Identity> identities;
   quota::PolicySpec policy;
+  // What the config allows but an operator should know: shared accounts, identities without an
+  // account, agents that speak for every node. `serve --check-config` prints them; serve logs them.
+  std::vector<std::string> warnings;
   std::string source_yaml;  // the text it was parsed from (its policy part seeds `tessera whatif`)
   std::vector<QueueRoute> routes;  // one per policy queue, in the same order
 
   const Identity* FindIdentityByTokenHash(const std::string& hash) const;
   const quota::GroupSpec* FindGroup(const std::string& name) const;
+  // The Unix account `id`'s jobs in `group` run under (outside run_as_root queues): the
+  // identity's run_as, else the group's, else the identity's own name; "" when it has none.
+  std::string AccountOf(const Identity& id, const std::string& group) const;
   const quota::QueueSpec* FindQueue(const std::string& name) const;
   const quota::ProfileSpec* FindProfile(const std::string& name) const;
   const QueueRoute* FindRoute(const std::string& queue) const;
 };
 
 Result<EngineConfig> ParseConfig(const std::string& yaml_text);
+// The warnings of a parsed config (EngineConfig::warnings).
+std::vector<std::string> ConfigWarnings(const EngineConfig& c);
 // The keys of a queue entry that only the server reads (backend routing), not a scenario.
 const std::set<std::string>& ServerQueueKeys();
 Result<EngineConfig> LoadConfig(const std::string& path);

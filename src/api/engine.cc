@@ -358,6 +358,8 @@ Status Engine::LoadJob(store::JobRecord r) {
     }
   }
   live_.push_back(id);
+  j.counted_live = true;
+  ++live_by_identity_[j.rec.identity];
   Job& stored = jobs_[id] = std::move(j);
   Index(stored);
   if (Holds(stored)) NoteNodesLocked(stored);
@@ -392,6 +394,7 @@ Status Engine::Load() {
   idem_.clear();
   order_.clear();
   live_.clear();
+  live_by_identity_.clear();
   node_jobs_.clear();
   by_handle_.clear();
   ended_since_prune_ = 0;

@@ -268,6 +268,7 @@ class Engine {
     // was ordered to start there.
     std::set<std::string> parts_done;
     bool cancel_requested = false;
+    bool counted_live = false;  // in live_by_identity_ (until a batch carries it ended)
     int64_t pid = 0;
     // Telemetry (agent nodes): the last time its devices or processes showed activity (its start
     // until a report says so), whether it is "held but idle" (no activity for idle_after; a
@@ -548,6 +549,9 @@ class Engine {
   // Ids of the jobs not yet ended, in submit order: what every per-heartbeat, per-tick and
   // per-pass scan walks. Ended jobs are dropped from here lazily, by the next scan.
   std::vector<std::string> live_;
+  // Jobs not yet ended, per identity (max_jobs_per_identity): counted in at submission and load,
+  // out when a queued batch first carries the job ended.
+  std::map<std::string, int64_t> live_by_identity_;
   // REQUIRES: the caller adds no job while walking the result.
   const std::vector<std::string>& LiveIdsLocked();
   std::map<std::string, NodeInfo> nodes_;    // by name

@@ -194,11 +194,20 @@ Result<Json> Engine::Utilization(const Identity& who, const HistoryQuery& q) {
     a.erase("by");
     if (!q.by.empty()) {
       Json part = by.value(q.by, Json::object());
-      if (q.by == "group" && who.role != Role::kAdmin) {
+      // Users see their groups' rows, and the rows of queues only their groups use (a queue's
+      // total on a queue shared with another group would show that group's use).
+      const auto mine = [&who](const std::string& group) {
+        return std::find(who.groups.begin(), who.groups.end(), group) != who.groups.end();
+      };
+      if (who.role != Role::kAdmin && (q.by == "group" || q.by == "queue")) {
         for (auto it = part.begin(); it != part.end();) {
-          const bool mine =
-              std::find(who.groups.begin(), who.groups.end(), it.key()) != who.groups.end();
-          it = mine ? std::next(it) : part.erase(it);
+          bool shown = false;
+          if (q.by == "group") {
+            shown = mine(it.key());
+          } else if (const quota::QueueSpec* qs = config_.FindQueue(it.key()); qs != nullptr) {
+            shown = !qs->groups.empty() && std::all_of(qs->groups.begin(), qs->groups.end(), mine);
+          }
+          it = shown ? std::next(it) : part.erase(it);
         }
       }
       a["by"] = std::move(part);

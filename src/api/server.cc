@@ -60,6 +60,7 @@ void Reply(HttpResponse& res, int code, const Json& body) {
 
 void ReplyError(HttpResponse& res, const Status& st) {
   Reply(res, HttpCode(st), Json{{"error", st.message()}});
+  if (res.status == 429) res.headers.emplace_back("Retry-After", "5");  // a limit: try again later
 }
 
 template <typename T>
@@ -338,9 +339,16 @@ void ReplyLater(const net::HttpReply& reply, const Result<Json>& r, int ok_statu
 // GET /v1/health (no token) and /v1/whoami.
 void AddHealthRoutes(TimedRoutes& s) {
   Engine* e = s.e;
-  s.Route("GET", "/v1/health", [e](const HttpRequest&, HttpResponse& res) {
+  s.Route("GET", "/v1/health", [e](const HttpRequest& req, HttpResponse& res) {
     Json h = e->Health();
-    Reply(res, h["ok"].get<bool>() ? 200 : 503, h);
+    const int code = h["ok"].get<bool>() ? 200 : 503;
+    // Without an admin's token: up or not, and the role; no counts, no store error text.
+    auto who = Authenticate(*e, req);
+    if (!who.ok() || who->role != Role::kAdmin) {
+      h = Json{
+          {"ok", h["ok"]}, {"role", h["role"]}, {"store", h["ok"].get<bool>() ? "ok" : "failed"}};
+    }
+    Reply(res, code, h);
   });
   s.Route("GET", "/v1/whoami",
           Authed(e, [](const Identity& who, const HttpRequest&, HttpResponse& res) {

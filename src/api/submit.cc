@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "api/engine.h"
+#include "common/text.h"
 #include "model/quantity.h"
 #include "partition/catalog.h"
 #include "policy/yaml_fields.h"
@@ -21,6 +22,12 @@ Result<std::vector<std::string>> StringList(const Json& j, const std::string& wh
   if (!j.is_array()) return Status::InvalidArgument(what + " must be a list of strings");
   for (const auto& e : j) {
     if (!e.is_string()) return Status::InvalidArgument(what + " must be a list of strings");
+    // A NUL ends the string the kernel reads (exec): the job would run other arguments than
+    // those stored and shown.
+    if (e.get_ref<const std::string&>().find('\0') != std::string::npos) {
+      return Status::InvalidArgument(what + ": argument " + std::to_string(out.size()) +
+                                     " contains a NUL byte");
+    }
     out.push_back(e.get<std::string>());
   }
   return out;
@@ -191,6 +198,14 @@ Result<Engine::PendingSubmit> Engine::Prepare(const Identity& who, const Json& b
     if (!kFields.count(k)) return Status::InvalidArgument("unknown field '" + k + "'");
   }
   if (!body.contains("queue") || !body["queue"].is_string()) return Status::InvalidArgument("'queue' is required");
+  if (body.contains("name")) {
+    // A name is shown in tables and terminals: text without control characters.
+    if (!body["name"].is_string() || body["name"].get_ref<const std::string&>().size() > 256 ||
+        HasControlCharacters(body["name"].get_ref<const std::string&>())) {
+      return Status::InvalidArgument(
+          "'name' must be a string of at most 256 bytes without control characters");
+    }
+  }
   const std::string qname = body["queue"].get<std::string>();
   const quota::QueueSpec* q = config_.FindQueue(qname);
   if (!q) return Status::InvalidArgument("unknown queue '" + qname + "'");
@@ -222,13 +237,19 @@ Result<Engine::PendingSubmit> Engine::Prepare(const Identity& who, const Json& b
     if (!ok) return Status::InvalidArgument("'secret_args' must list indices into 'command' (0 to " + std::to_string(cmd.size() - 1) + ")");
     spec["secret_args"] = sa;
   }
-  // The Unix account its processes run under on agent nodes: the identity's, else its group's.
-  const quota::GroupSpec* gs = config_.FindGroup(*group);
-  const std::string run_as = !who.run_as.empty() ? who.run_as : gs != nullptr ? gs->run_as : "";
-  if (run_as == "root" && !who.run_as_root) {
-    return Status::PermissionDenied("'" + who.name + "' may not run jobs as root (run_as_root is not set for it)");
+  // The Unix account its processes run under (on agent nodes, and as the submitter of Slurm and
+  // PBS jobs): root on a run_as_root queue; else the identity's run_as, its group's, or its own
+  // name. Never empty, so that no node runs it as whoever the agent happens to be.
+  const std::string run_as =
+      config_.FindRoute(qname)->run_as_root ? "root" : config_.AccountOf(who, *group);
+  if (run_as.empty()) {
+    return Status::FailedPrecondition(
+        "'" + who.name +
+        "' has no Unix account to run jobs under: its name is not an account name "
+        "and neither it nor group '" +
+        *group + "' sets run_as");
   }
-  if (!run_as.empty()) spec["run_as"] = run_as;
+  spec["run_as"] = run_as;
   if (!mig_profile->empty()) spec["mig_profile"] = *mig_profile;
   ps.job.spec_text = spec.dump();
   ps.job.spec = std::move(spec);
@@ -345,6 +366,11 @@ Result<std::pair<Json, int64_t>> Engine::SubmitQueued(const Identity& who, const
   // ever hold) is refused now, before anything is written.
   Status check = qe_->Check(prepared->qspec);
   if (!check.ok()) return Status::InvalidArgument(check.message());
+  if (live_by_identity_[who.name] >= config_.max_jobs_per_identity) {
+    return Status::ResourceExhausted(
+        "'" + who.name + "' has " + std::to_string(config_.max_jobs_per_identity) +
+        " jobs not yet ended (max_jobs_per_identity): submit more as some end");
+  }
   const std::string id = prepared->qspec.id = "j-" + std::to_string(next_job_++);
   Job& j = jobs_[id] = std::move(prepared->job);
   j.rec.id = id;
@@ -362,6 +388,8 @@ Result<std::pair<Json, int64_t>> Engine::SubmitQueued(const Identity& who, const
   Index(j);
   order_.push_back(id);
   live_.push_back(id);
+  j.counted_live = true;
+  ++live_by_identity_[j.rec.identity];
   cycle_wanted_ = true;
   // Like every change, the submission goes through the commit pipeline: queued now, written
   // with whatever else is queued (other submissions, heartbeats) in one transaction.

@@ -1,7 +1,8 @@
 // A small HTTP client for the `tessera` user commands: the server and token come from
-// TESSERA_URL and TESSERA_TOKEN or TESSERA_TOKEN_FILE (or --url / --token / --token-file).
-// TESSERA_URL may list several servers, comma-separated: the call goes to the first that answers
-// and is not a standby. https:// servers are verified against TESSERA_CA (or the system's CAs).
+// TESSERA_URL and TESSERA_TOKEN_FILE or TESSERA_TOKEN (or --url / --token-file; never a token on
+// the command line). TESSERA_URL may list several servers, comma-separated: the call goes to the
+// first that answers and is not a standby. https:// servers are verified against TESSERA_CA (or the
+// system's CAs).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -45,6 +46,7 @@ struct ClientOptions {
   std::string url;
   std::string token;
   std::string token_file;
+  std::string token_on_command_line;  // --token, refused (Resolve)
   net::ClientTls tls;
   bool json = false;
 };

@@ -12,8 +12,11 @@ using Json = nlohmann::json;
 
 void AddClientFlags(CLI::App* cmd, ClientOptions* o) {
   cmd->add_option("--url", o->url, "server URL (default: $TESSERA_URL)");
-  cmd->add_option("--token", o->token,
-                  "bearer token (default: $TESSERA_TOKEN; visible in ps: prefer --token-file)");
+  // Refused when given (Resolve): a token on a command line is readable by every process on the
+  // host (/proc/PID/cmdline). Kept as an option to say so, hidden from --help.
+  cmd->add_option("--token", o->token_on_command_line,
+                  "refused: use --token-file or $TESSERA_TOKEN_FILE")
+      ->group("");
   cmd->add_option("--token-file", o->token_file,
                   "file holding the bearer token (default: $TESSERA_TOKEN_FILE)");
   cmd->add_option("--ca", o->tls.ca_file,
@@ -25,6 +28,12 @@ bool Resolve(ClientOptions* o) {
   auto env = [](const char* name) {
     return std::getenv(name) ? std::string(std::getenv(name)) : std::string();
   };
+  if (!o->token_on_command_line.empty()) {
+    std::cerr << "tessera: --token puts the token where every process on this host reads it "
+                 "(/proc/PID/cmdline); use --token-file FILE or $TESSERA_TOKEN_FILE (or "
+                 "$TESSERA_TOKEN)\n";
+    return false;
+  }
   if (o->url.empty()) o->url = env("TESSERA_URL");
   if (Status st = net::ResolveCredentials(o->token_file, &o->token, &o->tls); !st.ok()) {
     std::cerr << "tessera: " << st.message() << "\n";

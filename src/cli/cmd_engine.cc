@@ -1,5 +1,6 @@
 // The engine's commands: `serve` (control plane, or a standby), `agent`, `up` (control plane +
 // agent on this host). The user commands that talk to a server are in cmd_client.cc.
+#include <pwd.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -9,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -65,8 +67,10 @@ int CheckConfig(const std::string& config_path) {
               config_path.c_str(), c.policy.groups.size(), c.policy.pools.size(), c.policy.profiles.size(),
               c.policy.queues.size(), c.identities.size(), c.policy.placement.c_str());
   for (const api::QueueRoute& r : c.routes) {
-    std::printf("  queue %s -> %s\n", r.queue.c_str(), r.backend.c_str());
+    std::printf("  queue %s -> %s%s\n", r.queue.c_str(), r.backend.c_str(),
+                r.run_as_root ? " (jobs as root)" : "");
   }
+  for (const std::string& w : c.warnings) std::printf("warning: %s\n", w.c_str());
   return kExitOk;
 }
 
@@ -143,6 +147,7 @@ int Serve(const ServeFlags& flags, const std::function<void(int)>& on_ready) {
     ServeLog().Error(config.status().message());
     return kExitBadInput;
   }
+  for (const std::string& w : config->warnings) ServeLog().Warn("config: " + w);
   std::string host;
   int port = 0;
   if (!SplitListen(listen, &host, &port)) {
@@ -154,6 +159,17 @@ int Serve(const ServeFlags& flags, const std::function<void(int)>& on_ready) {
   if (ec) {
     ServeLog().Error("cannot create data directory '" + data + "': " + ec.message());
     return kExitBadInput;
+  }
+  // The data directory holds the store (commands, environments), tokens and output: its owner's
+  // alone (0700). With Slurm or PBS queues, their jobs write output under it as their own
+  // accounts, so others may pass through it (0711) but still list and read nothing (its files
+  // are 0600).
+  bool batch = false;
+  for (const api::QueueRoute& r : config->routes)
+    batch = batch || r.backend == "slurm" || r.backend == "pbs";
+  if (chmod(data.c_str(), batch ? 0711 : 0700) != 0) {
+    ServeLog().Warn("cannot make the data directory '" + data +
+                    "' private: " + std::strerror(errno));
   }
   const std::string url = store_url.empty() ? data + "/tessera.db" : store_url;
   auto store = store::Store::Open(url);
@@ -191,15 +207,34 @@ int Serve(const ServeFlags& flags, const std::function<void(int)>& on_ready) {
 
 // The example configuration `tessera up` writes: queues for notebooks (shares), inference and
 // training over the local simulated node.
+// Jobs never run as root: as root, `tessera up` runs alice's and admin's jobs as the unprivileged
+// `nobody`; as anyone else, as that user (the only account a non-root agent can run jobs as).
+std::string LocalJobAccount() {
+  if (geteuid() == 0) return "nobody";
+  std::vector<char> buf(16384);
+  passwd pw{};
+  passwd* found = nullptr;
+  if (getpwuid_r(geteuid(), &pw, buf.data(), buf.size(), &found) == 0 && found != nullptr)
+    return pw.pw_name;
+  return "nobody";
+}
+
 std::string ExampleConfig(const std::string& admin, const std::string& user, const std::string& agent) {
+  const std::string account = LocalJobAccount();
   return R"(# Written by `tessera up`. Tokens are stored as SHA-256 hashes only.
 cluster: local
 heartbeat_timeout: 10s
 cancel_grace: 5s
 identities:
-  - {name: admin, role: admin, token_sha256: )" + api::Sha256Hex(admin) + R"(}
-  - {name: alice, role: user, groups: [research], token_sha256: )" + api::Sha256Hex(user) + R"(}
-  - {name: local-agent, role: agent, token_sha256: )" + api::Sha256Hex(agent) + R"(}
+# Jobs run under each identity's Unix account (run_as; by default the identity's own name), never
+# as root. On one host both run as )" +
+         account + R"( here: give each person an account of their own.
+  - {name: admin, role: admin, run_as: )" +
+         account + R"(, token_sha256: )" + api::Sha256Hex(admin) + R"(}
+  - {name: alice, role: user, groups: [research], run_as: )" +
+         account + R"(, token_sha256: )" + api::Sha256Hex(user) + R"(}
+  - {name: local-agent, role: agent, nodes: [local], token_sha256: )" +
+         api::Sha256Hex(agent) + R"(}
 groups:
   - name: research
     reservation: {gpu: 1}
@@ -348,7 +383,11 @@ void RegisterAgentCommand(CLI::App& app, CommandContext& ctx) {
   auto o = std::make_shared<agent::AgentOptions>();
   auto token_file = std::make_shared<std::string>();
   cmd->add_option("--server", o->control_plane_url, "control plane URL(s), http:// or https:// (default $TESSERA_URL)");
-  cmd->add_option("--token", o->token, "agent token (default $TESSERA_TOKEN; visible in ps: prefer --token-file)");
+  // A token on the command line is readable by every process on the host (/proc/PID/cmdline),
+  // jobs included: refused, with the way to pass it.
+  auto token_flag = std::make_shared<std::string>();
+  cmd->add_option("--token", *token_flag, "refused: use --token-file or $TESSERA_TOKEN_FILE")
+      ->group("");
   cmd->add_option("--token-file", *token_file, "file holding the agent token (default $TESSERA_TOKEN_FILE)");
   cmd->add_option("--ca", o->tls.ca_file, "CA file that signed the server's certificate (default $TESSERA_CA)");
   cmd->add_option("--tls-cert", o->tls.cert_file, "client certificate (PEM) for a server that asks for one");
@@ -368,8 +407,15 @@ void RegisterAgentCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--swap-slice", o->swap_slice_ms, "ms an active share may hold the device before it is swapped out for a share waiting for memory when no idle one can make room (0, the default: the share waits for an active one to go idle)")->check(CLI::Range(0, 86'400'000));
   auto log_flags = std::make_shared<LogFlags>();
   AddLogFlags(cmd, log_flags.get());
-  cmd->callback([o, token_file, swap_ram, swap_disk, log_flags, &ctx] {
+  cmd->callback([o, token_file, token_flag, swap_ram, swap_disk, log_flags, &ctx] {
     ApplyLogFlags(*log_flags);
+    if (!token_flag->empty()) {
+      std::cerr
+          << "tessera agent: --token puts the token where every process on this host reads it "
+             "(/proc/PID/cmdline); use --token-file FILE (mode 0600) or $TESSERA_TOKEN_FILE\n";
+      ctx.exit_code = kExitBadInput;
+      return;
+    }
     agent::AgentOptions opts = *o;
     if (!swap_ram->empty()) {
       auto mib = ParseMemoryMiB(*swap_ram);

@@ -28,6 +28,13 @@ Result<ParsedUrl> ParseUrl(const std::string& url);
 // Why a write of a deposed leader (its epoch `mine`) is refused, naming who leads now.
 std::string DeposedMessage(const std::string& described_url, int64_t mine, const Store::Leadership& now);
 
+// The condition that finds a job by its Idempotency-Key ($1) submitted since $2 (both
+// backends' placeholders). `idem_key <> ''` repeats the partial index's own condition: a planner
+// cannot prove it from `idem_key = $1` with a bound value, and without it scans the jobs table
+// (25 ms a submission at 110k jobs, under the store's lock).
+inline constexpr const char* kIdempotencyKeyWhere =
+    "idem_key = $1 AND idem_key <> '' AND submit_ms >= $2";
+
 // N for a job id "j-N", 0 for any other id.
 int64_t JobNumber(const std::string& id);
 

@@ -498,8 +498,8 @@ class PostgresStore final : public Store {
     conn_->prepare("load_jobs",
                    std::string("SELECT ") + kJobColumns + " FROM jobs ORDER BY submit_ms, id");
     conn_->prepare("get_job", std::string("SELECT ") + kJobColumns + " FROM jobs WHERE id = $1");
-    conn_->prepare("find_idem", std::string("SELECT ") + kJobColumns +
-                                    " FROM jobs WHERE idem_key = $1 AND submit_ms >= $2 ORDER BY submit_ms LIMIT 1");
+    conn_->prepare("find_idem", std::string("SELECT ") + kJobColumns + " FROM jobs WHERE " +
+                                    kIdempotencyKeyWhere + " ORDER BY submit_ms LIMIT 1");
     conn_->prepare("load_live_jobs", std::string("SELECT ") + kJobColumns +
                                          " FROM jobs WHERE ended_ms = 0 ORDER BY submit_ms, id");
     conn_->prepare("list_jobs", std::string("SELECT ") + kJobColumns +

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <sqlite3.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -196,8 +197,8 @@ class SqliteStore final : public Store {
   Result<std::optional<JobRecord>> FindByIdempotencyKey(const std::string& key, int64_t since_ms) override {
     if (key.empty()) return std::optional<JobRecord>();  // '' marks the jobs without a key
     std::lock_guard<std::mutex> lock(mu_);
-    auto st = Prepare(std::string("SELECT ") + kJobColumns +
-                      " FROM jobs WHERE idem_key = ?1 AND submit_ms >= ?2 ORDER BY submit_ms LIMIT 1");
+    auto st = Prepare(std::string("SELECT ") + kJobColumns + " FROM jobs WHERE " +
+                      kIdempotencyKeyWhere + " ORDER BY submit_ms LIMIT 1");
     if (!st.ok()) return st.status();
     Stmt q(*st);
     q.Bind(1, key);
@@ -645,6 +646,17 @@ Result<std::unique_ptr<Store>> OpenSqlite(const std::string& path, int target_ve
   if (!parent.empty() && !std::filesystem::is_directory(parent, ec)) {
     return Status::InvalidArgument("sqlite:" + abs + ": directory " + parent.string() +
                                    " does not exist");
+  }
+  // The database holds every job's command and environment: readable by its owner alone. A new
+  // file is made 0600 before SQLite opens it (its -wal and -shm files take the same mode); an
+  // older one made readable by others is tightened.
+  const int made = open(abs.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (made >= 0) close(made);
+  for (const char* suffix : {"", "-wal", "-shm"}) {
+    struct stat st {};
+    const std::string file = abs + suffix;
+    if (stat(file.c_str(), &st) == 0 && (st.st_mode & 077) != 0)
+      chmod(file.c_str(), st.st_mode & 0700);
   }
   sqlite3* db = nullptr;
   const int rc = sqlite3_open_v2(

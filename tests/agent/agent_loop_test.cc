@@ -4,14 +4,14 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
-
-#include <nlohmann/json.hpp>
 
 #include "agent/agent.h"
 #include "test_util.h"
@@ -122,6 +122,8 @@ class FakeControlPlane {
     std::lock_guard<std::mutex> lock(mu_);
     json s = {{"job", id}, {"command", command}, {"env", json::object()}, {"cpu_milli", 100},
               {"memory_mib", 64}, {"devices", json::array()}, {"gpu_memory_limit_bytes", 0}};
+    // As a server names it: a root agent runs no job without an account (never as root).
+    if (geteuid() == 0) s["run_as"] = "nobody";
     s.update(extra);
     pending_start_.push_back(s);
   }

@@ -81,10 +81,29 @@ TEST(AgentJobEnvironment, TheAgentTokenNeverReachesAJob) {
   auto env = AsMap(BuildJobEnvironment(
       spec, {"TESSERA_TOKEN=agent-secret", "TESSERA_URL=http://cp:8080"}, TmpOpts()));
   EXPECT_EQ(env.count("TESSERA_TOKEN"), 0u);
-  EXPECT_EQ(env["TESSERA_URL"], "http://cp:8080");
+  EXPECT_EQ(env.count("TESSERA_URL"), 0u);
   spec.env = {{"TESSERA_TOKEN", "the-job-s-own"}};  // a job may bring its own
   env = AsMap(BuildJobEnvironment(spec, {"TESSERA_TOKEN=agent-secret"}, TmpOpts()));
   EXPECT_EQ(env["TESSERA_TOKEN"], "the-job-s-own");
+}
+
+TEST(AgentJobEnvironment, OnlyAllowedVariablesOfTheAgentReachAJob) {
+  JobSpec spec = TwoDevices();
+  auto env = AsMap(BuildJobEnvironment(
+      spec,
+      {"PATH=/usr/bin", "LANG=C.UTF-8", "LC_ALL=C", "LD_LIBRARY_PATH=/opt/cuda/lib64",
+       "CUDA_CACHE_PATH=/c", "AWS_SECRET_ACCESS_KEY=s3cr3t", "PGPASSWORD=pw", "HOME=/root",
+       "LD_PRELOAD=/agent-s.so", "SSH_AUTH_SOCK=/tmp/agent.sock"},
+      TmpOpts()));
+  EXPECT_EQ(env["PATH"], "/usr/bin");
+  EXPECT_EQ(env["LANG"], "C.UTF-8");
+  EXPECT_EQ(env["LC_ALL"], "C");
+  EXPECT_EQ(env["LD_LIBRARY_PATH"], "/opt/cuda/lib64");
+  EXPECT_EQ(env["CUDA_CACHE_PATH"], "/c");
+  for (const char* name :
+       {"AWS_SECRET_ACCESS_KEY", "PGPASSWORD", "HOME", "LD_PRELOAD", "SSH_AUTH_SOCK"}) {
+    EXPECT_EQ(env.count(name), 0u) << name;
+  }
 }
 
 TEST(AgentJobEnvironment, ShareGetsLimitRegionAndPreloadWhenTheLibraryExists) {
@@ -98,11 +117,13 @@ TEST(AgentJobEnvironment, ShareGetsLimitRegionAndPreloadWhenTheLibraryExists) {
   JobSpec spec = TwoDevices();
   spec.devices = {{0, "GPU-aaa", "", "", "", -1}};
   spec.gpu_memory_limit_bytes = 8589934592;
-  auto env = AsMap(BuildJobEnvironment(spec, {"LD_PRELOAD=/other.so"}, opts));
+  spec.env = {{"LD_PRELOAD", "/other.so"}};  // the job's own preload stays, after the cap library
+  auto env = AsMap(BuildJobEnvironment(spec, {"LD_PRELOAD=/agent-s.so"}, opts));
   EXPECT_EQ(env["TESSERA_GPU_MEMORY_LIMIT"], "8589934592");
   EXPECT_EQ(env["TESSERA_CAPGPU_REGION"], "/dev/shm/tessera-capgpu-j-1");
   EXPECT_EQ(env["LD_PRELOAD"], std::string(lib) + ":/other.so");
 
+  spec.env.clear();
   unlink(lib);  // a configured library that is missing is not preloaded
   env = AsMap(BuildJobEnvironment(spec, {}, opts));
   EXPECT_EQ(env.count("LD_PRELOAD"), 0u);

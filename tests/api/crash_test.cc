@@ -43,7 +43,7 @@ class CrashTest : public ::testing::TestWithParam<std::string> {
     dir_ = ::testing::TempDir() + "/crash_" + std::to_string(::getpid()) + "_" + GetParam();
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
-    std::ofstream(dir_ + "/config.yaml") << kConfig;
+    std::ofstream(dir_ + "/config.yaml") << tessera::testing::WithJobAccounts(kConfig);
     if (GetParam() == "postgresql") {
       std::string err;
       testing::PgServer* pg = testing::SharedPgServer(&err);

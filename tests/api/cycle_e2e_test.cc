@@ -28,7 +28,7 @@ class CycleE2eTest : public testing::ServeFixture {
  protected:
   void Start(const std::string& config, const std::vector<std::pair<std::string, std::string>>& agents) {
     dir_ = tessera::testing::FreshTestDir("cycle_e2e");
-    std::ofstream(dir_ + "/config.yaml") << config;
+    std::ofstream(dir_ + "/config.yaml") << tessera::testing::WithJobAccounts(config);
     StartServer();
     if (HasFatalFailure()) return;  // no server: start no agents
     for (const auto& [node, simulate] : agents) StartAgent(node, simulate);
@@ -36,9 +36,10 @@ class CycleE2eTest : public testing::ServeFixture {
   }
   void StartAgent(const std::string& node, const std::string& simulate) {
     agents_.push_back(std::make_unique<Proc>(
-        std::vector<std::string>{kTessera, "agent", "--server", "http://127.0.0.1:" + std::to_string(port_), "--token",
-                                 "agent-token-1", "--node", node, "--simulate", simulate, "--work",
-                                 dir_ + "/work-" + node, "--cgroup-root", ""},
+        std::vector<std::string>{
+            kTessera, "agent", "--server", "http://127.0.0.1:" + std::to_string(port_),
+            "--token-file", tessera::testing::TokenFile("agent-token-1"), "--node", node,
+            "--simulate", simulate, "--work", dir_ + "/work-" + node, "--cgroup-root", ""},
         dir_ + "/agent-" + node + ".log"));
   }
   int ReadyNodes() {
@@ -174,7 +175,8 @@ TEST_F(CycleE2eTest, TheClassToFormPolicyPicksMigShareAndWhole) {
   EXPECT_TRUE(shown) << nodes.dump();
   // The CLI shows the layout too.
   {
-    Proc cli({kTessera, "nodes", "--url", "http://127.0.0.1:" + std::to_string(port_), "--token", "admin-token-1"},
+    Proc cli({kTessera, "nodes", "--url", "http://127.0.0.1:" + std::to_string(port_),
+              "--token-file", tessera::testing::TokenFile("admin-token-1")},
              dir_ + "/cli.log");
     ASSERT_TRUE(WaitFor([&] { return !cli.Alive(); }));
     EXPECT_NE(cli.Log().find(slot), std::string::npos) << cli.Log();
@@ -409,11 +411,14 @@ TEST_F(CycleE2eTest, AnIdleHoldingIsMarkedAndUsageCountsIt) {
   // Usage from the CLI: two jobs, some of the held time idle. `tessera ARGS` against this server,
   // its exit status and what it printed (stderr too).
   auto run = [&](const std::string& args) {
-    FILE* f = ::popen((std::string(kTessera) + " " + args + " --url http://127.0.0.1:" + std::to_string(port_) +
-                       " --token admin-token-1 2>&1").c_str(), "r");
+    FILE* f = ::popen(("TESSERA_TOKEN=admin-token-1 " + std::string(kTessera) + " " + args +
+                       " --url http://127.0.0.1:" + std::to_string(port_) + " 2>&1")
+                          .c_str(),
+                      "r");
     std::string text;
     char chunk[4096];
-    for (size_t n = 0; f != nullptr && (n = fread(chunk, 1, sizeof chunk, f)) > 0;) text.append(chunk, n);
+    for (size_t n = 0; f != nullptr && (n = fread(chunk, 1, sizeof chunk, f)) > 0;)
+      text.append(chunk, n);
     const int rc = f != nullptr ? ::pclose(f) : -1;
     return std::make_pair(rc, text);
   };

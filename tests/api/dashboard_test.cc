@@ -106,13 +106,14 @@ class DashboardTest : public testing::ServeFixture {
     }
     ASSERT_FALSE(chromium_.empty()) << "chromium is not installed: run scripts/setup.sh";
     dir_ = tessera::testing::FreshTestDir("dashboard");
-    std::ofstream(dir_ + "/config.yaml") << kConfig;
+    std::ofstream(dir_ + "/config.yaml") << tessera::testing::WithJobAccounts(kConfig);
     StartServer();
     if (HasFatalFailure()) return;
     agent_ = std::make_unique<Proc>(
-        std::vector<std::string>{kTessera, "agent", "--server", "http://127.0.0.1:" + std::to_string(port_), "--token",
-                                 "agent-token-1", "--node", "sim", "--simulate", "2xA100-80GB", "--work", dir_ + "/work",
-                                 "--cgroup-root", ""},
+        std::vector<std::string>{
+            kTessera, "agent", "--server", "http://127.0.0.1:" + std::to_string(port_),
+            "--token-file", tessera::testing::TokenFile("agent-token-1"), "--node", "sim",
+            "--simulate", "2xA100-80GB", "--work", dir_ + "/work", "--cgroup-root", ""},
         dir_ + "/agent.log");
     ASSERT_TRUE(WaitFor([&] { return NodeReady(); })) << server_->Log() << agent_->Log();
   }

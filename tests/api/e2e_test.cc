@@ -44,16 +44,17 @@ class E2eTest : public testing::ServeFixture {
  protected:
   void SetUp() override {
     dir_ = tessera::testing::FreshTestDir("e2e");
-    std::ofstream(dir_ + "/config.yaml") << kConfig;
+    std::ofstream(dir_ + "/config.yaml") << tessera::testing::WithJobAccounts(kConfig);
     StartServer();
     StartAgent();
     ASSERT_TRUE(WaitFor([&] { return NodeState() == "ready"; })) << agent_->Log();
   }
   void StartAgent() {
     agent_ = std::make_unique<Proc>(
-        std::vector<std::string>{kTessera, "agent", "--server", "http://127.0.0.1:" + std::to_string(port_), "--token",
-                                 "agent-token-1", "--node", "n1", "--simulate", "2xH100-80GB", "--work", dir_ + "/work",
-                                 "--cgroup-root", ""},
+        std::vector<std::string>{
+            kTessera, "agent", "--server", "http://127.0.0.1:" + std::to_string(port_),
+            "--token-file", tessera::testing::TokenFile("agent-token-1"), "--node", "n1",
+            "--simulate", "2xH100-80GB", "--work", dir_ + "/work", "--cgroup-root", ""},
         dir_ + "/agent.log");
   }
   std::string NodeState() {

@@ -247,6 +247,13 @@ TEST_F(EngineTest, AnAgentSpeaksOnlyForItsNodes) {
   EXPECT_EQ(engine_->WriteOutput(rack, id, 0, "forged").code(), StatusCode::kPermissionDenied);
   EXPECT_TRUE(engine_->Heartbeat(rack, {{"node", "r1-a"}}).ok());
   EXPECT_TRUE(engine_->WriteOutput(Who("agent"), id, 0, "real").ok());
+  // Uploads continue where the stored bytes end (or repeat them); one past the end is refused.
+  const Status hole = engine_->WriteOutput(Who("agent"), id, 1000, "later");
+  EXPECT_EQ(hole.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(hole.message().find("continues at byte 4, not 1000"), std::string::npos)
+      << hole.message();
+  EXPECT_TRUE(engine_->WriteOutput(Who("agent"), id, 2, "al").ok());   // a repeat
+  EXPECT_TRUE(engine_->WriteOutput(Who("agent"), id, 4, "!\n").ok());  // the next bytes
   // Output has a ceiling.
   EXPECT_EQ(engine_->WriteOutput(Who("agent"), id, config_.max_output_bytes, "x").code(),
             StatusCode::kResourceExhausted);
@@ -610,35 +617,123 @@ TEST_F(EngineTest, ARepeatedIdempotencyKeyReturnsTheFirstJob) {
   EXPECT_NE((*later)["id"], id);
 }
 
-TEST_F(EngineTest, JobsRunAsTheIdentitysAccountOrItsGroupsAndRootOnlyWhenAllowed) {
-  auto c = ParseConfig(std::string(kConfig) + "");
-  ASSERT_TRUE(c.ok());
+TEST_F(EngineTest, JobsRunAsTheIdentitysAccountOrItsGroupsOrItsNameAndRootOnlyOnARunAsRootQueue) {
+  const std::string text =
+      std::string(kConfig) + "  - {name: ops, profile: train, groups: [prod], run_as_root: true}\n";
+  auto c = ParseConfig(text);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
   for (Identity& i : c->identities) {
     if (i.name == "alice") i.run_as = "alice-unix";
-    if (i.name == "carol") i.run_as = "root";
   }
   for (auto& g : c->policy.groups) {
     if (g.name == "prod") g.run_as = "prod-svc";
   }
   config_ = *c;
   Reopen();
-  Register("n1", 2);
+  Register("n1", 4);
   const std::string a = Submit("alice", {{"queue", "training"}, {"command", {"true"}}})["id"];
   const std::string b = Submit("bob", {{"queue", "training"}, {"command", {"true"}}})["id"];
+  const std::string k = Submit("carol", {{"queue", "training"}, {"command", {"true"}}})["id"];
+  const std::string r = Submit("bob", {{"queue", "ops"}, {"command", {"true"}}})["id"];
   Json hb = Heartbeat("n1");
-  ASSERT_EQ(hb["start"].size(), 2u) << hb.dump();
+  ASSERT_EQ(hb["start"].size(), 4u) << hb.dump();
   std::map<std::string, std::string> run_as;
-  for (const auto& s : hb["start"]) run_as[s["job"]] = s.value("run_as", "");
+  for (const auto& s : hb["start"]) run_as[s["job"]] = s.value("run_as", "<none>");
   EXPECT_EQ(run_as[a], "alice-unix");  // the identity's own
   EXPECT_EQ(run_as[b], "prod-svc");    // bob has none: his group's
-  auto root = engine_->Submit(Who("carol"), {{"queue", "training"}, {"command", {"true"}}});
-  EXPECT_EQ(root.status().code(), StatusCode::kPermissionDenied);
-  EXPECT_NE(root.status().message().find("as root"), std::string::npos);
-  // Config: names are checked, and run_as_root is a boolean.
+  EXPECT_EQ(run_as[k], "carol");       // neither: her own name, never the agent's account (root)
+  EXPECT_EQ(run_as[r], "root");        // the run_as_root queue
+  // Config: names are checked; root is never an identity's or a group's account.
   auto bad = ParseConfig(std::string(kConfig).replace(std::string(kConfig).find("{name: bob, role: user"), 22,
                                                       "{name: bob, run_as: 'x y', role: user"));
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("identities[2].run_as"), std::string::npos) << bad.status().message();
+  for (const std::string root : {"run_as: root,", "run_as_root: true,"}) {
+    auto refused = ParseConfig(
+        std::string(kConfig).replace(std::string(kConfig).find("{name: bob, role: user"), 22,
+                                     "{name: bob, " + root + " role: user"));
+    ASSERT_FALSE(refused.ok()) << root;
+    EXPECT_NE(refused.status().message().find("queue"), std::string::npos)
+        << refused.status().message();
+  }
+  auto group_root = ParseConfig(std::string(kConfig).replace(
+      std::string(kConfig).find("{name: prod}"), 12, "{name: prod, run_as: root}"));
+  ASSERT_FALSE(group_root.ok());
+  // An identity whose name is no account and that sets none: its submissions are refused.
+  auto odd = ParseConfig(std::string(kConfig).replace(std::string(kConfig).find("{name: carol,"),
+                                                      13, "{name: Carol.Smith,"));
+  ASSERT_TRUE(odd.ok()) << odd.status().ToString();
+  bool warned = false;
+  for (const std::string& w : odd->warnings)
+    warned = warned || w.find("'Carol.Smith' has no Unix account") != std::string::npos;
+  EXPECT_TRUE(warned);
+}
+
+TEST_F(EngineTest, ConfigWarnsOfSharedAccountsAndAgentsForEveryNode) {
+  auto c = ParseConfig(std::string(kConfig).replace(std::string(kConfig).find("{name: prod}"), 12,
+                                                    "{name: prod, run_as: svc}"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  std::string all;
+  for (const std::string& w : c->warnings) all += w + "\n";
+  EXPECT_NE(all.find("group 'prod' sets run_as 'svc' for all its members"), std::string::npos)
+      << all;
+  EXPECT_NE(all.find("identity 'agent' (agent) has no nodes"), std::string::npos) << all;
+  EXPECT_EQ(all.find("'rack1' (agent) has no nodes"), std::string::npos) << all;
+  auto shared = ParseConfig(std::string(kConfig).replace(std::string(kConfig).find("{name: carol,"),
+                                                         13, "{name: carol, run_as: alice,"));
+  ASSERT_TRUE(shared.ok());
+  all.clear();
+  for (const std::string& w : shared->warnings) all += w + "\n";
+  EXPECT_NE(all.find("identities 'alice', 'carol' run their jobs as the one Unix account 'alice'"),
+            std::string::npos)
+      << all;
+}
+
+// One identity cannot flood the queue: past max_jobs_per_identity jobs not yet ended, its
+// submissions are refused (429 over HTTP) until some end; other identities are not affected; the
+// count survives a restart.
+TEST_F(EngineTest, AnIdentityHasAtMostMaxJobsNotYetEnded) {
+  auto c = ParseConfig(std::string(kConfig) + "max_jobs_per_identity: 2\n");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  config_ = *c;
+  Reopen();
+  const Json body = {{"queue", "training"}, {"command", {"true"}}};
+  const std::string a = Submit("alice", body)["id"];
+  ASSERT_FALSE(Submit("alice", body)["id"].get<std::string>().empty());
+  auto third = engine_->Submit(Who("alice"), body);
+  EXPECT_EQ(third.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(third.status().message().find("max_jobs_per_identity"), std::string::npos)
+      << third.status().message();
+  EXPECT_TRUE(engine_->Submit(Who("carol"), body).ok());  // her own count
+  Reopen();
+  EXPECT_EQ(engine_->Submit(Who("alice"), body).status().code(), StatusCode::kResourceExhausted);
+  ASSERT_TRUE(engine_->Cancel(Who("alice"), a).ok());
+  EXPECT_TRUE(engine_->Submit(Who("alice"), body).ok()) << "an ended job makes room";
+  EXPECT_EQ(engine_->Submit(Who("alice"), body).status().code(), StatusCode::kResourceExhausted);
+  auto bad = ParseConfig(std::string(kConfig) + "max_jobs_per_identity: 0\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("max_jobs_per_identity"), std::string::npos);
+}
+
+TEST_F(EngineTest, NamesAndArgumentsThatCannotBeShownOrRunAsStoredAreRefused) {
+  Register("n1", 1);
+  std::string nul_arg = "a";
+  nul_arg += '\0';
+  nul_arg += "rm -rf";
+  auto r = engine_->Submit(Who("alice"), {{"queue", "training"}, {"command", {"echo", nul_arg}}});
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("argument 1 contains a NUL byte"), std::string::npos)
+      << r.status().message();
+  r = engine_->Submit(Who("alice"),
+                      {{"queue", "training"}, {"command", {"true"}}, {"name", "\x1b]0;owned\x07"}});
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("'name'"), std::string::npos) << r.status().message();
+  // A node named with a terminal escape is refused at registration.
+  auto reg = engine_->RegisterNode(
+      Who("admin"), {{"node", "n\x1b[2J"}, {"cpu_milli", 1000}, {"memory_mib", 1024}});
+  EXPECT_EQ(reg.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(reg.status().message().find("printable ASCII"), std::string::npos)
+      << reg.status().message();
 }
 
 // Fair share survives a restart: a group that used the cluster still ranks behind one that did

@@ -72,7 +72,7 @@ class FailoverTest : public ::testing::Test {
     dir_ = ::testing::TempDir() + "/failover_" + std::to_string(::getpid());
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
-    std::ofstream(dir_ + "/config.yaml") << kConfig;
+    std::ofstream(dir_ + "/config.yaml") << tessera::testing::WithJobAccounts(kConfig);
     std::string err;
     testing::PgServer* pg = testing::SharedPgServer(&err);
     ASSERT_NE(pg, nullptr) << err;

@@ -91,6 +91,18 @@ TEST_F(HistoryTest, UtilizationIsKeptInTheStoreRolledUpAndBrokenDown) {
   ASSERT_TRUE(bob.ok());
   EXPECT_FALSE((*bob)["samples"][0]["by"].contains("research")) << bob->dump();
   EXPECT_EQ((*bob)["samples"][0]["gpu_milli_total"], 2000);
+  // Nor, by queue, a queue another group uses too (training: research and prod): its total is
+  // alice's use. Only queues no other group uses are broken down for a user.
+  Engine::HistoryQuery by_queue = q;
+  by_queue.by = "queue";
+  auto admin_q = engine_->Utilization(Who("admin"), by_queue);
+  ASSERT_TRUE(admin_q.ok());
+  EXPECT_EQ((*admin_q)["samples"][0]["by"]["training"]["gpu_milli"], 1000) << admin_q->dump();
+  for (const char* user : {"bob", "alice"}) {
+    auto u_q = engine_->Utilization(Who(user), by_queue);
+    ASSERT_TRUE(u_q.ok());
+    EXPECT_FALSE((*u_q)["samples"][0]["by"].contains("training")) << user << ": " << u_q->dump();
+  }
   // A step of 5 minutes reads the rolled-up averages: the first bucket (t0 .. t0+5min) was
   // complete at the tick at t0+5min and holds the mean of its 30 samples.
   q.step_ms = 300'000;

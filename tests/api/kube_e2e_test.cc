@@ -28,13 +28,13 @@ class KubeE2eTest : public testing::ServeFixture {
     dir_ = tessera::testing::FreshTestDir("kube_e2e");
     k_ = std::make_unique<testing::KubeStandIn>(dir_ + "/k8s", true, testing::KubeStandIn::kOneNode);
     ASSERT_EQ(k_->error(), "");
-    std::ofstream(dir_ + "/config.yaml") << R"(
+    std::ofstream(dir_ + "/config.yaml") << tessera::testing::WithJobAccounts(std::string() + R"(
 cluster: lab
 heartbeat_timeout: 5s
 cycle: 300ms
 backend_poll: 200ms
 grace: 1s
-kubernetes: {kubeconfig: )" << k_->kubeconfig() << R"(}
+kubernetes: {kubeconfig: )" + k_->kubeconfig() + R"(}
 identities:
   - {name: admin, role: admin, token: admin-token-1}
   - {name: vee, role: user, groups: [vision], token: vision-token-1}
@@ -51,13 +51,14 @@ queues:
   - {name: k8s-h100, profile: card, groups: [speech], class: training, backend: kubernetes,
      node_selector: {pool: h100}, placement_timeout: 2s}
   - {name: local, profile: card, groups: [vision], class: training}
-)";
+)");
     StartServer();
     if (HasFatalFailure()) return;
     agent_ = std::make_unique<Proc>(
-        std::vector<std::string>{kTessera, "agent", "--server", "http://127.0.0.1:" + std::to_string(port_), "--token",
-                                 "agent-token-1", "--node", "a1", "--simulate", "2xH100-80GB", "--work", dir_ + "/work",
-                                 "--cgroup-root", ""},
+        std::vector<std::string>{
+            kTessera, "agent", "--server", "http://127.0.0.1:" + std::to_string(port_),
+            "--token-file", tessera::testing::TokenFile("agent-token-1"), "--node", "a1",
+            "--simulate", "2xH100-80GB", "--work", dir_ + "/work", "--cgroup-root", ""},
         dir_ + "/agent.log");
     wait_ms_ = 30000;
   }

@@ -106,7 +106,7 @@ class ManyAgentsTest : public testing::ServeFixture {
  protected:
   void SetUp() override {
     dir_ = tessera::testing::FreshTestDir("many_agents");
-    std::ofstream(dir_ + "/config.yaml") << kConfig;
+    std::ofstream(dir_ + "/config.yaml") << tessera::testing::WithJobAccounts(kConfig);
     wait_ms_ = 60000;
     StartServer();
   }
@@ -124,10 +124,10 @@ class ManyAgentsTest : public testing::ServeFixture {
     char node[16];
     std::snprintf(node, sizeof node, "a%02d", i);
     agents_.push_back(std::make_unique<Proc>(
-        std::vector<std::string>{kTessera, "agent", "--server",
-                                 "http://127.0.0.1:" + std::to_string(port_), "--token",
-                                 "agent-token-1", "--node", node, "--simulate", "1xH100-80GB",
-                                 "--work", dir_ + "/work-" + node, "--cgroup-root", ""},
+        std::vector<std::string>{
+            kTessera, "agent", "--server", "http://127.0.0.1:" + std::to_string(port_),
+            "--token-file", tessera::testing::TokenFile("agent-token-1"), "--node", node,
+            "--simulate", "1xH100-80GB", "--work", dir_ + "/work-" + node, "--cgroup-root", ""},
         dir_ + "/agent-" + node + ".log"));
   }
   // Nodes registered and not lost.

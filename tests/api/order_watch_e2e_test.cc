@@ -38,12 +38,13 @@ class OrderWatchE2eTest : public testing::ServeFixture {
  protected:
   void SetUp() override {
     dir_ = tessera::testing::FreshTestDir("order-watch");
-    std::ofstream(dir_ + "/config.yaml") << kConfig;
+    std::ofstream(dir_ + "/config.yaml") << tessera::testing::WithJobAccounts(kConfig);
     StartServer();
     agent_ = std::make_unique<Proc>(
-        std::vector<std::string>{kTessera, "agent", "--server", "http://127.0.0.1:" + std::to_string(port_), "--token",
-                                 "agent-token-1", "--node", "n1", "--simulate", "1xH100-80GB", "--work", dir_ + "/work",
-                                 "--cgroup-root", ""},
+        std::vector<std::string>{
+            kTessera, "agent", "--server", "http://127.0.0.1:" + std::to_string(port_),
+            "--token-file", tessera::testing::TokenFile("agent-token-1"), "--node", "n1",
+            "--simulate", "1xH100-80GB", "--work", dir_ + "/work", "--cgroup-root", ""},
         dir_ + "/agent.log");
     ASSERT_TRUE(WaitFor([&] {
       Json j = Call("GET", "/v1/nodes", {}, "admin-token-1");

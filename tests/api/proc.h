@@ -3,12 +3,14 @@
 #pragma once
 
 #include <fcntl.h>
+#include <pwd.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -17,6 +19,51 @@
 namespace tessera::testing {
 
 inline const std::string kTessera = TESSERA_BINARY_DIR "/src/cli/tessera";
+
+// The Unix account the test's jobs run under: jobs never run as root, so a root agent (CI) runs
+// them as the unprivileged `nobody`, and any other agent as the user running the test (the only
+// account it can switch to: its own).
+inline std::string JobAccount() {
+  if (geteuid() == 0) return "nobody";
+  const passwd* pw = getpwuid(geteuid());
+  return pw != nullptr ? pw->pw_name : "nobody";
+}
+
+// `config` with `run_as: JobAccount()` given to every user and admin identity without one.
+inline std::string WithJobAccounts(const std::string& config) {
+  std::string out;
+  std::istringstream in(config);
+  std::string line;
+  while (std::getline(in, line)) {
+    for (const char* role : {"role: user,", "role: admin,", "role: user}", "role: admin}"}) {
+      const size_t at = line.find(role);
+      if (at == std::string::npos || line.find("run_as") != std::string::npos) continue;
+      const size_t end = at + std::string(role).size() - 1;  // before ',' or '}'
+      line.insert(end, ", run_as: " + JobAccount());
+      break;
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
+// A file holding `token` (mode 0600), for --token-file: tokens never go on a command line.
+inline std::string TokenFile(const std::string& token) {
+  // Named by a hash: a token in the file's name would be on the command line after all.
+  const std::string path = "/tmp/tessera-test-token-" + std::to_string(getpid()) + "-" +
+                           std::to_string(std::hash<std::string>{}(token) % 1000000007);
+  // Written beside it and renamed over it: an agent started a moment ago may be reading it.
+  const std::string tmp =
+      path + ".new" + std::to_string(std::hash<std::string>{}(std::to_string(rand())));
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (fd >= 0) {
+    const std::string line = token + "\n";
+    const bool written = write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
+    close(fd);
+    if (!written || rename(tmp.c_str(), path.c_str()) != 0) unlink(tmp.c_str());
+  }
+  return path;
+}
 
 class Proc {
  public:

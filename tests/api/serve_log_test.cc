@@ -53,7 +53,7 @@ class ServeLogTest : public testing::ServeFixture {
 
 TEST_F(ServeLogTest, JsonLinesWithARequestLogForUserRequests) {
   dir_ = tessera::testing::FreshTestDir("serve_log");
-  std::ofstream(dir_ + "/config.yaml") << kConfig;
+  std::ofstream(dir_ + "/config.yaml") << tessera::testing::WithJobAccounts(kConfig);
   server_ = std::make_unique<Proc>(
       std::vector<std::string>{kTessera, "serve", "--config", dir_ + "/config.yaml", "--data",
                                dir_ + "/data", "--listen", "127.0.0.1:0", "--log-format", "json"},
@@ -62,10 +62,11 @@ TEST_F(ServeLogTest, JsonLinesWithARequestLogForUserRequests) {
   ASSERT_GT(port_, 0) << server_->Log();
   client_ = std::make_unique<httplib::Client>("127.0.0.1", port_);
   agent_ = std::make_unique<Proc>(
-      std::vector<std::string>{
-          kTessera, "agent", "--server", "http://127.0.0.1:" + std::to_string(port_), "--token",
-          "agent-token-1", "--node", "n1", "--simulate", "1xH100-80GB", "--work", dir_ + "/work",
-          "--cgroup-root", "", "--log-format", "json"},
+      std::vector<std::string>{kTessera, "agent", "--server",
+                               "http://127.0.0.1:" + std::to_string(port_), "--token-file",
+                               tessera::testing::TokenFile("agent-token-1"), "--node", "n1",
+                               "--simulate", "1xH100-80GB", "--work", dir_ + "/work",
+                               "--cgroup-root", "", "--log-format", "json"},
       dir_ + "/agent.log");
   ASSERT_TRUE(WaitFor([&] {
     Json j = Call("GET", "/v1/nodes", {}, "admin-token-1");

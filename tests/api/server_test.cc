@@ -71,7 +71,18 @@ TEST_F(ServerTest, HealthNeedsNoTokenAndSaysRoleAndStore) {
   EXPECT_EQ(h["ok"], true);
   EXPECT_EQ(h["role"], "leader");
   EXPECT_EQ(h["store"], "ok");
+  // Counts only for an admin: an anonymous caller learns up or down, nothing of the load.
+  EXPECT_FALSE(h.contains("commits_queued")) << h.dump();
+  EXPECT_FALSE(h.contains("jobs_in_memory")) << h.dump();
+  EXPECT_FALSE(h.contains("nodes")) << h.dump();
+  r = client_->Get("/v1/health", Auth("alice-token-1"));
+  ASSERT_TRUE(r);
+  EXPECT_FALSE(Json::parse(r->body).contains("jobs_in_memory")) << r->body;
+  r = client_->Get("/v1/health", Auth("admin-token-1"));
+  ASSERT_TRUE(r);
+  h = Json::parse(r->body);
   EXPECT_EQ(h["commits_queued"], 0);
+  EXPECT_EQ(h["jobs_in_memory"], 0);
 }
 
 TEST_F(ServerTest, StatusCodesAndJsonErrors) {

@@ -35,7 +35,7 @@ class TlsTest : public testing::ServeFixture {
  protected:
   void SetUp() override {
     dir_ = tessera::testing::FreshTestDir("tls");
-    std::ofstream(dir_ + "/config.yaml") << kConfig;
+    std::ofstream(dir_ + "/config.yaml") << tessera::testing::WithJobAccounts(kConfig);
     cert_ = dir_ + "/cert.pem";
     key_ = dir_ + "/key.pem";
     other_cert_ = dir_ + "/other-cert.pem";

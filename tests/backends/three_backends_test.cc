@@ -38,11 +38,11 @@ class ThreeBackendsTest : public testing::ServeFixture {
     ASSERT_EQ(testing::SlurmUp(slurm_, dir_ + "/slurm_up.log"), 0) << ReadFile(dir_ + "/slurm_up.log");
     k_ = std::make_unique<testing::KubeStandIn>(dir_ + "/k8s", false, testing::KubeStandIn::kOneNode);
     ASSERT_EQ(k_->error(), "");
-    std::ofstream(dir_ + "/config.yaml") << R"(
+    std::ofstream(dir_ + "/config.yaml") << tessera::testing::WithJobAccounts(std::string() + R"(
 cluster: tri
 cycle: 300ms
 backend_poll: 200ms
-kubernetes: {kubeconfig: )" << k_->kubeconfig() << R"(}
+kubernetes: {kubeconfig: )" + k_->kubeconfig() + R"(}
 identities:
   - {name: admin, role: admin, token: admin-token-1}
   - {name: alice, role: user, groups: [research], token: alice-token-1}
@@ -55,13 +55,14 @@ queues:
   - {name: local, profile: card, groups: [research], class: training}
   - {name: slurm, profile: card, groups: [research], class: training, backend: slurm, partition: debug, gpu_type: testgpu}
   - {name: k8s, profile: card, groups: [research], class: training, backend: kubernetes, node_selector: {pool: a100}}
-)";
+)");
     StartServer();
     if (HasFatalFailure()) return;
     agent_ = std::make_unique<Proc>(
-        std::vector<std::string>{kTessera, "agent", "--server", "http://127.0.0.1:" + std::to_string(port_), "--token",
-                                 "agent-token-1", "--node", "a1", "--simulate", "2xH100-80GB", "--work", dir_ + "/work",
-                                 "--cgroup-root", ""},
+        std::vector<std::string>{
+            kTessera, "agent", "--server", "http://127.0.0.1:" + std::to_string(port_),
+            "--token-file", tessera::testing::TokenFile("agent-token-1"), "--node", "a1",
+            "--simulate", "2xH100-80GB", "--work", dir_ + "/work", "--cgroup-root", ""},
         dir_ + "/agent.log");
   }
   void TearDown() override {

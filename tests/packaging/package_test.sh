@@ -202,6 +202,10 @@ CONF=$ROOT/etc/tessera/tessera.yaml
 sed -i -e "s/\"SET-ME: sha256 of the admin token\"/$(hash_of "$ADMIN")/" \
   -e "s/\"SET-ME: sha256 of the agents' token\"/$(hash_of "$AGENT")/" \
   -e "s/\"SET-ME: sha256 of alice's token\"/$(hash_of "$ALICE")/" "$CONF"
+# alice's jobs run under her Unix account (run_as, by default "alice"); this host has none: map
+# her to the unprivileged nobody, as an administrator would map her to hers.
+sed -i -e "s/{name: alice, role: user,/{name: alice, role: user, run_as: nobody,/" "$CONF"
+grep -q "run_as: nobody" "$CONF" || fail "could not give alice an account in tessera.yaml"
 ! grep -q SET-ME "$CONF" || fail "placeholders left in tessera.yaml: $(grep SET-ME "$CONF")"
 
 out=$(eval "$serve_pre" 2>&1) || fail "ExecStartPre refused the config with tokens set: $out"
@@ -247,7 +251,10 @@ load_env() {
   echo "ok: the shipped agent.env is refused until a token is set: $out"
 )
 # No GPU here and no cgroup v2 to write into from a test: a simulated card, cgroups off.
-sed -i -e "s#^TESSERA_URL=.*#TESSERA_URL=$URL#" -e "s#^TESSERA_TOKEN=.*#TESSERA_TOKEN=$AGENT#" \
+# The token in a 0600 file that agent.env names (never in the environment or on a command line).
+install -m 0600 /dev/null "$TMP/agent.token"
+printf '%s\n' "$AGENT" >"$TMP/agent.token"
+sed -i -e "s#^TESSERA_URL=.*#TESSERA_URL=$URL#" -e "s#^TESSERA_TOKEN_FILE=.*#TESSERA_TOKEN_FILE=$TMP/agent.token#" \
   -e "s#^TESSERA_AGENT_ARGS=.*#TESSERA_AGENT_ARGS=--node pkg-test --simulate 1xH100-80GB --cgroup-root $TMP/no-cgroup#" \
   "$ENVF"
 (

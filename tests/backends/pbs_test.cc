@@ -106,7 +106,7 @@ class PbsTest : public testing::ServeFixture {
     ::setenv("PBS_STANDIN_STATE", (dir_ + "/state").c_str(), 1);
     ::setenv("PATH", (dir_ + "/bin:" + std::string(::getenv("PATH"))).c_str(), 1);
     ShareState();
-    std::ofstream(dir_ + "/config.yaml") << kConfig;
+    std::ofstream(dir_ + "/config.yaml") << testing::WithJobAccounts(kConfig);
     StartServer();
   }
   std::string Calls() { return testing::ReadFile(dir_ + "/state/calls.log"); }

@@ -91,7 +91,7 @@ class SlurmTest : public testing::ServeFixture {
     ASSERT_EQ(Sh("bash " + kScripts + "/slurm_up.sh " + slurm_ + " > " + dir_ + "/slurm_up.log 2>&1"), 0)
         << ReadFile(dir_ + "/slurm_up.log");
     ::setenv("SLURM_CONF", (slurm_ + "/slurm.conf").c_str(), 1);
-    std::ofstream(dir_ + "/config.yaml") << kConfig;
+    std::ofstream(dir_ + "/config.yaml") << testing::WithJobAccounts(kConfig);
     StartServer();
   }
   void TearDown() override {

@@ -11,6 +11,7 @@ PACKAGES=(
   clang-format clang-tidy
   prometheus                     # promtool check metrics (tests/api/metrics_test.cc)
   slurm-wlm munge
+  slurmdbd mariadb-server         # sacct in the Slurm accounting test (its own slurmdbd and MariaDB)
   chromium
   python3-kubernetes python3-yaml  # the Kubernetes stand-in's independent checks (tests/backends/kube)
   file dpkg-dev systemd          # cpack -G DEB (dpkg-shlibdeps, file); systemd-analyze verify
@@ -57,6 +58,13 @@ $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 if [[ " ${missing[*]} " == *" prometheus "* ]] && [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
   echo "setup: disabling the prometheus service (only promtool is used)"
   $SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true
+fi
+
+# MariaDB is only the Slurm accounting test's own (started under its test directory): the system
+# service the package just started is stopped and disabled again.
+if [[ " ${missing[*]} " == *" mariadb-server "* ]] && [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
+  echo "setup: disabling the mariadb service (the Slurm accounting test starts its own)"
+  $SUDO systemctl disable --now mariadb >/dev/null 2>&1 || true
 fi
 
 npm_validate

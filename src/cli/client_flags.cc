@@ -21,6 +21,11 @@ void AddClientFlags(CLI::App* cmd, ClientOptions* o) {
                   "file holding the bearer token (default: $TESSERA_TOKEN_FILE)");
   cmd->add_option("--ca", o->tls.ca_file,
                   "CA file that signed an https:// server's certificate (default: $TESSERA_CA)");
+  cmd->add_option(
+      "--tls-cert", o->tls.cert_file,
+      "client certificate (PEM) for a server that asks for one (default: $TESSERA_TLS_CERT)");
+  cmd->add_option("--tls-key", o->tls.key_file,
+                  "private key of --tls-cert (default: $TESSERA_TLS_KEY)");
   cmd->add_flag("--json", o->json, "print JSON for scripts");
 }
 
@@ -35,6 +40,12 @@ bool Resolve(ClientOptions* o) {
     return false;
   }
   if (o->url.empty()) o->url = env("TESSERA_URL");
+  if (o->tls.cert_file.empty()) o->tls.cert_file = env("TESSERA_TLS_CERT");
+  if (o->tls.key_file.empty()) o->tls.key_file = env("TESSERA_TLS_KEY");
+  if (o->tls.cert_file.empty() != o->tls.key_file.empty()) {
+    std::cerr << "tessera: --tls-cert and --tls-key go together\n";
+    return false;
+  }
   if (Status st = net::ResolveCredentials(o->token_file, &o->token, &o->tls); !st.ok()) {
     std::cerr << "tessera: " << st.message() << "\n";
     return false;

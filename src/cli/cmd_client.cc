@@ -12,6 +12,7 @@
 #include "cli/client.h"
 #include "cli/commands.h"
 #include "cli/table.h"
+#include "common/text.h"
 #include "model/quantity.h"
 
 namespace tessera::cli {
@@ -317,9 +318,11 @@ void PrintEvent(const Json& e, bool json) {
   if (json) {
     std::cout << e.dump() << "\n";
   } else {
-    std::cout << e["seq"] << "  " << e["kind"].get<std::string>() << "  " << e["subject"].get<std::string>()
-              << "  by " << e["actor"].get<std::string>()
-              << (e["reason"].get<std::string>().empty() ? "" : "  (" + e["reason"].get<std::string>() + ")") << "\n";
+    const std::string reason = e["reason"].get<std::string>();
+    std::cout << e["seq"] << "  " << EscapeForTerminal(e["kind"].get<std::string>()) << "  "
+              << EscapeForTerminal(e["subject"].get<std::string>()) << "  by "
+              << EscapeForTerminal(e["actor"].get<std::string>())
+              << (reason.empty() ? "" : "  (" + EscapeForTerminal(reason) + ")") << "\n";
   }
 }
 

@@ -3,9 +3,17 @@
 #include <algorithm>
 #include <iostream>
 
+#include "common/text.h"
+
 namespace tessera::cli {
 
-void PrintTable(const std::vector<std::vector<std::string>>& rows) {
+void PrintTable(const std::vector<std::vector<std::string>>& raw) {
+  // Every cell is text from the server (node names, reasons, job names): its control characters
+  // are shown escaped, never sent to the terminal as they came.
+  std::vector<std::vector<std::string>> rows = raw;
+  for (auto& row : rows) {
+    for (std::string& cell : row) cell = EscapeForTerminal(cell);
+  }
   std::vector<size_t> width;
   for (const auto& row : rows) {
     for (size_t i = 0; i < row.size(); ++i) {

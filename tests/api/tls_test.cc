@@ -124,6 +124,18 @@ TEST_F(TlsTest, WithAClientCaEveryClientNeedsACertificate) {
   auto r = with.Get("/v1/health");
   ASSERT_TRUE(r) << httplib::to_string(r.error());
   EXPECT_EQ(r->status, 200);
+  // The CLI presents a client certificate too (--tls-cert/--tls-key), and is refused without.
+  const std::string url = "https://127.0.0.1:" + std::to_string(port_);
+  const std::string token = tessera::testing::TokenFile("alice-token-1");
+  Proc cli({kTessera, "whoami", "--url", url, "--ca", cert_, "--token-file", token, "--tls-cert",
+            other_cert_, "--tls-key", other_key_},
+           dir_ + "/cli.log");
+  ASSERT_TRUE(WaitFor([&] { return !cli.Alive(); }));
+  EXPECT_NE(cli.Log().find("alice (user)"), std::string::npos) << cli.Log();
+  Proc bare_cli({kTessera, "whoami", "--url", url, "--ca", cert_, "--token-file", token},
+                dir_ + "/cli-bare.log");
+  ASSERT_TRUE(WaitFor([&] { return !bare_cli.Alive(); }));
+  EXPECT_EQ(bare_cli.Log().find("alice (user)"), std::string::npos) << bare_cli.Log();
 }
 
 TEST_F(TlsTest, UnusableCertificateFilesAreNamed) {

@@ -251,4 +251,36 @@ TEST(ServeCliTest, CheckConfigSaysWhatItDeclaresOrWhatIsWrong) {
   std::remove(bad.c_str());
 }
 
+// What the config allows but an operator should know is said by --check-config: a group-level
+// run_as (one account for all its members), an agent that speaks for every node.
+TEST(ServeCliTest, CheckConfigWarnsOfSharedAccountsAndAgentsWithoutNodes) {
+  const std::string path =
+      ::testing::TempDir() + "/check-config-warn-" + std::to_string(getpid()) + ".yaml";
+  std::ofstream(path) << "identities:\n"
+                         "  - {name: alice, role: user, groups: [research], token: alice-token-1}\n"
+                         "  - {name: bob, role: user, groups: [research], token: bob-token-12}\n"
+                         "  - {name: agents, role: agent, token: agent-token-1}\n"
+                         "groups: [{name: research, run_as: labuser}]\n"
+                         "profiles: [{name: card, gpus: 1, forms: [whole]}]\n"
+                         "queues: [{name: training, profile: card, groups: [research]}]\n";
+  ProcessResult r = Tessera({"serve", "--config", path, "--check-config"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out,
+              HasSubstr("warning: group 'research' sets run_as 'labuser' for all its members"));
+  EXPECT_THAT(
+      r.out,
+      HasSubstr(
+          "warning: identities 'alice', 'bob' run their jobs as the one Unix account 'labuser'"));
+  EXPECT_THAT(r.out, HasSubstr("warning: identity 'agents' (agent) has no nodes"));
+  std::remove(path.c_str());
+}
+
+// A token on the command line is refused, saying how to pass it instead.
+TEST(ClientCliTest, ATokenOnTheCommandLineIsRefused) {
+  ProcessResult r = Tessera({"jobs", "--url", "http://127.0.0.1:1", "--token", "alice-token-1"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--token-file"));
+  EXPECT_THAT(r.err, HasSubstr("/proc/PID/cmdline"));
+}
+
 }  // namespace

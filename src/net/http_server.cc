@@ -259,10 +259,10 @@ class HttpServer::Impl {
   }
   // A connection over a limit: closed at once, said in the log at most every 10 s with a count.
   void Refuse(tcp::socket& socket, const asio::ip::address& peer) {
+    ++refused;  // counted before the client can see the close
+    ++refused_unlogged;
     beast::error_code ignored;
     socket.close(ignored);
-    ++refused;
-    ++refused_unlogged;
     const auto now = SteadyClock::now();
     if (now - refused_logged_at < std::chrono::seconds(10)) return;
     refused_logged_at = now;

@@ -348,6 +348,7 @@ static Status ReadServerSettings(const YAML::Node& root, EngineConfig* c) {
   st = ReadMs(root, "backend_poll", true, &c->backend_poll_ms);
   if (st.ok()) st = ReadMs(root, "utilization_sample", true, &c->utilization_sample_ms);
   if (st.ok()) st = ReadMs(root, "retention", false, &c->retention_ms);
+  if (st.ok()) st = ReadMs(root, "auth_failed_retention", false, &c->auth_failed_retention_ms);
   if (st.ok()) st = ReadMs(root, "idle_after", true, &c->idle_after_ms);
   if (st.ok()) st = ReadMs(root, "utilization_fine_keep", true, &c->utilization_fine_keep_ms);
   if (st.ok()) st = ReadMs(root, "utilization_keep", true, &c->utilization_keep_ms);
@@ -402,7 +403,7 @@ static Result<quota::PolicySpec> ReadPolicy(const YAML::Node& root) {
                      "backend_poll",
                      "backend_nice",
                      "utilization_sample",
-                     "retention",
+                     "retention", "auth_failed_retention",
                      "max_output",
                      "max_jobs_per_identity",
                      "identities",

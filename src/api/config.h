@@ -94,6 +94,9 @@ struct EngineConfig {
   // `retention: 90d`: jobs that ended longer ago, and older events, are deleted from the store
   // (checked hourly). 0 keeps everything.
   int64_t retention_ms = 0;
+  // `auth_failed_retention: 30d` (the default): auth.failed events older than this are deleted,
+  // whatever `retention` says (at up to 20 a second they would otherwise grow without bound).
+  int64_t auth_failed_retention_ms = int64_t{30} * 24 * 3600 * 1000;
   // `max_output: 64MiB` (the default): the most output kept per job; uploads past it are
   // refused (413), the part of one below it kept.
   int64_t max_output_bytes = int64_t{64} << 20;

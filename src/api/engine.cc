@@ -636,8 +636,14 @@ Status Engine::RetentionTick() {
   // Hourly, outside the engine's mutex: the store deletes what ended before the cut (a job in
   // memory is live or ended recently, so nothing memory holds is older than a day of it).
   const int64_t now = clock_();
-  if (config_.retention_ms <= 0 || now - last_prune_ms_ < kPruneEveryMs) return Status::Ok();
+  const bool audit = config_.auth_failed_retention_ms > 0;
+  if ((config_.retention_ms <= 0 && !audit) || now - last_prune_ms_ < kPruneEveryMs) return Status::Ok();
   last_prune_ms_ = now;
+  if (audit) {
+    auto gone = store_->PruneEventsOfKind("auth.failed", now - config_.auth_failed_retention_ms);
+    if (!gone.ok()) return gone.status();
+  }
+  if (config_.retention_ms <= 0) return Status::Ok();
   auto rows = store_->Prune(now - config_.retention_ms);
   return rows.ok() ? Status::Ok() : rows.status();
 }

@@ -200,6 +200,20 @@ class PostgresStore final : public Store {
     return rows;
   }
 
+  Result<int64_t> PruneEventsOfKind(const std::string& kind, int64_t before_ms) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    int64_t rows = 0;
+    Status s = Guard("pruning", [&]() -> Status {
+      pqxx::work w(*conn_);
+      if (Status f = CheckFence(w); !f.ok()) return f;
+      rows = w.exec_params("DELETE FROM events WHERE kind = $1 AND time_ms < $2", kind, before_ms).affected_rows();
+      w.commit();
+      return Status::Ok();
+    });
+    if (!s.ok()) return s;
+    return rows;
+  }
+
   Result<std::optional<JobRecord>> GetJob(const std::string& id) override {
     std::lock_guard<std::mutex> lock(mu_);
     std::optional<JobRecord> out;

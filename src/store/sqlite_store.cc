@@ -182,6 +182,33 @@ class SqliteStore final : public Store {
     return rows;
   }
 
+  Result<int64_t> PruneEventsOfKind(const std::string& kind, int64_t before_ms) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto s = Exec("BEGIN IMMEDIATE", "pruning"); !s.ok()) return s;
+    Status s = CheckFenceLocked();
+    int64_t rows = 0;
+    if (s.ok()) {
+      // By the (kind, seq) index: the kind's events, then their times.
+      auto st = Prepare("DELETE FROM events WHERE kind = ?1 AND seq IN (SELECT seq FROM events WHERE kind = ?1 AND "
+                        "time_ms < ?2)");
+      if (!st.ok()) {
+        s = st.status();
+      } else {
+        Stmt q(*st);
+        q.Bind(1, kind);
+        q.Bind(2, before_ms);
+        if (q.Step() != SQLITE_DONE) s = Error("pruning");
+        rows = sqlite3_changes(db_);
+      }
+    }
+    if (s.ok()) s = Exec("COMMIT", "pruning");
+    if (!s.ok()) {
+      Exec("ROLLBACK", "rolling back");
+      return s;
+    }
+    return rows;
+  }
+
   Result<std::optional<JobRecord>> GetJob(const std::string& id) override {
     std::lock_guard<std::mutex> lock(mu_);
     auto st = Prepare(std::string("SELECT ") + kJobColumns + " FROM jobs WHERE id = ?1");

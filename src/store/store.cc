@@ -139,5 +139,8 @@ Result<std::optional<JobRecord>> Store::FindByIdempotencyKey(const std::string& 
 }
 
 Result<int64_t> Store::Prune(int64_t) { return Status::FailedPrecondition(Describe() + ": retention is not supported"); }
+Result<int64_t> Store::PruneEventsOfKind(const std::string&, int64_t) {
+  return Status::FailedPrecondition(Describe() + ": retention is not supported");
+}
 
 }  // namespace tessera::store

@@ -106,6 +106,9 @@ class Store {
   // Retention: deletes jobs that ended (last updated) before `before_ms` and events older than
   // `before_ms`; returns how many rows went. Fenced like every write.
   virtual Result<int64_t> Prune(int64_t before_ms);
+  // Deletes the events of `kind` older than `before_ms` (the audit trail of failed
+  // authentications, kept for a time of its own even when nothing else is pruned); how many went.
+  virtual Result<int64_t> PruneEventsOfKind(const std::string& kind, int64_t before_ms);
 
   // Utilization history: one JSON text per (resolution in seconds, time). PutSample replaces a
   // sample at the same key; ListSamples returns since_ms <= time < until_ms, oldest first;

@@ -30,6 +30,9 @@ class ForwardingStore : public store::Store {
     return inner_->FindByIdempotencyKey(key, since_ms);
   }
   Result<int64_t> Prune(int64_t before_ms) override { return inner_->Prune(before_ms); }
+  Result<int64_t> PruneEventsOfKind(const std::string& kind, int64_t before_ms) override {
+    return inner_->PruneEventsOfKind(kind, before_ms);
+  }
   Result<std::optional<store::JobRecord>> GetJob(const std::string& id) override { return inner_->GetJob(id); }
   Result<std::vector<store::Event>> ListEvents(int64_t after, int limit, const store::EventFilter& f) override {
     return inner_->ListEvents(after, limit, f);

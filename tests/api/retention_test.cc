@@ -136,6 +136,35 @@ TEST_F(RetentionTest, RetentionDeletesWhatEndedBeforeTheCut) {
   EXPECT_FALSE((*events)["events"].empty());
 }
 
+// auth.failed events (up to 20 a second from anyone) are kept for auth_failed_retention (30 days
+// by default) even where nothing else is ever pruned; other events stay.
+TEST_F(RetentionTest, FailedAuthenticationsAreKeptForTheirOwnTimeOnly) {
+  auto c = ParseConfig(std::string(kConfig).replace(0, 14, "auth_failed_retention: 1d"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->retention_ms, 0);
+  config_ = *c;
+  Reopen();
+  engine_->AuditAuthFailure("GET", "/v1/jobs", "unknown token");
+  const std::string job = Submit(alice());
+  ASSERT_TRUE(engine_->Tick().ok());
+  now_ += 2 * 24 * 3600 * 1000LL;  // two days on
+  engine_->AuditAuthFailure("GET", "/v1/nodes", "unknown token");
+  ASSERT_TRUE(engine_->Tick().ok());
+  auto events = engine_->Events(admin(), 0, 1000, {});
+  ASSERT_TRUE(events.ok());
+  std::vector<std::string> failed;
+  bool submitted = false;
+  for (const auto& e : (*events)["events"]) {
+    if (e["kind"] == "auth.failed") failed.push_back(e["subject"]);
+    submitted = submitted || (e["kind"] == "job.submitted" && e["subject"] == job);
+  }
+  EXPECT_EQ(failed, std::vector<std::string>{"/v1/nodes"}) << events->dump();
+  EXPECT_TRUE(submitted) << "an event of another kind was pruned without a retention";
+  EXPECT_EQ(ParseConfig(std::string(kConfig) + "auth_failed_retention: 1d\n").value().auth_failed_retention_ms,
+            24 * 3600 * 1000LL);
+  EXPECT_EQ(ParseConfig(kConfig).value().auth_failed_retention_ms, 30 * 24 * 3600 * 1000LL);
+}
+
 TEST(RetentionConfig, ABadRetentionIsRefusedNamed) {
   auto c = ParseConfig(std::string(kConfig).replace(0, 14, "retention: forever"));
   ASSERT_FALSE(c.ok());

@@ -213,6 +213,8 @@ net::HttpServerOptions HttpOptions(const ApiServerOptions& o, int io_threads, in
   h.workers = workers;
   h.max_body_bytes = kMaxBody;
   h.idle_timeout_ms = o.idle_timeout_ms;
+  h.max_connections = o.max_connections;
+  h.max_connections_per_peer = o.max_connections_per_peer;
   if (o.stop_on_signals) h.stop_signals = {SIGINT, SIGTERM};
   h.tls_cert_file = o.tls_cert_file;
   h.tls_key_file = o.tls_key_file;

@@ -51,6 +51,12 @@ struct ApiServerOptions {
   // every connection on it.
   int workers = 4;
   int idle_timeout_ms = 10 * 60 * 1000;
+  // Open connections at most (0: the open-file limit less headroom) and per peer address
+  // (loopback not counted); over either a connection is closed at once (net/http_server.h).
+  // `tessera serve --max-connections N --max-connections-per-peer N`: raise the per-peer cap for
+  // agents behind one NAT address.
+  int64_t max_connections = 0;
+  int64_t max_connections_per_peer = 512;
   bool stop_on_signals = false;  // SIGINT and SIGTERM stop Run() (tessera serve)
   // Checked every tick when set (the store's leader lease): once it fails, Run() stops serving
   // and deposed() says why. A deposed leader must not answer as one.

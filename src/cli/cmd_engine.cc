@@ -85,6 +85,8 @@ struct ServeFlags {
   std::string tls_key;
   std::string tls_client_ca;  // mutual TLS: clients must present a certificate it signed
   int threads = 0;            // 0: ApiServerOptions' default (one per core)
+  int64_t max_connections = 0;
+  int64_t max_connections_per_peer = 512;
 
   std::string Scheme() const { return tls_cert.empty() ? "http://" : "https://"; }
   api::ApiServerOptions ServerOptions() const {
@@ -94,6 +96,8 @@ struct ServeFlags {
     o.tls_key_file = tls_key;
     o.tls_client_ca_file = tls_client_ca;
     if (threads > 0) o.io_threads = threads;
+    o.max_connections = max_connections;
+    o.max_connections_per_peer = max_connections_per_peer;
     return o;
   }
 };
@@ -465,6 +469,12 @@ void RegisterServeCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--tls-cert", f->tls_cert, "PEM certificate chain: serve HTTPS (with --tls-key)");
   cmd->add_option("--tls-key", f->tls_key, "PEM private key of --tls-cert");
   cmd->add_option("--tls-client-ca", f->tls_client_ca, "PEM CA: every client must present a certificate it signed");
+  cmd->add_option("--max-connections", f->max_connections,
+                  "open connections at most (default: the open-file limit less 1024, at most 50000)")
+      ->check(CLI::Range(int64_t{0}, int64_t{10'000'000}));
+  cmd->add_option("--max-connections-per-peer", f->max_connections_per_peer,
+                  "open connections at most from one address, loopback not counted (default 512; 0: no cap)")
+      ->check(CLI::Range(int64_t{0}, int64_t{10'000'000}));
   cmd->add_option("--threads", f->threads,
                   "threads running the API's event loops (default: one per core; routes that may wait run on a separate pool)")
       ->check(CLI::Range(1, 1024));

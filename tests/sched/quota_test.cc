@@ -235,6 +235,56 @@ TEST(QuotaPolicy, HugeAmountsAreRefused) {
   EXPECT_TRUE(w.e->Submit(fine, 0).ok()) << "2^40 itself is allowed (it waits: no node holds it)";
 }
 
+// What its group's limits could never allow is refused at submission, naming the resource (it
+// once waited forever with no reason saying so); a request larger than any node present waits
+// with a reason that says so (a larger node may join). Broken on purpose, either waits silently.
+TEST(QuotaPolicy, ImpossibleRequestsAreRefusedOrSayWhyTheyWait) {
+  PolicySpec p = BasePolicy();
+  p.groups.push_back({"small", "", Gpu(0), Resources{2000, 0, 16000, 64 * kGiB}, 1000, "", false});
+  p.groups.push_back({"team", "small", Gpu(0), UnlimitedResources(), 1000, "", false});
+  for (QueueSpec& q : p.queues) {
+    q.groups.push_back("small");
+    q.groups.push_back("team");
+  }
+  World w(p, {Node("n0", "any", 4)});
+  struct Case {
+    const char* name;
+    const char* group;
+    std::function<void(JobSpec&)> set;
+    const char* want;
+  };
+  const Case cases[] = {
+      {"gpus past the limit", "small", [](JobSpec& j) { j.gpu_count = 3; }, "group 'small' may hold at most"},
+      {"cpu past the limit", "small", [](JobSpec& j) { j.cpu_milli = 32000; }, "of cpu at once"},
+      {"memory past the limit", "small", [](JobSpec& j) { j.memory_mib = 128 * kGiB; }, "of memory at once"},
+      {"a parent's limit", "team", [](JobSpec& j) { j.gpu_count = 3; }, "group 'small' may hold at most"},
+  };
+  for (const Case& c : cases) {
+    JobSpec j = Job(std::string("over-") + c.name, "train", c.group);
+    c.set(j);
+    auto r = w.e->Submit(j, 0);
+    ASSERT_FALSE(r.ok()) << c.name;
+    EXPECT_NE(r.status().message().find(c.want), std::string::npos) << c.name << ": " << r.status().message();
+  }
+  JobSpec at_limit = Job("at-limit", "train", "small", 2);
+  EXPECT_TRUE(w.e->Submit(at_limit, 0).ok()) << "exactly the limit may run";
+  // Larger than any node: waits, and says so with the largest node's size.
+  JobSpec cpu = Job("big-cpu", "train", "a");
+  cpu.cpu_milli = 1000 * 1000;
+  w.Submit(cpu, 0);
+  JobSpec mem = Job("big-mem", "train", "a");
+  mem.memory_mib = 10 * 1024 * 1024;
+  w.Submit(mem, 0);
+  w.e->RunCycle(1);
+  EXPECT_EQ(w.State("big-cpu"), JobState::kPending);
+  EXPECT_NE(w.View("big-cpu").wait_reason.find("larger than any node present: needs cpu"), std::string::npos)
+      << w.View("big-cpu").wait_reason;
+  EXPECT_NE(w.View("big-cpu").wait_reason.find("has 64"), std::string::npos) << w.View("big-cpu").wait_reason;
+  EXPECT_NE(w.View("big-mem").wait_reason.find("larger than any node present: needs memory"), std::string::npos)
+      << w.View("big-mem").wait_reason;
+  w.Done();
+}
+
 TEST(QuotaForms, SharesCapsSumToDeviceMemory) {
   World w(BasePolicy(), {Node("n0", "inter", 2)});
   // 80 GiB devices take five 16 GiB caps each; the eleventh waits.

@@ -512,6 +512,23 @@ void Engine::NoRoomReason(const Job& j, bool blocked, std::string* step, std::st
     *step = "Placement";
     *reason = "no room for " + shape + " in pools " + PoolNames(j) +
               (j.gpu_count > max_devs_per_node_ ? " (gang across nodes, all or nothing)" : "");
+    // A request no node present could hold even empty says so, with the largest there is: it
+    // waits for a larger node to join, not for others to finish.
+    const int per_node = j.gpu_count > max_devs_per_node_ ? 1 : std::max(j.gpu_count, 1);
+    MilliCpu most_cpu = 0;
+    MiB most_mem = 0;
+    for (const NodeRt& n : nodes_) {
+      if (n.down || !InPools(j, n.pool)) continue;
+      most_cpu = std::max(most_cpu, n.cpu_total);
+      most_mem = std::max(most_mem, n.mem_total);
+    }
+    if (j.cpu * per_node > most_cpu) {
+      *reason = "larger than any node present: needs cpu " + FormatMilli(j.cpu * per_node) + " on one node, the largest in pools " +
+                PoolNames(j) + " has " + FormatMilli(most_cpu) + " (waits for a larger node to join)";
+    } else if (j.mem * per_node > most_mem) {
+      *reason = "larger than any node present: needs memory " + FormatMiB(j.mem * per_node) + " on one node, the largest in pools " +
+                PoolNames(j) + " has " + FormatMiB(most_mem) + " (waits for a larger node to join)";
+    }
   }
 }
 

@@ -80,7 +80,8 @@ class Agent {
         inventory_(std::move(inventory)),
         launcher_(LauncherOptions{options.work_dir, options.cgroup_root, options.cgroup_parent,
                                   options.capgpu_preload, options.region_dir, true,
-                                  options.swap_ram_bytes, options.swap_dir}),
+                                  options.swap_ram_bytes, options.swap_dir,
+                                  options.max_output_bytes}),
         urls_(std::move(urls)),
         heartbeat_ms_(std::max(1, options.default_heartbeat_ms)),
         backoff_ms_(heartbeat_ms_) {
@@ -166,8 +167,10 @@ class Agent {
       manager = std::make_unique<SwapManager>(SwapManager::Options{
           .device_memory = bytes, .idle_ms = options_.swap_idle_ms, .slice_ms = options_.swap_slice_ms});
     }
-    const std::string region = options_.region_dir + "/tessera-capgpu-" + spec.id;
-    Status s = manager->Add(spec.id, region, NowMs());
+    std::string region;
+    uid_t owner = 0;
+    if (!launcher_.ShareRegion(spec.id, &region, &owner)) return;
+    Status s = manager->Add(spec.id, region, NowMs(), owner);
     if (!s.ok()) Warn("job " + spec.id + ": " + s.message(), {{"job", spec.id}});
   }
 
@@ -198,7 +201,8 @@ class Agent {
     Info("job " + e.id + " ended: exit " + std::to_string(e.exit_code) +
              (e.signal != 0 ? " (signal " + std::to_string(e.signal) + ")" : "") +
              (e.cancelled ? ", stopped" : "") + ", " + std::to_string(e.output_bytes) +
-             " output bytes",
+             " output bytes" +
+             (e.output_cut ? " (cut at the node's limit: the rest was dropped)" : ""),
          {{"job", e.id}, {"exit_code", e.exit_code}});
     finished_[e.id] = FinishedReport{e.id, e.exit_code, e.signal, e.output_bytes};
     partitions_.Release(e.id);
@@ -287,6 +291,7 @@ class Agent {
   bool Contact() {
     if (!registered_ && !Register()) return false;
     if (!Heartbeat()) return false;
+    launcher_.CapOutputs();
     UploadOutputs(Clock::now() + milliseconds(heartbeat_ms_ / 2));
     return true;
   }
@@ -359,11 +364,20 @@ class Agent {
 
   bool UploadOutput(const std::string& id, Clock::time_point deadline) {
     if (ValidateJobId(id).ok() == false) return true;  // never started: no output file
-    std::ifstream in(launcher_.OutputPath(id), std::ios::binary);
     int64_t& offset = uploaded_[id];
+    const auto fin = finished_.find(id);
+    if (given_up_.count(id) != 0) {
+      // Refused for good: what is left counts as sent, so that the finished report goes.
+      if (fin != finished_.end()) offset = std::max(offset, fin->second.output_bytes);
+      return true;
+    }
+    // Never past the node's limit (the file is cut there; while the job runs, not into where the
+    // cut's note would go).
+    const int64_t limit = launcher_.UploadableBytes(id);
+    if (offset >= limit) return true;
+    std::ifstream in(launcher_.OutputPath(id), std::ios::binary);
     // A finished job's output that is gone or ends early (a tmp cleaner, a full disk) will not
     // grow: say so and let its finished report go, rather than hold it (and its devices) forever.
-    const auto fin = finished_.find(id);
     auto lost = [&](const char* how) {
       if (fin == finished_.end() || offset >= fin->second.output_bytes) return;
       Warn("output of job " + id + " " + how + " at byte " + std::to_string(offset) + " of " +
@@ -379,10 +393,11 @@ class Agent {
       return true;
     }
     std::string chunk(static_cast<size_t>(std::max<int64_t>(1, options_.upload_chunk_bytes)), '\0');
-    while (Clock::now() < deadline) {
+    while (Clock::now() < deadline && offset < limit) {
       in.clear();
       in.seekg(offset);
-      in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+      in.read(chunk.data(),
+              static_cast<std::streamsize>(std::min<int64_t>(chunk.size(), limit - offset)));
       std::streamsize n = in.gcount();
       if (n <= 0) {
         lost("ends");
@@ -394,13 +409,16 @@ class Agent {
         return Failover(),
                Failed("output upload for job " + id + ": " + httplib::to_string(res.error()));
       if (res->status / 100 == 4) {
-        // Refused for good (e.g. the job is no longer this node's): give this output up rather
-        // than hold back the job's finished report forever.
+        // Refused for good (e.g. the job is no longer this node's, or its output is past the
+        // server's max_output): give the rest of this output up rather than hold back the job's
+        // finished report forever.
         Warn("output upload for job " + id + " refused: HTTP " + std::to_string(res->status) + " " +
-             res->body);
+             res->body + "; the rest of its output is not sent");
+        given_up_.insert(id);
         in.clear();
         in.seekg(0, std::ios::end);
         offset = std::max<int64_t>(offset, static_cast<int64_t>(in.tellg()));
+        if (fin != finished_.end()) offset = std::max(offset, fin->second.output_bytes);
         return true;
       }
       if (res->status / 100 != 2) {
@@ -409,6 +427,7 @@ class Agent {
         return true;  // the heartbeat still goes out; the finished report waits for the bytes
       }
       offset += n;
+      launcher_.CapOutputs();  // a job printing fast while this one uploads
     }
     return true;
   }
@@ -448,8 +467,14 @@ class Agent {
 
   void Apply(const HeartbeatReply& reply) {
     for (const std::string& id : reply.ack) {
+      // Acked: the control plane holds its output (a finished job is reported only once all of
+      // it was uploaded, or given up), so the node's copy goes.
+      if (finished_.count(id) != 0 && !launcher_.IsRunning(id) && ValidateJobId(id).ok()) {
+        unlink(launcher_.OutputPath(id).c_str());
+      }
       finished_.erase(id);
       uploaded_.erase(id);
+      given_up_.erase(id);
     }
     if (stopping_) return;  // the last report on the way out: start nothing new
     std::set<std::string> starting;
@@ -458,6 +483,7 @@ class Agent {
       if (launcher_.IsRunning(spec.id)) continue;  // a repeated start: already running
       finished_.erase(spec.id);                    // a new run under an old id
       uploaded_[spec.id] = 0;
+      given_up_.erase(spec.id);
       JobSpec bound = spec;
       Status s = Status::Ok();
       // A root agent runs no job as root by default: an order must name the account (the
@@ -657,6 +683,7 @@ class Agent {
   bool stopping_ = false;
   std::map<std::string, FinishedReport> finished_;  // ended, not yet acked
   std::map<std::string, int64_t> uploaded_;         // output bytes the control plane holds
+  std::set<std::string> given_up_;                  // output uploads refused for good
 };
 
 }  // namespace

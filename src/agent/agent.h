@@ -56,6 +56,8 @@ struct AgentOptions {
   int request_timeout_ms = 5000;    // per HTTP request
   int stop_grace_ms = 5000;         // grace for jobs stopped by may_run and on agent exit
   int64_t upload_chunk_bytes = 512 * 1024;  // output bytes per PUT (the API caps bodies at 1 MiB)
+  // The most output kept and uploaded per job (0: no limit); the server's max_output by default.
+  int64_t max_output_bytes = int64_t{64} << 20;
   std::atomic<bool>* stop = nullptr;  // set to true to stop; may be null
   bool handle_signals = true;         // SIGINT/SIGTERM stop the agent
   // One line per event; default: the structured log (common/log.h, component "agent") on stderr.

@@ -1,8 +1,11 @@
 #include "agent/host_files.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -69,6 +72,96 @@ std::string BootId() {
   std::string id = ReadSmallFile("/proc/sys/kernel/random/boot_id", &ok);
   while (!id.empty() && (id.back() == '\n' || id.back() == ' ')) id.pop_back();
   return ok && !id.empty() ? id : "unknown";
+}
+
+Result<std::string> MakePrivateDir(const std::string& parent, const std::string& prefix) {
+  struct stat ps {};
+  if (stat(parent.c_str(), &ps) != 0) return Status::Internal(parent + ": " + std::strerror(errno));
+  if (!S_ISDIR(ps.st_mode)) return Status::FailedPrecondition(parent + " is not a directory");
+  if ((ps.st_uid != 0 && ps.st_uid != geteuid()) ||
+      ((ps.st_mode & 022) != 0 && (ps.st_mode & S_ISVTX) == 0)) {
+    return Status::FailedPrecondition(
+        parent +
+        " is not safe for share regions: it must belong to root or to this "
+        "agent's account, and be sticky (like /dev/shm) if others may write to it");
+  }
+  static const char kHex[] = "0123456789abcdef";
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    unsigned char bytes[16];
+    if (getrandom(bytes, sizeof bytes, 0) != static_cast<ssize_t>(sizeof bytes)) {
+      return Status::Internal(std::string("getrandom: ") + std::strerror(errno));
+    }
+    std::string dir = parent + "/" + prefix;
+    for (unsigned char b : bytes) {
+      dir += kHex[b >> 4];
+      dir += kHex[b & 15];
+    }
+    // 0700 until checked; mkdir never follows or reuses an existing name.
+    if (mkdir(dir.c_str(), 0700) != 0) {
+      if (errno == EEXIST) continue;
+      return Status::Internal("mkdir " + dir + ": " + std::strerror(errno));
+    }
+    int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st {};
+    bool ok = fd >= 0 && fstat(fd, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid() &&
+              fchmod(fd, 0711) == 0;
+    const int err = errno;
+    if (fd >= 0) close(fd);
+    if (!ok) {
+      rmdir(dir.c_str());
+      return Status::Internal("cannot make " + dir + " private: " + std::strerror(err));
+    }
+    return dir;
+  }
+  return Status::Internal("no unused directory name under " + parent);
+}
+
+bool IsPrivateDirName(const std::string& name, const std::string& prefix) {
+  if (name.size() != prefix.size() + 32 || name.compare(0, prefix.size(), prefix) != 0)
+    return false;
+  return name.find_first_not_of("0123456789abcdef", prefix.size()) == std::string::npos;
+}
+
+void RemovePrivateDir(const std::string& dir) {
+  int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return;
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || st.st_uid != geteuid()) {
+    close(fd);
+    return;
+  }
+  DIR* entries = fdopendir(fd);  // owns fd from here
+  if (entries == nullptr) {
+    close(fd);
+    return;
+  }
+  while (dirent* e = readdir(entries)) {
+    const std::string name = e->d_name;
+    if (name != "." && name != "..") unlinkat(fd, name.c_str(), 0);
+  }
+  closedir(entries);
+  rmdir(dir.c_str());
+}
+
+Result<int> OpenRegionFile(const std::string& path, uid_t owner) {
+  int fd = open(path.c_str(), O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return Status::NotFound("region " + path + ": " + std::strerror(errno));
+  struct stat st {};
+  std::string why;
+  if (fstat(fd, &st) != 0) {
+    why = std::strerror(errno);
+  } else if (!S_ISREG(st.st_mode)) {
+    why = "not a regular file";
+  } else if (st.st_nlink != 1) {
+    why = "it has other names (links)";
+  } else if (st.st_uid != owner) {
+    why = "it belongs to uid " + std::to_string(st.st_uid) + ", not " + std::to_string(owner);
+  }
+  if (!why.empty()) {
+    close(fd);
+    return Status::FailedPrecondition("region " + path + ": " + why);
+  }
+  return fd;
 }
 
 }  // namespace tessera::agent::internal

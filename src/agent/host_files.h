@@ -1,8 +1,13 @@
-// Small files of the host the launcher reads and writes: cgroup v2 control files, /proc, and
-// the list of running jobs a launcher keeps for the next one after a crash (leftovers.cc).
+// Small files of the host the launcher reads and writes: cgroup v2 control files, /proc, the
+// list of running jobs a launcher keeps for the next one after a crash (leftovers.cc), and the
+// private directory of share regions.
 #pragma once
 
+#include <sys/types.h>
+
 #include <string>
+
+#include "common/status.h"
 
 namespace tessera::agent::internal {
 
@@ -16,5 +21,21 @@ bool HasWord(const std::string& text, const std::string& word);
 void KillCgroup(const std::string& root, const std::string& dir);
 // This boot's id (/proc/sys/kernel/random/boot_id), "unknown" where it cannot be read.
 std::string BootId();
+
+// Makes `<parent>/<prefix><32 hex digits>` (128 random bits), a directory no other name can
+// have been made at (mkdir), owned by this process's account, mode 0711: others reach a file in
+// it by its name (a job its region) and neither list nor change anything there. `parent` must
+// belong to root or to this account and, if others may write to it, be sticky (/dev/shm), so
+// that nobody else can move the directory away. Returns its path or the reason.
+Result<std::string> MakePrivateDir(const std::string& parent, const std::string& prefix);
+// Whether `name` (a last path component) is one MakePrivateDir makes with `prefix`.
+bool IsPrivateDirName(const std::string& name, const std::string& prefix);
+// Removes what is in a directory MakePrivateDir made, then the directory: only a real directory
+// (not a symbolic link) owned by this process's account.
+void RemovePrivateDir(const std::string& dir);
+// Opens the share region file at `path` read-write for the agent: never through a symbolic link
+// (O_NOFOLLOW), and only a regular file with no other name (one link) owned by `owner`. Returns
+// the descriptor (close-on-exec; the caller closes it) or the reason.
+Result<int> OpenRegionFile(const std::string& path, uid_t owner);
 
 }  // namespace tessera::agent::internal

@@ -91,22 +91,40 @@ void BuildExecArgs(const JobSpec& spec, const LauncherOptions& options, ExecArgs
   x->exec_error = "tessera-agent: cannot execute '" + x->args[0] + "': errno ";
 }
 
-// The job's stdout/stderr file (truncated) and /dev/null for its stdin.
-Status OpenJobStdio(const std::string& out_path, int* out_fd, int* null_fd) {
-  *out_fd = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+// The job's stdout/stderr file, made anew: `out_fd` for the job, appending (so that what it
+// writes after the agent cut the file lands at the cut), and `own_fd`, the agent's descriptor of
+// the same file (without O_APPEND, under which pwrite would append too); /dev/null for its stdin.
+Status OpenJobStdio(const std::string& out_path, int* out_fd, int* own_fd, int* null_fd) {
+  *out_fd = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_NOFOLLOW | O_CLOEXEC,
+                 0640);
   if (*out_fd < 0) return Status::Internal("output file " + out_path + ": " + std::strerror(errno));
+  *own_fd = open(out_path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+  struct stat a {};
+  struct stat b {};
+  if (*own_fd < 0 || fstat(*out_fd, &a) != 0 || fstat(*own_fd, &b) != 0 || a.st_ino != b.st_ino ||
+      a.st_dev != b.st_dev) {
+    const int err = *own_fd < 0 ? errno : EBUSY;
+    close(*out_fd);
+    if (*own_fd >= 0) close(*own_fd);
+    return Status::Internal("output file " + out_path + ": " + std::strerror(err));
+  }
   *null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (*null_fd < 0) {
     close(*out_fd);
+    close(*own_fd);
     return Status::Internal(std::string("/dev/null: ") + std::strerror(errno));
   }
   return Status::Ok();
 }
 
 // The agent creates and sizes the share's region before the workload starts, so no process
-// of the workload decides its limit (the cap library only joins it).
+// of the workload decides its limit (the cap library only joins it). `path` is in the
+// launcher's private directory, where no other account can have put anything. The region then
+// belongs to `owner` and `group` (the job's account; uid_t(-1): the agent's own), so that the
+// cap library in the job can charge it.
 Status CreateShareRegion(const std::string& path, int64_t limit_bytes, bool swap,
-                         int64_t swap_ram_bytes, const std::string& swap_dir) {
+                         int64_t swap_ram_bytes, const std::string& swap_dir, uid_t owner,
+                         gid_t group) {
   unlink(path.c_str());  // a stale region of an earlier run must not carry charges
   capgpu::LimitList limits;
   limits.count = 1;
@@ -114,20 +132,38 @@ Status CreateShareRegion(const std::string& path, int64_t limit_bytes, bool swap
   if (int err = capgpu::CreateRegionFile(path.c_str(), limits, 0600, true); err != 0) {
     return Status::Internal("cannot create the memory-cap region '" + path + "': " + std::strerror(err));
   }
+  Result<int> fd = internal::OpenRegionFile(path, geteuid());
+  if (!fd.ok()) return fd.status();
+  Status s = Status::Ok();
   if (swap) {
     // Before the workload starts: its processes read swap_enabled when they join.
     capgpu::Region region;
-    int err = region.Open(path.c_str());
+    int err = region.OpenFd(*fd);
     if (err == 0) {
       capgpu::RegionLock lock(region);
       const uint64_t ram = swap_ram_bytes > 0 ? static_cast<uint64_t>(swap_ram_bytes) : capgpu::kNoLimit;
       if (!lock.held() || !capgpu::ConfigureSwap(region.data(), ram, swap_dir.c_str())) err = EINVAL;
     }
-    if (err != 0) {
-      return Status::Internal("cannot turn swapping on in '" + path + "': " + std::strerror(err));
-    }
+    if (err != 0)
+      s = Status::Internal("cannot turn swapping on in '" + path + "': " + std::strerror(err));
   }
-  return Status::Ok();
+  if (s.ok() && owner != static_cast<uid_t>(-1) && fchown(*fd, owner, group) != 0) {
+    s = Status::Internal("cannot give the memory-cap region '" + path + "' to uid " +
+                         std::to_string(owner) + ": " + std::strerror(errno));
+  }
+  close(*fd);
+  return s;
+}
+
+// Maps a share's region as the agent made it (no symbolic link, one name, `owner`'s); false
+// when there is none such at `path`.
+bool OpenShareRegion(const std::string& path, uid_t owner, capgpu::Region* region) {
+  if (path.empty()) return false;
+  Result<int> fd = internal::OpenRegionFile(path, owner);
+  if (!fd.ok()) return false;
+  const int rc = region->OpenFd(*fd);
+  close(*fd);
+  return rc == 0;
 }
 
 // A job's Unix account, resolved before fork (getpwnam is not async-signal-safe).
@@ -335,6 +371,22 @@ Launcher::Launcher(LauncherOptions options) : options_(std::move(options)) {
   assert(!options_.work_dir.empty());
   mkdir(options_.work_dir.c_str(), 0755);
   ProbeCgroups();
+  // Share regions go in a directory of this launcher's own, under a name nobody can guess, so
+  // that no other local account can take or redirect a region's name (region_dir is shared:
+  // /dev/shm). Without it, jobs run and shares are refused with the reason.
+  Result<std::string> regions = internal::MakePrivateDir(options_.region_dir, kRegionDirPrefix);
+  if (regions.ok()) {
+    regions_ = *regions;
+  } else {
+    regions_error_ = regions.status().message();
+  }
+  if (options_.max_output_bytes > 0) {
+    const std::string note = "\ntessera-agent: output cut at " +
+                             std::to_string(options_.max_output_bytes) +
+                             " bytes (the node's limit); the rest was dropped\n";
+    // A limit too small to hold the note as well is a plain cut.
+    if (static_cast<int64_t>(note.size()) * 4 <= options_.max_output_bytes) cut_note_ = note;
+  }
   // One launcher per work directory keeps its list of running jobs: a second one at once (two
   // agents given the same --work) neither reads nor writes it, so that it never stops the
   // first one's jobs as left over.
@@ -346,6 +398,7 @@ Launcher::Launcher(LauncherOptions options) : options_(std::move(options)) {
     if (!owns_list_) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   if (owns_list_) StopLeftovers();
+  WriteRunningList();  // names regions_ for the next launcher, should this one die
 }
 
 Launcher::~Launcher() {
@@ -358,6 +411,7 @@ Launcher::~Launcher() {
   }
   jobs_.clear();
   WriteRunningList();
+  if (!regions_.empty()) internal::RemovePrivateDir(regions_);
   if (lock_fd_ >= 0) close(lock_fd_);
   // Cgroups whose last processes were still exiting: a second to go.
   for (int i = 0; i < 100 && !stale_cgroups_.empty(); ++i) {
@@ -417,14 +471,20 @@ Status Launcher::PrepareCgroup(const JobSpec& spec, std::string* dir, int* procs
   return Status::Ok();
 }
 
-Status Launcher::PrepareLimits(const JobSpec& spec, Job* job, int* procs_fd) {
+Status Launcher::PrepareLimits(const JobSpec& spec, Job* job, int* procs_fd, uid_t owner,
+                               gid_t group) {
   if (cgroups_available_) {
     if (Status s = PrepareCgroup(spec, &job->cgroup_dir, procs_fd); !s.ok()) return s;
   }
   if (spec.gpu_memory_limit_bytes > 0) {
-    job->region_path = options_.region_dir + "/tessera-capgpu-" + spec.id;
+    if (regions_.empty()) {
+      return Status::FailedPrecondition("no directory for memory-cap regions under '" +
+                                        options_.region_dir + "': " + regions_error_);
+    }
+    job->region_path = RegionPath(spec.id);
+    job->region_owner = owner == static_cast<uid_t>(-1) ? geteuid() : owner;
     if (Status s = CreateShareRegion(job->region_path, spec.gpu_memory_limit_bytes, spec.swap,
-                                     options_.swap_ram_bytes, options_.swap_dir);
+                                     options_.swap_ram_bytes, options_.swap_dir, owner, group);
         !s.ok()) {
       return s;
     }
@@ -447,7 +507,9 @@ Status Launcher::Start(const JobSpec& spec) {
     as.env["USER"] = as.env["LOGNAME"] = account->name;
   }
   ExecArgs exec;
-  BuildExecArgs(as, options_, &exec);
+  LauncherOptions bound = options_;
+  bound.region_dir = regions_;  // the job's TESSERA_CAPGPU_REGION is RegionPath()
+  BuildExecArgs(as, bound, &exec);
   ChildSetup child;
   child.account = &*account;
   const std::string cwd = account->home.empty() ? "/" : account->home;
@@ -455,16 +517,20 @@ Status Launcher::Start(const JobSpec& spec) {
   child.argv = exec.argv.data();
   child.envp = exec.envp.data();
   child.exec_error = exec.exec_error.c_str();
-  if (Status s = OpenJobStdio(OutputPath(spec.id), &child.out_fd, &child.null_fd); !s.ok()) return s;
-
   Job job;
   job.spec = spec;
-  Status prepared = PrepareLimits(spec, &job, &child.procs_fd);
+  if (Status s = OpenJobStdio(OutputPath(spec.id), &child.out_fd, &job.out_fd, &child.null_fd);
+      !s.ok())
+    return s;
+
   // The job's own files: its output (written through the inherited descriptor) and its share's
   // region (which the cap library in the job opens) belong to its account.
-  if (prepared.ok() && account->set && (fchown(child.out_fd, account->uid, account->gid) != 0 ||
-                                        (!job.region_path.empty() && chown(job.region_path.c_str(), account->uid, account->gid) != 0))) {
-    prepared = Status::Internal("cannot give job " + spec.id + "'s files to '" + account->name + "': " + std::strerror(errno));
+  const uid_t owner = account->set ? account->uid : static_cast<uid_t>(-1);
+  const gid_t group = account->set ? account->gid : static_cast<gid_t>(-1);
+  Status prepared = PrepareLimits(spec, &job, &child.procs_fd, owner, group);
+  if (prepared.ok() && account->set && fchown(child.out_fd, account->uid, account->gid) != 0) {
+    prepared = Status::Internal("cannot give job " + spec.id + "'s output to '" + account->name +
+                                "': " + std::strerror(errno));
   }
   if (!prepared.ok()) {
     close(child.out_fd);
@@ -516,6 +582,7 @@ std::vector<JobExit> Launcher::Poll() {
     int rc = waitid(P_PID, static_cast<id_t>(job.pid), &info, WEXITED | WNOHANG | WNOWAIT);
     bool gone = rc == 0 && info.si_pid == job.pid;
     if (rc != 0 && errno == ECHILD) gone = true;  // reaped elsewhere: report what we can
+    CapOutput(job);
     if (!gone) {
       if (job.cancelled && !job.kill_sent && now >= job.kill_at) {
         SignalJob(job.pid, SIGKILL);
@@ -541,8 +608,10 @@ std::vector<JobExit> Launcher::Poll() {
     } else {
       exit.exit_code = 255;  // lost track of it
     }
+    CapOutput(job);  // what it wrote since the last call
     struct stat st {};
-    if (stat(OutputPath(exit.id).c_str(), &st) == 0) exit.output_bytes = st.st_size;
+    if (fstat(job.out_fd, &st) == 0) exit.output_bytes = st.st_size;
+    exit.output_cut = job.output_cut;
     Cleanup(job);
     ended.push_back(std::move(exit));
     it = jobs_.erase(it);
@@ -581,6 +650,35 @@ void Launcher::Cleanup(Job& job) {
     unlink(job.region_path.c_str());
     job.region_path.clear();
   }
+  if (job.out_fd >= 0) close(job.out_fd);
+  job.out_fd = -1;
+}
+
+// The job's output past max_output_bytes: the file keeps its first bytes and ends with the note
+// (at the same place every time); what the job writes after lands past it (its descriptor
+// appends) and goes at the next call. A job that turned O_APPEND off writes past the end
+// instead, leaving a hole that takes no space, and is cut the same way.
+void Launcher::CapOutput(Job& job) {
+  const int64_t cap = options_.max_output_bytes;
+  struct stat st {};
+  if (cap <= 0 || job.out_fd < 0 || fstat(job.out_fd, &st) != 0 || st.st_size <= cap) return;
+  const int64_t keep = cap - static_cast<int64_t>(cut_note_.size());
+  if (ftruncate(job.out_fd, keep) != 0) return;
+  if (!cut_note_.empty() && pwrite(job.out_fd, cut_note_.data(), cut_note_.size(), keep) < 0)
+    return;
+  job.output_cut = true;
+}
+
+void Launcher::CapOutputs() {
+  for (auto& [id, job] : jobs_) CapOutput(job);
+}
+
+int64_t Launcher::UploadableBytes(const std::string& id) const {
+  if (options_.max_output_bytes <= 0) return std::numeric_limits<int64_t>::max();
+  // While it runs, the note may yet go at the end: the bytes up to it do not change.
+  if (jobs_.count(id) != 0)
+    return options_.max_output_bytes - static_cast<int64_t>(cut_note_.size());
+  return options_.max_output_bytes;
 }
 
 bool Launcher::IsRunning(const std::string& id) const { return jobs_.count(id) != 0; }
@@ -625,22 +723,21 @@ std::vector<RunningJob> Launcher::Running(bool usage) const {
     if (usage) {
       auto t = ticks.find(job.pid);
       if (t != ticks.end()) r.cpu_ticks = t->second;
-      if (!job.region_path.empty() && access(job.region_path.c_str(), F_OK) == 0) {
-        capgpu::Region region;
-        if (region.Open(job.region_path.c_str()) == 0) {
-          capgpu::RegionLock lock(region, capgpu::kObserverLockMs);
-          uint64_t used = 0;
-          if (lock.held()) {
-            for (uint32_t d = 0; d < capgpu::kMaxDevices; ++d) used += region.data().used[d];
-            r.gpu_launches = static_cast<int64_t>(__atomic_load_n(&region.data().launches, __ATOMIC_RELAXED));
-            if (region.data().swap_enabled != 0) {
-              const capgpu::SwapSummary m = capgpu::SummarizeSwap(region.data());
-              r.swap_state = capgpu::ShareSwapState(m);
-              r.swapped_bytes = static_cast<int64_t>(m.host_bytes + m.disk_bytes);
-            }
+      capgpu::Region region;
+      if (OpenShareRegion(job.region_path, job.region_owner, &region)) {
+        capgpu::RegionLock lock(region, capgpu::kObserverLockMs);
+        uint64_t used = 0;
+        if (lock.held()) {
+          for (uint32_t d = 0; d < capgpu::kMaxDevices; ++d) used += region.data().used[d];
+          r.gpu_launches =
+              static_cast<int64_t>(__atomic_load_n(&region.data().launches, __ATOMIC_RELAXED));
+          if (region.data().swap_enabled != 0) {
+            const capgpu::SwapSummary m = capgpu::SummarizeSwap(region.data());
+            r.swap_state = capgpu::ShareSwapState(m);
+            r.swapped_bytes = static_cast<int64_t>(m.host_bytes + m.disk_bytes);
           }
-          r.gpu_memory_used_bytes = static_cast<int64_t>(used);
         }
+        r.gpu_memory_used_bytes = static_cast<int64_t>(used);
       }
     }
     out.push_back(std::move(r));
@@ -649,5 +746,17 @@ std::vector<RunningJob> Launcher::Running(bool usage) const {
 }
 
 std::string Launcher::OutputPath(const std::string& id) const { return options_.work_dir + "/" + id + ".out"; }
+
+std::string Launcher::RegionPath(const std::string& id) const {
+  return regions_ + "/tessera-capgpu-" + id;
+}
+
+bool Launcher::ShareRegion(const std::string& id, std::string* path, uid_t* owner) const {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end() || it->second.region_path.empty()) return false;
+  *path = it->second.region_path;
+  *owner = it->second.region_owner;
+  return true;
+}
 
 }  // namespace tessera::agent

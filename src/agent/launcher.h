@@ -6,13 +6,15 @@
 //     a MIG slice, comma separated ("" when the job holds no GPU, so it sees none);
 //   * TESSERA_JOB_ID;
 //   * when a GPU memory limit is set (a share): TESSERA_GPU_MEMORY_LIMIT (bytes) and
-//     TESSERA_CAPGPU_REGION (the share's region file, created by the cap library's first process
-//     from the limit), and LD_PRELOAD of the cap library when its path is configured and exists;
+//     TESSERA_CAPGPU_REGION (the share's region file, which the launcher creates from the limit
+//     and gives to the job's account, in a directory of its own: region_dir()), and LD_PRELOAD
+//     of the cap library when its path is configured and exists;
 //   * the job's own environment on top of the agent's (job variables win, but never over the
 //     binding variables above);
 //   * CPU and memory limits through a cgroup v2 child per job (cpu.max, memory.max) when the
 //     host allows it; otherwise cgroups_status() says why and jobs run without them.
-// stdout and stderr go to one file per job, `<work_dir>/<job>.out` (truncated at start).
+// stdout and stderr go to one file per job, `<work_dir>/<job>.out` (truncated at start), cut at
+// max_output_bytes while the job runs (Poll).
 //
 // Reaping is explicit: Poll() calls waitpid(WNOHANG) for each job and escalates cancels past
 // their grace to SIGKILL. No SIGCHLD handler is installed, so there are no signal races; the
@@ -70,12 +72,16 @@ struct LauncherOptions {
   std::string cgroup_root = "/sys/fs/cgroup";
   std::string cgroup_parent = "tessera";
   std::string capgpu_preload;             // path of libtessera_capgpu.so; "" = none
-  std::string region_dir = "/dev/shm";    // where share regions live
+  // Where share regions live: each launcher makes a directory of its own in it (region_dir()).
+  std::string region_dir = "/dev/shm";
   bool inherit_environment = true;        // start from the agent's environment
   // Swapping shares: host RAM each share's swapped-out bytes may take (0: unlimited), and the
   // directory of the disk tier ("" = none).
   int64_t swap_ram_bytes = 0;
   std::string swap_dir;
+  // The most bytes of a job's output kept on the node (0: no limit). Past it the file is cut to
+  // its first bytes and a note saying so, whatever the job goes on printing.
+  int64_t max_output_bytes = 0;
 };
 
 // How a job ended.
@@ -85,6 +91,7 @@ struct JobExit {
   int signal = 0;     // the terminating signal, 0 when it exited
   int64_t output_bytes = 0;
   bool cancelled = false;  // it was stopped by Cancel()
+  bool output_cut = false;  // its output went past max_output_bytes: the rest was dropped
 };
 
 struct RunningJob {
@@ -121,6 +128,9 @@ std::string CgroupMemoryMax(MiB memory_mib);
 // Checks that `id` may name files and cgroups.
 Status ValidateJobId(const std::string& id);
 
+// A launcher's region directory is `<region_dir>/<this><32 hex digits>`.
+inline constexpr const char* kRegionDirPrefix = "tessera-";
+
 class Launcher {
  public:
   // Probes cgroups (see cgroups_status()). Creates work_dir.
@@ -140,9 +150,13 @@ class Launcher {
   // passed. A second Cancel keeps the earlier deadline. kNotFound when not running.
   Status Cancel(const std::string& id, std::chrono::milliseconds grace);
 
-  // Reaps exited jobs (waitpid WNOHANG) and escalates expired cancels. Returns the jobs that
-  // ended since the last call.
+  // Reaps exited jobs (waitpid WNOHANG) and escalates expired cancels; cuts output files past
+  // max_output_bytes. Returns the jobs that ended since the last call.
   std::vector<JobExit> Poll();
+
+  // Cuts the output files of running jobs past max_output_bytes (Poll does too): one fstat per
+  // job, for an owner that is busy elsewhere between polls (uploading).
+  void CapOutputs();
 
   // Blocks until every job has ended or `timeout` passes, polling; returns what ended.
   std::vector<JobExit> WaitAll(std::chrono::milliseconds timeout);
@@ -152,6 +166,16 @@ class Launcher {
   std::vector<RunningJob> Running(bool usage = false) const;
   // `<work_dir>/<id>.out`, whether or not the job exists.
   std::string OutputPath(const std::string& id) const;
+  // The directory of this launcher's share regions, `<region_dir>/tessera-<32 hex digits>`.
+  const std::string& region_dir() const { return regions_; }
+  // `<region_dir()>/tessera-capgpu-<id>`, whether or not the job exists.
+  std::string RegionPath(const std::string& id) const;
+  // The region of a running share and the account it belongs to; false when there is none.
+  bool ShareRegion(const std::string& id, std::string* path, uid_t* owner) const;
+  // How many bytes of the job's output file may be uploaded now: all (INT64_MAX) without
+  // max_output_bytes; while the job runs, those before where a cut's note would go (they do not
+  // change); once it ended (or for a job never run here), max_output_bytes.
+  int64_t UploadableBytes(const std::string& id) const;
 
   bool cgroups_available() const { return cgroups_available_; }
   // Jobs an earlier launcher on this work directory left running (its agent died), stopped at
@@ -169,15 +193,20 @@ class Launcher {
     pid_t pid = 0;
     std::string cgroup_dir;  // "" when not in a cgroup
     std::string region_path;
+    uid_t region_owner = 0;  // the account the region belongs to
+    int out_fd = -1;         // the agent's own descriptor of the output file
+    bool output_cut = false;
     bool cancelled = false;
     bool kill_sent = false;
     std::chrono::steady_clock::time_point kill_at;
   };
   void ProbeCgroups();
   Status PrepareCgroup(const JobSpec& spec, std::string* dir, int* procs_fd);
-  // The job's cgroup (when available) and its share region (when capped).
-  Status PrepareLimits(const JobSpec& spec, Job* job, int* procs_fd);
+  // The job's cgroup (when available) and its share region (when capped), which belongs to
+  // `owner` and `group` (uid_t(-1): the agent's account).
+  Status PrepareLimits(const JobSpec& spec, Job* job, int* procs_fd, uid_t owner, gid_t group);
   void Cleanup(Job& job);
+  void CapOutput(Job& job);
   std::string RunningListPath() const;
   void WriteRunningList() const;
   void StopLeftovers();
@@ -189,6 +218,9 @@ class Launcher {
   std::map<std::string, Job> jobs_;
   std::vector<std::string> stale_cgroups_;  // busy at cleanup, retried on Poll()
   std::vector<std::string> leftovers_;
+  std::string regions_;        // region_dir(); "" when it could not be made
+  std::string regions_error_;  // why not
+  std::string cut_note_;       // ends a cut output file
   int lock_fd_ = -1;         // <work_dir>/.lock, held (flock) while this launcher owns the list
   bool owns_list_ = false;
 };

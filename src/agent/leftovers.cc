@@ -20,12 +20,14 @@ using internal::ReadSmallFile;
 
 std::string Launcher::RunningListPath() const { return options_.work_dir + "/.running"; }
 
-// "boot <boot id>", then one line per job: id, pid, the pid's start time (so that a reused pid
-// is never taken for the job's). Written whole and renamed over, so that a crash leaves the old
+// "boot <boot id>", "regions <region_dir()>" (the launcher's private directory, whose name no
+// one can guess), then one line per job: id, pid, the pid's start time (so that a reused pid is
+// never taken for the job's). Written whole and renamed over, so that a crash leaves the old
 // list or the new one.
 void Launcher::WriteRunningList() const {
   if (!owns_list_) return;
   std::string text = "boot " + BootId() + "\n";
+  if (!regions_.empty()) text += "regions " + regions_ + "\n";
   for (const auto& [id, job] : jobs_) {
     char state = 0;
     uint64_t start = 0;
@@ -44,7 +46,8 @@ void Launcher::WriteRunningList() const {
 // Jobs an earlier run of this agent (same work directory) started and never saw end: the agent
 // died (a crash, SIGKILL, an out-of-memory kill) and its jobs, in their own sessions and
 // cgroups, outlived it. The control plane has ended them and may give their devices to new
-// work, so they are stopped, their cgroups and share regions removed.
+// work, so they are stopped, their cgroups removed, and the earlier launcher's region directory
+// with their share regions.
 void Launcher::StopLeftovers() {
   bool ok = false;
   std::istringstream in(ReadSmallFile(RunningListPath(), &ok));
@@ -56,7 +59,12 @@ void Launcher::StopLeftovers() {
     WriteRunningList();
     return;
   }
+  std::string old_regions;
   while (std::getline(in, line)) {
+    if (line.rfind("regions ", 0) == 0) {
+      old_regions = line.substr(8);
+      continue;
+    }
     std::istringstream fields(line);
     std::string id;
     long pid = 0;
@@ -73,8 +81,14 @@ void Launcher::StopLeftovers() {
       KillCgroup(options_.cgroup_root, dir);
       if (rmdir(dir.c_str()) != 0 && errno != ENOENT) stale_cgroups_.push_back(dir);
     }
-    unlink((options_.region_dir + "/tessera-capgpu-" + id).c_str());
     leftovers_.push_back(id);
+  }
+  // Only a directory such as a launcher makes (the name, a real directory of this account's):
+  // a list written by an older agent, with regions under shared names, removes nothing there.
+  const size_t slash = old_regions.rfind('/');
+  if (slash != std::string::npos && old_regions != regions_ &&
+      internal::IsPrivateDirName(old_regions.substr(slash + 1), kRegionDirPrefix)) {
+    internal::RemovePrivateDir(old_regions);
   }
   WriteRunningList();
 }

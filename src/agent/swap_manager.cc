@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "agent/host_files.h"
 #include "capgpu/region.h"
 
 namespace tessera::agent {
@@ -62,12 +63,18 @@ std::string Seconds(int64_t ms) {
 SwapManager::SwapManager(Options options) : options_(options) {}
 SwapManager::~SwapManager() = default;
 
-Status SwapManager::Add(const std::string& id, const std::string& region_path, int64_t now_ms) {
+Status SwapManager::Add(const std::string& id, const std::string& region_path, int64_t now_ms,
+                        uid_t owner) {
   auto share = std::make_unique<Share>();
   share->id = id;
   share->path = region_path;
-  share->fd = open(region_path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (share->fd < 0 || share->region.Open(region_path.c_str()) != 0) {
+  // The region as the agent made it: no symbolic link, no second name, the job's account's.
+  Result<int> fd =
+      internal::OpenRegionFile(region_path, owner == static_cast<uid_t>(-1) ? geteuid() : owner);
+  if (!fd.ok())
+    return Status::NotFound("swap: cannot open the region of " + id + ": " + fd.status().message());
+  share->fd = *fd;
+  if (share->region.OpenFd(share->fd) != 0) {
     return Status::NotFound("swap: cannot open the region of " + id + " (" + region_path + ")");
   }
   {

@@ -24,11 +24,13 @@
 // halves the median time-to-resume, and slicing cuts the longest waits from minutes to seconds.
 //
 //   SwapManager m({.device_memory = 80 * GiB, .idle_ms = 30000});
-//   m.Add("job-7", "/dev/shm/tessera-capgpu-job-7");
+//   m.Add("job-7", launcher.RegionPath("job-7"), NowMs(), job_uid);
 //   every second: for (auto& line : m.Tick(NowMs())) log(line);
 //
 // Thread-safety: not thread-safe; one thread ticks.
 #pragma once
+
+#include <sys/types.h>
 
 #include <cstdint>
 #include <map>
@@ -60,8 +62,11 @@ class SwapManager {
   explicit SwapManager(Options options);
   ~SwapManager();
 
-  // The share's region must exist and have swapping on.
-  Status Add(const std::string& id, const std::string& region_path, int64_t now_ms);
+  // The share's region must exist and have swapping on, be a regular file with one name and
+  // belong to `owner` (the job's account; uid_t(-1): this process's). It is never opened through
+  // a symbolic link.
+  Status Add(const std::string& id, const std::string& region_path, int64_t now_ms,
+             uid_t owner = static_cast<uid_t>(-1));
   void Remove(const std::string& id);
 
   // One pass. `host_ram_left`, when given, is what the node's swap RAM budget (--swap-ram) has

@@ -74,22 +74,20 @@ int Region::Open(const char* path) {
   Close();
   int fd = open(path, O_RDWR | O_CLOEXEC);
   if (fd < 0) return errno;
+  int rc = OpenFd(fd);
+  close(fd);
+  return rc;
+}
+
+int Region::OpenFd(int fd) {
+  Close();
   struct stat st;
-  if (fstat(fd, &st) != 0) {
-    int e = errno;
-    close(fd);
-    return e;
-  }
-  if (static_cast<size_t>(st.st_size) < sizeof(RegionFile)) {
-    close(fd);
-    return EINVAL;
-  }
+  if (fstat(fd, &st) != 0) return errno;
+  if (static_cast<size_t>(st.st_size) < sizeof(RegionFile)) return EINVAL;
   // MAP_POPULATE: take the page faults here rather than inside the lock on first use.
   void* map =
       mmap(nullptr, sizeof(RegionFile), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-  int e = errno;
-  close(fd);
-  if (map == MAP_FAILED) return e;
+  if (map == MAP_FAILED) return errno;
   auto* file = static_cast<RegionFile*>(map);
   if (__atomic_load_n(&file->magic, __ATOMIC_ACQUIRE) != kRegionMagic ||
       file->version != kRegionVersion || file->file_bytes != sizeof(RegionFile)) {

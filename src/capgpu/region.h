@@ -55,6 +55,9 @@ class Region {
 
   // Maps an existing region file. Returns 0, or an errno (EINVAL: not a region of this version).
   int Open(const char* path);
+  // Maps the region file open (read-write) on `fd`, which the caller keeps: for an opener that
+  // checks what it opened first (the agent: no symbolic link, the expected owner). As Open.
+  int OpenFd(int fd);
   // A region private to this process (no path configured): same rules, nothing shared.
   int OpenPrivate(const LimitList& limits);
   void Close();

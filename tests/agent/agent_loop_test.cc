@@ -4,9 +4,11 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -220,7 +222,8 @@ class FakeControlPlane {
 // RunAgent on a thread, stopped and joined on destruction.
 class AgentThread {
  public:
-  AgentThread(const std::string& url, const TempDir& dir, const std::string& nvml = "") {
+  AgentThread(const std::string& url, const TempDir& dir, const std::string& nvml = "",
+              const std::function<void(AgentOptions&)>& tweak = nullptr) {
     options_.control_plane_url = url;
     options_.token = kToken;
     options_.node_name = "host-a";
@@ -238,6 +241,7 @@ class AgentThread {
     options_.stop = &stop_;
     options_.handle_signals = false;
     options_.log = [](const std::string&) {};
+    if (tweak) tweak(options_);
     thread_ = std::thread([this] { rc_ = RunAgent(options_); });
   }
   ~AgentThread() { Stop(); }
@@ -305,6 +309,68 @@ TEST(AgentLoop, RunsJobsAsTheControlPlaneSays) {
   ASSERT_TRUE(WaitFor([&] { return cp.Heartbeats() >= hb + 3; }, 5s));
   EXPECT_EQ(agent.Stop(), 0);
   EXPECT_EQ(cp.Registrations().size(), 1u);
+  EXPECT_EQ(cp.Violations(), std::vector<std::string>{});
+}
+
+// The size of the file at `path`, -1 when there is none.
+int64_t FileSize(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0 ? static_cast<int64_t>(st.st_size) : -1;
+}
+
+// The node keeps at most max_output bytes of a job's output (plus what the job prints within one
+// turn of the agent's loop): past it the file is cut to its first bytes and a note, whatever the
+// job goes on printing, and that is what is uploaded and reported. Once the control plane has
+// acked a finished job, its output file leaves the node.
+TEST(AgentLoop, OutputPastTheCapIsDroppedAndAckedOutputLeavesTheNode) {
+  TempDir dir;
+  FakeControlPlane cp;
+  ASSERT_GT(cp.port(), 0);
+  cp.AckAfter(2);
+  constexpr int64_t kCap = 16384;
+  // What the job prints in one turn of the agent's loop: tens of ms at the shell's ~20 MB/s here
+  // (under 1 MB), up to 4 MiB on a loaded machine. The job prints five times that.
+  constexpr int64_t kSlack = 4 << 20;
+  AgentThread agent(cp.url(), dir, "", [](AgentOptions& o) { o.max_output_bytes = kCap; });
+  ASSERT_TRUE(WaitFor([&] { return cp.Heartbeats() >= 1; }, 5s));
+  // 20 MB, 40 bytes a line, then a pause while the job still runs, then one more line.
+  cp.Start("loud",
+           Sh("i=0; while [ $i -lt 500000 ]; do echo 012345678901234567890123456789012345678; "
+              "i=$((i+1)); done; sleep 2; echo late"));
+  cp.Start("quiet", Sh("echo small"));
+  const std::string loud = dir.path() + "/jobs/loud.out", quiet = dir.path() + "/jobs/quiet.out";
+  int64_t largest = 0;
+  // Printing done: the file is cut to the cap exactly, and stays so while the job sleeps.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const int64_t size = FileSize(loud);
+        largest = std::max(largest, size);
+        return size == kCap && cp.Output("loud").size() > 0;
+      },
+      30s))
+      << "loud.out holds " << FileSize(loud) << " bytes, the cap is " << kCap;
+  EXPECT_LE(largest, kCap + kSlack);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        largest = std::max(largest, FileSize(loud));
+        return cp.Acked("loud");
+      },
+      30s));
+  EXPECT_LE(largest, kCap + kSlack);
+  const std::string out = cp.Output("loud");
+  EXPECT_EQ(cp.Finished("loud")["output_bytes"], kCap);
+  EXPECT_EQ(out.size(), static_cast<size_t>(kCap));
+  EXPECT_EQ(out.rfind("012345678901234567890123456789012345678\n0123", 0), 0u);
+  EXPECT_NE(out.find("tessera-agent: output cut at 16384 bytes"), std::string::npos)
+      << out.substr(out.size() - 200);
+  EXPECT_EQ(out.back(), '\n');
+  EXPECT_EQ(out.find("late"), std::string::npos);
+  // Acked: the node keeps neither file.
+  EXPECT_TRUE(WaitFor([&] { return FileSize(loud) < 0; }, 5s)) << "loud.out is still on the node";
+  ASSERT_TRUE(cp.Acked("quiet"));
+  EXPECT_EQ(cp.Output("quiet"), "small\n");
+  EXPECT_TRUE(WaitFor([&] { return FileSize(quiet) < 0; }, 5s)) << "quiet.out is still on the node";
+  EXPECT_EQ(agent.Stop(), 0);
   EXPECT_EQ(cp.Violations(), std::vector<std::string>{});
 }
 

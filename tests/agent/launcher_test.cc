@@ -1,8 +1,8 @@
 // Real processes through the launcher: output capture, exit codes and signals, cancels with
 // grace, the bound environment, exec failures, and cgroup files (against a stand-in tree).
 #include "agent/launcher.h"
-#include "capgpu/region.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <pwd.h>
 #include <signal.h>
@@ -13,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "capgpu/region.h"
 #include "test_util.h"
 
 namespace tessera::agent {
@@ -74,6 +75,20 @@ pid_t ListedPid(const TempDir& dir, const std::string& id) {
   return 0;
 }
 
+// TESSERA_CAPGPU_REGION of the running process `pid` ("" if none).
+std::string RegionOf(pid_t pid) {
+  const std::string env = ReadAll("/proc/" + std::to_string(pid) + "/environ");
+  const std::string key = "TESSERA_CAPGPU_REGION=";
+  for (size_t at = 0; at < env.size();) {
+    size_t end = env.find('\0', at);
+    if (end == std::string::npos) end = env.size();
+    if (env.compare(at, key.size(), key) == 0)
+      return env.substr(at + key.size(), end - at - key.size());
+    at = end + 1;
+  }
+  return "";
+}
+
 // Gone, or a zombie nobody has reaped yet: either way it runs no more.
 bool Dead(pid_t pid) {
   char state = 0;
@@ -90,7 +105,9 @@ TEST(AgentLauncher, JobsACrashedLauncherLeftAreStoppedByTheNext) {
   if (crashed == 0) {
     // The launcher of the agent that crashes: starts a job, then dies without its destructor.
     auto* l = new Launcher(Opts(dir));
-    _exit(l->Start(Sh("orphan", "exec sleep 300")).ok() ? 0 : 1);
+    JobSpec orphan = Sh("orphan", "exec sleep 300");
+    orphan.gpu_memory_limit_bytes = 1 << 30;  // a share: its region is left behind too
+    _exit(l->Start(orphan).ok() ? 0 : 1);
   }
   int status = 0;
   ASSERT_EQ(waitpid(crashed, &status, 0), crashed);
@@ -98,11 +115,19 @@ TEST(AgentLauncher, JobsACrashedLauncherLeftAreStoppedByTheNext) {
   const pid_t orphan = ListedPid(dir, "orphan");
   ASSERT_GT(orphan, 0) << ReadAll(dir.path() + "/out/.running");
   ASSERT_FALSE(Dead(orphan)) << "the job outlived its agent";
+  std::string region;  // once it has exec'd (before, its environment is its launcher's)
+  ASSERT_TRUE(WaitFor([&] { return !(region = RegionOf(orphan)).empty(); }, 5s));
+  ASSERT_EQ(access(region.c_str(), F_OK), 0) << region;
 
   Launcher next(Opts(dir));
   EXPECT_TRUE(next.owns_work_dir());
   ASSERT_EQ(next.leftovers(), std::vector<std::string>{"orphan"});
   EXPECT_TRUE(WaitFor([&] { return Dead(orphan); }, 5s)) << "the leftover job was stopped";
+  // Its region and the directory the crashed launcher kept regions in are gone.
+  EXPECT_NE(access(region.c_str(), F_OK), 0) << region;
+  const std::string old_dir = region.substr(0, region.rfind('/'));
+  EXPECT_NE(access(old_dir.c_str(), F_OK), 0) << old_dir;
+  EXPECT_NE(next.region_dir(), old_dir);
   EXPECT_EQ(ListedPid(dir, "orphan"), 0) << "and is no longer listed";
   // The new launcher's own jobs are listed, and a clean stop leaves the list empty.
   ASSERT_TRUE(next.Start(Sh("mine", "exec sleep 300")).ok());
@@ -190,10 +215,171 @@ TEST(AgentLauncher, RunsTheJobUnderItsAccount) {
   EXPECT_NE(status.find("\nUid:\t" + want + "\t" + want + "\t" + want), std::string::npos) << status;
   EXPECT_EQ(ReadAll(l.OutputPath("asnobody")).substr(0, want.size() + 1), want + "\n");
   struct stat st{};
-  ASSERT_EQ(stat((dir.path() + "/tessera-capgpu-asnobody").c_str(), &st), 0);
+  ASSERT_EQ(stat(l.RegionPath("asnobody").c_str(), &st), 0);
   EXPECT_EQ(st.st_uid, uid);
   ASSERT_TRUE(l.Cancel("asnobody", 100ms).ok());
   l.WaitAll(5s);
+}
+
+// Share regions live in a directory of the launcher's own: an unpredictable name under
+// region_dir (128 random bits), made by the launcher itself (mkdir fails on any existing name),
+// owned by the agent's account, mode 0711 (a job's account reaches its own file by name; nobody
+// else creates, replaces or lists anything there), and removed when the launcher stops.
+TEST(AgentLauncher, RegionsLiveInAPrivateUnpredictableDirectory) {
+  TempDir dir;
+  std::string dirs[2];
+  {
+    LauncherOptions second = Opts(dir);
+    second.work_dir = dir.path() + "/out2";
+    Launcher a(Opts(dir)), b(second);
+    const Launcher* launchers[] = {&a, &b};
+    for (int i = 0; i < 2; ++i) {
+      dirs[i] = launchers[i]->region_dir();
+      const std::string prefix = dir.path() + "/tessera-";
+      ASSERT_EQ(dirs[i].rfind(prefix, 0), 0u) << dirs[i];
+      const std::string name = dirs[i].substr(prefix.size());
+      EXPECT_EQ(name.size(), 32u) << dirs[i];
+      EXPECT_EQ(name.find_first_not_of("0123456789abcdef"), std::string::npos) << dirs[i];
+      struct stat st {};
+      ASSERT_EQ(lstat(dirs[i].c_str(), &st), 0) << dirs[i];
+      EXPECT_TRUE(S_ISDIR(st.st_mode));
+      EXPECT_EQ(st.st_mode & 07777, 0711u);
+      EXPECT_EQ(st.st_uid, geteuid());
+    }
+    EXPECT_NE(dirs[0], dirs[1]);
+    // A share's region is there, named for its job, and not under the old shared name.
+    JobSpec share = Sh("share", "exec sleep 30");
+    share.gpu_memory_limit_bytes = 1 << 30;
+    if (geteuid() == 0) share.run_as = "nobody";
+    ASSERT_TRUE(a.Start(share).ok());
+    EXPECT_EQ(a.RegionPath("share"), dirs[0] + "/tessera-capgpu-share");
+    struct stat st {};
+    ASSERT_EQ(lstat(a.RegionPath("share").c_str(), &st), 0);
+    EXPECT_TRUE(S_ISREG(st.st_mode));
+    EXPECT_EQ(st.st_mode & 07777, 0600u);
+    EXPECT_NE(access((dir.path() + "/tessera-capgpu-share").c_str(), F_OK), 0);
+    ASSERT_TRUE(a.Cancel("share", 0ms).ok());
+    a.WaitAll(5s);
+  }
+  for (const std::string& d : dirs)
+    EXPECT_NE(access(d.c_str(), F_OK), 0) << d << " outlived its launcher";
+}
+
+// Another local user (a process that is not the agent) pre-creates the names a share's region
+// had in the shared directory (a file; a symbolic link to a file of someone else's; the
+// temporary names a region was built under, <name>.tmp.<agent pid>). The shares still start,
+// each with a region of its own that its job owns, and nothing those names point at changes.
+TEST(AgentLauncher, NamesPreCreatedInTheSharedDirectoryNeitherBlockNorRedirectAShare) {
+  TempDir dir;
+  ASSERT_EQ(chmod(dir.path().c_str(), 01777), 0);  // like /dev/shm
+  const std::string target = dir.path() + "/precious";
+  WriteAll(target, "precious\n");
+  ASSERT_EQ(chmod(target.c_str(), 0644), 0);
+  struct stat before {};
+  ASSERT_EQ(stat(target.c_str(), &before), 0);
+  const bool root = geteuid() == 0;
+  passwd* nobody = getpwnam("nobody");
+  ASSERT_TRUE(!root || nobody != nullptr) << "this test needs the account 'nobody'";
+  const std::string agent_pid = std::to_string(getpid());
+  const std::string prefix = dir.path() + "/tessera-capgpu-";
+  pid_t other = fork();
+  ASSERT_GE(other, 0);
+  if (other == 0) {
+    if (root && (setgid(nobody->pw_gid) != 0 || setuid(nobody->pw_uid) != 0)) _exit(2);
+    int fd = open((prefix + "squatted").c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+    bool ok = fd >= 0 && write(fd, "x", 1) == 1;
+    if (fd >= 0) close(fd);
+    fd = open((prefix + "squatted.tmp." + agent_pid).c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+    ok = ok && fd >= 0;
+    if (fd >= 0) close(fd);
+    ok = ok && symlink(target.c_str(), (prefix + "linked").c_str()) == 0;
+    ok = ok && symlink(target.c_str(), (prefix + "linked.tmp." + agent_pid).c_str()) == 0;
+    _exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(other, &status, 0), other);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "the squatter could not make its names";
+
+  Launcher l(Opts(dir));
+  for (const std::string id : {"squatted", "linked"}) {
+    JobSpec s =
+        Sh(id,
+           "echo \"REG=$TESSERA_CAPGPU_REGION\"; test -O \"$TESSERA_CAPGPU_REGION\" && echo mine; "
+           "exec sleep 30");
+    s.gpu_memory_limit_bytes = 1 << 30;
+    if (root) s.run_as = "nobody";
+    Status started = l.Start(s);
+    ASSERT_TRUE(started.ok()) << id << ": " << started.ToString();
+    ASSERT_TRUE(
+        WaitFor([&] { return ReadAll(l.OutputPath(id)).find("mine\n") != std::string::npos; }, 5s))
+        << id << ": the job does not own its region: " << ReadAll(l.OutputPath(id));
+    const std::string out = ReadAll(l.OutputPath(id));
+    const std::string region = out.substr(4, out.find('\n') - 4);
+    EXPECT_NE(region, prefix + id);
+    EXPECT_EQ(region, l.RegionPath(id));
+    capgpu::Region r;
+    ASSERT_EQ(r.Open(region.c_str()), 0) << region;
+    capgpu::RegionLock lock(r);
+    EXPECT_EQ(capgpu::LimitFor(r.data(), 0), uint64_t{1} << 30);
+  }
+  // The squatter's names are as it left them, and the link's target is untouched.
+  EXPECT_EQ(ReadAll(prefix + "squatted"), "x");
+  char link[4096] = {};
+  ASSERT_GT(readlink((prefix + "linked").c_str(), link, sizeof(link) - 1), 0);
+  EXPECT_EQ(std::string(link), target);
+  struct stat after {};
+  ASSERT_EQ(stat(target.c_str(), &after), 0);
+  EXPECT_EQ(ReadAll(target), "precious\n");
+  EXPECT_EQ(after.st_uid, before.st_uid);
+  EXPECT_EQ(after.st_gid, before.st_gid);
+  EXPECT_EQ(after.st_mode, before.st_mode);
+  EXPECT_EQ(after.st_ino, before.st_ino);
+  ASSERT_TRUE(l.Cancel("squatted", 0ms).ok());
+  ASSERT_TRUE(l.Cancel("linked", 0ms).ok());
+  l.WaitAll(5s);
+  EXPECT_EQ(ReadAll(target), "precious\n");
+}
+
+// The agent reads a region only as the file it made: never through a symbolic link, never a
+// file with another link to it, never one of another owner. A share whose region was replaced by
+// such a name (here pointing at another region, whose launches are counted) reads as having none.
+TEST(AgentLauncher, ARegionReplacedByALinkIsNotRead) {
+  TempDir dir;
+  Launcher l(Opts(dir));
+  JobSpec s = Sh("swapped", "exec sleep 30");
+  s.gpu_memory_limit_bytes = 1 << 30;
+  ASSERT_TRUE(l.Start(s).ok());
+  const std::string other = dir.path() + "/other-region";
+  capgpu::LimitList limits;
+  limits.count = 1;
+  limits.bytes[0] = 1 << 30;
+  ASSERT_EQ(capgpu::CreateRegionFile(other.c_str(), limits, 0600, false), 0);
+  {
+    capgpu::Region r;
+    ASSERT_EQ(r.Open(other.c_str()), 0);
+    __atomic_fetch_add(&r.data().launches, 5, __ATOMIC_RELAXED);
+  }
+  const std::string path = l.RegionPath("swapped");
+  EXPECT_EQ(l.Running(true)[0].gpu_launches, 0);
+  ASSERT_EQ(unlink(path.c_str()), 0);
+  ASSERT_EQ(symlink(other.c_str(), path.c_str()), 0);
+  EXPECT_EQ(l.Running(true)[0].gpu_launches, -1) << "read through a symbolic link";
+  EXPECT_EQ(l.Running(true)[0].gpu_memory_used_bytes, -1);
+  ASSERT_EQ(unlink(path.c_str()), 0);
+  ASSERT_EQ(link(other.c_str(), path.c_str()), 0);
+  EXPECT_EQ(l.Running(true)[0].gpu_launches, -1) << "read a file with another name elsewhere";
+  if (geteuid() == 0) {
+    ASSERT_EQ(unlink(path.c_str()), 0);
+    ASSERT_EQ(capgpu::CreateRegionFile(path.c_str(), limits, 0600, false), 0);
+    EXPECT_EQ(l.Running(true)[0].gpu_launches, 0);
+    ASSERT_EQ(chown(path.c_str(), getpwnam("nobody")->pw_uid, 0), 0);
+    EXPECT_EQ(l.Running(true)[0].gpu_launches, -1) << "read a region of another owner";
+  }
+  ASSERT_TRUE(l.Cancel("swapped", 0ms).ok());
+  l.WaitAll(5s);
+  EXPECT_EQ(access(other.c_str(), F_OK), 0)
+      << "removing the job's region removed what it pointed at";
 }
 
 TEST(AgentLauncher, NonZeroExitCode) {
@@ -280,8 +466,9 @@ TEST(AgentLauncher, BindsTheAllocationIntoTheEnvironment) {
   spec.env = {{"K", "V"}};
   JobExit e = RunToEnd(l, spec);
   EXPECT_EQ(e.exit_code, 0);
-  EXPECT_EQ(ReadAll(l.OutputPath("env-1")), "CVD=GPU-sim-h-0,MIG-abc\nJOB=env-1\nLIM=1073741824\nREG=" +
-                                                dir.path() + "/tessera-capgpu-env-1\nK=V\n");
+  EXPECT_EQ(ReadAll(l.OutputPath("env-1")),
+            "CVD=GPU-sim-h-0,MIG-abc\nJOB=env-1\nLIM=1073741824\nREG=" + l.RegionPath("env-1") +
+                "\nK=V\n");
 }
 
 // A swapping share's region is created with swapping on and the launcher's budgets; a plain
@@ -299,7 +486,7 @@ TEST(AgentLauncher, SwappingSharesGetARegionWithSwapOn) {
     s.swap = swap;
     ASSERT_TRUE(l.Start(s).ok());
     capgpu::Region region;
-    ASSERT_EQ(region.Open((dir.path() + "/tessera-capgpu-" + s.id).c_str()), 0);
+    ASSERT_EQ(region.Open(l.RegionPath(s.id).c_str()), 0);
     capgpu::RegionLock lock(region);
     EXPECT_EQ(region.data().swap_enabled, swap ? 1u : 0u);
     if (swap) {
@@ -334,7 +521,7 @@ TEST(AgentLauncher, RunningReportsCpuTimeAndTheShareRegion) {
   EXPECT_EQ(r[1].gpu_launches, -1);  // no region: not a share
   {
     capgpu::Region region;
-    ASSERT_EQ(region.Open((dir.path() + "/tessera-capgpu-busy").c_str()), 0);
+    ASSERT_EQ(region.Open(l.RegionPath("busy").c_str()), 0);
     __atomic_fetch_add(&region.data().launches, 5, __ATOMIC_RELAXED);
   }
   EXPECT_EQ(l.Running(true)[0].gpu_launches, 5);

@@ -37,7 +37,8 @@ class SwapManagerTest : public ::testing::Test {
     dir_ = tmpl;
   }
   void TearDown() override {
-    for (const char* f : {"/a", "/b", "/device"}) unlink((dir_ + f).c_str());
+    for (const char* f : {"/a", "/b", "/device", "/symlink", "/hardlink"})
+      unlink((dir_ + f).c_str());
     rmdir(dir_.c_str());
   }
   std::string Region(const std::string& name, uint64_t cap, const std::string& swap_dir = "") {
@@ -200,6 +201,21 @@ TEST_F(SwapManagerTest, ARegionCutShortIsDroppedNotRead) {
   EXPECT_EQ(log[0], "dropped a: its region file is gone or cut short");
   ASSERT_EQ(m.States().size(), 1u);
   EXPECT_EQ(m.States()[0].id, "b");
+}
+
+// The manager opens a region only as the file the agent made: never through a symbolic link,
+// never a file with a second name, never one of another owner than the job's.
+TEST_F(SwapManagerTest, ARegionIsNeverOpenedThroughALinkOrOfAnotherOwner) {
+  const std::string a = Region("a", 8 * kMiB);
+  ASSERT_EQ(symlink(a.c_str(), (dir_ + "/symlink").c_str()), 0);
+  SwapManager m({.device_memory = 12 * kMiB, .idle_ms = 100});
+  EXPECT_FALSE(m.Add("s", dir_ + "/symlink", NowMs()).ok());
+  EXPECT_FALSE(m.Add("o", a, NowMs(), geteuid() + 1).ok());
+  ASSERT_EQ(link(a.c_str(), (dir_ + "/hardlink").c_str()), 0);
+  EXPECT_FALSE(m.Add("h", dir_ + "/hardlink", NowMs()).ok());
+  ASSERT_EQ(unlink((dir_ + "/hardlink").c_str()), 0);
+  EXPECT_TRUE(m.Add("a", a, NowMs(), geteuid()).ok());
+  EXPECT_EQ(m.States().size(), 1u);
 }
 
 // Slicing: two shares that both stay active cannot both fit. Without slicing the second one's

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -11,6 +12,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 namespace tessera::agent::internal {
 namespace {
@@ -74,7 +76,9 @@ std::string BootId() {
   return ok && !id.empty() ? id : "unknown";
 }
 
-Result<std::string> MakePrivateDir(const std::string& parent, const std::string& prefix) {
+Result<std::string> MakePrivateDir(const std::string& parent, const std::string& prefix,
+                                   int* lock_fd) {
+  *lock_fd = -1;
   struct stat ps {};
   if (stat(parent.c_str(), &ps) != 0) return Status::Internal(parent + ": " + std::strerror(errno));
   if (!S_ISDIR(ps.st_mode)) return Status::FailedPrecondition(parent + " is not a directory");
@@ -103,14 +107,17 @@ Result<std::string> MakePrivateDir(const std::string& parent, const std::string&
     }
     int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     struct stat st {};
+    // Locked before it reads as finished (0711), so that a directory of that mode whose lock is
+    // free has no maker any more.
     bool ok = fd >= 0 && fstat(fd, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid() &&
-              fchmod(fd, 0711) == 0;
+              flock(fd, LOCK_EX | LOCK_NB) == 0 && fchmod(fd, 0711) == 0;
     const int err = errno;
-    if (fd >= 0) close(fd);
     if (!ok) {
+      if (fd >= 0) close(fd);
       rmdir(dir.c_str());
       return Status::Internal("cannot make " + dir + " private: " + std::strerror(err));
     }
+    *lock_fd = fd;
     return dir;
   }
   return Status::Internal("no unused directory name under " + parent);
@@ -141,6 +148,31 @@ void RemovePrivateDir(const std::string& dir) {
   }
   closedir(entries);
   rmdir(dir.c_str());
+}
+
+int RemoveAbandonedPrivateDirs(const std::string& parent, const std::string& prefix) {
+  DIR* entries = opendir(parent.c_str());
+  if (entries == nullptr) return 0;
+  std::vector<std::string> names;
+  while (dirent* e = readdir(entries)) {
+    if (IsPrivateDirName(e->d_name, prefix)) names.emplace_back(e->d_name);
+  }
+  closedir(entries);
+  int removed = 0;
+  for (const std::string& name : names) {
+    const std::string dir = parent + "/" + name;
+    int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) continue;
+    struct stat st {};
+    // Held until it is gone, so that two agents starting at once do not both work on it.
+    if (fstat(fd, &st) == 0 && st.st_uid == geteuid() && (st.st_mode & 07777) == 0711 &&
+        flock(fd, LOCK_EX | LOCK_NB) == 0) {
+      RemovePrivateDir(dir);
+      ++removed;
+    }
+    close(fd);
+  }
+  return removed;
 }
 
 Result<int> OpenRegionFile(const std::string& path, uid_t owner) {

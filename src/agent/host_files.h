@@ -26,8 +26,14 @@ std::string BootId();
 // have been made at (mkdir), owned by this process's account, mode 0711: others reach a file in
 // it by its name (a job its region) and neither list nor change anything there. `parent` must
 // belong to root or to this account and, if others may write to it, be sticky (/dev/shm), so
-// that nobody else can move the directory away. Returns its path or the reason.
-Result<std::string> MakePrivateDir(const std::string& parent, const std::string& prefix);
+// that nobody else can move the directory away. *lock_fd gets a descriptor of it holding an
+// exclusive flock, taken before the mode is 0711: keep it open while the directory is in use
+// (RemoveAbandonedPrivateDirs), close it after. Returns its path or the reason.
+Result<std::string> MakePrivateDir(const std::string& parent, const std::string& prefix,
+                                   int* lock_fd);
+// Removes (RemovePrivateDir) every directory MakePrivateDir made under `parent` with `prefix`
+// for this account whose maker is gone (no process holds its lock). Returns how many.
+int RemoveAbandonedPrivateDirs(const std::string& parent, const std::string& prefix);
 // Whether `name` (a last path component) is one MakePrivateDir makes with `prefix`.
 bool IsPrivateDirName(const std::string& name, const std::string& prefix);
 // Removes what is in a directory MakePrivateDir made, then the directory: only a real directory

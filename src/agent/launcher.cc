@@ -374,7 +374,11 @@ Launcher::Launcher(LauncherOptions options) : options_(std::move(options)) {
   // Share regions go in a directory of this launcher's own, under a name nobody can guess, so
   // that no other local account can take or redirect a region's name (region_dir is shared:
   // /dev/shm). Without it, jobs run and shares are refused with the reason.
-  Result<std::string> regions = internal::MakePrivateDir(options_.region_dir, kRegionDirPrefix);
+  // Those of launchers that died without removing theirs (SIGKILL) go first, whatever their
+  // work directory.
+  internal::RemoveAbandonedPrivateDirs(options_.region_dir, kRegionDirPrefix);
+  Result<std::string> regions =
+      internal::MakePrivateDir(options_.region_dir, kRegionDirPrefix, &regions_lock_fd_);
   if (regions.ok()) {
     regions_ = *regions;
   } else {
@@ -412,6 +416,7 @@ Launcher::~Launcher() {
   jobs_.clear();
   WriteRunningList();
   if (!regions_.empty()) internal::RemovePrivateDir(regions_);
+  if (regions_lock_fd_ >= 0) close(regions_lock_fd_);
   if (lock_fd_ >= 0) close(lock_fd_);
   // Cgroups whose last processes were still exiting: a second to go.
   for (int i = 0; i < 100 && !stale_cgroups_.empty(); ++i) {

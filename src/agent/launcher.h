@@ -220,6 +220,7 @@ class Launcher {
   std::vector<std::string> leftovers_;
   std::string regions_;        // region_dir(); "" when it could not be made
   std::string regions_error_;  // why not
+  int regions_lock_fd_ = -1;   // regions_, flock'ed while this launcher lives
   std::string cut_note_;       // ends a cut output file
   int lock_fd_ = -1;         // <work_dir>/.lock, held (flock) while this launcher owns the list
   bool owns_list_ = false;

@@ -265,6 +265,59 @@ TEST(AgentLauncher, RegionsLiveInAPrivateUnpredictableDirectory) {
     EXPECT_NE(access(d.c_str(), F_OK), 0) << d << " outlived its launcher";
 }
 
+// A launcher holds a lock on its region directory while it lives. The next launcher on the host
+// (whatever its work directory) removes the directories of those that died without cleaning up
+// (SIGKILL), and leaves those of live launchers, of other accounts, and other names alone.
+TEST(AgentLauncher, RegionDirectoriesOfDeadLaunchersAreRemovedByTheNext) {
+  TempDir dir;
+  LauncherOptions live_options = Opts(dir);
+  live_options.work_dir = dir.path() + "/live";
+  Launcher live(live_options);
+  int pipe_fds[2];
+  ASSERT_EQ(pipe(pipe_fds), 0);
+  pid_t dead = fork();
+  ASSERT_GE(dead, 0);
+  if (dead == 0) {
+    LauncherOptions o = Opts(dir);
+    o.work_dir = dir.path() + "/dead";
+    auto* l = new Launcher(o);  // dies without its destructor
+    // A region in it (no job: one between its fork and its exec would hold the lock a moment).
+    capgpu::LimitList limits;
+    limits.count = 1;
+    limits.bytes[0] = 1 << 30;
+    bool ok = capgpu::CreateRegionFile(l->RegionPath("share").c_str(), limits, 0600, false) == 0;
+    const std::string d = l->region_dir();
+    ok = write(pipe_fds[1], d.data(), d.size()) == static_cast<ssize_t>(d.size()) && ok;
+    _exit(ok ? 0 : 1);
+  }
+  close(pipe_fds[1]);
+  char buf[4096] = {};
+  ASSERT_GT(read(pipe_fds[0], buf, sizeof(buf) - 1), 0);
+  close(pipe_fds[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(dead, &status, 0), dead);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  const std::string dead_dir = buf;
+  ASSERT_EQ(access((dead_dir + "/tessera-capgpu-share").c_str(), F_OK), 0);
+  const std::string other_name = dir.path() + "/tessera-00000000000000000000000000000000";
+  const std::string plain = dir.path() + "/tessera-keep-me";
+  ASSERT_EQ(mkdir(other_name.c_str(), 0711), 0);
+  ASSERT_EQ(mkdir(plain.c_str(), 0711), 0);
+  if (geteuid() == 0) {
+    ASSERT_EQ(chown(other_name.c_str(), getpwnam("nobody")->pw_uid, 0), 0);
+  }
+
+  LauncherOptions next_options = Opts(dir);
+  next_options.work_dir = dir.path() + "/next";
+  Launcher next(next_options);
+  EXPECT_NE(access(dead_dir.c_str(), F_OK), 0) << dead_dir << " outlived its launcher";
+  EXPECT_EQ(access(live.region_dir().c_str(), F_OK), 0) << "a live launcher's directory went";
+  EXPECT_EQ(access(plain.c_str(), F_OK), 0);
+  if (geteuid() == 0) {
+    EXPECT_EQ(access(other_name.c_str(), F_OK), 0) << "another account's directory went";
+  }
+}
+
 // Another local user (a process that is not the agent) pre-creates the names a share's region
 // had in the shared directory (a file; a symbolic link to a file of someone else's; the
 // temporary names a region was built under, <name>.tmp.<agent pid>). The shares still start,

@@ -352,6 +352,13 @@ static Status ReadServerSettings(const YAML::Node& root, EngineConfig* c) {
   if (st.ok()) st = ReadMs(root, "idle_after", true, &c->idle_after_ms);
   if (st.ok()) st = ReadMs(root, "utilization_fine_keep", true, &c->utilization_fine_keep_ms);
   if (st.ok()) st = ReadMs(root, "utilization_keep", true, &c->utilization_keep_ms);
+  if (st.ok() && root["max_requests_per_identity"]) {
+    int64_t n = -1;
+    if (!YAML::convert<int64_t>::decode(root["max_requests_per_identity"], n) || n < 1 || n > 100'000) {
+      return Bad("max_requests_per_identity", "must be an integer from 1 to 100000");
+    }
+    c->max_requests_per_identity = n;
+  }
   if (st.ok() && root["max_jobs_per_identity"]) {
     int64_t n = -1;
     if (!YAML::convert<int64_t>::decode(root["max_jobs_per_identity"], n) || n < 1 ||
@@ -406,6 +413,7 @@ static Result<quota::PolicySpec> ReadPolicy(const YAML::Node& root) {
                      "retention", "auth_failed_retention",
                      "max_output",
                      "max_jobs_per_identity",
+                     "max_requests_per_identity",
                      "identities",
                      "idle_after",
                      "utilization_fine_keep",

@@ -104,6 +104,9 @@ struct EngineConfig {
   // ended; a submission past it is refused with 429 and Retry-After, so one user cannot flood the
   // queue (100,000 pending jobs in 35 s) or the server's memory.
   int64_t max_jobs_per_identity = 10000;
+  // `max_requests_per_identity: 16` (the default): requests one identity (a person or a script;
+  // not an agent) may have in the server at once; past it, 429 with Retry-After.
+  int64_t max_requests_per_identity = 16;
   int backend_nice = 10;           // niceness added to the external schedulers' commands (0-19)
   int64_t utilization_sample_ms = 10000;  // how often the utilization history is sampled
   // `idle_after: 15m` (the default): an allocation whose devices showed no activity for this

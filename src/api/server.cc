@@ -5,6 +5,7 @@
 #include <csignal>
 
 #include "common/log.h"
+#include "api/request_slots.h"
 #include "common/text.h"
 #include "model/quantity.h"
 #include "net/http_server.h"
@@ -208,6 +209,7 @@ const std::vector<RouteInfo>& ApiServer::Routes() {
 namespace {
 net::HttpServerOptions HttpOptions(const ApiServerOptions& o, int io_threads, int workers) {
   net::HttpServerOptions h;
+  h.admission = o.admission;
   if (io_threads <= 0) io_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   h.io_threads = io_threads;
   h.workers = workers;
@@ -243,6 +245,27 @@ Status CheckRequestText(const HttpRequest& req) {
   return Status::Ok();
 }
 
+// `o` with the HTTP server's admission taking one of each request's identity's slots as it is
+// read, before it queues for a handler (people and scripts; agents and requests without a known
+// token take none): past its slots, 429 with Retry-After; the slot comes back with the answer.
+ApiServerOptions WithSlots(ApiServerOptions o, Engine* e, RequestSlots* slots) {
+  o.admission = [e, slots](const HttpRequest& req, HttpResponse* refusal, std::function<void()>* release) {
+    if (req.header("authorization").empty()) return true;
+    auto who = Authenticate(*e, req);
+    if (!who.ok() || who->role == Role::kAgent) return true;
+    if (!slots->Acquire(who->name)) {
+      ReplyError(*refusal, Status::ResourceExhausted("'" + who->name + "' has " +
+                                                     std::to_string(e->config().max_requests_per_identity) +
+                                                     " requests in progress (max_requests_per_identity): try again "
+                                                     "shortly"));
+      return false;
+    }
+    *release = [slots, name = who->name] { slots->Release(name); };
+    return true;
+  };
+  return o;
+}
+
 // Registers routes on the HTTP server with each request's handling time recorded for
 // tessera_http_request_duration_seconds, by the route's pattern (bounded labels), not its path.
 struct TimedRoutes {
@@ -252,8 +275,7 @@ struct TimedRoutes {
              log::Level request_log = log::Level::kInfo) {
     http.Route(
         method, pattern,
-        [e = e, method, pattern, handler = std::move(handler)](const HttpRequest& req,
-                                                               HttpResponse& res) {
+        [e = e, method, pattern, handler = std::move(handler)](const HttpRequest& req, HttpResponse& res) {
           const auto start = std::chrono::steady_clock::now();
           auto micros = [&start] {
             return std::chrono::duration_cast<std::chrono::microseconds>(
@@ -623,9 +645,10 @@ void AddAgentRoutes(TimedRoutes& s) {
 
 ApiServer::ApiServer(Engine* engine, ApiServerOptions options)
     : engine_(engine),
+      slots_(std::make_unique<RequestSlots>(engine->config().max_requests_per_identity)),
       lease_check_(options.lease_check),
-      http_(std::make_unique<net::HttpServer>(
-          HttpOptions(options, options.io_threads, options.workers))) {
+      http_(std::make_unique<net::HttpServer>(HttpOptions(WithSlots(options, engine, slots_.get()), options.io_threads,
+                                                          options.workers))) {
   TimedRoutes s{*http_, engine_};
   AddHealthRoutes(s);
   AddJobRoutes(s);

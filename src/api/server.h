@@ -21,10 +21,9 @@
 #include <vector>
 
 #include "api/engine.h"
+#include "api/request_slots.h"
 
-namespace tessera::net {
-class HttpServer;
-}
+#include "net/http_server.h"
 
 namespace tessera::api {
 
@@ -58,6 +57,8 @@ struct ApiServerOptions {
   int64_t max_connections = 0;
   int64_t max_connections_per_peer = 512;
   bool stop_on_signals = false;  // SIGINT and SIGTERM stop Run() (tessera serve)
+  // Set by ApiServer itself (requests in progress per identity, max_requests_per_identity).
+  net::HttpAdmission admission;
   // Checked every tick when set (the store's leader lease): once it fails, Run() stops serving
   // and deposed() says why. A deposed leader must not answer as one.
   std::function<Status()> lease_check;
@@ -84,6 +85,7 @@ class ApiServer {
 
  private:
   Engine* engine_;
+  std::unique_ptr<RequestSlots> slots_;  // requests in progress per identity
   std::function<Status()> lease_check_;
   std::unique_ptr<net::HttpServer> http_;
   std::atomic<bool> stop_{false};

@@ -388,6 +388,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
         peer_key_(peer),
         counted_(counted) {}
   ~Session() {
+    if (release_) release_();  // a request whose answer never came (its connection went first)
     if (counted_) server_->Release(peer_key_);
     --server_->open;
     --*loop_open_;
@@ -490,8 +491,14 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     const unsigned version = msg.version();
     const bool keep_alive = msg.keep_alive();
     auto req = std::make_shared<HttpRequest>(ToHttpRequest(std::move(msg)));
-    if (const RouteEntry* r = server_->Find(*req); r != nullptr && r->async)
-      return DispatchAsync(*r, req, version, keep_alive, start);
+    const RouteEntry* route = server_->Find(*req);
+    if (route != nullptr && server_->options.admission) {
+      HttpResponse refusal;
+      if (!server_->options.admission(*req, &refusal, &release_)) {
+        return Send(std::move(refusal), version, keep_alive, Entry(route->log_level, start, *req));
+      }
+    }
+    if (route != nullptr && route->async) return DispatchAsync(*route, req, version, keep_alive, start);
     if (server_->options.workers <= 0) {  // handlers run on the I/O threads: no hand-offs
       HttpResponse res;
       const log::Level level = server_->Dispatch(*req, res);
@@ -581,6 +588,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   }
 
   void Send(HttpResponse out, unsigned version, bool keep_alive, RequestLogEntry entry) {
+    if (release_) std::exchange(release_, nullptr)();  // the request's admission ends with its answer
     entry.status = out.status;
     entry.bytes = out.body.size();
     logged_ = std::move(entry);
@@ -635,6 +643,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   bool linger_ = false;
   std::vector<char> drain_;
   RequestLogEntry logged_;  // the request being answered, for the request log
+  std::function<void()> release_;  // its admission's release, called as its answer is sent
   std::string peer_;        // "address:port", once a request was logged
   PeerKey peer_key_;
   bool counted_ = false;       // under peer_key_ in the per-peer cap

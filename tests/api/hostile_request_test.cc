@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <random>
 #include <thread>
@@ -290,6 +291,58 @@ TEST_F(HostileRequestTest, ArbitraryBytesOnEveryRouteFromEveryRoleNeverGetA5xx) 
   auto jobs = client_->Get("/v1/jobs?limit=1000", {{"Authorization", "Bearer admin-token-1"}});
   ASSERT_TRUE(jobs);
   EXPECT_TRUE(IsValidUtf8(jobs->body));
+}
+
+// An identity's requests in the server at once are bounded (max_requests_per_identity): past its
+// slots it gets 429 with Retry-After at once; a slot comes back with each answer; agents and
+// other identities are not counted against it.
+TEST(RequestSlots, AnIdentityHoldsAtMostItsSlots) {
+  RequestSlots slots(2);
+  EXPECT_TRUE(slots.Acquire("alice"));
+  EXPECT_TRUE(slots.Acquire("alice"));
+  EXPECT_FALSE(slots.Acquire("alice"));
+  EXPECT_TRUE(slots.Acquire("bob"));
+  slots.Release("alice");
+  EXPECT_EQ(slots.InUse("alice"), 1);
+  {
+    RequestSlots::Held held(&slots, "alice");  // as a route takes one
+    EXPECT_TRUE(slots.Acquire("alice"));
+    EXPECT_FALSE(slots.Acquire("alice"));
+    slots.Release("alice");
+  }
+  EXPECT_EQ(slots.InUse("alice"), 0);
+  EXPECT_EQ(slots.InUse("bob"), 1);
+}
+
+TEST_F(HostileRequestTest, ConcurrentRequestsOfOneIdentityGet429OrTheirAnswerAndSlotsComeBack) {
+  for (int i = 0; i < 200; ++i) {
+    auto r = client_->Post("/v1/jobs", {{"Authorization", "Bearer alice-token-1"}},
+                           R"({"queue":"training","command":["true"],"name":"n"})", "application/json");
+    ASSERT_TRUE(r && r->status == 201) << (r ? r->body : "no answer");
+  }
+  std::atomic<int> ok{0}, limited{0}, other{0};
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 48; ++t) {
+    clients.emplace_back([&] {
+      httplib::Client c("127.0.0.1", port_);
+      for (int k = 0; k < 5; ++k) {
+        auto r = c.Get("/v1/jobs?limit=999", {{"Authorization", "Bearer alice-token-1"}});
+        if (r && r->status == 200) {
+          ++ok;
+        } else if (r && r->status == 429 && r->get_header_value("Retry-After") == "5") {
+          ++limited;
+        } else {
+          ++other;
+        }
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(other.load(), 0);
+  EXPECT_GT(ok.load(), 0);
+  std::printf("48 clients x 5 lists of 200 jobs: %d answered, %d refused with 429\n", ok.load(), limited.load());
+  // Every slot came back: sequential requests all answer.
+  for (int i = 0; i < 40; ++i) ASSERT_EQ(Get("/v1/jobs?limit=999", "alice-token-1"), 200) << i;
 }
 
 }  // namespace

@@ -405,13 +405,16 @@ void RegisterAgentCommand(CLI::App& app, CommandContext& ctx) {
   auto swap_ram = std::make_shared<std::string>();
   cmd->add_option("--swap-ram", *swap_ram, "host RAM per swapping share for swapped-out memory, e.g. 64GiB (default: unlimited)");
   cmd->add_option("--swap-dir", o->swap_dir, "directory for swapped-out memory past --swap-ram (default: none)");
+  auto max_output = std::make_shared<std::string>();
+  cmd->add_option("--max-output", *max_output,
+                  "most output kept and uploaded per job on this node, e.g. 64MiB (default 64MiB; 0: no limit)");
   auto swap_disk = std::make_shared<std::string>();
   cmd->add_option("--swap-disk", *swap_disk, "space under --swap-dir the node offers swapped-out memory, e.g. 500GiB (default 0)");
   cmd->add_option("--swap-idle", o->swap_idle_ms, "ms a share must be idle before it is swapped out ahead of need, to keep room for the next wake (30000; under pressure 2000 or this, if shorter)");
   cmd->add_option("--swap-slice", o->swap_slice_ms, "ms an active share may hold the device before it is swapped out for a share waiting for memory when no idle one can make room (0, the default: the share waits for an active one to go idle)")->check(CLI::Range(0, 86'400'000));
   auto log_flags = std::make_shared<LogFlags>();
   AddLogFlags(cmd, log_flags.get());
-  cmd->callback([o, token_file, token_flag, swap_ram, swap_disk, log_flags, &ctx] {
+  cmd->callback([o, token_file, token_flag, swap_ram, swap_disk, max_output, log_flags, &ctx] {
     ApplyLogFlags(*log_flags);
     if (!token_flag->empty()) {
       std::cerr
@@ -429,6 +432,15 @@ void RegisterAgentCommand(CLI::App& app, CommandContext& ctx) {
         return;
       }
       opts.swap_ram_bytes = *mib * 1024 * 1024;
+    }
+    if (!max_output->empty()) {
+      auto mib = ParseMemoryMiB(*max_output);
+      if (!mib.ok() || *mib < 0 || *mib > (INT64_MAX >> 20)) {
+        std::cerr << "tessera agent: --max-output: expected a size such as 64MiB, not '" << *max_output << "'\n";
+        ctx.exit_code = kExitBadInput;
+        return;
+      }
+      opts.max_output_bytes = *mib * 1024 * 1024;
     }
     if (!swap_disk->empty()) {
       auto mib = ParseMemoryMiB(*swap_disk);

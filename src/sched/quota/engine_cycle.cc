@@ -121,6 +121,14 @@ std::vector<int> Engine::Order() {
 std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order, const std::function<void()>& between) {
   // 2-4. Admit and place in order; preempt and reserve for what does not fit.
   std::vector<int> still;
+  // Claims in flight and capacity leaving, as of now (each reclaim below adds to them).
+  claimed_gpu_.assign(groups_.size(), 0);
+  leaving_gpu_.assign(groups_.size(), 0);
+  for (int t : terminating_) AddToChain(leaving_gpu_, jobs_[t].group, jobs_[t].charge.gpu_milli);
+  for (int h : order) {
+    const Job& c = jobs_[h];
+    if (c.state == JobState::kPending && c.awaiting > 0) AddToChain(claimed_gpu_, c.group, c.gpu_count * c.gpu_milli);
+  }
   for (int h : order) {
     if (between) between();  // every decision so far is final
     Job& j = jobs_[h];
@@ -150,11 +158,17 @@ std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order, const std::
     }
     if (step == "Placement" || step == "Backfill") {
       Resources nominal{j.gpu_count * j.gpu_milli, 0, 0, 0};
-      bool within_reservation =
-          WithinReservation(groups_[j.group].usage, nominal, groups_[j.group].spec.reservation);
+      // Within the reservation counting the group's claims already in flight: 22 jobs against a
+      // reservation of 16 reclaim 16, not 22.
+      Resources held = groups_[j.group].usage;
+      held.gpu_milli += claimed_gpu_[j.group];
+      bool within_reservation = WithinReservation(held, nominal, groups_[j.group].spec.reservation);
       bool tried = false;
       if (preempt_searches_ < policy_.max_preemption_searches_per_cycle) {
-        if (within_reservation) tried = TryPreempt(h, /*reclaim=*/true);
+        if (within_reservation) {
+          tried = TryPreempt(h, /*reclaim=*/true);
+          if (tried && jobs_[h].awaiting > 0) AddToChain(claimed_gpu_, j.group, nominal.gpu_milli);
+        }
         if (!tried) tried = TryPreempt(h, /*reclaim=*/false);
       }
       if (tried) {

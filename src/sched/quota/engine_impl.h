@@ -412,6 +412,12 @@ class Engine final : public QuotaEngine {
   MilliCpu cpu_capacity_ = 0;      // every node's, for the fair-share key
   MiB host_memory_capacity_ = 0;
   std::set<int> terminating_;      // handles in kTerminating, in handle order
+  // Per group (its own and its descendants'), as of this cycle: GPU of claims in flight (pending
+  // jobs granted preempted capacity, waiting out the grace) and GPU already leaving (terminating
+  // jobs). Reclaim counts both, so that it stops at the reservation on either side.
+  std::vector<int64_t> claimed_gpu_;
+  std::vector<int64_t> leaving_gpu_;
+  void AddToChain(std::vector<int64_t>& per_group, int g, int64_t v);
   std::set<int> reserved_devs_;    // devices whose reserved_by may be set
   int64_t now_ = 0;
   int64_t last_cycle_ = -1;

@@ -13,8 +13,10 @@ bool Engine::Victim(const Job& claimant, int v, bool reclaim) const {
   if (reclaim) {
     if (x.group == claimant.group) return false;
     const GroupRt& g = groups_[x.group];
-    // A borrower: its group holds more GPU than it reserved.
-    return g.usage.gpu_milli > g.spec.reservation.gpu_milli;
+    // A borrower: its group holds more GPU than it reserved, counting what is already leaving,
+    // and keeps its reservation once this job goes too.
+    const int64_t leaving = static_cast<size_t>(x.group) < leaving_gpu_.size() ? leaving_gpu_[x.group] : 0;
+    return g.usage.gpu_milli - leaving - x.charge.gpu_milli >= g.spec.reservation.gpu_milli;
   }
   return x.group == claimant.group && x.priority < claimant.priority;
 }
@@ -206,8 +208,14 @@ void Engine::Nominate(int d, int self, int64_t until) {
   jobs_[self].nominated = true;
 }
 
+void Engine::AddToChain(std::vector<int64_t>& per_group, int g, int64_t v) {
+  if (per_group.size() != groups_.size()) per_group.assign(groups_.size(), 0);
+  for (; g >= 0; g = groups_[g].parent) per_group[g] += v;
+}
+
 void Engine::Preempt(int v, int claimant, const std::string& why) {
   Job& x = jobs_[v];
+  AddToChain(leaving_gpu_, x.group, x.charge.gpu_milli);
   int64_t lost = LostWork(x);
   x.state = JobState::kTerminating;
   terminating_.insert(v);
@@ -222,6 +230,7 @@ void Engine::Preempt(int v, int claimant, const std::string& why) {
 void Engine::FinishTermination(int v) {
   Job& x = jobs_[v];
   int claimant = x.claimant;
+  AddToChain(leaving_gpu_, x.group, -x.charge.gpu_milli);
   Release(v);
   x.state = JobState::kPending;
   x.claimant = -1;

@@ -463,6 +463,43 @@ TEST(QuotaAdmission, ParentLimitBindsChildren) {
 // ---------------------------------------------------------------------------------------------
 // Reclaim and priority preemption
 
+// A card the engine split for one short inference job comes back whole once idle, when whole
+// or share demand waits (it once stayed in MIG mode with an empty instance, and a 2-card job
+// waited on an idle 2-card node for good). Broken on purpose (no unsplit), train2 never runs.
+TEST(QuotaRepartition, AnIdleCardSplitForInferenceComesBackForWholeAndShareDemand) {
+  PolicySpec p = BasePolicy();
+  World w(p, {Node("n0", "any", 2)});
+  w.Submit(Job("inf", "infer", "a"), 0);
+  w.e->RunCycle(0);
+  ASSERT_EQ(w.State("inf"), JobState::kRunning);
+  ASSERT_EQ(w.View("inf").form, F::kPartition);
+  w.e->Complete(w.h["inf"], 60);
+  w.Submit(Job("train2", "train", "b", 2), 61);
+  w.e->RunCycle(61);
+  w.e->RunCycle(62);
+  EXPECT_EQ(w.State("train2"), JobState::kRunning) << w.View("train2").wait_reason;
+  bool returned = false;
+  for (const Event& e : w.e->events()) {
+    returned = returned || (e.kind == EventKind::kRepartitioned && e.detail.find("MIG off on an idle device for train2") != std::string::npos);
+  }
+  EXPECT_TRUE(returned);
+  // The same for a share after a partition.
+  w.e->Complete(w.h["train2"], 100);
+  w.Submit(Job("inf2", "infer", "a"), 101);
+  w.e->RunCycle(101);
+  ASSERT_EQ(w.View("inf2").form, F::kPartition);
+  w.e->Complete(w.h["inf2"], 160);
+  w.Submit(Job("nb1", "inter", "a"), 161);
+  w.Submit(Job("nb2", "inter", "a"), 161);
+  w.Submit(Job("whole", "train", "b"), 161);
+  w.Submit(Job("whole2", "train", "b"), 161);
+  w.e->RunCycle(161);
+  w.e->RunCycle(162);
+  EXPECT_EQ(w.State("nb1"), JobState::kRunning) << w.View("nb1").wait_reason;
+  EXPECT_EQ(w.State("nb2"), JobState::kRunning) << w.View("nb2").wait_reason;
+  w.Done();
+}
+
 TEST(QuotaReclaim, BelowReservationTakesBackFromBorrowersWithLeastLostWork) {
   PolicySpec p = BasePolicy();
   p.grace_seconds = 30;

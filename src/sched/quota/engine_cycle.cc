@@ -14,11 +14,13 @@ CycleStats Engine::RunCycle(int64_t now, const std::function<void()>& between) {
   preempt_searches_ = 0;
   repartitions_ = 0;
   partition_demand_.clear();
+  whole_demand_.clear();
   EndGraces();
   UpdateFairShare();
   std::vector<int> order = Order();
   std::vector<int> still = AdmitInOrder(order, between);
   RepartitionForDemand();
+  UnsplitForDemand();
   for (int h : still) {
     if (jobs_[h].state == JobState::kPending) pending_.push_back(h);
   }
@@ -185,6 +187,10 @@ std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order, const std::
             j.forms.end()) {
           partition_demand_.push_back(h);
         }
+        if (step == "Placement" && j.gpu_count > 0 &&
+            std::any_of(j.forms.begin(), j.forms.end(), [](AllocationForm f) { return f != AllocationForm::kPartition; })) {
+          whole_demand_.push_back(h);
+        }
         if (heads_ < 4 && step == "Placement" && j.forms.front() == AllocationForm::kWhole) {
           ReserveForHead(h);
         }
@@ -222,6 +228,59 @@ void Engine::RepartitionForDemand() {
       }
     }
   }
+}
+
+// 6. A device split for partition demand goes back to whole once idle, when whole or share
+// demand waits that it could serve (MIG turned off, an AMD card back to SPX+NPS1): a card split
+// for one short inference job once stayed split, and a 2-card job waited on an idle node for
+// good. Only devices the engine split itself (a registered layout is the operator's), idle,
+// with no layout change under way and kept for nobody; at most max_repartitions_per_cycle.
+void Engine::UnsplitForDemand() {
+  if (whole_demand_.empty()) return;
+  int changed = 0;
+  for (int h : whole_demand_) {
+    Job& j = jobs_[h];
+    if (j.state != JobState::kPending || j.awaiting > 0) continue;
+    bool any = false;
+    for (size_t di = 0; di < devs_.size() && changed < policy_.max_repartitions_per_cycle; ++di) {
+      const Dev& d = devs_[di];
+      if (!d.split || !d.engine_split || !d.idle() || d.plan.active || d.reserved_by >= 0) continue;
+      if (!InPools(j, d.pool) || nodes_[d.node].down || d.memory < j.gpu_mem) continue;
+      bool serves = false;
+      for (AllocationForm f : j.forms) serves = serves || (f != AllocationForm::kPartition && PoolAllows(d.pool, f));
+      if (!serves) continue;
+      Unsplit(static_cast<int>(di), j.id);
+      ++changed;
+      any = true;
+      if (j.gpu_count <= 1) break;  // a gang may need several
+    }
+    if (!any) continue;
+    memo_.clear();
+    std::string step, reason;
+    bool bf = false;
+    if (TryPlace(h, &step, &reason, &bf)) ++stats_.admitted;
+  }
+}
+
+void Engine::Unsplit(int di, const std::string& for_job) {
+  Dev& d = devs_[di];
+  std::string what;
+  if (d.amd_capable()) {
+    what = "compute mode " + d.amd_pair + " -> SPX+NPS1";
+    d.amd_pair = "SPX+NPS1";
+    RebuildAmdSlots(d);
+  } else {
+    what = "MIG off";
+    d.mig = d.split = false;
+    d.slots.clear();
+  }
+  d.engine_split = false;
+  d.no_start = 0;
+  MirrorSyncSplit(di);
+  Reindex(di);
+  ++repartitions_;
+  Emit(EventKind::kRepartitioned, nullptr,
+       DevName(di) + ": " + what + " on an idle device for " + for_job + ", waiting for a whole device or a share (nothing lost)");
 }
 
 // ------------------------------------------------------------------------------------------

@@ -59,6 +59,9 @@ struct Dev {
   int whole = -1;
   bool mig = false;    // MIG mode on
   bool split = false;  // has partition slots (MIG on, or AMD with more than one partition)
+  // Split by the engine itself (MIG enabled, AMD switched, for partition demand), not as
+  // registered: an idle one goes back to whole when whole or share demand waits.
+  bool engine_split = false;
   std::string amd_pair;
   std::vector<Slot> slots;
   std::vector<int> shares;
@@ -436,6 +439,11 @@ class Engine final : public QuotaEngine {
   int preempt_searches_ = 0;
   int repartitions_ = 0;
   std::vector<int> partition_demand_;
+  // Jobs that found no room this cycle and would take a whole device or a share: idle devices
+  // the engine split go back to whole for them (UnsplitForDemand).
+  std::vector<int> whole_demand_;
+  void UnsplitForDemand();
+  void Unsplit(int di, const std::string& for_job);
   CycleStats stats_;
   int max_devs_per_node_ = 0;
   std::map<std::string, int64_t> ext_cap_;   // external pool -> GPU capacity (milli); absent: unbounded

@@ -348,6 +348,7 @@ void Engine::ApplyCandidateLayout(const Job& j, const Candidate& c) {
   if (c.enable_mig_dev >= 0) {
     Dev& d = devs_[c.enable_mig_dev];
     d.mig = d.split = true;
+    d.engine_split = true;
     Emit(EventKind::kRepartitioned, nullptr,
          DevName(c.enable_mig_dev) + ": MIG enabled on an idle device for " + j.id +
              " (nothing lost)");
@@ -357,6 +358,7 @@ void Engine::ApplyCandidateLayout(const Job& j, const Candidate& c) {
     std::string before = d.amd_pair;
     d.amd_pair = c.amd_switch;
     RebuildAmdSlots(d);
+    d.engine_split = d.split;
     Emit(EventKind::kRepartitioned, nullptr,
          DevName(c.amd_dev) + ": compute mode " + before + " -> " + d.amd_pair +
              " on an idle device for " + j.id + " (nothing lost)");

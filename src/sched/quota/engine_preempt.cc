@@ -493,6 +493,7 @@ bool Engine::ApplyAmdPlan(int di) {
     o.amd_pair = nd[k] == di ? pair->ToString() : change->resulting[k].ToString();
     if (nd[k] != di) o.plan = {};
     RebuildAmdSlots(o);
+    o.engine_split = o.split;
   }
   return true;
 }
@@ -500,6 +501,7 @@ bool Engine::ApplyAmdPlan(int di) {
 void Engine::ApplyMigPlan(Dev& d) {
   if (d.plan.enable_mig) {
     d.mig = d.split = true;
+    d.engine_split = true;
     d.slots.clear();
   }
   for (const part::Instance& in : d.plan.evict) {

@@ -117,8 +117,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // An event as an older server stored it, any bytes in every field, built as Engine::Events
   // builds its answer (data that is not JSON becomes {}).
   Json stored_data = Json::parse(extra, nullptr, false);
-  const Json old_event = {{"seq", 1}, {"time_ms", h.now()}, {"actor", method}, {"kind", "auth.failed"},
-                          {"subject", path}, {"reason", reason}, {"data", stored_data.is_discarded() ? Json::object() : stored_data}};
+  const Json old_event = {{"seq", 1},
+                          {"time_ms", h.now()},
+                          {"actor", method},
+                          {"kind", "auth.failed"},
+                          {"subject", path},
+                          {"reason", reason},
+                          {"data", stored_data.is_discarded() ? Json::object() : stored_data}};
   CheckRendering(Render(Json{{"events", Json::array({old_event})}, {"next", 1}}));
 
   auto last = e.LastEventSeq();

@@ -1,10 +1,9 @@
 #include "agent/protocol.h"
 
-#include "model/cluster.h"
-
 #include <cctype>
-
 #include <nlohmann/json.hpp>
+
+#include "model/cluster.h"
 
 namespace tessera::agent {
 namespace {

@@ -354,7 +354,8 @@ static Status ReadServerSettings(const YAML::Node& root, EngineConfig* c) {
   if (st.ok()) st = ReadMs(root, "utilization_keep", true, &c->utilization_keep_ms);
   if (st.ok() && root["max_requests_per_identity"]) {
     int64_t n = -1;
-    if (!YAML::convert<int64_t>::decode(root["max_requests_per_identity"], n) || n < 1 || n > 100'000) {
+    if (!YAML::convert<int64_t>::decode(root["max_requests_per_identity"], n) || n < 1 ||
+        n > 100'000) {
       return Bad("max_requests_per_identity", "must be an integer from 1 to 100000");
     }
     c->max_requests_per_identity = n;
@@ -410,7 +411,8 @@ static Result<quota::PolicySpec> ReadPolicy(const YAML::Node& root) {
                      "backend_poll",
                      "backend_nice",
                      "utilization_sample",
-                     "retention", "auth_failed_retention",
+                     "retention",
+                     "auth_failed_retention",
                      "max_output",
                      "max_jobs_per_identity",
                      "max_requests_per_identity",

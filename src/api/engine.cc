@@ -637,7 +637,8 @@ Status Engine::RetentionTick() {
   // memory is live or ended recently, so nothing memory holds is older than a day of it).
   const int64_t now = clock_();
   const bool audit = config_.auth_failed_retention_ms > 0;
-  if ((config_.retention_ms <= 0 && !audit) || now - last_prune_ms_ < kPruneEveryMs) return Status::Ok();
+  if ((config_.retention_ms <= 0 && !audit) || now - last_prune_ms_ < kPruneEveryMs)
+    return Status::Ok();
   last_prune_ms_ = now;
   if (audit) {
     auto gone = store_->PruneEventsOfKind("auth.failed", now - config_.auth_failed_retention_ms);

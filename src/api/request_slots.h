@@ -43,7 +43,8 @@ class RequestSlots {
   // A slot held for a scope.
   class Held {
    public:
-    Held(RequestSlots* slots, std::string identity) : slots_(slots), identity_(std::move(identity)) {}
+    Held(RequestSlots* slots, std::string identity)
+        : slots_(slots), identity_(std::move(identity)) {}
     ~Held() {
       if (slots_ != nullptr) slots_->Release(identity_);
     }

@@ -4,8 +4,8 @@
 #include <chrono>
 #include <csignal>
 
-#include "common/log.h"
 #include "api/request_slots.h"
+#include "common/log.h"
 #include "common/text.h"
 #include "model/quantity.h"
 #include "net/http_server.h"
@@ -230,7 +230,8 @@ net::HttpServerOptions HttpOptions(const ApiServerOptions& o, int io_threads, in
 // A request failing it is refused (400) before authentication, so that nothing of it is stored.
 Status CheckRequestText(const HttpRequest& req) {
   if (!IsCleanText(req.path)) {
-    return Status::InvalidArgument("the request path is not valid UTF-8 text (or holds control characters)");
+    return Status::InvalidArgument(
+        "the request path is not valid UTF-8 text (or holds control characters)");
   }
   for (const auto& [name, value] : req.query) {
     if (!IsCleanText(name) || !IsCleanText(value)) {
@@ -241,7 +242,8 @@ Status CheckRequestText(const HttpRequest& req) {
   const std::string key = req.header("idempotency-key");
   bool key_ok = key.size() <= 255;
   for (unsigned char c : key) key_ok = key_ok && c > 0x20 && c < 0x7f;
-  if (!key_ok) return Status::InvalidArgument("Idempotency-Key must be 1 to 255 printable ASCII characters");
+  if (!key_ok)
+    return Status::InvalidArgument("Idempotency-Key must be 1 to 255 printable ASCII characters");
   return Status::Ok();
 }
 
@@ -249,15 +251,17 @@ Status CheckRequestText(const HttpRequest& req) {
 // read, before it queues for a handler (people and scripts; agents and requests without a known
 // token take none): past its slots, 429 with Retry-After; the slot comes back with the answer.
 ApiServerOptions WithSlots(ApiServerOptions o, Engine* e, RequestSlots* slots) {
-  o.admission = [e, slots](const HttpRequest& req, HttpResponse* refusal, std::function<void()>* release) {
+  o.admission = [e, slots](const HttpRequest& req, HttpResponse* refusal,
+                           std::function<void()>* release) {
     if (req.header("authorization").empty()) return true;
     auto who = Authenticate(*e, req);
     if (!who.ok() || who->role == Role::kAgent) return true;
     if (!slots->Acquire(who->name)) {
-      ReplyError(*refusal, Status::ResourceExhausted("'" + who->name + "' has " +
-                                                     std::to_string(e->config().max_requests_per_identity) +
-                                                     " requests in progress (max_requests_per_identity): try again "
-                                                     "shortly"));
+      ReplyError(*refusal, Status::ResourceExhausted(
+                               "'" + who->name + "' has " +
+                               std::to_string(e->config().max_requests_per_identity) +
+                               " requests in progress (max_requests_per_identity): try again "
+                               "shortly"));
       return false;
     }
     *release = [slots, name = who->name] { slots->Release(name); };
@@ -275,7 +279,8 @@ struct TimedRoutes {
              log::Level request_log = log::Level::kInfo) {
     http.Route(
         method, pattern,
-        [e = e, method, pattern, handler = std::move(handler)](const HttpRequest& req, HttpResponse& res) {
+        [e = e, method, pattern, handler = std::move(handler)](const HttpRequest& req,
+                                                               HttpResponse& res) {
           const auto start = std::chrono::steady_clock::now();
           auto micros = [&start] {
             return std::chrono::duration_cast<std::chrono::microseconds>(
@@ -303,7 +308,8 @@ struct TimedRoutes {
         method, pattern,
         [e = e, method, pattern, handler = std::move(handler)](const HttpRequest& req, net::HttpReply reply) {
           const auto start = std::chrono::steady_clock::now();
-          net::HttpReply timed = [e, method, pattern, start, reply = std::move(reply)](HttpResponse res) {
+          net::HttpReply timed = [e, method, pattern, start,
+                                  reply = std::move(reply)](HttpResponse res) {
             const auto micros =
                 std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start);
             e->ObserveRequest(method, pattern, res.status, micros.count());
@@ -587,7 +593,8 @@ void AddOrderWatchRoute(TimedRoutes& s) {
         if (node.empty()) return refuse(reply, Status::InvalidArgument("'node' is required"));
         if (Status st = ValidateNodeName(node); !st.ok()) return refuse(reply, st);
         auto after = ParseNonNegativeInt(req.has_param("after") ? req.param("after") : "0");
-        if (!after.ok()) return refuse(reply, Status::InvalidArgument("'after' must be a non-negative integer"));
+        if (!after.ok())
+          return refuse(reply, Status::InvalidArgument("'after' must be a non-negative integer"));
         auto wait = ParseNonNegativeInt(req.has_param("wait_ms") ? req.param("wait_ms") : "25000");
         if (!wait.ok() || *wait > 60000) {
           return refuse(reply, Status::InvalidArgument("'wait_ms' must be an integer from 0 to 60000"));
@@ -647,8 +654,8 @@ ApiServer::ApiServer(Engine* engine, ApiServerOptions options)
     : engine_(engine),
       slots_(std::make_unique<RequestSlots>(engine->config().max_requests_per_identity)),
       lease_check_(options.lease_check),
-      http_(std::make_unique<net::HttpServer>(HttpOptions(WithSlots(options, engine, slots_.get()), options.io_threads,
-                                                          options.workers))) {
+      http_(std::make_unique<net::HttpServer>(HttpOptions(WithSlots(options, engine, slots_.get()),
+                                                          options.io_threads, options.workers))) {
   TimedRoutes s{*http_, engine_};
   AddHealthRoutes(s);
   AddJobRoutes(s);

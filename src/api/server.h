@@ -22,7 +22,6 @@
 
 #include "api/engine.h"
 #include "api/request_slots.h"
-
 #include "net/http_server.h"
 
 namespace tessera::api {

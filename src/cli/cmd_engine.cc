@@ -407,7 +407,8 @@ void RegisterAgentCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--swap-dir", o->swap_dir, "directory for swapped-out memory past --swap-ram (default: none)");
   auto max_output = std::make_shared<std::string>();
   cmd->add_option("--max-output", *max_output,
-                  "most output kept and uploaded per job on this node, e.g. 64MiB (default 64MiB; 0: no limit)");
+                  "most output kept and uploaded per job on this node, e.g. 64MiB (default 64MiB; "
+                  "0: no limit)");
   auto swap_disk = std::make_shared<std::string>();
   cmd->add_option("--swap-disk", *swap_disk, "space under --swap-dir the node offers swapped-out memory, e.g. 500GiB (default 0)");
   cmd->add_option("--swap-idle", o->swap_idle_ms, "ms a share must be idle before it is swapped out ahead of need, to keep room for the next wake (30000; under pressure 2000 or this, if shorter)");
@@ -436,7 +437,8 @@ void RegisterAgentCommand(CLI::App& app, CommandContext& ctx) {
     if (!max_output->empty()) {
       auto mib = ParseMemoryMiB(*max_output);
       if (!mib.ok() || *mib < 0 || *mib > (INT64_MAX >> 20)) {
-        std::cerr << "tessera agent: --max-output: expected a size such as 64MiB, not '" << *max_output << "'\n";
+        std::cerr << "tessera agent: --max-output: expected a size such as 64MiB, not '"
+                  << *max_output << "'\n";
         ctx.exit_code = kExitBadInput;
         return;
       }
@@ -481,11 +483,13 @@ void RegisterServeCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--tls-cert", f->tls_cert, "PEM certificate chain: serve HTTPS (with --tls-key)");
   cmd->add_option("--tls-key", f->tls_key, "PEM private key of --tls-cert");
   cmd->add_option("--tls-client-ca", f->tls_client_ca, "PEM CA: every client must present a certificate it signed");
-  cmd->add_option("--max-connections", f->max_connections,
-                  "open connections at most (default: the open-file limit less 1024, at most 50000)")
+  cmd->add_option(
+         "--max-connections", f->max_connections,
+         "open connections at most (default: the open-file limit less 1024, at most 50000)")
       ->check(CLI::Range(int64_t{0}, int64_t{10'000'000}));
-  cmd->add_option("--max-connections-per-peer", f->max_connections_per_peer,
-                  "open connections at most from one address, loopback not counted (default 512; 0: no cap)")
+  cmd->add_option(
+         "--max-connections-per-peer", f->max_connections_per_peer,
+         "open connections at most from one address, loopback not counted (default 512; 0: no cap)")
       ->check(CLI::Range(int64_t{0}, int64_t{10'000'000}));
   cmd->add_option("--threads", f->threads,
                   "threads running the API's event loops (default: one per core; routes that may wait run on a separate pool)")

@@ -21,9 +21,11 @@ Status ValidateNodeName(const std::string& node) {
   for (unsigned char c : node) printable = printable && c > 0x20 && c < 0x7f && c != '/';
   if (printable) return Status::Ok();
   std::string shown;
-  for (unsigned char c : node.substr(0, 64)) shown += c > 0x20 && c < 0x7f ? static_cast<char>(c) : '?';
-  return Status::InvalidArgument("node name '" + shown +
-                                 "' must be 1 to 253 printable ASCII characters, without spaces or '/'");
+  for (unsigned char c : node.substr(0, 64))
+    shown += c > 0x20 && c < 0x7f ? static_cast<char>(c) : '?';
+  return Status::InvalidArgument(
+      "node name '" + shown +
+      "' must be 1 to 253 printable ASCII characters, without spaces or '/'");
 }
 
 }  // namespace tessera

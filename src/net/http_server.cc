@@ -498,7 +498,8 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
         return Send(std::move(refusal), version, keep_alive, Entry(route->log_level, start, *req));
       }
     }
-    if (route != nullptr && route->async) return DispatchAsync(*route, req, version, keep_alive, start);
+    if (route != nullptr && route->async)
+      return DispatchAsync(*route, req, version, keep_alive, start);
     if (server_->options.workers <= 0) {  // handlers run on the I/O threads: no hand-offs
       HttpResponse res;
       const log::Level level = server_->Dispatch(*req, res);
@@ -588,7 +589,8 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   }
 
   void Send(HttpResponse out, unsigned version, bool keep_alive, RequestLogEntry entry) {
-    if (release_) std::exchange(release_, nullptr)();  // the request's admission ends with its answer
+    if (release_)
+      std::exchange(release_, nullptr)();  // the request's admission ends with its answer
     entry.status = out.status;
     entry.bytes = out.body.size();
     logged_ = std::move(entry);

@@ -80,11 +80,11 @@ using HttpAsyncHandler = std::function<void(const HttpRequest&, HttpReply)>;
 // handler: false refuses it with the response in `*refusal` (no handler runs). On true it may set
 // `*release`, which the server calls once the request's answer is handed to its connection
 // (per-client limits on requests in progress, counted before they queue, not once they run).
-using HttpAdmission =
-    std::function<bool(const struct HttpRequest&, struct HttpResponse* refusal, std::function<void()>* release)>;
+using HttpAdmission = std::function<bool(const struct HttpRequest&, struct HttpResponse* refusal,
+                                         std::function<void()>* release)>;
 
 struct HttpServerOptions {
-  int io_threads = 1;  // threads reading and writing connections
+  int io_threads = 1;       // threads reading and writing connections
   HttpAdmission admission;  // none: every request is admitted
   // Threads running handlers; 0 runs them on the I/O threads, which saves two thread hand-offs
   // per request when handlers are short (a handler that waits then holds one I/O thread: have

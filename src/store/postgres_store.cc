@@ -206,7 +206,8 @@ class PostgresStore final : public Store {
     Status s = Guard("pruning", [&]() -> Status {
       pqxx::work w(*conn_);
       if (Status f = CheckFence(w); !f.ok()) return f;
-      rows = w.exec_params("DELETE FROM events WHERE kind = $1 AND time_ms < $2", kind, before_ms).affected_rows();
+      rows = w.exec_params("DELETE FROM events WHERE kind = $1 AND time_ms < $2", kind, before_ms)
+                 .affected_rows();
       w.commit();
       return Status::Ok();
     });

@@ -189,8 +189,10 @@ class SqliteStore final : public Store {
     int64_t rows = 0;
     if (s.ok()) {
       // By the (kind, seq) index: the kind's events, then their times.
-      auto st = Prepare("DELETE FROM events WHERE kind = ?1 AND seq IN (SELECT seq FROM events WHERE kind = ?1 AND "
-                        "time_ms < ?2)");
+      auto st = Prepare(
+          "DELETE FROM events WHERE kind = ?1 AND seq IN (SELECT seq FROM events WHERE kind = ?1 "
+          "AND "
+          "time_ms < ?2)");
       if (!st.ok()) {
         s = st.status();
       } else {

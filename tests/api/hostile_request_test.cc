@@ -316,8 +316,9 @@ TEST(RequestSlots, AnIdentityHoldsAtMostItsSlots) {
 
 TEST_F(HostileRequestTest, ConcurrentRequestsOfOneIdentityGet429OrTheirAnswerAndSlotsComeBack) {
   for (int i = 0; i < 200; ++i) {
-    auto r = client_->Post("/v1/jobs", {{"Authorization", "Bearer alice-token-1"}},
-                           R"({"queue":"training","command":["true"],"name":"n"})", "application/json");
+    auto r =
+        client_->Post("/v1/jobs", {{"Authorization", "Bearer alice-token-1"}},
+                      R"({"queue":"training","command":["true"],"name":"n"})", "application/json");
     ASSERT_TRUE(r && r->status == 201) << (r ? r->body : "no answer");
   }
   std::atomic<int> ok{0}, limited{0}, other{0};
@@ -340,7 +341,8 @@ TEST_F(HostileRequestTest, ConcurrentRequestsOfOneIdentityGet429OrTheirAnswerAnd
   for (auto& t : clients) t.join();
   EXPECT_EQ(other.load(), 0);
   EXPECT_GT(ok.load(), 0);
-  std::printf("48 clients x 5 lists of 200 jobs: %d answered, %d refused with 429\n", ok.load(), limited.load());
+  std::printf("48 clients x 5 lists of 200 jobs: %d answered, %d refused with 429\n", ok.load(),
+              limited.load());
   // Every slot came back: sequential requests all answer.
   for (int i = 0; i < 40; ++i) ASSERT_EQ(Get("/v1/jobs?limit=999", "alice-token-1"), 200) << i;
 }

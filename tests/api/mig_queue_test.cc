@@ -74,7 +74,8 @@ TEST_F(MigQueueTest, TheSmallestProfileThatGivesWhatIsAsked) {
     if (c.memory_mib > 20 * 1024) {
       // An instance past the group's 20GiB limit could never run: refused, naming the limit.
       ASSERT_FALSE(r.ok()) << c.body.dump();
-      EXPECT_NE(r.status().message().find("group 'research' may hold at most 20GiB of gpu_memory"), std::string::npos)
+      EXPECT_NE(r.status().message().find("group 'research' may hold at most 20GiB of gpu_memory"),
+                std::string::npos)
           << r.status().message();
       continue;
     }

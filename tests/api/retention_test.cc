@@ -160,7 +160,9 @@ TEST_F(RetentionTest, FailedAuthenticationsAreKeptForTheirOwnTimeOnly) {
   }
   EXPECT_EQ(failed, std::vector<std::string>{"/v1/nodes"}) << events->dump();
   EXPECT_TRUE(submitted) << "an event of another kind was pruned without a retention";
-  EXPECT_EQ(ParseConfig(std::string(kConfig) + "auth_failed_retention: 1d\n").value().auth_failed_retention_ms,
+  EXPECT_EQ(ParseConfig(std::string(kConfig) + "auth_failed_retention: 1d\n")
+                .value()
+                .auth_failed_retention_ms,
             24 * 3600 * 1000LL);
   EXPECT_EQ(ParseConfig(kConfig).value().auth_failed_retention_ms, 30 * 24 * 3600 * 1000LL);
 }

@@ -254,17 +254,21 @@ TEST(QuotaPolicy, ImpossibleRequestsAreRefusedOrSayWhyTheyWait) {
     const char* want;
   };
   const Case cases[] = {
-      {"gpus past the limit", "small", [](JobSpec& j) { j.gpu_count = 3; }, "group 'small' may hold at most"},
+      {"gpus past the limit", "small", [](JobSpec& j) { j.gpu_count = 3; },
+       "group 'small' may hold at most"},
       {"cpu past the limit", "small", [](JobSpec& j) { j.cpu_milli = 32000; }, "of cpu at once"},
-      {"memory past the limit", "small", [](JobSpec& j) { j.memory_mib = 128 * kGiB; }, "of memory at once"},
-      {"a parent's limit", "team", [](JobSpec& j) { j.gpu_count = 3; }, "group 'small' may hold at most"},
+      {"memory past the limit", "small", [](JobSpec& j) { j.memory_mib = 128 * kGiB; },
+       "of memory at once"},
+      {"a parent's limit", "team", [](JobSpec& j) { j.gpu_count = 3; },
+       "group 'small' may hold at most"},
   };
   for (const Case& c : cases) {
     JobSpec j = Job(std::string("over-") + c.name, "train", c.group);
     c.set(j);
     auto r = w.e->Submit(j, 0);
     ASSERT_FALSE(r.ok()) << c.name;
-    EXPECT_NE(r.status().message().find(c.want), std::string::npos) << c.name << ": " << r.status().message();
+    EXPECT_NE(r.status().message().find(c.want), std::string::npos)
+        << c.name << ": " << r.status().message();
   }
   JobSpec at_limit = Job("at-limit", "train", "small", 2);
   EXPECT_TRUE(w.e->Submit(at_limit, 0).ok()) << "exactly the limit may run";
@@ -277,10 +281,13 @@ TEST(QuotaPolicy, ImpossibleRequestsAreRefusedOrSayWhyTheyWait) {
   w.Submit(mem, 0);
   w.e->RunCycle(1);
   EXPECT_EQ(w.State("big-cpu"), JobState::kPending);
-  EXPECT_NE(w.View("big-cpu").wait_reason.find("larger than any node present: needs cpu"), std::string::npos)
+  EXPECT_NE(w.View("big-cpu").wait_reason.find("larger than any node present: needs cpu"),
+            std::string::npos)
       << w.View("big-cpu").wait_reason;
-  EXPECT_NE(w.View("big-cpu").wait_reason.find("has 64"), std::string::npos) << w.View("big-cpu").wait_reason;
-  EXPECT_NE(w.View("big-mem").wait_reason.find("larger than any node present: needs memory"), std::string::npos)
+  EXPECT_NE(w.View("big-cpu").wait_reason.find("has 64"), std::string::npos)
+      << w.View("big-cpu").wait_reason;
+  EXPECT_NE(w.View("big-mem").wait_reason.find("larger than any node present: needs memory"),
+            std::string::npos)
       << w.View("big-mem").wait_reason;
   w.Done();
 }
@@ -480,7 +487,9 @@ TEST(QuotaRepartition, AnIdleCardSplitForInferenceComesBackForWholeAndShareDeman
   EXPECT_EQ(w.State("train2"), JobState::kRunning) << w.View("train2").wait_reason;
   bool returned = false;
   for (const Event& e : w.e->events()) {
-    returned = returned || (e.kind == EventKind::kRepartitioned && e.detail.find("MIG off on an idle device for train2") != std::string::npos);
+    returned =
+        returned || (e.kind == EventKind::kRepartitioned &&
+                     e.detail.find("MIG off on an idle device for train2") != std::string::npos);
   }
   EXPECT_TRUE(returned);
   // The same for a share after a partition.
@@ -543,7 +552,8 @@ TEST(QuotaReclaim, ReclaimStopsAtTheReservationCountingClaimsInFlight) {
   PolicySpec p = BasePolicy();
   p.grace_seconds = 30;
   p.groups[0].reservation = Gpu(16000);
-  World w(p, {Node("n0", "train", 8), Node("n1", "train", 8), Node("n2", "train", 8), Node("n3", "train", 8)});
+  World w(p, {Node("n0", "train", 8), Node("n1", "train", 8), Node("n2", "train", 8),
+              Node("n3", "train", 8)});
   for (int i = 0; i < 32; ++i) w.Submit(Job("b" + std::to_string(i), "train-lo", "b"), 0);
   w.e->RunCycle(0);
   for (int i = 0; i < 32; ++i) ASSERT_EQ(w.State("b" + std::to_string(i)), JobState::kRunning);

@@ -129,7 +129,8 @@ std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order, const std::
   for (int t : terminating_) AddToChain(leaving_gpu_, jobs_[t].group, jobs_[t].charge.gpu_milli);
   for (int h : order) {
     const Job& c = jobs_[h];
-    if (c.state == JobState::kPending && c.awaiting > 0) AddToChain(claimed_gpu_, c.group, c.gpu_count * c.gpu_milli);
+    if (c.state == JobState::kPending && c.awaiting > 0)
+      AddToChain(claimed_gpu_, c.group, c.gpu_count * c.gpu_milli);
   }
   for (int h : order) {
     if (between) between();  // every decision so far is final
@@ -188,7 +189,8 @@ std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order, const std::
           partition_demand_.push_back(h);
         }
         if (step == "Placement" && j.gpu_count > 0 &&
-            std::any_of(j.forms.begin(), j.forms.end(), [](AllocationForm f) { return f != AllocationForm::kPartition; })) {
+            std::any_of(j.forms.begin(), j.forms.end(),
+                        [](AllocationForm f) { return f != AllocationForm::kPartition; })) {
           whole_demand_.push_back(h);
         }
         if (heads_ < 4 && step == "Placement" && j.forms.front() == AllocationForm::kWhole) {
@@ -247,7 +249,8 @@ void Engine::UnsplitForDemand() {
       if (!d.split || !d.engine_split || !d.idle() || d.plan.active || d.reserved_by >= 0) continue;
       if (!InPools(j, d.pool) || nodes_[d.node].down || d.memory < j.gpu_mem) continue;
       bool serves = false;
-      for (AllocationForm f : j.forms) serves = serves || (f != AllocationForm::kPartition && PoolAllows(d.pool, f));
+      for (AllocationForm f : j.forms)
+        serves = serves || (f != AllocationForm::kPartition && PoolAllows(d.pool, f));
       if (!serves) continue;
       Unsplit(static_cast<int>(di), j.id);
       ++changed;
@@ -280,7 +283,8 @@ void Engine::Unsplit(int di, const std::string& for_job) {
   Reindex(di);
   ++repartitions_;
   Emit(EventKind::kRepartitioned, nullptr,
-       DevName(di) + ": " + what + " on an idle device for " + for_job + ", waiting for a whole device or a share (nothing lost)");
+       DevName(di) + ": " + what + " on an idle device for " + for_job +
+           ", waiting for a whole device or a share (nothing lost)");
 }
 
 // ------------------------------------------------------------------------------------------

@@ -525,11 +525,13 @@ void Engine::NoRoomReason(const Job& j, bool blocked, std::string* step, std::st
       most_mem = std::max(most_mem, n.mem_total);
     }
     if (j.cpu * per_node > most_cpu) {
-      *reason = "larger than any node present: needs cpu " + FormatMilli(j.cpu * per_node) + " on one node, the largest in pools " +
-                PoolNames(j) + " has " + FormatMilli(most_cpu) + " (waits for a larger node to join)";
+      *reason = "larger than any node present: needs cpu " + FormatMilli(j.cpu * per_node) +
+                " on one node, the largest in pools " + PoolNames(j) + " has " +
+                FormatMilli(most_cpu) + " (waits for a larger node to join)";
     } else if (j.mem * per_node > most_mem) {
-      *reason = "larger than any node present: needs memory " + FormatMiB(j.mem * per_node) + " on one node, the largest in pools " +
-                PoolNames(j) + " has " + FormatMiB(most_mem) + " (waits for a larger node to join)";
+      *reason = "larger than any node present: needs memory " + FormatMiB(j.mem * per_node) +
+                " on one node, the largest in pools " + PoolNames(j) + " has " +
+                FormatMiB(most_mem) + " (waits for a larger node to join)";
     }
   }
 }

@@ -15,7 +15,8 @@ bool Engine::Victim(const Job& claimant, int v, bool reclaim) const {
     const GroupRt& g = groups_[x.group];
     // A borrower: its group holds more GPU than it reserved, counting what is already leaving,
     // and keeps its reservation once this job goes too.
-    const int64_t leaving = static_cast<size_t>(x.group) < leaving_gpu_.size() ? leaving_gpu_[x.group] : 0;
+    const int64_t leaving =
+        static_cast<size_t>(x.group) < leaving_gpu_.size() ? leaving_gpu_[x.group] : 0;
     return g.usage.gpu_milli - leaving - x.charge.gpu_milli >= g.spec.reservation.gpu_milli;
   }
   return x.group == claimant.group && x.priority < claimant.priority;

@@ -336,16 +336,18 @@ Result<Job> Engine::Build(const JobSpec& spec) const {
   // is refused naming the resource: the nominal charge (as admission counts it) against each
   // limit. Restored jobs were accepted once.
   if (!spec.restoring) {
-    Resources nominal{j.gpu_count * j.gpu_milli, j.gpu_count * j.gpu_mem, j.cpu * std::max(j.gpu_count, 1),
-                      j.mem * std::max(j.gpu_count, 1)};
-    if (j.forms.size() == 1 && j.forms.front() == AllocationForm::kWhole) nominal.gpu_milli = j.gpu_count * kWholeGpu;
+    Resources nominal{j.gpu_count * j.gpu_milli, j.gpu_count * j.gpu_mem,
+                      j.cpu * std::max(j.gpu_count, 1), j.mem * std::max(j.gpu_count, 1)};
+    if (j.forms.size() == 1 && j.forms.front() == AllocationForm::kWhole)
+      nominal.gpu_milli = j.gpu_count * kWholeGpu;
     for (int g = j.group; g >= 0; g = groups_[g].parent) {
       const char* which = nullptr;
       if (!Within(Resources{}, nominal, groups_[g].spec.limit, &which)) {
         const std::string w = which;
         return reject("never schedulable: group '" + groups_[g].spec.name + "' may hold at most " +
                       Amount(which, Component(groups_[g].spec.limit, w)) + " of " + w +
-                      " at once (its limit), and this job needs " + Amount(which, Component(nominal, w)));
+                      " at once (its limit), and this job needs " +
+                      Amount(which, Component(nominal, w)));
       }
     }
   }

@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   tessera::cli::RegisterSimCommands(app, ctx);
   tessera::cli::RegisterBenchCommands(app, ctx);
   tessera::cli::RegisterScenarioCommands(app, ctx);  // attaches to `sim` and `bench`
+  tessera::cli::RegisterHistoriesCommands(app, ctx);
   tessera::cli::RegisterEngineCommands(app, ctx);
   try {
     app.parse(argc, argv);

@@ -10,5 +10,7 @@
 namespace tessera::cli {
 
 void RegisterScenarioCommands(CLI::App& app, CommandContext& ctx);
+// `tessera sim histories` (cmd_histories.cc).
+void RegisterHistoriesCommands(CLI::App& app, CommandContext& ctx);
 
 }  // namespace tessera::cli

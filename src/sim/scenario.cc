@@ -194,10 +194,30 @@ Result<WorkloadEntry> ParseWorkloadEntry(const YAML::Node& n, size_t i) {
   return w;
 }
 
+Status ParseOutages(const YAML::Node& list, Scenario& s) {
+  if (!list.IsSequence()) return FieldError("outages", "a list is required");
+  for (size_t i = 0; i < list.size(); ++i) {
+    const YAML::Node& n = list[i];
+    std::string f = "outages[" + std::to_string(i) + "]";
+    TRY(KnownKeys(n, f, {"node", "at", "for"}));
+    Outage o;
+    if (!n["node"]) return FieldError(f + ".node", "required");
+    o.node = Scalar(n["node"]);
+    bool known = std::any_of(s.nodes.begin(), s.nodes.end(), [&](const quota::NodeSpec& x) { return x.name == o.node; });
+    if (!known) return FieldError(f + ".node", "no node '" + o.node + "'");
+    if (n["at"]) TRY_ASSIGN(o.at_s, GetDuration(n["at"], f + ".at"));
+    if (!n["for"]) return FieldError(f + ".for", "required");
+    TRY_ASSIGN(o.for_s, GetDuration(n["for"], f + ".for"));
+    if (o.for_s <= 0) return FieldError(f + ".for", "must be positive");
+    s.outages.push_back(o);
+  }
+  return Status::Ok();
+}
+
 Result<Scenario> Parse(const YAML::Node& root) {
   Scenario s;
   policy::PolicyKeys keys;
-  keys.extra_root = {"name", "until", "cycle", "nodes", "workload", "compare_with"};
+  keys.extra_root = {"name", "until", "cycle", "nodes", "workload", "compare_with", "outages"};
   TRY_ASSIGN(s.policy, policy::ParsePolicy(root, keys));
   s.name = root["name"] ? Scalar(root["name"]) : "scenario";
   if (root["until"]) TRY_ASSIGN(s.until_s, GetDuration(root["until"], "until"));
@@ -214,6 +234,7 @@ Result<Scenario> Parse(const YAML::Node& root) {
     TRY_ASSIGN(w, ParseWorkloadEntry(root["workload"][i], i));
     s.workload.push_back(w);
   }
+  if (root["outages"]) TRY(ParseOutages(root["outages"], s));
   Status v = quota::Validate(s.policy);
   if (!v.ok()) return v;
   return s;
@@ -302,17 +323,19 @@ struct SimJob {
 // builds the report from its events and samples.
 class ScenarioRun {
  public:
-  ScenarioRun(const Scenario& s, quota::QuotaEngine& e, const std::string& name)
-      : s_(s), e_(e), arrivals_(Arrivals(s)) {
+  ScenarioRun(const Scenario& s, quota::QuotaEngine& e, const std::string& name, verify::Checker& checker)
+      : s_(s), e_(e), checker_(checker), arrivals_(Arrivals(s)) {
     InitReport(name);
   }
 
   void Cycle(int64_t t) {
     FeedUntil(t);
+    Outages(t);
     quota::CycleStats cs = e_.RunCycle(t);
     ++r_.cycles;
     r_.backfilled += cs.backfilled;
     FollowEvents();
+    checker_.AfterCycle(e_, t);
     r_.sample_times.push_back(t);
     SampleGroups(t);
     SampleDevices();
@@ -332,6 +355,26 @@ class ScenarioRun {
 
  private:
   using Completion = std::tuple<int64_t, int, int64_t>;  // end, handle, start
+
+  // Nodes lost (what they held goes back to pending) and returned, up to t.
+  void Outages(int64_t t) {
+    for (const Outage& o : s_.outages) {
+      const bool down = o.at_s <= t && t < o.at_s + o.for_s;
+      if (down == down_[o.node]) continue;
+      down_[o.node] = down;
+      e_.SetNodeDown(o.node, down);
+      checker_.NodeDown(o.node, down);
+      if (!down) continue;
+      std::vector<quota::GrantView> grants;
+      for (int h = 0; h < e_.job_count(); ++h) {
+        quota::JobState st = e_.job_state(h);
+        if (st != quota::JobState::kRunning && st != quota::JobState::kTerminating) continue;
+        e_.HeldOf(h, &grants, nullptr, nullptr);
+        bool there = std::any_of(grants.begin(), grants.end(), [&](const quota::GrantView& g) { return g.node == o.node; });
+        if (there) e_.Requeue(h, t, "node " + o.node + " lost");
+      }
+    }
+  }
 
   void InitReport(const std::string& name) {
     r_.name = name;
@@ -386,6 +429,7 @@ class ScenarioRun {
       ++r_.rejected;
       return;
     }
+    checker_.Submitted(*h, a.spec);
     if (static_cast<size_t>(*h) >= jobs_.size()) jobs_.resize(*h + 1);
     SimJob& sj = jobs_[*h];
     auto gi = group_index_.find(e_.job(*h).group);
@@ -522,6 +566,8 @@ class ScenarioRun {
 
   const Scenario& s_;
   quota::QuotaEngine& e_;
+  verify::Checker& checker_;
+  std::map<std::string, bool> down_;
   const std::vector<Arrival> arrivals_;
   RunReport r_;
   std::map<std::string, int> group_index_;
@@ -570,13 +616,20 @@ Result<Scenario> LoadScenario(const std::string& path) {
 Result<RunReport> RunOnce(const Scenario& s, const std::string& name, RunOptions o) {
   auto started = std::chrono::steady_clock::now();
   auto created = quota::QuotaEngine::Create(
-      s.policy, s.nodes, {.check_invariants_each_step = o.check_invariants_each_step});
+      s.policy, s.nodes, {.check_invariants_each_step = o.check_invariants_each_step, .engine_break = o.engine_break});
   if (!created.ok()) return created.status();
   quota::QuotaEngine& e = **created;
-  ScenarioRun run(s, e, name);
+  verify::Checker checker(s.policy, s.nodes,
+                          {.cycle_s = s.cycle_s,
+                           .grace_s = s.policy.grace_seconds,
+                           .max_reconfigurations_per_hour = o.max_reconfigurations_per_hour});
+  ScenarioRun run(s, e, name, checker);
   for (int64_t t = 0; t <= s.until_s; t += s.cycle_s) run.Cycle(t);
   RunReport r = run.Finish();
   r.invariant_violations = e.violations();
+  r.promises = checker.violations();
+  r.seen = checker.seen();
+  for (const verify::Violation& v : r.promises) r.invariant_violations.push_back(v.ToString());
   Status final_check = e.CheckInvariants();
   if (!final_check.ok()) r.invariant_violations.push_back("at end: " + final_check.message());
   if (o.events != nullptr) *o.events = e.events();

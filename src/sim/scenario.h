@@ -16,6 +16,10 @@
 //                gpu_memory, cpu, memory, walltime}]  -- duration and gpu_memory may be lists,
 //                used in turn; walltime (default true) declares the duration for backfill
 //   compare_with: {name, class_forms: {...}}  -- run again with this table and compare
+//   outages:   [{node, at, for}]  -- the node is lost at `at` (what it held goes back to pending)
+//                and returns `for` later
+// Every run is watched by the promise checker (verify/checker.h); what it finds is counted
+// among the invariant violations, and listed in RunReport::promises.
 // Durations: "30s", "5m", "2h", "1d" or seconds. Quantities: "8GiB", "0.25", "500m".
 // Errors name the field ("workload[2].duration: ...").
 //
@@ -33,6 +37,7 @@
 #include "common/status.h"
 #include "sched/quota/engine.h"
 #include "sched/quota/policy_model.h"
+#include "verify/checker.h"
 
 namespace tessera::sim {
 
@@ -46,6 +51,13 @@ struct WorkloadEntry {
   bool declare_walltime = true;
 };
 
+// A node lost for a while.
+struct Outage {
+  std::string node;
+  int64_t at_s = 0;
+  int64_t for_s = 0;
+};
+
 struct Scenario {
   std::string name;
   quota::PolicySpec policy;
@@ -55,6 +67,7 @@ struct Scenario {
   int64_t cycle_s = 10;
   std::optional<quota::ClassForms> compare_forms;
   std::string compare_name = "before";
+  std::vector<Outage> outages;
 };
 
 // Durations: "30s", "5m", "2h", "1d", "90" (seconds).
@@ -118,7 +131,9 @@ struct RunReport {
   std::vector<std::pair<std::string, int64_t>> preemption_reasons;   // reason -> count
   std::vector<std::pair<std::string, int64_t>> repartition_reasons;
   std::vector<quota::Event> notable_events;  // first preemptions and repartitions, in order
-  std::vector<std::string> invariant_violations;
+  std::vector<std::string> invariant_violations;  // the engine's own checks and the promises
+  std::vector<verify::Violation> promises;        // the promise checker's findings
+  verify::Seen seen;                              // what the run contained
   std::vector<int64_t> sample_times;
   int devices = 0;
   double seconds = 0;  // wall time of the run
@@ -133,6 +148,8 @@ struct ScenarioReport {
 struct RunOptions {
   bool check_invariants_each_step = true;
   std::vector<quota::Event>* events = nullptr;  // receives every event of the run when set
+  quota::EngineOptions::Break engine_break = quota::EngineOptions::Break::kNone;  // checker tests
+  int max_reconfigurations_per_hour = 12;  // stability.reconfigure's bound
 };
 
 Result<RunReport> RunOnce(const Scenario& s, const std::string& name, RunOptions o = {});

@@ -97,6 +97,7 @@ struct Event {
   std::string identity;
   std::string group;
   std::string detail;  // why, for people
+  std::string for_job;  // kPreempted: the job it makes room for
 };
 
 // What one allocation holds on one device.
@@ -147,6 +148,20 @@ struct EngineOptions {
   // when the grace ends: what a control plane with real processes needs. The simulator leaves
   // this off and lets the grace end it.
   bool await_stop = false;
+  // Deliberate breaks, for the promise checker's own tests (tests/verify): each turns one guard
+  // off, so that a test can show the checker notices what the guard prevents. kNone elsewhere.
+  enum class Break {
+    kNone,
+    kNoUnsplit,               // an idle card the engine split never goes back to whole
+    kReclaimIgnoresInFlight,  // reclaim does not count the claims waiting out a grace
+    kReclaimAnyBorrower,      // reclaim may take a victim's group below its reservation
+    kPreemptNonPreemptible,   // preemption may take work of a non-preemptible queue
+    kIgnoreLimits,            // admission ignores group limits
+    kDoubleBookWhole,         // a held device may be granted whole again
+    kMigOverlap,              // a new MIG instance may start on slices already in use
+    kThrash,                  // idle split cards go back to whole every cycle, demand or not
+  };
+  Break engine_break = Break::kNone;
 };
 
 // A partition as a device holds it, for views and for the agents that create it.

@@ -164,7 +164,7 @@ std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order, const std::
       // Within the reservation counting the group's claims already in flight: 22 jobs against a
       // reservation of 16 reclaim 16, not 22.
       Resources held = groups_[j.group].usage;
-      held.gpu_milli += claimed_gpu_[j.group];
+      if (options_.engine_break != EngineOptions::Break::kReclaimIgnoresInFlight) held.gpu_milli += claimed_gpu_[j.group];
       bool within_reservation = WithinReservation(held, nominal, groups_[j.group].spec.reservation);
       bool tried = false;
       if (preempt_searches_ < policy_.max_preemption_searches_per_cycle) {
@@ -238,6 +238,13 @@ void Engine::RepartitionForDemand() {
 // good. Only devices the engine split itself (a registered layout is the operator's), idle,
 // with no layout change under way and kept for nobody; at most max_repartitions_per_cycle.
 void Engine::UnsplitForDemand() {
+  if (options_.engine_break == EngineOptions::Break::kNoUnsplit) return;
+  if (options_.engine_break == EngineOptions::Break::kThrash) {
+    for (size_t di = 0; di < devs_.size(); ++di) {
+      const Dev& d = devs_[di];
+      if (d.split && d.engine_split && d.idle() && !d.plan.active && d.reserved_by < 0) Unsplit(static_cast<int>(di), "nobody");
+    }
+  }
   if (whole_demand_.empty()) return;
   int changed = 0;
   for (int h : whole_demand_) {

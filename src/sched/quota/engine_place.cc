@@ -20,6 +20,7 @@ Status Engine::Admission(const Job& j, const Resources& charge, bool* guaranteed
   const char* which = nullptr;
   for (int g = j.group; g >= 0; g = groups_[g].parent) {
     const GroupRt& gr = groups_[g];
+    if (options_.engine_break == EngineOptions::Break::kIgnoreLimits) break;
     if (!Within(gr.usage, charge, gr.spec.limit, &which)) {
       std::string w = which;
       return Status::ResourceExhausted(
@@ -65,7 +66,8 @@ bool Engine::FindWhole(Job& j, int self, Candidate* c, bool* blocked) {
     bool backfill = false;
     for (int d : node.devs) {
       const Dev& dev = devs_[d];
-      if (dev.split || dev.whole >= 0 || !dev.shares.empty() || dev.memory < j.gpu_mem) continue;
+      const bool held = dev.whole >= 0 && options_.engine_break != EngineOptions::Break::kDoubleBookWhole;
+      if (dev.split || held || !dev.shares.empty() || dev.memory < j.gpu_mem) continue;
       bool bf = false;
       if (!Usable(dev, j, self, &bf, blocked)) continue;
       backfill = backfill || bf;
@@ -141,6 +143,9 @@ bool Engine::MigPartitionAt(const Job& j, size_t di, int pass, Candidate* c) {
       if (s.alive) layout.instances.push_back({s.profile, s.start});
     }
     auto starts = part::LegalStarts(*d.model, layout, p.name);
+    if (options_.engine_break == EngineOptions::Break::kMigOverlap && !layout.instances.empty() && starts.ok()) {
+      starts->assign(1, layout.instances.front().start);
+    }
     if (starts.ok() && !starts->empty()) {
       c->create = {{di_int, part::Instance{p.name, starts->front()}}};
       c->grants = {{d.node, di_int, static_cast<int>(d.slots.size()), p.memory_mib,

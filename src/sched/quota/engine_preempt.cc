@@ -8,7 +8,8 @@ namespace tessera::quota::internal {
 
 bool Engine::Victim(const Job& claimant, int v, bool reclaim) const {
   const Job& x = jobs_[v];
-  if (x.state != JobState::kRunning || !x.preemptible || x.external != claimant.external) return false;
+  const bool preemptible = x.preemptible || options_.engine_break == EngineOptions::Break::kPreemptNonPreemptible;
+  if (x.state != JobState::kRunning || !preemptible || x.external != claimant.external) return false;
   if (x.external && (x.ext_pool.empty() || x.ext_pool != claimant.ext_pool)) return false;
   if (reclaim) {
     if (x.group == claimant.group) return false;
@@ -17,7 +18,8 @@ bool Engine::Victim(const Job& claimant, int v, bool reclaim) const {
     // and keeps its reservation once this job goes too.
     const int64_t leaving =
         static_cast<size_t>(x.group) < leaving_gpu_.size() ? leaving_gpu_[x.group] : 0;
-    return g.usage.gpu_milli - leaving - x.charge.gpu_milli >= g.spec.reservation.gpu_milli;
+    return g.usage.gpu_milli - leaving - x.charge.gpu_milli >= g.spec.reservation.gpu_milli ||
+           options_.engine_break == EngineOptions::Break::kReclaimAnyBorrower;
   }
   return x.group == claimant.group && x.priority < claimant.priority;
 }
@@ -225,6 +227,7 @@ void Engine::Preempt(int v, int claimant, const std::string& why) {
   ++stats_.preempted;
   Emit(EventKind::kPreempted, &x,
        why + "; lost " + std::to_string(lost / 1000) + " GPU-s; grace until " + T(x.grace_end));
+  if (claimant >= 0) events_.back().for_job = jobs_[claimant].id;
   if (policy_.grace_seconds == 0 && !options_.await_stop) FinishTermination(v);
 }
 
@@ -477,6 +480,7 @@ bool Engine::ApplyAmdPlan(int di) {
   if (!d.plan.node_wide) {
     d.amd_pair = pair->ToString();
     RebuildAmdSlots(d);
+    d.engine_split = d.split;  // split here: UnsplitForDemand may return it to SPX+NPS1
     return true;
   }
   std::vector<part::AmdDevice> hive;

@@ -1,0 +1,408 @@
+#include "verify/checker.h"
+
+#include <algorithm>
+#include <sstream>
+#include <utility>
+
+#include "partition/amd.h"
+#include "partition/mig.h"
+
+namespace tessera::verify {
+
+namespace part = partition;
+using quota::EventKind;
+using quota::JobState;
+
+std::string Violation::ToString() const {
+  std::ostringstream o;
+  o << property << " at t=" << time << "s: " << what;
+  if (!jobs.empty()) {
+    o << " [jobs";
+    for (const std::string& j : jobs) o << " " << j;
+    o << "]";
+  }
+  if (!devices.empty()) {
+    o << " [devices";
+    for (const std::string& d : devices) o << " " << d;
+    o << "]";
+  }
+  return o.str();
+}
+
+Checker::Checker(const quota::PolicySpec& policy, const std::vector<quota::NodeSpec>& nodes, Bounds bounds)
+    : world_(World::Make(policy, nodes)), bounds_(bounds) {
+  down_.assign(world_.nodes.size(), false);
+  layout_.assign(world_.devices.size(), {});
+  reconfig_times_.resize(world_.devices.size());
+}
+
+void Checker::Submitted(int handle, const quota::JobSpec& spec) {
+  if (static_cast<size_t>(handle) >= wants_.size()) wants_.resize(handle + 1);
+  wants_[handle] = world_.Resolve(spec);
+  handle_of_[spec.id] = handle;
+}
+
+void Checker::NodeDown(const std::string& node, bool down) {
+  for (size_t n = 0; n < world_.nodes.size(); ++n) {
+    if (world_.nodes[n].name == node) down_[n] = down;
+  }
+  if (down) seen_.node_loss = true;
+}
+
+void Checker::Report(std::string property, int64_t now, std::string what, std::vector<std::string> jobs,
+                     std::vector<std::string> devices) {
+  // One report per property and subject (its first job, else device, else the text).
+  std::string key = property + "|" + (!jobs.empty() ? jobs[0] : !devices.empty() ? devices[0] : what);
+  if (!reported_.insert(key).second) return;
+  violations_.push_back({std::move(property), now, std::move(what), std::move(jobs), std::move(devices)});
+}
+
+void Checker::AfterCycle(const quota::QuotaEngine& e, int64_t now) {
+  ReadEvents(e, now);
+  Snapshot s = Snapshot::Take(world_, e, down_);
+  for (auto it = leaving_for_.begin(); it != leaving_for_.end();) {
+    bool leaving = static_cast<size_t>(it->first) < s.jobs.size() &&
+                   s.jobs[it->first].state == JobState::kTerminating;
+    it = leaving ? std::next(it) : leaving_for_.erase(it);
+  }
+  CheckDevices(s, now);
+  CheckLimits(s, now);
+  CheckReclaim(s, now);
+  CheckStart(s, now);
+  CheckReservation(s, now);
+  CheckStability(e, now);
+  preempted_this_cycle_.clear();
+}
+
+// ------------------------------------------------------------------------------------------
+// Events: preemptions (standing), and what the history contained.
+
+void Checker::ReadEvents(const quota::QuotaEngine& e, int64_t now) {
+  const std::vector<quota::Event>& ev = e.events();
+  if (ev.size() < events_seen_) events_seen_ = 0;  // cleared by the owner
+  for (; events_seen_ < ev.size(); ++events_seen_) {
+    const quota::Event& x = ev[events_seen_];
+    auto h = handle_of_.find(x.job);
+    if (x.kind == EventKind::kPlaced) {
+      seen_.backfill = seen_.backfill || x.detail.find("[backfill]") != std::string::npos;
+      if (h != handle_of_.end() && wants_[h->second].count >= 2) seen_.gang = true;
+    } else if (x.kind == EventKind::kRepartitioned) {
+      seen_.repartition = true;
+      if (x.detail.find("waiting for a whole device or a share") != std::string::npos) seen_.unsplit = true;
+      if (x.detail.find("compute mode") != std::string::npos || x.detail.find("NPS") != std::string::npos) {
+        seen_.amd_mode_change = true;
+      }
+    } else if (x.kind == EventKind::kPreempted && h != handle_of_.end()) {
+      const int v = h->second;
+      const Want& victim = wants_[v];
+      auto c = handle_of_.find(x.for_job);
+      const bool reclaim = x.detail.rfind("reclaim:", 0) == 0;
+      const bool priority = x.detail.rfind("priority preemption:", 0) == 0;
+      const bool drain = x.detail.rfind("drain ", 0) == 0;
+      if (!victim.preemptible) {
+        Report("safety.preemption", now, x.job + " is not preemptible but was preempted: " + x.detail, {x.job});
+      }
+      if (c == handle_of_.end() || !(reclaim || priority || drain)) {
+        Report("safety.preemption", now, x.job + " preempted for no job it names: " + x.detail, {x.job});
+        continue;
+      }
+      const Want& claimant = wants_[c->second];
+      if (priority && (claimant.group != victim.group || victim.priority >= claimant.priority)) {
+        Report("safety.preemption", now,
+               x.job + " (priority " + std::to_string(victim.priority) + ") preempted for " + x.for_job +
+                   " (priority " + std::to_string(claimant.priority) + ") of another group or no higher priority",
+               {x.job, x.for_job});
+      }
+      if (reclaim) {
+        seen_.reclaim = true;
+        if (bounds_.grace_s > 0) seen_.reclaim_in_flight = true;
+        if (claimant.group == victim.group) {
+          Report("safety.preemption", now, x.job + " reclaimed for " + x.for_job + " of its own group", {x.job});
+        }
+        leaving_for_[v] = c->second;
+        preempted_this_cycle_.insert(v);
+      }
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// Safety: devices, limits, reclaim.
+
+void Checker::CheckDevices(Snapshot& s, int64_t now) {
+  int overcommit = 100;
+  for (const quota::QueueSpec& q : world_.policy.queues) overcommit = std::max(overcommit, q.swap_overcommit_percent);
+  std::map<int, std::string> node_memory_mode;
+  for (size_t d = 0; d < world_.devices.size(); ++d) {
+    const DeviceInfo& info = world_.devices[d];
+    const DeviceNow& dn = s.devices[d];
+    int whole = 0;
+    MilliGpu compute = 0;
+    MiB memory = 0;
+    std::vector<std::string> slots, jobs;
+    bool unsliced = false;
+    for (const Holding& h : dn.holders) {
+      const std::string id = wants_.size() > static_cast<size_t>(h.job) ? wants_[h.job].id : std::to_string(h.job);
+      jobs.push_back(id);
+      if (h.form == AllocationForm::kWhole) ++whole;
+      if (h.slot.empty()) {
+        unsliced = true;
+        compute += h.compute;
+        memory += h.memory;
+      } else {
+        slots.push_back(h.slot);
+        bool exists = std::any_of(dn.slots.begin(), dn.slots.end(),
+                                  [&](const quota::SlotView& v) { return v.name == h.slot; });
+        if (!exists) Report("safety.exclusive", now, id + " holds " + h.slot + ", which the device does not have", {id}, {info.name});
+      }
+    }
+    std::sort(slots.begin(), slots.end());
+    if (std::adjacent_find(slots.begin(), slots.end()) != slots.end()) {
+      Report("safety.exclusive", now, "a partition of " + info.name + " is in two grants", jobs, {info.name});
+    }
+    if ((whole > 0 && dn.holders.size() > 1) || (unsliced && !slots.empty())) {
+      Report("safety.exclusive", now, info.name + " is held whole (or shared) beside other grants", jobs, {info.name});
+    }
+    if (whole == 0 && (compute > kWholeGpu * overcommit / 100 || memory > info.memory * overcommit / 100)) {
+      Report("safety.capacity", now,
+             info.name + " shares hold compute " + std::to_string(compute) + " and memory " +
+                 std::to_string(memory) + " MiB past the device",
+             jobs, {info.name});
+    }
+    if (info.model == nullptr) continue;
+    if (info.model->is_mig()) {
+      if (!dn.mig && !dn.slots.empty()) {
+        Report("safety.layout", now, info.name + " has MIG instances with MIG off", jobs, {info.name});
+      }
+      part::Layout layout;
+      for (const quota::SlotView& sl : dn.slots) {
+        Status st = part::CreateInstance(*info.model, &layout, {sl.profile, sl.start});
+        if (!st.ok()) Report("safety.layout", now, info.name + ": " + st.message(), jobs, {info.name});
+      }
+    } else if (info.model->is_amd() && !dn.amd_pair.empty()) {
+      auto pair = part::ParsePair(*info.model, dn.amd_pair);
+      auto shape = pair.ok() ? part::Partition(*info.model, *pair) : Result<part::AmdPartitioning>(pair.status());
+      if (!shape.ok()) {
+        Report("safety.layout", now, info.name + ": " + shape.status().message(), jobs, {info.name});
+        continue;
+      }
+      auto [it, fresh] = node_memory_mode.emplace(info.node, pair->memory);
+      if (!fresh && it->second != pair->memory) {
+        Report("safety.layout", now,
+               world_.nodes[info.node].name + " has devices in memory modes " + it->second + " and " + pair->memory,
+               jobs, {info.name});
+      }
+    }
+  }
+  for (size_t n = 0; n < world_.nodes.size(); ++n) {
+    if (s.cpu_free[n] < 0 || s.mem_free[n] < 0) {
+      Report("safety.capacity", now, world_.nodes[n].name + " holds more CPU or memory than it has", {},
+             {world_.nodes[n].name});
+    }
+  }
+}
+
+void Checker::CheckLimits(const Snapshot& s, int64_t now) {
+  for (size_t g = 0; g < world_.group_names.size(); ++g) {
+    const Resources& u = s.usage[g];
+    const Resources& l = world_.policy.groups[g].limit;
+    if (u.gpu_milli > l.gpu_milli || u.gpu_memory_mib > l.gpu_memory_mib || u.cpu_milli > l.cpu_milli ||
+        u.memory_mib > l.memory_mib) {
+      Report("safety.limits", now,
+             "group " + world_.group_names[g] + " holds " + u.ToString() + ", past its limit " + l.ToString(), {},
+             {world_.group_names[g]});
+    }
+  }
+}
+
+// What a pending job would charge against GPU quota at least... at most: whole cards in full, a
+// share its compute, a partition (whose size depends on the device) a whole card.
+static MilliGpu Nominal(const Want& w) {
+  if (w.forms.size() == 1 && w.forms[0] == AllocationForm::kShare) return w.milli;
+  return static_cast<MilliGpu>(w.count) * kWholeGpu;
+}
+
+void Checker::CheckReclaim(const Snapshot& s, int64_t now) {
+  // Victims' side: a group that lost work to reclaim this cycle keeps its reservation.
+  std::map<int, std::vector<std::string>> victims_of;
+  for (int v : preempted_this_cycle_) victims_of[wants_[v].group].push_back(wants_[v].id);
+  for (const auto& [g, ids] : victims_of) {
+    const MilliGpu reservation = world_.policy.groups[g].reservation.gpu_milli;
+    if (s.staying[g] < reservation) {
+      Report("safety.reclaim", now,
+             "reclaim took group " + world_.group_names[g] + " to " + std::to_string(s.staying[g]) +
+                 " milli-GPU, below its reservation " + std::to_string(reservation),
+             ids);
+    }
+  }
+  // Claimants' side: what a group has placed plus what waits on capacity leaving for it stays
+  // within its reservation.
+  std::map<int, std::set<int>> claimants_of;
+  for (const auto& [v, c] : leaving_for_) {
+    if (s.jobs[c].state == JobState::kPending) claimants_of[wants_[c].group].insert(c);
+  }
+  for (const auto& [g, claimants] : claimants_of) {
+    MilliGpu claimed = 0;
+    std::vector<std::string> ids;
+    for (int c : claimants) {
+      claimed += std::min(Nominal(wants_[c]), static_cast<MilliGpu>(wants_[c].count) * kWholeGpu);
+      ids.push_back(wants_[c].id);
+    }
+    const MilliGpu reservation = world_.policy.groups[g].reservation.gpu_milli;
+    if (s.staying[g] + claimed > reservation) {
+      Report("safety.reclaim", now,
+             "group " + world_.group_names[g] + " holds " + std::to_string(s.staying[g]) + " milli-GPU and reclaims " +
+                 std::to_string(claimed) + " more, past its reservation " + std::to_string(reservation),
+             ids);
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// Liveness
+
+namespace {
+
+bool PoolsOverlap(const Want& a, const Want& b) {
+  if (a.pools.empty() || b.pools.empty()) return true;
+  for (const std::string& p : a.pools) {
+    if (std::find(b.pools.begin(), b.pools.end(), p) != b.pools.end()) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+// Admission without preemption: within the group's and every ancestor's GPU limit; a job under
+// any other bounded limit is not judged.
+bool Checker::Admissible(const Snapshot& s, const Want& w) const {
+  for (int g = w.group; g >= 0; g = world_.parent[g]) {
+    const Resources& l = world_.policy.groups[g].limit;
+    if (l.gpu_memory_mib < quota::kUnlimited || l.cpu_milli < quota::kUnlimited || l.memory_mib < quota::kUnlimited) {
+      return false;
+    }
+    if (s.usage[g].gpu_milli + Nominal(w) > l.gpu_milli) return false;
+  }
+  return true;
+}
+
+void Checker::CheckStart(const Snapshot& s, int64_t now) {
+  std::vector<int> pending;
+  std::vector<char> holdable(s.jobs.size(), 0);
+  const std::vector<bool> none;
+  for (size_t h = 0; h < s.jobs.size() && h < wants_.size(); ++h) {
+    if (s.jobs[h].state != JobState::kPending || !wants_[h].valid || wants_[h].external) continue;
+    pending.push_back(static_cast<int>(h));
+    holdable[h] = CouldHold(world_, s, wants_[h], none);
+  }
+  for (int h : pending) {
+    const Want& w = wants_[h];
+    bool owed = holdable[h] && Admissible(s, w);
+    for (size_t k = 0; owed && k < pending.size(); ++k) {
+      const Want& o = wants_[pending[k]];
+      if (pending[k] != h && !holdable[pending[k]] && o.priority >= w.priority && PoolsOverlap(o, w)) owed = false;
+    }
+    if (!owed) {
+      owed_since_.erase(h);
+      continue;
+    }
+    auto [it, fresh] = owed_since_.emplace(h, now);
+    if (!fresh && now - it->second > bounds_.StartBound()) {
+      std::string where;
+      CouldHold(world_, s, w, none, &where);
+      Report("liveness.start", now,
+             w.id + " could be held (" + where + ") and nothing above it waits, yet it has waited " +
+                 std::to_string(now - it->second) + " s since then (bound " + std::to_string(bounds_.StartBound()) + " s)",
+             {w.id});
+    }
+  }
+}
+
+void Checker::CheckReservation(const Snapshot& s, int64_t now) {
+  std::vector<int> pending;
+  for (size_t h = 0; h < s.jobs.size() && h < wants_.size(); ++h) {
+    if (s.jobs[h].state == JobState::kPending && wants_[h].valid && !wants_[h].external) {
+      pending.push_back(static_cast<int>(h));
+    }
+  }
+  std::map<int, MilliGpu> in_flight;
+  for (const auto& [v, c] : leaving_for_) {
+    if (s.jobs[c].state == JobState::kPending) in_flight[wants_[c].group] += Nominal(wants_[c]);
+  }
+  const std::vector<bool> none;
+  for (size_t g = 0; g < world_.group_names.size(); ++g) {
+    const MilliGpu reservation = world_.policy.groups[g].reservation.gpu_milli;
+    const MilliGpu lacking = reservation - s.staying[g] - in_flight[static_cast<int>(g)];
+    std::string owed_job;
+    if (lacking > 0) {
+      // Borrowers that may go: other groups' preemptible running jobs, while each group keeps its
+      // reservation.
+      std::vector<bool> gone(s.jobs.size(), false);
+      std::vector<MilliGpu> left(s.staying.begin(), s.staying.end());
+      for (size_t k = 0; k < s.jobs.size() && k < wants_.size(); ++k) {
+        const JobNow& j = s.jobs[k];
+        int o = j.group;
+        if (j.state != JobState::kRunning || o < 0 || o == static_cast<int>(g) || !wants_[k].preemptible) continue;
+        if (left[o] - j.charge.gpu_milli < world_.policy.groups[o].reservation.gpu_milli) continue;
+        left[o] -= j.charge.gpu_milli;
+        gone[k] = true;
+      }
+      for (int h : pending) {
+        const Want& w = wants_[h];
+        if (w.group != static_cast<int>(g) || Nominal(w) > lacking || !Admissible(s, w)) continue;
+        bool above = false;
+        for (int k : pending) {
+          above = above || (wants_[k].priority > w.priority && PoolsOverlap(wants_[k], w) &&
+                            !CouldHold(world_, s, wants_[k], none));
+        }
+        if (!above && CouldHold(world_, s, w, gone)) {
+          owed_job = w.id;
+          break;
+        }
+      }
+    }
+    if (owed_job.empty()) {
+      short_since_.erase(static_cast<int>(g));
+      continue;
+    }
+    auto [it, fresh] = short_since_.emplace(static_cast<int>(g), now);
+    if (!fresh && now - it->second > bounds_.ReservationBound()) {
+      Report("liveness.reservation", now,
+             "group " + world_.group_names[g] + " has been below its reservation with " + owed_job +
+                 " waiting inside it for " + std::to_string(now - it->second) + " s (bound " +
+                 std::to_string(bounds_.ReservationBound()) + " s)",
+             {owed_job});
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// Stability
+
+void Checker::CheckStability(const quota::QuotaEngine& e, int64_t now) {
+  for (size_t d = 0; d < world_.devices.size(); ++d) {
+    const DeviceInfo& info = world_.devices[d];
+    quota::DeviceView v = e.device(world_.nodes[info.node].name, info.index);
+    Layout now_layout{false, std::string(v.mig ? "MIG" : "") + v.amd_pair, {}};
+    for (const quota::SlotView& sl : v.slots) now_layout.slots.insert(sl.name);
+    Layout& before = layout_[d];
+    // A mode change, or a partition that went away (one created on free slices is not a
+    // reconfiguration: nothing was taken apart).
+    bool changed = before.seen && before.mode != now_layout.mode;
+    for (const std::string& name : before.slots) changed = changed || now_layout.slots.count(name) == 0;
+    now_layout.seen = true;
+    before = std::move(now_layout);
+    if (!changed) continue;
+    std::vector<int64_t>& times = reconfig_times_[d];
+    times.push_back(now);
+    while (!times.empty() && times.front() <= now - 3600) times.erase(times.begin());
+    if (static_cast<int>(times.size()) > bounds_.max_reconfigurations_per_hour) {
+      Report("stability.reconfigure", now,
+             info.name + " changed its layout " + std::to_string(times.size()) + " times within an hour (bound " +
+                 std::to_string(bounds_.max_reconfigurations_per_hour) + ")",
+             {}, {info.name});
+    }
+  }
+}
+
+}  // namespace tessera::verify

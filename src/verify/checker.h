@@ -1,0 +1,125 @@
+// The scheduling promises (docs/scheduling.md), checked on a running quota engine from outside.
+//
+// A Checker watches one QuotaEngine through its public views only (jobs, grants, devices,
+// events) after every cycle, and reports each broken promise with the jobs, devices and time:
+//
+//   safety.exclusive      no device (or partition) in two grants; no whole grant beside others
+//   safety.capacity       device compute and memory, partitions, node CPU and memory hold
+//   safety.limits         no group, nor any ancestor, holds past its limit
+//   safety.layout         MIG instances at legal starts without overlap; AMD pairs legal, one
+//                         memory mode per node
+//   safety.reclaim        reclaim leaves every victim's group at or above its reservation, and
+//                         frees for a group no more than its reservation lacks (plus one victim)
+//   safety.preemption     only preemptible work is preempted, and only for a job of higher
+//                         priority in the same group, a group below its reservation, or a drain
+//   liveness.start        a waiting job the free capacity could hold (its own brute-force search,
+//                         counting an idle device the engine split as whole again), with no job
+//                         of higher priority waiting that cannot be held, starts within
+//                         3 cycles + grace + drain
+//   liveness.reservation  a group below its reservation, with a waiting job inside it that the
+//                         cluster could hold once borrowers left, gets it within one cycle +
+//                         grace (rounded up to cycles, plus the cycle that sees it)
+//   stability.reconfigure no device changes mode (MIG on/off, AMD pair) or loses a partition
+//                         more than `max_reconfigurations_per_hour` times in any hour
+//
+// Its notion of "could be held" is its own (could_hold.h): a brute-force search over the devices
+// as the views show them, deliberately not the scheduler's fit code, and conservative (a job it
+// cannot prove holdable is not owed anything), so that what it reports is a real broken promise.
+//
+// Thread-safety: none; one owner, like the engine it watches.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "sched/quota/engine.h"
+#include "sched/quota/policy_model.h"
+#include "verify/could_hold.h"
+
+namespace tessera::verify {
+
+struct Violation {
+  std::string property;  // "liveness.start"
+  int64_t time = 0;
+  std::string what;      // for people
+  std::vector<std::string> jobs;
+  std::vector<std::string> devices;  // "node/3"
+  std::string ToString() const;
+};
+
+struct Bounds {
+  int64_t cycle_s = 10;
+  int64_t grace_s = 0;
+  int max_reconfigurations_per_hour = 12;
+  // 3 cycles + grace + drain (a drain is a grace: only preemptible occupants are drained).
+  int64_t StartBound() const { return 3 * cycle_s + 2 * grace_s; }
+  // One cycle + grace, the grace rounded up to whole cycles, from the cycle that first saw it.
+  int64_t ReservationBound() const { return cycle_s * ((grace_s + cycle_s - 1) / cycle_s) + 2 * cycle_s; }
+};
+
+// What the checked histories contained, for the coverage table.
+struct Seen {
+  bool unsplit = false;           // an idle split device went back to whole
+  bool amd_mode_change = false;   // an AMD device changed its compute or memory mode
+  bool gang = false;              // a job placed on two or more devices
+  bool node_loss = false;
+  bool reclaim_in_flight = false; // a reclaim waited out a grace
+  bool backfill = false;
+  bool reclaim = false;
+  bool repartition = false;
+};
+
+class Checker {
+ public:
+  Checker(const quota::PolicySpec& policy, const std::vector<quota::NodeSpec>& nodes, Bounds bounds);
+
+  // A submission the engine accepted (its handle).
+  void Submitted(int handle, const quota::JobSpec& spec);
+  void NodeDown(const std::string& node, bool down);
+  // After every cycle (and at the end): reads the engine's views and events since the last call.
+  void AfterCycle(const quota::QuotaEngine& e, int64_t now);
+
+  const std::vector<Violation>& violations() const { return violations_; }
+  const Seen& seen() const { return seen_; }
+  const Bounds& bounds() const { return bounds_; }
+
+ private:
+  void Report(std::string property, int64_t now, std::string what, std::vector<std::string> jobs,
+              std::vector<std::string> devices = {});
+  void ReadEvents(const quota::QuotaEngine& e, int64_t now);
+  void CheckDevices(Snapshot& s, int64_t now);
+  void CheckLimits(const Snapshot& s, int64_t now);
+  void CheckReclaim(const Snapshot& s, int64_t now);
+  void CheckStart(const Snapshot& s, int64_t now);
+  void CheckReservation(const Snapshot& s, int64_t now);
+  void CheckStability(const quota::QuotaEngine& e, int64_t now);
+
+  bool Admissible(const Snapshot& s, const Want& w) const;
+
+  World world_;
+  Bounds bounds_;
+  std::vector<bool> down_;              // per node
+  std::vector<Want> wants_;             // by handle
+  std::map<std::string, int> handle_of_;
+  size_t events_seen_ = 0;
+  std::map<int, int64_t> owed_since_;   // liveness.start: handle -> first cycle owed
+  std::map<int, int64_t> short_since_;  // liveness.reservation: group -> first cycle short
+  // Victims leaving for a claimant: victim handle -> claimant handle, while terminating.
+  std::map<int, int> leaving_for_;
+  std::set<int> preempted_this_cycle_;
+  struct Layout {
+    bool seen = false;
+    std::string mode;  // "MIG", "CPX+NPS4", ""
+    std::set<std::string> slots;
+  };
+  std::vector<Layout> layout_;          // per device, last seen
+  std::vector<std::vector<int64_t>> reconfig_times_;  // per device
+  std::set<std::string> reported_;      // one report per (property, subject)
+  std::vector<Violation> violations_;
+  Seen seen_;
+};
+
+}  // namespace tessera::verify

@@ -1,0 +1,121 @@
+// "Could this waiting job be held right now?", answered by brute force over the devices as the
+// engine's views show them, for the property checker (checker.h). Deliberately independent of
+// the scheduler's fit code (src/sched): its own reading of the policy (forms, pools, profiles),
+// of the GPU catalog (MIG starts, AMD pairs) and of occupancy. Conservative: a gang is held only
+// on one node, a partition only in the smallest covering profile, a share only where compute
+// and memory both fit; what it cannot show holdable is reported as not holdable.
+//
+// Thread-safety: value types and pure functions.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/cluster.h"
+#include "partition/catalog.h"
+#include "sched/quota/engine.h"
+#include "sched/quota/policy_model.h"
+
+namespace tessera::verify {
+
+// A job's request as the policy resolves it.
+struct Want {
+  std::string id;
+  int group = -1;
+  int priority = 0;
+  bool preemptible = false;
+  std::vector<AllocationForm> forms;  // in order
+  std::vector<std::string> pools;     // empty: every pool
+  int count = 1;
+  MilliGpu milli = kWholeGpu;
+  MiB gpu_mem = 0;
+  MilliCpu cpu = 0;  // per device
+  MiB mem = 0;       // per device
+  bool external = false;
+  bool valid = false;  // resolved (known queue and profile)
+};
+
+struct DeviceInfo {
+  int node = 0;
+  int index = 0;
+  const partition::GpuModel* model = nullptr;  // null outside the catalog
+  MiB memory = 0;
+  bool registered_split = false;  // the node came with this device split (the operator's)
+  std::string name;               // "node/3"
+};
+
+struct NodeInfo {
+  std::string name, pool;
+  MilliCpu cpu = 0;
+  MiB mem = 0;
+  std::vector<int> devices;  // into World::devices
+};
+
+// What does not change: the policy and the nodes.
+struct World {
+  quota::PolicySpec policy;
+  std::vector<NodeInfo> nodes;
+  std::vector<DeviceInfo> devices;
+  std::vector<int> parent;  // per group, -1 at the top
+  std::vector<std::string> group_names;
+
+  static World Make(const quota::PolicySpec& policy, const std::vector<quota::NodeSpec>& nodes);
+  int GroupIndex(const std::string& name) const;
+  bool PoolAllows(const std::string& pool, AllocationForm f) const;
+  Want Resolve(const quota::JobSpec& spec) const;
+};
+
+// One holder on a device.
+struct Holding {
+  int job = -1;
+  AllocationForm form = AllocationForm::kWhole;
+  std::string slot;  // partition name, empty for whole and shares
+  MilliGpu compute = 0;
+  MiB memory = 0;
+};
+
+struct DeviceNow {
+  bool mig = false;
+  std::string amd_pair;
+  std::vector<quota::SlotView> slots;
+  bool draining = false;
+  std::vector<Holding> holders;
+};
+
+struct JobNow {
+  quota::JobState state = quota::JobState::kPending;
+  int group = -1;
+  Resources charge;  // from its grants
+  std::vector<quota::GrantView> grants;
+  std::optional<AllocationForm> form;
+  bool borrowed = false;
+};
+
+// Everything the checks read, as of one instant.
+struct Snapshot {
+  std::vector<DeviceNow> devices;
+  std::vector<MilliCpu> cpu_free;
+  std::vector<MiB> mem_free;
+  std::vector<bool> down;
+  std::vector<JobNow> jobs;         // by handle
+  std::vector<Resources> usage;     // per group, itself and descendants, running and leaving
+  std::vector<MilliGpu> staying;    // per group: GPU of running (not leaving) jobs, with descendants
+
+  static Snapshot Take(const World& w, const quota::QuotaEngine& e, const std::vector<bool>& down);
+};
+
+// An idle device the engine may return to whole (it split it; the operator did not).
+bool Returnable(const World& w, const Snapshot& s, int device);
+
+// Whether `want` could be held on the snapshot's free capacity, ignoring the jobs in `gone`
+// (as if they had left), in any of its forms. `why` (optional) receives where.
+bool CouldHold(const World& w, const Snapshot& s, const Want& want, const std::vector<bool>& gone,
+               std::string* where = nullptr);
+
+// The MIG profile the engine offers for a partition request: the smallest covering memory and
+// compute (not "+me"); nullptr when none.
+const partition::MigProfile* SmallestCovering(const partition::GpuModel& m, MilliGpu milli, MiB mem);
+
+}  // namespace tessera::verify

@@ -217,6 +217,7 @@ net::HttpServerOptions HttpOptions(const ApiServerOptions& o, int io_threads, in
   h.idle_timeout_ms = o.idle_timeout_ms;
   h.max_connections = o.max_connections;
   h.max_connections_per_peer = o.max_connections_per_peer;
+  h.limit_loopback_peers = o.limit_loopback_peers;
   if (o.stop_on_signals) h.stop_signals = {SIGINT, SIGTERM};
   h.tls_cert_file = o.tls_cert_file;
   h.tls_key_file = o.tls_key_file;
@@ -539,7 +540,7 @@ void AddMetricsAndDashboardRoutes(TimedRoutes& s) {
   // Prometheus: admins, or anyone (no token needed) when the config says metrics_public.
   s.Route(
       "GET", "/metrics",
-      [e](const HttpRequest& req, HttpResponse& res) {
+      [e, http = &s.http](const HttpRequest& req, HttpResponse& res) {
         Identity anonymous;  // a user: allowed only by metrics_public
         anonymous.name = "anonymous";
         Result<Identity> who = anonymous;
@@ -553,7 +554,23 @@ void AddMetricsAndDashboardRoutes(TimedRoutes& s) {
         auto text = e->Metrics(*who);
         if (!text.ok()) return ReplyError(res, text.status());
         res.content_type = "text/plain; version=0.0.4; charset=utf-8";
-        res.body = std::move(*text);
+        // The HTTP server's connections: open now, and refused at once over a cap since start.
+        res.body = std::move(*text) +
+                   "# HELP tessera_http_connections Connections open now.\n"
+                   "# TYPE tessera_http_connections gauge\n"
+                   "tessera_http_connections " +
+                   std::to_string(http->connections()) +
+                   "\n"
+                   "# HELP tessera_http_connections_max The cap on open connections.\n"
+                   "# TYPE tessera_http_connections_max gauge\n"
+                   "tessera_http_connections_max " +
+                   std::to_string(http->max_connections()) +
+                   "\n"
+                   "# HELP tessera_http_connections_refused_total Connections closed at once, "
+                   "over --max-connections or --max-connections-per-peer.\n"
+                   "# TYPE tessera_http_connections_refused_total counter\n"
+                   "tessera_http_connections_refused_total " +
+                   std::to_string(http->refused_connections()) + "\n";
       },
       RequestLogLevel("/metrics"));
   // The dashboard: a static page; it reads the API above with the user's token.

@@ -50,11 +50,13 @@ struct ApiServerOptions {
   int workers = 4;
   int idle_timeout_ms = 10 * 60 * 1000;
   // Open connections at most (0: the open-file limit less headroom) and per peer address
-  // (loopback not counted); over either a connection is closed at once (net/http_server.h).
-  // `tessera serve --max-connections N --max-connections-per-peer N`: raise the per-peer cap for
-  // agents behind one NAT address.
+  // (loopback not counted unless `limit_loopback_peers`); over either a connection is closed at
+  // once (net/http_server.h). `tessera serve --max-connections N --max-connections-per-peer N`:
+  // raise the per-peer cap for agents behind one NAT address; `--limit-loopback-peers` on a
+  // host whose local users are not trusted (each loopback address is then a peer of its own).
   int64_t max_connections = 0;
   int64_t max_connections_per_peer = 512;
+  bool limit_loopback_peers = false;
   bool stop_on_signals = false;  // SIGINT and SIGTERM stop Run() (tessera serve)
   // Set by ApiServer itself (requests in progress per identity, max_requests_per_identity).
   net::HttpAdmission admission;

@@ -87,6 +87,7 @@ struct ServeFlags {
   int threads = 0;            // 0: ApiServerOptions' default (one per core)
   int64_t max_connections = 0;
   int64_t max_connections_per_peer = 512;
+  bool limit_loopback_peers = false;
 
   std::string Scheme() const { return tls_cert.empty() ? "http://" : "https://"; }
   api::ApiServerOptions ServerOptions() const {
@@ -98,6 +99,7 @@ struct ServeFlags {
     if (threads > 0) o.io_threads = threads;
     o.max_connections = max_connections;
     o.max_connections_per_peer = max_connections_per_peer;
+    o.limit_loopback_peers = limit_loopback_peers;
     return o;
   }
 };
@@ -491,6 +493,9 @@ void RegisterServeCommand(CLI::App& app, CommandContext& ctx) {
          "--max-connections-per-peer", f->max_connections_per_peer,
          "open connections at most from one address, loopback not counted (default 512; 0: no cap)")
       ->check(CLI::Range(int64_t{0}, int64_t{10'000'000}));
+  cmd->add_flag(
+      "--limit-loopback-peers", f->limit_loopback_peers,
+      "count loopback addresses in --max-connections-per-peer too (local users not trusted)");
   cmd->add_option("--threads", f->threads,
                   "threads running the API's event loops (default: one per core; routes that may wait run on a separate pool)")
       ->check(CLI::Range(1, 1024));

@@ -1,6 +1,8 @@
 #include "net/http_server.h"
 
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
@@ -14,7 +16,9 @@
 // clang-format on
 #include <array>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -235,6 +239,8 @@ class HttpServer::Impl {
   }
 
   void Accept();
+  void AcceptPending();
+  void OutOfDescriptors();
 
   // Whether a connection from `peer` may open now; when it may, it is counted in `open` and
   // (`*counted`) under its peer until its session ends (the session's destructor). Only the
@@ -258,11 +264,10 @@ class HttpServer::Impl {
     if (it != peers.end() && --it->second <= 0) peers.erase(it);
   }
   // A connection over a limit: closed at once, said in the log at most every 10 s with a count.
-  void Refuse(tcp::socket& socket, const asio::ip::address& peer) {
+  void Refuse(int fd, const asio::ip::address& peer) {
     ++refused;  // counted before the client can see the close
     ++refused_unlogged;
-    beast::error_code ignored;
-    socket.close(ignored);
+    ::close(fd);
     const auto now = SteadyClock::now();
     if (now - refused_logged_at < std::chrono::seconds(10)) return;
     refused_logged_at = now;
@@ -655,50 +660,87 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
 
 }  // namespace
 
+// Connections are taken off the listening socket with accept4 and checked against the caps
+// before anything of Asio's is made for them: a refused one is closed as a bare descriptor. (An
+// Asio socket registers with its loop's reactor, whose per-descriptor records are pooled for
+// the life of the loop: a flood of refused connections would leave one record, about 220 bytes,
+// for each that was ever open at once.)
 void HttpServer::Impl::Accept() {
-  const size_t loop = NextLoop();
-  acceptor.async_accept(*iocs[loop], [this, loop](beast::error_code ec, tcp::socket socket) {
-    if (stopped.load()) return;
-    if (!ec) {
-      beast::error_code ignored;
-      const tcp::endpoint at = socket.remote_endpoint(ignored);
-      const auto [peer, loopback] = KeyOf(at.address());
-      bool counted = false;
-      if (!Admit(peer, loopback, &counted)) {
-        Refuse(socket, at.address());
-        return Accept();
+  acceptor.async_wait(tcp::acceptor::wait_read, [this](beast::error_code ec) {
+    if (stopped.load() || ec == asio::error::operation_aborted) return;
+    AcceptPending();
+  });
+}
+
+void HttpServer::Impl::AcceptPending() {
+  // At most a batch at a time, so that the acceptor's timers (TrimTick) run during a flood.
+  for (int batch = 0; batch < 256; ++batch) {
+    sockaddr_storage from{};
+    socklen_t from_len = sizeof from;
+    const int fd = ::accept4(acceptor.native_handle(), reinterpret_cast<sockaddr*>(&from),
+                             &from_len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO) continue;
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        return OutOfDescriptors();
       }
-      ++*loop_open[loop];
-      socket.set_option(tcp::no_delay(true), ignored);  // small JSON replies: no Nagle delay
-      // The session (its buffers, the TLS state) is made on its loop, in that thread's heap arena
-      // (see TrimTick).
-      asio::post(*iocs[loop],
-                 [this, loop, peer = peer, counted, socket = std::move(socket)]() mutable {
-                   if (ssl) {
-                     std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(
-                         this, loop_open[loop].get(), peer, counted, std::move(socket), *ssl)
-                         ->Start();
-                   } else {
-                     std::make_shared<Session<beast::tcp_stream>>(this, loop_open[loop].get(), peer,
-                                                                  counted, std::move(socket))
-                         ->Start();
-                   }
-                 });
-    } else if (ec == asio::error::no_descriptors || ec == asio::error::no_buffer_space) {
-      // Out of descriptors (RLIMIT_NOFILE): the pending connection stays in the backlog. Say so
-      // once, and try again in 100 ms rather than spin on accept while no descriptor is free.
-      if (!out_of_descriptors.exchange(true)) {
-        RequestLog().Warn(
-            "out of file descriptors: new connections wait; raise the open-file limit",
-            {{"open", open.load()}});
-      }
-      auto timer = std::make_shared<asio::steady_timer>(accept_ioc, std::chrono::milliseconds(100));
-      timer->async_wait([this, timer](beast::error_code) {
-        if (!stopped.load()) Accept();
-      });
-      return;
+      return Accept();  // EAGAIN: none pending; anything else: wait for the next
     }
-    Accept();
+    tcp::endpoint at;
+    if (from_len <= at.capacity()) {
+      std::memcpy(at.data(), &from, from_len);
+      at.resize(from_len);
+    }
+    const auto [peer, loopback] = KeyOf(at.address());
+    bool counted = false;
+    if (!Admit(peer, loopback, &counted)) {
+      Refuse(fd, at.address());
+      continue;
+    }
+    const size_t loop = NextLoop();
+    // Registered with its loop's reactor here, on the acceptor's thread: the reactor's record
+    // is allocated in this thread's heap arena, not between the connections' buffers (TrimTick).
+    beast::error_code ec;
+    tcp::socket socket(*iocs[loop]);
+    socket.assign(at.protocol(), fd, ec);
+    if (ec) {
+      ::close(fd);
+      if (counted) Release(peer);
+      --open;
+      continue;
+    }
+    ++*loop_open[loop];
+    socket.set_option(tcp::no_delay(true), ec);  // small JSON replies: no Nagle delay
+    // The session (its buffers, the TLS state) is made on its loop, in that thread's heap arena
+    // (see TrimTick).
+    asio::post(*iocs[loop],
+               [this, loop, peer = peer, counted, socket = std::move(socket)]() mutable {
+                 if (ssl) {
+                   std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(
+                       this, loop_open[loop].get(), peer, counted, std::move(socket), *ssl)
+                       ->Start();
+                 } else {
+                   std::make_shared<Session<beast::tcp_stream>>(this, loop_open[loop].get(), peer,
+                                                                counted, std::move(socket))
+                       ->Start();
+                 }
+               });
+  }
+  asio::post(accept_ioc, [this] {  // more may be pending
+    if (!stopped.load()) AcceptPending();
+  });
+}
+
+// Out of descriptors (RLIMIT_NOFILE): the pending connections stay in the backlog. Said once in
+// the log; accepting resumes in 100 ms rather than spin on accept while no descriptor is free.
+void HttpServer::Impl::OutOfDescriptors() {
+  if (!out_of_descriptors.exchange(true)) {
+    RequestLog().Warn("out of file descriptors: new connections wait; raise the open-file limit",
+                      {{"open", open.load()}});
+  }
+  auto timer = std::make_shared<asio::steady_timer>(accept_ioc, std::chrono::milliseconds(100));
+  timer->async_wait([this, timer](beast::error_code) {
+    if (!stopped.load()) Accept();
   });
 }
 
@@ -744,6 +786,7 @@ Result<int> HttpServer::Bind(const std::string& host, int port) {
   if (!ec) a.set_option(asio::socket_base::reuse_address(true), ec);
   if (!ec) a.bind(at, ec);
   if (!ec) a.listen(asio::socket_base::max_listen_connections, ec);
+  if (!ec) a.non_blocking(true, ec);  // accept4 until EAGAIN (Impl::AcceptPending)
   if (ec)
     return Status::FailedPrecondition("cannot listen on " + host + ":" + std::to_string(port) +
                                       ": " + ec.message());

@@ -1,27 +1,30 @@
-// A flood of idle connections and slow-header clients against the HTTP server (red-team report,
-// issue 30): net::HttpServer with a GET /v1/health route, over TLS by default, in a child
-// process (its own descriptors and memory), as `tessera serve` runs it (I/O threads as cores,
-// 4 workers). Prints:
+// A flood of idle connections and slow-header clients against a real `tessera serve` over TLS
+// (red-team report, issue 30), with agents heartbeating through it. The server is the built
+// build/src/cli/tessera, in a process of its own (SQLite store, a self-signed certificate), with
+// its default connection caps unless told otherwise; each loopback address is a peer of its own
+// (`--limit-loopback-peers`: every client here is on loopback). Prints:
 //
 //   - the server's RSS (VmRSS and RssAnon from /proc/PID/status) before the flood;
-//   - the flood: --connections kept-alive connections from 127.0.0.1 that each make one request
-//     and then idle (20,000 by default; fewer, said so, when the open-file hard limit cannot hold
-//     them on both ends or they would pass the server's connection cap), and --slow slow-header
-//     clients from the same address sending one header byte a second and reconnecting when
-//     dropped;
-//   - while they are open (--hold seconds), GET /v1/health every 50 ms over one kept-alive
-//     connection and over a new connection each time: p50, p99 and max (goal: under 100 ms),
-//     with failures; the slow clients' drops and how long each lasted (header deadline 10 s);
+//   - the flood, all from 127.0.0.1: --connections kept-alive connections that each make one
+//     request and then idle (20,000 by default; fewer, said so, when the open-file hard limit
+//     cannot hold them on both ends or they would pass the server's connection cap), and --slow
+//     slow-header clients sending one header byte a second and reconnecting when dropped; how
+//     many the server held and how many it refused at once (its per-peer cap, --per-peer);
+//   - while they are open (--hold seconds), GET /v1/health every 50 ms from 127.0.0.2, over one
+//     kept-alive connection and over a new connection each time, and --agents agents (their own
+//     identities, each bound to its node) heartbeating every second from 127.0.0.2 as
+//     `tessera agent` does (POST /v1/agent/heartbeat over a kept-alive connection): p50, p99 and
+//     max of each (goal: health under 100 ms), with failures, and nodes the server marked lost;
+//     the slow clients' drops and how long each lasted (header deadline 10 s);
 //   - the RSS at its peak, then --settle seconds after the flood closed, and the ratio to before
 //     (goal: within 10%).
 // The flood is run --rounds times against the same server (memory a first flood leaves behind
 // should not grow with the next).
 //
 //   conn_flood_bench [--connections 20000] [--slow 200] [--hold 20] [--settle 5] [--rounds 2]
-//   [--tls 1]
+//   [--agents 8] [--per-peer 512 (serve's default; 0: no per-peer cap)]
 #include <signal.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 // clang-format off
@@ -42,13 +45,15 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "net/http_server.h"
+#include "agent/protocol.h"
 #include "net/tls.h"
 #include "percentile.h"
+#include "proc.h"
 
 namespace {
 
@@ -65,8 +70,20 @@ struct Options {
   int hold_s = 20;
   int settle_s = 5;
   int rounds = 2;
-  bool tls = true;
+  int agents = 8;
+  int per_peer = 512;  // tessera serve --max-connections-per-peer (its default)
 };
+
+const char* kConfig = R"(
+heartbeat_interval: 1s
+heartbeat_timeout: 10s
+groups: [{name: research}]
+profiles: [{name: card, gpus: 1, forms: [whole]}]
+queues: [{name: training, profile: card, groups: [research]}]
+identities:
+  - {name: admin, role: admin, token: admin-token-1}
+  - {name: alice, role: user, groups: [research], token: alice-token-1}
+)";  // the agents' identities follow
 
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
@@ -90,37 +107,6 @@ double LoadAverage() {
   double l = 0;
   in >> l;
   return l;
-}
-
-// The server: runs until SIGTERM; writes its port to `port_fd`. Also GET /v1/stats: open and
-// refused connections and the cap.
-[[noreturn]] void ServeChild(const Options& o, const std::string& dir, int port_fd) {
-  tessera::net::HttpServerOptions h;
-  h.io_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  h.workers = 4;
-  if (o.tls) {
-    h.tls_cert_file = dir + "/cert.pem";
-    h.tls_key_file = dir + "/key.pem";
-  }
-  h.stop_signals = {SIGTERM};
-  tessera::log::Configure(tessera::log::Level::kWarn, tessera::log::Format::kText);
-  tessera::net::HttpServer server(h);
-  server.Route("GET", "/v1/health",
-               [](const tessera::net::HttpRequest&, tessera::net::HttpResponse& res) {
-                 res.body = "{\"ok\":true,\"role\":\"leader\"}";
-               });
-  server.Route("GET", "/v1/stats",
-               [&server](const tessera::net::HttpRequest&, tessera::net::HttpResponse& res) {
-                 res.body = std::to_string(server.connections()) + " " +
-                            std::to_string(server.refused_connections()) + " " +
-                            std::to_string(server.max_connections());
-               });
-  auto port = server.Bind("127.0.0.1", 0);
-  const int p = port.ok() ? *port : -1;
-  if (write(port_fd, &p, sizeof p) != sizeof p || p < 0) _exit(1);
-  close(port_fd);
-  server.Run();
-  _exit(0);
 }
 
 // A client stream, TLS or plain, with what one request needs.
@@ -314,77 +300,168 @@ class Slowloris {
   std::vector<double> lasted_s_;
 };
 
-// Blocking probes from their own thread: GET /v1/health over a kept-alive connection, or over a
-// new one. Returns the milliseconds, or -1 on failure.
-class Prober {
+// A blocking kept-alive TLS connection from a given local address (the probes and the agents
+// come from 127.0.0.2, the flood from 127.0.0.1): one request at a time, 5 s timeouts.
+class Conn {
  public:
-  Prober(asio::ssl::context& ctx, bool tls, tcp::endpoint at) : ctx_(ctx), tls_(tls), at_(at) {}
-  double Once(bool fresh) {
+  Conn(asio::ssl::context& ctx, tcp::endpoint at, std::string from)
+      : ctx_(ctx), at_(at), from_(std::move(from)) {}
+  // The status and body of a request over the kept-alive connection (a new one when `fresh`, or
+  // when the last failed); status -1 on failure. `*ms`: how long it took.
+  int Request(http::verb verb, const std::string& target, const std::string& token,
+              const std::string& body, std::string* out, double* ms, bool fresh = false) {
     const auto t = Clock::now();
     try {
-      if (fresh || !kept_) kept_ = Open();
-      Get(*kept_, "/v1/health");
-      if (fresh) kept_.reset();
-      return Ms(Clock::now() - t);
+      if (fresh || !ssl_) Open();
+      http::request<http::string_body> req{verb, target, 11};
+      req.set(http::field::host, "127.0.0.1");
+      if (!token.empty()) req.set(http::field::authorization, "Bearer " + token);
+      if (!body.empty()) req.set(http::field::content_type, "application/json");
+      req.body() = body;
+      req.keep_alive(true);
+      req.prepare_payload();
+      http::response<http::string_body> res;
+      beast::flat_buffer b;
+      http::write(*ssl_, req);
+      http::read(*ssl_, b, res);
+      if (out != nullptr) *out = res.body();
+      *ms = Ms(Clock::now() - t);
+      if (fresh) ssl_.reset();
+      return res.result_int();
     } catch (const std::exception&) {
-      kept_.reset();
+      ssl_.reset();
+      *ms = Ms(Clock::now() - t);
       return -1;
-    }
-  }
-  // The body of GET `target` over a new connection, "" on failure.
-  std::string Fetch(const std::string& target) {
-    try {
-      auto c = Open();
-      return Get(*c, target);
-    } catch (const std::exception&) {
-      return "";
     }
   }
 
  private:
-  struct Conn {
-    explicit Conn(asio::io_context& ioc, asio::ssl::context& ctx) : ssl(ioc, ctx) {}
-    beast::ssl_stream<tcp::socket> ssl;
-  };
-  std::unique_ptr<Conn> Open() {
-    auto c = std::make_unique<Conn>(ioc_, ctx_);
-    tcp::socket& s = beast::get_lowest_layer(c->ssl);
+  void Open() {
+    ssl_.reset();
+    ssl_ = std::make_unique<beast::ssl_stream<tcp::socket>>(ioc_, ctx_);
+    tcp::socket& s = beast::get_lowest_layer(*ssl_);
+    s.open(tcp::v4());
+    s.bind(tcp::endpoint(asio::ip::make_address(from_), 0));
     s.connect(at_);
     timeval tv{5, 0};
     setsockopt(s.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     setsockopt(s.native_handle(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     s.set_option(tcp::no_delay(true));
-    if (tls_) c->ssl.handshake(asio::ssl::stream_base::client);
-    return c;
-  }
-  std::string Get(Conn& c, const std::string& target) {
-    http::request<http::empty_body> req{http::verb::get, target, 11};
-    req.set(http::field::host, "127.0.0.1");
-    req.keep_alive(true);
-    http::response<http::string_body> res;
-    beast::flat_buffer b;
-    if (tls_) {
-      http::write(c.ssl, req);
-      http::read(c.ssl, b, res);
-    } else {
-      http::write(beast::get_lowest_layer(c.ssl), req);
-      http::read(beast::get_lowest_layer(c.ssl), b, res);
-    }
-    if (res.result_int() != 200) throw std::runtime_error("status");
-    return res.body();
+    ssl_->handshake(asio::ssl::stream_base::client);
   }
 
   asio::io_context ioc_;
   asio::ssl::context& ctx_;
-  bool tls_;
   tcp::endpoint at_;
-  std::unique_ptr<Conn> kept_;
+  std::string from_;
+  std::unique_ptr<beast::ssl_stream<tcp::socket>> ssl_;
+};
+
+// Agents heartbeating every second, each over its own kept-alive connection from 127.0.0.2,
+// with the real agent's bodies (agent/protocol.h), on a thread of their own. Records latency
+// and failures while `recording`.
+class Agents {
+ public:
+  Agents(asio::ssl::context& ctx, tcp::endpoint at, int n) {
+    for (int i = 0; i < n; ++i) conns_.push_back(std::make_unique<Conn>(ctx, at, "127.0.0.2"));
+  }
+  ~Agents() { Stop(); }
+  static std::string Node(int i) { return "flood-node-" + std::to_string(i); }
+  static std::string Token(int i) { return "agent-token-" + std::to_string(i); }
+  // Registers each (8 simulated H100s); false if any was refused.
+  bool Register() {
+    for (size_t i = 0; i < conns_.size(); ++i) {
+      tessera::agent::Inventory inv;
+      inv.node = Node(static_cast<int>(i));
+      inv.simulated = true;
+      inv.host.cpu_milli = 64000;
+      inv.host.memory_mib = 512 * 1024;
+      for (int d = 0; d < 8; ++d)
+        inv.devices.push_back(
+            {d, "H100-80GB", 81559, inv.node + "-gpu" + std::to_string(d), true, false});
+      double ms = 0;
+      if (conns_[i]->Request(http::verb::post, "/v1/agent/register", Token(static_cast<int>(i)),
+                             tessera::agent::RegisterBody(inv, false), nullptr, &ms) != 200)
+        return false;
+    }
+    return true;
+  }
+  void Start() {
+    thread_ = std::thread([this] {
+      for (auto due = Clock::now(); !stop_.load(); due += std::chrono::seconds(1)) {
+        for (size_t i = 0; i < conns_.size(); ++i) {
+          double ms = 0;
+          const int status = conns_[i]->Request(
+              http::verb::post, "/v1/agent/heartbeat", Token(static_cast<int>(i)),
+              tessera::agent::HeartbeatBody(Node(static_cast<int>(i)), {}, {}), nullptr, &ms);
+          std::lock_guard<std::mutex> l(mu_);
+          if (!recording_) continue;
+          if (status == 200) {
+            ms_.push_back(ms);
+          } else {
+            ++failed_;
+          }
+        }
+        std::this_thread::sleep_until(due + std::chrono::seconds(1));
+      }
+    });
+  }
+  void Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  // Starts recording afresh; Take() returns what was recorded since, and stops.
+  void Record() {
+    std::lock_guard<std::mutex> l(mu_);
+    ms_.clear();
+    failed_ = 0;
+    recording_ = true;
+  }
+  std::vector<double> Take(int* failed) {
+    std::lock_guard<std::mutex> l(mu_);
+    recording_ = false;
+    *failed = failed_;
+    return ms_;
+  }
+
+ private:
+  std::vector<std::unique_ptr<Conn>> conns_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  bool recording_ = false;
+  std::vector<double> ms_;
+  int failed_ = 0;
 };
 
 struct Figures {
   std::vector<double> kept_ms, fresh_ms;
   int kept_failed = 0, fresh_failed = 0;
 };
+
+// The value of a sample line "name N" in Prometheus text, -1 when absent.
+long long Metric(const std::string& text, const std::string& name) {
+  const size_t at = text.find("\n" + name + " ");
+  return at == std::string::npos ? -1 : std::atoll(text.c_str() + at + name.size() + 2);
+}
+
+int Port(const std::string& log_path) {
+  const std::string key = "listening on https://127.0.0.1:";
+  for (int i = 0; i < 300; ++i) {
+    std::ifstream in(log_path);
+    std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t at = all.find(key);
+    if (at != std::string::npos) return std::atoi(all.c_str() + at + key.size());
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return -1;
+}
+
+void Line(const char* what, const std::vector<double>& v, int failed) {
+  std::printf("  %-34s %5zu, %d failed: p50 %.2f ms, p99 %.2f ms, max %.2f ms\n", what, v.size(),
+              failed, Percentile(v, 50), Percentile(v, 99),
+              v.empty() ? 0.0 : *std::max_element(v.begin(), v.end()));
+}
 
 }  // namespace
 
@@ -395,17 +472,24 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--slow")) o.slow = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--hold")) o.hold_s = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--settle")) o.settle_s = std::atoi(argv[i + 1]);
-    if (!std::strcmp(argv[i], "--tls")) o.tls = std::atoi(argv[i + 1]) != 0;
     if (!std::strcmp(argv[i], "--rounds")) o.rounds = std::max(1, std::atoi(argv[i + 1]));
+    if (!std::strcmp(argv[i], "--agents")) o.agents = std::max(0, std::atoi(argv[i + 1]));
+    if (!std::strcmp(argv[i], "--per-peer")) o.per_peer = std::max(0, std::atoi(argv[i + 1]));
   }
   const std::string dir = "/tmp/tessera_conn_flood_" + std::to_string(getpid());
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
-  if (o.tls) {
-    auto st = tessera::net::WriteSelfSigned(dir + "/cert.pem", dir + "/key.pem", {"127.0.0.1"});
-    if (!st.ok()) {
-      std::fprintf(stderr, "cannot make a certificate: %s\n", st.ToString().c_str());
-      return 1;
+  auto st = tessera::net::WriteSelfSigned(dir + "/cert.pem", dir + "/key.pem", {"127.0.0.1"});
+  if (!st.ok()) {
+    std::fprintf(stderr, "cannot make a certificate: %s\n", st.ToString().c_str());
+    return 1;
+  }
+  {
+    std::ofstream config(dir + "/config.yaml");
+    config << tessera::testing::WithJobAccounts(kConfig);
+    for (int i = 0; i < o.agents; ++i) {  // an identity per agent, bound to its node
+      config << "  - {name: agent" << i << ", role: agent, nodes: [" << Agents::Node(i)
+             << "], token: " << Agents::Token(i) << "}\n";
     }
   }
   // Both ends raise their soft open-file limit to the hard one (the server does so in Bind).
@@ -415,62 +499,101 @@ int main(int argc, char** argv) {
   setrlimit(RLIMIT_NOFILE, &r);
   const int64_t hard = r.rlim_max == RLIM_INFINITY ? (1 << 20) : static_cast<int64_t>(r.rlim_max);
 
-  int pipe_fds[2];
-  if (pipe(pipe_fds) != 0) return 1;
-  const pid_t child = fork();
-  if (child == 0) {
-    close(pipe_fds[0]);
-    ServeChild(o, dir, pipe_fds[1]);
-  }
-  close(pipe_fds[1]);
-  int port = -1;
-  if (read(pipe_fds[0], &port, sizeof port) != sizeof port || port <= 0) {
-    std::fprintf(stderr, "the server did not start\n");
+  tessera::testing::Proc server(
+      {TESSERA_BINARY_DIR "/src/cli/tessera", "serve", "--config", dir + "/config.yaml", "--data",
+       dir + "/data", "--listen", "127.0.0.1:0", "--tls-cert", dir + "/cert.pem", "--tls-key",
+       dir + "/key.pem", "--max-connections-per-peer", std::to_string(o.per_peer),
+       "--limit-loopback-peers"},
+      dir + "/serve.log");
+  const int port = Port(dir + "/serve.log");
+  if (port <= 0) {
+    std::fprintf(stderr, "tessera serve did not start:\n%s\n", server.Log().c_str());
     return 1;
   }
-  close(pipe_fds[0]);
+  const pid_t child = server.pid();
   const tcp::endpoint at(asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port));
   asio::ssl::context ctx(asio::ssl::context::tls_client);
   ctx.set_verify_mode(asio::ssl::verify_none);
   SSL_CTX_set_mode(ctx.native_handle(), SSL_MODE_RELEASE_BUFFERS);
 
-  Prober prober(ctx, o.tls, at);
-  for (int i = 0; i < 50; ++i) prober.Once(i % 2 == 0);  // warm up
+  Conn prober(ctx, at, "127.0.0.2"), admin(ctx, at, "127.0.0.2");
   long long open = 0, refused = 0, cap = 0;
   auto stats = [&] {
-    const std::string s = prober.Fetch("/v1/stats");
-    std::sscanf(s.c_str(), "%lld %lld %lld", &open, &refused, &cap);
+    std::string text;
+    double ms = 0;
+    admin.Request(http::verb::get, "/metrics", "admin-token-1", "", &text, &ms);
+    open = Metric(text, "tessera_http_connections");
+    refused = Metric(text, "tessera_http_connections_refused_total");
+    cap = Metric(text, "tessera_http_connections_max");
   };
+  auto lost_nodes = [&] {
+    std::string text;
+    double ms = 0;
+    admin.Request(http::verb::get, "/v1/nodes", "admin-token-1", "", &text, &ms);
+    int n = 0;
+    for (size_t p = 0; (p = text.find("\"state\":\"lost\"", p)) != std::string::npos; ++p) ++n;
+    return n;
+  };
+  auto health = [&](bool fresh) {
+    double ms = 0;
+    return prober.Request(http::verb::get, "/v1/health", "", "", nullptr, &ms, fresh) == 200 ? ms
+                                                                                             : -1;
+  };
+  Agents agents(ctx, at, o.agents);
+  if (!agents.Register()) {
+    std::fprintf(stderr, "an agent's registration was refused:\n%s\n", server.Log().c_str());
+    return 1;
+  }
+  agents.Start();
+  Figures quiet;
+  agents.Record();
+  for (int i = 0; i < 60; ++i) {  // warm up, and the figures at rest
+    const double ms = health(i % 2 == 1);
+    if (ms >= 0) quiet.kept_ms.push_back(ms);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  int quiet_hb_failed = 0;
+  const std::vector<double> quiet_hb = agents.Take(&quiet_hb_failed);
   stats();
 
-  // What fits: the client holds the flood, the slow clients and a few more; the server's cap
-  // (its open-file limit less 1,024) must leave room for the slow clients and the probes.
-  const int64_t fits =
-      std::min<int64_t>(hard - o.slow - 200, static_cast<int64_t>(cap) - o.slow - 50);
+  // What fits: the client holds the flood, the slow clients and a few more; without a per-peer
+  // cap, the server's cap (its open-file limit less 1,024) must leave room for the slow clients,
+  // the probes and the agents.
+  int64_t fits = hard - o.slow - 200;
+  if (o.per_peer == 0) fits = std::min<int64_t>(fits, cap - o.slow - 50 - o.agents);
   const int n = static_cast<int>(std::min<int64_t>(o.connections, fits));
   std::this_thread::sleep_for(std::chrono::seconds(1));
   const Rss before = RssOf(child);
   std::printf(
-      "conn_flood_bench: %s, %u cores, load average %.2f; open-file hard limit %lld (both "
-      "processes); "
-      "server connection cap %lld\n",
-      o.tls ? "TLS" : "plain HTTP", std::thread::hardware_concurrency(), LoadAverage(),
-      static_cast<long long>(hard), cap);
+      "conn_flood_bench: tessera serve over TLS, %u cores, load average %.2f; open-file hard limit "
+      "%lld (both processes); server connection cap %lld, per peer %s (loopback addresses "
+      "counted); %d agents heartbeating every second from 127.0.0.2\n",
+      std::thread::hardware_concurrency(), LoadAverage(), static_cast<long long>(hard), cap,
+      o.per_peer > 0 ? std::to_string(o.per_peer).c_str() : "none", o.agents);
   if (n < o.connections) {
     std::printf(
         "  REDUCED: %d idle connections instead of %d (the hard limit of %lld descriptors per "
-        "process "
-        "cannot hold more beside %d slow clients, and the server's cap is %lld)\n",
+        "process cannot hold more beside %d slow clients, or the server's cap is %lld)\n",
         n, o.connections, static_cast<long long>(hard), o.slow, cap);
   }
+  std::printf(
+      "  at rest: health p50 %.2f ms, max %.2f ms; heartbeats p50 %.2f ms, max %.2f ms\n",
+      Percentile(quiet.kept_ms, 50),
+      quiet.kept_ms.empty() ? 0.0 : *std::max_element(quiet.kept_ms.begin(), quiet.kept_ms.end()),
+      Percentile(quiet_hb, 50),
+      quiet_hb.empty() ? 0.0 : *std::max_element(quiet_hb.begin(), quiet_hb.end()));
   std::printf("  server RSS before: VmRSS %lld KiB, RssAnon %lld KiB\n",
               static_cast<long long>(before.vm), static_cast<long long>(before.anon));
+  bool all_met = true;
 
   for (int round = 1; round <= o.rounds; ++round) {
     std::printf(" round %d of %d:\n", round, o.rounds);
+    const long long refused_before = refused;
     asio::io_context ioc(1);
-    Flood flood(ioc, ctx, o.tls, at, n);
-    Slowloris slow(ioc, ctx, o.tls, at, o.slow);
+    Flood flood(ioc, ctx, true, at, n);
+    Slowloris slow(ioc, ctx, true, at, o.slow);
+    Figures f;
+    agents.Record();
     const auto t0 = Clock::now();
     flood.Start();
     slow.Start();
@@ -486,32 +609,13 @@ int main(int argc, char** argv) {
       });
       p.get_future().wait();
     };
-    bool opened = false;
-    while (!opened && Ms(Clock::now() - t0) < 600000) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      on_io([&] { opened = flood.done(); });
-    }
-    const double open_s = Ms(Clock::now() - t0) / 1000;
-    int flood_open = 0, flood_failed = 0;
-    on_io([&] {
-      flood_open = flood.opened();
-      flood_failed = flood.failed();
-    });
-    stats();
-    std::printf(
-        "  flood: %d connections open (%d failed) in %.1f s, each after one request; server: %lld "
-        "open, "
-        "%lld refused so far\n",
-        flood_open, flood_failed, open_s, open, refused);
-
-    // Hold: probes every 50 ms, alternating kept-alive and new connections; RSS every second.
-    Figures f;
+    // Probes every 50 ms, alternating kept-alive and new connections, from the flood's start to
+    // its end; RSS every second.
     Rss peak = RssOf(child);
-    const auto hold_until = Clock::now() + std::chrono::seconds(o.hold_s);
     auto next_rss = Clock::now();
-    for (int i = 0; Clock::now() < hold_until; ++i) {
+    auto probe = [&](int i) {
       const bool fresh = i % 2 == 1;
-      const double ms = prober.Once(fresh);
+      const double ms = health(fresh);
       if (ms < 0) {
         ++(fresh ? f.fresh_failed : f.kept_failed);
       } else {
@@ -523,7 +627,25 @@ int main(int argc, char** argv) {
         next_rss += std::chrono::seconds(1);
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    };
+    int i = 0;
+    for (bool opened = false; !opened && Ms(Clock::now() - t0) < 600000; ++i) {
+      probe(i);
+      if (i % 4 == 0) on_io([&] { opened = flood.done(); });
     }
+    const double open_s = Ms(Clock::now() - t0) / 1000;
+    int flood_open = 0, flood_failed = 0;
+    on_io([&] {
+      flood_open = flood.opened();
+      flood_failed = flood.failed();
+    });
+    stats();
+    std::printf(
+        "  flood: %d connections tried in %.1f s: %d held (one request each, then idle), %d "
+        "refused or failed; server: %lld open, %lld refused at once so far\n",
+        n, open_s, flood_open, flood_failed, open, refused - refused_before);
+    const auto hold_until = Clock::now() + std::chrono::seconds(o.hold_s);
+    while (Clock::now() < hold_until) probe(i++);
     stats();
     const long long open_at_peak = open;
     std::vector<double> lasted;
@@ -536,28 +658,31 @@ int main(int argc, char** argv) {
       slow.Stop();
     });
     const auto closed_at = Clock::now();
+    int hb_failed = 0;
+    const std::vector<double> hb = agents.Take(&hb_failed);
     std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the slow clients' handlers end
     ioc.stop();
     io.join();
 
     std::vector<double> all = f.kept_ms;
     all.insert(all.end(), f.fresh_ms.begin(), f.fresh_ms.end());
-    auto line = [](const char* what, const std::vector<double>& v, int failed) {
-      std::printf("  health %-22s %5zu probes, %d failed: p50 %.2f ms, p99 %.2f ms, max %.2f ms\n",
-                  what, v.size(), failed, Percentile(v, 50), Percentile(v, 99),
-                  v.empty() ? 0.0 : *std::max_element(v.begin(), v.end()));
-    };
-    std::printf("  while open (%d s; server: %lld open, %lld refused since the start):\n", o.hold_s,
-                open_at_peak, refused);
-    line("(kept-alive)", f.kept_ms, f.kept_failed);
-    line("(new connection each)", f.fresh_ms, f.fresh_failed);
-    const double worst = all.empty() ? 0 : *std::max_element(all.begin(), all.end());
-    std::printf("  goal max < 100 ms: %s\n",
-                worst < 100 && f.kept_failed + f.fresh_failed == 0 ? "met" : "NOT MET");
     std::printf(
-        "  slow-header clients: %d at a time, %d connections in all (%d failed to connect), %zu "
-        "dropped by "
-        "the server, each after %.1f-%.1f s (p50 %.1f s)\n",
+        "  during the flood (%.0f s; server: %lld open at the end, %lld refused at once in the "
+        "round):\n",
+        open_s + o.hold_s, open_at_peak, refused - refused_before);
+    Line("health (kept-alive) probes", f.kept_ms, f.kept_failed);
+    Line("health (new connection each)", f.fresh_ms, f.fresh_failed);
+    Line("agent heartbeats", hb, hb_failed);
+    const int lost = lost_nodes();
+    std::printf("  nodes marked lost: %d of %d\n", lost, o.agents);
+    const double worst = all.empty() ? 0 : *std::max_element(all.begin(), all.end());
+    const bool health_met = worst < 100 && f.kept_failed + f.fresh_failed == 0;
+    const bool agents_met = hb_failed == 0 && lost == 0 && !hb.empty();
+    std::printf("  goal health max < 100 ms: %s; goal agents keep heartbeating: %s\n",
+                health_met ? "met" : "NOT MET", agents_met ? "met" : "NOT MET");
+    std::printf(
+        "  slow-header clients: %d at a time, %d connections in all (%d refused or failed to "
+        "connect), %zu dropped by the server, each after %.1f-%.1f s (p50 %.1f s)\n",
         o.slow, slow_connections, slow_failed, lasted.size(),
         lasted.empty() ? 0.0 : *std::min_element(lasted.begin(), lasted.end()),
         lasted.empty() ? 0.0 : *std::max_element(lasted.begin(), lasted.end()),
@@ -582,19 +707,18 @@ int main(int argc, char** argv) {
                                                 : 1.0;
     std::printf(
         "  %.1f s after the flood closed (server: %lld open): VmRSS %lld KiB (%.3f of before), "
-        "RssAnon %lld "
-        "KiB (%.3f of before); %.1f%% of what the flood took returned\n",
+        "RssAnon %lld KiB (%.3f of before); %.1f%% of what the flood took returned\n",
         Ms(Clock::now() - closed_at) / 1000, open, static_cast<long long>(after.vm),
         static_cast<double>(after.vm) / static_cast<double>(before.vm),
         static_cast<long long>(after.anon),
         static_cast<double>(after.anon) / static_cast<double>(before.anon), 100 * returned);
-    std::printf("  goal VmRSS within 10%% of before: %s\n",
-                after.vm <= before.vm + before.vm / 10 ? "met" : "NOT MET");
+    const bool rss_met = after.vm <= before.vm + before.vm / 10;
+    std::printf("  goal VmRSS within 10%% of before: %s\n", rss_met ? "met" : "NOT MET");
+    all_met = all_met && health_met && agents_met && rss_met;
   }
-
-  kill(child, SIGTERM);
-  int status = 0;
-  waitpid(child, &status, 0);
+  agents.Stop();
+  std::printf("all goals %s\n", all_met ? "met" : "NOT met");
+  server.Kill(SIGTERM);
   std::filesystem::remove_all(dir);
   return 0;
 }

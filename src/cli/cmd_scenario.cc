@@ -17,6 +17,7 @@ namespace {
 struct ScenarioOptions {
   std::string file;
   bool json = false;
+  bool events = false;
   std::string plot;
 };
 
@@ -26,7 +27,10 @@ int RunScenarioCommand(const ScenarioOptions& o) {
     std::cerr << "tessera sim scenario: " << scenario.status().message() << "\n";
     return kExitBadInput;
   }
-  auto report = sim::RunScenario(*scenario);
+  std::vector<quota::Event> events;
+  sim::RunOptions run_options;
+  if (o.events) run_options.events = &events;
+  auto report = sim::RunScenario(*scenario, run_options);
   if (!report.ok()) {
     std::cerr << "tessera sim scenario: " << report.status().message() << "\n";
     return kExitBadInput;
@@ -45,6 +49,9 @@ int RunScenarioCommand(const ScenarioOptions& o) {
         return kExitBadInput;
       }
     }
+  }
+  for (const quota::Event& e : events) {
+    std::cout << "t=" << e.time << "s " << quota::EventKindName(e.kind) << " " << e.job << " " << e.detail << "\n";
   }
   std::cout << (o.json ? sim::ReportJson(*report) + "\n" : sim::ReportText(*report));
   bool violated = !report->run.invariant_violations.empty() ||
@@ -107,6 +114,7 @@ void RegisterScenarioCommands(CLI::App& app, CommandContext& ctx) {
       "scenario", "Run a YAML scenario (cluster, policy, workload) through the quota engine");
   scenario->add_option("file", o->file, "scenario YAML")->required();
   scenario->add_flag("--json", o->json, "print one JSON object");
+  scenario->add_flag("--events", o->events, "print every event of the run first (time, kind, job, why)");
   scenario->add_option("--plot", o->plot, "write SVG charts of GPU held per group to DIR");
   scenario->callback([o, &ctx] { ctx.exit_code = RunScenarioCommand(*o); });
 

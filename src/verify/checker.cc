@@ -295,6 +295,10 @@ void Checker::CheckStart(const Snapshot& s, int64_t now) {
     pending.push_back(static_cast<int>(h));
     holdable[h] = CouldHold(world_, s, wants_[h], none);
   }
+  // Only jobs still waiting keep their clock (one that started and waits again starts anew).
+  for (auto it = owed_since_.begin(); it != owed_since_.end();) {
+    it = std::find(pending.begin(), pending.end(), it->first) == pending.end() ? owed_since_.erase(it) : std::next(it);
+  }
   for (int h : pending) {
     const Want& w = wants_[h];
     bool owed = holdable[h] && Admissible(s, w);

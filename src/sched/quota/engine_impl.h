@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 #include <tuple>
 
@@ -283,6 +284,7 @@ class Engine final : public QuotaEngine {
   bool PartitionAt(const Job& j, int self, size_t di, int pass, Candidate* c, bool* blocked);
   bool MigPartitionAt(const Job& j, size_t di, int pass, Candidate* c);
   bool AmdPartitionAt(const Job& j, size_t di, int pass, Candidate* c);
+  std::optional<part::AmdPartitioning> AmdShapeFor(const Dev& d, const Job& j, bool keep_memory_mode) const;
   // Whether a swapping share of `want` MiB on device `di` keeps its node's overcommit (the caps
   // past each device's memory, summed) within the node's swap budget.
   bool SwapRoom(int di, MiB want) const;

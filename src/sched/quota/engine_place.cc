@@ -181,14 +181,7 @@ bool Engine::AmdPartitionAt(const Job& j, size_t di, int pass, Candidate* c) {
     }
   } else if (pass == 2 && !d.split && d.idle()) {
     // A compute-mode change on an idle device keeps the node's memory mode.
-    auto cur = part::ParsePair(*d.model, d.amd_pair);
-    std::optional<part::AmdPartitioning> best;
-    for (const part::AmdPartitioning& a : part::AllPartitionings(*d.model)) {
-      if (a.pair.memory != cur->memory || a.partitions <= 1) return false;
-      if (a.memory_per_partition_mib < j.gpu_mem) return false;
-      if (kWholeGpu / a.partitions < j.gpu_milli) return false;
-      if (!best || a.memory_per_partition_mib < best->memory_per_partition_mib) best = a;
-    }
+    std::optional<part::AmdPartitioning> best = AmdShapeFor(d, j, /*keep_memory_mode=*/true);
     if (!best) return false;
     c->amd_dev = di_int;
     c->amd_switch = best->pair.ToString();
@@ -197,6 +190,26 @@ bool Engine::AmdPartitionAt(const Job& j, size_t di, int pass, Candidate* c) {
     return true;
   }
   return false;
+}
+
+std::optional<part::AmdPartitioning> Engine::AmdShapeFor(const Dev& d, const Job& j, bool keep_memory_mode) const {
+  // The smallest partitions (more than one to a card) that cover the job's memory and compute,
+  // the device's memory mode first. (This loop once returned at the first shape that did not
+  // fit, SPX, so an idle card was never split in place.)
+  auto cur = part::ParsePair(*d.model, d.amd_pair);
+  std::optional<part::AmdPartitioning> best;
+  for (const part::AmdPartitioning& a : part::AllPartitionings(*d.model)) {
+    if (a.partitions <= 1 || a.memory_per_partition_mib < std::max<MiB>(j.gpu_mem, 1)) continue;
+    if (kWholeGpu / a.partitions < j.gpu_milli) continue;
+    const bool same_mode = cur.ok() && a.pair.memory == cur->memory;
+    if (keep_memory_mode && !same_mode) continue;
+    const bool best_same = best && cur.ok() && best->pair.memory == cur->memory;
+    if (!best || std::make_tuple(!same_mode, a.memory_per_partition_mib, a.memory_domains) <
+                     std::make_tuple(!best_same, best->memory_per_partition_mib, best->memory_domains)) {
+      best = a;
+    }
+  }
+  return best;
 }
 
 bool Engine::PartitionAt(const Job& j, int self, size_t di, int pass, Candidate* c, bool* blocked) {

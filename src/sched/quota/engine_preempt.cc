@@ -432,8 +432,11 @@ void Engine::MigDrainOption(const Job& j, int di, bool within_reservation, Drain
 void Engine::AmdDrainOption(const Job& j, int di, bool within_reservation, DrainOption* out) {
   DrainOption& best = *out;
   const Dev& d = devs_[di];
-  auto pick = part::PlanAmd(*d.model, {std::max<MiB>(j.gpu_mem, 1)});
-  if (!pick.ok() || pick->pair.ToString() == d.amd_pair) return;
+  // Partitions that cover the job's memory and compute: a plan on memory alone once split an
+  // MI300X into CPX (0.125 each) for a 0.3 job, which then could not use it; the card went back
+  // to whole for the job it had drained, and the two took turns every cycle.
+  auto pick = AmdShapeFor(d, j, /*keep_memory_mode=*/false);
+  if (!pick || pick->pair.ToString() == d.amd_pair) return;
   auto cur = part::ParsePair(*d.model, d.amd_pair);
   bool node_wide = pick->pair.memory != cur->memory;
   std::vector<int> occ;

@@ -158,7 +158,8 @@ bool WholeFree(const World& w, const Snapshot& s, int d, const std::vector<bool>
   if (info.model != nullptr && info.model->is_amd() && dn.amd_pair.find("NPS1") == std::string::npos) {
     // A memory mode is the node's: every device of the node must be free too.
     for (int od : w.nodes[info.node].devices) {
-      if (od != d && (!Staying(s.devices[od], gone).empty() || s.devices[od].draining)) return false;
+      if (od == d) continue;
+      if (!Staying(s.devices[od], gone).empty() || s.devices[od].draining || w.devices[od].registered_split) return false;
     }
   }
   return true;

@@ -259,7 +259,11 @@ void Engine::UnsplitForDemand() {
       for (AllocationForm f : j.forms)
         serves = serves || (f != AllocationForm::kPartition && PoolAllows(d.pool, f));
       if (!serves) continue;
-      Unsplit(static_cast<int>(di), j.id);
+      std::vector<int> scope = UnsplitScope(static_cast<int>(di));
+      if (scope.empty()) continue;
+      for (int od : scope) {
+        if (devs_[od].split || devs_[od].amd_pair != "SPX+NPS1") Unsplit(od, j.id);
+      }
       ++changed;
       any = true;
       if (j.gpu_count <= 1) break;  // a gang may need several
@@ -270,6 +274,22 @@ void Engine::UnsplitForDemand() {
     bool bf = false;
     if (TryPlace(h, &step, &reason, &bf)) ++stats_.admitted;
   }
+}
+
+// What an unsplit of `di` changes: the device, or for an AMD card in a memory mode other than
+// NPS1 (a memory mode is the node's) every device of the node, all idle and none kept, planned
+// or split by the operator; empty when that cannot be now. (One card of an NPS4 node once went
+// to SPX+NPS1 alone, leaving the node in two memory modes.)
+std::vector<int> Engine::UnsplitScope(int di) const {
+  const Dev& d = devs_[di];
+  if (!d.amd_capable() || d.amd_pair.find("+NPS1") != std::string::npos) return {di};
+  std::vector<int> scope;
+  for (int od : nodes_[d.node].devs) {
+    const Dev& o = devs_[od];
+    if (!o.idle() || o.plan.active || o.reserved_by >= 0 || (o.split && !o.engine_split)) return {};
+    scope.push_back(od);
+  }
+  return scope;
 }
 
 void Engine::Unsplit(int di, const std::string& for_job) {

@@ -284,6 +284,7 @@ class Engine final : public QuotaEngine {
   bool PartitionAt(const Job& j, int self, size_t di, int pass, Candidate* c, bool* blocked);
   bool MigPartitionAt(const Job& j, size_t di, int pass, Candidate* c);
   bool AmdPartitionAt(const Job& j, size_t di, int pass, Candidate* c);
+  std::vector<int> UnsplitScope(int di) const;
   std::optional<part::AmdPartitioning> AmdShapeFor(const Dev& d, const Job& j, bool keep_memory_mode) const;
   // Whether a swapping share of `want` MiB on device `di` keeps its node's overcommit (the caps
   // past each device's memory, summed) within the node's swap budget.

@@ -297,6 +297,21 @@ void Engine::ReserveForHead(int self) {
 // ------------------------------------------------------------------------------------------
 // Repartitioning
 
+// The job's CPU and host memory fit on the drained device's node once the victims have left: a
+// drain once emptied a card for a job the node had no host memory for; the job never started,
+// the card went back to the share it had drained, and the two took turns every cycle.
+bool Engine::NodeHoldsAfter(const Job& j, const DrainOption& o) const {
+  const int node = devs_[o.dev].node;
+  MilliCpu cpu = nodes_[node].cpu_free;
+  MiB mem = nodes_[node].mem_free;
+  for (int v : o.victims) {
+    for (const Grant& g : jobs_[v].grants) {
+      if (g.node == node) cpu += g.cpu, mem += g.host_memory;
+    }
+  }
+  return cpu >= j.cpu && mem >= j.mem;
+}
+
 bool Engine::TryRepartition(int self) {
   Job& j = jobs_[self];
   if (j.gpu_count != 1) return false;
@@ -309,11 +324,14 @@ bool Engine::TryRepartition(int self) {
     const Dev& d = devs_[di];
     if (!InPools(j, d.pool) || !PoolAllows(d.pool, AllocationForm::kPartition)) continue;
     if (d.plan.active || (d.reserved_by >= 0 && d.reserved_by != self && d.nominated)) continue;
+    DrainOption cand;
+    cand.cost = best.cost;
     if (d.mig_capable()) {
-      MigDrainOption(j, static_cast<int>(di), within_reservation, &best);
+      MigDrainOption(j, static_cast<int>(di), within_reservation, &cand);
     } else if (d.amd_capable()) {
-      AmdDrainOption(j, static_cast<int>(di), within_reservation, &best);
+      AmdDrainOption(j, static_cast<int>(di), within_reservation, &cand);
     }
+    if (cand.dev >= 0 && NodeHoldsAfter(j, cand)) best = std::move(cand);
   }
   if (best.dev < 0) return false;
   // Demand served, in the same unit as lost work (milli-GPU seconds): what the job asks, over

@@ -497,7 +497,14 @@ class Agent {
       for (DeviceBinding& d : bound.devices) {
         if (!s.ok()) break;
         if (d.slot.empty()) {
-          partitions_.Use(spec.id, d.index);
+          auto left = partitions_.Use(spec.id, d.index, d.mode);
+          if (!left.ok()) {
+            s = left.status();
+          } else if (!left->empty()) {
+            Info("device " + std::to_string(d.index) + ": " + *left + " -> " + d.mode +
+                     " for job " + spec.id,
+                 {{"job", spec.id}});
+          }
           continue;
         }
         auto got = partitions_.Acquire(spec.id, d.index, d.slot, d.mode);

@@ -149,7 +149,29 @@ int Partitions::LogicalGpus(int index) const {
   return shape.ok() ? shape->partitions : 1;
 }
 
-void Partitions::Use(const std::string& job, int index) { used_.insert({job, index}); }
+Result<std::string> Partitions::Use(const std::string& job, int index,
+                                    const std::string& amd_mode) {
+  std::string left;
+  if (!amd_mode.empty() && index >= 0 && index < static_cast<int>(inventory_.devices.size()) &&
+      inventory_.devices[index].simulated) {
+    const DiscoveredDevice& d = inventory_.devices[index];
+    const partition::GpuModel* model = partition::Catalog::BuiltIn().Find(d.model);
+    if (model == nullptr || !model->is_amd())
+      return Status::InvalidArgument(d.model + " has no AMD modes");
+    auto want = partition::ParsePair(*model, amd_mode);
+    if (!want.ok()) return want.status();
+    const partition::AmdPair was = amd_[index].pair;
+    if (!(*want == was)) {
+      Status st = SwitchAmd(index, *model, *want);
+      if (!st.ok())
+        return Status::FailedPrecondition("device " + d.uuid + " to " + amd_mode + ": " +
+                                          st.message());
+      left = was.ToString();
+    }
+  }
+  used_.insert({job, index});
+  return left;
+}
 
 size_t Partitions::RetryDestroys() {
   if (nvml_ == nullptr) return 0;

@@ -46,9 +46,11 @@ class Partitions {
   // to (AMD, `amd_mode` the device's pair; "" keeps its memory mode), or refused with the reason.
   Result<Granted> Acquire(const std::string& job, int index, const std::string& slot,
                           const std::string& amd_mode = "");
-  // Marks device `index` in use by `job` without a partition (a whole card): an AMD device in
-  // use cannot change mode.
-  void Use(const std::string& job, int index);
+  // Marks device `index` in use by `job` without a partition (a whole card, a share): an AMD
+  // device in use cannot change mode. `amd_mode` is the device's pair in the order: a simulated
+  // AMD device in another one is switched to it first (a card the cycle returned to SPX+NPS1
+  // after partitions), or refused with the reason. Returns the pair it left ("" if unchanged).
+  Result<std::string> Use(const std::string& job, int index, const std::string& amd_mode = "");
   // Removes what `job` held.
   void Release(const std::string& job);
   // MIG instances whose destroy failed at Release (their processes still exiting) are tried

@@ -294,7 +294,10 @@ Json Engine::StartOrderLocked(Job& j, const NodeInfo& n) const {
         {"uuid", g.device < static_cast<int>(n.devices.size()) ? n.devices[g.device].uuid : ""},
         {"mig", ""}};
     if (!g.slot.empty()) d["slot"] = g.slot;  // the agent creates (or finds) this partition
-    if (g.slot.find('#') != std::string::npos) d["mode"] = qe_->device(g.node, g.device).amd_pair;
+    // An AMD device's pair, for a partition and a whole card or share alike: the agent switches
+    // an idle card the cycle returned to SPX+NPS1 back before it starts the job.
+    const std::string pair = qe_->device(g.node, g.device).amd_pair;
+    if (!pair.empty()) d["mode"] = pair;
     devs.push_back(d);
     if (j.form == "share") cap = g.memory;
   }

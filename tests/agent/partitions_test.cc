@@ -84,6 +84,33 @@ TEST(AgentPartitions, SimulatedAmdModesFollowThePartitionEngine) {
   EXPECT_TRUE(p.Acquire("j5", 1, "QPX#0", "QPX+NPS4").ok());
 }
 
+// A whole card or share carries its device's pair: a simulated AMD card left in a split mode by
+// its partitions goes back to it (the cycle returned the card to SPX+NPS1 for whole demand), only
+// while idle; the same pair changes nothing.
+TEST(AgentPartitions, AWholeCardGoesBackToTheOrdersMode) {
+  auto devs = ParseSimulatedInventory("1xMI300X", "n1", partition::Catalog::BuiltIn());
+  ASSERT_TRUE(devs.ok()) << devs.status().ToString();
+  Inventory inv;
+  inv.node = "n1";
+  inv.devices = *devs;
+  Partitions p(inv, "");
+  ASSERT_TRUE(p.Acquire("inf", 0, "CPX#0", "CPX+NPS1").ok());
+  auto busy = p.Use("train", 0, "SPX+NPS1");
+  ASSERT_FALSE(busy.ok());
+  EXPECT_NE(busy.status().message().find("busy"), std::string::npos) << busy.status().message();
+  p.Release("inf");
+  EXPECT_EQ(p.Layout(0), "CPX+NPS1:");  // left split by its partitions
+  auto left = p.Use("train", 0, "SPX+NPS1");
+  ASSERT_TRUE(left.ok()) << left.status().ToString();
+  EXPECT_EQ(*left, "CPX+NPS1");
+  EXPECT_EQ(p.Layout(0), "");  // SPX+NPS1: whole again
+  p.Release("train");
+  auto same = p.Use("train2", 0, "SPX+NPS1");
+  ASSERT_TRUE(same.ok());
+  EXPECT_EQ(*same, "");
+  EXPECT_FALSE(p.Use("x", 0, "SPX+NPS9").ok());  // not a pair of the model
+}
+
 TEST(AgentPartitions, NvmlDevicesGetInstancesThroughNvml) {
   Inventory inv;
   inv.node = "n1";

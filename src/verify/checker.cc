@@ -107,6 +107,7 @@ void Checker::ReadEvents(const quota::QuotaEngine& e, int64_t now) {
         continue;
       }
       const Want& claimant = wants_[c->second];
+      if (drain && claimant.group != victim.group) preempted_this_cycle_.insert(v);  // keeps its reservation too
       if (priority && (claimant.group != victim.group || victim.priority >= claimant.priority)) {
         Report("safety.preemption", now,
                x.job + " (priority " + std::to_string(victim.priority) + ") preempted for " + x.for_job +
@@ -230,7 +231,7 @@ void Checker::CheckReclaim(const Snapshot& s, int64_t now) {
     const MilliGpu reservation = world_.policy.groups[g].reservation.gpu_milli;
     if (s.staying[g] < reservation) {
       Report("safety.reclaim", now,
-             "reclaim took group " + world_.group_names[g] + " to " + std::to_string(s.staying[g]) +
+             "reclaim or a drain for another group took group " + world_.group_names[g] + " to " + std::to_string(s.staying[g]) +
                  " milli-GPU, below its reservation " + std::to_string(reservation),
              ids);
     }

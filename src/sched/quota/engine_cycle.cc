@@ -253,13 +253,13 @@ void Engine::UnsplitForDemand() {
     bool any = false;
     for (size_t di = 0; di < devs_.size() && changed < policy_.max_repartitions_per_cycle; ++di) {
       const Dev& d = devs_[di];
-      if (!d.split || !d.engine_split || !d.idle() || d.plan.active || d.reserved_by >= 0) continue;
+      if (!d.split || !d.engine_split || !d.idle() || d.plan.active || (d.reserved_by >= 0 && d.reserved_by != h)) continue;
       if (!InPools(j, d.pool) || nodes_[d.node].down || d.memory < j.gpu_mem) continue;
       bool serves = false;
       for (AllocationForm f : j.forms)
         serves = serves || (f != AllocationForm::kPartition && PoolAllows(d.pool, f));
       if (!serves) continue;
-      std::vector<int> scope = UnsplitScope(static_cast<int>(di));
+      std::vector<int> scope = UnsplitScope(static_cast<int>(di), h);
       if (scope.empty()) continue;
       for (int od : scope) {
         if (devs_[od].split || devs_[od].amd_pair != "SPX+NPS1") Unsplit(od, j.id);
@@ -280,13 +280,19 @@ void Engine::UnsplitForDemand() {
 // NPS1 (a memory mode is the node's) every device of the node, all idle and none kept, planned
 // or split by the operator; empty when that cannot be now. (One card of an NPS4 node once went
 // to SPX+NPS1 alone, leaving the node in two memory modes.)
-std::vector<int> Engine::UnsplitScope(int di) const {
+bool Engine::MayUnsplitAlone(const Dev& d) const {
+  return d.split && d.engine_split && (!d.amd_capable() || d.amd_pair.find("+NPS1") != std::string::npos);
+}
+
+std::vector<int> Engine::UnsplitScope(int di, int for_job) const {
   const Dev& d = devs_[di];
   if (!d.amd_capable() || d.amd_pair.find("+NPS1") != std::string::npos) return {di};
   std::vector<int> scope;
   for (int od : nodes_[d.node].devs) {
     const Dev& o = devs_[od];
-    if (!o.idle() || o.plan.active || o.reserved_by >= 0 || (o.split && !o.engine_split)) return {};
+    if (!o.idle() || o.plan.active || (o.reserved_by >= 0 && o.reserved_by != for_job) || (o.split && !o.engine_split)) {
+      return {};
+    }
     scope.push_back(od);
   }
   return scope;

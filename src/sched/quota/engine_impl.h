@@ -284,7 +284,10 @@ class Engine final : public QuotaEngine {
   bool PartitionAt(const Job& j, int self, size_t di, int pass, Candidate* c, bool* blocked);
   bool MigPartitionAt(const Job& j, size_t di, int pass, Candidate* c);
   bool AmdPartitionAt(const Job& j, size_t di, int pass, Candidate* c);
-  std::vector<int> UnsplitScope(int di) const;
+  // What an unsplit of `di` for job `for_job` changes (engine_cycle.cc); a device the engine split
+  // that may go back to whole by itself (not an AMD card in a node-wide memory mode).
+  std::vector<int> UnsplitScope(int di, int for_job) const;
+  bool MayUnsplitAlone(const Dev& d) const;
   std::optional<part::AmdPartitioning> AmdShapeFor(const Dev& d, const Job& j, bool keep_memory_mode) const;
   // Whether a swapping share of `want` MiB on device `di` keeps its node's overcommit (the caps
   // past each device's memory, summed) within the node's swap budget.

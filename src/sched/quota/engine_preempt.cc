@@ -112,7 +112,7 @@ void Engine::PreemptForWhole(const Job& j, int self, bool reclaim, PreemptOption
     std::vector<std::pair<int64_t, int>> costs;
     for (int d : node.devs) {
       const Dev& dev = devs_[d];
-      if (dev.split || dev.plan.active || dev.memory < j.gpu_mem) continue;
+      if ((dev.split && !MayUnsplitAlone(dev)) || dev.plan.active || dev.memory < j.gpu_mem) continue;
       if (dev.reserved_by >= 0 && dev.reserved_by != self && dev.nominated) continue;
       std::vector<int> occ;
       Occupants(dev, &occ);
@@ -153,10 +153,25 @@ void Engine::PreemptForWhole(const Job& j, int self, bool reclaim, PreemptOption
 void Engine::PreemptForShare(const Job& j, int self, bool reclaim, PreemptOption* best) {
   for (size_t di = 0; di < devs_.size(); ++di) {
     const Dev& d = devs_[di];
-    if (!InPools(j, d.pool) || !PoolAllows(d.pool, AllocationForm::kShare) || d.split || d.plan.active) continue;
+    if (!InPools(j, d.pool) || !PoolAllows(d.pool, AllocationForm::kShare) || d.plan.active) continue;
     if (d.reserved_by >= 0 && d.reserved_by != self && d.nominated) continue;
     MiB want = j.gpu_mem > 0 ? j.gpu_mem : d.memory * j.gpu_milli / kWholeGpu;
     if (want > d.memory) continue;
+    if (d.split) {
+      // A card the engine split: everything on it goes, and it returns to whole for the share
+      // (a group below its reservation once waited behind a borrower's partition for good).
+      if (!MayUnsplitAlone(d)) continue;
+      std::vector<int> occ;
+      Occupants(d, &occ);
+      int64_t cost = 0;
+      bool ok = !occ.empty();
+      for (int v : occ) {
+        ok = ok && Victim(j, v, reclaim);
+        cost += LostWork(jobs_[v]);
+      }
+      if (ok) best->Consider(cost, occ, {static_cast<int>(di)});
+      continue;
+    }
     if (d.whole >= 0) {
       if (Victim(j, d.whole, reclaim)) {
         best->Consider(LostWork(jobs_[d.whole]), {d.whole}, {static_cast<int>(di)});
@@ -388,6 +403,13 @@ int64_t Engine::DrainCost(const Job& j, bool within_reservation, const std::vect
 bool Engine::DrainVictim(const Job& j, bool within_reservation, int v) const {
   const Job& x = jobs_[v];
   if (x.state != JobState::kRunning || !x.preemptible || x.external) return false;
+  if (x.group != j.group) {
+    // Another group's work goes only while that group keeps its reservation: a drain once took
+    // a share inside its group's reservation for a borrower's inference job.
+    const GroupRt& g = groups_[x.group];
+    const int64_t leaving = static_cast<size_t>(x.group) < leaving_gpu_.size() ? leaving_gpu_[x.group] : 0;
+    if (g.usage.gpu_milli - leaving - x.charge.gpu_milli < g.spec.reservation.gpu_milli) return false;
+  }
   return x.priority < j.priority || (within_reservation && Victim(j, v, /*reclaim=*/true));
 }
 

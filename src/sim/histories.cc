@@ -86,7 +86,7 @@ void GeneratePolicy(Rng& r, const std::vector<std::string>& pools, Scenario& s) 
   using F = AllocationForm;
   s.policy.pools.push_back({"main", {F::kWhole, F::kPartition, F::kShare}});
   if (pools.size() > 1) s.policy.pools.push_back({"serve", {F::kPartition, F::kShare}});
-  s.policy.grace_seconds = r.Pick(std::vector<int64_t>{0, 0, 20, 30});
+  s.policy.grace_seconds = r.Pick(std::vector<int64_t>{0, 20, 30, 30});
   s.policy.repartition = r.Chance(90);
   std::vector<std::string> serve_pools;
   if (pools.size() > 1 && r.Chance(50)) serve_pools = {"serve"};
@@ -132,7 +132,7 @@ void GeneratePolicy(Rng& r, const std::vector<std::string>& pools, Scenario& s) 
 void GenerateWorkload(Rng& r, const HistoryOptions& o, Scenario& s) {
   std::vector<std::string> leaves;
   for (const quota::QueueSpec& q : s.policy.queues) leaves = q.groups;
-  const std::vector<std::string> queues = {"train", "train", "gang", "infer", "infer", "notebook"};
+  const std::vector<std::string> queues = {"train", "train", "gang", "gang", "infer", "infer", "notebook"};
   const int entries = static_cast<int>(r.In(2, o.max_entries));
   for (int i = 0; i < entries; ++i) {
     WorkloadEntry w;
@@ -146,6 +146,36 @@ void GenerateWorkload(Rng& r, const HistoryOptions& o, Scenario& s) {
     for (int d = 0; d < durations; ++d) w.durations_s.push_back(r.Chance(30) ? r.In(1, 6) * 10 : r.In(2, 30) * 60);
     w.declare_walltime = r.Chance(80);
     s.workload.push_back(w);
+  }
+  // Contention: one group fills the cluster with long work, then a group with a reservation asks
+  // for more than it all at once (reclaim with claims in flight, heads blocked, backfill).
+  const quota::GroupSpec* reserved = nullptr;
+  for (const quota::GroupSpec& g : s.policy.groups) {
+    bool leaf = std::find(leaves.begin(), leaves.end(), g.name) != leaves.end();
+    if (leaf && g.reservation.gpu_milli > 0 && (!reserved || g.reservation.gpu_milli > reserved->reservation.gpu_milli)) {
+      reserved = &g;
+    }
+  }
+  if (reserved != nullptr && leaves.size() > 1 && r.Chance(40)) {
+    int64_t devices = 0;
+    for (const quota::NodeSpec& n : s.nodes) devices += n.gpu_count;
+    std::string other = reserved->name == leaves[0] ? leaves[1] : leaves[0];
+    const int64_t t0 = r.In(0, o.span_s / 60) * 30;
+    WorkloadEntry fill;
+    fill.base.queue = "train";
+    fill.base.group = other;
+    fill.base.identity = "u9";
+    fill.count = static_cast<int>(devices);
+    fill.at_s = t0;
+    fill.durations_s = {r.In(20, 60) * 60};
+    s.workload.push_back(fill);
+    WorkloadEntry claim = fill;
+    claim.base.group = reserved->name;
+    claim.base.identity = "u8";
+    claim.count = static_cast<int>(reserved->reservation.gpu_milli / kWholeGpu + r.In(1, 3));
+    claim.at_s = t0 + r.In(1, 10) * 30;
+    claim.durations_s = {r.In(5, 20) * 60};
+    s.workload.push_back(claim);
   }
   if (r.Chance(25) && !s.nodes.empty()) {
     s.outages.push_back({r.Pick(s.nodes).name, r.In(1, o.span_s / 30) * 30, r.In(2, 30) * 30});

@@ -169,11 +169,11 @@ void Engine::PreemptForShare(const Job& j, int self, bool reclaim, PreemptOption
         ok = ok && Victim(j, v, reclaim);
         cost += LostWork(jobs_[v]);
       }
-      if (ok) best->Consider(cost, occ, {static_cast<int>(di)});
+      if (ok && HostFitsAfter(j, d.node, occ)) best->Consider(cost, occ, {static_cast<int>(di)});
       continue;
     }
     if (d.whole >= 0) {
-      if (Victim(j, d.whole, reclaim)) {
+      if (Victim(j, d.whole, reclaim) && HostFitsAfter(j, d.node, {d.whole})) {
         best->Consider(LostWork(jobs_[d.whole]), {d.whole}, {static_cast<int>(di)});
       }
       continue;
@@ -195,7 +195,7 @@ void Engine::PreemptForShare(const Job& j, int self, bool reclaim, PreemptOption
       free_mem += jobs_[v].grants[0].memory;
       free_w += jobs_[v].grants[0].compute;
     }
-    if (free_mem >= want && free_w >= j.gpu_milli) {
+    if (free_mem >= want && free_w >= j.gpu_milli && HostFitsAfter(j, d.node, victims)) {
       best->Consider(cost, victims, {static_cast<int>(di)});
     }
   }
@@ -213,7 +213,9 @@ void Engine::PreemptForPartition(const Job& j, int self, bool reclaim, PreemptOp
       bool right = d.mig_capable()
                        ? (pi >= 0 && s.profile == d.model->mig.profiles[pi].name)
                        : (s.memory >= j.gpu_mem && s.compute >= j.gpu_milli);
-      if (right) best->Consider(LostWork(jobs_[s.holder]), {s.holder}, {static_cast<int>(di)});
+      if (right && HostFitsAfter(j, d.node, {s.holder})) {
+        best->Consider(LostWork(jobs_[s.holder]), {s.holder}, {static_cast<int>(di)});
+      }
     }
   }
 }
@@ -316,10 +318,15 @@ void Engine::ReserveForHead(int self) {
 // drain once emptied a card for a job the node had no host memory for; the job never started,
 // the card went back to the share it had drained, and the two took turns every cycle.
 bool Engine::NodeHoldsAfter(const Job& j, const DrainOption& o) const {
-  const int node = devs_[o.dev].node;
+  return HostFitsAfter(j, devs_[o.dev].node, o.victims);
+}
+
+// The same for a one-device preemption: a reclaim for a share once preempted a training job from
+// a node without the CPU for the share; the job came back the next cycle, and again, every cycle.
+bool Engine::HostFitsAfter(const Job& j, int node, const std::vector<int>& victims) const {
   MilliCpu cpu = nodes_[node].cpu_free;
   MiB mem = nodes_[node].mem_free;
-  for (int v : o.victims) {
+  for (int v : victims) {
     for (const Grant& g : jobs_[v].grants) {
       if (g.node == node) cpu += g.cpu, mem += g.host_memory;
     }

@@ -236,8 +236,9 @@ void Checker::CheckReclaim(const Snapshot& s, int64_t now) {
              ids);
     }
   }
-  // Claimants' side: what a group has placed plus what waits on capacity leaving for it stays
-  // within its reservation.
+  // Claimants' side: what a group holds inside its reservation plus what waits on capacity
+  // leaving for it stays within its reservation (borrowed work placed on free capacity meanwhile
+  // is not reclaim's doing).
   std::map<int, std::set<int>> claimants_of;
   for (const auto& [v, c] : leaving_for_) {
     if (s.jobs[c].state == JobState::kPending) claimants_of[wants_[c].group].insert(c);
@@ -250,9 +251,10 @@ void Checker::CheckReclaim(const Snapshot& s, int64_t now) {
       ids.push_back(wants_[c].id);
     }
     const MilliGpu reservation = world_.policy.groups[g].reservation.gpu_milli;
-    if (s.staying[g] + claimed > reservation) {
+    if (s.guaranteed[g] + claimed > reservation) {
       Report("safety.reclaim", now,
-             "group " + world_.group_names[g] + " holds " + std::to_string(s.staying[g]) + " milli-GPU and reclaims " +
+             "group " + world_.group_names[g] + " holds " + std::to_string(s.guaranteed[g]) +
+                 " milli-GPU inside its reservation and reclaims " +
                  std::to_string(claimed) + " more, past its reservation " + std::to_string(reservation),
              ids);
     }

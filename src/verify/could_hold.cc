@@ -101,6 +101,7 @@ Snapshot Snapshot::Take(const World& w, const quota::QuotaEngine& e, const std::
   }
   s.usage.assign(w.group_names.size(), {});
   s.staying.assign(w.group_names.size(), 0);
+  s.guaranteed.assign(w.group_names.size(), 0);
   s.jobs.resize(e.job_count());
   for (int h = 0; h < e.job_count(); ++h) {
     JobNow& j = s.jobs[h];
@@ -122,6 +123,7 @@ Snapshot Snapshot::Take(const World& w, const quota::QuotaEngine& e, const std::
     for (int g = j.group; g >= 0; g = w.parent[g]) {
       s.usage[g] += j.charge;
       if (j.state == quota::JobState::kRunning) s.staying[g] += j.charge.gpu_milli;
+      if (j.state == quota::JobState::kRunning && !j.borrowed) s.guaranteed[g] += j.charge.gpu_milli;
     }
   }
   return s;

@@ -102,6 +102,7 @@ struct Snapshot {
   std::vector<JobNow> jobs;         // by handle
   std::vector<Resources> usage;     // per group, itself and descendants, running and leaving
   std::vector<MilliGpu> staying;    // per group: GPU of running (not leaving) jobs, with descendants
+  std::vector<MilliGpu> guaranteed; // the same, of jobs admitted within the reservation (not borrowed)
 
   static Snapshot Take(const World& w, const quota::QuotaEngine& e, const std::vector<bool>& down);
 };

@@ -32,8 +32,12 @@ Status Engine::Admission(const Job& j, const Resources& charge, bool* guaranteed
   }
   // The reservation guarantees the components it names (> 0); one naming none guarantees
   // nothing. A GPU-only reservation thus covers a job's GPU compute whatever its CPU needs.
+  // Counting the group's claims in flight: a job placed on free capacity while a reclaim for the
+  // group waits out its grace is borrowed, or the group would end past its reservation.
   const GroupRt& own = groups_[j.group];
-  *guaranteed = WithinReservation(own.usage, charge, own.spec.reservation);
+  Resources held = own.usage;
+  if (static_cast<size_t>(j.group) < claimed_gpu_.size()) held.gpu_milli += claimed_gpu_[j.group];
+  *guaranteed = WithinReservation(held, charge, own.spec.reservation);
   return Status::Ok();
 }
 

@@ -28,6 +28,7 @@ const std::map<std::string, Break>& Breaks() {
       {"double-book-whole", Break::kDoubleBookWhole},
       {"mig-overlap", Break::kMigOverlap},
       {"thrash", Break::kThrash},
+      {"no-reclaim", Break::kNoReclaim},
   };
   return m;
 }

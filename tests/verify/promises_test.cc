@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <iostream>
+#include <map>
 #include <string>
 
 #include "sim/histories.h"
@@ -17,7 +19,7 @@ using Break = quota::EngineOptions::Break;
 
 std::string Dir() { return std::string(TESSERA_SOURCE_DIR) + "/tests/sim/histories"; }
 
-[[maybe_unused]] bool Has(const std::vector<verify::Violation>& v, const std::string& property) {
+bool Has(const std::vector<verify::Violation>& v, const std::string& property) {
   return std::any_of(v.begin(), v.end(), [&](const verify::Violation& x) { return x.property == property; });
 }
 
@@ -34,6 +36,147 @@ TEST(PromiseRegressions, EveryShrunkHistoryHoldsEveryPromise) {
     for (const verify::Violation& v : r->violations) ADD_FAILURE() << entry.path().filename() << ": " << v.ToString();
   }
   EXPECT_GT(files, 0);
+}
+
+// The first seed in 1..limit whose history, with the engine broken by `b`, breaks `property`;
+// 0 when none does.
+uint64_t FirstBreaking(Break b, const std::string& property, uint64_t limit) {
+  RunOptions o;
+  o.engine_break = b;
+  for (uint64_t seed = 1; seed <= limit; ++seed) {
+    auto r = RunHistory(GenerateHistory(seed), o);
+    if (r.ok() && Has(r->violations, property)) return seed;
+  }
+  return 0;
+}
+
+struct BreakCase {
+  Break engine_break;
+  const char* property;
+  const char* what;  // the break, in words
+};
+
+class PropertyCatchesItsBreak : public ::testing::TestWithParam<BreakCase> {};
+
+// Each property fails when the engine is broken in the way it guards against, and the same
+// history holds it with the engine whole.
+TEST_P(PropertyCatchesItsBreak, OnAGeneratedHistoryAndNotWithoutTheBreak) {
+  const BreakCase& c = GetParam();
+  const uint64_t seed = FirstBreaking(c.engine_break, c.property, 1000);
+  ASSERT_NE(seed, 0u) << c.property << " never failed in 1,000 histories with the engine broken: " << c.what;
+  auto whole = RunHistory(GenerateHistory(seed));
+  ASSERT_TRUE(whole.ok());
+  EXPECT_FALSE(Has(whole->violations, c.property)) << "seed " << seed << " breaks " << c.property << " unbroken too";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Breaks, PropertyCatchesItsBreak,
+    ::testing::Values(
+        BreakCase{Break::kDoubleBookWhole, "safety.exclusive", "a held card may be granted whole again"},
+        BreakCase{Break::kIgnoreLimits, "safety.limits", "admission ignores group limits"},
+        BreakCase{Break::kMigOverlap, "safety.layout", "a MIG instance may start on slices in use"},
+        BreakCase{Break::kPreemptNonPreemptible, "safety.preemption", "non-preemptible work may be preempted"},
+        BreakCase{Break::kReclaimAnyBorrower, "safety.reclaim", "reclaim may take a lender below its reservation"},
+        BreakCase{Break::kReclaimIgnoresInFlight, "safety.reclaim", "reclaim ignores claims waiting out a grace"},
+        BreakCase{Break::kNoUnsplit, "liveness.start", "an idle card the engine split never returns to whole"},
+        BreakCase{Break::kNoReclaim, "liveness.reservation", "a group below its reservation never reclaims"},
+        BreakCase{Break::kThrash, "stability.reconfigure", "idle split cards go back to whole every cycle"}),
+    [](const ::testing::TestParamInfo<BreakCase>& i) {
+      std::string n = i.param.property;
+      n += "_" + std::to_string(i.index);
+      std::replace(n.begin(), n.end(), '.', '_');
+      return n;
+    });
+
+// The bugs found by hand before the checker existed, found by the generator by itself with the
+// engine put back the way it was (the break undoes the fix), each shrunk to five jobs or fewer.
+struct KnownBug {
+  Break engine_break;
+  const char* property;
+  const char* model;  // a node of this model in the shrunk history ("" : any)
+  const char* queue;  // the violation names a job of this queue ("" : any)
+};
+
+class GeneratorFindsKnownBug : public ::testing::TestWithParam<KnownBug> {};
+
+TEST_P(GeneratorFindsKnownBug, WithinTwoThousandSeedsShrunkToFiveJobs) {
+  const KnownBug& k = GetParam();
+  RunOptions broken;
+  broken.engine_break = k.engine_break;
+  int shrunk = 0;
+  for (uint64_t seed = 1; seed <= 2000; ++seed) {
+    Scenario s = GenerateHistory(seed);
+    auto r = RunHistory(s, broken);
+    if (!r.ok() || !Has(r->violations, k.property)) continue;
+    bool model = std::string(k.model).empty() ||
+                 std::any_of(s.nodes.begin(), s.nodes.end(), [&](const quota::NodeSpec& n) { return n.gpu_model == k.model; });
+    if (!model || ++shrunk > 40) continue;
+    Scenario small = Shrink(s, k.property, broken);
+    auto again = RunHistory(small, broken);
+    ASSERT_TRUE(again.ok());
+    bool fits = JobCount(small) <= 5 &&
+                std::any_of(small.nodes.begin(), small.nodes.end(),
+                            [&](const quota::NodeSpec& n) { return std::string(k.model).empty() || n.gpu_model == k.model; });
+    bool queue = std::string(k.queue).empty();
+    for (const verify::Violation& v : again->violations) {
+      if (v.property != k.property) continue;
+      for (const WorkloadEntry& w : small.workload) {
+        for (const std::string& j : v.jobs) queue = queue || (w.base.queue == k.queue && j.rfind(w.base.identity + "-", 0) == 0);
+      }
+    }
+    if (!fits || !queue) continue;
+    auto fixed = RunHistory(small);
+    ASSERT_TRUE(fixed.ok());
+    EXPECT_FALSE(Has(fixed->violations, k.property)) << ScenarioYaml(small);
+    std::cout << "seed " << seed << ": " << k.property << " shrunk from " << JobCount(s) << " to " << JobCount(small)
+              << " jobs\n"
+              << ScenarioYaml(small);
+    return;
+  }
+  FAIL() << "no history in seeds 1..2000 showed " << k.property << " on " << k.model << " shrunk to five jobs";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Bugs, GeneratorFindsKnownBug,
+    ::testing::Values(KnownBug{Break::kNoUnsplit, "liveness.start", "A100-80GB", "train"},   // MIG card never returns
+                      KnownBug{Break::kNoUnsplit, "liveness.start", "MI300X", "train"},      // nor an AMD card
+                      KnownBug{Break::kNoUnsplit, "liveness.start", "", "notebook"},         // shares behind a split card
+                      KnownBug{Break::kReclaimIgnoresInFlight, "safety.reclaim", "", ""}),  // reclaim overshoot
+    [](const ::testing::TestParamInfo<KnownBug>& i) { return std::string("bug") + std::to_string(i.index); });
+
+// The quick set: 10,000 generated histories. Every safety property but reclaim holds on all of
+// them; the classes still open (docs/scheduling.md, "Open") may not grow past today's count.
+TEST(GeneratedHistories, TenThousandHoldTheSafetyPromisesAndCoverTheirEvents) {
+  SweepResult r = Sweep(1, 10000);
+  std::cout << "histories: " << r.histories << ", with violations: " << r.failing << "\n" << r.coverage.Table();
+  for (const auto& [property, n] : r.by_property) std::cout << "  " << property << ": " << n << "\n";
+  for (const SweepFailure& f : r.failures) std::cout << "  seed " << f.seed << ": " << f.first.ToString() << "\n";
+  EXPECT_EQ(r.histories, 10000);
+  EXPECT_TRUE(r.coverage.AllAtLeast(5));
+  const std::map<std::string, int64_t> open = {
+      {"liveness.reservation", 68}, {"liveness.start", 12}, {"safety.reclaim", 24}, {"stability.reconfigure", 13}};
+  for (const auto& [property, n] : r.by_property) {
+    auto it = open.find(property);
+    if (it == open.end()) {
+      ADD_FAILURE() << property << " broken in " << n << " histories";
+    } else {
+      EXPECT_LE(n, it->second) << property << " broken in more histories than when it was last counted";
+    }
+  }
+}
+
+// A scenario file written for a history reads back as the same history.
+TEST(GeneratedHistories, ScenarioYamlReadsBackAsTheSameHistory) {
+  for (uint64_t seed = 1; seed <= 50; ++seed) {
+    Scenario s = GenerateHistory(seed);
+    auto back = ParseScenario(ScenarioYaml(s));
+    ASSERT_TRUE(back.ok()) << back.status().ToString() << "\n" << ScenarioYaml(s);
+    EXPECT_EQ(ScenarioYaml(*back), ScenarioYaml(s));
+    auto a = RunHistory(s), b = RunHistory(*back);
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ(a->violations.size(), b->violations.size());
+  }
+  EXPECT_EQ(ScenarioYaml(GenerateHistory(7)), ScenarioYaml(GenerateHistory(7)));
 }
 
 }  // namespace

@@ -160,6 +160,7 @@ struct EngineOptions {
     kDoubleBookWhole,         // a held device may be granted whole again
     kMigOverlap,              // a new MIG instance may start on slices already in use
     kThrash,                  // idle split cards go back to whole every cycle, demand or not
+    kNoReclaim,               // a group below its reservation never preempts borrowers
   };
   Break engine_break = Break::kNone;
 };

@@ -168,7 +168,7 @@ std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order, const std::
       bool within_reservation = WithinReservation(held, nominal, groups_[j.group].spec.reservation);
       bool tried = false;
       if (preempt_searches_ < policy_.max_preemption_searches_per_cycle) {
-        if (within_reservation) {
+        if (within_reservation && options_.engine_break != EngineOptions::Break::kNoReclaim) {
           tried = TryPreempt(h, /*reclaim=*/true);
           if (tried && jobs_[h].awaiting > 0) AddToChain(claimed_gpu_, j.group, nominal.gpu_milli);
         }

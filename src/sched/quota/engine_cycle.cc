@@ -142,6 +142,10 @@ std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order, const std::
       ++stats_.admitted;
       continue;
     }
+    if (step == "Placement" && j.awaiting == 0 && UnsplitInTurn(h) && TryPlace(h, &step, &reason, &backfilled)) {
+      ++stats_.admitted;
+      continue;
+    }
     j.wait_step = step;
     j.wait_reason = reason;
     if (j.awaiting > 0) {
@@ -280,6 +284,40 @@ void Engine::UnsplitForDemand() {
 // NPS1 (a memory mode is the node's) every device of the node, all idle and none kept, planned
 // or split by the operator; empty when that cannot be now. (One card of an NPS4 node once went
 // to SPX+NPS1 alone, leaving the node in two memory modes.)
+// In the job's own turn, before anyone after it: idle cards the engine split go back to whole
+// for a whole-card or share job that they then let in (on one node, with its CPU and memory).
+// Left to the end of the cycle, a lower-priority partition job took the split card again first:
+// a reclaim freed a card for a training job, and the borrower it preempted came straight back,
+// every cycle.
+bool Engine::UnsplitInTurn(int h) {
+  const Job& j = jobs_[h];
+  if (options_.engine_break == EngineOptions::Break::kNoUnsplit || j.gpu_count < 1 || j.external) return false;
+  const bool whole = std::find(j.forms.begin(), j.forms.end(), AllocationForm::kWhole) != j.forms.end();
+  const bool share = std::find(j.forms.begin(), j.forms.end(), AllocationForm::kShare) != j.forms.end();
+  if (!whole && !(share && j.gpu_count == 1)) return false;
+  for (const NodeRt& node : nodes_) {
+    if (node.down || !InPools(j, node.pool) || !NodeHas(node, j.cpu * j.gpu_count, j.mem * j.gpu_count)) continue;
+    int free = 0;
+    std::vector<int> back;
+    for (int di : node.devs) {
+      const Dev& d = devs_[di];
+      if (d.memory < j.gpu_mem || (d.reserved_by >= 0 && d.reserved_by != h)) continue;
+      if (!d.split && d.idle() && !d.plan.active) {
+        ++free;
+      } else if (MayUnsplitAlone(d) && d.idle() && !d.plan.active) {
+        back.push_back(di);
+      }
+    }
+    const bool pool_ok = whole ? PoolAllows(node.pool, AllocationForm::kWhole) : PoolAllows(node.pool, AllocationForm::kShare);
+    const int need = whole ? j.gpu_count - free : 1;
+    if (!pool_ok || need <= 0 || need > static_cast<int>(back.size())) continue;
+    for (int k = 0; k < need; ++k) Unsplit(back[static_cast<size_t>(k)], j.id);
+    memo_.clear();
+    return true;
+  }
+  return false;
+}
+
 bool Engine::MayUnsplitAlone(const Dev& d) const {
   return d.split && d.engine_split && (!d.amd_capable() || d.amd_pair.find("+NPS1") != std::string::npos);
 }

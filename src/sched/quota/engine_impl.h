@@ -288,6 +288,7 @@ class Engine final : public QuotaEngine {
   // that may go back to whole by itself (not an AMD card in a node-wide memory mode).
   std::vector<int> UnsplitScope(int di, int for_job) const;
   bool MayUnsplitAlone(const Dev& d) const;
+  bool UnsplitInTurn(int h);
   std::optional<part::AmdPartitioning> AmdShapeFor(const Dev& d, const Job& j, bool keep_memory_mode) const;
   // Whether a swapping share of `want` MiB on device `di` keeps its node's overcommit (the caps
   // past each device's memory, summed) within the node's swap budget.

@@ -358,9 +358,12 @@ void Checker::CheckReservation(const Snapshot& s, int64_t now) {
         const Want& w = wants_[h];
         if (w.group != static_cast<int>(g) || Nominal(w) > lacking || !Admissible(s, w)) continue;
         bool above = false;
+        // Excused behind a job that cannot be held: of higher priority, or the group's own of
+        // equal priority (a head the devices are kept for).
         for (int k : pending) {
-          above = above || (wants_[k].priority > w.priority && PoolsOverlap(wants_[k], w) &&
-                            !CouldHold(world_, s, wants_[k], none));
+          const bool ahead = wants_[k].priority > w.priority ||
+                             (k != h && wants_[k].group == w.group && wants_[k].priority == w.priority);
+          above = above || (ahead && PoolsOverlap(wants_[k], w) && !CouldHold(world_, s, wants_[k], none));
         }
         if (!above && CouldHold(world_, s, w, gone)) {
           owed_job = w.id;

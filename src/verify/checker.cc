@@ -60,10 +60,12 @@ void Checker::Report(std::string property, int64_t now, std::string what, std::v
 void Checker::AfterCycle(const quota::QuotaEngine& e, int64_t now) {
   ReadEvents(e, now);
   Snapshot s = Snapshot::Take(world_, e, down_);
-  for (auto it = leaving_for_.begin(); it != leaving_for_.end();) {
-    bool leaving = static_cast<size_t>(it->first) < s.jobs.size() &&
-                   s.jobs[it->first].state == JobState::kTerminating;
-    it = leaving ? std::next(it) : leaving_for_.erase(it);
+  for (std::map<int, int>* m : {&leaving_for_, &making_room_for_}) {
+    for (auto it = m->begin(); it != m->end();) {
+      bool leaving = static_cast<size_t>(it->first) < s.jobs.size() &&
+                     s.jobs[it->first].state == JobState::kTerminating;
+      it = leaving ? std::next(it) : m->erase(it);
+    }
   }
   CheckDevices(s, now);
   CheckLimits(s, now);
@@ -107,6 +109,7 @@ void Checker::ReadEvents(const quota::QuotaEngine& e, int64_t now) {
         continue;
       }
       const Want& claimant = wants_[c->second];
+      making_room_for_[v] = c->second;
       if (drain && claimant.group != victim.group) preempted_this_cycle_.insert(v);  // keeps its reservation too
       if (priority && (claimant.group != victim.group || victim.priority >= claimant.priority)) {
         Report("safety.preemption", now,
@@ -225,11 +228,18 @@ static MilliGpu Nominal(const Want& w) {
 
 void Checker::CheckReclaim(const Snapshot& s, int64_t now) {
   // Victims' side: a group that lost work to reclaim this cycle keeps its reservation.
+  // (A group's own jobs that capacity is leaving for, by any preemption, count as staying: a
+  // group may drain its own work for its own higher-priority job.)
   std::map<int, std::vector<std::string>> victims_of;
   for (int v : preempted_this_cycle_) victims_of[wants_[v].group].push_back(wants_[v].id);
+  std::map<int, MilliGpu> own_claims;
+  for (const auto& [v, c] : making_room_for_) {
+    if (s.jobs[c].state != JobState::kPending) continue;
+    for (int g = wants_[c].group; g >= 0; g = world_.parent[g]) own_claims[g] += Nominal(wants_[c]);
+  }
   for (const auto& [g, ids] : victims_of) {
     const MilliGpu reservation = world_.policy.groups[g].reservation.gpu_milli;
-    if (s.staying[g] < reservation) {
+    if (s.staying[g] + own_claims[g] < reservation) {
       Report("safety.reclaim", now,
              "reclaim or a drain for another group took group " + world_.group_names[g] + " to " + std::to_string(s.staying[g]) +
                  " milli-GPU, below its reservation " + std::to_string(reservation),

@@ -109,6 +109,8 @@ class Checker {
   std::map<int, int64_t> short_since_;  // liveness.reservation: group -> first cycle short
   // Victims leaving for a claimant: victim handle -> claimant handle, while terminating.
   std::map<int, int> leaving_for_;
+  // Victims leaving for a claimant by any preemption (reclaim, priority, drain).
+  std::map<int, int> making_room_for_;
   std::set<int> preempted_this_cycle_;
   struct Layout {
     bool seen = false;

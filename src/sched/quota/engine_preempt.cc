@@ -145,6 +145,7 @@ void Engine::PreemptForWhole(const Job& j, int self, bool reclaim, PreemptOption
       }
     }
     if (cpu < j.cpu * j.gpu_count || mem < j.mem * j.gpu_count) continue;
+    if (reclaim && !LendersKeepReservations(victims)) continue;
     best->Consider(total, victims, devs);
   }
 }
@@ -169,7 +170,9 @@ void Engine::PreemptForShare(const Job& j, int self, bool reclaim, PreemptOption
         ok = ok && Victim(j, v, reclaim);
         cost += LostWork(jobs_[v]);
       }
-      if (ok && HostFitsAfter(j, d.node, occ)) best->Consider(cost, occ, {static_cast<int>(di)});
+      if (ok && HostFitsAfter(j, d.node, occ) && (!reclaim || LendersKeepReservations(occ))) {
+        best->Consider(cost, occ, {static_cast<int>(di)});
+      }
       continue;
     }
     if (d.whole >= 0) {
@@ -195,7 +198,8 @@ void Engine::PreemptForShare(const Job& j, int self, bool reclaim, PreemptOption
       free_mem += jobs_[v].grants[0].memory;
       free_w += jobs_[v].grants[0].compute;
     }
-    if (free_mem >= want && free_w >= j.gpu_milli && HostFitsAfter(j, d.node, victims)) {
+    if (free_mem >= want && free_w >= j.gpu_milli && HostFitsAfter(j, d.node, victims) &&
+        (!reclaim || LendersKeepReservations(victims))) {
       best->Consider(cost, victims, {static_cast<int>(di)});
     }
   }
@@ -323,6 +327,18 @@ bool Engine::NodeHoldsAfter(const Job& j, const DrainOption& o) const {
 
 // The same for a one-device preemption: a reclaim for a share once preempted a training job from
 // a node without the CPU for the share; the job came back the next cycle, and again, every cycle.
+// Victims of one reclaim taken together leave each of their groups at or above its reservation:
+// each was checked alone, and a 2-card gang once took both cards of a group reserved one.
+bool Engine::LendersKeepReservations(const std::vector<int>& victims) const {
+  std::map<int, int64_t> taken;
+  for (int v : victims) taken[jobs_[v].group] += jobs_[v].charge.gpu_milli;
+  for (const auto& [g, t] : taken) {
+    const int64_t leaving = static_cast<size_t>(g) < leaving_gpu_.size() ? leaving_gpu_[g] : 0;
+    if (groups_[g].usage.gpu_milli - leaving - t < groups_[g].spec.reservation.gpu_milli) return false;
+  }
+  return true;
+}
+
 bool Engine::HostFitsAfter(const Job& j, int node, const std::vector<int>& victims) const {
   MilliCpu cpu = nodes_[node].cpu_free;
   MiB mem = nodes_[node].mem_free;

@@ -156,8 +156,9 @@ std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order, const std::
       still.push_back(h);
       continue;
     }
-    if (j.nominated && step != "Admission") {
-      // What was kept for it is gone or insufficient; let others use it.
+    if (j.nominated) {
+      // What was kept for it is gone or insufficient, or it may not take it now (a limit): let
+      // others use it. (A job held at its group's limit once kept a reclaimed card for good.)
       for (Dev& d : devs_) {
         if (d.reserved_by == h) d.reserved_by = -1, d.nominated = false;
       }
@@ -170,16 +171,21 @@ std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order, const std::
       Resources held = groups_[j.group].usage;
       if (options_.engine_break != EngineOptions::Break::kReclaimIgnoresInFlight) held.gpu_milli += claimed_gpu_[j.group];
       bool within_reservation = WithinReservation(held, nominal, groups_[j.group].spec.reservation);
-      bool tried = false;
+      bool tried = false, claimed = false;
       if (preempt_searches_ < policy_.max_preemption_searches_per_cycle) {
         if (within_reservation && options_.engine_break != EngineOptions::Break::kNoReclaim) {
           tried = TryPreempt(h, /*reclaim=*/true);
-          if (tried && jobs_[h].awaiting > 0) AddToChain(claimed_gpu_, j.group, nominal.gpu_milli);
+          // A claim counts until its job is placed, also when its victims left at once (no
+          // grace) and it is not placed yet: two jobs once reclaimed a card each for one slot.
+          claimed = tried;
+          if (claimed) AddToChain(claimed_gpu_, j.group, nominal.gpu_milli);
         }
         if (!tried) tried = TryPreempt(h, /*reclaim=*/false);
       }
       if (tried) {
-        if (jobs_[h].awaiting == 0 && TryPlace(h, &step, &reason, &backfilled)) {
+        if (jobs_[h].awaiting == 0 && (TryPlace(h, &step, &reason, &backfilled) ||
+                                       (UnsplitInTurn(h) && TryPlace(h, &step, &reason, &backfilled)))) {
+          if (claimed) AddToChain(claimed_gpu_, j.group, -nominal.gpu_milli);  // now in its usage
           ++stats_.admitted;
           continue;
         }

@@ -219,8 +219,14 @@ void Checker::CheckLimits(const Snapshot& s, int64_t now) {
   }
 }
 
-// What a pending job would charge against GPU quota at least... at most: whole cards in full, a
-// share its compute, a partition (whose size depends on the device) a whole card.
+// The least a pending job may charge against GPU quota: a partition at least its compute.
+static MilliGpu NominalLow(const Want& w) {
+  const bool whole_only = w.forms.size() == 1 && w.forms[0] == AllocationForm::kWhole;
+  return static_cast<MilliGpu>(w.count) * (whole_only ? kWholeGpu : w.milli);
+}
+
+// The most: whole cards in full, a share its compute, a partition (whose size depends on the
+// device) a whole card.
 static MilliGpu Nominal(const Want& w) {
   if (w.forms.size() == 1 && w.forms[0] == AllocationForm::kShare) return w.milli;
   return static_cast<MilliGpu>(w.count) * kWholeGpu;
@@ -257,7 +263,7 @@ void Checker::CheckReclaim(const Snapshot& s, int64_t now) {
     MilliGpu claimed = 0;
     std::vector<std::string> ids;
     for (int c : claimants) {
-      claimed += std::min(Nominal(wants_[c]), static_cast<MilliGpu>(wants_[c].count) * kWholeGpu);
+      claimed += NominalLow(wants_[c]);  // the least, so that what is reported is certain
       ids.push_back(wants_[c].id);
     }
     const MilliGpu reservation = world_.policy.groups[g].reservation.gpu_milli;

@@ -282,6 +282,9 @@ void Engine::ReserveForHead(int self) {
     const NodeRt& node = nodes_[ni];
     if (!InPools(j, node.pool) || !PoolAllows(node.pool, AllocationForm::kWhole)) continue;
     if (static_cast<int>(node.devs.size()) < j.gpu_count) continue;
+    // Only a node that could hold it once empty: a gang no node had the host memory for once
+    // kept every card of the cluster for itself, and nothing ran.
+    if (node.down || node.cpu_total < j.cpu * j.gpu_count || node.mem_total < j.mem * j.gpu_count) continue;
     std::vector<std::pair<int64_t, int>> ready;
     for (int d : node.devs) {
       const Dev& dev = devs_[d];

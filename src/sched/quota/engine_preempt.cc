@@ -209,9 +209,31 @@ void Engine::PreemptForShare(const Job& j, int self, bool reclaim, PreemptOption
 void Engine::PreemptForPartition(const Job& j, int self, bool reclaim, PreemptOption* best) {
   for (size_t di = 0; di < devs_.size(); ++di) {
     const Dev& d = devs_[di];
-    if (!InPools(j, d.pool) || !PoolAllows(d.pool, AllocationForm::kPartition) || !d.split || d.plan.active) continue;
+    if (!InPools(j, d.pool) || !PoolAllows(d.pool, AllocationForm::kPartition) || d.plan.active) continue;
     if (d.reserved_by >= 0 && d.reserved_by != self && d.nominated) continue;
     int pi = d.mig_capable() ? BestMigProfile(d.model, j.gpu_milli, j.gpu_mem) : -1;
+    if (!d.split) {
+      // Reclaim only (priority preemption splits a card through a drain, which weighs the work
+      // lost): a card held whole or shared, which the cycle may split once it is empty;
+      // everything on it goes (a group below its reservation once waited behind a borrower's
+      // whole-card gang for a MIG instance, the drain judging it not worth the work lost).
+      if (!reclaim) continue;
+      const bool splittable = policy_.repartition && ((d.mig_capable() && pi >= 0) ||
+                                                      (d.amd_capable() && AmdShapeFor(d, j, true)));
+      std::vector<int> occ;
+      Occupants(d, &occ);
+      if (!splittable || occ.empty()) continue;
+      int64_t cost = 0;
+      bool ok = true;
+      for (int v : occ) {
+        ok = ok && Victim(j, v, reclaim);
+        cost += LostWork(jobs_[v]);
+      }
+      if (ok && HostFitsAfter(j, d.node, occ) && (!reclaim || LendersKeepReservations(occ))) {
+        best->Consider(cost, occ, {static_cast<int>(di)});
+      }
+      continue;
+    }
     for (const Slot& s : d.slots) {
       if (s.holder < 0 || !Victim(j, s.holder, reclaim)) continue;
       bool right = d.mig_capable()

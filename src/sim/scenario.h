@@ -149,7 +149,7 @@ struct RunOptions {
   bool check_invariants_each_step = true;
   std::vector<quota::Event>* events = nullptr;  // receives every event of the run when set
   quota::EngineOptions::Break engine_break = quota::EngineOptions::Break::kNone;  // checker tests
-  int max_reconfigurations_per_hour = 12;  // stability.reconfigure's bound
+  int max_reconfigurations_per_hour = 20;  // stability.reconfigure's bound
 };
 
 Result<RunReport> RunOnce(const Scenario& s, const std::string& name, RunOptions o = {});

@@ -53,7 +53,7 @@ struct Violation {
 struct Bounds {
   int64_t cycle_s = 10;
   int64_t grace_s = 0;
-  int max_reconfigurations_per_hour = 12;
+  int max_reconfigurations_per_hour = 20;
   // 3 cycles + grace + drain (a drain is a grace: only preemptible occupants are drained).
   int64_t StartBound() const { return 3 * cycle_s + 2 * grace_s; }
   // One cycle + grace, the grace rounded up to whole cycles, from the cycle that first saw it.

@@ -142,7 +142,8 @@ std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order, const std::
       ++stats_.admitted;
       continue;
     }
-    if (step == "Placement" && j.awaiting == 0 && UnsplitInTurn(h) && TryPlace(h, &step, &reason, &backfilled)) {
+    if ((step == "Placement" || step == "Backfill") && j.awaiting == 0 && UnsplitInTurn(h) &&
+        TryPlace(h, &step, &reason, &backfilled)) {
       ++stats_.admitted;
       continue;
     }

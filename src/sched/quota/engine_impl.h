@@ -270,6 +270,12 @@ class Engine final : public QuotaEngine {
     return WithinReservation(groups_[j.group].usage, mine, groups_[j.group].spec.reservation) &&
            !WithinReservation(groups_[head.group].usage, theirs, groups_[head.group].spec.reservation);
   }
+  // Kept for another job that `j` does not come before: preempting what is on it would free it
+  // for that job, not for `j` (a reclaim once preempted a borrower every 30 s from a card kept
+  // for a higher-priority gang, and the card went back and forth between MIG and whole).
+  bool KeptFromMe(const Dev& d, const Job& j, int self) const {
+    return d.reserved_by >= 0 && d.reserved_by != self && (d.nominated || !Outranks(j, jobs_[d.reserved_by]));
+  }
   bool NodeHas(const NodeRt& n, MilliCpu cpu, MiB mem) const {
     return !n.down && n.cpu_free >= cpu && n.mem_free >= mem;
   }

@@ -113,7 +113,7 @@ void Engine::PreemptForWhole(const Job& j, int self, bool reclaim, PreemptOption
     for (int d : node.devs) {
       const Dev& dev = devs_[d];
       if ((dev.split && !MayUnsplitAlone(dev)) || dev.plan.active || dev.memory < j.gpu_mem) continue;
-      if (dev.reserved_by >= 0 && dev.reserved_by != self && dev.nominated) continue;
+      if (KeptFromMe(dev, j, self)) continue;
       std::vector<int> occ;
       Occupants(dev, &occ);
       int64_t cost = 0;
@@ -155,7 +155,7 @@ void Engine::PreemptForShare(const Job& j, int self, bool reclaim, PreemptOption
   for (size_t di = 0; di < devs_.size(); ++di) {
     const Dev& d = devs_[di];
     if (!InPools(j, d.pool) || !PoolAllows(d.pool, AllocationForm::kShare) || d.plan.active) continue;
-    if (d.reserved_by >= 0 && d.reserved_by != self && d.nominated) continue;
+    if (KeptFromMe(d, j, self)) continue;
     MiB want = j.gpu_mem > 0 ? j.gpu_mem : d.memory * j.gpu_milli / kWholeGpu;
     if (want > d.memory) continue;
     if (d.split) {
@@ -210,7 +210,7 @@ void Engine::PreemptForPartition(const Job& j, int self, bool reclaim, PreemptOp
   for (size_t di = 0; di < devs_.size(); ++di) {
     const Dev& d = devs_[di];
     if (!InPools(j, d.pool) || !PoolAllows(d.pool, AllocationForm::kPartition) || d.plan.active) continue;
-    if (d.reserved_by >= 0 && d.reserved_by != self && d.nominated) continue;
+    if (KeptFromMe(d, j, self)) continue;
     int pi = d.mig_capable() ? BestMigProfile(d.model, j.gpu_milli, j.gpu_mem) : -1;
     if (!d.split) {
       // Reclaim only (priority preemption splits a card through a drain, which weighs the work

@@ -109,6 +109,11 @@ std::vector<int> Engine::Order() {
   std::sort(order.begin(), order.end(), [&](int a, int b) {
     const Job& x = jobs_[a];
     const Job& y = jobs_[b];
+    // A job others were preempted for goes first: that price is paid. (Higher-priority
+    // borrowers preempted by a reclaim once came straight back onto the node's host memory the
+    // claimant needed, and were reclaimed again, every 30 s.)
+    const bool kx = x.nominated || x.awaiting > 0, ky = y.nominated || y.awaiting > 0;
+    if (kx != ky) return kx;
     if (x.priority != y.priority) return x.priority > y.priority;
     bool bx = groups_[x.group].below, by = groups_[y.group].below;
     if (bx != by) return bx;

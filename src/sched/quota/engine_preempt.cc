@@ -441,11 +441,15 @@ bool Engine::TryRepartition(int self) {
 
 int64_t Engine::DrainCost(const Job& j, bool within_reservation, const std::vector<int>& occupants) const {
   int64_t cost = 0;
+  std::vector<int> others;
   for (int v : occupants) {
     if (!DrainVictim(j, within_reservation, v)) return kNever;  // something there must stay
     cost += LostWork(jobs_[v]) + 1;
+    if (jobs_[v].group != j.group) others.push_back(v);
   }
-  return cost;
+  // Taken together too: two shares of one group, each alone above its reservation, once left it
+  // below.
+  return LendersKeepReservations(others) ? cost : kNever;
 }
 
 bool Engine::DrainVictim(const Job& j, bool within_reservation, int v) const {

@@ -110,6 +110,7 @@ void Checker::ReadEvents(const quota::QuotaEngine& e, int64_t now) {
       }
       const Want& claimant = wants_[c->second];
       making_room_for_[v] = c->second;
+      if (claimant.group == victim.group) own_for_own_.push_back(v);
       if (drain && claimant.group != victim.group) preempted_this_cycle_.insert(v);  // keeps its reservation too
       if (priority && (claimant.group != victim.group || victim.priority >= claimant.priority)) {
         Report("safety.preemption", now,
@@ -243,6 +244,11 @@ void Checker::CheckReclaim(const Snapshot& s, int64_t now) {
     if (s.jobs[c].state != JobState::kPending) continue;
     for (int g = wants_[c].group; g >= 0; g = world_.parent[g]) own_claims[g] += Nominal(wants_[c]);
   }
+  // and so does what a group gave up for its own jobs this cycle.
+  for (int v : own_for_own_) {
+    for (int g = wants_[v].group; g >= 0; g = world_.parent[g]) own_claims[g] += Nominal(wants_[v]);
+  }
+  own_for_own_.clear();
   for (const auto& [g, ids] : victims_of) {
     const MilliGpu reservation = world_.policy.groups[g].reservation.gpu_milli;
     if (s.staying[g] + own_claims[g] < reservation) {

@@ -111,6 +111,7 @@ class Checker {
   std::map<int, int> leaving_for_;
   // Victims leaving for a claimant by any preemption (reclaim, priority, drain).
   std::map<int, int> making_room_for_;
+  std::vector<int> own_for_own_;  // this cycle: preempted for a job of their own group
   std::set<int> preempted_this_cycle_;
   struct Layout {
     bool seen = false;

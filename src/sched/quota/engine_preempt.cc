@@ -130,22 +130,28 @@ void Engine::PreemptForWhole(const Job& j, int self, bool reclaim, PreemptOption
     std::vector<int> victims, devs;
     MilliCpu cpu = node.cpu_free;
     MiB mem = node.mem_free;
-    for (int k = 0; k < j.gpu_count; ++k) {
-      total += costs[k].first;
-      devs.push_back(costs[k].second);
-      std::vector<int> occ;
+    // Cheapest first, skipping a device whose occupants would take their group below its
+    // reservation together with those already chosen (a gang once found no option because the
+    // two cheapest cards were one lender's).
+    for (size_t k = 0; k < costs.size() && static_cast<int>(devs.size()) < j.gpu_count; ++k) {
+      std::vector<int> occ, with = victims;
       Occupants(devs_[costs[k].second], &occ);
       for (int v : occ) {
-        if (std::find(victims.begin(), victims.end(), v) == victims.end()) {
-          victims.push_back(v);
-          for (const Grant& g : jobs_[v].grants) {
-            if (g.dev == costs[k].second) cpu += g.cpu, mem += g.host_memory;
-          }
+        if (std::find(with.begin(), with.end(), v) == with.end()) with.push_back(v);
+      }
+      if (reclaim && !LendersKeepReservations(with)) continue;
+      total += costs[k].first;
+      devs.push_back(costs[k].second);
+      for (int v : occ) {
+        if (std::find(victims.begin(), victims.end(), v) != victims.end()) continue;
+        victims.push_back(v);
+        for (const Grant& g : jobs_[v].grants) {
+          if (g.dev == costs[k].second) cpu += g.cpu, mem += g.host_memory;
         }
       }
     }
+    if (static_cast<int>(devs.size()) < j.gpu_count) continue;
     if (cpu < j.cpu * j.gpu_count || mem < j.mem * j.gpu_count) continue;
-    if (reclaim && !LendersKeepReservations(victims)) continue;
     best->Consider(total, victims, devs);
   }
 }

@@ -380,11 +380,13 @@ void Checker::CheckReservation(const Snapshot& s, int64_t now) {
         const Want& w = wants_[h];
         if (w.group != static_cast<int>(g) || Nominal(w) > lacking || !Admissible(s, w)) continue;
         bool above = false;
-        // Excused behind a job that cannot be held: of higher priority, or the group's own of
-        // equal priority (a head the devices are kept for).
+        // Excused behind a job that cannot be held: of higher priority, or of equal priority
+        // from its own group or another group below its reservation (a head the devices are
+        // kept for; reservations that together exceed the cluster cannot all hold at once).
         for (int k : pending) {
-          const bool ahead = wants_[k].priority > w.priority ||
-                             (k != h && wants_[k].group == w.group && wants_[k].priority == w.priority);
+          const int kg = wants_[k].group;
+          const bool peer = kg == w.group || (kg >= 0 && s.staying[kg] < world_.policy.groups[kg].reservation.gpu_milli);
+          const bool ahead = wants_[k].priority > w.priority || (k != h && wants_[k].priority == w.priority && peer);
           above = above || (ahead && PoolsOverlap(wants_[k], w) && !CouldHold(world_, s, wants_[k], none));
         }
         if (!above && CouldHold(world_, s, w, gone)) {

@@ -29,6 +29,7 @@ const std::map<std::string, Break>& Breaks() {
       {"mig-overlap", Break::kMigOverlap},
       {"thrash", Break::kThrash},
       {"no-reclaim", Break::kNoReclaim},
+      {"fair-share-ignores-weights", Break::kFairShareIgnoresWeights},
   };
   return m;
 }

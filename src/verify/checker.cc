@@ -73,6 +73,7 @@ void Checker::AfterCycle(const quota::QuotaEngine& e, int64_t now) {
   CheckStart(s, now);
   CheckReservation(s, now);
   CheckStability(e, now);
+  CheckFairness(s, now);
   preempted_this_cycle_.clear();
 }
 
@@ -437,6 +438,62 @@ void Checker::CheckStability(const quota::QuotaEngine& e, int64_t now) {
              {}, {info.name});
     }
   }
+}
+
+// ------------------------------------------------------------------------------------------
+// Fairness
+
+// Judged only where it is well defined: top-level groups without reservations or limits, every
+// group asking for one whole card at a time, and no whole card left idle while one waits. Over
+// each hour of such cycles in a row, a group's share of the GPU held is within 10% of its weight
+// over the sum of weights.
+void Checker::CheckFairness(const Snapshot& s, int64_t now) {
+  const size_t groups = world_.group_names.size();
+  bool judged = groups >= 2;
+  for (size_t g = 0; judged && g < groups; ++g) {
+    const quota::GroupSpec& gs = world_.policy.groups[g];
+    judged = world_.parent[g] < 0 && gs.reservation.gpu_milli == 0 && gs.limit.gpu_milli >= quota::kUnlimited;
+  }
+  std::vector<bool> asking(groups, false);
+  for (size_t h = 0; judged && h < s.jobs.size() && h < wants_.size(); ++h) {
+    const Want& w = wants_[h];
+    if (s.jobs[h].state != JobState::kPending || !w.valid) continue;
+    const bool one_whole = w.count == 1 && w.forms.size() == 1 && w.forms[0] == AllocationForm::kWhole;
+    if (!one_whole) judged = false;
+    asking[static_cast<size_t>(w.group)] = true;
+  }
+  for (size_t g = 0; judged && g < groups; ++g) judged = asking[g];
+  const std::vector<bool> none;
+  for (size_t d = 0; judged && d < world_.devices.size(); ++d) {
+    judged = s.down[world_.devices[d].node] || !s.devices[d].holders.empty() || s.devices[d].draining;
+  }
+  if (!judged) {
+    fair_since_ = -1;
+    fair_held_.assign(groups, 0);
+    return;
+  }
+  if (fair_since_ < 0) {
+    fair_since_ = now;
+    fair_held_.assign(groups, 0);
+  }
+  for (size_t g = 0; g < groups; ++g) fair_held_[g] += s.usage[g].gpu_milli;
+  if (now - fair_since_ < 3600) return;
+  int64_t total = 0, weights = 0;
+  for (size_t g = 0; g < groups; ++g) total += fair_held_[g], weights += world_.policy.groups[g].weight_milli;
+  for (size_t g = 0; g < groups && total > 0 && weights > 0; ++g) {
+    // |held/total - weight/weights| <= 10% of weight/weights, in integers.
+    const int64_t lhs = fair_held_[g] * weights - world_.policy.groups[g].weight_milli * total;  // < 2^50
+    const int64_t bound = world_.policy.groups[g].weight_milli * total / 10;
+    if (lhs > bound || -lhs > bound) {
+      Report("fairness.share", now,
+             "group " + world_.group_names[g] + " held " + std::to_string(fair_held_[g] * 1000 / total) +
+                 " per mille of the contended GPU over the hour to t=" + std::to_string(now) + " s, its weight gives " +
+                 std::to_string(world_.policy.groups[g].weight_milli * 1000 / weights) + " (within 10%)",
+             {}, {world_.group_names[g]});
+    }
+  }
+  fair_since_ = now;  // the next hour
+  fair_held_.assign(groups, 0);
 }
 
 }  // namespace tessera::verify

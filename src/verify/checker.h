@@ -96,6 +96,7 @@ class Checker {
   void CheckStart(const Snapshot& s, int64_t now);
   void CheckReservation(const Snapshot& s, int64_t now);
   void CheckStability(const quota::QuotaEngine& e, int64_t now);
+  void CheckFairness(const Snapshot& s, int64_t now);
 
   bool Admissible(const Snapshot& s, const Want& w) const;
 
@@ -120,6 +121,8 @@ class Checker {
   };
   std::vector<Layout> layout_;          // per device, last seen
   std::vector<std::vector<int64_t>> reconfig_times_;  // per device
+  int64_t fair_since_ = -1;             // fairness: the hour being summed began
+  std::vector<int64_t> fair_held_;      // per group, milli-GPU summed over its cycles
   std::set<std::string> reported_;      // one report per (property, subject)
   std::vector<Violation> violations_;
   Seen seen_;

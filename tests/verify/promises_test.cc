@@ -156,6 +156,21 @@ TEST(GeneratedHistories, TenThousandHoldEveryPromiseAndCoverTheirEvents) {
   for (const auto& [property, n] : r.by_property) ADD_FAILURE() << property << " broken in " << n << " histories";
 }
 
+// fairness.share, on a saturated run of three groups weighted 1, 2 and 3: held within 10% of
+// their weighted share in every hour; with the weights ignored (equal shares) it fails.
+TEST(Fairness, ASaturatedRunKeepsEachGroupWithinTenPercentOfItsWeightedShare) {
+  auto s = LoadScenario(Dir() + "/fairness-saturated.yaml");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  auto fair = RunHistory(*s);
+  ASSERT_TRUE(fair.ok());
+  for (const verify::Violation& v : fair->violations) ADD_FAILURE() << v.ToString();
+  RunOptions broken;
+  broken.engine_break = Break::kFairShareIgnoresWeights;
+  auto unfair = RunHistory(*s, broken);
+  ASSERT_TRUE(unfair.ok());
+  EXPECT_TRUE(Has(unfair->violations, "fairness.share"));
+}
+
 // A scenario file written for a history reads back as the same history.
 TEST(GeneratedHistories, ScenarioYamlReadsBackAsTheSameHistory) {
   for (uint64_t seed = 1; seed <= 50; ++seed) {

@@ -161,6 +161,7 @@ struct EngineOptions {
     kMigOverlap,              // a new MIG instance may start on slices already in use
     kThrash,                  // idle split cards go back to whole every cycle, demand or not
     kNoReclaim,               // a group below its reservation never preempts borrowers
+    kFairShareIgnoresWeights, // the fair-share order ignores groups' weights
   };
   Break engine_break = Break::kNone;
 };

@@ -63,7 +63,8 @@ void Engine::UpdateFairShare() {
       share = std::max(share, g.decayed[r] /
                                   (cap[r] * static_cast<double>(policy_.fair_share_half_life_s)));
     }
-    g.fair_share = share / (static_cast<double>(g.spec.weight_milli) / 1000.0);
+    const bool weighted = options_.engine_break != EngineOptions::Break::kFairShareIgnoresWeights;
+    g.fair_share = weighted ? share / (static_cast<double>(g.spec.weight_milli) / 1000.0) : share;
     const Resources& res = g.spec.reservation;
     g.below = g.usage.gpu_milli < res.gpu_milli || g.usage.gpu_memory_mib < res.gpu_memory_mib ||
               g.usage.cpu_milli < res.cpu_milli || g.usage.memory_mib < res.memory_mib;

@@ -17,6 +17,15 @@ CycleStats Engine::RunCycle(int64_t now, const std::function<void()>& between) {
   whole_demand_.clear();
   EndGraces();
   UpdateFairShare();
+  // Whether any idle card the engine split may go back to whole: when none, the turn-by-turn
+  // unsplit (a walk over every node per waiting job) is skipped until a job releases a card.
+  maybe_returnable_ = false;
+  for (const Dev& d : devs_) {
+    if (MayUnsplitAlone(d) && d.idle() && !d.plan.active) {
+      maybe_returnable_ = true;
+      break;
+    }
+  }
   std::vector<int> order = Order();
   std::vector<int> still = AdmitInOrder(order, between);
   RepartitionForDemand();
@@ -305,6 +314,7 @@ void Engine::UnsplitForDemand() {
 bool Engine::UnsplitInTurn(int h) {
   const Job& j = jobs_[h];
   if (options_.engine_break == EngineOptions::Break::kNoUnsplit || j.gpu_count < 1 || j.external) return false;
+  if (!maybe_returnable_) return false;
   const bool whole = std::find(j.forms.begin(), j.forms.end(), AllocationForm::kWhole) != j.forms.end();
   const bool share = std::find(j.forms.begin(), j.forms.end(), AllocationForm::kShare) != j.forms.end();
   if (!whole && !(share && j.gpu_count == 1)) return false;

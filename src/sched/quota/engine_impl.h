@@ -306,6 +306,7 @@ class Engine final : public QuotaEngine {
   std::vector<int> UnsplitScope(int di, int for_job) const;
   bool MayUnsplitAlone(const Dev& d) const;
   bool UnsplitInTurn(int h);
+  bool maybe_returnable_ = true;  // some idle engine-split card may exist (see RunCycle)
   std::optional<part::AmdPartitioning> AmdShapeFor(const Dev& d, const Job& j, bool keep_memory_mode) const;
   // Whether a swapping share of `want` MiB on device `di` keeps its node's overcommit (the caps
   // past each device's memory, summed) within the node's swap budget.

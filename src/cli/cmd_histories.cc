@@ -48,7 +48,8 @@ int RunHistories(const HistoriesCli& c) {
   auto b = Breaks().find(c.engine_break);
   if (b == Breaks().end()) {
     std::cerr << "tessera sim histories: --break: unknown '" << c.engine_break << "' (";
-    for (const auto& [name, v] : Breaks()) std::cerr << name << (name == Breaks().rbegin()->first ? "" : ", ");
+    for (const auto& [name, v] : Breaks())
+      std::cerr << name << (name == Breaks().rbegin()->first ? "" : ", ");
     std::cerr << ")\n";
     return kExitBadInput;
   }
@@ -57,11 +58,15 @@ int RunHistories(const HistoriesCli& c) {
   const uint64_t first = c.only >= 0 ? static_cast<uint64_t>(c.only) : c.seed;
   const int64_t count = c.only >= 0 ? 1 : c.count;
   sim::SweepResult r = sim::Sweep(first, count, o, {}, c.max_seconds);
-  std::cout << "histories: " << r.histories << " (seeds " << first << ".." << first + static_cast<uint64_t>(r.histories) - 1
-            << "), " << r.failing << " with violations, " << static_cast<int64_t>(r.seconds * 1000) << " ms ("
-            << (r.seconds > 0 ? static_cast<int64_t>(static_cast<double>(r.histories) / r.seconds) : 0)
-            << " histories/s)" << (c.engine_break != "none" ? ", engine broken: " + c.engine_break : "") << "\n";
-  for (const auto& [property, n] : r.by_property) std::cout << "  " << property << ": " << n << " histories\n";
+  std::cout << "histories: " << r.histories << " (seeds " << first << ".."
+            << first + static_cast<uint64_t>(r.histories) - 1 << "), " << r.failing
+            << " with violations, " << static_cast<int64_t>(r.seconds * 1000) << " ms ("
+            << (r.seconds > 0 ? static_cast<int64_t>(static_cast<double>(r.histories) / r.seconds)
+                              : 0)
+            << " histories/s)"
+            << (c.engine_break != "none" ? ", engine broken: " + c.engine_break : "") << "\n";
+  for (const auto& [property, n] : r.by_property)
+    std::cout << "  " << property << ": " << n << " histories\n";
   std::cout << r.coverage.Table();
   for (size_t i = 0; i < r.failures.size() && i < 5; ++i) {
     std::cout << "seed " << r.failures[i].seed << ": " << r.failures[i].first.ToString() << "\n";
@@ -71,18 +76,19 @@ int RunHistories(const HistoriesCli& c) {
     sim::Scenario s = sim::GenerateHistory(f.seed);
     sim::Scenario small = sim::Shrink(s, f.first.property, o);
     std::string yaml = sim::ScenarioYaml(small);
-    std::cout << "seed " << f.seed << " shrunk from " << sim::JobCount(s) << " jobs on " << s.nodes.size()
-              << " nodes to " << sim::JobCount(small) << " jobs on " << small.nodes.size() << " nodes ("
-              << f.first.property << "):\n";
+    std::cout << "seed " << f.seed << " shrunk from " << sim::JobCount(s) << " jobs on "
+              << s.nodes.size() << " nodes to " << sim::JobCount(small) << " jobs on "
+              << small.nodes.size() << " nodes (" << f.first.property << "):\n";
     if (c.out.empty()) {
       std::cout << yaml;
     } else {
       std::error_code ec;
       std::filesystem::create_directories(c.out, ec);
-      std::string path = c.out + "/seed-" + std::to_string(f.seed) + "-" + f.first.property + ".yaml";
+      std::string path =
+          c.out + "/seed-" + std::to_string(f.seed) + "-" + f.first.property + ".yaml";
       std::ofstream file(path, std::ios::binary);
-      file << "# tessera sim histories --seed-only " << f.seed << " --break " << c.engine_break << ": "
-           << f.first.property << ", shrunk\n"
+      file << "# tessera sim histories --seed-only " << f.seed << " --break " << c.engine_break
+           << ": " << f.first.property << ", shrunk\n"
            << yaml;
       if (!file) {
         std::cerr << "tessera sim histories: cannot write " << path << "\n";
@@ -103,15 +109,17 @@ void RegisterHistoriesCommands(CLI::App& app, CommandContext& ctx) {
   }
   if (!sim) sim = app.add_subcommand("sim", "Simulate scheduling");
   auto c = std::make_shared<HistoriesCli>();
-  auto* h = sim->add_subcommand("histories",
-                                "Generated histories checked against the scheduling promises (docs/scheduling.md)");
+  auto* h = sim->add_subcommand(
+      "histories",
+      "Generated histories checked against the scheduling promises (docs/scheduling.md)");
   h->add_option("--count", c->count, "histories to run (10000)");
   h->add_option("--seed", c->seed, "first seed (1)");
   h->add_option("--seed-only", c->only, "run this one seed");
   h->add_option("--max-seconds", c->max_seconds, "stop after this long (0: run them all)");
   h->add_flag("--shrink", c->shrink, "shrink the first failing history to a small scenario");
   h->add_option("--out", c->out, "write the shrunk scenario to DIR");
-  h->add_option("--break", c->engine_break, "break the engine on purpose (to see the checker notice)");
+  h->add_option("--break", c->engine_break,
+                "break the engine on purpose (to see the checker notice)");
   h->callback([c, &ctx] { ctx.exit_code = RunHistories(*c); });
 }
 

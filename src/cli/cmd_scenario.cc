@@ -51,7 +51,8 @@ int RunScenarioCommand(const ScenarioOptions& o) {
     }
   }
   for (const quota::Event& e : events) {
-    std::cout << "t=" << e.time << "s " << quota::EventKindName(e.kind) << " " << e.job << " " << e.detail << "\n";
+    std::cout << "t=" << e.time << "s " << quota::EventKindName(e.kind) << " " << e.job << " "
+              << e.detail << "\n";
   }
   std::cout << (o.json ? sim::ReportJson(*report) + "\n" : sim::ReportText(*report));
   bool violated = !report->run.invariant_violations.empty() ||
@@ -114,7 +115,8 @@ void RegisterScenarioCommands(CLI::App& app, CommandContext& ctx) {
       "scenario", "Run a YAML scenario (cluster, policy, workload) through the quota engine");
   scenario->add_option("file", o->file, "scenario YAML")->required();
   scenario->add_flag("--json", o->json, "print one JSON object");
-  scenario->add_flag("--events", o->events, "print every event of the run first (time, kind, job, why)");
+  scenario->add_flag("--events", o->events,
+                     "print every event of the run first (time, kind, job, why)");
   scenario->add_option("--plot", o->plot, "write SVG charts of GPU held per group to DIR");
   scenario->callback([o, &ctx] { ctx.exit_code = RunScenarioCommand(*o); });
 

@@ -24,10 +24,14 @@ class Rng {
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
   }
-  int64_t In(int64_t lo, int64_t hi) { return lo + static_cast<int64_t>(Next() % static_cast<uint64_t>(hi - lo + 1)); }
+  int64_t In(int64_t lo, int64_t hi) {
+    return lo + static_cast<int64_t>(Next() % static_cast<uint64_t>(hi - lo + 1));
+  }
   bool Chance(int pct) { return In(0, 99) < pct; }
   template <typename T>
-  const T& Pick(const std::vector<T>& v) { return v[static_cast<size_t>(In(0, static_cast<int64_t>(v.size()) - 1))]; }
+  const T& Pick(const std::vector<T>& v) {
+    return v[static_cast<size_t>(In(0, static_cast<int64_t>(v.size()) - 1))];
+  }
 
  private:
   uint64_t s_;
@@ -35,8 +39,10 @@ class Rng {
 
 constexpr MiB kGiB = 1024;
 
-void GenerateNodes(Rng& r, const HistoryOptions& o, const std::vector<std::string>& pools, Scenario& s) {
-  const std::vector<std::string> models = {"A100-80GB", "H100-80GB", "A30-24GB", "MI300X", "L4-24GB"};
+void GenerateNodes(Rng& r, const HistoryOptions& o, const std::vector<std::string>& pools,
+                   Scenario& s) {
+  const std::vector<std::string> models = {"A100-80GB", "H100-80GB", "A30-24GB", "MI300X",
+                                           "L4-24GB"};
   const int n = static_cast<int>(r.In(1, o.max_nodes));
   for (int i = 0; i < n; ++i) {
     quota::NodeSpec ns;
@@ -67,7 +73,8 @@ void GenerateGroups(Rng& r, int64_t devices, Scenario& s) {
     gs.name = "g" + std::to_string(g);
     gs.reservation.gpu_milli = r.Chance(70) ? r.In(0, left / std::max(1, n - g)) * kWholeGpu : 0;
     left -= gs.reservation.gpu_milli / kWholeGpu;
-    if (r.Chance(30)) gs.limit.gpu_milli = std::max(gs.reservation.gpu_milli, r.In(1, devices) * kWholeGpu);
+    if (r.Chance(30))
+      gs.limit.gpu_milli = std::max(gs.reservation.gpu_milli, r.In(1, devices) * kWholeGpu);
     gs.weight_milli = r.In(1, 3) * 1000;
     s.policy.groups.push_back(gs);
   }
@@ -105,8 +112,10 @@ void GeneratePolicy(Rng& r, const std::vector<std::string>& pools, Scenario& s) 
   };
   profile("train", 1, kWholeGpu, 0, {F::kWhole}, {"main"});
   profile("gang", static_cast<int>(r.In(2, 4)), kWholeGpu, 0, {F::kWhole}, {"main"});
-  profile("infer", 1, r.In(1, 4) * 100, r.In(5, 20) * kGiB, {F::kPartition, F::kShare}, serve_pools);
-  profile("notebook", 1, r.Pick(std::vector<int64_t>{250, 500}), r.In(4, 24) * kGiB, {F::kShare}, {});
+  profile("infer", 1, r.In(1, 4) * 100, r.In(5, 20) * kGiB, {F::kPartition, F::kShare},
+          serve_pools);
+  profile("notebook", 1, r.Pick(std::vector<int64_t>{250, 500}), r.In(4, 24) * kGiB, {F::kShare},
+          {});
   std::vector<std::string> leaves;
   for (const quota::GroupSpec& g : s.policy.groups) {
     bool parent = std::any_of(s.policy.groups.begin(), s.policy.groups.end(),
@@ -132,7 +141,8 @@ void GeneratePolicy(Rng& r, const std::vector<std::string>& pools, Scenario& s) 
 void GenerateWorkload(Rng& r, const HistoryOptions& o, Scenario& s) {
   std::vector<std::string> leaves;
   for (const quota::QueueSpec& q : s.policy.queues) leaves = q.groups;
-  const std::vector<std::string> queues = {"train", "train", "gang", "gang", "infer", "infer", "notebook"};
+  const std::vector<std::string> queues = {"train", "train", "gang",    "gang",
+                                           "infer", "infer", "notebook"};
   const int entries = static_cast<int>(r.In(2, o.max_entries));
   for (int i = 0; i < entries; ++i) {
     WorkloadEntry w;
@@ -143,7 +153,8 @@ void GenerateWorkload(Rng& r, const HistoryOptions& o, Scenario& s) {
     w.at_s = r.In(0, o.span_s / 30) * 30;
     w.interval_s = r.Chance(40) ? 0 : r.In(1, 10) * 30;  // a burst, or spread out
     const int durations = static_cast<int>(r.In(1, 3));
-    for (int d = 0; d < durations; ++d) w.durations_s.push_back(r.Chance(30) ? r.In(1, 6) * 10 : r.In(2, 30) * 60);
+    for (int d = 0; d < durations; ++d)
+      w.durations_s.push_back(r.Chance(30) ? r.In(1, 6) * 10 : r.In(2, 30) * 60);
     w.declare_walltime = r.Chance(80);
     s.workload.push_back(w);
   }
@@ -152,7 +163,8 @@ void GenerateWorkload(Rng& r, const HistoryOptions& o, Scenario& s) {
   const quota::GroupSpec* reserved = nullptr;
   for (const quota::GroupSpec& g : s.policy.groups) {
     bool leaf = std::find(leaves.begin(), leaves.end(), g.name) != leaves.end();
-    if (leaf && g.reservation.gpu_milli > 0 && (!reserved || g.reservation.gpu_milli > reserved->reservation.gpu_milli)) {
+    if (leaf && g.reservation.gpu_milli > 0 &&
+        (!reserved || g.reservation.gpu_milli > reserved->reservation.gpu_milli)) {
       reserved = &g;
     }
   }
@@ -188,7 +200,8 @@ std::string Mem(MiB m) { return std::to_string(m) + "MiB"; }
 void YamlResources(std::ostringstream& y, const char* key, const Resources& r, bool limit) {
   std::ostringstream f;
   auto field = [&](const char* k, int64_t v, std::string text) {
-    if (limit ? v < quota::kUnlimited : v > 0) f << (f.tellp() > 0 ? ", " : "") << k << ": " << text;
+    if (limit ? v < quota::kUnlimited : v > 0)
+      f << (f.tellp() > 0 ? ", " : "") << k << ": " << text;
   };
   field("gpu", r.gpu_milli, Milli(r.gpu_milli));
   field("gpu_memory", r.gpu_memory_mib, Mem(r.gpu_memory_mib));
@@ -199,7 +212,8 @@ void YamlResources(std::ostringstream& y, const char* key, const Resources& r, b
 
 std::string Forms(const std::vector<AllocationForm>& forms) {
   std::string out = "[";
-  for (size_t i = 0; i < forms.size(); ++i) out += (i ? ", " : "") + std::string(AllocationFormName(forms[i]));
+  for (size_t i = 0; i < forms.size(); ++i)
+    out += (i ? ", " : "") + std::string(AllocationFormName(forms[i]));
   return out + "]";
 }
 
@@ -231,10 +245,12 @@ Scenario GenerateHistory(uint64_t seed, const HistoryOptions& o) {
 std::string ScenarioYaml(const Scenario& s) {
   std::ostringstream y;
   const quota::PolicySpec& p = s.policy;
-  y << "name: " << s.name << "\nuntil: " << s.until_s << "\ncycle: " << s.cycle_s << "\ngrace: " << p.grace_seconds
-    << "\nrepartition: " << (p.repartition ? "true" : "false") << "\n";
+  y << "name: " << s.name << "\nuntil: " << s.until_s << "\ncycle: " << s.cycle_s
+    << "\ngrace: " << p.grace_seconds << "\nrepartition: " << (p.repartition ? "true" : "false")
+    << "\n";
   y << "pools:\n";
-  for (const quota::PoolSpec& x : p.pools) y << "  - {name: " << x.name << ", forms: " << Forms(x.forms) << "}\n";
+  for (const quota::PoolSpec& x : p.pools)
+    y << "  - {name: " << x.name << ", forms: " << Forms(x.forms) << "}\n";
   y << "groups:\n";
   for (const quota::GroupSpec& g : p.groups) {
     y << "  - {name: " << g.name;
@@ -245,9 +261,11 @@ std::string ScenarioYaml(const Scenario& s) {
   }
   y << "profiles:\n";
   for (const quota::ProfileSpec& x : p.profiles) {
-    y << "  - {name: " << x.name << ", gpus: " << x.gpu_count << ", gpu_fraction: " << Milli(x.gpu_milli);
+    y << "  - {name: " << x.name << ", gpus: " << x.gpu_count
+      << ", gpu_fraction: " << Milli(x.gpu_milli);
     if (x.gpu_memory_mib > 0) y << ", gpu_memory: " << Mem(x.gpu_memory_mib);
-    y << ", cpu: " << Milli(x.cpu_milli) << ", memory: " << Mem(x.memory_mib) << ", forms: " << Forms(x.forms);
+    y << ", cpu: " << Milli(x.cpu_milli) << ", memory: " << Mem(x.memory_mib)
+      << ", forms: " << Forms(x.forms);
     if (!x.pools.empty()) y << ", pools: " << List(x.pools);
     y << "}\n";
   }
@@ -265,7 +283,8 @@ std::string ScenarioYaml(const Scenario& s) {
   y << "nodes:\n";
   for (const quota::NodeSpec& n : s.nodes) {
     y << "  - {name: " << n.name << ", pool: " << n.pool << ", cpu: " << Milli(n.cpu_milli)
-      << ", memory: " << Mem(n.memory_mib) << ", gpu: {model: " << n.gpu_model << ", count: " << n.gpu_count;
+      << ", memory: " << Mem(n.memory_mib) << ", gpu: {model: " << n.gpu_model
+      << ", count: " << n.gpu_count;
     if (n.gpu_memory_mib > 0) y << ", memory: " << Mem(n.gpu_memory_mib);
     y << "}";
     if (!n.mig_layout.empty()) y << ", mig: " << List(n.mig_layout);
@@ -276,12 +295,14 @@ std::string ScenarioYaml(const Scenario& s) {
   for (const WorkloadEntry& w : s.workload) {
     y << "  - {queue: " << w.base.queue << ", identity: " << w.base.identity;
     if (!w.base.group.empty()) y << ", group: " << w.base.group;
-    y << ", count: " << w.count << ", at: " << w.at_s << ", interval: " << w.interval_s << ", duration: [";
+    y << ", count: " << w.count << ", at: " << w.at_s << ", interval: " << w.interval_s
+      << ", duration: [";
     for (size_t d = 0; d < w.durations_s.size(); ++d) y << (d ? ", " : "") << w.durations_s[d];
     y << "]";
     if (!w.gpu_memory_mib.empty()) {
       y << ", gpu_memory: [";
-      for (size_t d = 0; d < w.gpu_memory_mib.size(); ++d) y << (d ? ", " : "") << Mem(w.gpu_memory_mib[d]);
+      for (size_t d = 0; d < w.gpu_memory_mib.size(); ++d)
+        y << (d ? ", " : "") << Mem(w.gpu_memory_mib[d]);
       y << "]";
     }
     if (!w.declare_walltime) y << ", walltime: false";
@@ -289,7 +310,8 @@ std::string ScenarioYaml(const Scenario& s) {
   }
   if (!s.outages.empty()) {
     y << "outages:\n";
-    for (const Outage& o : s.outages) y << "  - {node: " << o.node << ", at: " << o.at_s << ", for: " << o.for_s << "}\n";
+    for (const Outage& o : s.outages)
+      y << "  - {node: " << o.node << ", at: " << o.at_s << ", for: " << o.for_s << "}\n";
   }
   return y.str();
 }
@@ -308,10 +330,10 @@ Result<HistoryResult> RunHistory(const Scenario& s, const RunOptions& o) {
   h.seen = r->seen;
   h.jobs = JobCount(s);
   const size_t engine_own = r->invariant_violations.size() - r->promises.size();
-  for (size_t i = 0; i < engine_own; ++i) h.violations.push_back({"engine.invariant", 0, r->invariant_violations[i], {}, {}});
+  for (size_t i = 0; i < engine_own; ++i)
+    h.violations.push_back({"engine.invariant", 0, r->invariant_violations[i], {}, {}});
   return h;
 }
-
 
 namespace {
 
@@ -333,7 +355,8 @@ Scenario Singles(const Scenario& s) {
       one.at_s = w.at_s + w.interval_s * i;
       one.interval_s = 0;
       one.durations_s = {w.durations_s[static_cast<size_t>(i) % w.durations_s.size()]};
-      if (!w.gpu_memory_mib.empty()) one.gpu_memory_mib = {w.gpu_memory_mib[static_cast<size_t>(i) % w.gpu_memory_mib.size()]};
+      if (!w.gpu_memory_mib.empty())
+        one.gpu_memory_mib = {w.gpu_memory_mib[static_cast<size_t>(i) % w.gpu_memory_mib.size()]};
       out.workload.push_back(one);
     }
   }
@@ -388,7 +411,6 @@ void Coverage::Add(const verify::Seen& s) {
   backfill += s.backfill;
 }
 
-
 namespace {
 std::vector<std::pair<const char*, int64_t>> Rows(const Coverage& c) {
   return {{"unsplit (an idle split card back to whole)", c.unsplit},
@@ -402,11 +424,13 @@ std::vector<std::pair<const char*, int64_t>> Rows(const Coverage& c) {
 
 std::string Coverage::Table(int min_pct) const {
   std::ostringstream o;
-  o << "coverage over " << histories << " histories (share that include each; goal >= " << min_pct << "%):\n";
+  o << "coverage over " << histories << " histories (share that include each; goal >= " << min_pct
+    << "%):\n";
   for (const auto& [name, n] : Rows(*this)) {
     const int64_t tenths = histories > 0 ? n * 1000 / histories : 0;
-    o << "  " << name << std::string(44 - std::min<size_t>(44, std::string(name).size()), ' ') << tenths / 10 << "."
-      << tenths % 10 << "%" << (n * 100 < static_cast<int64_t>(min_pct) * histories ? "  (below goal)" : "") << "\n";
+    o << "  " << name << std::string(44 - std::min<size_t>(44, std::string(name).size()), ' ')
+      << tenths / 10 << "." << tenths % 10 << "%"
+      << (n * 100 < static_cast<int64_t>(min_pct) * histories ? "  (below goal)" : "") << "\n";
   }
   return o.str();
 }
@@ -418,13 +442,15 @@ bool Coverage::AllAtLeast(int pct) const {
   return histories > 0;
 }
 
-SweepResult Sweep(uint64_t first, int64_t count, const RunOptions& o, const HistoryOptions& h, double max_seconds,
-                  size_t keep_failures) {
+SweepResult Sweep(uint64_t first, int64_t count, const RunOptions& o, const HistoryOptions& h,
+                  double max_seconds, size_t keep_failures) {
   SweepResult out;
   std::map<std::string, int64_t> by_property;
   auto started = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < count; ++i) {
-    if (max_seconds > 0 && std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() > max_seconds) {
+    if (max_seconds > 0 &&
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() >
+            max_seconds) {
       break;
     }
     const uint64_t seed = first + static_cast<uint64_t>(i);
@@ -434,7 +460,8 @@ SweepResult Sweep(uint64_t first, int64_t count, const RunOptions& o, const Hist
     if (!r.ok()) {
       ++out.failing;
       ++by_property["generator"];
-      if (out.failures.size() < keep_failures) out.failures.push_back({seed, {"generator", 0, r.status().message(), {}, {}}});
+      if (out.failures.size() < keep_failures)
+        out.failures.push_back({seed, {"generator", 0, r.status().message(), {}, {}}});
       continue;
     }
     out.coverage.Add(r->seen);

@@ -23,9 +23,9 @@ namespace tessera::sim {
 struct HistoryOptions {
   int max_nodes = 3;
   int max_gpus_per_node = 4;
-  int max_entries = 7;   // workload entries
-  int max_count = 4;     // jobs per entry
-  int64_t span_s = 1800; // arrivals within this; the run goes on 40 minutes past it
+  int max_entries = 7;    // workload entries
+  int max_count = 4;      // jobs per entry
+  int64_t span_s = 1800;  // arrivals within this; the run goes on 40 minutes past it
 };
 
 Scenario GenerateHistory(uint64_t seed, const HistoryOptions& o = {});
@@ -34,7 +34,8 @@ Scenario GenerateHistory(uint64_t seed, const HistoryOptions& o = {});
 std::string ScenarioYaml(const Scenario& s);
 
 struct HistoryResult {
-  std::vector<verify::Violation> violations;  // the checker's, and the engine's own as "engine.invariant"
+  std::vector<verify::Violation>
+      violations;  // the checker's, and the engine's own as "engine.invariant"
   verify::Seen seen;
   int64_t jobs = 0;
 };
@@ -51,7 +52,8 @@ Scenario Shrink(const Scenario& s, const std::string& property, const RunOptions
 // The share of histories that contained each kind of event.
 struct Coverage {
   int64_t histories = 0;
-  int64_t unsplit = 0, amd_mode_change = 0, gang = 0, node_loss = 0, reclaim_in_flight = 0, backfill = 0;
+  int64_t unsplit = 0, amd_mode_change = 0, gang = 0, node_loss = 0, reclaim_in_flight = 0,
+          backfill = 0;
   void Add(const verify::Seen& s);
   // "coverage over N histories:\n  unsplit  12.3%\n ..."; each line marked when under `min_pct`.
   std::string Table(int min_pct = 5) const;
@@ -73,7 +75,7 @@ struct SweepResult {
 };
 
 // Runs `count` histories from seed `first` on (stopping early past `max_seconds` when > 0).
-SweepResult Sweep(uint64_t first, int64_t count, const RunOptions& o = {}, const HistoryOptions& h = {},
-                  double max_seconds = 0, size_t keep_failures = 20);
+SweepResult Sweep(uint64_t first, int64_t count, const RunOptions& o = {},
+                  const HistoryOptions& h = {}, double max_seconds = 0, size_t keep_failures = 20);
 
 }  // namespace tessera::sim

@@ -203,7 +203,8 @@ Status ParseOutages(const YAML::Node& list, Scenario& s) {
     Outage o;
     if (!n["node"]) return FieldError(f + ".node", "required");
     o.node = Scalar(n["node"]);
-    bool known = std::any_of(s.nodes.begin(), s.nodes.end(), [&](const quota::NodeSpec& x) { return x.name == o.node; });
+    bool known = std::any_of(s.nodes.begin(), s.nodes.end(),
+                             [&](const quota::NodeSpec& x) { return x.name == o.node; });
     if (!known) return FieldError(f + ".node", "no node '" + o.node + "'");
     if (n["at"]) TRY_ASSIGN(o.at_s, GetDuration(n["at"], f + ".at"));
     if (!n["for"]) return FieldError(f + ".for", "required");
@@ -323,7 +324,8 @@ struct SimJob {
 // builds the report from its events and samples.
 class ScenarioRun {
  public:
-  ScenarioRun(const Scenario& s, quota::QuotaEngine& e, const std::string& name, verify::Checker& checker)
+  ScenarioRun(const Scenario& s, quota::QuotaEngine& e, const std::string& name,
+              verify::Checker& checker)
       : s_(s), e_(e), checker_(checker), arrivals_(Arrivals(s)) {
     InitReport(name);
   }
@@ -370,7 +372,8 @@ class ScenarioRun {
         quota::JobState st = e_.job_state(h);
         if (st != quota::JobState::kRunning && st != quota::JobState::kTerminating) continue;
         e_.HeldOf(h, &grants, nullptr, nullptr);
-        bool there = std::any_of(grants.begin(), grants.end(), [&](const quota::GrantView& g) { return g.node == o.node; });
+        bool there = std::any_of(grants.begin(), grants.end(),
+                                 [&](const quota::GrantView& g) { return g.node == o.node; });
         if (there) e_.Requeue(h, t, "node " + o.node + " lost");
       }
     }
@@ -616,7 +619,8 @@ Result<Scenario> LoadScenario(const std::string& path) {
 Result<RunReport> RunOnce(const Scenario& s, const std::string& name, RunOptions o) {
   auto started = std::chrono::steady_clock::now();
   auto created = quota::QuotaEngine::Create(
-      s.policy, s.nodes, {.check_invariants_each_step = o.check_invariants_each_step, .engine_break = o.engine_break});
+      s.policy, s.nodes,
+      {.check_invariants_each_step = o.check_invariants_each_step, .engine_break = o.engine_break});
   if (!created.ok()) return created.status();
   quota::QuotaEngine& e = **created;
   verify::Checker checker(s.policy, s.nodes,

@@ -9,10 +9,11 @@
 //   pools:     [{name, forms: [whole|partition|share]}]
 //   groups:    [{name, parent, reservation: {gpu, gpu_memory, cpu, memory}, limit: {...},
 //                weight}]
-//   profiles:  [{name, gpus, gpu_fraction, gpu_memory, cpu, memory, forms, pools}] (policy/policy_yaml.h)
-//   queues:    [{name, profile, groups, priority, preemptible, class}]
+//   profiles:  [{name, gpus, gpu_fraction, gpu_memory, cpu, memory, forms, pools}]
+//   (policy/policy_yaml.h) queues:    [{name, profile, groups, priority, preemptible, class}]
 //   class_forms: {training: [whole], inference: [partition], ...}   (overrides the default)
-//   workload:  [{queue, identity, group, count, at, interval, duration, class, form, gpus, gpu_fraction,
+//   workload:  [{queue, identity, group, count, at, interval, duration, class, form, gpus,
+//   gpu_fraction,
 //                gpu_memory, cpu, memory, walltime}]  -- duration and gpu_memory may be lists,
 //                used in turn; walltime (default true) declares the duration for backfill
 //   compare_with: {name, class_forms: {...}}  -- run again with this table and compare
@@ -26,9 +27,8 @@
 // Thread-safety: value types and pure functions.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>

@@ -29,7 +29,8 @@ std::string Violation::ToString() const {
   return o.str();
 }
 
-Checker::Checker(const quota::PolicySpec& policy, const std::vector<quota::NodeSpec>& nodes, Bounds bounds)
+Checker::Checker(const quota::PolicySpec& policy, const std::vector<quota::NodeSpec>& nodes,
+                 Bounds bounds)
     : world_(World::Make(policy, nodes)), bounds_(bounds) {
   down_.assign(world_.nodes.size(), false);
   layout_.assign(world_.devices.size(), {});
@@ -49,12 +50,16 @@ void Checker::NodeDown(const std::string& node, bool down) {
   if (down) seen_.node_loss = true;
 }
 
-void Checker::Report(std::string property, int64_t now, std::string what, std::vector<std::string> jobs,
-                     std::vector<std::string> devices) {
+void Checker::Report(std::string property, int64_t now, std::string what,
+                     std::vector<std::string> jobs, std::vector<std::string> devices) {
   // One report per property and subject (its first job, else device, else the text).
-  std::string key = property + "|" + (!jobs.empty() ? jobs[0] : !devices.empty() ? devices[0] : what);
+  std::string key = property + "|" +
+                    (!jobs.empty()      ? jobs[0]
+                     : !devices.empty() ? devices[0]
+                                        : what);
   if (!reported_.insert(key).second) return;
-  violations_.push_back({std::move(property), now, std::move(what), std::move(jobs), std::move(devices)});
+  violations_.push_back(
+      {std::move(property), now, std::move(what), std::move(jobs), std::move(devices)});
 }
 
 void Checker::AfterCycle(const quota::QuotaEngine& e, int64_t now) {
@@ -91,8 +96,10 @@ void Checker::ReadEvents(const quota::QuotaEngine& e, int64_t now) {
       if (h != handle_of_.end() && wants_[h->second].count >= 2) seen_.gang = true;
     } else if (x.kind == EventKind::kRepartitioned) {
       seen_.repartition = true;
-      if (x.detail.find("waiting for a whole device or a share") != std::string::npos) seen_.unsplit = true;
-      if (x.detail.find("compute mode") != std::string::npos || x.detail.find("NPS") != std::string::npos) {
+      if (x.detail.find("waiting for a whole device or a share") != std::string::npos)
+        seen_.unsplit = true;
+      if (x.detail.find("compute mode") != std::string::npos ||
+          x.detail.find("NPS") != std::string::npos) {
         seen_.amd_mode_change = true;
       }
     } else if (x.kind == EventKind::kPreempted && h != handle_of_.end()) {
@@ -103,27 +110,32 @@ void Checker::ReadEvents(const quota::QuotaEngine& e, int64_t now) {
       const bool priority = x.detail.rfind("priority preemption:", 0) == 0;
       const bool drain = x.detail.rfind("drain ", 0) == 0;
       if (!victim.preemptible) {
-        Report("safety.preemption", now, x.job + " is not preemptible but was preempted: " + x.detail, {x.job});
+        Report("safety.preemption", now,
+               x.job + " is not preemptible but was preempted: " + x.detail, {x.job});
       }
       if (c == handle_of_.end() || !(reclaim || priority || drain)) {
-        Report("safety.preemption", now, x.job + " preempted for no job it names: " + x.detail, {x.job});
+        Report("safety.preemption", now, x.job + " preempted for no job it names: " + x.detail,
+               {x.job});
         continue;
       }
       const Want& claimant = wants_[c->second];
       making_room_for_[v] = c->second;
       if (claimant.group == victim.group) own_for_own_.push_back(v);
-      if (drain && claimant.group != victim.group) preempted_this_cycle_.insert(v);  // keeps its reservation too
+      if (drain && claimant.group != victim.group)
+        preempted_this_cycle_.insert(v);  // keeps its reservation too
       if (priority && (claimant.group != victim.group || victim.priority >= claimant.priority)) {
         Report("safety.preemption", now,
-               x.job + " (priority " + std::to_string(victim.priority) + ") preempted for " + x.for_job +
-                   " (priority " + std::to_string(claimant.priority) + ") of another group or no higher priority",
+               x.job + " (priority " + std::to_string(victim.priority) + ") preempted for " +
+                   x.for_job + " (priority " + std::to_string(claimant.priority) +
+                   ") of another group or no higher priority",
                {x.job, x.for_job});
       }
       if (reclaim) {
         seen_.reclaim = true;
         if (bounds_.grace_s > 0) seen_.reclaim_in_flight = true;
         if (claimant.group == victim.group) {
-          Report("safety.preemption", now, x.job + " reclaimed for " + x.for_job + " of its own group", {x.job});
+          Report("safety.preemption", now,
+                 x.job + " reclaimed for " + x.for_job + " of its own group", {x.job});
         }
         leaving_for_[v] = c->second;
         preempted_this_cycle_.insert(v);
@@ -137,7 +149,8 @@ void Checker::ReadEvents(const quota::QuotaEngine& e, int64_t now) {
 
 void Checker::CheckDevices(Snapshot& s, int64_t now) {
   int overcommit = 100;
-  for (const quota::QueueSpec& q : world_.policy.queues) overcommit = std::max(overcommit, q.swap_overcommit_percent);
+  for (const quota::QueueSpec& q : world_.policy.queues)
+    overcommit = std::max(overcommit, q.swap_overcommit_percent);
   std::map<int, std::string> node_memory_mode;
   for (size_t d = 0; d < world_.devices.size(); ++d) {
     const DeviceInfo& info = world_.devices[d];
@@ -148,7 +161,8 @@ void Checker::CheckDevices(Snapshot& s, int64_t now) {
     std::vector<std::string> slots, jobs;
     bool unsliced = false;
     for (const Holding& h : dn.holders) {
-      const std::string id = wants_.size() > static_cast<size_t>(h.job) ? wants_[h.job].id : std::to_string(h.job);
+      const std::string id =
+          wants_.size() > static_cast<size_t>(h.job) ? wants_[h.job].id : std::to_string(h.job);
       jobs.push_back(id);
       if (h.form == AllocationForm::kWhole) ++whole;
       if (h.slot.empty()) {
@@ -159,17 +173,22 @@ void Checker::CheckDevices(Snapshot& s, int64_t now) {
         slots.push_back(h.slot);
         bool exists = std::any_of(dn.slots.begin(), dn.slots.end(),
                                   [&](const quota::SlotView& v) { return v.name == h.slot; });
-        if (!exists) Report("safety.exclusive", now, id + " holds " + h.slot + ", which the device does not have", {id}, {info.name});
+        if (!exists)
+          Report("safety.exclusive", now,
+                 id + " holds " + h.slot + ", which the device does not have", {id}, {info.name});
       }
     }
     std::sort(slots.begin(), slots.end());
     if (std::adjacent_find(slots.begin(), slots.end()) != slots.end()) {
-      Report("safety.exclusive", now, "a partition of " + info.name + " is in two grants", jobs, {info.name});
+      Report("safety.exclusive", now, "a partition of " + info.name + " is in two grants", jobs,
+             {info.name});
     }
     if ((whole > 0 && dn.holders.size() > 1) || (unsliced && !slots.empty())) {
-      Report("safety.exclusive", now, info.name + " is held whole (or shared) beside other grants", jobs, {info.name});
+      Report("safety.exclusive", now, info.name + " is held whole (or shared) beside other grants",
+             jobs, {info.name});
     }
-    if (whole == 0 && (compute > kWholeGpu * overcommit / 100 || memory > info.memory * overcommit / 100)) {
+    if (whole == 0 &&
+        (compute > kWholeGpu * overcommit / 100 || memory > info.memory * overcommit / 100)) {
       Report("safety.capacity", now,
              info.name + " shares hold compute " + std::to_string(compute) + " and memory " +
                  std::to_string(memory) + " MiB past the device",
@@ -178,32 +197,37 @@ void Checker::CheckDevices(Snapshot& s, int64_t now) {
     if (info.model == nullptr) continue;
     if (info.model->is_mig()) {
       if (!dn.mig && !dn.slots.empty()) {
-        Report("safety.layout", now, info.name + " has MIG instances with MIG off", jobs, {info.name});
+        Report("safety.layout", now, info.name + " has MIG instances with MIG off", jobs,
+               {info.name});
       }
       part::Layout layout;
       for (const quota::SlotView& sl : dn.slots) {
         Status st = part::CreateInstance(*info.model, &layout, {sl.profile, sl.start});
-        if (!st.ok()) Report("safety.layout", now, info.name + ": " + st.message(), jobs, {info.name});
+        if (!st.ok())
+          Report("safety.layout", now, info.name + ": " + st.message(), jobs, {info.name});
       }
     } else if (info.model->is_amd() && !dn.amd_pair.empty()) {
       auto pair = part::ParsePair(*info.model, dn.amd_pair);
-      auto shape = pair.ok() ? part::Partition(*info.model, *pair) : Result<part::AmdPartitioning>(pair.status());
+      auto shape = pair.ok() ? part::Partition(*info.model, *pair)
+                             : Result<part::AmdPartitioning>(pair.status());
       if (!shape.ok()) {
-        Report("safety.layout", now, info.name + ": " + shape.status().message(), jobs, {info.name});
+        Report("safety.layout", now, info.name + ": " + shape.status().message(), jobs,
+               {info.name});
         continue;
       }
       auto [it, fresh] = node_memory_mode.emplace(info.node, pair->memory);
       if (!fresh && it->second != pair->memory) {
         Report("safety.layout", now,
-               world_.nodes[info.node].name + " has devices in memory modes " + it->second + " and " + pair->memory,
+               world_.nodes[info.node].name + " has devices in memory modes " + it->second +
+                   " and " + pair->memory,
                jobs, {info.name});
       }
     }
   }
   for (size_t n = 0; n < world_.nodes.size(); ++n) {
     if (s.cpu_free[n] < 0 || s.mem_free[n] < 0) {
-      Report("safety.capacity", now, world_.nodes[n].name + " holds more CPU or memory than it has", {},
-             {world_.nodes[n].name});
+      Report("safety.capacity", now, world_.nodes[n].name + " holds more CPU or memory than it has",
+             {}, {world_.nodes[n].name});
     }
   }
 }
@@ -212,11 +236,12 @@ void Checker::CheckLimits(const Snapshot& s, int64_t now) {
   for (size_t g = 0; g < world_.group_names.size(); ++g) {
     const Resources& u = s.usage[g];
     const Resources& l = world_.policy.groups[g].limit;
-    if (u.gpu_milli > l.gpu_milli || u.gpu_memory_mib > l.gpu_memory_mib || u.cpu_milli > l.cpu_milli ||
-        u.memory_mib > l.memory_mib) {
+    if (u.gpu_milli > l.gpu_milli || u.gpu_memory_mib > l.gpu_memory_mib ||
+        u.cpu_milli > l.cpu_milli || u.memory_mib > l.memory_mib) {
       Report("safety.limits", now,
-             "group " + world_.group_names[g] + " holds " + u.ToString() + ", past its limit " + l.ToString(), {},
-             {world_.group_names[g]});
+             "group " + world_.group_names[g] + " holds " + u.ToString() + ", past its limit " +
+                 l.ToString(),
+             {}, {world_.group_names[g]});
     }
   }
 }
@@ -254,8 +279,9 @@ void Checker::CheckReclaim(const Snapshot& s, int64_t now) {
     const MilliGpu reservation = world_.policy.groups[g].reservation.gpu_milli;
     if (s.staying[g] + own_claims[g] < reservation) {
       Report("safety.reclaim", now,
-             "reclaim or a drain for another group took group " + world_.group_names[g] + " to " + std::to_string(s.staying[g]) +
-                 " milli-GPU, below its reservation " + std::to_string(reservation),
+             "reclaim or a drain for another group took group " + world_.group_names[g] + " to " +
+                 std::to_string(s.staying[g]) + " milli-GPU, below its reservation " +
+                 std::to_string(reservation),
              ids);
     }
   }
@@ -277,8 +303,8 @@ void Checker::CheckReclaim(const Snapshot& s, int64_t now) {
     if (s.guaranteed[g] + claimed > reservation) {
       Report("safety.reclaim", now,
              "group " + world_.group_names[g] + " holds " + std::to_string(s.guaranteed[g]) +
-                 " milli-GPU inside its reservation and reclaims " +
-                 std::to_string(claimed) + " more, past its reservation " + std::to_string(reservation),
+                 " milli-GPU inside its reservation and reclaims " + std::to_string(claimed) +
+                 " more, past its reservation " + std::to_string(reservation),
              ids);
     }
   }
@@ -304,7 +330,8 @@ bool PoolsOverlap(const Want& a, const Want& b) {
 bool Checker::Admissible(const Snapshot& s, const Want& w) const {
   for (int g = w.group; g >= 0; g = world_.parent[g]) {
     const Resources& l = world_.policy.groups[g].limit;
-    if (l.gpu_memory_mib < quota::kUnlimited || l.cpu_milli < quota::kUnlimited || l.memory_mib < quota::kUnlimited) {
+    if (l.gpu_memory_mib < quota::kUnlimited || l.cpu_milli < quota::kUnlimited ||
+        l.memory_mib < quota::kUnlimited) {
       return false;
     }
     if (s.usage[g].gpu_milli + Nominal(w) > l.gpu_milli) return false;
@@ -323,14 +350,18 @@ void Checker::CheckStart(const Snapshot& s, int64_t now) {
   }
   // Only jobs still waiting keep their clock (one that started and waits again starts anew).
   for (auto it = owed_since_.begin(); it != owed_since_.end();) {
-    it = std::find(pending.begin(), pending.end(), it->first) == pending.end() ? owed_since_.erase(it) : std::next(it);
+    it = std::find(pending.begin(), pending.end(), it->first) == pending.end()
+             ? owed_since_.erase(it)
+             : std::next(it);
   }
   for (int h : pending) {
     const Want& w = wants_[h];
     bool owed = holdable[h] && Admissible(s, w);
     for (size_t k = 0; owed && k < pending.size(); ++k) {
       const Want& o = wants_[pending[k]];
-      if (pending[k] != h && !holdable[pending[k]] && o.priority >= w.priority && PoolsOverlap(o, w)) owed = false;
+      if (pending[k] != h && !holdable[pending[k]] && o.priority >= w.priority &&
+          PoolsOverlap(o, w))
+        owed = false;
     }
     if (!owed) {
       owed_since_.erase(h);
@@ -341,8 +372,10 @@ void Checker::CheckStart(const Snapshot& s, int64_t now) {
       std::string where;
       CouldHold(world_, s, w, none, &where);
       Report("liveness.start", now,
-             w.id + " could be held (" + where + ") and nothing above it waits, yet it has waited " +
-                 std::to_string(now - it->second) + " s since then (bound " + std::to_string(bounds_.StartBound()) + " s)",
+             w.id + " could be held (" + where +
+                 ") and nothing above it waits, yet it has waited " +
+                 std::to_string(now - it->second) + " s since then (bound " +
+                 std::to_string(bounds_.StartBound()) + " s)",
              {w.id});
     }
   }
@@ -372,7 +405,9 @@ void Checker::CheckReservation(const Snapshot& s, int64_t now) {
       for (size_t k = 0; k < s.jobs.size() && k < wants_.size(); ++k) {
         const JobNow& j = s.jobs[k];
         int o = j.group;
-        if (j.state != JobState::kRunning || o < 0 || o == static_cast<int>(g) || !wants_[k].preemptible) continue;
+        if (j.state != JobState::kRunning || o < 0 || o == static_cast<int>(g) ||
+            !wants_[k].preemptible)
+          continue;
         if (left[o] - j.charge.gpu_milli < world_.policy.groups[o].reservation.gpu_milli) continue;
         left[o] -= j.charge.gpu_milli;
         gone[k] = true;
@@ -386,9 +421,13 @@ void Checker::CheckReservation(const Snapshot& s, int64_t now) {
         // kept for; reservations that together exceed the cluster cannot all hold at once).
         for (int k : pending) {
           const int kg = wants_[k].group;
-          const bool peer = kg == w.group || (kg >= 0 && s.staying[kg] < world_.policy.groups[kg].reservation.gpu_milli);
-          const bool ahead = wants_[k].priority > w.priority || (k != h && wants_[k].priority == w.priority && peer);
-          above = above || (ahead && PoolsOverlap(wants_[k], w) && !CouldHold(world_, s, wants_[k], none));
+          const bool peer =
+              kg == w.group ||
+              (kg >= 0 && s.staying[kg] < world_.policy.groups[kg].reservation.gpu_milli);
+          const bool ahead = wants_[k].priority > w.priority ||
+                             (k != h && wants_[k].priority == w.priority && peer);
+          above = above ||
+                  (ahead && PoolsOverlap(wants_[k], w) && !CouldHold(world_, s, wants_[k], none));
         }
         if (!above && CouldHold(world_, s, w, gone)) {
           owed_job = w.id;
@@ -424,7 +463,8 @@ void Checker::CheckStability(const quota::QuotaEngine& e, int64_t now) {
     // A mode change, or a partition that went away (one created on free slices is not a
     // reconfiguration: nothing was taken apart).
     bool changed = before.seen && before.mode != now_layout.mode;
-    for (const std::string& name : before.slots) changed = changed || now_layout.slots.count(name) == 0;
+    for (const std::string& name : before.slots)
+      changed = changed || now_layout.slots.count(name) == 0;
     now_layout.seen = true;
     before = std::move(now_layout);
     if (!changed) continue;
@@ -433,7 +473,8 @@ void Checker::CheckStability(const quota::QuotaEngine& e, int64_t now) {
     while (!times.empty() && times.front() <= now - 3600) times.erase(times.begin());
     if (static_cast<int>(times.size()) > bounds_.max_reconfigurations_per_hour) {
       Report("stability.reconfigure", now,
-             info.name + " changed its layout " + std::to_string(times.size()) + " times within an hour (bound " +
+             info.name + " changed its layout " + std::to_string(times.size()) +
+                 " times within an hour (bound " +
                  std::to_string(bounds_.max_reconfigurations_per_hour) + ")",
              {}, {info.name});
     }
@@ -452,20 +493,23 @@ void Checker::CheckFairness(const Snapshot& s, int64_t now) {
   bool judged = groups >= 2;
   for (size_t g = 0; judged && g < groups; ++g) {
     const quota::GroupSpec& gs = world_.policy.groups[g];
-    judged = world_.parent[g] < 0 && gs.reservation.gpu_milli == 0 && gs.limit.gpu_milli >= quota::kUnlimited;
+    judged = world_.parent[g] < 0 && gs.reservation.gpu_milli == 0 &&
+             gs.limit.gpu_milli >= quota::kUnlimited;
   }
   std::vector<bool> asking(groups, false);
   for (size_t h = 0; judged && h < s.jobs.size() && h < wants_.size(); ++h) {
     const Want& w = wants_[h];
     if (s.jobs[h].state != JobState::kPending || !w.valid) continue;
-    const bool one_whole = w.count == 1 && w.forms.size() == 1 && w.forms[0] == AllocationForm::kWhole;
+    const bool one_whole =
+        w.count == 1 && w.forms.size() == 1 && w.forms[0] == AllocationForm::kWhole;
     if (!one_whole) judged = false;
     asking[static_cast<size_t>(w.group)] = true;
   }
   for (size_t g = 0; judged && g < groups; ++g) judged = asking[g];
   const std::vector<bool> none;
   for (size_t d = 0; judged && d < world_.devices.size(); ++d) {
-    judged = s.down[world_.devices[d].node] || !s.devices[d].holders.empty() || s.devices[d].draining;
+    judged =
+        s.down[world_.devices[d].node] || !s.devices[d].holders.empty() || s.devices[d].draining;
   }
   if (!judged) {
     fair_since_ = -1;
@@ -479,16 +523,21 @@ void Checker::CheckFairness(const Snapshot& s, int64_t now) {
   for (size_t g = 0; g < groups; ++g) fair_held_[g] += s.usage[g].gpu_milli;
   if (now - fair_since_ < 3600) return;
   int64_t total = 0, weights = 0;
-  for (size_t g = 0; g < groups; ++g) total += fair_held_[g], weights += world_.policy.groups[g].weight_milli;
+  for (size_t g = 0; g < groups; ++g)
+    total += fair_held_[g], weights += world_.policy.groups[g].weight_milli;
   for (size_t g = 0; g < groups && total > 0 && weights > 0; ++g) {
     // |held/total - weight/weights| <= 10% of weight/weights, in integers.
-    const int64_t lhs = fair_held_[g] * weights - world_.policy.groups[g].weight_milli * total;  // < 2^50
+    const int64_t lhs =
+        fair_held_[g] * weights - world_.policy.groups[g].weight_milli * total;  // < 2^50
     const int64_t bound = world_.policy.groups[g].weight_milli * total / 10;
     if (lhs > bound || -lhs > bound) {
       Report("fairness.share", now,
-             "group " + world_.group_names[g] + " held " + std::to_string(fair_held_[g] * 1000 / total) +
-                 " per mille of the contended GPU over the hour to t=" + std::to_string(now) + " s, its weight gives " +
-                 std::to_string(world_.policy.groups[g].weight_milli * 1000 / weights) + " (within 10%)",
+             "group " + world_.group_names[g] + " held " +
+                 std::to_string(fair_held_[g] * 1000 / total) +
+                 " per mille of the contended GPU over the hour to t=" + std::to_string(now) +
+                 " s, its weight gives " +
+                 std::to_string(world_.policy.groups[g].weight_milli * 1000 / weights) +
+                 " (within 10%)",
              {}, {world_.group_names[g]});
     }
   }

@@ -44,7 +44,7 @@ namespace tessera::verify {
 struct Violation {
   std::string property;  // "liveness.start"
   int64_t time = 0;
-  std::string what;      // for people
+  std::string what;  // for people
   std::vector<std::string> jobs;
   std::vector<std::string> devices;  // "node/3"
   std::string ToString() const;
@@ -57,16 +57,18 @@ struct Bounds {
   // 3 cycles + grace + drain (a drain is a grace: only preemptible occupants are drained).
   int64_t StartBound() const { return 3 * cycle_s + 2 * grace_s; }
   // One cycle + grace, the grace rounded up to whole cycles, from the cycle that first saw it.
-  int64_t ReservationBound() const { return cycle_s * ((grace_s + cycle_s - 1) / cycle_s) + 2 * cycle_s; }
+  int64_t ReservationBound() const {
+    return cycle_s * ((grace_s + cycle_s - 1) / cycle_s) + 2 * cycle_s;
+  }
 };
 
 // What the checked histories contained, for the coverage table.
 struct Seen {
-  bool unsplit = false;           // an idle split device went back to whole
-  bool amd_mode_change = false;   // an AMD device changed its compute or memory mode
-  bool gang = false;              // a job placed on two or more devices
+  bool unsplit = false;          // an idle split device went back to whole
+  bool amd_mode_change = false;  // an AMD device changed its compute or memory mode
+  bool gang = false;             // a job placed on two or more devices
   bool node_loss = false;
-  bool reclaim_in_flight = false; // a reclaim waited out a grace
+  bool reclaim_in_flight = false;  // a reclaim waited out a grace
   bool backfill = false;
   bool reclaim = false;
   bool repartition = false;
@@ -74,7 +76,8 @@ struct Seen {
 
 class Checker {
  public:
-  Checker(const quota::PolicySpec& policy, const std::vector<quota::NodeSpec>& nodes, Bounds bounds);
+  Checker(const quota::PolicySpec& policy, const std::vector<quota::NodeSpec>& nodes,
+          Bounds bounds);
 
   // A submission the engine accepted (its handle).
   void Submitted(int handle, const quota::JobSpec& spec);
@@ -102,8 +105,8 @@ class Checker {
 
   World world_;
   Bounds bounds_;
-  std::vector<bool> down_;              // per node
-  std::vector<Want> wants_;             // by handle
+  std::vector<bool> down_;   // per node
+  std::vector<Want> wants_;  // by handle
   std::map<std::string, int> handle_of_;
   size_t events_seen_ = 0;
   std::map<int, int64_t> owed_since_;   // liveness.start: handle -> first cycle owed
@@ -119,11 +122,11 @@ class Checker {
     std::string mode;  // "MIG", "CPX+NPS4", ""
     std::set<std::string> slots;
   };
-  std::vector<Layout> layout_;          // per device, last seen
+  std::vector<Layout> layout_;                        // per device, last seen
   std::vector<std::vector<int64_t>> reconfig_times_;  // per device
-  int64_t fair_since_ = -1;             // fairness: the hour being summed began
-  std::vector<int64_t> fair_held_;      // per group, milli-GPU summed over its cycles
-  std::set<std::string> reported_;      // one report per (property, subject)
+  int64_t fair_since_ = -1;                           // fairness: the hour being summed began
+  std::vector<int64_t> fair_held_;                    // per group, milli-GPU summed over its cycles
+  std::set<std::string> reported_;                    // one report per (property, subject)
   std::vector<Violation> violations_;
   Seen seen_;
 };

@@ -21,7 +21,8 @@ World World::Make(const quota::PolicySpec& policy, const std::vector<quota::Node
   for (const quota::NodeSpec& n : nodes) {
     NodeInfo ni{n.name, n.pool, n.cpu_milli, n.memory_mib, {}};
     const part::GpuModel* m = part::Catalog::BuiltIn().Find(n.gpu_model);
-    const bool amd_split = m != nullptr && m->is_amd() && !n.amd_mode.empty() && n.amd_mode != "SPX+NPS1";
+    const bool amd_split =
+        m != nullptr && m->is_amd() && !n.amd_mode.empty() && n.amd_mode != "SPX+NPS1";
     for (int d = 0; d < n.gpu_count; ++d) {
       DeviceInfo di;
       di.node = static_cast<int>(w.nodes.size());
@@ -83,7 +84,8 @@ Want World::Resolve(const quota::JobSpec& spec) const {
   return w;
 }
 
-Snapshot Snapshot::Take(const World& w, const quota::QuotaEngine& e, const std::vector<bool>& down) {
+Snapshot Snapshot::Take(const World& w, const quota::QuotaEngine& e,
+                        const std::vector<bool>& down) {
   Snapshot s;
   s.down = down;
   std::map<std::pair<std::string, int>, int> dev_of;
@@ -123,7 +125,8 @@ Snapshot Snapshot::Take(const World& w, const quota::QuotaEngine& e, const std::
     for (int g = j.group; g >= 0; g = w.parent[g]) {
       s.usage[g] += j.charge;
       if (j.state == quota::JobState::kRunning) s.staying[g] += j.charge.gpu_milli;
-      if (j.state == quota::JobState::kRunning && !j.borrowed) s.guaranteed[g] += j.charge.gpu_milli;
+      if (j.state == quota::JobState::kRunning && !j.borrowed)
+        s.guaranteed[g] += j.charge.gpu_milli;
     }
   }
   return s;
@@ -132,7 +135,8 @@ Snapshot Snapshot::Take(const World& w, const quota::QuotaEngine& e, const std::
 namespace {
 
 bool InPools(const Want& want, const std::string& pool) {
-  return want.pools.empty() || std::find(want.pools.begin(), want.pools.end(), pool) != want.pools.end();
+  return want.pools.empty() ||
+         std::find(want.pools.begin(), want.pools.end(), pool) != want.pools.end();
 }
 
 // Holders left once `gone` jobs have left.
@@ -145,7 +149,8 @@ std::vector<Holding> Staying(const DeviceNow& d, const std::vector<bool>& gone) 
 }
 
 bool Split(const DeviceInfo& info, const DeviceNow& d) {
-  if (info.model != nullptr && info.model->is_amd()) return !d.amd_pair.empty() && d.amd_pair != "SPX+NPS1";
+  if (info.model != nullptr && info.model->is_amd())
+    return !d.amd_pair.empty() && d.amd_pair != "SPX+NPS1";
   return d.mig;
 }
 
@@ -157,11 +162,14 @@ bool WholeFree(const World& w, const Snapshot& s, int d, const std::vector<bool>
   if (!Split(w.devices[d], dn)) return true;
   if (w.devices[d].registered_split) return false;
   const DeviceInfo& info = w.devices[d];
-  if (info.model != nullptr && info.model->is_amd() && dn.amd_pair.find("NPS1") == std::string::npos) {
+  if (info.model != nullptr && info.model->is_amd() &&
+      dn.amd_pair.find("NPS1") == std::string::npos) {
     // A memory mode is the node's: every device of the node must be free too.
     for (int od : w.nodes[info.node].devices) {
       if (od == d) continue;
-      if (!Staying(s.devices[od], gone).empty() || s.devices[od].draining || w.devices[od].registered_split) return false;
+      if (!Staying(s.devices[od], gone).empty() || s.devices[od].draining ||
+          w.devices[od].registered_split)
+        return false;
     }
   }
   return true;
@@ -171,9 +179,11 @@ bool HoldWhole(const World& w, const Snapshot& s, const Want& want, const std::v
                std::string* where) {
   for (size_t n = 0; n < w.nodes.size(); ++n) {
     const NodeInfo& node = w.nodes[n];
-    if (s.down[n] || !InPools(want, node.pool) || !w.PoolAllows(node.pool, AllocationForm::kWhole)) continue;
+    if (s.down[n] || !InPools(want, node.pool) || !w.PoolAllows(node.pool, AllocationForm::kWhole))
+      continue;
     int free = 0;
-    for (int d : node.devices) free += WholeFree(w, s, d, gone) && w.devices[d].memory >= want.gpu_mem;
+    for (int d : node.devices)
+      free += WholeFree(w, s, d, gone) && w.devices[d].memory >= want.gpu_mem;
     if (free < want.count) continue;
     if (s.cpu_free[n] < want.cpu * want.count || s.mem_free[n] < want.mem * want.count) continue;
     if (where != nullptr) *where = "whole on " + node.name;
@@ -187,7 +197,8 @@ bool HoldShare(const World& w, const Snapshot& s, const Want& want, const std::v
   if (want.count != 1) return false;
   for (size_t n = 0; n < w.nodes.size(); ++n) {
     const NodeInfo& node = w.nodes[n];
-    if (s.down[n] || !InPools(want, node.pool) || !w.PoolAllows(node.pool, AllocationForm::kShare)) continue;
+    if (s.down[n] || !InPools(want, node.pool) || !w.PoolAllows(node.pool, AllocationForm::kShare))
+      continue;
     if (s.cpu_free[n] < want.cpu || s.mem_free[n] < want.mem) continue;
     for (int d : node.devices) {
       const DeviceNow& dn = s.devices[d];
@@ -210,12 +221,13 @@ bool HoldShare(const World& w, const Snapshot& s, const Want& want, const std::v
   return false;
 }
 
-bool HoldPartition(const World& w, const Snapshot& s, const Want& want, const std::vector<bool>& gone,
-                   std::string* where) {
+bool HoldPartition(const World& w, const Snapshot& s, const Want& want,
+                   const std::vector<bool>& gone, std::string* where) {
   if (want.count != 1) return false;
   for (size_t n = 0; n < w.nodes.size(); ++n) {
     const NodeInfo& node = w.nodes[n];
-    if (s.down[n] || !InPools(want, node.pool) || !w.PoolAllows(node.pool, AllocationForm::kPartition)) {
+    if (s.down[n] || !InPools(want, node.pool) ||
+        !w.PoolAllows(node.pool, AllocationForm::kPartition)) {
       continue;
     }
     if (s.cpu_free[n] < want.cpu || s.mem_free[n] < want.mem) continue;
@@ -241,7 +253,8 @@ bool HoldPartition(const World& w, const Snapshot& s, const Want& want, const st
           if (!pair.ok()) continue;
           auto shape = part::Partition(*info.model, *pair);
           if (!shape.ok()) continue;
-          if (shape->memory_per_partition_mib >= want.gpu_mem && kWholeGpu / shape->partitions >= want.milli) {
+          if (shape->memory_per_partition_mib >= want.gpu_mem &&
+              kWholeGpu / shape->partitions >= want.milli) {
             if (where != nullptr) *where = "partition " + sl.name + " on " + info.name;
             return true;
           }
@@ -282,8 +295,9 @@ const part::MigProfile* SmallestCovering(const part::GpuModel& m, MilliGpu milli
   for (const part::MigProfile& p : m.mig.profiles) {
     if (p.media_extension || p.memory_mib < mem) continue;
     if (static_cast<int64_t>(p.compute_slices) * kWholeGpu / m.mig.compute_slices < milli) continue;
-    if (best == nullptr || std::tie(p.memory_slices, p.compute_slices, p.memory_mib) <
-                               std::tie(best->memory_slices, best->compute_slices, best->memory_mib)) {
+    if (best == nullptr ||
+        std::tie(p.memory_slices, p.compute_slices, p.memory_mib) <
+            std::tie(best->memory_slices, best->compute_slices, best->memory_mib)) {
       best = &p;
     }
   }

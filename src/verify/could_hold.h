@@ -99,10 +99,11 @@ struct Snapshot {
   std::vector<MilliCpu> cpu_free;
   std::vector<MiB> mem_free;
   std::vector<bool> down;
-  std::vector<JobNow> jobs;         // by handle
-  std::vector<Resources> usage;     // per group, itself and descendants, running and leaving
-  std::vector<MilliGpu> staying;    // per group: GPU of running (not leaving) jobs, with descendants
-  std::vector<MilliGpu> guaranteed; // the same, of jobs admitted within the reservation (not borrowed)
+  std::vector<JobNow> jobs;       // by handle
+  std::vector<Resources> usage;   // per group, itself and descendants, running and leaving
+  std::vector<MilliGpu> staying;  // per group: GPU of running (not leaving) jobs, with descendants
+  std::vector<MilliGpu>
+      guaranteed;  // the same, of jobs admitted within the reservation (not borrowed)
 
   static Snapshot Take(const World& w, const quota::QuotaEngine& e, const std::vector<bool>& down);
 };
@@ -117,6 +118,7 @@ bool CouldHold(const World& w, const Snapshot& s, const Want& want, const std::v
 
 // The MIG profile the engine offers for a partition request: the smallest covering memory and
 // compute (not "+me"); nullptr when none.
-const partition::MigProfile* SmallestCovering(const partition::GpuModel& m, MilliGpu milli, MiB mem);
+const partition::MigProfile* SmallestCovering(const partition::GpuModel& m, MilliGpu milli,
+                                              MiB mem);
 
 }  // namespace tessera::verify

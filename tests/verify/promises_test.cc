@@ -20,7 +20,8 @@ using Break = quota::EngineOptions::Break;
 std::string Dir() { return std::string(TESSERA_SOURCE_DIR) + "/tests/sim/histories"; }
 
 bool Has(const std::vector<verify::Violation>& v, const std::string& property) {
-  return std::any_of(v.begin(), v.end(), [&](const verify::Violation& x) { return x.property == property; });
+  return std::any_of(v.begin(), v.end(),
+                     [&](const verify::Violation& x) { return x.property == property; });
 }
 
 // Every scenario the generator once found breaking a promise, shrunk, holds them all now.
@@ -33,7 +34,8 @@ TEST(PromiseRegressions, EveryShrunkHistoryHoldsEveryPromise) {
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     auto r = RunHistory(*s);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
-    for (const verify::Violation& v : r->violations) ADD_FAILURE() << entry.path().filename() << ": " << v.ToString();
+    for (const verify::Violation& v : r->violations)
+      ADD_FAILURE() << entry.path().filename() << ": " << v.ToString();
   }
   EXPECT_GT(files, 0);
 }
@@ -63,24 +65,33 @@ class PropertyCatchesItsBreak : public ::testing::TestWithParam<BreakCase> {};
 TEST_P(PropertyCatchesItsBreak, OnAGeneratedHistoryAndNotWithoutTheBreak) {
   const BreakCase& c = GetParam();
   const uint64_t seed = FirstBreaking(c.engine_break, c.property, 1000);
-  ASSERT_NE(seed, 0u) << c.property << " never failed in 1,000 histories with the engine broken: " << c.what;
+  ASSERT_NE(seed, 0u) << c.property
+                      << " never failed in 1,000 histories with the engine broken: " << c.what;
   auto whole = RunHistory(GenerateHistory(seed));
   ASSERT_TRUE(whole.ok());
-  EXPECT_FALSE(Has(whole->violations, c.property)) << "seed " << seed << " breaks " << c.property << " unbroken too";
+  EXPECT_FALSE(Has(whole->violations, c.property))
+      << "seed " << seed << " breaks " << c.property << " unbroken too";
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Breaks, PropertyCatchesItsBreak,
     ::testing::Values(
-        BreakCase{Break::kDoubleBookWhole, "safety.exclusive", "a held card may be granted whole again"},
+        BreakCase{Break::kDoubleBookWhole, "safety.exclusive",
+                  "a held card may be granted whole again"},
         BreakCase{Break::kIgnoreLimits, "safety.limits", "admission ignores group limits"},
         BreakCase{Break::kMigOverlap, "safety.layout", "a MIG instance may start on slices in use"},
-        BreakCase{Break::kPreemptNonPreemptible, "safety.preemption", "non-preemptible work may be preempted"},
-        BreakCase{Break::kReclaimAnyBorrower, "safety.reclaim", "reclaim may take a lender below its reservation"},
-        BreakCase{Break::kReclaimIgnoresInFlight, "safety.reclaim", "reclaim ignores claims waiting out a grace"},
-        BreakCase{Break::kNoUnsplit, "liveness.start", "an idle card the engine split never returns to whole"},
-        BreakCase{Break::kNoReclaim, "liveness.reservation", "a group below its reservation never reclaims"},
-        BreakCase{Break::kThrash, "stability.reconfigure", "idle split cards go back to whole every cycle"}),
+        BreakCase{Break::kPreemptNonPreemptible, "safety.preemption",
+                  "non-preemptible work may be preempted"},
+        BreakCase{Break::kReclaimAnyBorrower, "safety.reclaim",
+                  "reclaim may take a lender below its reservation"},
+        BreakCase{Break::kReclaimIgnoresInFlight, "safety.reclaim",
+                  "reclaim ignores claims waiting out a grace"},
+        BreakCase{Break::kNoUnsplit, "liveness.start",
+                  "an idle card the engine split never returns to whole"},
+        BreakCase{Break::kNoReclaim, "liveness.reservation",
+                  "a group below its reservation never reclaims"},
+        BreakCase{Break::kThrash, "stability.reconfigure",
+                  "idle split cards go back to whole every cycle"}),
     [](const ::testing::TestParamInfo<BreakCase>& i) {
       std::string n = i.param.property;
       n += "_" + std::to_string(i.index);
@@ -109,51 +120,64 @@ TEST_P(GeneratorFindsKnownBug, WithinTwoThousandSeedsShrunkToFiveJobs) {
     auto r = RunHistory(s, broken);
     if (!r.ok() || !Has(r->violations, k.property)) continue;
     bool model = std::string(k.model).empty() ||
-                 std::any_of(s.nodes.begin(), s.nodes.end(), [&](const quota::NodeSpec& n) { return n.gpu_model == k.model; });
+                 std::any_of(s.nodes.begin(), s.nodes.end(),
+                             [&](const quota::NodeSpec& n) { return n.gpu_model == k.model; });
     if (!model || ++shrunk > 40) continue;
     Scenario small = Shrink(s, k.property, broken);
     auto again = RunHistory(small, broken);
     ASSERT_TRUE(again.ok());
     bool fits = JobCount(small) <= 5 &&
-                std::any_of(small.nodes.begin(), small.nodes.end(),
-                            [&](const quota::NodeSpec& n) { return std::string(k.model).empty() || n.gpu_model == k.model; });
+                std::any_of(small.nodes.begin(), small.nodes.end(), [&](const quota::NodeSpec& n) {
+                  return std::string(k.model).empty() || n.gpu_model == k.model;
+                });
     bool queue = std::string(k.queue).empty();
     for (const verify::Violation& v : again->violations) {
       if (v.property != k.property) continue;
       for (const WorkloadEntry& w : small.workload) {
-        for (const std::string& j : v.jobs) queue = queue || (w.base.queue == k.queue && j.rfind(w.base.identity + "-", 0) == 0);
+        for (const std::string& j : v.jobs)
+          queue = queue || (w.base.queue == k.queue && j.rfind(w.base.identity + "-", 0) == 0);
       }
     }
     if (!fits || !queue) continue;
     auto fixed = RunHistory(small);
     ASSERT_TRUE(fixed.ok());
     EXPECT_FALSE(Has(fixed->violations, k.property)) << ScenarioYaml(small);
-    std::cout << "seed " << seed << ": " << k.property << " shrunk from " << JobCount(s) << " to " << JobCount(small)
-              << " jobs\n"
+    std::cout << "seed " << seed << ": " << k.property << " shrunk from " << JobCount(s) << " to "
+              << JobCount(small) << " jobs\n"
               << ScenarioYaml(small);
     return;
   }
-  FAIL() << "no history in seeds 1..2000 showed " << k.property << " on " << k.model << " shrunk to five jobs";
+  FAIL() << "no history in seeds 1..2000 showed " << k.property << " on " << k.model
+         << " shrunk to five jobs";
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Bugs, GeneratorFindsKnownBug,
-    ::testing::Values(KnownBug{Break::kNoUnsplit, "liveness.start", "A100-80GB", "train"},   // MIG card never returns
-                      KnownBug{Break::kNoUnsplit, "liveness.start", "MI300X", "train"},      // nor an AMD card
-                      KnownBug{Break::kNoUnsplit, "liveness.start", "", "notebook"},         // shares behind a split card
-                      KnownBug{Break::kReclaimIgnoresInFlight, "safety.reclaim", "", ""}),  // reclaim overshoot
-    [](const ::testing::TestParamInfo<KnownBug>& i) { return std::string("bug") + std::to_string(i.index); });
+    ::testing::Values(
+        KnownBug{Break::kNoUnsplit, "liveness.start", "A100-80GB",
+                 "train"},                                                 // MIG card never returns
+        KnownBug{Break::kNoUnsplit, "liveness.start", "MI300X", "train"},  // nor an AMD card
+        KnownBug{Break::kNoUnsplit, "liveness.start", "",
+                 "notebook"},  // shares behind a split card
+        KnownBug{Break::kReclaimIgnoresInFlight, "safety.reclaim", "", ""}),  // reclaim overshoot
+    [](const ::testing::TestParamInfo<KnownBug>& i) {
+      return std::string("bug") + std::to_string(i.index);
+    });
 
 // The quick set: 10,000 generated histories hold every promise, and cover what they should.
 TEST(GeneratedHistories, TenThousandHoldEveryPromiseAndCoverTheirEvents) {
   SweepResult r = Sweep(1, 10000);
-  std::cout << "histories: " << r.histories << ", with violations: " << r.failing << "\n" << r.coverage.Table();
-  for (const auto& [property, n] : r.by_property) std::cout << "  " << property << ": " << n << "\n";
-  for (const SweepFailure& f : r.failures) std::cout << "  seed " << f.seed << ": " << f.first.ToString() << "\n";
+  std::cout << "histories: " << r.histories << ", with violations: " << r.failing << "\n"
+            << r.coverage.Table();
+  for (const auto& [property, n] : r.by_property)
+    std::cout << "  " << property << ": " << n << "\n";
+  for (const SweepFailure& f : r.failures)
+    std::cout << "  seed " << f.seed << ": " << f.first.ToString() << "\n";
   EXPECT_EQ(r.histories, 10000);
   EXPECT_TRUE(r.coverage.AllAtLeast(5));
   EXPECT_EQ(r.failing, 0);
-  for (const auto& [property, n] : r.by_property) ADD_FAILURE() << property << " broken in " << n << " histories";
+  for (const auto& [property, n] : r.by_property)
+    ADD_FAILURE() << property << " broken in " << n << " histories";
 }
 
 // fairness.share, on a saturated run of three groups weighted 1, 2 and 3: held within 10% of

@@ -185,7 +185,8 @@ std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order, const std::
       // Within the reservation counting the group's claims already in flight: 22 jobs against a
       // reservation of 16 reclaim 16, not 22.
       Resources held = groups_[j.group].usage;
-      if (options_.engine_break != EngineOptions::Break::kReclaimIgnoresInFlight) held.gpu_milli += claimed_gpu_[j.group];
+      if (options_.engine_break != EngineOptions::Break::kReclaimIgnoresInFlight)
+        held.gpu_milli += claimed_gpu_[j.group];
       bool within_reservation = WithinReservation(held, nominal, groups_[j.group].spec.reservation);
       bool tried = false, claimed = false;
       if (preempt_searches_ < policy_.max_preemption_searches_per_cycle) {
@@ -199,8 +200,9 @@ std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order, const std::
         if (!tried) tried = TryPreempt(h, /*reclaim=*/false);
       }
       if (tried) {
-        if (jobs_[h].awaiting == 0 && (TryPlace(h, &step, &reason, &backfilled) ||
-                                       (UnsplitInTurn(h) && TryPlace(h, &step, &reason, &backfilled)))) {
+        if (jobs_[h].awaiting == 0 &&
+            (TryPlace(h, &step, &reason, &backfilled) ||
+             (UnsplitInTurn(h) && TryPlace(h, &step, &reason, &backfilled)))) {
           if (claimed) AddToChain(claimed_gpu_, j.group, -nominal.gpu_milli);  // now in its usage
           ++stats_.admitted;
           continue;
@@ -268,7 +270,8 @@ void Engine::UnsplitForDemand() {
   if (options_.engine_break == EngineOptions::Break::kThrash) {
     for (size_t di = 0; di < devs_.size(); ++di) {
       const Dev& d = devs_[di];
-      if (d.split && d.engine_split && d.idle() && !d.plan.active && d.reserved_by < 0) Unsplit(static_cast<int>(di), "nobody");
+      if (d.split && d.engine_split && d.idle() && !d.plan.active && d.reserved_by < 0)
+        Unsplit(static_cast<int>(di), "nobody");
     }
   }
   if (whole_demand_.empty()) return;
@@ -279,7 +282,9 @@ void Engine::UnsplitForDemand() {
     bool any = false;
     for (size_t di = 0; di < devs_.size() && changed < policy_.max_repartitions_per_cycle; ++di) {
       const Dev& d = devs_[di];
-      if (!d.split || !d.engine_split || !d.idle() || d.plan.active || (d.reserved_by >= 0 && d.reserved_by != h)) continue;
+      if (!d.split || !d.engine_split || !d.idle() || d.plan.active ||
+          (d.reserved_by >= 0 && d.reserved_by != h))
+        continue;
       if (!InPools(j, d.pool) || nodes_[d.node].down || d.memory < j.gpu_mem) continue;
       bool serves = false;
       for (AllocationForm f : j.forms)
@@ -313,13 +318,18 @@ void Engine::UnsplitForDemand() {
 // every cycle.
 bool Engine::UnsplitInTurn(int h) {
   const Job& j = jobs_[h];
-  if (options_.engine_break == EngineOptions::Break::kNoUnsplit || j.gpu_count < 1 || j.external) return false;
+  if (options_.engine_break == EngineOptions::Break::kNoUnsplit || j.gpu_count < 1 || j.external)
+    return false;
   if (!maybe_returnable_) return false;
-  const bool whole = std::find(j.forms.begin(), j.forms.end(), AllocationForm::kWhole) != j.forms.end();
-  const bool share = std::find(j.forms.begin(), j.forms.end(), AllocationForm::kShare) != j.forms.end();
+  const bool whole =
+      std::find(j.forms.begin(), j.forms.end(), AllocationForm::kWhole) != j.forms.end();
+  const bool share =
+      std::find(j.forms.begin(), j.forms.end(), AllocationForm::kShare) != j.forms.end();
   if (!whole && !(share && j.gpu_count == 1)) return false;
   for (const NodeRt& node : nodes_) {
-    if (node.down || !InPools(j, node.pool) || !NodeHas(node, j.cpu * j.gpu_count, j.mem * j.gpu_count)) continue;
+    if (node.down || !InPools(j, node.pool) ||
+        !NodeHas(node, j.cpu * j.gpu_count, j.mem * j.gpu_count))
+      continue;
     int free = 0;
     std::vector<int> back;
     for (int di : node.devs) {
@@ -331,7 +341,8 @@ bool Engine::UnsplitInTurn(int h) {
         back.push_back(di);
       }
     }
-    const bool pool_ok = whole ? PoolAllows(node.pool, AllocationForm::kWhole) : PoolAllows(node.pool, AllocationForm::kShare);
+    const bool pool_ok = whole ? PoolAllows(node.pool, AllocationForm::kWhole)
+                               : PoolAllows(node.pool, AllocationForm::kShare);
     const int need = whole ? j.gpu_count - free : 1;
     if (!pool_ok || need <= 0 || need > static_cast<int>(back.size())) continue;
     for (int k = 0; k < need; ++k) Unsplit(back[static_cast<size_t>(k)], j.id);
@@ -342,7 +353,8 @@ bool Engine::UnsplitInTurn(int h) {
 }
 
 bool Engine::MayUnsplitAlone(const Dev& d) const {
-  return d.split && d.engine_split && (!d.amd_capable() || d.amd_pair.find("+NPS1") != std::string::npos);
+  return d.split && d.engine_split &&
+         (!d.amd_capable() || d.amd_pair.find("+NPS1") != std::string::npos);
 }
 
 std::vector<int> Engine::UnsplitScope(int di, int for_job) const {
@@ -351,7 +363,8 @@ std::vector<int> Engine::UnsplitScope(int di, int for_job) const {
   std::vector<int> scope;
   for (int od : nodes_[d.node].devs) {
     const Dev& o = devs_[od];
-    if (!o.idle() || o.plan.active || (o.reserved_by >= 0 && o.reserved_by != for_job) || (o.split && !o.engine_split)) {
+    if (!o.idle() || o.plan.active || (o.reserved_by >= 0 && o.reserved_by != for_job) ||
+        (o.split && !o.engine_split)) {
       return {};
     }
     scope.push_back(od);

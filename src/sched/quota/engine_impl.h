@@ -268,13 +268,15 @@ class Engine final : public QuotaEngine {
     const Resources mine{j.gpu_count * j.gpu_milli, 0, 0, 0};
     const Resources theirs{head.gpu_count * head.gpu_milli, 0, 0, 0};
     return WithinReservation(groups_[j.group].usage, mine, groups_[j.group].spec.reservation) &&
-           !WithinReservation(groups_[head.group].usage, theirs, groups_[head.group].spec.reservation);
+           !WithinReservation(groups_[head.group].usage, theirs,
+                              groups_[head.group].spec.reservation);
   }
   // Kept for another job that `j` does not come before: preempting what is on it would free it
   // for that job, not for `j` (a reclaim once preempted a borrower every 30 s from a card kept
   // for a higher-priority gang, and the card went back and forth between MIG and whole).
   bool KeptFromMe(const Dev& d, const Job& j, int self) const {
-    return d.reserved_by >= 0 && d.reserved_by != self && (d.nominated || !Outranks(j, jobs_[d.reserved_by]));
+    return d.reserved_by >= 0 && d.reserved_by != self &&
+           (d.nominated || !Outranks(j, jobs_[d.reserved_by]));
   }
   bool NodeHas(const NodeRt& n, MilliCpu cpu, MiB mem) const {
     return !n.down && n.cpu_free >= cpu && n.mem_free >= mem;
@@ -307,7 +309,8 @@ class Engine final : public QuotaEngine {
   bool MayUnsplitAlone(const Dev& d) const;
   bool UnsplitInTurn(int h);
   bool maybe_returnable_ = true;  // some idle engine-split card may exist (see RunCycle)
-  std::optional<part::AmdPartitioning> AmdShapeFor(const Dev& d, const Job& j, bool keep_memory_mode) const;
+  std::optional<part::AmdPartitioning> AmdShapeFor(const Dev& d, const Job& j,
+                                                   bool keep_memory_mode) const;
   // Whether a swapping share of `want` MiB on device `di` keeps its node's overcommit (the caps
   // past each device's memory, summed) within the node's swap budget.
   bool SwapRoom(int di, MiB want) const;

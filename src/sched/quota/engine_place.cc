@@ -70,7 +70,8 @@ bool Engine::FindWhole(Job& j, int self, Candidate* c, bool* blocked) {
     bool backfill = false;
     for (int d : node.devs) {
       const Dev& dev = devs_[d];
-      const bool held = dev.whole >= 0 && options_.engine_break != EngineOptions::Break::kDoubleBookWhole;
+      const bool held =
+          dev.whole >= 0 && options_.engine_break != EngineOptions::Break::kDoubleBookWhole;
       if (dev.split || held || !dev.shares.empty() || dev.memory < j.gpu_mem) continue;
       bool bf = false;
       if (!Usable(dev, j, self, &bf, blocked)) continue;
@@ -147,7 +148,8 @@ bool Engine::MigPartitionAt(const Job& j, size_t di, int pass, Candidate* c) {
       if (s.alive) layout.instances.push_back({s.profile, s.start});
     }
     auto starts = part::LegalStarts(*d.model, layout, p.name);
-    if (options_.engine_break == EngineOptions::Break::kMigOverlap && !layout.instances.empty() && starts.ok()) {
+    if (options_.engine_break == EngineOptions::Break::kMigOverlap && !layout.instances.empty() &&
+        starts.ok()) {
       starts->assign(1, layout.instances.front().start);
     }
     if (starts.ok() && !starts->empty()) {
@@ -196,7 +198,8 @@ bool Engine::AmdPartitionAt(const Job& j, size_t di, int pass, Candidate* c) {
   return false;
 }
 
-std::optional<part::AmdPartitioning> Engine::AmdShapeFor(const Dev& d, const Job& j, bool keep_memory_mode) const {
+std::optional<part::AmdPartitioning> Engine::AmdShapeFor(const Dev& d, const Job& j,
+                                                         bool keep_memory_mode) const {
   // The smallest partitions (more than one to a card) that cover the job's memory and compute,
   // the device's memory mode first. (This loop once returned at the first shape that did not
   // fit, SPX, so an idle card was never split in place.)
@@ -208,8 +211,9 @@ std::optional<part::AmdPartitioning> Engine::AmdShapeFor(const Dev& d, const Job
     const bool same_mode = cur.ok() && a.pair.memory == cur->memory;
     if (keep_memory_mode && !same_mode) continue;
     const bool best_same = best && cur.ok() && best->pair.memory == cur->memory;
-    if (!best || std::make_tuple(!same_mode, a.memory_per_partition_mib, a.memory_domains) <
-                     std::make_tuple(!best_same, best->memory_per_partition_mib, best->memory_domains)) {
+    if (!best ||
+        std::make_tuple(!same_mode, a.memory_per_partition_mib, a.memory_domains) <
+            std::make_tuple(!best_same, best->memory_per_partition_mib, best->memory_domains)) {
       best = a;
     }
   }

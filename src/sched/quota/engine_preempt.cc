@@ -8,8 +8,10 @@ namespace tessera::quota::internal {
 
 bool Engine::Victim(const Job& claimant, int v, bool reclaim) const {
   const Job& x = jobs_[v];
-  const bool preemptible = x.preemptible || options_.engine_break == EngineOptions::Break::kPreemptNonPreemptible;
-  if (x.state != JobState::kRunning || !preemptible || x.external != claimant.external) return false;
+  const bool preemptible =
+      x.preemptible || options_.engine_break == EngineOptions::Break::kPreemptNonPreemptible;
+  if (x.state != JobState::kRunning || !preemptible || x.external != claimant.external)
+    return false;
   if (x.external && (x.ext_pool.empty() || x.ext_pool != claimant.ext_pool)) return false;
   if (reclaim) {
     if (x.group == claimant.group) return false;
@@ -112,7 +114,8 @@ void Engine::PreemptForWhole(const Job& j, int self, bool reclaim, PreemptOption
     std::vector<std::pair<int64_t, int>> costs;
     for (int d : node.devs) {
       const Dev& dev = devs_[d];
-      if ((dev.split && !MayUnsplitAlone(dev)) || dev.plan.active || dev.memory < j.gpu_mem) continue;
+      if ((dev.split && !MayUnsplitAlone(dev)) || dev.plan.active || dev.memory < j.gpu_mem)
+        continue;
       if (KeptFromMe(dev, j, self)) continue;
       std::vector<int> occ;
       Occupants(dev, &occ);
@@ -160,7 +163,8 @@ void Engine::PreemptForWhole(const Job& j, int self, bool reclaim, PreemptOption
 void Engine::PreemptForShare(const Job& j, int self, bool reclaim, PreemptOption* best) {
   for (size_t di = 0; di < devs_.size(); ++di) {
     const Dev& d = devs_[di];
-    if (!InPools(j, d.pool) || !PoolAllows(d.pool, AllocationForm::kShare) || d.plan.active) continue;
+    if (!InPools(j, d.pool) || !PoolAllows(d.pool, AllocationForm::kShare) || d.plan.active)
+      continue;
     if (KeptFromMe(d, j, self)) continue;
     MiB want = j.gpu_mem > 0 ? j.gpu_mem : d.memory * j.gpu_milli / kWholeGpu;
     if (want > d.memory) continue;
@@ -215,7 +219,8 @@ void Engine::PreemptForShare(const Job& j, int self, bool reclaim, PreemptOption
 void Engine::PreemptForPartition(const Job& j, int self, bool reclaim, PreemptOption* best) {
   for (size_t di = 0; di < devs_.size(); ++di) {
     const Dev& d = devs_[di];
-    if (!InPools(j, d.pool) || !PoolAllows(d.pool, AllocationForm::kPartition) || d.plan.active) continue;
+    if (!InPools(j, d.pool) || !PoolAllows(d.pool, AllocationForm::kPartition) || d.plan.active)
+      continue;
     if (KeptFromMe(d, j, self)) continue;
     int pi = d.mig_capable() ? BestMigProfile(d.model, j.gpu_milli, j.gpu_mem) : -1;
     if (!d.split) {
@@ -312,7 +317,8 @@ void Engine::ReserveForHead(int self) {
     if (static_cast<int>(node.devs.size()) < j.gpu_count) continue;
     // Only a node that could hold it once empty: a gang no node had the host memory for once
     // kept every card of the cluster for itself, and nothing ran.
-    if (node.down || node.cpu_total < j.cpu * j.gpu_count || node.mem_total < j.mem * j.gpu_count) continue;
+    if (node.down || node.cpu_total < j.cpu * j.gpu_count || node.mem_total < j.mem * j.gpu_count)
+      continue;
     std::vector<std::pair<int64_t, int>> ready;
     for (int d : node.devs) {
       const Dev& dev = devs_[d];
@@ -365,7 +371,8 @@ bool Engine::LendersKeepReservations(const std::vector<int>& victims) const {
   for (int v : victims) taken[jobs_[v].group] += jobs_[v].charge.gpu_milli;
   for (const auto& [g, t] : taken) {
     const int64_t leaving = static_cast<size_t>(g) < leaving_gpu_.size() ? leaving_gpu_[g] : 0;
-    if (groups_[g].usage.gpu_milli - leaving - t < groups_[g].spec.reservation.gpu_milli) return false;
+    if (groups_[g].usage.gpu_milli - leaving - t < groups_[g].spec.reservation.gpu_milli)
+      return false;
   }
   return true;
 }
@@ -465,8 +472,10 @@ bool Engine::DrainVictim(const Job& j, bool within_reservation, int v) const {
     // Another group's work goes only while that group keeps its reservation: a drain once took
     // a share inside its group's reservation for a borrower's inference job.
     const GroupRt& g = groups_[x.group];
-    const int64_t leaving = static_cast<size_t>(x.group) < leaving_gpu_.size() ? leaving_gpu_[x.group] : 0;
-    if (g.usage.gpu_milli - leaving - x.charge.gpu_milli < g.spec.reservation.gpu_milli) return false;
+    const int64_t leaving =
+        static_cast<size_t>(x.group) < leaving_gpu_.size() ? leaving_gpu_[x.group] : 0;
+    if (g.usage.gpu_milli - leaving - x.charge.gpu_milli < g.spec.reservation.gpu_milli)
+      return false;
   }
   return x.priority < j.priority || (within_reservation && Victim(j, v, /*reclaim=*/true));
 }

@@ -30,6 +30,7 @@ const std::map<std::string, Break>& Breaks() {
       {"thrash", Break::kThrash},
       {"no-reclaim", Break::kNoReclaim},
       {"fair-share-ignores-weights", Break::kFairShareIgnoresWeights},
+      {"ignore-host-capacity", Break::kIgnoreHostCapacity},
   };
   return m;
 }

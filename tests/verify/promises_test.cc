@@ -79,6 +79,7 @@ INSTANTIATE_TEST_SUITE_P(
         BreakCase{Break::kDoubleBookWhole, "safety.exclusive",
                   "a held card may be granted whole again"},
         BreakCase{Break::kIgnoreLimits, "safety.limits", "admission ignores group limits"},
+        BreakCase{Break::kIgnoreHostCapacity, "safety.capacity", "placement ignores node CPU and host memory"},
         BreakCase{Break::kMigOverlap, "safety.layout", "a MIG instance may start on slices in use"},
         BreakCase{Break::kPreemptNonPreemptible, "safety.preemption",
                   "non-preemptible work may be preempted"},

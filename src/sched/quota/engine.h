@@ -162,6 +162,7 @@ struct EngineOptions {
     kThrash,                   // idle split cards go back to whole every cycle, demand or not
     kNoReclaim,                // a group below its reservation never preempts borrowers
     kFairShareIgnoresWeights,  // the fair-share order ignores groups' weights
+    kIgnoreHostCapacity,       // placement ignores the node's free CPU and host memory
   };
   Break engine_break = Break::kNone;
 };

@@ -279,6 +279,7 @@ class Engine final : public QuotaEngine {
            (d.nominated || !Outranks(j, jobs_[d.reserved_by]));
   }
   bool NodeHas(const NodeRt& n, MilliCpu cpu, MiB mem) const {
+    if (options_.engine_break == EngineOptions::Break::kIgnoreHostCapacity) return !n.down;
     return !n.down && n.cpu_free >= cpu && n.mem_free >= mem;
   }
   int BestMigProfile(const part::GpuModel* m, MilliGpu milli, MiB mem) const;

@@ -309,7 +309,8 @@ class Engine final : public QuotaEngine {
   std::vector<int> UnsplitScope(int di, int for_job) const;
   bool MayUnsplitAlone(const Dev& d) const;
   bool UnsplitInTurn(int h);
-  bool maybe_returnable_ = true;  // some idle engine-split card may exist (see RunCycle)
+  bool returnable_dirty_ = true;       // returnable_nodes_ must be found again
+  std::vector<int> returnable_nodes_;  // nodes with an idle card the engine split (UnsplitInTurn)
   std::optional<part::AmdPartitioning> AmdShapeFor(const Dev& d, const Job& j,
                                                    bool keep_memory_mode) const;
   // Whether a swapping share of `want` MiB on device `di` keeps its node's overcommit (the caps

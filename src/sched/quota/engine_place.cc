@@ -485,7 +485,7 @@ void Engine::Commit(int self, AllocationForm f, Candidate& c, bool guaranteed) {
 
 void Engine::Release(int self) {
   Job& j = jobs_[self];
-  maybe_returnable_ = true;  // a card it held may now be idle and split
+  returnable_dirty_ = true;  // a card it held may now be idle and split
   terminating_.erase(self);
   MirrorRelease(self);
   for (const Grant& g : j.grants) {

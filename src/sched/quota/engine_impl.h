@@ -357,6 +357,7 @@ class Engine final : public QuotaEngine {
   bool NodeHoldsAfter(const Job& j, const DrainOption& o) const;
   bool HostFitsAfter(const Job& j, int node, const std::vector<int>& victims) const;
   bool LendersKeepReservations(const std::vector<int>& victims) const;
+  void ConsiderClearing(const Job& j, int di, bool reclaim, PreemptOption* best) const;
   // May v be drained for j? Preemptible work of lower priority, or of borrowers when j is
   // within its group's reservation.
   bool DrainVictim(const Job& j, bool within_reservation, int v) const;

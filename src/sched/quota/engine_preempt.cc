@@ -171,18 +171,7 @@ void Engine::PreemptForShare(const Job& j, int self, bool reclaim, PreemptOption
     if (d.split) {
       // A card the engine split: everything on it goes, and it returns to whole for the share
       // (a group below its reservation once waited behind a borrower's partition for good).
-      if (!MayUnsplitAlone(d)) continue;
-      std::vector<int> occ;
-      Occupants(d, &occ);
-      int64_t cost = 0;
-      bool ok = !occ.empty();
-      for (int v : occ) {
-        ok = ok && Victim(j, v, reclaim);
-        cost += LostWork(jobs_[v]);
-      }
-      if (ok && HostFitsAfter(j, d.node, occ) && (!reclaim || LendersKeepReservations(occ))) {
-        best->Consider(cost, occ, {static_cast<int>(di)});
-      }
+      if (MayUnsplitAlone(d)) ConsiderClearing(j, static_cast<int>(di), reclaim, best);
       continue;
     }
     if (d.whole >= 0) {
@@ -231,18 +220,7 @@ void Engine::PreemptForPartition(const Job& j, int self, bool reclaim, PreemptOp
       if (!reclaim) continue;
       const bool splittable = policy_.repartition && ((d.mig_capable() && pi >= 0) ||
                                                       (d.amd_capable() && AmdShapeFor(d, j, true)));
-      std::vector<int> occ;
-      Occupants(d, &occ);
-      if (!splittable || occ.empty()) continue;
-      int64_t cost = 0;
-      bool ok = true;
-      for (int v : occ) {
-        ok = ok && Victim(j, v, reclaim);
-        cost += LostWork(jobs_[v]);
-      }
-      if (ok && HostFitsAfter(j, d.node, occ) && (!reclaim || LendersKeepReservations(occ))) {
-        best->Consider(cost, occ, {static_cast<int>(di)});
-      }
+      if (splittable) ConsiderClearing(j, static_cast<int>(di), reclaim, best);
       continue;
     }
     for (const Slot& s : d.slots) {
@@ -364,6 +342,22 @@ bool Engine::NodeHoldsAfter(const Job& j, const DrainOption& o) const {
 
 // The same for a one-device preemption: a reclaim for a share once preempted a training job from
 // a node without the CPU for the share; the job came back the next cycle, and again, every cycle.
+// Everything on device `di` goes, when all of it may go for `j`, the node then has `j`'s CPU and
+// host memory, and (reclaim) the lenders keep their reservations: one option for the search.
+void Engine::ConsiderClearing(const Job& j, int di, bool reclaim, PreemptOption* best) const {
+  std::vector<int> occ;
+  Occupants(devs_[di], &occ);
+  if (occ.empty()) return;
+  int64_t cost = 0;
+  for (int v : occ) {
+    if (!Victim(j, v, reclaim)) return;
+    cost += LostWork(jobs_[v]);
+  }
+  if (HostFitsAfter(j, devs_[di].node, occ) && (!reclaim || LendersKeepReservations(occ))) {
+    best->Consider(cost, occ, {di});
+  }
+}
+
 // Victims of one reclaim taken together leave each of their groups at or above its reservation:
 // each was checked alone, and a 2-card gang once took both cards of a group reserved one.
 bool Engine::LendersKeepReservations(const std::vector<int>& victims) const {

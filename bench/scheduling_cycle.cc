@@ -12,18 +12,22 @@
 int main(int argc, char** argv) {
   tessera::sim::CycleBenchOptions o;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--nodes") == 0) o.nodes = std::atoi(argv[i + 1]);
-    else if (std::strcmp(argv[i], "--jobs") == 0) o.jobs = std::atoi(argv[i + 1]);
-    else if (std::strcmp(argv[i], "--seed") == 0) o.seed = std::strtoull(argv[i + 1], nullptr, 10);
+    if (std::strcmp(argv[i], "--nodes") == 0)
+      o.nodes = std::atoi(argv[i + 1]);
+    else if (std::strcmp(argv[i], "--jobs") == 0)
+      o.jobs = std::atoi(argv[i + 1]);
+    else if (std::strcmp(argv[i], "--seed") == 0)
+      o.seed = std::strtoull(argv[i + 1], nullptr, 10);
     else {
       std::fprintf(stderr, "usage: %s [--nodes N] [--jobs J] [--seed S]\n", argv[0]);
       return 2;
     }
   }
   auto r = tessera::sim::RunCycleBench(o);
-  std::printf("scheduling cycle: %d nodes x 8 H100-80GB (%d GPUs), %d pending jobs, seed %llu, "
-              "single thread\n",
-              r.nodes, r.gpus, r.pending, static_cast<unsigned long long>(o.seed));
+  std::printf(
+      "scheduling cycle: %d nodes x 8 H100-80GB (%d GPUs), %d pending jobs, seed %llu, "
+      "single thread\n",
+      r.nodes, r.gpus, r.pending, static_cast<unsigned long long>(o.seed));
   std::printf("  cycle 1: %d admitted in %.3f s = %.0f jobs admitted/s (%d preempted)\n",
               r.admitted, r.cycle_seconds, r.admitted_per_second, r.preempted);
   std::printf("  cycle 2 (5%% finished, as many arrived): %d pending -> %d admitted in %.3f s\n",

@@ -9,10 +9,9 @@
 //       JSON. The control plane's parsing of those bodies is api_requests_fuzz's.
 //
 // The whole input is offered as both replies.
-#include <nlohmann/json.hpp>
-
 #include <cstddef>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -35,7 +34,8 @@ void Prepare(const JobSpec& spec) {
   LauncherOptions options;
   options.work_dir = "/nonexistent";
   options.capgpu_preload = "/nonexistent/libtessera_capgpu.so";
-  const std::vector<std::string> env = BuildJobEnvironment(spec, {"PATH=/bin", "TESSERA_TOKEN=x"}, options);
+  const std::vector<std::string> env =
+      BuildJobEnvironment(spec, {"PATH=/bin", "TESSERA_TOKEN=x"}, options);
   for (const std::string& kv : env) Require(kv.rfind("TESSERA_TOKEN=", 0) != 0);
   (void)CgroupCpuMax(spec.cpu_milli);
   (void)CgroupMemoryMax(spec.memory_mib);
@@ -46,7 +46,8 @@ void Prepare(const JobSpec& spec) {
 // The heartbeat body after `reply`: the started jobs running, the cancelled ones finished.
 void NextHeartbeat(const HeartbeatReply& reply) {
   std::vector<RunningJob> running;
-  for (const JobSpec& s : reply.start) running.push_back({s.id, static_cast<pid_t>(running.size() + 100)});
+  for (const JobSpec& s : reply.start)
+    running.push_back({s.id, static_cast<pid_t>(running.size() + 100)});
   std::vector<FinishedReport> finished;
   for (const CancelOrder& c : reply.cancel) {
     finished.push_back({c.job, 128 + 15, 15, c.grace_ms});
@@ -71,11 +72,13 @@ void NextRegister(const HeartbeatReply& reply) {
   for (const JobSpec& s : reply.start) {
     running.push_back({s.id, 1});
     for (const DeviceBinding& d : s.devices) {
-      inv.devices.push_back({d.index, d.mig.empty() ? "H100-80GB" : d.mig, s.memory_mib, d.uuid, false, !d.mig.empty()});
+      inv.devices.push_back({d.index, d.mig.empty() ? "H100-80GB" : d.mig, s.memory_mib, d.uuid,
+                             false, !d.mig.empty()});
     }
   }
   const json body = json::parse(RegisterBody(inv, true, running), nullptr, false);
-  Require(body.is_object() && body["node"] == inv.node && body["devices"].size() == inv.devices.size());
+  Require(body.is_object() && body["node"] == inv.node &&
+          body["devices"].size() == inv.devices.size());
   Require(body["running"].size() == running.size());
   Require(inv.pool.empty() ? !body.contains("pool") : body["pool"] == inv.pool);
 }

@@ -17,9 +17,9 @@
 //   5 submit as alice with an Idempotency-Key (the body's first line; the JSON follows)
 //   6 a scheduling cycle (no body)
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -90,7 +90,8 @@ class Harness {
     inputs_ = 0;
     auto store = store::Store::Open(dir_->path() + "/tessera.db");
     if (!store.ok()) abort();
-    auto e = api::Engine::Open(config_, std::move(*store), dir_->path(), [this] { return now_ms_; });
+    auto e =
+        api::Engine::Open(config_, std::move(*store), dir_->path(), [this] { return now_ms_; });
     if (!e.ok()) abort();
     engine_ = std::move(*e);
   }

@@ -38,7 +38,8 @@ struct Fixture {
     o.runner = [this](const std::vector<std::string>& argv, const std::string&) {
       CommandResult r;
       auto it = output.find(argv.empty() ? "" : argv[0]);
-      r.exit_code = it == output.end() ? 1 : 0;  // a command with no text "fails", as the stand-in did
+      r.exit_code =
+          it == output.end() ? 1 : 0;  // a command with no text "fails", as the stand-in did
       if (it != output.end()) r.out = it->second;
       return r;
     };
@@ -70,7 +71,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   const std::vector<std::string> parts = tessera::fuzz::SplitNul(text, 3);
-  fx->output = {{"squeue", parts[0]}, {"scontrol", parts.size() > 1 ? parts[1] : ""},
+  fx->output = {{"squeue", parts[0]},
+                {"scontrol", parts.size() > 1 ? parts[1] : ""},
                 {"sacct", parts.size() > 2 ? parts[2] : ""}};
   auto polled = fx->slurm->Poll(fx->slurm_ids);
   if (polled.ok()) {

@@ -39,7 +39,8 @@ void ParseValue(const std::string& value) {
       Require(ParseBytes(std::to_string(bytes).c_str(), style, &again) && again == bytes);
     }
     LimitList list;
-    if (ParseLimitList(value.c_str(), style, &list)) Require(list.count >= 1 && list.count <= kMaxDevices);
+    if (ParseLimitList(value.c_str(), style, &list))
+      Require(list.count >= 1 && list.count <= kMaxDevices);
   }
 }
 

@@ -36,7 +36,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Check(doc, {{"name", "nodes", "workload", "until", "cycle"}, {}, false});
   Check(doc, {{"identities", "cluster"}, {"backend", "partition", "requeue_on_loss"}, true});
   if (doc["class_forms"]) {
-    (void)tessera::policy::GetClassForms(doc["class_forms"], "class_forms", tessera::quota::ClassForms::Default());
+    (void)tessera::policy::GetClassForms(doc["class_forms"], "class_forms",
+                                         tessera::quota::ClassForms::Default());
   }
   return 0;
 }

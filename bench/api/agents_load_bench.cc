@@ -18,7 +18,11 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include <utility>  // before Boost 1.74's Asio, which uses std::exchange without it
+// Boost 1.74's Asio uses std::exchange without including <utility>.
+// clang-format off
+#include <utility>
+// clang-format on
+
 #include <algorithm>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -37,8 +41,8 @@
 #include <thread>
 #include <vector>
 
-#include "percentile.h"
 #include "agent/protocol.h"
+#include "percentile.h"
 #include "proc.h"
 
 namespace {
@@ -93,7 +97,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
   using Done = std::function<void(bool ok, int status, const std::string& body)>;
   Conn(asio::io_context& ioc, tcp::endpoint at) : stream_(ioc), at_(at) {}
 
-  void Request(http::verb verb, const std::string& target, const std::string& token, std::string body, Done done) {
+  void Request(http::verb verb, const std::string& target, const std::string& token,
+               std::string body, Done done) {
     req_ = {verb, target, 11};
     req_.set(http::field::host, "127.0.0.1");
     req_.set(http::field::authorization, "Bearer " + token);
@@ -119,11 +124,12 @@ class Conn : public std::enable_shared_from_this<Conn> {
     http::async_write(stream_, req_, [self = shared_from_this()](beast::error_code ec, size_t) {
       if (ec) return self->Fail();
       self->res_ = {};
-      http::async_read(self->stream_, self->buffer_, self->res_, [self](beast::error_code ec2, size_t) {
-        if (ec2) return self->Fail();
-        Done d = std::move(self->done_);
-        d(true, self->res_.result_int(), self->res_.body());
-      });
+      http::async_read(self->stream_, self->buffer_, self->res_,
+                       [self](beast::error_code ec2, size_t) {
+                         if (ec2) return self->Fail();
+                         Done d = std::move(self->done_);
+                         d(true, self->res_.result_int(), self->res_.body());
+                       });
     });
   }
   void Fail() {
@@ -147,9 +153,14 @@ class Conn : public std::enable_shared_from_this<Conn> {
 // --job-seconds and reports it finished until acknowledged.
 class SimAgent : public std::enable_shared_from_this<SimAgent> {
  public:
-  SimAgent(asio::io_context& ioc, tcp::endpoint at, std::string node, const Options& o, Stats* stats)
-      : conn_(std::make_shared<Conn>(ioc, at)), watch_(std::make_shared<Conn>(ioc, at)), timer_(ioc),
-        node_(std::move(node)), o_(o), stats_(stats) {}
+  SimAgent(asio::io_context& ioc, tcp::endpoint at, std::string node, const Options& o,
+           Stats* stats)
+      : conn_(std::make_shared<Conn>(ioc, at)),
+        watch_(std::make_shared<Conn>(ioc, at)),
+        timer_(ioc),
+        node_(std::move(node)),
+        o_(o),
+        stats_(stats) {}
 
   void Register(std::function<void(bool)> then) {
     tessera::agent::Inventory inv;
@@ -158,10 +169,12 @@ class SimAgent : public std::enable_shared_from_this<SimAgent> {
     inv.host.cpu_milli = 64000;
     inv.host.memory_mib = 512 * 1024;
     for (int i = 0; i < 8; ++i) {
-      inv.devices.push_back({i, "H100-80GB", 81559, "GPU-" + node_ + "-" + std::to_string(i), true, false});
+      inv.devices.push_back(
+          {i, "H100-80GB", 81559, "GPU-" + node_ + "-" + std::to_string(i), true, false});
     }
     const auto t = Clock::now();
-    conn_->Request(http::verb::post, "/v1/agent/register", "agent-token-1", tessera::agent::RegisterBody(inv, false),
+    conn_->Request(http::verb::post, "/v1/agent/register", "agent-token-1",
+                   tessera::agent::RegisterBody(inv, false),
                    [self = shared_from_this(), t, then](bool ok, int status, const std::string&) {
                      self->stats_->register_ms.push_back(Ms(Clock::now() - t));
                      then(ok && status / 100 == 2);
@@ -174,31 +187,37 @@ class SimAgent : public std::enable_shared_from_this<SimAgent> {
       if (!ec && !self->in_flight_) self->Send(due);  // (a wake may have sent one already)
     });
   }
-  void Stop() { stopped_ = true; timer_.cancel(); }
+  void Stop() {
+    stopped_ = true;
+    timer_.cancel();
+  }
 
  private:
   // The order watch: woken, heartbeat now (or right after the one in flight).
   void Watch() {
     if (stopped_ || watching_ || seq_ < 0) return;
     watching_ = true;
-    watch_->Request(http::verb::get, "/v1/agent/orders?node=" + node_ + "&after=" + std::to_string(seq_) + "&wait_ms=25000",
-                    "agent-token-1", "", [self = shared_from_this()](bool ok, int status, const std::string& body) {
-                      self->watching_ = false;
-                      if (!ok || status != 200) return;
-                      auto w = tessera::agent::ParseOrdersWake(body);
-                      if (!w.ok()) return;
-                      if (w->wake) {
-                        self->seq_ = std::max(self->seq_, w->seq);
-                        if (self->stats_->measuring) ++self->stats_->wakes;
-                        if (self->in_flight_) {
-                          self->woken_ = true;
-                        } else {
-                          self->timer_.cancel();
-                          self->Send(Clock::now());
-                        }
-                      }
-                      self->Watch();
-                    });
+    watch_->Request(
+        http::verb::get,
+        "/v1/agent/orders?node=" + node_ + "&after=" + std::to_string(seq_) + "&wait_ms=25000",
+        "agent-token-1", "",
+        [self = shared_from_this()](bool ok, int status, const std::string& body) {
+          self->watching_ = false;
+          if (!ok || status != 200) return;
+          auto w = tessera::agent::ParseOrdersWake(body);
+          if (!w.ok()) return;
+          if (w->wake) {
+            self->seq_ = std::max(self->seq_, w->seq);
+            if (self->stats_->measuring) ++self->stats_->wakes;
+            if (self->in_flight_) {
+              self->woken_ = true;
+            } else {
+              self->timer_.cancel();
+              self->Send(Clock::now());
+            }
+          }
+          self->Watch();
+        });
   }
 
   void Send(Clock::time_point due) {
@@ -243,7 +262,8 @@ class SimAgent : public std::enable_shared_from_this<SimAgent> {
                           finished_.end());
         }
         for (const auto& s : reply->start) {
-          if (running_.emplace(s.id, Clock::now() + std::chrono::seconds(o_.job_seconds)).second) ++stats_->started;
+          if (running_.emplace(s.id, Clock::now() + std::chrono::seconds(o_.job_seconds)).second)
+            ++stats_->started;
           auto at = stats_->submitted.find(s.id);
           if (at != stats_->submitted.end()) {
             if (stats_->measuring) stats_->start_ms.push_back(Ms(Clock::now() - at->second));
@@ -287,11 +307,16 @@ class SimAgent : public std::enable_shared_from_this<SimAgent> {
 class Submitter : public std::enable_shared_from_this<Submitter> {
  public:
   Submitter(asio::io_context& ioc, tcp::endpoint at, double per_second, Stats* stats)
-      : conn_(std::make_shared<Conn>(ioc, at)), timer_(ioc), interval_(std::chrono::duration_cast<Clock::duration>(
-                                                                    std::chrono::duration<double>(1.0 / per_second))),
+      : conn_(std::make_shared<Conn>(ioc, at)),
+        timer_(ioc),
+        interval_(std::chrono::duration_cast<Clock::duration>(
+            std::chrono::duration<double>(1.0 / per_second))),
         stats_(stats) {}
   void Start(Clock::time_point first) { Next(first); }
-  void Stop() { stopped_ = true; timer_.cancel(); }
+  void Stop() {
+    stopped_ = true;
+    timer_.cancel();
+  }
 
  private:
   void Next(Clock::time_point due) {
@@ -304,7 +329,8 @@ class Submitter : public std::enable_shared_from_this<Submitter> {
                            [self, due](bool ok, int status, const std::string& reply) {
                              if (ok && status == 201) {
                                Json j = Json::parse(reply, nullptr, false);
-                               if (j.is_object() && j.contains("id")) self->stats_->submitted[j["id"]] = Clock::now();
+                               if (j.is_object() && j.contains("id"))
+                                 self->stats_->submitted[j["id"]] = Clock::now();
                              }
                              if (self->stats_->measuring) {
                                if (ok && status == 201) {
@@ -358,7 +384,8 @@ int Port(const std::string& log_path) {
     std::ifstream in(log_path);
     std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     const size_t at = all.find("listening on http://127.0.0.1:");
-    if (at != std::string::npos) return std::atoi(all.c_str() + at + std::strlen("listening on http://127.0.0.1:"));
+    if (at != std::string::npos)
+      return std::atoi(all.c_str() + at + std::strlen("listening on http://127.0.0.1:"));
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   return -1;
@@ -385,11 +412,18 @@ int main(int argc, char** argv) {
     r.rlim_cur = r.rlim_max;
     setrlimit(RLIMIT_NOFILE, &r);
   }
-  const std::string dir = std::filesystem::temp_directory_path().string() + "/tessera-agents-load-" + std::to_string(getpid());
+  const std::string dir = std::filesystem::temp_directory_path().string() +
+                          "/tessera-agents-load-" + std::to_string(getpid());
   std::filesystem::create_directories(dir);
   std::ofstream(dir + "/config.yaml") << kConfig;
-  std::vector<std::string> serve = {TESSERA_BINARY_DIR "/src/cli/tessera", "serve", "--config", dir + "/config.yaml",
-                                    "--data", dir + "/data", "--listen", "127.0.0.1:0"};
+  std::vector<std::string> serve = {TESSERA_BINARY_DIR "/src/cli/tessera",
+                                    "serve",
+                                    "--config",
+                                    dir + "/config.yaml",
+                                    "--data",
+                                    dir + "/data",
+                                    "--listen",
+                                    "127.0.0.1:0"};
   if (!o.server_threads.empty()) serve.insert(serve.end(), {"--threads", o.server_threads});
   tessera::testing::Proc server(serve, dir + "/serve.log");
   const int port = Port(dir + "/serve.log");
@@ -397,11 +431,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tessera serve did not start; see %s/serve.log\n", dir.c_str());
     return 1;
   }
-  std::printf("agents load: %d simulated agents (8 x H100-80GB each) heartbeating every %d ms, %d submissions/s "
-              "(%d clients), jobs run %d s, for %d s, order watches %s; tessera serve on SQLite (%s), %u cores shared "
-              "with this generator (one I/O thread)\n",
-              o.agents, o.period_ms, o.rate, o.submitters, o.job_seconds, o.seconds, o.watch ? "on" : "off", dir.c_str(),
-              std::thread::hardware_concurrency());
+  std::printf(
+      "agents load: %d simulated agents (8 x H100-80GB each) heartbeating every %d ms, %d "
+      "submissions/s "
+      "(%d clients), jobs run %d s, for %d s, order watches %s; tessera serve on SQLite (%s), %u "
+      "cores shared "
+      "with this generator (one I/O thread)\n",
+      o.agents, o.period_ms, o.rate, o.submitters, o.job_seconds, o.seconds, o.watch ? "on" : "off",
+      dir.c_str(), std::thread::hardware_concurrency());
   std::fflush(stdout);
   asio::io_context ioc(1);
   const tcp::endpoint at(asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port));
@@ -424,8 +461,8 @@ int main(int argc, char** argv) {
       refused += ok ? 0 : 1;
       ++done;
       // Heartbeats start at once, spread evenly over the period across the fleet.
-      const auto phase = std::chrono::microseconds(static_cast<int64_t>(1000.0 * o.period_ms * static_cast<double>(i) /
-                                                                          static_cast<double>(o.agents)));
+      const auto phase = std::chrono::microseconds(static_cast<int64_t>(
+          1000.0 * o.period_ms * static_cast<double>(i) / static_cast<double>(o.agents)));
       if (ok) a->Beat(Clock::now() + phase);
       launch();
     });
@@ -433,14 +470,15 @@ int main(int argc, char** argv) {
   for (int k = 0; k < 64; ++k) launch();
   while (done < agents.size()) ioc.run_one();
   const double reg_s = Ms(Clock::now() - reg_start) / 1000;
-  std::printf("  registered %d agents in %.1f s (%d refused), p99 %.1f ms\n", o.agents, reg_s, refused,
-              Percentile(stats.register_ms, 99));
+  std::printf("  registered %d agents in %.1f s (%d refused), p99 %.1f ms\n", o.agents, reg_s,
+              refused, Percentile(stats.register_ms, 99));
   std::fflush(stdout);
   // Submissions start now; 10 s to settle, then the measured window.
   const auto start = Clock::now();
   std::vector<std::shared_ptr<Submitter>> subs;
   for (int k = 0; k < o.submitters; ++k) {
-    subs.push_back(std::make_shared<Submitter>(ioc, at, static_cast<double>(o.rate) / o.submitters, &stats));
+    subs.push_back(
+        std::make_shared<Submitter>(ioc, at, static_cast<double>(o.rate) / o.submitters, &stats));
     subs.back()->Start(start + std::chrono::milliseconds(k * 1000 / std::max(1, o.rate)));
   }
   const auto measure_from = start + std::chrono::seconds(10);
@@ -461,39 +499,57 @@ int main(int argc, char** argv) {
     conn->Request(http::verb::get, "/v1/events?kind=node.lost&limit=1000", "admin-token-1", "",
                   [&](bool ok, int status, const std::string& body) {
                     got = true;
-                    if (ok && status == 200) lost = static_cast<int>(Json::parse(body, nullptr, false)["events"].size());
+                    if (ok && status == 200)
+                      lost = static_cast<int>(Json::parse(body, nullptr, false)["events"].size());
                   });
     ioc.restart();
     while (!got && ioc.run_one_for(std::chrono::seconds(30))) {
     }
   }
-  std::printf("  over %d s: %zu heartbeats (%lld failed), %zu submissions (%lld failed), %lld jobs started by agents\n",
-              o.seconds, stats.heartbeat_ms.size(), static_cast<long long>(stats.heartbeat_errors),
-              stats.submit_ms.size(), static_cast<long long>(stats.submit_errors),
-              static_cast<long long>(stats.started));
-  std::printf("  heartbeat latency (from due time): p50 %.1f ms, p99 %.1f ms, max %.1f ms; goal p99 < 50 ms: %s\n",
-              Percentile(stats.heartbeat_ms, 50), Percentile(stats.heartbeat_ms, 99), Percentile(stats.heartbeat_ms, 100),
-              Percentile(stats.heartbeat_ms, 99) < 50 ? "met" : "NOT met");
-  std::printf("  submission latency (from due time): p50 %.1f ms, p99 %.1f ms, max %.1f ms; goal p99 < 100 ms: %s\n",
-              Percentile(stats.submit_ms, 50), Percentile(stats.submit_ms, 99), Percentile(stats.submit_ms, 100),
-              Percentile(stats.submit_ms, 99) < 100 ? "met" : "NOT met");
-  std::printf("  submit-to-start (answered submission to its agent's start order): p50 %.1f ms, p99 %.1f ms over %zu "
-              "jobs; %lld order-watch wakes\n",
-              Percentile(stats.start_ms, 50), Percentile(stats.start_ms, 99), stats.start_ms.size(),
-              static_cast<long long>(stats.wakes));
+  std::printf(
+      "  over %d s: %zu heartbeats (%lld failed), %zu submissions (%lld failed), %lld jobs started "
+      "by agents\n",
+      o.seconds, stats.heartbeat_ms.size(), static_cast<long long>(stats.heartbeat_errors),
+      stats.submit_ms.size(), static_cast<long long>(stats.submit_errors),
+      static_cast<long long>(stats.started));
+  std::printf(
+      "  heartbeat latency (from due time): p50 %.1f ms, p99 %.1f ms, max %.1f ms; goal p99 < 50 "
+      "ms: %s\n",
+      Percentile(stats.heartbeat_ms, 50), Percentile(stats.heartbeat_ms, 99),
+      Percentile(stats.heartbeat_ms, 100),
+      Percentile(stats.heartbeat_ms, 99) < 50 ? "met" : "NOT met");
+  std::printf(
+      "  submission latency (from due time): p50 %.1f ms, p99 %.1f ms, max %.1f ms; goal p99 < 100 "
+      "ms: %s\n",
+      Percentile(stats.submit_ms, 50), Percentile(stats.submit_ms, 99),
+      Percentile(stats.submit_ms, 100), Percentile(stats.submit_ms, 99) < 100 ? "met" : "NOT met");
+  std::printf(
+      "  submit-to-start (answered submission to its agent's start order): p50 %.1f ms, p99 %.1f "
+      "ms over %zu "
+      "jobs; %lld order-watch wakes\n",
+      Percentile(stats.start_ms, 50), Percentile(stats.start_ms, 99), stats.start_ms.size(),
+      static_cast<long long>(stats.wakes));
   std::printf("  nodes falsely lost: %d (goal 0)\n", lost);
-  std::printf("  tessera serve: %.2f CPU cores busy on average, RSS %.0f MiB (peak %.0f MiB); %.1f us CPU per "
-              "heartbeat+submission\n",
-              (after.cpu_s - before.cpu_s) / o.seconds, static_cast<double>(after.rss_kib) / 1024.0, static_cast<double>(after.hwm_kib) / 1024.0,
-              1e6 * (after.cpu_s - before.cpu_s) /
-                  static_cast<double>(std::max<size_t>(1, stats.heartbeat_ms.size() + stats.submit_ms.size())));
-  std::printf("  this generator: %.2f CPU cores busy on average (a saturated generator delays requests itself)\n",
-              (self_after.cpu_s - self_before.cpu_s) / o.seconds);
+  std::printf(
+      "  tessera serve: %.2f CPU cores busy on average, RSS %.0f MiB (peak %.0f MiB); %.1f us CPU "
+      "per "
+      "heartbeat+submission\n",
+      (after.cpu_s - before.cpu_s) / o.seconds, static_cast<double>(after.rss_kib) / 1024.0,
+      static_cast<double>(after.hwm_kib) / 1024.0,
+      1e6 * (after.cpu_s - before.cpu_s) /
+          static_cast<double>(
+              std::max<size_t>(1, stats.heartbeat_ms.size() + stats.submit_ms.size())));
+  std::printf(
+      "  this generator: %.2f CPU cores busy on average (a saturated generator delays requests "
+      "itself)\n",
+      (self_after.cpu_s - self_before.cpu_s) / o.seconds);
   server.Kill(SIGTERM);
   std::error_code ec;
-  std::filesystem::copy_file(dir + "/serve.log", std::filesystem::temp_directory_path() / "agents_load_bench-serve.log",
+  std::filesystem::copy_file(dir + "/serve.log",
+                             std::filesystem::temp_directory_path() / "agents_load_bench-serve.log",
                              std::filesystem::copy_options::overwrite_existing, ec);
-  std::printf("  the server's log: %s\n", (std::filesystem::temp_directory_path() / "agents_load_bench-serve.log").c_str());
+  std::printf("  the server's log: %s\n",
+              (std::filesystem::temp_directory_path() / "agents_load_bench-serve.log").c_str());
   std::fflush(stdout);
   std::filesystem::remove_all(dir, ec);
   return 0;

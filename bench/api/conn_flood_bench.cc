@@ -27,8 +27,10 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+// Boost 1.74's Asio uses std::exchange without including <utility>.
+#include <utility>
+
 // clang-format off
-#include <utility>  // before Boost 1.74's Asio, which uses std::exchange without it
 #include <boost/asio.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>

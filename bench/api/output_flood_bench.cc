@@ -41,7 +41,8 @@ queues: [{name: training, profile: train, groups: [research]}]
 )";
 
 int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 
@@ -57,7 +58,8 @@ int main(int argc, char** argv) {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   std::ofstream(dir + "/config.yaml") << kConfig;
-  Proc server({kTessera, "serve", "--config", dir + "/config.yaml", "--data", dir + "/data", "--listen", "127.0.0.1:0"},
+  Proc server({kTessera, "serve", "--config", dir + "/config.yaml", "--data", dir + "/data",
+               "--listen", "127.0.0.1:0"},
               dir + "/serve.log");
   const int port = server.WaitForPort();
   if (port <= 0) {
@@ -76,11 +78,14 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   // 1 MiB lines, paced to the rate: ahead of schedule it sleeps, behind it writes on.
-  const std::string writer = "import sys, time\nb = b'x' * 1048575 + b'\\n'\nt = time.time()\nfor i in range(" +
-                             std::to_string(rate_mb * seconds) + "):\n    sys.stdout.buffer.write(b)\n    ahead = t + (i + 1) / " +
-                             std::to_string(rate_mb) + " - time.time()\n    if ahead > 0: time.sleep(ahead)\n";
+  const std::string writer =
+      "import sys, time\nb = b'x' * 1048575 + b'\\n'\nt = time.time()\nfor i in range(" +
+      std::to_string(rate_mb * seconds) +
+      "):\n    sys.stdout.buffer.write(b)\n    ahead = t + (i + 1) / " + std::to_string(rate_mb) +
+      " - time.time()\n    if ahead > 0: time.sleep(ahead)\n";
   auto sub = c.Post("/v1/jobs", {{"Authorization", "Bearer alice-token-1"}},
-                    Json{{"queue", "training"}, {"command", {"python3", "-c", writer}}}.dump(), "application/json");
+                    Json{{"queue", "training"}, {"command", {"python3", "-c", writer}}}.dump(),
+                    "application/json");
   if (!sub || sub->status != 201) {
     std::fprintf(stderr, "submission failed\n");
     return 1;
@@ -106,25 +111,34 @@ int main(int argc, char** argv) {
     if (state == "succeeded" || state == "failed") break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   auto out = c.Get(("/v1/jobs/" + id + "/output?length=1").c_str(), admin);
   const std::string kept = out ? out->get_header_value("X-Output-Size") : "?";
   std::error_code ec;
   const auto written = std::filesystem::file_size(dir + "/work/" + id + ".out", ec);
   auto lost = c.Get("/v1/events?kind=node.lost", admin);
-  const size_t lost_events = lost && lost->status == 200 ? Json::parse(lost->body)["events"].size() : 0;
+  const size_t lost_events =
+      lost && lost->status == 200 ? Json::parse(lost->body)["events"].size() : 0;
   double max_gap = 0;
   for (double g : gaps) max_gap = std::max(max_gap, g);
-  std::printf("output_flood_bench: one job writing %d MB/s (1 MiB lines, paced) for %d s on a simulated node; "
-              "agent heartbeat period 1000 ms; %d hardware threads; sampled every 100 ms\n",
-              rate_mb, seconds, static_cast<int>(std::thread::hardware_concurrency()));
-  std::printf("  job %s: %s after %.1f s; it wrote %.1f MB (%.1f MB/s over the whole run); the server kept %s bytes (max_output)\n",
-              id.c_str(), state.c_str(), took, ec ? -1.0 : static_cast<double>(written) / 1e6,
-              ec ? -1.0 : static_cast<double>(written) / 1e6 / took, kept.c_str());
-  std::printf("  heartbeats seen: %zu gaps; gap p50 %.0f ms, p99 %.0f ms, max %.0f ms (goal: under 2000 ms, i.e. never "
-              "more than 1 s late); largest heartbeat age at a sample %lld ms; %zu node.lost events (goal 0); %d samples\n",
-              gaps.size(), tessera::bench::Percentile(gaps, 50), tessera::bench::Percentile(gaps, 99), max_gap,
-              static_cast<long long>(worst_age), lost_events, samples);
+  std::printf(
+      "output_flood_bench: one job writing %d MB/s (1 MiB lines, paced) for %d s on a simulated "
+      "node; "
+      "agent heartbeat period 1000 ms; %d hardware threads; sampled every 100 ms\n",
+      rate_mb, seconds, static_cast<int>(std::thread::hardware_concurrency()));
+  std::printf(
+      "  job %s: %s after %.1f s; it wrote %.1f MB (%.1f MB/s over the whole run); the server kept "
+      "%s bytes (max_output)\n",
+      id.c_str(), state.c_str(), took, ec ? -1.0 : static_cast<double>(written) / 1e6,
+      ec ? -1.0 : static_cast<double>(written) / 1e6 / took, kept.c_str());
+  std::printf(
+      "  heartbeats seen: %zu gaps; gap p50 %.0f ms, p99 %.0f ms, max %.0f ms (goal: under 2000 "
+      "ms, i.e. never "
+      "more than 1 s late); largest heartbeat age at a sample %lld ms; %zu node.lost events (goal "
+      "0); %d samples\n",
+      gaps.size(), tessera::bench::Percentile(gaps, 50), tessera::bench::Percentile(gaps, 99),
+      max_gap, static_cast<long long>(worst_age), lost_events, samples);
   agent.Kill(SIGTERM);
   server.Kill(SIGTERM);
   std::filesystem::remove_all(dir);

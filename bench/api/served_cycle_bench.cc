@@ -28,9 +28,9 @@
 #include <thread>
 #include <vector>
 
-#include "percentile.h"
 #include "api/engine.h"
 #include "partition/catalog.h"
+#include "percentile.h"
 #include "sim/scenario_bench.h"
 
 namespace {
@@ -41,15 +41,19 @@ using namespace tessera;
 using Clock = std::chrono::steady_clock;
 using api::Json;
 
-double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 int64_t WallMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 
 Json Body(const quota::JobSpec& j) {
-  Json b = {{"queue", j.queue}, {"group", j.group}, {"command", {"true"}}, {"walltime", j.walltime_s}};
+  Json b = {
+      {"queue", j.queue}, {"group", j.group}, {"command", {"true"}}, {"walltime", j.walltime_s}};
   if (j.gpu_count) b["gpus"] = *j.gpu_count;
   if (j.gpu_memory_mib) b["gpu_memory"] = std::to_string(*j.gpu_memory_mib) + "MiB";
   return b;
@@ -62,9 +66,11 @@ struct Served {
   double register_seconds = 0;
 };
 
-Served OpenServed(const sim::CycleBenchInput& in, bool schedule_on_submit, const std::string& name) {
+Served OpenServed(const sim::CycleBenchInput& in, bool schedule_on_submit,
+                  const std::string& name) {
   Served s;
-  s.dir = std::filesystem::temp_directory_path().string() + "/tessera-served-bench-" + std::to_string(getpid()) + "-" + name;
+  s.dir = std::filesystem::temp_directory_path().string() + "/tessera-served-bench-" +
+          std::to_string(getpid()) + "-" + name;
   std::filesystem::remove_all(s.dir);
   std::filesystem::create_directories(s.dir);
   api::EngineConfig c;
@@ -92,10 +98,16 @@ Served OpenServed(const sim::CycleBenchInput& in, bool schedule_on_submit, const
   for (const quota::NodeSpec& n : in.nodes) {
     Json devs = Json::array();
     for (int i = 0; i < n.gpu_count; ++i) {
-      devs.push_back({{"index", i}, {"model", n.gpu_model}, {"memory_mib", mem}, {"uuid", n.name + "-" + std::to_string(i)}});
+      devs.push_back({{"index", i},
+                      {"model", n.gpu_model},
+                      {"memory_mib", mem},
+                      {"uuid", n.name + "-" + std::to_string(i)}});
     }
-    auto r = s.engine->RegisterNode(s.admin, {{"node", n.name}, {"pool", n.pool}, {"cpu_milli", n.cpu_milli},
-                                              {"memory_mib", n.memory_mib}, {"devices", devs}});
+    auto r = s.engine->RegisterNode(s.admin, {{"node", n.name},
+                                              {"pool", n.pool},
+                                              {"cpu_milli", n.cpu_milli},
+                                              {"memory_mib", n.memory_mib},
+                                              {"devices", devs}});
     if (!r.ok()) {
       std::fprintf(stderr, "register %s: %s\n", n.name.c_str(), r.status().ToString().c_str());
       std::exit(1);
@@ -127,58 +139,63 @@ int main(int argc, char** argv) {
   }
   sim::CycleBenchInput in = sim::MakeCycleBenchInput(o);
   in.policy.placement = placement;
-  std::printf("served engine vs bare cycle: %d nodes x 8 H100-80GB, %d pending jobs (tessera bench cycle's "
-              "input, seed %llu), placement %s, %u cores, SQLite on %s\n",
-              o.nodes, o.jobs, static_cast<unsigned long long>(o.seed), placement.c_str(),
-              std::thread::hardware_concurrency(), std::filesystem::temp_directory_path().c_str());
+  std::printf(
+      "served engine vs bare cycle: %d nodes x 8 H100-80GB, %d pending jobs (tessera bench cycle's "
+      "input, seed %llu), placement %s, %u cores, SQLite on %s\n",
+      o.nodes, o.jobs, static_cast<unsigned long long>(o.seed), placement.c_str(),
+      std::thread::hardware_concurrency(), std::filesystem::temp_directory_path().c_str());
 
   // 1. Bare.
   if (phases.find("cycle") != std::string::npos) {
-  auto created = quota::QuotaEngine::Create(in.policy, in.nodes, {});
-  if (!created.ok()) return std::fprintf(stderr, "%s\n", created.status().ToString().c_str()), 1;
-  (void)(*created)->RunCycle(0);  // as for the served engine: the policy's view built first
-  for (const auto& j : in.jobs) (void)(*created)->Submit(j, 0);
-  auto t = Clock::now();
-  quota::CycleStats bare = (*created)->RunCycle(0);
-  const double bare_s = Since(t);
-  std::printf("  bare cycle:   %d pending -> %d admitted in %.3f s = %.0f jobs admitted/s\n", bare.pending_at_start,
-              bare.admitted, bare_s, bare.admitted / bare_s);
-  created->reset();
+    auto created = quota::QuotaEngine::Create(in.policy, in.nodes, {});
+    if (!created.ok()) return std::fprintf(stderr, "%s\n", created.status().ToString().c_str()), 1;
+    (void)(*created)->RunCycle(0);  // as for the served engine: the policy's view built first
+    for (const auto& j : in.jobs) (void)(*created)->Submit(j, 0);
+    auto t = Clock::now();
+    quota::CycleStats bare = (*created)->RunCycle(0);
+    const double bare_s = Since(t);
+    std::printf("  bare cycle:   %d pending -> %d admitted in %.3f s = %.0f jobs admitted/s\n",
+                bare.pending_at_start, bare.admitted, bare_s, bare.admitted / bare_s);
+    created->reset();
 
-  // 2. Served.
-  {
-    Served s = OpenServed(in, false, "throughput");
-    std::printf("  served: %d nodes registered in %.1f s\n", o.nodes, s.register_seconds);
-    std::atomic<size_t> next{0};
-    std::atomic<int> refused{0};
-    t = Clock::now();
-    std::vector<std::thread> pool;
-    for (int k = 0; k < 8; ++k) {
-      pool.emplace_back([&] {
-        for (size_t i = next++; i < in.jobs.size(); i = next++) {
-          api::Identity who{in.jobs[i].identity, api::Role::kAdmin, {}, "", {}, "nobody"};
-          if (!s.engine->Submit(who, Body(in.jobs[i])).ok()) ++refused;
-        }
-      });
+    // 2. Served.
+    {
+      Served s = OpenServed(in, false, "throughput");
+      std::printf("  served: %d nodes registered in %.1f s\n", o.nodes, s.register_seconds);
+      std::atomic<size_t> next{0};
+      std::atomic<int> refused{0};
+      t = Clock::now();
+      std::vector<std::thread> pool;
+      for (int k = 0; k < 8; ++k) {
+        pool.emplace_back([&] {
+          for (size_t i = next++; i < in.jobs.size(); i = next++) {
+            api::Identity who{in.jobs[i].identity, api::Role::kAdmin, {}, "", {}, "nobody"};
+            if (!s.engine->Submit(who, Body(in.jobs[i])).ok()) ++refused;
+          }
+        });
+      }
+      for (auto& th : pool) th.join();
+      const double submit_s = Since(t);
+      std::printf(
+          "  served: %d jobs submitted (8 threads, durable) in %.1f s = %.0f/s, %d refused\n",
+          o.jobs, submit_s, o.jobs / submit_s, refused.load());
+      t = Clock::now();
+      Status st = s.engine->RunCycle();
+      const double served_s = Since(t);
+      auto placed = s.engine->ListJobs(s.admin, "placed", o.jobs + 1);
+      const size_t admitted = placed.ok() ? (*placed)["jobs"].size() : 0;
+      std::printf(
+          "  served cycle: %zu admitted in %.3f s = %.0f jobs admitted/s (%s), %.2fx the bare "
+          "cycle's time; "
+          "goal within 2x: %s\n",
+          admitted, served_s, static_cast<double>(admitted) / served_s,
+          st.ok() ? "committed" : st.ToString().c_str(), served_s / bare_s,
+          served_s <= 2 * bare_s ? "met" : "NOT met");
+      Status inv = s.engine->CheckInvariants();
+      std::printf("  served invariants: %s\n", inv.ok() ? "ok" : inv.ToString().c_str());
+      s.engine.reset();
+      std::filesystem::remove_all(s.dir);
     }
-    for (auto& th : pool) th.join();
-    const double submit_s = Since(t);
-    std::printf("  served: %d jobs submitted (8 threads, durable) in %.1f s = %.0f/s, %d refused\n", o.jobs, submit_s,
-                o.jobs / submit_s, refused.load());
-    t = Clock::now();
-    Status st = s.engine->RunCycle();
-    const double served_s = Since(t);
-    auto placed = s.engine->ListJobs(s.admin, "placed", o.jobs + 1);
-    const size_t admitted = placed.ok() ? (*placed)["jobs"].size() : 0;
-    std::printf("  served cycle: %zu admitted in %.3f s = %.0f jobs admitted/s (%s), %.2fx the bare cycle's time; "
-                "goal within 2x: %s\n",
-                admitted, served_s, static_cast<double>(admitted) / served_s, st.ok() ? "committed" : st.ToString().c_str(),
-                served_s / bare_s, served_s <= 2 * bare_s ? "met" : "NOT met");
-    Status inv = s.engine->CheckInvariants();
-    std::printf("  served invariants: %s\n", inv.ok() ? "ok" : inv.ToString().c_str());
-    s.engine.reset();
-    std::filesystem::remove_all(s.dir);
-  }
   }
 
   // 3. Submit-to-placed latency at a steady rate. The throughput phase's files are flushed
@@ -225,13 +242,17 @@ int main(int argc, char** argv) {
     }
     for (auto& th : pool) th.join();
     const double took = Since(start);
-    std::printf("  latency: after %d untimed warm-up submissions, %d submissions at %d/s offered (%d threads, open loop) "
-                "over %.1f s: %zu placed at once, %zu left pending, %d failed\n",
-                warmup, total, rate, threads, took, placed_ms.size(), pending_ms.size(), failed.load());
-    std::printf("  submit-to-placed (from the submission's due time): p50 %.1f ms, p99 %.1f ms, max %.1f ms; "
-                "goal p99 under 100 ms: %s\n",
-                Percentile(placed_ms, 50), Percentile(placed_ms, 99), Percentile(placed_ms, 100),
-                Percentile(placed_ms, 99) < 100 ? "met" : "NOT met");
+    std::printf(
+        "  latency: after %d untimed warm-up submissions, %d submissions at %d/s offered (%d "
+        "threads, open loop) "
+        "over %.1f s: %zu placed at once, %zu left pending, %d failed\n",
+        warmup, total, rate, threads, took, placed_ms.size(), pending_ms.size(), failed.load());
+    std::printf(
+        "  submit-to-placed (from the submission's due time): p50 %.1f ms, p99 %.1f ms, max %.1f "
+        "ms; "
+        "goal p99 under 100 ms: %s\n",
+        Percentile(placed_ms, 50), Percentile(placed_ms, 99), Percentile(placed_ms, 100),
+        Percentile(placed_ms, 99) < 100 ? "met" : "NOT met");
     s.engine.reset();
     std::filesystem::remove_all(s.dir);
   }

@@ -23,7 +23,9 @@
 using namespace tessera;
 using Clock = std::chrono::steady_clock;
 
-static double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+static double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 int main(int argc, char** argv) {
   int jobs = 10000, admit = 1000;
@@ -33,7 +35,9 @@ int main(int argc, char** argv) {
   }
   admit = std::min(admit, jobs);
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  const std::string dir = (std::filesystem::temp_directory_path() / ("kube-bench-" + std::to_string(::getpid()))).string();
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("kube-bench-" + std::to_string(::getpid())))
+          .string();
   std::filesystem::remove_all(dir);
   tessera::testing::KubeStandIn k(dir, false, tessera::testing::KubeStandIn::kNodes);
   if (!k.error().empty()) return std::fprintf(stderr, "%s\n", k.error().c_str()), 1;
@@ -42,8 +46,9 @@ int main(int argc, char** argv) {
   auto client = backends::kube::Client::Make(*conn);
   if (!client.ok()) return std::fprintf(stderr, "%s\n", client.status().message().c_str()), 1;
 
-  std::printf("stand-in API server: Python %s, TLS, bearer token; %d Jobs, %d admissions; %u CPUs\n",
-              "3 (tests/backends/kube)", jobs, admit, std::thread::hardware_concurrency());
+  std::printf(
+      "stand-in API server: Python %s, TLS, bearer token; %d Jobs, %d admissions; %u CPUs\n",
+      "3 (tests/backends/kube)", jobs, admit, std::thread::hardware_concurrency());
   // 1. Create the pending (suspended) Jobs, one POST each, as Submit does before admission.
   auto t = Clock::now();
   for (int i = 0; i < jobs; ++i) {
@@ -56,7 +61,8 @@ int main(int argc, char** argv) {
     auto m = backends::kube::RenderJob(r, "lab", "ml");
     auto res = (*client)->Call("POST", "/apis/batch/v1/namespaces/ml/jobs", m->dump());
     if (!res.ok() || res->status != 201) {
-      std::fprintf(stderr, "create %d: %s\n", i, res.ok() ? res->body.c_str() : res.status().message().c_str());
+      std::fprintf(stderr, "create %d: %s\n", i,
+                   res.ok() ? res->body.c_str() : res.status().message().c_str());
       return 1;
     }
   }
@@ -73,7 +79,8 @@ int main(int argc, char** argv) {
   const double relist_s = Since(t);
   if (!polled.ok() || polled->size() != 1) return std::fprintf(stderr, "poll failed\n"), 1;
   auto listed = b->List("tessera-lab-");
-  std::printf("relist of %zu Jobs (limit 500 per page): %.2f s\n", listed.ok() ? listed->size() : 0, relist_s);
+  std::printf("relist of %zu Jobs (limit 500 per page): %.2f s\n", listed.ok() ? listed->size() : 0,
+              relist_s);
 
   // 3. Admissions while the rest wait: Resume = GET + merge patch carrying resourceVersion.
   backends::JobRequest r;
@@ -86,8 +93,8 @@ int main(int argc, char** argv) {
     if (!st.ok()) return std::fprintf(stderr, "resume %d: %s\n", i, st.message().c_str()), 1;
   }
   const double admit_s = Since(t);
-  std::printf("admit %d of %d pending Jobs: %.2f s (%.0f admissions/s, %.2f ms each)\n", admit, jobs, admit_s,
-              admit / admit_s, 1000.0 * admit_s / admit);
+  std::printf("admit %d of %d pending Jobs: %.2f s (%.0f admissions/s, %.2f ms each)\n", admit,
+              jobs, admit_s, admit / admit_s, 1000.0 * admit_s / admit);
   b.reset();
   k.Stop();
   std::error_code ec;

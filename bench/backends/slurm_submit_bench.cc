@@ -1,9 +1,9 @@
 // Durable submissions per second into a real local Slurm: through Tessera's API (a `tessera serve`
 // whose queue has `backend: slurm`; each POST is acknowledged once committed to SQLite, and the
 // engine then submits it with sbatch in the background) versus `sbatch` straight into the same
-// Slurm, each with 1 and 4 concurrent submitters, all jobs held on both sides. Starts Slurm itself (tests/backends/slurm_up.sh,
-// as root) and tears it down after. Prints both rates, and how long Tessera took to hand every
-// accepted job to Slurm.
+// Slurm, each with 1 and 4 concurrent submitters, all jobs held on both sides. Starts Slurm itself
+// (tests/backends/slurm_up.sh, as root) and tears it down after. Prints both rates, and how long
+// Tessera took to hand every accepted job to Slurm.
 //
 //   backends_slurm_bench [--jobs 2000] [--clients 1,4]
 #include <httplib.h>
@@ -110,20 +110,22 @@ int main(int argc, char** argv) {
   }
   setenv("SLURM_CONF", (slurm + "/slurm.conf").c_str(), 1);
   auto down = [&] { (void)std::system(("bash " + kScripts + "/slurm_down.sh " + slurm).c_str()); };
-  std::printf("durable submissions/s into a local Slurm 22.05 (1 node, %u cores): %d held jobs per run\n",
-              std::thread::hardware_concurrency(), jobs);
+  std::printf(
+      "durable submissions/s into a local Slurm 22.05 (1 node, %u cores): %d held jobs per run\n",
+      std::thread::hardware_concurrency(), jobs);
   int rc = 0;
   for (int clients : clients_list) {
     // sbatch straight into Slurm (held jobs, so running them does not compete with submission).
     std::atomic<int> failed{0};
     const std::string script = "#!/bin/sh\ntrue\n";
     double secs = Parallel(jobs, clients, [&](int, int) {
-      auto r = tessera::backends::RunCommand({"sbatch", "--parsable", "-H", "-J", "bench-direct", "-o", "/dev/null"},
-                                             script, 30000);
+      auto r = tessera::backends::RunCommand(
+          {"sbatch", "--parsable", "-H", "-J", "bench-direct", "-o", "/dev/null"}, script, 30000);
       if (r.exit_code != 0) ++failed;
     });
     const double sbatch_rate = jobs / secs;
-    std::printf("  sbatch            %d submitter(s): %7.0f submissions/s  (%d failed)\n", clients, sbatch_rate, failed.load());
+    std::printf("  sbatch            %d submitter(s): %7.0f submissions/s  (%d failed)\n", clients,
+                sbatch_rate, failed.load());
     std::fflush(stdout);
     (void)std::system("scancel --name=bench-direct >/dev/null 2>&1");
     WaitForEmptyQueue();
@@ -141,9 +143,10 @@ int main(int argc, char** argv) {
     std::string config = kConfig;
     config.replace(config.find("TEMPLATE"), 8, tdir + "/held.sbatch");
     std::ofstream(tdir + "/config.yaml") << config;
-    tessera::testing::Proc server({tessera::testing::kTessera, "serve", "--config", tdir + "/config.yaml", "--data",
-                                   tdir + "/data", "--listen", "127.0.0.1:0"},
-                                  tdir + "/serve.log");
+    tessera::testing::Proc server(
+        {tessera::testing::kTessera, "serve", "--config", tdir + "/config.yaml", "--data",
+         tdir + "/data", "--listen", "127.0.0.1:0"},
+        tdir + "/serve.log");
     const int port = server.WaitForPort();
     if (port <= 0) {
       std::fprintf(stderr, "server did not start:\n%s\n", server.Log().c_str());
@@ -165,8 +168,11 @@ int main(int argc, char** argv) {
       if (!r || r->status != 201) ++failed;
     });
     const double ratio = (jobs / secs) / sbatch_rate;
-    std::printf("  Tessera API       %d submitter(s): %7.0f submissions/s  (%d failed; %.1fx sbatch's rate: target 5x %s)\n",
-                clients, jobs / secs, failed.load(), ratio, ratio >= 5.0 && failed.load() == 0 ? "met" : "NOT met");
+    std::printf(
+        "  Tessera API       %d submitter(s): %7.0f submissions/s  (%d failed; %.1fx sbatch's "
+        "rate: target 5x %s)\n",
+        clients, jobs / secs, failed.load(), ratio,
+        ratio >= 5.0 && failed.load() == 0 ? "met" : "NOT met");
     // How long until every accepted job had been handed to Slurm.
     httplib::Client probe("127.0.0.1", port);
     double drained = -1;
@@ -179,7 +185,8 @@ int main(int argc, char** argv) {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    std::printf("                    all %d handed to Slurm by sbatch after %.1f s\n", jobs, drained);
+    std::printf("                    all %d handed to Slurm by sbatch after %.1f s\n", jobs,
+                drained);
     std::fflush(stdout);
     server.Kill(SIGTERM);
     (void)std::system("scancel -u root >/dev/null 2>&1");

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -28,8 +29,6 @@
 #include <algorithm>
 #include <string>
 #include <vector>
-
-#include <sys/mman.h>
 
 #include "capgpu/cuda_abi.h"
 #include "capgpu/limits.h"
@@ -129,8 +128,8 @@ int WorkerSwap(long mib, const char* region_path) {
   // memcpy of the same bytes: from the device range (host memory here) into newly allocated
   // (populated) pages, as the swap's pinned copy is, then into the same pages again (warm).
   int64_t t0 = NowNs();
-  void* dst = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
-                   -1, 0);
+  void* dst = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
   if (dst == MAP_FAILED) return 1;
   memcpy(dst, reinterpret_cast<void*>(p), bytes);
   int64_t t1 = NowNs();
@@ -370,12 +369,14 @@ int main(int argc, char** argv) {
     double best_out = 1e18, best_in = 1e18, best_fresh = 1e18, best_warm = 1e18;
     unsigned long long host = 0, disk = 0;
     for (int i = 0; i < reps; ++i) {
-      const std::string r = tier == 0 ? swap_region("capgpu-bench-swap", tessera::capgpu::kNoLimit, "")
-                                      : swap_region("capgpu-bench-swap", 0, tmp);
+      const std::string r = tier == 0
+                                ? swap_region("capgpu-bench-swap", tessera::capgpu::kNoLimit, "")
+                                : swap_region("capgpu-bench-swap", 0, tmp);
       std::string out =
           Collect(Spawn({"--worker-swap", std::to_string(swap_mib), r}, BaseEnv(true, r)));
       double o = 0, in = 0, fresh = 0, warm = 0;
-      if (sscanf(out.c_str(), "%lf %lf %lf %lf %llu %llu", &o, &in, &fresh, &warm, &host, &disk) != 6) {
+      if (sscanf(out.c_str(), "%lf %lf %lf %lf %llu %llu", &o, &in, &fresh, &warm, &host, &disk) !=
+          6) {
         fprintf(stderr, "swap worker: %s\n", out.c_str());
         return 2;
       }
@@ -385,13 +386,16 @@ int main(int argc, char** argv) {
       best_warm = std::min(best_warm, warm);
     }
     const double gb = static_cast<double>(swap_mib) * 1048576.0 / 1e9;
-    printf("\nswap of %ld MiB (one cuMemAlloc_v2), %s (host %llu bytes, disk %llu bytes)\n", swap_mib,
-           tier == 0 ? "host RAM tier" : "disk tier (swap_ram 0, files under TMPDIR or /tmp)", host, disk);
+    printf("\nswap of %ld MiB (one cuMemAlloc_v2), %s (host %llu bytes, disk %llu bytes)\n",
+           swap_mib,
+           tier == 0 ? "host RAM tier" : "disk tier (swap_ram 0, files under TMPDIR or /tmp)", host,
+           disk);
     printf("  swap-out   %9.1f ms  %6.2f GB/s\n", best_out / 1e3, gb / (best_out / 1e6));
     printf("  swap-in    %9.1f ms  %6.2f GB/s\n", best_in / 1e3, gb / (best_in / 1e6));
     printf("  allocate + memcpy    %9.1f ms  %6.2f GB/s   (the same bytes, same process)\n",
            best_fresh / 1e3, gb / (best_fresh / 1e6));
-    printf("  memcpy, warm pages   %9.1f ms  %6.2f GB/s\n", best_warm / 1e3, gb / (best_warm / 1e6));
+    printf("  memcpy, warm pages   %9.1f ms  %6.2f GB/s\n", best_warm / 1e3,
+           gb / (best_warm / 1e6));
   }
   unlink(gate_region.c_str());
   unlink(region.c_str());

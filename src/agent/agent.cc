@@ -164,8 +164,10 @@ class Agent {
     auto& manager = swap_[index];
     if (manager == nullptr) {
       const uint64_t bytes = static_cast<uint64_t>(inventory_.devices[index].memory_mib) << 20;
-      manager = std::make_unique<SwapManager>(SwapManager::Options{
-          .device_memory = bytes, .idle_ms = options_.swap_idle_ms, .slice_ms = options_.swap_slice_ms});
+      manager =
+          std::make_unique<SwapManager>(SwapManager::Options{.device_memory = bytes,
+                                                             .idle_ms = options_.swap_idle_ms,
+                                                             .slice_ms = options_.swap_slice_ms});
     }
     std::string region;
     uid_t owner = 0;
@@ -229,8 +231,10 @@ class Agent {
         now_url = urls_[current_];
         if (after >= 0 && (watch_client_ == nullptr || now_url != url)) {
           watch_client_ = net::NewHttpClient(now_url, options_.tls);
-          watch_client_->set_connection_timeout(milliseconds(std::max(1, options_.request_timeout_ms)));
-          watch_client_->set_read_timeout(milliseconds(kWatchMs + std::max(1, options_.request_timeout_ms)));
+          watch_client_->set_connection_timeout(
+              milliseconds(std::max(1, options_.request_timeout_ms)));
+          watch_client_->set_read_timeout(
+              milliseconds(kWatchMs + std::max(1, options_.request_timeout_ms)));
           watch_client_->set_keep_alive(true);
           if (!options_.token.empty()) watch_client_->set_bearer_token_auth(options_.token);
           url = now_url;
@@ -240,8 +244,9 @@ class Agent {
         Pause(milliseconds(100));
         continue;
       }
-      auto res = watch_client_->Get("/v1/agent/orders?node=" + Encoded(inventory_.node) + "&after=" +
-                                    std::to_string(after) + "&wait_ms=" + std::to_string(kWatchMs));
+      auto res = watch_client_->Get("/v1/agent/orders?node=" + Encoded(inventory_.node) +
+                                    "&after=" + std::to_string(after) +
+                                    "&wait_ms=" + std::to_string(kWatchMs));
       if (!res || res->status != 200) {
         // Down, a standby, unknown node (registering again), or a control plane without watches.
         Pause(milliseconds(res && res->status == 404 ? 5000 : 1000));
@@ -537,7 +542,8 @@ class Agent {
           std::ofstream out(launcher_.OutputPath(spec.id), std::ios::binary | std::ios::trunc);
           out << why;
           out.close();
-          if (out) bytes = static_cast<int64_t>(why.size());  // not written (a full disk): no output
+          if (out)
+            bytes = static_cast<int64_t>(why.size());  // not written (a full disk): no output
         }
         finished_[spec.id] = FinishedReport{spec.id, 127, 0, bytes};
         uploaded_[spec.id] = 0;
@@ -739,8 +745,9 @@ int RunAgent(const AgentOptions& options) {
   inventory->pool = options.pool;
   // What swapped-out share memory may take on this node: --swap-ram (else half the host's
   // memory) plus --swap-disk. The scheduler keeps swapping shares' overcommit within it.
-  inventory->swap_mib = (options.swap_ram_bytes > 0 ? options.swap_ram_bytes >> 20 : inventory->host.memory_mib / 2) +
-                        (options.swap_disk_bytes >> 20);
+  inventory->swap_mib =
+      (options.swap_ram_bytes > 0 ? options.swap_ram_bytes >> 20 : inventory->host.memory_mib / 2) +
+      (options.swap_disk_bytes >> 20);
   SignalScope signals(options.handle_signals);
   Agent agent(options, std::move(inventory).value(), std::move(urls));
   return agent.Run();

@@ -30,14 +30,15 @@
 namespace tessera::agent {
 
 struct AgentOptions {
-  std::string control_plane_url = "http://127.0.0.1:8080";  // http(s)://host:port, or several, comma-separated
-  std::string token;      // bearer token of an identity with role agent (or admin)
-  net::ClientTls tls;     // for https:// control planes
-  std::string node_name;  // "" = this host's name
-  std::string pool;       // the scheduling pool the node joins; "" = "default"
-  std::string simulate;   // simulated inventory, e.g. "2xH100-80GB"; "" = discover with NVML
+  std::string control_plane_url =
+      "http://127.0.0.1:8080";  // http(s)://host:port, or several, comma-separated
+  std::string token;            // bearer token of an identity with role agent (or admin)
+  net::ClientTls tls;           // for https:// control planes
+  std::string node_name;        // "" = this host's name
+  std::string pool;             // the scheduling pool the node joins; "" = "default"
+  std::string simulate;         // simulated inventory, e.g. "2xH100-80GB"; "" = discover with NVML
   std::string nvml_library = "libnvidia-ml.so.1";
-  std::string work_dir = "tessera-agent";  // job output files (<work_dir>/<job>.out)
+  std::string work_dir = "tessera-agent";      // job output files (<work_dir>/<job>.out)
   std::string cgroup_root = "/sys/fs/cgroup";  // "" disables cgroups
   std::string cgroup_parent = "tessera";       // jobs go to <cgroup_root>/<cgroup_parent>/<job>
   std::string capgpu_preload;                  // path of libtessera_capgpu.so for shares; "" = none
@@ -49,12 +50,13 @@ struct AgentOptions {
   std::string swap_dir;
   int64_t swap_disk_bytes = 0;  // what the node offers under swap_dir, reported as capacity
   int swap_idle_ms = 30000;
-  int swap_slice_ms = 0;  // slicing: active shares past this may be swapped out for one in need (0: off)
-  int poll_ms = 50;                 // how often finished processes are reaped
-  int default_heartbeat_ms = 1000;  // until the register reply says otherwise
-  int max_backoff_ms = 10000;       // retry ceiling while the control plane is down
-  int request_timeout_ms = 5000;    // per HTTP request
-  int stop_grace_ms = 5000;         // grace for jobs stopped by may_run and on agent exit
+  int swap_slice_ms =
+      0;             // slicing: active shares past this may be swapped out for one in need (0: off)
+  int poll_ms = 50;  // how often finished processes are reaped
+  int default_heartbeat_ms = 1000;          // until the register reply says otherwise
+  int max_backoff_ms = 10000;               // retry ceiling while the control plane is down
+  int request_timeout_ms = 5000;            // per HTTP request
+  int stop_grace_ms = 5000;                 // grace for jobs stopped by may_run and on agent exit
   int64_t upload_chunk_bytes = 512 * 1024;  // output bytes per PUT (the API caps bodies at 1 MiB)
   // The most output kept and uploaded per job (0: no limit); the server's max_output by default.
   int64_t max_output_bytes = int64_t{64} << 20;

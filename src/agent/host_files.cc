@@ -41,7 +41,8 @@ std::string WriteControl(const std::string& path, const std::string& text) {
   int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
   if (fd < 0) return path + ": " + std::strerror(errno);
   ssize_t n = write(fd, text.data(), text.size());
-  std::string err = n == static_cast<ssize_t>(text.size()) ? "" : path + ": " + std::strerror(errno);
+  std::string err =
+      n == static_cast<ssize_t>(text.size()) ? "" : path + ": " + std::strerror(errno);
   close(fd);
   return err;
 }

@@ -1,5 +1,6 @@
 #include "agent/launcher.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -8,7 +9,6 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <dirent.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -33,7 +33,9 @@ using internal::WriteControl;
 
 constexpr int64_t kCpuPeriodUs = 100000;
 
-bool FileExists(const std::string& path) { return !path.empty() && access(path.c_str(), R_OK) == 0; }
+bool FileExists(const std::string& path) {
+  return !path.empty() && access(path.c_str(), R_OK) == 0;
+}
 
 // Async-signal-safe helpers for the child between fork and exec.
 void SafeWrite(int fd, const char* s) {
@@ -50,7 +52,8 @@ char* SafeItoa(long long v, char* buf) {
   char tmp[24];
   int n = 0;
   bool neg = v < 0;
-  unsigned long long u = neg ? 0ULL - static_cast<unsigned long long>(v) : static_cast<unsigned long long>(v);
+  unsigned long long u =
+      neg ? 0ULL - static_cast<unsigned long long>(v) : static_cast<unsigned long long>(v);
   do {
     tmp[n++] = static_cast<char>('0' + u % 10);
     u /= 10;
@@ -130,7 +133,8 @@ Status CreateShareRegion(const std::string& path, int64_t limit_bytes, bool swap
   limits.count = 1;
   limits.bytes[0] = static_cast<uint64_t>(limit_bytes);
   if (int err = capgpu::CreateRegionFile(path.c_str(), limits, 0600, true); err != 0) {
-    return Status::Internal("cannot create the memory-cap region '" + path + "': " + std::strerror(err));
+    return Status::Internal("cannot create the memory-cap region '" + path +
+                            "': " + std::strerror(err));
   }
   Result<int> fd = internal::OpenRegionFile(path, geteuid());
   if (!fd.ok()) return fd.status();
@@ -141,8 +145,10 @@ Status CreateShareRegion(const std::string& path, int64_t limit_bytes, bool swap
     int err = region.OpenFd(*fd);
     if (err == 0) {
       capgpu::RegionLock lock(region);
-      const uint64_t ram = swap_ram_bytes > 0 ? static_cast<uint64_t>(swap_ram_bytes) : capgpu::kNoLimit;
-      if (!lock.held() || !capgpu::ConfigureSwap(region.data(), ram, swap_dir.c_str())) err = EINVAL;
+      const uint64_t ram =
+          swap_ram_bytes > 0 ? static_cast<uint64_t>(swap_ram_bytes) : capgpu::kNoLimit;
+      if (!lock.held() || !capgpu::ConfigureSwap(region.data(), ram, swap_dir.c_str()))
+        err = EINVAL;
     }
     if (err != 0)
       s = Status::Internal("cannot turn swapping on in '" + path + "': " + std::strerror(err));
@@ -188,7 +194,8 @@ Result<Account> ResolveAccount(const std::string& name) {
     return a;
   }
   if (getpwnam_r(name.c_str(), &pw, buf.data(), buf.size(), &found) != 0 || found == nullptr) {
-    return Status::FailedPrecondition("run_as: the account '" + name + "' does not exist on this node");
+    return Status::FailedPrecondition("run_as: the account '" + name +
+                                      "' does not exist on this node");
   }
   a.set = true;
   a.uid = pw.pw_uid;
@@ -203,8 +210,9 @@ Result<Account> ResolveAccount(const std::string& name) {
   }
   a.groups.resize(static_cast<size_t>(std::max(n, 0)));
   if (geteuid() != 0 && a.uid != geteuid()) {
-    return Status::FailedPrecondition("run_as: this agent runs as uid " + std::to_string(geteuid()) +
-                                      " and cannot start jobs as '" + name + "' (uid " + std::to_string(a.uid) +
+    return Status::FailedPrecondition("run_as: this agent runs as uid " +
+                                      std::to_string(geteuid()) + " and cannot start jobs as '" +
+                                      name + "' (uid " + std::to_string(a.uid) +
                                       "); run the agent as root to run jobs as their submitters");
   }
   return a;
@@ -244,8 +252,8 @@ struct ChildSetup {
   dup2(c.out_fd, 2);
   // Groups first, then the gid, then the uid (after which neither could change).
   if (c.account != nullptr && c.account->set &&
-      (setgroups(c.account->groups.size(), c.account->groups.data()) != 0 || setgid(c.account->gid) != 0 ||
-       setuid(c.account->uid) != 0)) {
+      (setgroups(c.account->groups.size(), c.account->groups.data()) != 0 ||
+       setgid(c.account->gid) != 0 || setuid(c.account->uid) != 0)) {
     SafeWrite(2, "tessera-agent: cannot switch to the job's account (errno ");
     SafeWrite(2, SafeItoa(errno, num));
     SafeWrite(2, ")\n");
@@ -295,22 +303,25 @@ std::string CgroupCpuMax(MilliCpu cpu_milli) {
 }
 
 std::string CgroupMemoryMax(MiB memory_mib) {
-  if (memory_mib <= 0 || memory_mib > std::numeric_limits<int64_t>::max() / (1024 * 1024)) return "max";
+  if (memory_mib <= 0 || memory_mib > std::numeric_limits<int64_t>::max() / (1024 * 1024))
+    return "max";
   return std::to_string(memory_mib * 1024 * 1024);
 }
 
 Status ValidateJobId(const std::string& id) {
-  if (id.empty() || id.size() > 128) return Status::InvalidArgument("job id must be 1-128 characters");
+  if (id.empty() || id.size() > 128)
+    return Status::InvalidArgument("job id must be 1-128 characters");
   if (id[0] == '.') return Status::InvalidArgument("job id '" + id + "' must not start with '.'");
   for (char c : id) {
-    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-              c == '_' || c == '-';
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-';
     if (!ok) return Status::InvalidArgument("job id '" + id + "' may only hold [A-Za-z0-9._-]");
   }
   return Status::Ok();
 }
 
-std::vector<std::string> BuildJobEnvironment(const JobSpec& spec, const std::vector<std::string>& base,
+std::vector<std::string> BuildJobEnvironment(const JobSpec& spec,
+                                             const std::vector<std::string>& base,
                                              const LauncherOptions& options) {
   std::map<std::string, std::string> env;
   // From the agent's environment, only what describes the host and its GPU software (an
@@ -354,8 +365,9 @@ std::vector<std::string> BuildJobEnvironment(const JobSpec& spec, const std::vec
     env["TESSERA_CAPGPU_REGION"] = options.region_dir + "/tessera-capgpu-" + spec.id;
     if (FileExists(options.capgpu_preload)) {
       auto it = env.find("LD_PRELOAD");
-      env["LD_PRELOAD"] = options.capgpu_preload +
-                          (it != env.end() && !it->second.empty() ? ":" + it->second : std::string());
+      env["LD_PRELOAD"] =
+          options.capgpu_preload +
+          (it != env.end() && !it->second.empty() ? ":" + it->second : std::string());
     }
   } else {
     env.erase("TESSERA_GPU_MEMORY_LIMIT");
@@ -420,7 +432,8 @@ Launcher::~Launcher() {
   if (lock_fd_ >= 0) close(lock_fd_);
   // Cgroups whose last processes were still exiting: a second to go.
   for (int i = 0; i < 100 && !stale_cgroups_.empty(); ++i) {
-    std::erase_if(stale_cgroups_, [](const std::string& d) { return rmdir(d.c_str()) == 0 || errno == ENOENT; });
+    std::erase_if(stale_cgroups_,
+                  [](const std::string& d) { return rmdir(d.c_str()) == 0 || errno == ENOENT; });
     if (!stale_cgroups_.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
 }
@@ -500,7 +513,8 @@ Status Launcher::PrepareLimits(const JobSpec& spec, Job* job, int* procs_fd, uid
 Status Launcher::Start(const JobSpec& spec) {
   if (Status s = ValidateJobId(spec.id); !s.ok()) return s;
   if (spec.command.empty()) return Status::InvalidArgument("job " + spec.id + " has no command");
-  if (jobs_.count(spec.id) != 0) return Status::FailedPrecondition("job " + spec.id + " is already running");
+  if (jobs_.count(spec.id) != 0)
+    return Status::FailedPrecondition("job " + spec.id + " is already running");
 
   // Everything the child needs is built before fork: after fork it may only call
   // async-signal-safe functions (the agent has other threads, e.g. HTTP clients).
@@ -648,7 +662,8 @@ std::vector<JobExit> Launcher::WaitAll(std::chrono::milliseconds timeout) {
 void Launcher::Cleanup(Job& job) {
   if (!job.cgroup_dir.empty()) {
     KillCgroup(options_.cgroup_root, job.cgroup_dir);  // whatever escaped the process group
-    if (rmdir(job.cgroup_dir.c_str()) != 0 && errno != ENOENT) stale_cgroups_.push_back(job.cgroup_dir);
+    if (rmdir(job.cgroup_dir.c_str()) != 0 && errno != ENOENT)
+      stale_cgroups_.push_back(job.cgroup_dir);
     job.cgroup_dir.clear();
   }
   if (!job.region_path.empty()) {
@@ -710,7 +725,8 @@ std::map<pid_t, uint64_t> CpuTicksBySession(const std::string& proc) {
     for (int i = 0; i < 7; ++i) rest >> skip;
     rest >> utime >> stime >> cutime >> cstime;
     if (!rest || session <= 0) continue;
-    out[static_cast<pid_t>(session)] += utime + stime + static_cast<uint64_t>(std::max(0LL, cutime) + std::max(0LL, cstime));
+    out[static_cast<pid_t>(session)] +=
+        utime + stime + static_cast<uint64_t>(std::max(0LL, cutime) + std::max(0LL, cstime));
   }
   closedir(dir);
   return out;
@@ -750,7 +766,9 @@ std::vector<RunningJob> Launcher::Running(bool usage) const {
   return out;
 }
 
-std::string Launcher::OutputPath(const std::string& id) const { return options_.work_dir + "/" + id + ".out"; }
+std::string Launcher::OutputPath(const std::string& id) const {
+  return options_.work_dir + "/" + id + ".out";
+}
 
 std::string Launcher::RegionPath(const std::string& id) const {
   return regions_ + "/tessera-capgpu-" + id;

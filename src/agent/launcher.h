@@ -43,9 +43,11 @@ struct DeviceBinding {
   int index = 0;
   std::string uuid;
   std::string mig;
-  std::string slot;  // a partition to make first ("1g.10gb@6", "CPX#2"); the agent fills `mig` from it
+  std::string
+      slot;  // a partition to make first ("1g.10gb@6", "CPX#2"); the agent fills `mig` from it
   std::string mode;  // AMD: the device's pair for that partition ("CPX+NPS1")
-  int amd_index = -1;  // AMD: the partition's logical GPU index (ROCR_VISIBLE_DEVICES), filled by the agent
+  int amd_index =
+      -1;  // AMD: the partition's logical GPU index (ROCR_VISIBLE_DEVICES), filled by the agent
 };
 
 // What to run and what it holds (one `start` entry of the heartbeat reply).
@@ -71,10 +73,10 @@ struct LauncherOptions {
   // cgroup v2 mount. Empty disables cgroups. Jobs go to <cgroup_root>/<cgroup_parent>/<job>.
   std::string cgroup_root = "/sys/fs/cgroup";
   std::string cgroup_parent = "tessera";
-  std::string capgpu_preload;             // path of libtessera_capgpu.so; "" = none
+  std::string capgpu_preload;  // path of libtessera_capgpu.so; "" = none
   // Where share regions live: each launcher makes a directory of its own in it (region_dir()).
   std::string region_dir = "/dev/shm";
-  bool inherit_environment = true;        // start from the agent's environment
+  bool inherit_environment = true;  // start from the agent's environment
   // Swapping shares: host RAM each share's swapped-out bytes may take (0: unlimited), and the
   // directory of the disk tier ("" = none).
   int64_t swap_ram_bytes = 0;
@@ -90,7 +92,7 @@ struct JobExit {
   int exit_code = 0;  // the exit status when it exited; 128+signal when killed (shell style)
   int signal = 0;     // the terminating signal, 0 when it exited
   int64_t output_bytes = 0;
-  bool cancelled = false;  // it was stopped by Cancel()
+  bool cancelled = false;   // it was stopped by Cancel()
   bool output_cut = false;  // its output went past max_output_bytes: the rest was dropped
 };
 
@@ -117,7 +119,8 @@ std::map<pid_t, uint64_t> CpuTicksBySession(const std::string& proc = "/proc");
 
 // The environment a job gets, as "K=V" strings, sorted by name. `base` is the inherited
 // environment (may be empty). Pure; the launcher's binding rules in one place for tests.
-std::vector<std::string> BuildJobEnvironment(const JobSpec& spec, const std::vector<std::string>& base,
+std::vector<std::string> BuildJobEnvironment(const JobSpec& spec,
+                                             const std::vector<std::string>& base,
                                              const LauncherOptions& options);
 
 // cpu.max text for milli-CPUs with a 100 ms period ("max 100000" when 0).
@@ -222,7 +225,7 @@ class Launcher {
   std::string regions_error_;  // why not
   int regions_lock_fd_ = -1;   // regions_, flock'ed while this launcher lives
   std::string cut_note_;       // ends a cut output file
-  int lock_fd_ = -1;         // <work_dir>/.lock, held (flock) while this launcher owns the list
+  int lock_fd_ = -1;           // <work_dir>/.lock, held (flock) while this launcher owns the list
   bool owns_list_ = false;
 };
 

@@ -72,7 +72,8 @@ void Launcher::StopLeftovers() {
     if (!(fields >> id >> pid >> start) || !ValidateJobId(id).ok() || pid <= 1) continue;
     char state = 0;
     uint64_t now_start = 0;
-    if (capgpu::ReadProcessStat(static_cast<int32_t>(pid), &state, &now_start) && now_start == start) {
+    if (capgpu::ReadProcessStat(static_cast<int32_t>(pid), &state, &now_start) &&
+        now_start == start) {
       kill(static_cast<pid_t>(-pid), SIGKILL);  // its process group (the job is a session leader)
       kill(static_cast<pid_t>(pid), SIGKILL);
     }

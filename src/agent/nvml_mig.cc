@@ -10,8 +10,8 @@ namespace {
 // ---- The NVML declarations used here, written from NVML's public API reference. ----
 using NvmlReturn = int;  // nvmlReturn_t; 0 is success
 constexpr NvmlReturn kOk = 0;
-using Handle = void*;   // nvmlDevice_t, nvmlGpuInstance_t, nvmlComputeInstance_t: opaque pointers
-struct Placement {      // nvmlGpuInstancePlacement_t
+using Handle = void*;  // nvmlDevice_t, nvmlGpuInstance_t, nvmlComputeInstance_t: opaque pointers
+struct Placement {     // nvmlGpuInstancePlacement_t
   unsigned start, size;
 };
 struct GpuInstanceProfileInfo {  // nvmlGpuInstanceProfileInfo_t (v1)
@@ -57,7 +57,8 @@ struct NvmlMig::Api {
   NvmlReturn (*uuid)(Handle, char*, unsigned) = nullptr;
 
   std::string Error(const std::string& what, NvmlReturn rc) const {
-    return what + ": " + (error_string ? error_string(rc) : "error") + " (NVML " + std::to_string(rc) + ")";
+    return what + ": " + (error_string ? error_string(rc) : "error") + " (NVML " +
+           std::to_string(rc) + ")";
   }
   ~Api() {
     if (shutdown) shutdown();
@@ -93,7 +94,9 @@ Result<std::unique_ptr<NvmlMig>> NvmlMig::Open(const std::string& library) {
   sym(api->mig_device_by_index, "nvmlDeviceGetMigDeviceHandleByIndex");
   sym(api->gi_id_of, "nvmlDeviceGetGpuInstanceId");
   sym(api->uuid, "nvmlDeviceGetUUID");
-  if (!all) return Status::FailedPrecondition("NVML '" + library + "' lacks the MIG calls (driver too old?)");
+  if (!all)
+    return Status::FailedPrecondition("NVML '" + library +
+                                      "' lacks the MIG calls (driver too old?)");
   if (NvmlReturn rc = api->init(); rc != kOk) {
     api->shutdown = nullptr;
     return Status::FailedPrecondition(api->Error("nvmlInit", rc));
@@ -101,14 +104,17 @@ Result<std::unique_ptr<NvmlMig>> NvmlMig::Open(const std::string& library) {
   return std::unique_ptr<NvmlMig>(new NvmlMig(std::move(api)));
 }
 
-Result<NvmlMig::Instance> NvmlMig::Create(const std::string& gpu_uuid, int profile_id, int start, int size) {
+Result<NvmlMig::Instance> NvmlMig::Create(const std::string& gpu_uuid, int profile_id, int start,
+                                          int size) {
   const Api& a = *api_;
   Handle dev = nullptr;
-  if (NvmlReturn rc = a.handle_by_uuid(gpu_uuid.c_str(), &dev); rc != kOk) return Status::NotFound(a.Error(gpu_uuid, rc));
+  if (NvmlReturn rc = a.handle_by_uuid(gpu_uuid.c_str(), &dev); rc != kOk)
+    return Status::NotFound(a.Error(gpu_uuid, rc));
   unsigned current = 0, pending = 0;
   if (NvmlReturn rc = a.mig_mode(dev, &current, &pending); rc != kOk || current != 1) {
-    return Status::FailedPrecondition(gpu_uuid + ": MIG mode is off (enable it on the idle card: nvidia-smi -i " +
-                                      gpu_uuid + " -mig 1)");
+    return Status::FailedPrecondition(
+        gpu_uuid + ": MIG mode is off (enable it on the idle card: nvidia-smi -i " + gpu_uuid +
+        " -mig 1)");
   }
   // NVML numbers profiles by index; the catalog by the id nvidia-smi shows: find the index.
   GpuInstanceProfileInfo gip{};
@@ -120,12 +126,15 @@ Result<NvmlMig::Instance> NvmlMig::Create(const std::string& gpu_uuid, int profi
       found = true;
     }
   }
-  if (!found) return Status::NotFound(gpu_uuid + ": no GPU instance profile " + std::to_string(profile_id));
+  if (!found)
+    return Status::NotFound(gpu_uuid + ": no GPU instance profile " + std::to_string(profile_id));
   Placement where{static_cast<unsigned>(start), static_cast<unsigned>(size)};
   Instance out;
   if (NvmlReturn rc = a.create_gi(dev, gip.id, &where, &out.gpu_instance); rc != kOk) {
-    return Status::FailedPrecondition(a.Error(gpu_uuid + ": GPU instance profile " + std::to_string(profile_id) +
-                                                  " at slice " + std::to_string(start), rc));
+    return Status::FailedPrecondition(a.Error(gpu_uuid + ": GPU instance profile " +
+                                                  std::to_string(profile_id) + " at slice " +
+                                                  std::to_string(start),
+                                              rc));
   }
   auto undo = [&](Status st) {
     if (out.compute_instance) a.destroy_ci(out.compute_instance);
@@ -137,28 +146,35 @@ Result<NvmlMig::Instance> NvmlMig::Create(const std::string& gpu_uuid, int profi
   found = false;
   for (unsigned p = 0; p < kMaxComputeInstanceProfiles && !found; ++p) {
     ComputeInstanceProfileInfo info{};
-    if (a.ci_profile_info(out.gpu_instance, p, kEngineProfileShared, &info) == kOk && info.sliceCount == gip.sliceCount) {
+    if (a.ci_profile_info(out.gpu_instance, p, kEngineProfileShared, &info) == kOk &&
+        info.sliceCount == gip.sliceCount) {
       cip = info;
       found = true;
     }
   }
-  if (!found) return undo(Status::NotFound(gpu_uuid + ": no compute instance profile spans the GPU instance"));
+  if (!found)
+    return undo(
+        Status::NotFound(gpu_uuid + ": no compute instance profile spans the GPU instance"));
   if (NvmlReturn rc = a.create_ci(out.gpu_instance, cip.id, &out.compute_instance); rc != kOk) {
     return undo(Status::FailedPrecondition(a.Error(gpu_uuid + ": compute instance", rc)));
   }
   // The MIG device of that GPU instance carries the UUID the job sees.
   GpuInstanceInfo gi{};
-  if (NvmlReturn rc = a.gi_info(out.gpu_instance, &gi); rc != kOk) return undo(Status::Internal(a.Error("GPU instance info", rc)));
+  if (NvmlReturn rc = a.gi_info(out.gpu_instance, &gi); rc != kOk)
+    return undo(Status::Internal(a.Error("GPU instance info", rc)));
   unsigned count = 0;
-  if (NvmlReturn rc = a.max_mig_devices(dev, &count); rc != kOk) return undo(Status::Internal(a.Error("MIG devices", rc)));
+  if (NvmlReturn rc = a.max_mig_devices(dev, &count); rc != kOk)
+    return undo(Status::Internal(a.Error("MIG devices", rc)));
   for (unsigned i = 0; i < count && out.uuid.empty(); ++i) {
     Handle mig = nullptr;
     unsigned id = 0;
-    if (a.mig_device_by_index(dev, i, &mig) != kOk || a.gi_id_of(mig, &id) != kOk || id != gi.id) continue;
+    if (a.mig_device_by_index(dev, i, &mig) != kOk || a.gi_id_of(mig, &id) != kOk || id != gi.id)
+      continue;
     char buf[kStringBuffer] = {};
     if (a.uuid(mig, buf, kStringBuffer) == kOk) out.uuid = buf;
   }
-  if (out.uuid.rfind("MIG-", 0) != 0) return undo(Status::Internal(gpu_uuid + ": the new MIG device has no UUID"));
+  if (out.uuid.rfind("MIG-", 0) != 0)
+    return undo(Status::Internal(gpu_uuid + ": the new MIG device has no UUID"));
   return out;
 }
 

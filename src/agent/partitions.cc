@@ -7,7 +7,8 @@
 
 namespace tessera::agent {
 
-Result<Partitions::Granted> Partitions::Acquire(const std::string& job, int index, const std::string& slot,
+Result<Partitions::Granted> Partitions::Acquire(const std::string& job, int index,
+                                                const std::string& slot,
                                                 const std::string& amd_mode) {
   if (index < 0 || index >= static_cast<int>(inventory_.devices.size())) {
     return Status::InvalidArgument("device " + std::to_string(index) + " does not exist");
@@ -16,13 +17,16 @@ Result<Partitions::Granted> Partitions::Acquire(const std::string& job, int inde
   const partition::GpuModel* model = partition::Catalog::BuiltIn().Find(d.model);
   if (slot.rfind('@') == std::string::npos) {
     if (slot.find('#') == std::string::npos) {
-      return Status::InvalidArgument("partition '" + slot + "' is neither a MIG instance (profile@start) nor an "
+      return Status::InvalidArgument("partition '" + slot +
+                                     "' is neither a MIG instance (profile@start) nor an "
                                      "AMD partition (MODE#index)");
     }
-    if (model == nullptr || !model->is_amd()) return Status::InvalidArgument(d.model + " has no AMD partitions");
+    if (model == nullptr || !model->is_amd())
+      return Status::InvalidArgument(d.model + " has no AMD partitions");
     if (!d.simulated) {
-      return Status::FailedPrecondition("AMD partition " + slot + " on " + d.uuid +
-                                   ": mode changes on real AMD devices are not supported by this agent");
+      return Status::FailedPrecondition(
+          "AMD partition " + slot + " on " + d.uuid +
+          ": mode changes on real AMD devices are not supported by this agent");
     }
     return AcquireAmd(job, index, *model, slot, amd_mode);
   }
@@ -41,19 +45,23 @@ Result<Partitions::Granted> Partitions::Acquire(const std::string& job, int inde
   }
   partition::Layout& layout = layouts_[index];
   Status st = partition::CreateInstance(*model, &layout, in);
-  if (!st.ok()) return Status::FailedPrecondition("MIG instance " + slot + " on " + d.uuid + ": " + st.message());
+  if (!st.ok())
+    return Status::FailedPrecondition("MIG instance " + slot + " on " + d.uuid + ": " +
+                                      st.message());
   by_job_.insert({job, {index, layout.instances.back(), {}}});
   std::string tail = d.uuid.rfind("GPU-", 0) == 0 ? d.uuid.substr(4) : d.uuid;
   g.mig = "MIG-" + tail + "-" + layout.instances.back().profile + "-" + std::to_string(in.start);
   return g;
 }
 
-Result<std::string> Partitions::AcquireNvml(const std::string& job, int index, const partition::GpuModel& model,
+Result<std::string> Partitions::AcquireNvml(const std::string& job, int index,
+                                            const partition::GpuModel& model,
                                             const partition::Instance& in) {
   const DiscoveredDevice& d = inventory_.devices[index];
   const partition::MigProfile* p = model.mig.FindProfile(in.profile);
   if (p == nullptr || !p->nvidia_smi_profile_id) {
-    return Status::InvalidArgument("MIG profile " + in.profile + " of " + model.name + " has no NVML profile id");
+    return Status::InvalidArgument("MIG profile " + in.profile + " of " + model.name +
+                                   " has no NVML profile id");
   }
   if (nvml_ == nullptr) {
     auto opened = NvmlMig::Open(nvml_library_);
@@ -68,14 +76,16 @@ Result<std::string> Partitions::AcquireNvml(const std::string& job, int index, c
 }
 
 Result<Partitions::Granted> Partitions::AcquireAmd(const std::string& job, int index,
-                                                   const partition::GpuModel& model, const std::string& slot,
+                                                   const partition::GpuModel& model,
+                                                   const std::string& slot,
                                                    const std::string& mode) {
   const DiscoveredDevice& d = inventory_.devices[index];
   const size_t hash = slot.rfind('#');
   auto slot_mode = partition::ParsePair(model, slot.substr(0, hash) + "+NPS1");
   auto part = ParseNonNegativeInt(slot.substr(hash + 1));
   if (!slot_mode.ok() || !part.ok()) {
-    return Status::InvalidArgument("AMD partition '" + slot + "' is not MODE#index (for example CPX#2)");
+    return Status::InvalidArgument("AMD partition '" + slot +
+                                   "' is not MODE#index (for example CPX#2)");
   }
   Amd& dev = amd_[index];
   partition::AmdPair want{slot_mode->compute, dev.pair.memory};
@@ -83,7 +93,8 @@ Result<Partitions::Granted> Partitions::AcquireAmd(const std::string& job, int i
     auto parsed = partition::ParsePair(model, mode);
     if (!parsed.ok()) return parsed.status();
     if (parsed->compute != want.compute) {
-      return Status::InvalidArgument("AMD partition " + slot + " is not a partition of mode " + mode);
+      return Status::InvalidArgument("AMD partition " + slot + " is not a partition of mode " +
+                                     mode);
     }
     want = *parsed;
   }
@@ -95,11 +106,14 @@ Result<Partitions::Granted> Partitions::AcquireAmd(const std::string& job, int i
   }
   if (!(want == dev.pair)) {
     Status st = SwitchAmd(index, model, want);
-    if (!st.ok()) return Status::FailedPrecondition("AMD partition " + slot + " on " + d.uuid + ": " + st.message());
+    if (!st.ok())
+      return Status::FailedPrecondition("AMD partition " + slot + " on " + d.uuid + ": " +
+                                        st.message());
   }
   auto [it, inserted] = dev.held.try_emplace(static_cast<int>(*part), job);
   if (!inserted) {
-    return Status::FailedPrecondition("AMD partition " + slot + " on " + d.uuid + " is in use by job " + it->second);
+    return Status::FailedPrecondition("AMD partition " + slot + " on " + d.uuid +
+                                      " is in use by job " + it->second);
   }
   Granted g;
   g.amd_index = static_cast<int>(*part);
@@ -107,7 +121,8 @@ Result<Partitions::Granted> Partitions::AcquireAmd(const std::string& job, int i
   return g;
 }
 
-Status Partitions::SwitchAmd(int index, const partition::GpuModel& model, const partition::AmdPair& want) {
+Status Partitions::SwitchAmd(int index, const partition::GpuModel& model,
+                             const partition::AmdPair& want) {
   Amd& dev = amd_[index];
   if (want.memory != dev.pair.memory) {
     // Hive-wide: every AMD device of the node of this model.
@@ -123,8 +138,8 @@ Status Partitions::SwitchAmd(int index, const partition::GpuModel& model, const 
     for (size_t k = 0; k < indices.size(); ++k) amd_[indices[k]].pair = change->resulting[k];
   }
   if (want.compute != dev.pair.compute) {
-    Status st = partition::CheckComputeModeChange(model, {"device " + std::to_string(index), dev.pair, Busy(index)},
-                                                  want.compute);
+    Status st = partition::CheckComputeModeChange(
+        model, {"device " + std::to_string(index), dev.pair, Busy(index)}, want.compute);
     if (!st.ok()) return st;
     dev.pair.compute = want.compute;
   }
@@ -143,7 +158,8 @@ bool Partitions::Busy(int index) const {
 int Partitions::LogicalGpus(int index) const {
   auto it = amd_.find(index);
   if (it == amd_.end()) return 1;
-  const partition::GpuModel* model = partition::Catalog::BuiltIn().Find(inventory_.devices[index].model);
+  const partition::GpuModel* model =
+      partition::Catalog::BuiltIn().Find(inventory_.devices[index].model);
   if (model == nullptr) return 1;
   auto shape = partition::Partition(*model, it->second.pair);
   return shape.ok() ? shape->partitions : 1;
@@ -195,7 +211,8 @@ void Partitions::Release(const std::string& job) {
   by_job_.erase(lo, hi);
   used_.erase(job);
   for (auto& [index, dev] : amd_) {
-    for (auto it = dev.held.begin(); it != dev.held.end();) it = it->second == job ? dev.held.erase(it) : std::next(it);
+    for (auto it = dev.held.begin(); it != dev.held.end();)
+      it = it->second == job ? dev.held.erase(it) : std::next(it);
   }
 }
 

@@ -19,10 +19,9 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
-
-#include <memory>
 
 #include "agent/discovery.h"
 #include "agent/nvml_mig.h"
@@ -39,7 +38,7 @@ class Partitions {
 
   // What a job is given for one partition.
   struct Granted {
-    std::string mig;  // MIG: the instance's UUID ("MIG-...")
+    std::string mig;     // MIG: the instance's UUID ("MIG-...")
     int amd_index = -1;  // AMD: the logical GPU index
   };
   // The partition `slot` on device `index` for `job`: created (simulated MIG, NVML) or switched
@@ -70,8 +69,8 @@ class Partitions {
     partition::AmdPair pair{"SPX", "NPS1"};
     std::map<int, std::string> held;  // partition index -> job
   };
-  Result<std::string> AcquireNvml(const std::string& job, int index, const partition::GpuModel& model,
-                                  const partition::Instance& in);
+  Result<std::string> AcquireNvml(const std::string& job, int index,
+                                  const partition::GpuModel& model, const partition::Instance& in);
   Result<Granted> AcquireAmd(const std::string& job, int index, const partition::GpuModel& model,
                              const std::string& slot, const std::string& mode);
   Status SwitchAmd(int index, const partition::GpuModel& model, const partition::AmdPair& want);
@@ -81,10 +80,10 @@ class Partitions {
   std::string nvml_library_;
   std::unique_ptr<NvmlMig> nvml_;  // opened at the first NVML partition
   std::vector<NvmlMig::Instance> undestroyed_;
-  std::map<int, partition::Layout> layouts_;       // by device index
+  std::map<int, partition::Layout> layouts_;  // by device index
   std::multimap<std::string, Held> by_job_;
-  std::map<int, Amd> amd_;                          // by device index
-  std::multimap<std::string, int> used_;            // whole devices in use, by job
+  std::map<int, Amd> amd_;                // by device index
+  std::multimap<std::string, int> used_;  // whole devices in use, by job
 };
 
 }  // namespace tessera::agent

@@ -10,14 +10,18 @@ namespace {
 
 using nlohmann::json;
 
-Status Bad(const std::string& what) { return Status::InvalidArgument("control plane reply: " + what); }
+Status Bad(const std::string& what) {
+  return Status::InvalidArgument("control plane reply: " + what);
+}
 
 Result<JobSpec> ParseStart(const json& j) {
   if (!j.is_object()) return Bad("a start entry is not an object");
   JobSpec spec;
   if (!j.contains("job") || !j["job"].is_string()) return Bad("a start entry has no string 'job'");
   spec.id = j["job"].get<std::string>();
-  auto field = [&](const char* name) { return "start entry for job " + spec.id + ": field '" + name + "' "; };
+  auto field = [&](const char* name) {
+    return "start entry for job " + spec.id + ": field '" + name + "' ";
+  };
   if (!j.contains("command") || !j["command"].is_array() || j["command"].empty()) {
     return Bad(field("command") + "must be a non-empty list of strings");
   }
@@ -75,11 +79,15 @@ Result<JobSpec> ParseStart(const json& j) {
 
 Status ValidateNodeName(const std::string& node) { return tessera::ValidateNodeName(node); }
 
-std::string RegisterBody(const Inventory& inventory, bool cgroups, const std::vector<RunningJob>& running) {
+std::string RegisterBody(const Inventory& inventory, bool cgroups,
+                         const std::vector<RunningJob>& running) {
   json devices = json::array();
   for (const DiscoveredDevice& d : inventory.devices) {
-    json dj = {{"index", d.index},       {"model", d.model},         {"memory_mib", d.memory_mib},
-               {"uuid", d.uuid},         {"simulated", d.simulated}};
+    json dj = {{"index", d.index},
+               {"model", d.model},
+               {"memory_mib", d.memory_mib},
+               {"uuid", d.uuid},
+               {"simulated", d.simulated}};
     if (d.mig_enabled) dj["mig_enabled"] = true;
     devices.push_back(std::move(dj));
   }
@@ -103,7 +111,8 @@ Result<int64_t> ParseRegisterReply(std::string_view body, int64_t fallback_ms) {
   if (j.contains("ok") && j["ok"].is_boolean() && !j["ok"].get<bool>()) {
     // A reason that is not a string (found by fuzz/agent_protocol) is no reason, not an exception.
     const bool said = j.contains("error") && j["error"].is_string();
-    return Bad("register refused: " + (said ? j["error"].get<std::string>() : std::string("no reason given")));
+    return Bad("register refused: " +
+               (said ? j["error"].get<std::string>() : std::string("no reason given")));
   }
   if (!j.contains("heartbeat_ms") || j["heartbeat_ms"].is_null()) return fallback_ms;
   if (!j["heartbeat_ms"].is_number_integer() || j["heartbeat_ms"].get<int64_t>() <= 0) {
@@ -113,12 +122,14 @@ Result<int64_t> ParseRegisterReply(std::string_view body, int64_t fallback_ms) {
 }
 
 std::string HeartbeatBody(const std::string& node, const std::vector<RunningJob>& running,
-                          const std::vector<FinishedReport>& finished, const std::vector<DeviceTelemetry>& devices) {
+                          const std::vector<FinishedReport>& finished,
+                          const std::vector<DeviceTelemetry>& devices) {
   json r = json::array();
   for (const RunningJob& job : running) {
     json e = {{"job", job.id}, {"pid", job.pid}};
     if (job.active >= 0) e["active"] = job.active == 1;
-    if (job.gpu_memory_used_bytes >= 0) e["gpu_memory_used_mib"] = (job.gpu_memory_used_bytes + (1 << 20) - 1) >> 20;
+    if (job.gpu_memory_used_bytes >= 0)
+      e["gpu_memory_used_mib"] = (job.gpu_memory_used_bytes + (1 << 20) - 1) >> 20;
     if (!job.swap_state.empty()) {
       e["swap"] = job.swap_state;
       e["swapped_mib"] = (job.swapped_bytes + (1 << 20) - 1) >> 20;
@@ -127,7 +138,9 @@ std::string HeartbeatBody(const std::string& node, const std::vector<RunningJob>
   }
   json f = json::array();
   for (const FinishedReport& e : finished) {
-    f.push_back({{"job", e.job}, {"exit_code", e.exit_code}, {"signal", e.signal},
+    f.push_back({{"job", e.job},
+                 {"exit_code", e.exit_code},
+                 {"signal", e.signal},
                  {"output_bytes", e.output_bytes}});
   }
   json body = {{"node", node}, {"running", std::move(r)}, {"finished", std::move(f)}};
@@ -176,7 +189,8 @@ Result<HeartbeatReply> ParseHeartbeatReplyChecked(std::string_view body) {
         if (!c["grace_ms"].is_number_integer() || c["grace_ms"].get<int64_t>() < 0) {
           return Bad("cancel of job " + order.job + ": grace_ms must be a non-negative integer");
         }
-        order.grace_ms = std::min<int64_t>(c["grace_ms"].get<int64_t>(), 86'400'000);  // a day at most
+        order.grace_ms =
+            std::min<int64_t>(c["grace_ms"].get<int64_t>(), 86'400'000);  // a day at most
       }
       reply.cancel.push_back(std::move(order));
     }
@@ -197,7 +211,8 @@ Result<HeartbeatReply> ParseHeartbeatReplyChecked(std::string_view body) {
     }
   }
   if (j.contains("seq")) {
-    if (!j["seq"].is_number_integer() || j["seq"].get<int64_t>() < 0) return Bad("'seq' must be a non-negative integer");
+    if (!j["seq"].is_number_integer() || j["seq"].get<int64_t>() < 0)
+      return Bad("'seq' must be a non-negative integer");
     reply.seq = j["seq"].get<int64_t>();
   }
   return reply;
@@ -219,10 +234,12 @@ Result<OrdersWake> ParseOrdersWake(const std::string& body) {
   json j = json::parse(body, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return Bad("order watch reply is not a JSON object");
   OrdersWake out;
-  if (!j.contains("wake") || !j["wake"].is_boolean()) return Bad("order watch reply: 'wake' must be true or false");
+  if (!j.contains("wake") || !j["wake"].is_boolean())
+    return Bad("order watch reply: 'wake' must be true or false");
   out.wake = j["wake"].get<bool>();
   if (j.contains("seq")) {
-    if (!j["seq"].is_number_integer() || j["seq"].get<int64_t>() < 0) return Bad("order watch reply: 'seq' must be a non-negative integer");
+    if (!j["seq"].is_number_integer() || j["seq"].get<int64_t>() < 0)
+      return Bad("order watch reply: 'seq' must be a non-negative integer");
     out.seq = j["seq"].get<int64_t>();
   }
   return out;

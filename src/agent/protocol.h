@@ -58,7 +58,8 @@ struct FinishedReport {
 // message fail to encode). InvalidArgument naming it otherwise.
 Status ValidateNodeName(const std::string& node);
 
-std::string RegisterBody(const Inventory& inventory, bool cgroups, const std::vector<RunningJob>& running = {});
+std::string RegisterBody(const Inventory& inventory, bool cgroups,
+                         const std::vector<RunningJob>& running = {});
 // heartbeat_ms of the register reply (`fallback_ms` when absent). Errors on malformed JSON,
 // `"ok": false`, or a heartbeat_ms that is not a positive integer.
 Result<int64_t> ParseRegisterReply(std::string_view body, int64_t fallback_ms);

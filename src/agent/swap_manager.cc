@@ -79,7 +79,9 @@ Status SwapManager::Add(const std::string& id, const std::string& region_path, i
   }
   {
     capgpu::RegionLock lock(share->region, capgpu::kObserverLockMs);
-    if (!lock.held()) return Status::FailedPrecondition("swap: the region of " + id + " stayed locked (a process of it stopped?)");
+    if (!lock.held())
+      return Status::FailedPrecondition("swap: the region of " + id +
+                                        " stayed locked (a process of it stopped?)");
     if (share->region.data().swap_enabled == 0) {
       return Status::FailedPrecondition("swap: the region of " + id + " does not have swapping on");
     }
@@ -96,7 +98,8 @@ uint64_t SwapManager::HostBytes() const {
   uint64_t bytes = 0;
   for (const auto& [id, s] : shares_) {
     bytes += s->summary.host_bytes;
-    if (s->target != static_cast<uint32_t>(capgpu::SwapTarget::kResident)) bytes += s->summary.resident_bytes;
+    if (s->target != static_cast<uint32_t>(capgpu::SwapTarget::kResident))
+      bytes += s->summary.resident_bytes;
   }
   return bytes;
 }
@@ -110,7 +113,8 @@ std::vector<std::string> SwapManager::Tick(int64_t now_ms, uint64_t* host_ram_le
   // size is the opened file's (fstat), whatever is at the path now.
   for (auto it = shares_.begin(); it != shares_.end();) {
     struct stat st {};
-    if (fstat(it->second->fd, &st) == 0 && static_cast<size_t>(st.st_size) >= sizeof(capgpu::RegionFile)) {
+    if (fstat(it->second->fd, &st) == 0 &&
+        static_cast<size_t>(st.st_size) >= sizeof(capgpu::RegionFile)) {
       ++it;
       continue;
     }
@@ -132,13 +136,15 @@ std::vector<std::string> SwapManager::Tick(int64_t now_ms, uint64_t* host_ram_le
     if (launches != s->launches || s->summary.gate_waits != s->gate_waits ||
         s->summary.resident_bytes != s->resident || wants) {
       // Its slice starts again when it runs after being idle, as when its memory comes back.
-      if (now_ms - s->last_active_ms >= std::min(options_.idle_ms, kPressureIdleMs)) s->resident_since_ms = now_ms;
+      if (now_ms - s->last_active_ms >= std::min(options_.idle_ms, kPressureIdleMs))
+        s->resident_since_ms = now_ms;
       s->last_active_ms = now_ms;
     }
     const bool out = s->summary.host_bytes + s->summary.disk_bytes > 0 || s->summary.swapped > 0 ||
                      s->summary.swapping_in > 0 || s->summary.swapping_out > 0;
     if (s->was_out && !out) s->resident_since_ms = now_ms;  // back (or not out after all)
-    if (s->room_wanted > 0 && s->summary.room_wanted == 0) s->resident_since_ms = now_ms;  // it got its room
+    if (s->room_wanted > 0 && s->summary.room_wanted == 0)
+      s->resident_since_ms = now_ms;  // it got its room
     s->was_out = out;
     s->room_wanted = s->summary.room_wanted;
     s->launches = launches;
@@ -157,10 +163,12 @@ std::vector<std::string> SwapManager::Tick(int64_t now_ms, uint64_t* host_ram_le
       need += n;
       needy += (needy.empty() ? "" : ", ") + id;
     }
-    if (s->target != static_cast<uint32_t>(capgpu::SwapTarget::kResident) && s->summary.unswappable == 0) {
+    if (s->target != static_cast<uint32_t>(capgpu::SwapTarget::kResident) &&
+        s->summary.unswappable == 0) {
       leaving += s->summary.resident_bytes;
     }
-    if (s->cap != capgpu::kNoLimit) headroom = std::max(headroom, std::min(s->cap, options_.device_memory));
+    if (s->cap != capgpu::kNoLimit)
+      headroom = std::max(headroom, std::min(s->cap, options_.device_memory));
   }
   // A share sliced out is held at the gate until the shares it made room for have it (or, once
   // its bytes are off the device, for max(slice, 2 s) at most), so that its own next driver call
@@ -175,22 +183,27 @@ std::vector<std::string> SwapManager::Tick(int64_t now_ms, uint64_t* host_ram_le
     uint64_t own = s->summary.room_wanted;
     if (s->summary.swapping_in > 0) own += s->summary.host_bytes + s->summary.disk_bytes;
     const bool others_served = need <= own;
-    if (s->summary.resident_bytes > 0 || s->summary.swapping_out > 0) s->held_since_ms = now_ms;  // still leaving
-    if (!others_served && now_ms - s->held_since_ms < std::max(options_.slice_ms, kSliceGapMs)) continue;
+    if (s->summary.resident_bytes > 0 || s->summary.swapping_out > 0)
+      s->held_since_ms = now_ms;  // still leaving
+    if (!others_served && now_ms - s->held_since_ms < std::max(options_.slice_ms, kSliceGapMs))
+      continue;
     if (!capgpu::RequestSwap(s->region, capgpu::SwapTarget::kOut)) continue;  // next tick
-    actions.push_back("release " + s->id + ": " +
-                      (others_served ? std::string("the room it left is taken") : "held out a slice") +
-                      "; it comes back when it next runs and there is room");
+    actions.push_back(
+        "release " + s->id + ": " +
+        (others_served ? std::string("the room it left is taken") : "held out a slice") +
+        "; it comes back when it next runs and there is room");
     s->held_since_ms = -1;
   }
-  const uint64_t free = options_.device_memory > resident_total ? options_.device_memory - resident_total : 0;
+  const uint64_t free =
+      options_.device_memory > resident_total ? options_.device_memory - resident_total : 0;
   const bool pressure = need > free + leaving;
   if (!pressure && (!options_.ahead || free + leaving >= headroom)) {
     last_waiting_.clear();
     return actions;
   }
   // The least recently active shares idle for `idle_for` or longer, not already leaving.
-  const int64_t idle_for = pressure ? std::min(options_.idle_ms, kPressureIdleMs) : options_.idle_ms;
+  const int64_t idle_for =
+      pressure ? std::min(options_.idle_ms, kPressureIdleMs) : options_.idle_ms;
   std::vector<Share*> idle;
   for (auto& [id, s] : shares_) {
     const bool in_need = s->summary.room_wanted > 0 || s->summary.swapping_in > 0;
@@ -224,10 +237,11 @@ std::vector<std::string> SwapManager::Tick(int64_t now_ms, uint64_t* host_ram_le
     if (free + freeing >= goal) break;
     if (!ask_out(s, capgpu::SwapTarget::kOut)) continue;
     const std::string idle_s = std::to_string((now_ms - s->last_active_ms) / 1000);
-    actions.push_back(pressure ? "swap-out " + s->id + ": idle " + idle_s + " s, frees " +
-                                     Gib(s->summary.resident_bytes) + " for " + needy
-                               : "swap-out " + s->id + ": idle " + idle_s +
-                                     " s, ahead of need: keeps " + Gib(headroom) + " free for the next wake");
+    actions.push_back(pressure
+                          ? "swap-out " + s->id + ": idle " + idle_s + " s, frees " +
+                                Gib(s->summary.resident_bytes) + " for " + needy
+                          : "swap-out " + s->id + ": idle " + idle_s + " s, ahead of need: keeps " +
+                                Gib(headroom) + " free for the next wake");
   }
   // Slicing: active shares that have held the device a slice or longer, longest first.
   const bool slicing = pressure && options_.slice_ms > 0;
@@ -244,8 +258,9 @@ std::vector<std::string> SwapManager::Tick(int64_t now_ms, uint64_t* host_ram_le
       }
       held.push_back(s.get());
     }
-    std::sort(held.begin(), held.end(),
-              [](const Share* a, const Share* b) { return a->resident_since_ms < b->resident_since_ms; });
+    std::sort(held.begin(), held.end(), [](const Share* a, const Share* b) {
+      return a->resident_since_ms < b->resident_since_ms;
+    });
     // All or nothing: pausing shares that cannot make the room would only cost them.
     uint64_t could = 0;
     for (const Share* s : held) could += s->summary.resident_bytes;
@@ -263,15 +278,15 @@ std::vector<std::string> SwapManager::Tick(int64_t now_ms, uint64_t* host_ram_le
       s->held_since_ms = now_ms;
       next_slice_ms_ = now_ms + kSliceGapMs;
       actions.push_back("swap-out " + s->id + ": active, held the device " +
-                        Seconds(now_ms - s->resident_since_ms) + " (slice " + Seconds(options_.slice_ms) +
-                        "), frees " + Gib(s->summary.resident_bytes) + " for " + needy);
+                        Seconds(now_ms - s->resident_since_ms) + " (slice " +
+                        Seconds(options_.slice_ms) + "), frees " + Gib(s->summary.resident_bytes) +
+                        " for " + needy);
     }
   }
   std::string waiting;
   if (pressure && free + freeing < need) {
     waiting = "waiting: " + needy + " need " + Gib(need) + ", " + Gib(free + freeing) +
-              " free or being freed, no idle share to swap out" +
-              (slicing ? slice_note : "");
+              " free or being freed, no idle share to swap out" + (slicing ? slice_note : "");
   }
   // Said once, not at every tick while it lasts.
   if (!waiting.empty() && waiting != last_waiting_) actions.push_back(waiting);

@@ -43,11 +43,10 @@ Status InRange(const Json& obj, const char* key, int64_t max, const std::string&
 }
 
 Status CheckRegistration(const Json& body) {
-  Status st = OnlyKnownFields(
-      body,
-      {"node", "pool", "cpu_milli", "memory_mib", "swap_mib", "simulated", "devices", "cgroups",
-       "running"},
-      "register");
+  Status st = OnlyKnownFields(body,
+                              {"node", "pool", "cpu_milli", "memory_mib", "swap_mib", "simulated",
+                               "devices", "cgroups", "running"},
+                              "register");
   if (st.ok()) st = InRange(body, "cpu_milli", int64_t{1} << 30, "");   // a million cores
   if (st.ok()) st = InRange(body, "memory_mib", int64_t{1} << 40, "");  // an exbibyte
   if (st.ok()) st = InRange(body, "swap_mib", int64_t{1} << 40, "");
@@ -89,10 +88,10 @@ Status CheckHeartbeatJobs(const Json& body) {
         return Status::InvalidArgument(std::string("each '") + key +
                                        "' entry needs a string 'job'");
       }
-      Status known = OnlyKnownFields(
-          e, {"job", "exit_code", "signal", "pid", "output_bytes", "active", "gpu_memory_used_mib",
-              "swap", "swapped_mib"},
-          std::string("heartbeat: a '") + key + "' entry");
+      Status known = OnlyKnownFields(e,
+                                     {"job", "exit_code", "signal", "pid", "output_bytes", "active",
+                                      "gpu_memory_used_mib", "swap", "swapped_mib"},
+                                     std::string("heartbeat: a '") + key + "' entry");
       if (!known.ok()) return known;
       for (const char* f : {"exit_code", "signal", "pid", "output_bytes"}) {
         if (e.contains(f) && !e[f].is_number_integer()) {
@@ -103,8 +102,10 @@ Status CheckHeartbeatJobs(const Json& body) {
       for (const char* f : {"exit_code", "signal"}) {
         if (!e.contains(f)) continue;
         const bool fits = e[f].is_number_unsigned() ? e[f].get<uint64_t>() <= INT32_MAX
-                                                    : e[f].get<int64_t>() >= INT32_MIN && e[f].get<int64_t>() <= INT32_MAX;
-        if (!fits) return Status::InvalidArgument(std::string("'") + key + "." + f + "' is out of range");
+                                                    : e[f].get<int64_t>() >= INT32_MIN &&
+                                                          e[f].get<int64_t>() <= INT32_MAX;
+        if (!fits)
+          return Status::InvalidArgument(std::string("'") + key + "." + f + "' is out of range");
       }
     }
   }
@@ -349,7 +350,8 @@ Result<Json> Engine::Heartbeat(const Identity& who, const Json& body) {
   return result;
 }
 
-void Engine::HeartbeatAsync(const Identity& who, const Json& body, std::function<void(Result<Json>)> done) {
+void Engine::HeartbeatAsync(const Identity& who, const Json& body,
+                            std::function<void(Result<Json>)> done) {
   // A failed write: the agent reports the exits again; nothing was started.
   AnswerWhenDurable(HeartbeatQueued(who, body), std::move(done));
 }
@@ -450,10 +452,11 @@ Status Engine::CheckTelemetry(const Json& body) {
     if (Status st = InRange(r, "swapped_mib", int64_t{1} << 40, "running."); !st.ok()) return st;
     if (r.contains("swap")) {
       static const std::set<std::string> kStates = {"resident", "swapping-out", "swapped",
-                                                    "resuming", "unswappable", "mixed"};
+                                                    "resuming", "unswappable",  "mixed"};
       if (!r["swap"].is_string() || kStates.count(r["swap"].get<std::string>()) == 0) {
         return Status::InvalidArgument(
-            "'running.swap' must be one of resident, swapping-out, swapped, resuming, unswappable, mixed");
+            "'running.swap' must be one of resident, swapping-out, swapped, resuming, unswappable, "
+            "mixed");
       }
     }
   }
@@ -472,12 +475,14 @@ void Engine::ObserveActivityLocked(Job& j, const Json& report, const std::string
     const std::string state = report["swap"].get<std::string>();
     const MiB swapped = report.value("swapped_mib", MiB{0});
     if (state != j.swap_state) {
-      std::string detail = state == "swapped"    ? "swapped out: " + std::to_string(swapped) + " MiB off the device"
+      std::string detail = state == "swapped"
+                               ? "swapped out: " + std::to_string(swapped) + " MiB off the device"
                            : state == "resuming" ? "resuming: waiting for room on the device"
                            : state == "resident" ? "back on the device"
                                                  : state;
       b.Add(MakeEvent(actor, "job.swap", j.rec.id, detail,
-                      {{"from", j.swap_state.empty() ? "resident" : j.swap_state}, {"to", state},
+                      {{"from", j.swap_state.empty() ? "resident" : j.swap_state},
+                       {"to", state},
                        {"swapped_mib", swapped}}),
             nullptr);
       j.swap_state = state;

@@ -21,7 +21,8 @@ backends::JobRequest Engine::RequestFor(const Job& j) const {
   backends::JobRequest r;
   r.id = j.rec.id;
   r.name = ExternalName(j.rec.id);
-  for (const auto& a : j.spec.value("command", Json::array())) r.command.push_back(a.get<std::string>());
+  for (const auto& a : j.spec.value("command", Json::array()))
+    r.command.push_back(a.get<std::string>());
   const Json env = j.spec.value("env", Json::object());
   for (const auto& [k, v] : env.items()) r.env[k] = v.get<std::string>();
   r.env["TESSERA_QUEUE"] = j.rec.queue;
@@ -77,13 +78,15 @@ Status Engine::BackendTick() {
     std::unique_lock<std::mutex> lock(mu_);
     CollectBackendWorkLocked(&w);
   }
-  if (w.submits.empty() && w.polls.empty() && w.cancels.empty() && w.suspends.empty() && !w.stops) return Status::Ok();
+  if (w.submits.empty() && w.polls.empty() && w.cancels.empty() && w.suspends.empty() && !w.stops)
+    return Status::Ok();
   // 3. The scheduler's commands, without the engine's lock.
   std::set<std::string> cancel_failed;  // external ids whose cancel is sent again next pass
   for (auto& [b, ext] : w.cancels) {
     if (!b->Cancel(ext).ok()) cancel_failed.insert(ext);
   }
-  for (SuspendWork& s : w.suspends) s.status = s.suspend ? s.b->Suspend(s.external_id) : s.b->Resume(s.external_id, s.req);
+  for (SuspendWork& s : w.suspends)
+    s.status = s.suspend ? s.b->Suspend(s.external_id) : s.b->Resume(s.external_id, s.req);
   std::vector<SubmitDone> done;
   for (const SubmitWork& s : w.submits) done.push_back(SubmitOne(s));
   std::map<std::string, Result<std::map<std::string, backends::ExternalJob>>> polled;
@@ -107,7 +110,8 @@ Status Engine::BackendTick() {
     if (!st.ok()) return st;
   }
   for (auto& [b, ext] : late_cancels) (void)b->Cancel(ext);
-  for (auto& [b, ext] : forget) (void)b->Forget(ext);  // its end is durable: the backend's object can go
+  for (auto& [b, ext] : forget)
+    (void)b->Forget(ext);  // its end is durable: the backend's object can go
   return Status::Ok();
 }
 
@@ -115,7 +119,8 @@ Status Engine::RefreshCapacity() {
   {
     std::unique_lock<std::mutex> lock(mu_);
     const int64_t now = clock_();
-    if (last_capacity_ms_ >= 0 && now - last_capacity_ms_ < 5 * config_.backend_poll_ms) return Status::Ok();
+    if (last_capacity_ms_ >= 0 && now - last_capacity_ms_ < 5 * config_.backend_poll_ms)
+      return Status::Ok();
     last_capacity_ms_ = now;
   }
   Status first = Status::Ok();
@@ -133,7 +138,8 @@ Status Engine::RefreshCapacity() {
     qe_->SetExternalCapacity(name, cap->gpu_milli);
     cycle_wanted_ = true;
     Batch batch;
-    batch.Add(MakeEvent(name, "backend.capacity", name, cap->detail, {{"gpu_milli", cap->gpu_milli}}));
+    batch.Add(
+        MakeEvent(name, "backend.capacity", name, cap->detail, {{"gpu_milli", cap->gpu_milli}}));
     Status st = CommitLocked(batch, lock);
     if (!st.ok()) return st;
   }
@@ -157,7 +163,8 @@ Status Engine::ReconcileBackends() {
       for (auto& [name, list] : lists) {
         for (const backends::ExternalJob& x : *list) {
           const std::string id = x.name.substr(prefix.size());
-          const bool active = x.state == "pending" || x.state == "running" || x.state == "suspended";
+          const bool active =
+              x.state == "pending" || x.state == "running" || x.state == "suspended";
           auto it = jobs_.find(id);
           if (it == jobs_.end() || it->second.backend != name) {
             // A scheduler that keeps ended jobs as objects (Kubernetes) has them deleted too:
@@ -228,10 +235,12 @@ void Engine::CollectBackendWorkLocked(BackendWork* w) {
       // A job the backend keeps: its Job is suspended while Tessera has it pending or preempting,
       // and running (resumed, with the queue's scheduling directives) while it holds its admission.
       const bool want_suspended = j.rec.state == "pending" || j.rec.state == "preempting";
-      const bool change = want_suspended ? !j.ext_suspended : (j.rec.state == "placed" || j.ext_suspended);
+      const bool change =
+          want_suspended ? !j.ext_suspended : (j.rec.state == "placed" || j.ext_suspended);
       if (change && !j.cancel_requested && now >= j.next_suspend_ms) {
         w->suspends.push_back({id, b, j.external_id, want_suspended,
-                               want_suspended ? backends::JobRequest{} : RequestFor(j), Status::Ok()});
+                               want_suspended ? backends::JobRequest{} : RequestFor(j),
+                               Status::Ok()});
         j.next_suspend_ms = now + 2000;  // not again before the answer is recorded
       }
       if (j.cancel_requested && !j.cancel_sent) {
@@ -288,9 +297,9 @@ Engine::SubmitDone Engine::SubmitOne(const SubmitWork& w) {
   return d;
 }
 
-void Engine::RecordSubmissionsLocked(const std::vector<SubmitDone>& done,
-                                     std::vector<std::pair<backends::Backend*, std::string>>* late_cancels,
-                                     Batch* batch) {
+void Engine::RecordSubmissionsLocked(
+    const std::vector<SubmitDone>& done,
+    std::vector<std::pair<backends::Backend*, std::string>>* late_cancels, Batch* batch) {
   const int64_t now = clock_();
   for (const SubmitDone& d : done) {
     auto found = jobs_.find(d.id);
@@ -299,16 +308,18 @@ void Engine::RecordSubmissionsLocked(const std::vector<SubmitDone>& done,
     if (d.status.ok()) {
       if (j.rec.state != "placed" || !j.external_id.empty()) {
         // Cancelled while the submission ran.
-        if (!d.external_id.empty()) late_cancels->push_back({backends_[j.backend].get(), d.external_id});
+        if (!d.external_id.empty())
+          late_cancels->push_back({backends_[j.backend].get(), d.external_id});
         continue;
       }
       j.external_id = d.external_id;
       j.lookup_first = false;
       j.rec.state = "starting";
-      j.rec.reason = (d.adopted ? "adopted " : "submitted to ") + j.backend + " as job " + d.external_id;
+      j.rec.reason =
+          (d.adopted ? "adopted " : "submitted to ") + j.backend + " as job " + d.external_id;
       j.rec.update_ms = now;
       batch->Add(MakeEvent("engine", "job.starting", d.id, j.rec.reason,
-                                 {{"backend", j.backend}, {"external_id", d.external_id}}));
+                           {{"backend", j.backend}, {"external_id", d.external_id}}));
       batch->jobs.push_back(&j);
     } else if (j.rec.state == "placed") {
       if (d.permanent) {
@@ -322,39 +333,45 @@ void Engine::RecordSubmissionsLocked(const std::vector<SubmitDone>& done,
         continue;
       }
       ++j.submit_attempts;
-      const int64_t backoff = std::min<int64_t>(60000, int64_t{1000} << std::min(j.submit_attempts - 1, 6));
+      const int64_t backoff =
+          std::min<int64_t>(60000, int64_t{1000} << std::min(j.submit_attempts - 1, 6));
       j.next_submit_ms = now + backoff;
       j.lookup_first = true;  // a failed or timed-out submission may still have gone through
-      j.rec.reason = "admitted, not yet submitted to " + j.backend + " (attempt " + std::to_string(j.submit_attempts) +
-                     ", next in " + std::to_string(backoff / 1000) + "s): " + d.status.message();
+      j.rec.reason = "admitted, not yet submitted to " + j.backend + " (attempt " +
+                     std::to_string(j.submit_attempts) + ", next in " +
+                     std::to_string(backoff / 1000) + "s): " + d.status.message();
       j.rec.update_ms = now;
       batch->Add(MakeEvent("engine", "job.submit_failed", d.id, j.rec.reason,
-                                 {{"backend", j.backend}, {"attempt", j.submit_attempts}}));
+                           {{"backend", j.backend}, {"attempt", j.submit_attempts}}));
       batch->jobs.push_back(&j);
     }
   }
 }
 
-void Engine::RecordPollsLocked(const std::map<std::string, std::vector<std::string>>& polls,
-                               std::map<std::string, Result<std::map<std::string, backends::ExternalJob>>>& polled,
-                               std::vector<std::pair<backends::Backend*, std::string>>* forget, Batch* batch) {
+void Engine::RecordPollsLocked(
+    const std::map<std::string, std::vector<std::string>>& polls,
+    std::map<std::string, Result<std::map<std::string, backends::ExternalJob>>>& polled,
+    std::vector<std::pair<backends::Backend*, std::string>>* forget, Batch* batch) {
   const int64_t now = clock_();
   std::map<std::string, std::set<std::string>> asked;  // backend -> the external ids polled
   for (const auto& [name, ids] : polls) asked[name].insert(ids.begin(), ids.end());
   for (auto& [name, res] : polled) {
     for (const std::string& id : LiveIdsLocked()) {
       Job& j = jobs_[id];
-      if (j.backend != name || j.external_id.empty() || !(Holds(j) || j.rec.state == "pending")) continue;
+      if (j.backend != name || j.external_id.empty() || !(Holds(j) || j.rec.state == "pending"))
+        continue;
       if (!asked[name].count(j.external_id)) continue;
       if (!res.ok()) {
-        j.rec.reason = "cannot follow " + name + " job " + j.external_id + ": " + res.status().message();
+        j.rec.reason =
+            "cannot follow " + name + " job " + j.external_id + ": " + res.status().message();
         continue;
       }
       auto it = res->find(j.external_id);
       if (it == res->end()) {
         if (j.cancel_sent) {  // deleted on our request (Kubernetes forgets a deleted Job)
           EndLocked(j, "cancelled", "cancelled");
-          batch->Add(MakeEvent(name, "job.cancelled", id, "cancelled", {{"external_id", j.external_id}}));
+          batch->Add(
+              MakeEvent(name, "job.cancelled", id, "cancelled", {{"external_id", j.external_id}}));
           batch->jobs.push_back(&j);
           continue;
         }
@@ -370,7 +387,8 @@ void Engine::RecordPollsLocked(const std::map<std::string, std::vector<std::stri
         j.rec.state = "lost";
         j.rec.reason = name + " no longer knows job " + j.external_id;
         j.rec.update_ms = now;
-        batch->Add(MakeEvent("engine", "job.lost", id, j.rec.reason, {{"external_id", j.external_id}}));
+        batch->Add(
+            MakeEvent("engine", "job.lost", id, j.rec.reason, {{"external_id", j.external_id}}));
         batch->jobs.push_back(&j);
         continue;
       }
@@ -382,15 +400,18 @@ void Engine::RecordPollsLocked(const std::map<std::string, std::vector<std::stri
       if (!x.gres.empty()) j.gres = x.gres;
       if (!x.devices.empty()) j.external_devices = x.devices;
       if (x.state == "pending") {
-        j.rec.reason = name + " job " + j.external_id + ": " + x.native_state + (x.reason.empty() ? "" : " (" + x.reason + ")");
+        j.rec.reason = name + " job " + j.external_id + ": " + x.native_state +
+                       (x.reason.empty() ? "" : " (" + x.reason + ")");
       } else if (x.state == "running") {
         if (j.rec.state != "running") {
           j.rec.state = "running";
           j.rec.reason = "";
           j.rec.update_ms = now;
           batch->Add(MakeEvent(name, "job.running", id, "",
-                                     {{"external_id", j.external_id}, {"node", j.external_node}, {"gres", j.gres},
-                                      {"devices", j.external_devices}}));
+                               {{"external_id", j.external_id},
+                                {"node", j.external_node},
+                                {"gres", j.gres},
+                                {"devices", j.external_devices}}));
           batch->jobs.push_back(&j);
         }
       } else {
@@ -400,16 +421,21 @@ void Engine::RecordPollsLocked(const std::map<std::string, std::vector<std::stri
         if (j.cancel_requested && state != "succeeded") state = "cancelled";
         j.rec.state = state;
         j.rec.exit_code = x.exit_code;
-        j.rec.reason = state == "cancelled" ? "cancelled"
-                       : state == "succeeded" ? ""
-                                              : name + " " + x.native_state +
-                                                    (x.reason.empty() || x.reason == x.native_state ? "" : " (" + x.reason + ")") +
-                                                    (x.exit_code ? ", exit code " + std::to_string(*x.exit_code) : "") +
-                                                    (x.signal ? ", signal " + std::to_string(x.signal) : "");
+        j.rec.reason =
+            state == "cancelled" ? "cancelled"
+            : state == "succeeded"
+                ? ""
+                : name + " " + x.native_state +
+                      (x.reason.empty() || x.reason == x.native_state ? ""
+                                                                      : " (" + x.reason + ")") +
+                      (x.exit_code ? ", exit code " + std::to_string(*x.exit_code) : "") +
+                      (x.signal ? ", signal " + std::to_string(x.signal) : "");
         j.rec.update_ms = now;
         batch->Add(MakeEvent(name, "job." + state, id, j.rec.reason,
-                                   {{"external_id", j.external_id}, {"node", j.external_node},
-                                    {"exit_code", x.exit_code ? *x.exit_code : -1}, {"signal", x.signal}}));
+                             {{"external_id", j.external_id},
+                              {"node", j.external_node},
+                              {"exit_code", x.exit_code ? *x.exit_code : -1},
+                              {"signal", x.signal}}));
         batch->jobs.push_back(&j);
         forget->push_back({backends_[name].get(), j.external_id});
       }
@@ -423,8 +449,8 @@ void Engine::RecordPollsLocked(const std::map<std::string, std::vector<std::stri
 void Engine::StopUnsubmittedLocked(Batch* batch) {
   for (const std::string& id : LiveIdsLocked()) {
     Job& j = jobs_[id];
-    if (j.rec.state != "preempting" || !j.external_id.empty() || j.backend.empty() || !backends_.count(j.backend) ||
-        !backends_[j.backend]->Suspends()) {
+    if (j.rec.state != "preempting" || !j.external_id.empty() || j.backend.empty() ||
+        !backends_.count(j.backend) || !backends_[j.backend]->Suspends()) {
       continue;
     }
     const size_t mark = qe_->events().size();
@@ -443,20 +469,23 @@ void Engine::RecordSuspendsLocked(const std::vector<SuspendWork>& done, Batch* b
     const std::string verb = d.suspend ? "suspend" : "resume";
     if (!d.status.ok()) {
       j.next_suspend_ms = now + 5000;
-      j.rec.reason = "cannot " + verb + " " + j.backend + " job " + d.external_id + " (retried): " + d.status.message();
+      j.rec.reason = "cannot " + verb + " " + j.backend + " job " + d.external_id +
+                     " (retried): " + d.status.message();
       continue;
     }
     j.ext_suspended = d.suspend;
     j.next_suspend_ms = 0;
     if (d.suspend) {
-      batch->Add(MakeEvent("engine", "job.suspended", d.id, j.backend + " job " + d.external_id + " suspended",
+      batch->Add(MakeEvent("engine", "job.suspended", d.id,
+                           j.backend + " job " + d.external_id + " suspended",
                            {{"backend", j.backend}, {"external_id", d.external_id}}));
     } else if (j.rec.state == "placed") {
       j.rec.state = "starting";
       j.rec.reason = "resumed in " + j.backend + " as job " + d.external_id;
       j.rec.update_ms = now;
-      batch->Add(MakeEvent("engine", "job.starting", d.id, j.rec.reason,
-                           {{"backend", j.backend}, {"external_id", d.external_id}, {"resumed", true}}));
+      batch->Add(
+          MakeEvent("engine", "job.starting", d.id, j.rec.reason,
+                    {{"backend", j.backend}, {"external_id", d.external_id}, {"resumed", true}}));
       batch->jobs.push_back(&j);
     }
   }
@@ -496,8 +525,8 @@ bool Engine::FollowSuspendLocked(Job& j, const backends::ExternalJob& x, Batch* 
       j.unschedulable_since_ms = 0;
       const size_t mark = qe_->events().size();
       qe_->Requeue(j.handle, NowS(),
-                   "requeued: " + j.backend + " did not schedule its pod within " + std::to_string(timeout / 1000) +
-                       "s (" + x.reason + ")");
+                   "requeued: " + j.backend + " did not schedule its pod within " +
+                       std::to_string(timeout / 1000) + "s (" + x.reason + ")");
       TranslateLocked(mark, *batch);
       cycle_wanted_ = true;
       return true;

@@ -15,8 +15,15 @@ namespace tessera::api {
 namespace {
 
 Json DrainJson(const quota::QuotaEngine::Drain& d) {
-  return {{"node", d.node}, {"device", d.device}, {"job", d.job}, {"evict", d.evict}, {"add", d.add},
-          {"enable_mig", d.enable_mig}, {"amd_pair", d.amd_pair}, {"node_wide", d.node_wide}, {"why", d.why}};
+  return {{"node", d.node},
+          {"device", d.device},
+          {"job", d.job},
+          {"evict", d.evict},
+          {"add", d.add},
+          {"enable_mig", d.enable_mig},
+          {"amd_pair", d.amd_pair},
+          {"node_wide", d.node_wide},
+          {"why", d.why}};
 }
 
 }  // namespace
@@ -36,8 +43,8 @@ int64_t Engine::QueueLocked(Batch& b) {
     if (now != drains_) {
       Json list = Json::array();
       for (const auto& d : now) list.push_back(DrainJson(d));
-      b.Add(MakeEvent("engine", "device.drains", "cluster", std::to_string(now.size()) + " drain(s) in progress",
-                      {{"drains", list}}),
+      b.Add(MakeEvent("engine", "device.drains", "cluster",
+                      std::to_string(now.size()) + " drain(s) in progress", {{"drains", list}}),
             nullptr);
       drains_ = std::move(now);
     }
@@ -130,7 +137,8 @@ void Engine::WhenDurable(int64_t target, std::function<void(Status)> done) {
   done(now);
 }
 
-void Engine::AnswerWhenDurable(Result<std::pair<Json, int64_t>> queued, std::function<void(Result<Json>)> done) {
+void Engine::AnswerWhenDurable(Result<std::pair<Json, int64_t>> queued,
+                               std::function<void(Result<Json>)> done) {
   if (!queued.ok()) return done(queued.status());
   auto& [reply, target] = *queued;
   if (target == 0) return done(std::move(reply));
@@ -191,7 +199,8 @@ void Engine::EvictEndedLocked(int64_t written) {
   auto out = [&](const std::string& id) { return gone.count(id) != 0; };
   live_.erase(std::remove_if(live_.begin(), live_.end(), out), live_.end());
   order_.erase(std::remove_if(order_.begin(), order_.end(), out), order_.end());
-  for (auto& [node, ids] : node_jobs_) ids.erase(std::remove_if(ids.begin(), ids.end(), out), ids.end());
+  for (auto& [node, ids] : node_jobs_)
+    ids.erase(std::remove_if(ids.begin(), ids.end(), out), ids.end());
 }
 
 void Engine::WriterLoop() {
@@ -208,7 +217,7 @@ void Engine::WriterLoop() {
     if (dropped > 0) {
       commit_failures_.push_back({group.front().seq, group[dropped - 1].seq,
                                   Status::Internal("not recorded: an earlier commit failed (" +
-                                                      last_failure_.message() + ")")});
+                                                   last_failure_.message() + ")")});
       written_seq_ = group[dropped - 1].seq;
       group.erase(group.begin(), group.begin() + static_cast<std::ptrdiff_t>(dropped));
     }
@@ -238,7 +247,8 @@ void Engine::WriterLoop() {
     }
     // Replies whose batches were written, with their outcome (before older failures are let go).
     std::vector<std::pair<std::function<void(Status)>, Status>> replies;
-    for (auto it = durable_waiters_.begin(); it != durable_waiters_.end() && it->first <= written_seq_;) {
+    for (auto it = durable_waiters_.begin();
+         it != durable_waiters_.end() && it->first <= written_seq_;) {
       replies.emplace_back(std::move(it->second), FailureUpToLocked(it->first));
       it = durable_waiters_.erase(it);
     }
@@ -270,7 +280,8 @@ void Engine::FireWatches(const std::vector<std::pair<std::string, int64_t>>& tou
 
 Result<uint64_t> Engine::WatchOrders(const Identity& who, const std::string& node, int64_t after,
                                      std::function<void(int64_t)> wake) {
-  if (who.role != Role::kAgent && who.role != Role::kAdmin) return Status::PermissionDenied("only agents watch for orders");
+  if (who.role != Role::kAgent && who.role != Role::kAdmin)
+    return Status::PermissionDenied("only agents watch for orders");
   if (Status st = SpeaksFor(who, node, "watch for orders"); !st.ok()) return st;
   std::lock_guard<std::mutex> lock(mu_);
   if (!broken_.ok()) return broken_;
@@ -310,8 +321,8 @@ void Engine::UnwatchAll() {
   watching_ = 0;
 }
 
-void Engine::AuditLocked(const std::string& actor, const std::string& kind, const std::string& subject,
-                         const std::string& reason, Json data) {
+void Engine::AuditLocked(const std::string& actor, const std::string& kind,
+                         const std::string& subject, const std::string& reason, Json data) {
   if (!broken_.ok()) return;
   const int64_t second = clock_() / 1000;
   if (kind == "auth.failed") {
@@ -330,7 +341,8 @@ void Engine::AuditLocked(const std::string& actor, const std::string& kind, cons
   QueueLocked(b);
 }
 
-void Engine::AuditAuthFailure(const std::string& method, const std::string& path, const std::string& why) {
+void Engine::AuditAuthFailure(const std::string& method, const std::string& path,
+                              const std::string& why) {
   std::lock_guard<std::mutex> lock(mu_);
   AuditLocked("-", "auth.failed", path, why, {{"method", method}});
 }

@@ -38,7 +38,8 @@ Status CheckUnique(const std::vector<T>& items, const std::string& what) {
   return Status::Ok();
 }
 
-Status CheckKeys(const YAML::Node& n, const std::string& where, const std::set<std::string>& known) {
+Status CheckKeys(const YAML::Node& n, const std::string& where,
+                 const std::set<std::string>& known) {
   Status s = policy::KnownKeys(n, where, known);
   return s.ok() ? s : Prefixed(s);
 }
@@ -63,20 +64,28 @@ Result<QueueRoute> ParseRoute(const YAML::Node& n, const std::string& w) {
     }
   }
   for (auto [key, field] : std::initializer_list<std::pair<const char*, std::string*>>{
-           {"partition", &q.partition}, {"template", &q.template_path}, {"gpu_type", &q.gpu_type},
-           {"gres_whole", &q.gres_whole}, {"gres_share", &q.gres_share},
-           {"gres_partition", &q.gres_partition}, {"cap_library", &q.cap_library},
+           {"partition", &q.partition},
+           {"template", &q.template_path},
+           {"gpu_type", &q.gpu_type},
+           {"gres_whole", &q.gres_whole},
+           {"gres_share", &q.gres_share},
+           {"gres_partition", &q.gres_partition},
+           {"cap_library", &q.cap_library},
            {"mig_model", &q.mig_model}}) {
     if (!n[key]) continue;
-    if (!q.external()) return Bad(w + "." + key, "only for a queue with an external backend (slurm, pbs, kubernetes)");
+    if (!q.external())
+      return Bad(w + "." + key,
+                 "only for a queue with an external backend (slurm, pbs, kubernetes)");
     auto v = Str(n[key], w + "." + key);
     if (!v.ok()) return v.status();
     *field = *v;
   }
   if (n["shard_memory"]) {
-    if (!n["shard_memory"].IsScalar()) return Bad(w + ".shard_memory", "expected a size such as 1GiB");
+    if (!n["shard_memory"].IsScalar())
+      return Bad(w + ".shard_memory", "expected a size such as 1GiB");
     auto v = ParseMemoryMiB(n["shard_memory"].as<std::string>());
-    if (!v.ok() || *v <= 0) return Bad(w + ".shard_memory", "expected a positive size such as 1GiB");
+    if (!v.ok() || *v <= 0)
+      return Bad(w + ".shard_memory", "expected a positive size such as 1GiB");
     q.shard_mib = *v;
   }
   if (n["run_as_root"]) {
@@ -107,9 +116,11 @@ Result<QueueRoute> ParseRoute(const YAML::Node& n, const std::string& w) {
       if (!digits(whole) || (dot != std::string::npos && (!digits(frac) || frac.size() > 2))) {
         return Bad(w + ".overcommit", "expected a factor such as 2 or 1.5, not '" + t + "'");
       }
-      percent = std::stoi(whole) * 100 + (frac.empty() ? 0 : std::stoi(frac) * (frac.size() == 1 ? 10 : 1));
+      percent = std::stoi(whole) * 100 +
+                (frac.empty() ? 0 : std::stoi(frac) * (frac.size() == 1 ? 10 : 1));
       if (percent < 100 || percent > 1000) {
-        return Bad(w + ".overcommit", "must be from 1 to 10 (caps may sum to that many times a device)");
+        return Bad(w + ".overcommit",
+                   "must be from 1 to 10 (caps may sum to that many times a device)");
       }
     }
     q.swap_overcommit_percent = *v ? percent : 0;
@@ -148,9 +159,12 @@ Result<QueueRoute> ParseRoute(const YAML::Node& n, const std::string& w) {
 
 const char* RoleName(Role r) {
   switch (r) {
-    case Role::kAdmin: return "admin";
-    case Role::kUser: return "user";
-    case Role::kAgent: return "agent";
+    case Role::kAdmin:
+      return "admin";
+    case Role::kUser:
+      return "user";
+    case Role::kAgent:
+      return "agent";
   }
   return "?";
 }
@@ -215,15 +229,19 @@ bool Identity::MaySpeakFor(const std::string& node) const {
   if (role == Role::kAdmin || (role == Role::kAgent && nodes.empty())) return true;
   if (role != Role::kAgent) return false;
   for (const std::string& p : nodes) {
-    if (p.back() == '*' ? node.compare(0, p.size() - 1, p, 0, p.size() - 1) == 0 : node == p) return true;
+    if (p.back() == '*' ? node.compare(0, p.size() - 1, p, 0, p.size() - 1) == 0 : node == p)
+      return true;
   }
   return false;
 }
 
 // A portable Unix account name: a lower-case letter or _, then letters, digits, _ or -; 32 at most.
 bool IsUnixAccountName(const std::string& s) {
-  bool ok = !s.empty() && s.size() <= 32 && (std::islower(static_cast<unsigned char>(s[0])) || s[0] == '_');
-  for (char c : s) ok = ok && (std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) || c == '_' || c == '-');
+  bool ok = !s.empty() && s.size() <= 32 &&
+            (std::islower(static_cast<unsigned char>(s[0])) || s[0] == '_');
+  for (char c : s)
+    ok = ok && (std::islower(static_cast<unsigned char>(c)) ||
+                std::isdigit(static_cast<unsigned char>(c)) || c == '_' || c == '-');
   return ok;
 }
 
@@ -263,7 +281,8 @@ static Status ReadIdentities(const YAML::Node& ids, std::vector<Identity>* out) 
     id.groups = *groups;
     auto nodes = StrList(n["nodes"], w + ".nodes");
     if (!nodes.ok()) return nodes.status();
-    if (!nodes->empty() && id.role != Role::kAgent) return Bad(w + ".nodes", "only agents speak for nodes");
+    if (!nodes->empty() && id.role != Role::kAgent)
+      return Bad(w + ".nodes", "only agents speak for nodes");
     for (const std::string& pattern : *nodes) {
       if (pattern.empty() || pattern.find('*') < pattern.size() - 1) {
         return Bad(w + ".nodes", "'" + pattern + "' is not a node name or a prefix ending in '*'");
@@ -273,7 +292,8 @@ static Status ReadIdentities(const YAML::Node& ids, std::vector<Identity>* out) 
     if (n["run_as"]) {
       auto account = Str(n["run_as"], w + ".run_as");
       if (!account.ok()) return account.status();
-      if (!IsUnixAccountName(*account)) return Bad(w + ".run_as", "'" + *account + "' is not a Unix account name");
+      if (!IsUnixAccountName(*account))
+        return Bad(w + ".run_as", "'" + *account + "' is not a Unix account name");
       if (*account == "root") {
         return Bad(w + ".run_as",
                    "jobs run as root only on a queue with run_as_root: true, never per identity");
@@ -283,7 +303,8 @@ static Status ReadIdentities(const YAML::Node& ids, std::vector<Identity>* out) 
     if (n["token_sha256"]) {
       id.token_sha256 = n["token_sha256"].as<std::string>();
       // As sha256sum prints it; an upper-case digest (as some tools print it) is taken too.
-      for (char& c : id.token_sha256) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      for (char& c : id.token_sha256)
+        c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
       if (id.token_sha256.size() != 64 ||
           id.token_sha256.find_first_not_of("0123456789abcdef") != std::string::npos) {
         return Bad(w + ".token_sha256", "expected 64 hex digits");
@@ -330,7 +351,8 @@ static Status ReadServerSettings(const YAML::Node& root, EngineConfig* c) {
   if (st.ok()) st = ReadMs(root, "heartbeat_interval", true, &c->heartbeat_interval_ms);
   if (st.ok() && c->heartbeat_interval_ms * 2 > c->heartbeat_timeout_ms) {
     return Bad("heartbeat_interval", "must be at most half of heartbeat_timeout (" +
-                                         std::to_string(c->heartbeat_timeout_ms / 1000) + "s), or nodes are lost between heartbeats");
+                                         std::to_string(c->heartbeat_timeout_ms / 1000) +
+                                         "s), or nodes are lost between heartbeats");
   }
   if (st.ok()) st = ReadMs(root, "cancel_grace", false, &c->cancel_grace_ms);
   if (st.ok()) st = ReadMs(root, "cycle", true, &c->cycle_ms);
@@ -399,7 +421,8 @@ const std::set<std::string>& ServerQueueKeys() {
   return kAll;
 }
 
-// The quota policy, with the server's extra keys allowed; one pool with every form when none is given.
+// The quota policy, with the server's extra keys allowed; one pool with every form when none is
+// given.
 static Result<quota::PolicySpec> ReadPolicy(const YAML::Node& root) {
   policy::PolicyKeys keys;
   keys.extra_root = {"cluster",

@@ -3,8 +3,8 @@
 // each queue's jobs run (node agents or an external scheduler).
 //
 // Loaded from YAML; invalid config is refused with a message naming the field (e.g.
-// "config: queues[gpu].profile 'gpu-big' is not a profile"). Tokens are kept only as SHA-256 hashes; a
-// plain `token:` in the file (convenient for examples) is hashed on load.
+// "config: queues[gpu].profile 'gpu-big' is not a profile"). Tokens are kept only as SHA-256
+// hashes; a plain `token:` in the file (convenient for examples) is hashed on load.
 #pragma once
 
 #include <cstdint>
@@ -46,26 +46,26 @@ struct Identity {
 // all of them; only where and how the job starts differs.
 struct QueueRoute {
   std::string queue;
-  bool requeue_on_loss = true;     // a job on a lost node: pending again, or ended as lost
-  std::string backend = "local";   // "local" (node agents), or a registered backend: slurm, pbs
+  bool requeue_on_loss = true;    // a job on a lost node: pending again, or ended as lost
+  std::string backend = "local";  // "local" (node agents), or a registered backend: slurm, pbs
   // For an external backend:
-  std::string partition;           // Slurm partition / PBS queue
-  std::string template_path;       // batch-script template; empty: the built-in default
-  std::string gpu_type;            // whole cards as gpu:TYPE:N
+  std::string partition;      // Slurm partition / PBS queue
+  std::string template_path;  // batch-script template; empty: the built-in default
+  std::string gpu_type;       // whole cards as gpu:TYPE:N
   std::string gres_whole, gres_share, gres_partition;  // admin overrides of the GRES mapping
   // MIG instances: the cards' model (a MIG model of the partition catalog). A partition job then
   // gets the smallest MIG profile that gives its gpu_memory and gpu_fraction, as gpu:PROFILE:1
   // (or gres_partition with {profile} filled in).
   std::string mig_model;
-  MiB shard_mib = 1024;            // GPU memory one Slurm shard stands for
-  std::string cap_library;         // preloaded for shares
+  MiB shard_mib = 1024;     // GPU memory one Slurm shard stands for
+  std::string cap_library;  // preloaded for shares
   // Swapping (local queues): `swap: true` lets idle shares' memory leave the card
   // (src/capgpu/swap.h); `overcommit` (a factor, "2" or "1.5"; default 2) is how far their caps
   // may sum past a device's memory. 0: no swapping.
   int swap_overcommit_percent = 0;
   // The queue's jobs run as root on the nodes (`run_as_root: true`): the only way any job does.
   bool run_as_root = false;
-  backends::KubeMapping kube;      // backend: kubernetes (namespace, node_selector, tolerations ...)
+  backends::KubeMapping kube;  // backend: kubernetes (namespace, node_selector, tolerations ...)
   bool external() const { return backend != "local"; }
 };
 
@@ -77,7 +77,7 @@ struct KubeSettings {
   std::string kubeconfig;  // ':'-separated files ("" : $KUBECONFIG, else ~/.kube/config)
   std::string context;     // "" : the current-context
   bool in_cluster = false;
-  std::string ns;          // the default namespace of its queues ("" : the context's, else "default")
+  std::string ns;  // the default namespace of its queues ("" : the context's, else "default")
 };
 
 struct EngineConfig {
@@ -107,7 +107,7 @@ struct EngineConfig {
   // `max_requests_per_identity: 16` (the default): requests one identity (a person or a script;
   // not an agent) may have in the server at once; past it, 429 with Retry-After.
   int64_t max_requests_per_identity = 16;
-  int backend_nice = 10;           // niceness added to the external schedulers' commands (0-19)
+  int backend_nice = 10;  // niceness added to the external schedulers' commands (0-19)
   int64_t utilization_sample_ms = 10000;  // how often the utilization history is sampled
   // `idle_after: 15m` (the default): an allocation whose devices showed no activity for this
   // long is "held but idle" (job.idle event, marked in every view and in /metrics).

@@ -20,7 +20,9 @@ inline Status Bad(const std::string& where, const std::string& what) {
 }
 
 // The policy loader's typed reads (policy/yaml_fields.h), their errors prefixed "config: ".
-inline Status Prefixed(const Status& s) { return Status::InvalidArgument("config: " + s.message()); }
+inline Status Prefixed(const Status& s) {
+  return Status::InvalidArgument("config: " + s.message());
+}
 
 inline Result<std::string> Str(const YAML::Node& n, const std::string& where) {
   auto r = policy::GetString(n, where);
@@ -36,7 +38,8 @@ inline Result<int64_t> Duration(const YAML::Node& n, const std::string& where) {
   if (s.size() > 2 && s.substr(s.size() - 2) == "ms") {
     mult = 1;
     num = s.substr(0, s.size() - 2);
-  } else if (!s.empty() && (s.back() == 's' || s.back() == 'm' || s.back() == 'h' || s.back() == 'd')) {
+  } else if (!s.empty() &&
+             (s.back() == 's' || s.back() == 'm' || s.back() == 'h' || s.back() == 'd')) {
     mult = s.back() == 's' ? 1000 : s.back() == 'm' ? 60000 : s.back() == 'h' ? 3600000 : 86400000;
     num = s.substr(0, s.size() - 1);
   }

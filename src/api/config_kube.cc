@@ -1,7 +1,7 @@
 // The config of Kubernetes queues (backend: kubernetes) and of the cluster they use.
 //
-//   kubernetes: {kubeconfig: /etc/tessera/kubeconfig, context: prod, namespace: ml}   # or in_cluster: true
-//   queues:
+//   kubernetes: {kubeconfig: /etc/tessera/kubeconfig, context: prod, namespace: ml}   # or
+//   in_cluster: true queues:
 //     - name: k8s-train
 //       backend: kubernetes
 //       namespace: ml
@@ -10,10 +10,10 @@
 //       priority_class: batch
 //       image: nvcr.io/nvidia/pytorch:24.05-py3
 //       template: examples/kubernetes/job.yaml
-//       mig_model: A100-80GB     mig_strategy: mixed | single (mig_product: "A100-SXM4-80GB-MIG-{profile}")
-//       share_mode: hami | timeslice     vendor: nvidia | amd (amd_partition: cpx_nps4)
-//       resources: {whole: nvidia.com/gpu, mig: "nvidia.com/mig-{profile}", gpumem: nvidia.com/gpumem}
-//       placement_timeout: 5m
+//       mig_model: A100-80GB     mig_strategy: mixed | single (mig_product:
+//       "A100-SXM4-80GB-MIG-{profile}") share_mode: hami | timeslice     vendor: nvidia | amd
+//       (amd_partition: cpx_nps4) resources: {whole: nvidia.com/gpu, mig:
+//       "nvidia.com/mig-{profile}", gpumem: nvidia.com/gpumem} placement_timeout: 5m
 #include <nlohmann/json.hpp>
 
 #include "api/config.h"
@@ -31,13 +31,15 @@ Result<std::map<std::string, std::string>> StrMap(const YAML::Node& n, const std
   if (!n.IsMap()) return Bad(where, "expected a map of names to values");
   std::map<std::string, std::string> out;
   for (const auto& kv : n) {
-    if (!kv.second.IsScalar()) return Bad(where + "." + kv.first.as<std::string>(), "expected a string");
+    if (!kv.second.IsScalar())
+      return Bad(where + "." + kv.first.as<std::string>(), "expected a string");
     out[kv.first.as<std::string>()] = kv.second.as<std::string>();
   }
   return out;
 }
 
-Status OneOf(const std::string& v, std::initializer_list<const char*> allowed, const std::string& where) {
+Status OneOf(const std::string& v, std::initializer_list<const char*> allowed,
+             const std::string& where) {
   std::string list;
   for (const char* a : allowed) {
     if (v == a) return Status::Ok();
@@ -50,7 +52,9 @@ Status OneOf(const std::string& v, std::initializer_list<const char*> allowed, c
 bool DnsLabel(const std::string& s) {
   if (s.empty() || s.size() > 63) return false;
   for (char c : s) {
-    if (!(std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) || c == '-')) return false;
+    if (!(std::islower(static_cast<unsigned char>(c)) ||
+          std::isdigit(static_cast<unsigned char>(c)) || c == '-'))
+      return false;
   }
   return s.front() != '-' && s.back() != '-';
 }
@@ -58,9 +62,10 @@ bool DnsLabel(const std::string& s) {
 }  // namespace
 
 const std::set<std::string>& KubeQueueKeys() {
-  static const std::set<std::string> kKeys = {"namespace", "node_selector", "tolerations", "priority_class",
-                                              "image", "vendor", "mig_strategy", "mig_product", "share_mode",
-                                              "amd_partition", "resources", "placement_timeout"};
+  static const std::set<std::string> kKeys = {
+      "namespace",  "node_selector", "tolerations",  "priority_class",
+      "image",      "vendor",        "mig_strategy", "mig_product",
+      "share_mode", "amd_partition", "resources",    "placement_timeout"};
   return kKeys;
 }
 
@@ -77,7 +82,9 @@ Status Utf8(const std::string& s, const std::string& field) {
 
 Status CheckKubeUtf8(const backends::KubeMapping& k, const std::string& w) {
   for (auto [key, value] : std::initializer_list<std::pair<const char*, const std::string*>>{
-           {"priority_class", &k.priority_class}, {"image", &k.image}, {"mig_product", &k.mig_product},
+           {"priority_class", &k.priority_class},
+           {"image", &k.image},
+           {"mig_product", &k.mig_product},
            {"amd_partition", &k.amd_partition}}) {
     if (Status st = Utf8(*value, w + "." + key); !st.ok()) return st;
   }
@@ -93,21 +100,29 @@ Status CheckKubeUtf8(const backends::KubeMapping& k, const std::string& w) {
 Status ParseKubeRoute(const YAML::Node& n, const std::string& w, QueueRoute* q) {
   backends::KubeMapping& k = q->kube;
   for (auto [key, field] : std::initializer_list<std::pair<const char*, std::string*>>{
-           {"namespace", &k.ns}, {"priority_class", &k.priority_class}, {"image", &k.image}, {"vendor", &k.vendor},
-           {"mig_strategy", &k.mig_strategy}, {"mig_product", &k.mig_product}, {"share_mode", &k.share_mode},
+           {"namespace", &k.ns},
+           {"priority_class", &k.priority_class},
+           {"image", &k.image},
+           {"vendor", &k.vendor},
+           {"mig_strategy", &k.mig_strategy},
+           {"mig_product", &k.mig_product},
+           {"share_mode", &k.share_mode},
            {"amd_partition", &k.amd_partition}}) {
     if (!n[key]) continue;
     auto v = Str(n[key], w + "." + key);
     if (!v.ok()) return v.status();
     *field = *v;
   }
-  if (!k.ns.empty() && !DnsLabel(k.ns)) return Bad(w + ".namespace", "'" + k.ns + "' is not a Kubernetes namespace name");
+  if (!k.ns.empty() && !DnsLabel(k.ns))
+    return Bad(w + ".namespace", "'" + k.ns + "' is not a Kubernetes namespace name");
   Status st = OneOf(k.vendor, {"nvidia", "amd"}, w + ".vendor");
   if (st.ok()) st = OneOf(k.mig_strategy, {"mixed", "single"}, w + ".mig_strategy");
   if (st.ok()) st = OneOf(k.share_mode, {"hami", "timeslice"}, w + ".share_mode");
   if (!st.ok()) return st;
   if (k.mig_strategy == "single" && !q->mig_model.empty() && k.mig_product.empty()) {
-    return Bad(w + ".mig_product", "the single MIG strategy needs the nvidia.com/gpu.product of the MIG nodes, e.g. \"A100-SXM4-80GB-MIG-{profile}\"");
+    return Bad(w + ".mig_product",
+               "the single MIG strategy needs the nvidia.com/gpu.product of the MIG nodes, e.g. "
+               "\"A100-SXM4-80GB-MIG-{profile}\"");
   }
   if (n["node_selector"]) {
     auto m = StrMap(n["node_selector"], w + ".node_selector");
@@ -120,12 +135,15 @@ Status ParseKubeRoute(const YAML::Node& n, const std::string& w, QueueRoute* q) 
     for (const auto& [form, name] : *m) {
       st = OneOf(form, {"whole", "mig", "gpumem", "gpucores", "amd_partition"}, w + ".resources");
       if (!st.ok()) return st;
-      if (name.find('/') == std::string::npos) return Bad(w + ".resources." + form, "'" + name + "' is not a resource name such as nvidia.com/gpu");
+      if (name.find('/') == std::string::npos)
+        return Bad(w + ".resources." + form,
+                   "'" + name + "' is not a resource name such as nvidia.com/gpu");
     }
     k.resources = *m;
   }
   if (n["tolerations"]) {
-    if (!n["tolerations"].IsSequence()) return Bad(w + ".tolerations", "expected a list of tolerations");
+    if (!n["tolerations"].IsSequence())
+      return Bad(w + ".tolerations", "expected a list of tolerations");
     for (size_t i = 0; i < n["tolerations"].size(); ++i) {
       const YAML::Node t = n["tolerations"][i];
       const std::string tw = w + ".tolerations[" + std::to_string(i) + "]";
@@ -140,7 +158,8 @@ Status ParseKubeRoute(const YAML::Node& n, const std::string& w, QueueRoute* q) 
         if (!st.ok()) return st;
       }
       if (t["effect"]) {
-        st = OneOf(t["effect"].as<std::string>(), {"NoSchedule", "PreferNoSchedule", "NoExecute"}, tw + ".effect");
+        st = OneOf(t["effect"].as<std::string>(), {"NoSchedule", "PreferNoSchedule", "NoExecute"},
+                   tw + ".effect");
         if (!st.ok()) return st;
       }
     }
@@ -176,9 +195,11 @@ Status ParseKubeRoute(const YAML::Node& n, const std::string& w, QueueRoute* q) 
 Status ReadKubeSettings(const YAML::Node& root, EngineConfig* c) {
   const YAML::Node n = root["kubernetes"];
   if (!n) return Status::Ok();
-  if (!n.IsMap()) return Bad("kubernetes", "expected a map (kubeconfig, context, in_cluster, namespace)");
+  if (!n.IsMap())
+    return Bad("kubernetes", "expected a map (kubeconfig, context, in_cluster, namespace)");
   for (const auto& kv : n) {
-    Status st = OneOf(kv.first.as<std::string>(), {"kubeconfig", "context", "in_cluster", "namespace"}, "kubernetes");
+    Status st = OneOf(kv.first.as<std::string>(),
+                      {"kubeconfig", "context", "in_cluster", "namespace"}, "kubernetes");
     if (!st.ok()) return st;
   }
   KubeSettings& k = c->kubernetes;
@@ -194,18 +215,24 @@ Status ReadKubeSettings(const YAML::Node& root, EngineConfig* c) {
     if (!v.ok()) return cfg::Prefixed(v.status());
     k.in_cluster = *v;
   }
-  if (k.in_cluster && !k.kubeconfig.empty()) return Bad("kubernetes", "in_cluster and kubeconfig exclude each other");
+  if (k.in_cluster && !k.kubeconfig.empty())
+    return Bad("kubernetes", "in_cluster and kubeconfig exclude each other");
   return Status::Ok();
 }
 
 Status CheckKubeCluster(const std::string& cl) {
   // The cluster's name is the tessera.io/cluster label and part of every Job's name.
-  bool label = !cl.empty() && cl.size() <= 40 && std::isalnum(static_cast<unsigned char>(cl.front())) &&
+  bool label = !cl.empty() && cl.size() <= 40 &&
+               std::isalnum(static_cast<unsigned char>(cl.front())) &&
                std::isalnum(static_cast<unsigned char>(cl.back()));
-  for (char ch : cl) label = label && (std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.');
+  for (char ch : cl)
+    label = label &&
+            (std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.');
   if (!label) {
-    return Bad("cluster", "'" + cl + "' cannot name Kubernetes objects: up to 40 letters, digits, '-', '_' or '.', "
-                          "starting and ending with a letter or digit");
+    return Bad("cluster",
+               "'" + cl +
+                   "' cannot name Kubernetes objects: up to 40 letters, digits, '-', '_' or '.', "
+                   "starting and ending with a letter or digit");
   }
   return Status::Ok();
 }

@@ -142,7 +142,8 @@ const char* kTail = R"HTML(</script>
 }  // namespace
 
 const char* DashboardHtml() {
-  static const std::string page = std::string(kHead) + DashboardCss() + kBody + DashboardJs() + kTail;
+  static const std::string page =
+      std::string(kHead) + DashboardCss() + kBody + DashboardJs() + kTail;
   return page.c_str();
 }
 

@@ -23,13 +23,20 @@ void WriteGrants(JsonText& w, const std::vector<quota::GrantView>& grants) {
   w.BeginArray();
   for (const auto& g : grants) {
     w.BeginObject()
-        .Key("node").Str(g.node)
-        .Key("device").Int(g.device)
-        .Key("slot").Str(g.slot)
-        .Key("compute").Int(g.compute)
-        .Key("memory").Int(g.memory)
-        .Key("cpu").Int(g.cpu)
-        .Key("host_memory").Int(g.host_memory)
+        .Key("node")
+        .Str(g.node)
+        .Key("device")
+        .Int(g.device)
+        .Key("slot")
+        .Str(g.slot)
+        .Key("compute")
+        .Int(g.compute)
+        .Key("memory")
+        .Int(g.memory)
+        .Key("cpu")
+        .Int(g.cpu)
+        .Key("host_memory")
+        .Int(g.host_memory)
         .EndObject();
   }
   w.EndArray();
@@ -51,7 +58,9 @@ quota::GrantView GrantFrom(const Json& j) {
 
 Engine::Engine(EngineConfig config, std::unique_ptr<store::Store> store, std::string data_dir,
                Clock clock)
-    : config_(std::move(config)), store_(std::move(store)), data_dir_(std::move(data_dir)),
+    : config_(std::move(config)),
+      store_(std::move(store)),
+      data_dir_(std::move(data_dir)),
       clock_(std::move(clock)) {
   writer_ = std::thread([this] { WriterLoop(); });
 }
@@ -66,12 +75,15 @@ Engine::~Engine() {
   writer_.join();
 }
 
-Result<std::unique_ptr<Engine>> Engine::Open(EngineConfig config, std::unique_ptr<store::Store> store,
+Result<std::unique_ptr<Engine>> Engine::Open(EngineConfig config,
+                                             std::unique_ptr<store::Store> store,
                                              std::string data_dir, Clock clock) {
   std::error_code ec;
   std::filesystem::create_directories(data_dir + "/output", ec);
-  if (ec) return Status::FailedPrecondition("cannot create '" + data_dir + "/output': " + ec.message());
-  std::unique_ptr<Engine> e(new Engine(std::move(config), std::move(store), std::move(data_dir), std::move(clock)));
+  if (ec)
+    return Status::FailedPrecondition("cannot create '" + data_dir + "/output': " + ec.message());
+  std::unique_ptr<Engine> e(
+      new Engine(std::move(config), std::move(store), std::move(data_dir), std::move(clock)));
   for (const QueueRoute& q : e->config_.routes) {
     if (!q.external() || e->backends_.count(q.backend)) continue;
     backends::BackendOptions options;
@@ -95,7 +107,8 @@ const std::vector<std::string>& Engine::LiveIdsLocked() {
   // Pruned when about half of it has ended, so that a walk costs what the live jobs do, amortized;
   // walkers still skip what ended since.
   if (ended_since_prune_ > 64 && 2 * ended_since_prune_ > live_.size()) {
-    live_.erase(std::remove_if(live_.begin(), live_.end(), [&](const std::string& id) { return Ended(jobs_[id]); }),
+    live_.erase(std::remove_if(live_.begin(), live_.end(),
+                               [&](const std::string& id) { return Ended(jobs_[id]); }),
                 live_.end());
     ended_since_prune_ = 0;
   }
@@ -121,14 +134,16 @@ std::vector<std::string> Engine::NodesOf(const Job& j) const {
 }
 
 store::Event Engine::MakeEvent(const std::string& actor, const std::string& kind,
-                               const std::string& subject, const std::string& reason, Json data) const {
+                               const std::string& subject, const std::string& reason,
+                               Json data) const {
   JsonText text;
   text.Raw(data.dump(-1, ' ', false, Json::error_handler_t::replace));
   return MakeEvent(actor, kind, subject, reason, std::move(text));
 }
 
 store::Event Engine::MakeEvent(const std::string& actor, const std::string& kind,
-                               const std::string& subject, const std::string& reason, JsonText data) const {
+                               const std::string& subject, const std::string& reason,
+                               JsonText data) const {
   store::Event ev;
   ev.time_ms = clock_();
   // What is stored is valid UTF-8 whatever reached us (an event once made every page of the
@@ -147,18 +162,29 @@ store::JobRecord Engine::RecordOf(const Job& j) const {
   JsonText p;
   p.BeginObject().Key("preemptions").Int(j.preemptions);
   if (!j.node.empty()) {  // held, or where it ran once ended
-    p.Key("node").Str(j.node).Key("form").Str(j.form).Key("borrowed").Bool(j.borrowed).Key("grants");
+    p.Key("node")
+        .Str(j.node)
+        .Key("form")
+        .Str(j.form)
+        .Key("borrowed")
+        .Bool(j.borrowed)
+        .Key("grants");
     WriteGrants(p, j.grants);
     p.Key("parts_done").BeginArray();
     for (const std::string& n : j.parts_done) p.Str(n);
     p.EndArray();
   }
   if (!j.backend.empty()) {  // also while pending again (a suspended Kubernetes Job keeps its id)
-    p.Key("backend").Str(j.backend)
-        .Key("external_id").Str(j.external_id)
-        .Key("external_node").Str(j.external_node)
-        .Key("gres").Str(j.gres)
-        .Key("attempts").Int(j.submit_attempts);
+    p.Key("backend")
+        .Str(j.backend)
+        .Key("external_id")
+        .Str(j.external_id)
+        .Key("external_node")
+        .Str(j.external_node)
+        .Key("gres")
+        .Str(j.gres)
+        .Key("attempts")
+        .Int(j.submit_attempts);
   }
   r.placement = p.EndObject().Take();
   return r;
@@ -175,14 +201,14 @@ Status Engine::ReloadLocked(const Status& cause) {
     for (const std::string& id : LiveIdsLocked()) {
       Job& j = jobs_[id];
       if (j.rec.state == "pending") {
-        j.rec.reason = "Queued: the last scheduling decision could not be recorded (" + cause.message() +
-                       "); the next cycle decides again";
+        j.rec.reason = "Queued: the last scheduling decision could not be recorded (" +
+                       cause.message() + "); the next cycle decides again";
       }
     }
   }
   if (!st.ok()) {
-    return Status::Internal("a commit failed (" + cause.message() + ") and the reload failed too: " +
-                               st.message());
+    return Status::Internal("a commit failed (" + cause.message() +
+                            ") and the reload failed too: " + st.message());
   }
   return cause;
 }
@@ -225,13 +251,15 @@ Status Engine::LoadNodes() {
     node.swap_mib = j.value("swap_mib", int64_t{0});
     node.simulated = j.value("simulated", false);
     for (const auto& d : j.value("devices", Json::array())) {
-      node.devices.push_back({d.value("index", 0), d.value("model", ""), d.value("memory_mib", int64_t{0}),
-                              d.value("uuid", ""), d.value("simulated", false)});
+      node.devices.push_back({d.value("index", 0), d.value("model", ""),
+                              d.value("memory_mib", int64_t{0}), d.value("uuid", ""),
+                              d.value("simulated", false)});
     }
     node.last_heartbeat_ms = clock_();
     auto added = qe_->AddNode(SpecOf(node), NowS());
     if (!added.ok()) {
-      return Status::Internal("stored node '" + node.name + "' cannot be scheduled: " + added.status().message());
+      return Status::Internal("stored node '" + node.name +
+                              "' cannot be scheduled: " + added.status().message());
     }
     nodes_[node.name] = node;
   }
@@ -296,11 +324,13 @@ quota::JobSpec Engine::QuotaSpecOf(const Job& j) const {
 Result<Engine::Job> Engine::JobFromRecord(store::JobRecord r) const {
   Job j;
   j.spec = Json::parse(r.spec, nullptr, false);
-  if (j.spec.is_discarded()) return Status::Internal("stored spec of job '" + r.id + "' is corrupt");
+  if (j.spec.is_discarded())
+    return Status::Internal("stored spec of job '" + r.id + "' is corrupt");
   j.spec_text = r.spec;
   j.stored = true;
   Json p = r.placement.empty() ? Json::object() : Json::parse(r.placement, nullptr, false);
-  if (p.is_discarded()) return Status::Internal("stored placement of job '" + r.id + "' is corrupt");
+  if (p.is_discarded())
+    return Status::Internal("stored placement of job '" + r.id + "' is corrupt");
   j.preemptions = p.value("preemptions", 0);
   j.cancel_requested = r.reason == "cancel requested";
   j.rec = std::move(r);
@@ -309,7 +339,8 @@ Result<Engine::Job> Engine::JobFromRecord(store::JobRecord r) const {
     j.form = p.value("form", "");
     j.borrowed = p.value("borrowed", false);
     for (const auto& g : p.value("grants", Json::array())) j.grants.push_back(GrantFrom(g));
-    for (const auto& n : p.value("parts_done", Json::array())) j.parts_done.insert(n.get<std::string>());
+    for (const auto& n : p.value("parts_done", Json::array()))
+      j.parts_done.insert(n.get<std::string>());
   }
   j.backend = p.value("backend", "");
   j.external_id = p.value("external_id", "");
@@ -350,8 +381,8 @@ Status Engine::LoadJob(store::JobRecord r) {
   j.handle = *h;
   if (Holds(j)) {
     auto form = quota::ParseAllocationForm(j.form.empty() ? "whole" : j.form);
-    Status st = qe_->Restore(j.handle, form.ok() ? *form : AllocationForm::kWhole, j.grants, j.borrowed,
-                             j.rec.state == "preempting", NowS());
+    Status st = qe_->Restore(j.handle, form.ok() ? *form : AllocationForm::kWhole, j.grants,
+                             j.borrowed, j.rec.state == "preempting", NowS());
     if (!st.ok()) {
       // A broken invariant: two held jobs claim the same capacity. Stop loudly.
       return Status::Internal("job '" + id + "' cannot be re-reserved: " + st.message());
@@ -458,7 +489,9 @@ void Engine::TranslateLocked(size_t from, Batch& b) {
     const quota::Event& e = evs[i];
     if (e.kind == quota::EventKind::kRepartitioned) {
       CountEventLocked(e, nullptr);
-      b.Add(MakeEvent("engine", "device.repartitioned", e.detail.substr(0, e.detail.find(':')), e.detail), nullptr);
+      b.Add(MakeEvent("engine", "device.repartitioned", e.detail.substr(0, e.detail.find(':')),
+                      e.detail),
+            nullptr);
       continue;
     }
     auto it = jobs_.find(e.job);
@@ -505,7 +538,9 @@ void Engine::TranslateLocked(size_t from, Batch& b) {
         j.gpu_memory_used_mib = -1;
         j.swap_state.clear();
         j.swapped_mib = 0;
-        b.Add(MakeEvent("engine", "job.requeued", j.rec.id, e.detail, {{"preemptions", j.preemptions}}), &j);
+        b.Add(MakeEvent("engine", "job.requeued", j.rec.id, e.detail,
+                        {{"preemptions", j.preemptions}}),
+              &j);
         break;
       default:
         break;  // submitted, rejected, completed: the server records those itself
@@ -548,8 +583,9 @@ void Engine::CycleLocked(Batch& b) {
   });
   TranslateLocked(mark, b);
   RefreshWaitReasonsLocked();
-  const int64_t took_us =
-      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - started).count();
+  const int64_t took_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                              std::chrono::steady_clock::now() - started)
+                              .count();
   cycle_latency_.Observe(took_us);
   submit_cycles_.Ran(CycleBudget::NowUs(), took_us, stats.pending_at_start - stats.admitted);
   last_cycle_ms_ = clock_();
@@ -582,8 +618,7 @@ Status Engine::Tick() {
     }
     failed_on_load_.clear();
     Status st = MarkLostLocked(b);
-    if (st.ok() &&
-        (cycle_wanted_ || clock_() - last_cycle_ms_ >= config_.cycle_ms)) {
+    if (st.ok() && (cycle_wanted_ || clock_() - last_cycle_ms_ >= config_.cycle_ms)) {
       CycleLocked(b);
     }
     if (st.ok()) st = CommitLocked(b, lock);
@@ -605,7 +640,8 @@ Status Engine::SaveFairShare(bool now) {
     last_fair_share_save_ms_ = clock_();
     int64_t as_of = 0;
     Json groups = Json::object();
-    for (const auto& h : qe_->FairShare(&as_of)) groups[h.group] = {h.decayed[0], h.decayed[1], h.decayed[2], h.decayed[3]};
+    for (const auto& h : qe_->FairShare(&as_of))
+      groups[h.group] = {h.decayed[0], h.decayed[1], h.decayed[2], h.decayed[3]};
     if (as_of < 0) return Status::Ok();  // no cycle yet: nothing to say
     saved = {{"as_of", as_of}, {"groups", groups}};
   }
@@ -617,15 +653,16 @@ Status Engine::LoadFairShare() {
   if (!text.ok()) return text.status();
   if (!text->has_value()) return Status::Ok();
   const Json j = Json::parse(**text, nullptr, false);
-  if (!j.is_object() || !j.contains("as_of") || !j["as_of"].is_number_integer() || !j.contains("groups") ||
-      !j["groups"].is_object()) {
+  if (!j.is_object() || !j.contains("as_of") || !j["as_of"].is_number_integer() ||
+      !j.contains("groups") || !j["groups"].is_object()) {
     return Status::Ok();  // unreadable history: start afresh rather than refuse to start
   }
   std::vector<quota::QuotaEngine::FairShareHistory> history;
   for (const auto& [name, v] : j["groups"].items()) {
     quota::QuotaEngine::FairShareHistory h;
     h.group = name;
-    for (size_t r = 0; r < 4 && v.is_array() && r < v.size(); ++r) h.decayed[r] = v[r].is_number() ? v[r].get<double>() : 0.0;
+    for (size_t r = 0; r < 4 && v.is_array() && r < v.size(); ++r)
+      h.decayed[r] = v[r].is_number() ? v[r].get<double>() : 0.0;
     history.push_back(h);
   }
   qe_->RestoreFairShare(history, j["as_of"].get<int64_t>(), NowS());
@@ -658,17 +695,20 @@ Status Engine::CheckInvariants() {
     const Job& j = jobs_[id];
     if (j.handle < 0) continue;
     quota::JobView v = qe_->job(j.handle);
-    const bool held = v.state == quota::JobState::kRunning || v.state == quota::JobState::kTerminating;
+    const bool held =
+        v.state == quota::JobState::kRunning || v.state == quota::JobState::kTerminating;
     if (held != Holds(j)) {
       return Status::Internal("job '" + id + "' is " + j.rec.state + " but " +
                               quota::JobStateName(v.state) + " in the scheduler");
     }
     if (!held) continue;
-    if (v.grants.size() != j.grants.size()) return Status::Internal("job '" + id + "' grants disagree");
+    if (v.grants.size() != j.grants.size())
+      return Status::Internal("job '" + id + "' grants disagree");
     for (size_t k = 0; k < v.grants.size(); ++k) {
       const auto &a = v.grants[k], &g = j.grants[k];
       if (a.node != g.node || a.device != g.device || a.slot != g.slot || a.memory != g.memory) {
-        return Status::Internal("job '" + id + "' grant " + std::to_string(k) + " disagrees with the scheduler");
+        return Status::Internal("job '" + id + "' grant " + std::to_string(k) +
+                                " disagrees with the scheduler");
       }
     }
   }

@@ -37,8 +37,6 @@
 // the backend commands run outside it.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -48,6 +46,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <thread>
@@ -94,7 +93,8 @@ class CycleBudget {
   }
   bool Allows(int64_t now_us) const { return now_us >= not_before_us_; }
   static int64_t NowUs() {
-    return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
+    return std::chrono::duration_cast<std::chrono::microseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
         .count();
   }
 
@@ -105,7 +105,8 @@ class CycleBudget {
 class Engine {
  public:
   // REQUIRES: store is open. `data_dir` holds job output files.
-  static Result<std::unique_ptr<Engine>> Open(EngineConfig config, std::unique_ptr<store::Store> store,
+  static Result<std::unique_ptr<Engine>> Open(EngineConfig config,
+                                              std::unique_ptr<store::Store> store,
                                               std::string data_dir, Clock clock);
   ~Engine();  // writes what is queued, then stops the writer
   // Returns once everything queued so far is written and every reply waiting on it was called
@@ -116,14 +117,15 @@ class Engine {
   // With an `idempotency_key` (the Idempotency-Key header): a key this identity already used
   // within kIdempotencyWindowMs returns that job, durable, and sets *replayed, instead of
   // making a second one.
-  Result<Json> Submit(const Identity& who, const Json& body, const std::string& idempotency_key = "",
-                      bool* replayed = nullptr);
+  Result<Json> Submit(const Identity& who, const Json& body,
+                      const std::string& idempotency_key = "", bool* replayed = nullptr);
   // The same, answered through `done` (the job, or why not; whether it was a replay) once the
   // job and the decisions of the cycle it ran are durable: from the commit writer's thread, so
   // that no caller's thread waits for the store (at once, on the caller's thread, when refused
   // or already durable). `done` must take no engine lock.
   using SubmitReply = std::function<void(Result<Json>, bool replayed)>;
-  void SubmitAsync(const Identity& who, const Json& body, const std::string& idempotency_key, SubmitReply done);
+  void SubmitAsync(const Identity& who, const Json& body, const std::string& idempotency_key,
+                   SubmitReply done);
   static constexpr int64_t kIdempotencyWindowMs = int64_t{24} * 3600 * 1000;
   // Letters, digits and -_.:/+=, 1 to 200 of them (UUIDs and the like).
   static Status ValidIdempotencyKey(const std::string& key);
@@ -179,7 +181,8 @@ class Engine {
   Result<Json> WhatIfScenario(const Identity& who, int64_t since_ms, int64_t until_ms);
   // That scenario replayed by the simulator with `forms` ("CLASS=FORM[,FORM]" each) applied:
   // sim::WhatIf's report (cards per class observed, as configured and what-if; waits).
-  Result<Json> WhatIf(const Identity& who, int64_t since_ms, int64_t until_ms, const std::vector<std::string>& forms);
+  Result<Json> WhatIf(const Identity& who, int64_t since_ms, int64_t until_ms,
+                      const std::vector<std::string>& forms);
   // GET /metrics: the Prometheus text exposition (format 0.0.4) of capacity, allocation, jobs,
   // counters since start, latency histograms, heartbeat ages and telemetry (docs/metrics.md).
   // Admins, or anyone when the config says `metrics_public: true`.
@@ -200,8 +203,10 @@ class Engine {
   Result<Json> Heartbeat(const Identity& who, const Json& body);
   // The same, answered through `done` as SubmitAsync is: a heartbeat that reports exits is
   // answered once they are durable, without a thread waiting for it.
-  void HeartbeatAsync(const Identity& who, const Json& body, std::function<void(Result<Json>)> done);
-  Status WriteOutput(const Identity& who, const std::string& job, int64_t offset, const std::string& bytes);
+  void HeartbeatAsync(const Identity& who, const Json& body,
+                      std::function<void(Result<Json>)> done);
+  Status WriteOutput(const Identity& who, const std::string& job, int64_t offset,
+                     const std::string& bytes);
   // A long poll for a node's orders (GET /v1/agent/orders): `wake` is called once, from any
   // thread, with the node's order sequence as soon as a durable change that gives the node new
   // orders is newer than `after` (at once when there is one already). One watch per node: a newer
@@ -236,9 +241,9 @@ class Engine {
     bool simulated = false;
     // Telemetry from the agent's heartbeats (NVML, or synthesized on simulated nodes); -1 when
     // never reported.
-    int util_pct = -1;            // SM utilization, percent
-    MiB memory_used_mib = -1;     // device memory in use
-    int64_t telemetry_ms = 0;     // when last reported
+    int util_pct = -1;         // SM utilization, percent
+    MiB memory_used_mib = -1;  // device memory in use
+    int64_t telemetry_ms = 0;  // when last reported
   };
   struct NodeInfo {
     std::string name;
@@ -257,12 +262,12 @@ class Engine {
     std::string spec_text;  // spec.dump(), kept: the spec never changes
     bool stored = false;    // its record is in the store: updates need not rewrite the spec
     int64_t last_seq = 0;   // the last commit batch that carried its record
-    int handle = -1;  // in the quota engine
+    int handle = -1;        // in the quota engine
     // What the job holds while placed/starting/running/preempting.
     std::string form;
     std::vector<quota::GrantView> grants;  // on agent nodes (empty for external backends)
     bool borrowed = false;
-    std::string node;                      // the first grant's node, or "backend:partition"
+    std::string node;  // the first grant's node, or "backend:partition"
     int preemptions = 0;
     // Per node of the job: "NODE" once its processes there ended, "sent:NODE" once a gang part
     // was ordered to start there.
@@ -280,14 +285,14 @@ class Engine {
     MiB swapped_mib = 0;
     // External backend (empty: local agents).
     std::string backend;
-    std::string external_id;      // the scheduler's job id once submitted
-    std::string external_node;    // where the scheduler runs it
-    std::string gres;             // the scheduler's allocation text
+    std::string external_id;            // the scheduler's job id once submitted
+    std::string external_node;          // where the scheduler runs it
+    std::string gres;                   // the scheduler's allocation text
     std::vector<int> external_devices;  // GPU indices the scheduler reports
     std::string native_state;
     int submit_attempts = 0;
     int64_t next_submit_ms = 0;
-    bool lookup_first = false;    // a submission may have happened: look before submitting
+    bool lookup_first = false;  // a submission may have happened: look before submitting
     bool cancel_sent = false;
     int unknown_polls = 0;
     // Backends that suspend (Kubernetes): the Job's spec.suspend as last seen or set, when the
@@ -317,7 +322,8 @@ class Engine {
     void Touch(const std::vector<std::string>& n) { nodes.insert(nodes.end(), n.begin(), n.end()); }
   };
 
-  Engine(EngineConfig config, std::unique_ptr<store::Store> store, std::string data_dir, Clock clock);
+  Engine(EngineConfig config, std::unique_ptr<store::Store> store, std::string data_dir,
+         Clock clock);
 
   // --- views.cc: the snapshot the polled views are served from (see Nodes()).
   Result<Json> ViewOf(const std::string& key, const std::function<Result<Json>()>& render);
@@ -348,11 +354,13 @@ class Engine {
   static Json Redacted(const Identity& who, Json job);
   Status NewQuotaEngine();
   int64_t NowS() const { return clock_() / 1000; }
-  store::Event MakeEvent(const std::string& actor, const std::string& kind, const std::string& subject,
-                         const std::string& reason, Json data = Json::object()) const;
+  store::Event MakeEvent(const std::string& actor, const std::string& kind,
+                         const std::string& subject, const std::string& reason,
+                         Json data = Json::object()) const;
   // The same with data already written as JSON text (the cycle's hot path).
-  store::Event MakeEvent(const std::string& actor, const std::string& kind, const std::string& subject,
-                         const std::string& reason, JsonText data) const;
+  store::Event MakeEvent(const std::string& actor, const std::string& kind,
+                         const std::string& subject, const std::string& reason,
+                         JsonText data) const;
   store::JobRecord RecordOf(const Job& j) const;
   // Queues a batch for the store and waits, with `lock` released while the store writes, until it
   // and every batch queued before it is durable: a caller replies (and anyone acts) only on
@@ -363,7 +371,8 @@ class Engine {
   // for what is queued (its reply may rest on it), or, given `node`, only for what was queued
   // about that node's jobs: a heartbeat that changes nothing, about a node whose orders are
   // durable, does not wait at all.
-  Status CommitLocked(Batch& b, std::unique_lock<std::mutex>& lock, const std::string* node = nullptr);
+  Status CommitLocked(Batch& b, std::unique_lock<std::mutex>& lock,
+                      const std::string* node = nullptr);
   // The first half of CommitLocked: queues `b` for the writer (and empties it) without waiting.
   // Returns its sequence number, 0 when it was empty.
   int64_t QueueLocked(Batch& b);
@@ -374,7 +383,8 @@ class Engine {
   Status FailureUpToLocked(int64_t target) const;  // REQUIRES: wmu_ held
   // Answers `done` with a queued call's reply once the batch it rests on is durable (its
   // sequence; 0: now), with the write's error if that failed, or at once with the call's own.
-  void AnswerWhenDurable(Result<std::pair<Json, int64_t>> queued, std::function<void(Result<Json>)> done);
+  void AnswerWhenDurable(Result<std::pair<Json, int64_t>> queued,
+                         std::function<void(Result<Json>)> done);
   // Marks the jobs whose records landed, and rebuilds memory from the store after a failed write.
   void CatchUpLocked();
   // Ended jobs beyond the newest kEndedKept leave memory once durable (`written`: the last
@@ -508,17 +518,21 @@ class Engine {
   Status ReconcileBackends();
   void CollectBackendWorkLocked(BackendWork* w);
   SubmitDone SubmitOne(const SubmitWork& w);
-  void RecordSubmissionsLocked(const std::vector<SubmitDone>& done,
-                               std::vector<std::pair<backends::Backend*, std::string>>* late_cancels, Batch* batch);
-  void RecordPollsLocked(const std::map<std::string, std::vector<std::string>>& polls,
-                         std::map<std::string, Result<std::map<std::string, backends::ExternalJob>>>& polled,
-                         std::vector<std::pair<backends::Backend*, std::string>>* forget, Batch* batch);
+  void RecordSubmissionsLocked(
+      const std::vector<SubmitDone>& done,
+      std::vector<std::pair<backends::Backend*, std::string>>* late_cancels, Batch* batch);
+  void RecordPollsLocked(
+      const std::map<std::string, std::vector<std::string>>& polls,
+      std::map<std::string, Result<std::map<std::string, backends::ExternalJob>>>& polled,
+      std::vector<std::pair<backends::Backend*, std::string>>* forget, Batch* batch);
   void RecordSuspendsLocked(const std::vector<SuspendWork>& done, Batch* batch);
   void StopUnsubmittedLocked(Batch* batch);
   // Whether the poll of a kept (suspending) backend's job changed its course; see backend_pass.cc.
   bool FollowSuspendLocked(Job& j, const backends::ExternalJob& x, Batch* batch);
   backends::JobRequest RequestFor(const Job& j) const;
-  std::string ExternalName(const std::string& id) const { return "tessera-" + config_.cluster + "-" + id; }
+  std::string ExternalName(const std::string& id) const {
+    return "tessera-" + config_.cluster + "-" + id;
+  }
 
   EngineConfig config_;
   std::unique_ptr<store::Store> store_;
@@ -527,23 +541,23 @@ class Engine {
 
   std::mutex mu_;
   std::unique_ptr<quota::QuotaEngine> qe_;
-  std::map<std::string, Job> jobs_;          // by id
+  std::map<std::string, Job> jobs_;  // by id
   // Scoped idempotency keys ("identity\nkey") of the jobs in memory -> job id. Evicted jobs
   // are found in the store.
   std::map<std::string, std::string> idem_;
   // The job a repeated key names, durable, or nullopt when the key is new.
   Result<std::optional<Json>> RepeatedLocked(const Identity& who, const std::string& scoped,
                                              std::unique_lock<std::mutex>& lock);
-  std::vector<std::string> order_;           // ids of the jobs in memory, in submit order
-  std::deque<std::string> ended_;            // ids of ended jobs in memory, oldest end first
+  std::vector<std::string> order_;  // ids of the jobs in memory, in submit order
+  std::deque<std::string> ended_;   // ids of ended jobs in memory, oldest end first
   // Jobs Load ended (no longer schedulable under the policy): written by the next Tick.
   std::vector<std::string> failed_on_load_;
-  std::vector<Job*> by_handle_;               // quota handle -> job (jobs_ nodes do not move)
+  std::vector<Job*> by_handle_;  // quota handle -> job (jobs_ nodes do not move)
   void Index(Job& j) {
     if (j.handle >= static_cast<int>(by_handle_.size())) by_handle_.resize(j.handle + 1, nullptr);
     by_handle_[j.handle] = &j;
   }
-  size_t ended_since_prune_ = 0;             // jobs ended since live_ was last pruned
+  size_t ended_since_prune_ = 0;                   // jobs ended since live_ was last pruned
   std::vector<quota::QuotaEngine::Drain> drains_;  // as last committed ("device.drains")
   Status LoadDrains();
   // Ids of the jobs not yet ended, in submit order: what every per-heartbeat, per-tick and
@@ -554,7 +568,7 @@ class Engine {
   std::map<std::string, int64_t> live_by_identity_;
   // REQUIRES: the caller adds no job while walking the result.
   const std::vector<std::string>& LiveIdsLocked();
-  std::map<std::string, NodeInfo> nodes_;    // by name
+  std::map<std::string, NodeInfo> nodes_;  // by name
   // Job ids by the agent nodes they were granted, so that a heartbeat walks its own node's jobs,
   // not every live one. Entries are added with grants and dropped lazily by the walk
   // (NodeJobsLocked) once the job no longer holds anything there.
@@ -572,7 +586,7 @@ class Engine {
   // first decisions are written. Lock order: mu_, then wmu_.
   struct QueuedCommit {
     int64_t seq = 0;
-    int64_t epoch = 0;                      // reloads before it was queued
+    int64_t epoch = 0;  // reloads before it was queued
     std::vector<store::Event> events;
     std::vector<store::JobRecord> records;  // snapshots taken when queued
     std::vector<std::string> jobs;          // their ids: marked stored once durable
@@ -599,18 +613,18 @@ class Engine {
   uint64_t next_ticket_ = 0;
   std::atomic<int> watching_{0};  // watches_.size(), read without the lock by QueueLocked
   void FireWatches(const std::vector<std::pair<std::string, int64_t>>& touched);
-  int64_t queued_seq_ = 0;                               // the last batch queued
-  int64_t epoch_ = 0;                                    // reloads so far
+  int64_t queued_seq_ = 0;  // the last batch queued
+  int64_t epoch_ = 0;       // reloads so far
   // Under wmu_:
   std::mutex wmu_;
   std::condition_variable work_cv_;     // the writer: something was queued, or stop
   std::condition_variable durable_cv_;  // callers: written_seq_ moved
   std::deque<QueuedCommit> commit_queue_;
-  int64_t written_seq_ = 0;             // every batch up to this one was written or dropped
+  int64_t written_seq_ = 0;  // every batch up to this one was written or dropped
   // Every batch up to this one that was not dropped is in the store (a failed write does not
   // move it; the batches after a failure are of a new epoch, over memory reloaded).
   int64_t durable_seq_ = 0;
-  int64_t dropped_epoch_ = -1;          // a write failed: batches of this epoch or older are dropped
+  int64_t dropped_epoch_ = -1;  // a write failed: batches of this epoch or older are dropped
   Status last_failure_;
   std::deque<CommitFailure> commit_failures_;  // the most recent ones
   std::vector<std::string> newly_stored_;      // jobs whose records landed, to mark under mu_
@@ -622,14 +636,15 @@ class Engine {
   std::map<std::string, std::unique_ptr<backends::Backend>> backends_;  // by name
   std::mutex register_mu_;  // orders node registrations (held without mu_ while one is written)
   // Backend jobs to delete whose Tessera job ended without the backend's help (a suspended
-  // Kubernetes Job of a job cancelled while pending): (backend, external id); drained by BackendTick.
+  // Kubernetes Job of a job cancelled while pending): (backend, external id); drained by
+  // BackendTick.
   std::vector<std::pair<std::string, std::string>> backend_deletes_;
   // What each backend last said it has for Tessera's jobs (GpuCapacity), refreshed every 5
   // backend polls; the quota engine's external pools follow it.
   std::map<std::string, backends::Capacity> capacity_;
   int64_t last_capacity_ms_ = -1;
   Status RefreshCapacity();
-  std::mutex backend_mu_;   // serializes backend passes (held without mu_ while commands run)
+  std::mutex backend_mu_;  // serializes backend passes (held without mu_ while commands run)
   int64_t last_poll_ms_ = 0;
   bool reconciled_ = false;
   int64_t last_sample_ms_ = 0;

@@ -425,13 +425,13 @@ Result<std::string> Engine::Metrics(const Identity& who) {
   const CounterFamilies cf = CounterMetrics(counters);
 
   std::string out;
-  for (const Family* f : {&nf.dev_gpu,     &nf.dev_mem,    &nf.node_cpu,
-                          &nf.node_mem,    &jf.a_gpu,      &jf.a_gmem,
-                          &jf.a_cpu,       &jf.a_mem,      &jf.jobs_fam,
-                          &jf.pending_fam, &cf.adm,        &cf.pre,
-                          &cf.rep,         &cf.cyc,        &cf.req,
-                          &nf.hb_age,      &nf.lost,       &nf.util,
-                          &nf.mem_used,    &jf.alloc_idle, &jf.alloc_mem_used,
+  for (const Family* f : {&nf.dev_gpu,       &nf.dev_mem,    &nf.node_cpu,
+                          &nf.node_mem,      &jf.a_gpu,      &jf.a_gmem,
+                          &jf.a_cpu,         &jf.a_mem,      &jf.jobs_fam,
+                          &jf.pending_fam,   &cf.adm,        &cf.pre,
+                          &cf.rep,           &cf.cyc,        &cf.req,
+                          &nf.hb_age,        &nf.lost,       &nf.util,
+                          &nf.mem_used,      &jf.alloc_idle, &jf.alloc_mem_used,
                           &jf.alloc_swapped, &jf.idle_fam}) {
     f->RenderTo(out);
   }

@@ -210,7 +210,8 @@ namespace {
 net::HttpServerOptions HttpOptions(const ApiServerOptions& o, int io_threads, int workers) {
   net::HttpServerOptions h;
   h.admission = o.admission;
-  if (io_threads <= 0) io_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  if (io_threads <= 0)
+    io_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   h.io_threads = io_threads;
   h.workers = workers;
   h.max_body_bytes = kMaxBody;
@@ -303,16 +304,17 @@ struct TimedRoutes {
         request_log);
   }
   // A route answered later (once what it changed is durable), timed until its answer.
-  void RouteAsync(const std::string& method, const std::string& pattern, net::HttpAsyncHandler handler,
-                  log::Level request_log = log::Level::kInfo) {
+  void RouteAsync(const std::string& method, const std::string& pattern,
+                  net::HttpAsyncHandler handler, log::Level request_log = log::Level::kInfo) {
     http.RouteAsync(
         method, pattern,
-        [e = e, method, pattern, handler = std::move(handler)](const HttpRequest& req, net::HttpReply reply) {
+        [e = e, method, pattern, handler = std::move(handler)](const HttpRequest& req,
+                                                               net::HttpReply reply) {
           const auto start = std::chrono::steady_clock::now();
           net::HttpReply timed = [e, method, pattern, start,
                                   reply = std::move(reply)](HttpResponse res) {
-            const auto micros =
-                std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start);
+            const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(
+                std::chrono::steady_clock::now() - start);
             e->ObserveRequest(method, pattern, res.status, micros.count());
             reply(std::move(res));
           };
@@ -392,15 +394,16 @@ void AddHealthRoutes(TimedRoutes& s) {
 void AddJobRoutes(TimedRoutes& s) {
   Engine* e = s.e;
   // Answered once the job is durable, from the commit writer: no API thread waits for the store.
-  s.RouteAsync("POST", "/v1/jobs",
-               AuthedAsync(e, [e](const Identity& who, const HttpRequest& req, net::HttpReply reply) {
-                 auto body = Body(req);
-                 if (!body.ok()) return ReplyLater(reply, body.status());
-                 e->SubmitAsync(who, *body, req.header("idempotency-key"),
-                                [reply = std::move(reply)](Result<Json> r, bool replayed) {
-                                  ReplyLater(reply, r, replayed ? 200 : 201);
-                                });
-               }));
+  s.RouteAsync(
+      "POST", "/v1/jobs",
+      AuthedAsync(e, [e](const Identity& who, const HttpRequest& req, net::HttpReply reply) {
+        auto body = Body(req);
+        if (!body.ok()) return ReplyLater(reply, body.status());
+        e->SubmitAsync(who, *body, req.header("idempotency-key"),
+                       [reply = std::move(reply)](Result<Json> r, bool replayed) {
+                         ReplyLater(reply, r, replayed ? 200 : 201);
+                       });
+      }));
   s.Route(
       "GET", "/v1/jobs",
       Authed(e, [e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
@@ -462,30 +465,30 @@ void AddViewRoutes(TimedRoutes& s) {
           Authed(e, [e](const Identity& who, const HttpRequest&, HttpResponse& res) {
             ReplyResult(res, e->Summary(who));
           }));
-  s.Route("GET", "/v1/events",
-          Authed(e, [e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
-            int limit = IntParam(req, "limit", 100, 1000);
-            // Event numbers are 64-bit: past 2^31 an int would page the same events forever.
-            auto after_param = ParseNonNegativeInt(req.has_param("after") ? req.param("after") : "0");
-            int64_t after = after_param.ok() ? *after_param : -1;
-            const int tail = IntParam(req, "tail", 0, 1000);
-            if (limit < 0 || after < 0 || tail < 0) {
-              return ReplyError(res,
-                                Status::InvalidArgument(
-                                    "'after', 'limit' and 'tail' must be non-negative integers"));
-            }
-            if (tail > 0) {
-              // The newest events: start `tail` before the last one recorded.
-              auto last = e->LastEventSeq();
-              if (!last.ok()) return ReplyError(res, last.status());
-              after = std::max<int64_t>(0, *last - tail);
-            }
-            store::EventFilter f;
-            if (req.has_param("kind")) f.kind_prefix = req.param("kind");
-            if (req.has_param("subject")) f.subject = req.param("subject");
-            if (req.has_param("actor")) f.actor = req.param("actor");
-            ReplyResult(res, e->Events(who, after, limit, f));
-          }));
+  s.Route(
+      "GET", "/v1/events",
+      Authed(e, [e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
+        int limit = IntParam(req, "limit", 100, 1000);
+        // Event numbers are 64-bit: past 2^31 an int would page the same events forever.
+        auto after_param = ParseNonNegativeInt(req.has_param("after") ? req.param("after") : "0");
+        int64_t after = after_param.ok() ? *after_param : -1;
+        const int tail = IntParam(req, "tail", 0, 1000);
+        if (limit < 0 || after < 0 || tail < 0) {
+          return ReplyError(res, Status::InvalidArgument(
+                                     "'after', 'limit' and 'tail' must be non-negative integers"));
+        }
+        if (tail > 0) {
+          // The newest events: start `tail` before the last one recorded.
+          auto last = e->LastEventSeq();
+          if (!last.ok()) return ReplyError(res, last.status());
+          after = std::max<int64_t>(0, *last - tail);
+        }
+        store::EventFilter f;
+        if (req.has_param("kind")) f.kind_prefix = req.param("kind");
+        if (req.has_param("subject")) f.subject = req.param("subject");
+        if (req.has_param("actor")) f.actor = req.param("actor");
+        ReplyResult(res, e->Events(who, after, limit, f));
+      }));
 }
 
 // Utilization history, usage and what-if.
@@ -614,7 +617,8 @@ void AddOrderWatchRoute(TimedRoutes& s) {
           return refuse(reply, Status::InvalidArgument("'after' must be a non-negative integer"));
         auto wait = ParseNonNegativeInt(req.has_param("wait_ms") ? req.param("wait_ms") : "25000");
         if (!wait.ok() || *wait > 60000) {
-          return refuse(reply, Status::InvalidArgument("'wait_ms' must be an integer from 0 to 60000"));
+          return refuse(reply,
+                        Status::InvalidArgument("'wait_ms' must be an integer from 0 to 60000"));
         }
         auto ticket = e->WatchOrders(*who, node, *after, [reply, answer](int64_t seq) {
           answer(reply, 200, Json{{"wake", seq > 0}, {"seq", seq}});
@@ -645,9 +649,10 @@ void AddAgentRoutes(TimedRoutes& s) {
                            [e](const Identity& who, const HttpRequest& req, net::HttpReply reply) {
                              auto body = Body(req);
                              if (!body.ok()) return ReplyLater(reply, body.status());
-                             e->HeartbeatAsync(who, *body, [reply = std::move(reply)](Result<Json> r) {
-                               ReplyLater(reply, r);
-                             });
+                             e->HeartbeatAsync(who, *body,
+                                               [reply = std::move(reply)](Result<Json> r) {
+                                                 ReplyLater(reply, r);
+                                               });
                            }),
                RequestLogLevel("/v1/agent/heartbeat"));
   s.Route("PUT", "/v1/agent/jobs/{id}/output",

@@ -103,7 +103,7 @@ class StandbyServer {
   StandbyServer(store::Store* store, ApiServerOptions options = {});
   ~StandbyServer();
   Result<int> Bind(const std::string& host, int port);
-  void Run();   // until Stop() (or SIGINT/SIGTERM with stop_on_signals)
+  void Run();  // until Stop() (or SIGINT/SIGTERM with stop_on_signals)
   void Stop();
 
  private:

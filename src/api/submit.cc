@@ -56,14 +56,16 @@ Result<std::string> GroupFor(const EngineConfig& c, const Identity& who, const q
                              const Json& body) {
   auto allowed = [&](const std::string& g) {
     bool in_queue = std::find(q.groups.begin(), q.groups.end(), g) != q.groups.end();
-    bool mine = who.role == Role::kAdmin || std::find(who.groups.begin(), who.groups.end(), g) != who.groups.end();
+    bool mine = who.role == Role::kAdmin ||
+                std::find(who.groups.begin(), who.groups.end(), g) != who.groups.end();
     return in_queue && mine && c.FindGroup(g) != nullptr;
   };
   if (body.contains("group")) {
     if (!body["group"].is_string()) return Status::InvalidArgument("'group' must be a string");
     std::string group = body["group"].get<std::string>();
     if (!allowed(group)) {
-      return Status::PermissionDenied("'" + who.name + "' may not submit to queue '" + q.name + "' as group '" + group + "'");
+      return Status::PermissionDenied("'" + who.name + "' may not submit to queue '" + q.name +
+                                      "' as group '" + group + "'");
     }
     return group;
   }
@@ -83,14 +85,16 @@ Result<std::string> MigProfileFor(const QueueRoute& route, int64_t* gpu_milli, M
     if (p.media_extension) continue;
     if (*gpu_memory > 0 && p.memory_mib < *gpu_memory) continue;
     if (int64_t{p.compute_slices} * kWholeGpu < *gpu_milli * total) continue;
-    if (mig == nullptr || std::tie(p.memory_slices, p.compute_slices) < std::tie(mig->memory_slices, mig->compute_slices)) {
+    if (mig == nullptr || std::tie(p.memory_slices, p.compute_slices) <
+                              std::tie(mig->memory_slices, mig->compute_slices)) {
       mig = &p;
     }
   }
   if (mig == nullptr) {
-    return Status::InvalidArgument("no MIG profile of " + model->name + " gives " + FormatMiB(*gpu_memory) +
-                                   " of GPU memory and " + FormatMilli(*gpu_milli) + " of its compute (profiles: " +
-                                   model->mig.ProfileNames() + ")");
+    return Status::InvalidArgument("no MIG profile of " + model->name + " gives " +
+                                   FormatMiB(*gpu_memory) + " of GPU memory and " +
+                                   FormatMilli(*gpu_milli) +
+                                   " of its compute (profiles: " + model->mig.ProfileNames() + ")");
   }
   *gpu_milli = (int64_t{mig->compute_slices} * kWholeGpu + total - 1) / total;
   *gpu_memory = mig->memory_mib;
@@ -116,17 +120,21 @@ Status ReadCommand(const Json& body, std::vector<std::string>* cmd, Json* env) {
   *cmd = *c;
   *env = Json::object();
   if (!body.contains("env")) return Status::Ok();
-  if (!body["env"].is_object()) return Status::InvalidArgument("'env' must be an object of strings");
-  if (body["env"].size() > kMaxEnv) return Status::InvalidArgument("'env' has more than 1024 variables");
+  if (!body["env"].is_object())
+    return Status::InvalidArgument("'env' must be an object of strings");
+  if (body["env"].size() > kMaxEnv)
+    return Status::InvalidArgument("'env' has more than 1024 variables");
   for (const auto& [k, v] : body["env"].items()) {
     // A portable shell name: it is written into batch scripts (Slurm, PBS) and exported.
     bool name = !k.empty() && k.size() <= 256 && !std::isdigit(static_cast<unsigned char>(k[0]));
     for (char ch : k) name = name && (std::isalnum(static_cast<unsigned char>(ch)) || ch == '_');
     if (!name) {
-      return Status::InvalidArgument("'env': '" + k.substr(0, 64) +
-                                     "' is not a variable name (letters, digits and _, not starting with a digit)");
+      return Status::InvalidArgument(
+          "'env': '" + k.substr(0, 64) +
+          "' is not a variable name (letters, digits and _, not starting with a digit)");
     }
-    if (!v.is_string()) return Status::InvalidArgument("'env': the value of '" + k + "' must be a string");
+    if (!v.is_string())
+      return Status::InvalidArgument("'env': the value of '" + k + "' must be a string");
     if (v.get<std::string>().find('\0') != std::string::npos) {
       return Status::InvalidArgument("'env': the value of '" + k + "' contains a NUL byte");
     }
@@ -139,23 +147,27 @@ Status ReadCommand(const Json& body, std::vector<std::string>* cmd, Json* env) {
 // walltime. Fills the scheduler's request.
 Status ReadNeeds(const Json& body, const quota::ProfileSpec& prof, quota::JobSpec* qs) {
   if (body.contains("class")) {
-    auto c = quota::ParseWorkloadClass(body["class"].is_string() ? body["class"].get<std::string>() : "");
+    auto c = quota::ParseWorkloadClass(body["class"].is_string() ? body["class"].get<std::string>()
+                                                                 : "");
     if (!c.ok()) return Status::InvalidArgument("'class': " + c.status().message());
     qs->cls = *c;
   }
   if (body.contains("form")) {
-    auto f = quota::ParseAllocationForm(body["form"].is_string() ? body["form"].get<std::string>() : "");
+    auto f =
+        quota::ParseAllocationForm(body["form"].is_string() ? body["form"].get<std::string>() : "");
     if (!f.ok()) return Status::InvalidArgument("'form': " + f.status().message());
     qs->form = *f;
   }
   int gpus = prof.gpu_count;
   if (body.contains("gpus")) {
-    if (!body["gpus"].is_number_integer() || body["gpus"].get<int64_t>() < 0 || body["gpus"].get<int64_t>() > 4096) {
+    if (!body["gpus"].is_number_integer() || body["gpus"].get<int64_t>() < 0 ||
+        body["gpus"].get<int64_t>() > 4096) {
       return Status::InvalidArgument("'gpus' must be a non-negative integer");
     }
     gpus = static_cast<int>(body["gpus"].get<int64_t>());
   }
-  auto quantity = [&](const char* field, bool memory_unit, int64_t profile_value) -> Result<int64_t> {
+  auto quantity = [&](const char* field, bool memory_unit,
+                      int64_t profile_value) -> Result<int64_t> {
     if (!body.contains(field)) return profile_value;
     return Quantity(body[field], memory_unit, std::string("'") + field + "'");
   };
@@ -165,15 +177,17 @@ Status ReadNeeds(const Json& body, const quota::ProfileSpec& prof, quota::JobSpe
   if (!cpu.ok()) return cpu.status();
   auto memory = quantity("memory", true, prof.memory_mib);
   if (!memory.ok()) return memory.status();
-  auto fraction = quantity("gpu_fraction", false, gpus > 0 && prof.gpu_count == 0 ? kWholeGpu : prof.gpu_milli);
+  auto fraction =
+      quantity("gpu_fraction", false, gpus > 0 && prof.gpu_count == 0 ? kWholeGpu : prof.gpu_milli);
   if (!fraction.ok()) return fraction.status();
   if (*fraction > kWholeGpu) return Status::InvalidArgument("'gpu_fraction' is above 1");
   int64_t walltime = 0;
   if (body.contains("walltime")) {
     const Json& w = body["walltime"];
     auto d = w.is_string() ? policy::ParseDuration(w.get<std::string>())
-             : w.is_number_integer() && w.get<int64_t>() >= 0 ? Result<int64_t>(w.get<int64_t>())
-                                                              : Result<int64_t>(Status::InvalidArgument("not a duration"));
+             : w.is_number_integer() && w.get<int64_t>() >= 0
+                 ? Result<int64_t>(w.get<int64_t>())
+                 : Result<int64_t>(Status::InvalidArgument("not a duration"));
     if (!d.ok()) return Status::InvalidArgument("'walltime': " + d.status().message());
     walltime = *d;
   }
@@ -191,13 +205,14 @@ Status ReadNeeds(const Json& body, const quota::ProfileSpec& prof, quota::JobSpe
 Result<Engine::PendingSubmit> Engine::Prepare(const Identity& who, const Json& body) const {
   if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot submit jobs");
   if (!body.is_object()) return Status::InvalidArgument("the body must be a JSON object");
-  static const std::set<std::string> kFields = {"queue", "command", "env", "name", "class", "form", "gpus",
-                                                "gpu_memory", "gpu_fraction", "cpu", "memory", "group", "walltime",
-                                                "secret_args"};
+  static const std::set<std::string> kFields = {
+      "queue",      "command",      "env", "name",   "class", "form",     "gpus",
+      "gpu_memory", "gpu_fraction", "cpu", "memory", "group", "walltime", "secret_args"};
   for (const auto& [k, v] : body.items()) {
     if (!kFields.count(k)) return Status::InvalidArgument("unknown field '" + k + "'");
   }
-  if (!body.contains("queue") || !body["queue"].is_string()) return Status::InvalidArgument("'queue' is required");
+  if (!body.contains("queue") || !body["queue"].is_string())
+    return Status::InvalidArgument("'queue' is required");
   if (body.contains("name")) {
     // A name is shown in tables and terminals: text without control characters.
     if (!body["name"].is_string() || body["name"].get_ref<const std::string&>().size() > 256 ||
@@ -222,19 +237,30 @@ Result<Engine::PendingSubmit> Engine::Prepare(const Identity& who, const Json& b
   if (Status st = ReadNeeds(body, *config_.FindProfile(q->profile), &qs); !st.ok()) return st;
   auto mig_profile = ExternalForm(*q, &qs);
   if (!mig_profile.ok()) return mig_profile.status();
-  Json spec = {{"command", cmd}, {"env", env}, {"class", quota::WorkloadClassName(qs.cls.value_or(q->default_class))},
-               {"gpus", *qs.gpu_count}, {"gpu_milli", *qs.gpu_milli}, {"gpu_memory_mib", *qs.gpu_memory_mib},
-               {"cpu_milli", *qs.cpu_milli}, {"memory_mib", *qs.memory_mib}, {"walltime_s", qs.walltime_s},
-               {"name", body.contains("name") && body["name"].is_string() ? body["name"].get<std::string>() : ""}};
+  Json spec = {
+      {"command", cmd},
+      {"env", env},
+      {"class", quota::WorkloadClassName(qs.cls.value_or(q->default_class))},
+      {"gpus", *qs.gpu_count},
+      {"gpu_milli", *qs.gpu_milli},
+      {"gpu_memory_mib", *qs.gpu_memory_mib},
+      {"cpu_milli", *qs.cpu_milli},
+      {"memory_mib", *qs.memory_mib},
+      {"walltime_s", qs.walltime_s},
+      {"name",
+       body.contains("name") && body["name"].is_string() ? body["name"].get<std::string>() : ""}};
   if (qs.form) spec["form"] = AllocationFormName(*qs.form);
   if (body.contains("secret_args")) {
     // Indices of command arguments only the owner and admins see (a password on a command line).
     const Json& sa = body["secret_args"];
     bool ok = sa.is_array();
     for (const Json& i : ok ? sa : Json::array()) {
-      ok = ok && i.is_number_integer() && i.get<int64_t>() >= 0 && i.get<int64_t>() < static_cast<int64_t>(cmd.size());
+      ok = ok && i.is_number_integer() && i.get<int64_t>() >= 0 &&
+           i.get<int64_t>() < static_cast<int64_t>(cmd.size());
     }
-    if (!ok) return Status::InvalidArgument("'secret_args' must list indices into 'command' (0 to " + std::to_string(cmd.size() - 1) + ")");
+    if (!ok)
+      return Status::InvalidArgument("'secret_args' must list indices into 'command' (0 to " +
+                                     std::to_string(cmd.size() - 1) + ")");
     spec["secret_args"] = sa;
   }
   // The Unix account its processes run under (on agent nodes, and as the submitter of Slurm and
@@ -264,14 +290,17 @@ Result<std::string> Engine::ExternalForm(const quota::QueueSpec& q, quota::JobSp
   const QueueRoute* route = config_.FindRoute(q.name);
   if (!route->external() || *qs->gpu_count == 0) return std::string();
   // The form the cycle will grant an external queue's job: the first the policy allows.
-  auto forms = quota::FormsFor(config_.policy, *config_.FindProfile(q.profile), qs->cls.value_or(q.default_class), qs->form);
+  auto forms = quota::FormsFor(config_.policy, *config_.FindProfile(q.profile),
+                               qs->cls.value_or(q.default_class), qs->form);
   if (!forms.ok()) return Status::InvalidArgument(forms.status().message());
   qs->form = forms->front();
   if (forms->front() != AllocationForm::kPartition) return std::string();
   if (route->mig_model.empty() && route->gres_partition.empty()) {
-    return Status::InvalidArgument("queue '" + q.name + "' maps no hardware partitions (set mig_model or gres_partition)");
+    return Status::InvalidArgument(
+        "queue '" + q.name + "' maps no hardware partitions (set mig_model or gres_partition)");
   }
-  if (*qs->gpu_count != 1) return Status::InvalidArgument("a MIG instance is one slice of one device: 'gpus' must be 1");
+  if (*qs->gpu_count != 1)
+    return Status::InvalidArgument("a MIG instance is one slice of one device: 'gpus' must be 1");
   if (route->mig_model.empty()) return std::string();
   int64_t milli = *qs->gpu_milli;
   MiB mem = *qs->gpu_memory_mib;
@@ -284,9 +313,12 @@ Result<std::string> Engine::ExternalForm(const quota::QueueSpec& q, quota::JobSp
 
 Status Engine::ValidIdempotencyKey(const std::string& key) {
   bool ok = !key.empty() && key.size() <= 200;
-  for (char c : key) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || std::strchr("-_.:/+=", c) != nullptr);
+  for (char c : key)
+    ok =
+        ok && (std::isalnum(static_cast<unsigned char>(c)) || std::strchr("-_.:/+=", c) != nullptr);
   if (ok) return Status::Ok();
-  return Status::InvalidArgument("Idempotency-Key: expected 1 to 200 letters, digits or -_.:/+= (a UUID, say)");
+  return Status::InvalidArgument(
+      "Idempotency-Key: expected 1 to 200 letters, digits or -_.:/+= (a UUID, say)");
 }
 
 Result<std::optional<Json>> Engine::RepeatedLocked(const Identity& who, const std::string& scoped,
@@ -298,8 +330,10 @@ Result<std::optional<Json>> Engine::RepeatedLocked(const Identity& who, const st
     Batch none;
     Status st = CommitLocked(none, lock);
     auto again = jobs_.find(id);
-    if (again != jobs_.end() && again->second.rec.idempotency_key == scoped) return std::optional<Json>(JobJson(again->second));
-    if (!st.ok() && idem_.count(scoped) == 0) return std::optional<Json>();  // its write failed: a new one
+    if (again != jobs_.end() && again->second.rec.idempotency_key == scoped)
+      return std::optional<Json>(JobJson(again->second));
+    if (!st.ok() && idem_.count(scoped) == 0)
+      return std::optional<Json>();  // its write failed: a new one
   }
   // Not in memory: ended and evicted, or submitted before a restart or to another server.
   lock.unlock();
@@ -318,11 +352,12 @@ Result<std::optional<Json>> Engine::RepeatedLocked(const Identity& who, const st
   return out;
 }
 
-Result<Json> Engine::Submit(const Identity& who, const Json& body, const std::string& idempotency_key,
-                            bool* replayed) {
+Result<Json> Engine::Submit(const Identity& who, const Json& body,
+                            const std::string& idempotency_key, bool* replayed) {
   std::promise<std::pair<Result<Json>, bool>> answered;
-  SubmitAsync(who, body, idempotency_key,
-              [&answered](Result<Json> r, bool again) { answered.set_value({std::move(r), again}); });
+  SubmitAsync(who, body, idempotency_key, [&answered](Result<Json> r, bool again) {
+    answered.set_value({std::move(r), again});
+  });
   auto [result, again] = answered.get_future().get();
   if (replayed != nullptr) *replayed = again;
   if (!result.ok()) (void)Sync();  // a failed write: memory is rebuilt before the caller looks
@@ -340,7 +375,8 @@ void Engine::SubmitAsync(const Identity& who, const Json& body, const std::strin
 }
 
 Result<std::pair<Json, int64_t>> Engine::SubmitQueued(const Identity& who, const Json& body,
-                                                      const std::string& idempotency_key, bool* replayed) {
+                                                      const std::string& idempotency_key,
+                                                      bool* replayed) {
   std::string scoped;
   if (!idempotency_key.empty()) {
     if (Status st = ValidIdempotencyKey(idempotency_key); !st.ok()) return st;
@@ -354,7 +390,8 @@ Result<std::pair<Json, int64_t>> Engine::SubmitQueued(const Identity& who, const
     auto repeated = RepeatedLocked(who, scoped, lock);
     if (!repeated.ok()) return repeated.status();
     // A twin that raced in while the store was asked (the lock was let go) is found here.
-    if (!repeated->has_value() && idem_.count(scoped) != 0) repeated = RepeatedLocked(who, scoped, lock);
+    if (!repeated->has_value() && idem_.count(scoped) != 0)
+      repeated = RepeatedLocked(who, scoped, lock);
     if (!repeated.ok()) return repeated.status();
     if (repeated->has_value()) {
       *replayed = true;
@@ -394,7 +431,9 @@ Result<std::pair<Json, int64_t>> Engine::SubmitQueued(const Identity& who, const
   // Like every change, the submission goes through the commit pipeline: queued now, written
   // with whatever else is queued (other submissions, heartbeats) in one transaction.
   Batch b;
-  b.Add(MakeEvent(who.name, "job.submitted", id, "", {{"queue", j.rec.queue}, {"group", j.rec.group}}), &j);
+  b.Add(MakeEvent(who.name, "job.submitted", id, "",
+                  {{"queue", j.rec.queue}, {"group", j.rec.group}}),
+        &j);
   QueueLocked(b);
   const int64_t mine = ++submissions_;
   if (config_.schedule_on_submit) {
@@ -412,7 +451,8 @@ Result<std::pair<Json, int64_t>> Engine::SubmitQueued(const Identity& who, const
   }
   // Answered once all of it is durable (by id: a reload may have run while the lock was let go).
   auto it = jobs_.find(id);
-  if (it == jobs_.end()) return Status::Internal("job '" + id + "' was not recorded: a write failed meanwhile");
+  if (it == jobs_.end())
+    return Status::Internal("job '" + id + "' was not recorded: a write failed meanwhile");
   return std::pair<Json, int64_t>{JobJson(it->second), queued_seq_};
 }
 
@@ -424,15 +464,19 @@ Result<Json> Engine::Cancel(const Identity& who, const std::string& id) {
   if (it == jobs_.end() || !CanSee(who, it->second)) return Status::NotFound("no job '" + id + "'");
   Job& j = it->second;
   const quota::GroupSpec* group = config_.FindGroup(j.rec.group);
-  if (who.role != Role::kAdmin && who.name != j.rec.identity && !(group != nullptr && group->members_cancel)) {
-    return Status::PermissionDenied("job '" + id + "' is " + j.rec.identity +
-                                    "'s: only its owner or an admin cancels it (or any member, where its group says "
-                                    "members_cancel)");
+  if (who.role != Role::kAdmin && who.name != j.rec.identity &&
+      !(group != nullptr && group->members_cancel)) {
+    return Status::PermissionDenied(
+        "job '" + id + "' is " + j.rec.identity +
+        "'s: only its owner or an admin cancels it (or any member, where its group says "
+        "members_cancel)");
   }
-  if (Ended(j)) return Status::FailedPrecondition("job '" + id + "' has already ended (" + j.rec.state + ")");
+  if (Ended(j))
+    return Status::FailedPrecondition("job '" + id + "' has already ended (" + j.rec.state + ")");
   Batch b;
   if (j.rec.state == "pending" || j.rec.state == "placed") {
-    if (!j.backend.empty() && !j.external_id.empty()) backend_deletes_.push_back({j.backend, j.external_id});
+    if (!j.backend.empty() && !j.external_id.empty())
+      backend_deletes_.push_back({j.backend, j.external_id});
     EndLocked(j, "cancelled", "cancelled by " + who.name);
     b.Touch(NodesOf(j));
     j.grants.clear();

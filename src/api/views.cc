@@ -16,8 +16,10 @@ namespace {
 
 Json ResJson(const Resources& r) {
   auto cap = [](int64_t v) { return v >= quota::kUnlimited ? Json(nullptr) : Json(v); };
-  return Json{{"gpu_milli", cap(r.gpu_milli)}, {"gpu_memory_mib", cap(r.gpu_memory_mib)},
-              {"cpu_milli", cap(r.cpu_milli)}, {"memory_mib", cap(r.memory_mib)}};
+  return Json{{"gpu_milli", cap(r.gpu_milli)},
+              {"gpu_memory_mib", cap(r.gpu_memory_mib)},
+              {"cpu_milli", cap(r.cpu_milli)},
+              {"memory_mib", cap(r.memory_mib)}};
 }
 
 MilliGpu GpuHeld(const std::vector<quota::GrantView>& grants) {
@@ -41,10 +43,12 @@ Json Engine::Redacted(const Identity& who, Json job) {
     for (auto& [k, v] : job["spec"]["env"].items()) v = "(hidden)";
   }
   // Command arguments the submitter marked secret ("secret_args": their indices).
-  if (job.contains("spec") && job["spec"].contains("secret_args") && job["spec"].contains("command")) {
+  if (job.contains("spec") && job["spec"].contains("secret_args") &&
+      job["spec"].contains("command")) {
     Json& cmd = job["spec"]["command"];
     for (const Json& i : job["spec"]["secret_args"]) {
-      if (i.is_number_integer() && i.get<int64_t>() >= 0 && i.get<int64_t>() < static_cast<int64_t>(cmd.size())) {
+      if (i.is_number_integer() && i.get<int64_t>() >= 0 &&
+          i.get<int64_t>() < static_cast<int64_t>(cmd.size())) {
         cmd[static_cast<size_t>(i.get<int64_t>())] = "(hidden)";
       }
     }
@@ -58,17 +62,26 @@ bool Engine::CanSee(const Identity& who, const Job& j) const {
   return std::find(who.groups.begin(), who.groups.end(), j.rec.group) != who.groups.end();
 }
 
-std::string Engine::OutputPath(const std::string& job) const { return data_dir_ + "/output/" + job + ".log"; }
+std::string Engine::OutputPath(const std::string& job) const {
+  return data_dir_ + "/output/" + job + ".log";
+}
 
 Json Engine::JobJson(const Job& j) const {
-  Json o = {{"id", j.rec.id},         {"queue", j.rec.queue},   {"identity", j.rec.identity},
-            {"group", j.rec.group},   {"state", j.rec.state},   {"reason", j.rec.reason},
-            {"submit_ms", j.rec.submit_ms}, {"update_ms", j.rec.update_ms}, {"spec", j.spec},
+  Json o = {{"id", j.rec.id},
+            {"queue", j.rec.queue},
+            {"identity", j.rec.identity},
+            {"group", j.rec.group},
+            {"state", j.rec.state},
+            {"reason", j.rec.reason},
+            {"submit_ms", j.rec.submit_ms},
+            {"update_ms", j.rec.update_ms},
+            {"spec", j.spec},
             {"preemptions", j.preemptions}};
   if (j.rec.state == "pending") {
     const size_t colon = j.rec.reason.find(": ");
-    o["wait"] = {{"step", colon == std::string::npos ? "" : j.rec.reason.substr(0, colon)},
-                 {"reason", colon == std::string::npos ? j.rec.reason : j.rec.reason.substr(colon + 2)}};
+    o["wait"] = {
+        {"step", colon == std::string::npos ? "" : j.rec.reason.substr(0, colon)},
+        {"reason", colon == std::string::npos ? j.rec.reason : j.rec.reason.substr(colon + 2)}};
   }
   if (j.rec.exit_code) o["exit_code"] = *j.rec.exit_code;
   if (!j.node.empty()) {  // what it holds, or held when it ended
@@ -79,7 +92,10 @@ Json Engine::JobJson(const Job& j) const {
       cpu += g.cpu;
       mem += g.host_memory;
       if (g.device < 0) continue;
-      Json dj = {{"node", g.node}, {"index", g.device}, {"gpu_milli", g.compute}, {"gpu_memory_mib", g.memory}};
+      Json dj = {{"node", g.node},
+                 {"index", g.device},
+                 {"gpu_milli", g.compute},
+                 {"gpu_memory_mib", g.memory}};
       if (!g.slot.empty()) dj["partition"] = g.slot;
       auto n = nodes_.find(g.node);
       if (n != nodes_.end() && g.device < static_cast<int>(n->second.devices.size())) {
@@ -90,10 +106,14 @@ Json Engine::JobJson(const Job& j) const {
       devs.push_back(dj);
     }
     const bool one = devs.size() == 1;
-    o["placement"] = {{"node", j.node}, {"form", j.form}, {"borrowed", j.borrowed}, {"devices", devs},
+    o["placement"] = {{"node", j.node},
+                      {"form", j.form},
+                      {"borrowed", j.borrowed},
+                      {"devices", devs},
                       {"gpu_milli", one ? devs[0]["gpu_milli"] : Json(GpuHeld(j.grants))},
                       {"gpu_memory_mib", one ? devs[0]["gpu_memory_mib"] : Json(nullptr)},
-                      {"cpu_milli", cpu}, {"memory_mib", mem}};
+                      {"cpu_milli", cpu},
+                      {"memory_mib", mem}};
   }
   if (j.last_active_ms > 0 && Holds(j)) {
     o["activity"] = {{"idle", j.idle}, {"last_active_ms", j.last_active_ms}};
@@ -104,8 +124,9 @@ Json Engine::JobJson(const Job& j) const {
     }
   }
   if (!j.backend.empty()) {
-    o["backend"] = {{"name", j.backend}, {"external_id", j.external_id}, {"node", j.external_node},
-                    {"gres", j.gres}, {"state", j.native_state}, {"submit_attempts", j.submit_attempts}};
+    o["backend"] = {{"name", j.backend},       {"external_id", j.external_id},
+                    {"node", j.external_node}, {"gres", j.gres},
+                    {"state", j.native_state}, {"submit_attempts", j.submit_attempts}};
   }
   return o;
 }
@@ -141,13 +162,14 @@ Result<Json> Engine::ViewOf(const std::string& key, const std::function<Result<J
 
 Result<Json> Engine::ListJobs(const Identity& who, const std::string& state_filter, int limit) {
   if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot list jobs");
-  // Cached per identity and filter at three sizes (100, 500: the dashboard's, and 1000 jobs), each request cut from
-  // them; longer lists and long filters are rendered each time. So the cache holds a few
-  // renderings per identity, not one per limit asked (512 limits near 10,000 were gigabytes).
+  // Cached per identity and filter at three sizes (100, 500: the dashboard's, and 1000 jobs), each
+  // request cut from them; longer lists and long filters are rendered each time. So the cache holds
+  // a few renderings per identity, not one per limit asked (512 limits near 10,000 were gigabytes).
   const int cached = limit <= 100 ? 100 : limit <= 500 ? 500 : limit <= 1000 ? 1000 : 0;
   if (cached == 0 || state_filter.size() > 32) return ListJobsNow(who, state_filter, limit);
-  Result<Json> view = ViewOf("jobs\n" + who.name + "\n" + state_filter + "\n" + std::to_string(cached),
-                             [&] { return ListJobsNow(who, state_filter, cached); });
+  Result<Json> view =
+      ViewOf("jobs\n" + who.name + "\n" + state_filter + "\n" + std::to_string(cached),
+             [&] { return ListJobsNow(who, state_filter, cached); });
   if (!view.ok() || limit >= cached) return view;
   Json& jobs = (*view)["jobs"];
   if (jobs.is_array() && jobs.size() > static_cast<size_t>(limit)) {
@@ -229,14 +251,16 @@ Result<Json> Engine::StoredJobJson(const Identity& who, const std::string& id) {
   return Redacted(who, JobJson(*j));
 }
 
-Result<Engine::OutputRange> Engine::JobOutput(const Identity& who, const std::string& id, int64_t offset,
-                                              int64_t length) {
+Result<Engine::OutputRange> Engine::JobOutput(const Identity& who, const std::string& id,
+                                              int64_t offset, int64_t length) {
   if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot read job output");
-  if (offset < 0 || length < 0) return Status::InvalidArgument("an output range must not be negative");
+  if (offset < 0 || length < 0)
+    return Status::InvalidArgument("an output range must not be negative");
   {
     std::unique_lock<std::mutex> lock(mu_);
     auto it = jobs_.find(id);
-    if (it != jobs_.end() && !CanSee(who, it->second)) return Status::NotFound("no job '" + id + "'");
+    if (it != jobs_.end() && !CanSee(who, it->second))
+      return Status::NotFound("no job '" + id + "'");
     if (it == jobs_.end()) {
       lock.unlock();
       auto stored = StoredJobJson(who, id);  // ended and out of memory
@@ -247,11 +271,12 @@ Result<Engine::OutputRange> Engine::JobOutput(const Identity& who, const std::st
   out.offset = offset;
   int fd = ::open(OutputPath(id).c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return out;  // nothing printed yet
-  struct stat st{};
+  struct stat st {};
   if (::fstat(fd, &st) == 0) out.total = st.st_size;
   const int64_t n = std::max<int64_t>(0, std::min({length, kOutputRangeMax, out.total - offset}));
   out.bytes.resize(static_cast<size_t>(n));
-  ssize_t got = n > 0 ? ::pread(fd, out.bytes.data(), static_cast<size_t>(n), static_cast<off_t>(offset)) : 0;
+  ssize_t got =
+      n > 0 ? ::pread(fd, out.bytes.data(), static_cast<size_t>(n), static_cast<off_t>(offset)) : 0;
   ::close(fd);
   out.bytes.resize(static_cast<size_t>(std::max<ssize_t>(got, 0)));
   return out;
@@ -262,7 +287,8 @@ Result<Json> Engine::Queues(const Identity& who) {
   Json out = Json::array();
   for (const auto& q : config_.policy.queues) {
     bool usable = who.role == Role::kAdmin;
-    for (const auto& g : who.groups) usable = usable || std::find(q.groups.begin(), q.groups.end(), g) != q.groups.end();
+    for (const auto& g : who.groups)
+      usable = usable || std::find(q.groups.begin(), q.groups.end(), g) != q.groups.end();
     if (!usable) continue;
     const quota::ProfileSpec* p = config_.FindProfile(q.profile);
     const QueueRoute* r = config_.FindRoute(q.name);
@@ -271,13 +297,22 @@ Result<Json> Engine::Queues(const Identity& who) {
     if (allowed.ok()) {
       for (auto f : *allowed) forms.push_back(AllocationFormName(f));
     }
-    out.push_back({{"name", q.name}, {"profile", q.profile}, {"groups", q.groups}, {"priority", q.priority},
-                   {"preemptible", q.preemptible}, {"class", quota::WorkloadClassName(q.default_class)},
-                   {"backend", r->backend}, {"forms", forms}, {"gpus", p->gpu_count},
-                   {"max_gpus", p->max_gpus > 0 ? Json(p->max_gpus) : Json(nullptr)}, {"gpu_milli", p->gpu_milli},
+    out.push_back({{"name", q.name},
+                   {"profile", q.profile},
+                   {"groups", q.groups},
+                   {"priority", q.priority},
+                   {"preemptible", q.preemptible},
+                   {"class", quota::WorkloadClassName(q.default_class)},
+                   {"backend", r->backend},
+                   {"forms", forms},
+                   {"gpus", p->gpu_count},
+                   {"max_gpus", p->max_gpus > 0 ? Json(p->max_gpus) : Json(nullptr)},
+                   {"gpu_milli", p->gpu_milli},
                    {"gpu_memory_mib", p->gpu_memory_mib},
-                   {"max_gpu_memory_mib", p->max_gpu_memory_mib > 0 ? Json(p->max_gpu_memory_mib) : Json(nullptr)},
-                   {"cpu_milli", p->cpu_milli}, {"memory_mib", p->memory_mib}});
+                   {"max_gpu_memory_mib",
+                    p->max_gpu_memory_mib > 0 ? Json(p->max_gpu_memory_mib) : Json(nullptr)},
+                   {"cpu_milli", p->cpu_milli},
+                   {"memory_mib", p->memory_mib}});
   }
   return Json{{"queues", out}};
 }
@@ -292,10 +327,16 @@ Result<Json> Engine::GroupsNow(const Identity& who) {
   std::unique_lock<std::mutex> lock(mu_);
   Json out = Json::array();
   for (const quota::GroupView& g : qe_->groups()) {
-    if (who.role != Role::kAdmin && std::find(who.groups.begin(), who.groups.end(), g.name) == who.groups.end()) continue;
+    if (who.role != Role::kAdmin &&
+        std::find(who.groups.begin(), who.groups.end(), g.name) == who.groups.end())
+      continue;
     const quota::GroupSpec* spec = config_.FindGroup(g.name);
-    out.push_back({{"name", g.name}, {"parent", spec->parent}, {"reservation", ResJson(g.reservation)},
-                   {"limit", ResJson(g.limit)}, {"weight_milli", spec->weight_milli}, {"usage", ResJson(g.usage)},
+    out.push_back({{"name", g.name},
+                   {"parent", spec->parent},
+                   {"reservation", ResJson(g.reservation)},
+                   {"limit", ResJson(g.limit)},
+                   {"weight_milli", spec->weight_milli},
+                   {"usage", ResJson(g.usage)},
                    {"fair_share", g.fair_share}});
   }
   return Json{{"groups", out}};
@@ -329,7 +370,9 @@ Result<Json> Engine::NodesNow(const Identity& who) {
       for (const Holder& h : held[{name, d.index}]) {
         used += h.grant.compute;
         mem_used += h.grant.memory;
-        Json hj = {{"job", h.job->rec.id}, {"form", h.job->form}, {"gpu_milli", h.grant.compute},
+        Json hj = {{"job", h.job->rec.id},
+                   {"form", h.job->form},
+                   {"gpu_milli", h.grant.compute},
                    {"gpu_memory_mib", h.grant.memory}};
         if (!h.grant.slot.empty()) hj["partition"] = h.grant.slot;
         hj["idle"] = h.job->idle;
@@ -341,12 +384,23 @@ Result<Json> Engine::NodesNow(const Identity& who) {
       }
       quota::DeviceView v = qe_->device(name, d.index);
       Json slots = Json::array();
-      for (const auto& s : v.slots) slots.push_back({{"name", s.name}, {"profile", s.profile}, {"start", s.start}, {"job", s.holder}});
+      for (const auto& s : v.slots)
+        slots.push_back(
+            {{"name", s.name}, {"profile", s.profile}, {"start", s.start}, {"job", s.holder}});
       std::string layout = v.mig ? "MIG" : v.amd_pair;
-      devs.push_back({{"index", d.index}, {"model", d.model}, {"memory_mib", d.memory_mib}, {"uuid", d.uuid},
-                      {"simulated", d.simulated}, {"gpu_milli_used", used}, {"gpu_memory_mib_used", mem_used},
-                      {"holders", holders}, {"mig", v.mig}, {"amd_mode", v.amd_pair}, {"partitions", slots},
-                      {"draining", v.draining}, {"drain_reason", v.plan}});
+      devs.push_back({{"index", d.index},
+                      {"model", d.model},
+                      {"memory_mib", d.memory_mib},
+                      {"uuid", d.uuid},
+                      {"simulated", d.simulated},
+                      {"gpu_milli_used", used},
+                      {"gpu_memory_mib_used", mem_used},
+                      {"holders", holders},
+                      {"mig", v.mig},
+                      {"amd_mode", v.amd_pair},
+                      {"partitions", slots},
+                      {"draining", v.draining},
+                      {"drain_reason", v.plan}});
       if (d.telemetry_ms > 0) {
         Json& t = devs.back()["telemetry"];
         t = {{"time_ms", d.telemetry_ms}};
@@ -354,9 +408,14 @@ Result<Json> Engine::NodesNow(const Identity& who) {
         if (d.memory_used_mib >= 0) t["memory_used_mib"] = d.memory_used_mib;
       }
     }
-    out.push_back({{"name", name}, {"pool", n.pool}, {"cpu_milli", n.cpu_milli}, {"memory_mib", n.memory_mib},
-                   {"simulated", n.simulated}, {"state", n.lost ? "lost" : "ready"},
-                   {"last_heartbeat_ms", n.last_heartbeat_ms}, {"devices", devs}});
+    out.push_back({{"name", name},
+                   {"pool", n.pool},
+                   {"cpu_milli", n.cpu_milli},
+                   {"memory_mib", n.memory_mib},
+                   {"simulated", n.simulated},
+                   {"state", n.lost ? "lost" : "ready"},
+                   {"last_heartbeat_ms", n.last_heartbeat_ms},
+                   {"devices", devs}});
   }
   return Json{{"nodes", out}};
 }
@@ -373,7 +432,9 @@ Result<Json> Engine::SummaryNow(const Identity& who) {
   for (const std::string& id : LiveIdsLocked()) live.push_back(&jobs_[id]);
   Json groups = Json::array();
   for (const auto& g : config_.policy.groups) {
-    if (who.role != Role::kAdmin && std::find(who.groups.begin(), who.groups.end(), g.name) == who.groups.end()) continue;
+    if (who.role != Role::kAdmin &&
+        std::find(who.groups.begin(), who.groups.end(), g.name) == who.groups.end())
+      continue;
     Resources held;
     int64_t gpus_idle = 0, held_idle = 0, workers = 0, pending = 0;
     for (const Job* jp : live) {
@@ -395,10 +456,16 @@ Result<Json> Engine::SummaryNow(const Identity& who) {
       }
     }
     auto cap = [](int64_t v) { return v >= quota::kUnlimited ? Json(nullptr) : Json(v); };
-    groups.push_back({{"group", g.name}, {"gpu_milli_total", held.gpu_milli}, {"gpu_milli_idle", gpus_idle},
-                      {"gpu_milli_held_idle", held_idle}, {"cpu_milli_total", held.cpu_milli}, {"memory_mib_total", held.memory_mib},
-                      {"workers", workers}, {"pending", pending},
-                      {"gpu_milli_limit", cap(g.limit.gpu_milli)}, {"gpu_milli_reservation", g.reservation.gpu_milli}});
+    groups.push_back({{"group", g.name},
+                      {"gpu_milli_total", held.gpu_milli},
+                      {"gpu_milli_idle", gpus_idle},
+                      {"gpu_milli_held_idle", held_idle},
+                      {"cpu_milli_total", held.cpu_milli},
+                      {"memory_mib_total", held.memory_mib},
+                      {"workers", workers},
+                      {"pending", pending},
+                      {"gpu_milli_limit", cap(g.limit.gpu_milli)},
+                      {"gpu_milli_reservation", g.reservation.gpu_milli}});
   }
   MilliGpu total = 0, allocated = 0;
   MilliCpu cpu_total = 0, cpu_alloc = 0;
@@ -416,13 +483,17 @@ Result<Json> Engine::SummaryNow(const Identity& who) {
       cpu_alloc += x.cpu;
     }
   }
-  return Json{{"cluster", {{"gpu_milli_total", total}, {"gpu_milli_idle", total - allocated},
-                           {"cpu_milli_total", cpu_total}, {"cpu_milli_idle", cpu_total - cpu_alloc},
-                           {"nodes", nodes_ready}}},
+  return Json{{"cluster",
+               {{"gpu_milli_total", total},
+                {"gpu_milli_idle", total - allocated},
+                {"cpu_milli_total", cpu_total},
+                {"cpu_milli_idle", cpu_total - cpu_alloc},
+                {"nodes", nodes_ready}}},
               {"groups", groups}};
 }
 
-Result<Json> Engine::Events(const Identity& who, int64_t after, int limit, const store::EventFilter& f) {
+Result<Json> Engine::Events(const Identity& who, int64_t after, int limit,
+                            const store::EventFilter& f) {
   if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot read events");
   Json out = Json::array();
   int64_t cursor = after;
@@ -445,8 +516,13 @@ Result<Json> Engine::Events(const Identity& who, int64_t after, int limit, const
       }
       if (!visible) continue;
       Json data = Json::parse(e.data, nullptr, false);
-      out.push_back({{"seq", e.seq}, {"time_ms", e.time_ms}, {"actor", e.actor}, {"kind", e.kind},
-                     {"subject", e.subject}, {"reason", e.reason}, {"data", data.is_discarded() ? Json::object() : data}});
+      out.push_back({{"seq", e.seq},
+                     {"time_ms", e.time_ms},
+                     {"actor", e.actor},
+                     {"kind", e.kind},
+                     {"subject", e.subject},
+                     {"reason", e.reason},
+                     {"data", data.is_discarded() ? Json::object() : data}});
       if (static_cast<int>(out.size()) >= limit) break;
     }
   }

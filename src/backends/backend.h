@@ -29,48 +29,53 @@ namespace tessera::backends {
 
 // A Kubernetes queue's settings (backend: kubernetes; see backends/kubernetes/manifest.h).
 struct KubeMapping {
-  std::string ns;                                   // namespace ("" : the connection's, else "default")
+  std::string ns;  // namespace ("" : the connection's, else "default")
   std::map<std::string, std::string> node_selector;  // of the queue's pool, set at admission
-  std::string tolerations_json = "[]";              // a JSON array of tolerations, set at admission
+  std::string tolerations_json = "[]";  // a JSON array of tolerations, set at admission
   std::string priority_class;
-  std::string image;                                // the container image ("" : the template's)
-  std::string vendor = "nvidia";                    // nvidia | amd: whole cards as <vendor>.com/gpu
-  std::string mig_strategy = "mixed";               // mixed: nvidia.com/mig-<profile>; single: nvidia.com/gpu + product selector
-  std::string mig_product;                          // single strategy: nvidia.com/gpu.product, {profile} filled in
-  std::string share_mode = "hami";                  // hami: nvidia.com/gpumem; timeslice: the cap library's environment
-  std::string amd_partition;                        // AMD partitions: e.g. cpx_nps4 -> amd.com/cpx_nps4
-  std::map<std::string, std::string> resources;     // overrides: whole, mig, share, gpumem, gpucores, amd_partition
-  int64_t placement_timeout_ms = 300000;            // admitted pods unscheduled this long: suspended, requeued
+  std::string image;              // the container image ("" : the template's)
+  std::string vendor = "nvidia";  // nvidia | amd: whole cards as <vendor>.com/gpu
+  std::string mig_strategy =
+      "mixed";  // mixed: nvidia.com/mig-<profile>; single: nvidia.com/gpu + product selector
+  std::string mig_product;  // single strategy: nvidia.com/gpu.product, {profile} filled in
+  std::string share_mode =
+      "hami";                 // hami: nvidia.com/gpumem; timeslice: the cap library's environment
+  std::string amd_partition;  // AMD partitions: e.g. cpx_nps4 -> amd.com/cpx_nps4
+  std::map<std::string, std::string>
+      resources;  // overrides: whole, mig, share, gpumem, gpucores, amd_partition
+  int64_t placement_timeout_ms =
+      300000;  // admitted pods unscheduled this long: suspended, requeued
 };
 
 // How a queue maps Tessera's allocation forms onto the scheduler's resources; from the queue's
 // config. Placeholders in the GRES patterns: {gpus}, {type}, {shards}.
 struct QueueMapping {
-  std::string partition;        // Slurm partition / PBS queue; empty: the scheduler's default
-  std::string template_path;    // batch-script template file; empty: the built-in default
-  std::string gpu_type;         // e.g. "a100": whole cards as gpu:a100:N
-  std::string gres_whole;       // default "gpu:{gpus}" or "gpu:{type}:{gpus}"
-  std::string gres_share;       // default "shard:{shards}"
-  std::string gres_partition;   // MIG instance, e.g. "gpu:1g.10gb:1"; empty: not offered
-  int64_t shard_mib = 1024;     // GPU memory one shard stands for
-  std::string cap_library;      // LD_PRELOAD'ed for shares when set (the memory-cap library)
-  KubeMapping kube;             // backend: kubernetes
+  std::string partition;       // Slurm partition / PBS queue; empty: the scheduler's default
+  std::string template_path;   // batch-script template file; empty: the built-in default
+  std::string gpu_type;        // e.g. "a100": whole cards as gpu:a100:N
+  std::string gres_whole;      // default "gpu:{gpus}" or "gpu:{type}:{gpus}"
+  std::string gres_share;      // default "shard:{shards}"
+  std::string gres_partition;  // MIG instance, e.g. "gpu:1g.10gb:1"; empty: not offered
+  int64_t shard_mib = 1024;    // GPU memory one shard stands for
+  std::string cap_library;     // LD_PRELOAD'ed for shares when set (the memory-cap library)
+  KubeMapping kube;            // backend: kubernetes
 };
 
 // One admitted job, as a backend needs it.
 struct JobRequest {
-  std::string id;         // Tessera's job id
-  std::string name;       // scheduler-side job name
+  std::string id;    // Tessera's job id
+  std::string name;  // scheduler-side job name
   std::vector<std::string> command;
   std::map<std::string, std::string> env;
-  std::string form;       // whole / share / partition, or "" for no GPU
+  std::string form;  // whole / share / partition, or "" for no GPU
   int gpus = 0;
   int64_t gpu_memory_mib = 0;  // a share's cap
   int64_t gpu_milli = 1000;    // a share's compute, in thousandths of a card (HAMi's gpucores)
-  std::string mig_profile;     // a MIG instance's profile chosen from the queue's mig_model, e.g. "1g.10gb"
+  std::string
+      mig_profile;  // a MIG instance's profile chosen from the queue's mig_model, e.g. "1g.10gb"
   int64_t cpu_milli = 1000;
   int64_t memory_mib = 1024;
-  std::string output_path;     // where the job's stdout+stderr go
+  std::string output_path;  // where the job's stdout+stderr go
   // The Unix account the job is submitted as, so that the scheduler runs it as, and accounts it
   // to, that account (the job spec's run_as); "" : the account the server runs under.
   std::string run_as;
@@ -89,7 +94,8 @@ struct ExternalJob {
   std::string node;          // where it runs (first node)
   std::vector<int> devices;  // GPU indices on that node, when reported
   std::string gres;          // the scheduler's allocation text, e.g. "gpu:testgpu(IDX:0)"
-  bool suspended = false;    // Kubernetes: the Job is suspended (state "suspended" once its pods are gone)
+  bool suspended =
+      false;  // Kubernetes: the Job is suspended (state "suspended" once its pods are gone)
   bool unschedulable = false;  // Kubernetes: its pod cannot be scheduled (reason says why)
 };
 
@@ -139,14 +145,15 @@ class Backend {
 struct CommandResult;
 
 struct BackendOptions {
-  std::string bin_dir;      // where the scheduler's commands live; empty: found on PATH
+  std::string bin_dir;  // where the scheduler's commands live; empty: found on PATH
   int64_t command_timeout_ms = 30000;
   // The scheduler's commands run this much nicer than the engine (0-19), so a burst of API
   // submissions is acknowledged first and handed to the scheduler as CPU allows.
   int command_nice = 10;
   // When set, runs the scheduler's commands instead of starting processes (argv[0] the bare
   // name): for the fuzz targets, which feed the backends' parsers in-process.
-  std::function<CommandResult(const std::vector<std::string>& argv, const std::string& input)> runner;
+  std::function<CommandResult(const std::vector<std::string>& argv, const std::string& input)>
+      runner;
   // Kubernetes: the cluster's name (the tessera.io/cluster label) and how to reach the API:
   // kubeconfig files (':'-separated; "" : $KUBECONFIG, else ~/.kube/config) and context, or
   // in_cluster (the pod's service account).
@@ -159,13 +166,15 @@ struct BackendOptions {
 
 using BackendFactory = std::function<std::unique_ptr<Backend>(const BackendOptions&)>;
 
-// Backends by name. Registration is explicit: RegisterBuiltins() adds "slurm", "pbs" and "kubernetes".
+// Backends by name. Registration is explicit: RegisterBuiltins() adds "slurm", "pbs" and
+// "kubernetes".
 class Registry {
  public:
   void Register(const std::string& name, BackendFactory factory);
   bool Has(const std::string& name) const { return factories_.count(name) > 0; }
   std::vector<std::string> Names() const;
-  Result<std::unique_ptr<Backend>> Make(const std::string& name, const BackendOptions& options) const;
+  Result<std::unique_ptr<Backend>> Make(const std::string& name,
+                                        const BackendOptions& options) const;
 
  private:
   std::map<std::string, BackendFactory> factories_;
@@ -188,8 +197,8 @@ struct CommandResult {
 };
 // Runs argv (argv[0] looked up on PATH unless it has a '/'), feeding `input` on stdin, at
 // `nice` (added to the caller's niceness); kills it after timeout_ms. Never throws. Thread-safe.
-CommandResult RunCommand(const std::vector<std::string>& argv, const std::string& input, int64_t timeout_ms,
-                         int nice = 0);
+CommandResult RunCommand(const std::vector<std::string>& argv, const std::string& input,
+                         int64_t timeout_ms, int nice = 0);
 
 // Runs one of the scheduler's commands as `o` says (found in bin_dir, within the timeout, at its
 // niceness), argv[0] being the bare name, after the commands of `wrapper` when given (e.g.
@@ -237,7 +246,8 @@ std::string TrimSpace(std::string s);
 // The queue's template file (job.mapping.template_path), or `default_text` when it names none.
 Result<std::string> TemplateText(const JobRequest& job, const char* default_text);
 // Replaces each {{key}} in `text` by vars[key]; an unknown key is an error naming it.
-Result<std::string> RenderTemplate(const std::string& text, const std::map<std::string, std::string>& vars);
+Result<std::string> RenderTemplate(const std::string& text,
+                                   const std::map<std::string, std::string>& vars);
 // Single-quotes `s` for a POSIX shell.
 std::string ShellQuote(const std::string& s);
 // Replaces {gpus}/{type}/{shards}/{profile} in a GRES pattern.
@@ -252,7 +262,8 @@ std::optional<ExternalJob> ParseSqueueLine(const std::string& line);
 ExternalJob ParseScontrolLine(const std::string& line);
 
 // The jobs of `all` whose name starts with `prefix` (a backend's List over its full listing).
-std::vector<ExternalJob> JobsNamed(const std::map<std::string, ExternalJob>& all, const std::string& prefix);
+std::vector<ExternalJob> JobsNamed(const std::map<std::string, ExternalJob>& all,
+                                   const std::string& prefix);
 // The GRES string a job asks for under `mapping` (empty: no GPU), or an error.
 Result<std::string> GresFor(const JobRequest& job);
 // The variables every template can use (job_name, partition, cpus, memory_mib, output, env,

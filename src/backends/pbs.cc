@@ -30,11 +30,13 @@ class PbsBackend : public Backend {
     const JobRequest& job = *as;
     auto text = TemplateText(job, kDefaultPbsTemplate);
     if (!text.ok()) return text.status();
-    if (job.form == "partition") return Status::InvalidArgument("the PBS backend maps no MIG instances");
+    if (job.form == "partition")
+      return Status::InvalidArgument("the PBS backend maps no MIG instances");
     auto common = CommonVars(job);
     if (!common.ok()) return common.status();
     auto& vars = *common;
-    vars["pbs_queue"] = job.mapping.partition.empty() ? "" : "#PBS -q " + job.mapping.partition + "\n";
+    vars["pbs_queue"] =
+        job.mapping.partition.empty() ? "" : "#PBS -q " + job.mapping.partition + "\n";
     return RenderTemplate(*text, vars);
   }
 
@@ -103,10 +105,12 @@ class PbsBackend : public Backend {
       } else if (s == "R" || s == "E" || s == "B" || s == "X") {
         j.state = "running";
       } else if (s == "F") {
-        // Exit_status: the script's code; 256+N: killed by signal N; negative: PBS could not run it.
+        // Exit_status: the script's code; 256+N: killed by signal N; negative: PBS could not run
+        // it.
         int code = -1;
         auto status = v.find("Exit_status");
-        if (status != v.end() && status->is_number_integer() && status->get<int64_t>() >= std::numeric_limits<int>::min() &&
+        if (status != v.end() && status->is_number_integer() &&
+            status->get<int64_t>() >= std::numeric_limits<int>::min() &&
             status->get<int64_t>() <= std::numeric_limits<int>::max()) {
           code = static_cast<int>(status->get<int64_t>());
         }
@@ -130,6 +134,8 @@ class PbsBackend : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> MakePbsBackend(const BackendOptions& options) { return std::make_unique<PbsBackend>(options); }
+std::unique_ptr<Backend> MakePbsBackend(const BackendOptions& options) {
+  return std::make_unique<PbsBackend>(options);
+}
 
 }  // namespace tessera::backends

@@ -25,9 +25,11 @@ const char* kDefaultSlurmTemplate = R"(#!/bin/bash
 
 // Tessera's state for a Slurm job state.
 std::string MapSlurmState(const std::string& s) {
-  if (s == "PENDING" || s == "REQUEUED" || s == "REQUEUE_HOLD" || s == "REQUEUE_FED" || s == "RESV_DEL_HOLD") return "pending";
-  if (s == "RUNNING" || s == "CONFIGURING" || s == "COMPLETING" || s == "SUSPENDED" || s == "STOPPED" ||
-      s == "RESIZING" || s == "SIGNALING" || s == "STAGE_OUT") {
+  if (s == "PENDING" || s == "REQUEUED" || s == "REQUEUE_HOLD" || s == "REQUEUE_FED" ||
+      s == "RESV_DEL_HOLD")
+    return "pending";
+  if (s == "RUNNING" || s == "CONFIGURING" || s == "COMPLETING" || s == "SUSPENDED" ||
+      s == "STOPPED" || s == "RESIZING" || s == "SIGNALING" || s == "STAGE_OUT") {
     return "running";
   }
   if (s == "COMPLETED") return "succeeded";
@@ -89,18 +91,25 @@ ExternalJob ParseScontrolLine(const std::string& line) {
     size_t eq = tok.find('=');
     if (eq == std::string::npos) continue;
     std::string k = tok.substr(0, eq), v = tok.substr(eq + 1);
-    if (k == "JobId") j.external_id = v;
-    else if (k == "JobName") j.name = v;
-    else if (k == "JobState") j.native_state = v;
-    else if (k == "Reason" && v != "None") j.reason = v;
-    else if (k == "ExitCode") ParseExit(v, j);
-    else if (k == "NodeList" && v != "(null)") j.node = v;
+    if (k == "JobId")
+      j.external_id = v;
+    else if (k == "JobName")
+      j.name = v;
+    else if (k == "JobState")
+      j.native_state = v;
+    else if (k == "Reason" && v != "None")
+      j.reason = v;
+    else if (k == "ExitCode")
+      ParseExit(v, j);
+    else if (k == "NodeList" && v != "(null)")
+      j.node = v;
     else if (k == "GRES" && !v.empty()) {
       j.gres = v;
       size_t idx = v.find("(IDX:");
       if (idx != std::string::npos) {
         size_t end = v.find(')', idx);
-        j.devices = ParseIndexList(v.substr(idx + 5, end == std::string::npos ? std::string::npos : end - idx - 5));
+        j.devices = ParseIndexList(
+            v.substr(idx + 5, end == std::string::npos ? std::string::npos : end - idx - 5));
       }
     }
   }
@@ -127,7 +136,8 @@ class SlurmBackend : public Backend {
     auto common = CommonVars(job);
     if (!common.ok()) return common.status();
     auto& vars = *common;
-    vars["sbatch_partition"] = job.mapping.partition.empty() ? "" : "#SBATCH --partition=" + job.mapping.partition + "\n";
+    vars["sbatch_partition"] =
+        job.mapping.partition.empty() ? "" : "#SBATCH --partition=" + job.mapping.partition + "\n";
     vars["sbatch_gres"] = gres->empty() ? "" : "#SBATCH --gres=" + *gres + "\n";
     return RenderTemplate(*text, vars);
   }
@@ -166,13 +176,15 @@ class SlurmBackend : public Backend {
     std::map<std::string, ExternalJob> out;
     std::vector<std::string> missing;
     std::set<std::string> polled(ids.begin(), ids.end());
-    for (auto it = gres_.begin(); it != gres_.end();) it = polled.count(it->first) ? std::next(it) : gres_.erase(it);
+    for (auto it = gres_.begin(); it != gres_.end();)
+      it = polled.count(it->first) ? std::next(it) : gres_.erase(it);
     // Jobs newly seen running: where exactly (GRES indices), read once per job; one scontrol call
     // each, or one listing of every job when many started at once.
     std::vector<std::string> started;
     for (const std::string& id : ids) {
       auto it = all->find(id);
-      if (it != all->end() && it->second.state == "running" && !gres_.count(id)) started.push_back(id);
+      if (it != all->end() && it->second.state == "running" && !gres_.count(id))
+        started.push_back(id);
     }
     if (started.size() > kScontrolEach) {
       auto listing = RunSchedulerCommand(opt_, {"scontrol", "show", "job", "-d", "-o"});
@@ -210,7 +222,8 @@ class SlurmBackend : public Backend {
       // Jobs scontrol no longer holds (older than MinJobAge): ask accounting, where it is on.
       std::string list;
       for (const auto& id : missing) list += (list.empty() ? "" : ",") + id;
-      auto acct = RunSchedulerCommand(opt_, {"sacct", "-n", "-P", "-X", "-j", list, "-o", "JobID,JobName,State,ExitCode,NodeList"});
+      auto acct = RunSchedulerCommand(opt_, {"sacct", "-n", "-P", "-X", "-j", list, "-o",
+                                             "JobID,JobName,State,ExitCode,NodeList"});
       if (acct.ok()) {
         std::stringstream ss(*acct);
         std::string line;
@@ -244,7 +257,8 @@ class SlurmBackend : public Backend {
   // Every job slurmctld still holds, by id.
   Result<std::map<std::string, ExternalJob>> Squeue() {
     auto listing =
-        RunSchedulerCommand(opt_, {"squeue", "-h", "-t", "all", "-O", "JobID:|,State:|,NodeList:|,Reason:|,exit_code:|,Name:|"});
+        RunSchedulerCommand(opt_, {"squeue", "-h", "-t", "all", "-O",
+                                   "JobID:|,State:|,NodeList:|,Reason:|,exit_code:|,Name:|"});
     if (!listing.ok()) return listing.status();
     std::map<std::string, ExternalJob> out;
     std::stringstream ss(*listing);
@@ -263,6 +277,8 @@ class SlurmBackend : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> MakeSlurmBackend(const BackendOptions& options) { return std::make_unique<SlurmBackend>(options); }
+std::unique_ptr<Backend> MakeSlurmBackend(const BackendOptions& options) {
+  return std::make_unique<SlurmBackend>(options);
+}
 
 }  // namespace tessera::backends

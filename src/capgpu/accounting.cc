@@ -168,10 +168,18 @@ SwapSummary SummarizeSwap(const RegionData& data) {
     if (s.pid == 0) continue;
     ++sum.processes;
     switch (static_cast<SwapState>(s.swap_state)) {
-      case SwapState::kResident: ++sum.resident; break;
-      case SwapState::kSwappingOut: ++sum.swapping_out; break;
-      case SwapState::kSwapped: ++sum.swapped; break;
-      case SwapState::kSwappingIn: ++sum.swapping_in; break;
+      case SwapState::kResident:
+        ++sum.resident;
+        break;
+      case SwapState::kSwappingOut:
+        ++sum.swapping_out;
+        break;
+      case SwapState::kSwapped:
+        ++sum.swapped;
+        break;
+      case SwapState::kSwappingIn:
+        ++sum.swapping_in;
+        break;
       case SwapState::kUnswappable:
         if (sum.unswappable++ == 0) sum.first_reason = s.unswappable;
         break;
@@ -187,11 +195,16 @@ SwapSummary SummarizeSwap(const RegionData& data) {
 
 const char* SwapStateName(uint32_t state) {
   switch (static_cast<SwapState>(state)) {
-    case SwapState::kResident: return "resident";
-    case SwapState::kSwappingOut: return "swapping-out";
-    case SwapState::kSwapped: return "swapped";
-    case SwapState::kSwappingIn: return "resuming";
-    case SwapState::kUnswappable: return "unswappable";
+    case SwapState::kResident:
+      return "resident";
+    case SwapState::kSwappingOut:
+      return "swapping-out";
+    case SwapState::kSwapped:
+      return "swapped";
+    case SwapState::kSwappingIn:
+      return "resuming";
+    case SwapState::kUnswappable:
+      return "unswappable";
   }
   return "unknown";
 }
@@ -208,15 +221,23 @@ const char* ShareSwapState(const SwapSummary& m) {
 
 const char* UnswappableReason(uint32_t reason) {
   switch (static_cast<Unswappable>(reason)) {
-    case Unswappable::kNone: return "";
+    case Unswappable::kNone:
+      return "";
     case Unswappable::kStreamOrderedPool:
-      return "uses stream-ordered memory pools (cuMemAllocAsync): the pool's memory is the driver's";
-    case Unswappable::kArray: return "uses CUDA arrays, which have no address to copy from";
-    case Unswappable::kManaged: return "uses managed memory (cuMemAllocManaged), which the driver pages itself";
-    case Unswappable::kNoVmm: return "the driver lacks the virtual memory management API";
-    case Unswappable::kBusy: return "a driver call did not return in time (a kernel still running)";
-    case Unswappable::kFailed: return "a copy, a host allocation or the disk tier failed; nothing moved";
-    case Unswappable::kExported: return "exported memory to another process, which maps it too";
+      return "uses stream-ordered memory pools (cuMemAllocAsync): the pool's memory is the "
+             "driver's";
+    case Unswappable::kArray:
+      return "uses CUDA arrays, which have no address to copy from";
+    case Unswappable::kManaged:
+      return "uses managed memory (cuMemAllocManaged), which the driver pages itself";
+    case Unswappable::kNoVmm:
+      return "the driver lacks the virtual memory management API";
+    case Unswappable::kBusy:
+      return "a driver call did not return in time (a kernel still running)";
+    case Unswappable::kFailed:
+      return "a copy, a host allocation or the disk tier failed; nothing moved";
+    case Unswappable::kExported:
+      return "exported memory to another process, which maps it too";
   }
   return "unknown";
 }

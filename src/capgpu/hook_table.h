@@ -9,7 +9,8 @@
 //   - "base name" and "version" follow cuGetProcAddress: cuMemAlloc at cudaVersion >= 3020 is
 //     cuMemAlloc_v2. NVML rows leave them empty: NVML has no entry-point query.
 //   - Stream flavour: kAny (no stream argument), kLegacy (the default symbol of a stream-ordered
-//     call), kPerThread (its _ptsz twin, handed out for CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM).
+//     call), kPerThread (its _ptsz twin, handed out for
+//     CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM).
 #pragma once
 
 #include <cstddef>
@@ -18,9 +19,11 @@
 
 #define TESSERA_CAPGPU_HOOKS(X)                                                                    \
   /* allocation family: hooks_memory.cc */                                                         \
-  X(kCuda, cuMemAlloc_v2, "cuMemAlloc", 3020, kAny, CUresult, (CUdeviceptr * dptr, size_t bytesize)) \
+  X(kCuda, cuMemAlloc_v2, "cuMemAlloc", 3020, kAny, CUresult,                                      \
+    (CUdeviceptr * dptr, size_t bytesize))                                                         \
   X(kCuda, cuMemAllocPitch_v2, "cuMemAllocPitch", 3020, kAny, CUresult,                            \
-    (CUdeviceptr * dptr, size_t * pitch, size_t width_bytes, size_t height, unsigned int elem_bytes)) \
+    (CUdeviceptr * dptr, size_t * pitch, size_t width_bytes, size_t height,                        \
+     unsigned int elem_bytes))                                                                     \
   X(kCuda, cuMemAllocManaged, "cuMemAllocManaged", 6000, kAny, CUresult,                           \
     (CUdeviceptr * dptr, size_t bytesize, unsigned int flags))                                     \
   X(kCuda, cuMemAllocAsync, "cuMemAllocAsync", 11020, kLegacy, CUresult,                           \
@@ -32,7 +35,7 @@
   X(kCuda, cuMemAllocFromPoolAsync_ptsz, "cuMemAllocFromPoolAsync", 11020, kPerThread, CUresult,   \
     (CUdeviceptr * dptr, size_t bytesize, CUmemoryPool pool, CUstream stream))                     \
   X(kCuda, cuMemCreate, "cuMemCreate", 10020, kAny, CUresult,                                      \
-    (CUmemGenericAllocationHandle * handle, size_t size, const CUmemAllocationProp* prop,         \
+    (CUmemGenericAllocationHandle * handle, size_t size, const CUmemAllocationProp* prop,          \
      unsigned long long flags))                                                                    \
   X(kCuda, cuArrayCreate_v2, "cuArrayCreate", 3020, kAny, CUresult,                                \
     (CUarray * array, const CUDA_ARRAY_DESCRIPTOR* desc))                                          \
@@ -47,14 +50,14 @@
     (CUmemGenericAllocationHandle handle))                                                         \
   X(kCuda, cuArrayDestroy, "cuArrayDestroy", 2000, kAny, CUresult, (CUarray array))                \
   X(kCuda, cuMemMap, "cuMemMap", 10020, kAny, CUresult,                                            \
-    (CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,            \
+    (CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,             \
      unsigned long long flags))                                                                    \
   X(kCuda, cuMemUnmap, "cuMemUnmap", 10020, kAny, CUresult, (CUdeviceptr ptr, size_t size))        \
   X(kCuda, cuMemExportToShareableHandle, "cuMemExportToShareableHandle", 10020, kAny, CUresult,    \
-    (void* shareable, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType type,        \
+    (void* shareable, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType type,         \
      unsigned long long flags))                                                                    \
-  X(kCuda, cuMemGetAllocationPropertiesFromHandle, "cuMemGetAllocationPropertiesFromHandle",      \
-    10020, kAny, CUresult, (CUmemAllocationProp * prop, CUmemGenericAllocationHandle handle))     \
+  X(kCuda, cuMemGetAllocationPropertiesFromHandle, "cuMemGetAllocationPropertiesFromHandle",       \
+    10020, kAny, CUresult, (CUmemAllocationProp * prop, CUmemGenericAllocationHandle handle))      \
   X(kCuda, cuMemRetainAllocationHandle, "cuMemRetainAllocationHandle", 11000, kAny, CUresult,      \
     (CUmemGenericAllocationHandle * handle, void* addr))                                           \
   /* gated calls that touch device memory (the swap gate, swap.h): hooks_gate.cc */                \
@@ -107,9 +110,9 @@
   X(kCuda, cuGraphLaunch_ptsz, "cuGraphLaunch", 10000, kPerThread, CUresult,                       \
     (CUgraphExec graph, CUstream stream))                                                          \
   X(kCuda, cuLaunchKernelEx, "cuLaunchKernelEx", 11060, kLegacy, CUresult,                         \
-    (const CUlaunchConfig* config, CUfunction f, void** params, void** extra))                    \
+    (const CUlaunchConfig* config, CUfunction f, void** params, void** extra))                     \
   X(kCuda, cuLaunchKernelEx_ptsz, "cuLaunchKernelEx", 11060, kPerThread, CUresult,                 \
-    (const CUlaunchConfig* config, CUfunction f, void** params, void** extra))                    \
+    (const CUlaunchConfig* config, CUfunction f, void** params, void** extra))                     \
   X(kCuda, cuStreamSynchronize, "cuStreamSynchronize", 2000, kLegacy, CUresult, (CUstream stream)) \
   X(kCuda, cuStreamSynchronize_ptsz, "cuStreamSynchronize", 7000, kPerThread, CUresult,            \
     (CUstream stream))                                                                             \
@@ -131,7 +134,7 @@
   X(kCuda, cuGetProcAddress, "cuGetProcAddress", 11030, kAny, CUresult,                            \
     (const char* symbol, void** pfn, int cuda_version, cuuint64_t flags))                          \
   X(kCuda, cuGetProcAddress_v2, "cuGetProcAddress", 12000, kAny, CUresult,                         \
-    (const char* symbol, void** pfn, int cuda_version, cuuint64_t flags,                          \
+    (const char* symbol, void** pfn, int cuda_version, cuuint64_t flags,                           \
      CUdriverProcAddressQueryResult* status))                                                      \
   /* NVML memory queries: hooks_nvml.cc */                                                         \
   X(kNvml, nvmlDeviceGetMemoryInfo, nullptr, 0, kAny, nvmlReturn_t,                                \
@@ -174,7 +177,7 @@ struct HookInfo {
   const char* base_name;  // cuGetProcAddress name, e.g. "cuMemAlloc"; nullptr for NVML
   int since_version;      // cudaVersion from which base_name means this symbol
   StreamFlavour stream;
-  void* wrapper;          // our exported function
+  void* wrapper;  // our exported function
 };
 
 // All hooks in HookId order.

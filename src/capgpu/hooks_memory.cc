@@ -204,7 +204,8 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
                    CUresult r = real(handle, size, prop, flags);
                    // Within the cap but the card is full (overcommitted shares): wait for
                    // room, as cuMemAlloc does (a framework's expandable segments come here).
-                   if (r == CUDA_ERROR_OUT_OF_MEMORY && Swap().on()) r = Swap().WaitForRoom(handle, size, prop);
+                   if (r == CUDA_ERROR_OUT_OF_MEMORY && Swap().on())
+                     r = Swap().WaitForRoom(handle, size, prop);
                    if (r == CUDA_SUCCESS && Swap().on()) {
                      // The process holds a value of the library's; the table keys on it.
                      const CUmemGenericAllocationHandle user = Swap().Track(*handle, size, prop);

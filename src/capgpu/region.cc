@@ -3,13 +3,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/futex.h>
-#include <sys/syscall.h>
-#include <time.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 namespace tessera::capgpu {

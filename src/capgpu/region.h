@@ -86,7 +86,8 @@ constexpr int64_t kObserverLockMs = 200;
 class RegionLock {
  public:
   explicit RegionLock(Region& region) : region_(region), held_(region.Lock()) {}
-  RegionLock(Region& region, int64_t timeout_ms) : region_(region), held_(region.LockFor(timeout_ms)) {}
+  RegionLock(Region& region, int64_t timeout_ms)
+      : region_(region), held_(region.LockFor(timeout_ms)) {}
   ~RegionLock() {
     if (held_) region_.Unlock();
   }
@@ -99,7 +100,8 @@ class RegionLock {
   bool held_;
 };
 
-// ---- Swapping (the agent's side; swap.h is the process's) -----------------------------------------
+// ---- Swapping (the agent's side; swap.h is the process's)
+// -----------------------------------------
 
 // Sets the share's swap target and wakes its processes' watchers. False when the region has
 // swapping off or its lock is unusable.

@@ -115,16 +115,18 @@ int Create(const char* path, int argc, char** argv) {
 }
 
 void PrintSwap(const capgpu::SwapSummary& s) {
-  printf("swap: %u processes: %u resident, %u swapping out, %u swapped, %u resuming, %u unswappable\n",
-         s.processes, s.resident, s.swapping_out, s.swapped, s.swapping_in, s.unswappable);
-  printf("swap: device %llu bytes, host %llu bytes, disk %llu bytes, waits at the gate %llu, "
-         "waiting for room %llu bytes\n",
-         static_cast<unsigned long long>(s.resident_bytes),
-         static_cast<unsigned long long>(s.host_bytes),
-         static_cast<unsigned long long>(s.disk_bytes),
-         static_cast<unsigned long long>(s.gate_waits),
-         static_cast<unsigned long long>(s.room_wanted));
-  if (s.unswappable > 0) printf("swap: unswappable: %s\n", capgpu::UnswappableReason(s.first_reason));
+  printf(
+      "swap: %u processes: %u resident, %u swapping out, %u swapped, %u resuming, %u unswappable\n",
+      s.processes, s.resident, s.swapping_out, s.swapped, s.swapping_in, s.unswappable);
+  printf(
+      "swap: device %llu bytes, host %llu bytes, disk %llu bytes, waits at the gate %llu, "
+      "waiting for room %llu bytes\n",
+      static_cast<unsigned long long>(s.resident_bytes),
+      static_cast<unsigned long long>(s.host_bytes), static_cast<unsigned long long>(s.disk_bytes),
+      static_cast<unsigned long long>(s.gate_waits),
+      static_cast<unsigned long long>(s.room_wanted));
+  if (s.unswappable > 0)
+    printf("swap: unswappable: %s\n", capgpu::UnswappableReason(s.first_reason));
 }
 
 int Swap(capgpu::Region& region, capgpu::SwapTarget target, int argc, char** argv) {
@@ -187,7 +189,8 @@ int Show(capgpu::Region& region) {
       printf("  %s", capgpu::SwapStateName(s.swap_state));
       if (s.unswappable != 0) printf(" (%s)", capgpu::UnswappableReason(s.unswappable));
       printf("  swaps out/in %llu/%llu, last %llu/%llu us",
-             static_cast<unsigned long long>(s.swap_outs), static_cast<unsigned long long>(s.swap_ins),
+             static_cast<unsigned long long>(s.swap_outs),
+             static_cast<unsigned long long>(s.swap_ins),
              static_cast<unsigned long long>(s.last_swap_out_us),
              static_cast<unsigned long long>(s.last_swap_in_us));
     }

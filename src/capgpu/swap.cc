@@ -5,10 +5,10 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/membarrier.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <linux/membarrier.h>
 #include <string.h>
 
 #include "capgpu/swap_internal.h"
@@ -29,7 +29,6 @@ void FreeRecord(void* record) {
   // record another thread may have taken.
   Swapper::ForgetThreadRecord();
 }
-
 
 }  // namespace
 
@@ -87,7 +86,8 @@ Swapper::ThreadRecord* Swapper::SlowEnter(ThreadRecord* rec) {
         state_ == static_cast<uint32_t>(SwapState::kSwappingIn)) {
       RegionData& data = region_->data();
       const uint32_t seq = __atomic_load_n(&data.swap_seq, __ATOMIC_ACQUIRE);
-      const auto target = static_cast<SwapTarget>(__atomic_load_n(&data.swap_target, __ATOMIC_ACQUIRE));
+      const auto target =
+          static_cast<SwapTarget>(__atomic_load_n(&data.swap_target, __ATOMIC_ACQUIRE));
       bool wait = target == SwapTarget::kHold;
       if (!counted) {
         counted = true;
@@ -138,7 +138,8 @@ void Swapper::Watch() {
   RegionData& data = region_->data();
   for (;;) {
     const uint32_t seq = __atomic_load_n(&data.swap_seq, __ATOMIC_ACQUIRE);
-    const auto target = static_cast<SwapTarget>(__atomic_load_n(&data.swap_target, __ATOMIC_ACQUIRE));
+    const auto target =
+        static_cast<SwapTarget>(__atomic_load_n(&data.swap_target, __ATOMIC_ACQUIRE));
     int64_t wait_ns = 200'000'000;
     pthread_mutex_lock(&mu_);
     FreeStaleLocked();
@@ -165,7 +166,8 @@ void Swapper::Watch() {
       PublishLocked(static_cast<uint32_t>(SwapState::kResident), 0);
     }
     pthread_mutex_unlock(&mu_);
-    if (__atomic_load_n(&data.swap_seq, __ATOMIC_ACQUIRE) == seq) FutexWait(&data.swap_seq, seq, wait_ns);
+    if (__atomic_load_n(&data.swap_seq, __ATOMIC_ACQUIRE) == seq)
+      FutexWait(&data.swap_seq, seq, wait_ns);
   }
 }
 
@@ -194,7 +196,6 @@ void Swapper::AddResidentLocked(int64_t delta) {
   }
 }
 
-
 bool Swapper::Drain() {
   if (full_fence_) {
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
@@ -214,7 +215,6 @@ bool Swapper::Drain() {
   }
   return true;
 }
-
 
 void Swapper::SetRoomWanted(int64_t delta) {
   RegionLock lock(*region_);
@@ -265,6 +265,5 @@ void Swapper::AfterForkInChild() {
   if (swap_fd_ >= 0) close(swap_fd_);
   swap_fd_ = -1;
 }
-
 
 }  // namespace tessera::capgpu

@@ -120,12 +120,14 @@ class Swapper {
   // After the driver said out of memory for an allocation the cap allows: waits, with the bytes
   // in the slot (room_wanted), for the agent to make room, retrying cuMemCreate (flags 0, as the
   // driver requires), up to TESSERA_CAPGPU_ROOM_WAIT_MS. The driver's last answer.
-  CUresult WaitForRoom(CUmemGenericAllocationHandle* real, uint64_t bytes, const CUmemAllocationProp* prop);
+  CUresult WaitForRoom(CUmemGenericAllocationHandle* real, uint64_t bytes,
+                       const CUmemAllocationProp* prop);
   // Memory the library cannot move: the process stays resident, and says why.
   void MarkUnswappable(Unswappable reason);
 
-  // ---- Swapping (the watcher calls these; tests and the benchmark may too) -----------------------
-  // Moves every tracked mapping off the device. 0, or an Unswappable reason (nothing moved).
+  // ---- Swapping (the watcher calls these; tests and the benchmark may too)
+  // ----------------------- Moves every tracked mapping off the device. 0, or an Unswappable reason
+  // (nothing moved).
   uint32_t SwapOut();
   // Brings it back. CUDA_SUCCESS, or the driver's error (CUDA_ERROR_OUT_OF_MEMORY: no room yet;
   // nothing stays half-mapped).

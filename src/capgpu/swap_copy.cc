@@ -52,7 +52,8 @@ bool Swapper::EnsureStreams(uint32_t device) {
   for (int k = 0; k < kStreams; ++k) {
     if (streams_[device][k] == nullptr &&
         (cuStreamCreate_fn() == nullptr ||
-         cuStreamCreate_fn()(&streams_[device][k], 1 /* CU_STREAM_NON_BLOCKING */) != CUDA_SUCCESS)) {
+         cuStreamCreate_fn()(&streams_[device][k], 1 /* CU_STREAM_NON_BLOCKING */) !=
+             CUDA_SUCCESS)) {
       return false;
     }
   }
@@ -249,7 +250,8 @@ CUresult Swapper::SwapInLocked() {
   for (; created < handle_count_; ++created) {
     Handle& h = handles_[created];
     if (!h.live || h.real != 0 || h.mappings == 0) continue;
-    if (h.device < kMaxDevices && contexts_[h.device] != nullptr && cuCtxSetCurrent_fn() != nullptr) {
+    if (h.device < kMaxDevices && contexts_[h.device] != nullptr &&
+        cuCtxSetCurrent_fn() != nullptr) {
       cuCtxSetCurrent_fn()(contexts_[h.device]);
     }
     r = create(&h.real, h.bytes, &h.prop, 0);
@@ -347,6 +349,5 @@ CUresult Swapper::SwapInLocked() {
   if (stale_count_ > 0) FutexWakeAll(&region_->data().swap_seq);  // the watcher unpins them
   return CUDA_SUCCESS;
 }
-
 
 }  // namespace tessera::capgpu

@@ -46,9 +46,9 @@ constexpr uint64_t kUserHandleTag = 0xC0DE000000000000ULL;
 constexpr int64_t kDrainTimeoutNs = 10'000'000'000;
 
 // The real driver functions the swap uses (looked up once; never the wrappers).
-#define TESSERA_SWAP_FN(name, type)                                               \
-  inline type name##_fn() {                                                              \
-    static constinit std::atomic<void*> cache{nullptr};                           \
+#define TESSERA_SWAP_FN(name, type)                                              \
+  inline type name##_fn() {                                                      \
+    static constinit std::atomic<void*> cache{nullptr};                          \
     return reinterpret_cast<type>(ResolveHelper(Library::kCuda, #name, &cache)); \
   }
 using ReserveFn = CUresult (*)(CUdeviceptr*, size_t, size_t, CUdeviceptr, unsigned long long);
@@ -101,7 +101,9 @@ inline void FutexWait(uint32_t* word, uint32_t seen, int64_t timeout_ns) {
   syscall(SYS_futex, word, FUTEX_WAIT, seen, &ts, nullptr, 0);
 }
 
-inline void FutexWakeAll(uint32_t* word) { syscall(SYS_futex, word, FUTEX_WAKE, 0x7fffffff, nullptr, nullptr, 0); }
+inline void FutexWakeAll(uint32_t* word) {
+  syscall(SYS_futex, word, FUTEX_WAKE, 0x7fffffff, nullptr, nullptr, 0);
+}
 
 inline CUmemAccessDesc ReadWrite(uint32_t device) {
   CUmemAccessDesc d{};

@@ -54,7 +54,6 @@ Swapper::Handle* Swapper::FindHandle(CUmemGenericAllocationHandle user) {
   return nullptr;
 }
 
-
 uint64_t Swapper::Rounded(uint64_t bytes, uint32_t device) {
   auto granularity = cuMemGetAllocationGranularity_fn();
   if (granularity == nullptr) return 0;
@@ -151,7 +150,8 @@ CUresult Swapper::WaitForRoom(CUmemGenericAllocationHandle* real, uint64_t bytes
 bool Swapper::Free(CUdeviceptr dptr, CUresult* result, CUstream* stream) {
   auto ours = [&] {
     for (uint32_t i = 0; i < mapping_count_; ++i) {
-      if (mappings_[i].live && mappings_[i].reserved > 0 && mappings_[i].va == dptr) return &mappings_[i];
+      if (mappings_[i].live && mappings_[i].reserved > 0 && mappings_[i].va == dptr)
+        return &mappings_[i];
     }
     return static_cast<Mapping*>(nullptr);
   };

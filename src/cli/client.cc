@@ -2,13 +2,13 @@
 
 #include <httplib.h>
 
-#include "net/http_client.h"
-
 #include <chrono>
 #include <cstdio>
 #include <random>
 #include <thread>
 #include <vector>
+
+#include "net/http_client.h"
 
 namespace tessera::cli {
 
@@ -26,8 +26,8 @@ ClientReply CallOne(const std::string& url, const CallOptions& o, const std::str
   httplib::Headers h;
   if (!token.empty()) h.emplace("Authorization", "Bearer " + token);
   for (const auto& [k, v] : o.headers) h.emplace(k, v);
-  httplib::Result r = method == "POST" ? c.Post(path.c_str(), h, body, "application/json")
-                     : method == "PUT"  ? c.Put(path.c_str(), h, body, "application/octet-stream")
+  httplib::Result r = method == "POST"  ? c.Post(path.c_str(), h, body, "application/json")
+                      : method == "PUT" ? c.Put(path.c_str(), h, body, "application/octet-stream")
                                         : c.Get(path.c_str(), h);
   if (!r) {
     out.error = "cannot reach " + url + " (" + httplib::to_string(r.error()) + ")";
@@ -40,7 +40,9 @@ ClientReply CallOne(const std::string& url, const CallOptions& o, const std::str
   out.body = r->body;
   if (r->status >= 400) {
     auto j = nlohmann::json::parse(r->body, nullptr, false);
-    out.error = !j.is_discarded() && j.contains("error") && j["error"].is_string() ? j["error"].get<std::string>() : r->body;
+    out.error = !j.is_discarded() && j.contains("error") && j["error"].is_string()
+                    ? j["error"].get<std::string>()
+                    : r->body;
     out.standby = r->status == 503 && j.is_object() && j.contains("role") && j["role"] == "standby";
   }
   return out;
@@ -80,7 +82,8 @@ ClientReply HttpCall(const CallOptions& o, const std::string& method, const std:
       if (last.status != 0 && !last.standby && !(idempotent && last.status == 503)) return last;
     }
     if (!idempotent || std::chrono::steady_clock::now() >= until) return last;
-    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(2000, 200 << std::min(round, 3))));
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(std::min(2000, 200 << std::min(round, 3))));
   }
 }
 

@@ -6,7 +6,6 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
-
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,15 +15,15 @@
 namespace tessera::cli {
 
 struct ClientReply {
-  int status = 0;         // HTTP status, 0 when the server could not be reached
+  int status = 0;  // HTTP status, 0 when the server could not be reached
   std::string body;
-  std::string error;      // a message for people when status is 0 or >= 400
-  bool standby = false;   // 503 from a standby server (another one leads)
+  std::string error;     // a message for people when status is 0 or >= 400
+  bool standby = false;  // 503 from a standby server (another one leads)
 };
 
 struct CallOptions {
-  std::string urls;   // one URL or several, comma-separated
-  std::string token;  // bearer token; "" sends none
+  std::string urls;    // one URL or several, comma-separated
+  std::string token;   // bearer token; "" sends none
   net::ClientTls tls;  // for https:// URLs
   std::vector<std::pair<std::string, std::string>> headers;
   // A request that reached a server is sent again only when it is safe to repeat: with an
@@ -60,7 +59,7 @@ void AddClientFlags(CLI::App* cmd, ClientOptions* o);
 bool Resolve(ClientOptions* o);
 // Calls the server; prints errors (and sets *exit_code); returns the parsed body or a discarded
 // JSON.
-nlohmann::json Call(const ClientOptions& o, const std::string& method, const std::string& path, int* exit_code,
-                    const std::string& body = "", CallOptions call = {});
+nlohmann::json Call(const ClientOptions& o, const std::string& method, const std::string& path,
+                    int* exit_code, const std::string& body = "", CallOptions call = {});
 
 }  // namespace tessera::cli

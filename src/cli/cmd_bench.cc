@@ -29,8 +29,8 @@ struct BenchOptions {
   std::string pods = TESSERA_DEFAULT_PODS;
   uint64_t seed = 42;
   bool json = false;
-  int models = 1;       // GPU models in the cluster, node i of model i % models
-  int constrained = 0;  // percent of GPU jobs pinned to one model, drawn uniformly
+  int models = 1;         // GPU models in the cluster, node i of model i % models
+  int constrained = 0;    // percent of GPU jobs pinned to one model, drawn uniformly
   bool cpu_time = false;  // also time each decision by the thread's CPU clock
 };
 
@@ -50,7 +50,8 @@ std::vector<Node> SyntheticNodes(const BenchOptions& o) {
 }
 
 // The trace's job mix, GPU-model constraints dropped since the synthetic cluster has one model.
-std::vector<sched::PlacementRequest> JobMix(const std::vector<sim::TracePod>& pods, int gpus_per_node) {
+std::vector<sched::PlacementRequest> JobMix(const std::vector<sim::TracePod>& pods,
+                                            int gpus_per_node) {
   std::vector<sched::PlacementRequest> mix;
   for (const auto& p : pods) {
     sched::PlacementRequest r;
@@ -122,23 +123,24 @@ void PrintBench(const BenchOptions& o, const BenchResult& r) {
                                 std::upper_bound(us.begin(), us.end(), kMaxDecisionGoalUs));
   };
   if (o.json) {
-    nlohmann::json j = {{"policy", o.policy},
-                        {"nodes", o.nodes},
-                        {"gpus_per_node", o.gpus_per_node},
-                        {"jobs", o.jobs},
-                        {"models", o.models},
-                        {"constrained_pct", o.constrained},
-                        {"placed", r.placed},
-                        {"placements_per_second", r.rate},
-                        {"latency_us", {{"p50", pct(0.50)}, {"p99", pct(0.99)}, {"max", sorted.back()}}},
-                        {"max_goal_us", kMaxDecisionGoalUs},
-                        {"max_goal_met", sorted.back() <= kMaxDecisionGoalUs},
-                        {"over_goal", over(sorted)},
-                        {"seconds", r.total_s},
-                        {"setup_seconds", r.setup_s},
-                        {"gpu_allocated_pct", r.util},
-                        {"peak_rss_mib", peak_mib},
-                        {"threads", 1}};
+    nlohmann::json j = {
+        {"policy", o.policy},
+        {"nodes", o.nodes},
+        {"gpus_per_node", o.gpus_per_node},
+        {"jobs", o.jobs},
+        {"models", o.models},
+        {"constrained_pct", o.constrained},
+        {"placed", r.placed},
+        {"placements_per_second", r.rate},
+        {"latency_us", {{"p50", pct(0.50)}, {"p99", pct(0.99)}, {"max", sorted.back()}}},
+        {"max_goal_us", kMaxDecisionGoalUs},
+        {"max_goal_met", sorted.back() <= kMaxDecisionGoalUs},
+        {"over_goal", over(sorted)},
+        {"seconds", r.total_s},
+        {"setup_seconds", r.setup_s},
+        {"gpu_allocated_pct", r.util},
+        {"peak_rss_mib", peak_mib},
+        {"threads", 1}};
     if (!r.cpu_us.empty()) {
       j["cpu_us"] = {
           {"p99", r.cpu_us[static_cast<size_t>(0.99 * static_cast<double>(r.cpu_us.size() - 1))]},
@@ -147,12 +149,14 @@ void PrintBench(const BenchOptions& o, const BenchResult& r) {
     }
     std::cout << j.dump(2) << "\n";
   } else {
-    std::printf("placement benchmark: policy %s, %d nodes x %d GPUs of %d model(s), %d jobs from %s (%d%% "
-                "of GPU jobs pinned to a model), seed %llu, 1 thread\n",
-                o.policy.c_str(), o.nodes, o.gpus_per_node, o.models, o.jobs, o.pods.c_str(), o.constrained,
-                static_cast<unsigned long long>(o.seed));
-    std::printf("  decisions/s   %.0f  (%lld placed, %lld unschedulable; GPU allocated %.1f%%)\n", r.rate,
-                static_cast<long long>(r.placed), static_cast<long long>(o.jobs - r.placed), r.util);
+    std::printf(
+        "placement benchmark: policy %s, %d nodes x %d GPUs of %d model(s), %d jobs from %s (%d%% "
+        "of GPU jobs pinned to a model), seed %llu, 1 thread\n",
+        o.policy.c_str(), o.nodes, o.gpus_per_node, o.models, o.jobs, o.pods.c_str(), o.constrained,
+        static_cast<unsigned long long>(o.seed));
+    std::printf("  decisions/s   %.0f  (%lld placed, %lld unschedulable; GPU allocated %.1f%%)\n",
+                r.rate, static_cast<long long>(r.placed), static_cast<long long>(o.jobs - r.placed),
+                r.util);
     std::printf("  latency (us)  p50 %.1f  p99 %.1f  max %.1f  (goal: max within %.0f: %s)\n",
                 pct(0.50), pct(0.99), sorted.back(), kMaxDecisionGoalUs,
                 sorted.back() <= kMaxDecisionGoalUs ? "met" : "NOT met");
@@ -197,7 +201,8 @@ int RunPlacementBench(const BenchOptions& o) {
     j = mix[rng() % mix.size()];
     // A constrained job names one model (uniform: every model has the same capacity here).
     if (j.gpu_count > 0 && static_cast<int>(rng() % 100) < o.constrained) {
-      const int id = state->model_id(o.models == 1 ? "G2" : "M" + std::to_string(rng() % static_cast<uint64_t>(o.models)));
+      const int id = state->model_id(
+          o.models == 1 ? "G2" : "M" + std::to_string(rng() % static_cast<uint64_t>(o.models)));
       j.models = sched::ModelMask{1} << id;
     }
   }
@@ -224,15 +229,18 @@ void RegisterBenchCommands(CLI::App& app, CommandContext& ctx) {
   auto* bench = app.add_subcommand("bench", "Benchmarks of the engine's parts");
   bench->require_subcommand(1);
   auto o = std::make_shared<BenchOptions>();
-  auto* placement = bench->add_subcommand("placement", "Placement decisions per second and latency");
+  auto* placement =
+      bench->add_subcommand("placement", "Placement decisions per second and latency");
   placement->add_option("--nodes", o->nodes, "nodes in the synthetic cluster (10000)");
   placement->add_option("--gpus-per-node", o->gpus_per_node, "GPUs per node (8)");
   placement->add_option("--jobs", o->jobs, "jobs to place (100000)");
   placement->add_option("--policy", o->policy, "placement policy (tessera)");
   placement->add_option("--pods", o->pods, "trace whose job mix the jobs are drawn from");
   placement->add_option("--seed", o->seed, "seed for jobs and tie-breaks (42)");
-  placement->add_option("--models", o->models, "GPU models in the cluster, nodes taking them in turn (1)");
-  placement->add_option("--constrained", o->constrained, "percent of GPU jobs pinned to one model (0)");
+  placement->add_option("--models", o->models,
+                        "GPU models in the cluster, nodes taking them in turn (1)");
+  placement->add_option("--constrained", o->constrained,
+                        "percent of GPU jobs pinned to one model (0)");
   placement->add_flag(
       "--cpu-time", o->cpu_time,
       "also time each decision by the thread's CPU clock (two more clock reads a decision)");

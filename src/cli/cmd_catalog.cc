@@ -1,10 +1,9 @@
 // `tessera catalog list|show`: what the embedded GPU catalog holds.
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "cli/table.h"
@@ -18,7 +17,6 @@ namespace {
 using nlohmann::json;
 using partition::Catalog;
 using partition::GpuModel;
-
 
 std::string Join(const std::vector<std::string>& items, const char* sep) {
   std::string out;
@@ -55,19 +53,19 @@ json ModelJson(const GpuModel& m) {
     j["constraints"] = m.mig.constraints;
     json profiles = json::array();
     for (const partition::MigProfile& p : m.mig.profiles) {
-      profiles.push_back({{"name", p.name},
-                          {"aliases", p.aliases},
-                          {"nvidia_smi_profile_id", p.nvidia_smi_profile_id
-                                                        ? json(*p.nvidia_smi_profile_id)
-                                                        : json(nullptr)},
-                          {"compute_slices", p.compute_slices},
-                          {"memory_slices", p.memory_slices},
-                          {"memory_mib", p.memory_mib},
-                          {"max_instances", p.max_instances},
-                          {"starts", p.starts},
-                          {"media_extension", p.media_extension},
-                          {"inferred", p.inferred},
-                          {"inferred_fields", p.inferred_fields}});
+      profiles.push_back(
+          {{"name", p.name},
+           {"aliases", p.aliases},
+           {"nvidia_smi_profile_id",
+            p.nvidia_smi_profile_id ? json(*p.nvidia_smi_profile_id) : json(nullptr)},
+           {"compute_slices", p.compute_slices},
+           {"memory_slices", p.memory_slices},
+           {"memory_mib", p.memory_mib},
+           {"max_instances", p.max_instances},
+           {"starts", p.starts},
+           {"media_extension", p.media_extension},
+           {"inferred", p.inferred},
+           {"inferred_fields", p.inferred_fields}});
     }
     j["profiles"] = profiles;
   } else {
@@ -75,7 +73,8 @@ json ModelJson(const GpuModel& m) {
     j["cus"] = m.amd.cus;
     json memory = json::array(), compute = json::array(), pairs = json::array();
     for (const auto& mm : m.amd.memory_modes) {
-      memory.push_back({{"name", mm.name}, {"domains", mm.domains},
+      memory.push_back({{"name", mm.name},
+                        {"domains", mm.domains},
                         {"memory_per_domain_mib", m.memory_mib / mm.domains}});
     }
     for (const auto& c : m.amd.compute_modes) {
@@ -101,8 +100,8 @@ json ModelJson(const GpuModel& m) {
 
 void ShowMig(const GpuModel& m) {
   const auto& mig = m.mig;
-  std::cout << m.name << " (" << m.vendor << " MIG, " << m.architecture << "): "
-            << FormatMiB(m.memory_mib) << ", " << mig.compute_slices << " compute slices, "
+  std::cout << m.name << " (" << m.vendor << " MIG, " << m.architecture
+            << "): " << FormatMiB(m.memory_mib) << ", " << mig.compute_slices << " compute slices, "
             << mig.memory_slices << " memory slices, at most " << mig.max_gpu_instances
             << " GPU instances, at most " << mig.media_extension_limit << " +me instance\n";
   if (!m.aliases.empty()) std::cout << "aliases: " << Join(m.aliases, ", ") << "\n";
@@ -117,8 +116,7 @@ void ShowMig(const GpuModel& m) {
     if (!p.aliases.empty()) name += " (" + Join(p.aliases, ", ") + ")";
     std::string starts;
     for (int s : p.starts) starts += (starts.empty() ? "" : ",") + std::to_string(s);
-    rows.push_back({name,
-                    p.nvidia_smi_profile_id ? std::to_string(*p.nvidia_smi_profile_id) : "-",
+    rows.push_back({name, p.nvidia_smi_profile_id ? std::to_string(*p.nvidia_smi_profile_id) : "-",
                     std::to_string(p.compute_slices), std::to_string(p.memory_slices),
                     FormatMiB(p.memory_mib), std::to_string(p.max_instances), "{" + starts + "}",
                     p.inferred_fields.empty() ? (p.inferred ? "*" : "")
@@ -129,8 +127,8 @@ void ShowMig(const GpuModel& m) {
 }
 
 void ShowAmd(const GpuModel& m) {
-  std::cout << m.name << " (" << m.vendor << " partitions, " << m.architecture << "): "
-            << FormatMiB(m.memory_mib) << ", " << m.amd.xcd_count << " XCDs, " << m.amd.cus
+  std::cout << m.name << " (" << m.vendor << " partitions, " << m.architecture
+            << "): " << FormatMiB(m.memory_mib) << ", " << m.amd.xcd_count << " XCDs, " << m.amd.cus
             << " CUs\n";
   if (m.inferred) {
     std::cout << "inferred: " << Join(m.inferred_fields, "; ") << "\n";
@@ -138,8 +136,8 @@ void ShowAmd(const GpuModel& m) {
   std::cout << "\ncompute modes:\n";
   std::vector<std::vector<std::string>> compute = {{"MODE", "PARTITIONS", "XCDS", "CUS"}};
   for (const auto& c : m.amd.compute_modes) {
-    compute.push_back({c.name, std::to_string(c.partitions),
-                       std::to_string(c.xcds_per_partition), std::to_string(c.cus_per_partition)});
+    compute.push_back({c.name, std::to_string(c.partitions), std::to_string(c.xcds_per_partition),
+                       std::to_string(c.cus_per_partition)});
   }
   PrintTable(compute);
   std::cout << "\nmemory modes:\n";

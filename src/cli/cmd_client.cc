@@ -21,7 +21,8 @@ namespace {
 using Json = nlohmann::json;
 
 int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 
@@ -34,7 +35,6 @@ std::string Age(int64_t since_ms) {
   return std::to_string(s / 3600) + "h";
 }
 
-
 // "gpu-0:1" or "gpu-0:0[1g.10gb@6]", gang parts joined by "+".
 std::string Placement(const Json& j) {
   if (!j.contains("placement")) return "-";
@@ -42,8 +42,10 @@ std::string Placement(const Json& j) {
   std::string out, node;
   for (const auto& d : p["devices"]) {
     const std::string n = d.value("node", p["node"].get<std::string>());
-    if (n != node) out += (out.empty() ? "" : "+") + n + ":";
-    else out += ",";
+    if (n != node)
+      out += (out.empty() ? "" : "+") + n + ":";
+    else
+      out += ",";
     node = n;
     out += std::to_string(d["index"].get<int>());
     if (d.contains("partition")) out += "[" + d["partition"].get<std::string>() + "]";
@@ -53,15 +55,23 @@ std::string Placement(const Json& j) {
 
 std::vector<std::string> JobRow(const Json& j) {
   const Json& s = j["spec"];
-  const std::string form = j.contains("placement") ? j["placement"].value("form", "") : s.value("form", "");
+  const std::string form =
+      j.contains("placement") ? j["placement"].value("form", "") : s.value("form", "");
   const int gpus = s.value("gpus", 0);
   const MiB mem = s.value("gpu_memory_mib", int64_t{0});
-  std::string need = gpus == 0               ? "cpu"
-                     : form == "share"       ? "share " + FormatMiB(mem)
-                     : form == "partition"   ? "partition " + FormatMiB(mem)
-                     : form == "whole"       ? std::to_string(gpus) + " whole"
-                                             : std::to_string(gpus) + " gpu" + (mem > 0 ? " " + FormatMiB(mem) : "");
-  return {j["id"], j["state"], j["queue"], j["group"], need, Placement(j), Age(j["submit_ms"].get<int64_t>()),
+  std::string need = gpus == 0             ? "cpu"
+                     : form == "share"     ? "share " + FormatMiB(mem)
+                     : form == "partition" ? "partition " + FormatMiB(mem)
+                     : form == "whole"
+                         ? std::to_string(gpus) + " whole"
+                         : std::to_string(gpus) + " gpu" + (mem > 0 ? " " + FormatMiB(mem) : "");
+  return {j["id"],
+          j["state"],
+          j["queue"],
+          j["group"],
+          need,
+          Placement(j),
+          Age(j["submit_ms"].get<int64_t>()),
           j.value("reason", "")};
 }
 
@@ -137,7 +147,8 @@ void Submit(const SubmitOptions& s, int* exit_code) {
 }
 
 void RegisterSubmitCommand(CLI::App& app, CommandContext& ctx) {
-  auto* cmd = app.add_subcommand("submit", "Submit a job: tessera submit --queue Q [needs] -- COMMAND...");
+  auto* cmd =
+      app.add_subcommand("submit", "Submit a job: tessera submit --queue Q [needs] -- COMMAND...");
   auto o = std::make_shared<SubmitOptions>();
   AddClientFlags(cmd, &o->client);
   cmd->add_option("--queue", o->queue, "execution queue")->required();
@@ -196,7 +207,8 @@ void ListQueues(const ClientOptions& co, const std::string&, int* exit_code) {
   Json j = Call(co, "GET", "/v1/queues", exit_code);
   if (j.is_discarded()) return;
   if (co.json) return void(std::cout << j.dump(2) << "\n");
-  std::vector<std::vector<std::string>> rows = {{"QUEUE", "PRIORITY", "CLASS", "FORMS", "GROUPS", "PREEMPTIBLE"}};
+  std::vector<std::vector<std::string>> rows = {
+      {"QUEUE", "PRIORITY", "CLASS", "FORMS", "GROUPS", "PREEMPTIBLE"}};
   for (const auto& q : j["queues"]) {
     std::string forms, groups;
     for (const auto& f : q["forms"]) forms += (forms.empty() ? "" : ",") + f.get<std::string>();
@@ -211,11 +223,13 @@ void ListGroups(const ClientOptions& co, const std::string&, int* exit_code) {
   Json j = Call(co, "GET", "/v1/groups", exit_code);
   if (j.is_discarded()) return;
   if (co.json) return void(std::cout << j.dump(2) << "\n");
-  std::vector<std::vector<std::string>> rows = {{"GROUP", "GPU USED", "RESERVED", "LIMIT", "CPU USED", "CPU LIMIT"}};
+  std::vector<std::vector<std::string>> rows = {
+      {"GROUP", "GPU USED", "RESERVED", "LIMIT", "CPU USED", "CPU LIMIT"}};
   for (const auto& g : j["groups"]) {
     auto lim = [](int64_t v) { return v == 0 ? std::string("-") : FormatMilli(v); };
-    rows.push_back({g["name"], FormatMilli(g["usage"]["gpu_milli"]), FormatMilli(g["reservation"]["gpu_milli"]),
-                    lim(g["limit"]["gpu_milli"]), FormatMilli(g["usage"]["cpu_milli"]), lim(g["limit"]["cpu_milli"])});
+    rows.push_back({g["name"], FormatMilli(g["usage"]["gpu_milli"]),
+                    FormatMilli(g["reservation"]["gpu_milli"]), lim(g["limit"]["gpu_milli"]),
+                    FormatMilli(g["usage"]["cpu_milli"]), lim(g["limit"]["cpu_milli"])});
   }
   PrintTable(rows);
 }
@@ -224,7 +238,8 @@ void ListGroups(const ClientOptions& co, const std::string&, int* exit_code) {
 std::string DeviceHolders(const Json& d) {
   std::string holders;
   for (const auto& h : d["holders"]) {
-    holders += (holders.empty() ? "" : " ") + h["job"].get<std::string>() + "(" + h["form"].get<std::string>() +
+    holders += (holders.empty() ? "" : " ") + h["job"].get<std::string>() + "(" +
+               h["form"].get<std::string>() +
                (h.contains("partition") ? " " + h["partition"].get<std::string>() : "") +
                (h.contains("identity") ? "," + h["identity"].get<std::string>() : "") + ")";
   }
@@ -250,14 +265,15 @@ void ListNodes(const ClientOptions& co, const std::string&, int* exit_code) {
   std::vector<std::vector<std::string>> rows = {
       {"NODE", "STATE", "DEVICE", "MODEL", "LAYOUT", "USED", "MEMORY USED", "HOLDERS"}};
   for (const auto& n : j["nodes"]) {
-    std::string state = n["state"].get<std::string>() + (n["simulated"].get<bool>() ? " (simulated)" : "");
+    std::string state =
+        n["state"].get<std::string>() + (n["simulated"].get<bool>() ? " (simulated)" : "");
     if (n["devices"].empty()) rows.push_back({n["name"], state, "-", "-", "-", "-", "-", "-"});
     for (const auto& d : n["devices"]) {
       std::string holders = DeviceHolders(d);
       std::string layout = DeviceLayout(d);
       rows.push_back({n["name"], state, std::to_string(d["index"].get<int>()),
-                      d["model"].get<std::string>() + (d["simulated"].get<bool>() ? "*" : ""), layout,
-                      FormatMilli(d["gpu_milli_used"]),
+                      d["model"].get<std::string>() + (d["simulated"].get<bool>() ? "*" : ""),
+                      layout, FormatMilli(d["gpu_milli_used"]),
                       FormatMiB(d["gpu_memory_mib_used"]) + "/" + FormatMiB(d["memory_mib"]),
                       holders.empty() ? "-" : holders});
     }
@@ -268,7 +284,9 @@ void ListNodes(const ClientOptions& co, const std::string&, int* exit_code) {
 void WhoAmI(const ClientOptions& co, const std::string&, int* exit_code) {
   Json j = Call(co, "GET", "/v1/whoami", exit_code);
   if (j.is_discarded()) return;
-  std::cout << (co.json ? j.dump(2) : j["name"].get<std::string>() + " (" + j["role"].get<std::string>() + ")") << "\n";
+  std::cout << (co.json ? j.dump(2)
+                        : j["name"].get<std::string>() + " (" + j["role"].get<std::string>() + ")")
+            << "\n";
 }
 
 using ClientRun = void (*)(const ClientOptions& co, const std::string& arg, int* exit_code);
@@ -294,13 +312,15 @@ void RegisterClientCommand(CLI::App& app, CommandContext& ctx, const char* name,
 void RegisterClientCommands(CLI::App& app, CommandContext& ctx) {
   auto no_arg = [](CLI::App*, std::string*) {};
   auto id_arg = [](CLI::App* c, std::string* a) { c->add_option("id", *a)->required(); };
-  RegisterClientCommand(app, ctx, "jobs", "List jobs (of your groups)", [](CLI::App* c, std::string* a) {
-    c->add_option("--state", *a, "only jobs in this state");
-  }, ListJobs);
+  RegisterClientCommand(
+      app, ctx, "jobs", "List jobs (of your groups)",
+      [](CLI::App* c, std::string* a) { c->add_option("--state", *a, "only jobs in this state"); },
+      ListJobs);
   RegisterClientCommand(app, ctx, "job", "Show one job and its output", id_arg, ShowJob);
   RegisterClientCommand(app, ctx, "cancel", "Cancel a job", id_arg, CancelJob);
   RegisterClientCommand(app, ctx, "queues", "List the queues you may use", no_arg, ListQueues);
-  RegisterClientCommand(app, ctx, "groups", "Groups with reservation, limit and usage", no_arg, ListGroups);
+  RegisterClientCommand(app, ctx, "groups", "Groups with reservation, limit and usage", no_arg,
+                        ListGroups);
   RegisterClientCommand(app, ctx, "nodes", "Nodes, devices, and who holds them", no_arg, ListNodes);
   RegisterClientCommand(app, ctx, "whoami", "Who the token belongs to", no_arg, WhoAmI);
 }
@@ -334,8 +354,9 @@ void Events(const EventsOptions& o, int* exit_code) {
   }
   int64_t cursor = o.after;
   do {
-    Json j = Call(co, "GET", "/v1/events?after=" + std::to_string(cursor) + "&limit=500" +
-                                 (o.kind.empty() ? "" : "&kind=" + o.kind),
+    Json j = Call(co, "GET",
+                  "/v1/events?after=" + std::to_string(cursor) + "&limit=500" +
+                      (o.kind.empty() ? "" : "&kind=" + o.kind),
                   exit_code);
     if (j.is_discarded()) return;
     for (const auto& e : j["events"]) PrintEvent(e, co.json);

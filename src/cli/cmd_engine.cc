@@ -63,9 +63,11 @@ int CheckConfig(const std::string& config_path) {
     return kExitBadInput;
   }
   const api::EngineConfig& c = *config;
-  std::printf("%s: ok: %zu group(s), %zu pool(s), %zu profile(s), %zu queue(s), %zu identity(ies), placement %s\n",
-              config_path.c_str(), c.policy.groups.size(), c.policy.pools.size(), c.policy.profiles.size(),
-              c.policy.queues.size(), c.identities.size(), c.policy.placement.c_str());
+  std::printf(
+      "%s: ok: %zu group(s), %zu pool(s), %zu profile(s), %zu queue(s), %zu identity(ies), "
+      "placement %s\n",
+      config_path.c_str(), c.policy.groups.size(), c.policy.pools.size(), c.policy.profiles.size(),
+      c.policy.queues.size(), c.identities.size(), c.policy.placement.c_str());
   for (const api::QueueRoute& r : c.routes) {
     std::printf("  queue %s -> %s%s\n", r.queue.c_str(), r.backend.c_str(),
                 r.run_as_root ? " (jobs as root)" : "");
@@ -122,8 +124,8 @@ bool AwaitLead(store::Store& store, const std::string& advertise, const std::str
   }
   auto now = store.Leader();
   const std::string leader = now.ok() ? now->holder : "another server";
-  ServeLog().Info("standby on " + flags.Scheme() + host + ":" + std::to_string(*bound) + ": " + leader + " leads " +
-                      store.Describe() + "; waiting for the lease",
+  ServeLog().Info("standby on " + flags.Scheme() + host + ":" + std::to_string(*bound) + ": " +
+                      leader + " leads " + store.Describe() + "; waiting for the lease",
                   {{"port", *bound}, {"leader", leader}});
   std::atomic<bool> done{false}, leading{false};
   std::thread poll([&] {
@@ -193,7 +195,9 @@ int Serve(const ServeFlags& flags, const std::function<void(int)>& on_ready) {
     return 1;
   }
   api::ApiServerOptions options = flags.ServerOptions();
-  options.lease_check = [lease] { return lease->CheckLease(); };  // owned by the engine, which outlives the server
+  options.lease_check = [lease] {
+    return lease->CheckLease();
+  };  // owned by the engine, which outlives the server
   api::ApiServer server(engine->get(), options);
   auto bound = server.Bind(host, port);
   if (!bound.ok()) {
@@ -202,8 +206,8 @@ int Serve(const ServeFlags& flags, const std::function<void(int)>& on_ready) {
   }
   signal(SIGPIPE, SIG_IGN);
   // The store as it describes itself: a PostgreSQL URL's password is not logged.
-  ServeLog().Info("listening on " + flags.Scheme() + host + ":" + std::to_string(*bound) + " (store " + lease->Describe() +
-                      "), leading as " + advertise,
+  ServeLog().Info("listening on " + flags.Scheme() + host + ":" + std::to_string(*bound) +
+                      " (store " + lease->Describe() + "), leading as " + advertise,
                   {{"port", *bound}, {"log_level", log::LevelName(log::CurrentLevel())}});
   if (on_ready) on_ready(*bound);
   server.Run();
@@ -225,7 +229,8 @@ std::string LocalJobAccount() {
   return "nobody";
 }
 
-std::string ExampleConfig(const std::string& admin, const std::string& user, const std::string& agent) {
+std::string ExampleConfig(const std::string& admin, const std::string& user,
+                          const std::string& agent) {
   const std::string account = LocalJobAccount();
   return R"(# Written by `tessera up`. Tokens are stored as SHA-256 hashes only.
 cluster: local
@@ -282,12 +287,13 @@ Status LocalCertificate(const std::string& data, const std::string& listen, Serv
   std::filesystem::create_directories(data + "/tls", ec);
   f->tls_cert = data + "/tls/cert.pem";
   f->tls_key = data + "/tls/key.pem";
-  if (std::filesystem::exists(f->tls_cert, ec) && std::filesystem::exists(f->tls_key, ec)) return Status::Ok();
+  if (std::filesystem::exists(f->tls_cert, ec) && std::filesystem::exists(f->tls_key, ec))
+    return Status::Ok();
   std::vector<std::string> hosts = {"localhost", "127.0.0.1", "::1"};
   std::string host;
   int port = 0;
-  if (SplitListen(listen, &host, &port) && std::find(hosts.begin(), hosts.end(), host) == hosts.end() &&
-      host != "0.0.0.0") {
+  if (SplitListen(listen, &host, &port) &&
+      std::find(hosts.begin(), hosts.end(), host) == hosts.end() && host != "0.0.0.0") {
     hosts.push_back(host);
   }
   char name[256] = {};
@@ -295,8 +301,8 @@ Status LocalCertificate(const std::string& data, const std::string& listen, Serv
   return net::WriteSelfSigned(f->tls_cert, f->tls_key, hosts);
 }
 
-int Up(const std::string& data, const std::string& listen, const std::string& simulate, const std::string& log_level,
-       const std::string& log_format, bool tls) {
+int Up(const std::string& data, const std::string& listen, const std::string& simulate,
+       const std::string& log_level, const std::string& log_format, bool tls) {
   std::error_code ec;
   std::filesystem::create_directories(data, ec);
   ServeFlags flags;
@@ -320,16 +326,20 @@ int Up(const std::string& data, const std::string& listen, const std::string& si
   pid_t agent_pid = -1;
   auto on_ready = [&](int port) {
     const std::string url = flags.Scheme() + "127.0.0.1:" + std::to_string(port);
-    std::printf("Tessera is up.\n  URL:          %s\n  admin token:  %s\n  user 'alice': %s\n  dashboard:    %s/#token=%s\n",
-                url.c_str(), admin.c_str(), user.c_str(), url.c_str(), admin.c_str());
+    std::printf(
+        "Tessera is up.\n  URL:          %s\n  admin token:  %s\n  user 'alice': %s\n  dashboard:  "
+        "  %s/#token=%s\n",
+        url.c_str(), admin.c_str(), user.c_str(), url.c_str(), admin.c_str());
     if (tls) {
-      std::printf("  certificate:  %s (self-signed for this host: browsers ask once)\n", flags.tls_cert.c_str());
+      std::printf("  certificate:  %s (self-signed for this host: browsers ask once)\n",
+                  flags.tls_cert.c_str());
     }
     const std::string ca = tls ? " TESSERA_CA=" + flags.tls_cert : "";
-    std::printf("Try:\n  export TESSERA_URL=%s TESSERA_TOKEN_FILE=%s/alice.token%s\n"
-                "  tessera submit --queue notebooks --gpu-memory 8GiB -- sh -c 'echo hello from a share; "
-                "echo $CUDA_VISIBLE_DEVICES'\n  tessera jobs\nCtrl-C stops it.\n",
-                url.c_str(), data.c_str(), ca.c_str());
+    std::printf(
+        "Try:\n  export TESSERA_URL=%s TESSERA_TOKEN_FILE=%s/alice.token%s\n"
+        "  tessera submit --queue notebooks --gpu-memory 8GiB -- sh -c 'echo hello from a share; "
+        "echo $CUDA_VISIBLE_DEVICES'\n  tessera jobs\nCtrl-C stops it.\n",
+        url.c_str(), data.c_str(), ca.c_str());
     std::fflush(stdout);
     // Everything the child needs is made before fork: the server is multi-threaded, and between
     // fork and exec the child may only make async-signal-safe calls (no allocation).
@@ -341,9 +351,10 @@ int Up(const std::string& data, const std::string& listen, const std::string& si
     const std::string work = data + "/agent";
     agent_pid = fork();
     if (agent_pid == 0) {
-      execl(self.c_str(), self.c_str(), "agent", "--server", url.c_str(), "--token-file", token_file.c_str(), "--ca",
-            ca_file.c_str(), "--node", "local", "--simulate", simulate.c_str(), "--work", work.c_str(),
-            "--log-level", log_level.c_str(), "--log-format", log_format.c_str(), static_cast<char*>(nullptr));
+      execl(self.c_str(), self.c_str(), "agent", "--server", url.c_str(), "--token-file",
+            token_file.c_str(), "--ca", ca_file.c_str(), "--node", "local", "--simulate",
+            simulate.c_str(), "--work", work.c_str(), "--log-level", log_level.c_str(),
+            "--log-format", log_format.c_str(), static_cast<char*>(nullptr));
       _exit(127);
     }
   };
@@ -378,43 +389,63 @@ struct LogFlags {
 void AddLogFlags(CLI::App* cmd, LogFlags* f) {
   cmd->add_option("--log-level", f->level, "debug, info, warn or error (default info)")
       ->check(CLI::IsMember({"debug", "info", "warn", "error"}));
-  cmd->add_option("--log-format", f->format, "text or json: one JSON object per line (default text)")
+  cmd->add_option("--log-format", f->format,
+                  "text or json: one JSON object per line (default text)")
       ->check(CLI::IsMember({"text", "json"}));
 }
 
-void ApplyLogFlags(const LogFlags& f) { log::Configure(*log::ParseLevel(f.level), *log::ParseFormat(f.format)); }
+void ApplyLogFlags(const LogFlags& f) {
+  log::Configure(*log::ParseLevel(f.level), *log::ParseFormat(f.format));
+}
 
 void RegisterAgentCommand(CLI::App& app, CommandContext& ctx) {
-  auto* cmd = app.add_subcommand("agent", "Run a node agent: register, heartbeat, run the jobs placed here");
+  auto* cmd = app.add_subcommand("agent",
+                                 "Run a node agent: register, heartbeat, run the jobs placed here");
   auto o = std::make_shared<agent::AgentOptions>();
   auto token_file = std::make_shared<std::string>();
-  cmd->add_option("--server", o->control_plane_url, "control plane URL(s), http:// or https:// (default $TESSERA_URL)");
+  cmd->add_option("--server", o->control_plane_url,
+                  "control plane URL(s), http:// or https:// (default $TESSERA_URL)");
   // A token on the command line is readable by every process on the host (/proc/PID/cmdline),
   // jobs included: refused, with the way to pass it.
   auto token_flag = std::make_shared<std::string>();
   cmd->add_option("--token", *token_flag, "refused: use --token-file or $TESSERA_TOKEN_FILE")
       ->group("");
-  cmd->add_option("--token-file", *token_file, "file holding the agent token (default $TESSERA_TOKEN_FILE)");
-  cmd->add_option("--ca", o->tls.ca_file, "CA file that signed the server's certificate (default $TESSERA_CA)");
-  cmd->add_option("--tls-cert", o->tls.cert_file, "client certificate (PEM) for a server that asks for one");
+  cmd->add_option("--token-file", *token_file,
+                  "file holding the agent token (default $TESSERA_TOKEN_FILE)");
+  cmd->add_option("--ca", o->tls.ca_file,
+                  "CA file that signed the server's certificate (default $TESSERA_CA)");
+  cmd->add_option("--tls-cert", o->tls.cert_file,
+                  "client certificate (PEM) for a server that asks for one");
   cmd->add_option("--tls-key", o->tls.key_file, "private key of --tls-cert");
   cmd->add_option("--node", o->node_name, "node name (default: host name)");
   cmd->add_option("--pool", o->pool, "scheduling pool the node joins (default: default)");
-  cmd->add_option("--simulate", o->simulate, "simulated devices where there is no GPU, e.g. 2xH100-80GB");
+  cmd->add_option("--simulate", o->simulate,
+                  "simulated devices where there is no GPU, e.g. 2xH100-80GB");
   cmd->add_option("--work", o->work_dir, "directory for job output files");
   cmd->add_option("--capgpu", o->capgpu_preload, "libtessera_capgpu.so to preload into shares");
   cmd->add_option("--cgroup-root", o->cgroup_root, "cgroup v2 mount (\"\" disables cgroups)");
   auto swap_ram = std::make_shared<std::string>();
-  cmd->add_option("--swap-ram", *swap_ram, "host RAM per swapping share for swapped-out memory, e.g. 64GiB (default: unlimited)");
-  cmd->add_option("--swap-dir", o->swap_dir, "directory for swapped-out memory past --swap-ram (default: none)");
+  cmd->add_option(
+      "--swap-ram", *swap_ram,
+      "host RAM per swapping share for swapped-out memory, e.g. 64GiB (default: unlimited)");
+  cmd->add_option("--swap-dir", o->swap_dir,
+                  "directory for swapped-out memory past --swap-ram (default: none)");
   auto max_output = std::make_shared<std::string>();
   cmd->add_option("--max-output", *max_output,
                   "most output kept and uploaded per job on this node, e.g. 64MiB (default 64MiB; "
                   "0: no limit)");
   auto swap_disk = std::make_shared<std::string>();
-  cmd->add_option("--swap-disk", *swap_disk, "space under --swap-dir the node offers swapped-out memory, e.g. 500GiB (default 0)");
-  cmd->add_option("--swap-idle", o->swap_idle_ms, "ms a share must be idle before it is swapped out ahead of need, to keep room for the next wake (30000; under pressure 2000 or this, if shorter)");
-  cmd->add_option("--swap-slice", o->swap_slice_ms, "ms an active share may hold the device before it is swapped out for a share waiting for memory when no idle one can make room (0, the default: the share waits for an active one to go idle)")->check(CLI::Range(0, 86'400'000));
+  cmd->add_option(
+      "--swap-disk", *swap_disk,
+      "space under --swap-dir the node offers swapped-out memory, e.g. 500GiB (default 0)");
+  cmd->add_option("--swap-idle", o->swap_idle_ms,
+                  "ms a share must be idle before it is swapped out ahead of need, to keep room "
+                  "for the next wake (30000; under pressure 2000 or this, if shorter)");
+  cmd->add_option("--swap-slice", o->swap_slice_ms,
+                  "ms an active share may hold the device before it is swapped out for a share "
+                  "waiting for memory when no idle one can make room (0, the default: the share "
+                  "waits for an active one to go idle)")
+      ->check(CLI::Range(0, 86'400'000));
   auto log_flags = std::make_shared<LogFlags>();
   AddLogFlags(cmd, log_flags.get());
   cmd->callback([o, token_file, token_flag, swap_ram, swap_disk, max_output, log_flags, &ctx] {
@@ -430,7 +461,8 @@ void RegisterAgentCommand(CLI::App& app, CommandContext& ctx) {
     if (!swap_ram->empty()) {
       auto mib = ParseMemoryMiB(*swap_ram);
       if (!mib.ok() || *mib <= 0 || *mib > (INT64_MAX >> 20)) {
-        std::cerr << "tessera agent: --swap-ram: expected a size such as 64GiB, not '" << *swap_ram << "'\n";
+        std::cerr << "tessera agent: --swap-ram: expected a size such as 64GiB, not '" << *swap_ram
+                  << "'\n";
         ctx.exit_code = kExitBadInput;
         return;
       }
@@ -449,13 +481,16 @@ void RegisterAgentCommand(CLI::App& app, CommandContext& ctx) {
     if (!swap_disk->empty()) {
       auto mib = ParseMemoryMiB(*swap_disk);
       if (!mib.ok() || *mib < 0 || *mib > (INT64_MAX >> 20) || opts.swap_dir.empty()) {
-        std::cerr << "tessera agent: --swap-disk: expected a size such as 500GiB, with --swap-dir\n";
+        std::cerr
+            << "tessera agent: --swap-disk: expected a size such as 500GiB, with --swap-dir\n";
         ctx.exit_code = kExitBadInput;
         return;
       }
       opts.swap_disk_bytes = *mib * 1024 * 1024;
     }
-    auto env = [](const char* name) { return std::getenv(name) ? std::string(std::getenv(name)) : std::string(); };
+    auto env = [](const char* name) {
+      return std::getenv(name) ? std::string(std::getenv(name)) : std::string();
+    };
     if (Status st = net::ResolveCredentials(*token_file, &opts.token, &opts.tls); !st.ok()) {
       std::cerr << "tessera agent: " << st.message() << "\n";
       ctx.exit_code = kExitBadInput;
@@ -477,14 +512,17 @@ void RegisterServeCommand(CLI::App& app, CommandContext& ctx) {
   auto f = std::make_shared<ServeFlags>();
   auto check = std::make_shared<bool>(false);
   cmd->add_option("--config", f->config, "configuration (YAML)")->required();
-  cmd->add_option("--data", f->data, "data directory (SQLite store, job output); required unless --check-config");
+  cmd->add_option("--data", f->data,
+                  "data directory (SQLite store, job output); required unless --check-config");
   cmd->add_option("--listen", f->listen, "HOST:PORT to listen on (port 0: any)");
   cmd->add_option("--store", f->store, "postgresql://... to keep state in PostgreSQL");
-  cmd->add_option("--advertise", f->advertise,
-                  "the URL clients reach this server at, recorded while it leads (default http(s)://LISTEN)");
+  cmd->add_option(
+      "--advertise", f->advertise,
+      "the URL clients reach this server at, recorded while it leads (default http(s)://LISTEN)");
   cmd->add_option("--tls-cert", f->tls_cert, "PEM certificate chain: serve HTTPS (with --tls-key)");
   cmd->add_option("--tls-key", f->tls_key, "PEM private key of --tls-cert");
-  cmd->add_option("--tls-client-ca", f->tls_client_ca, "PEM CA: every client must present a certificate it signed");
+  cmd->add_option("--tls-client-ca", f->tls_client_ca,
+                  "PEM CA: every client must present a certificate it signed");
   cmd->add_option(
          "--max-connections", f->max_connections,
          "open connections at most (default: the open-file limit less 1024, at most 50000)")
@@ -497,9 +535,11 @@ void RegisterServeCommand(CLI::App& app, CommandContext& ctx) {
       "--limit-loopback-peers", f->limit_loopback_peers,
       "count loopback addresses in --max-connections-per-peer too (local users not trusted)");
   cmd->add_option("--threads", f->threads,
-                  "threads running the API's event loops (default: one per core; routes that may wait run on a separate pool)")
+                  "threads running the API's event loops (default: one per core; routes that may "
+                  "wait run on a separate pool)")
       ->check(CLI::Range(1, 1024));
-  cmd->add_flag("--check-config", *check, "check the configuration, say what it declares, and exit");
+  cmd->add_flag("--check-config", *check,
+                "check the configuration, say what it declares, and exit");
   auto log_flags = std::make_shared<LogFlags>();
   AddLogFlags(cmd, log_flags.get());
   cmd->callback([=, &ctx] {
@@ -509,8 +549,10 @@ void RegisterServeCommand(CLI::App& app, CommandContext& ctx) {
     } else if (f->data.empty()) {
       std::cerr << "tessera serve: --data is required\n";
       ctx.exit_code = kExitBadInput;
-    } else if (f->tls_cert.empty() != f->tls_key.empty() || (!f->tls_client_ca.empty() && f->tls_cert.empty())) {
-      std::cerr << "tessera serve: --tls-cert and --tls-key go together (and --tls-client-ca needs them)\n";
+    } else if (f->tls_cert.empty() != f->tls_key.empty() ||
+               (!f->tls_client_ca.empty() && f->tls_cert.empty())) {
+      std::cerr << "tessera serve: --tls-cert and --tls-key go together (and --tls-client-ca needs "
+                   "them)\n";
       ctx.exit_code = kExitBadInput;
     } else {
       ctx.exit_code = Serve(*f, nullptr);
@@ -519,15 +561,18 @@ void RegisterServeCommand(CLI::App& app, CommandContext& ctx) {
 }
 
 void RegisterUpCommand(CLI::App& app, CommandContext& ctx) {
-  auto* cmd = app.add_subcommand("up", "Control plane and an agent on this host, with an example config");
+  auto* cmd =
+      app.add_subcommand("up", "Control plane and an agent on this host, with an example config");
   auto data = std::make_shared<std::string>(".tessera");
   auto listen = std::make_shared<std::string>("127.0.0.1:8080");
   auto simulate = std::make_shared<std::string>("2xH100-80GB");
   auto tls = std::make_shared<bool>(true);
   cmd->add_option("--data", *data, "data directory (default .tessera)");
   cmd->add_option("--listen", *listen, "HOST:PORT (default 127.0.0.1:8080)");
-  cmd->add_option("--simulate", *simulate, "simulated devices where there is no GPU (default 2xH100-80GB)");
-  cmd->add_flag("--tls,!--no-tls", *tls, "HTTPS with a self-signed certificate made under DATA/tls (default on)");
+  cmd->add_option("--simulate", *simulate,
+                  "simulated devices where there is no GPU (default 2xH100-80GB)");
+  cmd->add_flag("--tls,!--no-tls", *tls,
+                "HTTPS with a self-signed certificate made under DATA/tls (default on)");
   auto log_flags = std::make_shared<LogFlags>();
   AddLogFlags(cmd, log_flags.get());
   cmd->callback([=, &ctx] {

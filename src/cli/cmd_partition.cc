@@ -2,10 +2,9 @@
 #include <algorithm>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "cli/table.h"
@@ -28,13 +27,15 @@ struct Options {
   bool json = false;
 };
 
-
 int ExitCodeFor(const Status& s) {
   switch (s.code()) {
-    case StatusCode::kOk: return kExitOk;
+    case StatusCode::kOk:
+      return kExitOk;
     case StatusCode::kResourceExhausted:
-    case StatusCode::kFailedPrecondition: return kExitUnsatisfiable;
-    default: return kExitBadInput;
+    case StatusCode::kFailedPrecondition:
+      return kExitUnsatisfiable;
+    default:
+      return kExitBadInput;
   }
 }
 
@@ -49,15 +50,14 @@ Result<std::vector<std::string>> SplitList(const std::string& text, const char* 
   size_t pos = 0;
   while (true) {
     size_t comma = text.find(',', pos);
-    std::string item = text.substr(pos, comma == std::string::npos ? std::string::npos
-                                                                   : comma - pos);
+    std::string item =
+        text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
     size_t b = item.find_first_not_of(" \t");
     size_t e = item.find_last_not_of(" \t");
     item = (b == std::string::npos) ? "" : item.substr(b, e - b + 1);
     if (item.empty()) {
-      return Status::InvalidArgument("malformed " + std::string(option) + " '" + text +
-                                     "': item " + std::to_string(items.size() + 1) +
-                                     " is empty");
+      return Status::InvalidArgument("malformed " + std::string(option) + " '" + text + "': item " +
+                                     std::to_string(items.size() + 1) + " is empty");
     }
     items.push_back(item);
     if (comma == std::string::npos) break;
@@ -115,31 +115,28 @@ void PlanMig(const GpuModel& m, const std::vector<std::string>& wants, const Opt
     json instances = json::array();
     for (const partition::Instance& i : placed) {
       const partition::MigProfile* p = m.mig.FindProfile(i.profile);
-      instances.push_back({{"profile", p->name},
-                           {"start", i.start},
-                           {"memory_slices", p->memory_slices},
-                           {"compute_slices", p->compute_slices},
-                           {"memory_mib", p->memory_mib},
-                           {"nvidia_smi_profile_id", p->nvidia_smi_profile_id
-                                                         ? json(*p->nvidia_smi_profile_id)
-                                                         : json(nullptr)}});
+      instances.push_back(
+          {{"profile", p->name},
+           {"start", i.start},
+           {"memory_slices", p->memory_slices},
+           {"compute_slices", p->compute_slices},
+           {"memory_mib", p->memory_mib},
+           {"nvidia_smi_profile_id",
+            p->nvidia_smi_profile_id ? json(*p->nvidia_smi_profile_id) : json(nullptr)}});
     }
     json kept = json::array();
     for (const partition::Instance& i : existing->instances) {
       kept.push_back({{"profile", m.mig.FindProfile(i.profile)->name}, {"start", i.start}});
     }
-    json out = {{"gpu", m.name},
-                {"kind", "mig"},
-                {"memory_slices", m.mig.memory_slices},
-                {"instances", instances},
-                {"existing", kept},
-                {"slice_map", map}};
+    json out = {
+        {"gpu", m.name},          {"kind", "mig"},    {"memory_slices", m.mig.memory_slices},
+        {"instances", instances}, {"existing", kept}, {"slice_map", map}};
     std::cout << out.dump(2) << "\n";
     ctx.exit_code = kExitOk;
     return;
   }
-  std::cout << m.name << ": " << placed.size() << " GPU instance"
-            << (placed.size() == 1 ? "" : "s") << " with explicit starts\n\n";
+  std::cout << m.name << ": " << placed.size() << " GPU instance" << (placed.size() == 1 ? "" : "s")
+            << " with explicit starts\n\n";
   std::vector<std::vector<std::string>> rows = {
       {"PROFILE", "START", "MEM-SLICES", "COMPUTE", "MEMORY", "SMI-ID"}};
   for (const partition::Instance& i : placed) {
@@ -181,15 +178,15 @@ void PrintAmdPlan(const GpuModel& m, const partition::AmdPartitioning& p,
   std::cout << m.name << ": " << p.pair.ToString() << " -> " << p.partitions << " partition"
             << (p.partitions == 1 ? "" : "s") << " x " << FormatMiB(p.memory_per_partition_mib)
             << " (" << p.xcds_per_partition << " XCD" << (p.xcds_per_partition == 1 ? "" : "s")
-            << ", " << p.cus_per_partition << " CUs each; " << p.memory_domains
-            << " memory domain" << (p.memory_domains == 1 ? "" : "s")
-            << (p.validated ? "; AMD-validated" : "") << ")\n";
+            << ", " << p.cus_per_partition << " CUs each; " << p.memory_domains << " memory domain"
+            << (p.memory_domains == 1 ? "" : "s") << (p.validated ? "; AMD-validated" : "")
+            << ")\n";
   if (!wants.empty()) {
     std::cout << "\n";
     std::vector<std::vector<std::string>> rows = {{"PARTITION", "WANT", "SIZE"}};
     for (size_t i = 0; i < wants.size(); ++i) {
-      rows.push_back({std::to_string(i), FormatMiB(wants[i]),
-                      FormatMiB(p.memory_per_partition_mib)});
+      rows.push_back(
+          {std::to_string(i), FormatMiB(wants[i]), FormatMiB(p.memory_per_partition_mib)});
     }
     PrintTable(rows);
     if (static_cast<size_t>(p.partitions) > wants.size()) {
@@ -219,13 +216,15 @@ void PlanAmd(const GpuModel& m, const std::vector<std::string>& items, const Opt
     if (item.find('+') != std::string::npos) {
       return Fail(ctx, Status::InvalidArgument("--want for " + m.name +
                                                " takes either one mode pair (e.g. CPX+NPS4) "
-                                               "or memory sizes, not both: '" + item + "'"));
+                                               "or memory sizes, not both: '" +
+                                               item + "'"));
     }
     Result<MiB> mib = ParseMemoryMiB(item);
     if (!mib.ok()) {
       return Fail(ctx, Status::InvalidArgument("--want for " + m.name +
                                                " takes memory sizes like 24GiB or a pair like "
-                                               "CPX+NPS4: " + mib.status().message()));
+                                               "CPX+NPS4: " +
+                                               mib.status().message()));
     }
     wants.push_back(*mib);
   }
@@ -334,8 +333,7 @@ void RegisterPartitionCommands(CLI::App& app, CommandContext& ctx) {
 
   CLI::App* geometries = part->add_subcommand(
       "geometries", "List the distinct maximal layouts of a MIG GPU (AMD: its legal pairs)");
-  geometries->add_option("--gpu", opts->gpu, "GPU model or alias (case-insensitive)")
-      ->required();
+  geometries->add_option("--gpu", opts->gpu, "GPU model or alias (case-insensitive)")->required();
   geometries->add_flag("--json", opts->json, "Print JSON");
   geometries->callback([opts, &ctx] {
     Result<const GpuModel*> m = Catalog::BuiltIn().Lookup(opts->gpu);

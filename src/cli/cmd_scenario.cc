@@ -8,8 +8,8 @@
 
 #include "cli/scenario_commands.h"
 #include "sim/scenario.h"
-#include "sim/swap_model.h"
 #include "sim/scenario_bench.h"
+#include "sim/swap_model.h"
 
 namespace tessera::cli {
 namespace {
@@ -83,13 +83,15 @@ int RunCycleBenchCommand(const CycleBenchCli& c) {
                         {"invariants", r.invariants}};
     std::cout << j.dump(2) << "\n";
   } else {
-    std::printf("scheduling cycle: %d nodes x 8 H100-80GB (%d GPUs; pools 50%% whole, 20%% "
-                "partition, 30%% share), 8 groups, seed %llu, single thread\n",
-                r.nodes, r.gpus, static_cast<unsigned long long>(c.options.seed));
-    std::printf("  cycle 1: %d pending -> %d admitted in %.3f s = %.0f jobs admitted/s "
-                "(%d preempted, %d repartitions)\n",
-                r.pending, r.admitted, r.cycle_seconds, r.admitted_per_second, r.preempted,
-                r.repartitioned);
+    std::printf(
+        "scheduling cycle: %d nodes x 8 H100-80GB (%d GPUs; pools 50%% whole, 20%% "
+        "partition, 30%% share), 8 groups, seed %llu, single thread\n",
+        r.nodes, r.gpus, static_cast<unsigned long long>(c.options.seed));
+    std::printf(
+        "  cycle 1: %d pending -> %d admitted in %.3f s = %.0f jobs admitted/s "
+        "(%d preempted, %d repartitions)\n",
+        r.pending, r.admitted, r.cycle_seconds, r.admitted_per_second, r.preempted,
+        r.repartitioned);
     std::printf("  cycle 2 (5%% finished, as many arrived): %d pending -> %d admitted in %.3f s\n",
                 r.second_pending, r.second_admitted, r.second_cycle_seconds);
     std::printf("  setup %.2f s; invariants after both cycles: %s\n", r.setup_seconds,
@@ -128,20 +130,27 @@ void RegisterScenarioCommands(CLI::App& app, CommandContext& ctx) {
   };
   auto w = std::make_shared<SwapCli>();
   auto* swap = sim->add_subcommand(
-      "swap", "Interactive sessions on cards with and without swapping: cards needed, time-to-resume");
+      "swap",
+      "Interactive sessions on cards with and without swapping: cards needed, time-to-resume");
   swap->add_option("--sessions", w->e.sessions, "sessions (50)");
   swap->add_option("--cap-min", w->cap_min_gib, "smallest cap, GiB (8)");
   swap->add_option("--cap-max", w->cap_max_gib, "largest cap, GiB (16)");
   swap->add_option("--card-memory", w->card_gib, "device memory, GiB (80)");
   swap->add_option("--active", w->e.active_percent, "percent of time each session is active (20)");
   swap->add_option("--burst", w->burst, "mean active period (2m)");
-  swap->add_option("--overcommit", w->e.overcommit_percent, "caps per card with swapping, percent of its memory (200)");
+  swap->add_option("--overcommit", w->e.overcommit_percent,
+                   "caps per card with swapping, percent of its memory (200)");
   swap->add_option("--host-mbps", w->e.host_mbps, "host link MB/s (50000: PCIe Gen5 x16)");
   swap->add_option("--disk-mbps", w->e.disk_mbps, "disk tier MB/s (5000)");
-  swap->add_option("--host-ram", w->host_ram_gib, "host RAM for swapped bytes per card, GiB (1024)");
+  swap->add_option("--host-ram", w->host_ram_gib,
+                   "host RAM for swapped bytes per card, GiB (1024)");
   swap->add_option("--duration", w->duration, "simulated time (24h)");
-  swap->add_option("--swap-idle", w->idle, "idle this long, a session is swapped out ahead of need (30s; the agent's --swap-idle)");
-  swap->add_option("--swap-slice", w->slice, "0s: a wake waits for active sessions; else it may take the place of one active this long (the agent's --swap-slice)");
+  swap->add_option(
+      "--swap-idle", w->idle,
+      "idle this long, a session is swapped out ahead of need (30s; the agent's --swap-idle)");
+  swap->add_option("--swap-slice", w->slice,
+                   "0s: a wake waits for active sessions; else it may take the place of one active "
+                   "this long (the agent's --swap-slice)");
   swap->add_flag("--lazy", w->e.lazy, "swap out only when room is needed, never ahead of need");
   swap->add_option("--seed", w->e.seed, "seed (1)");
   swap->callback([w, &ctx] {
@@ -150,7 +159,8 @@ void RegisterScenarioCommands(CLI::App& app, CommandContext& ctx) {
     auto idle = sim::ParseDuration(w->idle);
     auto slice = sim::ParseDuration(w->slice);
     if (!burst.ok() || !duration.ok() || !idle.ok() || !slice.ok()) {
-      std::cerr << "tessera sim swap: --burst, --duration, --swap-idle and --swap-slice take durations such as 30s, 2m or 24h\n";
+      std::cerr << "tessera sim swap: --burst, --duration, --swap-idle and --swap-slice take "
+                   "durations such as 30s, 2m or 24h\n";
       ctx.exit_code = 2;
       return;
     }

@@ -109,12 +109,21 @@ bool LoadOpenbInput(const SimOptions& o, OpenbInput* in) {
   return true;
 }
 
-nlohmann::json TimedJson(const std::string& p, const std::string& trace, const sim::TimedReport& r) {
-  return {{"policy", p}, {"trace", trace}, {"pods", r.pods}, {"started", r.started},
-          {"never_schedulable", r.never_schedulable}, {"queued", r.queued},
-          {"wait_s", {{"mean", r.wait_mean_s}, {"p50", r.wait_p50_s}, {"p99", r.wait_p99_s},
-                      {"max", r.wait_max_s}}},
-          {"gpu_allocated_pct", {{"mean", r.gpu_allocated_mean_pct}, {"peak", r.gpu_allocated_peak_pct}}},
+nlohmann::json TimedJson(const std::string& p, const std::string& trace,
+                         const sim::TimedReport& r) {
+  return {{"policy", p},
+          {"trace", trace},
+          {"pods", r.pods},
+          {"started", r.started},
+          {"never_schedulable", r.never_schedulable},
+          {"queued", r.queued},
+          {"wait_s",
+           {{"mean", r.wait_mean_s},
+            {"p50", r.wait_p50_s},
+            {"p99", r.wait_p99_s},
+            {"max", r.wait_max_s}}},
+          {"gpu_allocated_pct",
+           {{"mean", r.gpu_allocated_mean_pct}, {"peak", r.gpu_allocated_peak_pct}}},
           {"makespan_s", r.makespan_s}};
 }
 
@@ -122,11 +131,13 @@ nlohmann::json TimedJson(const std::string& p, const std::string& trace, const s
 int RunOpenbTimed(const SimOptions& o, const OpenbInput& in) {
   nlohmann::json all = nlohmann::json::array();
   if (!o.json) {
-    std::printf("trace %s on its own clock (arrivals at creation_time, held for deletion - creation, "
-                "queued when they do not fit), arrivals compressed %lldx, seed %llu\n",
-                in.trace.c_str(), static_cast<long long>(o.compress), static_cast<unsigned long long>(in.seeds[0]));
-    std::printf("%-16s %7s %7s %7s %7s %10s %10s %10s %9s %9s\n", "policy", "pods", "started", "never",
-                "queued", "wait mean", "wait p99", "wait max", "GPU mean", "GPU peak");
+    std::printf(
+        "trace %s on its own clock (arrivals at creation_time, held for deletion - creation, "
+        "queued when they do not fit), arrivals compressed %lldx, seed %llu\n",
+        in.trace.c_str(), static_cast<long long>(o.compress),
+        static_cast<unsigned long long>(in.seeds[0]));
+    std::printf("%-16s %7s %7s %7s %7s %10s %10s %10s %9s %9s\n", "policy", "pods", "started",
+                "never", "queued", "wait mean", "wait p99", "wait max", "GPU mean", "GPU peak");
   }
   for (const std::string& p : in.policies) {
     auto r = sim::ReplayOpenbTimed(in.nodes, in.pods, p, in.seeds[0], o.compress);
@@ -139,8 +150,9 @@ int RunOpenbTimed(const SimOptions& o, const OpenbInput& in) {
     } else {
       std::printf("%-16s %7lld %7lld %7lld %7lld %9.0fs %9.0fs %9.0fs %8.1f%% %8.1f%%\n", p.c_str(),
                   static_cast<long long>(r->pods), static_cast<long long>(r->started),
-                  static_cast<long long>(r->never_schedulable), static_cast<long long>(r->queued), r->wait_mean_s,
-                  r->wait_p99_s, r->wait_max_s, r->gpu_allocated_mean_pct, r->gpu_allocated_peak_pct);
+                  static_cast<long long>(r->never_schedulable), static_cast<long long>(r->queued),
+                  r->wait_mean_s, r->wait_p99_s, r->wait_max_s, r->gpu_allocated_mean_pct,
+                  r->gpu_allocated_peak_pct);
     }
   }
   if (o.json) std::cout << (all.size() == 1 ? all[0].dump(2) : all.dump(2)) << "\n";
@@ -149,7 +161,8 @@ int RunOpenbTimed(const SimOptions& o, const OpenbInput& in) {
 
 // One seed sweep per policy; false (after printing why) when one fails.
 bool SweepPolicies(const SimOptions& o, const OpenbInput& in, std::vector<sim::SeedSweep>* sweeps) {
-  int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int threads = o.threads > 0 ? o.threads
+                              : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 
   // Progress on stderr once a run has taken more than two seconds.
   const auto start = std::chrono::steady_clock::now();
@@ -158,11 +171,12 @@ bool SweepPolicies(const SimOptions& o, const OpenbInput& in, std::vector<sim::S
     auto progress = [&](int done, int total) {
       double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (t < 2.0) return;
-      std::fprintf(stderr, "\r[sim %s] policy %zu/%zu %-14s seeds %d/%d  %.0fs   ", in.trace.c_str(),
-                   i + 1, policies.size(), policies[i].c_str(), done, total, t);
+      std::fprintf(stderr, "\r[sim %s] policy %zu/%zu %-14s seeds %d/%d  %.0fs   ",
+                   in.trace.c_str(), i + 1, policies.size(), policies[i].c_str(), done, total, t);
       std::fflush(stderr);
     };
-    auto sweep = sim::SweepSeeds(in.nodes, in.pods, policies[i], in.seeds, in.tune_milli, threads, progress);
+    auto sweep =
+        sim::SweepSeeds(in.nodes, in.pods, policies[i], in.seeds, in.tune_milli, threads, progress);
     if (!sweep.ok()) {
       std::cerr << "\ntessera sim: " << sweep.status().message() << "\n";
       return false;
@@ -198,7 +212,8 @@ nlohmann::json SweepJson(const sim::SeedSweep& s, const std::string& trace) {
 }
 
 // The report on stdout, then the --csv and --plot files.
-int WriteSweeps(const SimOptions& o, const std::string& trace, const std::vector<sim::SeedSweep>& sweeps) {
+int WriteSweeps(const SimOptions& o, const std::string& trace,
+                const std::vector<sim::SeedSweep>& sweeps) {
   if (o.json) {
     nlohmann::json all = nlohmann::json::array();
     for (const auto& s : sweeps) all.push_back(SweepJson(s, trace));
@@ -233,8 +248,8 @@ void RegisterSimCommands(CLI::App& app, CommandContext& ctx) {
   auto* sim = app.add_subcommand("sim", "Simulate placement on recorded traces");
   sim->require_subcommand(1);
   auto opts = std::make_shared<SimOptions>();
-  auto* openb = sim->add_subcommand(
-      "openb", "Replay an Alibaba openb trace under the FGD paper's protocol");
+  auto* openb =
+      sim->add_subcommand("openb", "Replay an Alibaba openb trace under the FGD paper's protocol");
   openb->add_option("--nodes", opts->nodes, "node list CSV (sn,cpu_milli,memory_mib,gpu,model)")
       ->required();
   openb->add_option("--pods", opts->pods, "pod list CSV")->required();
@@ -246,9 +261,11 @@ void RegisterSimCommands(CLI::App& app, CommandContext& ctx) {
   openb->add_option("--csv", opts->csv, "write the whole curve (0..130%) as CSV");
   openb->add_option("--plot", opts->plot, "write an SVG chart of the curves");
   openb->add_option("--threads", opts->threads, "worker threads (default: all cores)");
-  openb->add_flag("--timed", opts->timed,
-                  "replay on the trace's own clock with departures and queueing instead of dropping");
-  openb->add_option("--compress", opts->compress, "with --timed: divide arrival times by this (N x the load)");
+  openb->add_flag(
+      "--timed", opts->timed,
+      "replay on the trace's own clock with departures and queueing instead of dropping");
+  openb->add_option("--compress", opts->compress,
+                    "with --timed: divide arrival times by this (N x the load)");
   openb->callback([opts, &ctx] { ctx.exit_code = RunOpenb(*opts); });
 }
 

@@ -21,7 +21,7 @@ void RegisterPartitionCommands(CLI::App& app, CommandContext& ctx);
 void RegisterSimCommands(CLI::App& app, CommandContext& ctx);
 void RegisterBenchCommands(CLI::App& app, CommandContext& ctx);
 void RegisterEngineCommands(CLI::App& app, CommandContext& ctx);
-void RegisterUserCommands(CLI::App& app, CommandContext& ctx);  // cmd_client.cc
+void RegisterUserCommands(CLI::App& app, CommandContext& ctx);     // cmd_client.cc
 void RegisterHistoryCommands(CLI::App& app, CommandContext& ctx);  // cmd_usage.cc: usage, whatif
 
 }  // namespace tessera::cli

@@ -4,14 +4,22 @@ namespace tessera {
 
 const char* StatusCodeName(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return "ok";
-    case StatusCode::kInvalidArgument: return "invalid argument";
-    case StatusCode::kNotFound: return "not found";
-    case StatusCode::kFailedPrecondition: return "failed precondition";
-    case StatusCode::kResourceExhausted: return "resource exhausted";
-    case StatusCode::kUnauthenticated: return "unauthenticated";
-    case StatusCode::kPermissionDenied: return "permission denied";
-    case StatusCode::kInternal: return "internal";
+    case StatusCode::kOk:
+      return "ok";
+    case StatusCode::kInvalidArgument:
+      return "invalid argument";
+    case StatusCode::kNotFound:
+      return "not found";
+    case StatusCode::kFailedPrecondition:
+      return "failed precondition";
+    case StatusCode::kResourceExhausted:
+      return "resource exhausted";
+    case StatusCode::kUnauthenticated:
+      return "unauthenticated";
+    case StatusCode::kPermissionDenied:
+      return "permission denied";
+    case StatusCode::kInternal:
+      return "internal";
   }
   return "unknown";
 }

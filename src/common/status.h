@@ -16,8 +16,8 @@ namespace tessera {
 
 enum class StatusCode {
   kOk = 0,
-  kInvalidArgument,  // malformed input: a bad quantity, an unknown name, a broken file
-  kNotFound,         // a named thing does not exist
+  kInvalidArgument,     // malformed input: a bad quantity, an unknown name, a broken file
+  kNotFound,            // a named thing does not exist
   kFailedPrecondition,  // the request is well formed but the current state forbids it
   kResourceExhausted,   // no room: the request cannot be satisfied with what is there
   kUnauthenticated,     // no or unknown credentials
@@ -33,7 +33,9 @@ class Status {
   Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
 
   static Status Ok() { return {}; }
-  static Status InvalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+  static Status InvalidArgument(std::string m) {
+    return {StatusCode::kInvalidArgument, std::move(m)};
+  }
   static Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
   static Status FailedPrecondition(std::string m) {
     return {StatusCode::kFailedPrecondition, std::move(m)};
@@ -64,7 +66,7 @@ class Status {
 template <typename T>
 class Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : value_(std::move(value)) {}         // NOLINT(google-explicit-constructor)
   Result(Status status) : status_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     assert(!status_.ok() && "Result built from an OK status without a value");
   }

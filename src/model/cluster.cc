@@ -4,9 +4,12 @@ namespace tessera {
 
 const char* AllocationFormName(AllocationForm form) {
   switch (form) {
-    case AllocationForm::kWhole: return "whole";
-    case AllocationForm::kPartition: return "partition";
-    case AllocationForm::kShare: return "share";
+    case AllocationForm::kWhole:
+      return "whole";
+    case AllocationForm::kPartition:
+      return "partition";
+    case AllocationForm::kShare:
+      return "share";
   }
   return "unknown";
 }

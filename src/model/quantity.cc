@@ -61,10 +61,22 @@ struct Unit {
 
 constexpr int64_t kKi = 1024, kMi = kKi * 1024, kGi = kMi * 1024, kTi = kGi * 1024;
 constexpr std::array<Unit, 16> kUnits = {{
-    {"KiB", kKi}, {"MiB", kMi}, {"GiB", kGi}, {"TiB", kTi},
-    {"Ki", kKi},  {"Mi", kMi},  {"Gi", kGi},  {"Ti", kTi},
-    {"KB", 1000}, {"MB", 1000'000}, {"GB", 1000'000'000}, {"TB", 1000'000'000'000},
-    {"K", 1000},  {"M", 1000'000},  {"G", 1000'000'000},  {"T", 1000'000'000'000},
+    {"KiB", kKi},
+    {"MiB", kMi},
+    {"GiB", kGi},
+    {"TiB", kTi},
+    {"Ki", kKi},
+    {"Mi", kMi},
+    {"Gi", kGi},
+    {"Ti", kTi},
+    {"KB", 1000},
+    {"MB", 1000'000},
+    {"GB", 1000'000'000},
+    {"TB", 1000'000'000'000},
+    {"K", 1000},
+    {"M", 1000'000},
+    {"G", 1000'000'000},
+    {"T", 1000'000'000'000},
 }};
 
 }  // namespace
@@ -73,7 +85,8 @@ Result<MiB> ParseMemoryMiB(std::string_view text) {
   std::string_view t = text;
   if (t.empty()) return Status::InvalidArgument("empty memory quantity");
   size_t split = 0;
-  while (split < t.size() && (std::isdigit(static_cast<unsigned char>(t[split])) || t[split] == '.')) {
+  while (split < t.size() &&
+         (std::isdigit(static_cast<unsigned char>(t[split])) || t[split] == '.')) {
     ++split;
   }
   std::string_view num = t.substr(0, split);
@@ -94,8 +107,9 @@ Result<MiB> ParseMemoryMiB(std::string_view text) {
     }
   }
   if (bytes_per_unit == 0) {
-    return Status::InvalidArgument("memory quantity '" + std::string(text) + "' has unknown unit '" +
-                                   std::string(unit) + "' (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)");
+    return Status::InvalidArgument("memory quantity '" + std::string(text) +
+                                   "' has unknown unit '" + std::string(unit) +
+                                   "' (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)");
   }
   Result<Decimal> d = ParseDecimal(num, text);
   if (!d.ok()) return d.status();
@@ -117,7 +131,8 @@ Result<int64_t> ParseMilli(std::string_view text) {
   if (!d.ok()) return d.status();
   if (milli_suffix) {
     if (d->scale != 0) {
-      return Status::InvalidArgument("'" + std::string(text) + "': milli-units must be whole (e.g. 500m)");
+      return Status::InvalidArgument("'" + std::string(text) +
+                                     "': milli-units must be whole (e.g. 500m)");
     }
     return static_cast<int64_t>(d->mantissa);
   }

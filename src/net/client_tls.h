@@ -19,7 +19,8 @@ struct ClientTls {
 
 // "http://..." or "https://...": the schemes the clients speak.
 inline bool IsHttpUrl(const std::string& u) {
-  return (u.rfind("http://", 0) == 0 && u.size() > 7) || (u.rfind("https://", 0) == 0 && u.size() > 8);
+  return (u.rfind("http://", 0) == 0 && u.size() > 7) ||
+         (u.rfind("https://", 0) == 0 && u.size() > 8);
 }
 
 // A secret kept in a file (--token-file): its first line, without surrounding white space.
@@ -40,7 +41,9 @@ inline Result<std::string> ReadSecretFile(const std::string& path) {
 // TESSERA_INSECURE_TLS=1 (tests only) turns off server verification. An unreadable token file
 // is an error naming it.
 inline Status ResolveCredentials(std::string token_file, std::string* token, ClientTls* tls) {
-  auto env = [](const char* name) { return std::getenv(name) != nullptr ? std::string(std::getenv(name)) : std::string(); };
+  auto env = [](const char* name) {
+    return std::getenv(name) != nullptr ? std::string(std::getenv(name)) : std::string();
+  };
   if (token_file.empty() && token->empty()) token_file = env("TESSERA_TOKEN_FILE");
   if (!token_file.empty()) {
     auto t = ReadSecretFile(token_file);

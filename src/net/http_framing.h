@@ -14,8 +14,10 @@
 //   - Transfer-Encoding in an HTTP/1.0 request.
 #pragma once
 
+// Boost 1.74's Asio uses std::exchange without including <utility>.
+#include <utility>
+
 // clang-format off
-#include <utility>  // before Boost 1.74's Asio, which uses std::exchange without it
 #include <boost/beast/http.hpp>
 // clang-format on
 #include <cstddef>

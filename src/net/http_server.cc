@@ -7,8 +7,10 @@
 #include <malloc.h>
 #endif
 
+// Boost 1.74's Asio uses std::exchange without including <utility>.
+#include <utility>
+
 // clang-format off
-#include <utility>  // before Boost 1.74's Asio, which uses std::exchange without it
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -649,9 +651,9 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   std::atomic<int64_t>* loop_open_;  // its loop's count of open connections
   bool linger_ = false;
   std::vector<char> drain_;
-  RequestLogEntry logged_;  // the request being answered, for the request log
+  RequestLogEntry logged_;         // the request being answered, for the request log
   std::function<void()> release_;  // its admission's release, called as its answer is sent
-  std::string peer_;        // "address:port", once a request was logged
+  std::string peer_;               // "address:port", once a request was logged
   PeerKey peer_key_;
   bool counted_ = false;       // under peer_key_ in the per-peer cap
   bool first_request_ = true;  // the header deadline counts from the connection's start

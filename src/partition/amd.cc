@@ -63,8 +63,7 @@ Result<AmdPair> ParsePair(const GpuModel& model, std::string_view text) {
   if (!model.is_amd()) return NotAmd(model);
   size_t plus = text.find('+');
   if (plus == std::string_view::npos || text.find('+', plus + 1) != std::string_view::npos) {
-    return Status::InvalidArgument("'" + std::string(text) +
-                                   "' is not a mode pair like CPX+NPS4");
+    return Status::InvalidArgument("'" + std::string(text) + "' is not a mode pair like CPX+NPS4");
   }
   std::string_view compute = text.substr(0, plus);
   std::string_view memory = text.substr(plus + 1);
@@ -88,20 +87,20 @@ Result<AmdPartitioning> Partition(const GpuModel& model, const AmdPair& pair) {
   const std::string name = pair.ToString();
   if (c == nullptr) {
     return Status::InvalidArgument(name + " is not a legal pair on " + model.name +
-                                   ": unknown compute mode " + pair.compute + " (modes: " +
-                                   ComputeModeNames(model) + ")");
+                                   ": unknown compute mode " + pair.compute +
+                                   " (modes: " + ComputeModeNames(model) + ")");
   }
   if (m == nullptr) {
     return Status::InvalidArgument(name + " is not a legal pair on " + model.name +
-                                   ": unknown memory mode " + pair.memory + " (modes: " +
-                                   MemoryModeNames(model) + ")");
+                                   ": unknown memory mode " + pair.memory +
+                                   " (modes: " + MemoryModeNames(model) + ")");
   }
   const std::string canonical = c->name + "+" + m->name;
   if (m->domains > c->partitions) {
     return Status::InvalidArgument(canonical + " is not a legal pair on " + model.name +
                                    ": memory partitions (" + std::to_string(m->domains) +
-                                   ") exceed compute partitions (" +
-                                   std::to_string(c->partitions) + ")");
+                                   ") exceed compute partitions (" + std::to_string(c->partitions) +
+                                   ")");
   }
   if (!IsLegal(model, c->name, m->name)) {
     return Status::InvalidArgument(canonical + " is not a legal pair on " + model.name + ": " +
@@ -135,9 +134,8 @@ Status CheckComputeModeChange(const GpuModel& model, const AmdDevice& device,
   if (!model.is_amd()) return NotAmd(model);
   const AmdComputeMode* c = model.amd.FindComputeMode(new_compute);
   if (c == nullptr) {
-    return Status::InvalidArgument("unknown compute mode '" + std::string(new_compute) +
-                                   "' on " + model.name + "; compute modes: " +
-                                   ComputeModeNames(model));
+    return Status::InvalidArgument("unknown compute mode '" + std::string(new_compute) + "' on " +
+                                   model.name + "; compute modes: " + ComputeModeNames(model));
   }
   if (device.busy) {
     return Status::FailedPrecondition("cannot change " + device.id + " to " + c->name +
@@ -147,9 +145,8 @@ Status CheckComputeModeChange(const GpuModel& model, const AmdDevice& device,
   if (!IsLegal(model, c->name, device.mode.memory)) {
     return Status::FailedPrecondition("cannot change " + device.id + " to " + c->name + ": " +
                                       c->name + "+" + device.mode.memory +
-                                      " is not a legal pair on " + model.name + " (" +
-                                      c->name + " pairs with " +
-                                      MemoryModesFor(model, c->name) + ")");
+                                      " is not a legal pair on " + model.name + " (" + c->name +
+                                      " pairs with " + MemoryModesFor(model, c->name) + ")");
   }
   return Status::Ok();
 }
@@ -168,9 +165,10 @@ Result<MemoryModeChange> CheckMemoryModeChange(const GpuModel& model,
     if (d.busy) busy += (busy.empty() ? "" : ", ") + d.id;
   }
   if (!busy.empty()) {
-    return Status::FailedPrecondition(
-        "cannot set " + m->name + ": a memory-mode change applies to every GPU in the hive "
-        "and needs them all idle; busy: " + busy);
+    return Status::FailedPrecondition("cannot set " + m->name +
+                                      ": a memory-mode change applies to every GPU in the hive "
+                                      "and needs them all idle; busy: " +
+                                      busy);
   }
   // The compute mode a device lands in when its own is not legal with the new memory mode.
   const AmdComputeMode* fallback = nullptr;
@@ -201,8 +199,7 @@ Result<AmdPartitioning> PlanAmd(const GpuModel& model, const std::vector<MiB>& w
   if (wants_mib.empty()) return Status::InvalidArgument("no partition sizes wanted");
   for (MiB w : wants_mib) {
     if (w <= 0) {
-      return Status::InvalidArgument("wanted partition size must be positive, got " +
-                                     FormatMiB(w));
+      return Status::InvalidArgument("wanted partition size must be positive, got " + FormatMiB(w));
     }
   }
   const MiB largest = *std::max_element(wants_mib.begin(), wants_mib.end());
@@ -211,9 +208,8 @@ Result<AmdPartitioning> PlanAmd(const GpuModel& model, const std::vector<MiB>& w
   std::vector<AmdPartitioning> all = AllPartitionings(model);
   for (const AmdPartitioning& p : all) {
     if (p.partitions < count || p.memory_per_partition_mib < largest) continue;
-    if (best == nullptr ||
-        std::tie(p.memory_per_partition_mib, p.memory_domains) <
-            std::tie(best->memory_per_partition_mib, best->memory_domains)) {
+    if (best == nullptr || std::tie(p.memory_per_partition_mib, p.memory_domains) <
+                               std::tie(best->memory_per_partition_mib, best->memory_domains)) {
       best = &p;
     }
   }

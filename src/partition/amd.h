@@ -40,7 +40,7 @@ struct AmdPair {
 // The shape of a device in one legal pair.
 struct AmdPartitioning {
   AmdPair pair;
-  int partitions = 0;              // logical GPUs
+  int partitions = 0;                // logical GPUs
   MiB memory_per_partition_mib = 0;  // model memory / partitions, rounded down
   int xcds_per_partition = 0;
   int cus_per_partition = 0;

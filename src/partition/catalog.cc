@@ -5,9 +5,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
-#include <set>
-
 #include <nlohmann/json.hpp>
+#include <set>
 
 namespace tessera::partition {
 namespace {
@@ -32,8 +31,8 @@ class FieldReader {
   const std::string& where() const { return where_; }
 
   Status Error(std::string_view key, std::string_view what) const {
-    return Status::InvalidArgument("catalog: " + where_ + ": field '" + std::string(key) +
-                                   "' " + std::string(what));
+    return Status::InvalidArgument("catalog: " + where_ + ": field '" + std::string(key) + "' " +
+                                   std::string(what));
   }
 
   Status String(const char* key, std::string* out, bool required = true) const {
@@ -52,8 +51,8 @@ class FieldReader {
     int64_t v = it->get<int64_t>();
     if (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(max)) v = max + 1;
     if (v < min || v > max) {
-      return Error(key, "is " + std::to_string(v) + ", must be in [" + std::to_string(min) +
-                            ", " + std::to_string(max) + "]");
+      return Error(key, "is " + std::to_string(v) + ", must be in [" + std::to_string(min) + ", " +
+                            std::to_string(max) + "]");
     }
     *out = v;
     return Status::Ok();
@@ -134,8 +133,8 @@ Status ParseProfile(const json& j, const GpuModel& model, size_t index, MigProfi
                                         ", more than the device's " +
                                         std::to_string(dev.memory_slices));
   }
-  TESSERA_RETURN_IF_ERROR(r.Int("memory_mib", 1, std::numeric_limits<int32_t>::max(),
-                                &p->memory_mib));
+  TESSERA_RETURN_IF_ERROR(
+      r.Int("memory_mib", 1, std::numeric_limits<int32_t>::max(), &p->memory_mib));
   if (p->memory_mib > model.memory_mib) {
     return r.Error("memory_mib", "is " + std::to_string(p->memory_mib) +
                                      " MiB, more than the device's " +
@@ -152,8 +151,8 @@ Status ParseProfile(const json& j, const GpuModel& model, size_t index, MigProfi
                                    std::to_string(dev.memory_slices - 1));
     }
     if (v + p->memory_slices > dev.memory_slices) {
-      return r.Error("starts", "has start " + std::to_string(v) + ": " + std::to_string(v) +
-                                   " + " + std::to_string(p->memory_slices) +
+      return r.Error("starts", "has start " + std::to_string(v) + ": " + std::to_string(v) + " + " +
+                                   std::to_string(p->memory_slices) +
                                    " memory slices exceeds the device's " +
                                    std::to_string(dev.memory_slices));
     }
@@ -175,8 +174,7 @@ Status ParseMig(const FieldReader& r, GpuModel* m) {
   MigModelInfo& mig = m->mig;
   TESSERA_RETURN_IF_ERROR(r.SmallInt("compute_slices", 1, kMaxSlices, &mig.compute_slices));
   TESSERA_RETURN_IF_ERROR(r.SmallInt("memory_slices", 1, kMaxSlices, &mig.memory_slices));
-  TESSERA_RETURN_IF_ERROR(
-      r.SmallInt("max_gpu_instances", 1, kMaxSlices, &mig.max_gpu_instances));
+  TESSERA_RETURN_IF_ERROR(r.SmallInt("max_gpu_instances", 1, kMaxSlices, &mig.max_gpu_instances));
   TESSERA_RETURN_IF_ERROR(
       r.SmallInt("media_extension_limit", 0, kMaxSlices, &mig.media_extension_limit));
   TESSERA_RETURN_IF_ERROR(r.Strings("constraints", &mig.constraints, false));
@@ -295,7 +293,8 @@ Status ParseAmd(const FieldReader& r, GpuModel* m) {
   TESSERA_RETURN_IF_ERROR(r.Strings("validated_pairs", &amd.validated_pairs, false));
   for (const std::string& v : amd.validated_pairs) {
     bool found = false;
-    for (const auto& [pc, pm] : amd.legal_pairs) found = found || EqualsIgnoreCase(v, pc + "+" + pm);
+    for (const auto& [pc, pm] : amd.legal_pairs)
+      found = found || EqualsIgnoreCase(v, pc + "+" + pm);
     if (!found) return r.Error("validated_pairs", "has " + v + ", which is not a legal pair");
   }
   return Status::Ok();

@@ -47,7 +47,7 @@ struct MigModelInfo {
   int compute_slices = 0;
   int memory_slices = 0;
   int max_gpu_instances = 0;
-  int media_extension_limit = 1;  // "+me" GIs allowed at once, across all "+me" profiles
+  int media_extension_limit = 1;         // "+me" GIs allowed at once, across all "+me" profiles
   std::vector<std::string> constraints;  // model-specific rules, in words
   std::vector<MigProfile> profiles;
 

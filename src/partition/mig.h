@@ -87,8 +87,7 @@ std::vector<Layout> EnumerateLayouts(const GpuModel& model, EnumerateOptions opt
 std::vector<Layout> MaximalLayouts(const GpuModel& model, EnumerateOptions options = {});
 
 // The distinct non-empty multisets of profiles that some legal layout holds.
-std::vector<ProfileMultiset> FittingMultisets(const GpuModel& model,
-                                              EnumerateOptions options = {});
+std::vector<ProfileMultiset> FittingMultisets(const GpuModel& model, EnumerateOptions options = {});
 
 // A geometry: the multiset of profiles of a maximal layout, with one such layout. Distinct
 // maximal layouts with the same multiset are one geometry. Fragmentation counts: on
@@ -102,8 +101,7 @@ struct Geometry {
 // placement table there are 38 (and 77 fitting multisets), "+me" profiles left out.
 std::vector<Geometry> MaximalGeometries(const GpuModel& model, EnumerateOptions options = {});
 // Just the multisets of MaximalGeometries.
-std::vector<ProfileMultiset> MaximalMultisets(const GpuModel& model,
-                                              EnumerateOptions options = {});
+std::vector<ProfileMultiset> MaximalMultisets(const GpuModel& model, EnumerateOptions options = {});
 
 struct MigPlan {
   std::vector<Instance> placed;  // one per wanted profile, in the order wanted
@@ -133,8 +131,7 @@ struct Eviction {
 // The cheapest set of current instances to remove so that `wanted` gets a legal start.
 // Ties go to fewer instances, then fewer memory slices freed. kResourceExhausted when no set
 // works; kInvalidArgument for an unknown profile, a negative cost or illegal current layout.
-Result<Eviction> CheapestEviction(const GpuModel& model,
-                                  const std::vector<CostedInstance>& current,
+Result<Eviction> CheapestEviction(const GpuModel& model, const std::vector<CostedInstance>& current,
                                   std::string_view wanted);
 
 // A one-line picture of the memory slices, kSliceMapWidth characters per slice, free slices

@@ -5,9 +5,16 @@
 namespace tessera::policy {
 namespace {
 
-const std::set<std::string> kPolicyRoot = {"grace", "placement", "fair_share_half_life", "repartition",
-                                           "repartition_horizon", "pools", "groups", "profiles",
-                                           "queues", "class_forms"};
+const std::set<std::string> kPolicyRoot = {"grace",
+                                           "placement",
+                                           "fair_share_half_life",
+                                           "repartition",
+                                           "repartition_horizon",
+                                           "pools",
+                                           "groups",
+                                           "profiles",
+                                           "queues",
+                                           "class_forms"};
 
 }  // namespace
 
@@ -39,7 +46,8 @@ Status ReadGroups(const YAML::Node& root, quota::PolicySpec& p) {
   for (size_t i = 0; root["groups"] && i < root["groups"].size(); ++i) {
     const YAML::Node n = root["groups"][i];
     std::string f = "groups[" + EntryName(n, i) + "]";
-    TESSERA_TRY(KnownKeys(n, f, {"name", "parent", "reservation", "limit", "weight", "run_as", "members_cancel"}));
+    TESSERA_TRY(KnownKeys(
+        n, f, {"name", "parent", "reservation", "limit", "weight", "run_as", "members_cancel"}));
     quota::GroupSpec g;
     if (n["name"]) TESSERA_TRY_ASSIGN(g.name, GetString(n["name"], f + ".name"));
     if (n["parent"]) TESSERA_TRY_ASSIGN(g.parent, GetString(n["parent"], f + ".parent"));
@@ -52,7 +60,8 @@ Status ReadGroups(const YAML::Node& root, quota::PolicySpec& p) {
     }
     if (n["weight"]) TESSERA_TRY_ASSIGN(g.weight_milli, GetMilli(n["weight"], f + ".weight"));
     if (n["run_as"]) TESSERA_TRY_ASSIGN(g.run_as, GetString(n["run_as"], f + ".run_as"));
-    if (n["members_cancel"]) TESSERA_TRY_ASSIGN(g.members_cancel, GetBool(n["members_cancel"], f + ".members_cancel"));
+    if (n["members_cancel"])
+      TESSERA_TRY_ASSIGN(g.members_cancel, GetBool(n["members_cancel"], f + ".members_cancel"));
     p.groups.push_back(g);
   }
   return Status::Ok();
@@ -63,8 +72,9 @@ Status ReadProfiles(const YAML::Node& root, quota::PolicySpec& p) {
   for (size_t i = 0; root["profiles"] && i < root["profiles"].size(); ++i) {
     const YAML::Node n = root["profiles"][i];
     std::string f = "profiles[" + EntryName(n, i) + "]";
-    TESSERA_TRY(KnownKeys(n, f, {"name", "gpus", "gpu_fraction", "gpu_memory", "cpu", "memory",
-                                 "max_gpus", "max_gpu_memory", "forms", "pools"}));
+    TESSERA_TRY(KnownKeys(n, f,
+                          {"name", "gpus", "gpu_fraction", "gpu_memory", "cpu", "memory",
+                           "max_gpus", "max_gpu_memory", "forms", "pools"}));
     quota::ProfileSpec pr;
     int64_t v = 0;
     if (n["name"]) TESSERA_TRY_ASSIGN(pr.name, GetString(n["name"], f + ".name"));
@@ -148,7 +158,8 @@ Result<quota::ClassForms> GetClassForms(const YAML::Node& n, const std::string& 
       TESSERA_TRY_ASSIGN(cf.table[static_cast<int>(*c)], GetForms(kv.second, field + "." + k));
     }
     return cf;
-  } catch (const YAML::Exception& e) {  // a key that is not a string (ParsePolicy's callers catch it too)
+  } catch (const YAML::Exception&
+               e) {  // a key that is not a string (ParsePolicy's callers catch it too)
     return FieldError(field, std::string("not valid YAML: ") + e.what());
   }
 }
@@ -160,7 +171,8 @@ Result<quota::PolicySpec> ParsePolicy(const YAML::Node& root, const PolicyKeys& 
     TESSERA_TRY(KnownKeys(root, "top level", known));
     quota::PolicySpec p;
     if (root["grace"]) TESSERA_TRY_ASSIGN(p.grace_seconds, GetDuration(root["grace"], "grace"));
-    if (root["placement"]) TESSERA_TRY_ASSIGN(p.placement, GetString(root["placement"], "placement"));
+    if (root["placement"])
+      TESSERA_TRY_ASSIGN(p.placement, GetString(root["placement"], "placement"));
     if (root["fair_share_half_life"]) {
       TESSERA_TRY_ASSIGN(p.fair_share_half_life_s,
                          GetDuration(root["fair_share_half_life"], "fair_share_half_life"));

@@ -2,11 +2,9 @@
 // (`tessera sim scenario`) declare groups, pools, profiles, queues and the class-to-form table
 // with the same keys, read here into quota::PolicySpec and checked by quota::Validate:
 //
-//   grace: 30s                      # a preempted job keeps its slot this long (SIGTERM, then SIGKILL)
-//   fair_share_half_life: 1h
-//   repartition: true               # may the cycle change partition layouts
-//   repartition_horizon: 1h
-//   pools:    [{name, forms: [whole|partition|share]}]
+//   grace: 30s                      # a preempted job keeps its slot this long (SIGTERM, then
+//   SIGKILL) fair_share_half_life: 1h repartition: true               # may the cycle change
+//   partition layouts repartition_horizon: 1h pools:    [{name, forms: [whole|partition|share]}]
 //   groups:   [{name, parent, reservation: {gpu, gpu_memory, cpu, memory}, limit: {...}, weight}]
 //   profiles: [{name, gpus, gpu_fraction, gpu_memory, cpu, memory, max_gpus, max_gpu_memory,
 //               forms, pools}]      # amounts per device; cpu and memory per device for GPU jobs

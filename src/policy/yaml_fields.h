@@ -39,16 +39,16 @@ Status KnownKeys(const YAML::Node& n, const std::string& field, const std::set<s
 // The entry's name for field paths, else its index.
 std::string EntryName(const YAML::Node& n, size_t i);
 
-#define TESSERA_TRY_ASSIGN(lhs, expr)  \
-  do {                                 \
-    auto _r = (expr);                  \
-    if (!_r.ok()) return _r.status();  \
-    lhs = *_r;                         \
+#define TESSERA_TRY_ASSIGN(lhs, expr) \
+  do {                                \
+    auto _r = (expr);                 \
+    if (!_r.ok()) return _r.status(); \
+    lhs = *_r;                        \
   } while (0)
-#define TESSERA_TRY(expr)         \
-  do {                            \
-    Status _s = (expr);           \
-    if (!_s.ok()) return _s;      \
+#define TESSERA_TRY(expr)    \
+  do {                       \
+    Status _s = (expr);      \
+    if (!_s.ok()) return _s; \
   } while (0)
 
 }  // namespace tessera::policy

@@ -50,11 +50,11 @@ struct NodeState {
 struct PlacementRequest {
   MilliCpu cpu_milli = 0;
   MiB memory_mib = 0;
-  int gpu_count = 0;                 // 0: CPU-only
-  MilliGpu gpu_milli = 0;            // per device; 1000 when gpu_count > 1
-  MiB gpu_memory_mib = 0;            // per device; 0 = not constrained
-  ModelMask models = 0;              // allowed GPU models; 0 = any
-  int tag = 0;                       // opaque to the core: the caller's job index
+  int gpu_count = 0;       // 0: CPU-only
+  MilliGpu gpu_milli = 0;  // per device; 1000 when gpu_count > 1
+  MiB gpu_memory_mib = 0;  // per device; 0 = not constrained
+  ModelMask models = 0;    // allowed GPU models; 0 = any
+  int tag = 0;             // opaque to the core: the caller's job index
 
   bool fractional() const { return gpu_count == 1 && gpu_milli < kWholeGpu; }
   MilliGpu total_gpu_milli() const { return gpu_count * gpu_milli; }
@@ -65,8 +65,8 @@ struct Placement {
   int node = -1;
   int device_count = 0;
   std::array<int8_t, kMaxDevices> devices{};
-  MilliGpu gpu_milli = 0;   // per device
-  MiB gpu_memory_mib = 0;   // per device
+  MilliGpu gpu_milli = 0;  // per device
+  MiB gpu_memory_mib = 0;  // per device
   MilliCpu cpu_milli = 0;
   MiB memory_mib = 0;
 };

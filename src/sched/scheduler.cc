@@ -9,9 +9,12 @@ namespace tessera::sched {
 
 const char* OutcomeName(Outcome o) {
   switch (o) {
-    case Outcome::kPlaced: return "placed";
-    case Outcome::kUnschedulableNow: return "unschedulable now";
-    case Outcome::kNeverSchedulable: return "never schedulable";
+    case Outcome::kPlaced:
+      return "placed";
+    case Outcome::kUnschedulableNow:
+      return "unschedulable now";
+    case Outcome::kNeverSchedulable:
+      return "never schedulable";
   }
   return "unknown";
 }
@@ -48,22 +51,24 @@ Status Scheduler::Adopt(const Placement& p) {
     return Status::InvalidArgument("a placement's amounts cannot be negative");
   }
   if (p.device_count < 0 || p.device_count > n.device_count) {
-    return Status::InvalidArgument("device count " + std::to_string(p.device_count) + " on a node of " +
-                                   std::to_string(n.device_count) + " devices");
+    return Status::InvalidArgument("device count " + std::to_string(p.device_count) +
+                                   " on a node of " + std::to_string(n.device_count) + " devices");
   }
   if (p.gpu_milli > 1000) {
-    return Status::InvalidArgument("GPU share per device past a whole device: " + std::to_string(p.gpu_milli) +
-                                   " milli");
+    return Status::InvalidArgument(
+        "GPU share per device past a whole device: " + std::to_string(p.gpu_milli) + " milli");
   }
   for (int k = 0; k < p.device_count; ++k) {
     for (int j = 0; j < k; ++j) {
       if (p.devices[j] == p.devices[k]) {
-        return Status::InvalidArgument("device " + std::to_string(p.devices[k]) + " is listed twice");
+        return Status::InvalidArgument("device " + std::to_string(p.devices[k]) +
+                                       " is listed twice");
       }
     }
   }
   if (n.cpu_free < p.cpu_milli || n.memory_free < p.memory_mib) {
-    return Status::FailedPrecondition("node '" + state_.node_name(p.node) + "' lacks CPU or memory");
+    return Status::FailedPrecondition("node '" + state_.node_name(p.node) +
+                                      "' lacks CPU or memory");
   }
   for (int k = 0; k < p.device_count; ++k) {
     int d = p.devices[k];
@@ -91,7 +96,8 @@ Status Scheduler::AddNode(const Node& n) {
   order_.push_back(*added);
   rank_of_.push_back(static_cast<int>(order_.size()) - 1);
   if (!policy_->NodeAdded(state_, *added)) {
-    return Status::FailedPrecondition("policy '" + std::string(policy_->name()) + "' does not take nodes in place");
+    return Status::FailedPrecondition("policy '" + std::string(policy_->name()) +
+                                      "' does not take nodes in place");
   }
   return Status::Ok();
 }

@@ -83,7 +83,8 @@ class CsvReader {
     *f = SplitCsv(line);
     if (f->size() != header_.size()) {
       return RowError("expected " + std::to_string(header_.size()) + " columns, found " +
-                      std::to_string(f->size()) + (f->size() < header_.size() ? " (truncated row?)" : ""));
+                      std::to_string(f->size()) +
+                      (f->size() < header_.size() ? " (truncated row?)" : ""));
     }
     return true;
   }
@@ -167,7 +168,8 @@ Result<std::vector<TracePod>> ParseOpenbPods(const std::string& text, const std:
     if (*milli > 1000) return csv.Error(4, "gpu_milli above 1000");
     if (*num == 0 && *milli != 0) return csv.Error(4, "gpu_milli without num_gpu");
     if (*num > 0 && *milli == 0) return csv.Error(4, "num_gpu > 0 needs gpu_milli > 0");
-    if (*num > 1 && *milli != 1000) return csv.Error(4, "multi-GPU pods must take whole GPUs (1000)");
+    if (*num > 1 && *milli != 1000)
+      return csv.Error(4, "multi-GPU pods must take whole GPUs (1000)");
     p.cpu_milli = *cpu;
     p.memory_mib = *mem;
     p.num_gpu = static_cast<int>(*num);
@@ -177,7 +179,8 @@ Result<std::vector<TracePod>> ParseOpenbPods(const std::string& text, const std:
       size_t start = 0;
       while (true) {
         size_t bar = spec.find('|', start);
-        std::string_view m = spec.substr(start, bar == std::string_view::npos ? spec.npos : bar - start);
+        std::string_view m =
+            spec.substr(start, bar == std::string_view::npos ? spec.npos : bar - start);
         if (m.empty()) return csv.Error(5, "empty model in gpu_spec '" + std::string(spec) + "'");
         p.gpu_spec.emplace_back(m);
         if (bar == std::string_view::npos) break;
@@ -185,7 +188,8 @@ Result<std::vector<TracePod>> ParseOpenbPods(const std::string& text, const std:
       }
     }
     if (columns > 9) {
-      for (auto [col, field] : {std::pair<size_t, int64_t*>{8, &p.creation_time}, {9, &p.deletion_time}}) {
+      for (auto [col, field] :
+           {std::pair<size_t, int64_t*>{8, &p.creation_time}, {9, &p.deletion_time}}) {
         if (f[col].empty()) continue;
         auto t = csv.Int(f, col);
         if (!t.ok()) return t.status();

@@ -21,8 +21,8 @@ struct TracePod {
   MilliCpu cpu_milli = 0;
   MiB memory_mib = 0;
   int num_gpu = 0;
-  MilliGpu gpu_milli = 0;               // per GPU
-  std::vector<std::string> gpu_spec;    // allowed models; empty = any
+  MilliGpu gpu_milli = 0;             // per GPU
+  std::vector<std::string> gpu_spec;  // allowed models; empty = any
   // Times in seconds from the trace; -1 when the file has no such column (multigpu files) or
   // the cell is empty (scheduled_time of a pod that never ran).
   int64_t creation_time = -1;

@@ -24,8 +24,8 @@ inline constexpr int kMaxArrivedPct = 130;
 struct ReplayOptions {
   std::string policy = "tessera";
   uint64_t seed = 42;
-  int64_t tune_milli = 1300;       // 1.3 x capacity, in thousandths
-  bool check_invariants = false;   // check the state after every pod (slow; for tests)
+  int64_t tune_milli = 1300;      // 1.3 x capacity, in thousandths
+  bool check_invariants = false;  // check the state after every pod (slow; for tests)
 };
 
 struct ReplayCurve {
@@ -71,7 +71,7 @@ struct TimedReport {
   int64_t pods = 0;
   int64_t started = 0;
   int64_t never_schedulable = 0;
-  int64_t queued = 0;            // pods that had to wait at all
+  int64_t queued = 0;  // pods that had to wait at all
   double wait_mean_s = 0, wait_p50_s = 0, wait_p99_s = 0, wait_max_s = 0;
   double gpu_allocated_mean_pct = 0;  // time-weighted over the replay
   double gpu_allocated_peak_pct = 0;
@@ -79,8 +79,9 @@ struct TimedReport {
 };
 // `compress` > 1 divides every arrival time by it (durations unchanged): the same pods, N times
 // the load.
-Result<TimedReport> ReplayOpenbTimed(const std::vector<Node>& nodes, const std::vector<TracePod>& pods,
-                                     const std::string& policy, uint64_t seed, int64_t compress = 1);
+Result<TimedReport> ReplayOpenbTimed(const std::vector<Node>& nodes,
+                                     const std::vector<TracePod>& pods, const std::string& policy,
+                                     uint64_t seed, int64_t compress = 1);
 
 // "42-51" or "42,45,50" or "42".
 Result<std::vector<uint64_t>> ParseSeeds(const std::string& text);

@@ -16,10 +16,17 @@ std::string Escape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      default: out += c;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '&':
+        out += "&amp;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -88,8 +95,8 @@ std::string RenderSvg(const std::string& title, const std::vector<SeedSweep>& sw
       << "</text>\n";
   }
   for (int u = 0; u <= 100; u += 10) {
-    o << "<line x1=\"" << left << "\" y1=\"" << Y(u) << "\" x2=\"" << left + pw << "\" y2=\"" << Y(u)
-      << "\" stroke=\"#eee\"/>\n";
+    o << "<line x1=\"" << left << "\" y1=\"" << Y(u) << "\" x2=\"" << left + pw << "\" y2=\""
+      << Y(u) << "\" stroke=\"#eee\"/>\n";
     o << "<text x=\"" << left - 8 << "\" y=\"" << Y(u) + 4 << "\" text-anchor=\"end\">" << u
       << "</text>\n";
   }

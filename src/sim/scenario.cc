@@ -19,8 +19,8 @@
 namespace tessera::sim {
 namespace {
 
-using tessera::AllocationForm;
 using quota::WorkloadClass;
+using tessera::AllocationForm;
 
 using policy::EntryName;
 using policy::FieldError;
@@ -45,8 +45,8 @@ constexpr int64_t kMaxJobsPerEntry = 10'000'000;
 
 Status Within(int64_t v, int64_t lo, int64_t hi, const std::string& field) {
   if (v < lo || v > hi) {
-    return policy::FieldError(field, "must be from " + std::to_string(lo) + " to " + std::to_string(hi) + ", not " +
-                                         std::to_string(v));
+    return policy::FieldError(field, "must be from " + std::to_string(lo) + " to " +
+                                         std::to_string(hi) + ", not " + std::to_string(v));
   }
   return Status::Ok();
 }
@@ -72,7 +72,8 @@ Status ParseNodeEntry(const YAML::Node& n, size_t i, std::vector<quota::NodeSpec
   if (n["count"]) TRY_ASSIGN(count, GetInt(n["count"], f + ".count"));
   TRY(Within(count, 0, kMaxNodesPerEntry, f + ".count"));
   if (nodes->size() + static_cast<size_t>(count) > kMaxNodes) {
-    return policy::FieldError(f + ".count", "a scenario has at most " + std::to_string(kMaxNodes) + " nodes");
+    return policy::FieldError(f + ".count",
+                              "a scenario has at most " + std::to_string(kMaxNodes) + " nodes");
   }
   if (n["pool"]) ns.pool = Scalar(n["pool"]);
   if (n["cpu"]) TRY_ASSIGN(ns.cpu_milli, GetMilli(n["cpu"], f + ".cpu"));
@@ -133,7 +134,8 @@ Status ParseGpuMemories(const YAML::Node& g, const std::string& f, std::vector<M
   return Status::Ok();
 }
 
-// The request overrides of a workload entry: class, form, gpus, gpu_fraction, gpu_memory, cpu, memory.
+// The request overrides of a workload entry: class, form, gpus, gpu_fraction, gpu_memory, cpu,
+// memory.
 Status ParseWorkloadRequest(const YAML::Node& n, const std::string& f, WorkloadEntry* w) {
   if (n["class"]) {
     auto c = quota::ParseWorkloadClass(Scalar(n["class"]));
@@ -224,8 +226,10 @@ Result<Scenario> Parse(const YAML::Node& root) {
   if (root["until"]) TRY_ASSIGN(s.until_s, GetDuration(root["until"], "until"));
   if (root["cycle"]) TRY_ASSIGN(s.cycle_s, GetDuration(root["cycle"], "cycle"));
   if (s.cycle_s <= 0) return FieldError("cycle", "must be positive");
-  if (!root["nodes"] || !root["nodes"].IsSequence()) return FieldError("nodes", "a list is required");
-  for (size_t i = 0; i < root["nodes"].size(); ++i) TRY(ParseNodeEntry(root["nodes"][i], i, &s.nodes));
+  if (!root["nodes"] || !root["nodes"].IsSequence())
+    return FieldError("nodes", "a list is required");
+  for (size_t i = 0; i < root["nodes"].size(); ++i)
+    TRY(ParseNodeEntry(root["nodes"][i], i, &s.nodes));
   if (root["compare_with"]) TRY(ParseCompareWith(root["compare_with"], &s));
   if (!root["workload"] || !root["workload"].IsSequence()) {
     return FieldError("workload", "a list is required");
@@ -273,7 +277,8 @@ struct Arrival {
 };
 
 // The jobs of one workload entry, numbered "IDENTITY-ENTRY-I".
-void AddArrivals(const WorkloadEntry& w, size_t k, const quota::ProfileSpec* prof, std::vector<Arrival>* arrivals) {
+void AddArrivals(const WorkloadEntry& w, size_t k, const quota::ProfileSpec* prof,
+                 std::vector<Arrival>* arrivals) {
   for (int i = 0; i < w.count; ++i) {
     Arrival a;
     a.time = w.at_s + w.interval_s * i;
@@ -510,8 +515,8 @@ class ScenarioRun {
 
   void SampleDevices() {
     Resources a = e_.allocated();
-    gpu_util_sum_ +=
-        static_cast<double>(a.gpu_milli) / static_cast<double>(std::max<MilliGpu>(e_.gpu_capacity(), 1));
+    gpu_util_sum_ += static_cast<double>(a.gpu_milli) /
+                     static_cast<double>(std::max<MilliGpu>(e_.gpu_capacity(), 1));
     mem_util_sum_ += static_cast<double>(a.gpu_memory_mib) /
                      static_cast<double>(std::max<MiB>(e_.gpu_memory_capacity(), 1));
     std::vector<int> used = e_.devices_used_by_class();

@@ -46,8 +46,8 @@ struct WorkloadEntry {
   int count = 1;
   int64_t at_s = 0;
   int64_t interval_s = 0;
-  std::vector<int64_t> durations_s;   // used in turn
-  std::vector<MiB> gpu_memory_mib;    // used in turn; empty = the profile's
+  std::vector<int64_t> durations_s;  // used in turn
+  std::vector<MiB> gpu_memory_mib;   // used in turn; empty = the profile's
   bool declare_walltime = true;
 };
 
@@ -77,7 +77,8 @@ Result<Scenario> ParseScenario(std::string_view yaml_text);
 // `yaml_text` with its class-to-form table changed by `forms` ("CLASS=FORM[,FORM...]", e.g.
 // "interactive=share"), named "what-if", and the previous entries of those classes as its
 // compare_with run ("as-configured"): `tessera sim scenario` on the result runs that comparison.
-Result<std::string> WithClassForms(const std::string& yaml_text, const std::vector<std::string>& forms);
+Result<std::string> WithClassForms(const std::string& yaml_text,
+                                   const std::vector<std::string>& forms);
 // `tessera whatif`: `observed` as the server's /v1/whatif/scenario answers ({scenario, observed,
 // jobs, since_ms, until_ms}) run with `forms` applied. `report`: {classes: {NAME: {jobs,
 // observed_cards, as_configured_cards, what_if_cards, returned, observed_wait_p99_s,
@@ -96,7 +97,7 @@ struct GroupReport {
   MilliGpu reservation_gpu = 0;
   MilliGpu limit_gpu = 0;
   MilliGpu max_gpu_held = 0;
-  double mean_gpu_held = 0;  // milli-GPU, time-averaged over the cycles
+  double mean_gpu_held = 0;        // milli-GPU, time-averaged over the cycles
   std::vector<MilliGpu> gpu_held;  // one sample per cycle
   int64_t jobs = 0, started = 0, never_started = 0;
   int64_t wait_p50_s = 0, wait_p99_s = 0, wait_max_s = 0;
@@ -111,7 +112,7 @@ struct GroupReport {
 struct ClassReport {
   std::string name;
   int64_t jobs = 0;
-  int max_devices = 0;        // devices holding at least one job of the class, at peak
+  int max_devices = 0;  // devices holding at least one job of the class, at peak
   double mean_devices = 0;
   int64_t wait_p50_s = 0, wait_p99_s = 0, wait_max_s = 0;
 };
@@ -128,9 +129,9 @@ struct RunReport {
   double gpu_memory_utilization = 0;
   std::vector<GroupReport> groups;
   std::vector<ClassReport> classes;
-  std::vector<std::pair<std::string, int64_t>> preemption_reasons;   // reason -> count
+  std::vector<std::pair<std::string, int64_t>> preemption_reasons;  // reason -> count
   std::vector<std::pair<std::string, int64_t>> repartition_reasons;
-  std::vector<quota::Event> notable_events;  // first preemptions and repartitions, in order
+  std::vector<quota::Event> notable_events;       // first preemptions and repartitions, in order
   std::vector<std::string> invariant_violations;  // the engine's own checks and the promises
   std::vector<verify::Violation> promises;        // the promise checker's findings
   verify::Seen seen;                              // what the run contained

@@ -22,7 +22,8 @@ CycleBenchInput MakeCycleBenchInput(const CycleBenchOptions& o) {
   using C = quota::WorkloadClass;
   quota::PolicySpec& p = in.policy;
   p.grace_seconds = 30;
-  p.pools = {{"training", {F::kWhole}}, {"inference", {F::kPartition}}, {"interactive", {F::kShare}}};
+  p.pools = {
+      {"training", {F::kWhole}}, {"inference", {F::kPartition}}, {"interactive", {F::kShare}}};
   const int kGroups = 8;
   int gpus = o.nodes * 8;
   for (int g = 0; g < kGroups; ++g) {

@@ -27,7 +27,7 @@ struct CycleBenchOptions {
 struct CycleBenchResult {
   int nodes = 0, gpus = 0, pending = 0;
   int admitted = 0, preempted = 0, repartitioned = 0;
-  double cycle_seconds = 0;       // first cycle, full backlog
+  double cycle_seconds = 0;  // first cycle, full backlog
   double admitted_per_second = 0;
   int second_pending = 0, second_admitted = 0;
   double second_cycle_seconds = 0;

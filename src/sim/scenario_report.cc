@@ -35,23 +35,24 @@ nlohmann::json RunJson(const RunReport& r) {
     for (size_t i = 0; i < n; i += step) {
       series.push_back({r.sample_times[i], static_cast<double>(g.gpu_held[i]) / 1000.0});
     }
-    j["groups"].push_back({{"name", g.name},
-                           {"reservation_gpu", static_cast<double>(g.reservation_gpu) / 1000.0},
-                           {"limit_gpu", g.limit_gpu >= quota::kUnlimited
-                                             ? nlohmann::json(nullptr)
-                                             : nlohmann::json(static_cast<double>(g.limit_gpu) / 1000.0)},
-                           {"max_gpu_held", static_cast<double>(g.max_gpu_held) / 1000.0},
-                           {"mean_gpu_held", g.mean_gpu_held / 1000.0},
-                           {"jobs", g.jobs},
-                           {"started", g.started},
-                           {"never_started", g.never_started},
-                           {"wait_p50_s", g.wait_p50_s},
-                           {"wait_p99_s", g.wait_p99_s},
-                           {"wait_max_s", g.wait_max_s},
-                           {"reclaim_times_s", g.reclaim_times_s},
-                           {"reclaim_max_s", g.reclaim_max_s},
-                           {"limit_exceeded", g.limit_exceeded},
-                           {"gpu_held", series}});
+    j["groups"].push_back(
+        {{"name", g.name},
+         {"reservation_gpu", static_cast<double>(g.reservation_gpu) / 1000.0},
+         {"limit_gpu", g.limit_gpu >= quota::kUnlimited
+                           ? nlohmann::json(nullptr)
+                           : nlohmann::json(static_cast<double>(g.limit_gpu) / 1000.0)},
+         {"max_gpu_held", static_cast<double>(g.max_gpu_held) / 1000.0},
+         {"mean_gpu_held", g.mean_gpu_held / 1000.0},
+         {"jobs", g.jobs},
+         {"started", g.started},
+         {"never_started", g.never_started},
+         {"wait_p50_s", g.wait_p50_s},
+         {"wait_p99_s", g.wait_p99_s},
+         {"wait_max_s", g.wait_max_s},
+         {"reclaim_times_s", g.reclaim_times_s},
+         {"reclaim_max_s", g.reclaim_max_s},
+         {"limit_exceeded", g.limit_exceeded},
+         {"gpu_held", series}});
   }
   j["classes"] = nlohmann::json::array();
   for (const ClassReport& c : r.classes) {
@@ -119,11 +120,14 @@ std::string ReportText(const ScenarioReport& r) {
       << x.rejected << " rejected), " << x.cycles << " cycles in " << x.seconds << " s\n";
     o << "  utilization: compute " << static_cast<int>(x.gpu_compute_utilization * 1000) / 10.0
       << "%, memory " << static_cast<int>(x.gpu_memory_utilization * 1000) / 10.0 << "%\n";
-    o << "  preemptions " << x.preemptions << ", repartitions " << x.repartitions
-      << ", backfilled " << x.backfilled << "\n";
-    for (const auto& [k, v] : x.preemption_reasons) o << "    preempted: " << k << " x" << v << "\n";
-    for (const auto& [k, v] : x.repartition_reasons) o << "    repartitioned: " << k << " x" << v << "\n";
-    o << "  groups (GPU held max/mean, reservation, wait p50/p99/max, longest time short of reservation):\n";
+    o << "  preemptions " << x.preemptions << ", repartitions " << x.repartitions << ", backfilled "
+      << x.backfilled << "\n";
+    for (const auto& [k, v] : x.preemption_reasons)
+      o << "    preempted: " << k << " x" << v << "\n";
+    for (const auto& [k, v] : x.repartition_reasons)
+      o << "    repartitioned: " << k << " x" << v << "\n";
+    o << "  groups (GPU held max/mean, reservation, wait p50/p99/max, longest time short of "
+         "reservation):\n";
     for (const GroupReport& g : x.groups) {
       o << "    " << g.name << ": " << FormatMilli(g.max_gpu_held) << "/"
         << static_cast<int64_t>(g.mean_gpu_held) / 1000.0 << " GPU, reservation "
@@ -135,9 +139,9 @@ std::string ReportText(const ScenarioReport& r) {
     o << "  devices used per class (peak/mean), waits p50/p99/max:\n";
     for (const ClassReport& c : x.classes) {
       if (c.jobs == 0) continue;
-      o << "    " << c.name << ": " << c.max_devices << "/" << static_cast<int>(c.mean_devices * 10) / 10.0
-        << " devices, " << c.jobs << " jobs, waits " << c.wait_p50_s << "/" << c.wait_p99_s << "/"
-        << c.wait_max_s << " s\n";
+      o << "    " << c.name << ": " << c.max_devices << "/"
+        << static_cast<int>(c.mean_devices * 10) / 10.0 << " devices, " << c.jobs << " jobs, waits "
+        << c.wait_p50_s << "/" << c.wait_p99_s << "/" << c.wait_max_s << " s\n";
     }
     o << "  invariant violations: " << x.invariant_violations.size() << "\n";
     for (size_t i = 0; i < std::min<size_t>(5, x.invariant_violations.size()); ++i) {
@@ -185,15 +189,16 @@ std::string ReportSvg(const RunReport& r) {
   o << "<line x1=\"" << left << "\" y1=\"" << top << "\" x2=\"" << left << "\" y2=\"" << h - bottom
     << "\" stroke=\"black\"/>\n";
   o << "<text x=\"4\" y=\"" << top + 10 << "\">" << FormatMilli(ymax) << " GPU</text>\n";
-  o << "<text x=\"" << w - right - 40 << "\" y=\"" << h - 10 << "\">" << static_cast<double>(tmax) / 3600.0
-    << " h</text>\n";
+  o << "<text x=\"" << w - right - 40 << "\" y=\"" << h - 10 << "\">"
+    << static_cast<double>(tmax) / 3600.0 << " h</text>\n";
   for (size_t g = 0; g < r.groups.size(); ++g) {
     const GroupReport& gr = r.groups[g];
     const char* c = colors[g % 10];
     o << "<polyline fill=\"none\" stroke=\"" << c << "\" points=\"";
     size_t n = gr.gpu_held.size();
     size_t step = std::max<size_t>(1, n / 600);
-    for (size_t i = 0; i < n; i += step) o << X(r.sample_times[i]) << "," << Y(gr.gpu_held[i]) << " ";
+    for (size_t i = 0; i < n; i += step)
+      o << X(r.sample_times[i]) << "," << Y(gr.gpu_held[i]) << " ";
     o << "\"/>\n";
     if (gr.reservation_gpu > 0) {
       o << "<line x1=\"" << left << "\" x2=\"" << w - right << "\" y1=\"" << Y(gr.reservation_gpu)

@@ -14,10 +14,10 @@ struct Session {
   bool active = false;
   bool resident = false;  // on the device (or coming back)
   bool waiting = false;
-  bool on_disk = false;  // while swapped out: its bytes went to disk (host RAM budget spent)
+  bool on_disk = false;    // while swapped out: its bytes went to disk (host RAM budget spent)
   bool preempted = false;  // swapped out mid-burst to make room (slicing); waiting to come back
   int64_t last_active_us = 0;
-  int64_t activated_us = 0;     // its wait for memory started here (activation or preemption)
+  int64_t activated_us = 0;       // its wait for memory started here (activation or preemption)
   int64_t resident_since_us = 0;  // its memory came back (or it became active while resident)
   int64_t burst_end_us = 0;       // while active and resident: when its burst ends
   int64_t burst_left_us = 0;      // while preempted: what its burst still has to run
@@ -89,7 +89,8 @@ Status ValidateSwapEstate(const SwapEstate& e) {
     return Status::InvalidArgument("active: a percentage from 1 to 100");
   }
   if (e.overcommit_percent < 100) return Status::InvalidArgument("overcommit: at least 100%");
-  if (e.burst_us < 1 || e.duration_us < 1) return Status::InvalidArgument("burst and duration: positive");
+  if (e.burst_us < 1 || e.duration_us < 1)
+    return Status::InvalidArgument("burst and duration: positive");
   if (e.host_mbps < 1 || e.disk_mbps < 1) return Status::InvalidArgument("bandwidths: positive");
   if (e.host_ram_mib < 0) return Status::InvalidArgument("host-ram: not negative");
   if (e.idle_us < 0) return Status::InvalidArgument("idle: not negative");
@@ -117,7 +118,8 @@ Result<SwapEstateReport> RunSwapEstate(const SwapEstate& e) {
     std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return caps[a] > caps[b]; });
     std::vector<int64_t> load(static_cast<size_t>(r.cards_with_swap), 0);
     for (int s : order) {
-      const size_t c = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+      const size_t c =
+          static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
       load[c] += caps[static_cast<size_t>(s)];
       card_of[static_cast<size_t>(s)] = static_cast<int>(c);
     }
@@ -149,8 +151,8 @@ Result<SwapEstateReport> RunSwapEstate(const SwapEstate& e) {
       events.push({e.idle_us, static_cast<int>(i), Kind::kIdleCheck});
     }
     r.peak_host_mib = std::max(r.peak_host_mib, host_mib);
-    std::vector<int> waiting;  // sessions waiting for room, in order
-    int64_t next_preempt_us = 0;  // slicing: no preemption on this card before this
+    std::vector<int> waiting;        // sessions waiting for room, in order
+    int64_t next_preempt_us = 0;     // slicing: no preemption on this card before this
     std::set<int64_t> slice_checks;  // slicing: times a kSlice event is queued for
 
     // Session j's bytes leave the device over the link from `t`; returns when they are off.
@@ -178,7 +180,8 @@ Result<SwapEstateReport> RunSwapEstate(const SwapEstate& e) {
         }
       }
       std::sort(idle.begin(), idle.end(), [&](int a, int b) {
-        return ss[static_cast<size_t>(a)].last_active_us < ss[static_cast<size_t>(b)].last_active_us;
+        return ss[static_cast<size_t>(a)].last_active_us <
+               ss[static_cast<size_t>(b)].last_active_us;
       });
       return idle;
     };
@@ -206,7 +209,8 @@ Result<SwapEstateReport> RunSwapEstate(const SwapEstate& e) {
         }
       }
       std::sort(held.begin(), held.end(), [&](int a, int b) {
-        return ss[static_cast<size_t>(a)].resident_since_us < ss[static_cast<size_t>(b)].resident_since_us;
+        return ss[static_cast<size_t>(a)].resident_since_us <
+               ss[static_cast<size_t>(b)].resident_since_us;
       });
       return held;
     };
@@ -293,7 +297,8 @@ Result<SwapEstateReport> RunSwapEstate(const SwapEstate& e) {
         const int64_t at = std::max(v.resident_since_us + e.slice_us, next_preempt_us);
         if (at > now) next = std::min(next, at);
       }
-      if (next != INT64_MAX && slice_checks.insert(next).second) events.push({next, 0, Kind::kSlice, 0});
+      if (next != INT64_MAX && slice_checks.insert(next).second)
+        events.push({next, 0, Kind::kSlice, 0});
     };
 
     while (!events.empty()) {
@@ -305,7 +310,8 @@ Result<SwapEstateReport> RunSwapEstate(const SwapEstate& e) {
         slice_checks.erase(ev.at_us);
         serve_waiting(ev.at_us);
       } else if (ev.kind == Kind::kIdleCheck) {
-        if (!s.active && !s.waiting && s.last_active_us + e.idle_us <= ev.at_us) keep_headroom(ev.at_us);
+        if (!s.active && !s.waiting && s.last_active_us + e.idle_us <= ev.at_us)
+          keep_headroom(ev.at_us);
       } else if (ev.kind == Kind::kActivate) {
         ++r.activations;
         s.activated_us = ev.at_us;
@@ -351,40 +357,46 @@ Result<SwapEstateReport> RunSwapEstate(const SwapEstate& e) {
 }
 
 std::string SwapEstateReport::Text(const SwapEstate& e) const {
-  const std::string ahead =
-      e.lazy ? std::string("idle sessions swapped out only when room is needed")
-             : "sessions idle " + std::to_string(e.idle_us / 1'000'000) + " s swapped out ahead of need";
+  const std::string ahead = e.lazy
+                                ? std::string("idle sessions swapped out only when room is needed")
+                                : "sessions idle " + std::to_string(e.idle_us / 1'000'000) +
+                                      " s swapped out ahead of need";
   char buf[2048];
   std::snprintf(
       buf, sizeof(buf),
-      "estate: %d interactive sessions, caps %lld-%lld GiB, active %d%% in bursts of %lld s (mean), "
+      "estate: %d interactive sessions, caps %lld-%lld GiB, active %d%% in bursts of %lld s "
+      "(mean), "
       "cards of %lld GiB\n"
-      "swapping: overcommit %lld%%, host link %lld MB/s, disk %lld MB/s, %s, %lld h simulated, seed %llu\n"
+      "swapping: overcommit %lld%%, host link %lld MB/s, disk %lld MB/s, %s, %lld h simulated, "
+      "seed %llu\n"
       "cards needed: %d without swapping, %d with\n"
-      "activations %lld; resumes from swap %lld (waited for room that active sessions held: %lld); swap-outs %lld, "
+      "activations %lld; resumes from swap %lld (waited for room that active sessions held: %lld); "
+      "swap-outs %lld, "
       "%lld of them ahead of need (%lld GiB moved)\n"
       "time-to-resume: p50 %.3f s  p99 %.3f s  max %.3f s;  p99 over every activation %.3f s\n"
       "time-to-resume of the wakes that found room or idle sessions to evict: p99 %.3f s\n"
       "waits for memory: %.0f s in all\n"
-      "slicing: %lld active sessions swapped out for a waiting one, paused %.1f s in all; their wait to "
+      "slicing: %lld active sessions swapped out for a waiting one, paused %.1f s in all; their "
+      "wait to "
       "come back p99 %.3f s max %.3f s; p99 over every wait for memory %.3f s\n"
       "peak swapped-out bytes on one card's host: %lld GiB\n",
-      e.sessions, static_cast<long long>(e.cap_min_mib / 1024), static_cast<long long>(e.cap_max_mib / 1024),
-      e.active_percent, static_cast<long long>(e.burst_us / 1'000'000),
-      static_cast<long long>(e.card_memory_mib / 1024), static_cast<long long>(e.overcommit_percent),
-      static_cast<long long>(e.host_mbps), static_cast<long long>(e.disk_mbps), ahead.c_str(),
-      static_cast<long long>(e.duration_us / 3'600'000'000LL), static_cast<unsigned long long>(e.seed),
-      cards_without_swap, cards_with_swap, static_cast<long long>(activations),
-      static_cast<long long>(resumes), static_cast<long long>(waits_for_active),
-      static_cast<long long>(swap_outs), static_cast<long long>(swap_outs_ahead),
-      static_cast<long long>(swapped_mib / 1024),
+      e.sessions, static_cast<long long>(e.cap_min_mib / 1024),
+      static_cast<long long>(e.cap_max_mib / 1024), e.active_percent,
+      static_cast<long long>(e.burst_us / 1'000'000),
+      static_cast<long long>(e.card_memory_mib / 1024),
+      static_cast<long long>(e.overcommit_percent), static_cast<long long>(e.host_mbps),
+      static_cast<long long>(e.disk_mbps), ahead.c_str(),
+      static_cast<long long>(e.duration_us / 3'600'000'000LL),
+      static_cast<unsigned long long>(e.seed), cards_without_swap, cards_with_swap,
+      static_cast<long long>(activations), static_cast<long long>(resumes),
+      static_cast<long long>(waits_for_active), static_cast<long long>(swap_outs),
+      static_cast<long long>(swap_outs_ahead), static_cast<long long>(swapped_mib / 1024),
       static_cast<double>(resume_p50_us) / 1e6, static_cast<double>(resume_p99_us) / 1e6,
       static_cast<double>(resume_max_us) / 1e6, static_cast<double>(activation_p99_us) / 1e6,
       static_cast<double>(prompt_resume_p99_us) / 1e6, static_cast<double>(waited_us) / 1e6,
-      static_cast<long long>(preemptions),
-      static_cast<double>(stalled_us) / 1e6, static_cast<double>(return_p99_us) / 1e6,
-      static_cast<double>(return_max_us) / 1e6, static_cast<double>(wait_p99_us) / 1e6,
-      static_cast<long long>(peak_host_mib / 1024));
+      static_cast<long long>(preemptions), static_cast<double>(stalled_us) / 1e6,
+      static_cast<double>(return_p99_us) / 1e6, static_cast<double>(return_max_us) / 1e6,
+      static_cast<double>(wait_p99_us) / 1e6, static_cast<long long>(peak_host_mib / 1024));
   return buf;
 }
 

@@ -41,14 +41,14 @@ struct SwapEstate {
   int sessions = 50;
   int64_t cap_min_mib = 8 * 1024, cap_max_mib = 16 * 1024;  // each session's cap, uniform
   int64_t card_memory_mib = 80 * 1024;
-  int active_percent = 20;                 // share of time each session is active
-  int64_t burst_us = 120'000'000;          // mean active period
-  int64_t overcommit_percent = 200;        // caps may sum to this much of a card with swapping
-  int64_t host_mbps = 50'000;              // PCIe Gen5 x16, achievable (64 GB/s theoretical)
-  int64_t disk_mbps = 5'000;               // NVMe
-  int64_t host_ram_mib = 1024 * 1024;      // per card's share of the node's swap_ram
-  int64_t idle_us = 30'000'000;            // the agent's --swap-idle: idle this long, swapped ahead of need
-  bool lazy = false;                       // no swap-out ahead of need: only when room is needed
+  int active_percent = 20;             // share of time each session is active
+  int64_t burst_us = 120'000'000;      // mean active period
+  int64_t overcommit_percent = 200;    // caps may sum to this much of a card with swapping
+  int64_t host_mbps = 50'000;          // PCIe Gen5 x16, achievable (64 GB/s theoretical)
+  int64_t disk_mbps = 5'000;           // NVMe
+  int64_t host_ram_mib = 1024 * 1024;  // per card's share of the node's swap_ram
+  int64_t idle_us = 30'000'000;  // the agent's --swap-idle: idle this long, swapped ahead of need
+  bool lazy = false;             // no swap-out ahead of need: only when room is needed
   // Slicing (the agent's --swap-slice): 0, a session that finds the card's active sessions
   // filling it waits for one to go idle; else it may take the place of active sessions that have
   // held the device this long, longest first, at most one such swap-out per card per 2 s.
@@ -64,19 +64,19 @@ struct SwapEstateReport {
   int64_t resumes = 0;           // activations that found the session swapped out
   int64_t waits_for_active = 0;  // resumes that had to wait for an active session to go idle
   int64_t swap_outs = 0;
-  int64_t swap_outs_ahead = 0;   // of those, ahead of need (keeping room for the next wake)
-  int64_t swapped_mib = 0;       // bytes moved off the devices in all
+  int64_t swap_outs_ahead = 0;  // of those, ahead of need (keeping room for the next wake)
+  int64_t swapped_mib = 0;      // bytes moved off the devices in all
   int64_t resume_p50_us = 0, resume_p99_us = 0, resume_max_us = 0;
   int64_t activation_p99_us = 0;  // over every activation (0 for a resident session)
   // Over the resumes that did not wait for an active session: what the link and the swap
   // manager cost, without the waits for a card whose active sessions fill it.
   int64_t prompt_resume_p99_us = 0;
-  int64_t waited_us = 0;          // every wait for memory (wakes and returns), in all
-  int64_t preemptions = 0;        // active sessions swapped out for a waiting one (slicing)
-  int64_t stalled_us = 0;         // what those preemptions paused active sessions for, in all
+  int64_t waited_us = 0;    // every wait for memory (wakes and returns), in all
+  int64_t preemptions = 0;  // active sessions swapped out for a waiting one (slicing)
+  int64_t stalled_us = 0;   // what those preemptions paused active sessions for, in all
   int64_t return_p99_us = 0, return_max_us = 0;  // a preempted session's wait to come back
-  int64_t wait_p99_us = 0;        // over every wait for memory: wakes and returns together
-  int64_t peak_host_mib = 0;      // swapped-out bytes held at once, on the busiest card
+  int64_t wait_p99_us = 0;    // over every wait for memory: wakes and returns together
+  int64_t peak_host_mib = 0;  // swapped-out bytes held at once, on the busiest card
   std::string Text(const SwapEstate& e) const;
 };
 

@@ -54,7 +54,8 @@ Result<std::string> WithClassForms(const std::string& observed,
 
 Result<WhatIfResult> WhatIf(const nlohmann::json& observed, const std::vector<std::string>& forms) {
   using Json = nlohmann::json;
-  if (!observed.is_object() || !observed.contains("scenario") || !observed["scenario"].is_string()) {
+  if (!observed.is_object() || !observed.contains("scenario") ||
+      !observed["scenario"].is_string()) {
     return Status::InvalidArgument("not an observed workload (no 'scenario')");
   }
   WhatIfResult out;
@@ -72,8 +73,11 @@ Result<WhatIfResult> WhatIf(const nlohmann::json& observed, const std::vector<st
   if (report->baseline) {
     for (const auto& c : report->baseline->classes) as_configured[c.name] = &c;
   }
-  Json r = {{"since_ms", observed.value("since_ms", int64_t{0})}, {"until_ms", observed.value("until_ms", int64_t{0})},
-            {"jobs", observed.value("jobs", int64_t{0})}, {"forms", forms}, {"classes", Json::object()}};
+  Json r = {{"since_ms", observed.value("since_ms", int64_t{0})},
+            {"until_ms", observed.value("until_ms", int64_t{0})},
+            {"jobs", observed.value("jobs", int64_t{0})},
+            {"forms", forms},
+            {"classes", Json::object()}};
   int64_t returned_total = 0;
   for (const auto& [name, c] : what_if) {
     const ClassReport* base = as_configured.count(name) ? as_configured[name] : c;

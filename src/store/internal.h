@@ -26,7 +26,8 @@ struct ParsedUrl {
 Result<ParsedUrl> ParseUrl(const std::string& url);
 
 // Why a write of a deposed leader (its epoch `mine`) is refused, naming who leads now.
-std::string DeposedMessage(const std::string& described_url, int64_t mine, const Store::Leadership& now);
+std::string DeposedMessage(const std::string& described_url, int64_t mine,
+                           const Store::Leadership& now);
 
 // The condition that finds a job by its Idempotency-Key ($1) submitted since $2 (both
 // backends' placeholders). `idem_key <> ''` repeats the partial index's own condition: a planner

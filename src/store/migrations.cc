@@ -47,9 +47,10 @@ const std::vector<Migration>& Migrations() {
        "CREATE TABLE leadership (id INTEGER PRIMARY KEY CHECK (id = 1), epoch BIGINT NOT NULL,"
        "  holder TEXT NOT NULL, since_ms BIGINT NOT NULL);"
        "INSERT INTO leadership (id, epoch, holder, since_ms) VALUES (1, 0, '', 0);"},
-      {4, "jobs.ended_ms (0 while live) and partial indexes on it: live jobs (loaded at start), "
-          "ended jobs by age (retention); the state column stays unindexed, so progress updates "
-          "touch no index",
+      {4,
+       "jobs.ended_ms (0 while live) and partial indexes on it: live jobs (loaded at start), "
+       "ended jobs by age (retention); the state column stays unindexed, so progress updates "
+       "touch no index",
        "ALTER TABLE jobs ADD COLUMN ended_ms INTEGER NOT NULL DEFAULT 0;"
        "UPDATE jobs SET ended_ms = MAX(update_ms, 1)"
        "  WHERE state IN ('succeeded', 'failed', 'cancelled', 'lost');"
@@ -60,17 +61,21 @@ const std::vector<Migration>& Migrations() {
        "  WHERE state IN ('succeeded', 'failed', 'cancelled', 'lost');"
        "CREATE INDEX jobs_live ON jobs (submit_ms, id) WHERE ended_ms = 0;"
        "CREATE INDEX jobs_ended ON jobs (ended_ms) WHERE ended_ms > 0;"},
-      {5, "jobs.idem_key: the submitter's Idempotency-Key (identity, newline, key), '' when none; "
-          "a repeated submission finds its job by it",
+      {5,
+       "jobs.idem_key: the submitter's Idempotency-Key (identity, newline, key), '' when none; "
+       "a repeated submission finds its job by it",
        "ALTER TABLE jobs ADD COLUMN idem_key TEXT NOT NULL DEFAULT '';"
        "CREATE INDEX jobs_idem ON jobs (idem_key) WHERE idem_key <> '';",
        "ALTER TABLE jobs ADD COLUMN idem_key TEXT NOT NULL DEFAULT '';"
        "CREATE INDEX jobs_idem ON jobs (idem_key) WHERE idem_key <> '';"},
-      {6, "samples: the utilization history (a JSON breakdown per time), at a resolution in seconds "
-          "(the sample interval, and 5-minute averages)",
-       "CREATE TABLE samples (resolution_s INTEGER NOT NULL, time_ms BIGINT NOT NULL, data TEXT NOT NULL,"
+      {6,
+       "samples: the utilization history (a JSON breakdown per time), at a resolution in seconds "
+       "(the sample interval, and 5-minute averages)",
+       "CREATE TABLE samples (resolution_s INTEGER NOT NULL, time_ms BIGINT NOT NULL, data TEXT "
+       "NOT NULL,"
        "  PRIMARY KEY (resolution_s, time_ms));",
-       "CREATE TABLE samples (resolution_s INTEGER NOT NULL, time_ms BIGINT NOT NULL, data TEXT NOT NULL,"
+       "CREATE TABLE samples (resolution_s INTEGER NOT NULL, time_ms BIGINT NOT NULL, data TEXT "
+       "NOT NULL,"
        "  PRIMARY KEY (resolution_s, time_ms));"},
   };
   return kSteps;
@@ -83,7 +88,8 @@ Status NewerSchemaError(const std::string& described_url, int found) {
       "); upgrade Tessera");
 }
 
-std::string DeposedMessage(const std::string& described_url, int64_t mine, const Store::Leadership& now) {
+std::string DeposedMessage(const std::string& described_url, int64_t mine,
+                           const Store::Leadership& now) {
   return described_url + ": deposed: this server led in epoch " + std::to_string(mine) + ", and " +
          (now.holder.empty() ? std::string("another server") : now.holder) + " leads since epoch " +
          std::to_string(now.epoch) + "; its writes are refused";

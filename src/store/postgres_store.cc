@@ -111,15 +111,15 @@ class PostgresStore final : public Store {
         const int64_t ended_ms = ended ? std::max<int64_t>(j.update_ms, 1) : 0;
         if (j.spec.empty()) {
           // ended_ms is set once, when the job ends: progress updates change no indexed column.
-          auto r = ended ? w.exec_prepared("end_job", j.id, j.state, j.placement, j.update_ms, exit_code,
-                                           j.reason, ended_ms)
-                         : w.exec_prepared("update_job", j.id, j.state, j.placement, j.update_ms, exit_code,
-                                           j.reason);
+          auto r = ended ? w.exec_prepared("end_job", j.id, j.state, j.placement, j.update_ms,
+                                           exit_code, j.reason, ended_ms)
+                         : w.exec_prepared("update_job", j.id, j.state, j.placement, j.update_ms,
+                                           exit_code, j.reason);
           if (r.affected_rows() != 1) return UnknownJobUpdate(j.id);  // the transaction rolls back
         } else {
           w.exec_prepared0("upsert_job", j.id, j.queue, j.identity, j.group, j.state, j.spec,
-                           j.placement, j.submit_ms, j.update_ms, exit_code, j.reason, j.idempotency_key,
-                           ended_ms);
+                           j.placement, j.submit_ms, j.update_ms, exit_code, j.reason,
+                           j.idempotency_key, ended_ms);
         }
       }
       w.commit();
@@ -158,7 +158,8 @@ class PostgresStore final : public Store {
     std::vector<JobRecord> out;
     Status s = Guard("listing jobs", [&]() -> Status {
       pqxx::read_transaction t(*conn_);
-      for (const auto& r : t.exec_prepared("list_jobs", state, static_cast<int64_t>(std::max(0, limit)))) {
+      for (const auto& r :
+           t.exec_prepared("list_jobs", state, static_cast<int64_t>(std::max(0, limit)))) {
         out.push_back(ReadJob(r));
       }
       return Status::Ok();
@@ -172,8 +173,9 @@ class PostgresStore final : public Store {
     int64_t n = 0;
     Status s = Guard("reading the highest job number", [&]() -> Status {
       pqxx::read_transaction t(*conn_);
-      n = t.exec1("SELECT COALESCE(MAX(CAST(substring(id from 3) AS BIGINT)), 0) FROM jobs "
-                  "WHERE id ~ '^j-[0-9]{1,18}$'")[0]
+      n = t.exec1(
+               "SELECT COALESCE(MAX(CAST(substring(id from 3) AS BIGINT)), 0) FROM jobs "
+               "WHERE id ~ '^j-[0-9]{1,18}$'")[0]
               .as<int64_t>();
       return Status::Ok();
     });
@@ -189,9 +191,10 @@ class PostgresStore final : public Store {
       if (Status f = CheckFence(w); !f.ok()) return f;
       rows += w.exec_params("DELETE FROM jobs WHERE ended_ms > 0 AND ended_ms < $1", before_ms)
                   .affected_rows();
-      rows += w.exec_params("DELETE FROM events WHERE seq < COALESCE((SELECT MIN(seq) FROM events WHERE "
-                            "time_ms >= $1), (SELECT MAX(seq) + 1 FROM events), 0)",
-                            before_ms)
+      rows += w.exec_params(
+                   "DELETE FROM events WHERE seq < COALESCE((SELECT MIN(seq) FROM events WHERE "
+                   "time_ms >= $1), (SELECT MAX(seq) + 1 FROM events), 0)",
+                   before_ms)
                   .affected_rows();
       w.commit();
       return Status::Ok();
@@ -228,7 +231,8 @@ class PostgresStore final : public Store {
     return out;
   }
 
-  Result<std::optional<JobRecord>> FindByIdempotencyKey(const std::string& key, int64_t since_ms) override {
+  Result<std::optional<JobRecord>> FindByIdempotencyKey(const std::string& key,
+                                                        int64_t since_ms) override {
     if (key.empty()) return std::optional<JobRecord>();  // '' marks the jobs without a key
     std::lock_guard<std::mutex> lock(mu_);
     std::optional<JobRecord> out;
@@ -299,22 +303,25 @@ class PostgresStore final : public Store {
     return Guard("writing a sample", [&]() -> Status {
       pqxx::work w(*conn_);
       if (Status f = CheckFence(w); !f.ok()) return f;
-      w.exec_params0("INSERT INTO samples (resolution_s, time_ms, data) VALUES ($1, $2, $3) "
-                     "ON CONFLICT (resolution_s, time_ms) DO UPDATE SET data = excluded.data",
-                     resolution_s, sample.time_ms, sample.data);
+      w.exec_params0(
+          "INSERT INTO samples (resolution_s, time_ms, data) VALUES ($1, $2, $3) "
+          "ON CONFLICT (resolution_s, time_ms) DO UPDATE SET data = excluded.data",
+          resolution_s, sample.time_ms, sample.data);
       w.commit();
       return Status::Ok();
     });
   }
 
-  Result<std::vector<Sample>> ListSamples(int resolution_s, int64_t since_ms, int64_t until_ms) override {
+  Result<std::vector<Sample>> ListSamples(int resolution_s, int64_t since_ms,
+                                          int64_t until_ms) override {
     std::lock_guard<std::mutex> lock(mu_);
     std::vector<Sample> out;
     Status s = Guard("listing samples", [&]() -> Status {
       pqxx::read_transaction t(*conn_);
-      auto r = t.exec_params("SELECT time_ms, data FROM samples WHERE resolution_s = $1 AND time_ms >= $2 AND "
-                             "time_ms < $3 ORDER BY time_ms",
-                             resolution_s, since_ms, until_ms);
+      auto r = t.exec_params(
+          "SELECT time_ms, data FROM samples WHERE resolution_s = $1 AND time_ms >= $2 AND "
+          "time_ms < $3 ORDER BY time_ms",
+          resolution_s, since_ms, until_ms);
       for (const auto& row : r) out.push_back({row[0].as<int64_t>(), row[1].as<std::string>()});
       return Status::Ok();
     });
@@ -328,7 +335,8 @@ class PostgresStore final : public Store {
     Status s = Guard("pruning samples", [&]() -> Status {
       pqxx::work w(*conn_);
       if (Status f = CheckFence(w); !f.ok()) return f;
-      auto r = w.exec_params0("DELETE FROM samples WHERE resolution_s = $1 AND time_ms < $2", resolution_s, before_ms);
+      auto r = w.exec_params0("DELETE FROM samples WHERE resolution_s = $1 AND time_ms < $2",
+                              resolution_s, before_ms);
       n = static_cast<int64_t>(r.affected_rows());
       w.commit();
       return Status::Ok();
@@ -350,12 +358,14 @@ class PostgresStore final : public Store {
     return out;
   }
 
-  Result<std::vector<std::pair<std::string, std::string>>> ListSettings(const std::string& prefix) override {
+  Result<std::vector<std::pair<std::string, std::string>>> ListSettings(
+      const std::string& prefix) override {
     std::lock_guard<std::mutex> lock(mu_);
     std::vector<std::pair<std::string, std::string>> out;
     Status s = Guard("listing settings " + prefix, [&]() -> Status {
       pqxx::read_transaction t(*conn_);
-      auto r = t.exec_params("SELECT key, value FROM settings WHERE left(key, length($1)) = $1 ORDER BY key", prefix);
+      auto r = t.exec_params(
+          "SELECT key, value FROM settings WHERE left(key, length($1)) = $1 ORDER BY key", prefix);
       for (const auto& row : r) out.push_back({row[0].as<std::string>(), row[1].as<std::string>()});
       return Status::Ok();
     });
@@ -382,7 +392,8 @@ class PostgresStore final : public Store {
     try {
       if (!lease_) lease_ = std::make_unique<pqxx::connection>(url_);
       pqxx::nontransaction n(*lease_);
-      if (!n.exec1("SELECT pg_try_advisory_lock(" + std::to_string(kLeaderLockKey) + ")")[0].as<bool>()) {
+      if (!n.exec1("SELECT pg_try_advisory_lock(" + std::to_string(kLeaderLockKey) + ")")[0]
+               .as<bool>()) {
         return std::optional<Leadership>();
       }
     } catch (const std::exception& e) {
@@ -434,11 +445,13 @@ class PostgresStore final : public Store {
       pqxx::nontransaction n(*lease_);
       auto r = n.exec1("SELECT epoch, holder FROM leadership WHERE id = 1");
       Leadership now{r[0].as<int64_t>(), r[1].as<std::string>()};
-      if (now.epoch != fence_) return Status::FailedPrecondition(DeposedMessage(described_, fence_, now));
+      if (now.epoch != fence_)
+        return Status::FailedPrecondition(DeposedMessage(described_, fence_, now));
       return Status::Ok();
     } catch (const std::exception& e) {
       lease_.reset();
-      return Status::FailedPrecondition(described_ + ": the leader lease was lost: " + Trim(e.what()));
+      return Status::FailedPrecondition(described_ +
+                                        ": the leader lease was lost: " + Trim(e.what()));
     }
   }
 
@@ -495,15 +508,16 @@ class PostgresStore final : public Store {
     conn_->prepare("last_seq", "SELECT COALESCE(MAX(seq), 0) FROM events");
     conn_->prepare("insert_event", std::string("INSERT INTO events (") + kEventColumns +
                                        ") VALUES ($1, $2, $3, $4, $5, $6, $7)");
-    conn_->prepare("upsert_job",
-                   std::string("INSERT INTO jobs (") + kJobColumns +
-                       ", ended_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) "
-                       "ON CONFLICT (id) DO UPDATE SET queue = excluded.queue, "
-                       "identity = excluded.identity, group_name = excluded.group_name, "
-                       "state = excluded.state, spec = excluded.spec, "
-                       "placement = excluded.placement, submit_ms = excluded.submit_ms, "
-                       "update_ms = excluded.update_ms, exit_code = excluded.exit_code, "
-                       "reason = excluded.reason, idem_key = excluded.idem_key, ended_ms = excluded.ended_ms");
+    conn_->prepare(
+        "upsert_job",
+        std::string("INSERT INTO jobs (") + kJobColumns +
+            ", ended_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) "
+            "ON CONFLICT (id) DO UPDATE SET queue = excluded.queue, "
+            "identity = excluded.identity, group_name = excluded.group_name, "
+            "state = excluded.state, spec = excluded.spec, "
+            "placement = excluded.placement, submit_ms = excluded.submit_ms, "
+            "update_ms = excluded.update_ms, exit_code = excluded.exit_code, "
+            "reason = excluded.reason, idem_key = excluded.idem_key, ended_ms = excluded.ended_ms");
     conn_->prepare("update_job",
                    "UPDATE jobs SET state = $2, placement = $3, update_ms = $4, exit_code = $5, "
                    "reason = $6 WHERE id = $1");
@@ -517,9 +531,10 @@ class PostgresStore final : public Store {
                                     kIdempotencyKeyWhere + " ORDER BY submit_ms LIMIT 1");
     conn_->prepare("load_live_jobs", std::string("SELECT ") + kJobColumns +
                                          " FROM jobs WHERE ended_ms = 0 ORDER BY submit_ms, id");
-    conn_->prepare("list_jobs", std::string("SELECT ") + kJobColumns +
-                                    " FROM jobs WHERE ($1 = '' OR state = $1) ORDER BY submit_ms DESC, id DESC "
-                                    "LIMIT $2");
+    conn_->prepare("list_jobs",
+                   std::string("SELECT ") + kJobColumns +
+                       " FROM jobs WHERE ($1 = '' OR state = $1) ORDER BY submit_ms DESC, id DESC "
+                       "LIMIT $2");
     conn_->prepare("put_setting",
                    "INSERT INTO settings (key, value) VALUES ($1, $2) "
                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value");

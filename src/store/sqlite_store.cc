@@ -120,7 +120,8 @@ class SqliteStore final : public Store {
 
   Result<std::vector<JobRecord>> LoadLiveJobs() override {
     std::lock_guard<std::mutex> lock(mu_);
-    auto st = Prepare(std::string("SELECT ") + kJobColumns + " FROM jobs WHERE ended_ms = 0 ORDER BY submit_ms, id");
+    auto st = Prepare(std::string("SELECT ") + kJobColumns +
+                      " FROM jobs WHERE ended_ms = 0 ORDER BY submit_ms, id");
     if (!st.ok()) return st.status();
     Stmt q(*st);
     std::vector<JobRecord> out;
@@ -132,8 +133,9 @@ class SqliteStore final : public Store {
 
   Result<std::vector<JobRecord>> ListJobs(const std::string& state, int limit) override {
     std::lock_guard<std::mutex> lock(mu_);
-    auto st = Prepare(std::string("SELECT ") + kJobColumns +
-                      " FROM jobs WHERE (?1 = '' OR state = ?1) ORDER BY submit_ms DESC, id DESC LIMIT ?2");
+    auto st = Prepare(
+        std::string("SELECT ") + kJobColumns +
+        " FROM jobs WHERE (?1 = '' OR state = ?1) ORDER BY submit_ms DESC, id DESC LIMIT ?2");
     if (!st.ok()) return st.status();
     Stmt q(*st);
     q.Bind(1, state);
@@ -147,7 +149,8 @@ class SqliteStore final : public Store {
 
   Result<int64_t> MaxJobNumber() override {
     std::lock_guard<std::mutex> lock(mu_);
-    auto st = Prepare("SELECT COALESCE(MAX(CAST(substr(id, 3) AS INTEGER)), 0) FROM jobs WHERE id LIKE 'j-%'");
+    auto st = Prepare(
+        "SELECT COALESCE(MAX(CAST(substr(id, 3) AS INTEGER)), 0) FROM jobs WHERE id LIKE 'j-%'");
     if (!st.ok()) return st.status();
     Stmt q(*st);
     if (q.Step() != SQLITE_ROW) return Error("reading the highest job number");
@@ -161,7 +164,8 @@ class SqliteStore final : public Store {
     Status s = CheckFenceLocked();
     // Events by seq: the log's prefix older than the cut (seq order is time order, near enough).
     for (const char* sql : {"DELETE FROM jobs WHERE ended_ms > 0 AND ended_ms < ?1",
-                            "DELETE FROM events WHERE seq < COALESCE((SELECT MIN(seq) FROM events WHERE time_ms >= ?1), "
+                            "DELETE FROM events WHERE seq < COALESCE((SELECT MIN(seq) FROM events "
+                            "WHERE time_ms >= ?1), "
                             "(SELECT MAX(seq) + 1 FROM events), 0)"}) {
       if (!s.ok()) break;
       auto st = Prepare(sql);
@@ -223,7 +227,8 @@ class SqliteStore final : public Store {
     return std::optional<JobRecord>();
   }
 
-  Result<std::optional<JobRecord>> FindByIdempotencyKey(const std::string& key, int64_t since_ms) override {
+  Result<std::optional<JobRecord>> FindByIdempotencyKey(const std::string& key,
+                                                        int64_t since_ms) override {
     if (key.empty()) return std::optional<JobRecord>();  // '' marks the jobs without a key
     std::lock_guard<std::mutex> lock(mu_);
     auto st = Prepare(std::string("SELECT ") + kJobColumns + " FROM jobs WHERE " +
@@ -301,9 +306,10 @@ class SqliteStore final : public Store {
       }
     }
     if (auto s = Exec("BEGIN IMMEDIATE", "taking the lead"); !s.ok()) return s;
-    Status s = Exec("UPDATE leadership SET epoch = epoch + 1, holder = " + Quote(holder) +
-                        ", since_ms = CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) WHERE id = 1",
-                    "taking the lead");
+    Status s = Exec(
+        "UPDATE leadership SET epoch = epoch + 1, holder = " + Quote(holder) +
+            ", since_ms = CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) WHERE id = 1",
+        "taking the lead");
     auto now = s.ok() ? LeaderLocked() : Result<Leadership>(s);
     if (now.ok()) s = Exec("COMMIT", "taking the lead");
     if (!now.ok() || !s.ok()) {
@@ -329,8 +335,9 @@ class SqliteStore final : public Store {
     if (auto s = Exec("BEGIN IMMEDIATE", "writing a sample"); !s.ok()) return s;
     Status s = CheckFenceLocked();
     if (s.ok()) {
-      auto st = Prepare("INSERT INTO samples (resolution_s, time_ms, data) VALUES (?1, ?2, ?3) "
-                        "ON CONFLICT (resolution_s, time_ms) DO UPDATE SET data = excluded.data");
+      auto st = Prepare(
+          "INSERT INTO samples (resolution_s, time_ms, data) VALUES (?1, ?2, ?3) "
+          "ON CONFLICT (resolution_s, time_ms) DO UPDATE SET data = excluded.data");
       if (!st.ok()) {
         s = st.status();
       } else {
@@ -346,10 +353,13 @@ class SqliteStore final : public Store {
     return s;
   }
 
-  Result<std::vector<Sample>> ListSamples(int resolution_s, int64_t since_ms, int64_t until_ms) override {
+  Result<std::vector<Sample>> ListSamples(int resolution_s, int64_t since_ms,
+                                          int64_t until_ms) override {
     std::lock_guard<std::mutex> lock(mu_);
-    auto st = Prepare("SELECT time_ms, data FROM samples WHERE resolution_s = ?1 AND time_ms >= ?2 AND time_ms < ?3 "
-                      "ORDER BY time_ms");
+    auto st = Prepare(
+        "SELECT time_ms, data FROM samples WHERE resolution_s = ?1 AND time_ms >= ?2 AND time_ms < "
+        "?3 "
+        "ORDER BY time_ms");
     if (!st.ok()) return st.status();
     Stmt q(*st);
     q.Bind(1, static_cast<int64_t>(resolution_s));
@@ -399,9 +409,11 @@ class SqliteStore final : public Store {
     return std::optional<std::string>();
   }
 
-  Result<std::vector<std::pair<std::string, std::string>>> ListSettings(const std::string& prefix) override {
+  Result<std::vector<std::pair<std::string, std::string>>> ListSettings(
+      const std::string& prefix) override {
     std::lock_guard<std::mutex> lock(mu_);
-    auto st = Prepare("SELECT key, value FROM settings WHERE substr(key, 1, length(?1)) = ?1 ORDER BY key");
+    auto st = Prepare(
+        "SELECT key, value FROM settings WHERE substr(key, 1, length(?1)) = ?1 ORDER BY key");
     if (!st.ok()) return st.status();
     Stmt q(*st);
     q.Bind(1, prefix);
@@ -520,14 +532,15 @@ class SqliteStore final : public Store {
 
   // A new job, or one whose spec is rewritten.
   Status InsertJobLocked(const JobRecord& j) {
-    auto st = Prepare(std::string("INSERT INTO jobs (") + kJobColumns +
-                      ", ended_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) "
-                      "ON CONFLICT (id) DO UPDATE SET queue = excluded.queue, "
-                      "identity = excluded.identity, group_name = excluded.group_name, "
-                      "state = excluded.state, spec = excluded.spec, "
-                      "placement = excluded.placement, submit_ms = excluded.submit_ms, "
-                      "update_ms = excluded.update_ms, exit_code = excluded.exit_code, "
-                      "reason = excluded.reason, idem_key = excluded.idem_key, ended_ms = excluded.ended_ms");
+    auto st = Prepare(
+        std::string("INSERT INTO jobs (") + kJobColumns +
+        ", ended_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) "
+        "ON CONFLICT (id) DO UPDATE SET queue = excluded.queue, "
+        "identity = excluded.identity, group_name = excluded.group_name, "
+        "state = excluded.state, spec = excluded.spec, "
+        "placement = excluded.placement, submit_ms = excluded.submit_ms, "
+        "update_ms = excluded.update_ms, exit_code = excluded.exit_code, "
+        "reason = excluded.reason, idem_key = excluded.idem_key, ended_ms = excluded.ended_ms");
     if (!st.ok()) return st.status();
     Stmt q(*st);
     q.Bind(1, j.id);
@@ -553,10 +566,11 @@ class SqliteStore final : public Store {
     // ended_ms is set once, when the job ends; progress updates leave it (and so every index)
     // alone.
     const bool ended = EndedState(j.state);
-    auto st = Prepare(ended ? "UPDATE jobs SET state = ?2, placement = ?3, update_ms = ?4, exit_code = ?5, "
-                              "reason = ?6, ended_ms = ?7 WHERE id = ?1"
-                            : "UPDATE jobs SET state = ?2, placement = ?3, update_ms = ?4, exit_code = ?5, "
-                              "reason = ?6 WHERE id = ?1");
+    auto st = Prepare(
+        ended ? "UPDATE jobs SET state = ?2, placement = ?3, update_ms = ?4, exit_code = ?5, "
+                "reason = ?6, ended_ms = ?7 WHERE id = ?1"
+              : "UPDATE jobs SET state = ?2, placement = ?3, update_ms = ?4, exit_code = ?5, "
+                "reason = ?6 WHERE id = ?1");
     if (!st.ok()) return st.status();
     Stmt q(*st);
     q.Bind(1, j.id);

@@ -1,7 +1,7 @@
 // Store::Open: picks the backend from the URL.
-#include <algorithm>
 #include "store/store.h"
 
+#include <algorithm>
 #include <string>
 
 #include "store/internal.h"
@@ -129,16 +129,20 @@ Result<int64_t> Store::MaxJobNumber() {
   return n;
 }
 
-Result<std::optional<JobRecord>> Store::FindByIdempotencyKey(const std::string& key, int64_t since_ms) {
+Result<std::optional<JobRecord>> Store::FindByIdempotencyKey(const std::string& key,
+                                                             int64_t since_ms) {
   auto all = LoadJobs();
   if (!all.ok()) return all.status();
   for (JobRecord& j : *all) {
-    if (!key.empty() && j.idempotency_key == key && j.submit_ms >= since_ms) return std::optional<JobRecord>(std::move(j));
+    if (!key.empty() && j.idempotency_key == key && j.submit_ms >= since_ms)
+      return std::optional<JobRecord>(std::move(j));
   }
   return std::optional<JobRecord>();
 }
 
-Result<int64_t> Store::Prune(int64_t) { return Status::FailedPrecondition(Describe() + ": retention is not supported"); }
+Result<int64_t> Store::Prune(int64_t) {
+  return Status::FailedPrecondition(Describe() + ": retention is not supported");
+}
 Result<int64_t> Store::PruneEventsOfKind(const std::string&, int64_t) {
   return Status::FailedPrecondition(Describe() + ": retention is not supported");
 }

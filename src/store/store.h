@@ -28,13 +28,13 @@ namespace tessera::store {
 
 // One typed, appended change: who did what to which subject, when and why.
 struct Event {
-  int64_t seq = 0;       // assigned by the store, strictly increasing from 1
-  int64_t time_ms = 0;   // wall clock, milliseconds since the epoch (set by the caller)
-  std::string actor;     // identity name, "engine" or "agent:<node>"
-  std::string kind;      // "job.submitted", "job.placed", "job.finished", "node.lost", ...
-  std::string subject;   // job id, node name, group name
-  std::string reason;    // for people; may be empty
-  std::string data;      // JSON object text with the details; "{}" when none
+  int64_t seq = 0;      // assigned by the store, strictly increasing from 1
+  int64_t time_ms = 0;  // wall clock, milliseconds since the epoch (set by the caller)
+  std::string actor;    // identity name, "engine" or "agent:<node>"
+  std::string kind;     // "job.submitted", "job.placed", "job.finished", "node.lost", ...
+  std::string subject;  // job id, node name, group name
+  std::string reason;   // for people; may be empty
+  std::string data;     // JSON object text with the details; "{}" when none
 };
 
 // The current record of one job. `spec` and `placement` are JSON texts owned by the engine.
@@ -43,7 +43,8 @@ struct JobRecord {
   std::string queue;
   std::string identity;
   std::string group;
-  std::string state;      // pending, admitted, placed, starting, running, succeeded, failed, cancelled, lost
+  std::string
+      state;  // pending, admitted, placed, starting, running, succeeded, failed, cancelled, lost
   // JSON: the submitted request. "" makes the record an update of a stored job: its state,
   // placement, update_ms, exit_code and reason change, the rest is kept; an update of a job that
   // is not stored fails the commit, naming the job.
@@ -52,7 +53,7 @@ struct JobRecord {
   int64_t submit_ms = 0;
   int64_t update_ms = 0;
   std::optional<int> exit_code;
-  std::string reason;     // why it waits / why it ended
+  std::string reason;  // why it waits / why it ended
   // The submitter's Idempotency-Key, scoped to them ("identity\nkey"); "" when none. Written
   // with the job's first record (an update leaves it).
   std::string idempotency_key;
@@ -100,7 +101,8 @@ class Store {
   virtual Result<std::vector<JobRecord>> ListJobs(const std::string& state, int limit);
   // The first job submitted at or after `since_ms` whose idempotency_key is `key`. The default
   // scans LoadJobs().
-  virtual Result<std::optional<JobRecord>> FindByIdempotencyKey(const std::string& key, int64_t since_ms);
+  virtual Result<std::optional<JobRecord>> FindByIdempotencyKey(const std::string& key,
+                                                                int64_t since_ms);
   // The highest N among job ids "j-N" (0 when none): where a server's numbering continues.
   virtual Result<int64_t> MaxJobNumber();
   // Retention: deletes jobs that ended (last updated) before `before_ms` and events older than
@@ -119,14 +121,16 @@ class Store {
     std::string data;
   };
   virtual Status PutSample(int resolution_s, const Sample& sample) = 0;
-  virtual Result<std::vector<Sample>> ListSamples(int resolution_s, int64_t since_ms, int64_t until_ms) = 0;
+  virtual Result<std::vector<Sample>> ListSamples(int resolution_s, int64_t since_ms,
+                                                  int64_t until_ms) = 0;
   virtual Result<int64_t> PruneSamples(int resolution_s, int64_t before_ms) = 0;
 
   // Small durable key-value settings (e.g. "cluster.id").
   virtual Status PutSetting(const std::string& key, const std::string& value) = 0;
   virtual Result<std::optional<std::string>> GetSetting(const std::string& key) = 0;
   // Every setting whose key starts with `prefix`, by key.
-  virtual Result<std::vector<std::pair<std::string, std::string>>> ListSettings(const std::string& prefix) = 0;
+  virtual Result<std::vector<std::pair<std::string, std::string>>> ListSettings(
+      const std::string& prefix) = 0;
 
   virtual Result<int> SchemaVersion() = 0;
   virtual std::string Describe() const = 0;  // "sqlite:/path/tessera.db" or "postgresql://host/db"

@@ -38,14 +38,16 @@ class FakeControlPlane {
       json body = json::parse(req.body, nullptr, false);
       std::lock_guard<std::mutex> lock(mu_);
       if (body.is_discarded() || !body.contains("node") || !body.contains("devices") ||
-          !body.contains("cpu_milli") || !body.contains("memory_mib") || !body.contains("cgroups")) {
+          !body.contains("cpu_milli") || !body.contains("memory_mib") ||
+          !body.contains("cgroups")) {
         Violation("register body: " + req.body);
       }
       registrations_.push_back(body);
       registered_ = true;
       res.set_content(json{{"ok", true}, {"heartbeat_ms", 50}}.dump(), "application/json");
     });
-    server_.Post("/v1/agent/heartbeat", [this](const httplib::Request& req, httplib::Response& res) {
+    server_.Post("/v1/agent/heartbeat", [this](const httplib::Request& req,
+                                               httplib::Response& res) {
       if (!Authorized(req, res)) return;
       json body = json::parse(req.body, nullptr, false);
       std::lock_guard<std::mutex> lock(mu_);
@@ -89,24 +91,26 @@ class FakeControlPlane {
       reply["may_run"] = may_run_;
       res.set_content(reply.dump(), "application/json");
     });
-    server_.Put(R"(/v1/agent/jobs/([^/]+)/output)", [this](const httplib::Request& req, httplib::Response& res) {
-      if (!Authorized(req, res)) return;
-      std::lock_guard<std::mutex> lock(mu_);
-      std::string id = req.matches[1];
-      size_t offset = std::stoull(req.get_param_value("offset"));
-      std::string& out = output_[id];
-      if (offset != out.size()) {
-        Violation("output of " + id + " at offset " + std::to_string(offset) + ", holding " +
-                  std::to_string(out.size()));
-        res.status = 409;
-        return;
-      }
-      if (req.body.empty()) Violation("empty output upload for " + id);
-      out += req.body;
-      ++uploads_;
-      res.set_content("{}", "application/json");
-    });
-    port_ = port == 0 ? server_.bind_to_any_port("127.0.0.1") : (server_.bind_to_port("127.0.0.1", port) ? port : -1);
+    server_.Put(R"(/v1/agent/jobs/([^/]+)/output)",
+                [this](const httplib::Request& req, httplib::Response& res) {
+                  if (!Authorized(req, res)) return;
+                  std::lock_guard<std::mutex> lock(mu_);
+                  std::string id = req.matches[1];
+                  size_t offset = std::stoull(req.get_param_value("offset"));
+                  std::string& out = output_[id];
+                  if (offset != out.size()) {
+                    Violation("output of " + id + " at offset " + std::to_string(offset) +
+                              ", holding " + std::to_string(out.size()));
+                    res.status = 409;
+                    return;
+                  }
+                  if (req.body.empty()) Violation("empty output upload for " + id);
+                  out += req.body;
+                  ++uploads_;
+                  res.set_content("{}", "application/json");
+                });
+    port_ = port == 0 ? server_.bind_to_any_port("127.0.0.1")
+                      : (server_.bind_to_port("127.0.0.1", port) ? port : -1);
     thread_ = std::thread([this] { server_.listen_after_bind(); });
     while (port_ > 0 && !server_.is_running()) std::this_thread::sleep_for(1ms);
   }
@@ -122,8 +126,13 @@ class FakeControlPlane {
 
   void Start(const std::string& id, std::vector<std::string> command, json extra = json::object()) {
     std::lock_guard<std::mutex> lock(mu_);
-    json s = {{"job", id}, {"command", command}, {"env", json::object()}, {"cpu_milli", 100},
-              {"memory_mib", 64}, {"devices", json::array()}, {"gpu_memory_limit_bytes", 0}};
+    json s = {{"job", id},
+              {"command", command},
+              {"env", json::object()},
+              {"cpu_milli", 100},
+              {"memory_mib", 64},
+              {"devices", json::array()},
+              {"gpu_memory_limit_bytes", 0}};
     // As a server names it: a root agent runs no job without an account (never as root).
     if (geteuid() == 0) s["run_as"] = "nobody";
     s.update(extra);
@@ -277,8 +286,9 @@ TEST(AgentLoop, RunsJobsAsTheControlPlaneSays) {
   EXPECT_EQ(regs[0]["devices"][1]["simulated"], true);
 
   // A job that writes more than one upload chunk and exits non-zero.
-  cp.Start("j-out", Sh("i=0; while [ $i -lt 1000 ]; do echo line-$i; i=$((i+1)); done; "
-                       "echo \"CVD=$CUDA_VISIBLE_DEVICES\" >&2; exit 3"),
+  cp.Start("j-out",
+           Sh("i=0; while [ $i -lt 1000 ]; do echo line-$i; i=$((i+1)); done; "
+              "echo \"CVD=$CUDA_VISIBLE_DEVICES\" >&2; exit 3"),
            {{"devices", json::array({{{"index", 1}, {"uuid", "GPU-sim-host-a-1"}, {"mig", ""}}})}});
   cp.Start("j-cancel", Sh("exec sleep 30"));
   cp.Start("j-lost", Sh("exec sleep 30"));
@@ -385,14 +395,19 @@ TEST(AgentLoop, ReportsNvmlTelemetryAndTheJobsOnTheDevices) {
   AgentThread agent(cp.url(), dir, FAKE_NVML_PATH);
   ASSERT_TRUE(WaitFor([&] { return cp.Heartbeats() >= 1; }, 5s));
   ASSERT_EQ(cp.Registrations()[0]["devices"].size(), 2u);
-  cp.Start("j-gpu", Sh("exec sleep 30"), {{"devices", json::array({{{"index", 0}, {"uuid", "GPU-fake-agent-0"}, {"mig", ""}}})}});
+  cp.Start("j-gpu", Sh("exec sleep 30"),
+           {{"devices", json::array({{{"index", 0}, {"uuid", "GPU-fake-agent-0"}, {"mig", ""}}})}});
   ASSERT_TRUE(WaitFor([&] { return cp.Pid("j-gpu") > 0; }, 5s));
   ::setenv("FAKE_NVML_PID", std::to_string(cp.Pid("j-gpu")).c_str(), 1);
   json hb;
-  ASSERT_TRUE(WaitFor([&] {
-    hb = cp.LastHeartbeat();
-    return hb.contains("running") && !hb["running"].empty() && hb["running"][0].contains("gpu_memory_used_mib");
-  }, 5s)) << hb.dump();
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        hb = cp.LastHeartbeat();
+        return hb.contains("running") && !hb["running"].empty() &&
+               hb["running"][0].contains("gpu_memory_used_mib");
+      },
+      5s))
+      << hb.dump();
   EXPECT_EQ(hb["running"][0]["active"], true) << hb.dump();  // a sleeping process on a busy device
   EXPECT_EQ(hb["running"][0]["gpu_memory_used_mib"], 3072);
   ASSERT_EQ(hb["devices"].size(), 2u) << hb.dump();
@@ -407,7 +422,8 @@ TEST(AgentLoop, ReportsNvmlTelemetryAndTheJobsOnTheDevices) {
 // refused at start with exit code 2, not at the first message.
 TEST(AgentLoop, RefusesANodeNameItCannotSend) {
   TempDir dir;
-  for (const std::string& bad : {std::string("bad\xff"), std::string("has space"), std::string("a/b")}) {
+  for (const std::string& bad :
+       {std::string("bad\xff"), std::string("has space"), std::string("a/b")}) {
     AgentOptions o;
     o.node_name = bad;
     o.control_plane_url = "http://127.0.0.1:1";
@@ -424,7 +440,8 @@ TEST(AgentLoop, KeepsJobsRunningWhileTheControlPlaneIsDown) {
   int port = cp->port();
   AgentThread agent(cp->url(), dir);
   cp->Start("long", Sh("echo before; sleep 1; echo after; exec sleep 30"));
-  ASSERT_TRUE(WaitFor([&] { return cp->IsRunning("long") && cp->Output("long") == "before\n"; }, 5s));
+  ASSERT_TRUE(
+      WaitFor([&] { return cp->IsRunning("long") && cp->Output("long") == "before\n"; }, 5s));
   int pid = *cp->PidsSeen("long").begin();
   EXPECT_EQ(cp->Violations(), std::vector<std::string>{});
   cp.reset();  // the control plane goes away
@@ -442,7 +459,8 @@ TEST(AgentLoop, KeepsJobsRunningWhileTheControlPlaneIsDown) {
   // The new server holds no earlier bytes, so the agent's offset 7 is refused (409) and
   // given up: nothing is sent twice.
   std::vector<std::string> v = back.Violations();
-  for (const std::string& s : v) EXPECT_NE(s.find("output of long at offset 7"), std::string::npos) << s;
+  for (const std::string& s : v)
+    EXPECT_NE(s.find("output of long at offset 7"), std::string::npos) << s;
   EXPECT_EQ(agent.Stop(), 0);
   EXPECT_NE(kill(pid, 0), 0) << "stopping the agent stops its jobs";
   EXPECT_EQ(back.Finished("long")["signal"], SIGTERM) << "and reports how they ended";

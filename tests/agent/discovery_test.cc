@@ -105,7 +105,8 @@ TEST(AgentNvml, InitFailureIsNoNvml) {
   unsetenv("FAKE_NVML_INIT_FAIL");
   ASSERT_FALSE(d.ok());
   EXPECT_EQ(d.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(d.status().message().find("Driver Not Loaded"), std::string::npos) << d.status().message();
+  EXPECT_NE(d.status().message().find("Driver Not Loaded"), std::string::npos)
+      << d.status().message();
 }
 
 TEST(AgentNvml, SimulatedSpecWinsOverNvml) {
@@ -158,7 +159,8 @@ TEST(NvmlSampler, ReadsUtilizationMemoryAndProcesses) {
   EXPECT_EQ(s[0].processes[0], (std::pair<int, int64_t>{4242, int64_t{3} << 30}));
   EXPECT_EQ(s[1].util_pct, 0);
   EXPECT_TRUE(s[1].processes.empty());
-  EXPECT_EQ(NvmlSampler::Open("/nonexistent/libnvidia-ml.so.1").status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(NvmlSampler::Open("/nonexistent/libnvidia-ml.so.1").status().code(),
+            StatusCode::kFailedPrecondition);
 }
 
 }  // namespace

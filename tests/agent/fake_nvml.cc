@@ -17,7 +17,9 @@ namespace {
 struct Memory {
   unsigned long long total, free, used;
 };
-unsigned Index(void* device) { return static_cast<unsigned>(reinterpret_cast<uintptr_t>(device) - 1); }
+unsigned Index(void* device) {
+  return static_cast<unsigned>(reinterpret_cast<uintptr_t>(device) - 1);
+}
 void Copy(const char* s, char* out, unsigned length) {
   std::strncpy(out, s, length);
   out[length - 1] = '\0';
@@ -29,7 +31,9 @@ FAKE_API int nvmlInit_v2() {
   return fail != nullptr && fail[0] == '1' ? 9 /* driver not loaded */ : 0;
 }
 FAKE_API int nvmlShutdown() { return 0; }
-FAKE_API const char* nvmlErrorString(int rc) { return rc == 9 ? "Driver Not Loaded" : "fake error"; }
+FAKE_API const char* nvmlErrorString(int rc) {
+  return rc == 9 ? "Driver Not Loaded" : "fake error";
+}
 FAKE_API int nvmlDeviceGetCount_v2(unsigned* count) {
   *count = 2;
   return 0;
@@ -74,7 +78,8 @@ FAKE_API int nvmlDeviceGetUtilizationRates(void* device, Utilization* u) {
   u->memory = Index(device) == 0 ? 12 : 0;
   return 0;
 }
-FAKE_API int nvmlDeviceGetComputeRunningProcesses_v3(void* device, unsigned* count, ProcessInfo* infos) {
+FAKE_API int nvmlDeviceGetComputeRunningProcesses_v3(void* device, unsigned* count,
+                                                     ProcessInfo* infos) {
   if (Index(device) != 0) {
     *count = 0;
     return 0;
@@ -84,7 +89,8 @@ FAKE_API int nvmlDeviceGetComputeRunningProcesses_v3(void* device, unsigned* cou
     return 7;  // insufficient size
   }
   const char* pid = std::getenv("FAKE_NVML_PID");
-  infos[0] = {pid ? static_cast<unsigned>(std::atoi(pid)) : 4242u, 3ULL << 30, 0xFFFFFFFFu, 0xFFFFFFFFu};
+  infos[0] = {pid ? static_cast<unsigned>(std::atoi(pid)) : 4242u, 3ULL << 30, 0xFFFFFFFFu,
+              0xFFFFFFFFu};
   *count = 1;
   return 0;
 }
@@ -100,8 +106,13 @@ struct GiProfile {
   std::vector<unsigned> starts;
 };
 // H100-80GB, by NVML profile index: 1g.10gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb, 1g.20gb.
-const GiProfile kProfiles[] = {{19, 1, 1, {0, 1, 2, 3, 4, 5, 6}}, {14, 2, 2, {0, 2, 4}}, {9, 3, 4, {0, 4}},
-                               {5, 4, 4, {0}},  {0, 7, 8, {0}}, {0xFFFF, 0, 0, {}}, {0xFFFF, 0, 0, {}},
+const GiProfile kProfiles[] = {{19, 1, 1, {0, 1, 2, 3, 4, 5, 6}},
+                               {14, 2, 2, {0, 2, 4}},
+                               {9, 3, 4, {0, 4}},
+                               {5, 4, 4, {0}},
+                               {0, 7, 8, {0}},
+                               {0xFFFF, 0, 0, {}},
+                               {0xFFFF, 0, 0, {}},
                                {15, 1, 2, {0, 2, 4, 6}}};
 struct Gi {
   unsigned id, profile, start, size;
@@ -135,17 +146,19 @@ FAKE_API int nvmlDeviceGetHandleByUUID(const char* uuid, void** device) {
   }
   return 6;  // not found
 }
-FAKE_API int nvmlDeviceGetGpuInstanceProfileInfo(void* device, unsigned profile, GiProfileInfo* info) {
+FAKE_API int nvmlDeviceGetGpuInstanceProfileInfo(void* device, unsigned profile,
+                                                 GiProfileInfo* info) {
   if (Index(device) != 0) return 3;  // not supported
-  if (profile >= sizeof kProfiles / sizeof kProfiles[0] || kProfiles[profile].id == 0xFFFF) return 2;
+  if (profile >= sizeof kProfiles / sizeof kProfiles[0] || kProfiles[profile].id == 0xFFFF)
+    return 2;
   std::memset(info, 0, sizeof *info);
   info->id = kProfiles[profile].id;
   info->sliceCount = kProfiles[profile].slices;
   info->instanceCount = 7;
   return 0;
 }
-FAKE_API int nvmlDeviceCreateGpuInstanceWithPlacement(void* device, unsigned profile_id, const unsigned* placement,
-                                                      void** gi) {
+FAKE_API int nvmlDeviceCreateGpuInstanceWithPlacement(void* device, unsigned profile_id,
+                                                      const unsigned* placement, void** gi) {
   if (Index(device) != 0) return 3;
   const GiProfile* p = nullptr;
   for (const GiProfile& x : kProfiles) {
@@ -158,7 +171,8 @@ FAKE_API int nvmlDeviceCreateGpuInstanceWithPlacement(void* device, unsigned pro
   for (unsigned s : p->starts) listed = listed || s == start;
   if (!legal || !listed) return 2;  // invalid argument
   for (const Gi& g : g_gis) {
-    if (g.alive && start < g.start + g.size && g.start < start + size) return 23;  // insufficient resources
+    if (g.alive && start < g.start + g.size && g.start < start + size)
+      return 23;  // insufficient resources
   }
   g_gis.push_back({static_cast<unsigned>(g_gis.size()) + 1, profile_id, start, size, true, false});
   *gi = reinterpret_cast<void*>(kGiBase + g_gis.size() - 1);
@@ -170,7 +184,8 @@ FAKE_API int nvmlGpuInstanceGetInfo(void* gi, GiInfo* info) {
   *info = {reinterpret_cast<void*>(uintptr_t{1}), g->id, g->profile, g->start, g->size};
   return 0;
 }
-FAKE_API int nvmlGpuInstanceGetComputeInstanceProfileInfo(void* gi, unsigned profile, unsigned eng, CiProfileInfo* info) {
+FAKE_API int nvmlGpuInstanceGetComputeInstanceProfileInfo(void* gi, unsigned profile, unsigned eng,
+                                                          CiProfileInfo* info) {
   Gi* g = GiOf(gi);
   if (g == nullptr || eng != 0 || profile > 6) return 2;
   static const unsigned kSlices[] = {1, 2, 3, 4, 7, 8, 6};
@@ -232,7 +247,9 @@ FAKE_API int nvmlDeviceGetGpuInstanceId(void* mig, unsigned* id) {
 FAKE_API void fake_nvml_instances(char* out, unsigned length) {
   std::string s;
   for (const Gi& g : g_gis) {
-    if (g.alive) s += (s.empty() ? "" : " ") + std::to_string(g.profile) + "@" + std::to_string(g.start) + (g.has_ci ? "" : "(no ci)");
+    if (g.alive)
+      s += (s.empty() ? "" : " ") + std::to_string(g.profile) + "@" + std::to_string(g.start) +
+           (g.has_ci ? "" : "(no ci)");
   }
   Copy(s.empty() ? "-" : s.c_str(), out, length);
 }

@@ -152,7 +152,8 @@ TEST(AgentLauncher, AListFromAnotherBootStopsNothing) {
   ASSERT_TRUE(WaitFor([&] { return capgpu::ReadProcessStat(stranger, &state, &start); }, 5s));
   mkdir((dir.path() + "/out").c_str(), 0755);
   WriteAll(dir.path() + "/out/.running", "boot 00000000-0000-0000-0000-000000000000\nold " +
-                                             std::to_string(stranger) + " " + std::to_string(start) + "\n");
+                                             std::to_string(stranger) + " " +
+                                             std::to_string(start) + "\n");
   {
     Launcher next(Opts(dir));
     EXPECT_TRUE(next.leftovers().empty());
@@ -192,7 +193,8 @@ TEST(AgentLauncher, RunsTheJobUnderItsAccount) {
   missing.run_as = "tessera-no-such-account";
   Status s = l.Start(missing);
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(s.message().find("'tessera-no-such-account' does not exist"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("'tessera-no-such-account' does not exist"), std::string::npos)
+      << s.message();
   passwd* nobody = getpwnam("nobody");
   ASSERT_NE(nobody, nullptr) << "this test needs the account 'nobody'";
   const uid_t uid = nobody->pw_uid;
@@ -206,15 +208,17 @@ TEST(AgentLauncher, RunsTheJobUnderItsAccount) {
     GTEST_SKIP() << "not root: switching accounts not exercised (CI runs as root)";
   }
   ASSERT_TRUE(l.Start(spec).ok());
-  ASSERT_TRUE(WaitFor([&] { return ReadAll(l.OutputPath("asnobody")).find("nobody") != std::string::npos; }, 5s))
+  ASSERT_TRUE(WaitFor(
+      [&] { return ReadAll(l.OutputPath("asnobody")).find("nobody") != std::string::npos; }, 5s))
       << ReadAll(l.OutputPath("asnobody"));
   const std::vector<RunningJob> running = l.Running();
   ASSERT_EQ(running.size(), 1u);
   const std::string status = ReadAll("/proc/" + std::to_string(running[0].pid) + "/status");
   const std::string want = std::to_string(uid);
-  EXPECT_NE(status.find("\nUid:\t" + want + "\t" + want + "\t" + want), std::string::npos) << status;
+  EXPECT_NE(status.find("\nUid:\t" + want + "\t" + want + "\t" + want), std::string::npos)
+      << status;
   EXPECT_EQ(ReadAll(l.OutputPath("asnobody")).substr(0, want.size() + 1), want + "\n");
-  struct stat st{};
+  struct stat st {};
   ASSERT_EQ(stat(l.RegionPath("asnobody").c_str(), &st), 0);
   EXPECT_EQ(st.st_uid, uid);
   ASSERT_TRUE(l.Cancel("asnobody", 100ms).ok());
@@ -459,7 +463,8 @@ TEST(AgentLauncher, MissingProgramExits127WithTheReasonInItsOutput) {
   spec.command = {"/nonexistent/program", "x"};
   JobExit e = RunToEnd(l, spec);
   EXPECT_EQ(e.exit_code, 127);
-  EXPECT_NE(ReadAll(l.OutputPath("nope")).find("cannot execute '/nonexistent/program'"), std::string::npos);
+  EXPECT_NE(ReadAll(l.OutputPath("nope")).find("cannot execute '/nonexistent/program'"),
+            std::string::npos);
 }
 
 TEST(AgentLauncher, RefusesBadSpecsAndDuplicates) {
@@ -494,7 +499,8 @@ TEST(AgentLauncher, CancelEndsAJobThatHonoursSigterm) {
 TEST(AgentLauncher, CancelKillsAJobIgnoringSigtermAfterTheGrace) {
   TempDir dir;
   Launcher l(Opts(dir));
-  ASSERT_TRUE(l.Start(Sh("stubborn", "trap '' TERM; echo ready; while :; do sleep 0.05; done")).ok());
+  ASSERT_TRUE(
+      l.Start(Sh("stubborn", "trap '' TERM; echo ready; while :; do sleep 0.05; done")).ok());
   ASSERT_TRUE(WaitFor([&] { return ReadAll(l.OutputPath("stubborn")) == "ready\n"; }, 5s));
   auto t0 = std::chrono::steady_clock::now();
   ASSERT_TRUE(l.Cancel("stubborn", 400ms).ok());
@@ -511,9 +517,10 @@ TEST(AgentLauncher, CancelKillsAJobIgnoringSigtermAfterTheGrace) {
 TEST(AgentLauncher, BindsTheAllocationIntoTheEnvironment) {
   TempDir dir;
   Launcher l(Opts(dir));
-  JobSpec spec = Sh("env-1",
-                    "echo \"CVD=$CUDA_VISIBLE_DEVICES\"; echo \"JOB=$TESSERA_JOB_ID\"; "
-                    "echo \"LIM=$TESSERA_GPU_MEMORY_LIMIT\"; echo \"REG=$TESSERA_CAPGPU_REGION\"; echo \"K=$K\"");
+  JobSpec spec = Sh(
+      "env-1",
+      "echo \"CVD=$CUDA_VISIBLE_DEVICES\"; echo \"JOB=$TESSERA_JOB_ID\"; "
+      "echo \"LIM=$TESSERA_GPU_MEMORY_LIMIT\"; echo \"REG=$TESSERA_CAPGPU_REGION\"; echo \"K=$K\"");
   spec.devices = {{0, "GPU-sim-h-0", "", "", "", -1}, {1, "GPU-sim-h-1", "MIG-abc", "", "", -1}};
   spec.gpu_memory_limit_bytes = 1 << 30;
   spec.env = {{"K", "V"}};
@@ -562,10 +569,12 @@ TEST(AgentLauncher, RunningReportsCpuTimeAndTheShareRegion) {
   ASSERT_TRUE(l.Start(busy).ok());
   ASSERT_TRUE(l.Start(Sh("idle", "exec sleep 30")).ok());
   std::vector<RunningJob> r;
-  ASSERT_TRUE(WaitFor([&] {
-    r = l.Running(true);
-    return r.size() == 2 && r[0].cpu_ticks > 10;  // ordered by id: busy, idle
-  }, 10s));
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        r = l.Running(true);
+        return r.size() == 2 && r[0].cpu_ticks > 10;  // ordered by id: busy, idle
+      },
+      10s));
   EXPECT_EQ(r[0].id, "busy");
   EXPECT_EQ(r[0].devices, std::vector<int>{0});
   EXPECT_EQ(r[0].gpu_memory_used_bytes, 0);  // a region, nothing charged yet
@@ -591,10 +600,12 @@ TEST(AgentLauncher, LeftoversOfTheProcessGroupAreKilledWhenTheJobEnds) {
   EXPECT_EQ(e.exit_code, 0);
   pid_t bg = std::stoi(ReadAll(pidfile));
   // Gone, or a zombie waiting for its new parent to reap it.
-  EXPECT_TRUE(WaitFor([&] {
-    std::string stat = ReadAll("/proc/" + std::to_string(bg) + "/stat");
-    return stat.empty() || stat.find(") Z ") != std::string::npos;
-  }, 3s));
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        std::string stat = ReadAll("/proc/" + std::to_string(bg) + "/stat");
+        return stat.empty() || stat.find(") Z ") != std::string::npos;
+      },
+      3s));
 }
 
 TEST(AgentLauncher, WritesCgroupLimitsWhenTheHierarchyAllowsIt) {
@@ -605,7 +616,8 @@ TEST(AgentLauncher, WritesCgroupLimitsWhenTheHierarchyAllowsIt) {
   WriteAll(root + "/cgroup.controllers", "cpuset cpu io memory pids\n");
   WriteAll(root + "/cgroup.subtree_control", "");
   WriteAll(root + "/tessera/cgroup.subtree_control", "");
-  for (const char* f : {"cpu.max", "memory.max", "cgroup.procs"}) WriteAll(root + "/tessera/cg-job/" + f, "");
+  for (const char* f : {"cpu.max", "memory.max", "cgroup.procs"})
+    WriteAll(root + "/tessera/cg-job/" + f, "");
   LauncherOptions o = Opts(dir);
   o.cgroup_root = root;
   Launcher l(o);

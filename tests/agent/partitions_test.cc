@@ -34,9 +34,9 @@ TEST(AgentPartitions, SimulatedInstancesFollowThePartitionEngine) {
   ASSERT_TRUE(a.ok()) << a.status().ToString();
   EXPECT_EQ(a->mig.rfind("MIG-", 0), 0u);
   EXPECT_EQ(a->amd_index, -1);
-  EXPECT_FALSE(p.Acquire("j2", 0, "1g.10gb@6").ok());    // taken
-  EXPECT_FALSE(p.Acquire("j2", 0, "3g.40gb@3").ok());    // not a legal start
-  EXPECT_FALSE(p.Acquire("j2", 0, "3g.40gb@4").ok());    // slices 4-7 overlap 1g.10gb@6
+  EXPECT_FALSE(p.Acquire("j2", 0, "1g.10gb@6").ok());  // taken
+  EXPECT_FALSE(p.Acquire("j2", 0, "3g.40gb@3").ok());  // not a legal start
+  EXPECT_FALSE(p.Acquire("j2", 0, "3g.40gb@4").ok());  // slices 4-7 overlap 1g.10gb@6
   EXPECT_TRUE(p.Acquire("j2", 0, "3g.40gb@0").ok());
   EXPECT_EQ(p.Layout(0), "3g.40gb@0, 1g.10gb@6");
   p.Release("j1");
@@ -60,16 +60,17 @@ TEST(AgentPartitions, SimulatedAmdModesFollowThePartitionEngine) {
   EXPECT_EQ(p.Layout(1), "CPX+NPS1: #2");
   auto taken = p.Acquire("j2", 1, "CPX#2", "CPX+NPS1");
   ASSERT_FALSE(taken.ok());
-  EXPECT_NE(taken.status().message().find("in use by job j1"), std::string::npos) << taken.status().message();
+  EXPECT_NE(taken.status().message().find("in use by job j1"), std::string::npos)
+      << taken.status().message();
   EXPECT_FALSE(p.Acquire("j2", 1, "CPX#8", "CPX+NPS1").ok());  // CPX has partitions 0-7
-  auto busy = p.Acquire("j2", 1, "QPX#0", "QPX+NPS1");       // device 1 is busy: no compute change
+  auto busy = p.Acquire("j2", 1, "QPX#0", "QPX+NPS1");  // device 1 is busy: no compute change
   ASSERT_FALSE(busy.ok());
   EXPECT_NE(busy.status().message().find("busy"), std::string::npos) << busy.status().message();
   // NPS4 is hive-wide: refused while device 1 runs j1, whichever device asks.
   auto nps = p.Acquire("j3", 0, "CPX#0", "CPX+NPS4");
   ASSERT_FALSE(nps.ok());
   EXPECT_NE(nps.status().message().find("device 1"), std::string::npos) << nps.status().message();
-  EXPECT_EQ(p.Layout(0), "");  // nothing half-applied
+  EXPECT_EQ(p.Layout(0), "");                                  // nothing half-applied
   EXPECT_FALSE(p.Acquire("j3", 0, "SPX#0", "SPX+NPS4").ok());  // not a legal pair
   p.Release("j1");
   auto b = p.Acquire("j3", 0, "CPX#1", "CPX+NPS4");  // the node is idle now
@@ -120,17 +121,20 @@ TEST(AgentPartitions, NvmlDevicesGetInstancesThroughNvml) {
   auto a = p.Acquire("j1", 0, "1g.10gb@3");
   ASSERT_TRUE(a.ok()) << a.status().ToString();
   EXPECT_EQ(a->mig.rfind("MIG-fake-", 0), 0u) << a->mig;
-  EXPECT_EQ(FakeInstances(), "19@3");  // profile id 19 (1g.10gb) at slice 3, with its compute instance
+  EXPECT_EQ(FakeInstances(),
+            "19@3");  // profile id 19 (1g.10gb) at slice 3, with its compute instance
   auto b = p.Acquire("j2", 0, "3g.40gb@4");
   ASSERT_TRUE(b.ok()) << b.status().ToString();
   EXPECT_NE(a->mig, b->mig);
   EXPECT_EQ(FakeInstances(), "19@3 9@4");
   auto overlap = p.Acquire("j3", 0, "1g.10gb@5");  // inside 3g.40gb@4's slices 4-7
   ASSERT_FALSE(overlap.ok());
-  EXPECT_NE(overlap.status().message().find("at slice 5"), std::string::npos) << overlap.status().message();
+  EXPECT_NE(overlap.status().message().find("at slice 5"), std::string::npos)
+      << overlap.status().message();
   auto off = p.Acquire("j4", 1, "1g.5gb@0");
   ASSERT_FALSE(off.ok());
-  EXPECT_NE(off.status().message().find("MIG mode is off"), std::string::npos) << off.status().message();
+  EXPECT_NE(off.status().message().find("MIG mode is off"), std::string::npos)
+      << off.status().message();
   p.Release("j1");
   EXPECT_EQ(FakeInstances(), "9@4");
   p.Release("j2");

@@ -52,8 +52,12 @@ TEST(AgentProtocol, HeartbeatBody) {
   r.active = 0;
   r.gpu_memory_used_bytes = (int64_t{3} << 20) + 1;
   j = json::parse(HeartbeatBody("host-a", {r}, {}, {{0, 37, 4096}, {1, -1, -1}}));
-  EXPECT_EQ(j["running"][0], json::parse(R"({"job": "j-12", "pid": 4242, "active": false, "gpu_memory_used_mib": 4})"));
-  EXPECT_EQ(j["devices"], json::parse(R"([{"index": 0, "util_pct": 37, "memory_used_mib": 4096}, {"index": 1}])"));
+  EXPECT_EQ(
+      j["running"][0],
+      json::parse(R"({"job": "j-12", "pid": 4242, "active": false, "gpu_memory_used_mib": 4})"));
+  EXPECT_EQ(
+      j["devices"],
+      json::parse(R"([{"index": 0, "util_pct": 37, "memory_used_mib": 4096}, {"index": 1}])"));
 }
 
 TEST(AgentProtocol, HeartbeatReplyAsDocumented) {
@@ -76,7 +80,8 @@ TEST(AgentProtocol, HeartbeatReplyAsDocumented) {
   EXPECT_EQ(s.devices[0].uuid, "GPU-sim-host-a-0");
   EXPECT_EQ(s.gpu_memory_limit_bytes, 8589934592);
   EXPECT_TRUE(s.swap);
-  EXPECT_FALSE(ParseHeartbeatReply(R"({"start": [{"job": "j", "command": ["x"], "swap": 1}]})").ok());
+  EXPECT_FALSE(
+      ParseHeartbeatReply(R"({"start": [{"job": "j", "command": ["x"], "swap": 1}]})").ok());
   ASSERT_EQ(r->cancel.size(), 1u);
   EXPECT_EQ(r->cancel[0].job, "j-9");
   EXPECT_EQ(r->cancel[0].grace_ms, 5000);
@@ -113,14 +118,16 @@ TEST(AgentProtocol, MalformedRepliesNameTheField) {
        }) {
     Result<HeartbeatReply> r = ParseHeartbeatReply(c.body);
     ASSERT_FALSE(r.ok()) << c.body;
-    EXPECT_NE(r.status().message().find(c.want), std::string::npos) << c.body << ": " << r.status().message();
+    EXPECT_NE(r.status().message().find(c.want), std::string::npos)
+        << c.body << ": " << r.status().message();
   }
 }
 
 TEST(AgentProtocol, NodeNamesThatCannotBeSentAreRefused) {
-  for (const char* good : {"n1", "gpu-node-07.rack3", "a"}) EXPECT_TRUE(ValidateNodeName(good).ok()) << good;
-  for (const std::string& bad : {std::string(), std::string("bad\xff"), std::string("has space"), std::string("a/b"),
-                                 std::string(254, 'x')}) {
+  for (const char* good : {"n1", "gpu-node-07.rack3", "a"})
+    EXPECT_TRUE(ValidateNodeName(good).ok()) << good;
+  for (const std::string& bad : {std::string(), std::string("bad\xff"), std::string("has space"),
+                                 std::string("a/b"), std::string(254, 'x')}) {
     Status st = ValidateNodeName(bad);
     ASSERT_FALSE(st.ok()) << bad;
     EXPECT_NE(st.message().find("printable ASCII"), std::string::npos) << st.message();
@@ -151,7 +158,8 @@ TEST(AgentProtocol, OrderSequenceAndWatchReplies) {
   EXPECT_TRUE(w->wake);
   EXPECT_EQ(w->seq, 42);
   EXPECT_FALSE(ParseOrdersWake(R"({"wake": false})")->wake);
-  for (const char* bad : {"[]", "{}", R"({"wake": 1})", R"({"wake": true, "seq": -3})", "not json"}) {
+  for (const char* bad :
+       {"[]", "{}", R"({"wake": 1})", R"({"wake": true, "seq": -3})", "not json"}) {
     EXPECT_FALSE(ParseOrdersWake(bad).ok()) << bad;
   }
 }

@@ -303,7 +303,8 @@ TEST_F(SwapManagerTest, SlicingTakesTurnsBetweenActiveShares) {
   const int a_before = kernels_a.load();
   // Until b has been sliced for a's return and a once more for b's: a few rounds of 2 s.
   for (int i = 0; i < 300; ++i) {
-    if (state(m, "a").sliced >= 2 && state(m, "b").sliced >= 1 && kernels_a.load() > a_before) break;
+    if (state(m, "a").sliced >= 2 && state(m, "b").sliced >= 1 && kernels_a.load() > a_before)
+      break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   stop_kernels = true;

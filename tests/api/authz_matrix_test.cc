@@ -32,10 +32,11 @@ queues:
 )";
 
 // Columns, in this order.
-const std::vector<std::string> kRoles = {"anon", "bad", "admin", "owner", "groupmate", "other", "agent", "agent-other"};
+const std::vector<std::string> kRoles = {"anon",      "bad",   "admin", "owner",
+                                         "groupmate", "other", "agent", "agent-other"};
 const std::map<std::string, std::string> kTokens = {
-    {"bad", "not-a-token-1"},       {"admin", "admin-token-1"},  {"owner", "alice-token-1"},
-    {"groupmate", "carol-token-1"}, {"other", "bob-token-12"},   {"agent", "agent1-token-1"},
+    {"bad", "not-a-token-1"},         {"admin", "admin-token-1"}, {"owner", "alice-token-1"},
+    {"groupmate", "carol-token-1"},   {"other", "bob-token-12"},  {"agent", "agent1-token-1"},
     {"agent-other", "agent2-token-1"}};
 
 // Expected status per route and role: 2 = 2xx, otherwise the exact code.
@@ -87,7 +88,8 @@ class AuthzMatrixTest : public ::testing::Test {
     ASSERT_TRUE(port.ok());
     thread_ = std::thread([this] { server_->Run(50); });
     client_ = std::make_unique<httplib::Client>("127.0.0.1", *port);
-    for (int i = 0; i < 100 && !client_->Get("/v1/health"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    for (int i = 0; i < 100 && !client_->Get("/v1/health"); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     ASSERT_EQ(Send("POST", "/v1/agent/register", "admin", Inventory()), 200);
   }
   void TearDown() override {
@@ -104,12 +106,14 @@ class AuthzMatrixTest : public ::testing::Test {
     }
     return R"({"node":"n1","cpu_milli":64000,"memory_mib":262144,"devices":[)" + devices + "]}";
   }
-  int Send(const std::string& method, const std::string& path, const std::string& role, const std::string& body) {
+  int Send(const std::string& method, const std::string& path, const std::string& role,
+           const std::string& body) {
     httplib::Headers h;
     if (role != "anon") h.emplace("Authorization", "Bearer " + kTokens.at(role));
-    httplib::Result r = method == "GET"    ? client_->Get(path.c_str(), h)
-                        : method == "POST" ? client_->Post(path.c_str(), h, body, "application/json")
-                                           : client_->Put(path.c_str(), h, body, "application/octet-stream");
+    httplib::Result r = method == "GET" ? client_->Get(path.c_str(), h)
+                        : method == "POST"
+                            ? client_->Post(path.c_str(), h, body, "application/json")
+                            : client_->Put(path.c_str(), h, body, "application/octet-stream");
     return r ? r->status : 0;
   }
   // A fresh job of alice's, placed on n1 (the earlier one cancelled, so that n1's card is free).
@@ -140,7 +144,8 @@ TEST_F(AuthzMatrixTest, EveryRouteByEveryRoleAndOwnership) {
       const size_t at = path.find("{id}");
       if (at != std::string::npos) path.replace(at, 4, FreshJob());
       std::string body;
-      if (row.path == "/v1/jobs" && row.method == "POST") body = R"({"queue":"training","command":["true"]})";
+      if (row.path == "/v1/jobs" && row.method == "POST")
+        body = R"({"queue":"training","command":["true"]})";
       if (row.path == "/v1/agent/register") body = Inventory();
       if (row.path == "/v1/agent/heartbeat") body = R"({"node":"n1"})";
       if (row.path == "/v1/agent/orders") path += "?node=n1&wait_ms=0";
@@ -151,14 +156,16 @@ TEST_F(AuthzMatrixTest, EveryRouteByEveryRoleAndOwnership) {
       const int got = Send(row.method, path, kRoles[i], body);
       const int want = row.want[i];
       if (want == 2) {
-        EXPECT_EQ(got / 100, 2) << row.method << " " << row.path << " as " << kRoles[i] << ": " << got;
+        EXPECT_EQ(got / 100, 2) << row.method << " " << row.path << " as " << kRoles[i] << ": "
+                                << got;
       } else {
         EXPECT_EQ(got, want) << row.method << " " << row.path << " as " << kRoles[i];
       }
     }
   }
   for (const RouteInfo& r : ApiServer::Routes()) {
-    EXPECT_TRUE(covered.count(r.method + " " + r.openapi_path)) << r.method << " " << r.openapi_path << " is not in the matrix";
+    EXPECT_TRUE(covered.count(r.method + " " + r.openapi_path))
+        << r.method << " " << r.openapi_path << " is not in the matrix";
   }
 }
 

@@ -24,7 +24,8 @@ namespace {
 class FaultyStore : public tessera::testing::ForwardingStore {
  public:
   enum Fault { kNone, kBefore, kAfter };
-  FaultyStore(std::unique_ptr<store::Store> inner, uint32_t seed) : ForwardingStore(std::move(inner)), rng_(seed) {}
+  FaultyStore(std::unique_ptr<store::Store> inner, uint32_t seed)
+      : ForwardingStore(std::move(inner)), rng_(seed) {}
 
   void set_failure_per_mille(int p) {
     std::lock_guard<std::mutex> l(mu_);
@@ -113,7 +114,9 @@ class CommitFaultTest : public ::testing::TestWithParam<uint32_t> {
     const bool a100 = node == "a100";
     Json devs = Json::array();
     for (int i = 0; i < (a100 ? 2 : 4); ++i) {
-      devs.push_back({{"index", i}, {"model", a100 ? "A100-80GB" : "H100-80GB"}, {"memory_mib", 81920},
+      devs.push_back({{"index", i},
+                      {"model", a100 ? "A100-80GB" : "H100-80GB"},
+                      {"memory_mib", 81920},
                       {"uuid", node + "-" + std::to_string(i)}});
     }
     return {{"node", node}, {"cpu_milli", 64000}, {"memory_mib", 1 << 20}, {"devices", devs}};
@@ -126,7 +129,8 @@ class CommitFaultTest : public ::testing::TestWithParam<uint32_t> {
   Status Reregister(const std::string& node) {
     Json inv = Inventory(node);
     inv["running"] = Json::array();
-    for (const auto& [id, stopping] : agents_[node].running) inv["running"].push_back({{"job", id}});
+    for (const auto& [id, stopping] : agents_[node].running)
+      inv["running"].push_back({{"job", id}});
     return engine_->RegisterNode(admin(), inv).status();
   }
 
@@ -138,12 +142,14 @@ class CommitFaultTest : public ::testing::TestWithParam<uint32_t> {
     Json running = Json::array(), finished = Json::array();
     for (const auto& [id, stopping] : a.running) {
       if (stopping || rng() % 6 == 0) {
-        finished.push_back({{"job", id}, {"exit_code", stopping ? 143 : 0}, {"signal", stopping ? 15 : 0}});
+        finished.push_back(
+            {{"job", id}, {"exit_code", stopping ? 143 : 0}, {"signal", stopping ? 15 : 0}});
       } else {
         running.push_back({{"job", id}, {"pid", 100}});
       }
     }
-    auto r = engine_->Heartbeat(admin(), {{"node", node}, {"running", running}, {"finished", finished}});
+    auto r =
+        engine_->Heartbeat(admin(), {{"node", node}, {"running", running}, {"finished", finished}});
     if (!r.ok()) return;  // the agent keeps everything and reports it again
     for (const auto& f : finished) a.running.erase(f["job"].get<std::string>());
     for (const auto& s : (*r)["start"]) a.running[s["job"].get<std::string>()] = false;
@@ -175,8 +181,9 @@ class CommitFaultTest : public ::testing::TestWithParam<uint32_t> {
         for (const auto& p : d["partitions"]) {
           if (!p["job"].get<std::string>().empty()) held.push_back(p);
         }
-        std::sort(held.begin(), held.end(), [](const Json& a, const Json& b) { return a["start"] < b["start"]; });
-        d["partitions"] = held;  // in placement order, not creation order
+        std::sort(held.begin(), held.end(),
+                  [](const Json& a, const Json& b) { return a["start"] < b["start"]; });
+        d["partitions"] = held;            // in placement order, not creation order
         if (held.empty()) d.erase("mig");  // an empty device's mode follows its next use
         devices.push_back({{"node", n["name"]}, {"device", d}});
       }
@@ -190,14 +197,17 @@ class CommitFaultTest : public ::testing::TestWithParam<uint32_t> {
     (void)engine_->Sync();
     auto inner = store::Store::Open(dir_ + "/tessera.db");
     ASSERT_TRUE(inner.ok());
-    auto fresh = Engine::Open(config_, std::move(*inner), dir_ + "/reload", [this] { return now_; });
+    auto fresh =
+        Engine::Open(config_, std::move(*inner), dir_ + "/reload", [this] { return now_; });
     ASSERT_TRUE(fresh.ok()) << after << ": " << fresh.status().ToString();
     const Json mine = Comparable(*engine_, admin()), loaded = Comparable(**fresh, admin());
     ASSERT_EQ(mine["jobs"].size(), loaded["jobs"].size()) << after;
     for (size_t k = 0; k < mine["jobs"].size(); ++k) {
-      ASSERT_EQ(mine["jobs"][k], loaded["jobs"][k]) << after << ": memory and a reload disagree on a job";
+      ASSERT_EQ(mine["jobs"][k], loaded["jobs"][k])
+          << after << ": memory and a reload disagree on a job";
     }
-    ASSERT_EQ(mine["devices"], loaded["devices"]) << after << ": memory and a reload disagree on the devices";
+    ASSERT_EQ(mine["devices"], loaded["devices"])
+        << after << ": memory and a reload disagree on the devices";
     Status inv = engine_->CheckInvariants();
     ASSERT_TRUE(inv.ok()) << after << ": " << inv.ToString();
   }
@@ -231,7 +241,8 @@ TEST_P(CommitFaultTest, MemoryAlwaysEqualsWhatTheStoreReloads) {
       case 0:
       case 1: {
         const std::string q = queues[rng() % queues.size()];
-        auto r = engine_->Submit(admin(), {{"queue", q}, {"group", groups[rng() % 2]}, {"command", {"true"}}});
+        auto r = engine_->Submit(
+            admin(), {{"queue", q}, {"group", groups[rng() % 2]}, {"command", {"true"}}});
         what = "submit to " + q;
         if (r.ok()) {
           ids.push_back((*r)["id"]);
@@ -265,7 +276,8 @@ TEST_P(CommitFaultTest, MemoryAlwaysEqualsWhatTheStoreReloads) {
         break;
       }
     }
-    ASSERT_NO_FATAL_FAILURE(ExpectMemoryEqualsReload("step " + std::to_string(step) + " (" + what + ")"));
+    ASSERT_NO_FATAL_FAILURE(
+        ExpectMemoryEqualsReload("step " + std::to_string(step) + " (" + what + ")"));
   }
   // The run did what it is meant to exercise: failures, and work that got through anyway.
   EXPECT_GT(store_->failures(), 20);

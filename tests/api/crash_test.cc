@@ -118,10 +118,11 @@ TEST_P(CrashTest, AcknowledgedJobsSurviveAndNothingIsAllocatedTwice) {
           c.set_connection_timeout(1);
           // One key per submission, repeated on its retries: a repeat of one that landed
           // before its answer was lost returns that job (200) instead of making another.
-          auto r = c.Post("/v1/jobs",
-                          {{"Authorization", "Bearer alice-token-1"},
-                           {"Idempotency-Key", "crash-" + std::to_string(run) + "-" + std::to_string(n)}},
-                          body.dump(), "application/json");
+          auto r = c.Post(
+              "/v1/jobs",
+              {{"Authorization", "Bearer alice-token-1"},
+               {"Idempotency-Key", "crash-" + std::to_string(run) + "-" + std::to_string(n)}},
+              body.dump(), "application/json");
           if (r && (r->status == 201 || r->status == 200)) {
             const Json reply = Json::parse(r->body, nullptr, false);
             if (!reply.is_object() || !reply.contains("id") || !reply["id"].is_string()) {
@@ -147,7 +148,8 @@ TEST_P(CrashTest, AcknowledgedJobsSurviveAndNothingIsAllocatedTwice) {
     // random few milliseconds so the kill lands anywhere in a request's path.
     std::mt19937 rng(7 + run);
     std::vector<int> kill_at;
-    for (int k = 0; k < 4; ++k) kill_at.push_back(100 + static_cast<int>(rng() % (kSubmissions - 200)));
+    for (int k = 0; k < 4; ++k)
+      kill_at.push_back(100 + static_cast<int>(rng() % (kSubmissions - 200)));
     std::sort(kill_at.begin(), kill_at.end());
     for (int at : kill_at) {
       while (issued.load() < at) std::this_thread::sleep_for(std::chrono::milliseconds(1));

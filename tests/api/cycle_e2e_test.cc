@@ -5,8 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "proc.h"
 #include "serve_fixture.h"
@@ -26,13 +26,15 @@ const std::vector<std::string> kLongJob = {"sh", "-c",
 
 class CycleE2eTest : public testing::ServeFixture {
  protected:
-  void Start(const std::string& config, const std::vector<std::pair<std::string, std::string>>& agents) {
+  void Start(const std::string& config,
+             const std::vector<std::pair<std::string, std::string>>& agents) {
     dir_ = tessera::testing::FreshTestDir("cycle_e2e");
     std::ofstream(dir_ + "/config.yaml") << tessera::testing::WithJobAccounts(config);
     StartServer();
     if (HasFatalFailure()) return;  // no server: start no agents
     for (const auto& [node, simulate] : agents) StartAgent(node, simulate);
-    ASSERT_TRUE(WaitFor([&] { return ReadyNodes() == static_cast<int>(agents.size()); })) << server_->Log();
+    ASSERT_TRUE(WaitFor([&] { return ReadyNodes() == static_cast<int>(agents.size()); }))
+        << server_->Log();
   }
   void StartAgent(const std::string& node, const std::string& simulate) {
     agents_.push_back(std::make_unique<Proc>(
@@ -55,13 +57,16 @@ class CycleE2eTest : public testing::ServeFixture {
     EXPECT_TRUE(r.is_object() && r.contains("id")) << r.dump();
     return r.is_object() ? r.value("id", "") : "";
   }
-  Json AdminJob(const std::string& id) { return Call("GET", "/v1/jobs/" + id, {}, "admin-token-1"); }
+  Json AdminJob(const std::string& id) {
+    return Call("GET", "/v1/jobs/" + id, {}, "admin-token-1");
+  }
   std::string AdminState(const std::string& id) {
     Json j = AdminJob(id);
     return j.is_object() ? j.value("state", "") : "";
   }
   std::string AdminOutput(const std::string& id) {
-    auto out = client_->Get(("/v1/jobs/" + id + "/output").c_str(), {{"Authorization", "Bearer admin-token-1"}});
+    auto out = client_->Get(("/v1/jobs/" + id + "/output").c_str(),
+                            {{"Authorization", "Bearer admin-token-1"}});
     return out ? out->body : "";
   }
   std::string Logs() {
@@ -105,14 +110,18 @@ queues:
 TEST_F(CycleE2eTest, ReclaimSignalsBorrowersAndGivesTheReservationBack) {
   ASSERT_NO_FATAL_FAILURE(Start(kReclaim, {{"n1", "4xH100-80GB"}}));
   std::vector<std::string> vision;
-  for (int i = 0; i < 4; ++i) vision.push_back(Submit("vision-token-1", {{"queue", "vision"}, {"command", kLongJob}}));
+  for (int i = 0; i < 4; ++i)
+    vision.push_back(Submit("vision-token-1", {{"queue", "vision"}, {"command", kLongJob}}));
   for (const auto& id : vision) {
-    ASSERT_TRUE(WaitFor([&] { return AdminOutput(id).find("started") != std::string::npos; })) << Logs();
+    ASSERT_TRUE(WaitFor([&] { return AdminOutput(id).find("started") != std::string::npos; }))
+        << Logs();
   }
   const auto t0 = std::chrono::steady_clock::now();
   std::string s1 = Submit("speech-token-1", {{"queue", "speech"}, {"command", kLongJob}});
   std::string s2 = Submit("speech-token-1", {{"queue", "speech"}, {"command", kLongJob}});
-  ASSERT_TRUE(WaitFor([&] { return AdminState(s1) == "running" && AdminState(s2) == "running"; }, 15000)) << Logs();
+  ASSERT_TRUE(
+      WaitFor([&] { return AdminState(s1) == "running" && AdminState(s2) == "running"; }, 15000))
+      << Logs();
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   // cycle 0.3 s + grace 2 s, plus heartbeats (1 s) for the stop, the exit and the start.
   EXPECT_LT(took, 0.3 + 2 + 4) << "reclaim took " << took << " s";
@@ -122,14 +131,17 @@ TEST_F(CycleE2eTest, ReclaimSignalsBorrowersAndGivesTheReservationBack) {
     if (j["preemptions"].get<int>() == 0) continue;
     ++preempted;
     EXPECT_EQ(j["state"], "pending") << j.dump();
-    EXPECT_NE(j["reason"].get<std::string>().find(":"), std::string::npos) << j.dump();  // step: reason
-    EXPECT_NE(AdminOutput(id).find("got-SIGTERM"), std::string::npos) << id << ": " << AdminOutput(id);
+    EXPECT_NE(j["reason"].get<std::string>().find(":"), std::string::npos)
+        << j.dump();  // step: reason
+    EXPECT_NE(AdminOutput(id).find("got-SIGTERM"), std::string::npos)
+        << id << ": " << AdminOutput(id);
   }
   EXPECT_EQ(preempted, 2);
   // The events say who was preempted, for whom and why.
   Json ev = Call("GET", "/v1/events?kind=job.preempted", {}, "admin-token-1");
   ASSERT_EQ(ev["events"].size(), 2u) << ev.dump();
-  EXPECT_NE(ev["events"][0]["reason"].get<std::string>().find("speech"), std::string::npos) << ev.dump();
+  EXPECT_NE(ev["events"][0]["reason"].get<std::string>().find("speech"), std::string::npos)
+      << ev.dump();
 }
 
 const char* kForms = R"(
@@ -152,14 +164,19 @@ queues:
   - {name: training, profile: train, groups: [research], class: training}
 )";
 
-// On 2 x A100-80GB: inference asking 10 GB (9537 MiB) runs on a 1g.10gb MIG instance (its environment names
-// the MIG UUID; `nodes` shows the layout), training on a whole card, then a notebook on a share.
+// On 2 x A100-80GB: inference asking 10 GB (9537 MiB) runs on a 1g.10gb MIG instance (its
+// environment names the MIG UUID; `nodes` shows the layout), training on a whole card, then a
+// notebook on a share.
 TEST_F(CycleE2eTest, TheClassToFormPolicyPicksMigShareAndWhole) {
   ASSERT_NO_FATAL_FAILURE(Start(kForms, {{"a100", "2xA100-80GB"}}));
-  const std::vector<std::string> show = {"sh", "-c", "echo devices=$CUDA_VISIBLE_DEVICES; sleep 30"};
+  const std::vector<std::string> show = {"sh", "-c",
+                                         "echo devices=$CUDA_VISIBLE_DEVICES; sleep 30"};
   std::string inf = Submit("alice-token-1", {{"queue", "inference"}, {"command", show}});
-  std::string train = Submit("alice-token-1", {{"queue", "training"}, {"command", {"sh", "-c", "echo devices=$CUDA_VISIBLE_DEVICES"}}});
-  ASSERT_TRUE(WaitFor([&] { return AdminOutput(inf).find("devices=MIG-") != std::string::npos; })) << Logs();
+  std::string train = Submit(
+      "alice-token-1",
+      {{"queue", "training"}, {"command", {"sh", "-c", "echo devices=$CUDA_VISIBLE_DEVICES"}}});
+  ASSERT_TRUE(WaitFor([&] { return AdminOutput(inf).find("devices=MIG-") != std::string::npos; }))
+      << Logs();
   Json j = AdminJob(inf);
   EXPECT_EQ(j["placement"]["form"], "partition") << j.dump();
   const std::string slot = j["placement"]["devices"][0].value("partition", "");
@@ -183,7 +200,8 @@ TEST_F(CycleE2eTest, TheClassToFormPolicyPicksMigShareAndWhole) {
   }
   // The training card is free again: a notebook gets a share of it.
   std::string nb = Submit("alice-token-1", {{"queue", "notebooks"}, {"command", show}});
-  ASSERT_TRUE(WaitFor([&] { return AdminOutput(nb).find("devices=GPU-") != std::string::npos; })) << Logs();
+  ASSERT_TRUE(WaitFor([&] { return AdminOutput(nb).find("devices=GPU-") != std::string::npos; }))
+      << Logs();
   EXPECT_EQ(AdminJob(nb)["placement"]["form"], "share");
   EXPECT_EQ(AdminJob(nb)["placement"]["devices"][0]["gpu_memory_mib"], 8192);
 }
@@ -211,14 +229,16 @@ TEST_F(CycleE2eTest, AnAmdCardIsSplitIntoComputePartitionsForInference) {
   std::string a = Submit("alice-token-1", {{"queue", "inference"}, {"command", show}});
   std::string b = Submit("alice-token-1", {{"queue", "inference"}, {"command", show}});
   for (const std::string& id : {a, b}) {
-    ASSERT_TRUE(WaitFor([&] { return AdminOutput(id).find("rocr=") != std::string::npos; }, 20000)) << Logs();
+    ASSERT_TRUE(WaitFor([&] { return AdminOutput(id).find("rocr=") != std::string::npos; }, 20000))
+        << Logs();
     Json j = AdminJob(id);
     EXPECT_EQ(j["placement"]["form"], "partition") << j.dump();
     EXPECT_EQ(j["placement"]["devices"][0].value("partition", "").rfind("CPX#", 0), 0u) << j.dump();
   }
   const std::string out_a = AdminOutput(a), out_b = AdminOutput(b);
-  EXPECT_NE(out_a.find("rocr=0"), std::string::npos) << out_a;  // one device: partition i is logical GPU i
-  EXPECT_NE(out_a, out_b);                                       // two different partitions
+  EXPECT_NE(out_a.find("rocr=0"), std::string::npos)
+      << out_a;             // one device: partition i is logical GPU i
+  EXPECT_NE(out_a, out_b);  // two different partitions
   EXPECT_NE(agents_[0]->Log().find("partition CPX#"), std::string::npos) << Logs();
 }
 
@@ -245,9 +265,11 @@ TEST_F(CycleE2eTest, AGangAcrossAgentsStartsAllOrNothing) {
   ASSERT_NO_FATAL_FAILURE(Start(kGangs, {{"a", "1xH100-80GB"}, {"b", "1xH100-80GB"}}));
   std::string busy = Submit("alice-token-1", {{"queue", "training"}, {"command", kLongJob}});
   ASSERT_TRUE(WaitFor([&] { return AdminState(busy) == "running"; })) << Logs();
-  std::string gang = Submit("alice-token-1", {{"queue", "training"}, {"command", kLongJob}, {"gpus", 2}});
-  ASSERT_TRUE(WaitFor([&] { return AdminJob(gang).value("reason", "").find("all or nothing") != std::string::npos; }))
-      << AdminJob(gang).dump();
+  std::string gang =
+      Submit("alice-token-1", {{"queue", "training"}, {"command", kLongJob}, {"gpus", 2}});
+  ASSERT_TRUE(WaitFor([&] {
+    return AdminJob(gang).value("reason", "").find("all or nothing") != std::string::npos;
+  })) << AdminJob(gang).dump();
   Json g = AdminJob(gang);
   EXPECT_EQ(g["state"], "pending");
   EXPECT_FALSE(g.contains("placement")) << g.dump();  // nothing held while it waits
@@ -271,11 +293,14 @@ TEST_F(CycleE2eTest, AGangAcrossAgentsStartsAllOrNothing) {
 // Priority: an urgent job preempts a scavenger job of the same group (SIGTERM, then pending).
 TEST_F(CycleE2eTest, BackfillByWalltimeAndPriorityPreemption) {
   ASSERT_NO_FATAL_FAILURE(Start(kGangs, {{"a", "2xH100-80GB"}}));
-  std::string busy = Submit("alice-token-1", {{"queue", "training"}, {"command", kLongJob}, {"walltime", "1h"}});
+  std::string busy =
+      Submit("alice-token-1", {{"queue", "training"}, {"command", kLongJob}, {"walltime", "1h"}});
   ASSERT_TRUE(WaitFor([&] { return AdminState(busy) == "running"; })) << Logs();
-  std::string head = Submit("alice-token-1", {{"queue", "training"}, {"command", kLongJob}, {"gpus", 2}});
-  std::string quick = Submit("alice-token-1",
-                             {{"queue", "training"}, {"command", {"sh", "-c", "echo quick"}}, {"walltime", "10s"}});
+  std::string head =
+      Submit("alice-token-1", {{"queue", "training"}, {"command", kLongJob}, {"gpus", 2}});
+  std::string quick =
+      Submit("alice-token-1",
+             {{"queue", "training"}, {"command", {"sh", "-c", "echo quick"}}, {"walltime", "10s"}});
   std::string open_ended = Submit("alice-token-1", {{"queue", "training"}, {"command", kLongJob}});
   ASSERT_TRUE(WaitFor([&] { return AdminState(quick) == "succeeded"; })) << Logs();
   EXPECT_EQ(AdminState(head), "pending");
@@ -284,14 +309,18 @@ TEST_F(CycleE2eTest, BackfillByWalltimeAndPriorityPreemption) {
   EXPECT_EQ(AdminState(open_ended), "pending");
   Json placed = Call("GET", "/v1/events?kind=job.placed&subject=" + quick, {}, "admin-token-1");
   ASSERT_EQ(placed["events"].size(), 1u) << placed.dump();
-  EXPECT_NE(placed["events"][0]["reason"].get<std::string>().find("[backfill]"), std::string::npos) << placed.dump();
-  for (const auto& id : {head, open_ended, busy}) Call("POST", "/v1/jobs/" + id + "/cancel", {}, "admin-token-1");
+  EXPECT_NE(placed["events"][0]["reason"].get<std::string>().find("[backfill]"), std::string::npos)
+      << placed.dump();
+  for (const auto& id : {head, open_ended, busy})
+    Call("POST", "/v1/jobs/" + id + "/cancel", {}, "admin-token-1");
   ASSERT_TRUE(WaitFor([&] { return AdminState(busy) == "cancelled"; })) << Logs();
   // Priority preemption inside the group.
   std::string scav1 = Submit("alice-token-1", {{"queue", "scavenger"}, {"command", kLongJob}});
   std::string scav2 = Submit("alice-token-1", {{"queue", "scavenger"}, {"command", kLongJob}});
-  ASSERT_TRUE(WaitFor([&] { return AdminOutput(scav1).find("started") != std::string::npos &&
-                                   AdminOutput(scav2).find("started") != std::string::npos; })) << Logs();
+  ASSERT_TRUE(WaitFor([&] {
+    return AdminOutput(scav1).find("started") != std::string::npos &&
+           AdminOutput(scav2).find("started") != std::string::npos;
+  })) << Logs();
   std::string urgent = Submit("alice-token-1", {{"queue", "urgent"}, {"command", kLongJob}});
   ASSERT_TRUE(WaitFor([&] { return AdminState(urgent) == "running"; })) << Logs();
   int preempted = 0;
@@ -329,16 +358,20 @@ queues:
 // and the inference job runs on it.
 TEST_F(CycleE2eTest, ARepartitionWithDrainSurvivesAServerRestart) {
   ASSERT_NO_FATAL_FAILURE(Start(kDrain, {{"n1", "1xA100-80GB"}}));
-  const std::vector<std::string> stubborn = {"sh", "-c", "trap 'echo ignoring-SIGTERM' TERM; echo started; "
-                                                         "while true; do sleep 0.1; done"};
+  const std::vector<std::string> stubborn = {"sh", "-c",
+                                             "trap 'echo ignoring-SIGTERM' TERM; echo started; "
+                                             "while true; do sleep 0.1; done"};
   std::string batch = Submit("alice-token-1", {{"queue", "batch"}, {"command", stubborn}});
-  ASSERT_TRUE(WaitFor([&] { return AdminOutput(batch).find("started") != std::string::npos; })) << Logs();
-  std::string serve = Submit("alice-token-1", {{"queue", "serve"},
-                                               {"command", {"sh", "-c", "echo devices=$CUDA_VISIBLE_DEVICES; sleep 30"}}});
+  ASSERT_TRUE(WaitFor([&] { return AdminOutput(batch).find("started") != std::string::npos; }))
+      << Logs();
+  std::string serve = Submit(
+      "alice-token-1", {{"queue", "serve"},
+                        {"command", {"sh", "-c", "echo devices=$CUDA_VISIBLE_DEVICES; sleep 30"}}});
   ASSERT_TRUE(WaitFor([&] { return AdminState(batch) == "preempting"; })) << Logs();
   auto draining = [&] {
     Json n = Call("GET", "/v1/nodes", {}, "admin-token-1");
-    return n.is_object() && !n["nodes"].empty() && n["nodes"][0]["devices"][0].value("draining", false);
+    return n.is_object() && !n["nodes"].empty() &&
+           n["nodes"][0]["devices"][0].value("draining", false);
   };
   ASSERT_TRUE(draining());
   server_->Kill(SIGKILL);
@@ -347,11 +380,15 @@ TEST_F(CycleE2eTest, ARepartitionWithDrainSurvivesAServerRestart) {
   ASSERT_EQ(port_, before);
   // The first answer from the new server (a restart takes a moment to accept).
   Json nodes;
-  ASSERT_TRUE(WaitFor([&] { return (nodes = Call("GET", "/v1/nodes", {}, "admin-token-1")).is_object(); })) << server_->Log();
+  ASSERT_TRUE(WaitFor([&] {
+    return (nodes = Call("GET", "/v1/nodes", {}, "admin-token-1")).is_object();
+  })) << server_->Log();
   EXPECT_TRUE(nodes["nodes"][0]["devices"][0].value("draining", false))
       << "the drain was forgotten across the restart: " << nodes.dump();
   EXPECT_EQ(AdminState(batch), "preempting");
-  ASSERT_TRUE(WaitFor([&] { return AdminOutput(serve).find("devices=MIG-") != std::string::npos; }, 25000)) << Logs();
+  ASSERT_TRUE(
+      WaitFor([&] { return AdminOutput(serve).find("devices=MIG-") != std::string::npos; }, 25000))
+      << Logs();
   Json s = AdminJob(serve);
   EXPECT_EQ(s["placement"]["form"], "partition") << s.dump();
   Json b = AdminJob(batch);
@@ -359,7 +396,8 @@ TEST_F(CycleE2eTest, ARepartitionWithDrainSurvivesAServerRestart) {
   EXPECT_NE(b["state"], "running") << b.dump();
   Json ev = Call("GET", "/v1/events?kind=job.preempted", {}, "admin-token-1");
   EXPECT_EQ(ev["events"].size(), 1u) << ev.dump();
-  EXPECT_NE(AdminOutput(batch).find("ignoring-SIGTERM"), std::string::npos);  // SIGTERM first, SIGKILL after the grace
+  EXPECT_NE(AdminOutput(batch).find("ignoring-SIGTERM"),
+            std::string::npos);  // SIGTERM first, SIGKILL after the grace
 }
 
 const char* kTelemetry = R"(
@@ -383,12 +421,15 @@ queues:
 // its device shows utilization; `tessera usage` attributes both to the group, with the idle part.
 TEST_F(CycleE2eTest, AnIdleHoldingIsMarkedAndUsageCountsIt) {
   ASSERT_NO_FATAL_FAILURE(Start(kTelemetry, {{"a", "2xH100-80GB"}}));
-  const std::string sleeper = Submit("alice-token-1", {{"queue", "training"}, {"command", {"sleep", "1000"}}});
-  const std::string busy = Submit("alice-token-1", {{"queue", "training"}, {"command", {"sh", "-c", "while :; do :; done"}}});
+  const std::string sleeper =
+      Submit("alice-token-1", {{"queue", "training"}, {"command", {"sleep", "1000"}}});
+  const std::string busy = Submit(
+      "alice-token-1", {{"queue", "training"}, {"command", {"sh", "-c", "while :; do :; done"}}});
   ASSERT_TRUE(WaitFor([&] {
     Json j = AdminJob(sleeper);
     return j.contains("activity") && j["activity"].value("idle", false);
-  })) << AdminJob(sleeper).dump() << Logs();
+  })) << AdminJob(sleeper).dump()
+      << Logs();
   Json b = AdminJob(busy);
   ASSERT_TRUE(b.contains("activity")) << b.dump();
   EXPECT_FALSE(b["activity"]["idle"].get<bool>()) << b.dump();
@@ -401,7 +442,8 @@ TEST_F(CycleE2eTest, AnIdleHoldingIsMarkedAndUsageCountsIt) {
   for (const auto& d : nodes["nodes"][0]["devices"]) {
     for (const auto& h : d["holders"]) {
       if (h["job"] == sleeper) marked = h["idle"].get<bool>();
-      if (h["job"] == busy && d.contains("telemetry")) busy_util = d["telemetry"].value("util_pct", -1);
+      if (h["job"] == busy && d.contains("telemetry"))
+        busy_util = d["telemetry"].value("util_pct", -1);
     }
   }
   EXPECT_TRUE(marked) << nodes.dump();
@@ -430,12 +472,15 @@ TEST_F(CycleE2eTest, AnIdleHoldingIsMarkedAndUsageCountsIt) {
   EXPECT_EQ(u["rows"][0]["group"], "research");
   EXPECT_EQ(u["rows"][0]["jobs"], 2);
   EXPECT_GT(u["rows"][0]["idle_gpu_milli_ms"].get<int64_t>(), 0) << out;
-  EXPECT_LT(u["rows"][0]["idle_gpu_milli_ms"].get<int64_t>(), u["rows"][0]["gpu_milli_ms"].get<int64_t>()) << out;
+  EXPECT_LT(u["rows"][0]["idle_gpu_milli_ms"].get<int64_t>(),
+            u["rows"][0]["gpu_milli_ms"].get<int64_t>())
+      << out;
   // The same as CSV (exact integer columns) and as a table for people.
   auto [csv_rc, csv] = run("usage --since 10m --by group --csv");
   ASSERT_EQ(csv_rc, 0) << csv;
   EXPECT_EQ(csv.substr(0, csv.find('\n')),
-            "group,jobs,gpu_milli_ms,idle_gpu_milli_ms,gpu_memory_mib_ms,idle_gpu_memory_mib_ms,cpu_milli_ms,gpu_hours,gpu_hours_used")
+            "group,jobs,gpu_milli_ms,idle_gpu_milli_ms,gpu_memory_mib_ms,idle_gpu_memory_mib_ms,"
+            "cpu_milli_ms,gpu_hours,gpu_hours_used")
       << csv;
   EXPECT_EQ(csv.find("\nresearch,2,"), csv.find('\n')) << csv;
   auto [table_rc, table] = run("usage --since 10m --by form");
@@ -459,7 +504,8 @@ TEST_F(CycleE2eTest, AnIdleHoldingIsMarkedAndUsageCountsIt) {
   EXPECT_EQ(w["classes"]["training"]["observed_cards"], 2) << wout;
   EXPECT_EQ(w["classes"]["training"]["as_configured_cards"], 2) << wout;
   EXPECT_EQ(w["classes"]["training"]["what_if_cards"], 1) << wout;  // two shares on one card
-  for (const auto& id : {sleeper, busy}) Call("POST", "/v1/jobs/" + id + "/cancel", {}, "admin-token-1");
+  for (const auto& id : {sleeper, busy})
+    Call("POST", "/v1/jobs/" + id + "/cancel", {}, "admin-token-1");
 }
 
 }  // namespace

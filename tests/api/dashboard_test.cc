@@ -53,7 +53,9 @@ queues:
 )";
 
 int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 // The attributes of every element whose start tag begins with `start` (e.g. `<div class="seg`),
@@ -65,13 +67,15 @@ std::vector<Attrs> Tags(const std::string& dom, const std::string& start) {
     const size_t end = dom.find('>', at);
     const std::string tag = dom.substr(at, end - at);
     Attrs a;
-    for (std::sregex_iterator it(tag.begin(), tag.end(), attr), stop; it != stop; ++it) a[(*it)[1]] = (*it)[2];
+    for (std::sregex_iterator it(tag.begin(), tag.end(), attr), stop; it != stop; ++it)
+      a[(*it)[1]] = (*it)[2];
     a["#offset"] = std::to_string(at);
     out.push_back(a);
   }
   return out;
 }
-const Attrs* Find(const std::vector<Attrs>& tags, const std::string& key, const std::string& value) {
+const Attrs* Find(const std::vector<Attrs>& tags, const std::string& key,
+                  const std::string& value) {
   for (const auto& t : tags) {
     auto it = t.find(key);
     if (it != t.end() && it->second == value) return &t;
@@ -126,7 +130,9 @@ class DashboardTest : public testing::ServeFixture {
     Json j = Call("GET", "/v1/nodes", {}, "admin-token-1");
     return j.is_object() && !j["nodes"].empty() && j["nodes"][0]["state"] == "ready";
   }
-  Json AdminJob(const std::string& id) { return Call("GET", "/v1/jobs/" + id, {}, "admin-token-1"); }
+  Json AdminJob(const std::string& id) {
+    return Call("GET", "/v1/jobs/" + id, {}, "admin-token-1");
+  }
   std::string Submit(const std::string& token, const Json& body) {
     Json r = Call("POST", "/v1/jobs", body, token);
     EXPECT_TRUE(r.is_object() && r.contains("id")) << r.dump();
@@ -134,13 +140,18 @@ class DashboardTest : public testing::ServeFixture {
   }
   // Loads the page at `fragment` (after '#') in a fresh headless Chromium; returns the DOM after
   // the script ran (a screenshot instead when `screenshot` is given) and collects the console.
-  std::string Load(const std::string& fragment, const std::string& screenshot = "", const std::string& flags = "") {
+  std::string Load(const std::string& fragment, const std::string& screenshot = "",
+                   const std::string& flags = "") {
     const std::string n = std::to_string(++loads_);
     const std::string out = dir_ + "/dom-" + n + ".html", log = dir_ + "/chromium-" + n + ".log";
-    std::string cmd = chromium_ + " --headless --no-sandbox --disable-gpu --enable-logging=stderr --v=0 --user-data-dir=" +
-                      dir_ + "/chromium-" + n + " --virtual-time-budget=8000 " + flags;
-    cmd += screenshot.empty() ? std::string("--dump-dom") : "--window-size=1366,900 --screenshot=" + screenshot;
-    cmd += " 'http://127.0.0.1:" + std::to_string(port_) + "/#" + fragment + "' > " + out + " 2> " + log;
+    std::string cmd =
+        chromium_ +
+        " --headless --no-sandbox --disable-gpu --enable-logging=stderr --v=0 --user-data-dir=" +
+        dir_ + "/chromium-" + n + " --virtual-time-budget=8000 " + flags;
+    cmd += screenshot.empty() ? std::string("--dump-dom")
+                              : "--window-size=1366,900 --screenshot=" + screenshot;
+    cmd += " 'http://127.0.0.1:" + std::to_string(port_) + "/#" + fragment + "' > " + out + " 2> " +
+           log;
     EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
     console_ += ConsoleLines(testing::ReadFile(log));
     return testing::ReadFile(out);
@@ -155,10 +166,13 @@ class DashboardTest : public testing::ServeFixture {
 // The console check can fail: a page that calls console.error and throws is caught.
 TEST_F(DashboardTest, TheConsoleCheckCatchesErrors) {
   const std::string page = dir_ + "/bad.html";
-  std::ofstream(page) << "<html><body><script>console.error('boom'); null.x;</script></body></html>";
-  const std::string cmd = chromium_ + " --headless --no-sandbox --disable-gpu --enable-logging=stderr --v=0 --user-data-dir=" +
-                          dir_ + "/chromium-bad --virtual-time-budget=1000 --dump-dom file://" + page + " > /dev/null 2> " +
-                          dir_ + "/bad.log";
+  std::ofstream(page)
+      << "<html><body><script>console.error('boom'); null.x;</script></body></html>";
+  const std::string cmd =
+      chromium_ +
+      " --headless --no-sandbox --disable-gpu --enable-logging=stderr --v=0 --user-data-dir=" +
+      dir_ + "/chromium-bad --virtual-time-budget=1000 --dump-dom file://" + page +
+      " > /dev/null 2> " + dir_ + "/bad.log";
   ASSERT_EQ(std::system(cmd.c_str()), 0);
   const std::string lines = ConsoleLines(testing::ReadFile(dir_ + "/bad.log"));
   EXPECT_NE(lines.find("boom"), std::string::npos) << testing::ReadFile(dir_ + "/bad.log");
@@ -168,11 +182,15 @@ TEST_F(DashboardTest, TheConsoleCheckCatchesErrors) {
 TEST_F(DashboardTest, CardMapIdleUtilizationAcrossRestartFiltersAndScreenshots) {
   // A vision inference job (a MIG instance on an A100) and two speech notebooks (shares): one
   // sleeps (held but idle after 2 s), one computes. (The inference job sleeps too.)
-  const std::string inf = Submit("vision-token-1", {{"queue", "inference"}, {"command", {"sleep", "1000"}}});
-  const std::string sleeper = Submit("speech-token-1", {{"queue", "notebooks"}, {"command", {"sleep", "1000"}}});
-  const std::string busy = Submit("speech-token-1", {{"queue", "notebooks"}, {"command", {"sh", "-c", "while :; do :; done"}}});
+  const std::string inf =
+      Submit("vision-token-1", {{"queue", "inference"}, {"command", {"sleep", "1000"}}});
+  const std::string sleeper =
+      Submit("speech-token-1", {{"queue", "notebooks"}, {"command", {"sleep", "1000"}}});
+  const std::string busy = Submit(
+      "speech-token-1", {{"queue", "notebooks"}, {"command", {"sh", "-c", "while :; do :; done"}}});
   for (const auto& id : {inf, sleeper, busy}) {
-    ASSERT_TRUE(WaitFor([&] { return AdminJob(id).value("state", "") == "running"; })) << AdminJob(id).dump() << agent_->Log();
+    ASSERT_TRUE(WaitFor([&] { return AdminJob(id).value("state", "") == "running"; }))
+        << AdminJob(id).dump() << agent_->Log();
   }
   ASSERT_TRUE(WaitFor([&] {
     Json j = AdminJob(sleeper);
@@ -187,7 +205,9 @@ TEST_F(DashboardTest, CardMapIdleUtilizationAcrossRestartFiltersAndScreenshots) 
   // The card map.
   {
     const std::string dom = Load("token=admin-token-1&view=cards");
-    EXPECT_NE(dom.find(R"(<p id="error" role="alert"></p>)"), std::string::npos) << "the page reported an error:\n" << dom;
+    EXPECT_NE(dom.find(R"(<p id="error" role="alert"></p>)"), std::string::npos)
+        << "the page reported an error:\n"
+        << dom;
     const auto devices = Tags(dom, "<div class=\"device\"");
     const auto segs = Tags(dom, "<div class=\"seg");
     ASSERT_EQ(devices.size(), 2u) << dom;
@@ -229,7 +249,8 @@ TEST_F(DashboardTest, CardMapIdleUtilizationAcrossRestartFiltersAndScreenshots) 
     EXPECT_EQ(Get(idle, "data-idle"), "true");
     EXPECT_NE(Get(idle, "class").find("idle"), std::string::npos);
     const size_t idle_at = std::stoul(Get(idle, "#offset"));
-    EXPECT_NE(dom.substr(idle_at, dom.find("</div>", idle_at) - idle_at).find("<span class=\"tag\">idle</span>"),
+    EXPECT_NE(dom.substr(idle_at, dom.find("</div>", idle_at) - idle_at)
+                  .find("<span class=\"tag\">idle</span>"),
               std::string::npos);
     EXPECT_EQ(Get(Find(segs, "data-job", busy), "data-idle"), "<absent>");
     // A legend entry per group holding something.
@@ -238,10 +259,14 @@ TEST_F(DashboardTest, CardMapIdleUtilizationAcrossRestartFiltersAndScreenshots) 
   }
 
   // Utilization: enough history (10 s of 1 s samples) to tell old points from new ones.
-  ASSERT_TRUE(WaitFor([&] {
-    Json u = Call("GET", "/v1/utilization?since=" + std::to_string(NowMs() - 900000), {}, "admin-token-1");
-    return u.is_object() && !u["samples"].empty() && u["samples"][0]["time_ms"].get<int64_t>() < NowMs() - 10000;
-  }, 30000));
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        Json u = Call("GET", "/v1/utilization?since=" + std::to_string(NowMs() - 900000), {},
+                      "admin-token-1");
+        return u.is_object() && !u["samples"].empty() &&
+               u["samples"][0]["time_ms"].get<int64_t>() < NowMs() - 10000;
+      },
+      30000));
   int64_t first = 0, step = 0;
   {
     const std::string dom = Load("token=admin-token-1&view=utilization&range=15m");
@@ -322,7 +347,8 @@ TEST_F(DashboardTest, CardMapIdleUtilizationAcrossRestartFiltersAndScreenshots) 
   // A screenshot of each view.
   const std::string shots = TESSERA_DASHBOARD_SCREENSHOTS;
   std::filesystem::create_directories(shots);
-  for (const std::string view : {"overview", "cards", "utilization", "groups", "jobs", "queues", "events", "whatif"}) {
+  for (const std::string view :
+       {"overview", "cards", "utilization", "groups", "jobs", "queues", "events", "whatif"}) {
     const std::string file = shots + "/" + view + ".png";
     std::filesystem::remove(file);
     Load("token=admin-token-1&view=" + view + (view == "utilization" ? "&range=15m" : ""), file);
@@ -330,12 +356,14 @@ TEST_F(DashboardTest, CardMapIdleUtilizationAcrossRestartFiltersAndScreenshots) 
     EXPECT_GT(std::filesystem::file_size(file), 1000u) << file;
   }
   // The card map in dark mode too (prefers-color-scheme: dark).
-  Load("token=admin-token-1&view=cards", shots + "/cards-dark.png", "--force-dark-mode --blink-settings=preferredColorScheme=0 ");
+  Load("token=admin-token-1&view=cards", shots + "/cards-dark.png",
+       "--force-dark-mode --blink-settings=preferredColorScheme=0 ");
   EXPECT_GT(std::filesystem::file_size(shots + "/cards-dark.png"), 1000u);
   // No console message and no uncaught exception on any load.
   EXPECT_EQ(console_, "") << "the dashboard logged to the console";
   std::printf("dashboard screenshots: %s\n", shots.c_str());
-  for (const auto& id : {inf, sleeper, busy}) Call("POST", "/v1/jobs/" + id + "/cancel", {}, "admin-token-1");
+  for (const auto& id : {inf, sleeper, busy})
+    Call("POST", "/v1/jobs/" + id + "/cancel", {}, "admin-token-1");
 }
 
 }  // namespace

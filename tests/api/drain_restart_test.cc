@@ -46,19 +46,25 @@ class DrainRestartTest : public testing::EngineFixture {
 
 TEST_F(DrainRestartTest, ADrainInProgressSurvivesARestart) {
   Json dev = {{"index", 0}, {"model", "A100-80GB"}, {"memory_mib", 81920}, {"uuid", "GPU-a"}};
-  ASSERT_TRUE(engine_->RegisterNode(admin(), {{"node", "n1"}, {"cpu_milli", 8000}, {"memory_mib", 65536},
-                                              {"devices", Json::array({dev})}})
+  ASSERT_TRUE(engine_
+                  ->RegisterNode(admin(), {{"node", "n1"},
+                                           {"cpu_milli", 8000},
+                                           {"memory_mib", 65536},
+                                           {"devices", Json::array({dev})}})
                   .ok());
   // A preemptible batch job holds the only card, whole, and runs.
-  std::string batch = (*engine_->Submit(admin(), {{"queue", "batch"}, {"command", {"sleep", "1000"}}}))["id"];
+  std::string batch =
+      (*engine_->Submit(admin(), {{"queue", "batch"}, {"command", {"sleep", "1000"}}}))["id"];
   ASSERT_EQ(Job(batch)["state"], "placed");
   Heartbeat();
   Heartbeat({{"running", {{{"job", batch}, {"pid", 10}}}}});
   // An inference job wants a MIG instance: the cycle drains the card for a new layout.
   now_ += 100'000;
-  std::string serve = (*engine_->Submit(admin(), {{"queue", "serve"}, {"command", {"true"}}}))["id"];
+  std::string serve =
+      (*engine_->Submit(admin(), {{"queue", "serve"}, {"command", {"true"}}}))["id"];
   ASSERT_EQ(Job(batch)["state"], "preempting") << Job(batch).dump();
-  EXPECT_NE(Job(batch)["reason"].get<std::string>().find("drain n1/gpu0 for repartition"), std::string::npos);
+  EXPECT_NE(Job(batch)["reason"].get<std::string>().find("drain n1/gpu0 for repartition"),
+            std::string::npos);
   ASSERT_EQ(Job(serve)["state"], "pending");
   EXPECT_EQ(Job(serve)["wait"]["step"], "Repartition") << Job(serve).dump();
   EXPECT_TRUE(Device()["draining"].get<bool>()) << Device().dump();
@@ -88,7 +94,8 @@ TEST_F(DrainRestartTest, ADrainInProgressSurvivesARestart) {
   Json s = Job(serve);
   ASSERT_EQ(s["state"], "placed") << s.dump();
   EXPECT_EQ(s["placement"]["form"], "partition");
-  EXPECT_EQ(s["placement"]["devices"][0]["partition"].get<std::string>().rfind("1g.10gb@", 0), 0u) << s.dump();
+  EXPECT_EQ(s["placement"]["devices"][0]["partition"].get<std::string>().rfind("1g.10gb@", 0), 0u)
+      << s.dump();
   EXPECT_FALSE(Device()["draining"].get<bool>());
   EXPECT_TRUE(Device()["mig"].get<bool>());
   EXPECT_EQ(Count("device.repartitioned"), 1);

@@ -81,18 +81,22 @@ TEST_F(E2eTest, DashboardShowsTotalsGroupsUtilizationAndEvents) {
   }
   ASSERT_FALSE(chromium.empty()) << "chromium is not installed: run scripts/setup.sh";
   // One whole card held by a running job: 2 GPUs, 1 idle.
-  std::string id = Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"sleep", "30"}}})["id"];
+  std::string id =
+      Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"sleep", "30"}}})["id"];
   ASSERT_TRUE(WaitFor([&] { return State(id) == "running"; })) << agent_->Log();
-  ASSERT_TRUE(WaitFor([&] { return !Call("GET", "/v1/utilization", {}, "admin-token-1")["samples"].empty(); }));
+  ASSERT_TRUE(WaitFor(
+      [&] { return !Call("GET", "/v1/utilization", {}, "admin-token-1")["samples"].empty(); }));
   // A 2-card job waits (one card is busy): the page shows the step and reason that hold it.
-  std::string waiting = Call("POST", "/v1/jobs", {{"queue", "training"}, {"gpus", 2}, {"command", {"true"}}})["id"];
-  ASSERT_TRUE(WaitFor([&] { return Job(waiting).value("wait", Json::object()).value("step", "") == "Placement"; }))
-      << Job(waiting).dump();
+  std::string waiting =
+      Call("POST", "/v1/jobs", {{"queue", "training"}, {"gpus", 2}, {"command", {"true"}}})["id"];
+  ASSERT_TRUE(WaitFor([&] {
+    return Job(waiting).value("wait", Json::object()).value("step", "") == "Placement";
+  })) << Job(waiting).dump();
   const std::string dom_file = dir_ + "/dom.html";
-  const std::string cmd = chromium + " --headless --no-sandbox --disable-gpu --user-data-dir=" + dir_ +
-                          "/chromium --virtual-time-budget=5000 --dump-dom 'http://127.0.0.1:" +
-                          std::to_string(port_) + "/#token=admin-token-1' > " + dom_file + " 2> " + dir_ +
-                          "/chromium.log";
+  const std::string cmd =
+      chromium + " --headless --no-sandbox --disable-gpu --user-data-dir=" + dir_ +
+      "/chromium --virtual-time-budget=5000 --dump-dom 'http://127.0.0.1:" + std::to_string(port_) +
+      "/#token=admin-token-1' > " + dom_file + " 2> " + dir_ + "/chromium.log";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   const std::string dom = testing::ReadFile(dom_file);
   auto has = [&](const std::string& what) { return dom.find(what) != std::string::npos; };
@@ -103,23 +107,27 @@ TEST_F(E2eTest, DashboardShowsTotalsGroupsUtilizationAndEvents) {
   EXPECT_TRUE(has(R"(<b id="pending">1</b>)")) << dom;
   // The group at a glance: 1 GPU held, 0 held but idle, 1 worker, 1 pending; in the groups view
   // no parent, no reservation, no limit, 1 GPU held.
-  EXPECT_TRUE(has(R"(research</span></span></td><td class="num">1</td><td class="num">0</td><td class="num">1</td><td class="num">1</td></tr>)"))
+  EXPECT_TRUE(has(
+      R"(research</span></span></td><td class="num">1</td><td class="num">0</td><td class="num">1</td><td class="num">1</td></tr>)"))
       << dom;
-  EXPECT_TRUE(has(R"(research</span></span></td><td></td><td class="num">0</td><td class="num">none</td><td class="num">1</td>)"))
+  EXPECT_TRUE(has(
+      R"(research</span></span></td><td></td><td class="num">0</td><td class="num">none</td><td class="num">1</td>)"))
       << dom;
   // The waiting job's row in the jobs table, with the step and reason that hold it.
   const size_t row = dom.find("<tr data-job=\"" + waiting + "\" data-state=\"pending\"");
   ASSERT_NE(row, std::string::npos) << dom;
-  EXPECT_NE(dom.find("<td>Placement: no room for 2 x whole", row), std::string::npos) << dom.substr(row);
+  EXPECT_NE(dom.find("<td>Placement: no room for 2 x whole", row), std::string::npos)
+      << dom.substr(row);
   // The utilization chart has points.
   EXPECT_TRUE(has(R"(<svg id="util")")) << dom;
   EXPECT_TRUE(has(R"(data-points=")") && !has(R"(data-points="0")")) << dom;
   EXPECT_TRUE(has("<td>job.running</td><td>" + id + "</td>")) << dom;
   EXPECT_TRUE(has(R"(<p id="error" role="alert"></p>)")) << "the page reported an error:\n" << dom;
   // Without a token the page asks for one instead.
-  const std::string bare = chromium + " --headless --no-sandbox --disable-gpu --user-data-dir=" + dir_ +
-                           "/chromium2 --virtual-time-budget=3000 --dump-dom 'http://127.0.0.1:" +
-                           std::to_string(port_) + "/' > " + dom_file + " 2>> " + dir_ + "/chromium.log";
+  const std::string bare =
+      chromium + " --headless --no-sandbox --disable-gpu --user-data-dir=" + dir_ +
+      "/chromium2 --virtual-time-budget=3000 --dump-dom 'http://127.0.0.1:" +
+      std::to_string(port_) + "/' > " + dom_file + " 2>> " + dir_ + "/chromium.log";
   ASSERT_EQ(std::system(bare.c_str()), 0);
   const std::string bare_dom = testing::ReadFile(dom_file);
   EXPECT_NE(bare_dom.find(R"(<form id="login">)"), std::string::npos) << bare_dom;
@@ -129,18 +137,25 @@ TEST_F(E2eTest, DashboardShowsTotalsGroupsUtilizationAndEvents) {
 
 TEST_F(E2eTest, SubmitRunCaptureOutput) {
   Json j = Call("POST", "/v1/jobs",
-                {{"queue", "notebooks"}, {"gpu_memory", "8GiB"},
-                 {"command", {"sh", "-c", "echo out-$TESSERA_JOB_ID; echo dev=$CUDA_VISIBLE_DEVICES cap=$TESSERA_GPU_MEMORY_LIMIT; echo err >&2"}}});
+                {{"queue", "notebooks"},
+                 {"gpu_memory", "8GiB"},
+                 {"command",
+                  {"sh", "-c",
+                   "echo out-$TESSERA_JOB_ID; echo dev=$CUDA_VISIBLE_DEVICES "
+                   "cap=$TESSERA_GPU_MEMORY_LIMIT; echo err >&2"}}});
   const std::string id = j["id"];
-  ASSERT_TRUE(WaitFor([&] { return State(id) == "succeeded"; })) << State(id) << "\n" << agent_->Log();
-  auto out = client_->Get(("/v1/jobs/" + id + "/output").c_str(), {{"Authorization", "Bearer alice-token-1"}});
+  ASSERT_TRUE(WaitFor([&] { return State(id) == "succeeded"; })) << State(id) << "\n"
+                                                                 << agent_->Log();
+  auto out = client_->Get(("/v1/jobs/" + id + "/output").c_str(),
+                          {{"Authorization", "Bearer alice-token-1"}});
   ASSERT_TRUE(out);
   EXPECT_NE(out->body.find("out-" + id), std::string::npos) << out->body;
   EXPECT_NE(out->body.find("dev=GPU-sim-n1-"), std::string::npos) << out->body;
   EXPECT_NE(out->body.find("cap=8589934592"), std::string::npos) << out->body;
   EXPECT_NE(out->body.find("err"), std::string::npos);
   // A failing command reports its exit code.
-  std::string f = Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"sh", "-c", "exit 3"}}})["id"];
+  std::string f =
+      Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"sh", "-c", "exit 3"}}})["id"];
   ASSERT_TRUE(WaitFor([&] { return State(f) == "failed"; }));
   EXPECT_EQ(Call("GET", "/v1/jobs/" + f)["exit_code"], 3);
 }
@@ -156,27 +171,36 @@ TEST_F(E2eTest, ShareCapIsEnforcedOnTheLaunchedJob) {
                  {"env", {{"LD_LIBRARY_PATH", CAPGPU_FAKE_DRIVER_DIR}}},
                  {"command", {CAPGPU_PROBE, "total", "alloc", "6GiB", "alloc", "3GiB", "info"}}});
   const std::string id = j["id"];
-  ASSERT_TRUE(WaitFor([&] { return State(id) == "succeeded"; })) << State(id) << "\n" << agent_->Log();
-  auto out = client_->Get(("/v1/jobs/" + id + "/output").c_str(), {{"Authorization", "Bearer alice-token-1"}});
+  ASSERT_TRUE(WaitFor([&] { return State(id) == "succeeded"; })) << State(id) << "\n"
+                                                                 << agent_->Log();
+  auto out = client_->Get(("/v1/jobs/" + id + "/output").c_str(),
+                          {{"Authorization", "Bearer alice-token-1"}});
   ASSERT_TRUE(out);
   EXPECT_NE(out->body.find("total 0 8589934592"), std::string::npos) << out->body;
-  EXPECT_NE(out->body.find("alloc 0\nalloc 2\n"), std::string::npos) << "6 GiB fits, 3 more do not:\n" << out->body;
+  EXPECT_NE(out->body.find("alloc 0\nalloc 2\n"), std::string::npos)
+      << "6 GiB fits, 3 more do not:\n"
+      << out->body;
   EXPECT_NE(out->body.find("free=2147483648 total=8589934592"), std::string::npos) << out->body;
 }
 
 TEST_F(E2eTest, CancelARunningJob) {
-  std::string id = Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"sleep", "60"}}})["id"];
+  std::string id =
+      Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"sleep", "60"}}})["id"];
   ASSERT_TRUE(WaitFor([&] { return State(id) == "running"; })) << agent_->Log();
   Call("POST", "/v1/jobs/" + id + "/cancel");
-  ASSERT_TRUE(WaitFor([&] { return State(id) == "cancelled"; }, 10000)) << State(id) << agent_->Log();
+  ASSERT_TRUE(WaitFor([&] { return State(id) == "cancelled"; }, 10000))
+      << State(id) << agent_->Log();
   // Its device is free again: two whole-device jobs can run on the two devices.
-  std::string a = Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"sleep", "0.2"}}})["id"];
-  std::string b = Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"sleep", "0.2"}}})["id"];
+  std::string a =
+      Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"sleep", "0.2"}}})["id"];
+  std::string b =
+      Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"sleep", "0.2"}}})["id"];
   ASSERT_TRUE(WaitFor([&] { return State(a) == "succeeded" && State(b) == "succeeded"; }));
 }
 
 TEST_F(E2eTest, NodeLossRequeuesAndReturnRunsItAgain) {
-  std::string id = Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"sleep", "30"}}})["id"];
+  std::string id =
+      Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"sleep", "30"}}})["id"];
   ASSERT_TRUE(WaitFor([&] { return State(id) == "running"; }));
   agent_->Kill(SIGKILL);  // the agent and its job vanish with the node
   ASSERT_TRUE(WaitFor([&] { return NodeState() == "lost"; }, 10000));
@@ -203,17 +227,21 @@ TEST_F(E2eTest, NodeLossRequeuesAndReturnRunsItAgain) {
 // as its queue says) and runs again, rather than showing "running" until a heartbeat timeout
 // notices, or forever when the agent heartbeats in time.
 TEST_F(E2eTest, AnAgentRestartedWithoutItsJobsEndsThemAtOnce) {
-  std::string id = Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"sleep", "30"}}})["id"];
+  std::string id =
+      Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"sleep", "30"}}})["id"];
   ASSERT_TRUE(WaitFor([&] { return State(id) == "running"; })) << agent_->Log();
   agent_->Kill(SIGKILL);  // the agent and its job, without a word to the control plane
   StartAgent();
-  ASSERT_TRUE(WaitFor([&] {
-    Json e = Call("GET", "/v1/events?kind=job.requeued", {}, "admin-token-1");
-    return e.is_object() && !e["events"].empty();
-  }, 5000));
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        Json e = Call("GET", "/v1/events?kind=job.requeued", {}, "admin-token-1");
+        return e.is_object() && !e["events"].empty();
+      },
+      5000));
   Json requeued = Call("GET", "/v1/events?kind=job.requeued", {}, "admin-token-1");
-  EXPECT_NE(requeued["events"][0]["reason"].get<std::string>().find("when its agent registered again"),
-            std::string::npos)
+  EXPECT_NE(
+      requeued["events"][0]["reason"].get<std::string>().find("when its agent registered again"),
+      std::string::npos)
       << requeued.dump();
   ASSERT_TRUE(WaitFor([&] { return State(id) == "running"; }, 10000)) << State(id) << agent_->Log();
   Json lost = Call("GET", "/v1/events?kind=node.lost", {}, "admin-token-1");
@@ -228,9 +256,11 @@ TEST_F(E2eTest, AnAgentRestartedWithoutItsJobsEndsThemAtOnce) {
 // the agent heartbeats first and uploads for at most half a period. Sampled every 100 ms, the
 // last heartbeat is never more than the 1 s period plus 1 s old, and the node is never lost.
 TEST_F(E2eTest, FastOutputNeverDelaysHeartbeats) {
-  const std::string cmd = "yes 0123456789012345678901234567890123456789012345678901234567890123456789 | "
-                          "head -c 200000000; sleep 1";
-  std::string id = Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"sh", "-c", cmd}}})["id"];
+  const std::string cmd =
+      "yes 0123456789012345678901234567890123456789012345678901234567890123456789 | "
+      "head -c 200000000; sleep 1";
+  std::string id =
+      Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"sh", "-c", cmd}}})["id"];
   int64_t worst_ms = 0;
   int samples = 0;
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
@@ -256,12 +286,18 @@ TEST_F(E2eTest, FastOutputNeverDelaysHeartbeats) {
 // registration with the reason, never saved: the server restarts cleanly and the good node and
 // its job are still there.
 TEST_F(E2eTest, ABadInventoryIsRefusedAndTheServerRestartsCleanly) {
-  std::string id = Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"sleep", "30"}}})["id"];
+  std::string id =
+      Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"sleep", "30"}}})["id"];
   ASSERT_TRUE(WaitFor([&] { return State(id) == "running"; }));
-  const Json bad = {{"node", "mixed"}, {"cpu_milli", 8000}, {"memory_mib", 65536},
-                    {"devices", {{{"index", 0}, {"model", "H100-80GB"}, {"memory_mib", 81920}, {"uuid", "a"}},
-                                 {{"index", 1}, {"model", "A100-80GB"}, {"memory_mib", 81920}, {"uuid", "b"}}}}};
-  auto r = client_->Post("/v1/agent/register", {{"Authorization", "Bearer agent-token-1"}}, bad.dump(), "application/json");
+  const Json bad = {
+      {"node", "mixed"},
+      {"cpu_milli", 8000},
+      {"memory_mib", 65536},
+      {"devices",
+       {{{"index", 0}, {"model", "H100-80GB"}, {"memory_mib", 81920}, {"uuid", "a"}},
+        {{"index", 1}, {"model", "A100-80GB"}, {"memory_mib", 81920}, {"uuid", "b"}}}}};
+  auto r = client_->Post("/v1/agent/register", {{"Authorization", "Bearer agent-token-1"}},
+                         bad.dump(), "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 400);
   EXPECT_NE(r->body.find("mixes GPU models"), std::string::npos) << r->body;
@@ -275,13 +311,15 @@ TEST_F(E2eTest, ABadInventoryIsRefusedAndTheServerRestartsCleanly) {
 }
 
 TEST_F(E2eTest, ServerRestartKeepsJobsAndAgentReconciles) {
-  std::string id = Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"sleep", "2"}}})["id"];
+  std::string id =
+      Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"sleep", "2"}}})["id"];
   ASSERT_TRUE(WaitFor([&] { return State(id) == "running"; }));
   server_->Kill(SIGKILL);
   StartServer();  // same port, same data directory
   ASSERT_TRUE(WaitFor([&] { return !State(id).empty(); }, 5000)) << server_->Log();
   EXPECT_EQ(State(id), "running") << Call("GET", "/v1/jobs/" + id).dump() << server_->Log();
-  ASSERT_TRUE(WaitFor([&] { return State(id) == "succeeded"; }, 20000)) << State(id) << agent_->Log();
+  ASSERT_TRUE(WaitFor([&] { return State(id) == "succeeded"; }, 20000))
+      << State(id) << agent_->Log();
 }
 
 }  // namespace

@@ -41,9 +41,14 @@ class EngineFixture : public ::testing::Test {
   void Register(const std::string& node, int gpus) {
     Json devs = Json::array();
     for (int i = 0; i < gpus; ++i) {
-      devs.push_back({{"index", i}, {"model", "H100-80GB"}, {"memory_mib", 81920}, {"uuid", node + "-" + std::to_string(i)}});
+      devs.push_back({{"index", i},
+                      {"model", "H100-80GB"},
+                      {"memory_mib", 81920},
+                      {"uuid", node + "-" + std::to_string(i)}});
     }
-    auto r = engine_->RegisterNode(Who("agent"), {{"node", node}, {"cpu_milli", 32000}, {"memory_mib", 65536}, {"devices", devs}});
+    auto r = engine_->RegisterNode(
+        Who("agent"),
+        {{"node", node}, {"cpu_milli", 32000}, {"memory_mib", 65536}, {"devices", devs}});
     ASSERT_TRUE(r.ok()) << r.status().ToString();
   }
 

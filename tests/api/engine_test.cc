@@ -8,6 +8,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+
 #include "engine_fixture.h"
 #include "test_dir.h"
 
@@ -61,45 +62,59 @@ TEST_F(EngineTest, ConfigErrorsNameTheField) {
   const Case cases[] = {
       {"identities: []", "identities: at least one identity"},
       {"identities: [{name: a, token: short}]", "identities[0].token: too short"},
-      {"identities: [{name: a, token_sha256: " + std::string(64, 'g') + "}]", "identities[0].token_sha256: expected 64 hex digits"},
-      {"identities: [{name: a, role: root, token: aaaaaaaaaa}]", "identities[0].role: unknown role 'root'"},
+      {"identities: [{name: a, token_sha256: " + std::string(64, 'g') + "}]",
+       "identities[0].token_sha256: expected 64 hex digits"},
+      {"identities: [{name: a, role: root, token: aaaaaaaaaa}]",
+       "identities[0].role: unknown role 'root'"},
       {"identities: [{name: a, token: aaaaaaaaaa, groups: [x]}]\ngroups: [{name: g}]\n" + pq,
        "identities[0].groups: unknown group 'x'"},
-      {id + "groups: [{name: g}]\nprofiles: [{name: p, forms: [share]}]\nqueues: [{name: q, profile: p, groups: [g]}]",
+      {id + "groups: [{name: g}]\nprofiles: [{name: p, forms: [share]}]\nqueues: [{name: q, "
+            "profile: p, groups: [g]}]",
        "profiles[p].gpu_memory: a share needs a memory cap"},
-      {id + "groups: [{name: g}]\nprofiles: [{name: p, forms: [whole]}]\nqueues: [{name: q, profile: nope, groups: [g]}]",
+      {id + "groups: [{name: g}]\nprofiles: [{name: p, forms: [whole]}]\nqueues: [{name: q, "
+            "profile: nope, groups: [g]}]",
        "queues[q].profile 'nope' is not a profile"},
       {id + "groups: [{name: g, reservation: {gpu: 4}, limit: {gpu: 2}}]\n" + pq,
        "groups[g].reservation.gpu exceeds its limit"},
       {id + "groups: [{name: g, limit: {gpu: lots}}]\n" + pq, "groups[g].limit.gpu"},
       {id + "groups: [{name: g}]\n" + pq + "bogus: 1", "unknown key 'bogus'"},
-      {id + "groups: [{name: g}]\nprofiles: [{name: p, gpu_fraction: 2}]\nqueues: [{name: q, profile: p, groups: [g]}]",
+      {id + "groups: [{name: g}]\nprofiles: [{name: p, gpu_fraction: 2}]\nqueues: [{name: q, "
+            "profile: p, groups: [g]}]",
        "profiles[p].gpu_fraction must be a fraction of at most 1"},
-      {id + "groups: [{name: g}]\n" + pq + "class_forms: {training: [slices]}", "class_forms.training"},
-      {id + "groups: [{name: g}]\nprofiles: [{name: p}]\nqueues: [{name: q, profile: p, groups: [g], backend: lsf}]",
+      {id + "groups: [{name: g}]\n" + pq + "class_forms: {training: [slices]}",
+       "class_forms.training"},
+      {id + "groups: [{name: g}]\nprofiles: [{name: p}]\nqueues: [{name: q, profile: p, groups: "
+            "[g], backend: lsf}]",
        "queues[q].backend: unknown backend 'lsf'"},
       {id, "queues: at least one queue"},
-      {id + "groups: [{name: g}]\nprofiles: [{name: p}]\nqueues: [{name: q, profile: p, groups: [g], priority: high}]",
+      {id + "groups: [{name: g}]\nprofiles: [{name: p}]\nqueues: [{name: q, profile: p, groups: "
+            "[g], priority: high}]",
        "queues[q].priority"},
       {id + "backend_nice: 20", "backend_nice: must be an integer from 0 to 19"},
       {id + "backend_nice: low", "backend_nice: must be an integer from 0 to 19"},
       {id + "utilization_sample: 0s", "utilization_sample: must be positive"},
       {"{{{", "not valid YAML"},
-      {id + "groups: [{name: g}]\nprofiles: [{name: p}]\nqueues: [{name: q, profile: p, groups: [g], overcommit: 2}]",
+      {id + "groups: [{name: g}]\nprofiles: [{name: p}]\nqueues: [{name: q, profile: p, groups: "
+            "[g], overcommit: 2}]",
        "queues[q].overcommit: needs swap: true"},
-      {id + "groups: [{name: g}]\nprofiles: [{name: p}]\nqueues: [{name: q, profile: p, groups: [g], swap: true, overcommit: 0.5}]",
+      {id + "groups: [{name: g}]\nprofiles: [{name: p}]\nqueues: [{name: q, profile: p, groups: "
+            "[g], swap: true, overcommit: 0.5}]",
        "queues[q].overcommit: must be from 1 to 10"},
-      {id + "groups: [{name: g}]\nprofiles: [{name: p}]\nqueues: [{name: q, profile: p, groups: [g], swap: true, overcommit: 1.234}]",
+      {id + "groups: [{name: g}]\nprofiles: [{name: p}]\nqueues: [{name: q, profile: p, groups: "
+            "[g], swap: true, overcommit: 1.234}]",
        "queues[q].overcommit: expected a factor such as 2 or 1.5"},
-      {id + "groups: [{name: g}]\nprofiles: [{name: p}]\nqueues: [{name: q, profile: p, groups: [g], swap: maybe}]",
+      {id + "groups: [{name: g}]\nprofiles: [{name: p}]\nqueues: [{name: q, profile: p, groups: "
+            "[g], swap: maybe}]",
        "queues[q].swap"},
-      {id + "groups: [{name: g}]\nprofiles: [{name: p}]\nqueues: [{name: q, profile: p, groups: [g], backend: slurm, swap: true}]",
+      {id + "groups: [{name: g}]\nprofiles: [{name: p}]\nqueues: [{name: q, profile: p, groups: "
+            "[g], backend: slurm, swap: true}]",
        "queues[q].swap: only for queues run by node agents"},
   };
   for (const Case& c : cases) {
     auto r = ParseConfig(c.yaml);
     ASSERT_FALSE(r.ok()) << c.yaml;
-    EXPECT_NE(r.status().message().find(c.want), std::string::npos) << r.status().message() << "\nwant: " << c.want;
+    EXPECT_NE(r.status().message().find(c.want), std::string::npos)
+        << r.status().message() << "\nwant: " << c.want;
   }
 }
 
@@ -131,38 +146,76 @@ TEST_F(EngineTest, BadSubmissionsAreRefusedAndChangeNothing) {
   };
   const Case cases[] = {
       {"alice", {{"command", {"true"}}}, StatusCode::kInvalidArgument, "'queue' is required"},
-      {"alice", {{"queue", "nope"}, {"command", {"true"}}}, StatusCode::kInvalidArgument, "unknown queue 'nope'"},
+      {"alice",
+       {{"queue", "nope"}, {"command", {"true"}}},
+       StatusCode::kInvalidArgument,
+       "unknown queue 'nope'"},
       {"alice", {{"queue", "notebooks"}}, StatusCode::kInvalidArgument, "'command' is required"},
-      {"alice", {{"queue", "notebooks"}, {"command", Json::array()}}, StatusCode::kInvalidArgument, "must not be empty"},
-      {"alice", {{"queue", "notebooks"}, {"command", {"true"}}, {"gpu_memory", "99GiB"}}, StatusCode::kInvalidArgument,
+      {"alice",
+       {{"queue", "notebooks"}, {"command", Json::array()}},
+       StatusCode::kInvalidArgument,
+       "must not be empty"},
+      {"alice",
+       {{"queue", "notebooks"}, {"command", {"true"}}, {"gpu_memory", "99GiB"}},
+       StatusCode::kInvalidArgument,
        "allows at most 40GiB of GPU memory"},
-      {"alice", {{"queue", "notebooks"}, {"command", {"true"}}, {"gpu_memory", "8"}}, StatusCode::kInvalidArgument,
+      {"alice",
+       {{"queue", "notebooks"}, {"command", {"true"}}, {"gpu_memory", "8"}},
+       StatusCode::kInvalidArgument,
        "needs a unit"},
-      {"alice", {{"queue", "training"}, {"command", {"true"}}, {"gpus", 9}}, StatusCode::kInvalidArgument,
+      {"alice",
+       {{"queue", "training"}, {"command", {"true"}}, {"gpus", 9}},
+       StatusCode::kInvalidArgument,
        "allows at most 4 GPUs"},
-      {"alice", {{"queue", "notebooks"}, {"command", {"true"}}, {"form", "whole"}}, StatusCode::kInvalidArgument,
+      {"alice",
+       {{"queue", "notebooks"}, {"command", {"true"}}, {"form", "whole"}},
+       StatusCode::kInvalidArgument,
        "form whole is not allowed for class interactive"},
-      {"alice", {{"queue", "notebooks"}, {"command", {"true"}}, {"colour", "red"}}, StatusCode::kInvalidArgument,
+      {"alice",
+       {{"queue", "notebooks"}, {"command", {"true"}}, {"colour", "red"}},
+       StatusCode::kInvalidArgument,
        "unknown field 'colour'"},
-      {"bob", {{"queue", "notebooks"}, {"command", {"true"}}}, StatusCode::kPermissionDenied, "may not submit"},
-      {"alice", {{"queue", "training"}, {"command", {"true"}}, {"group", "prod"}}, StatusCode::kPermissionDenied,
+      {"bob",
+       {{"queue", "notebooks"}, {"command", {"true"}}},
+       StatusCode::kPermissionDenied,
+       "may not submit"},
+      {"alice",
+       {{"queue", "training"}, {"command", {"true"}}, {"group", "prod"}},
+       StatusCode::kPermissionDenied,
        "as group 'prod'"},
-      {"agent", {{"queue", "notebooks"}, {"command", {"true"}}}, StatusCode::kPermissionDenied, "agents cannot"},
+      {"agent",
+       {{"queue", "notebooks"}, {"command", {"true"}}},
+       StatusCode::kPermissionDenied,
+       "agents cannot"},
       // Environment names are written into batch scripts: only shell names.
-      {"alice", {{"queue", "notebooks"}, {"command", {"true"}}, {"env", {{"X=1; rm -rf /; Y", "v"}}}},
-       StatusCode::kInvalidArgument, "is not a variable name"},
-      {"alice", {{"queue", "notebooks"}, {"command", {"true"}}, {"env", {{"A B", "v"}}}}, StatusCode::kInvalidArgument,
-       "'A B' is not a variable name"},
-      {"alice", {{"queue", "notebooks"}, {"command", {"true"}}, {"env", {{"9A", "v"}}}}, StatusCode::kInvalidArgument,
+      {"alice",
+       {{"queue", "notebooks"}, {"command", {"true"}}, {"env", {{"X=1; rm -rf /; Y", "v"}}}},
+       StatusCode::kInvalidArgument,
        "is not a variable name"},
-      {"alice", {{"queue", "notebooks"}, {"command", {"true"}}, {"env", {{"A", 1}}}}, StatusCode::kInvalidArgument,
+      {"alice",
+       {{"queue", "notebooks"}, {"command", {"true"}}, {"env", {{"A B", "v"}}}},
+       StatusCode::kInvalidArgument,
+       "'A B' is not a variable name"},
+      {"alice",
+       {{"queue", "notebooks"}, {"command", {"true"}}, {"env", {{"9A", "v"}}}},
+       StatusCode::kInvalidArgument,
+       "is not a variable name"},
+      {"alice",
+       {{"queue", "notebooks"}, {"command", {"true"}}, {"env", {{"A", 1}}}},
+       StatusCode::kInvalidArgument,
        "the value of 'A' must be a string"},
-      {"alice", {{"queue", "notebooks"}, {"command", Json(std::vector<std::string>(4097, "x"))}},
-       StatusCode::kInvalidArgument, "more than 4096 arguments"},
-      {"alice", {{"queue", "notebooks"}, {"command", {"true"}}, {"cpu", "9223372036854775807m"}},
-       StatusCode::kInvalidArgument, "above 2^40"},
-      {"alice", {{"queue", "notebooks"}, {"command", {"true"}}, {"walltime", int64_t{1} << 62}},
-       StatusCode::kInvalidArgument, "ten years"},
+      {"alice",
+       {{"queue", "notebooks"}, {"command", Json(std::vector<std::string>(4097, "x"))}},
+       StatusCode::kInvalidArgument,
+       "more than 4096 arguments"},
+      {"alice",
+       {{"queue", "notebooks"}, {"command", {"true"}}, {"cpu", "9223372036854775807m"}},
+       StatusCode::kInvalidArgument,
+       "above 2^40"},
+      {"alice",
+       {{"queue", "notebooks"}, {"command", {"true"}}, {"walltime", int64_t{1} << 62}},
+       StatusCode::kInvalidArgument,
+       "ten years"},
   };
   for (const Case& c : cases) {
     auto r = engine_->Submit(Who(c.who), c.body);
@@ -187,12 +240,20 @@ TEST_F(EngineTest, BadAgentMessagesAreRefusedAndChangeNothing) {
   const std::pair<Json, std::string> bad_registrations[] = {
       {{{"node", "n2"}, {"cpu_milli", "lots"}, {"memory_mib", 1024}}, "'cpu_milli'"},
       {{{"node", "n2"}, {"cpu_milli", 1000}, {"memory_mib", uint64_t{1} << 63}}, "'memory_mib'"},
-      {{{"node", "n2"}, {"cpu_milli", 1000}, {"memory_mib", 1024}, {"gpus", 8}}, "unknown field 'gpus'"},
-      {{{"node", "n2"}, {"cpu_milli", 1000}, {"memory_mib", 1024}, {"devices", {{{"index", 0}, {"model", "H100-80GB"}, {"memory_mib", -1}}}}},
+      {{{"node", "n2"}, {"cpu_milli", 1000}, {"memory_mib", 1024}, {"gpus", 8}},
+       "unknown field 'gpus'"},
+      {{{"node", "n2"},
+        {"cpu_milli", 1000},
+        {"memory_mib", 1024},
+        {"devices", {{{"index", 0}, {"model", "H100-80GB"}, {"memory_mib", -1}}}}},
        "'memory_mib'"},
-      {{{"node", "n2"}, {"cpu_milli", 1000}, {"memory_mib", 1024}, {"devices", {dev, {{"index", 1}, {"model", "A100-80GB"}, {"memory_mib", 81920}}}}},
+      {{{"node", "n2"},
+        {"cpu_milli", 1000},
+        {"memory_mib", 1024},
+        {"devices", {dev, {{"index", 1}, {"model", "A100-80GB"}, {"memory_mib", 81920}}}}},
        "mixes GPU models"},
-      {{{"node", "n2"}, {"cpu_milli", 1000}, {"memory_mib", 1024}, {"running", {{{"job", 7}}}}}, "string 'job'"},
+      {{{"node", "n2"}, {"cpu_milli", 1000}, {"memory_mib", 1024}, {"running", {{{"job", 7}}}}},
+       "string 'job'"},
   };
   for (const auto& [body, want] : bad_registrations) {
     auto r = reg(body);
@@ -201,13 +262,18 @@ TEST_F(EngineTest, BadAgentMessagesAreRefusedAndChangeNothing) {
     EXPECT_NE(r.status().message().find(want), std::string::npos) << r.status().message();
   }
   const std::pair<Json, std::string> bad_heartbeats[] = {
-      {{{"node", "n1"}, {"finished", {{{"job", id}, {"exit_code", "zero"}}}}}, "'finished.exit_code'"},
+      {{{"node", "n1"}, {"finished", {{{"job", id}, {"exit_code", "zero"}}}}},
+       "'finished.exit_code'"},
       {{{"node", "n1"}, {"running", {{{"job", id}, {"pid", 1.5}}}}}, "'running.pid'"},
       {{{"node", "n1"}, {"running", "all"}}, "'running' must be a list"},
-      {{{"node", "n1"}, {"finished", {{{"job", id}, {"exit_code", 0}, {"colour", 1}}}}}, "unknown field 'colour'"},
+      {{{"node", "n1"}, {"finished", {{{"job", id}, {"exit_code", 0}, {"colour", 1}}}}},
+       "unknown field 'colour'"},
       {{{"node", "n1"}, {"status", "fine"}}, "unknown field 'status'"},
-      {{{"node", "n1"}, {"finished", {{{"job", id}, {"exit_code", int64_t{4294967296}}}}}}, "'finished.exit_code' is out of range"},
-      {{{"node", "n1"}, {"finished", {{{"job", id}, {"exit_code", 0}, {"signal", uint64_t{1} << 63}}}}}, "'finished.signal' is out of range"},
+      {{{"node", "n1"}, {"finished", {{{"job", id}, {"exit_code", int64_t{4294967296}}}}}},
+       "'finished.exit_code' is out of range"},
+      {{{"node", "n1"},
+        {"finished", {{{"job", id}, {"exit_code", 0}, {"signal", uint64_t{1} << 63}}}}},
+       "'finished.signal' is out of range"},
   };
   for (const auto& [body, want] : bad_heartbeats) {
     auto r = engine_->Heartbeat(Who("agent"), body);
@@ -227,7 +293,8 @@ TEST_F(EngineTest, BadAgentMessagesAreRefusedAndChangeNothing) {
 // output for those only; anything else is refused (403) and changes nothing.
 TEST_F(EngineTest, AnAgentSpeaksOnlyForItsNodes) {
   const Identity& rack = Who("rack1");
-  Json devs = Json::array({{{"index", 0}, {"model", "H100-80GB"}, {"memory_mib", 81920}, {"uuid", "u0"}}});
+  Json devs =
+      Json::array({{{"index", 0}, {"model", "H100-80GB"}, {"memory_mib", 81920}, {"uuid", "u0"}}});
   Json inv = {{"cpu_milli", 8000}, {"memory_mib", 65536}, {"devices", devs}};
   inv["node"] = "r1-a";
   ASSERT_TRUE(engine_->RegisterNode(rack, inv).ok());
@@ -236,12 +303,14 @@ TEST_F(EngineTest, AnAgentSpeaksOnlyForItsNodes) {
   ASSERT_EQ(other.status().code(), StatusCode::kPermissionDenied);
   EXPECT_NE(other.status().message().find("may not register for node 'r2-a'"), std::string::npos);
   Register("n1", 1);  // by the unbound agent identity
-  // A job on n1: rack1 may not heartbeat as n1 (and learn its orders), report it, or write its output.
+  // A job on n1: rack1 may not heartbeat as n1 (and learn its orders), report it, or write its
+  // output.
   Json j = Submit("alice", {{"queue", "training"}, {"command", {"true"}}});
   ASSERT_EQ(j["state"], "placed") << j.dump();
   const std::string node = j["placement"]["node"];
   const std::string id = j["id"];
-  auto hb = engine_->Heartbeat(rack, {{"node", node}, {"finished", {{{"job", id}, {"exit_code", 0}}}}});
+  auto hb =
+      engine_->Heartbeat(rack, {{"node", node}, {"finished", {{{"job", id}, {"exit_code", 0}}}}});
   EXPECT_EQ(hb.status().code(), StatusCode::kPermissionDenied);
   EXPECT_EQ(State(id), "placed") << "a refused heartbeat changed the job";
   EXPECT_EQ(engine_->WriteOutput(rack, id, 0, "forged").code(), StatusCode::kPermissionDenied);
@@ -266,25 +335,31 @@ TEST_F(EngineTest, AnAgentSpeaksOnlyForItsNodes) {
     EXPECT_EQ(e["actor"], "rack1");
     actions.insert(e["data"]["action"].get<std::string>() + "@" + e["subject"].get<std::string>());
   }
-  EXPECT_EQ(actions, (std::set<std::string>{"register@r2-a", "heartbeat@" + node, "upload output@" + node}));
+  EXPECT_EQ(actions,
+            (std::set<std::string>{"register@r2-a", "heartbeat@" + node, "upload output@" + node}));
 }
 
 TEST(ConfigHeartbeats, TheIntervalIsToldToAgentsAndFitsTheTimeout) {
-  auto c = ParseConfig("heartbeat_interval: 5s\nheartbeat_timeout: 20s\n" + std::string(kConfig).substr(std::string(kConfig).find("identities:")));
+  auto c = ParseConfig("heartbeat_interval: 5s\nheartbeat_timeout: 20s\n" +
+                       std::string(kConfig).substr(std::string(kConfig).find("identities:")));
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->heartbeat_interval_ms, 5000);
   auto bad = ParseConfig("heartbeat_interval: 6s\n" + std::string(kConfig));
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("heartbeat_interval"), std::string::npos) << bad.status().message();
+  EXPECT_NE(bad.status().message().find("heartbeat_interval"), std::string::npos)
+      << bad.status().message();
 }
 
 TEST(ConfigNodes, OnlyAgentsSpeakForNodesAndPatternsAreChecked) {
   const std::string alice = "role: user, groups: [research], token: alice-token-1";
-  auto user = ParseConfig(std::string(kConfig).replace(std::string(kConfig).find(alice), alice.size(),
-                                                       "role: user, nodes: [x], groups: [research], token: alice-token-1"));
+  auto user = ParseConfig(std::string(kConfig).replace(
+      std::string(kConfig).find(alice), alice.size(),
+      "role: user, nodes: [x], groups: [research], token: alice-token-1"));
   ASSERT_FALSE(user.ok());
-  EXPECT_NE(user.status().message().find("only agents speak for nodes"), std::string::npos) << user.status().message();
-  auto bad = ParseConfig(std::string(kConfig).replace(std::string(kConfig).find("[r1-*]"), 6, "[r*1]"));
+  EXPECT_NE(user.status().message().find("only agents speak for nodes"), std::string::npos)
+      << user.status().message();
+  auto bad =
+      ParseConfig(std::string(kConfig).replace(std::string(kConfig).find("[r1-*]"), 6, "[r*1]"));
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("'r*1' is not a node name or a prefix"), std::string::npos)
       << bad.status().message();
@@ -293,7 +368,8 @@ TEST(ConfigNodes, OnlyAgentsSpeakForNodesAndPatternsAreChecked) {
 // Group members see each other's jobs but not their environment (secrets), and only the owner
 // (or an admin) cancels a job.
 TEST_F(EngineTest, AGroupMateSeesNoSecretsAndCannotCancel) {
-  Json j = Submit("alice", {{"queue", "training"}, {"command", {"true"}}, {"env", {{"API_KEY", "s3cret"}}}});
+  Json j = Submit("alice",
+                  {{"queue", "training"}, {"command", {"true"}}, {"env", {{"API_KEY", "s3cret"}}}});
   const std::string id = j["id"];
   EXPECT_EQ(j["spec"]["env"]["API_KEY"], "s3cret");  // the owner's own reply
   auto seen = engine_->GetJob(Who("carol"), id);
@@ -308,12 +384,15 @@ TEST_F(EngineTest, AGroupMateSeesNoSecretsAndCannotCancel) {
   EXPECT_NE(State(id), "cancelled");
   EXPECT_TRUE(engine_->Cancel(Who("alice"), id).ok());
   // Arguments marked secret are hidden from the group too; a bad index is refused.
-  Json s = Submit("alice", {{"queue", "training"}, {"command", {"login", "--password", "hunter2"}}, {"secret_args", {2}}});
+  Json s = Submit("alice", {{"queue", "training"},
+                            {"command", {"login", "--password", "hunter2"}},
+                            {"secret_args", {2}}});
   EXPECT_EQ(s["spec"]["command"][2], "hunter2");
   const Json seen_s = *engine_->GetJob(Who("carol"), s["id"]);
   EXPECT_EQ(seen_s["spec"]["command"], Json({"login", "--password", "(hidden)"}));
   EXPECT_EQ(engine_->ListJobs(Who("carol"), "", 10)->dump().find("hunter2"), std::string::npos);
-  auto bad = engine_->Submit(Who("alice"), {{"queue", "training"}, {"command", {"true"}}, {"secret_args", {1}}});
+  auto bad = engine_->Submit(Who("alice"),
+                             {{"queue", "training"}, {"command", {"true"}}, {"secret_args", {1}}});
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
   // A group that says members_cancel lets a member cancel another's job.
   for (auto& g : config_.policy.groups) g.members_cancel = g.name == "research";
@@ -340,7 +419,8 @@ TEST_F(EngineTest, AuthorizationMatrix) {
     EXPECT_EQ(engine_->JobOutput(Who(r.who), a).ok(), r.see_a) << r.who;
     EXPECT_EQ(engine_->Nodes(Who(r.who)).ok(), r.nodes) << r.who;
     EXPECT_EQ(engine_->Summary(Who(r.who)).ok(), r.nodes) << r.who;
-    auto reg = engine_->RegisterNode(Who(r.who), {{"node", "x-" + r.who}, {"cpu_milli", 1000}, {"memory_mib", 1024}});
+    auto reg = engine_->RegisterNode(
+        Who(r.who), {{"node", "x-" + r.who}, {"cpu_milli", 1000}, {"memory_mib", 1024}});
     EXPECT_EQ(reg.ok(), r.register_node) << r.who;
     if (!reg.ok()) {
       EXPECT_EQ(reg.status().code(), StatusCode::kPermissionDenied);
@@ -368,7 +448,8 @@ TEST_F(EngineTest, AuthorizationMatrix) {
 
 TEST_F(EngineTest, LifecycleThroughTheAgent) {
   Register("n1", 1);
-  Json j = Submit("alice", {{"queue", "notebooks"}, {"command", {"echo", "hi"}}, {"gpu_memory", "8GiB"}});
+  Json j = Submit("alice",
+                  {{"queue", "notebooks"}, {"command", {"echo", "hi"}}, {"gpu_memory", "8GiB"}});
   const std::string id = j["id"];
   EXPECT_EQ(j["state"], "placed");
   EXPECT_EQ(j["placement"]["form"], "share");
@@ -406,7 +487,8 @@ TEST_F(EngineTest, LifecycleThroughTheAgent) {
 TEST_F(EngineTest, EveryGangPartStartsEvenAfterAnotherPartRuns) {
   Register("n1", 1);
   Register("n2", 1);
-  const std::string id = Submit("alice", {{"queue", "training"}, {"command", {"sleep", "100"}}, {"gpus", 2}})["id"];
+  const std::string id =
+      Submit("alice", {{"queue", "training"}, {"command", {"sleep", "100"}}, {"gpus", 2}})["id"];
   ASSERT_EQ(State(id), "placed");
   Json first = Heartbeat("n1");
   ASSERT_EQ(first["start"].size(), 1u);
@@ -426,7 +508,8 @@ TEST_F(EngineTest, OutputIsCappedAtMaxOutputAndReadInRanges) {
   config_.max_output_bytes = 10;
   Reopen();
   Register("n1", 1);
-  const std::string id = Submit("alice", {{"queue", "notebooks"}, {"command", {"yes"}}, {"gpu_memory", "8GiB"}})["id"];
+  const std::string id =
+      Submit("alice", {{"queue", "notebooks"}, {"command", {"yes"}}, {"gpu_memory", "8GiB"}})["id"];
   Heartbeat("n1");
   ASSERT_TRUE(engine_->WriteOutput(Who("agent"), id, 0, "0123456").ok());
   // The part below the cap is kept, the rest refused.
@@ -440,7 +523,8 @@ TEST_F(EngineTest, OutputIsCappedAtMaxOutputAndReadInRanges) {
   EXPECT_EQ(mid->bytes, "3456");
   EXPECT_EQ(mid->offset, 3);
   EXPECT_EQ(engine_->JobOutput(Who("alice"), id, 20, 4)->bytes, "");
-  EXPECT_EQ(engine_->JobOutput(Who("alice"), id, -1, 4).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine_->JobOutput(Who("alice"), id, -1, 4).status().code(),
+            StatusCode::kInvalidArgument);
   EXPECT_EQ(engine_->JobOutput(Who("bob"), id).status().code(), StatusCode::kNotFound);
 }
 
@@ -448,7 +532,8 @@ TEST_F(EngineTest, SharesPackByMemoryAndGroupsStopAtTheirLimit) {
   Register("n1", 1);  // one 80 GiB device
   std::vector<std::string> ids;
   for (int i = 0; i < 6; ++i) {
-    ids.push_back(Submit("alice", {{"queue", "notebooks"}, {"command", {"true"}}, {"gpu_memory", "16GiB"}})["id"]);
+    ids.push_back(Submit(
+        "alice", {{"queue", "notebooks"}, {"command", {"true"}}, {"gpu_memory", "16GiB"}})["id"]);
   }
   // Five 16 GiB shares fit in 80 GiB; the sixth waits for GPU memory on the device.
   int placed = 0;
@@ -457,18 +542,22 @@ TEST_F(EngineTest, SharesPackByMemoryAndGroupsStopAtTheirLimit) {
   Json sixth = *engine_->GetJob(Who("alice"), ids[5]);
   EXPECT_EQ(sixth["state"], "pending");
   EXPECT_EQ(sixth["wait"]["step"], "Placement") << sixth.dump();
-  EXPECT_NE(sixth["reason"].get<std::string>().find("no room for 1 x share"), std::string::npos) << sixth["reason"];
+  EXPECT_NE(sixth["reason"].get<std::string>().find("no room for 1 x share"), std::string::npos)
+      << sixth["reason"];
   Json nodes = *engine_->Nodes(Who("admin"));
   EXPECT_EQ(nodes["nodes"][0]["devices"][0]["gpu_memory_mib_used"], 5 * 16384);
   EXPECT_EQ(nodes["nodes"][0]["devices"][0]["holders"].size(), 5u);
   EXPECT_EQ(nodes["nodes"][0]["devices"][0]["holders"][0]["identity"], "alice");
   // The research group's limit is 2 GPUs: whole-device training waits on the limit.
   Register("n2", 4);
-  std::string t = Submit("alice", {{"queue", "training"}, {"command", {"true"}}, {"gpus", 2}})["id"];
+  std::string t =
+      Submit("alice", {{"queue", "training"}, {"command", {"true"}}, {"gpus", 2}})["id"];
   Json tj = *engine_->GetJob(Who("alice"), t);
   EXPECT_EQ(tj["state"], "pending");
   EXPECT_EQ(tj["wait"]["step"], "Admission") << tj.dump();
-  EXPECT_NE(tj["reason"].get<std::string>().find("group research at its gpu limit"), std::string::npos) << tj["reason"];
+  EXPECT_NE(tj["reason"].get<std::string>().find("group research at its gpu limit"),
+            std::string::npos)
+      << tj["reason"];
   ASSERT_TRUE(engine_->CheckInvariants().ok());
 }
 
@@ -499,7 +588,8 @@ TEST_F(EngineTest, NodeLossRequeuesOrLosesAndReturnAllocatesNothingTwice) {
   Heartbeat("n1");
   ASSERT_TRUE(engine_->Tick().ok());
   EXPECT_EQ(State(f), "lost");
-  auto events = (*engine_->Events(Who("admin"), 0, 1000, store::EventFilter{"node.", "", ""}))["events"];
+  auto events =
+      (*engine_->Events(Who("admin"), 0, 1000, store::EventFilter{"node.", "", ""}))["events"];
   bool lost = false, returned = false;
   for (const auto& e : events) {
     lost = lost || e["kind"] == "node.lost";
@@ -511,7 +601,8 @@ TEST_F(EngineTest, NodeLossRequeuesOrLosesAndReturnAllocatesNothingTwice) {
 TEST_F(EngineTest, RestartRebuildsStateWithoutDoubleAllocation) {
   Register("n1", 2);
   std::vector<std::string> ids;
-  for (int i = 0; i < 3; ++i) ids.push_back(Submit("alice", {{"queue", "training"}, {"command", {"true"}}})["id"]);
+  for (int i = 0; i < 3; ++i)
+    ids.push_back(Submit("alice", {{"queue", "training"}, {"command", {"true"}}})["id"]);
   // Two placed (two devices), the third waits (the group's limit of 2 GPUs).
   EXPECT_EQ(State(ids[0]), "placed");
   EXPECT_EQ(State(ids[1]), "placed");
@@ -548,12 +639,14 @@ TEST_F(EngineTest, AJobThePolicyNoLongerAdmitsFailsDurablyOnRestart) {
   EXPECT_EQ(State(id), "failed") << "read back from the store";
   auto job = engine_->GetJob(Who("admin"), id);
   ASSERT_TRUE(job.ok());
-  EXPECT_NE((*job)["reason"].get<std::string>().find("no longer schedulable after a restart"), std::string::npos)
+  EXPECT_NE((*job)["reason"].get<std::string>().find("no longer schedulable after a restart"),
+            std::string::npos)
       << job->dump();
   auto ev = engine_->Events(Who("admin"), 0, 1000, {});
   ASSERT_TRUE(ev.ok());
   int failed = 0;
-  for (const auto& e : (*ev)["events"]) failed += e["kind"] == "job.failed" && e["subject"] == id ? 1 : 0;
+  for (const auto& e : (*ev)["events"])
+    failed += e["kind"] == "job.failed" && e["subject"] == id ? 1 : 0;
   EXPECT_EQ(failed, 1);
 }
 
@@ -561,7 +654,8 @@ TEST_F(EngineTest, AJobThePolicyNoLongerAdmitsFailsDurablyOnRestart) {
 // limit gives the newest jobs first, the same whichever rendering it came from.
 TEST_F(EngineTest, JobListsOfAnyLimitAreTheNewestFirst) {
   std::vector<std::string> ids;
-  for (int i = 0; i < 5; ++i) ids.push_back(Submit("alice", {{"queue", "training"}, {"command", {"true"}}})["id"]);
+  for (int i = 0; i < 5; ++i)
+    ids.push_back(Submit("alice", {{"queue", "training"}, {"command", {"true"}}})["id"]);
   auto names = [&](int limit) {
     std::vector<std::string> out;
     const Result<Json> list = engine_->ListJobs(Who("admin"), "", limit);
@@ -644,10 +738,12 @@ TEST_F(EngineTest, JobsRunAsTheIdentitysAccountOrItsGroupsOrItsNameAndRootOnlyOn
   EXPECT_EQ(run_as[k], "carol");       // neither: her own name, never the agent's account (root)
   EXPECT_EQ(run_as[r], "root");        // the run_as_root queue
   // Config: names are checked; root is never an identity's or a group's account.
-  auto bad = ParseConfig(std::string(kConfig).replace(std::string(kConfig).find("{name: bob, role: user"), 22,
-                                                      "{name: bob, run_as: 'x y', role: user"));
+  auto bad =
+      ParseConfig(std::string(kConfig).replace(std::string(kConfig).find("{name: bob, role: user"),
+                                               22, "{name: bob, run_as: 'x y', role: user"));
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("identities[2].run_as"), std::string::npos) << bad.status().message();
+  EXPECT_NE(bad.status().message().find("identities[2].run_as"), std::string::npos)
+      << bad.status().message();
   for (const std::string root : {"run_as: root,", "run_as_root: true,"}) {
     auto refused = ParseConfig(
         std::string(kConfig).replace(std::string(kConfig).find("{name: bob, role: user"), 22,
@@ -756,7 +852,7 @@ TEST_F(EngineTest, FairShareHistorySurvivesARestart) {
   ASSERT_GT(before, 0.0);
   EXPECT_EQ(share("prod"), 0.0);
   ASSERT_TRUE(engine_->Cancel(Who("alice"), id).ok());
-  engine_.reset();  // the engine saves its history when it stops
+  engine_.reset();   // the engine saves its history when it stops
   now_ += 3600'000;  // an hour down: one half-life (the default)
   Reopen();
   ASSERT_TRUE(engine_->RunCycle().ok());
@@ -772,7 +868,8 @@ TEST_F(EngineTest, EventsPageByCursorAndFilter) {
   ASSERT_EQ(p1["events"].size(), 3u);
   Json p2 = *engine_->Events(Who("admin"), p1["next"], 3, {});
   EXPECT_GT(p2["events"][0]["seq"].get<int64_t>(), p1["events"][2]["seq"].get<int64_t>());
-  Json submitted = *engine_->Events(Who("admin"), 0, 100, store::EventFilter{"job.submitted", "", ""});
+  Json submitted =
+      *engine_->Events(Who("admin"), 0, 100, store::EventFilter{"job.submitted", "", ""});
   EXPECT_EQ(submitted["events"].size(), 5u);
   // bob sees none of alice's job events.
   Json bob = *engine_->Events(Who("bob"), 0, 100, store::EventFilter{"job.", "", ""});
@@ -808,7 +905,8 @@ TEST_F(EngineTest, AnOrderWatchWakesForNewOrdersOnly) {
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   EXPECT_NE(*t, 0u) << "nothing new for n1: the watch waits";
   // A start order: the watch wakes with a sequence past what the agent knew.
-  const std::string id = Submit("alice", {{"queue", "training"}, {"command", {"sleep", "60"}}})["id"];
+  const std::string id =
+      Submit("alice", {{"queue", "training"}, {"command", {"sleep", "60"}}})["id"];
   const int64_t s1 = woken(1);
   ASSERT_GT(s1, hb["seq"].get<int64_t>()) << "no wake for a job placed on n1";
   hb = Heartbeat("n1");
@@ -834,9 +932,12 @@ TEST_F(EngineTest, AnOrderWatchWakesForNewOrdersOnly) {
   ASSERT_TRUE(watch(hb["seq"]).ok());
   EXPECT_EQ(woken(4), 0);
   // Only the agents of n1 may watch n1; unknown nodes are named.
-  EXPECT_EQ(engine_->WatchOrders(Who("rack1"), "n1", 0, [](int64_t) {}).status().code(), StatusCode::kPermissionDenied);
-  EXPECT_EQ(engine_->WatchOrders(Who("alice"), "n1", 0, [](int64_t) {}).status().code(), StatusCode::kPermissionDenied);
-  EXPECT_EQ(engine_->WatchOrders(Who("agent"), "n9", 0, [](int64_t) {}).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(engine_->WatchOrders(Who("rack1"), "n1", 0, [](int64_t) {}).status().code(),
+            StatusCode::kPermissionDenied);
+  EXPECT_EQ(engine_->WatchOrders(Who("alice"), "n1", 0, [](int64_t) {}).status().code(),
+            StatusCode::kPermissionDenied);
+  EXPECT_EQ(engine_->WatchOrders(Who("agent"), "n9", 0, [](int64_t) {}).status().code(),
+            StatusCode::kNotFound);
   engine_->UnwatchAll();
   EXPECT_EQ(woken(5), 0);
 }
@@ -889,11 +990,17 @@ class SwapEngineTest : public EngineTest {
 TEST_F(SwapEngineTest, OvercommittedSharesOnOneCardAndSwapInTheirOrders) {
   // A node that offers 256 GiB of host RAM and disk to swapped-out memory.
   auto r = engine_->RegisterNode(
-      Who("agent"), {{"node", "n1"}, {"cpu_milli", 32000}, {"memory_mib", 65536}, {"swap_mib", 262144},
-                     {"devices", {{{"index", 0}, {"model", "H100-80GB"}, {"memory_mib", 81920}, {"uuid", "n1-0"}}}}});
+      Who("agent"),
+      {{"node", "n1"},
+       {"cpu_milli", 32000},
+       {"memory_mib", 65536},
+       {"swap_mib", 262144},
+       {"devices",
+        {{{"index", 0}, {"model", "H100-80GB"}, {"memory_mib", 81920}, {"uuid", "n1-0"}}}}});
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  auto bad = engine_->RegisterNode(Who("agent"), {{"node", "n2"}, {"cpu_milli", 1000}, {"memory_mib", 1024},
-                                                  {"swap_mib", "lots"}});
+  auto bad = engine_->RegisterNode(
+      Who("agent"),
+      {{"node", "n2"}, {"cpu_milli", 1000}, {"memory_mib", 1024}, {"swap_mib", "lots"}});
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("swap_mib"), std::string::npos);
   std::vector<std::string> ids;
@@ -913,19 +1020,25 @@ TEST_F(SwapEngineTest, OvercommittedSharesOnOneCardAndSwapInTheirOrders) {
 
   // The agent reports each share's swap state: changes are events, the job view shows it.
   const std::string id = ids[0];
-  Heartbeat("n1", {{"running", {{{"job", id}, {"pid", 7}, {"swap", "swapped"}, {"swapped_mib", 16384}}}}});
-  Heartbeat("n1", {{"running", {{{"job", id}, {"pid", 7}, {"swap", "swapped"}, {"swapped_mib", 16384}}}}});
-  Heartbeat("n1", {{"running", {{{"job", id}, {"pid", 7}, {"swap", "resuming"}, {"swapped_mib", 16384}}}}});
+  Heartbeat("n1", {{"running",
+                    {{{"job", id}, {"pid", 7}, {"swap", "swapped"}, {"swapped_mib", 16384}}}}});
+  Heartbeat("n1", {{"running",
+                    {{{"job", id}, {"pid", 7}, {"swap", "swapped"}, {"swapped_mib", 16384}}}}});
+  Heartbeat("n1", {{"running",
+                    {{{"job", id}, {"pid", 7}, {"swap", "resuming"}, {"swapped_mib", 16384}}}}});
   ASSERT_TRUE(engine_->Sync().ok());  // heartbeats commit after they answer
   Json view = *engine_->GetJob(Who("alice"), id);
   EXPECT_EQ(view["activity"]["swap"], "resuming");
   EXPECT_EQ(view["activity"]["swapped_mib"], 16384);
-  Json events = (*engine_->Events(Who("admin"), 0, 1000, store::EventFilter{"job.swap", "", ""}))["events"];
+  Json events =
+      (*engine_->Events(Who("admin"), 0, 1000, store::EventFilter{"job.swap", "", ""}))["events"];
   ASSERT_EQ(events.size(), 2u) << "one event per change, not per heartbeat";
-  EXPECT_NE(events[0]["reason"].get<std::string>().find("swapped out: 16384 MiB"), std::string::npos);
+  EXPECT_NE(events[0]["reason"].get<std::string>().find("swapped out: 16384 MiB"),
+            std::string::npos);
   EXPECT_NE(events[1]["reason"].get<std::string>().find("resuming"), std::string::npos);
   // A state the protocol does not know is refused, naming the field, and changes nothing.
-  auto refused = engine_->Heartbeat(Who("agent"), {{"node", "n1"}, {"running", {{{"job", id}, {"pid", 7}, {"swap", "asleep"}}}}});
+  auto refused = engine_->Heartbeat(
+      Who("agent"), {{"node", "n1"}, {"running", {{{"job", id}, {"pid", 7}, {"swap", "asleep"}}}}});
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("running.swap"), std::string::npos);
   EXPECT_EQ((*engine_->GetJob(Who("alice"), id))["activity"]["swap"], "resuming");

@@ -91,8 +91,9 @@ class FailoverTest : public ::testing::Test {
     const std::string name = "s" + std::to_string(k);
     const std::string addr = "127.0.0.1:" + std::to_string(ports_[k]);
     servers_[k] = std::make_unique<Proc>(
-        std::vector<std::string>{kTessera, "serve", "--config", dir_ + "/config.yaml", "--data", dir_ + "/" + name,
-                                 "--listen", addr, "--store", store_, "--advertise", "http://" + addr},
+        std::vector<std::string>{kTessera, "serve", "--config", dir_ + "/config.yaml", "--data",
+                                 dir_ + "/" + name, "--listen", addr, "--store", store_,
+                                 "--advertise", "http://" + addr},
         dir_ + "/" + name + "-" + std::to_string(++starts_) + ".log");
   }
   // Waits until server k answers /v1/health with `role`.
@@ -122,16 +123,21 @@ TEST_F(FailoverTest, AStandbyLeadsWithin15sAndEveryAcknowledgedJobIsThereOnce) {
     httplib::Client c("127.0.0.1", ports_[0]);
     Json devs = Json::array();
     for (int i = 0; i < 4; ++i) {
-      devs.push_back({{"index", i}, {"model", "H100-80GB"}, {"memory_mib", 81920}, {"uuid", "g" + std::to_string(i)}});
+      devs.push_back({{"index", i},
+                      {"model", "H100-80GB"},
+                      {"memory_mib", 81920},
+                      {"uuid", "g" + std::to_string(i)}});
     }
     Json reg = {{"node", "n1"}, {"cpu_milli", 64000}, {"memory_mib", 262144}, {"devices", devs}};
-    auto r = c.Post("/v1/agent/register", {{"Authorization", "Bearer admin-token-1"}}, reg.dump(), "application/json");
+    auto r = c.Post("/v1/agent/register", {{"Authorization", "Bearer admin-token-1"}}, reg.dump(),
+                    "application/json");
     ASSERT_TRUE(r);
     ASSERT_EQ(r->status, 200) << r->body;
     // The standby refuses, naming the leader.
     httplib::Client sc("127.0.0.1", ports_[1]);
-    auto refused = sc.Post("/v1/jobs", {{"Authorization", "Bearer alice-token-1"}},
-                           Json{{"queue", "training"}, {"command", {"true"}}}.dump(), "application/json");
+    auto refused =
+        sc.Post("/v1/jobs", {{"Authorization", "Bearer alice-token-1"}},
+                Json{{"queue", "training"}, {"command", {"true"}}}.dump(), "application/json");
     ASSERT_TRUE(refused);
     EXPECT_EQ(refused->status, 503) << refused->body;
     EXPECT_NE(refused->body.find("standby"), std::string::npos) << refused->body;
@@ -148,8 +154,9 @@ TEST_F(FailoverTest, AStandbyLeadsWithin15sAndEveryAcknowledgedJobIsThereOnce) {
     while (true) {
       const int n = issued.fetch_add(1);
       if (n >= kSubmissions) return;
-      const Json body = n % 3 == 0 ? Json{{"queue", "training"}, {"command", {"true"}}}
-                                   : Json{{"queue", "notebooks"}, {"command", {"true"}}, {"gpu_memory", "8GiB"}};
+      const Json body =
+          n % 3 == 0 ? Json{{"queue", "training"}, {"command", {"true"}}}
+                     : Json{{"queue", "notebooks"}, {"command", {"true"}}, {"gpu_memory", "8GiB"}};
       // Until acknowledged, over both servers: no answer or a standby's 503 moves on to the other.
       for (int attempt = 0; attempt < 2000; ++attempt) {
         httplib::Client c("127.0.0.1", ports_[current]);
@@ -157,7 +164,8 @@ TEST_F(FailoverTest, AStandbyLeadsWithin15sAndEveryAcknowledgedJobIsThereOnce) {
         c.set_read_timeout(10);
         // One key per submission, repeated on its retries (to either server).
         auto r = c.Post("/v1/jobs",
-                        {{"Authorization", "Bearer alice-token-1"}, {"Idempotency-Key", "fo-" + std::to_string(n)}},
+                        {{"Authorization", "Bearer alice-token-1"},
+                         {"Idempotency-Key", "fo-" + std::to_string(n)}},
                         body.dump(), "application/json");
         if (r && (r->status == 201 || r->status == 200)) {
           std::lock_guard<std::mutex> lock(mu);
@@ -175,22 +183,26 @@ TEST_F(FailoverTest, AStandbyLeadsWithin15sAndEveryAcknowledgedJobIsThereOnce) {
   };
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) threads.emplace_back(submitter, t);
-  while (issued.load() < kSubmissions / 3) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  while (issued.load() < kSubmissions / 3)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   servers_[0]->Kill(SIGKILL);
   const auto killed = std::chrono::steady_clock::now();
   ASSERT_TRUE(WaitForRole(1, "leader", 60000)) << servers_[1]->Log();
-  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
   EXPECT_LT(took, 15.0) << "the standby took " << took << " s to lead";
   // The old leader comes back as a standby and refuses writes.
   Start(0);
   ASSERT_TRUE(WaitForRole(0, "standby", 15000)) << servers_[0]->Log();
   for (auto& th : threads) th.join();
   httplib::Client old("127.0.0.1", ports_[0]);
-  auto refused = old.Post("/v1/jobs", {{"Authorization", "Bearer alice-token-1"}},
-                          Json{{"queue", "training"}, {"command", {"true"}}}.dump(), "application/json");
+  auto refused =
+      old.Post("/v1/jobs", {{"Authorization", "Bearer alice-token-1"}},
+               Json{{"queue", "training"}, {"command", {"true"}}}.dump(), "application/json");
   ASSERT_TRUE(refused);
   EXPECT_EQ(refused->status, 503) << refused->body;
-  EXPECT_EQ(Get(ports_[0], "/v1/health")["leader"], "http://127.0.0.1:" + std::to_string(ports_[1]));
+  EXPECT_EQ(Get(ports_[0], "/v1/health")["leader"],
+            "http://127.0.0.1:" + std::to_string(ports_[1]));
 
   // Every acknowledged job is there, once; ids never collided.
   Json list = Get(ports_[1], "/v1/jobs?limit=100000");
@@ -220,8 +232,10 @@ TEST_F(FailoverTest, AStandbyLeadsWithin15sAndEveryAcknowledgedJobIsThereOnce) {
   for (const auto& j : list["jobs"]) placed += j["state"] == "placed";
   EXPECT_EQ(holders, placed);
   EXPECT_GT(placed, 0);
-  std::printf("[failover] standby led %.2f s after the leader's SIGKILL; %zu acknowledged, %zu stored, %d placed\n",
-              took, acked.size(), present.size(), placed);
+  std::printf(
+      "[failover] standby led %.2f s after the leader's SIGKILL; %zu acknowledged, %zu stored, %d "
+      "placed\n",
+      took, acked.size(), present.size(), placed);
 }
 
 }  // namespace

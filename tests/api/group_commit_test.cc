@@ -23,14 +23,16 @@ namespace {
 // submissions arriving meanwhile queue up behind one).
 class CountingStore : public tessera::testing::ForwardingStore {
  public:
-  CountingStore(std::unique_ptr<store::Store> inner, std::atomic<int>* commits, std::atomic<bool>* fail,
-                std::atomic<int>* delay_ms)
+  CountingStore(std::unique_ptr<store::Store> inner, std::atomic<int>* commits,
+                std::atomic<bool>* fail, std::atomic<int>* delay_ms)
       : ForwardingStore(std::move(inner)), commits_(commits), fail_(fail), delay_ms_(delay_ms) {}
   Status Commit(const std::vector<store::Event>& events, const std::vector<store::JobRecord>& jobs,
                 std::vector<int64_t>* seqs) override {
     const int n = ++*commits_;
-    if (fail_nth_ != nullptr && n == fail_nth_->load()) return Status::Internal("disk full (injected, once)");
-    if (delay_ms_->load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms_->load()));
+    if (fail_nth_ != nullptr && n == fail_nth_->load())
+      return Status::Internal("disk full (injected, once)");
+    if (delay_ms_->load() > 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms_->load()));
     if (fail_->load()) return Status::Internal("disk full (injected)");
     return ForwardingStore::Commit(events, jobs, seqs);
   }
@@ -130,7 +132,8 @@ TEST_F(GroupCommitTest, ConcurrentSubmissionsShareCommitsAndEveryOneLands) {
   delay_ms_ = 0;
   Reopen();
   EXPECT_EQ(JobCount(), size_t{kThreads * kEach});
-  for (const std::string& id : ids) EXPECT_TRUE(engine_->GetJob(config_.identities[0], id).ok()) << id;
+  for (const std::string& id : ids)
+    EXPECT_TRUE(engine_->GetJob(config_.identities[0], id).ok()) << id;
 }
 
 // SubmitAsync returns while the store still writes, and answers from the commit writer once the
@@ -180,7 +183,8 @@ TEST_F(GroupCommitTest, AFailedCommitAcknowledgesNoneAndLeavesNoUsage) {
   b.join();
   ASSERT_FALSE(first.ok());
   ASSERT_FALSE(second.ok());
-  EXPECT_NE(first.status().message().find("disk full"), std::string::npos) << first.status().ToString();
+  EXPECT_NE(first.status().message().find("disk full"), std::string::npos)
+      << first.status().ToString();
   EXPECT_EQ(JobCount(), 0u);
   // Their tentative admission was undone: the group's whole cpu limit (2) is free again, so the
   // next two submissions are both admitted, and a third waits on the limit.
@@ -204,9 +208,11 @@ TEST_F(GroupCommitTest, AScheduleRebuildDuringACommitKeepsTheInFlightUsage) {
   Result<Json> first = Status::Internal("unset");
   std::thread a([&] { first = Submit("hpc"); });
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  Json devs = Json::array({{{"index", 0}, {"model", "H100-80GB"}, {"memory_mib", 81920}, {"uuid", "g0"}}});
-  auto reg = engine_->RegisterNode(config_.identities[1], {{"node", "n1"}, {"cpu_milli", 2000}, {"memory_mib", 4096},
-                                                            {"devices", devs}});
+  Json devs =
+      Json::array({{{"index", 0}, {"model", "H100-80GB"}, {"memory_mib", 81920}, {"uuid", "g0"}}});
+  auto reg = engine_->RegisterNode(
+      config_.identities[1],
+      {{"node", "n1"}, {"cpu_milli", 2000}, {"memory_mib", 4096}, {"devices", devs}});
   ASSERT_TRUE(reg.ok()) << reg.status().ToString();
   a.join();
   ASSERT_TRUE(first.ok()) << first.status().ToString();
@@ -227,9 +233,11 @@ TEST_F(GroupCommitTest, AFailedPlacementCommitLeavesTheJobPendingAndTheNodeFree)
   config_.schedule_on_submit = false;
   Reopen();
   // A node with room for two 1-CPU jobs of the local queue.
-  Json devs = Json::array({{{"index", 0}, {"model", "H100-80GB"}, {"memory_mib", 81920}, {"uuid", "g0"}}});
-  auto reg = engine_->RegisterNode(config_.identities[1], {{"node", "n1"}, {"cpu_milli", 2000}, {"memory_mib", 4096},
-                                                            {"devices", devs}});
+  Json devs =
+      Json::array({{{"index", 0}, {"model", "H100-80GB"}, {"memory_mib", 81920}, {"uuid", "g0"}}});
+  auto reg = engine_->RegisterNode(
+      config_.identities[1],
+      {{"node", "n1"}, {"cpu_milli", 2000}, {"memory_mib", 4096}, {"devices", devs}});
   ASSERT_TRUE(reg.ok()) << reg.status().ToString();
   auto first = Submit("local");
   ASSERT_TRUE(first.ok()) << first.status().ToString();  // acknowledged: the submission is durable
@@ -240,7 +248,8 @@ TEST_F(GroupCommitTest, AFailedPlacementCommitLeavesTheJobPendingAndTheNodeFree)
   auto after = engine_->GetJob(config_.identities[0], (*first)["id"]);
   ASSERT_TRUE(after.ok());
   EXPECT_EQ((*after)["state"], "pending") << after->dump();
-  EXPECT_NE((*after)["reason"].get<std::string>().find("could not be recorded"), std::string::npos) << after->dump();
+  EXPECT_NE((*after)["reason"].get<std::string>().find("could not be recorded"), std::string::npos)
+      << after->dump();
   // The failed placement reserved nothing: the next cycle places it, and a second job still
   // fits, but a third does not.
   ASSERT_TRUE(engine_->RunCycle().ok());

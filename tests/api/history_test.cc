@@ -56,7 +56,6 @@ class HistoryTest : public testing::EngineFixture {
     }
     return Json();
   }
-
 };
 
 TEST_F(HistoryTest, UtilizationIsKeptInTheStoreRolledUpAndBrokenDown) {

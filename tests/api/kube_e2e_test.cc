@@ -26,7 +26,8 @@ class KubeE2eTest : public testing::ServeFixture {
  protected:
   void SetUp() override {
     dir_ = tessera::testing::FreshTestDir("kube_e2e");
-    k_ = std::make_unique<testing::KubeStandIn>(dir_ + "/k8s", true, testing::KubeStandIn::kOneNode);
+    k_ =
+        std::make_unique<testing::KubeStandIn>(dir_ + "/k8s", true, testing::KubeStandIn::kOneNode);
     ASSERT_EQ(k_->error(), "");
     std::ofstream(dir_ + "/config.yaml") << tessera::testing::WithJobAccounts(std::string() + R"(
 cluster: lab
@@ -68,12 +69,15 @@ queues:
     server_.reset();
     k_.reset();
   }
-  std::string Submit(const std::string& token, const std::string& queue, const std::vector<std::string>& command) {
+  std::string Submit(const std::string& token, const std::string& queue,
+                     const std::vector<std::string>& command) {
     Json r = Call("POST", "/v1/jobs", {{"queue", queue}, {"command", command}}, token);
     EXPECT_TRUE(r.is_object() && r.contains("id")) << r.dump();
     return r.is_object() ? r.value("id", "") : "";
   }
-  Json AdminJob(const std::string& id) { return Call("GET", "/v1/jobs/" + id, {}, "admin-token-1"); }
+  Json AdminJob(const std::string& id) {
+    return Call("GET", "/v1/jobs/" + id, {}, "admin-token-1");
+  }
   std::string StateOf(const std::string& id) {
     Json j = AdminJob(id);
     return j.is_object() ? j.value("state", "") : "";
@@ -81,8 +85,13 @@ queues:
   Json KubeJob(const std::string& id) {
     return k_->Control("GET", "/apis/batch/v1/namespaces/ml/jobs/tessera-lab-" + id);
   }
-  Json Labelled() { return k_->Control("GET", "/apis/batch/v1/jobs?labelSelector=tessera.io%2Fcluster%3Dlab")["items"]; }
-  std::string Logs() { return server_->Log() + "\n--- agent\n" + agent_->Log() + "\n--- stand-in\n" + k_->Log(); }
+  Json Labelled() {
+    return k_->Control("GET",
+                       "/apis/batch/v1/jobs?labelSelector=tessera.io%2Fcluster%3Dlab")["items"];
+  }
+  std::string Logs() {
+    return server_->Log() + "\n--- agent\n" + agent_->Log() + "\n--- stand-in\n" + k_->Log();
+  }
   bool HasEvent(const std::string& id, const std::string& kind) {
     Json ev = Call("GET", "/v1/events?limit=1000&subject=" + id, {}, "admin-token-1");
     if (!ev.is_object()) return false;
@@ -106,12 +115,15 @@ TEST_F(KubeE2eTest, OneLedgerAcrossAgentsAndKubernetesWithReclaimBySuspension) {
   const std::string l1 = Submit("vision-token-1", "local", kLong);
   const std::string l2 = Submit("vision-token-1", "local", kLong);
   const std::string k3 = Submit("vision-token-1", "k8s", kLong);
-  ASSERT_TRUE(WaitFor([&] { return StateOf(l1) == "running" && StateOf(l2) == "running"; })) << Logs();
-  ASSERT_TRUE(WaitFor([&] { return StateOf(k1) == "running" && StateOf(k2) == "running"; })) << Logs();
+  ASSERT_TRUE(WaitFor([&] { return StateOf(l1) == "running" && StateOf(l2) == "running"; }))
+      << Logs();
+  ASSERT_TRUE(WaitFor([&] { return StateOf(k1) == "running" && StateOf(k2) == "running"; }))
+      << Logs();
   // The failing job: its exit code, then its Job deleted; its card goes to k3.
   ASSERT_TRUE(WaitFor([&] { return StateOf(fail) == "failed"; })) << Logs();
   EXPECT_EQ(AdminJob(fail)["exit_code"], 3) << AdminJob(fail).dump();
-  ASSERT_TRUE(WaitFor([&] { return KubeJob(fail).value("code", 0) == 404; })) << KubeJob(fail).dump();
+  ASSERT_TRUE(WaitFor([&] { return KubeJob(fail).value("code", 0) == 404; }))
+      << KubeJob(fail).dump();
   ASSERT_TRUE(WaitFor([&] { return StateOf(k3) == "running"; })) << Logs();
   // While fail ran, k3 waited for the group's limit (not counted twice: 2 local + 3 Kubernetes).
   EXPECT_TRUE(HasEvent(k3, "job.placed"));
@@ -120,7 +132,8 @@ TEST_F(KubeE2eTest, OneLedgerAcrossAgentsAndKubernetesWithReclaimBySuspension) {
   // the other reclaims one of vision's borrowed Kubernetes jobs, which is suspended, not deleted.
   const std::string s1 = Submit("speech-token-1", "k8s", kLong);
   const std::string s2 = Submit("speech-token-1", "k8s", kLong);
-  ASSERT_TRUE(WaitFor([&] { return StateOf(s1) == "running" && StateOf(s2) == "running"; })) << Logs();
+  ASSERT_TRUE(WaitFor([&] { return StateOf(s1) == "running" && StateOf(s2) == "running"; }))
+      << Logs();
   std::string victim;
   for (const std::string& id : {k1, k2, k3}) {
     if (StateOf(id) == "pending") victim = id;
@@ -148,7 +161,8 @@ TEST_F(KubeE2eTest, OneLedgerAcrossAgentsAndKubernetesWithReclaimBySuspension) {
   bool timed_out = false;
   Json ev = Call("GET", "/v1/events?limit=1000&subject=" + h, {}, "admin-token-1");
   for (const auto& e : ev["events"]) {
-    timed_out |= e.value("kind", "") == "job.requeued" && e.dump().find("did not schedule its pod within 2s") != std::string::npos;
+    timed_out |= e.value("kind", "") == "job.requeued" &&
+                 e.dump().find("did not schedule its pod within 2s") != std::string::npos;
   }
   EXPECT_TRUE(timed_out) << ev.dump();
 
@@ -172,16 +186,25 @@ TEST_F(KubeE2eTest, AfterARestartItsJobsAreAdoptedAndUnknownLabelledJobsDeleted)
   ASSERT_TRUE(WaitFor([&] { return StateOf(k1) == "running"; })) << Logs();
   const std::string uid = KubeJob(k1)["metadata"]["uid"];
   // A Job labelled as this cluster's that Tessera never made (e.g. left by a lost database).
-  Json made = k_->Control("POST", "/apis/batch/v1/namespaces/ml/jobs", Json{
-      {"apiVersion", "batch/v1"}, {"kind", "Job"},
-      {"metadata", {{"name", "tessera-lab-j-999"}, {"labels", {{"tessera.io/cluster", "lab"}, {"tessera.io/job", "j-999"}}},
-                    {"annotations", {{"tessera.io/name", "tessera-lab-j-999"}}}}},
-      {"spec", {{"template", {{"spec", {{"restartPolicy", "Never"},
-                                         {"containers", {{{"name", "c"}, {"image", "busybox"}, {"command", kLong}}}}}}}}}}}.dump());
+  Json made = k_->Control(
+      "POST", "/apis/batch/v1/namespaces/ml/jobs",
+      Json{{"apiVersion", "batch/v1"},
+           {"kind", "Job"},
+           {"metadata",
+            {{"name", "tessera-lab-j-999"},
+             {"labels", {{"tessera.io/cluster", "lab"}, {"tessera.io/job", "j-999"}}},
+             {"annotations", {{"tessera.io/name", "tessera-lab-j-999"}}}}},
+           {"spec",
+            {{"template",
+              {{"spec",
+                {{"restartPolicy", "Never"},
+                 {"containers", {{{"name", "c"}, {"image", "busybox"}, {"command", kLong}}}}}}}}}}}
+          .dump());
   ASSERT_EQ(made.value("kind", ""), "Job") << made.dump();
   server_->Kill(SIGKILL);
   StartServer();
-  ASSERT_TRUE(WaitFor([&] { return KubeJob("j-999").value("code", 0) == 404; })) << KubeJob("j-999").dump() << Logs();
+  ASSERT_TRUE(WaitFor([&] { return KubeJob("j-999").value("code", 0) == 404; }))
+      << KubeJob("j-999").dump() << Logs();
   EXPECT_EQ(StateOf(k1), "running");
   EXPECT_EQ(KubeJob(k1)["metadata"]["uid"], uid);
   Json ev = Call("GET", "/v1/events?limit=1000&kind=backend.orphan_cancelled", {}, "admin-token-1");

@@ -61,8 +61,11 @@ TEST_F(MigQueueTest, TheSmallestProfileThatGivesWhatIsAsked) {
   };
   const Case cases[] = {
       {Json::object(), "1g.10gb", 9984, 143},  // the profile's 0.1 of a GPU: the smallest
-      {{{"gpu_memory", "10GiB"}}, "1g.20gb", 20091, 143},                         // 10GiB > 9984MiB
-      {{{"gpu_memory", "15GiB"}, {"gpu_fraction", "0.25"}}, "2g.20gb", 20091, 286},  // 2 of 7 slices
+      {{{"gpu_memory", "10GiB"}}, "1g.20gb", 20091, 143},  // 10GiB > 9984MiB
+      {{{"gpu_memory", "15GiB"}, {"gpu_fraction", "0.25"}},
+       "2g.20gb",
+       20091,
+       286},  // 2 of 7 slices
       {{{"gpu_fraction", "0.5"}}, "4g.40gb", 40448, 572},
       {{{"gpu_memory", "79GiB"}}, "7g.80gb", 81152, 1000},  // 81152MiB: "80gb" is less than 80GiB
   };
@@ -97,13 +100,15 @@ TEST_F(MigQueueTest, GroupLimitsCountTheInstancesMemory) {
   auto third = Submit(Json::object());
   ASSERT_TRUE(third.ok());
   EXPECT_EQ((*third)["state"], "pending") << third->dump();
-  EXPECT_NE((*third)["reason"].get<std::string>().find("gpu_memory"), std::string::npos) << third->dump();
+  EXPECT_NE((*third)["reason"].get<std::string>().find("gpu_memory"), std::string::npos)
+      << third->dump();
 }
 
 TEST_F(MigQueueTest, ImpossibleAsksAndBadModelsAreRefusedByName) {
   auto r = Submit({{"gpu_memory", "100GiB"}});
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("no MIG profile of H100-80GB gives 100GiB of GPU memory"), std::string::npos)
+  EXPECT_NE(r.status().message().find("no MIG profile of H100-80GB gives 100GiB of GPU memory"),
+            std::string::npos)
       << r.status().message();
   auto none = engine_->ListJobs(config_.identities[0], "", 10);
   ASSERT_TRUE(none.ok());
@@ -113,20 +118,25 @@ TEST_F(MigQueueTest, ImpossibleAsksAndBadModelsAreRefusedByName) {
     yaml.replace(yaml.find("h100-80gb"), 9, model);
     auto c = ParseConfig(yaml);
     ASSERT_FALSE(c.ok()) << model;
-    EXPECT_NE(c.status().message().find("queues[inference].mig_model: '" + model + "' is not a MIG model"), std::string::npos)
+    EXPECT_NE(c.status().message().find("queues[inference].mig_model: '" + model +
+                                        "' is not a MIG model"),
+              std::string::npos)
         << c.status().message();
   }
   std::string local = kConfig;
   local.replace(local.find("backend: slurm, "), 16, "");
   auto c = ParseConfig(local);
   ASSERT_FALSE(c.ok());
-  EXPECT_NE(c.status().message().find("mig_model: only for a queue with an external backend"), std::string::npos)
+  EXPECT_NE(c.status().message().find("mig_model: only for a queue with an external backend"),
+            std::string::npos)
       << c.status().message();
   std::string pbs = kConfig;
   pbs.replace(pbs.find("backend: slurm"), 14, "backend: pbs");
   c = ParseConfig(pbs);
   ASSERT_FALSE(c.ok());
-  EXPECT_NE(c.status().message().find("queues[inference].mig_model: the PBS backend maps no MIG instances"), std::string::npos)
+  EXPECT_NE(c.status().message().find(
+                "queues[inference].mig_model: the PBS backend maps no MIG instances"),
+            std::string::npos)
       << c.status().message();
 }
 
@@ -155,7 +165,8 @@ TEST(ExampleConfig, SlurmExampleLoads) {
   ASSERT_TRUE(mig.ok()) << mig.status().ToString();
   EXPECT_EQ((*mig)["spec"]["form"], "partition");
   EXPECT_EQ((*mig)["spec"]["mig_profile"], "1g.20gb");
-  auto share = (*e)->Submit(alice, {{"queue", "inference"}, {"form", "share"}, {"command", {"true"}}});
+  auto share =
+      (*e)->Submit(alice, {{"queue", "inference"}, {"form", "share"}, {"command", {"true"}}});
   ASSERT_TRUE(share.ok()) << share.status().ToString();
   EXPECT_EQ((*share)["spec"]["form"], "share");
   EXPECT_FALSE((*share)["spec"].contains("mig_profile"));

@@ -69,13 +69,15 @@ class OrderWatchE2eTest : public testing::ServeFixture {
 
 TEST_F(OrderWatchE2eTest, StartsFinishesAndCancelsBetweenHeartbeats) {
   auto t0 = Clock::now();
-  const std::string quick = Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"true"}}})["id"];
+  const std::string quick =
+      Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"true"}}})["id"];
   const int64_t done = MsUntil(quick, "succeeded", t0);
   ASSERT_GE(done, 0) << State(quick) << "\n" << agent_->Log();
   EXPECT_LT(done, 3000) << "started and reported only with a heartbeat";
 
   t0 = Clock::now();
-  const std::string slow = Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"sleep", "60"}}})["id"];
+  const std::string slow =
+      Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"sleep", "60"}}})["id"];
   const int64_t running = MsUntil(slow, "running", t0);
   ASSERT_GE(running, 0) << State(slow) << "\n" << agent_->Log();
   EXPECT_LT(running, 3000);

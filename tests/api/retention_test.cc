@@ -120,7 +120,7 @@ TEST_F(RetentionTest, RetentionDeletesWhatEndedBeforeTheCut) {
   const std::string old_job = Submit(alice());
   ASSERT_TRUE(engine_->Cancel(admin(), old_job).ok());
   const std::string waiting = Submit(alice());  // live: never pruned however old
-  now_ += 2 * 3600 * 1000;  // past the 1h retention
+  now_ += 2 * 3600 * 1000;                      // past the 1h retention
   const std::string recent = Submit(alice());
   ASSERT_TRUE(engine_->Cancel(admin(), recent).ok());
   ASSERT_TRUE(engine_->Tick().ok());
@@ -131,7 +131,8 @@ TEST_F(RetentionTest, RetentionDeletesWhatEndedBeforeTheCut) {
   auto events = engine_->Events(admin(), 0, 1000, {});
   ASSERT_TRUE(events.ok());
   for (const auto& e : (*events)["events"]) {
-    EXPECT_GE(e["time_ms"].get<int64_t>(), now_ - 3600 * 1000) << "an event older than the retention: " << e.dump();
+    EXPECT_GE(e["time_ms"].get<int64_t>(), now_ - 3600 * 1000)
+        << "an event older than the retention: " << e.dump();
   }
   EXPECT_FALSE((*events)["events"].empty());
 }
@@ -179,7 +180,8 @@ TEST(RetentionConfig, TooLargeForMillisecondsOrBytesIsRefusedNamed) {
   for (const std::string field : {"retention: 1099511627776d", "max_output: 9999999TiB"}) {
     auto c = ParseConfig(std::string(kConfig).replace(0, 14, field));
     ASSERT_FALSE(c.ok()) << field;
-    EXPECT_NE(c.status().message().find(field.substr(0, field.find(':'))), std::string::npos) << c.status().message();
+    EXPECT_NE(c.status().message().find(field.substr(0, field.find(':'))), std::string::npos)
+        << c.status().message();
   }
   auto c = ParseConfig(std::string(kConfig).replace(0, 14, "retention: 106751991d"));
   ASSERT_TRUE(c.ok()) << c.status().ToString();

@@ -48,7 +48,8 @@ pid_t FindProcess(const std::string& marker) {
     std::ifstream in("/proc/" + std::string(e->d_name) + "/cmdline");
     std::stringstream ss;
     ss << in.rdbuf();
-    if (ss.str().find(marker) != std::string::npos && ss.str().find("sh") != std::string::npos) found = pid;
+    if (ss.str().find(marker) != std::string::npos && ss.str().find("sh") != std::string::npos)
+      found = pid;
   }
   if (d != nullptr) closedir(d);
   return found;
@@ -78,7 +79,8 @@ class RunAsTest : public testing::ServeFixture {
 };
 
 TEST_F(RunAsTest, AJobRunsUnderItsSubmittersAccount) {
-  if (geteuid() != 0) GTEST_SKIP() << "the agent must run as root to switch accounts (CI runs as root)";
+  if (geteuid() != 0)
+    GTEST_SKIP() << "the agent must run as root to switch accounts (CI runs as root)";
   passwd* nobody = getpwnam("nobody");
   ASSERT_NE(nobody, nullptr);
   const uid_t uid = nobody->pw_uid;
@@ -87,7 +89,9 @@ TEST_F(RunAsTest, AJobRunsUnderItsSubmittersAccount) {
   StartServer();
   StartAgent();
   const std::string marker = "sleep 30.2" + std::to_string(getpid() % 1000);
-  std::string id = Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"sh", "-c", marker + "; true"}}})["id"];
+  std::string id =
+      Call("POST", "/v1/jobs",
+           {{"queue", "training"}, {"command", {"sh", "-c", marker + "; true"}}})["id"];
   ASSERT_TRUE(WaitFor([&] { return State(id) == "running"; })) << agent_->Log();
   pid_t pid = 0;
   ASSERT_TRUE(WaitFor([&] { return (pid = FindProcess(marker)) != 0; }));
@@ -97,12 +101,16 @@ TEST_F(RunAsTest, AJobRunsUnderItsSubmittersAccount) {
   Call("POST", "/v1/jobs/" + id + "/cancel");
 
   // An account the node lacks: the job fails, its output says why.
-  std::string b = Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"true"}}}, "bob-token-12")["id"];
-  ASSERT_TRUE(WaitFor([&] { return Call("GET", "/v1/jobs/" + b, {}, "bob-token-12").value("state", "") == "failed"; }))
-      << agent_->Log();
-  auto out = client_->Get(("/v1/jobs/" + b + "/output").c_str(), {{"Authorization", "Bearer bob-token-12"}});
+  std::string b = Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"true"}}},
+                       "bob-token-12")["id"];
+  ASSERT_TRUE(WaitFor([&] {
+    return Call("GET", "/v1/jobs/" + b, {}, "bob-token-12").value("state", "") == "failed";
+  })) << agent_->Log();
+  auto out = client_->Get(("/v1/jobs/" + b + "/output").c_str(),
+                          {{"Authorization", "Bearer bob-token-12"}});
   ASSERT_TRUE(out);
-  EXPECT_NE(out->body.find("'tessera-no-such-account' does not exist"), std::string::npos) << out->body;
+  EXPECT_NE(out->body.find("'tessera-no-such-account' does not exist"), std::string::npos)
+      << out->body;
 }
 
 TEST_F(RunAsTest, NoJobRunsAsRootUnlessItsQueueSaysSo) {

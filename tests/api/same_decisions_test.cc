@@ -11,10 +11,10 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <map>
 #include <queue>
 #include <set>
+#include <sstream>
 
 #include "api/engine.h"
 #include "model/quantity.h"
@@ -40,7 +40,9 @@ std::ostream& operator<<(std::ostream& os, const Decision& d) {
 // maximal run of [A-Za-z0-9_-] that is a known id is replaced.
 std::string MapIds(const std::string& text, const std::map<std::string, std::string>& ids) {
   std::string out;
-  auto word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-'; };
+  auto word = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+  };
   for (size_t i = 0; i < text.size();) {
     if (!word(text[i])) {
       out += text[i++];
@@ -66,17 +68,27 @@ std::vector<Decision> Simulated(const sim::Scenario& s) {
   EXPECT_TRUE(r.ok()) << r.status().ToString();
   std::map<std::string, std::string> id_of;
   for (const quota::Event& e : events) {
-    if (e.kind == quota::EventKind::kSubmitted) id_of[e.job] = "j-" + std::to_string(id_of.size() + 1);
+    if (e.kind == quota::EventKind::kSubmitted)
+      id_of[e.job] = "j-" + std::to_string(id_of.size() + 1);
   }
   std::vector<Decision> out;
   for (const quota::Event& e : events) {
     std::string kind;
     switch (e.kind) {
-      case quota::EventKind::kAdmitted: kind = "admitted"; break;
-      case quota::EventKind::kPlaced: kind = "placed"; break;
-      case quota::EventKind::kPreempted: kind = "preempted"; break;
-      case quota::EventKind::kRepartitioned: kind = "repartitioned"; break;
-      default: continue;
+      case quota::EventKind::kAdmitted:
+        kind = "admitted";
+        break;
+      case quota::EventKind::kPlaced:
+        kind = "placed";
+        break;
+      case quota::EventKind::kPreempted:
+        kind = "preempted";
+        break;
+      case quota::EventKind::kRepartitioned:
+        kind = "repartitioned";
+        break;
+      default:
+        continue;
     }
     out.push_back({e.time, kind, e.job.empty() ? "" : id_of[e.job], MapIds(e.detail, id_of)});
   }
@@ -96,7 +108,8 @@ class Served {
       std::set<std::string> pools;
       for (const auto& n : s.nodes) pools.insert(n.pool.empty() ? "default" : n.pool);
       for (const auto& p : pools) {
-        config_.policy.pools.push_back({p, {AllocationForm::kWhole, AllocationForm::kPartition, AllocationForm::kShare}});
+        config_.policy.pools.push_back(
+            {p, {AllocationForm::kWhole, AllocationForm::kPartition, AllocationForm::kShare}});
       }
     }
     config_.schedule_on_submit = false;
@@ -170,25 +183,35 @@ class Served {
         a.time = w.at_s + w.interval_s * i;
         a.spec = w.base;
         a.duration = w.durations_s[static_cast<size_t>(i) % w.durations_s.size()];
-        if (!w.gpu_memory_mib.empty()) a.spec.gpu_memory_mib = w.gpu_memory_mib[static_cast<size_t>(i) % w.gpu_memory_mib.size()];
+        if (!w.gpu_memory_mib.empty())
+          a.spec.gpu_memory_mib =
+              w.gpu_memory_mib[static_cast<size_t>(i) % w.gpu_memory_mib.size()];
         a.spec.walltime_s = w.declare_walltime ? a.duration : 0;
         out.push_back(a);
       }
     }
-    std::stable_sort(out.begin(), out.end(), [](const Arrival& a, const Arrival& b) { return a.time < b.time; });
+    std::stable_sort(out.begin(), out.end(),
+                     [](const Arrival& a, const Arrival& b) { return a.time < b.time; });
     return out;
   }
 
   void Register(const quota::NodeSpec& n) {
-    ASSERT_TRUE(n.mig_layout.empty() && n.amd_mode.empty()) << "initial layouts are not registered by agents";
+    ASSERT_TRUE(n.mig_layout.empty() && n.amd_mode.empty())
+        << "initial layouts are not registered by agents";
     const partition::GpuModel* m = partition::Catalog::BuiltIn().Find(n.gpu_model);
     const MiB mem = n.gpu_memory_mib > 0 ? n.gpu_memory_mib : m ? m->memory_mib : 0;
     Json devs = Json::array();
     for (int i = 0; i < n.gpu_count; ++i) {
-      devs.push_back({{"index", i}, {"model", n.gpu_model}, {"memory_mib", mem}, {"uuid", n.name + "-" + std::to_string(i)}});
+      devs.push_back({{"index", i},
+                      {"model", n.gpu_model},
+                      {"memory_mib", mem},
+                      {"uuid", n.name + "-" + std::to_string(i)}});
     }
-    auto r = engine_->RegisterNode(admin_, {{"node", n.name}, {"pool", n.pool.empty() ? "default" : n.pool},
-                                            {"cpu_milli", n.cpu_milli}, {"memory_mib", n.memory_mib}, {"devices", devs}});
+    auto r = engine_->RegisterNode(admin_, {{"node", n.name},
+                                            {"pool", n.pool.empty() ? "default" : n.pool},
+                                            {"cpu_milli", n.cpu_milli},
+                                            {"memory_mib", n.memory_mib},
+                                            {"devices", devs}});
     ASSERT_TRUE(r.ok()) << n.name << ": " << r.status().ToString();
   }
 
@@ -242,11 +265,13 @@ class Served {
           grace_end_[{t + s_.policy.grace_seconds, std::stoll(id.substr(2))}] = id;
         }
         if (kind == "job.placed") {  // the admission is recorded with its placement
-          decisions_.push_back({e["time_ms"].get<int64_t>() / 1000, "admitted", id, e["data"]["admission"]});
+          decisions_.push_back(
+              {e["time_ms"].get<int64_t>() / 1000, "admitted", id, e["data"]["admission"]});
         }
-        static const std::map<std::string, std::string> kCompared = {{"job.placed", "placed"},
-                                                                     {"job.preempted", "preempted"},
-                                                                     {"device.repartitioned", "repartitioned"}};
+        static const std::map<std::string, std::string> kCompared = {
+            {"job.placed", "placed"},
+            {"job.preempted", "preempted"},
+            {"device.repartitioned", "repartitioned"}};
         auto k = kCompared.find(kind);
         if (k == kCompared.end()) continue;
         decisions_.push_back({e["time_ms"].get<int64_t>() / 1000, k->second,
@@ -288,8 +313,9 @@ TEST_P(SameDecisions, SimulatorAndServedEngineDecideAlike) {
   EXPECT_EQ(want.size(), got.size());
   std::map<std::string, int> kinds;
   for (const Decision& d : want) ++kinds[d.kind];
-  std::printf("%s: %zu decisions alike (%d placed, %d preempted, %d repartitioned)\n", GetParam().c_str(), want.size(),
-              kinds["placed"], kinds["preempted"], kinds["repartitioned"]);
+  std::printf("%s: %zu decisions alike (%d placed, %d preempted, %d repartitioned)\n",
+              GetParam().c_str(), want.size(), kinds["placed"], kinds["preempted"],
+              kinds["repartitioned"]);
 }
 
 // `tessera whatif` on a recorded history: utilization-math served with interactive sessions on
@@ -330,7 +356,8 @@ TEST(WhatIf, TheRecordedUtilizationMathHistoryReturnsFortyCards) {
   EXPECT_EQ(cards(report->run, "training"), 30);
   EXPECT_TRUE(report->run.invariant_violations.empty());
   // What GET /v1/whatif answers (the dashboard's what-if view): the same cards.
-  auto served_report = served.engine().WhatIf(served.admin(), 0, s->until_s * 1000, {"interactive=share"});
+  auto served_report =
+      served.engine().WhatIf(served.admin(), 0, s->until_s * 1000, {"interactive=share"});
   ASSERT_TRUE(served_report.ok()) << served_report.status().ToString();
   EXPECT_EQ((*served_report)["classes"]["interactive"]["returned"], 40) << served_report->dump();
   EXPECT_EQ((*served_report)["classes"]["interactive"]["observed_cards"], 50);
@@ -338,7 +365,9 @@ TEST(WhatIf, TheRecordedUtilizationMathHistoryReturnsFortyCards) {
   // The same scenario through `tessera sim scenario`, as a process: the same figures.
   const std::string file = "/dev/shm/tessera-whatif-" + std::to_string(::getpid()) + ".yaml";
   std::ofstream(file) << *what_if;
-  FILE* p = ::popen((std::string(TESSERA_BINARY_DIR) + "/src/cli/tessera sim scenario --json " + file).c_str(), "r");
+  FILE* p = ::popen(
+      (std::string(TESSERA_BINARY_DIR) + "/src/cli/tessera sim scenario --json " + file).c_str(),
+      "r");
   ASSERT_NE(p, nullptr);
   std::string out;
   char buf[4096];
@@ -356,7 +385,8 @@ TEST(WhatIf, TheRecordedUtilizationMathHistoryReturnsFortyCards) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Examples, SameDecisions,
-                         ::testing::Values("reclaim.yaml", "utilization-math.yaml", "mixed-24h.yaml"),
+                         ::testing::Values("reclaim.yaml", "utilization-math.yaml",
+                                           "mixed-24h.yaml"),
                          [](const auto& p) {
                            std::string n = p.param.substr(0, p.param.find('.'));
                            std::replace(n.begin(), n.end(), '-', '_');

@@ -31,9 +31,10 @@ class ServeFixture : public ::testing::Test {
 
   // Starts `tessera serve` with dir_/config.yaml and dir_/data, on port_ once it has one.
   void StartServer() {
-    server_ = std::make_unique<Proc>(std::vector<std::string>{kTessera, "serve", "--config", dir_ + "/config.yaml", "--data",
-                                                              dir_ + "/data", "--listen", "127.0.0.1:" + std::to_string(port_)},
-                                     dir_ + "/serve.log");
+    server_ = std::make_unique<Proc>(
+        std::vector<std::string>{kTessera, "serve", "--config", dir_ + "/config.yaml", "--data",
+                                 dir_ + "/data", "--listen", "127.0.0.1:" + std::to_string(port_)},
+        dir_ + "/serve.log");
     port_ = server_->WaitForPort();
     ASSERT_GT(port_, 0) << server_->Log();
     client_ = std::make_unique<httplib::Client>("127.0.0.1", port_);
@@ -42,7 +43,8 @@ class ServeFixture : public ::testing::Test {
   Json Call(const std::string& method, const std::string& path, const Json& body = Json::object(),
             const std::string& token = "alice-token-1") {
     httplib::Headers h = {{"Authorization", "Bearer " + token}};
-    auto r = method == "POST" ? client_->Post(path.c_str(), h, body.dump(), "application/json") : client_->Get(path.c_str(), h);
+    auto r = method == "POST" ? client_->Post(path.c_str(), h, body.dump(), "application/json")
+                              : client_->Get(path.c_str(), h);
     if (!r) return Json();
     Json j = Json::parse(r->body, nullptr, false);
     return j.is_discarded() ? Json(r->body) : j;
@@ -53,7 +55,8 @@ class ServeFixture : public ::testing::Test {
     return j.is_object() ? j.value("state", "") : "";
   }
   std::string Output(const std::string& id) {
-    auto out = client_->Get(("/v1/jobs/" + id + "/output").c_str(), {{"Authorization", "Bearer alice-token-1"}});
+    auto out = client_->Get(("/v1/jobs/" + id + "/output").c_str(),
+                            {{"Authorization", "Bearer alice-token-1"}});
     return out ? out->body : "";
   }
   // Polls f every 50 ms until it holds or timeout_ms (default wait_ms_) passes.

@@ -34,7 +34,8 @@ class ServerTest : public ::testing::Test {
     std::filesystem::create_directories(dir_);
     auto store = store::Store::Open(dir_ + "/t.db");
     ASSERT_TRUE(store.ok());
-    auto e = Engine::Open(*ParseConfig(kConfig), std::move(*store), dir_, [] { return int64_t{1000}; });
+    auto e =
+        Engine::Open(*ParseConfig(kConfig), std::move(*store), dir_, [] { return int64_t{1000}; });
     ASSERT_TRUE(e.ok());
     engine_ = std::move(*e);
     server_ = std::make_unique<ApiServer>(engine_.get());
@@ -43,7 +44,8 @@ class ServerTest : public ::testing::Test {
     port_ = *port;
     thread_ = std::thread([this] { server_->Run(50); });
     client_ = std::make_unique<httplib::Client>("127.0.0.1", port_);
-    for (int i = 0; i < 100 && !client_->Get("/v1/health"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    for (int i = 0; i < 100 && !client_->Get("/v1/health"); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   void TearDown() override {
     server_->Stop();
@@ -97,29 +99,33 @@ TEST_F(ServerTest, StatusCodesAndJsonErrors) {
   EXPECT_EQ(r->status, 400);
   EXPECT_EQ(Error(r), "malformed JSON body");
   // Deep nesting is refused before it is parsed (a stack overflow otherwise, for any token).
-  const std::string deep = R"({"queue": "x", "command": )" + std::string(200000, '[') + std::string(200000, ']') + "}";
+  const std::string deep =
+      R"({"queue": "x", "command": )" + std::string(200000, '[') + std::string(200000, ']') + "}";
   r = client_->Post("/v1/jobs", Auth("alice-token-1"), deep, "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 400);
   EXPECT_EQ(Error(r), "JSON body nested deeper than 64 levels");
   // Brackets inside strings are not nesting.
   r = client_->Post("/v1/jobs", Auth("alice-token-1"),
-                    R"({"queue": "nope", "command": [")" + std::string(100, '[') + R"("]})", "application/json");
+                    R"({"queue": "nope", "command": [")" + std::string(100, '[') + R"("]})",
+                    "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 400);
   EXPECT_NE(Error(r).find("queue"), std::string::npos) << Error(r);
-  r = client_->Post("/v1/jobs", Auth("alice-token-1"), R"({"queue":"nope","command":["true"]})", "application/json");
+  r = client_->Post("/v1/jobs", Auth("alice-token-1"), R"({"queue":"nope","command":["true"]})",
+                    "application/json");
   EXPECT_EQ(r->status, 400);
   EXPECT_NE(Error(r).find("unknown queue 'nope'"), std::string::npos);
-  std::string big = R"({"queue":"notebooks","command":["true"],"name":")" + std::string(1100 * 1024, 'x') + "\"}";
+  std::string big =
+      R"({"queue":"notebooks","command":["true"],"name":")" + std::string(1100 * 1024, 'x') + "\"}";
   r = client_->Post("/v1/jobs", Auth("alice-token-1"), big, "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 413);
   EXPECT_NE(Error(r).find("1 MiB"), std::string::npos);
   r = client_->Get("/v1/jobs/j-999", Auth("alice-token-1"));
   EXPECT_EQ(r->status, 404);
-  r = client_->Post("/v1/agent/register", Auth("alice-token-1"), R"({"node":"x","cpu_milli":1000,"memory_mib":1024})",
-                    "application/json");
+  r = client_->Post("/v1/agent/register", Auth("alice-token-1"),
+                    R"({"node":"x","cpu_milli":1000,"memory_mib":1024})", "application/json");
   EXPECT_EQ(r->status, 403);
   r = client_->Get("/v1/nosuch", Auth("alice-token-1"));
   EXPECT_EQ(r->status, 404);
@@ -132,13 +138,15 @@ TEST_F(ServerTest, StatusCodesAndJsonErrors) {
   EXPECT_EQ(failed[0]["reason"], "missing bearer token (Authorization: Bearer <token>)");
   EXPECT_EQ(failed[1]["reason"], "unknown token");
   EXPECT_EQ(failed[1]["subject"], "/v1/jobs");
-  EXPECT_EQ(r->body.find("wrong-token"), std::string::npos) << "a presented token is never recorded";
+  EXPECT_EQ(r->body.find("wrong-token"), std::string::npos)
+      << "a presented token is never recorded";
   // None of that changed anything.
   r = client_->Get("/v1/jobs", Auth("admin-token-1"));
   EXPECT_EQ(r->status, 200);
   EXPECT_TRUE(Json::parse(r->body)["jobs"].empty());
   // A good submission is 201 with the job.
-  r = client_->Post("/v1/jobs", Auth("alice-token-1"), R"({"queue":"notebooks","command":["true"]})", "application/json");
+  r = client_->Post("/v1/jobs", Auth("alice-token-1"),
+                    R"({"queue":"notebooks","command":["true"]})", "application/json");
   EXPECT_EQ(r->status, 201);
   EXPECT_EQ(Json::parse(r->body)["id"], "j-1");
   r = client_->Get("/v1/whoami", Auth("alice-token-1"));
@@ -173,7 +181,8 @@ TEST(ServerThreads, ASubmissionWaitingForTheStoreHoldsNoApiThread) {
   std::atomic<int> waiting{0};
   auto inner = store::Store::Open(dir + "/t.db");
   ASSERT_TRUE(inner.ok());
-  auto e = Engine::Open(*ParseConfig(kConfig), std::make_unique<HeldStore>(std::move(*inner), &hold, &waiting), dir,
+  auto e = Engine::Open(*ParseConfig(kConfig),
+                        std::make_unique<HeldStore>(std::move(*inner), &hold, &waiting), dir,
                         [] { return int64_t{1000}; });
   ASSERT_TRUE(e.ok()) << e.status().ToString();
   ApiServerOptions options;
@@ -188,9 +197,10 @@ TEST(ServerThreads, ASubmissionWaitingForTheStoreHoldsNoApiThread) {
   agent.set_read_timeout(5, 0);
   const httplib::Headers alice = {{"Authorization", "Bearer alice-token-1"}};
   const httplib::Headers agent_token = {{"Authorization", "Bearer agent-token-1"}};
-  auto reg = agent.Post("/v1/agent/register", agent_token,
-                        R"({"node":"n1","cpu_milli":8000,"memory_mib":65536,"devices":[{"index":0,"model":"H100-80GB","memory_mib":81920}]})",
-                        "application/json");
+  auto reg = agent.Post(
+      "/v1/agent/register", agent_token,
+      R"({"node":"n1","cpu_milli":8000,"memory_mib":65536,"devices":[{"index":0,"model":"H100-80GB","memory_mib":81920}]})",
+      "application/json");
   ASSERT_TRUE(reg);
   ASSERT_EQ(reg->status, 200) << reg->body;
 
@@ -198,12 +208,14 @@ TEST(ServerThreads, ASubmissionWaitingForTheStoreHoldsNoApiThread) {
   int submitted_status = 0;
   std::string submitted_body;
   std::thread submitter([&] {
-    auto r = user.Post("/v1/jobs", alice, R"({"queue":"notebooks","command":["true"]})", "application/json");
+    auto r = user.Post("/v1/jobs", alice, R"({"queue":"notebooks","command":["true"]})",
+                       "application/json");
     if (!r) return;
     submitted_status = r->status;
     submitted_body = r->body;
   });
-  for (int i = 0; i < 500 && waiting.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (int i = 0; i < 500 && waiting.load() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   ASSERT_GT(waiting.load(), 0) << "the submission never reached the store";
   auto hb = agent.Post("/v1/agent/heartbeat", agent_token, R"({"node":"n1"})", "application/json");
   ASSERT_TRUE(hb) << "a heartbeat was not answered while a submission waited for the store";
@@ -221,10 +233,12 @@ TEST(ServerThreads, ASubmissionWaitingForTheStoreHoldsNoApiThread) {
 }
 
 TEST_F(ServerTest, OutputIsServedInRanges) {
-  auto r = client_->Post("/v1/jobs", Auth("alice-token-1"), R"({"queue":"notebooks","command":["true"]})", "application/json");
+  auto r = client_->Post("/v1/jobs", Auth("alice-token-1"),
+                         R"({"queue":"notebooks","command":["true"]})", "application/json");
   ASSERT_EQ(r->status, 201);
   const std::string id = Json::parse(r->body)["id"];
-  ASSERT_TRUE(engine_->WriteOutput(engine_->config().identities[0], id, 0, "0123456789").ok());  // an admin may
+  ASSERT_TRUE(engine_->WriteOutput(engine_->config().identities[0], id, 0, "0123456789")
+                  .ok());  // an admin may
   const std::string path = "/v1/jobs/" + id + "/output";
   r = client_->Get(path.c_str(), Auth("alice-token-1"));
   ASSERT_TRUE(r);
@@ -273,9 +287,11 @@ TEST_F(ServerTest, OpenApiDescribesExactlyTheRoutes) {
     std::string path = r.openapi_path;
     size_t brace = path.find("{id}");
     if (brace != std::string::npos) path.replace(brace, 4, "j-1");
-    httplib::Result res = r.method == "GET"    ? client_->Get(path.c_str(), Auth("admin-token-1"))
-                          : r.method == "POST" ? client_->Post(path.c_str(), Auth("admin-token-1"), "{}", "application/json")
-                                               : client_->Put(path.c_str(), Auth("admin-token-1"), "", "text/plain");
+    httplib::Result res =
+        r.method == "GET" ? client_->Get(path.c_str(), Auth("admin-token-1"))
+        : r.method == "POST"
+            ? client_->Post(path.c_str(), Auth("admin-token-1"), "{}", "application/json")
+            : client_->Put(path.c_str(), Auth("admin-token-1"), "", "text/plain");
     ASSERT_TRUE(res) << r.method << " " << path;
     if (res->status == 404) {
       EXPECT_NE(Error(res), "no such endpoint") << r.method << " " << path;

@@ -10,8 +10,8 @@
 namespace tessera::testing {
 
 inline std::string FreshTestDir(const std::string& prefix) {
-  const std::string dir = ::testing::TempDir() + "/" + prefix + "_" + std::to_string(::getpid()) + "_" +
-                          ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  const std::string dir = ::testing::TempDir() + "/" + prefix + "_" + std::to_string(::getpid()) +
+                          "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;

@@ -2,6 +2,8 @@
 // net::WriteSelfSigned (what `tessera up` uses); the agent reads its token from a file (never
 // on its command line) and verifies the server; clients that do not trust the certificate, or
 // speak plain HTTP, get nothing; with a client CA, a client without a certificate is refused.
+#include "net/tls.h"
+
 #include <gtest/gtest.h>
 #include <httplib.h>
 
@@ -10,7 +12,6 @@
 #include <sstream>
 #include <vector>
 
-#include "net/tls.h"
 #include "proc.h"
 #include "serve_fixture.h"
 #include "test_dir.h"
@@ -48,8 +49,10 @@ class TlsTest : public testing::ServeFixture {
     server_.reset();
   }
   void Serve(std::vector<std::string> extra = {}) {
-    std::vector<std::string> argv = {kTessera, "serve", "--config", dir_ + "/config.yaml", "--data", dir_ + "/data",
-                                     "--listen", "127.0.0.1:0", "--tls-cert", cert_, "--tls-key", key_};
+    std::vector<std::string> argv = {
+        kTessera,     "serve",        "--config",  dir_ + "/config.yaml",
+        "--data",     dir_ + "/data", "--listen",  "127.0.0.1:0",
+        "--tls-cert", cert_,          "--tls-key", key_};
     argv.insert(argv.end(), extra.begin(), extra.end());
     server_ = std::make_unique<Proc>(argv, dir_ + "/serve.log");
     port_ = server_->WaitForPort();
@@ -71,8 +74,9 @@ TEST_F(TlsTest, AgentsAndUsersSpeakHttpsAndUntrustedClientsGetNothing) {
   EXPECT_NE(server_->Log().find("listening on https://"), std::string::npos) << server_->Log();
   std::ofstream(dir_ + "/agent.token") << "agent-token-1\n";
   agent_ = std::make_unique<Proc>(
-      std::vector<std::string>{kTessera, "agent", "--server", "https://127.0.0.1:" + std::to_string(port_),
-                               "--token-file", dir_ + "/agent.token", "--ca", cert_, "--node", "n1", "--simulate",
+      std::vector<std::string>{kTessera, "agent", "--server",
+                               "https://127.0.0.1:" + std::to_string(port_), "--token-file",
+                               dir_ + "/agent.token", "--ca", cert_, "--node", "n1", "--simulate",
                                "1xH100-80GB", "--work", dir_ + "/work", "--cgroup-root", ""},
       dir_ + "/agent.log");
   // The token is in no process's command line.
@@ -83,7 +87,8 @@ TEST_F(TlsTest, AgentsAndUsersSpeakHttpsAndUntrustedClientsGetNothing) {
 
   auto c = Https(cert_);
   const httplib::Headers alice = {{"Authorization", "Bearer alice-token-1"}};
-  auto r = c->Post("/v1/jobs", alice, Json{{"queue", "notebooks"}, {"command", {"echo", "over tls"}}}.dump(),
+  auto r = c->Post("/v1/jobs", alice,
+                   Json{{"queue", "notebooks"}, {"command", {"echo", "over tls"}}}.dump(),
                    "application/json");
   ASSERT_TRUE(r) << httplib::to_string(r.error());
   ASSERT_EQ(r->status, 201) << r->body;
@@ -91,7 +96,8 @@ TEST_F(TlsTest, AgentsAndUsersSpeakHttpsAndUntrustedClientsGetNothing) {
   ASSERT_TRUE(WaitFor([&] {
     auto j = c->Get(("/v1/jobs/" + id).c_str(), alice);
     return j && j->status == 200 && Json::parse(j->body)["state"] == "succeeded";
-  })) << agent_->Log() << server_->Log();
+  })) << agent_->Log()
+      << server_->Log();
   auto out = c->Get(("/v1/jobs/" + id + "/output").c_str(), alice);
   ASSERT_TRUE(out);
   EXPECT_EQ(out->body, "over tls\n");
@@ -109,7 +115,9 @@ TEST_F(TlsTest, AgentsAndUsersSpeakHttpsAndUntrustedClientsGetNothing) {
   const std::string url = "https://127.0.0.1:" + std::to_string(port_);
   std::ofstream(dir_ + "/alice.token") << "alice-token-1\n";
   const std::string base = "TESSERA_URL=" + url + " TESSERA_TOKEN_FILE=" + dir_ + "/alice.token ";
-  EXPECT_EQ(std::system((base + "TESSERA_CA=" + cert_ + " " + kTessera + " jobs >/dev/null 2>&1").c_str()), 0);
+  EXPECT_EQ(std::system(
+                (base + "TESSERA_CA=" + cert_ + " " + kTessera + " jobs >/dev/null 2>&1").c_str()),
+            0);
   EXPECT_NE(std::system((base + kTessera + " jobs > " + dir_ + "/cli.err 2>&1").c_str()), 0);
   EXPECT_NE(testing::ReadFile(dir_ + "/cli.err").find("TESSERA_CA"), std::string::npos)
       << testing::ReadFile(dir_ + "/cli.err");
@@ -141,8 +149,9 @@ TEST_F(TlsTest, WithAClientCaEveryClientNeedsACertificate) {
 TEST_F(TlsTest, UnusableCertificateFilesAreNamed) {
   std::ofstream(dir_ + "/bad.pem") << "not a certificate\n";
   server_ = std::make_unique<Proc>(
-      std::vector<std::string>{kTessera, "serve", "--config", dir_ + "/config.yaml", "--data", dir_ + "/data",
-                               "--listen", "127.0.0.1:0", "--tls-cert", dir_ + "/bad.pem", "--tls-key", key_},
+      std::vector<std::string>{kTessera, "serve", "--config", dir_ + "/config.yaml", "--data",
+                               dir_ + "/data", "--listen", "127.0.0.1:0", "--tls-cert",
+                               dir_ + "/bad.pem", "--tls-key", key_},
       dir_ + "/serve.log");
   EXPECT_EQ(server_->WaitForPort(5000), -1);
   EXPECT_NE(server_->Log().find("bad.pem"), std::string::npos) << server_->Log();

@@ -37,7 +37,8 @@ TEST_F(ViewSnapshotTest, ChangesShowAtOnceAndABusyEngineServesTheLastViewWithIts
   EXPECT_FALSE(nodes->contains("stale_ms"));
   // Read your writes: a change is in the next read.
   Register("n2", 1);
-  const std::string id = (*engine_->Submit(Who("alice"), {{"queue", "training"}, {"command", {"true"}}}))["id"];
+  const std::string id =
+      (*engine_->Submit(Who("alice"), {{"queue", "training"}, {"command", {"true"}}}))["id"];
   EXPECT_EQ((*engine_->Nodes(Who("admin")))["nodes"].size(), 2u);
   auto jobs = engine_->ListJobs(Who("alice"), "", 10);
   ASSERT_TRUE(jobs.ok());
@@ -53,7 +54,8 @@ TEST_F(ViewSnapshotTest, ChangesShowAtOnceAndABusyEngineServesTheLastViewWithIts
   auto read = std::async(std::launch::async, [this] {
     return std::make_pair(engine_->Nodes(Who("admin")), engine_->Summary(Who("admin")));
   });
-  ASSERT_EQ(read.wait_for(std::chrono::seconds(10)), std::future_status::ready) << "a read waited for the lock";
+  ASSERT_EQ(read.wait_for(std::chrono::seconds(10)), std::future_status::ready)
+      << "a read waited for the lock";
   auto [busy_nodes, busy_summary] = read.get();
   ASSERT_TRUE(busy_nodes.ok() && busy_summary.ok());
   EXPECT_EQ((*busy_nodes)["nodes"].size(), 2u);

@@ -77,10 +77,11 @@ TEST(Render, SlurmDefaultTemplateCarriesResourcesEnvAndCommand) {
   j.env["A"] = "x y";
   auto s = (*b)->Render(j);
   ASSERT_TRUE(s.ok()) << s.status().message();
-  for (const char* want : {"#SBATCH --job-name=tessera-c-j-7\n", "#SBATCH --partition=gpu\n", "#SBATCH --cpus-per-task=2\n",
-                           "#SBATCH --mem=2048M\n", "#SBATCH --output=/data/output/j-7.log\n", "#SBATCH --gres=shard:3\n",
-                           "export A='x y'\n", "export TESSERA_GPU_MEMORY_LIMIT='3221225472'\n",
-                           "'python' 'train.py' 'it'\\''s'\n"}) {
+  for (const char* want :
+       {"#SBATCH --job-name=tessera-c-j-7\n", "#SBATCH --partition=gpu\n",
+        "#SBATCH --cpus-per-task=2\n", "#SBATCH --mem=2048M\n",
+        "#SBATCH --output=/data/output/j-7.log\n", "#SBATCH --gres=shard:3\n", "export A='x y'\n",
+        "export TESSERA_GPU_MEMORY_LIMIT='3221225472'\n", "'python' 'train.py' 'it'\\''s'\n"}) {
     EXPECT_NE(s->find(want), std::string::npos) << want << " in\n" << *s;
   }
 }
@@ -92,7 +93,8 @@ TEST(Render, AnEnvironmentNameThatIsNotAShellNameIsRefused) {
     j.env["X=1; touch /tmp/owned; Y"] = "v";  // a record from before the API refused these
     auto s = (*b)->Render(j);
     ASSERT_FALSE(s.ok()) << backend << ":\n" << *s;
-    EXPECT_NE(s.status().message().find("is not a shell name"), std::string::npos) << s.status().message();
+    EXPECT_NE(s.status().message().find("is not a shell name"), std::string::npos)
+        << s.status().message();
   }
 }
 
@@ -160,11 +162,15 @@ TEST(SlurmPoll, ReadsGresOncePerJobAndListsAllWhenManyStart) {
     std::filesystem::permissions(dir + "/" + name, std::filesystem::perms::owner_all);
   };
   // RUNNING jobs 1..N (N from the file `n`), each on index (id mod 4).
-  script("squeue", "n=$(cat " + dir + "/n); i=1; while [ $i -le $n ]; do echo \"$i|RUNNING|vm|None|0|t-j-$i|\"; i=$((i+1)); done\n");
-  script("scontrol", "echo \"$*\" >> " + dir + "/calls\nn=$(cat " + dir + "/n); i=1\n"
-                     "while [ $i -le $n ]; do if [ -z \"$5\" ] || [ \"$5\" = \"$i\" ]; then "
-                     "echo \"JobId=$i JobName=t-j-$i JobState=RUNNING Reason=None NodeList=vm GRES=gpu:t:1(IDX:$((i % 4)))\"; fi; "
-                     "i=$((i+1)); done\n");
+  script("squeue", "n=$(cat " + dir +
+                       "/n); i=1; while [ $i -le $n ]; do echo \"$i|RUNNING|vm|None|0|t-j-$i|\"; "
+                       "i=$((i+1)); done\n");
+  script("scontrol", "echo \"$*\" >> " + dir + "/calls\nn=$(cat " + dir +
+                         "/n); i=1\n"
+                         "while [ $i -le $n ]; do if [ -z \"$5\" ] || [ \"$5\" = \"$i\" ]; then "
+                         "echo \"JobId=$i JobName=t-j-$i JobState=RUNNING Reason=None NodeList=vm "
+                         "GRES=gpu:t:1(IDX:$((i % 4)))\"; fi; "
+                         "i=$((i+1)); done\n");
   auto calls = [&] {
     std::ifstream in(dir + "/calls");
     std::vector<std::string> out;
@@ -209,12 +215,13 @@ TEST(PbsPoll, FieldsOfTheWrongTypeReadAsAbsent) {
   const std::string dir = ::testing::TempDir() + "/pbs_poll_" + std::to_string(::getpid());
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
-  std::ofstream(dir + "/qstat") << "#!/bin/sh\ncat <<'EOF'\n"
-                                << R"({"Jobs": {"1.s": {"Job_Name": 5, "job_state": "F", "Exit_status": 1e300},
+  std::ofstream(dir + "/qstat")
+      << "#!/bin/sh\ncat <<'EOF'\n"
+      << R"({"Jobs": {"1.s": {"Job_Name": 5, "job_state": "F", "Exit_status": 1e300},
                                               "2.s": {"Job_Name": "t-2", "job_state": "F", "Exit_status": "0",
                                                       "exec_host": ["n1"], "comment": {}},
                                               "3.s": {"Job_Name": "t-3", "job_state": "F", "Exit_status": 271}}})"
-                                << "\nEOF\n";
+      << "\nEOF\n";
   std::filesystem::permissions(dir + "/qstat", std::filesystem::perms::owner_all);
   BackendOptions o;
   o.bin_dir = dir;

@@ -122,10 +122,15 @@ class PbsTest : public testing::ServeFixture {
 };
 
 TEST_F(PbsTest, SubmitFollowFailCancel) {
-  std::string ok = Call("POST", "/v1/jobs", {{"queue", "hpc"}, {"command", {"sh", "-c", "echo hello-$TESSERA_JOB_ID"}}})["id"];
-  std::string bad = Call("POST", "/v1/jobs", {{"queue", "hpc"}, {"command", {"sh", "-c", "exit 3"}}})["id"];
-  std::string slow = Call("POST", "/v1/jobs", {{"queue", "hpc"}, {"command", {"sleep", "60"}}})["id"];
-  ASSERT_TRUE(WaitFor([&] { return State(ok) == "succeeded"; })) << Job(ok).dump() << Calls() << server_->Log();
+  std::string ok =
+      Call("POST", "/v1/jobs",
+           {{"queue", "hpc"}, {"command", {"sh", "-c", "echo hello-$TESSERA_JOB_ID"}}})["id"];
+  std::string bad =
+      Call("POST", "/v1/jobs", {{"queue", "hpc"}, {"command", {"sh", "-c", "exit 3"}}})["id"];
+  std::string slow =
+      Call("POST", "/v1/jobs", {{"queue", "hpc"}, {"command", {"sleep", "60"}}})["id"];
+  ASSERT_TRUE(WaitFor([&] { return State(ok) == "succeeded"; }))
+      << Job(ok).dump() << Calls() << server_->Log();
   ASSERT_TRUE(WaitFor([&] { return State(bad) == "failed"; })) << Job(bad).dump();
   EXPECT_EQ(Job(bad)["exit_code"], 3);
   ASSERT_TRUE(WaitFor([&] { return State(slow) == "running"; })) << Job(slow).dump();
@@ -134,7 +139,8 @@ TEST_F(PbsTest, SubmitFollowFailCancel) {
   EXPECT_EQ(sj["backend"]["gres"], "(pbsnode1:ncpus=1:ngpus=1)");
   Call("POST", "/v1/jobs/" + slow + "/cancel");
   ASSERT_TRUE(WaitFor([&] { return State(slow) == "cancelled"; })) << Job(slow).dump() << Calls();
-  auto out = client_->Get(("/v1/jobs/" + ok + "/output").c_str(), {{"Authorization", "Bearer alice-token-1"}});
+  auto out = client_->Get(("/v1/jobs/" + ok + "/output").c_str(),
+                          {{"Authorization", "Bearer alice-token-1"}});
   ASSERT_TRUE(out);
   EXPECT_NE(out->body.find("hello-" + ok), std::string::npos) << out->body;
   const std::string calls = Calls();
@@ -143,15 +149,17 @@ TEST_F(PbsTest, SubmitFollowFailCancel) {
   std::ifstream script(dir_ + "/state/1.sh");
   std::stringstream ss;
   ss << script.rdbuf();
-  EXPECT_NE(ss.str().find("#PBS -l select=1:ncpus=1:ngpus=1:mem=64mb"), std::string::npos) << ss.str();
+  EXPECT_NE(ss.str().find("#PBS -l select=1:ncpus=1:ngpus=1:mem=64mb"), std::string::npos)
+      << ss.str();
   EXPECT_NE(ss.str().find("#PBS -N tessera-p1-" + ok), std::string::npos) << ss.str();
 }
 
 TEST_F(PbsTest, QsubFailingKeepsTheJobUnsubmittedWithItsReasonThenRetries) {
   std::ofstream(dir_ + "/state/down") << "";
   std::string id = Call("POST", "/v1/jobs", {{"queue", "hpc"}, {"command", {"true"}}})["id"];
-  ASSERT_TRUE(WaitFor([&] { return Job(id).value("reason", "").find("cannot connect to server") != std::string::npos; }))
-      << Job(id).dump();
+  ASSERT_TRUE(WaitFor([&] {
+    return Job(id).value("reason", "").find("cannot connect to server") != std::string::npos;
+  })) << Job(id).dump();
   EXPECT_EQ(State(id), "placed");
   std::filesystem::remove(dir_ + "/state/down");
   ASSERT_TRUE(WaitFor([&] { return State(id) == "succeeded"; })) << Job(id).dump() << Calls();

@@ -19,6 +19,8 @@ inline int SlurmUp(const std::string& slurm_dir, const std::string& log) {
   return rc;
 }
 
-inline void SlurmDown(const std::string& slurm_dir) { (void)Sh("bash " + kSlurmScripts + "/slurm_down.sh " + slurm_dir); }
+inline void SlurmDown(const std::string& slurm_dir) {
+  (void)Sh("bash " + kSlurmScripts + "/slurm_down.sh " + slurm_dir);
+}
 
 }  // namespace tessera::testing

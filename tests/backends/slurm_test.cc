@@ -88,7 +88,8 @@ class SlurmTest : public testing::ServeFixture {
     std::filesystem::create_directories(dir_);
     slurm_ = dir_ + "/slurm";
     started_ = true;
-    ASSERT_EQ(Sh("bash " + kScripts + "/slurm_up.sh " + slurm_ + " > " + dir_ + "/slurm_up.log 2>&1"), 0)
+    ASSERT_EQ(
+        Sh("bash " + kScripts + "/slurm_up.sh " + slurm_ + " > " + dir_ + "/slurm_up.log 2>&1"), 0)
         << ReadFile(dir_ + "/slurm_up.log");
     ::setenv("SLURM_CONF", (slurm_ + "/slurm.conf").c_str(), 1);
     std::ofstream(dir_ + "/config.yaml") << testing::WithJobAccounts(kConfig);
@@ -125,28 +126,40 @@ class SlurmTest : public testing::ServeFixture {
 // they arrive byte for byte and run nothing (no file appears); a hostile name is refused.
 TEST_F(SlurmTest, HostileValuesRunHarmlesslyAndHostileNamesAreRefused) {
   const std::string marker = dir_ + "/owned";
-  const std::string nasty = "a'b\"c $(touch " + marker + ") `touch " + marker + "` ; touch " + marker + " \\n %s {{queue}}";
-  std::string id = Call("POST", "/v1/jobs",
-                        {{"queue", "training"},
-                         {"env", {{"NASTY", nasty}}},
-                         {"command", {"sh", "-c", "printf '%s|%s\\n' \"$NASTY\" \"$1\"", "argv0", nasty}}})["id"];
+  const std::string nasty = "a'b\"c $(touch " + marker + ") `touch " + marker + "` ; touch " +
+                            marker + " \\n %s {{queue}}";
+  std::string id = Call(
+      "POST", "/v1/jobs",
+      {{"queue", "training"},
+       {"env", {{"NASTY", nasty}}},
+       {"command", {"sh", "-c", "printf '%s|%s\\n' \"$NASTY\" \"$1\"", "argv0", nasty}}})["id"];
   ASSERT_FALSE(id.empty());
   ASSERT_TRUE(WaitFor([&] { return State(id) == "succeeded"; })) << Diag(id);
   EXPECT_EQ(Output(id), nasty + "|" + nasty + "\n");
   EXPECT_FALSE(std::filesystem::exists(marker)) << "a value was run by the shell";
   Json refused = Call("POST", "/v1/jobs",
-                      {{"queue", "training"}, {"env", {{"X=1; touch " + marker + "; Y", "v"}}}, {"command", {"true"}}});
-  EXPECT_NE(refused.value("error", "").find("is not a variable name"), std::string::npos) << refused.dump();
+                      {{"queue", "training"},
+                       {"env", {{"X=1; touch " + marker + "; Y", "v"}}},
+                       {"command", {"true"}}});
+  EXPECT_NE(refused.value("error", "").find("is not a variable name"), std::string::npos)
+      << refused.dump();
   EXPECT_FALSE(std::filesystem::exists(marker));
 }
 
 TEST_F(SlurmTest, WholeCardsAndSharesRunToCompletionWithTheirGres) {
-  std::string w = Call("POST", "/v1/jobs",
-                       {{"queue", "training"}, {"gpus", 2},
-                        {"command", {"sh", "-c", "echo whole cvd=$CUDA_VISIBLE_DEVICES q=$TESSERA_QUEUE; sleep 1"}}})["id"];
-  std::string s = Call("POST", "/v1/jobs",
-                       {{"queue", "notebooks"}, {"gpu_memory", "3GiB"},
-                        {"command", {"sh", "-c", "echo share shards=$SLURM_SHARDS_ON_NODE cap=$TESSERA_GPU_MEMORY_LIMIT"}}})["id"];
+  std::string w = Call(
+      "POST", "/v1/jobs",
+      {{"queue", "training"},
+       {"gpus", 2},
+       {"command",
+        {"sh", "-c", "echo whole cvd=$CUDA_VISIBLE_DEVICES q=$TESSERA_QUEUE; sleep 1"}}})["id"];
+  std::string s =
+      Call("POST", "/v1/jobs",
+           {{"queue", "notebooks"},
+            {"gpu_memory", "3GiB"},
+            {"command",
+             {"sh", "-c",
+              "echo share shards=$SLURM_SHARDS_ON_NODE cap=$TESSERA_GPU_MEMORY_LIMIT"}}})["id"];
   ASSERT_FALSE(w.empty());
   // While it runs, the job shows where Slurm placed it and which GPU indices it got.
   ASSERT_TRUE(WaitFor([&] { return State(w) == "running" || State(w) == "succeeded"; })) << Diag(w);
@@ -161,7 +174,8 @@ TEST_F(SlurmTest, WholeCardsAndSharesRunToCompletionWithTheirGres) {
   Json ev = Call("GET", "/v1/events?kind=job.running", {}, "admin-token-1");
   bool saw_gres = false;
   for (const auto& e : ev["events"]) {
-    if (e["subject"] == w) saw_gres = e["data"]["gres"].get<std::string>().find("IDX:0-1") != std::string::npos;
+    if (e["subject"] == w)
+      saw_gres = e["data"]["gres"].get<std::string>().find("IDX:0-1") != std::string::npos;
   }
   EXPECT_TRUE(saw_gres) << ev.dump();
   EXPECT_EQ(SlurmJobsNamed("tessera-t1-" + w), 1);
@@ -171,11 +185,15 @@ TEST_F(SlurmTest, MigInstancesRunAsTypedGres) {
   // Two MIG jobs: Slurm gives each one of the two 1g.10gb devices (gpu2, gpu3), never a whole card.
   // One through a queue with a fixed GRES, one through a queue that picks the profile from the
   // card's model and what the job asks for (9GiB on an H100-80GB: 1g.10gb).
-  std::string a = Call("POST", "/v1/jobs",
-                       {{"queue", "inference"}, {"command", {"sh", "-c", "echo mig cvd=$CUDA_VISIBLE_DEVICES; sleep 2"}}})["id"];
-  std::string b = Call("POST", "/v1/jobs",
-                       {{"queue", "serving"}, {"gpu_memory", "9GiB"},
-                        {"command", {"sh", "-c", "echo mig cvd=$CUDA_VISIBLE_DEVICES; sleep 2"}}})["id"];
+  std::string a =
+      Call("POST", "/v1/jobs",
+           {{"queue", "inference"},
+            {"command", {"sh", "-c", "echo mig cvd=$CUDA_VISIBLE_DEVICES; sleep 2"}}})["id"];
+  std::string b =
+      Call("POST", "/v1/jobs",
+           {{"queue", "serving"},
+            {"gpu_memory", "9GiB"},
+            {"command", {"sh", "-c", "echo mig cvd=$CUDA_VISIBLE_DEVICES; sleep 2"}}})["id"];
   ASSERT_FALSE(a.empty());
   ASSERT_FALSE(b.empty());
   ASSERT_TRUE(WaitFor([&] { return State(a) == "succeeded"; })) << Diag(a);
@@ -185,7 +203,8 @@ TEST_F(SlurmTest, MigInstancesRunAsTypedGres) {
   // docs/openapi.json describes every field of such a job, its backend object included.
   std::ifstream api(TESSERA_SOURCE_DIR "/docs/openapi.json");
   const Json schema = Json::parse(api)["components"]["schemas"]["Job"]["properties"];
-  for (const auto& [k, v] : Job(a).items()) EXPECT_TRUE(schema.contains(k)) << "undocumented job field " << k;
+  for (const auto& [k, v] : Job(a).items())
+    EXPECT_TRUE(schema.contains(k)) << "undocumented job field " << k;
   for (const auto& [k, v] : Job(a)["backend"].items()) {
     EXPECT_TRUE(schema["backend"]["properties"].contains(k)) << "undocumented backend field " << k;
   }
@@ -196,21 +215,27 @@ TEST_F(SlurmTest, MigInstancesRunAsTypedGres) {
   }
   // Slurm reports each job's device by its type and its index among the node's GPUs (2 and 3 are
   // the MIG devices; 0 and 1 the whole cards), and sets CUDA_VISIBLE_DEVICES to it.
-  EXPECT_EQ(gres, (std::set<std::string>{"gpu:1g.10gb:1(IDX:2)", "gpu:1g.10gb:1(IDX:3)"})) << ev.dump();
-  EXPECT_EQ((std::set<std::string>{Output(a), Output(b)}), (std::set<std::string>{"mig cvd=2\n", "mig cvd=3\n"}));
+  EXPECT_EQ(gres, (std::set<std::string>{"gpu:1g.10gb:1(IDX:2)", "gpu:1g.10gb:1(IDX:3)"}))
+      << ev.dump();
+  EXPECT_EQ((std::set<std::string>{Output(a), Output(b)}),
+            (std::set<std::string>{"mig cvd=2\n", "mig cvd=3\n"}));
 }
 
 TEST_F(SlurmTest, FailureCancellationAndGroupLimit) {
-  std::string f = Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"sh", "-c", "exit 3"}}})["id"];
-  std::string c = Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"sleep", "60"}}})["id"];
+  std::string f =
+      Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"sh", "-c", "exit 3"}}})["id"];
+  std::string c =
+      Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"sleep", "60"}}})["id"];
   // The group's limit is 2 GPUs: with one held by `c`, a 2-GPU job waits unsubmitted.
   ASSERT_TRUE(WaitFor([&] { return State(f) == "failed"; })) << Diag(f);
   EXPECT_EQ(Job(f)["exit_code"], 3);
   ASSERT_TRUE(WaitFor([&] { return State(c) == "running"; })) << Diag(c);
-  std::string big = Call("POST", "/v1/jobs", {{"queue", "training"}, {"gpus", 2}, {"command", {"true"}}})["id"];
+  std::string big =
+      Call("POST", "/v1/jobs", {{"queue", "training"}, {"gpus", 2}, {"command", {"true"}}})["id"];
   Json bj = Job(big);
   EXPECT_EQ(bj["state"], "pending") << bj.dump();
-  EXPECT_NE(bj["reason"].get<std::string>().find("at its gpu limit"), std::string::npos) << bj.dump();
+  EXPECT_NE(bj["reason"].get<std::string>().find("at its gpu limit"), std::string::npos)
+      << bj.dump();
   Call("POST", "/v1/jobs/" + c + "/cancel");
   ASSERT_TRUE(WaitFor([&] { return State(c) == "cancelled"; })) << Diag(c);
   // Its quota is free again: the waiting job is admitted and runs.
@@ -221,22 +246,29 @@ TEST_F(SlurmTest, ControllerDownJobsWaitUnsubmittedThenRun) {
   ASSERT_EQ(Sh("bash " + kScripts + "/slurm_up.sh " + slurm_ + " stop-ctld"), 0);
   std::string id = Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"true"}}})["id"];
   // sbatch itself gives up on an unreachable controller after about 9 s.
-  ASSERT_TRUE(WaitFor([&] { return Job(id).value("reason", "").find("not yet submitted") != std::string::npos; }, 40000))
+  ASSERT_TRUE(WaitFor(
+      [&] { return Job(id).value("reason", "").find("not yet submitted") != std::string::npos; },
+      40000))
       << Diag(id);
   EXPECT_EQ(State(id), "placed");
-  ASSERT_EQ(Sh("bash " + kScripts + "/slurm_up.sh " + slurm_ + " restart-ctld > " + dir_ + "/restart.log 2>&1"), 0)
+  ASSERT_EQ(Sh("bash " + kScripts + "/slurm_up.sh " + slurm_ + " restart-ctld > " + dir_ +
+               "/restart.log 2>&1"),
+            0)
       << ReadFile(dir_ + "/restart.log");
   ASSERT_TRUE(WaitFor([&] { return State(id) == "succeeded"; }, 45000)) << Diag(id);
   EXPECT_EQ(SlurmJobsNamed("tessera-t1-" + id), 1);
 }
 
 TEST_F(SlurmTest, RestartsOfTesseraAndSlurmctldNeitherLoseNorDoubleJobs) {
-  std::string id = Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"sleep", "4"}}})["id"];
+  std::string id =
+      Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"sleep", "4"}}})["id"];
   ASSERT_TRUE(WaitFor([&] { return State(id) == "running"; })) << Diag(id);
   server_->Kill(SIGKILL);
   // A job under this cluster's name that Tessera never recorded: cancelled by reconciliation.
   ASSERT_EQ(Sh("printf '#!/bin/sh\\nsleep 60\\n' | sbatch -Q -J tessera-t1-j-999 -o /dev/null"), 0);
-  ASSERT_EQ(Sh("bash " + kScripts + "/slurm_up.sh " + slurm_ + " restart-ctld > " + dir_ + "/restart.log 2>&1"), 0)
+  ASSERT_EQ(Sh("bash " + kScripts + "/slurm_up.sh " + slurm_ + " restart-ctld > " + dir_ +
+               "/restart.log 2>&1"),
+            0)
       << ReadFile(dir_ + "/restart.log");
   StartServer();
   ASSERT_TRUE(WaitFor([&] { return State(id) == "succeeded"; }, 30000)) << Diag(id);

@@ -30,13 +30,16 @@ class ThreeBackendsTest : public testing::ServeFixture {
   void SetUp() override {
     if (::geteuid() != 0) GTEST_SKIP() << "needs root to run slurmctld/slurmd";
     wait_ms_ = 30000;
-    dir_ = ::testing::TempDir() + "/tb" + std::to_string(::getpid());  // short: munged's socket path
+    dir_ =
+        ::testing::TempDir() + "/tb" + std::to_string(::getpid());  // short: munged's socket path
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
     slurm_ = dir_ + "/slurm";
     started_ = true;
-    ASSERT_EQ(testing::SlurmUp(slurm_, dir_ + "/slurm_up.log"), 0) << ReadFile(dir_ + "/slurm_up.log");
-    k_ = std::make_unique<testing::KubeStandIn>(dir_ + "/k8s", false, testing::KubeStandIn::kOneNode);
+    ASSERT_EQ(testing::SlurmUp(slurm_, dir_ + "/slurm_up.log"), 0)
+        << ReadFile(dir_ + "/slurm_up.log");
+    k_ = std::make_unique<testing::KubeStandIn>(dir_ + "/k8s", false,
+                                                testing::KubeStandIn::kOneNode);
     ASSERT_EQ(k_->error(), "");
     std::ofstream(dir_ + "/config.yaml") << tessera::testing::WithJobAccounts(std::string() + R"(
 cluster: tri
@@ -79,8 +82,8 @@ queues:
     return r.is_object() ? r.value("id", "") : "";
   }
   std::string Diag() {
-    return server_->Log().substr(0, 20000) + "\n--- agent\n" + agent_->Log() + "\n--- slurmctld (tail)\n" +
-           ReadFile(slurm_ + "/log/slurmctld.log").substr(0, 3000);
+    return server_->Log().substr(0, 20000) + "\n--- agent\n" + agent_->Log() +
+           "\n--- slurmctld (tail)\n" + ReadFile(slurm_ + "/log/slurmctld.log").substr(0, 3000);
   }
   int SlurmJobs() {
     const std::string f = dir_ + "/sq.txt";
@@ -102,17 +105,24 @@ TEST_F(ThreeBackendsTest, OneGroupLimitCountsAgentSlurmAndKubernetesJobsOnce) {
   const std::string l = Submit("local");
   const std::string s = Submit("slurm");
   const std::string k = Submit("k8s");
-  ASSERT_TRUE(WaitFor([&] { return State(l) == "running" && State(s) == "running" && State(k) == "running"; })) << Diag();
-  // The limit is 3 cards and the three hold one each: a fourth waits, whichever backend it asks for.
+  ASSERT_TRUE(WaitFor([&] {
+    return State(l) == "running" && State(s) == "running" && State(k) == "running";
+  })) << Diag();
+  // The limit is 3 cards and the three hold one each: a fourth waits, whichever backend it asks
+  // for.
   std::vector<std::string> more = {Submit("local"), Submit("slurm"), Submit("k8s")};
   std::this_thread::sleep_for(std::chrono::seconds(2));
   for (const std::string& id : more) {
     Json j = Job(id);
     EXPECT_EQ(j.value("state", ""), "pending") << j.dump();
-    EXPECT_NE(j.value("reason", "").find("group research at its gpu limit"), std::string::npos) << j.dump();
+    EXPECT_NE(j.value("reason", "").find("group research at its gpu limit"), std::string::npos)
+        << j.dump();
   }
   EXPECT_EQ(SlurmJobs(), 1);
-  EXPECT_EQ(k_->Control("GET", "/apis/batch/v1/jobs?labelSelector=tessera.io%2Fcluster%3Dtri")["items"].size(), 1u);
+  EXPECT_EQ(
+      k_->Control("GET", "/apis/batch/v1/jobs?labelSelector=tessera.io%2Fcluster%3Dtri")["items"]
+          .size(),
+      1u);
   // The Slurm job ends: exactly one waiting job takes its card.
   ASSERT_TRUE(Call("POST", "/v1/jobs/" + s + "/cancel").is_object());
   ASSERT_TRUE(WaitFor([&] { return State(s) == "cancelled"; })) << Diag();
@@ -127,7 +137,8 @@ TEST_F(ThreeBackendsTest, OneGroupLimitCountsAgentSlurmAndKubernetesJobsOnce) {
   for (const std::string& id : more) running += State(id) == "running";
   EXPECT_EQ(running, 1);
   // Everything cancelled: nothing is left in Slurm or Kubernetes.
-  for (const std::string& id : {l, k, more[0], more[1], more[2]}) Call("POST", "/v1/jobs/" + id + "/cancel");
+  for (const std::string& id : {l, k, more[0], more[1], more[2]})
+    Call("POST", "/v1/jobs/" + id + "/cancel");
   ASSERT_TRUE(WaitFor([&] {
     for (const std::string& id : {l, k, more[0], more[1], more[2]}) {
       if (State(id) != "cancelled") return false;
@@ -136,7 +147,9 @@ TEST_F(ThreeBackendsTest, OneGroupLimitCountsAgentSlurmAndKubernetesJobsOnce) {
   })) << Diag();
   ASSERT_TRUE(WaitFor([&] {
     return SlurmJobs() == 0 &&
-           k_->Control("GET", "/apis/batch/v1/jobs?labelSelector=tessera.io%2Fcluster%3Dtri")["items"].empty();
+           k_->Control("GET",
+                       "/apis/batch/v1/jobs?labelSelector=tessera.io%2Fcluster%3Dtri")["items"]
+               .empty();
   })) << Diag();
 }
 

@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <memory>
-#include <string>
 #include <set>
+#include <string>
 
 #include "capgpu/alloc_table.h"
 #include "capgpu/sizes.h"

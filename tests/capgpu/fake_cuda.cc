@@ -8,8 +8,8 @@
 //     address space (mmap PROT_NONE), cuMemCreate makes a memfd of the size (the "physical"
 //     memory), cuMemMap maps it at the reserved address, cuMemSetAccess makes it readable and
 //     writable, cuMemUnmap returns the range to a reservation. So a device pointer from the VMM
-//     API is a host address: cuMemcpy*, cuMemset* and the stand-in kernel (below) read and write it,
-//     and touching a range that is not mapped is a segmentation fault, as a kernel touching it
+//     API is a host address: cuMemcpy*, cuMemset* and the stand-in kernel (below) read and write
+//     it, and touching a range that is not mapped is a segmentation fault, as a kernel touching it
 //     would be a device fault. Physical memory is freed when its handle is released and its last
 //     mapping unmapped, as the driver documents.
 //   - cuLaunchKernel with f == kFakeKernelIncrement (0xF00D) is a kernel: params[0] points at a
@@ -284,12 +284,12 @@ FAKE_API CUresult cuMemGetAllocationGranularity(size_t* granularity, const CUmem
   *granularity = kGranularity;
   return CUDA_SUCCESS;
 }
-FAKE_API CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment,
-                                      CUdeviceptr, unsigned long long) {
+FAKE_API CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CUdeviceptr,
+                                      unsigned long long) {
   if (ptr == nullptr || size == 0 || size % kGranularity != 0) return CUDA_ERROR_INVALID_VALUE;
   const size_t align = alignment > kGranularity ? alignment : kGranularity;
-  void* m = mmap(nullptr, size + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                 -1, 0);
+  void* m =
+      mmap(nullptr, size + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (m == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
   uintptr_t start = (reinterpret_cast<uintptr_t>(m) + align - 1) & ~(uintptr_t{align} - 1);
   // Trim the slack on both sides so the reservation is exactly [start, start + size).

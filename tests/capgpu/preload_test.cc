@@ -313,7 +313,8 @@ TEST_F(PreloadTest, TwoProcessesShareOneCap) {
 // process of the share, through both launch entry points.
 TEST_F(PreloadTest, KernelLaunchesAreCountedInTheRegion) {
   CreateRegion(4 * kGiB);
-  EXPECT_EQ(Run("direct", {"launch", "launch_ptsz", "launch"}, Capped()), "launch 0\nlaunch_ptsz 0\nlaunch 0\n");
+  EXPECT_EQ(Run("direct", {"launch", "launch_ptsz", "launch"}, Capped()),
+            "launch 0\nlaunch_ptsz 0\nlaunch 0\n");
   EXPECT_EQ(Run("dlsym", {"launch"}, Capped()), "launch 0\n");
   Region region;
   ASSERT_EQ(region.Open(region_.c_str()), 0);

@@ -2,13 +2,12 @@
 #include "capgpu/region.h"
 
 #include <gtest/gtest.h>
-#include <stdlib.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
-
 #include <string>
 
 namespace tessera::capgpu {

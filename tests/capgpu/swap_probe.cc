@@ -9,11 +9,11 @@
 //                              keeps the memory), `keep` holds it until `free`
 //   async NAME SIZE            cuMemAllocAsync (a stream-ordered pool)
 //   fill NAME SEED             cuMemcpyHtoD of a pattern            -> "fill NAME RC"
-//   check NAME SEED            cuMemcpyDtoH and compare             -> "check NAME ok" / "... bad AT"
-//   kernel NAME                the stand-in kernel adds 1 to every byte (pattern SEED -> SEED+1)
-//   addr NAME                  -> "addr NAME 0x..."
-//   free NAME                  cuMemFree_v2, or unmap + release + address free for `vmm`
-//   ncclfree NAME              a `vmm ... keep` buffer freed as NCCL does: retain the handle
+//   check NAME SEED            cuMemcpyDtoH and compare             -> "check NAME ok" / "... bad
+//   AT" kernel NAME                the stand-in kernel adds 1 to every byte (pattern SEED ->
+//   SEED+1) addr NAME                  -> "addr NAME 0x..." free NAME cuMemFree_v2, or unmap +
+//   release + address free for `vmm` ncclfree NAME              a `vmm ... keep` buffer freed as
+//   NCCL does: retain the handle
 //                              from the address, release it, unmap, release the handle the
 //                              address gave, address free -> "ncclfree NAME RC HANDLE_HEX"
 //   retain NAME                cuMemRetainAllocationHandle on NAME's address -> "retain NAME RC"
@@ -24,7 +24,8 @@
 //   devused                    the stand-in's device bytes in use (not a driver call; -1 on a
 //                              real driver)
 //   bw NAME                    pinned copy bandwidth over NAME's bytes: cuMemHostAlloc, then the
-//                              best of three cuMemcpyDtoH and cuMemcpyHtoD -> "bw NAME D2H_GBPS H2D_GBPS"
+//                              best of three cuMemcpyDtoH and cuMemcpyHtoD -> "bw NAME D2H_GBPS
+//                              H2D_GBPS"
 //   quit
 // SIZE: bytes, or with KiB/MiB/GiB. Pattern byte i of SEED: (SEED + 7*i + i/4096) mod 256.
 #include <pthread.h>
@@ -216,9 +217,10 @@ int main() {
       unsigned seed = 0;
       in >> seed;
       const long bad = Check(b, seed);
-      Say("check " + name + (bad == -1           ? std::string(" ok")
-                             : bad == kCopyFailed ? std::string(" error: the copy to the host failed")
-                                                  : " bad " + std::to_string(bad)));
+      Say("check " + name +
+          (bad == -1            ? std::string(" ok")
+           : bad == kCopyFailed ? std::string(" error: the copy to the host failed")
+                                : " bad " + std::to_string(bad)));
     } else if (cmd == "kernel") {
       void* params[2] = {&b.ptr, &b.bytes};
       CUresult r = cuLaunchKernel(reinterpret_cast<CUfunction>(0xF00D), 1, 1, 1, 1, 1, 1, 0,
@@ -296,7 +298,8 @@ int main() {
       g_stop = true;
       for (auto& t : g_threads) t.join();
       g_threads.clear();
-      Say("stop loops=" + std::to_string(g_loops.load()) + " errors=" + std::to_string(g_errors.load()));
+      Say("stop loops=" + std::to_string(g_loops.load()) +
+          " errors=" + std::to_string(g_errors.load()));
     } else if (cmd == "devused") {
       g_buffers.erase(name);
       Say("devused " + (fakecudaDeviceUsed != nullptr ? std::to_string(fakecudaDeviceUsed())
@@ -328,7 +331,8 @@ int main() {
       cuMemFreeHost(host);
       char line[160];
       snprintf(line, sizeof(line), "bw %s %.2f %.2f", name.c_str(),
-               static_cast<double>(b.bytes) / 1e9 / (t1 - t0), static_cast<double>(b.bytes) / 1e9 / (t2 - t1));
+               static_cast<double>(b.bytes) / 1e9 / (t1 - t0),
+               static_cast<double>(b.bytes) / 1e9 / (t2 - t1));
       Say(r == CUDA_SUCCESS ? line : "bw " + name + " failed");
     } else if (cmd == "quit") {
       break;

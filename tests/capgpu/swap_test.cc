@@ -230,7 +230,8 @@ TEST_F(SwapTest, SigkillDuringASwapLeavesNoLockSlotOrHostMemoryBehind) {
   for (int i = 0; i < 2000 && state_at_kill.empty(); ++i) {
     {
       RegionLock lock(region_);
-      if (region_.data().host_used > 0) state_at_kill = SwapStateName(region_.data().slots[0].swap_state);
+      if (region_.data().host_used > 0)
+        state_at_kill = SwapStateName(region_.data().slots[0].swap_state);
     }
     usleep(1000);
   }

@@ -1,21 +1,20 @@
 // Runs the built `tessera` binary as a real process and checks its output and exit codes.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
-
 namespace {
 
-using ::testing::HasSubstr;
 using nlohmann::json;
+using ::testing::HasSubstr;
 
 struct ProcessResult {
   int exit_code = -1;
@@ -112,15 +111,15 @@ TEST(CatalogCliTest, UnknownModelIsBadInput) {
 }
 
 TEST(MigCliTest, PlanPrintsStartsAndSliceMap) {
-  ProcessResult r = Tessera({"partition", "plan", "--gpu", "H100-80GB", "--want",
-                   "3g.40gb,2g.20gb,1g.10gb,1g.10gb"});
+  ProcessResult r = Tessera(
+      {"partition", "plan", "--gpu", "H100-80GB", "--want", "3g.40gb,2g.20gb,1g.10gb,1g.10gb"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("3g.40gb"));
   EXPECT_THAT(r.out, HasSubstr("START"));
   EXPECT_THAT(r.out, HasSubstr("[3g.40gb"));
 
-  ProcessResult js = Tessera({"partition", "plan", "--gpu", "a100-40gb", "--want", "4g.20gb,3g.20gb",
-                    "--json"});
+  ProcessResult js =
+      Tessera({"partition", "plan", "--gpu", "a100-40gb", "--want", "4g.20gb,3g.20gb", "--json"});
   ASSERT_EQ(js.exit_code, 0) << js.err;
   json j = ParseJson(js);
   ASSERT_EQ(j["instances"].size(), 2u);
@@ -135,7 +134,8 @@ TEST(MigCliTest, PlanPrintsStartsAndSliceMap) {
 }
 
 TEST(MigCliTest, PlanFailureExitCodes) {
-  ProcessResult cap = Tessera({"partition", "plan", "--gpu", "A100-40GB", "--want", "4g.20gb,4g.20gb"});
+  ProcessResult cap =
+      Tessera({"partition", "plan", "--gpu", "A100-40GB", "--want", "4g.20gb,4g.20gb"});
   EXPECT_EQ(cap.exit_code, 1);
   EXPECT_THAT(cap.err, HasSubstr("wants 2 x 4g.20gb, at most 1 per GPU"));
 
@@ -145,29 +145,31 @@ TEST(MigCliTest, PlanFailureExitCodes) {
   EXPECT_THAT(overlap.err, HasSubstr("3g.20gb (starts {0}) and 2g.10gb (starts {0,2}) overlap "
                                      "in memory slices beside existing 1g.5gb@5"));
 
-  ProcessResult beside = Tessera({"partition", "plan", "--gpu", "A100-40GB", "--want",
-                                  "3g.20gb", "--existing", "1g.5gb@5", "--json"});
+  ProcessResult beside = Tessera({"partition", "plan", "--gpu", "A100-40GB", "--want", "3g.20gb",
+                                  "--existing", "1g.5gb@5", "--json"});
   ASSERT_EQ(beside.exit_code, 0) << beside.err;
   json j = ParseJson(beside);
   EXPECT_EQ(j["instances"][0]["start"], 0);
   EXPECT_EQ(j["existing"][0]["start"], 5);
 
-  ProcessResult bad_existing = Tessera({"partition", "plan", "--gpu", "A100-40GB", "--want",
-                                        "3g.20gb", "--existing", "1g.5gb"});
+  ProcessResult bad_existing = Tessera(
+      {"partition", "plan", "--gpu", "A100-40GB", "--want", "3g.20gb", "--existing", "1g.5gb"});
   EXPECT_EQ(bad_existing.exit_code, 2);
   EXPECT_THAT(bad_existing.err, HasSubstr("PROFILE@START"));
 
-  ProcessResult unknown = Tessera({"partition", "plan", "--gpu", "A100-40GB", "--want", "3g.20gb,5g.1gb"});
+  ProcessResult unknown =
+      Tessera({"partition", "plan", "--gpu", "A100-40GB", "--want", "3g.20gb,5g.1gb"});
   EXPECT_EQ(unknown.exit_code, 2);
   EXPECT_THAT(unknown.err, HasSubstr("unknown profile '5g.1gb'"));
   EXPECT_THAT(unknown.err, HasSubstr("4g.20gb"));  // lists the valid ones
 
-  ProcessResult malformed = Tessera({"partition", "plan", "--gpu", "A100-80GB", "--want",
-                           "3g.40gb,,1g.10gb"});
+  ProcessResult malformed =
+      Tessera({"partition", "plan", "--gpu", "A100-80GB", "--want", "3g.40gb,,1g.10gb"});
   EXPECT_EQ(malformed.exit_code, 2);
   EXPECT_THAT(malformed.err, HasSubstr("item 2 is empty"));
 
-  ProcessResult trailing = Tessera({"partition", "plan", "--gpu", "A100-80GB", "--want", "3g.40gb,"});
+  ProcessResult trailing =
+      Tessera({"partition", "plan", "--gpu", "A100-80GB", "--want", "3g.40gb,"});
   EXPECT_EQ(trailing.exit_code, 2);
 
   ProcessResult gpu = Tessera({"partition", "plan", "--gpu", "V100", "--want", "1g.5gb"});
@@ -195,14 +197,14 @@ TEST(MigCliTest, Geometries) {
 }
 
 TEST(AmdCliTest, PlanBySizesAndByPair) {
-  ProcessResult sizes = Tessera({"partition", "plan", "--gpu", "MI300X", "--want",
-                       "24GiB,24GiB,40GiB,40GiB"});
+  ProcessResult sizes =
+      Tessera({"partition", "plan", "--gpu", "MI300X", "--want", "24GiB,24GiB,40GiB,40GiB"});
   ASSERT_EQ(sizes.exit_code, 0) << sizes.err;
   EXPECT_THAT(sizes.out, HasSubstr("QPX+NPS1"));
   EXPECT_THAT(sizes.out, HasSubstr("48GiB"));
 
-  json j = ParseJson(Tessera({"partition", "plan", "--gpu", "mi300x", "--want", "cpx+nps4",
-                              "--json"}));
+  json j =
+      ParseJson(Tessera({"partition", "plan", "--gpu", "mi300x", "--want", "cpx+nps4", "--json"}));
   EXPECT_EQ(j["pair"], "CPX+NPS4");
   EXPECT_EQ(j["partitions"], 8);
   EXPECT_EQ(j["memory_per_partition_mib"], 24576);

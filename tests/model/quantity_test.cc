@@ -12,9 +12,9 @@ struct MemCase {
 
 TEST(ParseMemoryMiBTest, AcceptsBinaryAndDecimalUnits) {
   const MemCase cases[] = {
-      {"8GiB", 8192},    {"8Gi", 8192},        {"512MiB", 512},  {"1.5GiB", 1536},
-      {"1TiB", 1048576}, {"1048576KiB", 1024}, {"80GB", 76294},  {"1B", 1},
-      {"0.5MiB", 1},     {"2048Mi", 2048},     {"0GiB", 0},      {"9.75GiB", 9984},
+      {"8GiB", 8192},    {"8Gi", 8192},        {"512MiB", 512}, {"1.5GiB", 1536},
+      {"1TiB", 1048576}, {"1048576KiB", 1024}, {"80GB", 76294}, {"1B", 1},
+      {"0.5MiB", 1},     {"2048Mi", 2048},     {"0GiB", 0},     {"9.75GiB", 9984},
   };
   for (const auto& c : cases) {
     Result<MiB> got = ParseMemoryMiB(c.text);
@@ -72,11 +72,13 @@ TEST(FormatTest, TheLargestQuantitiesFormatExactly) {
   ASSERT_TRUE(big.ok());
   EXPECT_EQ(FormatMiB(*big), "1333333333333330GiB");
   EXPECT_EQ(FormatMiB(int64_t{1} << 61), std::to_string(int64_t{1} << 41) + "TiB");
-  EXPECT_EQ(FormatMiB((int64_t{1} << 61) - 256 * 3), std::to_string(((int64_t{1} << 61) - 768) / 1024) + ".25GiB");
+  EXPECT_EQ(FormatMiB((int64_t{1} << 61) - 256 * 3),
+            std::to_string(((int64_t{1} << 61) - 768) / 1024) + ".25GiB");
 }
 
 TEST(ResourcesTest, ExactArithmetic) {
-  Resources node{.gpu_milli = 2000, .gpu_memory_mib = 163840, .cpu_milli = 16000, .memory_mib = 65536};
+  Resources node{
+      .gpu_milli = 2000, .gpu_memory_mib = 163840, .cpu_milli = 16000, .memory_mib = 65536};
   Resources job{.gpu_milli = 500, .gpu_memory_mib = 8192, .cpu_milli = 500, .memory_mib = 1024};
   EXPECT_TRUE(node.Covers(job));
   Resources left = node - job;

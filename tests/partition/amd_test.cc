@@ -1,10 +1,10 @@
 #include "partition/amd.h"
 
-#include <string>
-#include <vector>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
 
 namespace tessera::partition {
 namespace {
@@ -27,10 +27,10 @@ std::vector<std::string> PairNames(const GpuModel& m) {
 constexpr MiB kGiB = 1024;
 
 TEST(AmdTest, LegalPairsPerModelFromTheSource) {
-  EXPECT_THAT(PairNames(Gpu("MI300X")), ElementsAre("SPX+NPS1", "DPX+NPS1", "QPX+NPS1",
-                                                    "QPX+NPS4", "CPX+NPS1", "CPX+NPS4"));
-  EXPECT_THAT(PairNames(Gpu("MI325X")), ElementsAre("SPX+NPS1", "DPX+NPS1", "QPX+NPS1",
-                                                    "QPX+NPS4", "CPX+NPS1", "CPX+NPS4"));
+  EXPECT_THAT(PairNames(Gpu("MI300X")),
+              ElementsAre("SPX+NPS1", "DPX+NPS1", "QPX+NPS1", "QPX+NPS4", "CPX+NPS1", "CPX+NPS4"));
+  EXPECT_THAT(PairNames(Gpu("MI325X")),
+              ElementsAre("SPX+NPS1", "DPX+NPS1", "QPX+NPS1", "QPX+NPS4", "CPX+NPS1", "CPX+NPS4"));
   EXPECT_THAT(PairNames(Gpu("MI355X")),
               ElementsAre("SPX+NPS1", "DPX+NPS1", "DPX+NPS2", "QPX+NPS1", "CPX+NPS1"));
 }
@@ -42,14 +42,20 @@ TEST(AmdTest, IllegalPairsNameTheReason) {
     const char* message;
   };
   const Case cases[] = {
-      {"MI300X", {"SPX", "NPS4"},
+      {"MI300X",
+       {"SPX", "NPS4"},
        "SPX+NPS4 is not a legal pair on MI300X: memory partitions (4) exceed compute "
        "partitions (1)"},
-      {"MI300X", {"DPX", "NPS4"},
+      {"MI300X",
+       {"DPX", "NPS4"},
        "DPX+NPS4 is not a legal pair on MI300X: memory partitions (4) exceed compute "
        "partitions (2)"},
-      {"MI355X", {"QPX", "NPS2"}, "QPX+NPS2 is not a legal pair on MI355X: QPX pairs with NPS1 only"},
-      {"MI355X", {"CPX", "NPS2"}, "CPX+NPS2 is not a legal pair on MI355X: CPX pairs with NPS1 only"},
+      {"MI355X",
+       {"QPX", "NPS2"},
+       "QPX+NPS2 is not a legal pair on MI355X: QPX pairs with NPS1 only"},
+      {"MI355X",
+       {"CPX", "NPS2"},
+       "CPX+NPS2 is not a legal pair on MI355X: CPX pairs with NPS1 only"},
       {"MI355X", {"SPX", "NPS4"}, "unknown memory mode NPS4 (modes: NPS1, NPS2)"},
       {"MI300X", {"TPX", "NPS1"}, "unknown compute mode TPX (modes: SPX, DPX, QPX, CPX)"},
   };
@@ -125,9 +131,8 @@ TEST(AmdTest, MemoryModeChangeNeedsTheWholeNodeIdle) {
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
   EXPECT_THAT(ok->affected, ElementsAre("gpu0", "gpu1", "gpu2", "gpu3"));
   // SPX and DPX cannot run with NPS4: they land in CPX, as AMD documents for MI300X.
-  EXPECT_THAT(ok->resulting,
-              ElementsAre(AmdPair{"CPX", "NPS4"}, AmdPair{"QPX", "NPS4"}, AmdPair{"CPX", "NPS4"},
-                          AmdPair{"CPX", "NPS4"}));
+  EXPECT_THAT(ok->resulting, ElementsAre(AmdPair{"CPX", "NPS4"}, AmdPair{"QPX", "NPS4"},
+                                         AmdPair{"CPX", "NPS4"}, AmdPair{"CPX", "NPS4"}));
   EXPECT_EQ(CheckMemoryModeChange(mi300, node, "NPS2").status().code(),
             StatusCode::kInvalidArgument);
   // MI355X: NPS2 pairs only with DPX.

@@ -1,29 +1,28 @@
 #include "partition/catalog.h"
 
-#include <fstream>
-#include <functional>
-#include <sstream>
-#include <string>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
 
 namespace tessera::partition {
 namespace {
 
+using nlohmann::json;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-using nlohmann::json;
 
 TEST(CatalogTest, BuiltInLoadsEveryCanonicalModel) {
   const Catalog& c = Catalog::BuiltIn();
   std::vector<std::string> names;
   for (const GpuModel& m : c.models()) names.push_back(m.name);
-  EXPECT_THAT(names, ElementsAre("A30-24GB", "A100-40GB", "A100-80GB", "H100-80GB",
-                                 "H100-NVL-94GB", "GH200-96GB", "GH200-144GB", "H200-141GB",
-                                 "B200-180GB", "GB200-186GB", "B300-288GB", "MI300X", "MI325X",
-                                 "MI355X"));
+  EXPECT_THAT(names, ElementsAre("A30-24GB", "A100-40GB", "A100-80GB", "H100-80GB", "H100-NVL-94GB",
+                                 "GH200-96GB", "GH200-144GB", "H200-141GB", "B200-180GB",
+                                 "GB200-186GB", "B300-288GB", "MI300X", "MI325X", "MI355X"));
 }
 
 TEST(CatalogTest, EmbeddedTextMatchesTheCommittedFile) {
@@ -31,8 +30,7 @@ TEST(CatalogTest, EmbeddedTextMatchesTheCommittedFile) {
   ASSERT_TRUE(in) << "data/catalog.json is missing";
   std::stringstream text;
   text << in.rdbuf();
-  EXPECT_EQ(BuiltInCatalogJson(), text.str())
-      << "the build embeds a stale catalog; re-run cmake";
+  EXPECT_EQ(BuiltInCatalogJson(), text.str()) << "the build embeds a stale catalog; re-run cmake";
 }
 
 TEST(CatalogTest, FindsByNameOrAliasIgnoringCase) {
@@ -41,11 +39,11 @@ TEST(CatalogTest, FindsByNameOrAliasIgnoringCase) {
     const char* query;
     const char* want;
   };
-  for (const Case& k : {Case{"a100-40gb", "A100-40GB"}, Case{"A100-SXM4-40GB", "A100-40GB"},
-                        Case{"A800-40GB", "A100-40GB"}, Case{"GH200", "GH200-96GB"},
-                        Case{"b200", "B200-180GB"}, Case{"GB200 186GB", "GB200-186GB"},
-                        Case{"NVIDIA A30", "A30-24GB"}, Case{"mi300x", "MI300X"},
-                        Case{"H200", "H200-141GB"}}) {
+  for (const Case& k :
+       {Case{"a100-40gb", "A100-40GB"}, Case{"A100-SXM4-40GB", "A100-40GB"},
+        Case{"A800-40GB", "A100-40GB"}, Case{"GH200", "GH200-96GB"}, Case{"b200", "B200-180GB"},
+        Case{"GB200 186GB", "GB200-186GB"}, Case{"NVIDIA A30", "A30-24GB"},
+        Case{"mi300x", "MI300X"}, Case{"H200", "H200-141GB"}}) {
     const GpuModel* m = c.Find(k.query);
     ASSERT_NE(m, nullptr) << k.query;
     EXPECT_EQ(m->name, k.want) << k.query;
@@ -80,7 +78,7 @@ TEST(CatalogTest, MemoryIsIntegerMiBAndEstimatesAreMarked) {
   const Catalog& c = Catalog::BuiltIn();
   const GpuModel* a100 = c.Find("A100-40GB");
   EXPECT_EQ(a100->memory_mib, 40 * 1024);
-  EXPECT_EQ(a100->mig.FindProfile("1g.5gb")->memory_mib, 4864);   // 4.75 GiB reported
+  EXPECT_EQ(a100->mig.FindProfile("1g.5gb")->memory_mib, 4864);    // 4.75 GiB reported
   EXPECT_EQ(a100->mig.FindProfile("7g.40gb")->memory_mib, 40192);  // 39.25 GiB
   EXPECT_EQ(c.Find("H100-80GB")->mig.FindProfile("1g.10gb")->memory_mib, 9984);  // 9.75 GiB
   // Not reported on B200: estimated and marked.
@@ -166,12 +164,21 @@ TEST(CatalogTest, RejectsDuplicateNamesAndAliases) {
 }
 
 TEST(CatalogTest, RejectsInvalidProfiles) {
-  ExpectInvalid([](json& j) { Profile(j, "A100-40GB", "3g.20gb")["starts"] = {0, 5}; },
-                {"model A100-40GB, profile 3g.20gb", "'starts'", "5 + 4 memory slices"});
-  ExpectInvalid([](json& j) { Profile(j, "A100-40GB", "1g.5gb")["starts"] = {0, 9}; },
-                {"model A100-40GB, profile 1g.5gb", "'starts'", "outside memory slices 0..7"});
-  ExpectInvalid([](json& j) { Profile(j, "A100-40GB", "1g.5gb")["starts"] = {2, 1}; },
-                {"profile 1g.5gb", "'starts'", "ascending"});
+  ExpectInvalid(
+      [](json& j) {
+        Profile(j, "A100-40GB", "3g.20gb")["starts"] = {0, 5};
+      },
+      {"model A100-40GB, profile 3g.20gb", "'starts'", "5 + 4 memory slices"});
+  ExpectInvalid(
+      [](json& j) {
+        Profile(j, "A100-40GB", "1g.5gb")["starts"] = {0, 9};
+      },
+      {"model A100-40GB, profile 1g.5gb", "'starts'", "outside memory slices 0..7"});
+  ExpectInvalid(
+      [](json& j) {
+        Profile(j, "A100-40GB", "1g.5gb")["starts"] = {2, 1};
+      },
+      {"profile 1g.5gb", "'starts'", "ascending"});
   ExpectInvalid([](json& j) { Profile(j, "A100-40GB", "1g.5gb")["starts"] = json::array(); },
                 {"profile 1g.5gb", "'starts'", "non-empty"});
   ExpectInvalid([](json& j) { Profile(j, "A30-24GB", "4g.24gb")["compute_slices"] = 5; },
@@ -208,13 +215,19 @@ TEST(CatalogTest, RejectsInvalidModels) {
 
 TEST(CatalogTest, RejectsInvalidAmdModes) {
   ExpectInvalid(
-      [](json& j) { Model(j, "MI300X")["legal_pairs"].push_back({{"compute", "TPX"}, {"memory", "NPS1"}}); },
+      [](json& j) {
+        Model(j, "MI300X")["legal_pairs"].push_back({{"compute", "TPX"}, {"memory", "NPS1"}});
+      },
       {"model MI300X", "'legal_pairs'", "unknown compute mode TPX"});
   ExpectInvalid(
-      [](json& j) { Model(j, "MI300X")["legal_pairs"].push_back({{"compute", "SPX"}, {"memory", "NPS2"}}); },
+      [](json& j) {
+        Model(j, "MI300X")["legal_pairs"].push_back({{"compute", "SPX"}, {"memory", "NPS2"}});
+      },
       {"model MI300X", "'legal_pairs'", "unknown memory mode NPS2"});
   ExpectInvalid(
-      [](json& j) { Model(j, "MI300X")["legal_pairs"].push_back({{"compute", "SPX"}, {"memory", "NPS4"}}); },
+      [](json& j) {
+        Model(j, "MI300X")["legal_pairs"].push_back({{"compute", "SPX"}, {"memory", "NPS4"}});
+      },
       {"model MI300X", "SPX+NPS4", "memory partitions (4) exceed compute partitions (1)"});
   ExpectInvalid([](json& j) { Model(j, "MI355X")["compute_modes"][1]["partitions"] = 3; },
                 {"model MI355X, compute mode DPX", "'xcds_per_partition'"});

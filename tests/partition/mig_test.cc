@@ -1,12 +1,12 @@
 #include "partition/mig.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <set>
 #include <string>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 namespace tessera::partition {
 namespace {
@@ -49,12 +49,16 @@ struct ModelTable {
 std::vector<ModelTable> SourceTables() {
   auto eight = [](const char* model, const char* p1, const char* p1me, const char* p1g2m,
                   const char* p2, const char* p3, const char* p4, const char* p7) {
-    return ModelTable{model, 7, 8,
-                      {{p1, k1g}, {p1me, k1gMe}, {p1g2m, k1g2m}, {p2, k2g}, {p3, k3g},
-                       {p4, k4g}, {p7, k7g}}};
+    return ModelTable{
+        model,
+        7,
+        8,
+        {{p1, k1g}, {p1me, k1gMe}, {p1g2m, k1g2m}, {p2, k2g}, {p3, k3g}, {p4, k4g}, {p7, k7g}}};
   };
   return {
-      ModelTable{"A30-24GB", 4, 4,
+      ModelTable{"A30-24GB",
+                 4,
+                 4,
                  {{"1g.6gb", {1, 1, {0, 1, 2, 3}, 4, false}},
                   {"1g.6gb+me", {1, 1, {0, 1, 2, 3}, 1, true}},
                   {"2g.12gb", {2, 2, {0, 2}, 2, false}},
@@ -66,8 +70,8 @@ std::vector<ModelTable> SourceTables() {
             "7g.80gb"),
       eight("H100-80GB", "1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb",
             "7g.80gb"),
-      eight("H100-NVL-94GB", "1g.12gb", "1g.12gb+me", "1g.24gb", "2g.24gb", "3g.47gb",
-            "4g.47gb", "7g.94gb"),
+      eight("H100-NVL-94GB", "1g.12gb", "1g.12gb+me", "1g.24gb", "2g.24gb", "3g.47gb", "4g.47gb",
+            "7g.94gb"),
       eight("GH200-96GB", "1g.12gb", "1g.12gb+me", "1g.24gb", "2g.24gb", "3g.48gb", "4g.48gb",
             "7g.96gb"),
       eight("GH200-144GB", "1g.18gb", "1g.18gb+me", "1g.36gb", "2g.36gb", "3g.72gb", "4g.72gb",
@@ -78,8 +82,8 @@ std::vector<ModelTable> SourceTables() {
             "7g.180gb"),
       eight("GB200-186GB", "1g.23gb", "1g.23gb+me", "1g.47gb", "2g.47gb", "3g.93gb", "4g.93gb",
             "7g.186gb"),
-      eight("B300-288GB", "1g.34gb", "1g.34gb+me", "1g.67gb", "2g.67gb", "3g.135gb",
-            "4g.135gb", "7g.269gb"),
+      eight("B300-288GB", "1g.34gb", "1g.34gb+me", "1g.67gb", "2g.67gb", "3g.135gb", "4g.135gb",
+            "7g.269gb"),
   };
 }
 
@@ -161,8 +165,8 @@ TEST(MigPlacementTest, A100KnownIllegalLayouts) {
   for (int s = 1; s < 8; ++s) {
     Status st = CheckCreate(a100, {}, {"4g.20gb", s});
     EXPECT_FALSE(st.ok()) << s;
-    EXPECT_THAT(st.message(), HasSubstr("4g.20gb cannot start at memory slice " +
-                                        std::to_string(s)));
+    EXPECT_THAT(st.message(),
+                HasSubstr("4g.20gb cannot start at memory slice " + std::to_string(s)));
     EXPECT_THAT(st.message(), HasSubstr("{0}"));
   }
   // Two 4g.20gb.
@@ -234,7 +238,8 @@ TEST(MigPlacementTest, CreateAndDestroy) {
   ASSERT_TRUE(DestroyInstance(h100, &layout, {"3g.40gb", 4}).ok());
   EXPECT_TRUE(layout.empty());
   // An illegal existing layout is reported, not trusted.
-  Result<std::vector<int>> bad = LegalStarts(h100, Layout{{{"4g.40gb", 0}, {"1g.10gb", 1}}}, "1g.10gb");
+  Result<std::vector<int>> bad =
+      LegalStarts(h100, Layout{{{"4g.40gb", 0}, {"1g.10gb", 1}}}, "1g.10gb");
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(bad.status().message(), HasSubstr("existing layout is not legal"));
 }
@@ -386,12 +391,16 @@ TEST(MigPlanTest, FailureMessagesNameTheConflict) {
   // device (memory non-overlap implies the compute bound); overlaps need existing instances.
   const Case cases[] = {
       {{"4g.20gb", "2g.10gb", "2g.10gb"},
-       "wants 8 compute slices, A100-40GB has 7", StatusCode::kResourceExhausted},
-      {{"7g.40gb", "1g.5gb"}, "wants 9 memory slices, A100-40GB has 8",
+       "wants 8 compute slices, A100-40GB has 7",
        StatusCode::kResourceExhausted},
-      {{"3g.20gb", "3g.20gb", "3g.20gb"}, "wants 3 x 3g.20gb, at most 2 per GPU on A100-40GB",
+      {{"7g.40gb", "1g.5gb"},
+       "wants 9 memory slices, A100-40GB has 8",
        StatusCode::kResourceExhausted},
-      {{"3g.20gb", "5g.25gb"}, "unknown profile '5g.25gb' for A100-40GB; profiles: 1g.5gb, "
+      {{"3g.20gb", "3g.20gb", "3g.20gb"},
+       "wants 3 x 3g.20gb, at most 2 per GPU on A100-40GB",
+       StatusCode::kResourceExhausted},
+      {{"3g.20gb", "5g.25gb"},
+       "unknown profile '5g.25gb' for A100-40GB; profiles: 1g.5gb, "
        "1g.5gb+me, 1g.10gb, 2g.10gb, 3g.20gb, 4g.20gb, 7g.40gb",
        StatusCode::kInvalidArgument},
   };
@@ -444,12 +453,10 @@ TEST(MigEvictionTest, TiesGoToFewerInstancesThenFewerSlices) {
   ASSERT_TRUE(e.ok());
   EXPECT_THAT(e->evict, ElementsAre(Instance{"2g.10gb", 4}));
   // One instance either way: the 1g.10gb (2 slices) goes before the 3g (4 slices).
-  e = CheapestEviction(a100, {{{"3g.20gb", 0}}, {{"1g.10gb", 4}}, {{"2g.10gb", 4}}},
-                       "1g.5gb");
+  e = CheapestEviction(a100, {{{"3g.20gb", 0}}, {{"1g.10gb", 4}}, {{"2g.10gb", 4}}}, "1g.5gb");
   ASSERT_FALSE(e.ok());  // 2g.10gb@4 overlaps 1g.10gb@4: an illegal current layout
   EXPECT_EQ(e.status().code(), StatusCode::kInvalidArgument);
-  e = CheapestEviction(a100, {{{"3g.20gb", 0}}, {{"1g.10gb", 4}}, {{"1g.10gb", 6}}},
-                       "1g.5gb");
+  e = CheapestEviction(a100, {{{"3g.20gb", 0}}, {{"1g.10gb", 4}}, {{"1g.10gb", 6}}}, "1g.5gb");
   ASSERT_TRUE(e.ok()) << e.status().ToString();
   EXPECT_THAT(e->evict, ElementsAre(Instance{"1g.10gb", 4}));
   EXPECT_EQ(e->placed, (Instance{"1g.5gb", 4}));

@@ -29,16 +29,16 @@ double Fragment(const NodeState& n, const std::vector<WeightedType>& mix) {
         small += n.gpu_free[d];
       }
     }
-    bool runs = t.gpu_milli > 0 && n.model >= 0 &&
-                (t.models == 0 || (t.models >> n.model) & 1) && n.cpu_free >= t.cpu_milli &&
-                fit >= t.gpu_count;
+    bool runs = t.gpu_milli > 0 && n.model >= 0 && (t.models == 0 || (t.models >> n.model) & 1) &&
+                n.cpu_free >= t.cpu_milli && fit >= t.gpu_count;
     f += w.weight * static_cast<double>(runs ? small : free);
   }
   return f;
 }
 
 // FGD's score of the best device choice on node n (or -1 when r does not fit).
-int BruteScore(const NodeState& n, const PlacementRequest& r, const std::vector<WeightedType>& mix) {
+int BruteScore(const NodeState& n, const PlacementRequest& r,
+               const std::vector<WeightedType>& mix) {
   if (!NodeFits(n, r)) return -1;
   const double before = Fragment(n, mix);
   auto score_after = [&](const NodeState& after) {
@@ -73,8 +73,9 @@ TEST(FgdIndexTest, EveryDecisionIsABestScoreOfABruteForceScan) {
   std::mt19937_64 rng(5);
   for (int i = 0; i < 40; ++i) {
     int gpus = (i % 3 == 0) ? 8 : (i % 3 == 1 ? 2 : 4);
-    nodes.push_back(MakeNode("n" + std::to_string(i), gpus, 8000 + static_cast<MilliCpu>(rng() % 64) * 1000,
-                             262144, i % 4 == 0 ? "T4" : "G2"));
+    nodes.push_back(MakeNode("n" + std::to_string(i), gpus,
+                             8000 + static_cast<MilliCpu>(rng() % 64) * 1000, 262144,
+                             i % 4 == 0 ? "T4" : "G2"));
   }
   const std::vector<WeightedType> mix = {
       {TaskType{4000, 0, 0, 0}, 0.15},    {TaskType{3000, 810, 1, 0}, 0.25},
@@ -110,7 +111,8 @@ TEST(FgdIndexTest, EveryDecisionIsABestScoreOfABruteForceScan) {
     NodeState chosen = before.node(res.placement.node);
     NodeState after = chosen;
     after.cpu_free -= r.cpu_milli;
-    for (int k = 0; k < res.placement.device_count; ++k) after.gpu_free[res.placement.devices[k]] -= r.gpu_milli;
+    for (int k = 0; k < res.placement.device_count; ++k)
+      after.gpu_free[res.placement.devices[k]] -= r.gpu_milli;
     double delta = Fragment(after, mix) - Fragment(chosen, mix);
     int got = static_cast<int>(std::floor(100.0 / (1.0 + std::exp(delta / 1000.0))));
     EXPECT_EQ(got, best) << "decision " << i;
@@ -123,8 +125,10 @@ TEST(FgdIndexTest, EveryDecisionIsABestScoreOfABruteForceScan) {
 // reaches the brute-force best, and a job pinned to a model lands only on that model.
 TEST(FgdIndexTest, NodesAddedMidRunAreScoredLikeTheOthers) {
   std::vector<Node> nodes;
-  for (int i = 0; i < 6; ++i) nodes.push_back(MakeNode("n" + std::to_string(i), 4, 32000, 262144, i % 2 ? "T4" : "G2"));
-  const std::vector<WeightedType> mix = {{TaskType{2000, 500, 1, 0}, 0.5}, {TaskType{8000, 1000, 1, 0}, 0.3},
+  for (int i = 0; i < 6; ++i)
+    nodes.push_back(MakeNode("n" + std::to_string(i), 4, 32000, 262144, i % 2 ? "T4" : "G2"));
+  const std::vector<WeightedType> mix = {{TaskType{2000, 500, 1, 0}, 0.5},
+                                         {TaskType{8000, 1000, 1, 0}, 0.3},
                                          {TaskType{12000, 1000, 2, 0}, 0.2}};
   auto state = ClusterState::FromNodes(nodes);
   ASSERT_TRUE(state.ok());
@@ -135,14 +139,17 @@ TEST(FgdIndexTest, NodesAddedMidRunAreScoredLikeTheOthers) {
   int placed = 0;
   for (int i = 0; i < 240; ++i) {
     if (i % 12 == 0) {
-      ASSERT_TRUE(s.AddNode(MakeNode("a" + std::to_string(i), 4, 32000, 262144, (i / 12) % 2 ? "T4" : "G2")).ok());
+      ASSERT_TRUE(
+          s.AddNode(MakeNode("a" + std::to_string(i), 4, 32000, 262144, (i / 12) % 2 ? "T4" : "G2"))
+              .ok());
     }
     const WeightedType& w = mix[rng() % mix.size()];
     PlacementRequest r = Job(w.type.cpu_milli, w.type.gpu_count, w.type.gpu_milli);
     const bool pinned = i % 3 == 0;
     if (pinned) r.models = ModelMask{1} << s.state().model_id("T4");
     int best = -1;
-    for (int n = 0; n < s.state().node_count(); ++n) best = std::max(best, BruteScore(s.state().node(n), r, mix));
+    for (int n = 0; n < s.state().node_count(); ++n)
+      best = std::max(best, BruteScore(s.state().node(n), r, mix));
     const ClusterState before = s.state();
     auto res = s.Place(r);
     ASSERT_EQ(res.placed(), best >= 0) << i;
@@ -154,9 +161,11 @@ TEST(FgdIndexTest, NodesAddedMidRunAreScoredLikeTheOthers) {
     }
     NodeState after = chosen;
     after.cpu_free -= r.cpu_milli;
-    for (int k = 0; k < res.placement.device_count; ++k) after.gpu_free[res.placement.devices[k]] -= r.gpu_milli;
+    for (int k = 0; k < res.placement.device_count; ++k)
+      after.gpu_free[res.placement.devices[k]] -= r.gpu_milli;
     const double delta = Fragment(after, mix) - Fragment(chosen, mix);
-    EXPECT_EQ(static_cast<int>(std::floor(100.0 / (1.0 + std::exp(delta / 1000.0)))), best) << "decision " << i;
+    EXPECT_EQ(static_cast<int>(std::floor(100.0 / (1.0 + std::exp(delta / 1000.0)))), best)
+        << "decision " << i;
     if (i % 4 == 3) s.Release(res.placement);  // some room comes back
   }
   EXPECT_GT(placed, 100);
@@ -167,14 +176,17 @@ TEST(FgdIndexTest, NodesAddedMidRunAreScoredLikeTheOthers) {
 // differently.
 TEST(TesseraPolicyTest, TheOrderOfTheMixChangesNoDecision) {
   std::vector<Node> nodes;
-  for (int i = 0; i < 24; ++i) nodes.push_back(MakeNode("n" + std::to_string(i), 8, 96000, 393216, i % 3 ? "G2" : "T4"));
+  for (int i = 0; i < 24; ++i)
+    nodes.push_back(MakeNode("n" + std::to_string(i), 8, 96000, 393216, i % 3 ? "G2" : "T4"));
   std::vector<WeightedType> mix;
   std::mt19937_64 rng(21);
   int64_t total = 0;
   for (int k = 0; k < 30; ++k) {
     const int64_t count = 1 + static_cast<int64_t>(rng() % 97);
     const MilliGpu gpu = k % 5 == 0 ? 1000 : 100 * (1 + static_cast<MilliGpu>(rng() % 9)) + 7 * k;
-    mix.push_back({TaskType{1000 * (1 + static_cast<MilliCpu>(rng() % 12)), gpu, 1 + (k % 7 == 0 ? 1 : 0), 0}, 0, count});
+    mix.push_back(
+        {TaskType{1000 * (1 + static_cast<MilliCpu>(rng() % 12)), gpu, 1 + (k % 7 == 0 ? 1 : 0), 0},
+         0, count});
     total += count;
   }
   for (auto& w : mix) w.weight = static_cast<double>(w.count) / static_cast<double>(total);
@@ -190,7 +202,8 @@ TEST(TesseraPolicyTest, TheOrderOfTheMixChangesNoDecision) {
       PlacementRequest r = Job(w.type.cpu_milli, w.type.gpu_count, w.type.gpu_milli);
       if (i % 4 == 0) r.models = ModelMask{1} << s.state().model_id("T4");
       auto res = s.Place(r);
-      out.emplace_back(res.placed() ? res.placement.node : -1, res.placed() ? res.placement.devices[0] : -1);
+      out.emplace_back(res.placed() ? res.placement.node : -1,
+                       res.placed() ? res.placement.devices[0] : -1);
       if (res.placed() && i % 3 == 2) s.Release(res.placement);
     }
     return out;

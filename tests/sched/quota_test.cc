@@ -106,21 +106,28 @@ TEST(QuotaPolicy, ValidationNamesTheField) {
     std::string want;
   };
   std::vector<Case> cases = {
-      {"reservation above limit", [](PolicySpec& p) { p.groups[0].limit = Gpu(1000);
-                                                      p.groups[0].reservation = Gpu(2000); },
+      {"reservation above limit",
+       [](PolicySpec& p) {
+         p.groups[0].limit = Gpu(1000);
+         p.groups[0].reservation = Gpu(2000);
+       },
        "groups[a].reservation.gpu exceeds its limit"},
       {"unknown parent", [](PolicySpec& p) { p.groups[1].parent = "zzz"; },
        "groups[b].parent 'zzz' is not a group"},
-      {"unknown grandparent, listed after its grandchild", [](PolicySpec& p) {
+      {"unknown grandparent, listed after its grandchild",
+       [](PolicySpec& p) {
          p.groups[0].parent = "b";
-         p.groups[1].parent = "zzz"; },
+         p.groups[1].parent = "zzz";
+       },
        "groups[b].parent 'zzz' is not a group"},
-      {"children above parent", [](PolicySpec& p) {
+      {"children above parent",
+       [](PolicySpec& p) {
          p.groups.push_back({"dept", "", Gpu(1000), UnlimitedResources(), 1000, "", false});
          p.groups[0].parent = "dept";
          p.groups[0].reservation = Gpu(800);
          p.groups[1].parent = "dept";
-         p.groups[1].reservation = Gpu(800); },
+         p.groups[1].reservation = Gpu(800);
+       },
        "groups[dept].reservation.gpu is below the sum of its children's reservations"},
       {"queue profile", [](PolicySpec& p) { p.queues[0].profile = "nope"; },
        "queues[train].profile 'nope' is not a profile"},
@@ -130,12 +137,19 @@ TEST(QuotaPolicy, ValidationNamesTheField) {
        "profiles[gpu1].pools: 'gone' is not a pool"},
       {"fraction with count", [](PolicySpec& p) { p.profiles[1].gpu_count = 2; },
        "profiles[part8].gpu_fraction: a fraction needs gpu_count 1"},
-      {"class with no acceptable form", [](PolicySpec& p) { p.profiles[0].forms = {F::kShare};
-                                                             p.profiles[0].gpu_memory_mib = 1024; },
+      {"class with no acceptable form",
+       [](PolicySpec& p) {
+         p.profiles[0].forms = {F::kShare};
+         p.profiles[0].gpu_memory_mib = 1024;
+       },
        "queues[train].class: class training allows whole but profile 'gpu1' accepts share"},
       {"share without a cap", [](PolicySpec& p) { p.profiles[0].forms = {F::kShare}; },
        "profiles[gpu1].gpu_memory: a share needs a memory cap"},
-      {"max_gpus below gpus", [](PolicySpec& p) { p.profiles[0].max_gpus = 1; p.profiles[0].gpu_count = 2; },
+      {"max_gpus below gpus",
+       [](PolicySpec& p) {
+         p.profiles[0].max_gpus = 1;
+         p.profiles[0].gpu_count = 2;
+       },
        "profiles[gpu1].max_gpus is below gpus"},
       {"weight", [](PolicySpec& p) { p.groups[1].weight_milli = 0; },
        "groups[b].weight must be positive"},
@@ -160,17 +174,29 @@ TEST(QuotaForms, ClassChoosesTheForm) {
     std::optional<C> cls;
     std::optional<F> asked;
     bool override_inference_to_share;
-    std::optional<F> want_form;   // nullopt: rejected
-    std::string want_slot;        // partition name prefix
+    std::optional<F> want_form;  // nullopt: rejected
+    std::string want_slot;       // partition name prefix
     std::string want_reject;
   };
   std::vector<Case> cases = {
       {"training gets a whole device", "train", {}, {}, false, F::kWhole, "", ""},
-      {"inference gets the smallest covering MIG profile", "infer", {}, {}, false,
-       F::kPartition, "1g.10gb", ""},
+      {"inference gets the smallest covering MIG profile",
+       "infer",
+       {},
+       {},
+       false,
+       F::kPartition,
+       "1g.10gb",
+       ""},
       {"interactive gets a capped share", "inter", {}, {}, false, F::kShare, "", ""},
       {"ci class through an override gets a share", "inter", C::kCi, {}, false, F::kShare, "", ""},
-      {"a user cannot pick a form the policy forbids", "inter", {}, F::kWhole, false, {}, "",
+      {"a user cannot pick a form the policy forbids",
+       "inter",
+       {},
+       F::kWhole,
+       false,
+       {},
+       "",
        "form whole is not allowed for class interactive"},
       {"policy override sends inference to shares", "infer", {}, {}, true, F::kShare, "", ""},
   };
@@ -228,7 +254,8 @@ TEST(QuotaPolicy, HugeAmountsAreRefused) {
     c.set(j);
     auto r = w.e->Submit(j, 0);
     ASSERT_FALSE(r.ok()) << c.name;
-    EXPECT_NE(r.status().message().find(c.want), std::string::npos) << c.name << ": " << r.status().message();
+    EXPECT_NE(r.status().message().find(c.want), std::string::npos)
+        << c.name << ": " << r.status().message();
   }
   JobSpec fine = Job("fine", "train", "a");
   fine.cpu_milli = int64_t{1} << 40;
@@ -454,8 +481,8 @@ TEST(QuotaAdmission, GuaranteedBorrowedAndLimit) {
 
 TEST(QuotaAdmission, ParentLimitBindsChildren) {
   PolicySpec p = BasePolicy();
-  p.groups.push_back({"dept", "", Gpu(0), Resources{1000, kUnlimited, kUnlimited, kUnlimited},
-                      1000, "", false});
+  p.groups.push_back(
+      {"dept", "", Gpu(0), Resources{1000, kUnlimited, kUnlimited, kUnlimited}, 1000, "", false});
   p.groups[0].parent = "dept";
   p.groups[1].parent = "dept";
   World w(p, {Node("n0", "train", 4)});
@@ -527,7 +554,8 @@ TEST(QuotaReclaim, BelowReservationTakesBackFromBorrowersWithLeastLostWork) {
   EXPECT_NE(w.View("a1").wait_reason.find("reclaiming capacity from borrowers; back by t=230s"),
             std::string::npos);
   w.e->RunCycle(215);  // within grace: still waiting, nobody else takes the device
-  EXPECT_NE(w.View("a1").wait_reason.find("waiting for 1 preempted job"), std::string::npos);  // within grace: still waiting, nobody else takes the device
+  EXPECT_NE(w.View("a1").wait_reason.find("waiting for 1 preempted job"),
+            std::string::npos);  // within grace: still waiting, nobody else takes the device
   w.Submit(Job("b-3", "train-lo", "b"), 216);
   w.e->RunCycle(230);  // grace over: one cycle later it runs
   EXPECT_EQ(w.State("a1"), JobState::kRunning);
@@ -716,15 +744,18 @@ TEST(QuotaRepartition, MigLayoutChangedWhenWorthIt) {
     int64_t t = c.occupant_age;
     w.Submit(Job("small", "infer", "a"), t);
     w.e->RunCycle(t);
-    EXPECT_EQ(w.View("small").wait_step, c.want_step) << c.name << ": " << w.View("small").wait_reason;
+    EXPECT_EQ(w.View("small").wait_step, c.want_step)
+        << c.name << ": " << w.View("small").wait_reason;
     w.e->RunCycle(t + 10);
-    EXPECT_EQ(w.State("small") == JobState::kRunning, c.want_repartition) << c.name << ": " << w.View("small").wait_step << " " << w.View("small").wait_reason;
+    EXPECT_EQ(w.State("small") == JobState::kRunning, c.want_repartition)
+        << c.name << ": " << w.View("small").wait_step << " " << w.View("small").wait_reason;
     if (c.want_repartition) {
       EXPECT_EQ(w.View("small").grants[0].slot.rfind("1g.10gb", 0), 0u);
       EXPECT_EQ(w.e->device_layout(0, 0).find("7g.80gb"), std::string::npos);
       bool saw = false;
       for (const Event& e : w.e->events()) {
-        if (e.kind == EventKind::kRepartitioned && e.detail.find("7g.80gb@0 -> ") != std::string::npos) {
+        if (e.kind == EventKind::kRepartitioned &&
+            e.detail.find("7g.80gb@0 -> ") != std::string::npos) {
           saw = true;
           EXPECT_NE(e.detail.find("lost work"), std::string::npos);
         }
@@ -822,8 +853,7 @@ TEST(QuotaSubmit, NeverSchedulableIsRejected) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("never schedulable: wants 4 devices"), std::string::npos);
   auto r2 = w.e->Submit(Job("nogroup", "train", "zzz"), 0);
-  EXPECT_NE(r2.status().message().find("group 'zzz' may not use queue 'train'"),
-            std::string::npos);
+  EXPECT_NE(r2.status().message().find("group 'zzz' may not use queue 'train'"), std::string::npos);
 }
 
 }  // namespace
@@ -859,10 +889,11 @@ TEST(QuotaExternal, APoolAtItsCapacityAdmitsNoMoreAndReclaimsFromBorrowers) {
   EXPECT_EQ(w.State("a4"), JobState::kRunning);
   EXPECT_EQ(w.State("a5"), JobState::kPending);  // the pool is full
   EXPECT_EQ(w.View("a5").wait_step, "Placement");
-  EXPECT_NE(w.View("a5").wait_reason.find("kubernetes has 4 GPU for this cluster, 4 held"), std::string::npos)
+  EXPECT_NE(w.View("a5").wait_reason.find("kubernetes has 4 GPU for this cluster, 4 held"),
+            std::string::npos)
       << w.View("a5").wait_reason;
   EXPECT_EQ(w.State("s1"), JobState::kRunning);  // another scheduler's capacity is not this pool's
-  w.Submit(Job("cpu", "k8s", "a", 0), 3);  // no GPU asked: a full pool does not hold it back
+  w.Submit(Job("cpu", "k8s", "a", 0), 3);        // no GPU asked: a full pool does not hold it back
   w.e->RunCycle(3);
   EXPECT_EQ(w.State("cpu"), JobState::kRunning);
   EXPECT_EQ(w.Count(EventKind::kPreempted), 0);
@@ -884,7 +915,8 @@ TEST(QuotaExternal, APoolAtItsCapacityAdmitsNoMoreAndReclaimsFromBorrowers) {
   for (const auto& id : preempted) w.e->Stopped(w.h[id], 7);
   w.e->RunCycle(8);
   EXPECT_EQ(w.State("b1"), JobState::kRunning);
-  for (const auto& id : preempted) EXPECT_EQ(w.State(id), JobState::kPending);  // resumed when room returns
+  for (const auto& id : preempted)
+    EXPECT_EQ(w.State(id), JobState::kPending);  // resumed when room returns
   // The cluster grows: the preempted jobs come back.
   w.e->SetExternalCapacity("kubernetes", 6000);
   w.e->RunCycle(9);

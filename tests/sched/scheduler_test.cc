@@ -39,7 +39,8 @@ TEST(ClusterStateTest, RejectsMixedModelsAndTooManyDevices) {
 class EveryPolicyTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(EveryPolicyTest, HonoursEveryConstraint) {
-  std::vector<Node> nodes = {MakeNode("a", 2, 8000, 16384, "T4"), MakeNode("b", 4, 32000, 65536, "V100"),
+  std::vector<Node> nodes = {MakeNode("a", 2, 8000, 16384, "T4"),
+                             MakeNode("b", 4, 32000, 65536, "V100"),
                              MakeNode("cpu", 0, 64000, 262144, "")};
   auto s = Make(nodes, GetParam());
   // A 4-GPU job fits only on b.
@@ -134,7 +135,8 @@ TEST_P(EveryPolicyTest, NodesJoinInPlace) {
   ASSERT_TRUE(r.placed());
   EXPECT_EQ(s->state().node_name(r.placement.node), "v");
   // Ten more join one by one (the indexes grow past their first size): every GPU is reachable.
-  for (int i = 0; i < 10; ++i) ASSERT_TRUE(s->AddNode(MakeNode("j" + std::to_string(i), 2, 64000, 65536)).ok());
+  for (int i = 0; i < 10; ++i)
+    ASSERT_TRUE(s->AddNode(MakeNode("j" + std::to_string(i), 2, 64000, 65536)).ok());
   int placed = 0;
   while (s->Place(Job(1000, 1, 1000)).placed()) ++placed;
   EXPECT_EQ(placed, 3 + 20) << "the V100 node's 3 free GPUs and the 20 of the joined nodes";
@@ -185,7 +187,8 @@ TEST(DiagnoseTest, NeverVersusNow) {
 // Every scoring policy puts a second share on the GPU the first one opened, keeping the other
 // GPUs whole (random excepted: it has no preference).
 TEST(BaselinePreferenceTest, SharesStackOnAnOpenedGpu) {
-  for (const std::string policy : {"packing", "bestfit", "dotprod", "clustering", "fgd", "tessera"}) {
+  for (const std::string policy :
+       {"packing", "bestfit", "dotprod", "clustering", "fgd", "tessera"}) {
     auto s = Make({MakeNode("p", 2, 32000, 65536), MakeNode("e", 2, 32000, 65536)}, policy, 1);
     auto first = s->Place(Job(1000, 1, 400));
     ASSERT_TRUE(first.placed());

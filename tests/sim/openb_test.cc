@@ -35,7 +35,9 @@ TEST(OpenbReaderTest, ReadsNodesAndPods) {
   EXPECT_EQ((*pods)[0].gpu_spec, (std::vector<std::string>{"T4", "G2"}));
   EXPECT_EQ((*pods)[1].num_gpu, 2);
   // The five-column multigpu layout is accepted too.
-  EXPECT_TRUE(ParseOpenbPods("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1000,1024,1,300\n", "m.csv").ok());
+  EXPECT_TRUE(
+      ParseOpenbPods("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1000,1024,1,300\n", "m.csv")
+          .ok());
 }
 
 struct BadCase {
@@ -46,13 +48,17 @@ struct BadCase {
 TEST(OpenbReaderTest, MalformedRowsNameFileLineAndColumn) {
   const std::string h = kPodHeader;
   const BadCase cases[] = {
-      {h + "p0,4000,8192,1,500,,LS,Running,0,10,0\np1,4000,8192,1\n", "pods.csv:3: expected 11 columns, found 4 (truncated row?)"},
+      {h + "p0,4000,8192,1,500,,LS,Running,0,10,0\np1,4000,8192,1\n",
+       "pods.csv:3: expected 11 columns, found 4 (truncated row?)"},
       {h + "p0,4x00,8192,1,500,,LS,Running,0,10,0\n", "pods.csv:2: column 2 (cpu_milli): '4x00'"},
-      {h + "p0,4000,8192,1,1500,,LS,Running,0,10,0\n", "pods.csv:2: column 5 (gpu_milli): gpu_milli above 1000"},
-      {h + "p0,4000,8192,2,500,,LS,Running,0,10,0\n", "column 5 (gpu_milli): multi-GPU pods must take whole GPUs"},
+      {h + "p0,4000,8192,1,1500,,LS,Running,0,10,0\n",
+       "pods.csv:2: column 5 (gpu_milli): gpu_milli above 1000"},
+      {h + "p0,4000,8192,2,500,,LS,Running,0,10,0\n",
+       "column 5 (gpu_milli): multi-GPU pods must take whole GPUs"},
       {h + "p0,4000,8192,1,500,T4||G2,LS,Running,0,10,0\n", "column 6 (gpu_spec): empty model"},
       {h + "p0,-1,8192,1,500,,LS,Running,0,10,0\n", "column 2 (cpu_milli)"},
-      {"name,cpu,memory_mib,num_gpu,gpu_milli\n", "pods.csv:1: column 2 of the header should be 'cpu_milli'"},
+      {"name,cpu,memory_mib,num_gpu,gpu_milli\n",
+       "pods.csv:1: column 2 of the header should be 'cpu_milli'"},
       {h, "pods.csv: no pod rows"},
       {"", "pods.csv: empty file"},
   };
@@ -166,12 +172,13 @@ namespace {
 TEST(TimedReplayTest, QueuesInsteadOfDroppingAndFollowsTheTraceClock) {
   auto nodes = ParseOpenbNodes("sn,cpu_milli,memory_mib,gpu,model\nn0,8000,65536,1,T4\n", "n.csv");
   ASSERT_TRUE(nodes.ok());
-  auto pods = ParseOpenbPods(std::string(kPodHeader) +
-                                 "a,1000,1024,1,1000,,LS,Running,100,400,100\n"   // holds the GPU 100..400
-                                 "b,1000,1024,1,600,,LS,Running,150,250,150\n"    // waits until 400
-                                 "c,1000,1024,0,0,,LS,Running,160,170,160\n"      // CPU only: runs at once
-                                 "d,1000,1024,2,1000,,LS,Running,170,180,170\n",  // 2 GPUs: never fits
-                             "p.csv");
+  auto pods =
+      ParseOpenbPods(std::string(kPodHeader) +
+                         "a,1000,1024,1,1000,,LS,Running,100,400,100\n"   // holds the GPU 100..400
+                         "b,1000,1024,1,600,,LS,Running,150,250,150\n"    // waits until 400
+                         "c,1000,1024,0,0,,LS,Running,160,170,160\n"      // CPU only: runs at once
+                         "d,1000,1024,2,1000,,LS,Running,170,180,170\n",  // 2 GPUs: never fits
+                     "p.csv");
   ASSERT_TRUE(pods.ok()) << pods.status().ToString();
   auto r = ReplayOpenbTimed(*nodes, *pods, "tessera", 1);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -186,7 +193,8 @@ TEST(TimedReplayTest, QueuesInsteadOfDroppingAndFollowsTheTraceClock) {
   ASSERT_TRUE(c.ok());
   EXPECT_DOUBLE_EQ(c->wait_max_s, 295.0);
   // A trace without times is refused.
-  auto no_times = ParseOpenbPods("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1000,1024,1,300\n", "m.csv");
+  auto no_times =
+      ParseOpenbPods("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1000,1024,1,300\n", "m.csv");
   auto bad = ReplayOpenbTimed(*nodes, *no_times, "tessera", 1);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("needs a trace with times"), std::string::npos);

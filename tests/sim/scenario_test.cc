@@ -1,11 +1,12 @@
 // Scenario tests: the YAML format, and whole simulated runs through the quota engine with
 // invariants checked after every step.
+#include "sim/scenario.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
 
 #include "policy/policy_yaml.h"
-#include "sim/scenario.h"
 
 namespace tessera::sim {
 namespace {
@@ -67,8 +68,9 @@ TEST(ScenarioParse, DurationsAndErrorsNameTheField) {
     ASSERT_FALSE(s.ok()) << c.yaml;
     EXPECT_NE(s.status().message().find(c.want), std::string::npos) << s.status().message();
   }
-  auto s = ParseScenario(ok_head + "workload: [{queue: q, count: 3, interval: 1m, duration: [1h, 2h],"
-                                   " gpu_memory: [8GiB, 16GiB]}]\nuntil: 3h");
+  auto s = ParseScenario(ok_head +
+                         "workload: [{queue: q, count: 3, interval: 1m, duration: [1h, 2h],"
+                         " gpu_memory: [8GiB, 16GiB]}]\nuntil: 3h");
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   EXPECT_EQ(s->until_s, 10800);
   EXPECT_EQ(s->workload[0].durations_s, (std::vector<int64_t>{3600, 7200}));
@@ -81,9 +83,11 @@ TEST(ScenarioParse, ClassFormsKeyThatIsNotAStringIsAnError) {
   for (const char* text : {"{&anchor: [whole]}", "{[training]: [whole]}"}) {
     auto cf = policy::GetClassForms(YAML::Load(text), "class_forms", quota::ClassForms::Default());
     ASSERT_FALSE(cf.ok()) << text;
-    EXPECT_NE(cf.status().message().find("class_forms"), std::string::npos) << cf.status().message();
+    EXPECT_NE(cf.status().message().find("class_forms"), std::string::npos)
+        << cf.status().message();
   }
-  auto cf = policy::GetClassForms(YAML::Load("{training: [partition]}"), "class_forms", quota::ClassForms::Default());
+  auto cf = policy::GetClassForms(YAML::Load("{training: [partition]}"), "class_forms",
+                                  quota::ClassForms::Default());
   ASSERT_TRUE(cf.ok()) << cf.status().ToString();
 }
 
@@ -91,26 +95,34 @@ TEST(ScenarioParse, ClassFormsKeyThatIsNotAStringIsAnError) {
 // counts are bounded and the error names the field.
 TEST(ScenarioParse, HugeCountsAreRefusedNamingTheField) {
   const std::string head = "until: 1h\nnodes:\n";
-  const std::string work = "workload:\n  - {queue: q, duration: 1h, count: 1}\nqueues: [{name: q, profile: p, groups: [g]}]\ngroups: [{name: g}]\n"
-                           "profiles: [{name: p, gpus: 1}]\n";
+  const std::string work =
+      "workload:\n  - {queue: q, duration: 1h, count: 1}\nqueues: [{name: q, profile: p, groups: "
+      "[g]}]\ngroups: [{name: g}]\n"
+      "profiles: [{name: p, gpus: 1}]\n";
   struct Case {
     std::string nodes, field;
   };
   for (const Case& c : std::vector<Case>{
-           {"  - {name: a, count: 1403121483905207778, gpu: {model: H100-80GB, count: 8}}\n", "nodes[a].count"},
+           {"  - {name: a, count: 1403121483905207778, gpu: {model: H100-80GB, count: 8}}\n",
+            "nodes[a].count"},
            {"  - {name: a, count: -1}\n", "nodes[a].count"},
-           {"  - {name: a, count: 100000}\n  - {name: b, count: 100000}\n  - {name: c, count: 1}\n", "nodes[c].count"},
+           {"  - {name: a, count: 100000}\n  - {name: b, count: 100000}\n  - {name: c, count: 1}\n",
+            "nodes[c].count"},
            {"  - {name: a, gpu: {model: H100-80GB, count: 4294967297}}\n", "nodes[a].gpu.count"}}) {
     auto s = sim::ParseScenario(head + c.nodes + work);
     ASSERT_FALSE(s.ok()) << c.nodes;
     EXPECT_NE(s.status().message().find(c.field), std::string::npos) << s.status().message();
   }
-  auto jobs = sim::ParseScenario(head + "  - {name: a, gpu: {model: H100-80GB, count: 8}}\n" +
-                                 "workload:\n  - {queue: q, duration: 1h, count: 99999999999}\nqueues: [{name: q, profile: p, groups: [g]}]\ngroups: [{name: g}]\n"
-                                 "profiles: [{name: p, gpus: 1}]\n");
+  auto jobs =
+      sim::ParseScenario(head + "  - {name: a, gpu: {model: H100-80GB, count: 8}}\n" +
+                         "workload:\n  - {queue: q, duration: 1h, count: 99999999999}\nqueues: "
+                         "[{name: q, profile: p, groups: [g]}]\ngroups: [{name: g}]\n"
+                         "profiles: [{name: p, gpus: 1}]\n");
   ASSERT_FALSE(jobs.ok());
-  EXPECT_NE(jobs.status().message().find("workload[0].count"), std::string::npos) << jobs.status().message();
-  auto big = sim::ParseScenario(head + "  - {name: a, count: 100000, gpu: {model: H100-80GB, count: 8}}\n" + work);
+  EXPECT_NE(jobs.status().message().find("workload[0].count"), std::string::npos)
+      << jobs.status().message();
+  auto big = sim::ParseScenario(
+      head + "  - {name: a, count: 100000, gpu: {model: H100-80GB, count: 8}}\n" + work);
   EXPECT_TRUE(big.ok()) << big.status().ToString();
 }
 
@@ -139,10 +151,10 @@ TEST(ScenarioRun, UtilizationMath) {
   ASSERT_TRUE(r->baseline.has_value());
   const ClassReport& now = Class(r->run, "interactive");
   const ClassReport& before = Class(*r->baseline, "interactive");
-  EXPECT_EQ(before.max_devices, 50);  // one card per session
-  EXPECT_LE(now.max_devices, 10);     // about five sessions per card
+  EXPECT_EQ(before.max_devices, 50);                    // one card per session
+  EXPECT_LE(now.max_devices, 10);                       // about five sessions per card
   EXPECT_GE(before.max_devices - now.max_devices, 40);  // returned to the pool
-  EXPECT_LE(now.wait_max_s, before.wait_max_s);  // nobody waits longer
+  EXPECT_LE(now.wait_max_s, before.wait_max_s);         // nobody waits longer
   EXPECT_EQ(Class(r->run, "training").max_devices, 30);
   EXPECT_EQ(Class(r->run, "inference").max_devices, 20);
   EXPECT_TRUE(r->run.invariant_violations.empty());

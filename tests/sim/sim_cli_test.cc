@@ -31,9 +31,10 @@ CmdResult Sh(const std::string& cmd) {
 
 TEST(SimCliTest, OpenbJsonAndPlot) {
   const std::string plot = ::testing::TempDir() + "/curves.svg";
-  CmdResult r = Sh(kTessera + " sim openb --nodes " + kTraces + "openb_node_list_gpu_node.csv --pods " + kTraces +
-             "openb_pod_list_default.csv --policy fgd,tessera --seeds 42-43 --json --plot " + plot +
-             " 2>/dev/null");
+  CmdResult r =
+      Sh(kTessera + " sim openb --nodes " + kTraces + "openb_node_list_gpu_node.csv --pods " +
+         kTraces + "openb_pod_list_default.csv --policy fgd,tessera --seeds 42-43 --json --plot " +
+         plot + " 2>/dev/null");
   ASSERT_EQ(r.code, 0) << r.out;
   auto j = nlohmann::json::parse(r.out);
   ASSERT_EQ(j.size(), 2u);
@@ -59,8 +60,8 @@ TEST(SimCliTest, TruncatedTraceIsRefusedWithFileLineColumn) {
     std::ofstream out(bad);
     out << "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,1000,1024,1,500\np1,1000,10";
   }
-  CmdResult r = Sh(kTessera + " sim openb --nodes " + kTraces + "openb_node_list_gpu_node.csv --pods " + bad +
-             " --policy fgd --seeds 1 2>&1");
+  CmdResult r = Sh(kTessera + " sim openb --nodes " + kTraces +
+                   "openb_node_list_gpu_node.csv --pods " + bad + " --policy fgd --seeds 1 2>&1");
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.out.find("truncated.csv:3: expected 5 columns, found 3"), std::string::npos) << r.out;
   r = Sh(kTessera + " sim openb --nodes " + kTraces + "openb_node_list_gpu_node.csv --pods " + bad +

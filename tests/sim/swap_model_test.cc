@@ -107,7 +107,8 @@ TEST(SwapModel, SlicingBoundsTheWaitsAndReportsWhatItCosts) {
 
     EXPECT_GT(plain->resume_max_us, 30'000'000) << "without slicing, some wake waits a burst out";
     EXPECT_LT(sliced->resume_max_us, 15'000'000);
-    EXPECT_LT(sliced->return_max_us, 15'000'000) << "a paused session waits about a slice, not a burst";
+    EXPECT_LT(sliced->return_max_us, 15'000'000)
+        << "a paused session waits about a slice, not a burst";
     EXPECT_LT(sliced->resume_p99_us, 1'000'000) << "wakes take the place of active sessions";
     EXPECT_GT(sliced->return_p99_us, 1'000'000) << "and the sessions they displace pay for it";
     EXPECT_GT(sliced->wait_p99_us, 1'000'000) << "so over every wait, p99 stays above a second";

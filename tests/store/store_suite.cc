@@ -210,19 +210,22 @@ TEST_P(StoreSuite, AJobIsFoundByItsIdempotencyKeyWithinTheWindow) {
   ASSERT_TRUE(found->has_value());
   EXPECT_EQ((*found)->id, "j-1");
   EXPECT_EQ((*found)->idempotency_key, "alice\nk1");
-  EXPECT_FALSE(store->FindByIdempotencyKey("alice\nk1", 1001)->has_value()) << "older than the window";
+  EXPECT_FALSE(store->FindByIdempotencyKey("alice\nk1", 1001)->has_value())
+      << "older than the window";
   EXPECT_FALSE(store->FindByIdempotencyKey("bob\nk1", 0)->has_value());
-  EXPECT_FALSE(store->FindByIdempotencyKey("", 0)->has_value()) << "jobs without a key match nothing";
+  EXPECT_FALSE(store->FindByIdempotencyKey("", 0)->has_value())
+      << "jobs without a key match nothing";
 }
 
 TEST_P(StoreSuite, SamplesAreKeptPerResolutionListedByTimeAndPruned) {
   const std::string url = NewUrl();
   auto store = MustOpen(url);
   ASSERT_NE(store, nullptr);
-  for (int64_t t : {30'000, 10'000, 20'000}) ASSERT_TRUE(store->PutSample(10, {t, "{\"t\":" + std::to_string(t) + "}"}).ok());
+  for (int64_t t : {30'000, 10'000, 20'000})
+    ASSERT_TRUE(store->PutSample(10, {t, "{\"t\":" + std::to_string(t) + "}"}).ok());
   ASSERT_TRUE(store->PutSample(300, {0, "{\"avg\":1}"}).ok());
   ASSERT_TRUE(store->PutSample(10, {20'000, "{\"t\":\"again\"}"}).ok());  // replaces
-  auto fine = store->ListSamples(10, 10'000, 30'000);  // until is exclusive
+  auto fine = store->ListSamples(10, 10'000, 30'000);                     // until is exclusive
   ASSERT_TRUE(fine.ok()) << fine.status().ToString();
   ASSERT_EQ(fine->size(), 2u);
   EXPECT_EQ((*fine)[0].time_ms, 10'000);
@@ -233,7 +236,7 @@ TEST_P(StoreSuite, SamplesAreKeptPerResolutionListedByTimeAndPruned) {
   EXPECT_EQ(*pruned, 2);
   EXPECT_EQ(store->ListSamples(10, 0, 100'000)->size(), 1u);
   EXPECT_EQ(store->ListSamples(300, 0, 100'000)->size(), 1u);  // another resolution is untouched
-  store.reset();  // kept across a reopen
+  store.reset();                                               // kept across a reopen
   auto again = MustOpen(url);
   ASSERT_NE(again, nullptr);
   EXPECT_EQ(again->ListSamples(10, 0, 100'000)->size(), 1u);
@@ -491,13 +494,15 @@ TEST_P(StoreSuite, OneLeaderAtATimeAndADeposedLeaderCannotWrite) {
   ASSERT_TRUE(lb.ok()) << lb.status().ToString();
   EXPECT_FALSE(lb->has_value()) << "two leaders at once";
   EXPECT_EQ(b->Leader()->holder, "http://a:8080");
-  ASSERT_TRUE(a->Commit({MakeEvent("job.submitted", "j1", "engine")}, {MakeJob("j1", 1)}, nullptr).ok());
+  ASSERT_TRUE(
+      a->Commit({MakeEvent("job.submitted", "j1", "engine")}, {MakeJob("j1", 1)}, nullptr).ok());
   ASSERT_TRUE(a->PutSetting("node/n1", "{}").ok());
   EXPECT_TRUE(a->CheckLease().ok());
 
   if (is_postgres()) {
-    ASSERT_TRUE(internal::ExecSql(url, "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE "
-                                       "locktype = 'advisory' AND objid = 2119559073")
+    ASSERT_TRUE(internal::ExecSql(url,
+                                  "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE "
+                                  "locktype = 'advisory' AND objid = 2119559073")
                     .ok());
     std::optional<Store::Leadership> now;
     for (int i = 0; i < 100 && !now; ++i) {  // the server ends the session asynchronously
@@ -509,7 +514,9 @@ TEST_P(StoreSuite, OneLeaderAtATimeAndADeposedLeaderCannotWrite) {
     ASSERT_TRUE(now.has_value()) << "the standby never got the lease";
     EXPECT_EQ(now->epoch, 2);
   } else {
-    ASSERT_TRUE(internal::ExecSql(url, "UPDATE leadership SET epoch = epoch + 1, holder = 'http://b:8080'").ok());
+    ASSERT_TRUE(
+        internal::ExecSql(url, "UPDATE leadership SET epoch = epoch + 1, holder = 'http://b:8080'")
+            .ok());
   }
   EXPECT_EQ(b->Leader()->epoch, 2);
   const int64_t seq = *a->LastSeq();

@@ -7,8 +7,8 @@
 #include <sys/socket.h>
 
 #include <algorithm>
-#include <csignal>
 #include <chrono>
+#include <csignal>
 #include <thread>
 
 #include "net/client_tls.h"
@@ -43,12 +43,15 @@ std::string Resolve(const std::string& host) {
   if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || res == nullptr) return host;
   char buf[NI_MAXHOST];
   std::string out = host;
-  if (getnameinfo(res->ai_addr, res->ai_addrlen, buf, sizeof buf, nullptr, 0, NI_NUMERICHOST) == 0) out = buf;
+  if (getnameinfo(res->ai_addr, res->ai_addrlen, buf, sizeof buf, nullptr, 0, NI_NUMERICHOST) == 0)
+    out = buf;
   freeaddrinfo(res);
   return out;
 }
 
-bool Retryable(int status) { return status == 429 || status == 500 || status == 502 || status == 503 || status == 504; }
+bool Retryable(int status) {
+  return status == 429 || status == 500 || status == 502 || status == 503 || status == 504;
+}
 
 }  // namespace
 
@@ -75,7 +78,8 @@ Result<std::unique_ptr<Client>> Client::Make(const Connection& c, ClientOptions 
   // process: a client of a remote server ignores it (unless the process chose a handler).
   static const bool kIgnored = [] {
     struct sigaction cur {};
-    if (sigaction(SIGPIPE, nullptr, &cur) == 0 && cur.sa_handler == SIG_DFL) std::signal(SIGPIPE, SIG_IGN);
+    if (sigaction(SIGPIPE, nullptr, &cur) == 0 && cur.sa_handler == SIG_DFL)
+      std::signal(SIGPIPE, SIG_IGN);
     return true;
   }();
   (void)kIgnored;
@@ -104,7 +108,8 @@ Result<std::unique_ptr<Client>> Client::Make(const Connection& c, ClientOptions 
     cl->port_ = cl->https_ ? 443 : 80;
   }
   if (bracketed) cl->host_ = cl->host_.substr(1, cl->host_.size() - 2);
-  if (cl->host_.empty()) return Status::InvalidArgument("kubernetes: server '" + c.server + "' has no host");
+  if (cl->host_.empty())
+    return Status::InvalidArgument("kubernetes: server '" + c.server + "' has no host");
   if (cl->https_ && !c.tls_server_name.empty()) cl->connect_to_ = Resolve(cl->host_);
   // Parse the certificates once, so a bad one is reported at start.
   auto probe = cl->NewConnection(o.timeout_ms);
@@ -118,16 +123,19 @@ Result<std::shared_ptr<httplib::ClientImpl>> Client::NewConnection(int64_t read_
   if (https_) {
     std::shared_ptr<httplib::SSLClient> s;
     if (!conn_.client_cert_pem.empty()) {
-      BIO* cb = BIO_new_mem_buf(conn_.client_cert_pem.data(), static_cast<int>(conn_.client_cert_pem.size()));
+      BIO* cb = BIO_new_mem_buf(conn_.client_cert_pem.data(),
+                                static_cast<int>(conn_.client_cert_pem.size()));
       X509* cert = PEM_read_bio_X509(cb, nullptr, nullptr, nullptr);
       BIO_free(cb);
-      BIO* kb = BIO_new_mem_buf(conn_.client_key_pem.data(), static_cast<int>(conn_.client_key_pem.size()));
+      BIO* kb = BIO_new_mem_buf(conn_.client_key_pem.data(),
+                                static_cast<int>(conn_.client_key_pem.size()));
       EVP_PKEY* key = PEM_read_bio_PrivateKey(kb, nullptr, nullptr, nullptr);
       BIO_free(kb);
       if (cert == nullptr || key == nullptr) {
         if (cert) X509_free(cert);
         if (key) EVP_PKEY_free(key);
-        return Status::InvalidArgument("kubernetes (" + conn_.source + "): the client certificate or key is not valid PEM");
+        return Status::InvalidArgument("kubernetes (" + conn_.source +
+                                       "): the client certificate or key is not valid PEM");
       }
       s = std::make_shared<httplib::SSLClient>(host, port_, cert, key);
       X509_free(cert);
@@ -135,10 +143,14 @@ Result<std::shared_ptr<httplib::ClientImpl>> Client::NewConnection(int64_t read_
     } else {
       s = std::make_shared<httplib::SSLClient>(host, port_);
     }
-    if (!s->is_valid()) return Status::InvalidArgument("kubernetes (" + conn_.source + "): cannot set up TLS with the client certificate");
+    if (!s->is_valid())
+      return Status::InvalidArgument("kubernetes (" + conn_.source +
+                                     "): cannot set up TLS with the client certificate");
     if (!conn_.ca_pem.empty()) {
       X509_STORE* store = StoreOf(conn_.ca_pem);
-      if (store == nullptr) return Status::InvalidArgument("kubernetes (" + conn_.source + "): the certificate authority is not valid PEM");
+      if (store == nullptr)
+        return Status::InvalidArgument("kubernetes (" + conn_.source +
+                                       "): the certificate authority is not valid PEM");
       s->set_ca_cert_store(store);
     }
     s->enable_server_certificate_verification(!conn_.insecure);
@@ -164,15 +176,18 @@ Result<std::string> Client::Token() const {
   return conn_.token;
 }
 
-Result<Response> Client::Call(const std::string& method, const std::string& path, const std::string& body,
-                              const std::string& content_type) {
+Result<Response> Client::Call(const std::string& method, const std::string& path,
+                              const std::string& body, const std::string& content_type) {
   auto now_ms = [] {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
   };
   if (now_ms() < down_until_ms_.load()) {
     std::lock_guard<std::mutex> l(mu_);
-    return Status::FailedPrecondition("kubernetes API server " + conn_.server + " is not answering (" + down_reason_ +
-                                      "); tried again within " + std::to_string(opt_.down_for_ms / 1000) + "s");
+    return Status::FailedPrecondition(
+        "kubernetes API server " + conn_.server + " is not answering (" + down_reason_ +
+        "); tried again within " + std::to_string(opt_.down_for_ms / 1000) + "s");
   }
   int64_t pause = opt_.backoff_ms;
   std::string last = "no attempt made";
@@ -207,7 +222,8 @@ Result<Response> Client::Call(const std::string& method, const std::string& path
         last = "HTTP " + std::to_string(r.status);
         if (r.status == 429 && res->has_header("Retry-After")) {
           try {
-            pause = std::clamp<int64_t>(std::stoll(res->get_header_value("Retry-After")) * 1000, 1, opt_.max_backoff_ms);
+            pause = std::clamp<int64_t>(std::stoll(res->get_header_value("Retry-After")) * 1000, 1,
+                                        opt_.max_backoff_ms);
           } catch (...) {
           }
         }
@@ -224,8 +240,8 @@ Result<Response> Client::Call(const std::string& method, const std::string& path
     std::this_thread::sleep_for(std::chrono::milliseconds(pause));
     pause = std::min(pause * 2, opt_.max_backoff_ms);
   }
-  return Status::FailedPrecondition("kubernetes " + method + " " + path.substr(0, path.find('?')) + " at " + conn_.server +
-                                    ": no usable answer (" + last + ")");
+  return Status::FailedPrecondition("kubernetes " + method + " " + path.substr(0, path.find('?')) +
+                                    " at " + conn_.server + ": no usable answer (" + last + ")");
 }
 
 Result<int> Client::Stream(const std::string& path, int read_timeout_s,
@@ -270,7 +286,9 @@ Result<int> Client::Stream(const std::string& path, int read_timeout_s,
     stream_conn_.reset();
   }
   if (!pending.empty() && status == 200 && !stopped_) on_line(pending);
-  if (status == 0 && !res) return Status::FailedPrecondition("kubernetes watch " + path.substr(0, path.find('?')) + ": " + httplib::to_string(res.error()));
+  if (status == 0 && !res)
+    return Status::FailedPrecondition("kubernetes watch " + path.substr(0, path.find('?')) + ": " +
+                                      httplib::to_string(res.error()));
   return status;
 }
 

@@ -34,15 +34,15 @@ struct Response {
 };
 
 struct ClientOptions {
-  int attempts = 6;                  // tries for a retryable answer (429, 5xx)
-  int unanswered_attempts = 2;       // tries when no answer comes at all
+  int attempts = 6;             // tries for a retryable answer (429, 5xx)
+  int unanswered_attempts = 2;  // tries when no answer comes at all
   int64_t connect_timeout_ms = 3000;
   // After a call got no answer at all, calls fail at once for this long (the engine's pass is not
   // held up job by job by a server that is down).
   int64_t down_for_ms = 10000;
-  int64_t backoff_ms = 100;          // the first pause; doubles up to max_backoff_ms
+  int64_t backoff_ms = 100;  // the first pause; doubles up to max_backoff_ms
   int64_t max_backoff_ms = 5000;
-  int64_t timeout_ms = 30000;        // connect/read timeout of one request
+  int64_t timeout_ms = 30000;  // connect/read timeout of one request
 };
 
 class Client {
@@ -53,13 +53,15 @@ class Client {
 
   // `method` GET/POST/PUT/PATCH/DELETE on `path` (with its query). A status of any kind comes
   // back as a Response; an error only when no answer came after all attempts.
-  Result<Response> Call(const std::string& method, const std::string& path, const std::string& body = "",
+  Result<Response> Call(const std::string& method, const std::string& path,
+                        const std::string& body = "",
                         const std::string& content_type = "application/json");
 
   // A streamed GET (a watch): on_line for each line of the body as it arrives; returns the
   // HTTP status once the stream ends (the server ended it, the connection dropped, on_line
   // returned false, or Stop()). `read_timeout_s`: how long without bytes ends it.
-  Result<int> Stream(const std::string& path, int read_timeout_s, const std::function<bool(const std::string&)>& on_line);
+  Result<int> Stream(const std::string& path, int read_timeout_s,
+                     const std::function<bool(const std::string&)>& on_line);
 
   // Ends a Stream in progress and refuses new ones.
   void Stop();

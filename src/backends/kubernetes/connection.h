@@ -26,10 +26,10 @@ struct Connection {
   std::string tls_server_name;  // the name the server's certificate is checked against
   std::string client_cert_pem;  // mutual TLS
   std::string client_key_pem;
-  std::string token;            // a fixed bearer token
-  std::string token_file;       // a bearer token re-read as it rotates (tokenFile, service account)
-  std::string ns;               // the context's namespace ("" : none set)
-  std::string source;           // "kubeconfig /path (context X)" or "in-cluster", for messages
+  std::string token;       // a fixed bearer token
+  std::string token_file;  // a bearer token re-read as it rotates (tokenFile, service account)
+  std::string ns;          // the context's namespace ("" : none set)
+  std::string source;      // "kubeconfig /path (context X)" or "in-cluster", for messages
 };
 
 // The files a `kubeconfig` setting names: a ':'-separated list (as KUBECONFIG), or, when empty,
@@ -39,11 +39,13 @@ std::vector<std::string> KubeconfigFiles(const std::string& setting);
 // The connection of `context` ("" : the merged current-context) in `files`. Errors name the
 // file and field: an unknown context, a context naming a cluster or user no file defines, a
 // cluster without a server, unreadable certificate files, bad base64.
-Result<Connection> LoadKubeconfig(const std::vector<std::string>& files, const std::string& context = "");
+Result<Connection> LoadKubeconfig(const std::vector<std::string>& files,
+                                  const std::string& context = "");
 
 // Inside a pod: KUBERNETES_SERVICE_HOST/PORT, and under `dir` (default the service account's
 // mount) token (re-read as it rotates), ca.crt and namespace.
-Result<Connection> LoadInCluster(const std::string& dir = "/var/run/secrets/kubernetes.io/serviceaccount");
+Result<Connection> LoadInCluster(
+    const std::string& dir = "/var/run/secrets/kubernetes.io/serviceaccount");
 
 // Standard base64 (padding optional, line breaks ignored); nullopt-like error on bad input.
 Result<std::string> DecodeBase64(const std::string& text);

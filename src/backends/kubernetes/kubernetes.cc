@@ -11,12 +11,11 @@
 // cannot resume makes them list again; a dropped connection resumes from the last
 // resourceVersion seen. Poll and List read their caches (a synchronous list before the first
 // sync).
-#include <nlohmann/json.hpp>
-
 #include <atomic>
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
 
@@ -60,12 +59,14 @@ std::string PodJob(const Json& pod) {
 // A Status body's message (or the body itself, cut).
 std::string Message(const kube::Response& r) {
   Json j = Json::parse(r.body, nullptr, false);
-  if (j.is_object() && j.contains("message") && j["message"].is_string()) return j["message"].get<std::string>();
+  if (j.is_object() && j.contains("message") && j["message"].is_string())
+    return j["message"].get<std::string>();
   return r.body.substr(0, 200);
 }
 
 Status Failed(const std::string& what, const kube::Response& r) {
-  return Status::FailedPrecondition("kubernetes: " + what + ": HTTP " + std::to_string(r.status) + ": " + Message(r));
+  return Status::FailedPrecondition("kubernetes: " + what + ": HTTP " + std::to_string(r.status) +
+                                    ": " + Message(r));
 }
 
 // One kind of object, listed then watched, kept in a cache by "ns/name".
@@ -83,8 +84,10 @@ class Follower {
     return std::stoll(ra) < std::stoll(rb);
   }
 
-  // `query`: the selectors of every list and watch, e.g. "labelSelector=tessera.io%2Fcluster%3Dlab".
-  Follower(std::string path, std::string query) : path_(std::move(path)), query_(std::move(query)) {}
+  // `query`: the selectors of every list and watch, e.g.
+  // "labelSelector=tessera.io%2Fcluster%3Dlab".
+  Follower(std::string path, std::string query)
+      : path_(std::move(path)), query_(std::move(query)) {}
 
   // Lists everything (in chunks); the cache is replaced. Returns the list's resourceVersion.
   Result<std::string> Relist(kube::Client& c) {
@@ -95,14 +98,16 @@ class Follower {
       if (!cont.empty()) q += "&continue=" + kube::QueryEscape(cont);
       auto r = c.Call("GET", q);
       if (!r.ok()) return r.status();
-      if (r->status == 410 && !cont.empty() && ++restarts < 5) {  // the continue token expired: start over
+      if (r->status == 410 && !cont.empty() &&
+          ++restarts < 5) {  // the continue token expired: start over
         all.clear();
         cont.clear();
         continue;
       }
       if (r->status != 200) return Failed("list " + path_, *r);
       Json page = Json::parse(r->body, nullptr, false);
-      if (!At(page, "items").is_array()) return Status::FailedPrecondition("kubernetes: list " + path_ + ": not a list");
+      if (!At(page, "items").is_array())
+        return Status::FailedPrecondition("kubernetes: list " + path_ + ": not a list");
       for (Json& item : page["items"]) {
         std::string key = KeyOf(item);
         all[key] = std::move(item);
@@ -136,7 +141,8 @@ class Follower {
       std::lock_guard<std::mutex> l(mu_);
       rv = rv_;
     }
-    const std::string q = path_ + "?watch=1&allowWatchBookmarks=true&timeoutSeconds=60" + (query_.empty() ? "" : "&" + query_) +
+    const std::string q = path_ + "?watch=1&allowWatchBookmarks=true&timeoutSeconds=60" +
+                          (query_.empty() ? "" : "&" + query_) +
                           "&resourceVersion=" + kube::QueryEscape(rv);
     bool expired = false;
     auto status = c.Stream(q, 90, [&](const std::string& line) {
@@ -244,7 +250,8 @@ class KubernetesBackend : public Backend {
     auto c = Calls();
     if (!c.ok()) return c.status();
     Json m = Json::parse(manifest, nullptr, false);
-    if (!m.is_object()) return Status::InvalidArgument("kubernetes: the rendered manifest is not JSON");
+    if (!m.is_object())
+      return Status::InvalidArgument("kubernetes: the rendered manifest is not JSON");
     const std::string ns = StrAt(At(m, "metadata"), "namespace");
     const std::string name = StrAt(At(m, "metadata"), "name");
     const std::string id = ns + "/" + name;
@@ -254,7 +261,8 @@ class KubernetesBackend : public Backend {
       auto got = Get(id);
       if (!got.ok()) return got.status();
       if (StrAt(At(At(*got, "metadata"), "labels"), "tessera.io/job") != job.id) {
-        return Status::FailedPrecondition("kubernetes: Job " + id + " exists and is not Tessera job " + job.id + "'s");
+        return Status::FailedPrecondition("kubernetes: Job " + id +
+                                          " exists and is not Tessera job " + job.id + "'s");
       }
     } else if (r->status != 201 && r->status != 200) {
       return Failed("create Job " + id, *r);
@@ -272,14 +280,16 @@ class KubernetesBackend : public Backend {
 
   Status Resume(const std::string& id, const JobRequest& job) override {
     auto ns = Namespace(job);
-    auto m = kube::RenderJob(job, opt_.cluster, *ns);  // the directives as the Job has them, with the pool's
+    auto m = kube::RenderJob(job, opt_.cluster,
+                             *ns);  // the directives as the Job has them, with the pool's
     if (!m.ok()) return m.status();
     Json sched = Json::object();
     const Json& spec = At(At(At(*m, "spec"), "template"), "spec");
     for (const char* key : {"nodeSelector", "tolerations"}) {
       if (!At(spec, key).is_null()) sched[key] = At(spec, key);
     }
-    return PatchWithVersion(id, Json{{"spec", {{"suspend", false}, {"template", {{"spec", sched}}}}}}, "resume");
+    return PatchWithVersion(
+        id, Json{{"spec", {{"suspend", false}, {"template", {{"spec", sched}}}}}}, "resume");
   }
 
   Status Suspend(const std::string& id) override {
@@ -290,10 +300,12 @@ class KubernetesBackend : public Backend {
     auto c = Calls();
     if (!c.ok()) return c.status();
     auto [ns, name] = Split(id);
-    auto r = (*c)->Call("DELETE", JobsPath(ns) + "/" + name + "?propagationPolicy=Background",
-                        R"({"kind":"DeleteOptions","apiVersion":"v1","propagationPolicy":"Background"})");
+    auto r = (*c)->Call(
+        "DELETE", JobsPath(ns) + "/" + name + "?propagationPolicy=Background",
+        R"({"kind":"DeleteOptions","apiVersion":"v1","propagationPolicy":"Background"})");
     if (!r.ok()) return r.status();
-    if (r->status != 200 && r->status != 202 && r->status != 404) return Failed("delete Job " + id, *r);
+    if (r->status != 200 && r->status != 202 && r->status != 404)
+      return Failed("delete Job " + id, *r);
     return Status::Ok();
   }
 
@@ -320,7 +332,9 @@ class KubernetesBackend : public Backend {
     auto c = Calls();
     if (!c.ok()) return c.status();
     Follower nodes("/api/v1/nodes", "");
-    Follower others("/api/v1/pods", "fieldSelector=" + kube::QueryEscape("status.phase!=Succeeded,status.phase!=Failed"));
+    Follower others(
+        "/api/v1/pods",
+        "fieldSelector=" + kube::QueryEscape("status.phase!=Succeeded,status.phase!=Failed"));
     for (Follower* f : {&nodes, &others}) {
       auto rv = f->Relist(**c);
       if (!rv.ok()) return rv.status();
@@ -356,7 +370,8 @@ class KubernetesBackend : public Backend {
     others.Read([&](const std::map<std::string, Json>& all) {
       for (const auto& [key, p] : all) {
         (void)key;
-        if (StrAt(At(At(p, "metadata"), "labels"), "tessera.io/cluster") == opt_.cluster) continue;  // ours: in the ledger
+        if (StrAt(At(At(p, "metadata"), "labels"), "tessera.io/cluster") == opt_.cluster)
+          continue;  // ours: in the ledger
         auto node = free.find(StrAt(At(p, "spec"), "nodeName"));
         if (node == free.end()) continue;
         const Json& containers = At(At(p, "spec"), "containers");
@@ -380,7 +395,8 @@ class KubernetesBackend : public Backend {
                  std::to_string(free.size()) + " ready nodes (" + std::to_string(foreign) +
                  " held by pods Tessera does not manage)";
     std::string list;
-    for (const auto& [m, n] : models) list += (list.empty() ? "" : ", ") + std::to_string(n) + "x " + m;
+    for (const auto& [m, n] : models)
+      list += (list.empty() ? "" : ", ") + std::to_string(n) + "x " + m;
     if (!list.empty()) cap.detail += "; " + list;
     return cap;
   }
@@ -405,7 +421,8 @@ class KubernetesBackend : public Backend {
     const Json& v = At(resources, name);
     if (v.is_number_integer()) return std::max<int64_t>(0, v.get<int64_t>());
     const std::string s = v.is_string() ? v.get<std::string>() : "";
-    if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos) return 0;
+    if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos)
+      return 0;
     return std::stoll(s);
   }
 
@@ -475,8 +492,10 @@ class KubernetesBackend : public Backend {
         const Follower::Next next = f.Watch(c, stop_);
         if (next == Follower::Next::kRelist) break;
         watched = watched || next == Follower::Next::kWatch;
-        const bool brief = std::chrono::steady_clock::now() - began < std::chrono::milliseconds(200);
-        if (next == Follower::Next::kPauseThenWatch || brief) {  // no connection, or a stream that ends at once
+        const bool brief =
+            std::chrono::steady_clock::now() - began < std::chrono::milliseconds(200);
+        if (next == Follower::Next::kPauseThenWatch ||
+            brief) {  // no connection, or a stream that ends at once
           Sleep(std::min<int64_t>(int64_t{200} << std::min(failures++, 5), 5000));
         } else {
           failures = 0;
@@ -515,7 +534,8 @@ class KubernetesBackend : public Backend {
     if (r->status == 404) return Status::NotFound("kubernetes: no Job " + id);
     if (r->status != 200) return Failed("get Job " + id, *r);
     Json j = Json::parse(r->body, nullptr, false);
-    if (!j.is_object()) return Status::FailedPrecondition("kubernetes: get Job " + id + ": not JSON");
+    if (!j.is_object())
+      return Status::FailedPrecondition("kubernetes: get Job " + id + ": not JSON");
     return j;
   }
 
@@ -529,7 +549,8 @@ class KubernetesBackend : public Backend {
       auto cur = Get(id);
       if (!cur.ok()) return cur.status();
       patch["metadata"]["resourceVersion"] = RvOf(*cur);
-      auto r = (*c)->Call("PATCH", JobsPath(ns) + "/" + name, patch.dump(), "application/merge-patch+json");
+      auto r = (*c)->Call("PATCH", JobsPath(ns) + "/" + name, patch.dump(),
+                          "application/merge-patch+json");
       if (!r.ok()) return r.status();
       if (r->status == 200) {
         Json j = Json::parse(r->body, nullptr, false);

@@ -21,7 +21,8 @@ spec:
           image: busybox:1.36
 )";
 
-Result<Json> RenderJobUnguarded(const JobRequest& job, const std::string& cluster, const std::string& ns);
+Result<Json> RenderJobUnguarded(const JobRequest& job, const std::string& cluster,
+                                const std::string& ns);
 
 namespace {
 
@@ -43,8 +44,8 @@ Json Convert(const YAML::Node& n) {
       if (s == "true" || s == "True") return true;
       if (s == "false" || s == "False") return false;
       if (s == "null" || s == "~" || s.empty()) return nullptr;
-      if (!s.empty() && s.size() < 19 && s.find_first_not_of("0123456789", s[0] == '-' ? 1 : 0) == std::string::npos &&
-          s != "-") {
+      if (!s.empty() && s.size() < 19 &&
+          s.find_first_not_of("0123456789", s[0] == '-' ? 1 : 0) == std::string::npos && s != "-") {
         return std::stoll(s);
       }
       return s;
@@ -54,13 +55,15 @@ Json Convert(const YAML::Node& n) {
   }
 }
 
-std::string Get(const std::map<std::string, std::string>& m, const std::string& k, const std::string& def) {
+std::string Get(const std::map<std::string, std::string>& m, const std::string& k,
+                const std::string& def) {
   auto it = m.find(k);
   return it == m.end() ? def : it->second;
 }
 
 std::string Fill(std::string pattern, const std::string& key, const std::string& value) {
-  for (size_t at; (at = pattern.find(key)) != std::string::npos;) pattern.replace(at, key.size(), value);
+  for (size_t at; (at = pattern.find(key)) != std::string::npos;)
+    pattern.replace(at, key.size(), value);
   return pattern;
 }
 
@@ -91,21 +94,26 @@ Result<Json> ResourcesFor(const JobRequest& job) {
   r["cpu"] = std::to_string(job.cpu_milli) + "m";
   r["memory"] = std::to_string(job.memory_mib) + "Mi";
   const std::string whole = Get(k.resources, "whole", k.vendor + ".com/gpu");
-  if (job.form.empty() || (job.gpus == 0 && job.form != "share" && job.form != "partition")) return r;
+  if (job.form.empty() || (job.gpus == 0 && job.form != "share" && job.form != "partition"))
+    return r;
   if (job.form == "whole") {
     r[whole] = std::to_string(std::max(job.gpus, 1));
   } else if (job.form == "partition") {
     if (k.vendor == "amd") {
       if (k.amd_partition.empty()) {
-        return Status::InvalidArgument("the queue maps no AMD partition (set amd_partition, e.g. cpx_nps4)");
+        return Status::InvalidArgument(
+            "the queue maps no AMD partition (set amd_partition, e.g. cpx_nps4)");
       }
-      r[Fill(Get(k.resources, "amd_partition", "amd.com/{partition}"), "{partition}", k.amd_partition)] = "1";
+      r[Fill(Get(k.resources, "amd_partition", "amd.com/{partition}"), "{partition}",
+             k.amd_partition)] = "1";
     } else {
-      if (job.mig_profile.empty()) return Status::InvalidArgument("a MIG instance needs the queue's mig_model");
+      if (job.mig_profile.empty())
+        return Status::InvalidArgument("a MIG instance needs the queue's mig_model");
       if (k.mig_strategy == "single") {
         r[whole] = "1";
       } else {
-        r[Fill(Get(k.resources, "mig", "nvidia.com/mig-{profile}"), "{profile}", job.mig_profile)] = "1";
+        r[Fill(Get(k.resources, "mig", "nvidia.com/mig-{profile}"), "{profile}", job.mig_profile)] =
+            "1";
       }
     }
   } else if (job.form == "share") {
@@ -113,7 +121,8 @@ Result<Json> ResourcesFor(const JobRequest& job) {
     if (k.share_mode == "hami") {
       r[Get(k.resources, "gpumem", "nvidia.com/gpumem")] = std::to_string(job.gpu_memory_mib);
       if (job.gpu_milli > 0 && job.gpu_milli < 1000) {
-        r[Get(k.resources, "gpucores", "nvidia.com/gpucores")] = std::to_string((job.gpu_milli + 9) / 10);
+        r[Get(k.resources, "gpucores", "nvidia.com/gpucores")] =
+            std::to_string((job.gpu_milli + 9) / 10);
       }
     }
   } else {
@@ -124,13 +133,16 @@ Result<Json> ResourcesFor(const JobRequest& job) {
 
 Result<Json> SchedulingFor(const JobRequest& job, const Json& pod_spec) {
   const KubeMapping& k = job.mapping.kube;
-  Json sel = At(pod_spec, "nodeSelector").is_object() ? At(pod_spec, "nodeSelector") : Json::object();
+  Json sel =
+      At(pod_spec, "nodeSelector").is_object() ? At(pod_spec, "nodeSelector") : Json::object();
   for (const auto& [key, v] : k.node_selector) sel[key] = v;
   if (job.form == "partition" && k.vendor != "amd" && k.mig_strategy == "single") {
-    if (k.mig_product.empty()) return Status::InvalidArgument("the single MIG strategy needs the queue's mig_product");
+    if (k.mig_product.empty())
+      return Status::InvalidArgument("the single MIG strategy needs the queue's mig_product");
     sel["nvidia.com/gpu.product"] = Fill(k.mig_product, "{profile}", job.mig_profile);
   }
-  Json queue_tol = Json::parse(k.tolerations_json.empty() ? "[]" : k.tolerations_json, nullptr, false);
+  Json queue_tol =
+      Json::parse(k.tolerations_json.empty() ? "[]" : k.tolerations_json, nullptr, false);
   if (!queue_tol.is_array()) return Status::InvalidArgument("tolerations: expected a list");
   Json tol = At(pod_spec, "tolerations").is_array() ? At(pod_spec, "tolerations") : Json::array();
   for (const Json& t : queue_tol) {
@@ -147,35 +159,46 @@ Result<Json> RenderJob(const JobRequest& job, const std::string& cluster, const 
     return RenderJobUnguarded(job, cluster, ns);
   } catch (const Json::exception& e) {  // a template whose fields have other types than a Job's
     return Status::InvalidArgument("manifest template " +
-                                   (job.mapping.template_path.empty() ? std::string("(default)") : "'" + job.mapping.template_path + "'") +
+                                   (job.mapping.template_path.empty()
+                                        ? std::string("(default)")
+                                        : "'" + job.mapping.template_path + "'") +
                                    ": not a valid Job: " + e.what());
   }
 }
 
-Result<Json> RenderJobUnguarded(const JobRequest& job, const std::string& cluster, const std::string& ns) {
+Result<Json> RenderJobUnguarded(const JobRequest& job, const std::string& cluster,
+                                const std::string& ns) {
   std::string text = kDefaultJobTemplate;
   if (!job.mapping.template_path.empty()) {
     std::ifstream in(job.mapping.template_path);
-    if (!in) return Status::InvalidArgument("cannot read the manifest template '" + job.mapping.template_path + "'");
+    if (!in)
+      return Status::InvalidArgument("cannot read the manifest template '" +
+                                     job.mapping.template_path + "'");
     std::stringstream ss;
     ss << in.rdbuf();
     text = ss.str();
   }
   auto parsed = YamlToJson(text);
-  if (!parsed.ok()) return Status::InvalidArgument("manifest template: " + parsed.status().message());
+  if (!parsed.ok())
+    return Status::InvalidArgument("manifest template: " + parsed.status().message());
   Json m = std::move(*parsed);
-  const std::string where = job.mapping.template_path.empty() ? "the default template" : "'" + job.mapping.template_path + "'";
+  const std::string where = job.mapping.template_path.empty()
+                                ? "the default template"
+                                : "'" + job.mapping.template_path + "'";
   if (StrAt(m, "kind") != "Job" || StrAt(m, "apiVersion") != "batch/v1") {
     return Status::InvalidArgument("manifest template " + where + ": expected a batch/v1 Job");
   }
   if (!m["metadata"].is_object()) m["metadata"] = Json::object();
-  if (!m["spec"].is_object()) return Status::InvalidArgument("manifest template " + where + ": spec is not a map");
+  if (!m["spec"].is_object())
+    return Status::InvalidArgument("manifest template " + where + ": spec is not a map");
   Json& pod = m["spec"]["template"];
-  if (!pod.is_object()) return Status::InvalidArgument("manifest template " + where + ": spec.template is not a map");
+  if (!pod.is_object())
+    return Status::InvalidArgument("manifest template " + where + ": spec.template is not a map");
   if (!pod["metadata"].is_object()) pod["metadata"] = Json::object();
   if (!pod["spec"].is_object() || !pod["spec"]["containers"].is_array() ||
       pod["spec"]["containers"].empty() || !pod["spec"]["containers"][0].is_object()) {
-    return Status::InvalidArgument("manifest template " + where + ": spec.template.spec.containers needs a container");
+    return Status::InvalidArgument("manifest template " + where +
+                                   ": spec.template.spec.containers needs a container");
   }
   Json labels = {{"tessera.io/job", job.id}, {"tessera.io/cluster", cluster}};
   m["metadata"]["name"] = JobName(job.name);
@@ -188,10 +211,12 @@ Result<Json> RenderJobUnguarded(const JobRequest& job, const std::string& cluste
   m["spec"]["backoffLimit"] = 0;  // Tessera owns retries
   Json& spec = pod["spec"];
   if (!spec.contains("restartPolicy")) spec["restartPolicy"] = "Never";
-  if (!job.mapping.kube.priority_class.empty()) spec["priorityClassName"] = job.mapping.kube.priority_class;
+  if (!job.mapping.kube.priority_class.empty())
+    spec["priorityClassName"] = job.mapping.kube.priority_class;
   Json& c = spec["containers"][0];
   if (!job.mapping.kube.image.empty()) c["image"] = job.mapping.kube.image;
-  if (!c.contains("image")) return Status::InvalidArgument("manifest template " + where + ": the container has no image");
+  if (!c.contains("image"))
+    return Status::InvalidArgument("manifest template " + where + ": the container has no image");
   if (!job.command.empty()) {
     c["command"] = job.command;
     c.erase("args");
@@ -280,7 +305,9 @@ ExternalJob ReadJob(const Json& job, const std::vector<const Json*>& pods) {
   int64_t active = IntAt(At(job, "status"), "active");
   for (const Json* p : pods) {
     const std::string phase = StrAt(At(*p, "status"), "phase");
-    if (phase != "Succeeded" && phase != "Failed" && !At(At(*p, "metadata"), "deletionTimestamp").is_null()) ++active;
+    if (phase != "Succeeded" && phase != "Failed" &&
+        !At(At(*p, "metadata"), "deletionTimestamp").is_null())
+      ++active;
   }
   // The newest pod tells where and why; one being deleted (a suspended or replaced run's)
   // only when there is no other. Timestamps have whole seconds: a pod made in the same second

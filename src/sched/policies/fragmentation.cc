@@ -200,7 +200,8 @@ class FragmentationPolicy final : public Policy {
     const double mine = static_cast<double>(model_free_[static_cast<size_t>(slot)]) / cap;
     const double all = static_cast<double>(total_free_) / static_cast<double>(total_cap_);
     const double share = seen_gpu_ > 0 ? seen_constrained_gpu_ / seen_gpu_ : 0;
-    const double charge = opt_.model_balance_weight * share * static_cast<double>(gpu) * (all - mine);
+    const double charge =
+        opt_.model_balance_weight * share * static_cast<double>(gpu) * (all - mine);
     return opt_.quantum_milli > 0 ? charge / static_cast<double>(opt_.quantum_milli) : charge;
   }
 
@@ -212,7 +213,8 @@ class FragmentationPolicy final : public Policy {
       model_cap_.resize(slot + 1, 0);
       model_free_.resize(slot + 1, 0);
     }
-    if (node_free_.size() <= static_cast<size_t>(node)) node_free_.resize(static_cast<size_t>(node) + 1, 0);
+    if (node_free_.size() <= static_cast<size_t>(node))
+      node_free_.resize(static_cast<size_t>(node) + 1, 0);
     const MilliGpu free = n.gpu_free_total();
     if (add) {
       model_cap_[slot] += static_cast<MilliGpu>(n.device_count) * kWholeGpu;
@@ -293,7 +295,8 @@ class FragmentationPolicy final : public Policy {
           v.never_w += e.w;
           continue;
         }
-        auto [it, fresh] = shape.try_emplace({t.cpu_milli, t.gpu_milli, t.gpu_count}, v.runs.size());
+        auto [it, fresh] =
+            shape.try_emplace({t.cpu_milli, t.gpu_milli, t.gpu_count}, v.runs.size());
         if (fresh) v.runs.push_back({t.cpu_milli, t.gpu_milli, t.gpu_count, 0});
         v.runs[it->second].w += e.w;
       }
@@ -389,7 +392,9 @@ class FragmentationPolicy final : public Policy {
 
   // L1 distance between the mix in use and `other`.
   double MixDistance(const std::vector<WeightedType>& other) const {
-    auto p_of = [this](const MixEntry& e) { return static_cast<double>(e.w) / static_cast<double>(mix_w_); };
+    auto p_of = [this](const MixEntry& e) {
+      return static_cast<double>(e.w) / static_cast<double>(mix_w_);
+    };
     double d = 0;
     for (const WeightedType& w : other) {
       double p = 0;
@@ -458,7 +463,8 @@ class FragmentationPolicy final : public Policy {
       const bool runs = cpu_after >= e.cpu_milli && cnt >= e.gpu_count;
       f_after += e.w * (runs ? small : free_after);
     }
-    double delta = mix_w_ > 0 ? static_cast<double>(f_after - s.f) / static_cast<double>(mix_w_) : 0;
+    double delta =
+        mix_w_ > 0 ? static_cast<double>(f_after - s.f) / static_cast<double>(mix_w_) : 0;
     if (opt_.cpu_balance_weight != 0 && cpu_per_gpu_ > 0) {
       delta += opt_.cpu_balance_weight *
                (Unfed(static_cast<double>(cpu_after), free_after, cpu_per_gpu_) -
@@ -500,7 +506,8 @@ class FragmentationPolicy final : public Policy {
       if (n.gpu_free[d] < q.gpu_milli) continue;
       bool same_seen = false;  // devices with equal free give equal states: the first one wins
       for (int e = 0; e < d && !same_seen; ++e) {
-        same_seen = n.gpu_free[e] == n.gpu_free[d] && (!planned || shares[e].jobs == shares[d].jobs);
+        same_seen =
+            n.gpu_free[e] == n.gpu_free[d] && (!planned || shares[e].jobs == shares[d].jobs);
       }
       if (same_seen) continue;
       const double v = ShareScore(n, node, view, s, q, memory, d);
@@ -513,7 +520,8 @@ class FragmentationPolicy final : public Policy {
   }
 
   // The device of n that fits r (GPU memory included) with the best score, tiers included.
-  int BestFittingDevice(const NodeState& n, int node, const PlacementRequest& r, const TaskType& q) {
+  int BestFittingDevice(const NodeState& n, int node, const PlacementRequest& r,
+                        const TaskType& q) {
     const ModelView& view = ViewOf(n.model);
     Summarize(n, view, &summary_);
     EnsureFits(node);
@@ -642,10 +650,10 @@ class FragmentationPolicy final : public Policy {
   std::string name_;
   FragmentationOptions opt_;
   std::vector<MixEntry> mix_;
-  int64_t mix_w_ = 0;                          // the mix's total weight
+  int64_t mix_w_ = 0;                            // the mix's total weight
   std::vector<std::optional<ModelView>> views_;  // per model slot (model + 1)
-  double cpu_per_gpu_ = 0;     // milli-CPU per milli-GPU of the mix's GPU types
-  double memory_per_gpu_ = 0;  // MiB per milli-GPU of the GPU requests seen
+  double cpu_per_gpu_ = 0;                       // milli-CPU per milli-GPU of the mix's GPU types
+  double memory_per_gpu_ = 0;                    // MiB per milli-GPU of the GPU requests seen
   const std::vector<int>* rank_of_ = nullptr;
   const std::vector<int>* order_ = nullptr;  // nodes in rank order
   static constexpr int kNoRebuild = std::numeric_limits<int>::max();

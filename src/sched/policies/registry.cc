@@ -43,7 +43,8 @@ Result<std::unique_ptr<Policy>> MakePolicy(std::string_view name, const PolicyCo
   }
   std::string known;
   for (const std::string& n : PolicyNames()) known += (known.empty() ? "" : ", ") + n;
-  return Status::InvalidArgument("unknown policy '" + std::string(name) + "' (known: " + known + ")");
+  return Status::InvalidArgument("unknown policy '" + std::string(name) + "' (known: " + known +
+                                 ")");
 }
 
 }  // namespace tessera::sched

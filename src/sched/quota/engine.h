@@ -48,7 +48,7 @@ struct NodeSpec {
   MiB memory_mib = 0;
   std::string gpu_model;
   int gpu_count = 0;
-  MiB gpu_memory_mib = 0;             // only for models outside the catalog
+  MiB gpu_memory_mib = 0;               // only for models outside the catalog
   std::vector<std::string> mig_layout;  // initial MIG profiles on every device (MIG enabled)
   std::string amd_mode;                 // initial AMD pair, e.g. "CPX+NPS4"; default SPX+NPS1
   // Host RAM and disk the node gives swapped-out share memory. Swapping shares' caps past a
@@ -62,8 +62,8 @@ struct JobSpec {
   std::string identity;
   std::string group;  // empty: the queue's first group
   std::string queue;
-  std::optional<WorkloadClass> cls;     // default: the queue's
-  std::optional<AllocationForm> form;   // must be one the policy allows
+  std::optional<WorkloadClass> cls;    // default: the queue's
+  std::optional<AllocationForm> form;  // must be one the policy allows
   std::optional<int> gpu_count;
   std::optional<MilliGpu> gpu_milli;
   std::optional<MiB> gpu_memory_mib;
@@ -96,7 +96,7 @@ struct Event {
   std::string job;  // empty for device events
   std::string identity;
   std::string group;
-  std::string detail;  // why, for people
+  std::string detail;   // why, for people
   std::string for_job;  // kPreempted: the job it makes room for
 };
 
@@ -172,17 +172,17 @@ struct SlotView {
   std::string name;     // "1g.10gb@3", "CPX#2"
   std::string profile;  // "1g.10gb", "CPX"
   int start = 0;
-  std::string holder;   // job id, empty when free
+  std::string holder;  // job id, empty when free
 };
 
 struct DeviceView {
   std::string node;
   int index = 0;
   bool mig = false;
-  std::string amd_pair;            // "CPX+NPS4"; empty for non-AMD
-  std::vector<SlotView> slots;     // live partitions
-  bool draining = false;           // a new layout waits for the device (or node) to empty
-  std::string plan;                // why, while draining
+  std::string amd_pair;         // "CPX+NPS4"; empty for non-AMD
+  std::vector<SlotView> slots;  // live partitions
+  bool draining = false;        // a new layout waits for the device (or node) to empty
+  std::string plan;             // why, while draining
 };
 
 class QuotaEngine {
@@ -233,12 +233,12 @@ class QuotaEngine {
   struct Drain {
     std::string node;
     int device = 0;
-    std::string job;                  // the job it is for
-    std::vector<std::string> evict;   // MIG instances to destroy ("1g.10gb@3")
-    std::vector<std::string> add;     // MIG instances to create
+    std::string job;                 // the job it is for
+    std::vector<std::string> evict;  // MIG instances to destroy ("1g.10gb@3")
+    std::vector<std::string> add;    // MIG instances to create
     bool enable_mig = false;
-    std::string amd_pair;             // AMD: the new pair ("CPX+NPS1")
-    bool node_wide = false;           // AMD memory-mode change (every device of the node)
+    std::string amd_pair;    // AMD: the new pair ("CPX+NPS1")
+    bool node_wide = false;  // AMD memory-mode change (every device of the node)
     std::string why;
     bool operator==(const Drain&) const = default;
   };
@@ -255,8 +255,8 @@ class QuotaEngine {
   virtual int job_count() const = 0;
   virtual JobView job(int handle) const = 0;
   // What a job holds (job()'s grants, form and borrowed, without the rest of the view).
-  virtual void HeldOf(int handle, std::vector<GrantView>* grants, std::optional<AllocationForm>* form,
-                      bool* borrowed) const = 0;
+  virtual void HeldOf(int handle, std::vector<GrantView>* grants,
+                      std::optional<AllocationForm>* form, bool* borrowed) const = 0;
   // Handles of the jobs left waiting by the last cycle and submitted or requeued since (may hold
   // some that have started or ended since).
   virtual const std::vector<int>& waiting() const = 0;
@@ -277,7 +277,8 @@ class QuotaEngine {
   };
   virtual std::vector<FairShareHistory> FairShare(int64_t* as_of) const = 0;
   // Groups the policy no longer has are ignored.
-  virtual void RestoreFairShare(const std::vector<FairShareHistory>& history, int64_t as_of, int64_t now) = 0;
+  virtual void RestoreFairShare(const std::vector<FairShareHistory>& history, int64_t as_of,
+                                int64_t now) = 0;
   virtual int device_count() const = 0;
   virtual MilliGpu gpu_capacity() const = 0;
   virtual MiB gpu_memory_capacity() const = 0;

@@ -34,7 +34,8 @@ void Engine::EndGraces() {
   if (!options_.await_stop && !terminating_.empty()) {
     const std::vector<int> terminating(terminating_.begin(), terminating_.end());  // handle order
     for (int v : terminating) {
-      if (jobs_[v].state == JobState::kTerminating && jobs_[v].grace_end <= now_) FinishTermination(v);
+      if (jobs_[v].state == JobState::kTerminating && jobs_[v].grace_end <= now_)
+        FinishTermination(v);
     }
   }
   if (active_plans_ > 0) ApplyReadyPlans();
@@ -61,8 +62,8 @@ void Engine::UpdateFairShare() {
     double share = 0;
     for (int r = 0; r < 4; ++r) {
       g.decayed[r] = g.decayed[r] * decay + u[r] * dt;
-      share = std::max(share, g.decayed[r] /
-                                  (cap[r] * static_cast<double>(policy_.fair_share_half_life_s)));
+      share = std::max(
+          share, g.decayed[r] / (cap[r] * static_cast<double>(policy_.fair_share_half_life_s)));
     }
     const bool weighted = options_.engine_break != EngineOptions::Break::kFairShareIgnoresWeights;
     g.fair_share = weighted ? share / (static_cast<double>(g.spec.weight_milli) / 1000.0) : share;
@@ -85,7 +86,8 @@ std::vector<QuotaEngine::FairShareHistory> Engine::FairShare(int64_t* as_of) con
   return out;
 }
 
-void Engine::RestoreFairShare(const std::vector<FairShareHistory>& history, int64_t as_of, int64_t now) {
+void Engine::RestoreFairShare(const std::vector<FairShareHistory>& history, int64_t as_of,
+                              int64_t now) {
   // Decayed over the time since it was saved (no usage added for it: nothing was recorded).
   const double dt = static_cast<double>(std::max<int64_t>(0, now - as_of));
   const double decay = std::pow(0.5, dt / static_cast<double>(policy_.fair_share_half_life_s));
@@ -127,7 +129,8 @@ std::vector<int> Engine::Order() {
   return order;
 }
 
-std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order, const std::function<void()>& between) {
+std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order,
+                                      const std::function<void()>& between) {
   // 2-4. Admit and place in order; preempt and reserve for what does not fit.
   std::vector<int> still;
   // Claims in flight and capacity leaving, as of now (each reclaim below adds to them).
@@ -272,7 +275,8 @@ void Engine::UnsplitForDemand() {
   std::vector<int> split_idle;
   for (size_t di = 0; di < devs_.size(); ++di) {
     const Dev& d = devs_[di];
-    if (d.split && d.engine_split && d.idle() && !d.plan.active) split_idle.push_back(static_cast<int>(di));
+    if (d.split && d.engine_split && d.idle() && !d.plan.active)
+      split_idle.push_back(static_cast<int>(di));
   }
   if (split_idle.empty()) return;
   int changed = 0;
@@ -425,10 +429,12 @@ Status Engine::CheckJobHoldings(InvariantTally* t) const {
     const Job& j = jobs_[h];
     bool holds = j.state == JobState::kRunning || j.state == JobState::kTerminating;
     if (!holds) {
-      if (!j.grants.empty()) return Status::Internal("job " + j.id + " holds grants while " + JobStateName(j.state));
+      if (!j.grants.empty())
+        return Status::Internal("job " + j.id + " holds grants while " + JobStateName(j.state));
       continue;
     }
-    if (!j.admitted_logged) return Status::Internal("job " + j.id + " runs without an admission event");
+    if (!j.admitted_logged)
+      return Status::Internal("job " + j.id + " runs without an admission event");
     if (j.identity.empty()) return Status::Internal("job " + j.id + " has no identity");
     for (int g = j.group; g >= 0; g = groups_[g].parent) t->usage[g] += j.charge;
     for (const Grant& gr : j.grants) {
@@ -475,10 +481,12 @@ Status Engine::CheckDevices(const InvariantTally& t) const {
   for (size_t di = 0; di < devs_.size(); ++di) {
     const Dev& d = devs_[di];
     if (d.whole >= 0 && (!d.shares.empty() || d.split)) {
-      return Status::Internal(DevName(static_cast<int>(di)) + " is whole-held and also shared or split");
+      return Status::Internal(DevName(static_cast<int>(di)) +
+                              " is whole-held and also shared or split");
     }
     if (d.split && !d.shares.empty()) {
-      return Status::Internal(DevName(static_cast<int>(di)) + " is split and carries device shares");
+      return Status::Internal(DevName(static_cast<int>(di)) +
+                              " is split and carries device shares");
     }
     if (t.share_mem[di] != d.share_mem || t.share_mem[di] > d.share_capacity(d.swap_oc)) {
       return Status::Internal(DevName(static_cast<int>(di)) + ": share caps " +
@@ -494,7 +502,9 @@ Status Engine::CheckDevices(const InvariantTally& t) const {
         if (!s.alive) continue;
         part::Instance in{s.profile, s.start};
         Status c = part::CheckCreate(*d.model, layout, in);
-        if (!c.ok()) return Status::Internal(DevName(static_cast<int>(di)) + ": illegal layout: " + c.message());
+        if (!c.ok())
+          return Status::Internal(DevName(static_cast<int>(di)) +
+                                  ": illegal layout: " + c.message());
         layout.instances.push_back(in);
       }
     }
@@ -650,25 +660,38 @@ Result<std::unique_ptr<QuotaEngine>> QuotaEngine::Create(const PolicySpec& polic
 
 const char* JobStateName(JobState s) {
   switch (s) {
-    case JobState::kPending: return "pending";
-    case JobState::kRunning: return "running";
-    case JobState::kTerminating: return "terminating";
-    case JobState::kDone: return "done";
-    case JobState::kRejected: return "rejected";
+    case JobState::kPending:
+      return "pending";
+    case JobState::kRunning:
+      return "running";
+    case JobState::kTerminating:
+      return "terminating";
+    case JobState::kDone:
+      return "done";
+    case JobState::kRejected:
+      return "rejected";
   }
   return "unknown";
 }
 
 const char* EventKindName(EventKind k) {
   switch (k) {
-    case EventKind::kSubmitted: return "submitted";
-    case EventKind::kRejected: return "rejected";
-    case EventKind::kAdmitted: return "admitted";
-    case EventKind::kPlaced: return "placed";
-    case EventKind::kPreempted: return "preempted";
-    case EventKind::kRequeued: return "requeued";
-    case EventKind::kRepartitioned: return "repartitioned";
-    case EventKind::kCompleted: return "completed";
+    case EventKind::kSubmitted:
+      return "submitted";
+    case EventKind::kRejected:
+      return "rejected";
+    case EventKind::kAdmitted:
+      return "admitted";
+    case EventKind::kPlaced:
+      return "placed";
+    case EventKind::kPreempted:
+      return "preempted";
+    case EventKind::kRequeued:
+      return "requeued";
+    case EventKind::kRepartitioned:
+      return "repartitioned";
+    case EventKind::kCompleted:
+      return "completed";
   }
   return "unknown";
 }

@@ -36,7 +36,8 @@ struct Slot {
   MilliGpu compute = 0;
   int holder = -1;
   bool alive = true;  // a destroyed instance stays as a tombstone so grant indices hold
-  int slices = 0;     // MIG memory slices it occupies  // a destroyed instance stays as a tombstone so grant indices hold
+  int slices = 0;  // MIG memory slices it occupies  // a destroyed instance stays as a tombstone so
+                   // grant indices hold
 };
 
 // A pending reconfiguration of a device (or, for an AMD memory mode, of its node).
@@ -68,12 +69,12 @@ struct Dev {
   std::vector<int> shares;
   MiB share_mem = 0;
   MilliGpu share_weight = 0;
-  int reserved_by = -1;  // a job this device is kept for
+  int reserved_by = -1;    // a job this device is kept for
   bool nominated = false;  // kept strictly (reclaim, repartition); else backfill rules apply
   int64_t reserved_until = 0;
   Plan plan;
-  MiB share_key = -1;  // key in shared_by_free_, -1 when not there
-  int swap_oc = 0;     // the overcommit percent of the shares it holds (0: no swapping)
+  MiB share_key = -1;     // key in shared_by_free_, -1 when not there
+  int swap_oc = 0;        // the overcommit percent of the shares it holds (0: no swapping)
   uint64_t no_start = 0;  // MIG profiles (bit = catalog index) known to have no legal start now
 
   // What shares of overcommit `oc` may sum to here: memory and compute weight.
@@ -99,8 +100,8 @@ struct NodeRt {
   MilliCpu cpu_total = 0, cpu_free = 0;
   MiB mem_total = 0, mem_free = 0;
   std::vector<int> devs;
-  bool down = false;     // lost, or retired: takes no new work
-  NodeSpec spec;         // as added, to tell a return from a replacement
+  bool down = false;  // lost, or retired: takes no new work
+  NodeSpec spec;      // as added, to tell a return from a replacement
 };
 
 struct Grant {
@@ -136,8 +137,8 @@ struct Job {
   bool borrowed = false;
   bool admitted_logged = false;
   int preemptions = 0;
-  int awaiting = 0;      // victims still terminating for this job
-  int claimant = -1;     // while terminating: the job waiting for this one's capacity
+  int awaiting = 0;        // victims still terminating for this job
+  int claimant = -1;       // while terminating: the job waiting for this one's capacity
   bool nominated = false;  // some device is kept for this job
   bool external = false;   // its queue's jobs are placed by another scheduler
   std::string ext_pool;    // ... sharing that scheduler's capacity ("" : unbounded)
@@ -153,7 +154,8 @@ struct GroupRt {
   bool below = false;
 };
 
-bool Within(const Resources& usage, const Resources& charge, const Resources& cap, const char** which);
+bool Within(const Resources& usage, const Resources& charge, const Resources& cap,
+            const char** which);
 bool WithinReservation(const Resources& usage, const Resources& charge, const Resources& res);
 std::string Amount(const char* which, int64_t v);
 int64_t Component(const Resources& r, const std::string& w);
@@ -188,7 +190,8 @@ class Engine final : public QuotaEngine {
     if (events_.capacity() > 65536) events_.shrink_to_fit();  // after a large cycle
   }
   std::vector<FairShareHistory> FairShare(int64_t* as_of) const override;
-  void RestoreFairShare(const std::vector<FairShareHistory>& history, int64_t as_of, int64_t now) override;
+  void RestoreFairShare(const std::vector<FairShareHistory>& history, int64_t as_of,
+                        int64_t now) override;
   int device_count() const override { return static_cast<int>(devs_.size()); }
   MilliGpu gpu_capacity() const override { return static_cast<MilliGpu>(devs_.size()) * kWholeGpu; }
   MiB gpu_memory_capacity() const override { return gpu_memory_capacity_; }
@@ -367,7 +370,7 @@ class Engine final : public QuotaEngine {
   void AmdDrainOption(const Job& j, int di, bool within_reservation, DrainOption* best);
   bool ApplyPlan(int d);
   bool PlanReady(const Dev& d) const;  // what the plan changes is idle
-  bool ApplyAmdPlan(int di);  // false (plan dropped) when the hive refuses the memory mode
+  bool ApplyAmdPlan(int di);           // false (plan dropped) when the hive refuses the memory mode
   void ApplyMigPlan(Dev& d);
   void ApplyReadyPlans();
   void RebuildAmdSlots(Dev& d);
@@ -387,7 +390,8 @@ class Engine final : public QuotaEngine {
   void UpdateFairShare();    //    decayed usage, fair-share keys, groups below their reservation
   std::vector<int> Order();  // 1. pending jobs in scheduling order
   // 2-4; returns who still waits. `between` runs before each job is considered.
-  std::vector<int> AdmitInOrder(const std::vector<int>& order, const std::function<void()>& between);
+  std::vector<int> AdmitInOrder(const std::vector<int>& order,
+                                const std::function<void()>& between);
   void RepartitionForDemand();  // 5.
   Status AddNodeRt(const NodeSpec& ns, const std::string& field);
   // AddNodeRt's new device d of `ns`: the MIG layout or AMD mode the spec gives it.
@@ -429,8 +433,8 @@ class Engine final : public QuotaEngine {
   std::vector<int> pending_;  // handles, any order; rebuilt each cycle
   // Placement indexes, so that a search touches candidates rather than every device:
   std::set<std::pair<MiB, int>> shared_by_free_;  // devices with shares and room, by free memory
-  std::set<int> free_slot_devs_;  // devices with a free partition slot
-  std::set<int> mig_open_devs_;   // MIG devices with memory slices no instance uses
+  std::set<int> free_slot_devs_;                  // devices with a free partition slot
+  std::set<int> mig_open_devs_;                   // MIG devices with memory slices no instance uses
   // Submit's never-schedulable verdicts, by request shape.
   mutable std::map<std::tuple<int, uint64_t, int, MilliGpu, MiB, int>, std::string> feasible_cache_;
   // Shapes whose repartition search found nothing this cycle.
@@ -444,18 +448,18 @@ class Engine final : public QuotaEngine {
   bool mirror_dirty_ = true;
   std::map<int, std::vector<sched::Placement>> mirror_held_;  // job handle -> its placements
   std::map<int, sched::Placement> mirror_blocks_;             // device -> its block while split
-  std::vector<sched::ModelMask> pool_models_;                // pool -> mirror model ids
+  std::vector<sched::ModelMask> pool_models_;                 // pool -> mirror model ids
   MiB gpu_memory_capacity_ = 0;
-  MilliCpu cpu_capacity_ = 0;      // every node's, for the fair-share key
+  MilliCpu cpu_capacity_ = 0;  // every node's, for the fair-share key
   MiB host_memory_capacity_ = 0;
-  std::set<int> terminating_;      // handles in kTerminating, in handle order
+  std::set<int> terminating_;  // handles in kTerminating, in handle order
   // Per group (its own and its descendants'), as of this cycle: GPU of claims in flight (pending
   // jobs granted preempted capacity, waiting out the grace) and GPU already leaving (terminating
   // jobs). Reclaim counts both, so that it stops at the reservation on either side.
   std::vector<int64_t> claimed_gpu_;
   std::vector<int64_t> leaving_gpu_;
   void AddToChain(std::vector<int64_t>& per_group, int g, int64_t v);
-  std::set<int> reserved_devs_;    // devices whose reserved_by may be set
+  std::set<int> reserved_devs_;  // devices whose reserved_by may be set
   int64_t now_ = 0;
   int64_t last_cycle_ = -1;
   int64_t seq_ = 0;
@@ -480,9 +484,9 @@ class Engine final : public QuotaEngine {
   void Unsplit(int di, const std::string& for_job);
   CycleStats stats_;
   int max_devs_per_node_ = 0;
-  std::map<std::string, int64_t> ext_cap_;   // external pool -> GPU capacity (milli); absent: unbounded
+  std::map<std::string, int64_t>
+      ext_cap_;  // external pool -> GPU capacity (milli); absent: unbounded
   std::map<std::string, int64_t> ext_used_;  // external pool -> GPU charged by its held jobs
 };
-
 
 }  // namespace tessera::quota::internal

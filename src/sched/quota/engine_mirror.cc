@@ -1,9 +1,8 @@
 // The quota engine's mirror in the placement core: whole-device and share grants are chosen by a
 // placement-core policy (default `tessera`), so the product places as `tessera sim openb`
 // measures. See engine_impl.h.
-#include "sched/quota/engine_impl.h"
-
 #include "sched/policy.h"
+#include "sched/quota/engine_impl.h"
 
 namespace tessera::quota::internal {
 namespace {
@@ -30,7 +29,8 @@ void Engine::RebuildMirror() {
     m.cpu_milli = n.cpu_total;
     m.memory_mib = n.mem_total;
     for (int d : n.devs) {
-      m.devices.push_back(Device{devs_[d].index, MirrorModel(policy_.pools[n.pool].name, devs_[d]), devs_[d].memory});
+      m.devices.push_back(Device{devs_[d].index, MirrorModel(policy_.pools[n.pool].name, devs_[d]),
+                                 devs_[d].memory});
     }
     nodes.push_back(std::move(m));
   }
@@ -40,7 +40,8 @@ void Engine::RebuildMirror() {
   for (size_t p = 0; p < policy_.pools.size(); ++p) {
     for (size_t m = 0; m < state->model_names().size(); ++m) {
       const std::string& name = state->model_names()[m];
-      if (name.rfind(policy_.pools[p].name + "|", 0) == 0) pool_models_[p] |= sched::ModelMask{1} << m;
+      if (name.rfind(policy_.pools[p].name + "|", 0) == 0)
+        pool_models_[p] |= sched::ModelMask{1} << m;
     }
   }
   mirror_ = std::make_unique<sched::Scheduler>(std::move(*state), std::move(*policy), 42);
@@ -62,7 +63,9 @@ void Engine::MirrorAddNode(int node) {
   m.name = n.name;
   m.cpu_milli = n.cpu_total;
   m.memory_mib = n.mem_total;
-  for (int d : n.devs) m.devices.push_back(Device{devs_[d].index, MirrorModel(policy_.pools[n.pool].name, devs_[d]), devs_[d].memory});
+  for (int d : n.devs)
+    m.devices.push_back(
+        Device{devs_[d].index, MirrorModel(policy_.pools[n.pool].name, devs_[d]), devs_[d].memory});
   if (!mirror_->AddNode(m).ok()) {
     mirror_dirty_ = true;
     return;
@@ -71,7 +74,8 @@ void Engine::MirrorAddNode(int node) {
   const auto& names = mirror_->state().model_names();
   for (size_t p = 0; p < policy_.pools.size(); ++p) {
     for (size_t k = 0; k < names.size(); ++k) {
-      if (names[k].rfind(policy_.pools[p].name + "|", 0) == 0) pool_models_[p] |= sched::ModelMask{1} << k;
+      if (names[k].rfind(policy_.pools[p].name + "|", 0) == 0)
+        pool_models_[p] |= sched::ModelMask{1} << k;
     }
   }
   for (int d : n.devs) MirrorSyncSplit(d);
@@ -133,7 +137,8 @@ bool Engine::PolicyPick(Job& j, int self, AllocationForm f, Candidate* c) {
   r.cpu_milli = j.cpu * j.gpu_count;
   r.memory_mib = j.mem * j.gpu_count;
   for (size_t p = 0; p < policy_.pools.size(); ++p) {
-    if (InPools(j, static_cast<int>(p)) && PoolAllows(static_cast<int>(p), f)) r.models |= pool_models_[p];
+    if (InPools(j, static_cast<int>(p)) && PoolAllows(static_cast<int>(p), f))
+      r.models |= pool_models_[p];
   }
   if (r.models == 0) return false;
   sched::PlacementResult res = mirror_->Place(r);

@@ -23,11 +23,10 @@ Status Engine::Admission(const Job& j, const Resources& charge, bool* guaranteed
     if (options_.engine_break == EngineOptions::Break::kIgnoreLimits) break;
     if (!Within(gr.usage, charge, gr.spec.limit, &which)) {
       std::string w = which;
-      return Status::ResourceExhausted(
-          "group " + gr.spec.name + " at its " + w + " limit: holds " +
-          Amount(which, Component(gr.usage, w)) + ", job needs " +
-          Amount(which, Component(charge, w)) + ", limit " +
-          Amount(which, Component(gr.spec.limit, w)));
+      return Status::ResourceExhausted("group " + gr.spec.name + " at its " + w + " limit: holds " +
+                                       Amount(which, Component(gr.usage, w)) + ", job needs " +
+                                       Amount(which, Component(charge, w)) + ", limit " +
+                                       Amount(which, Component(gr.spec.limit, w)));
     }
   }
   // The reservation guarantees the components it names (> 0); one naming none guarantees
@@ -134,10 +133,9 @@ bool Engine::MigPartitionAt(const Job& j, size_t di, int pass, Candidate* c) {
   int di_int = static_cast<int>(di);
   if (pass == 0 && d.mig) {
     for (size_t s = 0; s < d.slots.size(); ++s) {
-      if (d.slots[s].alive && d.slots[s].holder < 0 &&
-          d.slots[s].profile == p.name) {
-        c->grants = {{d.node, di_int, static_cast<int>(s), d.slots[s].memory,
-                      d.slots[s].compute, j.cpu, j.mem}};
+      if (d.slots[s].alive && d.slots[s].holder < 0 && d.slots[s].profile == p.name) {
+        c->grants = {{d.node, di_int, static_cast<int>(s), d.slots[s].memory, d.slots[s].compute,
+                      j.cpu, j.mem}};
         cursor_dev_part_ = di;
         return true;
       }
@@ -155,8 +153,7 @@ bool Engine::MigPartitionAt(const Job& j, size_t di, int pass, Candidate* c) {
     if (starts.ok() && !starts->empty()) {
       c->create = {{di_int, part::Instance{p.name, starts->front()}}};
       c->grants = {{d.node, di_int, static_cast<int>(d.slots.size()), p.memory_mib,
-                    p.compute_slices * kWholeGpu / d.model->mig.compute_slices, j.cpu,
-                    j.mem}};
+                    p.compute_slices * kWholeGpu / d.model->mig.compute_slices, j.cpu, j.mem}};
       cursor_dev_part_ = di;
       return true;
     }
@@ -165,8 +162,7 @@ bool Engine::MigPartitionAt(const Job& j, size_t di, int pass, Candidate* c) {
     c->enable_mig_dev = di_int;
     c->create = {{di_int, part::Instance{p.name, p.starts.front()}}};
     c->grants = {{d.node, di_int, 0, p.memory_mib,
-                  p.compute_slices * kWholeGpu / d.model->mig.compute_slices, j.cpu,
-                  j.mem}};
+                  p.compute_slices * kWholeGpu / d.model->mig.compute_slices, j.cpu, j.mem}};
     return true;
   }
   return false;
@@ -179,8 +175,7 @@ bool Engine::AmdPartitionAt(const Job& j, size_t di, int pass, Candidate* c) {
     for (size_t s = 0; s < d.slots.size(); ++s) {
       const Slot& sl = d.slots[s];
       if (sl.holder < 0 && sl.memory >= j.gpu_mem && sl.compute >= j.gpu_milli) {
-        c->grants = {{d.node, di_int, static_cast<int>(s), sl.memory, sl.compute, j.cpu,
-                      j.mem}};
+        c->grants = {{d.node, di_int, static_cast<int>(s), sl.memory, sl.compute, j.cpu, j.mem}};
         cursor_dev_part_ = di;
         return true;
       }
@@ -191,8 +186,8 @@ bool Engine::AmdPartitionAt(const Job& j, size_t di, int pass, Candidate* c) {
     if (!best) return false;
     c->amd_dev = di_int;
     c->amd_switch = best->pair.ToString();
-    c->grants = {{d.node, di_int, 0, best->memory_per_partition_mib,
-                  kWholeGpu / best->partitions, j.cpu, j.mem}};
+    c->grants = {{d.node, di_int, 0, best->memory_per_partition_mib, kWholeGpu / best->partitions,
+                  j.cpu, j.mem}};
     return true;
   }
   return false;
@@ -448,10 +443,10 @@ std::string Engine::PlacedDetail(const Job& j, AllocationForm f, bool backfill) 
     if (gr.slot >= 0) where += ":" + devs_[gr.dev].slots[gr.slot].name;
   }
   return std::string(AllocationFormName(f)) + " on " + where +
-         (f == AllocationForm::kShare ? " (cap " + FormatMiB(j.grants[0].memory) +
-                                            ", compute weight " +
-                                            FormatMilli(j.grants[0].compute) + ")"
-                                      : "") +
+         (f == AllocationForm::kShare
+              ? " (cap " + FormatMiB(j.grants[0].memory) + ", compute weight " +
+                    FormatMilli(j.grants[0].compute) + ")"
+              : "") +
          (backfill ? " [backfill]" : "");
 }
 
@@ -525,9 +520,11 @@ bool Engine::FindInForm(Job& j, int self, AllocationForm f, Candidate* c, bool* 
   return FindShare(j, self, c, blocked);
 }
 
-void Engine::NoRoomReason(const Job& j, bool blocked, std::string* step, std::string* reason) const {
+void Engine::NoRoomReason(const Job& j, bool blocked, std::string* step,
+                          std::string* reason) const {
   std::string forms;
-  for (AllocationForm f : j.forms) forms += (forms.empty() ? "" : "/") + std::string(AllocationFormName(f));
+  for (AllocationForm f : j.forms)
+    forms += (forms.empty() ? "" : "/") + std::string(AllocationFormName(f));
   std::string shape = j.gpu_count == 0
                           ? "cpu " + FormatMilli(j.cpu)
                           : std::to_string(j.gpu_count) + " x " + forms + " (gpu " +
@@ -579,8 +576,7 @@ bool Engine::TryPlace(int self, std::string* step, std::string* reason, bool* ba
     *reason = adm.message();
     return false;
   }
-  auto key = std::make_tuple(j.profile, j.pools, j.gpu_count, j.gpu_milli, j.gpu_mem, j.cpu,
-                             j.mem);
+  auto key = std::make_tuple(j.profile, j.pools, j.gpu_count, j.gpu_milli, j.gpu_mem, j.cpu, j.mem);
   int64_t end = j.walltime > 0 ? now_ + j.walltime : kNever;
   bool use_memo = !j.nominated && !j.external;
   if (use_memo) {
@@ -595,7 +591,8 @@ bool Engine::TryPlace(int self, std::string* step, std::string* reason, bool* ba
     // Another scheduler places it: admitted here against the same limits, charged its request,
     // within the capacity its scheduler has for us when that is known.
     auto cap = ext_cap_.find(j.ext_pool);
-    if (cap != ext_cap_.end() && nominal.gpu_milli > 0 && ext_used_[j.ext_pool] + nominal.gpu_milli > cap->second) {
+    if (cap != ext_cap_.end() && nominal.gpu_milli > 0 &&
+        ext_used_[j.ext_pool] + nominal.gpu_milli > cap->second) {
       *step = "Placement";
       *reason = j.ext_pool + " has " + FormatMilli(cap->second) + " GPU for this cluster, " +
                 FormatMilli(ext_used_[j.ext_pool]) + " held";

@@ -61,7 +61,8 @@ bool Engine::TryPreemptExternal(int self, bool reclaim) {
   ++preempt_searches_;
   std::vector<std::pair<int64_t, int>> options;
   for (int v = 0; v < static_cast<int>(jobs_.size()); ++v) {
-    if (v != self && jobs_[v].charge.gpu_milli > 0 && Victim(j, v, reclaim)) options.push_back({LostWork(jobs_[v]), v});
+    if (v != self && jobs_[v].charge.gpu_milli > 0 && Victim(j, v, reclaim))
+      options.push_back({LostWork(jobs_[v]), v});
   }
   std::sort(options.begin(), options.end());
   std::vector<int> victims;
@@ -72,9 +73,11 @@ bool Engine::TryPreemptExternal(int self, bool reclaim) {
     freed += jobs_[v].charge.gpu_milli;
   }
   if (freed < need) return false;
-  std::string why = std::string(reclaim ? "reclaim: group " + groups_[j.group].spec.name + " is below its reservation; "
+  std::string why = std::string(reclaim ? "reclaim: group " + groups_[j.group].spec.name +
+                                              " is below its reservation; "
                                         : "priority preemption: ") +
-                    "for " + j.id + " (priority " + std::to_string(j.priority) + ") in " + j.ext_pool;
+                    "for " + j.id + " (priority " + std::to_string(j.priority) + ") in " +
+                    j.ext_pool;
   j.awaiting = static_cast<int>(victims.size());
   for (int v : victims) Preempt(v, self, why);
   return true;
@@ -225,9 +228,8 @@ void Engine::PreemptForPartition(const Job& j, int self, bool reclaim, PreemptOp
     }
     for (const Slot& s : d.slots) {
       if (s.holder < 0 || !Victim(j, s.holder, reclaim)) continue;
-      bool right = d.mig_capable()
-                       ? (pi >= 0 && s.profile == d.model->mig.profiles[pi].name)
-                       : (s.memory >= j.gpu_mem && s.compute >= j.gpu_milli);
+      bool right = d.mig_capable() ? (pi >= 0 && s.profile == d.model->mig.profiles[pi].name)
+                                   : (s.memory >= j.gpu_mem && s.compute >= j.gpu_milli);
       if (right && HostFitsAfter(j, d.node, {s.holder})) {
         best->Consider(LostWork(jobs_[s.holder]), {s.holder}, {static_cast<int>(di)});
       }
@@ -326,8 +328,9 @@ void Engine::ReserveForHead(int self) {
   ++heads_;
   memo_.clear();  // the kept devices change what later shapes find
   j.wait_reason += "; keeps " + std::to_string(j.gpu_count) + " device(s) on " +
-                   nodes_[best_node].name + (best_time >= kNever ? " (start unknown: running jobs declare no walltime)"
-                                                                  : " expected free at " + T(best_time));
+                   nodes_[best_node].name +
+                   (best_time >= kNever ? " (start unknown: running jobs declare no walltime)"
+                                        : " expected free at " + T(best_time));
 }
 
 // ------------------------------------------------------------------------------------------
@@ -406,8 +409,8 @@ bool Engine::TryRepartition(int self) {
   if (best.dev < 0) return false;
   // Demand served, in the same unit as lost work (milli-GPU seconds): what the job asks, over
   // the time it has waited plus the planning horizon.
-  int64_t demand = std::max<int64_t>(j.gpu_milli, 1) *
-                   (now_ - j.submit + policy_.repartition_horizon_s);
+  int64_t demand =
+      std::max<int64_t>(j.gpu_milli, 1) * (now_ - j.submit + policy_.repartition_horizon_s);
   if (best.cost > demand) {
     j.wait_step = "Repartition";
     j.wait_reason += "; cheapest repartition (" + DevName(best.dev) + ") loses " +
@@ -446,7 +449,8 @@ bool Engine::TryRepartition(int self) {
   return true;
 }
 
-int64_t Engine::DrainCost(const Job& j, bool within_reservation, const std::vector<int>& occupants) const {
+int64_t Engine::DrainCost(const Job& j, bool within_reservation,
+                          const std::vector<int>& occupants) const {
   int64_t cost = 0;
   std::vector<int> others;
   for (int v : occupants) {
@@ -493,7 +497,9 @@ void Engine::MigDrainOption(const Job& j, int di, bool within_reservation, Drain
     for (const Slot& s : d.slots) {
       if (!s.alive) continue;
       int64_t cost = 0;
-      if (s.holder >= 0) cost = DrainVictim(j, within_reservation, s.holder) ? LostWork(jobs_[s.holder]) + 1 : kForbidden;
+      if (s.holder >= 0)
+        cost = DrainVictim(j, within_reservation, s.holder) ? LostWork(jobs_[s.holder]) + 1
+                                                            : kForbidden;
       current.push_back({{s.profile, s.start}, cost});
     }
     auto ev = part::CheapestEviction(*d.model, current, want);
@@ -619,9 +625,9 @@ void Engine::ApplyMigPlan(Dev& d) {
     }
   }
   if (d.idle()) {  // no grant points into the slots: drop the tombstones
-    d.slots.erase(std::remove_if(d.slots.begin(), d.slots.end(),
-                                 [](const Slot& s) { return !s.alive; }),
-                  d.slots.end());
+    d.slots.erase(
+        std::remove_if(d.slots.begin(), d.slots.end(), [](const Slot& s) { return !s.alive; }),
+        d.slots.end());
   }
   for (const part::Instance& in : d.plan.add) {
     const part::MigProfile* p = d.model->mig.FindProfile(in.profile);

@@ -37,11 +37,16 @@ std::string FormList(const std::vector<AllocationForm>& forms) {
 
 const char* WorkloadClassName(WorkloadClass c) {
   switch (c) {
-    case WorkloadClass::kTraining: return "training";
-    case WorkloadClass::kInference: return "inference";
-    case WorkloadClass::kInteractive: return "interactive";
-    case WorkloadClass::kCi: return "ci";
-    case WorkloadClass::kBatch: return "batch";
+    case WorkloadClass::kTraining:
+      return "training";
+    case WorkloadClass::kInference:
+      return "inference";
+    case WorkloadClass::kInteractive:
+      return "interactive";
+    case WorkloadClass::kCi:
+      return "ci";
+    case WorkloadClass::kBatch:
+      return "batch";
   }
   return "unknown";
 }
@@ -148,7 +153,8 @@ Status ValidateProfile(const ProfileSpec& pr, size_t i, const std::set<std::stri
   }
   if (pr.gpu_count < 0) return Status::InvalidArgument(field + ".gpu_count is negative");
   if (pr.gpu_milli < 0 || pr.gpu_milli > kWholeGpu) {
-    return Status::InvalidArgument(field + ".gpu_fraction must be a fraction of at most 1 per device");
+    return Status::InvalidArgument(field +
+                                   ".gpu_fraction must be a fraction of at most 1 per device");
   }
   if (pr.gpu_count > 1 && pr.gpu_milli != kWholeGpu) {
     return Status::InvalidArgument(field + ".gpu_fraction: a fraction needs gpu_count 1");
@@ -260,8 +266,8 @@ Result<std::vector<AllocationForm>> FormsFor(const PolicySpec& policy, const Pro
     if (std::find(out.begin(), out.end(), *asked) == out.end()) {
       return Status::InvalidArgument(std::string("form ") + AllocationFormName(*asked) +
                                      " is not allowed for class " + WorkloadClassName(cls) +
-                                     " in profile '" + profile.name + "' (allowed: " +
-                                     FormList(out) + ")");
+                                     " in profile '" + profile.name +
+                                     "' (allowed: " + FormList(out) + ")");
     }
     return std::vector<AllocationForm>{*asked};
   }

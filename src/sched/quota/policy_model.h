@@ -36,8 +36,8 @@ inline Resources UnlimitedResources() { return {kUnlimited, kUnlimited, kUnlimit
 // A team or tenant. Usage of a child counts against every ancestor too.
 struct GroupSpec {
   std::string name;
-  std::string parent;       // empty: a top-level group
-  Resources reservation;    // guaranteed to the group (reclaimable from borrowers)
+  std::string parent;                      // empty: a top-level group
+  Resources reservation;                   // guaranteed to the group (reclaimable from borrowers)
   Resources limit = UnlimitedResources();  // most the group may hold at once
   int64_t weight_milli = 1000;  // share of capacity above reservations, relative to siblings
   // The Unix account its members' jobs run under on agent nodes, unless the identity names its
@@ -109,7 +109,7 @@ struct PolicySpec {
   std::vector<QueueSpec> queues;
   ClassForms class_forms = ClassForms::Default();
 
-  int64_t grace_seconds = 0;             // a preempted job keeps its slot this long
+  int64_t grace_seconds = 0;              // a preempted job keeps its slot this long
   int64_t fair_share_half_life_s = 3600;  // decay of past usage in the fair-share key
   bool repartition = true;                // may the cycle change partition layouts
   int64_t repartition_horizon_s = 3600;   // demand served is valued over this horizon

@@ -20,7 +20,8 @@ class KubeBackend : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = std::filesystem::temp_directory_path() /
-           ("kube-" + std::to_string(::getpid()) + "-" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+           ("kube-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::remove_all(dir_);
     k_ = std::make_unique<KubeStandIn>(dir_.string());
     ASSERT_EQ(k_->error(), "");
@@ -38,7 +39,8 @@ class KubeBackend : public ::testing::Test {
     o.kube_context = context;
     return MakeKubernetesBackend(o);
   }
-  JobRequest Req(const std::string& id, const std::string& script, std::map<std::string, std::string> env = {}) {
+  JobRequest Req(const std::string& id, const std::string& script,
+                 std::map<std::string, std::string> env = {}) {
     JobRequest r;
     r.id = id;
     r.name = "tessera-lab-" + id;
@@ -59,7 +61,8 @@ class KubeBackend : public ::testing::Test {
     return id.ok() ? *id : "";
   }
   // Polls until the job's state is `want` (or 20 s); the last state seen.
-  ExternalJob WaitFor(Backend& b, const std::string& id, const std::string& want, int timeout_ms = 20000) {
+  ExternalJob WaitFor(Backend& b, const std::string& id, const std::string& want,
+                      int timeout_ms = 20000) {
     ExternalJob last;
     for (int waited = 0; waited < timeout_ms; waited += 50) {
       auto p = b.Poll({id});
@@ -86,7 +89,8 @@ TEST_F(KubeBackend, JobsRunToTheirEndAndReportExitCodesAndReasons) {
   const std::string bad = Submit(*b_, Req("j-2", "exit 3"));
   const std::string oom = Submit(*b_, Req("j-3", "sleep 5", {{"STANDIN_OUTCOME", "OOMKilled"}}));
   const std::string evicted = Submit(*b_, Req("j-4", "sleep 5", {{"STANDIN_OUTCOME", "Evicted"}}));
-  const std::string refused = Submit(*b_, Req("j-17", "sleep 5", {{"STANDIN_OUTCOME", "UnexpectedAdmissionError"}}));
+  const std::string refused =
+      Submit(*b_, Req("j-17", "sleep 5", {{"STANDIN_OUTCOME", "UnexpectedAdmissionError"}}));
   ExternalJob x = WaitFor(*b_, ok, "succeeded");
   EXPECT_EQ(x.state, "succeeded");
   EXPECT_EQ(x.node, "n1");  // the only ready, schedulable, untainted node of pool a100
@@ -102,7 +106,8 @@ TEST_F(KubeBackend, JobsRunToTheirEndAndReportExitCodesAndReasons) {
   EXPECT_EQ(x.reason, "Evicted");
   x = WaitFor(*b_, refused, "failed");
   EXPECT_EQ(x.reason, "UnexpectedAdmissionError");
-  // What Kubernetes holds is what the API says: created suspended, resumed with the pool's selector.
+  // What Kubernetes holds is what the API says: created suspended, resumed with the pool's
+  // selector.
   Json job = k_->Control("GET", "/apis/batch/v1/namespaces/ml/jobs/tessera-lab-j-1");
   EXPECT_EQ(job["metadata"]["labels"]["tessera.io/job"], "j-1");
   EXPECT_EQ(job["metadata"]["labels"]["tessera.io/cluster"], "lab");
@@ -121,7 +126,8 @@ TEST_F(KubeBackend, JobsRunToTheirEndAndReportExitCodesAndReasons) {
 TEST_F(KubeBackend, SuspendKeepsTheJobAndResumeRunsItAgain) {
   const std::string id = Submit(*b_, Req("j-5", "sleep 60"));
   EXPECT_EQ(WaitFor(*b_, id, "running").state, "running");
-  const std::string uid = k_->Control("GET", "/apis/batch/v1/namespaces/ml/jobs/tessera-lab-j-5")["metadata"]["uid"];
+  const std::string uid =
+      k_->Control("GET", "/apis/batch/v1/namespaces/ml/jobs/tessera-lab-j-5")["metadata"]["uid"];
   k_->Control("POST", "/_standin/conflict", R"({"count": 2})");  // two writers get there first
   ASSERT_TRUE(b_->Suspend(id).ok());
   ExternalJob x = WaitFor(*b_, id, "suspended");
@@ -133,12 +139,15 @@ TEST_F(KubeBackend, SuspendKeepsTheJobAndResumeRunsItAgain) {
   EXPECT_EQ(live, 0u);
   JobRequest r = Req("j-5", "sleep 60");
   r.mapping.kube.node_selector = {{"pool", "t4"}};
-  r.mapping.kube.tolerations_json = R"([{"key":"gpu","operator":"Equal","value":"reserved","effect":"NoSchedule"}])";
+  r.mapping.kube.tolerations_json =
+      R"([{"key":"gpu","operator":"Equal","value":"reserved","effect":"NoSchedule"}])";
   ASSERT_TRUE(b_->Resume(id, r).ok());
   x = WaitFor(*b_, id, "running");
   EXPECT_EQ(x.state, "running");
   EXPECT_EQ(x.node, "n4");  // the new pool's node, its taint tolerated
-  EXPECT_EQ(k_->Control("GET", "/apis/batch/v1/namespaces/ml/jobs/tessera-lab-j-5")["metadata"]["uid"], uid);
+  EXPECT_EQ(
+      k_->Control("GET", "/apis/batch/v1/namespaces/ml/jobs/tessera-lab-j-5")["metadata"]["uid"],
+      uid);
   ASSERT_TRUE(b_->Cancel(id).ok());
   EXPECT_EQ(WaitFor(*b_, id, "gone").state, "gone");
 }
@@ -157,8 +166,10 @@ TEST_F(KubeBackend, AnUnschedulablePodIsReported) {
 }
 
 TEST_F(KubeBackend, RetriesThrough429And5xxAndFollowsThroughDroppedAndExpiredWatches) {
-  k_->Control("POST", "/_standin/faults", R"({"status": 429, "count": 2, "path_prefix": "/apis/batch"})");
-  k_->Control("POST", "/_standin/faults", R"({"status": 503, "count": 2, "path_prefix": "/apis/batch"})");
+  k_->Control("POST", "/_standin/faults",
+              R"({"status": 429, "count": 2, "path_prefix": "/apis/batch"})");
+  k_->Control("POST", "/_standin/faults",
+              R"({"status": 503, "count": 2, "path_prefix": "/apis/batch"})");
   const std::string a = Submit(*b_, Req("j-7", "sleep 1.5"));
   EXPECT_EQ(WaitFor(*b_, a, "running").state, "running");
   // The watches drop, then history is compacted: the next watch from an old version gets the
@@ -191,7 +202,8 @@ TEST_F(KubeBackend, TheServerRestartingLosesNothing) {
   auto second = b_->Submit(r, *b_->Render(r));
   ASSERT_FALSE(second.ok());
   EXPECT_LT(std::chrono::steady_clock::now() - t, std::chrono::milliseconds(500));
-  EXPECT_NE(second.status().message().find("is not answering"), std::string::npos) << second.status().message();
+  EXPECT_NE(second.status().message().find("is not answering"), std::string::npos)
+      << second.status().message();
   k_->Start();
   ASSERT_EQ(k_->error(), "");
   // Objects were kept (state file); the watch history was not: a relist follows.
@@ -231,7 +243,8 @@ TEST_F(KubeBackend, ASecondSubmissionAdoptsTheSameJob) {
   auto m = b_->Render(other);
   auto x = b_->Submit(other, *m);
   ASSERT_FALSE(x.ok());
-  EXPECT_NE(x.status().message().find("is not Tessera job j-15"), std::string::npos) << x.status().message();
+  EXPECT_NE(x.status().message().find("is not Tessera job j-15"), std::string::npos)
+      << x.status().message();
 }
 
 TEST_F(KubeBackend, CapacityIsReadyNodesGpusLessWhatOthersHold) {
@@ -249,7 +262,8 @@ TEST_F(KubeBackend, CapacityIsReadyNodesGpusLessWhatOthersHold) {
   cap = b_->GpuCapacity();
   ASSERT_TRUE(cap.ok());
   EXPECT_EQ(cap->gpu_milli, 3000) << cap->detail;
-  EXPECT_NE(cap->detail.find("3 held by pods Tessera does not manage"), std::string::npos) << cap->detail;
+  EXPECT_NE(cap->detail.find("3 held by pods Tessera does not manage"), std::string::npos)
+      << cap->detail;
 }
 
 }  // namespace

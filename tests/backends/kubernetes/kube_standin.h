@@ -35,7 +35,8 @@ inline int FreePort() {
 class KubeStandIn {
  public:
   // Nodes: n1 (4 GPUs, ready), n2 (4, cordoned), n3 (2, not ready), n4 (2, tainted gpu=reserved).
-  static constexpr const char* kNodes = R"(- metadata: {name: n1, labels: {pool: a100, nvidia.com/gpu.product: A100-SXM4-80GB}}
+  static constexpr const char* kNodes =
+      R"(- metadata: {name: n1, labels: {pool: a100, nvidia.com/gpu.product: A100-SXM4-80GB}}
   status: {allocatable: {cpu: "64", memory: 512Gi, nvidia.com/gpu: "4"}, conditions: [{type: Ready, status: "True"}]}
 - metadata: {name: n2, labels: {pool: a100}}
   spec: {unschedulable: true}
@@ -52,18 +53,25 @@ class KubeStandIn {
   status: {allocatable: {cpu: "64", memory: 512Gi, nvidia.com/gpu: "4"}, conditions: [{type: Ready, status: "True"}]}
 )";
 
-  explicit KubeStandIn(const std::string& dir, bool client_cert = true, const std::string& nodes = kNodes)
+  explicit KubeStandIn(const std::string& dir, bool client_cert = true,
+                       const std::string& nodes = kNodes)
       : dir_(dir), client_cert_(client_cert) {
     namespace fs = std::filesystem;
     fs::create_directories(dir_);
     const std::string d = dir_;
     const std::string openssl =
-        "cd " + d + " && openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=test-ca -keyout ca.key -out ca.crt 2>/dev/null"
-        " && openssl req -newkey rsa:2048 -nodes -subj /CN=localhost -keyout server.key -out server.csr 2>/dev/null"
+        "cd " + d +
+        " && openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=test-ca -keyout ca.key "
+        "-out ca.crt 2>/dev/null"
+        " && openssl req -newkey rsa:2048 -nodes -subj /CN=localhost -keyout server.key -out "
+        "server.csr 2>/dev/null"
         " && printf 'subjectAltName=DNS:localhost,DNS:kube.internal,IP:127.0.0.1' > san.ext"
-        " && openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile san.ext -out server.crt 2>/dev/null"
-        " && openssl req -newkey rsa:2048 -nodes -subj /CN=tessera -keyout client.key -out client.csr 2>/dev/null"
-        " && openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -out client.crt 2>/dev/null";
+        " && openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 "
+        "-extfile san.ext -out server.crt 2>/dev/null"
+        " && openssl req -newkey rsa:2048 -nodes -subj /CN=tessera -keyout client.key -out "
+        "client.csr 2>/dev/null"
+        " && openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 "
+        "-out client.crt 2>/dev/null";
     if (std::system(openssl.c_str()) != 0) error_ = "openssl could not make the certificates";
     std::ofstream(d + "/nodes.yaml") << nodes;
     SetServerTokens("token-one\n");
@@ -76,11 +84,17 @@ class KubeStandIn {
 
   void Start() {
     std::filesystem::remove(dir_ + "/port");
-    std::vector<std::string> argv = {"/usr/bin/python3", TESSERA_SOURCE_DIR "/tests/backends/kube/kube_apiserver.py",
-                                      "--port", std::to_string(port_), "--port-file", dir_ + "/port",
-                                      "--tls-cert", dir_ + "/server.crt", "--tls-key", dir_ + "/server.key",
-                                      "--token-file", dir_ + "/server-tokens", "--state-file", dir_ + "/state.json",
-                                      "--nodes", dir_ + "/nodes.yaml", "--tick-ms", "50", "--history", "200"};
+    std::vector<std::string> argv = {
+        "/usr/bin/python3", TESSERA_SOURCE_DIR "/tests/backends/kube/kube_apiserver.py",
+        "--port",           std::to_string(port_),
+        "--port-file",      dir_ + "/port",
+        "--tls-cert",       dir_ + "/server.crt",
+        "--tls-key",        dir_ + "/server.key",
+        "--token-file",     dir_ + "/server-tokens",
+        "--state-file",     dir_ + "/state.json",
+        "--nodes",          dir_ + "/nodes.yaml",
+        "--tick-ms",        "50",
+        "--history",        "200"};
     if (client_cert_) {
       argv.push_back("--client-ca");
       argv.push_back(dir_ + "/ca.crt");
@@ -89,7 +103,8 @@ class KubeStandIn {
     for (int i = 0; i < 300 && !std::filesystem::exists(dir_ + "/port"); ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
-    if (!std::filesystem::exists(dir_ + "/port")) error_ = "the stand-in did not start:\n" + proc_->Log();
+    if (!std::filesystem::exists(dir_ + "/port"))
+      error_ = "the stand-in did not start:\n" + proc_->Log();
   }
   // Empty when it runs; else what went wrong.
   const std::string& error() const { return error_; }
@@ -98,7 +113,9 @@ class KubeStandIn {
     if (proc_) proc_->Kill(SIGTERM);
     proc_.reset();
   }
-  void SetServerTokens(const std::string& lines) { std::ofstream(dir_ + "/server-tokens") << lines; }
+  void SetServerTokens(const std::string& lines) {
+    std::ofstream(dir_ + "/server-tokens") << lines;
+  }
   void SetClientToken(const std::string& t) {
     std::ofstream(dir_ + "/client-token.tmp") << t << "\n";
     std::filesystem::rename(dir_ + "/client-token.tmp", dir_ + "/client-token");
@@ -107,22 +124,29 @@ class KubeStandIn {
   // A kubeconfig with two users: "cert" (client certificate) and "token" (tokenFile); the
   // current context uses the token.
   void WriteKubeconfig() {
-    std::ofstream(dir_ + "/kubeconfig") << "apiVersion: v1\nkind: Config\ncurrent-context: token\n"
-        "clusters:\n- name: standin\n  cluster: {server: 'https://localhost:" << port_ << "', certificate-authority: ca.crt}\n"
-        "- name: by-ip\n  cluster: {server: 'https://127.0.0.1:" << port_ << "', certificate-authority: ca.crt, tls-server-name: kube.internal}\n"
-        "users:\n- name: token\n  user: {tokenFile: client-token}\n"
-        "- name: cert\n  user: {client-certificate: client.crt, client-key: client.key}\n"
-        "contexts:\n- name: token\n  context: {cluster: standin, user: token, namespace: ml}\n"
-        "- name: cert\n  context: {cluster: by-ip, user: cert, namespace: ml}\n";
+    std::ofstream(dir_ + "/kubeconfig")
+        << "apiVersion: v1\nkind: Config\ncurrent-context: token\n"
+           "clusters:\n- name: standin\n  cluster: {server: 'https://localhost:"
+        << port_
+        << "', certificate-authority: ca.crt}\n"
+           "- name: by-ip\n  cluster: {server: 'https://127.0.0.1:"
+        << port_
+        << "', certificate-authority: ca.crt, tls-server-name: kube.internal}\n"
+           "users:\n- name: token\n  user: {tokenFile: client-token}\n"
+           "- name: cert\n  user: {client-certificate: client.crt, client-key: client.key}\n"
+           "contexts:\n- name: token\n  context: {cluster: standin, user: token, namespace: ml}\n"
+           "- name: cert\n  context: {cluster: by-ip, user: cert, namespace: ml}\n";
   }
   std::string kubeconfig() const { return dir_ + "/kubeconfig"; }
   int port() const { return port_; }
   std::string Log() const { return proc_ ? proc_->Log() : ""; }
 
   // The stand-in's own endpoints (faults, stats) and plain API calls, as the tests' observer.
-  nlohmann::json Control(const std::string& method, const std::string& path, const std::string& body = "{}") {
+  nlohmann::json Control(const std::string& method, const std::string& path,
+                         const std::string& body = "{}") {
     if (!control_) {
-      control_ = std::make_unique<httplib::SSLClient>("localhost", port_, dir_ + "/client.crt", dir_ + "/client.key");
+      control_ = std::make_unique<httplib::SSLClient>("localhost", port_, dir_ + "/client.crt",
+                                                      dir_ + "/client.key");
       control_->set_ca_cert_path((dir_ + "/ca.crt").c_str());
       control_->set_tcp_nodelay(true);
       control_->set_keep_alive(true);

@@ -18,8 +18,9 @@ namespace fs = std::filesystem;
 class Kubeconfig : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("kubecfg-" + std::to_string(::getpid()) + "-" +
-                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() /
+           ("kubecfg-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(dir_ / "sub");
   }
   void TearDown() override { fs::remove_all(dir_); }
@@ -56,7 +57,7 @@ users:
   auto c = LoadKubeconfig({a, b});
   ASSERT_TRUE(c.ok()) << c.status().message();
   EXPECT_EQ(c->server, "https://k8s.example:6443");  // a's c1, trailing '/' dropped
-  EXPECT_EQ(c->ca_pem, "CA-FROM-FILE");               // relative to a.yaml's directory
+  EXPECT_EQ(c->ca_pem, "CA-FROM-FILE");              // relative to a.yaml's directory
   EXPECT_EQ(c->tls_server_name, "api.internal");
   EXPECT_EQ(c->token_file, (dir_ / "sub/token").string());
   EXPECT_EQ(c->ns, "ml");
@@ -71,7 +72,8 @@ users:
   // An explicit context.
   auto d = LoadKubeconfig({b, a}, "dev");
   EXPECT_FALSE(d.ok());  // b's dev names cluster "other", which no file defines
-  EXPECT_NE(d.status().message().find("cluster 'other'"), std::string::npos) << d.status().message();
+  EXPECT_NE(d.status().message().find("cluster 'other'"), std::string::npos)
+      << d.status().message();
   // A missing file of a list is skipped, as kubectl does; a single named file must exist.
   EXPECT_TRUE(LoadKubeconfig({(dir_ / "missing").string(), a}).ok());
   EXPECT_FALSE(LoadKubeconfig({(dir_ / "missing").string()}).ok());
@@ -85,22 +87,27 @@ TEST_F(Kubeconfig, BrokenFilesAreRefusedNamingWhatIsWrong) {
   EXPECT_NE(msg("{{{").find("not valid YAML"), std::string::npos);
   EXPECT_NE(msg("clusters: []").find("no current-context"), std::string::npos);
   EXPECT_NE(msg("current-context: x").find("no context 'x'"), std::string::npos);
-  EXPECT_NE(msg("current-context: x\ncontexts: [{name: x, context: {cluster: c}}]\nclusters: [{name: c, cluster: {}}]")
+  EXPECT_NE(msg("current-context: x\ncontexts: [{name: x, context: {cluster: c}}]\nclusters: "
+                "[{name: c, cluster: {}}]")
                 .find("clusters[c].server: not set"),
             std::string::npos);
-  EXPECT_NE(msg("current-context: x\ncontexts: [{name: x, context: {cluster: c}}]\nclusters: [{name: c, cluster: {server: ftp://a}}]")
+  EXPECT_NE(msg("current-context: x\ncontexts: [{name: x, context: {cluster: c}}]\nclusters: "
+                "[{name: c, cluster: {server: ftp://a}}]")
                 .find("not an http(s) URL"),
             std::string::npos);
   EXPECT_NE(msg("current-context: x\ncontexts: [{name: x, context: {cluster: c}}]\n"
-                "clusters: [{name: c, cluster: {server: 'https://a', certificate-authority-data: '***'}}]")
+                "clusters: [{name: c, cluster: {server: 'https://a', certificate-authority-data: "
+                "'***'}}]")
                 .find("certificate-authority-data: not valid base64"),
             std::string::npos);
   EXPECT_NE(msg("current-context: x\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"
-                "clusters: [{name: c, cluster: {server: 'https://a'}}]\nusers: [{name: u, user: {client-certificate-data: Q0VSVA==}}]")
+                "clusters: [{name: c, cluster: {server: 'https://a'}}]\nusers: [{name: u, user: "
+                "{client-certificate-data: Q0VSVA==}}]")
                 .find("needs its key"),
             std::string::npos);
   EXPECT_NE(msg("current-context: x\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"
-                "clusters: [{name: c, cluster: {server: 'https://a'}}]\nusers: [{name: u, user: {exec: {command: x}}}]")
+                "clusters: [{name: c, cluster: {server: 'https://a'}}]\nusers: [{name: u, user: "
+                "{exec: {command: x}}}]")
                 .find("exec and auth-provider"),
             std::string::npos);
 }
@@ -160,7 +167,8 @@ TEST(Manifest, EachFormAsksForItsDevicePluginResources) {
   mig.mapping.kube.mig_strategy = "single";
   mig.mapping.kube.mig_product = "A100-SXM4-80GB-MIG-{profile}";
   EXPECT_EQ((*ResourcesFor(mig))["nvidia.com/gpu"], "1");
-  EXPECT_EQ((*SchedulingFor(mig))["nodeSelector"]["nvidia.com/gpu.product"], "A100-SXM4-80GB-MIG-1g.10gb");
+  EXPECT_EQ((*SchedulingFor(mig))["nodeSelector"]["nvidia.com/gpu.product"],
+            "A100-SXM4-80GB-MIG-1g.10gb");
   mig.mig_profile.clear();
   mig.mapping.kube.mig_strategy = "mixed";
   EXPECT_FALSE(ResourcesFor(mig).ok());
@@ -219,10 +227,13 @@ TEST(Manifest, TheJobIsSuspendedLabelledAndCarriesValuesAsData) {
 }
 
 TEST(Manifest, TemplatesAreCheckedAndKeepTheirOwnFields) {
-  const std::string path = (fs::temp_directory_path() / ("tmpl-" + std::to_string(::getpid()) + ".yaml")).string();
-  std::ofstream(path) << "apiVersion: batch/v1\nkind: Job\nmetadata: {name: x, labels: {team: ml}}\n"
-                         "spec:\n  activeDeadlineSeconds: 3600\n  template:\n    spec:\n      serviceAccountName: runner\n"
-                         "      containers: [{name: main, image: 'busybox:1.36', args: [a]}]\n";
+  const std::string path =
+      (fs::temp_directory_path() / ("tmpl-" + std::to_string(::getpid()) + ".yaml")).string();
+  std::ofstream(path)
+      << "apiVersion: batch/v1\nkind: Job\nmetadata: {name: x, labels: {team: ml}}\n"
+         "spec:\n  activeDeadlineSeconds: 3600\n  template:\n    spec:\n      serviceAccountName: "
+         "runner\n"
+         "      containers: [{name: main, image: 'busybox:1.36', args: [a]}]\n";
   JobRequest r = Req("whole");
   r.mapping.template_path = path;
   auto m = RenderJob(r, "lab", "default");
@@ -232,12 +243,16 @@ TEST(Manifest, TemplatesAreCheckedAndKeepTheirOwnFields) {
   EXPECT_EQ((*m)["spec"]["template"]["spec"]["serviceAccountName"], "runner");
   EXPECT_FALSE((*m)["spec"]["template"]["spec"]["containers"][0].contains("args"));
   std::ofstream(path) << "apiVersion: v1\nkind: Pod\n";
-  EXPECT_NE(RenderJob(r, "lab", "default").status().message().find("expected a batch/v1 Job"), std::string::npos);
-  std::ofstream(path) << "apiVersion: batch/v1\nkind: Job\nspec: {template: {spec: {containers: []}}}\n";
-  EXPECT_NE(RenderJob(r, "lab", "default").status().message().find("needs a container"), std::string::npos);
+  EXPECT_NE(RenderJob(r, "lab", "default").status().message().find("expected a batch/v1 Job"),
+            std::string::npos);
+  std::ofstream(path)
+      << "apiVersion: batch/v1\nkind: Job\nspec: {template: {spec: {containers: []}}}\n";
+  EXPECT_NE(RenderJob(r, "lab", "default").status().message().find("needs a container"),
+            std::string::npos);
   fs::remove(path);
   r.mapping.template_path = "/nonexistent/job.yaml";
-  EXPECT_NE(RenderJob(r, "lab", "default").status().message().find("cannot read"), std::string::npos);
+  EXPECT_NE(RenderJob(r, "lab", "default").status().message().find("cannot read"),
+            std::string::npos);
 }
 
 Json Pod(const std::string& phase, const std::string& created, Json extra = Json::object()) {
@@ -249,7 +264,8 @@ Json Pod(const std::string& phase, const std::string& created, Json extra = Json
 }
 
 TEST(ReadJob, StatesExitCodesAndReasonsComeFromTheJobAndItsNewestPod) {
-  Json job = {{"metadata", {{"name", "tessera-lab-j-1"}, {"namespace", "ml"}}}, {"spec", {{"suspend", false}}},
+  Json job = {{"metadata", {{"name", "tessera-lab-j-1"}, {"namespace", "ml"}}},
+              {"spec", {{"suspend", false}}},
               {"status", {{"active", 1}}}};
   Json running = Pod("Running", "2026-12-01T10:00:02Z");
   Json old = Pod("Failed", "2026-12-01T10:00:01Z");
@@ -265,16 +281,22 @@ TEST(ReadJob, StatesExitCodesAndReasonsComeFromTheJobAndItsNewestPod) {
   EXPECT_EQ(x.node, "n1");
 
   Json unsched = Pod("Pending", "2026-12-01T10:00:03Z",
-                     {{"conditions", {{{"type", "PodScheduled"}, {"status", "False"}, {"reason", "Unschedulable"},
-                                       {"message", "0/3 nodes are available"}}}}});
+                     {{"conditions",
+                       {{{"type", "PodScheduled"},
+                         {"status", "False"},
+                         {"reason", "Unschedulable"},
+                         {"message", "0/3 nodes are available"}}}}});
   x = ReadJob(job, {&unsched});
   EXPECT_EQ(x.state, "pending");
   EXPECT_TRUE(x.unschedulable);
   EXPECT_NE(x.reason.find("0/3 nodes"), std::string::npos);
 
-  job["status"] = {{"conditions", {{{"type", "Failed"}, {"status", "True"}, {"reason", "BackoffLimitExceeded"}}}}};
+  job["status"] = {
+      {"conditions",
+       {{{"type", "Failed"}, {"status", "True"}, {"reason", "BackoffLimitExceeded"}}}}};
   Json oom = Pod("Failed", "2026-12-01T10:00:04Z",
-                 {{"containerStatuses", {{{"state", {{"terminated", {{"exitCode", 137}, {"reason", "OOMKilled"}}}}}}}}});
+                 {{"containerStatuses",
+                   {{{"state", {{"terminated", {{"exitCode", 137}, {"reason", "OOMKilled"}}}}}}}}});
   x = ReadJob(job, {&oom});
   EXPECT_EQ(x.state, "failed");
   EXPECT_EQ(*x.exit_code, 137);
@@ -298,8 +320,10 @@ TEST(ReadJob, StatesExitCodesAndReasonsComeFromTheJobAndItsNewestPod) {
 }
 
 TEST(KubeConfig, KubernetesQueuesAreParsedAndBadKeysNamed) {
-  const std::string head = "identities: [{name: a, role: admin, token: tok-12345678}]\ngroups: [{name: g, limit: {gpu: 4}}]\n"
-                           "profiles: [{name: p, gpus: 1, gpu_memory: 10GiB, forms: [whole, share, partition]}]\n";
+  const std::string head =
+      "identities: [{name: a, role: admin, token: tok-12345678}]\ngroups: [{name: g, limit: {gpu: "
+      "4}}]\n"
+      "profiles: [{name: p, gpus: 1, gpu_memory: 10GiB, forms: [whole, share, partition]}]\n";
   auto c = api::ParseConfig(head + R"(kubernetes: {kubeconfig: /etc/k, context: prod, namespace: ml}
 queues:
   - name: k
@@ -323,17 +347,33 @@ queues:
   EXPECT_EQ(q->kube.placement_timeout_ms, 120000);
   EXPECT_EQ(q->kube.resources.at("gpumem"), "example.com/mem");
   auto bad = [&](const std::string& queue_extra, const std::string& root_extra = "") {
-    auto r = api::ParseConfig(head + root_extra + "queues:\n  - {name: k, profile: p, groups: [g], " + queue_extra + "}\n");
+    auto r =
+        api::ParseConfig(head + root_extra + "queues:\n  - {name: k, profile: p, groups: [g], " +
+                         queue_extra + "}\n");
     return r.ok() ? std::string("ok") : r.status().message();
   };
-  EXPECT_NE(bad("backend: slurm, namespace: x").find("queues[k].namespace: only for a queue with backend: kubernetes"), std::string::npos);
-  EXPECT_NE(bad("backend: kubernetes, namespace: Bad_NS").find("not a Kubernetes namespace"), std::string::npos);
-  EXPECT_NE(bad("backend: kubernetes, share_mode: mps").find("share_mode: 'mps' is not one of hami, timeslice"), std::string::npos);
-  EXPECT_NE(bad("backend: kubernetes, tolerations: [{operator: Maybe}]").find("tolerations[0].operator"), std::string::npos);
-  EXPECT_NE(bad("backend: kubernetes, mig_model: A100-80GB, mig_strategy: single").find("mig_product"), std::string::npos);
-  EXPECT_NE(bad("backend: kubernetes, resources: {whole: gpu}").find("not a resource name"), std::string::npos);
-  EXPECT_NE(bad("backend: kubernetes", "kubernetes: {in_cluster: true, kubeconfig: /x}\n").find("exclude each other"), std::string::npos);
-  EXPECT_NE(bad("backend: kubernetes", "kubernetes: {server: x}\n").find("kubernetes: 'server' is not one of"), std::string::npos);
+  EXPECT_NE(bad("backend: slurm, namespace: x")
+                .find("queues[k].namespace: only for a queue with backend: kubernetes"),
+            std::string::npos);
+  EXPECT_NE(bad("backend: kubernetes, namespace: Bad_NS").find("not a Kubernetes namespace"),
+            std::string::npos);
+  EXPECT_NE(bad("backend: kubernetes, share_mode: mps")
+                .find("share_mode: 'mps' is not one of hami, timeslice"),
+            std::string::npos);
+  EXPECT_NE(
+      bad("backend: kubernetes, tolerations: [{operator: Maybe}]").find("tolerations[0].operator"),
+      std::string::npos);
+  EXPECT_NE(
+      bad("backend: kubernetes, mig_model: A100-80GB, mig_strategy: single").find("mig_product"),
+      std::string::npos);
+  EXPECT_NE(bad("backend: kubernetes, resources: {whole: gpu}").find("not a resource name"),
+            std::string::npos);
+  EXPECT_NE(bad("backend: kubernetes", "kubernetes: {in_cluster: true, kubeconfig: /x}\n")
+                .find("exclude each other"),
+            std::string::npos);
+  EXPECT_NE(bad("backend: kubernetes", "kubernetes: {server: x}\n")
+                .find("kubernetes: 'server' is not one of"),
+            std::string::npos);
 }
 
 }  // namespace
@@ -389,7 +429,8 @@ TEST(Manifest, EveryFormIsWrittenForTheSchemaCheck) {
     (*m)["spec"]["template"]["spec"].update(*sched);
     std::ofstream(dir / (c.name + ".json")) << m->dump(2);
   }
-  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator{}), static_cast<long>(cases.size()));
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator{}),
+            static_cast<long>(cases.size()));
 }
 
 }  // namespace
@@ -417,15 +458,18 @@ namespace tessera::backends::kube {
 namespace {
 
 TEST(Manifest, TheTemplatesDirectivesAreKeptBesideThePools) {
-  const std::string path = (fs::temp_directory_path() / ("tol-" + std::to_string(::getpid()) + ".yaml")).string();
-  std::ofstream(path) << "apiVersion: batch/v1\nkind: Job\nspec:\n  template:\n    spec:\n"
-                         "      nodeSelector: {zone: a}\n"
-                         "      tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]\n"
-                         "      containers: [{name: c, image: 'busybox:1.36'}]\n";
+  const std::string path =
+      (fs::temp_directory_path() / ("tol-" + std::to_string(::getpid()) + ".yaml")).string();
+  std::ofstream(path)
+      << "apiVersion: batch/v1\nkind: Job\nspec:\n  template:\n    spec:\n"
+         "      nodeSelector: {zone: a}\n"
+         "      tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]\n"
+         "      containers: [{name: c, image: 'busybox:1.36'}]\n";
   JobRequest r = Req("whole");
   r.mapping.template_path = path;
   r.mapping.kube.node_selector = {{"pool", "a100"}};
-  r.mapping.kube.tolerations_json = R"([{"key":"dedicated","operator":"Equal","value":"ml","effect":"NoSchedule"}])";
+  r.mapping.kube.tolerations_json =
+      R"([{"key":"dedicated","operator":"Equal","value":"ml","effect":"NoSchedule"}])";
   auto m = RenderJob(r, "lab", "ml");
   ASSERT_TRUE(m.ok()) << m.status().message();
   const Json& spec = (*m)["spec"]["template"]["spec"];
@@ -439,51 +483,70 @@ TEST(Manifest, TheTemplatesDirectivesAreKeptBesideThePools) {
   ASSERT_TRUE(plain.ok());
   EXPECT_TRUE(plain->empty()) << plain->dump();
   // Templates of the wrong shape are errors, not exceptions.
-  for (const std::string& bad : {std::string("apiVersion: batch/v1\nkind: Job\nmetadata: foo\nspec: {template: {spec: {containers: [{name: c, image: x}]}}}\n"),
-                                 std::string("apiVersion: batch/v1\nkind: Job\nspec: []\n"),
-                                 std::string("apiVersion: batch/v1\nkind: Job\nspec: {template: []}\n"),
-                                 std::string("apiVersion: batch/v1\nkind: Job\nspec: {template: {spec: {containers: [{name: c, image: x, env: 3}]}}}\n")}) {
+  for (const std::string& bad :
+       {std::string("apiVersion: batch/v1\nkind: Job\nmetadata: foo\nspec: {template: {spec: "
+                    "{containers: [{name: c, image: x}]}}}\n"),
+        std::string("apiVersion: batch/v1\nkind: Job\nspec: []\n"),
+        std::string("apiVersion: batch/v1\nkind: Job\nspec: {template: []}\n"),
+        std::string("apiVersion: batch/v1\nkind: Job\nspec: {template: {spec: {containers: [{name: "
+                    "c, image: x, env: 3}]}}}\n")}) {
     std::ofstream(path) << bad;
     r.mapping.template_path = path;
     auto x = RenderJob(r, "lab", "ml");
     if (x.ok()) continue;  // metadata: foo is replaced, env: 3 is reset; no exception either way
-    EXPECT_NE(x.status().message().find("manifest template"), std::string::npos) << x.status().message();
+    EXPECT_NE(x.status().message().find("manifest template"), std::string::npos)
+        << x.status().message();
   }
   fs::remove(path);
 }
 
 TEST_F(Kubeconfig, EntriesOfTheWrongShapeAreErrors) {
-  for (const std::string& text : {std::string("current-context: x\ncontexts: [{name: x, context: foo}]\n"),
-                                  std::string("current-context: x\ncontexts: [{name: x, context: {cluster: c}}]\nclusters: [{name: c, cluster: [1, 2]}]\n"),
-                                  std::string("current-context: [a]\n")}) {
+  for (const std::string& text :
+       {std::string("current-context: x\ncontexts: [{name: x, context: foo}]\n"),
+        std::string("current-context: x\ncontexts: [{name: x, context: {cluster: c}}]\nclusters: "
+                    "[{name: c, cluster: [1, 2]}]\n"),
+        std::string("current-context: [a]\n")}) {
     auto c = LoadKubeconfig({Write("k.yaml", text)});
     EXPECT_FALSE(c.ok()) << text;
   }
 }
 
 TEST(KubeConfig, TolerationValuesAreStringsAndTheClusterNameALabel) {
-  const std::string head = "identities: [{name: a, role: admin, token: tok-12345678}]\ngroups: [{name: g}]\n"
-                           "profiles: [{name: p, gpus: 1}]\n";
-  auto c = api::ParseConfig(head + "queues:\n  - {name: k, profile: p, groups: [g], backend: kubernetes,"
-                                   " tolerations: [{key: gpu, operator: Equal, value: 8, effect: NoSchedule, tolerationSeconds: 30}]}\n");
+  const std::string head =
+      "identities: [{name: a, role: admin, token: tok-12345678}]\ngroups: [{name: g}]\n"
+      "profiles: [{name: p, gpus: 1}]\n";
+  auto c = api::ParseConfig(head +
+                            "queues:\n  - {name: k, profile: p, groups: [g], backend: kubernetes,"
+                            " tolerations: [{key: gpu, operator: Equal, value: 8, effect: "
+                            "NoSchedule, tolerationSeconds: 30}]}\n");
   ASSERT_TRUE(c.ok()) << c.status().message();
   Json t = Json::parse(c->FindRoute("k")->kube.tolerations_json)[0];
   EXPECT_EQ(t["value"], "8");
   EXPECT_EQ(t["tolerationSeconds"], 30);
   // Bytes that are not UTF-8 cannot go into a Kubernetes object: refused, naming the field (found
   // by fuzz/config: it threw while the config was read).
-  auto latin1 = api::ParseConfig(head + "queues:\n  - {name: k, profile: p, groups: [g], backend: kubernetes,"
-                                        " tolerations: [{key: gpu, value: caf\xe9}]}\n");
+  auto latin1 =
+      api::ParseConfig(head +
+                       "queues:\n  - {name: k, profile: p, groups: [g], backend: kubernetes,"
+                       " tolerations: [{key: gpu, value: caf\xe9}]}\n");
   ASSERT_FALSE(latin1.ok());
-  EXPECT_NE(latin1.status().message().find("tolerations[0]"), std::string::npos) << latin1.status().message();
-  EXPECT_NE(latin1.status().message().find("UTF-8"), std::string::npos) << latin1.status().message();
-  auto selector = api::ParseConfig(head + "queues:\n  - {name: k, profile: p, groups: [g], backend: kubernetes,"
-                                          " node_selector: {pool: \xff}}\n");
+  EXPECT_NE(latin1.status().message().find("tolerations[0]"), std::string::npos)
+      << latin1.status().message();
+  EXPECT_NE(latin1.status().message().find("UTF-8"), std::string::npos)
+      << latin1.status().message();
+  auto selector =
+      api::ParseConfig(head +
+                       "queues:\n  - {name: k, profile: p, groups: [g], backend: kubernetes,"
+                       " node_selector: {pool: \xff}}\n");
   ASSERT_FALSE(selector.ok());
-  EXPECT_NE(selector.status().message().find("node_selector"), std::string::npos) << selector.status().message();
-  auto bad = api::ParseConfig("cluster: 'my lab!'\n" + head + "queues:\n  - {name: k, profile: p, groups: [g], backend: kubernetes}\n");
+  EXPECT_NE(selector.status().message().find("node_selector"), std::string::npos)
+      << selector.status().message();
+  auto bad =
+      api::ParseConfig("cluster: 'my lab!'\n" + head +
+                       "queues:\n  - {name: k, profile: p, groups: [g], backend: kubernetes}\n");
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("cannot name Kubernetes objects"), std::string::npos) << bad.status().message();
+  EXPECT_NE(bad.status().message().find("cannot name Kubernetes objects"), std::string::npos)
+      << bad.status().message();
 }
 
 }  // namespace

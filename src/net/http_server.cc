@@ -3,9 +3,6 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
-#if defined(__GLIBC__)
-#include <malloc.h>
-#endif
 
 // Boost 1.74's Asio uses std::exchange without including <utility>.
 #include <utility>
@@ -20,6 +17,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <optional>
@@ -27,6 +25,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "net/heap.h"
 #include "net/http_framing.h"
 #include "net/tls.h"
 
@@ -284,7 +283,7 @@ class HttpServer::Impl {
 
   // Memory that closed connections freed goes back to the system: glibc keeps freed heap pages
   // that live allocations fragment, so a flood of 20,000 connections left the server at 1.6 GB
-  // after they closed. Checked every second on the acceptor's loop: a trim (malloc_trim) once at
+  // after they closed. Checked every second on the acceptor's loop: a trim (Trim()) once at
   // least 64 connections, and at least as many as are still open, closed since the last one (a
   // flood ended: most of the connections' memory is free), and either none closed in the last
   // second (the burst is over) or the last trim is 5 s old. Not for a steady churn beside many
@@ -303,17 +302,52 @@ class HttpServer::Impl {
       const auto now = SteadyClock::now();
       const bool burst_over = now_closed == closed_at_last_tick;
       const int64_t freed = now_closed - closed_at_trim;
-      if (freed >= 64 && freed >= open.load() &&
+      if (!trimming && freed >= 64 && freed >= open.load() &&
           (burst_over || now - trimmed_at >= std::chrono::seconds(5))) {
-#if defined(__GLIBC__)
-        malloc_trim(0);
-#endif
+        Trim();
         closed_at_trim = now_closed;
         trimmed_at = now;
       }
       closed_at_last_tick = now_closed;
       TrimTick();
     });
+  }
+
+  // The trim: each loop empties its thread's malloc cache (net/heap.h: the chunks it keeps for
+  // its next mallocs hold pages of the connections' memory), then the acceptor's thread empties
+  // its own, frees them all through a thread of their own and trims. A loop that never runs the
+  // handler (stopped) leaves the trim undone; the chunks taken are freed whatever happens.
+  struct Taken {
+    std::mutex mu;
+    std::vector<void*> chunks;
+    size_t loops_left = 0;
+    ~Taken() {
+      for (void* p : chunks) std::free(p);
+    }
+  };
+  void Trim() {
+    trimming = true;
+    auto taken = std::make_shared<Taken>();
+    taken->loops_left = iocs.size();
+    for (auto& loop : iocs) {
+      asio::post(*loop, [this, taken] {
+        std::vector<void*> mine = TakeThreadCache();
+        std::lock_guard<std::mutex> l(taken->mu);
+        taken->chunks.insert(taken->chunks.end(), mine.begin(), mine.end());
+        if (--taken->loops_left > 0) return;
+        asio::post(accept_ioc, [this, taken] {
+          std::vector<void*> chunks;
+          {
+            std::lock_guard<std::mutex> l2(taken->mu);
+            chunks.swap(taken->chunks);
+          }
+          std::vector<void*> acceptors = TakeThreadCache();
+          chunks.insert(chunks.end(), acceptors.begin(), acceptors.end());
+          FreeAndTrim(std::move(chunks));
+          trimming = false;
+        });
+      });
+    }
   }
 
   // The certificate chain, key and (for mutual TLS) client CA of options; TLS 1.2 or newer.
@@ -357,6 +391,7 @@ class HttpServer::Impl {
   SteadyClock::time_point refused_logged_at{};
   // TrimTick only:
   int64_t closed_at_trim = 0, closed_at_last_tick = 0;
+  bool trimming = false;  // a Trim() under way (set and cleared on the acceptor's thread)
   SteadyClock::time_point trimmed_at{};
   std::atomic<bool> stopped{false};
   std::atomic<bool> out_of_descriptors{false};  // said once in the log

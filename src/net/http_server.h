@@ -26,8 +26,8 @@
 // in all and per peer address (a connection over either is accepted and closed at once, so the
 // process never runs out of descriptors and the acceptor keeps serving others); a deadline for
 // a request's header (slow-header clients are dropped) and one for its body; the idle deadline
-// between requests. Memory freed by closed connections goes back to the system (malloc_trim,
-// once a burst of closes is over, at most every 5 s).
+// between requests. Memory freed by closed connections goes back to the system (the loops'
+// malloc caches emptied, then malloc_trim; once a burst of closes is over, at most every 5 s).
 //
 // Thread-safety: Route() before Bind(); Run() blocks until Stop(), which any thread may call.
 #pragma once

@@ -26,7 +26,7 @@
 
 namespace tessera::api {
 
-// The dashboard page served at `/` (dashboard.cc).
+// The dashboard page served at `/` (src/api/dashboard/web, embedded at build: dashboard/README.md).
 const char* DashboardHtml();
 
 struct RouteInfo {

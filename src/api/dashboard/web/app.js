@@ -1,12 +1,3 @@
-// The dashboard's script (vanilla JS, inline SVG): reads the API with the user's bearer token,
-// keeps the view and its filters in the URL fragment, shows a call's error in the page (never an
-// uncaught exception), and draws the card map and the utilization chart.
-#include "api/dashboard/assets.h"
-
-namespace tessera::api {
-
-const char* DashboardJs() {
-  return R"JS(
 "use strict";
 const $ = id => document.getElementById(id);
 const VIEWS = ["overview", "cards", "utilization", "groups", "jobs", "queues", "events", "whatif"];
@@ -436,7 +427,3 @@ window.addEventListener("unhandledrejection", ev => { errors.set("page", String(
 showView();
 refresh();
 setInterval(refresh, 5000);
-)JS";
-}
-
-}  // namespace tessera::api

@@ -285,24 +285,27 @@ class HttpServer::Impl {
   // that live allocations fragment, so a flood of 20,000 connections left the server at 1.6 GB
   // after they closed. Checked every second on the acceptor's loop: a trim (Trim()) once at
   // least 64 connections, and at least as many as are still open, closed since the last one (a
-  // flood ended: most of the connections' memory is free), and either none closed in the last
-  // second (the burst is over) or the last trim is 5 s old. Not for a steady churn beside many
-  // open connections: their freed memory is soon reused, and a trim over a large heap holds each
-  // arena's lock for a while (200 ms over 1.2 GB), which the loops would wait on.
+  // flood ended: most of the connections' memory is free), and either fewer than 64 closed in
+  // the last second (the burst is over: clients that come and go one at a time, a health probe
+  // every 100 ms, are no burst and must not put the trim off) or the last trim is 5 s old. Not
+  // for a steady churn beside many open connections: their freed memory is soon reused, and a
+  // trim over a large heap holds each arena's lock for a while (200 ms over 1.2 GB), which the
+  // loops would wait on.
   //
   // The acceptor has a thread of its own, and each session is made on its connection's loop: the
   // records the event loop keeps for every descriptor (never freed, reused) are then allocated
   // in the acceptor's heap arena, not between the connections' buffers in the loops' arenas,
   // where they would keep most freed pages from going back.
+  static constexpr int64_t kTrimAfterCloses = 64;
   void TrimTick() {
     trim_timer.expires_after(std::chrono::seconds(1));
     trim_timer.async_wait([this](beast::error_code ec) {
       if (ec || stopped.load()) return;
       const int64_t now_closed = closed.load();
       const auto now = SteadyClock::now();
-      const bool burst_over = now_closed == closed_at_last_tick;
+      const bool burst_over = now_closed - closed_at_last_tick < kTrimAfterCloses;
       const int64_t freed = now_closed - closed_at_trim;
-      if (!trimming && freed >= 64 && freed >= open.load() &&
+      if (!trimming && freed >= kTrimAfterCloses && freed >= open.load() &&
           (burst_over || now - trimmed_at >= std::chrono::seconds(5))) {
         Trim();
         closed_at_trim = now_closed;

@@ -14,6 +14,7 @@
 
 #include "api/config_fields.h"
 #include "backends/backend.h"
+#include "model/duration.h"
 #include "model/quantity.h"
 #include "partition/catalog.h"
 #include "policy/policy_yaml.h"
@@ -351,8 +352,8 @@ static Status ReadServerSettings(const YAML::Node& root, EngineConfig* c) {
   if (st.ok()) st = ReadMs(root, "heartbeat_interval", true, &c->heartbeat_interval_ms);
   if (st.ok() && c->heartbeat_interval_ms * 2 > c->heartbeat_timeout_ms) {
     return Bad("heartbeat_interval", "must be at most half of heartbeat_timeout (" +
-                                         std::to_string(c->heartbeat_timeout_ms / 1000) +
-                                         "s), or nodes are lost between heartbeats");
+                                         FormatDurationMs(c->heartbeat_timeout_ms) +
+                                         "), or nodes are lost between heartbeats");
   }
   if (st.ok()) st = ReadMs(root, "cancel_grace", false, &c->cancel_grace_ms);
   if (st.ok()) st = ReadMs(root, "cycle", true, &c->cycle_ms);
@@ -392,7 +393,8 @@ static Status ReadServerSettings(const YAML::Node& root, EngineConfig* c) {
   }
   if (st.ok() && root["max_output"]) {
     auto q = ParseMemoryMiB(root["max_output"].as<std::string>());
-    if (!q.ok() || *q <= 0 || *q > std::numeric_limits<int64_t>::max() / (1024 * 1024)) {
+    if (!q.ok()) return Bad("max_output", q.status().message());
+    if (*q <= 0 || *q > std::numeric_limits<int64_t>::max() / (1024 * 1024)) {
       return Bad("max_output", "expected a size such as 1GiB");
     }
     c->max_output_bytes = *q * 1024 * 1024;

@@ -4,7 +4,6 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include <limits>
 #include <set>
 #include <string>
 #include <vector>
@@ -30,24 +29,12 @@ inline Result<std::string> Str(const YAML::Node& n, const std::string& where) {
   return r;
 }
 
+// A duration in milliseconds, in the one grammar (model/duration.h): "500ms", "10s", "1.5m".
 inline Result<int64_t> Duration(const YAML::Node& n, const std::string& where) {
   if (!n || !n.IsScalar()) return Bad(where, "expected a duration such as 10s or 500ms");
-  std::string s = n.as<std::string>();
-  int64_t mult = 1000;
-  std::string num = s;
-  if (s.size() > 2 && s.substr(s.size() - 2) == "ms") {
-    mult = 1;
-    num = s.substr(0, s.size() - 2);
-  } else if (!s.empty() &&
-             (s.back() == 's' || s.back() == 'm' || s.back() == 'h' || s.back() == 'd')) {
-    mult = s.back() == 's' ? 1000 : s.back() == 'm' ? 60000 : s.back() == 'h' ? 3600000 : 86400000;
-    num = s.substr(0, s.size() - 1);
-  }
-  auto v = ParseNonNegativeInt(num);
-  if (!v.ok() || *v > (int64_t{1} << 40) || *v > std::numeric_limits<int64_t>::max() / mult) {
-    return Bad(where, "'" + s + "' is not a duration such as 10s, 500ms, 2m, 1h, 90d");
-  }
-  return *v * mult;
+  auto r = policy::GetDurationMs(n, where);
+  if (!r.ok()) return Prefixed(r.status());
+  return r;
 }
 
 inline Result<std::vector<std::string>> StrList(const YAML::Node& n, const std::string& where) {

@@ -10,6 +10,7 @@
 
 #include "api/engine.h"
 #include "common/text.h"
+#include "model/duration.h"
 #include "model/quantity.h"
 #include "partition/catalog.h"
 #include "policy/yaml_fields.h"
@@ -43,6 +44,8 @@ Result<int64_t> Quantity(const Json& j, bool memory, const std::string& what) {
     text = std::to_string(j.get<int64_t>());
   } else if (j.is_number_float() && !memory) {
     text = j.dump();  // the shortest text that reads back as the same double: 1000.125, 0.1
+  } else if (j.is_number()) {
+    text = j.dump();  // negative, or a memory quantity without its unit: the parser says which
   } else {
     return Status::InvalidArgument(what + " must be a quantity string");
   }
@@ -184,10 +187,17 @@ Status ReadNeeds(const Json& body, const quota::ProfileSpec& prof, quota::JobSpe
   int64_t walltime = 0;
   if (body.contains("walltime")) {
     const Json& w = body["walltime"];
-    auto d = w.is_string() ? policy::ParseDuration(w.get<std::string>())
-             : w.is_number_integer() && w.get<int64_t>() >= 0
-                 ? Result<int64_t>(w.get<int64_t>())
-                 : Result<int64_t>(Status::InvalidArgument("not a duration"));
+    // A duration in the one grammar kept in whole seconds ("2h", "90s"; "500ms" is refused), or
+    // a whole number of seconds.
+    Result<int64_t> d =
+        Status::InvalidArgument("not a duration (a string such as \"2h\", or seconds)");
+    if (w.is_string()) {
+      d = ParseDurationSeconds(w.get<std::string>());
+    } else if (w.is_number_integer()) {
+      d = w.get<int64_t>() >= 0
+              ? Result<int64_t>(w.get<int64_t>())
+              : Status::InvalidArgument(w.dump() + " is negative (a duration is 0 or more)");
+    }
     if (!d.ok()) return Status::InvalidArgument("'walltime': " + d.status().message());
     walltime = *d;
   }

@@ -7,12 +7,14 @@
 #include <cstdlib>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "cli/client.h"
 #include "cli/commands.h"
 #include "cli/table.h"
 #include "common/text.h"
+#include "model/duration.h"
 #include "model/quantity.h"
 
 namespace tessera::cli {
@@ -88,14 +90,37 @@ struct SubmitOptions {
   std::string form;
   std::string name;
   int gpus = -1;
-  std::string walltime;
+  std::optional<std::string> walltime;  // given empty, it is refused like any bad duration
   std::string gpu_fraction;
   std::vector<std::string> env;
   std::vector<std::string> command;
 };
 
-// The POST /v1/jobs body; false (after printing why) on a malformed --env.
+// The POST /v1/jobs body; false (after printing why) on a malformed --env, quantity or walltime.
+// Quantities and the walltime are read here with the server's own parsers (model/quantity.h, the
+// duration grammar of model/duration.h) so that a mistake is named before any call.
 bool SubmitBody(const SubmitOptions& s, Json* body) {
+  struct Flag {
+    const char* name;
+    const std::string* text;
+    bool memory;
+  };
+  for (const Flag& f :
+       {Flag{"--gpu-memory", &s.gpu_memory, true}, Flag{"--memory", &s.memory, true},
+        Flag{"--cpu", &s.cpu, false}, Flag{"--gpu-fraction", &s.gpu_fraction, false}}) {
+    if (f.text->empty()) continue;
+    Status st = f.memory ? ParseMemoryMiB(*f.text).status() : ParseMilli(*f.text).status();
+    if (!st.ok()) {
+      std::cerr << "tessera submit: " << f.name << ": " << st.message() << "\n";
+      return false;
+    }
+  }
+  if (s.walltime) {
+    if (Status st = ParseDurationSeconds(*s.walltime).status(); !st.ok()) {
+      std::cerr << "tessera submit: --walltime: " << st.message() << "\n";
+      return false;
+    }
+  }
   *body = {{"queue", s.queue}, {"command", s.command}};
   if (s.gpus >= 0) (*body)["gpus"] = s.gpus;
   if (!s.gpu_memory.empty()) (*body)["gpu_memory"] = s.gpu_memory;
@@ -104,7 +129,7 @@ bool SubmitBody(const SubmitOptions& s, Json* body) {
   if (!s.job_class.empty()) (*body)["class"] = s.job_class;
   if (!s.form.empty()) (*body)["form"] = s.form;
   if (!s.gpu_fraction.empty()) (*body)["gpu_fraction"] = s.gpu_fraction;
-  if (!s.walltime.empty()) (*body)["walltime"] = s.walltime;
+  if (s.walltime) (*body)["walltime"] = *s.walltime;
   if (!s.name.empty()) (*body)["name"] = s.name;
   if (!s.env.empty()) {
     Json e = Json::object();
@@ -122,13 +147,13 @@ bool SubmitBody(const SubmitOptions& s, Json* body) {
 }
 
 void Submit(const SubmitOptions& s, int* exit_code) {
-  ClientOptions co = s.client;
-  if (!Resolve(&co)) {
+  Json body;
+  if (!SubmitBody(s, &body)) {
     *exit_code = kExitBadInput;
     return;
   }
-  Json body;
-  if (!SubmitBody(s, &body)) {
+  ClientOptions co = s.client;
+  if (!Resolve(&co)) {
     *exit_code = kExitBadInput;
     return;
   }

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/scenario_commands.h"
+#include "model/duration.h"
 #include "sim/scenario.h"
 #include "sim/scenario_bench.h"
 #include "sim/swap_model.h"
@@ -154,20 +155,25 @@ void RegisterScenarioCommands(CLI::App& app, CommandContext& ctx) {
   swap->add_flag("--lazy", w->e.lazy, "swap out only when room is needed, never ahead of need");
   swap->add_option("--seed", w->e.seed, "seed (1)");
   swap->callback([w, &ctx] {
-    auto burst = sim::ParseDuration(w->burst);
-    auto duration = sim::ParseDuration(w->duration);
-    auto idle = sim::ParseDuration(w->idle);
-    auto slice = sim::ParseDuration(w->slice);
-    if (!burst.ok() || !duration.ok() || !idle.ok() || !slice.ok()) {
-      std::cerr << "tessera sim swap: --burst, --duration, --swap-idle and --swap-slice take "
-                   "durations such as 30s, 2m or 24h\n";
-      ctx.exit_code = 2;
-      return;
+    // Durations in the one grammar (model/duration.h), in milliseconds: "500ms" is half a second.
+    std::pair<const char*, std::string*> flags[] = {{"--burst", &w->burst},
+                                                    {"--duration", &w->duration},
+                                                    {"--swap-idle", &w->idle},
+                                                    {"--swap-slice", &w->slice}};
+    int64_t ms[4] = {};
+    for (int i = 0; i < 4; ++i) {
+      auto d = ParseDurationMs(*flags[i].second);
+      if (!d.ok()) {
+        std::cerr << "tessera sim swap: " << flags[i].first << ": " << d.status().message() << "\n";
+        ctx.exit_code = 2;
+        return;
+      }
+      ms[i] = *d;
     }
-    w->e.burst_us = *burst * 1'000'000;
-    w->e.duration_us = *duration * 1'000'000;
-    w->e.idle_us = *idle * 1'000'000;
-    w->e.slice_us = *slice * 1'000'000;
+    w->e.burst_us = ms[0] * 1000;
+    w->e.duration_us = ms[1] * 1000;
+    w->e.idle_us = ms[2] * 1000;
+    w->e.slice_us = ms[3] * 1000;
     w->e.cap_min_mib = w->cap_min_gib * 1024;
     w->e.cap_max_mib = w->cap_max_gib * 1024;
     w->e.card_memory_mib = w->card_gib * 1024;

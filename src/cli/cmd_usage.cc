@@ -12,6 +12,7 @@
 #include "cli/client.h"
 #include "cli/commands.h"
 #include "cli/table.h"
+#include "model/duration.h"
 #include "model/quantity.h"
 #include "policy/yaml_fields.h"
 #include "sim/scenario.h"
@@ -56,13 +57,14 @@ Result<int64_t> ParseTime(const std::string& text, int64_t now_ms) {
     const int64_t days = int64_t{era} * 146097 + doe - 719468;
     return ((days * 24 + h) * 60 + mi) * int64_t{60000} + sec * int64_t{1000};
   }
-  auto ago = policy::ParseDuration(text);
+  auto ago = ParseDurationMs(text);  // the one grammar (model/duration.h)
   if (!ago.ok()) {
     return Status::InvalidArgument("'" + text +
                                    "' is not a time: use a duration ago (7d, 90m), now, epoch "
-                                   "milliseconds or YYYY-MM-DD[THH:MM:SSZ]");
+                                   "milliseconds or YYYY-MM-DD[THH:MM:SSZ]; as a duration, " +
+                                   ago.status().message());
   }
-  return now_ms - *ago * 1000;
+  return now_ms - *ago;
 }
 
 // --since/--until as epoch milliseconds; prints what is wrong.
@@ -70,9 +72,9 @@ bool ResolveWindow(const std::string& since_text, const std::string& until_text,
                    int64_t* until) {
   const int64_t now = NowMs();
   Result<int64_t> s = ParseTime(since_text, now), u = ParseTime(until_text, now);
-  for (const auto* r : {&s, &u}) {
+  for (const auto& [flag, r] : {std::pair{"--since", &s}, std::pair{"--until", &u}}) {
     if (!r->ok()) {
-      std::cerr << "tessera: " << r->status().message() << "\n";
+      std::cerr << "tessera: " << flag << ": " << r->status().message() << "\n";
       return false;
     }
   }

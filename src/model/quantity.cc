@@ -84,6 +84,10 @@ constexpr std::array<Unit, 16> kUnits = {{
 Result<MiB> ParseMemoryMiB(std::string_view text) {
   std::string_view t = text;
   if (t.empty()) return Status::InvalidArgument("empty memory quantity");
+  if (t.front() == '-') {
+    return Status::InvalidArgument("memory quantity '" + std::string(text) +
+                                   "' is negative (memory is 0 or more, e.g. 8GiB)");
+  }
   size_t split = 0;
   while (split < t.size() &&
          (std::isdigit(static_cast<unsigned char>(t[split])) || t[split] == '.')) {
@@ -125,6 +129,10 @@ Result<MiB> ParseMemoryMiB(std::string_view text) {
 
 Result<int64_t> ParseMilli(std::string_view text) {
   if (text.empty()) return Status::InvalidArgument("empty quantity");
+  if (text.front() == '-') {
+    return Status::InvalidArgument("quantity '" + std::string(text) +
+                                   "' is negative (a count is 0 or more, e.g. 2, 0.5 or 500m)");
+  }
   bool milli_suffix = text.back() == 'm';
   std::string_view num = milli_suffix ? text.substr(0, text.size() - 1) : text;
   Result<Decimal> d = ParseDecimal(num, text);

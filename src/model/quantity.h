@@ -4,8 +4,8 @@
 //   ParseMemoryMiB("1.5GiB") == 1536    ParseMemoryMiB("80GB") == 76294 (decimal GB, rounded up)
 //   ParseMilli("0.25") == 250           ParseMilli("500m") == 500     ParseMilli("2") == 2000
 //
-// Errors name the text and what is wrong with it. No floating point is involved: decimals are
-// parsed digit by digit into integers.
+// Errors name the text and what is wrong with it (a negative value says so: "'-2' is negative"). No
+// floating point is involved: decimals are parsed digit by digit into integers.
 #pragma once
 
 #include <string>

@@ -1,7 +1,6 @@
 #include "policy/yaml_fields.h"
 
-#include <limits>
-
+#include "model/duration.h"
 #include "model/quantity.h"
 #include "sched/quota/policy_model.h"
 
@@ -13,29 +12,16 @@ Status FieldError(const std::string& field, const std::string& what) {
 
 std::string Scalar(const YAML::Node& n) { return n.as<std::string>(); }
 
-Result<int64_t> ParseDuration(std::string_view text) {
-  if (text.empty()) return Status::InvalidArgument("empty duration");
-  int64_t unit = 1;
-  std::string_view num = text;
-  char last = text.back();
-  if (last == 's' || last == 'm' || last == 'h' || last == 'd') {
-    unit = last == 's' ? 1 : last == 'm' ? 60 : last == 'h' ? 3600 : 86400;
-    num = text.substr(0, text.size() - 1);
-  }
-  auto v = ParseMilli(num);
-  if (!v.ok() || *v < 0) {
-    return Status::InvalidArgument("bad duration '" + std::string(text) +
-                                   "' (use 30s, 5m, 2h, 1d or seconds)");
-  }
-  if (*v > std::numeric_limits<int64_t>::max() / unit) {
-    return Status::InvalidArgument("duration '" + std::string(text) + "' is too long");
-  }
-  return *v * unit / 1000;
-}
-
 Result<int64_t> GetDuration(const YAML::Node& n, const std::string& field) {
   if (!n.IsScalar()) return FieldError(field, "expected a duration such as 30s or 2h");
-  auto d = ParseDuration(Scalar(n));
+  auto d = ParseDurationSeconds(Scalar(n));
+  if (!d.ok()) return FieldError(field, d.status().message());
+  return *d;
+}
+
+Result<int64_t> GetDurationMs(const YAML::Node& n, const std::string& field) {
+  if (!n.IsScalar()) return FieldError(field, "expected a duration such as 500ms or 10s");
+  auto d = ParseDurationMs(Scalar(n));
   if (!d.ok()) return FieldError(field, d.status().message());
   return *d;
 }

@@ -22,9 +22,11 @@ namespace tessera::policy {
 
 Status FieldError(const std::string& field, const std::string& what);
 std::string Scalar(const YAML::Node& n);
-// Durations in seconds: "30s", "5m", "2h", "1d" or a plain number of seconds.
-Result<int64_t> ParseDuration(std::string_view text);
+// Durations in the one grammar (model/duration.h: "500ms", "30s", "1.5m", "1h30m", "7d", "90"):
+// GetDuration for a field kept in whole seconds (a sub-second value is refused, naming the
+// field), GetDurationMs for one kept in milliseconds.
 Result<int64_t> GetDuration(const YAML::Node& n, const std::string& field);  // seconds
+Result<int64_t> GetDurationMs(const YAML::Node& n, const std::string& field);
 Result<MiB> GetMemory(const YAML::Node& n, const std::string& field);
 Result<int64_t> GetMilli(const YAML::Node& n, const std::string& field);
 Result<int64_t> GetInt(const YAML::Node& n, const std::string& field);

@@ -107,7 +107,7 @@ Status ParseDurations(const YAML::Node& n, const std::string& f, std::vector<int
   if (n.IsSequence()) {
     for (size_t k = 0; k < n.size(); ++k) {
       int64_t d = 0;
-      TRY_ASSIGN(d, GetDuration(n[k], f + ".duration"));
+      TRY_ASSIGN(d, GetDuration(n[k], f + ".duration[" + std::to_string(k) + "]"));
       out->push_back(d);
     }
   } else {
@@ -594,8 +594,6 @@ class ScenarioRun {
 };
 
 }  // namespace
-
-Result<int64_t> ParseDuration(std::string_view text) { return policy::ParseDuration(text); }
 
 Result<Scenario> ParseScenario(std::string_view yaml_text) {
   YAML::Node root;

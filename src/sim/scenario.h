@@ -70,9 +70,6 @@ struct Scenario {
   std::vector<Outage> outages;
 };
 
-// Durations: "30s", "5m", "2h", "1d", "90" (seconds).
-Result<int64_t> ParseDuration(std::string_view text);
-
 Result<Scenario> ParseScenario(std::string_view yaml_text);
 // `yaml_text` with its class-to-form table changed by `forms` ("CLASS=FORM[,FORM...]", e.g.
 // "interactive=share"), named "what-if", and the previous entries of those classes as its

@@ -3,13 +3,24 @@
 // be stored and read back as JSON that renders and parses, and is valid UTF-8. Once, one request
 // with %FF%FE in its path made every page of /v1/events that held its event answer 500.
 //
-// The engine is a real one (api/engine.h) over a SQLite store in a scratch directory, with an
-// injected clock, living across inputs (a fresh one every kInputsPerEngine). Each input is cut at
-// NUL bytes into method, path and reason; they are recorded as a failed authentication, and
-// JsonText quotes them. The newest events are read as an admin reads them (Engine::Events) and
-// rendered as the server answers (nlohmann::json::dump with invalid UTF-8 replaced); an event as
-// an older server stored it (any bytes in every field, data too) is rendered the way
-// Engine::Events builds it. Every rendering must parse back and be valid UTF-8, or the run stops.
+// The engine is a real one (api/engine.h) over a SQLite store in a scratch directory (in memory,
+// /dev/shm, where it exists), with an injected clock, living across inputs (a fresh one every
+// kInputsPerEngine). Each input is cut at NUL bytes into method, path and reason; they are
+// recorded as a failed authentication, and JsonText quotes them. The event goes through the
+// commit pipeline (queued, written by the engine's writer thread; Engine::Sync waits until it is
+// durable), not through Engine::Tick, whose scheduling cycle, history, retention and fair-share
+// passes do nothing for an event. The newest event, this input's, is read as an admin reads it
+// (Engine::Events) and rendered as the server answers (nlohmann::json::dump with invalid UTF-8
+// replaced); an event as an older server stored it (any bytes in every field, data too) is
+// rendered the way Engine::Events builds it. Every rendering must parse back and be valid UTF-8,
+// or the run stops.
+//
+// Speed (issue 30): most of an execution is JSON (dumping and parsing arbitrary bytes, \u
+// escapes six times their size, in instrumented nlohmann code), the sanitizers' allocator and
+// libFuzzer's coverage collection over the whole engine; SQLite, in /dev/shm, is a few percent.
+// Reading back the one new event instead of the newest five, and checking renderings with
+// Json::accept (no document built), took it from about 1,400 to 2,300 executions per CPU-second
+// on the same 9,744 inputs.
 //
 // Input: method NUL path NUL reason [NUL data].
 #include <cstddef>
@@ -48,10 +59,11 @@ void Check(bool ok) {
   if (!ok) __builtin_trap();
 }
 
-// A rendering parses back and is valid UTF-8.
+// A rendering parses back (Json::accept: the parser's checks without building the document) and
+// is valid UTF-8.
 void CheckRendering(const std::string& text) {
   Check(IsValidUtf8(text));
-  Check(!Json::parse(text, nullptr, false).is_discarded());
+  Check(Json::accept(text));
 }
 
 class Harness {
@@ -112,7 +124,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   // The engine's own event, through its commit pipeline.
   e.AuditAuthFailure(method, path, reason);
-  if (!e.Tick().ok()) abort();
+  if (!e.Sync().ok()) abort();
 
   // An event as an older server stored it, any bytes in every field, built as Engine::Events
   // builds its answer (data that is not JSON becomes {}).
@@ -126,10 +138,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                           {"data", stored_data.is_discarded() ? Json::object() : stored_data}};
   CheckRendering(Render(Json{{"events", Json::array({old_event})}, {"next", 1}}));
 
+  // The newest event, this input's, as a page of /v1/events reads it (a page of several renders
+  // as its events do, and each of those was checked as its input's).
   auto last = e.LastEventSeq();
   if (!last.ok()) abort();
-  auto events = e.Events(h.admin(), std::max<int64_t>(0, *last - 4), 10, {});
+  auto events = e.Events(h.admin(), std::max<int64_t>(0, *last - 1), 10, {});
   if (!events.ok()) abort();
+  Check((*events)["events"].size() == 1);
   CheckRendering(Render(*events));
   for (const Json& one : (*events)["events"]) {
     // What the CLI prints of it is free of control characters.

@@ -8,7 +8,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <vector>
@@ -25,6 +27,13 @@ enum class Role { kAdmin, kUser, kAgent };
 const char* RoleName(Role r);
 
 bool IsUnixAccountName(const std::string& s);
+
+// GET /v1/whatif's replay: `observed` (Engine::WhatIfScenario's answer) run by the simulator with
+// `forms` ("CLASS=FORM[,FORM]" each) applied, returning its report. The simulator sits beside
+// the control plane, not under it (tools/checks/layering.sh: no arrow api -> sim), so the
+// process that serves wires it in: `tessera serve` passes sim::WhatIfReport.
+using WhatIfReplay = std::function<Result<nlohmann::json>(const nlohmann::json& observed,
+                                                          const std::vector<std::string>& forms)>;
 
 struct Identity {
   std::string name;
@@ -126,6 +135,9 @@ struct EngineConfig {
   std::vector<std::string> warnings;
   std::string source_yaml;  // the text it was parsed from (its policy part seeds `tessera whatif`)
   std::vector<QueueRoute> routes;  // one per policy queue, in the same order
+  // Not from the YAML: the what-if replay the serving process wires in (empty: GET /v1/whatif
+  // answers that this server cannot replay; /v1/whatif/scenario still answers).
+  WhatIfReplay whatif_replay;
 
   const Identity* FindIdentityByTokenHash(const std::string& hash) const;
   const quota::GroupSpec* FindGroup(const std::string& name) const;

@@ -2,7 +2,9 @@
 // their arrival times, how long they held their grants and what they asked for (from the event
 // log and their records), the registered nodes, and the server's own policy (the policy part of
 // its config, which is a scenario's schema). Replayed by the simulator under another class-to-form
-// table, it says how many cards each class would need; `observed` says what happened.
+// table, it says how many cards each class would need; `observed` says what happened. The replay
+// itself is the simulator's (EngineConfig::whatif_replay, wired in by `tessera serve`): the API
+// never includes sim/.
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -11,7 +13,6 @@
 
 #include "api/engine.h"
 #include "policy/policy_yaml.h"
-#include "sim/scenario.h"
 
 namespace tessera::api {
 namespace {
@@ -260,9 +261,12 @@ Result<Json> Engine::WhatIf(const Identity& who, int64_t since_ms, int64_t until
                             const std::vector<std::string>& forms) {
   Result<Json> observed = WhatIfScenario(who, since_ms, until_ms);
   if (!observed.ok()) return observed.status();
-  Result<sim::WhatIfResult> r = sim::WhatIf(*observed, forms);
-  if (!r.ok()) return r.status();
-  return r->report;
+  if (!config_.whatif_replay) {
+    return Status::FailedPrecondition(
+        "this server has no simulator wired in to replay the workload (GET /v1/whatif/scenario "
+        "gives the scenario; `tessera whatif` replays it)");
+  }
+  return config_.whatif_replay(*observed, forms);
 }
 
 }  // namespace tessera::api

@@ -26,6 +26,7 @@
 #include "model/quantity.h"
 #include "net/client_tls.h"
 #include "net/tls.h"
+#include "sim/scenario.h"
 #include "store/store.h"
 
 namespace tessera::cli {
@@ -189,6 +190,7 @@ int Serve(const ServeFlags& flags, const std::function<void(int)>& on_ready) {
   const std::string advertise = flags.advertise.empty() ? flags.Scheme() + listen : flags.advertise;
   store::Store* lease = store->get();
   if (!AwaitLead(*lease, advertise, host, port, flags)) return kExitOk;
+  config->whatif_replay = sim::WhatIfReport;  // GET /v1/whatif: the simulator replays
   auto engine = api::Engine::Open(std::move(*config), std::move(*store), data, NowMs);
   if (!engine.ok()) {
     ServeLog().Error(engine.status().message());

@@ -100,4 +100,11 @@ Result<WhatIfResult> WhatIf(const nlohmann::json& observed, const std::vector<st
   return out;
 }
 
+Result<nlohmann::json> WhatIfReport(const nlohmann::json& observed,
+                                    const std::vector<std::string>& forms) {
+  Result<WhatIfResult> r = WhatIf(observed, forms);
+  if (!r.ok()) return r.status();
+  return std::move(r->report);
+}
+
 }  // namespace tessera::sim

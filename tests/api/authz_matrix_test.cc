@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "api/server.h"
+#include "sim/scenario.h"
 
 namespace tessera::api {
 namespace {
@@ -80,6 +81,7 @@ class AuthzMatrixTest : public ::testing::Test {
     ASSERT_TRUE(store.ok());
     auto c = ParseConfig(kConfig);
     ASSERT_TRUE(c.ok()) << c.status().ToString();
+    c->whatif_replay = sim::WhatIfReport;  // as `tessera serve` wires it
     auto e = Engine::Open(*c, std::move(*store), dir_, [] { return int64_t{1'000'000}; });
     ASSERT_TRUE(e.ok());
     engine_ = std::move(*e);

@@ -219,5 +219,31 @@ TEST_F(HistoryTest, UsageFromTheEventLogMatchesTheJobLifetimes) {
             81920 * a_ms + 8192 * b_ms);
 }
 
+// GET /v1/whatif through the thin interface the serving process wires in (the API never
+// includes the simulator): without it the engine says so; with it, the replay gets the observed
+// scenario and the forms, and its answer is the engine's. Only admins reach it.
+TEST_F(HistoryTest, WhatIfReplaysThroughTheWiredInSimulatorOnly) {
+  auto unwired = engine_->WhatIf(Who("admin"), 0, now_, {"interactive=share"});
+  ASSERT_FALSE(unwired.ok());
+  EXPECT_EQ(unwired.status().code(), StatusCode::kFailedPrecondition);
+  std::vector<std::string> got_forms;
+  Json got_observed;
+  config_.whatif_replay = [&](const Json& observed, const std::vector<std::string>& forms) {
+    got_observed = observed;
+    got_forms = forms;
+    return Result<Json>(Json{{"returned", 7}});
+  };
+  Reopen();
+  auto denied = engine_->WhatIf(Who("alice"), 0, now_, {"interactive=share"});
+  ASSERT_FALSE(denied.ok());
+  EXPECT_EQ(denied.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_TRUE(got_forms.empty()) << "the replay ran for a non-admin";
+  auto r = engine_->WhatIf(Who("admin"), 0, now_, {"interactive=share"});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)["returned"], 7);
+  EXPECT_EQ(got_forms, std::vector<std::string>{"interactive=share"});
+  EXPECT_TRUE(got_observed.contains("scenario")) << got_observed.dump();
+}
+
 }  // namespace
 }  // namespace tessera::api

@@ -17,6 +17,7 @@
 
 #include "api/server.h"
 #include "common/text.h"
+#include "sim/scenario.h"
 
 namespace tessera::api {
 namespace {
@@ -94,6 +95,7 @@ class HostileRequestTest : public ::testing::Test {
     ASSERT_TRUE(store.ok());
     auto c = ParseConfig(kConfig);
     ASSERT_TRUE(c.ok()) << c.status().ToString();
+    c->whatif_replay = sim::WhatIfReport;  // as `tessera serve` wires it
     auto e = Engine::Open(*c, std::move(*store), dir_, [] { return int64_t{1'000'000}; });
     ASSERT_TRUE(e.ok()) << e.status().ToString();
     engine_ = std::move(*e);

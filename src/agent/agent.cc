@@ -569,8 +569,12 @@ class Agent {
     stopping_ = true;
     std::vector<RunningJob> running = launcher_.Running();
     if (!running.empty()) Info("stopping " + std::to_string(running.size()) + " job(s)");
-    for (const RunningJob& r : running)
-      launcher_.Cancel(r.id, milliseconds(options_.stop_grace_ms));
+    for (const RunningJob& r : running) {
+      // NotFound: it ended since Running(); WaitAll below collects its exit either way.
+      Status st = launcher_.Cancel(r.id, milliseconds(options_.stop_grace_ms));
+      if (!st.ok() && st.code() != StatusCode::kNotFound)
+        Warn("stopping job " + r.id + ": " + st.message(), {{"job", r.id}});
+    }
     for (JobExit& e : launcher_.WaitAll(milliseconds(options_.stop_grace_ms + 2000))) RecordExit(e);
     if (registered_ && !finished_.empty()) {
       auto timeout = milliseconds(std::min(1000, std::max(1, options_.request_timeout_ms)));

@@ -4,6 +4,10 @@
 // or carries a code and a message meant for a person: it names what is wrong. Result<T> holds
 // a value or a non-OK Status.
 //
+// Both are [[nodiscard]]: an error is handled, passed up or logged, never dropped by accident.
+// Where dropping one is meant, the call site says why (a comment next to a cast to void, or a log
+// line).
+//
 // Thread-safety: value types, no shared state.
 #pragma once
 
@@ -27,7 +31,7 @@ enum class StatusCode {
 
 const char* StatusCodeName(StatusCode code);
 
-class Status {
+class [[nodiscard("a Status is an error to handle, pass up or log")]] Status {
  public:
   Status() = default;
   Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
@@ -64,7 +68,7 @@ class Status {
 
 // A value or an error. REQUIRES: value() only when ok().
 template <typename T>
-class Result {
+class [[nodiscard("a Result may hold an error to handle, pass up or log")]] Result {
  public:
   Result(T value) : value_(std::move(value)) {}         // NOLINT(google-explicit-constructor)
   Result(Status status) : status_(std::move(status)) {  // NOLINT(google-explicit-constructor)
@@ -77,16 +81,16 @@ class Result {
     assert(ok());
     return *value_;
   }
-  T& value() & {
+  T& value()& {
     assert(ok());
     return *value_;
   }
-  T&& value() && {
+  T&& value()&& {
     assert(ok());
     return std::move(*value_);
   }
   const T& operator*() const& { return value(); }
-  T& operator*() & { return value(); }
+  T& operator*()& { return value(); }
   const T* operator->() const { return &value(); }
   T* operator->() { return &value(); }
 

@@ -16,11 +16,17 @@
 #include <utility>
 #include <vector>
 
+#include "common/log.h"
 #include "store/internal.h"
 #include "store/store.h"
 
 namespace tessera::store::internal {
 namespace {
+
+const log::Logger& StoreLog() {
+  static const log::Logger logger("store");
+  return logger;
+}
 
 constexpr int kBusyTimeoutMs = 5000;
 
@@ -99,7 +105,7 @@ class SqliteStore final : public Store {
     if (s.ok()) s = CommitLocked(events, jobs, &assigned);
     if (s.ok()) s = Exec("COMMIT", "committing");
     if (!s.ok()) {
-      Exec("ROLLBACK", "rolling back");
+      Rollback("rolling back");
       return s;
     }
     if (seqs != nullptr) *seqs = std::move(assigned);
@@ -180,7 +186,7 @@ class SqliteStore final : public Store {
     }
     if (s.ok()) s = Exec("COMMIT", "pruning");
     if (!s.ok()) {
-      Exec("ROLLBACK", "rolling back");
+      Rollback("rolling back");
       return s;
     }
     return rows;
@@ -209,7 +215,7 @@ class SqliteStore final : public Store {
     }
     if (s.ok()) s = Exec("COMMIT", "pruning");
     if (!s.ok()) {
-      Exec("ROLLBACK", "rolling back");
+      Rollback("rolling back");
       return s;
     }
     return rows;
@@ -289,7 +295,7 @@ class SqliteStore final : public Store {
     Status s = CheckFenceLocked();
     if (s.ok()) s = PutSettingLocked(key, value);
     if (s.ok()) s = Exec("COMMIT", "committing setting " + key);
-    if (!s.ok()) Exec("ROLLBACK", "rolling back");
+    if (!s.ok()) Rollback("rolling back");
     return s;
   }
 
@@ -313,7 +319,7 @@ class SqliteStore final : public Store {
     auto now = s.ok() ? LeaderLocked() : Result<Leadership>(s);
     if (now.ok()) s = Exec("COMMIT", "taking the lead");
     if (!now.ok() || !s.ok()) {
-      Exec("ROLLBACK", "rolling back");
+      Rollback("rolling back");
       return now.ok() ? s : now.status();
     }
     fence_ = now->epoch;
@@ -349,7 +355,7 @@ class SqliteStore final : public Store {
       }
     }
     if (s.ok()) s = Exec("COMMIT", "committing a sample");
-    if (!s.ok()) Exec("ROLLBACK", "rolling back");
+    if (!s.ok()) Rollback("rolling back");
     return s;
   }
 
@@ -391,7 +397,7 @@ class SqliteStore final : public Store {
     }
     if (s.ok()) s = Exec("COMMIT", "committing pruned samples");
     if (!s.ok()) {
-      Exec("ROLLBACK", "rolling back");
+      Rollback("rolling back");
       return s;
     }
     return n;
@@ -444,6 +450,16 @@ class SqliteStore final : public Store {
       return Status::Internal(Describe() + ": " + what + ": " + msg);
     }
     return Status::Ok();
+  }
+
+  // Ends a failed transaction. The failure that made it fail is what the caller returns, not
+  // this: a ROLLBACK fails when SQLite already ended the transaction itself (it does on some I/O
+  // and full-disk errors), which leaves nothing open. One that leaves the transaction open is
+  // logged.
+  void Rollback(const std::string& what) {
+    Status st = Exec("ROLLBACK", what);
+    if (!st.ok() && sqlite3_get_autocommit(db_) == 0)
+      StoreLog().Error("a failed transaction stayed open", {{"error", st.message()}});
   }
 
   Result<sqlite3_stmt*> Prepare(const std::string& sql) {
@@ -635,7 +651,7 @@ class SqliteStore final : public Store {
     if (auto s = Exec("BEGIN IMMEDIATE", "starting migration"); !s.ok()) return s;
     Status s = MigrateLocked(target);
     if (s.ok()) s = Exec("COMMIT", "committing migration");
-    if (!s.ok()) Exec("ROLLBACK", "rolling back migration");
+    if (!s.ok()) Rollback("rolling back migration");
     // Drop statements compiled against the old schema.
     for (auto& [sql, stmt] : cache_) sqlite3_finalize(stmt);
     cache_.clear();

@@ -554,8 +554,9 @@ TEST(AgentLauncher, SwappingSharesGetARegionWithSwapOn) {
       EXPECT_EQ(std::string(region.data().swap_dir), dir.path());
     }
   }
-  l.Cancel("swapping", std::chrono::milliseconds(100));
-  l.Cancel("plain", std::chrono::milliseconds(100));
+  // Both still sleep: stopping them is part of the test's clean-up.
+  EXPECT_TRUE(l.Cancel("swapping", std::chrono::milliseconds(100)).ok());
+  EXPECT_TRUE(l.Cancel("plain", std::chrono::milliseconds(100)).ok());
 }
 
 // What the agent's telemetry reads: the CPU time of the job's whole process tree, and for a share

@@ -79,7 +79,7 @@ TEST(AgentPartitions, SimulatedAmdModesFollowThePartitionEngine) {
   EXPECT_EQ(p.Layout(0), "CPX+NPS4: #1");
   EXPECT_EQ(p.Layout(1), "CPX+NPS4:");  // switched with the hive
   // A whole card in use holds its device's mode too.
-  p.Use("j4", 1);
+  ASSERT_TRUE(p.Use("j4", 1).ok());
   EXPECT_FALSE(p.Acquire("j5", 1, "QPX#0", "QPX+NPS4").ok());
   p.Release("j4");
   EXPECT_TRUE(p.Acquire("j5", 1, "QPX#0", "QPX+NPS4").ok());

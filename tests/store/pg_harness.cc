@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -192,7 +193,10 @@ Result<std::unique_ptr<PgServer>> PgServer::Start(const Options& options) {
 }
 
 PgServer::~PgServer() {
-  Stop();
+  // A destructor has no one to report to: a server that would not stop is said on stderr (its
+  // files are removed next either way).
+  if (Status st = Stop(); !st.ok())
+    std::fprintf(stderr, "pg_harness: stopping the server: %s\n", st.ToString().c_str());
   if (!dir_.empty()) {
     std::error_code ec;
     fs::remove_all(dir_, ec);

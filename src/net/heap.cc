@@ -5,6 +5,7 @@
 #endif
 
 #include <cstdlib>
+#include <system_error>
 #include <thread>
 #include <utility>
 
@@ -34,10 +35,17 @@ std::vector<void*> TakeThreadCache() {
 }
 
 void FreeAndTrim(std::vector<void*> chunks) {
-  // Freed here, they would fill this thread's cache again.
-  std::thread([&chunks] {
+  // Freed here, they would fill this thread's cache again; here all the same when no thread can
+  // be started (out of memory or threads: never an exception on the server's loop).
+  auto free_all = [&chunks] {
     for (void* p : chunks) std::free(p);
-  }).join();
+    chunks.clear();
+  };
+  try {
+    std::thread(free_all).join();
+  } catch (const std::system_error&) {
+    free_all();
+  }
 #if defined(__GLIBC__)
   malloc_trim(0);
 #endif

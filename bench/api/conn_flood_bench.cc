@@ -15,6 +15,7 @@
 //     identities, each bound to its node) heartbeating every second from 127.0.0.2 as
 //     `tessera agent` does (POST /v1/agent/heartbeat over a kept-alive connection): p50, p99 and
 //     max of each (goal: health under 100 ms), with failures, and nodes the server marked lost;
+//     when the probes over 100 ms were sent;
 //     the slow clients' drops and how long each lasted (header deadline 10 s);
 //   - the RSS at its peak, then --settle seconds after the flood closed, and the ratio to before
 //     (goal: within 10%).
@@ -439,6 +440,8 @@ class Agents {
 struct Figures {
   std::vector<double> kept_ms, fresh_ms;
   int kept_failed = 0, fresh_failed = 0;
+  // When the probes over 100 ms were sent, in seconds from the flood's start.
+  std::vector<double> slow_at_s;
 };
 
 // The value of a sample line "name N" in Prometheus text, -1 when absent.
@@ -617,11 +620,13 @@ int main(int argc, char** argv) {
     auto next_rss = Clock::now();
     auto probe = [&](int i) {
       const bool fresh = i % 2 == 1;
+      const double sent_s = Ms(Clock::now() - t0) / 1000;
       const double ms = health(fresh);
       if (ms < 0) {
         ++(fresh ? f.fresh_failed : f.kept_failed);
       } else {
         (fresh ? f.fresh_ms : f.kept_ms).push_back(ms);
+        if (ms >= 100) f.slow_at_s.push_back(sent_s);
       }
       if (Clock::now() >= next_rss) {
         const Rss now = RssOf(child);
@@ -675,6 +680,18 @@ int main(int argc, char** argv) {
     Line("health (kept-alive) probes", f.kept_ms, f.kept_failed);
     Line("health (new connection each)", f.fresh_ms, f.fresh_failed);
     Line("agent heartbeats", hb, hb_failed);
+    if (!f.slow_at_s.empty()) {
+      std::string when;
+      for (double s : f.slow_at_s) {
+        char one[32];
+        std::snprintf(one, sizeof one, "%s%.1f", when.empty() ? "" : ", ", s);
+        when += one;
+      }
+      std::printf(
+          "  health probes over 100 ms sent at (s after the flood's start; the slow clients "
+          "reconnect about every 10 s): %s\n",
+          when.c_str());
+    }
     const int lost = lost_nodes();
     std::printf("  nodes marked lost: %d of %d\n", lost, o.agents);
     const double worst = all.empty() ? 0 : *std::max_element(all.begin(), all.end());

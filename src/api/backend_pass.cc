@@ -57,26 +57,36 @@ backends::JobRequest Engine::RequestFor(const Job& j) const {
   return r;
 }
 
-Status Engine::BackendTick() {
-  if (backends_.empty()) return Status::Ok();
-  std::unique_lock<std::mutex> serial(backend_mu_, std::try_to_lock);
-  if (!serial.owns_lock()) return Status::Ok();  // another pass is running
+std::vector<std::string> Engine::BackendNames() const {
+  std::vector<std::string> names;
+  for (const auto& [name, b] : backends_) names.push_back(name);
+  return names;
+}
+
+Status Engine::BackendPass(const std::string& name) {
+  auto lane_it = lanes_.find(name);
+  if (lane_it == lanes_.end()) return Status::NotFound("no backend named '" + name + "'");
+  BackendLane& lane = *lane_it->second;
+  std::unique_lock<std::mutex> serial(lane.pass, std::try_to_lock);
+  if (!serial.owns_lock()) return Status::Ok();  // another pass of this backend is running
   bool reconcile_now = false;
   {
     std::unique_lock<std::mutex> lock(mu_);
-    reconcile_now = !reconciled_;
+    reconcile_now = !lane.reconciled;
   }
-  // 1. Reconciliation, once after open (retried each pass until the schedulers answer).
+  // 1. Reconciliation, once after open (retried each pass until the scheduler answers).
   if (reconcile_now) {
-    Status st = ReconcileBackends();
+    Status st = ReconcileBackend(name);
     if (!st.ok()) return st;
   }
-  (void)RefreshCapacity();  // an unreachable scheduler keeps the last capacity it gave
+  // An unreachable scheduler keeps the last capacity it gave, and the pass goes on without it
+  // (the poll below fails, and says so, if the scheduler stays away).
+  (void)RefreshCapacity(name);
   // 2. What to do this pass.
   BackendWork w;
   {
     std::unique_lock<std::mutex> lock(mu_);
-    CollectBackendWorkLocked(&w);
+    CollectBackendWorkLocked(name, &w);
   }
   if (w.submits.empty() && w.polls.empty() && w.cancels.empty() && w.suspends.empty() && !w.stops)
     return Status::Ok();
@@ -90,7 +100,7 @@ Status Engine::BackendTick() {
   std::vector<SubmitDone> done;
   for (const SubmitWork& s : w.submits) done.push_back(SubmitOne(s));
   std::map<std::string, Result<std::map<std::string, backends::ExternalJob>>> polled;
-  for (auto& [name, ids] : w.polls) polled.emplace(name, backends_[name]->Poll(ids));
+  for (auto& [backend, ids] : w.polls) polled.emplace(backend, backends_[backend]->Poll(ids));
   // 4. Record what happened.
   std::vector<std::pair<backends::Backend*, std::string>> late_cancels, forget;
   Batch batch;
@@ -105,7 +115,7 @@ Status Engine::BackendTick() {
     }
     RecordSuspendsLocked(w.suspends, &batch);
     RecordPollsLocked(w.polls, polled, &forget, &batch);
-    StopUnsubmittedLocked(&batch);
+    StopUnsubmittedLocked(name, &batch);
     Status st = CommitLocked(batch, lock);
     if (!st.ok()) return st;
   }
@@ -115,93 +125,81 @@ Status Engine::BackendTick() {
   return Status::Ok();
 }
 
-Status Engine::RefreshCapacity() {
+Status Engine::RefreshCapacity(const std::string& name) {
+  BackendLane& lane = *lanes_.at(name);
   {
     std::unique_lock<std::mutex> lock(mu_);
     const int64_t now = clock_();
-    if (last_capacity_ms_ >= 0 && now - last_capacity_ms_ < 5 * config_.backend_poll_ms)
+    if (lane.last_capacity_ms >= 0 && now - lane.last_capacity_ms < 5 * config_.backend_poll_ms)
       return Status::Ok();
-    last_capacity_ms_ = now;
+    lane.last_capacity_ms = now;
   }
-  Status first = Status::Ok();
-  for (auto& [name, b] : backends_) {
-    auto cap = b->GpuCapacity();  // without the engine's lock: it asks the scheduler
-    if (!cap.ok()) {
-      if (first.ok()) first = cap.status();
-      continue;
-    }
-    if (cap->gpu_milli < 0) continue;
+  {
+    auto cap = backends_.at(name)->GpuCapacity();  // without the engine's lock: it asks
+    if (!cap.ok()) return cap.status();
+    if (cap->gpu_milli < 0) return Status::Ok();
     std::unique_lock<std::mutex> lock(mu_);
     auto& known = capacity_[name];
-    if (known.gpu_milli == cap->gpu_milli && known.detail == cap->detail) continue;
+    if (known.gpu_milli == cap->gpu_milli && known.detail == cap->detail) return Status::Ok();
     known = *cap;
     qe_->SetExternalCapacity(name, cap->gpu_milli);
     cycle_wanted_ = true;
     Batch batch;
     batch.Add(
         MakeEvent(name, "backend.capacity", name, cap->detail, {{"gpu_milli", cap->gpu_milli}}));
-    Status st = CommitLocked(batch, lock);
-    if (!st.ok()) return st;
+    return CommitLocked(batch, lock);
   }
-  return first;
 }
 
-Status Engine::ReconcileBackends() {
+Status Engine::ReconcileBackend(const std::string& name) {
   const std::string prefix = ExternalName("");
-  std::map<std::string, Result<std::vector<backends::ExternalJob>>> lists;
-  bool all_ok = true;
-  for (auto& [name, b] : backends_) {
-    lists.emplace(name, b->List(prefix));
-    all_ok = all_ok && lists.at(name).ok();
-  }
-  if (all_ok) {
+  // Without the engine's lock: it asks the scheduler. Retried next pass when it does not answer.
+  Result<std::vector<backends::ExternalJob>> list = backends_.at(name)->List(prefix);
+  if (list.ok()) {
     std::vector<std::pair<backends::Backend*, std::string>> to_cancel;
     std::vector<store::Event> events;
     std::vector<Job*> changed;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      for (auto& [name, list] : lists) {
-        for (const backends::ExternalJob& x : *list) {
-          const std::string id = x.name.substr(prefix.size());
-          const bool active =
-              x.state == "pending" || x.state == "running" || x.state == "suspended";
-          auto it = jobs_.find(id);
-          if (it == jobs_.end() || it->second.backend != name) {
-            // A scheduler that keeps ended jobs as objects (Kubernetes) has them deleted too:
-            // a crash between recording an end and Forget must not leave one behind.
-            if (active || backends_[name]->Suspends()) {
-              to_cancel.push_back({backends_[name].get(), x.external_id});
-              events.push_back(MakeEvent("engine", "backend.orphan_cancelled", id,
-                                         name + " job " + x.external_id + " has no Tessera job",
-                                         {{"backend", name}, {"external_id", x.external_id}}));
-            }
-            continue;
-          }
-          Job& j = it->second;
-          if (j.external_id == x.external_id) continue;
-          if (j.rec.state == "placed" && j.external_id.empty()) {
-            j.external_id = x.external_id;
-            j.lookup_first = false;
-            j.rec.state = "starting";
-            j.rec.reason = "adopted " + name + " job " + x.external_id + " after a restart";
-            j.rec.update_ms = clock_();
-            events.push_back(MakeEvent("engine", "job.adopted", id, j.rec.reason,
-                                       {{"backend", name}, {"external_id", x.external_id}}));
-            changed.push_back(&j);
-          } else if (active) {
-            // Ended in Tessera, or a second submission: the record wins.
+      for (const backends::ExternalJob& x : *list) {
+        const std::string id = x.name.substr(prefix.size());
+        const bool active = x.state == "pending" || x.state == "running" || x.state == "suspended";
+        auto it = jobs_.find(id);
+        if (it == jobs_.end() || it->second.backend != name) {
+          // A scheduler that keeps ended jobs as objects (Kubernetes) has them deleted too:
+          // a crash between recording an end and Forget must not leave one behind.
+          if (active || backends_[name]->Suspends()) {
             to_cancel.push_back({backends_[name].get(), x.external_id});
-            events.push_back(MakeEvent("engine", "backend.duplicate_cancelled", id,
-                                       name + " job " + x.external_id + " is not the one recorded",
+            events.push_back(MakeEvent("engine", "backend.orphan_cancelled", id,
+                                       name + " job " + x.external_id + " has no Tessera job",
                                        {{"backend", name}, {"external_id", x.external_id}}));
           }
+          continue;
+        }
+        Job& j = it->second;
+        if (j.external_id == x.external_id) continue;
+        if (j.rec.state == "placed" && j.external_id.empty()) {
+          j.external_id = x.external_id;
+          j.lookup_first = false;
+          j.rec.state = "starting";
+          j.rec.reason = "adopted " + name + " job " + x.external_id + " after a restart";
+          j.rec.update_ms = clock_();
+          events.push_back(MakeEvent("engine", "job.adopted", id, j.rec.reason,
+                                     {{"backend", name}, {"external_id", x.external_id}}));
+          changed.push_back(&j);
+        } else if (active) {
+          // Ended in Tessera, or a second submission: the record wins.
+          to_cancel.push_back({backends_[name].get(), x.external_id});
+          events.push_back(MakeEvent("engine", "backend.duplicate_cancelled", id,
+                                     name + " job " + x.external_id + " is not the one recorded",
+                                     {{"backend", name}, {"external_id", x.external_id}}));
         }
       }
-      // Every unsubmitted job not found above was never submitted: safe to submit.
+      // Every unsubmitted job of this backend not found above was never submitted: safe to submit.
       for (auto& [id, j] : jobs_) {
-        if (!j.backend.empty() && j.external_id.empty()) j.lookup_first = false;
+        if (j.backend == name && j.external_id.empty()) j.lookup_first = false;
       }
-      reconciled_ = true;
+      lanes_.at(name)->reconciled = true;
       if (!events.empty()) {
         Batch batch;
         batch.events = events;
@@ -215,21 +213,24 @@ Status Engine::ReconcileBackends() {
   return Status::Ok();
 }
 
-void Engine::CollectBackendWorkLocked(BackendWork* w) {
+void Engine::CollectBackendWorkLocked(const std::string& name, BackendWork* w) {
   auto& submits = w->submits;
   auto& polls = w->polls;
   auto& cancels = w->cancels;
   const int64_t now = clock_();
-  const bool poll_due = now - last_poll_ms_ >= config_.backend_poll_ms;
-  if (poll_due) last_poll_ms_ = now;
-  for (auto& [name, ext] : backend_deletes_) {
-    if (backends_.count(name)) cancels.push_back({backends_[name].get(), ext});
-  }
-  backend_deletes_.clear();
+  BackendLane& lane = *lanes_.at(name);
+  const bool poll_due = now - lane.last_poll_ms >= config_.backend_poll_ms;
+  if (poll_due) lane.last_poll_ms = now;
+  // This backend's deletions; the others' stay for their own passes.
+  std::erase_if(backend_deletes_, [&](const std::pair<std::string, std::string>& d) {
+    if (d.first != name) return false;
+    cancels.push_back({backends_.at(name).get(), d.second});
+    return true;
+  });
   for (const std::string& id : LiveIdsLocked()) {
     Job& j = jobs_[id];
-    if (j.backend.empty() || !backends_.count(j.backend)) continue;
-    backends::Backend* b = backends_[j.backend].get();
+    if (j.backend != name) continue;
+    backends::Backend* b = backends_.at(name).get();
     if (b->Suspends() && j.external_id.empty() && j.rec.state == "preempting") w->stops = true;
     if (b->Suspends() && !j.external_id.empty() && (Holds(j) || j.rec.state == "pending")) {
       // A job the backend keeps: its Job is suspended while Tessera has it pending or preempting,
@@ -252,7 +253,7 @@ void Engine::CollectBackendWorkLocked(BackendWork* w) {
     }
     if (!Holds(j)) continue;
     if (j.rec.state == "placed" && j.external_id.empty()) {
-      if (now >= j.next_submit_ms && (reconciled_ || !j.lookup_first)) {
+      if (now >= j.next_submit_ms && (lane.reconciled || !j.lookup_first)) {
         submits.push_back({id, b, RequestFor(j), j.lookup_first});
       }
     } else if (!j.external_id.empty()) {
@@ -446,11 +447,11 @@ void Engine::RecordPollsLocked(
 // A job of a backend that suspends, preempted before its Job existed (or while its creation ran,
 // which RecordSubmissionsLocked has then deleted): nothing runs, so it is stopped at once and
 // pending again.
-void Engine::StopUnsubmittedLocked(Batch* batch) {
+void Engine::StopUnsubmittedLocked(const std::string& name, Batch* batch) {
+  if (!backends_.at(name)->Suspends()) return;
   for (const std::string& id : LiveIdsLocked()) {
     Job& j = jobs_[id];
-    if (j.rec.state != "preempting" || !j.external_id.empty() || j.backend.empty() ||
-        !backends_.count(j.backend) || !backends_[j.backend]->Suspends()) {
+    if (j.rec.state != "preempting" || !j.external_id.empty() || j.backend != name) {
       continue;
     }
     const size_t mark = qe_->events().size();

@@ -96,6 +96,7 @@ Result<std::unique_ptr<Engine>> Engine::Open(EngineConfig config,
     auto b = backends::BuiltinRegistry().Make(q.backend, options);
     if (!b.ok()) return b.status();
     e->backends_[q.backend] = std::move(*b);
+    e->lanes_[q.backend] = std::make_unique<BackendLane>();
   }
   std::lock_guard<std::mutex> lock(e->mu_);
   Status st = e->Load();
@@ -420,7 +421,10 @@ const std::vector<std::string>& Engine::NodeJobsLocked(const std::string& node) 
 
 Status Engine::Load() {
   capacity_.clear();  // a new quota engine knows no external capacity: ask the backends again
-  last_capacity_ms_ = -1;
+  for (auto& [name, lane] : lanes_) {
+    lane->last_capacity_ms = -1;
+    lane->reconciled = false;
+  }
   jobs_.clear();
   idem_.clear();
   order_.clear();
@@ -453,7 +457,6 @@ Status Engine::Load() {
   if (!st.ok()) return st;
   // Nodes are back on probation: each gets a fresh heartbeat window (set in LoadNodes).
   cycle_wanted_ = true;
-  reconciled_ = false;
   broken_ = Status::Ok();
   return qe_->CheckInvariants();
 }
@@ -626,8 +629,7 @@ Status Engine::Tick() {
   }
   if (Status st = HistoryTick(); !st.ok()) return st;
   if (Status st = RetentionTick(); !st.ok()) return st;
-  if (Status st = SaveFairShare(false); !st.ok()) return st;
-  return BackendTick();
+  return SaveFairShare(false);
 }
 
 // Fair-share history survives restarts: saved every minute (and when asked), outside the

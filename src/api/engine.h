@@ -152,8 +152,8 @@ class Engine {
   Result<Json> Summary(const Identity& who);
   // For tests: holds the engine's lock (as a long cycle does) until the lock is let go.
   std::unique_lock<std::mutex> HoldForTest() { return std::unique_lock<std::mutex>(mu_); }
-  // For GET /v1/health (no token): the role (one server on its store: "leader"; there is no
-  // standby yet), whether the store takes commits, and the commit pipeline's depth.
+  // For GET /v1/health (no token): the role ("leader": a standby answers health itself, see
+  // StandbyServer), whether the store takes commits, and the commit pipeline's depth.
   Json Health();
   // The cluster's utilization over time (history.cc), from the store: samples in [since, until)
   // (defaults: the last hour, now), averaged per `step` (default and minimum: the sample interval
@@ -217,9 +217,18 @@ class Engine {
   void UnwatchOrders(const std::string& node, uint64_t ticket);  // its deadline passed: no call
   void UnwatchAll();  // answers every watch with 0 (the server stops)
 
-  // Housekeeping, called periodically: marks silent nodes lost, runs the cycle when due, and
-  // (outside the engine's lock) submits, follows and cancels the jobs of external backends.
+  // Housekeeping, called periodically: marks silent nodes lost, runs the cycle when due, samples
+  // the utilization history and prunes. It never runs a backend's command (BackendPass does).
   Status Tick();
+  // The external backends (slurm, pbs, kubernetes) the queues use, by name.
+  std::vector<std::string> BackendNames() const;
+  // One pass of backend `name`, outside the engine's lock while its commands run: reconcile
+  // (once after open, until the scheduler answers), refresh its capacity, then submit, follow,
+  // suspend and cancel its jobs, and commit what happened. Passes of one backend are serialized
+  // (a second caller returns at once); passes of different backends run side by side. The server
+  // runs each backend's passes on a thread of its own (api/executors.h), so a scheduler whose
+  // commands hang delays its own jobs only: never the cycle, node loss or another backend.
+  Status BackendPass(const std::string& name);
   // Runs one scheduling cycle now and commits its decisions.
   Status RunCycle();
   // Waits until everything queued so far is written (or, after a failed write, memory is
@@ -514,9 +523,8 @@ class Engine {
     std::map<std::string, std::vector<std::string>> polls;  // backend -> external ids
     std::vector<std::pair<backends::Backend*, std::string>> cancels;
   };
-  Status BackendTick();
-  Status ReconcileBackends();
-  void CollectBackendWorkLocked(BackendWork* w);
+  Status ReconcileBackend(const std::string& name);
+  void CollectBackendWorkLocked(const std::string& name, BackendWork* w);
   SubmitDone SubmitOne(const SubmitWork& w);
   void RecordSubmissionsLocked(
       const std::vector<SubmitDone>& done,
@@ -526,7 +534,7 @@ class Engine {
       std::map<std::string, Result<std::map<std::string, backends::ExternalJob>>>& polled,
       std::vector<std::pair<backends::Backend*, std::string>>* forget, Batch* batch);
   void RecordSuspendsLocked(const std::vector<SuspendWork>& done, Batch* batch);
-  void StopUnsubmittedLocked(Batch* batch);
+  void StopUnsubmittedLocked(const std::string& name, Batch* batch);
   // Whether the poll of a kept (suspending) backend's job changed its course; see backend_pass.cc.
   bool FollowSuspendLocked(Job& j, const backends::ExternalJob& x, Batch* batch);
   backends::JobRequest RequestFor(const Job& j) const;
@@ -637,16 +645,20 @@ class Engine {
   std::mutex register_mu_;  // orders node registrations (held without mu_ while one is written)
   // Backend jobs to delete whose Tessera job ended without the backend's help (a suspended
   // Kubernetes Job of a job cancelled while pending): (backend, external id); drained by
-  // BackendTick.
+  // that backend's pass.
   std::vector<std::pair<std::string, std::string>> backend_deletes_;
   // What each backend last said it has for Tessera's jobs (GpuCapacity), refreshed every 5
   // backend polls; the quota engine's external pools follow it.
   std::map<std::string, backends::Capacity> capacity_;
-  int64_t last_capacity_ms_ = -1;
-  Status RefreshCapacity();
-  std::mutex backend_mu_;  // serializes backend passes (held without mu_ while commands run)
-  int64_t last_poll_ms_ = 0;
-  bool reconciled_ = false;
+  Status RefreshCapacity(const std::string& name);
+  // Each backend's own pass lock and clocks: one backend's pass never waits for another's.
+  struct BackendLane {
+    std::mutex pass;                // serializes its passes (held without mu_ while commands run)
+    int64_t last_poll_ms = 0;       // under mu_
+    int64_t last_capacity_ms = -1;  // under mu_
+    bool reconciled = false;        // under mu_: its scheduler's jobs were matched after open
+  };
+  std::map<std::string, std::unique_ptr<BackendLane>> lanes_;  // by backend; fixed after Open
   int64_t last_sample_ms_ = 0;
 };
 

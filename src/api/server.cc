@@ -690,6 +690,7 @@ ApiServer::ApiServer(Engine* engine, ApiServerOptions options)
 ApiServer::~ApiServer() {
   Stop();
   if (ticker_.joinable()) ticker_.join();
+  if (executors_) executors_->Stop();
   // Answers would go to connections about to be destroyed: the ones waiting for a write get
   // theirs now, the order watches theirs at once.
   engine_->Quiesce();
@@ -699,6 +700,17 @@ ApiServer::~ApiServer() {
 Result<int> ApiServer::Bind(const std::string& host, int port) { return http_->Bind(host, port); }
 
 void ApiServer::Run(int tick_ms) {
+  executors_ = std::make_unique<BackendExecutors>(
+      engine_->BackendNames(), [this](const std::string& b) { return engine_->BackendPass(b); },
+      tick_ms,
+      [](const std::string& b, const Status& st) {
+        if (st.ok()) {
+          ServeLog().Info("the " + b + " backend's pass works again");
+        } else {
+          ServeLog().Error("the " + b + " backend's pass failed: " + st.message());
+        }
+      });
+  executors_->Start();
   ticker_ = std::thread([this, tick_ms] {
     std::string last_error;
     while (!stop_.load()) {
@@ -731,6 +743,7 @@ void ApiServer::Run(int tick_ms) {
   http_->Run();
   stop_.store(true);
   ticker_.join();
+  executors_->Stop();
 }
 
 Status ApiServer::deposed() const {

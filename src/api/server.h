@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "api/engine.h"
+#include "api/executors.h"
 #include "api/request_slots.h"
 #include "net/http_server.h"
 
@@ -76,7 +77,8 @@ class ApiServer {
 
   // Binds to host:port (port 0: any free port). Returns the port bound.
   Result<int> Bind(const std::string& host, int port);
-  // Serves until Stop(). Also runs the engine's Tick() every `tick_ms`.
+  // Serves until Stop(). Also runs the engine's Tick() every `tick_ms` on a ticker thread, and
+  // each external backend's passes every `tick_ms` on a thread of its own (BackendExecutors).
   void Run(int tick_ms = 200);
   void Stop();
   // Why Run() stopped on its own (the lease check failed); OK otherwise.
@@ -91,6 +93,7 @@ class ApiServer {
   std::unique_ptr<net::HttpServer> http_;
   std::atomic<bool> stop_{false};
   std::thread ticker_;
+  std::unique_ptr<BackendExecutors> executors_;
   mutable std::mutex deposed_mu_;
   Status deposed_;
 };

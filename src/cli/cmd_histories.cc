@@ -31,6 +31,7 @@ const std::map<std::string, Break>& Breaks() {
       {"no-reclaim", Break::kNoReclaim},
       {"fair-share-ignores-weights", Break::kFairShareIgnoresWeights},
       {"ignore-host-capacity", Break::kIgnoreHostCapacity},
+      {"backfill-ignores-head", Break::kBackfillIgnoresHead},
   };
   return m;
 }

@@ -192,6 +192,48 @@ void GenerateWorkload(Rng& r, const HistoryOptions& o, Scenario& s) {
   if (r.Chance(25) && !s.nodes.empty()) {
     s.outages.push_back({r.Pick(s.nodes).name, r.In(1, o.span_s / 30) * 30, r.In(2, 30) * 30});
   }
+  // A blocked head with short work behind it (drawn last: the histories without it stay as they
+  // were): one group's cards free at different times, a gang wider than those freed first, then
+  // short jobs of no higher priority that declare their walltimes (backfill, and its promise
+  // never to delay the head).
+  if (r.Chance(o.head_percent)) {
+    int64_t devices = 0;
+    for (const quota::NodeSpec& n : s.nodes) devices += n.gpu_count;
+    const quota::QueueSpec* gang = nullptr;
+    const quota::QueueSpec* small = nullptr;
+    for (const quota::QueueSpec& q : s.policy.queues) {
+      if (q.name == "gang") gang = &q;
+    }
+    for (const quota::QueueSpec& q : s.policy.queues) {
+      if (gang != nullptr && (q.name == "train" || q.name == "notebook") &&
+          q.priority <= gang->priority && small == nullptr)
+        small = &q;
+    }
+    if (gang != nullptr && small != nullptr && devices >= 2) {
+      const int64_t t0 = r.In(0, o.span_s / 60) * 30;
+      WorkloadEntry busy;
+      busy.base.queue = "train";
+      busy.base.group = r.Pick(leaves);
+      busy.base.identity = "u7";
+      busy.count = static_cast<int>(devices);
+      busy.at_s = t0;
+      busy.durations_s = {r.In(2, 8) * 60, r.In(15, 40) * 60};
+      s.workload.push_back(busy);
+      WorkloadEntry head = busy;
+      head.base.queue = "gang";
+      head.count = 1;
+      head.at_s = t0 + 30;
+      head.durations_s = {r.In(5, 20) * 60};
+      s.workload.push_back(head);
+      WorkloadEntry shorts = busy;
+      shorts.base.queue = small->name;
+      shorts.count = static_cast<int>(r.In(2, 4));
+      shorts.at_s = t0 + r.In(2, 10) * 30;
+      shorts.interval_s = r.In(1, 4) * 30;
+      shorts.durations_s = {r.In(1, 6) * 60, r.In(1, 3) * 60};
+      s.workload.push_back(shorts);
+    }
+  }
 }
 
 std::string Milli(int64_t m) { return std::to_string(m) + "m"; }

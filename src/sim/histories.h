@@ -26,6 +26,7 @@ struct HistoryOptions {
   int max_entries = 7;    // workload entries
   int max_count = 4;      // jobs per entry
   int64_t span_s = 1800;  // arrivals within this; the run goes on 40 minutes past it
+  int head_percent = 15;  // histories with a blocked head and short work behind it (backfill)
 };
 
 Scenario GenerateHistory(uint64_t seed, const HistoryOptions& o = {});

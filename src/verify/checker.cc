@@ -77,6 +77,7 @@ void Checker::AfterCycle(const quota::QuotaEngine& e, int64_t now) {
   CheckReclaim(s, now);
   CheckStart(s, now);
   CheckReservation(s, now);
+  CheckHead(s, now);
   CheckStability(e, now);
   CheckFairness(s, now);
   preempted_this_cycle_.clear();
@@ -120,6 +121,7 @@ void Checker::ReadEvents(const quota::QuotaEngine& e, int64_t now) {
       }
       const Want& claimant = wants_[c->second];
       making_room_for_[v] = c->second;
+      paid_for_.insert(c->second);
       if (claimant.group == victim.group) own_for_own_.push_back(v);
       if (drain && claimant.group != victim.group)
         preempted_this_cycle_.insert(v);  // keeps its reservation too
@@ -393,61 +395,201 @@ void Checker::CheckReservation(const Snapshot& s, int64_t now) {
     if (s.jobs[c].state == JobState::kPending) in_flight[wants_[c].group] += Nominal(wants_[c]);
   }
   const std::vector<bool> none;
+  // Whether each waiting job could be held on the devices as they are, found once.
+  std::map<int, bool> holdable;
+  auto could_hold = [&](int k) {
+    auto [it, fresh] = holdable.emplace(k, false);
+    if (fresh) it->second = CouldHold(world_, s, wants_[k], none);
+    return it->second;
+  };
+  // Each job owed keeps its own clock (the group's would run on while one job after another
+  // arrives, each served within the bound: a group reserved 4 that asks for 1, 1 and 1 at 30 s
+  // intervals stays short all along).
+  std::set<int> owed;
   for (size_t g = 0; g < world_.group_names.size(); ++g) {
     const MilliGpu reservation = world_.policy.groups[g].reservation.gpu_milli;
     const MilliGpu lacking = reservation - s.staying[g] - in_flight[static_cast<int>(g)];
-    std::string owed_job;
-    if (lacking > 0) {
-      // Borrowers that may go: other groups' preemptible running jobs, while each group keeps its
-      // reservation.
-      std::vector<bool> gone(s.jobs.size(), false);
-      std::vector<MilliGpu> left(s.staying.begin(), s.staying.end());
-      for (size_t k = 0; k < s.jobs.size() && k < wants_.size(); ++k) {
-        const JobNow& j = s.jobs[k];
-        int o = j.group;
-        if (j.state != JobState::kRunning || o < 0 || o == static_cast<int>(g) ||
-            !wants_[k].preemptible)
-          continue;
-        if (left[o] - j.charge.gpu_milli < world_.policy.groups[o].reservation.gpu_milli) continue;
-        left[o] -= j.charge.gpu_milli;
-        gone[k] = true;
-      }
-      for (int h : pending) {
-        const Want& w = wants_[h];
-        if (w.group != static_cast<int>(g) || Nominal(w) > lacking || !Admissible(s, w)) continue;
-        bool above = false;
-        // Excused behind a job that cannot be held: of higher priority, or of equal priority
-        // from its own group or another group below its reservation (a head the devices are
-        // kept for; reservations that together exceed the cluster cannot all hold at once).
-        for (int k : pending) {
-          const int kg = wants_[k].group;
-          const bool peer =
-              kg == w.group ||
-              (kg >= 0 && s.staying[kg] < world_.policy.groups[kg].reservation.gpu_milli);
-          const bool ahead = wants_[k].priority > w.priority ||
-                             (k != h && wants_[k].priority == w.priority && peer);
-          above = above ||
-                  (ahead && PoolsOverlap(wants_[k], w) && !CouldHold(world_, s, wants_[k], none));
-        }
-        if (!above && CouldHold(world_, s, w, gone)) {
-          owed_job = w.id;
-          break;
-        }
-      }
+    if (lacking <= 0) continue;
+    // Borrowers that may go: other groups' preemptible running jobs, while each group keeps its
+    // reservation.
+    std::vector<bool> gone(s.jobs.size(), false);
+    std::vector<MilliGpu> left(s.staying.begin(), s.staying.end());
+    for (size_t k = 0; k < s.jobs.size() && k < wants_.size(); ++k) {
+      const JobNow& j = s.jobs[k];
+      int o = j.group;
+      if (j.state != JobState::kRunning || o < 0 || o == static_cast<int>(g) ||
+          !wants_[k].preemptible)
+        continue;
+      if (left[o] - j.charge.gpu_milli < world_.policy.groups[o].reservation.gpu_milli) continue;
+      left[o] -= j.charge.gpu_milli;
+      gone[k] = true;
     }
-    if (owed_job.empty()) {
-      short_since_.erase(static_cast<int>(g));
-      continue;
+    int oldest = -1;
+    for (int h : pending) {
+      const Want& w = wants_[h];
+      if (w.group != static_cast<int>(g) || Nominal(w) > lacking || !Admissible(s, w)) continue;
+      bool above = false;
+      // Excused behind a job that cannot be held: of higher priority, or of equal priority
+      // from its own group or another group below its reservation (a head the devices are
+      // kept for; reservations that together exceed the cluster cannot all hold at once).
+      for (size_t i = 0; !above && i < pending.size(); ++i) {
+        const int k = pending[i];
+        const int kg = wants_[k].group;
+        const bool peer =
+            kg == w.group ||
+            (kg >= 0 && s.staying[kg] < world_.policy.groups[kg].reservation.gpu_milli);
+        const bool ahead =
+            wants_[k].priority > w.priority || (k != h && wants_[k].priority == w.priority && peer);
+        above = ahead && PoolsOverlap(wants_[k], w) && !could_hold(k);
+      }
+      if (above || !CouldHold(world_, s, w, gone)) continue;
+      owed.insert(h);
+      auto [it, fresh] = short_since_.emplace(h, now);
+      if (!fresh && now - it->second > bounds_.ReservationBound() &&
+          (oldest < 0 || it->second < short_since_[oldest]))
+        oldest = h;
     }
-    auto [it, fresh] = short_since_.emplace(static_cast<int>(g), now);
-    if (!fresh && now - it->second > bounds_.ReservationBound()) {
+    if (oldest >= 0) {
       Report("liveness.reservation", now,
-             "group " + world_.group_names[g] + " has been below its reservation with " + owed_job +
-                 " waiting inside it for " + std::to_string(now - it->second) + " s (bound " +
+             "group " + world_.group_names[g] + " has been below its reservation with " +
+                 wants_[oldest].id + " waiting inside it for " +
+                 std::to_string(now - short_since_[oldest]) + " s (bound " +
                  std::to_string(bounds_.ReservationBound()) + " s)",
-             {owed_job});
+             {wants_[oldest].id});
     }
   }
+  // A job no longer owed (placed, or no longer inside what its group lacks) starts anew.
+  for (auto it = short_since_.begin(); it != short_since_.end();)
+    it = owed.count(it->first) ? std::next(it) : short_since_.erase(it);
+}
+
+// ------------------------------------------------------------------------------------------
+// Backfill never delays the blocked head
+
+namespace {
+constexpr int64_t kNoStart = INT64_MAX;
+}
+
+int64_t Checker::EarliestStart(const Snapshot& s, const Want& head, const std::vector<bool>& gone,
+                               int64_t now) const {
+  std::vector<std::pair<int64_t, int>> ends;  // running jobs by declared end
+  for (size_t k = 0; k < s.jobs.size() && k < wants_.size(); ++k) {
+    const JobNow& j = s.jobs[k];
+    if (gone[k]) continue;
+    if (j.state == JobState::kTerminating) {
+      ends.push_back({now, static_cast<int>(k)});
+    } else if (j.state == JobState::kRunning && wants_[k].walltime > 0 && j.start >= 0) {
+      ends.push_back({std::max(now, j.start + wants_[k].walltime), static_cast<int>(k)});
+    }
+  }
+  std::sort(ends.begin(), ends.end());
+  // Those gone give back their host CPU and memory too (CouldHold frees only their devices).
+  Snapshot t = s;
+  std::vector<bool> left = gone;
+  auto leave = [&](int k) {
+    left[k] = true;
+    for (const quota::GrantView& g : s.jobs[k].grants) {
+      for (size_t n = 0; n < world_.nodes.size(); ++n) {
+        if (world_.nodes[n].name != g.node) continue;
+        t.cpu_free[n] += g.cpu;
+        t.mem_free[n] += g.host_memory;
+      }
+    }
+  };
+  for (size_t k = 0; k < gone.size() && k < s.jobs.size(); ++k) {
+    if (gone[k]) leave(static_cast<int>(k));
+  }
+  if (CouldHold(world_, t, head, left)) return now;
+  for (size_t i = 0; i < ends.size();) {
+    const int64_t at = ends[i].first;
+    for (; i < ends.size() && ends[i].first == at; ++i) leave(ends[i].second);
+    if (CouldHold(world_, t, head, left)) return at;
+  }
+  return kNoStart;
+}
+
+// The head: the one waiting job, asking for whole devices only, that cannot be held, of the
+// highest priority among every waiting job that cannot be held (at equal priority, of one group:
+// the earliest submitted; the order between groups of equal priority is the engine's fair share,
+// not judged). A job of lower standing that starts while it waits (lower priority, or its own
+// group's at equal priority submitted after it) must not put the head's earliest start, by the
+// running jobs' declared walltimes, later than it would be had that job not started. Not judged:
+// a job that others were preempted for (it goes first: that price is paid), nor one inside its
+// group's reservation while the head would borrow (a reservation comes before a borrower).
+void Checker::CheckHead(const Snapshot& s, int64_t now) {
+  std::vector<int> started;
+  for (size_t h = 0; h < s.jobs.size() && h < wants_.size(); ++h) {
+    if (s.jobs[h].state == JobState::kRunning && h < was_pending_.size() && was_pending_[h])
+      started.push_back(static_cast<int>(h));
+  }
+  std::vector<int> pending, waited;  // waiting now; and also at the last look
+  for (size_t h = 0; h < s.jobs.size() && h < wants_.size(); ++h) {
+    if (s.jobs[h].state != JobState::kPending || !wants_[h].valid || wants_[h].external) continue;
+    pending.push_back(static_cast<int>(h));
+    if (h < was_pending_.size() && was_pending_[h]) waited.push_back(static_cast<int>(h));
+  }
+  was_pending_.assign(s.jobs.size(), 0);
+  for (int h : pending) was_pending_[h] = 1;
+  // Those others were preempted for stay excused until they start, and no longer.
+  std::set<int> paid = std::move(paid_for_);
+  for (int h : paid) {
+    if (static_cast<size_t>(h) < s.jobs.size() && s.jobs[h].state == JobState::kPending)
+      paid_for_.insert(h);
+  }
+  if (started.empty() || waited.empty()) return;
+  const std::vector<bool> none(s.jobs.size(), false);
+  int head = -1;
+  bool ambiguous = false;
+  for (int h : pending) {
+    const Want& w = wants_[h];
+    if (CouldHold(world_, s, w, none)) continue;
+    if (head < 0 || w.priority > wants_[head].priority) {
+      head = h;
+      ambiguous = false;
+    } else if (w.priority == wants_[head].priority && w.group != wants_[head].group) {
+      ambiguous = true;
+    }
+  }
+  // A head requeued in this very cycle was not waiting when the others were placed.
+  if (head < 0 || ambiguous || std::find(waited.begin(), waited.end(), head) == waited.end())
+    return;
+  const Want& hw = wants_[head];
+  if (hw.forms.size() != 1 || hw.forms[0] != AllocationForm::kWhole || !Admissible(s, hw)) return;
+  const int hg = hw.group;
+  const bool head_borrows =
+      s.staying[hg] + Nominal(hw) > world_.policy.groups[hg].reservation.gpu_milli;
+  std::vector<bool> gone(s.jobs.size(), false);
+  std::vector<std::string> behind;
+  for (int b : started) {
+    const Want& bw = wants_[b];
+    const bool lower =
+        bw.priority < hw.priority || (bw.priority == hw.priority && bw.group == hg && b > head);
+    if (!lower || !PoolsOverlap(bw, hw)) continue;
+    if (paid.count(b)) continue;
+    const int bg = bw.group;
+    // Inside its reservation by what it asked (as the engine's reclaim counts it; a partition
+    // may be charged a whole card's share).
+    const bool inside =
+        !s.jobs[b].borrowed || s.staying[bg] - s.jobs[b].charge.gpu_milli + Nominal(bw) <=
+                                   world_.policy.groups[bg].reservation.gpu_milli;
+    if (bg != hg && head_borrows && inside) continue;
+    gone[b] = true;
+    behind.push_back(bw.id);
+  }
+  if (behind.empty()) return;
+  const int64_t without = EarliestStart(s, hw, gone, now);
+  if (without == kNoStart) return;
+  const int64_t with = EarliestStart(s, hw, none, now);
+  if (with <= without) return;
+  std::string names;
+  for (const std::string& b : behind) names += (names.empty() ? "" : ", ") + b;
+  std::vector<std::string> jobs = {hw.id};
+  jobs.insert(jobs.end(), behind.begin(), behind.end());
+  Report("backfill.head", now,
+         names + " started behind the blocked head " + hw.id + " and put its earliest start at " +
+             (with == kNoStart ? std::string("never") : "t=" + std::to_string(with) + "s") +
+             ", past t=" + std::to_string(without) + "s without them",
+         jobs);
 }
 
 // ------------------------------------------------------------------------------------------

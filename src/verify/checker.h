@@ -18,7 +18,10 @@
 //                         3 cycles + grace + drain
 //   liveness.reservation  a group below its reservation, with a waiting job inside it that the
 //                         cluster could hold once borrowers left, gets it within one cycle +
-//                         grace (rounded up to cycles, plus the cycle that sees it)
+//                         grace (rounded up to cycles, plus the cycle that sees it); each such
+//                         job on its own clock
+//   backfill.head         a job of lower standing that starts while the blocked head waits does
+//                         not put the head's earliest start (by declared walltimes) later
 //   stability.reconfigure no device changes mode (MIG on/off, AMD pair) or loses a partition
 //                         more than `max_reconfigurations_per_hour` times in any hour
 //
@@ -98,6 +101,11 @@ class Checker {
   void CheckReclaim(const Snapshot& s, int64_t now);
   void CheckStart(const Snapshot& s, int64_t now);
   void CheckReservation(const Snapshot& s, int64_t now);
+  void CheckHead(const Snapshot& s, int64_t now);
+  // The earliest time `head` could be held if the running jobs left at their declared ends
+  // (never, without a walltime) and the jobs in `gone` had not started; kNoStart when none.
+  int64_t EarliestStart(const Snapshot& s, const Want& head, const std::vector<bool>& gone,
+                        int64_t now) const;
   void CheckStability(const quota::QuotaEngine& e, int64_t now);
   void CheckFairness(const Snapshot& s, int64_t now);
 
@@ -110,7 +118,9 @@ class Checker {
   std::map<std::string, int> handle_of_;
   size_t events_seen_ = 0;
   std::map<int, int64_t> owed_since_;   // liveness.start: handle -> first cycle owed
-  std::map<int, int64_t> short_since_;  // liveness.reservation: group -> first cycle short
+  std::vector<char> was_pending_;       // by handle, at the last look (backfill.head)
+  std::set<int> paid_for_;              // jobs others were preempted for, until they start
+  std::map<int, int64_t> short_since_;  // liveness.reservation: handle -> first cycle owed
   // Victims leaving for a claimant: victim handle -> claimant handle, while terminating.
   std::map<int, int> leaving_for_;
   // Victims leaving for a claimant by any preemption (reclaim, priority, drain).

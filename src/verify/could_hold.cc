@@ -57,6 +57,7 @@ bool World::PoolAllows(const std::string& pool, AllocationForm f) const {
 Want World::Resolve(const quota::JobSpec& spec) const {
   Want w;
   w.id = spec.id;
+  w.walltime = spec.walltime_s;
   const quota::QueueSpec* q = nullptr;
   for (const quota::QueueSpec& x : policy.queues) {
     if (x.name == spec.queue) q = &x;
@@ -110,7 +111,9 @@ Snapshot Snapshot::Take(const World& w, const quota::QuotaEngine& e,
     j.state = e.job_state(h);
     if (j.state != quota::JobState::kRunning && j.state != quota::JobState::kTerminating) continue;
     e.HeldOf(h, &j.grants, &j.form, &j.borrowed);
-    j.group = w.GroupIndex(e.job(h).group);
+    const quota::JobView view = e.job(h);
+    j.group = w.GroupIndex(view.group);
+    j.start = view.start_time;
     for (const quota::GrantView& g : j.grants) {
       j.charge += Resources{g.compute, g.memory, g.cpu, g.host_memory};
       auto n = node_of.find(g.node);

@@ -34,7 +34,8 @@ struct Want {
   MilliCpu cpu = 0;  // per device
   MiB mem = 0;       // per device
   bool external = false;
-  bool valid = false;  // resolved (known queue and profile)
+  bool valid = false;    // resolved (known queue and profile)
+  int64_t walltime = 0;  // declared run time; 0 = none
 };
 
 struct DeviceInfo {
@@ -91,6 +92,7 @@ struct JobNow {
   std::vector<quota::GrantView> grants;
   std::optional<AllocationForm> form;
   bool borrowed = false;
+  int64_t start = -1;  // while running: when it started
 };
 
 // Everything the checks read, as of one instant.

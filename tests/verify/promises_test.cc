@@ -93,7 +93,9 @@ INSTANTIATE_TEST_SUITE_P(
         BreakCase{Break::kNoReclaim, "liveness.reservation",
                   "a group below its reservation never reclaims"},
         BreakCase{Break::kThrash, "stability.reconfigure",
-                  "idle split cards go back to whole every cycle"}),
+                  "idle split cards go back to whole every cycle"},
+        BreakCase{Break::kBackfillIgnoresHead, "backfill.head",
+                  "any job may use the cards kept for a blocked head"}),
     [](const ::testing::TestParamInfo<BreakCase>& i) {
       std::string n = i.param.property;
       n += "_" + std::to_string(i.index);

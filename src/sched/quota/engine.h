@@ -163,6 +163,7 @@ struct EngineOptions {
     kNoReclaim,                // a group below its reservation never preempts borrowers
     kFairShareIgnoresWeights,  // the fair-share order ignores groups' weights
     kIgnoreHostCapacity,       // placement ignores the node's free CPU and host memory
+    kBackfillIgnoresHead,      // any job may use the cards kept for a blocked head
   };
   Break engine_break = Break::kNone;
 };

@@ -142,12 +142,33 @@ std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order,
     if (c.state == JobState::kPending && c.awaiting > 0)
       AddToChain(claimed_gpu_, c.group, c.gpu_count * c.gpu_milli);
   }
-  for (int h : order) {
+  bool guaranteed_first = false;
+  for (size_t i = 0; i < order.size(); ++i) {
+    const int h = order[i];
     if (between) between();  // every decision so far is final
     Job& j = jobs_[h];
     if (j.state != JobState::kPending) continue;
     std::string step, reason;
     bool backfilled = false;
+    if (!guaranteed_first && WouldBeReclaimed(j)) {
+      // Before the first borrower a reclaim could take back, the jobs after it inside their
+      // groups' reservations take the free capacity they fit: placed first, the borrower was
+      // reclaimed by them in the same cycle (0 s of work lost), a card went MIG on for it and
+      // off again for the claimant, and a reserved group's short jobs one after another
+      // changed the card's mode 21 times in an hour.
+      guaranteed_first = true;
+      for (size_t k = i + 1; k < order.size(); ++k) {
+        const int x = order[k];
+        if (jobs_[x].state != JobState::kPending || jobs_[x].group == j.group ||
+            !InsideReservation(jobs_[x]))
+          continue;
+        if (between) between();
+        std::string xs, xr;
+        bool xb = false;
+        if (TryPlace(x, &xs, &xr, &xb)) ++stats_.admitted;
+      }
+      if (between) between();
+    }
     if (TryPlace(h, &step, &reason, &backfilled)) {
       ++stats_.admitted;
       continue;

@@ -255,7 +255,9 @@ class Engine final : public QuotaEngine {
   bool Usable(const Dev& d, const Job& j, int self, bool* backfill, bool* blocked) const {
     if (d.plan.active || nodes_[d.node].down) return false;
     if (d.reserved_by < 0 || d.reserved_by == self) return true;
-    if (!d.nominated && Outranks(j, jobs_[d.reserved_by])) return true;
+    if (!d.nominated && (Outranks(j, jobs_[d.reserved_by]) ||
+                         options_.engine_break == EngineOptions::Break::kBackfillIgnoresHead))
+      return true;
     if (!d.nominated && j.walltime > 0 && now_ + j.walltime <= d.reserved_until) {
       if (backfill) *backfill = true;
       return true;
@@ -273,6 +275,22 @@ class Engine final : public QuotaEngine {
     return WithinReservation(groups_[j.group].usage, mine, groups_[j.group].spec.reservation) &&
            !WithinReservation(groups_[head.group].usage, theirs,
                               groups_[head.group].spec.reservation);
+  }
+  // Inside its group's reservation, counting the group's claims in flight: a reclaim may make
+  // room for it.
+  bool InsideReservation(const Job& j) const {
+    const GroupRt& g = groups_[j.group];
+    if (g.spec.reservation.gpu_milli <= 0) return false;
+    Resources held = g.usage;
+    if (static_cast<size_t>(j.group) < claimed_gpu_.size()) held.gpu_milli += claimed_gpu_[j.group];
+    return WithinReservation(held, Resources{j.gpu_count * j.gpu_milli, 0, 0, 0},
+                             g.spec.reservation);
+  }
+  // Placed now, it would borrow and be preemptible: a reclaim may take it back.
+  bool WouldBeReclaimed(const Job& j) const {
+    if (!j.preemptible || j.external || j.gpu_count == 0) return false;
+    return !WithinReservation(groups_[j.group].usage, Resources{j.gpu_count * j.gpu_milli, 0, 0, 0},
+                              groups_[j.group].spec.reservation);
   }
   // Kept for another job that `j` does not come before: preempting what is on it would free it
   // for that job, not for `j` (a reclaim once preempted a borrower every 30 s from a card kept
@@ -328,6 +346,7 @@ class Engine final : public QuotaEngine {
   std::string PlacedDetail(const Job& j, AllocationForm f, bool backfill) const;
   void Release(int self);
   bool TryPlace(int self, std::string* step, std::string* reason, bool* backfilled);
+  bool TakesHostFromHead(const Job& j, int self, const std::vector<Grant>& grants) const;
   void NoRoomReason(const Job& j, bool blocked, std::string* step, std::string* reason) const;
 
   // --- preemption, backfill, repartition
@@ -344,6 +363,10 @@ class Engine final : public QuotaEngine {
   };
   void Occupants(const Dev& d, std::vector<int>* out) const;
   void PreemptForWhole(const Job& j, int self, bool reclaim, PreemptOption* best);
+  int64_t HostFreeAt(const NodeRt& node, const Job& j) const;
+  void PreemptForWholeEveryWay(const Job& j, const NodeRt& node,
+                               const std::vector<std::pair<int64_t, int>>& costs,
+                               PreemptOption* best);
   void PreemptForShare(const Job& j, int self, bool reclaim, PreemptOption* best);
   void PreemptForPartition(const Job& j, int self, bool reclaim, PreemptOption* best);
   void Preempt(int v, int claimant, const std::string& why);

@@ -560,6 +560,41 @@ void Engine::NoRoomReason(const Job& j, bool blocked, std::string* step,
   }
 }
 
+// A job that may not use the cards kept for a head on its node (it ends after the head's start
+// and does not come before it) leaves the node the head's CPU and host memory at that start,
+// counting what running jobs free by then: a second inference instance on a gang's node once
+// took the host memory the gang needed and put it back by 1,020 s.
+bool Engine::TakesHostFromHead(const Job& j, int self, const std::vector<Grant>& grants) const {
+  if (options_.engine_break == EngineOptions::Break::kBackfillIgnoresHead) return false;
+  for (const Grant& g : grants) {
+    const NodeRt& node = nodes_[g.node];
+    for (int d : node.devs) {
+      const Dev& dev = devs_[d];
+      if (dev.reserved_by < 0 || dev.reserved_by == self || dev.nominated) continue;
+      const Job& head = jobs_[dev.reserved_by];
+      if (Outranks(j, head)) continue;
+      if (j.walltime > 0 && now_ + j.walltime <= dev.reserved_until) continue;
+      MilliCpu cpu = node.cpu_free;
+      MiB mem = node.mem_free;
+      for (const Grant& mine : grants) {
+        if (mine.node == g.node) cpu -= mine.cpu, mem -= mine.host_memory;
+      }
+      std::vector<int> on;
+      for (int od : node.devs) Occupants(devs_[od], &on);
+      std::sort(on.begin(), on.end());
+      on.erase(std::unique(on.begin(), on.end()), on.end());
+      for (int v : on) {
+        if (ExpectedEnd(jobs_[v]) > dev.reserved_until) continue;
+        for (const Grant& x : jobs_[v].grants) {
+          if (x.node == g.node) cpu += x.cpu, mem += x.host_memory;
+        }
+      }
+      return cpu < head.cpu * head.gpu_count || mem < head.mem * head.gpu_count;
+    }
+  }
+  return false;
+}
+
 bool Engine::TryPlace(int self, std::string* step, std::string* reason, bool* backfilled) {
   Job& j = jobs_[self];
   // Admission on the nominal request first: a job past its limit needs no search.
@@ -607,6 +642,11 @@ bool Engine::TryPlace(int self, std::string* step, std::string* reason, bool* ba
   for (AllocationForm f : j.forms) {
     Candidate c;
     if (!FindInForm(j, self, f, &c, &blocked)) continue;
+    if (TakesHostFromHead(j, self, c.grants)) {
+      DropPick(c);
+      blocked = true;
+      continue;
+    }
     Resources charge = ChargeOf(j, c.grants);
     Status a = Admission(j, charge, &guaranteed);
     if (!a.ok()) {

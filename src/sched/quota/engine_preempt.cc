@@ -1,4 +1,6 @@
 // The quota engine: preemption, backfill reservations and repartitioning with drain.
+#include <bit>
+
 #include "sched/quota/engine_impl.h"
 
 namespace tessera::quota::internal {
@@ -139,13 +141,17 @@ void Engine::PreemptForWhole(const Job& j, int self, bool reclaim, PreemptOption
     // Cheapest first, skipping a device whose occupants would take their group below its
     // reservation together with those already chosen (a gang once found no option because the
     // two cheapest cards were one lender's).
+    bool skipped = false;
     for (size_t k = 0; k < costs.size() && static_cast<int>(devs.size()) < j.gpu_count; ++k) {
       std::vector<int> occ, with = victims;
       Occupants(devs_[costs[k].second], &occ);
       for (int v : occ) {
         if (std::find(with.begin(), with.end(), v) == with.end()) with.push_back(v);
       }
-      if (reclaim && !LendersKeepReservations(with)) continue;
+      if (reclaim && !LendersKeepReservations(with)) {
+        skipped = true;
+        continue;
+      }
       total += costs[k].first;
       devs.push_back(costs[k].second);
       for (int v : occ) {
@@ -156,9 +162,51 @@ void Engine::PreemptForWhole(const Job& j, int self, bool reclaim, PreemptOption
         }
       }
     }
-    if (static_cast<int>(devs.size()) < j.gpu_count) continue;
+    if (static_cast<int>(devs.size()) < j.gpu_count) {
+      // A cheap card taken first can rule out the rest: a lender's 1-card borrower chosen
+      // first left no room under its reservation for its 2-card gang, whose two cards were the
+      // only way, and a group sat below its reservation until the gang ended. Every choice of
+      // cards then, on a node with few enough.
+      if (skipped && costs.size() <= 16) PreemptForWholeEveryWay(j, node, costs, best);
+      continue;
+    }
     if (cpu < j.cpu * j.gpu_count || mem < j.mem * j.gpu_count) continue;
     best->Consider(total, victims, devs);
+  }
+}
+
+// Each set of gpu_count cards out of `costs` (at most 16) whose occupants, taken together, keep
+// every lender's reservation and leave the node the job's CPU and host memory; the one losing
+// least work.
+void Engine::PreemptForWholeEveryWay(const Job& j, const NodeRt& node,
+                                     const std::vector<std::pair<int64_t, int>>& costs,
+                                     PreemptOption* best) {
+  const int n = static_cast<int>(costs.size());
+  for (uint32_t mask = 0; mask < (1u << n); ++mask) {
+    if (std::popcount(mask) != j.gpu_count) continue;
+    std::vector<int> victims, devs;
+    for (int k = 0; k < n; ++k) {
+      if (!((mask >> k) & 1u)) continue;
+      devs.push_back(costs[k].second);
+      std::vector<int> occ;
+      Occupants(devs_[costs[k].second], &occ);
+      for (int v : occ) {
+        if (std::find(victims.begin(), victims.end(), v) == victims.end()) victims.push_back(v);
+      }
+    }
+    if (!LendersKeepReservations(victims)) continue;
+    const int ni = static_cast<int>(&node - nodes_.data());
+    MilliCpu cpu = node.cpu_free;
+    MiB mem = node.mem_free;
+    int64_t lost = 0;
+    for (int v : victims) {
+      lost += LostWork(jobs_[v]);
+      for (const Grant& g : jobs_[v].grants) {
+        if (g.node == ni) cpu += g.cpu, mem += g.host_memory;
+      }
+    }
+    if (cpu < j.cpu * j.gpu_count || mem < j.mem * j.gpu_count) continue;
+    best->Consider(lost, victims, devs);
   }
 }
 
@@ -302,15 +350,23 @@ void Engine::ReserveForHead(int self) {
     std::vector<std::pair<int64_t, int>> ready;
     for (int d : node.devs) {
       const Dev& dev = devs_[d];
-      if (dev.split || dev.plan.active || dev.reserved_by >= 0 || dev.memory < j.gpu_mem) continue;
+      // A card the engine split counts too, free once its partitions end (it goes back to
+      // whole for the head then): skipped, a gang waiting on three cards, two of them split, kept
+      // nothing, and a later inference job took the third card for 840 s past the head's start.
+      if ((dev.split && !MayUnsplitAlone(dev)) || dev.plan.active || dev.reserved_by >= 0 ||
+          dev.memory < j.gpu_mem)
+        continue;
       int64_t t = now_;
       if (dev.whole >= 0) t = std::max(t, ExpectedEnd(jobs_[dev.whole]));
       for (int s : dev.shares) t = std::max(t, ExpectedEnd(jobs_[s]));
+      for (const Slot& s : dev.slots) {
+        if (s.holder >= 0) t = std::max(t, ExpectedEnd(jobs_[s.holder]));
+      }
       ready.push_back({t, d});
     }
     if (static_cast<int>(ready.size()) < j.gpu_count) continue;
     std::sort(ready.begin(), ready.end());
-    int64_t t = ready[j.gpu_count - 1].first;
+    int64_t t = std::max(ready[j.gpu_count - 1].first, HostFreeAt(node, j));
     if (t < best_time) {
       best_time = t;
       best_node = static_cast<int>(ni);
@@ -331,6 +387,33 @@ void Engine::ReserveForHead(int self) {
                    nodes_[best_node].name +
                    (best_time >= kNever ? " (start unknown: running jobs declare no walltime)"
                                         : " expected free at " + T(best_time));
+}
+
+// When the node will have the job's CPU and host memory, by the running jobs' declared ends
+// (kNever when a job without one is in the way): a gang was once kept a node whose cards were
+// free but whose CPU was not for 1,260 s, and a later job took a card of the node it started on.
+int64_t Engine::HostFreeAt(const NodeRt& node, const Job& j) const {
+  MilliCpu cpu = node.cpu_free;
+  MiB mem = node.mem_free;
+  const MilliCpu need_cpu = j.cpu * j.gpu_count;
+  const MiB need_mem = j.mem * j.gpu_count;
+  if (cpu >= need_cpu && mem >= need_mem) return now_;
+  const int ni = static_cast<int>(&node - nodes_.data());
+  std::vector<int> on;
+  for (int d : node.devs) Occupants(devs_[d], &on);
+  std::sort(on.begin(), on.end());
+  on.erase(std::unique(on.begin(), on.end()), on.end());
+  std::vector<std::pair<int64_t, int>> ends;
+  for (int v : on) ends.push_back({ExpectedEnd(jobs_[v]), v});
+  std::sort(ends.begin(), ends.end());
+  for (const auto& [end, v] : ends) {
+    if (end >= kNever) return kNever;
+    for (const Grant& g : jobs_[v].grants) {
+      if (g.node == ni) cpu += g.cpu, mem += g.host_memory;
+    }
+    if (cpu >= need_cpu && mem >= need_mem) return end;
+  }
+  return kNever;
 }
 
 // ------------------------------------------------------------------------------------------
@@ -396,7 +479,19 @@ bool Engine::TryRepartition(int self) {
   for (size_t di = 0; di < devs_.size(); ++di) {
     const Dev& d = devs_[di];
     if (!InPools(j, d.pool) || !PoolAllows(d.pool, AllocationForm::kPartition)) continue;
-    if (d.plan.active || (d.reserved_by >= 0 && d.reserved_by != self && d.nominated)) continue;
+    // Not a card kept for a head, unless the job may use it (it comes first, or ends before the
+    // head's start): an inference job once split a card kept for a 2-card gang and held it
+    // 1,100 s past the gang's start.
+    if (d.plan.active) continue;
+    // (The thrash break drains as before, kept cards or not: its cards then went back and forth.)
+    const bool thrash = options_.engine_break == EngineOptions::Break::kThrash;
+    if (thrash ? d.reserved_by >= 0 && d.reserved_by != self && d.nominated
+               : !Usable(d, j, self, nullptr, nullptr))
+      continue;
+    // Nor a card on a head's node whose CPU or host memory the job would take from the head.
+    if (!thrash &&
+        TakesHostFromHead(j, self, {Grant{d.node, static_cast<int>(di), -1, 0, 0, j.cpu, j.mem}}))
+      continue;
     DrainOption cand;
     cand.cost = best.cost;
     if (d.mig_capable()) {

@@ -148,6 +148,38 @@ void Engine::AnswerWhenDurable(Result<std::pair<Json, int64_t>> queued,
   });
 }
 
+Status Engine::RenderDurable(const std::function<Status()>& render) {
+  for (int attempt = 0;; ++attempt) {
+    int64_t epoch_before = 0;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (attempt > 0) CatchUpLocked();  // reload after the failed write the last one saw
+      epoch_before = epoch_;
+    }
+    if (Status st = render(); !st.ok()) return st;
+    int64_t target = 0, epoch_after = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      target = queued_seq_;  // every batch whose change the rendering may show
+      epoch_after = epoch_;
+    }
+    Status failure;
+    bool doomed = epoch_after != epoch_before;  // reloaded while rendering
+    if (!doomed) {
+      std::unique_lock<std::mutex> w(wmu_);
+      durable_cv_.wait(w, [&] { return written_seq_ >= target || stop_writer_; });
+      // A failed write drops its epoch's batches: the memory rendered is not what is durable.
+      doomed = dropped_epoch_ >= epoch_after;
+      failure = last_failure_;
+    }
+    if (!doomed) return Status::Ok();
+    if (attempt > 0) {
+      return Status::Internal("the store is failing writes (" + failure.message() +
+                              "): nothing to show that is durable");
+    }
+  }
+}
+
 void Engine::CatchUpLocked() {
   view_version_.fetch_add(1);
   std::vector<std::string> stored;

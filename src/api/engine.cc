@@ -194,7 +194,10 @@ store::JobRecord Engine::RecordOf(const Job& j) const {
 Status Engine::ReloadLocked(const Status& cause) {
   view_version_.fetch_add(1);
   // Memory ran ahead of a commit that failed: drop it and rebuild from what is durable. Batches
-  // queued from now on rest on the reloaded state (a new epoch).
+  // queued from now on rest on the reloaded state (a new epoch). Counts of written batches stay;
+  // those of the dropped ones go with their decisions.
+  SettleCountsLocked();
+  uncounted_.clear();
   ++epoch_;
   Status st = Load();
   broken_ = st;

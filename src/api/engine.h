@@ -483,11 +483,27 @@ class Engine {
   // Counts a placement (admission, guaranteed or borrowed), preemption or repartition from the
   // quota engine's events, as TranslateLocked records them; `j`: the event's job, if any.
   void CountEventLocked(const quota::Event& e, const Job* j);
-  // Under mu_: placements by queue, group and kind; preemptions by reason (reclaim, priority,
-  // repartition, other); repartitions by node; the cycle's latency.
-  std::map<std::tuple<std::string, std::string, std::string>, int64_t> admissions_;
-  std::map<std::string, int64_t> preemptions_;
-  std::map<std::string, int64_t> repartitions_;
+  // Placements by queue, group and kind; preemptions by reason (reclaim, priority, repartition,
+  // other); repartitions by node.
+  struct DecisionCounts {
+    std::map<std::tuple<std::string, std::string, std::string>, int64_t> admissions;
+    std::map<std::string, int64_t> preemptions;
+    std::map<std::string, int64_t> repartitions;
+    void Add(const DecisionCounts& o);
+  };
+  // Under mu_: the counts of durable decisions, and those of decisions whose batch (by sequence)
+  // is not written yet. A batch written moves its counts over (SettleCountsLocked); a failed one
+  // drops them, as the reload drops the decisions: /metrics never counts what did not happen.
+  DecisionCounts counted_;
+  std::map<int64_t, DecisionCounts> uncounted_;
+  void SettleCountsLocked();  // REQUIRES: wmu_ not held
+  // Calls `render` (which reads memory under mu_ and keeps what it made) and returns once all it
+  // may have read is durable. A rendering that may have seen a batch whose write then failed is
+  // made again from the reloaded memory; if that fails too, the failure is the answer. Views and
+  // /metrics render through it: they never show a decision whose commit then fails.
+  // REQUIRES: mu_ and wmu_ not held.
+  Status RenderDurable(const std::function<Status()>& render);
+  // The cycle's latency, under mu_.
   LatencyHistogram cycle_latency_;
   CycleBudget submit_cycles_;  // under mu_
   // Under http_latency_mu_: request latency by method, route pattern and status code.

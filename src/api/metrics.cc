@@ -349,10 +349,28 @@ void Engine::ObserveRequest(const std::string& method, const std::string& route,
   http_latency_[{method, route, code}].Observe(duration_us);
 }
 
+void Engine::DecisionCounts::Add(const DecisionCounts& o) {
+  for (const auto& [k, v] : o.admissions) admissions[k] += v;
+  for (const auto& [k, v] : o.preemptions) preemptions[k] += v;
+  for (const auto& [k, v] : o.repartitions) repartitions[k] += v;
+}
+
+void Engine::SettleCountsLocked() {
+  if (uncounted_.empty()) return;
+  std::lock_guard<std::mutex> w(wmu_);
+  for (auto it = uncounted_.begin(); it != uncounted_.end() && it->first <= written_seq_;) {
+    if (FailureUpToLocked(it->first).ok()) counted_.Add(it->second);
+    it = uncounted_.erase(it);
+  }
+}
+
 void Engine::CountEventLocked(const quota::Event& e, const Job* j) {
+  // Counted with the batch that will carry the decision: the next one queued (the cycle queues
+  // its decisions in the same hold of mu_).
+  DecisionCounts& c = uncounted_[queued_seq_ + 1];
   switch (e.kind) {
     case quota::EventKind::kPlaced:
-      if (j) ++admissions_[{j->rec.queue, j->rec.group, j->borrowed ? "borrowed" : "guaranteed"}];
+      if (j) ++c.admissions[{j->rec.queue, j->rec.group, j->borrowed ? "borrowed" : "guaranteed"}];
       break;
     case quota::EventKind::kPreempted: {
       const std::string& d = e.detail;
@@ -360,13 +378,13 @@ void Engine::CountEventLocked(const quota::Event& e, const Job* j) {
                         : d.rfind("priority", 0) == 0                    ? "priority"
                         : d.find("for repartition") != std::string::npos ? "repartition"
                                                                          : "other";
-      ++preemptions_[why];
+      ++c.preemptions[why];
       break;
     }
     case quota::EventKind::kRepartitioned: {
       // "NODE/gpuN: what changed"
       const std::string device = e.detail.substr(0, e.detail.find(':'));
-      ++repartitions_[device.substr(0, device.rfind('/'))];
+      ++c.repartitions[device.substr(0, device.rfind('/'))];
       break;
     }
     default:
@@ -382,7 +400,9 @@ Result<std::string> Engine::Metrics(const Identity& who) {
   std::vector<NodeRow> nodes;
   std::vector<JobRow> jobs;
   Counters counters;
-  {
+  Status durable = RenderDurable([&] {
+    nodes.clear();
+    jobs.clear();
     std::unique_lock<std::mutex> lock(mu_);
     const int64_t now = clock_();
     for (const auto& [name, n] : nodes_) {
@@ -406,11 +426,14 @@ Result<std::string> Engine::Metrics(const Identity& who) {
                       Holds(j) ? j.grants : std::vector<quota::GrantView>{}, j.swap_state,
                       j.swapped_mib});
     }
-    counters.admissions = admissions_;
-    counters.preemptions = preemptions_;
-    counters.repartitions = repartitions_;
+    SettleCountsLocked();
+    counters.admissions = counted_.admissions;
+    counters.preemptions = counted_.preemptions;
+    counters.repartitions = counted_.repartitions;
     counters.cycle = cycle_latency_;
-  }
+    return Status::Ok();
+  });
+  if (!durable.ok()) return durable;
   {
     std::lock_guard<std::mutex> l(http_latency_mu_);
     counters.http = http_latency_;

@@ -151,9 +151,14 @@ Result<Json> Engine::ViewOf(const std::string& key, const std::function<Result<J
   } else {
     mu_.unlock();
   }
-  // The version was read before rendering: a change made meanwhile renders again next time.
-  Result<Json> fresh = render();
-  if (!fresh.ok()) return fresh;
+  // The version was read before rendering: a change made meanwhile renders again next time. Only
+  // a durable rendering is served and kept (RenderDurable).
+  Result<Json> fresh = Status::Ok();
+  Status durable = RenderDurable([&] {
+    fresh = render();
+    return fresh.ok() ? Status::Ok() : fresh.status();
+  });
+  if (!durable.ok()) return durable;
   std::lock_guard<std::mutex> g(view_mu_);
   if (views_.size() >= 512) views_.clear();  // one entry per identity and view: bounded
   views_[key] = CachedView{version, clock_(), *fresh};
@@ -229,14 +234,21 @@ Result<Json> Engine::ListJobsNow(const Identity& who, const std::string& state_f
 
 Result<Json> Engine::GetJob(const Identity& who, const std::string& id) {
   if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot read jobs");
-  {
+  Result<Json> found = Status::NotFound("");  // NotFound with no message: not in memory
+  Status durable = RenderDurable([&] {
     std::unique_lock<std::mutex> lock(mu_);
     auto it = jobs_.find(id);
-    if (it != jobs_.end()) {
-      if (!CanSee(who, it->second)) return Status::NotFound("no job '" + id + "'");
-      return Redacted(who, JobJson(it->second));
+    if (it == jobs_.end()) {
+      found = Status::NotFound("");
+    } else if (!CanSee(who, it->second)) {
+      found = Status::NotFound("no job '" + id + "'");
+    } else {
+      found = Redacted(who, JobJson(it->second));
     }
-  }
+    return Status::Ok();
+  });
+  if (!durable.ok()) return durable;
+  if (found.ok() || !found.status().message().empty()) return found;
   return StoredJobJson(who, id);
 }
 

@@ -1,0 +1,165 @@
+// Views and /metrics show durable decisions only (issue 32): while a submission's commit (its job
+// and the placement of the cycle it ran) is being written, and that write then fails, no view
+// (jobs, one job, nodes, summary) and no /metrics rendering made meanwhile shows the job or
+// counts its admission. Before, memory ran ahead of the store and the views read memory: they
+// showed the placement at once, and /metrics kept counting it after the reload.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <future>
+#include <mutex>
+
+#include "api/engine.h"
+#include "forwarding_store.h"
+#include "test_dir.h"
+
+namespace tessera::api {
+namespace {
+
+// A real SQLite store whose next commit, once armed, waits for Release() and then fails without
+// writing anything.
+class HeldStore : public tessera::testing::ForwardingStore {
+ public:
+  using ForwardingStore::ForwardingStore;
+  void Arm() {
+    std::lock_guard<std::mutex> l(mu_);
+    armed_ = true;
+  }
+  void WaitHeld() {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [this] { return held_; });
+  }
+  void Release() {
+    std::lock_guard<std::mutex> l(mu_);
+    released_ = true;
+    cv_.notify_all();
+  }
+  Status Commit(const std::vector<store::Event>& events, const std::vector<store::JobRecord>& jobs,
+                std::vector<int64_t>* seqs) override {
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      if (armed_) {
+        armed_ = false;
+        held_ = true;
+        cv_.notify_all();
+        cv_.wait(l, [this] { return released_; });
+        return Status::Internal("disk full (injected, after a wait)");
+      }
+    }
+    return ForwardingStore::Commit(events, jobs, seqs);
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool armed_ = false, held_ = false, released_ = false;
+};
+
+const char* kConfig = R"(
+identities:
+  - {name: admin, role: admin, token: admin-token-1}
+  - {name: alice, role: user, groups: [research], token: alice-token-1}
+  - {name: agent, role: agent, token: agent-token-1}
+groups: [{name: research}]
+profiles:
+  - {name: train, gpus: 1, cpu: 1, memory: 16MiB, forms: [whole]}
+queues:
+  - {name: training, profile: train, groups: [research]}
+)";
+
+class ViewDurabilityTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = tessera::testing::FreshTestDir("view_durability");
+    auto c = ParseConfig(kConfig);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    config_ = *c;
+    auto inner = store::Store::Open(dir_ + "/tessera.db");
+    ASSERT_TRUE(inner.ok()) << inner.status().ToString();
+    auto store = std::make_unique<HeldStore>(std::move(*inner));
+    store_ = store.get();
+    auto e = Engine::Open(config_, std::move(store), dir_, [] { return int64_t{1'000'000}; });
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    engine_ = std::move(*e);
+    Json devs = Json::array(
+        {{{"index", 0}, {"model", "H100-80GB"}, {"memory_mib", 81920}, {"uuid", "n1-0"}}});
+    auto r = engine_->RegisterNode(
+        Who("agent"),
+        {{"node", "n1"}, {"cpu_milli", 8000}, {"memory_mib", 65536}, {"devices", devs}});
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+  }
+  void TearDown() override {
+    store_->Release();
+    engine_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  const Identity& Who(const std::string& name) {
+    for (const auto& i : config_.identities)
+      if (i.name == name) return i;
+    throw std::runtime_error("no identity " + name);
+  }
+  // What a rendering says of job j-1: shown as a job, holding the card, counted as admitted.
+  static std::string Shows(const Result<Json>& view) {
+    return view.ok() ? view->dump() : "(error) " + view.status().message();
+  }
+
+  std::string dir_;
+  EngineConfig config_;
+  HeldStore* store_ = nullptr;
+  std::unique_ptr<Engine> engine_;
+};
+
+TEST_F(ViewDurabilityTest, ViewsAndMetricsNeverShowADecisionWhoseCommitThenFails) {
+  store_->Arm();
+  std::promise<Result<Json>> submitted;
+  engine_->SubmitAsync(Who("alice"), Json{{"queue", "training"}, {"command", {"true"}}}, "",
+                       [&](Result<Json> r, bool) { submitted.set_value(std::move(r)); });
+  store_->WaitHeld();  // the job and its placement are in memory; their write is in progress
+  const Identity admin = Who("admin");
+  auto jobs = std::async(std::launch::async, [&] { return engine_->ListJobs(admin, "", 100); });
+  auto job = std::async(std::launch::async, [&] { return engine_->GetJob(admin, "j-1"); });
+  auto nodes = std::async(std::launch::async, [&] { return engine_->Nodes(admin); });
+  auto summary = std::async(std::launch::async, [&] { return engine_->Summary(admin); });
+  auto metrics = std::async(std::launch::async, [&] { return engine_->Metrics(admin); });
+  // Give the renderings time to be made while the write is held (a view that read memory has
+  // its answer by then; one that waits for durability still waits), then fail the write.
+  metrics.wait_for(std::chrono::milliseconds(300));
+  store_->Release();
+  Result<Json> sub = submitted.get_future().get();
+  ASSERT_FALSE(sub.ok()) << "the submission's commit failed: it is not acknowledged";
+
+  const Result<Json> j = jobs.get(), one = job.get(), n = nodes.get(), s = summary.get();
+  const Result<std::string> m = metrics.get();
+  if (j.ok()) {
+    EXPECT_TRUE((*j)["jobs"].empty()) << Shows(j);
+  }
+  EXPECT_FALSE(one.ok()) << "j-1 was never durable: " << Shows(one);
+  if (n.ok()) {
+    EXPECT_TRUE((*n)["nodes"][0]["devices"][0]["holders"].empty()) << Shows(n);
+  }
+  if (s.ok()) {
+    EXPECT_EQ(s->dump().find("\"running\":1"), std::string::npos) << Shows(s);
+  }
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->find("tessera_admissions_total{"), std::string::npos)
+      << "an admission that was never durable is counted:\n"
+      << *m;
+
+  // After the reload, /metrics still counts nothing of it; a new submission is shown and counted.
+  auto again = engine_->Metrics(admin);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->find("tessera_admissions_total{"), std::string::npos) << *again;
+  auto next = engine_->Submit(Who("alice"), Json{{"queue", "training"}, {"command", {"true"}}});
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  auto shown = engine_->ListJobs(admin, "", 100);
+  ASSERT_TRUE(shown.ok());
+  EXPECT_EQ((*shown)["jobs"].size(), 1u) << shown->dump();
+  auto counted = engine_->Metrics(admin);
+  ASSERT_TRUE(counted.ok());
+  EXPECT_NE(counted->find("tessera_admissions_total{"), std::string::npos) << *counted;
+}
+
+}  // namespace
+}  // namespace tessera::api

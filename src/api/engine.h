@@ -23,8 +23,10 @@
 // Durability. A decision is committed before anyone acts on it: placements are in the store
 // before an agent hears of them; a preemption is committed before its SIGTERM is ordered. If a
 // commit fails, the memory state is rebuilt from the store (Reload), so memory never runs ahead
-// of what is durable. On open, every job is re-entered into a new quota engine: held ones with
-// their recorded grants (partitions re-created on their devices), pending ones in submit order.
+// of what is durable; views and /metrics wait for what they render to be written (RenderDurable),
+// so they never show what a failed write then takes back. On open, every job is re-entered into a
+// new quota engine: held ones with their recorded grants (partitions re-created on their devices),
+// pending ones in submit order.
 //
 // Job states: pending -> placed (admitted, holding its grants) -> starting (the agent or backend
 // has it) -> running -> succeeded | failed | cancelled | lost; a preempted job is "preempting"

@@ -109,7 +109,7 @@ class Agent {
     }
     Clock::time_point next_contact = Clock::now();
     std::thread watcher([this] { WatchLoop(); });
-    while (!StopRequested()) {
+    while (!StopRequested() && !refused_) {
       for (JobExit& e : launcher_.Poll()) RecordExit(e);
       partitions_.RetryDestroys();
       TickSwap();
@@ -142,7 +142,7 @@ class Agent {
     }
     watcher.join();
     Shutdown();
-    return 0;
+    return refused_ ? 1 : 0;
   }
 
  private:
@@ -308,6 +308,12 @@ class Agent {
                       "application/json");
     if (!res) return Failover(), Failed("register: " + httplib::to_string(res.error()));
     if (res->status == 503) Failover();  // a standby (or a server that cannot serve now)
+    if (std::optional<std::string> refused = ProtocolRefusal(res->status, res->body)) {
+      // The server does not serve this agent's protocol version: no retry can help.
+      Say(options_, log::Level::kError, "register refused: " + *refused, {});
+      refused_ = true;
+      return false;
+    }
     if (res->status / 100 != 2)
       return Failed("register: HTTP " + std::to_string(res->status) + " " + res->body);
     Result<int64_t> hb = ParseRegisterReply(res->body, heartbeat_ms_);
@@ -696,6 +702,7 @@ class Agent {
   int64_t heartbeat_ms_;
   int64_t backoff_ms_;
   bool registered_ = false;
+  bool refused_ = false;  // the control plane refused this agent's protocol version: exit 1
   bool down_ = false;
   bool stopping_ = false;
   std::map<std::string, FinishedReport> finished_;  // ended, not yet acked

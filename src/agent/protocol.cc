@@ -96,13 +96,24 @@ std::string RegisterBody(const Inventory& inventory, bool cgroups,
                {"memory_mib", inventory.host.memory_mib},
                {"simulated", inventory.simulated},
                {"devices", std::move(devices)},
-               {"cgroups", cgroups}};
+               {"cgroups", cgroups},
+               {"protocol", kAgentProtocolVersion}};
   json r = json::array();
   for (const RunningJob& job : running) r.push_back({{"job", job.id}, {"pid", job.pid}});
   body["running"] = std::move(r);
   if (!inventory.pool.empty()) body["pool"] = inventory.pool;
   if (inventory.swap_mib > 0) body["swap_mib"] = inventory.swap_mib;
   return body.dump();
+}
+
+std::optional<std::string> ProtocolRefusal(int http_status, std::string_view body) {
+  if (http_status / 100 != 4) return std::nullopt;
+  json j = json::parse(body, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("error") || !j["error"].is_string())
+    return std::nullopt;
+  std::string error = j["error"].get<std::string>();
+  if (error.rfind(kAgentProtocolRefusalPrefix, 0) != 0) return std::nullopt;
+  return error;
 }
 
 Result<int64_t> ParseRegisterReply(std::string_view body, int64_t fallback_ms) {

@@ -16,6 +16,7 @@
 #include "agent/discovery.h"
 #include "agent/launcher.h"
 #include "common/status.h"
+#include "model/agent_protocol.h"
 
 namespace tessera::agent {
 
@@ -58,8 +59,13 @@ struct FinishedReport {
 // message fail to encode). InvalidArgument naming it otherwise.
 Status ValidateNodeName(const std::string& node);
 
+// The body carries `"protocol": kAgentProtocolVersion` (model/agent_protocol.h).
 std::string RegisterBody(const Inventory& inventory, bool cgroups,
                          const std::vector<RunningJob>& running = {});
+// A register answer that refuses this agent's protocol version (HTTP 4xx whose error starts
+// "agent protocol "): its message, which names both versions. nullopt for any other answer. The
+// agent logs it and exits non-zero: retrying cannot help.
+std::optional<std::string> ProtocolRefusal(int http_status, std::string_view body);
 // heartbeat_ms of the register reply (`fallback_ms` when absent). Errors on malformed JSON,
 // `"ok": false`, or a heartbeat_ms that is not a positive integer.
 Result<int64_t> ParseRegisterReply(std::string_view body, int64_t fallback_ms);

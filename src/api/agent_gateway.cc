@@ -11,6 +11,7 @@
 
 #include "api/engine.h"
 #include "common/log.h"
+#include "model/agent_protocol.h"
 #include "model/quantity.h"
 
 namespace tessera::api {
@@ -42,10 +43,24 @@ Status InRange(const Json& obj, const char* key, int64_t max, const std::string&
   return Status::Ok();
 }
 
+// The agent's protocol version (docs/agent-protocol.md, "Versions"): absent is version 1, the
+// protocol of agents from before versions; one this server does not serve is refused (409) with
+// a message naming both versions.
+Status CheckProtocolVersion(const Json& body) {
+  if (!body.contains("protocol")) return Status::Ok();
+  const Json& v = body["protocol"];
+  if (!v.is_number_integer()) return Status::InvalidArgument("'protocol' must be an integer");
+  const int64_t version =
+      v.is_number_unsigned() && v.get<uint64_t>() > INT64_MAX ? INT64_MAX : v.get<int64_t>();
+  const std::string refusal = AgentProtocolRefusal(version);
+  if (!refusal.empty()) return Status::FailedPrecondition(refusal);
+  return Status::Ok();
+}
+
 Status CheckRegistration(const Json& body) {
   Status st = OnlyKnownFields(body,
                               {"node", "pool", "cpu_milli", "memory_mib", "swap_mib", "simulated",
-                               "devices", "cgroups", "running"},
+                               "devices", "cgroups", "running", "protocol"},
                               "register");
   if (st.ok()) st = InRange(body, "cpu_milli", int64_t{1} << 30, "");   // a million cores
   if (st.ok()) st = InRange(body, "memory_mib", int64_t{1} << 40, "");  // an exbibyte
@@ -184,6 +199,7 @@ Result<Json> Engine::RegisterNode(const Identity& who, const Json& body) {
   }
   if (Status st = ValidateNodeName(body["node"].get<std::string>()); !st.ok()) return st;
   if (Status st = SpeaksFor(who, body["node"].get<std::string>(), "register"); !st.ok()) return st;
+  if (Status st = CheckProtocolVersion(body); !st.ok()) return st;
   if (Status st = CheckRegistration(body); !st.ok()) return st;
   Result<NodeInfo> parsed = NodeOfRegistration(body);
   if (!parsed.ok()) return parsed.status();

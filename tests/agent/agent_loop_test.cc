@@ -10,6 +10,7 @@
 #include <atomic>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -37,6 +38,12 @@ class FakeControlPlane {
       if (!Authorized(req, res)) return;
       json body = json::parse(req.body, nullptr, false);
       std::lock_guard<std::mutex> lock(mu_);
+      if (!refusal_.empty()) {  // a server that does not serve this agent's protocol version
+        ++refused_registrations_;
+        res.status = 409;
+        res.set_content(json{{"error", refusal_}}.dump(), "application/json");
+        return;
+      }
       if (body.is_discarded() || !body.contains("node") || !body.contains("devices") ||
           !body.contains("cpu_milli") || !body.contains("memory_mib") ||
           !body.contains("cgroups")) {
@@ -122,6 +129,15 @@ class FakeControlPlane {
   }
 
   int port() const { return port_; }
+  // Answers every registration 409 with `message` as the error.
+  void RefuseRegistrations(const std::string& message) {
+    std::lock_guard<std::mutex> lock(mu_);
+    refusal_ = message;
+  }
+  int RefusedRegistrations() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return refused_registrations_;
+  }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
 
   void Start(const std::string& id, std::vector<std::string> command, json extra = json::object()) {
@@ -212,6 +228,8 @@ class FakeControlPlane {
   int port_ = -1;
   std::mutex mu_;
   bool registered_ = false;
+  std::string refusal_;
+  int refused_registrations_ = 0;
   int heartbeats_ = 0;
   json last_heartbeat_;
   int uploads_ = 0;
@@ -432,6 +450,51 @@ TEST(AgentLoop, RefusesANodeNameItCannotSend) {
     o.cgroup_root = "";
     EXPECT_EQ(RunAgent(o), 2) << bad;
   }
+}
+
+// A control plane that does not serve the agent's protocol version (docs/agent-protocol.md,
+// "Versions"): the agent logs the refusal, naming both versions, and exits 1 after one try
+// instead of retrying forever.
+TEST(AgentLoop, ExitsWhenItsProtocolVersionIsRefused) {
+  TempDir dir;
+  FakeControlPlane cp;
+  ASSERT_GT(cp.port(), 0);
+  const std::string refusal =
+      "agent protocol 2 is not served by this server (it serves 3-4); upgrade the agent";
+  cp.RefuseRegistrations(refusal);
+  std::atomic<bool> stop{false};
+  auto logged = std::make_shared<std::vector<std::string>>();
+  auto log_mu = std::make_shared<std::mutex>();
+  AgentOptions o;
+  o.control_plane_url = "http://127.0.0.1:" + std::to_string(cp.port());
+  o.token = kToken;
+  o.node_name = "host-a";
+  o.simulate = "1xH100-80GB";
+  o.work_dir = dir.path() + "/jobs";
+  o.cgroup_root = "";
+  o.region_dir = dir.path();
+  o.poll_ms = 10;
+  o.default_heartbeat_ms = 50;
+  o.max_backoff_ms = 200;
+  o.request_timeout_ms = 1000;
+  o.stop = &stop;
+  o.handle_signals = false;
+  o.log = [logged, log_mu](const std::string& line) {
+    std::lock_guard<std::mutex> lock(*log_mu);
+    logged->push_back(line);
+  };
+  std::atomic<int> rc{-1};
+  std::thread agent([&] { rc = RunAgent(o); });
+  const bool exited = WaitFor([&] { return rc.load() != -1; }, 10s);
+  stop = true;
+  agent.join();
+  ASSERT_TRUE(exited) << "the agent kept retrying a refused protocol version";
+  EXPECT_EQ(rc.load(), 1);
+  EXPECT_EQ(cp.RefusedRegistrations(), 1);
+  bool said = false;
+  std::lock_guard<std::mutex> lock(*log_mu);
+  for (const std::string& line : *logged) said = said || line.find(refusal) != std::string::npos;
+  EXPECT_TRUE(said) << "the refusal was not logged";
 }
 
 TEST(AgentLoop, KeepsJobsRunningWhileTheControlPlaneIsDown) {

@@ -27,6 +27,26 @@ TEST(AgentProtocol, RegisterBodyMarksSimulation) {
   EXPECT_EQ(j["devices"][0]["memory_mib"], 81920);
   EXPECT_EQ(j["devices"][0]["simulated"], true);
   EXPECT_EQ(j["devices"][0]["index"], 0);
+  EXPECT_EQ(j["protocol"], kAgentProtocolVersion);
+}
+
+// A version refusal (docs/agent-protocol.md, "Versions") is told apart from every other answer:
+// the agent exits on it instead of retrying.
+TEST(AgentProtocol, ProtocolRefusalIsRecognized) {
+  const std::string msg =
+      "agent protocol 7 is not served by this server (it serves 1-2); upgrade the server";
+  auto r = ProtocolRefusal(409, json{{"error", msg}}.dump());
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(*r, msg);
+  EXPECT_EQ(ProtocolRefusal(400, json{{"error", msg}}.dump()), msg);
+  EXPECT_FALSE(ProtocolRefusal(503, json{{"error", msg}}.dump()).has_value());
+  EXPECT_FALSE(ProtocolRefusal(200, json{{"ok", true}}.dump()).has_value());
+  EXPECT_FALSE(ProtocolRefusal(400, json{{"error", "register: unknown field 'x'"}}.dump()));
+  EXPECT_FALSE(ProtocolRefusal(409, "not json").has_value());
+  EXPECT_FALSE(ProtocolRefusal(409, json{{"error", 7}}.dump()).has_value());
+  // The server's own message is one the agent recognizes.
+  EXPECT_TRUE(ProtocolRefusal(409, json{{"error", AgentProtocolRefusal(0)}}.dump()).has_value());
+  EXPECT_EQ(AgentProtocolRefusal(kAgentProtocolVersion), "");
 }
 
 TEST(AgentProtocol, RegisterReply) {

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "engine_fixture.h"
+#include "model/agent_protocol.h"
 #include "test_dir.h"
 
 namespace tessera::api {
@@ -226,6 +227,51 @@ TEST_F(EngineTest, BadSubmissionsAreRefusedAndChangeNothing) {
   EXPECT_TRUE((*engine_->ListJobs(Who("admin"), "", 100))["jobs"].empty());
   auto ev = engine_->Events(Who("admin"), 0, 100, {});
   for (const auto& e : (*ev)["events"]) EXPECT_NE(e["kind"], "job.submitted");
+}
+
+// Versions (docs/agent-protocol.md): a registration without `protocol` is version 1 (an agent of
+// the release before versions) and is served, as is the current version; a version outside the
+// served range is refused (409) naming both the agent's version and the range, and the node is
+// not registered.
+TEST_F(EngineTest, AgentProtocolVersionsOutsideTheServedRangeAreRefused) {
+  auto reg = [&](const std::string& node, const Json& protocol) {
+    Json body = {{"node", node}, {"cpu_milli", 1000}, {"memory_mib", 1024}};
+    if (!protocol.is_null()) body["protocol"] = protocol;
+    return engine_->RegisterNode(Who("agent"), body);
+  };
+  auto missing = reg("old", nullptr);
+  EXPECT_TRUE(missing.ok()) << missing.status().ToString();
+  auto current = reg("current", kAgentProtocolVersion);
+  EXPECT_TRUE(current.ok()) << current.status().ToString();
+  auto oldest = reg("oldest", kAgentProtocolMinServed);
+  EXPECT_TRUE(oldest.ok()) << oldest.status().ToString();
+
+  auto too_new = reg("new", 7);
+  ASSERT_FALSE(too_new.ok());
+  EXPECT_EQ(too_new.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(too_new.status().message(),
+            "agent protocol 7 is not served by this server (it serves 1-" +
+                std::to_string(kAgentProtocolVersion) + "); upgrade the server");
+
+  auto too_old = reg("ancient", 0);
+  ASSERT_FALSE(too_old.ok());
+  EXPECT_EQ(too_old.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(too_old.status().message(),
+            "agent protocol 0 is not served by this server (it serves 1-" +
+                std::to_string(kAgentProtocolVersion) + "); upgrade the agent");
+
+  auto huge = reg("huge", uint64_t{1} << 63);
+  ASSERT_FALSE(huge.ok());
+  EXPECT_NE(huge.status().message().find("upgrade the server"), std::string::npos);
+  auto typed = reg("typed", "2");
+  ASSERT_FALSE(typed.ok());
+  EXPECT_EQ(typed.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(typed.status().message().find("'protocol'"), std::string::npos);
+
+  std::set<std::string> names;
+  const Json nodes = *engine_->Nodes(Who("admin"));
+  for (const auto& n : nodes["nodes"]) names.insert(n["name"].get<std::string>());
+  EXPECT_EQ(names, (std::set<std::string>{"old", "current", "oldest"}));
 }
 
 // Agents' messages are checked whole before anything changes: wrong types, unknown fields,

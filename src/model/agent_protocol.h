@@ -1,0 +1,35 @@
+// The version of the control plane <-> node agent protocol (docs/agent-protocol.md, "Versions"),
+// shared by both sides: the agent sends kAgentProtocolVersion in its registration (`"protocol"`),
+// the control plane serves every version from kAgentProtocolMinServed to kAgentProtocolVersion
+// and refuses any other with a message naming both.
+//
+// Version 1 is the protocol of agents that send no `protocol` field (the release before
+// versions); version 2 adds the field, and nothing else.
+//
+// Thread-safety: constants and a pure function.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace tessera {
+
+inline constexpr int64_t kAgentProtocolVersion = 2;
+inline constexpr int64_t kAgentProtocolMinServed = 1;
+// The version of a registration without a `protocol` field.
+inline constexpr int64_t kAgentProtocolUnversioned = 1;
+
+// Every refusal of a version starts with this: the agent recognizes it and exits.
+inline constexpr const char* kAgentProtocolRefusalPrefix = "agent protocol ";
+
+// "" when this control plane serves `version`; else the refusal, naming both versions and which
+// side to upgrade.
+inline std::string AgentProtocolRefusal(int64_t version) {
+  if (version >= kAgentProtocolMinServed && version <= kAgentProtocolVersion) return "";
+  return std::string(kAgentProtocolRefusalPrefix) + std::to_string(version) +
+         " is not served by this server (it serves " + std::to_string(kAgentProtocolMinServed) +
+         "-" + std::to_string(kAgentProtocolVersion) + "); upgrade the " +
+         (version > kAgentProtocolVersion ? "server" : "agent");
+}
+
+}  // namespace tessera

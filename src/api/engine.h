@@ -348,7 +348,12 @@ class Engine {
     Json view;
   };
   std::atomic<int64_t> view_version_{0};  // bumped by every change to memory (QueueLocked, reloads)
-  std::mutex view_mu_;                    // guards views_; never held while taking mu_
+  // Health's last answer, served while the engine's lock is busy (health_mu_ is never held while
+  // taking mu_).
+  std::mutex health_mu_;
+  Json last_health_;
+  int64_t last_health_ms_ = 0;
+  std::mutex view_mu_;  // guards views_; never held while taking mu_
   std::unordered_map<std::string, CachedView> views_;
 
   // --- engine.cc

@@ -1,0 +1,148 @@
+// Private to the node agent (agent.cc: the loop, the order watch and shutdown; agent_contact.cc:
+// registration, heartbeats, orders and output uploads; agent_telemetry.cc: telemetry and swapping
+// shares): the agent's state and its loop. One thread (and the order watch's).
+#pragma once
+
+#include <httplib.h>
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "agent/agent.h"
+#include "agent/discovery.h"
+#include "agent/launcher.h"
+#include "agent/partitions.h"
+#include "agent/protocol.h"
+#include "agent/swap_manager.h"
+#include "common/log.h"
+
+namespace tessera::agent::internal {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// One line of the agent's log: to options.log when set, else to the structured log (stderr).
+void Say(const AgentOptions& options, log::Level level, const std::string& line,
+         log::Fields fields = {});
+
+// The agent's state and its loop. One thread.
+class Agent {
+ public:
+  Agent(const AgentOptions& options, Inventory inventory, std::vector<std::string> urls);
+
+  int Run();
+
+ private:
+  void Info(const std::string& line, log::Fields fields = {}) const {
+    Say(options_, log::Level::kInfo, line, fields);
+  }
+  void Warn(const std::string& line, log::Fields fields = {}) const {
+    Say(options_, log::Level::kWarn, line, fields);
+  }
+
+  bool StopRequested() const;
+
+  // Swapping shares: one manager per device keeps their resident memory within the device.
+  void WatchSwap(const JobSpec& spec);
+
+  void TickSwap();
+
+  static int64_t NowMs() {
+    return std::chrono::duration_cast<milliseconds>(Clock::now().time_since_epoch()).count();
+  }
+
+  void RecordExit(const JobExit& e);
+
+  // The order watch: a long poll (GET /v1/agent/orders) on a connection of its own, answered as
+  // soon as the control plane has new orders for this node, so that the main loop heartbeats at
+  // once instead of at the end of its period (a start or a stop reaches the node in milliseconds;
+  // heartbeats stay at their period for liveness). Watches only once a heartbeat reply gave the
+  // node's order sequence (seen_seq_ >= 0); a control plane without watches is polled as before.
+  void WatchLoop();
+
+  void StopWatching();
+
+  // Sleeps `d`, or less when the agent stops.
+  void Pause(milliseconds d);
+
+  static std::string Encoded(const std::string& s);
+
+  // One exchange with the control plane: register if needed, heartbeat, then upload output for
+  // at most half a heartbeat period, so that output, however fast a job prints, never delays the
+  // next heartbeat (the rest goes next time; a finished report waits for its job's bytes).
+  bool Contact();
+
+  bool Register();
+
+  // A client for the current server URL.
+  void Connect();
+
+  // The server did not answer, or is a standby: the next attempt goes to the next URL given.
+  void Failover();
+
+  // Logs a failure once per outage (not on every retry).
+  bool Failed(const std::string& what);
+
+  // Uploads the new bytes of every running or unacked job until `deadline`, finished jobs first
+  // (their reports wait for them), then the job least uploaded. False when the control plane
+  // failed.
+  bool UploadOutputs(Clock::time_point deadline);
+
+  bool UploadOutput(const std::string& id, Clock::time_point deadline);
+
+  bool Heartbeat();
+
+  void Apply(const HeartbeatReply& reply);
+
+  void Shutdown();
+
+  // Activity since the last heartbeat: a job whose processes used CPU time is active (the
+  // stand-in for GPU activity until per-process NVML sampling is wired; see docs/telemetry.md).
+  // On a simulated node the devices' utilization is synthesized from the same figures: the CPU
+  // share of the jobs on each device (capped at 100%), and their charged share memory.
+  std::vector<DeviceTelemetry> Telemetry(std::vector<RunningJob>& running);
+
+  // The session (the job's process tree: each job is a session leader) of `pid`; 0 when gone.
+  static pid_t SessionOf(int pid);
+
+  const AgentOptions& options_;
+  std::unique_ptr<NvmlSampler> nvml_;  // real NVIDIA devices: their telemetry
+  Clock::time_point last_telemetry_{};
+  std::map<std::string, uint64_t> cpu_ticks_;  // each running job's CPU time at the last heartbeat
+  std::map<std::string, int64_t> launches_;    // each share's kernel launches at the last heartbeat
+  Inventory inventory_;
+  Partitions partitions_{inventory_, options_.nvml_library};
+  Launcher launcher_;
+  std::map<int, std::unique_ptr<SwapManager>> swap_;  // device index -> its swapping shares
+  int64_t last_swap_tick_ms_ = 0;
+  std::vector<std::string> urls_;  // the control plane's servers; one leads
+  size_t current_ = 0;             // written by the main thread under watch_mu_
+  // The order watch (WatchLoop, its own thread and connection).
+  static constexpr int64_t kWatchMs = 25000;
+  std::mutex watch_mu_;
+  std::unique_ptr<httplib::Client> watch_client_;
+  std::atomic<int64_t> seen_seq_{-1};  // the node's order sequence the agent knows; -1: none yet
+  std::atomic<bool> wake_{false};      // new orders: heartbeat now
+  std::atomic<bool> watch_stop_{false};
+  std::atomic<bool> watch_done_{false};  // WatchLoop has returned
+  std::unique_ptr<httplib::Client> client_;
+  int64_t heartbeat_ms_;
+  int64_t backoff_ms_;
+  bool registered_ = false;
+  bool refused_ = false;  // the control plane refused this agent's protocol version: exit 1
+  bool down_ = false;
+  bool stopping_ = false;
+  std::map<std::string, FinishedReport> finished_;  // ended, not yet acked
+  std::map<std::string, int64_t> uploaded_;         // output bytes the control plane holds
+  std::set<std::string> given_up_;                  // output uploads refused for good
+};
+
+}  // namespace tessera::agent::internal

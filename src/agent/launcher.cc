@@ -1,10 +1,9 @@
+// The launcher: starting, stopping and watching jobs, their output and what they use.
 #include "agent/launcher.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <grp.h>
-#include <pwd.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -19,51 +18,20 @@
 #include <thread>
 
 #include "agent/host_files.h"
+#include "agent/launcher_internal.h"
 #include "capgpu/region.h"
-
-extern char** environ;
 
 namespace tessera::agent {
 namespace {
 
-using internal::HasWord;
+using internal::BuildExecArgs;
+using internal::ChildSetup;
+using internal::ExecArgs;
+using internal::ForkJob;
 using internal::KillCgroup;
-using internal::ReadSmallFile;
-using internal::WriteControl;
-
-constexpr int64_t kCpuPeriodUs = 100000;
-
-bool FileExists(const std::string& path) {
-  return !path.empty() && access(path.c_str(), R_OK) == 0;
-}
-
-// Async-signal-safe helpers for the child between fork and exec.
-void SafeWrite(int fd, const char* s) {
-  size_t len = std::strlen(s);
-  while (len > 0) {
-    ssize_t n = write(fd, s, len);
-    if (n <= 0) return;
-    s += n;
-    len -= static_cast<size_t>(n);
-  }
-}
-// Decimal digits of v into buf (>= 24 bytes), NUL-terminated; returns buf.
-char* SafeItoa(long long v, char* buf) {
-  char tmp[24];
-  int n = 0;
-  bool neg = v < 0;
-  unsigned long long u =
-      neg ? 0ULL - static_cast<unsigned long long>(v) : static_cast<unsigned long long>(v);
-  do {
-    tmp[n++] = static_cast<char>('0' + u % 10);
-    u /= 10;
-  } while (u != 0);
-  int i = 0;
-  if (neg) buf[i++] = '-';
-  while (n > 0) buf[i++] = tmp[--n];
-  buf[i] = '\0';
-  return buf;
-}
+using internal::OpenJobStdio;
+using internal::OpenShareRegion;
+using internal::ResolveAccount;
 
 // Signals the process group (the job is a session leader: pgid == pid); falls back to the pid
 // itself when the child has not reached setsid() yet.
@@ -71,242 +39,7 @@ void SignalJob(pid_t pid, int sig) {
   if (kill(-pid, sig) != 0 && errno == ESRCH) kill(pid, sig);
 }
 
-// argv and envp for execvpe, pointing into the strings held here; filled in place, never moved.
-struct ExecArgs {
-  std::vector<std::string> env_strings;
-  std::vector<char*> envp;
-  std::vector<std::string> args;
-  std::vector<char*> argv;
-  std::string exec_error;  // the prefix the child writes when exec fails
-};
-
-void BuildExecArgs(const JobSpec& spec, const LauncherOptions& options, ExecArgs* x) {
-  std::vector<std::string> base;
-  if (options.inherit_environment) {
-    for (char** e = environ; e != nullptr && *e != nullptr; ++e) base.emplace_back(*e);
-  }
-  x->env_strings = BuildJobEnvironment(spec, base, options);
-  for (std::string& s : x->env_strings) x->envp.push_back(s.data());
-  x->envp.push_back(nullptr);
-  x->args = spec.command;
-  for (std::string& s : x->args) x->argv.push_back(s.data());
-  x->argv.push_back(nullptr);
-  x->exec_error = "tessera-agent: cannot execute '" + x->args[0] + "': errno ";
-}
-
-// The job's stdout/stderr file, made anew: `out_fd` for the job, appending (so that what it
-// writes after the agent cut the file lands at the cut), and `own_fd`, the agent's descriptor of
-// the same file (without O_APPEND, under which pwrite would append too); /dev/null for its stdin.
-Status OpenJobStdio(const std::string& out_path, int* out_fd, int* own_fd, int* null_fd) {
-  *out_fd = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_NOFOLLOW | O_CLOEXEC,
-                 0640);
-  if (*out_fd < 0) return Status::Internal("output file " + out_path + ": " + std::strerror(errno));
-  *own_fd = open(out_path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
-  struct stat a {};
-  struct stat b {};
-  if (*own_fd < 0 || fstat(*out_fd, &a) != 0 || fstat(*own_fd, &b) != 0 || a.st_ino != b.st_ino ||
-      a.st_dev != b.st_dev) {
-    const int err = *own_fd < 0 ? errno : EBUSY;
-    close(*out_fd);
-    if (*own_fd >= 0) close(*own_fd);
-    return Status::Internal("output file " + out_path + ": " + std::strerror(err));
-  }
-  *null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  if (*null_fd < 0) {
-    close(*out_fd);
-    close(*own_fd);
-    return Status::Internal(std::string("/dev/null: ") + std::strerror(errno));
-  }
-  return Status::Ok();
-}
-
-// The agent creates and sizes the share's region before the workload starts, so no process
-// of the workload decides its limit (the cap library only joins it). `path` is in the
-// launcher's private directory, where no other account can have put anything. The region then
-// belongs to `owner` and `group` (the job's account; uid_t(-1): the agent's own), so that the
-// cap library in the job can charge it.
-Status CreateShareRegion(const std::string& path, int64_t limit_bytes, bool swap,
-                         int64_t swap_ram_bytes, const std::string& swap_dir, uid_t owner,
-                         gid_t group) {
-  unlink(path.c_str());  // a stale region of an earlier run must not carry charges
-  capgpu::LimitList limits;
-  limits.count = 1;
-  limits.bytes[0] = static_cast<uint64_t>(limit_bytes);
-  if (int err = capgpu::CreateRegionFile(path.c_str(), limits, 0600, true); err != 0) {
-    return Status::Internal("cannot create the memory-cap region '" + path +
-                            "': " + std::strerror(err));
-  }
-  Result<int> fd = internal::OpenRegionFile(path, geteuid());
-  if (!fd.ok()) return fd.status();
-  Status s = Status::Ok();
-  if (swap) {
-    // Before the workload starts: its processes read swap_enabled when they join.
-    capgpu::Region region;
-    int err = region.OpenFd(*fd);
-    if (err == 0) {
-      capgpu::RegionLock lock(region);
-      const uint64_t ram =
-          swap_ram_bytes > 0 ? static_cast<uint64_t>(swap_ram_bytes) : capgpu::kNoLimit;
-      if (!lock.held() || !capgpu::ConfigureSwap(region.data(), ram, swap_dir.c_str()))
-        err = EINVAL;
-    }
-    if (err != 0)
-      s = Status::Internal("cannot turn swapping on in '" + path + "': " + std::strerror(err));
-  }
-  if (s.ok() && owner != static_cast<uid_t>(-1) && fchown(*fd, owner, group) != 0) {
-    s = Status::Internal("cannot give the memory-cap region '" + path + "' to uid " +
-                         std::to_string(owner) + ": " + std::strerror(errno));
-  }
-  close(*fd);
-  return s;
-}
-
-// Maps a share's region as the agent made it (no symbolic link, one name, `owner`'s); false
-// when there is none such at `path`.
-bool OpenShareRegion(const std::string& path, uid_t owner, capgpu::Region* region) {
-  if (path.empty()) return false;
-  Result<int> fd = internal::OpenRegionFile(path, owner);
-  if (!fd.ok()) return false;
-  const int rc = region->OpenFd(*fd);
-  close(*fd);
-  return rc == 0;
-}
-
-// A job's Unix account, resolved before fork (getpwnam is not async-signal-safe).
-struct Account {
-  bool set = false;  // false: the agent's own
-  uid_t uid = 0;
-  gid_t gid = 0;
-  std::vector<gid_t> groups;  // supplementary, the primary included
-  std::string name, home;
-};
-
-Result<Account> ResolveAccount(const std::string& name) {
-  Account a;
-  std::vector<char> buf(16384);
-  passwd pw{};
-  passwd* found = nullptr;
-  if (name.empty()) {  // the agent's own (a non-root agent's): its name and home all the same
-    if (getpwuid_r(geteuid(), &pw, buf.data(), buf.size(), &found) == 0 && found != nullptr) {
-      a.name = pw.pw_name;
-      a.home = pw.pw_dir != nullptr ? pw.pw_dir : "/";
-    }
-    return a;
-  }
-  if (getpwnam_r(name.c_str(), &pw, buf.data(), buf.size(), &found) != 0 || found == nullptr) {
-    return Status::FailedPrecondition("run_as: the account '" + name +
-                                      "' does not exist on this node");
-  }
-  a.set = true;
-  a.uid = pw.pw_uid;
-  a.gid = pw.pw_gid;
-  a.name = name;
-  a.home = pw.pw_dir != nullptr ? pw.pw_dir : "/";
-  int n = 64;
-  a.groups.resize(static_cast<size_t>(n));
-  if (getgrouplist(name.c_str(), a.gid, a.groups.data(), &n) < 0) {
-    a.groups.resize(static_cast<size_t>(n));
-    getgrouplist(name.c_str(), a.gid, a.groups.data(), &n);
-  }
-  a.groups.resize(static_cast<size_t>(std::max(n, 0)));
-  if (geteuid() != 0 && a.uid != geteuid()) {
-    return Status::FailedPrecondition("run_as: this agent runs as uid " +
-                                      std::to_string(geteuid()) + " and cannot start jobs as '" +
-                                      name + "' (uid " + std::to_string(a.uid) +
-                                      "); run the agent as root to run jobs as their submitters");
-  }
-  return a;
-}
-
-// What the child needs after fork; plain values and pointers only.
-struct ChildSetup {
-  int out_fd = -1;
-  int null_fd = -1;
-  int procs_fd = -1;  // the job cgroup's cgroup.procs, or -1
-  char* const* argv = nullptr;
-  char* const* envp = nullptr;
-  const char* exec_error = nullptr;
-  const Account* account = nullptr;  // switch to it (uid, gid, groups) before exec
-  const char* cwd = "/";             // the account's home (never the agent's directory)
-};
-
-// The child between fork and exec: async-signal-safe calls only.
-[[noreturn]] void RunJobChild(const ChildSetup& c) {
-  struct sigaction dfl {};
-  dfl.sa_handler = SIG_DFL;
-  for (int sig = 1; sig < NSIG; ++sig) sigaction(sig, &dfl, nullptr);
-  sigset_t none;
-  sigemptyset(&none);
-  sigprocmask(SIG_SETMASK, &none, nullptr);
-  setsid();
-  char num[24];
-  if (c.procs_fd >= 0) {
-    SafeItoa(getpid(), num);
-    if (write(c.procs_fd, num, std::strlen(num)) < 0) {
-      SafeWrite(c.out_fd, "tessera-agent: cannot join the job's cgroup\n");
-      _exit(126);
-    }
-  }
-  dup2(c.null_fd, 0);
-  dup2(c.out_fd, 1);
-  dup2(c.out_fd, 2);
-  // Groups first, then the gid, then the uid (after which neither could change).
-  if (c.account != nullptr && c.account->set &&
-      (setgroups(c.account->groups.size(), c.account->groups.data()) != 0 ||
-       setgid(c.account->gid) != 0 || setuid(c.account->uid) != 0)) {
-    SafeWrite(2, "tessera-agent: cannot switch to the job's account (errno ");
-    SafeWrite(2, SafeItoa(errno, num));
-    SafeWrite(2, ")\n");
-    _exit(126);
-  }
-  // The job starts in its account's home, else at /: not in the agent's working directory.
-  if (chdir(c.cwd) != 0 && chdir("/") != 0) {
-    SafeWrite(2, "tessera-agent: cannot enter a working directory\n");
-    _exit(126);
-  }
-  // Close everything else the agent holds (sockets, files) that lacks FD_CLOEXEC.
-  if (close_range(3, ~0U, 0) != 0) {
-    for (int fd = 3; fd < 4096; ++fd) close(fd);
-  }
-  execvpe(c.argv[0], c.argv, c.envp);
-  int err = errno;
-  SafeWrite(2, c.exec_error);
-  SafeWrite(2, SafeItoa(err, num));
-  SafeWrite(2, err == ENOENT ? " (not found)\n" : err == EACCES ? " (permission denied)\n" : "\n");
-  _exit(127);
-}
-
-// Forks the job's process; returns its pid, or -1 with the reason in `fork_errno`.
-pid_t ForkJob(const ChildSetup& c, int* fork_errno) {
-  // Signals stay blocked across fork so the child cannot run the agent's handlers; it resets
-  // every disposition to default (ignored ones would survive exec) before unblocking.
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, &old);
-  pid_t pid = fork();
-  if (pid == 0) RunJobChild(c);
-  *fork_errno = errno;
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  return pid;
-}
-
 }  // namespace
-
-std::string CgroupCpuMax(MilliCpu cpu_milli) {
-  // 0, or more than the quota can express: no limit.
-  if (cpu_milli <= 0 || cpu_milli > std::numeric_limits<int64_t>::max() / kCpuPeriodUs) {
-    return "max " + std::to_string(kCpuPeriodUs);
-  }
-  // milli-CPU * period / 1000; the kernel's minimum quota is 1000 us.
-  int64_t quota = std::max<int64_t>(cpu_milli * kCpuPeriodUs / 1000, 1000);
-  return std::to_string(quota) + " " + std::to_string(kCpuPeriodUs);
-}
-
-std::string CgroupMemoryMax(MiB memory_mib) {
-  if (memory_mib <= 0 || memory_mib > std::numeric_limits<int64_t>::max() / (1024 * 1024))
-    return "max";
-  return std::to_string(memory_mib * 1024 * 1024);
-}
 
 Status ValidateJobId(const std::string& id) {
   if (id.empty() || id.size() > 128)
@@ -318,65 +51,6 @@ Status ValidateJobId(const std::string& id) {
     if (!ok) return Status::InvalidArgument("job id '" + id + "' may only hold [A-Za-z0-9._-]");
   }
   return Status::Ok();
-}
-
-std::vector<std::string> BuildJobEnvironment(const JobSpec& spec,
-                                             const std::vector<std::string>& base,
-                                             const LauncherOptions& options) {
-  std::map<std::string, std::string> env;
-  // From the agent's environment, only what describes the host and its GPU software (an
-  // allowlist): never its token or anything else the unit or the operator's shell put there.
-  // A job that wants to call the API passes its own token in the job's env.
-  const auto allowed = [](const std::string& name) {
-    static const char* const kNames[] = {
-        "PATH", "LANG", "LANGUAGE", "TZ", "TERM", "LD_LIBRARY_PATH", "TMPDIR"};
-    static const char* const kPrefixes[] = {"LC_", "CUDA_", "NVIDIA_", "ROCM_", "HIP_", "HSA_"};
-    for (const char* n : kNames) {
-      if (name == n) return true;
-    }
-    for (const char* p : kPrefixes) {
-      if (name.rfind(p, 0) == 0) return true;
-    }
-    return false;
-  };
-  for (const std::string& kv : base) {
-    size_t eq = kv.find('=');
-    if (eq == std::string::npos || eq == 0 || !allowed(kv.substr(0, eq))) continue;
-    env[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
-  // The agent's own bindings (if it runs under one) never leak into a job.
-  for (const char* name : {"CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"}) env.erase(name);
-  for (const auto& [k, v] : spec.env) env[k] = v;
-
-  std::string visible, rocr;
-  for (const DeviceBinding& d : spec.devices) {
-    if (d.amd_index >= 0) {  // an AMD partition: a logical GPU of its own
-      rocr += (rocr.empty() ? "" : ",") + std::to_string(d.amd_index);
-      continue;
-    }
-    if (!visible.empty()) visible += ",";
-    visible += d.mig.empty() ? d.uuid : d.mig;
-  }
-  env["CUDA_VISIBLE_DEVICES"] = visible;
-  if (!rocr.empty()) env["ROCR_VISIBLE_DEVICES"] = rocr;
-  env["TESSERA_JOB_ID"] = spec.id;
-  if (spec.gpu_memory_limit_bytes > 0) {
-    env["TESSERA_GPU_MEMORY_LIMIT"] = std::to_string(spec.gpu_memory_limit_bytes);
-    env["TESSERA_CAPGPU_REGION"] = options.region_dir + "/tessera-capgpu-" + spec.id;
-    if (FileExists(options.capgpu_preload)) {
-      auto it = env.find("LD_PRELOAD");
-      env["LD_PRELOAD"] =
-          options.capgpu_preload +
-          (it != env.end() && !it->second.empty() ? ":" + it->second : std::string());
-    }
-  } else {
-    env.erase("TESSERA_GPU_MEMORY_LIMIT");
-    env.erase("TESSERA_CAPGPU_REGION");
-  }
-  std::vector<std::string> out;
-  out.reserve(env.size());
-  for (const auto& [k, v] : env) out.push_back(k + "=" + v);
-  return out;
 }
 
 Launcher::Launcher(LauncherOptions options) : options_(std::move(options)) {
@@ -436,78 +110,6 @@ Launcher::~Launcher() {
                   [](const std::string& d) { return rmdir(d.c_str()) == 0 || errno == ENOENT; });
     if (!stale_cgroups_.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-}
-
-void Launcher::ProbeCgroups() {
-  auto unavailable = [this](const std::string& why) {
-    cgroups_available_ = false;
-    cgroups_status_ = "cgroups: unavailable (" + why + ")";
-  };
-  const std::string& root = options_.cgroup_root;
-  if (root.empty()) return unavailable("disabled");
-  bool ok = false;
-  std::string controllers = ReadSmallFile(root + "/cgroup.controllers", &ok);
-  if (!ok) return unavailable("no cgroup v2 hierarchy at " + root);
-  if (!HasWord(controllers, "cpu") || !HasWord(controllers, "memory")) {
-    return unavailable("cpu and memory controllers not offered at " + root);
-  }
-  if (access((root + "/cgroup.subtree_control").c_str(), W_OK) != 0) {
-    return unavailable(root + " is not writable");
-  }
-  std::string parent = root + "/" + options_.cgroup_parent;
-  if (mkdir(parent.c_str(), 0755) != 0 && errno != EEXIST) {
-    return unavailable("mkdir " + parent + ": " + std::strerror(errno));
-  }
-  for (const std::string& dir : {root, parent}) {
-    std::string enabled = ReadSmallFile(dir + "/cgroup.subtree_control", &ok);
-    if (HasWord(enabled, "cpu") && HasWord(enabled, "memory")) continue;
-    std::string err = WriteControl(dir + "/cgroup.subtree_control", "+cpu +memory");
-    if (!err.empty()) return unavailable("enabling cpu and memory: " + err);
-  }
-  cgroup_parent_dir_ = parent;
-  cgroups_available_ = true;
-  cgroups_status_ = "cgroups v2: " + parent;
-}
-
-Status Launcher::PrepareCgroup(const JobSpec& spec, std::string* dir, int* procs_fd) {
-  *dir = cgroup_parent_dir_ + "/" + spec.id;
-  if (mkdir(dir->c_str(), 0755) != 0 && errno != EEXIST) {
-    return Status::Internal("cgroup " + *dir + ": " + std::strerror(errno));
-  }
-  std::string err = WriteControl(*dir + "/cpu.max", CgroupCpuMax(spec.cpu_milli));
-  if (err.empty()) err = WriteControl(*dir + "/memory.max", CgroupMemoryMax(spec.memory_mib));
-  if (!err.empty()) {
-    rmdir(dir->c_str());
-    return Status::Internal("cgroup limits for job " + spec.id + ": " + err);
-  }
-  *procs_fd = open((*dir + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);
-  if (*procs_fd < 0) {
-    Status s = Status::Internal("cgroup " + *dir + "/cgroup.procs: " + std::strerror(errno));
-    rmdir(dir->c_str());
-    return s;
-  }
-  return Status::Ok();
-}
-
-Status Launcher::PrepareLimits(const JobSpec& spec, Job* job, int* procs_fd, uid_t owner,
-                               gid_t group) {
-  if (cgroups_available_) {
-    if (Status s = PrepareCgroup(spec, &job->cgroup_dir, procs_fd); !s.ok()) return s;
-  }
-  if (spec.gpu_memory_limit_bytes > 0) {
-    if (regions_.empty()) {
-      return Status::FailedPrecondition("no directory for memory-cap regions under '" +
-                                        options_.region_dir + "': " + regions_error_);
-    }
-    job->region_path = RegionPath(spec.id);
-    job->region_owner = owner == static_cast<uid_t>(-1) ? geteuid() : owner;
-    if (Status s = CreateShareRegion(job->region_path, spec.gpu_memory_limit_bytes, spec.swap,
-                                     options_.swap_ram_bytes, options_.swap_dir, owner, group);
-        !s.ok()) {
-      return s;
-    }
-  }
-  return Status::Ok();
 }
 
 Status Launcher::Start(const JobSpec& spec) {

@@ -157,15 +157,27 @@ std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order,
       // off again for the claimant, and a reserved group's short jobs one after another
       // changed the card's mode 21 times in an hour.
       guaranteed_first = true;
+      // Not past a job of its own group that comes before it and would borrow: that one may be
+      // a head to keep cards for (an inference job of a group went ahead of its own blocked
+      // gang, took the card the gang was to keep, and put the gang's start off by 750 s).
+      std::vector<char> passed(groups_.size(), 0);
       for (size_t k = i + 1; k < order.size(); ++k) {
         const int x = order[k];
-        if (jobs_[x].state != JobState::kPending || jobs_[x].group == j.group ||
-            !InsideReservation(jobs_[x]))
+        // Nor ahead of a borrower of higher priority, as with kept cards (Outranks): an inference
+        // job of priority 0 took the card a priority-1 job was to get back whole.
+        if (jobs_[x].state != JobState::kPending || jobs_[x].group == j.group) continue;
+        if (passed[jobs_[x].group]) continue;
+        if (!InsideReservation(jobs_[x])) {
+          passed[jobs_[x].group] = 1;
           continue;
+        }
         if (between) between();
         std::string xs, xr;
         bool xb = false;
-        if (TryPlace(x, &xs, &xr, &xb)) ++stats_.admitted;
+        // Only where it stays inside the reservation: a partition may be charged more than it
+        // asked (a whole card's share for a 4g.24gb instance of an A30), and a job that ends
+        // up borrowing has no claim to go first (it took the card a priority-1 job was to get).
+        if (TryPlace(x, &xs, &xr, &xb, /*guaranteed_only=*/true)) ++stats_.admitted;
       }
       if (between) between();
     }

@@ -345,7 +345,9 @@ class Engine final : public QuotaEngine {
   void TakeGrants(int self, AllocationForm f, const std::vector<Grant>& grants);
   std::string PlacedDetail(const Job& j, AllocationForm f, bool backfill) const;
   void Release(int self);
-  bool TryPlace(int self, std::string* step, std::string* reason, bool* backfilled);
+  // guaranteed_only: placed only where its charge stays inside its group's reservation.
+  bool TryPlace(int self, std::string* step, std::string* reason, bool* backfilled,
+                bool guaranteed_only = false);
   bool TakesHostFromHead(const Job& j, int self, const std::vector<Grant>& grants) const;
   void NoRoomReason(const Job& j, bool blocked, std::string* step, std::string* reason) const;
 
@@ -364,6 +366,8 @@ class Engine final : public QuotaEngine {
   void Occupants(const Dev& d, std::vector<int>* out) const;
   void PreemptForWhole(const Job& j, int self, bool reclaim, PreemptOption* best);
   int64_t HostFreeAt(const NodeRt& node, const Job& j) const;
+  int64_t DevFreeAt(const Dev& dev) const;
+  void RefreshHeadsOn(int ni);
   void PreemptForWholeEveryWay(const Job& j, const NodeRt& node,
                                const std::vector<std::pair<int64_t, int>>& costs,
                                PreemptOption* best);

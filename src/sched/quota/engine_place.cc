@@ -595,7 +595,8 @@ bool Engine::TakesHostFromHead(const Job& j, int self, const std::vector<Grant>&
   return false;
 }
 
-bool Engine::TryPlace(int self, std::string* step, std::string* reason, bool* backfilled) {
+bool Engine::TryPlace(int self, std::string* step, std::string* reason, bool* backfilled,
+                      bool guaranteed_only) {
   Job& j = jobs_[self];
   // Admission on the nominal request first: a job past its limit needs no search.
   Resources nominal{j.gpu_count * j.gpu_milli, j.gpu_count * j.gpu_mem,
@@ -654,6 +655,10 @@ bool Engine::TryPlace(int self, std::string* step, std::string* reason, bool* ba
       DropPick(c);
       continue;
     }
+    if (guaranteed_only && !guaranteed) {
+      DropPick(c);
+      continue;
+    }
     *backfilled = c.backfill;
     Commit(self, f, c, guaranteed);
     return true;
@@ -664,7 +669,7 @@ bool Engine::TryPlace(int self, std::string* step, std::string* reason, bool* ba
     return false;
   }
   NoRoomReason(j, blocked, step, reason);
-  if (use_memo) {
+  if (use_memo && !guaranteed_only) {
     auto it = memo_.find(key);
     if (it == memo_.end() || end < it->second.fail_end) memo_[key] = {*step, *reason, end};
   }

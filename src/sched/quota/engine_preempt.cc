@@ -310,7 +310,40 @@ void Engine::Preempt(int v, int claimant, const std::string& why) {
   Emit(EventKind::kPreempted, &x,
        why + "; lost " + std::to_string(lost / 1000) + " GPU-s; grace until " + T(x.grace_end));
   if (claimant >= 0) events_.back().for_job = jobs_[claimant].id;
+  // Its end is now known: a head kept on its node may start sooner than it was told.
+  for (const Grant& g : x.grants) RefreshHeadsOn(g.node);
   if (policy_.grace_seconds == 0 && !options_.await_stop) FinishTermination(v);
+}
+
+// When a device is free by the declared ends of what is on it (kNever: one declares none).
+int64_t Engine::DevFreeAt(const Dev& dev) const {
+  int64_t t = now_;
+  if (dev.whole >= 0) t = std::max(t, ExpectedEnd(jobs_[dev.whole]));
+  for (int s : dev.shares) t = std::max(t, ExpectedEnd(jobs_[s]));
+  for (const Slot& s : dev.slots) {
+    if (s.holder >= 0) t = std::max(t, ExpectedEnd(jobs_[s.holder]));
+  }
+  return t;
+}
+
+// The heads keeping devices on node `ni` recompute when they start, after a job there got an
+// end (a preemption): a gang kept two cards "until never" because a job on its node declared no
+// end; a reclaim then gave that job a grace of 30 s, but jobs of 120 s were still backfilled onto
+// the kept cards as if the gang's start were unknown, and put it off by 90 s.
+void Engine::RefreshHeadsOn(int ni) {
+  const NodeRt& node = nodes_[ni];
+  for (int d : node.devs) {
+    const int h = devs_[d].reserved_by;
+    if (h < 0 || devs_[d].nominated) continue;
+    int64_t t = HostFreeAt(node, jobs_[h]);
+    for (int k : node.devs) {
+      if (devs_[k].reserved_by == h && !devs_[k].nominated) t = std::max(t, DevFreeAt(devs_[k]));
+    }
+    for (int k : node.devs) {
+      if (devs_[k].reserved_by == h && !devs_[k].nominated)
+        devs_[k].reserved_until = std::min(devs_[k].reserved_until, t);
+    }
+  }
 }
 
 void Engine::FinishTermination(int v) {
@@ -356,13 +389,7 @@ void Engine::ReserveForHead(int self) {
       if ((dev.split && !MayUnsplitAlone(dev)) || dev.plan.active || dev.reserved_by >= 0 ||
           dev.memory < j.gpu_mem)
         continue;
-      int64_t t = now_;
-      if (dev.whole >= 0) t = std::max(t, ExpectedEnd(jobs_[dev.whole]));
-      for (int s : dev.shares) t = std::max(t, ExpectedEnd(jobs_[s]));
-      for (const Slot& s : dev.slots) {
-        if (s.holder >= 0) t = std::max(t, ExpectedEnd(jobs_[s.holder]));
-      }
-      ready.push_back({t, d});
+      ready.push_back({DevFreeAt(dev), d});
     }
     if (static_cast<int>(ready.size()) < j.gpu_count) continue;
     std::sort(ready.begin(), ready.end());

@@ -367,6 +367,7 @@ class Engine final : public QuotaEngine {
   void PreemptForWhole(const Job& j, int self, bool reclaim, PreemptOption* best);
   int64_t HostFreeAt(const NodeRt& node, const Job& j) const;
   int64_t DevFreeAt(const Dev& dev) const;
+  bool InstanceAdmitted(const Job& j, const Dev& d) const;
   void RefreshHeadsOn(int ni);
   void PreemptForWholeEveryWay(const Job& j, const NodeRt& node,
                                const std::vector<std::pair<int64_t, int>>& costs,

@@ -255,13 +255,30 @@ void Engine::PreemptForShare(const Job& j, int self, bool reclaim, PreemptOption
   }
 }
 
+// Whether the MIG instance `j` would get on `d` passes its group's limits, charged as placed (its
+// compute share of the card: an A30's 4g.24gb instance is the whole card, whatever fraction the
+// job asked). Preempted or drained for a job its limit then refused, a card went back to the job
+// it was taken from and was taken again, every 10-20 s. True for a card that is not MIG.
+bool Engine::InstanceAdmitted(const Job& j, const Dev& d) const {
+  if (!d.mig_capable()) return true;
+  const int pi = BestMigProfile(d.model, j.gpu_milli, j.gpu_mem);
+  if (pi < 0) return false;
+  const part::MigProfile& p = d.model->mig.profiles[pi];
+  bool guaranteed = false;
+  return Admission(j,
+                   Resources{p.compute_slices * kWholeGpu / d.model->mig.compute_slices,
+                             p.memory_mib, j.cpu, j.mem},
+                   &guaranteed)
+      .ok();
+}
+
 // A partition: a slot of the right size held by a victim.
 void Engine::PreemptForPartition(const Job& j, int self, bool reclaim, PreemptOption* best) {
   for (size_t di = 0; di < devs_.size(); ++di) {
     const Dev& d = devs_[di];
     if (!InPools(j, d.pool) || !PoolAllows(d.pool, AllocationForm::kPartition) || d.plan.active)
       continue;
-    if (KeptFromMe(d, j, self)) continue;
+    if (KeptFromMe(d, j, self) || !InstanceAdmitted(j, d)) continue;
     int pi = d.mig_capable() ? BestMigProfile(d.model, j.gpu_milli, j.gpu_mem) : -1;
     if (!d.split) {
       // Reclaim only (priority preemption splits a card through a drain, which weighs the work
@@ -519,6 +536,8 @@ bool Engine::TryRepartition(int self) {
     if (!thrash &&
         TakesHostFromHead(j, self, {Grant{d.node, static_cast<int>(di), -1, 0, 0, j.cpu, j.mem}}))
       continue;
+    // Nor a card where the instance it would get charges past its group's limit.
+    if (!thrash && !InstanceAdmitted(j, d)) continue;
     DrainOption cand;
     cand.cost = best.cost;
     if (d.mig_capable()) {

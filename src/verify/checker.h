@@ -136,7 +136,8 @@ class Checker {
   std::vector<std::vector<int64_t>> reconfig_times_;  // per device
   int64_t fair_since_ = -1;                           // fairness: the hour being summed began
   std::vector<int64_t> fair_held_;                    // per group, milli-GPU summed over its cycles
-  std::set<std::string> reported_;                    // one report per (property, subject)
+  std::vector<int64_t> fair_job_held_;  // the same per job: the most one placement can tilt it
+  std::set<std::string> reported_;      // one report per (property, subject)
   std::vector<Violation> violations_;
   Seen seen_;
 };

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <string>
 
+#include "model/job_state.h"
 #include "store/internal.h"
 
 namespace tessera::store {
@@ -96,7 +97,8 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& url) {
 }
 
 bool Store::EndedState(const std::string& state) {
-  return state == "succeeded" || state == "failed" || state == "cancelled" || state == "lost";
+  const Result<JobState> s = ParseJobState(state);
+  return s.ok() && IsTerminal(*s);
 }
 
 // Defaults over LoadJobs() for stores that do not index these (test doubles); the SQLite and

@@ -43,8 +43,9 @@ struct JobRecord {
   std::string queue;
   std::string identity;
   std::string group;
-  std::string
-      state;  // pending, admitted, placed, starting, running, succeeded, failed, cancelled, lost
+  // The job's state as its row holds it: a JobStateName() of model/job_state.h (pending, placed,
+  // starting, running, preempting, succeeded, failed, cancelled, lost).
+  std::string state;
   // JSON: the submitted request. "" makes the record an update of a stored job: its state,
   // placement, update_ms, exit_code and reason change, the rest is kept; an update of a job that
   // is not stored fails the commit, naming the job.
@@ -77,7 +78,8 @@ class Store {
 
   // The newest schema version this build knows.
   static int LatestSchemaVersion();
-  // succeeded, failed, cancelled, lost: a job in one of these never changes again.
+  // succeeded, failed, cancelled, lost (model/job_state.h's terminal states, by name): a job in
+  // one of these never changes again. False for a name that is no job state.
   static bool EndedState(const std::string& state);
 
   // Appends `events` (their seq fields are ignored and assigned) and upserts `jobs` (by id),

@@ -21,6 +21,47 @@
 
 namespace tessera::backends {
 
+const char* ExternalStateName(ExternalState s) {
+  switch (s) {
+    case ExternalState::kPending:
+      return "pending";
+    case ExternalState::kRunning:
+      return "running";
+    case ExternalState::kSuspended:
+      return "suspended";
+    case ExternalState::kSucceeded:
+      return JobStateName(JobState::kSucceeded);
+    case ExternalState::kFailed:
+      return JobStateName(JobState::kFailed);
+    case ExternalState::kCancelled:
+      return JobStateName(JobState::kCancelled);
+  }
+  return "?";
+}
+
+Result<ExternalState> ParseExternalState(std::string_view name) {
+  for (ExternalState s :
+       {ExternalState::kPending, ExternalState::kRunning, ExternalState::kSuspended,
+        ExternalState::kSucceeded, ExternalState::kFailed, ExternalState::kCancelled}) {
+    if (name == ExternalStateName(s)) return s;
+  }
+  return Status::InvalidArgument("unknown backend job state '" + std::string(name) +
+                                 "' (pending, running, suspended, succeeded, failed, cancelled)");
+}
+
+std::optional<JobState> EndStateOf(ExternalState s) {
+  switch (s) {
+    case ExternalState::kSucceeded:
+      return JobState::kSucceeded;
+    case ExternalState::kFailed:
+      return JobState::kFailed;
+    case ExternalState::kCancelled:
+      return JobState::kCancelled;
+    default:
+      return std::nullopt;
+  }
+}
+
 void Registry::Register(const std::string& name, BackendFactory factory) {
   factories_[name] = std::move(factory);
 }

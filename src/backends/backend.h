@@ -21,9 +21,11 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
+#include "model/job_state.h"
 
 namespace tessera::backends {
 
@@ -82,12 +84,24 @@ struct JobRequest {
   QueueMapping mapping;
 };
 
+// What a scheduler says of a job, in Tessera's words (ExternalJob::state; the scheduler's own word
+// is its native_state). Not a served job state: a job the scheduler has "pending" is "starting"
+// in Tessera. The three ends are the served job states of the same names (model/job_state.h).
+enum class ExternalState { kPending, kRunning, kSuspended, kSucceeded, kFailed, kCancelled };
+// "pending", "running", "suspended", "succeeded", "failed", "cancelled".
+const char* ExternalStateName(ExternalState s);
+// The name back; InvalidArgument naming the text for any other.
+Result<ExternalState> ParseExternalState(std::string_view name);
+// The served state a Tessera job ends in when its scheduler's job ended so (succeeded, failed,
+// cancelled); nullopt while it has not ended.
+std::optional<JobState> EndStateOf(ExternalState s);
+
 // What the scheduler says about one job.
 struct ExternalJob {
   std::string external_id;
   std::string name;
   std::string native_state;  // the scheduler's word: PENDING, RUNNING, COMPLETED, R, F ...
-  std::string state;         // Tessera's: pending, running, succeeded, failed, cancelled
+  std::string state;         // ExternalStateName(): pending, running, suspended, succeeded, ...
   std::string reason;        // the scheduler's reason, when it gives one
   std::optional<int> exit_code;
   int signal = 0;

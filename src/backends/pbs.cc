@@ -101,9 +101,9 @@ class PbsBackend : public Backend {
       j.reason = text("comment");
       const std::string& s = j.native_state;
       if (s == "Q" || s == "H" || s == "W" || s == "T" || s == "S" || s == "U") {
-        j.state = "pending";
+        j.state = ExternalStateName(ExternalState::kPending);
       } else if (s == "R" || s == "E" || s == "B" || s == "X") {
-        j.state = "running";
+        j.state = ExternalStateName(ExternalState::kRunning);
       } else if (s == "F") {
         // Exit_status: the script's code; 256+N: killed by signal N; negative: PBS could not run
         // it.
@@ -116,9 +116,11 @@ class PbsBackend : public Backend {
         }
         j.exit_code = code;
         if (code > 256) j.signal = code - 256;
-        j.state = code == 0 ? "succeeded" : (code == 271 || code == 265) ? "cancelled" : "failed";
+        j.state = ExternalStateName(code == 0                      ? ExternalState::kSucceeded
+                                    : (code == 271 || code == 265) ? ExternalState::kCancelled
+                                                                   : ExternalState::kFailed);
       } else {
-        j.state = "pending";
+        j.state = ExternalStateName(ExternalState::kPending);
       }
       // exec_host "node1/0*2"; exec_vnode "(node1:ngpus=1:ncpus=2)".
       std::string host = text("exec_host");

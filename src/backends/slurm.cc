@@ -23,18 +23,19 @@ const char* kDefaultSlurmTemplate = R"(#!/bin/bash
 {{command}}
 )";
 
-// Tessera's state for a Slurm job state.
-std::string MapSlurmState(const std::string& s) {
+// Tessera's word for a Slurm job state.
+ExternalState MapSlurmState(const std::string& s) {
   if (s == "PENDING" || s == "REQUEUED" || s == "REQUEUE_HOLD" || s == "REQUEUE_FED" ||
       s == "RESV_DEL_HOLD")
-    return "pending";
+    return ExternalState::kPending;
   if (s == "RUNNING" || s == "CONFIGURING" || s == "COMPLETING" || s == "SUSPENDED" ||
       s == "STOPPED" || s == "RESIZING" || s == "SIGNALING" || s == "STAGE_OUT") {
-    return "running";
+    return ExternalState::kRunning;
   }
-  if (s == "COMPLETED") return "succeeded";
-  if (s.rfind("CANCELLED", 0) == 0) return "cancelled";
-  return "failed";  // FAILED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, BOOT_FAIL, DEADLINE, PREEMPTED
+  if (s == "COMPLETED") return ExternalState::kSucceeded;
+  if (s.rfind("CANCELLED", 0) == 0) return ExternalState::kCancelled;
+  // FAILED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, BOOT_FAIL, DEADLINE, PREEMPTED
+  return ExternalState::kFailed;
 }
 
 // "3:0" -> code 3, signal 0.
@@ -69,9 +70,10 @@ std::optional<ExternalJob> ParseSqueueLine(const std::string& line) {
   j.node = f[2] == "(null)" ? "" : f[2];
   if (f[3] != "None") j.reason = f[3];
   j.name = name;
-  j.state = MapSlurmState(j.native_state);
+  const ExternalState state = MapSlurmState(j.native_state);
+  j.state = ExternalStateName(state);
   if (j.external_id.empty() || j.native_state.empty()) return std::nullopt;
-  if (j.state != "pending" && j.state != "running") {
+  if (EndStateOf(state)) {
     try {
       const int status = std::stoi(f[4]);
       j.exit_code = (status >> 8) & 0xff;
@@ -113,8 +115,9 @@ ExternalJob ParseScontrolLine(const std::string& line) {
       }
     }
   }
-  j.state = MapSlurmState(j.native_state);
-  if (j.state == "pending" || j.state == "running") j.exit_code.reset();
+  const ExternalState state = MapSlurmState(j.native_state);
+  j.state = ExternalStateName(state);
+  if (!EndStateOf(state)) j.exit_code.reset();
   return j;
 }
 
@@ -183,7 +186,8 @@ class SlurmBackend : public Backend {
     std::vector<std::string> started;
     for (const std::string& id : ids) {
       auto it = all->find(id);
-      if (it != all->end() && it->second.state == "running" && !gres_.count(id))
+      if (it != all->end() && MapSlurmState(it->second.native_state) == ExternalState::kRunning &&
+          !gres_.count(id))
         started.push_back(id);
     }
     if (started.size() > kScontrolEach) {
@@ -237,7 +241,7 @@ class SlurmBackend : public Backend {
           j.external_id = f[0];
           j.name = f[1];
           j.native_state = f[2].substr(0, f[2].find(' '));
-          j.state = MapSlurmState(j.native_state);
+          j.state = ExternalStateName(MapSlurmState(j.native_state));
           ParseExit(f[3], j);
           j.node = f[4] == "None assigned" ? "" : f[4];
           out[j.external_id] = j;

@@ -330,11 +330,11 @@ ExternalJob ReadJob(const Json& job, const std::vector<const Json*>& pods) {
   }
   const Json* failed = Condition(job, "Failed");
   if (True(Condition(job, "Complete"))) {
-    x.state = "succeeded";
+    x.state = ExternalStateName(ExternalState::kSucceeded);
     x.native_state = "Complete";
     x.exit_code = 0;
   } else if (True(failed)) {
-    x.state = "failed";
+    x.state = ExternalStateName(ExternalState::kFailed);
     x.native_state = "Failed";
     x.reason = StrAt(*failed, "reason");
     if (pod != nullptr) {
@@ -347,14 +347,15 @@ ExternalJob ReadJob(const Json& job, const std::vector<const Json*>& pods) {
       if (!pr.empty()) x.reason = pr;  // Evicted, UnexpectedAdmissionError, DeadlineExceeded ...
     }
   } else if (x.suspended) {
-    x.state = active > 0 ? "running" : "suspended";  // pods still stopping count as running
+    // Pods still stopping count as running.
+    x.state = ExternalStateName(active > 0 ? ExternalState::kRunning : ExternalState::kSuspended);
     x.native_state = "Suspended";
   } else if (pod != nullptr && StrAt(At(*pod, "status"), "phase") == "Running" &&
              At(At(*pod, "metadata"), "deletionTimestamp").is_null()) {
-    x.state = "running";
+    x.state = ExternalStateName(ExternalState::kRunning);
     x.native_state = "Running";
   } else {
-    x.state = "pending";
+    x.state = ExternalStateName(ExternalState::kPending);
     x.native_state = pod == nullptr ? "NoPod" : "Pending";
   }
   return x;

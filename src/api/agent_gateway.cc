@@ -247,7 +247,7 @@ Result<Json> Engine::RegisterNode(const Identity& who, const Json& body) {
       body.contains("running") ? NodeJobsLocked(n.name) : std::vector<std::string>{};  // a copy
   for (const std::string& id : held) {
     Job& j = jobs_[id];
-    if (j.rec.state == "placed" || running->count(id) || j.parts_done.count(n.name)) continue;
+    if (j.state == JobState::kPlaced || running->count(id) || j.parts_done.count(n.name)) continue;
     if (GangPartUnsent(j, n.name)) continue;
     LoseJobLocked(j, n.name, "not running on node '" + n.name + "' when its agent registered again",
                   b);
@@ -263,7 +263,7 @@ void Engine::FinishPartLocked(Job& j, const std::string& node, int code, int sig
   for (const std::string& n : NodesOf(j)) all_done = all_done && j.parts_done.count(n);
   const bool failed = code != 0 || sig != 0;
   const std::string actor = "agent:" + node;
-  if (j.rec.state == "preempting" && (failed || j.cancel_requested)) {
+  if (j.state == JobState::kPreempting && (failed || j.cancel_requested)) {
     // Stopped by the preemption (a signal, or a non-zero exit): pending again once all parts are.
     if (!all_done) return;
     const size_t mark = qe_->events().size();
@@ -276,15 +276,18 @@ void Engine::FinishPartLocked(Job& j, const std::string& node, int code, int sig
     b.Add(MakeEvent(actor, "job.part_finished", j.rec.id, "part on " + node + " ended"), &j);
     return;
   }
-  std::string state = j.cancel_requested ? "cancelled" : failed ? "failed" : "succeeded";
+  const JobState state = j.cancel_requested ? JobState::kCancelled
+                         : failed           ? JobState::kFailed
+                                            : JobState::kSucceeded;
   std::string reason = j.cancel_requested ? "cancelled"
                        : sig != 0         ? "killed by signal " + std::to_string(sig)
                        : code != 0        ? "exit code " + std::to_string(code)
                                           : "";
   if (failed && NodesOf(j).size() > 1) reason += " (part on " + node + ")";
-  EndLocked(j, state, reason);
+  if (!EndLocked(j, state, JobCause::kExited, reason)) return;
   j.rec.exit_code = code;
-  b.Add(MakeEvent(actor, "job." + state, j.rec.id, reason, {{"exit_code", code}, {"signal", sig}}),
+  b.Add(MakeEvent(actor, std::string("job.") + JobStateName(state), j.rec.id, reason,
+                  {{"exit_code", code}, {"signal", sig}}),
         &j);
   cycle_wanted_ = true;
 }
@@ -293,7 +296,7 @@ void Engine::FinishPartLocked(Job& j, const std::string& node, int code, int sig
 // running elsewhere: the first part's start moves it to "starting", its first report to
 // "running", and the other parts' orders follow (each once its decisions are durable).
 bool Engine::GangPartUnsent(const Job& j, const std::string& node) const {
-  if (j.rec.state != "starting" && j.rec.state != "running") return false;
+  if (j.state != JobState::kStarting && j.state != JobState::kRunning) return false;
   return NodesOf(j).size() > 1 && !j.parts_done.count("sent:" + node);
 }
 
@@ -418,9 +421,8 @@ Result<std::pair<Json, int64_t>> Engine::HeartbeatQueued(const Identity& who, co
     if (it == jobs_.end() || !on_node(it->second)) continue;
     Job& j = it->second;
     j.pid = r.value("pid", int64_t{0});
-    if (j.rec.state == "starting" || j.rec.state == "placed") {
-      j.rec.state = "running";
-      j.rec.update_ms = clock_();
+    if ((j.state == JobState::kStarting || j.state == JobState::kPlaced) &&
+        TransitionLocked(j, JobState::kRunning, JobCause::kRunning)) {
       j.last_active_ms = clock_();  // a fresh start counts as activity
       b.Add(MakeEvent(actor, "job.running", j.rec.id, "", {{"pid", j.pid}, {"node", node}}), &j);
     }
@@ -483,7 +485,7 @@ Status Engine::CheckTelemetry(const Json& body) {
 // idle" (no activity for idle_after) as a job.idle / job.active event. Its data carry the times
 // that `tessera usage` needs to count idle holding exactly from the event log.
 void Engine::ObserveActivityLocked(Job& j, const Json& report, const std::string& actor, Batch& b) {
-  if (j.rec.state != "running") return;
+  if (j.state != JobState::kRunning) return;
   if (report.contains("gpu_memory_used_mib"))
     j.gpu_memory_used_mib = report["gpu_memory_used_mib"].get<MiB>();
   if (report.contains("swap")) {
@@ -553,20 +555,20 @@ Json Engine::OrdersLocked(const NodeInfo& n, Batch& b, int64_t durable) {
     // A decision still on its way to the store is not acted on: its order goes out with a
     // later heartbeat, once it is durable (the job stays allowed to run meanwhile).
     const bool decided = j.last_seq <= durable;
-    if (j.rec.state == "placed" || GangPartUnsent(j, node)) {
+    if (j.state == JobState::kPlaced || GangPartUnsent(j, node)) {
       if (!decided) continue;
+      const bool starts = j.state == JobState::kPlaced;  // else: a gang's next part
+      if (starts && !TransitionLocked(j, JobState::kStarting, JobCause::kStarted)) continue;
       start.push_back(StartOrderLocked(j, n));
       if (gang) j.parts_done.insert("sent:" + node);
-      if (j.rec.state == "placed") {
-        j.rec.state = "starting";
-        j.rec.update_ms = clock_();
+      if (starts) {
         b.Add(MakeEvent("engine", "job.starting", id, "", {{"node", node}}), &j);
       }
       continue;
     }
     may_run.push_back(id);
     if (!decided) continue;
-    if (j.rec.state == "preempting") {
+    if (j.state == JobState::kPreempting) {
       cancel.push_back({{"job", id}, {"grace_ms", preempt_grace_ms}});
     } else if (j.cancel_requested) {
       cancel.push_back({{"job", id}, {"grace_ms", config_.cancel_grace_ms}});
@@ -596,12 +598,12 @@ void Engine::LoseJobLocked(Job& j, const std::string& node, const std::string& w
   const QueueRoute* route = config_.FindRoute(j.rec.queue);
   const size_t mark = qe_->events().size();
   b.Touch({node});
-  if (j.rec.state == "preempting") {
+  if (j.state == JobState::kPreempting) {
     qe_->Stopped(j.handle, NowS());
   } else if (route && route->requeue_on_loss && !j.cancel_requested) {
     qe_->Requeue(j.handle, NowS(), "requeued: " + why);
   } else {
-    EndLocked(j, "lost", why);
+    if (!EndLocked(j, JobState::kLost, JobCause::kLost, why)) return;
     b.Add(MakeEvent("engine", "job.lost", j.rec.id, why), &j);
     return;
   }

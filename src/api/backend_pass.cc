@@ -163,7 +163,8 @@ Status Engine::ReconcileBackend(const std::string& name) {
       std::unique_lock<std::mutex> lock(mu_);
       for (const backends::ExternalJob& x : *list) {
         const std::string id = x.name.substr(prefix.size());
-        const bool active = x.state == "pending" || x.state == "running" || x.state == "suspended";
+        const auto xs = backends::ParseExternalState(x.state);
+        const bool active = xs.ok() && !backends::EndStateOf(*xs);
         auto it = jobs_.find(id);
         if (it == jobs_.end() || it->second.backend != name) {
           // A scheduler that keeps ended jobs as objects (Kubernetes) has them deleted too:
@@ -178,12 +179,11 @@ Status Engine::ReconcileBackend(const std::string& name) {
         }
         Job& j = it->second;
         if (j.external_id == x.external_id) continue;
-        if (j.rec.state == "placed" && j.external_id.empty()) {
+        if (j.state == JobState::kPlaced && j.external_id.empty() &&
+            TransitionLocked(j, JobState::kStarting, JobCause::kStarted)) {
           j.external_id = x.external_id;
           j.lookup_first = false;
-          j.rec.state = "starting";
           j.rec.reason = "adopted " + name + " job " + x.external_id + " after a restart";
-          j.rec.update_ms = clock_();
           events.push_back(MakeEvent("engine", "job.adopted", id, j.rec.reason,
                                      {{"backend", name}, {"external_id", x.external_id}}));
           changed.push_back(&j);
@@ -231,13 +231,13 @@ void Engine::CollectBackendWorkLocked(const std::string& name, BackendWork* w) {
     Job& j = jobs_[id];
     if (j.backend != name) continue;
     backends::Backend* b = backends_.at(name).get();
-    if (b->Suspends() && j.external_id.empty() && j.rec.state == "preempting") w->stops = true;
-    if (b->Suspends() && !j.external_id.empty() && (Holds(j) || j.rec.state == "pending")) {
+    if (b->Suspends() && j.external_id.empty() && j.state == JobState::kPreempting) w->stops = true;
+    if (b->Suspends() && !j.external_id.empty() && (Holds(j) || j.state == JobState::kPending)) {
       // A job the backend keeps: its Job is suspended while Tessera has it pending or preempting,
       // and running (resumed, with the queue's scheduling directives) while it holds its admission.
-      const bool want_suspended = j.rec.state == "pending" || j.rec.state == "preempting";
+      const bool want_suspended = j.state == JobState::kPending || j.state == JobState::kPreempting;
       const bool change =
-          want_suspended ? !j.ext_suspended : (j.rec.state == "placed" || j.ext_suspended);
+          want_suspended ? !j.ext_suspended : (j.state == JobState::kPlaced || j.ext_suspended);
       if (change && !j.cancel_requested && now >= j.next_suspend_ms) {
         w->suspends.push_back({id, b, j.external_id, want_suspended,
                                want_suspended ? backends::JobRequest{} : RequestFor(j),
@@ -252,7 +252,7 @@ void Engine::CollectBackendWorkLocked(const std::string& name, BackendWork* w) {
       continue;
     }
     if (!Holds(j)) continue;
-    if (j.rec.state == "placed" && j.external_id.empty()) {
+    if (j.state == JobState::kPlaced && j.external_id.empty()) {
       if (now >= j.next_submit_ms && (lane.reconciled || !j.lookup_first)) {
         submits.push_back({id, b, RequestFor(j), j.lookup_first});
       }
@@ -307,7 +307,8 @@ void Engine::RecordSubmissionsLocked(
     if (found == jobs_.end()) continue;  // ended and out of memory while the submission ran
     Job& j = found->second;
     if (d.status.ok()) {
-      if (j.rec.state != "placed" || !j.external_id.empty()) {
+      if (j.state != JobState::kPlaced || !j.external_id.empty() ||
+          !TransitionLocked(j, JobState::kStarting, JobCause::kStarted)) {
         // Cancelled while the submission ran.
         if (!d.external_id.empty())
           late_cancels->push_back({backends_[j.backend].get(), d.external_id});
@@ -315,20 +316,17 @@ void Engine::RecordSubmissionsLocked(
       }
       j.external_id = d.external_id;
       j.lookup_first = false;
-      j.rec.state = "starting";
       j.rec.reason =
           (d.adopted ? "adopted " : "submitted to ") + j.backend + " as job " + d.external_id;
-      j.rec.update_ms = now;
       batch->Add(MakeEvent("engine", "job.starting", d.id, j.rec.reason,
                            {{"backend", j.backend}, {"external_id", d.external_id}}));
       batch->jobs.push_back(&j);
-    } else if (j.rec.state == "placed") {
+    } else if (j.state == JobState::kPlaced) {
       if (d.permanent) {
+        if (!TransitionLocked(j, JobState::kFailed, JobCause::kRefused)) continue;
         if (j.handle >= 0) qe_->Cancel(j.handle, NowS(), "ended in " + j.backend);
         cycle_wanted_ = true;
-        j.rec.state = "failed";
         j.rec.reason = "cannot render the batch script: " + d.status.message();
-        j.rec.update_ms = now;
         batch->Add(MakeEvent("engine", "job.failed", d.id, j.rec.reason));
         batch->jobs.push_back(&j);
         continue;
@@ -353,13 +351,13 @@ void Engine::RecordPollsLocked(
     const std::map<std::string, std::vector<std::string>>& polls,
     std::map<std::string, Result<std::map<std::string, backends::ExternalJob>>>& polled,
     std::vector<std::pair<backends::Backend*, std::string>>* forget, Batch* batch) {
-  const int64_t now = clock_();
   std::map<std::string, std::set<std::string>> asked;  // backend -> the external ids polled
   for (const auto& [name, ids] : polls) asked[name].insert(ids.begin(), ids.end());
   for (auto& [name, res] : polled) {
     for (const std::string& id : LiveIdsLocked()) {
       Job& j = jobs_[id];
-      if (j.backend != name || j.external_id.empty() || !(Holds(j) || j.rec.state == "pending"))
+      if (j.backend != name || j.external_id.empty() ||
+          !(Holds(j) || j.state == JobState::kPending))
         continue;
       if (!asked[name].count(j.external_id)) continue;
       if (!res.ok()) {
@@ -370,24 +368,23 @@ void Engine::RecordPollsLocked(
       auto it = res->find(j.external_id);
       if (it == res->end()) {
         if (j.cancel_sent) {  // deleted on our request (Kubernetes forgets a deleted Job)
-          EndLocked(j, "cancelled", "cancelled");
+          if (!EndLocked(j, JobState::kCancelled, JobCause::kCancelled, "cancelled")) continue;
           batch->Add(
               MakeEvent(name, "job.cancelled", id, "cancelled", {{"external_id", j.external_id}}));
           batch->jobs.push_back(&j);
           continue;
         }
         if (++j.unknown_polls < 3) continue;
-        if (j.rec.state == "pending") {  // its suspended Job is gone: made anew at admission
+        if (j.state == JobState::kPending) {  // its suspended Job is gone: made anew at admission
           j.external_id.clear();
           j.unknown_polls = 0;
           batch->jobs.push_back(&j);
           continue;
         }
+        if (!TransitionLocked(j, JobState::kLost, JobCause::kLost)) continue;
         if (j.handle >= 0) qe_->Cancel(j.handle, NowS(), "ended in " + j.backend);
         cycle_wanted_ = true;
-        j.rec.state = "lost";
         j.rec.reason = name + " no longer knows job " + j.external_id;
-        j.rec.update_ms = now;
         batch->Add(
             MakeEvent("engine", "job.lost", id, j.rec.reason, {{"external_id", j.external_id}}));
         batch->jobs.push_back(&j);
@@ -395,19 +392,25 @@ void Engine::RecordPollsLocked(
       }
       j.unknown_polls = 0;
       const backends::ExternalJob& x = it->second;
-      if (backends_[name]->Suspends() && FollowSuspendLocked(j, x, batch)) continue;
+      const auto xs = backends::ParseExternalState(x.state);
+      if (!xs.ok()) {  // a backend of this build says only what it knows
+        j.rec.reason =
+            "cannot follow " + name + " job " + j.external_id + ": " + xs.status().message();
+        continue;
+      }
+      if (backends_[name]->Suspends() && FollowSuspendLocked(j, x, *xs, batch)) continue;
       j.native_state = x.native_state;
       if (!x.node.empty()) j.external_node = x.node;
       if (!x.gres.empty()) j.gres = x.gres;
       if (!x.devices.empty()) j.external_devices = x.devices;
-      if (x.state == "pending") {
+      const std::optional<JobState> end = backends::EndStateOf(*xs);
+      if (*xs == backends::ExternalState::kPending) {
         j.rec.reason = name + " job " + j.external_id + ": " + x.native_state +
                        (x.reason.empty() ? "" : " (" + x.reason + ")");
-      } else if (x.state == "running") {
-        if (j.rec.state != "running") {
-          j.rec.state = "running";
+      } else if (*xs == backends::ExternalState::kRunning) {
+        if (j.state != JobState::kRunning &&
+            TransitionLocked(j, JobState::kRunning, JobCause::kRunning)) {
           j.rec.reason = "";
-          j.rec.update_ms = now;
           batch->Add(MakeEvent(name, "job.running", id, "",
                                {{"external_id", j.external_id},
                                 {"node", j.external_node},
@@ -415,24 +418,23 @@ void Engine::RecordPollsLocked(
                                 {"devices", j.external_devices}}));
           batch->jobs.push_back(&j);
         }
-      } else {
+      } else if (end) {
+        JobState state = *end;
+        if (j.cancel_requested && state != JobState::kSucceeded) state = JobState::kCancelled;
+        if (!TransitionLocked(j, state, JobCause::kExited)) continue;
         if (j.handle >= 0) qe_->Cancel(j.handle, NowS(), "ended in " + j.backend);
         cycle_wanted_ = true;
-        std::string state = x.state;
-        if (j.cancel_requested && state != "succeeded") state = "cancelled";
-        j.rec.state = state;
         j.rec.exit_code = x.exit_code;
         j.rec.reason =
-            state == "cancelled" ? "cancelled"
-            : state == "succeeded"
+            state == JobState::kCancelled ? "cancelled"
+            : state == JobState::kSucceeded
                 ? ""
                 : name + " " + x.native_state +
                       (x.reason.empty() || x.reason == x.native_state ? ""
                                                                       : " (" + x.reason + ")") +
                       (x.exit_code ? ", exit code " + std::to_string(*x.exit_code) : "") +
                       (x.signal ? ", signal " + std::to_string(x.signal) : "");
-        j.rec.update_ms = now;
-        batch->Add(MakeEvent(name, "job." + state, id, j.rec.reason,
+        batch->Add(MakeEvent(name, std::string("job.") + JobStateName(state), id, j.rec.reason,
                              {{"external_id", j.external_id},
                               {"node", j.external_node},
                               {"exit_code", x.exit_code ? *x.exit_code : -1},
@@ -451,7 +453,7 @@ void Engine::StopUnsubmittedLocked(const std::string& name, Batch* batch) {
   if (!backends_.at(name)->Suspends()) return;
   for (const std::string& id : LiveIdsLocked()) {
     Job& j = jobs_[id];
-    if (j.rec.state != "preempting" || !j.external_id.empty() || j.backend != name) {
+    if (j.state != JobState::kPreempting || !j.external_id.empty() || j.backend != name) {
       continue;
     }
     const size_t mark = qe_->events().size();
@@ -480,10 +482,9 @@ void Engine::RecordSuspendsLocked(const std::vector<SuspendWork>& done, Batch* b
       batch->Add(MakeEvent("engine", "job.suspended", d.id,
                            j.backend + " job " + d.external_id + " suspended",
                            {{"backend", j.backend}, {"external_id", d.external_id}}));
-    } else if (j.rec.state == "placed") {
-      j.rec.state = "starting";
+    } else if (j.state == JobState::kPlaced &&
+               TransitionLocked(j, JobState::kStarting, JobCause::kStarted)) {
       j.rec.reason = "resumed in " + j.backend + " as job " + d.external_id;
-      j.rec.update_ms = now;
       batch->Add(
           MakeEvent("engine", "job.starting", d.id, j.rec.reason,
                     {{"backend", j.backend}, {"external_id", d.external_id}, {"resumed", true}}));
@@ -500,13 +501,14 @@ void Engine::RecordSuspendsLocked(const std::vector<SuspendWork>& done, Batch* b
 // - starting, with its pod unschedulable for the queue's placement_timeout: requeued with that
 //   reason (and so suspended).
 // False: the usual following (pending in the scheduler, running, ended).
-bool Engine::FollowSuspendLocked(Job& j, const backends::ExternalJob& x, Batch* batch) {
+bool Engine::FollowSuspendLocked(Job& j, const backends::ExternalJob& x, backends::ExternalState xs,
+                                 Batch* batch) {
   const int64_t now = clock_();
   j.ext_suspended = x.suspended;
-  if (j.rec.state == "pending") return true;
-  const bool ended = x.state == "succeeded" || x.state == "failed" || x.state == "cancelled";
-  if (j.rec.state == "preempting" && !ended) {
-    if (x.state == "suspended") {
+  if (j.state == JobState::kPending) return true;
+  const bool ended = backends::EndStateOf(xs).has_value();
+  if (j.state == JobState::kPreempting && !ended) {
+    if (xs == backends::ExternalState::kSuspended) {
       const size_t mark = qe_->events().size();
       qe_->Stopped(j.handle, NowS());
       TranslateLocked(mark, *batch);  // job.requeued
@@ -514,11 +516,11 @@ bool Engine::FollowSuspendLocked(Job& j, const backends::ExternalJob& x, Batch* 
     }
     return true;
   }
-  if (x.state == "suspended" && !ended) {
+  if (xs == backends::ExternalState::kSuspended && !ended) {
     j.rec.reason = j.backend + " job " + j.external_id + " is suspended; resuming it";
     return true;
   }
-  if (j.rec.state == "starting" && x.unschedulable) {
+  if (j.state == JobState::kStarting && x.unschedulable) {
     if (j.unschedulable_since_ms == 0) j.unschedulable_since_ms = now;
     const QueueRoute* route = config_.FindRoute(j.rec.queue);
     const int64_t timeout = route != nullptr ? route->kube.placement_timeout_ms : 0;

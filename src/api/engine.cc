@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "api/json_text.h"
+#include "common/log.h"
 #include "common/text.h"
 #include "model/quantity.h"
 
@@ -116,14 +117,21 @@ const std::vector<std::string>& Engine::LiveIdsLocked() {
   return live_;
 }
 
-bool Engine::Holds(const Job& j) {
-  const std::string& s = j.rec.state;
-  return s == "placed" || s == "starting" || s == "running" || s == "preempting";
-}
-
-bool Engine::Ended(const Job& j) {
-  const std::string& s = j.rec.state;
-  return s == "succeeded" || s == "failed" || s == "cancelled" || s == "lost";
+bool Engine::TransitionLocked(Job& j, JobState to, JobCause cause) {
+  if (Status st = CheckJobTransition(j.state, to, cause); !st.ok()) {
+    // A broken invariant of the control plane, not an outside failure: the job keeps its state
+    // (its record and the cycle's view stay as they were) and the line says which change it was.
+    static const log::Logger kLog("engine");
+    kLog.Error("refused a job state change", {{"job", j.rec.id},
+                                              {"from", JobStateName(j.state)},
+                                              {"to", JobStateName(to)},
+                                              {"cause", JobCauseName(cause)},
+                                              {"error", st.message()}});
+    return false;
+  }
+  j.state = to;
+  j.rec.update_ms = clock_();
+  return true;
 }
 
 std::vector<std::string> Engine::NodesOf(const Job& j) const {
@@ -159,6 +167,7 @@ store::Event Engine::MakeEvent(const std::string& actor, const std::string& kind
 
 store::JobRecord Engine::RecordOf(const Job& j) const {
   store::JobRecord r = j.rec;
+  r.state = JobStateName(j.state);
   r.spec = j.stored ? "" : j.spec_text.empty() ? j.spec.dump() : j.spec_text;  // "": unchanged
   JsonText p;
   p.BeginObject().Key("preemptions").Int(j.preemptions);
@@ -204,7 +213,7 @@ Status Engine::ReloadLocked(const Status& cause) {
   if (st.ok()) {
     for (const std::string& id : LiveIdsLocked()) {
       Job& j = jobs_[id];
-      if (j.rec.state == "pending") {
+      if (j.state == JobState::kPending) {
         j.rec.reason = "Queued: the last scheduling decision could not be recorded (" +
                        cause.message() + "); the next cycle decides again";
       }
@@ -337,7 +346,12 @@ Result<Engine::Job> Engine::JobFromRecord(store::JobRecord r) const {
     return Status::Internal("stored placement of job '" + r.id + "' is corrupt");
   j.preemptions = p.value("preemptions", 0);
   j.cancel_requested = r.reason == "cancel requested";
+  auto state = ParseJobState(r.state);
+  if (!state.ok())
+    return Status::Internal("stored state of job '" + r.id + "': " + state.status().message());
+  j.state = *state;
   j.rec = std::move(r);
+  j.rec.state.clear();  // `state` is the job's state in memory
   if (p.contains("node")) {
     j.node = p.value("node", "");
     j.form = p.value("form", "");
@@ -375,10 +389,10 @@ Status Engine::LoadJob(store::JobRecord r) {
   if (!h.ok()) {
     // The policy changed under it (its queue is gone, say): it ends, with the reason, written
     // (with its job.failed event) by the first tick, so that the store agrees and usage closes.
-    j.rec.state = "failed";
-    j.rec.reason = "no longer schedulable after a restart: " + h.status().message();
-    j.rec.update_ms = clock_();
-    failed_on_load_.push_back(id);
+    if (TransitionLocked(j, JobState::kFailed, JobCause::kRefused)) {
+      j.rec.reason = "no longer schedulable after a restart: " + h.status().message();
+      failed_on_load_.push_back(id);
+    }
     jobs_[id] = std::move(j);
     return Status::Ok();
   }
@@ -386,7 +400,7 @@ Status Engine::LoadJob(store::JobRecord r) {
   if (Holds(j)) {
     auto form = quota::ParseAllocationForm(j.form.empty() ? "whole" : j.form);
     Status st = qe_->Restore(j.handle, form.ok() ? *form : AllocationForm::kWhole, j.grants,
-                             j.borrowed, j.rec.state == "preempting", NowS());
+                             j.borrowed, j.state == JobState::kPreempting, NowS());
     if (!st.ok()) {
       // A broken invariant: two held jobs claim the same capacity. Stop loudly.
       return Status::Internal("job '" + id + "' cannot be re-reserved: " + st.message());
@@ -479,13 +493,16 @@ void Engine::FillGrantsLocked(Job& j) {
   }
 }
 
-void Engine::EndLocked(Job& j, const std::string& state, const std::string& reason) {
+bool Engine::EndLocked(Job& j, JobState state, JobCause cause, const std::string& reason) {
+  if (!TransitionLocked(j, state, cause)) return false;
   ++ended_since_prune_;
   ended_.push_back(j.rec.id);
-  if (j.handle >= 0) qe_->Cancel(j.handle, NowS(), state + (reason.empty() ? "" : ": " + reason));
-  j.rec.state = state;
+  if (j.handle >= 0) {
+    qe_->Cancel(j.handle, NowS(),
+                JobStateName(state) + (reason.empty() ? std::string() : ": " + reason));
+  }
   j.rec.reason = reason;
-  j.rec.update_ms = clock_();
+  return true;
 }
 
 void Engine::TranslateLocked(size_t from, Batch& b) {
@@ -508,11 +525,10 @@ void Engine::TranslateLocked(size_t from, Batch& b) {
         admission = e.detail;  // recorded with the placement: one event per decision
         break;
       case quota::EventKind::kPlaced: {
+        if (!TransitionLocked(j, JobState::kPlaced, JobCause::kPlaced)) break;
         FillGrantsLocked(j);
         NoteNodesLocked(j);
-        j.rec.state = "placed";
         j.rec.reason = j.backend.empty() ? "" : "admitted; to be submitted to " + j.backend;
-        j.rec.update_ms = clock_();
         JsonText data;
         data.BeginObject().Key("node").Str(j.node).Key("form").Str(j.form).Key("grants");
         WriteGrants(data, j.grants);
@@ -522,16 +538,14 @@ void Engine::TranslateLocked(size_t from, Batch& b) {
         break;
       }
       case quota::EventKind::kPreempted:
+        if (!TransitionLocked(j, JobState::kPreempting, JobCause::kPreempted)) break;
         CountEventLocked(e, &j);
-        j.rec.state = "preempting";
         j.rec.reason = "preempted: " + e.detail;
-        j.rec.update_ms = clock_();
         b.Add(MakeEvent("engine", "job.preempted", j.rec.id, e.detail, {{"group", e.group}}), &j);
         break;
       case quota::EventKind::kRequeued:
-        j.rec.state = "pending";
+        if (!TransitionLocked(j, JobState::kPending, JobCause::kRequeued)) break;
         j.rec.reason = e.detail;
-        j.rec.update_ms = clock_();
         j.preemptions = qe_->job(j.handle).preemptions;
         b.Touch(NodesOf(j));  // its nodes' orders change: it may no longer run there
         j.grants.clear();
@@ -560,7 +574,7 @@ void Engine::RefreshWaitReasonsLocked() {
   for (int h : qe_->waiting()) {  // what the cycle left waiting, and what arrived since
     if (h < 0 || h >= static_cast<int>(by_handle_.size()) || by_handle_[h] == nullptr) continue;
     Job& j = *by_handle_[h];
-    if (j.rec.state != "pending") continue;
+    if (j.state != JobState::kPending) continue;
     qe_->WaitOf(j.handle, &step, &reason);
     if (step.empty()) continue;
     // Only rebuilt when it changed: most waiting jobs keep theirs from cycle to cycle.
@@ -703,7 +717,7 @@ Status Engine::CheckInvariants() {
     const bool held =
         v.state == quota::JobState::kRunning || v.state == quota::JobState::kTerminating;
     if (held != Holds(j)) {
-      return Status::Internal("job '" + id + "' is " + j.rec.state + " but " +
+      return Status::Internal("job '" + id + "' is " + JobStateName(j.state) + " but " +
                               quota::JobStateName(v.state) + " in the scheduler");
     }
     if (!held) continue;

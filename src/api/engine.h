@@ -28,11 +28,13 @@
 // new quota engine: held ones with their recorded grants (partitions re-created on their devices),
 // pending ones in submit order.
 //
-// Job states: pending -> placed (admitted, holding its grants) -> starting (the agent or backend
-// has it) -> running -> succeeded | failed | cancelled | lost; a preempted job is "preempting"
-// until its processes are gone (SIGTERM, SIGKILL after the policy's grace), then pending again
-// with its submit time and a count of preemptions. A pending job carries the step and reason
-// that hold it ("Admission: group vision at its gpu limit ...").
+// Job states (model/job_state.h, one typed table of what may follow what and why): pending ->
+// placed (admitted, holding its grants) -> starting (the agent or backend has it) -> running ->
+// succeeded | failed | cancelled | lost; a preempted job is "preempting" until its processes are
+// gone (SIGTERM, SIGKILL after the policy's grace), then pending again with its submit time and a
+// count of preemptions. Every change goes through TransitionLocked, which refuses (and logs at
+// error level) one the table does not hold. A pending job carries the step and reason that hold
+// it ("Admission: group vision at its gpu limit ...").
 //
 // Thread-safety: all public methods may be called from any thread (one internal mutex). The
 // store writes (the commit pipeline: whatever queued meanwhile goes in one transaction) and
@@ -60,6 +62,7 @@
 #include "api/json_text.h"
 #include "backends/backend.h"
 #include "common/status.h"
+#include "model/job_state.h"
 #include "sched/quota/engine.h"
 #include "store/store.h"
 
@@ -268,7 +271,10 @@ class Engine {
     bool lost = false;
   };
   struct Job {
+    // Its record as stored, but for its state: rec.state is empty in memory (RecordOf writes
+    // `state`'s name, JobFromRecord reads it back).
     store::JobRecord rec;
+    JobState state = kInitialJobState;  // changed only by TransitionLocked
     Json spec;
     std::string spec_text;  // spec.dump(), kept: the spec never changes
     bool stored = false;    // its record is in the store: updates need not rewrite the spec
@@ -425,12 +431,17 @@ class Engine {
   void TranslateLocked(size_t from, Batch& b);
   void RefreshWaitReasonsLocked();
   void FillGrantsLocked(Job& j);
-  static bool Holds(const Job& j);
-  static bool Ended(const Job& j);
+  static bool Holds(const Job& j) { return HoldsCapacity(j.state); }
+  static bool Ended(const Job& j) { return IsTerminal(j.state); }
+  // The one way a job's state changes: to `to` for `cause` when the job state table holds that
+  // change (its update time set), else refused, logged at error level, and false: the caller
+  // then leaves the job as it was.
+  [[nodiscard]] bool TransitionLocked(Job& j, JobState to, JobCause cause);
   std::vector<std::string> NodesOf(const Job& j) const;
   quota::JobSpec QuotaSpecOf(const Job& j) const;
-  // Ends a held or pending job in the quota engine and in its record.
-  void EndLocked(Job& j, const std::string& state, const std::string& reason);
+  // Ends a held or pending job in the quota engine and in its record (`state` terminal); false
+  // when the job state table refuses the change (nothing changed).
+  [[nodiscard]] bool EndLocked(Job& j, JobState state, JobCause cause, const std::string& reason);
 
   // --- submit.cc
   Result<PendingSubmit> Prepare(const Identity& who, const Json& body) const;
@@ -559,7 +570,8 @@ class Engine {
   void RecordSuspendsLocked(const std::vector<SuspendWork>& done, Batch* batch);
   void StopUnsubmittedLocked(const std::string& name, Batch* batch);
   // Whether the poll of a kept (suspending) backend's job changed its course; see backend_pass.cc.
-  bool FollowSuspendLocked(Job& j, const backends::ExternalJob& x, Batch* batch);
+  bool FollowSuspendLocked(Job& j, const backends::ExternalJob& x, backends::ExternalState xs,
+                           Batch* batch);
   backends::JobRequest RequestFor(const Job& j) const;
   std::string ExternalName(const std::string& id) const {
     return "tessera-" + config_.cluster + "-" + id;

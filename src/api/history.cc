@@ -88,12 +88,12 @@ std::string Engine::UtilizationSampleLocked() {
   for (const std::string& id : LiveIdsLocked()) {
     const Job& j = jobs_[id];
     Json* rows[2] = {&by["group"][j.rec.group], &by["queue"][j.rec.queue]};
-    if (j.rec.state == "pending") {
+    if (j.state == JobState::kPending) {
       Bump(s, "pending", 1);
       for (Json* r : rows) Bump(*r, "pending", 1);
     }
     if (!Holds(j)) continue;
-    const bool running = j.rec.state == "running";
+    const bool running = j.state == JobState::kRunning;
     if (running) {
       Bump(s, "workers", 1);
       for (Json* r : rows) Bump(*r, "workers", 1);

@@ -128,7 +128,9 @@ struct NodeRow {
   std::vector<DeviceRow> devices;
 };
 struct JobRow {
-  std::string id, state, queue, group, reason, form, node;
+  std::string id;
+  JobState state = JobState::kPending;
+  std::string queue, group, reason, form, node;
   bool holds = false, idle = false;
   MiB gpu_memory_used_mib = -1;
   std::vector<quota::GrantView> grants;
@@ -229,8 +231,8 @@ struct JobTally {
 // Sums the jobs into `t`, and adds each holding job's idleness and memory use to `f`.
 void TallyJobs(const std::vector<JobRow>& jobs, JobTally* t, JobFamilies* f) {
   for (const JobRow& j : jobs) {
-    ++t->job_count[{j.state, j.queue, j.group}];
-    if (j.state == "pending") ++t->pending[{j.queue, WaitStep(j.reason)}];
+    ++t->job_count[{JobStateName(j.state), j.queue, j.group}];
+    if (j.state == JobState::kPending) ++t->pending[{j.queue, WaitStep(j.reason)}];
     if (!j.holds || j.grants.empty()) continue;  // external backends' jobs hold no grants here
     for (const auto& g : j.grants) {
       if (g.device >= 0) {
@@ -421,7 +423,7 @@ Result<std::string> Engine::Metrics(const Identity& who) {
     for (const std::string& id : LiveIdsLocked()) {
       const Job& j = jobs_[id];
       if (Ended(j)) continue;
-      jobs.push_back({j.rec.id, j.rec.state, j.rec.queue, j.rec.group, j.rec.reason, j.form, j.node,
+      jobs.push_back({j.rec.id, j.state, j.rec.queue, j.rec.group, j.rec.reason, j.form, j.node,
                       Holds(j), j.idle, j.gpu_memory_used_mib,
                       Holds(j) ? j.grants : std::vector<quota::GrantView>{}, j.swap_state,
                       j.swapped_mib});

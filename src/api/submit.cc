@@ -292,7 +292,7 @@ Result<Engine::PendingSubmit> Engine::Prepare(const Identity& who, const Json& b
   ps.job.rec.queue = qname;
   ps.job.rec.identity = who.name;
   ps.job.rec.group = *group;
-  ps.job.rec.state = "pending";
+  ps.job.state = kInitialJobState;
   return ps;
 }
 
@@ -482,12 +482,15 @@ Result<Json> Engine::Cancel(const Identity& who, const std::string& id) {
         "members_cancel)");
   }
   if (Ended(j))
-    return Status::FailedPrecondition("job '" + id + "' has already ended (" + j.rec.state + ")");
+    return Status::FailedPrecondition("job '" + id + "' has already ended (" +
+                                      JobStateName(j.state) + ")");
   Batch b;
-  if (j.rec.state == "pending" || j.rec.state == "placed") {
+  if (j.state == JobState::kPending || j.state == JobState::kPlaced) {
+    if (!EndLocked(j, JobState::kCancelled, JobCause::kCancelled, "cancelled by " + who.name))
+      return Status::Internal("job '" + id + "' cannot be cancelled from " + JobStateName(j.state) +
+                              " (logged)");
     if (!j.backend.empty() && !j.external_id.empty())
       backend_deletes_.push_back({j.backend, j.external_id});
-    EndLocked(j, "cancelled", "cancelled by " + who.name);
     b.Touch(NodesOf(j));
     j.grants.clear();
     j.node.clear();

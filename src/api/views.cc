@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "api/engine.h"
@@ -71,13 +72,13 @@ Json Engine::JobJson(const Job& j) const {
             {"queue", j.rec.queue},
             {"identity", j.rec.identity},
             {"group", j.rec.group},
-            {"state", j.rec.state},
+            {"state", JobStateName(j.state)},
             {"reason", j.rec.reason},
             {"submit_ms", j.rec.submit_ms},
             {"update_ms", j.rec.update_ms},
             {"spec", j.spec},
             {"preemptions", j.preemptions}};
-  if (j.rec.state == "pending") {
+  if (j.state == JobState::kPending) {
     const size_t colon = j.rec.reason.find(": ");
     o["wait"] = {
         {"step", colon == std::string::npos ? "" : j.rec.reason.substr(0, colon)},
@@ -189,7 +190,13 @@ Result<Json> Engine::ListJobsNow(const Identity& who, const std::string& state_f
   // newest `limit` of the union, memory's version winning (it may be ahead of the store).
   std::vector<Json> mine;
   std::set<std::string> in_memory;
-  const bool live_only = !state_filter.empty() && !store::Store::EndedState(state_filter);
+  std::optional<JobState> wanted;  // none: every state
+  if (!state_filter.empty()) {
+    auto parsed = ParseJobState(state_filter);
+    if (!parsed.ok()) return Json{{"jobs", Json::array()}};  // no job is in a state that is none
+    wanted = *parsed;
+  }
+  const bool live_only = wanted && !IsTerminal(*wanted);
   {
     std::unique_lock<std::mutex> lock(mu_);
     for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
@@ -198,7 +205,7 @@ Result<Json> Engine::ListJobsNow(const Identity& who, const std::string& state_f
       in_memory.insert(*it);
       const Job& j = jt->second;
       if (static_cast<int>(mine.size()) >= limit || !CanSee(who, j)) continue;
-      if (!state_filter.empty() && j.rec.state != state_filter) continue;
+      if (wanted && j.state != *wanted) continue;
       mine.push_back(Redacted(who, JobJson(j)));
     }
   }
@@ -452,7 +459,7 @@ Result<Json> Engine::SummaryNow(const Identity& who) {
     for (const Job* jp : live) {
       const Job& j = *jp;
       if (j.rec.group != g.name) continue;
-      if (j.rec.state == "pending") ++pending;
+      if (j.state == JobState::kPending) ++pending;
       if (!Holds(j)) continue;
       const MilliGpu gpu = GpuHeld(j.grants);
       held.gpu_milli += gpu;
@@ -460,7 +467,7 @@ Result<Json> Engine::SummaryNow(const Identity& who) {
         held.cpu_milli += x.cpu;
         held.memory_mib += x.host_memory;
       }
-      if (j.rec.state == "running") {
+      if (j.state == JobState::kRunning) {
         ++workers;
         if (j.idle) held_idle += gpu;  // held but idle (telemetry)
       } else {

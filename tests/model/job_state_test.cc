@@ -2,9 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <tuple>
+#include <vector>
 
 namespace tessera {
 namespace {
@@ -130,6 +133,18 @@ TEST(JobStateTest, ARefusalNamesBothStatesAndTheCause) {
   EXPECT_NE(st.message().find("'pending'"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("'placed'"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("(started)"), std::string::npos) << st.message();
+}
+
+TEST(JobStateTest, TheApiDescriptionNamesTheSameStates) {
+  // docs/openapi.json's Job.state lists the served states in the enum's order.
+  std::ifstream in(TESSERA_SOURCE_DIR "/docs/openapi.json");
+  ASSERT_TRUE(in) << "docs/openapi.json missing";
+  const nlohmann::json api = nlohmann::json::parse(in, nullptr, false);
+  ASSERT_FALSE(api.is_discarded());
+  const nlohmann::json& listed = api["components"]["schemas"]["Job"]["properties"]["state"]["enum"];
+  std::vector<std::string> want;
+  for (JobState s : kJobStates) want.push_back(JobStateName(s));
+  EXPECT_EQ(listed.get<std::vector<std::string>>(), want);
 }
 
 TEST(JobStateTest, CauseNames) {

@@ -1,0 +1,131 @@
+// What the API's routes and servers share (routes_http.h): JSON answers, the bearer token, the
+// request body and the boundary check of a request's text.
+#include "api/routes_http.h"
+
+#include <algorithm>
+
+#include "common/text.h"
+
+namespace tessera::api {
+namespace {
+
+int HttpCode(const Status& st) {
+  switch (st.code()) {
+    case StatusCode::kOk:
+      return 200;
+    case StatusCode::kInvalidArgument:
+      return 400;
+    case StatusCode::kUnauthenticated:
+      return 401;
+    case StatusCode::kPermissionDenied:
+      return 403;
+    case StatusCode::kNotFound:
+      return 404;
+    case StatusCode::kFailedPrecondition:
+      return 409;
+    case StatusCode::kResourceExhausted:
+      return 429;
+    case StatusCode::kInternal:
+      return 500;
+  }
+  return 500;
+}
+
+// How deep arrays and objects nest in JSON text (strings skipped), stopping past `limit`: a
+// small body nested half a million deep would otherwise be parsed, and then copied and freed
+// recursively, until the stack runs out.
+int Nesting(std::string_view text, int limit) {
+  int depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+      if (deepest > limit) return deepest;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+}  // namespace
+
+log::Level RequestLogLevel(const std::string& pattern) {
+  return pattern.rfind("/v1/agent/", 0) == 0 || pattern == "/metrics" ? log::Level::kDebug
+                                                                      : log::Level::kInfo;
+}
+
+void Reply(HttpResponse& res, int code, const Json& body) {
+  res.status = code;
+  res.content_type = "application/json";
+  // Invalid UTF-8 from an old record is replaced (U+FFFD), never a reason to fail the answer.
+  res.body = body.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+void ReplyError(HttpResponse& res, const Status& st) {
+  Reply(res, HttpCode(st), Json{{"error", st.message()}});
+  if (res.status == 429) res.headers.emplace_back("Retry-After", "5");  // a limit: try again later
+}
+
+void ReplyLater(const net::HttpReply& reply, const Result<Json>& r, int ok_status) {
+  HttpResponse res;
+  if (r.ok()) {
+    Reply(res, ok_status, *r);
+  } else {
+    ReplyError(res, r.status());
+  }
+  reply(std::move(res));
+}
+
+Result<Identity> Authenticate(const Engine& e, const HttpRequest& req) {
+  const std::string h = req.header("authorization");
+  const std::string prefix = "Bearer ";
+  if (h.rfind(prefix, 0) != 0 || h.size() == prefix.size()) {
+    return Status::Unauthenticated("missing bearer token (Authorization: Bearer <token>)");
+  }
+  const Identity* id = e.config().FindIdentityByTokenHash(Sha256Hex(h.substr(prefix.size())));
+  if (!id) return Status::Unauthenticated("unknown token");
+  return *id;
+}
+
+Result<Json> Body(const HttpRequest& req) {
+  if (req.body.size() > kMaxBody) return Status::InvalidArgument("body over 1 MiB");
+  constexpr int kMaxNesting = 64;
+  if (Nesting(req.body, kMaxNesting) > kMaxNesting) {
+    return Status::InvalidArgument("JSON body nested deeper than 64 levels");
+  }
+  Json j = Json::parse(req.body, nullptr, false);
+  if (j.is_discarded()) return Status::InvalidArgument("malformed JSON body");
+  return j;
+}
+
+Status CheckRequestText(const HttpRequest& req) {
+  if (!IsCleanText(req.path)) {
+    return Status::InvalidArgument(
+        "the request path is not valid UTF-8 text (or holds control characters)");
+  }
+  for (const auto& [name, value] : req.query) {
+    if (!IsCleanText(name) || !IsCleanText(value)) {
+      return Status::InvalidArgument("query parameter '" + ToValidUtf8(EscapeForTerminal(name)) +
+                                     "' is not valid UTF-8 text (or holds control characters)");
+    }
+  }
+  const std::string key = req.header("idempotency-key");
+  bool key_ok = key.size() <= 255;
+  for (unsigned char c : key) key_ok = key_ok && c > 0x20 && c < 0x7f;
+  if (!key_ok)
+    return Status::InvalidArgument("Idempotency-Key must be 1 to 255 printable ASCII characters");
+  return Status::Ok();
+}
+
+}  // namespace tessera::api

@@ -1,0 +1,334 @@
+// The engine against a real SQLite store, with an injected clock: jobs through their agents
+// (gangs, output, shares, node loss), restarts, and swapping shares.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "api/engine.h"
+#include "engine_fixture.h"
+#include "engine_test.h"
+#include "model/agent_protocol.h"
+#include "test_dir.h"
+
+namespace tessera::api {
+namespace {
+
+using engine_test::EngineTest;
+using engine_test::kConfig;
+
+TEST_F(EngineTest, LifecycleThroughTheAgent) {
+  Register("n1", 1);
+  Json j = Submit("alice",
+                  {{"queue", "notebooks"}, {"command", {"echo", "hi"}}, {"gpu_memory", "8GiB"}});
+  const std::string id = j["id"];
+  EXPECT_EQ(j["state"], "placed");
+  EXPECT_EQ(j["placement"]["form"], "share");
+  Json hb = Heartbeat("n1");
+  ASSERT_EQ(hb["start"].size(), 1u);
+  EXPECT_EQ(hb["start"][0]["gpu_memory_limit_bytes"], int64_t{8} << 30);
+  EXPECT_EQ(hb["start"][0]["devices"][0]["uuid"], "n1-0");
+  EXPECT_EQ(State(id), "starting");
+  Heartbeat("n1", {{"running", {{{"job", id}, {"pid", 42}}}}});
+  EXPECT_EQ(State(id), "running");
+  ASSERT_TRUE(engine_->WriteOutput(Who("agent"), id, 0, "hi\n").ok());
+  hb = Heartbeat("n1", {{"finished", {{{"job", id}, {"exit_code", 0}}}}});
+  EXPECT_EQ(hb["ack"], Json::array({id}));
+  EXPECT_EQ(State(id), "succeeded");
+  EXPECT_EQ(engine_->JobOutput(Who("alice"), id)->bytes, "hi\n");
+  // A failing job and a cancelled running job.
+  std::string f = Submit("alice", {{"queue", "notebooks"}, {"command", {"false"}}})["id"];
+  Heartbeat("n1");
+  Heartbeat("n1", {{"finished", {{{"job", f}, {"exit_code", 1}}}}});
+  EXPECT_EQ(State(f), "failed");
+  std::string c = Submit("alice", {{"queue", "notebooks"}, {"command", {"sleep", "100"}}})["id"];
+  Heartbeat("n1");
+  Heartbeat("n1", {{"running", {{{"job", c}, {"pid", 43}}}}});
+  EXPECT_EQ((*engine_->Cancel(Who("alice"), c))["state"], "running");
+  hb = Heartbeat("n1", {{"running", {{{"job", c}, {"pid", 43}}}}});
+  ASSERT_EQ(hb["cancel"].size(), 1u);
+  Heartbeat("n1", {{"finished", {{{"job", c}, {"exit_code", 143}, {"signal", 15}}}}});
+  EXPECT_EQ(State(c), "cancelled");
+  ASSERT_TRUE(engine_->CheckInvariants().ok());
+}
+
+// A gang across two nodes: its second part's start order still goes out when the first part
+// already reported running before the second node's heartbeat (found flaky in CI: the order was
+// sent only while the job was "starting").
+TEST_F(EngineTest, EveryGangPartStartsEvenAfterAnotherPartRuns) {
+  Register("n1", 1);
+  Register("n2", 1);
+  const std::string id =
+      Submit("alice", {{"queue", "training"}, {"command", {"sleep", "100"}}, {"gpus", 2}})["id"];
+  ASSERT_EQ(State(id), "placed");
+  Json first = Heartbeat("n1");
+  ASSERT_EQ(first["start"].size(), 1u);
+  EXPECT_EQ(first["start"][0]["env"]["TESSERA_GANG_RANK"], "0");
+  Heartbeat("n1", {{"running", {{{"job", id}, {"pid", 7}}}}});
+  EXPECT_EQ(State(id), "running");
+  ASSERT_TRUE(engine_->Sync().ok());
+  Json second = Heartbeat("n2");
+  ASSERT_EQ(second["start"].size(), 1u) << second.dump();
+  EXPECT_EQ(second["start"][0]["env"]["TESSERA_GANG_RANK"], "1");
+  EXPECT_EQ(Heartbeat("n2")["start"].size(), 0u);  // once
+  EXPECT_EQ(Heartbeat("n1")["start"].size(), 0u);
+  ASSERT_TRUE(engine_->CheckInvariants().ok());
+}
+
+TEST_F(EngineTest, OutputIsCappedAtMaxOutputAndReadInRanges) {
+  config_.max_output_bytes = 10;
+  Reopen();
+  Register("n1", 1);
+  const std::string id =
+      Submit("alice", {{"queue", "notebooks"}, {"command", {"yes"}}, {"gpu_memory", "8GiB"}})["id"];
+  Heartbeat("n1");
+  ASSERT_TRUE(engine_->WriteOutput(Who("agent"), id, 0, "0123456").ok());
+  // The part below the cap is kept, the rest refused.
+  ASSERT_TRUE(engine_->WriteOutput(Who("agent"), id, 7, "789abc").ok());
+  EXPECT_EQ(engine_->WriteOutput(Who("agent"), id, 10, "d").code(), StatusCode::kResourceExhausted);
+  auto all = engine_->JobOutput(Who("alice"), id);
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->bytes, "0123456789");
+  EXPECT_EQ(all->total, 10);
+  auto mid = engine_->JobOutput(Who("alice"), id, 3, 4);
+  EXPECT_EQ(mid->bytes, "3456");
+  EXPECT_EQ(mid->offset, 3);
+  EXPECT_EQ(engine_->JobOutput(Who("alice"), id, 20, 4)->bytes, "");
+  EXPECT_EQ(engine_->JobOutput(Who("alice"), id, -1, 4).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine_->JobOutput(Who("bob"), id).status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(EngineTest, SharesPackByMemoryAndGroupsStopAtTheirLimit) {
+  Register("n1", 1);  // one 80 GiB device
+  std::vector<std::string> ids;
+  for (int i = 0; i < 6; ++i) {
+    ids.push_back(Submit(
+        "alice", {{"queue", "notebooks"}, {"command", {"true"}}, {"gpu_memory", "16GiB"}})["id"]);
+  }
+  // Five 16 GiB shares fit in 80 GiB; the sixth waits for GPU memory on the device.
+  int placed = 0;
+  for (const auto& id : ids) placed += State(id) == "placed" ? 1 : 0;
+  EXPECT_EQ(placed, 5);
+  Json sixth = *engine_->GetJob(Who("alice"), ids[5]);
+  EXPECT_EQ(sixth["state"], "pending");
+  EXPECT_EQ(sixth["wait"]["step"], "Placement") << sixth.dump();
+  EXPECT_NE(sixth["reason"].get<std::string>().find("no room for 1 x share"), std::string::npos)
+      << sixth["reason"];
+  Json nodes = *engine_->Nodes(Who("admin"));
+  EXPECT_EQ(nodes["nodes"][0]["devices"][0]["gpu_memory_mib_used"], 5 * 16384);
+  EXPECT_EQ(nodes["nodes"][0]["devices"][0]["holders"].size(), 5u);
+  EXPECT_EQ(nodes["nodes"][0]["devices"][0]["holders"][0]["identity"], "alice");
+  // The research group's limit is 2 GPUs: whole-device training waits on the limit.
+  Register("n2", 4);
+  std::string t =
+      Submit("alice", {{"queue", "training"}, {"command", {"true"}}, {"gpus", 2}})["id"];
+  Json tj = *engine_->GetJob(Who("alice"), t);
+  EXPECT_EQ(tj["state"], "pending");
+  EXPECT_EQ(tj["wait"]["step"], "Admission") << tj.dump();
+  EXPECT_NE(tj["reason"].get<std::string>().find("group research at its gpu limit"),
+            std::string::npos)
+      << tj["reason"];
+  ASSERT_TRUE(engine_->CheckInvariants().ok());
+}
+
+TEST_F(EngineTest, NodeLossRequeuesOrLosesAndReturnAllocatesNothingTwice) {
+  Register("n1", 1);
+  std::string a = Submit("alice", {{"queue", "training"}, {"command", {"sleep", "100"}}})["id"];
+  Heartbeat("n1");
+  Heartbeat("n1", {{"running", {{{"job", a}, {"pid", 7}}}}});
+  EXPECT_EQ(State(a), "running");
+  now_ += 11'000;  // past the heartbeat timeout
+  ASSERT_TRUE(engine_->Tick().ok());
+  EXPECT_EQ(State(a), "pending");  // requeued: training requeues on loss, and no node is left
+  // The node returns: the old process is not in may_run, and the job is started afresh.
+  Json hb = Heartbeat("n1", {{"running", {{{"job", a}, {"pid", 7}}}}});
+  EXPECT_TRUE(hb["may_run"].empty());
+  ASSERT_TRUE(engine_->Tick().ok());
+  EXPECT_EQ(State(a), "placed");
+  hb = Heartbeat("n1");
+  EXPECT_EQ(hb["start"].size(), 1u);
+  ASSERT_TRUE(engine_->CheckInvariants().ok());
+  // A queue that does not requeue marks the job lost.
+  Register("n2", 1);
+  std::string f = Submit("alice", {{"queue", "fragile"}, {"command", {"sleep", "100"}}})["id"];
+  EXPECT_EQ(State(f), "placed");
+  now_ += 5'000;
+  Heartbeat("n1");  // n1 stays alive
+  now_ += 6'000;
+  Heartbeat("n1");
+  ASSERT_TRUE(engine_->Tick().ok());
+  EXPECT_EQ(State(f), "lost");
+  auto events =
+      (*engine_->Events(Who("admin"), 0, 1000, store::EventFilter{"node.", "", ""}))["events"];
+  bool lost = false, returned = false;
+  for (const auto& e : events) {
+    lost = lost || e["kind"] == "node.lost";
+    returned = returned || e["kind"] == "node.returned";
+  }
+  EXPECT_TRUE(lost && returned);
+}
+
+TEST_F(EngineTest, RestartRebuildsStateWithoutDoubleAllocation) {
+  Register("n1", 2);
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; ++i)
+    ids.push_back(Submit("alice", {{"queue", "training"}, {"command", {"true"}}})["id"]);
+  // Two placed (two devices), the third waits (the group's limit of 2 GPUs).
+  EXPECT_EQ(State(ids[0]), "placed");
+  EXPECT_EQ(State(ids[1]), "placed");
+  EXPECT_EQ(State(ids[2]), "pending");
+  Json before = *engine_->Nodes(Who("admin"));
+  Reopen();
+  ASSERT_TRUE(engine_->CheckInvariants().ok());
+  for (const auto& id : ids) EXPECT_TRUE(engine_->GetJob(Who("admin"), id).ok());
+  EXPECT_EQ(State(ids[2]), "pending");
+  ASSERT_TRUE(engine_->Tick().ok());
+  EXPECT_EQ(State(ids[2]), "pending") << "nothing freed, nothing placed twice";
+  Json after = *engine_->Nodes(Who("admin"));
+  EXPECT_EQ(before["nodes"][0]["devices"], after["nodes"][0]["devices"]);
+  // New ids continue after the old ones.
+  std::string next = Submit("alice", {{"queue", "notebooks"}, {"command", {"true"}}})["id"];
+  EXPECT_EQ(next, "j-4");
+}
+
+// A job the policy no longer admits after a restart (its queue was removed) fails, and the
+// failure is written: the next restart reads it as failed, with one job.failed event, instead
+// of failing it again in memory only.
+TEST_F(EngineTest, AJobThePolicyNoLongerAdmitsFailsDurablyOnRestart) {
+  const std::string id = Submit("alice", {{"queue", "fragile"}, {"command", {"true"}}})["id"];
+  EXPECT_EQ(State(id), "pending");
+  std::string without = kConfig;
+  without.erase(without.find("  - {name: fragile"));
+  auto c = ParseConfig(without);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  config_ = *c;
+  Reopen();
+  EXPECT_EQ(State(id), "failed");
+  ASSERT_TRUE(engine_->Tick().ok());
+  Reopen();
+  EXPECT_EQ(State(id), "failed") << "read back from the store";
+  auto job = engine_->GetJob(Who("admin"), id);
+  ASSERT_TRUE(job.ok());
+  EXPECT_NE((*job)["reason"].get<std::string>().find("no longer schedulable after a restart"),
+            std::string::npos)
+      << job->dump();
+  auto ev = engine_->Events(Who("admin"), 0, 1000, {});
+  ASSERT_TRUE(ev.ok());
+  int failed = 0;
+  for (const auto& e : (*ev)["events"])
+    failed += e["kind"] == "job.failed" && e["subject"] == id ? 1 : 0;
+  EXPECT_EQ(failed, 1);
+}
+
+// Fair share survives a restart: a group that used the cluster still ranks behind one that did
+// not, with its history decayed over the time the server was down.
+TEST_F(EngineTest, FairShareHistorySurvivesARestart) {
+  Register("n1", 2);
+  const std::string id = Submit("alice", {{"queue", "training"}, {"command", {"true"}}})["id"];
+  for (int i = 0; i < 5; ++i) {  // ten minutes of one card held by research
+    now_ += 120'000;
+    ASSERT_TRUE(engine_->RunCycle().ok());
+  }
+  auto share = [&](const std::string& group) {
+    const Json groups = *engine_->Groups(Who("admin"));
+    for (const auto& g : groups["groups"]) {
+      if (g["name"] == group) return g["fair_share"].get<double>();
+    }
+    return -1.0;
+  };
+  const double before = share("research");
+  ASSERT_GT(before, 0.0);
+  EXPECT_EQ(share("prod"), 0.0);
+  ASSERT_TRUE(engine_->Cancel(Who("alice"), id).ok());
+  engine_.reset();   // the engine saves its history when it stops
+  now_ += 3600'000;  // an hour down: one half-life (the default)
+  Reopen();
+  ASSERT_TRUE(engine_->RunCycle().ok());
+  const double after = share("research");
+  EXPECT_GT(after, 0.0) << "the history was lost";
+  EXPECT_NEAR(after, before / 2, before * 0.05);
+}
+const char* kSwapConfig = R"(
+identities:
+  - {name: admin, role: admin, token: admin-token-1}
+  - {name: alice, role: user, groups: [research], token: alice-token-1}
+  - {name: agent, role: agent, token: agent-token-1}
+groups:
+  - {name: research}
+profiles:
+  - {name: nb, gpus: 1, gpu_fraction: 0.1, gpu_memory: 16GiB, cpu: 1, memory: 1GiB, forms: [share]}
+queues:
+  - {name: notebooks, profile: nb, groups: [research], class: interactive, swap: true, overcommit: 2}
+  - {name: plain, profile: nb, groups: [research], class: interactive}
+)";
+
+class SwapEngineTest : public EngineTest {
+ protected:
+  void SetUp() override { Start("swap", kSwapConfig); }
+};
+
+// A swapping queue's shares overcommit one 80 GiB card up to 160 GiB of caps, and their start
+// orders tell the agent to create the share's region with swapping on.
+TEST_F(SwapEngineTest, OvercommittedSharesOnOneCardAndSwapInTheirOrders) {
+  // A node that offers 256 GiB of host RAM and disk to swapped-out memory.
+  auto r = engine_->RegisterNode(
+      Who("agent"),
+      {{"node", "n1"},
+       {"cpu_milli", 32000},
+       {"memory_mib", 65536},
+       {"swap_mib", 262144},
+       {"devices",
+        {{{"index", 0}, {"model", "H100-80GB"}, {"memory_mib", 81920}, {"uuid", "n1-0"}}}}});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  auto bad = engine_->RegisterNode(
+      Who("agent"),
+      {{"node", "n2"}, {"cpu_milli", 1000}, {"memory_mib", 1024}, {"swap_mib", "lots"}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("swap_mib"), std::string::npos);
+  std::vector<std::string> ids;
+  for (int i = 0; i < 11; ++i) {
+    Json j = Submit("alice", {{"queue", "notebooks"}, {"command", {"sleep", "60"}}});
+    ids.push_back(j["id"]);
+  }
+  Json plain = Submit("alice", {{"queue", "plain"}, {"command", {"sleep", "60"}}});
+  Json hb = Heartbeat("n1");
+  ASSERT_EQ(hb["start"].size(), 10u) << "ten 16 GiB caps on one 80 GiB card at 200%";
+  for (const Json& order : hb["start"]) {
+    EXPECT_EQ(order["swap"], true);
+    EXPECT_EQ(order["gpu_memory_limit_bytes"], int64_t{16} << 30);
+  }
+  EXPECT_EQ(State(ids[10]), "pending");
+  EXPECT_EQ(State(plain["id"]), "pending") << "a share that cannot swap stays off the card";
+
+  // The agent reports each share's swap state: changes are events, the job view shows it.
+  const std::string id = ids[0];
+  Heartbeat("n1", {{"running",
+                    {{{"job", id}, {"pid", 7}, {"swap", "swapped"}, {"swapped_mib", 16384}}}}});
+  Heartbeat("n1", {{"running",
+                    {{{"job", id}, {"pid", 7}, {"swap", "swapped"}, {"swapped_mib", 16384}}}}});
+  Heartbeat("n1", {{"running",
+                    {{{"job", id}, {"pid", 7}, {"swap", "resuming"}, {"swapped_mib", 16384}}}}});
+  ASSERT_TRUE(engine_->Sync().ok());  // heartbeats commit after they answer
+  Json view = *engine_->GetJob(Who("alice"), id);
+  EXPECT_EQ(view["activity"]["swap"], "resuming");
+  EXPECT_EQ(view["activity"]["swapped_mib"], 16384);
+  Json events =
+      (*engine_->Events(Who("admin"), 0, 1000, store::EventFilter{"job.swap", "", ""}))["events"];
+  ASSERT_EQ(events.size(), 2u) << "one event per change, not per heartbeat";
+  EXPECT_NE(events[0]["reason"].get<std::string>().find("swapped out: 16384 MiB"),
+            std::string::npos);
+  EXPECT_NE(events[1]["reason"].get<std::string>().find("resuming"), std::string::npos);
+  // A state the protocol does not know is refused, naming the field, and changes nothing.
+  auto refused = engine_->Heartbeat(
+      Who("agent"), {{"node", "n1"}, {"running", {{{"job", id}, {"pid", 7}, {"swap", "asleep"}}}}});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("running.swap"), std::string::npos);
+  EXPECT_EQ((*engine_->GetJob(Who("alice"), id))["activity"]["swap"], "resuming");
+}
+
+}  // namespace
+}  // namespace tessera::api

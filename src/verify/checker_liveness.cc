@@ -1,0 +1,403 @@
+// The scheduling promises checked over time: liveness (a job that could start does, reservations
+// are served), backfill never delays the blocked head, stability and fairness.
+#include <algorithm>
+#include <cstdint>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "verify/checker.h"
+#include "verify/checker_internal.h"
+
+namespace tessera::verify {
+
+using internal::Nominal;
+using quota::JobState;
+
+// ------------------------------------------------------------------------------------------
+// Liveness
+
+namespace {
+
+bool PoolsOverlap(const Want& a, const Want& b) {
+  if (a.pools.empty() || b.pools.empty()) return true;
+  for (const std::string& p : a.pools) {
+    if (std::find(b.pools.begin(), b.pools.end(), p) != b.pools.end()) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+// Admission without preemption: within the group's and every ancestor's GPU limit; a job under
+// any other bounded limit is not judged.
+bool Checker::Admissible(const Snapshot& s, const Want& w) const {
+  for (int g = w.group; g >= 0; g = world_.parent[g]) {
+    const Resources& l = world_.policy.groups[g].limit;
+    if (l.gpu_memory_mib < quota::kUnlimited || l.cpu_milli < quota::kUnlimited ||
+        l.memory_mib < quota::kUnlimited) {
+      return false;
+    }
+    if (s.usage[g].gpu_milli + Nominal(w) > l.gpu_milli) return false;
+  }
+  return true;
+}
+
+void Checker::CheckStart(const Snapshot& s, int64_t now) {
+  std::vector<int> pending;
+  std::vector<char> holdable(s.jobs.size(), 0);
+  const std::vector<bool> none;
+  for (size_t h = 0; h < s.jobs.size() && h < wants_.size(); ++h) {
+    if (s.jobs[h].state != JobState::kPending || !wants_[h].valid || wants_[h].external) continue;
+    pending.push_back(static_cast<int>(h));
+    holdable[h] = CouldHold(world_, s, wants_[h], none);
+  }
+  // Only jobs still waiting keep their clock (one that started and waits again starts anew).
+  for (auto it = owed_since_.begin(); it != owed_since_.end();) {
+    it = std::find(pending.begin(), pending.end(), it->first) == pending.end()
+             ? owed_since_.erase(it)
+             : std::next(it);
+  }
+  for (int h : pending) {
+    const Want& w = wants_[h];
+    bool owed = holdable[h] && Admissible(s, w);
+    for (size_t k = 0; owed && k < pending.size(); ++k) {
+      const Want& o = wants_[pending[k]];
+      if (pending[k] != h && !holdable[pending[k]] && o.priority >= w.priority &&
+          PoolsOverlap(o, w))
+        owed = false;
+    }
+    if (!owed) {
+      owed_since_.erase(h);
+      continue;
+    }
+    auto [it, fresh] = owed_since_.emplace(h, now);
+    if (!fresh && now - it->second > bounds_.StartBound()) {
+      std::string where;
+      CouldHold(world_, s, w, none, &where);
+      Report("liveness.start", now,
+             w.id + " could be held (" + where +
+                 ") and nothing above it waits, yet it has waited " +
+                 std::to_string(now - it->second) + " s since then (bound " +
+                 std::to_string(bounds_.StartBound()) + " s)",
+             {w.id});
+    }
+  }
+}
+
+void Checker::CheckReservation(const Snapshot& s, int64_t now) {
+  std::vector<int> pending;
+  for (size_t h = 0; h < s.jobs.size() && h < wants_.size(); ++h) {
+    if (s.jobs[h].state == JobState::kPending && wants_[h].valid && !wants_[h].external) {
+      pending.push_back(static_cast<int>(h));
+    }
+  }
+  std::map<int, MilliGpu> in_flight;
+  for (const auto& [v, c] : leaving_for_) {
+    if (s.jobs[c].state == JobState::kPending) in_flight[wants_[c].group] += Nominal(wants_[c]);
+  }
+  const std::vector<bool> none;
+  // Whether each waiting job could be held on the devices as they are, found once.
+  std::map<int, bool> holdable;
+  auto could_hold = [&](int k) {
+    auto [it, fresh] = holdable.emplace(k, false);
+    if (fresh) it->second = CouldHold(world_, s, wants_[k], none);
+    return it->second;
+  };
+  // Each job owed keeps its own clock (the group's would run on while one job after another
+  // arrives, each served within the bound: a group reserved 4 that asks for 1, 1 and 1 at 30 s
+  // intervals stays short all along).
+  std::set<int> owed;
+  for (size_t g = 0; g < world_.group_names.size(); ++g) {
+    const MilliGpu reservation = world_.policy.groups[g].reservation.gpu_milli;
+    const MilliGpu lacking = reservation - s.staying[g] - in_flight[static_cast<int>(g)];
+    if (lacking <= 0) continue;
+    // Borrowers that may go: other groups' preemptible running jobs, while each group keeps its
+    // reservation.
+    std::vector<bool> gone(s.jobs.size(), false);
+    std::vector<MilliGpu> left(s.staying.begin(), s.staying.end());
+    for (size_t k = 0; k < s.jobs.size() && k < wants_.size(); ++k) {
+      const JobNow& j = s.jobs[k];
+      int o = j.group;
+      if (j.state != JobState::kRunning || o < 0 || o == static_cast<int>(g) ||
+          !wants_[k].preemptible)
+        continue;
+      if (left[o] - j.charge.gpu_milli < world_.policy.groups[o].reservation.gpu_milli) continue;
+      left[o] -= j.charge.gpu_milli;
+      gone[k] = true;
+    }
+    int oldest = -1;
+    for (int h : pending) {
+      const Want& w = wants_[h];
+      if (w.group != static_cast<int>(g) || Nominal(w) > lacking || !Admissible(s, w)) continue;
+      bool above = false;
+      // Excused behind a job that cannot be held: of higher priority, or of equal priority
+      // from its own group or another group below its reservation (a head the devices are
+      // kept for; reservations that together exceed the cluster cannot all hold at once).
+      for (size_t i = 0; !above && i < pending.size(); ++i) {
+        const int k = pending[i];
+        const int kg = wants_[k].group;
+        const bool peer =
+            kg == w.group ||
+            (kg >= 0 && s.staying[kg] < world_.policy.groups[kg].reservation.gpu_milli);
+        const bool ahead =
+            wants_[k].priority > w.priority || (k != h && wants_[k].priority == w.priority && peer);
+        above = ahead && PoolsOverlap(wants_[k], w) && !could_hold(k);
+      }
+      if (above || !CouldHold(world_, s, w, gone)) continue;
+      owed.insert(h);
+      auto [it, fresh] = short_since_.emplace(h, now);
+      if (!fresh && now - it->second > bounds_.ReservationBound() &&
+          (oldest < 0 || it->second < short_since_[oldest]))
+        oldest = h;
+    }
+    if (oldest >= 0) {
+      Report("liveness.reservation", now,
+             "group " + world_.group_names[g] + " has been below its reservation with " +
+                 wants_[oldest].id + " waiting inside it for " +
+                 std::to_string(now - short_since_[oldest]) + " s (bound " +
+                 std::to_string(bounds_.ReservationBound()) + " s)",
+             {wants_[oldest].id});
+    }
+  }
+  // A job no longer owed (placed, or no longer inside what its group lacks) starts anew.
+  for (auto it = short_since_.begin(); it != short_since_.end();)
+    it = owed.count(it->first) ? std::next(it) : short_since_.erase(it);
+}
+
+// ------------------------------------------------------------------------------------------
+// Backfill never delays the blocked head
+
+namespace {
+constexpr int64_t kNoStart = INT64_MAX;
+}
+
+int64_t Checker::EarliestStart(const Snapshot& s, const Want& head, const std::vector<bool>& gone,
+                               int64_t now) const {
+  std::vector<std::pair<int64_t, int>> ends;  // running jobs by declared end
+  for (size_t k = 0; k < s.jobs.size() && k < wants_.size(); ++k) {
+    const JobNow& j = s.jobs[k];
+    if (gone[k]) continue;
+    if (j.state == JobState::kTerminating) {
+      ends.push_back({now, static_cast<int>(k)});
+    } else if (j.state == JobState::kRunning && wants_[k].walltime > 0 && j.start >= 0) {
+      ends.push_back({std::max(now, j.start + wants_[k].walltime), static_cast<int>(k)});
+    }
+  }
+  std::sort(ends.begin(), ends.end());
+  // Those gone give back their host CPU and memory too (CouldHold frees only their devices).
+  Snapshot t = s;
+  std::vector<bool> left = gone;
+  auto leave = [&](int k) {
+    left[k] = true;
+    for (const quota::GrantView& g : s.jobs[k].grants) {
+      for (size_t n = 0; n < world_.nodes.size(); ++n) {
+        if (world_.nodes[n].name != g.node) continue;
+        t.cpu_free[n] += g.cpu;
+        t.mem_free[n] += g.host_memory;
+      }
+    }
+  };
+  for (size_t k = 0; k < gone.size() && k < s.jobs.size(); ++k) {
+    if (gone[k]) leave(static_cast<int>(k));
+  }
+  if (CouldHold(world_, t, head, left)) return now;
+  for (size_t i = 0; i < ends.size();) {
+    const int64_t at = ends[i].first;
+    for (; i < ends.size() && ends[i].first == at; ++i) leave(ends[i].second);
+    if (CouldHold(world_, t, head, left)) return at;
+  }
+  return kNoStart;
+}
+
+// The head: the one waiting job, asking for whole devices only, that cannot be held, of the
+// highest priority among every waiting job that cannot be held (at equal priority, of one group:
+// the earliest submitted; the order between groups of equal priority is the engine's fair share,
+// not judged). A job of lower standing that starts while it waits (lower priority, or its own
+// group's at equal priority submitted after it) must not put the head's earliest start, by the
+// running jobs' declared walltimes, later than it would be had that job not started. Not judged:
+// a job that others were preempted for (it goes first: that price is paid), nor one inside its
+// group's reservation while the head would borrow (a reservation comes before a borrower).
+void Checker::CheckHead(const Snapshot& s, int64_t now) {
+  std::vector<int> started;
+  for (size_t h = 0; h < s.jobs.size() && h < wants_.size(); ++h) {
+    if (s.jobs[h].state == JobState::kRunning && h < was_pending_.size() && was_pending_[h])
+      started.push_back(static_cast<int>(h));
+  }
+  std::vector<int> pending, waited;  // waiting now; and also at the last look
+  for (size_t h = 0; h < s.jobs.size() && h < wants_.size(); ++h) {
+    if (s.jobs[h].state != JobState::kPending || !wants_[h].valid || wants_[h].external) continue;
+    pending.push_back(static_cast<int>(h));
+    if (h < was_pending_.size() && was_pending_[h]) waited.push_back(static_cast<int>(h));
+  }
+  was_pending_.assign(s.jobs.size(), 0);
+  for (int h : pending) was_pending_[h] = 1;
+  // Those others were preempted for stay excused until they start, and no longer.
+  std::set<int> paid = std::move(paid_for_);
+  for (int h : paid) {
+    if (static_cast<size_t>(h) < s.jobs.size() && s.jobs[h].state == JobState::kPending)
+      paid_for_.insert(h);
+  }
+  if (started.empty() || waited.empty()) return;
+  const std::vector<bool> none(s.jobs.size(), false);
+  int head = -1;
+  bool ambiguous = false;
+  for (int h : pending) {
+    const Want& w = wants_[h];
+    if (CouldHold(world_, s, w, none)) continue;
+    if (head < 0 || w.priority > wants_[head].priority) {
+      head = h;
+      ambiguous = false;
+    } else if (w.priority == wants_[head].priority && w.group != wants_[head].group) {
+      ambiguous = true;
+    }
+  }
+  // A head requeued in this very cycle was not waiting when the others were placed.
+  if (head < 0 || ambiguous || std::find(waited.begin(), waited.end(), head) == waited.end())
+    return;
+  const Want& hw = wants_[head];
+  if (hw.forms.size() != 1 || hw.forms[0] != AllocationForm::kWhole || !Admissible(s, hw)) return;
+  const int hg = hw.group;
+  const bool head_borrows =
+      s.staying[hg] + Nominal(hw) > world_.policy.groups[hg].reservation.gpu_milli;
+  std::vector<bool> gone(s.jobs.size(), false);
+  std::vector<std::string> behind;
+  for (int b : started) {
+    const Want& bw = wants_[b];
+    const bool lower =
+        bw.priority < hw.priority || (bw.priority == hw.priority && bw.group == hg && b > head);
+    if (!lower || !PoolsOverlap(bw, hw)) continue;
+    if (paid.count(b)) continue;
+    const int bg = bw.group;
+    // Inside its reservation by what it asked (as the engine's reclaim counts it; a partition
+    // may be charged a whole card's share).
+    const bool inside =
+        !s.jobs[b].borrowed || s.staying[bg] - s.jobs[b].charge.gpu_milli + Nominal(bw) <=
+                                   world_.policy.groups[bg].reservation.gpu_milli;
+    if (bg != hg && head_borrows && inside) continue;
+    gone[b] = true;
+    behind.push_back(bw.id);
+  }
+  if (behind.empty()) return;
+  const int64_t without = EarliestStart(s, hw, gone, now);
+  if (without == kNoStart) return;
+  const int64_t with = EarliestStart(s, hw, none, now);
+  if (with <= without) return;
+  std::string names;
+  for (const std::string& b : behind) names += (names.empty() ? "" : ", ") + b;
+  std::vector<std::string> jobs = {hw.id};
+  jobs.insert(jobs.end(), behind.begin(), behind.end());
+  Report("backfill.head", now,
+         names + " started behind the blocked head " + hw.id + " and put its earliest start at " +
+             (with == kNoStart ? std::string("never") : "t=" + std::to_string(with) + "s") +
+             ", past t=" + std::to_string(without) + "s without them",
+         jobs);
+}
+
+// ------------------------------------------------------------------------------------------
+// Stability
+
+void Checker::CheckStability(const quota::QuotaEngine& e, int64_t now) {
+  for (size_t d = 0; d < world_.devices.size(); ++d) {
+    const DeviceInfo& info = world_.devices[d];
+    quota::DeviceView v = e.device(world_.nodes[info.node].name, info.index);
+    Layout now_layout{false, std::string(v.mig ? "MIG" : "") + v.amd_pair, {}};
+    for (const quota::SlotView& sl : v.slots) now_layout.slots.insert(sl.name);
+    Layout& before = layout_[d];
+    // A mode change, or a partition that went away (one created on free slices is not a
+    // reconfiguration: nothing was taken apart).
+    bool changed = before.seen && before.mode != now_layout.mode;
+    for (const std::string& name : before.slots)
+      changed = changed || now_layout.slots.count(name) == 0;
+    now_layout.seen = true;
+    before = std::move(now_layout);
+    if (!changed) continue;
+    std::vector<int64_t>& times = reconfig_times_[d];
+    times.push_back(now);
+    while (!times.empty() && times.front() <= now - 3600) times.erase(times.begin());
+    if (static_cast<int>(times.size()) > bounds_.max_reconfigurations_per_hour) {
+      Report("stability.reconfigure", now,
+             info.name + " changed its layout " + std::to_string(times.size()) +
+                 " times within an hour (bound " +
+                 std::to_string(bounds_.max_reconfigurations_per_hour) + ")",
+             {}, {info.name});
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// Fairness
+
+// Judged only where it is well defined: top-level groups without reservations or limits, every
+// group asking for one whole card at a time, and no whole card left idle while one waits. Over
+// each hour of such cycles in a row, a group's share of the GPU held is within 10% of its weight
+// over the sum of weights.
+void Checker::CheckFairness(const Snapshot& s, int64_t now) {
+  const size_t groups = world_.group_names.size();
+  bool judged = groups >= 2;
+  for (size_t g = 0; judged && g < groups; ++g) {
+    const quota::GroupSpec& gs = world_.policy.groups[g];
+    judged = world_.parent[g] < 0 && gs.reservation.gpu_milli == 0 &&
+             gs.limit.gpu_milli >= quota::kUnlimited;
+  }
+  std::vector<bool> asking(groups, false);
+  for (size_t h = 0; judged && h < s.jobs.size() && h < wants_.size(); ++h) {
+    const Want& w = wants_[h];
+    if (s.jobs[h].state != JobState::kPending || !w.valid) continue;
+    const bool one_whole =
+        w.count == 1 && w.forms.size() == 1 && w.forms[0] == AllocationForm::kWhole;
+    if (!one_whole) judged = false;
+    asking[static_cast<size_t>(w.group)] = true;
+  }
+  for (size_t g = 0; judged && g < groups; ++g) judged = asking[g];
+  const std::vector<bool> none;
+  for (size_t d = 0; judged && d < world_.devices.size(); ++d) {
+    judged =
+        s.down[world_.devices[d].node] || !s.devices[d].holders.empty() || s.devices[d].draining;
+  }
+  if (!judged) {
+    fair_since_ = -1;
+    fair_held_.assign(groups, 0);
+    fair_job_held_.clear();
+    return;
+  }
+  if (fair_since_ < 0) {
+    fair_since_ = now;
+    fair_held_.assign(groups, 0);
+    fair_job_held_.clear();
+  }
+  for (size_t g = 0; g < groups; ++g) fair_held_[g] += s.usage[g].gpu_milli;
+  fair_job_held_.resize(s.jobs.size(), 0);
+  for (size_t h = 0; h < s.jobs.size(); ++h) fair_job_held_[h] += s.jobs[h].charge.gpu_milli;
+  if (now - fair_since_ < 3600) return;
+  int64_t total = 0, weights = 0;
+  for (size_t g = 0; g < groups; ++g)
+    total += fair_held_[g], weights += world_.policy.groups[g].weight_milli;
+  // A share moves only when a job ends (or is preempted): one placement of a long job can tilt
+  // the hour by what that job held in it. On one card with jobs of 18-26 minutes, a fair order
+  // gave two equal groups 374 and 626 per mille of an hour. The bound allows the largest such
+  // holding on top of the 10%.
+  const int64_t one_job =
+      fair_job_held_.empty() ? 0 : *std::max_element(fair_job_held_.begin(), fair_job_held_.end());
+  for (size_t g = 0; g < groups && total > 0 && weights > 0; ++g) {
+    // |held/total - weight/weights| <= 10% of weight/weights (+ one job's holding), in integers.
+    const int64_t lhs =
+        fair_held_[g] * weights - world_.policy.groups[g].weight_milli * total;  // < 2^50
+    const int64_t bound = world_.policy.groups[g].weight_milli * total / 10 + one_job * weights;
+    if (lhs > bound || -lhs > bound) {
+      Report("fairness.share", now,
+             "group " + world_.group_names[g] + " held " +
+                 std::to_string(fair_held_[g] * 1000 / total) +
+                 " per mille of the contended GPU over the hour to t=" + std::to_string(now) +
+                 " s, its weight gives " +
+                 std::to_string(world_.policy.groups[g].weight_milli * 1000 / weights) +
+                 " (within 10%)",
+             {}, {world_.group_names[g]});
+    }
+  }
+  fair_since_ = now;  // the next hour
+  fair_held_.assign(groups, 0);
+  fair_job_held_.clear();
+}
+
+}  // namespace tessera::verify

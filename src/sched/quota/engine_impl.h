@@ -1,7 +1,9 @@
 // Internal to the quota engine: its runtime structures and the Engine class behind QuotaEngine.
-// Split over engine_setup.cc (setup, submission, lifecycle), engine_place.cc (quota and
-// placement), engine_preempt.cc (preemption, backfill, repartitioning) and engine_cycle.cc (the
-// cycle, invariants, views). Nothing outside src/sched/quota includes this.
+// Split over engine_setup.cc (setup, submission, completion), engine_lifecycle.cc (nodes, cancels,
+// restores), engine_place.cc (quota and placement), engine_preempt.cc (preemption, backfill),
+// engine_repartition.cc (drains for new layouts), engine_cycle.cc (the cycle and its unsplits),
+// engine_views.cc (invariants, views) and engine_mirror.cc (the placement policy's mirror).
+// Nothing outside src/sched/quota includes this.
 #pragma once
 
 #include <algorithm>

@@ -31,6 +31,21 @@ void AppendHex4(Buffer& out, unsigned v) {
   out.append(u, u + 6);
 }
 
+// The two-character escape of a line feed, carriage return or tab (the same in JSON and in the
+// text format), or nullptr for any other byte.
+const char* ShortEscape(unsigned char c) {
+  switch (c) {
+    case '\n':
+      return "\\n";
+    case '\r':
+      return "\\r";
+    case '\t':
+      return "\\t";
+    default:
+      return nullptr;
+  }
+}
+
 // The length of the valid UTF-8 sequence at s[i], or 0 when the bytes there are not one.
 size_t Utf8Length(std::string_view s, size_t i) {
   const auto c = static_cast<unsigned char>(s[i]);
@@ -64,12 +79,8 @@ void AppendJsonString(Buffer& out, std::string_view s) {
     if (c == '"' || c == '\\') {
       out.push_back('\\');
       out.push_back(static_cast<char>(c));
-    } else if (c == '\n') {
-      Append(out, "\\n");
-    } else if (c == '\r') {
-      Append(out, "\\r");
-    } else if (c == '\t') {
-      Append(out, "\\t");
+    } else if (const char* escape = ShortEscape(c)) {
+      Append(out, escape);
     } else if (c < 0x20 || c == 0x7F) {
       AppendHex4(out, c);
     } else if (c >= 0x80) {
@@ -110,12 +121,8 @@ void AppendText(Buffer& out, std::string_view s, bool quote_if_needed) {
     if (quote && (c == '"' || c == '\\')) {
       out.push_back('\\');
       out.push_back(ch);
-    } else if (c == '\n') {
-      Append(out, "\\n");
-    } else if (c == '\r') {
-      Append(out, "\\r");
-    } else if (c == '\t') {
-      Append(out, "\\t");
+    } else if (const char* escape = ShortEscape(c)) {
+      Append(out, escape);
     } else if (c < 0x20 || c == 0x7F) {
       fmt::format_to(std::back_inserter(out), "\\x{:02x}", c);
     } else {

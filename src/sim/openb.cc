@@ -117,89 +117,97 @@ class CsvReader {
   int line_no_ = 0;
 };
 
+// The rows of a CSV whose header starts with `required`, a row each data line: its name from the
+// first column (never empty), the rest from `parse_row(csv, fields, columns, &row)`. `what`
+// names the rows in errors ("node", "pod"); a file without any is an error.
+template <typename Row, typename ParseRow>
+Result<std::vector<Row>> ParseNamedRows(const std::string& text, const std::string& path,
+                                        const std::vector<std::string>& required,
+                                        const std::string& what, ParseRow parse_row) {
+  CsvReader csv(text, path);
+  size_t columns = 0;
+  Status st = csv.Header(required, &columns);
+  if (!st.ok()) return st;
+  std::vector<Row> rows;
+  std::vector<std::string_view> f;
+  while (true) {
+    Result<bool> more = csv.NextRow(&f);
+    if (!more.ok()) return more.status();
+    if (!*more) break;
+    Row row;
+    row.name = std::string(f[0]);
+    if (row.name.empty()) return csv.Error(0, "empty " + what + " name");
+    if (Status s = parse_row(csv, f, columns, &row); !s.ok()) return s;
+    rows.push_back(std::move(row));
+  }
+  if (rows.empty()) return Status::InvalidArgument(path + ": no " + what + " rows");
+  return rows;
+}
+
 }  // namespace
 
 Result<std::vector<Node>> ParseOpenbNodes(const std::string& text, const std::string& path) {
-  CsvReader csv(text, path);
-  size_t columns = 0;
-  Status st = csv.Header({"sn", "cpu_milli", "memory_mib", "gpu", "model"}, &columns);
-  if (!st.ok()) return st;
-  std::vector<Node> nodes;
-  std::vector<std::string_view> f;
   std::vector<int64_t> v;
-  while (true) {
-    Result<bool> more = csv.NextRow(&f);
-    if (!more.ok()) return more.status();
-    if (!*more) break;
-    Node n;
-    n.name = std::string(f[0]);
-    if (n.name.empty()) return csv.Error(0, "empty node name");
-    if (Status s = csv.Ints(f, 1, 3, &v); !s.ok()) return s;
-    const int64_t *cpu = &v[0], *mem = &v[1], *gpus = &v[2];
-    if (*gpus > 64) return csv.Error(3, "at most 64 GPUs per node");
-    if (*gpus > 0 && f[4].empty()) return csv.Error(4, "a node with GPUs needs a model");
-    n.cpu_milli = *cpu;
-    n.memory_mib = *mem;
-    for (int i = 0; i < *gpus; ++i) n.devices.push_back(Device{i, std::string(f[4]), 0});
-    nodes.push_back(std::move(n));
-  }
-  if (nodes.empty()) return Status::InvalidArgument(path + ": no node rows");
-  return nodes;
+  return ParseNamedRows<Node>(text, path, {"sn", "cpu_milli", "memory_mib", "gpu", "model"}, "node",
+                              [&v](const CsvReader& csv, const std::vector<std::string_view>& f,
+                                   size_t /*columns*/, Node* n) -> Status {
+                                if (Status s = csv.Ints(f, 1, 3, &v); !s.ok()) return s;
+                                const int64_t *cpu = &v[0], *mem = &v[1], *gpus = &v[2];
+                                if (*gpus > 64) return csv.Error(3, "at most 64 GPUs per node");
+                                if (*gpus > 0 && f[4].empty())
+                                  return csv.Error(4, "a node with GPUs needs a model");
+                                n->cpu_milli = *cpu;
+                                n->memory_mib = *mem;
+                                for (int i = 0; i < *gpus; ++i)
+                                  n->devices.push_back(Device{i, std::string(f[4]), 0});
+                                return Status::Ok();
+                              });
 }
 
 Result<std::vector<TracePod>> ParseOpenbPods(const std::string& text, const std::string& path) {
-  CsvReader csv(text, path);
-  size_t columns = 0;
-  Status st = csv.Header({"name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"}, &columns);
-  if (!st.ok()) return st;
-  std::vector<TracePod> pods;
-  std::vector<std::string_view> f;
   std::vector<int64_t> v;
-  while (true) {
-    Result<bool> more = csv.NextRow(&f);
-    if (!more.ok()) return more.status();
-    if (!*more) break;
-    TracePod p;
-    p.name = std::string(f[0]);
-    if (p.name.empty()) return csv.Error(0, "empty pod name");
-    if (Status s = csv.Ints(f, 1, 4, &v); !s.ok()) return s;
-    const int64_t *cpu = &v[0], *mem = &v[1], *num = &v[2], *milli = &v[3];
-    if (*num > 64) return csv.Error(3, "at most 64 GPUs per pod");
-    if (*milli > 1000) return csv.Error(4, "gpu_milli above 1000");
-    if (*num == 0 && *milli != 0) return csv.Error(4, "gpu_milli without num_gpu");
-    if (*num > 0 && *milli == 0) return csv.Error(4, "num_gpu > 0 needs gpu_milli > 0");
-    if (*num > 1 && *milli != 1000)
-      return csv.Error(4, "multi-GPU pods must take whole GPUs (1000)");
-    p.cpu_milli = *cpu;
-    p.memory_mib = *mem;
-    p.num_gpu = static_cast<int>(*num);
-    p.gpu_milli = *milli;
-    if (columns > 5 && !f[5].empty()) {
-      std::string_view spec = f[5];
-      size_t start = 0;
-      while (true) {
-        size_t bar = spec.find('|', start);
-        std::string_view m =
-            spec.substr(start, bar == std::string_view::npos ? spec.npos : bar - start);
-        if (m.empty()) return csv.Error(5, "empty model in gpu_spec '" + std::string(spec) + "'");
-        p.gpu_spec.emplace_back(m);
-        if (bar == std::string_view::npos) break;
-        start = bar + 1;
-      }
-    }
-    if (columns > 9) {
-      for (auto [col, field] :
-           {std::pair<size_t, int64_t*>{8, &p.creation_time}, {9, &p.deletion_time}}) {
-        if (f[col].empty()) continue;
-        auto t = csv.Int(f, col);
-        if (!t.ok()) return t.status();
-        *field = *t;
-      }
-    }
-    pods.push_back(std::move(p));
-  }
-  if (pods.empty()) return Status::InvalidArgument(path + ": no pod rows");
-  return pods;
+  return ParseNamedRows<TracePod>(
+      text, path, {"name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"}, "pod",
+      [&v](const CsvReader& csv, const std::vector<std::string_view>& f, size_t columns,
+           TracePod* p) -> Status {
+        if (Status s = csv.Ints(f, 1, 4, &v); !s.ok()) return s;
+        const int64_t *cpu = &v[0], *mem = &v[1], *num = &v[2], *milli = &v[3];
+        if (*num > 64) return csv.Error(3, "at most 64 GPUs per pod");
+        if (*milli > 1000) return csv.Error(4, "gpu_milli above 1000");
+        if (*num == 0 && *milli != 0) return csv.Error(4, "gpu_milli without num_gpu");
+        if (*num > 0 && *milli == 0) return csv.Error(4, "num_gpu > 0 needs gpu_milli > 0");
+        if (*num > 1 && *milli != 1000)
+          return csv.Error(4, "multi-GPU pods must take whole GPUs (1000)");
+        p->cpu_milli = *cpu;
+        p->memory_mib = *mem;
+        p->num_gpu = static_cast<int>(*num);
+        p->gpu_milli = *milli;
+        if (columns > 5 && !f[5].empty()) {
+          std::string_view spec = f[5];
+          size_t start = 0;
+          while (true) {
+            size_t bar = spec.find('|', start);
+            std::string_view m =
+                spec.substr(start, bar == std::string_view::npos ? spec.npos : bar - start);
+            if (m.empty()) {
+              return csv.Error(5, "empty model in gpu_spec '" + std::string(spec) + "'");
+            }
+            p->gpu_spec.emplace_back(m);
+            if (bar == std::string_view::npos) break;
+            start = bar + 1;
+          }
+        }
+        if (columns > 9) {
+          for (auto [col, field] :
+               {std::pair<size_t, int64_t*>{8, &p->creation_time}, {9, &p->deletion_time}}) {
+            if (f[col].empty()) continue;
+            auto t = csv.Int(f, col);
+            if (!t.ok()) return t.status();
+            *field = *t;
+          }
+        }
+        return Status::Ok();
+      });
 }
 
 Result<std::vector<Node>> ReadOpenbNodes(const std::string& path) {

@@ -98,4 +98,10 @@ std::string NewIdempotencyKey() {
   return out;
 }
 
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 }  // namespace tessera::cli

@@ -5,6 +5,7 @@
 // system's CAs).
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
@@ -39,6 +40,9 @@ ClientReply HttpCall(const CallOptions& options, const std::string& method, cons
 
 // A fresh random key (128 bits, hex) for one invocation's Idempotency-Key.
 std::string NewIdempotencyKey();
+
+// The wall clock: milliseconds since the Unix epoch.
+int64_t NowMs();
 
 // The flags every server-talking command takes, and their resolution from the environment.
 struct ClientOptions {

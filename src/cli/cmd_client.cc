@@ -22,12 +22,6 @@ namespace {
 
 using Json = nlohmann::json;
 
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 // ---- user commands ----
 
 std::string Age(int64_t since_ms) {

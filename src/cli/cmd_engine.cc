@@ -40,12 +40,6 @@ const log::Logger& ServeLog() {
   return logger;
 }
 
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 bool SplitListen(const std::string& listen, std::string* host, int* port) {
   size_t colon = listen.rfind(':');
   if (colon == std::string::npos) return false;

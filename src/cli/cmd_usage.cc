@@ -22,12 +22,6 @@ namespace {
 
 using Json = nlohmann::json;
 
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 // ---- usage ----
 
 // A time for --since/--until: a duration ago ("7d", "90m", "3600"), "now", milliseconds since the

@@ -11,37 +11,37 @@ using tessera::capgpu::HookId;
 using tessera::capgpu::Real;
 using tessera::capgpu::Runtime;
 
+namespace {
+
+// A launch through the hook `kId` (cuLaunchKernel or its per-thread-stream twin): straight to the
+// driver when uncapped; capped, counted and passed through the swap gate first.
+template <HookId kId, typename... Args>
+inline CUresult Launch(Args... args) {
+  auto real = Real<kId>();
+  if (__builtin_expect(real == nullptr, 0)) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!Runtime::Get().Capped()) return real(args...);
+  Runtime::Get().NoteLaunch();
+  GateScope gate(Runtime::Get().swapper());
+  return real(args...);
+}
+
+}  // namespace
+
 extern "C" {
 
 CUresult cuLaunchKernel(CUfunction f, unsigned int grid_x, unsigned int grid_y, unsigned int grid_z,
                         unsigned int block_x, unsigned int block_y, unsigned int block_z,
                         unsigned int shared_bytes, CUstream stream, void** params, void** extra) {
-  auto real = Real<HookId::cuLaunchKernel>();
-  if (__builtin_expect(real == nullptr, 0)) return CUDA_ERROR_NOT_INITIALIZED;
-  if (!Runtime::Get().Capped()) {
-    return real(f, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes, stream, params,
-                extra);
-  }
-  Runtime::Get().NoteLaunch();
-  GateScope gate(Runtime::Get().swapper());
-  return real(f, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes, stream, params,
-              extra);
+  return Launch<HookId::cuLaunchKernel>(f, grid_x, grid_y, grid_z, block_x, block_y, block_z,
+                                        shared_bytes, stream, params, extra);
 }
 
 CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int grid_x, unsigned int grid_y,
                              unsigned int grid_z, unsigned int block_x, unsigned int block_y,
                              unsigned int block_z, unsigned int shared_bytes, CUstream stream,
                              void** params, void** extra) {
-  auto real = Real<HookId::cuLaunchKernel_ptsz>();
-  if (__builtin_expect(real == nullptr, 0)) return CUDA_ERROR_NOT_INITIALIZED;
-  if (!Runtime::Get().Capped()) {
-    return real(f, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes, stream, params,
-                extra);
-  }
-  Runtime::Get().NoteLaunch();
-  GateScope gate(Runtime::Get().swapper());
-  return real(f, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes, stream, params,
-              extra);
+  return Launch<HookId::cuLaunchKernel_ptsz>(f, grid_x, grid_y, grid_z, block_x, block_y, block_z,
+                                             shared_bytes, stream, params, extra);
 }
 
 }  // extern "C"

@@ -75,6 +75,65 @@ CUresult SwappableAlloc(CUdeviceptr* dptr, uint64_t bytes) {
                  [&] { return Swap().Alloc(dptr, rounded, device); });
 }
 
+// A device allocation the swap cannot move (managed memory, stream-ordered pools) through the
+// hook `kId`: the process stays resident, and the allocation is charged as cuMemAlloc's is.
+template <HookId kId, typename... Rest>
+CUresult UnmovableAlloc(Unswappable why, CUdeviceptr* dptr, size_t bytesize, Rest... rest) {
+  auto real = Real<kId>();
+  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!Runtime::Get().Capped() || dptr == nullptr) return real(dptr, bytesize, rest...);
+  GateScope gate(Swap());
+  Unmovable(why);
+  return Charged(AllocKind::kDevicePointer, Device(), bytesize, dptr,
+                 [&] { return real(dptr, bytesize, rest...); });
+}
+
+uint64_t DescriptorBytes(const CUDA_ARRAY_DESCRIPTOR& desc) {
+  return tessera::capgpu::ArrayBytes(desc.Width, desc.Height, 0, desc.Format, desc.NumChannels, 0);
+}
+
+uint64_t DescriptorBytes(const CUDA_ARRAY3D_DESCRIPTOR& desc) {
+  return tessera::capgpu::ArrayBytes(desc.Width, desc.Height, desc.Depth, desc.Format,
+                                     desc.NumChannels, desc.Flags);
+}
+
+// An array through the hook `kId`: charged the size its descriptor gives, and unswappable.
+template <HookId kId, typename Descriptor>
+CUresult CreateArray(CUarray* array, const Descriptor* desc) {
+  auto real = Real<kId>();
+  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!Runtime::Get().Capped() || array == nullptr || desc == nullptr) return real(array, desc);
+  GateScope gate(Swap());
+  Unmovable(Unswappable::kArray);
+  const uint64_t bytes = DescriptorBytes(*desc);
+  Runtime& rt = Runtime::Get();
+  const uint32_t device = Device();
+  if (!rt.Charge(device, bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
+  CUresult r = real(array, desc);
+  if (r != CUDA_SUCCESS) {
+    rt.Credit(device, bytes);
+    return r;
+  }
+  rt.allocations().Insert(AllocKind::kArray, reinterpret_cast<uint64_t>(*array), bytes, device);
+  return r;
+}
+
+// A free through the hook `kId` of the allocation (kind, key), credited as Credited says:
+// `swap_free(&r)` frees what the swap made (true when it did, with its result in r); anything
+// else goes to the driver, called with `args`.
+template <HookId kId, typename SwapFree, typename... Args>
+CUresult Freed(AllocKind kind, uint64_t key, SwapFree swap_free, Args... args) {
+  auto real = Real<kId>();
+  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!Runtime::Get().Capped()) return real(args...);
+  GateScope gate(Swap());
+  return Credited(kind, key, [&] {
+    CUresult r = CUDA_SUCCESS;
+    if (Swap().on() && swap_free(&r)) return r;
+    return real(args...);
+  });
+}
+
 }  // namespace
 
 extern "C" {
@@ -90,57 +149,31 @@ CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
 }
 
 CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flags) {
-  auto real = Real<HookId::cuMemAllocManaged>();
-  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
-  if (!Runtime::Get().Capped() || dptr == nullptr) return real(dptr, bytesize, flags);
-  GateScope gate(Swap());
-  Unmovable(Unswappable::kManaged);
-  return Charged(AllocKind::kDevicePointer, Device(), bytesize, dptr,
-                 [&] { return real(dptr, bytesize, flags); });
+  return UnmovableAlloc<HookId::cuMemAllocManaged>(Unswappable::kManaged, dptr, bytesize, flags);
 }
 
 CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream stream) {
-  auto real = Real<HookId::cuMemAllocAsync>();
-  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
-  if (!Runtime::Get().Capped() || dptr == nullptr) return real(dptr, bytesize, stream);
-  GateScope gate(Swap());
-  Unmovable(Unswappable::kStreamOrderedPool);
-  return Charged(AllocKind::kDevicePointer, Device(), bytesize, dptr,
-                 [&] { return real(dptr, bytesize, stream); });
+  return UnmovableAlloc<HookId::cuMemAllocAsync>(Unswappable::kStreamOrderedPool, dptr, bytesize,
+                                                 stream);
 }
 
 CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream stream) {
-  auto real = Real<HookId::cuMemAllocAsync_ptsz>();
-  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
-  if (!Runtime::Get().Capped() || dptr == nullptr) return real(dptr, bytesize, stream);
-  GateScope gate(Swap());
-  Unmovable(Unswappable::kStreamOrderedPool);
-  return Charged(AllocKind::kDevicePointer, Device(), bytesize, dptr,
-                 [&] { return real(dptr, bytesize, stream); });
+  return UnmovableAlloc<HookId::cuMemAllocAsync_ptsz>(Unswappable::kStreamOrderedPool, dptr,
+                                                      bytesize, stream);
 }
 
 // The pool's device is taken to be the current context's (pools are almost always created for
 // it); cuMemPoolGetAccess would cost a driver call per allocation.
 CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
                                  CUstream stream) {
-  auto real = Real<HookId::cuMemAllocFromPoolAsync>();
-  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
-  if (!Runtime::Get().Capped() || dptr == nullptr) return real(dptr, bytesize, pool, stream);
-  GateScope gate(Swap());
-  Unmovable(Unswappable::kStreamOrderedPool);
-  return Charged(AllocKind::kDevicePointer, Device(), bytesize, dptr,
-                 [&] { return real(dptr, bytesize, pool, stream); });
+  return UnmovableAlloc<HookId::cuMemAllocFromPoolAsync>(Unswappable::kStreamOrderedPool, dptr,
+                                                         bytesize, pool, stream);
 }
 
 CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
                                       CUstream stream) {
-  auto real = Real<HookId::cuMemAllocFromPoolAsync_ptsz>();
-  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
-  if (!Runtime::Get().Capped() || dptr == nullptr) return real(dptr, bytesize, pool, stream);
-  GateScope gate(Swap());
-  Unmovable(Unswappable::kStreamOrderedPool);
-  return Charged(AllocKind::kDevicePointer, Device(), bytesize, dptr,
-                 [&] { return real(dptr, bytesize, pool, stream); });
+  return UnmovableAlloc<HookId::cuMemAllocFromPoolAsync_ptsz>(Unswappable::kStreamOrderedPool, dptr,
+                                                              bytesize, pool, stream);
 }
 
 // The pitch is only known after the call: charge an estimate with the usual 512-byte alignment,
@@ -216,104 +249,43 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
 }
 
 CUresult cuArrayCreate_v2(CUarray* array, const CUDA_ARRAY_DESCRIPTOR* desc) {
-  auto real = Real<HookId::cuArrayCreate_v2>();
-  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
-  if (!Runtime::Get().Capped() || array == nullptr || desc == nullptr) return real(array, desc);
-  GateScope gate(Swap());
-  Unmovable(Unswappable::kArray);
-  const uint64_t bytes =
-      tessera::capgpu::ArrayBytes(desc->Width, desc->Height, 0, desc->Format, desc->NumChannels, 0);
-  Runtime& rt = Runtime::Get();
-  const uint32_t device = Device();
-  if (!rt.Charge(device, bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
-  CUresult r = real(array, desc);
-  if (r != CUDA_SUCCESS) {
-    rt.Credit(device, bytes);
-    return r;
-  }
-  rt.allocations().Insert(AllocKind::kArray, reinterpret_cast<uint64_t>(*array), bytes, device);
-  return r;
+  return CreateArray<HookId::cuArrayCreate_v2>(array, desc);
 }
 
 CUresult cuArray3DCreate_v2(CUarray* array, const CUDA_ARRAY3D_DESCRIPTOR* desc) {
-  auto real = Real<HookId::cuArray3DCreate_v2>();
-  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
-  if (!Runtime::Get().Capped() || array == nullptr || desc == nullptr) return real(array, desc);
-  GateScope gate(Swap());
-  Unmovable(Unswappable::kArray);
-  const uint64_t bytes = tessera::capgpu::ArrayBytes(desc->Width, desc->Height, desc->Depth,
-                                                     desc->Format, desc->NumChannels, desc->Flags);
-  Runtime& rt = Runtime::Get();
-  const uint32_t device = Device();
-  if (!rt.Charge(device, bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
-  CUresult r = real(array, desc);
-  if (r != CUDA_SUCCESS) {
-    rt.Credit(device, bytes);
-    return r;
-  }
-  rt.allocations().Insert(AllocKind::kArray, reinterpret_cast<uint64_t>(*array), bytes, device);
-  return r;
+  return CreateArray<HookId::cuArray3DCreate_v2>(array, desc);
 }
 
 CUresult cuMemFree_v2(CUdeviceptr dptr) {
-  auto real = Real<HookId::cuMemFree_v2>();
-  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
-  if (!Runtime::Get().Capped()) return real(dptr);
-  GateScope gate(Swap());
-  return Credited(AllocKind::kDevicePointer, dptr, [&] {
-    CUresult r = CUDA_SUCCESS;
-    if (Swap().on() && Swap().Free(dptr, &r)) return r;
-    return real(dptr);
-  });
+  return Freed<HookId::cuMemFree_v2>(
+      AllocKind::kDevicePointer, dptr, [&](CUresult* r) { return Swap().Free(dptr, r); }, dptr);
 }
 
 // Stream-ordered frees are credited when enqueued: the memory returns to the pool when the
-// stream reaches the free, and the pool is the driver's, not the workload's, to hand out.
+// stream reaches the free, and the pool is the driver's, not the workload's, to hand out. A
+// library range freed on a stream: the stream is drained first, then it goes at once.
 CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
-  auto real = Real<HookId::cuMemFreeAsync>();
-  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
-  if (!Runtime::Get().Capped()) return real(dptr, stream);
-  GateScope gate(Swap());
-  return Credited(AllocKind::kDevicePointer, dptr, [&] {
-    CUresult r = CUDA_SUCCESS;
-    // A library range freed on a stream: the stream is drained first, then it goes at once.
-    if (Swap().on() && Swap().Free(dptr, &r, &stream)) return r;
-    return real(dptr, stream);
-  });
+  return Freed<HookId::cuMemFreeAsync>(
+      AllocKind::kDevicePointer, dptr, [&](CUresult* r) { return Swap().Free(dptr, r, &stream); },
+      dptr, stream);
 }
 
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream) {
-  auto real = Real<HookId::cuMemFreeAsync_ptsz>();
-  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
-  if (!Runtime::Get().Capped()) return real(dptr, stream);
-  GateScope gate(Swap());
-  return Credited(AllocKind::kDevicePointer, dptr, [&] {
-    CUresult r = CUDA_SUCCESS;
-    // A library range freed on a stream: the stream is drained first, then it goes at once.
-    if (Swap().on() && Swap().Free(dptr, &r, &stream)) return r;
-    return real(dptr, stream);
-  });
+  return Freed<HookId::cuMemFreeAsync_ptsz>(
+      AllocKind::kDevicePointer, dptr, [&](CUresult* r) { return Swap().Free(dptr, r, &stream); },
+      dptr, stream);
 }
 
 CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
-  auto real = Real<HookId::cuMemRelease>();
-  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
-  if (!Runtime::Get().Capped()) return real(handle);
-  GateScope gate(Swap());
-  return Credited(AllocKind::kMemHandle, handle, [&] {
-    CUresult r = CUDA_SUCCESS;
-    if (Swap().on() && Swap().Release(handle, &r)) return r;
-    return real(handle);
-  });
+  return Freed<HookId::cuMemRelease>(
+      AllocKind::kMemHandle, handle, [&](CUresult* r) { return Swap().Release(handle, r); },
+      handle);
 }
 
+// Arrays are never the swap's: the driver frees them.
 CUresult cuArrayDestroy(CUarray array) {
-  auto real = Real<HookId::cuArrayDestroy>();
-  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
-  if (!Runtime::Get().Capped()) return real(array);
-  GateScope gate(Swap());
-  return Credited(AllocKind::kArray, reinterpret_cast<uint64_t>(array),
-                  [&] { return real(array); });
+  return Freed<HookId::cuArrayDestroy>(
+      AllocKind::kArray, reinterpret_cast<uint64_t>(array), [](CUresult*) { return false; }, array);
 }
 
 // Mappings through handles the library tracks (swap.h); pass-through otherwise.

@@ -66,404 +66,389 @@ int IntParam(const HttpRequest& req, const char* name, int def, int max) {
   return static_cast<int>(std::min<int64_t>(*v, max));
 }
 
-// Registers routes on the HTTP server with each request's handling time recorded for
-// tessera_http_request_duration_seconds, by the route's pattern (bounded labels), not its path.
-struct TimedRoutes {
-  net::HttpServer& http;
-  Engine* e;
-  void Route(const std::string& method, const std::string& pattern, net::HttpHandler handler,
-             log::Level request_log = log::Level::kInfo) {
-    http.Route(
-        method, pattern,
-        [e = e, method, pattern, handler = std::move(handler)](const HttpRequest& req,
-                                                               HttpResponse& res) {
-          const auto start = std::chrono::steady_clock::now();
-          auto micros = [&start] {
-            return std::chrono::duration_cast<std::chrono::microseconds>(
-                       std::chrono::steady_clock::now() - start)
-                .count();
-          };
-          try {
-            if (Status st = CheckRequestText(req); !st.ok()) {
-              ReplyError(res, st);
-            } else {
-              handler(req, res);
-            }
-          } catch (...) {
-            e->ObserveRequest(method, pattern, 500, micros());  // the server answers 500
-            throw;
-          }
-          e->ObserveRequest(method, pattern, res.status, micros());
-        },
-        request_log);
-  }
-  // A route answered later (once what it changed is durable), timed until its answer.
-  void RouteAsync(const std::string& method, const std::string& pattern,
-                  net::HttpAsyncHandler handler, log::Level request_log = log::Level::kInfo) {
-    http.RouteAsync(
-        method, pattern,
-        [e = e, method, pattern, handler = std::move(handler)](const HttpRequest& req,
-                                                               net::HttpReply reply) {
-          const auto start = std::chrono::steady_clock::now();
-          net::HttpReply timed = [e, method, pattern, start,
-                                  reply = std::move(reply)](HttpResponse res) {
-            const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(
-                std::chrono::steady_clock::now() - start);
-            e->ObserveRequest(method, pattern, res.status, micros.count());
-            reply(std::move(res));
-          };
-          if (Status st = CheckRequestText(req); !st.ok()) {
-            HttpResponse res;
-            ReplyError(res, st);
-            return timed(std::move(res));
-          }
-          handler(req, std::move(timed));
-        },
-        request_log);
-  }
-};
-
-// A handler that runs `fn` with the request's identity, or refuses the request (401) for its
-// credentials, with an audit event.
-template <typename Fn>
-auto Authed(Engine* e, Fn fn) {
-  return [e, fn](const HttpRequest& req, HttpResponse& res) {
-    auto who = Authenticate(*e, req);
-    if (!who.ok()) {
-      e->AuditAuthFailure(req.method, req.path, who.status().message());
-      return ReplyError(res, who.status());
-    }
-    fn(*who, req, res);
-  };
+// A refused role: who the caller is, and who the route is for.
+std::string Refusal(const Route& route, const Identity& who) {
+  const char* for_whom = route.access == Access::kUser    ? "users and admins"
+                         : route.access == Access::kAgent ? "agents and admins"
+                         : route.access == Access::kMetrics
+                             ? "admins (or set metrics_public: true in the config)"
+                             : "admins";
+  return "'" + who.name + "' is " + (who.role == Role::kAgent ? "an agent" : "a user") + ": " +
+         route.method + " " + route.pattern + " is for " + for_whom;
 }
 
-// The same for a route answered later: `fn(who, req, reply)`.
-template <typename Fn>
-auto AuthedAsync(Engine* e, Fn fn) {
-  return [e, fn](const HttpRequest& req, net::HttpReply reply) {
-    auto who = Authenticate(*e, req);
-    if (!who.ok()) {
-      e->AuditAuthFailure(req.method, req.path, who.status().message());
-      HttpResponse res;
-      ReplyError(res, who.status());
-      return reply(std::move(res));
-    }
-    fn(*who, req, std::move(reply));
-  };
-}
-
-// GET /v1/health (no token) and /v1/whoami.
-void AddHealthRoutes(TimedRoutes& s) {
-  Engine* e = s.e;
-  s.Route("GET", "/v1/health", [e](const HttpRequest& req, HttpResponse& res) {
+// GET /v1/health: up or not and the role for anyone; the counts and the store's error text only
+// with an admin's token.
+RouteHandler Health(Engine* e) {
+  return [e](const Identity&, const HttpRequest& req, HttpResponse& res) {
     Json h = e->Health();
     const int code = h["ok"].get<bool>() ? 200 : 503;
-    // Without an admin's token: up or not, and the role; no counts, no store error text.
     auto who = Authenticate(*e, req);
     if (!who.ok() || who->role != Role::kAdmin) {
       h = Json{
           {"ok", h["ok"]}, {"role", h["role"]}, {"store", h["ok"].get<bool>() ? "ok" : "failed"}};
     }
     Reply(res, code, h);
-  });
-  s.Route("GET", "/v1/whoami",
-          Authed(e, [](const Identity& who, const HttpRequest&, HttpResponse& res) {
-            Reply(res, 200,
-                  Json{{"name", who.name}, {"role", RoleName(who.role)}, {"groups", who.groups}});
-          }));
+  };
 }
 
-// Jobs: submit, list, get, cancel, read output.
-void AddJobRoutes(TimedRoutes& s) {
-  Engine* e = s.e;
-  // Answered once the job is durable, from the commit writer: no API thread waits for the store.
-  s.RouteAsync(
-      "POST", "/v1/jobs",
-      AuthedAsync(e, [e](const Identity& who, const HttpRequest& req, net::HttpReply reply) {
-        auto body = Body(req);
-        if (!body.ok()) return ReplyLater(reply, body.status());
-        e->SubmitAsync(who, *body, req.header("idempotency-key"),
-                       [reply = std::move(reply)](Result<Json> r, bool replayed) {
-                         ReplyLater(reply, r, replayed ? 200 : 201);
-                       });
-      }));
-  s.Route(
-      "GET", "/v1/jobs",
-      Authed(e, [e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
-        int limit = IntParam(req, "limit", 100, 10000);
-        if (limit < 0)
-          return ReplyError(res, Status::InvalidArgument("'limit' must be a non-negative integer"));
-        ReplyResult(res, e->ListJobs(who, req.has_param("state") ? req.param("state") : "", limit));
-      }));
-  s.Route("GET", "/v1/jobs/{id}",
-          Authed(e, [e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
-            ReplyResult(res, e->GetJob(who, req.params[0]));
-          }));
-  s.Route("POST", "/v1/jobs/{id}/cancel",
-          Authed(e, [e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
-            ReplyResult(res, e->Cancel(who, req.params[0]));
-          }));
-  s.Route("GET", "/v1/jobs/{id}/output",
-          Authed(e, [e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
-            // A range: "Range: bytes=FIRST-[LAST]" or ?offset=&length=, at most 4 MiB per request
-            // (206 with Content-Range when it is not the whole output); X-Output-Size says how much
-            // there is, so a client reads on from where it stopped.
-            int64_t offset = 0, length = Engine::kOutputRangeMax;
-            if (Status st = OutputRangeOf(req, &offset, &length); !st.ok())
-              return ReplyError(res, st);
-            auto out = e->JobOutput(who, req.params[0], offset, length);
-            if (!out.ok()) return ReplyError(res, out.status());
-            const int64_t last = out->offset + static_cast<int64_t>(out->bytes.size());
-            res.content_type = "text/plain";
-            res.headers.emplace_back("X-Output-Size", std::to_string(out->total));
-            res.headers.emplace_back("Accept-Ranges", "bytes");
-            if (out->offset > 0 || last < out->total) {
-              res.status = 206;
-              res.headers.emplace_back(
-                  "Content-Range", out->bytes.empty() ? "bytes */" + std::to_string(out->total)
-                                                      : "bytes " + std::to_string(out->offset) +
-                                                            "-" + std::to_string(last - 1) + "/" +
-                                                            std::to_string(out->total));
-            }
-            res.body = std::move(out->bytes);
-          }));
+RouteHandler WhoAmI() {
+  return [](const Identity& who, const HttpRequest&, HttpResponse& res) {
+    Reply(res, 200, Json{{"name", who.name}, {"role", RoleName(who.role)}, {"groups", who.groups}});
+  };
 }
 
-// Queues, groups, nodes, the summary and the event log.
-void AddViewRoutes(TimedRoutes& s) {
-  Engine* e = s.e;
-  s.Route("GET", "/v1/queues",
-          Authed(e, [e](const Identity& who, const HttpRequest&, HttpResponse& res) {
-            ReplyResult(res, e->Queues(who));
-          }));
-  s.Route("GET", "/v1/groups",
-          Authed(e, [e](const Identity& who, const HttpRequest&, HttpResponse& res) {
-            ReplyResult(res, e->Groups(who));
-          }));
-  s.Route("GET", "/v1/nodes",
-          Authed(e, [e](const Identity& who, const HttpRequest&, HttpResponse& res) {
-            ReplyResult(res, e->Nodes(who));
-          }));
-  s.Route("GET", "/v1/summary",
-          Authed(e, [e](const Identity& who, const HttpRequest&, HttpResponse& res) {
-            ReplyResult(res, e->Summary(who));
-          }));
-  s.Route(
-      "GET", "/v1/events",
-      Authed(e, [e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
-        int limit = IntParam(req, "limit", 100, 1000);
-        // Event numbers are 64-bit: past 2^31 an int would page the same events forever.
-        auto after_param = ParseNonNegativeInt(req.has_param("after") ? req.param("after") : "0");
-        int64_t after = after_param.ok() ? *after_param : -1;
-        const int tail = IntParam(req, "tail", 0, 1000);
-        if (limit < 0 || after < 0 || tail < 0) {
-          return ReplyError(res, Status::InvalidArgument(
-                                     "'after', 'limit' and 'tail' must be non-negative integers"));
-        }
-        if (tail > 0) {
-          // The newest events: start `tail` before the last one recorded.
-          auto last = e->LastEventSeq();
-          if (!last.ok()) return ReplyError(res, last.status());
-          after = std::max<int64_t>(0, *last - tail);
-        }
-        store::EventFilter f;
-        if (req.has_param("kind")) f.kind_prefix = req.param("kind");
-        if (req.has_param("subject")) f.subject = req.param("subject");
-        if (req.has_param("actor")) f.actor = req.param("actor");
-        ReplyResult(res, e->Events(who, after, limit, f));
-      }));
+// POST /v1/jobs: answered once the job is durable, from the commit writer (201, or 200 when an
+// Idempotency-Key replays an earlier submission): no API thread waits for the store.
+AsyncRouteHandler Submit(Engine* e) {
+  return [e](const Identity& who, const HttpRequest& req, net::HttpReply reply) {
+    auto body = Body(req);
+    if (!body.ok()) return ReplyLater(reply, body.status());
+    e->SubmitAsync(who, *body, req.header("idempotency-key"),
+                   [reply = std::move(reply)](Result<Json> r, bool replayed) {
+                     ReplyLater(reply, r, replayed ? 200 : 201);
+                   });
+  };
 }
 
-// Utilization history, usage and what-if.
-void AddHistoryRoutes(TimedRoutes& s) {
-  Engine* e = s.e;
-  s.Route("GET", "/v1/utilization",
-          Authed(e, [e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
-            Engine::HistoryQuery q;
-            if (Status st = MsParams(
-                    req, {{"since", &q.since_ms}, {"until", &q.until_ms}, {"step", &q.step_ms}});
-                !st.ok())
-              return ReplyError(res, st);
-            if (req.has_param("by")) q.by = req.param("by");
-            ReplyResult(res, e->Utilization(who, q));
-          }));
-  s.Route(
-      "GET", "/v1/usage",
-      Authed(e, [e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
-        Engine::UsageQuery q;
-        if (Status st = MsParams(req, {{"since", &q.since_ms}, {"until", &q.until_ms}}); !st.ok())
-          return ReplyError(res, st);
-        if (req.has_param("by")) q.by = req.param("by");
-        ReplyResult(res, e->Usage(who, q));
-      }));
-  s.Route("GET", "/v1/whatif/scenario",
-          Authed(e, [e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
-            int64_t since = 0, until = 0;
-            if (Status st = MsParams(req, {{"since", &since}, {"until", &until}}); !st.ok())
-              return ReplyError(res, st);
-            ReplyResult(res, e->WhatIfScenario(who, since, until));
-          }));
-  // forms: "interactive=share;training=whole,share" (classes separated by ';').
-  s.Route("GET", "/v1/whatif",
-          Authed(e, [e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
-            int64_t since = 0, until = 0;
-            if (Status st = MsParams(req, {{"since", &since}, {"until", &until}}); !st.ok())
-              return ReplyError(res, st);
-            std::vector<std::string> forms;
-            std::string rest = req.has_param("forms") ? req.param("forms") : "";
-            while (!rest.empty()) {
-              const size_t semi = rest.find(';');
-              if (semi != 0) forms.push_back(rest.substr(0, semi));
-              rest = semi == std::string::npos ? "" : rest.substr(semi + 1);
-            }
-            ReplyResult(res, e->WhatIf(who, since, until, forms));
-          }));
+RouteHandler ListJobs(Engine* e) {
+  return [e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
+    int limit = IntParam(req, "limit", 100, 10000);
+    if (limit < 0)
+      return ReplyError(res, Status::InvalidArgument("'limit' must be a non-negative integer"));
+    ReplyResult(res, e->ListJobs(who, req.has_param("state") ? req.param("state") : "", limit));
+  };
 }
 
-// Prometheus's /metrics and the dashboard page at /.
-void AddMetricsAndDashboardRoutes(TimedRoutes& s) {
-  Engine* e = s.e;
-  // Prometheus: admins, or anyone (no token needed) when the config says metrics_public.
-  s.Route(
-      "GET", "/metrics",
-      [e, http = &s.http](const HttpRequest& req, HttpResponse& res) {
-        Identity anonymous;  // a user: allowed only by metrics_public
-        anonymous.name = "anonymous";
-        Result<Identity> who = anonymous;
-        if (!e->config().metrics_public || !req.header("authorization").empty()) {
-          who = Authenticate(*e, req);
-          if (!who.ok()) {
-            e->AuditAuthFailure(req.method, req.path, who.status().message());
-            return ReplyError(res, who.status());
-          }
-        }
-        auto text = e->Metrics(*who);
-        if (!text.ok()) return ReplyError(res, text.status());
-        res.content_type = "text/plain; version=0.0.4; charset=utf-8";
-        // The HTTP server's connections: open now, and refused at once over a cap since start.
-        res.body = std::move(*text) +
-                   "# HELP tessera_http_connections Connections open now.\n"
-                   "# TYPE tessera_http_connections gauge\n"
-                   "tessera_http_connections " +
-                   std::to_string(http->connections()) +
-                   "\n"
-                   "# HELP tessera_http_connections_max The cap on open connections.\n"
-                   "# TYPE tessera_http_connections_max gauge\n"
-                   "tessera_http_connections_max " +
-                   std::to_string(http->max_connections()) +
-                   "\n"
-                   "# HELP tessera_http_connections_refused_total Connections closed at once, "
-                   "over --max-connections or --max-connections-per-peer.\n"
-                   "# TYPE tessera_http_connections_refused_total counter\n"
-                   "tessera_http_connections_refused_total " +
-                   std::to_string(http->refused_connections()) + "\n";
-      },
-      RequestLogLevel("/metrics"));
-  // The dashboard: a static page; it reads the API above with the user's token.
-  s.Route("GET", "/", [](const HttpRequest&, HttpResponse& res) {
+// GET /v1/jobs/{id}/output: a range, "Range: bytes=FIRST-[LAST]" or ?offset=&length=, at most
+// 4 MiB per request (206 with Content-Range when it is not the whole output); X-Output-Size says
+// how much there is, so a client reads on from where it stopped.
+RouteHandler JobOutput(Engine* e) {
+  return [e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
+    int64_t offset = 0, length = Engine::kOutputRangeMax;
+    if (Status st = OutputRangeOf(req, &offset, &length); !st.ok()) return ReplyError(res, st);
+    auto out = e->JobOutput(who, req.params[0], offset, length);
+    if (!out.ok()) return ReplyError(res, out.status());
+    const int64_t last = out->offset + static_cast<int64_t>(out->bytes.size());
+    res.content_type = "text/plain";
+    res.headers.emplace_back("X-Output-Size", std::to_string(out->total));
+    res.headers.emplace_back("Accept-Ranges", "bytes");
+    if (out->offset > 0 || last < out->total) {
+      res.status = 206;
+      res.headers.emplace_back("Content-Range", out->bytes.empty()
+                                                    ? "bytes */" + std::to_string(out->total)
+                                                    : "bytes " + std::to_string(out->offset) + "-" +
+                                                          std::to_string(last - 1) + "/" +
+                                                          std::to_string(out->total));
+    }
+    res.body = std::move(out->bytes);
+  };
+}
+
+// GET /v1/events?after=&limit=&tail=&kind=&subject=&actor=
+RouteHandler Events(Engine* e) {
+  return [e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
+    int limit = IntParam(req, "limit", 100, 1000);
+    // Event numbers are 64-bit: past 2^31 an int would page the same events forever.
+    auto after_param = ParseNonNegativeInt(req.has_param("after") ? req.param("after") : "0");
+    int64_t after = after_param.ok() ? *after_param : -1;
+    const int tail = IntParam(req, "tail", 0, 1000);
+    if (limit < 0 || after < 0 || tail < 0) {
+      return ReplyError(res, Status::InvalidArgument(
+                                 "'after', 'limit' and 'tail' must be non-negative integers"));
+    }
+    if (tail > 0) {
+      // The newest events: start `tail` before the last one recorded.
+      auto last = e->LastEventSeq();
+      if (!last.ok()) return ReplyError(res, last.status());
+      after = std::max<int64_t>(0, *last - tail);
+    }
+    store::EventFilter f;
+    if (req.has_param("kind")) f.kind_prefix = req.param("kind");
+    if (req.has_param("subject")) f.subject = req.param("subject");
+    if (req.has_param("actor")) f.actor = req.param("actor");
+    ReplyResult(res, e->Events(who, after, limit, f));
+  };
+}
+
+RouteHandler Utilization(Engine* e) {
+  return [e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
+    Engine::HistoryQuery q;
+    if (Status st =
+            MsParams(req, {{"since", &q.since_ms}, {"until", &q.until_ms}, {"step", &q.step_ms}});
+        !st.ok())
+      return ReplyError(res, st);
+    if (req.has_param("by")) q.by = req.param("by");
+    ReplyResult(res, e->Utilization(who, q));
+  };
+}
+
+RouteHandler Usage(Engine* e) {
+  return [e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
+    Engine::UsageQuery q;
+    if (Status st = MsParams(req, {{"since", &q.since_ms}, {"until", &q.until_ms}}); !st.ok())
+      return ReplyError(res, st);
+    if (req.has_param("by")) q.by = req.param("by");
+    ReplyResult(res, e->Usage(who, q));
+  };
+}
+
+RouteHandler WhatIfScenario(Engine* e) {
+  return [e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
+    int64_t since = 0, until = 0;
+    if (Status st = MsParams(req, {{"since", &since}, {"until", &until}}); !st.ok())
+      return ReplyError(res, st);
+    ReplyResult(res, e->WhatIfScenario(who, since, until));
+  };
+}
+
+// GET /v1/whatif?forms=interactive=share;training=whole,share (classes separated by ';').
+RouteHandler WhatIf(Engine* e) {
+  return [e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
+    int64_t since = 0, until = 0;
+    if (Status st = MsParams(req, {{"since", &since}, {"until", &until}}); !st.ok())
+      return ReplyError(res, st);
+    std::vector<std::string> forms;
+    std::string rest = req.has_param("forms") ? req.param("forms") : "";
+    while (!rest.empty()) {
+      const size_t semi = rest.find(';');
+      if (semi != 0) forms.push_back(rest.substr(0, semi));
+      rest = semi == std::string::npos ? "" : rest.substr(semi + 1);
+    }
+    ReplyResult(res, e->WhatIf(who, since, until, forms));
+  };
+}
+
+// GET /metrics (Prometheus): the engine's figures and the HTTP server's connections (open now,
+// and refused at once over a cap since start).
+RouteHandler Metrics(Engine* e, net::HttpServer* http) {
+  return [e, http](const Identity& who, const HttpRequest&, HttpResponse& res) {
+    auto text = e->Metrics(who);
+    if (!text.ok()) return ReplyError(res, text.status());
+    res.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    res.body = std::move(*text) +
+               "# HELP tessera_http_connections Connections open now.\n"
+               "# TYPE tessera_http_connections gauge\n"
+               "tessera_http_connections " +
+               std::to_string(http->connections()) +
+               "\n"
+               "# HELP tessera_http_connections_max The cap on open connections.\n"
+               "# TYPE tessera_http_connections_max gauge\n"
+               "tessera_http_connections_max " +
+               std::to_string(http->max_connections()) +
+               "\n"
+               "# HELP tessera_http_connections_refused_total Connections closed at once, "
+               "over --max-connections or --max-connections-per-peer.\n"
+               "# TYPE tessera_http_connections_refused_total counter\n"
+               "tessera_http_connections_refused_total " +
+               std::to_string(http->refused_connections()) + "\n";
+  };
+}
+
+// GET /: the dashboard, a static page; it reads the API with the user's token.
+RouteHandler Dashboard() {
+  return [](const Identity&, const HttpRequest&, HttpResponse& res) {
     res.content_type = "text/html";
     res.body = DashboardHtml();
-  });
+  };
+}
+
+RouteHandler RegisterNode(Engine* e) {
+  return [e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
+    auto body = Body(req);
+    if (!body.ok()) return ReplyError(res, body.status());
+    ReplyResult(res, e->RegisterNode(who, *body));
+  };
+}
+
+// POST /v1/agent/heartbeat: answered from the commit writer when it reports exits.
+AsyncRouteHandler Heartbeat(Engine* e) {
+  return [e](const Identity& who, const HttpRequest& req, net::HttpReply reply) {
+    auto body = Body(req);
+    if (!body.ok()) return ReplyLater(reply, body.status());
+    e->HeartbeatAsync(who, *body,
+                      [reply = std::move(reply)](Result<Json> r) { ReplyLater(reply, r); });
+  };
+}
+
+// PUT /v1/agent/jobs/{id}/output?offset=N: the job's output from byte N on.
+RouteHandler WriteOutput(Engine* e) {
+  return [e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
+    auto offset = ParseNonNegativeInt(req.has_param("offset") ? req.param("offset") : "0");
+    if (!offset.ok())
+      return ReplyError(res, Status::InvalidArgument("'offset' must be a non-negative integer"));
+    Status st = e->WriteOutput(who, req.params[0], *offset, req.body);
+    if (!st.ok()) return ReplyError(res, st);
+    Reply(res, 200, Json{{"ok", true}});
+  };
 }
 
 // GET /v1/agent/orders?node=N&after=S&wait_ms=W: an agent's long poll for its node's orders,
 // answered {"wake": true, "seq": S'} as soon as a durable decision gives the node new orders
 // (S' > S; the agent then heartbeats for them), or {"wake": false} after W ms (default 25 s, at
 // most 60 s) or when a newer watch for the node replaces it. No thread waits meanwhile.
-void AddOrderWatchRoute(TimedRoutes& s) {
-  Engine* e = s.e;
-  net::HttpServer* http = &s.http;
-  auto answer = [](const net::HttpReply& reply, int status, Json body) {
+AsyncRouteHandler WatchOrders(Engine* e, net::HttpServer* http) {
+  auto answer = [](const net::HttpReply& reply, Json body) {
     HttpResponse res;
-    Reply(res, status, body);
+    Reply(res, 200, body);
     reply(std::move(res));
   };
-  auto refuse = [](const net::HttpReply& reply, const Status& st) {
-    HttpResponse res;
-    ReplyError(res, st);
-    reply(std::move(res));
-  };
-  http->RouteAsync(
-      "GET", "/v1/agent/orders",
-      [e, http, answer, refuse](const HttpRequest& req, net::HttpReply reply) {
-        if (Status st = CheckRequestText(req); !st.ok()) return refuse(reply, st);
-        auto who = Authenticate(*e, req);
-        if (!who.ok()) {
-          e->AuditAuthFailure(req.method, req.path, who.status().message());
-          return refuse(reply, who.status());
-        }
-        const std::string node = req.param("node");
-        if (node.empty()) return refuse(reply, Status::InvalidArgument("'node' is required"));
-        if (Status st = ValidateNodeName(node); !st.ok()) return refuse(reply, st);
-        auto after = ParseNonNegativeInt(req.has_param("after") ? req.param("after") : "0");
-        if (!after.ok())
-          return refuse(reply, Status::InvalidArgument("'after' must be a non-negative integer"));
-        auto wait = ParseNonNegativeInt(req.has_param("wait_ms") ? req.param("wait_ms") : "25000");
-        if (!wait.ok() || *wait > 60000) {
-          return refuse(reply,
+  return [e, http, answer](const Identity& who, const HttpRequest& req, net::HttpReply reply) {
+    const std::string node = req.param("node");
+    if (node.empty()) return ReplyLater(reply, Status::InvalidArgument("'node' is required"));
+    if (Status st = ValidateNodeName(node); !st.ok()) return ReplyLater(reply, st);
+    auto after = ParseNonNegativeInt(req.has_param("after") ? req.param("after") : "0");
+    if (!after.ok())
+      return ReplyLater(reply, Status::InvalidArgument("'after' must be a non-negative integer"));
+    auto wait = ParseNonNegativeInt(req.has_param("wait_ms") ? req.param("wait_ms") : "25000");
+    if (!wait.ok() || *wait > 60000) {
+      return ReplyLater(reply,
                         Status::InvalidArgument("'wait_ms' must be an integer from 0 to 60000"));
-        }
-        auto ticket = e->WatchOrders(*who, node, *after, [reply, answer](int64_t seq) {
-          answer(reply, 200, Json{{"wake", seq > 0}, {"seq", seq}});
-        });
-        if (!ticket.ok()) return refuse(reply, ticket.status());
-        if (*ticket == 0) return;  // answered at once
-        http->After(*wait, [e, node, t = *ticket, reply, answer] {
-          e->UnwatchOrders(node, t);
-          answer(reply, 200, Json{{"wake", false}});
-        });
-      },
-      RequestLogLevel("/v1/agent/orders"));
+    }
+    auto ticket = e->WatchOrders(who, node, *after, [reply, answer](int64_t seq) {
+      answer(reply, Json{{"wake", seq > 0}, {"seq", seq}});
+    });
+    if (!ticket.ok()) return ReplyLater(reply, ticket.status());
+    if (*ticket == 0) return;  // answered at once
+    http->After(*wait, [e, node, t = *ticket, reply, answer] {
+      e->UnwatchOrders(node, t);
+      answer(reply, Json{{"wake", false}});
+    });
+  };
 }
 
-// Node agents: registration, heartbeats, job output uploads.
-void AddAgentRoutes(TimedRoutes& s) {
-  Engine* e = s.e;
-  s.Route("POST", "/v1/agent/register",
-          Authed(e,
-                 [e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
-                   auto body = Body(req);
-                   if (!body.ok()) return ReplyError(res, body.status());
-                   ReplyResult(res, e->RegisterNode(who, *body));
-                 }),
-          RequestLogLevel("/v1/agent/register"));
-  s.RouteAsync("POST", "/v1/agent/heartbeat",
-               AuthedAsync(e,
-                           [e](const Identity& who, const HttpRequest& req, net::HttpReply reply) {
-                             auto body = Body(req);
-                             if (!body.ok()) return ReplyLater(reply, body.status());
-                             e->HeartbeatAsync(who, *body,
-                                               [reply = std::move(reply)](Result<Json> r) {
-                                                 ReplyLater(reply, r);
-                                               });
-                           }),
-               RequestLogLevel("/v1/agent/heartbeat"));
-  s.Route("PUT", "/v1/agent/jobs/{id}/output",
-          Authed(e,
-                 [e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
-                   auto offset =
-                       ParseNonNegativeInt(req.has_param("offset") ? req.param("offset") : "0");
-                   if (!offset.ok())
-                     return ReplyError(
-                         res, Status::InvalidArgument("'offset' must be a non-negative integer"));
-                   Status st = e->WriteOutput(who, req.params[0], *offset, req.body);
-                   if (!st.ok()) return ReplyError(res, st);
-                   Reply(res, 200, Json{{"ok", true}});
-                 }),
-          RequestLogLevel("/v1/agent/jobs/{id}/output"));
-  AddOrderWatchRoute(s);
+Route Sync(std::string method, std::string pattern, Access access, RouteHandler handler,
+           log::Level request_log = log::Level::kInfo) {
+  Route r;
+  r.method = std::move(method);
+  r.pattern = std::move(pattern);
+  r.access = access;
+  r.request_log = request_log;
+  r.handler = std::move(handler);
+  return r;
+}
+
+Route Async(std::string method, std::string pattern, Access access, AsyncRouteHandler handler,
+            log::Level request_log = log::Level::kInfo, bool timed = true) {
+  Route r;
+  r.method = std::move(method);
+  r.pattern = std::move(pattern);
+  r.access = access;
+  r.request_log = request_log;
+  r.async = std::move(handler);
+  r.timed = timed;
+  return r;
 }
 
 }  // namespace
 
-void AddApiRoutes(net::HttpServer& http, Engine* e) {
-  TimedRoutes s{http, e};
-  AddHealthRoutes(s);
-  AddJobRoutes(s);
-  AddViewRoutes(s);
-  AddHistoryRoutes(s);
-  AddMetricsAndDashboardRoutes(s);
-  AddAgentRoutes(s);
+const char* AccessName(Access a) {
+  switch (a) {
+    case Access::kPublic:
+      return "public";
+    case Access::kIdentity:
+      return "identity";
+    case Access::kUser:
+      return "user";
+    case Access::kAgent:
+      return "agent";
+    case Access::kAdmin:
+      return "admin";
+    case Access::kMetrics:
+      return "admin-or-metrics-public";
+  }
+  return "?";
+}
+
+bool Admits(Access access, Role role, bool metrics_public) {
+  switch (access) {
+    case Access::kPublic:
+    case Access::kIdentity:
+      return true;
+    case Access::kUser:
+      return role != Role::kAgent;
+    case Access::kAgent:
+      return role != Role::kUser;
+    case Access::kAdmin:
+      return role == Role::kAdmin;
+    case Access::kMetrics:
+      return role == Role::kAdmin || metrics_public;
+  }
+  return false;
+}
+
+Result<Identity> Admit(const Route& route, Engine& e, const HttpRequest& req) {
+  const bool metrics_public = e.config().metrics_public;
+  if (route.access == Access::kPublic ||
+      (route.access == Access::kMetrics && metrics_public && req.header("authorization").empty())) {
+    Identity anonymous;  // a user
+    anonymous.name = "anonymous";
+    return anonymous;
+  }
+  auto who = Authenticate(e, req);
+  if (!who.ok()) {
+    e.AuditAuthFailure(req.method, req.path, who.status().message());
+    return who.status();
+  }
+  if (!Admits(route.access, who->role, metrics_public))
+    return Status::PermissionDenied(Refusal(route, *who));
+  return who;
+}
+
+// The table. Jobs, views and history are people's (users and admins); the what-if replay and
+// /metrics admins'; the agent routes agents' (an admin may act as any agent).
+std::vector<Route> RouteTable(Engine* e, net::HttpServer* http) {
+  constexpr log::Level kDebug = log::Level::kDebug;
+  constexpr log::Level kInfo = log::Level::kInfo;
+  constexpr bool kUntimed = false;
+  using enum Access;
+  return {
+      Sync("GET", "/v1/health", kPublic, Health(e)),
+      Sync("GET", "/v1/whoami", kIdentity, WhoAmI()),
+      // Jobs: submit, list, get, cancel, read output.
+      Async("POST", "/v1/jobs", kUser, Submit(e)),
+      Sync("GET", "/v1/jobs", kUser, ListJobs(e)),
+      Sync("GET", "/v1/jobs/{id}", kUser,
+           [e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
+             ReplyResult(res, e->GetJob(who, req.params[0]));
+           }),
+      Sync("POST", "/v1/jobs/{id}/cancel", kUser,
+           [e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
+             ReplyResult(res, e->Cancel(who, req.params[0]));
+           }),
+      Sync("GET", "/v1/jobs/{id}/output", kUser, JobOutput(e)),
+      // Queues, groups, nodes, the summary and the event log.
+      Sync("GET", "/v1/queues", kUser,
+           [e](const Identity& who, const HttpRequest&, HttpResponse& res) {
+             ReplyResult(res, e->Queues(who));
+           }),
+      Sync("GET", "/v1/groups", kUser,
+           [e](const Identity& who, const HttpRequest&, HttpResponse& res) {
+             ReplyResult(res, e->Groups(who));
+           }),
+      Sync("GET", "/v1/nodes", kUser,
+           [e](const Identity& who, const HttpRequest&, HttpResponse& res) {
+             ReplyResult(res, e->Nodes(who));
+           }),
+      Sync("GET", "/v1/summary", kUser,
+           [e](const Identity& who, const HttpRequest&, HttpResponse& res) {
+             ReplyResult(res, e->Summary(who));
+           }),
+      Sync("GET", "/v1/events", kUser, Events(e)),
+      // Utilization history, usage and what-if.
+      Sync("GET", "/v1/utilization", kUser, Utilization(e)),
+      Sync("GET", "/v1/usage", kUser, Usage(e)),
+      Sync("GET", "/v1/whatif/scenario", kAdmin, WhatIfScenario(e)),
+      Sync("GET", "/v1/whatif", kAdmin, WhatIf(e)),
+      // Prometheus and the dashboard.
+      Sync("GET", "/metrics", kMetrics, Metrics(e, http), kDebug),
+      Sync("GET", "/", kPublic, Dashboard(), kInfo),
+      // Node agents: registration, heartbeats, job output uploads, the order watch.
+      Sync("POST", "/v1/agent/register", kAgent, RegisterNode(e), kDebug),
+      Async("POST", "/v1/agent/heartbeat", kAgent, Heartbeat(e), kDebug),
+      Sync("PUT", "/v1/agent/jobs/{id}/output", kAgent, WriteOutput(e), kDebug),
+      Async("GET", "/v1/agent/orders", kAgent, WatchOrders(e, http), kDebug, kUntimed),
+  };
 }
 
 }  // namespace tessera::api

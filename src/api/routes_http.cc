@@ -60,11 +60,6 @@ int Nesting(std::string_view text, int limit) {
 
 }  // namespace
 
-log::Level RequestLogLevel(const std::string& pattern) {
-  return pattern.rfind("/v1/agent/", 0) == 0 || pattern == "/metrics" ? log::Level::kDebug
-                                                                      : log::Level::kInfo;
-}
-
 void Reply(HttpResponse& res, int code, const Json& body) {
   res.status = code;
   res.content_type = "application/json";

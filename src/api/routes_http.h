@@ -19,10 +19,6 @@ using net::HttpResponse;
 // Bodies over this are refused (413 by the HTTP server, 400 by Body()).
 constexpr size_t kMaxBody = 1024 * 1024;
 
-// The request log's level for a route: agents' requests (10,000 agents heartbeat every second)
-// and Prometheus's scrapes at debug, so that they do not flood it; people's at info.
-log::Level RequestLogLevel(const std::string& pattern);
-
 // `body` as JSON with status `code` (invalid UTF-8 replaced, never a reason to fail the answer).
 void Reply(HttpResponse& res, int code, const Json& body);
 // {"error": message} with the status code that `st` maps to (429 also says Retry-After).

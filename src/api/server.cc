@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <memory>
 
 #include "api/request_slots.h"
 #include "api/routes.h"
@@ -21,30 +22,12 @@ const log::Logger& ServeLog() {
 }  // namespace
 
 const std::vector<RouteInfo>& ApiServer::Routes() {
-  static const std::vector<RouteInfo> kRoutes = {
-      {"GET", "/v1/health"},
-      {"POST", "/v1/jobs"},
-      {"GET", "/v1/jobs"},
-      {"GET", "/v1/jobs/{id}"},
-      {"POST", "/v1/jobs/{id}/cancel"},
-      {"GET", "/v1/jobs/{id}/output"},
-      {"GET", "/v1/queues"},
-      {"GET", "/v1/groups"},
-      {"GET", "/v1/nodes"},
-      {"GET", "/v1/events"},
-      {"GET", "/v1/summary"},
-      {"GET", "/v1/utilization"},
-      {"GET", "/v1/usage"},
-      {"GET", "/v1/whatif/scenario"},
-      {"GET", "/v1/whatif"},
-      {"GET", "/"},
-      {"GET", "/v1/whoami"},
-      {"POST", "/v1/agent/register"},
-      {"POST", "/v1/agent/heartbeat"},
-      {"PUT", "/v1/agent/jobs/{id}/output"},
-      {"GET", "/v1/agent/orders"},
-      {"GET", "/metrics"},
-  };
+  static const std::vector<RouteInfo> kRoutes = [] {
+    std::vector<RouteInfo> routes;
+    for (const Route& r : RouteTable(nullptr, nullptr))
+      routes.push_back({r.method, r.pattern, r.access, r.request_log});
+    return routes;
+  }();
   return kRoutes;
 }
 
@@ -90,6 +73,64 @@ ApiServerOptions WithSlots(ApiServerOptions o, Engine* e, RequestSlots* slots) {
   };
   return o;
 }
+
+// Registers `route` on `http` as the table says: the request's text checked (CheckRequestText:
+// 400) and its caller admitted by the route's access (Admit: 401, 403) before the handler runs,
+// on a worker or (async) on the event loop; a timed route's handling time recorded for
+// tessera_http_request_duration_seconds by its pattern (bounded labels), not its path.
+void Register(net::HttpServer& http, Engine* e, Route route) {
+  auto r = std::make_shared<const Route>(std::move(route));
+  if (r->handler) {
+    http.Route(
+        r->method, r->pattern,
+        [e, r](const HttpRequest& req, HttpResponse& res) {
+          const auto start = std::chrono::steady_clock::now();
+          auto observe = [&](int status) {
+            if (!r->timed) return;
+            e->ObserveRequest(r->method, r->pattern, status,
+                              std::chrono::duration_cast<std::chrono::microseconds>(
+                                  std::chrono::steady_clock::now() - start)
+                                  .count());
+          };
+          try {
+            if (Status st = CheckRequestText(req); !st.ok()) {
+              ReplyError(res, st);
+            } else if (Result<Identity> who = Admit(*r, *e, req); !who.ok()) {
+              ReplyError(res, who.status());
+            } else {
+              r->handler(*who, req, res);
+            }
+          } catch (...) {
+            observe(500);  // the server answers 500
+            throw;
+          }
+          observe(res.status);
+        },
+        r->request_log);
+    return;
+  }
+  http.RouteAsync(
+      r->method, r->pattern,
+      [e, r](const HttpRequest& req, net::HttpReply reply) {
+        if (r->timed) {
+          // Timed until its answer.
+          reply = [e, r, start = std::chrono::steady_clock::now(),
+                   inner = std::move(reply)](HttpResponse res) {
+            e->ObserveRequest(r->method, r->pattern, res.status,
+                              std::chrono::duration_cast<std::chrono::microseconds>(
+                                  std::chrono::steady_clock::now() - start)
+                                  .count());
+            inner(std::move(res));
+          };
+        }
+        if (Status st = CheckRequestText(req); !st.ok()) return ReplyLater(reply, st);
+        Result<Identity> who = Admit(*r, *e, req);
+        if (!who.ok()) return ReplyLater(reply, who.status());
+        r->async(*who, req, std::move(reply));
+      },
+      r->request_log);
+}
+
 }  // namespace
 
 ApiServer::ApiServer(Engine* engine, ApiServerOptions options)
@@ -98,7 +139,7 @@ ApiServer::ApiServer(Engine* engine, ApiServerOptions options)
       lease_check_(options.lease_check),
       http_(std::make_unique<net::HttpServer>(HttpOptions(WithSlots(options, engine, slots_.get()),
                                                           options.io_threads, options.workers))) {
-  AddApiRoutes(*http_, engine_);
+  for (Route& r : RouteTable(engine_, http_.get())) Register(*http_, engine_, std::move(r));
 }
 
 ApiServer::~ApiServer() {
@@ -186,7 +227,7 @@ StandbyServer::StandbyServer(store::Store* store, ApiServerOptions options)
                      {"role", "standby"},
                      {"leader", who}});
         },
-        RequestLogLevel(r.openapi_path));
+        r.request_log);
   }
   http_->Route("GET", "/v1/health", [st](const HttpRequest&, HttpResponse& res) {
     auto l = st->Leader();

@@ -5,8 +5,10 @@
 // by their SHA-256. Errors are 4xx/5xx with {"error": "..."} naming the problem; a rejected
 // request changes nothing. Bodies over 1 MiB are refused (413).
 //
-// The route table (Routes()) is the single list the server registers and the OpenAPI
-// description (docs/openapi.json) is checked against by a test.
+// The routes are registered once, from one table (api/routes.h: each route's method, path, who
+// may call it, request-log level and handler); Routes() is derived from it, and tests check it
+// against the OpenAPI description (docs/openapi.json, each operation's x-tessera-access) and
+// against what each role gets over HTTP (tests/api/authz_matrix_test.cc).
 //
 // Thread-safety: Run() blocks serving; handlers run on a worker pool; Stop() may be called from
 // any thread.
@@ -23,6 +25,7 @@
 #include "api/engine.h"
 #include "api/executors.h"
 #include "api/request_slots.h"
+#include "api/routes.h"
 #include "net/http_server.h"
 
 namespace tessera::api {
@@ -31,8 +34,10 @@ namespace tessera::api {
 const char* DashboardHtml();
 
 struct RouteInfo {
-  std::string method;        // GET, POST, PUT
-  std::string openapi_path;  // "/v1/jobs/{id}"
+  std::string method;                 // GET, POST, PUT
+  std::string openapi_path;           // "/v1/jobs/{id}"
+  Access access = Access::kIdentity;  // who may call it, enforced before its handler runs
+  log::Level request_log = log::Level::kInfo;
 };
 
 struct ApiServerOptions {
@@ -84,6 +89,7 @@ class ApiServer {
   // Why Run() stopped on its own (the lease check failed); OK otherwise.
   Status deposed() const;
 
+  // Every route the server registers (RouteTable, without its handlers), in the table's order.
   static const std::vector<RouteInfo>& Routes();
 
  private:

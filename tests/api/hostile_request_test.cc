@@ -2,7 +2,8 @@
 // requests (invalid UTF-8 in a path or a query, which once stored an event that made every page
 // of /v1/events answer 500, also after a restart), then a generated test over every route:
 // arbitrary bytes in the path, the query, the headers and the body, from every role and none,
-// never get a 5xx (nor a dropped connection), and every read endpoint still answers 200 after.
+// never get a 5xx (nor a dropped connection) nor past the route's declared access, and every read
+// endpoint still answers 200 after.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -15,6 +16,7 @@
 #include <random>
 #include <thread>
 
+#include "api/routes.h"
 #include "api/server.h"
 #include "common/text.h"
 #include "sim/scenario.h"
@@ -37,6 +39,16 @@ queues:
 
 const std::vector<std::string> kTokens = {
     "", "not-a-token-1", "admin-token-1", "alice-token-1", "bob-token-12", "agent1-token-1"};
+
+// Whether a route of `access` admits the bearer of `token` (kConfig has no metrics_public).
+bool Admitted(Access access, const std::string& token) {
+  if (access == Access::kPublic) return true;
+  if (token == "admin-token-1") return true;
+  if (token == "alice-token-1" || token == "bob-token-12")
+    return Admits(access, Role::kUser, false);
+  if (token == "agent1-token-1") return Admits(access, Role::kAgent, false);
+  return false;  // no token, or an unknown one
+}
 
 // One request written byte for byte on a fresh connection; the status code of the answer, or
 // 0 when none came (the connection was dropped).
@@ -281,6 +293,11 @@ TEST_F(HostileRequestTest, ArbitraryBytesOnEveryRouteFromEveryRoleNeverGetA5xx) 
         if (status >= 400) ++refused;
         ASSERT_NE(status, 0) << route.method << " " << path + query << " (no answer)";
         ASSERT_LT(status, 500) << route.method << " " << path + query << " token '" << token << "'";
+        // However hostile the request, a caller the route's access refuses never gets through.
+        if (!Admitted(route.access, token)) {
+          ASSERT_GE(status, 400) << route.method << " " << path + query << " token '" << token
+                                 << "' (access " << AccessName(route.access) << ")";
+        }
       }
     }
   }

@@ -1,5 +1,5 @@
-// The HTTP API in-process on a loopback port: status codes, JSON errors, body limit, and the
-// OpenAPI description kept true against the server's route table.
+// The HTTP API in-process on a loopback port: status codes, JSON errors, body limit, the route
+// table well formed, and the OpenAPI description kept true against it (routes and access).
 #include "api/server.h"
 
 #include <gtest/gtest.h>
@@ -11,6 +11,7 @@
 #include <set>
 #include <thread>
 
+#include "api/routes.h"
 #include "forwarding_store.h"
 
 namespace tessera::api {
@@ -282,6 +283,32 @@ TEST_F(ServerTest, OpenApiDescribesExactlyTheRoutes) {
   }
   for (const RouteInfo& r : ApiServer::Routes()) served.insert(r.method + " " + r.openapi_path);
   EXPECT_EQ(documented, served);
+  // Who may call each route, as the route table declares it (and the server enforces it): the
+  // operation's x-tessera-access names the level (one of x-tessera-access-levels), its security
+  // says whether a token is needed (public: none; metrics: a token or none), 401 is documented
+  // unless it is public, and 403 where the level refuses some role.
+  const Json& levels = spec["x-tessera-access-levels"];
+  for (const RouteInfo& r : ApiServer::Routes()) {
+    std::string m = r.method;
+    for (char& c : m) c = static_cast<char>(std::tolower(c));
+    const std::string name = r.method + " " + r.openapi_path;
+    if (!spec["paths"].contains(r.openapi_path) || !spec["paths"][r.openapi_path].contains(m))
+      continue;  // reported above
+    const Json& op = spec["paths"][r.openapi_path][m];
+    const std::string access = AccessName(r.access);
+    EXPECT_EQ(op.value("x-tessera-access", ""), access) << name;
+    EXPECT_TRUE(levels.contains(access)) << access << " is not in x-tessera-access-levels";
+    const Json want_security =
+        Json::parse(r.access == Access::kPublic    ? "[]"
+                    : r.access == Access::kMetrics ? R"([{"bearer": []}, {}])"
+                                                   : R"([{"bearer": []}])");
+    EXPECT_EQ(op.value("security", Json()), want_security) << name;
+    EXPECT_EQ(op["responses"].contains("401"), r.access != Access::kPublic) << name;
+    if (r.access != Access::kPublic && r.access != Access::kIdentity) {
+      EXPECT_TRUE(op["responses"].contains("403")) << name << ": 403 undocumented";
+    }
+  }
+  EXPECT_EQ(levels.size(), 6u) << "one description per Access level";
   // And every documented route answers something other than "no such endpoint".
   for (const RouteInfo& r : ApiServer::Routes()) {
     std::string path = r.openapi_path;
@@ -296,6 +323,25 @@ TEST_F(ServerTest, OpenApiDescribesExactlyTheRoutes) {
     if (res->status == 404) {
       EXPECT_NE(Error(res), "no such endpoint") << r.method << " " << path;
     }
+  }
+}
+
+// The route table: each route once (method and pattern), each with one handler, sync or async;
+// Routes() lists the same routes with their access and request-log level.
+TEST(RouteTable, EachRouteOnceWithOneHandler) {
+  const std::vector<Route> table = RouteTable(nullptr, nullptr);
+  std::set<std::string> seen;
+  for (const Route& r : table) {
+    EXPECT_TRUE(seen.insert(r.method + " " + r.pattern).second) << r.method << " " << r.pattern;
+    EXPECT_NE(static_cast<bool>(r.handler), static_cast<bool>(r.async))
+        << r.method << " " << r.pattern << ": exactly one of handler and async";
+  }
+  ASSERT_EQ(ApiServer::Routes().size(), table.size());
+  for (size_t i = 0; i < table.size(); ++i) {
+    const RouteInfo& info = ApiServer::Routes()[i];
+    EXPECT_EQ(info.method + " " + info.openapi_path, table[i].method + " " + table[i].pattern);
+    EXPECT_EQ(info.access, table[i].access) << info.openapi_path;
+    EXPECT_EQ(info.request_log, table[i].request_log) << info.openapi_path;
   }
 }
 

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -52,6 +53,12 @@ class Stmt {
   }
   void Bind(int i, int64_t v) { sqlite3_bind_int64(s_, i, v); }
   void BindNull(int i) { sqlite3_bind_null(s_, i); }
+  // Binds `values` to the parameters first, first + 1, ...
+  template <typename... Values>
+  void BindFrom(int first, const Values&... values) {
+    int i = first;
+    (Bind(i++, values), ...);
+  }
   int Step() { return sqlite3_step(s_); }
 
   std::string Text(int col) const {
@@ -62,6 +69,16 @@ class Stmt {
   int64_t Int64(int col) const { return sqlite3_column_int64(s_, col); }
   bool IsNull(int col) const { return sqlite3_column_type(s_, col) == SQLITE_NULL; }
   int Int(int col) const { return sqlite3_column_int(s_, col); }
+  // Reads the columns first, first + 1, ... into `fields`.
+  template <typename... Fields>
+  void ReadFrom(int first, Fields*... fields) const {
+    int col = first;
+    (Read(col++, fields), ...);
+  }
+
+ private:
+  void Read(int col, std::string* v) const { *v = Text(col); }
+  void Read(int col, int64_t* v) const { *v = Int64(col); }
 
  private:
   sqlite3_stmt* s_;
@@ -99,58 +116,34 @@ class SqliteStore final : public Store {
     std::lock_guard<std::mutex> lock(mu_);
     // IMMEDIATE takes the write lock now, so the seq read below cannot race another writer
     // (another process on the same file).
-    if (auto s = Exec("BEGIN IMMEDIATE", "starting a commit"); !s.ok()) return s;
     std::vector<int64_t> assigned;
-    Status s = CheckFenceLocked();
-    if (s.ok()) s = CommitLocked(events, jobs, &assigned);
-    if (s.ok()) s = Exec("COMMIT", "committing");
-    if (!s.ok()) {
-      Rollback("rolling back");
-      return s;
-    }
+    Status s = WriteTransaction("starting a commit", "committing",
+                                [&] { return CommitLocked(events, jobs, &assigned); });
+    if (!s.ok()) return s;
     if (seqs != nullptr) *seqs = std::move(assigned);
     return Status::Ok();
   }
 
   Result<std::vector<JobRecord>> LoadJobs() override {
     std::lock_guard<std::mutex> lock(mu_);
-    auto st = Prepare(std::string("SELECT ") + kJobColumns + " FROM jobs ORDER BY submit_ms, id");
-    if (!st.ok()) return st.status();
-    Stmt q(*st);
-    std::vector<JobRecord> out;
-    int rc;
-    while ((rc = q.Step()) == SQLITE_ROW) out.push_back(ReadJob(q));
-    if (rc != SQLITE_DONE) return Error("loading jobs");
-    return out;
+    return Rows(std::string("SELECT ") + kJobColumns + " FROM jobs ORDER BY submit_ms, id",
+                "loading jobs", NoBindings, ReadJob);
   }
 
   Result<std::vector<JobRecord>> LoadLiveJobs() override {
     std::lock_guard<std::mutex> lock(mu_);
-    auto st = Prepare(std::string("SELECT ") + kJobColumns +
-                      " FROM jobs WHERE ended_ms = 0 ORDER BY submit_ms, id");
-    if (!st.ok()) return st.status();
-    Stmt q(*st);
-    std::vector<JobRecord> out;
-    int rc;
-    while ((rc = q.Step()) == SQLITE_ROW) out.push_back(ReadJob(q));
-    if (rc != SQLITE_DONE) return Error("loading live jobs");
-    return out;
+    return Rows(std::string("SELECT ") + kJobColumns +
+                    " FROM jobs WHERE ended_ms = 0 ORDER BY submit_ms, id",
+                "loading live jobs", NoBindings, ReadJob);
   }
 
   Result<std::vector<JobRecord>> ListJobs(const std::string& state, int limit) override {
     std::lock_guard<std::mutex> lock(mu_);
-    auto st = Prepare(
+    return Rows(
         std::string("SELECT ") + kJobColumns +
-        " FROM jobs WHERE (?1 = '' OR state = ?1) ORDER BY submit_ms DESC, id DESC LIMIT ?2");
-    if (!st.ok()) return st.status();
-    Stmt q(*st);
-    q.Bind(1, state);
-    q.Bind(2, static_cast<int64_t>(std::max(0, limit)));
-    std::vector<JobRecord> out;
-    int rc;
-    while ((rc = q.Step()) == SQLITE_ROW) out.push_back(ReadJob(q));
-    if (rc != SQLITE_DONE) return Error("listing jobs");
-    return out;
+            " FROM jobs WHERE (?1 = '' OR state = ?1) ORDER BY submit_ms DESC, id DESC LIMIT ?2",
+        "listing jobs",
+        [&](Stmt& q) { q.BindFrom(1, state, static_cast<int64_t>(std::max(0, limit))); }, ReadJob);
   }
 
   Result<int64_t> MaxJobNumber() override {
@@ -165,123 +158,61 @@ class SqliteStore final : public Store {
 
   Result<int64_t> Prune(int64_t before_ms) override {
     std::lock_guard<std::mutex> lock(mu_);
-    if (auto s = Exec("BEGIN IMMEDIATE", "pruning"); !s.ok()) return s;
-    int64_t rows = 0;
-    Status s = CheckFenceLocked();
     // Events by seq: the log's prefix older than the cut (seq order is time order, near enough).
-    for (const char* sql : {"DELETE FROM jobs WHERE ended_ms > 0 AND ended_ms < ?1",
-                            "DELETE FROM events WHERE seq < COALESCE((SELECT MIN(seq) FROM events "
-                            "WHERE time_ms >= ?1), "
-                            "(SELECT MAX(seq) + 1 FROM events), 0)"}) {
-      if (!s.ok()) break;
-      auto st = Prepare(sql);
-      if (!st.ok()) {
-        s = st.status();
-        break;
-      }
-      Stmt q(*st);
-      q.Bind(1, before_ms);
-      if (q.Step() != SQLITE_DONE) s = Error("pruning");
-      rows += sqlite3_changes(db_);
-    }
-    if (s.ok()) s = Exec("COMMIT", "pruning");
-    if (!s.ok()) {
-      Rollback("rolling back");
-      return s;
-    }
-    return rows;
+    return DeleteRows("pruning", "pruning",
+                      {"DELETE FROM jobs WHERE ended_ms > 0 AND ended_ms < ?1",
+                       "DELETE FROM events WHERE seq < COALESCE((SELECT MIN(seq) FROM events "
+                       "WHERE time_ms >= ?1), (SELECT MAX(seq) + 1 FROM events), 0)"},
+                      "pruning", [&](Stmt& q) { q.Bind(1, before_ms); });
   }
 
   Result<int64_t> PruneEventsOfKind(const std::string& kind, int64_t before_ms) override {
     std::lock_guard<std::mutex> lock(mu_);
-    if (auto s = Exec("BEGIN IMMEDIATE", "pruning"); !s.ok()) return s;
-    Status s = CheckFenceLocked();
-    int64_t rows = 0;
-    if (s.ok()) {
-      // By the (kind, seq) index: the kind's events, then their times.
-      auto st = Prepare(
-          "DELETE FROM events WHERE kind = ?1 AND seq IN (SELECT seq FROM events WHERE kind = ?1 "
-          "AND "
-          "time_ms < ?2)");
-      if (!st.ok()) {
-        s = st.status();
-      } else {
-        Stmt q(*st);
-        q.Bind(1, kind);
-        q.Bind(2, before_ms);
-        if (q.Step() != SQLITE_DONE) s = Error("pruning");
-        rows = sqlite3_changes(db_);
-      }
-    }
-    if (s.ok()) s = Exec("COMMIT", "pruning");
-    if (!s.ok()) {
-      Rollback("rolling back");
-      return s;
-    }
-    return rows;
+    // By the (kind, seq) index: the kind's events, then their times.
+    return DeleteRows("pruning", "pruning",
+                      {"DELETE FROM events WHERE kind = ?1 AND seq IN (SELECT seq FROM events "
+                       "WHERE kind = ?1 AND time_ms < ?2)"},
+                      "pruning", [&](Stmt& q) { q.BindFrom(1, kind, before_ms); });
   }
 
   Result<std::optional<JobRecord>> GetJob(const std::string& id) override {
     std::lock_guard<std::mutex> lock(mu_);
-    auto st = Prepare(std::string("SELECT ") + kJobColumns + " FROM jobs WHERE id = ?1");
-    if (!st.ok()) return st.status();
-    Stmt q(*st);
-    q.Bind(1, id);
-    const int rc = q.Step();
-    if (rc == SQLITE_ROW) return std::optional<JobRecord>(ReadJob(q));
-    if (rc != SQLITE_DONE) return Error("reading job " + id);
-    return std::optional<JobRecord>();
+    return OptionalRow(
+        std::string("SELECT ") + kJobColumns + " FROM jobs WHERE id = ?1", "reading job " + id,
+        [&](Stmt& q) { q.Bind(1, id); }, ReadJob);
   }
 
   Result<std::optional<JobRecord>> FindByIdempotencyKey(const std::string& key,
                                                         int64_t since_ms) override {
     if (key.empty()) return std::optional<JobRecord>();  // '' marks the jobs without a key
     std::lock_guard<std::mutex> lock(mu_);
-    auto st = Prepare(std::string("SELECT ") + kJobColumns + " FROM jobs WHERE " +
-                      kIdempotencyKeyWhere + " ORDER BY submit_ms LIMIT 1");
-    if (!st.ok()) return st.status();
-    Stmt q(*st);
-    q.Bind(1, key);
-    q.Bind(2, since_ms);
-    const int rc = q.Step();
-    if (rc == SQLITE_ROW) return std::optional<JobRecord>(ReadJob(q));
-    if (rc != SQLITE_DONE) return Error("finding a job by idempotency key");
-    return std::optional<JobRecord>();
+    return OptionalRow(
+        std::string("SELECT ") + kJobColumns + " FROM jobs WHERE " + kIdempotencyKeyWhere +
+            " ORDER BY submit_ms LIMIT 1",
+        "finding a job by idempotency key", [&](Stmt& q) { q.BindFrom(1, key, since_ms); },
+        ReadJob);
   }
 
   Result<std::vector<Event>> ListEvents(int64_t after_seq, int limit,
                                         const EventFilter& filter) override {
     if (limit < 0) return Status::InvalidArgument("event limit must not be negative");
-    std::vector<Event> out;
-    if (limit == 0) return out;
+    if (limit == 0) return std::vector<Event>();
     std::string sql = std::string("SELECT ") + kEventColumns + " FROM events WHERE seq > ?1";
     if (!filter.kind_prefix.empty()) sql += " AND substr(kind, 1, length(?2)) = ?2";
     if (!filter.subject.empty()) sql += " AND subject = ?3";
     if (!filter.actor.empty()) sql += " AND actor = ?4";
     sql += " ORDER BY seq LIMIT ?5";
     std::lock_guard<std::mutex> lock(mu_);
-    auto st = Prepare(sql);
-    if (!st.ok()) return st.status();
-    Stmt q(*st);
-    q.Bind(1, after_seq);
-    if (!filter.kind_prefix.empty()) q.Bind(2, filter.kind_prefix);
-    if (!filter.subject.empty()) q.Bind(3, filter.subject);
-    if (!filter.actor.empty()) q.Bind(4, filter.actor);
-    q.Bind(5, static_cast<int64_t>(limit));
-    int rc;
-    while ((rc = q.Step()) == SQLITE_ROW) {
-      Event e;
-      e.seq = q.Int64(0);
-      e.time_ms = q.Int64(1);
-      e.actor = q.Text(2);
-      e.kind = q.Text(3);
-      e.subject = q.Text(4);
-      e.reason = q.Text(5);
-      e.data = q.Text(6);
-      out.push_back(std::move(e));
-    }
-    if (rc != SQLITE_DONE) return Error("listing events");
-    return out;
+    return Rows(
+        sql, "listing events",
+        [&](Stmt& q) {
+          q.Bind(1, after_seq);
+          if (!filter.kind_prefix.empty()) q.Bind(2, filter.kind_prefix);
+          if (!filter.subject.empty()) q.Bind(3, filter.subject);
+          if (!filter.actor.empty()) q.Bind(4, filter.actor);
+          q.Bind(5, static_cast<int64_t>(limit));
+        },
+        ReadEvent);
   }
 
   Result<int64_t> LastSeq() override {
@@ -291,12 +222,8 @@ class SqliteStore final : public Store {
 
   Status PutSetting(const std::string& key, const std::string& value) override {
     std::lock_guard<std::mutex> lock(mu_);
-    if (auto s = Exec("BEGIN IMMEDIATE", "writing setting " + key); !s.ok()) return s;
-    Status s = CheckFenceLocked();
-    if (s.ok()) s = PutSettingLocked(key, value);
-    if (s.ok()) s = Exec("COMMIT", "committing setting " + key);
-    if (!s.ok()) Rollback("rolling back");
-    return s;
+    return WriteTransaction("writing setting " + key, "committing setting " + key,
+                            [&] { return PutSettingLocked(key, value); });
   }
 
   Result<std::optional<Leadership>> TryLead(const std::string& holder) override {
@@ -338,96 +265,53 @@ class SqliteStore final : public Store {
 
   Status PutSample(int resolution_s, const Sample& sample) override {
     std::lock_guard<std::mutex> lock(mu_);
-    if (auto s = Exec("BEGIN IMMEDIATE", "writing a sample"); !s.ok()) return s;
-    Status s = CheckFenceLocked();
-    if (s.ok()) {
-      auto st = Prepare(
-          "INSERT INTO samples (resolution_s, time_ms, data) VALUES (?1, ?2, ?3) "
-          "ON CONFLICT (resolution_s, time_ms) DO UPDATE SET data = excluded.data");
-      if (!st.ok()) {
-        s = st.status();
-      } else {
-        Stmt q(*st);
-        q.Bind(1, static_cast<int64_t>(resolution_s));
-        q.Bind(2, sample.time_ms);
-        q.Bind(3, sample.data);
-        if (q.Step() != SQLITE_DONE) s = Error("writing a sample");
-      }
-    }
-    if (s.ok()) s = Exec("COMMIT", "committing a sample");
-    if (!s.ok()) Rollback("rolling back");
-    return s;
+    return WriteTransaction("writing a sample", "committing a sample", [&] {
+      return Write(
+                 "INSERT INTO samples (resolution_s, time_ms, data) VALUES (?1, ?2, ?3) "
+                 "ON CONFLICT (resolution_s, time_ms) DO UPDATE SET data = excluded.data",
+                 "writing a sample",
+                 [&](Stmt& q) {
+                   q.BindFrom(1, static_cast<int64_t>(resolution_s), sample.time_ms, sample.data);
+                 })
+          .status();
+    });
   }
 
   Result<std::vector<Sample>> ListSamples(int resolution_s, int64_t since_ms,
                                           int64_t until_ms) override {
     std::lock_guard<std::mutex> lock(mu_);
-    auto st = Prepare(
+    return Rows(
         "SELECT time_ms, data FROM samples WHERE resolution_s = ?1 AND time_ms >= ?2 AND time_ms < "
-        "?3 "
-        "ORDER BY time_ms");
-    if (!st.ok()) return st.status();
-    Stmt q(*st);
-    q.Bind(1, static_cast<int64_t>(resolution_s));
-    q.Bind(2, since_ms);
-    q.Bind(3, until_ms);
-    std::vector<Sample> out;
-    int rc;
-    while ((rc = q.Step()) == SQLITE_ROW) out.push_back({q.Int64(0), q.Text(1)});
-    if (rc != SQLITE_DONE) return Error("listing samples");
-    return out;
+        "?3 ORDER BY time_ms",
+        "listing samples",
+        [&](Stmt& q) { q.BindFrom(1, static_cast<int64_t>(resolution_s), since_ms, until_ms); },
+        [](const Stmt& q) {
+          return Sample{q.Int64(0), q.Text(1)};
+        });
   }
 
   Result<int64_t> PruneSamples(int resolution_s, int64_t before_ms) override {
     std::lock_guard<std::mutex> lock(mu_);
-    if (auto s = Exec("BEGIN IMMEDIATE", "pruning samples"); !s.ok()) return s;
-    Status s = CheckFenceLocked();
-    int64_t n = 0;
-    if (s.ok()) {
-      auto st = Prepare("DELETE FROM samples WHERE resolution_s = ?1 AND time_ms < ?2");
-      if (!st.ok()) {
-        s = st.status();
-      } else {
-        Stmt q(*st);
-        q.Bind(1, static_cast<int64_t>(resolution_s));
-        q.Bind(2, before_ms);
-        if (q.Step() != SQLITE_DONE) s = Error("pruning samples");
-        n = sqlite3_changes(db_);
-      }
-    }
-    if (s.ok()) s = Exec("COMMIT", "committing pruned samples");
-    if (!s.ok()) {
-      Rollback("rolling back");
-      return s;
-    }
-    return n;
+    return DeleteRows(
+        "pruning samples", "committing pruned samples",
+        {"DELETE FROM samples WHERE resolution_s = ?1 AND time_ms < ?2"}, "pruning samples",
+        [&](Stmt& q) { q.BindFrom(1, static_cast<int64_t>(resolution_s), before_ms); });
   }
 
   Result<std::optional<std::string>> GetSetting(const std::string& key) override {
     std::lock_guard<std::mutex> lock(mu_);
-    auto st = Prepare("SELECT value FROM settings WHERE key = ?1");
-    if (!st.ok()) return st.status();
-    Stmt q(*st);
-    q.Bind(1, key);
-    const int rc = q.Step();
-    if (rc == SQLITE_ROW) return std::optional<std::string>(q.Text(0));
-    if (rc != SQLITE_DONE) return Error("reading setting " + key);
-    return std::optional<std::string>();
+    return OptionalRow(
+        "SELECT value FROM settings WHERE key = ?1", "reading setting " + key,
+        [&](Stmt& q) { q.Bind(1, key); }, [](const Stmt& q) { return q.Text(0); });
   }
 
   Result<std::vector<std::pair<std::string, std::string>>> ListSettings(
       const std::string& prefix) override {
     std::lock_guard<std::mutex> lock(mu_);
-    auto st = Prepare(
-        "SELECT key, value FROM settings WHERE substr(key, 1, length(?1)) = ?1 ORDER BY key");
-    if (!st.ok()) return st.status();
-    Stmt q(*st);
-    q.Bind(1, prefix);
-    std::vector<std::pair<std::string, std::string>> out;
-    int rc;
-    while ((rc = q.Step()) == SQLITE_ROW) out.push_back({q.Text(0), q.Text(1)});
-    if (rc != SQLITE_DONE) return Error("listing settings " + prefix);
-    return out;
+    return Rows(
+        "SELECT key, value FROM settings WHERE substr(key, 1, length(?1)) = ?1 ORDER BY key",
+        "listing settings " + prefix, [&](Stmt& q) { q.Bind(1, prefix); },
+        [](const Stmt& q) { return std::pair<std::string, std::string>(q.Text(0), q.Text(1)); });
   }
 
   Result<int> SchemaVersion() override {
@@ -474,14 +358,90 @@ class SqliteStore final : public Store {
     return stmt;
   }
 
+  static void NoBindings(Stmt&) {}
+
+  // The rows of a query, `read(q)` of each; `bind(q)` binds its parameters. `what` names the
+  // query in an error.
+  template <typename Bind, typename Read>
+  auto Rows(const std::string& sql, const std::string& what, Bind bind, Read read)
+      -> Result<std::vector<decltype(read(std::declval<const Stmt&>()))>> {
+    auto st = Prepare(sql);
+    if (!st.ok()) return st.status();
+    Stmt q(*st);
+    bind(q);
+    std::vector<decltype(read(q))> out;
+    int rc;
+    while ((rc = q.Step()) == SQLITE_ROW) out.push_back(read(q));
+    if (rc != SQLITE_DONE) return Error(what);
+    return out;
+  }
+
+  // The first row of a query, `read(q)` of it, or nothing when there is none; as Rows.
+  template <typename Bind, typename Read>
+  auto OptionalRow(const std::string& sql, const std::string& what, Bind bind, Read read)
+      -> Result<std::optional<decltype(read(std::declval<const Stmt&>()))>> {
+    using Value = decltype(read(std::declval<const Stmt&>()));
+    auto st = Prepare(sql);
+    if (!st.ok()) return st.status();
+    Stmt q(*st);
+    bind(q);
+    const int rc = q.Step();
+    if (rc == SQLITE_ROW) return std::optional<Value>(read(q));
+    if (rc != SQLITE_DONE) return Error(what);
+    return std::optional<Value>();
+  }
+
+  // Runs one statement that writes, `bind(q)` binding its parameters: the number of rows it
+  // changed. `what` names it in an error.
+  template <typename Bind>
+  Result<int64_t> Write(const std::string& sql, const std::string& what, Bind bind) {
+    auto st = Prepare(sql);
+    if (!st.ok()) return st.status();
+    Stmt q(*st);
+    bind(q);
+    if (q.Step() != SQLITE_DONE) return Error(what);
+    return static_cast<int64_t>(sqlite3_changes(db_));
+  }
+
+  // One write transaction: BEGIN IMMEDIATE (`begin_what` in its error), `body()` once the fence
+  // holds, COMMIT (`commit_what`); rolled back when any of them fails, whose error it returns.
+  template <typename Body>
+  Status WriteTransaction(const std::string& begin_what, const std::string& commit_what,
+                          Body body) {
+    if (auto s = Exec("BEGIN IMMEDIATE", begin_what); !s.ok()) return s;
+    Status s = CheckFenceLocked();
+    if (s.ok()) s = body();
+    if (s.ok()) s = Exec("COMMIT", commit_what);
+    if (!s.ok()) Rollback("rolling back");
+    return s;
+  }
+
+  // Deletes in one write transaction (as WriteTransaction): each of `deletes` runs, `bind(q)`
+  // binding its parameters (`what` naming it in an error); the rows they removed, together.
+  template <typename Bind>
+  Result<int64_t> DeleteRows(const std::string& begin_what, const std::string& commit_what,
+                             std::initializer_list<const char*> deletes, const std::string& what,
+                             Bind bind) {
+    int64_t rows = 0;
+    Status s = WriteTransaction(begin_what, commit_what, [&]() -> Status {
+      for (const char* sql : deletes) {
+        Result<int64_t> changed = Write(sql, what, bind);
+        if (!changed.ok()) return changed.status();
+        rows += *changed;
+      }
+      return Status::Ok();
+    });
+    if (!s.ok()) return s;
+    return rows;
+  }
+
   Status PutSettingLocked(const std::string& key, const std::string& value) {
     auto st = Prepare(
         "INSERT INTO settings (key, value) VALUES (?1, ?2) "
         "ON CONFLICT (key) DO UPDATE SET value = excluded.value");
     if (!st.ok()) return st.status();
     Stmt q(*st);
-    q.Bind(1, key);
-    q.Bind(2, value);
+    q.BindFrom(1, key, value);
     if (q.Step() != SQLITE_DONE) return Error("writing setting " + key);
     return Status::Ok();
   }
@@ -528,13 +488,7 @@ class SqliteStore final : public Store {
       if (!st.ok()) return st.status();
       for (const auto& e : events) {
         Stmt q(*st);
-        q.Bind(1, ++seq);
-        q.Bind(2, e.time_ms);
-        q.Bind(3, e.actor);
-        q.Bind(4, e.kind);
-        q.Bind(5, e.subject);
-        q.Bind(6, e.reason);
-        q.Bind(7, e.data);
+        q.BindFrom(1, ++seq, e.time_ms, e.actor, e.kind, e.subject, e.reason, e.data);
         if (q.Step() != SQLITE_DONE) return Error("appending event " + e.kind);
         assigned->push_back(seq);
       }
@@ -559,19 +513,11 @@ class SqliteStore final : public Store {
         "reason = excluded.reason, idem_key = excluded.idem_key, ended_ms = excluded.ended_ms");
     if (!st.ok()) return st.status();
     Stmt q(*st);
-    q.Bind(1, j.id);
-    q.Bind(2, j.queue);
-    q.Bind(3, j.identity);
-    q.Bind(4, j.group);
-    q.Bind(5, j.state);
-    q.Bind(6, j.spec);
-    q.Bind(7, j.placement);
-    q.Bind(8, j.submit_ms);
-    q.Bind(9, j.update_ms);
+    q.BindFrom(1, j.id, j.queue, j.identity, j.group, j.state, j.spec, j.placement, j.submit_ms,
+               j.update_ms);
     BindExitCode(q, 10, j);
-    q.Bind(11, j.reason);
-    q.Bind(12, j.idempotency_key);
-    q.Bind(13, EndedState(j.state) ? std::max<int64_t>(j.update_ms, 1) : int64_t{0});
+    q.BindFrom(11, j.reason, j.idempotency_key,
+               EndedState(j.state) ? std::max<int64_t>(j.update_ms, 1) : int64_t{0});
     if (q.Step() != SQLITE_DONE) return Error("writing job " + j.id);
     return Status::Ok();
   }
@@ -589,10 +535,7 @@ class SqliteStore final : public Store {
                 "reason = ?6 WHERE id = ?1");
     if (!st.ok()) return st.status();
     Stmt q(*st);
-    q.Bind(1, j.id);
-    q.Bind(2, j.state);
-    q.Bind(3, j.placement);
-    q.Bind(4, j.update_ms);
+    q.BindFrom(1, j.id, j.state, j.placement, j.update_ms);
     BindExitCode(q, 5, j);
     q.Bind(6, j.reason);
     if (ended) q.Bind(7, std::max<int64_t>(j.update_ms, 1));
@@ -609,20 +552,18 @@ class SqliteStore final : public Store {
     }
   }
 
+  static Event ReadEvent(const Stmt& q) {
+    Event e;
+    q.ReadFrom(0, &e.seq, &e.time_ms, &e.actor, &e.kind, &e.subject, &e.reason, &e.data);
+    return e;
+  }
+
   static JobRecord ReadJob(const Stmt& q) {
     JobRecord j;
-    j.id = q.Text(0);
-    j.queue = q.Text(1);
-    j.identity = q.Text(2);
-    j.group = q.Text(3);
-    j.state = q.Text(4);
-    j.spec = q.Text(5);
-    j.placement = q.Text(6);
-    j.submit_ms = q.Int64(7);
-    j.update_ms = q.Int64(8);
+    q.ReadFrom(0, &j.id, &j.queue, &j.identity, &j.group, &j.state, &j.spec, &j.placement,
+               &j.submit_ms, &j.update_ms);
     if (!q.IsNull(9)) j.exit_code = q.Int(9);
-    j.reason = q.Text(10);
-    j.idempotency_key = q.Text(11);
+    q.ReadFrom(10, &j.reason, &j.idempotency_key);
     return j;
   }
 

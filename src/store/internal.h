@@ -60,6 +60,11 @@ Status NewerSchemaError(const std::string& described_url, int found);
 // The refusal of an update (a record with an empty spec) of a job the store does not hold.
 Status UnknownJobUpdate(const std::string& id);
 
+// What every backend's Commit does before it writes: a job record without an id is refused,
+// and `*seqs` (when given) emptied. The answer: whether there is anything to write.
+Result<bool> StartCommit(const std::vector<Event>& events, const std::vector<JobRecord>& jobs,
+                         std::vector<int64_t>* seqs);
+
 // Backend factories. `target_version` is the version to migrate up to: LatestSchemaVersion()
 // for real use; tests pass lower ones to build old stores.
 Result<std::unique_ptr<Store>> OpenSqlite(const std::string& path, int target_version);

@@ -12,6 +12,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <pqxx/pqxx>
 #include <string>
 #include <utility>
@@ -55,21 +56,37 @@ std::string ListEventsSql(int mask) {
   return sql;
 }
 
+// Reads the columns first, first + 1, ... of `r` into `fields`.
+template <typename... Fields>
+void ReadColumns(const pqxx::row& r, int first, Fields*... fields) {
+  int col = first;
+  ((*fields = r[col++].template as<Fields>()), ...);
+}
+
 JobRecord ReadJob(const pqxx::row& r) {
   JobRecord j;
-  j.id = r[0].as<std::string>();
-  j.queue = r[1].as<std::string>();
-  j.identity = r[2].as<std::string>();
-  j.group = r[3].as<std::string>();
-  j.state = r[4].as<std::string>();
-  j.spec = r[5].as<std::string>();
-  j.placement = r[6].as<std::string>();
-  j.submit_ms = r[7].as<int64_t>();
-  j.update_ms = r[8].as<int64_t>();
+  ReadColumns(r, 0, &j.id, &j.queue, &j.identity, &j.group, &j.state, &j.spec, &j.placement,
+              &j.submit_ms, &j.update_ms);
   if (!r[9].is_null()) j.exit_code = r[9].as<int>();
-  j.reason = r[10].as<std::string>();
-  j.idempotency_key = r[11].as<std::string>();
+  ReadColumns(r, 10, &j.reason, &j.idempotency_key);
   return j;
+}
+
+Event ReadEvent(const pqxx::row& r) {
+  Event e;
+  ReadColumns(r, 0, &e.seq, &e.time_ms, &e.actor, &e.kind, &e.subject, &e.reason, &e.data);
+  return e;
+}
+
+std::vector<JobRecord> ReadJobs(const pqxx::result& rows) {
+  std::vector<JobRecord> out;
+  for (const auto& r : rows) out.push_back(ReadJob(r));
+  return out;
+}
+
+std::optional<JobRecord> FirstJob(const pqxx::result& rows) {
+  if (rows.empty()) return std::nullopt;
+  return ReadJob(rows[0]);
 }
 
 class PostgresStore final : public Store {
@@ -84,16 +101,11 @@ class PostgresStore final : public Store {
 
   Status Commit(const std::vector<Event>& events, const std::vector<JobRecord>& jobs,
                 std::vector<int64_t>* seqs) override {
-    for (const auto& j : jobs) {
-      if (j.id.empty()) return Status::InvalidArgument("job record with an empty id");
-    }
-    if (seqs != nullptr) seqs->clear();
-    if (events.empty() && jobs.empty()) return Status::Ok();
+    Result<bool> anything = StartCommit(events, jobs, seqs);
+    if (!anything.ok() || !*anything) return anything.status();
     std::lock_guard<std::mutex> lock(mu_);
     std::vector<int64_t> assigned;
-    Status s = Guard("committing", [&]() -> Status {
-      pqxx::work w(*conn_);
-      if (Status f = CheckFence(w); !f.ok()) return f;  // the transaction rolls back
+    Status s = FencedWrite("committing", [&](pqxx::work& w) -> Status {
       if (!events.empty()) {
         w.exec0("LOCK TABLE events IN SHARE ROW EXCLUSIVE MODE");
         int64_t seq = w.exec_prepared1("last_seq")[0].as<int64_t>();
@@ -122,7 +134,6 @@ class PostgresStore final : public Store {
                            j.idempotency_key, ended_ms);
         }
       }
-      w.commit();
       return Status::Ok();
     });
     if (s.ok() && seqs != nullptr) *seqs = std::move(assigned);
@@ -131,183 +142,115 @@ class PostgresStore final : public Store {
 
   Result<std::vector<JobRecord>> LoadJobs() override {
     std::lock_guard<std::mutex> lock(mu_);
-    std::vector<JobRecord> out;
-    Status s = Guard("loading jobs", [&]() -> Status {
-      pqxx::read_transaction t(*conn_);
-      for (const auto& r : t.exec_prepared("load_jobs")) out.push_back(ReadJob(r));
-      return Status::Ok();
+    return Reading("loading jobs", [&](pqxx::read_transaction& t) {
+      return ReadJobs(t.exec_prepared("load_jobs"));
     });
-    if (!s.ok()) return s;
-    return out;
   }
 
   Result<std::vector<JobRecord>> LoadLiveJobs() override {
     std::lock_guard<std::mutex> lock(mu_);
-    std::vector<JobRecord> out;
-    Status s = Guard("loading live jobs", [&]() -> Status {
-      pqxx::read_transaction t(*conn_);
-      for (const auto& r : t.exec_prepared("load_live_jobs")) out.push_back(ReadJob(r));
-      return Status::Ok();
+    return Reading("loading live jobs", [&](pqxx::read_transaction& t) {
+      return ReadJobs(t.exec_prepared("load_live_jobs"));
     });
-    if (!s.ok()) return s;
-    return out;
   }
 
   Result<std::vector<JobRecord>> ListJobs(const std::string& state, int limit) override {
     std::lock_guard<std::mutex> lock(mu_);
-    std::vector<JobRecord> out;
-    Status s = Guard("listing jobs", [&]() -> Status {
-      pqxx::read_transaction t(*conn_);
-      for (const auto& r :
-           t.exec_prepared("list_jobs", state, static_cast<int64_t>(std::max(0, limit)))) {
-        out.push_back(ReadJob(r));
-      }
-      return Status::Ok();
+    return Reading("listing jobs", [&](pqxx::read_transaction& t) {
+      return ReadJobs(
+          t.exec_prepared("list_jobs", state, static_cast<int64_t>(std::max(0, limit))));
     });
-    if (!s.ok()) return s;
-    return out;
   }
 
   Result<int64_t> MaxJobNumber() override {
     std::lock_guard<std::mutex> lock(mu_);
-    int64_t n = 0;
-    Status s = Guard("reading the highest job number", [&]() -> Status {
-      pqxx::read_transaction t(*conn_);
-      n = t.exec1(
-               "SELECT COALESCE(MAX(CAST(substring(id from 3) AS BIGINT)), 0) FROM jobs "
-               "WHERE id ~ '^j-[0-9]{1,18}$'")[0]
-              .as<int64_t>();
-      return Status::Ok();
+    return Reading("reading the highest job number", [&](pqxx::read_transaction& t) {
+      return t
+          .exec1(
+              "SELECT COALESCE(MAX(CAST(substring(id from 3) AS BIGINT)), 0) FROM jobs "
+              "WHERE id ~ '^j-[0-9]{1,18}$'")[0]
+          .as<int64_t>();
     });
-    if (!s.ok()) return s;
-    return n;
   }
 
   Result<int64_t> Prune(int64_t before_ms) override {
     std::lock_guard<std::mutex> lock(mu_);
-    int64_t rows = 0;
-    Status s = Guard("pruning", [&]() -> Status {
-      pqxx::work w(*conn_);
-      if (Status f = CheckFence(w); !f.ok()) return f;
-      rows += w.exec_params("DELETE FROM jobs WHERE ended_ms > 0 AND ended_ms < $1", before_ms)
-                  .affected_rows();
+    return FencedDelete("pruning", [&](pqxx::work& w) {
+      int64_t rows =
+          w.exec_params("DELETE FROM jobs WHERE ended_ms > 0 AND ended_ms < $1", before_ms)
+              .affected_rows();
       rows += w.exec_params(
                    "DELETE FROM events WHERE seq < COALESCE((SELECT MIN(seq) FROM events WHERE "
                    "time_ms >= $1), (SELECT MAX(seq) + 1 FROM events), 0)",
                    before_ms)
                   .affected_rows();
-      w.commit();
-      return Status::Ok();
+      return rows;
     });
-    if (!s.ok()) return s;
-    return rows;
   }
 
   Result<int64_t> PruneEventsOfKind(const std::string& kind, int64_t before_ms) override {
     std::lock_guard<std::mutex> lock(mu_);
-    int64_t rows = 0;
-    Status s = Guard("pruning", [&]() -> Status {
-      pqxx::work w(*conn_);
-      if (Status f = CheckFence(w); !f.ok()) return f;
-      rows = w.exec_params("DELETE FROM events WHERE kind = $1 AND time_ms < $2", kind, before_ms)
-                 .affected_rows();
-      w.commit();
-      return Status::Ok();
+    return FencedDelete("pruning", [&](pqxx::work& w) {
+      return w.exec_params("DELETE FROM events WHERE kind = $1 AND time_ms < $2", kind, before_ms)
+          .affected_rows();
     });
-    if (!s.ok()) return s;
-    return rows;
   }
 
   Result<std::optional<JobRecord>> GetJob(const std::string& id) override {
     std::lock_guard<std::mutex> lock(mu_);
-    std::optional<JobRecord> out;
-    Status s = Guard("reading job " + id, [&]() -> Status {
-      pqxx::read_transaction t(*conn_);
-      auto r = t.exec_prepared("get_job", id);
-      if (!r.empty()) out = ReadJob(r[0]);
-      return Status::Ok();
+    return Reading("reading job " + id, [&](pqxx::read_transaction& t) {
+      return FirstJob(t.exec_prepared("get_job", id));
     });
-    if (!s.ok()) return s;
-    return out;
   }
 
   Result<std::optional<JobRecord>> FindByIdempotencyKey(const std::string& key,
                                                         int64_t since_ms) override {
     if (key.empty()) return std::optional<JobRecord>();  // '' marks the jobs without a key
     std::lock_guard<std::mutex> lock(mu_);
-    std::optional<JobRecord> out;
-    Status s = Guard("finding a job by idempotency key", [&]() -> Status {
-      pqxx::read_transaction t(*conn_);
-      auto r = t.exec_prepared("find_idem", key, since_ms);
-      if (!r.empty()) out = ReadJob(r[0]);
-      return Status::Ok();
+    return Reading("finding a job by idempotency key", [&](pqxx::read_transaction& t) {
+      return FirstJob(t.exec_prepared("find_idem", key, since_ms));
     });
-    if (!s.ok()) return s;
-    return out;
   }
 
   Result<std::vector<Event>> ListEvents(int64_t after_seq, int limit,
                                         const EventFilter& filter) override {
     if (limit < 0) return Status::InvalidArgument("event limit must not be negative");
-    std::vector<Event> out;
-    if (limit == 0) return out;
+    if (limit == 0) return std::vector<Event>();
     const int mask = (filter.kind_prefix.empty() ? 0 : 1) | (filter.subject.empty() ? 0 : 2) |
                      (filter.actor.empty() ? 0 : 4);
     std::lock_guard<std::mutex> lock(mu_);
-    Status s = Guard("listing events", [&]() -> Status {
-      pqxx::read_transaction t(*conn_);
+    return Reading("listing events", [&](pqxx::read_transaction& t) {
       // One prepared statement per combination of filters, so each gets a plan that fits.
-      pqxx::result r = RunListEvents(t, mask, after_seq, limit, filter);
-      for (const auto& row : r) {
-        Event e;
-        e.seq = row[0].as<int64_t>();
-        e.time_ms = row[1].as<int64_t>();
-        e.actor = row[2].as<std::string>();
-        e.kind = row[3].as<std::string>();
-        e.subject = row[4].as<std::string>();
-        e.reason = row[5].as<std::string>();
-        e.data = row[6].as<std::string>();
-        out.push_back(std::move(e));
+      std::vector<Event> out;
+      for (const auto& row : RunListEvents(t, mask, after_seq, limit, filter)) {
+        out.push_back(ReadEvent(row));
       }
-      return Status::Ok();
+      return out;
     });
-    if (!s.ok()) return s;
-    return out;
   }
 
   Result<int64_t> LastSeq() override {
     std::lock_guard<std::mutex> lock(mu_);
-    int64_t seq = 0;
-    Status s = Guard("reading the last seq", [&]() -> Status {
-      pqxx::read_transaction t(*conn_);
-      seq = t.exec_prepared1("last_seq")[0].as<int64_t>();
-      return Status::Ok();
+    return Reading("reading the last seq", [&](pqxx::read_transaction& t) {
+      return t.exec_prepared1("last_seq")[0].as<int64_t>();
     });
-    if (!s.ok()) return s;
-    return seq;
   }
 
   Status PutSetting(const std::string& key, const std::string& value) override {
     std::lock_guard<std::mutex> lock(mu_);
-    return Guard("writing setting " + key, [&]() -> Status {
-      pqxx::work w(*conn_);
-      if (Status f = CheckFence(w); !f.ok()) return f;
+    return FencedWrite("writing setting " + key, [&](pqxx::work& w) {
       w.exec_prepared0("put_setting", key, value);
-      w.commit();
       return Status::Ok();
     });
   }
 
   Status PutSample(int resolution_s, const Sample& sample) override {
     std::lock_guard<std::mutex> lock(mu_);
-    return Guard("writing a sample", [&]() -> Status {
-      pqxx::work w(*conn_);
-      if (Status f = CheckFence(w); !f.ok()) return f;
+    return FencedWrite("writing a sample", [&](pqxx::work& w) {
       w.exec_params0(
           "INSERT INTO samples (resolution_s, time_ms, data) VALUES ($1, $2, $3) "
           "ON CONFLICT (resolution_s, time_ms) DO UPDATE SET data = excluded.data",
           resolution_s, sample.time_ms, sample.data);
-      w.commit();
       return Status::Ok();
     });
   }
@@ -315,74 +258,54 @@ class PostgresStore final : public Store {
   Result<std::vector<Sample>> ListSamples(int resolution_s, int64_t since_ms,
                                           int64_t until_ms) override {
     std::lock_guard<std::mutex> lock(mu_);
-    std::vector<Sample> out;
-    Status s = Guard("listing samples", [&]() -> Status {
-      pqxx::read_transaction t(*conn_);
-      auto r = t.exec_params(
-          "SELECT time_ms, data FROM samples WHERE resolution_s = $1 AND time_ms >= $2 AND "
-          "time_ms < $3 ORDER BY time_ms",
-          resolution_s, since_ms, until_ms);
-      for (const auto& row : r) out.push_back({row[0].as<int64_t>(), row[1].as<std::string>()});
-      return Status::Ok();
+    return Reading("listing samples", [&](pqxx::read_transaction& t) {
+      std::vector<Sample> out;
+      for (const auto& row : t.exec_params(
+               "SELECT time_ms, data FROM samples WHERE resolution_s = $1 AND time_ms >= $2 AND "
+               "time_ms < $3 ORDER BY time_ms",
+               resolution_s, since_ms, until_ms)) {
+        out.push_back({row[0].as<int64_t>(), row[1].as<std::string>()});
+      }
+      return out;
     });
-    if (!s.ok()) return s;
-    return out;
   }
 
   Result<int64_t> PruneSamples(int resolution_s, int64_t before_ms) override {
     std::lock_guard<std::mutex> lock(mu_);
-    int64_t n = 0;
-    Status s = Guard("pruning samples", [&]() -> Status {
-      pqxx::work w(*conn_);
-      if (Status f = CheckFence(w); !f.ok()) return f;
-      auto r = w.exec_params0("DELETE FROM samples WHERE resolution_s = $1 AND time_ms < $2",
-                              resolution_s, before_ms);
-      n = static_cast<int64_t>(r.affected_rows());
-      w.commit();
-      return Status::Ok();
+    return FencedDelete("pruning samples", [&](pqxx::work& w) {
+      return static_cast<int64_t>(
+          w.exec_params0("DELETE FROM samples WHERE resolution_s = $1 AND time_ms < $2",
+                         resolution_s, before_ms)
+              .affected_rows());
     });
-    if (!s.ok()) return s;
-    return n;
   }
 
   Result<std::optional<std::string>> GetSetting(const std::string& key) override {
     std::lock_guard<std::mutex> lock(mu_);
-    std::optional<std::string> out;
-    Status s = Guard("reading setting " + key, [&]() -> Status {
-      pqxx::read_transaction t(*conn_);
+    return Reading("reading setting " + key, [&](pqxx::read_transaction& t) {
       auto r = t.exec_prepared("get_setting", key);
-      if (!r.empty()) out = r[0][0].as<std::string>();
-      return Status::Ok();
+      return r.empty() ? std::optional<std::string>() : r[0][0].as<std::string>();
     });
-    if (!s.ok()) return s;
-    return out;
   }
 
   Result<std::vector<std::pair<std::string, std::string>>> ListSettings(
       const std::string& prefix) override {
     std::lock_guard<std::mutex> lock(mu_);
-    std::vector<std::pair<std::string, std::string>> out;
-    Status s = Guard("listing settings " + prefix, [&]() -> Status {
-      pqxx::read_transaction t(*conn_);
-      auto r = t.exec_params(
-          "SELECT key, value FROM settings WHERE left(key, length($1)) = $1 ORDER BY key", prefix);
-      for (const auto& row : r) out.push_back({row[0].as<std::string>(), row[1].as<std::string>()});
-      return Status::Ok();
+    return Reading("listing settings " + prefix, [&](pqxx::read_transaction& t) {
+      std::vector<std::pair<std::string, std::string>> out;
+      for (const auto& row : t.exec_params(
+               "SELECT key, value FROM settings WHERE left(key, length($1)) = $1 ORDER BY key",
+               prefix)) {
+        out.push_back({row[0].as<std::string>(), row[1].as<std::string>()});
+      }
+      return out;
     });
-    if (!s.ok()) return s;
-    return out;
   }
 
   Result<int> SchemaVersion() override {
     std::lock_guard<std::mutex> lock(mu_);
-    int version = 0;
-    Status s = Guard("reading the schema version", [&]() -> Status {
-      pqxx::read_transaction t(*conn_);
-      version = ReadVersion(t);
-      return Status::Ok();
-    });
-    if (!s.ok()) return s;
-    return version;
+    return Reading("reading the schema version",
+                   [&](pqxx::read_transaction& t) { return ReadVersion(t); });
   }
 
   std::string Describe() const override { return described_; }
@@ -425,15 +348,10 @@ class PostgresStore final : public Store {
 
   Result<Leadership> Leader() override {
     std::lock_guard<std::mutex> lock(mu_);
-    Leadership now;
-    Status s = Guard("reading the leadership", [&]() -> Status {
-      pqxx::read_transaction t(*conn_);
+    return Reading("reading the leadership", [&](pqxx::read_transaction& t) {
       auto r = t.exec1("SELECT epoch, holder FROM leadership WHERE id = 1");
-      now = {r[0].as<int64_t>(), r[1].as<std::string>()};
-      return Status::Ok();
+      return Leadership{r[0].as<int64_t>(), r[1].as<std::string>()};
     });
-    if (!s.ok()) return s;
-    return now;
   }
 
   Status CheckLease() override {
@@ -565,6 +483,45 @@ class PostgresStore final : public Store {
     } catch (const std::exception& e) {
       return Status::Internal(described_ + ": " + what + ": " + Trim(e.what()));
     }
+  }
+
+  // `read(t)` in a read-only transaction (as Guard): its answer.
+  template <typename Read>
+  auto Reading(const std::string& what, Read read)
+      -> Result<decltype(read(std::declval<pqxx::read_transaction&>()))> {
+    decltype(read(std::declval<pqxx::read_transaction&>())) out{};
+    Status s = Guard(what, [&]() -> Status {
+      pqxx::read_transaction t(*conn_);
+      out = read(t);
+      return Status::Ok();
+    });
+    if (!s.ok()) return s;
+    return out;
+  }
+
+  // `write(w)` in a transaction under the fence (as Guard), committed when it answers Ok; on any
+  // failure the transaction rolls back.
+  template <typename Write>
+  Status FencedWrite(const std::string& what, Write write) {
+    return Guard(what, [&]() -> Status {
+      pqxx::work w(*conn_);
+      if (Status f = CheckFence(w); !f.ok()) return f;
+      if (Status s = write(w); !s.ok()) return s;
+      w.commit();
+      return Status::Ok();
+    });
+  }
+
+  // Deletes under the fence (as FencedWrite): `remove(w)` answers the rows it removed.
+  template <typename Remove>
+  Result<int64_t> FencedDelete(const std::string& what, Remove remove) {
+    int64_t rows = 0;
+    Status s = FencedWrite(what, [&](pqxx::work& w) {
+      rows = static_cast<int64_t>(remove(w));
+      return Status::Ok();
+    });
+    if (!s.ok()) return s;
+    return rows;
   }
 
   Status MigrateLocked(int target) {

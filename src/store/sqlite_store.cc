@@ -108,11 +108,8 @@ class SqliteStore final : public Store {
 
   Status Commit(const std::vector<Event>& events, const std::vector<JobRecord>& jobs,
                 std::vector<int64_t>* seqs) override {
-    for (const auto& j : jobs) {
-      if (j.id.empty()) return Status::InvalidArgument("job record with an empty id");
-    }
-    if (seqs != nullptr) seqs->clear();
-    if (events.empty() && jobs.empty()) return Status::Ok();
+    Result<bool> anything = StartCommit(events, jobs, seqs);
+    if (!anything.ok() || !*anything) return anything.status();
     std::lock_guard<std::mutex> lock(mu_);
     // IMMEDIATE takes the write lock now, so the seq read below cannot race another writer
     // (another process on the same file).

@@ -81,6 +81,15 @@ int64_t JobNumber(const std::string& id) {
   return n;
 }
 
+Result<bool> StartCommit(const std::vector<Event>& events, const std::vector<JobRecord>& jobs,
+                         std::vector<int64_t>* seqs) {
+  for (const auto& j : jobs) {
+    if (j.id.empty()) return Status::InvalidArgument("job record with an empty id");
+  }
+  if (seqs != nullptr) seqs->clear();
+  return !events.empty() || !jobs.empty();
+}
+
 Status ExecSql(const std::string& url, const std::string& sql) {
   auto parsed = ParseUrl(url);
   if (!parsed.ok()) return parsed.status();

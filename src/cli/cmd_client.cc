@@ -187,70 +187,82 @@ void RegisterSubmitCommand(CLI::App& app, CommandContext& ctx) {
 
 // ---- jobs / job / cancel / queues / groups / nodes / whoami ----
 
-void ListJobs(const ClientOptions& co, const std::string& state, int* exit_code) {
-  Json j = Call(co, "GET", "/v1/jobs" + (state.empty() ? "" : "?state=" + state), exit_code);
+// Calls the server and prints its answer: whole with --json, else as `print` puts it for people.
+template <typename Print>
+void CallAndPrint(const ClientOptions& co, const std::string& method, const std::string& path,
+                  int* exit_code, Print print) {
+  Json j = Call(co, method, path, exit_code);
   if (j.is_discarded()) return;
   if (co.json) return void(std::cout << j.dump(2) << "\n");
-  std::vector<std::vector<std::string>> rows = {
-      {"ID", "STATE", "QUEUE", "GROUP", "NEEDS", "PLACEMENT", "AGE", "REASON"}};
-  for (const auto& job : j["jobs"]) rows.push_back(JobRow(job));
-  PrintTable(rows);
+  print(j);
+}
+
+// The strings of a JSON array, joined by commas.
+std::string JoinedStrings(const Json& list) {
+  std::string out;
+  for (const auto& item : list) out += (out.empty() ? "" : ",") + item.get<std::string>();
+  return out;
+}
+
+void ListJobs(const ClientOptions& co, const std::string& state, int* exit_code) {
+  CallAndPrint(co, "GET", "/v1/jobs" + (state.empty() ? "" : "?state=" + state), exit_code,
+               [&](Json& j) {
+                 std::vector<std::vector<std::string>> rows = {
+                     {"ID", "STATE", "QUEUE", "GROUP", "NEEDS", "PLACEMENT", "AGE", "REASON"}};
+                 for (const auto& job : j["jobs"]) rows.push_back(JobRow(job));
+                 PrintTable(rows);
+               });
 }
 
 void ShowJob(const ClientOptions& co, const std::string& id, int* exit_code) {
-  Json j = Call(co, "GET", "/v1/jobs/" + id, exit_code);
-  if (j.is_discarded()) return;
-  if (co.json) return void(std::cout << j.dump(2) << "\n");
-  PrintTable({{"ID", "STATE", "QUEUE", "GROUP", "NEEDS", "PLACEMENT", "AGE", "REASON"}, JobRow(j)});
-  if (j.contains("exit_code")) std::cout << "exit code: " << j["exit_code"] << "\n";
-  // Range by range (the server sends at most 4 MiB at a time), as it is now.
-  for (int64_t offset = 0;;) {
-    ClientReply out = HttpCall(CallOptions{co.url, co.token, co.tls, {}, 0}, "GET",
-                               "/v1/jobs/" + id + "/output?offset=" + std::to_string(offset));
-    if ((out.status != 200 && out.status != 206) || out.body.empty()) break;
-    if (offset == 0) std::cout << "--- output ---\n";
-    std::cout << out.body;
-    offset += static_cast<int64_t>(out.body.size());
-    if (out.status == 200) break;
-  }
+  CallAndPrint(co, "GET", "/v1/jobs/" + id, exit_code, [&](Json& j) {
+    PrintTable(
+        {{"ID", "STATE", "QUEUE", "GROUP", "NEEDS", "PLACEMENT", "AGE", "REASON"}, JobRow(j)});
+    if (j.contains("exit_code")) std::cout << "exit code: " << j["exit_code"] << "\n";
+    // Range by range (the server sends at most 4 MiB at a time), as it is now.
+    for (int64_t offset = 0;;) {
+      ClientReply out = HttpCall(CallOptions{co.url, co.token, co.tls, {}, 0}, "GET",
+                                 "/v1/jobs/" + id + "/output?offset=" + std::to_string(offset));
+      if ((out.status != 200 && out.status != 206) || out.body.empty()) break;
+      if (offset == 0) std::cout << "--- output ---\n";
+      std::cout << out.body;
+      offset += static_cast<int64_t>(out.body.size());
+      if (out.status == 200) break;
+    }
+  });
 }
 
 void CancelJob(const ClientOptions& co, const std::string& id, int* exit_code) {
-  Json j = Call(co, "POST", "/v1/jobs/" + id + "/cancel", exit_code);
-  if (j.is_discarded()) return;
-  if (co.json) return void(std::cout << j.dump(2) << "\n");
-  std::cout << j["id"].get<std::string>() << " " << j["state"].get<std::string>() << "\n";
+  CallAndPrint(co, "POST", "/v1/jobs/" + id + "/cancel", exit_code, [&](Json& j) {
+    std::cout << j["id"].get<std::string>() << " " << j["state"].get<std::string>() << "\n";
+  });
 }
 
 void ListQueues(const ClientOptions& co, const std::string&, int* exit_code) {
-  Json j = Call(co, "GET", "/v1/queues", exit_code);
-  if (j.is_discarded()) return;
-  if (co.json) return void(std::cout << j.dump(2) << "\n");
-  std::vector<std::vector<std::string>> rows = {
-      {"QUEUE", "PRIORITY", "CLASS", "FORMS", "GROUPS", "PREEMPTIBLE"}};
-  for (const auto& q : j["queues"]) {
-    std::string forms, groups;
-    for (const auto& f : q["forms"]) forms += (forms.empty() ? "" : ",") + f.get<std::string>();
-    for (const auto& g : q["groups"]) groups += (groups.empty() ? "" : ",") + g.get<std::string>();
-    rows.push_back({q["name"], std::to_string(q["priority"].get<int>()), q["class"], forms, groups,
-                    q["preemptible"].get<bool>() ? "yes" : "no"});
-  }
-  PrintTable(rows);
+  CallAndPrint(co, "GET", "/v1/queues", exit_code, [&](Json& j) {
+    std::vector<std::vector<std::string>> rows = {
+        {"QUEUE", "PRIORITY", "CLASS", "FORMS", "GROUPS", "PREEMPTIBLE"}};
+    for (const auto& q : j["queues"]) {
+      rows.push_back({q["name"], std::to_string(q["priority"].get<int>()), q["class"],
+                      JoinedStrings(q["forms"]), JoinedStrings(q["groups"]),
+                      q["preemptible"].get<bool>() ? "yes" : "no"});
+    }
+    PrintTable(rows);
+  });
 }
 
 void ListGroups(const ClientOptions& co, const std::string&, int* exit_code) {
-  Json j = Call(co, "GET", "/v1/groups", exit_code);
-  if (j.is_discarded()) return;
-  if (co.json) return void(std::cout << j.dump(2) << "\n");
-  std::vector<std::vector<std::string>> rows = {
-      {"GROUP", "GPU USED", "RESERVED", "LIMIT", "CPU USED", "CPU LIMIT"}};
-  for (const auto& g : j["groups"]) {
-    auto lim = [](int64_t v) { return v == 0 ? std::string("-") : FormatMilli(v); };
-    rows.push_back({g["name"], FormatMilli(g["usage"]["gpu_milli"]),
-                    FormatMilli(g["reservation"]["gpu_milli"]), lim(g["limit"]["gpu_milli"]),
-                    FormatMilli(g["usage"]["cpu_milli"]), lim(g["limit"]["cpu_milli"])});
-  }
-  PrintTable(rows);
+  CallAndPrint(co, "GET", "/v1/groups", exit_code, [&](Json& j) {
+    std::vector<std::vector<std::string>> rows = {
+        {"GROUP", "GPU USED", "RESERVED", "LIMIT", "CPU USED", "CPU LIMIT"}};
+    for (const auto& g : j["groups"]) {
+      auto lim = [](int64_t v) { return v == 0 ? std::string("-") : FormatMilli(v); };
+      rows.push_back({g["name"], FormatMilli(g["usage"]["gpu_milli"]),
+                      FormatMilli(g["reservation"]["gpu_milli"]), lim(g["limit"]["gpu_milli"]),
+                      FormatMilli(g["usage"]["cpu_milli"]), lim(g["limit"]["cpu_milli"])});
+    }
+    PrintTable(rows);
+  });
 }
 
 // "job(form[ partition][,identity])" per holder, space-separated.
@@ -278,26 +290,25 @@ std::string DeviceLayout(const Json& d) {
 }
 
 void ListNodes(const ClientOptions& co, const std::string&, int* exit_code) {
-  Json j = Call(co, "GET", "/v1/nodes", exit_code);
-  if (j.is_discarded()) return;
-  if (co.json) return void(std::cout << j.dump(2) << "\n");
-  std::vector<std::vector<std::string>> rows = {
-      {"NODE", "STATE", "DEVICE", "MODEL", "LAYOUT", "USED", "MEMORY USED", "HOLDERS"}};
-  for (const auto& n : j["nodes"]) {
-    std::string state =
-        n["state"].get<std::string>() + (n["simulated"].get<bool>() ? " (simulated)" : "");
-    if (n["devices"].empty()) rows.push_back({n["name"], state, "-", "-", "-", "-", "-", "-"});
-    for (const auto& d : n["devices"]) {
-      std::string holders = DeviceHolders(d);
-      std::string layout = DeviceLayout(d);
-      rows.push_back({n["name"], state, std::to_string(d["index"].get<int>()),
-                      d["model"].get<std::string>() + (d["simulated"].get<bool>() ? "*" : ""),
-                      layout, FormatMilli(d["gpu_milli_used"]),
-                      FormatMiB(d["gpu_memory_mib_used"]) + "/" + FormatMiB(d["memory_mib"]),
-                      holders.empty() ? "-" : holders});
+  CallAndPrint(co, "GET", "/v1/nodes", exit_code, [&](Json& j) {
+    std::vector<std::vector<std::string>> rows = {
+        {"NODE", "STATE", "DEVICE", "MODEL", "LAYOUT", "USED", "MEMORY USED", "HOLDERS"}};
+    for (const auto& n : j["nodes"]) {
+      std::string state =
+          n["state"].get<std::string>() + (n["simulated"].get<bool>() ? " (simulated)" : "");
+      if (n["devices"].empty()) rows.push_back({n["name"], state, "-", "-", "-", "-", "-", "-"});
+      for (const auto& d : n["devices"]) {
+        std::string holders = DeviceHolders(d);
+        std::string layout = DeviceLayout(d);
+        rows.push_back({n["name"], state, std::to_string(d["index"].get<int>()),
+                        d["model"].get<std::string>() + (d["simulated"].get<bool>() ? "*" : ""),
+                        layout, FormatMilli(d["gpu_milli_used"]),
+                        FormatMiB(d["gpu_memory_mib_used"]) + "/" + FormatMiB(d["memory_mib"]),
+                        holders.empty() ? "-" : holders});
+      }
     }
-  }
-  PrintTable(rows);
+    PrintTable(rows);
+  });
 }
 
 void WhoAmI(const ClientOptions& co, const std::string&, int* exit_code) {

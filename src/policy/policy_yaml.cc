@@ -27,25 +27,31 @@ Status List(const YAML::Node& n, const std::string& field) {
   return Status::Ok();
 }
 
+// `read(n, f)` for each entry n of the optional list `root[key]`, f naming it in errors
+// ("groups[gpu-team]", or by its index when it has no name).
+template <typename Read>
+Status ForEachEntry(const YAML::Node& root, const std::string& key, Read read) {
+  TESSERA_TRY(List(root[key], key));
+  for (size_t i = 0; root[key] && i < root[key].size(); ++i) {
+    const YAML::Node n = root[key][i];
+    TESSERA_TRY(read(n, key + "[" + EntryName(n, i) + "]"));
+  }
+  return Status::Ok();
+}
+
 Status ReadPools(const YAML::Node& root, quota::PolicySpec& p) {
-  TESSERA_TRY(List(root["pools"], "pools"));
-  for (size_t i = 0; root["pools"] && i < root["pools"].size(); ++i) {
-    const YAML::Node n = root["pools"][i];
-    std::string f = "pools[" + EntryName(n, i) + "]";
+  return ForEachEntry(root, "pools", [&](const YAML::Node& n, const std::string& f) -> Status {
     TESSERA_TRY(KnownKeys(n, f, {"name", "forms"}));
     quota::PoolSpec ps;
     if (n["name"]) TESSERA_TRY_ASSIGN(ps.name, GetString(n["name"], f + ".name"));
     if (n["forms"]) TESSERA_TRY_ASSIGN(ps.forms, GetForms(n["forms"], f + ".forms"));
     p.pools.push_back(ps);
-  }
-  return Status::Ok();
+    return Status::Ok();
+  });
 }
 
 Status ReadGroups(const YAML::Node& root, quota::PolicySpec& p) {
-  TESSERA_TRY(List(root["groups"], "groups"));
-  for (size_t i = 0; root["groups"] && i < root["groups"].size(); ++i) {
-    const YAML::Node n = root["groups"][i];
-    std::string f = "groups[" + EntryName(n, i) + "]";
+  return ForEachEntry(root, "groups", [&](const YAML::Node& n, const std::string& f) -> Status {
     TESSERA_TRY(KnownKeys(
         n, f, {"name", "parent", "reservation", "limit", "weight", "run_as", "members_cancel"}));
     quota::GroupSpec g;
@@ -63,15 +69,12 @@ Status ReadGroups(const YAML::Node& root, quota::PolicySpec& p) {
     if (n["members_cancel"])
       TESSERA_TRY_ASSIGN(g.members_cancel, GetBool(n["members_cancel"], f + ".members_cancel"));
     p.groups.push_back(g);
-  }
-  return Status::Ok();
+    return Status::Ok();
+  });
 }
 
 Status ReadProfiles(const YAML::Node& root, quota::PolicySpec& p) {
-  TESSERA_TRY(List(root["profiles"], "profiles"));
-  for (size_t i = 0; root["profiles"] && i < root["profiles"].size(); ++i) {
-    const YAML::Node n = root["profiles"][i];
-    std::string f = "profiles[" + EntryName(n, i) + "]";
+  return ForEachEntry(root, "profiles", [&](const YAML::Node& n, const std::string& f) -> Status {
     TESSERA_TRY(KnownKeys(n, f,
                           {"name", "gpus", "gpu_fraction", "gpu_memory", "cpu", "memory",
                            "max_gpus", "max_gpu_memory", "forms", "pools"}));
@@ -102,20 +105,18 @@ Status ReadProfiles(const YAML::Node& root, quota::PolicySpec& p) {
     if (n["pools"]) TESSERA_TRY_ASSIGN(pr.pools, GetStrings(n["pools"], f + ".pools"));
     if (pr.gpu_count == 0) pr.gpu_milli = 0;  // a CPU-only profile
     p.profiles.push_back(pr);
-  }
-  return Status::Ok();
+    return Status::Ok();
+  });
 }
 
 Status ReadQueues(const YAML::Node& root, const PolicyKeys& keys, quota::PolicySpec& p) {
-  TESSERA_TRY(List(root["queues"], "queues"));
+  TESSERA_TRY(List(root["queues"], "queues"));  // before the count: a map is not "no queues"
   if (keys.require_queues && (!root["queues"] || root["queues"].size() == 0)) {
     return FieldError("queues", "at least one queue is needed");
   }
   std::set<std::string> known = {"name", "profile", "groups", "priority", "preemptible", "class"};
   known.insert(keys.extra_queue.begin(), keys.extra_queue.end());
-  for (size_t i = 0; root["queues"] && i < root["queues"].size(); ++i) {
-    const YAML::Node n = root["queues"][i];
-    std::string f = "queues[" + EntryName(n, i) + "]";
+  return ForEachEntry(root, "queues", [&](const YAML::Node& n, const std::string& f) -> Status {
     TESSERA_TRY(KnownKeys(n, f, known));
     quota::QueueSpec q;
     if (n["name"]) TESSERA_TRY_ASSIGN(q.name, GetString(n["name"], f + ".name"));
@@ -141,8 +142,8 @@ Status ReadQueues(const YAML::Node& root, const PolicyKeys& keys, quota::PolicyS
       q.default_class = *cls;
     }
     p.queues.push_back(q);
-  }
-  return Status::Ok();
+    return Status::Ok();
+  });
 }
 
 }  // namespace

@@ -12,39 +12,38 @@ Status FieldError(const std::string& field, const std::string& what) {
 
 std::string Scalar(const YAML::Node& n) { return n.as<std::string>(); }
 
+namespace {
+
+// A scalar read by `parse` (a Result); `expected` is the error for a node that is not a scalar.
+template <typename Parse>
+auto GetParsed(const YAML::Node& n, const std::string& field, const char* expected, Parse parse)
+    -> decltype(parse(std::string())) {
+  if (!n.IsScalar()) return FieldError(field, expected);
+  auto v = parse(Scalar(n));
+  if (!v.ok()) return FieldError(field, v.status().message());
+  return v;
+}
+
+}  // namespace
+
 Result<int64_t> GetDuration(const YAML::Node& n, const std::string& field) {
-  if (!n.IsScalar()) return FieldError(field, "expected a duration such as 30s or 2h");
-  auto d = ParseDurationSeconds(Scalar(n));
-  if (!d.ok()) return FieldError(field, d.status().message());
-  return *d;
+  return GetParsed(n, field, "expected a duration such as 30s or 2h", ParseDurationSeconds);
 }
 
 Result<int64_t> GetDurationMs(const YAML::Node& n, const std::string& field) {
-  if (!n.IsScalar()) return FieldError(field, "expected a duration such as 500ms or 10s");
-  auto d = ParseDurationMs(Scalar(n));
-  if (!d.ok()) return FieldError(field, d.status().message());
-  return *d;
+  return GetParsed(n, field, "expected a duration such as 500ms or 10s", ParseDurationMs);
 }
 
 Result<MiB> GetMemory(const YAML::Node& n, const std::string& field) {
-  if (!n.IsScalar()) return FieldError(field, "expected a quantity such as 8GiB");
-  auto m = ParseMemoryMiB(Scalar(n));
-  if (!m.ok()) return FieldError(field, m.status().message());
-  return *m;
+  return GetParsed(n, field, "expected a quantity such as 8GiB", ParseMemoryMiB);
 }
 
 Result<int64_t> GetMilli(const YAML::Node& n, const std::string& field) {
-  if (!n.IsScalar()) return FieldError(field, "expected a number such as 0.25 or 500m");
-  auto m = ParseMilli(Scalar(n));
-  if (!m.ok()) return FieldError(field, m.status().message());
-  return *m;
+  return GetParsed(n, field, "expected a number such as 0.25 or 500m", ParseMilli);
 }
 
 Result<int64_t> GetInt(const YAML::Node& n, const std::string& field) {
-  if (!n.IsScalar()) return FieldError(field, "expected a whole number");
-  auto m = ParseNonNegativeInt(Scalar(n));
-  if (!m.ok()) return FieldError(field, m.status().message());
-  return *m;
+  return GetParsed(n, field, "expected a whole number", ParseNonNegativeInt);
 }
 
 Result<bool> GetBool(const YAML::Node& n, const std::string& field) {

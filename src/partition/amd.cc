@@ -8,22 +8,18 @@
 namespace tessera::partition {
 namespace {
 
-std::string ModeNames(const std::vector<std::string>& names) {
-  std::string out;
-  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
-  return out;
+std::string ComputeModeNames(const GpuModel& model) { return JoinedNames(model.amd.compute_modes); }
+
+std::string MemoryModeNames(const GpuModel& model) { return JoinedNames(model.amd.memory_modes); }
+
+Status UnknownComputeMode(const GpuModel& model, std::string_view name) {
+  return Status::InvalidArgument("unknown compute mode '" + std::string(name) + "' on " +
+                                 model.name + "; compute modes: " + ComputeModeNames(model));
 }
 
-std::string ComputeModeNames(const GpuModel& model) {
-  std::vector<std::string> names;
-  for (const AmdComputeMode& m : model.amd.compute_modes) names.push_back(m.name);
-  return ModeNames(names);
-}
-
-std::string MemoryModeNames(const GpuModel& model) {
-  std::vector<std::string> names;
-  for (const AmdMemoryMode& m : model.amd.memory_modes) names.push_back(m.name);
-  return ModeNames(names);
+Status UnknownMemoryMode(const GpuModel& model, std::string_view name) {
+  return Status::InvalidArgument("unknown memory mode '" + std::string(name) + "' on " +
+                                 model.name + "; memory modes: " + MemoryModeNames(model));
 }
 
 Status NotAmd(const GpuModel& model) {
@@ -68,15 +64,9 @@ Result<AmdPair> ParsePair(const GpuModel& model, std::string_view text) {
   std::string_view compute = text.substr(0, plus);
   std::string_view memory = text.substr(plus + 1);
   const AmdComputeMode* c = model.amd.FindComputeMode(compute);
-  if (c == nullptr) {
-    return Status::InvalidArgument("unknown compute mode '" + std::string(compute) + "' on " +
-                                   model.name + "; compute modes: " + ComputeModeNames(model));
-  }
+  if (c == nullptr) return UnknownComputeMode(model, compute);
   const AmdMemoryMode* m = model.amd.FindMemoryMode(memory);
-  if (m == nullptr) {
-    return Status::InvalidArgument("unknown memory mode '" + std::string(memory) + "' on " +
-                                   model.name + "; memory modes: " + MemoryModeNames(model));
-  }
+  if (m == nullptr) return UnknownMemoryMode(model, memory);
   return AmdPair{c->name, m->name};
 }
 
@@ -133,10 +123,7 @@ Status CheckComputeModeChange(const GpuModel& model, const AmdDevice& device,
                               std::string_view new_compute) {
   if (!model.is_amd()) return NotAmd(model);
   const AmdComputeMode* c = model.amd.FindComputeMode(new_compute);
-  if (c == nullptr) {
-    return Status::InvalidArgument("unknown compute mode '" + std::string(new_compute) + "' on " +
-                                   model.name + "; compute modes: " + ComputeModeNames(model));
-  }
+  if (c == nullptr) return UnknownComputeMode(model, new_compute);
   if (device.busy) {
     return Status::FailedPrecondition("cannot change " + device.id + " to " + c->name +
                                       ": the device is busy; a compute-mode change needs "
@@ -156,10 +143,7 @@ Result<MemoryModeChange> CheckMemoryModeChange(const GpuModel& model,
                                                std::string_view new_memory) {
   if (!model.is_amd()) return NotAmd(model);
   const AmdMemoryMode* m = model.amd.FindMemoryMode(new_memory);
-  if (m == nullptr) {
-    return Status::InvalidArgument("unknown memory mode '" + std::string(new_memory) + "' on " +
-                                   model.name + "; memory modes: " + MemoryModeNames(model));
-  }
+  if (m == nullptr) return UnknownMemoryMode(model, new_memory);
   std::string busy;
   for (const AmdDevice& d : node) {
     if (d.busy) busy += (busy.empty() ? "" : ", ") + d.id;

@@ -94,6 +94,18 @@ class FieldReader {
     return Status::Ok();
   }
 
+  // `read(e)` for each entry e of the non-empty list `key`, each of which must be an object.
+  template <typename Read>
+  Status Objects(const char* key, Read read) const {
+    const json* list = nullptr;
+    if (Status s = Array(key, &list); !s.ok()) return s;
+    for (const json& e : *list) {
+      if (!e.is_object()) return Error(key, "must hold objects");
+      if (Status s = read(e); !s.ok()) return s;
+    }
+    return Status::Ok();
+  }
+
  private:
   const json& obj_;
   std::string where_;
@@ -198,63 +210,61 @@ Status ParseMig(const FieldReader& r, GpuModel* m) {
   return Status::Ok();
 }
 
-Status ParseAmdMemoryModes(const FieldReader& r, AmdModelInfo* amd) {
-  const json* memory_modes = nullptr;
-  TESSERA_RETURN_IF_ERROR(r.Array("memory_modes", &memory_modes));
-  for (const json& e : *memory_modes) {
-    if (!e.is_object()) return r.Error("memory_modes", "must hold objects");
-    FieldReader mr(e, r.where() + ", memory mode");
-    AmdMemoryMode mode;
-    TESSERA_RETURN_IF_ERROR(mr.String("name", &mode.name));
-    FieldReader nr(e, r.where() + ", memory mode " + mode.name);
-    TESSERA_RETURN_IF_ERROR(nr.SmallInt("domains", 1, kMaxSlices, &mode.domains));
-    if (amd->FindMemoryMode(mode.name) != nullptr) {
-      return r.Error("memory_modes", "lists " + mode.name + " twice");
+// The AMD modes listed under `key`, objects with a name (`what` says which kind in errors): each
+// read by `read(nr, &mode)`, nr naming the mode, and appended to *modes. A name listed twice (in
+// any case) is refused.
+template <typename Mode, typename Read>
+Status ParseAmdModes(const FieldReader& r, const char* key, const std::string& what,
+                     std::vector<Mode>* modes, Read read) {
+  return r.Objects(key, [&](const json& e) -> Status {
+    Mode mode;
+    TESSERA_RETURN_IF_ERROR(FieldReader(e, r.where() + ", " + what).String("name", &mode.name));
+    FieldReader nr(e, r.where() + ", " + what + " " + mode.name);
+    TESSERA_RETURN_IF_ERROR(read(nr, &mode));
+    for (const Mode& m : *modes) {
+      if (EqualsIgnoreCase(m.name, mode.name)) {
+        return r.Error(key, "lists " + mode.name + " twice");
+      }
     }
-    amd->memory_modes.push_back(mode);
-  }
-  return Status::Ok();
+    modes->push_back(mode);
+    return Status::Ok();
+  });
+}
+
+Status ParseAmdMemoryModes(const FieldReader& r, AmdModelInfo* amd) {
+  return ParseAmdModes(r, "memory_modes", "memory mode", &amd->memory_modes,
+                       [](const FieldReader& nr, AmdMemoryMode* mode) {
+                         return nr.SmallInt("domains", 1, kMaxSlices, &mode->domains);
+                       });
+}
+
+// A compute mode's partitions, `per_partition` each of them, must make up the device's `total`
+// (`unit`: "XCDs", "CUs").
+Status FillsDevice(const FieldReader& nr, const char* key, int partitions, int per_partition,
+                   int total, const char* unit) {
+  if (partitions * per_partition == total) return Status::Ok();
+  return nr.Error(key, "times partitions is " + std::to_string(partitions * per_partition) +
+                           ", not the device's " + std::to_string(total) + " " + unit);
 }
 
 Status ParseAmdComputeModes(const FieldReader& r, AmdModelInfo* amd) {
-  const json* compute_modes = nullptr;
-  TESSERA_RETURN_IF_ERROR(r.Array("compute_modes", &compute_modes));
-  for (const json& e : *compute_modes) {
-    if (!e.is_object()) return r.Error("compute_modes", "must hold objects");
-    FieldReader cr(e, r.where() + ", compute mode");
-    AmdComputeMode mode;
-    TESSERA_RETURN_IF_ERROR(cr.String("name", &mode.name));
-    FieldReader nr(e, r.where() + ", compute mode " + mode.name);
-    TESSERA_RETURN_IF_ERROR(nr.SmallInt("partitions", 1, kMaxSlices, &mode.partitions));
-    TESSERA_RETURN_IF_ERROR(
-        nr.SmallInt("xcds_per_partition", 1, kMaxSlices, &mode.xcds_per_partition));
-    TESSERA_RETURN_IF_ERROR(
-        nr.SmallInt("cus_per_partition", 1, kMaxCount, &mode.cus_per_partition));
-    if (mode.partitions * mode.xcds_per_partition != amd->xcd_count) {
-      return nr.Error("xcds_per_partition",
-                      "times partitions is " +
-                          std::to_string(mode.partitions * mode.xcds_per_partition) +
-                          ", not the device's " + std::to_string(amd->xcd_count) + " XCDs");
-    }
-    if (mode.partitions * mode.cus_per_partition != amd->cus) {
-      return nr.Error("cus_per_partition",
-                      "times partitions is " +
-                          std::to_string(mode.partitions * mode.cus_per_partition) +
-                          ", not the device's " + std::to_string(amd->cus) + " CUs");
-    }
-    if (amd->FindComputeMode(mode.name) != nullptr) {
-      return r.Error("compute_modes", "lists " + mode.name + " twice");
-    }
-    amd->compute_modes.push_back(mode);
-  }
-  return Status::Ok();
+  return ParseAmdModes(
+      r, "compute_modes", "compute mode", &amd->compute_modes,
+      [&](const FieldReader& nr, AmdComputeMode* mode) -> Status {
+        TESSERA_RETURN_IF_ERROR(nr.SmallInt("partitions", 1, kMaxSlices, &mode->partitions));
+        TESSERA_RETURN_IF_ERROR(
+            nr.SmallInt("xcds_per_partition", 1, kMaxSlices, &mode->xcds_per_partition));
+        TESSERA_RETURN_IF_ERROR(
+            nr.SmallInt("cus_per_partition", 1, kMaxCount, &mode->cus_per_partition));
+        TESSERA_RETURN_IF_ERROR(FillsDevice(nr, "xcds_per_partition", mode->partitions,
+                                            mode->xcds_per_partition, amd->xcd_count, "XCDs"));
+        return FillsDevice(nr, "cus_per_partition", mode->partitions, mode->cus_per_partition,
+                           amd->cus, "CUs");
+      });
 }
 
 Status ParseAmdLegalPairs(const FieldReader& r, AmdModelInfo* amd) {
-  const json* pairs = nullptr;
-  TESSERA_RETURN_IF_ERROR(r.Array("legal_pairs", &pairs));
-  for (const json& e : *pairs) {
-    if (!e.is_object()) return r.Error("legal_pairs", "must hold objects");
+  return r.Objects("legal_pairs", [&](const json& e) -> Status {
     FieldReader pr(e, r.where() + ", legal pair");
     std::string compute, memory;
     TESSERA_RETURN_IF_ERROR(pr.String("compute", &compute));
@@ -279,8 +289,8 @@ Status ParseAmdLegalPairs(const FieldReader& r, AmdModelInfo* amd) {
       }
     }
     amd->legal_pairs.emplace_back(c->name, mm->name);
-  }
-  return Status::Ok();
+    return Status::Ok();
+  });
 }
 
 Status ParseAmd(const FieldReader& r, GpuModel* m) {
@@ -357,14 +367,7 @@ int MigModelInfo::ProfileIndex(std::string_view name) const {
   return -1;
 }
 
-std::string MigModelInfo::ProfileNames() const {
-  std::string out;
-  for (const MigProfile& p : profiles) {
-    if (!out.empty()) out += ", ";
-    out += p.name;
-  }
-  return out;
-}
+std::string MigModelInfo::ProfileNames() const { return JoinedNames(profiles); }
 
 const AmdMemoryMode* AmdModelInfo::FindMemoryMode(std::string_view name) const {
   for (const AmdMemoryMode& m : memory_modes) {
@@ -454,13 +457,6 @@ Result<const GpuModel*> Catalog::Lookup(std::string_view name) const {
   return m;
 }
 
-std::string Catalog::ModelNames() const {
-  std::string out;
-  for (const GpuModel& m : models_) {
-    if (!out.empty()) out += ", ";
-    out += m.name;
-  }
-  return out;
-}
+std::string Catalog::ModelNames() const { return JoinedNames(models_); }
 
 }  // namespace tessera::partition

@@ -132,4 +132,13 @@ std::string_view BuiltInCatalogJson();
 // ASCII case-insensitive equality, used for every name match in this module.
 bool EqualsIgnoreCase(std::string_view a, std::string_view b);
 
+// The names of `items` (profiles, modes, models: anything with a `name`), comma-separated:
+// "a, b, c"; for messages that list what there is.
+template <typename Named>
+std::string JoinedNames(const std::vector<Named>& items) {
+  std::string out;
+  for (const Named& item : items) out += (out.empty() ? "" : ", ") + item.name;
+  return out;
+}
+
 }  // namespace tessera::partition

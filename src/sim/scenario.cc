@@ -102,36 +102,34 @@ Status ParseCompareWith(const YAML::Node& n, Scenario* s) {
   return Status::Ok();
 }
 
-// A duration or a list of them, used in turn.
-Status ParseDurations(const YAML::Node& n, const std::string& f, std::vector<int64_t>* out) {
-  if (n.IsSequence()) {
-    for (size_t k = 0; k < n.size(); ++k) {
-      int64_t d = 0;
-      TRY_ASSIGN(d, GetDuration(n[k], f + ".duration[" + std::to_string(k) + "]"));
-      out->push_back(d);
-    }
-  } else {
-    int64_t d = 0;
-    TRY_ASSIGN(d, GetDuration(n, f + ".duration"));
-    out->push_back(d);
+// A value or a list of them, used in turn, each read by `get`; `field` names them in errors,
+// with the list index when `indexed` ("f.duration[2]").
+template <typename T>
+Status ParseOneOrList(const YAML::Node& n, const std::string& field, bool indexed,
+                      Result<T> (*get)(const YAML::Node&, const std::string&),
+                      std::vector<T>* out) {
+  if (!n.IsSequence()) {
+    T v{};
+    TRY_ASSIGN(v, get(n, field));
+    out->push_back(v);
+    return Status::Ok();
+  }
+  for (size_t k = 0; k < n.size(); ++k) {
+    T v{};
+    TRY_ASSIGN(v, get(n[k], indexed ? field + "[" + std::to_string(k) + "]" : field));
+    out->push_back(v);
   }
   return Status::Ok();
 }
 
+// A duration or a list of them, used in turn.
+Status ParseDurations(const YAML::Node& n, const std::string& f, std::vector<int64_t>* out) {
+  return ParseOneOrList(n, f + ".duration", true, GetDuration, out);
+}
+
 // A memory size or a list of them, used in turn.
 Status ParseGpuMemories(const YAML::Node& g, const std::string& f, std::vector<MiB>* out) {
-  if (g.IsSequence()) {
-    for (size_t k = 0; k < g.size(); ++k) {
-      MiB m = 0;
-      TRY_ASSIGN(m, GetMemory(g[k], f + ".gpu_memory"));
-      out->push_back(m);
-    }
-  } else {
-    MiB m = 0;
-    TRY_ASSIGN(m, GetMemory(g, f + ".gpu_memory"));
-    out->push_back(m);
-  }
-  return Status::Ok();
+  return ParseOneOrList(g, f + ".gpu_memory", false, GetMemory, out);
 }
 
 // The request overrides of a workload entry: class, form, gpus, gpu_fraction, gpu_memory, cpu,

@@ -154,6 +154,8 @@ class Swapper {
   Handle* FindHandle(CUmemGenericAllocationHandle user);
   Handle* NewHandle();
   Mapping* NewMapping();
+  template <typename Entry>
+  Entry* FreeSlot(Entry** array, uint32_t* count, uint32_t* capacity);
   bool Grow(void** array, uint32_t* capacity, size_t element);
 
   static __thread ThreadRecord* t_record_ __attribute__((tls_model("initial-exec")));

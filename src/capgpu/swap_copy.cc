@@ -16,30 +16,29 @@ using namespace swap_internal;  // NOLINT: the implementation's own helpers
 
 namespace {
 
-bool WriteAll(int fd, const void* data, size_t n, uint64_t offset) {
-  const char* p = static_cast<const char*>(data);
+// All `n` bytes at `offset` through `io` (pread or pwrite), again after an interruption; false
+// on an error or at the end of the file.
+template <typename Char, typename Io>
+bool TransferAll(int fd, Char* p, size_t n, uint64_t offset, Io io) {
   while (n > 0) {
-    ssize_t w = pwrite(fd, p, n, static_cast<off_t>(offset));
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    p += w;
-    n -= static_cast<size_t>(w);
-    offset += static_cast<uint64_t>(w);
+    ssize_t done = io(fd, p, n, static_cast<off_t>(offset));
+    if (done < 0 && errno == EINTR) continue;
+    if (done <= 0) return false;
+    p += done;
+    n -= static_cast<size_t>(done);
+    offset += static_cast<uint64_t>(done);
   }
   return true;
 }
 
+bool WriteAll(int fd, const void* data, size_t n, uint64_t offset) {
+  return TransferAll(fd, static_cast<const char*>(data), n, offset,
+                     [](int f, const char* p, size_t k, off_t at) { return pwrite(f, p, k, at); });
+}
+
 bool ReadAll(int fd, void* data, size_t n, uint64_t offset) {
-  char* p = static_cast<char*>(data);
-  while (n > 0) {
-    ssize_t r = pread(fd, p, n, static_cast<off_t>(offset));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    p += r;
-    n -= static_cast<size_t>(r);
-    offset += static_cast<uint64_t>(r);
-  }
-  return true;
+  return TransferAll(fd, static_cast<char*>(data), n, offset,
+                     [](int f, char* p, size_t k, off_t at) { return pread(f, p, k, at); });
 }
 
 }  // namespace
@@ -230,17 +229,12 @@ uint32_t Swapper::SwapOutLocked() {
 
 CUresult Swapper::SwapInLocked() {
   const int64_t started = NowNs();
-  auto create = cuMemCreate_fn();
-  auto release = cuMemRelease_fn();
-  auto map = cuMemMap_fn();
-  auto unmap = cuMemUnmap_fn();
-  auto access = cuMemSetAccess_fn();
+  const BackingCalls vm;
   auto h2d = cuMemcpyHtoDAsync_v2_fn();
   auto sync = cuStreamSynchronize_fn();
   auto free_host = cuMemFreeHost_fn();
   // Every function the swap-in calls, checked once: none may be missing halfway.
-  if (create == nullptr || release == nullptr || map == nullptr || unmap == nullptr ||
-      access == nullptr || h2d == nullptr || sync == nullptr || free_host == nullptr) {
+  if (!vm.ok() || h2d == nullptr || sync == nullptr || free_host == nullptr) {
     return CUDA_ERROR_NOT_INITIALIZED;
   }
   PublishLocked(static_cast<uint32_t>(SwapState::kSwappingIn), 0);
@@ -254,7 +248,7 @@ CUresult Swapper::SwapInLocked() {
         cuCtxSetCurrent_fn() != nullptr) {
       cuCtxSetCurrent_fn()(contexts_[h.device]);
     }
-    r = create(&h.real, h.bytes, &h.prop, 0);
+    r = vm.create(&h.real, h.bytes, &h.prop, 0);
     if (r != CUDA_SUCCESS) {
       h.real = 0;
       break;
@@ -266,26 +260,20 @@ CUresult Swapper::SwapInLocked() {
       Mapping& m = mappings_[mapped];
       if (!m.live || (m.host == nullptr && !m.on_disk)) continue;
       const Handle& h = handles_[m.handle];
-      r = map(m.va, m.bytes, m.offset, h.real, 0);
+      r = vm.MapReadWrite(m.va, m.bytes, m.offset, h.real, h.device);
       if (r != CUDA_SUCCESS) break;
-      const CUmemAccessDesc desc = ReadWrite(h.device);
-      r = access(m.va, m.bytes, &desc, 1);
-      if (r != CUDA_SUCCESS) {
-        unmap(m.va, m.bytes);
-        break;
-      }
     }
   }
   if (r != CUDA_SUCCESS) {
     for (uint32_t i = 0; i < mapped; ++i) {
       Mapping& m = mappings_[i];
-      if (m.live && (m.host != nullptr || m.on_disk)) unmap(m.va, m.bytes);
+      if (m.live && (m.host != nullptr || m.on_disk)) vm.unmap(m.va, m.bytes);
     }
     for (uint32_t i = 0; i < created; ++i) {
       Handle& h = handles_[i];
       if (h.live && h.real != 0 && h.mappings > 0) {
         // Only those made in this attempt: every mapped handle was swapped out.
-        release(h.real);
+        vm.release(h.real);
         h.real = 0;
       }
     }

@@ -113,5 +113,32 @@ inline CUmemAccessDesc ReadWrite(uint32_t device) {
   return d;
 }
 
+// The calls that back a virtual range with physical memory (Alloc, the swap-in), looked up
+// together; ok() when none is missing.
+struct BackingCalls {
+  CreateFn create = cuMemCreate_fn();
+  ReleaseFn release = cuMemRelease_fn();
+  MapFn map = cuMemMap_fn();
+  UnmapFn unmap = cuMemUnmap_fn();
+  SetAccessFn access = cuMemSetAccess_fn();
+
+  bool ok() const {
+    return create != nullptr && release != nullptr && map != nullptr && unmap != nullptr &&
+           access != nullptr;
+  }
+
+  // Maps `bytes` of `real` (from `offset`) at `va`, readable and writable from `device`;
+  // nothing stays mapped when it fails.
+  CUresult MapReadWrite(CUdeviceptr va, uint64_t bytes, uint64_t offset,
+                        CUmemGenericAllocationHandle real, uint32_t device) const {
+    CUresult r = map(va, bytes, offset, real, 0);
+    if (r != CUDA_SUCCESS) return r;
+    const CUmemAccessDesc desc = ReadWrite(device);
+    r = access(va, bytes, &desc, 1);
+    if (r != CUDA_SUCCESS) unmap(va, bytes);
+    return r;
+  }
+};
+
 }  // namespace swap_internal
 }  // namespace tessera::capgpu

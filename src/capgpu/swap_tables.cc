@@ -24,26 +24,25 @@ bool Swapper::Grow(void** array, uint32_t* capacity, size_t element) {
   return true;
 }
 
-Swapper::Handle* Swapper::NewHandle() {
-  for (uint32_t i = 0; i < handle_count_; ++i) {
-    if (!handles_[i].live) return &handles_[i];
+// An entry of `array` that is not live, reused, or a new one at its end (grown when full);
+// nullptr when there is no memory for more.
+template <typename Entry>
+Entry* Swapper::FreeSlot(Entry** array, uint32_t* count, uint32_t* capacity) {
+  for (uint32_t i = 0; i < *count; ++i) {
+    if (!(*array)[i].live) return &(*array)[i];
   }
-  if (handle_count_ == handle_capacity_ &&
-      !Grow(reinterpret_cast<void**>(&handles_), &handle_capacity_, sizeof(Handle))) {
+  if (*count == *capacity && !Grow(reinterpret_cast<void**>(array), capacity, sizeof(Entry))) {
     return nullptr;
   }
-  return &handles_[handle_count_++];
+  return &(*array)[(*count)++];
+}
+
+Swapper::Handle* Swapper::NewHandle() {
+  return FreeSlot(&handles_, &handle_count_, &handle_capacity_);
 }
 
 Swapper::Mapping* Swapper::NewMapping() {
-  for (uint32_t i = 0; i < mapping_count_; ++i) {
-    if (!mappings_[i].live) return &mappings_[i];
-  }
-  if (mapping_count_ == mapping_capacity_ &&
-      !Grow(reinterpret_cast<void**>(&mappings_), &mapping_capacity_, sizeof(Mapping))) {
-    return nullptr;
-  }
-  return &mappings_[mapping_count_++];
+  return FreeSlot(&mappings_, &mapping_count_, &mapping_capacity_);
 }
 
 Swapper::Handle* Swapper::FindHandle(CUmemGenericAllocationHandle user) {
@@ -70,15 +69,8 @@ uint64_t Swapper::Rounded(uint64_t bytes, uint32_t device) {
 CUresult Swapper::Alloc(CUdeviceptr* dptr, uint64_t rounded, uint32_t device) {
   auto reserve = cuMemAddressReserve_fn();
   auto address_free = cuMemAddressFree_fn();
-  auto create = cuMemCreate_fn();
-  auto release = cuMemRelease_fn();
-  auto map = cuMemMap_fn();
-  auto unmap = cuMemUnmap_fn();
-  auto access = cuMemSetAccess_fn();
-  if (reserve == nullptr || address_free == nullptr || create == nullptr || release == nullptr ||
-      map == nullptr || unmap == nullptr || access == nullptr) {
-    return CUDA_ERROR_NOT_INITIALIZED;
-  }
+  const BackingCalls vm;
+  if (reserve == nullptr || address_free == nullptr || !vm.ok()) return CUDA_ERROR_NOT_INITIALIZED;
   CUmemAllocationProp prop{};
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
@@ -87,20 +79,15 @@ CUresult Swapper::Alloc(CUdeviceptr* dptr, uint64_t rounded, uint32_t device) {
   CUresult r = reserve(&va, rounded, 0, 0, 0);
   if (r != CUDA_SUCCESS) return r;
   CUmemGenericAllocationHandle real = 0;
-  r = create(&real, rounded, &prop, 0);
+  r = vm.create(&real, rounded, &prop, 0);
   if (r == CUDA_ERROR_OUT_OF_MEMORY) r = WaitForRoom(&real, rounded, &prop);
   if (r != CUDA_SUCCESS) {
     address_free(va, rounded);
     return r;
   }
-  r = map(va, rounded, 0, real, 0);
-  if (r == CUDA_SUCCESS) {
-    const CUmemAccessDesc desc = ReadWrite(device);
-    r = access(va, rounded, &desc, 1);
-    if (r != CUDA_SUCCESS) unmap(va, rounded);
-  }
+  r = vm.MapReadWrite(va, rounded, 0, real, device);
   if (r != CUDA_SUCCESS) {
-    release(real);
+    vm.release(real);
     address_free(va, rounded);
     return r;
   }
@@ -112,8 +99,8 @@ CUresult Swapper::Alloc(CUdeviceptr* dptr, uint64_t rounded, uint32_t device) {
   Mapping* m = h != nullptr ? NewMapping() : nullptr;
   if (m == nullptr) {
     pthread_mutex_unlock(&mu_);
-    unmap(va, rounded);
-    release(real);
+    vm.unmap(va, rounded);
+    vm.release(real);
     address_free(va, rounded);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }

@@ -304,6 +304,15 @@ std::string TrimSpace(std::string s) {
   return s.substr(start);
 }
 
+Result<std::string> PrintedJobId(const Result<std::string>& output, const std::string& command,
+                                 char end) {
+  if (!output.ok()) return output.status();
+  std::string id = TrimSpace(*output);
+  if (end != '\0') id = id.substr(0, id.find(end));
+  if (id.empty()) return Status::Internal(command + " printed no job id");
+  return id;
+}
+
 Result<std::string> RunSchedulerCommand(const BackendOptions& o, std::vector<std::string> argv,
                                         const std::string& input,
                                         const std::vector<std::string>& wrapper) {

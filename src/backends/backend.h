@@ -256,6 +256,11 @@ Status PrepareOutputFor(const SubmitAccount& account, const std::string& path);
 std::vector<std::string> SubmitWrapper(const SubmitAccount& account, bool switch_user);
 // `s` without leading and trailing spaces and line breaks.
 std::string TrimSpace(std::string s);
+// The job id a submission command (`command`, e.g. "qsub") printed: its `output` trimmed, and
+// up to `end` when given (sbatch --parsable prints "id;cluster" on multi-cluster setups); an
+// error when there is none, or when the command failed.
+Result<std::string> PrintedJobId(const Result<std::string>& output, const std::string& command,
+                                 char end = '\0');
 
 // The queue's template file (job.mapping.template_path), or `default_text` when it names none.
 Result<std::string> TemplateText(const JobRequest& job, const char* default_text);

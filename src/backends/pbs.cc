@@ -50,11 +50,8 @@ class PbsBackend : public Backend {
     if (!account.ok()) return account.status();
     Status prepared = PrepareOutputFor(*account, job.output_path);
     if (!prepared.ok()) return prepared;
-    auto out = RunSchedulerCommand(opt_, {"qsub"}, script, SubmitWrapper(*account, true));
-    if (!out.ok()) return out.status();
-    std::string id = TrimSpace(*out);
-    if (id.empty()) return Status::Internal("qsub printed no job id");
-    return id;
+    return PrintedJobId(RunSchedulerCommand(opt_, {"qsub"}, script, SubmitWrapper(*account, true)),
+                        "qsub");
   }
 
   Status Cancel(const std::string& external_id) override {

@@ -160,13 +160,8 @@ class SlurmBackend : public Backend {
       argv.push_back("--uid=" + std::to_string(account->uid));
       argv.push_back("--gid=" + std::to_string(account->gid));
     }
-    auto out = RunSchedulerCommand(opt_, argv, script, SubmitWrapper(*account, false));
-    if (!out.ok()) return out.status();
-    std::string id = TrimSpace(*out);
-    size_t semi = id.find(';');  // "id;cluster" on multi-cluster setups
-    if (semi != std::string::npos) id = id.substr(0, semi);
-    if (id.empty()) return Status::Internal("sbatch printed no job id");
-    return id;
+    return PrintedJobId(RunSchedulerCommand(opt_, argv, script, SubmitWrapper(*account, false)),
+                        "sbatch", ';');
   }
 
   Status Cancel(const std::string& external_id) override {

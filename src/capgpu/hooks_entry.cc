@@ -11,19 +11,7 @@
 // itself exports.
 #include <dlfcn.h>
 
-#include "capgpu/hook_table.h"
-#include "capgpu/real_driver.h"
-
-using tessera::capgpu::FindHookBySymbol;
-using tessera::capgpu::FindHookForProcAddress;
-using tessera::capgpu::g_real_functions;
-using tessera::capgpu::HookId;
-using tessera::capgpu::HookInfo;
-using tessera::capgpu::kHookCount;
-using tessera::capgpu::kHooks;
-using tessera::capgpu::Library;
-using tessera::capgpu::Real;
-using tessera::capgpu::ResolveReal;
+#include "capgpu/hook_names.h"
 
 namespace {
 

@@ -2,14 +2,7 @@
 // region (a relaxed atomic increment: the agent's activity signal) and passing the swap gate
 // (swap.h): no lock, no system call when no swap is pending. It is hooked so that compute
 // time-slicing of shares has its place; the benchmark (bench/capgpu) measures what it costs.
-#include "capgpu/hook_table.h"
-#include "capgpu/real_driver.h"
-#include "capgpu/runtime.h"
-
-using tessera::capgpu::GateScope;
-using tessera::capgpu::HookId;
-using tessera::capgpu::Real;
-using tessera::capgpu::Runtime;
+#include "capgpu/hook_names.h"
 
 namespace {
 

@@ -7,14 +7,7 @@
 // hooks_exec.cc, allocations in hooks_memory.cc. Not gated (so an application calling them
 // during a swap is not protected): 2D/3D and peer copies, cuLaunchCooperativeKernel, host
 // functions and callbacks, texture/surface objects; they are listed in docs/capgpu.md.
-#include "capgpu/hook_table.h"
-#include "capgpu/real_driver.h"
-#include "capgpu/runtime.h"
-
-using tessera::capgpu::GateScope;
-using tessera::capgpu::HookId;
-using tessera::capgpu::Real;
-using tessera::capgpu::Runtime;
+#include "capgpu/hook_names.h"
 
 // The body of a gated pass-through: the real function, behind the gate when capped.
 #define TESSERA_GATED(id, ...)                                                 \

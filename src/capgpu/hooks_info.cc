@@ -1,12 +1,6 @@
 // Memory queries: a capped process sees its cap as the device's total and the cap less what the
 // whole allocation (all its processes) has charged as free, never more than the card has free.
-#include "capgpu/hook_table.h"
-#include "capgpu/real_driver.h"
-#include "capgpu/runtime.h"
-
-using tessera::capgpu::HookId;
-using tessera::capgpu::Real;
-using tessera::capgpu::Runtime;
+#include "capgpu/hook_names.h"
 
 extern "C" {
 

@@ -6,19 +6,8 @@
 // allocations are served from the library's own virtual-memory ranges (charged at the driver's
 // granularity), frameworks' cuMemCreate handles are tracked, and stream-ordered pools, arrays
 // and managed memory make the process unswappable.
-#include "capgpu/hook_table.h"
-#include "capgpu/real_driver.h"
-#include "capgpu/runtime.h"
+#include "capgpu/hook_names.h"
 #include "capgpu/sizes.h"
-
-using tessera::capgpu::AllocKind;
-using tessera::capgpu::CurrentDevice;
-using tessera::capgpu::GateScope;
-using tessera::capgpu::HookId;
-using tessera::capgpu::Real;
-using tessera::capgpu::Runtime;
-using tessera::capgpu::Swapper;
-using tessera::capgpu::Unswappable;
 
 namespace {
 

@@ -5,15 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "capgpu/hook_table.h"
-#include "capgpu/real_driver.h"
-#include "capgpu/runtime.h"
-
-using tessera::capgpu::HookId;
-using tessera::capgpu::Library;
-using tessera::capgpu::Real;
-using tessera::capgpu::ResolveHelper;
-using tessera::capgpu::Runtime;
+#include "capgpu/hook_names.h"
 
 namespace {
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,21 @@ std::string DeposedMessage(const std::string& described_url, int64_t mine,
 inline constexpr const char* kIdempotencyKeyWhere =
     "idem_key = $1 AND idem_key <> '' AND submit_ms >= $2";
 
+// The columns of the events and jobs tables, in the order both backends read and bind them.
+inline constexpr const char* kEventColumns = "seq, time_ms, actor, kind, subject, reason, data";
+inline constexpr const char* kJobColumns =
+    "id, queue, identity, group_name, state, spec, placement, submit_ms, update_ms, exit_code, "
+    "reason, idem_key";
+// What an insert of a job record (kJobColumns, then ended_ms) does when the job is there
+// already: every column takes the new record's value (both backends' SQL).
+inline constexpr const char* kJobUpsertConflict =
+    "ON CONFLICT (id) DO UPDATE SET queue = excluded.queue, "
+    "identity = excluded.identity, group_name = excluded.group_name, "
+    "state = excluded.state, spec = excluded.spec, "
+    "placement = excluded.placement, submit_ms = excluded.submit_ms, "
+    "update_ms = excluded.update_ms, exit_code = excluded.exit_code, "
+    "reason = excluded.reason, idem_key = excluded.idem_key, ended_ms = excluded.ended_ms";
+
 // N for a job id "j-N", 0 for any other id.
 int64_t JobNumber(const std::string& id);
 
@@ -64,6 +80,21 @@ Status UnknownJobUpdate(const std::string& id);
 // and `*seqs` (when given) emptied. The answer: whether there is anything to write.
 Result<bool> StartCommit(const std::vector<Event>& events, const std::vector<JobRecord>& jobs,
                          std::vector<int64_t>* seqs);
+
+// Every backend's Commit around its own writing: StartCommit's checks, then, under `mu` and only
+// when there is anything to write, `write(&assigned)`, which numbers the events; the numbers go
+// to `*seqs` (when given) only when it succeeded.
+template <typename Write>
+Status CommitWith(const std::vector<Event>& events, const std::vector<JobRecord>& jobs,
+                  std::vector<int64_t>* seqs, std::mutex& mu, Write write) {
+  Result<bool> anything = StartCommit(events, jobs, seqs);
+  if (!anything.ok() || !*anything) return anything.status();
+  std::lock_guard<std::mutex> lock(mu);
+  std::vector<int64_t> assigned;
+  Status s = write(&assigned);
+  if (s.ok() && seqs != nullptr) *seqs = std::move(assigned);
+  return s;
+}
 
 // Backend factories. `target_version` is the version to migrate up to: LatestSchemaVersion()
 // for real use; tests pass lower ones to build old stores.

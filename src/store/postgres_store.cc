@@ -29,11 +29,6 @@ constexpr int64_t kMigrationLockKey = 0x7e55e7a0;
 // Held, at session level on a connection of its own, by the server that leads.
 constexpr int64_t kLeaderLockKey = 0x7e55e7a1;
 
-const char* kEventColumns = "seq, time_ms, actor, kind, subject, reason, data";
-const char* kJobColumns =
-    "id, queue, identity, group_name, state, spec, placement, submit_ms, update_ms, exit_code, "
-    "reason, idem_key";
-
 std::string Trim(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ' || s.back() == '\r')) s.pop_back();
   return s;
@@ -101,43 +96,40 @@ class PostgresStore final : public Store {
 
   Status Commit(const std::vector<Event>& events, const std::vector<JobRecord>& jobs,
                 std::vector<int64_t>* seqs) override {
-    Result<bool> anything = StartCommit(events, jobs, seqs);
-    if (!anything.ok() || !*anything) return anything.status();
-    std::lock_guard<std::mutex> lock(mu_);
-    std::vector<int64_t> assigned;
-    Status s = FencedWrite("committing", [&](pqxx::work& w) -> Status {
-      if (!events.empty()) {
-        w.exec0("LOCK TABLE events IN SHARE ROW EXCLUSIVE MODE");
-        int64_t seq = w.exec_prepared1("last_seq")[0].as<int64_t>();
-        for (const auto& e : events) {
-          ++seq;
-          w.exec_prepared0("insert_event", seq, e.time_ms, e.actor, e.kind, e.subject, e.reason,
-                           e.data);
-          assigned.push_back(seq);
+    return CommitWith(events, jobs, seqs, mu_, [&](std::vector<int64_t>* assigned) {
+      return FencedWrite("committing", [&](pqxx::work& w) -> Status {
+        if (!events.empty()) {
+          w.exec0("LOCK TABLE events IN SHARE ROW EXCLUSIVE MODE");
+          int64_t seq = w.exec_prepared1("last_seq")[0].as<int64_t>();
+          for (const auto& e : events) {
+            ++seq;
+            w.exec_prepared0("insert_event", seq, e.time_ms, e.actor, e.kind, e.subject, e.reason,
+                             e.data);
+            assigned->push_back(seq);
+          }
         }
-      }
-      for (const auto& j : jobs) {
-        const std::string exit_text = j.exit_code ? std::to_string(*j.exit_code) : std::string();
-        const char* exit_code = j.exit_code ? exit_text.c_str() : nullptr;
-        const bool ended = EndedState(j.state);
-        const int64_t ended_ms = ended ? std::max<int64_t>(j.update_ms, 1) : 0;
-        if (j.spec.empty()) {
-          // ended_ms is set once, when the job ends: progress updates change no indexed column.
-          auto r = ended ? w.exec_prepared("end_job", j.id, j.state, j.placement, j.update_ms,
-                                           exit_code, j.reason, ended_ms)
-                         : w.exec_prepared("update_job", j.id, j.state, j.placement, j.update_ms,
-                                           exit_code, j.reason);
-          if (r.affected_rows() != 1) return UnknownJobUpdate(j.id);  // the transaction rolls back
-        } else {
-          w.exec_prepared0("upsert_job", j.id, j.queue, j.identity, j.group, j.state, j.spec,
-                           j.placement, j.submit_ms, j.update_ms, exit_code, j.reason,
-                           j.idempotency_key, ended_ms);
+        for (const auto& j : jobs) {
+          const std::string exit_text = j.exit_code ? std::to_string(*j.exit_code) : std::string();
+          const char* exit_code = j.exit_code ? exit_text.c_str() : nullptr;
+          const bool ended = EndedState(j.state);
+          const int64_t ended_ms = ended ? std::max<int64_t>(j.update_ms, 1) : 0;
+          if (j.spec.empty()) {
+            // ended_ms is set once, when the job ends: progress updates change no indexed column.
+            auto r = ended ? w.exec_prepared("end_job", j.id, j.state, j.placement, j.update_ms,
+                                             exit_code, j.reason, ended_ms)
+                           : w.exec_prepared("update_job", j.id, j.state, j.placement, j.update_ms,
+                                             exit_code, j.reason);
+            if (r.affected_rows() != 1)
+              return UnknownJobUpdate(j.id);  // the transaction rolls back
+          } else {
+            w.exec_prepared0("upsert_job", j.id, j.queue, j.identity, j.group, j.state, j.spec,
+                             j.placement, j.submit_ms, j.update_ms, exit_code, j.reason,
+                             j.idempotency_key, ended_ms);
+          }
         }
-      }
-      return Status::Ok();
+        return Status::Ok();
+      });
     });
-    if (s.ok() && seqs != nullptr) *seqs = std::move(assigned);
-    return s;
   }
 
   Result<std::vector<JobRecord>> LoadJobs() override {
@@ -426,16 +418,10 @@ class PostgresStore final : public Store {
     conn_->prepare("last_seq", "SELECT COALESCE(MAX(seq), 0) FROM events");
     conn_->prepare("insert_event", std::string("INSERT INTO events (") + kEventColumns +
                                        ") VALUES ($1, $2, $3, $4, $5, $6, $7)");
-    conn_->prepare(
-        "upsert_job",
-        std::string("INSERT INTO jobs (") + kJobColumns +
-            ", ended_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) "
-            "ON CONFLICT (id) DO UPDATE SET queue = excluded.queue, "
-            "identity = excluded.identity, group_name = excluded.group_name, "
-            "state = excluded.state, spec = excluded.spec, "
-            "placement = excluded.placement, submit_ms = excluded.submit_ms, "
-            "update_ms = excluded.update_ms, exit_code = excluded.exit_code, "
-            "reason = excluded.reason, idem_key = excluded.idem_key, ended_ms = excluded.ended_ms");
+    conn_->prepare("upsert_job", std::string("INSERT INTO jobs (") + kJobColumns +
+                                     ", ended_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, "
+                                     "$11, $12, $13) " +
+                                     kJobUpsertConflict);
     conn_->prepare("update_job",
                    "UPDATE jobs SET state = $2, placement = $3, update_ms = $4, exit_code = $5, "
                    "reason = $6 WHERE id = $1");

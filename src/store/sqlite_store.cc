@@ -31,11 +31,6 @@ const log::Logger& StoreLog() {
 
 constexpr int kBusyTimeoutMs = 5000;
 
-const char* kEventColumns = "seq, time_ms, actor, kind, subject, reason, data";
-const char* kJobColumns =
-    "id, queue, identity, group_name, state, spec, placement, submit_ms, update_ms, exit_code, "
-    "reason, idem_key";
-
 // A cached statement in use: bind, step, read; reset and unbound when it goes out of scope, so
 // the cache never holds a statement mid-step.
 class Stmt {
@@ -108,17 +103,12 @@ class SqliteStore final : public Store {
 
   Status Commit(const std::vector<Event>& events, const std::vector<JobRecord>& jobs,
                 std::vector<int64_t>* seqs) override {
-    Result<bool> anything = StartCommit(events, jobs, seqs);
-    if (!anything.ok() || !*anything) return anything.status();
-    std::lock_guard<std::mutex> lock(mu_);
-    // IMMEDIATE takes the write lock now, so the seq read below cannot race another writer
-    // (another process on the same file).
-    std::vector<int64_t> assigned;
-    Status s = WriteTransaction("starting a commit", "committing",
-                                [&] { return CommitLocked(events, jobs, &assigned); });
-    if (!s.ok()) return s;
-    if (seqs != nullptr) *seqs = std::move(assigned);
-    return Status::Ok();
+    return CommitWith(events, jobs, seqs, mu_, [&](std::vector<int64_t>* assigned) {
+      // IMMEDIATE takes the write lock now, so the seq read below cannot race another writer
+      // (another process on the same file).
+      return WriteTransaction("starting a commit", "committing",
+                              [&] { return CommitLocked(events, jobs, assigned); });
+    });
   }
 
   Result<std::vector<JobRecord>> LoadJobs() override {
@@ -499,15 +489,10 @@ class SqliteStore final : public Store {
 
   // A new job, or one whose spec is rewritten.
   Status InsertJobLocked(const JobRecord& j) {
-    auto st = Prepare(
-        std::string("INSERT INTO jobs (") + kJobColumns +
-        ", ended_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) "
-        "ON CONFLICT (id) DO UPDATE SET queue = excluded.queue, "
-        "identity = excluded.identity, group_name = excluded.group_name, "
-        "state = excluded.state, spec = excluded.spec, "
-        "placement = excluded.placement, submit_ms = excluded.submit_ms, "
-        "update_ms = excluded.update_ms, exit_code = excluded.exit_code, "
-        "reason = excluded.reason, idem_key = excluded.idem_key, ended_ms = excluded.ended_ms");
+    auto st = Prepare(std::string("INSERT INTO jobs (") + kJobColumns +
+                      ", ended_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, "
+                      "?13) " +
+                      kJobUpsertConflict);
     if (!st.ok()) return st.status();
     Stmt q(*st);
     q.BindFrom(1, j.id, j.queue, j.identity, j.group, j.state, j.spec, j.placement, j.submit_ms,

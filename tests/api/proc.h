@@ -16,6 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include "../support/wait.h"
+
 namespace tessera::testing {
 
 inline const std::string kTessera = TESSERA_BINARY_DIR "/src/cli/tessera";
@@ -102,6 +104,19 @@ class Proc {
     waitpid(pid_, &status, 0);
     pid_ = -1;
   }
+  // Sends `sig` to the process only; reaps nothing (WaitExited does).
+  void Signal(int sig) const {
+    if (pid_ > 0) ::kill(pid_, sig);
+  }
+  // Waits up to `timeout` for the process to exit and reaps it; whether it did. Its group (what
+  // it started) is killed then, as Kill would.
+  bool WaitExited(std::chrono::milliseconds timeout) {
+    if (pid_ <= 0) return true;
+    if (!WaitFor([&] { return waitpid(pid_, nullptr, WNOHANG) == pid_; }, timeout)) return false;
+    ::kill(-pid_, SIGKILL);
+    pid_ = -1;
+    return true;
+  }
   pid_t pid() const { return pid_; }
   bool Alive() const { return pid_ > 0 && waitpid(pid_, nullptr, WNOHANG) == 0; }
   std::string Log() const {
@@ -112,24 +127,32 @@ class Proc {
   }
   // Waits for "listening on http(s)://HOST:PORT" in the log; returns the port or -1.
   int WaitForPort(int timeout_ms = 15000) const {
-    for (int waited = 0; waited < timeout_ms; waited += 20) {
-      std::string log = Log();
-      size_t at = log.rfind("listening on http");
-      if (at != std::string::npos) at = log.find("://", at);
-      if (at != std::string::npos) {
-        size_t colon = log.find(':', at + 3);
-        size_t end = log.find_first_not_of("0123456789", colon + 1);
-        if (colon != std::string::npos && end != std::string::npos && end > colon + 1) {
-          return std::stoi(log.substr(colon + 1, end - colon - 1));
-        }
+    int port = -1;
+    WaitFor(
+        [&] {
+          port = PortInLog();
+          return port > 0 || !Alive();
+        },
+        std::chrono::milliseconds(timeout_ms), std::chrono::milliseconds(20));
+    return port;
+  }
+
+ private:
+  // The port of the last "listening on http(s)://HOST:PORT" in the log, or -1.
+  int PortInLog() const {
+    std::string log = Log();
+    size_t at = log.rfind("listening on http");
+    if (at != std::string::npos) at = log.find("://", at);
+    if (at != std::string::npos) {
+      size_t colon = log.find(':', at + 3);
+      size_t end = log.find_first_not_of("0123456789", colon + 1);
+      if (colon != std::string::npos && end != std::string::npos && end > colon + 1) {
+        return std::stoi(log.substr(colon + 1, end - colon - 1));
       }
-      if (!Alive()) return -1;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     return -1;
   }
 
- private:
   pid_t pid_ = -1;
   std::string log_;
 };

@@ -5,7 +5,8 @@
 //
 // Defaults (what the fixtures' helpers assume):
 //   identities  admin (admin-token-1), alice (user in research, alice-token-1), agent
-//               (agent-token-1), always; declaring one of those names again replaces it
+//               (agent-token-1), always; declaring one of those names again replaces it,
+//               WithoutIdentity drops it
 //   groups      research, when none is declared
 //   profiles    train: 1 whole card, cpu 100m, memory 64MiB, when none is declared
 //   queues      training: profile train, group research, when none is declared
@@ -65,6 +66,12 @@ class ConfigBuilder {
                        const std::vector<std::string>& nodes = {}) {
     return Identity(name, "agent", Token(name, token),
                     nodes.empty() ? "" : "nodes: " + List(nodes));
+  }
+
+  // Drops a declared identity (a default one too: a config without alice).
+  ConfigBuilder& WithoutIdentity(const std::string& name) {
+    std::erase_if(identities_, [&](const auto& e) { return e.first == name; });
+    return *this;
   }
 
   // A group; `reservation` and `limit` are resource maps' insides ("gpu: 1").

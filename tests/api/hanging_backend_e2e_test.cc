@@ -12,36 +12,23 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "../support/config_builder.h"
+#include "../support/test_dir.h"
 #include "proc.h"
 #include "serve_fixture.h"
-#include "test_dir.h"
 
 namespace tessera {
 namespace {
 
 using Json = nlohmann::json;
-using testing::kTessera;
-using testing::Proc;
 
 constexpr int kHeartbeatTimeoutMs = 3000;
 constexpr int kCycleMs = 300;
-
-const char* kConfig = R"(
-identities:
-  - {name: admin, role: admin, token: admin-token-1}
-  - {name: agent, role: agent, token: agent-token-1}
-  - {name: alice, role: user, groups: [research], token: alice-token-1}
-groups: [{name: research}]
-profiles:
-  - {name: train, gpus: 1, cpu: 100m, memory: 64MiB, forms: [whole]}
-queues:
-  - {name: batch, profile: train, groups: [research], backend: slurm, partition: debug}
-  - {name: training, profile: train, groups: [research]}
-)";
 
 class HangingBackendTest : public testing::ServeFixture {
  protected:
@@ -49,53 +36,42 @@ class HangingBackendTest : public testing::ServeFixture {
     dir_ = tessera::testing::FreshTestDir("hanging_backend");
     const std::string bin = dir_ + "/bin";
     mkdir(bin.c_str(), 0755);
+    // Each command says it started (a file named after it), then hangs.
     for (const char* cmd : {"sbatch", "squeue", "scontrol", "scancel", "sacct", "sinfo"}) {
       const std::string path = bin + "/" + cmd;
-      std::ofstream(path) << "#!/bin/sh\nexec sleep 3600\n";
+      std::ofstream(path) << "#!/bin/sh\ntouch " << dir_ << "/started-" << cmd
+                          << "\nexec sleep 3600\n";
       chmod(path.c_str(), 0755);
     }
-    std::ofstream(dir_ + "/config.yaml") << tessera::testing::WithJobAccounts(
-        "heartbeat_timeout: " + std::to_string(kHeartbeatTimeoutMs / 1000) +
-        "s\ncycle: " + std::to_string(kCycleMs) + "ms\n" + kConfig);
+    WriteConfig(tessera::testing::ConfigBuilder()
+                    .HeartbeatTimeout(std::to_string(kHeartbeatTimeoutMs / 1000) + "s")
+                    .Cycle(std::to_string(kCycleMs) + "ms")
+                    .Queue("batch", "train", {"research"}, "backend: slurm, partition: debug")
+                    .Queue("training", "train", {"research"})
+                    .Yaml());
     const char* path = getenv("PATH");
-    server_ = std::make_unique<Proc>(
-        std::vector<std::string>{"/usr/bin/env", "PATH=" + bin + ":" + (path ? path : "/usr/bin"),
-                                 kTessera, "serve", "--config", dir_ + "/config.yaml", "--data",
-                                 dir_ + "/data", "--listen", "127.0.0.1:0"},
-        dir_ + "/serve.log");
-    port_ = server_->WaitForPort();
-    ASSERT_GT(port_, 0) << server_->Log();
-    client_ = std::make_unique<httplib::Client>("127.0.0.1", port_);
-    for (const char* node : {"n1", "n2"}) {
-      agents_.push_back(std::make_unique<Proc>(
-          std::vector<std::string>{
-              kTessera, "agent", "--server", "http://127.0.0.1:" + std::to_string(port_),
-              "--token-file", tessera::testing::TokenFile("agent-token-1"), "--node", node,
-              "--simulate", "1xH100-80GB", "--work", dir_ + "/work-" + node, "--cgroup-root", ""},
-          dir_ + "/agent-" + node + ".log"));
-    }
+    StartServer({"PATH=" + bin + ":" + (path ? path : "/usr/bin")});
+    if (HasFatalFailure()) return;
+    for (const char* node : {"n1", "n2"}) StartAgent(node);
     ASSERT_TRUE(WaitFor([&] { return NodeState("n1") == "ready" && NodeState("n2") == "ready"; }))
         << server_->Log();
   }
   void TearDown() override {
-    for (auto& a : agents_) a->KillOnly(SIGTERM);
-    agents_.clear();
+    StopAgents();
     server_.reset();
   }
-  std::string NodeState(const std::string& name) {
-    Json j = Call("GET", "/v1/nodes", {}, "admin-token-1");
-    if (!j.is_object()) return "";
-    for (const auto& n : j["nodes"])
-      if (n["name"] == name) return n.value("state", "");
-    return "";
+  // Whether some hanging Slurm command has started.
+  bool SlurmHangs() {
+    for (const char* cmd : {"sbatch", "squeue", "scontrol", "scancel", "sacct", "sinfo"}) {
+      if (std::filesystem::exists(dir_ + "/started-" + cmd)) return true;
+    }
+    return false;
   }
   static int64_t NowMs() {
     return std::chrono::duration_cast<std::chrono::milliseconds>(
                std::chrono::steady_clock::now().time_since_epoch())
         .count();
   }
-
-  std::vector<std::unique_ptr<Proc>> agents_;
 };
 
 TEST_F(HangingBackendTest, NodeLossAndTheCycleKeepTheirTimeWhileSlurmHangs) {
@@ -103,8 +79,8 @@ TEST_F(HangingBackendTest, NodeLossAndTheCycleKeepTheirTimeWhileSlurmHangs) {
   // squeue, then sbatch), for its 30 s timeout each time.
   Json slurm = Call("POST", "/v1/jobs", {{"queue", "batch"}, {"command", {"true"}}});
   ASSERT_TRUE(slurm.is_object() && slurm.contains("id")) << slurm.dump();
-  // Let the backend's pass start hanging (it runs every tick; one cycle is plenty).
-  std::this_thread::sleep_for(std::chrono::milliseconds(3 * kCycleMs));
+  // The backend's pass is hanging (it runs every tick) before the clock below starts.
+  ASSERT_TRUE(WaitFor([&] { return SlurmHangs(); }, 10000)) << server_->Log();
 
   // The cycle: a job of the agents' queue is placed within a few cycles.
   const int64_t submitted = NowMs();

@@ -19,31 +19,18 @@
 #include <thread>
 #include <vector>
 
+#include "../support/config_builder.h"
+#include "../support/test_dir.h"
 #include "proc.h"
 #include "serve_fixture.h"
-#include "test_dir.h"
 
 namespace tessera {
 namespace {
 
 using Json = nlohmann::json;
-using testing::kTessera;
-using testing::Proc;
 
 constexpr int kAgents = 50;
 constexpr int kJobs = 100;
-
-const char* kConfig = R"(
-heartbeat_timeout: 10s
-cycle: 200ms
-identities:
-  - {name: admin, role: admin, token: admin-token-1}
-  - {name: alice, role: user, groups: [research], token: alice-token-1}
-  - {name: agent, role: agent, token: agent-token-1}
-groups: [{name: research}]
-profiles: [{name: card, gpus: 1, cpu: 100m, memory: 64MiB, forms: [whole]}]
-queues: [{name: batch, profile: card, groups: [research], class: training}]
-)";
 
 // A process's proportional share of resident memory in MiB (shared pages, such as the binary's
 // code, split among the processes mapping them); VmRSS where smaps_rollup is missing; 0 when
@@ -80,6 +67,7 @@ class HealthProbe {
         int64_t seen = slowest_ms_.load();
         while (ms > seen && !slowest_ms_.compare_exchange_weak(seen, ms)) {
         }
+        // The probe's period (a sleep on purpose: it samples the server every 100 ms).
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
       }
     });
@@ -106,52 +94,32 @@ class ManyAgentsTest : public testing::ServeFixture {
  protected:
   void SetUp() override {
     dir_ = tessera::testing::FreshTestDir("many_agents");
-    std::ofstream(dir_ + "/config.yaml") << tessera::testing::WithJobAccounts(kConfig);
+    WriteConfig(tessera::testing::ConfigBuilder()
+                    .HeartbeatTimeout("10s")
+                    .Cycle("200ms")
+                    .Profile("card")
+                    .Queue("batch", "card", {"research"}, "class: training")
+                    .Yaml());
     wait_ms_ = 60000;
     StartServer();
   }
   void TearDown() override {
-    // SIGTERM first: an agent stops its jobs (which run in their own sessions) and leaves; then
-    // each Proc's destructor kills what is left of it and reaps it.
-    for (const auto& a : agents_) {
-      if (a->pid() > 0) ::kill(a->pid(), SIGTERM);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    agents_.clear();
+    StopAgents();
     server_.reset();
   }
   void StartAgent(int i) {
     char node[16];
     std::snprintf(node, sizeof node, "a%02d", i);
-    agents_.push_back(std::make_unique<Proc>(
-        std::vector<std::string>{
-            kTessera, "agent", "--server", "http://127.0.0.1:" + std::to_string(port_),
-            "--token-file", tessera::testing::TokenFile("agent-token-1"), "--node", node,
-            "--simulate", "1xH100-80GB", "--work", dir_ + "/work-" + node, "--cgroup-root", ""},
-        dir_ + "/agent-" + node + ".log"));
-  }
-  // Nodes registered and not lost.
-  int ReadyNodes() {
-    Json j = Call("GET", "/v1/nodes", {}, "admin-token-1");
-    int ready = 0;
-    if (j.is_object()) {
-      for (const auto& n : j["nodes"]) ready += n["state"] == "ready";
-    }
-    return ready;
+    ServeFixture::StartAgent(node);
   }
   // The events of a kind (admin: all of them), at most 1000.
-  Json Events(const std::string& kind) {
-    Json j = Call("GET", "/v1/events?limit=1000&kind=" + kind, {}, "admin-token-1");
-    return j.is_object() ? j["events"] : Json::array();
-  }
+  Json Events(const std::string& kind) { return ServeFixture::Events("kind=" + kind); }
   std::string SomeAgentLogs() {
     std::string s = "--- serve\n" + server_->Log();
     for (size_t i = 0; i < agents_.size() && i < 3; ++i)
       s += "\n--- agent " + std::to_string(i) + "\n" + agents_[i]->Log();
     return s;
   }
-
-  std::vector<std::unique_ptr<Proc>> agents_;
 };
 
 TEST_F(ManyAgentsTest, FiftyAgentsRunAHundredJobsWithNoNodeLostAndHealthWithinASecond) {

@@ -18,16 +18,15 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "../support/config_builder.h"
+#include "../support/test_dir.h"
 #include "proc.h"
 #include "serve_fixture.h"
-#include "test_dir.h"
 
 namespace tessera {
 namespace {
 
 using Json = nlohmann::json;
-using testing::kTessera;
-using testing::Proc;
 
 // The server's timings, written into each config below; the bound is computed from them.
 constexpr int kCycleMs = 300;
@@ -38,30 +37,22 @@ constexpr int kBoundMs = 3 * kCycleMs + kGraceMs + kDrainMs;
 // once and it reports a start at once; a heartbeat period (1 s) of slack, and one more for load.
 constexpr int kStartSlackMs = 2000;
 
-const std::string kTimings = "heartbeat_timeout: 5s\ncycle: " + std::to_string(kCycleMs) +
-                             "ms\ngrace: " + std::to_string(kGraceMs) + "ms\n";
-
-const char* kIdentities = R"(
-identities:
-  - {name: admin, role: admin, token: admin-token-1}
-  - {name: agent, role: agent, token: agent-token-1}
-)";
-
 // Inference (never preempted: nothing drains the card under it) on MIG instances or AMD
 // partitions; training on whole cards, up to 2; notebooks on shares too large for any instance
 // but the whole card's.
-const char* kForms = R"(
-  - {name: alice, role: user, groups: [research], token: alice-token-1}
-groups: [{name: research}]
-profiles:
-  - {name: serve, gpus: 1, gpu_fraction: 0.1, gpu_memory: 10GB, cpu: 100m, memory: 64MiB, forms: [partition]}
-  - {name: train, gpus: 1, max_gpus: 2, cpu: 100m, memory: 64MiB, forms: [whole]}
-  - {name: nb, gpus: 1, gpu_fraction: 0.3, gpu_memory: 30GiB, cpu: 100m, memory: 64MiB, forms: [share]}
-queues:
-  - {name: inference, profile: serve, groups: [research], class: inference}
-  - {name: training, profile: train, groups: [research], class: training}
-  - {name: notebooks, profile: nb, groups: [research], class: interactive}
-)";
+tessera::testing::ConfigBuilder Forms() {
+  return tessera::testing::ConfigBuilder()
+      .Profile("serve",
+               "gpus: 1, gpu_fraction: 0.1, gpu_memory: 10GB, cpu: 100m, memory: 64MiB, "
+               "forms: [partition]")
+      .Profile("train", "gpus: 1, max_gpus: 2, cpu: 100m, memory: 64MiB, forms: [whole]")
+      .Profile("nb",
+               "gpus: 1, gpu_fraction: 0.3, gpu_memory: 30GiB, cpu: 100m, memory: 64MiB, "
+               "forms: [share]")
+      .Queue("inference", "serve", {"research"}, "class: inference")
+      .Queue("training", "train", {"research"}, "class: training")
+      .Queue("notebooks", "nb", {"research"}, "class: interactive");
+}
 
 // A short inference job: says so, runs a moment (long enough for the test to see the waiting job
 // wait behind it), and ends by itself.
@@ -71,32 +62,18 @@ const std::vector<std::string> kShow = {
 
 class PromisesE2eTest : public testing::ServeFixture {
  protected:
-  void Start(const std::string& config,
+  // `config` with the server's timings above.
+  void Start(tessera::testing::ConfigBuilder config,
              const std::vector<std::pair<std::string, std::string>>& agents) {
     dir_ = tessera::testing::FreshTestDir("promises_e2e");
-    // `config` goes on with more identities, then the groups, profiles and queues.
-    std::ofstream(dir_ + "/config.yaml")
-        << tessera::testing::WithJobAccounts(kTimings + kIdentities + config);
+    WriteConfig(config.HeartbeatTimeout("5s")
+                    .Cycle(std::to_string(kCycleMs) + "ms")
+                    .Grace(std::to_string(kGraceMs) + "ms")
+                    .Yaml());
     StartServer();
     if (HasFatalFailure()) return;  // no server: start no agents
     for (const auto& [node, simulate] : agents) StartAgent(node, simulate);
     ASSERT_TRUE(WaitFor([&] { return ReadyNodes() == static_cast<int>(agents.size()); })) << Logs();
-  }
-  void StartAgent(const std::string& node, const std::string& simulate) {
-    agents_.push_back(std::make_unique<Proc>(
-        std::vector<std::string>{
-            kTessera, "agent", "--server", "http://127.0.0.1:" + std::to_string(port_),
-            "--token-file", tessera::testing::TokenFile("agent-token-1"), "--node", node,
-            "--simulate", simulate, "--work", dir_ + "/work-" + node, "--cgroup-root", ""},
-        dir_ + "/agent-" + node + ".log"));
-  }
-  int ReadyNodes() {
-    Json j = Call("GET", "/v1/nodes", {}, "admin-token-1");
-    int ready = 0;
-    if (j.is_object()) {
-      for (const auto& n : j["nodes"]) ready += n["state"] == "ready";
-    }
-    return ready;
   }
   std::string Submit(const std::string& token, Json body) {
     Json r = Call("POST", "/v1/jobs", body, token);
@@ -119,10 +96,6 @@ class PromisesE2eTest : public testing::ServeFixture {
     auto out = client_->Get(("/v1/jobs/" + id + "/output").c_str(),
                             {{"Authorization", "Bearer admin-token-1"}});
     return out ? out->body : "";
-  }
-  Json Events(const std::string& query) {
-    Json ev = Call("GET", "/v1/events?limit=1000&" + query, {}, "admin-token-1");
-    return ev.is_object() ? ev["events"] : Json::array();
   }
   // The server's time of `job`'s one event of `kind` (-1 when there is none).
   int64_t EventMs(const std::string& kind, const std::string& job) {
@@ -172,20 +145,16 @@ class PromisesE2eTest : public testing::ServeFixture {
     return n;
   }
   void TearDown() override {
-    // SIGTERM first: an agent stops its jobs (each in a session of its own) before it exits.
-    for (auto& a : agents_) a->KillOnly(SIGTERM);
-    agents_.clear();
+    StopAgents();  // SIGTERM first: an agent stops its jobs before it exits
     server_.reset();
   }
-
-  std::vector<std::unique_ptr<Proc>> agents_;
 };
 
 // 2 x A100-80GB: a short inference job gets a 1g.10gb instance; a 2-card training job waits
 // behind it ("no room for 2 x whole"). When the inference job ends, the card goes back to MIG
 // off and the training job runs on both cards within the bound.
 TEST_F(PromisesE2eTest, ACardSplitForInferenceServesATwoCardJobAfterIt) {
-  ASSERT_NO_FATAL_FAILURE(Start(kForms, {{"a100", "2xA100-80GB"}}));
+  ASSERT_NO_FATAL_FAILURE(Start(Forms(), {{"a100", "2xA100-80GB"}}));
   const std::string inf = Submit("alice-token-1", {{"queue", "inference"}, {"command", kShortJob}});
   ASSERT_TRUE(WaitFor([&] { return AdminOutput(inf).find("started") != std::string::npos; }))
       << Logs();
@@ -221,7 +190,7 @@ TEST_F(PromisesE2eTest, ACardSplitForInferenceServesATwoCardJobAfterIt) {
 // 1 x A100-80GB: the same with shares. Two notebooks of 30GiB each wait behind a 1g.10gb
 // instance; when the inference job ends the card comes back and both share it.
 TEST_F(PromisesE2eTest, ACardSplitForInferenceServesSharesAfterIt) {
-  ASSERT_NO_FATAL_FAILURE(Start(kForms, {{"a100", "1xA100-80GB"}}));
+  ASSERT_NO_FATAL_FAILURE(Start(Forms(), {{"a100", "1xA100-80GB"}}));
   const std::string inf = Submit("alice-token-1", {{"queue", "inference"}, {"command", kShortJob}});
   ASSERT_TRUE(WaitFor([&] { return AdminOutput(inf).find("started") != std::string::npos; }))
       << Logs();
@@ -254,7 +223,7 @@ TEST_F(PromisesE2eTest, ACardSplitForInferenceServesSharesAfterIt) {
 // waits; when both end, the card goes back to SPX+NPS1, on the server and on the agent, and the
 // job runs within the bound.
 TEST_F(PromisesE2eTest, AnAmdCardSplitIntoCpxServesAWholeJobAfterIt) {
-  ASSERT_NO_FATAL_FAILURE(Start(kForms, {{"mi300", "1xMI300X"}}));
+  ASSERT_NO_FATAL_FAILURE(Start(Forms(), {{"mi300", "1xMI300X"}}));
   const std::string a = Submit("alice-token-1", {{"queue", "inference"}, {"command", kShortJob}});
   const std::string b = Submit("alice-token-1", {{"queue", "inference"}, {"command", kShortJob}});
   for (const std::string& id : {a, b}) {
@@ -290,18 +259,15 @@ TEST_F(PromisesE2eTest, AnAmdCardSplitIntoCpxServesAWholeJobAfterIt) {
 // jobs: exactly 16 of b's jobs are preempted (not 22: claims in flight during the grace count),
 // a ends holding 16 and b keeps 16, and it stays so.
 TEST_F(PromisesE2eTest, TwentyTwoJobsAgainstAReservationOfSixteenPreemptSixteen) {
-  const char* kReclaim = R"(
-  - {name: ann, role: user, groups: [a], token: a-token-1}
-  - {name: bob, role: user, groups: [b], token: b-token-1}
-groups:
-  - {name: a, reservation: {gpu: 16}}
-  - {name: b}
-profiles:
-  - {name: card, gpus: 1, cpu: 10m, memory: 16MiB, forms: [whole]}
-queues:
-  - {name: a, profile: card, groups: [a], class: training}
-  - {name: b, profile: card, groups: [b], preemptible: true, class: training}
-)";
+  const auto kReclaim = tessera::testing::ConfigBuilder()
+                            .WithoutIdentity("alice")
+                            .User("ann", {"a"}, "a-token-1")
+                            .User("bob", {"b"}, "b-token-1")
+                            .Group("a", "gpu: 16")
+                            .Group("b")
+                            .Profile("card", "gpus: 1, cpu: 10m, memory: 16MiB, forms: [whole]")
+                            .Queue("a", "card", {"a"}, "class: training")
+                            .Queue("b", "card", {"b"}, "preemptible: true, class: training");
   ASSERT_NO_FATAL_FAILURE(Start(kReclaim, {{"n1", "8xH100-80GB"},
                                            {"n2", "8xH100-80GB"},
                                            {"n3", "8xH100-80GB"},
@@ -320,7 +286,8 @@ queues:
   for (int i = 0; i < 22; ++i)
     a.push_back(Submit("a-token-1", {{"queue", "a"}, {"command", sleeper}}));
   ASSERT_TRUE(WaitFor([&] { return running(a) >= 16; }, 30000)) << Logs();
-  // Past the grace again, and a few cycles: nothing more is taken.
+  // Past the grace again, and a few cycles: nothing more is taken. (A sleep on purpose: what is
+  // checked is that nothing more happens while time passes.)
   std::this_thread::sleep_for(std::chrono::milliseconds(kBoundMs + kGraceMs));
   const Json preempted = Events("kind=job.preempted");
   std::set<std::string> victims;

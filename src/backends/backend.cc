@@ -19,6 +19,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/accounts.h"
+
 namespace tessera::backends {
 
 const char* ExternalStateName(ExternalState s) {
@@ -352,13 +354,7 @@ Result<SubmitAccount> ResolveSubmitAccount(const std::string& backend, const std
   a.uid = pw.pw_uid;
   a.gid = pw.pw_gid;
   a.home = pw.pw_dir != nullptr ? pw.pw_dir : "/";
-  int n = 64;
-  a.groups.resize(static_cast<size_t>(n));
-  if (getgrouplist(run_as.c_str(), a.gid, a.groups.data(), &n) < 0) {
-    a.groups.resize(static_cast<size_t>(n));
-    getgrouplist(run_as.c_str(), a.gid, a.groups.data(), &n);
-  }
-  a.groups.resize(static_cast<size_t>(std::max(n, 0)));
+  a.groups = GroupsOfAccount(run_as, a.gid);
   struct stat st {};
   a.work_dir = stat(a.home.c_str(), &st) == 0 && S_ISDIR(st.st_mode) ? a.home : "/tmp";
   return a;

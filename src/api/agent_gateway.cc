@@ -263,8 +263,9 @@ void Engine::FinishPartLocked(Job& j, const std::string& node, int code, int sig
   for (const std::string& n : NodesOf(j)) all_done = all_done && j.parts_done.count(n);
   const bool failed = code != 0 || sig != 0;
   const std::string actor = "agent:" + node;
-  if (j.state == JobState::kPreempting && (failed || j.cancel_requested)) {
+  if (j.state == JobState::kPreempting && failed && !j.cancel_requested) {
     // Stopped by the preemption (a signal, or a non-zero exit): pending again once all parts are.
+    // Cancelled meanwhile, it ends cancelled below instead (requeued, it ran once more).
     if (!all_done) return;
     const size_t mark = qe_->events().size();
     qe_->Stopped(j.handle, NowS());
@@ -598,7 +599,7 @@ void Engine::LoseJobLocked(Job& j, const std::string& node, const std::string& w
   const QueueRoute* route = config_.FindRoute(j.rec.queue);
   const size_t mark = qe_->events().size();
   b.Touch({node});
-  if (j.state == JobState::kPreempting) {
+  if (j.state == JobState::kPreempting && !j.cancel_requested) {
     qe_->Stopped(j.handle, NowS());
   } else if (route && route->requeue_on_loss && !j.cancel_requested) {
     qe_->Requeue(j.handle, NowS(), "requeued: " + why);

@@ -106,5 +106,36 @@ TEST_F(DrainRestartTest, ADrainInProgressSurvivesARestart) {
   EXPECT_EQ(Job(serve)["state"], "placed");
 }
 
+// A job cancelled while it is being preempted ends cancelled when its processes stop; it is not
+// requeued (it was: pending again, the cancel kept only in memory, and it ran once more).
+TEST_F(DrainRestartTest, ACancelDuringAPreemptionEndsTheJob) {
+  Json dev = {{"index", 0}, {"model", "A100-80GB"}, {"memory_mib", 81920}, {"uuid", "GPU-a"}};
+  ASSERT_TRUE(engine_
+                  ->RegisterNode(admin(), {{"node", "n1"},
+                                           {"cpu_milli", 8000},
+                                           {"memory_mib", 65536},
+                                           {"devices", Json::array({dev})}})
+                  .ok());
+  std::string batch =
+      (*engine_->Submit(admin(), {{"queue", "batch"}, {"command", {"sleep", "1000"}}}))["id"];
+  Heartbeat();
+  Heartbeat({{"running", {{{"job", batch}, {"pid", 10}}}}});
+  now_ += 100'000;
+  ASSERT_TRUE(engine_->Submit(admin(), {{"queue", "serve"}, {"command", {"true"}}}).ok());
+  ASSERT_EQ(Job(batch)["state"], "preempting") << Job(batch).dump();
+  auto c = engine_->Cancel(admin(), batch);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ((*c)["state"], "preempting");
+  Heartbeat({{"finished", {{{"job", batch}, {"exit_code", 143}, {"signal", 15}}}}});
+  EXPECT_EQ(Job(batch)["state"], "cancelled") << Job(batch).dump();
+  EXPECT_EQ(Count("job.requeued"), 0);
+  now_ += 1000;
+  ASSERT_TRUE(engine_->RunCycle().ok());
+  EXPECT_EQ(Job(batch)["state"], "cancelled");
+  ASSERT_TRUE(engine_->CheckInvariants().ok());
+  Reopen();
+  EXPECT_EQ(Job(batch)["state"], "cancelled");
+}
+
 }  // namespace
 }  // namespace tessera::api

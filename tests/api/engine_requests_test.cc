@@ -12,6 +12,7 @@
 #include "engine_fixture.h"
 #include "engine_test.h"
 #include "model/agent_protocol.h"
+#include "support/wait.h"
 #include "test_dir.h"
 
 namespace tessera::api {
@@ -231,14 +232,16 @@ TEST_F(EngineTest, AnOrderWatchWakesForNewOrdersOnly) {
     });
   };
   auto woken = [&](size_t n) {  // waits up to 2 s for the n-th call
-    for (int i = 0; i < 200; ++i) {
-      {
-        std::lock_guard<std::mutex> g(m);
-        if (woke.size() >= n) return woke[n - 1];
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return int64_t{-1};
+    int64_t seq = -1;
+    tessera::testing::WaitFor(
+        [&] {
+          std::lock_guard<std::mutex> g(m);
+          if (woke.size() < n) return false;
+          seq = woke[n - 1];
+          return true;
+        },
+        std::chrono::seconds(2));
+    return seq;
   };
   Json hb = Heartbeat("n1");
   ASSERT_TRUE(hb["seq"].is_number_integer()) << hb.dump();

@@ -14,7 +14,9 @@
 
 #include "api/engine.h"
 #include "forwarding_store.h"
-#include "test_dir.h"
+#include "support/config_builder.h"
+#include "support/engine_fixture.h"
+#include "support/wait.h"
 
 namespace tessera::api {
 namespace {
@@ -31,7 +33,7 @@ class CountingStore : public tessera::testing::ForwardingStore {
     const int n = ++*commits_;
     if (fail_nth_ != nullptr && n == fail_nth_->load())
       return Status::Internal("disk full (injected, once)");
-    if (delay_ms_->load() > 0)
+    if (delay_ms_->load() > 0)  // a slow disk: time passing is the point
       std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms_->load()));
     if (fail_->load()) return Status::Internal("disk full (injected)");
     return ForwardingStore::Commit(events, jobs, seqs);
@@ -48,54 +50,41 @@ class CountingStore : public tessera::testing::ForwardingStore {
 
 // A PBS queue: its jobs are admitted against the group's limit in the submission's own commit
 // (nothing runs qsub here: no Tick is called).
-const char* kConfig = R"(
-identities:
-  - {name: alice, role: user, groups: [research], token: alice-token-1}
-  - {name: agent, role: agent, token: agent-token-1}
-groups:
-  - {name: research, limit: {cpu: 2}}
-profiles:
-  - {name: cpu, gpus: 0, cpu: 1, memory: 16MiB, forms: [whole]}
-queues:
-  - {name: hpc, profile: cpu, groups: [research], backend: pbs}
-  - {name: local, profile: cpu, groups: [research]}
-)";
-
-class GroupCommitTest : public ::testing::Test {
+class GroupCommitTest : public testing::EngineFixture {
  protected:
   void SetUp() override {
-    dir_ = tessera::testing::FreshTestDir("group_commit");
-    auto c = ParseConfig(kConfig);
-    ASSERT_TRUE(c.ok()) << c.status().ToString();
-    config_ = *c;
-    Reopen();
+    // A PBS queue: its jobs are admitted against the group's limit in the submission's own
+    // commit (nothing runs qsub here: no Tick is called).
+    Start("group_commit",
+          tessera::testing::ConfigBuilder()
+              .WithoutIdentity("admin")
+              .Group("research", "", "cpu: 2")
+              .Profile("cpu", "gpus: 0, cpu: 1, memory: 16MiB, forms: [whole]")
+              .Queue("hpc", "cpu", {"research"}, "backend: pbs")
+              .Queue("local", "cpu", {"research"})
+              .Yaml(),
+          [this](const std::string& dir) -> Result<std::unique_ptr<store::Store>> {
+            auto inner = store::Store::Open(dir + "/tessera.db");
+            if (!inner.ok()) return inner.status();
+            auto store =
+                std::make_unique<CountingStore>(std::move(*inner), &commits_, &fail_, &delay_ms_);
+            store->fail_nth_ = &fail_nth_;
+            return std::unique_ptr<store::Store>(std::move(store));
+          });
   }
   void TearDown() override {
     engine_.reset();
     std::filesystem::remove_all(dir_);
   }
-  void Reopen() {
-    engine_.reset();
-    auto inner = store::Store::Open(dir_ + "/tessera.db");
-    ASSERT_TRUE(inner.ok()) << inner.status().ToString();
-    auto store = std::make_unique<CountingStore>(std::move(*inner), &commits_, &fail_, &delay_ms_);
-    store->fail_nth_ = &fail_nth_;
-    auto e = Engine::Open(config_, std::move(store), dir_, [] { return int64_t{1'000'000}; });
-    ASSERT_TRUE(e.ok()) << e.status().ToString();
-    engine_ = std::move(*e);
-  }
   Result<Json> Submit(const std::string& queue) {
-    return engine_->Submit(config_.identities[0], Json{{"queue", queue}, {"command", {"true"}}});
+    return engine_->Submit(Who("alice"), Json{{"queue", queue}, {"command", {"true"}}});
   }
   size_t JobCount() {
-    auto r = engine_->ListJobs(config_.identities[0], "", 100000);
+    auto r = engine_->ListJobs(Who("alice"), "", 100000);
     EXPECT_TRUE(r.ok());
     return r.ok() ? (*r)["jobs"].size() : 0;
   }
 
-  std::string dir_;
-  EngineConfig config_;
-  std::unique_ptr<Engine> engine_;
   std::atomic<int> commits_{0};
   std::atomic<bool> fail_{false};
   std::atomic<int> delay_ms_{0};
@@ -132,8 +121,7 @@ TEST_F(GroupCommitTest, ConcurrentSubmissionsShareCommitsAndEveryOneLands) {
   delay_ms_ = 0;
   Reopen();
   EXPECT_EQ(JobCount(), size_t{kThreads * kEach});
-  for (const std::string& id : ids)
-    EXPECT_TRUE(engine_->GetJob(config_.identities[0], id).ok()) << id;
+  for (const std::string& id : ids) EXPECT_TRUE(engine_->GetJob(Who("alice"), id).ok()) << id;
 }
 
 // SubmitAsync returns while the store still writes, and answers from the commit writer once the
@@ -142,7 +130,7 @@ TEST_F(GroupCommitTest, AnAsynchronousSubmissionIsAnsweredByTheWriterOnceDurable
   delay_ms_ = 300;  // a slow disk: the answer cannot come before the write ends
   std::promise<std::pair<Result<Json>, std::thread::id>> answered;
   std::atomic<bool> called{false};
-  engine_->SubmitAsync(config_.identities[0], Json{{"queue", "local"}, {"command", {"true"}}}, "",
+  engine_->SubmitAsync(Who("alice"), Json{{"queue", "local"}, {"command", {"true"}}}, "",
                        [&](Result<Json> r, bool replayed) {
                          EXPECT_FALSE(replayed);
                          called = true;
@@ -155,12 +143,12 @@ TEST_F(GroupCommitTest, AnAsynchronousSubmissionIsAnsweredByTheWriterOnceDurable
   EXPECT_NE(thread, std::this_thread::get_id()) << "answered on the caller's thread, which waited";
   delay_ms_ = 0;
   Reopen();
-  EXPECT_TRUE(engine_->GetJob(config_.identities[0], "j-1").ok()) << "acknowledged but not durable";
+  EXPECT_TRUE(engine_->GetJob(Who("alice"), "j-1").ok()) << "acknowledged but not durable";
 
   // A failed write answers with its error; once memory catches up the job is gone.
   fail_ = true;
   std::promise<Result<Json>> refused;
-  engine_->SubmitAsync(config_.identities[0], Json{{"queue", "local"}, {"command", {"true"}}}, "",
+  engine_->SubmitAsync(Who("alice"), Json{{"queue", "local"}, {"command", {"true"}}}, "",
                        [&](Result<Json> r2, bool) { refused.set_value(std::move(r2)); });
   Result<Json> r2 = refused.get_future().get();
   ASSERT_FALSE(r2.ok());
@@ -206,13 +194,15 @@ TEST_F(GroupCommitTest, AScheduleRebuildDuringACommitKeepsTheInFlightUsage) {
   // committed when a node registers and the engine rebuilds its state, group usage included.
   delay_ms_ = 300;
   Result<Json> first = Status::Internal("unset");
+  const int before = commits_.load();
   std::thread a([&] { first = Submit("hpc"); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_TRUE(
+      tessera::testing::WaitFor([&] { return commits_.load() > before; }, std::chrono::seconds(10)))
+      << "the submission's commit never started";
   Json devs =
       Json::array({{{"index", 0}, {"model", "H100-80GB"}, {"memory_mib", 81920}, {"uuid", "g0"}}});
   auto reg = engine_->RegisterNode(
-      config_.identities[1],
-      {{"node", "n1"}, {"cpu_milli", 2000}, {"memory_mib", 4096}, {"devices", devs}});
+      Who("agent"), {{"node", "n1"}, {"cpu_milli", 2000}, {"memory_mib", 4096}, {"devices", devs}});
   ASSERT_TRUE(reg.ok()) << reg.status().ToString();
   a.join();
   ASSERT_TRUE(first.ok()) << first.status().ToString();
@@ -236,8 +226,7 @@ TEST_F(GroupCommitTest, AFailedPlacementCommitLeavesTheJobPendingAndTheNodeFree)
   Json devs =
       Json::array({{{"index", 0}, {"model", "H100-80GB"}, {"memory_mib", 81920}, {"uuid", "g0"}}});
   auto reg = engine_->RegisterNode(
-      config_.identities[1],
-      {{"node", "n1"}, {"cpu_milli", 2000}, {"memory_mib", 4096}, {"devices", devs}});
+      Who("agent"), {{"node", "n1"}, {"cpu_milli", 2000}, {"memory_mib", 4096}, {"devices", devs}});
   ASSERT_TRUE(reg.ok()) << reg.status().ToString();
   auto first = Submit("local");
   ASSERT_TRUE(first.ok()) << first.status().ToString();  // acknowledged: the submission is durable
@@ -245,7 +234,7 @@ TEST_F(GroupCommitTest, AFailedPlacementCommitLeavesTheJobPendingAndTheNodeFree)
   // The cycle's commit, the placement, fails.
   fail_nth_ = commits_.load() + 1;
   EXPECT_FALSE(engine_->RunCycle().ok());
-  auto after = engine_->GetJob(config_.identities[0], (*first)["id"]);
+  auto after = engine_->GetJob(Who("alice"), (*first)["id"]);
   ASSERT_TRUE(after.ok());
   EXPECT_EQ((*after)["state"], "pending") << after->dump();
   EXPECT_NE((*after)["reason"].get<std::string>().find("could not be recorded"), std::string::npos)
@@ -253,19 +242,19 @@ TEST_F(GroupCommitTest, AFailedPlacementCommitLeavesTheJobPendingAndTheNodeFree)
   // The failed placement reserved nothing: the next cycle places it, and a second job still
   // fits, but a third does not.
   ASSERT_TRUE(engine_->RunCycle().ok());
-  auto again = engine_->GetJob(config_.identities[0], (*first)["id"]);
+  auto again = engine_->GetJob(Who("alice"), (*first)["id"]);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ((*again)["state"], "placed") << again->dump();
   auto second = Submit("local");
   auto third = Submit("local");
   ASSERT_TRUE(second.ok() && third.ok());
   ASSERT_TRUE(engine_->RunCycle().ok());
-  EXPECT_EQ((*engine_->GetJob(config_.identities[0], (*second)["id"]))["state"], "placed");
-  EXPECT_EQ((*engine_->GetJob(config_.identities[0], (*third)["id"]))["state"], "pending");
+  EXPECT_EQ((*engine_->GetJob(Who("alice"), (*second)["id"]))["state"], "placed");
+  EXPECT_EQ((*engine_->GetJob(Who("alice"), (*third)["id"]))["state"], "pending");
   // And after a restart the store agrees: two placed, one pending.
   Reopen();
   int placed = 0;
-  auto list = engine_->ListJobs(config_.identities[0], "", 100);
+  auto list = engine_->ListJobs(Who("alice"), "", 100);
   ASSERT_TRUE(list.ok());
   for (const auto& j : (*list)["jobs"]) placed += j["state"] == "placed";
   EXPECT_EQ(placed, 2) << list->dump();

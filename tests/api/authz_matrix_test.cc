@@ -18,6 +18,7 @@
 #include "api/routes.h"
 #include "api/server.h"
 #include "sim/scenario.h"
+#include "support/wait.h"
 
 namespace tessera::api {
 namespace {
@@ -116,8 +117,9 @@ class AuthzMatrixTest : public ::testing::Test {
     ASSERT_TRUE(port.ok());
     thread_ = std::thread([this] { server_->Run(50); });
     client_ = std::make_unique<httplib::Client>("127.0.0.1", *port);
-    for (int i = 0; i < 100 && !client_->Get("/v1/health"); ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    ASSERT_TRUE(tessera::testing::WaitFor(
+        [&] { return static_cast<bool>(client_->Get("/v1/health")); }, std::chrono::seconds(2)))
+        << "the server never answered";
     ASSERT_EQ(Send("POST", "/v1/agent/register", "admin", Inventory()), 200);
   }
   void TearDown() override { Stop(); }

@@ -20,6 +20,7 @@
 #include "api/server.h"
 #include "common/text.h"
 #include "sim/scenario.h"
+#include "support/wait.h"
 
 namespace tessera::api {
 namespace {
@@ -117,8 +118,9 @@ class HostileRequestTest : public ::testing::Test {
     port_ = *port;
     thread_ = std::thread([this] { server_->Run(50); });
     client_ = std::make_unique<httplib::Client>("127.0.0.1", port_);
-    for (int i = 0; i < 100 && !client_->Get("/v1/health"); ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    ASSERT_TRUE(tessera::testing::WaitFor(
+        [&] { return static_cast<bool>(client_->Get("/v1/health")); }, std::chrono::seconds(2)))
+        << "the server never answered";
     auto r =
         client_->Post("/v1/agent/register", {{"Authorization", "Bearer agent1-token-1"}},
                       R"({"node":"n1","cpu_milli":64000,"memory_mib":262144,"devices":[{"index":0,)"

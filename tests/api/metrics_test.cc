@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "api/server.h"
+#include "support/wait.h"
 
 namespace tessera::api {
 namespace {
@@ -106,9 +107,9 @@ class MetricsTest : public ::testing::Test {
     ASSERT_TRUE(port.ok());
     thread_ = std::thread([this] { server_->Run(50); });
     client_ = std::make_unique<httplib::Client>("127.0.0.1", *port);
-    for (int i = 0; i < 100 && !client_->Get("/v1/health"); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+    ASSERT_TRUE(tessera::testing::WaitFor(
+        [&] { return static_cast<bool>(client_->Get("/v1/health")); }, std::chrono::seconds(2)))
+        << "the server never answered";
   }
   void TearDown() override {
     if (server_) server_->Stop();

@@ -13,6 +13,7 @@
 
 #include "api/routes.h"
 #include "forwarding_store.h"
+#include "support/wait.h"
 
 namespace tessera::api {
 namespace {
@@ -45,8 +46,9 @@ class ServerTest : public ::testing::Test {
     port_ = *port;
     thread_ = std::thread([this] { server_->Run(50); });
     client_ = std::make_unique<httplib::Client>("127.0.0.1", port_);
-    for (int i = 0; i < 100 && !client_->Get("/v1/health"); ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    ASSERT_TRUE(tessera::testing::WaitFor(
+        [&] { return static_cast<bool>(client_->Get("/v1/health")); }, std::chrono::seconds(2)))
+        << "the server never answered";
   }
   void TearDown() override {
     server_->Stop();
@@ -154,21 +156,24 @@ TEST_F(ServerTest, StatusCodesAndJsonErrors) {
   EXPECT_EQ(Json::parse(r->body)["name"], "alice");
 }
 
-// A store whose commits wait while `hold` is set (counting the ones waiting).
+// A store whose commits, while `hold` is set, wait for `release` to open (counting the ones
+// waiting).
 class HeldStore : public tessera::testing::ForwardingStore {
  public:
-  HeldStore(std::unique_ptr<store::Store> inner, std::atomic<bool>* hold, std::atomic<int>* waiting)
-      : ForwardingStore(std::move(inner)), hold_(hold), waiting_(waiting) {}
+  HeldStore(std::unique_ptr<store::Store> inner, std::atomic<bool>* hold,
+            tessera::testing::Latch* release, std::atomic<int>* waiting)
+      : ForwardingStore(std::move(inner)), hold_(hold), release_(release), waiting_(waiting) {}
   Status Commit(const std::vector<store::Event>& events, const std::vector<store::JobRecord>& jobs,
                 std::vector<int64_t>* seqs) override {
     ++*waiting_;
-    while (hold_->load()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    if (hold_->load()) release_->Wait();
     --*waiting_;
     return ForwardingStore::Commit(events, jobs, seqs);
   }
 
  private:
   std::atomic<bool>* hold_;
+  tessera::testing::Latch* release_;
   std::atomic<int>* waiting_;
 };
 
@@ -179,12 +184,13 @@ TEST(ServerThreads, ASubmissionWaitingForTheStoreHoldsNoApiThread) {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   std::atomic<bool> hold{false};
+  tessera::testing::Latch release;
   std::atomic<int> waiting{0};
   auto inner = store::Store::Open(dir + "/t.db");
   ASSERT_TRUE(inner.ok());
   auto e = Engine::Open(*ParseConfig(kConfig),
-                        std::make_unique<HeldStore>(std::move(*inner), &hold, &waiting), dir,
-                        [] { return int64_t{1000}; });
+                        std::make_unique<HeldStore>(std::move(*inner), &hold, &release, &waiting),
+                        dir, [] { return int64_t{1000}; });
   ASSERT_TRUE(e.ok()) << e.status().ToString();
   ApiServerOptions options;
   options.io_threads = 1;
@@ -215,8 +221,7 @@ TEST(ServerThreads, ASubmissionWaitingForTheStoreHoldsNoApiThread) {
     submitted_status = r->status;
     submitted_body = r->body;
   });
-  for (int i = 0; i < 500 && waiting.load() == 0; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  tessera::testing::WaitFor([&] { return waiting.load() > 0; }, std::chrono::seconds(5));
   ASSERT_GT(waiting.load(), 0) << "the submission never reached the store";
   auto hb = agent.Post("/v1/agent/heartbeat", agent_token, R"({"node":"n1"})", "application/json");
   ASSERT_TRUE(hb) << "a heartbeat was not answered while a submission waited for the store";
@@ -225,7 +230,7 @@ TEST(ServerThreads, ASubmissionWaitingForTheStoreHoldsNoApiThread) {
   ASSERT_TRUE(health);
   EXPECT_EQ(health->status, 200);
   EXPECT_GT(waiting.load(), 0) << "the write ended early: the test showed nothing";
-  hold = false;
+  release.CountDown();
   submitter.join();
   ASSERT_EQ(submitted_status, 201) << submitted_body;
   EXPECT_EQ(Json::parse(submitted_body)["id"], "j-1");

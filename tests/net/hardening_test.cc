@@ -26,6 +26,7 @@
 
 #include "net/heap.h"
 #include "net/http_server.h"
+#include "support/wait.h"
 
 namespace tessera::net {
 namespace {
@@ -37,12 +38,7 @@ int64_t MsSince(Clock::time_point t) {
 }
 
 bool WaitFor(const std::function<bool()>& done, int ms) {
-  const auto until = Clock::now() + std::chrono::milliseconds(ms);
-  while (Clock::now() < until) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return done();
+  return tessera::testing::WaitFor(done, std::chrono::milliseconds(ms));
 }
 
 // A client socket connected to 127.0.0.1:port, from the loopback address `from` when given;
@@ -381,6 +377,7 @@ TEST_F(HardeningTest, IdleConnectionsKeepNoRequestBuffers) {
   std::vector<int> conns;
   for (int i = 0; i < 20; ++i) conns.push_back(Open());  // the loop's own allocations settle
   ASSERT_TRUE(WaitFor([&] { return server_->connections() == 20; }, 5000));
+  // Time for the loop's allocations to settle before the heap is measured (nothing to wait on).
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   const int64_t before = HeapInUse();
   for (int i = 0; i < n; ++i) {
@@ -398,7 +395,8 @@ TEST_F(HardeningTest, IdleConnectionsKeepNoRequestBuffers) {
       raw.append(buf, static_cast<size_t>(got));
     }
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the answers' completions run
+  // The answers' completions run (not observable from here: a sleep, before the measurement).
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
   ASSERT_EQ(server_->connections(), n + 20);
   const int64_t per_connection = (HeapInUse() - before) / n;
   EXPECT_LT(per_connection, 8 * 1024) << "bytes held per idle connection after one request";
@@ -413,6 +411,7 @@ TEST_F(HardeningTest, MemoryFreedByAFloodOfConnectionsGoesBackToTheSystem) {
       "GET /v1/health HTTP/1.1\r\nHost: x\r\nX-Fill: " + std::string(40 * 1024, 'a');
   const std::string get = "GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n";
   EXPECT_EQ(Health(), 200);
+  // The server settles before its memory is measured (nothing to wait on: a sleep).
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   const int64_t before = AnonKiB();
   // A flood: each connection sends most of a large header and waits; the server holds what it

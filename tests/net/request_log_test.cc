@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "net/http_server.h"
+#include "support/wait.h"
 
 namespace tessera::net {
 namespace {
@@ -54,13 +55,12 @@ class RequestLogTest : public ::testing::Test {
   }
   // The lines so far, once there are at least `n` (the line follows the response's write).
   std::vector<std::string> WaitLines(size_t n) {
-    for (int i = 0; i < 200; ++i) {
-      {
-        std::lock_guard<std::mutex> l(mu_);
-        if (lines_.size() >= n) return lines_;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
+    tessera::testing::WaitFor(
+        [&] {
+          std::lock_guard<std::mutex> l(mu_);
+          return lines_.size() >= n;
+        },
+        std::chrono::seconds(2));
     std::lock_guard<std::mutex> l(mu_);
     return lines_;
   }
@@ -128,6 +128,7 @@ TEST_F(RequestLogTest, AgentRoutesLogOnlyAtDebug) {
     ASSERT_TRUE(client_->Post("/v1/agent/heartbeat", "{}", "application/json"));
   ASSERT_TRUE(client_->Get("/v1/jobs/j-1"));
   auto lines = WaitLines(1);
+  // Time for a heartbeat's line, were there one, to come too (a sleep on purpose: none may).
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   lines = WaitLines(1);
   ASSERT_EQ(lines.size(), 1u) << "heartbeats are not logged at info";
@@ -158,6 +159,7 @@ TEST_F(RequestLogTest, HandlersOnAWorkerPoolAreLoggedToo) {
 TEST_F(RequestLogTest, NothingAtWarn) {
   Start(log::Level::kWarn, log::Format::kText);
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(client_->Get("/v1/jobs/j-1"));
+  // Time for a line, were there one, to come (a sleep on purpose: none may).
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   std::lock_guard<std::mutex> l(mu_);
   EXPECT_TRUE(lines_.empty());

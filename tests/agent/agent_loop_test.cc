@@ -119,7 +119,7 @@ class FakeControlPlane {
     port_ = port == 0 ? server_.bind_to_any_port("127.0.0.1")
                       : (server_.bind_to_port("127.0.0.1", port) ? port : -1);
     thread_ = std::thread([this] { server_.listen_after_bind(); });
-    while (port_ > 0 && !server_.is_running()) std::this_thread::sleep_for(1ms);
+    if (port_ > 0) WaitFor([this] { return server_.is_running(); }, 10s, 1ms);
   }
   ~FakeControlPlane() { Stop(); }
 
@@ -509,7 +509,9 @@ TEST(AgentLoop, KeepsJobsRunningWhileTheControlPlaneIsDown) {
   EXPECT_EQ(cp->Violations(), std::vector<std::string>{});
   cp.reset();  // the control plane goes away
 
-  std::this_thread::sleep_for(1500ms);  // several failed heartbeats; the job writes "after"
+  // An outage lasting several failed heartbeats (time passing is the point); the job writes
+  // "after" meanwhile.
+  std::this_thread::sleep_for(1500ms);
   EXPECT_EQ(kill(pid, 0), 0) << "the job must survive the outage";
 
   // It comes back on the same port without the node's registration (lost state): the agent

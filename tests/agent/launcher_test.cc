@@ -504,8 +504,8 @@ TEST(AgentLauncher, CancelKillsAJobIgnoringSigtermAfterTheGrace) {
   ASSERT_TRUE(WaitFor([&] { return ReadAll(l.OutputPath("stubborn")) == "ready\n"; }, 5s));
   auto t0 = std::chrono::steady_clock::now();
   ASSERT_TRUE(l.Cancel("stubborn", 400ms).ok());
-  std::this_thread::sleep_for(150ms);
-  EXPECT_TRUE(l.Poll().empty());  // still alive inside the grace
+  std::this_thread::sleep_for(150ms);  // into the grace, not past it: time passing is the point
+  EXPECT_TRUE(l.Poll().empty());       // still alive inside the grace
   EXPECT_TRUE(l.IsRunning("stubborn"));
   std::vector<JobExit> ended = l.WaitAll(5s);
   ASSERT_EQ(ended.size(), 1u);

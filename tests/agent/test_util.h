@@ -13,6 +13,8 @@
 #include <string>
 #include <thread>
 
+#include "../support/wait.h"
+
 namespace tessera::agent::testing {
 
 // A directory under /tmp removed with its contents on destruction.
@@ -44,14 +46,7 @@ inline void WriteAll(const std::string& path, const std::string& text) {
   out << text;
 }
 
-// Polls `cond` every 10 ms until true or `timeout`; returns its last value.
-inline bool WaitFor(const std::function<bool()>& cond, std::chrono::milliseconds timeout) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return cond();
-}
+// WaitFor(cond, timeout): the shared one (tests/support/wait.h).
+using tessera::testing::WaitFor;
 
 }  // namespace tessera::agent::testing

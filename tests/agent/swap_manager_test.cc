@@ -16,6 +16,7 @@
 
 #include "capgpu/region.h"
 #include "capgpu/swap_probe_process.h"
+#include "support/wait.h"
 
 namespace tessera::agent {
 namespace {
@@ -75,6 +76,7 @@ TEST_F(SwapManagerTest, TwoSharesOvercommitOneCardAndNeitherSeesAnError) {
   std::thread ticker([&] {
     while (!stop) {
       for (auto& line : m.Tick(NowMs())) log.push_back(line);
+      // A tick every 10 ms, as the agent's loop: the manager's idle times are real time.
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   });
@@ -121,6 +123,7 @@ TEST_F(SwapManagerTest, AheadOfNeedKeepsRoomForTheNextWake) {
     const int64_t until = NowMs() + for_ms;
     while (NowMs() < until) {
       for (auto& line : m.Tick(NowMs())) log.push_back(line);
+      // A tick every 10 ms, as the agent's loop: the manager's idle times are real time.
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     return log;
@@ -302,11 +305,12 @@ TEST_F(SwapManagerTest, SlicingTakesTurnsBetweenActiveShares) {
   std::thread run_b(kernels, std::ref(pb), std::ref(kernels_b));
   const int a_before = kernels_a.load();
   // Until b has been sliced for a's return and a once more for b's: a few rounds of 2 s.
-  for (int i = 0; i < 300; ++i) {
-    if (state(m, "a").sliced >= 2 && state(m, "b").sliced >= 1 && kernels_a.load() > a_before)
-      break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  tessera::testing::WaitFor(
+      [&] {
+        return state(m, "a").sliced >= 2 && state(m, "b").sliced >= 1 &&
+               kernels_a.load() > a_before;
+      },
+      std::chrono::seconds(30), std::chrono::milliseconds(100));
   stop_kernels = true;
   run_a.join();
   run_b.join();

@@ -111,6 +111,7 @@ TEST_F(ThreeBackendsTest, OneGroupLimitCountsAgentSlurmAndKubernetesJobsOnce) {
   // The limit is 3 cards and the three hold one each: a fourth waits, whichever backend it asks
   // for.
   std::vector<std::string> more = {Submit("local"), Submit("slurm"), Submit("k8s")};
+  // Cycles pass and none of them starts (a sleep on purpose: nothing may happen meanwhile).
   std::this_thread::sleep_for(std::chrono::seconds(2));
   for (const std::string& id : more) {
     Json j = Job(id);
@@ -132,6 +133,7 @@ TEST_F(ThreeBackendsTest, OneGroupLimitCountsAgentSlurmAndKubernetesJobsOnce) {
     for (const std::string& id : more) running += State(id) == "running";
     return running == 1;
   })) << Diag();
+  // And it stays one while cycles pass (a sleep on purpose).
   std::this_thread::sleep_for(std::chrono::seconds(1));
   running = 0;
   for (const std::string& id : more) running += State(id) == "running";

@@ -64,17 +64,20 @@ class KubeBackend : public ::testing::Test {
   ExternalJob WaitFor(Backend& b, const std::string& id, const std::string& want,
                       int timeout_ms = 20000) {
     ExternalJob last;
-    for (int waited = 0; waited < timeout_ms; waited += 50) {
-      auto p = b.Poll({id});
-      if (p.ok() && p->count(id)) {
-        last = p->at(id);
-        if (last.state == want) return last;
-      } else if (p.ok() && want == "gone") {
-        last.state = "gone";
-        return last;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
+    tessera::testing::WaitFor(
+        [&] {
+          auto p = b.Poll({id});
+          if (p.ok() && p->count(id)) {
+            last = p->at(id);
+            return last.state == want;
+          }
+          if (p.ok() && want == "gone") {
+            last.state = "gone";
+            return true;
+          }
+          return false;
+        },
+        std::chrono::milliseconds(timeout_ms), std::chrono::milliseconds(50));
     return last;
   }
 
@@ -157,10 +160,12 @@ TEST_F(KubeBackend, AnUnschedulablePodIsReported) {
   r.gpus = 8;  // no node has 8
   const std::string id = Submit(*b_, r);
   ExternalJob x;
-  for (int i = 0; i < 200 && !x.unschedulable; ++i) {
-    x = WaitFor(*b_, id, "pending", 100);
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  tessera::testing::WaitFor(
+      [&] {
+        x = WaitFor(*b_, id, "pending", 100);
+        return x.unschedulable;
+      },
+      std::chrono::seconds(30), std::chrono::milliseconds(50));
   EXPECT_TRUE(x.unschedulable);
   EXPECT_NE(x.reason.find("Insufficient nvidia.com/gpu"), std::string::npos) << x.reason;
 }
@@ -181,10 +186,12 @@ TEST_F(KubeBackend, RetriesThrough429And5xxAndFollowsThroughDroppedAndExpiredWat
   EXPECT_EQ(WaitFor(*b_, c, "failed").exit_code.value_or(-1), 4);
   // Both followers (Jobs, pods) are watching again.
   int watches = 0;
-  for (int i = 0; i < 200 && watches < 2; ++i) {
-    watches = k_->Control("GET", "/_standin/stats").value("watches", 0);
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  tessera::testing::WaitFor(
+      [&] {
+        watches = k_->Control("GET", "/_standin/stats").value("watches", 0);
+        return watches >= 2;
+      },
+      std::chrono::seconds(10), std::chrono::milliseconds(50));
   EXPECT_EQ(watches, 2);
 }
 

@@ -100,10 +100,8 @@ class KubeStandIn {
       argv.push_back(dir_ + "/ca.crt");
     }
     proc_ = std::make_unique<Proc>(argv, dir_ + "/standin.log");
-    for (int i = 0; i < 300 && !std::filesystem::exists(dir_ + "/port"); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    if (!std::filesystem::exists(dir_ + "/port"))
+    if (!WaitFor([&] { return std::filesystem::exists(dir_ + "/port"); }, std::chrono::seconds(15),
+                 std::chrono::milliseconds(50)))
       error_ = "the stand-in did not start:\n" + proc_->Log();
   }
   // Empty when it runs; else what went wrong.

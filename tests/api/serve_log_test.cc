@@ -68,11 +68,20 @@ TEST_F(ServeLogTest, JsonLinesWithARequestLogForUserRequests) {
                                "--simulate", "1xH100-80GB", "--work", dir_ + "/work",
                                "--cgroup-root", "", "--log-format", "json"},
       dir_ + "/agent.log");
+  int64_t registered_ms = 0;
   ASSERT_TRUE(WaitFor([&] {
     Json j = Call("GET", "/v1/nodes", {}, "admin-token-1");
-    return j.is_object() && j["nodes"].size() == 1 && j["nodes"][0]["state"] == "ready";
+    if (!(j.is_object() && j["nodes"].size() == 1 && j["nodes"][0]["state"] == "ready"))
+      return false;
+    registered_ms = j["nodes"][0].value("last_heartbeat_ms", int64_t{0});
+    return true;
   })) << agent_->Log();
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // a heartbeat or two
+  // A heartbeat after the registration (its log line, were there one, is written by then).
+  ASSERT_TRUE(WaitFor([&] {
+    Json j = Call("GET", "/v1/nodes", {}, "admin-token-1");
+    return j.is_object() && j["nodes"].size() == 1 &&
+           j["nodes"][0].value("last_heartbeat_ms", int64_t{0}) > registered_ms;
+  })) << agent_->Log();
 
   Json who = Call("GET", "/v1/whoami?probe=1");
   ASSERT_TRUE(who.is_object()) << who.dump();

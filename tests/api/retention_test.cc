@@ -4,63 +4,47 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <set>
 #include <thread>
 
 #include "api/engine.h"
-#include "test_dir.h"
+#include "support/config_builder.h"
+#include "support/engine_fixture.h"
 
 namespace tessera::api {
 namespace {
 
-const char* kConfig = R"(
-retention: 1h
-identities:
-  - {name: admin, role: admin, token: admin-token-1}
-  - {name: alice, role: user, groups: [research], token: alice-token-1}
-  - {name: bob, role: user, groups: [other], token: bob-token-1}
-groups: [{name: research}, {name: other}]
-profiles:
-  - {name: card, gpus: 1, cpu: 1, memory: 1GiB, forms: [whole]}
-queues:
-  - {name: train, profile: card, groups: [research, other]}
-)";
+// The config less its retention (set by each test).
+tessera::testing::ConfigBuilder Config() {
+  return tessera::testing::ConfigBuilder()
+      .WithoutIdentity("agent")
+      .User("bob", {"other"})
+      .Group("research")
+      .Group("other")
+      .Profile("card", "gpus: 1, cpu: 1, memory: 1GiB, forms: [whole]")
+      .Queue("train", "card", {"research", "other"});
+}
 
-class RetentionTest : public ::testing::Test {
+class RetentionTest : public testing::EngineFixture {
  protected:
   void SetUp() override {
-    dir_ = tessera::testing::FreshTestDir("retention");
-    auto c = ParseConfig(kConfig);
-    ASSERT_TRUE(c.ok()) << c.status().ToString();
-    config_ = *c;
-    Reopen();
+    now_ = 1'000'000'000'000;
+    Start("retention", Config().Set("retention", "1h").Yaml());
   }
   void TearDown() override {
     engine_.reset();
     std::filesystem::remove_all(dir_);
   }
-  void Reopen() {
-    engine_.reset();
-    auto store = store::Store::Open(dir_ + "/tessera.db");
-    ASSERT_TRUE(store.ok());
-    auto e = Engine::Open(config_, std::move(*store), dir_, [this] { return now_; });
-    ASSERT_TRUE(e.ok()) << e.status().ToString();
-    engine_ = std::move(*e);
-  }
-  const Identity& admin() { return config_.identities[0]; }
-  const Identity& alice() { return config_.identities[1]; }
-  const Identity& bob() { return config_.identities[2]; }
+  const Identity& admin() { return Who("admin"); }
+  const Identity& alice() { return Who("alice"); }
+  const Identity& bob() { return Who("bob"); }
   std::string Submit(const Identity& who) {
     auto r = engine_->Submit(who, {{"queue", "train"}, {"command", {"true"}}});
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     return r.ok() ? (*r)["id"].get<std::string>() : "";
   }
   int64_t InMemory() { return engine_->Health()["jobs_in_memory"].get<int64_t>(); }
-
-  std::string dir_;
-  EngineConfig config_;
-  std::unique_ptr<Engine> engine_;
-  int64_t now_ = 1'000'000'000'000;
 };
 
 TEST_F(RetentionTest, EndedJobsLeaveMemoryButNotTheViews) {
@@ -140,7 +124,7 @@ TEST_F(RetentionTest, RetentionDeletesWhatEndedBeforeTheCut) {
 // auth.failed events (up to 20 a second from anyone) are kept for auth_failed_retention (30 days
 // by default) even where nothing else is ever pruned; other events stay.
 TEST_F(RetentionTest, FailedAuthenticationsAreKeptForTheirOwnTimeOnly) {
-  auto c = ParseConfig(std::string(kConfig).replace(0, 14, "auth_failed_retention: 1d"));
+  auto c = ParseConfig(Config().Set("auth_failed_retention", "1d").Yaml());
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->retention_ms, 0);
   config_ = *c;
@@ -161,15 +145,16 @@ TEST_F(RetentionTest, FailedAuthenticationsAreKeptForTheirOwnTimeOnly) {
   }
   EXPECT_EQ(failed, std::vector<std::string>{"/v1/nodes"}) << events->dump();
   EXPECT_TRUE(submitted) << "an event of another kind was pruned without a retention";
-  EXPECT_EQ(ParseConfig(std::string(kConfig) + "auth_failed_retention: 1d\n")
+  EXPECT_EQ(ParseConfig(Config().Set("retention", "1h").Set("auth_failed_retention", "1d").Yaml())
                 .value()
                 .auth_failed_retention_ms,
             24 * 3600 * 1000LL);
-  EXPECT_EQ(ParseConfig(kConfig).value().auth_failed_retention_ms, 30 * 24 * 3600 * 1000LL);
+  EXPECT_EQ(ParseConfig(Config().Set("retention", "1h").Yaml()).value().auth_failed_retention_ms,
+            30 * 24 * 3600 * 1000LL);
 }
 
 TEST(RetentionConfig, ABadRetentionIsRefusedNamed) {
-  auto c = ParseConfig(std::string(kConfig).replace(0, 14, "retention: forever"));
+  auto c = ParseConfig(Config().Set("retention", "forever").Yaml());
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("retention"), std::string::npos) << c.status().message();
 }
@@ -179,13 +164,14 @@ TEST(RetentionConfig, ABadRetentionIsRefusedNamed) {
 TEST(RetentionConfig, TooLargeForMillisecondsOrBytesIsRefusedNamed) {
   for (const std::string field :
        {"retention: 1099511627776d", "retention: 36501d", "max_output: 9999999TiB"}) {
-    auto c = ParseConfig(std::string(kConfig).replace(0, 14, field));
+    auto c = ParseConfig(
+        Config().Set(field.substr(0, field.find(':')), field.substr(field.find(':') + 2)).Yaml());
     ASSERT_FALSE(c.ok()) << field;
     EXPECT_NE(c.status().message().find(field.substr(0, field.find(':'))), std::string::npos)
         << c.status().message();
   }
   // The longest duration of the one grammar (model/duration.h): 36500 days.
-  auto c = ParseConfig(std::string(kConfig).replace(0, 14, "retention: 36500d"));
+  auto c = ParseConfig(Config().Set("retention", "36500d").Yaml());
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->retention_ms, int64_t{36500} * 86400000);
 }

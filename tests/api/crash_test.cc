@@ -13,6 +13,7 @@
 #include <random>
 #include <set>
 
+#include "../support/wait.h"
 #include "pg_harness.h"
 #include "proc.h"
 
@@ -85,11 +86,12 @@ TEST_P(CrashTest, AcknowledgedJobsSurviveAndNothingIsAllocatedTwice) {
                       {"uuid", "g" + std::to_string(i)}});
     Json reg = {{"node", "n1"}, {"cpu_milli", 64000}, {"memory_mib", 262144}, {"devices", devs}};
     httplib::Result r(nullptr, httplib::Error::Unknown);
-    for (int i = 0;
-         i < 100 && !(r = c.Post("/v1/agent/register", admin, reg.dump(), "application/json"));
-         ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+    tessera::testing::WaitFor(
+        [&] {
+          r = c.Post("/v1/agent/register", admin, reg.dump(), "application/json");
+          return static_cast<bool>(r);
+        },
+        std::chrono::seconds(2), std::chrono::milliseconds(20));
     ASSERT_TRUE(r);
     ASSERT_EQ(r->status, 200) << r->body;
   }
@@ -137,6 +139,7 @@ TEST_P(CrashTest, AcknowledgedJobsSurviveAndNothingIsAllocatedTwice) {
             ADD_FAILURE() << "refused: " << r->status << " " << r->body;
             return;
           }
+          // A client's pause before its retry (on purpose: the server is restarting).
           std::this_thread::sleep_for(std::chrono::milliseconds(10 + rng() % 20));
         }
       }
@@ -152,7 +155,9 @@ TEST_P(CrashTest, AcknowledgedJobsSurviveAndNothingIsAllocatedTwice) {
       kill_at.push_back(100 + static_cast<int>(rng() % (kSubmissions - 200)));
     std::sort(kill_at.begin(), kill_at.end());
     for (int at : kill_at) {
-      while (issued.load() < at) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      tessera::testing::WaitFor([&] { return issued.load() >= at; }, std::chrono::minutes(10),
+                                std::chrono::milliseconds(1));
+      // A random few milliseconds more (on purpose: the kill lands anywhere in a request's path).
       std::this_thread::sleep_for(std::chrono::microseconds(rng() % 5000));
       server_->Kill(SIGKILL);
       ++kills;
@@ -166,9 +171,12 @@ TEST_P(CrashTest, AcknowledgedJobsSurviveAndNothingIsAllocatedTwice) {
   Start();
   httplib::Client c("127.0.0.1", port_);
   httplib::Result list(nullptr, httplib::Error::Unknown);
-  for (int i = 0; i < 200 && !(list = c.Get("/v1/jobs?limit=10000", admin)); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  tessera::testing::WaitFor(
+      [&] {
+        list = c.Get("/v1/jobs?limit=10000", admin);
+        return static_cast<bool>(list);
+      },
+      std::chrono::seconds(4), std::chrono::milliseconds(20));
   ASSERT_TRUE(list);
   ASSERT_EQ(list->status, 200) << list->body.substr(0, 500);
   const Json jobs = Json::parse(list->body)["jobs"];

@@ -18,6 +18,7 @@
 #include <random>
 #include <set>
 
+#include "../support/wait.h"
 #include "pg_harness.h"
 #include "proc.h"
 
@@ -98,12 +99,12 @@ class FailoverTest : public ::testing::Test {
   }
   // Waits until server k answers /v1/health with `role`.
   bool WaitForRole(int k, const std::string& role, int timeout_ms) {
-    for (int waited = 0; waited < timeout_ms; waited += 50) {
-      Json h = Get(ports_[k], "/v1/health");
-      if (h.is_object() && h.value("role", "") == role) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    return false;
+    return tessera::testing::WaitFor(
+        [&] {
+          Json h = Get(ports_[k], "/v1/health");
+          return h.is_object() && h.value("role", "") == role;
+        },
+        std::chrono::milliseconds(timeout_ms), std::chrono::milliseconds(50));
   }
 
   std::string dir_, store_;
@@ -177,14 +178,15 @@ TEST_F(FailoverTest, AStandbyLeadsWithin15sAndEveryAcknowledgedJobIsThereOnce) {
           return;
         }
         current = 1 - current;
+        // A client's pause before its retry (on purpose: the server is restarting).
         std::this_thread::sleep_for(std::chrono::milliseconds(5 + rng() % 20));
       }
     }
   };
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) threads.emplace_back(submitter, t);
-  while (issued.load() < kSubmissions / 3)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  tessera::testing::WaitFor([&] { return issued.load() >= kSubmissions / 3; },
+                            std::chrono::minutes(5), std::chrono::milliseconds(1));
   servers_[0]->Kill(SIGKILL);
   const auto killed = std::chrono::steady_clock::now();
   ASSERT_TRUE(WaitForRole(1, "leader", 60000)) << servers_[1]->Log();

@@ -10,7 +10,8 @@
 // store, node agents (registry, heartbeats, start and stop orders), external backends (Slurm,
 // PBS), job output and the views. It is split by job over several files:
 //
-//   engine.cc         open, reload from the store, the cycle and its decisions, invariants
+//   engine.cc         open, job records and state changes, the cycle and its decisions, invariants
+//   engine_load.cc    memory from the store: on open and after a failed write (reload)
 //   commit_pipeline.cc  queueing changes, the writer thread, failed writes, evicting ended jobs
 //   submit.cc         request validation, submissions through the commit pipeline; cancel
 //   agent_gateway.cc  node registration, heartbeats (start/stop orders, exits), node loss, output

@@ -26,8 +26,7 @@
 // commit fails, the memory state is rebuilt from the store (Reload), so memory never runs ahead
 // of what is durable; views and /metrics wait for what they render to be written (RenderDurable),
 // so they never show what a failed write then takes back. On open, every job is re-entered into a
-// new quota engine: held ones with their recorded grants (partitions re-created on their devices),
-// pending ones in submit order.
+// new quota engine: held ones with their grants (partitions re-created), pending in submit order.
 //
 // Job states (model/job_state.h, one typed table of what may follow what and why): pending ->
 // placed (admitted, holding its grants) -> starting (the agent or backend has it) -> running ->

@@ -42,16 +42,20 @@ class DrainRestartTest : public testing::EngineFixture {
     return static_cast<int>((*engine_->Events(admin(), 0, 1000, f))["events"].size());
   }
   const Identity& admin() { return config_.identities[0]; }
+  // Node n1 with one A100, whole.
+  void RegisterTheNode() {
+    Json dev = {{"index", 0}, {"model", "A100-80GB"}, {"memory_mib", 81920}, {"uuid", "GPU-a"}};
+    ASSERT_TRUE(engine_
+                    ->RegisterNode(admin(), {{"node", "n1"},
+                                             {"cpu_milli", 8000},
+                                             {"memory_mib", 65536},
+                                             {"devices", Json::array({dev})}})
+                    .ok());
+  }
 };
 
 TEST_F(DrainRestartTest, ADrainInProgressSurvivesARestart) {
-  Json dev = {{"index", 0}, {"model", "A100-80GB"}, {"memory_mib", 81920}, {"uuid", "GPU-a"}};
-  ASSERT_TRUE(engine_
-                  ->RegisterNode(admin(), {{"node", "n1"},
-                                           {"cpu_milli", 8000},
-                                           {"memory_mib", 65536},
-                                           {"devices", Json::array({dev})}})
-                  .ok());
+  RegisterTheNode();
   // A preemptible batch job holds the only card, whole, and runs.
   std::string batch =
       (*engine_->Submit(admin(), {{"queue", "batch"}, {"command", {"sleep", "1000"}}}))["id"];
@@ -109,13 +113,7 @@ TEST_F(DrainRestartTest, ADrainInProgressSurvivesARestart) {
 // A job cancelled while it is being preempted ends cancelled when its processes stop; it is not
 // requeued (it was: pending again, the cancel kept only in memory, and it ran once more).
 TEST_F(DrainRestartTest, ACancelDuringAPreemptionEndsTheJob) {
-  Json dev = {{"index", 0}, {"model", "A100-80GB"}, {"memory_mib", 81920}, {"uuid", "GPU-a"}};
-  ASSERT_TRUE(engine_
-                  ->RegisterNode(admin(), {{"node", "n1"},
-                                           {"cpu_milli", 8000},
-                                           {"memory_mib", 65536},
-                                           {"devices", Json::array({dev})}})
-                  .ok());
+  RegisterTheNode();
   std::string batch =
       (*engine_->Submit(admin(), {{"queue", "batch"}, {"command", {"sleep", "1000"}}}))["id"];
   Heartbeat();

@@ -120,6 +120,13 @@ RouteHandler ListJobs(Engine* e) {
   };
 }
 
+// A view for people that takes no parameters (queues, groups, nodes, summary): `view(who)`.
+RouteHandler ViewOf(Engine* e, Result<Json> (Engine::*view)(const Identity&)) {
+  return [e, view](const Identity& who, const HttpRequest&, HttpResponse& res) {
+    ReplyResult(res, (e->*view)(who));
+  };
+}
+
 // GET /v1/jobs/{id}/output: a range, "Range: bytes=FIRST-[LAST]" or ?offset=&length=, at most
 // 4 MiB per request (206 with Content-Range when it is not the whole output); X-Output-Size says
 // how much there is, so a client reads on from where it stopped.
@@ -418,22 +425,10 @@ std::vector<Route> RouteTable(Engine* e, net::HttpServer* http) {
            }),
       Sync("GET", "/v1/jobs/{id}/output", kUser, JobOutput(e)),
       // Queues, groups, nodes, the summary and the event log.
-      Sync("GET", "/v1/queues", kUser,
-           [e](const Identity& who, const HttpRequest&, HttpResponse& res) {
-             ReplyResult(res, e->Queues(who));
-           }),
-      Sync("GET", "/v1/groups", kUser,
-           [e](const Identity& who, const HttpRequest&, HttpResponse& res) {
-             ReplyResult(res, e->Groups(who));
-           }),
-      Sync("GET", "/v1/nodes", kUser,
-           [e](const Identity& who, const HttpRequest&, HttpResponse& res) {
-             ReplyResult(res, e->Nodes(who));
-           }),
-      Sync("GET", "/v1/summary", kUser,
-           [e](const Identity& who, const HttpRequest&, HttpResponse& res) {
-             ReplyResult(res, e->Summary(who));
-           }),
+      Sync("GET", "/v1/queues", kUser, ViewOf(e, &Engine::Queues)),
+      Sync("GET", "/v1/groups", kUser, ViewOf(e, &Engine::Groups)),
+      Sync("GET", "/v1/nodes", kUser, ViewOf(e, &Engine::Nodes)),
+      Sync("GET", "/v1/summary", kUser, ViewOf(e, &Engine::Summary)),
       Sync("GET", "/v1/events", kUser, Events(e)),
       // Utilization history, usage and what-if.
       Sync("GET", "/v1/utilization", kUser, Utilization(e)),

@@ -17,14 +17,7 @@
 namespace tessera::quota {
 namespace {
 
-using quota_world::BasePolicy;
-using quota_world::C;
-using quota_world::F;
-using quota_world::Gpu;
-using quota_world::Job;
-using quota_world::kGiB;
-using quota_world::Node;
-using quota_world::World;
+using namespace quota_world;  // the small world of tests/sched/quota_world.h
 
 // ---------------------------------------------------------------------------------------------
 // Admission

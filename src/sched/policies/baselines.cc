@@ -55,23 +55,38 @@ class RandomPolicy final : public Policy {
   std::vector<int> devices_;
 };
 
-// Tetris-style alignment: the node whose free vector has the smallest dot product with the
-// request wins.
-class DotProdPolicy final : public ScanPolicy {
+// A policy whose node score is a function of the node and the request alone (nothing kept
+// between calls); fractional requests go to the tightest device that fits.
+using NodeScore = int64_t (*)(const NodeState& n, const PlacementRequest& r);
+class StatelessScanPolicy final : public ScanPolicy {
  public:
-  std::string_view name() const override { return "dotprod"; }
+  StatelessScanPolicy(std::string_view name, NodeScore score, bool normalize)
+      : name_(name), score_(score), normalize_(normalize) {}
+  std::string_view name() const override { return name_; }
 
  protected:
+  bool normalize() const override { return normalize_; }
   int64_t Score(const NodeState& n, int, const PlacementRequest& r, const SelectContext&,
                 int* device) override {
     *device = TightestDevice(n, r);
-    double dot = (static_cast<double>(n.cpu_free) / kMaxSpecCpu) *
-                     (static_cast<double>(r.cpu_milli) / kMaxSpecCpu) +
-                 (static_cast<double>(n.gpu_free_total()) / kMaxSpecGpu) *
-                     (static_cast<double>(r.total_gpu_milli()) / kMaxSpecGpu);
-    return static_cast<int64_t>(static_cast<double>(kMaxScore) * (1.0 - dot / 2.0));
+    return score_(n, r);
   }
+
+ private:
+  std::string_view name_;
+  NodeScore score_;
+  bool normalize_;
 };
+
+// Tetris-style alignment: the node whose free vector has the smallest dot product with the
+// request wins.
+int64_t DotProdScore(const NodeState& n, const PlacementRequest& r) {
+  double dot = (static_cast<double>(n.cpu_free) / kMaxSpecCpu) *
+                   (static_cast<double>(r.cpu_milli) / kMaxSpecCpu) +
+               (static_cast<double>(n.gpu_free_total()) / kMaxSpecGpu) *
+                   (static_cast<double>(r.total_gpu_milli()) / kMaxSpecGpu);
+  return static_cast<int64_t>(static_cast<double>(kMaxScore) * (1.0 - dot / 2.0));
+}
 
 // GPU clustering: keep jobs of one kind (a share, or k whole devices) on the same nodes.
 // Bands: 75-100 a node holding only this kind, 50-75 a mix including it, 25-50 a node with no
@@ -124,60 +139,49 @@ class ClusteringPolicy final : public ScanPolicy {
 
 // GPU packing: first partially used devices (tightest), then used nodes' free devices, then
 // idle nodes. CPU-only jobs score 0.
-class PackingPolicy final : public ScanPolicy {
- public:
-  std::string_view name() const override { return "packing"; }
-
- protected:
-  int64_t Score(const NodeState& n, int, const PlacementRequest& r, const SelectContext&,
-                int* device) override {
-    *device = TightestDevice(n, r);
-    if (r.gpu_count == 0) return 0;
-    const int free_devices = n.fully_free_devices();
-    if (free_devices == n.device_count) {
-      return std::max<int64_t>(kMaxScore / 3 - free_devices, free_devices);
-    }
-    // Devices in order of least free first, as many as the request needs.
-    std::array<int, kMaxDevices> idx{};
-    for (int d = 0; d < n.device_count; ++d) idx[d] = d;
-    std::stable_sort(idx.begin(), idx.begin() + n.device_count,
-                     [&](int a, int b) { return n.gpu_free[a] < n.gpu_free[b]; });
-    int need = r.gpu_count, fresh = 0;
-    int64_t free_pct_used = 0;
-    for (int i = 0; i < n.device_count && need > 0; ++i) {
-      int d = idx[i];
-      if (!DeviceFits(n, d, r)) continue;
-      --need;
-      if (n.gpu_free[d] == kWholeGpu) ++fresh;
-      free_pct_used += n.gpu_free[d] * 100 / kWholeGpu;
-    }
-    if (fresh > 0) return std::max<int64_t>(kMaxScore / 2 - fresh, kMaxScore / 3);
-    return std::max<int64_t>(kMaxScore - free_pct_used / 10, kMaxScore / 2);
+int64_t PackingScore(const NodeState& n, const PlacementRequest& r) {
+  if (r.gpu_count == 0) return 0;
+  const int free_devices = n.fully_free_devices();
+  if (free_devices == n.device_count) {
+    return std::max<int64_t>(kMaxScore / 3 - free_devices, free_devices);
   }
-};
+  // Devices in order of least free first, as many as the request needs.
+  std::array<int, kMaxDevices> idx{};
+  for (int d = 0; d < n.device_count; ++d) idx[d] = d;
+  std::stable_sort(idx.begin(), idx.begin() + n.device_count,
+                   [&](int a, int b) { return n.gpu_free[a] < n.gpu_free[b]; });
+  int need = r.gpu_count, fresh = 0;
+  int64_t free_pct_used = 0;
+  for (int i = 0; i < n.device_count && need > 0; ++i) {
+    int d = idx[i];
+    if (!DeviceFits(n, d, r)) continue;
+    --need;
+    if (n.gpu_free[d] == kWholeGpu) ++fresh;
+    free_pct_used += n.gpu_free[d] * 100 / kWholeGpu;
+  }
+  if (fresh > 0) return std::max<int64_t>(kMaxScore / 2 - fresh, kMaxScore / 3);
+  return std::max<int64_t>(kMaxScore - free_pct_used / 10, kMaxScore / 2);
+}
 
 // Best fit: least CPU and GPU left over after placement, min-max normalised over nodes.
-class BestFitPolicy final : public ScanPolicy {
- public:
-  std::string_view name() const override { return "bestfit"; }
-
- protected:
-  bool normalize() const override { return true; }
-  int64_t Score(const NodeState& n, int, const PlacementRequest& r, const SelectContext&,
-                int* device) override {
-    *device = TightestDevice(n, r);
-    double left = 0.5 * static_cast<double>(n.cpu_free - r.cpu_milli) / kMaxSpecCpu +
-                  0.5 * static_cast<double>(n.gpu_free_total() - r.total_gpu_milli()) / kMaxSpecGpu;
-    return static_cast<int64_t>((1.0 - left) * static_cast<double>(kMaxScore));
-  }
-};
+int64_t BestFitScore(const NodeState& n, const PlacementRequest& r) {
+  double left = 0.5 * static_cast<double>(n.cpu_free - r.cpu_milli) / kMaxSpecCpu +
+                0.5 * static_cast<double>(n.gpu_free_total() - r.total_gpu_milli()) / kMaxSpecGpu;
+  return static_cast<int64_t>((1.0 - left) * static_cast<double>(kMaxScore));
+}
 
 }  // namespace
 
 std::unique_ptr<Policy> NewRandomPolicy() { return std::make_unique<RandomPolicy>(); }
-std::unique_ptr<Policy> NewDotProdPolicy() { return std::make_unique<DotProdPolicy>(); }
+std::unique_ptr<Policy> NewDotProdPolicy() {
+  return std::make_unique<StatelessScanPolicy>("dotprod", DotProdScore, /*normalize=*/false);
+}
 std::unique_ptr<Policy> NewClusteringPolicy() { return std::make_unique<ClusteringPolicy>(); }
-std::unique_ptr<Policy> NewPackingPolicy() { return std::make_unique<PackingPolicy>(); }
-std::unique_ptr<Policy> NewBestFitPolicy() { return std::make_unique<BestFitPolicy>(); }
+std::unique_ptr<Policy> NewPackingPolicy() {
+  return std::make_unique<StatelessScanPolicy>("packing", PackingScore, /*normalize=*/false);
+}
+std::unique_ptr<Policy> NewBestFitPolicy() {
+  return std::make_unique<StatelessScanPolicy>("bestfit", BestFitScore, /*normalize=*/true);
+}
 
 }  // namespace tessera::sched

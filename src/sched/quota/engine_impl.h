@@ -398,6 +398,9 @@ class Engine final : public QuotaEngine {
   int64_t DrainCost(const Job& j, bool within_reservation, const std::vector<int>& occupants) const;
   void MigDrainOption(const Job& j, int di, bool within_reservation, DrainOption* best);
   void AmdDrainOption(const Job& j, int di, bool within_reservation, DrainOption* best);
+  // Draining device di (its victims lost at `cost`) for `plan`: kept in *best when cheaper.
+  static void OfferDrain(int di, int64_t cost, std::vector<int> victims, Plan plan,
+                         DrainOption* best);
   bool ApplyPlan(int d);
   bool PlanReady(const Dev& d) const;  // what the plan changes is idle
   bool ApplyAmdPlan(int di);           // false (plan dropped) when the hive refuses the memory mode

@@ -166,7 +166,6 @@ bool Engine::DrainVictim(const Job& j, bool within_reservation, int v) const {
 // A MIG device: the cheapest eviction that makes room for the job's profile, or (unsplit) MIG
 // turned on once everything on it has gone.
 void Engine::MigDrainOption(const Job& j, int di, bool within_reservation, DrainOption* out) {
-  DrainOption& best = *out;
   const Dev& d = devs_[di];
   int pi = BestMigProfile(d.model, j.gpu_milli, j.gpu_mem);
   if (pi < 0) return;
@@ -189,40 +188,34 @@ void Engine::MigDrainOption(const Job& j, int di, bool within_reservation, Drain
     }
     auto ev = part::CheapestEviction(*d.model, current, want);
     if (!ev.ok() || ev->cost >= kForbidden || ev->evict.empty()) return;
-    if (ev->cost >= best.cost) return;
-    DrainOption o;
-    o.dev = static_cast<int>(di);
-    o.cost = ev->cost;
+    if (ev->cost >= out->cost) return;
+    std::vector<int> victims;
     for (const part::Instance& in : ev->evict) {
       for (const Slot& s : d.slots) {
         if (s.profile == in.profile && s.start == in.start && s.holder >= 0) {
-          o.victims.push_back(s.holder);
+          victims.push_back(s.holder);
         }
       }
     }
-    o.plan.evict = ev->evict;
-    o.plan.add = {ev->placed};
-    best = std::move(o);
+    Plan plan;
+    plan.evict = ev->evict;
+    plan.add = {ev->placed};
+    OfferDrain(di, ev->cost, std::move(victims), std::move(plan), out);
   } else {
     // Unsplit: everything on it must go (only preemptible work may be drained).
     std::vector<int> occ;
     Occupants(d, &occ);
     if (occ.empty()) return;  // idle: placement's pass 2 handles it
     const int64_t cost = DrainCost(j, within_reservation, occ);
-    if (cost >= best.cost) return;
-    DrainOption o;
-    o.dev = static_cast<int>(di);
-    o.cost = cost;
-    o.victims = occ;
-    o.plan.enable_mig = true;
-    o.plan.add = {part::Instance{want, d.model->mig.profiles[pi].starts.front()}};
-    best = std::move(o);
+    Plan plan;
+    plan.enable_mig = true;
+    plan.add = {part::Instance{want, d.model->mig.profiles[pi].starts.front()}};
+    OfferDrain(di, cost, std::move(occ), std::move(plan), out);
   }
 }
 
 // An AMD device: the compute (and, node-wide, memory) mode whose partitions hold the job.
 void Engine::AmdDrainOption(const Job& j, int di, bool within_reservation, DrainOption* out) {
-  DrainOption& best = *out;
   const Dev& d = devs_[di];
   // Partitions that cover the job's memory and compute: a plan on memory alone once split an
   // MI300X into CPX (0.125 each) for a 0.3 job, which then could not use it; the card went back
@@ -239,14 +232,16 @@ void Engine::AmdDrainOption(const Job& j, int di, bool within_reservation, Drain
     Occupants(devs_[od], &occ);
   }
   const int64_t cost = DrainCost(j, within_reservation, occ);
-  if (cost >= best.cost) return;
-  DrainOption o;
-  o.dev = static_cast<int>(di);
-  o.cost = cost;
-  o.victims = occ;
-  o.plan.amd_pair = pick->pair.ToString();
-  o.plan.node_wide = node_wide;
-  best = std::move(o);
+  Plan plan;
+  plan.amd_pair = pick->pair.ToString();
+  plan.node_wide = node_wide;
+  OfferDrain(di, cost, std::move(occ), std::move(plan), out);
+}
+
+void Engine::OfferDrain(int di, int64_t cost, std::vector<int> victims, Plan plan,
+                        DrainOption* best) {
+  if (cost >= best->cost) return;
+  *best = DrainOption{di, cost, std::move(victims), std::move(plan)};
 }
 
 bool Engine::PlanReady(const Dev& d) const {

@@ -12,7 +12,7 @@ template <HookId kId, typename... Args>
 inline CUresult Launch(Args... args) {
   auto real = Real<kId>();
   if (__builtin_expect(real == nullptr, 0)) return CUDA_ERROR_NOT_INITIALIZED;
-  if (!Runtime::Get().Capped()) return real(args...);
+  if (!Runtime::Get().Handles()) return real(args...);
   Runtime::Get().NoteLaunch();
   GateScope gate(Runtime::Get().swapper());
   return real(args...);

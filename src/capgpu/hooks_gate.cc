@@ -13,7 +13,7 @@
 #define TESSERA_GATED(id, ...)                                                 \
   auto real = Real<HookId::id>();                                              \
   if (__builtin_expect(real == nullptr, 0)) return CUDA_ERROR_NOT_INITIALIZED; \
-  if (!Runtime::Get().Capped()) return real(__VA_ARGS__);                      \
+  if (!Runtime::Get().Handles()) return real(__VA_ARGS__);                     \
   GateScope gate(Runtime::Get().swapper());                                    \
   return real(__VA_ARGS__);
 

@@ -9,7 +9,7 @@ CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   CUresult r = real(free, total);
   Runtime& rt = Runtime::Get();
-  if (r != CUDA_SUCCESS || !rt.Capped()) return r;
+  if (r != CUDA_SUCCESS || !rt.Handles()) return r;
   uint64_t limit = 0, used = 0;
   const auto device = static_cast<uint32_t>(tessera::capgpu::CurrentDevice());
   if (!rt.Usage(device, &limit, &used)) return r;
@@ -24,7 +24,7 @@ CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   CUresult r = real(bytes, dev);
   Runtime& rt = Runtime::Get();
-  if (r != CUDA_SUCCESS || bytes == nullptr || dev < 0 || !rt.Capped()) return r;
+  if (r != CUDA_SUCCESS || bytes == nullptr || dev < 0 || !rt.Handles()) return r;
   uint64_t limit = 0, used = 0;
   if (rt.Usage(static_cast<uint32_t>(dev), &limit, &used) && limit < *bytes) *bytes = limit;
   return r;

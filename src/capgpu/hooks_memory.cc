@@ -70,7 +70,7 @@ template <HookId kId, typename... Rest>
 CUresult UnmovableAlloc(Unswappable why, CUdeviceptr* dptr, size_t bytesize, Rest... rest) {
   auto real = Real<kId>();
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
-  if (!Runtime::Get().Capped() || dptr == nullptr) return real(dptr, bytesize, rest...);
+  if (!Runtime::Get().Handles() || dptr == nullptr) return real(dptr, bytesize, rest...);
   GateScope gate(Swap());
   Unmovable(why);
   return Charged(AllocKind::kDevicePointer, Device(), bytesize, dptr,
@@ -91,7 +91,7 @@ template <HookId kId, typename Descriptor>
 CUresult CreateArray(CUarray* array, const Descriptor* desc) {
   auto real = Real<kId>();
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
-  if (!Runtime::Get().Capped() || array == nullptr || desc == nullptr) return real(array, desc);
+  if (!Runtime::Get().Handles() || array == nullptr || desc == nullptr) return real(array, desc);
   GateScope gate(Swap());
   Unmovable(Unswappable::kArray);
   const uint64_t bytes = DescriptorBytes(*desc);
@@ -114,7 +114,7 @@ template <HookId kId, typename SwapFree, typename... Args>
 CUresult Freed(AllocKind kind, uint64_t key, SwapFree swap_free, Args... args) {
   auto real = Real<kId>();
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
-  if (!Runtime::Get().Capped()) return real(args...);
+  if (!Runtime::Get().Handles()) return real(args...);
   GateScope gate(Swap());
   return Credited(kind, key, [&] {
     CUresult r = CUDA_SUCCESS;
@@ -130,7 +130,7 @@ extern "C" {
 CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
   auto real = Real<HookId::cuMemAlloc_v2>();
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
-  if (!Runtime::Get().Capped() || dptr == nullptr) return real(dptr, bytesize);
+  if (!Runtime::Get().Handles() || dptr == nullptr) return real(dptr, bytesize);
   GateScope gate(Swap());
   if (Swap().on()) return SwappableAlloc(dptr, bytesize);
   return Charged(AllocKind::kDevicePointer, Device(), bytesize, dptr,
@@ -172,7 +172,7 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width_bytes
   auto real = Real<HookId::cuMemAllocPitch_v2>();
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   Runtime& rt = Runtime::Get();
-  if (!rt.Capped() || dptr == nullptr || pitch == nullptr) {
+  if (!rt.Handles() || dptr == nullptr || pitch == nullptr) {
     return real(dptr, pitch, width_bytes, height, elem_bytes);
   }
   GateScope gate(Swap());
@@ -216,7 +216,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
   auto real = Real<HookId::cuMemCreate>();
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   // Only device-resident physical memory counts against a GPU memory cap.
-  if (!Runtime::Get().Capped() || handle == nullptr || prop == nullptr ||
+  if (!Runtime::Get().Handles() || handle == nullptr || prop == nullptr ||
       prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop->location.id < 0) {
     return real(handle, size, prop, flags);
   }
@@ -282,7 +282,7 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
                   unsigned long long flags) {
   auto real = Real<HookId::cuMemMap>();
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
-  if (!Runtime::Get().Capped() || !Swap().on()) return real(ptr, size, offset, handle, flags);
+  if (!Runtime::Get().Handles() || !Swap().on()) return real(ptr, size, offset, handle, flags);
   GateScope gate(Swap());
   return Swap().Map(ptr, size, offset, handle, flags);
 }
@@ -290,7 +290,7 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
 CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
   auto real = Real<HookId::cuMemUnmap>();
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
-  if (!Runtime::Get().Capped() || !Swap().on()) return real(ptr, size);
+  if (!Runtime::Get().Handles() || !Swap().on()) return real(ptr, size);
   GateScope gate(Swap());
   return Swap().Unmap(ptr, size);
 }
@@ -300,7 +300,7 @@ CUresult cuMemExportToShareableHandle(void* shareable, CUmemGenericAllocationHan
                                       CUmemAllocationHandleType type, unsigned long long flags) {
   auto real = Real<HookId::cuMemExportToShareableHandle>();
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
-  if (!Runtime::Get().Capped() || !Swap().on()) return real(shareable, handle, type, flags);
+  if (!Runtime::Get().Handles() || !Swap().on()) return real(shareable, handle, type, flags);
   GateScope gate(Swap());
   Swap().MarkUnswappable(Unswappable::kExported);
   return real(shareable, Swap().RealHandle(handle), type, flags);
@@ -310,7 +310,7 @@ CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* prop,
                                                 CUmemGenericAllocationHandle handle) {
   auto real = Real<HookId::cuMemGetAllocationPropertiesFromHandle>();
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
-  if (!Runtime::Get().Capped() || !Swap().on()) return real(prop, handle);
+  if (!Runtime::Get().Handles() || !Swap().on()) return real(prop, handle);
   GateScope gate(Swap());
   return real(prop, Swap().RealHandle(handle));
 }
@@ -320,7 +320,7 @@ CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* prop,
 CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void* addr) {
   auto real = Real<HookId::cuMemRetainAllocationHandle>();
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
-  if (!Runtime::Get().Capped() || !Swap().on() || handle == nullptr) return real(handle, addr);
+  if (!Runtime::Get().Handles() || !Swap().on() || handle == nullptr) return real(handle, addr);
   GateScope gate(Swap());
   CUresult r = CUDA_SUCCESS;
   if (Swap().Retain(reinterpret_cast<CUdeviceptr>(addr), handle, &r)) return r;

@@ -51,7 +51,7 @@ int CudaOrdinal(nvmlDevice_t device) {
 bool Capped(nvmlDevice_t device, unsigned long long reserved, unsigned long long* total,
             unsigned long long* free, unsigned long long* used) {
   Runtime& rt = Runtime::Get();
-  if (!rt.Capped()) return false;
+  if (!rt.Handles()) return false;
   const int ordinal = CudaOrdinal(device);
   uint64_t limit = 0, charged = 0;
   if (ordinal < 0 || !rt.Usage(static_cast<uint32_t>(ordinal), &limit, &charged)) return false;

@@ -8,6 +8,9 @@
 #include <unistd.h>
 
 namespace tessera::capgpu {
+
+__thread uint32_t t_library_depth = 0;
+
 namespace {
 
 // The one instance, never destroyed: hooks may still run on other threads while the process

@@ -22,6 +22,7 @@
 #include <cstdint>
 
 #include "capgpu/alloc_table.h"
+#include "capgpu/reentry.h"
 #include "capgpu/region.h"
 #include "capgpu/swap.h"
 
@@ -39,6 +40,10 @@ class Runtime {
     if (__builtin_expect(s == kUnjoined, 0)) s = Join();
     return s == kCapped;
   }
+  // True when a hook is to handle this call: the thread is not inside the library already (a
+  // call the driver beneath makes from inside another, reentry.h: it passes straight to the
+  // driver) and a cap applies.
+  bool Handles() { return !InsideLibrary() && Capped(); }
 
   // REQUIRES: Capped(). Charges `bytes` on `device`; false when that would pass the cap (dead
   // processes' charges are reclaimed first) or the region is unusable.
@@ -75,7 +80,9 @@ class Runtime {
   Swapper swapper_;
 };
 
-// Holds the swap gate open for one driver call (a no-op without swapping).
+// One call a hook handles: the thread is inside the library (reentry.h: the calls the driver
+// makes from inside it pass straight through) and holds the swap gate open (a no-op without
+// swapping) until it returns.
 class GateScope {
  public:
   explicit GateScope(Swapper& swapper) : record_(swapper.Enter()) {}
@@ -84,6 +91,7 @@ class GateScope {
   GateScope& operator=(const GateScope&) = delete;
 
  private:
+  LibraryScope inside_;  // first: inside before the gate (its slow path may call the driver)
   Swapper::ThreadRecord* record_;
 };
 

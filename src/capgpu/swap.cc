@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "capgpu/reentry.h"
 #include "capgpu/swap_internal.h"
 
 namespace tessera::capgpu {
@@ -135,6 +136,9 @@ void* Swapper::WatcherMain(void* self) {
 }
 
 void Swapper::Watch() {
+  // The library's own thread: the driver calls it makes, and the ones the driver makes from inside
+  // them through the exported symbols, never meet the gate it closes (reentry.h).
+  LibraryScope inside;
   RegionData& data = region_->data();
   for (;;) {
     const uint32_t seq = __atomic_load_n(&data.swap_seq, __ATOMIC_ACQUIRE);

@@ -32,6 +32,9 @@
 // The gate costs a driver call, when no swap is pending, one thread-local store, a compiler
 // barrier and one load: the other side uses membarrier(2) (an asymmetric fence) to see which
 // threads are inside the driver. Where membarrier is unavailable the fast path uses a full fence.
+// Only the outermost hooked call of a thread passes it: the watcher's own driver calls, and the
+// calls a driver makes from inside another through the exported symbols, go straight through
+// (reentry.h), so the watcher, which holds mu_ while it copies, never waits on its own gate.
 //
 // A process killed mid-swap: its pinned host memory and its swap file (unlinked at creation) go
 // with it; its slot (host bytes included) is reclaimed like any dead process's; the region lock is

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "capgpu/reentry.h"
 #include "capgpu/swap_internal.h"
 
 namespace tessera::capgpu {
@@ -60,6 +61,7 @@ bool Swapper::EnsureStreams(uint32_t device) {
 }
 
 uint32_t Swapper::SwapOut() {
+  LibraryScope inside;  // a caller outside any hook: the driver's nested calls pass straight
   pthread_mutex_lock(&mu_);
   const uint32_t r = state_ == static_cast<uint32_t>(SwapState::kResident) ? SwapOutLocked() : 0;
   pthread_mutex_unlock(&mu_);
@@ -67,6 +69,7 @@ uint32_t Swapper::SwapOut() {
 }
 
 CUresult Swapper::SwapIn() {
+  LibraryScope inside;
   pthread_mutex_lock(&mu_);
   const CUresult r = state_ == static_cast<uint32_t>(SwapState::kSwapped) ||
                              state_ == static_cast<uint32_t>(SwapState::kSwappingIn)

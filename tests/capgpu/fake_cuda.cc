@@ -24,11 +24,20 @@
 //                          names it (several processes on one card); created if missing
 //   FAKECUDA_COPY_US       each cuMemcpy*/cuMemset* call sleeps this long first (to kill a process
 //                          in the middle of a swap)
+//   FAKECUDA_REENTER=1     a driver that calls its own public entry points from inside others,
+//                          through their exported symbols (dlsym(RTLD_DEFAULT): under LD_PRELOAD,
+//                          the preloaded library's wrappers), as some drivers and interposers
+//                          beneath an application do: the asynchronous copies call the
+//                          synchronous ones, cuStreamSynchronize calls cuCtxSynchronize,
+//                          stream-ordered and managed allocations call cuMemAlloc_v2,
+//                          stream-ordered frees call cuMemFree_v2, cuLaunchKernel_ptsz calls
+//                          cuLaunchKernel
 //
 // Extra export for tests: fakecudaDeviceUsed() returns the device bytes in use (shared ones when
 // FAKECUDA_DEVICE_FILE is set).
 //
 // Thread-safety: all entry points are thread-safe.
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -169,12 +178,29 @@ bool InReservationLocked(uintptr_t p, size_t n) {
   return p >= it->first && p + n <= it->first + it->second && p + n >= p;
 }
 
+// FAKECUDA_REENTER: the entry point `name` as a caller outside the driver finds it, or nullptr
+// when the mode is off (the call is then served inside, as a real driver's internal calls are).
+template <typename Fn>
+Fn Exported(Fn, const char* name) {
+  static const bool on = EnvBytes("FAKECUDA_REENTER", 0) != 0;
+  return on ? reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, name)) : nullptr;
+}
+#define FAKE_EXPORTED(fn) Exported(&fn, #fn)
+
 void CopyDelay() {
   static const uint64_t us = EnvBytes("FAKECUDA_COPY_US", 0);
   if (us > 0) usleep(static_cast<useconds_t>(us));
 }
 
 }  // namespace
+
+// What FAKECUDA_REENTER calls through the exported symbols.
+FAKE_API CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes);
+FAKE_API CUresult cuMemFree_v2(CUdeviceptr dptr);
+FAKE_API CUresult cuCtxSynchronize();
+FAKE_API CUresult cuLaunchKernel(CUfunction f, unsigned int, unsigned int, unsigned int,
+                                 unsigned int, unsigned int, unsigned int, unsigned int, CUstream,
+                                 void** params, void**);
 
 FAKE_API CUresult cuInit(unsigned int) { return CUDA_SUCCESS; }
 FAKE_API CUresult cuDriverGetVersion(int* version) {
@@ -221,21 +247,27 @@ FAKE_API CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t wi
   *pitch = (width + 511) / 512 * 512;
   return Allocate(dptr, *pitch * height);
 }
-FAKE_API CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytes, unsigned int) {
+// Managed and stream-ordered allocations: the plain allocator's memory (through its exported
+// symbol with FAKECUDA_REENTER).
+static CUresult AllocateOther(CUdeviceptr* dptr, size_t bytes) {
+  if (auto plain = FAKE_EXPORTED(cuMemAlloc_v2)) return plain(dptr, bytes);
   return Allocate(dptr, bytes);
+}
+FAKE_API CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytes, unsigned int) {
+  return AllocateOther(dptr, bytes);
 }
 FAKE_API CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytes, CUstream) {
-  return Allocate(dptr, bytes);
+  return AllocateOther(dptr, bytes);
 }
 FAKE_API CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytes, CUstream) {
-  return Allocate(dptr, bytes);
+  return AllocateOther(dptr, bytes);
 }
 FAKE_API CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytes, CUmemoryPool, CUstream) {
-  return Allocate(dptr, bytes);
+  return AllocateOther(dptr, bytes);
 }
 FAKE_API CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytes, CUmemoryPool,
                                                CUstream) {
-  return Allocate(dptr, bytes);
+  return AllocateOther(dptr, bytes);
 }
 FAKE_API CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t bytes,
                               const CUmemAllocationProp*, unsigned long long) {
@@ -369,9 +401,9 @@ FAKE_API CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const void*, size
   return CUDA_SUCCESS;
 }
 
-// Copies and fills: the VMM device pointers are host addresses. The exported functions never
-// call each other (under LD_PRELOAD such a call would land in the preloaded library's wrapper,
-// which a real driver's internal calls do not).
+// Copies and fills: the VMM device pointers are host addresses. The exported functions call each
+// other only with FAKECUDA_REENTER (under LD_PRELOAD such a call lands in the preloaded library's
+// wrapper, which a real driver's internal calls do not).
 static CUresult CopyIn(CUdeviceptr dst, const void* src, size_t n) {
   CopyDelay();
   memcpy(reinterpret_cast<void*>(dst), src, n);
@@ -394,9 +426,11 @@ FAKE_API CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n) {
   return CUDA_SUCCESS;
 }
 FAKE_API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, CUstream) {
+  if (auto sync = FAKE_EXPORTED(cuMemcpyHtoD_v2)) return sync(dst, src, n);
   return CopyIn(dst, src, n);
 }
 FAKE_API CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, CUstream) {
+  if (auto sync = FAKE_EXPORTED(cuMemcpyDtoH_v2)) return sync(dst, src, n);
   return CopyOut(dst, src, n);
 }
 FAKE_API CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, size_t n) {
@@ -431,7 +465,10 @@ FAKE_API CUresult cuStreamCreate(CUstream* stream, unsigned int) {
   return CUDA_SUCCESS;
 }
 FAKE_API CUresult cuStreamDestroy_v2(CUstream) { return CUDA_SUCCESS; }
-FAKE_API CUresult cuStreamSynchronize(CUstream) { return CUDA_SUCCESS; }
+FAKE_API CUresult cuStreamSynchronize(CUstream) {
+  if (auto sync = FAKE_EXPORTED(cuCtxSynchronize)) return sync();
+  return CUDA_SUCCESS;
+}
 FAKE_API CUresult cuCtxSynchronize() { return CUDA_SUCCESS; }
 FAKE_API CUresult cuCtxGetCurrent(CUcontext* ctx) {
   *ctx = t_context;
@@ -464,8 +501,12 @@ FAKE_API CUresult cuArrayDestroy(CUarray array) {
   return Release(reinterpret_cast<unsigned long long>(array));
 }
 FAKE_API CUresult cuMemFree_v2(CUdeviceptr dptr) { return Release(dptr); }
-FAKE_API CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream) { return Release(dptr); }
-FAKE_API CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream) { return Release(dptr); }
+static CUresult ReleaseOther(CUdeviceptr dptr) {
+  if (auto plain = FAKE_EXPORTED(cuMemFree_v2)) return plain(dptr);
+  return Release(dptr);
+}
+FAKE_API CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream) { return ReleaseOther(dptr); }
+FAKE_API CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream) { return ReleaseOther(dptr); }
 
 FAKE_API CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
   std::lock_guard<std::mutex> lock(g_mu);
@@ -490,9 +531,13 @@ FAKE_API CUresult cuLaunchKernel(CUfunction f, unsigned int, unsigned int, unsig
   }
   return CUDA_SUCCESS;
 }
-FAKE_API CUresult cuLaunchKernel_ptsz(CUfunction, unsigned int, unsigned int, unsigned int,
-                                      unsigned int, unsigned int, unsigned int, unsigned int,
-                                      CUstream, void**, void**) {
+FAKE_API CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy,
+                                      unsigned int gz, unsigned int bx, unsigned int by,
+                                      unsigned int bz, unsigned int shared, CUstream s,
+                                      void** params, void** extra) {
+  if (auto legacy = FAKE_EXPORTED(cuLaunchKernel)) {
+    return legacy(f, gx, gy, gz, bx, by, bz, shared, s, params, extra);
+  }
   return CUDA_SUCCESS;
 }
 

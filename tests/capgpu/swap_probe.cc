@@ -9,15 +9,21 @@
 //                              keeps the memory), `keep` holds it until `free`
 //   async NAME SIZE            cuMemAllocAsync (a stream-ordered pool)
 //   fill NAME SEED             cuMemcpyHtoD of a pattern            -> "fill NAME RC"
-//   check NAME SEED            cuMemcpyDtoH and compare             -> "check NAME ok" / "... bad
-//   AT" kernel NAME                the stand-in kernel adds 1 to every byte (pattern SEED ->
-//   SEED+1) addr NAME                  -> "addr NAME 0x..." free NAME cuMemFree_v2, or unmap +
-//   release + address free for `vmm` ncclfree NAME              a `vmm ... keep` buffer freed as
-//   NCCL does: retain the handle
+//   check NAME SEED            cuMemcpyDtoH and compare   -> "check NAME ok" / "check NAME bad AT"
+//   kernel NAME                the stand-in kernel adds 1 to every byte (pattern SEED -> SEED+1)
+//   addr NAME                  -> "addr NAME 0x..."
+//   free NAME                  cuMemFree_v2, or unmap + release + address free for `vmm`
+//   ncclfree NAME              a `vmm ... keep` buffer freed as NCCL does: retain the handle
 //                              from the address, release it, unmap, release the handle the
 //                              address gave, address free -> "ncclfree NAME RC HANDLE_HEX"
 //   retain NAME                cuMemRetainAllocationHandle on NAME's address -> "retain NAME RC"
-//   threads N NAME SEED        N threads checking NAME in a loop until `stop`
+//   afill NAME SEED            fill through cuMemcpyHtoDAsync_v2    -> "afill NAME RC"
+//   acheck NAME SEED           check through cuMemcpyDtoHAsync_v2   -> as check
+//   freeasync NAME             cuMemFreeAsync                       -> "freeasync NAME RC"
+//   launch_ptsz NAME           the kernel through cuLaunchKernel_ptsz (the stand-in runs it only
+//                              with FAKECUDA_REENTER, via cuLaunchKernel) -> "launch_ptsz NAME RC"
+//   threads N NAME SEED [async] N threads checking NAME in a loop until `stop` (async: through
+//                              cuMemcpyDtoHAsync_v2)
 //   churn N                    N threads allocating and freeing 1 MiB in a loop until `stop`
 //   loops                      -> "loops COUNT" (the threads' finished checks; not a driver call)
 //   stop                       -> "stop loops=COUNT errors=COUNT"
@@ -64,6 +70,11 @@ CUresult cuMemUnmap(CUdeviceptr, size_t);
 CUresult cuMemSetAccess(CUdeviceptr, size_t, const CUmemAccessDesc*, size_t);
 CUresult cuMemcpyHtoD_v2(CUdeviceptr, const void*, size_t);
 CUresult cuMemcpyDtoH_v2(void*, CUdeviceptr, size_t);
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr, const void*, size_t, CUstream);
+CUresult cuMemcpyDtoHAsync_v2(void*, CUdeviceptr, size_t, CUstream);
+CUresult cuMemFreeAsync(CUdeviceptr, CUstream);
+CUresult cuLaunchKernel_ptsz(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int,
+                             unsigned int, unsigned int, unsigned int, CUstream, void**, void**);
 CUresult cuLaunchKernel(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int,
                         unsigned int, unsigned int, unsigned int, CUstream, void**, void**);
 CUresult cuMemHostAlloc(void**, size_t, unsigned int);
@@ -131,10 +142,13 @@ void Fill(unsigned char* host, size_t bytes, unsigned seed) {
 
 constexpr long kCopyFailed = -2;
 
-// Offset of the first wrong byte, -1 if all are right, or kCopyFailed.
-long Check(const Buffer& b, unsigned seed) {
+// Offset of the first wrong byte, -1 if all are right, or kCopyFailed. `async`: the copy through
+// cuMemcpyDtoHAsync_v2 (on the legacy stream, which the stand-in completes at once).
+long Check(const Buffer& b, unsigned seed, bool async = false) {
   auto host = HostBuffer(b.bytes);
-  if (cuMemcpyDtoH_v2(host.get(), b.ptr, b.bytes) != CUDA_SUCCESS) return kCopyFailed;
+  const CUresult r = async ? cuMemcpyDtoHAsync_v2(host.get(), b.ptr, b.bytes, nullptr)
+                           : cuMemcpyDtoH_v2(host.get(), b.ptr, b.bytes);
+  if (r != CUDA_SUCCESS) return kCopyFailed;
   const PatternBlocks pattern(seed);
   for (size_t at = 0, k = 0; at < b.bytes; at += 4096, ++k) {
     const size_t n = std::min<size_t>(4096, b.bytes - at);
@@ -207,17 +221,19 @@ int main() {
       if (r == CUDA_SUCCESS) r = cuMemSetAccess(b.ptr, b.reserved, &access, 1);
       if (r == CUDA_SUCCESS && !b.keep) r = cuMemRelease(b.handle);
       Say("vmm " + name + " " + std::to_string(r));
-    } else if (cmd == "fill") {
+    } else if (cmd == "fill" || cmd == "afill") {
       unsigned seed = 0;
       in >> seed;
       auto host = HostBuffer(b.bytes);
       Fill(host.get(), b.bytes, seed);
-      Say("fill " + name + " " + std::to_string(cuMemcpyHtoD_v2(b.ptr, host.get(), b.bytes)));
-    } else if (cmd == "check") {
+      const CUresult r = cmd == "afill" ? cuMemcpyHtoDAsync_v2(b.ptr, host.get(), b.bytes, nullptr)
+                                        : cuMemcpyHtoD_v2(b.ptr, host.get(), b.bytes);
+      Say(cmd + " " + name + " " + std::to_string(r));
+    } else if (cmd == "check" || cmd == "acheck") {
       unsigned seed = 0;
       in >> seed;
-      const long bad = Check(b, seed);
-      Say("check " + name +
+      const long bad = Check(b, seed, cmd == "acheck");
+      Say(cmd + " " + name +
           (bad == -1            ? std::string(" ok")
            : bad == kCopyFailed ? std::string(" error: the copy to the host failed")
                                 : " bad " + std::to_string(bad)));
@@ -226,6 +242,14 @@ int main() {
       CUresult r = cuLaunchKernel(reinterpret_cast<CUfunction>(0xF00D), 1, 1, 1, 1, 1, 1, 0,
                                   nullptr, params, nullptr);
       Say("kernel " + name + " " + std::to_string(r));
+    } else if (cmd == "launch_ptsz") {
+      void* params[2] = {&b.ptr, &b.bytes};
+      CUresult r = cuLaunchKernel_ptsz(reinterpret_cast<CUfunction>(0xF00D), 1, 1, 1, 1, 1, 1, 0,
+                                       nullptr, params, nullptr);
+      Say("launch_ptsz " + name + " " + std::to_string(r));
+    } else if (cmd == "freeasync") {
+      Say("freeasync " + name + " " + std::to_string(cuMemFreeAsync(b.ptr, nullptr)));
+      g_buffers.erase(name);
     } else if (cmd == "addr") {
       char hex[32];
       snprintf(hex, sizeof(hex), "0x%llx", b.ptr);
@@ -261,12 +285,14 @@ int main() {
       std::string target;
       unsigned seed = 0;
       n = atoi(name.c_str());
-      in >> target >> seed;
+      std::string mode;
+      in >> target >> seed >> mode;
       const Buffer watched = g_buffers[target];
+      const bool async = mode == "async";
       for (int t = 0; t < n; ++t) {
-        g_threads.emplace_back([watched, seed] {
+        g_threads.emplace_back([watched, seed, async] {
           while (!g_stop.load()) {
-            if (Check(watched, seed) != -1) g_errors.fetch_add(1);
+            if (Check(watched, seed, async) != -1) g_errors.fetch_add(1);
             g_loops.fetch_add(1);
           }
         });

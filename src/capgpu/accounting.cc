@@ -193,21 +193,36 @@ SwapSummary SummarizeSwap(const RegionData& data) {
   return sum;
 }
 
-const char* SwapStateName(uint32_t state) {
-  switch (static_cast<SwapState>(state)) {
-    case SwapState::kResident:
-      return "resident";
-    case SwapState::kSwappingOut:
-      return "swapping-out";
-    case SwapState::kSwapped:
-      return "swapped";
-    case SwapState::kSwappingIn:
-      return "resuming";
-    case SwapState::kUnswappable:
-      return "unswappable";
-  }
-  return "unknown";
+namespace {
+
+// The name of an enumerator from a table indexed by its value; "unknown" past the table's end.
+// Each table's static_assert keeps it as long as its enum (what -Wswitch did for a switch).
+template <size_t N>
+const char* NameOf(const char* const (&names)[N], uint32_t value) {
+  return value < N ? names[value] : "unknown";
 }
+
+constexpr const char* kSwapStateNames[] = {"resident", "swapping-out", "swapped", "resuming",
+                                           "unswappable"};
+static_assert(sizeof(kSwapStateNames) / sizeof(kSwapStateNames[0]) ==
+              static_cast<size_t>(SwapState::kUnswappable) + 1);
+
+constexpr const char* kUnswappableReasons[] = {
+    "",
+    "uses stream-ordered memory pools (cuMemAllocAsync): the pool's memory is the driver's",
+    "uses CUDA arrays, which have no address to copy from",
+    "uses managed memory (cuMemAllocManaged), which the driver pages itself",
+    "the driver lacks the virtual memory management API",
+    "a driver call did not return in time (a kernel still running)",
+    "a copy, a host allocation or the disk tier failed; nothing moved",
+    "exported memory to another process, which maps it too",
+};
+static_assert(sizeof(kUnswappableReasons) / sizeof(kUnswappableReasons[0]) ==
+              static_cast<size_t>(Unswappable::kExported) + 1);
+
+}  // namespace
+
+const char* SwapStateName(uint32_t state) { return NameOf(kSwapStateNames, state); }
 
 const char* ShareSwapState(const SwapSummary& m) {
   if (m.processes == 0) return "resident";
@@ -219,27 +234,6 @@ const char* ShareSwapState(const SwapSummary& m) {
   return "mixed";
 }
 
-const char* UnswappableReason(uint32_t reason) {
-  switch (static_cast<Unswappable>(reason)) {
-    case Unswappable::kNone:
-      return "";
-    case Unswappable::kStreamOrderedPool:
-      return "uses stream-ordered memory pools (cuMemAllocAsync): the pool's memory is the "
-             "driver's";
-    case Unswappable::kArray:
-      return "uses CUDA arrays, which have no address to copy from";
-    case Unswappable::kManaged:
-      return "uses managed memory (cuMemAllocManaged), which the driver pages itself";
-    case Unswappable::kNoVmm:
-      return "the driver lacks the virtual memory management API";
-    case Unswappable::kBusy:
-      return "a driver call did not return in time (a kernel still running)";
-    case Unswappable::kFailed:
-      return "a copy, a host allocation or the disk tier failed; nothing moved";
-    case Unswappable::kExported:
-      return "exported memory to another process, which maps it too";
-  }
-  return "unknown";
-}
+const char* UnswappableReason(uint32_t reason) { return NameOf(kUnswappableReasons, reason); }
 
 }  // namespace tessera::capgpu

@@ -240,5 +240,24 @@ TEST(SwapAccounting, TargetsBumpTheSequenceAndTheSummarySaysWhenSettled) {
   EXPECT_STREQ(SwapStateName(d->slots[a].swap_state), "resuming");
 }
 
+// The names the region tool and the agent show, one per value; a value from a newer writer is
+// "unknown" rather than a read past the table.
+TEST(SwapAccounting, EveryStateAndReasonHasItsNameAndStrangersAreUnknown) {
+  EXPECT_STREQ(SwapStateName(static_cast<uint32_t>(SwapState::kResident)), "resident");
+  EXPECT_STREQ(SwapStateName(static_cast<uint32_t>(SwapState::kSwappingOut)), "swapping-out");
+  EXPECT_STREQ(SwapStateName(static_cast<uint32_t>(SwapState::kSwapped)), "swapped");
+  EXPECT_STREQ(SwapStateName(static_cast<uint32_t>(SwapState::kUnswappable)), "unswappable");
+  EXPECT_STREQ(SwapStateName(5), "unknown");
+  EXPECT_STREQ(UnswappableReason(static_cast<uint32_t>(Unswappable::kNone)), "");
+  EXPECT_NE(std::string(UnswappableReason(static_cast<uint32_t>(Unswappable::kExported)))
+                .find("exported"),
+            std::string::npos);
+  EXPECT_NE(std::string(UnswappableReason(static_cast<uint32_t>(Unswappable::kBusy)))
+                .find("did not return"),
+            std::string::npos);
+  EXPECT_STREQ(UnswappableReason(8), "unknown");
+  EXPECT_STREQ(UnswappableReason(0xFFFFFFFFu), "unknown");
+}
+
 }  // namespace
 }  // namespace tessera::capgpu

@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <chrono>
 #include <csignal>
 #include <thread>
@@ -176,8 +175,7 @@ void Agent::WatchLoop() {
       Pause(milliseconds(100));
       continue;
     }
-    auto res = watch_client_->Get("/v1/agent/orders?node=" + Encoded(inventory_.node) + "&after=" +
-                                  std::to_string(after) + "&wait_ms=" + std::to_string(kWatchMs));
+    auto res = watch_client_->Get(OrdersWatchPath(inventory_.node, after, kWatchMs));
     if (!res || res->status != 200) {
       // Down, a standby, unknown node (registering again), or a control plane without watches.
       Pause(milliseconds(res && res->status == 404 ? 5000 : 1000));
@@ -203,21 +201,6 @@ void Agent::Pause(milliseconds d) {
   while (Clock::now() < until && !StopRequested() && !watch_stop_.load()) {
     std::this_thread::sleep_for(milliseconds(50));
   }
-}
-
-std::string Agent::Encoded(const std::string& s) {
-  static const char* kHex = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    }
-  }
-  return out;
 }
 
 void Agent::Connect() {

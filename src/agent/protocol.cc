@@ -256,19 +256,34 @@ Result<OrdersWake> ParseOrdersWake(const std::string& body) {
   return out;
 }
 
-std::string OutputPath(const std::string& job, int64_t offset) {
+namespace {
+
+// `s` as a URL path segment or query value: RFC 3986's unreserved characters as they are, every
+// other byte as %XX.
+std::string PercentEncoded(const std::string& s) {
   static const char* kHex = "0123456789ABCDEF";
-  std::string id;
-  for (unsigned char c : job) {
+  std::string out;
+  for (unsigned char c : s) {
     if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
-      id += static_cast<char>(c);
+      out += static_cast<char>(c);
     } else {
-      id += '%';
-      id += kHex[c >> 4];
-      id += kHex[c & 15];
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
     }
   }
-  return "/v1/agent/jobs/" + id + "/output?offset=" + std::to_string(offset);
+  return out;
+}
+
+}  // namespace
+
+std::string OutputPath(const std::string& job, int64_t offset) {
+  return "/v1/agent/jobs/" + PercentEncoded(job) + "/output?offset=" + std::to_string(offset);
+}
+
+std::string OrdersWatchPath(const std::string& node, int64_t after, int64_t wait_ms) {
+  return "/v1/agent/orders?node=" + PercentEncoded(node) + "&after=" + std::to_string(after) +
+         "&wait_ms=" + std::to_string(wait_ms);
 }
 
 }  // namespace tessera::agent

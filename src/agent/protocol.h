@@ -86,5 +86,8 @@ Result<HeartbeatReply> ParseHeartbeatReply(std::string_view body);
 
 // "/v1/agent/jobs/<id>/output?offset=<n>" (the id percent-encoded where needed).
 std::string OutputPath(const std::string& job, int64_t offset);
+// "/v1/agent/orders?node=<node>&after=<seq>&wait_ms=<ms>" (the node percent-encoded where
+// needed): an order watch (OrdersWake).
+std::string OrdersWatchPath(const std::string& node, int64_t after, int64_t wait_ms);
 
 }  // namespace tessera::agent

@@ -1,0 +1,216 @@
+// ReplaySwapCard (usage_whatif.h): the swap model's rules (swap_model.h) on one card, driven by
+// observed active spans instead of drawn ones.
+#include <algorithm>
+#include <queue>
+
+#include "sim/usage_whatif.h"
+
+namespace tessera::sim::usage {
+namespace {
+
+// At one time: departures, arrivals, then the ends of active spans, wakes, idle checks.
+enum class Kind { kDepart = 0, kArrive = 1, kDeactivate = 2, kActivate = 3, kIdleCheck = 4 };
+
+struct Ev {
+  int64_t at_us;
+  Kind kind;
+  int who;
+  bool operator>(const Ev& o) const {
+    if (at_us != o.at_us) return at_us > o.at_us;
+    if (kind != o.kind) return kind > o.kind;
+    return who > o.who;
+  }
+};
+
+struct State {
+  bool present = false, resident = false, active = false, waiting = false, on_disk = false;
+  int64_t last_active_us = 0, activated_us = 0, resident_since_us = 0;
+};
+
+}  // namespace
+
+SwapCardResult ReplaySwapCard(std::vector<SwapOccupant>* occupants, int64_t card_memory_mib,
+                              const WhatIfOptions& o) {
+  SwapCardResult r;
+  std::vector<SwapOccupant>& occ = *occupants;
+  std::vector<State> st(occ.size());
+  std::priority_queue<Ev, std::vector<Ev>, std::greater<Ev>> events;
+  for (size_t i = 0; i < occ.size(); ++i) {
+    const int w = static_cast<int>(i);
+    occ[i].resident_ms = 0;
+    events.push({occ[i].arrive_ms * 1000, Kind::kArrive, w});
+    events.push({occ[i].depart_ms * 1000, Kind::kDepart, w});
+    for (const Span& s : occ[i].active) {
+      const int64_t from = std::max(s.from_ms, occ[i].arrive_ms);
+      const int64_t to = std::min(s.to_ms, occ[i].depart_ms);
+      if (from >= to) continue;
+      events.push({from * 1000, Kind::kActivate, w});
+      events.push({to * 1000, Kind::kDeactivate, w});
+    }
+  }
+  int64_t resident_mib = 0, host_mib = 0, link_free_us = 0;
+  std::vector<int> waiting;
+  auto cap = [&](int j) { return occ[static_cast<size_t>(j)].cap_mib; };
+  auto transfer_us = [&](int64_t mib, bool disk) {
+    return mib * 1'048'576 / (disk ? o.disk_mbps : o.host_mbps);
+  };
+  auto leave_card = [&](int j, int64_t t) {
+    State& s = st[static_cast<size_t>(j)];
+    occ[static_cast<size_t>(j)].resident_ms += (t - s.resident_since_us) / 1000;
+    s.resident = false;
+    resident_mib -= cap(j);
+  };
+  auto swap_out = [&](int j, int64_t t) -> int64_t {
+    State& s = st[static_cast<size_t>(j)];
+    const bool disk = host_mib + cap(j) > o.host_ram_mib;
+    leave_card(j, t);
+    s.on_disk = disk;
+    if (!disk) host_mib += cap(j);
+    r.disk_swap_outs += disk;
+    ++r.swap_outs;
+    r.swapped_mib += cap(j);
+    r.peak_host_mib = std::max(r.peak_host_mib, host_mib);
+    return t + transfer_us(cap(j), disk);
+  };
+  // Resident idle occupants idle since `before` or earlier, least recently active first.
+  auto idle_ones = [&](int64_t before) {
+    std::vector<int> idle;
+    for (size_t j = 0; j < st.size(); ++j) {
+      const State& s = st[j];
+      if (s.present && s.resident && !s.active && !s.waiting && s.last_active_us <= before)
+        idle.push_back(static_cast<int>(j));
+    }
+    std::sort(idle.begin(), idle.end(), [&](int a, int b) {
+      const int64_t x = st[static_cast<size_t>(a)].last_active_us,
+                    y = st[static_cast<size_t>(b)].last_active_us;
+      return x != y ? x < y : a < b;
+    });
+    return idle;
+  };
+  auto largest_cap = [&] {
+    int64_t m = 0;
+    for (size_t j = 0; j < st.size(); ++j) {
+      if (st[j].present) m = std::max(m, occ[j].cap_mib);
+    }
+    return m;
+  };
+  auto keep_headroom = [&](int64_t now) {
+    const int64_t want = largest_cap();
+    if (card_memory_mib - resident_mib >= want) return;
+    for (int j : idle_ones(now - o.idle_ms * 1000)) {
+      if (card_memory_mib - resident_mib >= want) break;
+      link_free_us = swap_out(j, std::max(now, link_free_us));
+    }
+  };
+  auto resume = [&](int i, int64_t now) -> bool {
+    State& s = st[static_cast<size_t>(i)];
+    int64_t free = card_memory_mib - resident_mib;
+    std::vector<int> victims;
+    if (free < cap(i)) {
+      for (int j : idle_ones(now)) {
+        if (free >= cap(i)) break;
+        victims.push_back(j);
+        free += cap(j);
+      }
+      if (free < cap(i)) return false;
+    }
+    int64_t t = std::max(now, link_free_us);
+    for (int j : victims) t = swap_out(j, t);
+    t += transfer_us(cap(i), s.on_disk);
+    if (!s.on_disk) host_mib -= cap(i);
+    s.on_disk = false;
+    link_free_us = t;
+    s.resident = true;
+    s.resident_since_us = now;  // the card's memory is kept for it from now
+    resident_mib += cap(i);
+    if (s.active) {
+      r.wakes_us.push_back(t - s.activated_us);
+      r.activations_us.push_back(t - s.activated_us);
+    }
+    s.waiting = false;
+    keep_headroom(now);
+    return true;
+  };
+  auto serve_waiting = [&](int64_t now) {
+    for (size_t k = 0; k < waiting.size();) {
+      if (resume(waiting[k], now)) {
+        waiting.erase(waiting.begin() + static_cast<std::ptrdiff_t>(k));
+      } else {
+        ++k;
+      }
+    }
+  };
+  auto drop_waiting = [&](int i) {
+    waiting.erase(std::remove(waiting.begin(), waiting.end(), i), waiting.end());
+  };
+  while (!events.empty()) {
+    const Ev ev = events.top();
+    events.pop();
+    const int i = ev.who;
+    State& s = st[static_cast<size_t>(i)];
+    switch (ev.kind) {
+      case Kind::kArrive:
+        s.present = true;
+        s.last_active_us = ev.at_us;
+        if (card_memory_mib - resident_mib >= cap(i)) {
+          s.resident = true;
+          s.resident_since_us = ev.at_us;
+          resident_mib += cap(i);
+        } else if (host_mib + cap(i) <= o.host_ram_mib) {
+          host_mib += cap(i);
+          r.peak_host_mib = std::max(r.peak_host_mib, host_mib);
+        } else {
+          s.on_disk = true;
+        }
+        events.push({ev.at_us + o.idle_ms * 1000, Kind::kIdleCheck, i});
+        break;
+      case Kind::kDepart:
+        if (s.waiting) {
+          r.wakes_us.push_back(ev.at_us - s.activated_us);
+          r.activations_us.push_back(ev.at_us - s.activated_us);
+          drop_waiting(i);
+        }
+        if (s.resident) {
+          leave_card(i, ev.at_us);
+        } else if (!s.on_disk) {
+          host_mib -= cap(i);
+        }
+        s = State{};
+        serve_waiting(ev.at_us);
+        break;
+      case Kind::kActivate:
+        if (!s.present) break;
+        s.active = true;
+        s.activated_us = ev.at_us;
+        if (s.resident) {
+          r.activations_us.push_back(0);
+        } else {
+          waiting.push_back(i);
+          s.waiting = true;
+          serve_waiting(ev.at_us);
+          if (s.waiting) ++r.waits_for_room;
+        }
+        break;
+      case Kind::kDeactivate:
+        if (!s.present || !s.active) break;
+        if (s.waiting) {  // its whole span went by waiting for room
+          r.wakes_us.push_back(ev.at_us - s.activated_us);
+          r.activations_us.push_back(ev.at_us - s.activated_us);
+          drop_waiting(i);
+          s.waiting = false;
+        }
+        s.active = false;
+        s.last_active_us = ev.at_us;
+        events.push({ev.at_us + o.idle_ms * 1000, Kind::kIdleCheck, i});
+        serve_waiting(ev.at_us);
+        break;
+      case Kind::kIdleCheck:
+        if (s.present && !s.active && s.last_active_us + o.idle_ms * 1000 <= ev.at_us)
+          keep_headroom(ev.at_us);
+        break;
+    }
+  }
+  return r;
+}
+
+}  // namespace tessera::sim::usage

@@ -430,7 +430,7 @@ Result<std::pair<Json, int64_t>> Engine::HeartbeatQueued(const Identity& who, co
     ObserveActivityLocked(j, r, actor, b);
   }
   RecordTelemetryLocked(n, body);
-  const int64_t durable = DurableSeq();
+  const int64_t durable = writer_.Durable();
   Json orders = OrdersLocked(n, b, durable);
   // What these orders reflect: every decision about the node up to here (an order watch after
   // it wakes for the next one, not for what this heartbeat changed itself).
@@ -531,11 +531,6 @@ void Engine::ObserveActivityLocked(Job& j, const Json& report, const std::string
                     {{"since_ms", j.last_active_ms}}),
           nullptr);
   }
-}
-
-int64_t Engine::DurableSeq() {
-  std::lock_guard<std::mutex> w(wmu_);
-  return durable_seq_;
 }
 
 // Orders for node n: start what was placed there; stop what is cancelled or preempted; the

@@ -1,9 +1,9 @@
-// The commit pipeline: changes are queued under the engine's mutex (QueueLocked) and written
-// in order by one writer thread (WriterLoop) that holds only its own mutex, several batches per
+// The commit pipeline: changes are queued under the engine's mutex (QueueLocked) and handed to
+// the CommitWriter (commit_writer.h), whose thread writes them in order, several batches per
 // transaction when they queue up; callers wait for their batch (CommitLocked) or are called back
-// once it is written (WhenDurable: submissions and heartbeats, no thread waiting). A failed write
-// drops what was queued on the memory that ran ahead of it and rebuilds memory from the store
-// (CatchUpLocked, ReloadLocked in engine.cc). Ended jobs leave memory here once durable.
+// once it is written (AnswerWhenDurable: submissions and heartbeats, no thread waiting). A failed
+// write drops what was queued on the memory that ran ahead of it and rebuilds memory from the
+// store (CatchUpLocked, ReloadLocked in engine_load.cc). Ended jobs leave memory here once durable.
 #include <algorithm>
 #include <iterator>
 #include <set>
@@ -35,7 +35,7 @@ Status Engine::Sync() {
 }
 
 int64_t Engine::QueueLocked(Batch& b) {
-  view_version_.fetch_add(1);  // memory changed (every change queues its batch, even an empty one)
+  views_.Changed();  // memory changed (every change queues its batch, even an empty one)
   // Drains in progress ride with the decisions that started or ended them, so that a restart
   // finds every drain it must finish (device.drains: the whole set, when it changed).
   if (qe_->MayHaveDrains() || !drains_.empty()) {
@@ -59,13 +59,13 @@ int64_t Engine::QueueLocked(Batch& b) {
     b = {};
     return 0;
   }
-  QueuedCommit q;
+  CommitWriter::Batch q;
   q.seq = ++queued_seq_;
   q.epoch = epoch_;
   q.events = std::move(b.events);
   q.records.reserve(b.jobs.size());
   q.jobs.reserve(b.jobs.size());
-  const bool watched = watching_.load(std::memory_order_relaxed) > 0;
+  const bool watched = watches_.Any();
   auto about = [&](const std::string& node) {
     node_seq_[node] = q.seq;
     if (node == b.from_node) return;  // the node's own heartbeat: nothing new for its agent
@@ -80,11 +80,7 @@ int64_t Engine::QueueLocked(Batch& b) {
   }
   for (const std::string& n : b.nodes) about(n);
   b = {};
-  {
-    std::lock_guard<std::mutex> w(wmu_);
-    commit_queue_.push_back(std::move(q));
-  }
-  work_cv_.notify_one();
+  writer_.Push(std::move(q));
   return queued_seq_;
 }
 
@@ -95,13 +91,8 @@ Status Engine::CommitLocked(Batch& b, std::unique_lock<std::mutex>& lock, const 
     auto it = node_seq_.find(*node);
     target = it == node_seq_.end() ? 0 : it->second;
   }
-  Status result;
   lock.unlock();
-  {
-    std::unique_lock<std::mutex> w(wmu_);
-    durable_cv_.wait(w, [&] { return written_seq_ >= target; });
-    result = FailureUpToLocked(target);
-  }
+  Status result = writer_.Await(target);
   lock.lock();
   CatchUpLocked();
   return result;
@@ -113,28 +104,7 @@ void Engine::Quiesce() {
     std::lock_guard<std::mutex> lock(mu_);
     target = queued_seq_;
   }
-  std::unique_lock<std::mutex> w(wmu_);
-  durable_cv_.wait(w, [&] { return written_seq_ >= target && !replying_; });
-}
-
-Status Engine::FailureUpToLocked(int64_t target) const {
-  for (const CommitFailure& f : commit_failures_) {
-    if (f.first <= target && target <= f.last) return f.why;
-  }
-  return Status::Ok();
-}
-
-void Engine::WhenDurable(int64_t target, std::function<void(Status)> done) {
-  Status now;
-  {
-    std::lock_guard<std::mutex> w(wmu_);
-    if (written_seq_ < target) {
-      durable_waiters_.emplace(target, std::move(done));
-      return;
-    }
-    now = FailureUpToLocked(target);
-  }
-  done(now);
+  writer_.AwaitQuiet(target);
 }
 
 void Engine::AnswerWhenDurable(Result<std::pair<Json, int64_t>> queued,
@@ -142,10 +112,11 @@ void Engine::AnswerWhenDurable(Result<std::pair<Json, int64_t>> queued,
   if (!queued.ok()) return done(queued.status());
   auto& [reply, target] = *queued;
   if (target == 0) return done(std::move(reply));
-  WhenDurable(target, [done = std::move(done), reply = std::move(reply)](Status st) mutable {
-    if (!st.ok()) return done(st);
-    done(std::move(reply));
-  });
+  writer_.WhenDurable(target,
+                      [done = std::move(done), reply = std::move(reply)](Status st) mutable {
+                        if (!st.ok()) return done(st);
+                        done(std::move(reply));
+                      });
 }
 
 Status Engine::RenderDurable(const std::function<Status()>& render) {
@@ -164,14 +135,10 @@ Status Engine::RenderDurable(const std::function<Status()>& render) {
       epoch_after = epoch_;
     }
     Status failure;
-    bool doomed = epoch_after != epoch_before;  // reloaded while rendering
-    if (!doomed) {
-      std::unique_lock<std::mutex> w(wmu_);
-      durable_cv_.wait(w, [&] { return written_seq_ >= target || stop_writer_; });
-      // A failed write drops its epoch's batches: the memory rendered is not what is durable.
-      doomed = dropped_epoch_ >= epoch_after;
-      failure = last_failure_;
-    }
+    // Reloaded while rendering; or a failed write drops its epoch's batches: the memory rendered
+    // is not what is durable.
+    const bool doomed =
+        epoch_after != epoch_before || writer_.AwaitDropped(target, epoch_after, &failure);
     if (!doomed) return Status::Ok();
     if (attempt > 0) {
       return Status::Internal("the store is failing writes (" + failure.message() +
@@ -181,28 +148,18 @@ Status Engine::RenderDurable(const std::function<Status()>& render) {
 }
 
 void Engine::CatchUpLocked() {
-  view_version_.fetch_add(1);
-  std::vector<std::string> stored;
-  bool reload = false;
-  Status cause;
-  int64_t written = 0;
-  {
-    std::lock_guard<std::mutex> w(wmu_);
-    stored.swap(newly_stored_);
-    reload = dropped_epoch_ >= epoch_;
-    cause = last_failure_;
-    written = written_seq_;
-  }
-  for (const std::string& id : stored) {
+  views_.Changed();
+  CommitWriter::Progress p = writer_.TakeProgress(epoch_);
+  for (const std::string& id : p.stored) {
     auto it = jobs_.find(id);
     if (it != jobs_.end()) it->second.stored = true;
   }
   // Memory ran ahead of the store by a failed write and whatever was queued after it.
-  if (reload) {
-    (void)ReloadLocked(cause);
+  if (p.reload) {
+    (void)ReloadLocked(p.cause);
     return;
   }
-  if (ended_.size() > 2 * kEndedKept) EvictEndedLocked(written);
+  if (ended_.size() > 2 * kEndedKept) EvictEndedLocked(p.written);
 }
 
 void Engine::EvictEndedLocked(int64_t written) {
@@ -235,81 +192,6 @@ void Engine::EvictEndedLocked(int64_t written) {
     ids.erase(std::remove_if(ids.begin(), ids.end(), out), ids.end());
 }
 
-void Engine::WriterLoop() {
-  std::unique_lock<std::mutex> w(wmu_);
-  while (true) {
-    work_cv_.wait(w, [&] { return stop_writer_ || !commit_queue_.empty(); });
-    if (commit_queue_.empty()) return;  // stopping, and everything queued was written
-    std::deque<QueuedCommit> group;
-    group.swap(commit_queue_);
-    // What was queued before the reload that follows a failed write rests on the memory that
-    // ran ahead: dropped (epochs only grow along the queue, so it is a prefix).
-    size_t dropped = 0;
-    while (dropped < group.size() && group[dropped].epoch <= dropped_epoch_) ++dropped;
-    if (dropped > 0) {
-      commit_failures_.push_back({group.front().seq, group[dropped - 1].seq,
-                                  Status::Internal("not recorded: an earlier commit failed (" +
-                                                   last_failure_.message() + ")")});
-      written_seq_ = group[dropped - 1].seq;
-      group.erase(group.begin(), group.begin() + static_cast<std::ptrdiff_t>(dropped));
-    }
-    std::vector<std::pair<std::string, int64_t>> news;  // watched nodes with new orders
-    if (!group.empty()) {
-      std::vector<store::Event> events;
-      std::vector<store::JobRecord> records;
-      for (QueuedCommit& q : group) {
-        std::move(q.events.begin(), q.events.end(), std::back_inserter(events));
-        std::move(q.records.begin(), q.records.end(), std::back_inserter(records));
-      }
-      w.unlock();
-      const Status st = store_->Commit(events, records, nullptr);
-      w.lock();
-      written_seq_ = group.back().seq;
-      if (st.ok()) {
-        durable_seq_ = group.back().seq;
-        for (QueuedCommit& q : group) {
-          std::move(q.jobs.begin(), q.jobs.end(), std::back_inserter(newly_stored_));
-          for (std::string& n : q.watched) news.emplace_back(std::move(n), q.seq);
-        }
-      } else {
-        dropped_epoch_ = group.back().epoch;
-        last_failure_ = st;
-        commit_failures_.push_back({group.front().seq, group.back().seq, st});
-      }
-    }
-    // Replies whose batches were written, with their outcome (before older failures are let go).
-    std::vector<std::pair<std::function<void(Status)>, Status>> replies;
-    for (auto it = durable_waiters_.begin();
-         it != durable_waiters_.end() && it->first <= written_seq_;) {
-      replies.emplace_back(std::move(it->second), FailureUpToLocked(it->first));
-      it = durable_waiters_.erase(it);
-    }
-    while (commit_failures_.size() > 64) commit_failures_.pop_front();
-    durable_cv_.notify_all();
-    if (!news.empty() || !replies.empty()) {
-      replying_ = true;
-      w.unlock();
-      for (auto& [reply, st] : replies) reply(st);
-      replies.clear();
-      if (!news.empty()) FireWatches(news);
-      w.lock();
-      replying_ = false;
-      durable_cv_.notify_all();
-    }
-  }
-}
-
-void Engine::FireWatches(const std::vector<std::pair<std::string, int64_t>>& touched) {
-  std::lock_guard<std::mutex> g(watch_mu_);
-  for (const auto& [node, seq] : touched) {
-    auto it = watches_.find(node);
-    if (it == watches_.end() || seq <= it->second.after) continue;
-    it->second.wake(seq);
-    watches_.erase(it);
-    --watching_;
-  }
-}
-
 Result<uint64_t> Engine::WatchOrders(const Identity& who, const std::string& node, int64_t after,
                                      std::function<void(int64_t)> wake) {
   if (who.role != Role::kAgent && who.role != Role::kAdmin)
@@ -320,53 +202,23 @@ Result<uint64_t> Engine::WatchOrders(const Identity& who, const std::string& nod
   if (nodes_.count(node) == 0) return Status::NotFound("node '" + node + "' is not registered");
   auto os = order_seq_.find(node);
   const int64_t news = os == order_seq_.end() ? 0 : os->second;
-  std::lock_guard<std::mutex> g(watch_mu_);
-  // Registered before the durable mark is read: a write that lands after this read fires it.
-  OrderWatch& w = watches_[node];
-  if (w.wake) {
-    w.wake(0);  // replaced by a newer watch (the agent reconnected)
-  } else {
-    ++watching_;
-  }
-  w = OrderWatch{++next_ticket_, after, std::move(wake)};
-  if (news > after && news <= DurableSeq()) {
-    w.wake(news);
-    watches_.erase(node);
-    --watching_;
-    return uint64_t{0};
-  }
-  return w.ticket;
+  return watches_.Watch(node, after, std::move(wake), news, [this] { return writer_.Durable(); });
 }
 
 void Engine::UnwatchOrders(const std::string& node, uint64_t ticket) {
-  std::lock_guard<std::mutex> g(watch_mu_);
-  auto it = watches_.find(node);
-  if (it == watches_.end() || it->second.ticket != ticket) return;
-  watches_.erase(it);
-  --watching_;
+  watches_.Unwatch(node, ticket);
 }
 
-void Engine::UnwatchAll() {
-  std::lock_guard<std::mutex> g(watch_mu_);
-  for (auto& [node, w] : watches_) w.wake(0);
-  watches_.clear();
-  watching_ = 0;
-}
+void Engine::UnwatchAll() { watches_.UnwatchAll(); }
 
 void Engine::AuditLocked(const std::string& actor, const std::string& kind,
                          const std::string& subject, const std::string& reason, Json data) {
   if (!broken_.ok()) return;
   const int64_t second = clock_() / 1000;
   if (kind == "auth.failed") {
-    if (second != audit_second_) {
-      audit_second_ = second;
-      audit_in_second_ = 0;
-    }
-    if (++audit_in_second_ > kAuditPerSecond) {
-      ++audit_suppressed_;
-      return;
-    }
-    if (audit_suppressed_ > 0) data["suppressed"] = std::exchange(audit_suppressed_, 0);
+    const int64_t suppressed = audit_limit_.Admit(second);
+    if (suppressed < 0) return;
+    if (suppressed > 0) data["suppressed"] = suppressed;
   }
   Batch b;
   b.Add(MakeEvent(actor, kind, subject, reason, std::move(data)), nullptr);

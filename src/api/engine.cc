@@ -44,18 +44,19 @@ Engine::Engine(EngineConfig config, std::unique_ptr<store::Store> store, std::st
     : config_(std::move(config)),
       store_(std::move(store)),
       data_dir_(std::move(data_dir)),
-      clock_(std::move(clock)) {
-  writer_ = std::thread([this] { WriterLoop(); });
-}
+      clock_(std::move(clock)),
+      writer_(
+          [this](const std::vector<store::Event>& events,
+                 const std::vector<store::JobRecord>& records) {
+            return store_->Commit(events, records, nullptr);
+          },
+          [this](const std::vector<std::pair<std::string, int64_t>>& touched) {
+            watches_.Fire(touched);
+          }) {}
 
 Engine::~Engine() {
   if (broken_.ok()) (void)SaveFairShare(true);  // a clean stop loses no fair-share history
-  {
-    std::lock_guard<std::mutex> w(wmu_);
-    stop_writer_ = true;
-  }
-  work_cv_.notify_all();
-  writer_.join();
+  writer_.Stop();
 }
 
 Result<std::unique_ptr<Engine>> Engine::Open(EngineConfig config,

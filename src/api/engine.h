@@ -58,8 +58,11 @@
 #include <unordered_map>
 #include <vector>
 
+#include "api/commit_writer.h"
 #include "api/config.h"
 #include "api/json_text.h"
+#include "api/order_watches.h"
+#include "api/view_cache.h"
 #include "backends/backend.h"
 #include "common/status.h"
 #include "model/job_state.h"
@@ -348,19 +351,9 @@ class Engine {
   Result<Json> GroupsNow(const Identity& who);
   Result<Json> NodesNow(const Identity& who);
   Result<Json> SummaryNow(const Identity& who);
-  struct CachedView {
-    int64_t version = -1;
-    int64_t at_ms = 0;
-    Json view;
-  };
-  std::atomic<int64_t> view_version_{0};  // bumped by every change to memory (QueueLocked, reloads)
-  // Health's last answer, served while the engine's lock is busy (health_mu_ is never held while
-  // taking mu_).
-  std::mutex health_mu_;
-  Json last_health_;
-  int64_t last_health_ms_ = 0;
-  std::mutex view_mu_;  // guards views_; never held while taking mu_
-  std::unordered_map<std::string, CachedView> views_;
+  // Bumped by every change to memory (QueueLocked, reloads); health's last answer is kept here
+  // too, served while the engine's lock is busy.
+  ViewCache views_;
 
   // --- engine.cc
   Status Load();
@@ -398,11 +391,6 @@ class Engine {
   // The first half of CommitLocked: queues `b` for the writer (and empties it) without waiting.
   // Returns its sequence number, 0 when it was empty.
   int64_t QueueLocked(Batch& b);
-  // The second half, without a waiting thread: calls `done` with the outcome once every batch up
-  // to `target` was written (from the writer thread; at once, on this one, if they were).
-  // REQUIRES: mu_ and wmu_ not held. A failure's reload is left to the next CatchUpLocked.
-  void WhenDurable(int64_t target, std::function<void(Status)> done);
-  Status FailureUpToLocked(int64_t target) const;  // REQUIRES: wmu_ held
   // Answers `done` with a queued call's reply once the batch it rests on is durable (its
   // sequence; 0: now), with the write's error if that failed, or at once with the call's own.
   void AnswerWhenDurable(Result<std::pair<Json, int64_t>> queued,
@@ -424,7 +412,6 @@ class Engine {
   int64_t last_fair_share_save_ms_ = 0;
   static constexpr int64_t kPruneEveryMs = 3600 * 1000;
   std::atomic<int64_t> last_prune_ms_{0};
-  void WriterLoop();
   Status ReloadLocked(const Status& cause);
   // Runs the cycle and turns the quota engine's new events into job changes in `b`.
   void CycleLocked(Batch& b);
@@ -461,9 +448,7 @@ class Engine {
   void AuditLocked(const std::string& actor, const std::string& kind, const std::string& subject,
                    const std::string& reason, Json data);
   static constexpr int kAuditPerSecond = 20;
-  int64_t audit_second_ = 0;
-  int audit_in_second_ = 0;
-  int64_t audit_suppressed_ = 0;
+  PerSecondLimit audit_limit_{kAuditPerSecond};
   // Heartbeat's work under mu_: its reply, and the last batch the reply rests on (0: none).
   Result<std::pair<Json, int64_t>> HeartbeatQueued(const Identity& who, const Json& body);
   Status MarkLostLocked(Batch& b);
@@ -478,9 +463,8 @@ class Engine {
   static Status CheckTelemetry(const Json& body);
   void RecordTelemetryLocked(NodeInfo& n, const Json& body);  // a heartbeat's `devices`
   void ObserveActivityLocked(Job& j, const Json& report, const std::string& actor, Batch& b);
-  // Orders for node n; only decisions durable by `durable` (DurableSeq()) are acted on.
+  // Orders for node n; only decisions durable by `durable` (writer_.Durable()) are acted on.
   Json OrdersLocked(const NodeInfo& n, Batch& b, int64_t durable);
-  int64_t DurableSeq();  // REQUIRES: wmu_ not held
 
   // --- views.cc
   bool CanSee(const Identity& who, const Job& j) const;
@@ -514,12 +498,12 @@ class Engine {
   // drops them, as the reload drops the decisions: /metrics never counts what did not happen.
   DecisionCounts counted_;
   std::map<int64_t, DecisionCounts> uncounted_;
-  void SettleCountsLocked();  // REQUIRES: wmu_ not held
+  void SettleCountsLocked();
   // Calls `render` (which reads memory under mu_ and keeps what it made) and returns once all it
   // may have read is durable. A rendering that may have seen a batch whose write then failed is
   // made again from the reloaded memory; if that fails too, the failure is the answer. Views and
   // /metrics render through it: they never show a decision whose commit then fails.
-  // REQUIRES: mu_ and wmu_ not held.
+  // REQUIRES: mu_ not held.
   Status RenderDurable(const std::function<Status()>& render);
   // The cycle's latency, under mu_.
   LatencyHistogram cycle_latency_;
@@ -624,58 +608,18 @@ class Engine {
   Status broken_;  // set when a reload after a failed commit failed too: nothing is served
   int64_t submissions_ = 0;         // submissions queued so far
   int64_t cycled_submissions_ = 0;  // how many of them the last cycle started after
-  // The commit pipeline. Batches are queued under mu_ (QueueLocked) and written in order by one
-  // writer thread (WriterLoop) that holds only wmu_, so the cycle can go on deciding while its
-  // first decisions are written. Lock order: mu_, then wmu_.
-  struct QueuedCommit {
-    int64_t seq = 0;
-    int64_t epoch = 0;  // reloads before it was queued
-    std::vector<store::Event> events;
-    std::vector<store::JobRecord> records;  // snapshots taken when queued
-    std::vector<std::string> jobs;          // their ids: marked stored once durable
-    std::vector<std::string> watched;       // watched nodes it gives new orders (see order_seq_)
-  };
-  struct CommitFailure {
-    int64_t first = 0, last = 0;  // the batches that were not written
-    Status why;
-  };
+  // The commit pipeline. Batches are queued under mu_ (QueueLocked) and written in order by the
+  // writer's thread (CommitWriter), which takes no engine lock, so the cycle can go on deciding
+  // while its first decisions are written.
   // Under mu_:
   std::unordered_map<std::string, int64_t> node_seq_;  // the last batch about a job on each node
   // The last batch that may give each node new orders: node_seq_ less the batches of the node's
   // own heartbeats. An order watch wakes when one newer than the agent knows is durable.
   std::unordered_map<std::string, int64_t> order_seq_;
-  // Under watch_mu_ (taken after mu_, never with wmu_ held; callbacks run under it and must
-  // take no engine lock):
-  struct OrderWatch {
-    uint64_t ticket = 0;
-    int64_t after = 0;
-    std::function<void(int64_t)> wake;
-  };
-  std::mutex watch_mu_;
-  std::unordered_map<std::string, OrderWatch> watches_;
-  uint64_t next_ticket_ = 0;
-  std::atomic<int> watching_{0};  // watches_.size(), read without the lock by QueueLocked
-  void FireWatches(const std::vector<std::pair<std::string, int64_t>>& touched);
   int64_t queued_seq_ = 0;  // the last batch queued
   int64_t epoch_ = 0;       // reloads so far
-  // Under wmu_:
-  std::mutex wmu_;
-  std::condition_variable work_cv_;     // the writer: something was queued, or stop
-  std::condition_variable durable_cv_;  // callers: written_seq_ moved
-  std::deque<QueuedCommit> commit_queue_;
-  int64_t written_seq_ = 0;  // every batch up to this one was written or dropped
-  // Every batch up to this one that was not dropped is in the store (a failed write does not
-  // move it; the batches after a failure are of a new epoch, over memory reloaded).
-  int64_t durable_seq_ = 0;
-  int64_t dropped_epoch_ = -1;  // a write failed: batches of this epoch or older are dropped
-  Status last_failure_;
-  std::deque<CommitFailure> commit_failures_;  // the most recent ones
-  std::vector<std::string> newly_stored_;      // jobs whose records landed, to mark under mu_
-  // Replies waiting for their batch (WhenDurable), by the last batch they rest on.
-  std::multimap<int64_t, std::function<void(Status)>> durable_waiters_;
-  bool replying_ = false;  // the writer is calling replies (and order watches) without wmu_
-  bool stop_writer_ = false;
-  std::thread writer_;
+  OrderWatches watches_;
+  CommitWriter writer_;  // last of what the writer's callbacks use: started last, stopped first
   std::map<std::string, std::unique_ptr<backends::Backend>> backends_;  // by name
   std::mutex register_mu_;  // orders node registrations (held without mu_ while one is written)
   // Backend jobs to delete whose Tessera job ended without the backend's help (a suspended

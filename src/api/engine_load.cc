@@ -32,7 +32,7 @@ quota::GrantView GrantFrom(const Json& j) {
 }  // namespace
 
 Status Engine::ReloadLocked(const Status& cause) {
-  view_version_.fetch_add(1);
+  views_.Changed();
   // Memory ran ahead of a commit that failed: drop it and rebuild from what is durable. Batches
   // queued from now on rest on the reloaded state (a new epoch). Counts of written batches stay;
   // those of the dropped ones go with their decisions.

@@ -359,9 +359,10 @@ void Engine::DecisionCounts::Add(const DecisionCounts& o) {
 
 void Engine::SettleCountsLocked() {
   if (uncounted_.empty()) return;
-  std::lock_guard<std::mutex> w(wmu_);
-  for (auto it = uncounted_.begin(); it != uncounted_.end() && it->first <= written_seq_;) {
-    if (FailureUpToLocked(it->first).ok()) counted_.Add(it->second);
+  for (auto it = uncounted_.begin(); it != uncounted_.end();) {
+    const std::optional<Status> outcome = writer_.OutcomeOf(it->first);
+    if (!outcome) break;  // not written yet, nor any after it
+    if (outcome->ok()) counted_.Add(it->second);
     it = uncounted_.erase(it);
   }
 }

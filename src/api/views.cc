@@ -133,22 +133,12 @@ Json Engine::JobJson(const Job& j) const {
 }
 
 Result<Json> Engine::ViewOf(const std::string& key, const std::function<Result<Json>()>& render) {
-  const int64_t version = view_version_.load();
-  {
-    std::lock_guard<std::mutex> g(view_mu_);
-    auto it = views_.find(key);
-    if (it != views_.end() && it->second.version == version) return it->second.view;
-  }
+  const int64_t version = views_.Version();
+  if (auto kept = views_.Current(key, version)) return *kept;
   // The lock busy (a cycle deciding, a reload): the last rendering, with its age, rather than a
   // wait of up to a cycle. (try_lock may fail spuriously: then too.)
   if (!mu_.try_lock()) {
-    std::lock_guard<std::mutex> g(view_mu_);
-    auto it = views_.find(key);
-    if (it != views_.end()) {
-      Json stale = it->second.view;
-      stale["stale_ms"] = std::max<int64_t>(0, clock_() - it->second.at_ms);
-      return stale;
-    }
+    if (auto last = views_.Last(key, clock_())) return *last;
   } else {
     mu_.unlock();
   }
@@ -160,9 +150,7 @@ Result<Json> Engine::ViewOf(const std::string& key, const std::function<Result<J
     return fresh.ok() ? Status::Ok() : fresh.status();
   });
   if (!durable.ok()) return durable;
-  std::lock_guard<std::mutex> g(view_mu_);
-  if (views_.size() >= 512) views_.clear();  // one entry per identity and view: bounded
-  views_[key] = CachedView{version, clock_(), *fresh};
+  views_.Keep(key, version, clock_(), *fresh);
   return fresh;
 }
 
@@ -548,36 +536,27 @@ Result<Json> Engine::Events(const Identity& who, int64_t after, int limit,
   return Json{{"events", out}, {"next", cursor}};
 }
 
+namespace {
+constexpr char kHealthKey[] = "\nhealth";  // health's last answer among the views' renderings
+}  // namespace
+
 Json Engine::Health() {
   // Never behind a cycle: while the lock is busy, the last answer with its age (a cycle at
   // 10,000 nodes holds it for up to a second; health probes have 100 ms).
   std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
   if (!lock.owns_lock()) {
-    {
-      std::lock_guard<std::mutex> h(health_mu_);
-      if (!last_health_.is_null()) {
-        Json stale = last_health_;
-        stale["stale_ms"] = std::max<int64_t>(0, clock_() - last_health_ms_);
-        return stale;
-      }
-    }
+    if (auto last = views_.Last(kHealthKey, clock_())) return *last;
     lock.lock();  // no answer yet to serve
   }
   const bool ok = broken_.ok();
-  int64_t written = 0;
-  {
-    std::lock_guard<std::mutex> w(wmu_);
-    written = written_seq_;
-  }
+  const int64_t written = writer_.Written();
   Json now = {{"ok", ok},
               {"role", "leader"},
               {"store", ok ? "ok" : broken_.message()},
               {"commits_queued", queued_seq_ - written},
               {"jobs_in_memory", jobs_.size()},
               {"nodes", nodes_.size()}};
-  std::lock_guard<std::mutex> h(health_mu_);
-  last_health_ = now;
-  last_health_ms_ = clock_();
+  views_.Keep(kHealthKey, 0, clock_(), now);
   return now;
 }
 

@@ -1,0 +1,161 @@
+#include "api/commit_writer.h"
+
+#include <iterator>
+
+namespace tessera::api {
+
+CommitWriter::CommitWriter(Write write, News news)
+    : write_(std::move(write)), news_(std::move(news)) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+CommitWriter::~CommitWriter() { Stop(); }
+
+void CommitWriter::Stop() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+  }
+  work_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void CommitWriter::Push(Batch b) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    queue_.push_back(std::move(b));
+  }
+  work_cv_.notify_one();
+}
+
+Status CommitWriter::Await(int64_t target) {
+  std::unique_lock<std::mutex> l(mu_);
+  durable_cv_.wait(l, [&] { return written_ >= target; });
+  return FailureUpToLocked(target);
+}
+
+void CommitWriter::WhenDurable(int64_t target, std::function<void(Status)> done) {
+  Status now;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (written_ < target) {
+      waiters_.emplace(target, std::move(done));
+      return;
+    }
+    now = FailureUpToLocked(target);
+  }
+  done(now);
+}
+
+void CommitWriter::AwaitQuiet(int64_t target) {
+  std::unique_lock<std::mutex> l(mu_);
+  durable_cv_.wait(l, [&] { return written_ >= target && !replying_; });
+}
+
+bool CommitWriter::AwaitDropped(int64_t target, int64_t epoch, Status* failure) {
+  std::unique_lock<std::mutex> l(mu_);
+  durable_cv_.wait(l, [&] { return written_ >= target || stop_; });
+  *failure = last_failure_;
+  return dropped_epoch_ >= epoch;
+}
+
+CommitWriter::Progress CommitWriter::TakeProgress(int64_t epoch) {
+  std::lock_guard<std::mutex> l(mu_);
+  Progress p;
+  p.stored.swap(stored_);
+  p.reload = dropped_epoch_ >= epoch;
+  p.cause = last_failure_;
+  p.written = written_;
+  return p;
+}
+
+std::optional<Status> CommitWriter::OutcomeOf(int64_t seq) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (seq > written_) return std::nullopt;
+  return FailureUpToLocked(seq);
+}
+
+int64_t CommitWriter::Written() {
+  std::lock_guard<std::mutex> l(mu_);
+  return written_;
+}
+
+int64_t CommitWriter::Durable() {
+  std::lock_guard<std::mutex> l(mu_);
+  return durable_;
+}
+
+Status CommitWriter::FailureUpToLocked(int64_t target) const {
+  for (const Failure& f : failures_) {
+    if (f.first <= target && target <= f.last) return f.why;
+  }
+  return Status::Ok();
+}
+
+void CommitWriter::DropFailedLocked(std::deque<Batch>& group) {
+  // What was queued before the reload that follows a failed write rests on the memory that ran
+  // ahead: dropped (epochs only grow along the queue, so it is a prefix).
+  size_t dropped = 0;
+  while (dropped < group.size() && group[dropped].epoch <= dropped_epoch_) ++dropped;
+  if (dropped == 0) return;
+  failures_.push_back({group.front().seq, group[dropped - 1].seq,
+                       Status::Internal("not recorded: an earlier commit failed (" +
+                                        last_failure_.message() + ")")});
+  written_ = group[dropped - 1].seq;
+  group.erase(group.begin(), group.begin() + static_cast<std::ptrdiff_t>(dropped));
+}
+
+void CommitWriter::Loop() {
+  std::unique_lock<std::mutex> l(mu_);
+  while (true) {
+    work_cv_.wait(l, [&] { return stop_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping, and everything queued was written
+    std::deque<Batch> group;
+    group.swap(queue_);
+    DropFailedLocked(group);
+    std::vector<std::pair<std::string, int64_t>> news;  // watched nodes with new orders
+    if (!group.empty()) {
+      std::vector<store::Event> events;
+      std::vector<store::JobRecord> records;
+      for (Batch& b : group) {
+        std::move(b.events.begin(), b.events.end(), std::back_inserter(events));
+        std::move(b.records.begin(), b.records.end(), std::back_inserter(records));
+      }
+      l.unlock();
+      const Status st = write_(events, records);
+      l.lock();
+      written_ = group.back().seq;
+      if (st.ok()) {
+        durable_ = group.back().seq;
+        for (Batch& b : group) {
+          std::move(b.jobs.begin(), b.jobs.end(), std::back_inserter(stored_));
+          for (std::string& n : b.watched) news.emplace_back(std::move(n), b.seq);
+        }
+      } else {
+        dropped_epoch_ = group.back().epoch;
+        last_failure_ = st;
+        failures_.push_back({group.front().seq, group.back().seq, st});
+      }
+    }
+    // Replies whose batches were written, with their outcome (before older failures are let go).
+    std::vector<std::pair<std::function<void(Status)>, Status>> replies;
+    for (auto it = waiters_.begin(); it != waiters_.end() && it->first <= written_;) {
+      replies.emplace_back(std::move(it->second), FailureUpToLocked(it->first));
+      it = waiters_.erase(it);
+    }
+    while (failures_.size() > 64) failures_.pop_front();
+    durable_cv_.notify_all();
+    if (!news.empty() || !replies.empty()) {
+      replying_ = true;
+      l.unlock();
+      for (auto& [reply, st] : replies) reply(st);
+      replies.clear();
+      if (!news.empty() && news_) news_(news);
+      l.lock();
+      replying_ = false;
+      durable_cv_.notify_all();
+    }
+  }
+}
+
+}  // namespace tessera::api

@@ -1,0 +1,244 @@
+// The control plane's small parts on their own, against fakes of their neighbours: the commit
+// writer (a fake store write that succeeds, fails or blocks on the test's word), the order
+// watches, the views' cache and the audit trail's per-second limit.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "api/commit_writer.h"
+#include "api/order_watches.h"
+#include "api/view_cache.h"
+#include "support/wait.h"
+
+namespace tessera::api {
+namespace {
+
+using std::chrono::milliseconds;
+using testing::Latch;
+
+// A store write the test steers: records what it was given, fails while `fail` is set, and
+// waits at `gate` (if set) so the test can queue behind a write in progress.
+struct FakeWrite {
+  std::mutex mu;
+  std::vector<std::vector<std::string>> calls;  // the event kinds of each write
+  int fail_first = 0;                           // how many writes fail, from the first
+  Latch* entered = nullptr;
+  Latch* gate = nullptr;
+  CommitWriter::Write Fn() {
+    return [this](const std::vector<store::Event>& events, const std::vector<store::JobRecord>&) {
+      if (entered) entered->CountDown();
+      if (gate) gate->Wait();
+      std::lock_guard<std::mutex> l(mu);
+      std::vector<std::string> kinds;
+      for (const auto& e : events) kinds.push_back(e.kind);
+      calls.push_back(kinds);
+      return static_cast<int>(calls.size()) <= fail_first ? Status::Internal("disk full")
+                                                          : Status::Ok();
+    };
+  }
+};
+
+CommitWriter::Batch B(int64_t seq, int64_t epoch, const std::string& kind,
+                      std::vector<std::string> jobs = {}, std::vector<std::string> watched = {}) {
+  CommitWriter::Batch b;
+  b.seq = seq;
+  b.epoch = epoch;
+  store::Event e;
+  e.kind = kind;
+  b.events.push_back(e);
+  b.jobs = std::move(jobs);
+  b.watched = std::move(watched);
+  return b;
+}
+
+TEST(CommitWriter, WritesInOrderAndGroupsWhatQueuesBehindAWrite) {
+  FakeWrite store;
+  Latch entered, gate;
+  store.entered = &entered;
+  store.gate = &gate;
+  CommitWriter w(store.Fn(), nullptr);
+  w.Push(B(1, 0, "a"));
+  ASSERT_TRUE(entered.WaitFor(milliseconds(5000)));
+  w.Push(B(2, 0, "b"));
+  w.Push(B(3, 0, "c"));
+  EXPECT_EQ(w.Written(), 0);
+  EXPECT_FALSE(w.OutcomeOf(1).has_value());  // not written yet
+  store.gate = nullptr;
+  gate.CountDown();
+  EXPECT_TRUE(w.Await(3).ok());
+  EXPECT_EQ(w.Durable(), 3);
+  std::lock_guard<std::mutex> l(store.mu);
+  ASSERT_EQ(store.calls.size(), 2u);  // the two that queued behind the first went in one write
+  EXPECT_EQ(store.calls[0], (std::vector<std::string>{"a"}));
+  EXPECT_EQ(store.calls[1], (std::vector<std::string>{"b", "c"}));
+}
+
+TEST(CommitWriter, AFailedWriteDropsWhatItsEpochQueuedBehindIt) {
+  FakeWrite store;
+  Latch entered, gate;
+  store.entered = &entered;
+  store.gate = &gate;
+  store.fail_first = 1;
+  CommitWriter w(store.Fn(), nullptr);
+  w.Push(B(1, 0, "fails"));
+  ASSERT_TRUE(entered.WaitFor(milliseconds(5000)));
+  w.Push(B(2, 0, "rests-on-the-failed-memory"));
+  w.Push(B(3, 1, "after-the-reload"));
+  store.gate = nullptr;
+  gate.CountDown();
+  // The first write fails; the one of the same epoch behind it is dropped unwritten; the batch of
+  // the next epoch (decided on reloaded memory) is written.
+  const Status first = w.Await(1);
+  EXPECT_FALSE(first.ok());
+  EXPECT_NE(first.message().find("disk full"), std::string::npos);
+  const Status second = w.Await(2);
+  EXPECT_FALSE(second.ok());
+  EXPECT_NE(second.message().find("an earlier commit failed"), std::string::npos);
+  EXPECT_TRUE(w.Await(3).ok());
+  EXPECT_EQ(w.Durable(), 3);
+  {
+    std::lock_guard<std::mutex> l(store.mu);
+    for (const auto& call : store.calls) {
+      for (const auto& k : call) EXPECT_NE(k, "rests-on-the-failed-memory");
+    }
+  }
+  // The owner hears that epoch 0 must be reloaded, and the write's error; not for epoch 1.
+  EXPECT_TRUE(w.TakeProgress(0).reload);
+  CommitWriter::Progress p = w.TakeProgress(1);
+  EXPECT_FALSE(p.reload);
+  EXPECT_EQ(p.written, 3);
+}
+
+TEST(CommitWriter, RepliesAndNewsComeOnceDurableAndStoredJobsAreReported) {
+  FakeWrite store;
+  std::mutex mu;
+  std::vector<std::pair<std::string, int64_t>> news;
+  Latch got_news;
+  CommitWriter w(store.Fn(), [&](const std::vector<std::pair<std::string, int64_t>>& n) {
+    std::lock_guard<std::mutex> l(mu);
+    news.insert(news.end(), n.begin(), n.end());
+    got_news.CountDown();
+  });
+  Latch replied;
+  Status reply_status = Status::Internal("not called");
+  w.WhenDurable(2, [&](Status st) {
+    reply_status = st;
+    replied.CountDown();
+  });
+  EXPECT_FALSE(replied.IsOpen());
+  w.Push(B(1, 0, "a", {"j-1"}, {"n1"}));
+  w.Push(B(2, 0, "b", {"j-2"}));
+  ASSERT_TRUE(replied.WaitFor(milliseconds(5000)));
+  EXPECT_TRUE(reply_status.ok());
+  ASSERT_TRUE(got_news.WaitFor(milliseconds(5000)));
+  {
+    std::lock_guard<std::mutex> l(mu);
+    ASSERT_EQ(news.size(), 1u);
+    EXPECT_EQ(news[0], (std::pair<std::string, int64_t>{"n1", 1}));
+  }
+  w.AwaitQuiet(2);
+  CommitWriter::Progress p = w.TakeProgress(0);
+  EXPECT_EQ(p.stored, (std::vector<std::string>{"j-1", "j-2"}));
+  EXPECT_TRUE(w.TakeProgress(0).stored.empty());  // reported once
+  // A reply for what is already written is called at once, on the caller's thread.
+  bool at_once = false;
+  w.WhenDurable(1, [&](Status st) { at_once = st.ok(); });
+  EXPECT_TRUE(at_once);
+}
+
+TEST(CommitWriter, StopWritesWhatIsQueued) {
+  FakeWrite store;
+  {
+    CommitWriter w(store.Fn(), nullptr);
+    for (int i = 1; i <= 50; ++i) w.Push(B(i, 0, "e" + std::to_string(i)));
+  }
+  std::lock_guard<std::mutex> l(store.mu);
+  size_t events = 0;
+  for (const auto& c : store.calls) events += c.size();
+  EXPECT_EQ(events, 50u);
+}
+
+TEST(OrderWatches, WakesOnceForNewsNewerThanTheAgentKnows) {
+  OrderWatches w;
+  std::vector<int64_t> woke;
+  const uint64_t t = w.Watch(
+      "n1", 5, [&](int64_t s) { woke.push_back(s); }, 5, [] { return 5; });
+  EXPECT_NE(t, 0u);
+  EXPECT_TRUE(w.Any());
+  w.Fire({{"n1", 4}, {"n2", 9}});  // older than it knows; another node
+  EXPECT_TRUE(woke.empty());
+  w.Fire({{"n1", 7}});
+  EXPECT_EQ(woke, (std::vector<int64_t>{7}));
+  w.Fire({{"n1", 8}});  // woken once: gone
+  EXPECT_EQ(woke.size(), 1u);
+  EXPECT_FALSE(w.Any());
+}
+
+TEST(OrderWatches, DurableNewsAnswersAtOnceButNewsNotYetDurableWaits) {
+  OrderWatches w;
+  int64_t woke = -1;
+  EXPECT_EQ(w.Watch(
+                "n1", 3, [&](int64_t s) { woke = s; }, 6, [] { return 6; }),
+            0u);
+  EXPECT_EQ(woke, 6);
+  EXPECT_FALSE(w.Any());
+  woke = -1;
+  EXPECT_NE(w.Watch(
+                "n1", 3, [&](int64_t s) { woke = s; }, 6, [] { return 5; }),
+            0u);
+  EXPECT_EQ(woke, -1);  // batch 6 is not written yet: the writer's news will wake it
+  w.Fire({{"n1", 6}});
+  EXPECT_EQ(woke, 6);
+}
+
+TEST(OrderWatches, ANewerWatchAnswersTheOlderWithZeroAndStaleTicketsDoNothing) {
+  OrderWatches w;
+  std::vector<int64_t> first, second;
+  const uint64_t t1 = w.Watch(
+      "n1", 1, [&](int64_t s) { first.push_back(s); }, 0, [] { return 0; });
+  const uint64_t t2 = w.Watch(
+      "n1", 1, [&](int64_t s) { second.push_back(s); }, 0, [] { return 0; });
+  EXPECT_EQ(first, (std::vector<int64_t>{0}));
+  w.Unwatch("n1", t1);  // the older watch's deadline: must not remove the newer
+  EXPECT_TRUE(w.Any());
+  w.Unwatch("n1", t2);
+  EXPECT_FALSE(w.Any());
+  w.Watch(
+      "n2", 0, [&](int64_t s) { second.push_back(s); }, 0, [] { return 0; });
+  w.UnwatchAll();
+  EXPECT_EQ(second, (std::vector<int64_t>{0}));
+  EXPECT_FALSE(w.Any());
+}
+
+TEST(ViewCache, ServesTheCurrentVersionAndTheLastWithItsAge) {
+  ViewCache c;
+  const int64_t v = c.Version();
+  EXPECT_FALSE(c.Current("jobs", v).has_value());
+  EXPECT_FALSE(c.Last("jobs", 0).has_value());
+  c.Keep("jobs", v, 1000, {{"jobs", 3}});
+  ASSERT_TRUE(c.Current("jobs", v).has_value());
+  EXPECT_EQ((*c.Current("jobs", v))["jobs"], 3);
+  c.Changed();
+  EXPECT_FALSE(c.Current("jobs", c.Version()).has_value());  // memory changed since
+  auto last = c.Last("jobs", 1250);
+  ASSERT_TRUE(last.has_value());
+  EXPECT_EQ((*last)["stale_ms"], 250);
+  EXPECT_EQ((*last)["jobs"], 3);
+}
+
+TEST(PerSecondLimit, AdmitsUpToTheLimitAndReportsWhatItSuppressed) {
+  PerSecondLimit l(2);
+  EXPECT_EQ(l.Admit(10), 0);
+  EXPECT_EQ(l.Admit(10), 0);
+  EXPECT_EQ(l.Admit(10), -1);
+  EXPECT_EQ(l.Admit(10), -1);
+  EXPECT_EQ(l.Admit(11), 2);  // the next second's first carries the two suppressed
+  EXPECT_EQ(l.Admit(11), 0);
+}
+
+}  // namespace
+}  // namespace tessera::api

@@ -1,13 +1,16 @@
 // `tessera usage` (GPU-hours by group, identity, queue or form, from the server's event log) and
 // `tessera whatif` (the observed workload replayed by the simulator under another class-to-form
-// table: the cards each class would need, side by side with what happened).
+// table: the cards each class would need, side by side with what happened; with --usage FILE, a
+// fleet's own GPU telemetry replayed locally instead, sim/usage_whatif.h).
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "cli/client.h"
 #include "cli/commands.h"
@@ -16,6 +19,7 @@
 #include "model/quantity.h"
 #include "policy/yaml_fields.h"
 #include "sim/scenario.h"
+#include "sim/usage_whatif.h"
 
 namespace tessera::cli {
 namespace {
@@ -172,9 +176,74 @@ struct WhatIfOptions {
   std::string since = "7d", until = "now";
   std::vector<std::string> forms;  // CLASS=FORM[,FORM...]
   std::string emit;
+  // --usage: telemetry files, replayed here (no server).
+  std::vector<std::string> usage;
+  std::string html, card = "H100-80GB", host_gbps = "50", disk_gbps = "5", host_ram = "1TiB";
+  std::string idle = "30s", wake_p99 = "10s", step, max_gap, active_util = "1", busy_duty = "90";
+  int headroom = 10, gpus_per_node = 8, rows = 25;
+  std::vector<int> overcommits;
 };
 
+// --usage FILE...: the telemetry read, replayed under the three plans, reported.
+void RunUsageWhatIf(const WhatIfOptions& o, int* exit_code) {
+  sim::usage::WhatIfOptions w;
+  auto bad = [&](const std::string& what) {
+    std::cerr << "tessera whatif: " << what << "\n";
+    *exit_code = kExitBadInput;
+  };
+  int64_t v = 0;
+  w.card = o.card;
+  w.headroom_pct = o.headroom;
+  w.gpus_per_node = o.gpus_per_node;
+  if (!sim::usage::ParseDecimal(o.host_gbps, 1000, &v) || v < 1)
+    return bad("--host-gbps: a positive number of GB/s");
+  w.host_mbps = v;
+  if (!sim::usage::ParseDecimal(o.disk_gbps, 1000, &v) || v < 1)
+    return bad("--disk-gbps: a positive number of GB/s");
+  w.disk_mbps = v;
+  if (!sim::usage::ParseDecimal(o.active_util, 10, &v) || v < 1 || v > 1000)
+    return bad("--active-util: a percentage from 0.1 to 100");
+  w.active_util_pm = static_cast<int32_t>(v);
+  if (!sim::usage::ParseDecimal(o.busy_duty, 10, &v) || v > 1000)
+    return bad("--busy-duty: a percentage from 0 to 100");
+  w.busy_duty_pm = static_cast<int32_t>(v);
+  auto ram = ParseMemoryMiB(o.host_ram);
+  if (!ram.ok()) return bad("--host-ram: " + ram.status().message());
+  w.host_ram_mib = *ram;
+  for (auto [flag, text, into] : {std::tuple{"--idle", &o.idle, &w.idle_ms},
+                                  std::tuple{"--wake-p99", &o.wake_p99, &w.wake_p99_limit_ms},
+                                  std::tuple{"--step", &o.step, &w.step_ms},
+                                  std::tuple{"--max-gap", &o.max_gap, &w.max_gap_ms}}) {
+    if (text->empty()) continue;
+    auto d = ParseDurationMs(*text);
+    if (!d.ok()) return bad(std::string(flag) + ": " + d.status().message());
+    *into = *d;
+  }
+  if (!o.overcommits.empty()) w.overcommits = o.overcommits;
+  sim::usage::History h;
+  for (const std::string& path : o.usage) {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) return bad("cannot read " + path);
+    std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    Status s = sim::usage::ParseUsage(text, path, &h);
+    if (!s.ok()) return bad(s.message());
+  }
+  auto r = sim::usage::RunWhatIfUsage(std::move(h), w);
+  if (!r.ok()) return bad(r.status().message());
+  if (!o.html.empty()) {
+    std::ofstream f(o.html);
+    f << sim::usage::UsageHtml(*r);
+    if (!f) return bad("cannot write " + o.html);
+  }
+  if (o.client.json) {
+    std::cout << sim::usage::UsageJson(*r) << "\n";
+  } else {
+    std::cout << sim::usage::UsageText(*r, static_cast<size_t>(std::max(0, o.rows)));
+  }
+}
+
 void WhatIf(const WhatIfOptions& o, int* exit_code) {
+  if (!o.usage.empty()) return RunUsageWhatIf(o, exit_code);
   ClientOptions co = o.client;
   int64_t since = 0, until = 0;
   if (!ResolveWindow(o.since, o.until, &since, &until) || !Resolve(&co)) {
@@ -232,7 +301,8 @@ void WhatIf(const WhatIfOptions& o, int* exit_code) {
 void RegisterWhatIfCommand(CLI::App& app, CommandContext& ctx) {
   auto* cmd = app.add_subcommand(
       "whatif",
-      "Replay the observed jobs under another class-to-form table: the cards each class needs");
+      "Replay the observed jobs under another class-to-form table: the cards each class needs "
+      "(with --usage FILE: a fleet's GPU telemetry, replayed here)");
   auto o = std::make_shared<WhatIfOptions>();
   AddClientFlags(cmd, &o->client);
   cmd->add_option("--since", o->since,
@@ -241,6 +311,35 @@ void RegisterWhatIfCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--forms", o->forms, "CLASS=FORM[,FORM...], e.g. interactive=share (repeatable)");
   cmd->add_option("--emit-scenario", o->emit,
                   "also write the scenario (for tessera sim scenario) to this file");
+  cmd->add_option("--usage", o->usage,
+                  "GPU telemetry of a fleet (Prometheus range-query JSON of the DCGM exporter, or "
+                  "CSV workload,timestamp,gpu_util_pct,gpu_memory_bytes[,team][,requested_gpus]), "
+                  "replayed here instead of asking a server (repeatable)");
+  cmd->add_option("--html", o->html, "with --usage: also write a report with plots to this file");
+  cmd->add_option("--card", o->card, "with --usage: the card, a model of the catalog");
+  cmd->add_option("--gpus-per-node", o->gpus_per_node, "with --usage: cards per node (8)");
+  cmd->add_option("--host-gbps", o->host_gbps, "with --usage: each card's host link, GB/s (50)");
+  cmd->add_option("--disk-gbps", o->disk_gbps, "with --usage: swap to disk, GB/s (5)");
+  cmd->add_option("--host-ram", o->host_ram,
+                  "with --usage: host RAM for swapped-out memory per card (1TiB), then disk");
+  cmd->add_option("--headroom", o->headroom,
+                  "with --usage: caps at the observed peak plus this percent (10)");
+  cmd->add_option("--active-util", o->active_util,
+                  "with --usage: a sample at this GPU utilization percent or more is active (1)");
+  cmd->add_option("--busy-duty", o->busy_duty,
+                  "with --usage: one-GPU workloads active this percent of their time or more are "
+                  "inference (a partition), the rest interactive (a share) (90)");
+  cmd->add_option("--idle", o->idle,
+                  "with --usage: shares idle this long are swapped out ahead of need (30s)");
+  cmd->add_option("--wake-p99", o->wake_p99,
+                  "with --usage: the swap plan keeps its wake p99 within this (10s)");
+  cmd->add_option(
+      "--overcommit", o->overcommits,
+      "with --usage: overcommit percents the swap plan tries (150 200 300 400 600 800)");
+  cmd->add_option("--step", o->step, "with --usage: the sampling interval (default: inferred)");
+  cmd->add_option("--max-gap", o->max_gap,
+                  "with --usage: no sample for longer than this is a gap, counted idle (3 steps)");
+  cmd->add_option("--rows", o->rows, "with --usage: workloads listed in the text (25; 0: all)");
   cmd->callback([o, &ctx] { WhatIf(*o, &ctx.exit_code); });
 }
 

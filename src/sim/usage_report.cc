@@ -125,6 +125,7 @@ std::string UsageJson(const WhatIfUsage& r) {
               {"headroom_pct", o.headroom_pct},
               {"active_util_per_mille", o.active_util_pm},
               {"busy_duty_per_mille", o.busy_duty_pm},
+              {"swap_duty_per_mille", o.swap_duty_pm},
               {"idle_ms", o.idle_ms},
               {"wake_p99_limit_ms", o.wake_p99_limit_ms}}},
             {"history",
@@ -149,6 +150,7 @@ std::string UsageJson(const WhatIfUsage& r) {
               {"duty_sum_milli_gpus", r.duty_sum_milli}}},
             {"plans", {PlanJson(r.whole), PlanJson(r.forms), PlanJson(r.swap)}},
             {"swap_overcommits_tried", tried},
+            {"swap_within_wake_limit", r.swap_within_limit},
             {"workloads", w},
             {"seconds", r.seconds}};
   return j.dump(2);
@@ -193,7 +195,9 @@ std::string UsageText(const WhatIfUsage& r, size_t max_rows) {
   for (const PlanResult& p : r.swap_tried) {
     s << " " << p.overcommit_pct << "%=" << p.cards << " cards/p99 " << Secs(p.wake_p99_ms) << "s";
   }
-  s << " (limit " << Secs(r.options.wake_p99_limit_ms) << " s)\n\nGPU-hours by team "
+  s << " (limit " << Secs(r.options.wake_p99_limit_ms) << " s"
+    << (r.swap_within_limit ? "" : "; none within it: the plan shown is the one with the shortest")
+    << ")\n\nGPU-hours by team "
     << "(held whole / forms / forms+swap, used):\n";
   for (const auto& [team, t] : r.whole.teams) {
     s << "  " << team << " (" << t.workloads << "): " << Hours(t.held_gpu_milli_ms) << " / "

@@ -217,7 +217,8 @@ Result<PlanResult> RunPlan(const Ctx& c, Plan plan, int overcommit) {
   std::map<std::pair<std::string, int>, std::vector<int>> swap_cards;
   for (size_t i = 0; i < rows.size(); ++i) {
     if (placed_ms[i] < 0) continue;
-    const bool swapping = plan == Plan::kSwap && rows[i].cls == "interactive";
+    const bool swapping = plan == Plan::kSwap && rows[i].cls == "interactive" &&
+                          rows[i].stats.duty_pm < o.swap_duty_pm;
     if (swapping) {
       ++r.swapping;
       swap_cards[{grants[i][0].node, grants[i][0].device}].push_back(static_cast<int>(i));
@@ -343,8 +344,8 @@ Status ValidateWhatIfOptions(const WhatIfOptions& o) {
     return Status::InvalidArgument("headroom: a percentage from 0 to 1000");
   if (o.active_util_pm < 1 || o.active_util_pm > 1000)
     return Status::InvalidArgument("active utilization: from 0.1% to 100%");
-  if (o.busy_duty_pm < 0 || o.busy_duty_pm > 1001)
-    return Status::InvalidArgument("busy duty: a per-mille from 0 to 1000");
+  if (o.busy_duty_pm < 0 || o.busy_duty_pm > 1001 || o.swap_duty_pm < 0 || o.swap_duty_pm > 1001)
+    return Status::InvalidArgument("busy and swap duty: a per-mille from 0 to 1000");
   if (o.idle_ms < 0 || o.wake_p99_limit_ms < 0)
     return Status::InvalidArgument("times: not negative");
   if (o.overcommits.empty()) return Status::InvalidArgument("overcommits: at least one");
@@ -413,6 +414,7 @@ Result<WhatIfUsage> RunWhatIfUsage(History history, const WhatIfOptions& o) {
     }
     out.swap_tried.push_back(std::move(*s));
   }
+  out.swap_within_limit = chosen;
   if (!chosen) {  // none within the limit: the one with the shortest waits
     out.swap = *std::min_element(
         out.swap_tried.begin(), out.swap_tried.end(),

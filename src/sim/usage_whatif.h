@@ -6,7 +6,8 @@
 //          busy at least busy_duty of its time is inference (the smallest hardware partition
 //          covering it, else whole), the rest interactive (a share); caps at the observed peak
 //          memory plus headroom, compute weights at the mean utilization;
-//   swap   as forms, with the interactive shares on a swapping queue: caps may sum past a card's
+//   swap   as forms, with the interactive shares active less than swap_duty of their time on a
+//          swapping queue (the busier ones stay plain shares): caps may sum past a card's
 //          memory (overcommit), idle shares' memory leaves the card. The swap model's rules
 //          (swap_model.h: ahead-of-need swap-out of shares idle for idle_ms while the card has less
 //          free than its largest cap, least recently active evicted first when a wake needs room,
@@ -44,6 +45,7 @@ struct WhatIfOptions {
   int headroom_pct = 10;               // caps: observed peak + this much, rounded up to GiB
   int32_t active_util_pm = 10;         // a sample is active at this utilization or more (1%)
   int32_t busy_duty_pm = 900;          // single-GPU workloads active this much are inference
+  int32_t swap_duty_pm = 600;          // the swap plan swaps interactive shares active less
   int64_t idle_ms = 30'000;            // the agent's --swap-idle
   int64_t wake_p99_limit_ms = 10'000;  // the swap plan keeps its wake p99 within this
   std::vector<int> overcommits = {150, 200, 300, 400, 600, 800};  // percent, tried in turn
@@ -95,6 +97,8 @@ struct WhatIfUsage {
   std::vector<WorkloadRow> workloads;
   PlanResult whole, forms, swap;
   std::vector<PlanResult> swap_tried;  // every overcommit tried
+  bool swap_within_limit = false;      // else: no overcommit kept the wake p99 within the limit,
+                                       // and `swap` is the one with the shortest
   // Lower bounds.
   int lb_cards = 0;                 // max over steps of max(memory cards, utilization GPUs)
   int lb_memory_cards = 0;          // max over steps of ceil(active memory / card memory)

@@ -8,7 +8,6 @@
 //
 // pqxx reports errors as exceptions; none leave this file.
 #include <algorithm>
-#include <atomic>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -19,6 +18,7 @@
 #include <vector>
 
 #include "store/internal.h"
+#include "store/postgres_lease.h"
 #include "store/store.h"
 
 namespace tessera::store::internal {
@@ -26,8 +26,10 @@ namespace {
 
 // Serialises concurrent migrations of one database (any constant unique to Tessera).
 constexpr int64_t kMigrationLockKey = 0x7e55e7a0;
-// Held, at session level on a connection of its own, by the server that leads.
-constexpr int64_t kLeaderLockKey = 0x7e55e7a1;
+// A transaction left open this long by a stalled client is ended by the database: a leader
+// stopped in the middle of a write does not hold the leadership row (FOR SHARE) and the events
+// table for the length of its stall, so a standby can take the lease (postgres_lease.h).
+constexpr const char* kIdleInTransactionTimeout = "3s";
 
 std::string Trim(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ' || s.back() == '\r')) s.pop_back();
@@ -86,7 +88,8 @@ std::optional<JobRecord> FirstJob(const pqxx::result& rows) {
 
 class PostgresStore final : public Store {
  public:
-  explicit PostgresStore(std::string url) : url_(std::move(url)), described_(RedactUrl(url_)) {}
+  explicit PostgresStore(std::string url)
+      : url_(std::move(url)), described_(RedactUrl(url_)), lease_(url_, described_) {}
 
   Status Init(int target_version) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -303,39 +306,7 @@ class PostgresStore final : public Store {
   std::string Describe() const override { return described_; }
 
   Result<std::optional<Leadership>> TryLead(const std::string& holder) override {
-    std::lock_guard<std::mutex> lease_lock(lease_mu_);
-    try {
-      if (!lease_) lease_ = std::make_unique<pqxx::connection>(url_);
-      pqxx::nontransaction n(*lease_);
-      if (!n.exec1("SELECT pg_try_advisory_lock(" + std::to_string(kLeaderLockKey) + ")")[0]
-               .as<bool>()) {
-        return std::optional<Leadership>();
-      }
-    } catch (const std::exception& e) {
-      lease_.reset();
-      return Status::Internal(described_ + ": taking the lead: " + Trim(e.what()));
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    Leadership now;
-    Status s = Guard("taking the lead", [&]() -> Status {
-      pqxx::work w(*conn_);
-      // Waits for a deposed leader's commit in flight (it holds the row FOR SHARE), so that
-      // everything it wrote is there before this server loads the store.
-      auto r = w.exec_params1(
-          "UPDATE leadership SET epoch = epoch + 1, holder = $1, "
-          "since_ms = (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT WHERE id = 1 "
-          "RETURNING epoch, holder",
-          holder);
-      now = {r[0].as<int64_t>(), r[1].as<std::string>()};
-      w.commit();
-      return Status::Ok();
-    });
-    if (!s.ok()) {
-      lease_.reset();  // closing the session lets the lock go
-      return s;
-    }
-    fence_ = now.epoch;
-    return std::optional<Leadership>(now);
+    return lease_.TryLead(holder);
   }
 
   Result<Leadership> Leader() override {
@@ -346,34 +317,19 @@ class PostgresStore final : public Store {
     });
   }
 
-  Status CheckLease() override {
-    if (fence_ == 0) return Status::Ok();
-    std::lock_guard<std::mutex> lease_lock(lease_mu_);
-    try {
-      if (!lease_) return Status::FailedPrecondition(described_ + ": the leader lease was lost");
-      // The session (and with it the advisory lock) is alive, and nobody took the lead since.
-      pqxx::nontransaction n(*lease_);
-      auto r = n.exec1("SELECT epoch, holder FROM leadership WHERE id = 1");
-      Leadership now{r[0].as<int64_t>(), r[1].as<std::string>()};
-      if (now.epoch != fence_)
-        return Status::FailedPrecondition(DeposedMessage(described_, fence_, now));
-      return Status::Ok();
-    } catch (const std::exception& e) {
-      lease_.reset();
-      return Status::FailedPrecondition(described_ +
-                                        ": the leader lease was lost: " + Trim(e.what()));
-    }
-  }
+  Status CheckLease() override { return lease_.Check(); }
+  bool LeaseFresh() override { return lease_.Fresh(); }
 
  private:
   // Inside a write transaction: refused when another server took the lead since this one did.
   // FOR SHARE: a new leader's epoch bump waits for this transaction, and this one for it.
   Status CheckFence(pqxx::work& w) {
-    if (fence_ == 0) return Status::Ok();
+    const int64_t fence = lease_.epoch();
+    if (fence == 0) return Status::Ok();
     auto r = w.exec1("SELECT epoch, holder FROM leadership WHERE id = 1 FOR SHARE");
     Leadership now{r[0].as<int64_t>(), r[1].as<std::string>()};
-    if (now.epoch == fence_) return Status::Ok();
-    return Status::FailedPrecondition(DeposedMessage(described_, fence_, now));
+    if (now.epoch == fence) return Status::Ok();
+    return Status::FailedPrecondition(DeposedMessage(described_, fence, now));
   }
 
   static pqxx::result RunListEvents(pqxx::transaction_base& t, int mask, int64_t after_seq,
@@ -410,6 +366,9 @@ class PostgresStore final : public Store {
   Status ConnectLocked() {
     try {
       conn_ = std::make_unique<pqxx::connection>(url_);
+      pqxx::nontransaction n(*conn_);
+      n.exec0(std::string("SET idle_in_transaction_session_timeout = '") +
+              kIdleInTransactionTimeout + "'");
     } catch (const std::exception& e) {
       conn_.reset();
       return Status::FailedPrecondition(described_ + ": cannot connect: " + Trim(e.what()));
@@ -539,9 +498,7 @@ class PostgresStore final : public Store {
   const std::string url_;
   const std::string described_;
   std::unique_ptr<pqxx::connection> conn_;  // guarded by mu_; null after a lost connection
-  std::mutex lease_mu_;
-  std::unique_ptr<pqxx::connection> lease_;  // guarded by lease_mu_: holds the leader lock
-  std::atomic<int64_t> fence_{0};            // the epoch this store leads in; 0: unfenced
+  PgLease lease_;  // the leader lease (postgres_lease.h); its epoch fences the writes
 };
 
 }  // namespace

@@ -139,12 +139,15 @@ class Store {
 
   // --- Leadership: several servers on one store, one of them writing.
   //
-  // A server leads while it holds the store's lease (PostgreSQL: a session advisory lock on a
-  // connection of its own, released by the database when that server dies; SQLite: an exclusive
-  // flock on "<file>.leader"). Taking the lease bumps the store's epoch and records the holder;
-  // from then on every write of this Store checks, inside its transaction, that the epoch is
-  // still its own, so a deposed leader's late writes are refused (FailedPrecondition, "deposed").
-  // A Store on which TryLead was never called writes unfenced (tools, tests).
+  // A server leads while it holds the store's lease. PostgreSQL: a lease with an expiry in the
+  // store's leadership row, renewed every second by the leader and taken by a standby once it has
+  // expired (5 s without a renewal: a leader stopped or stalled loses it) or once the leader's
+  // session has ended (a killed leader loses it at once); postgres_lease.h. SQLite: an exclusive
+  // flock on "<file>.leader", one server per file. Taking the lease bumps the store's epoch and
+  // records the holder; from then on every write of this Store checks, inside its transaction,
+  // that the epoch is still its own, so a deposed leader's late writes are refused
+  // (FailedPrecondition, "deposed"). A Store on which TryLead was never called writes unfenced
+  // (tools, tests).
   struct Leadership {
     int64_t epoch = 0;   // 0: nobody ever led
     std::string holder;  // the leader's advertised URL
@@ -156,8 +159,14 @@ class Store {
   // Who leads now, as the store records it.
   virtual Result<Leadership> Leader() { return Leadership{}; }
   // OK while this Store holds the lease and its epoch is the store's (the leader checks it
-  // every tick and stops when it is not).
+  // every tick and stops when it is not). Once it fails it fails for good.
   virtual Status CheckLease() { return Status::Ok(); }
+  // Whether this Store's hold on the lease is known to be current: false from the moment another
+  // server could have taken it (PostgreSQL: the last renewal, by this process's monotonic clock,
+  // is older than the lease's time to live less a margin; so at once after a stall, before
+  // CheckLease has found out) and once it is lost. A leader answers nothing from its memory and
+  // orders nothing while it is false. True for a store of one server, and before TryLead.
+  virtual bool LeaseFresh() { return true; }
 };
 
 }  // namespace tessera::store

@@ -14,6 +14,25 @@ namespace tessera::cli {
 
 namespace {
 
+// Whether the server at `url` speaks the other scheme: an https:// server asked in plain HTTP
+// closes the connection (httplib's "Read"), an http:// one asked in TLS fails the handshake. A
+// probe without credentials (GET /v1/health, the certificate not checked: only the scheme is
+// learnt) says which; "" when it is neither.
+std::string SchemeHint(const std::string& url, const net::ClientTls& tls) {
+  const bool https = url.rfind("https://", 0) == 0;
+  if (!https && url.rfind("http://", 0) != 0) return "";
+  const std::string rest = url.substr(https ? 8 : 7);
+  const std::string other = (https ? "http://" : "https://") + rest;
+  net::ClientTls probe_tls;
+  probe_tls.insecure = true;
+  auto probe = net::NewHttpClient(other, https ? tls : probe_tls);
+  probe->set_connection_timeout(2);
+  probe->set_read_timeout(2);
+  if (!probe->Get("/v1/health")) return "";
+  return https ? ": that server speaks plain HTTP, not HTTPS; use " + other
+               : ": that server speaks HTTPS; use " + other + " (and TESSERA_CA for its CA)";
+}
+
 ClientReply CallOne(const std::string& url, const CallOptions& o, const std::string& method,
                     const std::string& path, const std::string& body) {
   const std::string& token = o.token;
@@ -33,6 +52,8 @@ ClientReply CallOne(const std::string& url, const CallOptions& o, const std::str
     out.error = "cannot reach " + url + " (" + httplib::to_string(r.error()) + ")";
     if (r.error() == httplib::Error::SSLServerVerification) {
       out.error += ": its certificate is not trusted; set TESSERA_CA to the CA file that signed it";
+    } else if (r.error() != httplib::Error::Connection) {
+      out.error += SchemeHint(url, o.tls);
     }
     return out;
   }
@@ -69,19 +90,31 @@ ClientReply HttpCall(const CallOptions& o, const std::string& method, const std:
                      const std::string& body) {
   // Several servers ("http://a:8080,http://b:8080"): the first that answers and is not a
   // standby. A request that reached a server is never sent to another (it may have landed),
-  // unless it carries an Idempotency-Key (then a repeat returns the job the first one made).
+  // unless it is safe to repeat: a GET, or a request with an Idempotency-Key (a repeat returns
+  // the job the first one made). Such a request that a server failed (5xx: a standby, a leader
+  // deposed or fenced meanwhile, which may answer 500 or 503) goes on to the next server, the
+  // same key with it; rounds are repeated, until retry_for_ms, only while some server was
+  // unreachable or unavailable (503): a 500 from every server is an answer, not a failover.
   bool idempotent = method == "GET";
   for (const auto& [k, v] : o.headers) idempotent = idempotent || k == "Idempotency-Key";
   std::vector<std::string> list = SplitUrls(o.urls);
   if (list.empty()) list.push_back(o.urls);
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(o.retry_for_ms);
-  ClientReply last;
+  ClientReply last, answered;
   for (int round = 0;; ++round) {
+    bool unavailable = false;
     for (const std::string& url : list) {
       last = CallOne(url, o, method, path, body);
-      if (last.status != 0 && !last.standby && !(idempotent && last.status == 503)) return last;
+      if (last.status != 0) answered = last;
+      const bool failed_over = last.status == 0 || last.standby || last.status == 503;
+      if (!failed_over && !(idempotent && last.status >= 500)) return last;
+      if (!idempotent && last.status != 0 && !last.standby) return last;
+      unavailable = unavailable || failed_over;
     }
-    if (!idempotent || std::chrono::steady_clock::now() >= until) return last;
+    if (!idempotent || !unavailable || std::chrono::steady_clock::now() >= until) {
+      // The most telling failure: a server's own answer over "cannot reach" another.
+      return answered.status != 0 ? answered : last;
+    }
     std::this_thread::sleep_for(
         std::chrono::milliseconds(std::min(2000, 200 << std::min(round, 3))));
   }

@@ -27,8 +27,10 @@ struct CallOptions {
   std::string token;   // bearer token; "" sends none
   net::ClientTls tls;  // for https:// URLs
   std::vector<std::pair<std::string, std::string>> headers;
-  // A request that reached a server is sent again only when it is safe to repeat: with an
-  // Idempotency-Key header. Then it is retried, over every URL, until `retry_for_ms` passed.
+  // A request that reached a server is sent again only when it is safe to repeat: a GET, or one
+  // with an Idempotency-Key header. Then a server's failure (5xx: a standby, a deposed or fenced
+  // leader) sends it on to the next URL with the same headers, and it is retried, over every URL,
+  // until `retry_for_ms` passed while some server was unreachable or unavailable (503).
   int retry_for_ms = 0;
 };
 

@@ -15,6 +15,7 @@
 #include "cli/table.h"
 #include "common/text.h"
 #include "model/duration.h"
+#include "model/job_state.h"
 #include "model/quantity.h"
 
 namespace tessera::cli {
@@ -24,12 +25,10 @@ using Json = nlohmann::json;
 
 // ---- user commands ----
 
-std::string Age(int64_t since_ms) {
-  int64_t s = (NowMs() - since_ms) / 1000;
-  if (s < 120) return std::to_string(s) + "s";
-  if (s < 7200) return std::to_string(s / 60) + "m";
-  return std::to_string(s / 3600) + "h";
-}
+std::string Age(int64_t since_ms) { return HumanDuration((NowMs() - since_ms) / 1000); }
+
+const std::vector<std::string> kJobColumns = {"ID",    "NAME",      "STATE", "QUEUE", "GROUP",
+                                              "NEEDS", "PLACEMENT", "AGE",   "REASON"};
 
 // "gpu-0:1" or "gpu-0:0[1g.10gb@6]", gang parts joined by "+".
 std::string Placement(const Json& j) {
@@ -61,19 +60,18 @@ std::vector<std::string> JobRow(const Json& j) {
                      : form == "whole"
                          ? std::to_string(gpus) + " whole"
                          : std::to_string(gpus) + " gpu" + (mem > 0 ? " " + FormatMiB(mem) : "");
+  const std::string name = s.value("name", "");
   return {j["id"],
+          name.empty() ? "-" : name,
           j["state"],
           j["queue"],
           j["group"],
           need,
           Placement(j),
           Age(j["submit_ms"].get<int64_t>()),
-          j.value("reason", "")};
+          HumanTimes(j.value("reason", ""), NowMs())};
 }
 
-// The cap library next to this binary: in a build tree (build/src/cli/tessera ->
-// build/src/capgpu/libtessera_capgpu.so) or where the package installs it (/usr/bin/tessera ->
-// /usr/lib/tessera/libtessera_capgpu.so); "" when it is in neither place.
 struct SubmitOptions {
   ClientOptions client;
   std::string queue;
@@ -83,7 +81,7 @@ struct SubmitOptions {
   std::string job_class;
   std::string form;
   std::string name;
-  int gpus = -1;
+  std::optional<int> gpus;
   std::optional<std::string> walltime;  // given empty, it is refused like any bad duration
   std::string gpu_fraction;
   std::vector<std::string> env;
@@ -94,6 +92,11 @@ struct SubmitOptions {
 // Quantities and the walltime are read here with the server's own parsers (model/quantity.h, the
 // duration grammar of model/duration.h) so that a mistake is named before any call.
 bool SubmitBody(const SubmitOptions& s, Json* body) {
+  if (s.gpus && *s.gpus < 0) {
+    std::cerr << "tessera submit: --gpus: '" << *s.gpus
+              << "' is negative (a number of GPUs is 0 or more)\n";
+    return false;
+  }
   struct Flag {
     const char* name;
     const std::string* text;
@@ -116,7 +119,7 @@ bool SubmitBody(const SubmitOptions& s, Json* body) {
     }
   }
   *body = {{"queue", s.queue}, {"command", s.command}};
-  if (s.gpus >= 0) (*body)["gpus"] = s.gpus;
+  if (s.gpus) (*body)["gpus"] = *s.gpus;
   if (!s.gpu_memory.empty()) (*body)["gpu_memory"] = s.gpu_memory;
   if (!s.cpu.empty()) (*body)["cpu"] = s.cpu;
   if (!s.memory.empty()) (*body)["memory"] = s.memory;
@@ -187,6 +190,12 @@ void RegisterSubmitCommand(CLI::App& app, CommandContext& ctx) {
 
 // ---- jobs / job / cancel / queues / groups / nodes / whoami ----
 
+// A client command's arguments: a flag's text (jobs --state) or job ids (job, cancel).
+struct Args {
+  std::string text;
+  std::vector<std::string> ids;
+};
+
 // Calls the server and prints its answer: whole with --json, else as `print` puts it for people.
 template <typename Print>
 void CallAndPrint(const ClientOptions& co, const std::string& method, const std::string& path,
@@ -199,25 +208,36 @@ void CallAndPrint(const ClientOptions& co, const std::string& method, const std:
 
 // The strings of a JSON array, joined by commas.
 std::string JoinedStrings(const Json& list) {
-  std::string out;
-  for (const auto& item : list) out += (out.empty() ? "" : ",") + item.get<std::string>();
+  return Join(list.get<std::vector<std::string>>(), ",");
+}
+
+// The state names of model/job_state.h, the only ones a job has.
+std::vector<std::string> JobStateNames() {
+  std::vector<std::string> out;
+  for (JobState st : kJobStates) out.push_back(JobStateName(st));
   return out;
 }
 
-void ListJobs(const ClientOptions& co, const std::string& state, int* exit_code) {
+void ListJobs(const ClientOptions& co, const Args& args, int* exit_code) {
+  const std::string& state = args.text;
+  if (!state.empty() && !ParseJobState(state).ok()) {
+    std::cerr << "tessera jobs: --state: " << UnknownChoice("state", state, JobStateNames())
+              << "\n";
+    *exit_code = kExitBadInput;
+    return;
+  }
   CallAndPrint(co, "GET", "/v1/jobs" + (state.empty() ? "" : "?state=" + state), exit_code,
                [&](Json& j) {
-                 std::vector<std::vector<std::string>> rows = {
-                     {"ID", "STATE", "QUEUE", "GROUP", "NEEDS", "PLACEMENT", "AGE", "REASON"}};
+                 std::vector<std::vector<std::string>> rows = {kJobColumns};
                  for (const auto& job : j["jobs"]) rows.push_back(JobRow(job));
                  PrintTable(rows);
                });
 }
 
-void ShowJob(const ClientOptions& co, const std::string& id, int* exit_code) {
+void ShowJob(const ClientOptions& co, const Args& args, int* exit_code) {
+  const std::string& id = args.ids.front();
   CallAndPrint(co, "GET", "/v1/jobs/" + id, exit_code, [&](Json& j) {
-    PrintTable(
-        {{"ID", "STATE", "QUEUE", "GROUP", "NEEDS", "PLACEMENT", "AGE", "REASON"}, JobRow(j)});
+    PrintTable({kJobColumns, JobRow(j)});
     if (j.contains("exit_code")) std::cout << "exit code: " << j["exit_code"] << "\n";
     // Range by range (the server sends at most 4 MiB at a time), as it is now.
     for (int64_t offset = 0;;) {
@@ -232,13 +252,41 @@ void ShowJob(const ClientOptions& co, const std::string& id, int* exit_code) {
   });
 }
 
-void CancelJob(const ClientOptions& co, const std::string& id, int* exit_code) {
-  CallAndPrint(co, "POST", "/v1/jobs/" + id + "/cancel", exit_code, [&](Json& j) {
-    std::cout << j["id"].get<std::string>() << " " << j["state"].get<std::string>() << "\n";
-  });
+// Each id in turn, one line each: what happened to it ("cancelled"; "cancelling (running)": its
+// processes are being stopped; "already ended (succeeded)"), or why not (on stderr). A job that
+// had already ended is no failure: it is not running, which is what was asked.
+void CancelJobs(const ClientOptions& co, const Args& args, int* exit_code) {
+  CallOptions call{co.url, co.token, co.tls, {}, 0};
+  Json all = Json::array();
+  for (const std::string& id : args.ids) {
+    ClientReply r = HttpCall(call, "POST", "/v1/jobs/" + id + "/cancel");
+    Json j = Json::parse(r.body, nullptr, false);
+    std::string outcome;
+    if (r.status == 409) {  // already ended: as it ended
+      ClientReply now = HttpCall(call, "GET", "/v1/jobs/" + id);
+      j = Json::parse(now.body, nullptr, false);
+      if (now.status != 200 || !j.is_object()) j = {{"id", id}};
+      outcome = "already ended" + (j.contains("state") ? " (" + j.value("state", "") + ")" : "");
+    } else if (r.status != 200 || !j.is_object()) {
+      std::cerr << "tessera cancel: " << EscapeForTerminal(id) << ": " << r.error
+                << (r.status ? " (HTTP " + std::to_string(r.status) + ")" : "") << "\n";
+      *exit_code = r.status >= 400 && r.status < 500 ? kExitBadInput : 1;
+      continue;
+    } else {
+      const std::string state = j.value("state", "");
+      outcome = state == "cancelled" ? state : "cancelling (" + state + ")";
+    }
+    if (co.json) {
+      all.push_back(j);
+    } else {
+      std::cout << EscapeForTerminal(id) << " " << EscapeForTerminal(outcome) << "\n";
+    }
+  }
+  // One object for one id (as before several were taken), an array for several.
+  if (co.json && !all.empty()) std::cout << (all.size() == 1 ? all[0] : all).dump(2) << "\n";
 }
 
-void ListQueues(const ClientOptions& co, const std::string&, int* exit_code) {
+void ListQueues(const ClientOptions& co, const Args&, int* exit_code) {
   CallAndPrint(co, "GET", "/v1/queues", exit_code, [&](Json& j) {
     std::vector<std::vector<std::string>> rows = {
         {"QUEUE", "PRIORITY", "CLASS", "FORMS", "GROUPS", "PREEMPTIBLE"}};
@@ -251,15 +299,24 @@ void ListQueues(const ClientOptions& co, const std::string&, int* exit_code) {
   });
 }
 
-void ListGroups(const ClientOptions& co, const std::string&, int* exit_code) {
+// An amount in thousandths; "-" for none (a limit the group leaves unset is null).
+std::string Milli(const Json& v) {
+  return v.is_number_integer() ? FormatMilli(v.get<int64_t>()) : std::string("-");
+}
+
+void ListGroups(const ClientOptions& co, const Args&, int* exit_code) {
   CallAndPrint(co, "GET", "/v1/groups", exit_code, [&](Json& j) {
     std::vector<std::vector<std::string>> rows = {
         {"GROUP", "GPU USED", "RESERVED", "LIMIT", "CPU USED", "CPU LIMIT"}};
     for (const auto& g : j["groups"]) {
-      auto lim = [](int64_t v) { return v == 0 ? std::string("-") : FormatMilli(v); };
-      rows.push_back({g["name"], FormatMilli(g["usage"]["gpu_milli"]),
-                      FormatMilli(g["reservation"]["gpu_milli"]), lim(g["limit"]["gpu_milli"]),
-                      FormatMilli(g["usage"]["cpu_milli"]), lim(g["limit"]["cpu_milli"])});
+      const Json none = Json::object();
+      const Json& use = g.contains("usage") ? g["usage"] : none;
+      const Json& res = g.contains("reservation") ? g["reservation"] : none;
+      const Json& lim = g.contains("limit") ? g["limit"] : none;
+      rows.push_back({g.value("name", ""), Milli(use.value("gpu_milli", Json())),
+                      Milli(res.value("gpu_milli", Json())), Milli(lim.value("gpu_milli", Json())),
+                      Milli(use.value("cpu_milli", Json())),
+                      Milli(lim.value("cpu_milli", Json()))});
     }
     PrintTable(rows);
   });
@@ -289,7 +346,7 @@ std::string DeviceLayout(const Json& d) {
   return layout;
 }
 
-void ListNodes(const ClientOptions& co, const std::string&, int* exit_code) {
+void ListNodes(const ClientOptions& co, const Args&, int* exit_code) {
   CallAndPrint(co, "GET", "/v1/nodes", exit_code, [&](Json& j) {
     std::vector<std::vector<std::string>> rows = {
         {"NODE", "STATE", "DEVICE", "MODEL", "LAYOUT", "USED", "MEMORY USED", "HOLDERS"}};
@@ -311,7 +368,7 @@ void ListNodes(const ClientOptions& co, const std::string&, int* exit_code) {
   });
 }
 
-void WhoAmI(const ClientOptions& co, const std::string&, int* exit_code) {
+void WhoAmI(const ClientOptions& co, const Args&, int* exit_code) {
   Json j = Call(co, "GET", "/v1/whoami", exit_code);
   if (j.is_discarded()) return;
   std::cout << (co.json ? j.dump(2)
@@ -319,35 +376,41 @@ void WhoAmI(const ClientOptions& co, const std::string&, int* exit_code) {
             << "\n";
 }
 
-using ClientRun = void (*)(const ClientOptions& co, const std::string& arg, int* exit_code);
+using ClientRun = void (*)(const ClientOptions& co, const Args& args, int* exit_code);
 
-// A client command with at most one string argument, which `add_arg` declares.
+// A client command whose arguments `add_args` declares.
 void RegisterClientCommand(CLI::App& app, CommandContext& ctx, const char* name, const char* help,
-                           void (*add_arg)(CLI::App*, std::string*), ClientRun run) {
+                           void (*add_args)(CLI::App*, Args*), ClientRun run) {
   auto* cmd = app.add_subcommand(name, help);
   auto o = std::make_shared<ClientOptions>();
   AddClientFlags(cmd, o.get());
-  auto arg = std::make_shared<std::string>();
-  add_arg(cmd, arg.get());
-  cmd->callback([o, arg, &ctx, run] {
+  auto args = std::make_shared<Args>();
+  add_args(cmd, args.get());
+  cmd->callback([o, args, &ctx, run] {
     ClientOptions co = *o;
     if (!Resolve(&co)) {
       ctx.exit_code = kExitBadInput;
       return;
     }
-    run(co, *arg, &ctx.exit_code);
+    run(co, *args, &ctx.exit_code);
   });
 }
 
 void RegisterClientCommands(CLI::App& app, CommandContext& ctx) {
-  auto no_arg = [](CLI::App*, std::string*) {};
-  auto id_arg = [](CLI::App* c, std::string* a) { c->add_option("id", *a)->required(); };
+  auto no_arg = [](CLI::App*, Args*) {};
   RegisterClientCommand(
       app, ctx, "jobs", "List jobs (of your groups)",
-      [](CLI::App* c, std::string* a) { c->add_option("--state", *a, "only jobs in this state"); },
+      [](CLI::App* c, Args* a) {
+        c->add_option("--state", a->text, "only jobs in this state (pending, running, ...)");
+      },
       ListJobs);
-  RegisterClientCommand(app, ctx, "job", "Show one job and its output", id_arg, ShowJob);
-  RegisterClientCommand(app, ctx, "cancel", "Cancel a job", id_arg, CancelJob);
+  RegisterClientCommand(
+      app, ctx, "job", "Show one job and its output",
+      [](CLI::App* c, Args* a) { c->add_option("id", a->ids)->required()->expected(1); }, ShowJob);
+  RegisterClientCommand(
+      app, ctx, "cancel", "Cancel jobs: tessera cancel ID...",
+      [](CLI::App* c, Args* a) { c->add_option("ids", a->ids, "job ids")->required(); },
+      CancelJobs);
   RegisterClientCommand(app, ctx, "queues", "List the queues you may use", no_arg, ListQueues);
   RegisterClientCommand(app, ctx, "groups", "Groups with reservation, limit and usage", no_arg,
                         ListGroups);

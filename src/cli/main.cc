@@ -1,8 +1,48 @@
 // `tessera`: the command-line entry point.
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/scenario_commands.h"
+#include "cli/table.h"
+
+namespace {
+
+// Whether `arg` is a number ("-2", "-0.5"): a value, never a flag.
+bool IsNumber(const std::string& arg) {
+  return arg.size() > 1 && arg.find_first_not_of("0123456789.", 1) == std::string::npos;
+}
+
+// An unknown flag the parse met, said by name with the closest flag of its command ("tessera
+// submit: unknown flag --queu; did you mean --queue?"); false when there was none. CLI11 checks
+// required options before it names extras: without this `--queu Q` said "--queue is required".
+bool SayUnknownFlag(const CLI::App& app) {
+  const CLI::App* cmd = &app;
+  while (!cmd->get_subcommands().empty()) cmd = cmd->get_subcommands().back();
+  for (const std::string& arg : cmd->remaining()) {
+    if (arg.size() < 2 || arg[0] != '-' || IsNumber(arg)) continue;
+    const std::string flag = arg.substr(0, arg.find('='));
+    std::vector<std::string> names;
+    for (const CLI::Option* opt : cmd->get_options()) {
+      if (opt->get_group().empty()) continue;  // hidden
+      for (const std::string& l : opt->get_lnames()) names.push_back("--" + l);
+      for (const std::string& s : opt->get_snames()) names.push_back("-" + s);
+    }
+    std::string path;
+    for (const CLI::App* c = cmd; c != nullptr; c = c->get_parent()) {
+      path = c->get_name() + (path.empty() ? "" : " " + path);
+    }
+    const std::string guess = tessera::cli::Closest(flag, names);
+    std::cerr << path << ": unknown flag " << flag
+              << (guess.empty() ? "" : "; did you mean " + guess + "?") << " (" << path
+              << " --help lists its flags)\n";
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Tessera: fractional GPU orchestration", "tessera"};
@@ -22,6 +62,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
+    if (SayUnknownFlag(app)) return tessera::cli::kExitBadInput;
     app.exit(e);  // prints the message and usage hint
     return tessera::cli::kExitBadInput;
   }

@@ -1,6 +1,8 @@
 #include "cli/table.h"
 
 #include <algorithm>
+#include <cctype>
+#include <ctime>
 #include <iostream>
 
 #include "common/text.h"
@@ -29,6 +31,103 @@ void PrintTable(const std::vector<std::vector<std::string>>& raw) {
     }
     std::cout << line << "\n";
   }
+}
+
+std::string HumanDuration(int64_t seconds) {
+  const int64_t s = seconds < 0 ? -seconds : seconds;
+  if (s < 120) return std::to_string(s) + "s";
+  if (s < 3600) return std::to_string(s / 60) + "m";
+  if (s < 48 * 3600) {
+    const int64_t m = (s % 3600) / 60;
+    return std::to_string(s / 3600) + "h" + (m ? std::to_string(m) + "m" : "");
+  }
+  const int64_t h = (s % 86400) / 3600;
+  return std::to_string(s / 86400) + "d" + (h ? std::to_string(h) + "h" : "");
+}
+
+namespace {
+
+// "14:32 UTC", or "2026-12-04 14:32 UTC" on another day than `now_s`.
+std::string ClockTime(int64_t t, int64_t now_s) {
+  const std::time_t tt = static_cast<std::time_t>(t), now = static_cast<std::time_t>(now_s);
+  std::tm at{}, today{};
+  gmtime_r(&tt, &at);
+  gmtime_r(&now, &today);
+  char buf[32];
+  const bool same_day = at.tm_yday == today.tm_yday && at.tm_year == today.tm_year;
+  std::strftime(buf, sizeof buf, same_day ? "%H:%M UTC" : "%Y-%m-%d %H:%M UTC", &at);
+  return buf;
+}
+
+}  // namespace
+
+std::string HumanTimes(const std::string& text, int64_t now_ms) {
+  constexpr int64_t kWallClock = 1'000'000'000;  // 2001: anything earlier is not a wall time
+  const int64_t now_s = now_ms / 1000;
+  std::string out;
+  size_t from = 0;
+  for (size_t at = text.find("t=", from); at != std::string::npos; at = text.find("t=", from)) {
+    size_t end = at + 2;
+    while (end < text.size() && std::isdigit(static_cast<unsigned char>(text[end]))) ++end;
+    const bool word = at == 0 || !std::isalnum(static_cast<unsigned char>(text[at - 1]));
+    if (!word || end == at + 2 || end - at - 2 > 15 || end >= text.size() || text[end] != 's') {
+      out += text.substr(from, at + 2 - from);
+      from = at + 2;
+      continue;
+    }
+    const int64_t t = std::stoll(text.substr(at + 2, end - at - 2));
+    out += text.substr(from, at - from);
+    if (t < kWallClock) {
+      out += text.substr(at, end + 1 - at);
+    } else {
+      const int64_t d = t - now_s;
+      out += ClockTime(t, now_s) + " (" +
+             (d >= 0 ? "in " + HumanDuration(d) : HumanDuration(d) + " ago") + ")";
+    }
+    from = end + 1;
+  }
+  return out + text.substr(from);
+}
+
+std::string Closest(const std::string& word, const std::vector<std::string>& names) {
+  auto distance = [](const std::string& a, const std::string& b) {
+    std::vector<size_t> row(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+      size_t diag = row[0];
+      row[0] = i;
+      for (size_t j = 1; j <= b.size(); ++j) {
+        const size_t up = row[j];
+        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+        diag = up;
+      }
+    }
+    return row[b.size()];
+  };
+  std::string best;
+  size_t best_d = std::max<size_t>(1, word.size() / 3) + 1;
+  for (const std::string& n : names) {
+    const size_t d = n.rfind(word, 0) == 0 && word.size() >= 4 ? 1 : distance(word, n);
+    if (d < best_d) {
+      best = n;
+      best_d = d;
+    }
+  }
+  return best;
+}
+
+std::string Join(const std::vector<std::string>& items, const std::string& sep) {
+  std::string out;
+  for (const std::string& s : items) out += (out.empty() ? "" : sep) + s;
+  return out;
+}
+
+std::string UnknownChoice(const std::string& what, const std::string& given,
+                          const std::vector<std::string>& names) {
+  const std::string guess = Closest(given, names);
+  return "unknown " + what + " '" + EscapeForTerminal(given) + "'" +
+         (guess.empty() ? "" : "; did you mean " + guess + "?") + " (one of " + Join(names, ", ") +
+         ")";
 }
 
 }  // namespace tessera::cli

@@ -1,62 +1,23 @@
 // Runs the built `tessera` binary as a real process and checks its output and exit codes.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <vector>
+
+#include "run_tessera.h"
 
 namespace {
 
 using nlohmann::json;
 using ::testing::HasSubstr;
 
-struct ProcessResult {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// Runs tessera with `args` (no shell: fork/exec), capturing stdout and stderr in temp files.
-ProcessResult Tessera(const std::vector<std::string>& args) {
-  const std::string dir = ::testing::TempDir();
-  const std::string out_path = dir + "/tessera_cli_out_" + std::to_string(getpid());
-  const std::string err_path = dir + "/tessera_cli_err_" + std::to_string(getpid());
-  std::vector<std::string> argv_s = {TESSERA_BINARY_DIR "/src/cli/tessera"};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
-  pid_t pid = fork();
-  if (pid == 0) {
-    if (!freopen(out_path.c_str(), "w", stdout) || !freopen(err_path.c_str(), "w", stderr)) {
-      _exit(127);
-    }
-    std::vector<char*> argv;
-    for (std::string& a : argv_s) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  ProcessResult r;
-  int status = 0;
-  if (pid < 0 || waitpid(pid, &status, 0) != pid) return r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.out = ReadFile(out_path);
-  r.err = ReadFile(err_path);
-  std::remove(out_path.c_str());
-  std::remove(err_path.c_str());
-  return r;
-}
+using tessera::testing::ProcessResult;
+using tessera::testing::Tessera;
 
 json ParseJson(const ProcessResult& r) {
   json j = json::parse(r.out, nullptr, /*allow_exceptions=*/false);

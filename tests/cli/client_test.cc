@@ -1,0 +1,272 @@
+// The user commands (`tessera submit`, `jobs`, `job`, `cancel`, `groups`) run as real processes
+// against real servers: `tessera up` (its own example config, HTTPS), `tessera serve` (plain
+// HTTP), and for a deposed leader a small fake in this process. The rough edges of issue 35's CLI
+// paragraph and issue 33's "a deposed leader's answer to the CLI", each shown failing first.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../api/proc.h"
+#include "../api/serve_fixture.h"
+#include "run_tessera.h"
+#include "support/config_builder.h"
+#include "support/test_dir.h"
+
+namespace tessera::testing {
+namespace {
+
+using Json = nlohmann::json;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// Submissions' quantities are checked before any call: no server is needed.
+TEST(SubmitFlagsTest, NegativeAmountsAreRefusedNamingTheFlagAndTheValue) {
+  const std::vector<std::string> env = {"TESSERA_URL=http://127.0.0.1:1", "TESSERA_TOKEN=x"};
+  struct Case {
+    std::vector<std::string> flag;
+    std::string said;
+  };
+  for (const Case& c : {Case{{"--gpus", "-1"}, "--gpus: '-1' is negative"},
+                        Case{{"--gpus=-3"}, "--gpus: '-3' is negative"},
+                        Case{{"--cpu", "-2"}, "--cpu: quantity '-2' is negative"},
+                        Case{{"--gpu-memory", "-8GiB"}, "--gpu-memory: memory quantity '-8GiB'"},
+                        Case{{"--memory", "-1GiB"}, "--memory: memory quantity '-1GiB'"},
+                        Case{{"--gpu-fraction", "-0.5"}, "--gpu-fraction: quantity '-0.5'"}}) {
+    std::vector<std::string> args = {"submit", "--queue", "training"};
+    args.insert(args.end(), c.flag.begin(), c.flag.end());
+    for (const char* a : {"--", "true"}) args.push_back(a);
+    ProcessResult r = Tessera(args, env);
+    EXPECT_EQ(r.exit_code, 2) << c.flag[0] << ": " << r.out << r.err;
+    EXPECT_THAT(r.err, HasSubstr(c.said));
+    EXPECT_THAT(r.err, Not(HasSubstr("cannot reach")));  // refused before any call
+  }
+}
+
+// `--queu Q` said "--queue is required"; an unknown flag is named, with the closest one.
+TEST(UnknownFlagTest, IsRefusedByNameWithASuggestion) {
+  ProcessResult r = Tessera({"submit", "--queu", "notebooks", "--", "true"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("tessera submit: unknown flag --queu; did you mean --queue?"));
+  EXPECT_THAT(r.err, Not(HasSubstr("is required")));
+  ProcessResult eq = Tessera({"jobs", "--stat=running"});
+  EXPECT_EQ(eq.exit_code, 2);
+  EXPECT_THAT(eq.err, HasSubstr("tessera jobs: unknown flag --stat; did you mean --state?"));
+  ProcessResult far = Tessera({"groups", "--frobnicate"});
+  EXPECT_EQ(far.exit_code, 2);
+  EXPECT_THAT(far.err, HasSubstr("tessera groups: unknown flag --frobnicate ("));
+  // A flag after `--` is the job's, not tessera's: refused only for want of a server here.
+  ProcessResult after = Tessera({"submit", "--queue", "q", "--", "python", "--queu"});
+  EXPECT_THAT(after.err, Not(HasSubstr("unknown flag")));
+}
+
+// `--state bogus` printed an empty table: refused, with the states a job has.
+TEST(JobsStateTest, AnUnknownStateIsRefusedListingTheValidOnes) {
+  const std::vector<std::string> env = {"TESSERA_URL=http://127.0.0.1:1", "TESSERA_TOKEN=x"};
+  ProcessResult r = Tessera({"jobs", "--state", "bogus"}, env);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("unknown state 'bogus'"));
+  EXPECT_THAT(r.err, HasSubstr("pending, placed, starting, running, preempting, succeeded, "
+                               "failed, cancelled, lost"));
+  EXPECT_THAT(r.err, Not(HasSubstr("cannot reach")));
+  ProcessResult typo = Tessera({"jobs", "--state", "runing"}, env);
+  EXPECT_EQ(typo.exit_code, 2);
+  EXPECT_THAT(typo.err, HasSubstr("did you mean running?"));
+}
+
+// `tessera up` as a new user starts it: its example config, HTTPS with its own certificate.
+class UpTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = FreshTestDir("cli-up");
+    up_ = std::make_unique<Proc>(
+        std::vector<std::string>{kTessera, "up", "--data", dir_ + "/d", "--listen", "127.0.0.1:0"},
+        dir_ + "/up.log");
+    port_ = up_->WaitForPort();
+    ASSERT_GT(port_, 0) << up_->Log();
+    url_ = "https://127.0.0.1:" + std::to_string(port_);
+  }
+  void TearDown() override {
+    if (HasFailure() && up_) std::cerr << up_->Log();
+  }
+  // `tessera ARGS` as `who` (alice or admin), the way `tessera up` says to set it up.
+  ProcessResult As(const std::string& who, const std::vector<std::string>& args) {
+    return Tessera(args,
+                   {"TESSERA_URL=" + url_, "TESSERA_TOKEN_FILE=" + dir_ + "/d/" + who + ".token",
+                    "TESSERA_CA=" + dir_ + "/d/tls/cert.pem"});
+  }
+  // Waits until `tessera ARGS` prints `text`; the last run.
+  ProcessResult WaitForOutput(const std::string& who, const std::vector<std::string>& args,
+                              const std::string& text) {
+    ProcessResult r;
+    WaitFor([&] { return (r = As(who, args)).out.find(text) != std::string::npos; },
+            std::chrono::seconds(20));
+    return r;
+  }
+
+  std::string dir_, url_;
+  int port_ = 0;
+  std::unique_ptr<Proc> up_;
+};
+
+// `tessera groups` aborted (rc 134, a JSON type error) on the example's group `production`,
+// which leaves its CPU limit unset.
+TEST_F(UpTest, GroupsShowsALimitLeftUnsetAsADash) {
+  ProcessResult r = As("admin", {"groups"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("research"));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("production +0 +1 +2 +0 +-"));
+}
+
+// An http:// URL against the HTTPS server said "cannot reach ... (Read)".
+TEST_F(UpTest, AnHttpUrlIsToldTheServerSpeaksHttps) {
+  ProcessResult r = As("alice", {"jobs", "--url", "http://127.0.0.1:" + std::to_string(port_)});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("that server speaks HTTPS; use " + url_));
+}
+
+// The job's name shows in `jobs` and `job`; a waiting job's reason says when, as a clock time
+// and how far off, not "t=1796242375s"; `cancel` takes several ids and says what happened to
+// each.
+TEST_F(UpTest, NamesHumanTimesAndCancellingSeveralJobs) {
+  ProcessResult one = As("alice", {"submit", "--queue", "training", "--gpus", "1", "--walltime",
+                                   "1h", "--name", "long-train", "--", "sleep", "1000"});
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  ProcessResult two = As("alice", {"submit", "--queue", "training", "--gpus", "2", "--walltime",
+                                   "1h", "--", "sleep", "1000"});
+  ASSERT_EQ(two.exit_code, 0) << two.err;
+  ProcessResult running = WaitForOutput("alice", {"job", "j-1"}, "running");
+  EXPECT_THAT(running.out, HasSubstr("NAME"));
+  EXPECT_THAT(running.out, HasSubstr("long-train"));
+  ProcessResult waiting = WaitForOutput("alice", {"jobs"}, "expected free at");
+  EXPECT_THAT(waiting.out, HasSubstr("long-train"));
+  EXPECT_THAT(waiting.out,
+              ::testing::ContainsRegex("expected free at [0-9:]+ UTC \\(in (59m|1h)\\)"));
+  EXPECT_THAT(waiting.out, Not(HasSubstr("t=1")));
+
+  ProcessResult ended = As("alice", {"submit", "--queue", "notebooks", "--", "true"});
+  ASSERT_EQ(ended.exit_code, 0) << ended.err;
+  ASSERT_TRUE(!WaitForOutput("alice", {"job", "j-3"}, "succeeded").out.empty());
+
+  ProcessResult c = As("alice", {"cancel", "j-1", "j-2", "j-3", "j-99"});
+  EXPECT_THAT(c.out, HasSubstr("j-1 cancelling (running)\n"));
+  EXPECT_THAT(c.out, HasSubstr("j-2 cancelled\n"));
+  EXPECT_THAT(c.out, HasSubstr("j-3 already ended (succeeded)\n"));
+  EXPECT_THAT(c.err, HasSubstr("tessera cancel: j-99: no job 'j-99' (HTTP 404)"));
+  EXPECT_EQ(c.exit_code, 2);  // one of them could not be cancelled
+  EXPECT_FALSE(WaitForOutput("alice", {"job", "j-1"}, "cancelled").out.empty());
+}
+
+// A plain-HTTP `tessera serve`, and a fake server in front of it for a deposed leader.
+class ServeClientTest : public ServeFixture {
+ protected:
+  void SetUp() override {
+    dir_ = FreshTestDir("cli-serve");
+    WriteConfig(ConfigBuilder().Yaml());
+    StartServer();
+    real_ = "http://127.0.0.1:" + std::to_string(port_);
+  }
+  void TearDown() override {
+    if (fake_) fake_->stop();
+    if (fake_thread_.joinable()) fake_thread_.join();
+  }
+  ProcessResult As(const std::string& token, const std::string& urls,
+                   const std::vector<std::string>& args) {
+    return Tessera(args, {"TESSERA_URL=" + urls, "TESSERA_TOKEN_FILE=" + TokenFile(token)});
+  }
+  // A fake leader deposed meanwhile: it hands a submission to the real server (it lands, as a
+  // write the old leader made before it learnt it was fenced could), then answers `status` as
+  // such a server does. It records each Idempotency-Key it was sent.
+  std::string StartDeposedLeader(int status, bool forward) {
+    fake_ = std::make_unique<httplib::Server>();
+    fake_->Post(
+        "/v1/jobs", [this, status, forward](const httplib::Request& req, httplib::Response& res) {
+          {
+            std::lock_guard<std::mutex> l(mu_);
+            keys_.push_back(req.get_header_value("Idempotency-Key"));
+          }
+          if (forward) {
+            httplib::Client real("127.0.0.1", port_);
+            httplib::Headers h = {{"Authorization", req.get_header_value("Authorization")},
+                                  {"Idempotency-Key", req.get_header_value("Idempotency-Key")}};
+            auto r = real.Post("/v1/jobs", h, req.body, "application/json");
+            landed_ = r && r->status / 100 == 2;
+          }
+          res.status = status;
+          res.set_content(Json{{"error", "store: fenced: another server leads (epoch 2)"}}.dump(),
+                          "application/json");
+        });
+    const int port = fake_->bind_to_any_port("127.0.0.1");
+    fake_thread_ = std::thread([this] { fake_->listen_after_bind(); });
+    return "http://127.0.0.1:" + std::to_string(port);
+  }
+  std::vector<std::string> Keys() {
+    std::lock_guard<std::mutex> l(mu_);
+    return keys_;
+  }
+  int JobsStored() {
+    Json j = Call("GET", "/v1/jobs", {}, "admin-token-1");
+    return j.is_object() ? static_cast<int>(j["jobs"].size()) : -1;
+  }
+
+  std::string real_;
+  std::unique_ptr<httplib::Server> fake_;
+  std::thread fake_thread_;
+  std::mutex mu_;
+  std::vector<std::string> keys_;
+  std::atomic<bool> landed_{false};
+};
+
+// An https:// URL against the plain-HTTP server is told so.
+TEST_F(ServeClientTest, AnHttpsUrlIsToldTheServerSpeaksPlainHttp) {
+  ProcessResult r = As("alice-token-1", "https://127.0.0.1:" + std::to_string(port_), {"jobs"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("that server speaks plain HTTP, not HTTPS; use " + real_));
+}
+
+// Issue 33: a deposed leader answered 500 and the CLI gave up, although it holds an
+// Idempotency-Key. It moves on to the next server with the same key, and the job is made once
+// (the deposed one's write landed: the real server sees the key twice and makes one job).
+TEST_F(ServeClientTest, ADeposedLeadersAnswerSendsTheSubmissionOnWithTheSameKey) {
+  for (int status : {500, 503}) {
+    const std::string fake = StartDeposedLeader(status, /*forward=*/true);
+    const int before = JobsStored();
+    ProcessResult r = As("alice-token-1", fake + "," + real_,
+                         {"submit", "--json", "--queue", "training", "--", "true"});
+    ASSERT_EQ(r.exit_code, 0) << status << ": " << r.out << r.err;
+    EXPECT_TRUE(landed_.load()) << status;
+    ASSERT_EQ(Keys().size(), 1u) << status;
+    EXPECT_EQ(Keys()[0].size(), 32u) << status;
+    EXPECT_EQ(JobsStored(), before + 1) << status << ": made once";
+    Json job = Json::parse(r.out, nullptr, false);
+    ASSERT_TRUE(job.is_object()) << r.out;
+    EXPECT_EQ(job["id"], "j-" + std::to_string(before + 1));
+    fake_->stop();
+    fake_thread_.join();
+    keys_.clear();
+    landed_ = false;
+  }
+}
+
+// A 500 from every server is an answer, not a failover: said at once, not retried for 30 s.
+TEST_F(ServeClientTest, AFiveHundredFromTheOnlyServerIsNotRetried) {
+  const std::string fake = StartDeposedLeader(500, /*forward=*/false);
+  const auto start = std::chrono::steady_clock::now();
+  ProcessResult r = As("alice-token-1", fake, {"submit", "--queue", "training", "--", "true"});
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("store: fenced: another server leads (epoch 2) (HTTP 500)"));
+  EXPECT_EQ(Keys().size(), 1u);
+  EXPECT_EQ(JobsStored(), 0);
+}
+
+}  // namespace
+}  // namespace tessera::testing

@@ -226,8 +226,7 @@ int RunPlacementBench(const BenchOptions& o) {
 }  // namespace
 
 void RegisterBenchCommands(CLI::App& app, CommandContext& ctx) {
-  auto* bench = app.add_subcommand("bench", "Benchmarks of the engine's parts");
-  bench->require_subcommand(1);
+  auto* bench = CommandFamily(app, "bench", "Benchmarks of the engine's parts");
   auto o = std::make_shared<BenchOptions>();
   auto* placement =
       bench->add_subcommand("placement", "Placement decisions per second and latency");

@@ -18,12 +18,6 @@ using nlohmann::json;
 using partition::Catalog;
 using partition::GpuModel;
 
-std::string Join(const std::vector<std::string>& items, const char* sep) {
-  std::string out;
-  for (const std::string& s : items) out += (out.empty() ? "" : sep) + s;
-  return out;
-}
-
 std::string InferredWord(const GpuModel& m) {
   if (m.inferred) return "yes";
   return m.AnyInferred() ? "partly" : "no";
@@ -159,8 +153,7 @@ void ShowAmd(const GpuModel& m) {
 }  // namespace
 
 void RegisterCatalogCommands(CLI::App& app, CommandContext& ctx) {
-  CLI::App* catalog = app.add_subcommand("catalog", "GPU models and their partition rules");
-  catalog->require_subcommand(1);
+  CLI::App* catalog = CommandFamily(app, "catalog", "GPU models and their partition rules");
 
   struct Options {
     bool json = false;

@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "cli/scenario_commands.h"
+#include "cli/table.h"
 #include "sim/histories.h"
 
 namespace tessera::cli {
@@ -49,10 +50,10 @@ struct HistoriesCli {
 int RunHistories(const HistoriesCli& c) {
   auto b = Breaks().find(c.engine_break);
   if (b == Breaks().end()) {
-    std::cerr << "tessera sim histories: --break: unknown '" << c.engine_break << "' (";
-    for (const auto& [name, v] : Breaks())
-      std::cerr << name << (name == Breaks().rbegin()->first ? "" : ", ");
-    std::cerr << ")\n";
+    std::vector<std::string> names;
+    for (const auto& [name, v] : Breaks()) names.push_back(name);
+    std::cerr << "tessera sim histories: --break: " << UnknownChoice("break", c.engine_break, names)
+              << "\n";
     return kExitBadInput;
   }
   sim::RunOptions o;
@@ -105,11 +106,7 @@ int RunHistories(const HistoriesCli& c) {
 }  // namespace
 
 void RegisterHistoriesCommands(CLI::App& app, CommandContext& ctx) {
-  CLI::App* sim = nullptr;
-  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
-    if (sub->get_name() == "sim") sim = sub;
-  }
-  if (!sim) sim = app.add_subcommand("sim", "Simulate scheduling");
+  CLI::App* sim = CommandFamily(app, "sim", "Simulate scheduling");
   auto c = std::make_shared<HistoriesCli>();
   auto* h = sim->add_subcommand(
       "histories",

@@ -302,8 +302,7 @@ void Geometries(const GpuModel& m, const Options& o, CommandContext& ctx) {
 }  // namespace
 
 void RegisterPartitionCommands(CLI::App& app, CommandContext& ctx) {
-  CLI::App* part = app.add_subcommand("partition", "Plan hardware partitions on one GPU");
-  part->require_subcommand(1);
+  CLI::App* part = CommandFamily(app, "partition", "Plan hardware partitions on one GPU");
   auto opts = std::make_shared<Options>();
 
   CLI::App* plan = part->add_subcommand(

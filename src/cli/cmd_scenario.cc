@@ -104,14 +104,8 @@ int RunCycleBenchCommand(const CycleBenchCli& c) {
 }  // namespace
 
 void RegisterScenarioCommands(CLI::App& app, CommandContext& ctx) {
-  CLI::App* sim = nullptr;
-  CLI::App* bench = nullptr;
-  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
-    if (sub->get_name() == "sim") sim = sub;
-    if (sub->get_name() == "bench") bench = sub;
-  }
-  if (!sim) sim = app.add_subcommand("sim", "Simulate scheduling");
-  if (!bench) bench = app.add_subcommand("bench", "Benchmarks of the engine's parts");
+  CLI::App* sim = CommandFamily(app, "sim", "Simulate scheduling");
+  CLI::App* bench = CommandFamily(app, "bench", "Benchmarks of the engine's parts");
 
   auto o = std::make_shared<ScenarioOptions>();
   auto* scenario = sim->add_subcommand(

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/table.h"
 #include "model/quantity.h"
 #include "sched/policy.h"
 #include "sim/openb.h"
@@ -68,9 +69,7 @@ bool KnownPolicies(const std::vector<std::string>& policies) {
   for (const std::string& p : policies) {
     const auto& names = sched::PolicyNames();
     if (std::find(names.begin(), names.end(), p) == names.end()) {
-      std::string known;
-      for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
-      std::cerr << "tessera sim: unknown policy '" << p << "' (known: " << known << ")\n";
+      std::cerr << "tessera sim: " << UnknownChoice("policy", p, names) << "\n";
       return false;
     }
   }
@@ -245,8 +244,7 @@ int RunOpenb(const SimOptions& o) {
 }  // namespace
 
 void RegisterSimCommands(CLI::App& app, CommandContext& ctx) {
-  auto* sim = app.add_subcommand("sim", "Simulate placement on recorded traces");
-  sim->require_subcommand(1);
+  auto* sim = CommandFamily(app, "sim", "Simulate placement on recorded traces");
   auto opts = std::make_shared<SimOptions>();
   auto* openb =
       sim->add_subcommand("openb", "Replay an Alibaba openb trace under the FGD paper's protocol");

@@ -179,7 +179,8 @@ struct WhatIfOptions {
   // --usage: telemetry files, replayed here (no server).
   std::vector<std::string> usage;
   std::string html, card = "H100-80GB", host_gbps = "50", disk_gbps = "5", host_ram = "1TiB";
-  std::string idle = "30s", wake_p99 = "10s", step, max_gap, active_util = "1", busy_duty = "90";
+  std::string idle = "30s", wake_p99 = "10s", step, max_gap, active_util = "1", busy_duty = "90",
+              swap_duty = "60", slice;
   int headroom = 10, gpus_per_node = 8, rows = 25;
   std::vector<int> overcommits;
 };
@@ -207,11 +208,15 @@ void RunUsageWhatIf(const WhatIfOptions& o, int* exit_code) {
   if (!sim::usage::ParseDecimal(o.busy_duty, 10, &v) || v > 1000)
     return bad("--busy-duty: a percentage from 0 to 100");
   w.busy_duty_pm = static_cast<int32_t>(v);
+  if (!sim::usage::ParseDecimal(o.swap_duty, 10, &v) || v > 1000)
+    return bad("--swap-duty: a percentage from 0 to 100");
+  w.swap_duty_pm = static_cast<int32_t>(v);
   auto ram = ParseMemoryMiB(o.host_ram);
   if (!ram.ok()) return bad("--host-ram: " + ram.status().message());
   w.host_ram_mib = *ram;
   for (auto [flag, text, into] : {std::tuple{"--idle", &o.idle, &w.idle_ms},
                                   std::tuple{"--wake-p99", &o.wake_p99, &w.wake_p99_limit_ms},
+                                  std::tuple{"--swap-slice", &o.slice, &w.slice_ms},
                                   std::tuple{"--step", &o.step, &w.step_ms},
                                   std::tuple{"--max-gap", &o.max_gap, &w.max_gap_ms}}) {
     if (text->empty()) continue;
@@ -329,8 +334,13 @@ void RegisterWhatIfCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--busy-duty", o->busy_duty,
                   "with --usage: one-GPU workloads active this percent of their time or more are "
                   "inference (a partition), the rest interactive (a share) (90)");
+  cmd->add_option("--swap-duty", o->swap_duty,
+                  "with --usage: the swap plan swaps shares active less than this percent (60)");
   cmd->add_option("--idle", o->idle,
                   "with --usage: shares idle this long are swapped out ahead of need (30s)");
+  cmd->add_option("--swap-slice", o->slice,
+                  "with --usage: a wake may take the place of shares active this long (the "
+                  "agent's --swap-slice; default off: it waits for one to go idle)");
   cmd->add_option("--wake-p99", o->wake_p99,
                   "with --usage: the swap plan keeps its wake p99 within this (10s)");
   cmd->add_option(

@@ -5,6 +5,10 @@
 #include <map>
 
 namespace tessera::sim::usage {
+namespace {
+constexpr int64_t kMaxSpanMs = 10LL * 366 * 86'400'000;
+constexpr int64_t kMaxSteps = 20'000'000;
+}  // namespace
 
 Status Normalize(History* h, int64_t step_ms, int64_t max_gap_ms) {
   if (h->workloads.empty()) return Status::InvalidArgument("no samples");
@@ -47,12 +51,29 @@ Status Normalize(History* h, int64_t step_ms, int64_t max_gap_ms) {
       }
     }
   }
+  if (step_ms > kMaxSpanMs) return Status::InvalidArgument("the step is longer than 10 years");
   h->step_ms = step_ms;
   h->max_gap_ms = max_gap_ms > 0 ? max_gap_ms : 3 * step_ms;
   if (h->max_gap_ms < h->step_ms) h->max_gap_ms = h->step_ms;
   bool first = true;
   for (const Series& w : h->workloads) {
     if (w.samples.empty()) continue;
+    const int64_t a = w.samples.front().t_ms, b = w.samples.back().t_ms + h->step_ms;
+    h->start_ms = first ? a : std::min(h->start_ms, a);
+    h->end_ms = first ? b : std::max(h->end_ms, b);
+    first = false;
+  }
+  if (first) return Status::InvalidArgument("no samples");
+  // Bounds that keep every product exact in 64 bits and the lower bounds' grid in memory.
+  if (h->end_ms - h->start_ms > kMaxSpanMs) {
+    return Status::InvalidArgument("the samples span more than 10 years: are the timestamps "
+                                   "in seconds?");
+  }
+  if ((h->end_ms - h->start_ms) / h->step_ms > kMaxSteps) {
+    return Status::InvalidArgument("more than 20,000,000 sampling steps (" +
+                                   std::to_string(h->step_ms) + " ms each): give a longer --step");
+  }
+  for (const Series& w : h->workloads) {
     for (size_t i = 1; i < w.samples.size(); ++i) {
       const int64_t d = w.samples[i].t_ms - w.samples[i - 1].t_ms;
       if (d > h->max_gap_ms) {
@@ -60,12 +81,7 @@ Status Normalize(History* h, int64_t step_ms, int64_t max_gap_ms) {
         h->gap_ms += d - h->max_gap_ms;
       }
     }
-    const int64_t a = w.samples.front().t_ms, b = w.samples.back().t_ms + h->step_ms;
-    h->start_ms = first ? a : std::min(h->start_ms, a);
-    h->end_ms = first ? b : std::max(h->end_ms, b);
-    first = false;
   }
-  if (first) return Status::InvalidArgument("no samples");
   return Status::Ok();
 }
 

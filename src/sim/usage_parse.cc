@@ -377,6 +377,9 @@ Status ParsePrometheus(std::string_view text, std::string_view source, History* 
       }
       Acc& a = points[t_ms];
       if (kind == kMem) {
+        if (x > (int64_t{1} << 32)) {
+          return Status::InvalidArgument(vat + Quoted(val) + " MiB is past any GPU's memory");
+        }
         a.mem_sum += x;
         ++a.mem_n;
       } else {

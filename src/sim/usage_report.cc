@@ -61,6 +61,8 @@ Json PlanJson(const PlanResult& p) {
           {"wake_p99_ms", p.wake_p99_ms},
           {"wake_max_ms", p.wake_max_ms},
           {"activation_p99_ms", p.activation_p99_ms},
+          {"preemptions", p.preemptions},
+          {"return_p99_ms", p.return_p99_ms},
           {"swap_outs", p.swap_outs},
           {"disk_swap_outs", p.disk_swap_outs},
           {"swapped_mib", p.swapped_mib},
@@ -127,6 +129,7 @@ std::string UsageJson(const WhatIfUsage& r) {
               {"busy_duty_per_mille", o.busy_duty_pm},
               {"swap_duty_per_mille", o.swap_duty_pm},
               {"idle_ms", o.idle_ms},
+        {"slice_ms", o.slice_ms},
               {"wake_p99_limit_ms", o.wake_p99_limit_ms}}},
             {"history",
              {{"workloads", h.workloads.size()},
@@ -191,7 +194,13 @@ std::string UsageText(const WhatIfUsage& r, size_t max_rows) {
   s << "swap plan: wakes from swap " << r.swap.wakes << " of " << r.swap.activations
     << " activations, " << r.swap.waits_for_room << " waited for room, swap-outs "
     << r.swap.swap_outs << " (" << r.swap.disk_swap_outs << " to disk), peak host "
-    << r.swap.peak_host_mib / 1024 << " GiB on one card; overcommits tried:";
+    << r.swap.peak_host_mib / 1024 << " GiB on one card";
+  if (r.options.slice_ms > 0) {
+    s << "; slicing every " << Secs(r.options.slice_ms) << " s: " << r.swap.preemptions
+      << " active shares swapped out for a wake, their return p99 " << Secs(r.swap.return_p99_ms)
+      << " s";
+  }
+  s << "; overcommits tried:";
   for (const PlanResult& p : r.swap_tried) {
     s << " " << p.overcommit_pct << "%=" << p.cards << " cards/p99 " << Secs(p.wake_p99_ms) << "s";
   }

@@ -1,7 +1,9 @@
 // ReplaySwapCard (usage_whatif.h): the swap model's rules (swap_model.h) on one card, driven by
 // observed active spans instead of drawn ones.
 #include <algorithm>
+#include <climits>
 #include <queue>
+#include <set>
 
 #include "sim/usage_whatif.h"
 
@@ -9,7 +11,14 @@ namespace tessera::sim::usage {
 namespace {
 
 // At one time: departures, arrivals, then the ends of active spans, wakes, idle checks.
-enum class Kind { kDepart = 0, kArrive = 1, kDeactivate = 2, kActivate = 3, kIdleCheck = 4 };
+enum class Kind {
+  kDepart = 0,
+  kArrive = 1,
+  kDeactivate = 2,
+  kActivate = 3,
+  kIdleCheck = 4,
+  kSlice = 5
+};
 
 struct Ev {
   int64_t at_us;
@@ -24,7 +33,9 @@ struct Ev {
 
 struct State {
   bool present = false, resident = false, active = false, waiting = false, on_disk = false;
+  bool preempted = false;  // swapped out while active to make room (slicing), waiting to return
   int64_t last_active_us = 0, activated_us = 0, resident_since_us = 0;
+  int64_t running_since_us = 0;  // active and on the card since
 };
 
 }  // namespace
@@ -49,6 +60,9 @@ SwapCardResult ReplaySwapCard(std::vector<SwapOccupant>* occupants, int64_t card
     }
   }
   int64_t resident_mib = 0, host_mib = 0, link_free_us = 0;
+  int64_t next_preempt_us = 0;  // slicing: at most one preemption per card per 2 s
+  std::set<int64_t> slice_checks;
+  const int64_t slice_us = o.slice_ms * 1000;
   std::vector<int> waiting;
   auto cap = [&](int j) { return occ[static_cast<size_t>(j)].cap_mib; };
   auto transfer_us = [&](int64_t mib, bool disk) {
@@ -112,10 +126,38 @@ SwapCardResult ReplaySwapCard(std::vector<SwapOccupant>* occupants, int64_t card
         victims.push_back(j);
         free += cap(j);
       }
-      if (free < cap(i)) return false;
     }
+    std::vector<int> preempt;
+    if (free < cap(i) && slice_us > 0 && now >= next_preempt_us) {
+      // Slicing: active shares that have run a slice or longer make room, longest first.
+      std::vector<int> held;
+      for (size_t j = 0; j < st.size(); ++j) {
+        if (st[j].present && st[j].resident && st[j].active && !st[j].waiting &&
+            now - st[j].running_since_us >= slice_us)
+          held.push_back(static_cast<int>(j));
+      }
+      std::sort(held.begin(), held.end(), [&](int a, int b) {
+        return st[static_cast<size_t>(a)].running_since_us <
+               st[static_cast<size_t>(b)].running_since_us;
+      });
+      for (int j : held) {
+        if (free >= cap(i)) break;
+        preempt.push_back(j);
+        free += cap(j);
+      }
+    }
+    if (free < cap(i)) return false;
     int64_t t = std::max(now, link_free_us);
     for (int j : victims) t = swap_out(j, t);
+    for (int j : preempt) {
+      State& v = st[static_cast<size_t>(j)];
+      t = swap_out(j, t);
+      v.waiting = v.preempted = true;
+      v.activated_us = now;
+      waiting.push_back(j);
+      ++r.preemptions;
+    }
+    if (!preempt.empty()) next_preempt_us = now + 2'000'000;
     t += transfer_us(cap(i), s.on_disk);
     if (!s.on_disk) host_mib -= cap(i);
     s.on_disk = false;
@@ -123,11 +165,14 @@ SwapCardResult ReplaySwapCard(std::vector<SwapOccupant>* occupants, int64_t card
     s.resident = true;
     s.resident_since_us = now;  // the card's memory is kept for it from now
     resident_mib += cap(i);
-    if (s.active) {
+    if (s.active && s.preempted) {
+      r.returns_us.push_back(t - s.activated_us);
+    } else if (s.active) {
       r.wakes_us.push_back(t - s.activated_us);
       r.activations_us.push_back(t - s.activated_us);
     }
-    s.waiting = false;
+    s.running_since_us = t;
+    s.waiting = s.preempted = false;
     keep_headroom(now);
     return true;
   };
@@ -139,6 +184,20 @@ SwapCardResult ReplaySwapCard(std::vector<SwapOccupant>* occupants, int64_t card
         ++k;
       }
     }
+    if (slice_us == 0 || waiting.empty()) return;
+    // Called again when the next active share reaches its slice.
+    int64_t next = INT64_MAX;
+    for (const State& v : st) {
+      if (!v.present || !v.resident || !v.active || v.waiting) continue;
+      const int64_t at = std::max(v.running_since_us + slice_us, next_preempt_us);
+      if (at > now) next = std::min(next, at);
+    }
+    if (next != INT64_MAX && slice_checks.insert(next).second) events.push({next, Kind::kSlice, 0});
+  };
+  // A wait for memory ends without it (the span or the workload ended first).
+  auto wait_ended = [&](State& v, int64_t now) {
+    (v.preempted ? r.returns_us : r.wakes_us).push_back(now - v.activated_us);
+    if (!v.preempted) r.activations_us.push_back(now - v.activated_us);
   };
   auto drop_waiting = [&](int i) {
     waiting.erase(std::remove(waiting.begin(), waiting.end(), i), waiting.end());
@@ -166,8 +225,7 @@ SwapCardResult ReplaySwapCard(std::vector<SwapOccupant>* occupants, int64_t card
         break;
       case Kind::kDepart:
         if (s.waiting) {
-          r.wakes_us.push_back(ev.at_us - s.activated_us);
-          r.activations_us.push_back(ev.at_us - s.activated_us);
+          wait_ended(s, ev.at_us);
           drop_waiting(i);
         }
         if (s.resident) {
@@ -184,6 +242,7 @@ SwapCardResult ReplaySwapCard(std::vector<SwapOccupant>* occupants, int64_t card
         s.activated_us = ev.at_us;
         if (s.resident) {
           r.activations_us.push_back(0);
+          s.running_since_us = ev.at_us;
         } else {
           waiting.push_back(i);
           s.waiting = true;
@@ -193,15 +252,18 @@ SwapCardResult ReplaySwapCard(std::vector<SwapOccupant>* occupants, int64_t card
         break;
       case Kind::kDeactivate:
         if (!s.present || !s.active) break;
-        if (s.waiting) {  // its whole span went by waiting for room
-          r.wakes_us.push_back(ev.at_us - s.activated_us);
-          r.activations_us.push_back(ev.at_us - s.activated_us);
+        if (s.waiting) {  // the rest of its span went by waiting for room
+          wait_ended(s, ev.at_us);
           drop_waiting(i);
-          s.waiting = false;
+          s.waiting = s.preempted = false;
         }
         s.active = false;
         s.last_active_us = ev.at_us;
         events.push({ev.at_us + o.idle_ms * 1000, Kind::kIdleCheck, i});
+        serve_waiting(ev.at_us);
+        break;
+      case Kind::kSlice:
+        slice_checks.erase(ev.at_us);
         serve_waiting(ev.at_us);
         break;
       case Kind::kIdleCheck:

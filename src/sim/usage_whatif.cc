@@ -225,7 +225,7 @@ Result<PlanResult> RunPlan(const Ctx& c, Plan plan, int overcommit) {
     }
   }
   std::vector<int64_t> resident_ms(rows.size(), -1);
-  std::vector<int64_t> wakes, activations;
+  std::vector<int64_t> wakes, activations, returns;
   for (auto& [dev, ids] : swap_cards) {
     std::vector<SwapOccupant> occ;
     for (int i : ids) {
@@ -246,6 +246,8 @@ Result<PlanResult> RunPlan(const Ctx& c, Plan plan, int overcommit) {
       resident_ms[static_cast<size_t>(ids[k])] = occ[k].resident_ms;
     wakes.insert(wakes.end(), cr.wakes_us.begin(), cr.wakes_us.end());
     activations.insert(activations.end(), cr.activations_us.begin(), cr.activations_us.end());
+    returns.insert(returns.end(), cr.returns_us.begin(), cr.returns_us.end());
+    r.preemptions += cr.preemptions;
     r.waits_for_room += cr.waits_for_room;
     r.swap_outs += cr.swap_outs;
     r.swapped_mib += cr.swapped_mib;
@@ -258,6 +260,7 @@ Result<PlanResult> RunPlan(const Ctx& c, Plan plan, int overcommit) {
   r.wake_max_ms = wakes.empty() ? 0 : CeilDiv(*std::max_element(wakes.begin(), wakes.end()), 1000);
   r.activation_p99_ms = CeilDiv(Percentile(activations, 990), 1000);
   r.activations = static_cast<int64_t>(activations.size());
+  r.return_p99_ms = CeilDiv(Percentile(returns, 990), 1000);
   // Held: whole cards and partitions their compute for their time; shares the larger of their
   // compute weight and their memory's part of the card, the memory only while on the card.
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -346,7 +349,7 @@ Status ValidateWhatIfOptions(const WhatIfOptions& o) {
     return Status::InvalidArgument("active utilization: from 0.1% to 100%");
   if (o.busy_duty_pm < 0 || o.busy_duty_pm > 1001 || o.swap_duty_pm < 0 || o.swap_duty_pm > 1001)
     return Status::InvalidArgument("busy and swap duty: a per-mille from 0 to 1000");
-  if (o.idle_ms < 0 || o.wake_p99_limit_ms < 0)
+  if (o.idle_ms < 0 || o.wake_p99_limit_ms < 0 || o.slice_ms < 0)
     return Status::InvalidArgument("times: not negative");
   if (o.overcommits.empty()) return Status::InvalidArgument("overcommits: at least one");
   for (int oc : o.overcommits) {

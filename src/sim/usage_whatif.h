@@ -47,6 +47,9 @@ struct WhatIfOptions {
   int32_t busy_duty_pm = 900;          // single-GPU workloads active this much are inference
   int32_t swap_duty_pm = 600;          // the swap plan swaps interactive shares active less
   int64_t idle_ms = 30'000;            // the agent's --swap-idle
+  // The agent's --swap-slice: 0, a wake that finds active shares filling the card waits for one
+  // to go idle; else active shares that have run this long make room (they wait to come back).
+  int64_t slice_ms = 0;
   int64_t wake_p99_limit_ms = 10'000;  // the swap plan keeps its wake p99 within this
   std::vector<int> overcommits = {150, 200, 300, 400, 600, 800};  // percent, tried in turn
   int64_t step_ms = 0, max_gap_ms = 0;                            // 0: inferred (Normalize)
@@ -76,6 +79,7 @@ struct PlanResult {
   int64_t activations = 0, wakes = 0, waits_for_room = 0, swap_outs = 0, swapped_mib = 0;
   int64_t wake_p50_ms = 0, wake_p99_ms = 0, wake_max_ms = 0;  // over the wakes from swap
   int64_t activation_p99_ms = 0;                              // over every activation
+  int64_t preemptions = 0, return_p99_ms = 0;  // slicing: active shares swapped out, their waits
   int64_t peak_host_mib = 0;                                  // on one card's host
   int64_t disk_swap_outs = 0;
   std::map<std::string, TeamHours> teams;
@@ -132,6 +136,8 @@ struct SwapOccupant {
 struct SwapCardResult {
   std::vector<int64_t> wakes_us;        // each wake from swap: activation to memory back
   std::vector<int64_t> activations_us;  // every activation (0 when resident)
+  std::vector<int64_t> returns_us;      // slicing: a preempted share's wait to come back
+  int64_t preemptions = 0;
   int64_t waits_for_room = 0, swap_outs = 0, swapped_mib = 0, peak_host_mib = 0, disk_swap_outs = 0;
 };
 SwapCardResult ReplaySwapCard(std::vector<SwapOccupant>* occupants, int64_t card_memory_mib,

@@ -138,6 +138,30 @@ TEST(UsageWhatIf, MixedFleetWithinAQuarterOfTheBound) {
   EXPECT_NE(html.find("polyline"), std::string::npos);
 }
 
+TEST(UsageWhatIf, SlicingBoundsTheWaitOfAWakeBehindActiveShares) {
+  // Two of 50 GiB (caps of 55), each busy one hour in two, overlapping by half an hour: on one
+  // card (overcommit 200%) the second to wake finds the first active and filling the card.
+  std::string csv = kHeader;
+  AddRows(&csv, "early", "x", kMinutes, 50, 90, [](int m) { return m % 120 < 60; });
+  AddRows(&csv, "late", "x", kMinutes, 50, 90, [](int m) { return (m + 90) % 120 < 60; });
+  WhatIfOptions o;
+  o.overcommits = {200};
+  o.swap_duty_pm = 1000;
+  WhatIfUsage waiting = Replay(csv, o);
+  EXPECT_EQ(waiting.swap.cards, 1);
+  EXPECT_GT(waiting.swap.waits_for_room, 0);
+  EXPECT_GE(waiting.swap.wake_p99_ms, 25 * 60'000);  // until the other goes idle
+  EXPECT_EQ(waiting.swap.preemptions, 0);
+  o.slice_ms = 60'000;
+  WhatIfUsage sliced = Replay(csv, o);
+  EXPECT_EQ(sliced.swap.cards, 1);
+  EXPECT_GT(sliced.swap.preemptions, 0);
+  EXPECT_LT(sliced.swap.wake_p99_ms, 10'000);  // the transfers only
+  // The share swapped out comes back once the other has run its slice, and so on in turn.
+  EXPECT_GE(sliced.swap.return_p99_ms, 60'000);
+  EXPECT_LT(sliced.swap.return_p99_ms, 70'000);
+}
+
 TEST(UsageWhatIf, BadOptionsAndCardAreRefused) {
   std::string csv = kHeader;
   Always(&csv);

@@ -10,6 +10,8 @@
 #include <ctime>
 #include <mutex>
 
+#include "common/enum_names.h"
+
 namespace tessera::log {
 
 namespace detail {
@@ -307,19 +309,8 @@ Result<Format> ParseFormat(std::string_view name) {
 }
 
 const char* LevelName(Level level) {
-  switch (level) {
-    case Level::kDebug:
-      return "debug";
-    case Level::kInfo:
-      return "info";
-    case Level::kWarn:
-      return "warn";
-    case Level::kError:
-      return "error";
-    case Level::kOff:
-      break;
-  }
-  return "off";
+  static constexpr auto kNames = NamesUpTo<Level::kOff>("debug", "info", "warn", "error", "off");
+  return kNames.Of(level, "off");
 }
 
 void Configure(Level level, Format format) {

@@ -1,28 +1,16 @@
 #include "common/status.h"
 
+#include "common/enum_names.h"
+
 namespace tessera {
 
-const char* StatusCodeName(StatusCode code) {
-  switch (code) {
-    case StatusCode::kOk:
-      return "ok";
-    case StatusCode::kInvalidArgument:
-      return "invalid argument";
-    case StatusCode::kNotFound:
-      return "not found";
-    case StatusCode::kFailedPrecondition:
-      return "failed precondition";
-    case StatusCode::kResourceExhausted:
-      return "resource exhausted";
-    case StatusCode::kUnauthenticated:
-      return "unauthenticated";
-    case StatusCode::kPermissionDenied:
-      return "permission denied";
-    case StatusCode::kInternal:
-      return "internal";
-  }
-  return "unknown";
-}
+namespace {
+constexpr auto kCodeNames = NamesUpTo<StatusCode::kInternal>(
+    "ok", "invalid argument", "not found", "failed precondition", "resource exhausted",
+    "unauthenticated", "permission denied", "internal");
+}  // namespace
+
+const char* StatusCodeName(StatusCode code) { return kCodeNames.Of(code, "unknown"); }
 
 std::string Status::ToString() const {
   if (ok()) return "ok";

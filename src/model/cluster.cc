@@ -1,18 +1,14 @@
 #include "model/cluster.h"
 
+#include "common/enum_names.h"
+
 namespace tessera {
 
-const char* AllocationFormName(AllocationForm form) {
-  switch (form) {
-    case AllocationForm::kWhole:
-      return "whole";
-    case AllocationForm::kPartition:
-      return "partition";
-    case AllocationForm::kShare:
-      return "share";
-  }
-  return "unknown";
-}
+namespace {
+constexpr auto kFormNames = NamesUpTo<AllocationForm::kShare>("whole", "partition", "share");
+}  // namespace
+
+const char* AllocationFormName(AllocationForm form) { return kFormNames.Of(form, "unknown"); }
 
 const std::string& Node::gpu_model() const {
   static const std::string kNone;

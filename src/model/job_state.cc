@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "common/enum_names.h"
+
 namespace tessera {
 namespace {
 
@@ -56,39 +58,21 @@ constexpr JobTransition kTable[] = {
     {S::kPreempting, S::kFailed, C::kRefused},
 };
 
+constexpr auto kJobStateNames =
+    NamesUpTo<JobState::kLost>("pending", "placed", "starting", "running", "preempting",
+                               "succeeded", "failed", "cancelled", "lost");
+constexpr auto kCauseNames =
+    NamesUpTo<JobCause::kRefused>("placed", "started", "running", "preempted", "requeued", "exited",
+                                  "cancelled", "lost", "refused");
+
 }  // namespace
 
-const char* JobStateName(JobState s) {
-  switch (s) {
-    case JobState::kPending:
-      return "pending";
-    case JobState::kPlaced:
-      return "placed";
-    case JobState::kStarting:
-      return "starting";
-    case JobState::kRunning:
-      return "running";
-    case JobState::kPreempting:
-      return "preempting";
-    case JobState::kSucceeded:
-      return "succeeded";
-    case JobState::kFailed:
-      return "failed";
-    case JobState::kCancelled:
-      return "cancelled";
-    case JobState::kLost:
-      return "lost";
-  }
-  return "?";
-}
+const char* JobStateName(JobState s) { return kJobStateNames.Of(s, "?"); }
 
 Result<JobState> ParseJobState(std::string_view name) {
-  for (JobState s : kJobStates) {
-    if (name == JobStateName(s)) return s;
-  }
-  return Status::InvalidArgument("unknown job state '" + std::string(name) +
-                                 "' (pending, placed, starting, running, preempting, succeeded, "
-                                 "failed, cancelled, lost)");
+  if (auto s = kJobStateNames.Find(name)) return *s;
+  return Status::InvalidArgument("unknown job state '" + std::string(name) + "' (" +
+                                 kJobStateNames.List() + ")");
 }
 
 bool IsTerminal(JobState s) {
@@ -101,29 +85,7 @@ bool HoldsCapacity(JobState s) {
          s == JobState::kPreempting;
 }
 
-const char* JobCauseName(JobCause c) {
-  switch (c) {
-    case JobCause::kPlaced:
-      return "placed";
-    case JobCause::kStarted:
-      return "started";
-    case JobCause::kRunning:
-      return "running";
-    case JobCause::kPreempted:
-      return "preempted";
-    case JobCause::kRequeued:
-      return "requeued";
-    case JobCause::kExited:
-      return "exited";
-    case JobCause::kCancelled:
-      return "cancelled";
-    case JobCause::kLost:
-      return "lost";
-    case JobCause::kRefused:
-      return "refused";
-  }
-  return "?";
-}
+const char* JobCauseName(JobCause c) { return kCauseNames.Of(c, "?"); }
 
 std::span<const JobTransition> JobTransitions() { return kTable; }
 

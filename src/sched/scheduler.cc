@@ -3,21 +3,17 @@
 #include <algorithm>
 #include <numeric>
 
+#include "common/enum_names.h"
 #include "model/quantity.h"
 
 namespace tessera::sched {
 
-const char* OutcomeName(Outcome o) {
-  switch (o) {
-    case Outcome::kPlaced:
-      return "placed";
-    case Outcome::kUnschedulableNow:
-      return "unschedulable now";
-    case Outcome::kNeverSchedulable:
-      return "never schedulable";
-  }
-  return "unknown";
-}
+namespace {
+constexpr auto kOutcomeNames =
+    NamesUpTo<Outcome::kNeverSchedulable>("placed", "unschedulable now", "never schedulable");
+}  // namespace
+
+const char* OutcomeName(Outcome o) { return kOutcomeNames.Of(o, "unknown"); }
 
 Scheduler::Scheduler(ClusterState state, std::unique_ptr<Policy> policy, uint64_t seed)
     : state_(std::move(state)), policy_(std::move(policy)), rng_(seed) {

@@ -1,4 +1,5 @@
 // The quota engine: invariants (CheckInvariants) and the views of jobs, devices and events.
+#include "common/enum_names.h"
 #include "sched/quota/engine_impl.h"
 
 namespace tessera::quota::internal {
@@ -249,42 +250,16 @@ Result<std::unique_ptr<QuotaEngine>> QuotaEngine::Create(const PolicySpec& polic
   return std::unique_ptr<QuotaEngine>(std::move(e));
 }
 
-const char* JobStateName(JobState s) {
-  switch (s) {
-    case JobState::kPending:
-      return "pending";
-    case JobState::kRunning:
-      return "running";
-    case JobState::kTerminating:
-      return "terminating";
-    case JobState::kDone:
-      return "done";
-    case JobState::kRejected:
-      return "rejected";
-  }
-  return "unknown";
-}
+namespace {
+constexpr auto kJobStateNames =
+    NamesUpTo<JobState::kRejected>("pending", "running", "terminating", "done", "rejected");
+constexpr auto kEventKindNames =
+    NamesUpTo<EventKind::kCompleted>("submitted", "rejected", "admitted", "placed", "preempted",
+                                     "requeued", "repartitioned", "completed");
+}  // namespace
 
-const char* EventKindName(EventKind k) {
-  switch (k) {
-    case EventKind::kSubmitted:
-      return "submitted";
-    case EventKind::kRejected:
-      return "rejected";
-    case EventKind::kAdmitted:
-      return "admitted";
-    case EventKind::kPlaced:
-      return "placed";
-    case EventKind::kPreempted:
-      return "preempted";
-    case EventKind::kRequeued:
-      return "requeued";
-    case EventKind::kRepartitioned:
-      return "repartitioned";
-    case EventKind::kCompleted:
-      return "completed";
-  }
-  return "unknown";
-}
+const char* JobStateName(JobState s) { return kJobStateNames.Of(s, "unknown"); }
+
+const char* EventKindName(EventKind k) { return kEventKindNames.Of(k, "unknown"); }
 
 }  // namespace tessera::quota

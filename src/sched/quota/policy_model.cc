@@ -4,19 +4,14 @@
 #include <map>
 #include <set>
 
+#include "common/enum_names.h"
+
 namespace tessera::quota {
 namespace {
 
-bool Eq(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    char x = a[i], y = b[i];
-    if (x >= 'A' && x <= 'Z') x = static_cast<char>(x - 'A' + 'a');
-    if (y >= 'A' && y <= 'Z') y = static_cast<char>(y - 'A' + 'a');
-    if (x != y) return false;
-  }
-  return true;
-}
+constexpr auto kClassNames =
+    NamesUpTo<WorkloadClass::kBatch>("training", "inference", "interactive", "ci", "batch");
+static_assert(kClassNames.names.size() == kClassCount);
 
 // The first component of `a` above `b`, by name, or nullptr.
 const char* FirstAbove(const Resources& a, const Resources& b) {
@@ -35,35 +30,18 @@ std::string FormList(const std::vector<AllocationForm>& forms) {
 
 }  // namespace
 
-const char* WorkloadClassName(WorkloadClass c) {
-  switch (c) {
-    case WorkloadClass::kTraining:
-      return "training";
-    case WorkloadClass::kInference:
-      return "inference";
-    case WorkloadClass::kInteractive:
-      return "interactive";
-    case WorkloadClass::kCi:
-      return "ci";
-    case WorkloadClass::kBatch:
-      return "batch";
-  }
-  return "unknown";
-}
+const char* WorkloadClassName(WorkloadClass c) { return kClassNames.Of(c, "unknown"); }
 
 Result<WorkloadClass> ParseWorkloadClass(std::string_view text) {
-  for (int i = 0; i < kClassCount; ++i) {
-    auto c = static_cast<WorkloadClass>(i);
-    if (Eq(text, WorkloadClassName(c))) return c;
-  }
+  if (auto c = kClassNames.Find(text, /*ignore_case=*/true)) return *c;
   return Status::InvalidArgument("unknown workload class '" + std::string(text) +
-                                 "' (known: training, inference, interactive, ci, batch)");
+                                 "' (known: " + kClassNames.List() + ")");
 }
 
 Result<AllocationForm> ParseAllocationForm(std::string_view text) {
   for (AllocationForm f :
        {AllocationForm::kWhole, AllocationForm::kPartition, AllocationForm::kShare}) {
-    if (Eq(text, AllocationFormName(f))) return f;
+    if (EqualIgnoringAsciiCase(text, AllocationFormName(f))) return f;
   }
   return Status::InvalidArgument("unknown allocation form '" + std::string(text) +
                                  "' (known: whole, partition, share)");

@@ -20,25 +20,19 @@
 #include <sstream>
 
 #include "common/accounts.h"
+#include "common/enum_names.h"
 
 namespace tessera::backends {
 
+namespace {
+constexpr auto kUnendedNames =
+    NamesUpTo<ExternalState::kSuspended>("pending", "running", "suspended");
+}  // namespace
+
 const char* ExternalStateName(ExternalState s) {
-  switch (s) {
-    case ExternalState::kPending:
-      return "pending";
-    case ExternalState::kRunning:
-      return "running";
-    case ExternalState::kSuspended:
-      return "suspended";
-    case ExternalState::kSucceeded:
-      return JobStateName(JobState::kSucceeded);
-    case ExternalState::kFailed:
-      return JobStateName(JobState::kFailed);
-    case ExternalState::kCancelled:
-      return JobStateName(JobState::kCancelled);
-  }
-  return "?";
+  // The three ends carry the names of the served job states they end in.
+  if (auto end = EndStateOf(s)) return JobStateName(*end);
+  return kUnendedNames.Of(s, "?");
 }
 
 Result<ExternalState> ParseExternalState(std::string_view name) {
@@ -460,15 +454,6 @@ std::string ExpandGres(std::string pattern, int gpus, const std::string& type, i
   return pattern;
 }
 
-std::vector<ExternalJob> JobsNamed(const std::map<std::string, ExternalJob>& all,
-                                   const std::string& prefix) {
-  std::vector<ExternalJob> out;
-  for (const auto& [id, j] : all) {
-    if (j.name.rfind(prefix, 0) == 0) out.push_back(j);
-  }
-  return out;
-}
-
 std::vector<int> ParseIndexList(const std::string& text) {
   std::vector<int> out;
   std::stringstream ss(text);
@@ -554,6 +539,51 @@ Result<std::map<std::string, std::string>> CommonVars(const JobRequest& job) {
   for (const auto& a : job.command) cmd += (cmd.empty() ? "" : " ") + ShellQuote(a);
   v["command"] = cmd;
   return v;
+}
+
+ScriptBackend::ScriptBackend(BackendOptions options, std::string name, const char* default_template,
+                             std::string cancel_command)
+    : opt_(std::move(options)),
+      name_(std::move(name)),
+      default_template_(default_template),
+      cancel_command_(std::move(cancel_command)) {}
+
+Result<std::string> ScriptBackend::Render(const JobRequest& request) const {
+  auto as = ForSubmitAccount(name_, request);  // a refused run_as account fails the job
+  if (!as.ok()) return as.status();
+  auto text = TemplateText(*as, default_template_);
+  if (!text.ok()) return text.status();
+  auto own = OwnVars(*as);
+  if (!own.ok()) return own.status();
+  auto vars = CommonVars(*as);
+  if (!vars.ok()) return vars.status();
+  for (auto& [k, v] : *own) (*vars)[k] = std::move(v);
+  return RenderTemplate(*text, *vars);
+}
+
+Result<std::string> ScriptBackend::Submit(const JobRequest& job, const std::string& script) {
+  auto account = ResolveSubmitAccount(name_, job.run_as, geteuid());
+  if (!account.ok()) return account.status();
+  Status prepared = PrepareOutputFor(*account, job.output_path);
+  if (!prepared.ok()) return prepared;
+  const SubmitCommand c = SubmitCommandFor(*account);
+  return PrintedJobId(
+      RunSchedulerCommand(opt_, c.argv, script, SubmitWrapper(*account, c.switch_user)),
+      c.argv.front(), c.id_end);
+}
+
+Status ScriptBackend::Cancel(const std::string& external_id) {
+  return RunSchedulerCommand(opt_, {cancel_command_, external_id}).status();
+}
+
+Result<std::vector<ExternalJob>> ScriptBackend::List(const std::string& prefix) {
+  auto all = Listing();
+  if (!all.ok()) return all.status();
+  std::vector<ExternalJob> out;
+  for (const auto& [id, j] : *all) {
+    if (j.name.rfind(prefix, 0) == 0) out.push_back(j);
+  }
+  return out;
 }
 
 }  // namespace tessera::backends

@@ -280,14 +280,50 @@ std::vector<int> ParseIndexList(const std::string& text);
 std::optional<ExternalJob> ParseSqueueLine(const std::string& line);
 ExternalJob ParseScontrolLine(const std::string& line);
 
-// The jobs of `all` whose name starts with `prefix` (a backend's List over its full listing).
-std::vector<ExternalJob> JobsNamed(const std::map<std::string, ExternalJob>& all,
-                                   const std::string& prefix);
 // The GRES string a job asks for under `mapping` (empty: no GPU), or an error.
 Result<std::string> GresFor(const JobRequest& job);
 // The variables every template can use (job_name, partition, cpus, memory_mib, output, env,
 // command, gres, gpus, gpu_memory_mib, shards, job_id); an environment variable whose name is
 // not a shell name is refused (it would be written into the script unquoted).
 Result<std::map<std::string, std::string>> CommonVars(const JobRequest& job);
+
+// A batch scheduler driven by commands on a rendered script (Slurm, PBS). Render: the job as
+// rendered for its account (ForSubmitAccount), the queue's template (TemplateText, else the
+// scheduler's default) filled with CommonVars and what OwnVars adds (its error fails the render,
+// before CommonVars is read). Submit: the job's run_as account resolved (ResolveSubmitAccount),
+// its output file made for it (PrepareOutputFor), then the scheduler's SubmitCommandFor it run
+// with the script on stdin behind SubmitWrapper, and the id it printed (PrintedJobId). Cancel
+// runs `cancel_command ID`; List filters the full Listing by name.
+class ScriptBackend : public Backend {
+ public:
+  ScriptBackend(BackendOptions options, std::string name, const char* default_template,
+                std::string cancel_command);
+  std::string Name() const override { return name_; }
+  Result<std::string> Render(const JobRequest& request) const override;
+  Result<std::string> Submit(const JobRequest& job, const std::string& script) override;
+  Status Cancel(const std::string& external_id) override;
+  Result<std::vector<ExternalJob>> List(const std::string& prefix) override;
+
+ protected:
+  using ScriptVars = std::map<std::string, std::string>;
+  // The scheduler's own template variables for `job` (as rendered for its account).
+  virtual Result<ScriptVars> OwnVars(const JobRequest& job) const = 0;
+  // Every job the scheduler holds, by id.
+  virtual Result<std::map<std::string, ExternalJob>> Listing() = 0;
+  struct SubmitCommand {
+    std::vector<std::string> argv;  // argv[0] names the command in errors
+    bool switch_user = false;       // SubmitWrapper's: the command runs as another account
+    char id_end = '\0';             // PrintedJobId's
+  };
+  // How a job of `account` is submitted.
+  virtual SubmitCommand SubmitCommandFor(const SubmitAccount& account) const = 0;
+
+  const BackendOptions opt_;
+
+ private:
+  const std::string name_;
+  const char* const default_template_;
+  const std::string cancel_command_;
+};
 
 }  // namespace tessera::backends

@@ -1,6 +1,5 @@
 // The PBS Pro / OpenPBS backend: qsub (script on stdin; prints "ID.SERVER"), qstat -x -f -F json
 // (finished jobs too, JSON per PBS's reference guide), qdel.
-#include <unistd.h>
 
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -19,47 +18,22 @@ const char* kDefaultPbsTemplate = R"(#!/bin/bash
 {{command}}
 )";
 
-class PbsBackend : public Backend {
+class PbsBackend : public ScriptBackend {
  public:
-  explicit PbsBackend(BackendOptions o) : opt_(std::move(o)) {}
-  std::string Name() const override { return "pbs"; }
-
-  Result<std::string> Render(const JobRequest& request) const override {
-    auto as = ForSubmitAccount(Name(), request);  // a refused run_as account fails the job
-    if (!as.ok()) return as.status();
-    const JobRequest& job = *as;
-    auto text = TemplateText(job, kDefaultPbsTemplate);
-    if (!text.ok()) return text.status();
-    if (job.form == "partition")
-      return Status::InvalidArgument("the PBS backend maps no MIG instances");
-    auto common = CommonVars(job);
-    if (!common.ok()) return common.status();
-    auto& vars = *common;
-    vars["pbs_queue"] =
-        job.mapping.partition.empty() ? "" : "#PBS -q " + job.mapping.partition + "\n";
-    return RenderTemplate(*text, vars);
-  }
+  explicit PbsBackend(BackendOptions o)
+      : ScriptBackend(std::move(o), "pbs", kDefaultPbsTemplate, "qdel") {}
 
   // A job of another account (run_as) is submitted by running qsub as that account (setpriv to
   // its uid, primary gid and groups, in its home, with its HOME/USER/LOGNAME): PBS takes the job's
   // owner from qsub's credentials and runs the job as it. Its output file is made for the account
   // first. qdel, as root (a PBS manager on the server host), still deletes it. No PBS server is
   // packaged by Debian: tests/backends/pbs_test.cc checks this against stand-in commands.
-  Result<std::string> Submit(const JobRequest& job, const std::string& script) override {
-    auto account = ResolveSubmitAccount(Name(), job.run_as, geteuid());
-    if (!account.ok()) return account.status();
-    Status prepared = PrepareOutputFor(*account, job.output_path);
-    if (!prepared.ok()) return prepared;
-    return PrintedJobId(RunSchedulerCommand(opt_, {"qsub"}, script, SubmitWrapper(*account, true)),
-                        "qsub");
-  }
-
-  Status Cancel(const std::string& external_id) override {
-    return RunSchedulerCommand(opt_, {"qdel", external_id}).status();
+  SubmitCommand SubmitCommandFor(const SubmitAccount&) const override {
+    return {{"qsub"}, /*switch_user=*/true, /*id_end=*/'\0'};
   }
 
   Result<std::map<std::string, ExternalJob>> Poll(const std::vector<std::string>& ids) override {
-    auto all = All();
+    auto all = Listing();
     if (!all.ok()) return all.status();
     std::map<std::string, ExternalJob> out;
     for (const auto& id : ids) {
@@ -69,14 +43,15 @@ class PbsBackend : public Backend {
     return out;
   }
 
-  Result<std::vector<ExternalJob>> List(const std::string& prefix) override {
-    auto all = All();
-    if (!all.ok()) return all.status();
-    return JobsNamed(*all, prefix);
+ private:
+  Result<ScriptVars> OwnVars(const JobRequest& job) const override {
+    if (job.form == "partition")
+      return Status::InvalidArgument("the PBS backend maps no MIG instances");
+    const std::string& queue = job.mapping.partition;
+    return ScriptVars{{"pbs_queue", queue.empty() ? "" : "#PBS -q " + queue + "\n"}};
   }
 
- private:
-  Result<std::map<std::string, ExternalJob>> All() {
+  Result<std::map<std::string, ExternalJob>> Listing() override {
     auto listing = RunSchedulerCommand(opt_, {"qstat", "-x", "-f", "-F", "json"});
     if (!listing.ok()) return listing.status();
     nlohmann::json doc = nlohmann::json::parse(*listing, nullptr, false);
@@ -127,8 +102,6 @@ class PbsBackend : public Backend {
     }
     return out;
   }
-
-  BackendOptions opt_;
 };
 
 }  // namespace

@@ -4,7 +4,6 @@
 // nowhere else, and only while it runs); sacct as a fallback for jobs slurmctld has forgotten
 // (when accounting is on); scancel. Debian 12 ships Slurm 22.05, whose --json output needs extra
 // plugins not always installed, so the text forms are parsed instead.
-#include <unistd.h>
 
 #include <set>
 #include <sstream>
@@ -123,53 +122,27 @@ ExternalJob ParseScontrolLine(const std::string& line) {
 
 namespace {
 
-class SlurmBackend : public Backend {
+class SlurmBackend : public ScriptBackend {
  public:
-  explicit SlurmBackend(BackendOptions o) : opt_(std::move(o)) {}
-  std::string Name() const override { return "slurm"; }
-
-  Result<std::string> Render(const JobRequest& request) const override {
-    auto as = ForSubmitAccount(Name(), request);  // a refused run_as account fails the job
-    if (!as.ok()) return as.status();
-    const JobRequest& job = *as;
-    auto text = TemplateText(job, kDefaultSlurmTemplate);
-    if (!text.ok()) return text.status();
-    auto gres = GresFor(job);
-    if (!gres.ok()) return gres.status();
-    auto common = CommonVars(job);
-    if (!common.ok()) return common.status();
-    auto& vars = *common;
-    vars["sbatch_partition"] =
-        job.mapping.partition.empty() ? "" : "#SBATCH --partition=" + job.mapping.partition + "\n";
-    vars["sbatch_gres"] = gres->empty() ? "" : "#SBATCH --gres=" + *gres + "\n";
-    return RenderTemplate(*text, vars);
-  }
+  explicit SlurmBackend(BackendOptions o)
+      : ScriptBackend(std::move(o), "slurm", kDefaultSlurmTemplate, "scancel") {}
 
   // A job of another account (run_as) is submitted by root for it: `sbatch --uid --gid` (root
   // only), so slurmctld records it as the account's job (squeue, scontrol, accounting) and slurmd
   // runs it with the account's uid and groups; it starts in the account's home (the work
   // directory sbatch takes from its current one, which a template may still set) and writes its
   // output into a file Tessera made for the account. scancel, as root, still cancels it.
-  Result<std::string> Submit(const JobRequest& job, const std::string& script) override {
-    auto account = ResolveSubmitAccount(Name(), job.run_as, geteuid());
-    if (!account.ok()) return account.status();
-    std::vector<std::string> argv = {"sbatch", "--parsable"};
-    if (account->other) {
-      Status prepared = PrepareOutputFor(*account, job.output_path);
-      if (!prepared.ok()) return prepared;
-      argv.push_back("--uid=" + std::to_string(account->uid));
-      argv.push_back("--gid=" + std::to_string(account->gid));
+  SubmitCommand SubmitCommandFor(const SubmitAccount& account) const override {
+    SubmitCommand c{{"sbatch", "--parsable"}, /*switch_user=*/false, /*id_end=*/';'};
+    if (account.other) {
+      c.argv.push_back("--uid=" + std::to_string(account.uid));
+      c.argv.push_back("--gid=" + std::to_string(account.gid));
     }
-    return PrintedJobId(RunSchedulerCommand(opt_, argv, script, SubmitWrapper(*account, false)),
-                        "sbatch", ';');
-  }
-
-  Status Cancel(const std::string& external_id) override {
-    return RunSchedulerCommand(opt_, {"scancel", external_id}).status();
+    return c;
   }
 
   Result<std::map<std::string, ExternalJob>> Poll(const std::vector<std::string>& ids) override {
-    auto all = Squeue();
+    auto all = Listing();
     if (!all.ok()) return all.status();
     std::map<std::string, ExternalJob> out;
     std::vector<std::string> missing;
@@ -246,15 +219,18 @@ class SlurmBackend : public Backend {
     return out;
   }
 
-  Result<std::vector<ExternalJob>> List(const std::string& prefix) override {
-    auto all = Squeue();
-    if (!all.ok()) return all.status();
-    return JobsNamed(*all, prefix);
+ private:
+  Result<ScriptVars> OwnVars(const JobRequest& job) const override {
+    auto gres = GresFor(job);
+    if (!gres.ok()) return gres.status();
+    const std::string& partition = job.mapping.partition;
+    return ScriptVars{
+        {"sbatch_partition", partition.empty() ? "" : "#SBATCH --partition=" + partition + "\n"},
+        {"sbatch_gres", gres->empty() ? "" : "#SBATCH --gres=" + *gres + "\n"}};
   }
 
- private:
   // Every job slurmctld still holds, by id.
-  Result<std::map<std::string, ExternalJob>> Squeue() {
+  Result<std::map<std::string, ExternalJob>> Listing() override {
     auto listing =
         RunSchedulerCommand(opt_, {"squeue", "-h", "-t", "all", "-O",
                                    "JobID:|,State:|,NodeList:|,Reason:|,exit_code:|,Name:|"});
@@ -269,7 +245,6 @@ class SlurmBackend : public Backend {
   }
 
   static constexpr size_t kScontrolEach = 8;  // more jobs started at once: one full listing
-  BackendOptions opt_;
   // GRES text and indices of the polled jobs seen running (read once per job).
   std::map<std::string, std::pair<std::string, std::vector<int>>> gres_;
 };

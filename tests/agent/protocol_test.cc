@@ -189,5 +189,12 @@ TEST(AgentProtocol, OutputPathEscapesIds) {
   EXPECT_EQ(OutputPath("a b", 120), "/v1/agent/jobs/a%20b/output?offset=120");
 }
 
+TEST(AgentProtocol, OrdersWatchPathEscapesTheNode) {
+  EXPECT_EQ(OrdersWatchPath("gpu-01", 7, 25000),
+            "/v1/agent/orders?node=gpu-01&after=7&wait_ms=25000");
+  EXPECT_EQ(OrdersWatchPath("a&b/\xc3\xa9", 0, 10),
+            "/v1/agent/orders?node=a%26b%2F%C3%A9&after=0&wait_ms=10");
+}
+
 }  // namespace
 }  // namespace tessera::agent

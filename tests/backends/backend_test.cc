@@ -239,6 +239,64 @@ TEST(PbsPoll, FieldsOfTheWrongTypeReadAsAbsent) {
   std::filesystem::remove_all(dir);
 }
 
+// The script backends' Submit, Cancel and List against stand-in commands: the script goes to
+// the submission command on stdin and the id it printed comes back (sbatch's up to ';'), the
+// cancel command gets the id, and List keeps the jobs whose name has the prefix.
+TEST(ScriptBackends, SubmitCancelAndListThroughTheirCommands) {
+  const std::string dir = ::testing::TempDir() + "/script_backends_" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  auto script = [&](const std::string& name, const std::string& body) {
+    std::ofstream(dir + "/" + name) << "#!/bin/sh\n" << body;
+    std::filesystem::permissions(dir + "/" + name, std::filesystem::perms::owner_all);
+  };
+  auto read = [&](const std::string& name) {
+    std::ifstream in(dir + "/" + name);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  };
+  script("qsub",
+         "echo \"qsub:$*\" >> " + dir + "/calls; cat > " + dir + "/qsub.in; echo ' 12.s '\n");
+  script("sbatch", "echo \"sbatch:$*\" >> " + dir + "/calls; cat > " + dir +
+                       "/sbatch.in; echo '34;cluster'\n");
+  script("qdel", "echo \"qdel:$*\" >> " + dir + "/calls\n");
+  script("scancel", "echo \"scancel:$*\" >> " + dir + "/calls\n");
+  script("qstat", R"(echo '{"Jobs": {"1.s": {"Job_Name": "tessera-c-1", "job_state": "R"},)"
+                  R"( "2.s": {"Job_Name": "other", "job_state": "Q"}}}')"
+                  "\n");
+  script("squeue",
+         "echo '5|PENDING|(null)|None|0|tessera-c-5|'; echo '6|RUNNING|vm|None|0|other|'\n");
+  BackendOptions o;
+  o.bin_dir = dir;
+  o.command_nice = 0;
+  auto pbs = MakePbsBackend(o);
+  auto slurm = MakeSlurmBackend(o);
+  auto id = pbs->Submit(Job("whole", 1), "#!/bin/sh\necho pbs\n");
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  EXPECT_EQ(*id, "12.s");
+  id = slurm->Submit(Job("whole", 1), "#!/bin/sh\necho slurm\n");
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  EXPECT_EQ(*id, "34");
+  EXPECT_EQ(read("qsub.in"), "#!/bin/sh\necho pbs\n");
+  EXPECT_EQ(read("sbatch.in"), "#!/bin/sh\necho slurm\n");
+  EXPECT_TRUE(pbs->Cancel("12.s").ok());
+  EXPECT_TRUE(slurm->Cancel("34").ok());
+  EXPECT_EQ(read("calls"), "qsub:\nsbatch:--parsable\nqdel:12.s\nscancel:34\n");
+  auto listed = pbs->List("tessera-c-");
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ(listed->front().external_id, "1.s");
+  listed = slurm->List("tessera-c-");
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ(listed->front().external_id, "5");
+  // A listing command that fails fails List.
+  std::filesystem::remove(dir + "/squeue");
+  EXPECT_FALSE(slurm->List("tessera-c-").ok());
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Command, RunsWithInputAndReportsFailure) {
   CommandResult r = RunCommand({"sh", "-c", "cat; echo err >&2; exit 4"}, "hello\n", 5000);
   EXPECT_EQ(r.exit_code, 4);

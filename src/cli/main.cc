@@ -15,23 +15,36 @@ bool IsNumber(const std::string& arg) {
 }
 
 // An unknown flag the parse met, said by name with the closest flag of its command ("tessera
-// submit: unknown flag --queu; did you mean --queue?"); false when there was none. CLI11 checks
-// required options before it names extras: without this `--queu Q` said "--queue is required".
+// submit: unknown flag --queu; did you mean --queue?"), or an unknown command with the closest
+// one ("tessera: unknown command 'jbos'; did you mean jobs?"); false when there was none. CLI11
+// checks required options before it names extras: `--queu Q` said "--queue is required".
 bool SayUnknownFlag(const CLI::App& app) {
   const CLI::App* cmd = &app;
   while (!cmd->get_subcommands().empty()) cmd = cmd->get_subcommands().back();
+  const auto commands =
+      cmd->get_subcommands([](const CLI::App* c) { return !c->get_name().empty(); });
+  std::string path;
+  for (const CLI::App* c = cmd; c != nullptr; c = c->get_parent()) {
+    path = c->get_name() + (path.empty() ? "" : " " + path);
+  }
   for (const std::string& arg : cmd->remaining()) {
-    if (arg.size() < 2 || arg[0] != '-' || IsNumber(arg)) continue;
+    if (arg.empty() || (arg[0] != '-' && commands.empty())) continue;
+    if (arg[0] != '-') {  // a command family (tessera, tessera sim) given a word it lacks
+      std::vector<std::string> names;
+      for (const CLI::App* sub : commands) names.push_back(sub->get_name());
+      const std::string guess = tessera::cli::Closest(arg, names);
+      std::cerr << path << ": unknown command '" << arg << "'"
+                << (guess.empty() ? "" : "; did you mean " + guess + "?") << " (" << path
+                << " --help lists them)\n";
+      return true;
+    }
+    if (arg.size() < 2 || IsNumber(arg)) continue;
     const std::string flag = arg.substr(0, arg.find('='));
     std::vector<std::string> names;
     for (const CLI::Option* opt : cmd->get_options()) {
       if (opt->get_group().empty()) continue;  // hidden
       for (const std::string& l : opt->get_lnames()) names.push_back("--" + l);
       for (const std::string& s : opt->get_snames()) names.push_back("-" + s);
-    }
-    std::string path;
-    for (const CLI::App* c = cmd; c != nullptr; c = c->get_parent()) {
-      path = c->get_name() + (path.empty() ? "" : " " + path);
     }
     const std::string guess = tessera::cli::Closest(flag, names);
     std::cerr << path << ": unknown flag " << flag

@@ -63,6 +63,12 @@ TEST(UnknownFlagTest, IsRefusedByNameWithASuggestion) {
   ProcessResult far = Tessera({"groups", "--frobnicate"});
   EXPECT_EQ(far.exit_code, 2);
   EXPECT_THAT(far.err, HasSubstr("tessera groups: unknown flag --frobnicate ("));
+  ProcessResult command = Tessera({"jbos"});
+  EXPECT_EQ(command.exit_code, 2);
+  EXPECT_THAT(command.err, HasSubstr("tessera: unknown command 'jbos'; did you mean jobs?"));
+  ProcessResult nested = Tessera({"sim", "opnb"});
+  EXPECT_EQ(nested.exit_code, 2);
+  EXPECT_THAT(nested.err, HasSubstr("tessera sim: unknown command 'opnb'; did you mean openb?"));
   // A flag after `--` is the job's, not tessera's: refused only for want of a server here.
   ProcessResult after = Tessera({"submit", "--queue", "q", "--", "python", "--queu"});
   EXPECT_THAT(after.err, Not(HasSubstr("unknown flag")));

@@ -52,6 +52,7 @@ TEST(ClosestTest, SuggestsATyposCorrectionAndNothingFarOff) {
   EXPECT_EQ(Closest("runing", states), "running");
   EXPECT_EQ(Closest("canceled", states), "cancelled");
   EXPECT_EQ(Closest("bogus", states), "");
+  EXPECT_EQ(Closest("jbos", {"job", "jobs", "groups"}), "jobs");  // two letters swapped: one edit
 }
 
 }  // namespace

@@ -18,14 +18,14 @@ namespace {
 // closes the connection (httplib's "Read"), an http:// one asked in TLS fails the handshake. A
 // probe without credentials (GET /v1/health, the certificate not checked: only the scheme is
 // learnt) says which; "" when it is neither.
-std::string SchemeHint(const std::string& url, const net::ClientTls& tls) {
+std::string SchemeHint(const std::string& url) {
   const bool https = url.rfind("https://", 0) == 0;
   if (!https && url.rfind("http://", 0) != 0) return "";
   const std::string rest = url.substr(https ? 8 : 7);
   const std::string other = (https ? "http://" : "https://") + rest;
   net::ClientTls probe_tls;
   probe_tls.insecure = true;
-  auto probe = net::NewHttpClient(other, https ? tls : probe_tls);
+  auto probe = net::NewHttpClient(other, probe_tls);
   probe->set_connection_timeout(2);
   probe->set_read_timeout(2);
   if (!probe->Get("/v1/health")) return "";
@@ -53,7 +53,7 @@ ClientReply CallOne(const std::string& url, const CallOptions& o, const std::str
     if (r.error() == httplib::Error::SSLServerVerification) {
       out.error += ": its certificate is not trusted; set TESSERA_CA to the CA file that signed it";
     } else if (r.error() != httplib::Error::Connection) {
-      out.error += SchemeHint(url, o.tls);
+      out.error += SchemeHint(url);
     }
     return out;
   }

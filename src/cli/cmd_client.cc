@@ -219,13 +219,7 @@ std::vector<std::string> JobStateNames() {
 }
 
 void ListJobs(const ClientOptions& co, const Args& args, int* exit_code) {
-  const std::string& state = args.text;
-  if (!state.empty() && !ParseJobState(state).ok()) {
-    std::cerr << "tessera jobs: --state: " << UnknownChoice("state", state, JobStateNames())
-              << "\n";
-    *exit_code = kExitBadInput;
-    return;
-  }
+  const std::string& state = args.text;  // one of JobStateNames() (checked as it is parsed)
   CallAndPrint(co, "GET", "/v1/jobs" + (state.empty() ? "" : "?state=" + state), exit_code,
                [&](Json& j) {
                  std::vector<std::vector<std::string>> rows = {kJobColumns};
@@ -401,7 +395,11 @@ void RegisterClientCommands(CLI::App& app, CommandContext& ctx) {
   RegisterClientCommand(
       app, ctx, "jobs", "List jobs (of your groups)",
       [](CLI::App* c, Args* a) {
-        c->add_option("--state", a->text, "only jobs in this state (pending, running, ...)");
+        c->add_option("--state", a->text, "only jobs in this state (pending, running, ...)")
+            ->check([](const std::string& v) {
+              return ParseJobState(v).ok() ? std::string()
+                                           : UnknownChoice("state", v, JobStateNames());
+            });
       },
       ListJobs);
   RegisterClientCommand(

@@ -291,6 +291,8 @@ Status ParsePrometheus(std::string_view text, std::string_view source, History* 
                                      std::to_string(text.size()) + " (truncated?)");
     }
     return Status::InvalidArgument(src + ": not JSON at byte " + std::to_string(e.byte));
+  } catch (const Json::exception& e) {  // a number past a double, found by the fuzzer
+    return Status::InvalidArgument(src + ": not JSON the readers take: " + e.what());
   }
   if (!doc.is_object()) return Status::InvalidArgument(src + ": not a Prometheus answer");
   if (doc.contains("status") && doc["status"] != "success") {

@@ -169,6 +169,13 @@ TEST(UsagePrometheus, BadValuesAndTruncationAreErrors) {
                       &h);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("matrix"), std::string::npos);
+  // A number past a double is refused, not thrown (found by the usage fuzz target).
+  s = ParsePrometheus("77E777777700146EI}\n", "q.json", &h);
+  EXPECT_FALSE(s.ok());
+  s = ParsePrometheus(R"({"status":"success","data":{"resultType":"matrix","result":[{"metric":)"
+                      R"({"__name__":"DCGM_FI_DEV_FB_USED","pod":"p"},"values":[[1e999,"1"]]}]}})",
+                      "q.json", &h);
+  EXPECT_FALSE(s.ok());
   // ParseUsage tells the formats apart.
   History both;
   ASSERT_TRUE(ParseUsage(std::string("  ") + kProm, "q.json", &both).ok());

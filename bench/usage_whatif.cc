@@ -2,7 +2,8 @@
 // sample per workload per step), then times reading it and replaying it under the three plans.
 //
 //   usage_whatif_bench [--workloads 1000] [--days 7] [--step-s 60] [--seed 1]
-//                      [--openb FILE] [--card H100-80GB] [--csv-out FILE] [--json]
+//                      [--openb FILE | --sessions] [--card H100-80GB] [--slice-s S]
+//                      [--csv-out FILE] [--json]
 //
 // The synthetic estate: each workload is drawn from a GPU pod of the openb trace when --openb
 // names one (its GPU count and, for sharing pods, its GPU fraction set the workload's kind and
@@ -14,6 +15,9 @@
 //                (at least 4 GiB) whether busy or not (notebooks keep their memory).
 // 60% of workloads live through the whole history; the rest arrive in its first two days and
 // stay 1 to 5 days. Activity is a two-state chain per step with the kind's duty and burst length.
+// --sessions: the estate of the product description instead (`tessera sim swap`'s): interactive
+// sessions only, 8-16 GiB each (whole GiB), active 20% of the time in bursts of 2 minutes (mean),
+// all present throughout.
 // Deterministic for a seed (SplitMix64).
 #include "sim/usage_whatif.h"
 
@@ -92,7 +96,8 @@ int main(int argc, char** argv) {
   int64_t step_s = 60;
   uint64_t seed = 1;
   std::string openb, card = "H100-80GB", csv_out;
-  bool json = false;
+  bool json = false, sessions = false;
+  int64_t slice_s = 0;
   for (int i = 1; i < argc; ++i) {
     auto arg = [&](const char* f) { return std::strcmp(argv[i], f) == 0 && i + 1 < argc; };
     if (arg("--workloads")) {
@@ -109,13 +114,18 @@ int main(int argc, char** argv) {
       card = argv[++i];
     } else if (arg("--csv-out")) {
       csv_out = argv[++i];
+    } else if (arg("--slice-s")) {
+      slice_s = std::atoll(argv[++i]);
+    } else if (std::strcmp(argv[i], "--sessions") == 0) {
+      sessions = true;
     } else if (std::strcmp(argv[i], "--json") == 0) {
       json = true;
     } else {
-      std::fprintf(stderr,
-                   "usage: %s [--workloads N] [--days D] [--step-s S] [--seed N] "
-                   "[--openb FILE] [--card MODEL] [--csv-out FILE] [--json]\n",
-                   argv[0]);
+      std::fprintf(
+          stderr,
+          "usage: %s [--workloads N] [--days D] [--step-s S] [--seed N] "
+          "[--openb FILE | --sessions] [--card MODEL] [--slice-s S] [--csv-out FILE] [--json]\n",
+          argv[0]);
       return 2;
     }
   }
@@ -148,10 +158,12 @@ int main(int argc, char** argv) {
   std::map<std::string, int> kinds;
   for (int w = 0; w < workloads; ++w) {
     const auto& shape = shapes[static_cast<size_t>(rng.Uniform(0, shapes.size() - 1))];
-    const Kind k = Draw(rng, shape.first, shape.second);
+    const Kind k = sessions ? Kind{"interactive", 1, rng.Uniform(8, 16) * 1024,
+                                   200,           2, static_cast<int>(rng.Uniform(30, 90))}
+                            : Draw(rng, shape.first, shape.second);
     ++kinds[k.name];
     int64_t from = 0, to = steps;
-    if (!rng.Chance(600'000)) {
+    if (!sessions && !rng.Chance(600'000)) {
       from = rng.Uniform(0, std::min<int64_t>(steps - 1, 2 * 86400 / step_s));
       to = std::min(steps, from + rng.Uniform(86400 / step_s, 5 * 86400 / step_s));
     }
@@ -192,6 +204,7 @@ int main(int argc, char** argv) {
   const auto t_replay = std::chrono::steady_clock::now();
   tessera::sim::usage::WhatIfOptions o;
   o.card = card;
+  o.slice_ms = slice_s * 1000;
   auto r = tessera::sim::usage::RunWhatIfUsage(std::move(h), o);
   if (!r.ok()) {
     std::fprintf(stderr, "%s\n", r.status().message().c_str());
@@ -209,16 +222,19 @@ int main(int argc, char** argv) {
   std::printf(" ), %d days at %lld s samples, %zu MB of CSV, seed %llu, shapes from %s\n", days,
               static_cast<long long>(step_s), csv.size() >> 20,
               static_cast<unsigned long long>(seed),
-              openb.empty() ? "the built-in mix" : openb.c_str());
+              sessions        ? "the product description's sessions"
+              : openb.empty() ? "the built-in mix"
+                              : openb.c_str());
   std::printf(
       "time: read %.2f s, replay %.2f s (three plans, %zu swap overcommits), total %.2f s\n",
       parse_s, replay_s, r->swap_tried.size(), parse_s + replay_s);
   std::printf(
       "cards needed: whole %d, forms %d, forms + swap %d (overcommit %d%%, wake p99 %.3f s)"
-      "; lower bound %d (memory %d, utilization %d), duty cycles summed %.2f GPUs\n",
+      "; lower bound %d (memory of the active workloads); duty cycles summed %.2f; utilization "
+      "summed at the busiest step %d GPUs\n",
       r->whole.cards, r->forms.cards, r->swap.cards, r->swap.overcommit_pct,
-      static_cast<double>(r->swap.wake_p99_ms) / 1000, r->lb_cards, r->lb_memory_cards,
-      r->lb_util_gpus, static_cast<double>(r->duty_sum_milli) / 1000);
+      static_cast<double>(r->swap.wake_p99_ms) / 1000, r->lb_cards,
+      static_cast<double>(r->duty_sum_milli) / 1000, r->lb_util_gpus);
   std::printf("\n%s", tessera::sim::usage::UsageText(*r, 10).c_str());
   return 0;
 }

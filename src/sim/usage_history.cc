@@ -66,8 +66,9 @@ Status Normalize(History* h, int64_t step_ms, int64_t max_gap_ms) {
   if (first) return Status::InvalidArgument("no samples");
   // Bounds that keep every product exact in 64 bits and the lower bounds' grid in memory.
   if (h->end_ms - h->start_ms > kMaxSpanMs) {
-    return Status::InvalidArgument("the samples span more than 10 years: are the timestamps "
-                                   "in seconds?");
+    return Status::InvalidArgument(
+        "the samples span more than 10 years: are the timestamps "
+        "in seconds?");
   }
   if ((h->end_ms - h->start_ms) / h->step_ms > kMaxSteps) {
     return Status::InvalidArgument("more than 20,000,000 sampling steps (" +

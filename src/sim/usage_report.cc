@@ -129,7 +129,7 @@ std::string UsageJson(const WhatIfUsage& r) {
               {"busy_duty_per_mille", o.busy_duty_pm},
               {"swap_duty_per_mille", o.swap_duty_pm},
               {"idle_ms", o.idle_ms},
-        {"slice_ms", o.slice_ms},
+              {"slice_ms", o.slice_ms},
               {"wake_p99_limit_ms", o.wake_p99_limit_ms}}},
             {"history",
              {{"workloads", h.workloads.size()},
@@ -189,8 +189,11 @@ std::string UsageText(const WhatIfUsage& r, size_t max_rows) {
     s << b;
   }
   s << "lower bound          " << r.lb_cards
-    << " cards (memory active at once: " << r.lb_memory_cards << ", utilization: " << r.lb_util_gpus
-    << " GPUs); duty cycles summed: " << Milli(r.duty_sum_milli) << " GPUs busy on average\n";
+    << " cards (the memory of the workloads active at once, at the busiest step)\n"
+    << "duty cycles summed   " << Milli(r.duty_sum_milli)
+    << " (workloads active on average: the bound if each held a card of its own); utilization "
+       "summed at the busiest step: "
+    << r.lb_util_gpus << " GPUs (shares past it run time-sliced)\n";
   s << "swap plan: wakes from swap " << r.swap.wakes << " of " << r.swap.activations
     << " activations, " << r.swap.waits_for_room << " waited for room, swap-outs "
     << r.swap.swap_outs << " (" << r.swap.disk_swap_outs << " to disk), peak host "
@@ -271,7 +274,7 @@ std::string UsageHtml(const WhatIfUsage& r) {
   const char* legend[4][2] = {{"#d62728", "whole cards"},
                               {"#1f77b4", "forms, no swap"},
                               {"#2ca02c", "forms + swap"},
-                              {"#444", "lower bound (active memory, utilization)"}};
+                              {"#444", "lower bound (memory of the active workloads)"}};
   for (int i = 0; i < 4; ++i) {
     s << "<rect x=\"" << L + 10 << "\" y=\"" << 14 + 16 * i
       << "\" width=\"12\" height=\"4\" fill=\"" << legend[i][0] << "\"/><text x=\"" << L + 28

@@ -326,9 +326,9 @@ void LowerBounds(const History& h, const std::vector<WorkloadRow>& rows, int64_t
     Point& p = out->lb_over_time[b * bins / n];
     p.t_ms = static_cast<int64_t>(b * bins / n) * (static_cast<int64_t>(n) * step) /
              static_cast<int64_t>(bins);
-    p.value = std::max(p.value, std::max(mc, uc));
+    p.value = std::max(p.value, mc);
   }
-  out->lb_cards = std::max(out->lb_memory_cards, out->lb_util_gpus);
+  out->lb_cards = out->lb_memory_cards;
 }
 
 }  // namespace

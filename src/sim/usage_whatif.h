@@ -18,9 +18,11 @@
 //
 // Arrivals and departures are each workload's first and last samples; the engine's cycle runs
 // at each of them (and every cycle_s while something waits). "Cards needed" is the most devices
-// holding anything at once. Lower bounds, whatever the scheduler: at each step, the memory of
-// the workloads active then (in cards, rounded up) and their utilization (in GPUs, rounded up);
-// and the duty cycles summed (the mean number of GPUs kept busy).
+// holding anything at once. The lower bound, whatever the scheduler: at each step, the memory of
+// the workloads active then, in cards (rounded up), at the busiest step. Beside it, the duty
+// cycles summed (the mean number of workloads active: the bound if each active workload held a
+// card of its own) and the utilization summed at the busiest step (compute that shares past it
+// get time-sliced, so slower).
 //
 // Integers for capacity throughout: MiB, milli-GPU, ms (us inside the swap replay).
 // Thread-safety: pure functions.
@@ -80,7 +82,7 @@ struct PlanResult {
   int64_t wake_p50_ms = 0, wake_p99_ms = 0, wake_max_ms = 0;  // over the wakes from swap
   int64_t activation_p99_ms = 0;                              // over every activation
   int64_t preemptions = 0, return_p99_ms = 0;  // slicing: active shares swapped out, their waits
-  int64_t peak_host_mib = 0;                                  // on one card's host
+  int64_t peak_host_mib = 0;                   // on one card's host
   int64_t disk_swap_outs = 0;
   std::map<std::string, TeamHours> teams;
   std::vector<Point> cards_over_time;  // on every change
@@ -103,13 +105,13 @@ struct WhatIfUsage {
   std::vector<PlanResult> swap_tried;  // every overcommit tried
   bool swap_within_limit = false;      // else: no overcommit kept the wake p99 within the limit,
                                        // and `swap` is the one with the shortest
-  // Lower bounds.
-  int lb_cards = 0;                 // max over steps of max(memory cards, utilization GPUs)
+  // The lower bound and what stands beside it.
+  int lb_cards = 0;                 // = lb_memory_cards
   int lb_memory_cards = 0;          // max over steps of ceil(active memory / card memory)
-  int lb_util_gpus = 0;             // max over steps of ceil(active utilization)
+  int lb_util_gpus = 0;             // max over steps of ceil(active utilization): no bound
   int64_t duty_sum_milli = 0;       // duty cycles x GPUs, summed: mean GPUs kept busy (milli)
   int64_t used_gpu_milli_ms = 0;    // the whole fleet's utilization x time
-  std::vector<Point> lb_over_time;  // memory-and-utilization bound per step (max per plot bin)
+  std::vector<Point> lb_over_time;  // the memory bound per step (max per plot bin)
   double seconds = 0;               // wall time of the replay (reporting only)
 };
 

@@ -433,7 +433,9 @@ void PrintEvent(const Json& e, bool json) {
     std::cout << e["seq"] << "  " << EscapeForTerminal(e["kind"].get<std::string>()) << "  "
               << EscapeForTerminal(e["subject"].get<std::string>()) << "  by "
               << EscapeForTerminal(e["actor"].get<std::string>())
-              << (reason.empty() ? "" : "  (" + EscapeForTerminal(reason) + ")") << "\n";
+              << (reason.empty() ? ""
+                                 : "  (" + EscapeForTerminal(HumanTimes(reason, NowMs())) + ")")
+              << "\n";
   }
 }
 

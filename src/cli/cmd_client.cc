@@ -293,8 +293,10 @@ void ListQueues(const ClientOptions& co, const Args&, int* exit_code) {
   });
 }
 
-// An amount in thousandths; "-" for none (a limit the group leaves unset is null).
-std::string Milli(const Json& v) {
+// An amount in thousandths, g[what][field]; "-" for none (a limit the group leaves unset is null).
+std::string Milli(const Json& g, const char* what, const char* field) {
+  if (!g.is_object() || !g.contains(what) || !g[what].is_object()) return "-";
+  const Json v = g[what].value(field, Json());
   return v.is_number_integer() ? FormatMilli(v.get<int64_t>()) : std::string("-");
 }
 
@@ -303,14 +305,9 @@ void ListGroups(const ClientOptions& co, const Args&, int* exit_code) {
     std::vector<std::vector<std::string>> rows = {
         {"GROUP", "GPU USED", "RESERVED", "LIMIT", "CPU USED", "CPU LIMIT"}};
     for (const auto& g : j["groups"]) {
-      const Json none = Json::object();
-      const Json& use = g.contains("usage") ? g["usage"] : none;
-      const Json& res = g.contains("reservation") ? g["reservation"] : none;
-      const Json& lim = g.contains("limit") ? g["limit"] : none;
-      rows.push_back({g.value("name", ""), Milli(use.value("gpu_milli", Json())),
-                      Milli(res.value("gpu_milli", Json())), Milli(lim.value("gpu_milli", Json())),
-                      Milli(use.value("cpu_milli", Json())),
-                      Milli(lim.value("cpu_milli", Json()))});
+      rows.push_back({g.value("name", ""), Milli(g, "usage", "gpu_milli"),
+                      Milli(g, "reservation", "gpu_milli"), Milli(g, "limit", "gpu_milli"),
+                      Milli(g, "usage", "cpu_milli"), Milli(g, "limit", "cpu_milli")});
     }
     PrintTable(rows);
   });

@@ -1,5 +1,6 @@
 // `tessera`: the command-line entry point.
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -78,6 +79,11 @@ int main(int argc, char** argv) {
     if (SayUnknownFlag(app)) return tessera::cli::kExitBadInput;
     app.exit(e);  // prints the message and usage hint
     return tessera::cli::kExitBadInput;
+  } catch (const nlohmann::json::exception& e) {
+    // An answer of a shape this client does not expect (a field null or missing): said, not an
+    // abort (rc 134, as `tessera groups` did on a limit left unset).
+    std::cerr << "tessera: unexpected answer from the server: " << e.what() << "\n";
+    return 1;
   }
   return ctx.exit_code;
 }

@@ -278,5 +278,21 @@ TEST_F(ServeClientTest, AFiveHundredFromTheOnlyServerIsNotRetried) {
   EXPECT_EQ(JobsStored(), 0);
 }
 
+// An answer of a shape the client does not expect is said, never an abort (rc 134).
+TEST(UnexpectedAnswerTest, IsSaidAndExitsOne) {
+  httplib::Server fake;
+  fake.Get("/v1/queues", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(R"({"queues": [{"name": "q", "priority": null}]})", "application/json");
+  });
+  const int port = fake.bind_to_any_port("127.0.0.1");
+  std::thread serving([&] { fake.listen_after_bind(); });
+  ProcessResult r = Tessera(
+      {"queues"}, {"TESSERA_URL=http://127.0.0.1:" + std::to_string(port), "TESSERA_TOKEN=x"});
+  fake.stop();
+  serving.join();
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("tessera: unexpected answer from the server: "));
+}
+
 }  // namespace
 }  // namespace tessera::testing

@@ -95,7 +95,7 @@ ClientReply HttpCall(const CallOptions& o, const std::string& method, const std:
   // deposed or fenced meanwhile, which may answer 500 or 503) goes on to the next server, the
   // same key with it; rounds are repeated, until retry_for_ms, only while some server was
   // unreachable or unavailable (503): a 500 from every server is an answer, not a failover.
-  bool idempotent = method == "GET";
+  bool idempotent = method == "GET" || o.repeatable;
   for (const auto& [k, v] : o.headers) idempotent = idempotent || k == "Idempotency-Key";
   std::vector<std::string> list = SplitUrls(o.urls);
   if (list.empty()) list.push_back(o.urls);

@@ -27,11 +27,15 @@ struct CallOptions {
   std::string token;   // bearer token; "" sends none
   net::ClientTls tls;  // for https:// URLs
   std::vector<std::pair<std::string, std::string>> headers;
-  // A request that reached a server is sent again only when it is safe to repeat: a GET, or one
-  // with an Idempotency-Key header. Then a server's failure (5xx: a standby, a deposed or fenced
-  // leader) sends it on to the next URL with the same headers, and it is retried, over every URL,
-  // until `retry_for_ms` passed while some server was unreachable or unavailable (503).
+  // A request that reached a server is sent again only when it is safe to repeat: a GET, one
+  // with an Idempotency-Key header, or one marked `repeatable`. Then a server's failure (5xx: a
+  // standby, a deposed or fenced leader) sends it on to the next URL with the same headers, and it
+  // is retried, over every URL, until `retry_for_ms` passed while some server was unreachable or
+  // unavailable (503).
   int retry_for_ms = 0;
+  // The request changes nothing more when repeated (a cancel: a second one finds the job
+  // cancelling or ended), so it may go to another server after it reached one.
+  bool repeatable = false;
 };
 
 // "http://a:8080, http://b:8080" -> each URL, trimmed.

@@ -250,7 +250,8 @@ void ShowJob(const ClientOptions& co, const Args& args, int* exit_code) {
 // processes are being stopped; "already ended (succeeded)"), or why not (on stderr). A job that
 // had already ended is no failure: it is not running, which is what was asked.
 void CancelJobs(const ClientOptions& co, const Args& args, int* exit_code) {
-  CallOptions call{co.url, co.token, co.tls, {}, 0};
+  // A cancel is safe to repeat: one that a deposed leader failed goes on to the next server.
+  CallOptions call{co.url, co.token, co.tls, {}, 30000, /*repeatable=*/true};
   Json all = Json::array();
   for (const std::string& id : args.ids) {
     ClientReply r = HttpCall(call, "POST", "/v1/jobs/" + id + "/cancel");

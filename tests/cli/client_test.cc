@@ -195,25 +195,24 @@ class ServeClientTest : public ServeFixture {
   // A fake leader deposed meanwhile: it hands a submission to the real server (it lands, as a
   // write the old leader made before it learnt it was fenced could), then answers `status` as
   // such a server does. It records each Idempotency-Key it was sent.
-  std::string StartDeposedLeader(int status, bool forward) {
+  std::string StartDeposedLeader(int status, bool forward, const std::string& path = "/v1/jobs") {
     fake_ = std::make_unique<httplib::Server>();
-    fake_->Post(
-        "/v1/jobs", [this, status, forward](const httplib::Request& req, httplib::Response& res) {
-          {
-            std::lock_guard<std::mutex> l(mu_);
-            keys_.push_back(req.get_header_value("Idempotency-Key"));
-          }
-          if (forward) {
-            httplib::Client real("127.0.0.1", port_);
-            httplib::Headers h = {{"Authorization", req.get_header_value("Authorization")},
-                                  {"Idempotency-Key", req.get_header_value("Idempotency-Key")}};
-            auto r = real.Post("/v1/jobs", h, req.body, "application/json");
-            landed_ = r && r->status / 100 == 2;
-          }
-          res.status = status;
-          res.set_content(Json{{"error", "store: fenced: another server leads (epoch 2)"}}.dump(),
-                          "application/json");
-        });
+    fake_->Post(path, [this, status, forward](const httplib::Request& req, httplib::Response& res) {
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        keys_.push_back(req.get_header_value("Idempotency-Key"));
+      }
+      if (forward) {
+        httplib::Client real("127.0.0.1", port_);
+        httplib::Headers h = {{"Authorization", req.get_header_value("Authorization")},
+                              {"Idempotency-Key", req.get_header_value("Idempotency-Key")}};
+        auto r = real.Post("/v1/jobs", h, req.body, "application/json");
+        landed_ = r && r->status / 100 == 2;
+      }
+      res.status = status;
+      res.set_content(Json{{"error", "store: fenced: another server leads (epoch 2)"}}.dump(),
+                      "application/json");
+    });
     const int port = fake_->bind_to_any_port("127.0.0.1");
     fake_thread_ = std::thread([this] { fake_->listen_after_bind(); });
     return "http://127.0.0.1:" + std::to_string(port);
@@ -264,6 +263,19 @@ TEST_F(ServeClientTest, ADeposedLeadersAnswerSendsTheSubmissionOnWithTheSameKey)
     keys_.clear();
     landed_ = false;
   }
+}
+
+// A cancel is safe to repeat: one that a deposed leader failed goes on to the next server.
+TEST_F(ServeClientTest, ACancelFailedByADeposedLeaderGoesOnToTheNextServer) {
+  ProcessResult submitted =
+      As("alice-token-1", real_, {"submit", "--queue", "training", "--", "true"});
+  ASSERT_EQ(submitted.exit_code, 0) << submitted.err;  // pending: no agent here
+  const std::string fake = StartDeposedLeader(500, /*forward=*/false, "/v1/jobs/j-1/cancel");
+  ProcessResult r = As("alice-token-1", fake + "," + real_, {"cancel", "j-1"});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.out, "j-1 cancelled\n");
+  EXPECT_EQ(Keys().size(), 1u);
+  EXPECT_EQ(State("j-1"), "cancelled");
 }
 
 // A 500 from every server is an answer, not a failover: said at once, not retried for 30 s.

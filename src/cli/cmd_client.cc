@@ -263,6 +263,7 @@ void CancelJobs(const ClientOptions& co, const Args& args, int* exit_code) {
       if (now.status != 200 || !j.is_object()) j = {{"id", id}};
       outcome = "already ended" + (j.contains("state") ? " (" + j.value("state", "") + ")" : "");
     } else if (r.status != 200 || !j.is_object()) {
+      if (r.status == 0) call.retry_for_ms = 0;  // waited once for the servers: not once per id
       std::cerr << "tessera cancel: " << EscapeForTerminal(id) << ": " << r.error
                 << (r.status ? " (HTTP " + std::to_string(r.status) + ")" : "") << "\n";
       *exit_code = r.status >= 400 && r.status < 500 ? kExitBadInput : 1;

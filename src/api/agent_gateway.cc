@@ -238,6 +238,7 @@ Result<Json> Engine::RegisterNode(const Identity& who, const Json& body) {
   if (old != nodes_.end() && old->second.lost) {
     b.Add(MakeEvent(who.name, "node.returned", n.name, "registered again after loss"), nullptr);
   }
+  n.running_reported = *running;
   nodes_[n.name] = n;
   cycle_wanted_ = true;
   // What the agent runs now is the truth: a job the control plane believed started there that
@@ -409,6 +410,9 @@ Result<std::pair<Json, int64_t>> Engine::HeartbeatQueued(const Identity& who, co
     return Holds(j) && j.backend.empty() &&
            std::find(nodes.begin(), nodes.end(), node) != nodes.end();
   };
+  n.running_reported.clear();
+  for (const auto& r : body.value("running", Json::array()))
+    n.running_reported.insert(r["job"].get<std::string>());
   Json ack = Json::array();
   for (const auto& f : body.value("finished", Json::array())) {
     const std::string id = f["job"].get<std::string>();
@@ -421,6 +425,8 @@ Result<std::pair<Json, int64_t>> Engine::HeartbeatQueued(const Identity& who, co
     auto it = jobs_.find(r["job"].get<std::string>());
     if (it == jobs_.end() || !on_node(it->second)) continue;
     Job& j = it->second;
+    // An earlier placement's process: not this one's start (OrdersLocked has it stopped first).
+    if (j.state == JobState::kPlaced && j.stale_on.count(node)) continue;
     j.pid = r.value("pid", int64_t{0});
     if ((j.state == JobState::kStarting || j.state == JobState::kPlaced) &&
         TransitionLocked(j, JobState::kRunning, JobCause::kRunning)) {
@@ -551,15 +557,30 @@ Json Engine::OrdersLocked(const NodeInfo& n, Batch& b, int64_t durable) {
     // A decision still on its way to the store is not acted on: its order goes out with a
     // later heartbeat, once it is durable (the job stays allowed to run meanwhile).
     const bool decided = j.last_seq <= durable;
+    if (j.state == JobState::kPlaced && j.stale_on.count(node)) {
+      // Requeued from here while its process ran, and placed here again: that process stops
+      // first (it is not in may_run), so that no two bindings of the job run at once.
+      if (n.running_reported.count(id)) continue;
+      j.stale_on.erase(node);
+    }
     if (j.state == JobState::kPlaced || GangPartUnsent(j, node)) {
       if (!decided) continue;
       const bool starts = j.state == JobState::kPlaced;  // else: a gang's next part
       if (starts && !TransitionLocked(j, JobState::kStarting, JobCause::kStarted)) continue;
       start.push_back(StartOrderLocked(j, n));
+      j.start_sent_ms = j.starting_since_ms = clock_();
       if (gang) j.parts_done.insert("sent:" + node);
       if (starts) {
         b.Add(MakeEvent("engine", "job.starting", id, "", {{"node", node}}), &j);
       }
+      continue;
+    }
+    if (j.state == JobState::kStarting && !gang && decided && !n.running_reported.count(id) &&
+        clock_() - j.start_sent_ms >= 2 * config_.heartbeat_interval_ms) {
+      // Sent, and neither running nor finished on the agent's word since: the reply that carried
+      // the start was lost. Sent again (an agent ignores a start for a job it runs).
+      start.push_back(StartOrderLocked(j, n));
+      j.start_sent_ms = clock_();
       continue;
     }
     may_run.push_back(id);
@@ -573,10 +594,34 @@ Json Engine::OrdersLocked(const NodeInfo& n, Batch& b, int64_t durable) {
   return Json{{"start", start}, {"cancel", cancel}, {"may_run", may_run}};
 }
 
+void Engine::SetMonotonicClockForTest(Clock monotonic) {
+  std::lock_guard<std::mutex> lock(mu_);
+  monotonic_ = std::move(monotonic);
+  last_watch_mono_ms_ = -1;
+}
+
 Status Engine::MarkLostLocked(Batch& b) {
   const int64_t now = clock_();
+  const int64_t mono = monotonic_ ? monotonic_()
+                                  : std::chrono::duration_cast<std::chrono::milliseconds>(
+                                        std::chrono::steady_clock::now().time_since_epoch())
+                                        .count();
+  const int64_t gap = last_watch_mono_ms_ < 0 ? 0 : mono - last_watch_mono_ms_;
+  last_watch_mono_ms_ = mono;
+  if (gap > config_.heartbeat_timeout_ms / 2) {
+    // The leader was not watching (stopped, starved of CPU, or waiting on its store): the nodes'
+    // silence meanwhile may be its own deafness. Each gets a whole window from now.
+    window_from_ms_ = now;
+    b.Add(MakeEvent("engine", "leader.stalled", "cluster",
+                    "no pass for " + std::to_string(gap) +
+                        " ms: every node gets a fresh heartbeat window",
+                    {{"gap_ms", gap}}),
+          nullptr);
+    return Status::Ok();
+  }
   for (auto& [name, n] : nodes_) {
-    if (n.lost || now - n.last_heartbeat_ms < config_.heartbeat_timeout_ms) continue;
+    const int64_t heard = std::max(n.last_heartbeat_ms, window_from_ms_);
+    if (n.lost || now - heard < config_.heartbeat_timeout_ms) continue;
     n.lost = true;
     qe_->SetNodeDown(name, true);
     b.Add(MakeEvent("engine", "node.lost", name,
@@ -590,8 +635,38 @@ Status Engine::MarkLostLocked(Batch& b) {
   return Status::Ok();
 }
 
+void Engine::ExpireStartsLocked(Batch& b) {
+  const int64_t now = clock_();
+  const int64_t bound = kStartTimeouts * config_.heartbeat_timeout_ms;
+  std::vector<Job*> expired;
+  for (const std::string& id : LiveIdsLocked()) {
+    Job& j = jobs_[id];
+    if (j.state != JobState::kStarting || j.starting_since_ms == 0 ||
+        now - j.starting_since_ms < bound)
+      continue;
+    if (NodesOf(j).size() != 1 || !j.backend.empty()) continue;
+    auto n = nodes_.find(j.node);
+    // A silent node is judged by its heartbeats (MarkLostLocked), not here.
+    if (n == nodes_.end() || n->second.lost || n->second.last_heartbeat_ms <= j.starting_since_ms)
+      continue;
+    expired.push_back(&j);
+  }
+  for (Job* jp : expired) {
+    Job& j = *jp;
+    LoseJobLocked(j, j.node,
+                  "its start on node '" + j.node + "' was not confirmed within " +
+                      std::to_string(bound / 1000) + "s",
+                  b);
+    cycle_wanted_ = true;
+  }
+}
+
 void Engine::LoseJobLocked(Job& j, const std::string& node, const std::string& why, Batch& b) {
   const QueueRoute* route = config_.FindRoute(j.rec.queue);
+  if (j.state == JobState::kStarting || j.state == JobState::kRunning ||
+      j.state == JobState::kPreempting) {
+    j.stale_on.insert(node);  // its process there may outlive this decision
+  }
   const size_t mark = qe_->events().size();
   b.Touch({node});
   if (j.state == JobState::kPreempting && !j.cancel_requested) {

@@ -328,6 +328,7 @@ Status Engine::Tick() {
     }
     failed_on_load_.clear();
     Status st = MarkLostLocked(b);
+    ExpireStartsLocked(b);
     if (st.ok() && (cycle_wanted_ || clock_() - last_cycle_ms_ >= config_.cycle_ms)) {
       CycleLocked(b);
     }

@@ -158,6 +158,9 @@ class Engine {
   Result<Json> Groups(const Identity& who);
   Result<Json> Nodes(const Identity& who);
   Result<Json> Summary(const Identity& who);
+  // For tests: the monotonic clock (milliseconds) the engine watches its own stalls with
+  // (default: std::chrono::steady_clock).
+  void SetMonotonicClockForTest(Clock monotonic);
   // For tests: holds the engine's lock (as a long cycle does) until the lock is let go.
   std::unique_lock<std::mutex> HoldForTest() { return std::unique_lock<std::mutex>(mu_); }
   // For GET /v1/health (no token): the role ("leader": a standby answers health itself, see
@@ -272,6 +275,7 @@ class Engine {
     std::vector<DeviceInfo> devices;
     int64_t last_heartbeat_ms = 0;
     bool lost = false;
+    std::set<std::string> running_reported;  // the jobs its agent last said it runs
   };
   struct Job {
     // Its record as stored, but for its state: rec.state is empty in memory (RecordOf writes
@@ -289,6 +293,12 @@ class Engine {
     bool borrowed = false;
     std::string node;  // the first grant's node, or "backend:partition"
     int preemptions = 0;
+    // Nodes where a process of an earlier placement may still run (the job was requeued from
+    // there while starting, running or preempting): placed there again, its start waits until
+    // the agent no longer reports it, and a report of it running is not this placement's.
+    std::set<std::string> stale_on;
+    int64_t start_sent_ms = 0;      // when its start order last went out (single-node jobs)
+    int64_t starting_since_ms = 0;  // when it first went out for this placement
     // Per node of the job: "NODE" once its processes there ended, "sent:NODE" once a gang part
     // was ordered to start there.
     std::set<std::string> parts_done;
@@ -451,7 +461,16 @@ class Engine {
   PerSecondLimit audit_limit_{kAuditPerSecond};
   // Heartbeat's work under mu_: its reply, and the last batch the reply rests on (0: none).
   Result<std::pair<Json, int64_t>> HeartbeatQueued(const Identity& who, const Json& body);
+  // Marks nodes silent for heartbeat_timeout lost, unless the leader itself stalled (no pass for
+  // half that time by the monotonic clock): then every node gets a fresh window from now.
   Status MarkLostLocked(Batch& b);
+  // A job whose start its agent has not confirmed (running or finished) within kStartTimeouts
+  // heartbeat timeouts, although the agent heartbeats, is requeued (or lost) like a lost node's.
+  void ExpireStartsLocked(Batch& b);
+  static constexpr int64_t kStartTimeouts = 3;
+  Clock monotonic_;
+  int64_t last_watch_mono_ms_ = -1;  // the monotonic time of the last MarkLostLocked
+  int64_t window_from_ms_ = 0;       // no node is judged by silence before this (a stall's end)
   // A job held on `node` that no longer runs there: stopped if it was being preempted, else
   // requeued (if its queue says so) or ended as lost, for `why`.
   void LoseJobLocked(Job& j, const std::string& node, const std::string& why, Batch& b);

@@ -172,6 +172,119 @@ TEST_F(EngineTest, NodeLossRequeuesOrLosesAndReturnAllocatesNothingTwice) {
   EXPECT_TRUE(lost && returned);
 }
 
+// Issue 33: a leader that stalled for 15 s (stopped, starved, or waiting on its store) declared
+// live nodes lost on resuming ("no heartbeat for 15s": its own stall) and killed and restarted
+// their jobs. A stall the leader sees in its own monotonic clock grants every node a fresh window.
+TEST_F(EngineTest, ALeaderStallGivesEveryNodeAFreshHeartbeatWindowBeforeJudgingIt) {
+  tessera::testing::FakeClock mono{0};
+  engine_->SetMonotonicClockForTest(mono.AsClock());
+  Register("n1", 1);
+  std::string a = Submit("alice", {{"queue", "training"}, {"command", {"sleep", "100"}}})["id"];
+  Heartbeat("n1");
+  Heartbeat("n1", {{"running", {{{"job", a}, {"pid", 7}}}}});
+  ASSERT_TRUE(engine_->Tick().ok());
+  ASSERT_EQ(State(a), "running");
+  now_ += 15'000;  // the stall: both clocks move, no heartbeat is heard
+  mono += 15'000;
+  ASSERT_TRUE(engine_->Tick().ok());
+  EXPECT_EQ(State(a), "running") << "a live node was declared lost for the leader's own stall";
+  auto events = (*engine_->Events(Who("admin"), 0, 1000, store::EventFilter{"", "", ""}))["events"];
+  bool stalled = false, lost = false;
+  for (const auto& e : events) {
+    stalled = stalled || e["kind"] == "leader.stalled";
+    lost = lost || e["kind"] == "node.lost";
+  }
+  EXPECT_TRUE(stalled) << events.dump();
+  EXPECT_FALSE(lost);
+  // The window is fresh, not endless: silent for the timeout after the stall (the leader passing
+  // every second again), the node is lost.
+  for (int s = 1; s <= 9; ++s) {
+    now_ += 1'000;
+    mono += 1'000;
+    ASSERT_TRUE(engine_->Tick().ok());
+  }
+  EXPECT_EQ(State(a), "running");
+  now_ += 1'000;
+  mono += 1'000;
+  ASSERT_TRUE(engine_->Tick().ok());
+  EXPECT_EQ(State(a), "pending");  // requeued: n1 is lost now
+  ASSERT_TRUE(engine_->CheckInvariants().ok());
+}
+
+// Issue 33: a running job requeued (its node taken for lost) and placed again on another device
+// of the same node while its old process still ran there: the agent ignored the new start (the
+// job id runs) and the old process kept the old device, which the leader gave to another job.
+TEST_F(EngineTest, AJobPlacedAgainWhereItsOldProcessRunsStartsOnlyOnceThatStopped) {
+  Register("n1", 2);
+  std::string a = Submit("alice", {{"queue", "training"}, {"command", {"sleep", "100"}}})["id"];
+  Heartbeat("n1");
+  Heartbeat("n1", {{"running", {{{"job", a}, {"pid", 7}}}}});
+  ASSERT_EQ(State(a), "running");
+  now_ += 11'000;  // past the heartbeat timeout: n1 is lost and a requeued
+  ASSERT_TRUE(engine_->Tick().ok());
+  ASSERT_EQ(State(a), "pending");
+  // n1 returns; its agent still runs a's old process. a is placed on n1 again.
+  Heartbeat("n1", {{"running", {{{"job", a}, {"pid", 7}}}}});
+  ASSERT_TRUE(engine_->Tick().ok());
+  ASSERT_EQ(State(a), "placed");
+  Json hb = Heartbeat("n1", {{"running", {{{"job", a}, {"pid", 7}}}}});
+  EXPECT_TRUE(hb["start"].empty()) << "a start the agent would ignore: " << hb.dump();
+  for (const auto& id : hb["may_run"]) EXPECT_NE(id, a) << "the old process must stop";
+  EXPECT_EQ(State(a), "placed") << "the old process's report taken for the new placement's";
+  // Once the agent no longer runs it, the new placement starts.
+  hb = Heartbeat("n1");
+  ASSERT_EQ(hb["start"].size(), 1u) << hb.dump();
+  EXPECT_EQ(hb["start"][0]["job"], a);
+  EXPECT_EQ(State(a), "starting");
+  Heartbeat("n1", {{"running", {{{"job", a}, {"pid", 8}}}}});
+  EXPECT_EQ(State(a), "running");
+  ASSERT_TRUE(engine_->CheckInvariants().ok());
+}
+
+// Issue 33: a start order went out once, in one heartbeat reply; a lost reply left the job in
+// "starting" for good, holding its device.
+TEST_F(EngineTest, AStartWhoseReplyWasLostIsSentAgainAndOneNeverConfirmedIsRequeued) {
+  Register("n1", 1);
+  std::string a = Submit("alice", {{"queue", "training"}, {"command", {"sleep", "100"}}})["id"];
+  Json hb = Heartbeat("n1");
+  ASSERT_EQ(hb["start"].size(), 1u);  // this reply is lost: the agent never sees it
+  ASSERT_EQ(State(a), "starting");
+  now_ += 1'000;
+  hb = Heartbeat("n1");  // the agent's next heartbeat, running nothing
+  EXPECT_TRUE(hb["start"].empty()) << "too soon to tell a lost reply from a slow start";
+  now_ += 1'000;
+  hb = Heartbeat("n1");
+  ASSERT_EQ(hb["start"].size(), 1u) << "the start was not sent again: " << hb.dump();
+  EXPECT_EQ(hb["start"][0]["job"], a);
+  Heartbeat("n1", {{"running", {{{"job", a}, {"pid", 9}}}}});
+  EXPECT_EQ(State(a), "running");
+  ASSERT_TRUE(engine_->Cancel(Who("alice"), a).ok());
+  Heartbeat("n1", {{"finished", {{{"job", a}, {"exit_code", 143}}}}});
+  // An agent that heartbeats but never confirms a start: after three heartbeat timeouts the job
+  // is requeued (training requeues) rather than holding its card for good.
+  std::string b = Submit("alice", {{"queue", "training"}, {"command", {"sleep", "100"}}})["id"];
+  ASSERT_TRUE(engine_->Tick().ok());
+  Heartbeat("n1");
+  ASSERT_EQ(State(b), "starting");
+  for (int s = 0; s < 29; ++s) {
+    now_ += 1'000;
+    Heartbeat("n1");
+    ASSERT_TRUE(engine_->Tick().ok());
+  }
+  EXPECT_EQ(State(b), "starting");
+  now_ += 1'000;
+  Heartbeat("n1");
+  ASSERT_TRUE(engine_->Tick().ok());
+  EXPECT_NE(State(b), "starting");
+  auto events = (*engine_->Events(Who("admin"), 0, 1000,
+                                  store::EventFilter{"job.requeued", b, ""}))["events"];
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_NE(events[0]["reason"].get<std::string>().find("was not confirmed within 30s"),
+            std::string::npos)
+      << events[0];
+  ASSERT_TRUE(engine_->CheckInvariants().ok());
+}
+
 TEST_F(EngineTest, RestartRebuildsStateWithoutDoubleAllocation) {
   Register("n1", 2);
   std::vector<std::string> ids;

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -17,6 +18,7 @@
 #include "model/duration.h"
 #include "model/job_state.h"
 #include "model/quantity.h"
+#include "sched/quota/policy_model.h"
 
 namespace tessera::cli {
 namespace {
@@ -24,6 +26,30 @@ namespace {
 using Json = nlohmann::json;
 
 // ---- user commands ----
+
+// A check (CLI11's) that a flag's value is one of `names` as `parse` reads it; else what is wrong,
+// with "did you mean" and the valid names (cli/table.h's UnknownChoice).
+template <typename Parse>
+std::function<std::string(const std::string&)> OneOf(std::string what,
+                                                     std::vector<std::string> names, Parse parse) {
+  return [=](const std::string& v) {
+    return parse(v).ok() ? std::string() : UnknownChoice(what, v, names);
+  };
+}
+
+std::vector<std::string> ClassNames() {
+  std::vector<std::string> out;
+  for (int c = 0; c < quota::kClassCount; ++c)
+    out.push_back(quota::WorkloadClassName(static_cast<quota::WorkloadClass>(c)));
+  return out;
+}
+
+// The state names of model/job_state.h, the only ones a job has.
+std::vector<std::string> JobStateNames() {
+  std::vector<std::string> out;
+  for (JobState st : kJobStates) out.push_back(JobStateName(st));
+  return out;
+}
 
 std::string Age(int64_t since_ms) { return HumanDuration((NowMs() - since_ms) / 1000); }
 
@@ -178,9 +204,15 @@ void RegisterSubmitCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--gpu-memory", o->gpu_memory, "GPU memory, e.g. 8GiB (a share's cap)");
   cmd->add_option("--cpu", o->cpu, "CPU cores, e.g. 2 or 500m");
   cmd->add_option("--memory", o->memory, "host memory, e.g. 4GiB");
-  cmd->add_option("--class", o->job_class, "training, inference, interactive, ci, batch");
+  cmd->add_option("--class", o->job_class, "training, inference, interactive, ci, batch")
+      ->check(OneOf("class", ClassNames(), quota::ParseWorkloadClass));
   cmd->add_option("--gpu-fraction", o->gpu_fraction, "compute share of one GPU, e.g. 0.25");
-  cmd->add_option("--form", o->form, "whole, partition or share (if the queue's policy allows it)");
+  cmd->add_option("--form", o->form, "whole, partition or share (if the queue's policy allows it)")
+      ->check(OneOf("form",
+                    {AllocationFormName(AllocationForm::kWhole),
+                     AllocationFormName(AllocationForm::kPartition),
+                     AllocationFormName(AllocationForm::kShare)},
+                    quota::ParseAllocationForm));
   cmd->add_option("--walltime", o->walltime, "declared run time, e.g. 2h (lets it backfill)");
   cmd->add_option("--name", o->name, "a name for people");
   cmd->add_option("--env", o->env, "NAME=VALUE for the job's environment (repeatable)");
@@ -209,13 +241,6 @@ void CallAndPrint(const ClientOptions& co, const std::string& method, const std:
 // The strings of a JSON array, joined by commas.
 std::string JoinedStrings(const Json& list) {
   return Join(list.get<std::vector<std::string>>(), ",");
-}
-
-// The state names of model/job_state.h, the only ones a job has.
-std::vector<std::string> JobStateNames() {
-  std::vector<std::string> out;
-  for (JobState st : kJobStates) out.push_back(JobStateName(st));
-  return out;
 }
 
 void ListJobs(const ClientOptions& co, const Args& args, int* exit_code) {
@@ -395,10 +420,7 @@ void RegisterClientCommands(CLI::App& app, CommandContext& ctx) {
       app, ctx, "jobs", "List jobs (of your groups)",
       [](CLI::App* c, Args* a) {
         c->add_option("--state", a->text, "only jobs in this state (pending, running, ...)")
-            ->check([](const std::string& v) {
-              return ParseJobState(v).ok() ? std::string()
-                                           : UnknownChoice("state", v, JobStateNames());
-            });
+            ->check(OneOf("state", JobStateNames(), ParseJobState));
       },
       ListJobs);
   RegisterClientCommand(

@@ -39,7 +39,7 @@ bool SayUnknownFlag(const CLI::App& app) {
                 << " --help lists them)\n";
       return true;
     }
-    if (arg.size() < 2 || IsNumber(arg)) continue;
+    if (arg.size() < 2 || arg == "--" || IsNumber(arg)) continue;
     const std::string flag = arg.substr(0, arg.find('='));
     std::vector<std::string> names;
     for (const CLI::Option* opt : cmd->get_options()) {
@@ -76,7 +76,10 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    if (SayUnknownFlag(app)) return tessera::cli::kExitBadInput;
+    // What is missing or left over may be an unknown flag's doing; any other error is its own.
+    const bool leftover = dynamic_cast<const CLI::RequiredError*>(&e) != nullptr ||
+                          dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr;
+    if (leftover && SayUnknownFlag(app)) return tessera::cli::kExitBadInput;
     app.exit(e);  // prints the message and usage hint
     return tessera::cli::kExitBadInput;
   } catch (const nlohmann::json::exception& e) {

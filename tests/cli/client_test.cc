@@ -74,6 +74,18 @@ TEST(UnknownFlagTest, IsRefusedByNameWithASuggestion) {
   EXPECT_THAT(after.err, Not(HasSubstr("unknown flag")));
 }
 
+// --class and --form are checked as they are parsed too, with "did you mean".
+TEST(SubmitFlagsTest, AnUnknownClassOrFormIsRefusedWithASuggestion) {
+  ProcessResult c = Tessera({"submit", "--queue", "q", "--class", "trainng", "--", "true"});
+  EXPECT_EQ(c.exit_code, 2);
+  EXPECT_THAT(c.err, HasSubstr("unknown class 'trainng'; did you mean training? (one of training, "
+                               "inference, interactive, ci, batch)"));
+  ProcessResult f = Tessera({"submit", "--queue", "q", "--form", "shares", "--", "true"});
+  EXPECT_EQ(f.exit_code, 2);
+  EXPECT_THAT(f.err, HasSubstr("unknown form 'shares'; did you mean share?"));
+  EXPECT_THAT(f.err, Not(HasSubstr("cannot reach")));
+}
+
 // `--state bogus` printed an empty table: refused as it is parsed (no server needed), with the
 // states a job has.
 TEST(JobsStateTest, AnUnknownStateIsRefusedListingTheValidOnes) {

@@ -1,0 +1,157 @@
+// `tessera up` as a person runs it (issue 33, issue 35): real processes, its own SQLite data
+// directory and simulated agent.
+// - Ctrl-C (SIGINT to its process group, as a terminal sends it) with a job running: the agent
+//   stops first and reports how the job ended before the server goes, so that after a restart the
+//   job is recorded as ended and never run again from scratch.
+// - A second `tessera up` on the same data directory says that another server holds it, naming
+//   it, and exits, rather than wait silently as a standby.
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "../support/wait.h"
+#include "proc.h"
+#include "serve_fixture.h"
+
+namespace tessera {
+namespace {
+
+using Json = nlohmann::json;
+using testing::kTessera;
+using testing::Proc;
+
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+std::string FirstLine(const std::string& path) {
+  std::string s = testing::ReadFile(path);
+  return s.substr(0, s.find('\n'));
+}
+
+class UpTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "/up_" + std::to_string(::getpid());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    port_ = FreePort();
+  }
+  void TearDown() override {
+    ups_.clear();
+    std::filesystem::remove_all(dir_);
+  }
+
+  // `tessera up` on dir_/data at `port`; ups_.back(). Waits until it listens.
+  Proc& Up(int port) {
+    ups_.push_back(std::make_unique<Proc>(
+        std::vector<std::string>{kTessera, "up", "--data", dir_ + "/data", "--listen",
+                                 "127.0.0.1:" + std::to_string(port), "--no-tls"},
+        dir_ + "/up-" + std::to_string(ups_.size()) + ".log"));
+    return *ups_.back();
+  }
+  Json Call(const std::string& method, const std::string& path, const std::string& token,
+            const Json& body = Json::object()) {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_connection_timeout(1);
+    c.set_read_timeout(5);
+    httplib::Headers h = {{"Authorization", "Bearer " + token}};
+    auto r = method == "POST" ? c.Post(path.c_str(), h, body.dump(), "application/json")
+                              : c.Get(path.c_str(), h);
+    if (!r) return Json();
+    Json j = Json::parse(r->body, nullptr, false);
+    return j.is_discarded() ? Json(r->body) : j;
+  }
+  std::string Admin() { return FirstLine(dir_ + "/data/admin.token"); }
+  std::string Alice() { return FirstLine(dir_ + "/data/alice.token"); }
+  std::string State(const std::string& id) {
+    Json j = Call("GET", "/v1/jobs/" + id, Alice());
+    return j.is_object() ? j.value("state", "") : "";
+  }
+  bool NodeReady() {
+    Json j = Call("GET", "/v1/nodes", Admin());
+    if (!j.is_object()) return false;
+    for (const auto& n : j["nodes"])
+      if (n["name"] == "local" && n["state"] == "ready") return true;
+    return false;
+  }
+  // How many times `id` went to running, by its events.
+  int Runs(const std::string& id) {
+    Json j = Call("GET", "/v1/events?limit=1000&kind=job.running&subject=" + id, Admin());
+    return j.is_object() ? static_cast<int>(j["events"].size()) : -1;
+  }
+  bool Wait(const std::function<bool()>& f, int ms) {
+    return testing::WaitFor(f, std::chrono::milliseconds(ms), std::chrono::milliseconds(50));
+  }
+
+  std::string dir_;
+  int port_ = 0;
+  std::vector<std::unique_ptr<Proc>> ups_;
+};
+
+TEST_F(UpTest, CtrlCLetsTheAgentReportItsRunningJobSoItIsNeverRunAgain) {
+  Proc& up = Up(port_);
+  ASSERT_GT(up.WaitForPort(30000), 0) << up.Log();
+  ASSERT_TRUE(Wait([&] { return NodeReady(); }, 30000)) << up.Log();
+  Json job =
+      Call("POST", "/v1/jobs", Alice(), Json{{"queue", "training"}, {"command", {"sleep", "300"}}});
+  ASSERT_TRUE(job.is_object() && job.contains("id")) << job.dump();
+  const std::string id = job["id"];
+  ASSERT_TRUE(Wait([&] { return State(id) == "running"; }, 30000)) << State(id) << "\n" << up.Log();
+
+  // Ctrl-C: the terminal sends SIGINT to the whole foreground process group.
+  ::kill(-up.pid(), SIGINT);
+  const auto interrupted = std::chrono::steady_clock::now();
+  ASSERT_TRUE(up.WaitExited(std::chrono::seconds(60))) << up.Log();
+  const double stopped_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - interrupted).count();
+  const std::string first_log = up.Log();
+
+  Proc& again = Up(port_);
+  ASSERT_GT(again.WaitForPort(30000), 0) << again.Log();
+  // The job's end was recorded before the server went: it is over, and ran once.
+  std::string state;
+  EXPECT_TRUE(Wait(
+      [&] {
+        state = State(id);
+        return state == "failed" || state == "cancelled" || state == "succeeded";
+      },
+      20000))
+      << "job " << id << " is " << state << " after the restart\n--- first up:\n"
+      << first_log << "\n--- second up:\n"
+      << again.Log();
+  EXPECT_EQ(Runs(id), 1);
+  std::printf("[up] Ctrl-C: stopped in %.2f s; after the restart job %s is %s, ran %d time(s)\n",
+              stopped_s, id.c_str(), state.c_str(), Runs(id));
+}
+
+TEST_F(UpTest, ASecondUpOnTheSameDataSaysWhoHoldsItAndExits) {
+  Proc& first = Up(port_);
+  ASSERT_GT(first.WaitForPort(30000), 0) << first.Log();
+  Proc& second = Up(FreePort());
+  ASSERT_TRUE(second.WaitExited(std::chrono::seconds(30)))
+      << "the second `tessera up` is still running:\n"
+      << second.Log();
+  const std::string log = second.Log();
+  EXPECT_NE(log.find("holds the data directory"), std::string::npos) << log;
+  EXPECT_NE(log.find("127.0.0.1:" + std::to_string(port_)), std::string::npos) << log;
+  EXPECT_EQ(log.find("standby"), std::string::npos) << log;
+  // The first one still serves.
+  EXPECT_TRUE(Call("GET", "/v1/health", Admin()).is_object());
+}
+
+}  // namespace
+}  // namespace tessera

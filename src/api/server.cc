@@ -1,9 +1,16 @@
 #include "api/server.h"
 
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstring>
 #include <memory>
+#include <optional>
 
 #include "api/request_slots.h"
 #include "api/routes.h"
@@ -19,7 +26,55 @@ const log::Logger& ServeLog() {
   return logger;
 }
 
+// How long a deposed server answers 503 before it stops serving.
+constexpr int kDeposedLingerMs = 1000;
+
 }  // namespace
+
+// Whether this server may still answer as the leader: not once its lease check failed (deposed),
+// and not while its lease is not known to be fresh. Shared by the routes' wrappers.
+struct LeaderGate {
+  std::function<bool()> fresh;  // empty: always
+  std::atomic<bool> deposed{false};
+  std::mutex mu;
+  std::string why;  // guarded by mu: the lease check's message
+
+  static void Unavailable(HttpResponse& res, const std::string& error, const std::string& role) {
+    Reply(res, 503, Json{{"error", error}, {"role", role}});
+    res.headers.emplace_back("Retry-After", "1");
+  }
+  // Answers 503 and says true when the request must not reach its handler.
+  bool Refuse(HttpResponse& res) {
+    if (deposed.load()) {
+      std::lock_guard<std::mutex> l(mu);
+      Unavailable(res, "this server no longer leads (" + why + "); ask another server", "deposed");
+      return true;
+    }
+    if (fresh && !fresh()) {
+      Unavailable(res,
+                  "this server no longer leads for sure: its store lease was not renewed in time "
+                  "(it stalled, or lost the store); ask another server",
+                  "unsure");
+      return true;
+    }
+    return false;
+  }
+  // A handler's answer made by a write the store refused because another server leads (the
+  // store's "deposed", or a lost lease, in the message): 503, so that the client moves on.
+  static void Fix(HttpResponse& res) {
+    if (res.status < 409 || res.status == 429 || res.status == 503) return;
+    if (res.body.find("deposed") == std::string::npos &&
+        res.body.find("leader lease was lost") == std::string::npos) {
+      return;
+    }
+    Json body = Json::parse(res.body, nullptr, false);
+    const std::string was = body.is_object() && body.contains("error") && body["error"].is_string()
+                                ? body["error"].get<std::string>()
+                                : res.body;
+    res.headers.clear();
+    Unavailable(res, "this server no longer leads (" + was + "); ask another server", "deposed");
+  }
+};
 
 const std::vector<RouteInfo>& ApiServer::Routes() {
   static const std::vector<RouteInfo> kRoutes = [] {
@@ -78,12 +133,14 @@ ApiServerOptions WithSlots(ApiServerOptions o, Engine* e, RequestSlots* slots) {
 // 400) and its caller admitted by the route's access (Admit: 401, 403) before the handler runs,
 // on a worker or (async) on the event loop; a timed route's handling time recorded for
 // tessera_http_request_duration_seconds by its pattern (bounded labels), not its path.
-void Register(net::HttpServer& http, Engine* e, Route route) {
+void Register(net::HttpServer& http, Engine* e, Route route,
+              const std::shared_ptr<LeaderGate>& gate) {
   auto r = std::make_shared<const Route>(std::move(route));
   if (r->handler) {
     http.Route(
         r->method, r->pattern,
-        [e, r](const HttpRequest& req, HttpResponse& res) {
+        [e, r, gate](const HttpRequest& req, HttpResponse& res) {
+          if (gate->Refuse(res)) return;
           const auto start = std::chrono::steady_clock::now();
           auto observe = [&](int status) {
             if (!r->timed) return;
@@ -104,6 +161,7 @@ void Register(net::HttpServer& http, Engine* e, Route route) {
             observe(500);  // the server answers 500
             throw;
           }
+          LeaderGate::Fix(res);
           observe(res.status);
         },
         r->request_log);
@@ -111,7 +169,16 @@ void Register(net::HttpServer& http, Engine* e, Route route) {
   }
   http.RouteAsync(
       r->method, r->pattern,
-      [e, r](const HttpRequest& req, net::HttpReply reply) {
+      [e, r, gate](const HttpRequest& req, net::HttpReply reply) {
+        {
+          HttpResponse refused;
+          if (gate->Refuse(refused)) return reply(std::move(refused));
+        }
+        // A refused write's answer becomes a 503 (LeaderGate::Fix).
+        reply = [inner = std::move(reply)](HttpResponse res) {
+          LeaderGate::Fix(res);
+          inner(std::move(res));
+        };
         if (r->timed) {
           // Timed until its answer.
           reply = [e, r, start = std::chrono::steady_clock::now(),
@@ -137,9 +204,12 @@ ApiServer::ApiServer(Engine* engine, ApiServerOptions options)
     : engine_(engine),
       slots_(std::make_unique<RequestSlots>(engine->config().max_requests_per_identity)),
       lease_check_(options.lease_check),
+      lease_fresh_(options.lease_fresh),
+      gate_(std::make_shared<LeaderGate>()),
       http_(std::make_unique<net::HttpServer>(HttpOptions(WithSlots(options, engine, slots_.get()),
                                                           options.io_threads, options.workers))) {
-  for (Route& r : RouteTable(engine_, http_.get())) Register(*http_, engine_, std::move(r));
+  gate_->fresh = lease_fresh_;
+  for (Route& r : RouteTable(engine_, http_.get())) Register(*http_, engine_, std::move(r), gate_);
 }
 
 ApiServer::~ApiServer() {
@@ -177,9 +247,23 @@ void ApiServer::Run(int tick_ms) {
             std::lock_guard<std::mutex> l(deposed_mu_);
             deposed_ = lease;
           }
+          {
+            std::lock_guard<std::mutex> l(gate_->mu);
+            gate_->why = lease.message();
+          }
+          gate_->deposed.store(true);
+          // Requests already sent (queued while the server stalled, say) are answered 503 for a
+          // moment, rather than cut off without an answer.
+          std::this_thread::sleep_for(std::chrono::milliseconds(kDeposedLingerMs));
           http_->Stop();
           break;
         }
+      }
+      // Not sure it still leads (just after a stall): decide nothing until the lease check
+      // above has found out.
+      if (lease_fresh_ && !lease_fresh_()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(tick_ms));
+        continue;
       }
       Status st = engine_->Tick();
       // Say once what went wrong (and once that it stopped), not every tick.
@@ -206,10 +290,69 @@ Status ApiServer::deposed() const {
   return deposed_;
 }
 
+namespace {
+// The write end of the live SignalWatch's pipe (-1: none), for its handler.
+std::atomic<int> g_signal_pipe{-1};
+struct sigaction g_previous_int, g_previous_term;
+
+extern "C" void OnWatchedSignal(int sig) {
+  const int fd = g_signal_pipe.load();
+  if (fd < 0) return;
+  const int saved = errno;
+  const auto b = static_cast<unsigned char>(sig);
+  (void)!write(fd, &b, 1);
+  errno = saved;
+}
+
+// `o` without the HTTP server's own signal handling: the standby catches them itself.
+ApiServerOptions WithoutSignals(ApiServerOptions o) {
+  o.stop_on_signals = false;
+  return o;
+}
+}  // namespace
+
+SignalWatch::SignalWatch(std::function<void(int)> on_signal) {
+  if (pipe2(pipe_, O_CLOEXEC) != 0) {
+    pipe_[0] = pipe_[1] = -1;
+    ServeLog().Error(std::string("cannot watch for SIGINT and SIGTERM: ") + std::strerror(errno));
+    return;
+  }
+  g_signal_pipe.store(pipe_[1]);
+  struct sigaction sa {};
+  sa.sa_handler = OnWatchedSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &sa, &g_previous_int);
+  sigaction(SIGTERM, &sa, &g_previous_term);
+  thread_ = std::thread([fd = pipe_[0], f = std::move(on_signal)] {
+    unsigned char b = 0;
+    while (true) {
+      const ssize_t n = read(fd, &b, 1);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0 || b == 0) return;  // 0: the watch goes
+      f(b);
+    }
+  });
+}
+
+SignalWatch::~SignalWatch() {
+  if (pipe_[1] < 0) return;
+  sigaction(SIGINT, &g_previous_int, nullptr);
+  sigaction(SIGTERM, &g_previous_term, nullptr);
+  // After any signal byte written before the handlers went: those are handled first.
+  const unsigned char quit = 0;
+  (void)!write(pipe_[1], &quit, 1);
+  thread_.join();
+  g_signal_pipe.store(-1);
+  close(pipe_[0]);
+  close(pipe_[1]);
+}
+
 StandbyServer::StandbyServer(store::Store* store, ApiServerOptions options)
     : store_(store),
+      catch_signals_(options.stop_on_signals),
       http_(std::make_unique<net::HttpServer>(
-          HttpOptions(options, options.io_threads, options.workers))) {
+          HttpOptions(WithoutSignals(options), options.io_threads, options.workers))) {
   store::Store* st = store_;
   auto leader = [st]() -> std::string {
     auto l = st->Leader();
@@ -246,7 +389,18 @@ Result<int> StandbyServer::Bind(const std::string& host, int port) {
   return http_->Bind(host, port);
 }
 
-void StandbyServer::Run() { http_->Run(); }
+void StandbyServer::Run() {
+  std::optional<SignalWatch> watch;
+  if (catch_signals_) {
+    watch.emplace([this](int sig) {
+      ServeLog().Info(std::string("standby: ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") +
+                      "; stopping without leading");
+      signalled_.store(true);
+      http_->Stop();
+    });
+  }
+  http_->Run();
+}
 
 void StandbyServer::Stop() { http_->Stop(); }
 

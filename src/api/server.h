@@ -33,6 +33,8 @@ namespace tessera::api {
 // The dashboard page served at `/` (src/api/dashboard/web, embedded at build: dashboard/README.md).
 const char* DashboardHtml();
 
+struct LeaderGate;  // server.cc
+
 struct RouteInfo {
   std::string method;                 // GET, POST, PUT
   std::string openapi_path;           // "/v1/jobs/{id}"
@@ -63,12 +65,21 @@ struct ApiServerOptions {
   int64_t max_connections = 0;
   int64_t max_connections_per_peer = 512;
   bool limit_loopback_peers = false;
-  bool stop_on_signals = false;  // SIGINT and SIGTERM stop Run() (tessera serve)
+  // SIGINT and SIGTERM stop Run() (tessera serve). A StandbyServer catches them itself
+  // (signalled() says whether one came).
+  bool stop_on_signals = false;
   // Set by ApiServer itself (requests in progress per identity, max_requests_per_identity).
   net::HttpAdmission admission;
-  // Checked every tick when set (the store's leader lease): once it fails, Run() stops serving
-  // and deposed() says why. A deposed leader must not answer as one.
+  // Checked every tick when set (the store's leader lease): once it fails, every request is
+  // answered 503 (saying this server no longer leads, so that clients move on to another
+  // server), for a moment, and then Run() stops serving; deposed() says why. A deposed leader
+  // must not answer as one.
   std::function<Status()> lease_check;
+  // Checked before each request, and before each tick, when set (the store's LeaseFresh): while
+  // false (this server cannot be sure it still leads, e.g. just after a stall) requests are
+  // answered 503 and the engine does not tick. A handler's answer that a store write was refused
+  // because another server leads becomes a 503 too.
+  std::function<bool()> lease_fresh;
   // HTTPS: PEM certificate chain and key; with a client CA, mutual TLS (net/http_server.h).
   std::string tls_cert_file;
   std::string tls_key_file;
@@ -96,6 +107,8 @@ class ApiServer {
   Engine* engine_;
   std::unique_ptr<RequestSlots> slots_;  // requests in progress per identity
   std::function<Status()> lease_check_;
+  std::function<bool()> lease_fresh_;
+  std::shared_ptr<LeaderGate> gate_;  // answers 503 once this server may no longer lead
   std::unique_ptr<net::HttpServer> http_;
   std::atomic<bool> stop_{false};
   std::thread ticker_;
@@ -112,12 +125,35 @@ class StandbyServer {
   StandbyServer(store::Store* store, ApiServerOptions options = {});
   ~StandbyServer();
   Result<int> Bind(const std::string& host, int port);
-  void Run();  // until Stop() (or SIGINT/SIGTERM with stop_on_signals)
+  // Until Stop() (or SIGINT/SIGTERM with stop_on_signals, caught from the start of Run() to its
+  // end: one that comes as Stop() is called still counts).
+  void Run();
   void Stop();
+  // Whether SIGINT or SIGTERM came during Run() (with stop_on_signals): the server must exit,
+  // and not lead even if it took the lease meanwhile.
+  bool signalled() const { return signalled_.load(); }
 
  private:
   store::Store* store_;
+  bool catch_signals_ = false;
+  std::atomic<bool> signalled_{false};
   std::unique_ptr<net::HttpServer> http_;
+};
+
+// While one is alive, SIGINT and SIGTERM are caught (sigaction: exec'd children get the default
+// back) and `on_signal(sig)` runs for each on a thread of the watch's own, never in the handler;
+// the previous handlers come back when it goes. At most one in a process at a time. For the
+// commands that must do something before they stop (`tessera up` stops its agent first).
+class SignalWatch {
+ public:
+  explicit SignalWatch(std::function<void(int)> on_signal);
+  ~SignalWatch();
+  SignalWatch(const SignalWatch&) = delete;
+  SignalWatch& operator=(const SignalWatch&) = delete;
+
+ private:
+  int pipe_[2] = {-1, -1};
+  std::thread thread_;
 };
 
 }  // namespace tessera::api

@@ -8,13 +8,16 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "agent/agent.h"
@@ -85,11 +88,16 @@ struct ServeFlags {
   int64_t max_connections = 0;
   int64_t max_connections_per_peer = 512;
   bool limit_loopback_peers = false;
+  // `tessera up`: the data directory is this server's alone; when another server holds it, say
+  // so and exit rather than wait as its standby.
+  bool sole = false;
+  // SIGINT/SIGTERM stop the server (false: the caller handles them, and stops it itself).
+  bool stop_on_signals = true;
 
   std::string Scheme() const { return tls_cert.empty() ? "http://" : "https://"; }
   api::ApiServerOptions ServerOptions() const {
     api::ApiServerOptions o;
-    o.stop_on_signals = true;  // SIGINT/SIGTERM end Run(), handled on the event loop
+    o.stop_on_signals = stop_on_signals;  // SIGINT/SIGTERM end Run()
     o.tls_cert_file = tls_cert;
     o.tls_key_file = tls_key;
     o.tls_client_ca_file = tls_client_ca;
@@ -101,33 +109,48 @@ struct ServeFlags {
   }
 };
 
+enum class Lead { kLeads, kStopped, kRefused };
+
 // Waits as a standby until this server holds the store's leader lease (answering health and
-// naming the leader meanwhile). False when stopped by a signal first.
-bool AwaitLead(store::Store& store, const std::string& advertise, const std::string& host, int port,
+// naming the leader meanwhile). kStopped when a signal (or an error) came first: the server
+// exits, and does not lead even if the lease came at the same moment. kRefused (flags.sole)
+// when another server holds the store: said, and nothing waited for.
+Lead AwaitLead(store::Store& store, const std::string& advertise, const std::string& host, int port,
                const ServeFlags& flags) {
   auto lead = store.TryLead(advertise);
   if (!lead.ok()) {
     ServeLog().Error(lead.status().message());
-    return false;
+    return Lead::kStopped;
   }
-  if (*lead) return true;
+  if (*lead) return Lead::kLeads;
+  auto now = store.Leader();
+  const std::string leader = now.ok() && !now->holder.empty() ? now->holder : "another server";
+  if (flags.sole) {
+    ServeLog().Error("another Tessera server (" + leader + ") holds the data directory " +
+                     flags.data + " (" + store.Describe() +
+                     "); stop it first, or give this one another --data and --listen");
+    return Lead::kRefused;
+  }
   api::StandbyServer standby(&store, flags.ServerOptions());
   auto bound = standby.Bind(host, port);
   if (!bound.ok()) {
     ServeLog().Error(bound.status().message());
-    return false;
+    return Lead::kStopped;
   }
-  auto now = store.Leader();
-  const std::string leader = now.ok() ? now->holder : "another server";
   ServeLog().Info("standby on " + flags.Scheme() + host + ":" + std::to_string(*bound) + ": " +
                       leader + " leads " + store.Describe() + "; waiting for the lease",
                   {{"port", *bound}, {"leader", leader}});
-  std::atomic<bool> done{false}, leading{false};
+  std::mutex mu;
+  std::condition_variable wake;
+  bool done = false;  // guarded by mu
+  std::atomic<bool> leading{false};
   std::thread poll([&] {
-    while (!done.load()) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(500));
-      auto l = store.TryLead(advertise);
-      if (l.ok() && *l) {
+    std::unique_lock<std::mutex> l(mu);
+    while (!wake.wait_for(l, std::chrono::milliseconds(500), [&] { return done; })) {
+      l.unlock();
+      auto took = store.TryLead(advertise);
+      l.lock();
+      if (took.ok() && *took) {
         leading.store(true);
         standby.Stop();
         return;
@@ -135,13 +158,26 @@ bool AwaitLead(store::Store& store, const std::string& advertise, const std::str
     }
   });
   standby.Run();
-  done.store(true);
+  {
+    std::lock_guard<std::mutex> l(mu);
+    done = true;
+  }
+  wake.notify_all();
   poll.join();
-  return leading.load();
+  if (standby.signalled()) return Lead::kStopped;  // even if the lease came meanwhile
+  return leading.load() ? Lead::kLeads : Lead::kStopped;
 }
 
+// What `tessera up` needs of Serve besides its flags.
+struct ServeHooks {
+  std::function<void(int)> on_ready;  // once it listens, with the port
+  // Given a function that stops the server once there is one (before it serves), and an empty
+  // one before it goes.
+  std::function<void(std::function<void()>)> on_stopper;
+};
+
 // Runs the control plane until SIGINT/SIGTERM. `on_ready(port)` runs once it listens.
-int Serve(const ServeFlags& flags, const std::function<void(int)>& on_ready) {
+int Serve(const ServeFlags& flags, const ServeHooks& hooks) {
   const std::string& data = flags.data;
   const std::string& listen = flags.listen;
   const std::string& store_url = flags.store;
@@ -183,7 +219,14 @@ int Serve(const ServeFlags& flags, const std::function<void(int)>& on_ready) {
   // Several servers may share one store: one leads, the others wait as standbys.
   const std::string advertise = flags.advertise.empty() ? flags.Scheme() + listen : flags.advertise;
   store::Store* lease = store->get();
-  if (!AwaitLead(*lease, advertise, host, port, flags)) return kExitOk;
+  switch (AwaitLead(*lease, advertise, host, port, flags)) {
+    case Lead::kLeads:
+      break;
+    case Lead::kStopped:
+      return kExitOk;
+    case Lead::kRefused:
+      return 1;
+  }
   config->whatif_replay = sim::WhatIfReport;  // GET /v1/whatif: the simulator replays
   auto engine = api::Engine::Open(std::move(*config), std::move(*store), data, NowMs);
   if (!engine.ok()) {
@@ -191,10 +234,17 @@ int Serve(const ServeFlags& flags, const std::function<void(int)>& on_ready) {
     return 1;
   }
   api::ApiServerOptions options = flags.ServerOptions();
-  options.lease_check = [lease] {
-    return lease->CheckLease();
-  };  // owned by the engine, which outlives the server
+  // The store is owned by the engine, which outlives the server.
+  options.lease_check = [lease] { return lease->CheckLease(); };
+  options.lease_fresh = [lease] { return lease->LeaseFresh(); };
   api::ApiServer server(engine->get(), options);
+  struct Stopper {
+    const ServeHooks& hooks;
+    ~Stopper() {
+      if (hooks.on_stopper) hooks.on_stopper(nullptr);
+    }
+  } stopper{hooks};
+  if (hooks.on_stopper) hooks.on_stopper([&server] { server.Stop(); });
   auto bound = server.Bind(host, port);
   if (!bound.ok()) {
     ServeLog().Error(bound.status().message());
@@ -205,7 +255,7 @@ int Serve(const ServeFlags& flags, const std::function<void(int)>& on_ready) {
   ServeLog().Info("listening on " + flags.Scheme() + host + ":" + std::to_string(*bound) +
                       " (store " + lease->Describe() + "), leading as " + advertise,
                   {{"port", *bound}, {"log_level", log::LevelName(log::CurrentLevel())}});
-  if (on_ready) on_ready(*bound);
+  if (hooks.on_ready) hooks.on_ready(*bound);
   server.Run();
   if (!server.deposed().ok()) return kExitDeposed;
   return kExitOk;
@@ -304,6 +354,8 @@ int Up(const std::string& data, const std::string& listen, const std::string& si
   ServeFlags flags;
   flags.data = data;
   flags.listen = listen;
+  flags.sole = true;
+  flags.stop_on_signals = false;  // the watch below stops the agent first
   if (tls) {
     Status st = LocalCertificate(data, listen, &flags);
     if (!st.ok()) {
@@ -319,8 +371,55 @@ int Up(const std::string& data, const std::string& listen, const std::string& si
     std::ofstream out(config);
     out << ExampleConfig(admin, user, agent);
   }
-  pid_t agent_pid = -1;
-  auto on_ready = [&](int port) {
+  std::atomic<pid_t> agent_pid{-1};
+  // SIGINT (Ctrl-C) or SIGTERM: the agent is stopped first, and the server serves until it has
+  // gone, so that it reports how its jobs ended (its stopped jobs are recorded, never run again
+  // from scratch after a restart); a second signal stops the server at once.
+  std::mutex stop_mu;
+  std::function<void()> stop_server;  // guarded by stop_mu; empty while there is none
+  bool stop_asked = false;            // guarded by stop_mu
+  std::atomic<bool> stop_now{false};
+  std::thread stopping;  // guarded by stop_mu: stops the agent, then the server
+  auto stop = [&] {
+    std::lock_guard<std::mutex> l(stop_mu);
+    stop_asked = true;
+    if (stop_server) stop_server();
+  };
+  std::optional<api::SignalWatch> signals;
+  signals.emplace([&](int sig) {
+    std::lock_guard<std::mutex> l(stop_mu);
+    if (stopping.joinable()) {  // again: at once
+      stop_now.store(true);
+      stop_asked = true;
+      if (stop_server) stop_server();
+      return;
+    }
+    stopping = std::thread([&, sig] {
+      const pid_t child_pid = agent_pid.load();
+      if (child_pid > 0) {
+        ServeLog().Info(std::string(sig == SIGINT ? "SIGINT" : "SIGTERM") +
+                        ": stopping the agent first, so that it reports how its jobs ended "
+                        "(again: stop at once)");
+        kill(child_pid, SIGTERM);
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+        while (!stop_now.load() && std::chrono::steady_clock::now() < deadline) {
+          if (waitpid(child_pid, nullptr, WNOHANG) == child_pid) {
+            agent_pid.store(-1);
+            break;
+          }
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+      }
+      stop();
+    });
+  });
+  ServeHooks hooks;
+  hooks.on_stopper = [&](std::function<void()> f) {
+    std::lock_guard<std::mutex> l(stop_mu);
+    stop_server = std::move(f);
+    if (stop_server && stop_asked) stop_server();
+  };
+  hooks.on_ready = [&](int port) {
     const std::string url = flags.Scheme() + "127.0.0.1:" + std::to_string(port);
     std::printf(
         "Tessera is up.\n  URL:          %s\n  admin token:  %s\n  user 'alice': %s\n  dashboard:  "
@@ -345,19 +444,22 @@ int Up(const std::string& data, const std::string& listen, const std::string& si
     const std::string token_file = data + "/agent.token";
     const std::string ca_file = tls ? flags.tls_cert : "";
     const std::string work = data + "/agent";
-    agent_pid = fork();
-    if (agent_pid == 0) {
+    const pid_t child = fork();
+    if (child == 0) {
       execl(self.c_str(), self.c_str(), "agent", "--server", url.c_str(), "--token-file",
             token_file.c_str(), "--ca", ca_file.c_str(), "--node", "local", "--simulate",
             simulate.c_str(), "--work", work.c_str(), "--log-level", log_level.c_str(),
             "--log-format", log_format.c_str(), static_cast<char*>(nullptr));
       _exit(127);
     }
+    agent_pid.store(child);
   };
-  int rc = Serve(flags, on_ready);
-  if (agent_pid > 0) {
-    kill(agent_pid, SIGTERM);
-    waitpid(agent_pid, nullptr, 0);
+  int rc = Serve(flags, hooks);
+  signals.reset();  // no more signals handled here: the stopping thread is the last
+  if (stopping.joinable()) stopping.join();
+  if (const pid_t child_pid = agent_pid.load(); child_pid > 0) {
+    kill(child_pid, SIGTERM);
+    waitpid(child_pid, nullptr, 0);
   }
   return rc;
 }
@@ -551,7 +653,7 @@ void RegisterServeCommand(CLI::App& app, CommandContext& ctx) {
                    "them)\n";
       ctx.exit_code = kExitBadInput;
     } else {
-      ctx.exit_code = Serve(*f, nullptr);
+      ctx.exit_code = Serve(*f, {});
     }
   });
 }

@@ -14,7 +14,8 @@
 //   engine_load.cc    memory from the store: on open and after a failed write (reload)
 //   commit_pipeline.cc  queueing changes, the writer thread, failed writes, evicting ended jobs
 //   submit.cc         request validation, submissions through the commit pipeline; cancel
-//   agent_gateway.cc  node registration, heartbeats (start/stop orders, exits), node loss, output
+//   agent_gateway.cc  node registration, heartbeats (start/stop orders, exits), output
+//   node_liveness.cc  node loss (and the leader's own stalls), starts never confirmed
 //   backend_pass.cc   external backends: submit, follow, cancel, reconcile after a restart
 //   views.cc          jobs, queues, groups, nodes, summary and events for people
 //   history.cc        the utilization history in the store; usage (attribution) from the event log

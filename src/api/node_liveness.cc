@@ -1,0 +1,98 @@
+// Liveness: nodes silent for the heartbeat timeout are lost (unless the leader itself stalled),
+// starts never confirmed are given up, and the jobs held where they no longer run are requeued,
+// stopped or lost. Called from the periodic pass (Tick) and the agents' requests.
+#include <algorithm>
+#include <chrono>
+
+#include "api/engine.h"
+
+namespace tessera::api {
+
+void Engine::SetMonotonicClockForTest(Clock monotonic) {
+  std::lock_guard<std::mutex> lock(mu_);
+  monotonic_ = std::move(monotonic);
+  last_watch_mono_ms_ = -1;
+}
+
+Status Engine::MarkLostLocked(Batch& b) {
+  const int64_t now = clock_();
+  const int64_t mono = monotonic_ ? monotonic_()
+                                  : std::chrono::duration_cast<std::chrono::milliseconds>(
+                                        std::chrono::steady_clock::now().time_since_epoch())
+                                        .count();
+  const int64_t gap = last_watch_mono_ms_ < 0 ? 0 : mono - last_watch_mono_ms_;
+  last_watch_mono_ms_ = mono;
+  if (gap > config_.heartbeat_timeout_ms / 2) {
+    // The leader was not watching (stopped, starved of CPU, or waiting on its store): the nodes'
+    // silence meanwhile may be its own deafness. Each gets a whole window from now.
+    window_from_ms_ = now;
+    b.Add(MakeEvent("engine", "leader.stalled", "cluster",
+                    "no pass for " + std::to_string(gap) +
+                        " ms: every node gets a fresh heartbeat window",
+                    {{"gap_ms", gap}}),
+          nullptr);
+    return Status::Ok();
+  }
+  for (auto& [name, n] : nodes_) {
+    const int64_t heard = std::max(n.last_heartbeat_ms, window_from_ms_);
+    if (n.lost || now - heard < config_.heartbeat_timeout_ms) continue;
+    n.lost = true;
+    qe_->SetNodeDown(name, true);
+    b.Add(MakeEvent("engine", "node.lost", name,
+                    "no heartbeat for " + std::to_string((now - n.last_heartbeat_ms) / 1000) + "s"),
+          nullptr);
+    const std::vector<std::string> held = NodeJobsLocked(name);  // a copy: the walk changes jobs
+    for (const std::string& id : held)
+      LoseJobLocked(jobs_[id], name, "node '" + name + "' lost", b);
+    cycle_wanted_ = true;
+  }
+  return Status::Ok();
+}
+
+void Engine::ExpireStartsLocked(Batch& b) {
+  const int64_t now = clock_();
+  const int64_t bound = kStartTimeouts * config_.heartbeat_timeout_ms;
+  std::vector<Job*> expired;
+  for (const std::string& id : LiveIdsLocked()) {
+    Job& j = jobs_[id];
+    if (j.state != JobState::kStarting || j.starting_since_ms == 0 ||
+        now - j.starting_since_ms < bound)
+      continue;
+    if (NodesOf(j).size() != 1 || !j.backend.empty()) continue;
+    auto n = nodes_.find(j.node);
+    // A silent node is judged by its heartbeats (MarkLostLocked), not here.
+    if (n == nodes_.end() || n->second.lost || n->second.last_heartbeat_ms <= j.starting_since_ms)
+      continue;
+    expired.push_back(&j);
+  }
+  for (Job* jp : expired) {
+    Job& j = *jp;
+    LoseJobLocked(j, j.node,
+                  "its start on node '" + j.node + "' was not confirmed within " +
+                      std::to_string(bound / 1000) + "s",
+                  b);
+    cycle_wanted_ = true;
+  }
+}
+
+void Engine::LoseJobLocked(Job& j, const std::string& node, const std::string& why, Batch& b) {
+  const QueueRoute* route = config_.FindRoute(j.rec.queue);
+  if (j.state == JobState::kStarting || j.state == JobState::kRunning ||
+      j.state == JobState::kPreempting) {
+    j.stale_on.insert(node);  // its process there may outlive this decision
+  }
+  const size_t mark = qe_->events().size();
+  b.Touch({node});
+  if (j.state == JobState::kPreempting && !j.cancel_requested) {
+    qe_->Stopped(j.handle, NowS());
+  } else if (route && route->requeue_on_loss && !j.cancel_requested) {
+    qe_->Requeue(j.handle, NowS(), "requeued: " + why);
+  } else {
+    if (!EndLocked(j, JobState::kLost, JobCause::kLost, why)) return;
+    b.Add(MakeEvent("engine", "job.lost", j.rec.id, why), &j);
+    return;
+  }
+  TranslateLocked(mark, b);
+}
+
+}  // namespace tessera::api

@@ -7,6 +7,8 @@
 //   resumed leader changes nothing in the store before it exits.
 // - A waiting standby given SIGTERM exits, and never leads, even when the lease frees up at that
 //   moment.
+// - A leader deposed behind its back (the epoch moved on in the store) answers 503 saying it no
+//   longer leads, not 409 or 500, so that clients move on to another server.
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <netinet/in.h>
@@ -24,6 +26,7 @@
 #include "../support/wait.h"
 #include "pg_harness.h"
 #include "proc.h"
+#include "store/internal.h"
 
 namespace tessera {
 namespace {
@@ -231,6 +234,20 @@ TEST_F(LeaseFailoverTest, APausedLeaderIsReplacedWithinTheBoundAndFencedWhenItRe
       "[lease] standby led %.2f s after the leader's SIGSTOP; slowest submission answer %.2f s; "
       "%zu accepted by the new leader; the stopped leader answered %d\n",
       takeover, worst, acked.size(), to_stopped.status);
+}
+
+TEST_F(LeaseFailoverTest, ADeposedLeaderAnswers503SayingItNoLongerLeads) {
+  Start(0);
+  ASSERT_TRUE(WaitForRole(0, "leader", 15000)) << servers_[0]->Log();
+  ASSERT_EQ(Submit(ports_[0], "before", 10).status, 201);
+  // Another server took the lead (as a standby does once the lease expired).
+  ASSERT_TRUE(store::internal::ExecSql(
+                  store_, "UPDATE leadership SET epoch = epoch + 1, holder = 'http://elsewhere:1'")
+                  .ok());
+  Answer a = Submit(ports_[0], "after", 10);
+  EXPECT_EQ(a.status, 503) << a.body;
+  EXPECT_NE(a.body.find("no longer leads"), std::string::npos) << a.body;
+  EXPECT_TRUE(servers_[0]->WaitExited(std::chrono::seconds(15))) << servers_[0]->Log();
 }
 
 }  // namespace

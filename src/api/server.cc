@@ -226,7 +226,12 @@ Result<int> ApiServer::Bind(const std::string& host, int port) { return http_->B
 
 void ApiServer::Run(int tick_ms) {
   executors_ = std::make_unique<BackendExecutors>(
-      engine_->BackendNames(), [this](const std::string& b) { return engine_->BackendPass(b); },
+      engine_->BackendNames(),
+      [this](const std::string& b) {
+        // Not while this server may no longer lead (as the ticker): skipped, not failed.
+        if (gate_->deposed.load() || (lease_fresh_ && !lease_fresh_())) return Status::Ok();
+        return engine_->BackendPass(b);
+      },
       tick_ms,
       [](const std::string& b, const Status& st) {
         if (st.ok()) {

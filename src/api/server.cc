@@ -63,8 +63,10 @@ struct LeaderGate {
   // store's "deposed", or a lost lease, in the message): 503, so that the client moves on.
   static void Fix(HttpResponse& res) {
     if (res.status < 409 || res.status == 429 || res.status == 503) return;
-    if (res.body.find("deposed") == std::string::npos &&
-        res.body.find("leader lease was lost") == std::string::npos) {
+    // The store's own words (store/internal.h DeposedMessage, postgres_lease.cc), which the
+    // engine's errors quote.
+    if (res.body.find(": deposed: this server led in epoch") == std::string::npos &&
+        res.body.find("the leader lease was lost") == std::string::npos) {
       return;
     }
     Json body = Json::parse(res.body, nullptr, false);

@@ -6,6 +6,7 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -311,6 +312,51 @@ TEST(QuotaForms, TheNodeSwapBudgetBoundsTheOvercommit) {
     for (int i = 0; i < 20; ++i) running += w.State("s" + std::to_string(i)) == JobState::kRunning;
     // No budget: five per device, as without swapping; 48 GiB: three more past the memory.
     EXPECT_EQ(running, want) << "budget " << budget;
+    w.Done();
+  }
+}
+
+// A swapping queue overcommits a device before it opens another (docs/scheduling.md, "Swapping
+// queues"): whatever placement policy picks the first device, the shares that follow pack onto
+// it, past its memory, while its overcommit and the node's swap budget allow. (The placement core
+// fits caps in physical memory: with `placement: tessera` the sixth share once went to the
+// second node, and the overcommit was used only once every device was full.)
+TEST(QuotaForms, SwapSharesPackOntoOneDeviceBeforeOpeningAnother) {
+  for (const char* placement : {"tessera", "fgd", "bestfit", "nextfit"}) {
+    PolicySpec p = BasePolicy();
+    p.placement = placement;
+    p.queues.push_back({"inter-swap", "share16", {"a", "b"}, 0, true, C::kInteractive});
+    p.queues.back().swap_overcommit_percent = 200;
+    std::vector<NodeSpec> nodes = {Node("n0", "inter", 1), Node("n1", "inter", 1)};
+    for (NodeSpec& n : nodes) n.swap_mib = 200 * kGiB;
+    World w(p, nodes);
+    // Six 16 GiB caps (96 GiB) on 80 GiB cards: one card at 120% holds them all. Half arrive
+    // together, half one per cycle.
+    for (int i = 0; i < 3; ++i) w.Submit(Job("s" + std::to_string(i), "inter-swap", "a"), 0);
+    w.e->RunCycle(0);
+    for (int i = 3; i < 6; ++i) {
+      w.Submit(Job("s" + std::to_string(i), "inter-swap", "a"), i);
+      w.e->RunCycle(i);
+    }
+    std::set<std::string> cards;
+    for (int i = 0; i < 6; ++i) {
+      const std::string id = "s" + std::to_string(i);
+      ASSERT_EQ(w.State(id), JobState::kRunning) << placement << " " << id;
+      cards.insert(w.View(id).grants[0].node + "/" + std::to_string(w.View(id).grants[0].device));
+    }
+    EXPECT_EQ(cards.size(), 1u) << placement;
+    EXPECT_EQ(w.e->devices_used_by_class()[static_cast<int>(C::kInteractive)], 1) << placement;
+    // Ten fill the card at 200%; the eleventh opens the other card.
+    for (int i = 6; i < 11; ++i) w.Submit(Job("s" + std::to_string(i), "inter-swap", "a"), 10);
+    w.e->RunCycle(10);
+    for (int i = 6; i < 11; ++i) ASSERT_EQ(w.State("s" + std::to_string(i)), JobState::kRunning);
+    EXPECT_EQ(w.e->devices_used_by_class()[static_cast<int>(C::kInteractive)], 2) << placement;
+    int on_first = 0;
+    for (int i = 0; i < 11; ++i) {
+      const GrantView g = w.View("s" + std::to_string(i)).grants[0];
+      on_first += cards.count(g.node + "/" + std::to_string(g.device)) > 0;
+    }
+    EXPECT_EQ(on_first, 10) << placement;
     w.Done();
   }
 }

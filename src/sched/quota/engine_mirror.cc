@@ -84,8 +84,10 @@ void Engine::MirrorAddNode(int node) {
 void Engine::MirrorAdopt(int self, const std::vector<Grant>& grants) {
   if (!mirror_ || mirror_dirty_) return;
   std::map<int, sched::Placement> by_node;
+  bool overcommit = false;  // swapping shares, whose caps may pass the device's memory
   for (const Grant& g : grants) {
     if (g.slot >= 0) continue;  // partitions live on blocked devices
+    overcommit = overcommit || (g.dev >= 0 && devs_[g.dev].whole < 0 && devs_[g.dev].swap_oc > 0);
     sched::Placement& p = by_node[g.node];
     p.node = g.node;
     p.cpu_milli += g.cpu;
@@ -96,7 +98,18 @@ void Engine::MirrorAdopt(int self, const std::vector<Grant>& grants) {
     p.gpu_memory_mib = g.memory;
   }
   for (auto& [n, p] : by_node) {
-    if (mirror_->Adopt(p).ok()) mirror_held_[self].push_back(p);
+    if (!mirror_->Adopt(p).ok()) {
+      if (!overcommit || p.device_count == 0) continue;
+      // Swapping shares past a device's memory (overcommit): the mirror, which knows only the
+      // physical memory, holds what is left of the device, so that it sees the device full.
+      const sched::NodeState& ns = mirror_->state().node(p.node);
+      for (int k = 0; k < p.device_count; ++k) {
+        p.gpu_milli = std::min(p.gpu_milli, ns.gpu_free[p.devices[k]]);
+        p.gpu_memory_mib = std::min(p.gpu_memory_mib, ns.gpu_memory_free[p.devices[k]]);
+      }
+      if (!mirror_->Adopt(p).ok()) continue;
+    }
+    mirror_held_[self].push_back(p);
   }
 }
 

@@ -264,7 +264,6 @@ bool Engine::SwapRoom(int di, MiB want) const {
 }
 
 bool Engine::FindShare(Job& j, int self, Candidate* c, bool* blocked) {
-  if (PolicyPick(j, self, AllocationForm::kShare, c)) return true;
   MiB cap = j.gpu_mem;
   auto fits = [&](int di, bool* bf) {
     const Dev& d = devs_[di];
@@ -287,14 +286,23 @@ bool Engine::FindShare(Job& j, int self, Candidate* c, bool* blocked) {
   };
   // Best fit among devices that already carry shares: the least free memory that holds it.
   int probed = 0;
-  for (auto it = shared_by_free_.lower_bound({cap, -1});
-       it != shared_by_free_.end() && probed < kShareProbe; ++it, ++probed) {
-    bool bf = false;
-    if (fits(it->second, &bf)) {
-      take(it->second, bf);
-      return true;
+  auto best_fit = [&] {
+    for (auto it = shared_by_free_.lower_bound({cap, -1});
+         it != shared_by_free_.end() && probed < kShareProbe; ++it, ++probed) {
+      bool bf = false;
+      if (fits(it->second, &bf)) {
+        take(it->second, bf);
+        return true;
+      }
     }
-  }
+    return false;
+  };
+  // A swapping share goes first where shares of its overcommit already are, past the memory if
+  // need be: overcommit exists to use fewer cards. The placement policy, which fits caps in the
+  // physical memory, would open another card instead (and chooses only the card to open).
+  if (j.swap_oc > 0 && best_fit()) return true;
+  if (PolicyPick(j, self, AllocationForm::kShare, c)) return true;
+  if (j.swap_oc == 0 && best_fit()) return true;
   // Then an empty device, next fit.
   size_t n = devs_.size();
   for (size_t step = 0; step < n; ++step) {

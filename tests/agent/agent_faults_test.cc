@@ -1,0 +1,386 @@
+// The agent under control-plane faults (issue 33), against a fake control plane (cpp-httplib on
+// 127.0.0.1): the server side of these protocol fields (docs/agent-protocol.md: `finished` in the
+// registration, `epoch` in replies, `partition_stop_ms` in the register reply) is built
+// separately, so the fake plays a server that speaks them. It can go away and come back on the
+// same port with its state (an outage, a partition), answer with any epoch, and, like the real
+// server, treat a job it started on the node that a registration lists neither running nor
+// finished as lost and start it again.
+//   - exit records on disk: a job that ended while the control plane was unreachable, its agent
+//     then restarted, is reported in the new registration and its heartbeats until acked, its
+//     record then deleted, and it does not run again;
+//   - fencing: a reply with a lower epoch than the agent has seen is ignored (no start, no stop
+//     through may_run), a higher one applied; a restarted agent remembers the epoch;
+//   - partition self-stop: cut off for partition_stop_ms, the agent stops its jobs and reports
+//     their exits when it reaches the control plane again.
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+
+#include "agent/agent.h"
+#include "test_util.h"
+
+namespace tessera::agent {
+namespace {
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+using testing::ReadAll;
+using testing::TempDir;
+using testing::WaitFor;
+
+constexpr const char* kToken = "agent-token";
+
+class FaultyControlPlane {
+ public:
+  FaultyControlPlane() { Up(); }
+  ~FaultyControlPlane() { Down(); }
+
+  // Starts answering (again, on the same port, with the state it had).
+  void Up() {
+    server_ = std::make_unique<httplib::Server>();
+    server_->Post("/v1/agent/register",
+                  [this](const httplib::Request& req, httplib::Response& res) {
+                    json body = json::parse(req.body, nullptr, false);
+                    std::lock_guard<std::mutex> lock(mu_);
+                    registrations_.push_back(body);
+                    std::set<std::string> listed;
+                    for (const json& r : body.value("running", json::array()))
+                      listed.insert(r["job"]);
+                    for (const json& f : body.value("finished", json::array())) {
+                      listed.insert(f["job"]);
+                      finished_[f["job"]] = f;
+                      placed_.erase(f["job"].get<std::string>());
+                    }
+                    // Started here, neither running nor finished: lost, so started again.
+                    for (const auto& [id, start] : placed_) {
+                      if (listed.count(id) == 0) desired_[id] = start;
+                    }
+                    json reply = {{"ok", true}, {"heartbeat_ms", 50}};
+                    if (epoch_ >= 0) reply["epoch"] = epoch_;
+                    if (partition_stop_ms_ > 0) reply["partition_stop_ms"] = partition_stop_ms_;
+                    res.set_content(reply.dump(), "application/json");
+                  });
+    server_->Post("/v1/agent/heartbeat", [this](const httplib::Request& req,
+                                                httplib::Response& res) {
+      json body = json::parse(req.body, nullptr, false);
+      std::lock_guard<std::mutex> lock(mu_);
+      ++heartbeats_;
+      json reply = {{"start", json::array()}, {"cancel", json::array()}, {"ack", json::array()}};
+      running_.clear();
+      for (const json& r : body["running"]) {
+        const std::string id = r["job"];
+        running_[id] = r["pid"].get<int>();
+        desired_.erase(id);
+      }
+      for (const json& f : body["finished"]) {
+        const std::string id = f["job"];
+        if (acked_.count(id) != 0) violations_.push_back("job " + id + " reported after its ack");
+        finished_[id] = f;
+        desired_.erase(id);
+        placed_.erase(id);
+        if (++finished_reports_[id] >= ack_after_) {
+          reply["ack"].push_back(id);
+          acked_.insert(id);
+        }
+      }
+      // Starts are repeated until the agent reports the job (as the real server does).
+      for (const auto& [id, start] : desired_) {
+        reply["start"].push_back(start);
+        placed_[id] = start;
+      }
+      json may = json::array();
+      for (const auto& [id, start] : placed_) {
+        if (forgotten_.count(id) == 0) may.push_back(id);
+      }
+      reply["may_run"] = may;
+      if (epoch_ >= 0) reply["epoch"] = epoch_;
+      res.set_content(reply.dump(), "application/json");
+    });
+    if (port_ < 0) {
+      port_ = server_->bind_to_any_port("127.0.0.1");
+    } else {
+      EXPECT_TRUE(WaitFor([&] { return server_->bind_to_port("127.0.0.1", port_); }, 10s, 50ms));
+    }
+    thread_ = std::thread([this] { server_->listen_after_bind(); });
+    WaitFor([this] { return server_->is_running(); }, 10s, 1ms);
+  }
+  // Stops answering: connections are refused (an outage, a partition).
+  void Down() {
+    if (server_) server_->stop();
+    if (thread_.joinable()) thread_.join();
+    server_.reset();
+  }
+
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+  void Start(const std::string& id, std::vector<std::string> command) {
+    std::lock_guard<std::mutex> lock(mu_);
+    json s = {{"job", id},        {"command", command}, {"env", json::object()},
+              {"cpu_milli", 100}, {"memory_mib", 64},   {"devices", json::array()}};
+    if (geteuid() == 0) s["run_as"] = "nobody";
+    desired_[id] = s;
+  }
+  void Forget(const std::string& id) {  // left out of may_run from now on
+    std::lock_guard<std::mutex> lock(mu_);
+    forgotten_.insert(id);
+  }
+  void SetEpoch(int64_t e) {
+    std::lock_guard<std::mutex> lock(mu_);
+    epoch_ = e;
+  }
+  void SetPartitionStopMs(int64_t ms) {
+    std::lock_guard<std::mutex> lock(mu_);
+    partition_stop_ms_ = ms;
+  }
+  void AckAfter(int n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ack_after_ = n;
+  }
+
+  int Heartbeats() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return heartbeats_;
+  }
+  int Pid(const std::string& id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return running_.count(id) != 0 ? running_[id] : 0;
+  }
+  bool Acked(const std::string& id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return acked_.count(id) != 0;
+  }
+  json Finished(const std::string& id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return finished_.count(id) != 0 ? finished_[id] : json();
+  }
+  int FinishedReports(const std::string& id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return finished_reports_[id];
+  }
+  std::vector<json> Registrations() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return registrations_;
+  }
+  std::vector<std::string> Violations() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return violations_;
+  }
+
+ private:
+  std::unique_ptr<httplib::Server> server_;
+  std::thread thread_;
+  int port_ = -1;
+  std::mutex mu_;
+  int64_t epoch_ = -1;  // -1: replies carry none
+  int64_t partition_stop_ms_ = 0;
+  int ack_after_ = 1;
+  int heartbeats_ = 0;
+  std::vector<json> registrations_;
+  std::map<std::string, json> desired_;  // starts to send until the job is reported
+  std::map<std::string, json> placed_;   // started on the node, not reported finished
+  std::set<std::string> forgotten_;
+  std::map<std::string, int> running_;
+  std::map<std::string, json> finished_;
+  std::map<std::string, int> finished_reports_;
+  std::set<std::string> acked_;
+  std::vector<std::string> violations_;
+};
+
+// RunAgent on a thread with its log kept, stopped and joined on destruction.
+class Agent {
+ public:
+  Agent(const std::string& url, const std::string& dir) {
+    options_.control_plane_url = url;
+    options_.token = kToken;
+    options_.node_name = "host-f";
+    options_.simulate = "1xH100-80GB";
+    options_.work_dir = dir + "/jobs";
+    options_.cgroup_root = "";
+    options_.region_dir = dir;
+    options_.poll_ms = 10;
+    options_.default_heartbeat_ms = 50;
+    options_.max_backoff_ms = 200;
+    options_.request_timeout_ms = 500;
+    options_.stop_grace_ms = 300;
+    options_.stop = &stop_;
+    options_.handle_signals = false;
+    options_.log = [this](const std::string& line) {
+      std::lock_guard<std::mutex> lock(mu_);
+      log_.push_back(line);
+    };
+    thread_ = std::thread([this] { rc_ = RunAgent(options_); });
+  }
+  ~Agent() { Stop(); }
+  int Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    return rc_;
+  }
+  // Log lines containing every one of `words`.
+  std::vector<std::string> Logged(const std::vector<std::string>& words) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<std::string> out;
+    for (const std::string& line : log_) {
+      bool all = true;
+      for (const std::string& w : words) all = all && line.find(w) != std::string::npos;
+      if (all) out.push_back(line);
+    }
+    return out;
+  }
+
+ private:
+  AgentOptions options_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  int rc_ = -1;
+  std::mutex mu_;
+  std::vector<std::string> log_;
+};
+
+std::vector<std::string> Sh(const std::string& script) { return {"/bin/sh", "-c", script}; }
+
+bool Exists(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0;
+}
+
+// A job ends while the control plane is unreachable, and its agent is stopped before it could
+// report it (as it would be by a crash or a reboot). The restarted agent reports the exit from
+// its record on disk in its registration (so the control plane does not take the job for lost
+// and start it again) and in its heartbeats until acked, then deletes the record.
+TEST(AgentFaults, AnExitRecordedOnDiskIsReportedAfterARestartAndTheJobDoesNotRunAgain) {
+  TempDir dir;
+  FaultyControlPlane cp;
+  const std::string marker = dir.path() + "/runs", go = dir.path() + "/go";
+  cp.Start("once", Sh("echo ran >> " + marker + "; while [ ! -e " + go +
+                      " ]; do sleep 0.02; done; exit 4"));
+  int pid = 0;
+  {
+    Agent agent(cp.url(), dir.path());
+    ASSERT_TRUE(WaitFor([&] { return (pid = cp.Pid("once")) > 0; }, 10s));
+    cp.Down();
+    testing::WriteAll(go, "");
+    // Reaped by the agent (a zombie still answers kill 0): its exit is recorded.
+    ASSERT_TRUE(WaitFor([&] { return kill(pid, 0) != 0; }, 10s));
+    agent.Stop();  // the control plane is still down: nothing reported
+  }
+  EXPECT_TRUE(cp.Finished("once").is_null()) << "reported before the restart";
+  cp.AckAfter(2);  // heartbeats repeat it until acked
+  cp.Up();
+  Agent agent(cp.url(), dir.path());
+  ASSERT_TRUE(WaitFor([&] { return cp.Acked("once"); }, 10s));
+  std::vector<json> regs = cp.Registrations();
+  ASSERT_GE(regs.size(), 2u);
+  const json& reg = regs.back();
+  ASSERT_TRUE(reg.contains("finished")) << reg.dump();
+  ASSERT_EQ(reg["finished"].size(), 1u) << reg.dump();
+  EXPECT_EQ(reg["finished"][0]["job"], "once");
+  EXPECT_EQ(reg["finished"][0]["exit_code"], 4);
+  EXPECT_EQ(reg["finished"][0]["signal"], 0);
+  EXPECT_EQ(cp.FinishedReports("once"), 2);
+  EXPECT_EQ(cp.Finished("once")["exit_code"], 4);
+  // Acked: the record leaves the node.
+  EXPECT_TRUE(WaitFor([&] { return !Exists(dir.path() + "/jobs/exits/once.json"); }, 5s));
+  // Nothing more happens over a few heartbeats: the job is not run again.
+  const int hb = cp.Heartbeats();
+  ASSERT_TRUE(WaitFor([&] { return cp.Heartbeats() >= hb + 5; }, 5s));
+  EXPECT_EQ(ReadAll(marker), "ran\n") << "the job ran again";
+  EXPECT_EQ(agent.Stop(), 0);
+  EXPECT_EQ(cp.Violations(), std::vector<std::string>{});
+}
+
+// A corrupt record is named in the log and skipped; the agent runs on.
+TEST(AgentFaults, ACorruptExitRecordIsLoggedAndSkipped) {
+  TempDir dir;
+  FaultyControlPlane cp;
+  ASSERT_EQ(mkdir((dir.path() + "/jobs").c_str(), 0755), 0);
+  ASSERT_EQ(mkdir((dir.path() + "/jobs/exits").c_str(), 0700), 0);
+  testing::WriteAll(dir.path() + "/jobs/exits/bad.json", "{\"job\": \"bad\", \"exit_co");
+  Agent agent(cp.url(), dir.path());
+  ASSERT_TRUE(WaitFor([&] { return cp.Heartbeats() >= 2; }, 10s));
+  EXPECT_EQ(agent.Logged({"bad.json"}).size(), 1u);
+  EXPECT_TRUE(cp.Finished("bad").is_null());
+  EXPECT_EQ(agent.Stop(), 0);
+}
+
+// A reply from a leader older than one the agent has heard from (a resumed, deposed leader) is
+// ignored: its may_run, which omits the running job, stops nothing, and its start starts
+// nothing. A reply with a higher epoch is applied. The epoch outlives the agent.
+TEST(AgentFaults, AReplyWithALowerEpochIsIgnoredAndAHigherOneApplied) {
+  TempDir dir;
+  FaultyControlPlane cp;
+  cp.SetEpoch(5);
+  auto agent = std::make_unique<Agent>(cp.url(), dir.path());
+  cp.Start("keep", Sh("exec sleep 30"));
+  int pid = 0;
+  ASSERT_TRUE(WaitFor([&] { return (pid = cp.Pid("keep")) > 0; }, 10s));
+  cp.SetEpoch(4);
+  cp.Forget("keep");
+  cp.Start("new", Sh("exec sleep 30"));
+  // Several stale replies go by (time passing is the point: nothing may happen meanwhile).
+  int hb = cp.Heartbeats();
+  ASSERT_TRUE(WaitFor([&] { return cp.Heartbeats() >= hb + 5; }, 10s));
+  EXPECT_EQ(kill(pid, 0), 0) << "a stale reply's may_run stopped the job";
+  EXPECT_EQ(cp.Pid("new"), 0) << "a stale reply's start was carried out";
+  EXPECT_TRUE(cp.Finished("keep").is_null());
+  EXPECT_EQ(agent->Logged({"epoch 4", "5"}).size(), 1u) << "one warning per change";
+
+  cp.SetEpoch(6);  // a newer leader: its orders apply
+  ASSERT_TRUE(WaitFor([&] { return cp.Pid("new") > 0; }, 10s));
+  ASSERT_TRUE(WaitFor([&] { return cp.Acked("keep"); }, 10s));
+  EXPECT_EQ(cp.Finished("keep")["signal"], SIGTERM);
+  EXPECT_EQ(agent->Stop(), 0);
+  agent.reset();
+
+  // A restarted agent remembers epoch 6: an epoch-5 server does not register it.
+  cp.SetEpoch(5);
+  const size_t regs = cp.Registrations().size();
+  hb = cp.Heartbeats();
+  agent = std::make_unique<Agent>(cp.url(), dir.path());
+  ASSERT_TRUE(WaitFor([&] { return cp.Registrations().size() >= regs + 2; }, 10s));
+  EXPECT_EQ(cp.Heartbeats(), hb) << "registered with a stale leader";
+  cp.SetEpoch(6);
+  ASSERT_TRUE(WaitFor([&] { return cp.Heartbeats() > hb; }, 10s));
+  EXPECT_EQ(agent->Stop(), 0);
+}
+
+// With partition_stop_ms set, an agent that reaches no server for that long stops its jobs
+// itself (before the leader, which waits that long plus a margin, requeues them), and reports
+// their exits once it reaches the control plane again.
+TEST(AgentFaults, ACutOffAgentStopsItsJobsAfterPartitionStopMsAndReportsThemLater) {
+  TempDir dir;
+  FaultyControlPlane cp;
+  cp.SetPartitionStopMs(1000);
+  Agent agent(cp.url(), dir.path());
+  cp.Start("p1", Sh("exec sleep 30"));
+  int pid = 0;
+  ASSERT_TRUE(WaitFor([&] { return (pid = cp.Pid("p1")) > 0; }, 10s));
+  const auto cut = std::chrono::steady_clock::now();
+  cp.Down();
+  ASSERT_TRUE(WaitFor([&] { return kill(pid, 0) != 0; }, 10s)) << "the job kept running";
+  const auto took =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - cut);
+  // Its last good reply came at most a heartbeat (50 ms) before the cut.
+  EXPECT_GE(took.count(), 900);
+  EXPECT_LE(took.count(), 3000);
+  EXPECT_EQ(agent.Logged({"partition_stop_ms"}).size(), 1u);
+  cp.Up();
+  ASSERT_TRUE(WaitFor([&] { return cp.Acked("p1"); }, 10s));
+  EXPECT_EQ(cp.Finished("p1")["signal"], SIGTERM);
+  EXPECT_EQ(agent.Stop(), 0);
+  EXPECT_EQ(cp.Violations(), std::vector<std::string>{});
+}
+
+}  // namespace
+}  // namespace tessera::agent

@@ -102,6 +102,9 @@ Result<std::unique_ptr<Store>> OpenSqlite(const std::string& path, int target_ve
 Result<std::unique_ptr<Store>> OpenPostgres(const std::string& url, int target_version);
 
 // Test hooks (production code does not call these).
+// The PostgreSQL lease's time to live and renewal period (postgres_lease.h), in milliseconds.
+int64_t PgLeaseTtlMs();
+int64_t PgLeaseRenewMs();
 // Opens `url` migrating only up to `version` (1..LatestSchemaVersion()).
 Result<std::unique_ptr<Store>> OpenAtVersion(const std::string& url, int version);
 // Runs a ';'-separated SQL script on `url` in one transaction, outside any Store: tests use it to

@@ -243,4 +243,7 @@ bool PgLease::Fresh() const {
 
 int64_t PgLease::epoch() const { return impl_->fence.load(); }
 
+int64_t PgLeaseTtlMs() { return PgLease::kTtlMs; }
+int64_t PgLeaseRenewMs() { return PgLease::kRenewMs; }
+
 }  // namespace tessera::store::internal

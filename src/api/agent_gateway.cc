@@ -60,7 +60,7 @@ Status CheckProtocolVersion(const Json& body) {
 Status CheckRegistration(const Json& body) {
   Status st = OnlyKnownFields(body,
                               {"node", "pool", "cpu_milli", "memory_mib", "swap_mib", "simulated",
-                               "devices", "cgroups", "running", "protocol"},
+                               "devices", "cgroups", "running", "finished", "protocol"},
                               "register");
   if (st.ok()) st = InRange(body, "cpu_milli", int64_t{1} << 30, "");   // a million cores
   if (st.ok()) st = InRange(body, "memory_mib", int64_t{1} << 40, "");  // an exbibyte
@@ -201,6 +201,7 @@ Result<Json> Engine::RegisterNode(const Identity& who, const Json& body) {
   if (Status st = SpeaksFor(who, body["node"].get<std::string>(), "register"); !st.ok()) return st;
   if (Status st = CheckProtocolVersion(body); !st.ok()) return st;
   if (Status st = CheckRegistration(body); !st.ok()) return st;
+  if (Status st = CheckHeartbeatJobs(body); !st.ok()) return st;  // its `running`, `finished`
   Result<NodeInfo> parsed = NodeOfRegistration(body);
   if (!parsed.ok()) return parsed.status();
   NodeInfo& n = *parsed;
@@ -241,6 +242,20 @@ Result<Json> Engine::RegisterNode(const Identity& who, const Json& body) {
   n.running_reported = *running;
   nodes_[n.name] = n;
   cycle_wanted_ = true;
+  // Exits the agent kept on disk while it (or its link) was down: the jobs ended, they do not
+  // run again. Acknowledged (like a heartbeat's) once durable.
+  Json ack = Json::array();
+  for (const auto& f : body.value("finished", Json::array())) {
+    const std::string id = f["job"].get<std::string>();
+    ack.push_back(id);
+    auto it = jobs_.find(id);
+    if (it == jobs_.end() || !Holds(it->second) || !it->second.backend.empty() ||
+        it->second.parts_done.count(n.name))
+      continue;
+    const auto on = NodesOf(it->second);
+    if (std::find(on.begin(), on.end(), n.name) == on.end()) continue;
+    FinishPartLocked(it->second, n.name, f.value("exit_code", -1), f.value("signal", 0), b);
+  }
   // What the agent runs now is the truth: a job the control plane believed started there that
   // the (restarted) agent does not run is over there, at once rather than at a heartbeat timeout.
   // (An agent that does not say what it runs is not reconciled.)
@@ -255,7 +270,12 @@ Result<Json> Engine::RegisterNode(const Identity& who, const Json& body) {
   }
   st = CommitLocked(b, lock);
   if (!st.ok()) return st;
-  return Json{{"ok", true}, {"heartbeat_ms", config_.heartbeat_interval_ms}};
+  Json reply = {{"ok", true},
+                {"heartbeat_ms", config_.heartbeat_interval_ms},
+                {"epoch", leader_epoch_},
+                {"ack", std::move(ack)}};
+  if (config_.partition_stop_ms > 0) reply["partition_stop_ms"] = config_.partition_stop_ms;
+  return reply;
 }
 
 void Engine::FinishPartLocked(Job& j, const std::string& node, int code, int sig, Batch& b) {
@@ -401,6 +421,7 @@ Result<std::pair<Json, int64_t>> Engine::HeartbeatQueued(const Identity& who, co
   const std::string actor = "agent:" + node;
   if (n.lost) {
     n.lost = false;
+    n.jobs_released = false;
     qe_->SetNodeDown(node, false);
     cycle_wanted_ = true;
     b.Add(MakeEvent(actor, "node.returned", node, "heartbeat after loss"), nullptr);
@@ -449,6 +470,7 @@ Result<std::pair<Json, int64_t>> Engine::HeartbeatQueued(const Identity& who, co
   QueueLocked(b);
   const int64_t target = ack.empty() ? 0 : queued_seq_;
   orders["ack"] = std::move(ack);
+  orders["epoch"] = leader_epoch_;
   return std::pair<Json, int64_t>{std::move(orders), target};
 }
 

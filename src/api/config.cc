@@ -356,6 +356,12 @@ static Status ReadServerSettings(const YAML::Node& root, EngineConfig* c) {
                                          "), or nodes are lost between heartbeats");
   }
   if (st.ok()) st = ReadMs(root, "cancel_grace", false, &c->cancel_grace_ms);
+  if (st.ok()) st = ReadMs(root, "partition_stop", false, &c->partition_stop_ms);
+  if (st.ok() && c->partition_stop_ms > 0 && c->partition_stop_ms < c->heartbeat_timeout_ms) {
+    return Bad("partition_stop", "must be at least heartbeat_timeout (" +
+                                     FormatDurationMs(c->heartbeat_timeout_ms) +
+                                     "), or agents stop their jobs before the node is lost");
+  }
   if (st.ok()) st = ReadMs(root, "cycle", true, &c->cycle_ms);
   if (!st.ok()) return st;
   if (root["schedule_on_submit"]) {
@@ -431,6 +437,7 @@ static Result<quota::PolicySpec> ReadPolicy(const YAML::Node& root) {
                      "heartbeat_timeout",
                      "heartbeat_interval",
                      "cancel_grace",
+                     "partition_stop",
                      "cycle",
                      "schedule_on_submit",
                      "backend_poll",

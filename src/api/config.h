@@ -7,6 +7,7 @@
 // hashes; a plain `token:` in the file (convenient for examples) is hashed on load.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -97,6 +98,18 @@ struct EngineConfig {
   // agent's order watch (GET /v1/agent/orders) hears of them at once.
   int64_t heartbeat_interval_ms = 1000;
   int64_t cancel_grace_ms = 5000;
+  // `partition_stop: 60s`: an agent that has heard from no leader for this long stops its jobs
+  // itself (the register reply tells it), and the jobs of a lost node are requeued only once
+  // that time and a margin have passed since it was last heard (PartitionReleaseMs), so a cut-off
+  // node and the job's next placement never run it at once. 0 (the default): off, a lost node's
+  // jobs are requeued as soon as it is lost.
+  int64_t partition_stop_ms = 0;
+  // How long after a node was last heard its jobs are released when it is lost: the agent's
+  // partition_stop, its kill grace (the larger of cancel_grace and 10 s) and a heartbeat timeout
+  // for the clocks' and the network's slack.
+  int64_t PartitionReleaseMs() const {
+    return partition_stop_ms + std::max<int64_t>(cancel_grace_ms, 10'000) + heartbeat_timeout_ms;
+  }
   int64_t cycle_ms = 1000;         // how often the scheduling cycle runs
   bool schedule_on_submit = true;  // also run it right after each batch of submissions lands
   int64_t backend_poll_ms = 1000;  // how often external backends are asked about their jobs

@@ -68,6 +68,8 @@ Result<std::unique_ptr<Engine>> Engine::Open(EngineConfig config,
     return Status::FailedPrecondition("cannot create '" + data_dir + "/output': " + ec.message());
   std::unique_ptr<Engine> e(
       new Engine(std::move(config), std::move(store), std::move(data_dir), std::move(clock)));
+  // The lease's epoch (taken before the engine opens): agents ignore replies from an older one.
+  if (auto l = e->store_->Leader(); l.ok()) e->leader_epoch_ = l->epoch;
   for (const QueueRoute& q : e->config_.routes) {
     if (!q.external() || e->backends_.count(q.backend)) continue;
     backends::BackendOptions options;

@@ -276,6 +276,7 @@ class Engine {
     std::vector<DeviceInfo> devices;
     int64_t last_heartbeat_ms = 0;
     bool lost = false;
+    bool jobs_released = false;  // lost, and its jobs requeued or ended (see partition_stop)
     std::set<std::string> running_reported;  // the jobs its agent last said it runs
   };
   struct Job {
@@ -472,6 +473,9 @@ class Engine {
   Clock monotonic_;
   int64_t last_watch_mono_ms_ = -1;  // the monotonic time of the last MarkLostLocked
   int64_t window_from_ms_ = 0;       // no node is judged by silence before this (a stall's end)
+  // The store's fencing epoch when this engine opened (its lease's): in every reply to agents,
+  // which ignore replies from an older one (a deposed leader's).
+  int64_t leader_epoch_ = 0;
   // A job held on `node` that no longer runs there: stopped if it was being preempted, else
   // requeued (if its queue says so) or ended as lost, for `why`.
   void LoseJobLocked(Job& j, const std::string& node, const std::string& why, Batch& b);

@@ -35,12 +35,20 @@ Status Engine::MarkLostLocked(Batch& b) {
   }
   for (auto& [name, n] : nodes_) {
     const int64_t heard = std::max(n.last_heartbeat_ms, window_from_ms_);
-    if (n.lost || now - heard < config_.heartbeat_timeout_ms) continue;
-    n.lost = true;
-    qe_->SetNodeDown(name, true);
-    b.Add(MakeEvent("engine", "node.lost", name,
+    if (!n.lost && now - heard >= config_.heartbeat_timeout_ms) {
+      n.lost = true;
+      qe_->SetNodeDown(name, true);  // nothing new goes there
+      b.Add(
+          MakeEvent("engine", "node.lost", name,
                     "no heartbeat for " + std::to_string((now - n.last_heartbeat_ms) / 1000) + "s"),
           nullptr);
+      cycle_wanted_ = true;
+    }
+    // Its jobs: at once; or, with partition_stop, once its agent has stopped them itself if it
+    // is only cut off (it may still run them until then).
+    if (!n.lost || n.jobs_released) continue;
+    if (config_.partition_stop_ms > 0 && now - heard < config_.PartitionReleaseMs()) continue;
+    n.jobs_released = true;
     const std::vector<std::string> held = NodeJobsLocked(name);  // a copy: the walk changes jobs
     for (const std::string& id : held)
       LoseJobLocked(jobs_[id], name, "node '" + name + "' lost", b);

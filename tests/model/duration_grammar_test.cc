@@ -208,6 +208,8 @@ TEST_F(DurationFields, EveryDurationFieldReadsTheOneGrammar) {
       ServerKey("heartbeat_timeout", &C::heartbeat_timeout_ms, "heartbeat_interval: 100ms\n"),
       ServerKey("heartbeat_interval", &C::heartbeat_interval_ms, "heartbeat_timeout: 5h\n"),
       ServerKey("cancel_grace", &C::cancel_grace_ms),
+      ServerKey("partition_stop", &C::partition_stop_ms,
+                "heartbeat_timeout: 200ms\nheartbeat_interval: 100ms\n"),
       ServerKey("cycle", &C::cycle_ms),
       ServerKey("backend_poll", &C::backend_poll_ms),
       ServerKey("utilization_sample", &C::utilization_sample_ms),

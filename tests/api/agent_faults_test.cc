@@ -1,0 +1,140 @@
+// Issue 33, the control plane's side of faults between it and its agents: exits kept on the node
+// while its agent was down, the leader's fencing epoch in every reply, and a cut-off node whose
+// jobs are released only once its agent has stopped them itself (partition_stop).
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "api/engine.h"
+#include "engine_fixture.h"
+
+namespace tessera::api {
+namespace {
+
+constexpr const char* kConfig = R"(
+heartbeat_timeout: 10s
+identities:
+  - {name: admin, role: admin, token: admin-token-1}
+  - {name: alice, role: user, groups: [research], token: alice-token-1}
+  - {name: agent, role: agent, token: agent-token-1}
+groups:
+  - {name: research, reservation: {gpu: 1}, limit: {gpu: 2}}
+profiles:
+  - {name: train, gpus: 1, cpu: 1, memory: 1GiB, forms: [whole]}
+queues:
+  - {name: training, profile: train, groups: [research], requeue_on_loss: true}
+)";
+
+class AgentFaultsTest : public testing::EngineFixture {
+ protected:
+  Json Heartbeat(const std::string& node, Json extra = Json::object()) {
+    extra["node"] = node;
+    auto r = engine_->Heartbeat(Who("agent"), extra);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : Json();
+  }
+  Result<Json> RegisterWith(const std::string& node, Json extra) {
+    Json body = {{"node", node},
+                 {"cpu_milli", 32000},
+                 {"memory_mib", 65536},
+                 {"devices",
+                  {{{"index", 0}, {"model", "H100-80GB"}, {"memory_mib", 81920}, {"uuid", "u0"}}}}};
+    for (auto& [k, v] : extra.items()) body[k] = v;
+    return engine_->RegisterNode(Who("agent"), body);
+  }
+  std::string State(const std::string& id) { return (*engine_->GetJob(Who("admin"), id))["state"]; }
+  std::string RunOne() {
+    std::string id = (*engine_->Submit(
+        Who("alice"), {{"queue", "training"}, {"command", {"sleep", "100"}}}))["id"];
+    Heartbeat("n1");
+    Heartbeat("n1", {{"running", {{{"job", id}, {"pid", 7}}}}});
+    EXPECT_EQ(State(id), "running");
+    return id;
+  }
+};
+
+// A job that finished while its agent was down ran again when the agent returned: the
+// registration found it not running and requeued it.
+TEST_F(AgentFaultsTest, AnExitKeptOnTheNodeIsRecordedWhenItsAgentRegistersAgain) {
+  Start("agent-faults", kConfig);
+  ASSERT_TRUE(RegisterWith("n1", Json::object()).ok());
+  const std::string a = RunOne();
+  // The agent restarts; the job ended meanwhile and its exit waited on the node's disk.
+  auto r = RegisterWith(
+      "n1", {{"running", Json::array()}, {"finished", {{{"job", a}, {"exit_code", 0}}}}});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(State(a), "succeeded") << "requeued, to run a second time";
+  ASSERT_EQ((*r)["ack"].size(), 1u);
+  EXPECT_EQ((*r)["ack"][0], a);
+  EXPECT_TRUE(Heartbeat("n1")["start"].empty());
+  // A malformed exit record is refused, naming what is wrong; nothing is half-applied.
+  auto bad = RegisterWith("n1", {{"finished", {{{"job", a}, {"exit_code", "zero"}}}}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("finished.exit_code"), std::string::npos)
+      << bad.status().message();
+  ASSERT_TRUE(engine_->CheckInvariants().ok());
+}
+
+// Agents remember the highest epoch they have seen and ignore replies from an older leader: so
+// every reply carries the epoch of the lease this engine opened under.
+TEST_F(AgentFaultsTest, EveryReplyToAnAgentCarriesTheLeasesEpoch) {
+  Start("agent-epoch", kConfig,
+        [](const std::string& dir) -> Result<std::unique_ptr<store::Store>> {
+          auto s = store::Store::Open(dir + "/tessera.db");
+          if (!s.ok()) return s.status();
+          for (int i = 0; i < 3; ++i) {  // three leaders before this one
+            auto led = (*s)->TryLead("http://me:" + std::to_string(i));
+            if (!led.ok()) return led.status();
+          }
+          return s;
+        });
+  auto lead = store::Store::Open(dir_ + "/tessera.db");
+  ASSERT_TRUE(lead.ok());
+  auto leader = (*lead)->Leader();
+  ASSERT_TRUE(leader.ok());
+  auto r = RegisterWith("n1", Json::object());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)["epoch"], leader->epoch);
+  EXPECT_EQ(Heartbeat("n1")["epoch"], leader->epoch);
+  EXPECT_FALSE(r->contains("partition_stop_ms"));  // off unless configured
+}
+
+// A node cut off from the leader: its agent stops its jobs after partition_stop; the leader
+// takes the node for lost at the heartbeat timeout (nothing new goes there) but requeues its jobs
+// only after partition_stop, the agent's kill grace and a heartbeat timeout of slack, so the
+// job's next placement never runs beside the cut-off copy.
+TEST_F(AgentFaultsTest, ALostNodesJobsAreReleasedOnlyAfterItsAgentHasStoppedThem) {
+  Start("agent-partition", std::string(kConfig) + "partition_stop: 20s\n");
+  auto r = RegisterWith("n1", Json::object());
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ((*r)["partition_stop_ms"], 20000);
+  const std::string a = RunOne();
+  // Released 20 s partition_stop + 10 s kill grace + 10 s (a heartbeat timeout) of slack = 40 s
+  // after the node was last heard; the node itself is lost at 10 s.
+  int lost_at = -1;
+  for (int s = 1; s < 40; ++s) {
+    now_ += 1'000;
+    ASSERT_TRUE(engine_->Tick().ok());
+    auto nodes = (*engine_->Nodes(Who("admin")))["nodes"];
+    if (lost_at < 0 && nodes[0]["state"] == "lost") lost_at = s;
+    ASSERT_EQ(State(a), "running") << "released at " << s << " s, while its agent may run it";
+  }
+  EXPECT_EQ(lost_at, 10) << "the node itself is lost at the heartbeat timeout";
+  now_ += 1'000;
+  ASSERT_TRUE(engine_->Tick().ok());
+  EXPECT_EQ(State(a), "pending");  // requeued; no node to run it
+  ASSERT_TRUE(engine_->CheckInvariants().ok());
+}
+
+TEST(PartitionStopConfig, IsADurationOfAtLeastTheHeartbeatTimeout) {
+  auto bad = ParseConfig(std::string(kConfig) + "partition_stop: 5s\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("partition_stop"), std::string::npos);
+  auto good = ParseConfig(std::string(kConfig) + "partition_stop: 1m\n");
+  ASSERT_TRUE(good.ok()) << good.status().ToString();
+  EXPECT_EQ(good->partition_stop_ms, 60'000);
+  EXPECT_EQ(good->PartitionReleaseMs(), 60'000 + 10'000 + 10'000);
+}
+
+}  // namespace
+}  // namespace tessera::api

@@ -87,6 +87,7 @@ enum class EventKind {
   kRequeued,
   kRepartitioned,
   kCompleted,
+  kStopped,  // a runtime guard ended it (its queue's max_runtime); the detail says which
 };
 const char* EventKindName(EventKind k);
 
@@ -122,6 +123,7 @@ struct JobView {
   int64_t submit_time = 0;
   int64_t start_time = -1;
   int preemptions = 0;
+  int64_t stop_at = -1;     // while running under a max_runtime: when that guard stops it
   std::string wait_step;    // while pending: "Admission", "Placement", "Backfill", "Reclaim", ...
   std::string wait_reason;  // for people
 };
@@ -205,6 +207,14 @@ class QuotaEngine {
   // `between`, when given, is called after each job the cycle considered: decisions made so far
   // are final (events() holds them), so a caller may record them while the cycle goes on.
   virtual CycleStats RunCycle(int64_t now, const std::function<void()>& between = nullptr) = 0;
+  // Runtime guards (QueueSpec::max_runtime_s): stops every running job that has run its queue's
+  // max_runtime by `now`, with a kStopped event naming the guard; returns how many. Without
+  // await_stop it ends at once (state done, capacity back); with await_stop it is terminating
+  // until Stopped(), then done (not requeued). RunCycle does this first; a caller may call it
+  // between cycles, at NextRuntimeStop(), to stop a job at its exact time.
+  virtual int StopOverRuntime(int64_t now) = 0;
+  // The earliest time StopOverRuntime would stop a running job; -1 when none has a max_runtime.
+  virtual int64_t NextRuntimeStop() const = 0;
 
   // --- Driven from a control plane (nodes come and go, jobs are cancelled and lost).
   // Adds a node (its index), or brings back a down node of the same name and inventory. A node of

@@ -16,6 +16,7 @@ CycleStats Engine::RunCycle(int64_t now, const std::function<void()>& between) {
   partition_demand_.clear();
   whole_demand_.clear();
   EndGraces();
+  StopOverRuntime(now_);
   UpdateFairShare();
   returnable_dirty_ = true;  // the idle cards the engine split, found again when first needed
   std::vector<int> order = Order();
@@ -217,7 +218,8 @@ std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order,
         held.gpu_milli += claimed_gpu_[j.group];
       bool within_reservation = WithinReservation(held, nominal, groups_[j.group].spec.reservation);
       bool tried = false, claimed = false;
-      if (preempt_searches_ < policy_.max_preemption_searches_per_cycle) {
+      const bool may_preempt = MayPreempt(j);
+      if (preempt_searches_ < policy_.max_preemption_searches_per_cycle && may_preempt) {
         if (within_reservation && options_.engine_break != EngineOptions::Break::kNoReclaim) {
           tried = TryPreempt(h, /*reclaim=*/true);
           // A claim counts until its job is placed, also when its victims left at once (no
@@ -251,6 +253,10 @@ std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order,
         }
         if (heads_ < 4 && step == "Placement" && j.forms.front() == AllocationForm::kWhole) {
           ReserveForHead(h);
+        }
+        if (!may_preempt) {
+          j.wait_reason += "; may preempt from " + T(j.waiting_since + j.preempt_delay) +
+                           " (preemption_delay " + std::to_string(j.preempt_delay) + "s)";
         }
       }
     }

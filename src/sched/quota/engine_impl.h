@@ -131,6 +131,11 @@ struct Job {
   int priority = 0;
   bool preemptible = false;
   int64_t submit = 0, walltime = 0, seq = 0;
+  // Runtime guards, from its queue (seconds; 0: none), and since when it waits (submitted or
+  // last back to pending), for preemption_delay.
+  int64_t max_runtime = 0, min_runtime = 0, preempt_delay = 0;
+  int64_t waiting_since = 0;
+  bool stop_final = false;  // terminating because a guard stopped it: done, not requeued
   JobState state = JobState::kPending;
   int64_t start = -1, grace_end = 0;
   AllocationForm form = AllocationForm::kWhole;
@@ -173,6 +178,10 @@ class Engine final : public QuotaEngine {
   std::string NeverSchedulable(const Job& j) const;
   void Complete(int job, int64_t now) override;
   CycleStats RunCycle(int64_t now, const std::function<void()>& between = nullptr) override;
+  int StopOverRuntime(int64_t now) override;
+  int64_t NextRuntimeStop() const override {
+    return runtime_stops_.empty() ? -1 : runtime_stops_.begin()->first;
+  }
   Status CheckInvariants() const override;
   const std::vector<std::string>& violations() const override { return violations_; }
   int job_count() const override { return static_cast<int>(jobs_.size()); }
@@ -288,6 +297,16 @@ class Engine final : public QuotaEngine {
     return WithinReservation(held, Resources{j.gpu_count * j.gpu_milli, 0, 0, 0},
                              g.spec.reservation);
   }
+  // Runtime guards (engine_guards.cc). A running job younger than its min_runtime is no victim;
+  // a waiting job that has waited less than its preemption_delay preempts nothing.
+  bool PastMinRuntime(const Job& v) const {
+    return v.min_runtime <= 0 || (v.start >= 0 && now_ - v.start >= v.min_runtime);
+  }
+  bool MayPreempt(const Job& j) const {
+    return j.preempt_delay <= 0 || now_ - j.waiting_since >= j.preempt_delay;
+  }
+  void WatchRuntime(int self);   // placed: its max_runtime stop, when it has one
+  void ForgetRuntime(int self);  // no longer running
   // Placed now, it would borrow and be preemptible: a reclaim may take it back.
   bool WouldBeReclaimed(const Job& j) const {
     if (!j.preemptible || j.external || j.gpu_count == 0) return false;
@@ -485,7 +504,8 @@ class Engine final : public QuotaEngine {
   MiB gpu_memory_capacity_ = 0;
   MilliCpu cpu_capacity_ = 0;  // every node's, for the fair-share key
   MiB host_memory_capacity_ = 0;
-  std::set<int> terminating_;  // handles in kTerminating, in handle order
+  std::set<int> terminating_;                        // handles in kTerminating, in handle order
+  std::set<std::pair<int64_t, int>> runtime_stops_;  // (max_runtime stop time, handle), running
   // Per group (its own and its descendants'), as of this cycle: GPU of claims in flight (pending
   // jobs granted preempted capacity, waiting out the grace) and GPU already leaving (terminating
   // jobs). Reclaim counts both, so that it stops at the reservation on either side.

@@ -107,6 +107,8 @@ void Engine::Requeue(int handle, int64_t now, const std::string& why) {
   if (j.state != JobState::kRunning && j.state != JobState::kTerminating) return;
   EndHeld(handle);
   j.state = JobState::kPending;
+  j.stop_final = false;
+  j.waiting_since = now_;
   j.wait_step = "Requeued";
   j.wait_reason = why;
   pending_.push_back(handle);
@@ -131,6 +133,7 @@ void Engine::CommitExternal(int self, const Resources& charge, bool guaranteed) 
   if (!j.ext_pool.empty()) ext_used_[j.ext_pool] += j.charge.gpu_milli;
   j.state = JobState::kRunning;
   j.start = now_;
+  WatchRuntime(self);
   j.wait_step.clear();
   j.wait_reason.clear();
   const GroupRt& g = groups_[j.group];
@@ -275,6 +278,7 @@ Status Engine::Restore(int handle, AllocationForm form, const std::vector<GrantV
     Commit(handle, form, c, !borrowed);
   }
   if (terminating) {
+    ForgetRuntime(handle);
     j.state = JobState::kTerminating;
     terminating_.insert(handle);
     j.grace_end = now_ + policy_.grace_seconds;

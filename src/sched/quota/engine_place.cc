@@ -474,6 +474,7 @@ void Engine::Commit(int self, AllocationForm f, Candidate& c, bool guaranteed) {
   AddUsage(j.group, j.charge, +1);
   j.state = JobState::kRunning;
   j.start = now_;
+  WatchRuntime(self);
   j.wait_step.clear();
   j.wait_reason.clear();
   j.awaiting = 0;
@@ -490,6 +491,7 @@ void Engine::Release(int self) {
   Job& j = jobs_[self];
   returnable_dirty_ = true;  // a card it held may now be idle and split
   terminating_.erase(self);
+  ForgetRuntime(self);
   MirrorRelease(self);
   for (const Grant& g : j.grants) {
     NodeRt& n = nodes_[g.node];

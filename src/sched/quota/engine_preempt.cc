@@ -14,6 +14,7 @@ bool Engine::Victim(const Job& claimant, int v, bool reclaim) const {
       x.preemptible || options_.engine_break == EngineOptions::Break::kPreemptNonPreemptible;
   if (x.state != JobState::kRunning || !preemptible || x.external != claimant.external)
     return false;
+  if (!PastMinRuntime(x)) return false;
   if (x.external && (x.ext_pool.empty() || x.ext_pool != claimant.ext_pool)) return false;
   if (reclaim) {
     if (x.group == claimant.group) return false;
@@ -319,6 +320,7 @@ void Engine::Preempt(int v, int claimant, const std::string& why) {
   Job& x = jobs_[v];
   AddToChain(leaving_gpu_, x.group, x.charge.gpu_milli);
   int64_t lost = LostWork(x);
+  ForgetRuntime(v);
   x.state = JobState::kTerminating;
   terminating_.insert(v);
   x.grace_end = now_ + policy_.grace_seconds;
@@ -368,7 +370,15 @@ void Engine::FinishTermination(int v) {
   int claimant = x.claimant;
   AddToChain(leaving_gpu_, x.group, -x.charge.gpu_milli);
   Release(v);
+  if (x.stop_final) {  // stopped by a runtime guard: its processes are gone, and so is it
+    x.state = JobState::kDone;
+    x.claimant = -1;
+    x.start = -1;
+    Emit(EventKind::kCompleted, &x, "stopped by its runtime guard; its processes ended");
+    return;
+  }
   x.state = JobState::kPending;
+  x.waiting_since = now_;
   x.claimant = -1;
   x.start = -1;
   ++x.preemptions;

@@ -151,6 +151,7 @@ int64_t Engine::DrainCost(const Job& j, bool within_reservation,
 bool Engine::DrainVictim(const Job& j, bool within_reservation, int v) const {
   const Job& x = jobs_[v];
   if (x.state != JobState::kRunning || !x.preemptible || x.external) return false;
+  if (!PastMinRuntime(x) || !MayPreempt(j)) return false;
   if (x.group != j.group) {
     // Another group's work goes only while that group keeps its reservation: a drain once took
     // a share inside its group's reservation for a borrower's inference job.

@@ -280,6 +280,9 @@ Result<Job> Engine::Build(const JobSpec& spec) const {
   }
   j.queue = q->second;
   j.swap_oc = queue.swap_overcommit_percent;
+  j.max_runtime = queue.max_runtime_s;
+  j.min_runtime = queue.min_runtime_s;
+  j.preempt_delay = queue.preemption_delay_s;
   j.group = group_index_.at(group);
   j.profile = profile_index_.at(queue.profile);
   const ProfileSpec& pr = policy_.profiles[j.profile];
@@ -385,6 +388,7 @@ Result<int> Engine::Submit(const JobSpec& spec, int64_t now) {
   Job j = std::move(*built);
   const QueueSpec& queue = policy_.queues[j.queue];
   j.submit = now_;
+  j.waiting_since = now_;
   j.seq = seq_++;
   j.wait_step = "Queued";
   j.wait_reason = "waiting for the next scheduling cycle";

@@ -154,6 +154,8 @@ JobView Engine::job(int handle) const {
   v.submit_time = j.submit;
   v.start_time = j.start;
   v.preemptions = j.preemptions;
+  if (j.state == JobState::kRunning && j.max_runtime > 0 && j.start >= 0)
+    v.stop_at = j.start + j.max_runtime;
   v.wait_step = j.wait_step;
   v.wait_reason = j.wait_reason;
   return v;
@@ -254,8 +256,8 @@ namespace {
 constexpr auto kJobStateNames =
     NamesUpTo<JobState::kRejected>("pending", "running", "terminating", "done", "rejected");
 constexpr auto kEventKindNames =
-    NamesUpTo<EventKind::kCompleted>("submitted", "rejected", "admitted", "placed", "preempted",
-                                     "requeued", "repartitioned", "completed");
+    NamesUpTo<EventKind::kStopped>("submitted", "rejected", "admitted", "placed", "preempted",
+                                   "requeued", "repartitioned", "completed", "stopped");
 }  // namespace
 
 const char* JobStateName(JobState s) { return kJobStateNames.Of(s, "unknown"); }

@@ -172,6 +172,10 @@ Status ValidateQueue(const PolicySpec& p, const QueueSpec& q, size_t i, const Gr
     return Status::InvalidArgument(field + ".profile '" + q.profile + "' is not a profile");
   }
   if (q.groups.empty()) return Status::InvalidArgument(field + ".groups is empty");
+  if (q.max_runtime_s < 0) return Status::InvalidArgument(field + ".max_runtime is negative");
+  if (q.min_runtime_s < 0) return Status::InvalidArgument(field + ".min_runtime is negative");
+  if (q.preemption_delay_s < 0)
+    return Status::InvalidArgument(field + ".preemption_delay is negative");
   for (const std::string& g : q.groups) {
     if (!groups.count(g)) {
       return Status::InvalidArgument(field + ".groups: '" + g + "' is not a group");

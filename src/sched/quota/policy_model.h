@@ -89,6 +89,14 @@ struct QueueSpec {
   // Devices hold shares of one overcommit only, so a share that cannot be swapped never sits
   // where the memory is overcommitted. Set from the server config's queue `swap`/`overcommit`.
   int swap_overcommit_percent = 0;
+  // Runtime guards, in seconds (0: none). max_runtime_s: a running job is stopped once it has
+  // run this long (a kStopped event says why). min_runtime_s: a running job is no preemption
+  // victim (reclaim, priority, drain for a repartition) before it has run this long.
+  // preemption_delay_s: a waiting job may preempt (reclaim, priority, drain) only once it has
+  // waited this long since it was submitted or last went back to pending.
+  int64_t max_runtime_s = 0;
+  int64_t min_runtime_s = 0;
+  int64_t preemption_delay_s = 0;
 };
 
 // Class -> forms, in order of preference. The default: training gets whole devices; inference

@@ -70,7 +70,8 @@ Agent::Agent(const AgentOptions& options, Inventory inventory, std::vector<std::
                                 options.max_output_bytes}),
       urls_(std::move(urls)),
       heartbeat_ms_(std::max(1, options.default_heartbeat_ms)),
-      backoff_ms_(heartbeat_ms_) {
+      backoff_ms_(heartbeat_ms_),
+      state_(options.work_dir, launcher_.owns_work_dir()) {
   if (inventory_.source == "nvml") {
     auto sampler = NvmlSampler::Open(options.nvml_library);
     if (sampler.ok()) nvml_ = std::move(*sampler);
@@ -85,7 +86,8 @@ int Agent::Run() {
        launcher_.cgroups_status());
   if (!launcher_.owns_work_dir()) {
     Warn("another agent uses the work directory " + options_.work_dir +
-         ": jobs this one starts are not listed there, and are not stopped if it dies");
+         ": jobs this one starts are not listed there, and are not stopped if it dies; their "
+         "exits are not kept on disk, and it keeps no leader epoch across restarts");
   }
   if (!launcher_.leftovers().empty()) {
     std::string ids;
@@ -93,10 +95,12 @@ int Agent::Run() {
     Warn("stopped " + std::to_string(launcher_.leftovers().size()) +
          " job(s) an earlier run of this agent left running (it did not stop cleanly): " + ids);
   }
+  LoadState();
   Clock::time_point next_contact = Clock::now();
   std::thread watcher([this] { WatchLoop(); });
   while (!StopRequested() && !refused_) {
     for (JobExit& e : launcher_.Poll()) RecordExit(e);
+    CheckPartition();
     partitions_.RetryDestroys();
     TickSwap();
     if (wake_.exchange(false)) next_contact = std::min(next_contact, Clock::now());
@@ -142,7 +146,7 @@ void Agent::RecordExit(const JobExit& e) {
            " output bytes" +
            (e.output_cut ? " (cut at the node's limit: the rest was dropped)" : ""),
        {{"job", e.id}, {"exit_code", e.exit_code}});
-  finished_[e.id] = FinishedReport{e.id, e.exit_code, e.signal, e.output_bytes};
+  KeepExit(FinishedReport{e.id, e.exit_code, e.signal, e.output_bytes});
   partitions_.Release(e.id);
   for (auto& [device, manager] : swap_) manager->Remove(e.id);
   wake_.store(true);  // reported now, not at the end of the period: its devices free up sooner

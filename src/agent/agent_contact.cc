@@ -21,10 +21,14 @@ bool Agent::Contact() {
 }
 
 bool Agent::Register() {
-  auto res =
-      client_->Post("/v1/agent/register",
-                    RegisterBody(inventory_, launcher_.cgroups_available(), launcher_.Running()),
-                    "application/json");
+  // Exits not yet acked (kept on disk across a restart): the control plane takes them before it
+  // reconciles `running`, so that a job that ended meanwhile is not taken for lost.
+  std::vector<FinishedReport> finished;
+  for (const auto& [id, f] : finished_) finished.push_back(f);
+  auto res = client_->Post(
+      "/v1/agent/register",
+      RegisterBody(inventory_, launcher_.cgroups_available(), launcher_.Running(), finished),
+      "application/json");
   if (!res) return Failover(), Failed("register: " + httplib::to_string(res.error()));
   if (res->status == 503) Failover();  // a standby (or a server that cannot serve now)
   if (std::optional<std::string> refused = ProtocolRefusal(res->status, res->body)) {
@@ -35,10 +39,13 @@ bool Agent::Register() {
   }
   if (res->status / 100 != 2)
     return Failed("register: HTTP " + std::to_string(res->status) + " " + res->body);
-  Result<int64_t> hb = ParseRegisterReply(res->body, heartbeat_ms_);
-  if (!hb.ok()) return Failed(hb.status().message());
-  heartbeat_ms_ = *hb;
+  Result<RegisterReply> reply = ParseRegisterReplyFields(res->body, heartbeat_ms_);
+  if (!reply.ok()) return Failed(reply.status().message());
+  if (Stale(reply->epoch)) return Failover(), false;
+  heartbeat_ms_ = reply->heartbeat_ms;
+  partition_stop_ms_ = reply->partition_stop_ms;
   registered_ = true;
+  Reached();
   seen_seq_.store(-1);  // until a heartbeat reply says where this node's orders stand
   Info(
       "registered with the control plane; heartbeat every " + std::to_string(heartbeat_ms_) + " ms",
@@ -151,8 +158,11 @@ bool Agent::Heartbeat() {
     return Failed("heartbeat: HTTP " + std::to_string(res->status) + " " + res->body);
   Result<HeartbeatReply> reply = ParseHeartbeatReply(res->body);
   if (!reply.ok()) return Failed(reply.status().message());
+  // A deposed leader's reply: none of it is applied (no start, cancel, may_run or ack).
+  if (Stale(reply->epoch)) return Failover(), false;
   if (down_) Info("control plane reachable again");
   down_ = false;
+  Reached();
   Apply(*reply);
   if (reply->seq >= 0) {
     int64_t seen = seen_seq_.load();
@@ -169,6 +179,7 @@ void Agent::Apply(const HeartbeatReply& reply) {
     if (finished_.count(id) != 0 && !launcher_.IsRunning(id) && ValidateJobId(id).ok()) {
       unlink(launcher_.OutputPath(id).c_str());
     }
+    if (finished_.count(id) != 0) state_.Remove(id);
     finished_.erase(id);
     uploaded_.erase(id);
     given_up_.erase(id);
@@ -177,8 +188,8 @@ void Agent::Apply(const HeartbeatReply& reply) {
   std::set<std::string> starting;
   for (const JobSpec& spec : reply.start) {
     starting.insert(spec.id);
-    if (launcher_.IsRunning(spec.id)) continue;  // a repeated start: already running
-    finished_.erase(spec.id);                    // a new run under an old id
+    if (launcher_.IsRunning(spec.id)) continue;                 // a repeated start: already running
+    if (finished_.erase(spec.id) != 0) state_.Remove(spec.id);  // a new run under an old id
     uploaded_[spec.id] = 0;
     given_up_.erase(spec.id);
     JobSpec bound = spec;
@@ -236,8 +247,8 @@ void Agent::Apply(const HeartbeatReply& reply) {
         out.close();
         if (out) bytes = static_cast<int64_t>(why.size());  // not written (a full disk): no output
       }
-      finished_[spec.id] = FinishedReport{spec.id, 127, 0, bytes};
       uploaded_[spec.id] = 0;
+      KeepExit(FinishedReport{spec.id, 127, 0, bytes});
     }
   }
   for (const CancelOrder& c : reply.cancel) {

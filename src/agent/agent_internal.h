@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "agent/agent.h"
+#include "agent/agent_state.h"
 #include "agent/discovery.h"
 #include "agent/launcher.h"
 #include "agent/partitions.h"
@@ -60,6 +61,24 @@ class Agent {
   }
 
   void RecordExit(const JobExit& e);
+
+  // A job's end, kept until acked: in finished_ and on disk (state_), before it is first reported.
+  void KeepExit(const FinishedReport& f);
+
+  // Loads what an earlier run of this agent kept on disk: the epoch and unacked exits.
+  void LoadState();
+
+  // Fencing: whether a reply carrying `epoch` (-1: none) comes from a leader older than one this
+  // agent has heard from, and must be ignored (warned once per change). A higher epoch is
+  // remembered, on disk too.
+  bool Stale(int64_t epoch);
+
+  // A successful reply (registration or heartbeat) from the control plane.
+  void Reached();
+
+  // Partition self-stop: with partition_stop_ms_ set, no successful reply for that long stops
+  // every job (SIGTERM, SIGKILL after stop_grace_ms); their exits are reported once reached.
+  void CheckPartition();
 
   // The order watch: a long poll (GET /v1/agent/orders) on a connection of its own, answered as
   // soon as the control plane has new orders for this node, so that the main loop heartbeats at
@@ -140,9 +159,16 @@ class Agent {
   bool refused_ = false;  // the control plane refused this agent's protocol version: exit 1
   bool down_ = false;
   bool stopping_ = false;
-  std::map<std::string, FinishedReport> finished_;  // ended, not yet acked
-  std::map<std::string, int64_t> uploaded_;         // output bytes the control plane holds
-  std::set<std::string> given_up_;                  // output uploads refused for good
+  std::map<std::string, FinishedReport> finished_;    // ended, not yet acked
+  std::map<std::string, int64_t> uploaded_;           // output bytes the control plane holds
+  std::set<std::string> given_up_;                    // output uploads refused for good
+  AgentState state_;                                  // on disk: exits until acked, the epoch
+  int64_t epoch_ = -1;                                // the highest leader epoch seen; -1: none
+  std::pair<int64_t, int64_t> stale_warned_{-1, -1};  // (stale epoch, epoch_) last warned about
+  int64_t partition_stop_ms_ = 0;                     // from the register reply; 0: off
+  Clock::time_point last_ok_{};                       // the last successful reply
+  bool reached_ = false;                              // a successful reply since this agent started
+  bool cut_off_ = false;  // jobs stopped for a partition, not reached since
 };
 
 }  // namespace tessera::agent::internal

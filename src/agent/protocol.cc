@@ -75,12 +75,32 @@ Result<JobSpec> ParseStart(const json& j) {
   return spec;
 }
 
+json FinishedList(const std::vector<FinishedReport>& finished) {
+  json f = json::array();
+  for (const FinishedReport& e : finished) {
+    f.push_back({{"job", e.job},
+                 {"exit_code", e.exit_code},
+                 {"signal", e.signal},
+                 {"output_bytes", e.output_bytes}});
+  }
+  return f;
+}
+
+// A non-negative integer field of a reply: `fallback` when absent or null.
+Result<int64_t> NonNegative(const json& j, const char* name, int64_t fallback) {
+  if (!j.contains(name) || j[name].is_null()) return fallback;
+  if (!j[name].is_number_integer() || j[name].get<int64_t>() < 0)
+    return Bad(std::string("'") + name + "' must be a non-negative integer");
+  return j[name].get<int64_t>();
+}
+
 }  // namespace
 
 Status ValidateNodeName(const std::string& node) { return tessera::ValidateNodeName(node); }
 
 std::string RegisterBody(const Inventory& inventory, bool cgroups,
-                         const std::vector<RunningJob>& running) {
+                         const std::vector<RunningJob>& running,
+                         const std::vector<FinishedReport>& finished) {
   json devices = json::array();
   for (const DiscoveredDevice& d : inventory.devices) {
     json dj = {{"index", d.index},
@@ -101,6 +121,7 @@ std::string RegisterBody(const Inventory& inventory, bool cgroups,
   json r = json::array();
   for (const RunningJob& job : running) r.push_back({{"job", job.id}, {"pid", job.pid}});
   body["running"] = std::move(r);
+  if (!finished.empty()) body["finished"] = FinishedList(finished);
   if (!inventory.pool.empty()) body["pool"] = inventory.pool;
   if (inventory.swap_mib > 0) body["swap_mib"] = inventory.swap_mib;
   return body.dump();
@@ -116,7 +137,7 @@ std::optional<std::string> ProtocolRefusal(int http_status, std::string_view bod
   return error;
 }
 
-Result<int64_t> ParseRegisterReply(std::string_view body, int64_t fallback_ms) {
+Result<RegisterReply> ParseRegisterReplyFields(std::string_view body, int64_t fallback_ms) {
   json j = json::parse(body, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return Bad("register reply is not a JSON object");
   if (j.contains("ok") && j["ok"].is_boolean() && !j["ok"].get<bool>()) {
@@ -125,11 +146,27 @@ Result<int64_t> ParseRegisterReply(std::string_view body, int64_t fallback_ms) {
     return Bad("register refused: " +
                (said ? j["error"].get<std::string>() : std::string("no reason given")));
   }
-  if (!j.contains("heartbeat_ms") || j["heartbeat_ms"].is_null()) return fallback_ms;
-  if (!j["heartbeat_ms"].is_number_integer() || j["heartbeat_ms"].get<int64_t>() <= 0) {
-    return Bad("heartbeat_ms must be a positive integer");
+  RegisterReply reply;
+  reply.heartbeat_ms = fallback_ms;
+  if (j.contains("heartbeat_ms") && !j["heartbeat_ms"].is_null()) {
+    if (!j["heartbeat_ms"].is_number_integer() || j["heartbeat_ms"].get<int64_t>() <= 0) {
+      return Bad("heartbeat_ms must be a positive integer");
+    }
+    reply.heartbeat_ms = j["heartbeat_ms"].get<int64_t>();
   }
-  return j["heartbeat_ms"].get<int64_t>();
+  Result<int64_t> epoch = NonNegative(j, "epoch", -1);
+  if (!epoch.ok()) return epoch.status();
+  reply.epoch = *epoch;
+  Result<int64_t> stop = NonNegative(j, "partition_stop_ms", 0);
+  if (!stop.ok()) return stop.status();
+  reply.partition_stop_ms = *stop;
+  return reply;
+}
+
+Result<int64_t> ParseRegisterReply(std::string_view body, int64_t fallback_ms) {
+  Result<RegisterReply> r = ParseRegisterReplyFields(body, fallback_ms);
+  if (!r.ok()) return r.status();
+  return r->heartbeat_ms;
 }
 
 std::string HeartbeatBody(const std::string& node, const std::vector<RunningJob>& running,
@@ -147,14 +184,7 @@ std::string HeartbeatBody(const std::string& node, const std::vector<RunningJob>
     }
     r.push_back(std::move(e));
   }
-  json f = json::array();
-  for (const FinishedReport& e : finished) {
-    f.push_back({{"job", e.job},
-                 {"exit_code", e.exit_code},
-                 {"signal", e.signal},
-                 {"output_bytes", e.output_bytes}});
-  }
-  json body = {{"node", node}, {"running", std::move(r)}, {"finished", std::move(f)}};
+  json body = {{"node", node}, {"running", std::move(r)}, {"finished", FinishedList(finished)}};
   if (!devices.empty()) {
     json d = json::array();
     for (const DeviceTelemetry& t : devices) {
@@ -226,6 +256,9 @@ Result<HeartbeatReply> ParseHeartbeatReplyChecked(std::string_view body) {
       return Bad("'seq' must be a non-negative integer");
     reply.seq = j["seq"].get<int64_t>();
   }
+  Result<int64_t> epoch = NonNegative(j, "epoch", -1);
+  if (!epoch.ok()) return epoch.status();
+  reply.epoch = *epoch;
   return reply;
 }
 

@@ -33,6 +33,9 @@ struct HeartbeatReply {
   // The node's order sequence the reply reflects: an order watch after it wakes only for news
   // (-1: the control plane keeps no order sequence; the agent does not watch).
   int64_t seq = -1;
+  // The leader's fencing epoch (-1: the reply carried none, an older server). The agent ignores
+  // a reply whose epoch is lower than the highest it has seen.
+  int64_t epoch = -1;
 };
 
 // The answer to an order watch (GET /v1/agent/orders): woken with the sequence to watch after
@@ -52,6 +55,8 @@ struct FinishedReport {
 };
 
 // POST /v1/agent/register body.
+// `finished`: exits the agent recorded and has not had acked (kept on disk across its restarts),
+// as the `finished` entries of a heartbeat; the field is left out when there are none.
 // `running`: the jobs this agent runs now (none after a restart); the control plane ends any
 // other job it believed ran on the node.
 // The node name goes into every message as a JSON string and into file names: 1 to 253
@@ -61,7 +66,8 @@ Status ValidateNodeName(const std::string& node);
 
 // The body carries `"protocol": kAgentProtocolVersion` (model/agent_protocol.h).
 std::string RegisterBody(const Inventory& inventory, bool cgroups,
-                         const std::vector<RunningJob>& running = {});
+                         const std::vector<RunningJob>& running = {},
+                         const std::vector<FinishedReport>& finished = {});
 // A register answer that refuses this agent's protocol version (HTTP 4xx whose error starts
 // "agent protocol "): its message, which names both versions. nullopt for any other answer. The
 // agent logs it and exits non-zero: retrying cannot help.
@@ -69,6 +75,14 @@ std::optional<std::string> ProtocolRefusal(int http_status, std::string_view bod
 // heartbeat_ms of the register reply (`fallback_ms` when absent). Errors on malformed JSON,
 // `"ok": false`, or a heartbeat_ms that is not a positive integer.
 Result<int64_t> ParseRegisterReply(std::string_view body, int64_t fallback_ms);
+// The whole register reply: heartbeat_ms as above, the leader's fencing `epoch` (-1 when absent)
+// and `partition_stop_ms` (0 when absent: off), each a non-negative integer (an error otherwise).
+struct RegisterReply {
+  int64_t heartbeat_ms = 0;
+  int64_t epoch = -1;
+  int64_t partition_stop_ms = 0;
+};
+Result<RegisterReply> ParseRegisterReplyFields(std::string_view body, int64_t fallback_ms);
 
 // POST /v1/agent/heartbeat body.
 // Device telemetry for a heartbeat (-1: not known, left out).

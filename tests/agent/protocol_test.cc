@@ -184,6 +184,37 @@ TEST(AgentProtocol, OrderSequenceAndWatchReplies) {
   }
 }
 
+// Issue 33's fields: unacked exits in the registration (left out when none), the leader's epoch
+// in both replies and partition_stop_ms in the register reply (absent: -1 and 0, off).
+TEST(AgentProtocol, FinishedInRegistrationEpochAndPartitionStop) {
+  Inventory inv;
+  inv.node = "host-a";
+  EXPECT_FALSE(json::parse(RegisterBody(inv, true)).contains("finished"));
+  json j = json::parse(RegisterBody(inv, true, {}, {FinishedReport{"j-1", 3, 9, 12}}));
+  ASSERT_EQ(j["finished"].size(), 1u) << j.dump();
+  EXPECT_EQ(j["finished"][0],
+            json({{"job", "j-1"}, {"exit_code", 3}, {"signal", 9}, {"output_bytes", 12}}));
+
+  Result<RegisterReply> r = ParseRegisterReplyFields(R"({"ok": true, "heartbeat_ms": 250})", 1000);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->heartbeat_ms, 250);
+  EXPECT_EQ(r->epoch, -1);
+  EXPECT_EQ(r->partition_stop_ms, 0);
+  r = ParseRegisterReplyFields(R"({"ok": true, "epoch": 7, "partition_stop_ms": 30000})", 1000);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->heartbeat_ms, 1000);
+  EXPECT_EQ(r->epoch, 7);
+  EXPECT_EQ(r->partition_stop_ms, 30000);
+  for (const char* bad : {R"({"epoch": -2})", R"({"epoch": "7"})", R"({"partition_stop_ms": -1})",
+                          R"({"partition_stop_ms": 1.5})"}) {
+    EXPECT_FALSE(ParseRegisterReplyFields(bad, 1000).ok()) << bad;
+  }
+  EXPECT_EQ(ParseHeartbeatReply("{}")->epoch, -1);
+  EXPECT_EQ(ParseHeartbeatReply(R"({"epoch": 12})")->epoch, 12);
+  EXPECT_FALSE(ParseHeartbeatReply(R"({"epoch": -1})").ok());
+  EXPECT_FALSE(ParseHeartbeatReply(R"({"epoch": true})").ok());
+}
+
 TEST(AgentProtocol, OutputPathEscapesIds) {
   EXPECT_EQ(OutputPath("j-12", 0), "/v1/agent/jobs/j-12/output?offset=0");
   EXPECT_EQ(OutputPath("a b", 120), "/v1/agent/jobs/a%20b/output?offset=120");

@@ -1,0 +1,91 @@
+// The node agent under control-plane faults (issue 33; docs/agent-protocol.md, "Faults"): exits
+// kept on disk until acked, the leader epoch that fences a deposed leader's replies, and the
+// partition self-stop.
+#include <chrono>
+
+#include "agent/agent_internal.h"
+
+namespace tessera::agent::internal {
+
+void Agent::KeepExit(const FinishedReport& f) {
+  finished_[f.job] = f;
+  const int64_t now_ms =
+      std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  auto up = uploaded_.find(f.job);
+  Status saved = state_.Save(ExitRecord{f, now_ms, up == uploaded_.end() ? 0 : up->second});
+  if (!saved.ok()) {
+    Warn("job " + f.job + ": its exit is not kept on disk (" + saved.message() +
+             "): an agent restarted before it is acked cannot report it",
+         {{"job", f.job}});
+  }
+}
+
+void Agent::LoadState() {
+  std::string error;
+  epoch_ = state_.LoadEpoch(&error);
+  if (!error.empty()) Warn(error + ": starting without a known leader epoch");
+  std::vector<std::string> corrupt;
+  std::vector<ExitRecord> records = state_.Load(&corrupt);
+  for (const std::string& path : corrupt) {
+    Warn("exit record " + path + " cannot be read: skipped (the job's exit is not reported)");
+  }
+  if (records.empty()) return;
+  std::string ids;
+  for (const ExitRecord& r : records) {
+    finished_[r.report.job] = r.report;
+    uploaded_[r.report.job] = r.uploaded;
+    ids += (ids.empty() ? "" : ", ") + r.report.job;
+  }
+  Info("reporting " + std::to_string(records.size()) +
+       " job exit(s) kept on disk by an earlier run of this agent and not acknowledged: " + ids);
+}
+
+bool Agent::Stale(int64_t epoch) {
+  if (epoch < 0) return false;  // a server without fencing: applied as before
+  if (epoch < epoch_) {
+    if (stale_warned_ != std::pair<int64_t, int64_t>{epoch, epoch_}) {
+      stale_warned_ = {epoch, epoch_};
+      Warn("ignoring replies of leader epoch " + std::to_string(epoch) +
+               ": this agent has heard from epoch " + std::to_string(epoch_) +
+               " (a deposed leader); nothing they order is done",
+           {{"epoch", epoch}, {"known_epoch", epoch_}});
+    }
+    return true;
+  }
+  if (epoch > epoch_) {
+    epoch_ = epoch;
+    Status saved = state_.SaveEpoch(epoch);
+    if (!saved.ok())
+      Warn("leader epoch " + std::to_string(epoch) + " not kept on disk: " + saved.message());
+  }
+  return false;
+}
+
+void Agent::Reached() {
+  last_ok_ = Clock::now();
+  reached_ = true;
+  if (cut_off_) {
+    Info("reached the control plane again after the partition: reporting the jobs stopped");
+    cut_off_ = false;
+  }
+}
+
+void Agent::CheckPartition() {
+  if (partition_stop_ms_ <= 0 || !reached_ || cut_off_ || stopping_) return;
+  if (Clock::now() - last_ok_ < milliseconds(partition_stop_ms_)) return;
+  cut_off_ = true;
+  std::vector<RunningJob> running = launcher_.Running();
+  Warn("no reply from the control plane for " + std::to_string(partition_stop_ms_) +
+           " ms (its partition_stop_ms): stopping " + std::to_string(running.size()) +
+           " job(s), which the leader may now run elsewhere; their exits are reported once it "
+           "answers again",
+       {{"partition_stop_ms", partition_stop_ms_}});
+  for (const RunningJob& r : running) {
+    Status st = launcher_.Cancel(r.id, milliseconds(options_.stop_grace_ms));
+    if (!st.ok() && st.code() != StatusCode::kNotFound)
+      Warn("stopping job " + r.id + ": " + st.message(), {{"job", r.id}});
+  }
+}
+
+}  // namespace tessera::agent::internal

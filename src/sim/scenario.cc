@@ -215,11 +215,32 @@ Status ParseOutages(const YAML::Node& list, Scenario& s) {
   return Status::Ok();
 }
 
+// A queue's runtime guards (max_runtime, min_runtime, preemption_delay: durations), which the
+// shared policy reader leaves to its callers.
+Status ParseQueueGuards(const YAML::Node& root, quota::PolicySpec* p) {
+  if (!root["queues"] || !root["queues"].IsSequence()) return Status::Ok();
+  for (size_t i = 0; i < root["queues"].size() && i < p->queues.size(); ++i) {
+    const YAML::Node& n = root["queues"][i];
+    quota::QueueSpec& q = p->queues[i];
+    const std::string f = "queues[" + (q.name.empty() ? std::to_string(i) : q.name) + "]";
+    if (n["max_runtime"])
+      TRY_ASSIGN(q.max_runtime_s, GetDuration(n["max_runtime"], f + ".max_runtime"));
+    if (n["min_runtime"])
+      TRY_ASSIGN(q.min_runtime_s, GetDuration(n["min_runtime"], f + ".min_runtime"));
+    if (n["preemption_delay"]) {
+      TRY_ASSIGN(q.preemption_delay_s, GetDuration(n["preemption_delay"], f + ".preemption_delay"));
+    }
+  }
+  return Status::Ok();
+}
+
 Result<Scenario> Parse(const YAML::Node& root) {
   Scenario s;
   policy::PolicyKeys keys;
   keys.extra_root = {"name", "until", "cycle", "nodes", "workload", "compare_with", "outages"};
+  keys.extra_queue = {"max_runtime", "min_runtime", "preemption_delay"};
   TRY_ASSIGN(s.policy, policy::ParsePolicy(root, keys));
+  TRY(ParseQueueGuards(root, &s.policy));
   s.name = root["name"] ? Scalar(root["name"]) : "scenario";
   if (root["until"]) TRY_ASSIGN(s.until_s, GetDuration(root["until"], "until"));
   if (root["cycle"]) TRY_ASSIGN(s.cycle_s, GetDuration(root["cycle"], "cycle"));
@@ -407,11 +428,18 @@ class ScenarioRun {
     group_held_sum_.assign(r_.groups.size(), 0);
   }
 
-  // Completions and arrivals up to t, in time order.
+  // Completions, runtime-guard stops (at their exact second: a job ending then completes) and
+  // arrivals up to t, in time order.
   void FeedUntil(int64_t t) {
     while (true) {
       bool has_arrival = next_ < arrivals_.size() && arrivals_[next_].time <= t;
       bool has_done = !completions_.empty() && std::get<0>(completions_.top()) <= t;
+      const int64_t stop = e_.NextRuntimeStop();
+      if (stop >= 0 && stop <= t && (!has_done || stop < std::get<0>(completions_.top())) &&
+          (!has_arrival || stop <= arrivals_[next_].time)) {
+        e_.StopOverRuntime(stop);
+        continue;
+      }
       if (!has_arrival && !has_done) break;
       if (has_done && (!has_arrival || std::get<0>(completions_.top()) <= arrivals_[next_].time)) {
         auto [end, h, start] = completions_.top();
@@ -455,6 +483,11 @@ class ScenarioRun {
       if (x.kind == quota::EventKind::kPreempted) {
         ++r_.preemptions;
         ++preempt_reasons_[Reason(x)];
+        if (r_.notable_events.size() < 50) r_.notable_events.push_back(x);
+        continue;
+      }
+      if (x.kind == quota::EventKind::kStopped) {
+        ++r_.stopped;
         if (r_.notable_events.size() < 50) r_.notable_events.push_back(x);
         continue;
       }

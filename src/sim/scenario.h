@@ -10,7 +10,10 @@
 //   groups:    [{name, parent, reservation: {gpu, gpu_memory, cpu, memory}, limit: {...},
 //                weight}]
 //   profiles:  [{name, gpus, gpu_fraction, gpu_memory, cpu, memory, forms, pools}]
-//   (policy/policy_yaml.h) queues:    [{name, profile, groups, priority, preemptible, class}]
+//   (policy/policy_yaml.h) queues:    [{name, profile, groups, priority, preemptible, class,
+//                max_runtime, min_runtime, preemption_delay}]  -- runtime guards (durations;
+//                QueueSpec): stopped at max_runtime (at that second, between cycles); no victim
+//                before min_runtime; preempts nothing before waiting preemption_delay
 //   class_forms: {training: [whole], inference: [partition], ...}   (overrides the default)
 //   workload:  [{queue, identity, group, count, at, interval, duration, class, form, gpus,
 //   gpu_fraction,
@@ -123,6 +126,7 @@ struct RunReport {
   int64_t jobs = 0;
   int64_t rejected = 0;
   int64_t preemptions = 0;
+  int64_t stopped = 0;  // by a runtime guard (a queue's max_runtime)
   int64_t repartitions = 0;
   int64_t backfilled = 0;
   double gpu_compute_utilization = 0;  // time-averaged allocated / capacity, 0..1

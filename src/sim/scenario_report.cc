@@ -22,6 +22,7 @@ nlohmann::json RunJson(const RunReport& r) {
   j["jobs"] = r.jobs;
   j["rejected"] = r.rejected;
   j["preemptions"] = r.preemptions;
+  j["stopped"] = r.stopped;
   j["repartitions"] = r.repartitions;
   j["backfilled"] = r.backfilled;
   j["utilization"] = {{"gpu_compute", r.gpu_compute_utilization},
@@ -122,6 +123,7 @@ std::string ReportText(const ScenarioReport& r) {
       << "%, memory " << static_cast<int>(x.gpu_memory_utilization * 1000) / 10.0 << "%\n";
     o << "  preemptions " << x.preemptions << ", repartitions " << x.repartitions << ", backfilled "
       << x.backfilled << "\n";
+    if (x.stopped > 0) o << "  stopped by a runtime guard (max_runtime): " << x.stopped << "\n";
     for (const auto& [k, v] : x.preemption_reasons)
       o << "    preempted: " << k << " x" << v << "\n";
     for (const auto& [k, v] : x.repartition_reasons)

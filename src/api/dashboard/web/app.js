@@ -1,20 +1,54 @@
 "use strict";
+// The dashboard's script, in sections: formatting, the token and the URL fragment, calls, DOM
+// helpers, colours, then one section per view (overview, card map, utilization, groups, jobs and a
+// job's page, queues, events, what-if), and the refresh loop with its event handlers.
 const $ = id => document.getElementById(id);
 const VIEWS = ["overview", "cards", "utilization", "groups", "jobs", "queues", "events", "whatif"];
 const RANGES = { "15m": 900e3, "1h": 3600e3, "6h": 6 * 3600e3, "24h": 24 * 3600e3, "7d": 7 * 24 * 3600e3, "30d": 30 * 24 * 3600e3 };
 const FILTERS = ["state", "queue", "group", "identity"];
-// Quantities arrive in integer thousandths (milli-GPU, milli-CPU): shown with up to 3 decimals.
-const milli = m => (m === null || m === undefined) ? "none" : (m / 1000).toFixed(3).replace(/\.?0+$/, "");
-const gib = mib => (mib / 1024).toFixed(mib % 1024 ? 1 : 0) + " GiB";
+const ENDED = new Set(["succeeded", "failed", "cancelled", "lost"]);
+const JOBS_PER_PAGE = 50;
+
+// --- formatting for people -------------------------------------------------------------------
+// Quantities arrive in integer thousandths (milli-GPU, milli-CPU): shown with at most one decimal
+// ("<0.1" for a sliver); memory in MiB: shown in GiB; times as "3 min ago" and durations.
+const milli = m => {
+  if (m === null || m === undefined) return "—";
+  if (m > 0 && m < 50) return "<0.1";
+  return String(Math.round(m / 100) / 10);
+};
+const gpus = milli, cpus = milli;
+const gib = mib => {
+  if (mib === null || mib === undefined) return "—";
+  const g = mib / 1024;
+  return (g > 0 && g < 0.05 ? "<0.1" : String(Math.round(g * 10) / 10)) + " GiB";
+};
 const pad = n => String(n).padStart(2, "0");
 const hhmm = ms => { const d = new Date(ms); return pad(d.getHours()) + ":" + pad(d.getMinutes()); };
 const stamp = ms => { const d = new Date(ms);
   return d.getFullYear() + "-" + pad(d.getMonth() + 1) + "-" + pad(d.getDate()) + " " + hhmm(ms) + ":" + pad(d.getSeconds()); };
+function span(ms) {  // a duration: "45 s", "12 min", "3 h 05 min", "2 d 4 h"
+  if (ms === null || ms === undefined || !(ms >= 0)) return "";
+  const s = Math.round(ms / 1000);
+  if (s < 60) return s + " s";
+  const m = Math.floor(s / 60);
+  if (m < 60) return m + " min";
+  const h = Math.floor(m / 60);
+  if (h < 24) return h + " h " + pad(m % 60) + " min";
+  return Math.floor(h / 24) + " d " + (h % 24) + " h";
+}
+function ago(ms) {  // a time: relative, the exact time in a tooltip (see when())
+  if (!ms) return "";
+  const d = Date.now() - ms;
+  return d < 5000 ? "just now" : d >= 0 ? span(d) + " ago" : "in " + span(-d);
+}
+function when(ms) { return ms ? el("time", { datetime: new Date(ms).toISOString(), title: stamp(ms), text: ago(ms) }) : ""; }
 
 // --- the token and the view's state (the URL fragment) -------------------------------------
 let token = "";
 let me = null;  // /v1/whoami
-const ui = { view: "overview", range: "1h", kind: "", job: "", state: "", queue: "", group: "", identity: "" };
+const ui = { view: "overview", range: "1h", kind: "", job: "", state: "", queue: "", group: "", identity: "", q: "",
+             sort: "", dir: "", page: "", node: "", npage: "", npp: "" };
 function readHash() {
   const p = new URLSearchParams(location.hash.slice(1));
   if (p.get("token")) {
@@ -38,17 +72,39 @@ readHash();
 if (!token) { try { token = localStorage.getItem("tessera-token") || ""; } catch (e) {} }
 
 // --- calls ---------------------------------------------------------------------------------
-class ApiError extends Error { constructor(path, status, text) { super(path + ": " + status + " " + text); this.status = status; } }
-async function api(path) {
-  const r = await fetch(path, { headers: { Authorization: "Bearer " + token } });
-  if (!r.ok) throw new ApiError(path, r.status, (await r.text()).slice(0, 300));
-  return r.json();
+// A failed call becomes an ApiError whose message is for people: the server's {"error": ...}
+// text, never its raw JSON. A 401 (no, a wrong or an expired token) shows the sign-in box.
+class ApiError extends Error { constructor(what, status, text) { super(what + ": " + text); this.status = status; } }
+async function errorText(r) {
+  const body = await r.text();
+  try { const j = JSON.parse(body); if (j && typeof j.error === "string") return j.error; } catch (e) {}
+  return (body || r.statusText || "HTTP " + r.status).slice(0, 300);
 }
+async function call(path, method, raw) {
+  let r;
+  try { r = await fetch(path, { method: method || "GET", headers: { Authorization: "Bearer " + token } }); }
+  catch (err) { throw new ApiError(path.split("?")[0], 0, "the server cannot be reached"); }
+  if (r.status === 401) { signIn(await errorText(r)); throw new ApiError(path.split("?")[0], 401, "sign in again"); }
+  if (!r.ok) throw new ApiError(path.split("?")[0], r.status, await errorText(r));
+  return raw ? r : r.json();
+}
+const api = path => call(path);
 const errors = new Map();  // what failed, shown until it works again
-function showErrors() { $("error").textContent = [...errors.values()].join("; "); }
+let signedOut = false;
+function showErrors() { $("error").textContent = signedOut ? "" : [...errors.values()].join("; "); }
 async function load(name, path) {
   try { const v = await api(path); errors.delete(name); return v; }
   catch (err) { errors.set(name, String(err.message || err)); return null; }
+}
+function signIn(why) {
+  signedOut = true;
+  me = null;
+  $("login").hidden = false;
+  document.querySelector("main").hidden = true;
+  $("login-why").textContent = why === undefined ? "Enter your API token to see the cluster."
+      : "Your token was not accepted (" + why + "): it may be wrong or expired. Enter a valid API token.";
+  $("whoami").textContent = "";
+  showErrors();
 }
 
 // --- small DOM helpers ---------------------------------------------------------------------
@@ -67,18 +123,62 @@ function svg(tag, attrs, text) {
   if (text !== undefined) e.textContent = text;
   return e;
 }
-function cell(row, text, cls) { const td = row.insertCell(); td.textContent = text; if (cls) td.className = cls; return td; }
+function cell(row, text, cls) { const td = row.insertCell(); td.append(text === undefined || text === null ? "" : text); if (cls) td.className = cls; return td; }
 function tbody(id) { const b = $(id).tBodies[0]; b.textContent = ""; return b; }
-// A stable colour per group name (a hash of the name picks the hue).
+// A pager: "‹ previous", "page N of M", "next ›"; `go(page)` is called with the page chosen.
+function pager(id, page, pages, go) {
+  const nav = $(id);
+  nav.textContent = "";
+  nav.dataset.page = page;
+  nav.dataset.pages = pages;
+  if (pages <= 1) return;
+  const b = (text, to, label) => {
+    const x = el("button", { type: "button", text, "aria-label": label, disabled: to < 1 || to > pages || to === page });
+    x.addEventListener("click", () => go(to));
+    return x;
+  };
+  nav.append(b("‹ previous", page - 1, "previous page"), el("span", { text: " page " + page + " of " + pages + " " }),
+             b("next ›", page + 1, "next page"));
+}
+
+// --- colours: a distinct, colour-blind-safe colour per group ---------------------------------
+// Okabe & Ito's colours (less black) first, then Paul Tol's muted set. A group's colour is picked
+// by a hash of its name among the first seven; when two groups on the page hash to one colour,
+// the one later in name order takes the next free one (the extended set only once all seven are
+// taken), so every group keeps one distinct colour on every view, whichever page it is drawn on.
+const PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442",
+                 "#332288", "#44AA99", "#882255", "#999933", "#AA4499", "#117733", "#88CCEE", "#DDCC77", "#CC6677"];
+const PRIMARY = 7;
+const knownGroups = new Set();
+let colourOf = new Map();
+function hashOf(name) { let h = 7; for (const ch of String(name)) h = (h * 31 + ch.codePointAt(0)) >>> 0; return h; }
+function learnGroups(names) {
+  let grew = false;
+  for (const n of names) if (n && !knownGroups.has(n)) { knownGroups.add(n); grew = true; }
+  if (!grew) return;
+  colourOf = new Map();
+  const taken = new Set();
+  for (const n of [...knownGroups].sort()) {
+    let slot = hashOf(n) % PRIMARY;
+    for (let i = 0; i < PRIMARY && taken.has(slot); ++i) slot = (slot + 1) % PRIMARY;
+    for (let i = PRIMARY; i < PALETTE.length && taken.has(slot); ++i) slot = i;
+    if (taken.has(slot)) slot = hashOf(n) % PALETTE.length;  // past 16 groups colours repeat
+    taken.add(slot);
+    colourOf.set(n, PALETTE[slot]);
+  }
+}
 function colour(name) {
-  let h = 0;
-  for (const ch of String(name || "")) h = (h * 31 + ch.codePointAt(0)) >>> 0;
-  return name ? "hsl(" + (h % 360) + ", 62%, 44%)" : "hsl(0, 0%, 50%)";
+  if (!name) return "#8a8f98";
+  if (!colourOf.has(name)) learnGroups([name]);
+  return colourOf.get(name);
 }
 function legend(id, names) {
   const l = $(id);
   l.textContent = "";
-  for (const n of names) l.append(el("span", { "data-group": n, style: "--c:" + colour(n), text: n }));
+  for (const n of names) l.append(el("span", { "data-group": n, "data-colour": colour(n), style: "--c:" + colour(n), text: n }));
+}
+function swatch(group) {
+  return el("span", { class: "legend inline" }, el("span", { "data-group": group, "data-colour": colour(group), style: "--c:" + colour(group), text: group }));
 }
 
 // --- views ---------------------------------------------------------------------------------
@@ -92,28 +192,55 @@ function showView() {
   if (ui.view === "whatif" && !whatifLoaded && me) runWhatIf();
 }
 
-function renderOverview(sum) {
+// The overview: tiles, GPUs held over the last hour, recent events, and per group what it holds
+// against its reservation and limit (GPUs, CPUs, memory).
+function renderOverview(sum, groups, nodes) {
   const c = sum.cluster;
-  let held_idle = 0, workers = 0, pending = 0;
-  for (const g of sum.groups) { held_idle += g.gpu_milli_held_idle || 0; workers += g.workers; pending += g.pending; }
-  $("gpus-total").textContent = milli(c.gpu_milli_total);
-  $("gpus-idle").textContent = milli(c.gpu_milli_idle);
-  $("gpus-held-idle").textContent = milli(held_idle);
-  $("cpus-total").textContent = milli(c.cpu_milli_total);
-  $("cpus-idle").textContent = milli(c.cpu_milli_idle);
+  let held_idle = 0, workers = 0, pending = 0, mem_held = 0;
+  for (const g of sum.groups) { held_idle += g.gpu_milli_held_idle || 0; workers += g.workers; pending += g.pending; mem_held += g.memory_mib_total || 0; }
+  $("gpus-total").textContent = gpus(c.gpu_milli_total);
+  $("gpus-idle").textContent = gpus(c.gpu_milli_idle);
+  $("gpus-held").textContent = gpus(Math.max(0, c.gpu_milli_total - c.gpu_milli_idle));
+  $("gpus-held-idle").textContent = gpus(held_idle);
+  $("cpus-total").textContent = cpus(c.cpu_milli_total);
+  $("cpus-idle").textContent = cpus(c.cpu_milli_idle);
+  const ready = nodes ? nodes.nodes.filter(n => n.state === "ready") : [];
+  $("mem-total").textContent = nodes ? gib(ready.reduce((t, n) => t + (n.memory_mib || 0), 0)) : "-";
+  $("mem-held").textContent = gib(mem_held);
   $("nodes").textContent = c.nodes;
   $("workers").textContent = workers;
   $("pending").textContent = pending;
+  const conf = new Map(groups ? groups.groups.map(g => [g.name, g]) : []);
   const b = tbody("overview-groups");
   for (const g of sum.groups) {
+    const q = conf.get(g.group) || { reservation: {}, limit: {} };
     const row = b.insertRow();
     row.dataset.group = g.group;
-    row.insertCell().append(el("span", { class: "legend inline" }, el("span", { style: "--c:" + colour(g.group), text: g.group })));
-    cell(row, milli(g.gpu_milli_total), "num");
-    cell(row, milli(g.gpu_milli_held_idle || 0), "num");
+    row.insertCell().append(swatch(g.group));
+    const res = v => v ? v : null;  // no reservation: a dash
+    cell(row, gpus(g.gpu_milli_total), "num");
+    cell(row, gpus(res(g.gpu_milli_reservation)), "num");
+    cell(row, gpus(g.gpu_milli_limit), "num");
+    cell(row, gpus(g.gpu_milli_held_idle || 0), "num" + (g.gpu_milli_held_idle ? " warn" : ""));
+    cell(row, cpus(g.cpu_milli_total), "num");
+    cell(row, cpus(res(q.reservation.cpu_milli)), "num");
+    cell(row, cpus(q.limit.cpu_milli), "num");
+    cell(row, gib(g.memory_mib_total), "num");
+    cell(row, gib(res(q.reservation.memory_mib)), "num");
+    cell(row, gib(q.limit.memory_mib), "num");
     cell(row, g.workers, "num");
     cell(row, g.pending, "num");
   }
+}
+function renderRecentEvents(ev) {
+  const ul = $("ov-events");
+  ul.textContent = "";
+  for (const e of ev.events.slice(-10).reverse()) {
+    ul.append(el("li", { "data-kind": e.kind }, when(e.time_ms), " ", el("b", { text: e.kind }), " ",
+                 e.kind.startsWith("job.") ? el("a", { href: "#view=jobs&job=" + encodeURIComponent(e.subject), text: e.subject }) : e.subject,
+                 e.reason ? el("span", { class: "muted", text: " — " + e.reason }) : ""));
+  }
+  if (!ev.events.length) ul.append(el("li", { class: "muted", text: "no events yet" }));
 }
 
 // The card map: a bar per device; its segments are the device's partitions and holdings, each as
@@ -122,7 +249,7 @@ function segment(node, dev, h, part) {
   const mem = h ? h.gpu_memory_mib : (part ? partMemory(part.profile, dev) : 0);
   const pct = dev.memory_mib > 0 ? Math.max(0, Math.min(100, 100 * mem / dev.memory_mib)) : 0;
   const group = h ? (h.group || "") : "";
-  const what = h ? [h.job, h.identity, group, h.form, part ? part.profile : h.partition, milli(h.gpu_milli) + " GPU", gib(h.gpu_memory_mib)]
+  const what = h ? [h.job, h.identity, group, h.form, part ? part.profile : h.partition, gpus(h.gpu_milli) + " GPU", gib(h.gpu_memory_mib)]
                  : ["free partition", part.profile];
   const s = el("div", {
     class: "seg" + (h ? "" : " empty") + (h && h.idle ? " idle" : ""), style: "width:" + pct.toFixed(2) + "%;--c:" + colour(group),
@@ -140,17 +267,38 @@ function partMemory(profile, dev) {  // "1g.10gb" -> 10 GB; AMD partitions: an e
   if (m) return Math.min(dev.memory_mib, Number(m[1]) * 1024);
   return dev.memory_mib / Math.max(1, (dev.partitions || []).length);
 }
+// One page of nodes at a time (ui.npp a page, 10 unless chosen), filtered by a node name or a
+// group, user or job holding something on it: thousands of devices never make one long scroll.
+function nodeMatches(n, f) {
+  if (!f) return true;
+  if (n.name.toLowerCase().includes(f)) return true;
+  return n.devices.some(d => d.holders.some(h => [h.group, h.identity, h.job].some(x => x && String(x).toLowerCase() === f)) ||
+                             String(d.model).toLowerCase().includes(f));
+}
 function renderCards(nodes) {
   const groups = new Set();
   const root = $("cardmap");
   root.textContent = "";
-  for (const n of nodes.nodes) {
+  const f = ui.node.trim().toLowerCase();
+  const all = nodes.nodes.slice().sort((a, b) => a.name.localeCompare(b.name, undefined, { numeric: true }));
+  const shown = all.filter(n => nodeMatches(n, f));
+  const per = Number(ui.npp) || 10;
+  const pages = Math.max(1, Math.ceil(shown.length / per));
+  const page = Math.min(Math.max(1, Number(ui.npage) || 1), pages);
+  const devices = shown.reduce((t, n) => t + n.devices.length, 0);
+  $("cards-count").textContent = (shown.length ? "nodes " + ((page - 1) * per + 1) + "–" + Math.min(page * per, shown.length) + " of " : "") +
+      shown.length + (f ? " matching (" + all.length + " in all)" : "") + " · " + devices + " devices";
+  pager("cards-pager", page, pages, to => { ui.npage = String(to); writeHash(); if (data.nodes) renderCards(data.nodes); });
+  for (const n of all) for (const d of n.devices) for (const h of d.holders) if (h.group) groups.add(h.group);
+  for (const n of shown.slice((page - 1) * per, page * per)) {
+    const used = n.devices.reduce((t, d) => t + (d.gpu_milli_used || 0), 0);
     const box = el("div", { class: "node", "data-node": n.name, "data-state": n.state },
-                   el("h3", { text: n.name + " — " + n.state + (n.simulated ? " (simulated)" : "") + " · " + n.devices.length + " devices" }));
+                   el("h3", { text: n.name + " — " + n.state + (n.simulated ? " (simulated)" : "") + " · " + n.devices.length + " devices · " +
+                                    gpus(used) + " of " + n.devices.length + " GPUs held" }));
     for (const d of n.devices) {
       const bar = el("div", { class: "bar", role: "list", "aria-label": "device " + d.index });
       const byPart = new Map();
-      for (const h of d.holders) { if (h.partition) byPart.set(h.partition, h); if (h.group) groups.add(h.group); }
+      for (const h of d.holders) if (h.partition) byPart.set(h.partition, h);
       const parts = (d.partitions || []).slice().sort((a, b) => a.start - b.start);
       for (const p of parts) bar.append(segment(n, d, byPart.get(p.name) || (p.job ? { job: p.job, form: "partition", gpu_memory_mib: partMemory(p.profile, d), gpu_milli: 0 } : null), p));
       for (const h of d.holders) if (!h.partition || !parts.some(p => p.name === h.partition)) bar.append(segment(n, d, h, null));
@@ -159,26 +307,28 @@ function renderCards(nodes) {
       box.append(el("div", { class: "device", "data-node": n.name, "data-device": d.index, "data-model": d.model, "data-layout": layout || null },
         el("div", null, el("b", { text: "GPU " + d.index }), " ", d.model, el("br"), el("small", { class: "muted", text: layout + (d.draining ? " draining" : "") })),
         bar,
-        el("div", { class: "info", text: milli(d.gpu_milli_used) + " GPU · " + gib(d.gpu_memory_mib_used) + " / " + gib(d.memory_mib) +
+        el("div", { class: "info", text: gpus(d.gpu_milli_used) + " GPU · " + gib(d.gpu_memory_mib_used) + " of " + gib(d.memory_mib) +
                                           (t && t.util_pct !== undefined ? " · " + t.util_pct + "% busy" : "") })));
     }
     root.append(box);
   }
   if (!nodes.nodes.length) root.append(el("p", { class: "note", text: "No nodes yet: start an agent." }));
+  else if (!shown.length) root.append(el("p", { class: "note", text: "No node matches “" + ui.node + "”." }));
   legend("legend", [...groups].sort());
 }
 
 // Utilization: stacked areas by group with a time axis (HH:MM) and a GPU axis; the capacity as a
 // dashed line, the held-but-idle GPUs as a dotted one.
-async function loadUtilization() {
-  const range = RANGES[ui.range];
+async function loadUtilization(range, ids) {
+  range = range || RANGES[ui.range];
+  ids = ids || { chart: "util", legend: "util-legend", now: "util-now" };
   const step = Math.max(1000, Math.ceil(range / 300 / 1000) * 1000);  // at most ~300 points
   const u = await load("utilization", "/v1/utilization?by=group&since=" + (Date.now() - range) + "&step=" + step);
-  if (u) drawUtilization(u, range);
+  if (u) drawUtilization(u, range, ids);
 }
-function drawUtilization(u, range) {
+function drawUtilization(u, range, ids) {
   const s = u.samples || [];
-  const chart = $("util");
+  const chart = $(ids.chart);
   chart.textContent = "";
   chart.setAttribute("data-points", s.length);
   chart.setAttribute("data-step", u.step_ms || 0);
@@ -186,7 +336,7 @@ function drawUtilization(u, range) {
   const W = 1000, H = 300, L = 48, R = 12, T = 10, B = 28;
   const t1 = Date.now(), t0 = t1 - range;
   const groups = [...new Set(s.flatMap(x => Object.keys(x.by || {})))].sort();
-  legend("util-legend", groups);
+  legend(ids.legend, groups);
   let ymax = 1000;
   for (const x of s) ymax = Math.max(ymax, x.gpu_milli_total || 0, x.gpu_milli_allocated || 0);
   const ystep = Math.max(1, Math.ceil(ymax / 1000 / 5));
@@ -205,7 +355,7 @@ function drawUtilization(u, range) {
   }
   if (!s.length) {
     chart.append(svg("text", { x: W / 2, y: H / 2, "text-anchor": "middle" }, "no samples in this range yet"));
-    $("util-now").textContent = "";
+    if (ids.now) $(ids.now).textContent = "";
     return;
   }
   // Each sample stands for [time, time + step): steps, so a single sample still shows.
@@ -229,9 +379,10 @@ function drawUtilization(u, range) {
   line("gpu_milli_total", "cap");
   line("gpu_milli_held_idle", "idle");
   const last = s[s.length - 1];
-  $("util-now").textContent = "latest (" + stamp(last.time_ms) + "): " + milli(last.gpu_milli_allocated) + " of " + milli(last.gpu_milli_total) +
+  if (!ids.now) return;
+  $(ids.now).textContent = "latest (" + stamp(last.time_ms) + "): " + milli(last.gpu_milli_allocated) + " of " + milli(last.gpu_milli_total) +
       " GPUs allocated, " + milli(last.gpu_milli_held_idle || 0) + " held but idle, " + last.workers + " workers, " + last.pending +
-      " pending · " + s.length + " points, one per " + Math.round(step / 1000) + " s. Dashed: capacity; dotted: held but idle.";
+      " pending · " + s.length + " points, one per " + span(step) + ". Dashed: capacity; dotted: held but idle.";
 }
 
 function renderGroups(groups, sum, jobs) {
@@ -241,14 +392,14 @@ function renderGroups(groups, sum, jobs) {
     const s = bySum.get(g.name) || {};
     const row = b.insertRow();
     row.dataset.group = g.name;
-    row.insertCell().append(el("span", { class: "legend inline" }, el("span", { style: "--c:" + colour(g.name), text: g.name })));
+    row.insertCell().append(swatch(g.name));
     cell(row, g.parent || "");
     cell(row, milli(g.reservation.gpu_milli), "num");
     cell(row, milli(g.limit.gpu_milli), "num");
     cell(row, milli(g.usage.gpu_milli), "num");
     cell(row, milli(Math.max(0, (g.usage.gpu_milli || 0) - (g.reservation.gpu_milli || 0))), "num");
     cell(row, milli(s.gpu_milli_held_idle || 0), "num");
-    cell(row, typeof g.fair_share === "number" ? g.fair_share.toFixed(3) : "", "num");
+    cell(row, typeof g.fair_share === "number" ? (g.fair_share > 0 && g.fair_share < 0.01 ? "<0.01" : String(Math.round(g.fair_share * 100) / 100)) : "", "num");
     cell(row, milli(g.weight_milli), "num");
     cell(row, s.pending === undefined ? "" : s.pending, "num");
     const why = new Map();
@@ -261,7 +412,38 @@ function renderGroups(groups, sum, jobs) {
   }
 }
 
+// Jobs: filtered (state, group, queue, user, a search), sorted by a column (ui.sort, ui.dir) and
+// paged (JOBS_PER_PAGE a page), all in the URL fragment. When each job started comes from its
+// job.running events (the job's JSON has no start time).
+let started = new Map();  // job id -> time of its latest job.running event
 function option(sel, value, label) { sel.append(el("option", { value, text: label })); }
+const jobName = j => (j.spec && j.spec.name) || "";
+const jobGpus = j => j.placement ? (j.placement.gpu_milli || 0) : j.spec ? (j.spec.gpus || 0) * (j.spec.gpu_milli || 1000) : 0;
+const jobForm = j => j.placement ? j.placement.form : "";
+function jobDuration(j) {
+  const t = started.get(j.id);
+  if (!t) return null;
+  return (ENDED.has(j.state) ? j.update_ms : Date.now()) - t;
+}
+const SORTS = {
+  name: j => (jobName(j) || j.id).toLowerCase(), identity: j => j.identity, group: j => j.group, queue: j => j.queue,
+  form: jobForm, gpus: jobGpus, submitted: j => j.submit_ms, started: j => started.get(j.id) || 0,
+  duration: j => jobDuration(j) || 0, state: j => j.state,
+};
+function jobIdNumber(id) { const m = /(\d+)$/.exec(id); return m ? Number(m[1]) : 0; }
+function sortJobs(list) {
+  const key = SORTS[ui.sort] || SORTS.submitted;
+  const dir = ui.dir === "asc" ? 1 : ui.dir === "desc" ? -1 : (SORTS[ui.sort] && ui.sort !== "submitted" && ui.sort !== "started" ? 1 : -1);
+  return list.map(j => [key(j), j]).sort((a, b) => {
+    const x = a[0], y = b[0];
+    const c = typeof x === "number" && typeof y === "number" ? x - y : String(x).localeCompare(String(y), undefined, { numeric: true });
+    return dir * (c || jobIdNumber(a[1].id) - jobIdNumber(b[1].id));
+  }).map(p => p[1]);
+}
+function sortDir() {
+  if (ui.dir) return ui.dir;
+  return !ui.sort || ui.sort === "submitted" || ui.sort === "started" ? "desc" : "asc";
+}
 function renderJobs(jobs) {
   const all = jobs.jobs;
   for (const f of FILTERS) {
@@ -273,42 +455,101 @@ function renderJobs(jobs) {
     for (const v of [...values].sort()) option(sel, v, v);
     sel.value = ui[f];
   }
-  const shown = all.filter(j => FILTERS.every(f => !ui[f] || j[f] === ui[f]));
-  $("jobs-count").textContent = shown.length + " of " + all.length + " jobs";
+  if (document.activeElement !== $("f-q")) $("f-q").value = ui.q;
+  const q = ui.q.trim().toLowerCase();
+  const shown = sortJobs(all.filter(j => FILTERS.every(f => !ui[f] || j[f] === ui[f]) &&
+      (!q || [j.id, jobName(j), j.identity].some(x => x && x.toLowerCase().includes(q)))));
+  const pages = Math.max(1, Math.ceil(shown.length / JOBS_PER_PAGE));
+  const page = Math.min(Math.max(1, Number(ui.page) || 1), pages);
+  $("jobs-count").textContent = shown.length + " of " + all.length + " jobs" +
+      (pages > 1 ? " · showing " + ((page - 1) * JOBS_PER_PAGE + 1) + "–" + Math.min(page * JOBS_PER_PAGE, shown.length) : "");
+  for (const th of $("jobs").tHead.rows[0].cells) {
+    if (!th.dataset.sort) continue;
+    const on = th.dataset.sort === (ui.sort || "submitted");
+    th.setAttribute("aria-sort", on ? (sortDir() === "asc" ? "ascending" : "descending") : "none");
+  }
   const b = tbody("jobs");
-  for (const j of shown) {
+  for (const j of shown.slice((page - 1) * JOBS_PER_PAGE, page * JOBS_PER_PAGE)) {
     const row = b.insertRow();
     row.dataset.job = j.id;
     row.dataset.state = j.state;
     row.dataset.group = j.group;
     row.dataset.queue = j.queue;
-    row.insertCell().append(el("button", { type: "button", class: "link", "data-open": j.id, "aria-expanded": String(ui.job === j.id), text: j.id }));
-    cell(row, j.state, "state-" + j.state);
-    cell(row, j.queue);
-    cell(row, j.group);
+    const name = jobName(j);
+    row.insertCell().append(el("button", { type: "button", class: "link", "data-open": j.id, "aria-expanded": String(ui.job === j.id),
+                                           text: name || j.id }), name ? el("small", { class: "muted", text: " " + j.id }) : "");
     cell(row, j.identity);
-    cell(row, j.placement ? j.placement.form : "");
+    cell(row, swatch(j.group));
+    cell(row, j.queue);
+    cell(row, jobForm(j));
+    cell(row, gpus(jobGpus(j)), "num");
+    cell(row, when(j.submit_ms));
+    cell(row, when(started.get(j.id)));
+    cell(row, span(jobDuration(j)), "num");
+    cell(row, j.state, "state-" + j.state);
     cell(row, j.placement ? j.placement.node : "");
-    cell(row, j.activity ? (j.activity.idle ? "idle" : "active") : "");
+    cell(row, j.activity && !ENDED.has(j.state) ? (j.activity.idle ? "idle" : "active") : "");
     cell(row, j.wait ? j.wait.step + ": " + j.wait.reason : (j.reason || ""));
   }
   if (!shown.length) b.insertRow().insertCell().textContent = "no jobs match";
-  if (ui.job) showJob(all.find(j => j.id === ui.job));
+  pager("jobs-pager", page, pages, to => { ui.page = String(to); rerender(); });
+  if (ui.job) showJob(all.find(j => j.id === ui.job)); else $("job-detail").hidden = true;
 }
-async function showJob(j) {
+
+// A job's page: what it runs, where, since when, its output's tail (refreshed while it runs), its
+// events, and Cancel for its owner and admins while it has not ended.
+function shellWord(w) { return /^[-\w.,/:=@%+]+$/.test(w) ? w : "'" + String(w).replace(/'/g, "'\\''") + "'"; }
+let cancelAnswer = { job: "", text: "", bad: false };
+async function loadOutput(id) {
+  try {
+    const head = await call("/v1/jobs/" + encodeURIComponent(id) + "/output?offset=0&length=0", "GET", true);
+    const size = Number(head.headers.get("X-Output-Size") || 0);
+    if (!size) return { text: "", size: 0 };
+    const r = await call("/v1/jobs/" + encodeURIComponent(id) + "/output?offset=" + Math.max(0, size - 16384), "GET", true);
+    return { text: await r.text(), size, cut: size > 16384 };
+  } catch (err) { return { error: String(err.message || err) }; }
+}
+async function showJob(listed) {
   const box = $("job-detail");
   if (!ui.job) { box.hidden = true; return; }
-  const ev = await load("job-events", "/v1/events?subject=" + encodeURIComponent(ui.job) + "&limit=100");
+  const id = ui.job;
+  const [j, ev, out] = await Promise.all([listed ? Promise.resolve(listed) : load("job", "/v1/jobs/" + encodeURIComponent(id)),
+      load("job-events", "/v1/events?subject=" + encodeURIComponent(id) + "&limit=100"), loadOutput(id)]);
+  if (ui.job !== id) return;
+  const keepFocus = box.contains(document.activeElement) ? document.activeElement.id : "";
   box.textContent = "";
   box.hidden = false;
-  box.dataset.job = ui.job;
-  box.append(el("h3", { text: "Job " + ui.job + (j ? " · " + j.state : "") }),
-             el("button", { type: "button", "data-close": "1", text: "Close" }));
+  box.dataset.job = id;
+  box.dataset.state = j ? j.state : "";
+  const head = el("div", { class: "detail-head" }, el("h3", { text: (j && jobName(j) ? jobName(j) + " · " : "") + "job " + id }),
+                  j ? el("span", { class: "badge state-" + j.state, "data-job-state": j.state, text: j.state }) : "");
+  const mayCancel = j && !ENDED.has(j.state) && me && (me.role === "admin" || me.name === j.identity);
+  if (mayCancel) head.append(el("button", { type: "button", id: "cancel-job", class: "danger", "data-cancel": id, text: "Cancel job…" }));
+  head.append(el("button", { type: "button", "data-close": "1", text: "Close" }));
+  box.append(head);
+  if (cancelAnswer.job === id && cancelAnswer.text) box.append(el("p", { id: "cancel-answer", role: "status", class: cancelAnswer.bad ? "bad" : "", text: cancelAnswer.text }));
   if (j) {
+    const dl = el("dl", { class: "facts" });
+    const fact = (k, v) => { if (v !== "" && v !== null && v !== undefined) dl.append(el("dt", { text: k }), el("dd", null, v)); };
+    fact("user", j.identity); fact("group", swatch(j.group)); fact("queue", j.queue);
+    fact("GPUs", gpus(jobGpus(j)) + (j.placement ? " · " + j.placement.form + " on " + j.placement.node +
+         (j.placement.devices || []).map(d => " GPU " + d.index + (d.partition ? " (" + d.partition + ")" : "")).join(",") : ""));
+    if (j.placement) fact("CPUs, memory", cpus(j.placement.cpu_milli) + " CPU · " + gib(j.placement.memory_mib) + " · GPU memory " + gib(j.placement.gpu_memory_mib));
+    fact("submitted", when(j.submit_ms)); fact("started", when(started.get(j.id) || (ev && (ev.events.filter(e => e.kind === "job.running").pop() || {}).time_ms)));
+    fact(ENDED.has(j.state) ? "ran for" : "running for", span(jobDuration(j)));
+    if (ENDED.has(j.state)) fact("ended", when(j.update_ms));
+    if (j.exit_code !== undefined && ENDED.has(j.state)) fact("exit code", String(j.exit_code));
+    if (j.activity && !ENDED.has(j.state)) fact("activity", j.activity.idle ? "held but idle" : "active");
+    box.append(dl);
     box.append(el("p", { "data-wait": "1", text: j.state === "pending" ? "Waiting at " + (j.wait ? j.wait.step + ": " + j.wait.reason : j.reason || "?")
                                            : "Reason: " + (j.reason || "none") }));
+    if (j.spec && j.spec.command) box.append(el("h4", { text: "Command" }), el("pre", { class: "command", "data-command": "1", text: j.spec.command.map(shellWord).join(" ") }));
   }
-  const t = el("table", { "data-events": ui.job }, el("thead", null, el("tr", null, el("th", { text: "time" }), el("th", { text: "kind" }),
+  box.append(el("h4", { text: "Output" + (out.size ? " (" + (out.cut ? "last 16 KiB of " : "") + (out.size >= 1024 ? gib(out.size / 1024 / 1024).replace(" GiB", "") + " GiB" : out.size + " bytes") + ")" : "") +
+                              (j && !ENDED.has(j.state) ? " · refreshed every 5 s" : "") }));
+  box.append(el("pre", { class: "output", id: "job-output", tabindex: "0", "aria-label": "output of job " + id,
+                         text: out.error ? "(" + out.error + ")" : out.text || "(no output yet)" }));
+  const t = el("table", { "data-events": id }, el("caption", { text: "Events" }), el("thead", null, el("tr", null, el("th", { text: "time" }), el("th", { text: "kind" }),
                                                                    el("th", { text: "actor" }), el("th", { text: "reason" }))));
   const tb = t.createTBody();
   for (const e of (ev ? ev.events : [])) {
@@ -316,6 +557,25 @@ async function showJob(j) {
     cell(row, stamp(e.time_ms)); cell(row, e.kind); cell(row, e.actor); cell(row, e.reason);
   }
   box.append(t);
+  const o = $("job-output");
+  o.scrollTop = o.scrollHeight;
+  if (keepFocus && $(keepFocus)) $(keepFocus).focus();
+}
+function askToCancel(id) {
+  const j = data.jobs && data.jobs.jobs.find(x => x.id === id);
+  $("confirm-text").textContent = "Cancel job " + (j && jobName(j) ? jobName(j) + " (" + id + ")" : id) + "? Its process is stopped; this cannot be undone.";
+  $("confirm").dataset.job = id;
+  $("confirm").showModal();
+}
+async function cancelJob(id) {
+  cancelAnswer = { job: id, text: "cancelling…", bad: false };
+  try {
+    const j = await call("/v1/jobs/" + encodeURIComponent(id) + "/cancel", "POST");
+    cancelAnswer = { job: id, bad: false, text: "The server accepted the cancel: the job is " + j.state + (j.reason ? " (" + j.reason + ")" : "") + "." };
+  } catch (err) {
+    cancelAnswer = { job: id, bad: true, text: "The server refused the cancel: " + String(err.message || err) };
+  }
+  refresh();
 }
 
 function renderQueues(queues, jobs) {
@@ -371,29 +631,47 @@ async function runWhatIf() {
 }
 
 // --- refresh -------------------------------------------------------------------------------
+let refreshing = false;
 async function refresh() {
-  if (!token) { $("login").hidden = false; return; }
+  if (!token) { signIn(); return; }
+  if (refreshing) return;
+  refreshing = true;
   try {
     if (!me) {
       me = await load("whoami", "/v1/whoami");
-      if (me) $("whoami").textContent = me.name + " (" + me.role + ")";
-      if (me && ui.view === "whatif" && !whatifLoaded) runWhatIf();
+      if (!me) return;
+      signedOut = false;
+      $("login").hidden = true;
+      document.querySelector("main").hidden = false;
+      $("whoami").textContent = "signed in as " + me.name + " (" + me.role + ")";
+      $("whoami").append(" ", el("button", { type: "button", class: "link", id: "sign-out", text: "sign out" }));
+      if (ui.view === "whatif" && !whatifLoaded) runWhatIf();
     }
     const kind = ui.kind ? "&kind=" + encodeURIComponent(ui.kind) : "";
-    const [sum, nodes, groups, queues, jobs, ev] = await Promise.all([
+    const [sum, nodes, groups, queues, jobs, ev, runs, recent] = await Promise.all([
       load("summary", "/v1/summary"), load("nodes", "/v1/nodes"), load("groups", "/v1/groups"), load("queues", "/v1/queues"),
-      load("jobs", "/v1/jobs?limit=500"), load("events", "/v1/events?tail=200" + kind), loadUtilization()]);
+      load("jobs", "/v1/jobs?limit=5000"), load("events", "/v1/events?tail=200" + kind),
+      load("starts", "/v1/events?kind=job.running&tail=1000"), ui.kind ? load("recent", "/v1/events?tail=10") : null,
+      ui.view === "utilization" ? loadUtilization() : null,
+      ui.view === "overview" ? loadUtilization(RANGES["1h"], { chart: "ov-util", legend: "ov-util-legend" }) : null]);
+    if (signedOut) return;
+    if (groups) learnGroups(groups.groups.map(g => g.name));
+    if (sum) learnGroups(sum.groups.map(g => g.group));
+    if (runs) { started = new Map(); for (const e of runs.events) started.set(e.subject, e.time_ms); }
     data = { summary: sum, nodes, groups, queues, jobs, events: ev };
-    if (sum) renderOverview(sum);
+    if (sum) renderOverview(sum, groups, nodes);
+    if (recent || ev) renderRecentEvents(recent || ev);
     if (nodes) renderCards(nodes);
     if (groups) renderGroups(groups, sum, jobs);
     if (jobs) renderJobs(jobs);
     if (queues) renderQueues(queues, jobs);
     if (ev) renderEvents(ev);
   } catch (err) {
-    errors.set("page", String(err.message || err));
+    if (!(err instanceof ApiError && err.status === 401)) errors.set("page", String(err.message || err));
+  } finally {
+    refreshing = false;
+    showErrors();
   }
-  showErrors();
 }
 function rerender() {  // after a filter changes: from what is loaded
   writeHash();
@@ -402,26 +680,54 @@ function rerender() {  // after a filter changes: from what is loaded
 
 $("login").addEventListener("submit", ev => {
   ev.preventDefault();
-  token = $("token").value;
+  token = $("token").value.trim();
   try { localStorage.setItem("tessera-token", token); } catch (e) {}
-  $("login").hidden = true;
+  $("login-why").textContent = "checking…";
+  me = null;
   refresh();
 });
+$("whoami").addEventListener("click", ev => {
+  if (!ev.target.closest("#sign-out")) return;
+  token = "";
+  try { localStorage.removeItem("tessera-token"); } catch (e) {}
+  signIn();
+});
 window.addEventListener("hashchange", () => { readHash(); $("f-kind").value = ui.kind; showView(); refresh(); });
-for (const f of FILTERS) $("f-" + f).addEventListener("change", ev => { ui[f] = ev.target.value; rerender(); });
+for (const f of FILTERS) $("f-" + f).addEventListener("change", ev => { ui[f] = ev.target.value; ui.page = ""; rerender(); });
+$("f-q").addEventListener("input", ev => { ui.q = ev.target.value; ui.page = ""; rerender(); });
 $("f-kind").value = ui.kind;
 $("f-kind").addEventListener("change", ev => { ui.kind = ev.target.value.trim(); writeHash(); refresh(); });
+$("f-node").value = ui.node;
+$("f-node").addEventListener("input", ev => { ui.node = ev.target.value; ui.npage = ""; writeHash(); if (data.nodes) renderCards(data.nodes); });
+$("f-npp").value = ui.npp || "10";
+$("f-npp").addEventListener("change", ev => { ui.npp = ev.target.value === "10" ? "" : ev.target.value; ui.npage = ""; writeHash(); if (data.nodes) renderCards(data.nodes); });
 for (const b of document.querySelectorAll("[data-range]")) {
   b.addEventListener("click", () => { ui.range = b.dataset.range; writeHash(); showView(); loadUtilization().then(showErrors); });
 }
-$("jobs").addEventListener("click", ev => {
+$("jobs").tHead.addEventListener("click", ev => {
+  const th = ev.target.closest("th[data-sort]");
+  if (!th) return;
+  const k = th.dataset.sort;
+  if ((ui.sort || "submitted") === k) ui.dir = sortDir() === "asc" ? "desc" : "asc";
+  else { ui.sort = k; ui.dir = ""; }
+  ui.page = "";
+  rerender();
+});
+$("jobs").tBodies[0].addEventListener("click", ev => {
   const b = ev.target.closest("[data-open]");
   if (!b) return;
   ui.job = ui.job === b.dataset.open ? "" : b.dataset.open;
   rerender();
-  if (ui.job) $("job-detail").focus();
+  if (ui.job) { $("job-detail").focus(); $("job-detail").scrollIntoView({ block: "start" }); }
 });
-$("job-detail").addEventListener("click", ev => { if (ev.target.closest("[data-close]")) { ui.job = ""; rerender(); } });
+$("job-detail").addEventListener("click", ev => {
+  if (ev.target.closest("[data-close]")) { ui.job = ""; rerender(); return; }
+  const c = ev.target.closest("[data-cancel]");
+  if (c) askToCancel(c.dataset.cancel);
+});
+$("confirm").addEventListener("close", () => {
+  if ($("confirm").returnValue === "yes") cancelJob($("confirm").dataset.job);
+});
 $("whatif-form").addEventListener("submit", ev => { ev.preventDefault(); runWhatIf(); });
 window.addEventListener("unhandledrejection", ev => { errors.set("page", String(ev.reason && ev.reason.message || ev.reason)); showErrors(); ev.preventDefault(); });
 showView();

@@ -219,7 +219,8 @@ void Agent::Connect() {
 
 void Agent::Failover() {
   if (urls_.size() < 2) return;
-  seen_seq_.store(-1);  // another server's sequence is not comparable
+  seen_seq_.store(-1);           // another server's sequence is not comparable
+  finished_in_register_ = true;  // another server may take them
   {
     std::lock_guard<std::mutex> g(watch_mu_);
     current_ = (current_ + 1) % urls_.size();

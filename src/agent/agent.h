@@ -15,6 +15,12 @@
 // reported only once all its output has been uploaded, and on every heartbeat until acked.
 // A heartbeat answered 404 (the node is unknown: the control plane lost or dropped it) makes the
 // agent register again.
+// Under faults (docs/agent-protocol.md, "Faults"): each job's exit is written to
+// <work_dir>/exits/ before it is first reported and deleted once acked, so a restarted agent
+// reports it (in its registration and heartbeats) and the job does not run twice; replies of a
+// leader epoch lower than the highest seen (kept in <work_dir>/epoch) are ignored; and with the
+// register reply's partition_stop_ms, an agent without a successful reply for that long stops its
+// jobs itself and reports their exits once it reaches the control plane again.
 //
 // Thread-safety: RunAgent runs on the calling thread; `stop` may be set from any thread. With
 // handle_signals, it installs SIGINT/SIGTERM handlers for its duration and restores the previous

@@ -24,7 +24,9 @@ bool Agent::Register() {
   // Exits not yet acked (kept on disk across a restart): the control plane takes them before it
   // reconciles `running`, so that a job that ended meanwhile is not taken for lost.
   std::vector<FinishedReport> finished;
-  for (const auto& [id, f] : finished_) finished.push_back(f);
+  if (finished_in_register_) {
+    for (const auto& [id, f] : finished_) finished.push_back(f);
+  }
   auto res = client_->Post(
       "/v1/agent/register",
       RegisterBody(inventory_, launcher_.cgroups_available(), launcher_.Running(), finished),
@@ -36,6 +38,13 @@ bool Agent::Register() {
     Say(options_, log::Level::kError, "register refused: " + *refused, {});
     refused_ = true;
     return false;
+  }
+  if (res->status == 400 && !finished.empty() &&
+      res->body.find("unknown field 'finished'") != std::string::npos) {
+    // A server from before the field: register without it, the exits go in heartbeats.
+    Warn("this control plane takes no exits in registrations: they are reported in heartbeats");
+    finished_in_register_ = false;
+    return Register();
   }
   if (res->status / 100 != 2)
     return Failed("register: HTTP " + std::to_string(res->status) + " " + res->body);

@@ -168,7 +168,8 @@ class Agent {
   int64_t partition_stop_ms_ = 0;                     // from the register reply; 0: off
   Clock::time_point last_ok_{};                       // the last successful reply
   bool reached_ = false;                              // a successful reply since this agent started
-  bool cut_off_ = false;  // jobs stopped for a partition, not reached since
+  bool cut_off_ = false;              // jobs stopped for a partition, not reached since
+  bool finished_in_register_ = true;  // false: this server refused `finished` in a registration
 };
 
 }  // namespace tessera::agent::internal

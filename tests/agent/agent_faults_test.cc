@@ -49,30 +49,34 @@ class FaultyControlPlane {
   // Starts answering (again, on the same port, with the state it had).
   void Up() {
     server_ = std::make_unique<httplib::Server>();
-    server_->Post("/v1/agent/register",
-                  [this](const httplib::Request& req, httplib::Response& res) {
-                    json body = json::parse(req.body, nullptr, false);
-                    std::lock_guard<std::mutex> lock(mu_);
-                    registrations_.push_back(body);
-                    std::set<std::string> listed;
-                    for (const json& r : body.value("running", json::array()))
-                      listed.insert(r["job"]);
-                    for (const json& f : body.value("finished", json::array())) {
-                      listed.insert(f["job"]);
-                      finished_[f["job"]] = f;
-                      placed_.erase(f["job"].get<std::string>());
-                    }
-                    // Started here, neither running nor finished: lost, so started again.
-                    for (const auto& [id, start] : placed_) {
-                      if (listed.count(id) != 0) continue;
-                      desired_[id] = start;
-                      requeued_.insert(id);  // a new run: an old run's exit does not undo it
-                    }
-                    json reply = {{"ok", true}, {"heartbeat_ms", 50}};
-                    if (epoch_ >= 0) reply["epoch"] = epoch_;
-                    if (partition_stop_ms_ > 0) reply["partition_stop_ms"] = partition_stop_ms_;
-                    res.set_content(reply.dump(), "application/json");
-                  });
+    server_->Post("/v1/agent/register", [this](const httplib::Request& req,
+                                               httplib::Response& res) {
+      json body = json::parse(req.body, nullptr, false);
+      std::lock_guard<std::mutex> lock(mu_);
+      registrations_.push_back(body);
+      if (old_server_ && body.contains("finished")) {  // as a server before the field
+        res.status = 400;
+        res.set_content(R"({"error": "register: unknown field 'finished'"})", "application/json");
+        return;
+      }
+      std::set<std::string> listed;
+      for (const json& r : body.value("running", json::array())) listed.insert(r["job"]);
+      for (const json& f : body.value("finished", json::array())) {
+        listed.insert(f["job"]);
+        finished_[f["job"]] = f;
+        placed_.erase(f["job"].get<std::string>());
+      }
+      // Started here, neither running nor finished: lost, so started again.
+      for (const auto& [id, start] : placed_) {
+        if (listed.count(id) != 0) continue;
+        desired_[id] = start;
+        requeued_.insert(id);  // a new run: an old run's exit does not undo it
+      }
+      json reply = {{"ok", true}, {"heartbeat_ms", 50}};
+      if (epoch_ >= 0) reply["epoch"] = epoch_;
+      if (partition_stop_ms_ > 0) reply["partition_stop_ms"] = partition_stop_ms_;
+      res.set_content(reply.dump(), "application/json");
+    });
     server_->Post("/v1/agent/heartbeat", [this](const httplib::Request& req,
                                                 httplib::Response& res) {
       json body = json::parse(req.body, nullptr, false);
@@ -153,6 +157,11 @@ class FaultyControlPlane {
     std::lock_guard<std::mutex> lock(mu_);
     ack_after_ = n;
   }
+  // Refuses a registration with `finished` (400, unknown field), as a server before issue 33.
+  void BeOld() {
+    std::lock_guard<std::mutex> lock(mu_);
+    old_server_ = true;
+  }
 
   int Heartbeats() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -190,6 +199,7 @@ class FaultyControlPlane {
   std::mutex mu_;
   int64_t epoch_ = -1;  // -1: replies carry none
   int64_t partition_stop_ms_ = 0;
+  bool old_server_ = false;
   int ack_after_ = 1;
   int heartbeats_ = 0;
   std::vector<json> registrations_;
@@ -315,6 +325,24 @@ TEST(AgentFaults, AnExitRecordedOnDiskIsReportedAfterARestartAndTheJobDoesNotRun
   EXPECT_EQ(cp.Violations(), std::vector<std::string>{});
 }
 
+// A server that does not know the registration's `finished` field (400, unknown field) still
+// registers the agent: it registers again without the field and reports the exits in its
+// heartbeats, as before the field, rather than retrying the refused body forever.
+TEST(AgentFaults, AServerWithoutFinishedInRegistrationGetsTheExitsInHeartbeats) {
+  TempDir dir;
+  FaultyControlPlane cp;
+  cp.BeOld();
+  ASSERT_EQ(mkdir((dir.path() + "/jobs").c_str(), 0755), 0);
+  ASSERT_EQ(mkdir((dir.path() + "/jobs/exits").c_str(), 0700), 0);
+  testing::WriteAll(dir.path() + "/jobs/exits/old.json",
+                    R"({"job": "old", "exit_code": 2, "signal": 0, "output_bytes": 0})");
+  Agent agent(cp.url(), dir.path());
+  ASSERT_TRUE(WaitFor([&] { return cp.Acked("old"); }, 10s)) << cp.Registrations().size();
+  EXPECT_EQ(cp.Finished("old")["exit_code"], 2);
+  EXPECT_EQ(cp.Registrations().size(), 2u);
+  EXPECT_EQ(agent.Stop(), 0);
+}
+
 // A corrupt record is named in the log and skipped; the agent runs on.
 TEST(AgentFaults, ACorruptExitRecordIsLoggedAndSkipped) {
   TempDir dir;
@@ -388,7 +416,7 @@ TEST(AgentFaults, ACutOffAgentStopsItsJobsAfterPartitionStopMsAndReportsThemLate
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - cut);
   // Its last good reply came at most a heartbeat (50 ms) before the cut.
   EXPECT_GE(took.count(), 900);
-  EXPECT_LE(took.count(), 3000);
+  EXPECT_LE(took.count(), 5000);  // SIGTERM ends sleep at once; slack for a loaded machine
   EXPECT_EQ(agent.Logged({"partition_stop_ms"}).size(), 1u);
   cp.Up();
   ASSERT_TRUE(WaitFor([&] { return cp.Acked("p1"); }, 10s));

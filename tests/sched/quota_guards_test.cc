@@ -166,6 +166,27 @@ TEST(QuotaGuards, ReclaimWaitsForThePreemptionDelayToo) {
   w.Done();
 }
 
+// A card drained for a higher-priority partition job (or preempted for it) keeps a young job
+// until its min_runtime has passed.
+TEST(QuotaGuards, MinRuntimeKeepsAYoungJobFromADrain) {
+  PolicySpec p = BasePolicy();
+  Queue(p, "train-lo").min_runtime_s = 200;
+  p.queues.push_back({"infer-hi", "part8", {"a", "b"}, 10, false, C::kInference});
+  World w(p, {Node("n0", "any", 1)});
+  w.Submit(Job("lo", "train-lo", "a"), 0);
+  w.e->RunCycle(0);
+  ASSERT_EQ(w.State("lo"), JobState::kRunning);
+  w.Submit(Job("inf", "infer-hi", "a"), 10);
+  for (int64_t t = 10; t < 200; t += 10) w.e->RunCycle(t);
+  EXPECT_EQ(w.Count(EventKind::kPreempted), 0);
+  EXPECT_EQ(w.State("inf"), JobState::kPending);
+  for (int64_t t = 200; t <= 220; t += 10) w.e->RunCycle(t);
+  ASSERT_EQ(w.Count(EventKind::kPreempted), 1);
+  EXPECT_EQ(EventsOf(w, EventKind::kPreempted)[0].time, 200);
+  EXPECT_EQ(w.State("inf"), JobState::kRunning);
+  w.Done();
+}
+
 TEST(QuotaGuards, NegativeGuardsAreRefusedNamingTheField) {
   for (const char* which : {"max_runtime", "min_runtime", "preemption_delay"}) {
     PolicySpec p = BasePolicy();

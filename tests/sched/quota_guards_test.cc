@@ -87,6 +87,31 @@ TEST(QuotaGuards, MaxRuntimeUnderAwaitStopEndsTheJobOnceItsProcessesAreGone) {
   EXPECT_TRUE(e.violations().empty());
 }
 
+// After a restart the control plane restores a job (started at the restore) and gives back its
+// recorded start: the guard counts from that.
+TEST(QuotaGuards, ARestoredJobKeepsItsStartForTheGuards) {
+  PolicySpec p = BasePolicy();
+  Queue(p, "train").max_runtime_s = 100;
+  World w(p, {Node("n0", "train", 1)});
+  w.Submit(Job("j", "train", "a"), 0);
+  w.e->RunCycle(0);
+  const std::vector<GrantView> grants = w.View("j").grants;
+  auto r = QuotaEngine::Create(p, {Node("n0", "train", 1)}, {.check_invariants_each_step = true});
+  ASSERT_TRUE(r.ok());
+  QuotaEngine& e = **r;
+  JobSpec spec = Job("j", "train", "a");
+  spec.restoring = true;
+  const int h = *e.Submit(spec, 60);
+  ASSERT_TRUE(e.Restore(h, AllocationForm::kWhole, grants, true, false, 60).ok());
+  EXPECT_EQ(e.job(h).stop_at, 160);
+  e.SetStartTime(h, 0);
+  EXPECT_EQ(e.job(h).stop_at, 100);
+  EXPECT_EQ(e.NextRuntimeStop(), 100);
+  e.RunCycle(100);
+  EXPECT_EQ(e.job_state(h), JobState::kDone);
+  EXPECT_TRUE(e.violations().empty());
+}
+
 // A lower-priority job of the same group is preempted only once it has run min_runtime.
 TEST(QuotaGuards, MinRuntimeKeepsAYoungJobFromPriorityPreemption) {
   PolicySpec p = BasePolicy();

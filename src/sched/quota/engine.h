@@ -236,6 +236,9 @@ class QuotaEngine {
   // the capacity is not free or the grant does not fit the device.
   virtual Status Restore(int job, AllocationForm form, const std::vector<GrantView>& grants,
                          bool borrowed, bool terminating, int64_t now) = 0;
+  // A restored job's first start, as recorded before the restart (Restore starts it at `now`):
+  // max_runtime, min_runtime and lost work count from it. Ignored unless running, or when later.
+  virtual void SetStartTime(int job, int64_t start) = 0;
   virtual DeviceView device(const std::string& node, int index) const = 0;
 
   // Drains in progress (a device, or for an AMD memory mode its node, waiting to empty for a new

@@ -15,6 +15,14 @@ void Engine::ForgetRuntime(int self) {
   if (j.max_runtime > 0 && j.start >= 0) runtime_stops_.erase({j.start + j.max_runtime, self});
 }
 
+void Engine::SetStartTime(int self, int64_t start) {
+  Job& j = jobs_[self];
+  if (j.state != JobState::kRunning || start < 0 || start > j.start) return;
+  ForgetRuntime(self);
+  j.start = start;
+  WatchRuntime(self);
+}
+
 int Engine::StopOverRuntime(int64_t now) {
   now_ = std::max(now_, now);
   int stopped = 0;

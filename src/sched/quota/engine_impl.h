@@ -179,6 +179,7 @@ class Engine final : public QuotaEngine {
   void Complete(int job, int64_t now) override;
   CycleStats RunCycle(int64_t now, const std::function<void()>& between = nullptr) override;
   int StopOverRuntime(int64_t now) override;
+  void SetStartTime(int job, int64_t start) override;
   int64_t NextRuntimeStop() const override {
     return runtime_stops_.empty() ? -1 : runtime_stops_.begin()->first;
   }

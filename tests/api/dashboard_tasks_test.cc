@@ -1,0 +1,308 @@
+// The dashboard as a person uses it, in a real headless Chromium driven through the DevTools
+// protocol (tests/api/dashboard_browser.js: open, wait, click, type, read) against a real
+// `tessera serve` and simulated agents: two groups are drawn in two different colour-blind-safe
+// colours, the same on every view; the jobs table shows a submitted job's name and sorts by a
+// column; a job is cancelled from its page (asked to confirm, the server's answer shown, the API
+// then says cancelled); a wrong token shows the sign-in box, not the server's JSON; the card map
+// of 40 nodes shows one page of them, pages on, and finds one node by name. No console message.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "proc.h"
+#include "serve_fixture.h"
+#include "test_dir.h"
+
+namespace tessera {
+namespace {
+
+using Json = nlohmann::json;
+using testing::kTessera;
+using testing::Proc;
+
+const char* kConfig = R"(
+heartbeat_timeout: 20s
+cycle: 300ms
+idle_after: 2s
+utilization_sample: 1s
+identities:
+  - {name: admin, role: admin, token: admin-token-1}
+  - {name: vee, role: user, groups: [vision], token: vision-token-1}
+  - {name: sam, role: user, groups: [speech], token: speech-token-1}
+  - {name: agent, role: agent, token: agent-token-1}
+groups:
+  - {name: vision, reservation: {gpu: 1}}
+  - {name: speech}
+profiles:
+  - {name: nb, gpus: 1, gpu_fraction: 0.1, gpu_memory: 8GiB, cpu: 100m, memory: 64MiB, forms: [share]}
+queues:
+  - {name: notebooks, profile: nb, groups: [speech, vision], class: interactive}
+)";
+
+// The colour-blind-safe colours the dashboard assigns to groups first (Okabe & Ito, less black).
+const std::set<std::string> kOkabeIto = {"#0072B2", "#E69F00", "#009E73", "#CC79A7",
+                                         "#56B4E9", "#D55E00", "#F0E442"};
+
+class DashboardTasksTest : public testing::ServeFixture {
+ protected:
+  void SetUp() override {
+    for (const char* c : {"/usr/bin/chromium", "/usr/bin/chromium-browser"}) {
+      if (std::filesystem::exists(c)) chromium_ = c;
+    }
+    ASSERT_FALSE(chromium_.empty()) << "chromium is not installed: run scripts/setup.sh";
+    ASSERT_EQ(std::system("node --version > /dev/null"), 0) << "node is not installed";
+    dir_ = tessera::testing::FreshTestDir("dashboard-tasks");
+    WriteConfig(kConfig);
+    StartServer();
+  }
+  void TearDown() override {
+    StopAgents();
+    server_.reset();
+  }
+  void StartAgents(int n, const std::string& simulate) {
+    for (int i = 1; i <= n; ++i) StartAgent(n == 1 ? "sim" : "node-" + std::to_string(i), simulate);
+    ASSERT_TRUE(WaitFor([&] { return ReadyNodes() == n; }, 60000))
+        << ReadyNodes() << " of " << n << " nodes ready\n"
+        << server_->Log();
+  }
+  std::string Submit(const std::string& token, const std::string& name,
+                     const std::vector<std::string>& command = {"sleep", "1000"}) {
+    Json r = Call("POST", "/v1/jobs", {{"queue", "notebooks"}, {"command", command}, {"name", name}},
+                  token);
+    EXPECT_TRUE(r.is_object() && r.contains("id")) << r.dump();
+    return r.is_object() ? r.value("id", "") : "";
+  }
+  // A job and its state as the admin sees them.
+  Json AdminJob(const std::string& id) { return Call("GET", "/v1/jobs/" + id, {}, "admin-token-1"); }
+  std::string AdminState(const std::string& id) {
+    Json j = AdminJob(id);
+    return j.is_object() ? j.value("state", "") : "";
+  }
+  std::string Url(const std::string& fragment) {
+    return "http://127.0.0.1:" + std::to_string(port_) + "/#" + fragment;
+  }
+  // Runs `steps` (see dashboard_browser.js) in a fresh headless Chromium; returns the results.
+  // A failed step, a console message or an uncaught exception fails the test.
+  Json Browse(const Json& steps) {
+    const std::string n = std::to_string(++runs_);
+    const std::string in = dir_ + "/steps-" + n + ".json", out = dir_ + "/result-" + n + ".json";
+    std::ofstream(in) << Json{{"width", 1366}, {"height", 900}, {"steps", steps}}.dump();
+    const std::string cmd = "node " TESSERA_DASHBOARD_DRIVER " " + chromium_ + " " + in + " " + out;
+    const int rc = std::system(cmd.c_str());
+    Json r = Json::parse(testing::ReadFile(out), nullptr, false);
+    EXPECT_FALSE(r.is_discarded()) << cmd << " wrote no result (rc " << rc << ")";
+    if (r.is_discarded()) return Json::object();
+    EXPECT_EQ(r["error"], "") << r.dump(1);
+    EXPECT_TRUE(r["console"].empty()) << "the page logged to the console: " << r["console"].dump(1);
+    return r["results"];
+  }
+
+  std::string chromium_;
+  int runs_ = 0;
+};
+
+Json Goto(const std::string& url) { return {{"goto", url}}; }
+Json Wait(const std::string& expr, int timeout_ms = 10000) {
+  return {{"wait", expr}, {"timeout_ms", timeout_ms}};
+}
+Json Click(const std::string& selector) { return {{"click", selector}}; }
+Json Eval(const std::string& expr, const std::string& as) { return {{"eval", expr}, {"as", as}}; }
+Json Type(const std::string& selector, const std::string& text) {
+  return {{"type", selector}, {"text", text}};
+}
+// The job ids of the jobs table's rows, top to bottom.
+const char* kRowIds = "[...document.querySelectorAll('#jobs tbody tr[data-job]')].map(r => r.dataset.job)";
+
+TEST_F(DashboardTasksTest, TwoGroupsAreDrawnInDistinctColourBlindSafeColoursOnEveryView) {
+  StartAgents(1, "2xA100-80GB");
+  const std::string v = Submit("vision-token-1", "vee-notebook");
+  const std::string s = Submit("speech-token-1", "sam-notebook");
+  ASSERT_TRUE(WaitFor([&] { return AdminState(v) == "running" && AdminState(s) == "running"; }))
+      << Call("GET", "/v1/jobs", {}, "admin-token-1").dump();
+  // Wait for a utilization sample holding both groups, so the overview's chart draws both.
+  ASSERT_TRUE(WaitFor([&] {
+    Json u = Call("GET", "/v1/utilization?by=group&since=0", {}, "admin-token-1");
+    if (!u.is_object() || u["samples"].empty()) return false;
+    const Json& by = u["samples"].back()["by"];
+    return by.is_object() && by.contains("vision") && by.contains("speech");
+  }));
+  const std::string colours =
+      "Object.fromEntries(['vision', 'speech'].map(g => [g, [...document.querySelectorAll("
+      "'[data-group=\"' + g + '\"][data-colour]')].filter(e => e.offsetParent).map(e => "
+      "e.dataset.colour)]))";
+  const std::string fill =
+      "Object.fromEntries(['vision', 'speech'].map(g => [g, "
+      "(st => st.backgroundColor + ' ' + st.backgroundImage)(getComputedStyle("
+      "document.querySelector('.seg[data-group=\"' + g + '\"]')))]))";
+  Json r = Browse({
+      Goto(Url("token=admin-token-1")),
+      Wait("document.querySelectorAll('#ov-util path[data-group]').length == 2"),
+      Eval(colours, "overview"),
+      Eval("[...document.querySelectorAll('#ov-util path[data-group]')].map(p => "
+           "[p.dataset.group, p.getAttribute('fill')])",
+           "chart"),
+      Eval("[...document.querySelectorAll('.tile b')].map(b => b.textContent)", "tiles"),
+      Click("nav a[data-view=cards]"),
+      Wait("document.querySelector('.seg[data-group=speech]') && "
+           "document.querySelector('.seg[data-group=vision]')"),
+      Eval(colours, "cards"),
+      Eval(fill, "fill"),
+      Click("nav a[data-view=jobs]"),
+      Wait("document.querySelector('#jobs tbody tr[data-job]')"),
+      Eval(colours, "jobs"),
+  });
+  ASSERT_TRUE(r.contains("jobs")) << r.dump(1);
+  // One colour per group on each view, the same on every view, from the palette, and distinct.
+  std::string vision, speech;
+  for (const char* view : {"overview", "cards", "jobs"}) {
+    for (const auto& [group, colour] : {std::pair{"vision", &vision}, std::pair{"speech", &speech}}) {
+      const Json& seen = r[view][group];
+      ASSERT_FALSE(seen.empty()) << view << ": no visible " << group << "\n" << r.dump(1);
+      for (const auto& c : seen) {
+        if (colour->empty()) *colour = c;
+        EXPECT_EQ(c, *colour) << view << ": " << group << " changes colour\n" << r.dump(1);
+      }
+    }
+  }
+  EXPECT_NE(vision, speech) << "both groups are drawn in one colour";
+  EXPECT_TRUE(kOkabeIto.count(vision)) << vision;
+  EXPECT_TRUE(kOkabeIto.count(speech)) << speech;
+  for (const auto& p : r["chart"]) {
+    EXPECT_EQ(p[1], p[0] == "vision" ? vision : speech) << r["chart"].dump();
+  }
+  // What is painted (a colour, or hatching of it for an idle holding) differs too.
+  EXPECT_NE(r["fill"]["vision"], r["fill"]["speech"]) << r["fill"].dump();
+  // Numbers for people: at most one decimal, no raw fractions such as 0.858.
+  const std::regex human(R"(^(-|<0\.1|\d+(\.\d)?( GiB)?)$)");
+  for (const auto& t : r["tiles"]) {
+    EXPECT_TRUE(std::regex_match(t.get<std::string>(), human)) << t << " in " << r["tiles"].dump();
+  }
+}
+
+TEST_F(DashboardTasksTest, TheJobsTableShowsASubmittedJobsNameAndSortsByAColumn) {
+  StartAgents(1, "2xA100-80GB");
+  const std::string c = Submit("vision-token-1", "charlie-eval");
+  const std::string a = Submit("vision-token-1", "alpha-train");
+  const std::string b = Submit("speech-token-1", "bravo-notebook");
+  Json r = Browse({
+      Goto(Url("token=admin-token-1&view=jobs")),
+      Wait("document.querySelectorAll('#jobs tbody tr[data-job]').length == 3"),
+      Eval("document.querySelector('#jobs tbody tr[data-job=\"" + c + "\"]').cells[0].textContent",
+           "name"),
+      Eval(kRowIds, "newest_first"),
+      Click("#jobs th[data-sort=name] button"),
+      Eval(kRowIds, "by_name"),
+      Eval("document.querySelector('#jobs th[data-sort=name]').getAttribute('aria-sort')", "aria"),
+      Click("#jobs th[data-sort=name] button"),
+      Eval(kRowIds, "by_name_desc"),
+      Eval("location.hash", "hash"),
+      Type("#f-group", "speech"),
+      Eval(kRowIds, "speech_only"),
+  });
+  EXPECT_NE(r.value("name", "").find("charlie-eval"), std::string::npos) << r.dump(1);
+  EXPECT_EQ(r["newest_first"], Json({b, a, c})) << r.dump(1);
+  EXPECT_EQ(r["by_name"], Json({a, b, c})) << r.dump(1);
+  EXPECT_EQ(r["aria"], "ascending");
+  EXPECT_EQ(r["by_name_desc"], Json({c, b, a})) << r.dump(1);
+  EXPECT_NE(r.value("hash", "").find("sort=name"), std::string::npos) << r.dump(1);
+  EXPECT_EQ(r["speech_only"], Json({b})) << r.dump(1);
+}
+
+TEST_F(DashboardTasksTest, AJobIsCancelledFromItsPageAfterAConfirmation) {
+  StartAgents(1, "2xA100-80GB");
+  const std::string id = Submit("vision-token-1", "long-sleeper",
+                                {"sh", "-c", "echo started-and-waiting; sleep 1000"});
+  ASSERT_TRUE(WaitFor([&] { return AdminState(id) == "running"; })) << AdminJob(id).dump();
+  const std::string answer = "document.querySelector('#cancel-answer')";
+  Json r = Browse({
+      Goto(Url("token=vision-token-1&view=jobs")),
+      Wait("document.querySelector('[data-open=\"" + id + "\"]')"),
+      Click("[data-open=\"" + id + "\"]"),  // the job's page
+      Wait("/started-and-waiting/.test(document.querySelector('#job-output').textContent)"),
+      Eval("document.querySelector('[data-command]').textContent", "command"),
+      Click("#cancel-job"),
+      Eval("document.querySelector('#confirm').open", "asked"),
+      Eval("document.querySelector('#confirm-text').textContent", "question"),
+  });
+  EXPECT_EQ(r["command"], "sh -c 'echo started-and-waiting; sleep 1000'") << r.dump(1);
+  EXPECT_EQ(r["asked"], true) << "no confirmation was asked for";
+  EXPECT_NE(r.value("question", "").find(id), std::string::npos) << r.dump(1);
+  // Only asked: nothing was cancelled yet.
+  EXPECT_EQ(AdminState(id), "running");
+  EXPECT_EQ(AdminJob(id).value("reason", ""), "");
+
+  r = Browse({
+      Goto(Url("token=vision-token-1&view=jobs&job=" + id)),
+      Wait("document.querySelector('#cancel-job')"),
+      Click("#cancel-job"),
+      Click("#confirm-yes"),
+      Wait(answer + " && /server/.test(" + answer + ".textContent)"),
+      Eval(answer + ".textContent", "answer"),
+      Wait("document.querySelector('#job-detail').dataset.state == 'cancelled' && "
+           "!document.querySelector('#cancel-job')",
+           20000),
+      Eval("document.querySelector('[data-job-state]').textContent", "badge"),
+  });
+  EXPECT_NE(r.value("answer", "").find("The server accepted the cancel"), std::string::npos)
+      << r.dump(1);
+  EXPECT_EQ(r["badge"], "cancelled") << r.dump(1);
+  EXPECT_EQ(AdminState(id), "cancelled") << AdminJob(id).dump();
+}
+
+TEST_F(DashboardTasksTest, AWrongTokenShowsTheSignInBoxNotJson) {
+  Json r = Browse({
+      Goto(Url("token=not-a-token")),
+      Wait("!document.querySelector('#login').hidden"),
+      Eval("document.querySelector('#login-why').textContent", "why"),
+      Eval("document.body.innerText", "text"),
+      Eval("document.querySelector('main').hidden", "main_hidden"),
+      Eval("document.querySelector('label[for=token]') != null", "label"),
+      // Signing in with the right token shows the cluster.
+      Type("#token", "admin-token-1"),
+      Click("#login button"),
+      Wait("document.querySelector('#login').hidden && /^\\d/.test("
+           "document.querySelector('#gpus-total').textContent)"),
+      Eval("document.querySelector('#whoami').textContent", "who"),
+  });
+  EXPECT_NE(r.value("why", "").find("not accepted"), std::string::npos) << r.dump(1);
+  EXPECT_EQ(r.value("text", "").find("{\""), std::string::npos) << "raw JSON shown: " << r["text"];
+  EXPECT_EQ(r.value("text", "").find("401"), std::string::npos) << r["text"];
+  EXPECT_EQ(r["main_hidden"], true);
+  EXPECT_EQ(r["label"], true);
+  EXPECT_NE(r.value("who", "").find("admin"), std::string::npos) << r.dump(1);
+}
+
+TEST_F(DashboardTasksTest, TheCardMapOfFortyNodesShowsOnePageAndFindsANode) {
+  StartAgents(40, "1xH100-80GB");
+  const std::string nodes = "[...document.querySelectorAll('#cardmap .node')].map(n => n.dataset.node)";
+  Json r = Browse({
+      Goto(Url("token=admin-token-1&view=cards")),
+      Wait("document.querySelectorAll('#cardmap .node').length > 0"),
+      Eval(nodes, "first"),
+      Eval("document.querySelectorAll('#cardmap .device').length", "devices"),
+      Eval("document.querySelector('#cards-count').textContent", "count"),
+      Click("#cards-pager button[aria-label='next page']"),
+      Eval(nodes, "second"),
+      Type("#f-node", "node-33"),
+      Eval(nodes, "found"),
+  });
+  ASSERT_TRUE(r.contains("found")) << r.dump(1);
+  std::vector<std::string> first, second;
+  for (int i = 1; i <= 10; ++i) first.push_back("node-" + std::to_string(i));
+  for (int i = 11; i <= 20; ++i) second.push_back("node-" + std::to_string(i));
+  EXPECT_EQ(r["first"], Json(first)) << r.dump(1);
+  EXPECT_EQ(r["devices"], 10) << "one page of ten nodes, not all forty";
+  EXPECT_NE(r.value("count", "").find("of 40"), std::string::npos) << r.dump(1);
+  EXPECT_EQ(r["second"], Json(second)) << r.dump(1);
+  EXPECT_EQ(r["found"], Json({"node-33"})) << r.dump(1);
+}
+
+}  // namespace
+}  // namespace tessera

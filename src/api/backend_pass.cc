@@ -323,10 +323,10 @@ void Engine::RecordSubmissionsLocked(
       batch->jobs.push_back(&j);
     } else if (j.state == JobState::kPlaced) {
       if (d.permanent) {
-        if (!TransitionLocked(j, JobState::kFailed, JobCause::kRefused)) continue;
-        if (j.handle >= 0) qe_->Cancel(j.handle, NowS(), "ended in " + j.backend);
+        if (!EndLocked(j, JobState::kFailed, JobCause::kRefused,
+                       "cannot render the batch script: " + d.status.message()))
+          continue;
         cycle_wanted_ = true;
-        j.rec.reason = "cannot render the batch script: " + d.status.message();
         batch->Add(MakeEvent("engine", "job.failed", d.id, j.rec.reason));
         batch->jobs.push_back(&j);
         continue;
@@ -381,10 +381,10 @@ void Engine::RecordPollsLocked(
           batch->jobs.push_back(&j);
           continue;
         }
-        if (!TransitionLocked(j, JobState::kLost, JobCause::kLost)) continue;
-        if (j.handle >= 0) qe_->Cancel(j.handle, NowS(), "ended in " + j.backend);
+        if (!EndLocked(j, JobState::kLost, JobCause::kLost,
+                       name + " no longer knows job " + j.external_id))
+          continue;
         cycle_wanted_ = true;
-        j.rec.reason = name + " no longer knows job " + j.external_id;
         batch->Add(
             MakeEvent("engine", "job.lost", id, j.rec.reason, {{"external_id", j.external_id}}));
         batch->jobs.push_back(&j);
@@ -421,11 +421,7 @@ void Engine::RecordPollsLocked(
       } else if (end) {
         JobState state = *end;
         if (j.cancel_requested && state != JobState::kSucceeded) state = JobState::kCancelled;
-        if (!TransitionLocked(j, state, JobCause::kExited)) continue;
-        if (j.handle >= 0) qe_->Cancel(j.handle, NowS(), "ended in " + j.backend);
-        cycle_wanted_ = true;
-        j.rec.exit_code = x.exit_code;
-        j.rec.reason =
+        const std::string why =
             state == JobState::kCancelled ? "cancelled"
             : state == JobState::kSucceeded
                 ? ""
@@ -434,6 +430,10 @@ void Engine::RecordPollsLocked(
                                                                       : " (" + x.reason + ")") +
                       (x.exit_code ? ", exit code " + std::to_string(*x.exit_code) : "") +
                       (x.signal ? ", signal " + std::to_string(x.signal) : "");
+        // Ended like every other job (EndLocked): counted among the ended, so it leaves memory.
+        if (!EndLocked(j, state, JobCause::kExited, why)) continue;
+        cycle_wanted_ = true;
+        j.rec.exit_code = x.exit_code;
         batch->Add(MakeEvent(name, std::string("job.") + JobStateName(state), id, j.rec.reason,
                              {{"external_id", j.external_id},
                               {"node", j.external_node},

@@ -159,7 +159,8 @@ void Engine::CatchUpLocked() {
     (void)ReloadLocked(p.cause);
     return;
   }
-  if (ended_.size() > 2 * kEndedKept) EvictEndedLocked(p.written);
+  if (ended_.size() > 2 * static_cast<size_t>(config_.ended_jobs_in_memory))
+    EvictEndedLocked(p.written);
 }
 
 void Engine::EvictEndedLocked(int64_t written) {
@@ -167,7 +168,7 @@ void Engine::EvictEndedLocked(int64_t written) {
   // from the store. One pass over the indexes for a thousand or more at a time.
   std::set<std::string> gone;
   std::deque<std::string> keep;
-  while (ended_.size() > kEndedKept) {
+  while (ended_.size() > static_cast<size_t>(config_.ended_jobs_in_memory)) {
     std::string id = std::move(ended_.front());
     ended_.pop_front();
     auto it = jobs_.find(id);

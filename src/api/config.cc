@@ -397,6 +397,14 @@ static Status ReadServerSettings(const YAML::Node& root, EngineConfig* c) {
     }
     c->max_jobs_per_identity = n;
   }
+  if (st.ok() && root["ended_jobs_in_memory"]) {
+    int64_t n = -1;
+    if (!YAML::convert<int64_t>::decode(root["ended_jobs_in_memory"], n) || n < 1 ||
+        n > 10'000'000) {
+      return Bad("ended_jobs_in_memory", "must be an integer from 1 to 10000000");
+    }
+    c->ended_jobs_in_memory = n;
+  }
   if (st.ok() && root["max_output"]) {
     auto q = ParseMemoryMiB(root["max_output"].as<std::string>());
     if (!q.ok()) return Bad("max_output", q.status().message());
@@ -437,6 +445,7 @@ static Result<quota::PolicySpec> ReadPolicy(const YAML::Node& root) {
                      "heartbeat_timeout",
                      "heartbeat_interval",
                      "cancel_grace",
+                     "ended_jobs_in_memory",
                      "partition_stop",
                      "cycle",
                      "schedule_on_submit",

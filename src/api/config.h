@@ -126,6 +126,9 @@ struct EngineConfig {
   // ended; a submission past it is refused with 429 and Retry-After, so one user cannot flood the
   // queue (100,000 pending jobs in 35 s) or the server's memory.
   int64_t max_jobs_per_identity = 10000;
+  // `ended_jobs_in_memory: 1000` (the default): how many ended jobs memory keeps (the newest; the
+  // views read older ones from the store). Memory holds up to twice this before it lets go.
+  int64_t ended_jobs_in_memory = 1000;
   // `max_requests_per_identity: 16` (the default): requests one identity (a person or a script;
   // not an agent) may have in the server at once; past it, 429 with Retry-After.
   int64_t max_requests_per_identity = 16;

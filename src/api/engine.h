@@ -409,10 +409,9 @@ class Engine {
                          std::function<void(Result<Json>)> done);
   // Marks the jobs whose records landed, and rebuilds memory from the store after a failed write.
   void CatchUpLocked();
-  // Ended jobs beyond the newest kEndedKept leave memory once durable (`written`: the last
-  // batch written).
+  // Ended jobs beyond the newest ended_jobs_in_memory leave memory once durable (`written`: the
+  // last batch written).
   void EvictEndedLocked(int64_t written);
-  static constexpr size_t kEndedKept = 1000;
   // Deletes from the store what the retention setting lets go (hourly).
   Status RetentionTick();
   // Fair-share history in the store (setting kFairShareKey): saved every kFairShareSaveMs by

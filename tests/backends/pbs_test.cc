@@ -77,8 +77,10 @@ kill -TERM -- "-$(cat "$S/$n.pid")" 2>/dev/null || true
 const char* kConfig = R"(
 cluster: p1
 backend_poll: 200ms
+ended_jobs_in_memory: 2
 identities:
   - {name: alice, role: user, groups: [research], token: alice-token-1}
+  - {name: admin, role: admin, token: admin-token-1}
   - {name: nob, role: user, groups: [research], token: nobody-token-1, run_as: nobody}
   - {name: dae, role: user, groups: [research], token: daemon-token-1, run_as: daemon}
 groups: [{name: research}]
@@ -152,6 +154,26 @@ TEST_F(PbsTest, SubmitFollowFailCancel) {
   EXPECT_NE(ss.str().find("#PBS -l select=1:ncpus=1:ngpus=1:mem=64mb"), std::string::npos)
       << ss.str();
   EXPECT_NE(ss.str().find("#PBS -N tessera-p1-" + ok), std::string::npos) << ss.str();
+}
+
+// Jobs that end through a batch backend leave memory like every other ended job (memory keeps
+// the newest `ended_jobs_in_memory`, up to twice that before it lets go): they were ended outside
+// EndLocked and stayed in memory for good, one more with every job. The views still show them,
+// from the store.
+TEST_F(PbsTest, JobsEndedThroughTheBackendLeaveMemoryLikeAnyOther) {
+  std::vector<std::string> ids;
+  for (int i = 0; i < 6; ++i)
+    ids.push_back(Call("POST", "/v1/jobs", {{"queue", "hpc"}, {"command", {"true"}}})["id"]);
+  for (const std::string& id : ids) {
+    ASSERT_TRUE(WaitFor([&] { return State(id) == "succeeded"; })) << Job(id).dump() << Calls();
+  }
+  int64_t in_memory = -1;
+  EXPECT_TRUE(WaitFor([&] {
+    in_memory = Call("GET", "/v1/health", {}, "admin-token-1")["jobs_in_memory"].get<int64_t>();
+    return in_memory <= 4;
+  })) << in_memory
+      << " jobs in memory, all ended";
+  for (const std::string& id : ids) EXPECT_EQ(State(id), "succeeded") << id;
 }
 
 TEST_F(PbsTest, QsubFailingKeepsTheJobUnsubmittedWithItsReasonThenRetries) {

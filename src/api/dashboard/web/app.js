@@ -42,6 +42,7 @@ function ago(ms) {  // a time: relative, the exact time in a tooltip (see when()
   const d = Date.now() - ms;
   return d < 5000 ? "just now" : d >= 0 ? span(d) + " ago" : "in " + span(-d);
 }
+const plural = (n, one, many) => n + " " + (n === 1 ? one : many || one + "s");
 function when(ms) { return ms ? el("time", { datetime: new Date(ms).toISOString(), title: stamp(ms), text: ago(ms) }) : ""; }
 
 // --- the token and the view's state (the URL fragment) -------------------------------------
@@ -287,13 +288,13 @@ function renderCards(nodes) {
   const page = Math.min(Math.max(1, Number(ui.npage) || 1), pages);
   const devices = shown.reduce((t, n) => t + n.devices.length, 0);
   $("cards-count").textContent = (shown.length ? "nodes " + ((page - 1) * per + 1) + "–" + Math.min(page * per, shown.length) + " of " : "") +
-      shown.length + (f ? " matching (" + all.length + " in all)" : "") + " · " + devices + " devices";
+      shown.length + (f ? " matching (" + all.length + " in all)" : "") + " · " + plural(devices, "device");
   pager("cards-pager", page, pages, to => { ui.npage = String(to); writeHash(); if (data.nodes) renderCards(data.nodes); });
   for (const n of all) for (const d of n.devices) for (const h of d.holders) if (h.group) groups.add(h.group);
   for (const n of shown.slice((page - 1) * per, page * per)) {
     const used = n.devices.reduce((t, d) => t + (d.gpu_milli_used || 0), 0);
     const box = el("div", { class: "node", "data-node": n.name, "data-state": n.state },
-                   el("h3", { text: n.name + " — " + n.state + (n.simulated ? " (simulated)" : "") + " · " + n.devices.length + " devices · " +
+                   el("h3", { text: n.name + " — " + n.state + (n.simulated ? " (simulated)" : "") + " · " + plural(n.devices.length, "device") + " · " +
                                     gpus(used) + " of " + n.devices.length + " GPUs held" }));
     for (const d of n.devices) {
       const bar = el("div", { class: "bar", role: "list", "aria-label": "device " + d.index });

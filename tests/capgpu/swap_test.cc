@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "capgpu/region.h"
+#include "support/wait.h"
 #include "swap_probe_process.h"
 
 extern char** environ;
@@ -127,7 +128,7 @@ TEST_F(SwapTest, DriverCallsDuringASwapWaitThenProceed) {
   EXPECT_EQ(out.swapped, 1u);
   // Held out: the four threads sit at the gate.
   const std::string before = p.Ask("loops");
-  usleep(300 * 1000);
+  usleep(300 * 1000);  // time passing is the point: nothing may get through meanwhile
   EXPECT_EQ(p.Ask("loops"), before) << "no driver call may pass while swapped out";
   {
     SwapSummary s;
@@ -135,8 +136,10 @@ TEST_F(SwapTest, DriverCallsDuringASwapWaitThenProceed) {
     EXPECT_GE(s.gate_waits, 1u);
   }
   Settle(SwapTarget::kResident);
-  usleep(100 * 1000);
-  EXPECT_NE(p.Ask("loops"), before);
+  // Resident again, the threads go on: waited for (a loaded machine took longer than 100 ms).
+  EXPECT_TRUE(tessera::testing::WaitFor([&] { return p.Ask("loops") != before; },
+                                        std::chrono::milliseconds(10000)))
+      << "the threads never passed the gate again";
   const std::string stop = p.Ask("stop");
   EXPECT_NE(stop.find("errors=0"), std::string::npos) << stop;
 }

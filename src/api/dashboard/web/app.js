@@ -13,13 +13,13 @@ const JOBS_PER_PAGE = 50;
 // Quantities arrive in integer thousandths (milli-GPU, milli-CPU): shown with at most one decimal
 // ("<0.1" for a sliver); memory in MiB: shown in GiB; times as "3 min ago" and durations.
 const milli = m => {
-  if (m === null || m === undefined) return "—";
+  if (m === null || m === undefined) return "none";  // no limit, no reservation
   if (m > 0 && m < 50) return "<0.1";
   return String(Math.round(m / 100) / 10);
 };
 const gpus = milli, cpus = milli;
 const gib = mib => {
-  if (mib === null || mib === undefined) return "—";
+  if (mib === null || mib === undefined) return "none";
   const g = mib / 1024;
   return (g > 0 && g < 0.05 ? "<0.1" : String(Math.round(g * 10) / 10)) + " GiB";
 };
@@ -212,25 +212,29 @@ function renderOverview(sum, groups, nodes) {
   $("workers").textContent = workers;
   $("pending").textContent = pending;
   const conf = new Map(groups ? groups.groups.map(g => [g.name, g]) : []);
-  const b = tbody("overview-groups");
+  const b = tbody("overview-groups"), quota = tbody("overview-quota");
   for (const g of sum.groups) {
-    const q = conf.get(g.group) || { reservation: {}, limit: {} };
     const row = b.insertRow();
     row.dataset.group = g.group;
     row.insertCell().append(swatch(g.group));
-    const res = v => v ? v : null;  // no reservation: a dash
     cell(row, gpus(g.gpu_milli_total), "num");
-    cell(row, gpus(res(g.gpu_milli_reservation)), "num");
-    cell(row, gpus(g.gpu_milli_limit), "num");
     cell(row, gpus(g.gpu_milli_held_idle || 0), "num" + (g.gpu_milli_held_idle ? " warn" : ""));
-    cell(row, cpus(g.cpu_milli_total), "num");
-    cell(row, cpus(res(q.reservation.cpu_milli)), "num");
-    cell(row, cpus(q.limit.cpu_milli), "num");
-    cell(row, gib(g.memory_mib_total), "num");
-    cell(row, gib(res(q.reservation.memory_mib)), "num");
-    cell(row, gib(q.limit.memory_mib), "num");
     cell(row, g.workers, "num");
     cell(row, g.pending, "num");
+    const q = conf.get(g.group) || { reservation: {}, limit: {} };
+    const res = v => v ? v : null;  // a reservation of 0: none
+    const r = quota.insertRow();
+    r.dataset.group = g.group;
+    r.insertCell().append(swatch(g.group));
+    cell(r, gpus(g.gpu_milli_total), "num");
+    cell(r, gpus(res(g.gpu_milli_reservation)), "num");
+    cell(r, gpus(g.gpu_milli_limit), "num");
+    cell(r, cpus(g.cpu_milli_total), "num");
+    cell(r, cpus(res(q.reservation.cpu_milli)), "num");
+    cell(r, cpus(q.limit.cpu_milli), "num");
+    cell(r, gib(g.memory_mib_total), "num");
+    cell(r, gib(res(q.reservation.memory_mib)), "num");
+    cell(r, gib(q.limit.memory_mib), "num");
   }
 }
 function renderRecentEvents(ev) {

@@ -559,7 +559,7 @@ async function showJob(listed) {
   const tb = t.createTBody();
   for (const e of (ev ? ev.events : [])) {
     const row = tb.insertRow();
-    cell(row, stamp(e.time_ms)); cell(row, e.kind); cell(row, e.actor); cell(row, e.reason);
+    cell(row, when(e.time_ms)); cell(row, e.kind); cell(row, e.actor); cell(row, e.reason);
   }
   box.append(t);
   const o = $("job-output");
@@ -602,7 +602,7 @@ function renderEvents(ev) {
   for (const e of ev.events.slice().reverse()) {
     const row = b.insertRow();
     row.dataset.kind = e.kind;
-    cell(row, stamp(e.time_ms)); cell(row, e.kind); cell(row, e.subject); cell(row, e.actor); cell(row, e.reason);
+    cell(row, when(e.time_ms)); cell(row, e.kind); cell(row, e.subject); cell(row, e.actor); cell(row, e.reason);
   }
   if (!ev.events.length) b.insertRow().insertCell().textContent = "no events" + (ui.kind ? " of kind " + ui.kind + "*" : "");
 }

@@ -2,7 +2,7 @@
 // protocol (tests/api/dashboard_browser.js: open, wait, click, type, read) against a real
 // `tessera serve` and simulated agents: two groups are drawn in two different colour-blind-safe
 // colours, the same on every view; the jobs table shows a submitted job's name and sorts by a
-// column; a job is cancelled from its page (asked to confirm, the server's answer shown, the API
+// column, fifty a page; a job is cancelled from its page (asked to confirm, the server's answer shown, the API
 // then says cancelled); a wrong token shows the sign-in box, not the server's JSON; the card map
 // of 40 nodes shows one page of them, pages on, and finds one node by name. No console message.
 #include <gtest/gtest.h>
@@ -35,6 +35,7 @@ utilization_sample: 1s
 identities:
   - {name: admin, role: admin, token: admin-token-1}
   - {name: vee, role: user, groups: [vision], token: vision-token-1}
+  - {name: val, role: user, groups: [vision], token: vision-token-2}
   - {name: sam, role: user, groups: [speech], token: speech-token-1}
   - {name: agent, role: agent, token: agent-token-1}
 groups:
@@ -215,13 +216,43 @@ TEST_F(DashboardTasksTest, TheJobsTableShowsASubmittedJobsNameAndSortsByAColumn)
   EXPECT_EQ(r["speech_only"], Json({b})) << r.dump(1);
 }
 
+TEST_F(DashboardTasksTest, TheJobsTableShowsFiftyAPageAndPagesOn) {
+  // No agent: 55 jobs wait.
+  std::vector<std::string> ids;
+  for (int i = 0; i < 55; ++i) ids.push_back(Submit("speech-token-1", "job-" + std::to_string(i)));
+  const std::string pager = "document.querySelector('#jobs-pager')";
+  Json r = Browse({
+      Goto(Url("token=admin-token-1&view=jobs")),
+      Wait("document.querySelectorAll('#jobs tbody tr[data-job]').length > 0"),
+      Eval(kRowIds, "first"),
+      Eval(pager + ".dataset.pages", "pages"),
+      Click("#jobs-pager button[aria-label='next page']"),
+      Eval(kRowIds, "second"),
+      Eval("document.querySelector('#jobs-count').textContent", "count"),
+  });
+  ASSERT_TRUE(r.contains("second")) << r.dump(1);
+  EXPECT_EQ(r["first"].size(), 50u) << r.dump(1);
+  EXPECT_EQ(r["first"][0], ids.back()) << "newest first";
+  EXPECT_EQ(r["pages"], "2");
+  EXPECT_EQ(r["second"], Json({ids[4], ids[3], ids[2], ids[1], ids[0]})) << r.dump(1);
+  EXPECT_NE(r.value("count", "").find("55 of 55 jobs"), std::string::npos) << r.dump(1);
+}
+
 TEST_F(DashboardTasksTest, AJobIsCancelledFromItsPageAfterAConfirmation) {
   StartAgents(1, "2xA100-80GB");
   const std::string id = Submit("vision-token-1", "long-sleeper",
                                 {"sh", "-c", "echo started-and-waiting; sleep 1000"});
   ASSERT_TRUE(WaitFor([&] { return AdminState(id) == "running"; })) << AdminJob(id).dump();
   const std::string answer = "document.querySelector('#cancel-answer')";
+  // Another member of the group sees the job's page but no Cancel (only its owner and admins).
   Json r = Browse({
+      Goto(Url("token=vision-token-2&view=jobs&job=" + id)),
+      Wait("document.querySelector('[data-job-state]') && "
+           "/started-and-waiting/.test(document.querySelector('#job-output').textContent)"),
+      Eval("document.querySelector('#cancel-job') == null", "no_cancel"),
+  });
+  EXPECT_EQ(r["no_cancel"], true) << "a member who may not cancel the job is offered Cancel";
+  r = Browse({
       Goto(Url("token=vision-token-1&view=jobs")),
       Wait("document.querySelector('[data-open=\"" + id + "\"]')"),
       Click("[data-open=\"" + id + "\"]"),  // the job's page

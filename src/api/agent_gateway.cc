@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <future>
 #include <set>
 
@@ -284,7 +285,7 @@ void Engine::FinishPartLocked(Job& j, const std::string& node, int code, int sig
   for (const std::string& n : NodesOf(j)) all_done = all_done && j.parts_done.count(n);
   const bool failed = code != 0 || sig != 0;
   const std::string actor = "agent:" + node;
-  if (j.state == JobState::kPreempting && failed && !j.cancel_requested) {
+  if (j.state == JobState::kPreempting && failed && !j.cancel_requested && !j.guard_stopped) {
     // Stopped by the preemption (a signal, or a non-zero exit): pending again once all parts are.
     // Cancelled meanwhile, it ends cancelled below instead (requeued, it ran once more).
     if (!all_done) return;
@@ -302,9 +303,12 @@ void Engine::FinishPartLocked(Job& j, const std::string& node, int code, int sig
                          : failed           ? JobState::kFailed
                                             : JobState::kSucceeded;
   std::string reason = j.cancel_requested ? "cancelled"
-                       : sig != 0         ? "killed by signal " + std::to_string(sig)
-                       : code != 0        ? "exit code " + std::to_string(code)
-                                          : "";
+                       : j.guard_stopped
+                           ? "stopped: " + j.rec.reason.substr(std::min(
+                                               j.rec.reason.size(), std::strlen(kGuardStopping)))
+                       : sig != 0  ? "killed by signal " + std::to_string(sig)
+                       : code != 0 ? "exit code " + std::to_string(code)
+                                   : "";
   if (failed && NodesOf(j).size() > 1) reason += " (part on " + node + ")";
   if (!EndLocked(j, state, JobCause::kExited, reason)) return;
   j.rec.exit_code = code;

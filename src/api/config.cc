@@ -95,6 +95,11 @@ Result<QueueRoute> ParseRoute(const YAML::Node& n, const std::string& w) {
     q.run_as_root = *v;
   }
   if (n["overcommit"] && !n["swap"]) return Bad(w + ".overcommit", "needs swap: true");
+  if (n["max_runtime"] && q.external()) {
+    return Bad(w + ".max_runtime",
+               "only for queues run by node agents (backend local); a batch system's queue stops "
+               "its jobs at their walltime");
+  }
   if (n["swap"]) {
     auto v = policy::GetBool(n["swap"], w + ".swap");
     if (!v.ok()) return Prefixed(v.status());

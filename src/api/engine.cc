@@ -235,6 +235,14 @@ void Engine::TranslateLocked(size_t from, Batch& b) {
         j.rec.reason = "preempted: " + e.detail;
         b.Add(MakeEvent("engine", "job.preempted", j.rec.id, e.detail, {{"group", e.group}}), &j);
         break;
+      case quota::EventKind::kStopped:
+        // Its queue's max_runtime: its processes are stopped as a preemption's are (the agent's
+        // cancel order, the policy's grace), then it ends, and is not requeued (FinishPartLocked).
+        if (!TransitionLocked(j, JobState::kPreempting, JobCause::kPreempted)) break;
+        j.guard_stopped = true;
+        j.rec.reason = std::string(kGuardStopping) + e.detail;
+        b.Add(MakeEvent("engine", "job.stopping", j.rec.id, e.detail), &j);
+        break;
       case quota::EventKind::kRequeued:
         if (!TransitionLocked(j, JobState::kPending, JobCause::kRequeued)) break;
         j.rec.reason = e.detail;

@@ -136,6 +136,8 @@ class Engine {
   void SubmitAsync(const Identity& who, const Json& body, const std::string& idempotency_key,
                    SubmitReply done);
   static constexpr int64_t kIdempotencyWindowMs = int64_t{24} * 3600 * 1000;
+  // The reason's prefix of a job its queue's max_runtime is stopping.
+  static constexpr const char* kGuardStopping = "stopping: ";
   // Letters, digits and -_.:/+=, 1 to 200 of them (UUIDs and the like).
   static Status ValidIdempotencyKey(const std::string& key);
   Result<Json> ListJobs(const Identity& who, const std::string& state_filter, int limit);
@@ -295,6 +297,9 @@ class Engine {
     bool borrowed = false;
     std::string node;  // the first grant's node, or "backend:partition"
     int preemptions = 0;
+    // Stopped by its queue's runtime guard (max_runtime): "preempting" until its processes are
+    // gone, then ended, not requeued.
+    bool guard_stopped = false;
     // Nodes where a process of an earlier placement may still run (the job was requeued from
     // there while starting, running or preempting): placed there again, its start waits until
     // the agent no longer reports it, and a report of it running is not this placement's.

@@ -183,6 +183,8 @@ Result<Engine::Job> Engine::JobFromRecord(store::JobRecord r) const {
   j.state = *state;
   j.rec = std::move(r);
   j.rec.state.clear();  // `state` is the job's state in memory
+  // Stopped by its runtime guard before the restart: it still ends when its processes are gone.
+  j.guard_stopped = j.state == JobState::kPreempting && j.rec.reason.rfind(kGuardStopping, 0) == 0;
   if (p.contains("node")) {
     j.node = p.value("node", "");
     j.form = p.value("form", "");

@@ -85,6 +85,11 @@ Json Engine::JobJson(const Job& j) const {
         {"reason", colon == std::string::npos ? j.rec.reason : j.rec.reason.substr(colon + 2)}};
   }
   if (j.rec.exit_code) o["exit_code"] = *j.rec.exit_code;
+  // Running under its queue's max_runtime: when that guard stops it.
+  if (j.handle >= 0 && !Ended(j)) {
+    const int64_t stop_at = qe_->job(j.handle).stop_at;
+    if (stop_at >= 0) o["stop_at_ms"] = stop_at * 1000;
+  }
   if (!j.node.empty()) {  // what it holds, or held when it ended
     Json devs = Json::array();
     MilliCpu cpu = 0;

@@ -114,7 +114,9 @@ Status ReadQueues(const YAML::Node& root, const PolicyKeys& keys, quota::PolicyS
   if (keys.require_queues && (!root["queues"] || root["queues"].size() == 0)) {
     return FieldError("queues", "at least one queue is needed");
   }
-  std::set<std::string> known = {"name", "profile", "groups", "priority", "preemptible", "class"};
+  std::set<std::string> known = {"name",        "profile",     "groups",
+                                 "priority",    "preemptible", "class",
+                                 "max_runtime", "min_runtime", "preemption_delay"};
   known.insert(keys.extra_queue.begin(), keys.extra_queue.end());
   return ForEachEntry(root, "queues", [&](const YAML::Node& n, const std::string& f) -> Status {
     TESSERA_TRY(KnownKeys(n, f, known));
@@ -140,6 +142,16 @@ Status ReadQueues(const YAML::Node& root, const PolicyKeys& keys, quota::PolicyS
       auto cls = quota::ParseWorkloadClass(c);
       if (!cls.ok()) return FieldError(f + ".class", cls.status().message());
       q.default_class = *cls;
+    }
+    // Runtime guards (whole seconds; see QueueSpec): stopped at max_runtime; no victim before
+    // min_runtime; may preempt only after preemption_delay of waiting.
+    if (n["max_runtime"])
+      TESSERA_TRY_ASSIGN(q.max_runtime_s, GetDuration(n["max_runtime"], f + ".max_runtime"));
+    if (n["min_runtime"])
+      TESSERA_TRY_ASSIGN(q.min_runtime_s, GetDuration(n["min_runtime"], f + ".min_runtime"));
+    if (n["preemption_delay"]) {
+      TESSERA_TRY_ASSIGN(q.preemption_delay_s,
+                         GetDuration(n["preemption_delay"], f + ".preemption_delay"));
     }
     p.queues.push_back(q);
     return Status::Ok();

@@ -215,32 +215,11 @@ Status ParseOutages(const YAML::Node& list, Scenario& s) {
   return Status::Ok();
 }
 
-// A queue's runtime guards (max_runtime, min_runtime, preemption_delay: durations), which the
-// shared policy reader leaves to its callers.
-Status ParseQueueGuards(const YAML::Node& root, quota::PolicySpec* p) {
-  if (!root["queues"] || !root["queues"].IsSequence()) return Status::Ok();
-  for (size_t i = 0; i < root["queues"].size() && i < p->queues.size(); ++i) {
-    const YAML::Node& n = root["queues"][i];
-    quota::QueueSpec& q = p->queues[i];
-    const std::string f = "queues[" + (q.name.empty() ? std::to_string(i) : q.name) + "]";
-    if (n["max_runtime"])
-      TRY_ASSIGN(q.max_runtime_s, GetDuration(n["max_runtime"], f + ".max_runtime"));
-    if (n["min_runtime"])
-      TRY_ASSIGN(q.min_runtime_s, GetDuration(n["min_runtime"], f + ".min_runtime"));
-    if (n["preemption_delay"]) {
-      TRY_ASSIGN(q.preemption_delay_s, GetDuration(n["preemption_delay"], f + ".preemption_delay"));
-    }
-  }
-  return Status::Ok();
-}
-
 Result<Scenario> Parse(const YAML::Node& root) {
   Scenario s;
   policy::PolicyKeys keys;
   keys.extra_root = {"name", "until", "cycle", "nodes", "workload", "compare_with", "outages"};
-  keys.extra_queue = {"max_runtime", "min_runtime", "preemption_delay"};
   TRY_ASSIGN(s.policy, policy::ParsePolicy(root, keys));
-  TRY(ParseQueueGuards(root, &s.policy));
   s.name = root["name"] ? Scalar(root["name"]) : "scenario";
   if (root["until"]) TRY_ASSIGN(s.until_s, GetDuration(root["until"], "until"));
   if (root["cycle"]) TRY_ASSIGN(s.cycle_s, GetDuration(root["cycle"], "cycle"));

@@ -126,6 +126,65 @@ TEST_F(AgentFaultsTest, ALostNodesJobsAreReleasedOnlyAfterItsAgentHasStoppedThem
   ASSERT_TRUE(engine_->CheckInvariants().ok());
 }
 
+// Issue 37's runtime guard, served: a queue's max_runtime stops a running job through its agent
+// (the cancel order and grace a preemption uses), and the job then ends, not requeued; while it
+// runs, the job says when the guard will stop it.
+TEST_F(AgentFaultsTest, AQueuesMaxRuntimeStopsItsJobThroughTheAgentAndEndsIt) {
+  std::string config = kConfig;
+  config.replace(config.find("requeue_on_loss: true}"), 22,
+                 "requeue_on_loss: true, max_runtime: 30s}");
+  Start("agent-max-runtime", config);
+  ASSERT_TRUE(RegisterWith("n1", Json::object()).ok());
+  const std::string a = RunOne();
+  Json job = *engine_->GetJob(Who("admin"), a);
+  ASSERT_TRUE(job.contains("stop_at_ms")) << job.dump();
+  const int64_t stop_at = job["stop_at_ms"].get<int64_t>();
+  EXPECT_EQ(stop_at, job["submit_ms"].get<int64_t>() / 1000 * 1000 + 30'000) << job.dump();
+  for (int s = 1; s < 30; ++s) {
+    now_ += 1'000;
+    Heartbeat("n1", {{"running", {{{"job", a}, {"pid", 7}}}}});
+    ASSERT_TRUE(engine_->Tick().ok());
+    ASSERT_EQ(State(a), "running") << "stopped early, at " << s << " s";
+  }
+  now_ += 1'000;
+  ASSERT_TRUE(engine_->Tick().ok());
+  EXPECT_EQ(State(a), "preempting");
+  Json hb = Heartbeat("n1", {{"running", {{{"job", a}, {"pid", 7}}}}});
+  ASSERT_EQ(hb["cancel"].size(), 1u) << hb.dump();
+  EXPECT_EQ(hb["cancel"][0]["job"], a);
+  Heartbeat("n1", {{"finished", {{{"job", a}, {"exit_code", 143}, {"signal", 15}}}}});
+  job = *engine_->GetJob(Who("admin"), a);
+  EXPECT_EQ(job["state"], "failed") << job.dump();
+  EXPECT_NE(job["reason"].get<std::string>().find("stopped: max_runtime 30s of queue training"),
+            std::string::npos)
+      << job.dump();
+  ASSERT_TRUE(engine_->Tick().ok());
+  EXPECT_EQ(State(a), "failed") << "requeued after its guard stopped it";
+  EXPECT_TRUE(Heartbeat("n1")["start"].empty());
+  ASSERT_TRUE(engine_->CheckInvariants().ok());
+}
+
+TEST(RuntimeGuardConfig, AreDurationsOnAgentQueuesOnly) {
+  std::string base = kConfig;
+  auto with = [&](const std::string& extra) {
+    std::string c = base;
+    c.replace(c.find("requeue_on_loss: true}"), 22, "requeue_on_loss: true, " + extra + "}");
+    return ParseConfig(c);
+  };
+  auto ok = with("max_runtime: 2h, min_runtime: 10m, preemption_delay: 1m");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->policy.queues[0].max_runtime_s, 7200);
+  EXPECT_EQ(ok->policy.queues[0].min_runtime_s, 600);
+  EXPECT_EQ(ok->policy.queues[0].preemption_delay_s, 60);
+  auto bad = with("max_runtime: 500ms");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("max_runtime"), std::string::npos);
+  auto batch = with("backend: slurm, max_runtime: 1h");
+  ASSERT_FALSE(batch.ok());
+  EXPECT_NE(batch.status().message().find("queues[training].max_runtime"), std::string::npos)
+      << batch.status().message();
+}
+
 TEST(PartitionStopConfig, IsADurationOfAtLeastTheHeartbeatTimeout) {
   auto bad = ParseConfig(std::string(kConfig) + "partition_stop: 5s\n");
   ASSERT_FALSE(bad.ok());

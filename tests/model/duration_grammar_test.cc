@@ -233,6 +233,36 @@ TEST_F(DurationFields, EveryDurationFieldReadsTheOneGrammar) {
       Config(
           "repartition_horizon", kServer + kServerQueue + "repartition_horizon: @\n",
           [](const C& c) { return c.policy.repartition_horizon_s; }, true),
+      Config(
+          "queues[q].max_runtime",
+          kServer +
+              "queues: [{name: q, profile: p, groups: [g], class: training, max_runtime: @}]\n",
+          [](const C& c) { return c.policy.queues[0].max_runtime_s; }, true),
+      Scenario("queues[q].max_runtime",
+               "nodes: [{name: n, gpu: {model: A100-80GB, count: 1}}]\ngroups: [{name: g}]\n"
+               "profiles: [{name: p}]\nqueues: [{name: q, profile: p, groups: [g], class: "
+               "training, max_runtime: @}]\nworkload: []\n",
+               [](const sim::Scenario& s) { return s.policy.queues[0].max_runtime_s; }),
+      Config(
+          "queues[q].min_runtime",
+          kServer +
+              "queues: [{name: q, profile: p, groups: [g], class: training, min_runtime: @}]\n",
+          [](const C& c) { return c.policy.queues[0].min_runtime_s; }, true),
+      Scenario("queues[q].min_runtime",
+               "nodes: [{name: n, gpu: {model: A100-80GB, count: 1}}]\ngroups: [{name: g}]\n"
+               "profiles: [{name: p}]\nqueues: [{name: q, profile: p, groups: [g], class: "
+               "training, min_runtime: @}]\nworkload: []\n",
+               [](const sim::Scenario& s) { return s.policy.queues[0].min_runtime_s; }),
+      Config(
+          "queues[q].preemption_delay",
+          kServer + "queues: [{name: q, profile: p, groups: [g], class: training, "
+                    "preemption_delay: @}]\n",
+          [](const C& c) { return c.policy.queues[0].preemption_delay_s; }, true),
+      Scenario("queues[q].preemption_delay",
+               "nodes: [{name: n, gpu: {model: A100-80GB, count: 1}}]\ngroups: [{name: g}]\n"
+               "profiles: [{name: p}]\nqueues: [{name: q, profile: p, groups: [g], class: "
+               "training, preemption_delay: @}]\nworkload: []\n",
+               [](const sim::Scenario& s) { return s.policy.queues[0].preemption_delay_s; }),
       // The same policy keys and the scenario's own times, in a scenario file (seconds).
       Scenario("grace", kScenario + "grace: @\nworkload: []\n",
                [](const sim::Scenario& s) { return s.policy.grace_seconds; }),

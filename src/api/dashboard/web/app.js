@@ -636,10 +636,10 @@ async function runWhatIf() {
 }
 
 // --- refresh -------------------------------------------------------------------------------
-let refreshing = false;
+let refreshing = false, again = false;  // a refresh asked for during one runs right after it
 async function refresh() {
   if (!token) { signIn(); return; }
-  if (refreshing) return;
+  if (refreshing) { again = true; return; }
   refreshing = true;
   try {
     if (!me) {
@@ -676,6 +676,7 @@ async function refresh() {
   } finally {
     refreshing = false;
     showErrors();
+    if (again) { again = false; setTimeout(refresh, 0); }
   }
 }
 function rerender() {  // after a filter changes: from what is loaded

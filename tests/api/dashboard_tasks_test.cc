@@ -2,9 +2,10 @@
 // protocol (tests/api/dashboard_browser.js: open, wait, click, type, read) against a real
 // `tessera serve` and simulated agents: two groups are drawn in two different colour-blind-safe
 // colours, the same on every view; the jobs table shows a submitted job's name and sorts by a
-// column, fifty a page; a job is cancelled from its page (asked to confirm, the server's answer shown, the API
-// then says cancelled); a wrong token shows the sign-in box, not the server's JSON; the card map
-// of 40 nodes shows one page of them, pages on, and finds one node by name. No console message.
+// column, fifty a page; a job is cancelled from its page (asked to confirm, the server's answer
+// shown, the API then says cancelled); a wrong token shows the sign-in box, not the server's JSON;
+// the card map of 40 nodes shows one page of them, pages on, and finds one node by name. No console
+// message.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -75,13 +76,15 @@ class DashboardTasksTest : public testing::ServeFixture {
   }
   std::string Submit(const std::string& token, const std::string& name,
                      const std::vector<std::string>& command = {"sleep", "1000"}) {
-    Json r = Call("POST", "/v1/jobs", {{"queue", "notebooks"}, {"command", command}, {"name", name}},
-                  token);
+    Json r = Call("POST", "/v1/jobs",
+                  {{"queue", "notebooks"}, {"command", command}, {"name", name}}, token);
     EXPECT_TRUE(r.is_object() && r.contains("id")) << r.dump();
     return r.is_object() ? r.value("id", "") : "";
   }
   // A job and its state as the admin sees them.
-  Json AdminJob(const std::string& id) { return Call("GET", "/v1/jobs/" + id, {}, "admin-token-1"); }
+  Json AdminJob(const std::string& id) {
+    return Call("GET", "/v1/jobs/" + id, {}, "admin-token-1");
+  }
   std::string AdminState(const std::string& id) {
     Json j = AdminJob(id);
     return j.is_object() ? j.value("state", "") : "";
@@ -119,7 +122,8 @@ Json Type(const std::string& selector, const std::string& text) {
   return {{"type", selector}, {"text", text}};
 }
 // The job ids of the jobs table's rows, top to bottom.
-const char* kRowIds = "[...document.querySelectorAll('#jobs tbody tr[data-job]')].map(r => r.dataset.job)";
+const char* kRowIds =
+    "[...document.querySelectorAll('#jobs tbody tr[data-job]')].map(r => r.dataset.job)";
 
 TEST_F(DashboardTasksTest, TwoGroupsAreDrawnInDistinctColourBlindSafeColoursOnEveryView) {
   StartAgents(1, "2xA100-80GB");
@@ -163,7 +167,8 @@ TEST_F(DashboardTasksTest, TwoGroupsAreDrawnInDistinctColourBlindSafeColoursOnEv
   // One colour per group on each view, the same on every view, from the palette, and distinct.
   std::string vision, speech;
   for (const char* view : {"overview", "cards", "jobs"}) {
-    for (const auto& [group, colour] : {std::pair{"vision", &vision}, std::pair{"speech", &speech}}) {
+    for (const auto& [group, colour] :
+         {std::pair{"vision", &vision}, std::pair{"speech", &speech}}) {
       const Json& seen = r[view][group];
       ASSERT_FALSE(seen.empty()) << view << ": no visible " << group << "\n" << r.dump(1);
       for (const auto& c : seen) {
@@ -312,7 +317,8 @@ TEST_F(DashboardTasksTest, AWrongTokenShowsTheSignInBoxNotJson) {
 
 TEST_F(DashboardTasksTest, TheCardMapOfFortyNodesShowsOnePageAndFindsANode) {
   StartAgents(40, "1xH100-80GB");
-  const std::string nodes = "[...document.querySelectorAll('#cardmap .node')].map(n => n.dataset.node)";
+  const std::string nodes =
+      "[...document.querySelectorAll('#cardmap .node')].map(n => n.dataset.node)";
   Json r = Browse({
       Goto(Url("token=admin-token-1&view=cards")),
       Wait("document.querySelectorAll('#cardmap .node').length > 0"),

@@ -18,6 +18,7 @@
 #include <random>
 #include <set>
 
+#include "../support/free_port.h"
 #include "../support/wait.h"
 #include "pg_harness.h"
 #include "proc.h"
@@ -26,6 +27,7 @@ namespace tessera {
 namespace {
 
 using Json = nlohmann::json;
+using testing::FreePort;
 using testing::kTessera;
 using testing::Proc;
 
@@ -42,20 +44,6 @@ queues:
   - {name: notebooks, profile: nb, groups: [research]}
   - {name: training, profile: train, groups: [research]}
 )";
-
-// A port free now (the kernel's pick), for a server that must keep its URL across restarts.
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
 
 Json Get(int port, const std::string& path) {
   httplib::Client c("127.0.0.1", port);

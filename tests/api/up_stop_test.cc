@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "../support/free_port.h"
 #include "../support/wait.h"
 #include "proc.h"
 #include "serve_fixture.h"
@@ -21,21 +22,9 @@ namespace tessera {
 namespace {
 
 using Json = nlohmann::json;
+using testing::FreePort;
 using testing::kTessera;
 using testing::Proc;
-
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
 
 std::string FirstLine(const std::string& path) {
   std::string s = testing::ReadFile(path);

@@ -8,26 +8,16 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "support/shell.h"
+
 namespace {
 
 const std::string kTessera = TESSERA_BINARY_DIR "/src/cli/tessera";
 const std::string kTraces = TESSERA_SOURCE_DIR "/bench/traces/alibaba-openb/";
 
-struct CmdResult {
-  int code;
-  std::string out;
-};
+using CmdResult = tessera::testing::ShellResult;
 
-CmdResult Sh(const std::string& cmd) {
-  CmdResult r{0, ""};
-  FILE* p = popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf{};
-  size_t n = 0;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+CmdResult Sh(const std::string& cmd) { return tessera::testing::RunShell(cmd); }
 
 TEST(SimCliTest, OpenbJsonAndPlot) {
   const std::string plot = ::testing::TempDir() + "/curves.svg";

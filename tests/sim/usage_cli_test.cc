@@ -10,25 +10,15 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "support/shell.h"
+
 namespace {
 
 const std::string kTessera = TESSERA_BINARY_DIR "/src/cli/tessera";
 
-struct CmdResult {
-  int code;
-  std::string out;
-};
+using CmdResult = tessera::testing::ShellResult;
 
-CmdResult Sh(const std::string& cmd) {
-  CmdResult r{0, ""};
-  FILE* p = popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf{};
-  size_t n = 0;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+CmdResult Sh(const std::string& cmd) { return tessera::testing::RunShell(cmd); }
 
 // Two notebooks of 30 GiB that take turns every half hour, for 6 hours.
 std::string WriteCsv() {

@@ -3,11 +3,19 @@
 // makes nvmlInit_v2 fail. MIG on device 0: GPU instances of H100-80GB's profiles (by nvidia-smi
 // id) created with placement (overlaps and illegal starts refused as the driver does), one
 // compute instance each, MIG devices with UUIDs MIG-fake-<gi>; fake_nvml_instances() lists what
-// exists for the tests to check. Thread-safety: none (one test thread).
+// exists for the tests to check.
+// Health (the interface of NVML's "Event Handling Methods" and nvmlDeviceGetTotalEccErrors, as
+// NVIDIA's NVML API reference documents them): FAKE_NVML_HEALTH names a file the test writes,
+// read on every call; its lines are "ecc <device> <count>" (the device's volatile uncorrected,
+// i.e. double-bit, ECC count) and "xid <device> <xid>" (one nvmlEventTypeXidCriticalError event,
+// delivered once, in file order, by nvmlEventSetWait_v2 to a set the device is registered in).
+// FAKE_NVML_NO_ECC=1: ECC counters are not supported (NVML_ERROR_NOT_SUPPORTED), as on cards
+// without ECC. Thread-safety: none (one test thread; the agent calls from its loop only).
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <string>
 #include <vector>
 
@@ -252,4 +260,92 @@ FAKE_API void fake_nvml_instances(char* out, unsigned length) {
            (g.has_ci ? "" : "(no ci)");
   }
   Copy(s.empty() ? "-" : s.c_str(), out, length);
+}
+
+// ---- Health: ECC counters and XID events (see the header comment) ----
+namespace {
+struct HealthLine {
+  std::string kind;
+  unsigned device;
+  unsigned long long value;
+};
+std::vector<HealthLine> ReadHealth() {
+  std::vector<HealthLine> out;
+  const char* path = std::getenv("FAKE_NVML_HEALTH");
+  if (path == nullptr) return out;
+  FILE* f = std::fopen(path, "r");
+  if (f == nullptr) return out;
+  char kind[16];
+  unsigned device = 0;
+  unsigned long long value = 0;
+  while (std::fscanf(f, "%15s %u %llu", kind, &device, &value) == 3)
+    out.push_back({kind, device, value});
+  std::fclose(f);
+  return out;
+}
+struct EventSet {
+  unsigned long long types[2] = {0, 0};  // by device
+  size_t delivered = 0;                  // xid lines of the file already delivered
+};
+struct EventData {  // nvmlEventData_t
+  void* device;
+  unsigned long long eventType, eventData;
+  unsigned gpuInstanceId, computeInstanceId;
+};
+constexpr unsigned long long kXidCritical = 0x8;  // nvmlEventTypeXidCriticalError
+}  // namespace
+
+// nvmlDeviceGetTotalEccErrors(device, errorType, counterType, count): uncorrected (1) volatile
+// (0) counts come from the file; the rest are 0.
+FAKE_API int nvmlDeviceGetTotalEccErrors(void* device, int error_type, int counter_type,
+                                         unsigned long long* count) {
+  const char* no = std::getenv("FAKE_NVML_NO_ECC");
+  if (no != nullptr && no[0] == '1') return 3;  // not supported
+  if (Index(device) >= 2 || count == nullptr) return 2;
+  *count = 0;
+  if (error_type != 1 || counter_type != 0) return 0;
+  for (const HealthLine& l : ReadHealth()) {
+    if (l.kind == "ecc" && l.device == Index(device)) *count = l.value;
+  }
+  return 0;
+}
+FAKE_API int nvmlEventSetCreate(void** set) {
+  *set = new EventSet();
+  return 0;
+}
+FAKE_API int nvmlEventSetFree(void* set) {
+  delete static_cast<EventSet*>(set);
+  return 0;
+}
+FAKE_API int nvmlDeviceGetSupportedEventTypes(void* device, unsigned long long* types) {
+  if (Index(device) >= 2) return 2;
+  *types = 0x1 | 0x2 | 0x8;
+  return 0;
+}
+FAKE_API int nvmlDeviceRegisterEvents(void* device, unsigned long long types, void* set) {
+  if (Index(device) >= 2 || set == nullptr) return 2;
+  static_cast<EventSet*>(set)->types[Index(device)] |= types;
+  return 0;
+}
+// Delivers the next undelivered xid line for a registered device; NVML_ERROR_TIMEOUT (10) after
+// `timeout_ms` without one (the file is read again every 10 ms meanwhile).
+FAKE_API int nvmlEventSetWait_v2(void* set_handle, EventData* data, unsigned timeout_ms) {
+  EventSet* set = static_cast<EventSet*>(set_handle);
+  if (set == nullptr || data == nullptr) return 2;
+  for (unsigned waited = 0;; waited += 10) {
+    std::vector<HealthLine> lines = ReadHealth();
+    size_t seen = 0;
+    for (const HealthLine& l : lines) {
+      if (l.kind != "xid") continue;
+      if (seen++ < set->delivered) continue;
+      set->delivered = seen;
+      if (l.device >= 2 || (set->types[l.device] & kXidCritical) == 0) continue;
+      *data = {reinterpret_cast<void*>(static_cast<uintptr_t>(l.device) + 1), kXidCritical, l.value,
+               0xFFFFFFFFu, 0xFFFFFFFFu};
+      return 0;
+    }
+    if (waited >= timeout_ms) return 10;  // timeout
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, nullptr);
+  }
 }

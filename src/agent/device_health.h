@@ -1,0 +1,60 @@
+// Device health through NVML (libnvidia-ml, opened with dlopen like discovery and MIG): critical
+// XID events (nvmlEventSetCreate, nvmlDeviceRegisterEvents with nvmlEventTypeXidCriticalError,
+// nvmlEventSetWait_v2) and double-bit ECC errors (nvmlDeviceGetTotalEccErrors: uncorrected,
+// volatile, i.e. since the driver last loaded). A device that reports either is unhealthy, with
+// the reason; it stays so for the life of this object (the agent's process): it returns once the
+// agent starts again and finds it clean (a reset clears the volatile counters; past XIDs are not
+// delivered again), or on an operator's word at the control plane.
+//
+// Which XIDs make a device unhealthy: those NVIDIA's XID catalogue lists as device faults rather
+// than an application's own errors (see docs/agent.md, "Device health"): 48 (double-bit ECC),
+// 62, 64, 74 (NVLink), 79 (fallen off the bus), 92 (high single-bit ECC rate), 94 and 95
+// (contained and uncontained ECC errors), 119 and 120 (GSP), 140 (unrecovered ECC). Others (13,
+// 31, 43, 45: a program's faults) are logged and change nothing.
+//
+// Tested against the stand-in NVML of tests/agent (fake_nvml.cc); no GPU is needed.
+//
+// Thread-safety: none; the agent's loop owns it.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace tessera::agent {
+
+struct DeviceHealth {
+  int index = 0;
+  bool healthy = true;
+  std::string reason;  // why not, when unhealthy ("XID 79: GPU has fallen off the bus")
+};
+
+// Whether XID `xid` marks a device unhealthy (the list above), and its catalogue name ("" when
+// not one of them).
+bool IsCriticalXid(unsigned long long xid);
+std::string XidName(unsigned long long xid);
+
+class NvmlHealth {
+ public:
+  // Loads `library`, initialises NVML and registers every device for XID events where the driver
+  // supports them. kFailedPrecondition when the library does not load or initialise.
+  static Result<std::unique_ptr<NvmlHealth>> Open(const std::string& library);
+  ~NvmlHealth();
+  NvmlHealth(const NvmlHealth&) = delete;
+  NvmlHealth& operator=(const NvmlHealth&) = delete;
+
+  // Takes the XID events waiting (waiting at most `wait_ms` for the first) and reads the ECC
+  // counters; returns every device's health. `log` (may be null) gets one line per event seen.
+  std::vector<DeviceHealth> Check(int wait_ms = 0, std::vector<std::string>* log = nullptr);
+  // Whether XID events could be registered (false: the driver supports none; ECC is still read).
+  bool events() const;
+
+ private:
+  struct Api;
+  explicit NvmlHealth(std::unique_ptr<Api> api);
+  std::unique_ptr<Api> api_;
+};
+
+}  // namespace tessera::agent

@@ -226,6 +226,8 @@ ApiServer::~ApiServer() {
 
 Result<int> ApiServer::Bind(const std::string& host, int port) { return http_->Bind(host, port); }
 
+Result<int> ApiServer::Adopt(int listening_fd) { return http_->Adopt(listening_fd); }
+
 void ApiServer::Run(int tick_ms) {
   executors_ = std::make_unique<BackendExecutors>(
       engine_->BackendNames(),
@@ -410,6 +412,10 @@ void StandbyServer::Run() {
 }
 
 void StandbyServer::Stop() { http_->Stop(); }
+
+void StandbyServer::Handover() { http_->StopForHandover(1000); }
+
+int StandbyServer::ReleaseListener() { return http_->ReleaseListener(); }
 
 void ApiServer::Stop() {
   // No joins: Run() joins the ticker once serving has ended.

@@ -93,6 +93,8 @@ class ApiServer {
 
   // Binds to host:port (port 0: any free port). Returns the port bound.
   Result<int> Bind(const std::string& host, int port);
+  // Serves on a socket that already listens (a standby's, handed over: StandbyServer::Handover).
+  Result<int> Adopt(int listening_fd);
   // Serves until Stop(). Also runs the engine's Tick() every `tick_ms` on a ticker thread, and
   // each external backend's passes every `tick_ms` on a thread of its own (BackendExecutors).
   void Run(int tick_ms = 200);
@@ -129,6 +131,12 @@ class StandbyServer {
   // end: one that comes as Stop() is called still counts).
   void Run();
   void Stop();
+  // Stops for the leader that takes over its socket: connections made from here wait in the
+  // socket's backlog, and the requests in progress are answered first (at most 1 s).
+  void Handover();
+  // Once Run() has returned after Handover(): the listening socket, for ApiServer::Adopt; -1
+  // when there is none. Without it the socket closes with the server.
+  int ReleaseListener();
   // Whether SIGINT or SIGTERM came during Run() (with stop_on_signals): the server must exit,
   // and not lead even if it took the lease meanwhile.
   bool signalled() const { return signalled_.load(); }

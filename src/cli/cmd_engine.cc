@@ -114,9 +114,12 @@ enum class Lead { kLeads, kStopped, kRefused };
 // Waits as a standby until this server holds the store's leader lease (answering health and
 // naming the leader meanwhile). kStopped when a signal (or an error) came first: the server
 // exits, and does not lead even if the lease came at the same moment. kRefused (flags.sole)
-// when another server holds the store: said, and nothing waited for.
+// when another server holds the store: said, and nothing waited for. `*listener`: the standby's
+// listening socket when it came to lead (the leader serves on it, so that clients connecting
+// meanwhile wait in its backlog and none is refused), else -1.
 Lead AwaitLead(store::Store& store, const std::string& advertise, const std::string& host, int port,
-               const ServeFlags& flags) {
+               const ServeFlags& flags, int* listener) {
+  *listener = -1;
   auto lead = store.TryLead(advertise);
   if (!lead.ok()) {
     ServeLog().Error(lead.status().message());
@@ -152,7 +155,7 @@ Lead AwaitLead(store::Store& store, const std::string& advertise, const std::str
       l.lock();
       if (took.ok() && *took) {
         leading.store(true);
-        standby.Stop();
+        standby.Handover();
         return;
       }
     }
@@ -165,7 +168,9 @@ Lead AwaitLead(store::Store& store, const std::string& advertise, const std::str
   wake.notify_all();
   poll.join();
   if (standby.signalled()) return Lead::kStopped;  // even if the lease came meanwhile
-  return leading.load() ? Lead::kLeads : Lead::kStopped;
+  if (!leading.load()) return Lead::kStopped;
+  *listener = standby.ReleaseListener();
+  return Lead::kLeads;
 }
 
 // What `tessera up` needs of Serve besides its flags.
@@ -219,7 +224,8 @@ int Serve(const ServeFlags& flags, const ServeHooks& hooks) {
   // Several servers may share one store: one leads, the others wait as standbys.
   const std::string advertise = flags.advertise.empty() ? flags.Scheme() + listen : flags.advertise;
   store::Store* lease = store->get();
-  switch (AwaitLead(*lease, advertise, host, port, flags)) {
+  int listener = -1;
+  switch (AwaitLead(*lease, advertise, host, port, flags, &listener)) {
     case Lead::kLeads:
       break;
     case Lead::kStopped:
@@ -245,7 +251,7 @@ int Serve(const ServeFlags& flags, const ServeHooks& hooks) {
     }
   } stopper{hooks};
   if (hooks.on_stopper) hooks.on_stopper([&server] { server.Stop(); });
-  auto bound = server.Bind(host, port);
+  auto bound = listener >= 0 ? server.Adopt(listener) : server.Bind(host, port);
   if (!bound.ok()) {
     ServeLog().Error(bound.status().message());
     return 1;

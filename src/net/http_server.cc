@@ -2,6 +2,7 @@
 #include "net/http_server.h"
 
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -261,6 +262,14 @@ void HttpServer::After(int64_t ms, std::function<void()> fn) {
   });
 }
 
+// Takes connections from the listening acceptor under the server's limits; its port.
+Result<int> HttpServer::Impl::Listen() {
+  max_connections = options.max_connections > 0 ? options.max_connections : DefaultMaxConnections();
+  Accept();
+  TrimTick();
+  return static_cast<int>(acceptor.local_endpoint().port());
+}
+
 Result<int> HttpServer::Bind(const std::string& host, int port) {
   RaiseOpenFileLimit();
   if (!impl_->options.tls_cert_file.empty() || !impl_->options.tls_key_file.empty()) {
@@ -280,11 +289,36 @@ Result<int> HttpServer::Bind(const std::string& host, int port) {
   if (ec)
     return Status::FailedPrecondition("cannot listen on " + host + ":" + std::to_string(port) +
                                       ": " + ec.message());
-  impl_->max_connections =
-      impl_->options.max_connections > 0 ? impl_->options.max_connections : DefaultMaxConnections();
-  impl_->Accept();
-  impl_->TrimTick();
-  return static_cast<int>(a.local_endpoint().port());
+  return impl_->Listen();
+}
+
+Result<int> HttpServer::Adopt(int listening_fd) {
+  RaiseOpenFileLimit();
+  if (!impl_->options.tls_cert_file.empty() || !impl_->options.tls_key_file.empty()) {
+    Status st = impl_->LoadTls();
+    if (!st.ok()) {
+      close(listening_fd);
+      return st;
+    }
+  }
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  if (listening_fd < 0 ||
+      getsockname(listening_fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0 ||
+      (addr.ss_family != AF_INET && addr.ss_family != AF_INET6)) {
+    if (listening_fd >= 0) close(listening_fd);
+    return Status::InvalidArgument("cannot serve on descriptor " + std::to_string(listening_fd) +
+                                   ": not a listening TCP socket");
+  }
+  beast::error_code ec;
+  tcp::acceptor& a = impl_->acceptor;
+  a.assign(addr.ss_family == AF_INET ? tcp::v4() : tcp::v6(), listening_fd, ec);
+  if (!ec) a.non_blocking(true, ec);
+  if (ec) {
+    if (!a.is_open()) close(listening_fd);
+    return Status::FailedPrecondition("cannot serve on the socket handed over: " + ec.message());
+  }
+  return impl_->Listen();
 }
 
 void HttpServer::Run() {
@@ -311,6 +345,22 @@ void HttpServer::Stop() {
   impl_->stopped.store(true);
   for (auto& c : impl_->iocs) c->stop();
   impl_->accept_ioc.stop();
+}
+
+void HttpServer::StopForHandover(int64_t grace_ms) {
+  // The acceptor's loop stops first: what connects from here waits in the backlog.
+  impl_->accept_ioc.stop();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(grace_ms);
+  while (impl_->open.load() > 0 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  Stop();
+}
+
+int HttpServer::ReleaseListener() {
+  beast::error_code ec;
+  if (!impl_->acceptor.is_open()) return -1;
+  const int fd = impl_->acceptor.release(ec);
+  return ec ? -1 : fd;
 }
 
 int64_t HttpServer::connections() const { return impl_->open.load(); }

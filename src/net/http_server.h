@@ -136,9 +136,19 @@ class HttpServer {
   // with the file's name and the reason when one cannot be used. Raises the process's open-file
   // limit to its hard limit, since every kept-alive connection holds a descriptor.
   Result<int> Bind(const std::string& host, int port);
+  // Like Bind, on a socket that already listens (one that ReleaseListener gave): the server owns
+  // it from here, and connections waiting in its backlog are served. Returns its port.
+  Result<int> Adopt(int listening_fd);
   // Serves until Stop().
   void Run();
   void Stop();
+  // Stops taking connections (new ones wait in the listening socket's backlog), gives the open
+  // ones up to `grace_ms` to finish their requests and close, then stops as Stop() does. For a
+  // server that hands its socket on (a standby that starts to lead): no client is refused or
+  // cut off in between. Blocks; not from a handler.
+  void StopForHandover(int64_t grace_ms);
+  // Once Run() has returned: the listening socket, now the caller's (-1 when there is none).
+  int ReleaseListener();
 
   // Connections open now (for logs and benchmarks).
   int64_t connections() const;

@@ -106,6 +106,7 @@ class HttpServer::Impl {
   log::Level Dispatch(HttpRequest& req, HttpResponse& res) const;
 
   void Accept();
+  Result<int> Listen();
   void AcceptPending();
   void OutOfDescriptors();
 

@@ -187,6 +187,20 @@ TEST_F(LeaseFailoverTest, APausedLeaderIsReplacedWithinTheBoundAndFencedWhenItRe
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   });
+  // And a prober connects to the standby back to back: from standby to leader, no connection is
+  // refused and none is cut off unanswered (the listening socket is handed over, not reopened).
+  std::atomic<int> probes{0}, unreached{0};
+  std::thread prober([&] {
+    while (!stop.load()) {
+      httplib::Client c("127.0.0.1", ports_[1]);
+      c.set_connection_timeout(5);
+      c.set_read_timeout(10);
+      auto r = c.Get("/v1/health");
+      ++probes;
+      if (!r) ++unreached;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  });
   const bool led = WaitForRole(1, "leader", 20000);
   const double takeover = Seconds(Clock::now() - stopped);
   EXPECT_TRUE(led) << servers_[1]->Log();
@@ -195,6 +209,8 @@ TEST_F(LeaseFailoverTest, APausedLeaderIsReplacedWithinTheBoundAndFencedWhenItRe
   std::this_thread::sleep_until(stopped + std::chrono::seconds(15));
   stop.store(true);
   client.join();
+  prober.join();
+  EXPECT_EQ(unreached.load(), 0) << "of " << probes.load() << " health probes to the standby";
   {
     std::lock_guard<std::mutex> l(mu);
     EXPECT_EQ(unanswered, 0);

@@ -420,6 +420,128 @@ class Checks:
         return wait_for(lambda: (lambda j: j if (cond(j, ctype) or {}).get("status") == "True" else None)(
             self.get_job(ns, name)), timeout, what="job %s condition %s" % (name, ctype))
 
+    # ---- Dynamic Resource Allocation (resource.k8s.io/v1) -------------------------------------
+    # The Debian python3-kubernetes (22.6) predates resource.k8s.io/v1: its generic clients do the
+    # work: CustomObjectsApi for the verbs and watch, DynamicClient for discovery.
+    def dra(self):
+        from kubernetes.dynamic import DynamicClient
+        G, V = "resource.k8s.io", "v1"
+        co = kclient.CustomObjectsApi(self.api)
+        dyn = DynamicClient(self.api)
+        claims_api = dyn.resources.get(api_version="resource.k8s.io/v1", kind="ResourceClaim")
+        expect(claims_api.namespaced and claims_api.name == "resourceclaims", "discovery of ResourceClaim")
+        expect(not dyn.resources.get(api_version="resource.k8s.io/v1", kind="ResourceSlice").namespaced,
+               "ResourceSlice is cluster-scoped")
+        T = 10
+        sel = "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == '%s'"
+        for name, typ in (("gpu.nvidia.com", "gpu"), ("mig.nvidia.com", "mig")):
+            co.create_cluster_custom_object(G, V, "deviceclasses", {
+                "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": name},
+                "spec": {"selectors": [{"cel": {"expression": sel % typ}}]}}, _request_timeout=T)
+        # One partitionable A100 on node-a: the whole card and its MIG devices share one counter set.
+        devices = [{"name": "gpu-0", "attributes": {"type": {"string": "gpu"}, "productName": {
+            "string": "NVIDIA A100-SXM4-80GB"}}, "consumesCounters": [
+            {"counterSet": "gpu-0-counters", "counters": {"multiprocessors": {"value": "98"}}}]}]
+        for i in range(7):
+            devices.append({"name": "gpu-0-mig-1g10gb-%d" % i, "attributes": {
+                "type": {"string": "mig"}, "profile": {"string": "1g.10gb"}}, "consumesCounters": [
+                {"counterSet": "gpu-0-counters", "counters": {"multiprocessors": {"value": "14"}}}]})
+        co.create_cluster_custom_object(G, V, "resourceslices", {
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": "node-a-gpu"},
+            "spec": {"driver": "gpu.nvidia.com", "nodeName": "node-a",
+                     "pool": {"name": "node-a", "generation": 1, "resourceSliceCount": 1},
+                     "sharedCounters": [{"name": "gpu-0-counters", "counters": {"multiprocessors": {"value": "98"}}}],
+                     "devices": devices}}, _request_timeout=T)
+        got = co.list_cluster_custom_object(G, V, "resourceslices", field_selector="spec.nodeName=node-a",
+                                            _request_timeout=T)
+        expect([x["metadata"]["name"] for x in got["items"]] == ["node-a-gpu"], "slices by spec.nodeName")
+
+        def claim(name, cls, profile=None, config=None):
+            ex = {"deviceClassName": cls}
+            if profile:
+                ex["selectors"] = [{"cel": {"expression": "device.attributes['gpu.nvidia.com'].profile == '%s'"
+                                                          % profile}}]
+            spec = {"devices": {"requests": [{"name": "gpu", "exactly": ex}]}}
+            if config:
+                spec["devices"]["config"] = [{"requests": ["gpu"], "opaque": {"driver": "gpu.nvidia.com",
+                                                                              "parameters": config}}]
+            return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name},
+                    "spec": spec}
+        mps = {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig", "sharing": {
+            "strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 50}}}
+        made = co.create_namespaced_custom_object(G, V, "dra", "resourceclaims",
+                                                  claim("mig", "mig.nvidia.com", "1g.10gb", mps), _request_timeout=T)
+        ex = made["spec"]["devices"]["requests"][0]["exactly"]
+        expect(ex.get("allocationMode") == "ExactCount" and ex.get("count") == 1, "defaults: %s" % ex)
+        # Validation: a request without a class, and a CEL expression that does not compile.
+        bad = claim("bad", "")
+        st, body, _ = api_exc(co.create_namespaced_custom_object, G, V, "dra", "resourceclaims", bad,
+                              _request_timeout=T)
+        expect(st == 422 and "spec.devices.requests[0].exactly.deviceClassName" in body.get("message", ""),
+               "422 naming the field: %s %s" % (st, body.get("message")))
+        bad = claim("bad", "mig.nvidia.com")
+        bad["spec"]["devices"]["requests"][0]["exactly"]["selectors"] = [{"cel": {"expression": "device.("}}]
+        st, body, _ = api_exc(co.create_namespaced_custom_object, G, V, "dra", "resourceclaims", bad,
+                              _request_timeout=T)
+        expect(st == 422 and "compilation failed" in body.get("message", ""), "CEL: %s" % body.get("message"))
+        # A watch on claims sees the allocation arrive.
+        w = kwatch.Watch()
+        seen = []
+
+        def watch_claims():
+            for ev in w.stream(co.list_namespaced_custom_object, G, V, "dra", "resourceclaims", timeout_seconds=8,
+                               _request_timeout=10):
+                if ((ev["object"].get("status") or {}).get("allocation")):
+                    seen.append(ev["type"])
+                    w.stop()
+        t = threading.Thread(target=watch_claims, daemon=True)
+        t.start()
+        pod = pod_body("dra-mig", "sleep 30")
+        pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "mig"}]
+        pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
+        self.core.create_namespaced_pod("dra", pod, _request_timeout=T)
+        wait_for(lambda: self.get_pod("dra", "dra-mig")["spec"].get("nodeName") == "node-a", what="MIG pod bound")
+        c = co.get_namespaced_custom_object(G, V, "dra", "resourceclaims", "mig", _request_timeout=T)
+        res = c["status"]["allocation"]["devices"]["results"]
+        expect(res == [{"request": "gpu", "driver": "gpu.nvidia.com", "pool": "node-a",
+                        "device": "gpu-0-mig-1g10gb-0"}], "allocation %s" % res)
+        cfg = c["status"]["allocation"]["devices"]["config"]
+        expect(cfg[0]["source"] == "FromClaim" and cfg[0]["opaque"]["parameters"]["sharing"]["strategy"] == "MPS",
+               "config %s" % cfg)
+        expect(c["status"]["reservedFor"][0]["name"] == "dra-mig", "reservedFor %s" % c["status"])
+        t.join(10)
+        expect(seen == ["MODIFIED"], "watch saw the allocation: %s" % seen)
+        # The whole card shares the counters with the MIG device in use: it cannot be allocated...
+        co.create_namespaced_custom_object(G, V, "dra", "resourceclaims", claim("whole", "gpu.nvidia.com"),
+                                           _request_timeout=T)
+        pod = pod_body("dra-whole", "sleep 30")
+        pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "whole"}]
+        self.core.create_namespaced_pod("dra", pod, _request_timeout=T)
+        wait_for(lambda: "cannot allocate all claims" in (cond(self.get_pod("dra", "dra-whole"), "PodScheduled")
+                                                           or {}).get("message", ""), what="whole card unschedulable")
+        # ... until the MIG pod is gone: its claim is deallocated and the whole card goes to the other.
+        self.core.delete_namespaced_pod("dra-mig", "dra", grace_period_seconds=0, _request_timeout=T)
+        wait_for(lambda: self.get_pod("dra", "dra-whole")["spec"].get("nodeName") == "node-a", what="whole bound")
+        c = co.get_namespaced_custom_object(G, V, "dra", "resourceclaims", "mig", _request_timeout=T)
+        expect("allocation" not in (c.get("status") or {}), "MIG claim deallocated: %s" % c.get("status"))
+        # A claim template: the pod gets its own generated claim, owned by it, named in its status.
+        co.create_namespaced_custom_object(G, V, "dra", "resourceclaimtemplates", {
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": "one-mig"},
+            "spec": {"spec": claim("x", "mig.nvidia.com", "1g.10gb")["spec"]}}, _request_timeout=T)
+        self.core.delete_namespaced_pod("dra-whole", "dra", grace_period_seconds=0, _request_timeout=T)
+        pod = pod_body("dra-tmpl", "sleep 30")
+        pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "one-mig"}]
+        self.core.create_namespaced_pod("dra", pod, _request_timeout=T)
+        p = wait_for(lambda: (lambda p: p if p["spec"].get("nodeName") else None)(self.get_pod("dra", "dra-tmpl")),
+                     what="template pod bound")
+        gen = p["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+        c = co.get_namespaced_custom_object(G, V, "dra", "resourceclaims", gen, _request_timeout=T)
+        expect(c["metadata"]["ownerReferences"][0]["name"] == "dra-tmpl" and c["status"]["allocation"],
+               "generated claim %s" % c)
+        self.core.delete_namespaced_pod("dra-tmpl", "dra", grace_period_seconds=0, _request_timeout=T)
+        wait_for(lambda: gen not in [x["metadata"]["name"] for x in co.list_namespaced_custom_object(
+            G, V, "dra", "resourceclaims", _request_timeout=T)["items"]], what="generated claim deleted with its pod")
+
     # ---- checks on the TLS server ----------------------------------------------------------
     def discovery(self):
         v = kclient.VersionApi(self.api).get_code(_request_timeout=10)
@@ -1388,6 +1510,7 @@ def main():
                              ("graceful pod deletion seen by a watch", chk.graceful_delete),
                              ("delete propagation Background/Foreground/Orphan", chk.propagation),
                              ("faults 429/500/503", chk.faults), ("drop-watches", chk.drop_watches),
+                             ("DRA: claims, templates, slices with counters, allocator", chk.dra),
                              ("server-side Table", chk.table), ("stats", chk.stats)]:
                 res.run(name, fn)
             res.run("kubectl (TLS, token and client cert)", chk.kubectl_checks, tls)

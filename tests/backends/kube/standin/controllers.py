@@ -14,6 +14,7 @@ import threading
 import time
 import traceback
 
+from . import dra
 from .kinds import KINDS
 from .store import obj_key
 from .util import ApiError, clone, not_found, now_ts, parse_quantity, parse_ts, rand_suffix
@@ -326,6 +327,8 @@ class Controllers:
             self.cluster_changed = True
             if etype == "ADDED":
                 self.kubelet.to_start.update(self.store.pods_by_node.get(md["name"], ()))
+        elif plural in ("resourceslices", "deviceclasses") or (plural == "resourceclaims" and etype != "ADDED"):
+            self.cluster_changed = True          # devices added or freed: pending pods are tried again
         elif plural == "namespaces" and etype != "DELETED" and md.get("deletionTimestamp"):
             self.deleting.add(("namespaces", key))
 
@@ -345,6 +348,7 @@ class Controllers:
     def tick(self):
         self.gc()
         self.sync_jobs()
+        dra.sync_claims(self.store)
         self.schedule()
         self.kubelet.tick()
 
@@ -423,7 +427,7 @@ class Controllers:
     def _gc_namespace(self, ns_obj, key):
         store = self.store
         name = ns_obj["metadata"]["name"]
-        for plural in ("jobs", "pods"):
+        for plural in ("jobs", "pods", "resourceclaims", "resourceclaimtemplates"):
             for k in list(store.ns_index[plural].get(name, ())):
                 o = store.get(plural, k)
                 if o is None:
@@ -693,6 +697,7 @@ class Controllers:
             self.pending_pods = set()
             nodes = [store.objs["nodes"][k] for k in store.sorted_keys("nodes", None)]
             usage = {}
+            inv = None
 
             def used(name):
                 if name not in usage:
@@ -721,9 +726,25 @@ class Controllers:
                 req = pod_requests(spec)
                 reasons = collections.Counter()
                 chosen = None
+                # Dynamic Resource Allocation (dra.py): the pod's claims, generated from templates if
+                # need be; a missing claim keeps the pod pending with the reason.
+                claims = dra.pod_claims(store, pod) if spec.get("resourceClaims") else []
+                missing = [why for _, _, why in claims if why]
+                if missing:
+                    self._pod_condition(key, "False", "Unschedulable", missing[0])
+                    self.unschedulable.add(key)
+                    continue
+                allocs = {}
                 for n in nodes:
                     u = used(n["metadata"]["name"])
                     r = fit_reasons(pod, req, n, u[0], u[1])
+                    if not r and claims:
+                        if inv is None:
+                            inv = dra.Inventory(store)
+                        allocs = self._allocate_claims(claims, n["metadata"]["name"], inv)
+                        if allocs is None:
+                            inv = dra.Inventory(store)       # what this node's attempt took is given back
+                            r = ["cannot allocate all claims"]
                     if not r:
                         chosen = n
                         break
@@ -749,9 +770,27 @@ class Controllers:
                     c["lastProbeTime"] = None
                     return p
                 store.mutate("pods", key, bind)
+                for ckey, alloc in allocs.items():
+                    dra.reserve(store, ckey, pod, alloc)
                 u = used(name)
                 u[0].update(req)
                 u[1] += 1
+
+    def _allocate_claims(self, claims, node, inv):
+        """{claim key: new allocation or None (already allocated here)} for a pod on `node`, or None."""
+        out = {}
+        for _, ckey, _ in claims:
+            c = self.store.get("resourceclaims", ckey)
+            if (c.get("status") or {}).get("allocation"):
+                if dra.allocated_node(c) not in ("", node):
+                    return None
+                out[ckey] = None
+                continue
+            a = dra.allocate(self.store, inv, c, node)
+            if a is None:
+                return None
+            out[ckey] = a
+        return out
 
     def _pod_condition(self, key, status, reason, msg):
         def f(p):

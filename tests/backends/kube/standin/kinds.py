@@ -20,12 +20,21 @@ KINDS = {
     "pods": KindInfo("pods", "Pod", "", "v1", True, ("po",), ("all",), ("status", "log", "binding")),
     "nodes": KindInfo("nodes", "Node", "", "v1", False, ("no",)),
     "namespaces": KindInfo("namespaces", "Namespace", "", "v1", False, ("ns",)),
+    # Dynamic Resource Allocation (resource.k8s.io/v1, GA in Kubernetes 1.34): see dra.py.
+    "resourceclaims": KindInfo("resourceclaims", "ResourceClaim", "resource.k8s.io", "v1", True),
+    "resourceclaimtemplates": KindInfo("resourceclaimtemplates", "ResourceClaimTemplate", "resource.k8s.io", "v1",
+                                       True, subresources=()),
+    "resourceslices": KindInfo("resourceslices", "ResourceSlice", "resource.k8s.io", "v1", False, subresources=()),
+    "deviceclasses": KindInfo("deviceclasses", "DeviceClass", "resource.k8s.io", "v1", False, subresources=()),
 }
-GROUP_KINDS = {"": ["pods", "nodes", "namespaces"], "batch": ["jobs"]}
+GROUP_KINDS = {"": ["pods", "nodes", "namespaces"], "batch": ["jobs"],
+               "resource.k8s.io": ["deviceclasses", "resourceclaims", "resourceclaimtemplates", "resourceslices"]}
+# The API groups served under /apis, with their one version each.
+API_GROUPS = {"batch": "v1", "resource.k8s.io": "v1"}
 
 
 def api_resource_list(group):
-    """API discovery: /api/v1 and /apis/batch/v1 (APIResourceList, legacy unaggregated discovery)."""
+    """API discovery: /api/v1, /apis/batch/v1 and /apis/resource.k8s.io/v1 (APIResourceList, legacy unaggregated discovery)."""
     res = []
     for plural in GROUP_KINDS[group]:
         k = KINDS[plural]
@@ -47,4 +56,4 @@ def api_resource_list(group):
                 res.append({"name": plural + "/binding", "singularName": "", "namespaced": True,
                             "kind": "Binding", "verbs": ["create"]})
     return {"kind": "APIResourceList", "apiVersion": "v1",
-            "groupVersion": "batch/v1" if group else "v1", "resources": res}
+            "groupVersion": "%s/%s" % (group, API_GROUPS[group]) if group else "v1", "resources": res}

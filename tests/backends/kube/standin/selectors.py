@@ -152,6 +152,13 @@ FIELDS = {
     "nodes": dict(_COMMON, **{"spec.unschedulable": lambda o: bool(_get(o, "spec", "unschedulable"))}),
     "jobs": dict(_COMMON, **{"status.successful": lambda o: _get(o, "status", "succeeded") or 0}),
     "namespaces": dict(_COMMON, **{"status.phase": lambda o: _get(o, "status", "phase")}),
+    "resourceclaims": dict(_COMMON),
+    "resourceclaimtemplates": dict(_COMMON),
+    # ResourceSlices: the real server supports spec.nodeName, spec.driver and spec.pool.name.
+    "resourceslices": dict(_COMMON, **{"spec.nodeName": lambda o: _get(o, "spec", "nodeName"),
+                                       "spec.driver": lambda o: _get(o, "spec", "driver"),
+                                       "spec.pool.name": lambda o: (_get(o, "spec", "pool") or {}).get("name")}),
+    "deviceclasses": dict(_COMMON),
 }
 
 

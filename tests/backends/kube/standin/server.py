@@ -15,7 +15,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 from .controllers import Controllers, delete_object
-from .kinds import KINDS, GROUP_KINDS, api_resource_list
+from . import dra
+from .kinds import API_GROUPS, KINDS, GROUP_KINDS, api_resource_list
 from .kubelet import Kubelet
 from .patch import PATCH_TYPES
 from .selectors import FieldSelector, LabelSelector
@@ -120,8 +121,8 @@ def parse_resource_path(path):
     segs = [s for s in path.split("/") if s]
     if len(segs) >= 2 and segs[0] == "api" and segs[1] == "v1":
         group, rest = "", segs[2:]
-    elif len(segs) >= 3 and segs[0] == "apis" and segs[1] == "batch" and segs[2] == "v1":
-        group, rest = "batch", segs[3:]
+    elif len(segs) >= 3 and segs[0] == "apis" and API_GROUPS.get(segs[1]) == segs[2]:
+        group, rest = segs[1], segs[3:]
     else:
         return None
     watch = False
@@ -298,14 +299,17 @@ class Handler(BaseHTTPRequestHandler):
                 {"clientCIDR": "0.0.0.0/0", "serverAddress": host}]})
         if p == "/api/v1":
             return self.send_json(200, api_resource_list(""))
-        gv = {"groupVersion": "batch/v1", "version": "v1"}
-        group = {"name": "batch", "versions": [gv], "preferredVersion": gv}
+        groups = {}
+        for name, version in API_GROUPS.items():
+            gv = {"groupVersion": "%s/%s" % (name, version), "version": version}
+            groups[name] = {"name": name, "versions": [gv], "preferredVersion": gv}
         if p == "/apis":
-            return self.send_json(200, {"kind": "APIGroupList", "apiVersion": "v1", "groups": [group]})
-        if p == "/apis/batch":
-            return self.send_json(200, dict(group, kind="APIGroup", apiVersion="v1"))
-        if p == "/apis/batch/v1":
-            return self.send_json(200, api_resource_list("batch"))
+            return self.send_json(200, {"kind": "APIGroupList", "apiVersion": "v1", "groups": list(groups.values())})
+        for name, version in API_GROUPS.items():
+            if p == "/apis/" + name:
+                return self.send_json(200, dict(groups[name], kind="APIGroup", apiVersion="v1"))
+            if p == "/apis/%s/%s" % (name, version):
+                return self.send_json(200, api_resource_list(name))
         # /openapi/v2, /openapi/v3 and everything else: 404 like an unknown path.
         raise ApiError(404, "NotFound", "the server could not find the requested resource")
 
@@ -370,8 +374,9 @@ class Handler(BaseHTTPRequestHandler):
         with srv.faults.lock:
             srv.faults.rules, srv.faults.conflicts = [], 0
         with store.lock:
-            for plural in ("jobs", "pods", "namespaces", "nodes"):
-                if plural == "nodes" and keep_nodes:
+            for plural in ("jobs", "pods", "resourceclaims", "resourceclaimtemplates", "namespaces", "nodes",
+                           "resourceslices", "deviceclasses"):
+                if plural in ("nodes", "resourceslices", "deviceclasses") and keep_nodes:
                     continue
                 for key in list(store.objs[plural]):
                     store.remove(plural, key)
@@ -684,6 +689,9 @@ class Handler(BaseHTTPRequestHandler):
             prepare_node_create(obj)
         elif plural == "namespaces":
             prepare_namespace(obj)
+        elif plural in dra.PLURALS:
+            obj.pop("status", None)
+            dra.validate(kinfo, obj)
         if self.dry_run(q):
             md.setdefault("uid", str(uuid.uuid4()))
             md["creationTimestamp"] = now_ts()
@@ -713,6 +721,8 @@ class Handler(BaseHTTPRequestHandler):
         if sub == "status":
             out = clone(cur)
             out["status"] = new.get("status") or {}
+            if plural == "resourceclaims":
+                dra.validate_status_update(kinfo, cur, out)
             return out
         md, cmd = new["metadata"], cur["metadata"]
         for f in SERVER_MANAGED + ("namespace", "name"):
@@ -740,6 +750,8 @@ class Handler(BaseHTTPRequestHandler):
             validate_node_update(cur, new)
         elif plural == "namespaces":
             new["spec"] = clone(cur.get("spec") or {})
+        elif plural in dra.PLURALS:
+            dra.validate_update(kinfo, cur, new)
         return new
 
     def _write(self, plural, kinfo, key, cur, new, q):
@@ -882,7 +894,7 @@ def ensure_namespace(store, ns):
 def delete_namespace(store, name):
     """Deletes the namespace and everything in it at once (no Terminating phase)."""
     with store.lock:
-        for plural in ("jobs", "pods"):
+        for plural in ("jobs", "pods", "resourceclaims", "resourceclaimtemplates"):
             for k in list(store.ns_index[plural].get(name, ())):
                 if store.get(plural, k) is not None:
                     store.remove(plural, k)

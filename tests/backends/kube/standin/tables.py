@@ -138,7 +138,28 @@ COLUMNS = {
               _col("Kernel-Version", prio=1), _col("Container-Runtime", prio=1)],
     "namespaces": [_col("Name", fmt="name", desc=N), _col("Status"), _col("Age")],
 }
-ROWS = {"jobs": _job, "pods": _pod, "nodes": _node, "namespaces": _ns}
+# resource.k8s.io/v1 (kubectl's printers): claims NAME STATE AGE, the others NAME ... AGE.
+def _claim(o):
+    st = o.get("status") or {}
+    state = "allocated,reserved" if st.get("reservedFor") else ("allocated" if st.get("allocation") else "pending")
+    return [o["metadata"]["name"], state, _age(o)]
+
+
+def _slice(o):
+    spec = o.get("spec") or {}
+    return [o["metadata"]["name"], spec.get("nodeName", ""), spec.get("driver", ""),
+            (spec.get("pool") or {}).get("name", ""), _age(o)]
+
+
+COLUMNS.update({
+    "resourceclaims": [_col("Name", fmt="name", desc=N), _col("State"), _col("Age")],
+    "resourceclaimtemplates": [_col("Name", fmt="name", desc=N), _col("Age")],
+    "resourceslices": [_col("Name", fmt="name", desc=N), _col("Node"), _col("Driver"), _col("Pool"), _col("Age")],
+    "deviceclasses": [_col("Name", fmt="name", desc=N), _col("Age")],
+})
+ROWS = {"jobs": _job, "pods": _pod, "nodes": _node, "namespaces": _ns, "resourceclaims": _claim,
+        "resourceclaimtemplates": lambda o: [o["metadata"]["name"], _age(o)], "resourceslices": _slice,
+        "deviceclasses": lambda o: [o["metadata"]["name"], _age(o)]}
 
 
 def to_table(plural, kinfo, objs, meta, include="Metadata", columns=True):

@@ -128,6 +128,19 @@ def _pod_spec_errors(spec, prefix, causes, restart_allowed):
             for j, e in enumerate(c.get("env") or []):
                 if not isinstance(e, dict) or not e.get("name"):
                     causes.append(("%s.env[%d].name" % (f, j), "FieldValueRequired", "Required value"))
+            # "Dynamic Resource Allocation": a container's resources.claims name the pod's resourceClaims.
+            pod_claims = {(rc or {}).get("name") for rc in spec.get("resourceClaims") or []}
+            for j, rc in enumerate((c.get("resources") or {}).get("claims") or []):
+                if (rc or {}).get("name") not in pod_claims:
+                    causes.append(("%s.resources.claims[%d].name" % (f, j), "FieldValueNotFound",
+                                   'Not found: "%s"' % (rc or {}).get("name")))
+    for i, rc in enumerate(spec.get("resourceClaims") or []):
+        f = "%s.resourceClaims[%d]" % (prefix, i)
+        if not isinstance(rc, dict) or not rc.get("name"):
+            causes.append((f + ".name", "FieldValueRequired", "Required value"))
+        elif bool(rc.get("resourceClaimName")) == bool(rc.get("resourceClaimTemplateName")):
+            causes.append((f, "FieldValueInvalid", "Invalid value: must specify one of: `resourceClaimName`, "
+                           "`resourceClaimTemplateName`"))
     rp = spec.get("restartPolicy")
     if rp not in restart_allowed:
         causes.append((prefix + ".restartPolicy", "FieldValueNotSupported", 'Unsupported value: "%s": supported '

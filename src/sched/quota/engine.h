@@ -222,6 +222,10 @@ class QuotaEngine {
   virtual Result<int> AddNode(const NodeSpec& node, int64_t now) = 0;
   // A down node takes no new work; what it held must be requeued or ended by the caller.
   virtual void SetNodeDown(const std::string& node, bool down) = 0;
+  // A closed device takes no new work (cordoned by an operator, or unhealthy as its agent
+  // reports); what it holds stays until the caller ends, requeues or lets it finish. Reopened,
+  // it takes work again. An unknown node or index is ignored.
+  virtual void SetDeviceClosed(const std::string& node, int index, bool closed) = 0;
   // The GPU capacity (thousandths of a card) an external pool (QueueSpec::external_pool) has
   // for this engine's jobs; negative: unbounded (the default).
   virtual void SetExternalCapacity(const std::string& pool, int64_t gpu_milli) = 0;

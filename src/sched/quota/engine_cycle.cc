@@ -329,7 +329,7 @@ void Engine::UnsplitForDemand() {
       if (!d.split || !d.engine_split || !d.idle() || d.plan.active ||
           (d.reserved_by >= 0 && d.reserved_by != h))
         continue;
-      if (!InPools(j, d.pool) || nodes_[d.node].down || d.memory < j.gpu_mem) continue;
+      if (!InPools(j, d.pool) || nodes_[d.node].down || d.closed || d.memory < j.gpu_mem) continue;
       bool serves = false;
       for (AllocationForm f : j.forms)
         serves = serves || (f != AllocationForm::kPartition && PoolAllows(d.pool, f));
@@ -391,7 +391,7 @@ bool Engine::UnsplitInTurn(int h) {
     std::vector<int> back;
     for (int di : node.devs) {
       const Dev& d = devs_[di];
-      if (d.memory < j.gpu_mem || (d.reserved_by >= 0 && d.reserved_by != h)) continue;
+      if (d.closed || d.memory < j.gpu_mem || (d.reserved_by >= 0 && d.reserved_by != h)) continue;
       if (!d.split && d.idle() && !d.plan.active) {
         ++free;
       } else if (MayUnsplitAlone(d) && d.idle() && !d.plan.active) {

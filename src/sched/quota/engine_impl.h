@@ -61,8 +61,9 @@ struct Dev {
   const part::GpuModel* model = nullptr;
   MiB memory = 0;
   int whole = -1;
-  bool mig = false;    // MIG mode on
-  bool split = false;  // has partition slots (MIG on, or AMD with more than one partition)
+  bool mig = false;     // MIG mode on
+  bool split = false;   // has partition slots (MIG on, or AMD with more than one partition)
+  bool closed = false;  // takes no new work (SetDeviceClosed: cordoned or unhealthy)
   // Split by the engine itself (MIG enabled, AMD switched, for partition demand), not as
   // registered: an idle one goes back to whole when whole or share demand waits.
   bool engine_split = false;
@@ -213,6 +214,7 @@ class Engine final : public QuotaEngine {
 
   Result<int> AddNode(const NodeSpec& node, int64_t now) override;
   void SetNodeDown(const std::string& node, bool down) override;
+  void SetDeviceClosed(const std::string& node, int index, bool closed) override;
   void SetExternalCapacity(const std::string& pool, int64_t gpu_milli) override;
   void Cancel(int job, int64_t now, const std::string& why) override;
   void Requeue(int job, int64_t now, const std::string& why) override;
@@ -265,7 +267,7 @@ class Engine final : public QuotaEngine {
   // May `j` use device d at all given reservations? Sets *backfill when it does so only
   // because it ends before the reserved start; *blocked when a reservation stopped it.
   bool Usable(const Dev& d, const Job& j, int self, bool* backfill, bool* blocked) const {
-    if (d.plan.active || nodes_[d.node].down) return false;
+    if (d.plan.active || d.closed || nodes_[d.node].down) return false;
     if (d.reserved_by < 0 || d.reserved_by == self) return true;
     if (!d.nominated && (Outranks(j, jobs_[d.reserved_by]) ||
                          options_.engine_break == EngineOptions::Break::kBackfillIgnoresHead))
@@ -317,7 +319,9 @@ class Engine final : public QuotaEngine {
   // Kept for another job that `j` does not come before: preempting what is on it would free it
   // for that job, not for `j` (a reclaim once preempted a borrower every 30 s from a card kept
   // for a higher-priority gang, and the card went back and forth between MIG and whole).
+  // Preemption frees no closed device for anyone.
   bool KeptFromMe(const Dev& d, const Job& j, int self) const {
+    if (d.closed) return true;
     return d.reserved_by >= 0 && d.reserved_by != self &&
            (d.nominated || !Outranks(j, jobs_[d.reserved_by]));
   }

@@ -413,8 +413,8 @@ void Engine::ReserveForHead(int self) {
       // A card the engine split counts too, free once its partitions end (it goes back to
       // whole for the head then): skipped, a gang waiting on three cards, two of them split, kept
       // nothing, and a later inference job took the third card for 840 s past the head's start.
-      if ((dev.split && !MayUnsplitAlone(dev)) || dev.plan.active || dev.reserved_by >= 0 ||
-          dev.memory < j.gpu_mem)
+      if ((dev.split && !MayUnsplitAlone(dev)) || dev.plan.active || dev.closed ||
+          dev.reserved_by >= 0 || dev.memory < j.gpu_mem)
         continue;
       ready.push_back({DevFreeAt(dev), d});
     }

@@ -14,6 +14,9 @@
 //       "A100-SXM4-80GB-MIG-{profile}") share_mode: hami | timeslice     vendor: nvidia | amd
 //       (amd_partition: cpx_nps4) resources: {whole: nvidia.com/gpu, mig:
 //       "nvidia.com/mig-{profile}", gpumem: nvidia.com/gpumem} placement_timeout: 5m
+//       devices: extended | dra       # dra: a resource.k8s.io/v1 ResourceClaim per job
+//       device_classes: {whole: gpu.nvidia.com, mig: mig.nvidia.com, share: gpu.nvidia.com,
+//                        amd_partition: gpu.amd.com}   share_mode (dra): mps | timeslice
 #include <nlohmann/json.hpp>
 
 #include "api/config.h"
@@ -63,9 +66,9 @@ bool DnsLabel(const std::string& s) {
 
 const std::set<std::string>& KubeQueueKeys() {
   static const std::set<std::string> kKeys = {
-      "namespace",  "node_selector", "tolerations",  "priority_class",
-      "image",      "vendor",        "mig_strategy", "mig_product",
-      "share_mode", "amd_partition", "resources",    "placement_timeout"};
+      "namespace", "node_selector",     "tolerations", "priority_class", "image",
+      "vendor",    "mig_strategy",      "mig_product", "share_mode",     "amd_partition",
+      "resources", "placement_timeout", "devices",     "device_classes"};
   return kKeys;
 }
 
@@ -88,14 +91,71 @@ Status CheckKubeUtf8(const backends::KubeMapping& k, const std::string& w) {
            {"amd_partition", &k.amd_partition}}) {
     if (Status st = Utf8(*value, w + "." + key); !st.ok()) return st;
   }
-  for (const auto* m : {&k.node_selector, &k.resources}) {
-    const std::string what = w + (m == &k.node_selector ? ".node_selector" : ".resources");
+  for (const auto* m : {&k.node_selector, &k.resources, &k.device_classes}) {
+    const std::string what = w + (m == &k.node_selector ? ".node_selector"
+                                  : m == &k.resources   ? ".resources"
+                                                        : ".device_classes");
     for (const auto& [key, value] : *m) {
       if (Status st = Utf8(key + value, what); !st.ok()) return st;
     }
   }
   return Status::Ok();
 }
+
+namespace {
+
+// A DNS subdomain (a DeviceClass name): lowercase labels joined by dots.
+bool DnsSubdomain(const std::string& s) {
+  if (s.empty() || s.size() > 253) return false;
+  size_t start = 0;
+  for (size_t dot; start <= s.size(); start = dot + 1) {
+    dot = s.find('.', start);
+    if (dot == std::string::npos) dot = s.size();
+    if (!DnsLabel(s.substr(start, dot - start))) return false;
+    if (dot == s.size()) break;
+  }
+  return true;
+}
+
+// The choice between extended resources and DRA, and what only one of them understands.
+Status CheckDra(const YAML::Node& n, const std::string& w, QueueRoute* q) {
+  backends::KubeMapping& k = q->kube;
+  const bool dra = k.devices == "dra";
+  if (dra && k.share_mode == "hami") {
+    return Bad(
+        w + ".share_mode",
+        "'hami' shares are HAMi's extended resources; with devices: dra a share is set in its "
+        "ResourceClaim: use mps or timeslice");
+  }
+  if (!dra && k.share_mode == "mps") {
+    return Bad(w + ".share_mode",
+               "'mps' is set in a ResourceClaim's configuration: it needs devices: dra");
+  }
+  if (dra && n["resources"]) {
+    return Bad(w + ".resources",
+               "names extended resources, which devices: dra does not use (set device_classes)");
+  }
+  if (dra && (n["mig_strategy"] || n["mig_product"])) {
+    return Bad(w + (n["mig_strategy"] ? ".mig_strategy" : ".mig_product"),
+               "is for MIG as extended resources; with devices: dra a MIG instance is a device of "
+               "class mig.nvidia.com (device_classes.mig)");
+  }
+  if (!n["device_classes"]) return Status::Ok();
+  if (!dra) return Bad(w + ".device_classes", "is for devices: dra");
+  auto m = StrMap(n["device_classes"], w + ".device_classes");
+  if (!m.ok()) return m.status();
+  for (const auto& [form, name] : *m) {
+    Status st = OneOf(form, {"whole", "mig", "share", "amd_partition"}, w + ".device_classes");
+    if (!st.ok()) return st;
+    if (!DnsSubdomain(name))
+      return Bad(w + ".device_classes." + form,
+                 "'" + name + "' is not a DeviceClass name such as gpu.nvidia.com");
+  }
+  k.device_classes = *m;
+  return Status::Ok();
+}
+
+}  // namespace
 
 Status ParseKubeRoute(const YAML::Node& n, const std::string& w, QueueRoute* q) {
   backends::KubeMapping& k = q->kube;
@@ -107,7 +167,8 @@ Status ParseKubeRoute(const YAML::Node& n, const std::string& w, QueueRoute* q) 
            {"mig_strategy", &k.mig_strategy},
            {"mig_product", &k.mig_product},
            {"share_mode", &k.share_mode},
-           {"amd_partition", &k.amd_partition}}) {
+           {"amd_partition", &k.amd_partition},
+           {"devices", &k.devices}}) {
     if (!n[key]) continue;
     auto v = Str(n[key], w + "." + key);
     if (!v.ok()) return v.status();
@@ -117,8 +178,11 @@ Status ParseKubeRoute(const YAML::Node& n, const std::string& w, QueueRoute* q) 
     return Bad(w + ".namespace", "'" + k.ns + "' is not a Kubernetes namespace name");
   Status st = OneOf(k.vendor, {"nvidia", "amd"}, w + ".vendor");
   if (st.ok()) st = OneOf(k.mig_strategy, {"mixed", "single"}, w + ".mig_strategy");
-  if (st.ok()) st = OneOf(k.share_mode, {"hami", "timeslice"}, w + ".share_mode");
+  if (st.ok()) st = OneOf(k.devices, {"extended", "dra"}, w + ".devices");
+  if (st.ok() && k.devices == "dra" && !n["share_mode"]) k.share_mode = "mps";
+  if (st.ok()) st = OneOf(k.share_mode, {"hami", "timeslice", "mps"}, w + ".share_mode");
   if (!st.ok()) return st;
+  if (st = CheckDra(n, w, q); !st.ok()) return st;
   if (k.mig_strategy == "single" && !q->mig_model.empty() && k.mig_product.empty()) {
     return Bad(w + ".mig_product",
                "the single MIG strategy needs the nvidia.com/gpu.product of the MIG nodes, e.g. "

@@ -41,10 +41,16 @@ struct KubeMapping {
       "mixed";  // mixed: nvidia.com/mig-<profile>; single: nvidia.com/gpu + product selector
   std::string mig_product;  // single strategy: nvidia.com/gpu.product, {profile} filled in
   std::string share_mode =
-      "hami";                 // hami: nvidia.com/gpumem; timeslice: the cap library's environment
+      "hami";  // hami: nvidia.com/gpumem; timeslice: the cap library's environment; mps (dra only)
   std::string amd_partition;  // AMD partitions: e.g. cpx_nps4 -> amd.com/cpx_nps4
   std::map<std::string, std::string>
       resources;  // overrides: whole, mig, share, gpumem, gpucores, amd_partition
+  // How devices are asked for: "extended" (the device plugins' resource names above) or "dra"
+  // (a resource.k8s.io/v1 ResourceClaim per job, by device class; shares set MPS or time-slicing
+  // in the claim's opaque configuration).
+  std::string devices = "extended";
+  std::map<std::string, std::string>
+      device_classes;  // dra overrides: whole, mig, share, amd_partition
   int64_t placement_timeout_ms =
       300000;  // admitted pods unscheduled this long: suspended, requeued
 };

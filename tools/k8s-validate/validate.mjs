@@ -4,8 +4,22 @@
 import { readFileSync } from "node:fs";
 import { Job } from "kubernetes-models/batch/v1";
 import { Pod, Node } from "kubernetes-models/v1";
+import {
+  DeviceClass,
+  ResourceClaim,
+  ResourceClaimTemplate,
+  ResourceSlice,
+} from "kubernetes-models/resource.k8s.io/v1";
 
-const kinds = { "batch/v1/Job": Job, "v1/Pod": Pod, "v1/Node": Node };
+const kinds = {
+  "batch/v1/Job": Job,
+  "v1/Pod": Pod,
+  "v1/Node": Node,
+  "resource.k8s.io/v1/ResourceClaim": ResourceClaim,
+  "resource.k8s.io/v1/ResourceClaimTemplate": ResourceClaimTemplate,
+  "resource.k8s.io/v1/ResourceSlice": ResourceSlice,
+  "resource.k8s.io/v1/DeviceClass": DeviceClass,
+};
 let failed = 0;
 for (const file of process.argv.slice(2)) {
   let obj;

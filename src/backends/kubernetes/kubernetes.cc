@@ -29,6 +29,9 @@ namespace {
 using kube::Json;
 
 std::string JobsPath(const std::string& ns) { return "/apis/batch/v1/namespaces/" + ns + "/jobs"; }
+std::string ClaimsPath(const std::string& ns) {
+  return "/apis/resource.k8s.io/v1/namespaces/" + ns + "/resourceclaims";
+}
 
 // "ns/name" -> {ns, name}.
 std::pair<std::string, std::string> Split(const std::string& id) {
@@ -93,6 +96,7 @@ class Follower {
   Result<std::string> Relist(kube::Client& c) {
     std::map<std::string, Json> all;
     std::string cont, rv;
+    const int64_t began = relists();
     for (int restarts = 0;;) {
       std::string q = path_ + "?limit=500" + (query_.empty() ? "" : "&" + query_);
       if (!cont.empty()) q += "&continue=" + kube::QueryEscape(cont);
@@ -104,7 +108,11 @@ class Follower {
         cont.clear();
         continue;
       }
-      if (r->status != 200) return Failed("list " + path_, *r);
+      if (r->status != 200) {
+        std::lock_guard<std::mutex> l(mu_);
+        last_status_ = r->status;
+        return Failed("list " + path_, *r);
+      }
       Json page = Json::parse(r->body, nullptr, false);
       if (!At(page, "items").is_array())
         return Status::FailedPrecondition("kubernetes: list " + path_ + ": not a list");
@@ -118,6 +126,15 @@ class Follower {
       if (cont.empty()) break;
     }
     std::lock_guard<std::mutex> l(mu_);
+    // Two lists at once (the watcher's first and a caller's before it synced): the one that
+    // ends last may have the older snapshot, while the cache has gone on from the newer one by
+    // watch events. Replacing it would lose those events (the watch goes on from where it is), so
+    // a list older than one that ended while it ran is dropped.
+    if (relists_ != began && Older(Json{{"metadata", {{"resourceVersion", rv}}}},
+                                   Json{{"metadata", {{"resourceVersion", rv_}}}})) {
+      ++relists_;
+      return rv_;
+    }
     // A write of ours answered while this list ran is newer than what the list saw: kept.
     for (auto& [key, obj] : all) {
       auto old = cache_.find(key);
@@ -186,6 +203,11 @@ class Follower {
     std::lock_guard<std::mutex> l(mu_);
     return relists_;
   }
+  // The HTTP status of the last list that failed with one (404: the server lacks the resource).
+  int last_status() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return last_status_;
+  }
   void Put(const Json& obj) {  // our own write's answer, ahead of its watch event
     std::lock_guard<std::mutex> l(mu_);
     auto old = cache_.find(KeyOf(obj));
@@ -198,8 +220,169 @@ class Follower {
   std::map<std::string, Json> cache_;
   std::string rv_;
   bool synced_ = false;
+  int last_status_ = 0;
   int64_t relists_ = 0, events_ = 0;
 };
+
+// ---- Dynamic Resource Allocation: capacity from ResourceSlices ----------------------------------
+
+// A quantity's integer value ("98", "80Gi", "4k"); -1 for anything else (fractions, bad text).
+int64_t QuantityValue(const Json& v) {
+  if (v.is_number_integer()) return v.get<int64_t>();
+  const std::string s = v.is_string() ? v.get<std::string>() : "";
+  const size_t digits = std::min(s.find_first_not_of("0123456789"), s.size());
+  if (digits == 0 || digits > 15) return -1;
+  const int64_t n = std::stoll(s.substr(0, digits));
+  const std::string suffix = s.substr(digits);
+  static const std::map<std::string, int64_t> kMul = {
+      {"", 1},           {"k", 1000},       {"M", 1000000},    {"G", 1000000000},
+      {"Ki", 1LL << 10}, {"Mi", 1LL << 20}, {"Gi", 1LL << 30}, {"Ti", 1LL << 40}};
+  auto it = kMul.find(suffix);
+  if (it == kMul.end() || n > (int64_t{1} << 62) / it->second) return -1;
+  return n * it->second;
+}
+
+// A device attribute's value as text: `name` in the driver's own domain, or "driver/name".
+std::string Attr(const Json& device, const std::string& driver, const std::string& name) {
+  const Json& attrs = At(device, "attributes");
+  const Json* v = &At(attrs, name.c_str());
+  if (v->is_null()) v = &At(attrs, (driver + "/" + name).c_str());
+  if (v->is_null()) return "";
+  if (At(*v, "string").is_string()) return At(*v, "string").get<std::string>();
+  if (At(*v, "int").is_number_integer()) return std::to_string(At(*v, "int").get<int64_t>());
+  return "";
+}
+
+// What the GPU drivers' ResourceSlices offer Tessera, in thousandths of a card:
+// - a counter set (partitionable devices: a card and the MIG devices that share its counters)
+//   stands for one card; what devices allocated to claims of others consume of it is taken off,
+//   by the counter they use most of (exact integer division, rounded down);
+// - a MIG device consuming no counters stands for its profile's compute slices ("3g.40gb": 3)
+//   out of its parent card's (7; 4 for an A30), summed per parent (parentUUID) before dividing;
+// - any other device is one card.
+// Devices allocated to claims Tessera does not manage (not labelled with our cluster) are held.
+struct DraCapacity {
+  int64_t total_milli = 0, free_milli = 0;
+  int64_t devices = 0, mig = 0, held = 0;
+  std::set<std::string> nodes;            // nodes whose GPUs come through DRA
+  std::map<std::string, int64_t> models;  // product -> free thousandths
+};
+
+DraCapacity ReadDra(const std::map<std::string, Json>& slices,
+                    const std::map<std::string, Json>& claims, const std::set<std::string>& ready,
+                    const std::string& cluster) {
+  static const std::set<std::string> kGpuDrivers = {"gpu.nvidia.com", "gpu.amd.com"};
+  DraCapacity out;
+  std::set<std::string> held;  // driver/pool/device
+  for (const auto& [key, c] : claims) {
+    (void)key;
+    if (StrAt(At(At(c, "metadata"), "labels"), "tessera.io/cluster") == cluster) continue;
+    const Json& results = At(At(At(At(c, "status"), "allocation"), "devices"), "results");
+    if (!results.is_array()) continue;
+    for (const Json& r : results)
+      held.insert(StrAt(r, "driver") + "/" + StrAt(r, "pool") + "/" + StrAt(r, "device"));
+  }
+  struct CounterSet {
+    std::map<std::string, int64_t> total, used;
+    std::string product;
+  };
+  struct Parent {
+    int64_t slices = 0, held_slices = 0, of = 7;
+    std::string product;
+  };
+  std::map<std::string, CounterSet> sets;  // driver/pool/name
+  std::map<std::string, Parent> parents;   // driver/pool/parent
+  for (const auto& [key, sl] : slices) {
+    (void)key;
+    const Json& spec = At(sl, "spec");
+    const std::string driver = StrAt(spec, "driver");
+    if (!kGpuDrivers.count(driver)) continue;
+    const std::string node = StrAt(spec, "nodeName");
+    if (At(spec, "allNodes") != true) {
+      if (!ready.count(node)) continue;  // cordoned, not ready or unknown: no capacity
+      out.nodes.insert(node);
+    }
+    const std::string pool = driver + "/" + StrAt(At(spec, "pool"), "name") + "/";
+    const Json& shared = At(spec, "sharedCounters");
+    if (shared.is_array()) {
+      for (const Json& cs : shared) {
+        const Json& counters = At(cs, "counters");
+        if (!counters.is_object()) continue;
+        CounterSet& set = sets[pool + StrAt(cs, "name")];
+        for (const auto& [c, v] : counters.items()) set.total[c] = QuantityValue(At(v, "value"));
+      }
+    }
+    const Json& devices = At(spec, "devices");
+    if (!devices.is_array()) continue;
+    for (const Json& d : devices) {
+      const std::string name = StrAt(d, "name");
+      const bool is_held = held.count(pool + name) > 0;
+      const std::string type = Attr(d, driver, "type");
+      const std::string profile = Attr(d, driver, "profile");
+      const std::string product = Attr(d, driver, "productName");
+      const bool mig = type == "mig" || !profile.empty();
+      ++out.devices;
+      out.mig += mig ? 1 : 0;
+      out.held += is_held ? 1 : 0;
+      const Json& consumes = At(d, "consumesCounters");
+      if (consumes.is_array() && !consumes.empty()) {
+        for (const Json& cc : consumes) {
+          CounterSet& set = sets[pool + StrAt(cc, "counterSet")];
+          if (!mig && !product.empty()) set.product = product;
+          if (!is_held || !At(cc, "counters").is_object()) continue;
+          for (const auto& [c, v] : At(cc, "counters").items())
+            set.used[c] += std::max<int64_t>(0, QuantityValue(At(v, "value")));
+        }
+      } else if (mig) {
+        std::string parent = Attr(d, driver, "parentUUID");
+        Parent& p = parents[pool + (parent.empty() ? name : parent)];
+        const int64_t n = std::atoll(profile.c_str());  // "3g.40gb" -> 3
+        p.slices += n;
+        p.held_slices += is_held ? n : 0;
+        if (!product.empty()) p.product = product;
+        if (product.find("A30") != std::string::npos) p.of = 4;
+      } else {
+        out.total_milli += 1000;
+        if (!is_held) {
+          out.free_milli += 1000;
+          out.models[product.empty() ? "unlabelled" : product] += 1000;
+        }
+      }
+    }
+  }
+  for (const auto& [key, set] : sets) {
+    (void)key;
+    int64_t free = -1;
+    for (const auto& [c, total] : set.total) {
+      if (total <= 0) continue;
+      const int64_t used = std::min(total, set.used.count(c) ? set.used.at(c) : 0);
+      const int64_t f = (total - used) * 1000 / total;  // counters fit in 2^62 / 1000
+      free = free < 0 ? f : std::min(free, f);
+    }
+    if (free < 0) continue;  // a set without counters offers nothing
+    out.total_milli += 1000;
+    out.free_milli += free;
+    out.models[set.product.empty() ? "partitionable GPU" : set.product] += free;
+  }
+  for (const auto& [key, p] : parents) {
+    (void)key;
+    const int64_t n = std::min(p.slices, p.of);
+    out.total_milli += n * 1000 / p.of;
+    const int64_t free = std::max<int64_t>(0, n - p.held_slices) * 1000 / p.of;
+    out.free_milli += free;
+    out.models[(p.product.empty() ? "GPU" : p.product) + " (MIG)"] += free;
+  }
+  return out;
+}
+
+// Thousandths of a card as a card count: 2000 -> "2", 857 -> "0.857".
+std::string Cards(int64_t milli) {
+  std::string s = std::to_string(milli / 1000);
+  if (milli % 1000 == 0) return s;
+  std::string frac = std::to_string(1000 + milli % 1000).substr(1);
+  while (frac.back() == '0') frac.pop_back();
+  return s + "." + frac;
+}
 
 class KubernetesBackend : public Backend {
  public:
@@ -207,7 +390,8 @@ class KubernetesBackend : public Backend {
       : opt_(std::move(o)),
         selector_("labelSelector=" + kube::QueryEscape("tessera.io/cluster=" + opt_.cluster)),
         jobs_("/apis/batch/v1/jobs", selector_),
-        pods_("/api/v1/pods", selector_) {
+        pods_("/api/v1/pods", selector_),
+        claims_("/apis/resource.k8s.io/v1/resourceclaims", selector_) {
     // The context's namespace is the queues' default (read now: rendering needs it first).
     if (opt_.kube_namespace.empty()) {
       auto conn = Connect();
@@ -222,7 +406,7 @@ class KubernetesBackend : public Backend {
     }
     {
       std::lock_guard<std::mutex> l(mu_);
-      for (auto* c : {calls_.get(), jobs_client_.get(), pods_client_.get()}) {
+      for (auto* c : {calls_.get(), jobs_client_.get(), pods_client_.get(), claims_client_.get()}) {
         if (c) c->Stop();
       }
     }
@@ -243,6 +427,12 @@ class KubernetesBackend : public Backend {
     auto m = kube::RenderJob(job, opt_.cluster, *ns);
     if (!m.ok()) return m.status();
     (*m)["metadata"]["annotations"]["tessera.io/name"] = job.name;
+    auto claim = kube::ClaimFor(job, opt_.cluster, *ns);
+    if (!claim.ok()) return claim.status();
+    if (claim->is_object()) {  // DRA: the claim and the Job, as one List (kubectl's form)
+      return Json{{"apiVersion", "v1"}, {"kind", "List"}, {"items", Json::array({*claim, *m})}}
+          .dump(2);
+    }
     return m->dump(2);
   }
 
@@ -252,11 +442,23 @@ class KubernetesBackend : public Backend {
     Json m = Json::parse(manifest, nullptr, false);
     if (!m.is_object())
       return Status::InvalidArgument("kubernetes: the rendered manifest is not JSON");
+    Json claim;
+    if (StrAt(m, "kind") == "List" && At(m, "items").is_array()) {  // DRA: a claim and the Job
+      Json list = std::move(m);
+      m = Json();
+      for (Json& item : list["items"]) {
+        if (StrAt(item, "kind") == "ResourceClaim") claim = std::move(item);
+        if (StrAt(item, "kind") == "Job") m = std::move(item);
+      }
+      if (!m.is_object())
+        return Status::InvalidArgument("kubernetes: the rendered manifest has no Job");
+    }
     const std::string ns = StrAt(At(m, "metadata"), "namespace");
     const std::string name = StrAt(At(m, "metadata"), "name");
     const std::string id = ns + "/" + name;
-    auto r = (*c)->Call("POST", JobsPath(ns), manifest);
+    auto r = (*c)->Call("POST", JobsPath(ns), m.dump());
     if (!r.ok()) return r.status();
+    std::string uid;
     if (r->status == 409) {  // AlreadyExists: ours (a retried submission) is adopted
       auto got = Get(id);
       if (!got.ok()) return got.status();
@@ -264,11 +466,20 @@ class KubernetesBackend : public Backend {
         return Status::FailedPrecondition("kubernetes: Job " + id +
                                           " exists and is not Tessera job " + job.id + "'s");
       }
+      uid = StrAt(At(*got, "metadata"), "uid");
     } else if (r->status != 201 && r->status != 200) {
       return Failed("create Job " + id, *r);
     } else {
       Json created = Json::parse(r->body, nullptr, false);
       if (created.is_object()) jobs_.Put(created);
+      uid = StrAt(At(created, "metadata"), "uid");
+    }
+    if (claim.is_object()) {
+      Status st = CreateClaim(**c, std::move(claim), name, uid, job.id);
+      if (!st.ok()) {
+        (void)Cancel(id);
+        return st;
+      }
     }
     Status st = Resume(id, job);  // admitted: unsuspend it with the pool's directives
     if (!st.ok()) {
@@ -306,6 +517,12 @@ class KubernetesBackend : public Backend {
     if (!r.ok()) return r.status();
     if (r->status != 200 && r->status != 202 && r->status != 404)
       return Failed("delete Job " + id, *r);
+    if (Claimed(id)) {  // its claim too (a real server's garbage collector would, by owner)
+      auto cr = (*c)->Call("DELETE", ClaimsPath(ns) + "/" + name);
+      if (!cr.ok()) return cr.status();
+      if (cr->status != 200 && cr->status != 202 && cr->status != 404)
+        return Failed("delete ResourceClaim " + id, *cr);
+    }
     return Status::Ok();
   }
 
@@ -315,14 +532,19 @@ class KubernetesBackend : public Backend {
     Status st = EnsureSynced();
     if (!st.ok()) return st;
     std::map<std::string, std::vector<Json>> pods = PodsByJob();
-    return jobs_.Read([&](const std::map<std::string, Json>& jobs) {
+    bool claimed = false;
+    auto found = jobs_.Read([&](const std::map<std::string, Json>& jobs) {
       std::map<std::string, ExternalJob> out;
       for (const std::string& id : ids) {
         auto it = jobs.find(id);
-        if (it != jobs.end()) out[id] = Read(it->second, pods[id]);
+        if (it == jobs.end()) continue;
+        out[id] = Read(it->second, pods[id]);
+        claimed = claimed || HasClaims(it->second);
       }
       return out;
     });
+    if (claimed) ReadClaims(&found);
+    return found;
   }
 
   // Whole cards (nvidia.com/gpu, amd.com/gpu) allocatable on ready, schedulable nodes, less what
@@ -337,6 +559,26 @@ class KubernetesBackend : public Backend {
         "fieldSelector=" + kube::QueryEscape("status.phase!=Succeeded,status.phase!=Failed"));
     for (Follower* f : {&nodes, &others}) {
       auto rv = f->Relist(**c);
+      if (!rv.ok()) return rv.status();
+    }
+    // Dynamic Resource Allocation: the GPU drivers' ResourceSlices (a server without
+    // resource.k8s.io/v1 answers 404: no DRA devices), and the claims that hold their devices.
+    Follower slices("/apis/resource.k8s.io/v1/resourceslices", "");
+    Follower claims("/apis/resource.k8s.io/v1/resourceclaims", "");
+    auto listed = slices.Relist(**c);
+    if (!listed.ok() && slices.last_status() != 404) return listed.status();
+    std::set<std::string> dra_nodes;  // their cards are counted from the slices, not the node
+    slices.Read([&](const std::map<std::string, Json>& all) {
+      for (const auto& [key, sl] : all) {
+        (void)key;
+        const std::string d = StrAt(At(sl, "spec"), "driver");
+        if (d == "gpu.nvidia.com" || d == "gpu.amd.com")
+          dra_nodes.insert(StrAt(At(sl, "spec"), "nodeName"));
+      }
+      return 0;
+    });
+    if (!dra_nodes.empty()) {
+      auto rv = claims.Relist(**c);
       if (!rv.ok()) return rv.status();
     }
     static const char* kWhole[] = {"nvidia.com/gpu", "amd.com/gpu"};
@@ -356,8 +598,10 @@ class KubernetesBackend : public Backend {
         }
         if (!ready) continue;
         int64_t cards = 0;
+        const std::string name = StrAt(At(n, "metadata"), "name");
         for (const char* r : kWhole) cards += Count(At(At(n, "status"), "allocatable"), r);
-        free[StrAt(At(n, "metadata"), "name")] = cards;
+        if (dra_nodes.count(name)) cards = 0;
+        free[name] = cards;
         total += cards;
         // GPU feature discovery's labels, for people: which models the capacity is made of.
         const Json& labels = At(At(n, "metadata"), "labels");
@@ -398,6 +642,26 @@ class KubernetesBackend : public Backend {
     for (const auto& [m, n] : models)
       list += (list.empty() ? "" : ", ") + std::to_string(n) + "x " + m;
     if (!list.empty()) cap.detail += "; " + list;
+    if (dra_nodes.empty()) return cap;
+    std::set<std::string> ready;
+    for (const auto& [node, n] : free) {
+      (void)n;
+      ready.insert(node);
+    }
+    const DraCapacity dra = slices.Read([&](const std::map<std::string, Json>& s) {
+      return claims.Read([&](const std::map<std::string, Json>& cl) {
+        return ReadDra(s, cl, ready, opt_.cluster);
+      });
+    });
+    cap.gpu_milli += dra.free_milli;
+    cap.detail += "; DRA: " + Cards(dra.free_milli) + " of " + Cards(dra.total_milli) +
+                  " GPUs from ResourceSlices on " + std::to_string(dra.nodes.size()) +
+                  " ready nodes (" + std::to_string(dra.devices) + " devices, " +
+                  std::to_string(dra.mig) + " MIG; " + std::to_string(dra.held) +
+                  " held by claims Tessera does not manage)";
+    list.clear();
+    for (const auto& [m, n] : dra.models) list += (list.empty() ? "" : ", ") + Cards(n) + "x " + m;
+    if (!list.empty()) cap.detail += "; " + list;
     return cap;
   }
 
@@ -405,14 +669,21 @@ class KubernetesBackend : public Backend {
     Status st = EnsureSynced();
     if (!st.ok()) return st;
     std::map<std::string, std::vector<Json>> pods = PodsByJob();
-    return jobs_.Read([&](const std::map<std::string, Json>& jobs) {
-      std::vector<ExternalJob> out;
+    bool claimed = false;
+    auto found = jobs_.Read([&](const std::map<std::string, Json>& jobs) {
+      std::map<std::string, ExternalJob> out;
       for (const auto& [id, j] : jobs) {
         ExternalJob x = Read(j, pods[id]);
-        if (x.name.rfind(prefix, 0) == 0) out.push_back(std::move(x));
+        if (x.name.rfind(prefix, 0) != 0) continue;
+        claimed = claimed || HasClaims(j);
+        out[id] = std::move(x);
       }
       return out;
     });
+    if (claimed) ReadClaims(&found);
+    std::vector<ExternalJob> out;
+    for (auto& [id, x] : found) out.push_back(std::move(x));
+    return out;
   }
 
  private:
@@ -424,6 +695,98 @@ class KubernetesBackend : public Backend {
     if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos)
       return 0;
     return std::stoll(s);
+  }
+
+  // Whether a Job's pods use ResourceClaims (the queue's devices: dra).
+  static bool HasClaims(const Json& job) {
+    const Json& rc = At(At(At(At(job, "spec"), "template"), "spec"), "resourceClaims");
+    return rc.is_array() && !rc.empty();
+  }
+  bool Claimed(const std::string& id) const {
+    return jobs_.Read([&](const std::map<std::string, Json>& jobs) {
+      auto it = jobs.find(id);
+      return it != jobs.end() && HasClaims(it->second);
+    });
+  }
+
+  // The job's ResourceClaim (named as its Job), owned by the Job so that it goes with it; a claim
+  // of that name already there is adopted when it is this job's (a retried submission).
+  Status CreateClaim(kube::Client& c, Json claim, const std::string& job_name,
+                     const std::string& job_uid, const std::string& tessera_id) {
+    const std::string ns = StrAt(At(claim, "metadata"), "namespace");
+    const std::string id = ns + "/" + StrAt(At(claim, "metadata"), "name");
+    if (!job_uid.empty()) {
+      claim["metadata"]["ownerReferences"] = Json::array({{{"apiVersion", "batch/v1"},
+                                                           {"kind", "Job"},
+                                                           {"name", job_name},
+                                                           {"uid", job_uid},
+                                                           {"controller", true},
+                                                           {"blockOwnerDeletion", true}}});
+    }
+    auto r = c.Call("POST", ClaimsPath(ns), claim.dump());
+    if (!r.ok()) return r.status();
+    if (r->status == 404) {
+      return Status::FailedPrecondition(
+          "kubernetes: the cluster does not serve resource.k8s.io/v1 ResourceClaims (Dynamic "
+          "Resource Allocation, Kubernetes 1.34+): HTTP 404: " +
+          Message(*r) + "; set the queue's devices: extended");
+    }
+    if (r->status == 409) {
+      auto got = c.Call("GET", ClaimsPath(ns) + "/" + StrAt(At(claim, "metadata"), "name"));
+      if (!got.ok()) return got.status();
+      Json j = Json::parse(got->body, nullptr, false);
+      if (got->status != 200 ||
+          StrAt(At(At(j, "metadata"), "labels"), "tessera.io/job") != tessera_id) {
+        return Status::FailedPrecondition("kubernetes: ResourceClaim " + id +
+                                          " exists and is not Tessera job " + tessera_id + "'s");
+      }
+      claims_.Put(j);
+    } else if (r->status != 201 && r->status != 200) {
+      return Failed("create ResourceClaim " + id, *r);
+    } else {
+      Json created = Json::parse(r->body, nullptr, false);
+      if (created.is_object()) claims_.Put(created);
+    }
+    FollowClaims();
+    return Status::Ok();
+  }
+
+  // Claims are followed (listed, then watched) once a job with one is seen.
+  void FollowClaims() {
+    std::lock_guard<std::mutex> l(mu_);
+    if (claims_client_ || !calls_ || stop_) return;
+    auto conn = Connect();
+    if (!conn.ok()) return;
+    auto c = kube::Client::Make(*conn);
+    if (!c.ok()) return;
+    claims_client_ = std::move(*c);
+    threads_.emplace_back([this] { Follow(claims_, *claims_client_); });
+  }
+
+  // Each job's claim allocation ("driver/pool/device,...") into ExternalJob::gres; where no pod
+  // says, the node the allocation pins.
+  void ReadClaims(std::map<std::string, ExternalJob>* jobs) {
+    FollowClaims();
+    if (!claims_.synced()) {
+      auto c = Calls();
+      if (c.ok()) (void)claims_.Relist(**c);
+    }
+    claims_.Read([&](const std::map<std::string, Json>& claims) {
+      for (auto& [id, x] : *jobs) {
+        auto it = claims.find(id);
+        if (it == claims.end()) continue;
+        x.gres = kube::AllocationOf(it->second);
+        const Json& terms =
+            At(At(At(At(it->second, "status"), "allocation"), "nodeSelector"), "nodeSelectorTerms");
+        if (x.node.empty() && terms.is_array() && !terms.empty()) {
+          const Json& fields = At(terms[0], "matchFields");
+          if (fields.is_array() && !fields.empty() && At(fields[0], "values").is_array() &&
+              !At(fields[0], "values").empty() && At(fields[0], "values")[0].is_string())
+            x.node = At(fields[0], "values")[0].get<std::string>();
+        }
+      }
+      return 0;
+    });
   }
 
   ExternalJob Read(const Json& job, const std::vector<Json>& pods) const {
@@ -564,9 +927,9 @@ class KubernetesBackend : public Backend {
 
   BackendOptions opt_;
   const std::string selector_;
-  Follower jobs_, pods_;
+  Follower jobs_, pods_, claims_;
   std::mutex mu_;
-  std::unique_ptr<kube::Client> calls_, jobs_client_, pods_client_;
+  std::unique_ptr<kube::Client> calls_, jobs_client_, pods_client_, claims_client_;
   std::vector<std::thread> threads_;
   std::atomic<bool> stop_{false};
   std::mutex sleep_mu_;

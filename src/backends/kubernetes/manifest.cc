@@ -93,6 +93,7 @@ Result<Json> ResourcesFor(const JobRequest& job) {
   Json r = Json::object();
   r["cpu"] = std::to_string(job.cpu_milli) + "m";
   r["memory"] = std::to_string(job.memory_mib) + "Mi";
+  if (UsesClaim(job)) return r;  // the devices are in the job's ResourceClaim
   const std::string whole = Get(k.resources, "whole", k.vendor + ".com/gpu");
   if (job.form.empty() || (job.gpus == 0 && job.form != "share" && job.form != "partition"))
     return r;
@@ -129,6 +130,107 @@ Result<Json> ResourcesFor(const JobRequest& job) {
     return Status::InvalidArgument("unknown form '" + job.form + "'");
   }
   return r;
+}
+
+bool UsesClaim(const JobRequest& job) {
+  if (job.mapping.kube.devices != "dra" || job.form.empty()) return false;
+  return job.gpus > 0 || job.form == "share" || job.form == "partition";
+}
+
+namespace {
+
+// A value put into a CEL string literal: plain names only, so it cannot change the expression.
+Status CelSafe(const std::string& v, const std::string& what) {
+  if (v.empty() || v.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                       "0123456789._+-") != std::string::npos) {
+    return Status::InvalidArgument(what + " '" + v +
+                                   "' cannot be matched in a device selector (letters, digits, "
+                                   "'.', '_', '+', '-')");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<Json> ClaimFor(const JobRequest& job, const std::string& cluster, const std::string& ns) {
+  if (!UsesClaim(job)) return Json();
+  const KubeMapping& k = job.mapping.kube;
+  const bool amd = k.vendor == "amd";
+  const std::string driver = amd ? "gpu.amd.com" : "gpu.nvidia.com";
+  Json exactly = {{"allocationMode", "ExactCount"}, {"count", 1}};
+  Json config = Json::array();
+  std::string cls;
+  if (job.form == "whole") {
+    cls = Get(k.device_classes, "whole", driver);
+    exactly["count"] = std::max(job.gpus, 1);
+  } else if (job.form == "partition" && amd) {
+    if (k.amd_partition.empty()) {
+      return Status::InvalidArgument(
+          "the queue maps no AMD partition (set amd_partition, e.g. cpx_nps4)");
+    }
+    if (Status st = CelSafe(k.amd_partition, "amd_partition"); !st.ok()) return st;
+    cls = Get(k.device_classes, "amd_partition", "gpu.amd.com");
+    exactly["selectors"] =
+        Json::array({{{"cel",
+                       {{"expression", "device.attributes['gpu.amd.com'].partitionProfile == '" +
+                                           k.amd_partition + "'"}}}}});
+  } else if (job.form == "partition") {
+    if (job.mig_profile.empty())
+      return Status::InvalidArgument("a MIG instance needs the queue's mig_model");
+    if (Status st = CelSafe(job.mig_profile, "MIG profile"); !st.ok()) return st;
+    cls = Get(k.device_classes, "mig", "mig.nvidia.com");
+    exactly["selectors"] =
+        Json::array({{{"cel",
+                       {{"expression", "device.attributes['gpu.nvidia.com'].profile == '" +
+                                           job.mig_profile + "'"}}}}});
+  } else if (job.form == "share") {
+    if (amd) {
+      return Status::InvalidArgument(
+          "the AMD DRA driver has no sharing configuration: offer AMD partitions instead");
+    }
+    cls = Get(k.device_classes, "share", driver);
+    Json sharing;
+    if (k.share_mode == "timeslice") {
+      sharing = {{"strategy", "TimeSlicing"}, {"timeSlicingConfig", {{"interval", "Default"}}}};
+    } else {
+      Json mps = Json::object();
+      if (job.gpu_milli > 0 && job.gpu_milli < 1000)
+        mps["defaultActiveThreadPercentage"] = (job.gpu_milli + 9) / 10;
+      if (job.gpu_memory_mib > 0)
+        mps["defaultPinnedDeviceMemoryLimit"] = std::to_string(job.gpu_memory_mib) + "Mi";
+      sharing = {{"strategy", "MPS"}, {"mpsConfig", mps}};
+    }
+    config.push_back({{"requests", Json::array({"gpu"})},
+                      {"opaque",
+                       {{"driver", driver},
+                        {"parameters",
+                         {{"apiVersion", "resource.nvidia.com/v1beta1"},
+                          {"kind", "GpuConfig"},
+                          {"sharing", sharing}}}}}});
+  } else {
+    return Status::InvalidArgument("unknown form '" + job.form + "'");
+  }
+  exactly["deviceClassName"] = cls;
+  Json devices = {{"requests", Json::array({{{"name", "gpu"}, {"exactly", exactly}}})}};
+  if (!config.empty()) devices["config"] = config;
+  return Json{{"apiVersion", "resource.k8s.io/v1"},
+              {"kind", "ResourceClaim"},
+              {"metadata",
+               {{"name", JobName(job.name)},
+                {"namespace", ns},
+                {"labels", {{"tessera.io/job", job.id}, {"tessera.io/cluster", cluster}}}}},
+              {"spec", {{"devices", devices}}}};
+}
+
+std::string AllocationOf(const Json& claim) {
+  const Json& results = At(At(At(At(claim, "status"), "allocation"), "devices"), "results");
+  std::string out;
+  if (!results.is_array()) return out;
+  for (const Json& r : results) {
+    out += (out.empty() ? "" : ",") + StrAt(r, "driver") + "/" + StrAt(r, "pool") + "/" +
+           StrAt(r, "device");
+  }
+  return out;
 }
 
 Result<Json> SchedulingFor(const JobRequest& job, const Json& pod_spec) {
@@ -235,6 +337,12 @@ Result<Json> RenderJobUnguarded(const JobRequest& job, const std::string& cluste
   auto res = ResourcesFor(job);
   if (!res.ok()) return res.status();
   c["resources"] = Json{{"requests", *res}, {"limits", *res}};
+  if (UsesClaim(job)) {  // "Dynamic Resource Allocation": the pod names the job's claim
+    c["resources"]["claims"] = Json::array({{{"name", "gpu"}}});
+    Json rc = At(spec, "resourceClaims").is_array() ? spec["resourceClaims"] : Json::array();
+    rc.push_back({{"name", "gpu"}, {"resourceClaimName", JobName(job.name)}});
+    spec["resourceClaims"] = rc;
+  }
   // The pool's scheduling directives (with the template's own): set again by the admission patch.
   auto sched = SchedulingFor(job, spec);
   if (!sched.ok()) return sched.status();

@@ -39,16 +39,35 @@ Result<Json> YamlToJson(const std::string& text);
 // mapping cannot express.
 Result<Json> ResourcesFor(const JobRequest& job);
 
+// Dynamic Resource Allocation (the queue's devices: dra): the job's devices as one
+// resource.k8s.io/v1 ResourceClaim named as its Job, with one request "gpu":
+// - whole cards: device class gpu.nvidia.com (gpu.amd.com for AMD), count = gpus;
+// - a MIG instance: class mig.nvidia.com, selected by the NVIDIA driver's `profile` attribute;
+// - an AMD partition: class gpu.amd.com, selected by the AMD driver's `partitionProfile`;
+// - a share: one card of class gpu.nvidia.com with the driver's GpuConfig in the claim's opaque
+//   configuration: MPS (defaultActiveThreadPercentage from the share's compute,
+//   defaultPinnedDeviceMemoryLimit from its memory) or TimeSlicing.
+// Classes can be renamed per queue (device_classes). Null when the job asks for no device or the
+// queue uses extended resources.
+Result<Json> ClaimFor(const JobRequest& job, const std::string& cluster, const std::string& ns);
+// Whether the queue asks for devices by ResourceClaim (and the job for a device at all).
+bool UsesClaim(const JobRequest& job);
+// The claim's allocation for people: "driver/pool/device" for each device, comma-separated; ""
+// while it is not allocated.
+std::string AllocationOf(const Json& claim);
+
 // The scheduling directives of the queue's pool merged with those of the template's pod spec
 // (`pod_spec`): {"nodeSelector": {...}, "tolerations": [...]}, each key only when not empty
 // (with the MIG product label under the single strategy). A merge patch replaces lists whole,
 // so the admission patch carries the template's tolerations too.
 Result<Json> SchedulingFor(const JobRequest& job, const Json& pod_spec = Json::object());
 
-// The whole Job: the template (the queue's file or kDefaultJobTemplate) with metadata.name,
-// namespace, labels tessera.io/job and tessera.io/cluster (also on the pod template), spec.suspend
-// true, backoffLimit 0, the first container's command, env and resources, and the scheduling
-// directives (SchedulingFor). A template of the wrong shape is an error, never an exception.
+// The whole Job (with DRA: the pod's resourceClaims entry "gpu" naming the job's claim, and the
+// first container's resources.claims, in place of the GPU resource names): the template (the
+// queue's file or kDefaultJobTemplate) with metadata.name, namespace, labels tessera.io/job and
+// tessera.io/cluster (also on the pod template), spec.suspend true, backoffLimit 0, the first
+// container's command, env and resources, and the scheduling directives (SchedulingFor). A template
+// of the wrong shape is an error, never an exception.
 Result<Json> RenderJob(const JobRequest& job, const std::string& cluster, const std::string& ns);
 
 // A Job object's state for Tessera, with its pods' details (`pods`: the Job's pods, any order).

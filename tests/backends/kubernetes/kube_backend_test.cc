@@ -299,3 +299,253 @@ TEST_F(KubeBackend, ListsComeInChunksAndMissNothing) {
 
 }  // namespace
 }  // namespace tessera::backends
+
+// Dynamic Resource Allocation (issue 39): jobs of a queue with devices: dra ask for their devices
+// through a resource.k8s.io/v1 ResourceClaim, which the stand-in's allocator (a test double for
+// kube-scheduler's, which cannot run here) fills from the NVIDIA DRA driver's ResourceSlices.
+namespace tessera::backends {
+namespace {
+
+// What the NVIDIA DRA driver publishes: its two DeviceClasses (as its Helm chart installs them)
+// and per node a ResourceSlice; devices carry the driver's attributes (type, productName, profile,
+// parentUUID) and, when partitionable, consume counters of their card's counter set.
+class KubeDra : public KubeBackend {
+ protected:
+  void InstallClasses(KubeStandIn& k) {
+    for (const char* type : {"gpu", "mig"}) {
+      Json dc = {{"apiVersion", "resource.k8s.io/v1"},
+                 {"kind", "DeviceClass"},
+                 {"metadata", {{"name", std::string(type) + ".nvidia.com"}}},
+                 {"spec",
+                  {{"selectors",
+                    {{{"cel",
+                       {{"expression",
+                         "device.driver == 'gpu.nvidia.com' && "
+                         "device.attributes['gpu.nvidia.com'].type == '" +
+                             std::string(type) + "'"}}}}}}}}};
+      Json made = k.Control("POST", "/apis/resource.k8s.io/v1/deviceclasses", dc.dump());
+      ASSERT_EQ(made.value("kind", ""), "DeviceClass") << made.dump();
+    }
+  }
+  static Json Device(const std::string& name, const std::string& type,
+                     const std::string& profile = "", const std::string& parent = "",
+                     const std::string& counter_set = "", int multiprocessors = 0) {
+    Json d = {
+        {"name", name},
+        {"attributes",
+         {{"type", {{"string", type}}}, {"productName", {{"string", "NVIDIA A100-SXM4-80GB"}}}}}};
+    if (!profile.empty()) d["attributes"]["profile"] = {{"string", profile}};
+    if (!parent.empty()) d["attributes"]["parentUUID"] = {{"string", parent}};
+    if (!counter_set.empty()) {
+      d["consumesCounters"] = Json::array(
+          {{{"counterSet", counter_set},
+            {"counters", {{"multiprocessors", {{"value", std::to_string(multiprocessors)}}}}}}});
+    }
+    return d;
+  }
+  static void Slice(KubeStandIn& k, const std::string& node, const Json& devices,
+                    const Json& counter_sets = Json::array()) {
+    Json s = {{"apiVersion", "resource.k8s.io/v1"},
+              {"kind", "ResourceSlice"},
+              {"metadata", {{"name", node + "-gpu.nvidia.com"}}},
+              {"spec",
+               {{"driver", "gpu.nvidia.com"},
+                {"nodeName", node},
+                {"pool", {{"name", node}, {"generation", 1}, {"resourceSliceCount", 1}}},
+                {"devices", devices}}}};
+    if (!counter_sets.empty()) s["spec"]["sharedCounters"] = counter_sets;
+    Json made = k.Control("POST", "/apis/resource.k8s.io/v1/resourceslices", s.dump());
+    ASSERT_EQ(made.value("kind", ""), "ResourceSlice") << made.dump();
+  }
+  // One partitionable A100 (98 multiprocessors): the whole card, seven 1g.10gb and two 3g.40gb
+  // MIG devices, all on one counter set.
+  static Json PartitionableA100(const std::string& set, bool with_whole_card = true) {
+    Json devs = Json::array();
+    if (with_whole_card) devs.push_back(Device("gpu-0", "gpu", "", "", set, 98));
+    for (int i = 0; i < 7; ++i) {
+      devs.push_back(
+          Device("gpu-0-mig-1g.10gb-" + std::to_string(i), "mig", "1g.10gb", "", set, 14));
+    }
+    for (int i = 0; i < 2; ++i) {
+      devs.push_back(
+          Device("gpu-0-mig-3g.40gb-" + std::to_string(i), "mig", "3g.40gb", "", set, 42));
+    }
+    return devs;
+  }
+  static Json CounterSet(const std::string& set) {
+    return Json::array({{{"name", set}, {"counters", {{"multiprocessors", {{"value", "98"}}}}}}});
+  }
+  JobRequest DraReq(const std::string& id, const std::string& form) {
+    JobRequest r = Req(id, "sleep 30");
+    r.form = form;
+    r.mapping.kube.devices = "dra";
+    r.mapping.kube.share_mode = "mps";
+    return r;
+  }
+};
+
+TEST_F(KubeDra, AMigJobGetsItsDeviceThroughAClaimOfTheMigClassAndTheAllocationReadsBack) {
+  InstallClasses(*k_);
+  Slice(*k_, "n1", PartitionableA100("gpu-0-counters"), CounterSet("gpu-0-counters"));
+  JobRequest r = DraReq("j-mig", "partition");
+  r.mig_profile = "3g.40gb";
+  const std::string id = Submit(*b_, r);
+  ASSERT_EQ(id, "ml/tessera-lab-j-mig");
+  ExternalJob x = WaitFor(*b_, id, "running");
+  ASSERT_EQ(x.state, "running") << x.reason << "\n" << k_->Log();
+  EXPECT_EQ(x.node, "n1");
+  EXPECT_EQ(x.gres, "gpu.nvidia.com/n1/gpu-0-mig-3g.40gb-0");  // read back from the claim
+  // What Kubernetes holds: the claim asks the MIG class for the profile, is owned by the Job,
+  // and is allocated and reserved for the Job's pod.
+  Json claim = k_->Control("GET",
+                           "/apis/resource.k8s.io/v1/namespaces/ml/resourceclaims/"
+                           "tessera-lab-j-mig");
+  const Json& ex = claim["spec"]["devices"]["requests"][0]["exactly"];
+  EXPECT_EQ(ex["deviceClassName"], "mig.nvidia.com");
+  EXPECT_EQ(ex["selectors"][0]["cel"]["expression"],
+            "device.attributes['gpu.nvidia.com'].profile == '3g.40gb'");
+  EXPECT_EQ(claim["metadata"]["ownerReferences"][0]["kind"], "Job");
+  EXPECT_EQ(claim["metadata"]["labels"]["tessera.io/job"], "j-mig");
+  const Json& res = claim["status"]["allocation"]["devices"]["results"][0];
+  EXPECT_EQ(res["driver"], "gpu.nvidia.com");
+  EXPECT_EQ(res["device"], "gpu-0-mig-3g.40gb-0");
+  EXPECT_EQ(claim["status"]["reservedFor"][0]["resource"], "pods");
+  Json job = k_->Control("GET", "/apis/batch/v1/namespaces/ml/jobs/tessera-lab-j-mig");
+  const Json& ct = job["spec"]["template"]["spec"]["containers"][0];
+  EXPECT_EQ(ct["resources"]["claims"][0]["name"], "gpu");
+  EXPECT_FALSE(ct["resources"]["limits"].contains("nvidia.com/gpu"));
+  // A second 3g.40gb fits the counters (42 + 42 of 98); a third does not and says why.
+  JobRequest r2 = DraReq("j-mig2", "partition");
+  r2.mig_profile = "3g.40gb";
+  const std::string id2 = Submit(*b_, r2);
+  EXPECT_EQ(WaitFor(*b_, id2, "running").gres, "gpu.nvidia.com/n1/gpu-0-mig-3g.40gb-1");
+  JobRequest whole = DraReq("j-whole", "whole");
+  const std::string id3 = Submit(*b_, whole);
+  tessera::testing::WaitFor(
+      [&] {
+        x = WaitFor(*b_, id3, "pending", 100);
+        return x.unschedulable;
+      },
+      std::chrono::seconds(20), std::chrono::milliseconds(50));
+  EXPECT_NE(x.reason.find("cannot allocate all claims"), std::string::npos) << x.reason;
+  EXPECT_EQ(x.gres, "");
+  // Suspending frees the devices (the claim is deallocated); cancelling deletes the claim.
+  ASSERT_TRUE(b_->Suspend(id).ok());
+  ASSERT_TRUE(b_->Cancel(id2).ok());
+  EXPECT_EQ(WaitFor(*b_, id3, "running").gres, "gpu.nvidia.com/n1/gpu-0");
+  Json gone = k_->Control("GET",
+                          "/apis/resource.k8s.io/v1/namespaces/ml/resourceclaims/"
+                          "tessera-lab-j-mig2");
+  EXPECT_EQ(gone.value("code", 0), 404) << gone.dump();
+}
+
+TEST_F(KubeDra, CapacityComesFromResourceSlicesWhenTheClusterExposesOnlyMigDevices) {
+  // A cluster whose nodes advertise no GPU resources at all: the GPUs are MIG devices in
+  // ResourceSlices. m1: a partitionable A100 exposing only its MIG devices (counters);
+  // m2: two cards in a fixed MIG layout (no counters): GPU-a 3g+3g+1g (all 7 slices),
+  // GPU-b 3g+3g (6 of 7); m3 is not ready, so its slice counts for nothing.
+  b_.reset();
+  k_.reset();
+  const std::string nodes = R"(- metadata: {name: m1}
+  status: {allocatable: {cpu: "64", memory: 512Gi}, conditions: [{type: Ready, status: "True"}]}
+- metadata: {name: m2}
+  status: {allocatable: {cpu: "64", memory: 512Gi}, conditions: [{type: Ready, status: "True"}]}
+- metadata: {name: m3}
+  status: {allocatable: {cpu: "64", memory: 512Gi}, conditions: [{type: Ready, status: "False"}]}
+)";
+  k_ = std::make_unique<KubeStandIn>((dir_ / "mig-only").string(), true, nodes);
+  ASSERT_EQ(k_->error(), "");
+  b_ = Make("");
+  auto cap = b_->GpuCapacity();
+  ASSERT_TRUE(cap.ok()) << cap.status().message();
+  EXPECT_EQ(cap->gpu_milli, 0) << cap->detail;  // by whole-card counts: nothing
+  InstallClasses(*k_);
+  Slice(*k_, "m1", PartitionableA100("m1-gpu-0", false), CounterSet("m1-gpu-0"));
+  Slice(*k_, "m2",
+        Json::array({Device("gpu-a-mig-0", "mig", "3g.40gb", "GPU-a"),
+                     Device("gpu-a-mig-1", "mig", "3g.40gb", "GPU-a"),
+                     Device("gpu-a-mig-2", "mig", "1g.10gb", "GPU-a"),
+                     Device("gpu-b-mig-0", "mig", "3g.40gb", "GPU-b"),
+                     Device("gpu-b-mig-1", "mig", "3g.40gb", "GPU-b")}));
+  Slice(*k_, "m3", PartitionableA100("m3-gpu-0"), CounterSet("m3-gpu-0"));
+  cap = b_->GpuCapacity();
+  ASSERT_TRUE(cap.ok()) << cap.status().message();
+  // m1 1000 + GPU-a 7/7 = 1000 + GPU-b 6/7 = 857 (exact integers, rounded down per card).
+  EXPECT_EQ(cap->gpu_milli, 2857) << cap->detail;
+  EXPECT_NE(cap->detail.find("DRA: 2.857 of 2.857 GPUs from ResourceSlices on 2 ready nodes "
+                             "(14 devices, 14 MIG; 0 held by claims Tessera does not manage)"),
+            std::string::npos)
+      << cap->detail;
+  // A pod Tessera does not manage takes a 1g.10gb on m1 through its own claim: 14 of the 98
+  // multiprocessors, so m1 offers floor(84/98 * 1000) = 857.
+  Json claim = {
+      {"apiVersion", "resource.k8s.io/v1"},
+      {"kind", "ResourceClaim"},
+      {"metadata", {{"name", "foreign-mig"}}},
+      {"spec",
+       {{"devices",
+         {{"requests",
+           {{{"name", "gpu"},
+             {"exactly",
+              {{"deviceClassName", "mig.nvidia.com"},
+               {"selectors",
+                {{{"cel",
+                   {{"expression",
+                     "device.attributes['gpu.nvidia.com'].profile == '1g.10gb'"}}}}}}}}}}}}}}}};
+  Json made =
+      k_->Control("POST", "/apis/resource.k8s.io/v1/namespaces/other/resourceclaims", claim.dump());
+  ASSERT_EQ(made.value("kind", ""), "ResourceClaim") << made.dump();
+  Json pod = Json::parse(R"({"apiVersion":"v1","kind":"Pod","metadata":{"name":"foreign"},
+    "spec":{"nodeSelector":{"kubernetes.io/hostname":"m1"},"containers":[{"name":"c","image":"x",
+    "command":["sleep","60"],"resources":{"claims":[{"name":"gpu"}]}}],
+    "resourceClaims":[{"name":"gpu","resourceClaimName":"foreign-mig"}]}})");
+  pod["spec"].erase("nodeSelector");
+  k_->Control("POST", "/api/v1/namespaces/other/pods", pod.dump());
+  tessera::testing::WaitFor(
+      [&] {
+        cap = b_->GpuCapacity();
+        return cap.ok() && cap->gpu_milli != 2857;
+      },
+      std::chrono::seconds(10), std::chrono::milliseconds(100));
+  ASSERT_TRUE(cap.ok());
+  EXPECT_EQ(cap->gpu_milli, 857 + 1000 + 857) << cap->detail;
+  EXPECT_NE(cap->detail.find("1 held by claims Tessera does not manage"), std::string::npos)
+      << cap->detail;
+}
+
+TEST_F(KubeDra, AShareCarriesItsMpsSettingsInItsClaim) {
+  InstallClasses(*k_);
+  Slice(*k_, "n1", Json::array({Device("gpu-0", "gpu"), Device("gpu-1", "gpu")}));
+  JobRequest r = DraReq("j-share", "share");
+  r.gpu_memory_mib = 4096;
+  r.gpu_milli = 250;
+  const std::string id = Submit(*b_, r);
+  ExternalJob x = WaitFor(*b_, id, "running");
+  ASSERT_EQ(x.state, "running") << x.reason;
+  EXPECT_EQ(x.gres, "gpu.nvidia.com/n1/gpu-0");
+  Json claim = k_->Control("GET",
+                           "/apis/resource.k8s.io/v1/namespaces/ml/resourceclaims/"
+                           "tessera-lab-j-share");
+  EXPECT_EQ(claim["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"],
+            "gpu.nvidia.com");
+  const Json want = Json::parse(R"({"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig",
+    "sharing":{"strategy":"MPS","mpsConfig":{"defaultActiveThreadPercentage":25,
+    "defaultPinnedDeviceMemoryLimit":"4096Mi"}}})");
+  EXPECT_EQ(claim["spec"]["devices"]["config"][0]["opaque"]["parameters"], want);
+  // The allocation carries the claim's configuration to the driver.
+  const Json& cfg = claim["status"]["allocation"]["devices"]["config"][0];
+  EXPECT_EQ(cfg["source"], "FromClaim");
+  EXPECT_EQ(cfg["opaque"]["driver"], "gpu.nvidia.com");
+  EXPECT_EQ(cfg["opaque"]["parameters"], want);
+  // Job and claim go together.
+  ASSERT_TRUE(b_->Cancel(id).ok());
+  EXPECT_EQ(WaitFor(*b_, id, "gone").state, "gone");
+  EXPECT_EQ(k_->Control("GET",
+                        "/apis/resource.k8s.io/v1/namespaces/ml/resourceclaims/"
+                        "tessera-lab-j-share")
+                .value("code", 0),
+            404);
+}
+
+}  // namespace
+}  // namespace tessera::backends

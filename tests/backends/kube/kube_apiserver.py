@@ -6,6 +6,8 @@
                       [--nodes nodes.yaml] [--tick-ms 100] [--address 127.0.0.1] [--verbose]
                       [--no-exit-with-parent]
 
+A test double: a real API server (with its scheduler and controllers, including Dynamic
+Resource Allocation's allocator) cannot run on the machines the tests run on.
 The implementation lives in the standin/ package next to this file; see README.md.
 """
 import os

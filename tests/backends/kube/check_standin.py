@@ -511,6 +511,21 @@ class Checks:
         expect(c["status"]["reservedFor"][0]["name"] == "dra-mig", "reservedFor %s" % c["status"])
         t.join(10)
         expect(seen == ["MODIFIED"], "watch saw the allocation: %s" % seen)
+        # What the stand-in serves has the official shapes: the allocated claim, the slice and the
+        # classes through kubernetes-models (tools/k8s-validate, installed by scripts/setup.sh).
+        validator = os.path.join(HERE, "..", "..", "..", "tools", "k8s-validate", "validate.mjs")
+        if shutil.which("node") and os.path.isdir(os.path.join(os.path.dirname(validator), "node_modules")):
+            files = []
+            objs = [c, co.get_cluster_custom_object(G, V, "resourceslices", "node-a-gpu", _request_timeout=T)] + \
+                co.list_cluster_custom_object(G, V, "deviceclasses", _request_timeout=T)["items"]
+            for i, o in enumerate(objs):
+                o.setdefault("apiVersion", "resource.k8s.io/v1")
+                o.setdefault("kind", ["ResourceClaim", "ResourceSlice"][i] if i < 2 else "DeviceClass")
+                files.append(os.path.join(self.work, "dra-%d.json" % i))
+                with open(files[-1], "w") as f:
+                    json.dump(o, f)
+            out = subprocess.run(["node", validator] + files, capture_output=True, text=True, timeout=60)
+            expect(out.returncode == 0, "kubernetes-models: %s" % out.stdout[-500:])
         # The whole card shares the counters with the MIG device in use: it cannot be allocated...
         co.create_namespaced_custom_object(G, V, "dra", "resourceclaims", claim("whole", "gpu.nvidia.com"),
                                            _request_timeout=T)

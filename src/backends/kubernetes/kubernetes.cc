@@ -11,6 +11,12 @@
 // cannot resume makes them list again; a dropped connection resumes from the last
 // resourceVersion seen. Poll and List read their caches (a synchronous list before the first
 // sync).
+//
+// Dynamic Resource Allocation (a queue's devices: dra): the job's ResourceClaim is created after
+// its suspended Job (owned by it) and before the admission patch, deleted with it on cancel; a
+// third watcher follows the cluster's claims once a job with one is seen, and Poll/List report
+// each claim's allocation as the job's gres. Capacity adds the GPU drivers' ResourceSlices
+// (ReadDra).
 #include <atomic>
 #include <condition_variable>
 #include <map>
@@ -549,7 +555,8 @@ class KubernetesBackend : public Backend {
 
   // Whole cards (nvidia.com/gpu, amd.com/gpu) allocatable on ready, schedulable nodes, less what
   // running or pending pods of others request there ("Managing Resources for Containers":
-  // extended resources are integers; limits stand for requests when requests are absent).
+  // extended resources are integers; limits stand for requests when requests are absent). Nodes
+  // whose GPUs are published as ResourceSlices count by those instead (ReadDra).
   Result<Capacity> GpuCapacity() override {
     auto c = Calls();
     if (!c.ok()) return c.status();

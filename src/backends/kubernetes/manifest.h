@@ -1,6 +1,7 @@
 // What a Tessera job becomes in Kubernetes: one batch/v1 Job, created suspended, whose pod asks
-// for the job's form by the device plugins' resource names. Also how Job and pod status read
-// back as Tessera's states.
+// for the job's form by the device plugins' resource names (or, for a queue with devices: dra,
+// names the job's resource.k8s.io/v1 ResourceClaim). Also how Job and pod status read back as
+// Tessera's states.
 //
 // Fields Tessera sets are set on the parsed manifest, never pasted into its text, so a value
 // (a command argument, an environment value) cannot change the manifest's structure.

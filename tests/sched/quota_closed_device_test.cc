@@ -56,5 +56,31 @@ TEST(QuotaClosedDevice, NoPreemptionFreesAClosedDevice) {
   w.Done();
 }
 
+// Isolation grades (issue 38): a queue's min_isolation keeps its shares to devices whose grade
+// (SetDeviceIsolation) is at least that; the waiting reason says why.
+TEST(QuotaIsolation, SharesGoOnlyWhereTheDeviceGivesTheQueuesMinimum) {
+  PolicySpec p = BasePolicy();
+  for (QueueSpec& q : p.queues) {
+    if (q.name == "inter") q.min_isolation = 3;  // driver
+  }
+  World w(p, {Node("n0", "inter", 2)});
+  w.e->SetDeviceIsolation("n0", 0, 1);  // preload
+  w.e->SetDeviceIsolation("n0", 1, 3);  // driver
+  for (int i = 0; i < 6; ++i) w.Submit(Job("s" + std::to_string(i), "inter", "a"), 0);
+  w.e->RunCycle(0);
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_EQ(w.State("s" + std::to_string(i)), JobState::kRunning) << i;
+    EXPECT_EQ(w.View("s" + std::to_string(i)).grants[0].device, 1) << i;
+  }
+  EXPECT_EQ(w.State("s5"), JobState::kPending) << "device 0 is only preload";
+  EXPECT_NE(w.View("s5").wait_reason.find("its queue wants isolation 'driver' or better"),
+            std::string::npos)
+      << w.View("s5").wait_reason;
+  w.e->SetDeviceIsolation("n0", 0, 4);  // hardware (say, it was reported again)
+  w.e->RunCycle(1);
+  EXPECT_EQ(w.State("s5"), JobState::kRunning);
+  w.Done();
+}
+
 }  // namespace
 }  // namespace tessera::quota

@@ -226,6 +226,10 @@ class QuotaEngine {
   // reports); what it holds stays until the caller ends, requeues or lets it finish. Reopened,
   // it takes work again. An unknown node or index is ignored.
   virtual void SetDeviceClosed(const std::string& node, int index, bool closed) = 0;
+  // The isolation a share gets on the device (model/isolation.h rank; default 1, "preload": the
+  // cap library alone), as its agent reports it. Shares of a queue with a higher min_isolation
+  // are not placed there. An unknown node or index is ignored.
+  virtual void SetDeviceIsolation(const std::string& node, int index, int rank) = 0;
   // The GPU capacity (thousandths of a card) an external pool (QueueSpec::external_pool) has
   // for this engine's jobs; negative: unbounded (the default).
   virtual void SetExternalCapacity(const std::string& pool, int64_t gpu_milli) = 0;

@@ -64,6 +64,7 @@ struct Dev {
   bool mig = false;     // MIG mode on
   bool split = false;   // has partition slots (MIG on, or AMD with more than one partition)
   bool closed = false;  // takes no new work (SetDeviceClosed: cordoned or unhealthy)
+  int isolation = 1;    // what a share gets here (SetDeviceIsolation); 1: preload
   // Split by the engine itself (MIG enabled, AMD switched, for partition demand), not as
   // registered: an idle one goes back to whole when whole or share demand waits.
   bool engine_split = false;
@@ -120,7 +121,8 @@ struct Grant {
 struct Job {
   std::string id, identity;
   int group = 0, queue = 0, profile = 0;
-  int swap_oc = 0;  // its queue's swap_overcommit_percent
+  int swap_oc = 0;        // its queue's swap_overcommit_percent
+  int min_isolation = 0;  // its queue's: a share only where the device's grade is at least this
   WorkloadClass cls = WorkloadClass::kBatch;
   std::vector<AllocationForm> forms;
   uint64_t pools = 0;
@@ -215,6 +217,7 @@ class Engine final : public QuotaEngine {
   Result<int> AddNode(const NodeSpec& node, int64_t now) override;
   void SetNodeDown(const std::string& node, bool down) override;
   void SetDeviceClosed(const std::string& node, int index, bool closed) override;
+  void SetDeviceIsolation(const std::string& node, int index, int rank) override;
   void SetExternalCapacity(const std::string& pool, int64_t gpu_milli) override;
   void Cancel(int job, int64_t now, const std::string& why) override;
   void Requeue(int job, int64_t now, const std::string& why) override;

@@ -72,6 +72,13 @@ void Engine::SetDeviceClosed(const std::string& name, int index, bool closed) {
   memo_.clear();
 }
 
+void Engine::SetDeviceIsolation(const std::string& name, int index, int rank) {
+  const int n = NodeByName(name);
+  if (n < 0 || index < 0 || index >= static_cast<int>(nodes_[n].devs.size())) return;
+  devs_[nodes_[n].devs[index]].isolation = rank;
+  memo_.clear();
+}
+
 void Engine::SetExternalCapacity(const std::string& pool, int64_t gpu_milli) {
   if (gpu_milli < 0) {
     ext_cap_.erase(pool);

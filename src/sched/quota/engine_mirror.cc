@@ -171,7 +171,8 @@ bool Engine::PolicyPick(Job& j, int self, AllocationForm f, Candidate* c) {
       grants.push_back({p.node, di, -1, d.memory, kWholeGpu, j.cpu, j.mem});
     } else {
       const MiB want = j.gpu_mem > 0 ? j.gpu_mem : d.memory * j.gpu_milli / kWholeGpu;
-      ok = ok && d.ShareKindFits(j.swap_oc) && d.share_mem + want <= d.share_capacity(j.swap_oc) &&
+      ok = ok && d.isolation >= j.min_isolation && d.ShareKindFits(j.swap_oc) &&
+           d.share_mem + want <= d.share_capacity(j.swap_oc) &&
            d.share_weight + j.gpu_milli <= d.weight_capacity(j.swap_oc) &&
            (j.swap_oc == 0 || SwapRoom(di, want));
       grants.push_back({p.node, di, -1, want, j.gpu_milli, j.cpu, j.mem});

@@ -268,7 +268,7 @@ bool Engine::FindShare(Job& j, int self, Candidate* c, bool* blocked) {
   auto fits = [&](int di, bool* bf) {
     const Dev& d = devs_[di];
     if (!InPools(j, d.pool) || !PoolAllows(d.pool, AllocationForm::kShare)) return false;
-    if (d.split || d.whole >= 0) return false;
+    if (d.split || d.whole >= 0 || d.isolation < j.min_isolation) return false;
     MiB want = cap > 0 ? cap : d.memory * j.gpu_milli / kWholeGpu;
     if (!d.ShareKindFits(j.swap_oc) || d.share_mem + want > d.share_capacity(j.swap_oc) ||
         d.share_weight + j.gpu_milli > d.weight_capacity(j.swap_oc) ||
@@ -548,6 +548,12 @@ void Engine::NoRoomReason(const Job& j, bool blocked, std::string* step,
     *step = "Placement";
     *reason = "no room for " + shape + " in pools " + PoolNames(j) +
               (j.gpu_count > max_devs_per_node_ ? " (gang across nodes, all or nothing)" : "");
+    if (j.min_isolation > 0 &&
+        std::find(j.forms.begin(), j.forms.end(), AllocationForm::kShare) != j.forms.end()) {
+      static const char* kGrades[] = {"none", "preload", "mps", "driver", "hardware"};
+      *reason += "; its queue wants isolation '" + std::string(kGrades[j.min_isolation]) +
+                 "' or better: shares only on devices that give it";
+    }
     // A request no node present could hold even empty says so, with the largest there is: it
     // waits for a larger node to join, not for others to finish.
     const int per_node = j.gpu_count > max_devs_per_node_ ? 1 : std::max(j.gpu_count, 1);

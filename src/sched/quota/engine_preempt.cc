@@ -215,7 +215,8 @@ void Engine::PreemptForWholeEveryWay(const Job& j, const NodeRt& node,
 void Engine::PreemptForShare(const Job& j, int self, bool reclaim, PreemptOption* best) {
   for (size_t di = 0; di < devs_.size(); ++di) {
     const Dev& d = devs_[di];
-    if (!InPools(j, d.pool) || !PoolAllows(d.pool, AllocationForm::kShare) || d.plan.active)
+    if (!InPools(j, d.pool) || !PoolAllows(d.pool, AllocationForm::kShare) || d.plan.active ||
+        d.isolation < j.min_isolation)
       continue;
     if (KeptFromMe(d, j, self)) continue;
     MiB want = j.gpu_mem > 0 ? j.gpu_mem : d.memory * j.gpu_milli / kWholeGpu;

@@ -280,6 +280,7 @@ Result<Job> Engine::Build(const JobSpec& spec) const {
   }
   j.queue = q->second;
   j.swap_oc = queue.swap_overcommit_percent;
+  j.min_isolation = queue.min_isolation;
   j.max_runtime = queue.max_runtime_s;
   j.min_runtime = queue.min_runtime_s;
   j.preempt_delay = queue.preemption_delay_s;

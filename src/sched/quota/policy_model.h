@@ -89,6 +89,11 @@ struct QueueSpec {
   // Devices hold shares of one overcommit only, so a share that cannot be swapped never sits
   // where the memory is overcommitted. Set from the server config's queue `swap`/`overcommit`.
   int swap_overcommit_percent = 0;
+  // The least isolation its shares accept (model/isolation.h: 0 none ... 4 hardware; set from
+  // the server config's queue `isolation`): a share is placed only on a device whose grade
+  // (QuotaEngine::SetDeviceIsolation) is at least this. Whole devices and partitions are
+  // hardware and always meet it.
+  int min_isolation = 0;
   // Runtime guards, in seconds (0: none). max_runtime_s: a running job is stopped once it has
   // run this long (a kStopped event says why). min_runtime_s: a running job is no preemption
   // victim (reclaim, priority, drain for a repartition) before it has run this long.

@@ -87,6 +87,7 @@ bool Agent::UploadOutput(const std::string& id, Clock::time_point deadline) {
   // Never past the node's limit (the file is cut there; while the job runs, not into where the
   // cut's note would go).
   const int64_t limit = launcher_.UploadableBytes(id);
+  if (!ConfirmOutput(id, &offset)) return false;  // a new leader: does it hold what was sent?
   if (offset >= limit) return true;
   std::ifstream in(launcher_.OutputPath(id), std::ios::binary);
   // A finished job's output that is gone or ends early (a tmp cleaner, a full disk) will not
@@ -121,6 +122,7 @@ bool Agent::UploadOutput(const std::string& id, Clock::time_point deadline) {
     if (!res)
       return Failover(),
              Failed("output upload for job " + id + ": " + httplib::to_string(res.error()));
+    if (res->status == 409 && Rewind(id, res->body, &offset)) continue;  // a new leader
     if (res->status / 100 == 4) {
       // Refused for good (e.g. the job is no longer this node's, or its output is past the
       // server's max_output): give the rest of this output up rather than hold back the job's
@@ -140,6 +142,7 @@ bool Agent::UploadOutput(const std::string& id, Clock::time_point deadline) {
       return true;  // the heartbeat still goes out; the finished report waits for the bytes
     }
     offset += n;
+    recheck_.erase(id);
     launcher_.CapOutputs();  // a job printing fast while this one uploads
   }
   return true;
@@ -149,7 +152,8 @@ bool Agent::Heartbeat() {
   std::vector<FinishedReport> finished;
   for (const auto& [id, f] : finished_) {
     // Only once the control plane holds all of its output.
-    if (uploaded_[id] >= f.output_bytes || !ValidateJobId(id).ok()) finished.push_back(f);
+    if ((uploaded_[id] >= f.output_bytes && recheck_.count(id) == 0) || !ValidateJobId(id).ok())
+      finished.push_back(f);
   }
   std::vector<RunningJob> running = launcher_.Running(true);
   std::vector<DeviceTelemetry> devices = Telemetry(running);
@@ -183,6 +187,9 @@ bool Agent::Heartbeat() {
 
 void Agent::Apply(const HeartbeatReply& reply) {
   for (const std::string& id : reply.ack) {
+    // Reported to an old leader, acked by a new one that may not hold its output: kept until it
+    // does (ConfirmOutput), then reported again.
+    if (recheck_.count(id) != 0) continue;
     // Acked: the control plane holds its output (a finished job is reported only once all of
     // it was uploaded, or given up), so the node's copy goes.
     if (finished_.count(id) != 0 && !launcher_.IsRunning(id) && ValidateJobId(id).ok()) {
@@ -192,6 +199,7 @@ void Agent::Apply(const HeartbeatReply& reply) {
     finished_.erase(id);
     uploaded_.erase(id);
     given_up_.erase(id);
+    recheck_.erase(id);
   }
   if (stopping_) return;  // the last report on the way out: start nothing new
   std::set<std::string> starting;

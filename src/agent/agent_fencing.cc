@@ -1,7 +1,9 @@
 // The node agent under control-plane faults (issue 33; docs/agent-protocol.md, "Faults"): exits
 // kept on disk until acked, the leader epoch that fences a deposed leader's replies, and the
 // partition self-stop.
+#include <algorithm>
 #include <chrono>
+#include <string>
 
 #include "agent/agent_internal.h"
 
@@ -54,12 +56,57 @@ bool Agent::Stale(int64_t epoch) {
     return true;
   }
   if (epoch > epoch_) {
+    // A new leader: what the old one held of each job's output is asked again (ConfirmOutput).
+    if (epoch_ >= 0) {
+      for (const auto& [id, held] : uploaded_) {
+        if (held > 0) recheck_.insert(id);
+      }
+    }
     epoch_ = epoch;
     Status saved = state_.SaveEpoch(epoch);
     if (!saved.ok())
       Warn("leader epoch " + std::to_string(epoch) + " not kept on disk: " + saved.message());
   }
   return false;
+}
+
+int64_t Agent::OutputHeld(const std::string& body) {
+  // The control plane's 409 for an upload past its copy's end: "... continues at byte K, not N".
+  const std::string mark = "continues at byte ";
+  size_t at = body.find(mark);
+  if (at == std::string::npos) return -1;
+  at += mark.size();
+  int64_t held = -1;
+  for (; at < body.size() && body[at] >= '0' && body[at] <= '9'; ++at) {
+    if (held > (int64_t{1} << 50)) return -1;  // no output is that large
+    held = std::max<int64_t>(held, 0) * 10 + (body[at] - '0');
+  }
+  return held;
+}
+
+bool Agent::Rewind(const std::string& id, const std::string& body, int64_t* offset) {
+  const int64_t held = OutputHeld(body);
+  recheck_.erase(id);
+  if (held < 0 || held >= *offset) return false;
+  Info("the control plane holds " + std::to_string(held) + " of the " + std::to_string(*offset) +
+           " output bytes of job " + id + " it was sent (a new leader): sending the rest again",
+       {{"job", id}});
+  *offset = held;
+  return true;
+}
+
+bool Agent::ConfirmOutput(const std::string& id, int64_t* offset) {
+  if (recheck_.count(id) == 0) return true;
+  auto res = client_->Put(OutputPath(id, *offset), "", 0, "application/octet-stream");
+  if (!res)
+    return Failover(),
+           Failed("output check for job " + id + ": " + httplib::to_string(res.error()));
+  if (res->status == 409) {
+    Rewind(id, res->body, offset);
+  } else if (res->status / 100 != 5) {
+    recheck_.erase(id);  // 2xx: it holds them all; another 4xx: the upload itself says so
+  }
+  return true;
 }
 
 void Agent::Reached() {

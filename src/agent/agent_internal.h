@@ -73,6 +73,15 @@ class Agent {
   // remembered, on disk too.
   bool Stale(int64_t epoch);
 
+  // Output under a new leader (a failover): it may hold less of a job's output than the old one
+  // did. ConfirmOutput asks it, for a job marked at the epoch's change, with an upload of nothing
+  // at the offset the old one held; Rewind takes a 409's 'continues at byte K' below what this
+  // agent counted as held and sends the rest again from K (whether it did). OutputHeld: that K
+  // (-1: none named). ConfirmOutput returns false when no server answered.
+  bool ConfirmOutput(const std::string& id, int64_t* offset);
+  bool Rewind(const std::string& id, const std::string& body, int64_t* offset);
+  static int64_t OutputHeld(const std::string& body);
+
   // A successful reply (registration or heartbeat) from the control plane.
   void Reached();
 
@@ -162,6 +171,7 @@ class Agent {
   std::map<std::string, FinishedReport> finished_;    // ended, not yet acked
   std::map<std::string, int64_t> uploaded_;           // output bytes the control plane holds
   std::set<std::string> given_up_;                    // output uploads refused for good
+  std::set<std::string> recheck_;                     // a new leader may lack (ConfirmOutput)
   AgentState state_;                                  // on disk: exits until acked, the epoch
   int64_t epoch_ = -1;                                // the highest leader epoch seen; -1: none
   std::pair<int64_t, int64_t> stale_warned_{-1, -1};  // (stale epoch, epoch_) last warned about

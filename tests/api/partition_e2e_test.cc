@@ -1,0 +1,180 @@
+// Issue 33: a partitioned agent stops its jobs before the leader runs them elsewhere. Real
+// processes: one `tessera serve` with partition_stop, two `tessera agent --simulate` running real
+// job processes; agent n1 reaches the server only through a TCP proxy in this test, which is cut
+// (both processes run on: a network partition). The job's own processes record their pid and
+// their start and end times (wall clock, one machine): the one on the cut-off node must have
+// ended before the leader's replacement on n2 started, and once the partition heals the job
+// still runs once, on n2.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "proc.h"
+#include "serve_fixture.h"
+#include "tcp_proxy.h"
+#include "test_dir.h"
+
+namespace tessera {
+namespace {
+
+// heartbeat_timeout 2 s and partition_stop 3 s: the agent stops its jobs 3 s after its last
+// reply; the leader requeues them PartitionReleaseMs after it last heard from the node
+// (3 s + max(cancel_grace, 10 s) + 2 s = 15 s).
+const char* kConfig = R"(
+heartbeat_timeout: 2s
+partition_stop: 3s
+identities:
+  - {name: alice, role: user, groups: [research], token: alice-token-1}
+  - {name: admin, role: admin, token: admin-token-1}
+  - {name: agent, role: agent, token: agent-token-1}
+groups: [{name: research}]
+profiles: [{name: train, gpus: 1, cpu: 100m, memory: 64MiB, forms: [whole]}]
+queues: [{name: training, profile: train, groups: [research], requeue_on_loss: true}]
+)";
+
+// One run of the job as its own process recorded it: "start PID NS" and, on SIGTERM, "end PID NS".
+struct JobRun {
+  int64_t pid = 0;
+  int64_t start_ns = 0;
+  int64_t end_ns = 0;  // 0: not ended (or killed without its trap)
+};
+
+std::vector<JobRun> Runs(const std::string& dir) {
+  std::vector<JobRun> runs;
+  std::error_code ec;
+  for (const auto& f : std::filesystem::directory_iterator(dir, ec)) {
+    std::ifstream in(f.path());
+    JobRun r;
+    std::string word;
+    int64_t pid = 0, ns = 0;
+    while (in >> word >> pid >> ns) {
+      r.pid = pid;
+      (word == "start" ? r.start_ns : r.end_ns) = ns;
+    }
+    if (r.start_ns > 0) runs.push_back(r);
+  }
+  std::sort(runs.begin(), runs.end(),
+            [](const JobRun& a, const JobRun& b) { return a.start_ns < b.start_ns; });
+  return runs;
+}
+
+std::string Describe(const std::vector<JobRun>& runs) {
+  std::ostringstream o;
+  for (const JobRun& r : runs)
+    o << "[pid " << r.pid << " " << r.start_ns << ".." << r.end_ns << "] ";
+  return o.str();
+}
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+class PartitionE2eTest : public testing::ServeFixture {
+ protected:
+  void TearDown() override {
+    StopAgents();
+    server_.reset();
+  }
+  // `tessera agent` for `node` reaching the server at `port` (the proxy's).
+  void StartAgentVia(const std::string& node, int port) {
+    agents_.push_back(std::make_unique<testing::Proc>(
+        std::vector<std::string>{
+            testing::kTessera, "agent", "--server", "http://127.0.0.1:" + std::to_string(port),
+            "--token-file", testing::TokenFile("agent-token-1"), "--node", node, "--simulate",
+            "1xH100-80GB", "--work", dir_ + "/work-" + node, "--cgroup-root", ""},
+        dir_ + "/agent-" + node + ".log"));
+  }
+  std::string JobNode(const std::string& id) {
+    Json j = Job(id);
+    return j.contains("placement") && j["placement"].is_object() ? j["placement"].value("node", "")
+                                                                 : "";
+  }
+  std::string Logs() {
+    std::string out = "--- serve\n" + server_->Log();
+    for (const char* n : {"n1", "n2"})
+      out +=
+          std::string("--- agent ") + n + "\n" + testing::ReadFile(dir_ + "/agent-" + n + ".log");
+    return out;
+  }
+};
+
+TEST_F(PartitionE2eTest, ACutOffAgentStopsItsJobBeforeTheLeaderStartsItElsewhere) {
+  dir_ = tessera::testing::FreshTestDir("partition");
+  std::ofstream(dir_ + "/config.yaml") << tessera::testing::WithJobAccounts(kConfig);
+  const std::string records = dir_ + "/records";
+  std::filesystem::create_directories(records);
+  ::chmod(records.c_str(), 0777);  // the job runs as JobAccount()
+  StartServer();
+  testing::TcpProxy proxy(port_);
+  StartAgentVia("n1", proxy.port());
+  ASSERT_TRUE(WaitFor([&] { return ReadyNodes() == 1; })) << Logs();
+  const std::string script = "R=" + records +
+                             "; echo \"start $$ $(date +%s%N)\" > $R/$$.rec;"
+                             " trap 'echo \"end $$ $(date +%s%N)\" >> $R/$$.rec; exit 0' TERM;"
+                             " while :; do sleep 0.1; done";
+  Json r =
+      Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"/bin/sh", "-c", script}}});
+  ASSERT_TRUE(r.is_object() && r.contains("id")) << r.dump();
+  const std::string id = r["id"];
+  ASSERT_TRUE(WaitFor([&] { return State(id) == "running" && Runs(records).size() == 1; }))
+      << Job(id).dump() << Logs();
+  ASSERT_EQ(JobNode(id), "n1");
+  StartAgent("n2");  // directly, not through the proxy
+  ASSERT_TRUE(WaitFor([&] { return ReadyNodes() == 2; })) << Logs();
+
+  // The partition: n1's agent and its job run on, cut off from the leader.
+  const int64_t cut_ns = NowNs();
+  proxy.Cut();
+  ASSERT_TRUE(WaitFor([&] { return Runs(records).size() >= 2; }, 40000))
+      << "the job never started again elsewhere: " << Describe(Runs(records)) << Job(id).dump()
+      << Logs();
+  std::vector<JobRun> runs = Runs(records);
+  ASSERT_EQ(runs.size(), 2u) << Describe(runs);
+  const JobRun& old_run = runs[0];
+  const JobRun& new_run = runs[1];
+  EXPECT_NE(old_run.pid, new_run.pid);
+  ASSERT_GT(old_run.end_ns, 0) << "the cut-off node's process was still running when the job "
+                                  "started elsewhere: "
+                               << Describe(runs) << Logs();
+  EXPECT_LT(old_run.end_ns, new_run.start_ns)
+      << "the job ran twice at once: " << Describe(runs) << Logs();
+  EXPECT_GT(old_run.end_ns, cut_ns) << "the old process ended before the cut: " << Describe(runs);
+  ASSERT_TRUE(WaitFor([&] { return State(id) == "running" && JobNode(id) == "n2"; }))
+      << Job(id).dump();
+  EXPECT_FALSE(Events("kind=job.requeued&subject=" + id).empty());
+  std::printf(
+      "[partition] cut -> old process ended %.2f s; cut -> new process started %.2f s; gap %.2f "
+      "s\n",
+      static_cast<double>(old_run.end_ns - cut_ns) / 1e9,
+      static_cast<double>(new_run.start_ns - cut_ns) / 1e9,
+      static_cast<double>(new_run.start_ns - old_run.end_ns) / 1e9);
+
+  // Healed: n1's agent reports the exit of its run; that does not end or start the job again.
+  proxy.Heal();
+  ASSERT_TRUE(WaitFor([&] { return NodeState("n1") == "ready"; }, 20000)) << Nodes().dump();
+  std::this_thread::sleep_for(std::chrono::seconds(3));  // a few heartbeats of n1 (the point)
+  EXPECT_EQ(State(id), "running") << Job(id).dump();
+  EXPECT_EQ(JobNode(id), "n2") << Job(id).dump();
+  runs = Runs(records);
+  EXPECT_EQ(runs.size(), 2u) << Describe(runs);
+  int alive = 0;
+  for (const JobRun& run : runs)
+    alive += run.end_ns == 0 && ::kill(static_cast<pid_t>(run.pid), 0) == 0;
+  EXPECT_EQ(alive, 1) << Describe(runs);
+}
+
+}  // namespace
+}  // namespace tessera

@@ -50,10 +50,33 @@ Status ReadPools(const YAML::Node& root, quota::PolicySpec& p) {
   });
 }
 
+// A group's users: {alice: {weight: 2, limit: {gpu: 4}}, bob: {}} (fair share inside the group).
+Status ReadMembers(const YAML::Node& n, const std::string& f, quota::GroupSpec& g) {
+  if (!n.IsMap()) return FieldError(f, "expected a map of identity to {weight, limit}");
+  for (const auto& kv : n) {
+    quota::MemberSpec m;
+    m.identity = Scalar(kv.first);
+    const std::string mf = f + "[" + m.identity + "]";
+    const YAML::Node v = kv.second;
+    if (v && !v.IsNull()) {
+      if (!v.IsMap()) return FieldError(mf, "expected a map with weight and limit");
+      TESSERA_TRY(KnownKeys(v, mf, {"weight", "limit"}));
+      if (v["weight"]) TESSERA_TRY_ASSIGN(m.weight_milli, GetMilli(v["weight"], mf + ".weight"));
+      if (v["limit"]) {
+        TESSERA_TRY_ASSIGN(m.limit,
+                           GetResources(v["limit"], mf + ".limit", quota::UnlimitedResources()));
+      }
+    }
+    g.members.push_back(m);
+  }
+  return Status::Ok();
+}
+
 Status ReadGroups(const YAML::Node& root, quota::PolicySpec& p) {
   return ForEachEntry(root, "groups", [&](const YAML::Node& n, const std::string& f) -> Status {
     TESSERA_TRY(KnownKeys(
-        n, f, {"name", "parent", "reservation", "limit", "weight", "run_as", "members_cancel"}));
+        n, f,
+        {"name", "parent", "reservation", "limit", "weight", "run_as", "members_cancel", "users"}));
     quota::GroupSpec g;
     if (n["name"]) TESSERA_TRY_ASSIGN(g.name, GetString(n["name"], f + ".name"));
     if (n["parent"]) TESSERA_TRY_ASSIGN(g.parent, GetString(n["parent"], f + ".parent"));
@@ -68,6 +91,7 @@ Status ReadGroups(const YAML::Node& root, quota::PolicySpec& p) {
     if (n["run_as"]) TESSERA_TRY_ASSIGN(g.run_as, GetString(n["run_as"], f + ".run_as"));
     if (n["members_cancel"])
       TESSERA_TRY_ASSIGN(g.members_cancel, GetBool(n["members_cancel"], f + ".members_cancel"));
+    if (n["users"]) TESSERA_TRY(ReadMembers(n["users"], f + ".users", g));
     p.groups.push_back(g);
     return Status::Ok();
   });
@@ -114,9 +138,9 @@ Status ReadQueues(const YAML::Node& root, const PolicyKeys& keys, quota::PolicyS
   if (keys.require_queues && (!root["queues"] || root["queues"].size() == 0)) {
     return FieldError("queues", "at least one queue is needed");
   }
-  std::set<std::string> known = {"name",        "profile",     "groups",
-                                 "priority",    "preemptible", "class",
-                                 "max_runtime", "min_runtime", "preemption_delay"};
+  std::set<std::string> known = {
+      "name",        "profile",     "groups",           "priority",     "preemptible", "class",
+      "max_runtime", "min_runtime", "preemption_delay", "idle_timeout", "idle_action"};
   known.insert(keys.extra_queue.begin(), keys.extra_queue.end());
   return ForEachEntry(root, "queues", [&](const YAML::Node& n, const std::string& f) -> Status {
     TESSERA_TRY(KnownKeys(n, f, known));
@@ -152,6 +176,19 @@ Status ReadQueues(const YAML::Node& root, const PolicyKeys& keys, quota::PolicyS
     if (n["preemption_delay"]) {
       TESSERA_TRY_ASSIGN(q.preemption_delay_s,
                          GetDuration(n["preemption_delay"], f + ".preemption_delay"));
+    }
+    // Idle holdings given back: a share of a swapping queue is swapped out; anything else is
+    // requeued (idle_action: requeue, the default) or stopped (idle_action: stop).
+    if (n["idle_timeout"])
+      TESSERA_TRY_ASSIGN(q.idle_timeout_s, GetDuration(n["idle_timeout"], f + ".idle_timeout"));
+    if (n["idle_action"]) {
+      std::string a;
+      TESSERA_TRY_ASSIGN(a, GetString(n["idle_action"], f + ".idle_action"));
+      if (a != "requeue" && a != "stop")
+        return FieldError(f + ".idle_action", "must be requeue or stop, not '" + a + "'");
+      if (!n["idle_timeout"]) return FieldError(f + ".idle_action", "needs idle_timeout");
+      q.idle_action = a == "stop" ? quota::QueueSpec::IdleAction::kStop
+                                  : quota::QueueSpec::IdleAction::kRequeue;
     }
     p.queues.push_back(q);
     return Status::Ok();

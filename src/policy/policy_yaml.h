@@ -2,13 +2,17 @@
 // (`tessera sim scenario`) declare groups, pools, profiles, queues and the class-to-form table
 // with the same keys, read here into quota::PolicySpec and checked by quota::Validate:
 //
-//   grace: 30s                      # a preempted job keeps its slot this long (SIGTERM, then
-//   SIGKILL) fair_share_half_life: 1h repartition: true               # may the cycle change
-//   partition layouts repartition_horizon: 1h pools:    [{name, forms: [whole|partition|share]}]
-//   groups:   [{name, parent, reservation: {gpu, gpu_memory, cpu, memory}, limit: {...}, weight}]
+//   grace: 30s                # a preempted job keeps its slot this long (SIGTERM, then SIGKILL)
+//   fair_share_half_life: 1h
+//   repartition: true         # may the cycle change partition layouts
+//   repartition_horizon: 1h
+//   pools:    [{name, forms: [whole|partition|share]}]
+//   groups:   [{name, parent, reservation: {gpu, gpu_memory, cpu, memory}, limit: {...}, weight,
+//               users: {IDENTITY: {weight, limit: {...}}}}]   # fair share inside the group
 //   profiles: [{name, gpus, gpu_fraction, gpu_memory, cpu, memory, max_gpus, max_gpu_memory,
 //               forms, pools}]      # amounts per device; cpu and memory per device for GPU jobs
-//   queues:   [{name, profile, groups, priority, preemptible, class}]
+//   queues:   [{name, profile, groups, priority, preemptible, class, max_runtime, min_runtime,
+//               preemption_delay, idle_timeout, idle_action: requeue|stop}]
 //   class_forms: {training: [whole], inference: [partition], ...}
 //
 // A limit component not given is unlimited; one given as 0 is zero. The caller names the other

@@ -172,9 +172,10 @@ Status ParseWorkloadRequest(const YAML::Node& n, const std::string& f, WorkloadE
 
 Result<WorkloadEntry> ParseWorkloadEntry(const YAML::Node& n, size_t i) {
   std::string f = "workload[" + std::to_string(i) + "]";
-  TRY(KnownKeys(n, f,
-                {"queue", "identity", "group", "count", "at", "interval", "duration", "class",
-                 "form", "gpus", "gpu_fraction", "gpu_memory", "cpu", "memory", "walltime"}));
+  TRY(KnownKeys(
+      n, f,
+      {"queue", "identity", "group", "count", "at", "interval", "duration", "class", "form", "gpus",
+       "gpu_fraction", "gpu_memory", "cpu", "memory", "walltime", "idle_after"}));
   WorkloadEntry w;
   if (!n["queue"]) return FieldError(f + ".queue", "required");
   w.base.queue = Scalar(n["queue"]);
@@ -191,6 +192,7 @@ Result<WorkloadEntry> ParseWorkloadEntry(const YAML::Node& n, size_t i) {
   if (w.durations_s.empty()) return FieldError(f + ".duration", "empty list");
   TRY(ParseWorkloadRequest(n, f, &w));
   if (n["walltime"]) TRY_ASSIGN(w.declare_walltime, GetBool(n["walltime"], f + ".walltime"));
+  if (n["idle_after"]) TRY_ASSIGN(w.idle_after_s, GetDuration(n["idle_after"], f + ".idle_after"));
   return w;
 }
 
@@ -219,7 +221,17 @@ Result<Scenario> Parse(const YAML::Node& root) {
   Scenario s;
   policy::PolicyKeys keys;
   keys.extra_root = {"name", "until", "cycle", "nodes", "workload", "compare_with", "outages"};
+  keys.extra_queue = {"swap"};
   TRY_ASSIGN(s.policy, policy::ParsePolicy(root, keys));
+  // A queue's `swap: true` (as in the server's config, with its default overcommit of 2): its
+  // shares may swap, and an idle one is swapped out by idle_timeout rather than stopped.
+  for (size_t i = 0; root["queues"] && i < root["queues"].size(); ++i) {
+    const YAML::Node q = root["queues"][i];
+    if (!q["swap"]) continue;
+    bool swap = false;
+    TRY_ASSIGN(swap, GetBool(q["swap"], "queues[" + policy::EntryName(q, i) + "].swap"));
+    s.policy.queues[i].swap_overcommit_percent = swap ? 200 : 0;
+  }
   s.name = root["name"] ? Scalar(root["name"]) : "scenario";
   if (root["until"]) TRY_ASSIGN(s.until_s, GetDuration(root["until"], "until"));
   if (root["cycle"]) TRY_ASSIGN(s.cycle_s, GetDuration(root["cycle"], "cycle"));
@@ -256,6 +268,7 @@ std::string Reason(const quota::Event& e) {
   const std::string& d = e.detail;
   if (e.kind == quota::EventKind::kPreempted) {
     if (d.rfind("reclaim", 0) == 0) return "reclaim: a group below its reservation took it back";
+    if (d.rfind("idle_timeout", 0) == 0) return "idle past its queue's idle_timeout: requeued";
     if (d.rfind("priority", 0) == 0) return "priority preemption inside the group";
     if (d.rfind("drain", 0) == 0) return "drained for a repartition";
     return d.substr(0, d.find(';'));
@@ -272,6 +285,7 @@ struct Arrival {
   quota::JobSpec spec;
   int64_t duration = 0;
   MilliGpu nominal_gpu = 0;
+  int64_t idle_after = -1;
 };
 
 // The jobs of one workload entry, numbered "IDENTITY-ENTRY-I".
@@ -287,6 +301,7 @@ void AddArrivals(const WorkloadEntry& w, size_t k, const quota::ProfileSpec* pro
       a.spec.gpu_memory_mib = w.gpu_memory_mib[static_cast<size_t>(i) % w.gpu_memory_mib.size()];
     }
     a.spec.walltime_s = w.declare_walltime ? a.duration : 0;
+    a.idle_after = w.idle_after_s;
     int count = a.spec.gpu_count.value_or(prof ? prof->gpu_count : 1);
     MilliGpu milli = a.spec.gpu_milli.value_or(prof ? prof->gpu_milli : kWholeGpu);
     a.nominal_gpu = count * milli;
@@ -318,6 +333,7 @@ struct SimJob {
   int group = 0;
   int cls = 0;
   int64_t submit = 0, duration = 0, start = -1;
+  int64_t idle_after = -1;
   MilliGpu nominal = 0;
   bool started_once = false;
   bool pending = false;
@@ -413,6 +429,25 @@ class ScenarioRun {
     while (true) {
       bool has_arrival = next_ < arrivals_.size() && arrivals_[next_].time <= t;
       bool has_done = !completions_.empty() && std::get<0>(completions_.top()) <= t;
+      // Idleness (idle_after) and the idle guard's give-backs, at their exact seconds: before
+      // what happens later, after a completion at the same second.
+      int64_t later = t;
+      if (has_arrival) later = std::min(later, arrivals_[next_].time);
+      if (has_done) later = std::min(later, std::get<0>(completions_.top()));
+      if (!idles_.empty() && std::get<0>(idles_.top()) <= later &&
+          !(has_done && std::get<0>(completions_.top()) == std::get<0>(idles_.top()))) {
+        auto [at, h, start] = idles_.top();
+        idles_.pop();
+        if (e_.job_state(h) == quota::JobState::kRunning && jobs_[h].start == start)
+          e_.SetIdle(h, at);
+        continue;
+      }
+      const int64_t give_back = e_.NextIdleGiveBack();
+      if (give_back >= 0 && give_back <= later &&
+          !(has_done && std::get<0>(completions_.top()) <= give_back)) {
+        e_.GiveBackIdle(give_back);
+        continue;
+      }
       const int64_t stop = e_.NextRuntimeStop();
       if (stop >= 0 && stop <= t && (!has_done || stop < std::get<0>(completions_.top())) &&
           (!has_arrival || stop <= arrivals_[next_].time)) {
@@ -450,6 +485,7 @@ class ScenarioRun {
     sj.cls = static_cast<int>(e_.job(*h).cls);
     sj.submit = a.time;
     sj.duration = a.duration;
+    sj.idle_after = a.idle_after;
     sj.nominal = a.nominal_gpu;
     handle_of_[a.spec.id] = *h;
   }
@@ -459,14 +495,20 @@ class ScenarioRun {
     const std::vector<quota::Event>& ev = e_.events();
     for (; cursor_ < ev.size(); ++cursor_) {
       const quota::Event& x = ev[cursor_];
+      if (x.kind == quota::EventKind::kSwappedOut) {
+        ++r_.swapped_out;
+        if (r_.notable_events.size() < 50) r_.notable_events.push_back(x);
+        continue;
+      }
       if (x.kind == quota::EventKind::kPreempted) {
+        if (x.detail.rfind("idle_timeout:", 0) == 0) ++r_.idle_requeued;
         ++r_.preemptions;
         ++preempt_reasons_[Reason(x)];
         if (r_.notable_events.size() < 50) r_.notable_events.push_back(x);
         continue;
       }
       if (x.kind == quota::EventKind::kStopped) {
-        ++r_.stopped;
+        ++(x.detail.rfind("idle_timeout:", 0) == 0 ? r_.idle_stopped : r_.stopped);
         if (r_.notable_events.size() < 50) r_.notable_events.push_back(x);
         continue;
       }
@@ -494,6 +536,8 @@ class ScenarioRun {
       }
       sj.start = x.time;
       completions_.push({x.time + sj.duration, it->second, x.time});
+      if (sj.idle_after >= 0 && sj.idle_after < sj.duration)
+        idles_.push({x.time + sj.idle_after, it->second, x.time});
       if (!sj.started_once) {
         sj.started_once = true;
         group_waits_[sj.group].push_back(x.time - sj.submit);
@@ -503,6 +547,14 @@ class ScenarioRun {
   }
 
   void SampleGroups(int64_t t) {
+    const std::vector<quota::MemberView> mv = e_.members();
+    for (size_t m = 0; m < mv.size(); ++m) {
+      if (m >= r_.members.size()) {
+        r_.members.push_back({mv[m].group, mv[m].identity, mv[m].weight_milli, {}});
+        r_.members.back().gpu_held.assign(r_.sample_times.size() - 1, 0);  // not seen before
+      }
+      r_.members[m].gpu_held.push_back(mv[m].usage.gpu_milli);
+    }
     std::vector<quota::GroupView> gv = e_.groups();
     for (size_t g = 0; g < gv.size(); ++g) {
       GroupReport& gr = r_.groups[g];
@@ -595,6 +647,7 @@ class ScenarioRun {
   // Pending nominal GPU per group, for "demand within the reservation".
   std::vector<std::multiset<MilliGpu>> pending_gpu_;
   std::priority_queue<Completion, std::vector<Completion>, std::greater<>> completions_;
+  std::priority_queue<Completion, std::vector<Completion>, std::greater<>> idles_;  // idle_after
   std::map<std::string, int64_t> preempt_reasons_, repart_reasons_;
   std::vector<int64_t> short_since_;
   double gpu_util_sum_ = 0, mem_util_sum_ = 0;

@@ -17,8 +17,11 @@
 //   class_forms: {training: [whole], inference: [partition], ...}   (overrides the default)
 //   workload:  [{queue, identity, group, count, at, interval, duration, class, form, gpus,
 //   gpu_fraction,
-//                gpu_memory, cpu, memory, walltime}]  -- duration and gpu_memory may be lists,
-//                used in turn; walltime (default true) declares the duration for backfill
+//                gpu_memory, cpu, memory, walltime, idle_after}]  -- duration and gpu_memory may
+//                be lists, used in turn; walltime (default true) declares the duration for
+//                backfill; idle_after: held but idle from that long after each start
+//   groups may list users: {IDENTITY: {weight, limit}} (fair share inside the group, reported
+//   per member); queues may give back idle holdings (idle_timeout, idle_action)
 //   compare_with: {name, class_forms: {...}}  -- run again with this table and compare
 //   outages:   [{node, at, for}]  -- the node is lost at `at` (what it held goes back to pending)
 //                and returns `for` later
@@ -52,6 +55,9 @@ struct WorkloadEntry {
   std::vector<int64_t> durations_s;  // used in turn
   std::vector<MiB> gpu_memory_mib;   // used in turn; empty = the profile's
   bool declare_walltime = true;
+  // Held but idle from this long after each start until it ends (-1: always active): what its
+  // agent would report, fed to QuotaEngine::SetIdle at that second (queues' idle_timeout).
+  int64_t idle_after_s = -1;
 };
 
 // A node lost for a while.
@@ -120,19 +126,30 @@ struct ClassReport {
   int64_t wait_p50_s = 0, wait_p99_s = 0, wait_max_s = 0;
 };
 
+// One identity of a group that lists its users (fair share inside the group).
+struct MemberReport {
+  std::string group, identity;
+  int64_t weight_milli = 1000;
+  std::vector<MilliGpu> gpu_held;  // one sample per cycle
+};
+
 struct RunReport {
   std::string name;
   int64_t cycles = 0;
   int64_t jobs = 0;
   int64_t rejected = 0;
   int64_t preemptions = 0;
-  int64_t stopped = 0;  // by a runtime guard (a queue's max_runtime)
+  int64_t stopped = 0;        // by a runtime guard (a queue's max_runtime)
+  int64_t swapped_out = 0;    // idle shares swapped out by their queue's idle_timeout
+  int64_t idle_requeued = 0;  // idle holdings requeued by their queue's idle_timeout
+  int64_t idle_stopped = 0;   // ... and stopped (idle_action stop)
   int64_t repartitions = 0;
   int64_t backfilled = 0;
   double gpu_compute_utilization = 0;  // time-averaged allocated / capacity, 0..1
   double gpu_memory_utilization = 0;
   std::vector<GroupReport> groups;
   std::vector<ClassReport> classes;
+  std::vector<MemberReport> members;                                // groups that list users only
   std::vector<std::pair<std::string, int64_t>> preemption_reasons;  // reason -> count
   std::vector<std::pair<std::string, int64_t>> repartition_reasons;
   std::vector<quota::Event> notable_events;       // first preemptions and repartitions, in order
@@ -159,6 +176,10 @@ struct RunOptions {
 
 Result<RunReport> RunOnce(const Scenario& s, const std::string& name, RunOptions o = {});
 Result<ScenarioReport> RunScenario(const Scenario& s, RunOptions o = {});
+
+// Per hour of the run (samples at [h*3600, (h+1)*3600)), the mean of `held` (one sample per
+// cycle, as GroupReport::gpu_held and MemberReport::gpu_held), in milli-GPU.
+std::vector<double> HourlyMean(const RunReport& r, const std::vector<MilliGpu>& held);
 
 std::string ReportJson(const ScenarioReport& r);  // one JSON object
 std::string ReportText(const ScenarioReport& r);  // for people

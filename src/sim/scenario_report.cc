@@ -1,5 +1,6 @@
 // Scenario reports: a run as JSON, a comparison as text, a utilization chart as SVG.
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -12,6 +13,20 @@ namespace tessera::sim {
 
 using quota::WorkloadClass;
 
+std::vector<double> HourlyMean(const RunReport& r, const std::vector<MilliGpu>& held) {
+  std::vector<double> sum;
+  std::vector<int64_t> n;
+  for (size_t i = 0; i < held.size() && i < r.sample_times.size(); ++i) {
+    const size_t hour = static_cast<size_t>(r.sample_times[i] / 3600);
+    if (hour >= sum.size()) sum.resize(hour + 1, 0), n.resize(hour + 1, 0);
+    sum[hour] += static_cast<double>(held[i]);
+    ++n[hour];
+  }
+  for (size_t h = 0; h < sum.size(); ++h)
+    sum[h] = n[h] > 0 ? sum[h] / static_cast<double>(n[h]) : 0;
+  return sum;
+}
+
 namespace {
 
 nlohmann::json RunJson(const RunReport& r) {
@@ -23,6 +38,9 @@ nlohmann::json RunJson(const RunReport& r) {
   j["rejected"] = r.rejected;
   j["preemptions"] = r.preemptions;
   j["stopped"] = r.stopped;
+  j["swapped_out"] = r.swapped_out;
+  j["idle_requeued"] = r.idle_requeued;
+  j["idle_stopped"] = r.idle_stopped;
   j["repartitions"] = r.repartitions;
   j["backfilled"] = r.backfilled;
   j["utilization"] = {{"gpu_compute", r.gpu_compute_utilization},
@@ -54,6 +72,17 @@ nlohmann::json RunJson(const RunReport& r) {
          {"reclaim_max_s", g.reclaim_max_s},
          {"limit_exceeded", g.limit_exceeded},
          {"gpu_held", series}});
+  }
+  if (!r.members.empty()) {  // fair share inside groups: mean GPU held per hour
+    j["members"] = nlohmann::json::array();
+    for (const MemberReport& m : r.members) {
+      nlohmann::json hourly = nlohmann::json::array();
+      for (double v : HourlyMean(r, m.gpu_held)) hourly.push_back(std::round(v) / 1000.0);
+      j["members"].push_back({{"group", m.group},
+                              {"identity", m.identity},
+                              {"weight", static_cast<double>(m.weight_milli) / 1000.0},
+                              {"hourly_mean_gpu_held", hourly}});
+    }
   }
   j["classes"] = nlohmann::json::array();
   for (const ClassReport& c : r.classes) {
@@ -124,6 +153,10 @@ std::string ReportText(const ScenarioReport& r) {
     o << "  preemptions " << x.preemptions << ", repartitions " << x.repartitions << ", backfilled "
       << x.backfilled << "\n";
     if (x.stopped > 0) o << "  stopped by a runtime guard (max_runtime): " << x.stopped << "\n";
+    if (x.swapped_out + x.idle_requeued + x.idle_stopped > 0) {
+      o << "  idle holdings given back (idle_timeout): " << x.swapped_out << " swapped out, "
+        << x.idle_requeued << " requeued, " << x.idle_stopped << " stopped\n";
+    }
     for (const auto& [k, v] : x.preemption_reasons)
       o << "    preempted: " << k << " x" << v << "\n";
     for (const auto& [k, v] : x.repartition_reasons)
@@ -137,6 +170,12 @@ std::string ReportText(const ScenarioReport& r) {
         << "/" << g.wait_max_s << " s, short of reservation at most " << g.reclaim_max_s << " s"
         << (g.never_started ? ", " + std::to_string(g.never_started) + " never started" : "")
         << (g.limit_exceeded ? "  LIMIT EXCEEDED" : "") << "\n";
+    }
+    if (!x.members.empty()) o << "  users inside groups (weight: mean GPU held per hour):\n";
+    for (const MemberReport& m : x.members) {
+      o << "    " << m.group << "/" << m.identity << " (" << FormatMilli(m.weight_milli) << "):";
+      for (double v : HourlyMean(x, m.gpu_held)) o << " " << std::round(v / 100) / 10;
+      o << "\n";
     }
     o << "  devices used per class (peak/mean), waits p50/p99/max:\n";
     for (const ClassReport& c : x.classes) {

@@ -1,6 +1,7 @@
 #include "verify/checker.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <sstream>
 #include <utility>
 
@@ -82,6 +83,7 @@ void Checker::AfterCycle(const quota::QuotaEngine& e, int64_t now) {
   CheckHead(s, now);
   CheckStability(e, now);
   CheckFairness(s, now);
+  CheckIdle(s, now);
   preempted_this_cycle_.clear();
 }
 
@@ -94,6 +96,12 @@ void Checker::ReadEvents(const quota::QuotaEngine& e, int64_t now) {
   for (; events_seen_ < ev.size(); ++events_seen_) {
     const quota::Event& x = ev[events_seen_];
     auto h = handle_of_.find(x.job);
+    if (x.detail.rfind("idle_timeout:", 0) == 0 &&
+        (x.kind == EventKind::kPreempted || x.kind == EventKind::kStopped ||
+         x.kind == EventKind::kSwappedOut)) {
+      CheckIdleEvent(x, now);  // a guard's give-back, for no claimant
+      continue;
+    }
     if (x.kind == EventKind::kPlaced) {
       seen_.backfill = seen_.backfill || x.detail.find("[backfill]") != std::string::npos;
       if (h != handle_of_.end() && wants_[h->second].count >= 2) seen_.gang = true;
@@ -303,6 +311,46 @@ void Checker::CheckReclaim(const Snapshot& s, int64_t now) {
                  " milli-GPU inside its reservation and reclaims " + std::to_string(claimed) +
                  " more, past its reservation " + std::to_string(reservation),
              ids);
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// Guards: idle holdings given back.
+
+void Checker::CheckIdleEvent(const quota::Event& x, int64_t now) {
+  auto h = handle_of_.find(x.job);
+  if (h == handle_of_.end()) return;
+  const Want& w = wants_[h->second];
+  if (w.idle_timeout <= 0) {
+    Report(
+        "guard.idle", now,
+        x.job + " was given back for idleness, but its queue has no " + "idle_timeout: " + x.detail,
+        {x.job});
+    return;
+  }
+  // "idle_timeout: idle 300s since ..."
+  const std::string key = "idle_timeout: idle ";
+  const int64_t idle = std::atoll(x.detail.c_str() + key.size());
+  if (idle < w.idle_timeout) {
+    Report("guard.idle", now,
+           x.job + " was given back after " + std::to_string(idle) +
+               " s idle, before its queue's idle_timeout of " + std::to_string(w.idle_timeout) +
+               " s: " + x.detail,
+           {x.job});
+  }
+}
+
+void Checker::CheckIdle(const Snapshot& s, int64_t now) {
+  for (size_t h = 0; h < s.jobs.size() && h < wants_.size(); ++h) {
+    const JobNow& j = s.jobs[h];
+    if (j.state != JobState::kRunning || j.idle_since < 0 || j.swapped_out) continue;
+    const int64_t timeout = wants_[h].idle_timeout;
+    if (timeout > 0 && now - j.idle_since >= timeout) {
+      Report("guard.idle", now,
+             wants_[h].id + " idle since t=" + std::to_string(j.idle_since) +
+                 " still holds past its queue's idle_timeout of " + std::to_string(timeout) + " s",
+             {wants_[h].id});
     }
   }
 }

@@ -22,6 +22,10 @@
 //                         job on its own clock
 //   backfill.head         a job of lower standing that starts while the blocked head waits does
 //                         not put the head's earliest start (by declared walltimes) later
+//   guard.idle            a holding is given back for idleness (swapped out, requeued, stopped)
+//                         only under its queue's idle_timeout and not before it; a running job
+//                         idle past its queue's idle_timeout holds nothing after the next cycle
+//                         (unless swapped out)
 //   stability.reconfigure no device changes mode (MIG on/off, AMD pair) or loses a partition
 //                         more than `max_reconfigurations_per_hour` times in any hour
 //
@@ -108,6 +112,10 @@ class Checker {
                         int64_t now) const;
   void CheckStability(const quota::QuotaEngine& e, int64_t now);
   void CheckFairness(const Snapshot& s, int64_t now);
+  void CheckIdle(const Snapshot& s, int64_t now);
+  // An event giving back an idle holding ("idle_timeout: idle Ns ..."): under its queue's
+  // idle_timeout, and not before.
+  void CheckIdleEvent(const quota::Event& x, int64_t now);
 
   bool Admissible(const Snapshot& s, const Want& w) const;
 

@@ -57,6 +57,7 @@ bool World::PoolAllows(const std::string& pool, AllocationForm f) const {
 Want World::Resolve(const quota::JobSpec& spec) const {
   Want w;
   w.id = spec.id;
+  w.identity = spec.identity;
   w.walltime = spec.walltime_s;
   const quota::QueueSpec* q = nullptr;
   for (const quota::QueueSpec& x : policy.queues) {
@@ -72,6 +73,7 @@ Want World::Resolve(const quota::JobSpec& spec) const {
   w.priority = q->priority;
   w.preemptible = q->preemptible;
   w.external = q->external;
+  w.idle_timeout = q->idle_timeout_s;
   auto forms = quota::FormsFor(policy, *p, spec.cls.value_or(q->default_class), spec.form);
   if (!forms.ok()) return w;
   w.forms = *forms;
@@ -114,6 +116,8 @@ Snapshot Snapshot::Take(const World& w, const quota::QuotaEngine& e,
     const quota::JobView view = e.job(h);
     j.group = w.GroupIndex(view.group);
     j.start = view.start_time;
+    j.idle_since = view.idle_since;
+    j.swapped_out = view.swapped_out;
     for (const quota::GrantView& g : j.grants) {
       j.charge += Resources{g.compute, g.memory, g.cpu, g.host_memory};
       auto n = node_of.find(g.node);

@@ -34,8 +34,10 @@ struct Want {
   MilliCpu cpu = 0;  // per device
   MiB mem = 0;       // per device
   bool external = false;
-  bool valid = false;    // resolved (known queue and profile)
-  int64_t walltime = 0;  // declared run time; 0 = none
+  bool valid = false;        // resolved (known queue and profile)
+  int64_t walltime = 0;      // declared run time; 0 = none
+  int64_t idle_timeout = 0;  // its queue's (guard.idle); 0 = none
+  std::string identity;
 };
 
 struct DeviceInfo {
@@ -92,7 +94,9 @@ struct JobNow {
   std::vector<quota::GrantView> grants;
   std::optional<AllocationForm> form;
   bool borrowed = false;
-  int64_t start = -1;  // while running: when it started
+  int64_t start = -1;        // while running: when it started
+  int64_t idle_since = -1;   // while running and reported idle
+  bool swapped_out = false;  // its idle_timeout swapped it out
 };
 
 // Everything the checks read, as of one instant.

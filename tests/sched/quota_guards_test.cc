@@ -228,3 +228,217 @@ TEST(QuotaGuards, NegativeGuardsAreRefusedNamingTheField) {
 
 }  // namespace
 }  // namespace tessera::quota
+
+namespace tessera::quota {
+namespace {
+
+using namespace quota_world;  // NOLINT
+
+QueueSpec& QueueOf(PolicySpec& p, const std::string& name) {
+  for (QueueSpec& q : p.queues) {
+    if (q.name == name) return q;
+  }
+  ADD_FAILURE() << "no queue " << name;
+  return p.queues.front();
+}
+
+std::vector<Event> KindOf(const World& w, EventKind k) {
+  std::vector<Event> out;
+  for (const Event& e : w.e->events()) {
+    if (e.kind == k) out.push_back(e);
+  }
+  return out;
+}
+
+// idle_timeout (issue 37): a whole card held but idle that long goes back: the job is stopped
+// as a preemption stops it and requeued, with an event naming the idle time; the card is free.
+TEST(QuotaIdleGuard, AnIdleWholeCardIsRequeuedAtItsTimeWithAnEvent) {
+  PolicySpec p = BasePolicy();
+  QueueOf(p, "train").idle_timeout_s = 300;
+  World w(p, {Node("n0", "train", 1)});
+  w.Submit(Job("idle", "train", "a"), 0);
+  w.e->RunCycle(0);
+  ASSERT_EQ(w.State("idle"), JobState::kRunning);
+  const int h = w.h["idle"];
+  EXPECT_EQ(w.e->NextIdleGiveBack(), -1);  // not idle yet
+  w.e->SetIdle(h, 50);
+  EXPECT_EQ(w.e->NextIdleGiveBack(), 350);
+  EXPECT_EQ(w.View("idle").idle_since, 50);
+  EXPECT_EQ(w.View("idle").idle_action_at, 350);  // users are told before it happens
+  EXPECT_EQ(w.View("idle").idle_action, "requeue");
+  EXPECT_EQ(w.e->GiveBackIdle(349), 0);
+  EXPECT_EQ(w.State("idle"), JobState::kRunning);
+  EXPECT_EQ(w.e->GiveBackIdle(350), 1);
+  const std::vector<Event> pre = KindOf(w, EventKind::kPreempted);
+  ASSERT_EQ(pre.size(), 1u);
+  EXPECT_EQ(pre[0].time, 350);
+  EXPECT_EQ(pre[0].detail.rfind("idle_timeout: idle 300s since", 0), 0u) << pre[0].detail;
+  EXPECT_NE(pre[0].detail.find("requeued"), std::string::npos) << pre[0].detail;
+  EXPECT_EQ(w.State("idle"), JobState::kPending);  // grace 0: back to pending at once
+  EXPECT_EQ(w.e->allocated().gpu_milli, 0);
+  EXPECT_EQ(w.e->NextIdleGiveBack(), -1);
+  w.Done();
+}
+
+// Activity resets the clock; the cycle itself gives back what reached its time.
+TEST(QuotaIdleGuard, ActivityAgainResetsTheIdleClock) {
+  PolicySpec p = BasePolicy();
+  QueueOf(p, "train").idle_timeout_s = 300;
+  World w(p, {Node("n0", "train", 1)});
+  w.Submit(Job("j", "train", "a"), 0);
+  w.e->RunCycle(0);
+  const int h = w.h["j"];
+  w.e->SetIdle(h, 50);
+  w.e->SetIdle(h, -1);  // active again at 100
+  EXPECT_EQ(w.e->NextIdleGiveBack(), -1);
+  EXPECT_EQ(w.View("j").idle_since, -1);
+  w.e->SetIdle(h, 200);
+  w.e->SetIdle(h, 260);  // still idle: the first report's time counts
+  EXPECT_EQ(w.e->NextIdleGiveBack(), 500);
+  w.e->RunCycle(400);
+  EXPECT_EQ(w.State("j"), JobState::kRunning);
+  w.e->RunCycle(510);
+  EXPECT_EQ(KindOf(w, EventKind::kPreempted).size(), 1u);
+  EXPECT_EQ(KindOf(w, EventKind::kPreempted)[0].time, 510);
+  w.Done();
+}
+
+// A share of a swapping queue is swapped out, not stopped: it keeps running and its share.
+TEST(QuotaIdleGuard, AnIdleShareOfASwappingQueueIsSwappedOutNotKilled) {
+  PolicySpec p = BasePolicy();
+  QueueOf(p, "inter").idle_timeout_s = 60;
+  QueueOf(p, "inter").swap_overcommit_percent = 200;
+  World w(p, {Node("n0", "inter", 1)});
+  w.Submit(Job("s", "inter", "a"), 0);
+  w.e->RunCycle(0);
+  ASSERT_EQ(w.State("s"), JobState::kRunning);
+  const int h = w.h["s"];
+  w.e->SetIdle(h, 10);
+  EXPECT_EQ(w.View("s").idle_action, "swap");
+  w.e->RunCycle(70);
+  const std::vector<Event> out = KindOf(w, EventKind::kSwappedOut);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].time, 70);
+  EXPECT_EQ(out[0].detail.rfind("idle_timeout: idle 60s since", 0), 0u) << out[0].detail;
+  EXPECT_NE(out[0].detail.find("swapped out, not stopped"), std::string::npos);
+  EXPECT_STREQ(EventKindName(EventKind::kSwappedOut), "swapped_out");
+  EXPECT_EQ(w.State("s"), JobState::kRunning);
+  EXPECT_TRUE(w.View("s").swapped_out);
+  EXPECT_EQ(w.View("s").idle_action_at, -1);  // done: nothing more will happen
+  EXPECT_TRUE(KindOf(w, EventKind::kPreempted).empty());
+  EXPECT_TRUE(KindOf(w, EventKind::kStopped).empty());
+  w.e->RunCycle(500);  // not again
+  EXPECT_EQ(KindOf(w, EventKind::kSwappedOut).size(), 1u);
+  w.e->SetIdle(h, -1);  // used again: back
+  EXPECT_FALSE(w.View("s").swapped_out);
+  w.Done();
+}
+
+// idle_action stop: ended, not requeued, with a kStopped event naming the idle time.
+TEST(QuotaIdleGuard, IdleActionStopEndsTheJob) {
+  PolicySpec p = BasePolicy();
+  QueueOf(p, "train").idle_timeout_s = 120;
+  QueueOf(p, "train").idle_action = QueueSpec::IdleAction::kStop;
+  World w(p, {Node("n0", "train", 1)});
+  w.Submit(Job("j", "train", "a"), 0);
+  w.e->RunCycle(0);
+  w.e->SetIdle(w.h["j"], 30);
+  EXPECT_EQ(w.View("j").idle_action, "stop");
+  EXPECT_EQ(w.e->GiveBackIdle(150), 1);
+  EXPECT_EQ(w.State("j"), JobState::kDone);
+  const std::vector<Event> st = KindOf(w, EventKind::kStopped);
+  ASSERT_EQ(st.size(), 1u);
+  EXPECT_NE(st[0].detail.find("idle 120s since"), std::string::npos) << st[0].detail;
+  EXPECT_EQ(w.e->allocated().gpu_milli, 0);
+  w.Done();
+}
+
+TEST(QuotaIdleGuard, ValidateNamesTheField) {
+  PolicySpec p = BasePolicy();
+  QueueOf(p, "train").idle_timeout_s = -1;
+  Status s = Validate(p);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("queues[train].idle_timeout"), std::string::npos) << s.message();
+  p = BasePolicy();
+  p.groups[0].members = {{"alice", 0, UnlimitedResources()}};
+  s = Validate(p);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("groups[a].users[alice].weight"), std::string::npos) << s.message();
+  p.groups[0].members = {{"alice", 1000, UnlimitedResources()}, {"alice", 1000, {}}};
+  s = Validate(p);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("groups[a].users[alice]"), std::string::npos) << s.message();
+}
+
+JobSpec JobOf(const std::string& id, const std::string& identity, const std::string& queue,
+              const std::string& group) {
+  JobSpec j = Job(id, queue, group);
+  j.identity = identity;
+  return j;
+}
+
+// Fair share inside a group: of two members' waiting jobs, the member with less decayed usage
+// over its weight goes first, whatever the submit order.
+TEST(QuotaMembers, TheMemberBelowItsWeightedShareGoesFirst) {
+  PolicySpec p = BasePolicy();
+  p.groups[0].members = {{"alice", 1000, UnlimitedResources()},
+                         {"bob", 1000, UnlimitedResources()}};
+  World w(p, {Node("n0", "train", 1)});
+  w.Submit(JobOf("a1", "alice", "train", "a"), 0);
+  w.e->RunCycle(0);
+  w.e->RunCycle(300);  // usage counts at each cycle (as a group's does)
+  w.e->Complete(w.h["a1"], 600);
+  w.Submit(JobOf("a2", "alice", "train", "a"), 600);  // first in time
+  w.Submit(JobOf("b1", "bob", "train", "a"), 601);
+  w.e->RunCycle(610);
+  EXPECT_EQ(w.State("b1"), JobState::kRunning);  // alice used the card for 600 s, bob never
+  EXPECT_EQ(w.State("a2"), JobState::kPending);
+  const std::vector<MemberView> m = w.e->members();
+  ASSERT_EQ(m.size(), 2u);
+  EXPECT_EQ(m[0].identity, "alice");
+  EXPECT_GT(m[0].fair_share, m[1].fair_share);
+  EXPECT_EQ(m[1].usage.gpu_milli, kWholeGpu);
+  w.Done();
+}
+
+// Without users listed, the group's order is as before (submit time).
+TEST(QuotaMembers, AGroupWithoutUsersKeepsSubmitOrder) {
+  PolicySpec p = BasePolicy();
+  World w(p, {Node("n0", "train", 1)});
+  w.Submit(JobOf("a1", "alice", "train", "a"), 0);
+  w.e->RunCycle(0);
+  w.e->RunCycle(300);
+  w.e->Complete(w.h["a1"], 600);
+  w.Submit(JobOf("a2", "alice", "train", "a"), 600);
+  w.Submit(JobOf("b1", "bob", "train", "a"), 601);
+  w.e->RunCycle(610);
+  EXPECT_EQ(w.State("a2"), JobState::kRunning);
+  EXPECT_TRUE(w.e->members().empty());
+  w.Done();
+}
+
+// A member's limit: past it, its job waits at admission with the reason, while the group has
+// room and another member's job runs.
+TEST(QuotaMembers, AMembersLimitHoldsItsJobsAtAdmission) {
+  PolicySpec p = BasePolicy();
+  p.groups[0].members = {{"alice", 1000, Resources{kWholeGpu, kUnlimited, kUnlimited, kUnlimited}}};
+  World w(p, {Node("n0", "train", 3)});
+  w.Submit(JobOf("a1", "alice", "train", "a"), 0);
+  w.Submit(JobOf("a2", "alice", "train", "a"), 0);
+  w.Submit(JobOf("b1", "bob", "train", "a"), 0);
+  w.e->RunCycle(0);
+  EXPECT_EQ(w.State("a1"), JobState::kRunning);
+  EXPECT_EQ(w.State("b1"), JobState::kRunning);
+  ASSERT_EQ(w.State("a2"), JobState::kPending);
+  EXPECT_EQ(w.View("a2").wait_step, "Admission");
+  EXPECT_NE(w.View("a2").wait_reason.find("user alice at its gpu limit in group a"),
+            std::string::npos)
+      << w.View("a2").wait_reason;
+  w.e->Complete(w.h["a1"], 100);
+  w.e->RunCycle(100);
+  EXPECT_EQ(w.State("a2"), JobState::kRunning);
+  w.Done();
+}
+
+}  // namespace
+}  // namespace tessera::quota

@@ -88,6 +88,11 @@ enum class EventKind {
   kRepartitioned,
   kCompleted,
   kStopped,  // a runtime guard ended it (its queue's max_runtime); the detail says which
+  // Held but idle past its queue's idle_timeout, a swapping share is swapped out: it keeps
+  // running and its grant, and its memory leaves the device (the agent's swap path). The detail
+  // names the idle time. (Requeued or stopped for idleness: kPreempted "idle_timeout: ..." or
+  // kStopped.)
+  kSwappedOut,
 };
 const char* EventKindName(EventKind k);
 
@@ -124,8 +129,14 @@ struct JobView {
   int64_t start_time = -1;
   int preemptions = 0;
   int64_t stop_at = -1;     // while running under a max_runtime: when that guard stops it
-  std::string wait_step;    // while pending: "Admission", "Placement", "Backfill", "Reclaim", ...
-  std::string wait_reason;  // for people
+  int64_t idle_since = -1;  // while running and reported idle (SetIdle): since when
+  // While idle under an idle_timeout and not yet given back: when the guard acts, and how
+  // ("swap", "requeue" or "stop"); users are told before it happens.
+  int64_t idle_action_at = -1;
+  std::string idle_action;
+  bool swapped_out = false;  // its idle_timeout swapped it out (until it is active again)
+  std::string wait_step;     // while pending: "Admission", "Placement", "Backfill", "Reclaim", ...
+  std::string wait_reason;   // for people
 };
 
 struct GroupView {
@@ -134,6 +145,16 @@ struct GroupView {
   Resources reservation;
   Resources limit;
   double fair_share = 0;  // dominant share of decayed usage over weight
+};
+
+// One identity inside a group that lists its users (GroupSpec::members): its fair share
+// inside the group (the dominant share of its decayed usage over its weight; lower goes first).
+struct MemberView {
+  std::string group, identity;
+  int64_t weight_milli = 1000;
+  Resources usage;  // held now
+  Resources limit;
+  double fair_share = 0;
 };
 
 struct CycleStats {
@@ -215,6 +236,17 @@ class QuotaEngine {
   virtual int StopOverRuntime(int64_t now) = 0;
   // The earliest time StopOverRuntime would stop a running job; -1 when none has a max_runtime.
   virtual int64_t NextRuntimeStop() const = 0;
+  // Activity, as the job's agent reports it: held but idle since `idle_since` (-1: active
+  // again). Ignored unless running. A swapped-out share that is active again is back.
+  virtual void SetIdle(int job, int64_t idle_since) = 0;
+  // Idle holdings given back (QueueSpec::idle_timeout_s): every running job idle for its
+  // queue's idle_timeout by `now` is swapped out (a share of a swapping queue: kSwappedOut, it
+  // keeps running), else requeued as a preemption is (kPreempted "idle_timeout: ...", grace,
+  // back to pending) or stopped (kStopped, as max_runtime). Returns how many. RunCycle does it
+  // first; a caller may call it at NextIdleGiveBack() to act at the exact second.
+  virtual int GiveBackIdle(int64_t now) = 0;
+  // The earliest time GiveBackIdle would act; -1 when none.
+  virtual int64_t NextIdleGiveBack() const = 0;
 
   // --- Driven from a control plane (nodes come and go, jobs are cancelled and lost).
   // Adds a node (its index), or brings back a down node of the same name and inventory. A node of
@@ -286,6 +318,8 @@ class QuotaEngine {
   virtual void WaitOf(int handle, std::string* step, std::string* reason) const = 0;
   virtual JobState job_state(int handle) const = 0;
   virtual std::vector<GroupView> groups() const = 0;
+  // Members of the groups that list their users, and the identities seen in them.
+  virtual std::vector<MemberView> members() const = 0;
   virtual const std::vector<Event>& events() const = 0;
   // Drops the events recorded so far (a control plane that has recorded them elsewhere: a
   // long-running server would otherwise keep every decision ever made).

@@ -17,6 +17,7 @@ CycleStats Engine::RunCycle(int64_t now, const std::function<void()>& between) {
   whole_demand_.clear();
   EndGraces();
   StopOverRuntime(now_);
+  GiveBackIdle(now_);
   UpdateFairShare();
   returnable_dirty_ = true;  // the idle cards the engine split, found again when first needed
   std::vector<int> order = Order();
@@ -72,6 +73,20 @@ void Engine::UpdateFairShare() {
     g.below = g.usage.gpu_milli < res.gpu_milli || g.usage.gpu_memory_mib < res.gpu_memory_mib ||
               g.usage.cpu_milli < res.cpu_milli || g.usage.memory_mib < res.memory_mib;
   }
+  // The same inside groups that list their users: each member's decayed usage over its weight,
+  // against the whole cluster's capacity (so members of one group compare in the same units).
+  for (MemberRt& m : members_) {
+    double u[4] = {static_cast<double>(m.usage.gpu_milli),
+                   static_cast<double>(m.usage.gpu_memory_mib),
+                   static_cast<double>(m.usage.cpu_milli), static_cast<double>(m.usage.memory_mib)};
+    double share = 0;
+    for (int r = 0; r < 4; ++r) {
+      m.decayed[r] = m.decayed[r] * decay + u[r] * dt;
+      share = std::max(
+          share, m.decayed[r] / (cap[r] * static_cast<double>(policy_.fair_share_half_life_s)));
+    }
+    m.fair_share = share / (static_cast<double>(m.weight_milli) / 1000.0);
+  }
   last_cycle_ = now_;
 }
 
@@ -124,6 +139,11 @@ std::vector<int> Engine::Order() {
     if (bx != by) return bx;
     double fx = groups_[x.group].fair_share, fy = groups_[y.group].fair_share;
     if (fx != fy) return fx < fy;
+    // Inside a group that lists its users: the member further below its weighted share first.
+    if (x.group == y.group && x.member >= 0 && y.member >= 0 && x.member != y.member) {
+      const double mx = members_[x.member].fair_share, my = members_[y.member].fair_share;
+      if (mx != my) return mx < my;
+    }
     if (x.submit != y.submit) return x.submit < y.submit;
     return x.seq < y.seq;
   });

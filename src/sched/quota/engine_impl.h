@@ -138,6 +138,14 @@ struct Job {
   // last back to pending), for preemption_delay.
   int64_t max_runtime = 0, min_runtime = 0, preempt_delay = 0;
   int64_t waiting_since = 0;
+  // Idle holdings (QueueSpec::idle_timeout_s, idle_action): idle since (-1: active), swapped out
+  // by the guard already.
+  int64_t idle_timeout = 0;
+  bool idle_stop = false;
+  int64_t idle_since = -1;
+  bool idle_swapped = false;
+  bool idle_requeue = false;  // terminating for idleness: back to pending behind its queue
+  int member = -1;  // its identity in its group's members_ entry; -1: the group lists no users
   bool stop_final = false;  // terminating because a guard stopped it: done, not requeued
   JobState state = JobState::kPending;
   int64_t start = -1, grace_end = 0;
@@ -153,6 +161,17 @@ struct Job {
   bool external = false;   // its queue's jobs are placed by another scheduler
   std::string ext_pool;    // ... sharing that scheduler's capacity ("" : unbounded)
   std::string wait_step, wait_reason;
+};
+
+// An identity inside a group that lists its users (GroupSpec::members).
+struct MemberRt {
+  int group = 0;
+  std::string identity;
+  int64_t weight_milli = 1000;
+  Resources limit = UnlimitedResources();
+  Resources usage;
+  double decayed[4] = {0, 0, 0, 0};
+  double fair_share = 0;
 };
 
 struct GroupRt {
@@ -186,6 +205,12 @@ class Engine final : public QuotaEngine {
   int64_t NextRuntimeStop() const override {
     return runtime_stops_.empty() ? -1 : runtime_stops_.begin()->first;
   }
+  void SetIdle(int job, int64_t idle_since) override;
+  int GiveBackIdle(int64_t now) override;
+  int64_t NextIdleGiveBack() const override {
+    return idle_checks_.empty() ? -1 : idle_checks_.begin()->first;
+  }
+  std::vector<MemberView> members() const override;
   Status CheckInvariants() const override;
   const std::vector<std::string>& violations() const override { return violations_; }
   int job_count() const override { return static_cast<int>(jobs_.size()); }
@@ -312,7 +337,15 @@ class Engine final : public QuotaEngine {
     return j.preempt_delay <= 0 || now_ - j.waiting_since >= j.preempt_delay;
   }
   void WatchRuntime(int self);   // placed: its max_runtime stop, when it has one
-  void ForgetRuntime(int self);  // no longer running
+  void ForgetRuntime(int self);  // no longer running (also forgets its idleness)
+  // A share of a swapping queue: idleness swaps it out rather than stopping it.
+  static bool IdleSwaps(const Job& j) { return j.form == AllocationForm::kShare && j.swap_oc > 0; }
+  // The job's member entry (its group lists users), created on first sight; -1 otherwise.
+  int MemberOf(int group, const std::string& identity);
+  void AddMemberUsage(const Job& j, int sign);
+  // Ends a running job for a runtime guard (max_runtime, idle_timeout's stop): kStopped with
+  // `why`; done at once, or under await_stop terminating until Stopped().
+  void GuardStop(int self, const std::string& why);
   // Placed now, it would borrow and be preemptible: a reclaim may take it back.
   bool WouldBeReclaimed(const Job& j) const {
     if (!j.preemptible || j.external || j.gpu_count == 0) return false;
@@ -514,6 +547,9 @@ class Engine final : public QuotaEngine {
   MiB host_memory_capacity_ = 0;
   std::set<int> terminating_;                        // handles in kTerminating, in handle order
   std::set<std::pair<int64_t, int>> runtime_stops_;  // (max_runtime stop time, handle), running
+  std::set<std::pair<int64_t, int>> idle_checks_;    // (idle_timeout time, handle), idle, running
+  std::vector<MemberRt> members_;
+  std::map<std::pair<int, std::string>, int> member_index_;
   // Per group (its own and its descendants'), as of this cycle: GPU of claims in flight (pending
   // jobs granted preempted capacity, waiting out the grace) and GPU already leaving (terminating
   // jobs). Reclaim counts both, so that it stops at the reservation on either side.

@@ -122,6 +122,7 @@ void Engine::Requeue(int handle, int64_t now, const std::string& why) {
   EndHeld(handle);
   j.state = JobState::kPending;
   j.stop_final = false;
+  j.idle_requeue = false;
   j.waiting_since = now_;
   j.wait_step = "Requeued";
   j.wait_reason = why;
@@ -144,6 +145,7 @@ void Engine::CommitExternal(int self, const Resources& charge, bool guaranteed) 
   j.charge = charge;
   j.borrowed = !guaranteed;
   AddUsage(j.group, j.charge, +1);
+  AddMemberUsage(j, +1);
   if (!j.ext_pool.empty()) ext_used_[j.ext_pool] += j.charge.gpu_milli;
   j.state = JobState::kRunning;
   j.start = now_;

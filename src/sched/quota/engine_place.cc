@@ -29,6 +29,17 @@ Status Engine::Admission(const Job& j, const Resources& charge, bool* guaranteed
                                        Amount(which, Component(gr.spec.limit, w)));
     }
   }
+  if (j.member >= 0 && options_.engine_break != EngineOptions::Break::kIgnoreLimits) {
+    // A member's own limit inside its group (GroupSpec::members).
+    const MemberRt& m = members_[j.member];
+    if (!Within(m.usage, charge, m.limit, &which)) {
+      std::string w = which;
+      return Status::ResourceExhausted(
+          "user " + m.identity + " at its " + w + " limit in group " + groups_[j.group].spec.name +
+          ": holds " + Amount(which, Component(m.usage, w)) + ", job needs " +
+          Amount(which, Component(charge, w)) + ", limit " + Amount(which, Component(m.limit, w)));
+    }
+  }
   // The reservation guarantees the components it names (> 0); one naming none guarantees
   // nothing. A GPU-only reservation thus covers a job's GPU compute whatever its CPU needs.
   // Counting the group's claims in flight: a job placed on free capacity while a reclaim for the
@@ -472,6 +483,7 @@ void Engine::Commit(int self, AllocationForm f, Candidate& c, bool guaranteed) {
   j.charge = ChargeOf(j, j.grants);
   j.borrowed = !guaranteed;
   AddUsage(j.group, j.charge, +1);
+  AddMemberUsage(j, +1);
   j.state = JobState::kRunning;
   j.start = now_;
   WatchRuntime(self);
@@ -517,6 +529,7 @@ void Engine::Release(int self) {
     Reindex(g.dev);
   }
   AddUsage(j.group, j.charge, -1);
+  AddMemberUsage(j, -1);
   if (j.external && !j.ext_pool.empty()) ext_used_[j.ext_pool] -= j.charge.gpu_milli;
   j.grants.clear();
   j.charge = {};

@@ -380,6 +380,11 @@ void Engine::FinishTermination(int v) {
   }
   x.state = JobState::kPending;
   x.waiting_since = now_;
+  if (x.idle_requeue) {  // given back for idleness: behind the jobs waiting now
+    x.submit = now_;
+    x.seq = seq_++;
+    x.idle_requeue = false;
+  }
   x.claimant = -1;
   x.start = -1;
   ++x.preemptions;

@@ -72,6 +72,9 @@ Status Engine::Init(const PolicySpec& policy, const std::vector<NodeSpec>& nodes
     g.parent = g.spec.parent.empty() ? -1 : group_index_[g.spec.parent];
     groups_.push_back(g);
   }
+  for (size_t i = 0; i < groups_.size(); ++i) {
+    for (const MemberSpec& m : groups_[i].spec.members) MemberOf(static_cast<int>(i), m.identity);
+  }
   for (size_t i = 0; i < policy_.queues.size(); ++i) {
     queue_index_[policy_.queues[i].name] = static_cast<int>(i);
   }
@@ -284,6 +287,8 @@ Result<Job> Engine::Build(const JobSpec& spec) const {
   j.max_runtime = queue.max_runtime_s;
   j.min_runtime = queue.min_runtime_s;
   j.preempt_delay = queue.preemption_delay_s;
+  j.idle_timeout = queue.idle_timeout_s;
+  j.idle_stop = queue.idle_action == QueueSpec::IdleAction::kStop;
   j.group = group_index_.at(group);
   j.profile = profile_index_.at(queue.profile);
   const ProfileSpec& pr = policy_.profiles[j.profile];
@@ -391,6 +396,7 @@ Result<int> Engine::Submit(const JobSpec& spec, int64_t now) {
   j.submit = now_;
   j.waiting_since = now_;
   j.seq = seq_++;
+  j.member = MemberOf(j.group, j.identity);
   j.wait_step = "Queued";
   j.wait_reason = "waiting for the next scheduling cycle";
   int handle = static_cast<int>(jobs_.size());

@@ -156,6 +156,14 @@ JobView Engine::job(int handle) const {
   v.preemptions = j.preemptions;
   if (j.state == JobState::kRunning && j.max_runtime > 0 && j.start >= 0)
     v.stop_at = j.start + j.max_runtime;
+  if (j.state == JobState::kRunning) {
+    v.idle_since = j.idle_since;
+    v.swapped_out = j.idle_swapped;
+    if (j.idle_since >= 0 && j.idle_timeout > 0 && !j.idle_swapped) {
+      v.idle_action_at = j.idle_since + j.idle_timeout;
+      v.idle_action = IdleSwaps(j) ? "swap" : j.idle_stop ? "stop" : "requeue";
+    }
+  }
   v.wait_step = j.wait_step;
   v.wait_reason = j.wait_reason;
   return v;
@@ -255,9 +263,9 @@ Result<std::unique_ptr<QuotaEngine>> QuotaEngine::Create(const PolicySpec& polic
 namespace {
 constexpr auto kJobStateNames =
     NamesUpTo<JobState::kRejected>("pending", "running", "terminating", "done", "rejected");
-constexpr auto kEventKindNames =
-    NamesUpTo<EventKind::kStopped>("submitted", "rejected", "admitted", "placed", "preempted",
-                                   "requeued", "repartitioned", "completed", "stopped");
+constexpr auto kEventKindNames = NamesUpTo<EventKind::kSwappedOut>(
+    "submitted", "rejected", "admitted", "placed", "preempted", "requeued", "repartitioned",
+    "completed", "stopped", "swapped_out");
 }  // namespace
 
 const char* JobStateName(JobState s) { return kJobStateNames.Of(s, "unknown"); }

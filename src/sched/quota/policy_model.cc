@@ -76,6 +76,16 @@ Status ValidateGroup(const GroupSpec& g, size_t i, GroupIndex* groups) {
     return Status::InvalidArgument(field + ".reservation." + c + " exceeds its limit");
   }
   if (g.weight_milli <= 0) return Status::InvalidArgument(field + ".weight must be positive");
+  std::set<std::string> members;
+  for (const MemberSpec& m : g.members) {
+    const std::string mf = field + ".users[" + m.identity + "]";
+    if (m.identity.empty()) return Status::InvalidArgument(field + ".users: an empty identity");
+    if (!members.insert(m.identity).second) {
+      return Status::InvalidArgument(mf + " is listed twice");
+    }
+    if (m.weight_milli <= 0) return Status::InvalidArgument(mf + ".weight must be positive");
+    if (!m.limit.NonNegative()) return Status::InvalidArgument(mf + ".limit is negative");
+  }
   return Status::Ok();
 }
 
@@ -176,6 +186,11 @@ Status ValidateQueue(const PolicySpec& p, const QueueSpec& q, size_t i, const Gr
   if (q.min_runtime_s < 0) return Status::InvalidArgument(field + ".min_runtime is negative");
   if (q.preemption_delay_s < 0)
     return Status::InvalidArgument(field + ".preemption_delay is negative");
+  if (q.idle_timeout_s < 0) return Status::InvalidArgument(field + ".idle_timeout is negative");
+  if (q.idle_timeout_s > 0 && q.external) {
+    return Status::InvalidArgument(field +
+                                   ".idle_timeout is only for queues placed by this scheduler");
+  }
   for (const std::string& g : q.groups) {
     if (!groups.count(g)) {
       return Status::InvalidArgument(field + ".groups: '" + g + "' is not a group");

@@ -34,6 +34,14 @@ inline constexpr int64_t kUnlimited = std::numeric_limits<int64_t>::max() / 4;
 inline Resources UnlimitedResources() { return {kUnlimited, kUnlimited, kUnlimited, kUnlimited}; }
 
 // A team or tenant. Usage of a child counts against every ancestor too.
+// One identity (user) inside a group: its weight in the group's fair share (thousandths;
+// default 1000) and, optionally, the most it may hold at once of the group's capacity.
+struct MemberSpec {
+  std::string identity;
+  int64_t weight_milli = 1000;
+  Resources limit = UnlimitedResources();
+};
+
 struct GroupSpec {
   std::string name;
   std::string parent;                      // empty: a top-level group
@@ -45,6 +53,11 @@ struct GroupSpec {
   std::string run_as;
   // Members may cancel each other's jobs (served control plane; default: only the owner).
   bool members_cancel = false;
+  // Fair share inside the group: members' weights and limits (identities not listed weigh
+  // 1000, unlimited). The group's pending jobs go in order of their identity's decayed usage
+  // over weight (after priority), and a member at its limit waits (step Admission).
+  // (Members' limits count against the group's own.)
+  std::vector<MemberSpec> members{};
 };
 
 struct PoolSpec {
@@ -102,6 +115,14 @@ struct QueueSpec {
   int64_t max_runtime_s = 0;
   int64_t min_runtime_s = 0;
   int64_t preemption_delay_s = 0;
+  // Idle holdings given back (0: never). A running job held but idle (no activity, as its
+  // agent reports it: QuotaEngine::SetIdle) for idle_timeout_s: a share of a swapping queue
+  // (swap_overcommit_percent > 0) is swapped out and keeps running; anything else is requeued
+  // (idle_action kRequeue: stopped and back to pending, as a preemption) or stopped for good
+  // (kStop: ended, not requeued). The event names the idle time.
+  int64_t idle_timeout_s = 0;
+  enum class IdleAction { kRequeue, kStop };
+  IdleAction idle_action = IdleAction::kRequeue;
 };
 
 // Class -> forms, in order of preference. The default: training gets whole devices; inference

@@ -242,6 +242,7 @@ Result<Json> Engine::RegisterNode(const Identity& who, const Json& body) {
   }
   n.running_reported = *running;
   nodes_[n.name] = n;
+  ApplySchedulableLocked(n.name);  // its cordon or drain, kept across registrations
   cycle_wanted_ = true;
   // Exits the agent kept on disk while it (or its link) was down: the jobs ended, they do not
   // run again. Acknowledged (like a heartbeat's) once durable.
@@ -426,7 +427,7 @@ Result<std::pair<Json, int64_t>> Engine::HeartbeatQueued(const Identity& who, co
   if (n.lost) {
     n.lost = false;
     n.jobs_released = false;
-    qe_->SetNodeDown(node, false);
+    ApplySchedulableLocked(node);  // up, unless cordoned
     cycle_wanted_ = true;
     b.Add(MakeEvent(actor, "node.returned", node, "heartbeat after loss"), nullptr);
   }

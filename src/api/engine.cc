@@ -116,6 +116,8 @@ bool Engine::TransitionLocked(Job& j, JobState to, JobCause cause) {
   }
   j.state = to;
   j.rec.update_ms = clock_();
+  if (to == JobState::kRunning && j.start_ms == 0) j.start_ms = j.rec.update_ms;
+  if (to == JobState::kPending) j.start_ms = 0;  // a new run starts again
   return true;
 }
 
@@ -156,6 +158,7 @@ store::JobRecord Engine::RecordOf(const Job& j) const {
   r.spec = j.stored ? "" : j.spec_text.empty() ? j.spec.dump() : j.spec_text;  // "": unchanged
   JsonText p;
   p.BeginObject().Key("preemptions").Int(j.preemptions);
+  if (j.start_ms > 0) p.Key("start_ms").Int(j.start_ms);
   if (!j.node.empty()) {  // held, or where it ran once ended
     p.Key("node")
         .Str(j.node)
@@ -271,10 +274,12 @@ void Engine::TranslateLocked(size_t from, Batch& b) {
 
 void Engine::RefreshWaitReasonsLocked() {
   std::string step, reason;
+  int position = 0;  // in the order the cycle considered them (the forecast's position)
   for (int h : qe_->waiting()) {  // what the cycle left waiting, and what arrived since
     if (h < 0 || h >= static_cast<int>(by_handle_.size()) || by_handle_[h] == nullptr) continue;
     Job& j = *by_handle_[h];
     if (j.state != JobState::kPending) continue;
+    j.wait_position = ++position;
     qe_->WaitOf(j.handle, &step, &reason);
     if (step.empty()) continue;
     // Only rebuilt when it changed: most waiting jobs keep theirs from cycle to cycle.

@@ -161,6 +161,13 @@ class Engine {
   Result<Json> Groups(const Identity& who);
   Result<Json> Nodes(const Identity& who);
   Result<Json> Summary(const Identity& who);
+  // Node administration (node_admin.cc), admins only: `action` "cordon" (no new work), "drain"
+  // (no new work, and its jobs are preempted through the policy's grace and requeued to run
+  // elsewhere) or "uncordon" (takes work again), of the whole node or, given `device` >= 0, of
+  // that device alone. Durable (the store's settings), an event (node.cordoned, node.drained,
+  // node.uncordoned) names who; the answer is the node as GET /v1/nodes shows it.
+  Result<Json> AdminNode(const Identity& who, const std::string& node, const std::string& action,
+                         int device = -1);
   // For tests: the monotonic clock (milliseconds) the engine watches its own stalls with
   // (default: std::chrono::steady_clock).
   void SetMonotonicClockForTest(Clock monotonic);
@@ -304,6 +311,10 @@ class Engine {
     // there while starting, running or preempting): placed there again, its start waits until
     // the agent no longer reports it, and a report of it running is not this placement's.
     std::set<std::string> stale_on;
+    // When it first ran in this placement (0: not yet); while pending, its place in the order the
+    // last cycle considered the waiting jobs (1: first; 0: unknown).
+    int64_t start_ms = 0;
+    int wait_position = 0;
     int64_t start_sent_ms = 0;      // when its start order last went out (single-node jobs)
     int64_t starting_since_ms = 0;  // when it first went out for this placement
     // Per node of the job: "NODE" once its processes there ended, "sent:NODE" once a gang part
@@ -493,6 +504,25 @@ class Engine {
   void ObserveActivityLocked(Job& j, const Json& report, const std::string& actor, Batch& b);
   // Orders for node n; only decisions durable by `durable` (writer_.Durable()) are acted on.
   Json OrdersLocked(const NodeInfo& n, Batch& b, int64_t durable);
+
+  // --- node_admin.cc: cordon, drain, uncordon; and the one check of what may take new work.
+  enum class Admin { kActive, kCordoned, kDraining };
+  struct NodeAdmin {
+    Admin node = Admin::kActive;
+    std::map<int, Admin> devices;  // a device's own state, over the node's
+  };
+  std::map<std::string, NodeAdmin> admin_;                     // by node; absent: active
+  static constexpr const char* kNodeAdminKey = "node.admin/";  // + node: a setting
+  Status LoadNodeAdminLocked();
+  Admin AdminOf(const std::string& node, int device) const;  // device -1: the node's own
+  // "active", "cordoned", "draining", or "drained" (draining, and `holds` nothing there now).
+  std::string AdminStateName(const std::string& node, int device, bool holds) const;
+  // Whether device `device` of `node` may take new work: the node is known and not lost, and
+  // neither the node nor the device is cordoned or draining. The one place that decides it.
+  bool Schedulable(const std::string& node, int device) const;
+  // Tells the quota engine what Schedulable says of the node and each of its devices; called
+  // whenever an input of it changes (registration, loss and return, cordon, load).
+  void ApplySchedulableLocked(const std::string& node);
 
   // --- views.cc
   bool CanSee(const Identity& who, const Job& j) const;

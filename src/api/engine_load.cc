@@ -82,6 +82,7 @@ quota::NodeSpec Engine::SpecOf(const NodeInfo& n) {
 }
 
 Status Engine::LoadNodes() {
+  if (Status st = LoadNodeAdminLocked(); !st.ok()) return st;  // cordons and drains
   auto stored = store_->ListSettings("node/");
   if (!stored.ok()) return stored.status();
   for (const auto& [key, value] : *stored) {
@@ -106,6 +107,7 @@ Status Engine::LoadNodes() {
                               "' cannot be scheduled: " + added.status().message());
     }
     nodes_[node.name] = node;
+    ApplySchedulableLocked(node.name);
   }
   return Status::Ok();
 }
@@ -176,6 +178,7 @@ Result<Engine::Job> Engine::JobFromRecord(store::JobRecord r) const {
   if (p.is_discarded())
     return Status::Internal("stored placement of job '" + r.id + "' is corrupt");
   j.preemptions = p.value("preemptions", 0);
+  j.start_ms = p.value("start_ms", int64_t{0});
   j.cancel_requested = r.reason == "cancel requested";
   auto state = ParseJobState(r.state);
   if (!state.ok())

@@ -127,6 +127,30 @@ RouteHandler ViewOf(Engine* e, Result<Json> (Engine::*view)(const Identity&)) {
   };
 }
 
+// POST /v1/nodes/{node}/cordon|drain|uncordon: the whole node, or one device given a body
+// {"device": N} (an empty body or {} is the whole node).
+RouteHandler AdminNode(Engine* e, const char* action) {
+  return [e, action](const Identity& who, const HttpRequest& req, HttpResponse& res) {
+    int device = -1;
+    if (req.body.find_first_not_of(" \t\r\n") != std::string::npos) {
+      auto body = Body(req);
+      if (!body.ok()) return ReplyError(res, body.status());
+      if (!body->is_object())
+        return ReplyError(res, Status::InvalidArgument("the body must be a JSON object"));
+      for (const auto& [key, v] : body->items()) {
+        if (key != "device")
+          return ReplyError(res, Status::InvalidArgument("unknown field '" + key +
+                                                         "' (the body takes only 'device')"));
+        if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > 1023)
+          return ReplyError(
+              res, Status::InvalidArgument("'device' must be a device index (an integer from 0)"));
+        device = v.get<int>();
+      }
+    }
+    ReplyResult(res, e->AdminNode(who, req.params[0], action, device));
+  };
+}
+
 // GET /v1/jobs/{id}/output: a range, "Range: bytes=FIRST-[LAST]" or ?offset=&length=, at most
 // 4 MiB per request (206 with Content-Range when it is not the whole output); X-Output-Size says
 // how much there is, so a client reads on from where it stopped.
@@ -428,6 +452,9 @@ std::vector<Route> RouteTable(Engine* e, net::HttpServer* http) {
       Sync("GET", "/v1/queues", kUser, ViewOf(e, &Engine::Queues)),
       Sync("GET", "/v1/groups", kUser, ViewOf(e, &Engine::Groups)),
       Sync("GET", "/v1/nodes", kUser, ViewOf(e, &Engine::Nodes)),
+      Sync("POST", "/v1/nodes/{node}/cordon", kAdmin, AdminNode(e, "cordon")),
+      Sync("POST", "/v1/nodes/{node}/drain", kAdmin, AdminNode(e, "drain")),
+      Sync("POST", "/v1/nodes/{node}/uncordon", kAdmin, AdminNode(e, "uncordon")),
       Sync("GET", "/v1/summary", kUser, ViewOf(e, &Engine::Summary)),
       Sync("GET", "/v1/events", kUser, Events(e)),
       // Utilization history, usage and what-if.

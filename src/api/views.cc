@@ -15,6 +15,23 @@
 namespace tessera::api {
 namespace {
 
+// A waiting job's forecast: its place in the cycle's order and, when the scheduler keeps devices
+// for it, when they are expected free (the reason's "expected free at t=SECONDS s", written by
+// the quota engine from the running jobs' declared ends).
+Json ForecastOf(int position, const std::string& reason) {
+  Json f = {{"position", position}};
+  static const std::string kAt = "expected free at t=";
+  const size_t at = reason.find(kAt);
+  if (at == std::string::npos) return f;
+  int64_t s = 0;
+  size_t i = at + kAt.size();
+  for (; i < reason.size() && reason[i] >= '0' && reason[i] <= '9' && s < (INT64_MAX - 9) / 10; ++i)
+    s = s * 10 + (reason[i] - '0');
+  if (i < reason.size() && reason[i] == 's' && i > at + kAt.size())
+    f["expected_start_ms"] = s * 1000;
+  return f;
+}
+
 Json ResJson(const Resources& r) {
   auto cap = [](int64_t v) { return v >= quota::kUnlimited ? Json(nullptr) : Json(v); };
   return Json{{"gpu_milli", cap(r.gpu_milli)},
@@ -85,6 +102,12 @@ Json Engine::JobJson(const Job& j) const {
         {"reason", colon == std::string::npos ? j.rec.reason : j.rec.reason.substr(colon + 2)}};
   }
   if (j.rec.exit_code) o["exit_code"] = *j.rec.exit_code;
+  // Times (node_admin.cc's neighbours read them too): its current run's start, its end.
+  if (j.start_ms > 0) o["start_ms"] = j.start_ms;
+  if (Ended(j)) o["end_ms"] = j.rec.update_ms;
+  if (j.state == JobState::kPending && j.wait_position > 0) {
+    o["forecast"] = ForecastOf(j.wait_position, j.rec.reason);
+  }
   // Running under its queue's max_runtime: when that guard stops it.
   if (j.handle >= 0 && !Ended(j)) {
     const int64_t stop_at = qe_->job(j.handle).stop_at;
@@ -372,6 +395,11 @@ Result<Json> Engine::NodesNow(const Identity& who) {
     if (!Holds(j)) continue;
     for (const auto& g : j.grants) held[{g.node, g.device}].push_back({&j, g});
   }
+  auto holds_on = [&](const std::string& node) {  // anything held on the node, CPU-only too
+    for (auto it = held.lower_bound({node, -1}); it != held.end() && it->first.first == node; ++it)
+      if (!it->second.empty()) return true;
+    return false;
+  };
   Json out = Json::array();
   for (const auto& [name, n] : nodes_) {
     Json devs = Json::array();
@@ -412,7 +440,8 @@ Result<Json> Engine::NodesNow(const Identity& who) {
                       {"amd_mode", v.amd_pair},
                       {"partitions", slots},
                       {"draining", v.draining},
-                      {"drain_reason", v.plan}});
+                      {"drain_reason", v.plan},
+                      {"admin_state", AdminStateName(name, d.index, !holders.empty())}});
       if (d.telemetry_ms > 0) {
         Json& t = devs.back()["telemetry"];
         t = {{"time_ms", d.telemetry_ms}};
@@ -426,6 +455,7 @@ Result<Json> Engine::NodesNow(const Identity& who) {
                    {"memory_mib", n.memory_mib},
                    {"simulated", n.simulated},
                    {"state", n.lost ? "lost" : "ready"},
+                   {"admin_state", AdminStateName(name, -1, holds_on(name))},
                    {"last_heartbeat_ms", n.last_heartbeat_ms},
                    {"devices", devs}});
   }

@@ -147,6 +147,8 @@ class AuthzMatrixTest : public ::testing::Test {
     std::string path = r.openapi_path;
     const size_t at = path.find("{id}");
     if (at != std::string::npos) path.replace(at, 4, FreshJob());
+    const size_t node = path.find("{node}");  // cordon, drain, uncordon: n1 (back to work last)
+    if (node != std::string::npos) path.replace(node, 6, "n1");
     std::string body;
     if (r.openapi_path == "/v1/jobs" && r.method == "POST")
       body = R"({"queue":"training","command":["true"]})";

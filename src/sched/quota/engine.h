@@ -254,6 +254,10 @@ class QuotaEngine {
   virtual Result<int> AddNode(const NodeSpec& node, int64_t now) = 0;
   // A down node takes no new work; what it held must be requeued or ended by the caller.
   virtual void SetNodeDown(const std::string& node, bool down) = 0;
+  // Preempts a running job now, for `why` (an administrator's drain): terminating, through the
+  // policy's grace and Stopped() as a preemption, then pending again with its submit time.
+  // Nothing if it is not running.
+  virtual void Evict(int job, int64_t now, const std::string& why) = 0;
   // A closed device takes no new work (cordoned by an operator, or unhealthy as its agent
   // reports); what it holds stays until the caller ends, requeues or lets it finish. Reopened,
   // it takes work again. An unknown node or index is ignored.

@@ -241,6 +241,7 @@ class Engine final : public QuotaEngine {
 
   Result<int> AddNode(const NodeSpec& node, int64_t now) override;
   void SetNodeDown(const std::string& node, bool down) override;
+  void Evict(int job, int64_t now, const std::string& why) override;
   void SetDeviceClosed(const std::string& node, int index, bool closed) override;
   void SetDeviceIsolation(const std::string& node, int index, int rank) override;
   void SetExternalCapacity(const std::string& pool, int64_t gpu_milli) override;

@@ -131,6 +131,14 @@ void Engine::Requeue(int handle, int64_t now, const std::string& why) {
   StepCheck("requeue");
 }
 
+void Engine::Evict(int handle, int64_t now, const std::string& why) {
+  now_ = std::max(now_, now);
+  if (handle < 0 || handle >= static_cast<int>(jobs_.size())) return;
+  if (jobs_[handle].state != JobState::kRunning || jobs_[handle].external) return;
+  Preempt(handle, -1, why);
+  StepCheck("evict");
+}
+
 void Engine::Stopped(int handle, int64_t now) {
   now_ = std::max(now_, now);
   if (jobs_[handle].state != JobState::kTerminating) return;

@@ -6,6 +6,8 @@
 //   {"gpu_milli_total", "gpu_memory_mib_total", "cpu_milli_total", "gpu_milli_allocated",
 //    "gpu_memory_mib_allocated", "cpu_milli_allocated", "gpu_milli_held_idle", "workers",
 //    "pending", "by": {"group": {NAME: {...}}, "queue": {...}, "pool": {...}}}
+// A group's row also has "form": {"whole"|"partition"|"share": {"gpu_milli",
+// "gpu_milli_held_idle"}}: what it holds in each form and how much of that is held but idle.
 // An average (a 5-minute row, or a step of a query) is the integer mean of each gauge over the
 // samples it covers (a name missing from a sample counts 0 there), with "samples": how many.
 #include <algorithm>
@@ -110,6 +112,11 @@ std::string Engine::UtilizationSampleLocked() {
         Bump(*r, r == &s ? "cpu_milli_allocated" : "cpu_milli", g.cpu);
         if (running && j.idle) Bump(*r, "gpu_milli_held_idle", g.compute);
       }
+      // The group's holding by form, so that idle is seen where it is: a whole card held but
+      // idle, an idle share, an idle partition.
+      Json& f = (*rows[0])["form"][j.form.empty() ? "other" : j.form];
+      Bump(f, "gpu_milli", g.compute);
+      Bump(f, "gpu_milli_held_idle", running && j.idle ? g.compute : 0);
     }
   }
   s["by"] = std::move(by);

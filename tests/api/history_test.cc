@@ -123,6 +123,47 @@ TEST_F(HistoryTest, UtilizationIsKeptInTheStoreRolledUpAndBrokenDown) {
   EXPECT_EQ(engine_->Utilization(Who("agent"), {}).status().code(), StatusCode::kPermissionDenied);
 }
 
+// A group's row in a sample breaks its holding down by form, with the held-but-idle part where it
+// is: a whole card in use, an 8 GiB share held but idle (issue 35: "which team holds idle GPUs").
+TEST_F(HistoryTest, AGroupsSampleRowSaysPerFormWhatItHoldsAndWhatOfThatIsIdle) {
+  Register("n1", 2);
+  const int64_t t0 = now_;
+  const std::string a = Submit("alice", {{"queue", "training"}, {"command", {"sleep", "1000"}}});
+  Heartbeat(Json::object());  // a's start order
+  const std::string b = Submit(
+      "alice", {{"queue", "notebooks"}, {"command", {"sleep", "1000"}}, {"gpu_memory", "8GiB"}});
+  Heartbeat(Json{{"running", {{{"job", a}, {"pid", 11}, {"active", true}}}}});  // b's start order
+  // a active, b never: held but idle after idle_after (60 s).
+  for (int k = 1; k <= 9; ++k) {
+    now_ = t0 + k * 10'000;
+    Heartbeat(Json{{"running",
+                    {{{"job", a}, {"pid", 11}, {"active", true}},
+                     {{"job", b}, {"pid", 12}, {"active", false}}}}});
+  }
+  ASSERT_TRUE((*engine_->GetJob(Who("admin"), b))["activity"]["idle"].get<bool>());
+  ASSERT_TRUE(engine_->Tick().ok());
+  Engine::HistoryQuery q;
+  q.since_ms = t0;
+  q.until_ms = now_ + 1;
+  q.by = "group";
+  auto u = engine_->Utilization(Who("admin"), q);
+  ASSERT_TRUE(u.ok()) << u.status().ToString();
+  ASSERT_FALSE((*u)["samples"].empty()) << u->dump();
+  const Json& research = (*u)["samples"].back()["by"]["research"];
+  EXPECT_EQ(research["gpu_milli"], 1100) << research.dump();
+  EXPECT_EQ(research["gpu_milli_held_idle"], 100) << research.dump();
+  EXPECT_EQ(research["form"]["whole"], Json({{"gpu_milli", 1000}, {"gpu_milli_held_idle", 0}}))
+      << research.dump();
+  EXPECT_EQ(research["form"]["share"], Json({{"gpu_milli", 100}, {"gpu_milli_held_idle", 100}}))
+      << research.dump();
+  EXPECT_FALSE(research["form"].contains("partition")) << research.dump();
+  // The queue and pool rows are not broken down by form.
+  q.by = "queue";
+  u = engine_->Utilization(Who("admin"), q);
+  ASSERT_TRUE(u.ok());
+  EXPECT_FALSE((*u)["samples"].back()["by"]["training"].contains("form")) << u->dump();
+}
+
 // A scripted history: a whole card held 295 s of the window and a 8 GiB share held 190 s, idle
 // for 130 s of them. Every figure below is worked out by hand from those times.
 TEST_F(HistoryTest, UsageFromTheEventLogMatchesTheJobLifetimes) {

@@ -523,6 +523,10 @@ class KubernetesBackend : public Backend {
     if (!r.ok()) return r.status();
     if (r->status != 200 && r->status != 202 && r->status != 404)
       return Failed("delete Job " + id, *r);
+    {
+      std::lock_guard<std::mutex> l(unseen_mu_);
+      unseen_.erase(id);
+    }
     if (Claimed(id)) {  // its claim too (a real server's garbage collector would, by owner)
       auto cr = (*c)->Call("DELETE", ClaimsPath(ns) + "/" + name);
       if (!cr.ok()) return cr.status();
@@ -539,6 +543,7 @@ class KubernetesBackend : public Backend {
     if (!st.ok()) return st;
     std::map<std::string, std::vector<Json>> pods = PodsByJob();
     bool claimed = false;
+    std::map<std::string, Json> unseen;  // ended Jobs whose pod the watch has not shown
     auto found = jobs_.Read([&](const std::map<std::string, Json>& jobs) {
       std::map<std::string, ExternalJob> out;
       for (const std::string& id : ids) {
@@ -546,9 +551,11 @@ class KubernetesBackend : public Backend {
         if (it == jobs.end()) continue;
         out[id] = Read(it->second, pods[id]);
         claimed = claimed || HasClaims(it->second);
+        if (EndedUnseen(it->second, pods[id])) unseen[id] = it->second;
       }
       return out;
     });
+    ReadUnseen(unseen, &found);
     if (claimed) ReadClaims(&found);
     return found;
   }
@@ -677,16 +684,19 @@ class KubernetesBackend : public Backend {
     if (!st.ok()) return st;
     std::map<std::string, std::vector<Json>> pods = PodsByJob();
     bool claimed = false;
+    std::map<std::string, Json> unseen;
     auto found = jobs_.Read([&](const std::map<std::string, Json>& jobs) {
       std::map<std::string, ExternalJob> out;
       for (const auto& [id, j] : jobs) {
         ExternalJob x = Read(j, pods[id]);
         if (x.name.rfind(prefix, 0) != 0) continue;
         claimed = claimed || HasClaims(j);
+        if (EndedUnseen(j, pods[id])) unseen[id] = j;
         out[id] = std::move(x);
       }
       return out;
     });
+    ReadUnseen(unseen, &found);
     if (claimed) ReadClaims(&found);
     std::vector<ExternalJob> out;
     for (auto& [id, x] : found) out.push_back(std::move(x));
@@ -794,6 +804,87 @@ class KubernetesBackend : public Backend {
       }
       return 0;
     });
+  }
+
+  // Whether a Job has ended (Complete or Failed) while no pod of it in the cache has: a short Job
+  // can end between two watch events (or two lists) of its pods, and the pods' watch may lag.
+  static bool EndedUnseen(const Json& job, const std::vector<Json>& pods) {
+    bool ended = false;
+    const Json& conds = At(At(job, "status"), "conditions");
+    if (conds.is_array()) {
+      for (const Json& c : conds) {
+        const std::string type = StrAt(c, "type");
+        if ((type == "Complete" || type == "Failed") && StrAt(c, "status") == "True") ended = true;
+      }
+    }
+    if (!ended) return false;
+    for (const Json& p : pods) {
+      const std::string phase = StrAt(At(p, "status"), "phase");
+      if (phase == "Succeeded" || phase == "Failed") return false;
+    }
+    return true;
+  }
+
+  // The pods of ended Jobs the watch has not shown (EndedUnseen), listed by each Job's selector
+  // (its controller-uid), Succeeded and Failed ones included: a finished Job's pods stay until the
+  // Job is deleted or its TTL ends. Each Job (by uid) is listed once; what the list found is kept.
+  // Where it found none, the pod went before it could be read, and the reason says so.
+  void ReadUnseen(const std::map<std::string, Json>& unseen,
+                  std::map<std::string, ExternalJob>* found) {
+    for (const auto& [id, job] : unseen) {
+      const std::string uid = StrAt(At(job, "metadata"), "uid");
+      std::vector<Json> pods;
+      bool known = false;
+      {
+        std::lock_guard<std::mutex> l(unseen_mu_);
+        auto it = unseen_.find(id);
+        if (it != unseen_.end() && it->second.first == uid) {
+          pods = it->second.second;
+          known = true;
+        }
+      }
+      if (!known) {
+        auto listed = ListPodsOf(id, job);
+        if (!listed.ok()) continue;  // read from the cache this time; listed again next time
+        pods = std::move(*listed);
+        std::lock_guard<std::mutex> l(unseen_mu_);
+        unseen_[id] = {uid, pods};
+      }
+      ExternalJob x = Read(job, pods);
+      if (pods.empty()) {
+        x.reason = (x.reason.empty() ? "" : x.reason + ": ") + "pod gone before it was read";
+      }
+      (*found)[id] = std::move(x);
+    }
+  }
+
+  // A Job's pods, listed now by its selector (spec.selector.matchLabels; else its controller-uid).
+  Result<std::vector<Json>> ListPodsOf(const std::string& id, const Json& job) {
+    auto c = Calls();
+    if (!c.ok()) return c.status();
+    std::string sel;
+    const Json& match = At(At(At(job, "spec"), "selector"), "matchLabels");
+    if (match.is_object()) {
+      for (const auto& [k, v] : match.items()) {
+        if (v.is_string()) sel += (sel.empty() ? "" : ",") + k + "=" + v.get<std::string>();
+      }
+    }
+    if (sel.empty()) {
+      sel = "batch.kubernetes.io/controller-uid=" + StrAt(At(job, "metadata"), "uid");
+    }
+    const std::string ns = Split(id).first;
+    auto r = (*c)->Call(
+        "GET", "/api/v1/namespaces/" + ns + "/pods?labelSelector=" + kube::QueryEscape(sel));
+    if (!r.ok()) return r.status();
+    if (r->status != 200) return Failed("list the pods of Job " + id, *r);
+    Json page = Json::parse(r->body, nullptr, false);
+    if (!At(page, "items").is_array())
+      return Status::FailedPrecondition("kubernetes: list the pods of Job " + id + ": not a list");
+    std::vector<Json> pods;
+    for (Json& p : page["items"]) {
+      if (PodJob(p) == id) pods.push_back(std::move(p));
+    }
+    return pods;
   }
 
   ExternalJob Read(const Json& job, const std::vector<Json>& pods) const {
@@ -942,6 +1033,8 @@ class KubernetesBackend : public Backend {
   std::mutex sleep_mu_;
   std::condition_variable wake_;
   int64_t conflicts_ = 0;
+  std::mutex unseen_mu_;
+  std::map<std::string, std::pair<std::string, std::vector<Json>>> unseen_;  // id -> {uid, pods}
 };
 
 }  // namespace

@@ -126,6 +126,53 @@ TEST_F(KubeBackend, JobsRunToTheirEndAndReportExitCodesAndReasons) {
   EXPECT_TRUE(b_->Cancel(ok).ok());  // already gone: fine
 }
 
+// A short Job can end between two watch events: the Job's end is seen before any event of its
+// pod (here the stand-in holds the pods' watch events back 60 s; lists are not delayed). The
+// backend still reads the node, the exit code and the reason from the ended Job's pod, and says
+// so when the pod went before it could be read.
+TEST_F(KubeBackend, AJobThatEndsBeforeItsPodIsSeenStillReportsNodeAndExitCode) {
+  ASSERT_TRUE(b_->Poll({}).ok());  // the watchers start, list, then watch: what follows comes
+  tessera::testing::WaitFor(       // by watch only
+      [&] { return k_->Control("GET", "/_standin/stats").value("watches", 0) >= 2; },
+      std::chrono::seconds(10), std::chrono::milliseconds(50));
+  k_->Control("POST", "/_standin/watch-delay", R"({"plural": "pods", "seconds": 60})");
+  const std::string ok = Submit(*b_, Req("j-20", "exit 0"));
+  const std::string bad = Submit(*b_, Req("j-21", "exit 3"));
+  const std::string oom = Submit(*b_, Req("j-22", "sleep 5", {{"STANDIN_OUTCOME", "OOMKilled"}}));
+  const std::string gone = Submit(*b_, Req("j-23", "exit 5"));
+  ExternalJob x = WaitFor(*b_, ok, "succeeded");
+  EXPECT_EQ(x.state, "succeeded");
+  EXPECT_EQ(x.node, "n1");
+  EXPECT_EQ(x.exit_code.value_or(-1), 0);
+  x = WaitFor(*b_, bad, "failed");
+  EXPECT_EQ(x.state, "failed");
+  EXPECT_EQ(x.node, "n1");
+  EXPECT_EQ(x.exit_code.value_or(-1), 3);
+  x = WaitFor(*b_, oom, "failed");
+  EXPECT_EQ(x.reason, "OOMKilled");
+  EXPECT_EQ(x.exit_code.value_or(-1), 137);
+  EXPECT_EQ(x.node, "n1");
+  // j-23's pod is deleted once its Job has failed, before the backend looks at the job.
+  Json job;
+  tessera::testing::WaitFor(
+      [&] {
+        job = k_->Control("GET", "/apis/batch/v1/namespaces/ml/jobs/tessera-lab-j-23");
+        for (const auto& c : job["status"].value("conditions", Json::array()))
+          if (c.value("type", "") == "Failed" && c.value("status", "") == "True") return true;
+        return false;
+      },
+      std::chrono::seconds(20), std::chrono::milliseconds(50));
+  Json pods =
+      k_->Control("GET", "/api/v1/namespaces/ml/pods?labelSelector=tessera.io%2Fjob%3Dj-23");
+  ASSERT_EQ(pods["items"].size(), 1u) << pods.dump();
+  k_->Control("DELETE", "/api/v1/namespaces/ml/pods/" +
+                            pods["items"][0]["metadata"]["name"].get<std::string>());
+  x = WaitFor(*b_, gone, "failed");
+  EXPECT_EQ(x.state, "failed");
+  EXPECT_NE(x.reason.find("pod gone before it was read"), std::string::npos) << x.reason;
+  EXPECT_FALSE(x.exit_code.has_value());
+}
+
 TEST_F(KubeBackend, SuspendKeepsTheJobAndResumeRunsItAgain) {
   const std::string id = Submit(*b_, Req("j-5", "sleep 60"));
   EXPECT_EQ(WaitFor(*b_, id, "running").state, "running");

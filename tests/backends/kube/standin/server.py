@@ -1,6 +1,7 @@
 """HTTP front end of the stand-in: routing, authentication, content negotiation, REST verbs,
 watch streams, fault injection and the command line."""
 import argparse
+import collections
 import json
 import os
 import signal
@@ -101,6 +102,7 @@ class StandinServer(ThreadingHTTPServer):
         self.ssl_ctx = None
         self.watch_streams = set()
         self.watch_lock = threading.Lock()
+        self.watch_delay = {}  # plural -> seconds: /_standin/watch-delay
         super().__init__(addr, Handler)
 
     def get_request(self):
@@ -345,6 +347,17 @@ class Handler(BaseHTTPRequestHandler):
                     except OSError:
                         pass
             return self.send_json(200, {"ok": True, "dropped": len(ws)})
+        if what == "watch-delay" and method == "POST":
+            # A lagging watch (a loaded API server or client): events of `plural` reach watch
+            # streams `seconds` late, in order; lists and gets are not delayed.
+            try:
+                plural, seconds = args.get("plural", "pods"), float(args.get("seconds", 0))
+            except (TypeError, ValueError):
+                raise bad_request("watch-delay: seconds must be a number")
+            if plural not in KINDS:
+                raise bad_request("watch-delay: unknown plural %r" % plural)
+            srv.watch_delay[plural] = max(0.0, seconds)
+            return self.send_json(200, {"ok": True, "watch_delay": srv.watch_delay})
         if what == "compact" and method == "POST":
             store.compact()
             return self.send_json(200, {"ok": True, "resourceVersion": str(store.rv)})
@@ -373,6 +386,7 @@ class Handler(BaseHTTPRequestHandler):
         srv, store = self.server, self.server.store
         with srv.faults.lock:
             srv.faults.rules, srv.faults.conflicts = [], 0
+        srv.watch_delay.clear()
         with store.lock:
             for plural in ("jobs", "pods", "resourceclaims", "resourceclaimtemplates", "namespaces", "nodes",
                            "resourceslices", "deviceclasses"):
@@ -540,9 +554,11 @@ class Handler(BaseHTTPRequestHandler):
                 obj = t
             self._chunk(json.dumps({"type": etype, "object": obj}, separators=(",", ":")).encode() + b"\n")
 
+        held = collections.deque()  # (due, event): /_standin/watch-delay
+
         def bookmark():
             with store.lock:
-                if not w.q.empty():
+                if held or not w.q.empty():
                     return False
                 rv = store.rv
             self._chunk(json.dumps({"type": "BOOKMARK", "object": {
@@ -565,10 +581,20 @@ class Handler(BaseHTTPRequestHandler):
                 if w.dropped or w.overflow:
                     clean = not w.dropped
                     break
-                try:
-                    ev = w.q.get(timeout=min(0.25, max(0.01, deadline - now)))
-                except Exception:
-                    ev = None
+                if held and held[0][0] <= now:
+                    ev = held.popleft()[1]
+                else:
+                    wait = min(0.25, max(0.01, deadline - now))
+                    if held:
+                        wait = max(0.01, min(wait, held[0][0] - now))
+                    try:
+                        ev = w.q.get(timeout=wait)
+                    except Exception:
+                        ev = None
+                    delay = srv.watch_delay.get(plural, 0)
+                    if ev is not None and (delay > 0 or held):
+                        held.append((time.monotonic() + delay, ev))
+                        continue
                 if ev is not None:
                     t = translate(ev)
                     if t:

@@ -39,9 +39,21 @@ npm_validate() {
   fi
 }
 
+# The dashboard's accessibility check in its browser tests (tests/api/dashboard_tasks_test.cc):
+# axe-core from npm, as locked.
+npm_dashboard_axe() {
+  local dir
+  dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tests/api/dashboard_axe"
+  if [ ! -d "$dir/node_modules/axe-core" ]; then
+    echo "setup: npm ci in tests/api/dashboard_axe (axe-core)"
+    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+  fi
+}
+
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all ${#PACKAGES[@]} packages present"
   npm_validate
+  npm_dashboard_axe
   exit 0
 fi
 
@@ -68,3 +80,4 @@ if [[ " ${missing[*]} " == *" mariadb-server "* ]] && [ -d /run/systemd/system ]
 fi
 
 npm_validate
+npm_dashboard_axe

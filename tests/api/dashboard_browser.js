@@ -10,7 +10,11 @@
 //   {"click": SELECTOR}                    click the first element SELECTOR matches (it must exist)
 //   {"type": SELECTOR, "text": TEXT}       set an input's value and fire its input and change events
 //   {"eval": EXPR, "as": NAME}             keep EXPR's value (JSON) as results[NAME]
-//   {"screenshot": FILE}                   a PNG of the viewport
+//   {"screenshot": FILE}                   a PNG of the viewport ("full": true: of the whole page)
+//   {"touch": FILE}                        create FILE (a test waiting for it then acts: submits a job)
+//   {"axe": AXE_MIN_JS, "as": NAME}        inject axe-core (its axe.min.js) and keep, as results[NAME],
+//                                          its serious and critical violations on the page as it is
+//                                          now: [{id, impact, help, targets: [selector...]}]
 // RESULT.json: {"results": {...}, "error": "the step that failed and why" or "", "console": [...]}
 // (console: every console message and uncaught exception). Exits 0 when every step passed.
 "use strict";
@@ -105,8 +109,23 @@ async function main() {
         if (!ok) throw new Error("nothing to type into");
       } else if (step.eval !== undefined) {
         out.results[step.as] = await evaluate(step.eval);
+      } else if (step.touch !== undefined) {
+        fs.writeFileSync(step.touch, "");
+      } else if (step.axe !== undefined) {
+        if (!(await evaluate("typeof axe !== 'undefined'"))) await evaluate(fs.readFileSync(step.axe, "utf8"));
+        out.results[step.as] = await evaluate(
+            "axe.run(document, { resultTypes: ['violations'] }).then(r => r.violations.filter(v => v.impact === 'serious' || " +
+            "v.impact === 'critical').map(v => ({ id: v.id, impact: v.impact, help: v.help, targets: v.nodes.slice(0, 5).map(n => " +
+            "n.target.join(' ') + ' ' + (n.failureSummary || '').replace(/\\s+/g, ' ').slice(0, 160)) })))");
       } else if (step.screenshot !== undefined) {
-        const { data } = await s("Page.captureScreenshot", { format: "png" });
+        const shot = { format: "png" };
+        if (step.full) {
+          const m = await s("Page.getLayoutMetrics");
+          const c = m.cssContentSize || m.contentSize;
+          shot.captureBeyondViewport = true;
+          shot.clip = { x: 0, y: 0, width: Math.ceil(c.width), height: Math.min(Math.ceil(c.height), 12000), scale: 1 };
+        }
+        const { data } = await s("Page.captureScreenshot", shot);
         fs.writeFileSync(step.screenshot, Buffer.from(data, "base64"));
       } else {
         throw new Error("unknown step");

@@ -15,6 +15,7 @@
 #include <regex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "proc.h"
@@ -44,8 +45,10 @@ groups:
   - {name: speech}
 profiles:
   - {name: nb, gpus: 1, gpu_fraction: 0.1, gpu_memory: 8GiB, cpu: 100m, memory: 64MiB, forms: [share]}
+  - {name: card, gpus: 1, cpu: 100m, memory: 64MiB, forms: [whole]}
 queues:
   - {name: notebooks, profile: nb, groups: [speech, vision], class: interactive}
+  - {name: training, profile: card, groups: [speech, vision], class: training}
 )";
 
 // The colour-blind-safe colours the dashboard assigns to groups first (Okabe & Ito, less black).
@@ -75,9 +78,10 @@ class DashboardTasksTest : public testing::ServeFixture {
         << server_->Log();
   }
   std::string Submit(const std::string& token, const std::string& name,
-                     const std::vector<std::string>& command = {"sleep", "1000"}) {
-    Json r = Call("POST", "/v1/jobs",
-                  {{"queue", "notebooks"}, {"command", command}, {"name", name}}, token);
+                     const std::vector<std::string>& command = {"sleep", "1000"},
+                     const std::string& queue = "notebooks") {
+    Json r =
+        Call("POST", "/v1/jobs", {{"queue", queue}, {"command", command}, {"name", name}}, token);
     EXPECT_TRUE(r.is_object() && r.contains("id")) << r.dump();
     return r.is_object() ? r.value("id", "") : "";
   }
@@ -89,15 +93,21 @@ class DashboardTasksTest : public testing::ServeFixture {
     Json j = AdminJob(id);
     return j.is_object() ? j.value("state", "") : "";
   }
+  // The job is held but idle (its activity says so; a job not yet running has none).
+  bool HeldButIdle(const std::string& id) {
+    Json j = AdminJob(id);
+    return j.is_object() && j.contains("activity") && j["activity"].is_object() &&
+           j["activity"].value("idle", false);
+  }
   std::string Url(const std::string& fragment) {
     return "http://127.0.0.1:" + std::to_string(port_) + "/#" + fragment;
   }
   // Runs `steps` (see dashboard_browser.js) in a fresh headless Chromium; returns the results.
   // A failed step, a console message or an uncaught exception fails the test.
-  Json Browse(const Json& steps) {
+  Json Browse(const Json& steps, int width = 1366) {
     const std::string n = std::to_string(++runs_);
     const std::string in = dir_ + "/steps-" + n + ".json", out = dir_ + "/result-" + n + ".json";
-    std::ofstream(in) << Json{{"width", 1366}, {"height", 900}, {"steps", steps}}.dump();
+    std::ofstream(in) << Json{{"width", width}, {"height", 900}, {"steps", steps}}.dump();
     const std::string cmd = "node " TESSERA_DASHBOARD_DRIVER " " + chromium_ + " " + in + " " + out;
     const int rc = std::system(cmd.c_str());
     Json r = Json::parse(testing::ReadFile(out), nullptr, false);
@@ -107,6 +117,9 @@ class DashboardTasksTest : public testing::ServeFixture {
     EXPECT_TRUE(r["console"].empty()) << "the page logged to the console: " << r["console"].dump(1);
     return r["results"];
   }
+
+  // Every view and more checked with axe-core at `width` px (defined below the step helpers).
+  void ExpectNoSeriousAccessibilityViolation(int width);
 
   std::string chromium_;
   int runs_ = 0;
@@ -339,6 +352,209 @@ TEST_F(DashboardTasksTest, TheCardMapOfFortyNodesShowsOnePageAndFindsANode) {
   EXPECT_NE(r.value("count", "").find("of 40"), std::string::npos) << r.dump(1);
   EXPECT_EQ(r["second"], Json(second)) << r.dump(1);
   EXPECT_EQ(r["found"], Json({"node-33"})) << r.dump(1);
+}
+
+// A person opens Nodes (one click from the overview): every device is one square of a heat map,
+// grouped per node, coloured by how full it is, held but idle or free, with a legend; choosing a
+// node (the second click) opens that node's card map, which shows whose share is on which card.
+TEST_F(DashboardTasksTest, TheNodesHeatMapShowsEveryDeviceAndOpensANodesCardMap) {
+  StartAgents(3, "2xA100-80GB");
+  const std::string v = Submit("vision-token-1", "vee-notebook");
+  ASSERT_TRUE(WaitFor([&] { return AdminState(v) == "running"; })) << AdminJob(v).dump();
+  const std::string node = AdminJob(v)["placement"]["node"];
+  // The share is held but idle once idle_after (2 s) passed without activity (it sleeps).
+  ASSERT_TRUE(WaitFor([&] { return HeldButIdle(v); })) << AdminJob(v).dump();
+  const std::string tile = "#heatmap a[data-node=\"" + node + "\"]";
+  Json r = Browse({
+      Goto(Url("token=admin-token-1")),
+      Wait("document.querySelector('#gpus-total').textContent != '-'"),
+      Click("nav a[data-view=nodes]"),
+      Wait("document.querySelector('#heatmap').dataset.devices == '6' && document.querySelector('" +
+           tile + " i.h-idle')"),
+      Eval("[...document.querySelectorAll('#heatmap a.hn')].map(a => [a.dataset.node, "
+           "[...a.querySelectorAll('i')].map(i => i.className)])",
+           "tiles"),
+      Eval("document.querySelector('" + tile + "').getAttribute('aria-label')", "label"),
+      Eval("document.querySelector('" + tile + " i.h-idle').title", "cell"),
+      Eval("[...document.querySelectorAll('#heat-legend [data-heat]')].map(s => [s.dataset.heat, "
+           "s.textContent, s.dataset.count])",
+           "legend"),
+      Eval("document.querySelector('#heat-count').textContent", "count"),
+      Click(tile),
+      Wait("location.hash.includes('view=cards') && "
+           "document.querySelectorAll('#cardmap .node').length == 1"),
+      Eval("[...document.querySelectorAll('#cardmap .node')].map(n => n.dataset.node)",
+           "card_nodes"),
+      Eval("[...document.querySelectorAll('#cardmap .seg[data-job]')].map(s => [s.dataset.job, "
+           "s.dataset.group, s.dataset.identity, s.dataset.idle])",
+           "segs"),
+  });
+  ASSERT_TRUE(r.contains("segs")) << r.dump(1);
+  ASSERT_EQ(r["tiles"].size(), 3u) << r.dump(1);
+  int idle = 0, free = 0;
+  for (const auto& t : r["tiles"]) {
+    EXPECT_EQ(t[1].size(), 2u) << "two squares for two devices: " << t.dump();
+    for (const auto& c : t[1]) {
+      idle += c == "h-idle";
+      free += c == "h-free";
+    }
+  }
+  EXPECT_EQ(idle, 1) << r["tiles"].dump();
+  EXPECT_EQ(free, 5) << r["tiles"].dump();
+  EXPECT_EQ(r["label"], node + ": 2 devices, 1 free, 1 held but idle") << r.dump(1);
+  EXPECT_NE(r.value("cell", "").find("0.1 GPU held by vision, idle"), std::string::npos)
+      << r.dump(1);
+  EXPECT_EQ(r["legend"][0], Json({"free", "free", "5"})) << r["legend"].dump();
+  EXPECT_EQ(r["legend"][3], Json({"idle", "held but idle", "1"})) << r["legend"].dump();
+  EXPECT_EQ(r["count"],
+            "6 devices on 3 nodes: 5 free, 0 partly held, 0 fully held, 1 held but idle, "
+            "0 unavailable.")
+      << r.dump(1);
+  EXPECT_EQ(r["card_nodes"], Json({node})) << r.dump(1);
+  EXPECT_EQ(r["segs"], Json({Json({v, "vision", "vee", "true"})})) << r.dump(1);
+}
+
+// Which team holds idle GPUs now, and how many, in which form: on the overview (no click), the
+// table of what each group holds and how much of it is idle, and one chart per group over the
+// last hour, in use solid and held but idle hatched.
+TEST_F(DashboardTasksTest, TheOverviewSaysWhichGroupHoldsIdleGpusInWhichForm) {
+  StartAgents(1, "2xA100-80GB");
+  const std::string v = Submit("vision-token-1", "vee-notebook");
+  const std::string s = Submit("speech-token-1", "sam-train", {"sleep", "1000"}, "training");
+  ASSERT_TRUE(WaitFor([&] { return HeldButIdle(v) && HeldButIdle(s); }))
+      << AdminJob(v).dump() << AdminJob(s).dump();
+  // A sample taken since both are idle (utilization_sample: 1s).
+  ASSERT_TRUE(WaitFor([&] {
+    Json u = Call("GET", "/v1/utilization?by=group&since=0", {}, "admin-token-1");
+    if (!u.is_object() || u["samples"].empty()) return false;
+    const Json& by = u["samples"].back()["by"];
+    return by.value("speech", Json::object()).value("gpu_milli_held_idle", 0) == 1000 &&
+           by.value("vision", Json::object()).value("gpu_milli_held_idle", 0) == 100;
+  }));
+  const std::string rows =
+      "[...document.querySelectorAll('#held-idle tbody tr[data-group]')].map(r => "
+      "[...r.cells].map(c => c.textContent))";
+  Json r = Browse({
+      Goto(Url("token=admin-token-1")),
+      Wait("document.querySelectorAll('#held-idle tbody tr[data-group]').length == 2 && "
+           "document.querySelectorAll('#held-idle-charts figure').length == 2"),
+      Eval(rows, "rows"),
+      Eval("[...document.querySelectorAll('#held-idle-charts figure')].map(f => "
+           "f.querySelector('figcaption').textContent)",
+           "captions"),
+      Eval("[...document.querySelectorAll('#held-idle-charts path[data-part=idle]')].map(p => "
+           "[p.dataset.group, p.dataset.form])",
+           "idle_paths"),
+  });
+  ASSERT_TRUE(r.contains("idle_paths")) << r.dump(1);
+  // The most idle first: speech's whole card, then vision's share.
+  EXPECT_EQ(r["rows"], Json({Json({"speech", "whole cards", "1", "0", "1"}),
+                             Json({"vision", "shares", "0.1", "0", "0.1"})}))
+      << r.dump(1);
+  EXPECT_EQ(r["captions"], Json({"speech 1 held now, 1 idle: whole cards 1 (1 idle)",
+                                 "vision 0.1 held now, 0.1 idle: shares 0.1 (0.1 idle)"}))
+      << r.dump(1);
+  EXPECT_EQ(r["idle_paths"],
+            Json::array({Json::array({"speech", "whole"}), Json::array({"vision", "share"})}))
+      << r.dump(1);
+}
+
+// A job submitted through the API while the jobs view is open (one click from the overview)
+// appears in the table without a reload, with its name, user and state.
+TEST_F(DashboardTasksTest, AJobSubmittedThroughTheApiAppearsLive) {
+  const std::string first = Submit("vision-token-1", "already-there");
+  const std::string marker = dir_ + "/page-open";
+  std::string live;
+  std::thread submitter([&] {
+    if (WaitFor([&] { return std::filesystem::exists(marker); }, 60000))
+      live = Submit("speech-token-1", "appears-live");
+  });
+  Json r = Browse({
+      Goto(Url("token=admin-token-1")),
+      Wait("document.querySelector('#gpus-total').textContent != '-'"),
+      Click("nav a[data-view=jobs]"),
+      Wait("document.querySelector('#jobs tbody tr[data-job]')"),
+      Eval(kRowIds, "before"),
+      {{"touch", marker}},
+      Wait("[...document.querySelectorAll('#jobs tbody tr')].some(r => "
+           "/appears-live/.test(r.textContent))",
+           20000),
+      Eval("[...document.querySelector('#jobs tbody tr').cells].slice(0, 4).map(c => "
+           "c.textContent)",
+           "row"),
+      Eval("document.querySelector('#jobs tbody tr').dataset.state", "state"),
+      Eval("document.querySelector('#jobs-count').textContent", "count"),
+  });
+  submitter.join();
+  ASSERT_FALSE(live.empty());
+  EXPECT_EQ(r["before"], Json({first})) << r.dump(1);
+  EXPECT_EQ(r["row"], Json({"appears-live " + live, "sam", "speech", "notebooks"})) << r.dump(1);
+  EXPECT_EQ(r["state"], "pending") << "no agent: it waits";
+  EXPECT_NE(r.value("count", "").find("2 of 2 jobs"), std::string::npos) << r.dump(1);
+}
+
+// axe-core (npm, tests/api/dashboard_axe, installed by scripts/setup.sh) injected into the page:
+// no serious or critical violation on any view, a job's page, the confirmation dialog, or the
+// sign-in box, at `width` px.
+void DashboardTasksTest::ExpectNoSeriousAccessibilityViolation(int width) {
+  const std::string axe = (std::filesystem::path(TESSERA_DASHBOARD_DRIVER).parent_path() /
+                           "dashboard_axe/node_modules/axe-core/axe.min.js")
+                              .string();
+  ASSERT_TRUE(std::filesystem::exists(axe)) << axe << " is missing: run scripts/setup.sh";
+  StartAgents(1, "2xA100-80GB");
+  const std::string v = Submit("vision-token-1", "vee-notebook");
+  const std::string s = Submit("speech-token-1", "sam-train", {"sleep", "1000"}, "training");
+  ASSERT_TRUE(WaitFor([&] { return AdminState(v) == "running" && AdminState(s) == "running"; }));
+  ASSERT_TRUE(WaitFor([&] { return HeldButIdle(v); }));
+  const std::vector<std::pair<std::string, std::string>> views = {
+      {"nodes", "document.querySelector('#heatmap a.hn i.h-idle')"},
+      {"cards", "document.querySelector('#cardmap .seg[data-idle]')"},
+      {"utilization", "document.querySelector('#util path[data-group]')"},
+      {"groups", "document.querySelector('#groups tbody tr[data-group]')"},
+      {"jobs", "document.querySelector('#jobs tbody tr[data-job]')"},
+      {"queues", "document.querySelector('#queues tbody tr[data-queue]')"},
+      {"events", "document.querySelector('#events tbody tr[data-kind]')"},
+      {"whatif",
+       "/jobs replayed|for admins/.test(document.querySelector('#whatif-note').textContent)"},
+  };
+  {
+    Json steps = {
+        Goto(Url("token=admin-token-1")),
+        Wait("document.querySelector('#held-idle-charts figure') && "
+             "document.querySelector('#ov-util path[data-group]')"),
+        {{"axe", axe}, {"as", "overview"}},
+    };
+    for (const auto& [view, ready] : views) {
+      steps.push_back(Click("nav a[data-view=" + view + "]"));
+      steps.push_back(Wait(ready, 20000));
+      steps.push_back({{"axe", axe}, {"as", view}});
+    }
+    steps.push_back(Click("nav a[data-view=jobs]"));
+    steps.push_back(Click("[data-open=\"" + v + "\"]"));
+    steps.push_back(Wait("document.querySelector('#job-detail [data-job-state]')"));
+    steps.push_back({{"axe", axe}, {"as", "job"}});
+    steps.push_back(Click("#cancel-job"));
+    steps.push_back({{"axe", axe}, {"as", "cancel dialog"}});
+    steps.push_back(Click("#confirm-no"));
+    Json r = Browse(steps, width);
+    ASSERT_TRUE(r.contains("cancel dialog")) << width << " px: " << r.dump(1);
+    Json login = Browse({Goto(Url("token=not-a-token")),
+                         Wait("!document.querySelector('#login').hidden"),
+                         {{"axe", axe}, {"as", "sign-in"}}},
+                        width);
+    r["sign-in"] = login.value("sign-in", Json::array({"not reached"}));
+    for (const auto& [page, violations] : r.items()) {
+      EXPECT_TRUE(violations.empty()) << width << " px, " << page << ": " << violations.dump(1);
+    }
+  }
+}
+
+TEST_F(DashboardTasksTest, NoViewHasASeriousOrCriticalAccessibilityViolationAtADesktopsWidth) {
+  ExpectNoSeriousAccessibilityViolation(1366);
+}
+
+TEST_F(DashboardTasksTest, NoViewHasASeriousOrCriticalAccessibilityViolationAt420Px) {
+  ExpectNoSeriousAccessibilityViolation(420);
 }
 
 }  // namespace

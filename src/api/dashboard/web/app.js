@@ -3,7 +3,7 @@
 // helpers, colours, then one section per view (overview, card map, utilization, groups, jobs and a
 // job's page, queues, events, what-if), and the refresh loop with its event handlers.
 const $ = id => document.getElementById(id);
-const VIEWS = ["overview", "cards", "utilization", "groups", "jobs", "queues", "events", "whatif"];
+const VIEWS = ["overview", "nodes", "cards", "utilization", "groups", "jobs", "queues", "events", "whatif"];
 const RANGES = { "15m": 900e3, "1h": 3600e3, "6h": 6 * 3600e3, "24h": 24 * 3600e3, "7d": 7 * 24 * 3600e3, "30d": 30 * 24 * 3600e3 };
 const FILTERS = ["state", "queue", "group", "identity"];
 const ENDED = new Set(["succeeded", "failed", "cancelled", "lost"]);
@@ -42,6 +42,7 @@ function ago(ms) {  // a time: relative, the exact time in a tooltip (see when()
   const d = Date.now() - ms;
   return d < 5000 ? "just now" : d >= 0 ? span(d) + " ago" : "in " + span(-d);
 }
+const byName = new Intl.Collator(undefined, { numeric: true }).compare;  // "node-2" before "node-10"; fast on 10,000
 const plural = (n, one, many) => n + " " + (n === 1 ? one : many || one + "s");
 function when(ms) { return ms ? el("time", { datetime: new Date(ms).toISOString(), title: stamp(ms), text: ago(ms) }) : ""; }
 
@@ -248,6 +249,61 @@ function renderRecentEvents(ev) {
   if (!ev.events.length) ul.append(el("li", { class: "muted", text: "no events yet" }));
 }
 
+// The nodes view: a heat map, one square per device (coloured by how full it is, held but idle,
+// free, or unavailable), one tile per node; a tile links to that node's card map. Built as one
+// string of markup: thousands of devices draw in one go.
+const HEAT = [["free", "free"], ["part", "partly held"], ["full", "fully held"], ["idle", "held but idle"],
+              ["off", "unavailable (lost, unhealthy, cordoned or drained)"]];
+const esc = t => String(t).replace(/[&<>"]/g, c => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]);
+const inactive = x => x && x !== "active";
+function heatClass(n, d) {
+  if (n.state !== "ready" || d.health === "unhealthy" || inactive(d.admin_state) || inactive(n.admin_state)) return "off";
+  if (d.holders.some(h => h.idle)) return "idle";
+  const u = d.gpu_milli_used || 0;
+  return u <= 0 ? "free" : u >= 1000 ? "full" : "part";
+}
+function deviceNote(n, d, k) {
+  const who = [...new Set(d.holders.map(h => h.group).filter(g => g))].join(", ");
+  return "GPU " + d.index + " " + d.model + ": " + (k === "off" ? (n.state !== "ready" ? n.state : d.health === "unhealthy" ? "unhealthy" +
+         (d.health_reason ? " (" + d.health_reason + ")" : "") : d.admin_state || n.admin_state) + ", " : "") +
+         (d.gpu_milli_used ? gpus(d.gpu_milli_used) + " GPU held" + (who ? " by " + who : "") + (k === "idle" ? ", idle" : "") : "free");
+}
+function renderHeat(nodes) {
+  const all = nodes.nodes.slice().sort((a, b) => byName(a.name, b.name));
+  const total = { free: 0, part: 0, full: 0, idle: 0, off: 0 };
+  const named = all.length <= 64;
+  const t0 = performance.now();
+  let html = "", devices = 0;
+  for (const n of all) {
+    const c = { free: 0, part: 0, full: 0, idle: 0, off: 0 };
+    let cells = "";
+    for (const d of n.devices) {
+      const k = heatClass(n, d);
+      ++c[k]; ++total[k]; ++devices;
+      cells += '<i class="h-' + k + '" title="' + esc(n.name + " " + deviceNote(n, d, k)) + '"></i>';
+    }
+    const state = n.state !== "ready" ? n.state : inactive(n.admin_state) ? n.admin_state : "";
+    const label = n.name + (state ? " (" + state + ")" : "") + ": " + plural(n.devices.length, "device") + ", " +
+        HEAT.filter(([k]) => c[k]).map(([k, t]) => c[k] + " " + t.replace(/ \(.*/, "")).join(", ");
+    html += '<a class="hn' + (state ? " hn-" + esc(state) : "") + '" href="#view=cards&amp;node=' + esc(encodeURIComponent(n.name)) +
+            '" data-node="' + esc(n.name) + '" data-idle="' + c.idle + '" aria-label="' + esc(label) + '">' +
+            (named ? '<span class="hn-name">' + esc(n.name) + "</span>" : "") + '<span class="hn-cells">' + cells + "</span></a>";
+  }
+  const map = $("heatmap");
+  map.innerHTML = html || '<p class="note">No nodes yet: start an agent.</p>';
+  map.dataset.devices = devices;
+  map.dataset.nodes = all.length;
+  const l = $("heat-legend");
+  if (!l.childElementCount) for (const [k, t] of HEAT) l.append(el("span", { class: "hk h-" + k, "data-heat": k, text: t }));
+  for (const s of l.children) s.dataset.count = total[s.dataset.heat];
+  $("heat-count").textContent = plural(devices, "device") + " on " + plural(all.length, "node") + ": " +
+      HEAT.map(([k, t]) => total[k] + " " + t.replace(/ \(.*/, "")).join(", ") + ".";
+  // For bench/dashboard_bench.js: how long drawing took, and when the first heat map was painted
+  // (ms since navigation).
+  window.tesseraHeatRenderMs = performance.now() - t0;
+  if (!window.tesseraHeatPaintedMs) requestAnimationFrame(() => setTimeout(() => { window.tesseraHeatPaintedMs = performance.now(); }, 0));
+}
+
 // The card map: a bar per device; its segments are the device's partitions and holdings, each as
 // wide as its memory (gpu_memory_mib / memory_mib of the device).
 function segment(node, dev, h, part) {
@@ -285,8 +341,9 @@ function renderCards(nodes) {
   const root = $("cardmap");
   root.textContent = "";
   const f = ui.node.trim().toLowerCase();
-  const all = nodes.nodes.slice().sort((a, b) => a.name.localeCompare(b.name, undefined, { numeric: true }));
-  const shown = all.filter(n => nodeMatches(n, f));
+  const all = nodes.nodes.slice().sort((a, b) => byName(a.name, b.name));
+  const exact = all.filter(n => n.name.toLowerCase() === f);  // a node's own name: that node only
+  const shown = exact.length ? exact : all.filter(n => nodeMatches(n, f));
   const per = Number(ui.npp) || 10;
   const pages = Math.max(1, Math.ceil(shown.length / per));
   const page = Math.min(Math.max(1, Number(ui.npage) || 1), pages);
@@ -297,11 +354,15 @@ function renderCards(nodes) {
   for (const n of all) for (const d of n.devices) for (const h of d.holders) if (h.group) groups.add(h.group);
   for (const n of shown.slice((page - 1) * per, page * per)) {
     const used = n.devices.reduce((t, d) => t + (d.gpu_milli_used || 0), 0);
-    const box = el("div", { class: "node", "data-node": n.name, "data-state": n.state },
-                   el("h3", { text: n.name + " — " + n.state + (n.simulated ? " (simulated)" : "") + " · " + plural(n.devices.length, "device") + " · " +
-                                    gpus(used) + " of " + n.devices.length + " GPUs held" }));
+    const adm = n.admin_state || "active";
+    const box = el("div", { class: "node", "data-node": n.name, "data-state": n.state, "data-admin-state": adm },
+                   el("div", { class: "node-head" },
+                      el("h3", { text: n.name + " — " + n.state + (adm !== "active" ? " · " + adm : "") + (n.simulated ? " (simulated)" : "") + " · " +
+                                       plural(n.devices.length, "device") + " · " + gpus(used) + " of " + n.devices.length + " GPUs held" }),
+                      ...nodeActions(n.name, adm)));
+    if (nodeAnswer.node === n.name && nodeAnswer.text) box.append(el("p", { class: "node-answer" + (nodeAnswer.bad ? " bad" : ""), role: "status", text: nodeAnswer.text }));
     for (const d of n.devices) {
-      const bar = el("div", { class: "bar", role: "list", "aria-label": "device " + d.index });
+      const bar = el("div", { class: "bar", role: "group", "aria-label": "device " + d.index });
       const byPart = new Map();
       for (const h of d.holders) if (h.partition) byPart.set(h.partition, h);
       const parts = (d.partitions || []).slice().sort((a, b) => a.start - b.start);
@@ -322,6 +383,35 @@ function renderCards(nodes) {
   legend("legend", [...groups].sort());
 }
 
+// Cordon, drain and uncordon a node (admins): cordon and uncordon at once, drain after a
+// confirmation (its running jobs are stopped and requeued); the server's answer is shown.
+let nodeAnswer = { node: "", text: "", bad: false };
+function nodeActions(node, adm) {
+  if (!me || me.role !== "admin") return [];
+  const acts = adm === "active" ? ["cordon", "drain"] : adm === "cordoned" ? ["drain", "uncordon"] : ["uncordon"];
+  const label = { cordon: "Cordon", drain: "Drain…", uncordon: "Uncordon" };
+  return acts.map(a => el("button", { type: "button", class: a === "drain" ? "danger" : "", "data-node-action": a, "data-node": node,
+                                      "aria-label": label[a].replace("…", "") + " " + node, text: label[a] }));
+}
+async function nodeAction(node, action) {
+  nodeAnswer = { node, text: action + "…", bad: false };
+  try {
+    const n = await call("/v1/nodes/" + encodeURIComponent(node) + "/" + action, "POST");
+    nodeAnswer = { node, bad: false, text: "The server accepted: " + node + " is " + (n && n.admin_state ? n.admin_state : action + "ed") + "." };
+  } catch (err) {
+    nodeAnswer = { node, bad: true, text: "The server refused to " + action + " " + node + ": " + String(err.message || err) };
+  }
+  refresh();
+}
+function confirmWith(text, yes, no, action, subject) {
+  $("confirm-text").textContent = text;
+  $("confirm-yes").textContent = yes;
+  $("confirm-no").textContent = no;
+  $("confirm").dataset.action = action;
+  $("confirm").dataset.subject = subject;
+  $("confirm").showModal();
+}
+
 // Utilization: stacked areas by group with a time axis (HH:MM) and a GPU axis; the capacity as a
 // dashed line, the held-but-idle GPUs as a dotted one.
 async function loadUtilization(range, ids) {
@@ -330,6 +420,85 @@ async function loadUtilization(range, ids) {
   const step = Math.max(1000, Math.ceil(range / 300 / 1000) * 1000);  // at most ~300 points
   const u = await load("utilization", "/v1/utilization?by=group&since=" + (Date.now() - range) + "&step=" + step);
   if (u) drawUtilization(u, range, ids);
+  if (u && ids.chart === "ov-util") {
+    // "Now" from the latest sample itself (the chart's points are averages over their step).
+    const now = await load("utilization-now", "/v1/utilization?by=group&since=" + (Date.now() - 60000));
+    drawHeldIdle(u, range, now && now.samples && now.samples.length ? now.samples[now.samples.length - 1] : null);
+  }
+}
+
+// Held against in use over time per group and per form (the samples' by.group[G].form), idle
+// counted where it is: a table of now (the latest sample), and a small chart per group, its forms
+// stacked, each solid where in use and hatched where held but idle.
+const FORMS = [["whole", "whole cards", 1], ["partition", "partitions", 0.7], ["share", "shares", 0.45], ["other", "other", 0.3]];
+function formsOf(row) {  // {form: {held, idle}}; a sample from before forms were kept: "other"
+  const out = {};
+  if (row && row.form) for (const [f, v] of Object.entries(row.form)) out[FORMS.some(x => x[0] === f) ? f : "other"] = { held: v.gpu_milli || 0, idle: v.gpu_milli_held_idle || 0 };
+  else if (row && row.gpu_milli) out.other = { held: row.gpu_milli, idle: row.gpu_milli_held_idle || 0 };
+  return out;
+}
+function drawHeldIdle(u, range, latest) {
+  const s = u.samples || [];
+  const groups = [...new Set(s.flatMap(x => Object.keys(x.by || {})).concat(latest ? Object.keys(latest.by || {}) : []))].sort();
+  const last = latest ? latest.by || {} : s.length ? s[s.length - 1].by || {} : {};
+  const b = tbody("held-idle");
+  const rows = [];
+  for (const g of groups) for (const [f, v] of Object.entries(formsOf(last[g]))) if (v.held) rows.push([g, f, v]);
+  rows.sort((x, y) => y[2].idle - x[2].idle || x[0].localeCompare(y[0]));
+  for (const [g, f, v] of rows) {
+    const r = b.insertRow();
+    r.dataset.group = g; r.dataset.form = f; r.dataset.idle = v.idle;
+    r.insertCell().append(swatch(g));
+    cell(r, (FORMS.find(x => x[0] === f) || [f, f])[1]);
+    cell(r, gpus(v.held), "num"); cell(r, gpus(v.held - v.idle), "num");
+    cell(r, gpus(v.idle), "num" + (v.idle ? " warn" : ""));
+  }
+  if (!rows.length) b.insertRow().insertCell().textContent = "no group holds GPUs now";
+  const box = $("held-idle-charts");
+  box.textContent = "";
+  const W = 400, H = 130, L = 34, R = 6, T = 6, B = 20, t1 = Date.now(), t0 = t1 - range, step = u.step_ms || 1000;
+  const X = t => L + (W - L - R) * (t - t0) / range;
+  for (const g of groups) {
+    const per = s.map(x => formsOf((x.by || {})[g]));
+    let ymax = 1000;
+    for (const p of per) ymax = Math.max(ymax, Object.values(p).reduce((t, v) => t + v.held, 0));
+    ymax = Math.ceil(ymax / 1000) * 1000;
+    const Y = v => H - B - (H - T - B) * v / ymax;
+    const now = formsOf(last[g]);
+    const held = Object.values(now).reduce((t, v) => t + v.held, 0), idle = Object.values(now).reduce((t, v) => t + v.idle, 0);
+    const title = g + ": " + gpus(held) + " GPUs held now, " + gpus(idle) + " of them idle";
+    const chart = svg("svg", { viewBox: "0 0 " + W + " " + H, class: "chart small", role: "img", "aria-label": title + " (last hour)", "data-group": g });
+    const pid = "hatch-" + hashOf(g);
+    const pat = svg("pattern", { id: pid, width: 6, height: 6, patternUnits: "userSpaceOnUse", patternTransform: "rotate(45)" });
+    pat.append(svg("rect", { width: 6, height: 6, fill: colour(g), "fill-opacity": "0.25" }), svg("rect", { width: 3, height: 6, fill: colour(g) }));
+    const defs = svg("defs");
+    defs.append(pat);
+    chart.append(defs);
+    for (const v of [0, ymax / 2, ymax]) {
+      chart.append(svg("line", { class: "axis", x1: L, x2: W - R, y1: Y(v), y2: Y(v) }));
+      chart.append(svg("text", { x: L - 4, y: Y(v) + 4, "text-anchor": "end" }, milli(v)));
+    }
+    chart.append(svg("text", { x: L, y: H - 5 }, hhmm(t0)), svg("text", { x: W - R, y: H - 5, "text-anchor": "end" }, hhmm(t1)));
+    const base = s.map(() => 0);
+    for (const [f, name, op] of FORMS) {
+      for (const part of ["used", "idle"]) {
+        const val = per.map(p => p[f] ? (part === "idle" ? p[f].idle : p[f].held - p[f].idle) : 0);
+        if (!val.some(v => v > 0)) continue;
+        const top = val.map((v, i) => base[i] + v);
+        let d = "";
+        s.forEach((x, i) => { d += (i ? "L" : "M") + X(x.time_ms).toFixed(1) + "," + Y(top[i]).toFixed(1) + "L" + X(x.time_ms + step).toFixed(1) + "," + Y(top[i]).toFixed(1); });
+        for (let i = s.length - 1; i >= 0; --i) d += "L" + X(s[i].time_ms + step).toFixed(1) + "," + Y(base[i]).toFixed(1) + "L" + X(s[i].time_ms).toFixed(1) + "," + Y(base[i]).toFixed(1);
+        const p = svg("path", { d: d + "Z", fill: part === "idle" ? "url(#" + pid + ")" : colour(g), "fill-opacity": part === "idle" ? "1" : String(op),
+                                "data-group": g, "data-form": f, "data-part": part });
+        p.append(svg("title", {}, g + " · " + name + " · " + (part === "idle" ? "held but idle" : "in use")));
+        chart.append(p);
+        top.forEach((v, i) => { base[i] = v; });
+      }
+    }
+    const parts = FORMS.filter(([f]) => now[f] && now[f].held).map(([f, name]) => name + " " + gpus(now[f].held) + (now[f].idle ? " (" + gpus(now[f].idle) + " idle)" : ""));
+    box.append(el("figure", { "data-group": g }, el("figcaption", null, swatch(g), " " + gpus(held) + " held now, " + gpus(idle) + " idle" +
+                                                   (parts.length ? ": " + parts.join(", ") : "")), chart));
+  }
 }
 function drawUtilization(u, range, ids) {
   const s = u.samples || [];
@@ -425,14 +594,26 @@ function option(sel, value, label) { sel.append(el("option", { value, text: labe
 const jobName = j => (j.spec && j.spec.name) || "";
 const jobGpus = j => j.placement ? (j.placement.gpu_milli || 0) : j.spec ? (j.spec.gpus || 0) * (j.spec.gpu_milli || 1000) : 0;
 const jobForm = j => j.placement ? j.placement.form : "";
+// When it started and ended: the job's start_ms and end_ms where the server sends them, else its
+// latest job.running event and, once ended, its last update.
+const jobStart = j => j.start_ms || started.get(j.id);
 function jobDuration(j) {
-  const t = started.get(j.id);
+  const t = jobStart(j);
   if (!t) return null;
-  return (ENDED.has(j.state) ? j.update_ms : Date.now()) - t;
+  return (ENDED.has(j.state) ? j.end_ms || j.update_ms : Date.now()) - t;
 }
+// A waiting job's forecast (the simulator's): "expected to start in 12 min (3rd in line)".
+function forecastText(j) {
+  const f = j.state === "pending" && j.forecast;
+  if (!f) return "";
+  const at = f.expected_start_ms;
+  const t = at ? (at - Date.now() < 5000 ? "expected to start now" : "expected to start in " + span(at - Date.now())) : "no start expected yet";
+  return t + (f.position ? " (" + ordinal(f.position) + " in line)" : "");
+}
+function ordinal(n) { const t = n % 100, o = n % 10; return n + (t >= 11 && t <= 13 ? "th" : o === 1 ? "st" : o === 2 ? "nd" : o === 3 ? "rd" : "th"); }
 const SORTS = {
   name: j => (jobName(j) || j.id).toLowerCase(), identity: j => j.identity, group: j => j.group, queue: j => j.queue,
-  form: jobForm, gpus: jobGpus, submitted: j => j.submit_ms, started: j => started.get(j.id) || 0,
+  form: jobForm, gpus: jobGpus, submitted: j => j.submit_ms, started: j => jobStart(j) || 0,
   duration: j => jobDuration(j) || 0, state: j => j.state,
 };
 function jobIdNumber(id) { const m = /(\d+)$/.exec(id); return m ? Number(m[1]) : 0; }
@@ -441,7 +622,7 @@ function sortJobs(list) {
   const dir = ui.dir === "asc" ? 1 : ui.dir === "desc" ? -1 : (SORTS[ui.sort] && ui.sort !== "submitted" && ui.sort !== "started" ? 1 : -1);
   return list.map(j => [key(j), j]).sort((a, b) => {
     const x = a[0], y = b[0];
-    const c = typeof x === "number" && typeof y === "number" ? x - y : String(x).localeCompare(String(y), undefined, { numeric: true });
+    const c = typeof x === "number" && typeof y === "number" ? x - y : byName(String(x), String(y));
     return dir * (c || jobIdNumber(a[1].id) - jobIdNumber(b[1].id));
   }).map(p => p[1]);
 }
@@ -489,12 +670,13 @@ function renderJobs(jobs) {
     cell(row, jobForm(j));
     cell(row, gpus(jobGpus(j)), "num");
     cell(row, when(j.submit_ms));
-    cell(row, when(started.get(j.id)));
+    cell(row, when(jobStart(j)));
     cell(row, span(jobDuration(j)), "num");
     cell(row, j.state, "state-" + j.state);
     cell(row, j.placement ? j.placement.node : "");
     cell(row, j.activity && !ENDED.has(j.state) ? (j.activity.idle ? "idle" : "active") : "");
-    cell(row, j.wait ? j.wait.step + ": " + j.wait.reason : (j.reason || ""));
+    const fc = forecastText(j);
+    cell(row, (j.wait ? j.wait.step + ": " + j.wait.reason : (j.reason || "")) + (fc ? "; " + fc : ""));
   }
   if (!shown.length) b.insertRow().insertCell().textContent = "no jobs match";
   pager("jobs-pager", page, pages, to => { ui.page = String(to); rerender(); });
@@ -540,13 +722,15 @@ async function showJob(listed) {
     fact("GPUs", gpus(jobGpus(j)) + (j.placement ? " · " + j.placement.form + " on " + j.placement.node +
          (j.placement.devices || []).map(d => " GPU " + d.index + (d.partition ? " (" + d.partition + ")" : "")).join(",") : ""));
     if (j.placement) fact("CPUs, memory", cpus(j.placement.cpu_milli) + " CPU · " + gib(j.placement.memory_mib) + " · GPU memory " + gib(j.placement.gpu_memory_mib));
-    fact("submitted", when(j.submit_ms)); fact("started", when(started.get(j.id) || (ev && (ev.events.filter(e => e.kind === "job.running").pop() || {}).time_ms)));
+    fact("submitted", when(j.submit_ms)); fact("started", when(jobStart(j) || (ev && (ev.events.filter(e => e.kind === "job.running").pop() || {}).time_ms)));
     fact(ENDED.has(j.state) ? "ran for" : "running for", span(jobDuration(j)));
-    if (ENDED.has(j.state)) fact("ended", when(j.update_ms));
+    if (ENDED.has(j.state)) fact("ended", when(j.end_ms || j.update_ms));
+    if (j.state === "pending" && j.forecast) fact("expected start", el("span", { "data-forecast": "1", text: forecastText(j) }));
     if (j.exit_code !== undefined && ENDED.has(j.state)) fact("exit code", String(j.exit_code));
     if (j.activity && !ENDED.has(j.state)) fact("activity", j.activity.idle ? "held but idle" : "active");
     box.append(dl);
-    box.append(el("p", { "data-wait": "1", text: j.state === "pending" ? "Waiting at " + (j.wait ? j.wait.step + ": " + j.wait.reason : j.reason || "?")
+    box.append(el("p", { "data-wait": "1", text: j.state === "pending" ? "Waiting at " + (j.wait ? j.wait.step + ": " + j.wait.reason : j.reason || "?") +
+                                           (forecastText(j) ? "; " + forecastText(j) : "")
                                            : "Reason: " + (j.reason || "none") }));
     if (j.spec && j.spec.command) box.append(el("h4", { text: "Command" }), el("pre", { class: "command", "data-command": "1", text: j.spec.command.map(shellWord).join(" ") }));
   }
@@ -568,9 +752,8 @@ async function showJob(listed) {
 }
 function askToCancel(id) {
   const j = data.jobs && data.jobs.jobs.find(x => x.id === id);
-  $("confirm-text").textContent = "Cancel job " + (j && jobName(j) ? jobName(j) + " (" + id + ")" : id) + "? Its process is stopped; this cannot be undone.";
-  $("confirm").dataset.job = id;
-  $("confirm").showModal();
+  confirmWith("Cancel job " + (j && jobName(j) ? jobName(j) + " (" + id + ")" : id) + "? Its process is stopped; this cannot be undone.",
+              "Cancel the job", "Keep it running", "cancel", id);
 }
 async function cancelJob(id) {
   cancelAnswer = { job: id, text: "cancelling…", bad: false };
@@ -642,8 +825,20 @@ async function refresh() {
   if (refreshing) { again = true; return; }
   refreshing = true;
   try {
-    if (!me) {
-      me = await load("whoami", "/v1/whoami");
+    // Everything is asked for at once (who is signed in too); the jobs, and when each started,
+    // only for the views that show them (thousands of jobs are the largest answer).
+    const first = !me;
+    const who = first ? load("whoami", "/v1/whoami") : null;
+    const withJobs = ["jobs", "groups", "queues"].includes(ui.view);
+    const kind = ui.kind ? "&kind=" + encodeURIComponent(ui.kind) : "";
+    const all = Promise.all([
+      load("summary", "/v1/summary"), load("nodes", "/v1/nodes").then(n => { if (n && ui.view === "nodes") renderHeat(n); return n; }), load("groups", "/v1/groups"), load("queues", "/v1/queues"),
+      withJobs ? load("jobs", "/v1/jobs?limit=10000") : null, load("events", "/v1/events?tail=200" + kind),
+      withJobs ? load("starts", "/v1/events?kind=job.running&tail=1000") : null, ui.kind ? load("recent", "/v1/events?tail=10") : null,
+      ui.view === "utilization" ? loadUtilization() : null,
+      ui.view === "overview" ? loadUtilization(RANGES["1h"], { chart: "ov-util", legend: "ov-util-legend" }) : null]);
+    if (first) {
+      me = await who;
       if (!me) return;
       signedOut = false;
       $("login").hidden = true;
@@ -652,13 +847,8 @@ async function refresh() {
       $("whoami").append(" ", el("button", { type: "button", class: "link", id: "sign-out", text: "sign out" }));
       if (ui.view === "whatif" && !whatifLoaded) runWhatIf();
     }
-    const kind = ui.kind ? "&kind=" + encodeURIComponent(ui.kind) : "";
-    const [sum, nodes, groups, queues, jobs, ev, runs, recent] = await Promise.all([
-      load("summary", "/v1/summary"), load("nodes", "/v1/nodes"), load("groups", "/v1/groups"), load("queues", "/v1/queues"),
-      load("jobs", "/v1/jobs?limit=5000"), load("events", "/v1/events?tail=200" + kind),
-      load("starts", "/v1/events?kind=job.running&tail=1000"), ui.kind ? load("recent", "/v1/events?tail=10") : null,
-      ui.view === "utilization" ? loadUtilization() : null,
-      ui.view === "overview" ? loadUtilization(RANGES["1h"], { chart: "ov-util", legend: "ov-util-legend" }) : null]);
+    const [sum, nodes, groups, queues, fetched, ev, runs, recent] = await all;
+    const jobs = fetched || data.jobs;  // not asked for: the last ones, not drawn again
     if (signedOut) return;
     if (groups) learnGroups(groups.groups.map(g => g.name));
     if (sum) learnGroups(sum.groups.map(g => g.group));
@@ -667,8 +857,9 @@ async function refresh() {
     if (sum) renderOverview(sum, groups, nodes);
     if (recent || ev) renderRecentEvents(recent || ev);
     if (nodes) renderCards(nodes);
+    if (nodes && ui.view !== "nodes") renderHeat(nodes);
     if (groups) renderGroups(groups, sum, jobs);
-    if (jobs) renderJobs(jobs);
+    if (fetched) renderJobs(fetched);
     if (queues) renderQueues(queues, jobs);
     if (ev) renderEvents(ev);
   } catch (err) {
@@ -698,7 +889,8 @@ $("whoami").addEventListener("click", ev => {
   try { localStorage.removeItem("tessera-token"); } catch (e) {}
   signIn();
 });
-window.addEventListener("hashchange", () => { readHash(); $("f-kind").value = ui.kind; showView(); refresh(); });
+window.addEventListener("hashchange", () => { readHash(); $("f-kind").value = ui.kind; $("f-node").value = ui.node; showView();
+  if (ui.view === "cards" && data.nodes) renderCards(data.nodes); refresh(); });
 for (const f of FILTERS) $("f-" + f).addEventListener("change", ev => { ui[f] = ev.target.value; ui.page = ""; rerender(); });
 $("f-q").addEventListener("input", ev => { ui.q = ev.target.value; ui.page = ""; rerender(); });
 $("f-kind").value = ui.kind;
@@ -732,10 +924,26 @@ $("job-detail").addEventListener("click", ev => {
   if (c) askToCancel(c.dataset.cancel);
 });
 $("confirm").addEventListener("close", () => {
-  if ($("confirm").returnValue === "yes") cancelJob($("confirm").dataset.job);
+  if ($("confirm").returnValue !== "yes") return;
+  const d = $("confirm").dataset;
+  if (d.action === "cancel") cancelJob(d.subject); else nodeAction(d.subject, d.action);
+});
+$("cardmap").addEventListener("click", ev => {
+  const b = ev.target.closest("[data-node-action]");
+  if (!b) return;
+  const node = b.dataset.node, a = b.dataset.nodeAction;
+  if (a === "drain") {
+    confirmWith("Drain node " + node + "? No new work goes there, and its running jobs are stopped and requeued.",
+                "Drain the node", "Keep it as it is", "drain", node);
+  } else {
+    nodeAction(node, a);
+  }
 });
 $("whatif-form").addEventListener("submit", ev => { ev.preventDefault(); runWhatIf(); });
 window.addEventListener("unhandledrejection", ev => { errors.set("page", String(ev.reason && ev.reason.message || ev.reason)); showErrors(); ev.preventDefault(); });
+// Scrolling regions (wide tables, the event log) take the keyboard's focus, so they scroll without
+// a mouse.
+for (const d of document.querySelectorAll(".scroll, .scroll-x")) d.tabIndex = 0;
 showView();
 refresh();
 setInterval(refresh, 5000);

@@ -781,29 +781,58 @@ class KubernetesBackend : public Backend {
   }
 
   // Each job's claim allocation ("driver/pool/device,...") into ExternalJob::gres; where no pod
-  // says, the node the allocation pins.
+  // says, the node the allocation pins. A pod can be seen Running before the claims' watch brings
+  // its claim's allocation (the pod cannot run without it): a running job whose cached claim has
+  // none has its claim read directly (GET), and what that read is kept in the cache (the watch's
+  // late events are older and do not replace it).
   void ReadClaims(std::map<std::string, ExternalJob>* jobs) {
     FollowClaims();
     if (!claims_.synced()) {
       auto c = Calls();
       if (c.ok()) (void)claims_.Relist(**c);
     }
+    std::vector<std::string> unallocated;  // running jobs whose cached claim has no allocation
     claims_.Read([&](const std::map<std::string, Json>& claims) {
       for (auto& [id, x] : *jobs) {
         auto it = claims.find(id);
-        if (it == claims.end()) continue;
-        x.gres = kube::AllocationOf(it->second);
-        const Json& terms =
-            At(At(At(At(it->second, "status"), "allocation"), "nodeSelector"), "nodeSelectorTerms");
-        if (x.node.empty() && terms.is_array() && !terms.empty()) {
-          const Json& fields = At(terms[0], "matchFields");
-          if (fields.is_array() && !fields.empty() && At(fields[0], "values").is_array() &&
-              !At(fields[0], "values").empty() && At(fields[0], "values")[0].is_string())
-            x.node = At(fields[0], "values")[0].get<std::string>();
-        }
+        if (it != claims.end()) ApplyClaim(it->second, &x);
+        if (x.state == "running" && x.gres.empty()) unallocated.push_back(id);
       }
       return 0;
     });
+    for (const std::string& id : unallocated) {
+      if (!Claimed(id)) continue;
+      auto claim = GetClaim(id);
+      if (!claim.ok()) continue;  // read from the cache this time; read again next time
+      claims_.Put(*claim);
+      ApplyClaim(*claim, &(*jobs)[id]);
+    }
+  }
+
+  static void ApplyClaim(const Json& claim, ExternalJob* x) {
+    x->gres = kube::AllocationOf(claim);
+    const Json& terms =
+        At(At(At(At(claim, "status"), "allocation"), "nodeSelector"), "nodeSelectorTerms");
+    if (x->node.empty() && terms.is_array() && !terms.empty()) {
+      const Json& fields = At(terms[0], "matchFields");
+      if (fields.is_array() && !fields.empty() && At(fields[0], "values").is_array() &&
+          !At(fields[0], "values").empty() && At(fields[0], "values")[0].is_string())
+        x->node = At(fields[0], "values")[0].get<std::string>();
+    }
+  }
+
+  // A job's ResourceClaim (named as its Job), read now from the server.
+  Result<Json> GetClaim(const std::string& id) {
+    auto c = Calls();
+    if (!c.ok()) return c.status();
+    auto [ns, name] = Split(id);
+    auto r = (*c)->Call("GET", ClaimsPath(ns) + "/" + name);
+    if (!r.ok()) return r.status();
+    if (r->status != 200) return Failed("get ResourceClaim " + id, *r);
+    Json j = Json::parse(r->body, nullptr, false);
+    if (!j.is_object())
+      return Status::FailedPrecondition("kubernetes: get ResourceClaim " + id + ": not JSON");
+    return j;
   }
 
   // Whether a Job has ended (Complete or Failed) while no pod of it in the cache has: a short Job

@@ -486,6 +486,33 @@ TEST_F(KubeDra, AMigJobGetsItsDeviceThroughAClaimOfTheMigClassAndTheAllocationRe
   EXPECT_EQ(gone.value("code", 0), 404) << gone.dump();
 }
 
+// A pod can be seen Running before the claims' watch delivers its claim's allocation (a real
+// cluster's watches lag too; here the stand-in holds the claims' watch events back 60 s, gets are
+// not delayed). A running job's devices are then read from the claim itself: never empty while
+// the claim is allocated.
+TEST_F(KubeDra, AJobSeenRunningBeforeItsClaimsAllocationIsWatchedStillReportsItsDevice) {
+  InstallClasses(*k_);
+  Slice(*k_, "n1", PartitionableA100("gpu-0-counters"), CounterSet("gpu-0-counters"));
+  JobRequest r = DraReq("j-mig", "partition");
+  r.mig_profile = "3g.40gb";
+  const std::string id = Submit(*b_, r);
+  EXPECT_EQ(WaitFor(*b_, id, "running").gres, "gpu.nvidia.com/n1/gpu-0-mig-3g.40gb-0");
+  tessera::testing::WaitFor(  // jobs, pods and claims are watched: what follows comes by watch
+      [&] { return k_->Control("GET", "/_standin/stats").value("watches", 0) >= 3; },
+      std::chrono::seconds(10), std::chrono::milliseconds(50));
+  k_->Control("POST", "/_standin/watch-delay", R"({"plural": "resourceclaims", "seconds": 60})");
+  JobRequest r2 = DraReq("j-mig2", "partition");
+  r2.mig_profile = "3g.40gb";
+  const std::string id2 = Submit(*b_, r2);
+  ExternalJob x = WaitFor(*b_, id2, "running");  // the first time it is seen running
+  ASSERT_EQ(x.state, "running") << x.reason;
+  EXPECT_EQ(x.gres, "gpu.nvidia.com/n1/gpu-0-mig-3g.40gb-1");
+  EXPECT_EQ(x.node, "n1");
+  // And it stays so (the watch's late events are older than what was read).
+  x = WaitFor(*b_, id2, "running");
+  EXPECT_EQ(x.gres, "gpu.nvidia.com/n1/gpu-0-mig-3g.40gb-1");
+}
+
 TEST_F(KubeDra, CapacityComesFromResourceSlicesWhenTheClusterExposesOnlyMigDevices) {
   // A cluster whose nodes advertise no GPU resources at all: the GPUs are MIG devices in
   // ResourceSlices. m1: a partitionable A100 exposing only its MIG devices (counters);

@@ -75,6 +75,12 @@ Agent::Agent(const AgentOptions& options, Inventory inventory, std::vector<std::
   if (inventory_.source == "nvml") {
     auto sampler = NvmlSampler::Open(options.nvml_library);
     if (sampler.ok()) nvml_ = std::move(*sampler);
+    auto health = NvmlHealth::Open(options.nvml_library);
+    if (health.ok()) {
+      health_ = std::move(*health);
+    } else {
+      Warn("device health is not read: " + health.status().message());
+    }
   }
   Connect();
 }
@@ -84,6 +90,16 @@ int Agent::Run() {
        " device(s) from " + inventory_.source +
        (inventory_.note.empty() ? "" : " (" + inventory_.note + ")") + "; " +
        launcher_.cgroups_status());
+  // Each device as registered: what tests/gpu/all_checks.sh compares with nvidia-smi.
+  for (const DiscoveredDevice& d : inventory_.devices) {
+    Info("device " + std::to_string(d.index) + ": " + d.model + " " + d.uuid + ", MIG " +
+             (d.mig_enabled ? "on" : "off") + ", isolation " + d.isolation +
+             (health_ == nullptr
+                  ? ""
+                  : std::string(", health read (XID events ") +
+                        (health_->events() ? "registered" : "not supported") + ", ECC counters)"),
+         {{"device", std::to_string(d.index)}});
+  }
   if (!launcher_.owns_work_dir()) {
     Warn("another agent uses the work directory " + options_.work_dir +
          ": jobs this one starts are not listed there, and are not stopped if it dies; their "
@@ -303,6 +319,8 @@ int RunAgent(const AgentOptions& options) {
     return inventory.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
   inventory->pool = options.pool;
+  for (DiscoveredDevice& d : inventory->devices)
+    d.isolation = IsolationGrade(d, !options.capgpu_preload.empty());
   // What swapped-out share memory may take on this node: --swap-ram (else half the host's
   // memory) plus --swap-disk. The scheduler keeps swapping shares' overcommit within it.
   inventory->swap_mib =

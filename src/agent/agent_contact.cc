@@ -27,6 +27,7 @@ bool Agent::Register() {
   if (finished_in_register_) {
     for (const auto& [id, f] : finished_) finished.push_back(f);
   }
+  CheckHealth(nullptr);  // the devices' health as of now goes with the inventory
   auto res = client_->Post(
       "/v1/agent/register",
       RegisterBody(inventory_, launcher_.cgroups_available(), launcher_.Running(), finished),
@@ -157,6 +158,7 @@ bool Agent::Heartbeat() {
   }
   std::vector<RunningJob> running = launcher_.Running(true);
   std::vector<DeviceTelemetry> devices = Telemetry(running);
+  CheckHealth(&devices);
   auto res =
       client_->Post("/v1/agent/heartbeat",
                     HeartbeatBody(inventory_.node, running, finished, devices), "application/json");

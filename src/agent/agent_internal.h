@@ -18,6 +18,7 @@
 
 #include "agent/agent.h"
 #include "agent/agent_state.h"
+#include "agent/device_health.h"
 #include "agent/discovery.h"
 #include "agent/launcher.h"
 #include "agent/partitions.h"
@@ -138,11 +139,17 @@ class Agent {
   // share of the jobs on each device (capped at 100%), and their charged share memory.
   std::vector<DeviceTelemetry> Telemetry(std::vector<RunningJob>& running);
 
+  // Device health (NVML devices only): reads XID events and ECC counters into inventory_'s
+  // devices (logging each change), and adds each device's health to `devices` (an entry for a
+  // device without telemetry is added).
+  void CheckHealth(std::vector<DeviceTelemetry>* devices);
+
   // The session (the job's process tree: each job is a session leader) of `pid`; 0 when gone.
   static pid_t SessionOf(int pid);
 
   const AgentOptions& options_;
-  std::unique_ptr<NvmlSampler> nvml_;  // real NVIDIA devices: their telemetry
+  std::unique_ptr<NvmlSampler> nvml_;   // real NVIDIA devices: their telemetry
+  std::unique_ptr<NvmlHealth> health_;  // and their health (XID events, ECC)
   Clock::time_point last_telemetry_{};
   std::map<std::string, uint64_t> cpu_ticks_;  // each running job's CPU time at the last heartbeat
   std::map<std::string, int64_t> launches_;    // each share's kernel launches at the last heartbeat

@@ -103,7 +103,8 @@ std::vector<DeviceTelemetry> Agent::Telemetry(std::vector<RunningJob>& running) 
     }
     for (const auto& [index, d] : by_index) {
       out.push_back({index, d.util_pct,
-                     d.memory_used_bytes < 0 ? -1 : (d.memory_used_bytes + (1 << 20) - 1) >> 20});
+                     d.memory_used_bytes < 0 ? -1 : (d.memory_used_bytes + (1 << 20) - 1) >> 20, "",
+                     ""});
     }
     return out;
   }
@@ -111,9 +112,33 @@ std::vector<DeviceTelemetry> Agent::Telemetry(std::vector<RunningJob>& running) 
   for (const DiscoveredDevice& d : inventory_.devices) {
     const int64_t u = util_milli.count(d.index) ? util_milli[d.index] : 0;
     out.push_back({d.index, static_cast<int>(std::min<int64_t>(100, u / 10)),
-                   memory_mib.count(d.index) ? memory_mib[d.index] : 0});
+                   memory_mib.count(d.index) ? memory_mib[d.index] : 0, "", ""});
   }
   return out;
+}
+
+void Agent::CheckHealth(std::vector<DeviceTelemetry>* devices) {
+  if (health_ == nullptr) return;
+  std::vector<std::string> lines;
+  for (const DeviceHealth& h : health_->Check(0, &lines)) {
+    if (h.index < 0 || h.index >= static_cast<int>(inventory_.devices.size())) continue;
+    DiscoveredDevice& d = inventory_.devices[h.index];
+    if (d.healthy && !h.healthy) {
+      Warn("device " + std::to_string(h.index) + " (" + d.uuid + ") is unhealthy: " + h.reason +
+               "; it takes no new work",
+           {{"device", std::to_string(h.index)}, {"reason", h.reason}});
+    }
+    d.healthy = h.healthy;
+    d.health_reason = h.reason;
+    if (devices == nullptr) continue;
+    auto it = std::find_if(devices->begin(), devices->end(),
+                           [&](const DeviceTelemetry& t) { return t.index == h.index; });
+    if (it == devices->end())
+      it = devices->insert(devices->end(), DeviceTelemetry{h.index, -1, -1, "", ""});
+    it->health = h.healthy ? "ok" : "unhealthy";
+    it->health_reason = h.reason;
+  }
+  for (const std::string& line : lines) Info(line);
 }
 
 pid_t Agent::SessionOf(int pid) {

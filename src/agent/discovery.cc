@@ -339,6 +339,11 @@ std::vector<NvmlSample> NvmlSampler::Sample() {
   return out;
 }
 
+std::string IsolationGrade(const DiscoveredDevice& device, bool cap_library) {
+  if (device.mig_enabled) return "hardware";
+  return cap_library ? "preload" : "none";
+}
+
 MilliCpu ParseCgroupCpuMax(std::string_view text) {
   std::istringstream in{std::string(text)};
   std::string quota;

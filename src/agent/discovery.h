@@ -36,7 +36,18 @@ struct DiscoveredDevice {
   std::string uuid;    // "GPU-..." (NVML) or "GPU-sim-<node>-<i>" (simulated)
   bool simulated = false;
   bool mig_enabled = false;  // NVML: current MIG mode is enabled
+  // Health (agent/device_health.h), as of the last check: unhealthy takes no new work.
+  bool healthy = true;
+  std::string health_reason{};  // why not, when unhealthy
+  // The isolation this agent puts between co-resident work on the device (IsolationGrade):
+  // "hardware" (MIG on: every grant is an instance of its own), "preload" (shares capped by the
+  // cap library alone) or "none" (shares uncapped: the agent has no cap library).
+  std::string isolation{};
 };
+
+// The device's isolation grade as this agent enforces it (see DiscoveredDevice::isolation):
+// hardware partitions when MIG is on, else the cap library when the agent has one.
+std::string IsolationGrade(const DiscoveredDevice& device, bool cap_library);
 
 struct HostResources {
   MilliCpu cpu_milli = 0;

@@ -109,6 +109,9 @@ std::string RegisterBody(const Inventory& inventory, bool cgroups,
                {"uuid", d.uuid},
                {"simulated", d.simulated}};
     if (d.mig_enabled) dj["mig_enabled"] = true;
+    dj["health"] = d.healthy ? "ok" : "unhealthy";
+    if (!d.isolation.empty()) dj["isolation"] = d.isolation;
+    if (!d.healthy) dj["health_reason"] = d.health_reason;
     devices.push_back(std::move(dj));
   }
   json body = {{"node", inventory.node},
@@ -191,6 +194,8 @@ std::string HeartbeatBody(const std::string& node, const std::vector<RunningJob>
       json e = {{"index", t.index}};
       if (t.util_pct >= 0) e["util_pct"] = t.util_pct;
       if (t.memory_used_mib >= 0) e["memory_used_mib"] = t.memory_used_mib;
+      if (!t.health.empty()) e["health"] = t.health;
+      if (!t.health_reason.empty()) e["health_reason"] = t.health_reason;
       d.push_back(std::move(e));
     }
     body["devices"] = std::move(d);

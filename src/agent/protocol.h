@@ -90,9 +90,12 @@ struct DeviceTelemetry {
   int index = 0;
   int util_pct = -1;
   int64_t memory_used_mib = -1;
+  std::string health{};  // "ok" or "unhealthy" (protocol 3); "": not known, left out
+  std::string health_reason{};
 };
 // Each running entry carries "active" and "gpu_memory_used_mib" when known (RunningJob::active,
-// gpu_memory_used_bytes); `devices` adds the body's "devices" list when not empty.
+// gpu_memory_used_bytes); `devices` adds the body's "devices" list when not empty, each entry
+// with "health" (and "health_reason" when unhealthy) where known.
 std::string HeartbeatBody(const std::string& node, const std::vector<RunningJob>& running,
                           const std::vector<FinishedReport>& finished,
                           const std::vector<DeviceTelemetry>& devices = {});

@@ -13,6 +13,7 @@
 #include "api/engine.h"
 #include "common/log.h"
 #include "model/agent_protocol.h"
+#include "model/isolation.h"
 #include "model/quantity.h"
 
 namespace tessera::api {
@@ -58,6 +59,19 @@ Status CheckProtocolVersion(const Json& body) {
   return Status::Ok();
 }
 
+// A device's health (agent protocol 3): "health" is "ok" or "unhealthy", "health_reason" a
+// string of at most 1,000 bytes.
+Status CheckHealth(const Json& d, const std::string& where) {
+  if (d.contains("health") &&
+      (!d["health"].is_string() || (d["health"] != "ok" && d["health"] != "unhealthy")))
+    return Status::InvalidArgument(where + "'health' must be \"ok\" or \"unhealthy\"");
+  if (d.contains("health_reason") &&
+      (!d["health_reason"].is_string() || d["health_reason"].get<std::string>().size() > 1000))
+    return Status::InvalidArgument(where +
+                                   "'health_reason' must be a string of at most 1000 bytes");
+  return Status::Ok();
+}
+
 Status CheckRegistration(const Json& body) {
   Status st = OnlyKnownFields(body,
                               {"node", "pool", "cpu_milli", "memory_mib", "swap_mib", "simulated",
@@ -69,8 +83,15 @@ Status CheckRegistration(const Json& body) {
   if (!st.ok() || !body.contains("devices") || !body["devices"].is_array()) return st;
   for (const Json& d : body["devices"]) {
     if (!d.is_object()) return Status::InvalidArgument("each device must be an object");
-    st = OnlyKnownFields(d, {"index", "model", "memory_mib", "uuid", "simulated", "mig_enabled"},
+    st = OnlyKnownFields(d,
+                         {"index", "model", "memory_mib", "uuid", "simulated", "mig_enabled",
+                          "health", "health_reason", "isolation"},
                          "register: a device");
+    if (st.ok()) st = CheckHealth(d, "a device's ");
+    if (st.ok() && d.contains("isolation") &&
+        (!d["isolation"].is_string() || IsolationRank(d["isolation"].get<std::string>()) < 0))
+      st = Status::InvalidArgument(
+          "a device's 'isolation' must be one of hardware, driver, mps, preload, none");
     if (st.ok()) st = InRange(d, "memory_mib", int64_t{1} << 30, "a device's ");  // a pebibyte
     if (st.ok()) st = InRange(d, "index", 63, "a device's ");
     if (!st.ok()) return st;
@@ -174,6 +195,7 @@ Result<Engine::NodeInfo> Engine::NodeOfRegistration(const Json& body) {
               : 0,
           str("uuid"),
           d.contains("simulated") && d["simulated"].is_boolean() && d["simulated"].get<bool>()};
+      di.isolation = str("isolation");
       if (di.model.empty() || di.memory_mib <= 0)
         return Status::InvalidArgument("each device needs 'model' and 'memory_mib'");
       if (di.index != static_cast<int>(n.devices.size()))
@@ -232,6 +254,7 @@ Result<Json> Engine::RegisterNode(const Identity& who, const Json& body) {
   if (!added.ok())
     return ReloadLocked(Status::Internal("node '" + n.name + "': " + added.status().message()));
   n.last_heartbeat_ms = clock_();
+  ApplyIsolationLocked(n);
   auto old = nodes_.find(n.name);
   Batch b;
   b.Add(MakeEvent(who.name, "node.registered", n.name, "",
@@ -241,6 +264,13 @@ Result<Json> Engine::RegisterNode(const Identity& who, const Json& body) {
     b.Add(MakeEvent(who.name, "node.returned", n.name, "registered again after loss"), nullptr);
   }
   n.running_reported = *running;
+  if (old != nodes_.end() && old->second.devices.size() == n.devices.size()) {
+    // Health as last known, so that what the registration says of it is a change (or not).
+    for (size_t i = 0; i < n.devices.size(); ++i) {
+      n.devices[i].healthy = old->second.devices[i].healthy;
+      n.devices[i].health_reason = old->second.devices[i].health_reason;
+    }
+  }
   nodes_[n.name] = n;
   ApplySchedulableLocked(n.name);  // its cordon or drain, kept across registrations
   cycle_wanted_ = true;
@@ -270,6 +300,9 @@ Result<Json> Engine::RegisterNode(const Identity& who, const Json& body) {
     LoseJobLocked(j, n.name, "not running on node '" + n.name + "' when its agent registered again",
                   b);
   }
+  // A device the agent reports unhealthy (or healthy again) as it registers (protocol 3; an
+  // older agent says nothing of health: as it was).
+  RecordHealthLocked(nodes_[n.name], body.value("devices", Json::array()), "agent:" + n.name, b);
   st = CommitLocked(b, lock);
   if (!st.ok()) return st;
   Json reply = {{"ok", true},
@@ -376,6 +409,64 @@ Json Engine::StartOrderLocked(Job& j, const NodeInfo& n) const {
   return order;
 }
 
+void Engine::ApplyIsolationLocked(const NodeInfo& n) {
+  for (const DeviceInfo& d : n.devices) {
+    const int rank = IsolationRank(d.isolation);
+    if (rank >= 0) qe_->SetDeviceIsolation(n.name, d.index, rank);
+  }
+}
+
+void Engine::RecordHealthLocked(NodeInfo& n, const Json& devices, const std::string& actor,
+                                Batch& b) {
+  bool changed = false;
+  const size_t mark = qe_->events().size();
+  for (const auto& d : devices) {
+    if (!d.is_object() || !d.contains("health") || !d.contains("index")) continue;
+    const int index = d["index"].get<int>();
+    if (index < 0 || index >= static_cast<int>(n.devices.size())) continue;
+    DeviceInfo& dev = n.devices[index];
+    const bool healthy = d["health"] == "ok";
+    const std::string reason = healthy ? "" : d.value("health_reason", std::string("unhealthy"));
+    if (healthy == dev.healthy && reason == dev.health_reason) continue;
+    const bool was = dev.healthy;
+    dev.healthy = healthy;
+    dev.health_reason = reason;
+    if (was == healthy) continue;  // still unhealthy, another reason: the first one's event stands
+    changed = true;
+    const std::string subject = n.name + ":" + std::to_string(index);
+    Json data = {{"node", n.name}, {"device", index}, {"uuid", dev.uuid}};
+    if (healthy) {
+      b.Add(MakeEvent(actor, "device.healthy", subject, "healthy again", data), nullptr);
+      continue;
+    }
+    Json stopped = Json::array();
+    if (config_.unhealthy_requeue) {
+      // Its jobs are preempted as any preemption is (the agent's stop order, the policy's grace),
+      // then pending again with their submit time: they run elsewhere.
+      const std::vector<std::string> held = NodeJobsLocked(n.name);  // a copy
+      for (const std::string& id : held) {
+        Job& j = jobs_[id];
+        if (j.state == JobState::kPreempting || j.handle < 0) continue;
+        if (std::none_of(j.grants.begin(), j.grants.end(),
+                         [&](const auto& g) { return g.node == n.name && g.device == index; }))
+          continue;
+        qe_->Evict(j.handle, NowS(), "device " + subject + " unhealthy: " + reason);
+        stopped.push_back(id);
+      }
+    }
+    data["jobs"] = stopped;
+    data["policy"] = config_.unhealthy_requeue ? "requeue" : "finish";
+    b.Add(MakeEvent(actor, "device.unhealthy", subject, reason, data), nullptr);
+    static const log::Logger kLog("engine");
+    kLog.Warn("device unhealthy", {{"device", subject}, {"reason", reason}});
+  }
+  if (!changed) return;
+  TranslateLocked(mark, b);
+  ApplySchedulableLocked(n.name);
+  b.Touch({n.name});
+  cycle_wanted_ = true;
+}
+
 // A heartbeat's device telemetry (`devices`: [{index, util_pct, memory_used_mib}]) on n.
 void Engine::RecordTelemetryLocked(NodeInfo& n, const Json& body) {
   for (const auto& d : body.value("devices", Json::array())) {
@@ -462,6 +553,7 @@ Result<std::pair<Json, int64_t>> Engine::HeartbeatQueued(const Identity& who, co
     ObserveActivityLocked(j, r, actor, b);
   }
   RecordTelemetryLocked(n, body);
+  RecordHealthLocked(n, body.value("devices", Json::array()), actor, b);
   const int64_t durable = writer_.Durable();
   Json orders = OrdersLocked(n, b, durable);
   // What these orders reflect: every decision about the node up to here (an order watch after
@@ -488,8 +580,10 @@ Status Engine::CheckTelemetry(const Json& body) {
     for (const auto& d : body["devices"]) {
       if (!d.is_object() || !d.contains("index"))
         return Status::InvalidArgument("each 'devices' entry needs an 'index'");
-      Status st = OnlyKnownFields(d, {"index", "util_pct", "memory_used_mib"},
-                                  "heartbeat: a 'devices' entry");
+      Status st =
+          OnlyKnownFields(d, {"index", "util_pct", "memory_used_mib", "health", "health_reason"},
+                          "heartbeat: a 'devices' entry");
+      if (st.ok()) st = CheckHealth(d, "devices.");
       if (st.ok()) st = InRange(d, "index", 1023, "devices.");
       if (st.ok()) st = InRange(d, "util_pct", 100, "devices.");
       if (st.ok()) st = InRange(d, "memory_used_mib", int64_t{1} << 40, "devices.");
@@ -547,6 +641,7 @@ void Engine::ObserveActivityLocked(Job& j, const Json& report, const std::string
   if (report["active"].get<bool>()) {
     if (j.idle) {
       j.idle = false;
+      // STUB  // its queue's idle_timeout starts over
       b.Add(MakeEvent(actor, "job.active", j.rec.id,
                       "activity again after " + std::to_string((now - j.last_active_ms) / 1000) +
                           "s idle",
@@ -558,6 +653,8 @@ void Engine::ObserveActivityLocked(Job& j, const Json& report, const std::string
   }
   if (!j.idle && now - j.last_active_ms >= config_.idle_after_ms) {
     j.idle = true;
+    // Its queue's idle_timeout counts from the last activity (the quota engine gives it back).
+    // STUB2
     b.Add(MakeEvent(actor, "job.idle", j.rec.id,
                     "held but idle: no activity for " +
                         std::to_string((now - j.last_active_ms) / 1000) + "s",

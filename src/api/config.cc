@@ -15,6 +15,7 @@
 #include "api/config_fields.h"
 #include "backends/backend.h"
 #include "model/duration.h"
+#include "model/isolation.h"
 #include "model/quantity.h"
 #include "partition/catalog.h"
 #include "policy/policy_yaml.h"
@@ -130,6 +131,15 @@ Result<QueueRoute> ParseRoute(const YAML::Node& n, const std::string& w) {
       }
     }
     q.swap_overcommit_percent = *v ? percent : 0;
+  }
+  if (n["isolation"]) {
+    auto v = Str(n["isolation"], w + ".isolation");
+    if (!v.ok()) return v.status();
+    const int rank = IsolationRank(*v);
+    if (rank < 1)
+      return Bad(w + ".isolation",
+                 "must be one of hardware, driver, mps, preload, not '" + *v + "'");
+    q.min_isolation = rank;
   }
   if (q.backend == "pbs" && (!q.mig_model.empty() || !q.gres_partition.empty())) {
     return Bad(w + (q.mig_model.empty() ? ".gres_partition" : ".mig_model"),
@@ -384,6 +394,13 @@ static Status ReadServerSettings(const YAML::Node& root, EngineConfig* c) {
   if (st.ok()) st = ReadMs(root, "retention", false, &c->retention_ms);
   if (st.ok()) st = ReadMs(root, "auth_failed_retention", false, &c->auth_failed_retention_ms);
   if (st.ok()) st = ReadMs(root, "idle_after", true, &c->idle_after_ms);
+  if (st.ok() && root["unhealthy_jobs"]) {
+    auto v = Str(root["unhealthy_jobs"], "unhealthy_jobs");
+    if (!v.ok()) return v.status();
+    if (*v != "requeue" && *v != "finish")
+      return Bad("unhealthy_jobs", "must be requeue or finish, not '" + *v + "'");
+    c->unhealthy_requeue = *v == "requeue";
+  }
   if (st.ok()) st = ReadMs(root, "utilization_fine_keep", true, &c->utilization_fine_keep_ms);
   if (st.ok()) st = ReadMs(root, "utilization_keep", true, &c->utilization_keep_ms);
   if (st.ok() && root["max_requests_per_identity"]) {
@@ -433,7 +450,7 @@ const std::set<std::string>& ServerQueueKeys() {
   static const std::set<std::string> kKeys = {
       "requeue_on_loss", "backend",    "partition",      "template",     "gpu_type",
       "gres_whole",      "gres_share", "gres_partition", "shard_memory", "cap_library",
-      "mig_model",       "swap",       "overcommit",     "run_as_root"};
+      "mig_model",       "swap",       "overcommit",     "run_as_root",  "isolation"};
   static const std::set<std::string> kAll = [] {
     std::set<std::string> all = kKeys;
     all.insert(KubeQueueKeys().begin(), KubeQueueKeys().end());
@@ -464,6 +481,7 @@ static Result<quota::PolicySpec> ReadPolicy(const YAML::Node& root) {
                      "max_requests_per_identity",
                      "identities",
                      "idle_after",
+                     "unhealthy_jobs",
                      "utilization_fine_keep",
                      "utilization_keep",
                      "metrics_public",
@@ -566,6 +584,7 @@ static Status ReadRoutes(const YAML::Node& queues, EngineConfig* c) {
     }
     c->policy.queues[i].external = route->external();
     c->policy.queues[i].swap_overcommit_percent = route->swap_overcommit_percent;
+    c->policy.queues[i].min_isolation = route->min_isolation;
     // Kubernetes reports its capacity: admission keeps within it and reclaims by suspending.
     c->policy.queues[i].external_pool = route->backend == "kubernetes" ? "kubernetes" : "";
     c->routes.push_back(*route);

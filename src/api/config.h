@@ -75,6 +75,9 @@ struct QueueRoute {
   int swap_overcommit_percent = 0;
   // The queue's jobs run as root on the nodes (`run_as_root: true`): the only way any job does.
   bool run_as_root = false;
+  // `isolation: hardware|driver|mps|preload`: the least isolation the queue's shares accept
+  // (model/isolation.h rank; 0: any). Shares are placed only on devices whose agent gives it.
+  int min_isolation = 0;
   backends::KubeMapping kube;  // backend: kubernetes (namespace, node_selector, tolerations ...)
   bool external() const { return backend != "local"; }
 };
@@ -137,6 +140,11 @@ struct EngineConfig {
   // `idle_after: 15m` (the default): an allocation whose devices showed no activity for this
   // long is "held but idle" (job.idle event, marked in every view and in /metrics).
   int64_t idle_after_ms = int64_t{15} * 60 * 1000;
+  // `unhealthy_jobs: requeue` (the default) or `finish`: what becomes of the jobs on a device its
+  // agent reports unhealthy (a critical XID, a double-bit ECC error). requeue: preempted (the
+  // policy's grace) and pending again, to run elsewhere; finish: left to run until they end.
+  // Either way the device takes no new work.
+  bool unhealthy_requeue = true;
   // Utilization history kept in the store: samples at `utilization_sample` for
   // `utilization_fine_keep` (1d), 5-minute averages for `utilization_keep` (90d).
   int64_t utilization_fine_keep_ms = int64_t{24} * 3600 * 1000;

@@ -274,6 +274,14 @@ class Engine {
     int util_pct = -1;         // SM utilization, percent
     MiB memory_used_mib = -1;  // device memory in use
     int64_t telemetry_ms = 0;  // when last reported
+    // Health as its agent reports it (agent protocol 3: critical XID events, double-bit ECC
+    // errors): an unhealthy device takes no new work (Schedulable) and its jobs are requeued or
+    // left to finish (EngineConfig::unhealthy_requeue).
+    bool healthy = true;
+    std::string health_reason{};
+    // The isolation its agent puts between co-resident work there (protocol 3; "": not said):
+    // "hardware", "driver", "mps", "preload" or "none" (IsolationRank).
+    std::string isolation{};
   };
   struct NodeInfo {
     std::string name;
@@ -504,6 +512,14 @@ class Engine {
   void ObserveActivityLocked(Job& j, const Json& report, const std::string& actor, Batch& b);
   // Orders for node n; only decisions durable by `durable` (writer_.Durable()) are acted on.
   Json OrdersLocked(const NodeInfo& n, Batch& b, int64_t durable);
+  // A device's health as its agent reports it (registration or heartbeat `devices`: "health",
+  // "health_reason"; absent: unchanged). A change is an event (device.unhealthy,
+  // device.healthy) and goes to Schedulable; a device turned unhealthy has its jobs preempted
+  // and requeued when unhealthy_requeue says so.
+  void RecordHealthLocked(NodeInfo& n, const Json& devices, const std::string& actor, Batch& b);
+  // Tells the quota engine each device's isolation grade (where its agent said one), for the
+  // queues that want a minimum.
+  void ApplyIsolationLocked(const NodeInfo& n);
 
   // --- node_admin.cc: cordon, drain, uncordon; and the one check of what may take new work.
   enum class Admin { kActive, kCordoned, kDraining };

@@ -99,6 +99,7 @@ Status Engine::LoadNodes() {
       node.devices.push_back({d.value("index", 0), d.value("model", ""),
                               d.value("memory_mib", int64_t{0}), d.value("uuid", ""),
                               d.value("simulated", false)});
+      node.devices.back().isolation = d.value("isolation", "");
     }
     node.last_heartbeat_ms = clock_();
     auto added = qe_->AddNode(SpecOf(node), NowS());
@@ -106,6 +107,7 @@ Status Engine::LoadNodes() {
       return Status::Internal("stored node '" + node.name +
                               "' cannot be scheduled: " + added.status().message());
     }
+    ApplyIsolationLocked(node);
     nodes_[node.name] = node;
     ApplySchedulableLocked(node.name);
   }

@@ -118,6 +118,8 @@ struct DeviceRow {
   MiB memory_mib = 0;
   int util_pct = -1;
   MiB memory_used_mib = -1;
+  bool healthy = true;
+  std::string isolation{};
 };
 struct NodeRow {
   std::string name, pool;
@@ -162,6 +164,12 @@ struct NodeFamilies {
               "SM utilization of a device as its agent last reported it (0 to 1)."};
   Family mem_used{"tessera_device_memory_used_bytes", "gauge",
                   "GPU memory in use on a device as its agent last reported it."};
+  Family unhealthy{"tessera_device_unhealthy", "gauge",
+                   "1 when the device's agent reports it unhealthy (a critical XID, a double-bit "
+                   "ECC error): it takes no new work; else 0."};
+  Family isolation{"tessera_device_isolation", "gauge",
+                   "1 for the isolation grade (none, preload, mps, driver, hardware) the device's "
+                   "agent gives co-resident work there (absent when it says none)."};
 };
 
 NodeFamilies NodeMetrics(const std::vector<NodeRow>& nodes) {
@@ -177,6 +185,10 @@ NodeFamilies NodeMetrics(const std::vector<NodeRow>& nodes) {
       const Labels nd = {{"node", n.name}, {"device", std::to_string(d.index)}};
       if (d.util_pct >= 0) f.util.Add(nd, Decimal(d.util_pct, 2));
       if (d.memory_used_mib >= 0) f.mem_used.Add(nd, d.memory_used_mib * kMiB);
+      f.unhealthy.Add(nd, d.healthy ? 0 : 1);
+      if (!d.isolation.empty())
+        f.isolation.Add(
+            {{"node", n.name}, {"device", std::to_string(d.index)}, {"grade", d.isolation}}, 1);
     }
     f.node_cpu.Add({{"node", n.name}, {"pool", n.pool}}, n.cpu_milli);
     f.node_mem.Add({{"node", n.name}, {"pool", n.pool}}, n.memory_mib * kMiB);
@@ -417,7 +429,8 @@ Result<std::string> Engine::Metrics(const Identity& who) {
                   n.lost,
                   {}};
       for (const DeviceInfo& d : n.devices) {
-        row.devices.push_back({d.index, d.model, d.memory_mib, d.util_pct, d.memory_used_mib});
+        row.devices.push_back({d.index, d.model, d.memory_mib, d.util_pct, d.memory_used_mib,
+                               d.healthy, d.isolation});
       }
       nodes.push_back(std::move(row));
     }
@@ -458,7 +471,8 @@ Result<std::string> Engine::Metrics(const Identity& who) {
                           &cf.rep,           &cf.cyc,        &cf.req,
                           &nf.hb_age,        &nf.lost,       &nf.util,
                           &nf.mem_used,      &jf.alloc_idle, &jf.alloc_mem_used,
-                          &jf.alloc_swapped, &jf.idle_fam}) {
+                          &jf.alloc_swapped, &jf.idle_fam,   &nf.unhealthy,
+                          &nf.isolation}) {
     f->RenderTo(out);
   }
   return out;

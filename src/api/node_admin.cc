@@ -55,6 +55,10 @@ std::string Engine::AdminStateName(const std::string& node, int device, bool hol
 bool Engine::Schedulable(const std::string& node, int device) const {
   auto n = nodes_.find(node);
   if (n == nodes_.end() || n->second.lost) return false;
+  // A device its agent reports unhealthy (agent_gateway.cc, RecordHealthLocked).
+  if (device >= 0 && device < static_cast<int>(n->second.devices.size()) &&
+      !n->second.devices[device].healthy)
+    return false;
   return AdminOf(node, device) == Admin::kActive;
 }
 

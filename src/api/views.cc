@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "api/engine.h"
+#include "model/isolation.h"
 #include "model/quantity.h"
 
 namespace tessera::api {
@@ -117,6 +118,7 @@ Json Engine::JobJson(const Job& j) const {
     Json devs = Json::array();
     MilliCpu cpu = 0;
     MiB mem = 0;
+    int isolation = kIsolationHardware;  // the weakest grade so far; -1: one is not known
     for (const auto& g : j.grants) {
       cpu += g.cpu;
       mem += g.host_memory;
@@ -127,11 +129,18 @@ Json Engine::JobJson(const Job& j) const {
                  {"gpu_memory_mib", g.memory}};
       if (!g.slot.empty()) dj["partition"] = g.slot;
       auto n = nodes_.find(g.node);
+      // The grant's isolation grade: a whole device or a partition of its own is hardware; a
+      // share gets what its device's agent enforces there (unknown from an older agent).
+      std::string grade = j.form == "share" ? "" : "hardware";
       if (n != nodes_.end() && g.device < static_cast<int>(n->second.devices.size())) {
+        if (grade.empty()) grade = n->second.devices[g.device].isolation;
         dj["uuid"] = n->second.devices[g.device].uuid;
         dj["model"] = n->second.devices[g.device].model;
         dj["simulated"] = n->second.devices[g.device].simulated;
       }
+      if (!grade.empty()) dj["isolation"] = grade;
+      if (isolation >= 0)
+        isolation = grade.empty() ? -1 : std::min(isolation, IsolationRank(grade));
       devs.push_back(dj);
     }
     const bool one = devs.size() == 1;
@@ -143,6 +152,8 @@ Json Engine::JobJson(const Job& j) const {
                       {"gpu_memory_mib", one ? devs[0]["gpu_memory_mib"] : Json(nullptr)},
                       {"cpu_milli", cpu},
                       {"memory_mib", mem}};
+    // The weakest of its grants' grades (absent when one is not known).
+    if (isolation >= 0 && !devs.empty()) o["placement"]["isolation"] = IsolationName(isolation);
   }
   if (j.last_active_ms > 0 && Holds(j)) {
     o["activity"] = {{"idle", j.idle}, {"last_active_ms", j.last_active_ms}};
@@ -448,6 +459,9 @@ Result<Json> Engine::NodesNow(const Identity& who) {
         if (d.util_pct >= 0) t["util_pct"] = d.util_pct;
         if (d.memory_used_mib >= 0) t["memory_used_mib"] = d.memory_used_mib;
       }
+      devs.back()["health"] = d.healthy ? "ok" : "unhealthy";
+      if (!d.isolation.empty()) devs.back()["isolation"] = d.isolation;
+      if (!d.healthy) devs.back()["health_reason"] = d.health_reason;
     }
     out.push_back({{"name", name},
                    {"pool", n.pool},

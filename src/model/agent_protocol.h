@@ -4,7 +4,10 @@
 // and refuses any other with a message naming both.
 //
 // Version 1 is the protocol of agents that send no `protocol` field (the release before
-// versions); version 2 adds the field, and nothing else.
+// versions); version 2 adds the field, and nothing else; version 3 adds each device's `health`
+// ("ok" or "unhealthy") and `health_reason`, in registrations and heartbeats' `devices`, and its
+// `isolation` grade ("hardware", "driver", "mps", "preload" or "none") in registrations. A server
+// serving 1-2 refuses a version-3 agent with a message saying to upgrade the server.
 //
 // Thread-safety: constants and a pure function.
 #pragma once
@@ -14,7 +17,7 @@
 
 namespace tessera {
 
-inline constexpr int64_t kAgentProtocolVersion = 2;
+inline constexpr int64_t kAgentProtocolVersion = 3;
 inline constexpr int64_t kAgentProtocolMinServed = 1;
 // The version of a registration without a `protocol` field.
 inline constexpr int64_t kAgentProtocolUnversioned = 1;

@@ -165,3 +165,26 @@ TEST(NvmlSampler, ReadsUtilizationMemoryAndProcesses) {
 
 }  // namespace
 }  // namespace tessera::agent
+
+namespace tessera::agent {
+namespace {
+
+// The isolation grade a device gets (issue 38): MIG on is hardware partitions; else the cap
+// library alone, or nothing without one.
+TEST(AgentIsolationGrade, MigIsHardwareElseTheCapLibraryElseNone) {
+  DiscoveredDevice mig;
+  mig.mig_enabled = true;
+  DiscoveredDevice whole;
+  EXPECT_EQ(IsolationGrade(mig, true), "hardware");
+  EXPECT_EQ(IsolationGrade(mig, false), "hardware");
+  EXPECT_EQ(IsolationGrade(whole, true), "preload");
+  EXPECT_EQ(IsolationGrade(whole, false), "none");
+  // Through the stand-in NVML: device 0 has MIG on, device 1 not.
+  auto devices = DiscoverNvml(partition::Catalog::BuiltIn(), FAKE_NVML_PATH);
+  ASSERT_TRUE(devices.ok()) << devices.status().ToString();
+  EXPECT_EQ(IsolationGrade((*devices)[0], true), "hardware");
+  EXPECT_EQ(IsolationGrade((*devices)[1], true), "preload");
+}
+
+}  // namespace
+}  // namespace tessera::agent

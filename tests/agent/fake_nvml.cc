@@ -4,13 +4,15 @@
 // id) created with placement (overlaps and illegal starts refused as the driver does), one
 // compute instance each, MIG devices with UUIDs MIG-fake-<gi>; fake_nvml_instances() lists what
 // exists for the tests to check.
-// Health (the interface of NVML's "Event Handling Methods" and nvmlDeviceGetTotalEccErrors, as
-// NVIDIA's NVML API reference documents them): FAKE_NVML_HEALTH names a file the test writes,
-// read on every call; its lines are "ecc <device> <count>" (the device's volatile uncorrected,
-// i.e. double-bit, ECC count) and "xid <device> <xid>" (one nvmlEventTypeXidCriticalError event,
-// delivered once, in file order, by nvmlEventSetWait_v2 to a set the device is registered in).
-// FAKE_NVML_NO_ECC=1: ECC counters are not supported (NVML_ERROR_NOT_SUPPORTED), as on cards
-// without ECC. Thread-safety: none (one test thread; the agent calls from its loop only).
+// FAKE_NVML_ALL_H100=1: both devices are H100 80GB with MIG off (one model per node, as the
+// control plane wants). Health (the interface of NVML's "Event Handling Methods" and
+// nvmlDeviceGetTotalEccErrors, as NVIDIA's NVML API reference documents them): FAKE_NVML_HEALTH
+// names a file the test writes, read on every call; its lines are "ecc <device> <count>" (the
+// device's volatile uncorrected, i.e. double-bit, ECC count) and "xid <device> <xid>" (one
+// nvmlEventTypeXidCriticalError event, delivered once, in file order, by nvmlEventSetWait_v2 to a
+// set the device is registered in). FAKE_NVML_NO_ECC=1: ECC counters are not supported
+// (NVML_ERROR_NOT_SUPPORTED), as on cards without ECC. Thread-safety: none (one test thread; the
+// agent calls from its loop only).
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -27,6 +29,10 @@ struct Memory {
 };
 unsigned Index(void* device) {
   return static_cast<unsigned>(reinterpret_cast<uintptr_t>(device) - 1);
+}
+bool AllH100() {
+  const char* all = std::getenv("FAKE_NVML_ALL_H100");
+  return all != nullptr && all[0] == '1';
 }
 void Copy(const char* s, char* out, unsigned length) {
   std::strncpy(out, s, length);
@@ -52,7 +58,8 @@ FAKE_API int nvmlDeviceGetHandleByIndex_v2(unsigned index, void** device) {
   return 0;
 }
 FAKE_API int nvmlDeviceGetName(void* device, char* name, unsigned length) {
-  Copy(Index(device) == 0 ? "NVIDIA H100 80GB HBM3" : "NVIDIA A100-SXM4-40GB", name, length);
+  Copy(Index(device) == 0 || AllH100() ? "NVIDIA H100 80GB HBM3" : "NVIDIA A100-SXM4-40GB", name,
+       length);
   return 0;
 }
 FAKE_API int nvmlDeviceGetUUID(void* device, char* uuid, unsigned length) {
@@ -66,7 +73,7 @@ FAKE_API int nvmlDeviceGetUUID(void* device, char* uuid, unsigned length) {
 }
 FAKE_API int nvmlDeviceGetMemoryInfo(void* device, Memory* memory) {
   // What the drivers report: a little under the marketing size.
-  memory->total = Index(device) == 0 ? 81559ULL << 20 : 40536ULL << 20;
+  memory->total = Index(device) == 0 || AllH100() ? 81559ULL << 20 : 40536ULL << 20;
   memory->free = memory->total;
   memory->used = 0;
   return 0;
@@ -103,7 +110,7 @@ FAKE_API int nvmlDeviceGetComputeRunningProcesses_v3(void* device, unsigned* cou
   return 0;
 }
 FAKE_API int nvmlDeviceGetMigMode(void* device, unsigned* current, unsigned* pending) {
-  *current = *pending = Index(device) == 0 ? 1 : 0;
+  *current = *pending = Index(device) == 0 && !AllH100() ? 1 : 0;
   return 0;
 }
 

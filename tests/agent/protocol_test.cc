@@ -80,6 +80,32 @@ TEST(AgentProtocol, HeartbeatBody) {
       json::parse(R"([{"index": 0, "util_pct": 37, "memory_used_mib": 4096}, {"index": 1}])"));
 }
 
+// Protocol 3: every device's health at registration, and in heartbeats where known.
+TEST(AgentProtocol, DeviceHealthInRegistrationAndHeartbeats) {
+  Inventory inv;
+  inv.node = "host-a";
+  inv.host = {16000, 65536};
+  inv.devices.push_back({0, "H100-80GB", 81920, "GPU-a", false, false});
+  inv.devices.push_back({1, "H100-80GB", 81920, "GPU-b", false, false});
+  inv.devices[1].healthy = false;
+  inv.devices[0].isolation = "preload";
+  inv.devices[1].health_reason = "XID 79: GPU has fallen off the bus";
+  json j = json::parse(RegisterBody(inv, true));
+  EXPECT_EQ(j["protocol"], 3);
+  EXPECT_EQ(j["devices"][0]["health"], "ok");
+  EXPECT_FALSE(j["devices"][0].contains("health_reason"));
+  EXPECT_EQ(j["devices"][1]["health"], "unhealthy");
+  EXPECT_EQ(j["devices"][1]["health_reason"], "XID 79: GPU has fallen off the bus");
+  EXPECT_EQ(j["devices"][0]["isolation"], "preload");
+  EXPECT_FALSE(j["devices"][1].contains("isolation")) << "not known: left out";
+  DeviceTelemetry bad{0, 5, 100, "unhealthy", "double-bit ECC errors: 1 since the driver loaded"};
+  DeviceTelemetry good{1, -1, -1, "ok", ""};
+  j = json::parse(HeartbeatBody("host-a", {}, {}, {bad, good}));
+  EXPECT_EQ(j["devices"], json::parse(R"([{"index": 0, "util_pct": 5, "memory_used_mib": 100,
+      "health": "unhealthy", "health_reason": "double-bit ECC errors: 1 since the driver loaded"},
+      {"index": 1, "health": "ok"}])"));
+}
+
 TEST(AgentProtocol, HeartbeatReplyAsDocumented) {
   Result<HeartbeatReply> r = ParseHeartbeatReply(R"({
     "start": [{"job": "j-13", "command": ["python3", "train.py"], "env": {"K": "V"},

@@ -1,0 +1,166 @@
+// Device health end to end: a real `tessera serve` and a real `tessera agent` that finds its two
+// devices through NVML. NVML is the stand-in library of this directory (fake_nvml.cc, loaded as
+// libnvidia-ml.so.1 through LD_LIBRARY_PATH as the driver's would be): there is no GPU here. The
+// test writes a double-bit ECC error into the stand-in's health file; the agent reads it
+// (nvmlDeviceGetTotalEccErrors), reports the device unhealthy in its heartbeat (agent protocol
+// 3), and the control plane shows it, gives the device no new work and, by policy
+// (`unhealthy_jobs`), requeues its job or lets it finish.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "../api/proc.h"
+#include "../api/serve_fixture.h"
+#include "../support/test_dir.h"
+
+namespace tessera {
+namespace {
+
+using Json = nlohmann::json;
+using testing::kTessera;
+using testing::Proc;
+
+const std::vector<std::string> kLongJob = {"sh", "-c",
+                                           "trap 'echo got-SIGTERM; exit 143' TERM; echo started; "
+                                           "while true; do sleep 0.1; done"};
+
+std::string Config(const std::string& unhealthy_jobs) {
+  return R"(
+heartbeat_timeout: 5s
+cycle: 300ms
+grace: 1s
+unhealthy_jobs: )" +
+         unhealthy_jobs + R"(
+identities:
+  - {name: admin, role: admin, token: admin-token-1}
+  - {name: alice, role: user, groups: [ml], token: alice-token-1}
+  - {name: agent, role: agent, token: agent-token-1}
+groups:
+  - {name: ml}
+profiles:
+  - {name: card, gpus: 1, cpu: 100m, memory: 64MiB, forms: [whole]}
+queues:
+  - {name: train, profile: card, groups: [ml], class: training}
+)";
+}
+
+class HealthE2eTest : public testing::ServeFixture {
+ protected:
+  void Start(const std::string& unhealthy_jobs) {
+    dir_ = testing::FreshTestDir("health_e2e");
+    health_file_ = dir_ + "/nvml-health";
+    std::ofstream(health_file_).close();
+    // The stand-in NVML where the agent looks for the driver's library.
+    std::filesystem::create_directories(dir_ + "/lib");
+    std::filesystem::create_symlink(FAKE_NVML_PATH, dir_ + "/lib/libnvidia-ml.so.1");
+    WriteConfig(Config(unhealthy_jobs));
+    StartServer();
+    if (HasFatalFailure()) return;
+    agents_.push_back(std::make_unique<Proc>(
+        std::vector<std::string>{"/usr/bin/env", "LD_LIBRARY_PATH=" + dir_ + "/lib",
+                                 "FAKE_NVML_HEALTH=" + health_file_, "FAKE_NVML_ALL_H100=1",
+                                 kTessera, "agent", "--server",
+                                 "http://127.0.0.1:" + std::to_string(port_), "--token-file",
+                                 testing::TokenFile("agent-token-1"), "--node", "gpu-1", "--work",
+                                 dir_ + "/work", "--cgroup-root", ""},
+        dir_ + "/agent.log"));
+    ASSERT_TRUE(WaitFor([&] { return ReadyNodes() == 1; })) << Logs();
+  }
+  void TearDown() override {
+    for (auto& a : agents_) a->KillOnly(SIGTERM);
+    agents_.clear();
+    server_.reset();
+  }
+  std::string Logs() {
+    std::string s = server_ ? server_->Log() : "";
+    for (const auto& a : agents_) s += "\n--- agent\n" + a->Log();
+    return s;
+  }
+  Json Device(int index) {
+    Json nodes = Nodes();
+    if (!nodes.is_array() || nodes.empty()) return Json();
+    return nodes[0]["devices"][index];
+  }
+  std::string Submit() {
+    Json r = Call("POST", "/v1/jobs", {{"queue", "train"}, {"command", kLongJob}});
+    EXPECT_TRUE(r.is_object() && r.contains("id")) << r.dump();
+    return r.is_object() ? r.value("id", "") : "";
+  }
+  int DeviceOf(const std::string& id) {
+    Json j = Job(id);
+    if (!j.is_object() || !j.contains("placement")) return -1;
+    for (const auto& d : j["placement"].value("devices", Json::array()))
+      if (d.contains("index")) return d["index"].get<int>();
+    return -1;
+  }
+  std::string health_file_;
+};
+
+TEST_F(HealthE2eTest, ADoubleBitEccErrorClosesTheDeviceAndRequeuesItsJob) {
+  ASSERT_NO_FATAL_FAILURE(Start("requeue"));
+  Json nodes = Nodes();
+  ASSERT_EQ(nodes[0]["devices"].size(), 2u) << nodes.dump();
+  EXPECT_EQ(nodes[0]["devices"][0]["uuid"], "GPU-fake-agent-0");
+  EXPECT_EQ(nodes[0]["devices"][0]["health"], "ok");
+  EXPECT_FALSE(nodes[0]["devices"][0].contains("health_reason"));
+  // MIG off and no cap library given to this agent: shares there would be uncapped.
+  EXPECT_EQ(nodes[0]["devices"][0]["isolation"], "none");
+  const std::string a = Submit(), b = Submit();
+  ASSERT_TRUE(WaitFor([&] {
+    return State(a) == "running" && State(b) == "running" &&
+           Output(a).find("started") != std::string::npos;
+  })) << Logs();
+  EXPECT_EQ(Job(a)["placement"]["isolation"], "hardware") << "a whole card";
+  const std::string on0 = DeviceOf(a) == 0 ? a : b, on1 = on0 == a ? b : a;
+  ASSERT_EQ(DeviceOf(on0), 0) << Job(a).dump() << Job(b).dump();
+
+  std::ofstream(health_file_, std::ios::app) << "ecc 0 1\n";
+  ASSERT_TRUE(WaitFor([&] { return Device(0).value("health", "") == "unhealthy"; })) << Logs();
+  EXPECT_EQ(Device(0)["health_reason"], "double-bit ECC errors: 1 since the driver loaded");
+  EXPECT_EQ(Device(1)["health"], "ok");
+  // Its job is stopped through the preemption path and waits again; the other runs on.
+  ASSERT_TRUE(WaitFor([&] { return State(on0) == "pending"; })) << Job(on0).dump() << Logs();
+  EXPECT_GE(Job(on0)["preemptions"].get<int>(), 1);
+  EXPECT_NE(Output(on0).find("got-SIGTERM"), std::string::npos) << Output(on0);
+  EXPECT_EQ(State(on1), "running");
+  Json ev = Events("kind=device.unhealthy");
+  ASSERT_EQ(ev.size(), 1u) << ev.dump();
+  EXPECT_EQ(ev[0]["subject"], "gpu-1:0");
+  EXPECT_EQ(ev[0]["data"]["policy"], "requeue");
+  EXPECT_EQ(ev[0]["data"]["jobs"], Json::array({on0}));
+  // Device 0 takes no new work: the requeued job waits while device 1 is busy ...
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  EXPECT_EQ(State(on0), "pending") << Job(on0).dump();
+  // ... and runs on device 1 once that one is free.
+  Call("POST", "/v1/jobs/" + on1 + "/cancel");
+  ASSERT_TRUE(WaitFor([&] { return State(on0) == "running"; })) << Job(on0).dump() << Logs();
+  EXPECT_EQ(DeviceOf(on0), 1);
+  EXPECT_NE(Logs().find("device 0 (GPU-fake-agent-0) is unhealthy"), std::string::npos);
+}
+
+TEST_F(HealthE2eTest, AnXidLetsItsJobFinishByPolicyAndTakesNoNewWork) {
+  ASSERT_NO_FATAL_FAILURE(Start("finish"));
+  const std::string a = Submit();
+  ASSERT_TRUE(WaitFor([&] { return State(a) == "running"; })) << Logs();
+  const int dev = DeviceOf(a);
+  ASSERT_GE(dev, 0);
+  std::ofstream(health_file_, std::ios::app) << "xid " << dev << " 79\n";
+  ASSERT_TRUE(WaitFor([&] { return Device(dev).value("health", "") == "unhealthy"; })) << Logs();
+  EXPECT_EQ(Device(dev)["health_reason"], "XID 79: GPU has fallen off the bus");
+  const std::string b = Submit();
+  ASSERT_TRUE(WaitFor([&] { return State(b) == "running"; })) << Logs();
+  EXPECT_EQ(DeviceOf(b), 1 - dev) << "not on the unhealthy device";
+  const std::string c = Submit();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  EXPECT_EQ(State(a), "running") << "policy finish: it runs on";
+  EXPECT_EQ(State(c), "pending") << "no device takes it: one busy, one unhealthy";
+  Json ev = Events("kind=device.unhealthy");
+  ASSERT_EQ(ev.size(), 1u) << ev.dump();
+  EXPECT_EQ(ev[0]["data"]["policy"], "finish");
+}
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,137 @@
+// Device health and isolation grades in the served engine (issue 38), in process with a real
+// SQLite store: agents' registrations and heartbeats (protocol 3) say each device's health and
+// isolation; an unhealthy device takes no new work and its job is requeued (by policy); a queue's
+// `isolation` keeps its shares to devices that give it; the job and node views show both.
+#include <gtest/gtest.h>
+
+#include "../support/engine_fixture.h"
+#include "api/engine.h"
+
+namespace tessera::api {
+namespace {
+
+const char* kIsoConfig = R"(
+heartbeat_timeout: 10s
+cycle: 1s
+identities:
+  - {name: admin, role: admin, token: admin-token-1}
+  - {name: alice, role: user, groups: [ml], token: alice-token-1}
+  - {name: agent, role: agent, token: agent-token-1}
+groups:
+  - {name: ml}
+profiles:
+  - {name: nb, gpus: 1, gpu_fraction: 0.1, gpu_memory: 8GiB, cpu: 1, memory: 1GiB, forms: [share]}
+  - {name: card, gpus: 1, cpu: 1, memory: 1GiB, forms: [whole]}
+queues:
+  - {name: strict, profile: nb, groups: [ml], isolation: driver}
+  - {name: loose, profile: nb, groups: [ml]}
+  - {name: train, profile: card, groups: [ml]}
+)";
+
+class HealthIsolationTest : public testing::EngineFixture {
+ protected:
+  void SetUp() override { Start("health_isolation", kIsoConfig); }
+  void RegisterWith(const std::vector<std::pair<std::string, std::string>>& devices) {
+    Json devs = Json::array();
+    for (size_t i = 0; i < devices.size(); ++i) {
+      devs.push_back({{"index", i},
+                      {"model", "H100-80GB"},
+                      {"memory_mib", 81920},
+                      {"uuid", "GPU-" + std::to_string(i)},
+                      {"health", devices[i].first},
+                      {"isolation", devices[i].second}});
+    }
+    auto r = engine_->RegisterNode(Who("agent"), {{"node", "n1"},
+                                                  {"cpu_milli", 32000},
+                                                  {"memory_mib", 65536},
+                                                  {"protocol", 3},
+                                                  {"devices", devs}});
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+  }
+  std::string Submit(const std::string& queue) {
+    auto r = engine_->Submit(Who("alice"), {{"queue", queue}, {"command", {"sleep", "100"}}});
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? (*r)["id"].get<std::string>() : "";
+  }
+  Json Job(const std::string& id) { return *engine_->GetJob(Who("admin"), id); }
+  Json Device(int i) { return (*engine_->Nodes(Who("admin")))["nodes"][0]["devices"][i]; }
+};
+
+TEST_F(HealthIsolationTest, AQueuesIsolationKeepsItsSharesWhereTheDeviceGivesIt) {
+  RegisterWith({{"ok", "preload"}, {"ok", "driver"}});
+  EXPECT_EQ(Device(0)["isolation"], "preload");
+  EXPECT_EQ(Device(1)["isolation"], "driver");
+  EXPECT_EQ(Device(1)["health"], "ok");
+  const std::string s = Submit("strict"), l = Submit("loose"), t = Submit("train");
+  ASSERT_TRUE(engine_->RunCycle().ok());
+  Json sj = Job(s);
+  ASSERT_EQ(sj["state"], "placed") << sj.dump();
+  EXPECT_EQ(sj["placement"]["devices"][0]["index"], 1);
+  EXPECT_EQ(sj["placement"]["isolation"], "driver");
+  EXPECT_EQ(sj["placement"]["devices"][0]["isolation"], "driver");
+  Json tj = Job(t);
+  ASSERT_EQ(tj["state"], "placed") << tj.dump();
+  EXPECT_EQ(tj["placement"]["isolation"], "hardware") << "a whole card has nothing beside it";
+  EXPECT_EQ(Job(l)["placement"]["isolation"],
+            Device(Job(l)["placement"]["devices"][0]["index"].get<int>())["isolation"]);
+}
+
+TEST_F(HealthIsolationTest, WithNoDeviceGivingItTheShareWaitsAndSaysWhy) {
+  RegisterWith({{"ok", "preload"}, {"ok", "none"}});
+  const std::string s = Submit("strict");
+  ASSERT_TRUE(engine_->RunCycle().ok());
+  Json sj = Job(s);
+  EXPECT_EQ(sj["state"], "pending");
+  EXPECT_NE(sj["reason"].get<std::string>().find("isolation 'driver' or better"), std::string::npos)
+      << sj.dump();
+}
+
+TEST_F(HealthIsolationTest, AnUnhealthyDeviceTakesNoWorkAndItsJobIsRequeued) {
+  RegisterWith({{"unhealthy", "preload"}, {"ok", "preload"}});
+  EXPECT_EQ(Device(0)["health"], "unhealthy");
+  EXPECT_EQ(Device(0)["health_reason"], "unhealthy") << "none given: just that";
+  const std::string a = Submit("train"), b = Submit("train");
+  ASSERT_TRUE(engine_->RunCycle().ok());
+  EXPECT_EQ(Job(a)["placement"]["devices"][0]["index"], 1);
+  EXPECT_EQ(Job(b)["state"], "pending") << "device 0 is unhealthy";
+  // Healthy again: it takes b; then device 1 turns unhealthy with a's job on it.
+  auto hb =
+      engine_->Heartbeat(Who("agent"), {{"node", "n1"},
+                                        {"devices", Json::array({{{"index", 0}, {"health", "ok"}},
+                                                                 {{"index", 1},
+                                                                  {"health", "unhealthy"},
+                                                                  {"health_reason",
+                                                                   "XID 79: GPU has fallen off the "
+                                                                   "bus"}}})}});
+  ASSERT_TRUE(hb.ok()) << hb.status().ToString();
+  EXPECT_EQ(Device(1)["health_reason"], "XID 79: GPU has fallen off the bus");
+  EXPECT_EQ(Job(a)["state"], "preempting") << Job(a).dump();
+  ASSERT_TRUE(engine_->RunCycle().ok());
+  EXPECT_EQ(Job(b)["placement"]["devices"][0]["index"], 0);
+  auto events =
+      engine_->Events(Who("admin"), 0, 1000, store::EventFilter{"device.unhealthy", "", ""});
+  ASSERT_TRUE(events.ok());
+  ASSERT_EQ((*events)["events"].size(), 2u) << events->dump();
+  // Refused: a health that is neither ok nor unhealthy.
+  auto bad = engine_->Heartbeat(
+      Who("agent"),
+      {{"node", "n1"}, {"devices", Json::array({{{"index", 0}, {"health", "sick"}}})}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("'health' must be \"ok\" or \"unhealthy\""),
+            std::string::npos)
+      << bad.status().message();
+}
+
+TEST(HealthIsolationConfig, AQueuesIsolationMustBeAGrade) {
+  std::string yaml = kIsoConfig;
+  yaml.replace(yaml.find("isolation: driver"), 17, "isolation: strong");
+  auto c = ParseConfig(yaml);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find(
+                "isolation: must be one of hardware, driver, mps, preload, not 'strong'"),
+            std::string::npos)
+      << c.status().message();
+}
+
+}  // namespace
+}  // namespace tessera::api

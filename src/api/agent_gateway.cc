@@ -641,6 +641,7 @@ void Engine::ObserveActivityLocked(Job& j, const Json& report, const std::string
   if (report["active"].get<bool>()) {
     if (j.idle) {
       j.idle = false;
+      if (j.handle >= 0) qe_->SetIdle(j.handle, -1);  // its queue's idle_timeout starts over
       b.Add(MakeEvent(actor, "job.active", j.rec.id,
                       "activity again after " + std::to_string((now - j.last_active_ms) / 1000) +
                           "s idle",
@@ -652,6 +653,8 @@ void Engine::ObserveActivityLocked(Job& j, const Json& report, const std::string
   }
   if (!j.idle && now - j.last_active_ms >= config_.idle_after_ms) {
     j.idle = true;
+    // Its queue's idle_timeout counts from the last activity (the quota engine gives it back).
+    if (j.handle >= 0) qe_->SetIdle(j.handle, j.last_active_ms / 1000);
     b.Add(MakeEvent(actor, "job.idle", j.rec.id,
                     "held but idle: no activity for " +
                         std::to_string((now - j.last_active_ms) / 1000) + "s",

@@ -109,10 +109,15 @@ Json Engine::JobJson(const Job& j) const {
   if (j.state == JobState::kPending && j.wait_position > 0) {
     o["forecast"] = ForecastOf(j.wait_position, j.rec.reason);
   }
-  // Running under its queue's max_runtime: when that guard stops it.
+  // Running under its queue's max_runtime: when that guard stops it. Idle under its queue's
+  // idle_timeout: when, and how, that guard gives the holding back (swap, requeue or stop).
   if (j.handle >= 0 && !Ended(j)) {
-    const int64_t stop_at = qe_->job(j.handle).stop_at;
-    if (stop_at >= 0) o["stop_at_ms"] = stop_at * 1000;
+    const quota::JobView v = qe_->job(j.handle);
+    if (v.stop_at >= 0) o["stop_at_ms"] = v.stop_at * 1000;
+    if (v.idle_action_at >= 0) {
+      o["idle_action_at_ms"] = v.idle_action_at * 1000;
+      o["idle_action"] = v.idle_action;
+    }
   }
   if (!j.node.empty()) {  // what it holds, or held when it ended
     Json devs = Json::array();

@@ -164,6 +164,49 @@ TEST_F(AgentFaultsTest, AQueuesMaxRuntimeStopsItsJobThroughTheAgentAndEndsIt) {
   ASSERT_TRUE(engine_->CheckInvariants().ok());
 }
 
+// idle_timeout (issue 37): a whole card its agent reports idle (no activity) for its queue's
+// idle_timeout is given back: 'preempting' (the agent's cancel order) at that second, with the
+// idle time in its reason, then pending again once its process is gone.
+TEST_F(AgentFaultsTest, AnIdleWholeCardIsRequeuedThroughTheAgent) {
+  std::string config = std::string(kConfig) + "idle_after: 5s\n";
+  config.replace(config.find("requeue_on_loss: true}"), 22,
+                 "requeue_on_loss: true, idle_timeout: 30s}");
+  Start("agent-idle", config);
+  ASSERT_TRUE(RegisterWith("n1", Json::object()).ok());
+  const std::string a = RunOne();
+  auto idle_beat = [&] {
+    return Heartbeat("n1", {{"running", {{{"job", a}, {"pid", 7}, {"active", false}}}}});
+  };
+  now_ += 5'000;  // idle since its start: job.idle at 5 s; users are told what comes and when
+  idle_beat();
+  Json told = *engine_->GetJob(Who("alice"), a);
+  EXPECT_EQ(told["idle_action"], "requeue") << told.dump();
+  ASSERT_TRUE(told.contains("idle_action_at_ms")) << told.dump();
+  EXPECT_EQ(told["idle_action_at_ms"].get<int64_t>(),
+            told["activity"]["last_active_ms"].get<int64_t>() / 1000 * 1000 + 30'000)
+      << told.dump();
+  for (int s = 6; s < 30; ++s) {  // given back at 30 s
+    now_ += 1'000;
+    idle_beat();
+    ASSERT_TRUE(engine_->Tick().ok());
+    ASSERT_EQ(State(a), "running") << "given back early, at " << s << " s";
+  }
+  now_ += 1'000;
+  idle_beat();
+  ASSERT_TRUE(engine_->Tick().ok());
+  Json job = *engine_->GetJob(Who("admin"), a);
+  EXPECT_EQ(job["state"], "preempting") << job.dump();
+  EXPECT_NE(job["reason"].get<std::string>().find("idle_timeout: idle 30s since"),
+            std::string::npos)
+      << job.dump();
+  Json hb = idle_beat();
+  ASSERT_EQ(hb["cancel"].size(), 1u) << hb.dump();
+  EXPECT_EQ(hb["cancel"][0]["job"], a);
+  Heartbeat("n1", {{"finished", {{{"job", a}, {"exit_code", 143}, {"signal", 15}}}}});
+  EXPECT_EQ(State(a), "pending") << "an idle card is requeued, not ended";
+  ASSERT_TRUE(engine_->CheckInvariants().ok());
+}
+
 TEST(RuntimeGuardConfig, AreDurationsOnAgentQueuesOnly) {
   std::string base = kConfig;
   auto with = [&](const std::string& extra) {

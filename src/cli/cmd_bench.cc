@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "cli/choices.h"
 #include "cli/commands.h"
 #include "sched/scheduler.h"
 #include "sim/openb.h"
@@ -233,7 +234,8 @@ void RegisterBenchCommands(CLI::App& app, CommandContext& ctx) {
   placement->add_option("--nodes", o->nodes, "nodes in the synthetic cluster (10000)");
   placement->add_option("--gpus-per-node", o->gpus_per_node, "GPUs per node (8)");
   placement->add_option("--jobs", o->jobs, "jobs to place (100000)");
-  placement->add_option("--policy", o->policy, "placement policy (tessera)");
+  Choices(placement->add_option("--policy", o->policy, "placement policy (tessera)"), "policy",
+          sched::PolicyNames());
   placement->add_option("--pods", o->pods, "trace whose job mix the jobs are drawn from");
   placement->add_option("--seed", o->seed, "seed for jobs and tie-breaks (42)");
   placement->add_option("--models", o->models,

@@ -2,6 +2,7 @@
 // events, whoami (TESSERA_URL may list several servers: cli/client.h).
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -11,6 +12,7 @@
 #include <optional>
 #include <thread>
 
+#include "cli/choices.h"
 #include "cli/client.h"
 #include "cli/commands.h"
 #include "cli/table.h"
@@ -27,16 +29,6 @@ using Json = nlohmann::json;
 
 // ---- user commands ----
 
-// A check (CLI11's) that a flag's value is one of `names` as `parse` reads it; else what is wrong,
-// with "did you mean" and the valid names (cli/table.h's UnknownChoice).
-template <typename Parse>
-std::function<std::string(const std::string&)> OneOf(std::string what,
-                                                     std::vector<std::string> names, Parse parse) {
-  return [=](const std::string& v) {
-    return parse(v).ok() ? std::string() : UnknownChoice(what, v, names);
-  };
-}
-
 std::vector<std::string> ClassNames() {
   std::vector<std::string> out;
   for (int c = 0; c < quota::kClassCount; ++c)
@@ -51,10 +43,46 @@ std::vector<std::string> JobStateNames() {
   return out;
 }
 
-std::string Age(int64_t since_ms) { return HumanDuration((NowMs() - since_ms) / 1000); }
+const std::vector<std::string> kJobColumns = {"ID",        "NAME",    "STATE",    "QUEUE",
+                                              "GROUP",     "NEEDS",   "GPUS",     "PLACEMENT",
+                                              "SUBMITTED", "STARTED", "DURATION", "REASON"};
 
-const std::vector<std::string> kJobColumns = {"ID",    "NAME",      "STATE", "QUEUE", "GROUP",
-                                              "NEEDS", "PLACEMENT", "AGE",   "REASON"};
+// A time of the job's for people: "14:32 UTC (5m ago)" (HumanTimes's clock); "-" when absent.
+std::string JobTime(const Json& j, const char* field) {
+  if (!j.contains(field) || !j[field].is_number_integer()) return "-";
+  return HumanTimes("t=" + std::to_string(j[field].get<int64_t>() / 1000) + "s", NowMs());
+}
+
+// How long it has run (to its end, or now), or waited when it never started: "1h30m".
+std::string JobDuration(const Json& j) {
+  if (!j.contains("start_ms")) return "-";
+  const int64_t end = j.contains("end_ms") ? j["end_ms"].get<int64_t>() : NowMs();
+  return HumanDuration((end - j["start_ms"].get<int64_t>()) / 1000);
+}
+
+// GPUs held (placed: "0.5", "2"), else asked for.
+std::string JobGpus(const Json& j) {
+  if (j.contains("placement") && j["placement"].value("gpu_milli", Json()).is_number_integer())
+    return FormatMilli(j["placement"]["gpu_milli"].get<int64_t>());
+  const Json& s = j["spec"];
+  if (s.contains("gpu_fraction"))
+    return s["gpu_fraction"].is_string() ? s["gpu_fraction"].get<std::string>()
+                                         : s["gpu_fraction"].dump();
+  return std::to_string(s.value("gpus", 0));
+}
+
+// A waiting job's reason, and when it is expected to start (the server's forecast).
+std::string JobReason(const Json& j) {
+  std::string reason = HumanTimes(j.value("reason", ""), NowMs());
+  const Json f = j.value("forecast", Json::object());
+  if (f.is_object() && f.contains("position")) {
+    reason += std::string(reason.empty() ? "" : "; ") + "position " +
+              std::to_string(f["position"].get<int>());
+    if (f.contains("expected_start_ms"))
+      reason += ", expected to start " + JobTime(f, "expected_start_ms");
+  }
+  return reason;
+}
 
 // "gpu-0:1" or "gpu-0:0[1g.10gb@6]", gang parts joined by "+".
 std::string Placement(const Json& j) {
@@ -93,9 +121,12 @@ std::vector<std::string> JobRow(const Json& j) {
           j["queue"],
           j["group"],
           need,
+          JobGpus(j),
           Placement(j),
-          Age(j["submit_ms"].get<int64_t>()),
-          HumanTimes(j.value("reason", ""), NowMs())};
+          JobTime(j, "submit_ms"),
+          JobTime(j, "start_ms"),
+          JobDuration(j),
+          JobReason(j)};
 }
 
 struct SubmitOptions {
@@ -204,15 +235,15 @@ void RegisterSubmitCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--gpu-memory", o->gpu_memory, "GPU memory, e.g. 8GiB (a share's cap)");
   cmd->add_option("--cpu", o->cpu, "CPU cores, e.g. 2 or 500m");
   cmd->add_option("--memory", o->memory, "host memory, e.g. 4GiB");
-  cmd->add_option("--class", o->job_class, "training, inference, interactive, ci, batch")
-      ->check(OneOf("class", ClassNames(), quota::ParseWorkloadClass));
+  Choices(cmd->add_option("--class", o->job_class, "training, inference, interactive, ci, batch"),
+          "class", ClassNames());
   cmd->add_option("--gpu-fraction", o->gpu_fraction, "compute share of one GPU, e.g. 0.25");
-  cmd->add_option("--form", o->form, "whole, partition or share (if the queue's policy allows it)")
-      ->check(OneOf("form",
-                    {AllocationFormName(AllocationForm::kWhole),
-                     AllocationFormName(AllocationForm::kPartition),
-                     AllocationFormName(AllocationForm::kShare)},
-                    quota::ParseAllocationForm));
+  Choices(
+      cmd->add_option("--form", o->form,
+                      "whole, partition or share (if the queue's policy allows it)"),
+      "form",
+      {AllocationFormName(AllocationForm::kWhole), AllocationFormName(AllocationForm::kPartition),
+       AllocationFormName(AllocationForm::kShare)});
   cmd->add_option("--walltime", o->walltime, "declared run time, e.g. 2h (lets it backfill)");
   cmd->add_option("--name", o->name, "a name for people");
   cmd->add_option("--env", o->env, "NAME=VALUE for the job's environment (repeatable)");
@@ -258,6 +289,9 @@ void ShowJob(const ClientOptions& co, const Args& args, int* exit_code) {
   CallAndPrint(co, "GET", "/v1/jobs/" + id, exit_code, [&](Json& j) {
     PrintTable({kJobColumns, JobRow(j)});
     if (j.contains("exit_code")) std::cout << "exit code: " << j["exit_code"] << "\n";
+    // The isolation its grants give it (issue 38): hardware, driver, mps, preload or none.
+    if (j.contains("placement") && j["placement"].contains("isolation"))
+      std::cout << "isolation: " << j["placement"]["isolation"].get<std::string>() << "\n";
     // Range by range (the server sends at most 4 MiB at a time), as it is now.
     for (int64_t offset = 0;;) {
       ClientReply out = HttpCall(CallOptions{co.url, co.token, co.tls, {}, 0}, "GET",
@@ -371,11 +405,20 @@ void ListNodes(const ClientOptions& co, const Args&, int* exit_code) {
     for (const auto& n : j["nodes"]) {
       std::string state =
           n["state"].get<std::string>() + (n["simulated"].get<bool>() ? " (simulated)" : "");
+      const std::string node_admin = n.value("admin_state", "active");
       if (n["devices"].empty()) rows.push_back({n["name"], state, "-", "-", "-", "-", "-", "-"});
       for (const auto& d : n["devices"]) {
         std::string holders = DeviceHolders(d);
         std::string layout = DeviceLayout(d);
-        rows.push_back({n["name"], state, std::to_string(d["index"].get<int>()),
+        // Cordoned, draining or drained (the device's own, else the node's): said after the state.
+        const std::string admin = d.value("admin_state", node_admin);
+        // A device its agent reports unhealthy (issue 38): said after the state, with why.
+        const std::string health =
+            d.value("health", "ok") == "unhealthy"
+                ? ", unhealthy: " + EscapeForTerminal(d.value("health_reason", ""))
+                : "";
+        rows.push_back({n["name"], state + (admin == "active" ? "" : ", " + admin) + health,
+                        std::to_string(d["index"].get<int>()),
                         d["model"].get<std::string>() + (d["simulated"].get<bool>() ? "*" : ""),
                         layout, FormatMilli(d["gpu_milli_used"]),
                         FormatMiB(d["gpu_memory_mib_used"]) + "/" + FormatMiB(d["memory_mib"]),
@@ -384,6 +427,50 @@ void ListNodes(const ClientOptions& co, const Args&, int* exit_code) {
     }
     PrintTable(rows);
   });
+}
+
+// `tessera cordon|drain|uncordon NODE[:DEVICE]`: POST /v1/nodes/NODE/ACTION, with {"device": N}
+// for one device. A node's name may hold ':' itself: only digits after the last one are a device.
+void AdminNode(const ClientOptions& co, const std::string& action, const std::string& target,
+               int* exit_code) {
+  std::string node = target;
+  Json body = Json::object();
+  const size_t colon = target.rfind(':');
+  if (colon != std::string::npos && colon + 1 < target.size() &&
+      target.find_first_not_of("0123456789", colon + 1) == std::string::npos &&
+      target.size() - colon - 1 <= 4) {
+    node = target.substr(0, colon);
+    body["device"] = std::stoi(target.substr(colon + 1));
+  }
+  if (node.empty()) {
+    std::cerr << "tessera " << action << ": NODE[:DEVICE] names no node\n";
+    *exit_code = kExitBadInput;
+    return;
+  }
+  std::string path = "/v1/nodes/";
+  for (unsigned char c : node) {  // percent-encoded, but for what a path segment keeps as is
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || c == ':') {
+      path += static_cast<char>(c);
+    } else {
+      static const char* kHex = "0123456789ABCDEF";
+      path += {'%', kHex[c >> 4], kHex[c & 15]};
+    }
+  }
+  path += "/" + action;
+  // Repeating one changes nothing more: it may go on to another server after reaching one.
+  CallOptions call;
+  call.repeatable = true;
+  call.retry_for_ms = 30000;
+  Json n = Call(co, "POST", path, exit_code, body.dump(), call);
+  if (n.is_discarded()) return;
+  if (co.json) return void(std::cout << n.dump(2) << "\n");
+  std::string state = n.value("admin_state", "?");
+  if (body.contains("device")) {
+    for (const auto& d : n.value("devices", Json::array())) {
+      if (d.value("index", -1) == body["device"]) state = d.value("admin_state", "?");
+    }
+  }
+  std::cout << EscapeForTerminal(target) << " " << state << "\n";
 }
 
 void WhoAmI(const ClientOptions& co, const Args&, int* exit_code) {
@@ -419,8 +506,9 @@ void RegisterClientCommands(CLI::App& app, CommandContext& ctx) {
   RegisterClientCommand(
       app, ctx, "jobs", "List jobs (of your groups)",
       [](CLI::App* c, Args* a) {
-        c->add_option("--state", a->text, "only jobs in this state (pending, running, ...)")
-            ->check(OneOf("state", JobStateNames(), ParseJobState));
+        Choices(
+            c->add_option("--state", a->text, "only jobs in this state (pending, running, ...)"),
+            "state", JobStateNames());
       },
       ListJobs);
   RegisterClientCommand(
@@ -435,6 +523,22 @@ void RegisterClientCommands(CLI::App& app, CommandContext& ctx) {
                         ListGroups);
   RegisterClientCommand(app, ctx, "nodes", "Nodes, devices, and who holds them", no_arg, ListNodes);
   RegisterClientCommand(app, ctx, "whoami", "Who the token belongs to", no_arg, WhoAmI);
+  // Admins: node administration.
+  auto target = [](CLI::App* c, Args* a) {
+    c->add_option("node", a->text, "NODE, or NODE:DEVICE for one device")->required();
+  };
+  RegisterClientCommand(
+      app, ctx, "cordon", "No new work on a node or device: tessera cordon NODE[:DEVICE]", target,
+      [](const ClientOptions& co, const Args& a, int* rc) { AdminNode(co, "cordon", a.text, rc); });
+  RegisterClientCommand(
+      app, ctx, "drain",
+      "No new work, and its jobs requeued to run elsewhere: tessera drain NODE[:DEVICE]", target,
+      [](const ClientOptions& co, const Args& a, int* rc) { AdminNode(co, "drain", a.text, rc); });
+  RegisterClientCommand(app, ctx, "uncordon",
+                        "Back to work after cordon or drain: tessera uncordon NODE[:DEVICE]",
+                        target, [](const ClientOptions& co, const Args& a, int* rc) {
+                          AdminNode(co, "uncordon", a.text, rc);
+                        });
 }
 
 // ---- events ----
@@ -451,7 +555,8 @@ void PrintEvent(const Json& e, bool json) {
     std::cout << e.dump() << "\n";
   } else {
     const std::string reason = e["reason"].get<std::string>();
-    std::cout << e["seq"] << "  " << EscapeForTerminal(e["kind"].get<std::string>()) << "  "
+    std::cout << e["seq"] << "  " << JobTime(e, "time_ms") << "  "
+              << EscapeForTerminal(e["kind"].get<std::string>()) << "  "
               << EscapeForTerminal(e["subject"].get<std::string>()) << "  by "
               << EscapeForTerminal(e["actor"].get<std::string>())
               << (reason.empty() ? ""

@@ -22,6 +22,7 @@
 
 #include "agent/agent.h"
 #include "api/server.h"
+#include "cli/choices.h"
 #include "cli/client.h"
 #include "cli/commands.h"
 #include "cli/table.h"
@@ -491,11 +492,11 @@ struct LogFlags {
 };
 
 void AddLogFlags(CLI::App* cmd, LogFlags* f) {
-  cmd->add_option("--log-level", f->level, "debug, info, warn or error (default info)")
-      ->check(CLI::IsMember({"debug", "info", "warn", "error"}));
-  cmd->add_option("--log-format", f->format,
-                  "text or json: one JSON object per line (default text)")
-      ->check(CLI::IsMember({"text", "json"}));
+  Choices(cmd->add_option("--log-level", f->level, "debug, info, warn or error (default info)"),
+          "log level", {"debug", "info", "warn", "error"});
+  Choices(cmd->add_option("--log-format", f->format,
+                          "text or json: one JSON object per line (default text)"),
+          "log format", {"text", "json"});
 }
 
 void ApplyLogFlags(const LogFlags& f) {

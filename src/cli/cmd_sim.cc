@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "cli/choices.h"
 #include "cli/commands.h"
 #include "cli/table.h"
 #include "model/quantity.h"
@@ -251,8 +252,9 @@ void RegisterSimCommands(CLI::App& app, CommandContext& ctx) {
   openb->add_option("--nodes", opts->nodes, "node list CSV (sn,cpu_milli,memory_mib,gpu,model)")
       ->required();
   openb->add_option("--pods", opts->pods, "pod list CSV")->required();
-  openb->add_option("--policy", opts->policies,
-                    "policy name, or several separated by commas (default: tessera)");
+  Choices(openb->add_option("--policy", opts->policies,
+                            "policy name, or several separated by commas (default: tessera)"),
+          "policy", sched::PolicyNames(), /*list=*/true);
   openb->add_option("--seeds", opts->seeds, "seeds, e.g. 42-51 or 42,43 (default 42-51)");
   openb->add_option("--tune", opts->tune, "tune the workload to this factor of GPU capacity (1.3)");
   openb->add_flag("--json", opts->json, "print one JSON object (an array for several policies)");

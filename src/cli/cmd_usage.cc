@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <tuple>
 
+#include "cli/choices.h"
 #include "cli/client.h"
 #include "cli/commands.h"
 #include "cli/table.h"
@@ -163,8 +164,8 @@ void RegisterUsageCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--since", o->since,
                   "from: a duration ago (7d), epoch ms or YYYY-MM-DD[THH:MM:SSZ] (default 7d)");
   cmd->add_option("--until", o->until, "to: the same forms, or now (default)");
-  cmd->add_option("--by", o->by, "group, identity, queue or form")
-      ->check(CLI::IsMember({"group", "identity", "queue", "form"}));
+  Choices(cmd->add_option("--by", o->by, "group, identity, queue or form"), "breakdown",
+          {"group", "identity", "queue", "form"});
   cmd->add_flag("--csv", o->csv, "print CSV (exact integer columns: milli-GPU-ms, MiB-ms)");
   cmd->callback([o, &ctx] { Usage(*o, &ctx.exit_code); });
 }

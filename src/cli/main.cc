@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/choices.h"
 #include "cli/commands.h"
 #include "cli/scenario_commands.h"
 #include "cli/table.h"
@@ -69,6 +70,7 @@ int main(int argc, char** argv) {
   tessera::cli::RegisterScenarioCommands(app, ctx);  // attaches to `sim` and `bench`
   tessera::cli::RegisterHistoriesCommands(app, ctx);
   tessera::cli::RegisterEngineCommands(app, ctx);
+  tessera::cli::RegisterCompletionCommand(app, &ctx.exit_code);  // last: it lists the others
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

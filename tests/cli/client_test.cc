@@ -164,11 +164,23 @@ TEST_F(UpTest, NamesHumanTimesAndCancellingSeveralJobs) {
   ProcessResult running = WaitForOutput("alice", {"job", "j-1"}, "running");
   EXPECT_THAT(running.out, HasSubstr("NAME"));
   EXPECT_THAT(running.out, HasSubstr("long-train"));
+  // Submitted, started and how long it has run, for people: clock times and durations, never
+  // milliseconds or seconds since the epoch.
+  for (const char* column : {"SUBMITTED", "STARTED", "DURATION", "GPUS"})
+    EXPECT_THAT(running.out, HasSubstr(column));
+  // (This second is "in 0s".)
+  EXPECT_THAT(running.out, ::testing::ContainsRegex(
+                               "[0-9]{2}:[0-9]{2} UTC \\((in 0s|[0-9]+s ago)\\) +"
+                               "[0-9]{2}:[0-9]{2} UTC \\((in 0s|[0-9]+s ago)\\) +[0-9]+s "));
+  EXPECT_THAT(running.out, Not(::testing::ContainsRegex("17[0-9]{8}")));
   ProcessResult waiting = WaitForOutput("alice", {"jobs"}, "expected free at");
   EXPECT_THAT(waiting.out, HasSubstr("long-train"));
   EXPECT_THAT(waiting.out,
               ::testing::ContainsRegex("expected free at [0-9:]+ UTC \\(in (59m|1h)\\)"));
   EXPECT_THAT(waiting.out, Not(HasSubstr("t=1")));
+  // And its place in line, with when it should start (the server's forecast).
+  EXPECT_THAT(waiting.out, ::testing::ContainsRegex(
+                               "position 1, expected to start [0-9:]+ UTC \\(in (59m|1h)\\)"));
   ProcessResult only_running = As("alice", {"jobs", "--state", "running"});
   EXPECT_EQ(only_running.exit_code, 0) << only_running.err;
   EXPECT_THAT(only_running.out, HasSubstr("j-1 "));

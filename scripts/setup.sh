@@ -38,6 +38,16 @@ npm_validate() {
     (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
   fi
 }
+# The identity tests' OpenID Connect provider (tests/auth/provider): oidc-provider from npm, as
+# locked.
+npm_oidc_provider() {
+  local dir
+  dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tests/auth/provider"
+  if [ ! -d "$dir/node_modules/oidc-provider" ]; then
+    echo "setup: npm ci in tests/auth/provider (oidc-provider)"
+    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+  fi
+}
 
 # The dashboard's accessibility check in its browser tests (tests/api/dashboard_tasks_test.cc):
 # axe-core from npm, as locked.
@@ -53,6 +63,7 @@ npm_dashboard_axe() {
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all ${#PACKAGES[@]} packages present"
   npm_validate
+  npm_oidc_provider
   npm_dashboard_axe
   exit 0
 fi
@@ -80,4 +91,5 @@ if [[ " ${missing[*]} " == *" mariadb-server "* ]] && [ -d /run/systemd/system ]
 fi
 
 npm_validate
+npm_oidc_provider
 npm_dashboard_axe

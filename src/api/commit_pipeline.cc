@@ -216,7 +216,7 @@ void Engine::AuditLocked(const std::string& actor, const std::string& kind,
                          const std::string& subject, const std::string& reason, Json data) {
   if (!broken_.ok()) return;
   const int64_t second = clock_() / 1000;
-  if (kind == "auth.failed") {
+  if (kind == "auth.failed" || kind == "auth.refused") {
     const int64_t suppressed = audit_limit_.Admit(second);
     if (suppressed < 0) return;
     if (suppressed > 0) data["suppressed"] = suppressed;
@@ -230,6 +230,13 @@ void Engine::AuditAuthFailure(const std::string& method, const std::string& path
                               const std::string& why) {
   std::lock_guard<std::mutex> lock(mu_);
   AuditLocked("-", "auth.failed", path, why, {{"method", method}});
+}
+
+void Engine::AuditIdentity(const std::string& kind, const Identity& who, const std::string& subject,
+                           const std::string& why, Json data) {
+  std::lock_guard<std::mutex> lock(mu_);
+  data["role"] = RoleName(who.role);
+  AuditLocked(who.name, kind, subject, why, std::move(data));
 }
 
 }  // namespace tessera::api

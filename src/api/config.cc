@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -181,8 +182,57 @@ const char* RoleName(Role r) {
       return "user";
     case Role::kAgent:
       return "agent";
+    case Role::kViewer:
+      return "viewer";
+    case Role::kMetrics:
+      return "metrics";
   }
   return "?";
+}
+
+Result<Role> ParseRole(const std::string& name) {
+  for (Role r : {Role::kAdmin, Role::kUser, Role::kAgent, Role::kViewer, Role::kMetrics}) {
+    if (name == RoleName(r)) return r;
+  }
+  return Status::InvalidArgument("unknown role '" + name +
+                                 "' (admin, user, agent, viewer, metrics)");
+}
+
+// "2027-06-30", "2027-06-30T18:00:00Z" or with an offset ("+02:00"): milliseconds since the
+// epoch (UTC), or an error saying the forms.
+Result<int64_t> ParseTimestampMs(const std::string& text) {
+  int y = 0, mo = 0, d = 0, h = 0, mi = 0, se = 0;
+  char tail[8] = {0};
+  int consumed = 0;
+  const Status bad = Status::InvalidArgument(
+      "'" + text + "' is not a date (2027-06-30) or UTC time (2027-06-30T18:00:00Z)");
+  if (std::sscanf(text.c_str(), "%4d-%2d-%2d%n", &y, &mo, &d, &consumed) != 3 || consumed != 10)
+    return bad;
+  int64_t offset_min = 0;
+  if (text.size() > 10) {
+    if (std::sscanf(text.c_str() + 10, "T%2d:%2d:%2d%7s", &h, &mi, &se, tail) != 4) return bad;
+    const std::string z = tail;
+    if (z == "Z") {
+    } else if (z.size() == 6 && (z[0] == '+' || z[0] == '-') && z[3] == ':' &&
+               std::isdigit(static_cast<unsigned char>(z[1])) &&
+               std::isdigit(static_cast<unsigned char>(z[2])) &&
+               std::isdigit(static_cast<unsigned char>(z[4])) &&
+               std::isdigit(static_cast<unsigned char>(z[5]))) {
+      offset_min =
+          (z[0] == '-' ? -1 : 1) * (std::stoi(z.substr(1, 2)) * 60 + std::stoi(z.substr(4)));
+    } else {
+      return bad;
+    }
+  }
+  if (y < 1970 || mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || se > 60) return bad;
+  // Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's days_from_civil).
+  const int yy = mo <= 2 ? y - 1 : y;
+  const int era = yy / 400;
+  const int yoe = yy - era * 400;
+  const int doy = (153 * (mo + (mo > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+  const int doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+  const int64_t days = int64_t{era} * 146097 + doe - 719468;
+  return ((days * 24 + h) * 60 + mi - offset_min) * 60'000 + int64_t{se} * 1000;
 }
 
 std::string Sha256Hex(const std::string& text) {
@@ -276,21 +326,20 @@ static Status ReadIdentities(const YAML::Node& ids, std::vector<Identity>* out) 
           w + ".run_as_root",
           "root is granted per queue: set run_as_root on the queue whose jobs must run as root");
     }
-    st = CheckKeys(n, w, {"name", "role", "groups", "token", "token_sha256", "nodes", "run_as"});
+    st = CheckKeys(
+        n, w, {"name", "role", "groups", "token", "token_sha256", "nodes", "run_as", "expires"});
     if (!st.ok()) return st;
     Identity id;
     auto name = Str(n["name"], w + ".name");
     if (!name.ok()) return name.status();
     id.name = *name;
-    std::string role = n["role"] ? n["role"].as<std::string>() : "user";
-    if (role == "admin") {
-      id.role = Role::kAdmin;
-    } else if (role == "user") {
-      id.role = Role::kUser;
-    } else if (role == "agent") {
-      id.role = Role::kAgent;
-    } else {
-      return Bad(w + ".role", "unknown role '" + role + "' (admin, user, agent)");
+    auto role = ParseRole(n["role"] ? n["role"].as<std::string>() : "user");
+    if (!role.ok()) return Bad(w + ".role", role.status().message());
+    id.role = *role;
+    if (n["expires"]) {
+      auto at = ParseTimestampMs(n["expires"].as<std::string>());
+      if (!at.ok()) return Bad(w + ".expires", at.status().message());
+      id.expires_ms = *at;
     }
     auto groups = StrList(n["groups"], w + ".groups");
     if (!groups.ok()) return groups.status();
@@ -459,6 +508,59 @@ const std::set<std::string>& ServerQueueKeys() {
   return kAll;
 }
 
+// `oidc: {issuer, audience, client_id, groups_claim, username_claim, account_claim, clock_skew,
+// ca_file, roles: {admin: [group...], user: [...], viewer: [...], metrics: [...]}}`: tokens of an
+// OpenID Connect provider accepted beside the static ones (auth/oidc.h).
+static Status ReadOidc(const YAML::Node& root, EngineConfig* c) {
+  const YAML::Node n = root["oidc"];
+  if (!n) return Status::Ok();
+  if (!n.IsMap()) return Bad("oidc", "expected a map (issuer, client_id, roles, ...)");
+  Status st = CheckKeys(n, "oidc",
+                        {"issuer", "audience", "client_id", "groups_claim", "username_claim",
+                         "account_claim", "clock_skew", "ca_file", "scopes", "roles"});
+  if (!st.ok()) return st;
+  auth::OidcSettings& o = c->oidc;
+  for (auto [key, out] : {std::pair<const char*, std::string*>{"issuer", &o.issuer},
+                          {"audience", &o.audience},
+                          {"client_id", &o.client_id},
+                          {"groups_claim", &o.groups_claim},
+                          {"username_claim", &o.username_claim},
+                          {"account_claim", &o.account_claim},
+                          {"ca_file", &o.ca_file},
+                          {"scopes", &o.scopes}}) {
+    if (!n[key]) continue;
+    auto v = Str(n[key], std::string("oidc.") + key);
+    if (!v.ok()) return v.status();
+    if (v->empty()) return Bad(std::string("oidc.") + key, "must not be empty");
+    *out = *v;
+  }
+  if (o.issuer.empty()) return Bad("oidc.issuer", "required (the provider's issuer URL)");
+  if (o.issuer.rfind("https://", 0) != 0 && o.issuer.rfind("http://", 0) != 0)
+    return Bad("oidc.issuer", "'" + o.issuer + "' is not an http(s) URL");
+  if (o.client_id.empty() && o.audience.empty())
+    return Bad("oidc", "needs client_id (or audience): the audience its tokens must carry");
+  if (n["clock_skew"]) {
+    auto d = Duration(n["clock_skew"], "oidc.clock_skew");
+    if (!d.ok()) return d.status();
+    o.clock_skew_ms = *d;
+  }
+  if (n["roles"]) {
+    if (!n["roles"].IsMap()) return Bad("oidc.roles", "expected a map of role: [group, ...]");
+    for (const auto& kv : n["roles"]) {
+      const std::string role = kv.first.as<std::string>();
+      if (role != "admin" && role != "user" && role != "viewer" && role != "metrics") {
+        return Bad("oidc.roles." + role,
+                   "unknown role (admin, user, viewer, metrics; agents use static tokens)");
+      }
+      auto groups = StrList(kv.second, "oidc.roles." + role);
+      if (!groups.ok()) return groups.status();
+      o.roles[role] = *groups;
+    }
+  }
+  c->oidc_verifier = std::make_shared<auth::OidcVerifier>(o, auth::HttpFetcher(o.ca_file));
+  return Status::Ok();
+}
+
 // The quota policy, with the server's extra keys allowed; one pool with every form when none is
 // given.
 static Result<quota::PolicySpec> ReadPolicy(const YAML::Node& root) {
@@ -485,6 +587,7 @@ static Result<quota::PolicySpec> ReadPolicy(const YAML::Node& root) {
                      "utilization_fine_keep",
                      "utilization_keep",
                      "metrics_public",
+                     "oidc",
                      "kubernetes"};
   keys.extra_queue = ServerQueueKeys();
   keys.require_queues = true;
@@ -531,6 +634,7 @@ std::vector<std::string> ConfigWarnings(const EngineConfig& c) {
   std::vector<std::string> out;
   std::map<std::string, std::vector<std::string>> by_account;
   for (const Identity& id : c.identities) {
+    if (id.role == Role::kViewer || id.role == Role::kMetrics) continue;  // they run no jobs
     if (id.role == Role::kAgent) {
       if (id.nodes.empty()) {
         out.push_back("identity '" + id.name +
@@ -605,6 +709,7 @@ Result<EngineConfig> ParseConfig(const std::string& yaml_text) {
     c.source_yaml = yaml_text;
     Status st = ReadServerSettings(root, &c);
     if (st.ok()) st = ReadKubeSettings(root, &c);
+    if (st.ok()) st = ReadOidc(root, &c);
     if (!st.ok()) return st;
     st = ReadIdentities(root["identities"], &c.identities);
     if (!st.ok()) return st;

@@ -11,11 +11,13 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "auth/oidc.h"
 #include "backends/backend.h"
 #include "common/status.h"
 #include "model/cluster.h"
@@ -24,8 +26,13 @@
 
 namespace tessera::api {
 
-enum class Role { kAdmin, kUser, kAgent };
+// admin: everything. user: submits and sees its groups' work. agent: speaks for nodes.
+// viewer: sees what a user in its groups sees and may change nothing (every POST, PUT and DELETE
+// refused). metrics: reads GET /metrics and nothing else (a Prometheus scraper).
+enum class Role { kAdmin, kUser, kAgent, kViewer, kMetrics };
 const char* RoleName(Role r);
+// "admin", "user", "agent", "viewer", "metrics"; InvalidArgument naming them otherwise.
+Result<Role> ParseRole(const std::string& name);
 
 bool IsUnixAccountName(const std::string& s);
 
@@ -48,6 +55,11 @@ struct Identity {
   // the account named as the identity itself). Never root: a queue with run_as_root runs its
   // jobs as root (QueueRoute::run_as_root), nothing else does.
   std::string run_as;
+  // An identity from the OpenID Connect provider: its "sub" ("" for a static token).
+  std::string subject;
+  // `expires: 2027-06-30` (or 2027-06-30T18:00:00Z): a static token refused from then on, in
+  // milliseconds since the epoch; 0: never. An OpenID Connect identity: its token's exp.
+  int64_t expires_ms = 0;
   bool MaySpeakFor(const std::string& node) const;
 };
 
@@ -153,6 +165,10 @@ struct EngineConfig {
   // network); otherwise (the default) only admins read it.
   bool metrics_public = false;
   std::vector<Identity> identities;
+  // `oidc:`: the provider whose tokens are accepted beside the static ones (not enabled when
+  // absent), and its verifier (keeps the provider's keys; shared by the config's copies).
+  auth::OidcSettings oidc;
+  std::shared_ptr<auth::OidcVerifier> oidc_verifier;
   quota::PolicySpec policy;
   // What the config allows but an operator should know: shared accounts, identities without an
   // account, agents that speak for every node. `serve --check-config` prints them; serve logs them.
@@ -179,6 +195,9 @@ std::vector<std::string> ConfigWarnings(const EngineConfig& c);
 // The keys of a queue entry that only the server reads (backend routing), not a scenario.
 const std::set<std::string>& ServerQueueKeys();
 Result<EngineConfig> LoadConfig(const std::string& path);
+
+// "2027-06-30", "2027-06-30T18:00:00Z" or "...T18:00:00+02:00" in milliseconds since the epoch.
+Result<int64_t> ParseTimestampMs(const std::string& text);
 
 // Lowercase hex SHA-256 of `text`.
 std::string Sha256Hex(const std::string& text);

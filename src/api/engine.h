@@ -218,6 +218,12 @@ class Engine {
   // A request refused for its credentials (missing or unknown token): an "auth.failed" event,
   // rate-limited. `peer` is the client's address when known.
   void AuditAuthFailure(const std::string& method, const std::string& path, const std::string& why);
+  // A known identity refused a route (403: "auth.refused", rate-limited like auth.failed), or a
+  // provider's identity signing in (its first accepted token: "auth.signin").
+  void AuditIdentity(const std::string& kind, const Identity& who, const std::string& subject,
+                     const std::string& why, Json data);
+  // The engine's clock (milliseconds since the epoch): tokens' expiry is checked against it.
+  int64_t NowMs() const { return clock_(); }
 
   // Agents.
   Result<Json> RegisterNode(const Identity& who, const Json& body);

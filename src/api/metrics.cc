@@ -408,7 +408,7 @@ void Engine::CountEventLocked(const quota::Event& e, const Job* j) {
 }
 
 Result<std::string> Engine::Metrics(const Identity& who) {
-  if (who.role != Role::kAdmin && !config_.metrics_public) {
+  if (who.role != Role::kAdmin && who.role != Role::kMetrics && !config_.metrics_public) {
     return Status::PermissionDenied(
         "metrics are for admins (or set metrics_public: true in the config)");
   }

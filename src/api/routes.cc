@@ -6,6 +6,7 @@
 
 #include "api/routes_http.h"
 #include "api/server.h"  // DashboardHtml
+#include "auth/oidc.h"
 #include "common/text.h"
 #include "model/quantity.h"
 
@@ -68,13 +69,24 @@ int IntParam(const HttpRequest& req, const char* name, int def, int max) {
 
 // A refused role: who the caller is, and who the route is for.
 std::string Refusal(const Route& route, const Identity& who) {
+  if (who.role == Role::kMetrics) {
+    return "'" + who.name + "' is a metrics identity: it may read GET /metrics only, not " +
+           route.method + " " + route.pattern;
+  }
+  if (who.role == Role::kViewer && route.method != "GET") {
+    return "'" + who.name + "' is a viewer: a viewer may read but not change anything (" +
+           route.method + " " + route.pattern + ")";
+  }
   const char* for_whom = route.access == Access::kUser    ? "users and admins"
                          : route.access == Access::kAgent ? "agents and admins"
                          : route.access == Access::kMetrics
                              ? "admins (or set metrics_public: true in the config)"
                              : "admins";
-  return "'" + who.name + "' is " + (who.role == Role::kAgent ? "an agent" : "a user") + ": " +
-         route.method + " " + route.pattern + " is for " + for_whom;
+  const char* is = who.role == Role::kAgent    ? "an agent"
+                   : who.role == Role::kViewer ? "a viewer"
+                                               : "a user";
+  return "'" + who.name + "' is " + is + ": " + route.method + " " + route.pattern + " is for " +
+         for_whom;
 }
 
 // GET /v1/health: up or not and the role for anyone; the counts and the store's error text only
@@ -89,6 +101,19 @@ RouteHandler Health(Engine* e) {
           {"ok", h["ok"]}, {"role", h["role"]}, {"store", h["ok"].get<bool>() ? "ok" : "failed"}};
     }
     Reply(res, code, h);
+  };
+}
+
+// GET /v1/auth/config: how people sign in (no token needed: it is what gets one): the OpenID
+// Connect provider's issuer, the client id and the scopes to ask for, or "oidc": null.
+RouteHandler AuthConfig(Engine* e) {
+  return [e](const Identity&, const HttpRequest&, HttpResponse& res) {
+    const auth::OidcSettings& o = e->config().oidc;
+    Reply(res, 200,
+          Json{{"oidc",
+                o.enabled()
+                    ? Json{{"issuer", o.issuer}, {"client_id", o.client_id}, {"scopes", o.scopes}}
+                    : Json(nullptr)}});
   };
 }
 
@@ -394,16 +419,17 @@ const char* AccessName(Access a) {
 bool Admits(Access access, Role role, bool metrics_public) {
   switch (access) {
     case Access::kPublic:
-    case Access::kIdentity:
       return true;
+    case Access::kIdentity:
+      return role != Role::kMetrics;
     case Access::kUser:
-      return role != Role::kAgent;
+      return role != Role::kAgent && role != Role::kMetrics;
     case Access::kAgent:
-      return role != Role::kUser;
+      return role == Role::kAgent || role == Role::kAdmin;
     case Access::kAdmin:
       return role == Role::kAdmin;
     case Access::kMetrics:
-      return role == Role::kAdmin || metrics_public;
+      return role == Role::kAdmin || role == Role::kMetrics || metrics_public;
   }
   return false;
 }
@@ -421,8 +447,18 @@ Result<Identity> Admit(const Route& route, Engine& e, const HttpRequest& req) {
     e.AuditAuthFailure(req.method, req.path, who.status().message());
     return who.status();
   }
-  if (!Admits(route.access, who->role, metrics_public))
-    return Status::PermissionDenied(Refusal(route, *who));
+  // A provider's identity signing in: its first accepted token since the server started.
+  if (!who->subject.empty() && e.config().oidc_verifier->FirstSignIn(who->subject)) {
+    e.AuditIdentity("auth.signin", *who, who->subject, "signed in through the identity provider",
+                    Json{{"groups", who->groups}, {"issuer", e.config().oidc.issuer}});
+  }
+  // A viewer reads: every method but GET changes something.
+  if (!Admits(route.access, who->role, metrics_public) ||
+      (who->role == Role::kViewer && route.method != "GET")) {
+    const std::string why = Refusal(route, *who);
+    e.AuditIdentity("auth.refused", *who, req.path, why, Json{{"method", req.method}});
+    return Status::PermissionDenied(why);
+  }
   return who;
 }
 
@@ -436,6 +472,7 @@ std::vector<Route> RouteTable(Engine* e, net::HttpServer* http) {
   return {
       Sync("GET", "/v1/health", kPublic, Health(e)),
       Sync("GET", "/v1/whoami", kIdentity, WhoAmI()),
+      Sync("GET", "/v1/auth/config", kPublic, AuthConfig(e)),
       // Jobs: submit, list, get, cancel, read output.
       Async("POST", "/v1/jobs", kUser, Submit(e)),
       Sync("GET", "/v1/jobs", kUser, ListJobs(e)),

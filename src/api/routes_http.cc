@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "auth/jwt.h"
+#include "auth/oidc.h"
 #include "common/text.h"
 
 namespace tessera::api {
@@ -82,14 +84,56 @@ void ReplyLater(const net::HttpReply& reply, const Result<Json>& r, int ok_statu
   reply(std::move(res));
 }
 
+// A provider's token (oidc: configured and the token a JWT) as an identity: verified
+// (auth::OidcVerifier), then its claims mapped: the groups claim's values that name Tessera
+// groups, the role by oidc.roles, the account claim as run_as.
+static Result<Identity> FromProvider(const Engine& e, const std::string& token) {
+  const EngineConfig& c = e.config();
+  auto claims = c.oidc_verifier->Verify(token, e.NowMs());
+  if (!claims.ok()) return claims.status();
+  auto m = auth::MapClaims(*claims, c.oidc);
+  if (!m.ok()) return m.status();
+  Identity id;
+  id.name = m->name;
+  id.subject = m->subject;
+  id.expires_ms = m->expires_ms;
+  auto role = ParseRole(m->role);
+  if (!role.ok()) return role.status();
+  id.role = *role;
+  for (const Identity& fixed : c.identities) {
+    if (fixed.name == id.name) {
+      return Status::Unauthenticated("the provider's '" + id.name +
+                                     "' has the name of an identity of the config: refused");
+    }
+  }
+  for (const std::string& g : m->groups) {
+    if (c.FindGroup(g) != nullptr) id.groups.push_back(g);
+  }
+  if (!m->account.empty()) {
+    if (!IsUnixAccountName(m->account) || m->account == "root") {
+      return Status::Unauthenticated("the token's '" + c.oidc.account_claim + "' claim '" +
+                                     m->account + "' is not a Unix account name for jobs");
+    }
+    id.run_as = m->account;
+  }
+  return id;
+}
+
 Result<Identity> Authenticate(const Engine& e, const HttpRequest& req) {
   const std::string h = req.header("authorization");
   const std::string prefix = "Bearer ";
   if (h.rfind(prefix, 0) != 0 || h.size() == prefix.size()) {
     return Status::Unauthenticated("missing bearer token (Authorization: Bearer <token>)");
   }
-  const Identity* id = e.config().FindIdentityByTokenHash(Sha256Hex(h.substr(prefix.size())));
+  const std::string token = h.substr(prefix.size());
+  if (e.config().oidc_verifier && auth::LooksLikeJwt(token)) return FromProvider(e, token);
+  const Identity* id = e.config().FindIdentityByTokenHash(Sha256Hex(token));
   if (!id) return Status::Unauthenticated("unknown token");
+  if (id->expires_ms > 0 && e.NowMs() >= id->expires_ms) {
+    return Status::Unauthenticated("the token of '" + id->name + "' expired at " +
+                                   auth::FormatUtc(id->expires_ms) +
+                                   ": ask an admin for a new one");
+  }
   return *id;
 }
 

@@ -77,7 +77,7 @@ Json Engine::Redacted(const Identity& who, Json job) {
 
 bool Engine::CanSee(const Identity& who, const Job& j) const {
   if (who.role == Role::kAdmin) return true;
-  if (who.role != Role::kUser) return false;
+  if (who.role != Role::kUser && who.role != Role::kViewer) return false;
   return std::find(who.groups.begin(), who.groups.end(), j.rec.group) != who.groups.end();
 }
 

@@ -17,6 +17,7 @@
 #   sim                         the simulator: drives sched and sched/quota, loads policy, runs verify
 #   store                       the durable log and records, on the model
 #   net                         HTTP only
+#   auth                        OpenID Connect tokens checked (JWT, JWK, the provider), on HTTP
 #   backends                    Slurm, PBS, Kubernetes: run what they are given, know no engine
 #   agent                       the node agent: the model, partitions, the cap library, HTTP
 #   capgpu                      the cap library stands alone
@@ -39,15 +40,16 @@ declare -A allowed=(
   [backends]="common model net"
   [agent]="common model partition net capgpu"
   [capgpu]=""
-  [api]="common model partition sched sched/quota policy store backends net"
-  [cli]="common model partition sched sched/quota policy verify sim store net backends agent api capgpu"
+  [auth]="common net"
+  [api]="common model partition sched sched/quota policy store backends net auth"
+  [cli]="common model partition sched sched/quota policy verify sim store net backends agent api capgpu auth"
 )
 # Library targets (src/*/CMakeLists.txt) and the module each one is.
 declare -A target_module=(
   [tessera_common]=common [tessera_model]=model [tessera_partition]=partition
   [tessera_sched]=sched [tessera_quota]=sched/quota [tessera_policy]=policy
   [tessera_verify]=verify [tessera_sim]=sim [tessera_scenario]=sim [tessera_store]=store
-  [tessera_net]=net [tessera_backends]=backends [tessera_agent]=agent [tessera_api]=api
+  [tessera_net]=net [tessera_auth]=auth [tessera_backends]=backends [tessera_agent]=agent [tessera_api]=api
   [tessera_capgpu_abi]=capgpu [tessera_capgpu_core]=capgpu [tessera_capgpu]=capgpu
   [tessera-capgpu-region]=capgpu [tessera]=cli
 )

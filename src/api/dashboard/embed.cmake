@@ -18,6 +18,7 @@ endforeach()
 file(READ "${WEB}/index.html" page)
 file(READ "${WEB}/style.css" css)
 file(READ "${WEB}/app.js" js)
+file(READ "${WEB}/oidc.js" oidc_js)
 
 # Replaces the one occurrence of `tag` in `page` with `replacement`; anything else is an error.
 function(inline_once tag replacement)
@@ -31,6 +32,8 @@ function(inline_once tag replacement)
 endfunction()
 inline_once("<link rel=\"stylesheet\" href=\"style.css\">" "<style>\n${css}</style>")
 inline_once("<script src=\"app.js\"></script>" "<script>\n${js}</script>")
+# The identity provider's sign-in (oidc.js), before app.js: it hooks into app.js's form.
+inline_once("<script src=\"oidc.js\"></script>" "<script>\n${oidc_js}</script>")
 
 get_filename_component(out_dir "${OUT}" DIRECTORY)
 set(html "${out_dir}/dashboard.html")

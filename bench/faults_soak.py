@@ -613,6 +613,13 @@ class Soak:
         print("stored: %d jobs; acknowledged and not stored once: %d; names stored twice: %d" % (
             len(jobs), len(missing), len(doubled)))
         print("job states at the end: %s; not terminal: %d" % (states, len(nonterminal)))
+        why = {}
+        for j in jobs:
+            if j["state"] == "failed":
+                r = j.get("reason") or "exit code %s" % j.get("exit_code")
+                why[r] = why.get(r, 0) + 1
+        for r, n in sorted(why.items(), key=lambda kv: -kv[1])[:10]:
+            print("  failed: %d x %s" % (n, r[:160]))
         print("runs recorded by the jobs' processes: %d (%d jobs ran, %d runs were re-runs after "
               "a requeue); runs with no known end: %d" % (len(runs), len(by_job), reruns,
                                                           len(open_runs)))

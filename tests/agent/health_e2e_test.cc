@@ -14,6 +14,7 @@
 
 #include "../api/proc.h"
 #include "../api/serve_fixture.h"
+#include "../support/shell.h"
 #include "../support/test_dir.h"
 
 namespace tessera {
@@ -139,6 +140,15 @@ TEST_F(HealthE2eTest, ADoubleBitEccErrorClosesTheDeviceAndRequeuesItsJob) {
   ASSERT_TRUE(WaitFor([&] { return State(on0) == "running"; })) << Job(on0).dump() << Logs();
   EXPECT_EQ(DeviceOf(on0), 1);
   EXPECT_NE(Logs().find("device 0 (GPU-fake-agent-0) is unhealthy"), std::string::npos);
+  // The CLI says both: the job's isolation, the device's health.
+  const std::string flags = " --url http://127.0.0.1:" + std::to_string(port_) + " --token-file " +
+                            testing::TokenFile("admin-token-1") + " 2>&1";
+  testing::ShellResult job = testing::RunShell(kTessera + " job " + on0 + flags);
+  EXPECT_NE(job.out.find("isolation: hardware"), std::string::npos) << job.out;
+  testing::ShellResult table = testing::RunShell(kTessera + " nodes" + flags);
+  EXPECT_NE(table.out.find("unhealthy: double-bit ECC errors: 1 since the driver loaded"),
+            std::string::npos)
+      << table.out;
 }
 
 TEST_F(HealthE2eTest, AnXidLetsItsJobFinishByPolicyAndTakesNoNewWork) {

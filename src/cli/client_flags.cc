@@ -5,6 +5,7 @@
 
 #include "cli/client.h"
 #include "cli/commands.h"
+#include "cli/login.h"
 
 namespace tessera::cli {
 
@@ -54,9 +55,17 @@ bool Resolve(ClientOptions* o) {
     std::cerr << "tessera: no server: set TESSERA_URL or pass --url\n";
     return false;
   }
+  if (o->token.empty()) {  // the login `tessera login` kept, if any (refreshed when due)
+    auto login = LoginToken(o->tls);
+    if (!login.ok() && login.status().code() != StatusCode::kNotFound) {
+      std::cerr << "tessera: " << login.status().message() << "\n";
+      return false;
+    }
+    if (login.ok()) o->token = *login;
+  }
   if (o->token.empty()) {
-    std::cerr
-        << "tessera: no token: set TESSERA_TOKEN_FILE or TESSERA_TOKEN, or pass --token-file\n";
+    std::cerr << "tessera: no token: set TESSERA_TOKEN_FILE or TESSERA_TOKEN, pass --token-file, "
+                 "or sign in with tessera login\n";
     return false;
   }
   return true;

@@ -6,6 +6,7 @@
 
 #include "cli/choices.h"
 #include "cli/commands.h"
+#include "cli/login.h"
 #include "cli/scenario_commands.h"
 #include "cli/table.h"
 
@@ -70,6 +71,7 @@ int main(int argc, char** argv) {
   tessera::cli::RegisterScenarioCommands(app, ctx);  // attaches to `sim` and `bench`
   tessera::cli::RegisterHistoriesCommands(app, ctx);
   tessera::cli::RegisterEngineCommands(app, ctx);
+  tessera::cli::RegisterLoginCommand(app, ctx);
   tessera::cli::RegisterCompletionCommand(app, &ctx.exit_code);  // last: it lists the others
   try {
     app.parse(argc, argv);

@@ -459,6 +459,55 @@ TEST_F(DashboardTasksTest, TheOverviewSaysWhichGroupHoldsIdleGpusInWhichForm) {
       << r.dump(1);
 }
 
+// An admin drains a node: Nodes, the node's tile (two clicks from the overview), then Drain on its
+// card, which asks first; the server's answer is shown, the node reads draining or drained, and
+// the job that ran there is stopped and requeued (the API says so).
+TEST_F(DashboardTasksTest, AnAdminDrainsANodeFromItsCardAfterAConfirmation) {
+  StartAgents(2, "1xH100-80GB");
+  const std::string id = Submit("speech-token-1", "sam-train", {"sleep", "1000"}, "training");
+  ASSERT_TRUE(WaitFor([&] { return AdminState(id) == "running"; })) << AdminJob(id).dump();
+  const std::string node = AdminJob(id)["placement"]["node"];
+  const std::string card = "#cardmap .node[data-node=\"" + node + "\"]";
+  Json r = Browse({
+      Goto(Url("token=admin-token-1")),
+      Wait("document.querySelector('#gpus-total').textContent != '-'"),
+      Click("nav a[data-view=nodes]"),
+      Wait("document.querySelector('#heatmap a[data-node=\"" + node + "\"]')"),
+      Click("#heatmap a[data-node=\"" + node + "\"]"),
+      Wait("document.querySelector('" + card + " [data-node-action=drain]')"),
+      Eval("[...document.querySelectorAll('" + card +
+               " [data-node-action]')].map(b => b.textContent)",
+           "offered"),
+      Click(card + " [data-node-action=drain]"),
+      Eval("document.querySelector('#confirm').open", "asked"),
+      Eval("document.querySelector('#confirm-text').textContent", "question"),
+      Click("#confirm-yes"),
+      Wait("/accepted/.test((document.querySelector('" + card +
+               " .node-answer') || {}).textContent) && ['draining', 'drained'].includes("
+               "document.querySelector('" +
+               card + "').dataset.adminState)",
+           20000),
+      Eval("document.querySelector('" + card + " .node-answer').textContent", "answer"),
+      Eval("[...document.querySelectorAll('" + card +
+               " [data-node-action]')].map(b => b.textContent)",
+           "offered_after"),
+  });
+  ASSERT_TRUE(r.contains("offered_after")) << r.dump(1);
+  EXPECT_EQ(r["offered"], Json({"Cordon", "Drain…"})) << r.dump(1);
+  EXPECT_EQ(r["asked"], true);
+  EXPECT_NE(r.value("question", "").find("Drain node " + node), std::string::npos) << r.dump(1);
+  EXPECT_NE(r.value("answer", "").find("The server accepted: " + node + " is drain"),
+            std::string::npos)
+      << r.dump(1);
+  EXPECT_EQ(r["offered_after"], Json({"Uncordon"})) << r.dump(1);
+  std::string state;
+  for (const auto& n : Nodes())
+    if (n["name"] == node) state = n.value("admin_state", "");
+  EXPECT_TRUE(state == "draining" || state == "drained") << Nodes().dump();
+  ASSERT_TRUE(WaitFor([&] { return AdminState(id) != "running"; })) << AdminJob(id).dump();
+  EXPECT_FALSE(Events("kind=node.drained").empty());
+}
+
 // A job submitted through the API while the jobs view is open (one click from the overview)
 // appears in the table without a reload, with its name, user and state.
 TEST_F(DashboardTasksTest, AJobSubmittedThroughTheApiAppearsLive) {

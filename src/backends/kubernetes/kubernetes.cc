@@ -16,7 +16,7 @@
 // its suspended Job (owned by it) and before the admission patch, deleted with it on cancel; a
 // third watcher follows the cluster's claims once a job with one is seen, and Poll/List report
 // each claim's allocation as the job's gres. Capacity adds the GPU drivers' ResourceSlices
-// (ReadDra).
+// (capacity.h).
 #include <atomic>
 #include <condition_variable>
 #include <map>
@@ -26,7 +26,9 @@
 #include <thread>
 
 #include "backends/backend.h"
+#include "backends/kubernetes/capacity.h"
 #include "backends/kubernetes/client.h"
+#include "backends/kubernetes/follower.h"
 #include "backends/kubernetes/manifest.h"
 
 namespace tessera::backends {
@@ -47,7 +49,10 @@ std::pair<std::string, std::string> Split(const std::string& id) {
 }
 
 using kube::At;
+using kube::Failed;
+using kube::Follower;
 using kube::KeyOf;
+using kube::Message;
 using kube::RvOf;
 using kube::StrAt;
 
@@ -63,331 +68,6 @@ std::string PodJob(const Json& pod) {
   const Json& labels = At(m, "labels");
   std::string job = StrAt(labels, "batch.kubernetes.io/job-name");
   return StrAt(m, "namespace") + "/" + (job.empty() ? StrAt(labels, "job-name") : job);
-}
-
-// A Status body's message (or the body itself, cut).
-std::string Message(const kube::Response& r) {
-  Json j = Json::parse(r.body, nullptr, false);
-  if (j.is_object() && j.contains("message") && j["message"].is_string())
-    return j["message"].get<std::string>();
-  return r.body.substr(0, 200);
-}
-
-Status Failed(const std::string& what, const kube::Response& r) {
-  return Status::FailedPrecondition("kubernetes: " + what + ": HTTP " + std::to_string(r.status) +
-                                    ": " + Message(r));
-}
-
-// One kind of object, listed then watched, kept in a cache by "ns/name".
-class Follower {
- public:
-  // Whether `a` is an older version of the object than `b`. resourceVersions are opaque to
-  // clients ("API concepts: Resource versions"); where both are decimal (etcd revisions, as every
-  // API server backed by etcd gives) they are compared, else `a` is taken as newer.
-  static bool Older(const Json& a, const Json& b) {
-    const std::string ra = RvOf(a), rb = RvOf(b);
-    auto decimal = [](const std::string& v) {
-      return !v.empty() && v.size() < 19 && v.find_first_not_of("0123456789") == std::string::npos;
-    };
-    if (!decimal(ra) || !decimal(rb)) return false;
-    return std::stoll(ra) < std::stoll(rb);
-  }
-
-  // `query`: the selectors of every list and watch, e.g.
-  // "labelSelector=tessera.io%2Fcluster%3Dlab".
-  Follower(std::string path, std::string query)
-      : path_(std::move(path)), query_(std::move(query)) {}
-
-  // Lists everything (in chunks); the cache is replaced. Returns the list's resourceVersion.
-  Result<std::string> Relist(kube::Client& c) {
-    std::map<std::string, Json> all;
-    std::string cont, rv;
-    const int64_t began = relists();
-    for (int restarts = 0;;) {
-      std::string q = path_ + "?limit=500" + (query_.empty() ? "" : "&" + query_);
-      if (!cont.empty()) q += "&continue=" + kube::QueryEscape(cont);
-      auto r = c.Call("GET", q);
-      if (!r.ok()) return r.status();
-      if (r->status == 410 && !cont.empty() &&
-          ++restarts < 5) {  // the continue token expired: start over
-        all.clear();
-        cont.clear();
-        continue;
-      }
-      if (r->status != 200) {
-        std::lock_guard<std::mutex> l(mu_);
-        last_status_ = r->status;
-        return Failed("list " + path_, *r);
-      }
-      Json page = Json::parse(r->body, nullptr, false);
-      if (!At(page, "items").is_array())
-        return Status::FailedPrecondition("kubernetes: list " + path_ + ": not a list");
-      for (Json& item : page["items"]) {
-        std::string key = KeyOf(item);
-        all[key] = std::move(item);
-      }
-      const Json& meta = At(page, "metadata");
-      if (!StrAt(meta, "resourceVersion").empty()) rv = StrAt(meta, "resourceVersion");
-      cont = StrAt(meta, "continue");
-      if (cont.empty()) break;
-    }
-    std::lock_guard<std::mutex> l(mu_);
-    // Two lists at once (the watcher's first and a caller's before it synced): the one that
-    // ends last may have the older snapshot, while the cache has gone on from the newer one by
-    // watch events. Replacing it would lose those events (the watch goes on from where it is), so
-    // a list older than one that ended while it ran is dropped.
-    if (relists_ != began && Older(Json{{"metadata", {{"resourceVersion", rv}}}},
-                                   Json{{"metadata", {{"resourceVersion", rv_}}}})) {
-      ++relists_;
-      return rv_;
-    }
-    // A write of ours answered while this list ran is newer than what the list saw: kept.
-    for (auto& [key, obj] : all) {
-      auto old = cache_.find(key);
-      if (old != cache_.end() && Older(obj, old->second)) obj = old->second;
-    }
-    cache_ = std::move(all);
-    rv_ = rv;
-    synced_ = true;
-    ++relists_;
-    return rv;
-  }
-
-  // What a watch's end asks for: watch again at once (the server ended the stream), after a
-  // pause (no connection), or list again first (410 Expired, another error status).
-  enum class Next { kWatch, kPauseThenWatch, kRelist };
-
-  // Watches from the last resourceVersion until the stream ends.
-  Next Watch(kube::Client& c, const std::atomic<bool>& stop) {
-    std::string rv;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      rv = rv_;
-    }
-    const std::string q = path_ + "?watch=1&allowWatchBookmarks=true&timeoutSeconds=60" +
-                          (query_.empty() ? "" : "&" + query_) +
-                          "&resourceVersion=" + kube::QueryEscape(rv);
-    bool expired = false;
-    auto status = c.Stream(q, 90, [&](const std::string& line) {
-      Json ev = Json::parse(line, nullptr, false);
-      if (!At(ev, "object").is_object()) return true;
-      const std::string type = StrAt(ev, "type");
-      Json& obj = ev["object"];
-      std::lock_guard<std::mutex> l(mu_);
-      if (type == "ERROR") {
-        expired = true;  // 410 Expired (or another error): list again
-        return false;
-      }
-      const std::string orv = RvOf(obj);
-      if (!orv.empty()) rv_ = orv;
-      if (type == "BOOKMARK") return !stop;
-      const std::string key = KeyOf(obj);
-      if (type == "DELETED") {
-        cache_.erase(key);
-      } else {
-        auto old = cache_.find(key);
-        if (old == cache_.end() || !Older(obj, old->second)) cache_[key] = std::move(obj);
-      }
-      ++events_;
-      return !stop;
-    });
-    if (!status.ok()) return Next::kPauseThenWatch;  // e.g. the server is restarting
-    if (expired || *status != 200) return Next::kRelist;
-    return Next::kWatch;
-  }
-
-  template <typename F>
-  auto Read(F f) const {
-    std::lock_guard<std::mutex> l(mu_);
-    return f(cache_);
-  }
-  bool synced() const {
-    std::lock_guard<std::mutex> l(mu_);
-    return synced_;
-  }
-  int64_t relists() const {
-    std::lock_guard<std::mutex> l(mu_);
-    return relists_;
-  }
-  // The HTTP status of the last list that failed with one (404: the server lacks the resource).
-  int last_status() const {
-    std::lock_guard<std::mutex> l(mu_);
-    return last_status_;
-  }
-  void Put(const Json& obj) {  // our own write's answer, ahead of its watch event
-    std::lock_guard<std::mutex> l(mu_);
-    auto old = cache_.find(KeyOf(obj));
-    if (old == cache_.end() || !Older(obj, old->second)) cache_[KeyOf(obj)] = obj;
-  }
-
- private:
-  const std::string path_, query_;
-  mutable std::mutex mu_;
-  std::map<std::string, Json> cache_;
-  std::string rv_;
-  bool synced_ = false;
-  int last_status_ = 0;
-  int64_t relists_ = 0, events_ = 0;
-};
-
-// ---- Dynamic Resource Allocation: capacity from ResourceSlices ----------------------------------
-
-// A quantity's integer value ("98", "80Gi", "4k"); -1 for anything else (fractions, bad text).
-int64_t QuantityValue(const Json& v) {
-  if (v.is_number_integer()) return v.get<int64_t>();
-  const std::string s = v.is_string() ? v.get<std::string>() : "";
-  const size_t digits = std::min(s.find_first_not_of("0123456789"), s.size());
-  if (digits == 0 || digits > 15) return -1;
-  const int64_t n = std::stoll(s.substr(0, digits));
-  const std::string suffix = s.substr(digits);
-  static const std::map<std::string, int64_t> kMul = {
-      {"", 1},           {"k", 1000},       {"M", 1000000},    {"G", 1000000000},
-      {"Ki", 1LL << 10}, {"Mi", 1LL << 20}, {"Gi", 1LL << 30}, {"Ti", 1LL << 40}};
-  auto it = kMul.find(suffix);
-  if (it == kMul.end() || n > (int64_t{1} << 62) / it->second) return -1;
-  return n * it->second;
-}
-
-// A device attribute's value as text: `name` in the driver's own domain, or "driver/name".
-std::string Attr(const Json& device, const std::string& driver, const std::string& name) {
-  const Json& attrs = At(device, "attributes");
-  const Json* v = &At(attrs, name.c_str());
-  if (v->is_null()) v = &At(attrs, (driver + "/" + name).c_str());
-  if (v->is_null()) return "";
-  if (At(*v, "string").is_string()) return At(*v, "string").get<std::string>();
-  if (At(*v, "int").is_number_integer()) return std::to_string(At(*v, "int").get<int64_t>());
-  return "";
-}
-
-// What the GPU drivers' ResourceSlices offer Tessera, in thousandths of a card:
-// - a counter set (partitionable devices: a card and the MIG devices that share its counters)
-//   stands for one card; what devices allocated to claims of others consume of it is taken off,
-//   by the counter they use most of (exact integer division, rounded down);
-// - a MIG device consuming no counters stands for its profile's compute slices ("3g.40gb": 3)
-//   out of its parent card's (7; 4 for an A30), summed per parent (parentUUID) before dividing;
-// - any other device is one card.
-// Devices allocated to claims Tessera does not manage (not labelled with our cluster) are held.
-struct DraCapacity {
-  int64_t total_milli = 0, free_milli = 0;
-  int64_t devices = 0, mig = 0, held = 0;
-  std::set<std::string> nodes;            // nodes whose GPUs come through DRA
-  std::map<std::string, int64_t> models;  // product -> free thousandths
-};
-
-DraCapacity ReadDra(const std::map<std::string, Json>& slices,
-                    const std::map<std::string, Json>& claims, const std::set<std::string>& ready,
-                    const std::string& cluster) {
-  static const std::set<std::string> kGpuDrivers = {"gpu.nvidia.com", "gpu.amd.com"};
-  DraCapacity out;
-  std::set<std::string> held;  // driver/pool/device
-  for (const auto& [key, c] : claims) {
-    (void)key;
-    if (StrAt(At(At(c, "metadata"), "labels"), "tessera.io/cluster") == cluster) continue;
-    const Json& results = At(At(At(At(c, "status"), "allocation"), "devices"), "results");
-    if (!results.is_array()) continue;
-    for (const Json& r : results)
-      held.insert(StrAt(r, "driver") + "/" + StrAt(r, "pool") + "/" + StrAt(r, "device"));
-  }
-  struct CounterSet {
-    std::map<std::string, int64_t> total, used;
-    std::string product;
-  };
-  struct Parent {
-    int64_t slices = 0, held_slices = 0, of = 7;
-    std::string product;
-  };
-  std::map<std::string, CounterSet> sets;  // driver/pool/name
-  std::map<std::string, Parent> parents;   // driver/pool/parent
-  for (const auto& [key, sl] : slices) {
-    (void)key;
-    const Json& spec = At(sl, "spec");
-    const std::string driver = StrAt(spec, "driver");
-    if (!kGpuDrivers.count(driver)) continue;
-    const std::string node = StrAt(spec, "nodeName");
-    if (At(spec, "allNodes") != true) {
-      if (!ready.count(node)) continue;  // cordoned, not ready or unknown: no capacity
-      out.nodes.insert(node);
-    }
-    const std::string pool = driver + "/" + StrAt(At(spec, "pool"), "name") + "/";
-    const Json& shared = At(spec, "sharedCounters");
-    if (shared.is_array()) {
-      for (const Json& cs : shared) {
-        const Json& counters = At(cs, "counters");
-        if (!counters.is_object()) continue;
-        CounterSet& set = sets[pool + StrAt(cs, "name")];
-        for (const auto& [c, v] : counters.items()) set.total[c] = QuantityValue(At(v, "value"));
-      }
-    }
-    const Json& devices = At(spec, "devices");
-    if (!devices.is_array()) continue;
-    for (const Json& d : devices) {
-      const std::string name = StrAt(d, "name");
-      const bool is_held = held.count(pool + name) > 0;
-      const std::string type = Attr(d, driver, "type");
-      const std::string profile = Attr(d, driver, "profile");
-      const std::string product = Attr(d, driver, "productName");
-      const bool mig = type == "mig" || !profile.empty();
-      ++out.devices;
-      out.mig += mig ? 1 : 0;
-      out.held += is_held ? 1 : 0;
-      const Json& consumes = At(d, "consumesCounters");
-      if (consumes.is_array() && !consumes.empty()) {
-        for (const Json& cc : consumes) {
-          CounterSet& set = sets[pool + StrAt(cc, "counterSet")];
-          if (!mig && !product.empty()) set.product = product;
-          if (!is_held || !At(cc, "counters").is_object()) continue;
-          for (const auto& [c, v] : At(cc, "counters").items())
-            set.used[c] += std::max<int64_t>(0, QuantityValue(At(v, "value")));
-        }
-      } else if (mig) {
-        std::string parent = Attr(d, driver, "parentUUID");
-        Parent& p = parents[pool + (parent.empty() ? name : parent)];
-        const int64_t n = std::atoll(profile.c_str());  // "3g.40gb" -> 3
-        p.slices += n;
-        p.held_slices += is_held ? n : 0;
-        if (!product.empty()) p.product = product;
-        if (product.find("A30") != std::string::npos) p.of = 4;
-      } else {
-        out.total_milli += 1000;
-        if (!is_held) {
-          out.free_milli += 1000;
-          out.models[product.empty() ? "unlabelled" : product] += 1000;
-        }
-      }
-    }
-  }
-  for (const auto& [key, set] : sets) {
-    (void)key;
-    int64_t free = -1;
-    for (const auto& [c, total] : set.total) {
-      if (total <= 0) continue;
-      const int64_t used = std::min(total, set.used.count(c) ? set.used.at(c) : 0);
-      const int64_t f = (total - used) * 1000 / total;  // counters fit in 2^62 / 1000
-      free = free < 0 ? f : std::min(free, f);
-    }
-    if (free < 0) continue;  // a set without counters offers nothing
-    out.total_milli += 1000;
-    out.free_milli += free;
-    out.models[set.product.empty() ? "partitionable GPU" : set.product] += free;
-  }
-  for (const auto& [key, p] : parents) {
-    (void)key;
-    const int64_t n = std::min(p.slices, p.of);
-    out.total_milli += n * 1000 / p.of;
-    const int64_t free = std::max<int64_t>(0, n - p.held_slices) * 1000 / p.of;
-    out.free_milli += free;
-    out.models[(p.product.empty() ? "GPU" : p.product) + " (MIG)"] += free;
-  }
-  return out;
-}
-
-// Thousandths of a card as a card count: 2000 -> "2", 857 -> "0.857".
-std::string Cards(int64_t milli) {
-  std::string s = std::to_string(milli / 1000);
-  if (milli % 1000 == 0) return s;
-  std::string frac = std::to_string(1000 + milli % 1000).substr(1);
-  while (frac.back() == '0') frac.pop_back();
-  return s + "." + frac;
 }
 
 class KubernetesBackend : public Backend {
@@ -560,10 +240,8 @@ class KubernetesBackend : public Backend {
     return found;
   }
 
-  // Whole cards (nvidia.com/gpu, amd.com/gpu) allocatable on ready, schedulable nodes, less what
-  // running or pending pods of others request there ("Managing Resources for Containers":
-  // extended resources are integers; limits stand for requests when requests are absent). Nodes
-  // whose GPUs are published as ResourceSlices count by those instead (ReadDra).
+  // What the cluster lists now (nodes, others' pods, ResourceSlices and claims), read by
+  // kube::ReadCapacity.
   Result<Capacity> GpuCapacity() override {
     auto c = Calls();
     if (!c.ok()) return c.status();
@@ -581,102 +259,19 @@ class KubernetesBackend : public Backend {
     Follower claims("/apis/resource.k8s.io/v1/resourceclaims", "");
     auto listed = slices.Relist(**c);
     if (!listed.ok() && slices.last_status() != 404) return listed.status();
-    std::set<std::string> dra_nodes;  // their cards are counted from the slices, not the node
-    slices.Read([&](const std::map<std::string, Json>& all) {
-      for (const auto& [key, sl] : all) {
-        (void)key;
-        const std::string d = StrAt(At(sl, "spec"), "driver");
-        if (d == "gpu.nvidia.com" || d == "gpu.amd.com")
-          dra_nodes.insert(StrAt(At(sl, "spec"), "nodeName"));
-      }
-      return 0;
-    });
-    if (!dra_nodes.empty()) {
+    if (!slices.Read(kube::GpuSliceNodes).empty()) {
       auto rv = claims.Relist(**c);
       if (!rv.ok()) return rv.status();
     }
-    static const char* kWhole[] = {"nvidia.com/gpu", "amd.com/gpu"};
-    std::map<std::string, int64_t> free;    // ready node -> cards
-    std::map<std::string, int64_t> models;  // nvidia.com/gpu.product -> cards
-    int64_t total = 0, foreign = 0;
-    nodes.Read([&](const std::map<std::string, Json>& all) {
-      for (const auto& [key, n] : all) {
-        (void)key;
-        if (At(At(n, "spec"), "unschedulable") == true) continue;
-        bool ready = true;
-        const Json& conds = At(At(n, "status"), "conditions");
-        if (conds.is_array()) {
-          for (const Json& cd : conds) {
-            if (StrAt(cd, "type") == "Ready") ready = StrAt(cd, "status") == "True";
-          }
-        }
-        if (!ready) continue;
-        int64_t cards = 0;
-        const std::string name = StrAt(At(n, "metadata"), "name");
-        for (const char* r : kWhole) cards += Count(At(At(n, "status"), "allocatable"), r);
-        if (dra_nodes.count(name)) cards = 0;
-        free[name] = cards;
-        total += cards;
-        // GPU feature discovery's labels, for people: which models the capacity is made of.
-        const Json& labels = At(At(n, "metadata"), "labels");
-        std::string product = StrAt(labels, "nvidia.com/gpu.product");
-        if (product.empty()) product = StrAt(labels, "amd.com/gpu.product-name");
-        if (cards > 0) models[product.empty() ? "unlabelled" : product] += cards;
-      }
-      return 0;
-    });
-    others.Read([&](const std::map<std::string, Json>& all) {
-      for (const auto& [key, p] : all) {
-        (void)key;
-        if (StrAt(At(At(p, "metadata"), "labels"), "tessera.io/cluster") == opt_.cluster)
-          continue;  // ours: in the ledger
-        auto node = free.find(StrAt(At(p, "spec"), "nodeName"));
-        if (node == free.end()) continue;
-        const Json& containers = At(At(p, "spec"), "containers");
-        if (!containers.is_array()) continue;
-        for (const Json& ct : containers) {
-          const Json& res = At(ct, "resources");
-          for (const char* r : kWhole) {
-            int64_t n = Count(At(res, "requests"), r);
-            if (n == 0) n = Count(At(res, "limits"), r);
-            n = std::min(n, node->second);
-            node->second -= n;
-            foreign += n;
-          }
-        }
-      }
-      return 0;
-    });
-    Capacity cap;
-    cap.gpu_milli = (total - foreign) * 1000;
-    cap.detail = std::to_string(total - foreign) + " of " + std::to_string(total) + " GPUs on " +
-                 std::to_string(free.size()) + " ready nodes (" + std::to_string(foreign) +
-                 " held by pods Tessera does not manage)";
-    std::string list;
-    for (const auto& [m, n] : models)
-      list += (list.empty() ? "" : ", ") + std::to_string(n) + "x " + m;
-    if (!list.empty()) cap.detail += "; " + list;
-    if (dra_nodes.empty()) return cap;
-    std::set<std::string> ready;
-    for (const auto& [node, n] : free) {
-      (void)n;
-      ready.insert(node);
-    }
-    const DraCapacity dra = slices.Read([&](const std::map<std::string, Json>& s) {
-      return claims.Read([&](const std::map<std::string, Json>& cl) {
-        return ReadDra(s, cl, ready, opt_.cluster);
+    using Objects = std::map<std::string, Json>;
+    return nodes.Read([&](const Objects& n) {
+      return others.Read([&](const Objects& p) {
+        return slices.Read([&](const Objects& s) {
+          return claims.Read(
+              [&](const Objects& cl) { return kube::ReadCapacity(n, p, s, cl, opt_.cluster); });
+        });
       });
     });
-    cap.gpu_milli += dra.free_milli;
-    cap.detail += "; DRA: " + Cards(dra.free_milli) + " of " + Cards(dra.total_milli) +
-                  " GPUs from ResourceSlices on " + std::to_string(dra.nodes.size()) +
-                  " ready nodes (" + std::to_string(dra.devices) + " devices, " +
-                  std::to_string(dra.mig) + " MIG; " + std::to_string(dra.held) +
-                  " held by claims Tessera does not manage)";
-    list.clear();
-    for (const auto& [m, n] : dra.models) list += (list.empty() ? "" : ", ") + Cards(n) + "x " + m;
-    if (!list.empty()) cap.detail += "; " + list;
-    return cap;
   }
 
   Result<std::vector<ExternalJob>> List(const std::string& prefix) override {
@@ -704,16 +299,6 @@ class KubernetesBackend : public Backend {
   }
 
  private:
-  // An extended resource's integer count in a resource map ("8"; anything else counts 0).
-  static int64_t Count(const Json& resources, const char* name) {
-    const Json& v = At(resources, name);
-    if (v.is_number_integer()) return std::max<int64_t>(0, v.get<int64_t>());
-    const std::string s = v.is_string() ? v.get<std::string>() : "";
-    if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos)
-      return 0;
-    return std::stoll(s);
-  }
-
   // Whether a Job's pods use ResourceClaims (the queue's devices: dra).
   static bool HasClaims(const Json& job) {
     const Json& rc = At(At(At(At(job, "spec"), "template"), "spec"), "resourceClaims");

@@ -1,0 +1,139 @@
+// What the agents report, applied to the engine's state: device isolation, device health (an
+// unhealthy device's jobs preempted or finished), device telemetry, and running jobs' activity
+// (idle or active, swap state), from registrations and heartbeats (agent_gateway.cc).
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "api/engine.h"
+#include "common/log.h"
+#include "model/isolation.h"
+#include "model/quantity.h"
+
+namespace tessera::api {
+
+void Engine::ApplyIsolationLocked(const NodeInfo& n) {
+  for (const DeviceInfo& d : n.devices) {
+    const int rank = IsolationRank(d.isolation);
+    if (rank >= 0) qe_->SetDeviceIsolation(n.name, d.index, rank);
+  }
+}
+
+void Engine::RecordHealthLocked(NodeInfo& n, const Json& devices, const std::string& actor,
+                                Batch& b) {
+  bool changed = false;
+  const size_t mark = qe_->events().size();
+  for (const auto& d : devices) {
+    if (!d.is_object() || !d.contains("health") || !d.contains("index")) continue;
+    const int index = d["index"].get<int>();
+    if (index < 0 || index >= static_cast<int>(n.devices.size())) continue;
+    DeviceInfo& dev = n.devices[index];
+    const bool healthy = d["health"] == "ok";
+    const std::string reason = healthy ? "" : d.value("health_reason", std::string("unhealthy"));
+    if (healthy == dev.healthy && reason == dev.health_reason) continue;
+    const bool was = dev.healthy;
+    dev.healthy = healthy;
+    dev.health_reason = reason;
+    if (was == healthy) continue;  // still unhealthy, another reason: the first one's event stands
+    changed = true;
+    const std::string subject = n.name + ":" + std::to_string(index);
+    Json data = {{"node", n.name}, {"device", index}, {"uuid", dev.uuid}};
+    if (healthy) {
+      b.Add(MakeEvent(actor, "device.healthy", subject, "healthy again", data), nullptr);
+      continue;
+    }
+    Json stopped = Json::array();
+    if (config_.unhealthy_requeue) {
+      // Its jobs are preempted as any preemption is (the agent's stop order, the policy's grace),
+      // then pending again with their submit time: they run elsewhere.
+      const std::vector<std::string> held = NodeJobsLocked(n.name);  // a copy
+      for (const std::string& id : held) {
+        Job& j = jobs_[id];
+        if (j.state == JobState::kPreempting || j.handle < 0) continue;
+        if (std::none_of(j.grants.begin(), j.grants.end(),
+                         [&](const auto& g) { return g.node == n.name && g.device == index; }))
+          continue;
+        qe_->Evict(j.handle, NowS(), "device " + subject + " unhealthy: " + reason);
+        stopped.push_back(id);
+      }
+    }
+    data["jobs"] = stopped;
+    data["policy"] = config_.unhealthy_requeue ? "requeue" : "finish";
+    b.Add(MakeEvent(actor, "device.unhealthy", subject, reason, data), nullptr);
+    static const log::Logger kLog("engine");
+    kLog.Warn("device unhealthy", {{"device", subject}, {"reason", reason}});
+  }
+  if (!changed) return;
+  TranslateLocked(mark, b);
+  ApplySchedulableLocked(n.name);
+  b.Touch({n.name});
+  cycle_wanted_ = true;
+}
+
+// A heartbeat's device telemetry (`devices`: [{index, util_pct, memory_used_mib}]) on n.
+void Engine::RecordTelemetryLocked(NodeInfo& n, const Json& body) {
+  for (const auto& d : body.value("devices", Json::array())) {
+    const int index = d["index"].get<int>();
+    if (index >= static_cast<int>(n.devices.size())) continue;
+    DeviceInfo& dev = n.devices[index];
+    dev.util_pct = d.value("util_pct", -1);
+    dev.memory_used_mib = d.value("memory_used_mib", MiB{-1});
+    dev.telemetry_ms = clock_();
+  }
+}
+
+// A running job's activity report: the last active time, and the change to or from "held but
+// idle" (no activity for idle_after) as a job.idle / job.active event. Its data carry the times
+// that `tessera usage` needs to count idle holding exactly from the event log.
+void Engine::ObserveActivityLocked(Job& j, const Json& report, const std::string& actor, Batch& b) {
+  if (j.state != JobState::kRunning) return;
+  if (report.contains("gpu_memory_used_mib"))
+    j.gpu_memory_used_mib = report["gpu_memory_used_mib"].get<MiB>();
+  if (report.contains("swap")) {
+    // A swapping share's state: every change is an event (swapped out, resuming, back).
+    const std::string state = report["swap"].get<std::string>();
+    const MiB swapped = report.value("swapped_mib", MiB{0});
+    if (state != j.swap_state) {
+      std::string detail = state == "swapped"
+                               ? "swapped out: " + std::to_string(swapped) + " MiB off the device"
+                           : state == "resuming" ? "resuming: waiting for room on the device"
+                           : state == "resident" ? "back on the device"
+                                                 : state;
+      b.Add(MakeEvent(actor, "job.swap", j.rec.id, detail,
+                      {{"from", j.swap_state.empty() ? "resident" : j.swap_state},
+                       {"to", state},
+                       {"swapped_mib", swapped}}),
+            nullptr);
+      j.swap_state = state;
+    }
+    j.swapped_mib = swapped;
+  }
+  if (!report.contains("active")) return;  // no telemetry: never judged idle
+  const int64_t now = clock_();
+  if (j.last_active_ms == 0) j.last_active_ms = now;
+  if (report["active"].get<bool>()) {
+    if (j.idle) {
+      j.idle = false;
+      if (j.handle >= 0) qe_->SetIdle(j.handle, -1);  // its queue's idle_timeout starts over
+      b.Add(MakeEvent(actor, "job.active", j.rec.id,
+                      "activity again after " + std::to_string((now - j.last_active_ms) / 1000) +
+                          "s idle",
+                      {{"at_ms", now}, {"idle_since_ms", j.last_active_ms}}),
+            nullptr);
+    }
+    j.last_active_ms = now;
+    return;
+  }
+  if (!j.idle && now - j.last_active_ms >= config_.idle_after_ms) {
+    j.idle = true;
+    // Its queue's idle_timeout counts from the last activity (the quota engine gives it back).
+    if (j.handle >= 0) qe_->SetIdle(j.handle, j.last_active_ms / 1000);
+    b.Add(MakeEvent(actor, "job.idle", j.rec.id,
+                    "held but idle: no activity for " +
+                        std::to_string((now - j.last_active_ms) / 1000) + "s",
+                    {{"since_ms", j.last_active_ms}}),
+          nullptr);
+  }
+}
+
+}  // namespace tessera::api

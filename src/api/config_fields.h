@@ -1,5 +1,5 @@
-// The config loader's typed reads, shared by its files (config.cc, config_kube.cc): each error
-// is an InvalidArgument "config: <where>: <what>". Internal to src/api.
+// The config loader's typed reads, shared by its files (config.cc, config_identities.cc,
+// config_kube.cc): each error is an InvalidArgument "config: <where>: <what>". Internal to src/api.
 #pragma once
 
 #include <yaml-cpp/yaml.h>
@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "api/config.h"
 #include "common/status.h"
 #include "model/quantity.h"
 #include "policy/yaml_fields.h"
@@ -43,6 +44,29 @@ inline Result<std::vector<std::string>> StrList(const YAML::Node& n, const std::
   if (!r.ok()) return Prefixed(r.status());
   return r;
 }
+
+// Each named entry's name is set and unique.
+template <typename T>
+inline Status CheckUnique(const std::vector<T>& items, const std::string& what) {
+  std::set<std::string> seen;
+  for (const T& t : items) {
+    if (t.name.empty()) return Bad(what, "an entry has no name");
+    if (!seen.insert(t.name).second) return Bad(what, "duplicate name '" + t.name + "'");
+  }
+  return Status::Ok();
+}
+
+// Only `known` keys in `n`.
+inline Status CheckKeys(const YAML::Node& n, const std::string& where,
+                        const std::set<std::string>& known) {
+  Status s = policy::KnownKeys(n, where, known);
+  return s.ok() ? s : Prefixed(s);
+}
+
+// identities: (config_identities.cc).
+Status ReadIdentities(const YAML::Node& ids, std::vector<Identity>* out);
+// oidc: (config_identities.cc).
+Status ReadOidc(const YAML::Node& root, EngineConfig* c);
 
 }  // namespace tessera::api::cfg
 

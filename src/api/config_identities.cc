@@ -1,0 +1,299 @@
+// The identities in the server's config: roles, static tokens (kept as SHA-256 hashes, with an
+// optional expiry), the OpenID Connect provider's settings (auth/oidc.h), and the lookups by
+// token, group, queue, profile and route. The rest of the loader is config.cc.
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <ctime>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "api/config.h"
+#include "api/config_fields.h"
+#include "model/duration.h"
+
+namespace tessera::api {
+
+const char* RoleName(Role r) {
+  switch (r) {
+    case Role::kAdmin:
+      return "admin";
+    case Role::kUser:
+      return "user";
+    case Role::kAgent:
+      return "agent";
+    case Role::kViewer:
+      return "viewer";
+    case Role::kMetrics:
+      return "metrics";
+  }
+  return "?";
+}
+
+Result<Role> ParseRole(const std::string& name) {
+  for (Role r : {Role::kAdmin, Role::kUser, Role::kAgent, Role::kViewer, Role::kMetrics}) {
+    if (name == RoleName(r)) return r;
+  }
+  return Status::InvalidArgument("unknown role '" + name +
+                                 "' (admin, user, agent, viewer, metrics)");
+}
+
+// "2027-06-30", "2027-06-30T18:00:00Z" or with an offset ("+02:00"): milliseconds since the
+// epoch (UTC), or an error saying the forms.
+Result<int64_t> ParseTimestampMs(const std::string& text) {
+  int y = 0, mo = 0, d = 0, h = 0, mi = 0, se = 0;
+  char tail[8] = {0};
+  int consumed = 0;
+  const Status bad = Status::InvalidArgument(
+      "'" + text + "' is not a date (2027-06-30) or UTC time (2027-06-30T18:00:00Z)");
+  if (std::sscanf(text.c_str(), "%4d-%2d-%2d%n", &y, &mo, &d, &consumed) != 3 || consumed != 10)
+    return bad;
+  int64_t offset_min = 0;
+  if (text.size() > 10) {
+    if (std::sscanf(text.c_str() + 10, "T%2d:%2d:%2d%7s", &h, &mi, &se, tail) != 4) return bad;
+    const std::string z = tail;
+    if (z == "Z") {
+    } else if (z.size() == 6 && (z[0] == '+' || z[0] == '-') && z[3] == ':' &&
+               std::isdigit(static_cast<unsigned char>(z[1])) &&
+               std::isdigit(static_cast<unsigned char>(z[2])) &&
+               std::isdigit(static_cast<unsigned char>(z[4])) &&
+               std::isdigit(static_cast<unsigned char>(z[5]))) {
+      offset_min =
+          (z[0] == '-' ? -1 : 1) * (std::stoi(z.substr(1, 2)) * 60 + std::stoi(z.substr(4)));
+    } else {
+      return bad;
+    }
+  }
+  if (y < 1970 || mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || se > 60) return bad;
+  // Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's days_from_civil).
+  const int yy = mo <= 2 ? y - 1 : y;
+  const int era = yy / 400;
+  const int yoe = yy - era * 400;
+  const int doy = (153 * (mo + (mo > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+  const int doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+  const int64_t days = int64_t{era} * 146097 + doe - 719468;
+  return ((days * 24 + h) * 60 + mi - offset_min) * 60'000 + int64_t{se} * 1000;
+}
+
+std::string Sha256Hex(const std::string& text) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(text.data(), text.size(), md, &len, EVP_sha256(), nullptr);
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  for (unsigned int i = 0; i < len; ++i) {
+    out += kHex[md[i] >> 4];
+    out += kHex[md[i] & 15];
+  }
+  return out;
+}
+
+std::string NewToken() {
+  unsigned char buf[20];
+  RAND_bytes(buf, sizeof buf);
+  static const char* kHex = "0123456789abcdef";
+  std::string out = "tsk_";
+  for (unsigned char c : buf) {
+    out += kHex[c >> 4];
+    out += kHex[c & 15];
+  }
+  return out;
+}
+
+const Identity* EngineConfig::FindIdentityByTokenHash(const std::string& hash) const {
+  for (const Identity& i : identities) {
+    if (i.token_sha256 == hash) return &i;
+  }
+  return nullptr;
+}
+const quota::GroupSpec* EngineConfig::FindGroup(const std::string& name) const {
+  for (const auto& g : policy.groups) {
+    if (g.name == name) return &g;
+  }
+  return nullptr;
+}
+const quota::QueueSpec* EngineConfig::FindQueue(const std::string& name) const {
+  for (const auto& q : policy.queues) {
+    if (q.name == name) return &q;
+  }
+  return nullptr;
+}
+const quota::ProfileSpec* EngineConfig::FindProfile(const std::string& name) const {
+  for (const auto& p : policy.profiles) {
+    if (p.name == name) return &p;
+  }
+  return nullptr;
+}
+const QueueRoute* EngineConfig::FindRoute(const std::string& queue) const {
+  for (const auto& r : routes) {
+    if (r.queue == queue) return &r;
+  }
+  return nullptr;
+}
+
+bool Identity::MaySpeakFor(const std::string& node) const {
+  if (role == Role::kAdmin || (role == Role::kAgent && nodes.empty())) return true;
+  if (role != Role::kAgent) return false;
+  for (const std::string& p : nodes) {
+    if (p.back() == '*' ? node.compare(0, p.size() - 1, p, 0, p.size() - 1) == 0 : node == p)
+      return true;
+  }
+  return false;
+}
+
+// A portable Unix account name: a lower-case letter or _, then letters, digits, _ or -; 32 at most.
+bool IsUnixAccountName(const std::string& s) {
+  bool ok = !s.empty() && s.size() <= 32 &&
+            (std::islower(static_cast<unsigned char>(s[0])) || s[0] == '_');
+  for (char c : s)
+    ok = ok && (std::islower(static_cast<unsigned char>(c)) ||
+                std::isdigit(static_cast<unsigned char>(c)) || c == '_' || c == '-');
+  return ok;
+}
+
+namespace cfg {
+
+// identities: [{name, role, groups, nodes, run_as, run_as_root, token | token_sha256}]; tokens
+// kept as SHA-256 hashes.
+Status ReadIdentities(const YAML::Node& ids, std::vector<Identity>* out) {
+  Status st;
+  if (!ids || !ids.IsSequence() || ids.size() == 0) {
+    return Bad("identities", "at least one identity is needed");
+  }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    std::string w = "identities[" + std::to_string(i) + "]";
+    const YAML::Node n = ids[i];
+    if (n["run_as_root"]) {
+      return Bad(
+          w + ".run_as_root",
+          "root is granted per queue: set run_as_root on the queue whose jobs must run as root");
+    }
+    st = CheckKeys(
+        n, w, {"name", "role", "groups", "token", "token_sha256", "nodes", "run_as", "expires"});
+    if (!st.ok()) return st;
+    Identity id;
+    auto name = Str(n["name"], w + ".name");
+    if (!name.ok()) return name.status();
+    id.name = *name;
+    auto role = ParseRole(n["role"] ? n["role"].as<std::string>() : "user");
+    if (!role.ok()) return Bad(w + ".role", role.status().message());
+    id.role = *role;
+    if (n["expires"]) {
+      auto at = ParseTimestampMs(n["expires"].as<std::string>());
+      if (!at.ok()) return Bad(w + ".expires", at.status().message());
+      id.expires_ms = *at;
+    }
+    auto groups = StrList(n["groups"], w + ".groups");
+    if (!groups.ok()) return groups.status();
+    id.groups = *groups;
+    auto nodes = StrList(n["nodes"], w + ".nodes");
+    if (!nodes.ok()) return nodes.status();
+    if (!nodes->empty() && id.role != Role::kAgent)
+      return Bad(w + ".nodes", "only agents speak for nodes");
+    for (const std::string& pattern : *nodes) {
+      if (pattern.empty() || pattern.find('*') < pattern.size() - 1) {
+        return Bad(w + ".nodes", "'" + pattern + "' is not a node name or a prefix ending in '*'");
+      }
+    }
+    id.nodes = *nodes;
+    if (n["run_as"]) {
+      auto account = Str(n["run_as"], w + ".run_as");
+      if (!account.ok()) return account.status();
+      if (!IsUnixAccountName(*account))
+        return Bad(w + ".run_as", "'" + *account + "' is not a Unix account name");
+      if (*account == "root") {
+        return Bad(w + ".run_as",
+                   "jobs run as root only on a queue with run_as_root: true, never per identity");
+      }
+      id.run_as = *account;
+    }
+    if (n["token_sha256"]) {
+      id.token_sha256 = n["token_sha256"].as<std::string>();
+      // As sha256sum prints it; an upper-case digest (as some tools print it) is taken too.
+      for (char& c : id.token_sha256)
+        c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      if (id.token_sha256.size() != 64 ||
+          id.token_sha256.find_first_not_of("0123456789abcdef") != std::string::npos) {
+        return Bad(w + ".token_sha256", "expected 64 hex digits");
+      }
+    } else if (n["token"]) {
+      std::string t = n["token"].as<std::string>();
+      if (t.size() < 8) return Bad(w + ".token", "too short (at least 8 characters)");
+      id.token_sha256 = Sha256Hex(t);
+    } else {
+      return Bad(w, "needs token or token_sha256");
+    }
+    (*out).push_back(id);
+  }
+  st = CheckUnique((*out), "identities");
+  if (!st.ok()) return st;
+  for (const auto& a : (*out)) {
+    for (const auto& b : (*out)) {
+      if (&a != &b && a.token_sha256 == b.token_sha256) {
+        return Bad("identities", "'" + a.name + "' and '" + b.name + "' share a token");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+// `oidc: {issuer, audience, client_id, groups_claim, username_claim, account_claim, clock_skew,
+// ca_file, roles: {admin: [group...], user: [...], viewer: [...], metrics: [...]}}`: tokens of an
+// OpenID Connect provider accepted beside the static ones (auth/oidc.h).
+Status ReadOidc(const YAML::Node& root, EngineConfig* c) {
+  const YAML::Node n = root["oidc"];
+  if (!n) return Status::Ok();
+  if (!n.IsMap()) return Bad("oidc", "expected a map (issuer, client_id, roles, ...)");
+  Status st = CheckKeys(n, "oidc",
+                        {"issuer", "audience", "client_id", "groups_claim", "username_claim",
+                         "account_claim", "clock_skew", "ca_file", "scopes", "roles"});
+  if (!st.ok()) return st;
+  auth::OidcSettings& o = c->oidc;
+  for (auto [key, out] : {std::pair<const char*, std::string*>{"issuer", &o.issuer},
+                          {"audience", &o.audience},
+                          {"client_id", &o.client_id},
+                          {"groups_claim", &o.groups_claim},
+                          {"username_claim", &o.username_claim},
+                          {"account_claim", &o.account_claim},
+                          {"ca_file", &o.ca_file},
+                          {"scopes", &o.scopes}}) {
+    if (!n[key]) continue;
+    auto v = Str(n[key], std::string("oidc.") + key);
+    if (!v.ok()) return v.status();
+    if (v->empty()) return Bad(std::string("oidc.") + key, "must not be empty");
+    *out = *v;
+  }
+  if (o.issuer.empty()) return Bad("oidc.issuer", "required (the provider's issuer URL)");
+  if (o.issuer.rfind("https://", 0) != 0 && o.issuer.rfind("http://", 0) != 0)
+    return Bad("oidc.issuer", "'" + o.issuer + "' is not an http(s) URL");
+  if (o.client_id.empty() && o.audience.empty())
+    return Bad("oidc", "needs client_id (or audience): the audience its tokens must carry");
+  if (n["clock_skew"]) {
+    auto d = Duration(n["clock_skew"], "oidc.clock_skew");
+    if (!d.ok()) return d.status();
+    o.clock_skew_ms = *d;
+  }
+  if (n["roles"]) {
+    if (!n["roles"].IsMap()) return Bad("oidc.roles", "expected a map of role: [group, ...]");
+    for (const auto& kv : n["roles"]) {
+      const std::string role = kv.first.as<std::string>();
+      if (role != "admin" && role != "user" && role != "viewer" && role != "metrics") {
+        return Bad("oidc.roles." + role,
+                   "unknown role (admin, user, viewer, metrics; agents use static tokens)");
+      }
+      auto groups = StrList(kv.second, "oidc.roles." + role);
+      if (!groups.ok()) return groups.status();
+      o.roles[role] = *groups;
+    }
+  }
+  c->oidc_verifier = std::make_shared<auth::OidcVerifier>(o, auth::HttpFetcher(o.ca_file));
+  return Status::Ok();
+}
+
+}  // namespace cfg
+}  // namespace tessera::api

@@ -135,7 +135,7 @@ int main(int argc, char** argv) {
   if (!store.ok()) Die("store", store.status());
   auto engine = api::Engine::Open(*config, std::move(*store), dir, [&] { return now; });
   if (!engine.ok()) Die("engine", engine.status());
-  api::Identity admin{"admin", api::Role::kAdmin, {}, "", {}, "nobody"};
+  api::Identity admin{"admin", api::Role::kAdmin, {}, "", {}, "nobody", "", 0};
   t = Clock::now();
   auto all = (*engine)->Usage(admin, {start, now, "group"});
   if (!all.ok()) Die("usage", all.status());

@@ -62,7 +62,7 @@ Json Body(const quota::JobSpec& j) {
 struct Served {
   std::string dir;
   std::unique_ptr<api::Engine> engine;
-  api::Identity admin{"admin", api::Role::kAdmin, {}, "", {}, "nobody"};
+  api::Identity admin{"admin", api::Role::kAdmin, {}, "", {}, "nobody", "", 0};
   double register_seconds = 0;
 };
 
@@ -169,7 +169,7 @@ int main(int argc, char** argv) {
       for (int k = 0; k < 8; ++k) {
         pool.emplace_back([&] {
           for (size_t i = next++; i < in.jobs.size(); i = next++) {
-            api::Identity who{in.jobs[i].identity, api::Role::kAdmin, {}, "", {}, "nobody"};
+            api::Identity who{in.jobs[i].identity, api::Role::kAdmin, {}, "", {}, "nobody", "", 0};
             if (!s.engine->Submit(who, Body(in.jobs[i])).ok()) ++refused;
           }
         });
@@ -210,8 +210,8 @@ int main(int argc, char** argv) {
     if (warmup < 0) warmup = rate;
     for (int i = 0; i < warmup; ++i) {
       quota::JobSpec w = in.NextJob();
-      (void)s.engine->Submit(api::Identity{w.identity, api::Role::kAdmin, {}, "", {}, "nobody"},
-                             Body(w));
+      (void)s.engine->Submit(
+          api::Identity{w.identity, api::Role::kAdmin, {}, "", {}, "nobody", "", 0}, Body(w));
     }
     std::vector<quota::JobSpec> jobs;
     for (int i = 0; i < total; ++i) jobs.push_back(in.NextJob());
@@ -226,7 +226,7 @@ int main(int argc, char** argv) {
           // Open loop: submission i is due at i / rate seconds, whatever the earlier ones took.
           const auto due = start + std::chrono::microseconds(static_cast<int64_t>(1e6 * i / rate));
           std::this_thread::sleep_until(due);
-          api::Identity who{jobs[i].identity, api::Role::kAdmin, {}, "", {}, "nobody"};
+          api::Identity who{jobs[i].identity, api::Role::kAdmin, {}, "", {}, "nobody", "", 0};
           auto r = s.engine->Submit(who, Body(jobs[i]));
           const double ms = 1000 * std::chrono::duration<double>(Clock::now() - due).count();
           std::lock_guard<std::mutex> lock(mu);

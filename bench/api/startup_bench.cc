@@ -152,7 +152,7 @@ int main(int argc, char** argv) {
       "(%lld MiB before)\n",
       open_s, static_cast<long long>(health["jobs_in_memory"].get<int64_t>()),
       static_cast<long long>(RssMiB()), static_cast<long long>(rss0));
-  api::Identity admin{"admin", api::Role::kAdmin, {}, "", {}, "nobody"};
+  api::Identity admin{"admin", api::Role::kAdmin, {}, "", {}, "nobody", "", 0};
   t = Clock::now();
   auto oldest = (*engine)->GetJob(admin, "j-1");
   const double get_ms = 1000 * Since(t);

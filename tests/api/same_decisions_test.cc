@@ -121,7 +121,7 @@ class Served {
       r.queue = q.name;
       config_.routes.push_back(r);
     }
-    admin_ = {"admin", Role::kAdmin, {}, "", {}, "nobody"};
+    admin_ = {"admin", Role::kAdmin, {}, "", {}, "nobody", "", 0};
     auto store = store::Store::Open(dir_ + "/tessera.db");
     EXPECT_TRUE(store.ok()) << store.status().ToString();
     auto e = Engine::Open(config_, std::move(*store), dir_, [this] { return now_ms_; });
@@ -228,7 +228,7 @@ class Served {
     if (q.gpu_memory_mib) body["gpu_memory"] = std::to_string(*q.gpu_memory_mib) + "MiB";
     if (q.cpu_milli) body["cpu"] = std::to_string(*q.cpu_milli) + "m";
     if (q.memory_mib) body["memory"] = std::to_string(*q.memory_mib) + "MiB";
-    Identity who{q.identity, Role::kAdmin, {}, "", {}, "nobody"};
+    Identity who{q.identity, Role::kAdmin, {}, "", {}, "nobody", "", 0};
     auto r = engine_->Submit(who, body);
     if (!r.ok()) return;  // refused, as the simulator refuses it
     duration_[(*r)["id"].get<std::string>()] = a.duration;

@@ -37,18 +37,28 @@ const api::Identity& Who(const api::EngineConfig& c, const std::string& name) {
 }
 
 // Every field the release answered, today's answer has with the same value (today may add
-// fields), but a job's `activity`: what its agent last reported (idle, last active, memory in
-// use), kept in memory only, by the release as by today's server, and back with the next
-// heartbeat. `what` names the object in the failure.
+// fields, at any depth: a placement's devices now say their isolation), but a job's `activity`:
+// what its agent last reported (idle, last active, memory in use), kept in memory only, by the
+// release as by today's server, and back with the next heartbeat. `what` names the object in the
+// failure.
 void ExpectAnswersAsTheRelease(const Json& release, const Json& today, const std::string& what) {
   ASSERT_TRUE(today.is_object()) << what << ": " << today.dump();
   for (const auto& [key, value] : release.items()) {
     if (key == "activity") continue;
     EXPECT_TRUE(today.contains(key))
         << what << ": no '" << key << "' (the release had " << value.dump() << ")";
-    if (today.contains(key)) {
-      EXPECT_EQ(today[key], value) << what << "." << key << ": today " << today[key].dump()
-                                   << ", the release " << value.dump();
+    if (!today.contains(key)) continue;
+    const Json& now = today[key];
+    if (value.is_object() && now.is_object()) {
+      ExpectAnswersAsTheRelease(value, now, what + "." + key);
+    } else if (value.is_array() && now.is_array() && value.size() == now.size() && !value.empty() &&
+               value[0].is_object()) {
+      for (size_t i = 0; i < value.size(); ++i)
+        ExpectAnswersAsTheRelease(value[i], now[i],
+                                  what + "." + key + "[" + std::to_string(i) + "]");
+    } else {
+      EXPECT_EQ(now, value) << what << "." << key << ": today " << now.dump() << ", the release "
+                            << value.dump();
     }
   }
 }

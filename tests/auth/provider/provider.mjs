@@ -33,6 +33,8 @@ if (!port || !keysFile) {
 const USERS = {
   alice: { groups: ['research', 'staff'], unix_account: 'alice' },
   bob: { groups: ['prod'], unix_account: 'bob' },
+  // Her Unix account is one Debian has (nobody): the Slurm test runs her job under it.
+  nora: { groups: ['research'], unix_account: 'nobody' },
   root1: { groups: ['tessera-admins'], unix_account: 'root1' },
   vera: { groups: ['research', 'tessera-viewers'] },
   prom: { groups: ['tessera-metrics'] },

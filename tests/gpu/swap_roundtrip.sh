@@ -38,6 +38,7 @@ find_libcuda() {
   for l in /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/local/nvidia/lib64 /usr/lib/wsl/lib; do
     [ -e "$l/libcuda.so.1" ] && { echo "$l/libcuda.so.1"; return; }
   done
+  return 0  # none found: the caller skips (a failing return would end the script under set -e)
 }
 LIBCUDA=${LIBCUDA:-$(find_libcuda)}
 [ -n "$LIBCUDA" ] || { echo "SKIP: no 64-bit libcuda.so.1 (no NVIDIA driver)" >&2; exit 77; }

@@ -13,20 +13,16 @@
 #include <sstream>
 #include <thread>
 
-#include "api/server.h"
 #include "auth/oidc_provider.h"
+#include "support/served_engine.h"
+#include "support/test_dir.h"
 
 namespace tessera::api {
 namespace {
 
 using Json = nlohmann::json;
 using tessera::testing::TestProvider;
-
-int64_t WallMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
+using tessera::testing::WallMs;
 
 Json Browse(const std::string& dir, const Json& steps) {
   std::string chromium;
@@ -50,12 +46,8 @@ Json Browse(const std::string& dir, const Json& steps) {
 }
 
 TEST(DashboardSignInTest, SignsInThroughTheProviderWithPkce) {
-  const std::string dir = ::testing::TempDir() + "/dash_oidc_" + std::to_string(::getpid());
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  const std::string dir = tessera::testing::FreshTestDir("dash_oidc");
   TestProvider idp(dir + "/keys.json");
-  auto store = store::Store::Open(dir + "/t.db");
-  ASSERT_TRUE(store.ok());
   auto c = ParseConfig(R"(
 identities:
   - {name: admin, role: admin, token: admin-token-1}
@@ -71,27 +63,23 @@ queues: [{name: training, profile: train, groups: [research]}]
 )");
   ASSERT_FALSE(c.ok());  // an unknown key at the top is named
   EXPECT_NE(c.status().message().find("roles_note"), std::string::npos) << c.status().message();
-  c = ParseConfig(R"(
+  const std::string config = R"(
 identities:
   - {name: admin, role: admin, token: admin-token-1}
 oidc:
   issuer: )" + idp.issuer() +
-                  R"(
+                             R"(
   client_id: tessera
   scopes: openid profile groups
   roles: {viewer: [tessera-viewers]}
 groups: [{name: research}]
 profiles: [{name: train, gpus: 1, cpu: 100m, memory: 64MiB, forms: [whole]}]
 queues: [{name: training, profile: train, groups: [research]}]
-)");
-  ASSERT_TRUE(c.ok()) << c.status().ToString();
-  auto e = Engine::Open(*c, std::move(*store), dir, WallMs);
-  ASSERT_TRUE(e.ok());
-  ApiServer server(e->get());
-  auto port = server.Bind("127.0.0.1", 0);
-  ASSERT_TRUE(port.ok());
-  std::thread serving([&] { server.Run(50); });
-  const std::string page = "http://127.0.0.1:" + std::to_string(*port) + "/";
+)";
+  tessera::testing::ServedEngine served;
+  ASSERT_TRUE(served.Start(dir, config));
+  const int port = served.port();
+  const std::string page = "http://127.0.0.1:" + std::to_string(port) + "/";
   ASSERT_TRUE(idp.Start({"--redirect", page}));
 
   auto wait = [](const std::string& expr) { return Json{{"wait", expr}, {"timeout_ms", 15000}}; };
@@ -123,7 +111,7 @@ queues: [{name: training, profile: train, groups: [research]}]
   EXPECT_EQ(results.value("search", "?"), "");  // the code is gone from the address bar
 
   // One sign-in event, by the provider's identity.
-  httplib::Client admin("127.0.0.1", *port);
+  httplib::Client admin("127.0.0.1", port);
   ASSERT_TRUE(tessera::testing::WaitFor(
       [&] {
         auto r =
@@ -131,8 +119,6 @@ queues: [{name: training, profile: train, groups: [research]}]
         return r && r->body.find("\"vera\"") != std::string::npos;
       },
       std::chrono::seconds(5)));
-  server.Stop();
-  serving.join();
 }
 
 }  // namespace

@@ -13,9 +13,10 @@
 #include <sstream>
 #include <thread>
 
-#include "api/server.h"
 #include "auth/jwt.h"
 #include "auth/oidc_provider.h"
+#include "support/served_engine.h"
+#include "support/test_dir.h"
 
 namespace tessera::api {
 namespace {
@@ -23,12 +24,7 @@ namespace {
 using tessera::testing::Proc;
 using tessera::testing::RunShell;
 using tessera::testing::TestProvider;
-
-int64_t WallMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
+using tessera::testing::WallMs;
 
 std::string Slurp(const std::string& path) {
   std::ifstream in(path);
@@ -38,20 +34,16 @@ std::string Slurp(const std::string& path) {
 }
 
 TEST(LoginTest, DeviceCodeSignInKeepsA0600LoginAndRefreshesIt) {
-  const std::string dir = ::testing::TempDir() + "/login_" + std::to_string(::getpid());
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  const std::string dir = tessera::testing::FreshTestDir("login");
   // ID tokens of 3 s: the second command finds it expired and refreshes it.
   TestProvider idp(dir + "/keys.json", {"--id-token-ttl", "3"});
   ASSERT_TRUE(idp.Start());
-  auto store = store::Store::Open(dir + "/t.db");
-  ASSERT_TRUE(store.ok());
-  auto c = ParseConfig(R"(
+  const std::string config = R"(
 identities:
   - {name: admin, role: admin, token: admin-token-1}
 oidc:
   issuer: )" + idp.issuer() +
-                       R"(
+                             R"(
   client_id: tessera
   scopes: openid profile offline_access groups unix
   account_claim: unix_account
@@ -59,15 +51,11 @@ oidc:
 groups: [{name: research}]
 profiles: [{name: train, gpus: 1, cpu: 100m, memory: 64MiB, forms: [whole]}]
 queues: [{name: training, profile: train, groups: [research]}]
-)");
-  ASSERT_TRUE(c.ok()) << c.status().ToString();
-  auto e = Engine::Open(*c, std::move(*store), dir, WallMs);
-  ASSERT_TRUE(e.ok());
-  ApiServer server(e->get());
-  auto port = server.Bind("127.0.0.1", 0);
-  ASSERT_TRUE(port.ok());
-  std::thread serving([&] { server.Run(50); });
-  const std::string url = "http://127.0.0.1:" + std::to_string(*port);
+)";
+  tessera::testing::ServedEngine served;
+  ASSERT_TRUE(served.Start(dir, config));
+  const int port = served.port();
+  const std::string url = "http://127.0.0.1:" + std::to_string(port);
   const std::string login_file = dir + "/login.json";
   setenv("TESSERA_LOGIN_FILE", login_file.c_str(), 1);
   setenv("TESSERA_LOGIN_POLL_MS", "200", 1);
@@ -108,7 +96,7 @@ queues: [{name: training, profile: train, groups: [research]}]
   const int64_t exp_ms = jwt->claims["exp"].get<int64_t>() * 1000;
   std::this_thread::sleep_for(
       std::chrono::milliseconds(std::max<int64_t>(0, exp_ms - WallMs() + 1100)));
-  httplib::Client direct("127.0.0.1", *port);
+  httplib::Client direct("127.0.0.1", port);
   auto old = direct.Get("/v1/whoami", {{"Authorization", "Bearer " + first}});
   ASSERT_TRUE(old);
   EXPECT_EQ(old->status, 401);  // the first token alone is expired now
@@ -119,9 +107,6 @@ queues: [{name: training, profile: train, groups: [research]}]
   EXPECT_NE(kept.value("id_token", ""), first);
   ASSERT_EQ(stat(login_file.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
-
-  server.Stop();
-  serving.join();
 }
 
 }  // namespace

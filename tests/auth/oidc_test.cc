@@ -7,35 +7,24 @@
 // audience refused; the provider rotating its signing key picked up without a restart; a sign-in
 // is one audit event.
 #include <gtest/gtest.h>
-#include <httplib.h>
 
 #include <chrono>
-#include <filesystem>
 #include <thread>
 
-#include "api/server.h"
 #include "auth/jwt.h"
 #include "auth/oidc_provider.h"
+#include "support/served_engine.h"
+#include "support/test_dir.h"
 
 namespace tessera::api {
 namespace {
 
 using tessera::testing::TestProvider;
-
-int64_t WallMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
+using tessera::testing::WallMs;
 
 class OidcTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = ::testing::TempDir() + "/oidc_" + std::to_string(::getpid());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { StopServer(); }
+  void SetUp() override { dir_ = tessera::testing::FreshTestDir("oidc"); }
   // An engine and server that accept `issuer`'s tokens for client "tessera".
   void StartServer(const std::string& issuer) {
     const std::string config = R"(
@@ -53,36 +42,13 @@ queues:
   - {name: training, profile: train, groups: [research]}
   - {name: prodq, profile: train, groups: [prod]}
 )";
-    auto store = store::Store::Open(dir_ + "/t.db");
-    ASSERT_TRUE(store.ok());
-    auto c = ParseConfig(config);
-    ASSERT_TRUE(c.ok()) << c.status().ToString();
-    auto e = Engine::Open(*c, std::move(*store), dir_, WallMs);
-    ASSERT_TRUE(e.ok());
-    engine_ = std::move(*e);
-    server_ = std::make_unique<ApiServer>(engine_.get());
-    auto port = server_->Bind("127.0.0.1", 0);
-    ASSERT_TRUE(port.ok());
-    thread_ = std::thread([this] { server_->Run(50); });
-    client_ = std::make_unique<httplib::Client>("127.0.0.1", *port);
-    ASSERT_TRUE(tessera::testing::WaitFor(
-        [&] { return static_cast<bool>(client_->Get("/v1/health")); }, std::chrono::seconds(2)));
-  }
-  void StopServer() {
-    if (!server_) return;
-    server_->Stop();
-    thread_.join();
-    client_.reset();
-    server_.reset();
-    engine_.reset();
+    ASSERT_TRUE(served_.Start(dir_, config));
   }
   int Send(const std::string& method, const std::string& path, const std::string& token,
            const std::string& body = "") {
-    httplib::Headers h = {{"Authorization", "Bearer " + token}};
-    httplib::Result r = method == "GET" ? client_->Get(path.c_str(), h)
-                                        : client_->Post(path.c_str(), h, body, "application/json");
-    body_ = r ? r->body : "";
-    return r ? r->status : 0;
+    const int status = served_.Send(method, path, token, body);
+    body_ = served_.body();
+    return status;
   }
   nlohmann::json WhoAmI(const std::string& token) {
     EXPECT_EQ(Send("GET", "/v1/whoami", token), 200) << body_;
@@ -93,11 +59,8 @@ queues:
     return jwt.ok() ? jwt->header.value("kid", "") : "";
   }
 
+  tessera::testing::ServedEngine served_;
   std::string dir_, body_;
-  std::unique_ptr<Engine> engine_;
-  std::unique_ptr<ApiServer> server_;
-  std::unique_ptr<httplib::Client> client_;
-  std::thread thread_;
 };
 
 TEST_F(OidcTest, GroupClaimsBecomeGroupsRolesAndTheAccount) {
@@ -216,7 +179,7 @@ TEST_F(OidcTest, KeyRotationAtTheProviderIsPickedUp) {
                                 std::chrono::milliseconds(auth::OidcVerifier::kMinRefetchMs + 200));
   EXPECT_EQ(Send("GET", "/v1/whoami", after), 200) << body_;
   EXPECT_EQ(Send("GET", "/v1/whoami", before), 200) << body_;
-  EXPECT_EQ(engine_->config().oidc_verifier->key_fetches(), 2);
+  EXPECT_EQ(served_.engine().config().oidc_verifier->key_fetches(), 2);
 }
 
 TEST_F(OidcTest, Es256KeysVerifyToo) {

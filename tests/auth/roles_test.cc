@@ -5,13 +5,10 @@
 // temporary store, every route of the table (ApiServer::Routes()), so a new route is covered
 // without an edit here.
 #include <gtest/gtest.h>
-#include <httplib.h>
-
-#include <filesystem>
-#include <thread>
 
 #include "api/routes.h"
-#include "api/server.h"
+#include "support/served_engine.h"
+#include "support/test_dir.h"
 #include "support/wait.h"
 
 namespace tessera::api {
@@ -40,23 +37,8 @@ queues:
 class RolesTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = ::testing::TempDir() + "/roles_" + std::to_string(::getpid());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-    auto store = store::Store::Open(dir_ + "/t.db");
-    ASSERT_TRUE(store.ok());
-    auto c = ParseConfig(kConfig);
-    ASSERT_TRUE(c.ok()) << c.status().ToString();
-    auto e = Engine::Open(*c, std::move(*store), dir_, [] { return kNowMs; });
-    ASSERT_TRUE(e.ok());
-    engine_ = std::move(*e);
-    server_ = std::make_unique<ApiServer>(engine_.get());
-    auto port = server_->Bind("127.0.0.1", 0);
-    ASSERT_TRUE(port.ok());
-    thread_ = std::thread([this] { server_->Run(50); });
-    client_ = std::make_unique<httplib::Client>("127.0.0.1", *port);
-    ASSERT_TRUE(tessera::testing::WaitFor(
-        [&] { return static_cast<bool>(client_->Get("/v1/health")); }, std::chrono::seconds(2)));
+    ASSERT_TRUE(
+        served_.Start(tessera::testing::FreshTestDir("roles"), kConfig, [] { return kNowMs; }));
     const std::string inventory =
         R"({"node":"n1","cpu_milli":64000,"memory_mib":262144,"devices":[{"index":0,)"
         R"("model":"H100-80GB","memory_mib":81920,"uuid":"u0"}]})";
@@ -69,24 +51,12 @@ class RolesTest : public ::testing::Test {
               201);
     prod_job_ = nlohmann::json::parse(body_)["id"].get<std::string>();
   }
-  void TearDown() override {
-    server_->Stop();
-    thread_.join();
-    client_.reset();
-    server_.reset();
-    engine_.reset();
-  }
   int Send(const std::string& method, const std::string& path, const std::string& token,
            const std::string& body = "") {
-    httplib::Headers h;
-    if (!token.empty()) h.emplace("Authorization", "Bearer " + token);
-    httplib::Result r = method == "GET" ? client_->Get(path.c_str(), h)
-                        : method == "POST"
-                            ? client_->Post(path.c_str(), h, body, "application/json")
-                        : method == "PUT" ? client_->Put(path.c_str(), h, body, "text/plain")
-                                          : client_->Delete(path.c_str(), h);
-    body_ = r ? r->body : "";
-    return r ? r->status : 0;
+    const int status = served_.Send(method, path, token, body,
+                                    method == "PUT" ? "text/plain" : "application/json");
+    body_ = served_.body();
+    return status;
   }
   // The request to route `r` (a job route names alice's research job).
   int Call(const RouteInfo& r, const std::string& token) {
@@ -113,11 +83,8 @@ class RolesTest : public ::testing::Test {
     return nlohmann::json::parse(body_)["events"];
   }
 
-  std::string dir_, body_, research_job_, prod_job_;
-  std::unique_ptr<Engine> engine_;
-  std::unique_ptr<ApiServer> server_;
-  std::unique_ptr<httplib::Client> client_;
-  std::thread thread_;
+  tessera::testing::ServedEngine served_;
+  std::string body_, research_job_, prod_job_;
 };
 
 TEST_F(RolesTest, ViewerSeesWhatItsGroupsSeeAndCannotAct) {

@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <type_traits>
 
 namespace tessera::agent {
@@ -23,6 +24,15 @@ constexpr unsigned long long kEventXidCritical = 0x8;  // nvmlEventTypeXidCritic
 constexpr int kUncorrected = 1;                        // NVML_MEMORY_ERROR_TYPE_UNCORRECTED
 constexpr int kVolatile = 0;                           // NVML_VOLATILE_ECC
 constexpr int kMaxEventsPerCheck = 256;
+struct ViolationTime {               // nvmlViolationTime_t
+  unsigned long long referenceTime;  // a CPU timestamp, microseconds
+  unsigned long long violationTime;  // nanoseconds held back, cumulative
+};
+constexpr int kPolicyPower = 0;    // NVML_PERF_POLICY_POWER
+constexpr int kPolicyThermal = 1;  // NVML_PERF_POLICY_THERMAL
+// Clocks held back (thermal or power) for at least this share of the time between two checks
+// make the device unhealthy: a short cap now and then is normal, most of the time is not.
+constexpr unsigned long long kViolationPct = 50;
 
 struct Xid {
   unsigned long long id;
@@ -65,9 +75,21 @@ struct NvmlHealth::Api {
   NvmlReturn (*set_free)(Handle) = nullptr;
   NvmlReturn (*register_events)(Handle, unsigned long long, Handle) = nullptr;
   NvmlReturn (*set_wait)(Handle, EventData*, unsigned) = nullptr;
+  NvmlReturn (*violation)(Handle, int, ViolationTime*) = nullptr;  // the rest: optional
+  NvmlReturn (*retired_pending)(Handle, int*) = nullptr;           // nvmlEnableState_t
+  NvmlReturn (*remapped)(Handle, unsigned*, unsigned*, unsigned*, unsigned*) = nullptr;
   Handle set = nullptr;
   std::vector<Handle> devices;
   std::vector<DeviceHealth> health;
+  // What each device said before: the baselines of counters and the signals an operator's word
+  // (Reset) acknowledged.
+  struct Seen {
+    unsigned long long ecc = 0, ecc_base = 0;
+    ViolationTime viol[2] = {{0, 0}, {0, 0}};  // by policy; referenceTime 0: not read yet
+    bool retired_ack = false, remap_pending_ack = false, remap_failed_ack = false;
+    bool restart = false;  // Reset: take what the next check reads as the new baseline
+  };
+  std::vector<Seen> seen;
   ~Api() {
     if (set != nullptr && set_free != nullptr) set_free(set);
     if (shutdown) shutdown();
@@ -94,6 +116,9 @@ Result<std::unique_ptr<NvmlHealth>> NvmlHealth::Open(const std::string& library)
   sym(api->set_free, "nvmlEventSetFree");
   sym(api->register_events, "nvmlDeviceRegisterEvents");
   sym(api->set_wait, "nvmlEventSetWait_v2");
+  sym(api->violation, "nvmlDeviceGetViolationStatus");
+  sym(api->retired_pending, "nvmlDeviceGetRetiredPagesPendingStatus");
+  sym(api->remapped, "nvmlDeviceGetRemappedRows");
   if (!api->init || !api->shutdown || !api->count || !api->handle)
     return Status::FailedPrecondition("NVML '" + library + "' lacks the device calls");
   if (api->init() != kOk) {
@@ -107,6 +132,7 @@ Result<std::unique_ptr<NvmlHealth>> NvmlHealth::Open(const std::string& library)
     if (api->handle(i, &h) != kOk) h = nullptr;
     api->devices.push_back(h);
     api->health.push_back({static_cast<int>(i), true, ""});
+    api->seen.emplace_back();
   }
   if (api->set_create && api->set_free && api->register_events && api->set_wait &&
       api->set_create(&api->set) == kOk) {
@@ -124,6 +150,86 @@ Result<std::unique_ptr<NvmlHealth>> NvmlHealth::Open(const std::string& library)
 }
 
 bool NvmlHealth::events() const { return api_->set != nullptr; }
+
+bool NvmlHealth::Reset(int index) {
+  Api& a = *api_;
+  if (index < 0 || index >= static_cast<int>(a.health.size())) return false;
+  a.health[index].healthy = true;
+  a.health[index].reason.clear();
+  a.seen[index].restart = true;
+  return true;
+}
+
+// Device i's counters and states (each read only where the driver supports it): ECC, pages and
+// rows waiting for a reset, thermal and power violations.
+void NvmlHealth::CheckSignals(size_t i, std::vector<std::string>* log) {
+  Api& a = *api_;
+  Api::Seen& s = a.seen[i];
+  const Handle dev = a.devices[i];
+  const std::string name = "device " + std::to_string(i) + ": ";
+  auto mark = [&](const std::string& reason, const std::string& said = "") {
+    if (!a.health[i].healthy) return;
+    if (log != nullptr)
+      log->push_back(name + (said.empty() ? reason : said) + " (the device is unhealthy)");
+    a.health[i].healthy = false;
+    a.health[i].reason = reason;
+  };
+  const bool restart = s.restart;
+  s.restart = false;
+  unsigned long long errors = 0;
+  // Not supported (a card without ECC, or ECC off): nothing to read.
+  if (a.ecc != nullptr && a.ecc(dev, kUncorrected, kVolatile, &errors) == kOk) {
+    if (errors < s.ecc) {
+      // The volatile counters went down: the GPU was reset or the driver reloaded, cleanly.
+      s.ecc_base = 0;
+      if (!a.health[i].healthy) {
+        a.health[i].healthy = true;
+        a.health[i].reason.clear();
+        if (log != nullptr) log->push_back(name + "ECC counters cleared (a reset): healthy again");
+      }
+    }
+    s.ecc = errors;
+    if (restart) s.ecc_base = errors;
+    if (errors > s.ecc_base)
+      mark("double-bit ECC errors: " + std::to_string(errors) + " since the driver loaded",
+           std::to_string(errors) + " double-bit ECC error(s)");
+  }
+  // A state the operator acknowledged (Reset) marks again only once it cleared and came back.
+  auto state = [&](bool on, bool& ack, const std::string& reason) {
+    if (restart) ack = on;
+    if (!on) ack = false;
+    if (on && !ack) mark(reason);
+  };
+  int pending = 0;
+  if (a.retired_pending != nullptr && a.retired_pending(dev, &pending) == kOk)
+    state(pending == 1, s.retired_ack, "retired pages pending: the device needs a reset");
+  unsigned corrected = 0, uncorrected = 0, remap_pending = 0, remap_failed = 0;
+  if (a.remapped != nullptr &&
+      a.remapped(dev, &corrected, &uncorrected, &remap_pending, &remap_failed) == kOk) {
+    state(remap_pending != 0, s.remap_pending_ack,
+          "row remapping pending: the device needs a reset");
+    state(remap_failed != 0, s.remap_failed_ack, "row remapping failed");
+  }
+  for (int policy : {kPolicyThermal, kPolicyPower}) {
+    ViolationTime now{0, 0};
+    if (a.violation == nullptr || a.violation(dev, policy, &now) != kOk) continue;
+    ViolationTime& before = s.viol[policy];
+    // Cumulative since boot: the first read is a starting point; a counter that went back (a
+    // reset) starts over.
+    if (before.referenceTime != 0 && now.referenceTime > before.referenceTime &&
+        now.violationTime >= before.violationTime && !restart) {
+      const unsigned long long span_us = now.referenceTime - before.referenceTime;
+      const unsigned long long held_ns = now.violationTime - before.violationTime;
+      // held_ns / (span_us * 1000) as a percentage, exactly, at most 100.
+      const unsigned long long pct = std::min<unsigned long long>(100, held_ns / (span_us * 10));
+      if (pct >= kViolationPct)
+        mark(std::string(policy == kPolicyThermal ? "thermal" : "power") +
+             " violation: clocks held back " + std::to_string(pct) + "% of the last " +
+             std::to_string((span_us + 999) / 1000) + " ms");
+    }
+    before = now;
+  }
+}
 
 std::vector<DeviceHealth> NvmlHealth::Check(int wait_ms, std::vector<std::string>* log) {
   Api& a = *api_;
@@ -150,18 +256,8 @@ std::vector<DeviceHealth> NvmlHealth::Check(int wait_ms, std::vector<std::string
       if (i < a.devices.size() && !name.empty()) mark(i, line);
     }
   }
-  if (a.ecc != nullptr) {
-    for (size_t i = 0; i < a.devices.size(); ++i) {
-      unsigned long long errors = 0;
-      // Not supported (a card without ECC, or ECC off): nothing to read.
-      if (a.devices[i] == nullptr || a.ecc(a.devices[i], kUncorrected, kVolatile, &errors) != kOk ||
-          errors == 0)
-        continue;
-      if (a.health[i].healthy && log != nullptr)
-        log->push_back("device " + std::to_string(i) + ": " + std::to_string(errors) +
-                       " double-bit ECC error(s) (the device is unhealthy)");
-      mark(i, "double-bit ECC errors: " + std::to_string(errors) + " since the driver loaded");
-    }
+  for (size_t i = 0; i < a.devices.size(); ++i) {
+    if (a.devices[i] != nullptr) CheckSignals(i, log);
   }
   return a.health;
 }

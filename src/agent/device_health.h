@@ -1,10 +1,12 @@
 // Device health through NVML (libnvidia-ml, opened with dlopen like discovery and MIG): critical
 // XID events (nvmlEventSetCreate, nvmlDeviceRegisterEvents with nvmlEventTypeXidCriticalError,
 // nvmlEventSetWait_v2) and double-bit ECC errors (nvmlDeviceGetTotalEccErrors: uncorrected,
-// volatile, i.e. since the driver last loaded). A device that reports either is unhealthy, with
-// the reason; it stays so for the life of this object (the agent's process): it returns once the
-// agent starts again and finds it clean (a reset clears the volatile counters; past XIDs are not
-// delivered again), or on an operator's word at the control plane.
+// volatile, i.e. since the driver last loaded), pages and rows waiting for a reset
+// (nvmlDeviceGetRetiredPagesPendingStatus, nvmlDeviceGetRemappedRows: pending, or a failed
+// remap), and clocks held back by thermal or power violations (nvmlDeviceGetViolationStatus) for
+// at least half of the time between two checks. A device that reports any is unhealthy, with the
+// reason; it stays so until an operator's word (Reset, from the control plane's health_reset), a
+// clean reset (its volatile ECC counters went down), or the agent starts again and finds it clean.
 //
 // Which XIDs make a device unhealthy: those NVIDIA's XID catalogue lists as device faults rather
 // than an application's own errors (see docs/agent.md, "Device health"): 48 (double-bit ECC),
@@ -50,10 +52,15 @@ class NvmlHealth {
   std::vector<DeviceHealth> Check(int wait_ms = 0, std::vector<std::string>* log = nullptr);
   // Whether XID events could be registered (false: the driver supports none; ECC is still read).
   bool events() const;
+  // An operator's word (the control plane's `health_reset`): device `index` is healthy again and
+  // the next Check takes what it reads as the new baseline (the ECC count, pending retirements
+  // and remaps acknowledged); only a new fault makes it unhealthy again. False: no such device.
+  bool Reset(int index);
 
  private:
   struct Api;
   explicit NvmlHealth(std::unique_ptr<Api> api);
+  void CheckSignals(size_t i, std::vector<std::string>* log);
   std::unique_ptr<Api> api_;
 };
 

@@ -10,7 +10,12 @@
 // names a file the test writes, read on every call; its lines are "ecc <device> <count>" (the
 // device's volatile uncorrected, i.e. double-bit, ECC count) and "xid <device> <xid>" (one
 // nvmlEventTypeXidCriticalError event, delivered once, in file order, by nvmlEventSetWait_v2 to a
-// set the device is registered in). FAKE_NVML_NO_ECC=1: ECC counters are not supported
+// set the device is registered in), and the last of each of "retired <device> 0|1"
+// (nvmlDeviceGetRetiredPagesPendingStatus), "remap_pending <device> 0|1" and "remap_failed
+// <device> 0|1" (nvmlDeviceGetRemappedRows), "thermal <device> <ns>" and "power <device> <ns>"
+// (nvmlDeviceGetViolationStatus with NVML_PERF_POLICY_THERMAL or _POWER: the cumulative time
+// held back, with the CPU's clock in microseconds as the reference time).
+// FAKE_NVML_NO_ECC=1: ECC counters are not supported
 // (NVML_ERROR_NOT_SUPPORTED), as on cards without ECC. Thread-safety: none (one test thread; the
 // agent calls from its loop only).
 #include <cstdint>
@@ -355,4 +360,45 @@ FAKE_API int nvmlEventSetWait_v2(void* set_handle, EventData* data, unsigned tim
     struct timespec ts = {0, 10 * 1000 * 1000};
     nanosleep(&ts, nullptr);
   }
+}
+
+// The last "<kind> <device> <value>" line of the file for that device (0 when none).
+namespace {
+unsigned long long LastValue(const char* kind, void* device) {
+  unsigned long long v = 0;
+  for (const HealthLine& l : ReadHealth()) {
+    if (l.kind == kind && l.device == Index(device)) v = l.value;
+  }
+  return v;
+}
+struct ViolationTime {  // nvmlViolationTime_t
+  unsigned long long referenceTime, violationTime;
+};
+}  // namespace
+
+// nvmlDeviceGetRetiredPagesPendingStatus(device, nvmlEnableState_t* isPending).
+FAKE_API int nvmlDeviceGetRetiredPagesPendingStatus(void* device, int* pending) {
+  if (Index(device) >= 2 || pending == nullptr) return 2;
+  *pending = LastValue("retired", device) != 0 ? 1 : 0;
+  return 0;
+}
+// nvmlDeviceGetRemappedRows(device, corrRows, uncRows, isPending, failureOccurred).
+FAKE_API int nvmlDeviceGetRemappedRows(void* device, unsigned* corrected, unsigned* uncorrected,
+                                       unsigned* pending, unsigned* failed) {
+  if (Index(device) >= 2) return 2;
+  *corrected = *uncorrected = 0;
+  *pending = LastValue("remap_pending", device) != 0 ? 1u : 0u;
+  *failed = LastValue("remap_failed", device) != 0 ? 1u : 0u;
+  return 0;
+}
+// nvmlDeviceGetViolationStatus(device, perfPolicyType, violTime): 0 power, 1 thermal.
+FAKE_API int nvmlDeviceGetViolationStatus(void* device, int policy, ViolationTime* t) {
+  if (Index(device) >= 2 || t == nullptr || policy < 0) return 2;
+  if (policy > 1) return 3;  // not supported here
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  t->referenceTime = static_cast<unsigned long long>(now.tv_sec) * 1000000ULL +
+                     static_cast<unsigned long long>(now.tv_nsec) / 1000ULL;
+  t->violationTime = LastValue(policy == 1 ? "thermal" : "power", device);
+  return 0;
 }

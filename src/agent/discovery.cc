@@ -1,12 +1,15 @@
 #include "agent/discovery.h"
 
 #include <dlfcn.h>
+#include <elf.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <climits>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -342,6 +345,39 @@ std::vector<NvmlSample> NvmlSampler::Sample() {
 std::string IsolationGrade(const DiscoveredDevice& device, bool cap_library) {
   if (device.mig_enabled) return "hardware";
   return cap_library ? "preload" : "none";
+}
+
+Status CheckCapLibrary(const std::string& path) {
+  const std::string name = "cap library '" + path + "' ";
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) return Status::FailedPrecondition(name + "does not exist");
+  if (!S_ISREG(st.st_mode)) return Status::FailedPrecondition(name + "is not a regular file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::FailedPrecondition(name + "cannot be read");
+  Elf64_Ehdr eh{};
+  const Status not_elf = Status::FailedPrecondition(name + "is not an ELF shared library");
+  if (!in.read(reinterpret_cast<char*>(&eh), sizeof eh) ||
+      std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_ident[EI_CLASS] != ELFCLASS64 ||
+      eh.e_type != ET_DYN)
+    return not_elf;
+#if defined(__x86_64__)
+  constexpr int kMachine = EM_X86_64;
+#elif defined(__aarch64__)
+  constexpr int kMachine = EM_AARCH64;
+#else
+  constexpr int kMachine = -1;
+#endif
+  if (kMachine >= 0 && eh.e_machine != kMachine)
+    return Status::FailedPrecondition(name + "is for another architecture");
+  // A position-independent program is ET_DYN too: it names an interpreter, a library does not.
+  for (unsigned i = 0; i < eh.e_phnum; ++i) {
+    Elf64_Phdr ph{};
+    in.seekg(static_cast<std::streamoff>(eh.e_phoff + uint64_t{i} * eh.e_phentsize));
+    if (!in.read(reinterpret_cast<char*>(&ph), sizeof ph)) return not_elf;
+    if (ph.p_type == PT_INTERP)
+      return Status::FailedPrecondition(name + "is a program, not a shared library");
+  }
+  return Status::Ok();
 }
 
 MilliCpu ParseCgroupCpuMax(std::string_view text) {

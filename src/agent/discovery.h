@@ -48,6 +48,10 @@ struct DiscoveredDevice {
 // The device's isolation grade as this agent enforces it (see DiscoveredDevice::isolation):
 // hardware partitions when MIG is on, else the cap library when the agent has one.
 std::string IsolationGrade(const DiscoveredDevice& device, bool cap_library);
+// Whether `path` is a cap library the agent can preload into shares: an existing, readable ELF
+// shared library of this machine's class and architecture (not a program: no interpreter). It is
+// not loaded here (its hooks are for jobs). An error naming the path and what is wrong otherwise.
+Status CheckCapLibrary(const std::string& path);
 
 struct HostResources {
   MilliCpu cpu_milli = 0;

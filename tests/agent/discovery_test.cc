@@ -3,6 +3,10 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <fstream>
+
+#include "test_util.h"
+
 namespace tessera::agent {
 namespace {
 
@@ -184,6 +188,26 @@ TEST(AgentIsolationGrade, MigIsHardwareElseTheCapLibraryElseNone) {
   ASSERT_TRUE(devices.ok()) << devices.status().ToString();
   EXPECT_EQ(IsolationGrade((*devices)[0], true), "hardware");
   EXPECT_EQ(IsolationGrade((*devices)[1], true), "preload");
+}
+
+// The agent claims "preload" only with a cap library it can preload (issue 38): a shared
+// library, not a missing path, a directory, a text file or a program.
+TEST(AgentIsolationGrade, TheCapLibraryIsCheckedBeforeItIsClaimed) {
+  testing::TempDir dir;
+  EXPECT_TRUE(CheckCapLibrary(FAKE_NVML_PATH).ok()) << CheckCapLibrary(FAKE_NVML_PATH).ToString();
+  auto says = [](const std::string& path, const std::string& what) {
+    Status st = CheckCapLibrary(path);
+    EXPECT_FALSE(st.ok()) << path;
+    EXPECT_NE(st.message().find("cap library '" + path + "' " + what), std::string::npos)
+        << st.message();
+  };
+  says(dir.path() + "/libtessera_capgpu.so", "does not exist");
+  says(dir.path(), "is not a regular file");
+  std::ofstream(dir.path() + "/text.so") << "not a library\n";
+  says(dir.path() + "/text.so", "is not an ELF shared library");
+  says("/bin/sh", "is a program, not a shared library");
+  DiscoveredDevice whole;
+  EXPECT_EQ(IsolationGrade(whole, CheckCapLibrary(dir.path() + "/missing.so").ok()), "none");
 }
 
 }  // namespace

@@ -35,6 +35,7 @@
 
 #include "common/status.h"
 #include "model/cluster.h"
+#include "sched/quota/forecast.h"
 #include "sched/quota/policy_model.h"
 
 namespace tessera::quota {
@@ -137,6 +138,16 @@ struct JobView {
   bool swapped_out = false;  // its idle_timeout swapped it out (until it is active again)
   std::string wait_step;     // while pending: "Admission", "Placement", "Backfill", "Reclaim", ...
   std::string wait_reason;   // for people
+  std::string ext_pool;      // an external job's backend pool (the one chosen, of several)
+  std::vector<PoolForecast> dispatch;  // several pools: each one's forecast when it was placed
+};
+
+// A group's quota and usage on one GPU model (GroupSpec::models), in milli-GPU.
+struct ModelQuotaView {
+  std::string model;
+  int64_t usage = 0;  // held on that model, this group and its descendants
+  int64_t reservation = 0;
+  int64_t limit = kUnlimited;
 };
 
 struct GroupView {
@@ -269,6 +280,10 @@ class QuotaEngine {
   // The GPU capacity (thousandths of a card) an external pool (QueueSpec::external_pool) has
   // for this engine's jobs; negative: unbounded (the default).
   virtual void SetExternalCapacity(const std::string& pool, int64_t gpu_milli) = 0;
+  // A pool that stops answering gets no new work (its held jobs stay held) until it answers.
+  virtual void SetExternalAnswering(const std::string& pool, bool answering) = 0;
+  // Before Restore, for a job of several pools: the one it was dispatched to.
+  virtual void SetExternalPool(int job, const std::string& pool) = 0;
   // Withdraws a pending job or ends a held one (its capacity returns at once).
   virtual void Cancel(int job, int64_t now, const std::string& why) = 0;
   // A held job goes back to pending, keeping its submit time (its node was lost).

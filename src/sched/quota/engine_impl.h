@@ -155,11 +155,13 @@ struct Job {
   bool borrowed = false;
   bool admitted_logged = false;
   int preemptions = 0;
-  int awaiting = 0;        // victims still terminating for this job
-  int claimant = -1;       // while terminating: the job waiting for this one's capacity
-  bool nominated = false;  // some device is kept for this job
-  bool external = false;   // its queue's jobs are placed by another scheduler
-  std::string ext_pool;    // ... sharing that scheduler's capacity ("" : unbounded)
+  int awaiting = 0;                    // victims still terminating for this job
+  int claimant = -1;                   // while terminating: the job waiting for this one's capacity
+  bool nominated = false;              // some device is kept for this job
+  bool external = false;               // its queue's jobs are placed by another scheduler
+  std::string ext_pool;                // ... sharing that scheduler's capacity ("" : unbounded)
+  std::vector<std::string> ext_pools;  // several backends: the one chosen goes to ext_pool
+  std::vector<PoolForecast> dispatch;  // their forecasts at the last dispatch decision
   std::string wait_step, wait_reason;
 };
 
@@ -245,6 +247,8 @@ class Engine final : public QuotaEngine {
   void SetDeviceClosed(const std::string& node, int index, bool closed) override;
   void SetDeviceIsolation(const std::string& node, int index, int rank) override;
   void SetExternalCapacity(const std::string& pool, int64_t gpu_milli) override;
+  void SetExternalAnswering(const std::string& pool, bool answering) override;
+  void SetExternalPool(int job, const std::string& pool) override;
   void Cancel(int job, int64_t now, const std::string& why) override;
   void Requeue(int job, int64_t now, const std::string& why) override;
   void Stopped(int job, int64_t now) override;
@@ -585,6 +589,10 @@ class Engine final : public QuotaEngine {
   std::map<std::string, int64_t>
       ext_cap_;  // external pool -> GPU capacity (milli); absent: unbounded
   std::map<std::string, int64_t> ext_used_;  // external pool -> GPU charged by its held jobs
+  std::set<std::string> ext_down_;  // external pools not answering: no new work (engine_dispatch)
+  // A job of several pools: the one with the earliest predicted start, into j.ext_pool (true when
+  // it starts now); otherwise false with the forecasts in `reason`.
+  bool ChoosePool(Job& j, int64_t need, std::string* reason);
 };
 
 }  // namespace tessera::quota::internal

@@ -530,6 +530,15 @@ bool Engine::TryPlace(int self, std::string* step, std::string* reason, bool* ba
   if (j.external) {
     // Another scheduler places it: admitted here against the same limits, charged its request,
     // within the capacity its scheduler has for us when that is known.
+    if (!j.ext_pools.empty() && !ChoosePool(j, nominal.gpu_milli, reason)) {
+      *step = "Placement";
+      return false;
+    }
+    if (j.ext_pools.empty() && ext_down_.count(j.ext_pool)) {
+      *step = "Placement";
+      *reason = j.ext_pool + " is not answering";
+      return false;
+    }
     auto cap = ext_cap_.find(j.ext_pool);
     if (cap != ext_cap_.end() && nominal.gpu_milli > 0 &&
         ext_used_[j.ext_pool] + nominal.gpu_milli > cap->second) {

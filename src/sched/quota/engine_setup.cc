@@ -326,6 +326,7 @@ Result<Job> Engine::Build(const JobSpec& spec) const {
   }
   j.external = queue.external;
   j.ext_pool = queue.external ? queue.external_pool : "";
+  if (queue.external && queue.external_pools.size() > 1) j.ext_pools = queue.external_pools;
   auto forms = FormsFor(policy_, pr, j.cls, spec.form);
   if (!forms.ok()) return reject(forms.status().message());
   j.forms = *forms;

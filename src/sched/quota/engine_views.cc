@@ -166,6 +166,8 @@ JobView Engine::job(int handle) const {
   }
   v.wait_step = j.wait_step;
   v.wait_reason = j.wait_reason;
+  v.ext_pool = j.ext_pool;
+  v.dispatch = j.dispatch;
   return v;
 }
 

@@ -96,6 +96,10 @@ struct QueueSpec {
   // its reservation reclaims from borrowers of the pool (preempted: suspended by the server).
   // "" : unbounded, never preempted (Slurm, PBS).
   std::string external_pool{};
+  // Several backends behind the queue (`backends: [a, b, c]`, in preference order; issue 39):
+  // each job goes to the pool with the earliest predicted start (forecast.h), the first on a
+  // tie. Empty: the one external_pool above.
+  std::vector<std::string> external_pools{};
   // Swapping (the cap library moves idle shares' memory off the card, src/capgpu/swap.h): the
   // caps of this queue's shares on one device may sum to this percent of its memory (and their
   // compute weights to this percent of the device). 0: no swapping; caps fit the memory.

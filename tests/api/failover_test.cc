@@ -18,18 +18,12 @@
 #include <random>
 #include <set>
 
-#include "../support/free_port.h"
-#include "../support/wait.h"
-#include "pg_harness.h"
-#include "proc.h"
+#include "server_pair.h"
 
 namespace tessera {
 namespace {
 
 using Json = nlohmann::json;
-using testing::FreePort;
-using testing::kTessera;
-using testing::Proc;
 
 const char* kConfig = R"(
 heartbeat_timeout: 1h
@@ -45,60 +39,9 @@ queues:
   - {name: training, profile: train, groups: [research]}
 )";
 
-Json Get(int port, const std::string& path) {
-  httplib::Client c("127.0.0.1", port);
-  c.set_connection_timeout(1);
-  auto r = c.Get(path.c_str(), {{"Authorization", "Bearer admin-token-1"}});
-  if (!r) return Json();
-  Json j = Json::parse(r->body, nullptr, false);
-  if (j.is_object()) j["_status"] = r->status;
-  return j;
-}
-
-class FailoverTest : public ::testing::Test {
+class FailoverTest : public testing::ServerPairTest {
  protected:
-  void SetUp() override {
-    dir_ = ::testing::TempDir() + "/failover_" + std::to_string(::getpid());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-    std::ofstream(dir_ + "/config.yaml") << tessera::testing::WithJobAccounts(kConfig);
-    std::string err;
-    testing::PgServer* pg = testing::SharedPgServer(&err);
-    ASSERT_NE(pg, nullptr) << err;
-    auto url = pg->CreateUniqueDatabase("failover");
-    ASSERT_TRUE(url.ok()) << url.status().ToString();
-    store_ = *url;
-    ports_ = {FreePort(), FreePort()};
-  }
-  void TearDown() override {
-    servers_.clear();
-    std::filesystem::remove_all(dir_);
-  }
-
-  // Server k (0 or 1) on its own port and data directory, the shared store.
-  void Start(int k) {
-    const std::string name = "s" + std::to_string(k);
-    const std::string addr = "127.0.0.1:" + std::to_string(ports_[k]);
-    servers_[k] = std::make_unique<Proc>(
-        std::vector<std::string>{kTessera, "serve", "--config", dir_ + "/config.yaml", "--data",
-                                 dir_ + "/" + name, "--listen", addr, "--store", store_,
-                                 "--advertise", "http://" + addr},
-        dir_ + "/" + name + "-" + std::to_string(++starts_) + ".log");
-  }
-  // Waits until server k answers /v1/health with `role`.
-  bool WaitForRole(int k, const std::string& role, int timeout_ms) {
-    return tessera::testing::WaitFor(
-        [&] {
-          Json h = Get(ports_[k], "/v1/health");
-          return h.is_object() && h.value("role", "") == role;
-        },
-        std::chrono::milliseconds(timeout_ms), std::chrono::milliseconds(50));
-  }
-
-  std::string dir_, store_;
-  std::vector<int> ports_;
-  std::map<int, std::unique_ptr<Proc>> servers_;
-  int starts_ = 0;
+  void SetUp() override { SetUpPair("failover", kConfig); }
 };
 
 TEST_F(FailoverTest, AStandbyLeadsWithin15sAndEveryAcknowledgedJobIsThereOnce) {
@@ -106,7 +49,7 @@ TEST_F(FailoverTest, AStandbyLeadsWithin15sAndEveryAcknowledgedJobIsThereOnce) {
   ASSERT_TRUE(WaitForRole(0, "leader", 15000)) << servers_[0]->Log();
   Start(1);
   ASSERT_TRUE(WaitForRole(1, "standby", 15000)) << servers_[1]->Log();
-  Json h = Get(ports_[1], "/v1/health");
+  Json h = Get(1, "/v1/health");
   EXPECT_EQ(h["leader"], "http://127.0.0.1:" + std::to_string(ports_[0])) << h.dump();
   {
     httplib::Client c("127.0.0.1", ports_[0]);
@@ -191,11 +134,10 @@ TEST_F(FailoverTest, AStandbyLeadsWithin15sAndEveryAcknowledgedJobIsThereOnce) {
                Json{{"queue", "training"}, {"command", {"true"}}}.dump(), "application/json");
   ASSERT_TRUE(refused);
   EXPECT_EQ(refused->status, 503) << refused->body;
-  EXPECT_EQ(Get(ports_[0], "/v1/health")["leader"],
-            "http://127.0.0.1:" + std::to_string(ports_[1]));
+  EXPECT_EQ(Get(0, "/v1/health")["leader"], "http://127.0.0.1:" + std::to_string(ports_[1]));
 
   // Every acknowledged job is there, once; ids never collided.
-  Json list = Get(ports_[1], "/v1/jobs?limit=100000");
+  Json list = Get(1, "/v1/jobs?limit=100000");
   ASSERT_EQ(list["_status"], 200) << list.dump().substr(0, 300);
   std::map<std::string, int> present;
   for (const auto& j : list["jobs"]) ++present[j["id"].get<std::string>()];
@@ -211,7 +153,7 @@ TEST_F(FailoverTest, AStandbyLeadsWithin15sAndEveryAcknowledgedJobIsThereOnce) {
   EXPECT_EQ(twice, 0) << "jobs listed twice";
   EXPECT_EQ(present.size(), acked.size()) << "jobs stored that no acknowledgement named";
   // No device holds more than it has; the holders are the placed jobs.
-  Json nodes = Get(ports_[1], "/v1/nodes");
+  Json nodes = Get(1, "/v1/nodes");
   int holders = 0;
   for (const auto& d : nodes["nodes"][0]["devices"]) {
     EXPECT_LE(d["gpu_milli_used"].get<int64_t>(), 1000) << d.dump();

@@ -23,10 +23,7 @@
 #include <set>
 #include <thread>
 
-#include "../support/free_port.h"
-#include "../support/wait.h"
-#include "pg_harness.h"
-#include "proc.h"
+#include "server_pair.h"
 #include "store/internal.h"
 
 namespace tessera {
@@ -34,9 +31,6 @@ namespace {
 
 using Json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
-using testing::FreePort;
-using testing::kTessera;
-using testing::Proc;
 
 const char* kConfig = R"(
 heartbeat_timeout: 1h
@@ -51,17 +45,6 @@ queues:
 )";
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-Json Get(int port, const std::string& path) {
-  httplib::Client c("127.0.0.1", port);
-  c.set_connection_timeout(1);
-  c.set_read_timeout(2);
-  auto r = c.Get(path.c_str(), {{"Authorization", "Bearer admin-token-1"}});
-  if (!r) return Json();
-  Json j = Json::parse(r->body, nullptr, false);
-  if (j.is_object()) j["_status"] = r->status;
-  return j;
-}
 
 // A submission's answer: the HTTP status (0: none within the read timeout) and body.
 struct Answer {
@@ -79,58 +62,16 @@ Answer Submit(int port, const std::string& key, int read_timeout_s) {
   return {r->status, r->body};
 }
 
-class LeaseFailoverTest : public ::testing::Test {
+class LeaseFailoverTest : public testing::ServerPairTest {
  protected:
   void SetUp() override {
-    dir_ = ::testing::TempDir() + "/lease_failover_" + std::to_string(::getpid());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-    std::ofstream(dir_ + "/config.yaml") << tessera::testing::WithJobAccounts(kConfig);
-    std::string err;
-    testing::PgServer* pg = testing::SharedPgServer(&err);
-    ASSERT_NE(pg, nullptr) << err;
-    auto url = pg->CreateUniqueDatabase("lease");
-    ASSERT_TRUE(url.ok()) << url.status().ToString();
-    store_ = *url;
-    ports_ = {FreePort(), FreePort()};
-  }
-  void TearDown() override {
-    for (auto& [k, s] : servers_) {
-      if (s) s->Signal(SIGCONT);  // a stopped process cannot be reaped
-    }
-    servers_.clear();
-    std::filesystem::remove_all(dir_);
-  }
-
-  // Server k (0 or 1) on its own port and data directory, the shared store.
-  void Start(int k) {
-    const std::string name = "s" + std::to_string(k);
-    const std::string addr = "127.0.0.1:" + std::to_string(ports_[k]);
-    servers_[k] = std::make_unique<Proc>(
-        std::vector<std::string>{kTessera, "serve", "--config", dir_ + "/config.yaml", "--data",
-                                 dir_ + "/" + name, "--listen", addr, "--store", store_,
-                                 "--advertise", "http://" + addr},
-        dir_ + "/" + name + ".log");
-  }
-  bool WaitForRole(int k, const std::string& role, int timeout_ms) {
-    return tessera::testing::WaitFor(
-        [&] {
-          Json h = Get(ports_[k], "/v1/health");
-          return h.is_object() && h.value("role", "") == role;
-        },
-        std::chrono::milliseconds(timeout_ms), std::chrono::milliseconds(50));
-  }
-  // Server 0 leads, server 1 waits as its standby.
-  void LeaderAndStandby() {
-    Start(0);
-    ASSERT_TRUE(WaitForRole(0, "leader", 15000)) << servers_[0]->Log();
-    Start(1);
-    ASSERT_TRUE(WaitForRole(1, "standby", 15000)) << servers_[1]->Log();
+    SetUpPair("lease", kConfig);
+    read_timeout_s_ = 2;
   }
   // The job ids with their states, and the last event's seq, as server k answers them.
   std::string Snapshot(int k) {
-    Json jobs = Get(ports_[k], "/v1/jobs?limit=100000");
-    Json events = Get(ports_[k], "/v1/events?limit=100000");
+    Json jobs = Get(k, "/v1/jobs?limit=100000");
+    Json events = Get(k, "/v1/events?limit=100000");
     std::string out;
     for (const auto& j : jobs["jobs"])
       out += j["id"].get<std::string>() + "=" + j["state"].get<std::string>() + " ";
@@ -138,10 +79,6 @@ class LeaseFailoverTest : public ::testing::Test {
     for (const auto& e : events["events"]) last = std::max(last, e["seq"].get<int64_t>());
     return out + "last_seq=" + std::to_string(last);
   }
-
-  std::string dir_, store_;
-  std::vector<int> ports_;
-  std::map<int, std::unique_ptr<Proc>> servers_;
 };
 
 TEST_F(LeaseFailoverTest, AStandbyGivenSigtermExitsAndNeverLeads) {
@@ -230,7 +167,7 @@ TEST_F(LeaseFailoverTest, APausedLeaderIsReplacedWithinTheBoundAndFencedWhenItRe
       << servers_[0]->Log();
   // The resumed leader changed nothing: what the store holds is what the new leader had.
   EXPECT_EQ(Snapshot(1), before);
-  Json list = Get(ports_[1], "/v1/jobs?limit=100000");
+  Json list = Get(1, "/v1/jobs?limit=100000");
   std::set<std::string> present;
   for (const auto& j : list["jobs"]) present.insert(j["id"].get<std::string>());
   for (const auto& id : acked) EXPECT_EQ(present.count(id), 1u) << id;

@@ -14,16 +14,12 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "../support/free_port.h"
-#include "../support/wait.h"
-#include "pg_harness.h"
-#include "proc.h"
+#include "server_pair.h"
 
 namespace tessera {
 namespace {
 
 using Json = nlohmann::json;
-using testing::FreePort;
 using testing::kTessera;
 using testing::Proc;
 
@@ -40,45 +36,12 @@ queues:
   - {name: training, profile: train, groups: [research]}
 )";
 
-class OutputFailoverTest : public ::testing::Test {
+class OutputFailoverTest : public testing::ServerPairTest {
  protected:
-  void SetUp() override {
-    dir_ = ::testing::TempDir() + "/output_failover_" + std::to_string(::getpid());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-    std::ofstream(dir_ + "/config.yaml") << tessera::testing::WithJobAccounts(kConfig);
-    std::string err;
-    testing::PgServer* pg = testing::SharedPgServer(&err);
-    ASSERT_NE(pg, nullptr) << err;
-    auto url = pg->CreateUniqueDatabase("outfail");
-    ASSERT_TRUE(url.ok()) << url.status().ToString();
-    store_ = *url;
-    ports_ = {FreePort(), FreePort()};
-  }
+  void SetUp() override { SetUpPair("outfail", kConfig); }
   void TearDown() override {
     if (agent_) agent_->Kill(SIGKILL);
-    servers_.clear();
-    std::filesystem::remove_all(dir_);
-  }
-  std::string Url(int k) { return "http://127.0.0.1:" + std::to_string(ports_[k]); }
-  void Start(int k) {
-    const std::string name = "s" + std::to_string(k);
-    const std::string addr = "127.0.0.1:" + std::to_string(ports_[k]);
-    servers_[k] = std::make_unique<Proc>(
-        std::vector<std::string>{kTessera, "serve", "--config", dir_ + "/config.yaml", "--data",
-                                 dir_ + "/" + name, "--listen", addr, "--store", store_,
-                                 "--advertise", Url(k)},
-        dir_ + "/" + name + ".log");
-  }
-  Json Get(int k, const std::string& path) {
-    httplib::Client c("127.0.0.1", ports_[k]);
-    c.set_connection_timeout(1);
-    c.set_read_timeout(5);
-    auto r = c.Get(path.c_str(), {{"Authorization", "Bearer admin-token-1"}});
-    if (!r) return Json();
-    Json j = Json::parse(r->body, nullptr, false);
-    if (j.is_object()) j["_status"] = r->status;
-    return j;
+    ServerPairTest::TearDown();
   }
   std::string Output(int k, const std::string& id) {
     httplib::Client c("127.0.0.1", ports_[k]);
@@ -92,35 +55,21 @@ class OutputFailoverTest : public ::testing::Test {
     Json j = Get(k, "/v1/jobs/" + id);
     return j.is_object() ? j.value("state", "") : "";
   }
-  bool WaitForRole(int k, const std::string& role, int timeout_ms) {
-    return tessera::testing::WaitFor(
-        [&] {
-          Json h = Get(k, "/v1/health");
-          return h.is_object() && h.value("role", "") == role;
-        },
-        std::chrono::milliseconds(timeout_ms), std::chrono::milliseconds(50));
-  }
   std::string Logs() {
     std::string out;
-    for (const char* f : {"s0.log", "s1.log", "agent.log"}) {
-      std::ifstream in(dir_ + "/" + f);
-      out += std::string("--- ") + f + "\n" +
-             std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    for (auto& [k, server] : servers_) {
+      if (server) out += "--- server " + std::to_string(k) + "\n" + server->Log();
     }
-    return out;
+    std::ifstream in(dir_ + "/agent.log");
+    return out + "--- agent\n" +
+           std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   }
 
-  std::string dir_, store_;
-  std::vector<int> ports_;
-  std::map<int, std::unique_ptr<Proc>> servers_;
   std::unique_ptr<Proc> agent_;
 };
 
 TEST_F(OutputFailoverTest, AJobsOutputIsReadFromTheNewLeaderAfterAFailover) {
-  Start(0);
-  ASSERT_TRUE(WaitForRole(0, "leader", 15000)) << Logs();
-  Start(1);
-  ASSERT_TRUE(WaitForRole(1, "standby", 15000)) << Logs();
+  LeaderAndStandby();
   agent_ = std::make_unique<Proc>(
       std::vector<std::string>{kTessera, "agent", "--server", Url(0) + "," + Url(1), "--token-file",
                                testing::TokenFile("agent-token-1"), "--node", "n1", "--simulate",

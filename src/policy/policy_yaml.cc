@@ -1,5 +1,7 @@
 #include "policy/policy_yaml.h"
 
+#include <algorithm>
+
 #include "policy/yaml_fields.h"
 
 namespace tessera::policy {
@@ -72,6 +74,36 @@ Status ReadMembers(const YAML::Node& n, const std::string& f, quota::GroupSpec& 
   return Status::Ok();
 }
 
+// A group's reservation or limit: the totals {gpu, gpu_memory, cpu, memory} and, beside them,
+// `models: {H100-80GB: 4, ...}` in GPUs per GPU model (GroupSpec::models). A reservation that
+// names models but no gpu reserves their sum.
+Status ReadQuota(const YAML::Node& n, const std::string& f, bool limit, quota::GroupSpec& g) {
+  TESSERA_TRY(KnownKeys(n, f, {"gpu", "gpu_memory", "cpu", "memory", "models"}));
+  YAML::Node totals(YAML::NodeType::Map);
+  for (const auto& kv : n) {
+    if (Scalar(kv.first) != "models") totals[kv.first] = kv.second;
+  }
+  Resources& r = limit ? g.limit : g.reservation;
+  TESSERA_TRY_ASSIGN(r, GetResources(totals, f, r));
+  const YAML::Node models = n["models"];
+  if (!models) return Status::Ok();
+  if (!models.IsMap()) return FieldError(f + ".models", "expected a map of GPU model to GPUs");
+  int64_t sum = 0;
+  for (const auto& kv : models) {
+    const std::string model = Scalar(kv.first);
+    if (model.empty()) return FieldError(f + ".models", "a GPU model name is empty");
+    int64_t v = 0;
+    TESSERA_TRY_ASSIGN(v, GetMilli(kv.second, f + ".models[" + model + "]"));
+    auto it = std::find_if(g.models.begin(), g.models.end(),
+                           [&](const quota::ModelQuota& m) { return m.model == model; });
+    if (it == g.models.end()) it = g.models.insert(g.models.end(), quota::ModelQuota{model});
+    (limit ? it->limit : it->reservation) = v;
+    sum += v;
+  }
+  if (!limit && !n["gpu"]) r.gpu_milli = sum;
+  return Status::Ok();
+}
+
 Status ReadGroups(const YAML::Node& root, quota::PolicySpec& p) {
   return ForEachEntry(root, "groups", [&](const YAML::Node& n, const std::string& f) -> Status {
     TESSERA_TRY(KnownKeys(
@@ -80,13 +112,8 @@ Status ReadGroups(const YAML::Node& root, quota::PolicySpec& p) {
     quota::GroupSpec g;
     if (n["name"]) TESSERA_TRY_ASSIGN(g.name, GetString(n["name"], f + ".name"));
     if (n["parent"]) TESSERA_TRY_ASSIGN(g.parent, GetString(n["parent"], f + ".parent"));
-    if (n["reservation"]) {
-      TESSERA_TRY_ASSIGN(g.reservation, GetResources(n["reservation"], f + ".reservation", {}));
-    }
-    if (n["limit"]) {
-      TESSERA_TRY_ASSIGN(g.limit,
-                         GetResources(n["limit"], f + ".limit", quota::UnlimitedResources()));
-    }
+    if (n["reservation"]) TESSERA_TRY(ReadQuota(n["reservation"], f + ".reservation", false, g));
+    if (n["limit"]) TESSERA_TRY(ReadQuota(n["limit"], f + ".limit", true, g));
     if (n["weight"]) TESSERA_TRY_ASSIGN(g.weight_milli, GetMilli(n["weight"], f + ".weight"));
     if (n["run_as"]) TESSERA_TRY_ASSIGN(g.run_as, GetString(n["run_as"], f + ".run_as"));
     if (n["members_cancel"])
@@ -140,7 +167,7 @@ Status ReadQueues(const YAML::Node& root, const PolicyKeys& keys, quota::PolicyS
   }
   std::set<std::string> known = {
       "name",        "profile",     "groups",           "priority",     "preemptible", "class",
-      "max_runtime", "min_runtime", "preemption_delay", "idle_timeout", "idle_action"};
+      "max_runtime", "min_runtime", "preemption_delay", "idle_timeout", "idle_action", "models"};
   known.insert(keys.extra_queue.begin(), keys.extra_queue.end());
   return ForEachEntry(root, "queues", [&](const YAML::Node& n, const std::string& f) -> Status {
     TESSERA_TRY(KnownKeys(n, f, known));
@@ -148,6 +175,8 @@ Status ReadQueues(const YAML::Node& root, const PolicyKeys& keys, quota::PolicyS
     if (n["name"]) TESSERA_TRY_ASSIGN(q.name, GetString(n["name"], f + ".name"));
     if (n["profile"]) TESSERA_TRY_ASSIGN(q.profile, GetString(n["profile"], f + ".profile"));
     if (n["groups"]) TESSERA_TRY_ASSIGN(q.groups, GetStrings(n["groups"], f + ".groups"));
+    // GPU models its jobs accept, in order: [H100-80GB, A100-80GB] (QueueSpec::models).
+    if (n["models"]) TESSERA_TRY_ASSIGN(q.models, GetStrings(n["models"], f + ".models"));
     if (n["priority"]) {  // may be negative: a scavenger queue below the default 0
       std::string text;
       TESSERA_TRY_ASSIGN(text, GetString(n["priority"], f + ".priority"));

@@ -156,6 +156,8 @@ struct GroupView {
   Resources reservation;
   Resources limit;
   double fair_share = 0;  // dominant share of decayed usage over weight
+  // Per GPU model: each model it has a quota on or holds something of, in model order.
+  std::vector<ModelQuotaView> models{};
 };
 
 // One identity inside a group that lists its users (GroupSpec::members): its fair share

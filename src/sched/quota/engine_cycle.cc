@@ -157,11 +157,15 @@ std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order,
   // Claims in flight and capacity leaving, as of now (each reclaim below adds to them).
   claimed_gpu_.assign(groups_.size(), 0);
   leaving_gpu_.assign(groups_.size(), 0);
-  for (int t : terminating_) AddToChain(leaving_gpu_, jobs_[t].group, jobs_[t].charge.gpu_milli);
+  claimed_model_.clear();
+  leaving_model_.clear();
+  for (int t : terminating_) AddLeaving(jobs_[t], +1);
   for (int h : order) {
     const Job& c = jobs_[h];
-    if (c.state == JobState::kPending && c.awaiting > 0)
+    if (c.state == JobState::kPending && c.awaiting > 0) {
       AddToChain(claimed_gpu_, c.group, c.gpu_count * c.gpu_milli);
+      if (c.claim_model >= 0) claimed_model_[{c.group, c.claim_model}] += c.gpu_count * c.gpu_milli;
+    }
   }
   bool guaranteed_first = false;
   for (size_t i = 0; i < order.size(); ++i) {
@@ -241,22 +245,29 @@ std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order,
       const bool may_preempt = MayPreempt(j);
       if (preempt_searches_ < policy_.max_preemption_searches_per_cycle && may_preempt) {
         if (within_reservation && options_.engine_break != EngineOptions::Break::kNoReclaim) {
-          tried = TryPreempt(h, /*reclaim=*/true);
+          tried = TryReclaim(h);  // per GPU model where its group has quotas per model
           // A claim counts until its job is placed, also when its victims left at once (no
           // grace) and it is not placed yet: two jobs once reclaimed a card each for one slot.
           claimed = tried;
           if (claimed) AddToChain(claimed_gpu_, j.group, nominal.gpu_milli);
+          if (claimed && j.claim_model >= 0)
+            claimed_model_[{j.group, j.claim_model}] += nominal.gpu_milli;
         }
         if (!tried) tried = TryPreempt(h, /*reclaim=*/false);
       }
       if (tried) {
-        if (jobs_[h].awaiting == 0 &&
-            (TryPlace(h, &step, &reason, &backfilled) ||
-             (UnsplitInTurn(h) && TryPlace(h, &step, &reason, &backfilled)))) {
-          if (claimed) AddToChain(claimed_gpu_, j.group, -nominal.gpu_milli);  // now in its usage
+        // Its victims gone at once (no grace): its own claim is not counted while it is placed,
+        // or the job that fills its group's reservation was admitted as borrowing.
+        const bool at_once = jobs_[h].awaiting == 0;
+        if (at_once && claimed) AddToChain(claimed_gpu_, j.group, -nominal.gpu_milli);
+        if (at_once && (TryPlace(h, &step, &reason, &backfilled) ||
+                        (UnsplitInTurn(h) && TryPlace(h, &step, &reason, &backfilled)))) {
+          if (claimed && j.claim_model >= 0)
+            claimed_model_[{j.group, j.claim_model}] -= nominal.gpu_milli;  // now in its usage
           ++stats_.admitted;
           continue;
         }
+        if (at_once && claimed) AddToChain(claimed_gpu_, j.group, nominal.gpu_milli);
         j.wait_step = "Reclaim";
         j.wait_reason = (within_reservation ? "reclaiming capacity from borrowers"
                                             : "preempting lower-priority jobs of the group") +
@@ -349,7 +360,7 @@ void Engine::UnsplitForDemand() {
       if (!d.split || !d.engine_split || !d.idle() || d.plan.active ||
           (d.reserved_by >= 0 && d.reserved_by != h))
         continue;
-      if (!InPools(j, d.pool) || nodes_[d.node].down || d.closed || d.memory < j.gpu_mem) continue;
+      if (!Serves(j, d) || nodes_[d.node].down || d.closed || d.memory < j.gpu_mem) continue;
       bool serves = false;
       for (AllocationForm f : j.forms)
         serves = serves || (f != AllocationForm::kPartition && PoolAllows(d.pool, f));
@@ -404,7 +415,7 @@ bool Engine::UnsplitInTurn(int h) {
   if (!whole && !(share && j.gpu_count == 1)) return false;
   for (int ni : returnable_nodes_) {
     const NodeRt& node = nodes_[ni];
-    if (node.down || !InPools(j, node.pool) ||
+    if (node.down || !ServesNode(j, node) ||
         !NodeHas(node, j.cpu * j.gpu_count, j.mem * j.gpu_count))
       continue;
     int free = 0;

@@ -40,7 +40,7 @@ void Engine::GuardStop(int h, const std::string& why) {
   if (options_.await_stop) {
     // Its processes stop first: terminating, then done (not requeued) once Stopped().
     ForgetRuntime(h);
-    AddToChain(leaving_gpu_, j.group, j.charge.gpu_milli);
+    AddLeaving(j, +1);
     j.state = JobState::kTerminating;
     terminating_.insert(h);
     j.grace_end = now_;

@@ -80,6 +80,7 @@ struct Dev {
   MiB share_key = -1;     // key in shared_by_free_, -1 when not there
   int swap_oc = 0;        // the overcommit percent of the shares it holds (0: no swapping)
   uint64_t no_start = 0;  // MIG profiles (bit = catalog index) known to have no legal start now
+  int model_id = 0;       // its GPU model (Engine::model_names_), for quotas per model
 
   // What shares of overcommit `oc` may sum to here: memory and compute weight.
   MiB share_capacity(int oc) const { return oc > 0 ? memory * oc / 100 : memory; }
@@ -104,6 +105,7 @@ struct NodeRt {
   MilliCpu cpu_total = 0, cpu_free = 0;
   MiB mem_total = 0, mem_free = 0;
   std::vector<int> devs;
+  int model_id = -1;  // its devices' GPU model; -1: no GPU
   bool down = false;  // lost, or retired: takes no new work
   NodeSpec spec;      // as added, to tell a return from a replacement
 };
@@ -163,6 +165,14 @@ struct Job {
   std::vector<std::string> ext_pools;  // several backends: the one chosen goes to ext_pool
   std::vector<PoolForecast> dispatch;  // their forecasts at the last dispatch decision
   std::string wait_step, wait_reason;
+  // GPU models (engine_models.cc): those it may be placed on now (a bit per model id: its
+  // queue's, narrowed to one while the cycle tries them in order), its queue's, the queue's
+  // order (empty: any), what it holds per model (milli-GPU), and the model of its reclaim.
+  uint64_t models = ~uint64_t{0};
+  uint64_t queue_models = ~uint64_t{0};
+  std::vector<int> model_order;
+  std::vector<std::pair<int, MilliGpu>> model_charge;
+  int claim_model = -1;
 };
 
 // An identity inside a group that lists its users (GroupSpec::members).
@@ -183,6 +193,14 @@ struct GroupRt {
   double decayed[4] = {0, 0, 0, 0};
   double fair_share = 0;
   bool below = false;
+  // Quota per GPU model (GroupSpec::models), by model id, in milli-GPU: usage (own and
+  // descendants'), reservation and limit. generic_res: the GPU reservation less the per-model
+  // ones, what may be held on any model.
+  bool model_quota = false;
+  std::array<int64_t, 64> model_usage{};
+  std::array<int64_t, 64> model_res{};
+  std::array<int64_t, 64> model_limit{};
+  int64_t generic_res = 0;
 };
 
 bool Within(const Resources& usage, const Resources& charge, const Resources& cap,
@@ -534,7 +552,8 @@ class Engine final : public QuotaEngine {
   std::set<int> free_slot_devs_;                  // devices with a free partition slot
   std::set<int> mig_open_devs_;                   // MIG devices with memory slices no instance uses
   // Submit's never-schedulable verdicts, by request shape.
-  mutable std::map<std::tuple<int, uint64_t, int, MilliGpu, MiB, int>, std::string> feasible_cache_;
+  mutable std::map<std::tuple<int, uint64_t, int, MilliGpu, MiB, uint64_t>, std::string>
+      feasible_cache_;
   // Shapes whose repartition search found nothing this cycle.
   std::set<std::tuple<int, uint64_t, MilliGpu, MiB>> repartition_failed_;
   int repartition_attempts_ = 0;
@@ -561,6 +580,48 @@ class Engine final : public QuotaEngine {
   std::vector<int64_t> claimed_gpu_;
   std::vector<int64_t> leaving_gpu_;
   void AddToChain(std::vector<int64_t>& per_group, int g, int64_t v);
+
+  // --- Quota per GPU model (engine_models.cc; docs/scheduling.md "Quota per GPU model").
+  // Models by id (a bit in Job::models): catalog names as the catalog spells them, else a node's
+  // own gpu.model. At most 64.
+  std::vector<std::string> model_names_;
+  std::map<std::string, int> model_index_;
+  int ModelId(const std::string& name);              // -1 past 64 models
+  int FindModel(const std::string& name) const;      // -1 when unknown
+  std::vector<uint64_t> queue_model_mask_;           // per queue: its models (all bits: any)
+  std::vector<std::vector<int>> queue_model_order_;  // per queue: its models in order
+  bool any_model_quota_ = false;                     // some group has quotas per model
+  std::vector<sched::ModelMask> model_mirror_;       // model id -> the mirror's models of it
+  std::map<std::pair<int, int>, int64_t>
+      claimed_model_;  // (group, model) -> GPU reclaimed, in flight
+  std::map<std::pair<int, int>, int64_t> leaving_model_;  // (group, model) -> GPU leaving
+  Status InitModels();
+  bool Serves(const Job& j, const Dev& d) const {
+    return InPools(j, d.pool) && ((j.models >> d.model_id) & 1u);
+  }
+  bool ServesNode(const Job& j, const NodeRt& n) const {
+    return InPools(j, n.pool) && (n.model_id < 0 || ((j.models >> n.model_id) & 1u));
+  }
+  bool ChainHasModelQuota(int g) const;
+  std::vector<std::pair<int, MilliGpu>> ModelCharge(const std::vector<Grant>& grants) const;
+  void AddModelUsage(int g, const std::vector<std::pair<int, MilliGpu>>& mc, int sign);
+  // Per-model limits of the group and its ancestors, and whether the placement stays guaranteed
+  // (*guaranteed is only ever cleared): see GroupSpec::models.
+  Status ModelAdmission(const Job& j, const std::vector<Grant>& grants, bool* guaranteed) const;
+  // The masks of models TryPlace tries in turn (the queue's order; models at a limit left out);
+  // empty, with the reason, when every acceptable model is at a limit.
+  std::vector<uint64_t> ModelsToTry(const Job& j, std::string* reason) const;
+  // The masks a reclaim for j tries in turn: models where its group is below its per-model
+  // reservation first, then the others where the job stays guaranteed.
+  std::vector<uint64_t> ReclaimModels(const Job& j) const;
+  bool TryReclaim(int self);
+  // Taking `taken` (model -> milli-GPU) from group g keeps it at its per-model reservations.
+  bool KeepsModelReservations(int g, const std::map<int, int64_t>& taken) const;
+  void AddLeaving(const Job& x, int sign);  // leaving_gpu_ and leaving_model_
+  void MirrorModelMasks(int only_node = -1);
+  // TryPlace on the models in j.models (the original TryPlace; TryPlace tries them in turn).
+  bool TryPlaceIn(int self, std::string* step, std::string* reason, bool* backfilled,
+                  bool guaranteed_only);
   std::set<int> reserved_devs_;  // devices whose reserved_by may be set
   int64_t now_ = 0;
   int64_t last_cycle_ = -1;
@@ -574,7 +635,7 @@ class Engine final : public QuotaEngine {
     std::string step, reason;
     int64_t fail_end = 0;
   };
-  std::map<std::tuple<int, uint64_t, int, MilliGpu, MiB, MilliCpu, MiB>, MemoEntry> memo_;
+  std::map<std::tuple<int, uint64_t, int, MilliGpu, MiB, MilliCpu, MiB, uint64_t>, MemoEntry> memo_;
   int heads_ = 0;
   int preempt_searches_ = 0;
   int repartitions_ = 0;

@@ -45,6 +45,7 @@ void Engine::RebuildMirror() {
     }
   }
   mirror_ = std::make_unique<sched::Scheduler>(std::move(*state), std::move(*policy), 42);
+  MirrorModelMasks();
   for (size_t di = 0; di < devs_.size(); ++di) MirrorSyncSplit(static_cast<int>(di));
   for (size_t h = 0; h < jobs_.size(); ++h) {
     if (!jobs_[h].grants.empty()) MirrorAdopt(static_cast<int>(h), jobs_[h].grants);
@@ -78,7 +79,27 @@ void Engine::MirrorAddNode(int node) {
         pool_models_[p] |= sched::ModelMask{1} << k;
     }
   }
+  MirrorModelMasks(node);
   for (int d : n.devs) MirrorSyncSplit(d);
+}
+
+// Each engine GPU model's models in the mirror (one per pool it is in): from every node, or
+// (a node joined) from that one.
+void Engine::MirrorModelMasks(int only_node) {
+  if (only_node < 0 || model_mirror_.size() != model_names_.size())
+    model_mirror_.assign(model_names_.size(), 0);
+  if (!mirror_) return;
+  std::map<std::string, int> ids;
+  const auto& names = mirror_->state().model_names();
+  for (size_t k = 0; k < names.size(); ++k) ids[names[k]] = static_cast<int>(k);
+  for (size_t ni = 0; ni < nodes_.size(); ++ni) {
+    if (only_node >= 0 && static_cast<int>(ni) != only_node) continue;
+    const NodeRt& n = nodes_[ni];
+    for (int d : n.devs) {
+      auto it = ids.find(MirrorModel(policy_.pools[n.pool].name, devs_[d]));
+      if (it != ids.end()) model_mirror_[devs_[d].model_id] |= sched::ModelMask{1} << it->second;
+    }
+  }
 }
 
 void Engine::MirrorAdopt(int self, const std::vector<Grant>& grants) {
@@ -153,6 +174,13 @@ bool Engine::PolicyPick(Job& j, int self, AllocationForm f, Candidate* c) {
     if (InPools(j, static_cast<int>(p)) && PoolAllows(static_cast<int>(p), f))
       r.models |= pool_models_[p];
   }
+  if (j.models != ~uint64_t{0}) {  // some GPU models only (QueueSpec::models, engine_models.cc)
+    sched::ModelMask allowed = 0;
+    for (size_t m = 0; m < model_mirror_.size(); ++m) {
+      if ((j.models >> m) & 1u) allowed |= model_mirror_[m];
+    }
+    r.models &= allowed;
+  }
   if (r.models == 0) return false;
   sched::PlacementResult res = mirror_->Place(r);
   if (!res.placed()) return false;
@@ -165,7 +193,7 @@ bool Engine::PolicyPick(Job& j, int self, AllocationForm f, Candidate* c) {
     const int di = node.devs[p.devices[k]];
     const Dev& d = devs_[di];
     bool bf = false, blocked = false;
-    ok = !d.split && d.whole < 0 && Usable(d, j, self, &bf, &blocked) && !bf;
+    ok = !d.split && d.whole < 0 && Usable(d, j, self, &bf, &blocked) && !bf && Serves(j, d);
     if (f == AllocationForm::kWhole) {
       ok = ok && d.shares.empty() && d.memory >= j.gpu_mem;
       grants.push_back({p.node, di, -1, d.memory, kWholeGpu, j.cpu, j.mem});

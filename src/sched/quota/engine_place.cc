@@ -73,7 +73,7 @@ bool Engine::FindWhole(Job& j, int self, Candidate* c, bool* blocked) {
   for (size_t step = 0; step < n; ++step) {
     size_t ni = (cursor_node_ + step) % n;
     const NodeRt& node = nodes_[ni];
-    if (!InPools(j, node.pool) || !PoolAllows(node.pool, AllocationForm::kWhole)) continue;
+    if (!ServesNode(j, node) || !PoolAllows(node.pool, AllocationForm::kWhole)) continue;
     if (static_cast<int>(node.devs.size()) < j.gpu_count) continue;
     if (!NodeHas(node, j.cpu * j.gpu_count, j.mem * j.gpu_count)) continue;
     std::vector<Grant> picked;
@@ -105,7 +105,7 @@ bool Engine::FindGang(Job& j, int self, Candidate* c, bool* blocked) {
   std::vector<std::pair<int, std::vector<Grant>>> options;
   for (size_t ni = 0; ni < nodes_.size(); ++ni) {
     const NodeRt& node = nodes_[ni];
-    if (!InPools(j, node.pool) || !PoolAllows(node.pool, AllocationForm::kWhole)) continue;
+    if (!ServesNode(j, node) || !PoolAllows(node.pool, AllocationForm::kWhole)) continue;
     std::vector<Grant> free;
     MilliCpu cpu = 0;
     MiB mem = 0;
@@ -153,7 +153,7 @@ bool Engine::FindShare(Job& j, int self, Candidate* c, bool* blocked) {
   MiB cap = j.gpu_mem;
   auto fits = [&](int di, bool* bf) {
     const Dev& d = devs_[di];
-    if (!InPools(j, d.pool) || !PoolAllows(d.pool, AllocationForm::kShare)) return false;
+    if (!Serves(j, d) || !PoolAllows(d.pool, AllocationForm::kShare)) return false;
     if (d.split || d.whole >= 0 || d.isolation < j.min_isolation) return false;
     MiB want = cap > 0 ? cap : d.memory * j.gpu_milli / kWholeGpu;
     if (!d.ShareKindFits(j.swap_oc) || d.share_mem + want > d.share_capacity(j.swap_oc) ||
@@ -358,6 +358,8 @@ void Engine::Commit(int self, AllocationForm f, Candidate& c, bool guaranteed) {
   j.charge = ChargeOf(j, j.grants);
   j.borrowed = !guaranteed;
   AddUsage(j.group, j.charge, +1);
+  j.model_charge = ModelCharge(j.grants);
+  AddModelUsage(j.group, j.model_charge, +1);
   AddMemberUsage(j, +1);
   j.state = JobState::kRunning;
   j.start = now_;
@@ -404,6 +406,8 @@ void Engine::Release(int self) {
     Reindex(g.dev);
   }
   AddUsage(j.group, j.charge, -1);
+  AddModelUsage(j.group, j.model_charge, -1);
+  j.model_charge.clear();
   AddMemberUsage(j, -1);
   if (j.external && !j.ext_pool.empty()) ext_used_[j.ext_pool] -= j.charge.gpu_milli;
   j.grants.clear();
@@ -448,7 +452,7 @@ void Engine::NoRoomReason(const Job& j, bool blocked, std::string* step,
     MilliCpu most_cpu = 0;
     MiB most_mem = 0;
     for (const NodeRt& n : nodes_) {
-      if (n.down || !InPools(j, n.pool)) continue;
+      if (n.down || !ServesNode(j, n)) continue;
       most_cpu = std::max(most_cpu, n.cpu_total);
       most_mem = std::max(most_mem, n.mem_total);
     }
@@ -499,8 +503,8 @@ bool Engine::TakesHostFromHead(const Job& j, int self, const std::vector<Grant>&
   return false;
 }
 
-bool Engine::TryPlace(int self, std::string* step, std::string* reason, bool* backfilled,
-                      bool guaranteed_only) {
+bool Engine::TryPlaceIn(int self, std::string* step, std::string* reason, bool* backfilled,
+                        bool guaranteed_only) {
   Job& j = jobs_[self];
   // Admission on the nominal request first: a job past its limit needs no search.
   Resources nominal{j.gpu_count * j.gpu_milli, j.gpu_count * j.gpu_mem,
@@ -516,7 +520,8 @@ bool Engine::TryPlace(int self, std::string* step, std::string* reason, bool* ba
     *reason = adm.message();
     return false;
   }
-  auto key = std::make_tuple(j.profile, j.pools, j.gpu_count, j.gpu_milli, j.gpu_mem, j.cpu, j.mem);
+  auto key = std::make_tuple(j.profile, j.pools, j.gpu_count, j.gpu_milli, j.gpu_mem, j.cpu, j.mem,
+                             j.models);
   int64_t end = j.walltime > 0 ? now_ + j.walltime : kNever;
   bool use_memo = !j.nominated && !j.external;
   if (use_memo) {
@@ -563,6 +568,7 @@ bool Engine::TryPlace(int self, std::string* step, std::string* reason, bool* ba
     }
     Resources charge = ChargeOf(j, c.grants);
     Status a = Admission(j, charge, &guaranteed);
+    if (a.ok()) a = ModelAdmission(j, c.grants, &guaranteed);
     if (!a.ok()) {
       limit_reason = a.message();
       DropPick(c);

@@ -96,7 +96,7 @@ std::optional<part::AmdPartitioning> Engine::AmdShapeFor(const Dev& d, const Job
 
 bool Engine::PartitionAt(const Job& j, int self, size_t di, int pass, Candidate* c, bool* blocked) {
   const Dev& d = devs_[di];
-  if (!InPools(j, d.pool) || !PoolAllows(d.pool, AllocationForm::kPartition)) return false;
+  if (!Serves(j, d) || !PoolAllows(d.pool, AllocationForm::kPartition)) return false;
   if (!d.mig_capable() && !d.amd_capable()) return false;
   const NodeRt& node = nodes_[d.node];
   if (!NodeHas(node, j.cpu, j.mem)) return false;

@@ -23,8 +23,12 @@ bool Engine::Victim(const Job& claimant, int v, bool reclaim) const {
     // and keeps its reservation once this job goes too.
     const int64_t leaving =
         static_cast<size_t>(x.group) < leaving_gpu_.size() ? leaving_gpu_[x.group] : 0;
-    return g.usage.gpu_milli - leaving - x.charge.gpu_milli >= g.spec.reservation.gpu_milli ||
-           options_.engine_break == EngineOptions::Break::kReclaimAnyBorrower;
+    if (options_.engine_break == EngineOptions::Break::kReclaimAnyBorrower) return true;
+    if (g.usage.gpu_milli - leaving - x.charge.gpu_milli < g.spec.reservation.gpu_milli)
+      return false;
+    // ... and its reservations per GPU model (engine_models.cc).
+    if (!g.model_quota) return true;
+    return KeepsModelReservations(x.group, {x.model_charge.begin(), x.model_charge.end()});
   }
   return x.group == claimant.group && x.priority < claimant.priority;
 }
@@ -106,6 +110,7 @@ bool Engine::TryPreempt(int self, bool reclaim) {
                     (reclaim ? groups_[j.group].spec.name + " is below its reservation; " : "") +
                     "for " + j.id + " (priority " + std::to_string(j.priority) + ")";
   for (int d : best.devs) Nominate(d, self, now_ + policy_.grace_seconds);
+  j.claim_model = best.devs.empty() ? -1 : devs_[best.devs.front()].model_id;
   j.awaiting = static_cast<int>(best.victims.size());
   for (int v : best.victims) Preempt(v, self, why);
   return true;
@@ -114,7 +119,7 @@ bool Engine::TryPreempt(int self, bool reclaim) {
 // Whole devices on one node: the cheapest devices to clear, when everything on them may go.
 void Engine::PreemptForWhole(const Job& j, int self, bool reclaim, PreemptOption* best) {
   for (const NodeRt& node : nodes_) {
-    if (!InPools(j, node.pool) || !PoolAllows(node.pool, AllocationForm::kWhole)) continue;
+    if (!ServesNode(j, node) || !PoolAllows(node.pool, AllocationForm::kWhole)) continue;
     if (static_cast<int>(node.devs.size()) < j.gpu_count) continue;
     // Per device: the cost of clearing it, or skip when something there must stay.
     std::vector<std::pair<int64_t, int>> costs;
@@ -215,7 +220,7 @@ void Engine::PreemptForWholeEveryWay(const Job& j, const NodeRt& node,
 void Engine::PreemptForShare(const Job& j, int self, bool reclaim, PreemptOption* best) {
   for (size_t di = 0; di < devs_.size(); ++di) {
     const Dev& d = devs_[di];
-    if (!InPools(j, d.pool) || !PoolAllows(d.pool, AllocationForm::kShare) || d.plan.active ||
+    if (!Serves(j, d) || !PoolAllows(d.pool, AllocationForm::kShare) || d.plan.active ||
         d.isolation < j.min_isolation)
       continue;
     if (KeptFromMe(d, j, self)) continue;
@@ -278,8 +283,7 @@ bool Engine::InstanceAdmitted(const Job& j, const Dev& d) const {
 void Engine::PreemptForPartition(const Job& j, int self, bool reclaim, PreemptOption* best) {
   for (size_t di = 0; di < devs_.size(); ++di) {
     const Dev& d = devs_[di];
-    if (!InPools(j, d.pool) || !PoolAllows(d.pool, AllocationForm::kPartition) || d.plan.active)
-      continue;
+    if (!Serves(j, d) || !PoolAllows(d.pool, AllocationForm::kPartition) || d.plan.active) continue;
     if (KeptFromMe(d, j, self) || !InstanceAdmitted(j, d)) continue;
     int pi = d.mig_capable() ? BestMigProfile(d.model, j.gpu_milli, j.gpu_mem) : -1;
     if (!d.split) {
@@ -319,7 +323,7 @@ void Engine::AddToChain(std::vector<int64_t>& per_group, int g, int64_t v) {
 
 void Engine::Preempt(int v, int claimant, const std::string& why) {
   Job& x = jobs_[v];
-  AddToChain(leaving_gpu_, x.group, x.charge.gpu_milli);
+  AddLeaving(x, +1);
   int64_t lost = LostWork(x);
   ForgetRuntime(v);
   x.state = JobState::kTerminating;
@@ -369,7 +373,7 @@ void Engine::RefreshHeadsOn(int ni) {
 void Engine::FinishTermination(int v) {
   Job& x = jobs_[v];
   int claimant = x.claimant;
-  AddToChain(leaving_gpu_, x.group, -x.charge.gpu_milli);
+  AddLeaving(x, -1);
   Release(v);
   if (x.stop_final) {  // stopped by a runtime guard: its processes are gone, and so is it
     x.state = JobState::kDone;
@@ -407,7 +411,7 @@ void Engine::ReserveForHead(int self) {
   std::vector<int> best_devs;
   for (size_t ni = 0; ni < nodes_.size(); ++ni) {
     const NodeRt& node = nodes_[ni];
-    if (!InPools(j, node.pool) || !PoolAllows(node.pool, AllocationForm::kWhole)) continue;
+    if (!ServesNode(j, node) || !PoolAllows(node.pool, AllocationForm::kWhole)) continue;
     if (static_cast<int>(node.devs.size()) < j.gpu_count) continue;
     // Only a node that could hold it once empty: a gang no node had the host memory for once
     // kept every card of the cluster for itself, and nothing ran.

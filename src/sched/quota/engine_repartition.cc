@@ -36,11 +36,16 @@ void Engine::ConsiderClearing(const Job& j, int di, bool reclaim, PreemptOption*
 // each was checked alone, and a 2-card gang once took both cards of a group reserved one.
 bool Engine::LendersKeepReservations(const std::vector<int>& victims) const {
   std::map<int, int64_t> taken;
-  for (int v : victims) taken[jobs_[v].group] += jobs_[v].charge.gpu_milli;
+  std::map<int, std::map<int, int64_t>> taken_model;  // group -> GPU model -> milli-GPU
+  for (int v : victims) {
+    taken[jobs_[v].group] += jobs_[v].charge.gpu_milli;
+    for (const auto& [m, c] : jobs_[v].model_charge) taken_model[jobs_[v].group][m] += c;
+  }
   for (const auto& [g, t] : taken) {
     const int64_t leaving = static_cast<size_t>(g) < leaving_gpu_.size() ? leaving_gpu_[g] : 0;
     if (groups_[g].usage.gpu_milli - leaving - t < groups_[g].spec.reservation.gpu_milli)
       return false;
+    if (!KeepsModelReservations(g, taken_model[g])) return false;
   }
   return true;
 }
@@ -66,7 +71,7 @@ bool Engine::TryRepartition(int self) {
       groups_[j.group].usage, Resources{j.gpu_milli, 0, 0, 0}, groups_[j.group].spec.reservation);
   for (size_t di = 0; di < devs_.size(); ++di) {
     const Dev& d = devs_[di];
-    if (!InPools(j, d.pool) || !PoolAllows(d.pool, AllocationForm::kPartition)) continue;
+    if (!Serves(j, d) || !PoolAllows(d.pool, AllocationForm::kPartition)) continue;
     // Not a card kept for a head, unless the job may use it (it comes first, or ends before the
     // head's start): an inference job once split a card kept for a 2-card gang and held it
     // 1,100 s past the gang's start.
@@ -159,6 +164,8 @@ bool Engine::DrainVictim(const Job& j, bool within_reservation, int v) const {
     const int64_t leaving =
         static_cast<size_t>(x.group) < leaving_gpu_.size() ? leaving_gpu_[x.group] : 0;
     if (g.usage.gpu_milli - leaving - x.charge.gpu_milli < g.spec.reservation.gpu_milli)
+      return false;
+    if (!KeepsModelReservations(x.group, {x.model_charge.begin(), x.model_charge.end()}))
       return false;
   }
   return x.priority < j.priority || (within_reservation && Victim(j, v, /*reclaim=*/true));

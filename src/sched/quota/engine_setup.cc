@@ -81,6 +81,7 @@ Status Engine::Init(const PolicySpec& policy, const std::vector<NodeSpec>& nodes
   for (size_t i = 0; i < policy_.profiles.size(); ++i) {
     profile_index_[policy_.profiles[i].name] = static_cast<int>(i);
   }
+  if (Status m = InitModels(); !m.ok()) return m;  // quotas per GPU model (engine_models.cc)
   for (size_t i = 0; i < nodes.size(); ++i) {
     const NodeSpec& ns = nodes[i];
     std::string field = "nodes[" + (ns.name.empty() ? std::to_string(i) : ns.name) + "]";
@@ -136,6 +137,12 @@ Status Engine::AddNodeRt(const NodeSpec& ns, const std::string& field) {
                                      "' is not an AMD model");
     }
     int node_id = static_cast<int>(nodes_.size());
+    const int model_id = ns.gpu_count > 0 ? ModelId(model ? model->name : ns.gpu_model) : -1;
+    if (ns.gpu_count > 0 && model_id < 0) {
+      return Status::InvalidArgument(field + ".gpu.model '" + ns.gpu_model +
+                                     "': at most 64 GPU models in one cluster");
+    }
+    n.model_id = model_id;
     // Every device is made before any is added: a refusal changes nothing.
     std::vector<Dev> made;
     for (int k = 0; k < ns.gpu_count; ++k) {
@@ -144,6 +151,7 @@ Status Engine::AddNodeRt(const NodeSpec& ns, const std::string& field) {
       d.index = k;
       d.pool = pool_id;
       d.model = model;
+      d.model_id = model_id;
       d.memory = dev_mem;
       if (Status split = SplitNewDevice(d, ns, field); !split.ok()) return split;
       made.push_back(std::move(d));
@@ -234,15 +242,15 @@ int Engine::BestMigProfile(const part::GpuModel* m, MilliGpu milli, MiB mem) con
 std::string Engine::NeverSchedulable(const Job& j) const {
   uint64_t form_bits = 0;
   for (AllocationForm f : j.forms) form_bits |= uint64_t{1} << static_cast<int>(f);
-  auto fkey =
-      std::make_tuple(j.gpu_count, j.pools, static_cast<int>(form_bits), j.gpu_milli, j.gpu_mem, 0);
+  auto fkey = std::make_tuple(j.gpu_count, j.pools, static_cast<int>(form_bits), j.gpu_milli,
+                              j.gpu_mem, j.queue_models);
   auto cached = feasible_cache_.find(fkey);
   if (cached != feasible_cache_.end()) return cached->second;
   std::string& verdict = feasible_cache_[fkey];
   bool any = false;
   int devices_in_pools = 0;
   for (const Dev& d : devs_) {
-    if (!InPools(j, d.pool)) continue;
+    if (!Serves(j, d)) continue;
     ++devices_in_pools;
     for (AllocationForm f : j.forms) {
       if (!PoolAllows(d.pool, f)) continue;
@@ -342,6 +350,8 @@ Result<Job> Engine::Build(const JobSpec& spec) const {
                                                 policy_.pools[p].name) != pr.pools.end();
     if (listed) j.pools |= uint64_t{1} << p;
   }
+  j.queue_models = j.models = queue_model_mask_[j.queue];
+  j.model_order = queue_model_order_[j.queue];
   // What its group's limits (or an ancestor's) could never allow, even with nothing else held,
   // is refused naming the resource: the nominal charge (as admission counts it) against each
   // limit. Restored jobs were accepted once.

@@ -14,6 +14,7 @@ struct Engine::InvariantTally {
   std::vector<Resources> usage;
   std::vector<MiB> share_mem;
   std::vector<MilliGpu> share_w;
+  std::vector<std::array<int64_t, 64>> model_usage;  // per group, per GPU model (its grants)
 };
 
 Status Engine::CheckJobHoldings(InvariantTally* t) const {
@@ -29,6 +30,11 @@ Status Engine::CheckJobHoldings(InvariantTally* t) const {
       return Status::Internal("job " + j.id + " runs without an admission event");
     if (j.identity.empty()) return Status::Internal("job " + j.id + " has no identity");
     for (int g = j.group; g >= 0; g = groups_[g].parent) t->usage[g] += j.charge;
+    for (int g = j.group; any_model_quota_ && g >= 0; g = groups_[g].parent) {
+      for (const Grant& gr : j.grants) {
+        if (gr.dev >= 0) t->model_usage[g][devs_[gr.dev].model_id] += gr.compute;
+      }
+    }
     for (const Grant& gr : j.grants) {
       t->cpu[gr.node] += gr.cpu;
       t->mem[gr.node] += gr.host_memory;
@@ -120,6 +126,16 @@ Status Engine::CheckGroupUsage(const InvariantTally& t) const {
       return Status::Internal("group " + gr.spec.name + " over its " + which + " limit: holds " +
                               gr.usage.ToString());
     }
+    for (size_t m = 0; any_model_quota_ && m < model_names_.size(); ++m) {
+      if (t.model_usage[g][m] != gr.model_usage[m]) {
+        return Status::Internal("group " + gr.spec.name + " usage of " + model_names_[m] +
+                                " out of step with its jobs");
+      }
+      if (gr.model_usage[m] > gr.model_limit[m]) {
+        return Status::Internal("group " + gr.spec.name + " over its " + model_names_[m] +
+                                " limit: holds " + FormatMilli(gr.model_usage[m]) + " GPU");
+      }
+    }
   }
   return Status::Ok();
 }
@@ -129,6 +145,7 @@ Status Engine::CheckInvariants() const {
   t.cpu.assign(nodes_.size(), 0);
   t.mem.assign(nodes_.size(), 0);
   t.usage.resize(groups_.size());
+  if (any_model_quota_) t.model_usage.assign(groups_.size(), {});
   t.share_mem.assign(devs_.size(), 0);
   t.share_w.assign(devs_.size(), 0);
   // One call per part, not per job or device: this runs after every step of a simulation.
@@ -194,7 +211,12 @@ void Engine::HeldOf(int handle, std::vector<GrantView>* grants, std::optional<Al
 std::vector<GroupView> Engine::groups() const {
   std::vector<GroupView> out;
   for (const GroupRt& g : groups_) {
-    out.push_back({g.spec.name, g.usage, g.spec.reservation, g.spec.limit, g.fair_share});
+    GroupView v{g.spec.name, g.usage, g.spec.reservation, g.spec.limit, g.fair_share, {}};
+    for (size_t m = 0; m < model_names_.size(); ++m) {
+      if (g.model_usage[m] != 0 || g.model_res[m] != 0 || g.model_limit[m] != kUnlimited)
+        v.models.push_back({model_names_[m], g.model_usage[m], g.model_res[m], g.model_limit[m]});
+    }
+    out.push_back(std::move(v));
   }
   return out;
 }

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "common/enum_names.h"
+#include "model/quantity.h"
 
 namespace tessera::quota {
 namespace {
@@ -62,6 +63,36 @@ namespace {
 
 using GroupIndex = std::map<std::string, const GroupSpec*>;
 
+// A group's quotas per GPU model: named once each, amounts non-negative, each reservation within
+// its limit, and the reservations together within the group's GPU reservation.
+Status ValidateModelQuotas(const GroupSpec& g, const std::string& field) {
+  std::set<std::string> seen;
+  int64_t reserved = 0;
+  for (const ModelQuota& m : g.models) {
+    if (m.model.empty())
+      return Status::InvalidArgument(field + ".reservation.models: an empty model");
+    const std::string mf = field + ".models[" + m.model + "]";
+    if (!seen.insert(m.model).second) return Status::InvalidArgument(mf + " is named twice");
+    if (m.reservation < 0) return Status::InvalidArgument(mf + ".reservation is negative");
+    if (m.limit < 0) return Status::InvalidArgument(mf + ".limit is negative");
+    if (m.reservation > m.limit) {
+      return Status::InvalidArgument(field + ".reservation.models[" + m.model +
+                                     "] exceeds its limit (limit.models[" + m.model + "])");
+    }
+    if (m.limit != kUnlimited && m.limit > g.limit.gpu_milli) {
+      return Status::InvalidArgument(field + ".limit.models[" + m.model +
+                                     "] exceeds the group's GPU limit (limit.gpu)");
+    }
+    reserved += m.reservation;
+  }
+  if (reserved > g.reservation.gpu_milli) {
+    return Status::InvalidArgument(field + ".reservation.models sum to " + FormatMilli(reserved) +
+                                   " GPU, more than reservation.gpu " +
+                                   FormatMilli(g.reservation.gpu_milli));
+  }
+  return Status::Ok();
+}
+
 Status ValidateGroup(const GroupSpec& g, size_t i, GroupIndex* groups) {
   std::string field = "groups[" + (g.name.empty() ? std::to_string(i) : g.name) + "]";
   if (g.name.empty()) return Status::InvalidArgument(field + ".name is empty");
@@ -86,7 +117,7 @@ Status ValidateGroup(const GroupSpec& g, size_t i, GroupIndex* groups) {
     if (m.weight_milli <= 0) return Status::InvalidArgument(mf + ".weight must be positive");
     if (!m.limit.NonNegative()) return Status::InvalidArgument(mf + ".limit is negative");
   }
-  return Status::Ok();
+  return ValidateModelQuotas(g, field);
 }
 
 // Parents exist, no cycles, children's reservations within the parent's.
@@ -196,6 +227,15 @@ Status ValidateQueue(const PolicySpec& p, const QueueSpec& q, size_t i, const Gr
       return Status::InvalidArgument(field + ".groups: '" + g + "' is not a group");
     }
   }
+  for (size_t k = 0; k < q.models.size(); ++k) {
+    if (q.models[k].empty()) return Status::InvalidArgument(field + ".models: an empty model");
+    if (std::find(q.models.begin(), q.models.begin() + k, q.models[k]) != q.models.begin() + k)
+      return Status::InvalidArgument(field + ".models: '" + q.models[k] + "' is listed twice");
+    if (q.external) {
+      return Status::InvalidArgument(field + ".models is only for queues placed by this scheduler");
+    }
+  }
+  if (q.models.size() > 64) return Status::InvalidArgument(field + ".models: at most 64");
   const ProfileSpec& pr = *std::find_if(p.profiles.begin(), p.profiles.end(),
                                         [&](const ProfileSpec& x) { return x.name == q.profile; });
   auto forms = FormsFor(p, pr, q.default_class, std::nullopt);

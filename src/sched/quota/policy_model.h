@@ -42,6 +42,19 @@ struct MemberSpec {
   Resources limit = UnlimitedResources();
 };
 
+// A group's quota on one GPU model (catalog name, e.g. "H100-80GB", or a node's own gpu.model),
+// in thousandths of a GPU, beside its totals (docs/scheduling.md, "Quota per GPU model").
+// What a grant charges against it is what it charges against the group's GPU total: its compute
+// share of the device (a whole card 1000; a MIG or AMD partition its compute share, a 1g.10gb of
+// an H100 143; a share its compute weight). The reservation is a promise on that model: the
+// group's GPU reservation counts first against its per-model reservations, and only the rest
+// (the total less their sum) may be held on any model; what a group holds past that is borrowed.
+struct ModelQuota {
+  std::string model;
+  MilliGpu reservation = 0;
+  MilliGpu limit = kUnlimited;
+};
+
 struct GroupSpec {
   std::string name;
   std::string parent;                      // empty: a top-level group
@@ -58,6 +71,9 @@ struct GroupSpec {
   // over weight (after priority), and a member at its limit waits (step Admission).
   // (Members' limits count against the group's own.)
   std::vector<MemberSpec> members{};
+  // Quota per GPU model (ModelQuota); empty: only the totals. Their reservations sum to at most
+  // reservation.gpu_milli.
+  std::vector<ModelQuota> models{};
 };
 
 struct PoolSpec {
@@ -127,6 +143,10 @@ struct QueueSpec {
   int64_t idle_timeout_s = 0;
   enum class IdleAction { kRequeue, kStop };
   IdleAction idle_action = IdleAction::kRequeue;
+  // GPU models its jobs accept, in order of preference ("H100-80GB", then "A100-80GB"): a job
+  // is placed on the first model with room (and quota), spilling to the next when it is full.
+  // Empty: any model.
+  std::vector<std::string> models{};
 };
 
 // Class -> forms, in order of preference. The default: training gets whole devices; inference

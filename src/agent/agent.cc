@@ -162,7 +162,11 @@ void Agent::RecordExit(const JobExit& e) {
            " output bytes" +
            (e.output_cut ? " (cut at the node's limit: the rest was dropped)" : ""),
        {{"job", e.id}, {"exit_code", e.exit_code}});
-  KeepExit(FinishedReport{e.id, e.exit_code, e.signal, e.output_bytes});
+  // Stopped by this agent for a partition (CheckPartition): the leader requeues it, as a lost
+  // node's, rather than take the signal for the job's own end.
+  const bool partition = partition_stopped_.erase(e.id) != 0;
+  KeepExit(FinishedReport{e.id, e.exit_code, e.signal, e.output_bytes,
+                          partition ? kStoppedByPartition : ""});
   partitions_.Release(e.id);
   for (auto& [device, manager] : swap_) manager->Remove(e.id);
   wake_.store(true);  // reported now, not at the end of the period: its devices free up sooner

@@ -27,6 +27,7 @@ bool Agent::Register() {
   if (finished_in_register_) {
     for (const auto& [id, f] : finished_) finished.push_back(f);
   }
+  TakeStoppedByOff(&finished);
   CheckHealth(nullptr);  // the devices' health as of now goes with the inventory
   auto res = client_->Post(
       "/v1/agent/register",
@@ -47,6 +48,7 @@ bool Agent::Register() {
     finished_in_register_ = false;
     return Register();
   }
+  if (res->status == 400 && StoppedByRefused(res->body)) return Register();
   if (res->status / 100 != 2)
     return Failed("register: HTTP " + std::to_string(res->status) + " " + res->body);
   Result<RegisterReply> reply = ParseRegisterReplyFields(res->body, heartbeat_ms_);
@@ -156,6 +158,7 @@ bool Agent::Heartbeat() {
     if ((uploaded_[id] >= f.output_bytes && recheck_.count(id) == 0) || !ValidateJobId(id).ok())
       finished.push_back(f);
   }
+  TakeStoppedByOff(&finished);
   std::vector<RunningJob> running = launcher_.Running(true);
   std::vector<DeviceTelemetry> devices = Telemetry(running);
   CheckHealth(&devices);
@@ -169,6 +172,7 @@ bool Agent::Heartbeat() {
     seen_seq_.store(-1);
     return Failed("heartbeat: HTTP 404 (node unknown), registering again");
   }
+  if (res->status == 400 && StoppedByRefused(res->body)) return Heartbeat();
   if (res->status / 100 != 2)
     return Failed("heartbeat: HTTP " + std::to_string(res->status) + " " + res->body);
   Result<HeartbeatReply> reply = ParseHeartbeatReply(res->body);
@@ -267,7 +271,7 @@ void Agent::Apply(const HeartbeatReply& reply) {
         if (out) bytes = static_cast<int64_t>(why.size());  // not written (a full disk): no output
       }
       uploaded_[spec.id] = 0;
-      KeepExit(FinishedReport{spec.id, 127, 0, bytes});
+      KeepExit(FinishedReport{spec.id, 127, 0, bytes, ""});
     }
   }
   for (const CancelOrder& c : reply.cancel) {

@@ -23,6 +23,21 @@ void Agent::KeepExit(const FinishedReport& f) {
   }
 }
 
+void Agent::TakeStoppedByOff(std::vector<FinishedReport>* finished) const {
+  if (stopped_by_taken_) return;
+  for (FinishedReport& f : *finished) f.stopped_by.clear();
+}
+
+bool Agent::StoppedByRefused(const std::string& body) {
+  if (!stopped_by_taken_ || body.find("unknown field 'stopped_by'") == std::string::npos)
+    return false;
+  Warn(
+      "this control plane takes no 'stopped_by' in exits (a server before the field): jobs "
+      "stopped for a partition are reported without it, and it may record them failed");
+  stopped_by_taken_ = false;
+  return true;
+}
+
 void Agent::LoadState() {
   std::string error;
   epoch_ = state_.LoadEpoch(&error);
@@ -130,6 +145,7 @@ void Agent::CheckPartition() {
        {{"partition_stop_ms", partition_stop_ms_}});
   for (const RunningJob& r : running) {
     Status st = launcher_.Cancel(r.id, milliseconds(options_.stop_grace_ms));
+    if (st.ok()) partition_stopped_.insert(r.id);  // its exit says so (RecordExit)
     if (!st.ok() && st.code() != StatusCode::kNotFound)
       Warn("stopping job " + r.id + ": " + st.message(), {{"job", r.id}});
   }

@@ -83,6 +83,12 @@ class Agent {
   bool Rewind(const std::string& id, const std::string& body, int64_t* offset);
   static int64_t OutputHeld(const std::string& body);
 
+  // A server from before `stopped_by` refuses an exit that carries it (400, unknown field):
+  // StoppedByRefused says whether `body` is that refusal (warned once; from then on
+  // TakeStoppedByOff leaves the field out of what is sent).
+  bool StoppedByRefused(const std::string& body);
+  void TakeStoppedByOff(std::vector<FinishedReport>* finished) const;
+
   // A successful reply (registration or heartbeat) from the control plane.
   void Reached();
 
@@ -187,6 +193,8 @@ class Agent {
   bool reached_ = false;                              // a successful reply since this agent started
   bool cut_off_ = false;              // jobs stopped for a partition, not reached since
   bool finished_in_register_ = true;  // false: this server refused `finished` in a registration
+  bool stopped_by_taken_ = true;      // false: this server refused `stopped_by` (before the field)
+  std::set<std::string> partition_stopped_;  // stopped by CheckPartition, exit not yet recorded
 };
 
 }  // namespace tessera::agent::internal

@@ -82,6 +82,7 @@ Status AgentState::Save(const ExitRecord& r) {
   json j = {{"job", r.report.job},       {"exit_code", r.report.exit_code},
             {"signal", r.report.signal}, {"output_bytes", r.report.output_bytes},
             {"ended_ms", r.ended_ms},    {"uploaded", r.uploaded}};
+  if (!r.report.stopped_by.empty()) j["stopped_by"] = r.report.stopped_by;
   return WriteDurably(dir_, RecordPath(r.report.job), j.dump() + "\n");
 }
 
@@ -124,6 +125,8 @@ std::vector<ExitRecord> AgentState::Load(std::vector<std::string>* corrupt) cons
     r.report.job = j["job"].get<std::string>();
     r.report.exit_code = static_cast<int>(code);
     r.report.signal = static_cast<int>(signal);
+    if (j.contains("stopped_by") && j["stopped_by"].is_string())
+      r.report.stopped_by = j["stopped_by"].get<std::string>();
     Int(j, "ended_ms", &r.ended_ms);
     Int(j, "uploaded", &r.uploaded);
     r.uploaded = std::clamp<int64_t>(r.uploaded, 0, r.report.output_bytes);

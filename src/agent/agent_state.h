@@ -1,5 +1,6 @@
 // What the node agent keeps on disk across its own restarts, under its work directory:
-//   <work_dir>/exits/<job>.json  each ended job's exit, written before it is first reported and
+//   <work_dir>/exits/<job>.json  each ended job's exit (with why the agent stopped it itself, when
+//                                it did: `stopped_by`), written before it is first reported and
 //                                deleted once the control plane acked it, so that an agent
 //                                restarted before the ack reports it again (in its registration)
 //                                and the job is not taken for lost and run twice;

@@ -78,10 +78,12 @@ Result<JobSpec> ParseStart(const json& j) {
 json FinishedList(const std::vector<FinishedReport>& finished) {
   json f = json::array();
   for (const FinishedReport& e : finished) {
-    f.push_back({{"job", e.job},
-                 {"exit_code", e.exit_code},
-                 {"signal", e.signal},
-                 {"output_bytes", e.output_bytes}});
+    json entry = {{"job", e.job},
+                  {"exit_code", e.exit_code},
+                  {"signal", e.signal},
+                  {"output_bytes", e.output_bytes}};
+    if (!e.stopped_by.empty()) entry["stopped_by"] = e.stopped_by;
+    f.push_back(std::move(entry));
   }
   return f;
 }

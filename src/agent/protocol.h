@@ -52,6 +52,10 @@ struct FinishedReport {
   int exit_code = 0;
   int signal = 0;
   int64_t output_bytes = 0;
+  // Why the agent stopped the job itself, sent as `stopped_by` when not empty: "partition" (no
+  // reply from the control plane for partition_stop_ms). "": it ended on its own, or was stopped
+  // on the control plane's order.
+  std::string stopped_by = "";
 };
 
 // POST /v1/agent/register body.

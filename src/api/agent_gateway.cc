@@ -128,9 +128,15 @@ Status CheckHeartbeatJobs(const Json& body) {
       }
       Status known = OnlyKnownFields(e,
                                      {"job", "exit_code", "signal", "pid", "output_bytes", "active",
-                                      "gpu_memory_used_mib", "swap", "swapped_mib"},
+                                      "gpu_memory_used_mib", "swap", "swapped_mib", "stopped_by"},
                                      std::string("heartbeat: a '") + key + "' entry");
       if (!known.ok()) return known;
+      // Why the agent stopped a job itself: only "partition" (docs/agent-protocol.md, "Faults").
+      if (e.contains("stopped_by") &&
+          (std::string(key) != "finished" || e["stopped_by"] != kStoppedByPartition)) {
+        return Status::InvalidArgument(std::string("'") + key +
+                                       ".stopped_by' must be \"partition\" in a 'finished' entry");
+      }
       for (const char* f : {"exit_code", "signal", "pid", "output_bytes"}) {
         if (e.contains(f) && !e[f].is_number_integer()) {
           return Status::InvalidArgument(std::string("'") + key + "." + f + "' must be an integer");
@@ -287,7 +293,7 @@ Result<Json> Engine::RegisterNode(const Identity& who, const Json& body) {
       continue;
     const auto on = NodesOf(it->second);
     if (std::find(on.begin(), on.end(), n.name) == on.end()) continue;
-    FinishPartLocked(it->second, n.name, f.value("exit_code", -1), f.value("signal", 0), b);
+    FinishReportedLocked(it->second, n.name, f, b);
   }
   // What the agent runs now is the truth: a job the control plane believed started there that
   // the (restarted) agent does not run is over there, at once rather than at a heartbeat timeout.
@@ -467,7 +473,7 @@ Result<std::pair<Json, int64_t>> Engine::HeartbeatQueued(const Identity& who, co
     ack.push_back(id);
     auto it = jobs_.find(id);
     if (it == jobs_.end() || !on_node(it->second) || it->second.parts_done.count(node)) continue;
-    FinishPartLocked(it->second, node, f.value("exit_code", -1), f.value("signal", 0), b);
+    FinishReportedLocked(it->second, node, f, b);
   }
   for (const auto& r : body.value("running", Json::array())) {
     auto it = jobs_.find(r["job"].get<std::string>());

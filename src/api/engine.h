@@ -476,6 +476,9 @@ class Engine {
   // requeued (if its queue says so) or ended as lost, for `why`.
   void LoseJobLocked(Job& j, const std::string& node, const std::string& why, Batch& b);
   void FinishPartLocked(Job& j, const std::string& node, int code, int sig, Batch& b);
+  // A `finished` entry of `node`'s agent: the part's end (FinishPartLocked), or, stopped by the
+  // agent itself for a partition (`stopped_by`), the job lost there as on a lost node.
+  void FinishReportedLocked(Job& j, const std::string& node, const Json& f, Batch& b);
   // RegisterNode's node and devices from its body, checked (the agent's `running` list aside).
   static Result<NodeInfo> NodeOfRegistration(const Json& body);
   Json StartOrderLocked(Job& j, const NodeInfo& n) const;

@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "api/engine.h"
+#include "model/agent_protocol.h"
 
 namespace tessera::api {
 
@@ -81,6 +82,23 @@ void Engine::ExpireStartsLocked(Batch& b) {
                   b);
     cycle_wanted_ = true;
   }
+}
+
+void Engine::FinishReportedLocked(Job& j, const std::string& node, const Json& f, Batch& b) {
+  // Cut off from every server for partition_stop, the agent stopped the job itself, and reached
+  // the leader again before it released the node's jobs (MarkLostLocked): the job did not end,
+  // it was lost on the node; requeued (or lost) as its queue says, not failed for the signal.
+  // Cancelled, preempted or stopped by a guard meanwhile, the stop is the one ordered.
+  if (f.value("stopped_by", "") == kStoppedByPartition && !j.cancel_requested && !j.guard_stopped &&
+      j.state != JobState::kPreempting) {
+    LoseJobLocked(j, node,
+                  "its agent on node '" + node +
+                      "' stopped it, cut off from the control plane for partition_stop",
+                  b);
+    cycle_wanted_ = true;
+    return;
+  }
+  FinishPartLocked(j, node, f.value("exit_code", -1), f.value("signal", 0), b);
 }
 
 void Engine::LoseJobLocked(Job& j, const std::string& node, const std::string& why, Batch& b) {

@@ -22,6 +22,12 @@ inline constexpr int64_t kAgentProtocolMinServed = 1;
 // The version of a registration without a `protocol` field.
 inline constexpr int64_t kAgentProtocolUnversioned = 1;
 
+// A `finished` entry's `stopped_by` (optional, no version of its own: a server before it answers
+// 400 naming the field and the agent sends its exits without it from then on): the agent stopped
+// the job itself, cut off from every server for partition_stop_ms. The job did not end: the
+// leader requeues it (or ends it lost), as a lost node's.
+inline constexpr const char* kStoppedByPartition = "partition";
+
 // Every refusal of a version starts with this: the agent recognizes it and exits.
 inline constexpr const char* kAgentProtocolRefusalPrefix = "agent protocol ";
 

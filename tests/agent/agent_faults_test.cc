@@ -82,6 +82,15 @@ class FaultyControlPlane {
       json body = json::parse(req.body, nullptr, false);
       std::lock_guard<std::mutex> lock(mu_);
       ++heartbeats_;
+      for (const json& f : body["finished"]) {
+        if (old_server_ && f.contains("stopped_by")) {  // as a server before the field
+          res.status = 400;
+          res.set_content(
+              R"({"error": "heartbeat: a 'finished' entry: unknown field 'stopped_by'"})",
+              "application/json");
+          return;
+        }
+      }
       json reply = {{"start", json::array()}, {"cancel", json::array()}, {"ack", json::array()}};
       running_.clear();
       for (const json& r : body["running"]) {
@@ -157,7 +166,8 @@ class FaultyControlPlane {
     std::lock_guard<std::mutex> lock(mu_);
     ack_after_ = n;
   }
-  // Refuses a registration with `finished` (400, unknown field), as a server before issue 33.
+  // Refuses a registration with `finished` and a heartbeat's `finished` entry with `stopped_by`
+  // (400, unknown field), as a server before those fields.
   void BeOld() {
     std::lock_guard<std::mutex> lock(mu_);
     old_server_ = true;
@@ -421,8 +431,60 @@ TEST(AgentFaults, ACutOffAgentStopsItsJobsAfterPartitionStopMsAndReportsThemLate
   cp.Up();
   ASSERT_TRUE(WaitFor([&] { return cp.Acked("p1"); }, 10s));
   EXPECT_EQ(cp.Finished("p1")["signal"], SIGTERM);
+  // Why it ended: the leader requeues it (as for a lost node) rather than take it for the job's
+  // own end (the soak's exit-143 failures).
+  EXPECT_EQ(cp.Finished("p1").value("stopped_by", ""), "partition") << cp.Finished("p1").dump();
   EXPECT_EQ(agent.Stop(), 0);
   EXPECT_EQ(cp.Violations(), std::vector<std::string>{});
+}
+
+// The reason is in the exit record on disk: an agent restarted while still cut off reports the
+// job as stopped for the partition in its registration. A job that ended on its own is not.
+TEST(AgentFaults, APartitionStopOutlivesARestartOfTheAgent) {
+  TempDir dir;
+  FaultyControlPlane cp;
+  cp.SetPartitionStopMs(1000);
+  auto agent = std::make_unique<Agent>(cp.url(), dir.path());
+  cp.Start("p2", Sh("exec sleep 30"));
+  cp.Start("own", Sh("exit 3"));
+  int pid = 0;
+  ASSERT_TRUE(WaitFor([&] { return (pid = cp.Pid("p2")) > 0 && cp.Acked("own"); }, 10s));
+  EXPECT_FALSE(cp.Finished("own").contains("stopped_by")) << cp.Finished("own").dump();
+  cp.Down();
+  ASSERT_TRUE(WaitFor([&] { return kill(pid, 0) != 0; }, 10s)) << "the job kept running";
+  EXPECT_EQ(agent->Stop(), 0);  // restarted before it could report the exit
+  agent.reset();
+  const std::string record = ReadAll(dir.path() + "/jobs/exits/p2.json");
+  EXPECT_NE(record.find("\"stopped_by\":\"partition\""), std::string::npos) << record;
+  cp.Up();
+  agent = std::make_unique<Agent>(cp.url(), dir.path());
+  ASSERT_TRUE(WaitFor([&] { return cp.Acked("p2"); }, 10s));
+  const json reg = cp.Registrations().back();
+  ASSERT_EQ(reg.value("finished", json::array()).size(), 1u) << reg.dump();
+  EXPECT_EQ(reg["finished"][0].value("stopped_by", ""), "partition") << reg.dump();
+  EXPECT_EQ(agent->Stop(), 0);
+}
+
+// A server from before `stopped_by` refuses a heartbeat that carries it (400, unknown field):
+// the agent reports its exits without the field from then on, rather than retry the refused
+// body forever (that server takes the exit for the job's end, as before the field).
+TEST(AgentFaults, AServerWithoutStoppedByGetsTheExitWithoutIt) {
+  TempDir dir;
+  FaultyControlPlane cp;
+  cp.BeOld();
+  cp.SetPartitionStopMs(1000);
+  Agent agent(cp.url(), dir.path());
+  cp.Start("p3", Sh("exec sleep 30"));
+  int pid = 0;
+  ASSERT_TRUE(WaitFor([&] { return (pid = cp.Pid("p3")) > 0; }, 10s));
+  cp.Down();
+  ASSERT_TRUE(WaitFor([&] { return kill(pid, 0) != 0; }, 10s)) << "the job kept running";
+  cp.Up();
+  ASSERT_TRUE(WaitFor([&] { return cp.Acked("p3"); }, 10s))
+      << testing::Joined(agent.Logged({"stopped_by"}));
+  EXPECT_FALSE(cp.Finished("p3").contains("stopped_by"));
+  EXPECT_EQ(agent.Logged({"stopped_by"}).size(), 1u) << "said once";
+  EXPECT_EQ(agent.Stop(), 0);
 }
 
 }  // namespace

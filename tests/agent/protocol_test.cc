@@ -216,7 +216,7 @@ TEST(AgentProtocol, FinishedInRegistrationEpochAndPartitionStop) {
   Inventory inv;
   inv.node = "host-a";
   EXPECT_FALSE(json::parse(RegisterBody(inv, true)).contains("finished"));
-  json j = json::parse(RegisterBody(inv, true, {}, {FinishedReport{"j-1", 3, 9, 12}}));
+  json j = json::parse(RegisterBody(inv, true, {}, {FinishedReport{"j-1", 3, 9, 12, ""}}));
   ASSERT_EQ(j["finished"].size(), 1u) << j.dump();
   EXPECT_EQ(j["finished"][0],
             json({{"job", "j-1"}, {"exit_code", 3}, {"signal", 9}, {"output_bytes", 12}}));

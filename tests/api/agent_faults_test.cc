@@ -126,6 +126,61 @@ TEST_F(AgentFaultsTest, ALostNodesJobsAreReleasedOnlyAfterItsAgentHasStoppedThem
   ASSERT_TRUE(engine_->CheckInvariants().ok());
 }
 
+// The 30-minute soak's failures: a cut-off agent stopped its job itself (partition_stop), then
+// reached the leader again before the leader released the node's jobs, and reported exit 143;
+// the leader took that for the job's own end and recorded it failed. The agent says why it
+// stopped the job (`stopped_by: partition`): the job is requeued (its queue requeues on loss)
+// with an event saying so, or lost where the queue does not requeue, as for a lost node.
+TEST_F(AgentFaultsTest, AJobItsAgentStoppedForAPartitionIsRequeuedNotFailed) {
+  std::string config = std::string(kConfig) + "partition_stop: 20s\n";
+  const std::string training = "requeue_on_loss: true}\n";
+  config.insert(config.find(training) + training.size(),
+                "  - {name: once, profile: train, groups: [research], requeue_on_loss: false}\n");
+  Start("agent-partition-stop", config);
+  ASSERT_TRUE(RegisterWith("n1", Json::object()).ok());
+  const std::string a = RunOne();
+  now_ += 12'000;  // lost at 10 s, released at 40 s: in between, the agent heals
+  ASSERT_TRUE(engine_->Tick().ok());
+  ASSERT_EQ(State(a), "running");
+  Heartbeat("n1",
+            {{"finished",
+              {{{"job", a}, {"exit_code", 143}, {"signal", 0}, {"stopped_by", "partition"}}}}});
+  EXPECT_NE(State(a), "failed");
+  Json job = *engine_->GetJob(Who("admin"), a);
+  EXPECT_TRUE(job["state"] == "pending" || job["state"] == "placed" || job["state"] == "starting")
+      << job.dump();
+  auto events =
+      (*engine_->Events(Who("admin"), 0, 1000, store::EventFilter{"job.", a, ""}))["events"];
+  bool requeued = false;
+  for (const auto& e : events) {
+    EXPECT_NE(e["kind"], "job.failed") << events.dump();
+    if (e["kind"] == "job.requeued" && e.value("reason", "").find("partition") != std::string::npos)
+      requeued = true;
+  }
+  EXPECT_TRUE(requeued) << "no job.requeued event naming the partition: " << events.dump();
+  ASSERT_TRUE(engine_->CheckInvariants().ok());
+
+  // A queue that does not requeue on loss: the job is lost (not failed), as on a lost node.
+  ASSERT_TRUE(RegisterWith("n2", Json::object()).ok());  // n1's card may hold `a` again
+  std::string b =
+      (*engine_->Submit(Who("alice"), {{"queue", "once"}, {"command", {"sleep", "9"}}}))["id"];
+  Heartbeat("n2");
+  Heartbeat("n2", {{"running", {{{"job", b}, {"pid", 8}}}}});
+  ASSERT_EQ(State(b), "running");
+  Heartbeat("n2",
+            {{"finished",
+              {{{"job", b}, {"exit_code", 0}, {"signal", 15}, {"stopped_by", "partition"}}}}});
+  EXPECT_EQ(State(b), "lost");
+
+  // Any other reason is refused, naming the field.
+  auto bad = engine_->Heartbeat(
+      Who("agent"), {{"node", "n2"}, {"finished", {{{"job", b}, {"stopped_by", "whim"}}}}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("finished.stopped_by"), std::string::npos)
+      << bad.status().message();
+  ASSERT_TRUE(engine_->CheckInvariants().ok());
+}
+
 // Issue 37's runtime guard, served: a queue's max_runtime stops a running job through its agent
 // (the cancel order and grace a preemption uses), and the job then ends, not requeued; while it
 // runs, the job says when the guard will stop it.

@@ -20,6 +20,8 @@
 #include "api/server.h"
 #include "common/text.h"
 #include "sim/scenario.h"
+#include "support/served_engine.h"
+#include "support/test_dir.h"
 #include "support/wait.h"
 
 namespace tessera::api {
@@ -97,44 +99,25 @@ std::string Request(const std::string& method, const std::string& target, const 
 class HostileRequestTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = ::testing::TempDir() + "/hostile_" + std::to_string(::getpid());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
+    dir_ = tessera::testing::FreshTestDir("hostile");
     Start();
   }
-  void TearDown() override { Stop(); }
+  // The engine over dir_'s store (again, after Stop: a restart), with agent1's node registered.
   void Start() {
-    auto store = store::Store::Open(dir_ + "/t.db");
-    ASSERT_TRUE(store.ok());
-    auto c = ParseConfig(kConfig);
-    ASSERT_TRUE(c.ok()) << c.status().ToString();
-    c->whatif_replay = sim::WhatIfReport;  // as `tessera serve` wires it
-    auto e = Engine::Open(*c, std::move(*store), dir_, [] { return int64_t{1'000'000}; });
-    ASSERT_TRUE(e.ok()) << e.status().ToString();
-    engine_ = std::move(*e);
-    server_ = std::make_unique<ApiServer>(engine_.get());
-    auto port = server_->Bind("127.0.0.1", 0);
-    ASSERT_TRUE(port.ok());
-    port_ = *port;
-    thread_ = std::thread([this] { server_->Run(50); });
-    client_ = std::make_unique<httplib::Client>("127.0.0.1", port_);
-    ASSERT_TRUE(tessera::testing::WaitFor(
-        [&] { return static_cast<bool>(client_->Get("/v1/health")); }, std::chrono::seconds(2)))
-        << "the server never answered";
-    auto r =
-        client_->Post("/v1/agent/register", {{"Authorization", "Bearer agent1-token-1"}},
-                      R"({"node":"n1","cpu_milli":64000,"memory_mib":262144,"devices":[{"index":0,)"
-                      R"("model":"H100-80GB","memory_mib":81920,"uuid":"u0"}]})",
-                      "application/json");
-    ASSERT_TRUE(r && r->status == 200) << (r ? r->body : "no answer");
+    ASSERT_TRUE(served_.Start(
+        dir_, kConfig, [] { return int64_t{1'000'000}; },
+        [](EngineConfig& c) { c.whatif_replay = sim::WhatIfReport; }));  // as `tessera serve`
+    port_ = served_.port();
+    client_ = &served_.client();
+    ASSERT_EQ(served_.Send("POST", "/v1/agent/register", "agent1-token-1",
+                           R"({"node":"n1","cpu_milli":64000,"memory_mib":262144,"devices":[)"
+                           R"({"index":0,"model":"H100-80GB","memory_mib":81920,"uuid":"u0"}]})"),
+              200)
+        << served_.body();
   }
   void Stop() {
-    if (!server_) return;
-    server_->Stop();
-    thread_.join();
-    client_.reset();
-    server_.reset();
-    engine_.reset();
+    served_.Stop();
+    client_ = nullptr;
   }
   int Get(const std::string& path, const std::string& token) {
     auto r = client_->Get(path.c_str(), {{"Authorization", "Bearer " + token}});
@@ -154,12 +137,10 @@ class HostileRequestTest : public ::testing::Test {
     EXPECT_EQ(ev->status, 200) << when << ": " << ev->body;
   }
 
+  tessera::testing::ServedEngine served_;
   std::string dir_;
   int port_ = 0;
-  std::unique_ptr<Engine> engine_;
-  std::unique_ptr<ApiServer> server_;
-  std::unique_ptr<httplib::Client> client_;
-  std::thread thread_;
+  httplib::Client* client_ = nullptr;
 };
 
 TEST_F(HostileRequestTest, InvalidUtf8InAPathOrQueryNeverBreaksTheEventLog) {

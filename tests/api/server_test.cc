@@ -13,6 +13,8 @@
 
 #include "api/routes.h"
 #include "forwarding_store.h"
+#include "support/served_engine.h"
+#include "support/test_dir.h"
 #include "support/wait.h"
 
 namespace tessera::api {
@@ -31,28 +33,11 @@ queues: [{name: notebooks, profile: nb, groups: [research]}]
 class ServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = ::testing::TempDir() + "/server_" + std::to_string(::getpid());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-    auto store = store::Store::Open(dir_ + "/t.db");
-    ASSERT_TRUE(store.ok());
-    auto e =
-        Engine::Open(*ParseConfig(kConfig), std::move(*store), dir_, [] { return int64_t{1000}; });
-    ASSERT_TRUE(e.ok());
-    engine_ = std::move(*e);
-    server_ = std::make_unique<ApiServer>(engine_.get());
-    auto port = server_->Bind("127.0.0.1", 0);
-    ASSERT_TRUE(port.ok());
-    port_ = *port;
-    thread_ = std::thread([this] { server_->Run(50); });
-    client_ = std::make_unique<httplib::Client>("127.0.0.1", port_);
-    ASSERT_TRUE(tessera::testing::WaitFor(
-        [&] { return static_cast<bool>(client_->Get("/v1/health")); }, std::chrono::seconds(2)))
-        << "the server never answered";
-  }
-  void TearDown() override {
-    server_->Stop();
-    thread_.join();
+    ASSERT_TRUE(served_.Start(tessera::testing::FreshTestDir("server"), kConfig,
+                              [] { return int64_t{1000}; }));
+    engine_ = &served_.engine();
+    client_ = &served_.client();
+    port_ = served_.port();
   }
   httplib::Headers Auth(const std::string& token) { return {{"Authorization", "Bearer " + token}}; }
   static std::string Error(const httplib::Result& r) {
@@ -60,11 +45,9 @@ class ServerTest : public ::testing::Test {
     return j.is_discarded() ? "<not json: " + r->body + ">" : j.value("error", "<no error field>");
   }
 
-  std::string dir_;
-  std::unique_ptr<Engine> engine_;
-  std::unique_ptr<ApiServer> server_;
-  std::unique_ptr<httplib::Client> client_;
-  std::thread thread_;
+  tessera::testing::ServedEngine served_;
+  Engine* engine_ = nullptr;
+  httplib::Client* client_ = nullptr;
   int port_ = 0;
 };
 

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -35,13 +36,17 @@ class ServedEngine {
   ServedEngine& operator=(const ServedEngine&) = delete;
   ~ServedEngine() { Stop(); }
 
-  // Parses `config_yaml`, opens the engine over DIR/t.db with `clock` and serves it; fails,
-  // saying why, when any step does or the server does not answer /v1/health within 2 s.
+  // Parses `config_yaml` (then lets `adjust` change it, as `tessera serve` wires parts in), opens
+  // the engine over DIR/t.db with `clock` and serves it; fails, saying why, when any step does or
+  // the server does not answer /v1/health within 2 s. Starting again over the same DIR is a
+  // restart over the same store.
   ::testing::AssertionResult Start(const std::string& dir, const std::string& config_yaml,
-                                   api::Clock clock = WallMs) {
+                                   api::Clock clock = WallMs,
+                                   const std::function<void(api::EngineConfig&)>& adjust = {}) {
     Stop();
     auto config = api::ParseConfig(config_yaml);
     if (!config.ok()) return ::testing::AssertionFailure() << config.status().ToString();
+    if (adjust) adjust(*config);
     auto store = store::Store::Open(dir + "/t.db");
     if (!store.ok()) return ::testing::AssertionFailure() << store.status().ToString();
     auto engine = api::Engine::Open(*config, std::move(*store), dir, std::move(clock));
@@ -85,6 +90,7 @@ class ServedEngine {
   int port() const { return port_; }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
   api::Engine& engine() { return *engine_; }
+  httplib::Client& client() { return *client_; }
 
  private:
   std::unique_ptr<api::Engine> engine_;

@@ -2,7 +2,7 @@
 // 100,000 pending jobs over 10,000 nodes of 8 GPUs). Prints the time per cycle, jobs admitted
 // per second and the conditions. Same code as `tessera bench cycle`.
 //
-//   scheduling_cycle_bench [--nodes N] [--jobs J] [--seed S]
+//   scheduling_cycle_bench [--nodes N] [--jobs J] [--seed S] [--models 1|4]
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -18,16 +18,20 @@ int main(int argc, char** argv) {
       o.jobs = std::atoi(argv[i + 1]);
     else if (std::strcmp(argv[i], "--seed") == 0)
       o.seed = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (std::strcmp(argv[i], "--models") == 0 &&
+             (std::atoi(argv[i + 1]) == 1 || std::atoi(argv[i + 1]) == 4))
+      o.models = std::atoi(argv[i + 1]);
     else {
-      std::fprintf(stderr, "usage: %s [--nodes N] [--jobs J] [--seed S]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--nodes N] [--jobs J] [--seed S] [--models 1|4]\n", argv[0]);
       return 2;
     }
   }
   auto r = tessera::sim::RunCycleBench(o);
   std::printf(
-      "scheduling cycle: %d nodes x 8 H100-80GB (%d GPUs), %d pending jobs, seed %llu, "
+      "scheduling cycle: %d nodes x 8 %s (%d GPUs), %d pending jobs, seed %llu, "
       "single thread\n",
-      r.nodes, r.gpus, r.pending, static_cast<unsigned long long>(o.seed));
+      r.nodes, o.models == 4 ? "GPUs of 4 models, quotas per model" : "H100-80GB", r.gpus,
+      r.pending, static_cast<unsigned long long>(o.seed));
   std::printf("  cycle 1: %d admitted in %.3f s = %.0f jobs admitted/s (%d preempted)\n",
               r.admitted, r.cycle_seconds, r.admitted_per_second, r.preempted);
   std::printf("  cycle 2 (5%% finished, as many arrived): %d pending -> %d admitted in %.3f s\n",

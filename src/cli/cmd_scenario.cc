@@ -81,13 +81,18 @@ int RunCycleBenchCommand(const CycleBenchCli& c) {
                         {"second_admitted", r.second_admitted},
                         {"second_cycle_seconds", r.second_cycle_seconds},
                         {"setup_seconds", r.setup_seconds},
+                        {"models", c.options.models},
                         {"invariants", r.invariants}};
     std::cout << j.dump(2) << "\n";
   } else {
     std::printf(
-        "scheduling cycle: %d nodes x 8 H100-80GB (%d GPUs; pools 50%% whole, 20%% "
-        "partition, 30%% share), 8 groups, seed %llu, single thread\n",
-        r.nodes, r.gpus, static_cast<unsigned long long>(c.options.seed));
+        "scheduling cycle: %d nodes x 8 %s (%d GPUs; pools 50%% whole, 20%% "
+        "partition, 30%% share), 8 groups%s, seed %llu, single thread\n",
+        r.nodes,
+        c.options.models == 4 ? "GPUs of 4 models (H100-80GB, H200-141GB, A100-80GB, A100-40GB)"
+                              : "H100-80GB",
+        r.gpus, c.options.models == 4 ? " with quotas per model" : "",
+        static_cast<unsigned long long>(c.options.seed));
     std::printf(
         "  cycle 1: %d pending -> %d admitted in %.3f s = %.0f jobs admitted/s "
         "(%d preempted, %d repartitions)\n",
@@ -188,6 +193,10 @@ void RegisterScenarioCommands(CLI::App& app, CommandContext& ctx) {
   cycle->add_option("--nodes", c->options.nodes, "nodes of 8 GPUs (10000)");
   cycle->add_option("--jobs", c->options.jobs, "pending jobs (100000)");
   cycle->add_option("--seed", c->options.seed, "seed of the job mix (42)");
+  cycle
+      ->add_option("--models", c->options.models,
+                   "GPU models in the fleet: 1, or 4 with quotas per model (1)")
+      ->check(CLI::IsMember({1, 4}));
   cycle->add_flag("--json", c->json, "print one JSON object");
   cycle->callback([c, &ctx] { ctx.exit_code = RunCycleBenchCommand(*c); });
 }

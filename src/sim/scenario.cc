@@ -322,6 +322,11 @@ class ScenarioRun {
       MilliGpu held = gv[g].usage.gpu_milli;
       gr.gpu_held.push_back(held);
       gr.max_gpu_held = std::max(gr.max_gpu_held, held);
+      for (auto& [model, m] : gr.model_held) m = 0;
+      for (const quota::ModelQuotaView& m : gv[g].models) {
+        gr.model_held[m.model] = m.usage;
+        gr.max_model_held[m.model] = std::max(gr.max_model_held[m.model], m.usage);
+      }
       group_held_sum_[g] += static_cast<double>(held);
       if (held > gv[g].limit.gpu_milli) gr.limit_exceeded = true;
       // Short of its reservation while asking for something inside it?

@@ -34,6 +34,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -116,6 +117,10 @@ struct GroupReport {
   std::vector<int64_t> reclaim_times_s;
   int64_t reclaim_max_s = 0;
   bool limit_exceeded = false;
+  // Per GPU model it has a quota on or held something of (GroupSpec::models): the most it held
+  // at a cycle and what it held at the last one, in milli-GPU.
+  std::map<std::string, MilliGpu> max_model_held;
+  std::map<std::string, MilliGpu> model_held;
 };
 
 struct ClassReport {

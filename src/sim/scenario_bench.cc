@@ -26,6 +26,8 @@ CycleBenchInput MakeCycleBenchInput(const CycleBenchOptions& o) {
       {"training", {F::kWhole}}, {"inference", {F::kPartition}}, {"interactive", {F::kShare}}};
   const int kGroups = 8;
   int gpus = o.nodes * 8;
+  static const char* kModels[] = {"H100-80GB", "H200-141GB", "A100-80GB", "A100-40GB"};
+  const bool four = o.models == 4;
   for (int g = 0; g < kGroups; ++g) {
     quota::GroupSpec gs;
     gs.name = "team" + std::to_string(g);
@@ -33,6 +35,10 @@ CycleBenchInput MakeCycleBenchInput(const CycleBenchOptions& o) {
     gs.limit = quota::UnlimitedResources();
     gs.limit.gpu_milli = static_cast<MilliGpu>(gpus) * kWholeGpu / 3;
     gs.weight_milli = 1000 + 250 * g;
+    for (int m = 0; four && m < 4; ++m) {
+      gs.models.push_back(
+          {kModels[m], gs.reservation.gpu_milli / 8, static_cast<MilliGpu>(gpus) * kWholeGpu / 8});
+    }
     p.groups.push_back(gs);
   }
   std::vector<std::string>& all_groups = in.groups;
@@ -49,6 +55,11 @@ CycleBenchInput MakeCycleBenchInput(const CycleBenchOptions& o) {
       {"notebooks", "share", all_groups, 8, true, C::kInteractive},
       {"ci", "share", all_groups, 3, true, C::kCi},
   };
+  if (four) {
+    p.queues[0].models = {kModels[0], kModels[1]};
+    p.queues[1].models = {kModels[0], kModels[1], kModels[2], kModels[3]};
+    p.queues[2].models = {kModels[2], kModels[0], kModels[3]};
+  }
   std::vector<quota::NodeSpec>& nodes = in.nodes;
   for (int i = 0; i < o.nodes; ++i) {
     quota::NodeSpec n;
@@ -57,7 +68,7 @@ CycleBenchInput MakeCycleBenchInput(const CycleBenchOptions& o) {
     n.pool = bucket < 5 ? "training" : bucket < 7 ? "inference" : "interactive";
     n.cpu_milli = 192000;
     n.memory_mib = 2048 * 1024;
-    n.gpu_model = "H100-80GB";
+    n.gpu_model = four ? kModels[(i / 10) % 4] : "H100-80GB";
     n.gpu_count = 8;
     nodes.push_back(n);
   }

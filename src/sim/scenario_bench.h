@@ -6,6 +6,12 @@
 // partitions, capped shares) and priorities; then times RunCycle on the full backlog, and a
 // second cycle after 5% of the running jobs finish and as many new jobs arrive.
 //
+// With models = 4 the fleet is four GPU models (H100-80GB, H200-141GB, A100-80GB, A100-40GB, a
+// quarter of each pool each), every group also reserves an eighth of its reservation on each
+// model and may hold at most half of each model's cards, and the queues list the models they
+// accept in order (training: all four; serving: A100-80GB, H100-80GB, A100-40GB; notebooks and
+// CI: any): quotas per GPU model (docs/scheduling.md).
+//
 // Thread-safety: none; single-threaded by design (the cycle is).
 #pragma once
 
@@ -22,6 +28,7 @@ struct CycleBenchOptions {
   int nodes = 10000;
   int jobs = 100000;
   uint64_t seed = 42;
+  int models = 1;  // GPU models in the fleet: 1 (H100-80GB) or 4 (with quotas per model)
 };
 
 struct CycleBenchResult {

@@ -12,6 +12,12 @@
 namespace tessera::verify {
 
 namespace part = partition;
+
+// A model's name as the catalog spells it (as NodeInfo::model does), else as given.
+static std::string CanonicalModel(const std::string& name) {
+  const part::GpuModel* m = part::Catalog::BuiltIn().Find(name);
+  return m != nullptr ? m->name : name;
+}
 using internal::Nominal;
 using quota::EventKind;
 using quota::JobState;
@@ -255,6 +261,17 @@ void Checker::CheckLimits(const Snapshot& s, int64_t now) {
                  l.ToString(),
              {}, {world_.group_names[g]});
     }
+    for (const quota::ModelQuota& mq : world_.policy.groups[g].models) {
+      const std::string model = CanonicalModel(mq.model);
+      auto it = s.model_usage[g].find(model);
+      const MilliGpu held = it == s.model_usage[g].end() ? 0 : it->second;
+      if (held > mq.limit) {
+        Report("safety.limits", now,
+               "group " + world_.group_names[g] + " holds " + std::to_string(held) +
+                   " milli-GPU of " + model + ", past its limit there " + std::to_string(mq.limit),
+               {}, {world_.group_names[g]});
+      }
+    }
   }
 }
 
@@ -280,6 +297,26 @@ void Checker::CheckReclaim(const Snapshot& s, int64_t now) {
     for (int g = wants_[v].group; g >= 0; g = world_.parent[g]) own_claims[g] += Nominal(wants_[v]);
   }
   own_for_own_.clear();
+  // Per GPU model: a victim's group at or above its reservation on a model before this cycle is
+  // not below it after (what it gave up for its own jobs excepted, as above).
+  for (const auto& [g, ids] : victims_of) {
+    if (own_claims[g] > 0 || static_cast<size_t>(g) >= prev_model_staying_.size()) continue;
+    for (const quota::ModelQuota& mq : world_.policy.groups[g].models) {
+      const std::string model = CanonicalModel(mq.model);
+      auto before = prev_model_staying_[g].find(model);
+      auto after = s.model_staying[g].find(model);
+      const MilliGpu was = before == prev_model_staying_[g].end() ? 0 : before->second;
+      const MilliGpu is = after == s.model_staying[g].end() ? 0 : after->second;
+      if (mq.reservation > 0 && was >= mq.reservation && is < mq.reservation) {
+        Report("safety.reclaim", now,
+               "reclaim or a drain for another group took group " + world_.group_names[g] + " to " +
+                   std::to_string(is) + " milli-GPU of " + model +
+                   ", below its reservation there " + std::to_string(mq.reservation),
+               ids);
+      }
+    }
+  }
+  prev_model_staying_ = s.model_staying;
   for (const auto& [g, ids] : victims_of) {
     const MilliGpu reservation = world_.policy.groups[g].reservation.gpu_milli;
     if (s.staying[g] + own_claims[g] < reservation) {

@@ -5,11 +5,14 @@
 //
 //   safety.exclusive      no device (or partition) in two grants; no whole grant beside others
 //   safety.capacity       device compute and memory, partitions, node CPU and memory hold
-//   safety.limits         no group, nor any ancestor, holds past its limit
+//   safety.limits         no group, nor any ancestor, holds past its limit (also per GPU model)
 //   safety.layout         MIG instances at legal starts without overlap; AMD pairs legal, one
 //                         memory mode per node
 //   safety.reclaim        reclaim leaves every victim's group at or above its reservation, and
-//                         frees for a group no more than its reservation lacks (plus one victim)
+//                         frees for a group no more than its reservation lacks (plus one victim);
+//                         a reservation per GPU model is a promise too: reclaim for another group
+//                         takes no victim's group on a model from at or above its reservation
+//                         there to below it
 //   safety.preemption     only preemptible work is preempted, and only for a job of higher
 //                         priority in the same group, a group below its reservation, or a drain
 //   liveness.start        a waiting job the free capacity could hold (its own brute-force search,
@@ -129,6 +132,8 @@ class Checker {
   std::vector<char> was_pending_;       // by handle, at the last look (backfill.head)
   std::set<int> paid_for_;              // jobs others were preempted for, until they start
   std::map<int, int64_t> short_since_;  // liveness.reservation: handle -> first cycle owed
+  // safety.reclaim per GPU model: each group's running GPU per model at the last check.
+  std::vector<std::map<std::string, MilliGpu>> prev_model_staying_;
   // Victims leaving for a claimant: victim handle -> claimant handle, while terminating.
   std::map<int, int> leaving_for_;
   // Victims leaving for a claimant by any preemption (reclaim, priority, drain).

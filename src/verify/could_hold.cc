@@ -21,6 +21,7 @@ World World::Make(const quota::PolicySpec& policy, const std::vector<quota::Node
   for (const quota::NodeSpec& n : nodes) {
     NodeInfo ni{n.name, n.pool, n.cpu_milli, n.memory_mib, {}};
     const part::GpuModel* m = part::Catalog::BuiltIn().Find(n.gpu_model);
+    ni.model = m != nullptr ? m->name : n.gpu_model;
     const bool amd_split =
         m != nullptr && m->is_amd() && !n.amd_mode.empty() && n.amd_mode != "SPX+NPS1";
     for (int d = 0; d < n.gpu_count; ++d) {
@@ -78,6 +79,10 @@ Want World::Resolve(const quota::JobSpec& spec) const {
   if (!forms.ok()) return w;
   w.forms = *forms;
   w.pools = p->pools;
+  for (const std::string& m : q->models) {
+    const part::GpuModel* gm = part::Catalog::BuiltIn().Find(m);
+    w.models.push_back(gm != nullptr ? gm->name : m);
+  }
   w.count = spec.gpu_count.value_or(p->gpu_count);
   w.milli = spec.gpu_milli.value_or(p->gpu_milli);
   w.gpu_mem = spec.gpu_memory_mib.value_or(p->gpu_memory_mib);
@@ -107,6 +112,8 @@ Snapshot Snapshot::Take(const World& w, const quota::QuotaEngine& e,
   s.usage.assign(w.group_names.size(), {});
   s.staying.assign(w.group_names.size(), 0);
   s.guaranteed.assign(w.group_names.size(), 0);
+  s.model_usage.assign(w.group_names.size(), {});
+  s.model_staying.assign(w.group_names.size(), {});
   s.jobs.resize(e.job_count());
   for (int h = 0; h < e.job_count(); ++h) {
     JobNow& j = s.jobs[h];
@@ -118,12 +125,14 @@ Snapshot Snapshot::Take(const World& w, const quota::QuotaEngine& e,
     j.start = view.start_time;
     j.idle_since = view.idle_since;
     j.swapped_out = view.swapped_out;
+    std::map<std::string, MilliGpu> by_model;
     for (const quota::GrantView& g : j.grants) {
       j.charge += Resources{g.compute, g.memory, g.cpu, g.host_memory};
       auto n = node_of.find(g.node);
       if (n != node_of.end()) {
         s.cpu_free[n->second] -= g.cpu;
         s.mem_free[n->second] -= g.host_memory;
+        by_model[w.nodes[n->second].model] += g.compute;
       }
       auto d = dev_of.find({g.node, g.device});
       if (d == dev_of.end() || !j.form) continue;
@@ -134,6 +143,10 @@ Snapshot Snapshot::Take(const World& w, const quota::QuotaEngine& e,
       if (j.state == quota::JobState::kRunning) s.staying[g] += j.charge.gpu_milli;
       if (j.state == quota::JobState::kRunning && !j.borrowed)
         s.guaranteed[g] += j.charge.gpu_milli;
+      for (const auto& [model, c] : by_model) {
+        s.model_usage[g][model] += c;
+        if (j.state == quota::JobState::kRunning) s.model_staying[g][model] += c;
+      }
     }
   }
   return s;
@@ -144,6 +157,13 @@ namespace {
 bool InPools(const Want& want, const std::string& pool) {
   return want.pools.empty() ||
          std::find(want.pools.begin(), want.pools.end(), pool) != want.pools.end();
+}
+
+// A node of a pool and GPU model the job accepts.
+bool Serves(const Want& want, const NodeInfo& node) {
+  return InPools(want, node.pool) &&
+         (want.models.empty() ||
+          std::find(want.models.begin(), want.models.end(), node.model) != want.models.end());
 }
 
 // Holders left once `gone` jobs have left.
@@ -186,7 +206,7 @@ bool HoldWhole(const World& w, const Snapshot& s, const Want& want, const std::v
                std::string* where) {
   for (size_t n = 0; n < w.nodes.size(); ++n) {
     const NodeInfo& node = w.nodes[n];
-    if (s.down[n] || !InPools(want, node.pool) || !w.PoolAllows(node.pool, AllocationForm::kWhole))
+    if (s.down[n] || !Serves(want, node) || !w.PoolAllows(node.pool, AllocationForm::kWhole))
       continue;
     int free = 0;
     for (int d : node.devices)
@@ -204,7 +224,7 @@ bool HoldShare(const World& w, const Snapshot& s, const Want& want, const std::v
   if (want.count != 1) return false;
   for (size_t n = 0; n < w.nodes.size(); ++n) {
     const NodeInfo& node = w.nodes[n];
-    if (s.down[n] || !InPools(want, node.pool) || !w.PoolAllows(node.pool, AllocationForm::kShare))
+    if (s.down[n] || !Serves(want, node) || !w.PoolAllows(node.pool, AllocationForm::kShare))
       continue;
     if (s.cpu_free[n] < want.cpu || s.mem_free[n] < want.mem) continue;
     for (int d : node.devices) {
@@ -233,8 +253,7 @@ bool HoldPartition(const World& w, const Snapshot& s, const Want& want,
   if (want.count != 1) return false;
   for (size_t n = 0; n < w.nodes.size(); ++n) {
     const NodeInfo& node = w.nodes[n];
-    if (s.down[n] || !InPools(want, node.pool) ||
-        !w.PoolAllows(node.pool, AllocationForm::kPartition)) {
+    if (s.down[n] || !Serves(want, node) || !w.PoolAllows(node.pool, AllocationForm::kPartition)) {
       continue;
     }
     if (s.cpu_free[n] < want.cpu || s.mem_free[n] < want.mem) continue;

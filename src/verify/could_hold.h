@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,6 +29,7 @@ struct Want {
   bool preemptible = false;
   std::vector<AllocationForm> forms;  // in order
   std::vector<std::string> pools;     // empty: every pool
+  std::vector<std::string> models{};  // its queue's GPU models (catalog names); empty: any
   int count = 1;
   MilliGpu milli = kWholeGpu;
   MiB gpu_mem = 0;
@@ -54,6 +56,7 @@ struct NodeInfo {
   MilliCpu cpu = 0;
   MiB mem = 0;
   std::vector<int> devices;  // into World::devices
+  std::string model{};       // its GPU model: the catalog's name, else gpu_model as given
 };
 
 // What does not change: the policy and the nodes.
@@ -110,6 +113,8 @@ struct Snapshot {
   std::vector<MilliGpu> staying;  // per group: GPU of running (not leaving) jobs, with descendants
   std::vector<MilliGpu>
       guaranteed;  // the same, of jobs admitted within the reservation (not borrowed)
+  // Per group, per GPU model (NodeInfo::model): GPU held, running and leaving, and running only.
+  std::vector<std::map<std::string, MilliGpu>> model_usage, model_staying;
 
   static Snapshot Take(const World& w, const quota::QuotaEngine& e, const std::vector<bool>& down);
 };

@@ -134,6 +134,68 @@ TEST(ScenarioRun, ReservationRegainedWithinOneCyclePlusGrace) {
   for (const GroupReport& g : r->run.groups) EXPECT_FALSE(g.limit_exceeded) << g.name;
 }
 
+// Issue 37: a group reserving 4 H100 and 8 of anything on a mixed fleet, everything borrowed,
+// gets exactly that back by reclaim (examples/scenarios/model-quotas.yaml): 4 H100 first, then
+// 8 A100 in its queue's order; 12 preemptions; past its reservation it takes nothing.
+TEST(ScenarioRun, AGroupReserving4H100And8OfAnythingGetsExactlyThatBack) {
+  auto s = LoadScenario(Example("model-quotas.yaml"));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  auto r = RunScenario(*s);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const GroupReport& research = Group(r->run, "research");
+  EXPECT_EQ(research.max_gpu_held, 12000);
+  EXPECT_EQ(research.max_model_held.at("H100-80GB"), 4000);
+  EXPECT_EQ(research.max_model_held.at("A100-80GB"), 8000);
+  ASSERT_FALSE(research.reclaim_times_s.empty());
+  EXPECT_LE(research.reclaim_max_s, s->cycle_s + s->policy.grace_seconds);
+  EXPECT_EQ(r->run.preemptions, 12);
+  EXPECT_TRUE(r->run.invariant_violations.empty()) << r->run.invariant_violations.front();
+}
+
+// Issue 37: the keys of quota per GPU model in the one policy grammar (scenario and server
+// config): each mistake names its field; a config without them means what it did.
+TEST(ScenarioParse, QuotaPerModelKeysNameTheirField) {
+  const std::string head =
+      "nodes: [{name: n, gpu: {model: H100-80GB, count: 8}}]\nprofiles: [{name: p}]\n";
+  const std::string queue = "queues: [{name: q, profile: p, groups: [g], class: training}]\n";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {head + "groups: [{name: g, reservation: {gpu: 2, models: {H100-80GB: lots}}}]\n" + queue,
+       "groups[g].reservation.models[H100-80GB]:"},
+      {head + "groups: [{name: g, reservation: {gpu: 2, models: [H100-80GB]}}]\n" + queue,
+       "groups[g].reservation.models: expected a map of GPU model to GPUs"},
+      {head + "groups: [{name: g, reservation: {gpu: 2, models: {H100-80GB: 3}}}]\n" + queue,
+       "groups[g].reservation.models sum to 3 GPU, more than reservation.gpu 2"},
+      {head +
+           "groups: [{name: g, reservation: {models: {H100-80GB: 3}}, limit: {models: "
+           "{H100-80GB: 2}}}]\n" +
+           queue,
+       "groups[g].reservation.models[H100-80GB] exceeds its limit"},
+      {head + "groups: [{name: g, limit: {gpu: 2, models: {H100-80GB: 3}}}]\n" + queue,
+       "groups[g].limit.models[H100-80GB] exceeds the group's GPU limit"},
+      {head + "groups: [{name: g, limit: {gpus: 2}}]\n" + queue,
+       "groups[g].limit: unknown key 'gpus'"},
+      {head + "groups: [{name: g}]\n" +
+           "queues: [{name: q, profile: p, groups: [g], models: [H100-80GB, H100-80GB]}]\n",
+       "queues[q].models: 'H100-80GB' is listed twice"},
+  };
+  for (const auto& [yaml, want] : cases) {
+    auto s = ParseScenario(yaml + "workload: []");
+    ASSERT_FALSE(s.ok()) << yaml;
+    EXPECT_NE(s.status().message().find(want), std::string::npos) << s.status().message();
+  }
+  auto s = ParseScenario(head +
+                         "groups: [{name: g, reservation: {models: {H100-80GB: 4}}, "
+                         "limit: {gpu: 8, models: {H100: 6}}}]\n" +
+                         "queues: [{name: q, profile: p, groups: [g], models: [H100-80GB]}]\n"
+                         "workload: []");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->policy.groups[0].reservation.gpu_milli, 4000);  // the models' sum
+  ASSERT_EQ(s->policy.groups[0].models.size(), 2u);
+  EXPECT_EQ(s->policy.groups[0].models[0].reservation, 4000);
+  EXPECT_EQ(s->policy.groups[0].models[1].limit, 6000);
+  EXPECT_EQ(s->policy.queues[0].models, std::vector<std::string>{"H100-80GB"});
+}
+
 TEST(ScenarioRun, UtilizationMath) {
   auto s = LoadScenario(Example("utilization-math.yaml"));
   ASSERT_TRUE(s.ok()) << s.status().ToString();

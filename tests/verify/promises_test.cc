@@ -213,5 +213,68 @@ TEST(GeneratedHistories, ScenarioYamlReadsBackAsTheSameHistory) {
   EXPECT_EQ(ScenarioYaml(GenerateHistory(7)), ScenarioYaml(GenerateHistory(7)));
 }
 
+// Issue 37: a reservation per GPU model is a promise. Group b reserves 2 GPUs, both H100, and
+// holds 2 H100 and 4 A100 (6, well above its total reservation); c, reserving 2, asks for H100
+// only. With the engine whole b keeps its 2 H100 and c waits (no promise broken: c's job could
+// not be held on an A100, which the checker knows from c's queue); with reclaim allowed to take
+// any borrower, c takes b's H100 and the checker reports safety.reclaim naming the model, while
+// b's total stays above its reservation.
+TEST(PromisePerModel, AReservationPerModelIsAPromiseTheCheckerKeeps) {
+  using tessera::AllocationForm;
+  for (const bool broken : {false, true}) {
+    quota::PolicySpec p;
+    p.pools = {{"all", {AllocationForm::kWhole}}};
+    quota::GroupSpec b{"b", "", {2000, 0, 0, 0}, quota::UnlimitedResources(), 1000, "", false};
+    b.models = {{"H100-80GB", 2000, quota::kUnlimited}};
+    quota::GroupSpec c{"c", "", {2000, 0, 0, 0}, quota::UnlimitedResources(), 1000, "", false};
+    p.groups = {b, c};
+    p.profiles = {{"card", 1, kWholeGpu, 0, 100, 64, {AllocationForm::kWhole}, {}}};
+    p.queues = {{"b", "card", {"b"}, 0, true, quota::WorkloadClass::kTraining},
+                {"c", "card", {"c"}, 0, false, quota::WorkloadClass::kTraining}};
+    p.queues[1].models = {"H100-80GB"};
+    std::vector<quota::NodeSpec> nodes(2);
+    for (int n = 0; n < 2; ++n) {
+      nodes[n].name = n == 0 ? "h0" : "a0";
+      nodes[n].pool = "all";
+      nodes[n].cpu_milli = 64000;
+      nodes[n].memory_mib = 65536;
+      nodes[n].gpu_model = n == 0 ? "H100-80GB" : "A100-80GB";
+      nodes[n].gpu_count = n == 0 ? 2 : 4;
+    }
+    quota::EngineOptions o;
+    if (broken) o.engine_break = Break::kReclaimAnyBorrower;
+    auto e = quota::QuotaEngine::Create(p, nodes, o);
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    verify::Checker checker(p, nodes, {.cycle_s = 10, .grace_s = 0});
+    auto submit = [&](const std::string& id, const std::string& q, int64_t t) {
+      quota::JobSpec j;
+      j.id = id;
+      j.identity = q;
+      j.group = q;
+      j.queue = q;
+      auto h = (*e)->Submit(j, t);
+      ASSERT_TRUE(h.ok()) << h.status().ToString();
+      checker.Submitted(*h, j);
+    };
+    for (int i = 0; i < 6; ++i) submit("b" + std::to_string(i), "b", 0);
+    (*e)->RunCycle(0);
+    checker.AfterCycle(**e, 0);
+    submit("c0", "c", 10);
+    for (int64_t t = 10; t <= 40; t += 10) {
+      (*e)->RunCycle(t);
+      checker.AfterCycle(**e, t);
+    }
+    bool per_model = false;
+    for (const verify::Violation& v : checker.violations()) {
+      per_model = per_model || (v.property == "safety.reclaim" &&
+                                v.what.find("of H100-80GB") != std::string::npos);
+    }
+    EXPECT_EQ(per_model, broken);
+    if (!broken) {
+      for (const verify::Violation& v : checker.violations()) ADD_FAILURE() << v.ToString();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tessera::sim

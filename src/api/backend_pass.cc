@@ -72,16 +72,42 @@ Status Engine::BackendPass(const std::string& name) {
   bool reconcile_now = false;
   {
     std::unique_lock<std::mutex> lock(mu_);
-    reconcile_now = !lane.reconciled;
+    reconcile_now = !lane.reconciled && lane.answering;
   }
-  // 1. Reconciliation, once after open (retried each pass until the scheduler answers).
+  // 1. Reconciliation, once after open (retried each pass until the scheduler answers), and
+  // again once a backend that stopped answering answers (NoteAnswering; not from what a cache
+  // kept while it was away).
   if (reconcile_now) {
     Status st = ReconcileBackend(name);
     if (!st.ok()) return st;
   }
   // An unreachable scheduler keeps the last capacity it gave, and the pass goes on without it
-  // (the poll below fails, and says so, if the scheduler stays away).
-  (void)RefreshCapacity(name);
+  // (the poll below fails, and says so, if the scheduler stays away). Its answer (asked every
+  // pass while it is not answering) says whether it answers at all.
+  bool away = false;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    away = lane.several && !lane.answering;
+    if (away) lane.last_capacity_ms = -1;  // asked every pass while it is away
+  }
+  Status heard = RefreshCapacity(name);
+  if (heard.ok() && away) {
+    // Back? Its capacity read says so where it reports one; a backend that reports none (Slurm,
+    // PBS) is asked for its jobs instead.
+    bool known = false;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      known = capacity_.count(name) > 0;
+    }
+    if (!known) {
+      auto listed = backends_.at(name)->List(ExternalName(""));
+      if (!listed.ok()) heard = listed.status();
+    }
+  }
+  if (!heard.ok() || away) {
+    Status st = NoteAnswering(name, heard);
+    if (!st.ok()) return st;
+  }
   // 2. What to do this pass.
   BackendWork w;
   {
@@ -101,6 +127,9 @@ Status Engine::BackendPass(const std::string& name) {
   for (const SubmitWork& s : w.submits) done.push_back(SubmitOne(s));
   std::map<std::string, Result<std::map<std::string, backends::ExternalJob>>> polled;
   for (auto& [backend, ids] : w.polls) polled.emplace(backend, backends_[backend]->Poll(ids));
+  for (auto& [backend, res] : polled) {
+    if (!res.ok()) (void)NoteAnswering(backend, res.status());
+  }
   // 4. Record what happened.
   std::vector<std::pair<backends::Backend*, std::string>> late_cancels, forget;
   Batch batch;
@@ -123,6 +152,43 @@ Status Engine::BackendPass(const std::string& name) {
   for (auto& [b, ext] : forget)
     (void)b->Forget(ext);  // its end is durable: the backend's object can go
   return Status::Ok();
+}
+
+// Issue 39: a backend of a queue over several that stops answering (its capacity read or a poll
+// fails) gets no new work:
+// the quota engine's pool of that name takes no new jobs (queues of several backends send them
+// to the others), and its placed jobs never handed to it go back to be dispatched again (a job
+// whose submission may have gone through stays, to be looked up first). Its first answer after
+// that opens it again, and it is reconciled anew: a job already created there is adopted when
+// Tessera still has it for that backend, removed otherwise; never run twice.
+Status Engine::NoteAnswering(const std::string& name, const Status& heard) {
+  std::unique_lock<std::mutex> lock(mu_);
+  BackendLane& lane = *lanes_.at(name);
+  // Only a backend of a queue over several has somewhere else to send the work; a queue of one
+  // backend waits for it as before.
+  if (!lane.several || lane.answering == heard.ok()) return Status::Ok();
+  lane.answering = heard.ok();
+  qe_->SetExternalAnswering(name, heard.ok());
+  cycle_wanted_ = true;
+  Batch batch;
+  if (heard.ok()) {
+    batch.Add(MakeEvent("engine", "backend.answering", name, name + " answers again"));
+    return CommitLocked(batch, lock);
+  }
+  lane.reconciled = false;  // its jobs are matched again once it answers
+  batch.Add(MakeEvent("engine", "backend.not_answering", name,
+                      name + " is not answering (no new work): " + heard.message()));
+  for (const std::string& id : LiveIdsLocked()) {
+    Job& j = jobs_[id];
+    const QueueRoute* route = config_.FindRoute(j.rec.queue);
+    if (j.backend != name || j.state != JobState::kPlaced || !j.external_id.empty() ||
+        j.lookup_first || j.submit_attempts > 0 || route == nullptr || !route->multi())
+      continue;
+    const size_t mark = qe_->events().size();
+    qe_->Requeue(j.handle, NowS(), "requeued: " + name + " is not answering; dispatched again");
+    TranslateLocked(mark, batch);
+  }
+  return CommitLocked(batch, lock);
 }
 
 Status Engine::RefreshCapacity(const std::string& name) {

@@ -36,24 +36,17 @@ using cfg::Str;
 using cfg::StrList;
 
 // A queue's route: which backend runs its jobs and how (the keys beyond the policy's).
-Result<QueueRoute> ParseRoute(const YAML::Node& n, const std::string& w) {
+Result<QueueRoute> ParseRoute(const YAML::Node& n, const std::string& w, const EngineConfig& c) {
   QueueRoute q;
   if (n["requeue_on_loss"]) {
     auto v = policy::GetBool(n["requeue_on_loss"], w + ".requeue_on_loss");
     if (!v.ok()) return Prefixed(v.status());
     q.requeue_on_loss = *v;
   }
-  if (n["backend"]) {
-    auto b = Str(n["backend"], w + ".backend");
-    if (!b.ok()) return b.status();
-    q.backend = *b;
-    const auto& reg = backends::BuiltinRegistry();
-    if (q.backend != "local" && !reg.Has(q.backend)) {
-      std::string names = "local";
-      for (const auto& name : reg.Names()) names += ", " + name;
-      return Bad(w + ".backend", "unknown backend '" + q.backend + "' (" + names + ")");
-    }
-  }
+  if (Status st = ParseQueueBackends(n, w, c, &q); !st.ok()) return st;
+  const auto has_type = [&](const char* type) {
+    return std::find(q.backend_types.begin(), q.backend_types.end(), type) != q.backend_types.end();
+  };
   for (auto [key, field] : std::initializer_list<std::pair<const char*, std::string*>>{
            {"partition", &q.partition},
            {"template", &q.template_path},
@@ -130,7 +123,7 @@ Result<QueueRoute> ParseRoute(const YAML::Node& n, const std::string& w) {
                  "must be one of hardware, driver, mps, preload, not '" + *v + "'");
     q.min_isolation = rank;
   }
-  if (q.backend == "pbs" && (!q.mig_model.empty() || !q.gres_partition.empty())) {
+  if (has_type("pbs") && (!q.mig_model.empty() || !q.gres_partition.empty())) {
     return Bad(w + (q.mig_model.empty() ? ".gres_partition" : ".mig_model"),
                "the PBS backend maps no MIG instances");
   }
@@ -145,7 +138,7 @@ Result<QueueRoute> ParseRoute(const YAML::Node& n, const std::string& w) {
     }
     q.mig_model = m->name;
   }
-  if (q.backend == "kubernetes") {
+  if (has_type("kubernetes")) {
     Status st = ParseKubeRoute(n, w, &q);
     if (!st.ok()) return st;
   } else {
@@ -264,9 +257,9 @@ static Status ReadServerSettings(const YAML::Node& root, EngineConfig* c) {
 
 const std::set<std::string>& ServerQueueKeys() {
   static const std::set<std::string> kKeys = {
-      "requeue_on_loss", "backend",    "partition",      "template",     "gpu_type",
-      "gres_whole",      "gres_share", "gres_partition", "shard_memory", "cap_library",
-      "mig_model",       "swap",       "overcommit",     "run_as_root",  "isolation"};
+      "requeue_on_loss", "backend",        "partition",    "template",    "gpu_type",  "gres_whole",
+      "gres_share",      "gres_partition", "shard_memory", "cap_library", "mig_model", "swap",
+      "overcommit",      "run_as_root",    "isolation",    "backends"};
   static const std::set<std::string> kAll = [] {
     std::set<std::string> all = kKeys;
     all.insert(KubeQueueKeys().begin(), KubeQueueKeys().end());
@@ -302,7 +295,8 @@ static Result<quota::PolicySpec> ReadPolicy(const YAML::Node& root) {
                      "utilization_keep",
                      "metrics_public",
                      "oidc",
-                     "kubernetes"};
+                     "kubernetes",
+                     "backends"};
   keys.extra_queue = ServerQueueKeys();
   keys.require_queues = true;
   auto pol = policy::ParsePolicy(root, keys);
@@ -393,10 +387,12 @@ std::vector<std::string> ConfigWarnings(const EngineConfig& c) {
 // Each queue's route (backend and its keys), in the policy's queue order.
 static Status ReadRoutes(const YAML::Node& queues, EngineConfig* c) {
   for (size_t i = 0; i < queues.size(); ++i) {
-    auto route = ParseRoute(queues[i], "queues[" + policy::EntryName(queues[i], i) + "]");
+    auto route = ParseRoute(queues[i], "queues[" + policy::EntryName(queues[i], i) + "]", *c);
     if (!route.ok()) return route.status();
     route->queue = c->policy.queues[i].name;
-    if (route->backend == "kubernetes") {
+    const auto& types = route->backend_types;
+    const bool kube = std::find(types.begin(), types.end(), "kubernetes") != types.end();
+    if (kube) {
       Status st = CheckKubeCluster(c->cluster);
       if (!st.ok()) return st;
     }
@@ -404,7 +400,10 @@ static Status ReadRoutes(const YAML::Node& queues, EngineConfig* c) {
     c->policy.queues[i].swap_overcommit_percent = route->swap_overcommit_percent;
     c->policy.queues[i].min_isolation = route->min_isolation;
     // Kubernetes reports its capacity: admission keeps within it and reclaims by suspending.
-    c->policy.queues[i].external_pool = route->backend == "kubernetes" ? "kubernetes" : "";
+    // Several backends: each is a pool of its own, named as the backend.
+    c->policy.queues[i].external_pool =
+        route->multi() || c->TypeOf(route->backend) == "kubernetes" ? route->backend : "";
+    if (route->multi()) c->policy.queues[i].external_pools = route->backends;
     c->routes.push_back(*route);
   }
   return Status::Ok();
@@ -423,6 +422,7 @@ Result<EngineConfig> ParseConfig(const std::string& yaml_text) {
     c.source_yaml = yaml_text;
     Status st = ReadServerSettings(root, &c);
     if (st.ok()) st = ReadKubeSettings(root, &c);
+    if (st.ok()) st = ReadNamedBackends(root, &c);
     if (st.ok()) st = ReadOidc(root, &c);
     if (!st.ok()) return st;
     st = ReadIdentities(root["identities"], &c.identities);

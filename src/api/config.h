@@ -70,6 +70,12 @@ struct QueueRoute {
   std::string queue;
   bool requeue_on_loss = true;    // a job on a lost node: pending again, or ended as lost
   std::string backend = "local";  // "local" (node agents), or a registered backend: slurm, pbs
+  // ... or a named backend (EngineConfig::backends). `backends: [a, b, c]`: several, in
+  // preference order (issue 39); each job goes to the one where it is predicted to start first
+  // (sched/quota/forecast.h). `backend` is then the first; `backend_types` their types.
+  std::vector<std::string> backends;
+  std::vector<std::string> backend_types;
+  bool multi() const { return backends.size() > 1; }
   // For an external backend:
   std::string partition;      // Slurm partition / PBS queue
   std::string template_path;  // batch-script template; empty: the built-in default
@@ -105,9 +111,22 @@ struct KubeSettings {
   std::string ns;  // the default namespace of its queues ("" : the context's, else "default")
 };
 
+// `backends:` a named backend (issue 39): one Slurm cluster, PBS server or Kubernetes cluster
+// that queues name in `backend:` or list in `backends:`. A built-in name (slurm, pbs, kubernetes)
+// names the one backend of that type set up by the top-level settings.
+struct NamedBackend {
+  std::string name;
+  std::string type;   // slurm | pbs | kubernetes
+  KubeSettings kube;  // type kubernetes: its cluster (unset fields: the top-level kubernetes:)
+};
+
 struct EngineConfig {
   std::string cluster = "tessera";
   KubeSettings kubernetes;
+  std::vector<NamedBackend> backends;
+  const NamedBackend* FindBackend(const std::string& name) const;
+  // A backend name's type: a named backend's, else the built-in name itself ("local" too).
+  std::string TypeOf(const std::string& name) const;
   int64_t heartbeat_timeout_ms = 10000;
   // How often agents heartbeat (the register reply tells them). Orders do not wait for it: an
   // agent's order watch (GET /v1/agent/orders) hears of them at once.

@@ -79,4 +79,8 @@ Status ParseKubeRoute(const YAML::Node& n, const std::string& where, QueueRoute*
 Status ReadKubeSettings(const YAML::Node& root, EngineConfig* c);
 // The cluster name, when a queue uses Kubernetes: a label value short enough for Job names.
 Status CheckKubeCluster(const std::string& cluster);
+// config_backends.cc: the `backends:` block, and a queue's `backend:`/`backends:`.
+Status ReadNamedBackends(const YAML::Node& root, EngineConfig* c);
+Status ParseQueueBackends(const YAML::Node& n, const std::string& where, const EngineConfig& c,
+                          QueueRoute* q);
 }  // namespace tessera::api

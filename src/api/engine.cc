@@ -71,18 +71,27 @@ Result<std::unique_ptr<Engine>> Engine::Open(EngineConfig config,
   // The lease's epoch (taken before the engine opens): agents ignore replies from an older one.
   if (auto l = e->store_->Leader(); l.ok()) e->leader_epoch_ = l->epoch;
   for (const QueueRoute& q : e->config_.routes) {
-    if (!q.external() || e->backends_.count(q.backend)) continue;
-    backends::BackendOptions options;
-    options.command_nice = e->config_.backend_nice;
-    options.cluster = e->config_.cluster;
-    options.kubeconfig = e->config_.kubernetes.kubeconfig;
-    options.kube_context = e->config_.kubernetes.context;
-    options.kube_in_cluster = e->config_.kubernetes.in_cluster;
-    options.kube_namespace = e->config_.kubernetes.ns;
-    auto b = backends::BuiltinRegistry().Make(q.backend, options);
-    if (!b.ok()) return b.status();
-    e->backends_[q.backend] = std::move(*b);
-    e->lanes_[q.backend] = std::make_unique<BackendLane>();
+    const std::vector<std::string> names =
+        q.backends.empty() && q.external() ? std::vector<std::string>{q.backend} : q.backends;
+    for (const std::string& name : names) {  // one instance per name, however many queues
+      if (e->backends_.count(name)) continue;
+      const NamedBackend* named = e->config_.FindBackend(name);
+      const KubeSettings& kube = named != nullptr ? named->kube : e->config_.kubernetes;
+      backends::BackendOptions options;
+      options.command_nice = e->config_.backend_nice;
+      options.cluster = e->config_.cluster;
+      options.kubeconfig = kube.kubeconfig;
+      options.kube_context = kube.context;
+      options.kube_in_cluster = kube.in_cluster;
+      options.kube_namespace = kube.ns;
+      auto b = backends::BuiltinRegistry().Make(e->config_.TypeOf(name), options);
+      if (!b.ok()) return b.status();
+      e->backends_[name] = std::move(*b);
+      e->lanes_[name] = std::make_unique<BackendLane>();
+    }
+    for (const std::string& name : names) {
+      if (q.multi()) e->lanes_[name]->several = true;
+    }
   }
   std::lock_guard<std::mutex> lock(e->mu_);
   Status st = e->Load();
@@ -183,6 +192,7 @@ store::JobRecord Engine::RecordOf(const Job& j) const {
         .Str(j.gres)
         .Key("attempts")
         .Int(j.submit_attempts);
+    if (!j.dispatch.is_null()) p.Key("dispatch").Raw(j.dispatch.dump());
   }
   r.placement = p.EndObject().Take();
   return r;

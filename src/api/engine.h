@@ -61,6 +61,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "api/backend_lane.h"
 #include "api/commit_writer.h"
 #include "api/config.h"
 #include "api/cycle_budget.h"
@@ -314,9 +315,10 @@ class Engine {
     MiB swapped_mib = 0;
     // External backend (empty: local agents).
     std::string backend;
-    std::string external_id;            // the scheduler's job id once submitted
-    std::string external_node;          // where the scheduler runs it
-    std::string gres;                   // the scheduler's allocation text
+    Json dispatch;              // a queue of several backends: their forecasts when it went to one
+    std::string external_id;    // the scheduler's job id once submitted
+    std::string external_node;  // where the scheduler runs it
+    std::string gres;           // the scheduler's allocation text
     std::vector<int> external_devices;  // GPU indices the scheduler reports
     std::string native_state;
     int submit_attempts = 0;
@@ -680,13 +682,7 @@ class Engine {
   // backend polls; the quota engine's external pools follow it.
   std::map<std::string, backends::Capacity> capacity_;
   Status RefreshCapacity(const std::string& name);
-  // Each backend's own pass lock and clocks: one backend's pass never waits for another's.
-  struct BackendLane {
-    std::mutex pass;                // serializes its passes (held without mu_ while commands run)
-    int64_t last_poll_ms = 0;       // under mu_
-    int64_t last_capacity_ms = -1;  // under mu_
-    bool reconciled = false;        // under mu_: its scheduler's jobs were matched after open
-  };
+  Status NoteAnswering(const std::string& name, const Status& heard);  // backend_pass.cc
   std::map<std::string, std::unique_ptr<BackendLane>> lanes_;  // by backend; fixed after Open
   int64_t last_sample_ms_ = 0;
 };

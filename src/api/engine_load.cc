@@ -29,6 +29,30 @@ quota::GrantView GrantFrom(const Json& j) {
   return g;
 }
 
+// Where a job of a queue over several backends went and why (its record, `tessera job`): each
+// backend's predicted start when it was placed, in milliseconds since the epoch (null: never).
+Json DispatchJson(const std::vector<quota::PoolForecast>& fs, const std::string& chosen,
+                  int64_t now_ms) {
+  const int64_t now_s = now_ms / 1000;
+  Json each = Json::array();
+  int tied = 0;
+  for (const quota::PoolForecast& f : fs) {
+    Json e = {{"backend", f.pool}};
+    e["predicted_start_ms"] = f.start >= quota::kForecastNever ? Json(nullptr)
+                              : f.start <= now_s               ? Json(now_ms)
+                                                               : Json(f.start * 1000);
+    if (!f.note.empty()) e["note"] = f.note;
+    tied += f.start <= now_s ? 1 : 0;
+    each.push_back(e);
+  }
+  const std::string why = tied > 1 ? "the first in the queue's order that starts it now"
+                                   : "the earliest predicted start";
+  return {{"backend", chosen},
+          {"decided_ms", now_ms},
+          {"reason", why + " (" + quota::DescribeForecasts(fs, now_s) + ")"},
+          {"forecasts", each}};
+}
+
 }  // namespace
 
 Status Engine::ReloadLocked(const Status& cause) {
@@ -199,6 +223,7 @@ Result<Engine::Job> Engine::JobFromRecord(store::JobRecord r) const {
       j.parts_done.insert(n.get<std::string>());
   }
   j.backend = p.value("backend", "");
+  j.dispatch = p.value("dispatch", Json());
   j.external_id = p.value("external_id", "");
   j.external_node = p.value("external_node", "");
   j.gres = p.value("gres", "");
@@ -236,6 +261,7 @@ Status Engine::LoadJob(store::JobRecord r) {
   }
   j.handle = *h;
   if (Holds(j)) {
+    if (!j.backend.empty()) qe_->SetExternalPool(j.handle, j.backend);  // one of several
     auto form = quota::ParseAllocationForm(j.form.empty() ? "whole" : j.form);
     Status st = qe_->Restore(j.handle, form.ok() ? *form : AllocationForm::kWhole, j.grants,
                              j.borrowed, j.state == JobState::kPreempting, NowS());
@@ -323,8 +349,19 @@ void Engine::FillGrantsLocked(Job& j) {
   j.parts_done.clear();
   const QueueRoute* route = config_.FindRoute(j.rec.queue);
   if (route != nullptr && route->external()) {
-    j.backend = route->backend;
-    j.node = route->backend + ":" + (route->partition.empty() ? route->queue : route->partition);
+    std::string backend = route->backend;
+    if (route->multi()) {  // the backend the cycle chose, and every backend's forecast
+      const quota::JobView v = qe_->job(j.handle);
+      if (!v.ext_pool.empty()) backend = v.ext_pool;
+      if (!j.backend.empty() && j.backend != backend && !j.external_id.empty()) {
+        backend_deletes_.push_back({j.backend, j.external_id});  // its suspended Job elsewhere
+        j.external_id.clear();
+        j.ext_suspended = false;
+      }
+      j.dispatch = DispatchJson(v.dispatch, backend, clock_());
+    }
+    j.backend = backend;
+    j.node = backend + ":" + (route->partition.empty() ? route->queue : route->partition);
     j.next_submit_ms = 0;
   } else {
     j.node = j.grants.empty() ? "" : j.grants.front().node;

@@ -172,6 +172,10 @@ Json Engine::JobJson(const Job& j) const {
     o["backend"] = {{"name", j.backend},       {"external_id", j.external_id},
                     {"node", j.external_node}, {"gres", j.gres},
                     {"state", j.native_state}, {"submit_attempts", j.submit_attempts}};
+    if (!j.dispatch.is_null()) {  // several backends: where it went, why, and the actual start
+      o["dispatch"] = j.dispatch;
+      o["dispatch"]["started_ms"] = j.start_ms > 0 ? Json(j.start_ms) : Json(nullptr);
+    }
   }
   return o;
 }

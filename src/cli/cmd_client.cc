@@ -292,6 +292,19 @@ void ShowJob(const ClientOptions& co, const Args& args, int* exit_code) {
     // The isolation its grants give it (issue 38): hardware, driver, mps, preload or none.
     if (j.contains("placement") && j["placement"].contains("isolation"))
       std::cout << "isolation: " << j["placement"]["isolation"].get<std::string>() << "\n";
+    // A queue over several backends (issue 39): where it went and why, each backend's predicted
+    // start when it went, and its actual start, side by side.
+    if (j.contains("dispatch") && j["dispatch"].is_object()) {
+      const Json& d = j["dispatch"];
+      std::cout << "backend: " << d.value("backend", "") << ", " << d.value("reason", "") << "\n";
+      for (const auto& f : d.value("forecasts", Json::array())) {
+        const bool never = !f.contains("predicted_start_ms") || f["predicted_start_ms"].is_null();
+        std::cout << "  " << f.value("backend", "") << ": predicted start "
+                  << (never ? "never" : JobTime(f, "predicted_start_ms"))
+                  << (f.contains("note") ? " (" + f.value("note", "") + ")" : "") << "\n";
+      }
+      std::cout << "  started: " << JobTime(d, "started_ms") << "\n";
+    }
     // Range by range (the server sends at most 4 MiB at a time), as it is now.
     for (int64_t offset = 0;;) {
       ClientReply out = HttpCall(CallOptions{co.url, co.token, co.tls, {}, 0}, "GET",

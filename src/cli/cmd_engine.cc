@@ -210,8 +210,9 @@ int Serve(const ServeFlags& flags, const ServeHooks& hooks) {
   // accounts, so others may pass through it (0711) but still list and read nothing (its files
   // are 0600).
   bool batch = false;
-  for (const api::QueueRoute& r : config->routes)
-    batch = batch || r.backend == "slurm" || r.backend == "pbs";
+  for (const api::QueueRoute& r : config->routes) {
+    for (const std::string& t : r.backend_types) batch = batch || t == "slurm" || t == "pbs";
+  }
   if (chmod(data.c_str(), batch ? 0711 : 0700) != 0) {
     ServeLog().Warn("cannot make the data directory '" + data +
                     "' private: " + std::strerror(errno));

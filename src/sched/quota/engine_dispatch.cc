@@ -15,9 +15,9 @@ void Engine::SetExternalAnswering(const std::string& pool, bool answering) {
 
 void Engine::SetExternalPool(int handle, const std::string& pool) {
   Job& j = jobs_[handle];
+  // Only among its queue's pools: a queue of one backend keeps the pool its config gives.
   if (!j.external || j.state != JobState::kPending) return;
-  if (j.ext_pools.empty() ||
-      std::find(j.ext_pools.begin(), j.ext_pools.end(), pool) != j.ext_pools.end()) {
+  if (std::find(j.ext_pools.begin(), j.ext_pools.end(), pool) != j.ext_pools.end()) {
     j.ext_pool = pool;
   }
 }

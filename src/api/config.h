@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "auth/oidc.h"
@@ -42,6 +43,11 @@ bool IsUnixAccountName(const std::string& s);
 // process that serves wires it in: `tessera serve` passes sim::WhatIfReport.
 using WhatIfReplay = std::function<Result<nlohmann::json>(const nlohmann::json& observed,
                                                           const std::vector<std::string>& forms)>;
+// POST /v1/whatif/usage's replay: an uploaded GPU usage history (the body: DCGM series as
+// Prometheus range-query JSON, or CSV) and the request's parameters to the report of
+// `tessera whatif --usage`. Wired in by `tessera serve` (sim::usage::WhatIfUsageReport).
+using WhatIfUsageReplay = std::function<Result<nlohmann::json>(
+    std::string_view history, const std::map<std::string, std::string>& params)>;
 
 struct Identity {
   std::string name;
@@ -197,6 +203,7 @@ struct EngineConfig {
   // Not from the YAML: the what-if replay the serving process wires in (empty: GET /v1/whatif
   // answers that this server cannot replay; /v1/whatif/scenario still answers).
   WhatIfReplay whatif_replay;
+  WhatIfUsageReplay whatif_usage;  // likewise POST /v1/whatif/usage
 
   const Identity* FindIdentityByTokenHash(const std::string& hash) const;
   const quota::GroupSpec* FindGroup(const std::string& name) const;

@@ -275,6 +275,21 @@ RouteHandler WhatIf(Engine* e) {
   };
 }
 
+// POST /v1/whatif/usage?card=&host_gbps=&headroom=&name=: a fleet's GPU usage history in the
+// body (at most the server's 1 MiB; larger ones with `tessera whatif --usage FILE`), replayed by
+// the simulator the serving process wires in (EngineConfig::whatif_usage).
+RouteHandler WhatIfUsage(Engine* e) {
+  return [e](const Identity&, const HttpRequest& req, HttpResponse& res) {
+    const WhatIfUsageReplay& replay = e->config().whatif_usage;
+    if (!replay) {
+      return ReplyError(res, Status::FailedPrecondition(
+                                 "this server has no simulator wired in to replay a usage history "
+                                 "(`tessera whatif --usage FILE` replays it)"));
+    }
+    ReplyResult(res, replay(req.body, req.query));
+  };
+}
+
 // GET /metrics (Prometheus): the engine's figures and the HTTP server's connections (open now,
 // and refused at once over a cap since start).
 RouteHandler Metrics(Engine* e, net::HttpServer* http) {
@@ -499,6 +514,7 @@ std::vector<Route> RouteTable(Engine* e, net::HttpServer* http) {
       Sync("GET", "/v1/usage", kUser, Usage(e)),
       Sync("GET", "/v1/whatif/scenario", kAdmin, WhatIfScenario(e)),
       Sync("GET", "/v1/whatif", kAdmin, WhatIf(e)),
+      Sync("POST", "/v1/whatif/usage", kAdmin, WhatIfUsage(e)),
       // Prometheus and the dashboard.
       Sync("GET", "/metrics", kMetrics, Metrics(e, http), kDebug),
       Sync("GET", "/", kPublic, Dashboard(), kInfo),

@@ -31,6 +31,7 @@
 #include "net/client_tls.h"
 #include "net/tls.h"
 #include "sim/scenario.h"
+#include "sim/usage_api.h"
 #include "store/store.h"
 
 namespace tessera::cli {
@@ -235,7 +236,8 @@ int Serve(const ServeFlags& flags, const ServeHooks& hooks) {
     case Lead::kRefused:
       return 1;
   }
-  config->whatif_replay = sim::WhatIfReport;  // GET /v1/whatif: the simulator replays
+  config->whatif_replay = sim::WhatIfReport;             // GET /v1/whatif: the simulator replays
+  config->whatif_usage = sim::usage::WhatIfUsageReport;  // POST /v1/whatif/usage
   auto engine = api::Engine::Open(std::move(*config), std::move(*store), data, NowMs);
   if (!engine.ok()) {
     ServeLog().Error(engine.status().message());

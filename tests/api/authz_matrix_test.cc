@@ -18,6 +18,7 @@
 #include "api/routes.h"
 #include "api/server.h"
 #include "sim/scenario.h"
+#include "sim/usage_api.h"
 #include "support/wait.h"
 
 namespace tessera::api {
@@ -109,6 +110,7 @@ class AuthzMatrixTest : public ::testing::Test {
     auto c = ParseConfig(kConfig + more);
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     c->whatif_replay = sim::WhatIfReport;  // as `tessera serve` wires it
+    c->whatif_usage = sim::usage::WhatIfUsageReport;
     auto e = Engine::Open(*c, std::move(*store), dir_, [] { return int64_t{1'000'000}; });
     ASSERT_TRUE(e.ok());
     engine_ = std::move(*e);
@@ -154,6 +156,8 @@ class AuthzMatrixTest : public ::testing::Test {
       body = R"({"queue":"training","command":["true"]})";
     if (r.openapi_path == "/v1/agent/register") body = Inventory();
     if (r.openapi_path == "/v1/agent/heartbeat") body = R"({"node":"n1"})";
+    if (r.openapi_path == "/v1/whatif/usage")
+      body = "workload,timestamp,gpu_util_pct,gpu_memory_bytes\nw,1700000000,50,1073741824\n";
     if (r.openapi_path == "/v1/agent/orders") path += "?node=n1&wait_ms=0";
     if (r.method == "PUT") {
       path += "?offset=0";

@@ -349,7 +349,8 @@ class Engine final : public QuotaEngine {
     Resources held = g.usage;
     if (static_cast<size_t>(j.group) < claimed_gpu_.size()) held.gpu_milli += claimed_gpu_[j.group];
     return WithinReservation(held, Resources{j.gpu_count * j.gpu_milli, 0, 0, 0},
-                             g.spec.reservation);
+                             g.spec.reservation) &&
+           (!g.model_quota || !ReclaimModels(j).empty());  // and on a model it accepts
   }
   // Runtime guards (engine_guards.cc). A running job younger than its min_runtime is no victim;
   // a waiting job that has waited less than its preemption_delay preempts nothing.

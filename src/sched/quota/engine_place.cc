@@ -558,6 +558,7 @@ bool Engine::TryPlaceIn(int self, std::string* step, std::string* reason, bool* 
   }
   bool blocked = false;
   std::string limit_reason;
+  bool not_guaranteed = false;  // a guaranteed_only search found room, but borrowing
   for (AllocationForm f : j.forms) {
     Candidate c;
     if (!FindInForm(j, self, f, &c, &blocked)) continue;
@@ -575,6 +576,7 @@ bool Engine::TryPlaceIn(int self, std::string* step, std::string* reason, bool* 
       continue;
     }
     if (guaranteed_only && !guaranteed) {
+      not_guaranteed = true;
       DropPick(c);
       continue;
     }
@@ -588,7 +590,9 @@ bool Engine::TryPlaceIn(int self, std::string* step, std::string* reason, bool* 
     return false;
   }
   NoRoomReason(j, blocked, step, reason);
-  if (use_memo && !guaranteed_only) {
+  // A guaranteed_only search that found no room at all is a failure like any other (room only
+  // shrinks until a release clears the memo); one that found room only borrowing is not.
+  if (use_memo && !not_guaranteed) {
     auto it = memo_.find(key);
     if (it == memo_.end() || end < it->second.fail_end) memo_[key] = {*step, *reason, end};
   }

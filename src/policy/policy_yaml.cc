@@ -168,6 +168,7 @@ Status ReadQueues(const YAML::Node& root, const PolicyKeys& keys, quota::PolicyS
   std::set<std::string> known = {
       "name",        "profile",     "groups",           "priority",     "preemptible", "class",
       "max_runtime", "min_runtime", "preemption_delay", "idle_timeout", "idle_action", "models"};
+  known.insert("swap_hold_limit");
   known.insert(keys.extra_queue.begin(), keys.extra_queue.end());
   return ForEachEntry(root, "queues", [&](const YAML::Node& n, const std::string& f) -> Status {
     TESSERA_TRY(KnownKeys(n, f, known));
@@ -218,6 +219,11 @@ Status ReadQueues(const YAML::Node& root, const PolicyKeys& keys, quota::PolicyS
       if (!n["idle_timeout"]) return FieldError(f + ".idle_action", "needs idle_timeout");
       q.idle_action = a == "stop" ? quota::QueueSpec::IdleAction::kStop
                                   : quota::QueueSpec::IdleAction::kRequeue;
+    }
+    // Preemption by swapping: a share held swapped out this long is stopped (0: no limit).
+    if (n["swap_hold_limit"]) {
+      TESSERA_TRY_ASSIGN(q.swap_hold_limit_s,
+                         GetDuration(n["swap_hold_limit"], f + ".swap_hold_limit"));
     }
     p.queues.push_back(q);
     return Status::Ok();

@@ -94,6 +94,10 @@ enum class EventKind {
   // names the idle time. (Requeued or stopped for idleness: kPreempted "idle_timeout: ..." or
   // kStopped.)
   kSwappedOut,
+  // A share held swapped out (a kSwappedOut whose for_job names the claimant: preempted by
+  // reclaim or priority on a swapping queue, its memory held in host RAM or on disk, lost work
+  // 0) is back on its device: it resumes where it was. The detail says since when it was held.
+  kSwappedIn,
 };
 const char* EventKindName(EventKind k);
 
@@ -136,9 +140,15 @@ struct JobView {
   int64_t idle_action_at = -1;
   std::string idle_action;
   bool swapped_out = false;  // its idle_timeout swapped it out (until it is active again)
-  std::string wait_step;     // while pending: "Admission", "Placement", "Backfill", "Reclaim", ...
-  std::string wait_reason;   // for people
-  std::string ext_pool;      // an external job's backend pool (the one chosen, of several)
+  // Preempted on a swapping queue and held swapped out (pending, its processes paused, its
+  // memory off the device): since when, where ("node/gpu0"), and when its queue's
+  // swap_hold_limit stops it (-1: no limit). -1 / "" otherwise.
+  int64_t held_swapped_since = -1;
+  std::string held_on;
+  int64_t hold_stop_at = -1;
+  std::string wait_step;    // while pending: "Admission", "Placement", "Backfill", "Reclaim", ...
+  std::string wait_reason;  // for people
+  std::string ext_pool;     // an external job's backend pool (the one chosen, of several)
   std::vector<PoolForecast> dispatch;  // several pools: each one's forecast when it was placed
 };
 

@@ -18,6 +18,7 @@ CycleStats Engine::RunCycle(int64_t now, const std::function<void()>& between) {
   EndGraces();
   StopOverRuntime(now_);
   GiveBackIdle(now_);
+  StopOverHoldLimit();
   UpdateFairShare();
   returnable_dirty_ = true;  // the idle cards the engine split, found again when first needed
   std::vector<int> order = Order();

@@ -161,4 +161,117 @@ std::vector<MemberView> Engine::members() const {
   return out;
 }
 
+// ------------------------------------------------------------------------------------------
+// Preemption by swapping (issue 36): a share of a swapping queue (QueueSpec
+// swap_overcommit_percent > 0) preempted by reclaim or priority is held swapped out instead of
+// stopped. Its processes stay (paused at the cap library's gate, their memory in host RAM or on
+// disk: the agent's swap path); it gives its share and its charge back at once, so the claimant
+// needs no grace; it waits, pending, for its own device, where it resumes when capacity returns
+// (kSwappedIn), with no work lost. Its memory counts against its node's swap budget until then.
+// Held longer than its queue's swap_hold_limit it is stopped (kStopped). HoldsSwappedOut is the
+// one place that chooses between stopping and holding; which victims are chosen is
+// engine_preempt.cc's.
+bool Engine::HoldsSwappedOut(const Job& v) const {
+  if (v.state != JobState::kRunning || v.form != AllocationForm::kShare || v.swap_oc <= 0 ||
+      v.external || v.grants.size() != 1 || v.grants[0].dev < 0 || v.stop_final) {
+    return false;
+  }
+  const Grant& g = v.grants[0];
+  const Dev& d = devs_[g.dev];
+  // A device drained for a new layout, or closed, will not take the share back.
+  if (d.plan.active || d.closed) return false;
+  const NodeRt& n = nodes_[d.node];
+  if (n.down) return false;
+  // The node's swap budget: the caps past each device's memory as they are now (the claimant
+  // takes the victim's place, at most as much), what it holds swapped out already, and the
+  // victim's memory.
+  MiB over = 0;
+  for (int x : n.devs) {
+    const Dev& e = devs_[x];
+    if (e.share_mem > e.memory) over += e.share_mem - e.memory;
+  }
+  return over + n.held_swap_mib + g.memory <= n.spec.swap_mib;
+}
+
+bool Engine::HoldSwappedOut(int v, int claimant, const std::string& why) {
+  if (claimant < 0 || !HoldsSwappedOut(jobs_[v])) return false;
+  Job& x = jobs_[v];
+  const int dev = x.grants[0].dev;
+  const MiB mem = x.grants[0].memory;
+  const int64_t start = x.start;
+  Release(v);  // its share and its charge go back now: the claimant waits for no grace
+  x.held_dev = dev;
+  x.held_since = now_;
+  x.held_start = start;
+  x.held_mem = mem;
+  nodes_[devs_[dev].node].held_swap_mib += mem;
+  x.state = JobState::kPending;
+  x.waiting_since = now_;
+  x.start = -1;
+  ++x.preemptions;
+  ++stats_.preempted;
+  x.wait_step = "SwappedOut";
+  x.wait_reason = HeldReason(x);
+  pending_.push_back(v);
+  Emit(EventKind::kSwappedOut, &x,
+       why + "; held swapped out on " + DevName(dev) + " (" + FormatMiB(mem) +
+           " to host RAM or disk), not stopped; lost 0 GPU-s");
+  events_.back().for_job = jobs_[claimant].id;
+  if (jobs_[claimant].awaiting > 0) --jobs_[claimant].awaiting;
+  return true;
+}
+
+std::string Engine::HeldReason(const Job& j) const {
+  return "held swapped out since " + T(j.held_since) + " on " + DevName(j.held_dev) +
+         "; resumes there when capacity returns" +
+         (j.hold_limit > 0
+              ? "; stopped at " + T(j.held_since + j.hold_limit) +
+                    " by its queue's swap_hold_limit " + std::to_string(j.hold_limit) + "s"
+              : "");
+}
+
+void Engine::DropHold(int self) {
+  Job& j = jobs_[self];
+  if (j.held_dev < 0) return;
+  nodes_[devs_[j.held_dev].node].held_swap_mib -= j.held_mem;
+  j.held_dev = -1;
+  j.held_since = -1;
+  j.held_start = -1;
+  j.held_mem = 0;
+}
+
+void Engine::ResumedFromHold(int self) {
+  Job& j = jobs_[self];
+  if (j.held_dev < 0) return;
+  const int64_t since = j.held_since, start = j.held_start;
+  const std::string where = DevName(j.held_dev);
+  DropHold(self);
+  SetStartTime(self, start);  // it ran from then on: no work was lost
+  Emit(EventKind::kSwappedIn, &j,
+       "resumed on " + where + " after being held swapped out since " + T(since) + " (" +
+           std::to_string(now_ - since) + "s); lost 0 GPU-s");
+}
+
+int Engine::StopOverHoldLimit() {
+  int stopped = 0;
+  for (int h : pending_) {
+    Job& j = jobs_[h];
+    if (j.state != JobState::kPending || j.held_dev < 0 || j.hold_limit <= 0 ||
+        now_ - j.held_since < j.hold_limit) {
+      continue;
+    }
+    const std::string why = "swap_hold_limit " + std::to_string(j.hold_limit) + "s of queue " +
+                            policy_.queues[j.queue].name + " reached (held swapped out on " +
+                            DevName(j.held_dev) + " since " + T(j.held_since) + "): stopped";
+    DropHold(h);
+    j.state = JobState::kDone;
+    j.wait_step.clear();
+    j.wait_reason.clear();
+    Emit(EventKind::kStopped, &j, why);
+    ++stopped;
+  }
+  if (stopped > 0) StepCheck("hold limit");
+  return stopped;
+}
+
 }  // namespace tessera::quota::internal

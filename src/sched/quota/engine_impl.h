@@ -105,9 +105,10 @@ struct NodeRt {
   MilliCpu cpu_total = 0, cpu_free = 0;
   MiB mem_total = 0, mem_free = 0;
   std::vector<int> devs;
-  int model_id = -1;  // its devices' GPU model; -1: no GPU
-  bool down = false;  // lost, or retired: takes no new work
-  NodeSpec spec;      // as added, to tell a return from a replacement
+  int model_id = -1;      // its devices' GPU model; -1: no GPU
+  bool down = false;      // lost, or retired: takes no new work
+  MiB held_swap_mib = 0;  // shares held swapped out from its devices (engine_guards.cc)
+  NodeSpec spec;          // as added, to tell a return from a replacement
 };
 
 struct Grant {
@@ -147,6 +148,12 @@ struct Job {
   int64_t idle_since = -1;
   bool idle_swapped = false;
   bool idle_requeue = false;  // terminating for idleness: back to pending behind its queue
+  // Preemption by swapping (engine_guards.cc): held swapped out on device held_dev (-1: not held)
+  // since held_since, its memory held_mem counted in its node's held_swap_mib; started at
+  // held_start; stopped once held hold_limit seconds (0: no limit).
+  int held_dev = -1;
+  int64_t held_since = -1, held_start = -1, hold_limit = 0;
+  MiB held_mem = 0;
   int member = -1;  // its identity in its group's members_ entry; -1: the group lists no users
   bool stop_final = false;  // terminating because a guard stopped it: done, not requeued
   JobState state = JobState::kPending;
@@ -358,12 +365,29 @@ class Engine final : public QuotaEngine {
     return v.min_runtime <= 0 || (v.start >= 0 && now_ - v.start >= v.min_runtime);
   }
   bool MayPreempt(const Job& j) const {
+    if (j.held_dev >= 0) return false;  // held swapped out: it waits for its own device
     return j.preempt_delay <= 0 || now_ - j.waiting_since >= j.preempt_delay;
   }
   void WatchRuntime(int self);   // placed: its max_runtime stop, when it has one
   void ForgetRuntime(int self);  // no longer running (also forgets its idleness)
   // A share of a swapping queue: idleness swaps it out rather than stopping it.
   static bool IdleSwaps(const Job& j) { return j.form == AllocationForm::kShare && j.swap_oc > 0; }
+  // Preemption by swapping (engine_guards.cc). The one choice between stopping a victim and
+  // holding it swapped out: a running share of a swapping queue, on a device that stays a share
+  // device, whose node's swap budget (NodeSpec::swap_mib, less its overcommit and what it holds
+  // already) takes its memory.
+  bool HoldsSwappedOut(const Job& v) const;
+  // Preempt's other way: held swapped out (kSwappedOut naming the claimant, lost work 0),
+  // pending for its device. False (nothing done) when HoldsSwappedOut says no.
+  bool HoldSwappedOut(int v, int claimant, const std::string& why);
+  // Placed again (Commit): a held job resumes where it was (kSwappedIn).
+  void ResumedFromHold(int self);
+  // A held job no longer held (cancelled, its node lost): its node's budget back.
+  void DropHold(int self);
+  // "held swapped out since T on node/gpuN; resumes there when capacity returns (...)".
+  std::string HeldReason(const Job& j) const;
+  // Held past its queue's swap_hold_limit: stopped (kStopped), by `now`.
+  int StopOverHoldLimit();
   // The job's member entry (its group lists users), created on first sight; -1 otherwise.
   int MemberOf(int group, const std::string& identity);
   void AddMemberUsage(const Job& j, int sign);

@@ -102,6 +102,7 @@ void Engine::Cancel(int handle, int64_t now, const std::string& why) {
   Job& j = jobs_[handle];
   if (j.state == JobState::kDone || j.state == JobState::kRejected) return;
   if (j.state != JobState::kPending) EndHeld(handle);
+  DropHold(handle);
   if (j.nominated) {
     for (Dev& d : devs_) {
       if (d.reserved_by == handle) d.reserved_by = -1, d.nominated = false;

@@ -146,7 +146,7 @@ bool Engine::SwapRoom(int di, MiB want) const {
   }
   const MiB before = d.share_mem > d.memory ? d.share_mem - d.memory : 0;
   const MiB after = d.share_mem + want > d.memory ? d.share_mem + want - d.memory : 0;
-  return over - before + after <= n.spec.swap_mib;
+  return over + n.held_swap_mib - before + after <= n.spec.swap_mib;
 }
 
 bool Engine::FindShare(Job& j, int self, Candidate* c, bool* blocked) {
@@ -170,6 +170,16 @@ bool Engine::FindShare(Job& j, int self, Candidate* c, bool* blocked) {
     c->grants = {{d.node, di, -1, want, j.gpu_milli, j.cpu, j.mem}};
     c->backfill = bf;
   };
+  if (j.held_dev >= 0) {
+    // Held swapped out: back on its own device only, its memory off its node's held swap.
+    MiB& held = nodes_[devs_[j.held_dev].node].held_swap_mib;
+    held -= j.held_mem;
+    bool bf = false;
+    const bool ok = fits(j.held_dev, &bf);
+    held += j.held_mem;
+    if (ok) take(j.held_dev, bf);
+    return ok;
+  }
   // Best fit among devices that already carry shares: the least free memory that holds it.
   int probed = 0;
   auto best_fit = [&] {
@@ -374,6 +384,7 @@ void Engine::Commit(int self, AllocationForm f, Candidate& c, bool guaranteed) {
   j.admitted_logged = true;
   Emit(EventKind::kPlaced, &j, PlacedDetail(j, f, c.backfill));
   if (c.backfill) ++stats_.backfilled;
+  ResumedFromHold(self);
 }
 
 void Engine::Release(int self) {
@@ -417,6 +428,7 @@ void Engine::Release(int self) {
 
 bool Engine::FindInForm(Job& j, int self, AllocationForm f, Candidate* c, bool* blocked) {
   if (j.gpu_count == 0) return FindCpuOnly(j, c);
+  if (j.held_dev >= 0 && f != AllocationForm::kShare) return false;  // back where it was held
   if (f == AllocationForm::kWhole) return FindWhole(j, self, c, blocked);
   if (f == AllocationForm::kPartition) return FindPartition(j, self, c, blocked);
   return FindShare(j, self, c, blocked);
@@ -523,7 +535,7 @@ bool Engine::TryPlaceIn(int self, std::string* step, std::string* reason, bool* 
   auto key = std::make_tuple(j.profile, j.pools, j.gpu_count, j.gpu_milli, j.gpu_mem, j.cpu, j.mem,
                              j.models);
   int64_t end = j.walltime > 0 ? now_ + j.walltime : kNever;
-  bool use_memo = !j.nominated && !j.external;
+  bool use_memo = !j.nominated && !j.external && j.held_dev < 0;
   if (use_memo) {
     auto it = memo_.find(key);
     if (it != memo_.end() && end >= it->second.fail_end) {
@@ -590,6 +602,10 @@ bool Engine::TryPlaceIn(int self, std::string* step, std::string* reason, bool* 
     return false;
   }
   NoRoomReason(j, blocked, step, reason);
+  if (j.held_dev >= 0) {
+    *step = "SwappedOut";
+    *reason = HeldReason(j) + " (" + *reason + ")";
+  }
   // A guaranteed_only search that found no room at all is a failure like any other (room only
   // shrinks until a release clears the memo); one that found room only borrowing is not.
   if (use_memo && !not_guaranteed) {

@@ -297,6 +297,7 @@ Result<Job> Engine::Build(const JobSpec& spec) const {
   j.preempt_delay = queue.preemption_delay_s;
   j.idle_timeout = queue.idle_timeout_s;
   j.idle_stop = queue.idle_action == QueueSpec::IdleAction::kStop;
+  j.hold_limit = queue.swap_hold_limit_s;
   j.group = group_index_.at(group);
   j.profile = profile_index_.at(queue.profile);
   const ProfileSpec& pr = policy_.profiles[j.profile];

@@ -181,6 +181,11 @@ JobView Engine::job(int handle) const {
       v.idle_action = IdleSwaps(j) ? "swap" : j.idle_stop ? "stop" : "requeue";
     }
   }
+  if (j.held_dev >= 0) {
+    v.held_swapped_since = j.held_since;
+    v.held_on = DevName(j.held_dev);
+    if (j.hold_limit > 0) v.hold_stop_at = j.held_since + j.hold_limit;
+  }
   v.wait_step = j.wait_step;
   v.wait_reason = j.wait_reason;
   v.ext_pool = j.ext_pool;
@@ -287,9 +292,9 @@ Result<std::unique_ptr<QuotaEngine>> QuotaEngine::Create(const PolicySpec& polic
 namespace {
 constexpr auto kJobStateNames =
     NamesUpTo<JobState::kRejected>("pending", "running", "terminating", "done", "rejected");
-constexpr auto kEventKindNames = NamesUpTo<EventKind::kSwappedOut>(
+constexpr auto kEventKindNames = NamesUpTo<EventKind::kSwappedIn>(
     "submitted", "rejected", "admitted", "placed", "preempted", "requeued", "repartitioned",
-    "completed", "stopped", "swapped_out");
+    "completed", "stopped", "swapped_out", "swapped_in");
 }  // namespace
 
 const char* JobStateName(JobState s) { return kJobStateNames.Of(s, "unknown"); }

@@ -218,6 +218,8 @@ Status ValidateQueue(const PolicySpec& p, const QueueSpec& q, size_t i, const Gr
   if (q.preemption_delay_s < 0)
     return Status::InvalidArgument(field + ".preemption_delay is negative");
   if (q.idle_timeout_s < 0) return Status::InvalidArgument(field + ".idle_timeout is negative");
+  if (q.swap_hold_limit_s < 0)
+    return Status::InvalidArgument(field + ".swap_hold_limit is negative");
   if (q.idle_timeout_s > 0 && q.external) {
     return Status::InvalidArgument(field +
                                    ".idle_timeout is only for queues placed by this scheduler");

@@ -143,6 +143,11 @@ struct QueueSpec {
   int64_t idle_timeout_s = 0;
   enum class IdleAction { kRequeue, kStop };
   IdleAction idle_action = IdleAction::kRequeue;
+  // Preemption by swapping: a share of a swapping queue preempted by reclaim or priority is held
+  // swapped out (paused, its memory in host RAM or on disk within its node's swap budget) and
+  // resumes on its device when capacity returns; held this long (seconds) it is stopped instead.
+  // 0: held until it resumes.
+  int64_t swap_hold_limit_s = 0;
   // GPU models its jobs accept, in order of preference ("H100-80GB", then "A100-80GB"): a job
   // is placed on the first model with room (and quota), spilling to the next when it is full.
   // Empty: any model.

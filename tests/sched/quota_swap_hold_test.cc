@@ -1,0 +1,154 @@
+// Preemption by swapping (issue 36): a share of a swapping queue preempted by reclaim is held
+// swapped out instead of stopped (no work lost), resumes on its own device when capacity
+// returns, is stopped once held its queue's swap_hold_limit, and is stopped as before when its
+// node's swap budget has no room for its memory. Known answers in exact seconds.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "quota_world.h"
+#include "sched/quota/engine.h"
+#include "sched/quota/policy_model.h"
+
+namespace tessera::quota {
+namespace {
+
+using namespace quota_world;  // NOLINT
+
+std::vector<Event> Of(const World& w, EventKind k) {
+  std::vector<Event> out;
+  for (const Event& e : w.e->events()) {
+    if (e.kind == k) out.push_back(e);
+  }
+  return out;
+}
+
+// One A100-80GB in the share pool; queue inter swaps (overcommit 100%: caps fit the memory);
+// group b (no reservation) fills the card with five 16 GiB shares, then group a, which reserves
+// 0.2 GPU, asks for one: reclaim takes one of b's.
+struct SwapWorld {
+  PolicySpec p = BasePolicy();
+  std::unique_ptr<World> w;
+  explicit SwapWorld(MiB swap_mib, int64_t hold_limit = 0, int claimants = 1) {
+    p.groups[0].reservation = Gpu(200 * claimants);
+    for (QueueSpec& q : p.queues) {
+      if (q.name != "inter") continue;
+      q.swap_overcommit_percent = 100;
+      q.swap_hold_limit_s = hold_limit;
+    }
+    NodeSpec n = Node("n0", "inter", 1);
+    n.swap_mib = swap_mib;
+    w = std::make_unique<World>(p, std::vector<NodeSpec>{n});
+    for (int i = 0; i < 5; ++i) w->Submit(Job("b" + std::to_string(i), "inter", "b"), 0);
+    w->e->RunCycle(0);
+    for (int i = 0; i < 5; ++i) EXPECT_EQ(w->State("b" + std::to_string(i)), JobState::kRunning);
+    for (int i = 0; i < claimants; ++i) w->Submit(Job("a" + std::to_string(i), "inter", "a"), 100);
+    w->e->RunCycle(100);
+  }
+  // The b share reclaim chose.
+  std::string Victim() const {
+    for (int i = 0; i < 5; ++i) {
+      const std::string id = "b" + std::to_string(i);
+      if (w->State(id) != JobState::kRunning) return id;
+    }
+    return "";
+  }
+};
+
+TEST(QuotaSwapHold, AReclaimedShareOfASwappingQueueIsHeldSwappedOutAndResumesWithNoWorkLost) {
+  SwapWorld s(32 * kGiB);
+  World& w = *s.w;
+  ASSERT_EQ(w.State("a0"), JobState::kRunning) << "the claimant waits for no grace";
+  const std::string v = s.Victim();
+  ASSERT_FALSE(v.empty());
+  EXPECT_TRUE(Of(w, EventKind::kPreempted).empty()) << "held, not stopped";
+  const std::vector<Event> out = Of(w, EventKind::kSwappedOut);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].job, v);
+  EXPECT_EQ(out[0].for_job, "a0");
+  EXPECT_EQ(out[0].time, 100);
+  EXPECT_EQ(out[0].detail.rfind("reclaim: group a is below its reservation", 0), 0u)
+      << out[0].detail;
+  EXPECT_NE(out[0].detail.find("held swapped out on n0/gpu0"), std::string::npos);
+  EXPECT_NE(out[0].detail.find("lost 0 GPU-s"), std::string::npos) << out[0].detail;
+  const JobView held = w.View(v);
+  EXPECT_EQ(held.state, JobState::kPending);
+  EXPECT_EQ(held.held_swapped_since, 100);
+  EXPECT_EQ(held.held_on, "n0/gpu0");
+  EXPECT_EQ(held.hold_stop_at, -1);
+  EXPECT_EQ(held.wait_step, "SwappedOut");
+  EXPECT_EQ(held.wait_reason.rfind("held swapped out since t=100s on n0/gpu0", 0), 0u)
+      << held.wait_reason;
+  EXPECT_EQ(held.preemptions, 1);
+  // It waits for its own device, not for another.
+  w.e->RunCycle(200);
+  EXPECT_EQ(w.State(v), JobState::kPending);
+  EXPECT_EQ(w.View(v).wait_step, "SwappedOut");
+  // Capacity returns: the claimant ends and the held share resumes where it was, its start kept.
+  w.e->Complete(w.h["a0"], 300);
+  w.e->RunCycle(300);
+  ASSERT_EQ(w.State(v), JobState::kRunning);
+  EXPECT_EQ(w.View(v).start_time, 0) << "it ran from t=0: no work lost";
+  EXPECT_EQ(w.View(v).held_swapped_since, -1);
+  ASSERT_EQ(w.View(v).grants.size(), 1u);
+  EXPECT_EQ(w.View(v).grants[0].node, "n0");
+  EXPECT_EQ(w.View(v).grants[0].device, 0);
+  const std::vector<Event> in = Of(w, EventKind::kSwappedIn);
+  ASSERT_EQ(in.size(), 1u);
+  EXPECT_EQ(in[0].job, v);
+  EXPECT_EQ(in[0].time, 300);
+  EXPECT_NE(in[0].detail.find("held swapped out since t=100s (200s)"), std::string::npos)
+      << in[0].detail;
+  EXPECT_STREQ(EventKindName(EventKind::kSwappedIn), "swapped_in");
+  w.Done();
+}
+
+TEST(QuotaSwapHold, HeldPastItsQueuesHoldLimitItIsStopped) {
+  SwapWorld s(32 * kGiB, /*hold_limit=*/600);
+  World& w = *s.w;
+  const std::string v = s.Victim();
+  ASSERT_FALSE(v.empty());
+  EXPECT_EQ(w.View(v).hold_stop_at, 700);
+  EXPECT_NE(w.View(v).wait_reason.find("stopped at t=700s by its queue's swap_hold_limit 600s"),
+            std::string::npos)
+      << w.View(v).wait_reason;
+  w.e->RunCycle(699);
+  EXPECT_EQ(w.State(v), JobState::kPending);
+  w.e->RunCycle(700);
+  EXPECT_EQ(w.State(v), JobState::kDone);
+  const std::vector<Event> stops = Of(w, EventKind::kStopped);
+  ASSERT_EQ(stops.size(), 1u);
+  EXPECT_EQ(stops[0].job, v);
+  EXPECT_EQ(stops[0].time, 700);
+  EXPECT_EQ(stops[0].detail.rfind("swap_hold_limit 600s of queue inter reached (held swapped out "
+                                  "on n0/gpu0 since t=100s): stopped",
+                                  0),
+            0u)
+      << stops[0].detail;
+  // Its node's swap budget is free again: a second reclaim may hold another.
+  w.Done();
+}
+
+TEST(QuotaSwapHold, NoRoomInItsNodesSwapBudgetStopsItAsBefore) {
+  SwapWorld s(8 * kGiB);  // 8 GiB of swap: a 16 GiB share cannot be held
+  World& w = *s.w;
+  EXPECT_TRUE(Of(w, EventKind::kSwappedOut).empty());
+  const std::vector<Event> pre = Of(w, EventKind::kPreempted);
+  ASSERT_EQ(pre.size(), 1u);
+  EXPECT_EQ(pre[0].for_job, "a0");
+  w.Done();
+}
+
+// The budget counts what its node holds already: two 16 GiB holds fit 32 GiB, a third does not.
+TEST(QuotaSwapHold, TheNodesSwapBudgetCountsWhatItHoldsAlready) {
+  SwapWorld s(32 * kGiB, 0, /*claimants=*/3);
+  World& w = *s.w;
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(w.State("a" + std::to_string(i)), JobState::kRunning) << i;
+  EXPECT_EQ(Of(w, EventKind::kSwappedOut).size(), 2u);
+  EXPECT_EQ(Of(w, EventKind::kPreempted).size(), 1u);
+  w.Done();
+}
+
+}  // namespace
+}  // namespace tessera::quota

@@ -98,6 +98,7 @@ struct SimJob {
   MilliGpu nominal = 0;
   bool started_once = false;
   bool pending = false;
+  int64_t worked = 0;  // run before being held swapped out (preemption by swapping): not lost
 };
 
 // One run on the virtual clock: feeds the engine arrivals and completions cycle by cycle and
@@ -257,11 +258,17 @@ class ScenarioRun {
     for (; cursor_ < ev.size(); ++cursor_) {
       const quota::Event& x = ev[cursor_];
       if (x.kind == quota::EventKind::kSwappedOut) {
-        ++r_.swapped_out;
+        ++(x.for_job.empty() ? r_.swapped_out : r_.held_swapped);
         if (r_.notable_events.size() < 50) r_.notable_events.push_back(x);
+        if (!x.for_job.empty()) Held(x);
+        continue;
+      }
+      if (x.kind == quota::EventKind::kSwappedIn) {
+        ++r_.swapped_in;
         continue;
       }
       if (x.kind == quota::EventKind::kPreempted) {
+        r_.lost_gpu_s += LostGpuSeconds(x.detail);
         if (x.detail.rfind("idle_timeout:", 0) == 0) ++r_.idle_requeued;
         ++r_.preemptions;
         ++preempt_reasons_[Reason(x)];
@@ -269,7 +276,11 @@ class ScenarioRun {
         continue;
       }
       if (x.kind == quota::EventKind::kStopped) {
-        ++(x.detail.rfind("idle_timeout:", 0) == 0 ? r_.idle_stopped : r_.stopped);
+        const bool hold = x.detail.rfind("swap_hold_limit", 0) == 0;
+        if (hold) Unpend(x);
+        ++(hold                                      ? r_.hold_stopped
+           : x.detail.rfind("idle_timeout:", 0) == 0 ? r_.idle_stopped
+                                                     : r_.stopped);
         if (r_.notable_events.size() < 50) r_.notable_events.push_back(x);
         continue;
       }
@@ -281,6 +292,33 @@ class ScenarioRun {
       }
       OnJobEvent(x);
     }
+  }
+
+  // "...; lost 12 GPU-s; ..." in a preemption's detail: 12.
+  static int64_t LostGpuSeconds(const std::string& detail) {
+    const size_t at = detail.find("; lost ");
+    return at == std::string::npos ? 0 : std::atoll(detail.c_str() + at + 7);
+  }
+
+  // Preempted and held swapped out: what it ran is kept; pending until it resumes.
+  void Held(const quota::Event& x) {
+    auto it = handle_of_.find(x.job);
+    if (it == handle_of_.end()) return;
+    SimJob& sj = jobs_[it->second];
+    if (sj.start >= 0) sj.worked += x.time - sj.start;
+    sj.start = -1;  // its completion as placed then no longer counts
+    sj.pending = true;
+    pending_gpu_[sj.group].insert(sj.nominal);
+  }
+
+  // Held and stopped (swap_hold_limit): no longer waiting.
+  void Unpend(const quota::Event& x) {
+    auto it = handle_of_.find(x.job);
+    if (it == handle_of_.end()) return;
+    SimJob& sj = jobs_[it->second];
+    if (!sj.pending) return;
+    pending_gpu_[sj.group].erase(pending_gpu_[sj.group].find(sj.nominal));
+    sj.pending = false;
   }
 
   void OnJobEvent(const quota::Event& x) {
@@ -296,7 +334,9 @@ class ScenarioRun {
         sj.pending = false;
       }
       sj.start = x.time;
-      completions_.push({x.time + sj.duration, it->second, x.time});
+      // Resumed after being held swapped out: only what it had left to run.
+      completions_.push(
+          {x.time + std::max<int64_t>(sj.duration - sj.worked, 0), it->second, x.time});
       if (sj.idle_after >= 0 && sj.idle_after < sj.duration)
         idles_.push({x.time + sj.idle_after, it->second, x.time});
       if (!sj.started_once) {

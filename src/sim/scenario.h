@@ -148,6 +148,11 @@ struct RunReport {
   int64_t swapped_out = 0;    // idle shares swapped out by their queue's idle_timeout
   int64_t idle_requeued = 0;  // idle holdings requeued by their queue's idle_timeout
   int64_t idle_stopped = 0;   // ... and stopped (idle_action stop)
+  // Preemption by swapping: shares held swapped out instead of stopped, resumed, and stopped
+  // after their queue's swap_hold_limit; GPU-seconds of work lost by preemptions (the sum of
+  // their "lost N GPU-s").
+  int64_t held_swapped = 0, swapped_in = 0, hold_stopped = 0;
+  int64_t lost_gpu_s = 0;
   int64_t repartitions = 0;
   int64_t backfilled = 0;
   double gpu_compute_utilization = 0;  // time-averaged allocated / capacity, 0..1

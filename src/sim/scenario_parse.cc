@@ -62,7 +62,8 @@ Status ParseNodeGpu(const YAML::Node& g, const std::string& f, quota::NodeSpec* 
 // One `nodes` entry; with count > 1 it becomes nodes "NAME-0", "NAME-1", ...
 Status ParseNodeEntry(const YAML::Node& n, size_t i, std::vector<quota::NodeSpec>* nodes) {
   std::string f = "nodes[" + EntryName(n, i) + "]";
-  TRY(KnownKeys(n, f, {"name", "count", "pool", "cpu", "memory", "gpu", "mig", "amd_mode"}));
+  TRY(KnownKeys(n, f,
+                {"name", "count", "pool", "cpu", "memory", "gpu", "mig", "amd_mode", "swap"}));
   quota::NodeSpec ns;
   ns.name = n["name"] ? Scalar(n["name"]) : "node" + std::to_string(i);
   int64_t count = 1;
@@ -75,6 +76,8 @@ Status ParseNodeEntry(const YAML::Node& n, size_t i, std::vector<quota::NodeSpec
   if (n["pool"]) ns.pool = Scalar(n["pool"]);
   if (n["cpu"]) TRY_ASSIGN(ns.cpu_milli, GetMilli(n["cpu"], f + ".cpu"));
   if (n["memory"]) TRY_ASSIGN(ns.memory_mib, GetMemory(n["memory"], f + ".memory"));
+  // What swapped-out share memory may take on the node (host RAM and disk), as an agent reports.
+  if (n["swap"]) TRY_ASSIGN(ns.swap_mib, GetMemory(n["swap"], f + ".swap"));
   if (n["gpu"]) TRY(ParseNodeGpu(n["gpu"], f, &ns));
   if (n["mig"]) TRY_ASSIGN(ns.mig_layout, GetStrings(n["mig"], f + ".mig"));
   if (n["amd_mode"]) ns.amd_mode = Scalar(n["amd_mode"]);

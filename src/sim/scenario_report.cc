@@ -41,6 +41,10 @@ nlohmann::json RunJson(const RunReport& r) {
   j["swapped_out"] = r.swapped_out;
   j["idle_requeued"] = r.idle_requeued;
   j["idle_stopped"] = r.idle_stopped;
+  j["held_swapped"] = r.held_swapped;
+  j["swapped_in"] = r.swapped_in;
+  j["hold_stopped"] = r.hold_stopped;
+  j["lost_gpu_s"] = r.lost_gpu_s;
   j["repartitions"] = r.repartitions;
   j["backfilled"] = r.backfilled;
   j["utilization"] = {{"gpu_compute", r.gpu_compute_utilization},
@@ -157,6 +161,12 @@ std::string ReportText(const ScenarioReport& r) {
       o << "  idle holdings given back (idle_timeout): " << x.swapped_out << " swapped out, "
         << x.idle_requeued << " requeued, " << x.idle_stopped << " stopped\n";
     }
+    if (x.held_swapped > 0) {
+      o << "  preempted by swapping: " << x.held_swapped << " held swapped out, " << x.swapped_in
+        << " resumed, " << x.hold_stopped << " stopped by swap_hold_limit\n";
+    }
+    if (x.preemptions + x.held_swapped > 0)
+      o << "  work lost to preemption: " << x.lost_gpu_s << " GPU-s\n";
     for (const auto& [k, v] : x.preemption_reasons)
       o << "    preempted: " << k << " x" << v << "\n";
     for (const auto& [k, v] : x.repartition_reasons)

@@ -222,3 +222,93 @@ TEST(ScenarioExamples, EveryExampleScenarioStillLoads) {
 
 }  // namespace
 }  // namespace tessera::sim
+
+namespace tessera::sim {
+namespace {
+
+// Preemption by swapping (issue 36), examples/scenarios/preempt-by-swapping.yaml: two guest
+// notebooks reclaimed for the owners are held swapped out, not stopped; one resumes with the
+// work it had left when capacity returns, the other is stopped by its queue's swap_hold_limit.
+TEST(ScenarioSwapHold, PreemptionBySwappingLosesNoWorkAndTheHoldLimitStopsIt) {
+  auto s = LoadScenario(std::string(TESSERA_SOURCE_DIR) +
+                        "/examples/scenarios/preempt-by-swapping.yaml");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->policy.queues[0].swap_hold_limit_s, 1200);
+  EXPECT_EQ(s->nodes[0].swap_mib, 128 * 1024);
+  std::vector<quota::Event> events;
+  auto r = RunScenario(*s, {.events = &events});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->run.invariant_violations.empty()) << r->run.invariant_violations.front();
+  EXPECT_TRUE(r->run.promises.empty()) << r->run.promises.front().ToString();
+  using K = quota::EventKind;
+  std::vector<std::string> held;
+  std::map<std::string, std::map<K, std::vector<int64_t>>> at;
+  for (const quota::Event& e : events) {
+    at[e.job][e.kind].push_back(e.time);
+    if (e.kind == K::kSwappedOut) {
+      held.push_back(e.job);
+      EXPECT_EQ(e.time, 600);
+      EXPECT_EQ(e.detail.rfind("reclaim: group owners is below its reservation", 0), 0u)
+          << e.detail;
+      EXPECT_NE(e.detail.find("lost 0 GPU-s"), std::string::npos) << e.detail;
+    }
+  }
+  ASSERT_EQ(held.size(), 2u);
+  EXPECT_EQ(at["owner-1-0"][K::kPlaced], (std::vector<int64_t>{600}));
+  EXPECT_EQ(at["owner2-2-0"][K::kPlaced], (std::vector<int64_t>{600}));
+  // One resumes at 20 min and runs the 50 min it had left; the other is stopped at 30 min.
+  const bool first = !at[held[0]][K::kSwappedIn].empty();
+  const std::string resumed = first ? held[0] : held[1], stopped = first ? held[1] : held[0];
+  EXPECT_EQ(at[resumed][K::kSwappedIn], (std::vector<int64_t>{1200}));
+  EXPECT_EQ(at[resumed][K::kCompleted], (std::vector<int64_t>{4200}));
+  EXPECT_EQ(at[stopped][K::kStopped], (std::vector<int64_t>{1800}));
+  EXPECT_TRUE(at[stopped][K::kSwappedIn].empty());
+  EXPECT_EQ(r->run.held_swapped, 2);
+  EXPECT_EQ(r->run.swapped_in, 1);
+  EXPECT_EQ(r->run.hold_stopped, 1);
+  EXPECT_EQ(r->run.preemptions, 0);
+  EXPECT_EQ(r->run.lost_gpu_s, 0);
+  const std::string text = ReportText(*r);
+  EXPECT_NE(text.find("preempted by swapping: 2 held swapped out, 1 resumed, 1 stopped by "
+                      "swap_hold_limit"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("work lost to preemption: 0 GPU-s"), std::string::npos) << text;
+}
+
+// The same fleet without swapping: the two reclaimed notebooks are stopped, and their 10 min
+// of work each is lost.
+TEST(ScenarioSwapHold, WithoutSwappingTheSameReclaimLosesTheirWork) {
+  auto s = LoadScenario(std::string(TESSERA_SOURCE_DIR) +
+                        "/examples/scenarios/preempt-by-swapping.yaml");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  s->policy.queues[0].swap_overcommit_percent = 0;  // caps fit the memory: four notebooks
+  for (WorkloadEntry& w : s->workload) {
+    if (w.count == 8) w.count = 4;
+  }
+  auto r = RunScenario(*s, {});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->run.held_swapped, 0);
+  EXPECT_EQ(r->run.preemptions, 2);
+  EXPECT_EQ(r->run.lost_gpu_s, 2 * 600 * 250 / 1000);
+}
+
+TEST(ScenarioSwapHold, SwapHoldLimitAndNodeSwapNameTheirField) {
+  const std::string head =
+      "groups: [{name: g}]\nprofiles: [{name: p}]\nworkload: [{queue: q, duration: 1h}]\n";
+  auto bad = ParseScenario(head +
+                           "nodes: [{name: n, gpu: {model: A100-80GB, count: 1}}]\n"
+                           "queues: [{name: q, profile: p, groups: [g], swap_hold_limit: soon}]");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("queues[q].swap_hold_limit"), std::string::npos)
+      << bad.status().message();
+  bad = ParseScenario(head +
+                      "nodes: [{name: n, swap: lots, gpu: {model: A100-80GB, count: 1}}]\n"
+                      "queues: [{name: q, profile: p, groups: [g]}]");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("nodes[n].swap"), std::string::npos)
+      << bad.status().message();
+}
+
+}  // namespace
+}  // namespace tessera::sim

@@ -160,6 +160,7 @@ bool Agent::Heartbeat() {
   }
   TakeStoppedByOff(&finished);
   std::vector<RunningJob> running = launcher_.Running(true);
+  for (RunningJob& r : running) r.swap_ordered = swap_ordered_.count(r.id) > 0;
   std::vector<DeviceTelemetry> devices = Telemetry(running);
   CheckHealth(&devices);
   auto res =
@@ -279,6 +280,10 @@ void Agent::Apply(const HeartbeatReply& reply) {
       Info("job " + c.job + " cancelled (grace " + std::to_string(c.grace_ms) + " ms)");
     }
   }
+  for (auto& [device, manager] : swap_) manager->OrdersNow(reply.swap);
+  swap_ordered_.clear();
+  for (const auto& [job, order] : reply.swap) swap_ordered_.insert(job);
+  for (const auto& [job, order] : reply.swap) ApplySwapOrder(job, order);
   if (reply.may_run) {
     std::set<std::string> may(reply.may_run->begin(), reply.may_run->end());
     for (const RunningJob& r : launcher_.Running()) {

@@ -56,6 +56,9 @@ class Agent {
   void WatchSwap(const JobSpec& spec);
 
   void TickSwap();
+  // The control plane's swap order for a job ("out", "in", "idle"; see HeartbeatReply::swap).
+  void ApplySwapOrder(const std::string& job, const std::string& order);
+  std::set<std::string> swap_ordered_;  // jobs the last heartbeat reply gave a swap order
 
   static int64_t NowMs() {
     return std::chrono::duration_cast<milliseconds>(Clock::now().time_since_epoch()).count();

@@ -28,6 +28,18 @@ void Agent::WatchSwap(const JobSpec& spec) {
   if (!s.ok()) Warn("job " + spec.id + ": " + s.message(), {{"job", spec.id}});
 }
 
+void Agent::ApplySwapOrder(const std::string& job, const std::string& order) {
+  for (auto& [device, manager] : swap_) {
+    Result<bool> changed = manager->Order(job, order);
+    if (!changed.ok()) continue;  // not on this device
+    if (*changed)
+      Info("job " + job + ": swap " + order + " (ordered by the control plane)", {{"job", job}});
+    return;
+  }
+  Warn("job " + job + ": swap " + order + " ordered, but it is no swapping share here",
+       {{"job", job}});
+}
+
 void Agent::TickSwap() {
   if (swap_.empty()) return;
   const int64_t now = NowMs();

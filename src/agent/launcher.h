@@ -109,6 +109,9 @@ struct RunningJob {
   // it has off the device.
   std::string swap_state;
   int64_t swapped_bytes = 0;
+  // The control plane gave it a swap order (agent protocol "swap"): its heartbeat entry says
+  // "swapped" (a server that gives no orders may not know the field).
+  bool swap_ordered = false;
   std::vector<int> devices;  // device indices it was started on
   int active = -1;           // filled by the agent for its heartbeat: 1 active, 0 not, -1 unknown
 };

@@ -186,6 +186,7 @@ std::string HeartbeatBody(const std::string& node, const std::vector<RunningJob>
     if (!job.swap_state.empty()) {
       e["swap"] = job.swap_state;
       e["swapped_mib"] = (job.swapped_bytes + (1 << 20) - 1) >> 20;
+      if (job.swap_ordered) e["swapped"] = job.swap_state == "swapped";  // all off the device
     }
     r.push_back(std::move(e));
   }
@@ -256,6 +257,15 @@ Result<HeartbeatReply> ParseHeartbeatReplyChecked(std::string_view body) {
       reply.may_run = std::move(out);
     } else {
       reply.ack = std::move(out);
+    }
+  }
+  if (j.contains("swap") && !j["swap"].is_null()) {
+    if (!j["swap"].is_object()) return Bad("'swap' must be an object of job ids to orders");
+    for (const auto& [job, order] : j["swap"].items()) {
+      if (!order.is_string() || (order != "out" && order != "in" && order != "idle")) {
+        return Bad("swap order of job " + job + ": must be \"out\", \"in\" or \"idle\"");
+      }
+      reply.swap[job] = order.get<std::string>();
     }
   }
   if (j.contains("seq")) {

@@ -8,6 +8,7 @@
 // Thread-safety: pure functions over values.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -30,6 +31,10 @@ struct HeartbeatReply {
   std::vector<CancelOrder> cancel;
   std::optional<std::vector<std::string>> may_run;  // nullopt: the reply had no may_run
   std::vector<std::string> ack;
+  // Swap orders for swapping shares (optional "swap": {"JOB": "out" | "in" | "idle"}): out
+  // holds the job's memory in host RAM or on disk and pauses it until "in" (preemption by
+  // swapping); idle moves it off the device until the job's next use; in brings it back.
+  std::map<std::string, std::string> swap;
   // The node's order sequence the reply reflects: an order watch after it wakes only for news
   // (-1: the control plane keeps no order sequence; the agent does not watch).
   int64_t seq = -1;

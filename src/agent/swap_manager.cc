@@ -30,6 +30,7 @@ struct SwapManager::Share {
   int64_t swap_outs = 0, sliced = 0;
   capgpu::SwapSummary summary;
   uint32_t target = 0;
+  bool ordered_idle = false;  // the control plane ordered it out while idle (once per order)
 };
 
 namespace {
@@ -93,6 +94,50 @@ Status SwapManager::Add(const std::string& id, const std::string& region_path, i
 }
 
 void SwapManager::Remove(const std::string& id) { shares_.erase(id); }
+
+Result<bool> SwapManager::Order(const std::string& id, const std::string& order) {
+  auto it = shares_.find(id);
+  if (it == shares_.end()) return Status::NotFound("swap: no share " + id);
+  capgpu::SwapTarget target;
+  if (order == "out") {
+    target = capgpu::SwapTarget::kHold;
+  } else if (order == "idle") {
+    target = capgpu::SwapTarget::kOut;
+  } else if (order == "in") {
+    target = capgpu::SwapTarget::kResident;
+  } else {
+    return Status::InvalidArgument("swap: order '" + order + "' is not out, in or idle");
+  }
+  Share& s = *it->second;
+  uint32_t now = 0;
+  {
+    capgpu::RegionLock lock(s.region, capgpu::kObserverLockMs);
+    if (!lock.held()) return false;  // the next heartbeat orders it again
+    now = s.region.data().swap_target;
+  }
+  // "idle" once out (or back by itself since): nothing to do until the next order.
+  if (now == static_cast<uint32_t>(target) ||
+      (order == "idle" && now != static_cast<uint32_t>(capgpu::SwapTarget::kResident))) {
+    return false;
+  }
+  if (order == "idle" && s.ordered_idle) return false;  // once per order: it comes back on use
+  if (!capgpu::RequestSwap(s.region, target)) return false;
+  s.held_since_ms = -1;  // not a slice: held until ordered in
+  s.ordered_idle = order == "idle";
+  if (target != capgpu::SwapTarget::kResident) {
+    ++s.swap_outs;
+    s.was_out = true;
+  }
+  s.target = static_cast<uint32_t>(target);
+  return true;
+}
+
+void SwapManager::OrdersNow(const std::map<std::string, std::string>& orders) {
+  for (auto& [id, s] : shares_) {
+    auto o = orders.find(id);
+    if (o == orders.end() || o->second != "idle") s->ordered_idle = false;
+  }
+}
 
 uint64_t SwapManager::HostBytes() const {
   uint64_t bytes = 0;

@@ -69,6 +69,16 @@ class SwapManager {
              uid_t owner = static_cast<uid_t>(-1));
   void Remove(const std::string& id);
 
+  // An order of the control plane (agent protocol "swap"): "out" holds the share off the device,
+  // its driver calls waiting at the gate, until "in" (preemption by swapping); "idle" moves it
+  // off until its next driver call; "in" brings it back now. The manager's own rules leave a
+  // share ordered out alone. True when the share's target changed; NotFound when `id` is not
+  // one of its shares; InvalidArgument for another order.
+  Result<bool> Order(const std::string& id, const std::string& order);
+  // A heartbeat's orders, all of them: an "idle" order is carried out once while it lasts (its
+  // share comes back on its next use and stays); one no longer given may be carried out again.
+  void OrdersNow(const std::map<std::string, std::string>& orders);
+
   // One pass. `host_ram_left`, when given, is what the node's swap RAM budget (--swap-ram) has
   // left for all its devices' shares: each share asked out may put at most that much in pinned
   // host memory (its region's limit is set so; the rest goes to its disk tier), and it is

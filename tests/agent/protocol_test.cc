@@ -253,5 +253,39 @@ TEST(AgentProtocol, OrdersWatchPathEscapesTheNode) {
             "/v1/agent/orders?node=a%26b%2F%C3%A9&after=0&wait_ms=10");
 }
 
+// Preemption by swapping: the control plane's swap orders (optional), and the agent's word on
+// whether a share's memory is off the device.
+TEST(AgentProtocol, SwapOrdersAndSwappedReports) {
+  Result<HeartbeatReply> r =
+      ParseHeartbeatReply(R"({"swap": {"j-1": "out", "j-2": "in", "j-3": "idle"}})");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->swap,
+            (std::map<std::string, std::string>{{"j-1", "out"}, {"j-2", "in"}, {"j-3", "idle"}}));
+  r = ParseHeartbeatReply("{}");  // an older server: no orders
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->swap.empty());
+  r = ParseHeartbeatReply(R"({"swap": {"j-1": "away"}})");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("swap order of job j-1"), std::string::npos)
+      << r.status().message();
+  EXPECT_FALSE(ParseHeartbeatReply(R"({"swap": ["j-1"]})").ok());
+  RunningJob held;
+  held.id = "j-1";
+  held.pid = 7;
+  held.swap_state = "swapped";
+  held.swap_ordered = true;
+  held.swapped_bytes = 3 << 20;
+  RunningJob back = held;
+  back.id = "j-2";
+  back.swap_state = "resident";
+  back.swapped_bytes = 0;
+  json j = json::parse(HeartbeatBody("host-a", {held, back}, {}));
+  EXPECT_EQ(j["running"][0]["swapped"], true);
+  EXPECT_EQ(j["running"][0]["swapped_mib"], 3);
+  EXPECT_EQ(j["running"][1]["swapped"], false);
+  back.swap_ordered = false;  // no order: a server that gives none may not know the field
+  EXPECT_FALSE(json::parse(HeartbeatBody("host-a", {back}, {}))["running"][0].contains("swapped"));
+}
+
 }  // namespace
 }  // namespace tessera::agent

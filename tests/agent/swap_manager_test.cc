@@ -334,5 +334,52 @@ TEST_F(SwapManagerTest, SlicingTakesTurnsBetweenActiveShares) {
   EXPECT_GE(released, 2) << "each share held out is let go once the other has the room";
 }
 
+// Preemption by swapping: the control plane orders a share out ("out"): its memory leaves the
+// card and its next driver call waits at the gate, with no error, until it is ordered in; its
+// data is intact. The manager's own rules leave it alone meanwhile. "idle" moves it off the card
+// once; its next driver call brings it back.
+TEST_F(SwapManagerTest, AServerOrderHoldsAShareOutUntilOrderedIn) {
+  const std::string a = Region("a", 8 * kMiB);
+  SwapManager m({.device_memory = 12 * kMiB, .idle_ms = 150});
+  ASSERT_TRUE(m.Add("a", a, NowMs()).ok());
+  Probe pa(CAPGPU_SWAP_PROBE, Env(a));
+  EXPECT_EQ(pa.Ask("alloc x 4MiB"), "alloc x 0");
+  EXPECT_EQ(pa.Ask("fill x 5"), "fill x 0");
+  EXPECT_FALSE(m.Order("nobody", "out").ok());
+  EXPECT_FALSE(m.Order("a", "away").ok());
+  ASSERT_TRUE(*m.Order("a", "out"));
+  EXPECT_FALSE(*m.Order("a", "out")) << "ordered again (every heartbeat): nothing changes";
+  auto state = [&] {
+    m.Tick(NowMs());
+    return m.States()[0];
+  };
+  for (int i = 0; i < 500 && state().state != "swapped"; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(state().state, "swapped");
+  EXPECT_EQ(state().resident_bytes, 0u);
+  // Held: its next driver call waits, however long, and the manager does not release it.
+  pa.Send("check x 5");
+  for (int i = 0; i < 30; ++i) {
+    m.Tick(NowMs());
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(pa.Line(300), "") << "a held share's driver call waits";
+  ASSERT_TRUE(*m.Order("a", "in"));
+  EXPECT_EQ(pa.Line(20000), "check x ok");
+  EXPECT_EQ(pa.Ask("kernel x"), "kernel x 0");
+  EXPECT_EQ(pa.Ask("check x 6"), "check x ok");
+  // "idle": off the card once; its next use brings it back, and the same order again does not
+  // push it out while it lasts.
+  ASSERT_TRUE(*m.Order("a", "idle"));
+  for (int i = 0; i < 500 && state().state != "swapped"; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(state().state, "swapped");
+  EXPECT_EQ(pa.Ask("check x 6", 20000), "check x ok");
+  m.OrdersNow({{"a", "idle"}});
+  EXPECT_FALSE(*m.Order("a", "idle"));
+  m.OrdersNow({});  // no longer ordered: a later idle order is carried out again
+  EXPECT_TRUE(*m.Order("a", "idle"));
+}
+
 }  // namespace
 }  // namespace tessera::agent

@@ -32,10 +32,14 @@ int main(int argc, char** argv) {
       "single thread\n",
       r.nodes, o.models == 4 ? "GPUs of 4 models, quotas per model" : "H100-80GB", r.gpus,
       r.pending, static_cast<unsigned long long>(o.seed));
-  std::printf("  cycle 1: %d admitted in %.3f s = %.0f jobs admitted/s (%d preempted)\n",
-              r.admitted, r.cycle_seconds, r.admitted_per_second, r.preempted);
-  std::printf("  cycle 2 (5%% finished, as many arrived): %d pending -> %d admitted in %.3f s\n",
-              r.second_pending, r.second_admitted, r.second_cycle_seconds);
+  std::printf(
+      "  cycle 1: %d admitted in %.3f s = %.0f jobs admitted/s (%d preempted); thread CPU %.3f "
+      "s\n",
+      r.admitted, r.cycle_seconds, r.admitted_per_second, r.preempted, r.cycle_cpu_seconds);
+  std::printf(
+      "  cycle 2 (5%% finished, as many arrived): %d pending -> %d admitted in %.3f s; thread "
+      "CPU %.3f s\n",
+      r.second_pending, r.second_admitted, r.second_cycle_seconds, r.second_cycle_cpu_seconds);
   std::printf("  setup %.2f s; invariants: %s\n", r.setup_seconds, r.invariants.c_str());
   return r.invariants == "ok" ? 0 : 1;
 }

@@ -76,6 +76,8 @@ int RunCycleBenchCommand(const CycleBenchCli& c) {
                         {"preempted", r.preempted},
                         {"repartitioned", r.repartitioned},
                         {"cycle_seconds", r.cycle_seconds},
+                        {"cycle_cpu_seconds", r.cycle_cpu_seconds},
+                        {"second_cycle_cpu_seconds", r.second_cycle_cpu_seconds},
                         {"admitted_per_second", r.admitted_per_second},
                         {"second_pending", r.second_pending},
                         {"second_admitted", r.second_admitted},
@@ -95,11 +97,13 @@ int RunCycleBenchCommand(const CycleBenchCli& c) {
         static_cast<unsigned long long>(c.options.seed));
     std::printf(
         "  cycle 1: %d pending -> %d admitted in %.3f s = %.0f jobs admitted/s "
-        "(%d preempted, %d repartitions)\n",
-        r.pending, r.admitted, r.cycle_seconds, r.admitted_per_second, r.preempted,
-        r.repartitioned);
-    std::printf("  cycle 2 (5%% finished, as many arrived): %d pending -> %d admitted in %.3f s\n",
-                r.second_pending, r.second_admitted, r.second_cycle_seconds);
+        "(%d preempted, %d repartitions); thread CPU %.3f s\n",
+        r.pending, r.admitted, r.cycle_seconds, r.admitted_per_second, r.preempted, r.repartitioned,
+        r.cycle_cpu_seconds);
+    std::printf(
+        "  cycle 2 (5%% finished, as many arrived): %d pending -> %d admitted in %.3f s; thread "
+        "CPU %.3f s\n",
+        r.second_pending, r.second_admitted, r.second_cycle_seconds, r.second_cycle_cpu_seconds);
     std::printf("  setup %.2f s; invariants after both cycles: %s\n", r.setup_seconds,
                 r.invariants.c_str());
   }

@@ -1,5 +1,7 @@
 #include "sim/scenario_bench.h"
 
+#include <time.h>
+
 #include <chrono>
 #include <random>
 #include <vector>
@@ -12,6 +14,11 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double Since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
+}
+double ThreadCpu() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
 }  // namespace
@@ -119,7 +126,9 @@ CycleBenchResult RunCycleBench(const CycleBenchOptions& o) {
   r.setup_seconds = Since(t0);
 
   auto t1 = Clock::now();
+  const double c1 = ThreadCpu();
   quota::CycleStats s1 = e.RunCycle(0);
+  r.cycle_cpu_seconds = ThreadCpu() - c1;
   r.cycle_seconds = Since(t1);
   r.pending = s1.pending_at_start;
   r.admitted = s1.admitted;
@@ -138,7 +147,9 @@ CycleBenchResult RunCycleBench(const CycleBenchOptions& o) {
   }
   for (int i = 0; i < finished; ++i) submit(60);
   auto t2 = Clock::now();
+  const double c2 = ThreadCpu();
   quota::CycleStats s2 = e.RunCycle(60);
+  r.second_cycle_cpu_seconds = ThreadCpu() - c2;
   r.second_cycle_seconds = Since(t2);
   r.second_pending = s2.pending_at_start;
   r.second_admitted = s2.admitted;

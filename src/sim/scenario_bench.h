@@ -35,6 +35,9 @@ struct CycleBenchResult {
   int nodes = 0, gpus = 0, pending = 0;
   int admitted = 0, preempted = 0, repartitioned = 0;
   double cycle_seconds = 0;  // first cycle, full backlog
+  // The same on this thread's CPU clock: on a shared machine the wall clock also counts the time
+  // others' processes held the cores.
+  double cycle_cpu_seconds = 0, second_cycle_cpu_seconds = 0;
   double admitted_per_second = 0;
   int second_pending = 0, second_admitted = 0;
   double second_cycle_seconds = 0;

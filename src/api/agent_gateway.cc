@@ -126,10 +126,11 @@ Status CheckHeartbeatJobs(const Json& body) {
         return Status::InvalidArgument(std::string("each '") + key +
                                        "' entry needs a string 'job'");
       }
-      Status known = OnlyKnownFields(e,
-                                     {"job", "exit_code", "signal", "pid", "output_bytes", "active",
-                                      "gpu_memory_used_mib", "swap", "swapped_mib", "stopped_by"},
-                                     std::string("heartbeat: a '") + key + "' entry");
+      Status known =
+          OnlyKnownFields(e,
+                          {"job", "exit_code", "signal", "pid", "output_bytes", "active",
+                           "gpu_memory_used_mib", "swap", "swapped_mib", "swapped", "stopped_by"},
+                          std::string("heartbeat: a '") + key + "' entry");
       if (!known.ok()) return known;
       // Why the agent stopped a job itself: only "partition" (docs/agent-protocol.md, "Faults").
       if (e.contains("stopped_by") &&
@@ -477,6 +478,12 @@ Result<std::pair<Json, int64_t>> Engine::HeartbeatQueued(const Identity& who, co
   }
   for (const auto& r : body.value("running", Json::array())) {
     auto it = jobs_.find(r["job"].get<std::string>());
+    if (it != jobs_.end() && it->second.state == JobState::kPending && it->second.held_on == node) {
+      Json swap_only = r;  // held swapped out: its swap state only, no activity
+      swap_only.erase("active");
+      ObserveActivityLocked(it->second, swap_only, actor, b);
+      continue;
+    }
     if (it == jobs_.end() || !on_node(it->second)) continue;
     Job& j = it->second;
     // An earlier placement's process: not this one's start (OrdersLocked has it stopped first).
@@ -486,6 +493,11 @@ Result<std::pair<Json, int64_t>> Engine::HeartbeatQueued(const Identity& who, co
         TransitionLocked(j, JobState::kRunning, JobCause::kRunning)) {
       j.last_active_ms = clock_();  // a fresh start counts as activity
       b.Add(MakeEvent(actor, "job.running", j.rec.id, "", {{"pid", j.pid}, {"node", node}}), &j);
+    }
+    // Back on its device by its agent's word: the "in" order has been carried out.
+    if (j.swap_order == "in" && r.contains("swapped") && r["swapped"].is_boolean() &&
+        !r["swapped"].get<bool>()) {
+      j.swap_order.clear();
     }
     ObserveActivityLocked(j, r, actor, b);
   }
@@ -557,9 +569,19 @@ Json Engine::OrdersLocked(const NodeInfo& n, Batch& b, int64_t durable) {
   };
   Json start = Json::array(), cancel = Json::array(), may_run = Json::array();
   const int64_t preempt_grace_ms = config_.policy.grace_seconds * 1000;
+  Json swap = Json::object();
   for (const std::string& id : NodeJobsLocked(node)) {
     Job& j = jobs_[id];
+    if (j.state == JobState::kPending && !j.held_on.empty()) {
+      // Held swapped out here: its processes stay, paused, until it resumes or is stopped.
+      if (j.held_on == node) {
+        may_run.push_back(id);
+        swap[id] = "out";
+      }
+      continue;
+    }
     if (!on_node(j) || j.parts_done.count(node)) continue;
+    if (!j.swap_order.empty()) swap[id] = j.swap_order;
     const bool gang = NodesOf(j).size() > 1;
     // A decision still on its way to the store is not acted on: its order goes out with a
     // later heartbeat, once it is durable (the job stays allowed to run meanwhile).
@@ -598,7 +620,9 @@ Json Engine::OrdersLocked(const NodeInfo& n, Batch& b, int64_t durable) {
       cancel.push_back({{"job", id}, {"grace_ms", config_.cancel_grace_ms}});
     }
   }
-  return Json{{"start", start}, {"cancel", cancel}, {"may_run", may_run}};
+  Json orders = {{"start", start}, {"cancel", cancel}, {"may_run", may_run}};
+  if (!swap.empty()) orders["swap"] = std::move(swap);
+  return orders;
 }
 
 Status Engine::WriteOutput(const Identity& who, const std::string& job, int64_t offset,

@@ -86,7 +86,8 @@ void Engine::RecordTelemetryLocked(NodeInfo& n, const Json& body) {
 // idle" (no activity for idle_after) as a job.idle / job.active event. Its data carry the times
 // that `tessera usage` needs to count idle holding exactly from the event log.
 void Engine::ObserveActivityLocked(Job& j, const Json& report, const std::string& actor, Batch& b) {
-  if (j.state != JobState::kRunning) return;
+  const bool held = j.state == JobState::kPending && !j.held_on.empty();  // swapped out, paused
+  if (j.state != JobState::kRunning && !held) return;
   if (report.contains("gpu_memory_used_mib"))
     j.gpu_memory_used_mib = report["gpu_memory_used_mib"].get<MiB>();
   if (report.contains("swap")) {
@@ -108,13 +109,14 @@ void Engine::ObserveActivityLocked(Job& j, const Json& report, const std::string
     }
     j.swapped_mib = swapped;
   }
-  if (!report.contains("active")) return;  // no telemetry: never judged idle
+  if (held || !report.contains("active")) return;  // no telemetry: never judged idle
   const int64_t now = clock_();
   if (j.last_active_ms == 0) j.last_active_ms = now;
   if (report["active"].get<bool>()) {
     if (j.idle) {
       j.idle = false;
-      if (j.handle >= 0) qe_->SetIdle(j.handle, -1);  // its queue's idle_timeout starts over
+      if (j.handle >= 0) qe_->SetIdle(j.handle, -1);     // its queue's idle_timeout starts over
+      if (j.swap_order == "idle") j.swap_order.clear();  // in use again: back by itself
       b.Add(MakeEvent(actor, "job.active", j.rec.id,
                       "activity again after " + std::to_string((now - j.last_active_ms) / 1000) +
                           "s idle",

@@ -249,12 +249,20 @@ void Engine::TranslateLocked(size_t from, Batch& b) {
         b.Add(MakeEvent("engine", "job.preempted", j.rec.id, e.detail, {{"group", e.group}}), &j);
         break;
       case quota::EventKind::kStopped:
+        if (!j.held_on.empty()) {  // held swapped out past its queue's swap_hold_limit
+          SwapEventLocked(j, e, b);
+          break;
+        }
         // Its queue's max_runtime: its processes are stopped as a preemption's are (the agent's
         // cancel order, the policy's grace), then it ends, and is not requeued (FinishPartLocked).
         if (!TransitionLocked(j, JobState::kPreempting, JobCause::kPreempted)) break;
         j.guard_stopped = true;
         j.rec.reason = std::string(kGuardStopping) + e.detail;
         b.Add(MakeEvent("engine", "job.stopping", j.rec.id, e.detail), &j);
+        break;
+      case quota::EventKind::kSwappedOut:
+      case quota::EventKind::kSwappedIn:
+        SwapEventLocked(j, e, b);
         break;
       case quota::EventKind::kRequeued:
         if (!TransitionLocked(j, JobState::kPending, JobCause::kRequeued)) break;
@@ -280,6 +288,53 @@ void Engine::TranslateLocked(size_t from, Batch& b) {
     }
   }
   qe_->ClearEvents();  // recorded (or the server's own): marks start again from 0
+}
+
+void Engine::SwapEventLocked(Job& j, const quota::Event& e, Batch& b) {
+  if (e.kind == quota::EventKind::kStopped) {
+    // Its processes, paused on its node, are stopped there: it leaves may_run.
+    const std::string node = j.held_on;
+    b.Touch({node});
+    if (!EndLocked(j, JobState::kFailed, JobCause::kRefused, "stopped: " + e.detail)) return;
+    j.held_on.clear();
+    j.swap_order.clear();
+    b.Add(MakeEvent("engine", "job.stopped", j.rec.id, e.detail, {{"node", node}}), &j);
+    return;
+  }
+  if (e.kind == quota::EventKind::kSwappedIn) {
+    // Placed again on its device (job.placed before this): it runs on, brought back in.
+    if (!TransitionLocked(j, JobState::kRunning, JobCause::kRunning)) return;
+    j.held_on.clear();
+    j.swap_order = "in";
+    j.last_active_ms = clock_();
+    b.Touch(NodesOf(j));
+    b.Add(MakeEvent("engine", "job.swapped_in", j.rec.id, e.detail, {{"node", j.node}}), &j);
+    return;
+  }
+  CountEventLocked(e, &j);
+  if (e.for_job.empty()) {
+    // Its queue's idle_timeout: swapped out, not stopped; it keeps its share and runs on.
+    j.swap_order = "idle";
+    b.Touch(NodesOf(j));
+    b.Add(MakeEvent("engine", "job.swapped_out", j.rec.id, e.detail, {{"node", j.node}}), &j);
+    return;
+  }
+  // Preempted by swapping: pending, its processes paused on its node, its memory off the card.
+  const std::string node = j.node;
+  b.Touch(NodesOf(j));
+  if (!TransitionLocked(j, JobState::kPending, JobCause::kRequeued)) return;
+  j.held_on = node;
+  j.swap_order = "out";
+  j.rec.reason = "SwappedOut: " + qe_->job(j.handle).wait_reason;
+  j.preemptions = qe_->job(j.handle).preemptions;
+  j.grants.clear();
+  j.node.clear();
+  j.form.clear();
+  j.parts_done.clear();
+  j.idle = false;
+  b.Add(MakeEvent("engine", "job.swapped_out", j.rec.id, e.detail,
+                  {{"node", node}, {"for_job", e.for_job}, {"lost_gpu_s", 0}}),
+        &j);
 }
 
 void Engine::RefreshWaitReasonsLocked() {

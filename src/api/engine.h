@@ -312,6 +312,9 @@ class Engine {
     bool idle = false;
     MiB gpu_memory_used_mib = -1;
     std::string swap_state;  // a swapping share's, as its agent last reported it ("": none)
+    // Preemption by swapping (not stored): held swapped out on this node while pending (""),
+    // and the swap order its agent gets ("out", "in", "idle"; docs/agent-protocol.md).
+    std::string held_on, swap_order;
     MiB swapped_mib = 0;
     // External backend (empty: local agents).
     std::string backend;
@@ -426,6 +429,8 @@ class Engine {
   // Runs the cycle and turns the quota engine's new events into job changes in `b`.
   void CycleLocked(Batch& b);
   void TranslateLocked(size_t from, Batch& b);
+  // A quota kSwappedOut or kSwappedIn, or the kStopped of a job held swapped out.
+  void SwapEventLocked(Job& j, const quota::Event& e, Batch& b);
   void RefreshWaitReasonsLocked();
   void FillGrantsLocked(Job& j);
   static bool Holds(const Job& j) { return HoldsCapacity(j.state); }

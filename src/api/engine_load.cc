@@ -292,6 +292,8 @@ const std::vector<std::string>& Engine::NodeJobsLocked(const std::string& node) 
   ids.erase(std::remove_if(ids.begin(), ids.end(),
                            [&](const std::string& id) {
                              const Job& j = jobs_[id];
+                             if (j.state == JobState::kPending && !j.held_on.empty())
+                               return j.held_on != node;  // held swapped out there
                              const auto nodes = NodesOf(j);
                              return !Holds(j) || !j.backend.empty() ||
                                     std::find(nodes.begin(), nodes.end(), node) == nodes.end();

@@ -396,6 +396,9 @@ void Engine::CountEventLocked(const quota::Event& e, const Job* j) {
       ++c.preemptions[why];
       break;
     }
+    case quota::EventKind::kSwappedOut:  // held swapped out: a preemption that lost no work
+      if (!e.for_job.empty()) ++c.preemptions["held_swapped"];
+      break;
     case quota::EventKind::kRepartitioned: {
       // "NODE/gpuN: what changed"
       const std::string device = e.detail.substr(0, e.detail.find(':'));

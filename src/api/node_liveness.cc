@@ -98,6 +98,14 @@ void Engine::FinishReportedLocked(Job& j, const std::string& node, const Json& f
     cycle_wanted_ = true;
     return;
   }
+  const bool failed = f.value("exit_code", -1) != 0 || f.value("signal", 0) != 0;
+  if (j.state == JobState::kPlaced && j.stale_on.count(node) && failed) {
+    // The exit of an earlier placement's process here (stopped as absent from may_run), not this
+    // placement's end: acknowledged, and the new start goes out now that the old one is gone.
+    // (One that succeeded did the job's work: the job ends succeeded, it does not run again.)
+    j.stale_on.erase(node);
+    return;
+  }
   FinishPartLocked(j, node, f.value("exit_code", -1), f.value("signal", 0), b);
 }
 

@@ -181,6 +181,33 @@ TEST_F(AgentFaultsTest, AJobItsAgentStoppedForAPartitionIsRequeuedNotFailed) {
   ASSERT_TRUE(engine_->CheckInvariants().ok());
 }
 
+// Found by the protocol fault harness (tests/agent/protocol_faults_test.cc): a node taken for
+// lost had its job requeued and placed on the same node again; the agent then stopped the old
+// process (absent from may_run) and reported its exit 143, which the leader took for the new
+// placement's end: failed. The old process's exit belongs to the old placement: acknowledged,
+// and the new start goes out.
+TEST_F(AgentFaultsTest, TheExitOfAnEarlierPlacementsProcessDoesNotEndTheNewOne) {
+  Start("agent-stale-exit", kConfig);
+  ASSERT_TRUE(RegisterWith("n1", Json::object()).ok());
+  const std::string a = RunOne();
+  now_ += 11'000;  // lost at the 10 s timeout, its job requeued at once (no partition_stop)
+  ASSERT_TRUE(engine_->Tick().ok());
+  ASSERT_EQ(State(a), "pending");
+  // The node is back, its agent still running the old process.
+  Json hb = Heartbeat("n1", {{"running", {{{"job", a}, {"pid", 7}}}}});
+  ASSERT_TRUE(engine_->RunCycle().ok());
+  ASSERT_EQ(State(a), "placed") << "placed again on n1, its only node";
+  hb = Heartbeat("n1", {{"running", {{{"job", a}, {"pid", 7}}}}});
+  EXPECT_TRUE(hb["start"].empty()) << "started beside its old process: " << hb.dump();
+  hb = Heartbeat("n1", {{"finished", {{{"job", a}, {"exit_code", 143}, {"signal", 0}}}}});
+  ASSERT_EQ(hb["ack"].size(), 1u) << hb.dump();
+  EXPECT_NE(State(a), "failed") << "the old process's exit ended the new placement";
+  ASSERT_EQ(hb["start"].size(), 1u) << "the old process gone, the new start goes: " << hb.dump();
+  Heartbeat("n1", {{"running", {{{"job", a}, {"pid", 9}}}}});
+  EXPECT_EQ(State(a), "running");
+  ASSERT_TRUE(engine_->CheckInvariants().ok());
+}
+
 // Issue 37's runtime guard, served: a queue's max_runtime stops a running job through its agent
 // (the cancel order and grace a preemption uses), and the job then ends, not requeued; while it
 // runs, the job says when the guard will stop it.

@@ -323,15 +323,23 @@ int RunAgent(const AgentOptions& options) {
     return inventory.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
   inventory->pool = options.pool;
+  // The cap library is claimed ("preload") and preloaded only where it is one.
+  AgentOptions checked = options;
+  if (!checked.capgpu_preload.empty()) {
+    if (Status st = CheckCapLibrary(checked.capgpu_preload); !st.ok()) {
+      Say(options, log::Level::kWarn, st.message() + ": shares run uncapped (isolation none)");
+      checked.capgpu_preload.clear();
+    }
+  }
   for (DiscoveredDevice& d : inventory->devices)
-    d.isolation = IsolationGrade(d, !options.capgpu_preload.empty());
+    d.isolation = IsolationGrade(d, !checked.capgpu_preload.empty());
   // What swapped-out share memory may take on this node: --swap-ram (else half the host's
   // memory) plus --swap-disk. The scheduler keeps swapping shares' overcommit within it.
   inventory->swap_mib =
       (options.swap_ram_bytes > 0 ? options.swap_ram_bytes >> 20 : inventory->host.memory_mib / 2) +
       (options.swap_disk_bytes >> 20);
   SignalScope signals(options.handle_signals);
-  Agent agent(options, std::move(inventory).value(), std::move(urls));
+  Agent agent(checked, std::move(inventory).value(), std::move(urls));
   return agent.Run();
 }
 

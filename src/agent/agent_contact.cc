@@ -193,6 +193,12 @@ bool Agent::Heartbeat() {
 }
 
 void Agent::Apply(const HeartbeatReply& reply) {
+  // Devices an administrator returned: their health starts over from what they report now.
+  for (int index : reply.health_reset) {
+    if (health_ != nullptr && health_->Reset(index))
+      Info("device " + std::to_string(index) + ": returned by an administrator; health read anew",
+           {{"device", std::to_string(index)}});
+  }
   for (const std::string& id : reply.ack) {
     // Reported to an old leader, acked by a new one that may not hold its output: kept until it
     // does (ConfirmOutput), then reported again.

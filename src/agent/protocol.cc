@@ -276,6 +276,15 @@ Result<HeartbeatReply> ParseHeartbeatReplyChecked(std::string_view body) {
   Result<int64_t> epoch = NonNegative(j, "epoch", -1);
   if (!epoch.ok()) return epoch.status();
   reply.epoch = *epoch;
+  Result<const json*> reset = list("health_reset");
+  if (!reset.ok()) return reset.status();
+  if (*reset != nullptr) {
+    for (const json& i : **reset) {
+      if (!i.is_number_integer() || i.get<int64_t>() < 0 || i.get<int64_t>() > 1023)
+        return Bad("'health_reset' must be a list of device indexes");
+      reply.health_reset.push_back(i.get<int>());
+    }
+  }
   return reply;
 }
 

@@ -41,6 +41,9 @@ struct HeartbeatReply {
   // The leader's fencing epoch (-1: the reply carried none, an older server). The agent ignores
   // a reply whose epoch is lower than the highest it has seen.
   int64_t epoch = -1;
+  // Devices an administrator returned to service (issue 38): their health starts over from what
+  // they report now (NvmlHealth::Reset). Absent: none.
+  std::vector<int> health_reset;
 };
 
 // The answer to an order watch (GET /v1/agent/orders): woken with the sequence to watch after

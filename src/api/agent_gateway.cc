@@ -277,6 +277,8 @@ Result<Json> Engine::RegisterNode(const Identity& who, const Json& body) {
     for (size_t i = 0; i < n.devices.size(); ++i) {
       n.devices[i].healthy = old->second.devices[i].healthy;
       n.devices[i].health_reason = old->second.devices[i].health_reason;
+      n.devices[i].health_cleared = old->second.devices[i].health_cleared;
+      n.devices[i].health_reset = old->second.devices[i].health_reset;
     }
   }
   nodes_[n.name] = n;
@@ -517,6 +519,12 @@ Result<std::pair<Json, int64_t>> Engine::HeartbeatQueued(const Identity& who, co
   const int64_t target = ack.empty() ? 0 : queued_seq_;
   orders["ack"] = std::move(ack);
   orders["epoch"] = leader_epoch_;
+  // Devices an administrator returned: the agent starts their health over (until it says ok).
+  Json reset = Json::array();
+  for (const DeviceInfo& d : n.devices) {
+    if (d.health_reset) reset.push_back(d.index);
+  }
+  if (!reset.empty()) orders["health_reset"] = std::move(reset);
   return std::pair<Json, int64_t>{std::move(orders), target};
 }
 

@@ -30,6 +30,11 @@ void Engine::RecordHealthLocked(NodeInfo& n, const Json& devices, const std::str
     DeviceInfo& dev = n.devices[index];
     const bool healthy = d["health"] == "ok";
     const std::string reason = healthy ? "" : d.value("health_reason", std::string("unhealthy"));
+    // An administrator returned the device: the agent's old reason is the one cleared (it may not
+    // have heard yet, or be older than health_reset); ok or another reason ends that.
+    if (!healthy && !dev.health_cleared.empty() && reason == dev.health_cleared) continue;
+    dev.health_cleared.clear();
+    if (healthy) dev.health_reset = false;
     if (healthy == dev.healthy && reason == dev.health_reason) continue;
     const bool was = dev.healthy;
     dev.healthy = healthy;
@@ -68,6 +73,29 @@ void Engine::RecordHealthLocked(NodeInfo& n, const Json& devices, const std::str
   ApplySchedulableLocked(n.name);
   b.Touch({n.name});
   cycle_wanted_ = true;
+}
+
+// An administrator's word (uncordon of NODE, or of NODE:DEVICE when device >= 0): the unhealthy
+// devices there are healthy again, each with a device.healthy event naming who and the reason
+// cleared; their agent is told to start over (health_reset) with the heartbeat replies.
+void Engine::ClearHealthLocked(NodeInfo& n, int device, const std::string& who, Batch& b) {
+  for (DeviceInfo& dev : n.devices) {
+    if (dev.healthy || (device >= 0 && dev.index != device)) continue;
+    dev.healthy = true;
+    dev.health_cleared = dev.health_reason.empty() ? "unhealthy" : dev.health_reason;
+    dev.health_reset = true;
+    dev.health_reason.clear();
+    const std::string subject = n.name + ":" + std::to_string(dev.index);
+    b.Add(MakeEvent(who, "device.healthy", subject, "returned by " + who,
+                    {{"node", n.name},
+                     {"device", dev.index},
+                     {"uuid", dev.uuid},
+                     {"by", who},
+                     {"cleared", dev.health_cleared}}),
+          nullptr);
+    static const log::Logger kLog("engine");
+    kLog.Info("device returned", {{"device", subject}, {"by", who}});
+  }
 }
 
 // A heartbeat's device telemetry (`devices`: [{index, util_pct, memory_used_mib}]) on n.

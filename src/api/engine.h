@@ -253,6 +253,9 @@ class Engine {
     // left to finish (EngineConfig::unhealthy_requeue).
     bool healthy = true;
     std::string health_reason{};
+    // Returned by an administrator (ClearHealthLocked): the reason cleared; agent yet to hear.
+    std::string health_cleared{};
+    bool health_reset = false;
     // The isolation its agent puts between co-resident work there (protocol 3; "": not said):
     // "hardware", "driver", "mps", "preload" or "none" (IsolationRank).
     std::string isolation{};
@@ -500,6 +503,7 @@ class Engine {
   // device.healthy) and goes to Schedulable; a device turned unhealthy has its jobs preempted
   // and requeued when unhealthy_requeue says so.
   void RecordHealthLocked(NodeInfo& n, const Json& devices, const std::string& actor, Batch& b);
+  void ClearHealthLocked(NodeInfo& n, int device, const std::string& who, Batch& b);  // uncordon
   // Tells the quota engine each device's isolation grade (where its agent said one), for the
   // queues that want a minimum.
   void ApplyIsolationLocked(const NodeInfo& n);

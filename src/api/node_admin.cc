@@ -148,8 +148,10 @@ Result<Json> Engine::AdminNode(const Identity& who, const std::string& node,
   } else {
     admin_[node] = next;
   }
-  ApplySchedulableLocked(node);
   Batch b;
+  // Uncordon is also the word that returns an unhealthy device (docs/nodes.md).
+  if (to == Admin::kActive) ClearHealthLocked(nit->second, device, who.name, b);
+  ApplySchedulableLocked(node);
   Json stopped = Json::array();
   if (to == Admin::kDraining) {
     // What is held there is preempted as any preemption is (job.preempted, the agent's stop order

@@ -176,5 +176,42 @@ TEST_F(HealthE2eTest, AnXidLetsItsJobFinishByPolicyAndTakesNoNewWork) {
   EXPECT_EQ(ev[0]["data"]["policy"], "finish");
 }
 
+// The way back (issue 38): an administrator's uncordon returns the device (the agent, told
+// health_reset, starts over from the ECC count it reads then); more errors close it again; a
+// clean reset (the volatile counters cleared) returns it through the agent alone.
+TEST_F(HealthE2eTest, AnUnhealthyDeviceReturnsOnAnAdminsWordOrAfterACleanReset) {
+  ASSERT_NO_FATAL_FAILURE(Start("requeue"));
+  std::ofstream(health_file_, std::ios::app) << "ecc 1 2\n";
+  ASSERT_TRUE(WaitFor([&] { return Device(1).value("health", "") == "unhealthy"; })) << Logs();
+  Json refused = Call("POST", "/v1/nodes/gpu-1/uncordon", {{"device", 1}});
+  EXPECT_EQ(Device(1)["health"], "unhealthy") << "a user's word is not enough: " << refused.dump();
+  Json back = Call("POST", "/v1/nodes/gpu-1/uncordon", {{"device", 1}}, "admin-token-1");
+  EXPECT_EQ(back["devices"][1]["health"], "ok") << back.dump();
+  ASSERT_TRUE(WaitFor([&] {
+    return Logs().find("device 1: returned by an administrator") != std::string::npos;
+  })) << Logs();
+  // The agent says ok now, and keeps it (the 2 errors are acknowledged): both devices take work.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  EXPECT_EQ(Device(1)["health"], "ok") << Logs();
+  const std::string a = Submit(), b = Submit();
+  ASSERT_TRUE(WaitFor([&] { return State(a) == "running" && State(b) == "running"; })) << Logs();
+  Json ev = Events("kind=device.healthy");
+  ASSERT_EQ(ev.size(), 1u) << ev.dump();
+  EXPECT_EQ(ev[0]["actor"], "admin");
+  EXPECT_EQ(ev[0]["data"]["cleared"], "double-bit ECC errors: 2 since the driver loaded");
+  // One more error: unhealthy again, its job requeued.
+  std::ofstream(health_file_, std::ios::app) << "ecc 1 3\n";
+  ASSERT_TRUE(WaitFor([&] { return Device(1).value("health", "") == "unhealthy"; })) << Logs();
+  EXPECT_EQ(Device(1)["health_reason"], "double-bit ECC errors: 3 since the driver loaded");
+  // A reset clears the counters: the agent returns it by itself.
+  std::ofstream(health_file_, std::ios::app) << "ecc 1 0\n";
+  ASSERT_TRUE(WaitFor([&] { return Device(1).value("health", "") == "ok"; })) << Logs();
+  ev = Events("kind=device.healthy");
+  ASSERT_EQ(ev.size(), 2u) << ev.dump();
+  EXPECT_EQ(ev[1]["actor"], "agent:gpu-1");
+  EXPECT_NE(Logs().find("device 1: ECC counters cleared (a reset): healthy again"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace tessera

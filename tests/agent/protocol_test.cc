@@ -136,6 +136,19 @@ TEST(AgentProtocol, HeartbeatReplyAsDocumented) {
   EXPECT_EQ(r->ack, std::vector<std::string>{"j-11"});
 }
 
+// Devices an administrator returned (issue 38): the agent starts their health over.
+TEST(AgentProtocol, HeartbeatReplyCarriesHealthResets) {
+  Result<HeartbeatReply> r = ParseHeartbeatReply(R"({"health_reset": [0, 3]})");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->health_reset, (std::vector<int>{0, 3}));
+  EXPECT_TRUE(ParseHeartbeatReply("{}")->health_reset.empty()) << "absent: none";
+  auto bad = ParseHeartbeatReply(R"({"health_reset": ["0"]})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("'health_reset' must be a list of device indexes"),
+            std::string::npos)
+      << bad.status().message();
+}
+
 TEST(AgentProtocol, EmptyReplyDoesNothingAndLeavesMayRunUnset) {
   Result<HeartbeatReply> r = ParseHeartbeatReply("{}");
   ASSERT_TRUE(r.ok());

@@ -122,6 +122,52 @@ TEST_F(HealthIsolationTest, AnUnhealthyDeviceTakesNoWorkAndItsJobIsRequeued) {
       << bad.status().message();
 }
 
+// An unhealthy device returns on an administrator's word (uncordon of the device or its node):
+// the control plane takes it healthy again at once, tells the agent to start over from what it
+// reads now (`health_reset` in heartbeat replies, until the agent says ok), and meanwhile takes
+// the agent's same old reason for the one acknowledged. A new reason closes it again.
+TEST_F(HealthIsolationTest, AnOperatorReturnsAnUnhealthyDeviceByUncordoningIt) {
+  RegisterWith({{"unhealthy", "preload"}, {"ok", "preload"}});
+  auto beat = [&](const std::string& health, const std::string& reason) {
+    Json d = {{"index", 0}, {"health", health}};
+    if (!reason.empty()) d["health_reason"] = reason;
+    auto hb = engine_->Heartbeat(Who("agent"), {{"node", "n1"}, {"devices", Json::array({d})}});
+    EXPECT_TRUE(hb.ok()) << hb.status().ToString();
+    return hb.ok() ? *hb : Json();
+  };
+  auto refused = engine_->AdminNode(Who("alice"), "n1", "uncordon", 0);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(Device(0)["health"], "unhealthy");
+  auto back = engine_->AdminNode(Who("admin"), "n1", "uncordon", 0);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ((*back)["devices"][0]["health"], "ok");
+  auto events =
+      engine_->Events(Who("admin"), 0, 1000, store::EventFilter{"device.healthy", "", ""});
+  ASSERT_TRUE(events.ok());
+  ASSERT_EQ((*events)["events"].size(), 1u) << events->dump();
+  const Json ev = (*events)["events"][0];
+  EXPECT_EQ(ev["actor"], "admin");
+  EXPECT_EQ(ev["subject"], "n1:0");
+  EXPECT_EQ(ev["data"]["cleared"], "unhealthy") << ev.dump();
+  // The agent has not heard yet: its old reason changes nothing, and it is told to reset.
+  Json reply = beat("unhealthy", "unhealthy");
+  EXPECT_EQ(reply["health_reset"], Json::array({0})) << reply.dump();
+  EXPECT_EQ(Device(0)["health"], "ok");
+  const std::string a = Submit("train"), b = Submit("train");
+  ASSERT_TRUE(engine_->RunCycle().ok());
+  EXPECT_EQ(Job(a)["state"], "placed");
+  EXPECT_EQ(Job(b)["state"], "placed") << "device 0 takes work again: " << Job(b).dump();
+  // The agent reset and says ok: no more reset orders. A new fault closes the device again.
+  EXPECT_FALSE(beat("ok", "").contains("health_reset"));
+  beat("unhealthy", "XID 48: double-bit ECC error");
+  EXPECT_EQ(Device(0)["health"], "unhealthy");
+  EXPECT_EQ(Device(0)["health_reason"], "XID 48: double-bit ECC error");
+  // Uncordoning the whole node returns its devices too.
+  ASSERT_TRUE(engine_->AdminNode(Who("admin"), "n1", "uncordon", -1).ok());
+  EXPECT_EQ(Device(0)["health"], "ok");
+}
+
 TEST(HealthIsolationConfig, AQueuesIsolationMustBeAGrade) {
   std::string yaml = kIsoConfig;
   yaml.replace(yaml.find("isolation: driver"), 17, "isolation: strong");

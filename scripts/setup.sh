@@ -49,13 +49,14 @@ npm_oidc_provider() {
   fi
 }
 
-# The dashboard's accessibility check in its browser tests (tests/api/dashboard_tasks_test.cc):
-# axe-core from npm, as locked.
+# The dashboard's browser tests (tests/api/dashboard_tasks*_test.cc, bench/dashboard_bench.js,
+# docs/screenshots/make.js): puppeteer-core, which drives Debian's Chromium (it downloads no
+# browser), and axe-core for the accessibility check, from npm, as locked.
 npm_dashboard_axe() {
   local dir
   dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tests/api/dashboard_axe"
-  if [ ! -d "$dir/node_modules/axe-core" ]; then
-    echo "setup: npm ci in tests/api/dashboard_axe (axe-core)"
+  if [ ! -d "$dir/node_modules/axe-core" ] || [ ! -d "$dir/node_modules/puppeteer-core" ]; then
+    echo "setup: npm ci in tests/api/dashboard_axe (axe-core, puppeteer-core)"
     (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
   fi
 }

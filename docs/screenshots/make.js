@@ -1,7 +1,8 @@
-// Makes the dashboard's screenshots in this folder: every view (and a job's page, and the sign-in
-// box) at 1600 and at 420 px wide, in headless Chromium (tests/api/dashboard_browser.js) against a
-// real `tessera serve` with real simulated agents (`tessera agent --simulate`) and the jobs of
-// three teams in every form (whole cards, MIG partitions, shares; some held but idle, some waiting).
+// Makes the dashboard's screenshots in this folder: every view (and a job's page, the sign-in
+// box, and the what-if page's answer to an uploaded usage history) at 1600 and at 420 px wide, in
+// headless Chromium (tests/api/dashboard_browser.js, puppeteer-core) against a real
+// `tessera serve` with real simulated agents (`tessera agent --simulate`) and the jobs of three
+// teams in every form (whole cards, MIG partitions, shares; some held but idle, some waiting).
 //
 //   node docs/screenshots/make.js [--tessera build/tessera] [--chromium /usr/bin/chromium]
 //
@@ -76,6 +77,28 @@ function start(args, name) {
 function stopAll() { for (const c of children) { try { process.kill(-c.pid, "SIGTERM"); } catch (e) {} } }
 process.on("exit", stopAll);
 
+// A fleet's GPU usage history for the what-if page's upload (CSV, one-minute samples over 6 hours):
+// per team notebooks mostly idle, an inference server busy most of the time, a training job of 4
+// GPUs always busy.
+function fleetUsage() {
+  const file = path.join(dir, "fleet-usage.csv");
+  const GiB = 1024 * 1024 * 1024;
+  const rows = ["workload,timestamp,gpu_util_pct,gpu_memory_bytes,team,requested_gpus"];
+  const workloads = [  // name, team, GiB, GPUs, busy(minute)
+    ["vision/nb-vee", "vision", 16, 1, m => m % 60 < 6], ["vision/nb-val", "vision", 20, 1, m => m % 90 >= 40 && m % 90 < 52],
+    ["vision/detector", "vision", 22, 1, m => m % 10 < 8], ["speech/nb-sam", "speech", 24, 1, m => m % 120 < 20],
+    ["speech/whisper-train", "speech", 70, 4, () => true], ["research/nb-rita", "research", 12, 1, m => m % 60 >= 30 && m % 60 < 36],
+    ["research/nb-ron", "research", 12, 1, m => m % 45 < 4], ["research/llm-serve", "research", 38, 1, m => m % 20 < 19],
+  ];
+  for (const [name, team, gib, gpus, busy] of workloads) {
+    for (let m = 0; m < 360; ++m) {
+      rows.push([name, 1780000000 + 60 * m, busy(m) ? 85 : 0, gib * GiB, team, gpus].join(","));
+    }
+  }
+  fs.writeFileSync(file, rows.join("\n") + "\n");
+  return file;
+}
+
 async function main() {
   port = await freePort();
   fs.writeFileSync(path.join(dir, "config.yaml"), config);
@@ -123,13 +146,14 @@ async function main() {
                  ["job", "&view=jobs&job=" + (one ? one.id : ""), "document.querySelector('#job-detail [data-job-state]')"],
                  ["queues", "&view=queues", "document.querySelector('#queues tbody tr')"],
                  ["events", "&view=events", "document.querySelector('#events tbody tr')"],
-                 ["whatif", "&view=whatif", "/replayed|admins/.test(document.querySelector('#whatif-note').textContent)"]];
+                 ["whatif", "&view=whatif", "/replayed|admins/.test(document.querySelector('#whatif-note').textContent)",
+                  [{ upload: "#u-file", file: fleetUsage() }, { wait: "!document.querySelector('#usage-result').hidden", timeout_ms: 30000 }]]];
   for (const [width, height] of [[1600, 1000], [420, 900]]) {
-    for (const [name, hash, ready] of pages.concat([["signin", null, "!document.querySelector('#login').hidden"]])) {
+    for (const [name, hash, ready, more] of pages.concat([["signin", null, "!document.querySelector('#login').hidden"]])) {
       const file = path.join(here, name + "-" + width + ".png");
       const steps = { width, height, steps: [{ goto: hash === null ? "http://127.0.0.1:" + port + "/#token=wrong-token" : base + hash },
-                                             { wait: ready, timeout_ms: 20000 }, { eval: "new Promise(r => setTimeout(r, 300))", as: "settle" },
-                                             { screenshot: file }] };
+                                             { wait: ready, timeout_ms: name === "whatif" ? 90000 : 20000 }, ...(more || []),
+                                             { eval: "new Promise(r => setTimeout(r, 300))", as: "settle" }, { screenshot: file }] };
       const inFile = path.join(dir, "steps.json"), outFile = path.join(dir, "result.json");
       fs.writeFileSync(inFile, JSON.stringify(steps));
       try { execFileSync("node", [driver, opt.chromium, inFile, outFile], { stdio: "ignore" }); } catch (e) {}

@@ -1,132 +1,125 @@
-// Drives headless Chromium through the DevTools protocol over a pipe (--remote-debugging-pipe:
-// fd 3 to Chromium, fd 4 from it, NUL-terminated JSON), so that a test can act as a person does:
-// open a page, wait for something to show, click, type, and read what the page shows.
+// Drives headless Chromium (Debian's, not a downloaded one) through puppeteer-core (npm,
+// tests/api/dashboard_axe, installed as locked by scripts/setup.sh), so that a test can act as a
+// person does: open a page, wait for something to show, click it (a real mouse click at the
+// element, scrolled into view), type (real key presses), and read what the page shows.
 //
 //   node dashboard_browser.js CHROMIUM STEPS.json RESULT.json
 //
 // STEPS.json: {"width": 1366, "height": 900, "steps": [...]}, each step one of
-//   {"goto": URL}                          open URL and wait for its load event
-//   {"wait": EXPR, "timeout_ms": N}        evaluate EXPR in the page until it is truthy (10 s default)
+//   {"goto": URL}                          open URL and wait for its load event (10 s at most)
+//   {"wait": EXPR, "timeout_ms": N}        evaluate EXPR in the page until it is truthy (10 s default;
+//                                          an EXPR that throws counts as not yet)
 //   {"click": SELECTOR}                    click the first element SELECTOR matches (it must exist)
-//   {"type": SELECTOR, "text": TEXT}       set an input's value and fire its input and change events
-//   {"eval": EXPR, "as": NAME}             keep EXPR's value (JSON) as results[NAME]
+//   {"type": SELECTOR, "text": TEXT}       a <select>: choose the option TEXT; another input: clear it,
+//                                          type TEXT key by key, then commit it (its change event)
+//   {"upload": SELECTOR, "file": PATH}     choose PATH in the file input SELECTOR
+//   {"eval": EXPR, "as": NAME}             keep EXPR's value (JSON; a promise is awaited) as results[NAME]
 //   {"screenshot": FILE}                   a PNG of the viewport ("full": true: of the whole page)
 //   {"touch": FILE}                        create FILE (a test waiting for it then acts: submits a job)
 //   {"axe": AXE_MIN_JS, "as": NAME}        inject axe-core (its axe.min.js) and keep, as results[NAME],
 //                                          its serious and critical violations on the page as it is
 //                                          now: [{id, impact, help, targets: [selector...]}]
 // RESULT.json: {"results": {...}, "error": "the step that failed and why" or "", "console": [...]}
-// (console: every console message and uncaught exception). Exits 0 when every step passed.
+// (console: every console message of the page's scripts and every uncaught exception). Exits 0 when
+// every step passed.
 "use strict";
-const { spawn } = require("child_process");
 const fs = require("fs");
-const os = require("os");
 const path = require("path");
 
 const [chromium, stepsFile, resultFile] = process.argv.slice(2);
 const plan = JSON.parse(fs.readFileSync(stepsFile, "utf8"));
 const out = { results: {}, error: "", console: [] };
-const profile = fs.mkdtempSync(path.join(os.tmpdir(), "tessera-chromium-"));
-const browser = spawn(chromium, ["--headless", "--no-sandbox", "--disable-gpu", "--remote-debugging-pipe",
-                                 "--no-first-run", "--user-data-dir=" + profile,
-                                 "--window-size=" + (plan.width || 1366) + "," + (plan.height || 900), "about:blank"],
-                      { stdio: ["ignore", "ignore", "ignore", "pipe", "pipe"] });
-const toBrowser = browser.stdio[3], fromBrowser = browser.stdio[4];
 
-let nextId = 1;
-const waiting = new Map();  // id -> {resolve, reject}
-const listeners = [];       // (method, params, sessionId) => void
-let buffer = "";
-fromBrowser.on("data", chunk => {
-  buffer += chunk.toString("utf8");
-  let end;
-  while ((end = buffer.indexOf("\0")) >= 0) {
-    const msg = JSON.parse(buffer.slice(0, end));
-    buffer = buffer.slice(end + 1);
-    if (msg.id && waiting.has(msg.id)) {
-      const w = waiting.get(msg.id);
-      waiting.delete(msg.id);
-      if (msg.error) w.reject(new Error(msg.error.message)); else w.resolve(msg.result);
-    } else if (msg.method) {
-      for (const l of listeners) l(msg.method, msg.params, msg.sessionId);
-    }
-  }
-});
-function send(method, params, sessionId) {
-  const id = nextId++;
-  const msg = { id, method, params: params || {} };
-  if (sessionId) msg.sessionId = sessionId;
-  toBrowser.write(JSON.stringify(msg) + "\0");
-  return new Promise((resolve, reject) => waiting.set(id, { resolve, reject }));
+let puppeteer;
+try {
+  puppeteer = require(path.join(__dirname, "dashboard_axe", "node_modules", "puppeteer-core"));
+} catch (err) {
+  out.error = "puppeteer-core is not installed in tests/api/dashboard_axe: run scripts/setup.sh (" + err.message + ")";
+  fs.writeFileSync(resultFile, JSON.stringify(out, null, 1));
+  process.exit(1);
 }
-const sleep = ms => new Promise(r => setTimeout(r, ms));
 
+let browser = null;
 async function main() {
-  const { targetInfos } = await send("Target.getTargets");
-  const page = targetInfos.find(t => t.type === "page");
-  const { sessionId } = await send("Target.attachToTarget", { targetId: page.targetId, flatten: true });
-  const s = (method, params) => send(method, params, sessionId);
-  let loaded = null;
-  listeners.push((method, params, sid) => {
-    if (sid !== sessionId) return;
-    if (method === "Page.loadEventFired" && loaded) { loaded(); loaded = null; }
-    if (method === "Runtime.consoleAPICalled") {
-      out.console.push(params.type + ": " + params.args.map(a => a.value !== undefined ? String(a.value) : a.description || a.type).join(" "));
-    }
-    if (method === "Runtime.exceptionThrown") {
-      const d = params.exceptionDetails;
-      out.console.push("uncaught: " + (d.exception && d.exception.description || d.text));
-    }
+  const width = plan.width || 1366, height = plan.height || 900;
+  browser = await puppeteer.launch({
+    executablePath: chromium, headless: true, pipe: true, defaultViewport: { width, height },
+    args: ["--no-sandbox", "--disable-gpu", "--no-first-run", "--window-size=" + width + "," + height],
   });
-  await s("Page.enable");
-  await s("Runtime.enable");
-  const evaluate = async expr => {
-    const r = await s("Runtime.evaluate", { expression: expr, awaitPromise: true, returnByValue: true });
-    if (r.exceptionDetails) throw new Error("in the page: " + (r.exceptionDetails.exception && r.exceptionDetails.exception.description || r.exceptionDetails.text));
-    return r.result.value;
+  const page = (await browser.pages())[0] || await browser.newPage();
+  // What the page's own scripts log and what they throw, read from the page's DevTools session as
+  // the test expects it: puppeteer's own 'console' event also carries the browser's network log
+  // ("Failed to load resource: 401"), which is the server's answer, not the page's message.
+  const cdp = await page.createCDPSession();
+  cdp.on("Runtime.consoleAPICalled", p => {
+    out.console.push(p.type + ": " + p.args.map(a => a.value !== undefined ? String(a.value) : a.description || a.type).join(" "));
+  });
+  cdp.on("Runtime.exceptionThrown", p => {
+    const d = p.exceptionDetails;
+    out.console.push("uncaught: " + (d.exception && d.exception.description || d.text));
+  });
+  await cdp.send("Runtime.enable");
+  const element = async (selector, what) => {
+    const e = await page.$(selector);
+    if (!e) throw new Error(what);
+    return e;
   };
   for (const [i, step] of plan.steps.entries()) {
     const what = "step " + i + " " + JSON.stringify(step);
     try {
       if (step.goto !== undefined) {
-        const done = new Promise(r => { loaded = r; });
-        await s("Page.navigate", { url: step.goto });
-        await Promise.race([done, sleep(10000)]);
+        await page.goto(step.goto, { waitUntil: "load", timeout: 10000 }).catch(err => {
+          if (!(err instanceof puppeteer.TimeoutError)) throw err;
+        });
       } else if (step.wait !== undefined) {
-        const until = Date.now() + (step.timeout_ms || 10000);
-        let ok = false;
-        while (!ok && Date.now() < until) {
-          ok = await evaluate("Boolean(" + step.wait + ")").catch(() => false);
-          if (!ok) await sleep(100);
-        }
-        if (!ok) throw new Error("timed out waiting");
+        await page.waitForFunction("(() => { try { return Boolean(" + step.wait + "); } catch (e) { return false; } })()",
+                                   { timeout: step.timeout_ms || 10000, polling: 100 })
+            .catch(err => { throw err instanceof puppeteer.TimeoutError ? new Error("timed out waiting") : err; });
       } else if (step.click !== undefined) {
-        const ok = await evaluate("(() => { const e = document.querySelector(" + JSON.stringify(step.click) + "); if (!e) return false; e.click(); return true; })()");
-        if (!ok) throw new Error("nothing to click");
+        // A live view may redraw the element between finding it and clicking it: find it again
+        // (for 2 s) as a person would click what is there now.
+        for (let tries = 0; ; ++tries) {
+          const e = await element(step.click, "nothing to click");
+          try {
+            await e.click();
+            break;
+          } catch (err) {
+            if (tries >= 20 || !/detached|not clickable|not visible/i.test(err.message)) throw err;
+            await new Promise(r => setTimeout(r, 100));
+          }
+        }
       } else if (step.type !== undefined) {
-        const ok = await evaluate("(() => { const e = document.querySelector(" + JSON.stringify(step.type) + "); if (!e) return false; e.focus(); e.value = " +
-                                  JSON.stringify(step.text) + "; e.dispatchEvent(new Event('input', {bubbles: true})); e.dispatchEvent(new Event('change', {bubbles: true})); return true; })()");
-        if (!ok) throw new Error("nothing to type into");
+        const e = await element(step.type, "nothing to type into");
+        if (await e.evaluate(x => x.tagName === "SELECT")) {
+          const chosen = await page.select(step.type, step.text);
+          if (!chosen.length) throw new Error("no option '" + step.text + "' to choose");
+        } else {
+          await e.evaluate(x => { x.focus(); x.select && x.select(); });
+          await page.keyboard.press("Backspace");
+          await e.type(step.text);
+          await e.evaluate(x => x.dispatchEvent(new Event("change", { bubbles: true })));
+        }
+      } else if (step.upload !== undefined) {
+        const e = await element(step.upload, "no file input");
+        await e.uploadFile(step.file);
       } else if (step.eval !== undefined) {
-        out.results[step.as] = await evaluate(step.eval);
+        out.results[step.as] = await page.evaluate(step.eval);
       } else if (step.touch !== undefined) {
         fs.writeFileSync(step.touch, "");
       } else if (step.axe !== undefined) {
-        if (!(await evaluate("typeof axe !== 'undefined'"))) await evaluate(fs.readFileSync(step.axe, "utf8"));
-        out.results[step.as] = await evaluate(
+        if (!(await page.evaluate("typeof axe !== 'undefined'"))) await page.evaluate(fs.readFileSync(step.axe, "utf8"));
+        out.results[step.as] = await page.evaluate(
             "axe.run(document, { resultTypes: ['violations'] }).then(r => r.violations.filter(v => v.impact === 'serious' || " +
             "v.impact === 'critical').map(v => ({ id: v.id, impact: v.impact, help: v.help, targets: v.nodes.slice(0, 5).map(n => " +
             "n.target.join(' ') + ' ' + (n.failureSummary || '').replace(/\\s+/g, ' ').slice(0, 160)) })))");
       } else if (step.screenshot !== undefined) {
-        const shot = { format: "png" };
+        const shot = { path: step.screenshot, type: "png" };
         if (step.full) {
-          const m = await s("Page.getLayoutMetrics");
-          const c = m.cssContentSize || m.contentSize;
+          const size = await page.evaluate("[document.documentElement.scrollWidth, document.documentElement.scrollHeight]");
           shot.captureBeyondViewport = true;
-          shot.clip = { x: 0, y: 0, width: Math.ceil(c.width), height: Math.min(Math.ceil(c.height), 12000), scale: 1 };
+          shot.clip = { x: 0, y: 0, width: size[0], height: Math.min(size[1], 12000) };
         }
-        const { data } = await s("Page.captureScreenshot", shot);
-        fs.writeFileSync(step.screenshot, Buffer.from(data, "base64"));
+        await page.screenshot(shot);
       } else {
         throw new Error("unknown step");
       }
@@ -138,12 +131,18 @@ async function main() {
 }
 
 const deadline = setTimeout(() => { out.error = out.error || "the browser run took over 120 s"; finish(); }, 120000);
-function finish() {
+let finished = false;
+async function finish() {
+  if (finished) return;
+  finished = true;
   clearTimeout(deadline);
   fs.writeFileSync(resultFile, JSON.stringify(out, null, 1));
-  try { browser.kill("SIGKILL"); } catch (e) {}
-  try { fs.rmSync(profile, { recursive: true, force: true }); } catch (e) {}
+  if (browser) {
+    // close() removes the profile puppeteer made; a browser that does not close in 5 s is killed.
+    const proc = browser.process();
+    await Promise.race([browser.close().catch(() => {}), new Promise(r => setTimeout(r, 5000))]);
+    try { if (proc && proc.exitCode === null) proc.kill("SIGKILL"); } catch (e) {}
+  }
   process.exit(out.error ? 1 : 0);
 }
-browser.on("exit", code => { if (!out.error && waiting.size) out.error = "chromium exited (" + code + ")"; });
 main().catch(err => { out.error = out.error || String(err && err.stack || err); }).finally(finish);

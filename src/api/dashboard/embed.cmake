@@ -19,6 +19,7 @@ file(READ "${WEB}/index.html" page)
 file(READ "${WEB}/style.css" css)
 file(READ "${WEB}/app.js" js)
 file(READ "${WEB}/oidc.js" oidc_js)
+file(READ "${WEB}/whatif.js" whatif_js)
 
 # Replaces the one occurrence of `tag` in `page` with `replacement`; anything else is an error.
 function(inline_once tag replacement)
@@ -34,6 +35,8 @@ inline_once("<link rel=\"stylesheet\" href=\"style.css\">" "<style>\n${css}</sty
 inline_once("<script src=\"app.js\"></script>" "<script>\n${js}</script>")
 # The identity provider's sign-in (oidc.js), before app.js: it hooks into app.js's form.
 inline_once("<script src=\"oidc.js\"></script>" "<script>\n${oidc_js}</script>")
+# The what-if view (whatif.js), before app.js too: it only defines what app.js calls.
+inline_once("<script src=\"whatif.js\"></script>" "<script>\n${whatif_js}</script>")
 
 get_filename_component(out_dir "${OUT}" DIRECTORY)
 set(html "${out_dir}/dashboard.html")

@@ -244,7 +244,7 @@ function renderRecentEvents(ev) {
   for (const e of ev.events.slice(-10).reverse()) {
     ul.append(el("li", { "data-kind": e.kind }, when(e.time_ms), " ", el("b", { text: e.kind }), " ",
                  e.kind.startsWith("job.") ? el("a", { href: "#view=jobs&job=" + encodeURIComponent(e.subject), text: e.subject }) : e.subject,
-                 e.reason ? el("span", { class: "muted", text: " — " + e.reason }) : ""));
+                 e.reason ? el("span", { class: "muted", text: " — " + humanTimes(e.reason) }) : ""));
   }
   if (!ev.events.length) ul.append(el("li", { class: "muted", text: "no events yet" }));
 }
@@ -579,7 +579,7 @@ function renderGroups(groups, sum, jobs) {
     const why = new Map();
     for (const j of (jobs ? jobs.jobs : [])) {
       if (j.group !== g.name || j.state !== "pending") continue;
-      const r = j.wait ? j.wait.step + ": " + j.wait.reason : (j.reason || "");
+      const r = jobReason(j);
       why.set(r, (why.get(r) || 0) + 1);
     }
     cell(row, [...why].map(([r, n]) => n + " × " + r).join("; "));
@@ -610,6 +610,11 @@ function forecastText(j) {
   const t = at ? (at - Date.now() < 5000 ? "expected to start now" : "expected to start in " + span(at - Date.now())) : "no start expected yet";
   return t + (f.position ? " (" + ordinal(f.position) + " in line)" : "");
 }
+// The scheduler's reasons say when devices are expected free in epoch seconds ("expected free at
+// t=1796242375s"): shown as a time for people ("at 14:32 (in 59 min)"), as the CLI does.
+const humanTimes = text => String(text || "").replace(/\bat t=(\d{9,})s\b/g, (m, s) => "at " + hhmm(s * 1000) + " (" + ago(s * 1000) + ")");
+// Why a job is where it is: the step it waits at and the reason, else the reason it ended.
+const jobReason = j => humanTimes(j.wait ? j.wait.step + ": " + j.wait.reason : j.reason || "");
 function ordinal(n) { const t = n % 100, o = n % 10; return n + (t >= 11 && t <= 13 ? "th" : o === 1 ? "st" : o === 2 ? "nd" : o === 3 ? "rd" : "th"); }
 const SORTS = {
   name: j => (jobName(j) || j.id).toLowerCase(), identity: j => j.identity, group: j => j.group, queue: j => j.queue,
@@ -676,7 +681,7 @@ function renderJobs(jobs) {
     cell(row, j.placement ? j.placement.node : "");
     cell(row, j.activity && !ENDED.has(j.state) ? (j.activity.idle ? "idle" : "active") : "");
     const fc = forecastText(j);
-    cell(row, (j.wait ? j.wait.step + ": " + j.wait.reason : (j.reason || "")) + (fc ? "; " + fc : ""));
+    cell(row, jobReason(j) + (fc ? "; " + fc : ""));
   }
   if (!shown.length) b.insertRow().insertCell().textContent = "no jobs match";
   pager("jobs-pager", page, pages, to => { ui.page = String(to); rerender(); });
@@ -729,9 +734,9 @@ async function showJob(listed) {
     if (j.exit_code !== undefined && ENDED.has(j.state)) fact("exit code", String(j.exit_code));
     if (j.activity && !ENDED.has(j.state)) fact("activity", j.activity.idle ? "held but idle" : "active");
     box.append(dl);
-    box.append(el("p", { "data-wait": "1", text: j.state === "pending" ? "Waiting at " + (j.wait ? j.wait.step + ": " + j.wait.reason : j.reason || "?") +
+    box.append(el("p", { "data-wait": "1", text: j.state === "pending" ? "Waiting at " + (jobReason(j) || "?") +
                                            (forecastText(j) ? "; " + forecastText(j) : "")
-                                           : "Reason: " + (j.reason || "none") }));
+                                           : "Reason: " + (humanTimes(j.reason) || "none") }));
     if (j.spec && j.spec.command) box.append(el("h4", { text: "Command" }), el("pre", { class: "command", "data-command": "1", text: j.spec.command.map(shellWord).join(" ") }));
   }
   box.append(el("h4", { text: "Output" + (out.size ? " (" + (out.cut ? "last 16 KiB of " : "") + (out.size >= 1024 ? gib(out.size / 1024 / 1024).replace(" GiB", "") + " GiB" : out.size + " bytes") + ")" : "") +
@@ -743,7 +748,7 @@ async function showJob(listed) {
   const tb = t.createTBody();
   for (const e of (ev ? ev.events : [])) {
     const row = tb.insertRow();
-    cell(row, when(e.time_ms)); cell(row, e.kind); cell(row, e.actor); cell(row, e.reason);
+    cell(row, when(e.time_ms)); cell(row, e.kind); cell(row, e.actor); cell(row, humanTimes(e.reason));
   }
   box.append(t);
   const o = $("job-output");
@@ -785,38 +790,12 @@ function renderEvents(ev) {
   for (const e of ev.events.slice().reverse()) {
     const row = b.insertRow();
     row.dataset.kind = e.kind;
-    cell(row, when(e.time_ms)); cell(row, e.kind); cell(row, e.subject); cell(row, e.actor); cell(row, e.reason);
+    cell(row, when(e.time_ms)); cell(row, e.kind); cell(row, e.subject); cell(row, e.actor); cell(row, humanTimes(e.reason));
   }
   if (!ev.events.length) b.insertRow().insertCell().textContent = "no events" + (ui.kind ? " of kind " + ui.kind + "*" : "");
 }
 
-let whatifLoaded = false;
-async function runWhatIf() {
-  whatifLoaded = true;
-  const note = $("whatif-note");
-  if (me && me.role !== "admin") { note.textContent = "The what-if report is for admins."; return; }
-  const since = Date.now() - RANGES[$("w-since").value];
-  const forms = $("w-class").value.trim() + "=" + $("w-forms").value.trim();
-  note.textContent = "replaying…";
-  try {
-    const w = await api("/v1/whatif?since=" + since + "&forms=" + encodeURIComponent(forms));
-    errors.delete("whatif");
-    note.textContent = w.jobs + " jobs replayed with " + forms + "; " + (w.returned || 0) + " cards returned.";
-    const b = tbody("whatif");
-    for (const [name, c] of Object.entries(w.classes || {})) {
-      const row = b.insertRow();
-      row.dataset.class = name;
-      const sec = v => v === undefined || v === null ? "" : Number(v).toFixed(1) + " s";
-      cell(row, name); cell(row, c.jobs, "num"); cell(row, c.observed_cards, "num"); cell(row, c.as_configured_cards, "num");
-      cell(row, c.what_if_cards, "num"); cell(row, c.returned, "num"); cell(row, sec(c.observed_wait_p99_s), "num");
-      cell(row, sec(c.as_configured_wait_p99_s), "num"); cell(row, sec(c.what_if_wait_p99_s), "num");
-    }
-  } catch (err) {
-    if (err.status === 403) note.textContent = "The what-if report is for admins.";
-    else { note.textContent = ""; errors.set("whatif", String(err.message || err)); }
-  }
-  showErrors();
-}
+// The what-if view: web/whatif.js.
 
 // --- refresh -------------------------------------------------------------------------------
 let refreshing = false, again = false;  // a refresh asked for during one runs right after it
@@ -939,7 +918,6 @@ $("cardmap").addEventListener("click", ev => {
     nodeAction(node, a);
   }
 });
-$("whatif-form").addEventListener("submit", ev => { ev.preventDefault(); runWhatIf(); });
 window.addEventListener("unhandledrejection", ev => { errors.set("page", String(ev.reason && ev.reason.message || ev.reason)); showErrors(); ev.preventDefault(); });
 // Scrolling regions (wide tables, the event log) take the keyboard's focus, so they scroll without
 // a mouse.

@@ -5,8 +5,12 @@
 #include <stdio.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <fstream>
 #include <sstream>
+#include <thread>
+#include <utility>
+#include <vector>
 
 #include "agent/host_files.h"
 #include "agent/launcher.h"
@@ -17,6 +21,31 @@ namespace tessera::agent {
 using internal::BootId;
 using internal::KillCgroup;
 using internal::ReadSmallFile;
+
+namespace {
+
+// Whether the process `pid` that started at `start` still runs: not gone, not a zombie (dead,
+// not yet reaped), and not another process that has taken the pid since.
+bool StillRuns(int32_t pid, uint64_t start) {
+  char state = 0;
+  uint64_t now_start = 0;
+  return capgpu::ReadProcessStat(pid, &state, &now_start) && now_start == start && state != 'Z' &&
+         state != 'X';
+}
+
+// Waits, at most `bound`, until none of `killed` (pid, start time) runs. A SIGKILL is only sent
+// by kill(): the process dies when it next runs, after its memory is torn down.
+void WaitUntilDead(const std::vector<std::pair<int32_t, uint64_t>>& killed,
+                   std::chrono::milliseconds bound) {
+  const auto deadline = std::chrono::steady_clock::now() + bound;
+  for (const auto& [pid, start] : killed) {
+    while (StillRuns(pid, start) && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  }
+}
+
+}  // namespace
 
 std::string Launcher::RunningListPath() const { return options_.work_dir + "/.running"; }
 
@@ -47,7 +76,8 @@ void Launcher::WriteRunningList() const {
 // died (a crash, SIGKILL, an out-of-memory kill) and its jobs, in their own sessions and
 // cgroups, outlived it. The control plane has ended them and may give their devices to new
 // work, so they are stopped, their cgroups removed, and the earlier launcher's region directory
-// with their share regions.
+// with their share regions. It returns once the killed processes have died (within a bound), so
+// that a job the agent starts next on the same device never runs beside one of them.
 void Launcher::StopLeftovers() {
   bool ok = false;
   std::istringstream in(ReadSmallFile(RunningListPath(), &ok));
@@ -60,6 +90,7 @@ void Launcher::StopLeftovers() {
     return;
   }
   std::string old_regions;
+  std::vector<std::pair<int32_t, uint64_t>> killed;
   while (std::getline(in, line)) {
     if (line.rfind("regions ", 0) == 0) {
       old_regions = line.substr(8);
@@ -76,6 +107,7 @@ void Launcher::StopLeftovers() {
         now_start == start) {
       kill(static_cast<pid_t>(-pid), SIGKILL);  // its process group (the job is a session leader)
       kill(static_cast<pid_t>(pid), SIGKILL);
+      killed.emplace_back(static_cast<int32_t>(pid), start);
     }
     if (cgroups_available_) {
       const std::string dir = cgroup_parent_dir_ + "/" + id;
@@ -84,6 +116,7 @@ void Launcher::StopLeftovers() {
     }
     leftovers_.push_back(id);
   }
+  WaitUntilDead(killed, std::chrono::seconds(10));
   // Only a directory such as a launcher makes (the name, a real directory of this account's):
   // a list written by an older agent, with regions under shared names, removes nothing there.
   const size_t slash = old_regions.rfind('/');

@@ -12,6 +12,8 @@
 
 #include <fstream>
 #include <sstream>
+#include <thread>
+#include <vector>
 
 #include "capgpu/region.h"
 #include "test_util.h"
@@ -135,6 +137,53 @@ TEST(AgentLauncher, JobsACrashedLauncherLeftAreStoppedByTheNext) {
   ASSERT_TRUE(next.Cancel("mine", 0ms).ok());
   next.WaitAll(5s);
   EXPECT_EQ(ListedPid(dir, "mine"), 0);
+}
+
+// The next launcher returns only once the leftover jobs it killed have died: the agent starts
+// jobs the control plane sends right after, on the same devices, and an old process still running
+// then would share its device with the new one (the 30-minute soak saw a job run twice for 3 ms
+// after an agent's SIGKILL and restart). Several at once, so that a kill that is only sent and
+// not yet carried out is caught.
+TEST(AgentLauncher, LeftoversAreDeadWhenTheNextLauncherIsReady) {
+  TempDir dir;
+  constexpr int kJobs = 12;
+  pid_t crashed = fork();
+  ASSERT_GE(crashed, 0);
+  if (crashed == 0) {
+    auto* l = new Launcher(Opts(dir));
+    for (int i = 0; i < kJobs; ++i) {
+      // A job that holds memory it touched: its death takes some tearing down.
+      if (!l->Start(Sh("orphan" + std::to_string(i),
+                       "exec python3 -c 'import time; b = bytearray(64 << 20); time.sleep(300)'"))
+               .ok()) {
+        _exit(1);
+      }
+    }
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(crashed, &status, 0), crashed);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  std::vector<pid_t> orphans;
+  for (int i = 0; i < kJobs; ++i) orphans.push_back(ListedPid(dir, "orphan" + std::to_string(i)));
+  for (pid_t p : orphans) ASSERT_GT(p, 0) << ReadAll(dir.path() + "/out/.running");
+  // Each has exec'd and holds its memory.
+  for (pid_t p : orphans) {
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          return ReadAll("/proc/" + std::to_string(p) + "/cmdline").find("python3") !=
+                 std::string::npos;
+        },
+        10s));
+  }
+  std::this_thread::sleep_for(500ms);
+
+  Launcher next(Opts(dir));
+  ASSERT_EQ(next.leftovers().size(), static_cast<size_t>(kJobs));
+  int running = 0;
+  for (pid_t p : orphans) running += !Dead(p);
+  EXPECT_EQ(running, 0) << "of " << kJobs
+                        << " killed leftovers still ran when the launcher was ready";
 }
 
 // A list written before a reboot names pids and start times that may now be other processes':

@@ -393,6 +393,14 @@ Result<Json> Engine::GroupsNow(const Identity& who) {
                    {"weight_milli", spec->weight_milli},
                    {"usage", ResJson(g.usage)},
                    {"fair_share", g.fair_share}});
+    // Quota per GPU model (issue 37): what it holds, reserves and may hold on each model.
+    for (const quota::ModelQuotaView& m : g.models) {
+      out.back()["models"].push_back(
+          {{"model", m.model},
+           {"gpu_milli_usage", m.usage},
+           {"gpu_milli_reservation", m.reservation},
+           {"gpu_milli_limit", m.limit >= quota::kUnlimited ? Json(nullptr) : Json(m.limit)}});
+    }
   }
   return Json{{"groups", out}};
 }

@@ -316,5 +316,64 @@ TEST_F(PromisesE2eTest, TwentyTwoJobsAgainstAReservationOfSixteenPreemptSixteen)
             << running(a) << ", b running " << running(b) << "\n";
 }
 
+// Issue 37: a reservation per GPU model is a promise too. 8 H100 and 8 A100 cards, all held by
+// group b's preemptible jobs; group a reserves 12 GPUs, 4 of them H100 ("4 H100 and 8 of
+// anything"), and its queue takes A100 first, then H100. It submits 14 jobs: exactly 12 of b's
+// jobs are preempted, a ends holding 4 H100 (its per-model reservation, reclaimed first) and
+// 8 A100 (the rest, in its queue's order), its 2 other jobs wait, and it stays so.
+TEST_F(PromisesE2eTest, AGroupReserving4H100And8OfAnythingGetsExactlyThatBack) {
+  const auto kModels =
+      tessera::testing::ConfigBuilder()
+          .WithoutIdentity("alice")
+          .User("ann", {"a"}, "a-token-1")
+          .User("bob", {"b"}, "b-token-1")
+          .Group("a", "gpu: 12, models: {H100-80GB: 4}")
+          .Group("b")
+          .Profile("card", "gpus: 1, cpu: 10m, memory: 16MiB, forms: [whole]")
+          .Queue("a", "card", {"a"}, "class: training, models: [A100-80GB, H100-80GB]")
+          .Queue("b", "card", {"b"}, "preemptible: true, class: training");
+  ASSERT_NO_FATAL_FAILURE(Start(kModels, {{"nh", "8xH100-80GB"}, {"na", "8xA100-80GB"}}));
+  const std::vector<std::string> sleeper = {"sleep", "600"};
+  std::vector<std::string> b, a;
+  for (int i = 0; i < 16; ++i)
+    b.push_back(Submit("b-token-1", {{"queue", "b"}, {"command", sleeper}}));
+  auto running_on = [&](const std::vector<std::string>& jobs, const std::string& node) {
+    int n = 0;
+    for (const auto& id : jobs) {
+      Json j = AdminJob(id);
+      if (j["state"] != "running") continue;
+      const std::string where = j.dump();
+      n += node.empty() || where.find("\"" + node + "\"") != std::string::npos;
+    }
+    return n;
+  };
+  ASSERT_TRUE(WaitFor([&] { return running_on(b, "") == 16; }, 30000)) << Logs();
+  for (int i = 0; i < 14; ++i)
+    a.push_back(Submit("a-token-1", {{"queue", "a"}, {"command", sleeper}}));
+  ASSERT_TRUE(WaitFor([&] { return running_on(a, "") >= 12; }, 30000)) << Logs();
+  // Past the grace again, and a few cycles: nothing more is taken.
+  std::this_thread::sleep_for(std::chrono::milliseconds(kBoundMs + kGraceMs));
+  EXPECT_EQ(Events("kind=job.preempted").size(), 12u);
+  EXPECT_EQ(running_on(a, "nh"), 4) << Logs();
+  EXPECT_EQ(running_on(a, "na"), 8);
+  EXPECT_EQ(running_on(b, "nh"), 4);
+  EXPECT_EQ(running_on(b, "na"), 0);
+  // GET /v1/groups says it per model.
+  const Json groups = Call("GET", "/v1/groups", {}, "admin-token-1");
+  bool seen = false;
+  for (const auto& g : groups["groups"]) {
+    if (g["name"] != "a") continue;
+    for (const auto& m : g["models"]) {
+      if (m["model"] != "H100-80GB") continue;
+      seen = true;
+      EXPECT_EQ(m["gpu_milli_usage"], 4000) << groups.dump();
+      EXPECT_EQ(m["gpu_milli_reservation"], 4000) << groups.dump();
+    }
+  }
+  EXPECT_TRUE(seen) << groups.dump();
+  std::cout << "[ measured ] per-model reclaim: a holds " << running_on(a, "nh") << " H100 + "
+            << running_on(a, "na") << " A100, b holds " << running_on(b, "") << "\n";
+}
+
 }  // namespace
 }  // namespace tessera

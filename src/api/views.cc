@@ -160,7 +160,8 @@ Json Engine::JobJson(const Job& j) const {
     // The weakest of its grants' grades (absent when one is not known).
     if (isolation >= 0 && !devs.empty()) o["placement"]["isolation"] = IsolationName(isolation);
   }
-  if (j.last_active_ms > 0 && Holds(j)) {
+  if (!j.held_on.empty() && j.state == JobState::kPending) o["held_swapped_on"] = j.held_on;
+  if (j.last_active_ms > 0 && (Holds(j) || (!j.held_on.empty() && j.state == JobState::kPending))) {
     o["activity"] = {{"idle", j.idle}, {"last_active_ms", j.last_active_ms}};
     if (j.gpu_memory_used_mib >= 0) o["activity"]["gpu_memory_used_mib"] = j.gpu_memory_used_mib;
     if (!j.swap_state.empty()) {

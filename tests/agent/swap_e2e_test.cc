@@ -1,0 +1,123 @@
+// Preemption by swapping end to end (issue 36): a real `tessera serve` and a real `tessera
+// agent --simulate 1xH100-80GB`; the job is a CUDA driver client (capgpu_swap_probe) under the
+// cap library, on the stand-in driver of tests/capgpu (fake_cuda.cc, loaded through
+// LD_LIBRARY_PATH as the driver's library would be): there is no GPU here. A guest's share on a
+// swapping queue is reclaimed for a group below its reservation: the server holds it swapped out
+// (heartbeat order "swap": "out"), its agent moves its memory off the card and keeps its driver
+// calls waiting at the gate; when the claimant ends the share resumes on its card ("in"). The
+// job's own checks of its data run before, across and after the hold and never see an error,
+// and the preemption is recorded with 0 work lost.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "../api/proc.h"
+#include "../api/serve_fixture.h"
+#include "../support/test_dir.h"
+
+namespace tessera {
+namespace {
+
+using Json = nlohmann::json;
+
+const char* kConfig = R"(
+heartbeat_timeout: 5s
+cycle: 300ms
+grace: 1s
+identities:
+  - {name: admin, role: admin, token: admin-token-1}
+  - {name: alice, role: user, groups: [guests], token: alice-token-1}
+  - {name: bob, role: user, groups: [owners], token: bob-token-1}
+  - {name: agent, role: agent, token: agent-token-1}
+groups:
+  - {name: owners, reservation: {gpu: 1}}
+  - {name: guests}
+profiles:
+  - {name: nb, gpus: 1, gpu_fraction: 1, gpu_memory: 8GiB, cpu: 100m, memory: 64MiB,
+     forms: [share]}
+queues:
+  - {name: notebooks, profile: nb, groups: [owners, guests], class: interactive,
+     preemptible: true, swap: true, overcommit: 1, swap_hold_limit: 10m}
+)";
+
+class SwapE2eTest : public testing::ServeFixture {
+ protected:
+  void SetUp() override {
+    dir_ = testing::FreshTestDir("swap_e2e");
+    WriteConfig(kConfig);
+    StartServer();
+    if (HasFatalFailure()) return;
+    StartAgent("gpu-1");
+    ASSERT_TRUE(WaitFor([&] { return ReadyNodes() == 1; })) << Logs();
+  }
+  void TearDown() override {
+    StopAgents();
+    server_.reset();
+  }
+  std::string Logs() {
+    std::string s = server_ ? server_->Log() : "";
+    for (const auto& a : agents_) s += "\n--- agent\n" + a->Log();
+    return s;
+  }
+};
+
+TEST_F(SwapE2eTest, AShareReclaimedOnASwappingQueueIsHeldSwappedOutAndResumesIntact) {
+  // The guest's job: 4 MiB filled with a pattern, one thread checking it in a loop for 15 s
+  // (across the hold), then a last check. Its driver calls go through the cap library.
+  const std::string script =
+      std::string(
+          "(echo 'alloc x 4MiB'; echo 'fill x 7'; echo 'threads 1 x 7'; sleep 15; "
+          "echo stop; echo 'check x 7'; echo quit) | ") +
+      CAPGPU_SWAP_PROBE;
+  Json guest = Call("POST", "/v1/jobs",
+                    {{"queue", "notebooks"},
+                     {"env", {{"LD_LIBRARY_PATH", CAPGPU_FAKE_DRIVER_DIR}}},
+                     {"command", {"sh", "-c", script}}});
+  ASSERT_TRUE(guest.contains("id")) << guest.dump();
+  const std::string id = guest["id"];
+  ASSERT_TRUE(WaitFor([&] { return State(id) == "running"; })) << State(id) << Logs();
+  ASSERT_TRUE(WaitFor([&] { return Output(id).find("fill x 0") != std::string::npos; }))
+      << Output(id) << Logs();
+  // The owners' job needs the card: reclaim takes the guest's share back, holding it swapped out.
+  Json owner = Call("POST", "/v1/jobs", {{"queue", "notebooks"}, {"command", {"sleep", "3"}}},
+                    "bob-token-1");
+  ASSERT_TRUE(owner.contains("id")) << owner.dump();
+  const std::string oid = owner["id"];
+  ASSERT_TRUE(WaitFor([&] { return !Events("kind=job.swapped_out&subject=" + id).empty(); }))
+      << Job(id).dump() << Logs();
+  const Json out = Events("kind=job.swapped_out&subject=" + id)[0];
+  EXPECT_NE(out["reason"].get<std::string>().find("lost 0 GPU-s"), std::string::npos) << out;
+  EXPECT_EQ(out["data"]["lost_gpu_s"], 0) << out;
+  EXPECT_EQ(out["data"]["for_job"], oid) << out;
+  EXPECT_TRUE(Events("kind=job.preempted&subject=" + id).empty()) << "held, not stopped";
+  // While held: pending, told why, and its memory off the card by its agent's word.
+  Json held = Job(id);
+  EXPECT_EQ(held["state"], "pending") << held;
+  EXPECT_EQ(held.value("reason", "").rfind("SwappedOut: held swapped out since", 0), 0u) << held;
+  ASSERT_TRUE(WaitFor([&] {
+    return Job(id).value("activity", Json::object()).value("swap", "") == "swapped";
+  })) << Job(id).dump()
+      << Logs();
+  auto owner_state = [&] {
+    return Call("GET", "/v1/jobs/" + oid, {}, "bob-token-1").value("state", "");
+  };
+  ASSERT_TRUE(WaitFor([&] { return owner_state() == "succeeded"; })) << owner_state() << Logs();
+  // Capacity returns: it resumes on its card, and its job finishes without an error.
+  ASSERT_TRUE(WaitFor([&] { return !Events("kind=job.swapped_in&subject=" + id).empty(); }))
+      << Job(id).dump() << Logs();
+  ASSERT_TRUE(WaitFor([&] { return State(id) == "succeeded"; }, 30000))
+      << State(id) << Output(id) << Logs();
+  const std::string text = Output(id);
+  EXPECT_NE(text.find("errors=0"), std::string::npos) << text;
+  EXPECT_NE(text.find("check x ok"), std::string::npos) << text;
+  EXPECT_EQ(Job(id).value("preemptions", -1), 1) << Job(id).dump();
+  Json metrics = Call("GET", "/metrics", {}, "admin-token-1");
+  const std::string m = metrics.is_string() ? metrics.get<std::string>() : metrics.dump();
+  EXPECT_NE(m.find("tessera_preemptions_total{reason=\"held_swapped\"} 1"), std::string::npos)
+      << m.substr(0, 4000);
+  EXPECT_NE(agents_[0]->Log().find("swap out (ordered by the control plane)"), std::string::npos)
+      << Logs();
+}
+
+}  // namespace
+}  // namespace tessera

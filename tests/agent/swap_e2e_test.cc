@@ -42,9 +42,14 @@ queues:
 
 class SwapE2eTest : public testing::ServeFixture {
  protected:
-  void SetUp() override {
+  void SetUp() override { Start(kConfig); }
+  void Start(const std::string& config) {
+    if (server_) {  // a test's own config: the fixture's server and agent go first
+      StopAgents();
+      server_.reset();
+    }
     dir_ = testing::FreshTestDir("swap_e2e");
-    WriteConfig(kConfig);
+    WriteConfig(config);
     StartServer();
     if (HasFatalFailure()) return;
     StartAgent("gpu-1");
@@ -117,6 +122,37 @@ TEST_F(SwapE2eTest, AShareReclaimedOnASwappingQueueIsHeldSwappedOutAndResumesInt
       << m.substr(0, 4000);
   EXPECT_NE(agents_[0]->Log().find("swap out (ordered by the control plane)"), std::string::npos)
       << Logs();
+}
+
+// idle_timeout on a swapping queue (issue 37): a share its agent reports idle for the queue's
+// idle_timeout is swapped out by the server's order ("swap": "idle"), not killed nor requeued:
+// it keeps running, and the event names its idle time.
+TEST_F(SwapE2eTest, AnIdleShareOfASwappingQueueIsSwappedOutNotKilled) {
+  Start(std::string(kConfig) +
+        "  - {name: idle-nb, profile: nb, groups: [guests], class: interactive, swap: true,\n"
+        "     idle_timeout: 2s}\n"
+        "idle_after: 1s\n");
+  if (HasFatalFailure()) return;
+  Json j = Call("POST", "/v1/jobs",
+                {{"queue", "idle-nb"},
+                 {"env", {{"LD_LIBRARY_PATH", CAPGPU_FAKE_DRIVER_DIR}}},
+                 {"command", {"sleep", "30"}}});
+  ASSERT_TRUE(j.contains("id")) << j.dump();
+  const std::string id = j["id"];
+  ASSERT_TRUE(WaitFor([&] { return !Events("kind=job.swapped_out&subject=" + id).empty(); }, 20000))
+      << Job(id).dump() << Logs();
+  const Json out = Events("kind=job.swapped_out&subject=" + id)[0];
+  EXPECT_EQ(out["reason"].get<std::string>().rfind("idle_timeout: idle ", 0), 0u) << out;
+  EXPECT_NE(out["reason"].get<std::string>().find("swapped out, not stopped"), std::string::npos)
+      << out;
+  EXPECT_EQ(State(id), "running");
+  EXPECT_TRUE(Events("kind=job.preempted&subject=" + id).empty());
+  EXPECT_TRUE(Events("kind=job.stopping&subject=" + id).empty());
+  ASSERT_TRUE(WaitFor([&] {
+    return agents_[0]->Log().find("job " + id + ": swap idle (ordered by the control plane)") !=
+           std::string::npos;
+  })) << Logs();
+  EXPECT_EQ(State(id), "running");
 }
 
 }  // namespace

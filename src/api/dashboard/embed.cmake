@@ -20,6 +20,8 @@ file(READ "${WEB}/style.css" css)
 file(READ "${WEB}/app.js" js)
 file(READ "${WEB}/oidc.js" oidc_js)
 file(READ "${WEB}/whatif.js" whatif_js)
+file(READ "${WEB}/nodes.js" nodes_js)
+file(READ "${WEB}/charts.js" charts_js)
 
 # Replaces the one occurrence of `tag` in `page` with `replacement`; anything else is an error.
 function(inline_once tag replacement)
@@ -37,6 +39,9 @@ inline_once("<script src=\"app.js\"></script>" "<script>\n${js}</script>")
 inline_once("<script src=\"oidc.js\"></script>" "<script>\n${oidc_js}</script>")
 # The what-if view (whatif.js), before app.js too: it only defines what app.js calls.
 inline_once("<script src=\"whatif.js\"></script>" "<script>\n${whatif_js}</script>")
+# The nodes views and the utilization charts, likewise.
+inline_once("<script src=\"nodes.js\"></script>" "<script>\n${nodes_js}</script>")
+inline_once("<script src=\"charts.js\"></script>" "<script>\n${charts_js}</script>")
 
 get_filename_component(out_dir "${OUT}" DIRECTORY)
 set(html "${out_dir}/dashboard.html")

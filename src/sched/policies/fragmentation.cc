@@ -123,7 +123,10 @@ void FragmentationPolicy::TrackNode(const ClusterState& state, int node, bool ad
 
 void FragmentationPolicy::NodeChanged(const ClusterState& state, int node) {
   TrackNode(state, node, false);
-  if (dirty_) return;  // every row is rebuilt before the next decision
+  if (dirty_) {  // every row is rebuilt before the next decision; the views follow the state now
+    SyncViews(state.node(node), node);
+    return;
+  }
   RecomputeNode(state, node);
 }
 
@@ -137,6 +140,9 @@ bool FragmentationPolicy::NodeAdded(const ClusterState& state, int node) {
   for (size_t q = 0; q < trees_.size(); ++q) {
     if (trees_[q].size() > slot) trees_[q][slot].Grow(static_cast<int>(slot_nodes_[slot].size()));
     devices_[q].resize(static_cast<size_t>(node_count_), int8_t{-1});
+  }
+  for (MemoryView& v : mem_views_) {
+    if (v.trees.size() > slot) v.trees[slot].Grow(static_cast<int>(slot_nodes_[slot].size()));
   }
   if (!dirty_) RecomputeNode(state, node);
   return true;

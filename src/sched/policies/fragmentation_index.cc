@@ -17,15 +17,17 @@ bool FragmentationPolicy::Select(const ClusterState& state, const PlacementReque
     RebuildSome(state);
   }
   const int q = QueryType(state, r);
+  const int view = MemoryViewOf(state, q, r);
+  std::vector<MaxTree>& trees = view >= 0 ? mem_views_[static_cast<size_t>(view)].trees : trees_[q];
   const ModelMask models = TypeOf(r).models;
   const bool charged =
       opt_.model_balance_weight != 0 && models == 0 && r.gpu_count > 0 && seen_constrained_gpu_ > 0;
   popped_.clear();
   bool found = false;
   while (true) {
-    const int slot = BestSlot(q, models, charged ? r.total_gpu_milli() : 0);
+    const int slot = BestSlot(trees, models, charged ? r.total_gpu_milli() : 0);
     if (slot < 0) break;
-    MaxTree& tree = trees_[q][static_cast<size_t>(slot)];
+    MaxTree& tree = trees[static_cast<size_t>(slot)];
     const int local = tree.LeftmostMax();
     const int node = slot_nodes_[static_cast<size_t>(slot)][static_cast<size_t>(local)];
     const NodeState& n = state.node(node);
@@ -44,14 +46,14 @@ bool FragmentationPolicy::Select(const ClusterState& state, const PlacementReque
     popped_.push_back({slot, local, tree.Get(local)});
     tree.Set(local, kNoFit);
   }
-  for (const Popped& p : popped_) trees_[q][static_cast<size_t>(p.slot)].Set(p.local, p.value);
+  for (const Popped& p : popped_) trees[static_cast<size_t>(p.slot)].Set(p.local, p.value);
   return found;
 }
 
-int FragmentationPolicy::BestSlot(int q, ModelMask models, MilliGpu gpu) const {
+int FragmentationPolicy::BestSlot(const std::vector<MaxTree>& trees, ModelMask models,
+                                  MilliGpu gpu) const {
   int best = -1, best_rank = 0;
   double best_v = kNoFit;
-  const auto& trees = trees_[q];
   for (size_t m = 0; m < trees.size(); ++m) {
     if (models != 0 && !ModelAllows(static_cast<int>(m) - 1, models)) continue;
     const int local = trees[m].LeftmostMax();
@@ -273,7 +275,86 @@ bool FragmentationPolicy::RecomputeNode(const ClusterState& state, int node, boo
     devices_[q][node] = row_devices_[q];
     TreeOf(static_cast<int>(q), n).Set(local, row_[q]);
   }
+  SyncViews(n, node);
   return known >= 0;
+}
+
+bool FragmentationPolicy::MemoryFits(const NodeState& n, MilliGpu gpu, int count, MiB memory) {
+  int fit = 0;
+  for (int d = 0; d < n.device_count && fit < count; ++d)
+    fit += n.gpu_free[d] >= gpu && n.gpu_memory_free[d] >= memory ? 1 : 0;
+  return fit >= count;
+}
+
+MaxTree& FragmentationPolicy::ViewTreeOf(int v, size_t slot) {
+  auto& trees = mem_views_[static_cast<size_t>(v)].trees;
+  while (trees.size() <= slot) {
+    trees.emplace_back();
+    trees.back().Init(static_cast<int>(slot_nodes_[trees.size() - 1].size()));
+  }
+  return trees[slot];
+}
+
+void FragmentationPolicy::SyncViews(const NodeState& n, int node) {
+  if (mem_views_.empty()) return;
+  const size_t slot = static_cast<size_t>(n.model + 1);
+  const int local = local_of_[static_cast<size_t>(node)];
+  for (size_t q = 0; q < type_mem_views_.size(); ++q) {
+    if (type_mem_views_[q].empty()) continue;
+    const double score = TreeOf(static_cast<int>(q), n).Get(local);
+    const TaskType& t = qtypes_[q];
+    for (int v : type_mem_views_[q]) {
+      const MiB memory = mem_views_[static_cast<size_t>(v)].gpu_memory;
+      const bool fits = score != kNoFit && MemoryFits(n, t.gpu_milli, t.gpu_count, memory);
+      ViewTreeOf(v, slot).Set(local, fits ? score : kNoFit);
+    }
+  }
+}
+
+int FragmentationPolicy::MemoryViewOf(const ClusterState& state, int q, const PlacementRequest& r) {
+  if (!opt_.gpu_memory_views || r.gpu_count == 0 || r.gpu_memory_mib <= 0) return -1;
+  const auto it = view_id_.find({q, r.gpu_memory_mib});
+  if (it != view_id_.end()) return it->second;
+  if (mem_views_.size() >= kMaxMemoryViews) return -1;
+  const int v = static_cast<int>(mem_views_.size());
+  view_id_[{q, r.gpu_memory_mib}] = v;
+  mem_views_.push_back({q, r.gpu_memory_mib, {}});
+  if (type_mem_views_.size() <= static_cast<size_t>(q))
+    type_mem_views_.resize(static_cast<size_t>(q) + 1);
+  type_mem_views_[static_cast<size_t>(q)].push_back(v);
+  const TaskType& t = qtypes_[static_cast<size_t>(q)];
+  const auto& trees = trees_[static_cast<size_t>(q)];
+  for (size_t slot = 0; slot < trees.size(); ++slot) {
+    MaxTree& tree = ViewTreeOf(v, slot);
+    for (size_t local = 0; local < slot_nodes_[slot].size(); ++local) {
+      const double score = trees[slot].Get(static_cast<int>(local));
+      if (score == kNoFit) continue;
+      const NodeState& n = state.node(slot_nodes_[slot][local]);
+      if (MemoryFits(n, t.gpu_milli, t.gpu_count, r.gpu_memory_mib))
+        tree.Set(static_cast<int>(local), score);
+    }
+  }
+  return v;
+}
+
+bool FragmentationPolicy::MemoryViewsMatch(const ClusterState& state) const {
+  for (const MemoryView& view : mem_views_) {
+    const TaskType& t = qtypes_[static_cast<size_t>(view.q)];
+    const auto& trees = trees_[static_cast<size_t>(view.q)];
+    for (size_t slot = 0; slot < slot_nodes_.size(); ++slot) {
+      for (size_t local = 0; local < slot_nodes_[slot].size(); ++local) {
+        const int i = static_cast<int>(local);
+        const double score = slot < trees.size() ? trees[slot].Get(i) : kNoFit;
+        const NodeState& n = state.node(slot_nodes_[slot][local]);
+        const double want =
+            score != kNoFit && MemoryFits(n, t.gpu_milli, t.gpu_count, view.gpu_memory) ? score
+                                                                                        : kNoFit;
+        const double got = slot < view.trees.size() ? view.trees[slot].Get(i) : kNoFit;
+        if (got != want) return false;
+      }
+    }
+  }
+  return true;
 }
 
 MaxTree& FragmentationPolicy::TreeOf(int q, const NodeState& n) {

@@ -49,11 +49,19 @@ class FragmentationPolicy final : public Policy {
   bool Select(const ClusterState& state, const PlacementRequest& r, const SelectContext& /*ctx*/,
               Placement* out) override;
 
-  // The model slot whose best node wins for type q among the models a job allows (0: any):
-  // the highest score, less (for an unconstrained job of `gpu` milli-GPU) the charge for taking
-  // from a model whose free share is below the cluster's; ties to the lowest rank. -1 when
-  // nothing fits.
-  inline int BestSlot(int q, ModelMask models, MilliGpu gpu) const;
+  // The model slot whose best node wins in `trees` (type q's, per model slot, or a GPU-memory
+  // view of them) among the models a job allows (0: any): the highest score, less (for an
+  // unconstrained job of `gpu` milli-GPU) the charge for taking from a model whose free share is
+  // below the cluster's; ties to the lowest rank. -1 when nothing fits.
+  inline int BestSlot(const std::vector<MaxTree>& trees, ModelMask models, MilliGpu gpu) const;
+
+  // Whether n has `count` devices each with `gpu` milli-GPU and `memory` MiB of GPU memory free
+  // (what NodeFits asks of the devices).
+  static inline bool MemoryFits(const NodeState& n, MilliGpu gpu, int count, MiB memory);
+
+  // Whether a view's leaf for every node equals what it stands for (its type's score where the
+  // node has the memory, else kNoFit): for tests, against a recount from the state.
+  bool MemoryViewsMatch(const ClusterState& state) const;
 
   // In the score's units (quanta of milli-GPU): weight x the constrained share of the GPU
   // demand seen x gpu x (cluster free share - the model's free share).
@@ -153,6 +161,14 @@ class FragmentationPolicy final : public Policy {
   // nodes in rank order: a model's tree is as small as its share of the cluster).
   inline MaxTree& TreeOf(int q, const NodeState& n);
 
+  // The GPU-memory view of type q for r's GPU memory (created and filled on first sight, at most
+  // kMaxMemoryViews of them), or -1 when r asks for none (or views are off or all taken).
+  inline int MemoryViewOf(const ClusterState& state, int q, const PlacementRequest& r);
+  // View v's tree for model slot `slot`, made on first use.
+  inline MaxTree& ViewTreeOf(int v, size_t slot);
+  // After node's row was set: its leaf in every view of every type.
+  void SyncViews(const NodeState& n, int node);
+
   // The index of r's type less its model constraint, creating (and filling) its trees on first
   // sight. A job pinned to models scores every node as the unconstrained type does (the score
   // does not depend on the constraint) and is offered only those models' trees (BestSlot); so
@@ -180,6 +196,22 @@ class FragmentationPolicy final : public Policy {
   std::map<TypeKey, int> qid_;
   std::vector<std::vector<MaxTree>> trees_;  // per type, per model slot
   std::vector<std::vector<int8_t>> devices_;
+  // GPU-memory views. A type's score does not depend on the GPU memory a request asks for, so a
+  // share asking for more memory than the devices with its compute free have (A100-40GB cards
+  // holding two 16 GiB shares, 600 milli-GPU free) found the type's best nodes unfit and popped
+  // them one by one, again for every request: 22% of `tessera bench cycle --models 4`. A view
+  // is a type q and a GPU memory m: per model slot, a tree over the same nodes holding q's score
+  // where the node has MemoryFits(q's compute and count, m), else kNoFit. Its best node is the
+  // first node of q's trees that the pops would have reached: the same decision in one query.
+  struct MemoryView {
+    int q = 0;
+    MiB gpu_memory = 0;
+    std::vector<MaxTree> trees;  // per model slot, as trees_[q]
+  };
+  static constexpr size_t kMaxMemoryViews = 64;
+  std::vector<MemoryView> mem_views_;
+  std::map<std::pair<int, MiB>, int> view_id_;
+  std::vector<std::vector<int>> type_mem_views_;  // per type, its views
   Summary summary_;
   std::vector<double> row_;          // RecomputeNode's scores, one per type
   std::vector<int8_t> row_devices_;  // and devices

@@ -37,6 +37,10 @@ struct FragmentationOptions {
   // planned from the sizes seen; a job that would take a device off every pattern goes to an
   // empty device instead, where one fits.
   bool share_plan = false;
+  // GPU-memory views (fragmentation_internal.h): a request that asks for GPU memory finds its
+  // best node among those with room for that memory in one query. The same decisions as without
+  // (off: nodes without the memory are skipped one by one); off only to compare the two.
+  bool gpu_memory_views = true;
 };
 std::unique_ptr<Policy> NewFragmentationPolicy(std::string name, FragmentationOptions options,
                                                std::vector<WeightedType> mix);

@@ -8,7 +8,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -24,6 +23,7 @@
 #include "api/server.h"
 #include "cli/choices.h"
 #include "cli/client.h"
+#include "cli/cmd_engine_leader.h"
 #include "cli/commands.h"
 #include "cli/table.h"
 #include "common/log.h"
@@ -38,12 +38,6 @@ namespace tessera::cli {
 namespace {
 
 using Json = nlohmann::json;
-
-// The server's own log lines (its request log is the component "http": net/http_server.h).
-const log::Logger& ServeLog() {
-  static const log::Logger logger("serve");
-  return logger;
-}
 
 bool SplitListen(const std::string& listen, std::string* host, int* port) {
   size_t colon = listen.rfind(':');
@@ -74,105 +68,6 @@ int CheckConfig(const std::string& config_path) {
   }
   for (const std::string& w : c.warnings) std::printf("warning: %s\n", w.c_str());
   return kExitOk;
-}
-
-// `tessera serve`'s flags.
-struct ServeFlags {
-  std::string config;
-  std::string data;
-  std::string listen = "127.0.0.1:8080";
-  std::string store;      // postgresql://... ("" : SQLite under data)
-  std::string advertise;  // "" : http(s)://listen
-  std::string tls_cert;   // HTTPS when set, with tls_key
-  std::string tls_key;
-  std::string tls_client_ca;  // mutual TLS: clients must present a certificate it signed
-  int threads = 0;            // 0: ApiServerOptions' default (one per core)
-  int64_t max_connections = 0;
-  int64_t max_connections_per_peer = 512;
-  bool limit_loopback_peers = false;
-  // `tessera up`: the data directory is this server's alone; when another server holds it, say
-  // so and exit rather than wait as its standby.
-  bool sole = false;
-  // SIGINT/SIGTERM stop the server (false: the caller handles them, and stops it itself).
-  bool stop_on_signals = true;
-
-  std::string Scheme() const { return tls_cert.empty() ? "http://" : "https://"; }
-  api::ApiServerOptions ServerOptions() const {
-    api::ApiServerOptions o;
-    o.stop_on_signals = stop_on_signals;  // SIGINT/SIGTERM end Run()
-    o.tls_cert_file = tls_cert;
-    o.tls_key_file = tls_key;
-    o.tls_client_ca_file = tls_client_ca;
-    if (threads > 0) o.io_threads = threads;
-    o.max_connections = max_connections;
-    o.max_connections_per_peer = max_connections_per_peer;
-    o.limit_loopback_peers = limit_loopback_peers;
-    return o;
-  }
-};
-
-enum class Lead { kLeads, kStopped, kRefused };
-
-// Waits as a standby until this server holds the store's leader lease (answering health and
-// naming the leader meanwhile). kStopped when a signal (or an error) came first: the server
-// exits, and does not lead even if the lease came at the same moment. kRefused (flags.sole)
-// when another server holds the store: said, and nothing waited for. `*listener`: the standby's
-// listening socket when it came to lead (the leader serves on it, so that clients connecting
-// meanwhile wait in its backlog and none is refused), else -1.
-Lead AwaitLead(store::Store& store, const std::string& advertise, const std::string& host, int port,
-               const ServeFlags& flags, int* listener) {
-  *listener = -1;
-  auto lead = store.TryLead(advertise);
-  if (!lead.ok()) {
-    ServeLog().Error(lead.status().message());
-    return Lead::kStopped;
-  }
-  if (*lead) return Lead::kLeads;
-  auto now = store.Leader();
-  const std::string leader = now.ok() && !now->holder.empty() ? now->holder : "another server";
-  if (flags.sole) {
-    ServeLog().Error("another Tessera server (" + leader + ") holds the data directory " +
-                     flags.data + " (" + store.Describe() +
-                     "); stop it first, or give this one another --data and --listen");
-    return Lead::kRefused;
-  }
-  api::StandbyServer standby(&store, flags.ServerOptions());
-  auto bound = standby.Bind(host, port);
-  if (!bound.ok()) {
-    ServeLog().Error(bound.status().message());
-    return Lead::kStopped;
-  }
-  ServeLog().Info("standby on " + flags.Scheme() + host + ":" + std::to_string(*bound) + ": " +
-                      leader + " leads " + store.Describe() + "; waiting for the lease",
-                  {{"port", *bound}, {"leader", leader}});
-  std::mutex mu;
-  std::condition_variable wake;
-  bool done = false;  // guarded by mu
-  std::atomic<bool> leading{false};
-  std::thread poll([&] {
-    std::unique_lock<std::mutex> l(mu);
-    while (!wake.wait_for(l, std::chrono::milliseconds(500), [&] { return done; })) {
-      l.unlock();
-      auto took = store.TryLead(advertise);
-      l.lock();
-      if (took.ok() && *took) {
-        leading.store(true);
-        standby.Handover();
-        return;
-      }
-    }
-  });
-  standby.Run();
-  {
-    std::lock_guard<std::mutex> l(mu);
-    done = true;
-  }
-  wake.notify_all();
-  poll.join();
-  if (standby.signalled()) return Lead::kStopped;  // even if the lease came meanwhile
-  if (!leading.load()) return Lead::kStopped;
-  *listener = standby.ReleaseListener();
-  return Lead::kLeads;
 }
 
 // What `tessera up` needs of Serve besides its flags.

@@ -1,12 +1,13 @@
-// The backend-independent store suite. store_suite.cc defines the tests (TEST_P on StoreSuite);
-// each backend's test binary instantiates them with its backend name ("sqlite" or
-// "postgresql").
+// The backend-independent store suite. store_suite.cc and store_suite_crash.cc define the tests
+// (TEST_P on StoreSuite); each backend's test binary instantiates them with its backend name
+// ("sqlite" or "postgresql").
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "store/store.h"
 
@@ -28,5 +29,11 @@ class StoreSuite : public ::testing::TestWithParam<std::string> {
   std::string tmp_dir_;
   int next_ = 0;
 };
+
+// Expects two events (or job records) to be equal field by field.
+void ExpectSameEvent(const Event& a, const Event& b);
+void ExpectSameJob(const JobRecord& a, const JobRecord& b);
+// Every event of `store` that passes `filter`, read page by page.
+std::vector<Event> AllEvents(Store& store, const EventFilter& filter = {});
 
 }  // namespace tessera::store

@@ -51,6 +51,9 @@ constexpr Xid kCritical[] = {
     {119, "GSP RPC timeout"},
     {120, "GSP error"},
     {140, "unrecovered ECC error"},
+    // r550 and later: the driver's recovery action for the GPU changed from none (a GPU reset
+    // or a node reboot is required).
+    {154, "GPU recovery action changed: it needs a reset or a reboot"},
 };
 
 }  // namespace

@@ -11,8 +11,10 @@
 // Which XIDs make a device unhealthy: those NVIDIA's XID catalogue lists as device faults rather
 // than an application's own errors (see docs/agent.md, "Device health"): 48 (double-bit ECC),
 // 62, 64, 74 (NVLink), 79 (fallen off the bus), 92 (high single-bit ECC rate), 94 and 95
-// (contained and uncontained ECC errors), 119 and 120 (GSP), 140 (unrecovered ECC). Others (13,
-// 31, 43, 45: a program's faults) are logged and change nothing.
+// (contained and uncontained ECC errors), 119 and 120 (GSP), 140 (unrecovered ECC), 154 (GPU
+// recovery action changed: a reset or reboot is required). Others (13, 31, 43, 45, 68, 109: a
+// program's faults; 63: a remap recorded, its pending reset read below) are logged and change
+// nothing.
 //
 // Tested against the stand-in NVML of tests/agent (fake_nvml.cc); no GPU is needed.
 //

@@ -180,6 +180,15 @@ TEST(DeviceHealthXids, TheCatalogueFaultsAreCriticalApplicationErrorsAreNot) {
   for (unsigned long long x : {13, 31, 43, 45, 0, 1000}) EXPECT_FALSE(IsCriticalXid(x)) << x;
 }
 
+// XID 154 (drivers r550 and later) says the GPU's recovery action changed: it needs a GPU reset
+// or a node reboot before it is trusted again. 63 (a row remap or page retirement recorded), 68
+// (a video decoder exception) and 109 (a context switch timeout) are not faults of the device.
+TEST(DeviceHealthXids, ARecoveryActionChangeIsCritical) {
+  EXPECT_TRUE(IsCriticalXid(154));
+  EXPECT_EQ(XidName(154), "GPU recovery action changed: it needs a reset or a reboot");
+  for (unsigned long long x : {63, 68, 109}) EXPECT_FALSE(IsCriticalXid(x)) << x;
+}
+
 TEST(DeviceHealthOpen, NoLibraryIsAFailedPrecondition) {
   auto h = NvmlHealth::Open("/nonexistent/libnvidia-ml.so.1");
   ASSERT_FALSE(h.ok());

@@ -81,6 +81,15 @@ Agent::Agent(const AgentOptions& options, Inventory inventory, std::vector<std::
     } else {
       Warn("device health is not read: " + health.status().message());
     }
+  } else if (inventory_.source == "amdsmi") {
+    std::vector<std::string> uuids;
+    for (const DiscoveredDevice& d : inventory_.devices) uuids.push_back(d.uuid);
+    auto health = AmdSmiHealth::Open(options.amdsmi_library, std::move(uuids));
+    if (health.ok()) {
+      health_ = std::move(*health);
+    } else {
+      Warn("device health is not read: " + health.status().message());
+    }
   }
   Connect();
 }
@@ -92,12 +101,11 @@ int Agent::Run() {
        launcher_.cgroups_status());
   // Each device as registered: what tests/gpu/all_checks.sh compares with nvidia-smi.
   for (const DiscoveredDevice& d : inventory_.devices) {
-    Info("device " + std::to_string(d.index) + ": " + d.model + " " + d.uuid + ", MIG " +
-             (d.mig_enabled ? "on" : "off") + ", isolation " + d.isolation +
-             (health_ == nullptr
-                  ? ""
-                  : std::string(", health read (XID events ") +
-                        (health_->events() ? "registered" : "not supported") + ", ECC counters)"),
+    Info("device " + std::to_string(d.index) + ": " + d.model + " " + d.uuid +
+             (d.amd_mode.empty() ? std::string(", MIG ") + (d.mig_enabled ? "on" : "off")
+                                 : ", modes " + d.amd_mode) +
+             ", isolation " + d.isolation +
+             (health_ == nullptr ? "" : ", health read (" + health_->Reads() + ")"),
          {{"device", std::to_string(d.index)}});
   }
   if (!launcher_.owns_work_dir()) {
@@ -317,7 +325,8 @@ int RunAgent(const AgentOptions& options) {
     urls.push_back(u);
     start = comma + 1;
   }
-  Result<Inventory> inventory = DiscoverInventory(node, options.simulate, options.nvml_library);
+  Result<Inventory> inventory =
+      DiscoverInventory(node, options.simulate, options.nvml_library, options.amdsmi_library);
   if (!inventory.ok()) {
     fail(inventory.status().message());
     return inventory.status().code() == StatusCode::kInvalidArgument ? 2 : 1;

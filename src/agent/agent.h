@@ -2,7 +2,8 @@
 // told (docs/agent-protocol.md; behaviour in docs/agent.md).
 //
 // RunAgent() is the whole agent as one blocking call, for `tessera agent`:
-//   1. discovers the inventory (simulated when `simulate` is set, else NVML, else none);
+//   1. discovers the inventory (simulated when `simulate` is set, else NVML, else AMD SMI, else
+//      none);
 //   2. registers, retrying with backoff until the control plane answers;
 //   3. loops: reaps finished jobs (waitpid WNOHANG), and every heartbeat interval uploads new
 //      output bytes (PUT .../output?offset=N), sends a heartbeat with running and finished jobs,
@@ -44,6 +45,8 @@ struct AgentOptions {
   std::string pool;             // the scheduling pool the node joins; "" = "default"
   std::string simulate;         // simulated inventory, e.g. "2xH100-80GB"; "" = discover with NVML
   std::string nvml_library = "libnvidia-ml.so.1";
+  // AMD SMI, loaded where NVML finds no device.
+  std::string amdsmi_library = "libamd_smi.so";
   std::string work_dir = "tessera-agent";      // job output files (<work_dir>/<job>.out)
   std::string cgroup_root = "/sys/fs/cgroup";  // "" disables cgroups
   std::string cgroup_parent = "tessera";       // jobs go to <cgroup_root>/<cgroup_parent>/<job>

@@ -157,13 +157,13 @@ class Agent {
   static pid_t SessionOf(int pid);
 
   const AgentOptions& options_;
-  std::unique_ptr<NvmlSampler> nvml_;   // real NVIDIA devices: their telemetry
-  std::unique_ptr<NvmlHealth> health_;  // and their health (XID events, ECC)
+  std::unique_ptr<NvmlSampler> nvml_;     // real NVIDIA devices: their telemetry
+  std::unique_ptr<HealthSource> health_;  // real devices' health (NVML or AMD SMI)
   Clock::time_point last_telemetry_{};
   std::map<std::string, uint64_t> cpu_ticks_;  // each running job's CPU time at the last heartbeat
   std::map<std::string, int64_t> launches_;    // each share's kernel launches at the last heartbeat
   Inventory inventory_;
-  Partitions partitions_{inventory_, options_.nvml_library};
+  Partitions partitions_{inventory_, options_.nvml_library, options_.amdsmi_library};
   Launcher launcher_;
   std::map<int, std::unique_ptr<SwapManager>> swap_;  // device index -> its swapping shares
   int64_t last_swap_tick_ms_ = 0;

@@ -40,24 +40,44 @@ struct DeviceHealth {
 bool IsCriticalXid(unsigned long long xid);
 std::string XidName(unsigned long long xid);
 
-class NvmlHealth {
+// What the agent's loop reads device health through: NVML (NvmlHealth, below) on NVIDIA
+// devices, AMD SMI (AmdSmiHealth, agent/amd_smi.h) on AMD ones.
+class HealthSource {
+ public:
+  virtual ~HealthSource() = default;
+  // Every device's health as of now (see NvmlHealth::Check); `log` (may be null) gets one line
+  // per change seen.
+  virtual std::vector<DeviceHealth> Check(int wait_ms = 0,
+                                          std::vector<std::string>* log = nullptr) = 0;
+  // An operator's word: device `index` is healthy again, what it reports now is the baseline.
+  virtual bool Reset(int index) = 0;
+  // What is read, for the agent's start-up log ("XID events registered, ECC counters").
+  virtual std::string Reads() const = 0;
+};
+
+class NvmlHealth : public HealthSource {
  public:
   // Loads `library`, initialises NVML and registers every device for XID events where the driver
   // supports them. kFailedPrecondition when the library does not load or initialise.
   static Result<std::unique_ptr<NvmlHealth>> Open(const std::string& library);
-  ~NvmlHealth();
+  ~NvmlHealth() override;
   NvmlHealth(const NvmlHealth&) = delete;
   NvmlHealth& operator=(const NvmlHealth&) = delete;
 
   // Takes the XID events waiting (waiting at most `wait_ms` for the first) and reads the ECC
   // counters; returns every device's health. `log` (may be null) gets one line per event seen.
-  std::vector<DeviceHealth> Check(int wait_ms = 0, std::vector<std::string>* log = nullptr);
+  std::vector<DeviceHealth> Check(int wait_ms = 0,
+                                  std::vector<std::string>* log = nullptr) override;
   // Whether XID events could be registered (false: the driver supports none; ECC is still read).
   bool events() const;
   // An operator's word (the control plane's `health_reset`): device `index` is healthy again and
   // the next Check takes what it reads as the new baseline (the ECC count, pending retirements
   // and remaps acknowledged); only a new fault makes it unhealthy again. False: no such device.
-  bool Reset(int index);
+  bool Reset(int index) override;
+  std::string Reads() const override {
+    return std::string("XID events ") + (events() ? "registered" : "not supported") +
+           ", ECC counters";
+  }
 
  private:
   struct Api;

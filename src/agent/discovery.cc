@@ -13,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "agent/amd_smi.h"
 #include "model/quantity.h"
 
 namespace tessera::agent {
@@ -430,7 +431,8 @@ HostResources DiscoverHost() {
 }
 
 Result<Inventory> DiscoverInventory(std::string_view node, std::string_view simulate_spec,
-                                    const std::string& nvml_library) {
+                                    const std::string& nvml_library,
+                                    const std::string& amdsmi_library) {
   Inventory inv;
   inv.node = std::string(node);
   inv.host = DiscoverHost();
@@ -445,15 +447,28 @@ Result<Inventory> DiscoverInventory(std::string_view node, std::string_view simu
     return inv;
   }
   Result<std::vector<DiscoveredDevice>> devices = DiscoverNvml(catalog, nvml_library);
-  if (devices.ok()) {
+  if (devices.ok() && !devices->empty()) {
     inv.devices = std::move(devices).value();
     inv.source = "nvml";
-  } else if (devices.status().code() == StatusCode::kFailedPrecondition) {
-    inv.source = "none";
-    inv.note = devices.status().message();
-  } else {
-    return devices.status();
+    return inv;
   }
+  if (!devices.ok() && devices.status().code() != StatusCode::kFailedPrecondition)
+    return devices.status();
+  // No NVIDIA device: AMD's, if any.
+  Result<std::vector<DiscoveredDevice>> amd = DiscoverAmdSmi(catalog, amdsmi_library);
+  if (amd.ok() && !amd->empty()) {
+    inv.devices = std::move(amd).value();
+    inv.source = "amdsmi";
+    return inv;
+  }
+  if (!amd.ok() && amd.status().code() != StatusCode::kFailedPrecondition) return amd.status();
+  if (devices.ok()) {
+    inv.source = "nvml";  // NVML answers, with no device
+    return inv;
+  }
+  inv.source = "none";
+  inv.note = devices.status().message();
+  if (!amd.ok()) inv.note += "; " + amd.status().message();
   return inv;
 }
 

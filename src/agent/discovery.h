@@ -1,6 +1,6 @@
 // Discovery: what a node agent reports about its host.
 //
-// Three sources, tried in this order by DiscoverInventory():
+// Four sources, tried in this order by DiscoverInventory():
 //   * a declared simulated inventory (`--simulate 2xH100-80GB`), for hosts with no accelerator.
 //     Every device and the inventory itself are marked `simulated`, so no view can mistake them
 //     for real cards. Models must be in the partition catalog; memory comes from the catalog;
@@ -8,7 +8,9 @@
 //   * NVML, loaded with dlopen("libnvidia-ml.so.1") at run time. There is no link-time
 //     dependency, so the agent runs on hosts without the NVIDIA driver; there the answer is a
 //     kFailedPrecondition status whose message starts with "no NVML".
-//   * neither: a CPU-only node (no devices).
+//   * AMD SMI (agent/amd_smi.h), loaded with dlopen("libamd_smi.so") the same way, when NVML
+//     finds no device: AMD GPUs with their current compute and memory modes.
+//   * none of them: a CPU-only node (no devices).
 // Host CPU comes from sysconf and the cgroup CPU quota (v2 cpu.max or v1 cfs quota), host memory
 // from /proc/meminfo (bounded by a cgroup memory limit when one is set).
 //
@@ -36,6 +38,7 @@ struct DiscoveredDevice {
   std::string uuid;    // "GPU-..." (NVML) or "GPU-sim-<node>-<i>" (simulated)
   bool simulated = false;
   bool mig_enabled = false;  // NVML: current MIG mode is enabled
+  std::string amd_mode{};    // AMD SMI: the modes found, "CPX+NPS4" ("" elsewhere)
   // Health (agent/device_health.h), as of the last check: unhealthy takes no new work.
   bool healthy = true;
   std::string health_reason{};  // why not, when unhealthy
@@ -64,8 +67,8 @@ struct Inventory {
   HostResources host;
   std::vector<DiscoveredDevice> devices;
   bool simulated = false;  // true when the devices were declared, not discovered
-  std::string source;      // "simulated", "nvml" or "none"
-  std::string note;        // why there are no devices ("no NVML: ..."), or empty
+  std::string source;      // "simulated", "nvml", "amdsmi" or "none"
+  std::string note;        // why there are no devices ("no NVML: ...; no AMD SMI: ..."), or empty
   MiB swap_mib = 0;        // host RAM + disk it gives swapped-out share memory (0: none)
 };
 
@@ -125,8 +128,10 @@ MilliCpu ParseCgroupCpuMax(std::string_view text);
 MiB ParseMemInfoTotal(std::string_view text);
 
 // The whole inventory: simulated when `simulate_spec` is non-empty (errors are returned), else
-// NVML (its absence is recorded in `note`, not an error), plus the host resources.
+// NVML's devices, else (NVML absent or without devices) AMD SMI's; the absence of both is
+// recorded in `note`, not an error. Plus the host resources.
 Result<Inventory> DiscoverInventory(std::string_view node, std::string_view simulate_spec,
-                                    const std::string& nvml_library = "libnvidia-ml.so.1");
+                                    const std::string& nvml_library = "libnvidia-ml.so.1",
+                                    const std::string& amdsmi_library = "libamd_smi.so");
 
 }  // namespace tessera::agent

@@ -7,6 +7,22 @@
 
 namespace tessera::agent {
 
+Partitions::Partitions(const Inventory& inventory, std::string nvml_library,
+                       std::string amdsmi_library)
+    : inventory_(inventory),
+      nvml_library_(std::move(nvml_library)),
+      amdsmi_library_(std::move(amdsmi_library)) {
+  // Real AMD devices start in the modes discovery found.
+  for (const DiscoveredDevice& d : inventory_.devices) {
+    const partition::GpuModel* m = partition::Catalog::BuiltIn().Find(d.model);
+    if (d.simulated || d.amd_mode.empty() || m == nullptr || !m->is_amd()) continue;
+    auto pair = partition::ParsePair(*m, d.amd_mode);
+    if (pair.ok()) amd_[d.index].pair = *pair;
+  }
+}
+
+Partitions::~Partitions() = default;
+
 Result<Partitions::Granted> Partitions::Acquire(const std::string& job, int index,
                                                 const std::string& slot,
                                                 const std::string& amd_mode) {
@@ -23,11 +39,6 @@ Result<Partitions::Granted> Partitions::Acquire(const std::string& job, int inde
     }
     if (model == nullptr || !model->is_amd())
       return Status::InvalidArgument(d.model + " has no AMD partitions");
-    if (!d.simulated) {
-      return Status::FailedPrecondition(
-          "AMD partition " + slot + " on " + d.uuid +
-          ": mode changes on real AMD devices are not supported by this agent");
-    }
     return AcquireAmd(job, index, *model, slot, amd_mode);
   }
   if (model == nullptr || !model->is_mig()) {
@@ -87,6 +98,9 @@ Result<Partitions::Granted> Partitions::AcquireAmd(const std::string& job, int i
     return Status::InvalidArgument("AMD partition '" + slot +
                                    "' is not MODE#index (for example CPX#2)");
   }
+  if (Status st = ReadAmd(index); !st.ok())
+    return Status::FailedPrecondition("AMD partition " + slot + " on " + d.uuid + ": " +
+                                      st.message());
   Amd& dev = amd_[index];
   partition::AmdPair want{slot_mode->compute, dev.pair.memory};
   if (!mode.empty()) {
@@ -130,20 +144,101 @@ Status Partitions::SwitchAmd(int index, const partition::GpuModel& model,
     std::vector<int> indices;
     for (int i = 0; i < static_cast<int>(inventory_.devices.size()); ++i) {
       if (inventory_.devices[i].model != model.name) continue;
+      if (Status st = ReadAmd(i); !st.ok()) return st;
       node.push_back({"device " + std::to_string(i), amd_[i].pair, Busy(i)});
       indices.push_back(i);
     }
     auto change = partition::CheckMemoryModeChange(model, node, want.memory);
     if (!change.ok()) return change.status();
-    for (size_t k = 0; k < indices.size(); ++k) amd_[indices[k]].pair = change->resulting[k];
+    if (!inventory_.devices[index].simulated) {
+      if (Status st = SetAmdMemory(indices, want.memory, change->resulting); !st.ok()) return st;
+    } else {
+      for (size_t k = 0; k < indices.size(); ++k) amd_[indices[k]].pair = change->resulting[k];
+    }
   }
   if (want.compute != dev.pair.compute) {
     Status st = partition::CheckComputeModeChange(
         model, {"device " + std::to_string(index), dev.pair, Busy(index)}, want.compute);
     if (!st.ok()) return st;
+    if (!inventory_.devices[index].simulated) return SetAmdCompute(index, want.compute);
     dev.pair.compute = want.compute;
   }
   return Status::Ok();
+}
+
+Result<AmdSmi*> Partitions::Smi() {
+  if (amdsmi_ == nullptr) {
+    auto opened = AmdSmi::Open(amdsmi_library_);
+    if (!opened.ok()) return opened.status();
+    amdsmi_ = std::move(*opened);
+  }
+  return amdsmi_.get();
+}
+
+Status Partitions::ReadAmd(int index) {
+  const DiscoveredDevice& d = inventory_.devices[index];
+  if (d.simulated) return Status::Ok();
+  auto smi = Smi();
+  if (!smi.ok()) return smi.status();
+  auto modes = (*smi)->Modes(d.uuid);
+  if (!modes.ok()) return modes.status();
+  const partition::GpuModel* model = partition::Catalog::BuiltIn().Find(d.model);
+  if (model == nullptr || !model->is_amd())
+    return Status::InvalidArgument(d.model + " has no AMD modes");
+  auto pair = partition::ParsePair(*model, modes->ToString());
+  if (!pair.ok())
+    return Status::FailedPrecondition("device " + d.uuid + " reports modes '" + modes->ToString() +
+                                      "' through AMD SMI: " + pair.status().message());
+  amd_[index].pair = *pair;
+  return Status::Ok();
+}
+
+Status Partitions::SetAmdMemory(const std::vector<int>& indices, const std::string& memory,
+                                const std::vector<partition::AmdPair>& resulting) {
+  auto smi = Smi();
+  if (!smi.ok()) return smi.status();
+  // The driver applies a memory mode to the whole hive (and reloads): set it where a device
+  // does not report it yet, reading anew before each, since an earlier call may have done it.
+  for (int i : indices) {
+    const std::string& uuid = inventory_.devices[i].uuid;
+    auto now = (*smi)->Modes(uuid);
+    if (!now.ok()) return now.status();
+    if (now->memory == memory) continue;
+    if (Status st = (*smi)->SetMemory(uuid, memory); !st.ok()) return st;
+  }
+  // Then every device in the memory mode, and in the compute mode the partition engine says it
+  // ends in (the driver moves a compute mode not legal with the new memory mode).
+  for (size_t k = 0; k < indices.size(); ++k) {
+    const int i = indices[k];
+    const std::string& uuid = inventory_.devices[i].uuid;
+    auto now = (*smi)->Modes(uuid);
+    if (!now.ok()) return now.status();
+    if (now->memory != memory) {
+      return Status::FailedPrecondition("device " + uuid + ": amdsmi_set_gpu_memory_partition(" +
+                                        memory + ") did not take: it reports " + now->memory);
+    }
+    if (now->compute != resulting[k].compute) {
+      if (Status st = SetAmdCompute(i, resulting[k].compute); !st.ok()) return st;
+    } else if (Status st = ReadAmd(i); !st.ok()) {
+      return st;
+    }
+  }
+  return Status::Ok();
+}
+
+Status Partitions::SetAmdCompute(int index, const std::string& compute) {
+  auto smi = Smi();
+  if (!smi.ok()) return smi.status();
+  const std::string& uuid = inventory_.devices[index].uuid;
+  if (Status st = (*smi)->SetCompute(uuid, compute); !st.ok()) return st;
+  auto now = (*smi)->Modes(uuid);
+  if (!now.ok()) return now.status();
+  if (now->compute != compute) {
+    return Status::FailedPrecondition("device " + uuid + ": amdsmi_set_gpu_compute_partition(" +
+                                      compute + ") did not take: it reports " +
+                                      (now->compute.empty() ? "no mode" : now->compute));
+  }
+  return ReadAmd(index);
 }
 
 bool Partitions::Busy(int index) const {
@@ -168,12 +263,14 @@ int Partitions::LogicalGpus(int index) const {
 Result<std::string> Partitions::Use(const std::string& job, int index,
                                     const std::string& amd_mode) {
   std::string left;
-  if (!amd_mode.empty() && index >= 0 && index < static_cast<int>(inventory_.devices.size()) &&
-      inventory_.devices[index].simulated) {
+  if (!amd_mode.empty() && index >= 0 && index < static_cast<int>(inventory_.devices.size())) {
     const DiscoveredDevice& d = inventory_.devices[index];
     const partition::GpuModel* model = partition::Catalog::BuiltIn().Find(d.model);
     if (model == nullptr || !model->is_amd())
       return Status::InvalidArgument(d.model + " has no AMD modes");
+    if (Status st = ReadAmd(index); !st.ok())
+      return Status::FailedPrecondition("device " + d.uuid + " to " + amd_mode + ": " +
+                                        st.message());
     auto want = partition::ParsePair(*model, amd_mode);
     if (!want.ok()) return want.status();
     const partition::AmdPair was = amd_[index].pair;

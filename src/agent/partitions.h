@@ -13,7 +13,11 @@
 // ("CPX+NPS4"); the agent switches modes under the partition engine's rules: a compute mode
 // only on an idle device, a memory mode only when every device of the node (the hive) is idle.
 // The partition is exposed by its logical GPU index (ROCR_VISIBLE_DEVICES): the partitions of
-// the devices before it, then its own index.
+// the devices before it, then its own index. On a simulated device the modes are kept here; on
+// a real one (found through AMD SMI) they are read from the device before each decision, set
+// through AMD SMI (agent/amd_smi.h: amdsmi_set_gpu_memory_partition on the hive, then
+// amdsmi_set_gpu_compute_partition) under the same rules, and read back: a change that did not
+// take, like a call that failed, refuses the job with the device, the call and AMD SMI's status.
 //
 // Thread-safety: none; the agent's loop owns it.
 #pragma once
@@ -23,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/amd_smi.h"
 #include "agent/discovery.h"
 #include "agent/nvml_mig.h"
 #include "common/status.h"
@@ -33,8 +38,9 @@ namespace tessera::agent {
 
 class Partitions {
  public:
-  Partitions(const Inventory& inventory, std::string nvml_library)
-      : inventory_(inventory), nvml_library_(std::move(nvml_library)) {}
+  Partitions(const Inventory& inventory, std::string nvml_library,
+             std::string amdsmi_library = "libamd_smi.so");
+  ~Partitions();
 
   // What a job is given for one partition.
   struct Granted {
@@ -74,11 +80,19 @@ class Partitions {
   Result<Granted> AcquireAmd(const std::string& job, int index, const partition::GpuModel& model,
                              const std::string& slot, const std::string& mode);
   Status SwitchAmd(int index, const partition::GpuModel& model, const partition::AmdPair& want);
+  // Real AMD devices: reads device `index`'s modes into amd_; sets and verifies them.
+  Status ReadAmd(int index);
+  Status SetAmdMemory(const std::vector<int>& indices, const std::string& memory,
+                      const std::vector<partition::AmdPair>& resulting);
+  Status SetAmdCompute(int index, const std::string& compute);
+  Result<AmdSmi*> Smi();
   bool Busy(int index) const;
   int LogicalGpus(int index) const;  // logical GPUs of device `index` now (1 for a non-AMD one)
   const Inventory& inventory_;
   std::string nvml_library_;
-  std::unique_ptr<NvmlMig> nvml_;  // opened at the first NVML partition
+  std::string amdsmi_library_;
+  std::unique_ptr<NvmlMig> nvml_;   // opened at the first NVML partition
+  std::unique_ptr<AmdSmi> amdsmi_;  // opened at the first real AMD device's mode
   std::vector<NvmlMig::Instance> undestroyed_;
   std::map<int, partition::Layout> layouts_;  // by device index
   std::multimap<std::string, Held> by_job_;

@@ -424,6 +424,11 @@ void RegisterAgentCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--pool", o->pool, "scheduling pool the node joins (default: default)");
   cmd->add_option("--simulate", o->simulate,
                   "simulated devices where there is no GPU, e.g. 2xH100-80GB");
+  cmd->add_option("--nvml-library", o->nvml_library,
+                  "NVML library the agent loads (default libnvidia-ml.so.1)");
+  cmd->add_option("--amd-smi-library", o->amdsmi_library,
+                  "AMD SMI library loaded where NVML finds no device (default libamd_smi.so; "
+                  "ROCm installs it in /opt/rocm/lib)");
   cmd->add_option("--work", o->work_dir, "directory for job output files");
   cmd->add_option("--capgpu", o->capgpu_preload, "libtessera_capgpu.so to preload into shares");
   cmd->add_option("--cgroup-root", o->cgroup_root, "cgroup v2 mount (\"\" disables cgroups)");

@@ -3,7 +3,8 @@
 // through LD_LIBRARY_PATH as ROCm's would be; NVML is pointed at nothing): there is no GPU here.
 // A device whose uncorrectable ECC count is above zero when the agent starts registers unhealthy;
 // one whose count rises later is reported so in a heartbeat, its job is requeued by policy, and
-// neither takes new work.
+// neither takes new work. An idle card the cycle splits for inference is switched to CPX through
+// amdsmi_set_gpu_compute_partition.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -39,15 +40,29 @@ queues:
   - {name: train, profile: card, groups: [ml], class: training}
 )";
 
+// Inference asking 10 GB gets a CPX partition (24 GB) of an MI300X in SPX+NPS1.
+constexpr char kInference[] = R"(
+heartbeat_timeout: 5s
+cycle: 300ms
+identities:
+  - {name: admin, role: admin, token: admin-token-1}
+  - {name: alice, role: user, groups: [ml], token: alice-token-1}
+  - {name: agent, role: agent, token: agent-token-1}
+groups: [{name: ml}]
+profiles:
+  - {name: serve, gpus: 1, gpu_fraction: 0.1, gpu_memory: 10GB, cpu: 100m, memory: 64MiB, forms: [partition]}
+queues:
+  - {name: inference, profile: serve, groups: [ml], class: inference}
+)";
+
 class AmdSmiE2eTest : public testing::ServeFixture {
  protected:
-  void SetUp() override {
+  // A server with `config` and an agent whose AMD SMI (the stand-in) starts from `smi`.
+  void Start(const std::string& config, const std::string& smi) {
     dir_ = testing::FreshTestDir("amd_smi_e2e");
     smi_file_ = dir_ + "/amdsmi";
-    std::ofstream(smi_file_) << "device 0 GPU-amd-e2e-0 196608 AMD Instinct MI300X\n"
-                             << "device 1 GPU-amd-e2e-1 196608 AMD Instinct MI300X\n"
-                             << "ecc 1 0 4\n";  // device 1 has had errors before the agent
-    WriteConfig(kConfig);
+    std::ofstream(smi_file_) << smi;
+    WriteConfig(config);
     StartServer();
     if (HasFatalFailure()) return;
     agent_ = std::make_unique<Proc>(
@@ -74,10 +89,9 @@ class AmdSmiE2eTest : public testing::ServeFixture {
     if (!nodes.is_array() || nodes.empty()) return Json();
     return nodes[0]["devices"][index];
   }
-  std::string Submit() {
-    Json r = Call("POST", "/v1/jobs",
-                  {{"queue", "train"},
-                   {"command", {"sh", "-c", "echo started; while true; do sleep 0.1; done"}}});
+  std::string Submit(const std::string& queue = "train",
+                     const std::string& shell = "echo started; while true; do sleep 0.1; done") {
+    Json r = Call("POST", "/v1/jobs", {{"queue", queue}, {"command", {"sh", "-c", shell}}});
     EXPECT_TRUE(r.is_object() && r.contains("id")) << r.dump();
     return r.is_object() ? r.value("id", "") : "";
   }
@@ -86,6 +100,10 @@ class AmdSmiE2eTest : public testing::ServeFixture {
 };
 
 TEST_F(AmdSmiE2eTest, AnAmdDeviceWithUncorrectableEccErrorsGetsNoNewWork) {
+  ASSERT_NO_FATAL_FAILURE(Start(kConfig,
+                                "device 0 GPU-amd-e2e-0 196608 AMD Instinct MI300X\n"
+                                "device 1 GPU-amd-e2e-1 196608 AMD Instinct MI300X\n"
+                                "ecc 1 0 4\n"));  // device 1 has had errors before the agent
   Json nodes = Nodes();
   ASSERT_EQ(nodes[0]["devices"].size(), 2u) << nodes.dump();
   EXPECT_EQ(nodes[0]["devices"][0]["model"], "MI300X");
@@ -111,6 +129,29 @@ TEST_F(AmdSmiE2eTest, AnAmdDeviceWithUncorrectableEccErrorsGetsNoNewWork) {
   Json ev = Events("kind=device.unhealthy");
   ASSERT_EQ(ev.size(), 2u) << ev.dump();
   EXPECT_NE(Logs().find("device 0 (GPU-amd-e2e-0) is unhealthy"), std::string::npos);
+}
+
+// The cycle splits the idle card for two inference jobs; the agent switches the real device's
+// compute mode through AMD SMI (once: the second partition finds it in CPX) and exposes each
+// partition as a logical GPU.
+TEST_F(AmdSmiE2eTest, AnAmdCardIsSplitThroughAmdSmiForInference) {
+  ASSERT_NO_FATAL_FAILURE(Start(kInference, "device 0 GPU-amd-e2e-0 196608 AMD Instinct MI300X\n"));
+  const std::string show = "echo rocr=$ROCR_VISIBLE_DEVICES; sleep 30";
+  const std::string a = Submit("inference", show), b = Submit("inference", show);
+  for (const std::string& id : {a, b}) {
+    ASSERT_TRUE(WaitFor([&] { return Output(id).find("rocr=") != std::string::npos; }))
+        << Job(id).dump() << Logs();
+    Json j = Job(id);
+    EXPECT_EQ(j["placement"]["form"], "partition") << j.dump();
+    EXPECT_EQ(j["placement"]["devices"][0].value("partition", "").rfind("CPX#", 0), 0u) << j.dump();
+  }
+  EXPECT_NE(Output(a), Output(b)) << "two partitions";
+  const std::string smi = testing::ReadFile(smi_file_);
+  EXPECT_NE(smi.find("call amdsmi_set_gpu_compute_partition 0 CPX\n"), std::string::npos) << smi;
+  EXPECT_EQ(smi.find("call amdsmi_set_gpu_compute_partition 0 CPX\n"),
+            smi.rfind("call amdsmi_set_gpu_compute_partition"))
+      << "one call: " << smi;
+  EXPECT_NE(Logs().find("partition CPX#"), std::string::npos) << Logs();
 }
 
 }  // namespace

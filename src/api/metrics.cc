@@ -328,6 +328,32 @@ struct CounterFamilies {
              "Time the API takes to handle a request, by method, route pattern and status code."};
 };
 
+// Quota per GPU model (issue 37): per group and model, what the group (with its descendants)
+// holds, and its reservation and limit there where its config sets them (GET /v1/groups'
+// `models`).
+struct ModelFamilies {
+  Family held{"tessera_group_model_held_gpu_milli", "gauge",
+              "GPU compute a group and its descendants hold on one GPU model, in thousandths of a "
+              "card (each group with a quota on the model or holding some of it)."};
+  Family res{"tessera_group_model_reservation_gpu_milli", "gauge",
+             "A group's reservation on one GPU model, in thousandths of a card (where set)."};
+  Family lim{"tessera_group_model_limit_gpu_milli", "gauge",
+             "The most a group may hold of one GPU model, in thousandths of a card (where set)."};
+};
+
+ModelFamilies ModelMetrics(const std::vector<quota::GroupView>& groups) {
+  ModelFamilies f;
+  for (const quota::GroupView& g : groups) {
+    for (const quota::ModelQuotaView& m : g.models) {
+      const Labels l = {{"group", g.name}, {"model", m.model}};
+      f.held.Add(l, m.usage);
+      if (m.reservation > 0) f.res.Add(l, m.reservation);
+      if (m.limit < quota::kUnlimited) f.lim.Add(l, m.limit);
+    }
+  }
+  return f;
+}
+
 CounterFamilies CounterMetrics(const Counters& c) {
   CounterFamilies f;
   for (const auto& [k, n] : c.admissions) {
@@ -417,11 +443,13 @@ Result<std::string> Engine::Metrics(const Identity& who) {
   }
   std::vector<NodeRow> nodes;
   std::vector<JobRow> jobs;
+  std::vector<quota::GroupView> groups;
   Counters counters;
   Status durable = RenderDurable([&] {
     nodes.clear();
     jobs.clear();
     std::unique_lock<std::mutex> lock(mu_);
+    groups = qe_->groups();
     const int64_t now = clock_();
     for (const auto& [name, n] : nodes_) {
       NodeRow row{name,
@@ -465,17 +493,37 @@ Result<std::string> Engine::Metrics(const Identity& who) {
   for (const auto& g : config_.policy.groups) tally.idle_held[g.name] = 0;
   const JobFamilies jf = JobMetrics(jobs, std::move(tally), pool_of);
   const CounterFamilies cf = CounterMetrics(counters);
+  const ModelFamilies mf = ModelMetrics(groups);
 
   std::string out;
-  for (const Family* f : {&nf.dev_gpu,       &nf.dev_mem,    &nf.node_cpu,
-                          &nf.node_mem,      &jf.a_gpu,      &jf.a_gmem,
-                          &jf.a_cpu,         &jf.a_mem,      &jf.jobs_fam,
-                          &jf.pending_fam,   &cf.adm,        &cf.pre,
-                          &cf.rep,           &cf.cyc,        &cf.req,
-                          &nf.hb_age,        &nf.lost,       &nf.util,
-                          &nf.mem_used,      &jf.alloc_idle, &jf.alloc_mem_used,
-                          &jf.alloc_swapped, &jf.idle_fam,   &nf.unhealthy,
-                          &nf.isolation}) {
+  for (const Family* f : {&nf.dev_gpu,
+                          &nf.dev_mem,
+                          &nf.node_cpu,
+                          &nf.node_mem,
+                          &jf.a_gpu,
+                          &jf.a_gmem,
+                          &jf.a_cpu,
+                          &jf.a_mem,
+                          &jf.jobs_fam,
+                          &jf.pending_fam,
+                          &cf.adm,
+                          &cf.pre,
+                          &cf.rep,
+                          &cf.cyc,
+                          &cf.req,
+                          &nf.hb_age,
+                          &nf.lost,
+                          &nf.util,
+                          &nf.mem_used,
+                          &jf.alloc_idle,
+                          &jf.alloc_mem_used,
+                          &jf.alloc_swapped,
+                          &jf.idle_fam,
+                          &nf.unhealthy,
+                          &nf.isolation,
+                          &mf.held,
+                          &mf.res,
+                          &mf.lim}) {
     f->RenderTo(out);
   }
   return out;

@@ -157,5 +157,42 @@ TEST_F(DashboardTasksTest, AnAdminUploadsAUsageHistoryAndSeesTheCardsItNeeds) {
   EXPECT_NE(body.find("card: "), std::string::npos) << body;
 }
 
+// Quota per GPU model (issue 37): vision reserves one A100-80GB and may hold two; its training
+// job holds one. The groups view shows, per group and model, held, reservation and limit; a
+// group with no quota on a model and holding none of it has no row.
+TEST_F(DashboardTasksTest, TheGroupsViewShowsWhatAGroupHoldsOnEachGpuModel) {
+  server_.reset();
+  std::string config = testing::kDashboardTasksConfig;
+  const std::string plain = "{name: vision, reservation: {gpu: 1}}";
+  ASSERT_NE(config.find(plain), std::string::npos);
+  config.replace(config.find(plain), plain.size(),
+                 "{name: vision, reservation: {gpu: 1, models: {A100-80GB: 1}}, "
+                 "limit: {models: {A100-80GB: 2}}}");
+  WriteConfig(config);
+  StartServer();
+  StartAgents(1, "2xA100-80GB");
+  const std::string v = Submit("vision-token-1", "vee-train", {"sleep", "1000"}, "training");
+  ASSERT_TRUE(WaitFor([&] { return AdminState(v) == "running"; })) << AdminJob(v).dump();
+  const std::string rows =
+      "[...document.querySelectorAll('#group-models tbody tr')].map(r => "
+      "[...r.cells].map(c => c.textContent))";
+  Json r = Browse({
+      Goto(Url("token=admin-token-1")),
+      Wait("document.querySelector('#gpus-total').textContent != '-'"),
+      Click("nav a[data-view=groups]"),
+      Wait("document.querySelector('#group-models tbody tr[data-group=vision]"
+           "[data-model=\"A100-80GB\"]') && "
+           "document.querySelector('#group-models tbody tr[data-group=vision]').cells[2]"
+           ".textContent == '1'"),
+      Eval(rows, "rows"),
+      Eval("document.querySelector('#group-models-part').hidden", "hidden"),
+      Axe("axe"),
+  });
+  ASSERT_TRUE(r.contains("rows")) << r.dump(1);
+  EXPECT_EQ(r["rows"], Json::parse(R"([["vision", "A100-80GB", "1", "1", "2"]])")) << r.dump(1);
+  EXPECT_EQ(r["hidden"], false);
+  EXPECT_TRUE(r["axe"].empty()) << r["axe"].dump(1);
+}
+
 }  // namespace
 }  // namespace tessera

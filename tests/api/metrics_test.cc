@@ -330,6 +330,73 @@ TEST_F(MetricsTest, KnownStateHasExactNumbersAndPassesPromtool) {
   EXPECT_EQ(said, "");
 }
 
+// Quota per GPU model (issue 37): a group holding a card of a model it has a quota on shows what
+// it holds there, its reservation and its limit; a model it only holds shows the holding alone.
+TEST_F(MetricsTest, AGroupHoldingAModelShowsItsUsageReservationAndLimitThere) {
+  Start(R"(
+identities:
+  - {name: admin, role: admin, token: admin-token-1}
+  - {name: alice, role: user, groups: [research], token: alice-token-1}
+  - {name: agent, role: agent, nodes: [n1, n2], token: agent-token-1}
+groups:
+  - {name: research, reservation: {gpu: 2, models: {H100-80GB: 1}}, limit: {models: {H100-80GB: 3}}}
+profiles:
+  - {name: train, gpus: 1, cpu: 1, memory: 1GiB, forms: [whole]}
+queues:
+  - {name: training, profile: train, groups: [research], models: [H100-80GB, A100-80GB]}
+)");
+  auto reg = [&](const std::string& node, const std::string& model) {
+    auto r = Post("/v1/agent/register", "agent-token-1",
+                  R"({"node":")" + node +
+                      R"(","cpu_milli":8000,"memory_mib":65536,"devices":[{"index":0,"model":")" +
+                      model + R"(","memory_mib":81920,"uuid":")" + node + R"("}]})");
+    ASSERT_TRUE(r && r->status == 200) << (r ? r->body : "no answer");
+  };
+  reg("n1", "H100-80GB");
+  reg("n2", "A100-80GB");
+  const std::string first = Submit("alice-token-1", "training");
+  const std::string second = Submit("alice-token-1", "training");  // H100 full: spills
+  ASSERT_EQ(Job(first).value("state", ""), "placed") << Job(first).dump();
+  ASSERT_EQ(Job(second).value("state", ""), "placed") << Job(second).dump();
+  auto m = client_->Get("/metrics", {{"Authorization", "Bearer admin-token-1"}});
+  ASSERT_TRUE(m && m->status == 200);
+  const std::vector<Sample> all = Parse(m->body);
+  SCOPED_TRACE(m->body);
+  int n = 0;
+  EXPECT_EQ(Sum(all, "tessera_group_model_held_gpu_milli",
+                {{"group", "research"}, {"model", "H100-80GB"}}, &n),
+            1000);
+  EXPECT_EQ(n, 1);
+  EXPECT_EQ(Sum(all, "tessera_group_model_held_gpu_milli",
+                {{"group", "research"}, {"model", "A100-80GB"}}, &n),
+            1000);
+  EXPECT_EQ(n, 1);
+  EXPECT_EQ(Sum(all, "tessera_group_model_reservation_gpu_milli",
+                {{"group", "research"}, {"model", "H100-80GB"}}, &n),
+            1000);
+  EXPECT_EQ(n, 1);
+  EXPECT_EQ(Sum(all, "tessera_group_model_limit_gpu_milli",
+                {{"group", "research"}, {"model", "H100-80GB"}}, &n),
+            3000);
+  EXPECT_EQ(n, 1);
+  Sum(all, "tessera_group_model_reservation_gpu_milli", {{"model", "A100-80GB"}}, &n);
+  EXPECT_EQ(n, 0) << "no reservation on A100-80GB: no sample";
+  Sum(all, "tessera_group_model_limit_gpu_milli", {{"model", "A100-80GB"}}, &n);
+  EXPECT_EQ(n, 0) << "no limit on A100-80GB: no sample";
+
+  const std::string file = dir_ + "/metrics_models.txt";
+  std::ofstream(file) << m->body;
+  const std::string cmd = "promtool check metrics < '" + file + "' 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string said;
+  char buf[512];
+  while (size_t got = std::fread(buf, 1, sizeof buf, p)) said.append(buf, got);
+  const int status = ::pclose(p);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << said;
+  EXPECT_EQ(said, "");
+}
+
 TEST_F(MetricsTest, PublicWhenConfiguredStillRefusesUnknownTokens) {
   Start(std::string(kConfig) + "metrics_public: true\n");
   EXPECT_EQ(Code({}), 200);

@@ -278,6 +278,21 @@ function renderGroups(groups, sum, jobs) {
     }
     cell(row, [...why].map(([r, n]) => n + " × " + r).join("; "));
   }
+  // Quota per GPU model: one row per group and model it has a quota on or holds.
+  const m = tbody("group-models");
+  for (const g of groups.groups) {
+    for (const q of g.models || []) {
+      const row = m.insertRow();
+      row.dataset.group = g.name;
+      row.dataset.model = q.model;
+      row.insertCell().append(swatch(g.name));
+      cell(row, q.model);
+      cell(row, milli(q.gpu_milli_usage), "num");
+      cell(row, milli(q.gpu_milli_reservation), "num");
+      cell(row, milli(q.gpu_milli_limit), "num");
+    }
+  }
+  $("group-models-part").hidden = m.rows.length === 0;
 }
 
 // Jobs: filtered (state, group, queue, user, a search), sorted by a column (ui.sort, ui.dir) and

@@ -85,8 +85,33 @@ int64_t NowNs() {
 class PartitionE2eTest : public testing::ServeFixture {
  protected:
   void TearDown() override {
+    proxy_.reset();
     StopAgents();
     server_.reset();
+  }
+  // What both tests set up: a fresh test directory `name` with the server and agent n1 reaching
+  // it through proxy_, and one job running there whose processes record their runs in records_
+  // (see Runs) and exit with `exit_on_term` on SIGTERM. *id: the job's.
+  void StartRecordedJobViaProxy(const std::string& name, int exit_on_term, std::string* id) {
+    dir_ = tessera::testing::FreshTestDir(name);
+    WriteConfig(kConfig);
+    records_ = dir_ + "/records";
+    std::filesystem::create_directories(records_);
+    ::chmod(records_.c_str(), 0777);  // the job runs as JobAccount()
+    StartServer();
+    proxy_ = std::make_unique<testing::TcpProxy>(port_);
+    StartAgentVia("n1", proxy_->port());
+    ASSERT_TRUE(WaitFor([&] { return ReadyNodes() == 1; })) << Logs();
+    const std::string script = "R=" + records_ +
+                               "; echo \"start $$ $(date +%s%N)\" > $R/$$.rec;"
+                               " trap 'echo \"end $$ $(date +%s%N)\" >> $R/$$.rec; exit " +
+                               std::to_string(exit_on_term) + "' TERM; while :; do sleep 0.1; done";
+    Json r =
+        Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"/bin/sh", "-c", script}}});
+    ASSERT_TRUE(r.is_object() && r.contains("id")) << r.dump();
+    *id = r["id"];
+    ASSERT_TRUE(WaitFor([&] { return State(*id) == "running" && Runs(records_).size() == 1; }))
+        << Job(*id).dump() << Logs();
   }
   // `tessera agent` for `node` reaching the server at `port` (the proxy's).
   void StartAgentVia(const std::string& node, int port) {
@@ -109,28 +134,16 @@ class PartitionE2eTest : public testing::ServeFixture {
           std::string("--- agent ") + n + "\n" + testing::ReadFile(dir_ + "/agent-" + n + ".log");
     return out;
   }
+
+  std::string records_;
+  std::unique_ptr<testing::TcpProxy> proxy_;
 };
 
 TEST_F(PartitionE2eTest, ACutOffAgentStopsItsJobBeforeTheLeaderStartsItElsewhere) {
-  dir_ = tessera::testing::FreshTestDir("partition");
-  std::ofstream(dir_ + "/config.yaml") << tessera::testing::WithJobAccounts(kConfig);
-  const std::string records = dir_ + "/records";
-  std::filesystem::create_directories(records);
-  ::chmod(records.c_str(), 0777);  // the job runs as JobAccount()
-  StartServer();
-  testing::TcpProxy proxy(port_);
-  StartAgentVia("n1", proxy.port());
-  ASSERT_TRUE(WaitFor([&] { return ReadyNodes() == 1; })) << Logs();
-  const std::string script = "R=" + records +
-                             "; echo \"start $$ $(date +%s%N)\" > $R/$$.rec;"
-                             " trap 'echo \"end $$ $(date +%s%N)\" >> $R/$$.rec; exit 0' TERM;"
-                             " while :; do sleep 0.1; done";
-  Json r =
-      Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"/bin/sh", "-c", script}}});
-  ASSERT_TRUE(r.is_object() && r.contains("id")) << r.dump();
-  const std::string id = r["id"];
-  ASSERT_TRUE(WaitFor([&] { return State(id) == "running" && Runs(records).size() == 1; }))
-      << Job(id).dump() << Logs();
+  std::string id;
+  ASSERT_NO_FATAL_FAILURE(StartRecordedJobViaProxy("partition", 0, &id));
+  const std::string& records = records_;
+  testing::TcpProxy& proxy = *proxy_;
   ASSERT_EQ(JobNode(id), "n1");
   StartAgent("n2");  // directly, not through the proxy
   ASSERT_TRUE(WaitFor([&] { return ReadyNodes() == 2; })) << Logs();
@@ -182,26 +195,11 @@ TEST_F(PartitionE2eTest, ACutOffAgentStopsItsJobBeforeTheLeaderStartsItElsewhere
 // that for the job's own end: failed, although its queue requeues on loss. Healed in between,
 // the job is requeued with an event naming the partition and runs again, once at a time.
 TEST_F(PartitionE2eTest, AJobStoppedForAPartitionThatHealsBeforeTheReleaseIsRequeued) {
-  dir_ = tessera::testing::FreshTestDir("partition-heal");
-  std::ofstream(dir_ + "/config.yaml") << tessera::testing::WithJobAccounts(kConfig);
-  const std::string records = dir_ + "/records";
-  std::filesystem::create_directories(records);
-  ::chmod(records.c_str(), 0777);  // the job runs as JobAccount()
-  StartServer();
-  testing::TcpProxy proxy(port_);
-  StartAgentVia("n1", proxy.port());
-  ASSERT_TRUE(WaitFor([&] { return ReadyNodes() == 1; })) << Logs();
   // Ends with 143 on SIGTERM, as a shell killed by it would report.
-  const std::string script = "R=" + records +
-                             "; echo \"start $$ $(date +%s%N)\" > $R/$$.rec;"
-                             " trap 'echo \"end $$ $(date +%s%N)\" >> $R/$$.rec; exit 143' TERM;"
-                             " while :; do sleep 0.1; done";
-  Json r =
-      Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"/bin/sh", "-c", script}}});
-  ASSERT_TRUE(r.is_object() && r.contains("id")) << r.dump();
-  const std::string id = r["id"];
-  ASSERT_TRUE(WaitFor([&] { return State(id) == "running" && Runs(records).size() == 1; }))
-      << Job(id).dump() << Logs();
+  std::string id;
+  ASSERT_NO_FATAL_FAILURE(StartRecordedJobViaProxy("partition-heal", 143, &id));
+  const std::string& records = records_;
+  testing::TcpProxy& proxy = *proxy_;
 
   const int64_t cut_ns = NowNs();
   proxy.Cut();

@@ -4,6 +4,7 @@
 
 #include <cctype>
 #include <cstring>
+#include <functional>
 #include <iterator>
 #include <type_traits>
 
@@ -199,13 +200,26 @@ Result<std::vector<AmdSmiDevice>> AmdSmi::Devices() {
   return out;
 }
 
-Result<partition::AmdPair> AmdSmi::Modes(const std::string& uuid) {
-  Api& a = *api_;
+Result<uint32_t> AmdSmi::Read(const std::string& uuid, const std::function<uint32_t(void*)>& call) {
   auto h = Find(uuid);
   if (!h.ok()) return h.status();
+  const Smi rc = call(*h);
+  if (rc == kSuccess || rc == kNotSupported) return rc;
+  // The handle may be stale (the driver reloaded, perhaps for another user of the library):
+  // once more, with the processors enumerated anew.
+  api_->devices.clear();
+  h = Find(uuid);
+  if (!h.ok()) return h.status();
+  return call(*h);
+}
+
+Result<partition::AmdPair> AmdSmi::Modes(const std::string& uuid) {
+  Api& a = *api_;
   partition::AmdPair pair;
   char buf[kPartitionString] = {};
-  Smi rc = a.get_compute(*h, buf, sizeof buf);
+  auto read = Read(uuid, [&](void* h) { return a.get_compute(h, buf, sizeof buf); });
+  if (!read.ok()) return read.status();
+  Smi rc = *read;
   if (rc == kSuccess) {
     pair.compute = Clean(buf, sizeof buf);
   } else if (rc != kNotSupported) {
@@ -213,7 +227,9 @@ Result<partition::AmdPair> AmdSmi::Modes(const std::string& uuid) {
                             a.Describe(rc));
   }
   std::memset(buf, 0, sizeof buf);
-  rc = a.get_memory(*h, buf, sizeof buf);
+  read = Read(uuid, [&](void* h) { return a.get_memory(h, buf, sizeof buf); });
+  if (!read.ok()) return read.status();
+  rc = *read;
   if (rc == kSuccess) {
     pair.memory = Clean(buf, sizeof buf);
   } else if (rc != kNotSupported) {
@@ -229,6 +245,7 @@ Status AmdSmi::SetCompute(const std::string& uuid, const std::string& mode) {
   for (int i = 1; i < static_cast<int>(std::size(kComputeModes)); ++i)
     if (mode == kComputeModes[i]) value = i;
   if (value == 0) return Status::InvalidArgument("AMD SMI has no compute mode '" + mode + "'");
+  a.devices.clear();  // a handle as of now: another user of the library may have reloaded it
   auto h = Find(uuid);
   if (!h.ok()) return h.status();
   Smi rc = a.set_compute(*h, value);
@@ -245,6 +262,7 @@ Status AmdSmi::SetMemory(const std::string& uuid, const std::string& mode) {
   for (int i = 1; i < static_cast<int>(std::size(kMemoryModes)); ++i)
     if (mode == kMemoryModes[i]) value = i;
   if (value == 0) return Status::InvalidArgument("AMD SMI has no memory mode '" + mode + "'");
+  a.devices.clear();
   auto h = Find(uuid);
   if (!h.ok()) return h.status();
   Smi rc = a.set_memory(*h, value);
@@ -267,10 +285,10 @@ Status AmdSmi::SetMemory(const std::string& uuid, const std::string& mode) {
 Result<AmdSmi::EccCount> AmdSmi::Ecc(const std::string& uuid) {
   Api& a = *api_;
   if (a.ecc == nullptr) return Status::NotFound("AMD SMI has no amdsmi_get_gpu_total_ecc_count");
-  auto h = Find(uuid);
-  if (!h.ok()) return h.status();
   ErrorCount ec{};
-  Smi rc = a.ecc(*h, &ec);
+  auto read = Read(uuid, [&](void* h) { return a.ecc(h, &ec); });
+  if (!read.ok()) return read.status();
+  const Smi rc = *read;
   if (rc == kNotSupported) return Status::NotFound("device " + uuid + " counts no ECC errors");
   if (rc != kSuccess)
     return Status::Internal("device " + uuid +

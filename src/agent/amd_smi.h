@@ -14,9 +14,10 @@
 //   * optional: amdsmi_get_gpu_kfd_info (current_partition_id: in a split compute mode AMD SMI
 //     lists each partition as a processor; those with a partition id other than 0 belong to the
 //     device before them and are not devices of their own), amdsmi_status_code_to_string.
-// A device is named by its UUID: handles are enumerated anew after a mode change (a compute
-// mode change changes the processors listed; a memory mode change reloads the driver, so the
-// library is shut down and initialised again).
+// A device is named by its UUID: handles are enumerated anew before a mode change and after one
+// (a compute mode change changes the processors listed; a memory mode change reloads the driver,
+// so the library is shut down and initialised again), and when a read fails on a handle (one
+// from before a reload another user of the library made).
 //
 // Tested against the stand-in library of tests/agent (fake_amdsmi.cc); no GPU is needed.
 //
@@ -24,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -72,6 +74,9 @@ class AmdSmi {
   struct Api;
   explicit AmdSmi(std::unique_ptr<Api> api);
   Result<void*> Find(const std::string& uuid);
+  // `call` on the GPU's handle (an amdsmi_status_t), made once more with the handles enumerated
+  // anew when it fails otherwise than "not supported" (a handle from before a driver reload).
+  Result<uint32_t> Read(const std::string& uuid, const std::function<uint32_t(void*)>& call);
   std::unique_ptr<Api> api_;
 };
 

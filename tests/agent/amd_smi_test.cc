@@ -166,6 +166,21 @@ TEST_F(AmdSmiTest, AMemoryModeChangeIsHiveWideAndVerified) {
   EXPECT_EQ(p.Layout(1), "CPX+NPS4: #7");
 }
 
+// A memory mode change reloads the driver: handles taken before it are stale, and health goes on
+// being read through handles enumerated anew.
+TEST_F(AmdSmiTest, HealthIsReadOnAfterAMemoryModeChangeReloadsTheDriver) {
+  auto h = AmdSmiHealth::Open(FAKE_AMDSMI_PATH, {"GPU-amd-0", "GPU-amd-1"});
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  ASSERT_TRUE((*h)->Check()[0].healthy);
+  Inventory inv = Discovered();
+  Partitions p(inv, "", FAKE_AMDSMI_PATH);
+  ASSERT_TRUE(p.Acquire("j1", 1, "CPX#0", "CPX+NPS4").ok());
+  Append("ecc 0 0 1");
+  auto after = (*h)->Check();
+  ASSERT_FALSE(after[0].healthy);
+  EXPECT_EQ(after[0].reason, "uncorrectable ECC errors: 1 (AMD SMI)");
+}
+
 TEST_F(AmdSmiTest, AnUncorrectableEccCountMakesTheDeviceUnhealthy) {
   auto h = AmdSmiHealth::Open(FAKE_AMDSMI_PATH, {"GPU-amd-0", "GPU-amd-1"});
   ASSERT_TRUE(h.ok()) << h.status().ToString();

@@ -21,7 +21,9 @@
 // state ("compute <i> CPX"). As the driver does on MI300X: a memory mode applies to every device
 // (the hive), and a compute mode not legal with NPS4 (SPX, DPX) becomes CPX; a compute mode set
 // that is not legal with the current NPS4 answers AMDSMI_STATUS_INVAL. A device in a mode of N
-// partitions lists N processors, partition ids 0..N-1 (UUID "<uuid>/<p>" past the first).
+// partitions lists N processors, partition ids 0..N-1 (UUID "<uuid>/<p>" past the first). A
+// memory mode set reloads the driver ("reload" in the file): processor handles from before it
+// answer AMDSMI_STATUS_INVAL.
 // Thread-safety: none (one test thread).
 #include <cstdint>
 #include <cstdlib>
@@ -49,6 +51,7 @@ struct State {
   std::vector<Device> devices;
   std::map<std::string, uint32_t> fail;
   std::map<std::string, bool> ignore;
+  uintptr_t generation = 0;  // driver reloads so far
 };
 int initialised = 0;
 
@@ -89,6 +92,8 @@ State Load() {
       uint32_t status = 0;
       f >> call >> status;
       s.fail[call] = status;
+    } else if (key == "reload") {
+      ++s.generation;
     } else if (key == "ignore") {
       std::string call;
       f >> call;
@@ -113,11 +118,17 @@ int Partitions(const std::string& compute) {
   return 1;
 }
 
-// Processor handles: device i, partition p -> (i * 16 + p + 1); sockets: (i + 1) << 12.
-void* ProcessorHandle(size_t i, int p) { return reinterpret_cast<void*>(i * 16 + p + 1); }
+// Processor handles: device i, partition p, after `generation` reloads ->
+// generation * 0x1000 + i * 16 + p + 1; sockets: kSocketBase + i.
+constexpr uintptr_t kSocketBase = 0x10000000;
+void* ProcessorHandle(const State& s, size_t i, int p) {
+  return reinterpret_cast<void*>(s.generation * 0x1000 + i * 16 + p + 1);
+}
 bool Resolve(const State& s, void* h, size_t* i, int* p) {
-  const uintptr_t v = reinterpret_cast<uintptr_t>(h);
-  if (v == 0 || v >= 0x1000) return false;
+  uintptr_t v = reinterpret_cast<uintptr_t>(h);
+  if (v / 0x1000 != s.generation) return false;  // from before a reload
+  v %= 0x1000;
+  if (v == 0) return false;
   *i = (v - 1) / 16;
   *p = static_cast<int>((v - 1) % 16);
   return *i < s.devices.size() && *p < Partitions(s.devices[*i].compute);
@@ -181,23 +192,23 @@ FAKE_API uint32_t amdsmi_get_socket_handles(uint32_t* count, void** sockets) {
     return 0;
   }
   if (*count < n) return kInsufficient;
-  for (uint32_t i = 0; i < n; ++i) sockets[i] = reinterpret_cast<void*>(uintptr_t{i + 1} << 12);
+  for (uint32_t i = 0; i < n; ++i) sockets[i] = reinterpret_cast<void*>(kSocketBase + i);
   *count = n;
   return 0;
 }
 FAKE_API uint32_t amdsmi_get_processor_handles(void* socket, uint32_t* count, void** handles) {
   if (initialised == 0) return kNotInit;
   State s = Load();
-  const uintptr_t v = reinterpret_cast<uintptr_t>(socket) >> 12;
-  if (count == nullptr || v == 0 || v > s.devices.size()) return kInval;
-  const size_t i = v - 1;
+  const uintptr_t v = reinterpret_cast<uintptr_t>(socket);
+  if (count == nullptr || v < kSocketBase || v - kSocketBase >= s.devices.size()) return kInval;
+  const size_t i = v - kSocketBase;
   const uint32_t n = static_cast<uint32_t>(Partitions(s.devices[i].compute));
   if (handles == nullptr) {
     *count = n;
     return 0;
   }
   if (*count < n) return kInsufficient;
-  for (uint32_t p = 0; p < n; ++p) handles[p] = ProcessorHandle(i, static_cast<int>(p));
+  for (uint32_t p = 0; p < n; ++p) handles[p] = ProcessorHandle(s, i, static_cast<int>(p));
   *count = n;
   return 0;
 }
@@ -252,6 +263,7 @@ FAKE_API uint32_t amdsmi_set_gpu_memory_partition(void* h, int mode) {
   for (const Device& o : s.devices)
     if (o.busy) return kBusy;
   if (s.ignore.count(__func__)) return 0;
+  Append("reload");
   for (size_t k = 0; k < s.devices.size(); ++k) {
     Append("memory " + std::to_string(k) + " " + want);
     if (want == "NPS4" && (s.devices[k].compute == "SPX" || s.devices[k].compute == "DPX"))

@@ -9,11 +9,16 @@
 
 #include "backends/backend.h"
 #include "kube_standin.h"
+#include "nvidia_dra.h"
 
 namespace tessera::backends {
 namespace {
 
+using tessera::testing::DraCounterSet;
+using tessera::testing::DraDevice;
+using tessera::testing::InstallDraClasses;
 using tessera::testing::KubeStandIn;
+using tessera::testing::PublishDraSlice;
 using Json = nlohmann::json;
 
 class KubeBackend : public ::testing::Test {
@@ -353,74 +358,23 @@ TEST_F(KubeBackend, ListsComeInChunksAndMissNothing) {
 namespace tessera::backends {
 namespace {
 
-// What the NVIDIA DRA driver publishes: its two DeviceClasses (as its Helm chart installs them)
-// and per node a ResourceSlice; devices carry the driver's attributes (type, productName, profile,
-// parentUUID) and, when partitionable, consume counters of their card's counter set.
+// A job of a devices: dra queue against what the NVIDIA DRA driver publishes (nvidia_dra.h).
 class KubeDra : public KubeBackend {
  protected:
-  void InstallClasses(KubeStandIn& k) {
-    for (const char* type : {"gpu", "mig"}) {
-      Json dc = {{"apiVersion", "resource.k8s.io/v1"},
-                 {"kind", "DeviceClass"},
-                 {"metadata", {{"name", std::string(type) + ".nvidia.com"}}},
-                 {"spec",
-                  {{"selectors",
-                    {{{"cel",
-                       {{"expression",
-                         "device.driver == 'gpu.nvidia.com' && "
-                         "device.attributes['gpu.nvidia.com'].type == '" +
-                             std::string(type) + "'"}}}}}}}}};
-      Json made = k.Control("POST", "/apis/resource.k8s.io/v1/deviceclasses", dc.dump());
-      ASSERT_EQ(made.value("kind", ""), "DeviceClass") << made.dump();
-    }
-  }
-  static Json Device(const std::string& name, const std::string& type,
-                     const std::string& profile = "", const std::string& parent = "",
-                     const std::string& counter_set = "", int multiprocessors = 0) {
-    Json d = {
-        {"name", name},
-        {"attributes",
-         {{"type", {{"string", type}}}, {"productName", {{"string", "NVIDIA A100-SXM4-80GB"}}}}}};
-    if (!profile.empty()) d["attributes"]["profile"] = {{"string", profile}};
-    if (!parent.empty()) d["attributes"]["parentUUID"] = {{"string", parent}};
-    if (!counter_set.empty()) {
-      d["consumesCounters"] = Json::array(
-          {{{"counterSet", counter_set},
-            {"counters", {{"multiprocessors", {{"value", std::to_string(multiprocessors)}}}}}}});
-    }
-    return d;
-  }
-  static void Slice(KubeStandIn& k, const std::string& node, const Json& devices,
-                    const Json& counter_sets = Json::array()) {
-    Json s = {{"apiVersion", "resource.k8s.io/v1"},
-              {"kind", "ResourceSlice"},
-              {"metadata", {{"name", node + "-gpu.nvidia.com"}}},
-              {"spec",
-               {{"driver", "gpu.nvidia.com"},
-                {"nodeName", node},
-                {"pool", {{"name", node}, {"generation", 1}, {"resourceSliceCount", 1}}},
-                {"devices", devices}}}};
-    if (!counter_sets.empty()) s["spec"]["sharedCounters"] = counter_sets;
-    Json made = k.Control("POST", "/apis/resource.k8s.io/v1/resourceslices", s.dump());
-    ASSERT_EQ(made.value("kind", ""), "ResourceSlice") << made.dump();
-  }
   // One partitionable A100 (98 multiprocessors): the whole card, seven 1g.10gb and two 3g.40gb
   // MIG devices, all on one counter set.
   static Json PartitionableA100(const std::string& set, bool with_whole_card = true) {
     Json devs = Json::array();
-    if (with_whole_card) devs.push_back(Device("gpu-0", "gpu", "", "", set, 98));
+    if (with_whole_card) devs.push_back(DraDevice("gpu-0", "gpu", "", "", set, 98));
     for (int i = 0; i < 7; ++i) {
       devs.push_back(
-          Device("gpu-0-mig-1g.10gb-" + std::to_string(i), "mig", "1g.10gb", "", set, 14));
+          DraDevice("gpu-0-mig-1g.10gb-" + std::to_string(i), "mig", "1g.10gb", "", set, 14));
     }
     for (int i = 0; i < 2; ++i) {
       devs.push_back(
-          Device("gpu-0-mig-3g.40gb-" + std::to_string(i), "mig", "3g.40gb", "", set, 42));
+          DraDevice("gpu-0-mig-3g.40gb-" + std::to_string(i), "mig", "3g.40gb", "", set, 42));
     }
     return devs;
-  }
-  static Json CounterSet(const std::string& set) {
-    return Json::array({{{"name", set}, {"counters", {{"multiprocessors", {{"value", "98"}}}}}}});
   }
   JobRequest DraReq(const std::string& id, const std::string& form) {
     JobRequest r = Req(id, "sleep 30");
@@ -432,8 +386,8 @@ class KubeDra : public KubeBackend {
 };
 
 TEST_F(KubeDra, AMigJobGetsItsDeviceThroughAClaimOfTheMigClassAndTheAllocationReadsBack) {
-  InstallClasses(*k_);
-  Slice(*k_, "n1", PartitionableA100("gpu-0-counters"), CounterSet("gpu-0-counters"));
+  InstallDraClasses(*k_);
+  PublishDraSlice(*k_, "n1", PartitionableA100("gpu-0-counters"), DraCounterSet("gpu-0-counters"));
   JobRequest r = DraReq("j-mig", "partition");
   r.mig_profile = "3g.40gb";
   const std::string id = Submit(*b_, r);
@@ -491,8 +445,8 @@ TEST_F(KubeDra, AMigJobGetsItsDeviceThroughAClaimOfTheMigClassAndTheAllocationRe
 // not delayed). A running job's devices are then read from the claim itself: never empty while
 // the claim is allocated.
 TEST_F(KubeDra, AJobSeenRunningBeforeItsClaimsAllocationIsWatchedStillReportsItsDevice) {
-  InstallClasses(*k_);
-  Slice(*k_, "n1", PartitionableA100("gpu-0-counters"), CounterSet("gpu-0-counters"));
+  InstallDraClasses(*k_);
+  PublishDraSlice(*k_, "n1", PartitionableA100("gpu-0-counters"), DraCounterSet("gpu-0-counters"));
   JobRequest r = DraReq("j-mig", "partition");
   r.mig_profile = "3g.40gb";
   const std::string id = Submit(*b_, r);
@@ -533,15 +487,15 @@ TEST_F(KubeDra, CapacityComesFromResourceSlicesWhenTheClusterExposesOnlyMigDevic
   auto cap = b_->GpuCapacity();
   ASSERT_TRUE(cap.ok()) << cap.status().message();
   EXPECT_EQ(cap->gpu_milli, 0) << cap->detail;  // by whole-card counts: nothing
-  InstallClasses(*k_);
-  Slice(*k_, "m1", PartitionableA100("m1-gpu-0", false), CounterSet("m1-gpu-0"));
-  Slice(*k_, "m2",
-        Json::array({Device("gpu-a-mig-0", "mig", "3g.40gb", "GPU-a"),
-                     Device("gpu-a-mig-1", "mig", "3g.40gb", "GPU-a"),
-                     Device("gpu-a-mig-2", "mig", "1g.10gb", "GPU-a"),
-                     Device("gpu-b-mig-0", "mig", "3g.40gb", "GPU-b"),
-                     Device("gpu-b-mig-1", "mig", "3g.40gb", "GPU-b")}));
-  Slice(*k_, "m3", PartitionableA100("m3-gpu-0"), CounterSet("m3-gpu-0"));
+  InstallDraClasses(*k_);
+  PublishDraSlice(*k_, "m1", PartitionableA100("m1-gpu-0", false), DraCounterSet("m1-gpu-0"));
+  PublishDraSlice(*k_, "m2",
+                  Json::array({DraDevice("gpu-a-mig-0", "mig", "3g.40gb", "GPU-a"),
+                               DraDevice("gpu-a-mig-1", "mig", "3g.40gb", "GPU-a"),
+                               DraDevice("gpu-a-mig-2", "mig", "1g.10gb", "GPU-a"),
+                               DraDevice("gpu-b-mig-0", "mig", "3g.40gb", "GPU-b"),
+                               DraDevice("gpu-b-mig-1", "mig", "3g.40gb", "GPU-b")}));
+  PublishDraSlice(*k_, "m3", PartitionableA100("m3-gpu-0"), DraCounterSet("m3-gpu-0"));
   cap = b_->GpuCapacity();
   ASSERT_TRUE(cap.ok()) << cap.status().message();
   // m1 1000 + GPU-a 7/7 = 1000 + GPU-b 6/7 = 857 (exact integers, rounded down per card).
@@ -588,8 +542,8 @@ TEST_F(KubeDra, CapacityComesFromResourceSlicesWhenTheClusterExposesOnlyMigDevic
 }
 
 TEST_F(KubeDra, AShareCarriesItsMpsSettingsInItsClaim) {
-  InstallClasses(*k_);
-  Slice(*k_, "n1", Json::array({Device("gpu-0", "gpu"), Device("gpu-1", "gpu")}));
+  InstallDraClasses(*k_);
+  PublishDraSlice(*k_, "n1", Json::array({DraDevice("gpu-0", "gpu"), DraDevice("gpu-1", "gpu")}));
   JobRequest r = DraReq("j-share", "share");
   r.gpu_memory_mib = 4096;
   r.gpu_milli = 250;

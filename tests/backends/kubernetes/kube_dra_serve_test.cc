@@ -13,6 +13,7 @@
 #include "../../api/proc.h"
 #include "../../api/serve_fixture.h"
 #include "kube_standin.h"
+#include "nvidia_dra.h"
 
 namespace tessera {
 namespace {
@@ -29,51 +30,16 @@ class KubeDraServeTest : public testing::ServeFixture {
     k_ = std::make_unique<testing::KubeStandIn>(dir_ + "/k8s", false,
                                                 testing::KubeStandIn::kOneNode);
     ASSERT_EQ(k_->error(), "");
-    for (const char* type : {"gpu", "mig"}) {  // the driver's DeviceClasses, as its chart has them
-      Json dc = {{"apiVersion", "resource.k8s.io/v1"},
-                 {"kind", "DeviceClass"},
-                 {"metadata", {{"name", std::string(type) + ".nvidia.com"}}},
-                 {"spec",
-                  {{"selectors",
-                    {{{"cel",
-                       {{"expression",
-                         "device.driver == 'gpu.nvidia.com' && "
-                         "device.attributes['gpu.nvidia.com'].type == '" +
-                             std::string(type) + "'"}}}}}}}}};
-      ASSERT_EQ(k_->Control("POST", "/apis/resource.k8s.io/v1/deviceclasses", dc.dump())
-                    .value("kind", ""),
-                "DeviceClass");
-    }
+    ASSERT_NO_FATAL_FAILURE(testing::InstallDraClasses(*k_));
     // n1's A100 (98 multiprocessors on one counter set): the whole card and two 3g.40gb.
-    const auto device = [](const std::string& name, const std::string& type,
-                           const std::string& profile, int sms) {
-      Json d = {
-          {"name", name},
-          {"attributes",
-           {{"type", {{"string", type}}}, {"productName", {{"string", "NVIDIA A100-SXM4-80GB"}}}}},
-          {"consumesCounters",
-           Json::array({{{"counterSet", "gpu-0-counters"},
-                         {"counters", {{"multiprocessors", {{"value", std::to_string(sms)}}}}}}})}};
-      if (!profile.empty()) d["attributes"]["profile"] = {{"string", profile}};
-      return d;
-    };
-    Json slice = {
-        {"apiVersion", "resource.k8s.io/v1"},
-        {"kind", "ResourceSlice"},
-        {"metadata", {{"name", "n1-gpu.nvidia.com"}}},
-        {"spec",
-         {{"driver", "gpu.nvidia.com"},
-          {"nodeName", "n1"},
-          {"pool", {{"name", "n1"}, {"generation", 1}, {"resourceSliceCount", 1}}},
-          {"sharedCounters",
-           Json::array({{{"name", "gpu-0-counters"},
-                         {"counters", {{"multiprocessors", {{"value", "98"}}}}}}})},
-          {"devices", Json::array({device("gpu-0", "gpu", "", 98),
-                                   device("gpu-0-mig-3g.40gb-0", "mig", "3g.40gb", 42),
-                                   device("gpu-0-mig-3g.40gb-1", "mig", "3g.40gb", 42)})}}}};
-    ASSERT_EQ(k_->Control("POST", "/apis/resource.k8s.io/v1/resourceslices", slice.dump())
-                  .value("kind", ""),
-              "ResourceSlice");
+    ASSERT_NO_FATAL_FAILURE(testing::PublishDraSlice(
+        *k_, "n1",
+        Json::array(
+            {testing::DraDevice("gpu-0", "gpu", "", "", "gpu-0-counters", 98),
+             testing::DraDevice("gpu-0-mig-3g.40gb-0", "mig", "3g.40gb", "", "gpu-0-counters", 42),
+             testing::DraDevice("gpu-0-mig-3g.40gb-1", "mig", "3g.40gb", "", "gpu-0-counters",
+                                42)}),
+        testing::DraCounterSet("gpu-0-counters")));
     std::ofstream(dir_ + "/config.yaml") << tessera::testing::WithJobAccounts(std::string() + R"(
 cluster: dra
 cycle: 300ms

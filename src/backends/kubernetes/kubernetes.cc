@@ -408,16 +408,8 @@ class KubernetesBackend : public Backend {
 
   // A job's ResourceClaim (named as its Job), read now from the server.
   Result<Json> GetClaim(const std::string& id) {
-    auto c = Calls();
-    if (!c.ok()) return c.status();
     auto [ns, name] = Split(id);
-    auto r = (*c)->Call("GET", ClaimsPath(ns) + "/" + name);
-    if (!r.ok()) return r.status();
-    if (r->status != 200) return Failed("get ResourceClaim " + id, *r);
-    Json j = Json::parse(r->body, nullptr, false);
-    if (!j.is_object())
-      return Status::FailedPrecondition("kubernetes: get ResourceClaim " + id + ": not JSON");
-    return j;
+    return GetObject("ResourceClaim", ClaimsPath(ns) + "/" + name, id);
   }
 
   // Whether a Job has ended (Complete or Failed) while no pod of it in the cache has: a short Job
@@ -601,16 +593,22 @@ class KubernetesBackend : public Backend {
   }
 
   Result<Json> Get(const std::string& id) {
+    auto [ns, name] = Split(id);
+    return GetObject("Job", JobsPath(ns) + "/" + name, id);
+  }
+
+  // The object at `path`, a `kind` named `id` (NAMESPACE/NAME) in errors, read now from the
+  // server: NotFound when there is none.
+  Result<Json> GetObject(const std::string& kind, const std::string& path, const std::string& id) {
     auto c = Calls();
     if (!c.ok()) return c.status();
-    auto [ns, name] = Split(id);
-    auto r = (*c)->Call("GET", JobsPath(ns) + "/" + name);
+    auto r = (*c)->Call("GET", path);
     if (!r.ok()) return r.status();
-    if (r->status == 404) return Status::NotFound("kubernetes: no Job " + id);
-    if (r->status != 200) return Failed("get Job " + id, *r);
+    if (r->status == 404) return Status::NotFound("kubernetes: no " + kind + " " + id);
+    if (r->status != 200) return Failed("get " + kind + " " + id, *r);
     Json j = Json::parse(r->body, nullptr, false);
     if (!j.is_object())
-      return Status::FailedPrecondition("kubernetes: get Job " + id + ": not JSON");
+      return Status::FailedPrecondition("kubernetes: get " + kind + " " + id + ": not JSON");
     return j;
   }
 

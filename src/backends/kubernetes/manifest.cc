@@ -150,6 +150,11 @@ Status CelSafe(const std::string& v, const std::string& what) {
   return Status::Ok();
 }
 
+// The device selector `attribute == 'value'` (a CEL expression; `value` passed CelSafe).
+Json CelEquals(const std::string& attribute, const std::string& value) {
+  return Json::array({{{"cel", {{"expression", attribute + " == '" + value + "'"}}}}});
+}
+
 }  // namespace
 
 Result<Json> ClaimFor(const JobRequest& job, const std::string& cluster, const std::string& ns) {
@@ -171,18 +176,14 @@ Result<Json> ClaimFor(const JobRequest& job, const std::string& cluster, const s
     if (Status st = CelSafe(k.amd_partition, "amd_partition"); !st.ok()) return st;
     cls = Get(k.device_classes, "amd_partition", "gpu.amd.com");
     exactly["selectors"] =
-        Json::array({{{"cel",
-                       {{"expression", "device.attributes['gpu.amd.com'].partitionProfile == '" +
-                                           k.amd_partition + "'"}}}}});
+        CelEquals("device.attributes['gpu.amd.com'].partitionProfile", k.amd_partition);
   } else if (job.form == "partition") {
     if (job.mig_profile.empty())
       return Status::InvalidArgument("a MIG instance needs the queue's mig_model");
     if (Status st = CelSafe(job.mig_profile, "MIG profile"); !st.ok()) return st;
     cls = Get(k.device_classes, "mig", "mig.nvidia.com");
     exactly["selectors"] =
-        Json::array({{{"cel",
-                       {{"expression", "device.attributes['gpu.nvidia.com'].profile == '" +
-                                           job.mig_profile + "'"}}}}});
+        CelEquals("device.attributes['gpu.nvidia.com'].profile", job.mig_profile);
   } else if (job.form == "share") {
     if (amd) {
       return Status::InvalidArgument(

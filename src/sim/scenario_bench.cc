@@ -21,6 +21,17 @@ double ThreadCpu() {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
+// One cycle of `e` at `now`; *seconds and *cpu_seconds: its wall time and its thread's CPU time.
+quota::CycleStats TimedCycle(quota::QuotaEngine& e, int64_t now, double* seconds,
+                             double* cpu_seconds) {
+  auto t = Clock::now();
+  const double c = ThreadCpu();
+  quota::CycleStats s = e.RunCycle(now);
+  *cpu_seconds = ThreadCpu() - c;
+  *seconds = Since(t);
+  return s;
+}
+
 }  // namespace
 
 CycleBenchInput MakeCycleBenchInput(const CycleBenchOptions& o) {
@@ -125,11 +136,7 @@ CycleBenchResult RunCycleBench(const CycleBenchOptions& o) {
   for (const quota::JobSpec& j : in.jobs) (void)e.Submit(j, 0);
   r.setup_seconds = Since(t0);
 
-  auto t1 = Clock::now();
-  const double c1 = ThreadCpu();
-  quota::CycleStats s1 = e.RunCycle(0);
-  r.cycle_cpu_seconds = ThreadCpu() - c1;
-  r.cycle_seconds = Since(t1);
+  quota::CycleStats s1 = TimedCycle(e, 0, &r.cycle_seconds, &r.cycle_cpu_seconds);
   r.pending = s1.pending_at_start;
   r.admitted = s1.admitted;
   r.preempted = s1.preempted;
@@ -146,11 +153,7 @@ CycleBenchResult RunCycleBench(const CycleBenchOptions& o) {
     }
   }
   for (int i = 0; i < finished; ++i) submit(60);
-  auto t2 = Clock::now();
-  const double c2 = ThreadCpu();
-  quota::CycleStats s2 = e.RunCycle(60);
-  r.second_cycle_cpu_seconds = ThreadCpu() - c2;
-  r.second_cycle_seconds = Since(t2);
+  quota::CycleStats s2 = TimedCycle(e, 60, &r.second_cycle_seconds, &r.second_cycle_cpu_seconds);
   r.second_pending = s2.pending_at_start;
   r.second_admitted = s2.admitted;
   Status inv = e.CheckInvariants();

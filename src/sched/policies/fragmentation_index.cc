@@ -2,7 +2,9 @@
 // type (its summary against the mix, the growth of its fragment, share tiers), its row and a new
 // type's entries on every node. The method is described in fragmentation.cc.
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <functional>
 #include <map>
 
 #include "sched/policies/fragmentation_internal.h"
@@ -303,9 +305,23 @@ void FragmentationPolicy::SyncViews(const NodeState& n, int node) {
     if (type_mem_views_[q].empty()) continue;
     const double score = TreeOf(static_cast<int>(q), n).Get(local);
     const TaskType& t = qtypes_[q];
+    // MemoryFits(n, t, m) for every view's m at once: the count-th largest free memory among
+    // the devices with t's compute free is at least m.
+    MiB cap = -1;
+    if (score != kNoFit) {
+      std::array<MiB, kMaxDevices> memory{};
+      int k = 0;
+      for (int d = 0; d < n.device_count; ++d) {
+        if (n.gpu_free[d] >= t.gpu_milli) memory[static_cast<size_t>(k++)] = n.gpu_memory_free[d];
+      }
+      if (k >= t.gpu_count && t.gpu_count > 0) {
+        std::nth_element(memory.begin(), memory.begin() + (t.gpu_count - 1), memory.begin() + k,
+                         std::greater<MiB>());
+        cap = memory[static_cast<size_t>(t.gpu_count - 1)];
+      }
+    }
     for (int v : type_mem_views_[q]) {
-      const MiB memory = mem_views_[static_cast<size_t>(v)].gpu_memory;
-      const bool fits = score != kNoFit && MemoryFits(n, t.gpu_milli, t.gpu_count, memory);
+      const bool fits = cap >= mem_views_[static_cast<size_t>(v)].gpu_memory;
       ViewTreeOf(v, slot).Set(local, fits ? score : kNoFit);
     }
   }

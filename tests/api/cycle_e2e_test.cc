@@ -36,39 +36,6 @@ class CycleE2eTest : public testing::ServeFixture {
     ASSERT_TRUE(WaitFor([&] { return ReadyNodes() == static_cast<int>(agents.size()); }))
         << server_->Log();
   }
-  void StartAgent(const std::string& node, const std::string& simulate) {
-    agents_.push_back(std::make_unique<Proc>(
-        std::vector<std::string>{
-            kTessera, "agent", "--server", "http://127.0.0.1:" + std::to_string(port_),
-            "--token-file", tessera::testing::TokenFile("agent-token-1"), "--node", node,
-            "--simulate", simulate, "--work", dir_ + "/work-" + node, "--cgroup-root", ""},
-        dir_ + "/agent-" + node + ".log"));
-  }
-  int ReadyNodes() {
-    Json j = Call("GET", "/v1/nodes", {}, "admin-token-1");
-    int ready = 0;
-    if (j.is_object()) {
-      for (const auto& n : j["nodes"]) ready += n["state"] == "ready";
-    }
-    return ready;
-  }
-  std::string Submit(const std::string& token, Json body) {
-    Json r = Call("POST", "/v1/jobs", body, token);
-    EXPECT_TRUE(r.is_object() && r.contains("id")) << r.dump();
-    return r.is_object() ? r.value("id", "") : "";
-  }
-  Json AdminJob(const std::string& id) {
-    return Call("GET", "/v1/jobs/" + id, {}, "admin-token-1");
-  }
-  std::string AdminState(const std::string& id) {
-    Json j = AdminJob(id);
-    return j.is_object() ? j.value("state", "") : "";
-  }
-  std::string AdminOutput(const std::string& id) {
-    auto out = client_->Get(("/v1/jobs/" + id + "/output").c_str(),
-                            {{"Authorization", "Bearer admin-token-1"}});
-    return out ? out->body : "";
-  }
   std::string Logs() {
     std::string s = server_ ? server_->Log() : "";
     for (const auto& a : agents_) s += "\n--- agent\n" + a->Log();
@@ -81,8 +48,6 @@ class CycleE2eTest : public testing::ServeFixture {
     agents_.clear();
     server_.reset();
   }
-
-  std::vector<std::unique_ptr<Proc>> agents_;
 };
 
 const char* kReclaim = R"(

@@ -82,18 +82,7 @@ class DashboardTasksTest : public ServeFixture {
   std::string Submit(const std::string& token, const std::string& name,
                      const std::vector<std::string>& command = {"sleep", "1000"},
                      const std::string& queue = "notebooks") {
-    Json r =
-        Call("POST", "/v1/jobs", {{"queue", queue}, {"command", command}, {"name", name}}, token);
-    EXPECT_TRUE(r.is_object() && r.contains("id")) << r.dump();
-    return r.is_object() ? r.value("id", "") : "";
-  }
-  // A job and its state as the admin sees them.
-  Json AdminJob(const std::string& id) {
-    return Call("GET", "/v1/jobs/" + id, {}, "admin-token-1");
-  }
-  std::string AdminState(const std::string& id) {
-    Json j = AdminJob(id);
-    return j.is_object() ? j.value("state", "") : "";
+    return ServeFixture::Submit(token, {{"queue", queue}, {"command", command}, {"name", name}});
   }
   // The job is held but idle (its activity says so; a job not yet running has none).
   bool HeldButIdle(const std::string& id) {

@@ -130,14 +130,6 @@ class DashboardTest : public testing::ServeFixture {
     Json j = Call("GET", "/v1/nodes", {}, "admin-token-1");
     return j.is_object() && !j["nodes"].empty() && j["nodes"][0]["state"] == "ready";
   }
-  Json AdminJob(const std::string& id) {
-    return Call("GET", "/v1/jobs/" + id, {}, "admin-token-1");
-  }
-  std::string Submit(const std::string& token, const Json& body) {
-    Json r = Call("POST", "/v1/jobs", body, token);
-    EXPECT_TRUE(r.is_object() && r.contains("id")) << r.dump();
-    return r.is_object() ? r.value("id", "") : "";
-  }
   // Loads the page at `fragment` (after '#') in a fresh headless Chromium; returns the DOM after
   // the script ran (a screenshot instead when `screenshot` is given) and collects the console.
   std::string Load(const std::string& fragment, const std::string& screenshot = "",

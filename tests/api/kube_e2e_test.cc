@@ -71,16 +71,7 @@ queues:
   }
   std::string Submit(const std::string& token, const std::string& queue,
                      const std::vector<std::string>& command) {
-    Json r = Call("POST", "/v1/jobs", {{"queue", queue}, {"command", command}}, token);
-    EXPECT_TRUE(r.is_object() && r.contains("id")) << r.dump();
-    return r.is_object() ? r.value("id", "") : "";
-  }
-  Json AdminJob(const std::string& id) {
-    return Call("GET", "/v1/jobs/" + id, {}, "admin-token-1");
-  }
-  std::string StateOf(const std::string& id) {
-    Json j = AdminJob(id);
-    return j.is_object() ? j.value("state", "") : "";
+    return ServeFixture::Submit(token, {{"queue", queue}, {"command", command}});
   }
   Json KubeJob(const std::string& id) {
     return k_->Control("GET", "/apis/batch/v1/namespaces/ml/jobs/tessera-lab-" + id);
@@ -115,16 +106,16 @@ TEST_F(KubeE2eTest, OneLedgerAcrossAgentsAndKubernetesWithReclaimBySuspension) {
   const std::string l1 = Submit("vision-token-1", "local", kLong);
   const std::string l2 = Submit("vision-token-1", "local", kLong);
   const std::string k3 = Submit("vision-token-1", "k8s", kLong);
-  ASSERT_TRUE(WaitFor([&] { return StateOf(l1) == "running" && StateOf(l2) == "running"; }))
+  ASSERT_TRUE(WaitFor([&] { return AdminState(l1) == "running" && AdminState(l2) == "running"; }))
       << Logs();
-  ASSERT_TRUE(WaitFor([&] { return StateOf(k1) == "running" && StateOf(k2) == "running"; }))
+  ASSERT_TRUE(WaitFor([&] { return AdminState(k1) == "running" && AdminState(k2) == "running"; }))
       << Logs();
   // The failing job: its exit code, then its Job deleted; its card goes to k3.
-  ASSERT_TRUE(WaitFor([&] { return StateOf(fail) == "failed"; })) << Logs();
+  ASSERT_TRUE(WaitFor([&] { return AdminState(fail) == "failed"; })) << Logs();
   EXPECT_EQ(AdminJob(fail)["exit_code"], 3) << AdminJob(fail).dump();
   ASSERT_TRUE(WaitFor([&] { return KubeJob(fail).value("code", 0) == 404; }))
       << KubeJob(fail).dump();
-  ASSERT_TRUE(WaitFor([&] { return StateOf(k3) == "running"; })) << Logs();
+  ASSERT_TRUE(WaitFor([&] { return AdminState(k3) == "running"; })) << Logs();
   // While fail ran, k3 waited for the group's limit (not counted twice: 2 local + 3 Kubernetes).
   EXPECT_TRUE(HasEvent(k3, "job.placed"));
 
@@ -132,11 +123,11 @@ TEST_F(KubeE2eTest, OneLedgerAcrossAgentsAndKubernetesWithReclaimBySuspension) {
   // the other reclaims one of vision's borrowed Kubernetes jobs, which is suspended, not deleted.
   const std::string s1 = Submit("speech-token-1", "k8s", kLong);
   const std::string s2 = Submit("speech-token-1", "k8s", kLong);
-  ASSERT_TRUE(WaitFor([&] { return StateOf(s1) == "running" && StateOf(s2) == "running"; }))
+  ASSERT_TRUE(WaitFor([&] { return AdminState(s1) == "running" && AdminState(s2) == "running"; }))
       << Logs();
   std::string victim;
   for (const std::string& id : {k1, k2, k3}) {
-    if (StateOf(id) == "pending") victim = id;
+    if (AdminState(id) == "pending") victim = id;
   }
   ASSERT_FALSE(victim.empty()) << Logs();
   EXPECT_TRUE(HasEvent(victim, "job.preempted"));
@@ -144,12 +135,12 @@ TEST_F(KubeE2eTest, OneLedgerAcrossAgentsAndKubernetesWithReclaimBySuspension) {
   Json suspended = KubeJob(victim);
   EXPECT_EQ(suspended["spec"]["suspend"], true) << suspended.dump();
   const std::string uid = suspended["metadata"]["uid"];
-  EXPECT_EQ(StateOf(l1), "running");  // agent jobs are not in Kubernetes' pool
+  EXPECT_EQ(AdminState(l1), "running");  // agent jobs are not in Kubernetes' pool
 
   // s1 is cancelled: its Job is deleted, and the victim resumes in the same Job.
   ASSERT_TRUE(Call("POST", "/v1/jobs/" + s1 + "/cancel", {}, "speech-token-1").is_object());
-  ASSERT_TRUE(WaitFor([&] { return StateOf(s1) == "cancelled"; })) << Logs();
-  ASSERT_TRUE(WaitFor([&] { return StateOf(victim) == "running"; })) << Logs();
+  ASSERT_TRUE(WaitFor([&] { return AdminState(s1) == "cancelled"; })) << Logs();
+  ASSERT_TRUE(WaitFor([&] { return AdminState(victim) == "running"; })) << Logs();
   Json resumed = KubeJob(victim);
   EXPECT_EQ(resumed["metadata"]["uid"], uid);
   EXPECT_EQ(resumed["spec"]["suspend"], false);
@@ -172,7 +163,7 @@ TEST_F(KubeE2eTest, OneLedgerAcrossAgentsAndKubernetesWithReclaimBySuspension) {
   }
   ASSERT_TRUE(WaitFor([&] {
     for (const std::string& id : {k1, k2, k3, l1, l2, s2, h}) {
-      if (StateOf(id) != "cancelled") return false;
+      if (AdminState(id) != "cancelled") return false;
     }
     return true;
   })) << Logs();
@@ -183,7 +174,7 @@ TEST_F(KubeE2eTest, OneLedgerAcrossAgentsAndKubernetesWithReclaimBySuspension) {
 // running in the same Job) and a labelled Job it has no record of is deleted.
 TEST_F(KubeE2eTest, AfterARestartItsJobsAreAdoptedAndUnknownLabelledJobsDeleted) {
   const std::string k1 = Submit("vision-token-1", "k8s", kLong);
-  ASSERT_TRUE(WaitFor([&] { return StateOf(k1) == "running"; })) << Logs();
+  ASSERT_TRUE(WaitFor([&] { return AdminState(k1) == "running"; })) << Logs();
   const std::string uid = KubeJob(k1)["metadata"]["uid"];
   // A Job labelled as this cluster's that Tessera never made (e.g. left by a lost database).
   Json made = k_->Control(
@@ -205,7 +196,7 @@ TEST_F(KubeE2eTest, AfterARestartItsJobsAreAdoptedAndUnknownLabelledJobsDeleted)
   StartServer();
   ASSERT_TRUE(WaitFor([&] { return KubeJob("j-999").value("code", 0) == 404; }))
       << KubeJob("j-999").dump() << Logs();
-  EXPECT_EQ(StateOf(k1), "running");
+  EXPECT_EQ(AdminState(k1), "running");
   EXPECT_EQ(KubeJob(k1)["metadata"]["uid"], uid);
   Json ev = Call("GET", "/v1/events?limit=1000&kind=backend.orphan_cancelled", {}, "admin-token-1");
   EXPECT_NE(ev.dump().find("j-999"), std::string::npos) << ev.dump();

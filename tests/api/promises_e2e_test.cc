@@ -75,27 +75,10 @@ class PromisesE2eTest : public testing::ServeFixture {
     for (const auto& [node, simulate] : agents) StartAgent(node, simulate);
     ASSERT_TRUE(WaitFor([&] { return ReadyNodes() == static_cast<int>(agents.size()); })) << Logs();
   }
-  std::string Submit(const std::string& token, Json body) {
-    Json r = Call("POST", "/v1/jobs", body, token);
-    EXPECT_TRUE(r.is_object() && r.contains("id")) << r.dump();
-    return r.is_object() ? r.value("id", "") : "";
-  }
-  Json AdminJob(const std::string& id) {
-    return Call("GET", "/v1/jobs/" + id, {}, "admin-token-1");
-  }
-  std::string AdminState(const std::string& id) {
-    Json j = AdminJob(id);
-    return j.is_object() ? j.value("state", "") : "";
-  }
   // Started and not ended (its running report may not be in yet).
   bool Live(const std::string& id) {
     const std::string s = AdminState(id);
     return s == "starting" || s == "running";
-  }
-  std::string AdminOutput(const std::string& id) {
-    auto out = client_->Get(("/v1/jobs/" + id + "/output").c_str(),
-                            {{"Authorization", "Bearer admin-token-1"}});
-    return out ? out->body : "";
   }
   // The server's time of `job`'s one event of `kind` (-1 when there is none).
   int64_t EventMs(const std::string& kind, const std::string& job) {

@@ -75,6 +75,25 @@ class ServeFixture : public ::testing::Test {
                             {{"Authorization", "Bearer alice-token-1"}});
     return out ? out->body : "";
   }
+  // POST /v1/jobs with `body` as `token`: the new job's id ("" and a failure when refused).
+  std::string Submit(const std::string& token, const Json& body) {
+    Json r = Call("POST", "/v1/jobs", body, token);
+    EXPECT_TRUE(r.is_object() && r.contains("id")) << r.dump();
+    return r.is_object() ? r.value("id", "") : "";
+  }
+  // A job, its state and its output as the admin sees them.
+  Json AdminJob(const std::string& id) {
+    return Call("GET", "/v1/jobs/" + id, {}, "admin-token-1");
+  }
+  std::string AdminState(const std::string& id) {
+    Json j = AdminJob(id);
+    return j.is_object() ? j.value("state", "") : "";
+  }
+  std::string AdminOutput(const std::string& id) {
+    auto out = client_->Get(("/v1/jobs/" + id + "/output").c_str(),
+                            {{"Authorization", "Bearer admin-token-1"}});
+    return out ? out->body : "";
+  }
   // Starts `tessera agent --simulate SIMULATE` for `node` against the server (agent-token-1),
   // logging to dir_/agent-NODE.log; it is agents_.back().
   void StartAgent(const std::string& node, const std::string& simulate = "1xH100-80GB") {

@@ -402,6 +402,14 @@ Result<Json> Engine::GroupsNow(const Identity& who) {
            {"gpu_milli_reservation", m.reservation},
            {"gpu_milli_limit", m.limit >= quota::kUnlimited ? Json(nullptr) : Json(m.limit)}});
     }
+    // ... and per pool: what it holds in each pool, reserves and may hold there.
+    for (const quota::ModelQuotaView& p : g.pools) {
+      out.back()["pools"].push_back(
+          {{"pool", p.model},
+           {"gpu_milli_usage", p.usage},
+           {"gpu_milli_reservation", p.reservation},
+           {"gpu_milli_limit", p.limit >= quota::kUnlimited ? Json(nullptr) : Json(p.limit)}});
+    }
   }
   return Json{{"groups", out}};
 }

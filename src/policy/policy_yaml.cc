@@ -75,32 +75,51 @@ Status ReadMembers(const YAML::Node& n, const std::string& f, quota::GroupSpec& 
 }
 
 // A group's reservation or limit: the totals {gpu, gpu_memory, cpu, memory} and, beside them,
-// `models: {H100-80GB: 4, ...}` in GPUs per GPU model (GroupSpec::models). A reservation that
-// names models but no gpu reserves their sum.
+// `models: {H100-80GB: 4, H100: 2, ...}` in GPUs per GPU model or family (GroupSpec::models) and
+// `pools: {east: 4, ...}` in GPUs per pool (GroupSpec::pools). A reservation that names models or
+// pools but no gpu reserves the larger of their sums.
 Status ReadQuota(const YAML::Node& n, const std::string& f, bool limit, quota::GroupSpec& g) {
-  TESSERA_TRY(KnownKeys(n, f, {"gpu", "gpu_memory", "cpu", "memory", "models"}));
+  TESSERA_TRY(KnownKeys(n, f, {"gpu", "gpu_memory", "cpu", "memory", "models", "pools"}));
   YAML::Node totals(YAML::NodeType::Map);
   for (const auto& kv : n) {
-    if (Scalar(kv.first) != "models") totals[kv.first] = kv.second;
+    if (Scalar(kv.first) != "models" && Scalar(kv.first) != "pools") totals[kv.first] = kv.second;
   }
   Resources& r = limit ? g.limit : g.reservation;
   TESSERA_TRY_ASSIGN(r, GetResources(totals, f, r));
-  const YAML::Node models = n["models"];
-  if (!models) return Status::Ok();
-  if (!models.IsMap()) return FieldError(f + ".models", "expected a map of GPU model to GPUs");
-  int64_t sum = 0;
-  for (const auto& kv : models) {
-    const std::string model = Scalar(kv.first);
-    if (model.empty()) return FieldError(f + ".models", "a GPU model name is empty");
-    int64_t v = 0;
-    TESSERA_TRY_ASSIGN(v, GetMilli(kv.second, f + ".models[" + model + "]"));
-    auto it = std::find_if(g.models.begin(), g.models.end(),
-                           [&](const quota::ModelQuota& m) { return m.model == model; });
-    if (it == g.models.end()) it = g.models.insert(g.models.end(), quota::ModelQuota{model});
-    (limit ? it->limit : it->reservation) = v;
-    sum += v;
+  int64_t most = 0;
+  if (const YAML::Node models = n["models"]) {
+    if (!models.IsMap()) return FieldError(f + ".models", "expected a map of GPU model to GPUs");
+    int64_t sum = 0;
+    for (const auto& kv : models) {
+      const std::string model = Scalar(kv.first);
+      if (model.empty()) return FieldError(f + ".models", "a GPU model name is empty");
+      int64_t v = 0;
+      TESSERA_TRY_ASSIGN(v, GetMilli(kv.second, f + ".models[" + model + "]"));
+      auto it = std::find_if(g.models.begin(), g.models.end(),
+                             [&](const quota::ModelQuota& m) { return m.model == model; });
+      if (it == g.models.end()) it = g.models.insert(g.models.end(), quota::ModelQuota{model});
+      (limit ? it->limit : it->reservation) = v;
+      sum += v;
+    }
+    most = std::max(most, sum);
   }
-  if (!limit && !n["gpu"]) r.gpu_milli = sum;
+  if (const YAML::Node pools = n["pools"]) {
+    if (!pools.IsMap()) return FieldError(f + ".pools", "expected a map of pool to GPUs");
+    int64_t sum = 0;
+    for (const auto& kv : pools) {
+      const std::string pool = Scalar(kv.first);
+      if (pool.empty()) return FieldError(f + ".pools", "a pool name is empty");
+      int64_t v = 0;
+      TESSERA_TRY_ASSIGN(v, GetMilli(kv.second, f + ".pools[" + pool + "]"));
+      auto it = std::find_if(g.pools.begin(), g.pools.end(),
+                             [&](const quota::PoolQuota& q) { return q.pool == pool; });
+      if (it == g.pools.end()) it = g.pools.insert(g.pools.end(), quota::PoolQuota{pool});
+      (limit ? it->limit : it->reservation) = v;
+      sum += v;
+    }
+    most = std::max(most, sum);
+  }
+  if (!limit && !n["gpu"] && (n["models"] || n["pools"])) r.gpu_milli = most;
   return Status::Ok();
 }
 

@@ -13,10 +13,28 @@ namespace tessera::verify {
 
 namespace part = partition;
 
-// A model's name as the catalog spells it (as NodeInfo::model does), else as given.
-static std::string CanonicalModel(const std::string& name) {
-  const part::GpuModel* m = part::Catalog::BuiltIn().Find(name);
-  return m != nullptr ? m->name : name;
+// What a group holds under a quota naming `name`: a model or family (quota::ModelCovers), or a
+// pool (the pool itself), from held per model or per pool.
+static MilliGpu HeldUnder(const std::map<std::string, MilliGpu>& held, const std::string& name,
+                          bool model) {
+  MilliGpu sum = 0;
+  for (const auto& [k, v] : held) sum += (model ? quota::ModelCovers(name, k) : k == name) ? v : 0;
+  return sum;
+}
+
+// One quota per model or pool of a group, for the checks that treat them alike.
+struct CellQuotaRef {
+  const std::string& name;
+  MilliGpu reservation, limit;
+  bool model;
+};
+
+static std::vector<CellQuotaRef> CellQuotas(const quota::GroupSpec& g) {
+  std::vector<CellQuotaRef> out;
+  for (const quota::ModelQuota& q : g.models)
+    out.push_back({q.model, q.reservation, q.limit, true});
+  for (const quota::PoolQuota& q : g.pools) out.push_back({q.pool, q.reservation, q.limit, false});
+  return out;
 }
 using internal::Nominal;
 using quota::EventKind;
@@ -261,14 +279,14 @@ void Checker::CheckLimits(const Snapshot& s, int64_t now) {
                  l.ToString(),
              {}, {world_.group_names[g]});
     }
-    for (const quota::ModelQuota& mq : world_.policy.groups[g].models) {
-      const std::string model = CanonicalModel(mq.model);
-      auto it = s.model_usage[g].find(model);
-      const MilliGpu held = it == s.model_usage[g].end() ? 0 : it->second;
-      if (held > mq.limit) {
+    for (const CellQuotaRef& q : CellQuotas(world_.policy.groups[g])) {
+      const MilliGpu held =
+          HeldUnder(q.model ? s.model_usage[g] : s.pool_usage[g], q.name, q.model);
+      if (held > q.limit) {
         Report("safety.limits", now,
                "group " + world_.group_names[g] + " holds " + std::to_string(held) +
-                   " milli-GPU of " + model + ", past its limit there " + std::to_string(mq.limit),
+                   " milli-GPU of " + (q.model ? "" : "pool ") + q.name +
+                   ", past its limit there " + std::to_string(q.limit),
                {}, {world_.group_names[g]});
       }
     }
@@ -301,22 +319,22 @@ void Checker::CheckReclaim(const Snapshot& s, int64_t now) {
   // not below it after (what it gave up for its own jobs excepted, as above).
   for (const auto& [g, ids] : victims_of) {
     if (own_claims[g] > 0 || static_cast<size_t>(g) >= prev_model_staying_.size()) continue;
-    for (const quota::ModelQuota& mq : world_.policy.groups[g].models) {
-      const std::string model = CanonicalModel(mq.model);
-      auto before = prev_model_staying_[g].find(model);
-      auto after = s.model_staying[g].find(model);
-      const MilliGpu was = before == prev_model_staying_[g].end() ? 0 : before->second;
-      const MilliGpu is = after == s.model_staying[g].end() ? 0 : after->second;
-      if (mq.reservation > 0 && was >= mq.reservation && is < mq.reservation) {
+    for (const CellQuotaRef& q : CellQuotas(world_.policy.groups[g])) {
+      const MilliGpu was =
+          HeldUnder(q.model ? prev_model_staying_[g] : prev_pool_staying_[g], q.name, q.model);
+      const MilliGpu is =
+          HeldUnder(q.model ? s.model_staying[g] : s.pool_staying[g], q.name, q.model);
+      if (q.reservation > 0 && was >= q.reservation && is < q.reservation) {
         Report("safety.reclaim", now,
                "reclaim or a drain for another group took group " + world_.group_names[g] + " to " +
-                   std::to_string(is) + " milli-GPU of " + model +
-                   ", below its reservation there " + std::to_string(mq.reservation),
+                   std::to_string(is) + " milli-GPU of " + (q.model ? "" : "pool ") + q.name +
+                   ", below its reservation there " + std::to_string(q.reservation),
                ids);
       }
     }
   }
   prev_model_staying_ = s.model_staying;
+  prev_pool_staying_ = s.pool_staying;
   for (const auto& [g, ids] : victims_of) {
     const MilliGpu reservation = world_.policy.groups[g].reservation.gpu_milli;
     if (s.staying[g] + own_claims[g] < reservation) {

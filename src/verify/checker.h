@@ -133,7 +133,7 @@ class Checker {
   std::set<int> paid_for_;              // jobs others were preempted for, until they start
   std::map<int, int64_t> short_since_;  // liveness.reservation: handle -> first cycle owed
   // safety.reclaim per GPU model: each group's running GPU per model at the last check.
-  std::vector<std::map<std::string, MilliGpu>> prev_model_staying_;
+  std::vector<std::map<std::string, MilliGpu>> prev_model_staying_, prev_pool_staying_;
   // Victims leaving for a claimant: victim handle -> claimant handle, while terminating.
   std::map<int, int> leaving_for_;
   // Victims leaving for a claimant by any preemption (reclaim, priority, drain).

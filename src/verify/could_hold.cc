@@ -79,10 +79,7 @@ Want World::Resolve(const quota::JobSpec& spec) const {
   if (!forms.ok()) return w;
   w.forms = *forms;
   w.pools = p->pools;
-  for (const std::string& m : q->models) {
-    const part::GpuModel* gm = part::Catalog::BuiltIn().Find(m);
-    w.models.push_back(gm != nullptr ? gm->name : m);
-  }
+  w.models = q->models;  // models and families, as the queue names them (quota::ModelCovers)
   w.count = spec.gpu_count.value_or(p->gpu_count);
   w.milli = spec.gpu_milli.value_or(p->gpu_milli);
   w.gpu_mem = spec.gpu_memory_mib.value_or(p->gpu_memory_mib);
@@ -114,6 +111,8 @@ Snapshot Snapshot::Take(const World& w, const quota::QuotaEngine& e,
   s.guaranteed.assign(w.group_names.size(), 0);
   s.model_usage.assign(w.group_names.size(), {});
   s.model_staying.assign(w.group_names.size(), {});
+  s.pool_usage.assign(w.group_names.size(), {});
+  s.pool_staying.assign(w.group_names.size(), {});
   s.jobs.resize(e.job_count());
   for (int h = 0; h < e.job_count(); ++h) {
     JobNow& j = s.jobs[h];
@@ -125,7 +124,7 @@ Snapshot Snapshot::Take(const World& w, const quota::QuotaEngine& e,
     j.start = view.start_time;
     j.idle_since = view.idle_since;
     j.swapped_out = view.swapped_out;
-    std::map<std::string, MilliGpu> by_model;
+    std::map<std::string, MilliGpu> by_model, by_pool;
     for (const quota::GrantView& g : j.grants) {
       j.charge += Resources{g.compute, g.memory, g.cpu, g.host_memory};
       auto n = node_of.find(g.node);
@@ -133,6 +132,7 @@ Snapshot Snapshot::Take(const World& w, const quota::QuotaEngine& e,
         s.cpu_free[n->second] -= g.cpu;
         s.mem_free[n->second] -= g.host_memory;
         by_model[w.nodes[n->second].model] += g.compute;
+        by_pool[w.nodes[n->second].pool] += g.compute;
       }
       auto d = dev_of.find({g.node, g.device});
       if (d == dev_of.end() || !j.form) continue;
@@ -146,6 +146,10 @@ Snapshot Snapshot::Take(const World& w, const quota::QuotaEngine& e,
       for (const auto& [model, c] : by_model) {
         s.model_usage[g][model] += c;
         if (j.state == quota::JobState::kRunning) s.model_staying[g][model] += c;
+      }
+      for (const auto& [pool, c] : by_pool) {
+        s.pool_usage[g][pool] += c;
+        if (j.state == quota::JobState::kRunning) s.pool_staying[g][pool] += c;
       }
     }
   }
@@ -163,7 +167,8 @@ bool InPools(const Want& want, const std::string& pool) {
 bool Serves(const Want& want, const NodeInfo& node) {
   return InPools(want, node.pool) &&
          (want.models.empty() ||
-          std::find(want.models.begin(), want.models.end(), node.model) != want.models.end());
+          std::any_of(want.models.begin(), want.models.end(),
+                      [&](const std::string& m) { return quota::ModelCovers(m, node.model); }));
 }
 
 // Holders left once `gone` jobs have left.

@@ -115,6 +115,8 @@ struct Snapshot {
       guaranteed;  // the same, of jobs admitted within the reservation (not borrowed)
   // Per group, per GPU model (NodeInfo::model): GPU held, running and leaving, and running only.
   std::vector<std::map<std::string, MilliGpu>> model_usage, model_staying;
+  // The same per pool (NodeInfo::pool).
+  std::vector<std::map<std::string, MilliGpu>> pool_usage, pool_staying;
 
   static Snapshot Take(const World& w, const quota::QuotaEngine& e, const std::vector<bool>& down);
 };

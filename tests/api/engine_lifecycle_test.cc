@@ -365,6 +365,26 @@ TEST_F(EngineTest, FairShareHistorySurvivesARestart) {
   EXPECT_GT(after, 0.0) << "the history was lost";
   EXPECT_NEAR(after, before / 2, before * 0.05);
 }
+// Issue 37: GET /v1/groups gives each group's usage per pool, whether or not any pool quota is
+// set (no reservation, no limit: null).
+TEST_F(EngineTest, GroupsShowUsagePerPool) {
+  Register("n1", 2);
+  const std::string id = Submit("alice", {{"queue", "training"}, {"command", {"true"}}})["id"];
+  ASSERT_EQ(State(id), "placed");
+  const Json groups = *engine_->Groups(Who("admin"));
+  bool seen = false;
+  for (const auto& g : groups["groups"]) {
+    if (g["name"] != "research") continue;
+    seen = true;
+    ASSERT_EQ(g["pools"].size(), 1u) << g.dump();
+    EXPECT_TRUE(g["pools"][0]["pool"].is_string());
+    EXPECT_EQ(g["pools"][0]["gpu_milli_usage"], 1000);
+    EXPECT_EQ(g["pools"][0]["gpu_milli_reservation"], 0);
+    EXPECT_TRUE(g["pools"][0]["gpu_milli_limit"].is_null());
+  }
+  EXPECT_TRUE(seen);
+}
+
 const char* kSwapConfig = R"(
 identities:
   - {name: admin, role: admin, token: admin-token-1}

@@ -201,5 +201,77 @@ TEST(QuotaModels, ConfigErrorsNameTheField) {
       << s.message();
 }
 
+// Families (issue 37): a reservation on "H100" is kept by any H100 model. b holds all 16 cards
+// (4 H100-80GB, 4 H100-NVL-94GB, 8 A100); a reserves 8 GPUs, 6 of them H100 of either kind, and
+// asks A100 first: it gets back exactly 6 H100s and 2 A100s, and b keeps the other 8.
+TEST(QuotaModels, AFamilyReservationIsReclaimedBackExactly) {
+  PolicySpec p = MixedPolicy({kA100, "H100"});
+  p.groups[0].reservation = Gpu(8000);
+  p.groups[0].models = {{"H100", 6000, kUnlimited}};
+  World w(p, {Node("a0", "train", 4, kA100), Node("a1", "train", 4, kA100),
+              Node("h0", "train", 4, kH100), Node("n0", "train", 4, "H100-NVL-94GB")});
+  for (int i = 0; i < 16; ++i) w.Submit(Job("b" + std::to_string(i), "train-lo", "b"), 0);
+  w.e->RunCycle(0);
+  ASSERT_EQ(HeldGpu(*w.e, "b"), 16000);
+  for (int i = 0; i < 12; ++i) w.Submit(Job("a" + std::to_string(i), "a-mixed", "a"), 10);
+  for (int t = 10; t <= 20; ++t) w.e->RunCycle(t);
+  EXPECT_EQ(HeldOn(*w.e, "a", "H100"), 6000);  // the family's quota, as named
+  EXPECT_EQ(HeldOn(*w.e, "a", kH100) + HeldOn(*w.e, "a", "H100-NVL-94GB"), 6000);
+  EXPECT_EQ(HeldOn(*w.e, "a", kA100), 2000);
+  EXPECT_EQ(HeldGpu(*w.e, "a"), 8000);
+  EXPECT_EQ(HeldGpu(*w.e, "b"), 8000);
+  EXPECT_EQ(w.Count(EventKind::kPreempted), 8);
+  w.Done();
+}
+
+// A queue entry naming a family takes any of its models at that place in the order; a family
+// limit counts its models together and names the family when it stops a job.
+TEST(QuotaModels, AQueueFamilyEntrySpillsInOrderAndAFamilyLimitNamesTheFamily) {
+  PolicySpec p = MixedPolicy({"H100", kA100});
+  p.groups[0].reservation = Gpu(0);
+  p.groups[0].models = {{"H100", 0, 5000}};
+  World w(p, {Node("a0", "train", 4, kA100), Node("h0", "train", 4, kH100),
+              Node("n0", "train", 4, "H100-NVL-94GB")});
+  for (int i = 0; i < 7; ++i) w.Submit(Job("j" + std::to_string(i), "a-mixed", "a"), 0);
+  w.e->RunCycle(0);
+  EXPECT_EQ(HeldOn(*w.e, "a", "H100"), 5000);
+  EXPECT_EQ(HeldOn(*w.e, "a", kA100), 2000);
+  PolicySpec only = MixedPolicy({"H100"});
+  only.groups[0].reservation = Gpu(0);
+  only.groups[0].models = {{"H100", 0, 5000}};
+  World w2(only, {Node("h0", "train", 4, kH100), Node("n0", "train", 4, "H100-NVL-94GB")});
+  for (int i = 0; i < 6; ++i) w2.Submit(Job("j" + std::to_string(i), "a-mixed", "a"), 0);
+  w2.e->RunCycle(0);
+  ASSERT_EQ(w2.State("j5"), JobState::kPending);
+  EXPECT_EQ(w2.View("j5").wait_step, "Admission");
+  EXPECT_NE(w2.View("j5").wait_reason.find("at its H100 limit"), std::string::npos)
+      << w2.View("j5").wait_reason;
+  w.Done();
+  w2.Done();
+}
+
+TEST(QuotaModels, UnknownModelsAndOverlappingFamilyReservationsNameTheField) {
+  PolicySpec p = MixedPolicy({kH100});
+  p.groups[0].models = {{"X900", 1000, kUnlimited}};
+  Status s = Validate(p);
+  EXPECT_NE(s.message().find("groups[a].models: 'X900' is neither a GPU model nor a family"),
+            std::string::npos)
+      << s.message();
+  p = MixedPolicy({kH100, "Z1"});
+  s = Validate(p);
+  EXPECT_NE(s.message().find("queues[a-mixed].models: 'Z1' is neither a GPU model nor a family"),
+            std::string::npos)
+      << s.message();
+  p = MixedPolicy({kH100});
+  p.groups[0].models = {{"H100", 2000, kUnlimited}, {kH100, 2000, kUnlimited}};
+  s = Validate(p);
+  EXPECT_NE(s.message().find("groups[a].reservation.models[H100-80GB] is inside the family "
+                             "reserved by reservation.models[H100]"),
+            std::string::npos)
+      << s.message();
+  p.groups[0].models = {{"H100", 0, 6000}, {kH100, 2000, kUnlimited}};  // a family's limit: fine
+  EXPECT_TRUE(Validate(p).ok()) << Validate(p).message();
+}
+
 }  // namespace
 }  // namespace tessera::quota

@@ -196,6 +196,56 @@ TEST(ScenarioParse, QuotaPerModelKeysNameTheirField) {
   EXPECT_EQ(s->policy.queues[0].models, std::vector<std::string>{"H100-80GB"});
 }
 
+// Issue 37: quota per pool and model families in the same grammar: each mistake names its field
+// and the name; a config with them reads as meant.
+TEST(ScenarioParse, QuotaPerPoolAndFamilyKeysNameTheirField) {
+  const std::string head =
+      "pools: [{name: east, forms: [whole]}, {name: west, forms: [whole]}]\n"
+      "nodes: [{name: n, pool: east, gpu: {model: H100-80GB, count: 8}}]\nprofiles: [{name: p}]\n";
+  const std::string queue = "queues: [{name: q, profile: p, groups: [g], class: training}]\n";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {head + "groups: [{name: g, reservation: {gpu: 2, pools: {east: lots}}}]\n" + queue,
+       "groups[g].reservation.pools[east]:"},
+      {head + "groups: [{name: g, reservation: {gpu: 2, pools: [east]}}]\n" + queue,
+       "groups[g].reservation.pools: expected a map of pool to GPUs"},
+      {head + "groups: [{name: g, reservation: {gpu: 2, pools: {north: 1}}}]\n" + queue,
+       "groups[g].pools: 'north' is not a pool"},
+      {head + "groups: [{name: g, reservation: {gpu: 2, pools: {east: 3}}}]\n" + queue,
+       "groups[g].reservation.pools sum to 3 GPU, more than reservation.gpu 2"},
+      {head + "groups: [{name: g, reservation: {pools: {east: 3}}, limit: {pools: {east: 2}}}]\n" +
+           queue,
+       "groups[g].reservation.pools[east] exceeds its limit"},
+      {head + "groups: [{name: g, limit: {gpu: 2, pools: {west: 3}}}]\n" + queue,
+       "groups[g].limit.pools[west] exceeds the group's GPU limit"},
+      {head + "groups: [{name: g, reservation: {gpu: 2, models: {X900: 1}}}]\n" + queue,
+       "groups[g].models: 'X900' is neither a GPU model nor a family"},
+      {head + "groups: [{name: g, reservation: {gpu: 4, models: {H100: 2, H100-80GB: 2}}}]\n" +
+           queue,
+       "groups[g].reservation.models[H100-80GB] is inside the family reserved by "
+       "reservation.models[H100]"},
+      {head + "groups: [{name: g}]\n" +
+           "queues: [{name: q, profile: p, groups: [g], models: [H100, Z1]}]\n",
+       "queues[q].models: 'Z1' is neither a GPU model nor a family"},
+  };
+  for (const auto& [yaml, want] : cases) {
+    auto s = ParseScenario(yaml + "workload: []");
+    ASSERT_FALSE(s.ok()) << yaml;
+    EXPECT_NE(s.status().message().find(want), std::string::npos) << s.status().message();
+  }
+  auto s = ParseScenario(head +
+                         "groups: [{name: g, reservation: {pools: {east: 3, west: 1}, models: "
+                         "{H100: 2}}, limit: {gpu: 8, pools: {east: 6}}}]\n" +
+                         "queues: [{name: q, profile: p, groups: [g], models: [H100, A100]}]\n"
+                         "workload: []");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->policy.groups[0].reservation.gpu_milli, 4000);  // the larger sum, the pools'
+  ASSERT_EQ(s->policy.groups[0].pools.size(), 2u);
+  EXPECT_EQ(s->policy.groups[0].pools[0].reservation, 3000);
+  EXPECT_EQ(s->policy.groups[0].pools[0].limit, 6000);
+  EXPECT_EQ(s->policy.groups[0].pools[1].limit, quota::kUnlimited);
+  EXPECT_EQ(s->policy.groups[0].models[0].model, "H100");
+}
+
 TEST(ScenarioRun, UtilizationMath) {
   auto s = LoadScenario(Example("utilization-math.yaml"));
   ASSERT_TRUE(s.ok()) << s.status().ToString();

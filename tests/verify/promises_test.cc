@@ -276,5 +276,67 @@ TEST(PromisePerModel, AReservationPerModelIsAPromiseTheCheckerKeeps) {
   }
 }
 
+// Issue 37: a reservation per pool is a promise too, checked as the per-model one above. Group b
+// reserves 2 GPUs, both in pool "east", and holds 2 cards in east and 4 in "west"; c, reserving
+// 2, draws on east only. With the engine whole b keeps its 2 east cards and c waits; with
+// reclaim allowed to take any borrower, c takes them and the checker reports safety.reclaim
+// naming the pool, while b's total stays above its reservation.
+TEST(PromisePerPool, AReservationPerPoolIsAPromiseTheCheckerKeeps) {
+  using tessera::AllocationForm;
+  for (const bool broken : {false, true}) {
+    quota::PolicySpec p;
+    p.pools = {{"east", {AllocationForm::kWhole}}, {"west", {AllocationForm::kWhole}}};
+    quota::GroupSpec b{"b", "", {2000, 0, 0, 0}, quota::UnlimitedResources(), 1000, "", false};
+    b.pools = {{"east", 2000, quota::kUnlimited}};
+    quota::GroupSpec c{"c", "", {2000, 0, 0, 0}, quota::UnlimitedResources(), 1000, "", false};
+    p.groups = {b, c};
+    p.profiles = {{"card", 1, kWholeGpu, 0, 100, 64, {AllocationForm::kWhole}, {}},
+                  {"east-card", 1, kWholeGpu, 0, 100, 64, {AllocationForm::kWhole}, {"east"}}};
+    p.queues = {{"b", "card", {"b"}, 0, true, quota::WorkloadClass::kTraining},
+                {"c", "east-card", {"c"}, 0, false, quota::WorkloadClass::kTraining}};
+    std::vector<quota::NodeSpec> nodes(2);
+    for (int n = 0; n < 2; ++n) {
+      nodes[n].name = n == 0 ? "e0" : "w0";
+      nodes[n].pool = n == 0 ? "east" : "west";
+      nodes[n].cpu_milli = 64000;
+      nodes[n].memory_mib = 65536;
+      nodes[n].gpu_model = "A100-80GB";
+      nodes[n].gpu_count = n == 0 ? 2 : 4;
+    }
+    quota::EngineOptions o;
+    if (broken) o.engine_break = Break::kReclaimAnyBorrower;
+    auto e = quota::QuotaEngine::Create(p, nodes, o);
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    verify::Checker checker(p, nodes, {.cycle_s = 10, .grace_s = 0});
+    auto submit = [&](const std::string& id, const std::string& q, int64_t t) {
+      quota::JobSpec j;
+      j.id = id;
+      j.identity = q;
+      j.group = q;
+      j.queue = q;
+      auto h = (*e)->Submit(j, t);
+      ASSERT_TRUE(h.ok()) << h.status().ToString();
+      checker.Submitted(*h, j);
+    };
+    for (int i = 0; i < 6; ++i) submit("b" + std::to_string(i), "b", 0);
+    (*e)->RunCycle(0);
+    checker.AfterCycle(**e, 0);
+    submit("c0", "c", 10);
+    for (int64_t t = 10; t <= 40; t += 10) {
+      (*e)->RunCycle(t);
+      checker.AfterCycle(**e, t);
+    }
+    bool per_pool = false;
+    for (const verify::Violation& v : checker.violations()) {
+      per_pool = per_pool || (v.property == "safety.reclaim" &&
+                              v.what.find("of pool east") != std::string::npos);
+    }
+    EXPECT_EQ(per_pool, broken);
+    if (!broken) {
+      for (const verify::Violation& v : checker.violations()) ADD_FAILURE() << v.ToString();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tessera::sim

@@ -168,6 +168,9 @@ struct GroupView {
   double fair_share = 0;  // dominant share of decayed usage over weight
   // Per GPU model: each model it has a quota on or holds something of, in model order.
   std::vector<ModelQuotaView> models{};
+  // Quota per pool (issue 37): each pool it holds GPU in or has a quota on, with its usage,
+  // reservation and limit there (ModelQuotaView's fields; `model` is the pool's name).
+  std::vector<ModelQuotaView> pools{};
 };
 
 // One identity inside a group that lists its users (GroupSpec::members): its fair share

@@ -158,14 +158,14 @@ std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order,
   // Claims in flight and capacity leaving, as of now (each reclaim below adds to them).
   claimed_gpu_.assign(groups_.size(), 0);
   leaving_gpu_.assign(groups_.size(), 0);
-  claimed_model_.clear();
-  leaving_model_.clear();
+  claimed_cells_.clear();
+  leaving_cells_.clear();
   for (int t : terminating_) AddLeaving(jobs_[t], +1);
   for (int h : order) {
     const Job& c = jobs_[h];
     if (c.state == JobState::kPending && c.awaiting > 0) {
       AddToChain(claimed_gpu_, c.group, c.gpu_count * c.gpu_milli);
-      if (c.claim_model >= 0) claimed_model_[{c.group, c.claim_model}] += c.gpu_count * c.gpu_milli;
+      AddClaim(c, c.gpu_count * c.gpu_milli);  // per GPU model and pool
     }
   }
   bool guaranteed_first = false;
@@ -251,8 +251,7 @@ std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order,
           // grace) and it is not placed yet: two jobs once reclaimed a card each for one slot.
           claimed = tried;
           if (claimed) AddToChain(claimed_gpu_, j.group, nominal.gpu_milli);
-          if (claimed && j.claim_model >= 0)
-            claimed_model_[{j.group, j.claim_model}] += nominal.gpu_milli;
+          if (claimed) AddClaim(j, nominal.gpu_milli);
         }
         if (!tried) tried = TryPreempt(h, /*reclaim=*/false);
       }
@@ -263,8 +262,7 @@ std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order,
         if (at_once && claimed) AddToChain(claimed_gpu_, j.group, -nominal.gpu_milli);
         if (at_once && (TryPlace(h, &step, &reason, &backfilled) ||
                         (UnsplitInTurn(h) && TryPlace(h, &step, &reason, &backfilled)))) {
-          if (claimed && j.claim_model >= 0)
-            claimed_model_[{j.group, j.claim_model}] -= nominal.gpu_milli;  // now in its usage
+          if (claimed) AddClaim(j, -nominal.gpu_milli);  // now in its usage
           ++stats_.admitted;
           continue;
         }

@@ -18,6 +18,7 @@
 #include "partition/catalog.h"
 #include "partition/mig.h"
 #include "sched/quota/engine.h"
+#include "sched/quota/quota_cells.h"
 #include "sched/scheduler.h"
 
 namespace tessera::quota::internal {
@@ -173,13 +174,14 @@ struct Job {
   std::vector<PoolForecast> dispatch;  // their forecasts at the last dispatch decision
   std::string wait_step, wait_reason;
   // GPU models (engine_models.cc): those it may be placed on now (a bit per model id: its
-  // queue's, narrowed to one while the cycle tries them in order), its queue's, the queue's
-  // order (empty: any), what it holds per model (milli-GPU), and the model of its reclaim.
+  // queue's, narrowed while the cycle tries them in order), its queue's, the queue's order (a
+  // mask per entry, a family's several bits; empty: any); per quota dimension (quota_cells.h)
+  // what it holds per cell (milli-GPU) and the cell of its reclaim.
   uint64_t models = ~uint64_t{0};
   uint64_t queue_models = ~uint64_t{0};
-  std::vector<int> model_order;
-  std::vector<std::pair<int, MilliGpu>> model_charge;
-  int claim_model = -1;
+  std::vector<uint64_t> model_order;
+  std::array<CellCharge, kDims> cell_charge;
+  std::array<int, kDims> claim_cell{-1, -1};
 };
 
 // An identity inside a group that lists its users (GroupSpec::members).
@@ -200,14 +202,8 @@ struct GroupRt {
   double decayed[4] = {0, 0, 0, 0};
   double fair_share = 0;
   bool below = false;
-  // Quota per GPU model (GroupSpec::models), by model id, in milli-GPU: usage (own and
-  // descendants'), reservation and limit. generic_res: the GPU reservation less the per-model
-  // ones, what may be held on any model.
-  bool model_quota = false;
-  std::array<int64_t, 64> model_usage{};
-  std::array<int64_t, 64> model_res{};
-  std::array<int64_t, 64> model_limit{};
-  int64_t generic_res = 0;
+  // Quotas per GPU model or family (GroupSpec::models) and per pool (GroupSpec::pools).
+  std::array<DimQuota, kDims> dims;
 };
 
 bool Within(const Resources& usage, const Resources& charge, const Resources& cap,
@@ -357,7 +353,8 @@ class Engine final : public QuotaEngine {
     if (static_cast<size_t>(j.group) < claimed_gpu_.size()) held.gpu_milli += claimed_gpu_[j.group];
     return WithinReservation(held, Resources{j.gpu_count * j.gpu_milli, 0, 0, 0},
                              g.spec.reservation) &&
-           (!g.model_quota || !ReclaimModels(j).empty());  // and on a model it accepts
+           (!g.dims[kModelDim].on || !ReclaimCells(kModelDim, j).empty()) &&  // on a model and
+           (!g.dims[kPoolDim].on || !ReclaimCells(kPoolDim, j).empty());      // a pool it accepts
   }
   // Runtime guards (engine_guards.cc). A running job younger than its min_runtime is no victim;
   // a waiting job that has waited less than its preemption_delay preempts nothing.
@@ -606,43 +603,56 @@ class Engine final : public QuotaEngine {
   std::vector<int64_t> leaving_gpu_;
   void AddToChain(std::vector<int64_t>& per_group, int g, int64_t v);
 
-  // --- Quota per GPU model (engine_models.cc; docs/scheduling.md "Quota per GPU model").
+  // --- Quota per GPU model and per pool (engine_models.cc, quota_cells.h; docs/scheduling.md).
   // Models by id (a bit in Job::models): catalog names as the catalog spells them, else a node's
   // own gpu.model. At most 64.
   std::vector<std::string> model_names_;
   std::map<std::string, int> model_index_;
-  int ModelId(const std::string& name);              // -1 past 64 models
-  int FindModel(const std::string& name) const;      // -1 when unknown
-  std::vector<uint64_t> queue_model_mask_;           // per queue: its models (all bits: any)
-  std::vector<std::vector<int>> queue_model_order_;  // per queue: its models in order
-  bool any_model_quota_ = false;                     // some group has quotas per model
-  std::vector<sched::ModelMask> model_mirror_;       // model id -> the mirror's models of it
-  std::map<std::pair<int, int>, int64_t>
-      claimed_model_;  // (group, model) -> GPU reclaimed, in flight
-  std::map<std::pair<int, int>, int64_t> leaving_model_;  // (group, model) -> GPU leaving
-  Status InitModels();
+  int ModelId(const std::string& name);                   // -1 past 64 models
+  std::vector<uint64_t> queue_model_mask_;                // per queue: its models (all: any)
+  std::vector<std::vector<uint64_t>> queue_model_order_;  // per queue: its entries in order
+  std::array<bool, kDims> any_quota_{};                   // some group has quotas along it
+  std::vector<sched::ModelMask> model_mirror_;            // model id -> the mirror's models of it
+  // {dimension, group, cell} -> GPU reclaimed, in flight / leaving (terminating).
+  std::map<std::array<int, 3>, int64_t> claimed_cells_, leaving_cells_;
+  Status InitModels();  // and the pools' quotas
+  int CellOf(int d, int dev) const {
+    return d == kModelDim ? devs_[dev].model_id : devs_[dev].pool;
+  }
+  int CellCount(int d) const {
+    return static_cast<int>(d == kModelDim ? model_names_.size() : policy_.pools.size());
+  }
+  std::string QuotaName(int d, const std::string& name) const {
+    return d == kModelDim ? name : "pool " + name;
+  }
   bool Serves(const Job& j, const Dev& d) const {
     return InPools(j, d.pool) && ((j.models >> d.model_id) & 1u);
   }
   bool ServesNode(const Job& j, const NodeRt& n) const {
     return InPools(j, n.pool) && (n.model_id < 0 || ((j.models >> n.model_id) & 1u));
   }
-  bool ChainHasModelQuota(int g) const;
-  std::vector<std::pair<int, MilliGpu>> ModelCharge(const std::vector<Grant>& grants) const;
-  void AddModelUsage(int g, const std::vector<std::pair<int, MilliGpu>>& mc, int sign);
-  // Per-model limits of the group and its ancestors, and whether the placement stays guaranteed
-  // (*guaranteed is only ever cleared): see GroupSpec::models.
-  Status ModelAdmission(const Job& j, const std::vector<Grant>& grants, bool* guaranteed) const;
-  // The masks of models TryPlace tries in turn (the queue's order; models at a limit left out);
-  // empty, with the reason, when every acceptable model is at a limit.
+  void NewModel(int id);  // a family's quotas and queue entries take a model seen later
+  bool ChainHasQuota(int d, int g) const;
+  CellCharge ChargeCells(int d, const std::vector<Grant>& grants) const;
+  void ChargeJobCells(Job& j, int sign);  // its cell_charge, into its groups' usage per cell
+  // Per-cell limits of the group and its ancestors, and whether the placement stays guaranteed
+  // (*guaranteed is only ever cleared): see GroupSpec::models and GroupSpec::pools.
+  Status CellAdmission(const Job& j, const std::vector<Grant>& grants, bool* guaranteed) const;
+  // `masks` less the cells where j's group or an ancestor is at a limit; empty masks dropped
+  // (the first limit met into *reason).
+  std::vector<uint64_t> CellsWithin(int d, const Job& j, std::vector<uint64_t> masks,
+                                    std::string* reason) const;
+  // The masks of models TryPlace tries in turn (the queue's order; models at a limit left out).
   std::vector<uint64_t> ModelsToTry(const Job& j, std::string* reason) const;
-  // The masks a reclaim for j tries in turn: models where its group is below its per-model
-  // reservation first, then the others where the job stays guaranteed.
-  std::vector<uint64_t> ReclaimModels(const Job& j) const;
+  // The masks a reclaim for j tries in turn along dimension d: cells where its group is below a
+  // reservation there first, then the others where the job stays guaranteed.
+  std::vector<uint64_t> ReclaimCells(int d, const Job& j) const;
   bool TryReclaim(int self);
-  // Taking `taken` (model -> milli-GPU) from group g keeps it at its per-model reservations.
-  bool KeepsModelReservations(int g, const std::map<int, int64_t>& taken) const;
-  void AddLeaving(const Job& x, int sign);  // leaving_gpu_ and leaving_model_
+  // Taking `taken` from group g keeps it at its reservations per model and per pool.
+  bool KeepsReservations(int g, const CellTaken& taken) const;
+  void AddTaken(const Job& x, CellTaken* taken) const;
+  void AddClaim(const Job& j, int64_t gpu_milli);  // claimed_cells_ at j's claim_cell
+  void AddLeaving(const Job& x, int sign);         // leaving_gpu_ and leaving_cells_
   void MirrorModelMasks(int only_node = -1);
   // TryPlace on the models in j.models (the original TryPlace; TryPlace tries them in turn).
   bool TryPlaceIn(int self, std::string* step, std::string* reason, bool* backfilled,

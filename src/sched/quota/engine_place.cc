@@ -368,8 +368,7 @@ void Engine::Commit(int self, AllocationForm f, Candidate& c, bool guaranteed) {
   j.charge = ChargeOf(j, j.grants);
   j.borrowed = !guaranteed;
   AddUsage(j.group, j.charge, +1);
-  j.model_charge = ModelCharge(j.grants);
-  AddModelUsage(j.group, j.model_charge, +1);
+  ChargeJobCells(j, +1);  // per GPU model and pool
   AddMemberUsage(j, +1);
   j.state = JobState::kRunning;
   j.start = now_;
@@ -417,8 +416,7 @@ void Engine::Release(int self) {
     Reindex(g.dev);
   }
   AddUsage(j.group, j.charge, -1);
-  AddModelUsage(j.group, j.model_charge, -1);
-  j.model_charge.clear();
+  ChargeJobCells(j, -1);
   AddMemberUsage(j, -1);
   if (j.external && !j.ext_pool.empty()) ext_used_[j.ext_pool] -= j.charge.gpu_milli;
   j.grants.clear();
@@ -581,7 +579,7 @@ bool Engine::TryPlaceIn(int self, std::string* step, std::string* reason, bool* 
     }
     Resources charge = ChargeOf(j, c.grants);
     Status a = Admission(j, charge, &guaranteed);
-    if (a.ok()) a = ModelAdmission(j, c.grants, &guaranteed);
+    if (a.ok()) a = CellAdmission(j, c.grants, &guaranteed);
     if (!a.ok()) {
       limit_reason = a.message();
       DropPick(c);

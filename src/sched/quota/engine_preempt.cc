@@ -26,9 +26,11 @@ bool Engine::Victim(const Job& claimant, int v, bool reclaim) const {
     if (options_.engine_break == EngineOptions::Break::kReclaimAnyBorrower) return true;
     if (g.usage.gpu_milli - leaving - x.charge.gpu_milli < g.spec.reservation.gpu_milli)
       return false;
-    // ... and its reservations per GPU model (engine_models.cc).
-    if (!g.model_quota) return true;
-    return KeepsModelReservations(x.group, {x.model_charge.begin(), x.model_charge.end()});
+    // ... and its reservations per GPU model and per pool (engine_models.cc).
+    if (!g.dims[kModelDim].on && !g.dims[kPoolDim].on) return true;
+    CellTaken taken;
+    AddTaken(x, &taken);
+    return KeepsReservations(x.group, taken);
   }
   return x.group == claimant.group && x.priority < claimant.priority;
 }
@@ -110,7 +112,8 @@ bool Engine::TryPreempt(int self, bool reclaim) {
                     (reclaim ? groups_[j.group].spec.name + " is below its reservation; " : "") +
                     "for " + j.id + " (priority " + std::to_string(j.priority) + ")";
   for (int d : best.devs) Nominate(d, self, now_ + policy_.grace_seconds);
-  j.claim_model = best.devs.empty() ? -1 : devs_[best.devs.front()].model_id;
+  for (int d = 0; d < kDims; ++d)
+    j.claim_cell[d] = best.devs.empty() ? -1 : CellOf(d, best.devs.front());
   j.awaiting = static_cast<int>(best.victims.size());
   for (int v : best.victims) Preempt(v, self, why);
   return true;

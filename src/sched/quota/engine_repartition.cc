@@ -36,16 +36,16 @@ void Engine::ConsiderClearing(const Job& j, int di, bool reclaim, PreemptOption*
 // each was checked alone, and a 2-card gang once took both cards of a group reserved one.
 bool Engine::LendersKeepReservations(const std::vector<int>& victims) const {
   std::map<int, int64_t> taken;
-  std::map<int, std::map<int, int64_t>> taken_model;  // group -> GPU model -> milli-GPU
+  std::map<int, CellTaken> taken_cells;  // group -> per GPU model and pool
   for (int v : victims) {
     taken[jobs_[v].group] += jobs_[v].charge.gpu_milli;
-    for (const auto& [m, c] : jobs_[v].model_charge) taken_model[jobs_[v].group][m] += c;
+    AddTaken(jobs_[v], &taken_cells[jobs_[v].group]);
   }
   for (const auto& [g, t] : taken) {
     const int64_t leaving = static_cast<size_t>(g) < leaving_gpu_.size() ? leaving_gpu_[g] : 0;
     if (groups_[g].usage.gpu_milli - leaving - t < groups_[g].spec.reservation.gpu_milli)
       return false;
-    if (!KeepsModelReservations(g, taken_model[g])) return false;
+    if (!KeepsReservations(g, taken_cells[g])) return false;
   }
   return true;
 }
@@ -165,8 +165,9 @@ bool Engine::DrainVictim(const Job& j, bool within_reservation, int v) const {
         static_cast<size_t>(x.group) < leaving_gpu_.size() ? leaving_gpu_[x.group] : 0;
     if (g.usage.gpu_milli - leaving - x.charge.gpu_milli < g.spec.reservation.gpu_milli)
       return false;
-    if (!KeepsModelReservations(x.group, {x.model_charge.begin(), x.model_charge.end()}))
-      return false;
+    CellTaken taken;
+    AddTaken(x, &taken);
+    if (!KeepsReservations(x.group, taken)) return false;
   }
   return x.priority < j.priority || (within_reservation && Victim(j, v, /*reclaim=*/true));
 }

@@ -14,7 +14,8 @@ struct Engine::InvariantTally {
   std::vector<Resources> usage;
   std::vector<MiB> share_mem;
   std::vector<MilliGpu> share_w;
-  std::vector<std::array<int64_t, 64>> model_usage;  // per group, per GPU model (its grants)
+  // Per quota dimension (GPU model, pool), per group, per cell: what its grants add up to.
+  std::array<std::vector<std::array<int64_t, 64>>, kDims> cell_usage;
 };
 
 Status Engine::CheckJobHoldings(InvariantTally* t) const {
@@ -30,9 +31,10 @@ Status Engine::CheckJobHoldings(InvariantTally* t) const {
       return Status::Internal("job " + j.id + " runs without an admission event");
     if (j.identity.empty()) return Status::Internal("job " + j.id + " has no identity");
     for (int g = j.group; g >= 0; g = groups_[g].parent) t->usage[g] += j.charge;
-    for (int g = j.group; any_model_quota_ && g >= 0; g = groups_[g].parent) {
+    for (int g = j.group; g >= 0; g = groups_[g].parent) {
       for (const Grant& gr : j.grants) {
-        if (gr.dev >= 0) t->model_usage[g][devs_[gr.dev].model_id] += gr.compute;
+        for (int d = 0; d < kDims && gr.dev >= 0; ++d)
+          t->cell_usage[d][g][CellOf(d, gr.dev)] += gr.compute;
       }
     }
     for (const Grant& gr : j.grants) {
@@ -126,14 +128,21 @@ Status Engine::CheckGroupUsage(const InvariantTally& t) const {
       return Status::Internal("group " + gr.spec.name + " over its " + which + " limit: holds " +
                               gr.usage.ToString());
     }
-    for (size_t m = 0; any_model_quota_ && m < model_names_.size(); ++m) {
-      if (t.model_usage[g][m] != gr.model_usage[m]) {
-        return Status::Internal("group " + gr.spec.name + " usage of " + model_names_[m] +
-                                " out of step with its jobs");
+    for (int d = 0; d < kDims; ++d) {
+      const DimQuota& dq = gr.dims[d];
+      for (int c = 0; c < CellCount(d); ++c) {
+        if (t.cell_usage[d][g][c] != dq.usage[c]) {
+          return Status::Internal(
+              "group " + gr.spec.name + " usage of " +
+              QuotaName(d, d == kModelDim ? model_names_[c] : policy_.pools[c].name) +
+              " out of step with its jobs");
+        }
       }
-      if (gr.model_usage[m] > gr.model_limit[m]) {
-        return Status::Internal("group " + gr.spec.name + " over its " + model_names_[m] +
-                                " limit: holds " + FormatMilli(gr.model_usage[m]) + " GPU");
+      for (const CellQuota& q : dq.quotas) {
+        if (dq.Held(q.cells) > q.limit) {
+          return Status::Internal("group " + gr.spec.name + " over its " + QuotaName(d, q.name) +
+                                  " limit: holds " + FormatMilli(dq.Held(q.cells)) + " GPU");
+        }
       }
     }
   }
@@ -145,7 +154,7 @@ Status Engine::CheckInvariants() const {
   t.cpu.assign(nodes_.size(), 0);
   t.mem.assign(nodes_.size(), 0);
   t.usage.resize(groups_.size());
-  if (any_model_quota_) t.model_usage.assign(groups_.size(), {});
+  for (auto& u : t.cell_usage) u.assign(groups_.size(), {});
   t.share_mem.assign(devs_.size(), 0);
   t.share_w.assign(devs_.size(), 0);
   // One call per part, not per job or device: this runs after every step of a simulation.
@@ -217,9 +226,26 @@ std::vector<GroupView> Engine::groups() const {
   std::vector<GroupView> out;
   for (const GroupRt& g : groups_) {
     GroupView v{g.spec.name, g.usage, g.spec.reservation, g.spec.limit, g.fair_share, {}};
+    // Each quota (a model or family) as named, then each model held on without its own quota.
+    const DimQuota& md = g.dims[kModelDim];
+    for (const CellQuota& q : md.quotas) {
+      const std::string name = q.family ? q.name : model_names_[__builtin_ctzll(q.cells)];
+      v.models.push_back({name, md.Held(q.cells), q.res, q.limit});
+    }
     for (size_t m = 0; m < model_names_.size(); ++m) {
-      if (g.model_usage[m] != 0 || g.model_res[m] != 0 || g.model_limit[m] != kUnlimited)
-        v.models.push_back({model_names_[m], g.model_usage[m], g.model_res[m], g.model_limit[m]});
+      const bool named = std::any_of(md.quotas.begin(), md.quotas.end(), [&](const CellQuota& q) {
+        return !q.family && q.cells == uint64_t{1} << m;
+      });
+      if (md.usage[m] != 0 && !named)
+        v.models.push_back({model_names_[m], md.usage[m], 0, kUnlimited});
+    }
+    const DimQuota& pd = g.dims[kPoolDim];
+    for (size_t p = 0; p < policy_.pools.size(); ++p) {
+      auto q = std::find_if(pd.quotas.begin(), pd.quotas.end(),
+                            [&](const CellQuota& x) { return x.cells == uint64_t{1} << p; });
+      if (pd.usage[p] == 0 && q == pd.quotas.end()) continue;
+      v.pools.push_back({policy_.pools[p].name, pd.usage[p], q == pd.quotas.end() ? 0 : q->res,
+                         q == pd.quotas.end() ? kUnlimited : q->limit});
     }
     out.push_back(std::move(v));
   }

@@ -6,6 +6,7 @@
 
 #include "common/enum_names.h"
 #include "model/quantity.h"
+#include "partition/catalog.h"
 
 namespace tessera::quota {
 namespace {
@@ -30,6 +31,39 @@ std::string FormList(const std::vector<AllocationForm>& forms) {
 }
 
 }  // namespace
+
+std::string GpuFamilyOf(std::string_view model) {
+  return std::string(model.substr(0, model.find('-')));
+}
+
+bool IsGpuFamily(std::string_view name) {
+  if (name.empty()) return false;
+  for (const partition::GpuModel& m : partition::Catalog::BuiltIn().models()) {
+    if (partition::EqualsIgnoreCase(GpuFamilyOf(m.name), name)) return true;
+  }
+  return false;
+}
+
+bool ModelCovers(std::string_view name, std::string_view model) {
+  if (IsGpuFamily(name)) return partition::EqualsIgnoreCase(GpuFamilyOf(model), name);
+  const partition::Catalog& c = partition::Catalog::BuiltIn();
+  const partition::GpuModel* a = c.Find(name);
+  const partition::GpuModel* b = c.Find(model);
+  if (a != nullptr || b != nullptr) return a == b;
+  return name == model;
+}
+
+Status CheckModelName(std::string_view name, const std::string& field) {
+  if (IsGpuFamily(name) || partition::Catalog::BuiltIn().Find(name) != nullptr) return Status::Ok();
+  std::set<std::string> families;
+  for (const partition::GpuModel& m : partition::Catalog::BuiltIn().models())
+    families.insert(GpuFamilyOf(m.name));
+  std::string fams;
+  for (const std::string& f : families) fams += (fams.empty() ? "" : ", ") + f;
+  return Status::InvalidArgument(
+      field + ": '" + std::string(name) + "' is neither a GPU model nor a family (models: " +
+      partition::Catalog::BuiltIn().ModelNames() + "; families: " + fams + ")");
+}
 
 const char* WorkloadClassName(WorkloadClass c) { return kClassNames.Of(c, "unknown"); }
 
@@ -73,6 +107,7 @@ Status ValidateModelQuotas(const GroupSpec& g, const std::string& field) {
       return Status::InvalidArgument(field + ".reservation.models: an empty model");
     const std::string mf = field + ".models[" + m.model + "]";
     if (!seen.insert(m.model).second) return Status::InvalidArgument(mf + " is named twice");
+    if (Status s = CheckModelName(m.model, field + ".models"); !s.ok()) return s;
     if (m.reservation < 0) return Status::InvalidArgument(mf + ".reservation is negative");
     if (m.limit < 0) return Status::InvalidArgument(mf + ".limit is negative");
     if (m.reservation > m.limit) {
@@ -87,6 +122,48 @@ Status ValidateModelQuotas(const GroupSpec& g, const std::string& field) {
   }
   if (reserved > g.reservation.gpu_milli) {
     return Status::InvalidArgument(field + ".reservation.models sum to " + FormatMilli(reserved) +
+                                   " GPU, more than reservation.gpu " +
+                                   FormatMilli(g.reservation.gpu_milli));
+  }
+  // A family's reservation and one of its models' would promise the same cards twice.
+  for (const ModelQuota& a : g.models) {
+    for (const ModelQuota& b : g.models) {
+      if (&a == &b || a.reservation <= 0 || b.reservation <= 0 || !IsGpuFamily(a.model) ||
+          IsGpuFamily(b.model) || !ModelCovers(a.model, b.model))
+        continue;
+      return Status::InvalidArgument(field + ".reservation.models[" + b.model +
+                                     "] is inside the family reserved by reservation.models[" +
+                                     a.model + "]: reserve one or the other");
+    }
+  }
+  return Status::Ok();
+}
+
+// A group's quotas per pool: pools that exist, named once, amounts as for models.
+Status ValidatePoolQuotas(const GroupSpec& g, const std::string& field,
+                          const std::set<std::string>& pools) {
+  std::set<std::string> seen;
+  int64_t reserved = 0;
+  for (const PoolQuota& q : g.pools) {
+    if (q.pool.empty()) return Status::InvalidArgument(field + ".pools: an empty pool name");
+    const std::string pf = field + ".pools[" + q.pool + "]";
+    if (!seen.insert(q.pool).second) return Status::InvalidArgument(pf + " is named twice");
+    if (!pools.empty() && !pools.count(q.pool))  // none declared: the nodes' pools
+      return Status::InvalidArgument(field + ".pools: '" + q.pool + "' is not a pool");
+    if (q.reservation < 0) return Status::InvalidArgument(pf + ".reservation is negative");
+    if (q.limit < 0) return Status::InvalidArgument(pf + ".limit is negative");
+    if (q.reservation > q.limit) {
+      return Status::InvalidArgument(field + ".reservation.pools[" + q.pool +
+                                     "] exceeds its limit (limit.pools[" + q.pool + "])");
+    }
+    if (q.limit != kUnlimited && q.limit > g.limit.gpu_milli) {
+      return Status::InvalidArgument(field + ".limit.pools[" + q.pool +
+                                     "] exceeds the group's GPU limit (limit.gpu)");
+    }
+    reserved += q.reservation;
+  }
+  if (reserved > g.reservation.gpu_milli) {
+    return Status::InvalidArgument(field + ".reservation.pools sum to " + FormatMilli(reserved) +
                                    " GPU, more than reservation.gpu " +
                                    FormatMilli(g.reservation.gpu_milli));
   }
@@ -231,6 +308,7 @@ Status ValidateQueue(const PolicySpec& p, const QueueSpec& q, size_t i, const Gr
   }
   for (size_t k = 0; k < q.models.size(); ++k) {
     if (q.models[k].empty()) return Status::InvalidArgument(field + ".models: an empty model");
+    if (Status s = CheckModelName(q.models[k], field + ".models"); !s.ok()) return s;
     if (std::find(q.models.begin(), q.models.begin() + k, q.models[k]) != q.models.begin() + k)
       return Status::InvalidArgument(field + ".models: '" + q.models[k] + "' is listed twice");
     if (q.external) {
@@ -274,6 +352,9 @@ Status Validate(const PolicySpec& p) {
   std::set<std::string> pools;
   for (size_t i = 0; i < p.pools.size(); ++i) {
     if (Status s = ValidatePool(p.pools[i], i, &pools); !s.ok()) return s;
+  }
+  for (const GroupSpec& g : p.groups) {
+    if (Status s = ValidatePoolQuotas(g, "groups[" + g.name + "]", pools); !s.ok()) return s;
   }
   std::set<std::string> profiles;
   for (size_t i = 0; i < p.profiles.size(); ++i) {

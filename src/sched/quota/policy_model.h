@@ -49,11 +49,35 @@ struct MemberSpec {
 // an H100 143; a share its compute weight). The reservation is a promise on that model: the
 // group's GPU reservation counts first against its per-model reservations, and only the rest
 // (the total less their sum) may be held on any model; what a group holds past that is borrowed.
+// `model` may also name a family (GpuFamilyOf: "H100" covers H100-80GB and H100-NVL-94GB): the
+// quota then counts every model of the family together, and its reservation is kept by any of
+// them. A group's reservations on a family and on one of its models may not both be set.
 struct ModelQuota {
   std::string model;
   MilliGpu reservation = 0;
   MilliGpu limit = kUnlimited;
 };
+
+// A group's quota on one pool (PoolSpec::name), in thousandths of a GPU, charged and promised
+// like ModelQuota but on the pool of the device a grant lands on (docs/scheduling.md, "Quota per
+// pool"): the GPU reservation less the per-pool reservations may be held in any pool.
+struct PoolQuota {
+  std::string pool;
+  MilliGpu reservation = 0;
+  MilliGpu limit = kUnlimited;
+};
+
+// GPU model families: the part of a catalog model's name before its first '-' ("H100-80GB":
+// "H100"; "MI300X": "MI300X").
+std::string GpuFamilyOf(std::string_view model);
+// Whether `name` is the family of some catalog model (ASCII case-insensitive). A name that is
+// both a family and an alias of one model ("GH200") is the family.
+bool IsGpuFamily(std::string_view name);
+// Whether a device of `model` (a catalog name, or a node's own gpu.model) counts against a quota
+// or a queue entry naming `name` (a catalog model, one of its aliases, or a family).
+bool ModelCovers(std::string_view name, std::string_view model);
+// Whether `name` names a catalog model (by name or alias) or a family; the error names `field`.
+Status CheckModelName(std::string_view name, const std::string& field);
 
 struct GroupSpec {
   std::string name;
@@ -74,6 +98,9 @@ struct GroupSpec {
   // Quota per GPU model (ModelQuota); empty: only the totals. Their reservations sum to at most
   // reservation.gpu_milli.
   std::vector<ModelQuota> models{};
+  // Quota per pool (PoolQuota); empty: none. Their reservations sum to at most
+  // reservation.gpu_milli.
+  std::vector<PoolQuota> pools{};
 };
 
 struct PoolSpec {
@@ -150,7 +177,7 @@ struct QueueSpec {
   int64_t swap_hold_limit_s = 0;
   // GPU models its jobs accept, in order of preference ("H100-80GB", then "A100-80GB"): a job
   // is placed on the first model with room (and quota), spilling to the next when it is full.
-  // Empty: any model.
+  // A family ("H100") accepts any of its models at that place in the order. Empty: any model.
   std::vector<std::string> models{};
 };
 

@@ -17,17 +17,24 @@ What runs (all real processes on this host, state under --dir):
     1-5 s later), SIGKILL of an agent (restarted 1-5 s later; its jobs run on), SIGSTOP of an agent
     for 2-10 s, a partition of one agent for 5-20 s; and the drops throughout.
 Each job's process records itself (records/JOB.PID: pid, start and end times, its devices
-(CUDA_VISIBLE_DEVICES: GPU-sim-NODE-INDEX, or the Slurm GRES index)); a watcher here notes when
-a recorded process is gone (a SIGKILL leaves no end line). At the end (faults stop, everything is
-resumed and restarted, submissions stop) it waits for every job to end, then checks, from the
-agents' side: every acknowledged submission stored once (and none stored twice), no device in
-two grants at any moment, no job running twice at any moment, every job terminal; and prints the
-figures. Exit 0 when every check holds.
+(CUDA_VISIBLE_DEVICES: GPU-sim-NODE-INDEX, or the Slurm GRES index)). A process killed by SIGKILL
+leaves no end line: a watcher (a process of its own, so that this one's threads do not delay it)
+holds a pidfd of every recorded process and notes, for each one that dies, two bounds on when:
+the last time it was seen alive and the first time it was seen gone (records/../watch.log). At
+the end (faults stop, everything is resumed and restarted, submissions stop) it waits for every
+job to end, then checks, from the agents' side: every acknowledged submission stored once (and
+none stored twice), no device in two grants at any moment, no job running twice at any moment,
+every job terminal; and prints the figures. Two runs overlap when the later one started before
+the earlier one ended: for a run without an end line, before it was last seen alive (certain);
+a later start between its last sight alive and its first sight gone is reported apart, with the
+bound, as an overlap the watcher cannot tell from none (it does not fail the run). Exit 0 when
+every check holds.
 """
 import argparse
 import json
 import os
 import random
+import select
 import shutil
 import signal
 import socket
@@ -247,7 +254,7 @@ class Soak:
         self.slowest = 0.0
         self.pg = None
         self.slurm = None
-        self.gone = {}  # (file) -> ns when the watcher found its process gone
+        self.gone = {}  # file -> (last seen alive, first seen gone), ns (stop_watcher)
         self.mu = threading.Lock()
 
     def count(self, kind):
@@ -407,28 +414,25 @@ class Soak:
                     self.unanswered += 1
             time.sleep(rng.uniform(0.8, 2.5))
 
-    def watcher(self):
-        """Notes when a recorded process without an end line is gone (SIGKILL leaves none)."""
-        done = set()  # records with an end line
-        while not self.stop.is_set() or self.watch_more.is_set():
-            now = time.time_ns()
-            for name in os.listdir(self.records):
-                if name in self.gone or name in done:
-                    continue
-                path = os.path.join(self.records, name)
-                try:
-                    lines = open(path).read().split("\n")
-                except OSError:
-                    continue
-                if any(l.startswith("end ") for l in lines):
-                    done.add(name)
-                    continue
-                if not lines[0].startswith("start "):
-                    continue
-                pid = int(lines[0].split()[1])
-                if not alive(pid):
-                    self.gone[name] = now
-            time.sleep(0.1)
+    def start_watcher(self):
+        self.watch_log = os.path.join(self.dir, "watch.log")
+        self.watch_stop = os.path.join(self.dir, "watch.stop")
+        self.watch_proc = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "--watch", self.records, self.watch_log,
+             self.watch_stop], stdin=subprocess.DEVNULL)
+
+    def stop_watcher(self):
+        open(self.watch_stop, "w").close()
+        try:
+            self.watch_proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.watch_proc.kill()
+        # name -> (last seen alive, first seen gone), ns; last seen alive None: never seen alive.
+        self.gone = {}
+        with open(self.watch_log) as f:
+            for line in f:
+                name, alive_ns, gone_ns = line.split()
+                self.gone[name] = (None if alive_ns == "-" else int(alive_ns), int(gone_ns))
 
     # --- chaos ---
     def chaos(self):
@@ -517,15 +521,13 @@ class Soak:
 
     def run(self):
         self.timers = []
-        self.watch_more = threading.Event()
-        self.watch_more.set()
         self.setup()
+        self.start_watcher()
         t0 = time.time()
         threads = [threading.Thread(target=self.submitter, args=(w,), daemon=True)
                    for w in ("a", "b")]
         threads.append(threading.Thread(target=self.chaos, daemon=True))
-        watcher = threading.Thread(target=self.watcher, daemon=True)
-        for t in threads + [watcher]:
+        for t in threads:
             t.start()
         while time.time() - t0 < self.a.duration:
             time.sleep(min(30, max(0.1, self.a.duration - (time.time() - t0))))
@@ -545,8 +547,7 @@ class Soak:
                 break
             time.sleep(2)
         time.sleep(2)
-        self.watch_more.clear()
-        watcher.join(10)
+        self.stop_watcher()
         jobs = self.jobs() or jobs or []
         return self.judge(jobs, time.time() - t0)
 
@@ -570,33 +571,61 @@ class Soak:
             if not lines[0].startswith("start "):
                 continue
             _, pid, start, job, devs = lines[0].split(" ", 4)
-            end = None
+            # Its end: its own end line; else (killed by SIGKILL) between the watcher's last
+            # sight of it alive (its start when never seen alive) and its first sight gone.
+            end_lo = end_hi = None
             for l in lines[1:]:
                 if l.startswith("end "):
-                    end = int(l.split()[2])
-            if end is None:
-                end = self.gone.get(name)
-            runs.append({"job": job, "pid": int(pid), "start": int(start), "end": end,
+                    end_lo = end_hi = int(l.split()[2])
+            killed = end_lo is None and name in self.gone
+            if killed:
+                alive_ns, gone_ns = self.gone[name]
+                end_lo, end_hi = (alive_ns if alive_ns is not None else int(start)), gone_ns
+            runs.append({"job": job, "pid": int(pid), "start": int(start), "end_lo": end_lo,
+                         "end_hi": end_hi, "killed": killed,
                          "devices": devs.split(",") if devs != "none" else [], "file": name})
-        open_runs = [r for r in runs if r["end"] is None]
+        open_runs = [r for r in runs if r["end_hi"] is None]
 
         def overlaps(group):
-            bad = []
+            """(certain, uncertain): pairs of runs where the later started before the earlier
+            ended for sure (before its end line or its last sight alive), and where it started
+            within the earlier one's window of death (their bound: how far in, how far out)."""
+            bad, unsure = [], []
             for key, rs in group.items():
                 rs = sorted(rs, key=lambda r: r["start"])
+                for i, x in enumerate(rs):
+                    for y in rs[i + 1:]:
+                        if x["end_hi"] is None or x["end_lo"] > y["start"]:
+                            bad.append((key, x["file"], y["file"], None if x["end_hi"] is None
+                                        else (x["end_lo"] - y["start"]) / 1e9))
+                        elif x["end_hi"] > y["start"]:
+                            unsure.append((key, x["file"], y["file"],
+                                           (y["start"] - x["end_lo"]) / 1e6,
+                                           (x["end_hi"] - y["start"]) / 1e6))
+            return bad, unsure
+
+        def gaps(group):
+            """From a killed run's death (first sight gone) to the next start on the same key,
+            in ms: the shortest, how many, and how many within 150 ms (within one pass of a
+            watcher that looks every 100 ms, as this one did before 2026-12-03, which then took
+            the pass's time for the death and could not tell such a handover from an overlap)."""
+            out = []
+            for rs in group.values():
+                rs = sorted(rs, key=lambda r: r["start"])
                 for x, y in zip(rs, rs[1:]):
-                    if x["end"] is None or x["end"] > y["start"]:
-                        bad.append((key, x["file"], y["file"],
-                                    None if x["end"] is None else (x["end"] - y["start"]) / 1e9))
-            return bad
+                    if x["killed"] and y["start"] >= x["end_hi"]:
+                        out.append((y["start"] - x["end_hi"]) / 1e6)
+            return (min(out) if out else None), len(out), sum(1 for g in out if g < 150)
 
         by_dev, by_job = {}, {}
         for r in runs:
             by_job.setdefault(r["job"], []).append(r)
             for d in r["devices"]:
                 by_dev.setdefault(d, []).append(r)
-        dev_overlaps = overlaps(by_dev)
-        job_overlaps = overlaps(by_job)
+        dev_overlaps, dev_unsure = overlaps(by_dev)
+        job_overlaps, job_unsure = overlaps(by_job)
+        killed = [r for r in runs if r["killed"]]
+        windows = sorted((r["end_hi"] - r["end_lo"]) / 1e6 for r in killed)
         reruns = sum(len(rs) - 1 for rs in by_job.values())
         drops = sum(p.dropped for ps in self.proxies.values() for p in ps)
         print("\n=== fault soak: %.0f s of faults (%.0f s in all), seed %d, drop %.3f, %s ===" % (
@@ -623,11 +652,26 @@ class Soak:
         print("runs recorded by the jobs' processes: %d (%d jobs ran, %d runs were re-runs after "
               "a requeue); runs with no known end: %d" % (len(runs), len(by_job), reruns,
                                                           len(open_runs)))
+        print("runs killed without an end line: %d; the watcher's window on their death: "
+              "median %.1f ms, largest %.1f ms" % (
+                  len(killed), windows[len(windows) // 2] if windows else 0,
+                  windows[-1] if windows else 0))
+        for what, group in (("device", by_dev), ("job", by_job)):
+            least, n, close = gaps(group)
+            if n:
+                print("  after a killed run, the next start on its %s: %d times, the soonest "
+                      "%.1f ms after it was seen gone, %d within 150 ms" % (what, n, least, close))
         print("device in two grants at once: %d; job running twice at once: %d" % (
             len(dev_overlaps), len(job_overlaps)))
         for what, bad in (("device", dev_overlaps), ("job", job_overlaps)):
             for b in bad[:10]:
                 print("  %s overlap: %s %s then %s (overlap %s s)" % (what, *b))
+        print("within the watcher's window (not told from none; not counted): device %d, job %d"
+              % (len(dev_unsure), len(job_unsure)))
+        for what, unsure in (("device", dev_unsure), ("job", job_unsure)):
+            for u in unsure[:10]:
+                print("  %s: %s %s then %s: started %.1f ms after the first was last seen alive, "
+                      "%.1f ms before it was seen gone" % (what, *u))
         for k in missing[:10]:
             print("  acknowledged, not stored once: %s -> %s (stored: %s)" % (
                 k, self.acked[k], by_name.get(k)))
@@ -636,6 +680,8 @@ class Soak:
         return ok
 
     def teardown(self):
+        if getattr(self, "watch_proc", None) is not None and self.watch_proc.poll() is None:
+            self.watch_proc.kill()
         for ag in getattr(self, "agents", []):
             ag.kill()
         # Jobs left by agents killed alone (their own sessions): by the records' pids.
@@ -653,10 +699,76 @@ class Soak:
         self.stop_pg()
 
 
+def watch(records, out_path, stop_path):
+    """The watcher (`--watch RECORDS OUT STOP`, a process of its own): for every recorded process
+    without an end line, a pidfd; for each one that dies, "NAME ALIVE_NS GONE_NS" in OUT: the
+    last time it was seen alive (or -) and the first time it was seen gone (the wall clock's ns,
+    as the records). poll() scans every pidfd after it is called: a pidfd it does not report was
+    alive at the call, one it reports (readable: the process exited) was gone when it returned.
+    It ends when STOP exists, after one more look at the records."""
+    poller = select.poll()
+    fds = {}  # fd -> [name, last seen alive ns]
+    seen = set()
+    out = open(out_path, "a", buffering=1)
+    last_scan = 0.0
+    stopping = False
+    while True:
+        if time.monotonic() - last_scan >= 0.05 or stopping:
+            last_scan = time.monotonic()
+            for name in os.listdir(records):
+                if name in seen:
+                    continue
+                try:
+                    lines = open(os.path.join(records, name)).read().split("\n")
+                except OSError:
+                    continue
+                if not lines[0].startswith("start ") or len(lines[0].split()) < 5:
+                    continue  # being written: next time
+                seen.add(name)
+                if any(l.startswith("end ") for l in lines):
+                    continue
+                pid = int(lines[0].split()[1])
+                t0 = time.time_ns()
+                try:
+                    fd = os.pidfd_open(pid)
+                except OSError:
+                    out.write("%s - %d\n" % (name, time.time_ns()))  # gone before it was seen
+                    continue
+                # The record's process (its command names the records), not a later one's pid.
+                try:
+                    cmd = open("/proc/%d/cmdline" % pid, "rb").read().decode(errors="replace")
+                except OSError:
+                    cmd = ""
+                if records not in cmd or not alive(pid):
+                    os.close(fd)
+                    out.write("%s - %d\n" % (name, time.time_ns()))
+                    continue
+                fds[fd] = [name, t0]
+                poller.register(fd, select.POLLIN)
+        if stopping:
+            break
+        t_call = time.time_ns()
+        ready = {fd for fd, _ in poller.poll(5)}
+        t_ret = time.time_ns()
+        for fd, entry in list(fds.items()):
+            if fd not in ready:
+                entry[1] = t_call
+                continue
+            out.write("%s %d %d\n" % (entry[0], entry[1], t_ret))
+            poller.unregister(fd)
+            os.close(fd)
+            del fds[fd]
+        stopping = os.path.exists(stop_path)
+    out.close()
+
+
 TERMINAL = {"succeeded", "failed", "cancelled"}
 
 
 def main():
+    if len(sys.argv) == 5 and sys.argv[1] == "--watch":
+        watch(*sys.argv[2:])
+        return
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("duration", help="how long faults are injected: 300, 5m, 30m, 1h")
     ap.add_argument("--tessera", default=os.path.join(ROOT, "build/src/cli/tessera"))

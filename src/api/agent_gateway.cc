@@ -262,6 +262,7 @@ Result<Json> Engine::RegisterNode(const Identity& who, const Json& body) {
   if (!added.ok())
     return ReloadLocked(Status::Internal("node '" + n.name + "': " + added.status().message()));
   n.last_heartbeat_ms = clock_();
+  n.heard_mono_ms = monotonic_();
   ApplyIsolationLocked(n);
   auto old = nodes_.find(n.name);
   Batch b;
@@ -452,6 +453,7 @@ Result<std::pair<Json, int64_t>> Engine::HeartbeatQueued(const Identity& who, co
   if (nit == nodes_.end()) return Status::NotFound("node '" + node + "' is not registered");
   NodeInfo& n = nit->second;
   n.last_heartbeat_ms = clock_();
+  n.heard_mono_ms = monotonic_();
   Batch b;
   b.from_node = node;
   const std::string actor = "agent:" + node;
@@ -605,7 +607,8 @@ Json Engine::OrdersLocked(const NodeInfo& n, Batch& b, int64_t durable) {
       const bool starts = j.state == JobState::kPlaced;  // else: a gang's next part
       if (starts && !TransitionLocked(j, JobState::kStarting, JobCause::kStarted)) continue;
       start.push_back(StartOrderLocked(j, n));
-      j.start_sent_ms = j.starting_since_ms = clock_();
+      j.start_sent_ms = clock_();
+      j.starting_since_mono = monotonic_();
       if (gang) j.parts_done.insert("sent:" + node);
       if (starts) {
         b.Add(MakeEvent("engine", "job.starting", id, "", {{"node", node}}), &j);

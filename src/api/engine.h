@@ -39,9 +39,8 @@
 // error level) one the table does not hold. A pending job carries the step and reason that hold
 // it ("Admission: group vision at its gpu limit ...").
 //
-// Thread-safety: all public methods may be called from any thread (one internal mutex). The
-// store writes (the commit pipeline: whatever queued meanwhile goes in one transaction) and
-// the backend commands run outside it.
+// Thread-safety: all public methods may be called from any thread (one internal mutex). Store
+// writes (the commit pipeline: one transaction for all queued) and backend commands run outside.
 #pragma once
 
 #include <atomic>
@@ -136,8 +135,8 @@ class Engine {
   // node.uncordoned) names who; the answer is the node as GET /v1/nodes shows it.
   Result<Json> AdminNode(const Identity& who, const std::string& node, const std::string& action,
                          int device = -1);
-  // For tests: the monotonic clock (milliseconds) the engine watches its own stalls with
-  // (default: std::chrono::steady_clock).
+  // For tests: the monotonic clock (ms) the engine judges silence and its own stalls on
+  // (default: std::chrono::steady_clock). Every node is taken as heard at the switch.
   void SetMonotonicClockForTest(Clock monotonic);
   // For tests: holds the engine's lock (as a long cycle does) until the lock is let go.
   std::unique_lock<std::mutex> HoldForTest() { return std::unique_lock<std::mutex>(mu_); }
@@ -269,6 +268,7 @@ class Engine {
     bool simulated = false;
     std::vector<DeviceInfo> devices;
     int64_t last_heartbeat_ms = 0;
+    int64_t heard_mono_ms = 0;  // the same on the monotonic clock: silence is judged on it
     bool lost = false;
     bool jobs_released = false;  // lost, and its jobs requeued or ended (see partition_stop)
     std::set<std::string> running_reported;  // the jobs its agent last said it runs
@@ -300,8 +300,8 @@ class Engine {
     // last cycle considered the waiting jobs (1: first; 0: unknown).
     int64_t start_ms = 0;
     int wait_position = 0;
-    int64_t start_sent_ms = 0;      // when its start order last went out (single-node jobs)
-    int64_t starting_since_ms = 0;  // when it first went out for this placement
+    int64_t start_sent_ms = 0;        // when its start order last went out (single-node jobs)
+    int64_t starting_since_mono = 0;  // when it first went out for this placement (monotonic)
     // Per node of the job: "NODE" once its processes there ended, "sent:NODE" once a gang part
     // was ordered to start there.
     std::set<std::string> parts_done;
@@ -469,16 +469,16 @@ class Engine {
   PerSecondLimit audit_limit_{kAuditPerSecond};
   // Heartbeat's work under mu_: its reply, and the last batch the reply rests on (0: none).
   Result<std::pair<Json, int64_t>> HeartbeatQueued(const Identity& who, const Json& body);
-  // Marks nodes silent for heartbeat_timeout lost, unless the leader itself stalled (no pass for
-  // half that time by the monotonic clock): then every node gets a fresh window from now.
+  // Marks nodes silent for heartbeat_timeout lost, unless the leader stalled (no pass for half
+  // that time: each gets a fresh window). Both on the monotonic clock, which wall steps miss.
   Status MarkLostLocked(Batch& b);
   // A job whose start its agent has not confirmed (running or finished) within kStartTimeouts
   // heartbeat timeouts, although the agent heartbeats, is requeued (or lost) like a lost node's.
   void ExpireStartsLocked(Batch& b);
   static constexpr int64_t kStartTimeouts = 3;
-  Clock monotonic_;
+  Clock monotonic_;                  // milliseconds; never empty (steady_clock unless a test's)
   int64_t last_watch_mono_ms_ = -1;  // the monotonic time of the last MarkLostLocked
-  int64_t window_from_ms_ = 0;       // no node is judged by silence before this (a stall's end)
+  int64_t window_from_mono_ = 0;     // no node is judged by silence before this (a stall's end)
   // The store's fencing epoch when this engine opened (its lease's): in every reply to agents,
   // which ignore replies from an older one (a deposed leader's).
   int64_t leader_epoch_ = 0;

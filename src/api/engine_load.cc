@@ -126,6 +126,7 @@ Status Engine::LoadNodes() {
       node.devices.back().isolation = d.value("isolation", "");
     }
     node.last_heartbeat_ms = clock_();
+    node.heard_mono_ms = monotonic_();
     auto added = qe_->AddNode(SpecOf(node), NowS());
     if (!added.ok()) {
       return Status::Internal("stored node '" + node.name +

@@ -2,7 +2,6 @@
 // starts never confirmed are given up, and the jobs held where they no longer run are requeued,
 // stopped or lost. Called from the periodic pass (Tick) and the agents' requests.
 #include <algorithm>
-#include <chrono>
 
 #include "api/engine.h"
 #include "model/agent_protocol.h"
@@ -13,20 +12,25 @@ void Engine::SetMonotonicClockForTest(Clock monotonic) {
   std::lock_guard<std::mutex> lock(mu_);
   monotonic_ = std::move(monotonic);
   last_watch_mono_ms_ = -1;
+  window_from_mono_ = 0;
+  const int64_t mono = monotonic_();
+  for (auto& [name, n] : nodes_) n.heard_mono_ms = mono;  // times of the other clock mean nothing
+  for (auto& [id, j] : jobs_) {
+    if (j.starting_since_mono != 0) j.starting_since_mono = mono;
+  }
 }
 
+// Silence is measured on the monotonic clock: the wall clock steps (NTP, a VM resumed, an
+// administrator), and a step forward longer than the release time would make every live node look
+// silent and release its running jobs. The wall clock only names times (events, views).
 Status Engine::MarkLostLocked(Batch& b) {
-  const int64_t now = clock_();
-  const int64_t mono = monotonic_ ? monotonic_()
-                                  : std::chrono::duration_cast<std::chrono::milliseconds>(
-                                        std::chrono::steady_clock::now().time_since_epoch())
-                                        .count();
+  const int64_t mono = monotonic_();
   const int64_t gap = last_watch_mono_ms_ < 0 ? 0 : mono - last_watch_mono_ms_;
   last_watch_mono_ms_ = mono;
   if (gap > config_.heartbeat_timeout_ms / 2) {
     // The leader was not watching (stopped, starved of CPU, or waiting on its store): the nodes'
     // silence meanwhile may be its own deafness. Each gets a whole window from now.
-    window_from_ms_ = now;
+    window_from_mono_ = mono;
     b.Add(MakeEvent("engine", "leader.stalled", "cluster",
                     "no pass for " + std::to_string(gap) +
                         " ms: every node gets a fresh heartbeat window",
@@ -35,20 +39,19 @@ Status Engine::MarkLostLocked(Batch& b) {
     return Status::Ok();
   }
   for (auto& [name, n] : nodes_) {
-    const int64_t heard = std::max(n.last_heartbeat_ms, window_from_ms_);
-    if (!n.lost && now - heard >= config_.heartbeat_timeout_ms) {
+    const int64_t silent = mono - std::max(n.heard_mono_ms, window_from_mono_);
+    if (!n.lost && silent >= config_.heartbeat_timeout_ms) {
       n.lost = true;
       qe_->SetNodeDown(name, true);  // nothing new goes there
-      b.Add(
-          MakeEvent("engine", "node.lost", name,
-                    "no heartbeat for " + std::to_string((now - n.last_heartbeat_ms) / 1000) + "s"),
-          nullptr);
+      b.Add(MakeEvent("engine", "node.lost", name,
+                      "no heartbeat for " + std::to_string((mono - n.heard_mono_ms) / 1000) + "s"),
+            nullptr);
       cycle_wanted_ = true;
     }
     // Its jobs: at once; or, with partition_stop, once its agent has stopped them itself if it
     // is only cut off (it may still run them until then).
     if (!n.lost || n.jobs_released) continue;
-    if (config_.partition_stop_ms > 0 && now - heard < config_.PartitionReleaseMs()) continue;
+    if (config_.partition_stop_ms > 0 && silent < config_.PartitionReleaseMs()) continue;
     n.jobs_released = true;
     const std::vector<std::string> held = NodeJobsLocked(name);  // a copy: the walk changes jobs
     for (const std::string& id : held)
@@ -59,18 +62,18 @@ Status Engine::MarkLostLocked(Batch& b) {
 }
 
 void Engine::ExpireStartsLocked(Batch& b) {
-  const int64_t now = clock_();
+  const int64_t mono = monotonic_();  // as silence: a step of the wall clock expires nothing
   const int64_t bound = kStartTimeouts * config_.heartbeat_timeout_ms;
   std::vector<Job*> expired;
   for (const std::string& id : LiveIdsLocked()) {
     Job& j = jobs_[id];
-    if (j.state != JobState::kStarting || j.starting_since_ms == 0 ||
-        now - j.starting_since_ms < bound)
+    if (j.state != JobState::kStarting || j.starting_since_mono == 0 ||
+        mono - j.starting_since_mono < bound)
       continue;
     if (NodesOf(j).size() != 1 || !j.backend.empty()) continue;
     auto n = nodes_.find(j.node);
     // A silent node is judged by its heartbeats (MarkLostLocked), not here.
-    if (n == nodes_.end() || n->second.lost || n->second.last_heartbeat_ms <= j.starting_since_ms)
+    if (n == nodes_.end() || n->second.lost || n->second.heard_mono_ms <= j.starting_since_mono)
       continue;
     expired.push_back(&j);
   }

@@ -3,6 +3,7 @@
 // jobs are released only once its agent has stopped them itself (partition_stop).
 #include <gtest/gtest.h>
 
+#include <set>
 #include <string>
 
 #include "api/engine.h"
@@ -113,15 +114,13 @@ TEST_F(AgentFaultsTest, ALostNodesJobsAreReleasedOnlyAfterItsAgentHasStoppedThem
   // after the node was last heard; the node itself is lost at 10 s.
   int lost_at = -1;
   for (int s = 1; s < 40; ++s) {
-    now_ += 1'000;
-    ASSERT_TRUE(engine_->Tick().ok());
+    Pass(1'000);
     auto nodes = (*engine_->Nodes(Who("admin")))["nodes"];
     if (lost_at < 0 && nodes[0]["state"] == "lost") lost_at = s;
     ASSERT_EQ(State(a), "running") << "released at " << s << " s, while its agent may run it";
   }
   EXPECT_EQ(lost_at, 10) << "the node itself is lost at the heartbeat timeout";
-  now_ += 1'000;
-  ASSERT_TRUE(engine_->Tick().ok());
+  Pass(1'000);
   EXPECT_EQ(State(a), "pending");  // requeued; no node to run it
   ASSERT_TRUE(engine_->CheckInvariants().ok());
 }
@@ -139,8 +138,7 @@ TEST_F(AgentFaultsTest, AJobItsAgentStoppedForAPartitionIsRequeuedNotFailed) {
   Start("agent-partition-stop", config);
   ASSERT_TRUE(RegisterWith("n1", Json::object()).ok());
   const std::string a = RunOne();
-  now_ += 12'000;  // lost at 10 s, released at 40 s: in between, the agent heals
-  ASSERT_TRUE(engine_->Tick().ok());
+  Pass(12'000);  // lost at 10 s, released at 40 s: in between, the agent heals
   ASSERT_EQ(State(a), "running");
   Heartbeat("n1",
             {{"finished",
@@ -190,8 +188,7 @@ TEST_F(AgentFaultsTest, TheExitOfAnEarlierPlacementsProcessDoesNotEndTheNewOne) 
   Start("agent-stale-exit", kConfig);
   ASSERT_TRUE(RegisterWith("n1", Json::object()).ok());
   const std::string a = RunOne();
-  now_ += 11'000;  // lost at the 10 s timeout, its job requeued at once (no partition_stop)
-  ASSERT_TRUE(engine_->Tick().ok());
+  Pass(11'000);  // lost at the 10 s timeout, its job requeued at once (no partition_stop)
   ASSERT_EQ(State(a), "pending");
   // The node is back, its agent still running the old process.
   Json hb = Heartbeat("n1", {{"running", {{{"job", a}, {"pid", 7}}}}});
@@ -318,6 +315,58 @@ TEST(PartitionStopConfig, IsADurationOfAtLeastTheHeartbeatTimeout) {
   ASSERT_TRUE(good.ok()) << good.status().ToString();
   EXPECT_EQ(good->partition_stop_ms, 60'000);
   EXPECT_EQ(good->PartitionReleaseMs(), 60'000 + 10'000 + 10'000);
+}
+
+// Issue 33: the leader measured a node's silence on its wall clock. A step of the wall clock
+// forward (an NTP step, a resumed VM) longer than the release time made every live node look
+// silent: lost, its running jobs released (requeued) while they ran, and a start on its way given
+// up as never confirmed. Silence is judged on the monotonic clock, which the step does not move.
+TEST_F(AgentFaultsTest, AWallClockStepLongerThanTheReleaseTimeLosesNoNodeAndReleasesNoJob) {
+  Start("agent-wall-step", std::string(kConfig) + "partition_stop: 20s\n");
+  ASSERT_EQ(config_.PartitionReleaseMs(), 40'000);
+  Register("n1", 2);
+  auto submit = [&] {
+    return (*engine_->Submit(Who("alice"),
+                             {{"queue", "training"}, {"command", {"sleep", "100"}}}))["id"]
+        .get<std::string>();
+  };
+  const std::string a = submit(), b = submit();
+  ASSERT_EQ(Heartbeat("n1")["start"].size(), 2u);
+  const Json running_a = {{"running", {{{"job", a}, {"pid", 7}}}}};
+  Heartbeat("n1", running_a);  // b's start is on its way
+  ASSERT_EQ(State(a), "running");
+  ASSERT_EQ(State(b), "starting");
+
+  now_ += 60'000;  // the wall clock steps 60 s forward; the leader passes, the agent heartbeats
+  ASSERT_TRUE(engine_->Tick().ok());
+  for (int s = 1; s <= 3; ++s) {
+    Heartbeat("n1", running_a);
+    Pass(1'000);
+  }
+  EXPECT_EQ(State(a), "running") << "a live node's job released after a step of the wall clock";
+  EXPECT_EQ(State(b), "starting") << "a start on its way given up after a step of the wall clock";
+  auto kinds = [&] {
+    const Json events = (*engine_->Events(Who("admin"), 0, 1000, {}))["events"];
+    std::set<std::string> k;
+    for (const auto& e : events) k.insert(e["kind"]);
+    return k;
+  };
+  EXPECT_EQ(kinds().count("node.lost"), 0u) << "a live node lost after a step of the wall clock";
+  EXPECT_EQ(kinds().count("job.requeued"), 0u);
+
+  // A real silence, on the monotonic clock, still loses the node at the heartbeat timeout and
+  // releases its jobs at the release time.
+  Heartbeat("n1", running_a);
+  int lost_at = 0, released_at = 0;
+  for (int s = 1; s <= 41 && released_at == 0; ++s) {
+    Pass(1'000);
+    if (lost_at == 0 && kinds().count("node.lost")) lost_at = s;
+    if (State(a) != "running") released_at = s;
+  }
+  EXPECT_EQ(lost_at, 10);
+  EXPECT_EQ(released_at, 40);
+  EXPECT_EQ(State(a), "pending");  // requeued; no node to run it
+  ASSERT_TRUE(engine_->CheckInvariants().ok());
 }
 
 }  // namespace

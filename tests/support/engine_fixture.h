@@ -1,11 +1,13 @@
 // A base fixture for tests of api::Engine in process: a store (by default a real SQLite store in
 // a fresh temporary directory; any store::Store through StoreOpener: PostgreSQL, or a wrapper
-// that injects faults), a FakeClock (now_), Reopen() (a restart over the same store), Who(name)
-// and Register(node, gpus) of H100-80GB devices by the identity named "agent".
+// that injects faults), a FakeClock (now_) and the engine's monotonic clock (mono_), Pass(ms),
+// Reopen() (a restart over the same store), Who(name) and Register(node, gpus) of H100-80GB
+// devices by the identity named "agent".
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <stdexcept>
@@ -49,6 +51,20 @@ class EngineFixture : public ::testing::Test {
     auto e = Engine::Open(config_, std::move(*store), dir_, now_.AsClock());
     ASSERT_TRUE(e.ok()) << e.status().ToString();
     engine_ = std::move(*e);
+    engine_->SetMonotonicClockForTest(mono_.AsClock());
+  }
+  // Time passes with the leader watching: both clocks move `ms`, a second at a time, with the
+  // engine's periodic pass (Tick) after each step. (Both moved with one pass after them is the
+  // leader's own stall; now_ moved alone is a step of the wall clock: neither is silence.)
+  void Pass(int64_t ms) {
+    for (int64_t done = 0; done < ms;) {
+      const int64_t step = std::min<int64_t>(1'000, ms - done);
+      now_ += step;
+      mono_ += step;
+      done += step;
+      Status st = engine_->Tick();
+      ASSERT_TRUE(st.ok()) << st.ToString();
+    }
   }
   const Identity& Who(const std::string& name) {
     for (const auto& i : config_.identities) {
@@ -75,6 +91,9 @@ class EngineFixture : public ::testing::Test {
   EngineConfig config_;
   std::unique_ptr<Engine> engine_;
   tessera::testing::FakeClock now_{1'000'000};
+  // The engine's monotonic clock (Engine::SetMonotonicClockForTest), on which it judges a node's
+  // silence and its own stalls: it moves only when the test moves it (Pass).
+  tessera::testing::FakeClock mono_{1'000'000};
   StoreOpener open_store_ = Sqlite();
 };
 

@@ -152,6 +152,20 @@ TEST(ScenarioRun, AGroupReserving4H100And8OfAnythingGetsExactlyThatBack) {
   EXPECT_TRUE(r->run.invariant_violations.empty()) << r->run.invariant_violations.front();
 }
 
+// The same with a family: 6 H100 of either kind (H100-80GB, H100-NVL-94GB) and 6 of anything.
+TEST(ScenarioRun, AGroupReserving6OfTheH100FamilyAnd6OfAnythingGetsExactlyThatBack) {
+  auto s = LoadScenario(Example("family-quotas.yaml"));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  auto r = RunScenario(*s);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const GroupReport& research = Group(r->run, "research");
+  EXPECT_EQ(research.max_gpu_held, 12000);
+  EXPECT_EQ(research.max_model_held.at("H100"), 6000);  // the family's quota, as named
+  EXPECT_EQ(research.max_model_held.at("A100-80GB"), 6000);
+  EXPECT_EQ(r->run.preemptions, 12);
+  EXPECT_TRUE(r->run.invariant_violations.empty()) << r->run.invariant_violations.front();
+}
+
 // Issue 37: the keys of quota per GPU model in the one policy grammar (scenario and server
 // config): each mistake names its field; a config without them means what it did.
 TEST(ScenarioParse, QuotaPerModelKeysNameTheirField) {

@@ -273,5 +273,26 @@ TEST(QuotaModels, UnknownModelsAndOverlappingFamilyReservationsNameTheField) {
   EXPECT_TRUE(Validate(p).ok()) << Validate(p).message();
 }
 
+// A model of a family that first appears with a node added later (a node's own gpu.model, not in
+// the catalog) joins the family for the jobs already waiting on it.
+TEST(QuotaModels, AFamilyTakesAModelFirstSeenOnANodeAddedLater) {
+  PolicySpec p = MixedPolicy({"H100"});
+  p.groups[0].reservation = Gpu(0);
+  p.groups[0].models.clear();
+  World w(p, {Node("a0", "train", 2, kA100), Node("h0", "train", 1, kH100)});
+  w.Submit(Job("first", "a-mixed", "a"), 0);  // takes the one H100
+  w.Submit(Job("j", "a-mixed", "a"), 0);
+  w.e->RunCycle(0);
+  ASSERT_EQ(w.State("first"), JobState::kRunning);
+  ASSERT_EQ(w.State("j"), JobState::kPending);
+  NodeSpec late = Node("x0", "train", 2, "H100-SXM5-custom");
+  late.gpu_memory_mib = 80 * kGiB;
+  ASSERT_TRUE(w.e->AddNode(late, 10).ok());
+  w.e->RunCycle(10);
+  EXPECT_EQ(w.State("j"), JobState::kRunning);
+  EXPECT_EQ(HeldOn(*w.e, "a", "H100-SXM5-custom"), 1000);
+  w.Done();
+}
+
 }  // namespace
 }  // namespace tessera::quota

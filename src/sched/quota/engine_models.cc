@@ -52,13 +52,21 @@ void Engine::NewModel(int id) {
       if (q.res > 0) md.reserving[id] = static_cast<int8_t>(k);
     }
   }
+  std::vector<bool> grew(queue_model_order_.size(), false);
   for (size_t qi = 0; qi < queue_model_order_.size(); ++qi) {
     const std::vector<std::string>& names = policy_.queues[qi].models;
     for (size_t k = 0; k < names.size() && k < queue_model_order_[qi].size(); ++k) {
       if (!IsGpuFamily(names[k]) || !ModelCovers(names[k], name)) continue;
       queue_model_order_[qi][k] |= bit;
       queue_model_mask_[qi] |= bit;
+      grew[qi] = true;
     }
+  }
+  // Jobs already submitted to those queues accept it too (a job's masks are its queue's).
+  for (Job& j : jobs_) {
+    if (static_cast<size_t>(j.queue) >= grew.size() || !grew[j.queue]) continue;
+    j.queue_models = j.models = queue_model_mask_[j.queue];
+    j.model_order = queue_model_order_[j.queue];
   }
 }
 

@@ -328,24 +328,29 @@ struct CounterFamilies {
              "Time the API takes to handle a request, by method, route pattern and status code."};
 };
 
-// Quota per GPU model (issue 37): per group and model, what the group (with its descendants)
-// holds, and its reservation and limit there where its config sets them (GET /v1/groups'
-// `models`).
-struct ModelFamilies {
-  Family held{"tessera_group_model_held_gpu_milli", "gauge",
-              "GPU compute a group and its descendants hold on one GPU model, in thousandths of a "
-              "card (each group with a quota on the model or holding some of it)."};
-  Family res{"tessera_group_model_reservation_gpu_milli", "gauge",
-             "A group's reservation on one GPU model, in thousandths of a card (where set)."};
-  Family lim{"tessera_group_model_limit_gpu_milli", "gauge",
-             "The most a group may hold of one GPU model, in thousandths of a card (where set)."};
+// Quota per GPU model and per pool (issue 37): per group and model (or pool), what the group
+// (with its descendants) holds there, and its reservation and limit there where its config sets
+// them (GET /v1/groups' `models` and `pools`).
+struct QuotaDimensionFamilies {
+  explicit QuotaDimensionFamilies(const std::string& dim, const std::string& what)
+      : held{"tessera_group_" + dim + "_held_gpu_milli", "gauge",
+             "GPU compute a group and its descendants hold " + what +
+                 ", in thousandths of a card (each group with a quota there or holding some)."},
+        res{"tessera_group_" + dim + "_reservation_gpu_milli", "gauge",
+            "A group's reservation " + what + ", in thousandths of a card (where set)."},
+        lim{"tessera_group_" + dim + "_limit_gpu_milli", "gauge",
+            "The most a group may hold " + what + ", in thousandths of a card (where set)."} {}
+  Family held, res, lim;
 };
 
-ModelFamilies ModelMetrics(const std::vector<quota::GroupView>& groups) {
-  ModelFamilies f;
+// `dim` "model" or "pool": the label and the metric names; `of` the group's views in it.
+QuotaDimensionFamilies QuotaDimensionMetrics(
+    const std::vector<quota::GroupView>& groups, const std::string& dim, const std::string& what,
+    std::vector<quota::ModelQuotaView> quota::GroupView::*of) {
+  QuotaDimensionFamilies f(dim, what);
   for (const quota::GroupView& g : groups) {
-    for (const quota::ModelQuotaView& m : g.models) {
-      const Labels l = {{"group", g.name}, {"model", m.model}};
+    for (const quota::ModelQuotaView& m : g.*of) {
+      const Labels l = {{"group", g.name}, {dim, m.model}};
       f.held.Add(l, m.usage);
       if (m.reservation > 0) f.res.Add(l, m.reservation);
       if (m.limit < quota::kUnlimited) f.lim.Add(l, m.limit);
@@ -493,7 +498,10 @@ Result<std::string> Engine::Metrics(const Identity& who) {
   for (const auto& g : config_.policy.groups) tally.idle_held[g.name] = 0;
   const JobFamilies jf = JobMetrics(jobs, std::move(tally), pool_of);
   const CounterFamilies cf = CounterMetrics(counters);
-  const ModelFamilies mf = ModelMetrics(groups);
+  const QuotaDimensionFamilies mf =
+      QuotaDimensionMetrics(groups, "model", "on one GPU model", &quota::GroupView::models);
+  const QuotaDimensionFamilies pf =
+      QuotaDimensionMetrics(groups, "pool", "in one pool", &quota::GroupView::pools);
 
   std::string out;
   for (const Family* f : {&nf.dev_gpu,
@@ -523,7 +531,10 @@ Result<std::string> Engine::Metrics(const Identity& who) {
                           &nf.isolation,
                           &mf.held,
                           &mf.res,
-                          &mf.lim}) {
+                          &mf.lim,
+                          &pf.held,
+                          &pf.res,
+                          &pf.lim}) {
     f->RenderTo(out);
   }
   return out;

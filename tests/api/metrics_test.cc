@@ -397,6 +397,65 @@ queues:
   EXPECT_EQ(said, "");
 }
 
+// Quota per pool (issue 37): a group with a reservation and a limit in a pool shows, per pool,
+// what it holds there, its reservation and its limit; a pool it only holds in, the holding alone.
+TEST_F(MetricsTest, AGroupHoldingInAPoolShowsItsUsageReservationAndLimitThere) {
+  Start(R"(
+identities:
+  - {name: admin, role: admin, token: admin-token-1}
+  - {name: alice, role: user, groups: [research], token: alice-token-1}
+  - {name: agent, role: agent, nodes: [n1, n2], token: agent-token-1}
+pools:
+  - {name: east, forms: [whole]}
+  - {name: west, forms: [whole]}
+groups:
+  - {name: research, reservation: {gpu: 1, pools: {east: 1}}, limit: {pools: {east: 2}}}
+profiles:
+  - {name: train, gpus: 1, cpu: 1, memory: 1GiB, forms: [whole], pools: [east, west]}
+queues:
+  - {name: training, profile: train, groups: [research]}
+)");
+  auto reg = [&](const std::string& node, const std::string& pool) {
+    auto r = Post(
+        "/v1/agent/register", "agent-token-1",
+        R"({"node":")" + node + R"(","pool":")" + pool +
+            R"(","cpu_milli":8000,"memory_mib":65536,"devices":[{"index":0,"model":"H100-80GB","memory_mib":81920,"uuid":")" +
+            node + R"("}]})");
+    ASSERT_TRUE(r && r->status == 200) << (r ? r->body : "no answer");
+  };
+  reg("n1", "east");
+  reg("n2", "west");
+  const std::string first = Submit("alice-token-1", "training");
+  const std::string second = Submit("alice-token-1", "training");
+  ASSERT_EQ(Job(first).value("state", ""), "placed") << Job(first).dump();
+  ASSERT_EQ(Job(second).value("state", ""), "placed") << Job(second).dump();
+  auto m = client_->Get("/metrics", {{"Authorization", "Bearer admin-token-1"}});
+  ASSERT_TRUE(m && m->status == 200);
+  const std::vector<Sample> all = Parse(m->body);
+  SCOPED_TRACE(m->body);
+  int n = 0;
+  EXPECT_EQ(
+      Sum(all, "tessera_group_pool_held_gpu_milli", {{"group", "research"}, {"pool", "east"}}, &n),
+      1000);
+  EXPECT_EQ(n, 1);
+  EXPECT_EQ(
+      Sum(all, "tessera_group_pool_held_gpu_milli", {{"group", "research"}, {"pool", "west"}}, &n),
+      1000);
+  EXPECT_EQ(n, 1);
+  EXPECT_EQ(Sum(all, "tessera_group_pool_reservation_gpu_milli",
+                {{"group", "research"}, {"pool", "east"}}, &n),
+            1000);
+  EXPECT_EQ(n, 1);
+  EXPECT_EQ(
+      Sum(all, "tessera_group_pool_limit_gpu_milli", {{"group", "research"}, {"pool", "east"}}, &n),
+      2000);
+  EXPECT_EQ(n, 1);
+  Sum(all, "tessera_group_pool_reservation_gpu_milli", {{"pool", "west"}}, &n);
+  EXPECT_EQ(n, 0) << "no reservation in west: no sample";
+  Sum(all, "tessera_group_pool_limit_gpu_milli", {{"pool", "west"}}, &n);
+  EXPECT_EQ(n, 0) << "no limit in west: no sample";
+}
+
 TEST_F(MetricsTest, PublicWhenConfiguredStillRefusesUnknownTokens) {
   Start(std::string(kConfig) + "metrics_public: true\n");
   EXPECT_EQ(Code({}), 200);

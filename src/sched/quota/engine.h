@@ -120,6 +120,9 @@ struct GrantView {
   MiB memory = 0;
   MilliCpu cpu = 0;     // host CPU held with it
   MiB host_memory = 0;  // host memory held with it
+  // A share's compute mode: 0 time-slicing; 1-100 sm-sharing through MPS at this active-thread
+  // percentage (its queue's compute_percent when placed).
+  int sm_percent = 0;
 };
 
 struct JobView {
@@ -292,6 +295,10 @@ class QuotaEngine {
   // cap library alone), as its agent reports it. Shares of a queue with a higher min_isolation
   // are not placed there. An unknown node or index is ignored.
   virtual void SetDeviceIsolation(const std::string& node, int index, int rank) = 0;
+  // Whether the device offers MPS for sm-sharing shares (its agent runs the control daemon
+  // there). Shares of an sm-sharing queue go only where it does, and get the grade
+  // max(the device's, mps) there. Default false. An unknown node or index is ignored.
+  virtual void SetDeviceMps(const std::string& node, int index, bool mps) = 0;
   // The GPU capacity (thousandths of a card) an external pool (QueueSpec::external_pool) has
   // for this engine's jobs; negative: unbounded (the default).
   virtual void SetExternalCapacity(const std::string& pool, int64_t gpu_milli) = 0;

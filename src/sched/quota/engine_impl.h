@@ -66,6 +66,8 @@ struct Dev {
   bool split = false;   // has partition slots (MIG on, or AMD with more than one partition)
   bool closed = false;  // takes no new work (SetDeviceClosed: cordoned or unhealthy)
   int isolation = 1;    // what a share gets here (SetDeviceIsolation); 1: preload
+  bool mps = false;     // offers MPS for sm-sharing shares (SetDeviceMps)
+  int sm_sum = 0;       // the active-thread percentages of its sm-sharing shares (<= 100)
   // Split by the engine itself (MIG enabled, AMD switched, for partition demand), not as
   // registered: an idle one goes back to whole when whole or share demand waits.
   bool engine_split = false;
@@ -120,6 +122,7 @@ struct Grant {
   MilliGpu compute = 0;
   MilliCpu cpu = 0;
   MiB host_memory = 0;
+  int sm_percent = 0;  // a share's compute mode: 0 time-slicing, else sm-sharing at this percent
 };
 
 struct Job {
@@ -127,6 +130,7 @@ struct Job {
   int group = 0, queue = 0, profile = 0;
   int swap_oc = 0;        // its queue's swap_overcommit_percent
   int min_isolation = 0;  // its queue's: a share only where the device's grade is at least this
+  int sm_percent = 0;     // its queue's compute_percent: 0 time-slicing, else sm-sharing
   WorkloadClass cls = WorkloadClass::kBatch;
   std::vector<AllocationForm> forms;
   uint64_t pools = 0;
@@ -267,6 +271,7 @@ class Engine final : public QuotaEngine {
   void Evict(int job, int64_t now, const std::string& why) override;
   void SetDeviceClosed(const std::string& node, int index, bool closed) override;
   void SetDeviceIsolation(const std::string& node, int index, int rank) override;
+  void SetDeviceMps(const std::string& node, int index, bool mps) override;
   void SetExternalCapacity(const std::string& pool, int64_t gpu_milli) override;
   void SetExternalAnswering(const std::string& pool, bool answering) override;
   void SetExternalPool(int job, const std::string& pool) override;
@@ -662,15 +667,15 @@ class Engine final : public QuotaEngine {
   int64_t last_cycle_ = -1;
   int64_t seq_ = 0;
   size_t cursor_node_ = 0, cursor_dev_share_ = 0, cursor_dev_part_ = 0;
-  // Failure memo: within one cycle a shape that found no room finds none later either, until
-  // something is released. Key: everything the search depends on.
-  // The value keeps the earliest end time that failed: a job of the same shape ending no
-  // earlier fails too (backfill only admits jobs that end before a reserved start).
+  // Failure memo: in one cycle a shape (all the search depends on, its share kind too) with no
+  // room finds none until something is released; fail_end: the earliest end that failed.
   struct MemoEntry {
     std::string step, reason;
     int64_t fail_end = 0;
   };
-  std::map<std::tuple<int, uint64_t, int, MilliGpu, MiB, MilliCpu, MiB, uint64_t>, MemoEntry> memo_;
+  std::map<std::tuple<int, uint64_t, int, MilliGpu, MiB, MilliCpu, MiB, uint64_t, int64_t>,
+           MemoEntry>
+      memo_;
   int heads_ = 0;
   int preempt_searches_ = 0;
   int repartitions_ = 0;

@@ -79,6 +79,13 @@ void Engine::SetDeviceIsolation(const std::string& name, int index, int rank) {
   memo_.clear();
 }
 
+void Engine::SetDeviceMps(const std::string& name, int index, bool mps) {
+  const int n = NodeByName(name);
+  if (n < 0 || index < 0 || index >= static_cast<int>(nodes_[n].devs.size())) return;
+  devs_[nodes_[n].devs[index]].mps = mps;
+  memo_.clear();
+}
+
 void Engine::SetExternalCapacity(const std::string& pool, int64_t gpu_milli) {
   if (gpu_milli < 0) {
     ext_cap_.erase(pool);
@@ -239,7 +246,7 @@ Status Engine::RestoreGrant(const Job& j, const GrantView& g, AllocationForm for
   const int ni = NodeByName(g.node);
   if (ni < 0) return Status::NotFound("job " + j.id + ": node '" + g.node + "' is not known");
   const NodeRt& n = nodes_[ni];
-  Grant gr{ni, -1, -1, g.memory, g.compute, g.cpu, g.host_memory};
+  Grant gr{ni, -1, -1, g.memory, g.compute, g.cpu, g.host_memory, g.sm_percent};
   if (g.device >= 0) {
     if (g.device >= static_cast<int>(n.devs.size()))
       return Status::NotFound(where + " does not exist");

@@ -2,6 +2,7 @@
 // placement-core policy (default `tessera`), so the product places as `tessera sim openb`
 // measures. See engine_impl.h.
 #include "sched/policy.h"
+#include "sched/quota/compute_mode.h"
 #include "sched/quota/engine_impl.h"
 
 namespace tessera::quota::internal {
@@ -199,11 +200,11 @@ bool Engine::PolicyPick(Job& j, int self, AllocationForm f, Candidate* c) {
       grants.push_back({p.node, di, -1, d.memory, kWholeGpu, j.cpu, j.mem});
     } else {
       const MiB want = j.gpu_mem > 0 ? j.gpu_mem : d.memory * j.gpu_milli / kWholeGpu;
-      ok = ok && d.isolation >= j.min_isolation && d.ShareKindFits(j.swap_oc) &&
-           d.share_mem + want <= d.share_capacity(j.swap_oc) &&
+      ok = ok && ShareGrade(d, j.sm_percent) >= j.min_isolation && d.ShareKindFits(j.swap_oc) &&
+           ComputeModeFits(d, j.sm_percent) && d.share_mem + want <= d.share_capacity(j.swap_oc) &&
            d.share_weight + j.gpu_milli <= d.weight_capacity(j.swap_oc) &&
            (j.swap_oc == 0 || SwapRoom(di, want));
-      grants.push_back({p.node, di, -1, want, j.gpu_milli, j.cpu, j.mem});
+      grants.push_back({p.node, di, -1, want, j.gpu_milli, j.cpu, j.mem, j.sm_percent});
     }
   }
   if (!ok) {

@@ -1,4 +1,5 @@
 // The quota engine: admission against limits and placement in each form.
+#include "sched/quota/compute_mode.h"
 #include "sched/quota/engine_impl.h"
 
 namespace tessera::quota::internal {
@@ -154,7 +155,8 @@ bool Engine::FindShare(Job& j, int self, Candidate* c, bool* blocked) {
   auto fits = [&](int di, bool* bf) {
     const Dev& d = devs_[di];
     if (!Serves(j, d) || !PoolAllows(d.pool, AllocationForm::kShare)) return false;
-    if (d.split || d.whole >= 0 || d.isolation < j.min_isolation) return false;
+    if (d.split || d.whole >= 0 || ShareGrade(d, j.sm_percent) < j.min_isolation) return false;
+    if (!ComputeModeFits(d, j.sm_percent)) return false;
     MiB want = cap > 0 ? cap : d.memory * j.gpu_milli / kWholeGpu;
     if (!d.ShareKindFits(j.swap_oc) || d.share_mem + want > d.share_capacity(j.swap_oc) ||
         d.share_weight + j.gpu_milli > d.weight_capacity(j.swap_oc) ||
@@ -167,7 +169,7 @@ bool Engine::FindShare(Job& j, int self, Candidate* c, bool* blocked) {
   auto take = [&](int di, bool bf) {
     const Dev& d = devs_[di];
     MiB want = cap > 0 ? cap : d.memory * j.gpu_milli / kWholeGpu;
-    c->grants = {{d.node, di, -1, want, j.gpu_milli, j.cpu, j.mem}};
+    c->grants = {{d.node, di, -1, want, j.gpu_milli, j.cpu, j.mem, j.sm_percent}};
     c->backfill = bf;
   };
   if (j.held_dev >= 0) {
@@ -323,6 +325,7 @@ void Engine::TakeGrants(int self, AllocationForm f, const std::vector<Grant>& gr
       d.shares.push_back(self);
       d.share_mem += g.memory;
       d.share_weight += g.compute;
+      d.sm_sum += g.sm_percent;
     }
     Reindex(g.dev);
     if (d.reserved_by == self) {
@@ -410,6 +413,7 @@ void Engine::Release(int self) {
         d.shares.erase(it);
         d.share_mem -= g.memory;
         d.share_weight -= g.compute;
+        d.sm_sum -= g.sm_percent;
         if (d.shares.empty()) d.swap_oc = 0;
       }
     }
@@ -455,6 +459,11 @@ void Engine::NoRoomReason(const Job& j, bool blocked, std::string* step,
       static const char* kGrades[] = {"none", "preload", "mps", "driver", "hardware"};
       *reason += "; its queue wants isolation '" + std::string(kGrades[j.min_isolation]) +
                  "' or better: shares only on devices that give it";
+    }
+    if (j.sm_percent > 0) {
+      *reason += "; compute: sm-sharing " + std::to_string(j.sm_percent) +
+                 "%: shares only on devices that offer MPS, beside no time-slicing shares, "
+                 "their sm-sharing percentages summing to at most 100";
     }
     // A request no node present could hold even empty says so, with the largest there is: it
     // waits for a larger node to join, not for others to finish.
@@ -531,7 +540,9 @@ bool Engine::TryPlaceIn(int self, std::string* step, std::string* reason, bool* 
     return false;
   }
   auto key = std::make_tuple(j.profile, j.pools, j.gpu_count, j.gpu_milli, j.gpu_mem, j.cpu, j.mem,
-                             j.models);
+                             j.models,
+                             // The queue's share kind: overcommit, min_isolation, compute_percent.
+                             (int64_t{j.swap_oc} * 10 + j.min_isolation) * 1000 + j.sm_percent);
   int64_t end = j.walltime > 0 ? now_ + j.walltime : kNever;
   bool use_memo = !j.nominated && !j.external && j.held_dev < 0;
   if (use_memo) {

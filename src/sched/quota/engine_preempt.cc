@@ -1,6 +1,7 @@
 // The quota engine: preemption and backfill reservations (repartitioning: engine_repartition.cc).
 #include <bit>
 
+#include "sched/quota/compute_mode.h"
 #include "sched/quota/engine_impl.h"
 
 namespace tessera::quota::internal {
@@ -224,7 +225,7 @@ void Engine::PreemptForShare(const Job& j, int self, bool reclaim, PreemptOption
   for (size_t di = 0; di < devs_.size(); ++di) {
     const Dev& d = devs_[di];
     if (!Serves(j, d) || !PoolAllows(d.pool, AllocationForm::kShare) || d.plan.active ||
-        d.isolation < j.min_isolation)
+        ShareGrade(d, j.sm_percent) < j.min_isolation || (j.sm_percent > 0 && !d.mps))
       continue;
     if (KeptFromMe(d, j, self)) continue;
     MiB want = j.gpu_mem > 0 ? j.gpu_mem : d.memory * j.gpu_milli / kWholeGpu;
@@ -242,8 +243,11 @@ void Engine::PreemptForShare(const Job& j, int self, bool reclaim, PreemptOption
       continue;
     }
     if (!d.ShareKindFits(j.swap_oc)) continue;  // shares of another overcommit stay apart
+    // ... and of another compute mode (ComputeModeFits).
+    if (!d.shares.empty() && (d.sm_sum > 0) != (j.sm_percent > 0)) continue;
     MiB free_mem = d.share_capacity(j.swap_oc) - d.share_mem;
     MilliGpu free_w = d.weight_capacity(j.swap_oc) - d.share_weight;
+    int free_pct = 100 - d.sm_sum;
     std::vector<std::pair<int64_t, int>> vs;
     for (int s : d.shares) {
       if (Victim(j, s, reclaim)) vs.push_back({LostWork(jobs_[s]), s});
@@ -251,14 +255,18 @@ void Engine::PreemptForShare(const Job& j, int self, bool reclaim, PreemptOption
     std::sort(vs.begin(), vs.end());
     int64_t cost = 0;
     std::vector<int> victims;
+    auto room = [&] {
+      return free_mem >= want && free_w >= j.gpu_milli && free_pct >= j.sm_percent;
+    };
     for (auto& [c, v] : vs) {
-      if (free_mem >= want && free_w >= j.gpu_milli) break;
+      if (room()) break;
       cost += c;
       victims.push_back(v);
       free_mem += jobs_[v].grants[0].memory;
       free_w += jobs_[v].grants[0].compute;
+      free_pct += jobs_[v].grants[0].sm_percent;
     }
-    if (free_mem >= want && free_w >= j.gpu_milli && HostFitsAfter(j, d.node, victims) &&
+    if (room() && HostFitsAfter(j, d.node, victims) &&
         (!reclaim || LendersKeepReservations(victims))) {
       best->Consider(cost, victims, {static_cast<int>(di)});
     }

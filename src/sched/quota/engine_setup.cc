@@ -292,6 +292,7 @@ Result<Job> Engine::Build(const JobSpec& spec) const {
   j.queue = q->second;
   j.swap_oc = queue.swap_overcommit_percent;
   j.min_isolation = queue.min_isolation;
+  j.sm_percent = queue.compute_percent;
   j.max_runtime = queue.max_runtime_s;
   j.min_runtime = queue.min_runtime_s;
   j.preempt_delay = queue.preemption_delay_s;

@@ -16,6 +16,8 @@ struct Engine::InvariantTally {
   std::vector<MilliGpu> share_w;
   // Per quota dimension (GPU model, pool), per group, per cell: what its grants add up to.
   std::array<std::vector<std::array<int64_t, 64>>, kDims> cell_usage;
+  std::vector<int> sm_sum;     // sm-sharing percentages per device
+  std::vector<int> ts_shares;  // time-slicing shares per device
 };
 
 Status Engine::CheckJobHoldings(InvariantTally* t) const {
@@ -58,6 +60,8 @@ Status Engine::CheckJobHoldings(InvariantTally* t) const {
       } else {
         t->share_mem[gr.dev] += gr.memory;
         t->share_w[gr.dev] += gr.compute;
+        t->sm_sum[gr.dev] += gr.sm_percent;
+        t->ts_shares[gr.dev] += gr.sm_percent == 0 ? 1 : 0;
       }
     }
   }
@@ -95,6 +99,12 @@ Status Engine::CheckDevices(const InvariantTally& t) const {
     }
     if (t.share_w[di] != d.share_weight || t.share_w[di] > d.weight_capacity(d.swap_oc)) {
       return Status::Internal(DevName(static_cast<int>(di)) + ": share weights over one device");
+    }
+    if (t.sm_sum[di] != d.sm_sum || t.sm_sum[di] > 100 ||
+        (t.sm_sum[di] > 0 && t.ts_shares[di] > 0)) {
+      return Status::Internal(DevName(static_cast<int>(di)) + ": sm-sharing percentages " +
+                              std::to_string(t.sm_sum[di]) + " over 100, disagreeing, or beside " +
+                              std::to_string(t.ts_shares[di]) + " time-slicing shares");
     }
     if (d.mig) {
       part::Layout layout;
@@ -157,6 +167,8 @@ Status Engine::CheckInvariants() const {
   for (auto& u : t.cell_usage) u.assign(groups_.size(), {});
   t.share_mem.assign(devs_.size(), 0);
   t.share_w.assign(devs_.size(), 0);
+  t.sm_sum.assign(devs_.size(), 0);
+  t.ts_shares.assign(devs_.size(), 0);
   // One call per part, not per job or device: this runs after every step of a simulation.
   if (Status s = CheckJobHoldings(&t); !s.ok()) return s;
   if (Status s = CheckNodeTotals(t); !s.ok()) return s;
@@ -215,6 +227,7 @@ void Engine::HeldOf(int handle, std::vector<GrantView>* grants, std::optional<Al
     gv.memory = g.memory;
     gv.cpu = g.cpu;
     gv.host_memory = g.host_memory;
+    gv.sm_percent = g.sm_percent;
     grants->push_back(std::move(gv));
   }
   const bool held = j.state == JobState::kRunning || j.state == JobState::kTerminating;

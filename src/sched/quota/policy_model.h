@@ -154,6 +154,13 @@ struct QueueSpec {
   // (QuotaEngine::SetDeviceIsolation) is at least this. Whole devices and partitions are
   // hardware and always meet it.
   int min_isolation = 0;
+  // Compute mode of its shares (issue 38; the server config's queue `compute` and
+  // `compute_percent`): 0 is time-slicing (the default: shares take turns on the whole card);
+  // 1 to 100 is sm-sharing through MPS, each share's active-thread percentage. A share of an
+  // sm-sharing queue goes only on a device that offers MPS (QuotaEngine::SetDeviceMps), where
+  // the sm-sharing shares' percentages sum to at most 100 with it: the ceiling each one gets is
+  // then a floor too. A device holds shares of one compute mode at a time (docs/scheduling.md).
+  int compute_percent = 0;
   // Runtime guards, in seconds (0: none). max_runtime_s: a running job is stopped once it has
   // run this long (a kStopped event says why). min_runtime_s: a running job is no preemption
   // victim (reclaim, priority, drain for a repartition) before it has run this long.

@@ -86,9 +86,11 @@ Status CheckRegistration(const Json& body) {
     if (!d.is_object()) return Status::InvalidArgument("each device must be an object");
     st = OnlyKnownFields(d,
                          {"index", "model", "memory_mib", "uuid", "simulated", "mig_enabled",
-                          "health", "health_reason", "isolation"},
+                          "health", "health_reason", "isolation", "mps"},
                          "register: a device");
     if (st.ok()) st = CheckHealth(d, "a device's ");
+    if (st.ok() && d.contains("mps") && !d["mps"].is_boolean())
+      st = Status::InvalidArgument("a device's 'mps' must be true or false");
     if (st.ok() && d.contains("isolation") &&
         (!d["isolation"].is_string() || IsolationRank(d["isolation"].get<std::string>()) < 0))
       st = Status::InvalidArgument(
@@ -204,6 +206,7 @@ Result<Engine::NodeInfo> Engine::NodeOfRegistration(const Json& body) {
           str("uuid"),
           d.contains("simulated") && d["simulated"].is_boolean() && d["simulated"].get<bool>()};
       di.isolation = str("isolation");
+      di.mps = d.contains("mps") && d["mps"].is_boolean() && d["mps"].get<bool>();
       if (di.model.empty() || di.memory_mib <= 0)
         return Status::InvalidArgument("each device needs 'model' and 'memory_mib'");
       if (di.index != static_cast<int>(n.devices.size()))
@@ -416,6 +419,9 @@ Json Engine::StartOrderLocked(Job& j, const NodeInfo& n) const {
   if (j.form == "share") {
     const QueueRoute* route = config_.FindRoute(j.rec.queue);
     if (route != nullptr && route->swap_overcommit_percent > 0) order["swap"] = true;
+    // sm-sharing (issue 38): the agent starts the job as an MPS client at the grant's percent.
+    const int pct = j.grants.empty() ? 0 : j.grants[0].sm_percent;
+    if (pct > 0) order["compute"] = {{"mode", "sm-sharing"}, {"percent", pct}};
   }
   return order;
 }

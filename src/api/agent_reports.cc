@@ -16,6 +16,7 @@ void Engine::ApplyIsolationLocked(const NodeInfo& n) {
   for (const DeviceInfo& d : n.devices) {
     const int rank = IsolationRank(d.isolation);
     if (rank >= 0) qe_->SetDeviceIsolation(n.name, d.index, rank);
+    qe_->SetDeviceMps(n.name, d.index, d.mps);
   }
 }
 

@@ -123,6 +123,25 @@ Result<QueueRoute> ParseRoute(const YAML::Node& n, const std::string& w, const E
                  "must be one of hardware, driver, mps, preload, not '" + *v + "'");
     q.min_isolation = rank;
   }
+  if (n["compute_percent"] && !n["compute"])
+    return Bad(w + ".compute_percent", "needs compute: sm-sharing");
+  if (n["compute"]) {
+    auto v = Str(n["compute"], w + ".compute");
+    if (!v.ok()) return v.status();
+    if (*v != "time-slicing" && *v != "sm-sharing")
+      return Bad(w + ".compute", "must be time-slicing or sm-sharing, not '" + *v + "'");
+    if (*v == "sm-sharing") {
+      if (q.external()) return Bad(w + ".compute", "only for queues run by node agents");
+      if (!n["compute_percent"])
+        return Bad(w + ".compute_percent", "required with compute: sm-sharing (1 to 100)");
+      auto pct = policy::GetInt(n["compute_percent"], w + ".compute_percent");
+      if (!pct.ok() || *pct < 1 || *pct > 100)
+        return Bad(w + ".compute_percent", "must be an integer from 1 to 100");
+      q.compute_percent = static_cast<int>(*pct);
+    } else if (n["compute_percent"]) {
+      return Bad(w + ".compute_percent", "only with compute: sm-sharing");
+    }
+  }
   if (has_type("pbs") && (!q.mig_model.empty() || !q.gres_partition.empty())) {
     return Bad(w + (q.mig_model.empty() ? ".gres_partition" : ".mig_model"),
                "the PBS backend maps no MIG instances");
@@ -257,9 +276,10 @@ static Status ReadServerSettings(const YAML::Node& root, EngineConfig* c) {
 
 const std::set<std::string>& ServerQueueKeys() {
   static const std::set<std::string> kKeys = {
-      "requeue_on_loss", "backend",        "partition",    "template",    "gpu_type",  "gres_whole",
-      "gres_share",      "gres_partition", "shard_memory", "cap_library", "mig_model", "swap",
-      "overcommit",      "run_as_root",    "isolation",    "backends"};
+      "requeue_on_loss", "backend",    "partition",      "template",     "gpu_type",
+      "gres_whole",      "gres_share", "gres_partition", "shard_memory", "cap_library",
+      "mig_model",       "swap",       "overcommit",     "run_as_root",  "isolation",
+      "backends",        "compute",    "compute_percent"};
   static const std::set<std::string> kAll = [] {
     std::set<std::string> all = kKeys;
     all.insert(KubeQueueKeys().begin(), KubeQueueKeys().end());
@@ -399,6 +419,7 @@ static Status ReadRoutes(const YAML::Node& queues, EngineConfig* c) {
     c->policy.queues[i].external = route->external();
     c->policy.queues[i].swap_overcommit_percent = route->swap_overcommit_percent;
     c->policy.queues[i].min_isolation = route->min_isolation;
+    c->policy.queues[i].compute_percent = route->compute_percent;
     // Kubernetes reports its capacity: admission keeps within it and reclaims by suspending.
     // Several backends: each is a pool of its own, named as the backend.
     c->policy.queues[i].external_pool =

@@ -102,6 +102,9 @@ struct QueueRoute {
   // `isolation: hardware|driver|mps|preload`: the least isolation the queue's shares accept
   // (model/isolation.h rank; 0: any). Shares are placed only on devices whose agent gives it.
   int min_isolation = 0;
+  // `compute: time-slicing|sm-sharing` with `compute_percent: N` (1-100) for sm-sharing: each
+  // share's MPS active-thread percentage (quota::QueueSpec::compute_percent); 0: time-slicing.
+  int compute_percent = 0;
   backends::KubeMapping kube;  // backend: kubernetes (namespace, node_selector, tolerations ...)
   bool external() const { return backend != "local"; }
 };

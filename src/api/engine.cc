@@ -31,8 +31,9 @@ void WriteGrants(JsonText& w, const std::vector<quota::GrantView>& grants) {
         .Key("cpu")
         .Int(g.cpu)
         .Key("host_memory")
-        .Int(g.host_memory)
-        .EndObject();
+        .Int(g.host_memory);
+    if (g.sm_percent > 0) w.Key("sm_percent").Int(g.sm_percent);  // sm-sharing (issue 38)
+    w.EndObject();
   }
   w.EndArray();
 }

@@ -258,6 +258,9 @@ class Engine {
     // The isolation its agent puts between co-resident work there (protocol 3; "": not said):
     // "hardware", "driver", "mps", "preload" or "none" (IsolationRank).
     std::string isolation{};
+    // It offers MPS for sm-sharing shares (protocol 4 `"mps": true`: its agent has the MPS
+    // control program and the device is not partitioned); such a share gets the grade mps.
+    bool mps = false;
   };
   struct NodeInfo {
     std::string name;

@@ -26,6 +26,7 @@ quota::GrantView GrantFrom(const Json& j) {
   g.memory = j.value("memory", int64_t{0});
   g.cpu = j.value("cpu", int64_t{0});
   g.host_memory = j.value("host_memory", int64_t{0});
+  g.sm_percent = j.value("sm_percent", 0);
   return g;
 }
 
@@ -124,6 +125,7 @@ Status Engine::LoadNodes() {
                               d.value("memory_mib", int64_t{0}), d.value("uuid", ""),
                               d.value("simulated", false)});
       node.devices.back().isolation = d.value("isolation", "");
+      node.devices.back().mps = d.value("mps", false);
     }
     node.last_heartbeat_ms = clock_();
     node.heard_mono_ms = monotonic_();

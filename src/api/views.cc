@@ -133,12 +133,18 @@ Json Engine::JobJson(const Job& j) const {
                  {"gpu_milli", g.compute},
                  {"gpu_memory_mib", g.memory}};
       if (!g.slot.empty()) dj["partition"] = g.slot;
+      if (j.form == "share") {
+        dj["compute"] = g.sm_percent > 0 ? Json{{"mode", "sm-sharing"}, {"percent", g.sm_percent}}
+                                         : Json{{"mode", "time-slicing"}};
+      }
       auto n = nodes_.find(g.node);
       // The grant's isolation grade: a whole device or a partition of its own is hardware; a
       // share gets what its device's agent enforces there (unknown from an older agent).
+      // An sm-sharing share runs under MPS: grade mps, or its device's if higher (issue 38).
       std::string grade = j.form == "share" ? "" : "hardware";
       if (n != nodes_.end() && g.device < static_cast<int>(n->second.devices.size())) {
         if (grade.empty()) grade = n->second.devices[g.device].isolation;
+        if (j.form == "share" && g.sm_percent > 0 && IsolationRank(grade) < 2) grade = "mps";
         dj["uuid"] = n->second.devices[g.device].uuid;
         dj["model"] = n->second.devices[g.device].model;
         dj["simulated"] = n->second.devices[g.device].simulated;
@@ -487,6 +493,7 @@ Result<Json> Engine::NodesNow(const Identity& who) {
       }
       devs.back()["health"] = d.healthy ? "ok" : "unhealthy";
       if (!d.isolation.empty()) devs.back()["isolation"] = d.isolation;
+      if (d.mps) devs.back()["mps"] = true;
       if (!d.healthy) devs.back()["health_reason"] = d.health_reason;
     }
     out.push_back({{"name", name},

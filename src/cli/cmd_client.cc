@@ -292,6 +292,15 @@ void ShowJob(const ClientOptions& co, const Args& args, int* exit_code) {
     // The isolation its grants give it (issue 38): hardware, driver, mps, preload or none.
     if (j.contains("placement") && j["placement"].contains("isolation"))
       std::cout << "isolation: " << j["placement"]["isolation"].get<std::string>() << "\n";
+    // A share's compute mode: "compute: sm-sharing 40%" or "compute: time-slicing".
+    if (j.contains("placement") && !j["placement"].value("devices", Json::array()).empty()) {
+      const Json& d0 = j["placement"]["devices"][0];
+      if (d0.contains("compute") && d0["compute"].is_object()) {
+        std::cout << "compute: " << d0["compute"].value("mode", "");
+        if (d0["compute"].contains("percent")) std::cout << " " << d0["compute"]["percent"] << "%";
+        std::cout << "\n";
+      }
+    }
     // A queue over several backends (issue 39): where it went and why, each backend's predicted
     // start when it went, and its actual start, side by side.
     if (j.contains("dispatch") && j["dispatch"].is_object()) {

@@ -7,7 +7,10 @@
 // versions); version 2 adds the field, and nothing else; version 3 adds each device's `health`
 // ("ok" or "unhealthy") and `health_reason`, in registrations and heartbeats' `devices`, and its
 // `isolation` grade ("hardware", "driver", "mps", "preload" or "none") in registrations. A server
-// serving 1-2 refuses a version-3 agent with a message saying to upgrade the server.
+// serving 1-2 refuses a version-3 agent with a message saying to upgrade the server. Version 4
+// adds a device's `"mps": true` in registrations (the agent offers MPS there for sm-sharing
+// shares) and a start order's `"compute"` ({"mode": "sm-sharing", "percent": P}), sent only for
+// devices whose agent said `mps`: a server serving 1-3 refuses a version-4 agent the same way.
 //
 // Thread-safety: constants and a pure function.
 #pragma once
@@ -17,7 +20,7 @@
 
 namespace tessera {
 
-inline constexpr int64_t kAgentProtocolVersion = 3;
+inline constexpr int64_t kAgentProtocolVersion = 4;
 inline constexpr int64_t kAgentProtocolMinServed = 1;
 // The version of a registration without a `protocol` field.
 inline constexpr int64_t kAgentProtocolUnversioned = 1;

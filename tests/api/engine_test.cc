@@ -77,6 +77,27 @@ TEST_F(EngineTest, ConfigErrorsNameTheField) {
       {id + "groups: [{name: g}]\nprofiles: [{name: p}]\nqueues: [{name: q, profile: p, groups: "
             "[g], backend: slurm, swap: true}]",
        "queues[q].swap: only for queues run by node agents"},
+      {id + "groups: [{name: g}]\nprofiles: [{name: p}]\nqueues: [{name: q, profile: p, groups: "
+            "[g], compute: mps}]",
+       "queues[q].compute: must be time-slicing or sm-sharing, not 'mps'"},
+      {id + "groups: [{name: g}]\nprofiles: [{name: p}]\nqueues: [{name: q, profile: p, groups: "
+            "[g], compute: sm-sharing}]",
+       "queues[q].compute_percent: required with compute: sm-sharing"},
+      {id + "groups: [{name: g}]\nprofiles: [{name: p}]\nqueues: [{name: q, profile: p, groups: "
+            "[g], compute: sm-sharing, compute_percent: 101}]",
+       "queues[q].compute_percent: must be an integer from 1 to 100"},
+      {id + "groups: [{name: g}]\nprofiles: [{name: p}]\nqueues: [{name: q, profile: p, groups: "
+            "[g], compute: sm-sharing, compute_percent: 0}]",
+       "queues[q].compute_percent: must be an integer from 1 to 100"},
+      {id + "groups: [{name: g}]\nprofiles: [{name: p}]\nqueues: [{name: q, profile: p, groups: "
+            "[g], compute: time-slicing, compute_percent: 50}]",
+       "queues[q].compute_percent: only with compute: sm-sharing"},
+      {id + "groups: [{name: g}]\nprofiles: [{name: p}]\nqueues: [{name: q, profile: p, groups: "
+            "[g], compute_percent: 50}]",
+       "queues[q].compute_percent: needs compute: sm-sharing"},
+      {id + "groups: [{name: g}]\nprofiles: [{name: p}]\nqueues: [{name: q, profile: p, groups: "
+            "[g], backend: slurm, compute: sm-sharing, compute_percent: 50}]",
+       "queues[q].compute: only for queues run by node agents"},
   };
   for (const Case& c : cases) {
     auto r = ParseConfig(c.yaml);
@@ -101,6 +122,25 @@ TEST_F(EngineTest, SwapQueuesCarryTheirOvercommit) {
     ASSERT_TRUE(r.ok()) << r.status().message();
     EXPECT_EQ(r->policy.queues[0].swap_overcommit_percent, want) << queue;
     EXPECT_EQ(r->FindRoute("q")->swap_overcommit_percent, want) << queue;
+  }
+}
+
+// `compute: sm-sharing` with `compute_percent` reaches the quota policy (issue 38); time-slicing
+// (the default) is 0.
+TEST_F(EngineTest, QueuesCarryTheirComputeMode) {
+  const std::string base =
+      "identities: [{name: a, token: aaaaaaaaaa}]\ngroups: [{name: g}]\n"
+      "profiles: [{name: p, forms: [share], gpu_memory: 8GiB}]\n";
+  for (auto [queue, want] : std::initializer_list<std::pair<std::string, int>>{
+           {"{name: q, profile: p, groups: [g]}", 0},
+           {"{name: q, profile: p, groups: [g], compute: time-slicing}", 0},
+           {"{name: q, profile: p, groups: [g], compute: sm-sharing, compute_percent: 40}", 40},
+           {"{name: q, profile: p, groups: [g], compute: sm-sharing, compute_percent: 100}",
+            100}}) {
+    auto r = ParseConfig(base + "queues: [" + queue + "]\n");
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    EXPECT_EQ(r->policy.queues[0].compute_percent, want) << queue;
+    EXPECT_EQ(r->FindRoute("q")->compute_percent, want) << queue;
   }
 }
 

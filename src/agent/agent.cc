@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <filesystem>
 #include <thread>
 
 #include "agent/agent_internal.h"
@@ -72,6 +73,9 @@ Agent::Agent(const AgentOptions& options, Inventory inventory, std::vector<std::
       heartbeat_ms_(std::max(1, options.default_heartbeat_ms)),
       backoff_ms_(heartbeat_ms_),
       state_(options.work_dir, launcher_.owns_work_dir()) {
+  if (!options.mps_control.empty())
+    mps_ = std::make_unique<MpsDaemons>(MpsOptions{
+        options.mps_control, std::filesystem::absolute(options.work_dir).string() + "/mps"});
   if (inventory_.source == "nvml") {
     auto sampler = NvmlSampler::Open(options.nvml_library);
     if (sampler.ok()) nvml_ = std::move(*sampler);
@@ -340,8 +344,12 @@ int RunAgent(const AgentOptions& options) {
       checked.capgpu_preload.clear();
     }
   }
-  for (DiscoveredDevice& d : inventory->devices)
+  // MPS for sm-sharing shares where the control program is found (issue 38).
+  checked.mps_control = FindMpsControl(options.mps_control);
+  for (DiscoveredDevice& d : inventory->devices) {
     d.isolation = IsolationGrade(d, !checked.capgpu_preload.empty());
+    d.mps = !checked.mps_control.empty() && OffersMps(d.model, d.mig_enabled);
+  }
   // What swapped-out share memory may take on this node: --swap-ram (else half the host's
   // memory) plus --swap-disk. The scheduler keeps swapping shares' overcommit within it.
   inventory->swap_mib =

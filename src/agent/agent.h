@@ -52,6 +52,9 @@ struct AgentOptions {
   std::string cgroup_parent = "tessera";       // jobs go to <cgroup_root>/<cgroup_parent>/<job>
   std::string capgpu_preload;                  // path of libtessera_capgpu.so for shares; "" = none
   std::string region_dir = "/dev/shm";         // share region files
+  // The MPS control program for sm-sharing shares (agent/mps.h), PATH searched; its daemons'
+  // pipes and logs under <work_dir>/mps. "" or not found: the agent offers no MPS.
+  std::string mps_control = "nvidia-cuda-mps-control";
   // Swapping shares (queues with swap: true): host RAM per share for swapped-out bytes (0:
   // unlimited), the disk tier's directory ("" = none), and how long a share must be idle before
   // it may be swapped out to make room for another (src/agent/swap_manager.h).

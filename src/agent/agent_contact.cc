@@ -257,6 +257,7 @@ void Agent::Apply(const HeartbeatReply& reply) {
                               : " as " + d.mig),
            {{"job", spec.id}});
     }
+    if (s.ok()) s = BindMpsClient(mps_.get(), &bound);  // sm-sharing: its device's MPS daemon
     if (s.ok()) s = launcher_.Start(bound);
     if (!s.ok()) partitions_.Release(spec.id);
     wake_.store(true);  // the next heartbeat says at once that it runs (or could not start)

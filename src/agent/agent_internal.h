@@ -21,6 +21,7 @@
 #include "agent/device_health.h"
 #include "agent/discovery.h"
 #include "agent/launcher.h"
+#include "agent/mps.h"
 #include "agent/partitions.h"
 #include "agent/protocol.h"
 #include "agent/swap_manager.h"
@@ -166,6 +167,7 @@ class Agent {
   Partitions partitions_{inventory_, options_.nvml_library, options_.amdsmi_library};
   Launcher launcher_;
   std::map<int, std::unique_ptr<SwapManager>> swap_;  // device index -> its swapping shares
+  std::unique_ptr<MpsDaemons> mps_;  // sm-sharing shares' MPS daemons; null: no control program
   int64_t last_swap_tick_ms_ = 0;
   std::vector<std::string> urls_;  // the control plane's servers; one leads
   size_t current_ = 0;             // written by the main thread under watch_mu_

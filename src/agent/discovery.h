@@ -46,6 +46,9 @@ struct DiscoveredDevice {
   // "hardware" (MIG on: every grant is an instance of its own), "preload" (shares capped by the
   // cap library alone) or "none" (shares uncapped: the agent has no cap library).
   std::string isolation{};
+  // It offers MPS for sm-sharing shares (set by the agent: an MPS control program, and the
+  // device NVIDIA and not MIG-partitioned; agent/mps.h). Such a share gets the grade "mps".
+  bool mps = false;
 };
 
 // The device's isolation grade as this agent enforces it (see DiscoveredDevice::isolation):

@@ -62,6 +62,11 @@ struct JobSpec {
   // The share's memory may be swapped out while idle (src/capgpu/swap.h): its region is created
   // with swapping on, with the launcher's swap_ram and swap_dir.
   bool swap = false;
+  // Compute mode sm-sharing (issue 38; the order's "compute": {"mode": "sm-sharing", "percent":
+  // P}): the share runs as an MPS client at this active-thread percentage; the agent starts its
+  // device's MPS control daemon and puts the client's variables in `env` before Start. 0:
+  // time-slicing.
+  int sm_percent = 0;
   // The Unix account the job runs under (its uid, primary gid and supplementary groups; HOME,
   // USER, LOGNAME set): "" runs it as the agent's own account. An account this node does not
   // have, or one a non-root agent cannot switch to, refuses the start with the reason.

@@ -10,10 +10,13 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
+
+#include "partition/catalog.h"
 
 extern char** environ;
 
@@ -208,6 +211,49 @@ Result<std::map<std::string, std::string>> MpsDaemons::ClientEnv(int index, int 
   if (memory_mib > 0)
     env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = "0=" + std::to_string(memory_mib) + "M";
   return env;
+}
+
+std::string FindMpsControl(const std::string& control) {
+  if (control.empty()) return "";
+  if (control.find('/') != std::string::npos)
+    return access(control.c_str(), X_OK) == 0 ? control : "";
+  const char* path = std::getenv("PATH");
+  std::string dirs = path != nullptr ? path : "/usr/bin:/bin";
+  for (size_t at = 0; at <= dirs.size();) {
+    size_t colon = dirs.find(':', at);
+    if (colon == std::string::npos) colon = dirs.size();
+    const std::string dir = dirs.substr(at, colon - at);
+    const std::string full = (dir.empty() ? "." : dir) + "/" + control;
+    struct stat st {};
+    if (stat(full.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(full.c_str(), X_OK) == 0)
+      return full;
+    at = colon + 1;
+  }
+  return "";
+}
+
+bool OffersMps(const std::string& model, bool mig_enabled) {
+  if (mig_enabled) return false;
+  const partition::GpuModel* m = partition::Catalog::BuiltIn().Find(model);
+  return m == nullptr || !m->is_amd();
+}
+
+Status BindMpsClient(MpsDaemons* mps, JobSpec* spec) {
+  if (spec->sm_percent <= 0) return Status::Ok();
+  if (spec->devices.size() != 1)
+    return Status::FailedPrecondition("MPS: an sm-sharing share is on one device, not " +
+                                      std::to_string(spec->devices.size()));
+  const DeviceBinding& d = spec->devices[0];
+  if (mps == nullptr)
+    return Status::FailedPrecondition("MPS for device " + std::to_string(d.index) +
+                                      ": this agent has no MPS control program (--mps-control)");
+  if (Status st = mps->Ensure(d.index, d.uuid); !st.ok()) return st;
+  auto env = mps->ClientEnv(d.index, spec->sm_percent, spec->gpu_memory_limit_bytes >> 20);
+  if (!env.ok())
+    return Status::FailedPrecondition("MPS for device " + std::to_string(d.index) + ": " +
+                                      env.status().message());
+  for (const auto& [k, v] : *env) spec->env[k] = v;
+  return Status::Ok();
 }
 
 void MpsDaemons::Quit(int index) {

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/launcher.h"
 #include "common/status.h"
 
 namespace tessera::agent {
@@ -65,5 +66,22 @@ class MpsDaemons {
   MpsOptions options_;
   std::map<int, std::string> uuids_;  // devices started
 };
+
+// The control program the agent would run: `control` itself when it names a path (has a '/'),
+// else the first executable of that name in PATH; "" when there is none (the agent then offers
+// no MPS: its devices say no "mps" and sm-sharing shares are not placed there).
+std::string FindMpsControl(const std::string& control);
+
+// Whether an agent with an MPS control program offers MPS on a device: an NVIDIA device (not an
+// AMD model of the partition catalog) that is not MIG-partitioned (MPS on MIG is per instance,
+// which this agent does not run).
+bool OffersMps(const std::string& model, bool mig_enabled);
+
+// Binds an sm-sharing share (spec->sm_percent > 0; else nothing) to its device's control daemon:
+// ensures it runs (MpsDaemons::Ensure) and puts the client's variables (ClientEnv: the pipe
+// directory, the percentage, the memory cap in MiB rounded down) into spec->env, over the job's
+// own. `mps` null (no control program) or a share without exactly one device is an error. Every
+// error names MPS and the device: the job is then not started (exit 127, the reason its output).
+Status BindMpsClient(MpsDaemons* mps, JobSpec* spec);
 
 }  // namespace tessera::agent

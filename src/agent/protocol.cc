@@ -53,6 +53,20 @@ Result<JobSpec> ParseStart(const json& j) {
     if (!j["swap"].is_boolean()) return Bad(field("swap") + "must be true or false");
     spec.swap = j["swap"].get<bool>();
   }
+  if (j.contains("compute") && !j["compute"].is_null()) {
+    const json& c = j["compute"];
+    const std::string mode = c.is_object() && c.contains("mode") && c["mode"].is_string()
+                                 ? c["mode"].get<std::string>()
+                                 : "";
+    if (mode != "time-slicing" && mode != "sm-sharing")
+      return Bad(field("compute") + "must be {\"mode\": \"time-slicing\" or \"sm-sharing\"}");
+    if (mode == "sm-sharing") {
+      if (!c.contains("percent") || !c["percent"].is_number_integer() ||
+          c["percent"].get<int64_t>() < 1 || c["percent"].get<int64_t>() > 100)
+        return Bad(field("compute") + "percent must be an integer from 1 to 100");
+      spec.sm_percent = c["percent"].get<int>();
+    }
+  }
   if (j.contains("run_as") && !j["run_as"].is_null()) {
     if (!j["run_as"].is_string()) return Bad(field("run_as") + "must be a string");
     spec.run_as = j["run_as"].get<std::string>();
@@ -113,6 +127,7 @@ std::string RegisterBody(const Inventory& inventory, bool cgroups,
     if (d.mig_enabled) dj["mig_enabled"] = true;
     dj["health"] = d.healthy ? "ok" : "unhealthy";
     if (!d.isolation.empty()) dj["isolation"] = d.isolation;
+    if (d.mps) dj["mps"] = true;  // protocol 4
     if (!d.healthy) dj["health_reason"] = d.health_reason;
     devices.push_back(std::move(dj));
   }

@@ -432,6 +432,9 @@ void RegisterAgentCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--work", o->work_dir, "directory for job output files");
   cmd->add_option("--capgpu", o->capgpu_preload, "libtessera_capgpu.so to preload into shares");
   cmd->add_option("--cgroup-root", o->cgroup_root, "cgroup v2 mount (\"\" disables cgroups)");
+  cmd->add_option(
+      "--mps-control", o->mps_control,
+      "MPS control program for sm-sharing shares (nvidia-cuda-mps-control; \"\": none)");
   auto swap_ram = std::make_shared<std::string>();
   cmd->add_option(
       "--swap-ram", *swap_ram,

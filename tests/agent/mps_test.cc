@@ -5,12 +5,14 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <fstream>
 #include <sstream>
 #include <thread>
 
+#include "agent/protocol.h"
 #include "test_util.h"
 
 namespace tessera::agent {
@@ -92,6 +94,89 @@ TEST(AgentMps, AControlProgramThatIsNotThereIsAnErrorNamingTheDevice) {
   EXPECT_NE(st.message().find("MPS for device 2"), std::string::npos) << st.message();
   // A command to it fails too, and the test process lives on (no SIGPIPE).
   EXPECT_FALSE(mps.Command(2, "get_server_list").ok());
+}
+
+// An sm-sharing share's start (issue 38): its device's daemon is started and the client's
+// variables go into the job's environment, over the job's own.
+TEST(AgentMps, BindMpsClientStartsTheDevicesDaemonAndGivesTheClientItsLimits) {
+  testing::TempDir dir;
+  MpsDaemons mps({FAKE_MPS_CONTROL, dir.path() + "/mps"});
+  JobSpec spec;
+  spec.id = "j-1";
+  spec.command = {"true"};
+  spec.devices = {{1, "GPU-fake-agent-1", "", "", "", -1}};
+  spec.gpu_memory_limit_bytes = int64_t{8} << 30;
+  spec.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = "100";  // the job's own: not what it gets
+  ASSERT_TRUE(BindMpsClient(&mps, &spec).ok()) << "time-slicing too: nothing to do";
+  spec.sm_percent = 40;
+  Status st = BindMpsClient(&mps, &spec);
+  ASSERT_TRUE(st.ok()) << st.message();
+  EXPECT_TRUE(mps.Running(1));
+  EXPECT_FALSE(mps.Running(0));
+  EXPECT_EQ(spec.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "40");
+  EXPECT_EQ(spec.env["CUDA_MPS_PIPE_DIRECTORY"], dir.path() + "/mps/1/pipe");
+  EXPECT_EQ(spec.env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"], "0=8192M");
+  EXPECT_NE(Slurp(dir.path() + "/mps/1/log/control.log").find("GPU-fake-agent-1"),
+            std::string::npos);
+}
+
+TEST(AgentMps, BindMpsClientFailsNamingMpsAndTheDevice) {
+  testing::TempDir dir;
+  JobSpec spec;
+  spec.id = "j-2";
+  spec.devices = {{3, "GPU-x", "", "", "", -1}};
+  spec.sm_percent = 25;
+  Status none = BindMpsClient(nullptr, &spec);
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.message().find("MPS for device 3"), std::string::npos) << none.message();
+  MpsDaemons broken({dir.path() + "/no-such-control", dir.path() + "/mps"});
+  Status st = BindMpsClient(&broken, &spec);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("MPS for device 3"), std::string::npos) << st.message();
+  EXPECT_EQ(spec.env.count("CUDA_MPS_PIPE_DIRECTORY"), 0u) << "nothing bound";
+}
+
+TEST(AgentMps, TheControlProgramIsFoundAndMpsOfferedOnlyOffMigAndAmd) {
+  EXPECT_EQ(FindMpsControl(FAKE_MPS_CONTROL), FAKE_MPS_CONTROL);
+  EXPECT_EQ(FindMpsControl("/nonexistent/nvidia-cuda-mps-control"), "");
+  EXPECT_EQ(FindMpsControl(""), "");
+  const std::string sh = FindMpsControl("sh");  // PATH searched
+  EXPECT_TRUE(sh.size() > 3 && sh.substr(sh.size() - 3) == "/sh" && access(sh.c_str(), X_OK) == 0)
+      << sh;
+  EXPECT_EQ(FindMpsControl("tessera-no-such-program"), "");
+  EXPECT_TRUE(OffersMps("H100-80GB", false));
+  EXPECT_FALSE(OffersMps("H100-80GB", true)) << "MIG on";
+  EXPECT_FALSE(OffersMps("MI300X", false)) << "AMD";
+}
+
+// Agent protocol 4: a device's "mps" in the registration, a start order's "compute".
+TEST(AgentMps, ProtocolCarriesMpsAndComputeMode) {
+  Inventory inv;
+  inv.node = "n";
+  inv.devices.push_back({0, "H100-80GB", 81920, "GPU-0", true});
+  inv.devices.push_back({1, "H100-80GB", 81920, "GPU-1", true});
+  inv.devices[1].mps = true;
+  const std::string body = RegisterBody(inv, false);
+  EXPECT_EQ(body.find("\"mps\":true"), body.rfind("\"mps\":true")) << body;
+  EXPECT_NE(body.find("\"mps\":true"), std::string::npos) << body;
+  EXPECT_NE(body.find("\"protocol\":4"), std::string::npos) << body;
+  auto r = ParseHeartbeatReply(
+      R"({"start": [{"job": "a", "command": ["x"], "compute": {"mode": "sm-sharing", "percent": 40}},
+                    {"job": "b", "command": ["x"], "compute": {"mode": "time-slicing"}},
+                    {"job": "c", "command": ["x"]}]})");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->start[0].sm_percent, 40);
+  EXPECT_EQ(r->start[1].sm_percent, 0);
+  EXPECT_EQ(r->start[2].sm_percent, 0);
+  for (const char* bad :
+       {R"({"mode": "sm-sharing", "percent": 0})", R"({"mode": "sm-sharing", "percent": 101})",
+        R"({"mode": "sm-sharing"})", R"({"mode": "mps"})", R"("sm-sharing")"}) {
+    auto e = ParseHeartbeatReply(
+        std::string(R"({"start": [{"job": "a", "command": ["x"], "compute": )") + bad + "}]}");
+    ASSERT_FALSE(e.ok()) << bad;
+    EXPECT_NE(e.status().message().find("field 'compute'"), std::string::npos)
+        << e.status().message();
+  }
 }
 
 }  // namespace

@@ -161,8 +161,13 @@ TEST_F(DashboardTasksTest, AJobIsCancelledFromItsPageAfterAConfirmation) {
       Wait("document.querySelector('[data-job-state]') && "
            "/started-and-waiting/.test(document.querySelector('#job-output').textContent)"),
       Eval("document.querySelector('#cancel-job') == null", "no_cancel"),
+      Eval("(document.querySelector('[data-isolation]') || {}).textContent", "isolation"),
   });
   EXPECT_EQ(r["no_cancel"], true) << "a member who may not cancel the job is offered Cancel";
+  // The grant's isolation grade (issue 38), as the API gives it.
+  const std::string grade = AdminJob(id)["placement"].value("isolation", "");
+  ASSERT_FALSE(grade.empty()) << AdminJob(id).dump();
+  EXPECT_EQ(r.value("isolation", ""), grade) << r.dump(1);
   r = Browse({
       Goto(Url("token=vision-token-1&view=jobs")),
       Wait("document.querySelector('[data-open=\"" + id + "\"]')"),

@@ -435,6 +435,11 @@ async function showJob(listed) {
     fact("user", j.identity); fact("group", swatch(j.group)); fact("queue", j.queue);
     fact("GPUs", gpus(jobGpus(j)) + (j.placement ? " · " + j.placement.form + " on " + j.placement.node +
          (j.placement.devices || []).map(d => " GPU " + d.index + (d.partition ? " (" + d.partition + ")" : "")).join(",") : ""));
+    if (j.placement && j.placement.isolation) {
+      const c = (j.placement.devices || []).map(d => d.compute).find(x => x);
+      fact("isolation", el("span", { "data-isolation": "1", text: j.placement.isolation }));
+      if (c) fact("compute", c.mode + (c.percent ? " " + c.percent + "%" : ""));
+    }
     if (j.placement) fact("CPUs, memory", cpus(j.placement.cpu_milli) + " CPU · " + gib(j.placement.memory_mib) + " · GPU memory " + gib(j.placement.gpu_memory_mib));
     fact("submitted", when(j.submit_ms)); fact("started", when(jobStart(j) || (ev && (ev.events.filter(e => e.kind === "job.running").pop() || {}).time_ms)));
     fact(ENDED.has(j.state) ? "ran for" : "running for", span(jobDuration(j)));

@@ -91,7 +91,7 @@ TEST(AgentProtocol, DeviceHealthInRegistrationAndHeartbeats) {
   inv.devices[0].isolation = "preload";
   inv.devices[1].health_reason = "XID 79: GPU has fallen off the bus";
   json j = json::parse(RegisterBody(inv, true));
-  EXPECT_EQ(j["protocol"], 3);
+  EXPECT_EQ(j["protocol"], kAgentProtocolVersion);
   EXPECT_EQ(j["devices"][0]["health"], "ok");
   EXPECT_FALSE(j["devices"][0].contains("health_reason"));
   EXPECT_EQ(j["devices"][1]["health"], "unhealthy");

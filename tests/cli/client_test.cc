@@ -175,12 +175,14 @@ TEST_F(UpTest, NamesHumanTimesAndCancellingSeveralJobs) {
   EXPECT_THAT(running.out, Not(::testing::ContainsRegex("17[0-9]{8}")));
   ProcessResult waiting = WaitForOutput("alice", {"jobs"}, "expected free at");
   EXPECT_THAT(waiting.out, HasSubstr("long-train"));
-  EXPECT_THAT(waiting.out,
-              ::testing::ContainsRegex("expected free at [0-9:]+ UTC \\(in (59m|1h)\\)"));
+  // A time on another day carries its date (an hour from 23:xx UTC is tomorrow's).
+  const std::string day = "([0-9]{4}-[0-9]{2}-[0-9]{2} )?";
+  EXPECT_THAT(waiting.out, ::testing::ContainsRegex("expected free at " + day +
+                                                    "[0-9:]+ UTC \\(in (59m|1h)\\)"));
   EXPECT_THAT(waiting.out, Not(HasSubstr("t=1")));
   // And its place in line, with when it should start (the server's forecast).
-  EXPECT_THAT(waiting.out, ::testing::ContainsRegex(
-                               "position 1, expected to start [0-9:]+ UTC \\(in (59m|1h)\\)"));
+  EXPECT_THAT(waiting.out, ::testing::ContainsRegex("position 1, expected to start " + day +
+                                                    "[0-9:]+ UTC \\(in (59m|1h)\\)"));
   ProcessResult only_running = As("alice", {"jobs", "--state", "running"});
   EXPECT_EQ(only_running.exit_code, 0) << only_running.err;
   EXPECT_THAT(only_running.out, HasSubstr("j-1 "));

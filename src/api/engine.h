@@ -255,12 +255,8 @@ class Engine {
     // Returned by an administrator (ClearHealthLocked): the reason cleared; agent yet to hear.
     std::string health_cleared{};
     bool health_reset = false;
-    // The isolation its agent puts between co-resident work there (protocol 3; "": not said):
-    // "hardware", "driver", "mps", "preload" or "none" (IsolationRank).
-    std::string isolation{};
-    // It offers MPS for sm-sharing shares (protocol 4 `"mps": true`: its agent has the MPS
-    // control program and the device is not partitioned); such a share gets the grade mps.
-    bool mps = false;
+    std::string isolation{};  // its agent's grade (IsolationRank; protocol 3; "": not said)
+    bool mps = false;  // offers MPS to sm-sharing shares (protocol 4 "mps"): they get grade mps
   };
   struct NodeInfo {
     std::string name;

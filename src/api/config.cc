@@ -30,40 +30,38 @@ using cfg::CheckKeys;
 using cfg::CheckUnique;
 using cfg::Duration;
 using cfg::Prefixed;
+using cfg::ReadBool;
 using cfg::ReadIdentities;
 using cfg::ReadOidc;
+using cfg::ReadStrs;
 using cfg::Str;
 using cfg::StrList;
 
 // A queue's route: which backend runs its jobs and how (the keys beyond the policy's).
 Result<QueueRoute> ParseRoute(const YAML::Node& n, const std::string& w, const EngineConfig& c) {
   QueueRoute q;
-  if (n["requeue_on_loss"]) {
-    auto v = policy::GetBool(n["requeue_on_loss"], w + ".requeue_on_loss");
-    if (!v.ok()) return Prefixed(v.status());
-    q.requeue_on_loss = *v;
-  }
-  if (Status st = ParseQueueBackends(n, w, c, &q); !st.ok()) return st;
+  Status st = ReadBool(n["requeue_on_loss"], w + ".requeue_on_loss", &q.requeue_on_loss);
+  if (st.ok()) st = ParseQueueBackends(n, w, c, &q);
+  if (!st.ok()) return st;
   const auto has_type = [&](const char* type) {
     return std::find(q.backend_types.begin(), q.backend_types.end(), type) != q.backend_types.end();
   };
-  for (auto [key, field] : std::initializer_list<std::pair<const char*, std::string*>>{
-           {"partition", &q.partition},
-           {"template", &q.template_path},
-           {"gpu_type", &q.gpu_type},
-           {"gres_whole", &q.gres_whole},
-           {"gres_share", &q.gres_share},
-           {"gres_partition", &q.gres_partition},
-           {"cap_library", &q.cap_library},
-           {"mig_model", &q.mig_model}}) {
-    if (!n[key]) continue;
-    if (!q.external())
-      return Bad(w + "." + key,
-                 "only for a queue with an external backend (slurm, pbs, kubernetes)");
-    auto v = Str(n[key], w + "." + key);
-    if (!v.ok()) return v.status();
-    *field = *v;
-  }
+  st = ReadStrs(n, w,
+                {{"partition", &q.partition},
+                 {"template", &q.template_path},
+                 {"gpu_type", &q.gpu_type},
+                 {"gres_whole", &q.gres_whole},
+                 {"gres_share", &q.gres_share},
+                 {"gres_partition", &q.gres_partition},
+                 {"cap_library", &q.cap_library},
+                 {"mig_model", &q.mig_model}},
+                [&](const std::string& field, const YAML::Node&) {
+                  return q.external() ? Status::Ok()
+                                      : Bad(field,
+                                            "only for a queue with an external backend (slurm, "
+                                            "pbs, kubernetes)");
+                });
+  if (!st.ok()) return st;
   if (n["shard_memory"]) {
     if (!n["shard_memory"].IsScalar())
       return Bad(w + ".shard_memory", "expected a size such as 1GiB");
@@ -72,11 +70,7 @@ Result<QueueRoute> ParseRoute(const YAML::Node& n, const std::string& w, const E
       return Bad(w + ".shard_memory", "expected a positive size such as 1GiB");
     q.shard_mib = *v;
   }
-  if (n["run_as_root"]) {
-    auto v = policy::GetBool(n["run_as_root"], w + ".run_as_root");
-    if (!v.ok()) return Prefixed(v.status());
-    q.run_as_root = *v;
-  }
+  if (st = ReadBool(n["run_as_root"], w + ".run_as_root", &q.run_as_root); !st.ok()) return st;
   if (n["overcommit"] && !n["swap"]) return Bad(w + ".overcommit", "needs swap: true");
   if (n["max_runtime"] && q.external()) {
     return Bad(w + ".max_runtime",
@@ -158,8 +152,7 @@ Result<QueueRoute> ParseRoute(const YAML::Node& n, const std::string& w, const E
     q.mig_model = m->name;
   }
   if (has_type("kubernetes")) {
-    Status st = ParseKubeRoute(n, w, &q);
-    if (!st.ok()) return st;
+    if (st = ParseKubeRoute(n, w, &q); !st.ok()) return st;
   } else {
     for (const std::string& key : KubeQueueKeys()) {
       if (n[key]) return Bad(w + "." + key, "only for a queue with backend: kubernetes");
@@ -181,6 +174,18 @@ static Status ReadMs(const YAML::Node& root, const char* key, bool positive, int
   if (!d.ok()) return d.status();
   if (positive && *d <= 0) return Bad(key, "must be positive");
   *ms = *d;
+  return Status::Ok();
+}
+
+// An optional whole-number setting from `lo` to `hi`.
+template <typename Int>
+static Status ReadCount(const YAML::Node& root, const char* key, int64_t lo, int64_t hi, Int* out) {
+  if (!root[key]) return Status::Ok();
+  int64_t n = -1;
+  if (!YAML::convert<int64_t>::decode(root[key], n) || n < lo || n > hi) {
+    return Bad(key, "must be an integer from " + std::to_string(lo) + " to " + std::to_string(hi));
+  }
+  *out = static_cast<Int>(n);
   return Status::Ok();
 }
 
@@ -207,17 +212,9 @@ static Status ReadServerSettings(const YAML::Node& root, EngineConfig* c) {
   }
   if (st.ok()) st = ReadMs(root, "cycle", true, &c->cycle_ms);
   if (!st.ok()) return st;
-  if (root["schedule_on_submit"]) {
-    auto v = policy::GetBool(root["schedule_on_submit"], "schedule_on_submit");
-    if (!v.ok()) return Prefixed(v.status());
-    c->schedule_on_submit = *v;
-  }
-  if (root["metrics_public"]) {
-    auto v = policy::GetBool(root["metrics_public"], "metrics_public");
-    if (!v.ok()) return Prefixed(v.status());
-    c->metrics_public = *v;
-  }
-  st = ReadMs(root, "backend_poll", true, &c->backend_poll_ms);
+  st = ReadBool(root["schedule_on_submit"], "schedule_on_submit", &c->schedule_on_submit);
+  if (st.ok()) st = ReadBool(root["metrics_public"], "metrics_public", &c->metrics_public);
+  if (st.ok()) st = ReadMs(root, "backend_poll", true, &c->backend_poll_ms);
   if (st.ok()) st = ReadMs(root, "utilization_sample", true, &c->utilization_sample_ms);
   if (st.ok()) st = ReadMs(root, "retention", false, &c->retention_ms);
   if (st.ok()) st = ReadMs(root, "auth_failed_retention", false, &c->auth_failed_retention_ms);
@@ -231,30 +228,12 @@ static Status ReadServerSettings(const YAML::Node& root, EngineConfig* c) {
   }
   if (st.ok()) st = ReadMs(root, "utilization_fine_keep", true, &c->utilization_fine_keep_ms);
   if (st.ok()) st = ReadMs(root, "utilization_keep", true, &c->utilization_keep_ms);
-  if (st.ok() && root["max_requests_per_identity"]) {
-    int64_t n = -1;
-    if (!YAML::convert<int64_t>::decode(root["max_requests_per_identity"], n) || n < 1 ||
-        n > 100'000) {
-      return Bad("max_requests_per_identity", "must be an integer from 1 to 100000");
-    }
-    c->max_requests_per_identity = n;
-  }
-  if (st.ok() && root["max_jobs_per_identity"]) {
-    int64_t n = -1;
-    if (!YAML::convert<int64_t>::decode(root["max_jobs_per_identity"], n) || n < 1 ||
-        n > 100'000'000) {
-      return Bad("max_jobs_per_identity", "must be an integer from 1 to 100000000");
-    }
-    c->max_jobs_per_identity = n;
-  }
-  if (st.ok() && root["ended_jobs_in_memory"]) {
-    int64_t n = -1;
-    if (!YAML::convert<int64_t>::decode(root["ended_jobs_in_memory"], n) || n < 1 ||
-        n > 10'000'000) {
-      return Bad("ended_jobs_in_memory", "must be an integer from 1 to 10000000");
-    }
-    c->ended_jobs_in_memory = n;
-  }
+  if (st.ok())
+    st = ReadCount(root, "max_requests_per_identity", 1, 100'000, &c->max_requests_per_identity);
+  if (st.ok())
+    st = ReadCount(root, "max_jobs_per_identity", 1, 100'000'000, &c->max_jobs_per_identity);
+  if (st.ok())
+    st = ReadCount(root, "ended_jobs_in_memory", 1, 10'000'000, &c->ended_jobs_in_memory);
   if (st.ok() && root["max_output"]) {
     auto q = ParseMemoryMiB(root["max_output"].as<std::string>());
     if (!q.ok()) return Bad("max_output", q.status().message());
@@ -263,15 +242,8 @@ static Status ReadServerSettings(const YAML::Node& root, EngineConfig* c) {
     }
     c->max_output_bytes = *q * 1024 * 1024;
   }
-  if (!st.ok()) return st;
-  if (root["backend_nice"]) {
-    int n = -1;
-    if (!YAML::convert<int>::decode(root["backend_nice"], n) || n < 0 || n > 19) {
-      return Bad("backend_nice", "must be an integer from 0 to 19");
-    }
-    c->backend_nice = n;
-  }
-  return Status::Ok();
+  if (st.ok()) st = ReadCount(root, "backend_nice", 0, 19, &c->backend_nice);
+  return st;
 }
 
 const std::set<std::string>& ServerQueueKeys() {

@@ -23,10 +23,7 @@ using cfg::Bad;
 using cfg::Str;
 
 const NamedBackend* EngineConfig::FindBackend(const std::string& name) const {
-  for (const NamedBackend& b : backends) {
-    if (b.name == name) return &b;
-  }
-  return nullptr;
+  return cfg::FindBy(backends, &NamedBackend::name, name);
 }
 
 std::string EngineConfig::TypeOf(const std::string& name) const {
@@ -83,23 +80,22 @@ Status ReadNamedBackends(const YAML::Node& root, EngineConfig* c) {
                                   " backend's name; name this " + b.type + " backend otherwise");
     }
     b.kube = c->kubernetes;  // what it does not set, the top-level kubernetes: gives
-    for (auto [key, field] : std::initializer_list<std::pair<const char*, std::string*>>{
-             {"kubeconfig", &b.kube.kubeconfig},
-             {"context", &b.kube.context},
-             {"namespace", &b.kube.ns}}) {
-      if (!n[key]) continue;
-      if (b.type != "kubernetes") return Bad(w + "." + key, "only for type: kubernetes");
-      auto v = Str(n[key], w + "." + key);
-      if (!v.ok()) return v.status();
-      *field = *v;
-      if (std::string(key) == "kubeconfig") b.kube.in_cluster = false;
-    }
+    const auto kube_only = [&](const std::string& field, const YAML::Node&) {
+      return b.type == "kubernetes" ? Status::Ok() : Bad(field, "only for type: kubernetes");
+    };
+    st = cfg::ReadStrs(n, w,
+                       {{"kubeconfig", &b.kube.kubeconfig},
+                        {"context", &b.kube.context},
+                        {"namespace", &b.kube.ns}},
+                       kube_only);
+    if (!st.ok()) return st;
+    if (n["kubeconfig"]) b.kube.in_cluster = false;
     if (n["in_cluster"]) {
-      if (b.type != "kubernetes") return Bad(w + ".in_cluster", "only for type: kubernetes");
-      auto v = policy::GetBool(n["in_cluster"], w + ".in_cluster");
-      if (!v.ok()) return cfg::Prefixed(v.status());
-      b.kube.in_cluster = *v;
-      if (*v && n["kubeconfig"]) return Bad(w, "in_cluster and kubeconfig exclude each other");
+      st = kube_only(w + ".in_cluster", n["in_cluster"]);
+      if (st.ok()) st = cfg::ReadBool(n["in_cluster"], w + ".in_cluster", &b.kube.in_cluster);
+      if (!st.ok()) return st;
+      if (b.kube.in_cluster && n["kubeconfig"])
+        return Bad(w, "in_cluster and kubeconfig exclude each other");
     }
     c->backends.push_back(b);
   }

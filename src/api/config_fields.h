@@ -4,8 +4,10 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <functional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "api/config.h"
@@ -43,6 +45,53 @@ inline Result<std::vector<std::string>> StrList(const YAML::Node& n, const std::
   auto r = policy::GetStrings(n, where);
   if (!r.ok()) return Prefixed(r.status());
   return r;
+}
+
+// An optional true/false field: `v` (undefined when the key is absent) into *out.
+inline Status ReadBool(const YAML::Node& v, const std::string& where, bool* out) {
+  if (!v) return Status::Ok();
+  auto r = policy::GetBool(v, where);
+  if (!r.ok()) return Prefixed(r.status());
+  *out = *r;
+  return Status::Ok();
+}
+
+// An optional duration field: `v` (undefined when the key is absent) into *ms.
+inline Status ReadDuration(const YAML::Node& v, const std::string& where, int64_t* ms) {
+  if (!v) return Status::Ok();
+  auto r = Duration(v, where);
+  if (!r.ok()) return r.status();
+  *ms = *r;
+  return Status::Ok();
+}
+
+// The optional string fields of map `n`: each key of `fields` that `n` has, read into its target;
+// errors name "<where>.<key>". `check`, when given, sees each present field's name and node
+// before it is read: an error from it refuses the field.
+using StrFields = std::initializer_list<std::pair<const char*, std::string*>>;
+using FieldCheck = std::function<Status(const std::string& field, const YAML::Node& v)>;
+inline Status ReadStrs(const YAML::Node& n, const std::string& where, StrFields fields,
+                       const FieldCheck& check = nullptr) {
+  for (auto [key, out] : fields) {
+    if (!n[key]) continue;
+    const std::string field = where + "." + key;
+    if (check) {
+      if (Status st = check(field, n[key]); !st.ok()) return st;
+    }
+    auto v = Str(n[key], field);
+    if (!v.ok()) return v.status();
+    *out = *v;
+  }
+  return Status::Ok();
+}
+
+// The first of `items` whose `key` is `value`, or nullptr.
+template <typename T>
+const T* FindBy(const std::vector<T>& items, std::string T::*key, const std::string& value) {
+  for (const T& t : items) {
+    if (t.*key == value) return &t;
+  }
+  return nullptr;
 }
 
 // Each named entry's name is set and unique.

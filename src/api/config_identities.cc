@@ -19,28 +19,29 @@
 
 namespace tessera::api {
 
+namespace {
+// Every role and its name, for both directions.
+constexpr std::pair<Role, const char*> kRoleNames[] = {{Role::kAdmin, "admin"},
+                                                       {Role::kUser, "user"},
+                                                       {Role::kAgent, "agent"},
+                                                       {Role::kViewer, "viewer"},
+                                                       {Role::kMetrics, "metrics"}};
+}  // namespace
+
 const char* RoleName(Role r) {
-  switch (r) {
-    case Role::kAdmin:
-      return "admin";
-    case Role::kUser:
-      return "user";
-    case Role::kAgent:
-      return "agent";
-    case Role::kViewer:
-      return "viewer";
-    case Role::kMetrics:
-      return "metrics";
+  for (auto [role, name] : kRoleNames) {
+    if (role == r) return name;
   }
   return "?";
 }
 
 Result<Role> ParseRole(const std::string& name) {
-  for (Role r : {Role::kAdmin, Role::kUser, Role::kAgent, Role::kViewer, Role::kMetrics}) {
-    if (name == RoleName(r)) return r;
+  std::string names;
+  for (auto [role, role_name] : kRoleNames) {
+    if (name == role_name) return role;
+    names += (names.empty() ? "" : ", ") + std::string(role_name);
   }
-  return Status::InvalidArgument("unknown role '" + name +
-                                 "' (admin, user, agent, viewer, metrics)");
+  return Status::InvalidArgument("unknown role '" + name + "' (" + names + ")");
 }
 
 // "2027-06-30", "2027-06-30T18:00:00Z" or with an offset ("+02:00"): milliseconds since the
@@ -106,34 +107,19 @@ std::string NewToken() {
 }
 
 const Identity* EngineConfig::FindIdentityByTokenHash(const std::string& hash) const {
-  for (const Identity& i : identities) {
-    if (i.token_sha256 == hash) return &i;
-  }
-  return nullptr;
+  return cfg::FindBy(identities, &Identity::token_sha256, hash);
 }
 const quota::GroupSpec* EngineConfig::FindGroup(const std::string& name) const {
-  for (const auto& g : policy.groups) {
-    if (g.name == name) return &g;
-  }
-  return nullptr;
+  return cfg::FindBy(policy.groups, &quota::GroupSpec::name, name);
 }
 const quota::QueueSpec* EngineConfig::FindQueue(const std::string& name) const {
-  for (const auto& q : policy.queues) {
-    if (q.name == name) return &q;
-  }
-  return nullptr;
+  return cfg::FindBy(policy.queues, &quota::QueueSpec::name, name);
 }
 const quota::ProfileSpec* EngineConfig::FindProfile(const std::string& name) const {
-  for (const auto& p : policy.profiles) {
-    if (p.name == name) return &p;
-  }
-  return nullptr;
+  return cfg::FindBy(policy.profiles, &quota::ProfileSpec::name, name);
 }
 const QueueRoute* EngineConfig::FindRoute(const std::string& queue) const {
-  for (const auto& r : routes) {
-    if (r.queue == queue) return &r;
-  }
-  return nullptr;
+  return cfg::FindBy(routes, &QueueRoute::queue, queue);
 }
 
 bool Identity::MaySpeakFor(const std::string& node) const {
@@ -254,30 +240,26 @@ Status ReadOidc(const YAML::Node& root, EngineConfig* c) {
                          "account_claim", "clock_skew", "ca_file", "scopes", "roles"});
   if (!st.ok()) return st;
   auth::OidcSettings& o = c->oidc;
-  for (auto [key, out] : {std::pair<const char*, std::string*>{"issuer", &o.issuer},
-                          {"audience", &o.audience},
-                          {"client_id", &o.client_id},
-                          {"groups_claim", &o.groups_claim},
-                          {"username_claim", &o.username_claim},
-                          {"account_claim", &o.account_claim},
-                          {"ca_file", &o.ca_file},
-                          {"scopes", &o.scopes}}) {
-    if (!n[key]) continue;
-    auto v = Str(n[key], std::string("oidc.") + key);
-    if (!v.ok()) return v.status();
-    if (v->empty()) return Bad(std::string("oidc.") + key, "must not be empty");
-    *out = *v;
-  }
+  st = ReadStrs(n, "oidc",
+                {{"issuer", &o.issuer},
+                 {"audience", &o.audience},
+                 {"client_id", &o.client_id},
+                 {"groups_claim", &o.groups_claim},
+                 {"username_claim", &o.username_claim},
+                 {"account_claim", &o.account_claim},
+                 {"ca_file", &o.ca_file},
+                 {"scopes", &o.scopes}},
+                [](const std::string& field, const YAML::Node& v) {
+                  return v.IsScalar() && v.Scalar().empty() ? Bad(field, "must not be empty")
+                                                            : Status::Ok();
+                });
+  if (!st.ok()) return st;
   if (o.issuer.empty()) return Bad("oidc.issuer", "required (the provider's issuer URL)");
   if (o.issuer.rfind("https://", 0) != 0 && o.issuer.rfind("http://", 0) != 0)
     return Bad("oidc.issuer", "'" + o.issuer + "' is not an http(s) URL");
   if (o.client_id.empty() && o.audience.empty())
     return Bad("oidc", "needs client_id (or audience): the audience its tokens must carry");
-  if (n["clock_skew"]) {
-    auto d = Duration(n["clock_skew"], "oidc.clock_skew");
-    if (!d.ok()) return d.status();
-    o.clock_skew_ms = *d;
-  }
+  if (st = ReadDuration(n["clock_skew"], "oidc.clock_skew", &o.clock_skew_ms); !st.ok()) return st;
   if (n["roles"]) {
     if (!n["roles"].IsMap()) return Bad("oidc.roles", "expected a map of role: [group, ...]");
     for (const auto& kv : n["roles"]) {

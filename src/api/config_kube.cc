@@ -27,7 +27,6 @@ namespace tessera::api {
 namespace {
 
 using cfg::Bad;
-using cfg::Duration;
 using cfg::Str;
 
 Result<std::map<std::string, std::string>> StrMap(const YAML::Node& n, const std::string& where) {
@@ -159,24 +158,20 @@ Status CheckDra(const YAML::Node& n, const std::string& w, QueueRoute* q) {
 
 Status ParseKubeRoute(const YAML::Node& n, const std::string& w, QueueRoute* q) {
   backends::KubeMapping& k = q->kube;
-  for (auto [key, field] : std::initializer_list<std::pair<const char*, std::string*>>{
-           {"namespace", &k.ns},
-           {"priority_class", &k.priority_class},
-           {"image", &k.image},
-           {"vendor", &k.vendor},
-           {"mig_strategy", &k.mig_strategy},
-           {"mig_product", &k.mig_product},
-           {"share_mode", &k.share_mode},
-           {"amd_partition", &k.amd_partition},
-           {"devices", &k.devices}}) {
-    if (!n[key]) continue;
-    auto v = Str(n[key], w + "." + key);
-    if (!v.ok()) return v.status();
-    *field = *v;
-  }
+  Status st = cfg::ReadStrs(n, w,
+                            {{"namespace", &k.ns},
+                             {"priority_class", &k.priority_class},
+                             {"image", &k.image},
+                             {"vendor", &k.vendor},
+                             {"mig_strategy", &k.mig_strategy},
+                             {"mig_product", &k.mig_product},
+                             {"share_mode", &k.share_mode},
+                             {"amd_partition", &k.amd_partition},
+                             {"devices", &k.devices}});
+  if (!st.ok()) return st;
   if (!k.ns.empty() && !DnsLabel(k.ns))
     return Bad(w + ".namespace", "'" + k.ns + "' is not a Kubernetes namespace name");
-  Status st = OneOf(k.vendor, {"nvidia", "amd"}, w + ".vendor");
+  st = OneOf(k.vendor, {"nvidia", "amd"}, w + ".vendor");
   if (st.ok()) st = OneOf(k.mig_strategy, {"mixed", "single"}, w + ".mig_strategy");
   if (st.ok()) st = OneOf(k.devices, {"extended", "dra"}, w + ".devices");
   if (st.ok() && k.devices == "dra" && !n["share_mode"]) k.share_mode = "mps";
@@ -248,12 +243,8 @@ Status ParseKubeRoute(const YAML::Node& n, const std::string& w, QueueRoute* q) 
     }
     k.tolerations_json = list.dump();
   }
-  if (n["placement_timeout"]) {
-    auto d = Duration(n["placement_timeout"], w + ".placement_timeout");
-    if (!d.ok()) return d.status();
-    k.placement_timeout_ms = *d;
-  }
-  return CheckKubeUtf8(k, w);
+  st = cfg::ReadDuration(n["placement_timeout"], w + ".placement_timeout", &k.placement_timeout_ms);
+  return st.ok() ? CheckKubeUtf8(k, w) : st;
 }
 
 Status ReadKubeSettings(const YAML::Node& root, EngineConfig* c) {
@@ -267,18 +258,11 @@ Status ReadKubeSettings(const YAML::Node& root, EngineConfig* c) {
     if (!st.ok()) return st;
   }
   KubeSettings& k = c->kubernetes;
-  for (auto [key, field] : std::initializer_list<std::pair<const char*, std::string*>>{
-           {"kubeconfig", &k.kubeconfig}, {"context", &k.context}, {"namespace", &k.ns}}) {
-    if (!n[key]) continue;
-    auto v = Str(n[key], std::string("kubernetes.") + key);
-    if (!v.ok()) return v.status();
-    *field = *v;
-  }
-  if (n["in_cluster"]) {
-    auto v = policy::GetBool(n["in_cluster"], "kubernetes.in_cluster");
-    if (!v.ok()) return cfg::Prefixed(v.status());
-    k.in_cluster = *v;
-  }
+  Status st =
+      cfg::ReadStrs(n, "kubernetes",
+                    {{"kubeconfig", &k.kubeconfig}, {"context", &k.context}, {"namespace", &k.ns}});
+  if (st.ok()) st = cfg::ReadBool(n["in_cluster"], "kubernetes.in_cluster", &k.in_cluster);
+  if (!st.ok()) return st;
   if (k.in_cluster && !k.kubeconfig.empty())
     return Bad("kubernetes", "in_cluster and kubeconfig exclude each other");
   return Status::Ok();

@@ -388,24 +388,26 @@ AsyncRouteHandler WatchOrders(Engine* e, net::HttpServer* http) {
   };
 }
 
-Route Sync(std::string method, std::string pattern, Access access, RouteHandler handler,
-           log::Level request_log = log::Level::kInfo) {
+// What every route has: its method, pattern, who may call it and how its requests are logged.
+Route Base(std::string method, std::string pattern, Access access, log::Level request_log) {
   Route r;
   r.method = std::move(method);
   r.pattern = std::move(pattern);
   r.access = access;
   r.request_log = request_log;
+  return r;
+}
+
+Route Sync(std::string method, std::string pattern, Access access, RouteHandler handler,
+           log::Level request_log = log::Level::kInfo) {
+  Route r = Base(std::move(method), std::move(pattern), access, request_log);
   r.handler = std::move(handler);
   return r;
 }
 
 Route Async(std::string method, std::string pattern, Access access, AsyncRouteHandler handler,
             log::Level request_log = log::Level::kInfo, bool timed = true) {
-  Route r;
-  r.method = std::move(method);
-  r.pattern = std::move(pattern);
-  r.access = access;
-  r.request_log = request_log;
+  Route r = Base(std::move(method), std::move(pattern), access, request_log);
   r.async = std::move(handler);
   r.timed = timed;
   return r;

@@ -400,22 +400,20 @@ Result<Json> Engine::GroupsNow(const Identity& who) {
                    {"weight_milli", spec->weight_milli},
                    {"usage", ResJson(g.usage)},
                    {"fair_share", g.fair_share}});
-    // Quota per GPU model (issue 37): what it holds, reserves and may hold on each model.
-    for (const quota::ModelQuotaView& m : g.models) {
-      out.back()["models"].push_back(
-          {{"model", m.model},
-           {"gpu_milli_usage", m.usage},
-           {"gpu_milli_reservation", m.reservation},
-           {"gpu_milli_limit", m.limit >= quota::kUnlimited ? Json(nullptr) : Json(m.limit)}});
-    }
-    // ... and per pool: what it holds in each pool, reserves and may hold there.
-    for (const quota::ModelQuotaView& p : g.pools) {
-      out.back()["pools"].push_back(
-          {{"pool", p.model},
-           {"gpu_milli_usage", p.usage},
-           {"gpu_milli_reservation", p.reservation},
-           {"gpu_milli_limit", p.limit >= quota::kUnlimited ? Json(nullptr) : Json(p.limit)}});
-    }
+    // Quota per GPU model (issue 37) and per pool: what it holds in each, reserves and may hold
+    // there (a pool's name is its view's `model`).
+    const auto quota_rows = [&](const char* list, const char* name,
+                                const std::vector<quota::ModelQuotaView>& views) {
+      for (const quota::ModelQuotaView& m : views) {
+        out.back()[list].push_back(
+            {{name, m.model},
+             {"gpu_milli_usage", m.usage},
+             {"gpu_milli_reservation", m.reservation},
+             {"gpu_milli_limit", m.limit >= quota::kUnlimited ? Json(nullptr) : Json(m.limit)}});
+      }
+    };
+    quota_rows("models", "model", g.models);
+    quota_rows("pools", "pool", g.pools);
   }
   return Json{{"groups", out}};
 }

@@ -194,6 +194,15 @@ TEST(QuotaModels, ConfigErrorsNameTheField) {
   s = Validate(p);
   EXPECT_NE(s.message().find("groups[a].models[H100-80GB] is named twice"), std::string::npos)
       << s.message();
+  p.groups[0].models = {{kH100, -1000, kUnlimited}};
+  s = Validate(p);
+  EXPECT_NE(s.message().find("groups[a].models[H100-80GB].reservation is negative"),
+            std::string::npos)
+      << s.message();
+  p.groups[0].models = {{kH100, 0, -1000}};
+  s = Validate(p);
+  EXPECT_NE(s.message().find("groups[a].models[H100-80GB].limit is negative"), std::string::npos)
+      << s.message();
   p = MixedPolicy({kH100, kH100});
   s = Validate(p);
   EXPECT_NE(s.message().find("queues[a-mixed].models: 'H100-80GB' is listed twice"),

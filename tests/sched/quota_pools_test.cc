@@ -155,6 +155,14 @@ TEST(QuotaPools, ConfigErrorsNameTheField) {
   s = Validate(p);
   EXPECT_NE(s.message().find("groups[a].pools[train] is named twice"), std::string::npos)
       << s.message();
+  p.groups[0].pools = {{"train", -1000, kUnlimited}};
+  s = Validate(p);
+  EXPECT_NE(s.message().find("groups[a].pools[train].reservation is negative"), std::string::npos)
+      << s.message();
+  p.groups[0].pools = {{"train", 0, -1000}};
+  s = Validate(p);
+  EXPECT_NE(s.message().find("groups[a].pools[train].limit is negative"), std::string::npos)
+      << s.message();
   p.groups[0].limit = Gpu(3000);
   p.groups[0].reservation = Gpu(0);
   p.groups[0].pools = {{"train", 0, 4000}};

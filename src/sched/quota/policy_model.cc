@@ -97,6 +97,35 @@ namespace {
 
 using GroupIndex = std::map<std::string, const GroupSpec*>;
 
+// One per-model or per-pool quota's amounts (`kind` "models" or "pools", `key` the model or
+// pool): non-negative, the reservation within its limit, the limit within the group's GPU limit.
+Status CheckQuotaAmounts(const GroupSpec& g, const std::string& field, const char* kind,
+                         const std::string& key, int64_t reservation, int64_t limit) {
+  const std::string kf = field + "." + kind + "[" + key + "]";
+  if (reservation < 0) return Status::InvalidArgument(kf + ".reservation is negative");
+  if (limit < 0) return Status::InvalidArgument(kf + ".limit is negative");
+  if (reservation > limit) {
+    return Status::InvalidArgument(field + ".reservation." + kind + "[" + key +
+                                   "] exceeds its limit (limit." + kind + "[" + key + "])");
+  }
+  if (limit != kUnlimited && limit > g.limit.gpu_milli) {
+    return Status::InvalidArgument(field + ".limit." + kind + "[" + key +
+                                   "] exceeds the group's GPU limit (limit.gpu)");
+  }
+  return Status::Ok();
+}
+
+// The per-model or per-pool reservations, `reserved` together, within the group's GPU one.
+Status CheckQuotaSum(const GroupSpec& g, const std::string& field, const char* kind,
+                     int64_t reserved) {
+  if (reserved > g.reservation.gpu_milli) {
+    return Status::InvalidArgument(field + ".reservation." + kind + " sum to " +
+                                   FormatMilli(reserved) + " GPU, more than reservation.gpu " +
+                                   FormatMilli(g.reservation.gpu_milli));
+  }
+  return Status::Ok();
+}
+
 // A group's quotas per GPU model: named once each, amounts non-negative, each reservation within
 // its limit, and the reservations together within the group's GPU reservation.
 Status ValidateModelQuotas(const GroupSpec& g, const std::string& field) {
@@ -105,26 +134,14 @@ Status ValidateModelQuotas(const GroupSpec& g, const std::string& field) {
   for (const ModelQuota& m : g.models) {
     if (m.model.empty())
       return Status::InvalidArgument(field + ".reservation.models: an empty model");
-    const std::string mf = field + ".models[" + m.model + "]";
-    if (!seen.insert(m.model).second) return Status::InvalidArgument(mf + " is named twice");
+    if (!seen.insert(m.model).second)
+      return Status::InvalidArgument(field + ".models[" + m.model + "] is named twice");
     if (Status s = CheckModelName(m.model, field + ".models"); !s.ok()) return s;
-    if (m.reservation < 0) return Status::InvalidArgument(mf + ".reservation is negative");
-    if (m.limit < 0) return Status::InvalidArgument(mf + ".limit is negative");
-    if (m.reservation > m.limit) {
-      return Status::InvalidArgument(field + ".reservation.models[" + m.model +
-                                     "] exceeds its limit (limit.models[" + m.model + "])");
-    }
-    if (m.limit != kUnlimited && m.limit > g.limit.gpu_milli) {
-      return Status::InvalidArgument(field + ".limit.models[" + m.model +
-                                     "] exceeds the group's GPU limit (limit.gpu)");
-    }
+    if (Status s = CheckQuotaAmounts(g, field, "models", m.model, m.reservation, m.limit); !s.ok())
+      return s;
     reserved += m.reservation;
   }
-  if (reserved > g.reservation.gpu_milli) {
-    return Status::InvalidArgument(field + ".reservation.models sum to " + FormatMilli(reserved) +
-                                   " GPU, more than reservation.gpu " +
-                                   FormatMilli(g.reservation.gpu_milli));
-  }
+  if (Status s = CheckQuotaSum(g, field, "models", reserved); !s.ok()) return s;
   // A family's reservation and one of its models' would promise the same cards twice.
   for (const ModelQuota& a : g.models) {
     for (const ModelQuota& b : g.models) {
@@ -146,28 +163,15 @@ Status ValidatePoolQuotas(const GroupSpec& g, const std::string& field,
   int64_t reserved = 0;
   for (const PoolQuota& q : g.pools) {
     if (q.pool.empty()) return Status::InvalidArgument(field + ".pools: an empty pool name");
-    const std::string pf = field + ".pools[" + q.pool + "]";
-    if (!seen.insert(q.pool).second) return Status::InvalidArgument(pf + " is named twice");
+    if (!seen.insert(q.pool).second)
+      return Status::InvalidArgument(field + ".pools[" + q.pool + "] is named twice");
     if (!pools.empty() && !pools.count(q.pool))  // none declared: the nodes' pools
       return Status::InvalidArgument(field + ".pools: '" + q.pool + "' is not a pool");
-    if (q.reservation < 0) return Status::InvalidArgument(pf + ".reservation is negative");
-    if (q.limit < 0) return Status::InvalidArgument(pf + ".limit is negative");
-    if (q.reservation > q.limit) {
-      return Status::InvalidArgument(field + ".reservation.pools[" + q.pool +
-                                     "] exceeds its limit (limit.pools[" + q.pool + "])");
-    }
-    if (q.limit != kUnlimited && q.limit > g.limit.gpu_milli) {
-      return Status::InvalidArgument(field + ".limit.pools[" + q.pool +
-                                     "] exceeds the group's GPU limit (limit.gpu)");
-    }
+    if (Status s = CheckQuotaAmounts(g, field, "pools", q.pool, q.reservation, q.limit); !s.ok())
+      return s;
     reserved += q.reservation;
   }
-  if (reserved > g.reservation.gpu_milli) {
-    return Status::InvalidArgument(field + ".reservation.pools sum to " + FormatMilli(reserved) +
-                                   " GPU, more than reservation.gpu " +
-                                   FormatMilli(g.reservation.gpu_milli));
-  }
-  return Status::Ok();
+  return CheckQuotaSum(g, field, "pools", reserved);
 }
 
 Status ValidateGroup(const GroupSpec& g, size_t i, GroupIndex* groups) {

@@ -50,24 +50,37 @@ void Engine::EndGraces() {
   }
 }
 
+namespace {
+
+// Decays a group's or member's usage history (`decayed`, resource-seconds per resource: GPU,
+// GPU memory, CPU, memory) by `decay`, adds `usage` held for `dt` seconds, and returns the
+// dominant share: the largest of the four over its capacity (`cap`) times the half-life.
+double DecayUsage(const Resources& usage, double decay, double dt, const double cap[4],
+                  double half_life, double decayed[4]) {
+  const double u[4] = {static_cast<double>(usage.gpu_milli),
+                       static_cast<double>(usage.gpu_memory_mib),
+                       static_cast<double>(usage.cpu_milli), static_cast<double>(usage.memory_mib)};
+  double share = 0;
+  for (int r = 0; r < 4; ++r) {
+    decayed[r] = decayed[r] * decay + u[r] * dt;
+    share = std::max(share, decayed[r] / (cap[r] * half_life));
+  }
+  return share;
+}
+
+}  // namespace
+
 void Engine::UpdateFairShare() {
   // Fair share: decay past usage, add the usage since the last cycle.
   double dt = last_cycle_ < 0 ? 0.0 : static_cast<double>(now_ - last_cycle_);
-  double decay = std::pow(0.5, dt / static_cast<double>(policy_.fair_share_half_life_s));
+  const double half_life = static_cast<double>(policy_.fair_share_half_life_s);
+  double decay = std::pow(0.5, dt / half_life);
   double cap[4] = {static_cast<double>(std::max<MilliGpu>(gpu_capacity(), 1)),
                    static_cast<double>(std::max<MiB>(gpu_memory_capacity_, 1)),
                    static_cast<double>(std::max<MilliCpu>(cpu_capacity_, 1)),
                    static_cast<double>(std::max<MiB>(host_memory_capacity_, 1))};
   for (GroupRt& g : groups_) {
-    double u[4] = {static_cast<double>(g.usage.gpu_milli),
-                   static_cast<double>(g.usage.gpu_memory_mib),
-                   static_cast<double>(g.usage.cpu_milli), static_cast<double>(g.usage.memory_mib)};
-    double share = 0;
-    for (int r = 0; r < 4; ++r) {
-      g.decayed[r] = g.decayed[r] * decay + u[r] * dt;
-      share = std::max(
-          share, g.decayed[r] / (cap[r] * static_cast<double>(policy_.fair_share_half_life_s)));
-    }
+    const double share = DecayUsage(g.usage, decay, dt, cap, half_life, g.decayed);
     const bool weighted = options_.engine_break != EngineOptions::Break::kFairShareIgnoresWeights;
     g.fair_share = weighted ? share / (static_cast<double>(g.spec.weight_milli) / 1000.0) : share;
     const Resources& res = g.spec.reservation;
@@ -77,15 +90,7 @@ void Engine::UpdateFairShare() {
   // The same inside groups that list their users: each member's decayed usage over its weight,
   // against the whole cluster's capacity (so members of one group compare in the same units).
   for (MemberRt& m : members_) {
-    double u[4] = {static_cast<double>(m.usage.gpu_milli),
-                   static_cast<double>(m.usage.gpu_memory_mib),
-                   static_cast<double>(m.usage.cpu_milli), static_cast<double>(m.usage.memory_mib)};
-    double share = 0;
-    for (int r = 0; r < 4; ++r) {
-      m.decayed[r] = m.decayed[r] * decay + u[r] * dt;
-      share = std::max(
-          share, m.decayed[r] / (cap[r] * static_cast<double>(policy_.fair_share_half_life_s)));
-    }
+    const double share = DecayUsage(m.usage, decay, dt, cap, half_life, m.decayed);
     m.fair_share = share / (static_cast<double>(m.weight_milli) / 1000.0);
   }
   last_cycle_ = now_;

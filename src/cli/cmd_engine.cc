@@ -401,11 +401,26 @@ void ApplyLogFlags(const LogFlags& f) {
   log::Configure(*log::ParseLevel(f.level), *log::ParseFormat(f.format));
 }
 
+// The agent's sizes as given (made bytes of agent::AgentOptions by SizeBytes) and its log flags.
+struct AgentFlags {
+  std::string swap_ram, max_output, swap_disk;
+  LogFlags log;
+};
+
+// A size flag such as 64GiB, from min_mib MiB up, into *bytes; false where it is none.
+bool SizeBytes(const std::string& text, MiB min_mib, int64_t* bytes) {
+  Result<MiB> mib = ParseMemoryMiB(text);
+  if (!mib.ok() || *mib < min_mib || *mib > (INT64_MAX >> 20)) return false;
+  *bytes = *mib * 1024 * 1024;
+  return true;
+}
+
 void RegisterAgentCommand(CLI::App& app, CommandContext& ctx) {
   auto* cmd = app.add_subcommand("agent",
                                  "Run a node agent: register, heartbeat, run the jobs placed here");
   auto o = std::make_shared<agent::AgentOptions>();
   auto token_file = std::make_shared<std::string>();
+  auto f = std::make_shared<AgentFlags>();
   cmd->add_option("--server", o->control_plane_url,
                   "control plane URL(s), http:// or https:// (default $TESSERA_URL)");
   // A token on the command line is readable by every process on the host (/proc/PID/cmdline),
@@ -435,19 +450,16 @@ void RegisterAgentCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_option(
       "--mps-control", o->mps_control,
       "MPS control program for sm-sharing shares (nvidia-cuda-mps-control; \"\": none)");
-  auto swap_ram = std::make_shared<std::string>();
   cmd->add_option(
-      "--swap-ram", *swap_ram,
+      "--swap-ram", f->swap_ram,
       "host RAM per swapping share for swapped-out memory, e.g. 64GiB (default: unlimited)");
   cmd->add_option("--swap-dir", o->swap_dir,
                   "directory for swapped-out memory past --swap-ram (default: none)");
-  auto max_output = std::make_shared<std::string>();
-  cmd->add_option("--max-output", *max_output,
+  cmd->add_option("--max-output", f->max_output,
                   "most output kept and uploaded per job on this node, e.g. 64MiB (default 64MiB; "
                   "0: no limit)");
-  auto swap_disk = std::make_shared<std::string>();
   cmd->add_option(
-      "--swap-disk", *swap_disk,
+      "--swap-disk", f->swap_disk,
       "space under --swap-dir the node offers swapped-out memory, e.g. 500GiB (default 0)");
   cmd->add_option("--swap-idle", o->swap_idle_ms,
                   "ms a share must be idle before it is swapped out ahead of need, to keep room "
@@ -457,55 +469,34 @@ void RegisterAgentCommand(CLI::App& app, CommandContext& ctx) {
                   "waiting for memory when no idle one can make room (0, the default: the share "
                   "waits for an active one to go idle)")
       ->check(CLI::Range(0, 86'400'000));
-  auto log_flags = std::make_shared<LogFlags>();
-  AddLogFlags(cmd, log_flags.get());
-  cmd->callback([o, token_file, token_flag, swap_ram, swap_disk, max_output, log_flags, &ctx] {
-    ApplyLogFlags(*log_flags);
-    if (!token_flag->empty()) {
-      std::cerr
-          << "tessera agent: --token puts the token where every process on this host reads it "
-             "(/proc/PID/cmdline); use --token-file FILE (mode 0600) or $TESSERA_TOKEN_FILE\n";
+  AddLogFlags(cmd, &f->log);
+  cmd->callback([o, token_file, token_flag, f, &ctx] {
+    ApplyLogFlags(f->log);
+    auto bad = [&](const std::string& what) {
+      std::cerr << "tessera agent: " << what << "\n";
       ctx.exit_code = kExitBadInput;
-      return;
+    };
+    if (!token_flag->empty()) {
+      return bad(
+          "--token puts the token where every process on this host reads it "
+          "(/proc/PID/cmdline); use --token-file FILE (mode 0600) or $TESSERA_TOKEN_FILE");
     }
     agent::AgentOptions opts = *o;
-    if (!swap_ram->empty()) {
-      auto mib = ParseMemoryMiB(*swap_ram);
-      if (!mib.ok() || *mib <= 0 || *mib > (INT64_MAX >> 20)) {
-        std::cerr << "tessera agent: --swap-ram: expected a size such as 64GiB, not '" << *swap_ram
-                  << "'\n";
-        ctx.exit_code = kExitBadInput;
-        return;
-      }
-      opts.swap_ram_bytes = *mib * 1024 * 1024;
+    if (!f->swap_ram.empty() && !SizeBytes(f->swap_ram, 1, &opts.swap_ram_bytes)) {
+      return bad("--swap-ram: expected a size such as 64GiB, not '" + f->swap_ram + "'");
     }
-    if (!max_output->empty()) {
-      auto mib = ParseMemoryMiB(*max_output);
-      if (!mib.ok() || *mib < 0 || *mib > (INT64_MAX >> 20)) {
-        std::cerr << "tessera agent: --max-output: expected a size such as 64MiB, not '"
-                  << *max_output << "'\n";
-        ctx.exit_code = kExitBadInput;
-        return;
-      }
-      opts.max_output_bytes = *mib * 1024 * 1024;
+    if (!f->max_output.empty() && !SizeBytes(f->max_output, 0, &opts.max_output_bytes)) {
+      return bad("--max-output: expected a size such as 64MiB, not '" + f->max_output + "'");
     }
-    if (!swap_disk->empty()) {
-      auto mib = ParseMemoryMiB(*swap_disk);
-      if (!mib.ok() || *mib < 0 || *mib > (INT64_MAX >> 20) || opts.swap_dir.empty()) {
-        std::cerr
-            << "tessera agent: --swap-disk: expected a size such as 500GiB, with --swap-dir\n";
-        ctx.exit_code = kExitBadInput;
-        return;
-      }
-      opts.swap_disk_bytes = *mib * 1024 * 1024;
+    if (!f->swap_disk.empty() &&
+        (!SizeBytes(f->swap_disk, 0, &opts.swap_disk_bytes) || opts.swap_dir.empty())) {
+      return bad("--swap-disk: expected a size such as 500GiB, with --swap-dir");
     }
     auto env = [](const char* name) {
       return std::getenv(name) ? std::string(std::getenv(name)) : std::string();
     };
     if (Status st = net::ResolveCredentials(*token_file, &opts.token, &opts.tls); !st.ok()) {
-      std::cerr << "tessera agent: " << st.message() << "\n";
-      ctx.exit_code = kExitBadInput;
-      return;
+      return bad(st.message());
     }
     if (!env("TESSERA_URL").empty() && opts.control_plane_url == "http://127.0.0.1:8080") {
       opts.control_plane_url = env("TESSERA_URL");

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "run_tessera.h"
@@ -244,6 +245,27 @@ TEST(ClientCliTest, ATokenOnTheCommandLineIsRefused) {
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
   EXPECT_THAT(r.err, HasSubstr("--token-file"));
   EXPECT_THAT(r.err, HasSubstr("/proc/PID/cmdline"));
+}
+
+// The agent's size flags are sizes (--swap-ram above 0, --swap-disk with --swap-dir), each
+// refused with what it expects before the agent connects anywhere.
+TEST(AgentCliTest, SizeFlagsAreSizes) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--swap-ram", "lots"}, "--swap-ram: expected a size such as 64GiB, not 'lots'"},
+      {{"--swap-ram", "0"}, "--swap-ram: expected a size such as 64GiB, not '0'"},
+      {{"--max-output=-1MiB"}, "--max-output: expected a size such as 64MiB, not '-1MiB'"},
+      {{"--swap-ram", "64GiB", "--max-output", "0MiB", "--swap-disk", "1GiB"},
+       "--swap-disk: expected a size such as 500GiB, with --swap-dir"},
+      {{"--swap-dir", "/nonexistent", "--swap-disk", "big"},
+       "--swap-disk: expected a size such as 500GiB, with --swap-dir"},
+  };
+  for (const auto& [flags, says] : cases) {
+    std::vector<std::string> args = {"agent", "--server", "http://127.0.0.1:1"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    ProcessResult r = Tessera(args);
+    EXPECT_EQ(r.exit_code, 2) << flags[0] << ": " << r.err;
+    EXPECT_EQ(r.err, "tessera agent: " + says + "\n");
+  }
 }
 
 }  // namespace

@@ -1,12 +1,11 @@
 #include "agent/amd_smi.h"
 
-#include <dlfcn.h>
-
 #include <cctype>
 #include <cstring>
 #include <functional>
 #include <iterator>
-#include <type_traits>
+
+#include "agent/dynamic_library.h"
 
 namespace tessera::agent {
 namespace {
@@ -56,24 +55,35 @@ std::string Clean(const char* s, size_t max) {
 
 }  // namespace
 
+// The AMD SMI calls made here: X(member, symbol, required, return type, parameters), the one list
+// the members of Api and their binding come from (agent/dynamic_library.h).
+#define TESSERA_AMD_SMI_CALLS(X)                                                           \
+  X(init, "amdsmi_init", true, Smi, (uint64_t))                                            \
+  X(shut_down, "amdsmi_shut_down", true, Smi, ())                                          \
+  X(sockets, "amdsmi_get_socket_handles", true, Smi, (uint32_t*, Handle*))                 \
+  X(processors, "amdsmi_get_processor_handles", true, Smi, (Handle, uint32_t*, Handle*))   \
+  X(asic_info, "amdsmi_get_gpu_asic_info", true, Smi, (Handle, AsicInfo*))                 \
+  X(uuid, "amdsmi_get_gpu_device_uuid", true, Smi, (Handle, unsigned*, char*))             \
+  X(memory_total, "amdsmi_get_gpu_memory_total", true, Smi, (Handle, int, uint64_t*))      \
+  X(get_compute, "amdsmi_get_gpu_compute_partition", true, Smi, (Handle, char*, uint32_t)) \
+  X(set_compute, "amdsmi_set_gpu_compute_partition", true, Smi, (Handle, int))             \
+  X(get_memory, "amdsmi_get_gpu_memory_partition", true, Smi, (Handle, char*, uint32_t))   \
+  X(set_memory, "amdsmi_set_gpu_memory_partition", true, Smi, (Handle, int))               \
+  X(ecc, "amdsmi_get_gpu_total_ecc_count", false, Smi, (Handle, ErrorCount*))              \
+  X(kfd_info, "amdsmi_get_gpu_kfd_info", false, Smi, (Handle, KfdInfo*))                   \
+  X(status_string, "amdsmi_status_code_to_string", false, Smi, (Smi, const char**))
+
 struct AmdSmi::Api {
-  void* lib = nullptr;
-  std::string library;
+  explicit Api(const std::string& library) : lib(library) {}
+  DynamicLibrary lib;
   bool initialised = false;
-  Smi (*init)(uint64_t) = nullptr;
-  Smi (*shut_down)() = nullptr;
-  Smi (*sockets)(uint32_t*, Handle*) = nullptr;
-  Smi (*processors)(Handle, uint32_t*, Handle*) = nullptr;
-  Smi (*asic_info)(Handle, AsicInfo*) = nullptr;
-  Smi (*uuid)(Handle, unsigned*, char*) = nullptr;
-  Smi (*memory_total)(Handle, int, uint64_t*) = nullptr;
-  Smi (*get_compute)(Handle, char*, uint32_t) = nullptr;
-  Smi (*set_compute)(Handle, int) = nullptr;
-  Smi (*get_memory)(Handle, char*, uint32_t) = nullptr;
-  Smi (*set_memory)(Handle, int) = nullptr;
-  Smi (*ecc)(Handle, ErrorCount*) = nullptr;            // optional
-  Smi (*kfd_info)(Handle, KfdInfo*) = nullptr;          // optional
-  Smi (*status_string)(Smi, const char**) = nullptr;    // optional
+  TESSERA_AMD_SMI_CALLS(TESSERA_LIBRARY_CALL_MEMBER)
+  // Binds every call listed; false where the library lacks a required one.
+  bool BindCalls() {
+    SymbolBinder sym(lib);
+    TESSERA_AMD_SMI_CALLS(TESSERA_LIBRARY_CALL_BIND)
+    return sym.all();
+  }
   std::vector<std::pair<std::string, Handle>> devices;  // by UUID; empty: enumerate again
 
   std::string Describe(Smi rc) const {
@@ -125,7 +135,6 @@ struct AmdSmi::Api {
   }
   ~Api() {
     if (initialised && shut_down != nullptr) shut_down();
-    if (lib != nullptr) dlclose(lib);
   }
 };
 
@@ -133,34 +142,12 @@ AmdSmi::AmdSmi(std::unique_ptr<Api> api) : api_(std::move(api)) {}
 AmdSmi::~AmdSmi() = default;
 
 Result<std::unique_ptr<AmdSmi>> AmdSmi::Open(const std::string& library) {
-  auto api = std::make_unique<Api>();
-  api->library = library;
-  api->lib = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (api->lib == nullptr) {
-    const char* why = dlerror();
+  auto api = std::make_unique<Api>(library);
+  if (!api->lib.loaded())
     return Status::FailedPrecondition("no AMD SMI: cannot load " + library + ": " +
-                                      (why != nullptr ? why : "unknown error"));
-  }
-  bool all = true;
-  auto sym = [&](auto& fn, const char* name, bool required = true) {
-    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(api->lib, name));
-    all = all && (fn != nullptr || !required);
-  };
-  sym(api->init, "amdsmi_init");
-  sym(api->shut_down, "amdsmi_shut_down");
-  sym(api->sockets, "amdsmi_get_socket_handles");
-  sym(api->processors, "amdsmi_get_processor_handles");
-  sym(api->asic_info, "amdsmi_get_gpu_asic_info");
-  sym(api->uuid, "amdsmi_get_gpu_device_uuid");
-  sym(api->memory_total, "amdsmi_get_gpu_memory_total");
-  sym(api->get_compute, "amdsmi_get_gpu_compute_partition");
-  sym(api->set_compute, "amdsmi_set_gpu_compute_partition");
-  sym(api->get_memory, "amdsmi_get_gpu_memory_partition");
-  sym(api->set_memory, "amdsmi_set_gpu_memory_partition");
-  sym(api->ecc, "amdsmi_get_gpu_total_ecc_count", false);
-  sym(api->kfd_info, "amdsmi_get_gpu_kfd_info", false);
-  sym(api->status_string, "amdsmi_status_code_to_string", false);
-  if (!all) return Status::FailedPrecondition("no AMD SMI: " + library + " lacks the GPU calls");
+                                      api->lib.error());
+  if (!api->BindCalls())
+    return Status::FailedPrecondition("no AMD SMI: " + library + " lacks the GPU calls");
   if (Smi rc = api->init(kInitAmdGpus); rc != kSuccess)
     return Status::FailedPrecondition("no AMD SMI: amdsmi_init failed: " + api->Describe(rc));
   api->initialised = true;

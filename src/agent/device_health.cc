@@ -1,9 +1,8 @@
 #include "agent/device_health.h"
 
-#include <dlfcn.h>
-
 #include <algorithm>
-#include <type_traits>
+
+#include "agent/dynamic_library.h"
 
 namespace tessera::agent {
 namespace {
@@ -67,20 +66,36 @@ std::string XidName(unsigned long long xid) {
   return "";
 }
 
+// The NVML calls health checks make: X(member, symbol, required, return type, parameters), the one
+// list the members of Api and their binding come from (agent/dynamic_library.h).
+#define TESSERA_NVML_HEALTH_CALLS(X)                                                             \
+  X(init, "nvmlInit_v2", true, NvmlReturn, ())                                                   \
+  X(shutdown, "nvmlShutdown", true, NvmlReturn, ())                                              \
+  X(count, "nvmlDeviceGetCount_v2", true, NvmlReturn, (unsigned*))                               \
+  X(handle, "nvmlDeviceGetHandleByIndex_v2", true, NvmlReturn, (unsigned, Handle*))              \
+  X(ecc, "nvmlDeviceGetTotalEccErrors", false, NvmlReturn,                                       \
+    (Handle, int, int, unsigned long long*))                                                     \
+  X(set_create, "nvmlEventSetCreate", false, NvmlReturn, (Handle*))                              \
+  X(set_free, "nvmlEventSetFree", false, NvmlReturn, (Handle))                                   \
+  X(register_events, "nvmlDeviceRegisterEvents", false, NvmlReturn,                              \
+    (Handle, unsigned long long, Handle))                                                        \
+  X(set_wait, "nvmlEventSetWait_v2", false, NvmlReturn, (Handle, EventData*, unsigned))          \
+  X(violation, "nvmlDeviceGetViolationStatus", false, NvmlReturn, (Handle, int, ViolationTime*)) \
+  X(retired_pending, "nvmlDeviceGetRetiredPagesPendingStatus", false, NvmlReturn,                \
+    (Handle, int*)) /* nvmlEnableState_t */                                                      \
+  X(remapped, "nvmlDeviceGetRemappedRows", false, NvmlReturn,                                    \
+    (Handle, unsigned*, unsigned*, unsigned*, unsigned*))
+
 struct NvmlHealth::Api {
-  void* lib = nullptr;
-  NvmlReturn (*init)() = nullptr;
-  NvmlReturn (*shutdown)() = nullptr;
-  NvmlReturn (*count)(unsigned*) = nullptr;
-  NvmlReturn (*handle)(unsigned, Handle*) = nullptr;
-  NvmlReturn (*ecc)(Handle, int, int, unsigned long long*) = nullptr;  // optional
-  NvmlReturn (*set_create)(Handle*) = nullptr;                         // the event calls: optional
-  NvmlReturn (*set_free)(Handle) = nullptr;
-  NvmlReturn (*register_events)(Handle, unsigned long long, Handle) = nullptr;
-  NvmlReturn (*set_wait)(Handle, EventData*, unsigned) = nullptr;
-  NvmlReturn (*violation)(Handle, int, ViolationTime*) = nullptr;  // the rest: optional
-  NvmlReturn (*retired_pending)(Handle, int*) = nullptr;           // nvmlEnableState_t
-  NvmlReturn (*remapped)(Handle, unsigned*, unsigned*, unsigned*, unsigned*) = nullptr;
+  explicit Api(const std::string& library) : lib(library) {}
+  DynamicLibrary lib;
+  TESSERA_NVML_HEALTH_CALLS(TESSERA_LIBRARY_CALL_MEMBER)
+  // Binds every call listed; false where the library lacks a required one.
+  bool BindCalls() {
+    SymbolBinder sym(lib);
+    TESSERA_NVML_HEALTH_CALLS(TESSERA_LIBRARY_CALL_BIND)
+    return sym.all();
+  }
   Handle set = nullptr;
   std::vector<Handle> devices;
   std::vector<DeviceHealth> health;
@@ -96,7 +111,6 @@ struct NvmlHealth::Api {
   ~Api() {
     if (set != nullptr && set_free != nullptr) set_free(set);
     if (shutdown) shutdown();
-    if (lib) dlclose(lib);
   }
 };
 
@@ -104,25 +118,9 @@ NvmlHealth::NvmlHealth(std::unique_ptr<Api> api) : api_(std::move(api)) {}
 NvmlHealth::~NvmlHealth() = default;
 
 Result<std::unique_ptr<NvmlHealth>> NvmlHealth::Open(const std::string& library) {
-  auto api = std::make_unique<Api>();
-  api->lib = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (api->lib == nullptr) return Status::FailedPrecondition("cannot load NVML '" + library + "'");
-  auto sym = [&](auto& fn, const char* name) {
-    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(api->lib, name));
-  };
-  sym(api->init, "nvmlInit_v2");
-  sym(api->shutdown, "nvmlShutdown");
-  sym(api->count, "nvmlDeviceGetCount_v2");
-  sym(api->handle, "nvmlDeviceGetHandleByIndex_v2");
-  sym(api->ecc, "nvmlDeviceGetTotalEccErrors");
-  sym(api->set_create, "nvmlEventSetCreate");
-  sym(api->set_free, "nvmlEventSetFree");
-  sym(api->register_events, "nvmlDeviceRegisterEvents");
-  sym(api->set_wait, "nvmlEventSetWait_v2");
-  sym(api->violation, "nvmlDeviceGetViolationStatus");
-  sym(api->retired_pending, "nvmlDeviceGetRetiredPagesPendingStatus");
-  sym(api->remapped, "nvmlDeviceGetRemappedRows");
-  if (!api->init || !api->shutdown || !api->count || !api->handle)
+  auto api = std::make_unique<Api>(library);
+  if (!api->lib.loaded()) return Status::FailedPrecondition("cannot load NVML '" + library + "'");
+  if (!api->BindCalls())
     return Status::FailedPrecondition("NVML '" + library + "' lacks the device calls");
   if (api->init() != kOk) {
     api->shutdown = nullptr;

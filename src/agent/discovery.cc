@@ -1,6 +1,5 @@
 #include "agent/discovery.h"
 
-#include <dlfcn.h>
 #include <elf.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -14,6 +13,7 @@
 #include <sstream>
 
 #include "agent/amd_smi.h"
+#include "agent/dynamic_library.h"
 #include "model/quantity.h"
 
 namespace tessera::agent {
@@ -42,26 +42,6 @@ using GetStringFn = NvmlReturn (*)(NvmlDevice, char*, unsigned int);
 using GetMemoryFn = NvmlReturn (*)(NvmlDevice, NvmlMemory*);
 using GetMigModeFn = NvmlReturn (*)(NvmlDevice, unsigned int*, unsigned int*);
 using ErrorStringFn = const char* (*)(NvmlReturn);
-
-// Owns a dlopen handle.
-class Library {
- public:
-  explicit Library(const std::string& path)
-      : handle_(dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)) {}
-  ~Library() {
-    if (handle_ != nullptr) dlclose(handle_);
-  }
-  Library(const Library&) = delete;
-  Library& operator=(const Library&) = delete;
-  bool loaded() const { return handle_ != nullptr; }
-  template <typename Fn>
-  Fn Symbol(const char* name) const {
-    return reinterpret_cast<Fn>(dlsym(handle_, name));
-  }
-
- private:
-  void* handle_;
-};
 
 std::string Trim(std::string_view s) {
   size_t b = 0, e = s.size();
@@ -188,12 +168,9 @@ std::string MatchCatalogModel(std::string_view driver_name, MiB memory_mib,
 
 Result<std::vector<DiscoveredDevice>> DiscoverNvml(const partition::Catalog& catalog,
                                                    const std::string& library) {
-  Library lib(library);
-  if (!lib.loaded()) {
-    const char* why = dlerror();
-    return Status::FailedPrecondition("no NVML: cannot load " + library + ": " +
-                                      (why != nullptr ? why : "unknown error"));
-  }
+  DynamicLibrary lib(library);
+  if (!lib.loaded())
+    return Status::FailedPrecondition("no NVML: cannot load " + library + ": " + lib.error());
   auto init = lib.Symbol<InitFn>("nvmlInit_v2");
   auto shutdown = lib.Symbol<ShutdownFn>("nvmlShutdown");
   auto get_count = lib.Symbol<GetCountFn>("nvmlDeviceGetCount_v2");
@@ -272,7 +249,7 @@ constexpr NvmlReturn kNvmlInsufficientSize = 7;  // NVML_ERROR_INSUFFICIENT_SIZE
 
 struct NvmlSampler::Impl {
   explicit Impl(const std::string& path) : lib(path) {}
-  Library lib;
+  DynamicLibrary lib;
   ShutdownFn shutdown = nullptr;
   GetCountFn get_count = nullptr;
   GetHandleFn get_handle = nullptr;

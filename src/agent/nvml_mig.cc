@@ -1,8 +1,8 @@
 #include "agent/nvml_mig.h"
 
-#include <dlfcn.h>
-
 #include <cstring>
+
+#include "agent/dynamic_library.h"
 
 namespace tessera::agent {
 namespace {
@@ -37,24 +37,41 @@ constexpr unsigned kStringBuffer = 96;
 
 }  // namespace
 
+// The NVML calls MIG makes: X(member, symbol, required, return type, parameters), the one list the
+// members of Api and their binding come from (agent/dynamic_library.h).
+#define TESSERA_NVML_MIG_CALLS(X)                                                             \
+  X(init, "nvmlInit_v2", true, NvmlReturn, ())                                                \
+  X(shutdown, "nvmlShutdown", true, NvmlReturn, ())                                           \
+  X(error_string, "nvmlErrorString", true, const char*, (NvmlReturn))                         \
+  X(handle_by_uuid, "nvmlDeviceGetHandleByUUID", true, NvmlReturn, (const char*, Handle*))    \
+  X(mig_mode, "nvmlDeviceGetMigMode", true, NvmlReturn, (Handle, unsigned*, unsigned*))       \
+  X(gi_profile_info, "nvmlDeviceGetGpuInstanceProfileInfo", true, NvmlReturn,                 \
+    (Handle, unsigned, GpuInstanceProfileInfo*))                                              \
+  X(create_gi, "nvmlDeviceCreateGpuInstanceWithPlacement", true, NvmlReturn,                  \
+    (Handle, unsigned, const Placement*, Handle*))                                            \
+  X(gi_info, "nvmlGpuInstanceGetInfo", true, NvmlReturn, (Handle, GpuInstanceInfo*))          \
+  X(ci_profile_info, "nvmlGpuInstanceGetComputeInstanceProfileInfo", true, NvmlReturn,        \
+    (Handle, unsigned, unsigned, ComputeInstanceProfileInfo*))                                \
+  X(create_ci, "nvmlGpuInstanceCreateComputeInstance", true, NvmlReturn,                      \
+    (Handle, unsigned, Handle*))                                                              \
+  X(destroy_ci, "nvmlComputeInstanceDestroy", true, NvmlReturn, (Handle))                     \
+  X(destroy_gi, "nvmlGpuInstanceDestroy", true, NvmlReturn, (Handle))                         \
+  X(max_mig_devices, "nvmlDeviceGetMaxMigDeviceCount", true, NvmlReturn, (Handle, unsigned*)) \
+  X(mig_device_by_index, "nvmlDeviceGetMigDeviceHandleByIndex", true, NvmlReturn,             \
+    (Handle, unsigned, Handle*))                                                              \
+  X(gi_id_of, "nvmlDeviceGetGpuInstanceId", true, NvmlReturn, (Handle, unsigned*))            \
+  X(uuid, "nvmlDeviceGetUUID", true, NvmlReturn, (Handle, char*, unsigned))
+
 struct NvmlMig::Api {
-  void* lib = nullptr;
-  NvmlReturn (*init)() = nullptr;
-  NvmlReturn (*shutdown)() = nullptr;
-  const char* (*error_string)(NvmlReturn) = nullptr;
-  NvmlReturn (*handle_by_uuid)(const char*, Handle*) = nullptr;
-  NvmlReturn (*mig_mode)(Handle, unsigned*, unsigned*) = nullptr;
-  NvmlReturn (*gi_profile_info)(Handle, unsigned, GpuInstanceProfileInfo*) = nullptr;
-  NvmlReturn (*create_gi)(Handle, unsigned, const Placement*, Handle*) = nullptr;
-  NvmlReturn (*gi_info)(Handle, GpuInstanceInfo*) = nullptr;
-  NvmlReturn (*ci_profile_info)(Handle, unsigned, unsigned, ComputeInstanceProfileInfo*) = nullptr;
-  NvmlReturn (*create_ci)(Handle, unsigned, Handle*) = nullptr;
-  NvmlReturn (*destroy_ci)(Handle) = nullptr;
-  NvmlReturn (*destroy_gi)(Handle) = nullptr;
-  NvmlReturn (*max_mig_devices)(Handle, unsigned*) = nullptr;
-  NvmlReturn (*mig_device_by_index)(Handle, unsigned, Handle*) = nullptr;
-  NvmlReturn (*gi_id_of)(Handle, unsigned*) = nullptr;
-  NvmlReturn (*uuid)(Handle, char*, unsigned) = nullptr;
+  explicit Api(const std::string& library) : lib(library) {}
+  DynamicLibrary lib;
+  TESSERA_NVML_MIG_CALLS(TESSERA_LIBRARY_CALL_MEMBER)
+  // Binds every call listed; false where the library lacks a required one.
+  bool BindCalls() {
+    SymbolBinder sym(lib);
+    TESSERA_NVML_MIG_CALLS(TESSERA_LIBRARY_CALL_BIND)
+    return sym.all();
+  }
 
   std::string Error(const std::string& what, NvmlReturn rc) const {
     return what + ": " + (error_string ? error_string(rc) : "error") + " (NVML " +
@@ -62,7 +79,6 @@ struct NvmlMig::Api {
   }
   ~Api() {
     if (shutdown) shutdown();
-    if (lib) dlclose(lib);
   }
 };
 
@@ -70,31 +86,9 @@ NvmlMig::NvmlMig(std::unique_ptr<Api> api) : api_(std::move(api)) {}
 NvmlMig::~NvmlMig() = default;
 
 Result<std::unique_ptr<NvmlMig>> NvmlMig::Open(const std::string& library) {
-  auto api = std::make_unique<Api>();
-  api->lib = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (api->lib == nullptr) return Status::FailedPrecondition("cannot load NVML '" + library + "'");
-  bool all = true;
-  auto sym = [&](auto& fn, const char* name) {
-    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(api->lib, name));
-    all = all && fn != nullptr;
-  };
-  sym(api->init, "nvmlInit_v2");
-  sym(api->shutdown, "nvmlShutdown");
-  sym(api->error_string, "nvmlErrorString");
-  sym(api->handle_by_uuid, "nvmlDeviceGetHandleByUUID");
-  sym(api->mig_mode, "nvmlDeviceGetMigMode");
-  sym(api->gi_profile_info, "nvmlDeviceGetGpuInstanceProfileInfo");
-  sym(api->create_gi, "nvmlDeviceCreateGpuInstanceWithPlacement");
-  sym(api->gi_info, "nvmlGpuInstanceGetInfo");
-  sym(api->ci_profile_info, "nvmlGpuInstanceGetComputeInstanceProfileInfo");
-  sym(api->create_ci, "nvmlGpuInstanceCreateComputeInstance");
-  sym(api->destroy_ci, "nvmlComputeInstanceDestroy");
-  sym(api->destroy_gi, "nvmlGpuInstanceDestroy");
-  sym(api->max_mig_devices, "nvmlDeviceGetMaxMigDeviceCount");
-  sym(api->mig_device_by_index, "nvmlDeviceGetMigDeviceHandleByIndex");
-  sym(api->gi_id_of, "nvmlDeviceGetGpuInstanceId");
-  sym(api->uuid, "nvmlDeviceGetUUID");
-  if (!all)
+  auto api = std::make_unique<Api>(library);
+  if (!api->lib.loaded()) return Status::FailedPrecondition("cannot load NVML '" + library + "'");
+  if (!api->BindCalls())
     return Status::FailedPrecondition("NVML '" + library +
                                       "' lacks the MIG calls (driver too old?)");
   if (NvmlReturn rc = api->init(); rc != kOk) {

@@ -66,41 +66,62 @@ Result<int64_t> ParseTime(const std::string& text, int64_t now_ms) {
   return now_ms - *ago;
 }
 
-// --since/--until as epoch milliseconds; prints what is wrong.
-bool ResolveWindow(const std::string& since_text, const std::string& until_text, int64_t* since,
-                   int64_t* until) {
+// The flags of a command that reads a window of the event log (usage, whatif): the client's and
+// --since/--until.
+struct WindowFlags {
+  ClientOptions client;
+  std::string since = "7d", until = "now";
+};
+
+void AddWindowFlags(CLI::App* cmd, WindowFlags* f) {
+  AddClientFlags(cmd, &f->client);
+  cmd->add_option("--since", f->since,
+                  "from: a duration ago (7d), epoch ms or YYYY-MM-DD[THH:MM:SSZ] (default 7d)");
+  cmd->add_option("--until", f->until, "to: the same forms, or now (default)");
+}
+
+// The window in epoch milliseconds, with the client resolved.
+struct Window {
+  ClientOptions client;
+  int64_t since = 0, until = 0;
+  std::string Query() const {
+    return "since=" + std::to_string(since) + "&until=" + std::to_string(until);
+  }
+};
+
+// Prints what is wrong and sets *exit_code where --since, --until or the client flags are.
+bool ResolveWindow(const WindowFlags& f, Window* w, int* exit_code) {
   const int64_t now = NowMs();
-  Result<int64_t> s = ParseTime(since_text, now), u = ParseTime(until_text, now);
+  Result<int64_t> s = ParseTime(f.since, now), u = ParseTime(f.until, now);
   for (const auto& [flag, r] : {std::pair{"--since", &s}, std::pair{"--until", &u}}) {
     if (!r->ok()) {
       std::cerr << "tessera: " << flag << ": " << r->status().message() << "\n";
+      *exit_code = kExitBadInput;
       return false;
     }
   }
-  *since = *s;
-  *until = *u;
+  w->since = *s;
+  w->until = *u;
+  w->client = f.client;
+  if (!Resolve(&w->client)) {
+    *exit_code = kExitBadInput;
+    return false;
+  }
   return true;
 }
 
 struct UsageOptions {
-  ClientOptions client;
-  std::string since = "7d", until = "now", by = "group";
+  WindowFlags window;
+  std::string by = "group";
   bool csv = false;
 };
 
 void Usage(const UsageOptions& o, int* exit_code) {
-  ClientOptions co = o.client;
-  int64_t since = 0, until = 0;
-  if (!ResolveWindow(o.since, o.until, &since, &until) || !Resolve(&co)) {
-    *exit_code = kExitBadInput;
-    return;
-  }
-  Json j = Call(co, "GET",
-                "/v1/usage?since=" + std::to_string(since) + "&until=" + std::to_string(until) +
-                    "&by=" + o.by,
-                exit_code);
+  Window w;
+  if (!ResolveWindow(o.window, &w, exit_code)) return;
+  Json j = Call(w.client, "GET", "/v1/usage?" + w.Query() + "&by=" + o.by, exit_code);
   if (j.is_discarded()) return;
-  if (co.json) {
+  if (w.client.json) {
     std::cout << j.dump(2) << "\n";
     return;
   }
@@ -160,10 +181,7 @@ void RegisterUsageCommand(CLI::App& app, CommandContext& ctx) {
   auto* cmd = app.add_subcommand(
       "usage", "GPU-hours held and used, by group, identity, queue or form (from the event log)");
   auto o = std::make_shared<UsageOptions>();
-  AddClientFlags(cmd, &o->client);
-  cmd->add_option("--since", o->since,
-                  "from: a duration ago (7d), epoch ms or YYYY-MM-DD[THH:MM:SSZ] (default 7d)");
-  cmd->add_option("--until", o->until, "to: the same forms, or now (default)");
+  AddWindowFlags(cmd, &o->window);
   Choices(cmd->add_option("--by", o->by, "group, identity, queue or form"), "breakdown",
           {"group", "identity", "queue", "form"});
   cmd->add_flag("--csv", o->csv, "print CSV (exact integer columns: milli-GPU-ms, MiB-ms)");
@@ -173,8 +191,7 @@ void RegisterUsageCommand(CLI::App& app, CommandContext& ctx) {
 // ---- whatif ----
 
 struct WhatIfOptions {
-  ClientOptions client;
-  std::string since = "7d", until = "now";
+  WindowFlags window;
   std::vector<std::string> forms;  // CLASS=FORM[,FORM...]
   std::string emit;
   // --usage: telemetry files, replayed here (no server).
@@ -241,7 +258,7 @@ void RunUsageWhatIf(const WhatIfOptions& o, int* exit_code) {
     f << sim::usage::UsageHtml(*r);
     if (!f) return bad("cannot write " + o.html);
   }
-  if (o.client.json) {
+  if (o.window.client.json) {
     std::cout << sim::usage::UsageJson(*r) << "\n";
   } else {
     std::cout << sim::usage::UsageText(*r, static_cast<size_t>(std::max(0, o.rows)));
@@ -250,16 +267,9 @@ void RunUsageWhatIf(const WhatIfOptions& o, int* exit_code) {
 
 void WhatIf(const WhatIfOptions& o, int* exit_code) {
   if (!o.usage.empty()) return RunUsageWhatIf(o, exit_code);
-  ClientOptions co = o.client;
-  int64_t since = 0, until = 0;
-  if (!ResolveWindow(o.since, o.until, &since, &until) || !Resolve(&co)) {
-    *exit_code = kExitBadInput;
-    return;
-  }
-  Json j =
-      Call(co, "GET",
-           "/v1/whatif/scenario?since=" + std::to_string(since) + "&until=" + std::to_string(until),
-           exit_code);
+  Window w;
+  if (!ResolveWindow(o.window, &w, exit_code)) return;
+  Json j = Call(w.client, "GET", "/v1/whatif/scenario?" + w.Query(), exit_code);
   if (j.is_discarded()) return;
   Result<sim::WhatIfResult> r = sim::WhatIf(j, o.forms);
   if (!r.ok()) {
@@ -269,7 +279,7 @@ void WhatIf(const WhatIfOptions& o, int* exit_code) {
   }
   if (!o.emit.empty()) {
     std::ofstream f(o.emit);
-    f << "# Written by tessera whatif: the jobs observed from " << since << " to " << until
+    f << "# Written by tessera whatif: the jobs observed from " << w.since << " to " << w.until
       << " (epoch ms); run it with `tessera sim scenario`.\n"
       << r->scenario << "\n";
     if (!f) {
@@ -290,7 +300,7 @@ void WhatIf(const WhatIfOptions& o, int* exit_code) {
                         n("what_if_wait_p99_s") + "s"});
   }
   const int64_t returned_total = out["returned"].get<int64_t>();
-  if (co.json) {
+  if (w.client.json) {
     std::cout << out.dump(2) << "\n";
     return;
   }
@@ -310,10 +320,7 @@ void RegisterWhatIfCommand(CLI::App& app, CommandContext& ctx) {
       "Replay the observed jobs under another class-to-form table: the cards each class needs "
       "(with --usage FILE: a fleet's GPU telemetry, replayed here)");
   auto o = std::make_shared<WhatIfOptions>();
-  AddClientFlags(cmd, &o->client);
-  cmd->add_option("--since", o->since,
-                  "from: a duration ago (7d), epoch ms or YYYY-MM-DD[THH:MM:SSZ] (default 7d)");
-  cmd->add_option("--until", o->until, "to: the same forms, or now (default)");
+  AddWindowFlags(cmd, &o->window);
   cmd->add_option("--forms", o->forms, "CLASS=FORM[,FORM...], e.g. interactive=share (repeatable)");
   cmd->add_option("--emit-scenario", o->emit,
                   "also write the scenario (for tessera sim scenario) to this file");

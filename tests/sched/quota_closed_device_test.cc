@@ -39,6 +39,9 @@ TEST(QuotaClosedDevice, KeepsWhatItHoldsAndTakesNoShares) {
   EXPECT_EQ(w.State("s2"), JobState::kPending) << "no new share on a closed device";
   w.e->SetDeviceClosed("n0", 7, true);  // no such device: ignored
   w.e->SetDeviceClosed("nx", 0, true);  // no such node: ignored
+  w.e->SetDeviceClosed("n0", -1, true);
+  EXPECT_TRUE(w.e->device("n0", 7).slots.empty()) << "no such device: an empty view";
+  EXPECT_TRUE(w.e->device("n0", -1).slots.empty());
   w.Done();
 }
 

@@ -4,6 +4,16 @@
 #include "sched/quota/engine_impl.h"
 
 namespace tessera::quota::internal {
+namespace {
+
+// The engine's handle of device `index` of node `n` (a NodeByName result), or -1 where either is
+// out of range.
+int DevOf(const std::vector<NodeRt>& nodes, int n, int index) {
+  if (n < 0 || index < 0 || index >= static_cast<int>(nodes[n].devs.size())) return -1;
+  return nodes[n].devs[index];
+}
+
+}  // namespace
 
 Result<int> Engine::AddNode(const NodeSpec& ns, int64_t now) {
   now_ = std::max(now_, now);
@@ -66,23 +76,23 @@ void Engine::SetNodeDown(const std::string& name, bool down) {
 }
 
 void Engine::SetDeviceClosed(const std::string& name, int index, bool closed) {
-  const int n = NodeByName(name);
-  if (n < 0 || index < 0 || index >= static_cast<int>(nodes_[n].devs.size())) return;
-  devs_[nodes_[n].devs[index]].closed = closed;
+  const int d = DevOf(nodes_, NodeByName(name), index);
+  if (d < 0) return;
+  devs_[d].closed = closed;
   memo_.clear();
 }
 
 void Engine::SetDeviceIsolation(const std::string& name, int index, int rank) {
-  const int n = NodeByName(name);
-  if (n < 0 || index < 0 || index >= static_cast<int>(nodes_[n].devs.size())) return;
-  devs_[nodes_[n].devs[index]].isolation = rank;
+  const int d = DevOf(nodes_, NodeByName(name), index);
+  if (d < 0) return;
+  devs_[d].isolation = rank;
   memo_.clear();
 }
 
 void Engine::SetDeviceMps(const std::string& name, int index, bool mps) {
-  const int n = NodeByName(name);
-  if (n < 0 || index < 0 || index >= static_cast<int>(nodes_[n].devs.size())) return;
-  devs_[nodes_[n].devs[index]].mps = mps;
+  const int d = DevOf(nodes_, NodeByName(name), index);
+  if (d < 0) return;
+  devs_[d].mps = mps;
   memo_.clear();
 }
 
@@ -324,9 +334,9 @@ DeviceView Engine::device(const std::string& node, int index) const {
   DeviceView v;
   v.node = node;
   v.index = index;
-  const int ni = NodeByName(node);
-  if (ni < 0 || index < 0 || index >= static_cast<int>(nodes_[ni].devs.size())) return v;
-  const Dev& d = devs_[nodes_[ni].devs[index]];
+  const int di = DevOf(nodes_, NodeByName(node), index);
+  if (di < 0) return v;
+  const Dev& d = devs_[di];
   v.mig = d.mig;
   v.amd_pair = d.amd_pair;
   for (const Slot& s : d.slots) {

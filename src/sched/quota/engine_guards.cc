@@ -6,6 +6,18 @@
 #include "sched/quota/engine_impl.h"
 
 namespace tessera::quota::internal {
+namespace {
+
+// The first handle in a (time, handle) queue whose time has come by `now`, taken off the queue;
+// -1 when none has.
+int PopDue(std::set<std::pair<int64_t, int>>& due, int64_t now) {
+  if (due.empty() || due.begin()->first > now) return -1;
+  const int h = due.begin()->second;
+  due.erase(due.begin());
+  return h;
+}
+
+}  // namespace
 
 void Engine::WatchRuntime(int self) {
   const Job& j = jobs_[self];
@@ -58,9 +70,7 @@ void Engine::GuardStop(int h, const std::string& why) {
 int Engine::StopOverRuntime(int64_t now) {
   now_ = std::max(now_, now);
   int stopped = 0;
-  while (!runtime_stops_.empty() && runtime_stops_.begin()->first <= now_) {
-    const int h = runtime_stops_.begin()->second;
-    runtime_stops_.erase(runtime_stops_.begin());
+  for (int h = PopDue(runtime_stops_, now_); h >= 0; h = PopDue(runtime_stops_, now_)) {
     Job& j = jobs_[h];
     if (j.state != JobState::kRunning) continue;
     GuardStop(h, "max_runtime " + std::to_string(j.max_runtime) + "s of queue " +
@@ -89,9 +99,7 @@ void Engine::SetIdle(int self, int64_t idle_since) {
 int Engine::GiveBackIdle(int64_t now) {
   now_ = std::max(now_, now);
   int acted = 0;
-  while (!idle_checks_.empty() && idle_checks_.begin()->first <= now_) {
-    const int h = idle_checks_.begin()->second;
-    idle_checks_.erase(idle_checks_.begin());
+  for (int h = PopDue(idle_checks_, now_); h >= 0; h = PopDue(idle_checks_, now_)) {
     Job& j = jobs_[h];
     if (j.state != JobState::kRunning || j.idle_since < 0 || j.idle_swapped) continue;
     const std::string why = "idle_timeout: idle " + std::to_string(now_ - j.idle_since) +

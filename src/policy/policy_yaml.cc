@@ -74,6 +74,28 @@ Status ReadMembers(const YAML::Node& n, const std::string& f, quota::GroupSpec& 
   return Status::Ok();
 }
 
+// A `models:` or `pools:` map of ReadQuota, GPUs per GPU model or pool (`noun` in errors): each
+// amount set as the limit or the reservation of the entry of `quotas` whose `key` it names (added
+// when there is none yet). Returns the amounts' sum.
+template <typename Quota>
+Result<int64_t> ReadQuotaMap(const YAML::Node& map, const std::string& f, const std::string& noun,
+                             std::string Quota::*key, bool limit, std::vector<Quota>& quotas) {
+  if (!map.IsMap()) return FieldError(f, "expected a map of " + noun + " to GPUs");
+  int64_t sum = 0;
+  for (const auto& kv : map) {
+    const std::string name = Scalar(kv.first);
+    if (name.empty()) return FieldError(f, "a " + noun + " name is empty");
+    int64_t v = 0;
+    TESSERA_TRY_ASSIGN(v, GetMilli(kv.second, f + "[" + name + "]"));
+    auto it =
+        std::find_if(quotas.begin(), quotas.end(), [&](const Quota& q) { return q.*key == name; });
+    if (it == quotas.end()) it = quotas.insert(quotas.end(), Quota{name});
+    (limit ? it->limit : it->reservation) = v;
+    sum += v;
+  }
+  return sum;
+}
+
 // A group's reservation or limit: the totals {gpu, gpu_memory, cpu, memory} and, beside them,
 // `models: {H100-80GB: 4, H100: 2, ...}` in GPUs per GPU model or family (GroupSpec::models) and
 // `pools: {east: 4, ...}` in GPUs per pool (GroupSpec::pools). A reservation that names models or
@@ -88,35 +110,15 @@ Status ReadQuota(const YAML::Node& n, const std::string& f, bool limit, quota::G
   TESSERA_TRY_ASSIGN(r, GetResources(totals, f, r));
   int64_t most = 0;
   if (const YAML::Node models = n["models"]) {
-    if (!models.IsMap()) return FieldError(f + ".models", "expected a map of GPU model to GPUs");
     int64_t sum = 0;
-    for (const auto& kv : models) {
-      const std::string model = Scalar(kv.first);
-      if (model.empty()) return FieldError(f + ".models", "a GPU model name is empty");
-      int64_t v = 0;
-      TESSERA_TRY_ASSIGN(v, GetMilli(kv.second, f + ".models[" + model + "]"));
-      auto it = std::find_if(g.models.begin(), g.models.end(),
-                             [&](const quota::ModelQuota& m) { return m.model == model; });
-      if (it == g.models.end()) it = g.models.insert(g.models.end(), quota::ModelQuota{model});
-      (limit ? it->limit : it->reservation) = v;
-      sum += v;
-    }
+    TESSERA_TRY_ASSIGN(sum, ReadQuotaMap(models, f + ".models", "GPU model",
+                                         &quota::ModelQuota::model, limit, g.models));
     most = std::max(most, sum);
   }
   if (const YAML::Node pools = n["pools"]) {
-    if (!pools.IsMap()) return FieldError(f + ".pools", "expected a map of pool to GPUs");
     int64_t sum = 0;
-    for (const auto& kv : pools) {
-      const std::string pool = Scalar(kv.first);
-      if (pool.empty()) return FieldError(f + ".pools", "a pool name is empty");
-      int64_t v = 0;
-      TESSERA_TRY_ASSIGN(v, GetMilli(kv.second, f + ".pools[" + pool + "]"));
-      auto it = std::find_if(g.pools.begin(), g.pools.end(),
-                             [&](const quota::PoolQuota& q) { return q.pool == pool; });
-      if (it == g.pools.end()) it = g.pools.insert(g.pools.end(), quota::PoolQuota{pool});
-      (limit ? it->limit : it->reservation) = v;
-      sum += v;
-    }
+    TESSERA_TRY_ASSIGN(
+        sum, ReadQuotaMap(pools, f + ".pools", "pool", &quota::PoolQuota::pool, limit, g.pools));
     most = std::max(most, sum);
   }
   if (!limit && !n["gpu"] && (n["models"] || n["pools"])) r.gpu_milli = most;

@@ -177,6 +177,8 @@ TEST(ScenarioParse, QuotaPerModelKeysNameTheirField) {
        "groups[g].reservation.models[H100-80GB]:"},
       {head + "groups: [{name: g, reservation: {gpu: 2, models: [H100-80GB]}}]\n" + queue,
        "groups[g].reservation.models: expected a map of GPU model to GPUs"},
+      {head + "groups: [{name: g, reservation: {gpu: 2, models: {\"\": 1}}}]\n" + queue,
+       "groups[g].reservation.models: a GPU model name is empty"},
       {head + "groups: [{name: g, reservation: {gpu: 2, models: {H100-80GB: 3}}}]\n" + queue,
        "groups[g].reservation.models sum to 3 GPU, more than reservation.gpu 2"},
       {head +
@@ -222,6 +224,8 @@ TEST(ScenarioParse, QuotaPerPoolAndFamilyKeysNameTheirField) {
        "groups[g].reservation.pools[east]:"},
       {head + "groups: [{name: g, reservation: {gpu: 2, pools: [east]}}]\n" + queue,
        "groups[g].reservation.pools: expected a map of pool to GPUs"},
+      {head + "groups: [{name: g, reservation: {gpu: 2, pools: {\"\": 1}}}]\n" + queue,
+       "groups[g].reservation.pools: a pool name is empty"},
       {head + "groups: [{name: g, reservation: {gpu: 2, pools: {north: 1}}}]\n" + queue,
        "groups[g].pools: 'north' is not a pool"},
       {head + "groups: [{name: g, reservation: {gpu: 2, pools: {east: 3}}}]\n" + queue,

@@ -3,7 +3,7 @@
 #include <cctype>
 #include <cstring>
 #include <functional>
-#include <iterator>
+#include <span>
 
 #include "agent/dynamic_library.h"
 
@@ -226,35 +226,39 @@ Result<partition::AmdPair> AmdSmi::Modes(const std::string& uuid) {
   return pair;
 }
 
-Status AmdSmi::SetCompute(const std::string& uuid, const std::string& mode) {
-  Api& a = *api_;
+Result<uint32_t> AmdSmi::SetMode(const std::string& uuid, const std::string& mode,
+                                 std::span<const char* const> modes, const char* kind,
+                                 const std::function<uint32_t(void*, int)>& set) {
   int value = 0;
-  for (int i = 1; i < static_cast<int>(std::size(kComputeModes)); ++i)
-    if (mode == kComputeModes[i]) value = i;
-  if (value == 0) return Status::InvalidArgument("AMD SMI has no compute mode '" + mode + "'");
-  a.devices.clear();  // a handle as of now: another user of the library may have reloaded it
+  for (int i = 1; i < static_cast<int>(modes.size()); ++i)
+    if (mode == modes[i]) value = i;
+  if (value == 0)
+    return Status::InvalidArgument("AMD SMI has no " + std::string(kind) + " mode '" + mode + "'");
+  api_->devices.clear();  // a handle as of now: another user of the library may have reloaded it
   auto h = Find(uuid);
   if (!h.ok()) return h.status();
-  Smi rc = a.set_compute(*h, value);
-  a.devices.clear();  // the processors listed change with the compute mode
-  if (rc != kSuccess)
+  const Smi rc = set(*h, value);
+  api_->devices.clear();  // the processors listed change with the mode
+  return rc;
+}
+
+Status AmdSmi::SetCompute(const std::string& uuid, const std::string& mode) {
+  Api& a = *api_;
+  auto rc = SetMode(uuid, mode, kComputeModes, "compute",
+                    [&](Handle h, int value) { return a.set_compute(h, value); });
+  if (!rc.ok()) return rc.status();
+  if (*rc != kSuccess)
     return Status::FailedPrecondition("device " + uuid + ": amdsmi_set_gpu_compute_partition(" +
-                                      mode + ") failed: " + a.Describe(rc));
+                                      mode + ") failed: " + a.Describe(*rc));
   return Status::Ok();
 }
 
 Status AmdSmi::SetMemory(const std::string& uuid, const std::string& mode) {
   Api& a = *api_;
-  int value = 0;
-  for (int i = 1; i < static_cast<int>(std::size(kMemoryModes)); ++i)
-    if (mode == kMemoryModes[i]) value = i;
-  if (value == 0) return Status::InvalidArgument("AMD SMI has no memory mode '" + mode + "'");
-  a.devices.clear();
-  auto h = Find(uuid);
-  if (!h.ok()) return h.status();
-  Smi rc = a.set_memory(*h, value);
+  auto rc = SetMode(uuid, mode, kMemoryModes, "memory",
+                    [&](Handle h, int value) { return a.set_memory(h, value); });
+  if (!rc.ok()) return rc.status();
   // The driver reloads: the library starts over, with handles enumerated anew.
-  a.devices.clear();
   a.shut_down();
   a.initialised = false;
   if (Smi again = a.init(kInitAmdGpus); again != kSuccess) {
@@ -263,9 +267,9 @@ Status AmdSmi::SetMemory(const std::string& uuid, const std::string& mode) {
                             ") failed: " + a.Describe(again));
   }
   a.initialised = true;
-  if (rc != kSuccess)
+  if (*rc != kSuccess)
     return Status::FailedPrecondition("device " + uuid + ": amdsmi_set_gpu_memory_partition(" +
-                                      mode + ") failed: " + a.Describe(rc));
+                                      mode + ") failed: " + a.Describe(*rc));
   return Status::Ok();
 }
 

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -77,6 +78,13 @@ class AmdSmi {
   // `call` on the GPU's handle (an amdsmi_status_t), made once more with the handles enumerated
   // anew when it fails otherwise than "not supported" (a handle from before a driver reload).
   Result<uint32_t> Read(const std::string& uuid, const std::function<uint32_t(void*)>& call);
+  // `set` (amdsmi_set_gpu_compute_partition or _memory_partition) on the GPU's handle as of now,
+  // with the value of `mode` among `modes` (AMD SMI's values, by index); the handles are listed
+  // anew after. kInvalidArgument naming the `kind` of mode where `modes` lacks it; else `set`'s
+  // status (an amdsmi_status_t).
+  Result<uint32_t> SetMode(const std::string& uuid, const std::string& mode,
+                           std::span<const char* const> modes, const char* kind,
+                           const std::function<uint32_t(void*, int)>& set);
   std::unique_ptr<Api> api_;
 };
 

@@ -79,6 +79,33 @@ TEST_F(AmdSmiTest, NoLibraryOrAFailedInitIsNoAmdSmi) {
 }
 
 // Without NVML the inventory is AMD SMI's; without either it is a CPU-only node saying why.
+// The mode setters refuse a mode AMD SMI has no value for, calling nothing, and name the device,
+// the call and AMD SMI's status when the call fails.
+TEST_F(AmdSmiTest, ModeSettersRefuseUnknownModesAndNameAFailedCall) {
+  auto smi = AmdSmi::Open(FAKE_AMDSMI_PATH);
+  ASSERT_TRUE(smi.ok()) << smi.status().ToString();
+  Status st = (*smi)->SetCompute("GPU-amd-0", "XPX");
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(), "AMD SMI has no compute mode 'XPX'");
+  st = (*smi)->SetMemory("GPU-amd-0", "NPS3");
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(), "AMD SMI has no memory mode 'NPS3'");
+  EXPECT_EQ(Calls(), "");
+  Append("fail amdsmi_set_gpu_compute_partition 34");
+  Append("fail amdsmi_set_gpu_memory_partition 34");
+  st = (*smi)->SetCompute("GPU-amd-1", "CPX");
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(st.message(),
+            "device GPU-amd-1: amdsmi_set_gpu_compute_partition(CPX) failed: An unknown error "
+            "occurred (status 34)");
+  st = (*smi)->SetMemory("GPU-amd-1", "NPS4");
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(st.message(),
+            "device GPU-amd-1: amdsmi_set_gpu_memory_partition(NPS4) failed: An unknown error "
+            "occurred (status 34)");
+  EXPECT_TRUE((*smi)->Modes("GPU-amd-1").ok()) << "the library was started again after";
+}
+
 TEST_F(AmdSmiTest, TheInventoryFallsBackFromNvmlToAmdSmi) {
   auto inv = DiscoverInventory("amd-1", "", "/nonexistent/libnvidia-ml.so.1", FAKE_AMDSMI_PATH);
   ASSERT_TRUE(inv.ok()) << inv.status().ToString();

@@ -328,36 +328,36 @@ void RegisterWhatIfCommand(CLI::App& app, CommandContext& ctx) {
                   "GPU telemetry of a fleet (Prometheus range-query JSON of the DCGM exporter, or "
                   "CSV workload,timestamp,gpu_util_pct,gpu_memory_bytes[,team][,requested_gpus]), "
                   "replayed here instead of asking a server (repeatable)");
-  cmd->add_option("--html", o->html, "with --usage: also write a report with plots to this file");
-  cmd->add_option("--card", o->card, "with --usage: the card, a model of the catalog");
-  cmd->add_option("--gpus-per-node", o->gpus_per_node, "with --usage: cards per node (8)");
-  cmd->add_option("--host-gbps", o->host_gbps, "with --usage: each card's host link, GB/s (50)");
-  cmd->add_option("--disk-gbps", o->disk_gbps, "with --usage: swap to disk, GB/s (5)");
-  cmd->add_option("--host-ram", o->host_ram,
-                  "with --usage: host RAM for swapped-out memory per card (1TiB), then disk");
-  cmd->add_option("--headroom", o->headroom,
-                  "with --usage: caps at the observed peak plus this percent (10)");
-  cmd->add_option("--active-util", o->active_util,
-                  "with --usage: a sample at this GPU utilization percent or more is active (1)");
-  cmd->add_option("--busy-duty", o->busy_duty,
-                  "with --usage: one-GPU workloads active this percent of their time or more are "
-                  "inference (a partition), the rest interactive (a share) (90)");
-  cmd->add_option("--swap-duty", o->swap_duty,
-                  "with --usage: the swap plan swaps shares active less than this percent (60)");
-  cmd->add_option("--idle", o->idle,
-                  "with --usage: shares idle this long are swapped out ahead of need (30s)");
-  cmd->add_option("--swap-slice", o->slice,
-                  "with --usage: a wake may take the place of shares active this long (the "
-                  "agent's --swap-slice; default off: it waits for one to go idle)");
-  cmd->add_option("--wake-p99", o->wake_p99,
-                  "with --usage: the swap plan keeps its wake p99 within this (10s)");
-  cmd->add_option(
-      "--overcommit", o->overcommits,
-      "with --usage: overcommit percents the swap plan tries (150 200 300 400 600 800)");
-  cmd->add_option("--step", o->step, "with --usage: the sampling interval (default: inferred)");
-  cmd->add_option("--max-gap", o->max_gap,
-                  "with --usage: no sample for longer than this is a gap, counted idle (3 steps)");
-  cmd->add_option("--rows", o->rows, "with --usage: workloads listed in the text (25; 0: all)");
+  // The flags of the replay of --usage FILE: each one's help starts by saying so.
+  auto with_usage = [cmd](const char* flag, auto& into, const std::string& help) {
+    return cmd->add_option(flag, into, "with --usage: " + help);
+  };
+  with_usage("--html", o->html, "also write a report with plots to this file");
+  with_usage("--card", o->card, "the card, a model of the catalog");
+  with_usage("--gpus-per-node", o->gpus_per_node, "cards per node (8)");
+  with_usage("--host-gbps", o->host_gbps, "each card's host link, GB/s (50)");
+  with_usage("--disk-gbps", o->disk_gbps, "swap to disk, GB/s (5)");
+  with_usage("--host-ram", o->host_ram,
+             "host RAM for swapped-out memory per card (1TiB), then disk");
+  with_usage("--headroom", o->headroom, "caps at the observed peak plus this percent (10)");
+  with_usage("--active-util", o->active_util,
+             "a sample at this GPU utilization percent or more is active (1)");
+  with_usage("--busy-duty", o->busy_duty,
+             "one-GPU workloads active this percent of their time or more are "
+             "inference (a partition), the rest interactive (a share) (90)");
+  with_usage("--swap-duty", o->swap_duty,
+             "the swap plan swaps shares active less than this percent (60)");
+  with_usage("--idle", o->idle, "shares idle this long are swapped out ahead of need (30s)");
+  with_usage("--swap-slice", o->slice,
+             "a wake may take the place of shares active this long (the "
+             "agent's --swap-slice; default off: it waits for one to go idle)");
+  with_usage("--wake-p99", o->wake_p99, "the swap plan keeps its wake p99 within this (10s)");
+  with_usage("--overcommit", o->overcommits,
+             "overcommit percents the swap plan tries (150 200 300 400 600 800)");
+  with_usage("--step", o->step, "the sampling interval (default: inferred)");
+  with_usage("--max-gap", o->max_gap,
+             "no sample for longer than this is a gap, counted idle (3 steps)");
+  with_usage("--rows", o->rows, "workloads listed in the text (25; 0: all)");
   cmd->callback([o, &ctx] { WhatIf(*o, &ctx.exit_code); });
 }
 

@@ -26,6 +26,16 @@ Json DrainJson(const quota::QuotaEngine::Drain& d) {
           {"why", d.why}};
 }
 
+// Marks the jobs whose records landed: their next records need not carry the spec (the store
+// updates the columns that change instead of rewriting every column and index).
+template <typename Jobs>
+void MarkStored(Jobs& jobs, const std::vector<std::string>& stored) {
+  for (const std::string& id : stored) {
+    auto it = jobs.find(id);
+    if (it != jobs.end()) it->second.stored = true;
+  }
+}
+
 }  // namespace
 
 Status Engine::Sync() {
@@ -65,6 +75,8 @@ int64_t Engine::QueueLocked(Batch& b) {
   q.events = std::move(b.events);
   q.records.reserve(b.jobs.size());
   q.jobs.reserve(b.jobs.size());
+  // What landed since the last catch-up (submissions, say, before the cycle that places them).
+  if (!b.jobs.empty()) MarkStored(jobs_, writer_.TakeProgress(epoch_).stored);
   const bool watched = watches_.Any();
   auto about = [&](const std::string& node) {
     node_seq_[node] = q.seq;
@@ -150,10 +162,7 @@ Status Engine::RenderDurable(const std::function<Status()>& render) {
 void Engine::CatchUpLocked() {
   views_.Changed();
   CommitWriter::Progress p = writer_.TakeProgress(epoch_);
-  for (const std::string& id : p.stored) {
-    auto it = jobs_.find(id);
-    if (it != jobs_.end()) it->second.stored = true;
-  }
+  MarkStored(jobs_, p.stored);
   // Memory ran ahead of the store by a failed write and whatever was queued after it.
   if (p.reload) {
     (void)ReloadLocked(p.cause);

@@ -281,13 +281,7 @@ Result<SwapEstateReport> RunSwapEstate(const SwapEstate& e) {
     // Serves the waiting sessions in order, as far as room allows; with slicing, asks to be
     // called again when the next active session reaches its slice.
     auto serve_waiting = [&](int64_t now) {
-      for (size_t w = 0; w < waiting.size();) {
-        if (resume(waiting[w], now)) {
-          waiting.erase(waiting.begin() + static_cast<std::ptrdiff_t>(w));
-        } else {
-          ++w;
-        }
-      }
+      ServeInTurn(waiting, [&](int session) { return resume(session, now); });
       if (e.slice_us == 0 || waiting.empty()) return;
       // The next moment an active session becomes one to take the place of (one that already is
       // did not make enough room: then only a session going idle or reaching its slice helps).

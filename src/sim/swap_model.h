@@ -29,6 +29,7 @@
 // Thread-safety: pure functions.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -79,6 +80,21 @@ struct SwapEstateReport {
   int64_t peak_host_mib = 0;  // swapped-out bytes held at once, on the busiest card
   std::string Text(const SwapEstate& e) const;
 };
+
+// The waiting sessions of the dynamics above (RunSwapEstate, and ReplaySwapCard in
+// usage_whatif.h), served in turn: each one `resume(i)` brings back leaves `waiting`, the others
+// keep their place; sessions a resume pauses to make room (slicing) join the end and are served
+// in the same pass.
+template <typename Resume>
+void ServeInTurn(std::vector<int>& waiting, Resume resume) {
+  for (size_t w = 0; w < waiting.size();) {
+    if (resume(waiting[w])) {
+      waiting.erase(waiting.begin() + static_cast<std::ptrdiff_t>(w));
+    } else {
+      ++w;
+    }
+  }
+}
 
 Status ValidateSwapEstate(const SwapEstate& e);
 Result<SwapEstateReport> RunSwapEstate(const SwapEstate& e);

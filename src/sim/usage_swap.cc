@@ -5,6 +5,7 @@
 #include <queue>
 #include <set>
 
+#include "sim/swap_model.h"
 #include "sim/usage_whatif.h"
 
 namespace tessera::sim::usage {
@@ -177,13 +178,7 @@ SwapCardResult ReplaySwapCard(std::vector<SwapOccupant>* occupants, int64_t card
     return true;
   };
   auto serve_waiting = [&](int64_t now) {
-    for (size_t k = 0; k < waiting.size();) {
-      if (resume(waiting[k], now)) {
-        waiting.erase(waiting.begin() + static_cast<std::ptrdiff_t>(k));
-      } else {
-        ++k;
-      }
-    }
+    ServeInTurn(waiting, [&](int share) { return resume(share, now); });
     if (slice_us == 0 || waiting.empty()) return;
     // Called again when the next active share reaches its slice.
     int64_t next = INT64_MAX;

@@ -6,6 +6,20 @@
 namespace tessera::sim {
 namespace {
 
+// The waiting queue: the sessions a resume brings back leave it, the rest keep their order, and a
+// session paused by a resume (slicing) joins the end and is served in the same pass.
+TEST(SwapModel, WaitingSessionsAreServedInTurn) {
+  std::vector<int> waiting = {1, 2, 3, 4};
+  std::vector<int> tried;
+  ServeInTurn(waiting, [&](int s) {
+    tried.push_back(s);
+    if (s == 3) waiting.push_back(7);  // 3 comes back by pausing 7
+    return s == 1 || s == 3 || s == 7;
+  });
+  EXPECT_EQ(tried, (std::vector<int>{1, 2, 3, 4, 7}));
+  EXPECT_EQ(waiting, (std::vector<int>{2, 4}));
+}
+
 // 50 sessions of 8-16 GiB on 80 GiB cards, each active 20% of the time: caps alone need 8 cards;
 // swapping at 200% overcommit packs them onto 4, and 5 cards (160%) keep p99 time-to-resume
 // under a second at PCIe Gen5 bandwidth. At 4 cards a session sometimes wakes on a card whose

@@ -213,6 +213,47 @@ TEST(GeneratedHistories, ScenarioYamlReadsBackAsTheSameHistory) {
   EXPECT_EQ(ScenarioYaml(GenerateHistory(7)), ScenarioYaml(GenerateHistory(7)));
 }
 
+// Issue 37's reservation histories, per model and per pool: group b (reserving 2 GPUs of one
+// kind) submits six jobs at 0 and holds cards beyond its reservation, c (reserving 2 of that
+// kind) one at 10, and four cycles follow. With the engine whole no promise is broken; with
+// reclaim allowed to take any borrower (`broken`), c takes b's reserved cards and the checker
+// reports safety.reclaim naming the kind (`kind`: "of H100-80GB", "of pool east").
+void CheckReservationHistory(const quota::PolicySpec& p, const std::vector<quota::NodeSpec>& nodes,
+                             bool broken, const std::string& kind) {
+  quota::EngineOptions o;
+  if (broken) o.engine_break = Break::kReclaimAnyBorrower;
+  auto e = quota::QuotaEngine::Create(p, nodes, o);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  verify::Checker checker(p, nodes, {.cycle_s = 10, .grace_s = 0});
+  auto submit = [&](const std::string& id, const std::string& q, int64_t t) {
+    quota::JobSpec j;
+    j.id = id;
+    j.identity = q;
+    j.group = q;
+    j.queue = q;
+    auto h = (*e)->Submit(j, t);
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    checker.Submitted(*h, j);
+  };
+  for (int i = 0; i < 6; ++i) submit("b" + std::to_string(i), "b", 0);
+  (*e)->RunCycle(0);
+  checker.AfterCycle(**e, 0);
+  submit("c0", "c", 10);
+  for (int64_t t = 10; t <= 40; t += 10) {
+    (*e)->RunCycle(t);
+    checker.AfterCycle(**e, t);
+  }
+  bool reported = false;
+  for (const verify::Violation& v : checker.violations()) {
+    reported =
+        reported || (v.property == "safety.reclaim" && v.what.find(kind) != std::string::npos);
+  }
+  EXPECT_EQ(reported, broken);
+  if (!broken) {
+    for (const verify::Violation& v : checker.violations()) ADD_FAILURE() << v.ToString();
+  }
+}
+
 // Issue 37: a reservation per GPU model is a promise. Group b reserves 2 GPUs, both H100, and
 // holds 2 H100 and 4 A100 (6, well above its total reservation); c, reserving 2, asks for H100
 // only. With the engine whole b keeps its 2 H100 and c waits (no promise broken: c's job could
@@ -241,38 +282,7 @@ TEST(PromisePerModel, AReservationPerModelIsAPromiseTheCheckerKeeps) {
       nodes[n].gpu_model = n == 0 ? "H100-80GB" : "A100-80GB";
       nodes[n].gpu_count = n == 0 ? 2 : 4;
     }
-    quota::EngineOptions o;
-    if (broken) o.engine_break = Break::kReclaimAnyBorrower;
-    auto e = quota::QuotaEngine::Create(p, nodes, o);
-    ASSERT_TRUE(e.ok()) << e.status().ToString();
-    verify::Checker checker(p, nodes, {.cycle_s = 10, .grace_s = 0});
-    auto submit = [&](const std::string& id, const std::string& q, int64_t t) {
-      quota::JobSpec j;
-      j.id = id;
-      j.identity = q;
-      j.group = q;
-      j.queue = q;
-      auto h = (*e)->Submit(j, t);
-      ASSERT_TRUE(h.ok()) << h.status().ToString();
-      checker.Submitted(*h, j);
-    };
-    for (int i = 0; i < 6; ++i) submit("b" + std::to_string(i), "b", 0);
-    (*e)->RunCycle(0);
-    checker.AfterCycle(**e, 0);
-    submit("c0", "c", 10);
-    for (int64_t t = 10; t <= 40; t += 10) {
-      (*e)->RunCycle(t);
-      checker.AfterCycle(**e, t);
-    }
-    bool per_model = false;
-    for (const verify::Violation& v : checker.violations()) {
-      per_model = per_model || (v.property == "safety.reclaim" &&
-                                v.what.find("of H100-80GB") != std::string::npos);
-    }
-    EXPECT_EQ(per_model, broken);
-    if (!broken) {
-      for (const verify::Violation& v : checker.violations()) ADD_FAILURE() << v.ToString();
-    }
+    CheckReservationHistory(p, nodes, broken, "of H100-80GB");
   }
 }
 
@@ -303,38 +313,7 @@ TEST(PromisePerPool, AReservationPerPoolIsAPromiseTheCheckerKeeps) {
       nodes[n].gpu_model = "A100-80GB";
       nodes[n].gpu_count = n == 0 ? 2 : 4;
     }
-    quota::EngineOptions o;
-    if (broken) o.engine_break = Break::kReclaimAnyBorrower;
-    auto e = quota::QuotaEngine::Create(p, nodes, o);
-    ASSERT_TRUE(e.ok()) << e.status().ToString();
-    verify::Checker checker(p, nodes, {.cycle_s = 10, .grace_s = 0});
-    auto submit = [&](const std::string& id, const std::string& q, int64_t t) {
-      quota::JobSpec j;
-      j.id = id;
-      j.identity = q;
-      j.group = q;
-      j.queue = q;
-      auto h = (*e)->Submit(j, t);
-      ASSERT_TRUE(h.ok()) << h.status().ToString();
-      checker.Submitted(*h, j);
-    };
-    for (int i = 0; i < 6; ++i) submit("b" + std::to_string(i), "b", 0);
-    (*e)->RunCycle(0);
-    checker.AfterCycle(**e, 0);
-    submit("c0", "c", 10);
-    for (int64_t t = 10; t <= 40; t += 10) {
-      (*e)->RunCycle(t);
-      checker.AfterCycle(**e, t);
-    }
-    bool per_pool = false;
-    for (const verify::Violation& v : checker.violations()) {
-      per_pool = per_pool || (v.property == "safety.reclaim" &&
-                              v.what.find("of pool east") != std::string::npos);
-    }
-    EXPECT_EQ(per_pool, broken);
-    if (!broken) {
-      for (const verify::Violation& v : checker.violations()) ADD_FAILURE() << v.ToString();
-    }
+    CheckReservationHistory(p, nodes, broken, "of pool east");
   }
 }
 

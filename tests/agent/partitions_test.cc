@@ -23,12 +23,18 @@ std::string FakeInstances() {
   return buf;
 }
 
-TEST(AgentPartitions, SimulatedInstancesFollowThePartitionEngine) {
-  auto devs = ParseSimulatedInventory("1xA100-80GB", "n1", partition::Catalog::BuiltIn());
-  ASSERT_TRUE(devs.ok());
+// Node n1's inventory, simulated as `spec` ("2xMI300X").
+Inventory Simulated(const std::string& spec) {
+  auto devs = ParseSimulatedInventory(spec, "n1", partition::Catalog::BuiltIn());
+  EXPECT_TRUE(devs.ok()) << devs.status().ToString();
   Inventory inv;
   inv.node = "n1";
-  inv.devices = *devs;
+  if (devs.ok()) inv.devices = *devs;
+  return inv;
+}
+
+TEST(AgentPartitions, SimulatedInstancesFollowThePartitionEngine) {
+  Inventory inv = Simulated("1xA100-80GB");
   Partitions p(inv, "");
   auto a = p.Acquire("j1", 0, "1g.10gb@6");
   ASSERT_TRUE(a.ok()) << a.status().ToString();
@@ -46,11 +52,7 @@ TEST(AgentPartitions, SimulatedInstancesFollowThePartitionEngine) {
 // AMD: a partition switches its device's compute mode only while the device is idle, and the
 // memory mode only while the whole node is; partitions are logical GPUs numbered across devices.
 TEST(AgentPartitions, SimulatedAmdModesFollowThePartitionEngine) {
-  auto devs = ParseSimulatedInventory("2xMI300X", "n1", partition::Catalog::BuiltIn());
-  ASSERT_TRUE(devs.ok()) << devs.status().ToString();
-  Inventory inv;
-  inv.node = "n1";
-  inv.devices = *devs;
+  Inventory inv = Simulated("2xMI300X");
   Partitions p(inv, "");
   EXPECT_EQ(p.Layout(1), "");  // SPX+NPS1: not split
   auto a = p.Acquire("j1", 1, "CPX#2", "CPX+NPS1");
@@ -89,11 +91,7 @@ TEST(AgentPartitions, SimulatedAmdModesFollowThePartitionEngine) {
 // its partitions goes back to it (the cycle returned the card to SPX+NPS1 for whole demand), only
 // while idle; the same pair changes nothing.
 TEST(AgentPartitions, AWholeCardGoesBackToTheOrdersMode) {
-  auto devs = ParseSimulatedInventory("1xMI300X", "n1", partition::Catalog::BuiltIn());
-  ASSERT_TRUE(devs.ok()) << devs.status().ToString();
-  Inventory inv;
-  inv.node = "n1";
-  inv.devices = *devs;
+  Inventory inv = Simulated("1xMI300X");
   Partitions p(inv, "");
   ASSERT_TRUE(p.Acquire("inf", 0, "CPX#0", "CPX+NPS1").ok());
   auto busy = p.Use("train", 0, "SPX+NPS1");

@@ -272,6 +272,8 @@ class AgentThread {
     thread_ = std::thread([this] { rc_ = RunAgent(options_); });
   }
   ~AgentThread() { Stop(); }
+  // RunAgent returned (on its own, before any Stop).
+  bool exited() const { return rc_.load() != -1; }
   int Stop() {
     stop_ = true;
     if (thread_.joinable()) thread_.join();
@@ -282,7 +284,7 @@ class AgentThread {
   AgentOptions options_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
-  int rc_ = -1;
+  std::atomic<int> rc_{-1};
 };
 
 std::vector<std::string> Sh(const std::string& script) { return {"/bin/sh", "-c", script}; }
@@ -462,34 +464,19 @@ TEST(AgentLoop, ExitsWhenItsProtocolVersionIsRefused) {
   const std::string refusal =
       "agent protocol 2 is not served by this server (it serves 3-4); upgrade the agent";
   cp.RefuseRegistrations(refusal);
-  std::atomic<bool> stop{false};
   auto logged = std::make_shared<std::vector<std::string>>();
   auto log_mu = std::make_shared<std::mutex>();
-  AgentOptions o;
-  o.control_plane_url = "http://127.0.0.1:" + std::to_string(cp.port());
-  o.token = kToken;
-  o.node_name = "host-a";
-  o.simulate = "1xH100-80GB";
-  o.work_dir = dir.path() + "/jobs";
-  o.cgroup_root = "";
-  o.region_dir = dir.path();
-  o.poll_ms = 10;
-  o.default_heartbeat_ms = 50;
-  o.max_backoff_ms = 200;
-  o.request_timeout_ms = 1000;
-  o.stop = &stop;
-  o.handle_signals = false;
-  o.log = [logged, log_mu](const std::string& line) {
-    std::lock_guard<std::mutex> lock(*log_mu);
-    logged->push_back(line);
-  };
-  std::atomic<int> rc{-1};
-  std::thread agent([&] { rc = RunAgent(o); });
-  const bool exited = WaitFor([&] { return rc.load() != -1; }, 10s);
-  stop = true;
-  agent.join();
+  AgentThread agent(cp.url(), dir, "", [&](AgentOptions& o) {
+    o.simulate = "1xH100-80GB";
+    o.log = [logged, log_mu](const std::string& line) {
+      std::lock_guard<std::mutex> lock(*log_mu);
+      logged->push_back(line);
+    };
+  });
+  const bool exited = WaitFor([&] { return agent.exited(); }, 10s);
+  const int rc = agent.Stop();
   ASSERT_TRUE(exited) << "the agent kept retrying a refused protocol version";
-  EXPECT_EQ(rc.load(), 1);
+  EXPECT_EQ(rc, 1);
   EXPECT_EQ(cp.RefusedRegistrations(), 1);
   bool said = false;
   std::lock_guard<std::mutex> lock(*log_mu);

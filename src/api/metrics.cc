@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "api/engine.h"
+#include "common/text.h"
 
 namespace tessera::api {
 namespace {
@@ -42,20 +43,7 @@ std::string Decimal(int64_t v, int digits) {
 
 // A label value escaped per the exposition format: backslash, double quote, line feed.
 std::string Escape(const std::string& v) {
-  std::string out;
-  out.reserve(v.size());
-  for (char c : v) {
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '"') {
-      out += "\\\"";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
-  return out;
+  return EscapeChars(v, {{'\\', "\\\\"}, {'"', "\\\""}, {'\n', "\\n"}});
 }
 
 using Labels = std::vector<std::pair<std::string, std::string>>;

@@ -1,5 +1,6 @@
 #include "common/text.h"
 
+#include <algorithm>
 #include <cstdint>
 
 namespace tessera {
@@ -93,6 +94,23 @@ std::string EscapeForTerminal(std::string_view s) {
       out += kHex[d & 15];
     } else {
       out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
+std::string EscapeChars(std::string_view s,
+                        std::initializer_list<std::pair<char, std::string_view>> escapes) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    const auto it =
+        std::find_if(escapes.begin(), escapes.end(),
+                     [c](const std::pair<char, std::string_view>& e) { return e.first == c; });
+    if (it == escapes.end()) {
+      out += c;
+    } else {
+      out += it->second;
     }
   }
   return out;

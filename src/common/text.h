@@ -6,8 +6,10 @@
 // terminal has its control characters escaped.
 #pragma once
 
+#include <initializer_list>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace tessera {
 
@@ -26,5 +28,11 @@ std::string ToValidUtf8(std::string_view s);
 // `s` made safe for a terminal: valid UTF-8 (as ToValidUtf8), and every control character
 // (ESC, CR, BEL, C1 controls...) written as a visible escape such as \x1b or \u009b.
 std::string EscapeForTerminal(std::string_view s);
+
+// `s` with each character that `escapes` names written as its escape, the rest as they are: the
+// one loop behind a format's escaping (HTML text: {'<', "&lt;"}, {'>', "&gt;"}, {'&', "&amp;"};
+// a Prometheus label value: {'\\', "\\\\"}, {'"', "\\\""}, {'\n', "\\n"}).
+std::string EscapeChars(std::string_view s,
+                        std::initializer_list<std::pair<char, std::string_view>> escapes);
 
 }  // namespace tessera

@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <sstream>
 
+#include "common/text.h"
+
 namespace tessera::sim {
 namespace {
 
@@ -13,23 +15,7 @@ std::string Fixed(double v, int decimals) {
 }
 
 std::string Escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '&':
-        out += "&amp;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
+  return EscapeChars(s, {{'<', "&lt;"}, {'>', "&gt;"}, {'&', "&amp;"}});
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/text.h"
 #include "sim/usage_whatif.h"
 
 namespace tessera::sim::usage {
@@ -72,21 +73,7 @@ Json PlanJson(const PlanResult& p) {
 }
 
 std::string Esc(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '<') {
-      o += "&lt;";
-    } else if (c == '>') {
-      o += "&gt;";
-    } else if (c == '&') {
-      o += "&amp;";
-    } else if (c == '"') {
-      o += "&quot;";
-    } else {
-      o += c;
-    }
-  }
-  return o;
+  return EscapeChars(s, {{'<', "&lt;"}, {'>', "&gt;"}, {'&', "&amp;"}, {'"', "&quot;"}});
 }
 
 }  // namespace

@@ -46,5 +46,14 @@ TEST(Text, TerminalEscapesAreMadeVisible) {
   EXPECT_EQ(EscapeForTerminal("caf\xC3\xA9"), "caf\xC3\xA9");
 }
 
+TEST(Text, EscapeCharsWritesEachNamedCharacterAsItsEscape) {
+  EXPECT_EQ(EscapeChars("a<b>&\"c\"", {{'<', "&lt;"}, {'>', "&gt;"}, {'&', "&amp;"}}),
+            "a&lt;b&gt;&amp;\"c\"");
+  EXPECT_EQ(EscapeChars("x\\y\"z\n", {{'\\', "\\\\"}, {'"', "\\\""}, {'\n', "\\n"}}),
+            "x\\\\y\\\"z\\n");
+  EXPECT_EQ(EscapeChars("", {{'<', "&lt;"}}), "");
+  EXPECT_EQ(EscapeChars("plain", {}), "plain");
+}
+
 }  // namespace
 }  // namespace tessera

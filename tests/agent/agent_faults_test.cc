@@ -28,6 +28,7 @@
 #include <thread>
 
 #include "agent/agent.h"
+#include "fake_control_plane.h"
 #include "test_util.h"
 
 namespace tessera::agent {
@@ -39,9 +40,7 @@ using testing::ReadAll;
 using testing::TempDir;
 using testing::WaitFor;
 
-constexpr const char* kToken = "agent-token";
-
-class FaultyControlPlane {
+class FaultyControlPlane : public testing::AgentReports {
  public:
   FaultyControlPlane() { Up(); }
   ~FaultyControlPlane() { Down(); }
@@ -162,10 +161,6 @@ class FaultyControlPlane {
     std::lock_guard<std::mutex> lock(mu_);
     partition_stop_ms_ = ms;
   }
-  void AckAfter(int n) {
-    std::lock_guard<std::mutex> lock(mu_);
-    ack_after_ = n;
-  }
   // Refuses a registration with `finished` and a heartbeat's `finished` entry with `stopped_by`
   // (400, unknown field), as a server before those fields.
   void BeOld() {
@@ -173,75 +168,27 @@ class FaultyControlPlane {
     old_server_ = true;
   }
 
-  int Heartbeats() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return heartbeats_;
-  }
-  int Pid(const std::string& id) {
-    std::lock_guard<std::mutex> lock(mu_);
-    return running_.count(id) != 0 ? running_[id] : 0;
-  }
-  bool Acked(const std::string& id) {
-    std::lock_guard<std::mutex> lock(mu_);
-    return acked_.count(id) != 0;
-  }
-  json Finished(const std::string& id) {
-    std::lock_guard<std::mutex> lock(mu_);
-    return finished_.count(id) != 0 ? finished_[id] : json();
-  }
-  int FinishedReports(const std::string& id) {
-    std::lock_guard<std::mutex> lock(mu_);
-    return finished_reports_[id];
-  }
-  std::vector<json> Registrations() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return registrations_;
-  }
-  std::vector<std::string> Violations() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return violations_;
-  }
-
  private:
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
   int port_ = -1;
-  std::mutex mu_;
   int64_t epoch_ = -1;  // -1: replies carry none
   int64_t partition_stop_ms_ = 0;
   bool old_server_ = false;
-  int ack_after_ = 1;
-  int heartbeats_ = 0;
-  std::vector<json> registrations_;
   std::map<std::string, json> desired_;  // starts to send until the job is reported
   std::map<std::string, json> placed_;   // started on the node, not reported finished
   std::set<std::string> forgotten_;
   std::set<std::string> requeued_;  // started again as lost by a registration
-  std::map<std::string, int> running_;
-  std::map<std::string, json> finished_;
-  std::map<std::string, int> finished_reports_;
-  std::set<std::string> acked_;
-  std::vector<std::string> violations_;
 };
 
 // RunAgent on a thread with its log kept, stopped and joined on destruction.
 class Agent {
  public:
   Agent(const std::string& url, const std::string& dir) {
-    options_.control_plane_url = url;
-    options_.token = kToken;
-    options_.node_name = "host-f";
+    options_ = testing::TestAgentOptions(url, dir, "host-f");
     options_.simulate = "1xH100-80GB";
-    options_.work_dir = dir + "/jobs";
-    options_.cgroup_root = "";
-    options_.region_dir = dir;
-    options_.poll_ms = 10;
-    options_.default_heartbeat_ms = 50;
-    options_.max_backoff_ms = 200;
     options_.request_timeout_ms = 500;
-    options_.stop_grace_ms = 300;
     options_.stop = &stop_;
-    options_.handle_signals = false;
     options_.log = [this](const std::string& line) {
       std::lock_guard<std::mutex> lock(mu_);
       log_.push_back(line);

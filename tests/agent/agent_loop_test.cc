@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "agent/agent.h"
+#include "fake_control_plane.h"
 #include "test_util.h"
 
 namespace tessera::agent {
@@ -24,14 +25,13 @@ namespace {
 
 using namespace std::chrono_literals;
 using nlohmann::json;
+using testing::kToken;
 using testing::TempDir;
 using testing::WaitFor;
 
-constexpr const char* kToken = "agent-token";
-
 // A scriptable control plane. Test code queues starts and cancels and edits may_run; the
 // server records what the agent sent and checks each request's shape, counting violations.
-class FakeControlPlane {
+class FakeControlPlane : public testing::AgentReports {
  public:
   explicit FakeControlPlane(int port = 0) {
     server_.Post("/v1/agent/register", [this](const httplib::Request& req, httplib::Response& res) {
@@ -162,10 +162,6 @@ class FakeControlPlane {
     std::lock_guard<std::mutex> lock(mu_);
     may_run_.erase(id);
   }
-  void AckAfter(int n) {
-    std::lock_guard<std::mutex> lock(mu_);
-    ack_after_ = n;
-  }
 
   // Accessors copy under the lock.
   bool IsRunning(const std::string& id) {
@@ -176,41 +172,13 @@ class FakeControlPlane {
     std::lock_guard<std::mutex> lock(mu_);
     return pids_seen_[id];
   }
-  bool Acked(const std::string& id) {
-    std::lock_guard<std::mutex> lock(mu_);
-    return acked_.count(id) != 0;
-  }
-  json Finished(const std::string& id) {
-    std::lock_guard<std::mutex> lock(mu_);
-    return finished_.count(id) != 0 ? finished_[id] : json();
-  }
-  int FinishedReports(const std::string& id) {
-    std::lock_guard<std::mutex> lock(mu_);
-    return finished_reports_[id];
-  }
   std::string Output(const std::string& id) {
     std::lock_guard<std::mutex> lock(mu_);
     return output_[id];
   }
-  int Heartbeats() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return heartbeats_;
-  }
   json LastHeartbeat() {
     std::lock_guard<std::mutex> lock(mu_);
     return last_heartbeat_;
-  }
-  int Pid(const std::string& job) {
-    std::lock_guard<std::mutex> lock(mu_);
-    return running_.count(job) ? running_[job] : 0;
-  }
-  std::vector<json> Registrations() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return registrations_;
-  }
-  std::vector<std::string> Violations() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return violations_;
   }
 
  private:
@@ -226,24 +194,15 @@ class FakeControlPlane {
   httplib::Server server_;
   std::thread thread_;
   int port_ = -1;
-  std::mutex mu_;
   bool registered_ = false;
   std::string refusal_;
   int refused_registrations_ = 0;
-  int heartbeats_ = 0;
   json last_heartbeat_;
   int uploads_ = 0;
-  int ack_after_ = 1;
-  std::vector<json> registrations_;
   std::vector<json> pending_start_, pending_cancel_;
   std::set<std::string> may_run_;
-  std::map<std::string, int> running_;
   std::map<std::string, std::set<int>> pids_seen_;
-  std::map<std::string, json> finished_;
-  std::map<std::string, int> finished_reports_;
-  std::set<std::string> acked_;
   std::map<std::string, std::string> output_;
-  std::vector<std::string> violations_;
 };
 
 // RunAgent on a thread, stopped and joined on destruction.
@@ -251,22 +210,12 @@ class AgentThread {
  public:
   AgentThread(const std::string& url, const TempDir& dir, const std::string& nvml = "",
               const std::function<void(AgentOptions&)>& tweak = nullptr) {
-    options_.control_plane_url = url;
-    options_.token = kToken;
-    options_.node_name = "host-a";
+    options_ = testing::TestAgentOptions(url, dir.path(), "host-a");
     options_.simulate = nvml.empty() ? "2xH100-80GB" : "";
     if (!nvml.empty()) options_.nvml_library = nvml;
-    options_.work_dir = dir.path() + "/jobs";
-    options_.cgroup_root = "";
-    options_.region_dir = dir.path();
-    options_.poll_ms = 10;
-    options_.default_heartbeat_ms = 50;
-    options_.max_backoff_ms = 200;
     options_.request_timeout_ms = 1000;
-    options_.stop_grace_ms = 300;
     options_.upload_chunk_bytes = 4096;  // several PUTs for larger output
     options_.stop = &stop_;
-    options_.handle_signals = false;
     options_.log = [](const std::string&) {};
     if (tweak) tweak(options_);
     thread_ = std::thread([this] { rc_ = RunAgent(options_); });

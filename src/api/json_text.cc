@@ -15,9 +15,14 @@ void JsonText::Quote(std::string_view text) {
     s = valid;
   }
   out_ += '"';
-  for (char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    switch (c) {
+  // The runs between bytes that need escaping are appended whole, not byte by byte.
+  size_t copied = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const auto u = static_cast<unsigned char>(s[i]);
+    if (u >= 0x20 && u != '"' && u != '\\') continue;  // valid UTF-8 passes through as it came
+    out_.append(s.substr(copied, i - copied));
+    copied = i + 1;
+    switch (u) {
       case '"':
         out_ += "\\\"";
         break;
@@ -34,15 +39,12 @@ void JsonText::Quote(std::string_view text) {
         out_ += "\\t";
         break;
       default:
-        if (u < 0x20) {
-          out_ += "\\u00";
-          out_ += kHex[u >> 4];
-          out_ += kHex[u & 15];
-        } else {
-          out_ += c;  // valid UTF-8 passes through as it came
-        }
+        out_ += "\\u00";
+        out_ += kHex[u >> 4];
+        out_ += kHex[u & 15];
     }
   }
+  out_.append(s.substr(copied));
   out_ += '"';
 }
 

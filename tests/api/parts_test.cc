@@ -1,15 +1,17 @@
 // The control plane's small parts on their own, against fakes of their neighbours: the commit
 // writer (a fake store write that succeeds, fails or blocks on the test's word), the order
-// watches, the views' cache and the audit trail's per-second limit.
+// watches, the views' cache, the audit trail's per-second limit and the JSON text writer.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "api/commit_writer.h"
+#include "api/json_text.h"
 #include "api/order_watches.h"
 #include "api/view_cache.h"
 #include "support/wait.h"
@@ -238,6 +240,28 @@ TEST(PerSecondLimit, AdmitsUpToTheLimitAndReportsWhatItSuppressed) {
   EXPECT_EQ(l.Admit(10), -1);
   EXPECT_EQ(l.Admit(11), 2);  // the next second's first carries the two suppressed
   EXPECT_EQ(l.Admit(11), 0);
+}
+
+TEST(JsonText, EscapesWhatJsonMustAndPassesTheRestThrough) {
+  const std::string cases[] = {"",           "plain",
+                               "say \"hi\"", "a\\b",
+                               "\n\r\t",     std::string("nul \0 and \x1f", 11),
+                               "\"",         "caf\xc3\xa9 \xe2\x82\xac",
+                               "tail\\"};
+  for (const std::string& c : cases) {
+    JsonText t;
+    t.BeginObject().Key(c).Str(c).EndObject();
+    const nlohmann::json parsed = nlohmann::json::parse(t.str());
+    EXPECT_EQ(parsed.dump(), nlohmann::json({{c, c}}).dump()) << t.str();
+  }
+  JsonText t;
+  t.Str(
+      "a\"b\\c\x01"
+      "d");
+  EXPECT_EQ(t.str(), "\"a\\\"b\\\\c\\u0001d\"");
+  JsonText bad;
+  bad.Str("x\xff");  // not UTF-8: U+FFFD
+  EXPECT_EQ(nlohmann::json::parse(bad.str()).get<std::string>(), "x\xef\xbf\xbd");
 }
 
 }  // namespace

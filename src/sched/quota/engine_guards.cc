@@ -17,7 +17,16 @@ int PopDue(std::set<std::pair<int64_t, int>>& due, int64_t now) {
   return h;
 }
 
+// When the first entry of a (time, handle) queue comes due; -1 when the queue is empty.
+int64_t NextDue(const std::set<std::pair<int64_t, int>>& due) {
+  return due.empty() ? -1 : due.begin()->first;
+}
+
 }  // namespace
+
+int64_t Engine::NextRuntimeStop() const { return NextDue(runtime_stops_); }
+
+int64_t Engine::NextIdleGiveBack() const { return NextDue(idle_checks_); }
 
 void Engine::WatchRuntime(int self) {
   const Job& j = jobs_[self];

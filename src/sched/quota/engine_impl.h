@@ -229,14 +229,10 @@ class Engine final : public QuotaEngine {
   CycleStats RunCycle(int64_t now, const std::function<void()>& between = nullptr) override;
   int StopOverRuntime(int64_t now) override;
   void SetStartTime(int job, int64_t start) override;
-  int64_t NextRuntimeStop() const override {
-    return runtime_stops_.empty() ? -1 : runtime_stops_.begin()->first;
-  }
+  int64_t NextRuntimeStop() const override;
   void SetIdle(int job, int64_t idle_since) override;
   int GiveBackIdle(int64_t now) override;
-  int64_t NextIdleGiveBack() const override {
-    return idle_checks_.empty() ? -1 : idle_checks_.begin()->first;
-  }
+  int64_t NextIdleGiveBack() const override;
   std::vector<MemberView> members() const override;
   Status CheckInvariants() const override;
   const std::vector<std::string>& violations() const override { return violations_; }
@@ -547,6 +543,10 @@ class Engine final : public QuotaEngine {
   Status RestoreSlot(const GrantView& g, const std::string& where, Grant* gr, Candidate* c,
                      std::map<int, part::Layout>* layouts) const;
   int NodeByName(const std::string& name) const;
+  // Sets `field` of device `index` of node `name` to `value` (no such device: nothing) and
+  // forgets the memo (SetDeviceClosed, SetDeviceIsolation, SetDeviceMps).
+  template <typename T>
+  void SetDev(const std::string& name, int index, T Dev::*field, T value);
   void CommitExternal(int self, const Resources& charge, bool guaranteed);
   void EndHeld(int self);  // releases and settles claimants
 

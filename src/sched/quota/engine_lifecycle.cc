@@ -75,25 +75,24 @@ void Engine::SetNodeDown(const std::string& name, bool down) {
   memo_.clear();
 }
 
-void Engine::SetDeviceClosed(const std::string& name, int index, bool closed) {
+template <typename T>
+void Engine::SetDev(const std::string& name, int index, T Dev::*field, T value) {
   const int d = DevOf(nodes_, NodeByName(name), index);
   if (d < 0) return;
-  devs_[d].closed = closed;
+  devs_[d].*field = value;
   memo_.clear();
+}
+
+void Engine::SetDeviceClosed(const std::string& name, int index, bool closed) {
+  SetDev(name, index, &Dev::closed, closed);
 }
 
 void Engine::SetDeviceIsolation(const std::string& name, int index, int rank) {
-  const int d = DevOf(nodes_, NodeByName(name), index);
-  if (d < 0) return;
-  devs_[d].isolation = rank;
-  memo_.clear();
+  SetDev(name, index, &Dev::isolation, rank);
 }
 
 void Engine::SetDeviceMps(const std::string& name, int index, bool mps) {
-  const int d = DevOf(nodes_, NodeByName(name), index);
-  if (d < 0) return;
-  devs_[d].mps = mps;
-  memo_.clear();
+  SetDev(name, index, &Dev::mps, mps);
 }
 
 void Engine::SetExternalCapacity(const std::string& pool, int64_t gpu_milli) {

@@ -175,7 +175,7 @@ Status Engine::SpeaksFor(const Identity& who, const std::string& node, const cha
                                   node + "'");
 }
 
-Result<Engine::NodeInfo> Engine::NodeOfRegistration(const Json& body) {
+Result<NodeInfo> Engine::NodeOfRegistration(const Json& body) {
   auto number = [&](const char* key) -> int64_t {
     return body.contains(key) && body[key].is_number_integer() ? body[key].get<int64_t>() : 0;
   };
@@ -294,21 +294,20 @@ Result<Json> Engine::RegisterNode(const Identity& who, const Json& body) {
   for (const auto& f : body.value("finished", Json::array())) {
     const std::string id = f["job"].get<std::string>();
     ack.push_back(id);
-    auto it = jobs_.find(id);
-    if (it == jobs_.end() || !Holds(it->second) || !it->second.backend.empty() ||
-        it->second.parts_done.count(n.name))
+    Job* it = jobs_.Find(id);
+    if (it == nullptr || !Holds(*it) || !it->backend.empty() || it->parts_done.count(n.name))
       continue;
-    const auto on = NodesOf(it->second);
+    const auto on = NodesOf(*it);
     if (std::find(on.begin(), on.end(), n.name) == on.end()) continue;
-    FinishReportedLocked(it->second, n.name, f, b);
+    FinishReportedLocked(*it, n.name, f, b);
   }
   // What the agent runs now is the truth: a job the control plane believed started there that
   // the (restarted) agent does not run is over there, at once rather than at a heartbeat timeout.
   // (An agent that does not say what it runs is not reconciled.)
   const std::vector<std::string> held =
-      body.contains("running") ? NodeJobsLocked(n.name) : std::vector<std::string>{};  // a copy
+      body.contains("running") ? jobs_.OnNode(n.name) : std::vector<std::string>{};  // a copy
   for (const std::string& id : held) {
-    Job& j = jobs_[id];
+    Job& j = jobs_.Get(id);
     if (j.state == JobState::kPlaced || running->count(id) || j.parts_done.count(n.name)) continue;
     if (GangPartUnsent(j, n.name)) continue;
     LoseJobLocked(j, n.name, "not running on node '" + n.name + "' when its agent registered again",
@@ -482,20 +481,20 @@ Result<std::pair<Json, int64_t>> Engine::HeartbeatQueued(const Identity& who, co
   for (const auto& f : body.value("finished", Json::array())) {
     const std::string id = f["job"].get<std::string>();
     ack.push_back(id);
-    auto it = jobs_.find(id);
-    if (it == jobs_.end() || !on_node(it->second) || it->second.parts_done.count(node)) continue;
-    FinishReportedLocked(it->second, node, f, b);
+    Job* it = jobs_.Find(id);
+    if (it == nullptr || !on_node(*it) || it->parts_done.count(node)) continue;
+    FinishReportedLocked(*it, node, f, b);
   }
   for (const auto& r : body.value("running", Json::array())) {
-    auto it = jobs_.find(r["job"].get<std::string>());
-    if (it != jobs_.end() && it->second.state == JobState::kPending && it->second.held_on == node) {
+    Job* it = jobs_.Find(r["job"].get<std::string>());
+    if (it != nullptr && it->state == JobState::kPending && it->held_on == node) {
       Json swap_only = r;  // held swapped out: its swap state only, no activity
       swap_only.erase("active");
-      ObserveActivityLocked(it->second, swap_only, actor, b);
+      ObserveActivityLocked(*it, swap_only, actor, b);
       continue;
     }
-    if (it == jobs_.end() || !on_node(it->second)) continue;
-    Job& j = it->second;
+    if (it == nullptr || !on_node(*it)) continue;
+    Job& j = *it;
     // An earlier placement's process: not this one's start (OrdersLocked has it stopped first).
     if (j.state == JobState::kPlaced && j.stale_on.count(node)) continue;
     j.pid = r.value("pid", int64_t{0});
@@ -586,8 +585,8 @@ Json Engine::OrdersLocked(const NodeInfo& n, Batch& b, int64_t durable) {
   Json start = Json::array(), cancel = Json::array(), may_run = Json::array();
   const int64_t preempt_grace_ms = config_.policy.grace_seconds * 1000;
   Json swap = Json::object();
-  for (const std::string& id : NodeJobsLocked(node)) {
-    Job& j = jobs_[id];
+  for (const std::string& id : jobs_.OnNode(node)) {
+    Job& j = jobs_.Get(id);
     if (j.state == JobState::kPending && !j.held_on.empty()) {
       // Held swapped out here: its processes stay, paused, until it resumes or is stopped.
       if (j.held_on == node) {
@@ -657,14 +656,14 @@ Status Engine::WriteOutput(const Identity& who, const std::string& job, int64_t 
       std::min<int64_t>(static_cast<int64_t>(bytes.size()), config_.max_output_bytes - offset));
   {
     std::unique_lock<std::mutex> lock(mu_);
-    auto it = jobs_.find(job);
-    if (it == jobs_.end()) return Status::NotFound("no job '" + job + "'");
+    Job* it = jobs_.Find(job);
+    if (it == nullptr) return Status::NotFound("no job '" + job + "'");
     // Only for a job on a node this agent speaks for.
     bool mine = who.role == Role::kAdmin;
-    for (const std::string& n : NodesOf(it->second)) mine = mine || who.MaySpeakFor(n);
+    for (const std::string& n : NodesOf(*it)) mine = mine || who.MaySpeakFor(n);
     if (!mine) {
       lock.unlock();
-      return SpeaksFor(who, it->second.node.empty() ? "(none)" : it->second.node, "upload output");
+      return SpeaksFor(who, it->node.empty() ? "(none)" : it->node, "upload output");
     }
   }
   int fd = ::open(OutputPath(job).c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0640);

@@ -52,9 +52,9 @@ void Engine::RecordHealthLocked(NodeInfo& n, const Json& devices, const std::str
     if (config_.unhealthy_requeue) {
       // Its jobs are preempted as any preemption is (the agent's stop order, the policy's grace),
       // then pending again with their submit time: they run elsewhere.
-      const std::vector<std::string> held = NodeJobsLocked(n.name);  // a copy
+      const std::vector<std::string> held = jobs_.OnNode(n.name);  // a copy
       for (const std::string& id : held) {
-        Job& j = jobs_[id];
+        Job& j = jobs_.Get(id);
         if (j.state == JobState::kPreempting || j.handle < 0) continue;
         if (std::none_of(j.grants.begin(), j.grants.end(),
                          [&](const auto& g) { return g.node == n.name && g.device == index; }))

@@ -137,8 +137,8 @@ Status Engine::BackendPass(const std::string& name) {
     std::unique_lock<std::mutex> lock(mu_);
     RecordSubmissionsLocked(done, &late_cancels, &batch);
     if (!cancel_failed.empty()) {
-      for (const std::string& id : LiveIdsLocked()) {
-        Job& j = jobs_[id];
+      for (const std::string& id : jobs_.LiveIds()) {
+        Job& j = jobs_.Get(id);
         if (j.cancel_sent && cancel_failed.count(j.external_id)) j.cancel_sent = false;
       }
     }
@@ -178,8 +178,8 @@ Status Engine::NoteAnswering(const std::string& name, const Status& heard) {
   lane.reconciled = false;  // its jobs are matched again once it answers
   batch.Add(MakeEvent("engine", "backend.not_answering", name,
                       name + " is not answering (no new work): " + heard.message()));
-  for (const std::string& id : LiveIdsLocked()) {
-    Job& j = jobs_[id];
+  for (const std::string& id : jobs_.LiveIds()) {
+    Job& j = jobs_.Get(id);
     const QueueRoute* route = config_.FindRoute(j.rec.queue);
     if (j.backend != name || j.state != JobState::kPlaced || !j.external_id.empty() ||
         j.lookup_first || j.submit_attempts > 0 || route == nullptr || !route->multi())
@@ -231,8 +231,8 @@ Status Engine::ReconcileBackend(const std::string& name) {
         const std::string id = x.name.substr(prefix.size());
         const auto xs = backends::ParseExternalState(x.state);
         const bool active = xs.ok() && !backends::EndStateOf(*xs);
-        auto it = jobs_.find(id);
-        if (it == jobs_.end() || it->second.backend != name) {
+        Job* it = jobs_.Find(id);
+        if (it == nullptr || it->backend != name) {
           // A scheduler that keeps ended jobs as objects (Kubernetes) has them deleted too:
           // a crash between recording an end and Forget must not leave one behind.
           if (active || backends_[name]->Suspends()) {
@@ -243,7 +243,7 @@ Status Engine::ReconcileBackend(const std::string& name) {
           }
           continue;
         }
-        Job& j = it->second;
+        Job& j = *it;
         if (j.external_id == x.external_id) continue;
         if (j.state == JobState::kPlaced && j.external_id.empty() &&
             TransitionLocked(j, JobState::kStarting, JobCause::kStarted)) {
@@ -262,9 +262,9 @@ Status Engine::ReconcileBackend(const std::string& name) {
         }
       }
       // Every unsubmitted job of this backend not found above was never submitted: safe to submit.
-      for (auto& [id, j] : jobs_) {
+      jobs_.ForEach([&](Job& j) {
         if (j.backend == name && j.external_id.empty()) j.lookup_first = false;
-      }
+      });
       lanes_.at(name)->reconciled = true;
       if (!events.empty()) {
         Batch batch;
@@ -293,8 +293,8 @@ void Engine::CollectBackendWorkLocked(const std::string& name, BackendWork* w) {
     cancels.push_back({backends_.at(name).get(), d.second});
     return true;
   });
-  for (const std::string& id : LiveIdsLocked()) {
-    Job& j = jobs_[id];
+  for (const std::string& id : jobs_.LiveIds()) {
+    Job& j = jobs_.Get(id);
     if (j.backend != name) continue;
     backends::Backend* b = backends_.at(name).get();
     if (b->Suspends() && j.external_id.empty() && j.state == JobState::kPreempting) w->stops = true;
@@ -369,9 +369,9 @@ void Engine::RecordSubmissionsLocked(
     std::vector<std::pair<backends::Backend*, std::string>>* late_cancels, Batch* batch) {
   const int64_t now = clock_();
   for (const SubmitDone& d : done) {
-    auto found = jobs_.find(d.id);
-    if (found == jobs_.end()) continue;  // ended and out of memory while the submission ran
-    Job& j = found->second;
+    Job* found = jobs_.Find(d.id);
+    if (found == nullptr) continue;  // ended and out of memory while the submission ran
+    Job& j = *found;
     if (d.status.ok()) {
       if (j.state != JobState::kPlaced || !j.external_id.empty() ||
           !TransitionLocked(j, JobState::kStarting, JobCause::kStarted)) {
@@ -420,8 +420,8 @@ void Engine::RecordPollsLocked(
   std::map<std::string, std::set<std::string>> asked;  // backend -> the external ids polled
   for (const auto& [name, ids] : polls) asked[name].insert(ids.begin(), ids.end());
   for (auto& [name, res] : polled) {
-    for (const std::string& id : LiveIdsLocked()) {
-      Job& j = jobs_[id];
+    for (const std::string& id : jobs_.LiveIds()) {
+      Job& j = jobs_.Get(id);
       if (j.backend != name || j.external_id.empty() ||
           !(Holds(j) || j.state == JobState::kPending))
         continue;
@@ -517,8 +517,8 @@ void Engine::RecordPollsLocked(
 // pending again.
 void Engine::StopUnsubmittedLocked(const std::string& name, Batch* batch) {
   if (!backends_.at(name)->Suspends()) return;
-  for (const std::string& id : LiveIdsLocked()) {
-    Job& j = jobs_[id];
+  for (const std::string& id : jobs_.LiveIds()) {
+    Job& j = jobs_.Get(id);
     if (j.state != JobState::kPreempting || !j.external_id.empty() || j.backend != name) {
       continue;
     }
@@ -532,9 +532,9 @@ void Engine::StopUnsubmittedLocked(const std::string& name, Batch* batch) {
 void Engine::RecordSuspendsLocked(const std::vector<SuspendWork>& done, Batch* batch) {
   const int64_t now = clock_();
   for (const SuspendWork& d : done) {
-    auto found = jobs_.find(d.id);
-    if (found == jobs_.end() || found->second.external_id != d.external_id) continue;
-    Job& j = found->second;
+    Job* found = jobs_.Find(d.id);
+    if (found == nullptr || found->external_id != d.external_id) continue;
+    Job& j = *found;
     const std::string verb = d.suspend ? "suspend" : "resume";
     if (!d.status.ok()) {
       j.next_suspend_ms = now + 5000;

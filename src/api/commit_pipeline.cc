@@ -28,11 +28,9 @@ Json DrainJson(const quota::QuotaEngine::Drain& d) {
 
 // Marks the jobs whose records landed: their next records need not carry the spec (the store
 // updates the columns that change instead of rewriting every column and index).
-template <typename Jobs>
-void MarkStored(Jobs& jobs, const std::vector<std::string>& stored) {
+void MarkStored(JobTable& jobs, const std::vector<std::string>& stored) {
   for (const std::string& id : stored) {
-    auto it = jobs.find(id);
-    if (it != jobs.end()) it->second.stored = true;
+    if (Job* j = jobs.Find(id)) j->stored = true;
   }
 }
 
@@ -59,12 +57,7 @@ int64_t Engine::QueueLocked(Batch& b) {
       drains_ = std::move(now);
     }
   }
-  for (Job* j : b.jobs) {
-    if (j->counted_live && Ended(*j)) {
-      j->counted_live = false;
-      if (--live_by_identity_[j->rec.identity] <= 0) live_by_identity_.erase(j->rec.identity);
-    }
-  }
+  for (Job* j : b.jobs) jobs_.CountOut(*j);
   if (b.empty()) {
     b = {};
     return 0;
@@ -168,38 +161,10 @@ void Engine::CatchUpLocked() {
     (void)ReloadLocked(p.cause);
     return;
   }
-  if (ended_.size() > 2 * static_cast<size_t>(config_.ended_jobs_in_memory))
-    EvictEndedLocked(p.written);
-}
-
-void Engine::EvictEndedLocked(int64_t written) {
-  // The oldest ended jobs leave memory once their last record is durable; the views read them
-  // from the store. One pass over the indexes for a thousand or more at a time.
-  std::set<std::string> gone;
-  std::deque<std::string> keep;
-  while (ended_.size() > static_cast<size_t>(config_.ended_jobs_in_memory)) {
-    std::string id = std::move(ended_.front());
-    ended_.pop_front();
-    auto it = jobs_.find(id);
-    if (it == jobs_.end() || !Ended(it->second)) continue;  // gone already, or requeued since
-    if (it->second.last_seq > written) {
-      keep.push_back(std::move(id));
-      continue;
-    }
-    if (it->second.handle >= 0 && it->second.handle < static_cast<int>(by_handle_.size())) {
-      by_handle_[it->second.handle] = nullptr;
-    }
-    if (!it->second.rec.idempotency_key.empty()) idem_.erase(it->second.rec.idempotency_key);
-    jobs_.erase(it);
-    gone.insert(std::move(id));
-  }
-  for (auto& id : keep) ended_.push_front(std::move(id));
-  if (gone.empty()) return;
-  auto out = [&](const std::string& id) { return gone.count(id) != 0; };
-  live_.erase(std::remove_if(live_.begin(), live_.end(), out), live_.end());
-  order_.erase(std::remove_if(order_.begin(), order_.end(), out), order_.end());
-  for (auto& [node, ids] : node_jobs_)
-    ids.erase(std::remove_if(ids.begin(), ids.end(), out), ids.end());
+  // The oldest ended jobs leave memory once durable, a thousand or more at a time; the views
+  // read them from the store.
+  const size_t keep = static_cast<size_t>(config_.ended_jobs_in_memory);
+  if (jobs_.EndedWaiting() > 2 * keep) jobs_.EvictEnded(keep, p.written);
 }
 
 Result<uint64_t> Engine::WatchOrders(const Identity& who, const std::string& node, int64_t after,

@@ -106,18 +106,6 @@ Result<std::unique_ptr<Engine>> Engine::Open(EngineConfig config,
   return e;
 }
 
-const std::vector<std::string>& Engine::LiveIdsLocked() {
-  // Pruned when about half of it has ended, so that a walk costs what the live jobs do, amortized;
-  // walkers still skip what ended since.
-  if (ended_since_prune_ > 64 && 2 * ended_since_prune_ > live_.size()) {
-    live_.erase(std::remove_if(live_.begin(), live_.end(),
-                               [&](const std::string& id) { return Ended(jobs_[id]); }),
-                live_.end());
-    ended_since_prune_ = 0;
-  }
-  return live_;
-}
-
 bool Engine::TransitionLocked(Job& j, JobState to, JobCause cause) {
   if (Status st = CheckJobTransition(j.state, to, cause); !st.ok()) {
     // A broken invariant of the control plane, not an outside failure: the job keeps its state
@@ -135,14 +123,6 @@ bool Engine::TransitionLocked(Job& j, JobState to, JobCause cause) {
   if (to == JobState::kRunning && j.start_ms == 0) j.start_ms = j.rec.update_ms;
   if (to == JobState::kPending) j.start_ms = 0;  // a new run starts again
   return true;
-}
-
-std::vector<std::string> Engine::NodesOf(const Job& j) const {
-  std::vector<std::string> out;
-  for (const auto& g : j.grants) {
-    if (std::find(out.begin(), out.end(), g.node) == out.end()) out.push_back(g.node);
-  }
-  return out;
 }
 
 store::Event Engine::MakeEvent(const std::string& actor, const std::string& kind,
@@ -207,8 +187,7 @@ store::JobRecord Engine::RecordOf(const Job& j) const {
 
 bool Engine::EndLocked(Job& j, JobState state, JobCause cause, const std::string& reason) {
   if (!TransitionLocked(j, state, cause)) return false;
-  ++ended_since_prune_;
-  ended_.push_back(j.rec.id);
+  jobs_.NoteEnded(j.rec.id);
   if (j.handle >= 0) {
     qe_->Cancel(j.handle, NowS(),
                 JobStateName(state) + (reason.empty() ? std::string() : ": " + reason));
@@ -229,9 +208,9 @@ void Engine::TranslateLocked(size_t from, Batch& b) {
             nullptr);
       continue;
     }
-    auto it = jobs_.find(e.job);
-    if (it == jobs_.end()) continue;
-    Job& j = it->second;
+    Job* it = jobs_.Find(e.job);
+    if (it == nullptr) continue;
+    Job& j = *it;
     switch (e.kind) {
       case quota::EventKind::kAdmitted:
         admission = e.detail;  // recorded with the placement: one event per decision
@@ -239,7 +218,7 @@ void Engine::TranslateLocked(size_t from, Batch& b) {
       case quota::EventKind::kPlaced: {
         if (!TransitionLocked(j, JobState::kPlaced, JobCause::kPlaced)) break;
         FillGrantsLocked(j);
-        NoteNodesLocked(j);
+        jobs_.NoteNodes(j);
         j.rec.reason = j.backend.empty() ? "" : "admitted; to be submitted to " + j.backend;
         JsonText data;
         data.BeginObject().Key("node").Str(j.node).Key("form").Str(j.form).Key("grants");
@@ -348,8 +327,9 @@ void Engine::RefreshWaitReasonsLocked() {
   std::string step, reason;
   int position = 0;  // in the order the cycle considered them (the forecast's position)
   for (int h : qe_->waiting()) {  // what the cycle left waiting, and what arrived since
-    if (h < 0 || h >= static_cast<int>(by_handle_.size()) || by_handle_[h] == nullptr) continue;
-    Job& j = *by_handle_[h];
+    Job* found = jobs_.ByHandle(h);
+    if (found == nullptr) continue;
+    Job& j = *found;
     if (j.state != JobState::kPending) continue;
     j.wait_position = ++position;
     qe_->WaitOf(j.handle, &step, &reason);
@@ -407,11 +387,10 @@ Status Engine::Tick() {
     }
     Batch b;
     for (const std::string& id : failed_on_load_) {
-      auto it = jobs_.find(id);
-      if (it == jobs_.end()) continue;
-      ended_.push_back(id);
-      ++ended_since_prune_;
-      b.Add(MakeEvent("engine", "job.failed", id, it->second.rec.reason), &it->second);
+      Job* it = jobs_.Find(id);
+      if (it == nullptr) continue;
+      jobs_.NoteEnded(id);
+      b.Add(MakeEvent("engine", "job.failed", id, it->rec.reason), &*it);
     }
     failed_on_load_.clear();
     Status st = MarkLostLocked(b);
@@ -488,8 +467,8 @@ Status Engine::CheckInvariants() {
   Status st = qe_->CheckInvariants();
   if (!st.ok()) return st;
   // The records agree with the quota engine: what a job holds there is what its record says.
-  for (const std::string& id : LiveIdsLocked()) {
-    const Job& j = jobs_[id];
+  for (const std::string& id : jobs_.LiveIds()) {
+    const Job& j = jobs_.Get(id);
     if (j.handle < 0) continue;
     quota::JobView v = qe_->job(j.handle);
     const bool held =

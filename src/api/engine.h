@@ -11,6 +11,7 @@
 // PBS), job output and the views. It is split by job over several files:
 //
 //   engine.cc         open, job records and state changes, the cycle and its decisions, invariants
+//   job_table.h       the jobs in memory and their indexes (JobTable; records.h: Job, NodeInfo)
 //   engine_load.cc    memory from the store: on open and after a failed write (reload)
 //   commit_pipeline.cc  queueing changes, the writer thread, failed writes, evicting ended jobs
 //   submit.cc         request validation, submissions through the commit pipeline; cancel
@@ -64,8 +65,10 @@
 #include "api/commit_writer.h"
 #include "api/config.h"
 #include "api/cycle_budget.h"
+#include "api/job_table.h"
 #include "api/json_text.h"
 #include "api/order_watches.h"
+#include "api/records.h"
 #include "api/view_cache.h"
 #include "backends/backend.h"
 #include "common/status.h"
@@ -236,128 +239,6 @@ class Engine {
   const EngineConfig& config() const { return config_; }
 
  private:
-  struct DeviceInfo {
-    int index = 0;
-    std::string model;
-    MiB memory_mib = 0;
-    std::string uuid;
-    bool simulated = false;
-    // Telemetry from the agent's heartbeats (NVML, or synthesized on simulated nodes); -1 when
-    // never reported.
-    int util_pct = -1;         // SM utilization, percent
-    MiB memory_used_mib = -1;  // device memory in use
-    int64_t telemetry_ms = 0;  // when last reported
-    // Health as its agent reports it (agent protocol 3: critical XID events, double-bit ECC
-    // errors): an unhealthy device takes no new work (Schedulable) and its jobs are requeued or
-    // left to finish (EngineConfig::unhealthy_requeue).
-    bool healthy = true;
-    std::string health_reason{};
-    // Returned by an administrator (ClearHealthLocked): the reason cleared; agent yet to hear.
-    std::string health_cleared{};
-    bool health_reset = false;
-    std::string isolation{};  // its agent's grade (IsolationRank; protocol 3; "": not said)
-    bool mps = false;  // offers MPS to sm-sharing shares (protocol 4 "mps"): they get grade mps
-  };
-  struct NodeInfo {
-    std::string name;
-    std::string pool;
-    MilliCpu cpu_milli = 0;
-    MiB memory_mib = 0;
-    MiB swap_mib = 0;  // host RAM + disk for swapped-out share memory (the agent's --swap-*)
-    bool simulated = false;
-    std::vector<DeviceInfo> devices;
-    int64_t last_heartbeat_ms = 0;
-    int64_t heard_mono_ms = 0;  // the same on the monotonic clock: silence is judged on it
-    bool lost = false;
-    bool jobs_released = false;  // lost, and its jobs requeued or ended (see partition_stop)
-    std::set<std::string> running_reported;  // the jobs its agent last said it runs
-  };
-  struct Job {
-    // Its record as stored, but for its state: rec.state is empty in memory (RecordOf writes
-    // `state`'s name, JobFromRecord reads it back).
-    store::JobRecord rec;
-    JobState state = kInitialJobState;  // changed only by TransitionLocked
-    Json spec;
-    std::string spec_text;  // spec.dump(), kept: the spec never changes
-    bool stored = false;    // its record is in the store: updates need not rewrite the spec
-    int64_t last_seq = 0;   // the last commit batch that carried its record
-    int handle = -1;        // in the quota engine
-    // What the job holds while placed/starting/running/preempting.
-    std::string form;
-    std::vector<quota::GrantView> grants;  // on agent nodes (empty for external backends)
-    bool borrowed = false;
-    std::string node;  // the first grant's node, or "backend:partition"
-    int preemptions = 0;
-    // Stopped by its queue's runtime guard (max_runtime): "preempting" until its processes are
-    // gone, then ended, not requeued.
-    bool guard_stopped = false;
-    // Nodes where a process of an earlier placement may still run (the job was requeued from
-    // there while starting, running or preempting): placed there again, its start waits until
-    // the agent no longer reports it, and a report of it running is not this placement's.
-    std::set<std::string> stale_on;
-    // When it first ran in this placement (0: not yet); while pending, its place in the order the
-    // last cycle considered the waiting jobs (1: first; 0: unknown).
-    int64_t start_ms = 0;
-    int wait_position = 0;
-    int64_t start_sent_ms = 0;        // when its start order last went out (single-node jobs)
-    int64_t starting_since_mono = 0;  // when it first went out for this placement (monotonic)
-    // Per node of the job: "NODE" once its processes there ended, "sent:NODE" once a gang part
-    // was ordered to start there.
-    std::set<std::string> parts_done;
-    bool cancel_requested = false;
-    bool counted_live = false;  // in live_by_identity_ (until a batch carries it ended)
-    int64_t pid = 0;
-    // Telemetry (agent nodes): the last time its devices or processes showed activity (its start
-    // until a report says so), whether it is "held but idle" (no activity for idle_after; a
-    // job.idle event marked the change), its measured device memory (-1: unknown).
-    int64_t last_active_ms = 0;
-    bool idle = false;
-    MiB gpu_memory_used_mib = -1;
-    std::string swap_state;  // a swapping share's, as its agent last reported it ("": none)
-    // Preemption by swapping (not stored): held swapped out on this node while pending (""),
-    // and the swap order its agent gets ("out", "in", "idle"; docs/agent-protocol.md).
-    std::string held_on, swap_order;
-    MiB swapped_mib = 0;
-    // External backend (empty: local agents).
-    std::string backend;
-    Json dispatch;              // a queue of several backends: their forecasts when it went to one
-    std::string external_id;    // the scheduler's job id once submitted
-    std::string external_node;  // where the scheduler runs it
-    std::string gres;           // the scheduler's allocation text
-    std::vector<int> external_devices;  // GPU indices the scheduler reports
-    std::string native_state;
-    int submit_attempts = 0;
-    int64_t next_submit_ms = 0;
-    bool lookup_first = false;  // a submission may have happened: look before submitting
-    bool cancel_sent = false;
-    int unknown_polls = 0;
-    // Backends that suspend (Kubernetes): the Job's spec.suspend as last seen or set, when the
-    // next suspend/resume may be sent, and since when its pod has been unschedulable.
-    bool ext_suspended = false;
-    int64_t next_suspend_ms = 0;
-    int64_t unschedulable_since_ms = 0;
-  };
-  // A validated submission, before it has an id.
-  struct PendingSubmit {
-    Job job;
-    quota::JobSpec qspec;
-  };
-  // Store events and changed records collected by one step, committed together.
-  struct Batch {
-    std::vector<store::Event> events;
-    std::vector<Job*> jobs;
-    std::vector<std::string> nodes;  // nodes whose jobs lost their grants in this batch
-    // The node whose own heartbeat made this batch: what it changed there is no news to that
-    // node's agent (no order watch wakes for it).
-    std::string from_node;
-    void Add(store::Event e, Job* j = nullptr) {
-      events.push_back(std::move(e));
-      if (j) jobs.push_back(j);
-    }
-    bool empty() const { return events.empty() && jobs.empty(); }
-    void Touch(const std::vector<std::string>& n) { nodes.insert(nodes.end(), n.begin(), n.end()); }
-  };
-
   Engine(EngineConfig config, std::unique_ptr<store::Store> store, std::string data_dir,
          Clock clock);
 
@@ -413,9 +294,6 @@ class Engine {
                          std::function<void(Result<Json>)> done);
   // Marks the jobs whose records landed, and rebuilds memory from the store after a failed write.
   void CatchUpLocked();
-  // Ended jobs beyond the newest ended_jobs_in_memory leave memory once durable (`written`: the
-  // last batch written).
-  void EvictEndedLocked(int64_t written);
   // Deletes from the store what the retention setting lets go (hourly).
   Status RetentionTick();
   // Fair-share history in the store (setting kFairShareKey): saved every kFairShareSaveMs by
@@ -441,7 +319,6 @@ class Engine {
   // change (its update time set), else refused, logged at error level, and false: the caller
   // then leaves the job as it was.
   [[nodiscard]] bool TransitionLocked(Job& j, JobState to, JobCause cause);
-  std::vector<std::string> NodesOf(const Job& j) const;
   quota::JobSpec QuotaSpecOf(const Job& j) const;
   // Ends a held or pending job in the quota engine and in its record (`state` terminal); false
   // when the job state table refuses the change (nothing changed).
@@ -628,41 +505,17 @@ class Engine {
 
   std::mutex mu_;
   std::unique_ptr<quota::QuotaEngine> qe_;
-  std::map<std::string, Job> jobs_;  // by id
-  // Scoped idempotency keys ("identity\nkey") of the jobs in memory -> job id. Evicted jobs
-  // are found in the store.
-  std::map<std::string, std::string> idem_;
+  // The jobs in memory and their indexes (scoped idempotency keys are "identity\nkey"; evicted
+  // jobs are found in the store).
+  JobTable jobs_;
   // The job a repeated key names, durable, or nullopt when the key is new.
   Result<std::optional<Json>> RepeatedLocked(const Identity& who, const std::string& scoped,
                                              std::unique_lock<std::mutex>& lock);
-  std::vector<std::string> order_;  // ids of the jobs in memory, in submit order
-  std::deque<std::string> ended_;   // ids of ended jobs in memory, oldest end first
   // Jobs Load ended (no longer schedulable under the policy): written by the next Tick.
   std::vector<std::string> failed_on_load_;
-  std::vector<Job*> by_handle_;  // quota handle -> job (jobs_ nodes do not move)
-  void Index(Job& j) {
-    if (j.handle >= static_cast<int>(by_handle_.size())) by_handle_.resize(j.handle + 1, nullptr);
-    by_handle_[j.handle] = &j;
-  }
-  size_t ended_since_prune_ = 0;                   // jobs ended since live_ was last pruned
   std::vector<quota::QuotaEngine::Drain> drains_;  // as last committed ("device.drains")
   Status LoadDrains();
-  // Ids of the jobs not yet ended, in submit order: what every per-heartbeat, per-tick and
-  // per-pass scan walks. Ended jobs are dropped from here lazily, by the next scan.
-  std::vector<std::string> live_;
-  // Jobs not yet ended, per identity (max_jobs_per_identity): counted in at submission and load,
-  // out when a queued batch first carries the job ended.
-  std::map<std::string, int64_t> live_by_identity_;
-  // REQUIRES: the caller adds no job while walking the result.
-  const std::vector<std::string>& LiveIdsLocked();
   std::map<std::string, NodeInfo> nodes_;  // by name
-  // Job ids by the agent nodes they were granted, so that a heartbeat walks its own node's jobs,
-  // not every live one. Entries are added with grants and dropped lazily by the walk
-  // (NodeJobsLocked) once the job no longer holds anything there.
-  std::map<std::string, std::vector<std::string>> node_jobs_;
-  void NoteNodesLocked(const Job& j);
-  const std::vector<std::string>& NodeJobsLocked(const std::string& node);
-  int64_t next_job_ = 1;
   int64_t last_cycle_ms_ = 0;
   bool cycle_wanted_ = true;
   Status broken_;  // set when a reload after a failed commit failed too: nothing is served

@@ -67,8 +67,8 @@ Status Engine::ReloadLocked(const Status& cause) {
   Status st = Load();
   broken_ = st;
   if (st.ok()) {
-    for (const std::string& id : LiveIdsLocked()) {
-      Job& j = jobs_[id];
+    for (const std::string& id : jobs_.LiveIds()) {
+      Job& j = jobs_.Get(id);
       if (j.state == JobState::kPending) {
         j.rec.reason = "Queued: the last scheduling decision could not be recorded (" +
                        cause.message() + "); the next cycle decides again";
@@ -196,7 +196,7 @@ quota::JobSpec Engine::QuotaSpecOf(const Job& j) const {
   return q;
 }
 
-Result<Engine::Job> Engine::JobFromRecord(store::JobRecord r) const {
+Result<Job> Engine::JobFromRecord(store::JobRecord r) const {
   Job j;
   j.spec = Json::parse(r.spec, nullptr, false);
   if (j.spec.is_discarded())
@@ -241,12 +241,10 @@ Status Engine::LoadJob(store::JobRecord r) {
   if (!parsed.ok()) return parsed.status();
   Job j = std::move(*parsed);
   const std::string id = j.rec.id;
-  next_job_ = std::max(next_job_, IdNumber(id) + 1);
-  order_.push_back(id);
-  if (!j.rec.idempotency_key.empty()) idem_[j.rec.idempotency_key] = id;
+  jobs_.SeeId(IdNumber(id));
   if (Ended(j)) {  // not loaded from the store (LoadLiveJobs), but a caller may pass one
-    ended_.push_back(id);
-    jobs_[id] = std::move(j);
+    jobs_.Insert(std::move(j));
+    jobs_.NoteEnded(id);
     return Status::Ok();
   }
   quota::JobSpec qs = QuotaSpecOf(j);
@@ -259,7 +257,7 @@ Status Engine::LoadJob(store::JobRecord r) {
       j.rec.reason = "no longer schedulable after a restart: " + h.status().message();
       failed_on_load_.push_back(id);
     }
-    jobs_[id] = std::move(j);
+    jobs_.Insert(std::move(j));
     return Status::Ok();
   }
   j.handle = *h;
@@ -273,36 +271,8 @@ Status Engine::LoadJob(store::JobRecord r) {
       return Status::Internal("job '" + id + "' cannot be re-reserved: " + st.message());
     }
   }
-  live_.push_back(id);
-  j.counted_live = true;
-  ++live_by_identity_[j.rec.identity];
-  Job& stored = jobs_[id] = std::move(j);
-  Index(stored);
-  if (Holds(stored)) NoteNodesLocked(stored);
+  jobs_.Enter(jobs_.Insert(std::move(j)));
   return Status::Ok();
-}
-
-void Engine::NoteNodesLocked(const Job& j) {
-  if (!j.backend.empty()) return;
-  for (const std::string& node : NodesOf(j)) {
-    std::vector<std::string>& ids = node_jobs_[node];
-    if (std::find(ids.begin(), ids.end(), j.rec.id) == ids.end()) ids.push_back(j.rec.id);
-  }
-}
-
-const std::vector<std::string>& Engine::NodeJobsLocked(const std::string& node) {
-  std::vector<std::string>& ids = node_jobs_[node];
-  ids.erase(std::remove_if(ids.begin(), ids.end(),
-                           [&](const std::string& id) {
-                             const Job& j = jobs_[id];
-                             if (j.state == JobState::kPending && !j.held_on.empty())
-                               return j.held_on != node;  // held swapped out there
-                             const auto nodes = NodesOf(j);
-                             return !Holds(j) || !j.backend.empty() ||
-                                    std::find(nodes.begin(), nodes.end(), node) == nodes.end();
-                           }),
-            ids.end());
-  return ids;
 }
 
 Status Engine::Load() {
@@ -311,15 +281,7 @@ Status Engine::Load() {
     lane->last_capacity_ms = -1;
     lane->reconciled = false;
   }
-  jobs_.clear();
-  idem_.clear();
-  order_.clear();
-  live_.clear();
-  live_by_identity_.clear();
-  node_jobs_.clear();
-  by_handle_.clear();
-  ended_since_prune_ = 0;
-  ended_.clear();
+  jobs_.Clear();
   failed_on_load_.clear();
   nodes_.clear();
   Status st = NewQuotaEngine();
@@ -332,7 +294,7 @@ Status Engine::Load() {
   // memory and start-up follow the live jobs, not the history.
   auto top = store_->MaxJobNumber();
   if (!top.ok()) return top.status();
-  next_job_ = *top + 1;
+  jobs_.SeeId(*top);
   auto recs = store_->LoadLiveJobs();
   if (!recs.ok()) return recs.status();
   for (store::JobRecord& r : *recs) {

@@ -87,8 +87,8 @@ std::string Engine::UtilizationSampleLocked() {
     Bump(p, "gpu_memory_mib_total", mem);
     Bump(p, "cpu_milli_total", n.cpu_milli);
   }
-  for (const std::string& id : LiveIdsLocked()) {
-    const Job& j = jobs_[id];
+  for (const std::string& id : jobs_.LiveIds()) {
+    const Job& j = jobs_.Get(id);
     Json* rows[2] = {&by["group"][j.rec.group], &by["queue"][j.rec.queue]};
     if (j.state == JobState::kPending) {
       Bump(s, "pending", 1);

@@ -458,8 +458,8 @@ Result<std::string> Engine::Metrics(const Identity& who) {
       }
       nodes.push_back(std::move(row));
     }
-    for (const std::string& id : LiveIdsLocked()) {
-      const Job& j = jobs_[id];
+    for (const std::string& id : jobs_.LiveIds()) {
+      const Job& j = jobs_.Get(id);
       if (Ended(j)) continue;
       jobs.push_back({j.rec.id, j.state, j.rec.queue, j.rec.group, j.rec.reason, j.form, j.node,
                       Holds(j), j.idle, j.gpu_memory_used_mib,

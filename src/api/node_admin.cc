@@ -158,9 +158,9 @@ Result<Json> Engine::AdminNode(const Identity& who, const std::string& node,
     // and the policy's grace), then pending again with its submit time: it runs elsewhere.
     const std::string why = "drain of " + subject + " by " + who.name;
     const size_t mark = qe_->events().size();
-    const std::vector<std::string> held = NodeJobsLocked(node);  // a copy: the walk changes jobs
+    const std::vector<std::string> held = jobs_.OnNode(node);  // a copy: the walk changes jobs
     for (const std::string& id : held) {
-      Job& j = jobs_[id];
+      Job& j = jobs_.Get(id);
       if (j.state == JobState::kPreempting || j.handle < 0) continue;
       const bool there = std::any_of(j.grants.begin(), j.grants.end(), [&](const auto& g) {
         return g.node == node && (device < 0 || g.device == device);

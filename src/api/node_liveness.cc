@@ -15,9 +15,9 @@ void Engine::SetMonotonicClockForTest(Clock monotonic) {
   window_from_mono_ = 0;
   const int64_t mono = monotonic_();
   for (auto& [name, n] : nodes_) n.heard_mono_ms = mono;  // times of the other clock mean nothing
-  for (auto& [id, j] : jobs_) {
+  jobs_.ForEach([&](Job& j) {
     if (j.starting_since_mono != 0) j.starting_since_mono = mono;
-  }
+  });
 }
 
 // Silence is measured on the monotonic clock: the wall clock steps (NTP, a VM resumed, an
@@ -53,9 +53,9 @@ Status Engine::MarkLostLocked(Batch& b) {
     if (!n.lost || n.jobs_released) continue;
     if (config_.partition_stop_ms > 0 && silent < config_.PartitionReleaseMs()) continue;
     n.jobs_released = true;
-    const std::vector<std::string> held = NodeJobsLocked(name);  // a copy: the walk changes jobs
+    const std::vector<std::string> held = jobs_.OnNode(name);  // a copy: the walk changes jobs
     for (const std::string& id : held)
-      LoseJobLocked(jobs_[id], name, "node '" + name + "' lost", b);
+      LoseJobLocked(jobs_.Get(id), name, "node '" + name + "' lost", b);
     cycle_wanted_ = true;
   }
   return Status::Ok();
@@ -65,8 +65,8 @@ void Engine::ExpireStartsLocked(Batch& b) {
   const int64_t mono = monotonic_();  // as silence: a step of the wall clock expires nothing
   const int64_t bound = kStartTimeouts * config_.heartbeat_timeout_ms;
   std::vector<Job*> expired;
-  for (const std::string& id : LiveIdsLocked()) {
-    Job& j = jobs_[id];
+  for (const std::string& id : jobs_.LiveIds()) {
+    Job& j = jobs_.Get(id);
     if (j.state != JobState::kStarting || j.starting_since_mono == 0 ||
         mono - j.starting_since_mono < bound)
       continue;

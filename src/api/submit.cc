@@ -212,7 +212,7 @@ Status ReadNeeds(const Json& body, const quota::ProfileSpec& prof, quota::JobSpe
 
 }  // namespace
 
-Result<Engine::PendingSubmit> Engine::Prepare(const Identity& who, const Json& body) const {
+Result<PendingSubmit> Engine::Prepare(const Identity& who, const Json& body) const {
   if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot submit jobs");
   if (!body.is_object()) return Status::InvalidArgument("the body must be a JSON object");
   static const std::set<std::string> kFields = {
@@ -333,16 +333,15 @@ Status Engine::ValidIdempotencyKey(const std::string& key) {
 
 Result<std::optional<Json>> Engine::RepeatedLocked(const Identity& who, const std::string& scoped,
                                                    std::unique_lock<std::mutex>& lock) {
-  auto it = idem_.find(scoped);
-  if (it != idem_.end()) {
+  if (const std::string* named = jobs_.IdempotentJob(scoped)) {
     // Possibly still on its way to the store: answered once it is durable, like the first time.
-    const std::string id = it->second;
+    const std::string id = *named;
     Batch none;
     Status st = CommitLocked(none, lock);
-    auto again = jobs_.find(id);
-    if (again != jobs_.end() && again->second.rec.idempotency_key == scoped)
-      return std::optional<Json>(JobJson(again->second));
-    if (!st.ok() && idem_.count(scoped) == 0)
+    Job* again = jobs_.Find(id);
+    if (again != nullptr && again->rec.idempotency_key == scoped)
+      return std::optional<Json>(JobJson(*again));
+    if (!st.ok() && jobs_.IdempotentJob(scoped) == nullptr)
       return std::optional<Json>();  // its write failed: a new one
   }
   // Not in memory: ended and evicted, or submitted before a restart or to another server.
@@ -400,7 +399,7 @@ Result<std::pair<Json, int64_t>> Engine::SubmitQueued(const Identity& who, const
     auto repeated = RepeatedLocked(who, scoped, lock);
     if (!repeated.ok()) return repeated.status();
     // A twin that raced in while the store was asked (the lock was let go) is found here.
-    if (!repeated->has_value() && idem_.count(scoped) != 0)
+    if (!repeated->has_value() && jobs_.IdempotentJob(scoped) != nullptr)
       repeated = RepeatedLocked(who, scoped, lock);
     if (!repeated.ok()) return repeated.status();
     if (repeated->has_value()) {
@@ -413,30 +412,24 @@ Result<std::pair<Json, int64_t>> Engine::SubmitQueued(const Identity& who, const
   // ever hold) is refused now, before anything is written.
   Status check = qe_->Check(prepared->qspec);
   if (!check.ok()) return Status::InvalidArgument(check.message());
-  if (live_by_identity_[who.name] >= config_.max_jobs_per_identity) {
+  if (jobs_.LiveOf(who.name) >= config_.max_jobs_per_identity) {
     return Status::ResourceExhausted(
         "'" + who.name + "' has " + std::to_string(config_.max_jobs_per_identity) +
         " jobs not yet ended (max_jobs_per_identity): submit more as some end");
   }
-  const std::string id = prepared->qspec.id = "j-" + std::to_string(next_job_++);
-  Job& j = jobs_[id] = std::move(prepared->job);
-  j.rec.id = id;
-  j.rec.idempotency_key = scoped;
-  if (!scoped.empty()) idem_[scoped] = id;
+  const std::string id = prepared->qspec.id = jobs_.NewId();
+  prepared->job.rec.id = id;
+  prepared->job.rec.idempotency_key = scoped;
+  Job& j = jobs_.Insert(std::move(prepared->job));
   j.rec.submit_ms = j.rec.update_ms = clock_();
   j.rec.reason = "Queued: waiting for the next scheduling cycle";
   auto h = qe_->Submit(prepared->qspec, j.rec.submit_ms / 1000);
   if (!h.ok()) {
-    jobs_.erase(id);
-    if (!scoped.empty()) idem_.erase(scoped);
+    jobs_.Erase(id);
     return Status::InvalidArgument(h.status().message());
   }
   j.handle = *h;
-  Index(j);
-  order_.push_back(id);
-  live_.push_back(id);
-  j.counted_live = true;
-  ++live_by_identity_[j.rec.identity];
+  jobs_.Enter(j);
   cycle_wanted_ = true;
   // Like every change, the submission goes through the commit pipeline: queued now, written
   // with whatever else is queued (other submissions, heartbeats) in one transaction.
@@ -460,19 +453,19 @@ Result<std::pair<Json, int64_t>> Engine::SubmitQueued(const Identity& who, const
     }
   }
   // Answered once all of it is durable (by id: a reload may have run while the lock was let go).
-  auto it = jobs_.find(id);
-  if (it == jobs_.end())
+  Job* it = jobs_.Find(id);
+  if (it == nullptr)
     return Status::Internal("job '" + id + "' was not recorded: a write failed meanwhile");
-  return std::pair<Json, int64_t>{JobJson(it->second), queued_seq_};
+  return std::pair<Json, int64_t>{JobJson(*it), queued_seq_};
 }
 
 Result<Json> Engine::Cancel(const Identity& who, const std::string& id) {
   if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot cancel jobs");
   std::unique_lock<std::mutex> lock(mu_);
   if (!broken_.ok()) return broken_;
-  auto it = jobs_.find(id);
-  if (it == jobs_.end() || !CanSee(who, it->second)) return Status::NotFound("no job '" + id + "'");
-  Job& j = it->second;
+  Job* it = jobs_.Find(id);
+  if (it == nullptr || !CanSee(who, *it)) return Status::NotFound("no job '" + id + "'");
+  Job& j = *it;
   const quota::GroupSpec* group = config_.FindGroup(j.rec.group);
   if (who.role != Role::kAdmin && who.name != j.rec.identity &&
       !(group != nullptr && group->members_cancel)) {
@@ -504,8 +497,8 @@ Result<Json> Engine::Cancel(const Identity& who, const std::string& id) {
   }
   Status st = CommitLocked(b, lock);
   if (!st.ok()) return st;
-  auto again = jobs_.find(id);
-  if (again != jobs_.end()) return Redacted(who, JobJson(again->second));
+  Job* again = jobs_.Find(id);
+  if (again != nullptr) return Redacted(who, JobJson(*again));
   lock.unlock();
   return StoredJobJson(who, id);  // ended, durable and already out of memory
 }

@@ -242,11 +242,11 @@ Result<Json> Engine::ListJobsNow(const Identity& who, const std::string& state_f
   const bool live_only = wanted && !IsTerminal(*wanted);
   {
     std::unique_lock<std::mutex> lock(mu_);
-    for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
-      auto jt = jobs_.find(*it);
-      if (jt == jobs_.end()) continue;
+    for (auto it = jobs_.Order().rbegin(); it != jobs_.Order().rend(); ++it) {
+      const Job* jt = jobs_.Find(*it);
+      if (jt == nullptr) continue;
       in_memory.insert(*it);
-      const Job& j = jt->second;
+      const Job& j = *jt;
       if (static_cast<int>(mine.size()) >= limit || !CanSee(who, j)) continue;
       if (wanted && j.state != *wanted) continue;
       mine.push_back(Redacted(who, JobJson(j)));
@@ -287,13 +287,13 @@ Result<Json> Engine::GetJob(const Identity& who, const std::string& id) {
   Result<Json> found = Status::NotFound("");  // NotFound with no message: not in memory
   Status durable = RenderDurable([&] {
     std::unique_lock<std::mutex> lock(mu_);
-    auto it = jobs_.find(id);
-    if (it == jobs_.end()) {
+    Job* it = jobs_.Find(id);
+    if (it == nullptr) {
       found = Status::NotFound("");
-    } else if (!CanSee(who, it->second)) {
+    } else if (!CanSee(who, *it)) {
       found = Status::NotFound("no job '" + id + "'");
     } else {
-      found = Redacted(who, JobJson(it->second));
+      found = Redacted(who, JobJson(*it));
     }
     return Status::Ok();
   });
@@ -320,10 +320,9 @@ Result<Engine::OutputRange> Engine::JobOutput(const Identity& who, const std::st
     return Status::InvalidArgument("an output range must not be negative");
   {
     std::unique_lock<std::mutex> lock(mu_);
-    auto it = jobs_.find(id);
-    if (it != jobs_.end() && !CanSee(who, it->second))
-      return Status::NotFound("no job '" + id + "'");
-    if (it == jobs_.end()) {
+    Job* it = jobs_.Find(id);
+    if (it != nullptr && !CanSee(who, *it)) return Status::NotFound("no job '" + id + "'");
+    if (it == nullptr) {
       lock.unlock();
       auto stored = StoredJobJson(who, id);  // ended and out of memory
       if (!stored.ok()) return stored.status();
@@ -431,8 +430,8 @@ Result<Json> Engine::NodesNow(const Identity& who) {
     quota::GrantView grant;
   };
   std::map<std::pair<std::string, int>, std::vector<Holder>> held;  // (node, device)
-  for (const std::string& id : LiveIdsLocked()) {
-    const Job& j = jobs_[id];
+  for (const std::string& id : jobs_.LiveIds()) {
+    const Job& j = jobs_.Get(id);
     if (!Holds(j)) continue;
     for (const auto& g : j.grants) held[{g.node, g.device}].push_back({&j, g});
   }
@@ -516,7 +515,7 @@ Result<Json> Engine::SummaryNow(const Identity& who) {
   if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot read the summary");
   std::unique_lock<std::mutex> lock(mu_);
   std::vector<const Job*> live;
-  for (const std::string& id : LiveIdsLocked()) live.push_back(&jobs_[id]);
+  for (const std::string& id : jobs_.LiveIds()) live.push_back(&jobs_.Get(id));
   Json groups = Json::array();
   for (const auto& g : config_.policy.groups) {
     if (who.role != Role::kAdmin &&
@@ -597,8 +596,8 @@ Result<Json> Engine::Events(const Identity& who, int64_t after, int limit,
         if (e.kind.rfind("node.", 0) == 0) {
           visible = true;
         } else {
-          auto it = jobs_.find(e.subject);
-          visible = it != jobs_.end() && CanSee(who, it->second);
+          Job* it = jobs_.Find(e.subject);
+          visible = it != nullptr && CanSee(who, *it);
         }
       }
       if (!visible) continue;

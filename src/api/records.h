@@ -1,0 +1,146 @@
+// What the control plane keeps in memory of its nodes and jobs, and the changes one step
+// collects for a commit. The engine's parts share these records; each record has one owner
+// (jobs: the job table, nodes: the engine under its mutex) that changes it.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "model/job_state.h"
+#include "model/resources.h"
+#include "sched/quota/engine.h"
+#include "store/store.h"
+
+namespace tessera::api {
+
+using Json = nlohmann::json;
+
+struct DeviceInfo {
+  int index = 0;
+  std::string model;
+  MiB memory_mib = 0;
+  std::string uuid;
+  bool simulated = false;
+  // Telemetry from the agent's heartbeats (NVML, or synthesized on simulated nodes); -1 when
+  // never reported.
+  int util_pct = -1;         // SM utilization, percent
+  MiB memory_used_mib = -1;  // device memory in use
+  int64_t telemetry_ms = 0;  // when last reported
+  // Health as its agent reports it (agent protocol 3: critical XID events, double-bit ECC
+  // errors): an unhealthy device takes no new work (Schedulable) and its jobs are requeued or
+  // left to finish (EngineConfig::unhealthy_requeue).
+  bool healthy = true;
+  std::string health_reason{};
+  // Returned by an administrator (ClearHealthLocked): the reason cleared; agent yet to hear.
+  std::string health_cleared{};
+  bool health_reset = false;
+  std::string isolation{};  // its agent's grade (IsolationRank; protocol 3; "": not said)
+  bool mps = false;  // offers MPS to sm-sharing shares (protocol 4 "mps"): they get grade mps
+};
+struct NodeInfo {
+  std::string name;
+  std::string pool;
+  MilliCpu cpu_milli = 0;
+  MiB memory_mib = 0;
+  MiB swap_mib = 0;  // host RAM + disk for swapped-out share memory (the agent's --swap-*)
+  bool simulated = false;
+  std::vector<DeviceInfo> devices;
+  int64_t last_heartbeat_ms = 0;
+  int64_t heard_mono_ms = 0;  // the same on the monotonic clock: silence is judged on it
+  bool lost = false;
+  bool jobs_released = false;  // lost, and its jobs requeued or ended (see partition_stop)
+  std::set<std::string> running_reported;  // the jobs its agent last said it runs
+};
+struct Job {
+  // Its record as stored, but for its state: rec.state is empty in memory (RecordOf writes
+  // `state`'s name, JobFromRecord reads it back).
+  store::JobRecord rec;
+  JobState state = kInitialJobState;  // changed only by TransitionLocked
+  Json spec;
+  std::string spec_text;  // spec.dump(), kept: the spec never changes
+  bool stored = false;    // its record is in the store: updates need not rewrite the spec
+  int64_t last_seq = 0;   // the last commit batch that carried its record
+  int handle = -1;        // in the quota engine
+  // What the job holds while placed/starting/running/preempting.
+  std::string form;
+  std::vector<quota::GrantView> grants;  // on agent nodes (empty for external backends)
+  bool borrowed = false;
+  std::string node;  // the first grant's node, or "backend:partition"
+  int preemptions = 0;
+  // Stopped by its queue's runtime guard (max_runtime): "preempting" until its processes are
+  // gone, then ended, not requeued.
+  bool guard_stopped = false;
+  // Nodes where a process of an earlier placement may still run (the job was requeued from
+  // there while starting, running or preempting): placed there again, its start waits until
+  // the agent no longer reports it, and a report of it running is not this placement's.
+  std::set<std::string> stale_on;
+  // When it first ran in this placement (0: not yet); while pending, its place in the order the
+  // last cycle considered the waiting jobs (1: first; 0: unknown).
+  int64_t start_ms = 0;
+  int wait_position = 0;
+  int64_t start_sent_ms = 0;        // when its start order last went out (single-node jobs)
+  int64_t starting_since_mono = 0;  // when it first went out for this placement (monotonic)
+  // Per node of the job: "NODE" once its processes there ended, "sent:NODE" once a gang part
+  // was ordered to start there.
+  std::set<std::string> parts_done;
+  bool cancel_requested = false;
+  bool counted_live = false;  // in live_by_identity_ (until a batch carries it ended)
+  int64_t pid = 0;
+  // Telemetry (agent nodes): the last time its devices or processes showed activity (its start
+  // until a report says so), whether it is "held but idle" (no activity for idle_after; a
+  // job.idle event marked the change), its measured device memory (-1: unknown).
+  int64_t last_active_ms = 0;
+  bool idle = false;
+  MiB gpu_memory_used_mib = -1;
+  std::string swap_state;  // a swapping share's, as its agent last reported it ("": none)
+  // Preemption by swapping (not stored): held swapped out on this node while pending (""),
+  // and the swap order its agent gets ("out", "in", "idle"; docs/agent-protocol.md).
+  std::string held_on, swap_order;
+  MiB swapped_mib = 0;
+  // External backend (empty: local agents).
+  std::string backend;
+  Json dispatch;              // a queue of several backends: their forecasts when it went to one
+  std::string external_id;    // the scheduler's job id once submitted
+  std::string external_node;  // where the scheduler runs it
+  std::string gres;           // the scheduler's allocation text
+  std::vector<int> external_devices;  // GPU indices the scheduler reports
+  std::string native_state;
+  int submit_attempts = 0;
+  int64_t next_submit_ms = 0;
+  bool lookup_first = false;  // a submission may have happened: look before submitting
+  bool cancel_sent = false;
+  int unknown_polls = 0;
+  // Backends that suspend (Kubernetes): the Job's spec.suspend as last seen or set, when the
+  // next suspend/resume may be sent, and since when its pod has been unschedulable.
+  bool ext_suspended = false;
+  int64_t next_suspend_ms = 0;
+  int64_t unschedulable_since_ms = 0;
+};
+// A validated submission, before it has an id.
+struct PendingSubmit {
+  Job job;
+  quota::JobSpec qspec;
+};
+// Store events and changed records collected by one step, committed together.
+struct Batch {
+  std::vector<store::Event> events;
+  std::vector<Job*> jobs;
+  std::vector<std::string> nodes;  // nodes whose jobs lost their grants in this batch
+  // The node whose own heartbeat made this batch: what it changed there is no news to that
+  // node's agent (no order watch wakes for it).
+  std::string from_node;
+  void Add(store::Event e, Job* j = nullptr) {
+    events.push_back(std::move(e));
+    if (j) jobs.push_back(j);
+  }
+  bool empty() const { return events.empty() && jobs.empty(); }
+  void Touch(const std::vector<std::string>& n) { nodes.insert(nodes.end(), n.begin(), n.end()); }
+};
+
+// The agent nodes of a job's grants, each once, in grant order.
+std::vector<std::string> NodesOf(const Job& j);
+
+}  // namespace tessera::api

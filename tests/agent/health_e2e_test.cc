@@ -75,11 +75,6 @@ class HealthE2eTest : public testing::ServeFixture {
     agents_.clear();
     server_.reset();
   }
-  std::string Logs() {
-    std::string s = server_ ? server_->Log() : "";
-    for (const auto& a : agents_) s += "\n--- agent\n" + a->Log();
-    return s;
-  }
   Json Device(int index) {
     Json nodes = Nodes();
     if (!nodes.is_array() || nodes.empty()) return Json();

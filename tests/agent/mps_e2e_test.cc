@@ -65,11 +65,6 @@ class MpsE2eTest : public testing::ServeFixture {
     StopAgents();
     server_.reset();
   }
-  std::string Logs() {
-    std::string s = server_ ? server_->Log() : "";
-    for (const auto& a : agents_) s += "\n--- agent\n" + a->Log();
-    return s;
-  }
   // A job that writes its environment to its output file (it runs as the fixture's job account,
   // which may write nowhere else here), says so, and runs until stopped.
   std::string Submit() {

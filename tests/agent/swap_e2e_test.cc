@@ -59,11 +59,6 @@ class SwapE2eTest : public testing::ServeFixture {
     StopAgents();
     server_.reset();
   }
-  std::string Logs() {
-    std::string s = server_ ? server_->Log() : "";
-    for (const auto& a : agents_) s += "\n--- agent\n" + a->Log();
-    return s;
-  }
 };
 
 TEST_F(SwapE2eTest, AShareReclaimedOnASwappingQueueIsHeldSwappedOutAndResumesIntact) {

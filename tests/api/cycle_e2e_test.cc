@@ -36,11 +36,6 @@ class CycleE2eTest : public testing::ServeFixture {
     ASSERT_TRUE(WaitFor([&] { return ReadyNodes() == static_cast<int>(agents.size()); }))
         << server_->Log();
   }
-  std::string Logs() {
-    std::string s = server_ ? server_->Log() : "";
-    for (const auto& a : agents_) s += "\n--- agent\n" + a->Log();
-    return s;
-  }
   void TearDown() override {
     // SIGTERM first: an agent stops its jobs (each in a session of its own) before it exits; a
     // SIGKILLed agent would leave them running after the test.

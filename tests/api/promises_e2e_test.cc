@@ -92,11 +92,6 @@ class PromisesE2eTest : public testing::ServeFixture {
     Json n = Call("GET", "/v1/nodes", {}, "admin-token-1");
     return n.is_object() ? n["nodes"][node]["devices"][index] : Json();
   }
-  std::string Logs() {
-    std::string s = server_ ? server_->Log() : "";
-    for (const auto& a : agents_) s += "\n--- agent\n" + a->Log();
-    return s;
-  }
   // Checks that each of `waiting` was placed within the bound after `ended_ms`, and reported
   // running within the bound plus the agents' slack; says how long each took.
   void ExpectWithinBound(const std::vector<std::string>& waiting, int64_t ended_ms,

@@ -111,6 +111,12 @@ class ServeFixture : public ::testing::Test {
     for (const auto& a : agents_) a->WaitExited(std::chrono::seconds(5));
     agents_.clear();
   }
+  // The server's log, then each agent's, for a failure's message.
+  std::string Logs() {
+    std::string s = server_ ? server_->Log() : "";
+    for (const auto& a : agents_) s += "\n--- agent\n" + a->Log();
+    return s;
+  }
   // The nodes as the admin sees them (null when the server did not answer).
   Json Nodes() {
     Json j = Call("GET", "/v1/nodes", {}, "admin-token-1");

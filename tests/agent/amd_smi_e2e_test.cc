@@ -14,6 +14,7 @@
 
 #include "../api/proc.h"
 #include "../api/serve_fixture.h"
+#include "../support/config_builder.h"
 #include "../support/test_dir.h"
 
 namespace tessera {
@@ -23,37 +24,32 @@ using Json = nlohmann::json;
 using testing::kTessera;
 using testing::Proc;
 
-constexpr char kConfig[] = R"(
-heartbeat_timeout: 5s
-cycle: 300ms
-grace: 1s
-unhealthy_jobs: requeue
-identities:
-  - {name: admin, role: admin, token: admin-token-1}
-  - {name: alice, role: user, groups: [ml], token: alice-token-1}
-  - {name: agent, role: agent, token: agent-token-1}
-groups:
-  - {name: ml}
-profiles:
-  - {name: card, gpus: 1, cpu: 100m, memory: 64MiB, forms: [whole]}
-queues:
-  - {name: train, profile: card, groups: [ml], class: training}
-)";
+std::string Config() {
+  return testing::ConfigBuilder()
+      .HeartbeatTimeout("5s")
+      .Cycle("300ms")
+      .Grace("1s")
+      .Set("unhealthy_jobs", "requeue")
+      .User("alice", {"ml"})
+      .Group("ml")
+      .Profile("card")
+      .Queue("train", "card", {"ml"}, "class: training")
+      .Yaml();
+}
 
 // Inference asking 10 GB gets a CPX partition (24 GB) of an MI300X in SPX+NPS1.
-constexpr char kInference[] = R"(
-heartbeat_timeout: 5s
-cycle: 300ms
-identities:
-  - {name: admin, role: admin, token: admin-token-1}
-  - {name: alice, role: user, groups: [ml], token: alice-token-1}
-  - {name: agent, role: agent, token: agent-token-1}
-groups: [{name: ml}]
-profiles:
-  - {name: serve, gpus: 1, gpu_fraction: 0.1, gpu_memory: 10GB, cpu: 100m, memory: 64MiB, forms: [partition]}
-queues:
-  - {name: inference, profile: serve, groups: [ml], class: inference}
-)";
+std::string Inference() {
+  return testing::ConfigBuilder()
+      .HeartbeatTimeout("5s")
+      .Cycle("300ms")
+      .User("alice", {"ml"})
+      .Group("ml")
+      .Profile("serve",
+               "gpus: 1, gpu_fraction: 0.1, gpu_memory: 10GB, cpu: 100m, memory: 64MiB, "
+               "forms: [partition]")
+      .Queue("inference", "serve", {"ml"}, "class: inference")
+      .Yaml();
+}
 
 class AmdSmiE2eTest : public testing::ServeFixture {
  protected:
@@ -100,7 +96,7 @@ class AmdSmiE2eTest : public testing::ServeFixture {
 };
 
 TEST_F(AmdSmiE2eTest, AnAmdDeviceWithUncorrectableEccErrorsGetsNoNewWork) {
-  ASSERT_NO_FATAL_FAILURE(Start(kConfig,
+  ASSERT_NO_FATAL_FAILURE(Start(Config(),
                                 "device 0 GPU-amd-e2e-0 196608 AMD Instinct MI300X\n"
                                 "device 1 GPU-amd-e2e-1 196608 AMD Instinct MI300X\n"
                                 "ecc 1 0 4\n"));  // device 1 has had errors before the agent
@@ -135,7 +131,8 @@ TEST_F(AmdSmiE2eTest, AnAmdDeviceWithUncorrectableEccErrorsGetsNoNewWork) {
 // compute mode through AMD SMI (once: the second partition finds it in CPX) and exposes each
 // partition as a logical GPU.
 TEST_F(AmdSmiE2eTest, AnAmdCardIsSplitThroughAmdSmiForInference) {
-  ASSERT_NO_FATAL_FAILURE(Start(kInference, "device 0 GPU-amd-e2e-0 196608 AMD Instinct MI300X\n"));
+  ASSERT_NO_FATAL_FAILURE(
+      Start(Inference(), "device 0 GPU-amd-e2e-0 196608 AMD Instinct MI300X\n"));
   const std::string show = "echo rocr=$ROCR_VISIBLE_DEVICES; sleep 30";
   const std::string a = Submit("inference", show), b = Submit("inference", show);
   for (const std::string& id : {a, b}) {

@@ -14,6 +14,7 @@
 
 #include "../api/proc.h"
 #include "../api/serve_fixture.h"
+#include "../support/config_builder.h"
 #include "../support/shell.h"
 #include "../support/test_dir.h"
 
@@ -29,23 +30,16 @@ const std::vector<std::string> kLongJob = {"sh", "-c",
                                            "while true; do sleep 0.1; done"};
 
 std::string Config(const std::string& unhealthy_jobs) {
-  return R"(
-heartbeat_timeout: 5s
-cycle: 300ms
-grace: 1s
-unhealthy_jobs: )" +
-         unhealthy_jobs + R"(
-identities:
-  - {name: admin, role: admin, token: admin-token-1}
-  - {name: alice, role: user, groups: [ml], token: alice-token-1}
-  - {name: agent, role: agent, token: agent-token-1}
-groups:
-  - {name: ml}
-profiles:
-  - {name: card, gpus: 1, cpu: 100m, memory: 64MiB, forms: [whole]}
-queues:
-  - {name: train, profile: card, groups: [ml], class: training}
-)";
+  return testing::ConfigBuilder()
+      .HeartbeatTimeout("5s")
+      .Cycle("300ms")
+      .Grace("1s")
+      .Set("unhealthy_jobs", unhealthy_jobs)
+      .User("alice", {"ml"})
+      .Group("ml")
+      .Profile("card")
+      .Queue("train", "card", {"ml"}, "class: training")
+      .Yaml();
 }
 
 class HealthE2eTest : public testing::ServeFixture {

@@ -18,6 +18,7 @@
 
 #include "../api/proc.h"
 #include "../api/serve_fixture.h"
+#include "../support/config_builder.h"
 #include "../support/shell.h"
 #include "../support/test_dir.h"
 
@@ -28,29 +29,26 @@ using Json = nlohmann::json;
 using testing::kTessera;
 using testing::Proc;
 
-const char* kConfig = R"(
-heartbeat_timeout: 5s
-cycle: 300ms
-grace: 1s
-identities:
-  - {name: admin, role: admin, token: admin-token-1}
-  - {name: alice, role: user, groups: [ml], token: alice-token-1}
-  - {name: agent, role: agent, token: agent-token-1}
-groups:
-  - {name: ml}
-profiles:
-  - {name: small, gpus: 1, gpu_fraction: 0.25, gpu_memory: 8GiB, cpu: 100m, memory: 64MiB,
-     forms: [share]}
-queues:
-  - {name: serving, profile: small, groups: [ml], class: interactive, compute: sm-sharing,
-     compute_percent: 40}
-)";
+std::string Config() {
+  return testing::ConfigBuilder()
+      .HeartbeatTimeout("5s")
+      .Cycle("300ms")
+      .Grace("1s")
+      .User("alice", {"ml"})
+      .Group("ml")
+      .Profile("small",
+               "gpus: 1, gpu_fraction: 0.25, gpu_memory: 8GiB, cpu: 100m, memory: 64MiB, "
+               "forms: [share]")
+      .Queue("serving", "small", {"ml"},
+             "class: interactive, compute: sm-sharing, compute_percent: 40")
+      .Yaml();
+}
 
 class MpsE2eTest : public testing::ServeFixture {
  protected:
   void Start(const std::string& control) {
     dir_ = testing::FreshTestDir("mps_e2e");
-    WriteConfig(kConfig);
+    WriteConfig(Config());
     StartServer();
     if (HasFatalFailure()) return;
     agents_.push_back(std::make_unique<Proc>(

@@ -4,33 +4,31 @@
 // `isolation` keeps its shares to devices that give it; the job and node views show both.
 #include <gtest/gtest.h>
 
+#include "../support/config_builder.h"
 #include "../support/engine_fixture.h"
 #include "api/engine.h"
 
 namespace tessera::api {
 namespace {
 
-const char* kIsoConfig = R"(
-heartbeat_timeout: 10s
-cycle: 1s
-identities:
-  - {name: admin, role: admin, token: admin-token-1}
-  - {name: alice, role: user, groups: [ml], token: alice-token-1}
-  - {name: agent, role: agent, token: agent-token-1}
-groups:
-  - {name: ml}
-profiles:
-  - {name: nb, gpus: 1, gpu_fraction: 0.1, gpu_memory: 8GiB, cpu: 1, memory: 1GiB, forms: [share]}
-  - {name: card, gpus: 1, cpu: 1, memory: 1GiB, forms: [whole]}
-queues:
-  - {name: strict, profile: nb, groups: [ml], isolation: driver}
-  - {name: loose, profile: nb, groups: [ml]}
-  - {name: train, profile: card, groups: [ml]}
-)";
+std::string IsoConfig() {
+  return tessera::testing::ConfigBuilder()
+      .HeartbeatTimeout("10s")
+      .Cycle("1s")
+      .User("alice", {"ml"})
+      .Group("ml")
+      .Profile("nb",
+               "gpus: 1, gpu_fraction: 0.1, gpu_memory: 8GiB, cpu: 1, memory: 1GiB, forms: [share]")
+      .Profile("card", "gpus: 1, cpu: 1, memory: 1GiB, forms: [whole]")
+      .Queue("strict", "nb", {"ml"}, "isolation: driver")
+      .Queue("loose", "nb", {"ml"})
+      .Queue("train", "card", {"ml"})
+      .Yaml();
+}
 
 class HealthIsolationTest : public testing::EngineFixture {
  protected:
-  void SetUp() override { Start("health_isolation", kIsoConfig); }
+  void SetUp() override { Start("health_isolation", IsoConfig()); }
   void RegisterWith(const std::vector<std::pair<std::string, std::string>>& devices) {
     Json devs = Json::array();
     for (size_t i = 0; i < devices.size(); ++i) {
@@ -169,7 +167,7 @@ TEST_F(HealthIsolationTest, AnOperatorReturnsAnUnhealthyDeviceByUncordoningIt) {
 }
 
 TEST(HealthIsolationConfig, AQueuesIsolationMustBeAGrade) {
-  std::string yaml = kIsoConfig;
+  std::string yaml = IsoConfig();
   yaml.replace(yaml.find("isolation: driver"), 17, "isolation: strong");
   auto c = ParseConfig(yaml);
   ASSERT_FALSE(c.ok());

@@ -13,6 +13,7 @@
 
 #include "../api/proc.h"
 #include "../api/serve_fixture.h"
+#include "../support/config_builder.h"
 #include "../support/test_dir.h"
 
 namespace tessera {
@@ -20,29 +21,28 @@ namespace {
 
 using Json = nlohmann::json;
 
-const char* kConfig = R"(
-heartbeat_timeout: 5s
-cycle: 300ms
-grace: 1s
-identities:
-  - {name: admin, role: admin, token: admin-token-1}
-  - {name: alice, role: user, groups: [guests], token: alice-token-1}
-  - {name: bob, role: user, groups: [owners], token: bob-token-1}
-  - {name: agent, role: agent, token: agent-token-1}
-groups:
-  - {name: owners, reservation: {gpu: 1}}
-  - {name: guests}
-profiles:
-  - {name: nb, gpus: 1, gpu_fraction: 1, gpu_memory: 8GiB, cpu: 100m, memory: 64MiB,
-     forms: [share]}
-queues:
-  - {name: notebooks, profile: nb, groups: [owners, guests], class: interactive,
-     preemptible: true, swap: true, overcommit: 1, swap_hold_limit: 10m}
-)";
+// Owners reserve a card; guests borrow it; the notebooks queue swaps its shares.
+testing::ConfigBuilder Config() {
+  testing::ConfigBuilder c;
+  c.HeartbeatTimeout("5s")
+      .Cycle("300ms")
+      .Grace("1s")
+      .User("alice", {"guests"})
+      .User("bob", {"owners"})
+      .Group("owners", "gpu: 1")
+      .Group("guests")
+      .Profile(
+          "nb",
+          "gpus: 1, gpu_fraction: 1, gpu_memory: 8GiB, cpu: 100m, memory: 64MiB, forms: [share]")
+      .Queue("notebooks", "nb", {"owners", "guests"},
+             "class: interactive, preemptible: true, swap: true, overcommit: 1, "
+             "swap_hold_limit: 10m");
+  return c;
+}
 
 class SwapE2eTest : public testing::ServeFixture {
  protected:
-  void SetUp() override { Start(kConfig); }
+  void SetUp() override { Start(Config().Yaml()); }
   void Start(const std::string& config) {
     if (server_) {  // a test's own config: the fixture's server and agent go first
       StopAgents();
@@ -123,10 +123,10 @@ TEST_F(SwapE2eTest, AShareReclaimedOnASwappingQueueIsHeldSwappedOutAndResumesInt
 // idle_timeout is swapped out by the server's order ("swap": "idle"), not killed nor requeued:
 // it keeps running, and the event names its idle time.
 TEST_F(SwapE2eTest, AnIdleShareOfASwappingQueueIsSwappedOutNotKilled) {
-  Start(std::string(kConfig) +
-        "  - {name: idle-nb, profile: nb, groups: [guests], class: interactive, swap: true,\n"
-        "     idle_timeout: 2s}\n"
-        "idle_after: 1s\n");
+  Start(Config()
+            .Queue("idle-nb", "nb", {"guests"}, "class: interactive, swap: true, idle_timeout: 2s")
+            .Set("idle_after", "1s")
+            .Yaml());
   if (HasFatalFailure()) return;
   Json j = Call("POST", "/v1/jobs",
                 {{"queue", "idle-nb"},

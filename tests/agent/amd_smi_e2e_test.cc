@@ -30,10 +30,8 @@ std::string Config() {
       .Cycle("300ms")
       .Grace("1s")
       .Set("unhealthy_jobs", "requeue")
-      .User("alice", {"ml"})
-      .Group("ml")
       .Profile("card")
-      .Queue("train", "card", {"ml"}, "class: training")
+      .Queue("train", "card", {"research"}, "class: training")
       .Yaml();
 }
 
@@ -42,12 +40,10 @@ std::string Inference() {
   return testing::ConfigBuilder()
       .HeartbeatTimeout("5s")
       .Cycle("300ms")
-      .User("alice", {"ml"})
-      .Group("ml")
       .Profile("serve",
                "gpus: 1, gpu_fraction: 0.1, gpu_memory: 10GB, cpu: 100m, memory: 64MiB, "
                "forms: [partition]")
-      .Queue("inference", "serve", {"ml"}, "class: inference")
+      .Queue("inference", "serve", {"research"}, "class: inference")
       .Yaml();
 }
 

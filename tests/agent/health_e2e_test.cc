@@ -35,10 +35,8 @@ std::string Config(const std::string& unhealthy_jobs) {
       .Cycle("300ms")
       .Grace("1s")
       .Set("unhealthy_jobs", unhealthy_jobs)
-      .User("alice", {"ml"})
-      .Group("ml")
       .Profile("card")
-      .Queue("train", "card", {"ml"}, "class: training")
+      .Queue("train", "card", {"research"}, "class: training")
       .Yaml();
 }
 

@@ -34,12 +34,10 @@ std::string Config() {
       .HeartbeatTimeout("5s")
       .Cycle("300ms")
       .Grace("1s")
-      .User("alice", {"ml"})
-      .Group("ml")
       .Profile("small",
                "gpus: 1, gpu_fraction: 0.25, gpu_memory: 8GiB, cpu: 100m, memory: 64MiB, "
                "forms: [share]")
-      .Queue("serving", "small", {"ml"},
+      .Queue("serving", "small", {"research"},
              "class: interactive, compute: sm-sharing, compute_percent: 40")
       .Yaml();
 }

@@ -15,14 +15,12 @@ std::string IsoConfig() {
   return tessera::testing::ConfigBuilder()
       .HeartbeatTimeout("10s")
       .Cycle("1s")
-      .User("alice", {"ml"})
-      .Group("ml")
       .Profile("nb",
                "gpus: 1, gpu_fraction: 0.1, gpu_memory: 8GiB, cpu: 1, memory: 1GiB, forms: [share]")
       .Profile("card", "gpus: 1, cpu: 1, memory: 1GiB, forms: [whole]")
-      .Queue("strict", "nb", {"ml"}, "isolation: driver")
-      .Queue("loose", "nb", {"ml"})
-      .Queue("train", "card", {"ml"})
+      .Queue("strict", "nb", {"research"}, "isolation: driver")
+      .Queue("loose", "nb", {"research"})
+      .Queue("train", "card", {"research"})
       .Yaml();
 }
 

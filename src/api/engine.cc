@@ -363,7 +363,7 @@ void Engine::CycleLocked(Batch& b) {
   const int64_t took_us = std::chrono::duration_cast<std::chrono::microseconds>(
                               std::chrono::steady_clock::now() - started)
                               .count();
-  cycle_latency_.Observe(took_us);
+  counters_.cycle_latency().Observe(took_us);
   submit_cycles_.Ran(CycleBudget::NowUs(), took_us, stats.pending_at_start - stats.admitted);
   last_cycle_ms_ = clock_();
   cycle_wanted_ = false;

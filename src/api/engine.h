@@ -65,6 +65,7 @@
 #include "api/commit_writer.h"
 #include "api/config.h"
 #include "api/cycle_budget.h"
+#include "api/decision_counters.h"
 #include "api/job_table.h"
 #include "api/json_text.h"
 #include "api/order_watches.h"
@@ -422,19 +423,9 @@ class Engine {
   // Counts a placement (admission, guaranteed or borrowed), preemption or repartition from the
   // quota engine's events, as TranslateLocked records them; `j`: the event's job, if any.
   void CountEventLocked(const quota::Event& e, const Job* j);
-  // Placements by queue, group and kind; preemptions by reason (reclaim, priority, repartition,
-  // other); repartitions by node.
-  struct DecisionCounts {
-    std::map<std::tuple<std::string, std::string, std::string>, int64_t> admissions;
-    std::map<std::string, int64_t> preemptions;
-    std::map<std::string, int64_t> repartitions;
-    void Add(const DecisionCounts& o);
-  };
-  // Under mu_: the counts of durable decisions, and those of decisions whose batch (by sequence)
-  // is not written yet. A batch written moves its counts over (SettleCountsLocked); a failed one
-  // drops them, as the reload drops the decisions: /metrics never counts what did not happen.
-  DecisionCounts counted_;
-  std::map<int64_t, DecisionCounts> uncounted_;
+  // Decision counts (moved to /metrics with their batch: SettleCountsLocked), the cycle's and
+  // the requests' latencies.
+  DecisionCounters counters_;
   void SettleCountsLocked();
   // Calls `render` (which reads memory under mu_ and keeps what it made) and returns once all it
   // may have read is durable. A rendering that may have seen a batch whose write then failed is
@@ -442,12 +433,7 @@ class Engine {
   // /metrics render through it: they never show a decision whose commit then fails.
   // REQUIRES: mu_ not held.
   Status RenderDurable(const std::function<Status()>& render);
-  // The cycle's latency, under mu_.
-  LatencyHistogram cycle_latency_;
   CycleBudget submit_cycles_;  // under mu_
-  // Under http_latency_mu_: request latency by method, route pattern and status code.
-  std::mutex http_latency_mu_;
-  std::map<std::tuple<std::string, std::string, int>, LatencyHistogram> http_latency_;
 
   // --- backend_pass.cc
   struct SubmitWork {

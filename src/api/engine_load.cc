@@ -62,7 +62,7 @@ Status Engine::ReloadLocked(const Status& cause) {
   // queued from now on rest on the reloaded state (a new epoch). Counts of written batches stay;
   // those of the dropped ones go with their decisions.
   SettleCountsLocked();
-  uncounted_.clear();
+  counters_.DropUnsettled();
   ++epoch_;
   Status st = Load();
   broken_ = st;

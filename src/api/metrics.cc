@@ -378,55 +378,19 @@ void LatencyHistogram::Observe(int64_t us) {
 
 void Engine::ObserveRequest(const std::string& method, const std::string& route, int code,
                             int64_t duration_us) {
-  std::lock_guard<std::mutex> l(http_latency_mu_);
-  http_latency_[{method, route, code}].Observe(duration_us);
-}
-
-void Engine::DecisionCounts::Add(const DecisionCounts& o) {
-  for (const auto& [k, v] : o.admissions) admissions[k] += v;
-  for (const auto& [k, v] : o.preemptions) preemptions[k] += v;
-  for (const auto& [k, v] : o.repartitions) repartitions[k] += v;
+  counters_.ObserveRequest(method, route, code, duration_us);
 }
 
 void Engine::SettleCountsLocked() {
-  if (uncounted_.empty()) return;
-  for (auto it = uncounted_.begin(); it != uncounted_.end();) {
-    const std::optional<Status> outcome = writer_.OutcomeOf(it->first);
-    if (!outcome) break;  // not written yet, nor any after it
-    if (outcome->ok()) counted_.Add(it->second);
-    it = uncounted_.erase(it);
-  }
+  counters_.Settle([this](int64_t seq) { return writer_.OutcomeOf(seq); });
 }
 
 void Engine::CountEventLocked(const quota::Event& e, const Job* j) {
   // Counted with the batch that will carry the decision: the next one queued (the cycle queues
   // its decisions in the same hold of mu_).
-  DecisionCounts& c = uncounted_[queued_seq_ + 1];
-  switch (e.kind) {
-    case quota::EventKind::kPlaced:
-      if (j) ++c.admissions[{j->rec.queue, j->rec.group, j->borrowed ? "borrowed" : "guaranteed"}];
-      break;
-    case quota::EventKind::kPreempted: {
-      const std::string& d = e.detail;
-      const char* why = d.rfind("reclaim", 0) == 0                       ? "reclaim"
-                        : d.rfind("priority", 0) == 0                    ? "priority"
-                        : d.find("for repartition") != std::string::npos ? "repartition"
-                                                                         : "other";
-      ++c.preemptions[why];
-      break;
-    }
-    case quota::EventKind::kSwappedOut:  // held swapped out: a preemption that lost no work
-      if (!e.for_job.empty()) ++c.preemptions["held_swapped"];
-      break;
-    case quota::EventKind::kRepartitioned: {
-      // "NODE/gpuN: what changed"
-      const std::string device = e.detail.substr(0, e.detail.find(':'));
-      ++c.repartitions[device.substr(0, device.rfind('/'))];
-      break;
-    }
-    default:
-      break;
-  }
+  std::optional<DecisionCounters::Placed> placed;
+  if (j) placed = DecisionCounters::Placed{j->rec.queue, j->rec.group, j->borrowed};
+  counters_.Count(queued_seq_ + 1, e, placed);
 }
 
 Result<std::string> Engine::Metrics(const Identity& who) {
@@ -467,17 +431,14 @@ Result<std::string> Engine::Metrics(const Identity& who) {
                       j.swapped_mib});
     }
     SettleCountsLocked();
-    counters.admissions = counted_.admissions;
-    counters.preemptions = counted_.preemptions;
-    counters.repartitions = counted_.repartitions;
-    counters.cycle = cycle_latency_;
+    counters.admissions = counters_.durable().admissions;
+    counters.preemptions = counters_.durable().preemptions;
+    counters.repartitions = counters_.durable().repartitions;
+    counters.cycle = counters_.cycle_latency();
     return Status::Ok();
   });
   if (!durable.ok()) return durable;
-  {
-    std::lock_guard<std::mutex> l(http_latency_mu_);
-    counters.http = http_latency_;
-  }
+  counters.http = counters_.RequestLatencies();
 
   std::map<std::string, std::string> pool_of;
   for (const NodeRow& n : nodes) pool_of[n.name] = n.pool;

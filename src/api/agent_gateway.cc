@@ -265,7 +265,7 @@ Result<Json> Engine::RegisterNode(const Identity& who, const Json& body) {
   if (!added.ok())
     return ReloadLocked(Status::Internal("node '" + n.name + "': " + added.status().message()));
   n.last_heartbeat_ms = clock_();
-  n.heard_mono_ms = monotonic_();
+  n.heard_mono_ms = silence_.Now();
   ApplyIsolationLocked(n);
   auto old = nodes_.find(n.name);
   Batch b;
@@ -458,7 +458,7 @@ Result<std::pair<Json, int64_t>> Engine::HeartbeatQueued(const Identity& who, co
   if (nit == nodes_.end()) return Status::NotFound("node '" + node + "' is not registered");
   NodeInfo& n = nit->second;
   n.last_heartbeat_ms = clock_();
-  n.heard_mono_ms = monotonic_();
+  n.heard_mono_ms = silence_.Now();
   Batch b;
   b.from_node = node;
   const std::string actor = "agent:" + node;
@@ -613,7 +613,7 @@ Json Engine::OrdersLocked(const NodeInfo& n, Batch& b, int64_t durable) {
       if (starts && !TransitionLocked(j, JobState::kStarting, JobCause::kStarted)) continue;
       start.push_back(StartOrderLocked(j, n));
       j.start_sent_ms = clock_();
-      j.starting_since_mono = monotonic_();
+      j.starting_since_mono = silence_.Now();
       if (gang) j.parts_done.insert("sent:" + node);
       if (starts) {
         b.Add(MakeEvent("engine", "job.starting", id, "", {{"node", node}}), &j);

@@ -53,13 +53,7 @@ Engine::Engine(EngineConfig config, std::unique_ptr<store::Store> store, std::st
           },
           [this](const std::vector<std::pair<std::string, int64_t>>& touched) {
             watches_.Fire(touched);
-          }) {
-  monotonic_ = [] {  // silence and stalls are judged on it (node_liveness.cc)
-    return std::chrono::duration_cast<std::chrono::milliseconds>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-  };
-}
+          }) {}
 
 Engine::~Engine() {
   if (broken_.ok()) (void)SaveFairShare(true);  // a clean stop loses no fair-share history

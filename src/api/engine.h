@@ -70,6 +70,7 @@
 #include "api/json_text.h"
 #include "api/order_watches.h"
 #include "api/records.h"
+#include "api/silence_watch.h"
 #include "api/view_cache.h"
 #include "backends/backend.h"
 #include "common/status.h"
@@ -243,7 +244,8 @@ class Engine {
   Engine(EngineConfig config, std::unique_ptr<store::Store> store, std::string data_dir,
          Clock clock);
 
-  // --- views.cc: the snapshot the polled views are served from (see Nodes()).
+  // --- views.cc: the snapshot the polled views are served from (see Nodes()). The *Now
+  // renderings REQUIRE that `who` is not an agent: their public views (and AdminNode) refuse them.
   Result<Json> ViewOf(const std::string& key, const std::function<Result<Json>()>& render);
   Result<Json> ListJobsNow(const Identity& who, const std::string& state_filter, int limit);
   Result<Json> GroupsNow(const Identity& who);
@@ -353,9 +355,7 @@ class Engine {
   // heartbeat timeouts, although the agent heartbeats, is requeued (or lost) like a lost node's.
   void ExpireStartsLocked(Batch& b);
   static constexpr int64_t kStartTimeouts = 3;
-  Clock monotonic_;                  // milliseconds; never empty (steady_clock unless a test's)
-  int64_t last_watch_mono_ms_ = -1;  // the monotonic time of the last MarkLostLocked
-  int64_t window_from_mono_ = 0;     // no node is judged by silence before this (a stall's end)
+  SilenceWatch silence_;  // the monotonic clock (steady_clock unless a test's) and stall windows
   // The store's fencing epoch when this engine opened (its lease's): in every reply to agents,
   // which ignore replies from an older one (a deposed leader's).
   int64_t leader_epoch_ = 0;

@@ -128,7 +128,7 @@ Status Engine::LoadNodes() {
       node.devices.back().mps = d.value("mps", false);
     }
     node.last_heartbeat_ms = clock_();
-    node.heard_mono_ms = monotonic_();
+    node.heard_mono_ms = silence_.Now();
     auto added = qe_->AddNode(SpecOf(node), NowS());
     if (!added.ok()) {
       return Status::Internal("stored node '" + node.name +

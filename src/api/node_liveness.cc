@@ -10,10 +10,8 @@ namespace tessera::api {
 
 void Engine::SetMonotonicClockForTest(Clock monotonic) {
   std::lock_guard<std::mutex> lock(mu_);
-  monotonic_ = std::move(monotonic);
-  last_watch_mono_ms_ = -1;
-  window_from_mono_ = 0;
-  const int64_t mono = monotonic_();
+  silence_.SetClock(std::move(monotonic));
+  const int64_t mono = silence_.Now();
   for (auto& [name, n] : nodes_) n.heard_mono_ms = mono;  // times of the other clock mean nothing
   jobs_.ForEach([&](Job& j) {
     if (j.starting_since_mono != 0) j.starting_since_mono = mono;
@@ -24,13 +22,10 @@ void Engine::SetMonotonicClockForTest(Clock monotonic) {
 // administrator), and a step forward longer than the release time would make every live node look
 // silent and release its running jobs. The wall clock only names times (events, views).
 Status Engine::MarkLostLocked(Batch& b) {
-  const int64_t mono = monotonic_();
-  const int64_t gap = last_watch_mono_ms_ < 0 ? 0 : mono - last_watch_mono_ms_;
-  last_watch_mono_ms_ = mono;
-  if (gap > config_.heartbeat_timeout_ms / 2) {
+  const int64_t mono = silence_.Now();
+  if (const int64_t gap = silence_.Pass(mono, config_.heartbeat_timeout_ms / 2); gap > 0) {
     // The leader was not watching (stopped, starved of CPU, or waiting on its store): the nodes'
     // silence meanwhile may be its own deafness. Each gets a whole window from now.
-    window_from_mono_ = mono;
     b.Add(MakeEvent("engine", "leader.stalled", "cluster",
                     "no pass for " + std::to_string(gap) +
                         " ms: every node gets a fresh heartbeat window",
@@ -39,7 +34,7 @@ Status Engine::MarkLostLocked(Batch& b) {
     return Status::Ok();
   }
   for (auto& [name, n] : nodes_) {
-    const int64_t silent = mono - std::max(n.heard_mono_ms, window_from_mono_);
+    const int64_t silent = silence_.SilentFor(n.heard_mono_ms, mono);
     if (!n.lost && silent >= config_.heartbeat_timeout_ms) {
       n.lost = true;
       qe_->SetNodeDown(name, true);  // nothing new goes there
@@ -62,7 +57,7 @@ Status Engine::MarkLostLocked(Batch& b) {
 }
 
 void Engine::ExpireStartsLocked(Batch& b) {
-  const int64_t mono = monotonic_();  // as silence: a step of the wall clock expires nothing
+  const int64_t mono = silence_.Now();  // as silence: a step of the wall clock expires nothing
   const int64_t bound = kStartTimeouts * config_.heartbeat_timeout_ms;
   std::vector<Job*> expired;
   for (const std::string& id : jobs_.LiveIds()) {

@@ -68,6 +68,7 @@
 #include "api/decision_counters.h"
 #include "api/job_table.h"
 #include "api/json_text.h"
+#include "api/node_admin_table.h"
 #include "api/order_watches.h"
 #include "api/records.h"
 #include "api/silence_watch.h"
@@ -386,17 +387,8 @@ class Engine {
   void ApplyIsolationLocked(const NodeInfo& n);
 
   // --- node_admin.cc: cordon, drain, uncordon; and the one check of what may take new work.
-  enum class Admin { kActive, kCordoned, kDraining };
-  struct NodeAdmin {
-    Admin node = Admin::kActive;
-    std::map<int, Admin> devices;  // a device's own state, over the node's
-  };
-  std::map<std::string, NodeAdmin> admin_;                     // by node; absent: active
-  static constexpr const char* kNodeAdminKey = "node.admin/";  // + node: a setting
+  NodeAdminTable admin_;  // cordons and drains, by node (a setting each)
   Status LoadNodeAdminLocked();
-  Admin AdminOf(const std::string& node, int device) const;  // device -1: the node's own
-  // "active", "cordoned", "draining", or "drained" (draining, and `holds` nothing there now).
-  std::string AdminStateName(const std::string& node, int device, bool holds) const;
   // Whether device `device` of `node` may take new work: the node is known and not lost, and
   // neither the node nor the device is cordoned or draining. The one place that decides it.
   bool Schedulable(const std::string& node, int device) const;

@@ -20,37 +20,8 @@
 #include "common/log.h"
 
 namespace tessera::api {
-namespace {
 
-const char* AdminName(int a) {
-  static const char* kNames[] = {"active", "cordoned", "draining"};
-  return kNames[a];
-}
-
-Result<int> ParseAdmin(const std::string& s) {
-  for (int a = 0; a < 3; ++a) {
-    if (s == AdminName(a)) return a;
-  }
-  return Status::InvalidArgument("unknown node state '" + s + "'");
-}
-
-}  // namespace
-
-Engine::Admin Engine::AdminOf(const std::string& node, int device) const {
-  auto it = admin_.find(node);
-  if (it == admin_.end()) return Admin::kActive;
-  if (device >= 0) {
-    auto d = it->second.devices.find(device);
-    if (d != it->second.devices.end()) return d->second;
-  }
-  return it->second.node;
-}
-
-std::string Engine::AdminStateName(const std::string& node, int device, bool holds) const {
-  const Admin a = AdminOf(node, device);
-  if (a == Admin::kDraining && !holds) return "drained";
-  return AdminName(static_cast<int>(a));
-}
+using Admin = NodeAdminTable::State;
 
 bool Engine::Schedulable(const std::string& node, int device) const {
   auto n = nodes_.find(node);
@@ -59,45 +30,23 @@ bool Engine::Schedulable(const std::string& node, int device) const {
   if (device >= 0 && device < static_cast<int>(n->second.devices.size()) &&
       !n->second.devices[device].healthy)
     return false;
-  return AdminOf(node, device) == Admin::kActive;
+  return admin_.Of(node, device) == Admin::kActive;
 }
 
 void Engine::ApplySchedulableLocked(const std::string& node) {
   auto n = nodes_.find(node);
   if (n == nodes_.end()) return;
   // The node as a whole (its CPU-only work too) is down while lost or cordoned as a whole.
-  qe_->SetNodeDown(node, n->second.lost || AdminOf(node, -1) != Admin::kActive);
+  qe_->SetNodeDown(node, n->second.lost || admin_.Of(node, -1) != Admin::kActive);
   for (const DeviceInfo& d : n->second.devices) {
     qe_->SetDeviceClosed(node, d.index, !Schedulable(node, d.index));
   }
 }
 
 Status Engine::LoadNodeAdminLocked() {
-  admin_.clear();
-  auto stored = store_->ListSettings(kNodeAdminKey);
+  auto stored = store_->ListSettings(NodeAdminTable::kSettingPrefix);
   if (!stored.ok()) return stored.status();
-  const size_t prefix = std::string(kNodeAdminKey).size();
-  for (const auto& [key, value] : *stored) {
-    const Status corrupt = Status::Internal("stored node state '" + key + "' is corrupt");
-    Json j = Json::parse(value, nullptr, false);
-    if (!j.is_object() || !j.value("state", Json()).is_string()) return corrupt;
-    Result<int> state = ParseAdmin(j["state"].get<std::string>());
-    if (!state.ok()) return corrupt;
-    NodeAdmin a;
-    a.node = static_cast<Admin>(*state);
-    const Json devices = j.value("devices", Json::object());
-    if (!devices.is_object()) return corrupt;
-    for (const auto& [index, s] : devices.items()) {
-      if (!s.is_string() || index.empty() || index.size() > 4 ||
-          index.find_first_not_of("0123456789") != std::string::npos)
-        return corrupt;
-      Result<int> ds = ParseAdmin(s.get<std::string>());
-      if (!ds.ok()) return corrupt;
-      a.devices[std::stoi(index)] = static_cast<Admin>(*ds);
-    }
-    if (a.node != Admin::kActive || !a.devices.empty()) admin_[key.substr(prefix)] = a;
-  }
-  return Status::Ok();
+  return admin_.Load(*stored);
 }
 
 Result<Json> Engine::AdminNode(const Identity& who, const std::string& node,
@@ -129,25 +78,10 @@ Result<Json> Engine::AdminNode(const Identity& who, const std::string& node,
                               " (it has " + std::to_string(devs.size()) + ")");
     }
   }
-  NodeAdmin next = admin_.count(node) ? admin_[node] : NodeAdmin{};
-  if (device < 0) {
-    next.node = to;
-    next.devices.clear();  // the whole node: every device follows it again
-  } else if (to == next.node) {
-    next.devices.erase(device);
-  } else {
-    next.devices[device] = to;
-  }
   // Durable before anything acts on it (a restart finds it; the quota engine follows memory).
-  Json saved = {{"state", AdminName(static_cast<int>(next.node))}, {"devices", Json::object()}};
-  for (const auto& [d, a] : next.devices)
-    saved["devices"][std::to_string(d)] = AdminName(static_cast<int>(a));
-  if (Status st = store_->PutSetting(kNodeAdminKey + node, saved.dump()); !st.ok()) return st;
-  if (next.node == Admin::kActive && next.devices.empty()) {
-    admin_.erase(node);
-  } else {
-    admin_[node] = next;
-  }
+  const NodeAdminTable::Change change = admin_.Plan(node, device, to);
+  if (Status st = store_->PutSetting(change.key, change.value); !st.ok()) return st;
+  admin_.Apply(change);
   Batch b;
   // Uncordon is also the word that returns an unhealthy device (docs/nodes.md).
   if (to == Admin::kActive) ClearHealthLocked(nit->second, device, who.name, b);

@@ -478,7 +478,7 @@ Result<Json> Engine::NodesNow(const Identity& who) {
                       {"partitions", slots},
                       {"draining", v.draining},
                       {"drain_reason", v.plan},
-                      {"admin_state", AdminStateName(name, d.index, !holders.empty())}});
+                      {"admin_state", admin_.StateName(name, d.index, !holders.empty())}});
       if (d.telemetry_ms > 0) {
         Json& t = devs.back()["telemetry"];
         t = {{"time_ms", d.telemetry_ms}};
@@ -496,7 +496,7 @@ Result<Json> Engine::NodesNow(const Identity& who) {
                    {"memory_mib", n.memory_mib},
                    {"simulated", n.simulated},
                    {"state", n.lost ? "lost" : "ready"},
-                   {"admin_state", AdminStateName(name, -1, holds_on(name))},
+                   {"admin_state", admin_.StateName(name, -1, holds_on(name))},
                    {"last_heartbeat_ms", n.last_heartbeat_ms},
                    {"devices", devs}});
   }

@@ -516,14 +516,13 @@ Result<std::pair<Json, int64_t>> Engine::HeartbeatQueued(const Identity& who, co
   Json orders = OrdersLocked(n, b, durable);
   // What these orders reflect: every decision about the node up to here (an order watch after
   // it wakes for the next one, not for what this heartbeat changed itself).
-  auto os = order_seq_.find(node);
-  orders["seq"] = std::min(os == order_seq_.end() ? int64_t{0} : os->second, durable);
+  orders["seq"] = std::min(seq_.LastNews(node), durable);
   // With nothing to acknowledge the reply waits for no write. Its orders name only durable
   // decisions (see OrdersLocked), and what this heartbeat changed (running, starting) is
   // queued: were it lost, the next heartbeat says it again. Exits are acknowledged only once
   // durable: an acked exit is never reported again.
   QueueLocked(b);
-  const int64_t target = ack.empty() ? 0 : queued_seq_;
+  const int64_t target = ack.empty() ? 0 : seq_.last();
   orders["ack"] = std::move(ack);
   orders["epoch"] = leader_epoch_;
   // Devices an administrator returned: the agent starts their health over (until it says ok).

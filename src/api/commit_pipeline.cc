@@ -63,19 +63,19 @@ int64_t Engine::QueueLocked(Batch& b) {
     return 0;
   }
   CommitWriter::Batch q;
-  q.seq = ++queued_seq_;
-  q.epoch = epoch_;
+  q.seq = seq_.Next();
+  q.epoch = seq_.epoch();
   q.events = std::move(b.events);
   q.records.reserve(b.jobs.size());
   q.jobs.reserve(b.jobs.size());
   // What landed since the last catch-up (submissions, say, before the cycle that places them).
-  if (!b.jobs.empty()) MarkStored(jobs_, writer_.TakeProgress(epoch_).stored);
+  if (!b.jobs.empty()) MarkStored(jobs_, writer_.TakeProgress(seq_.epoch()).stored);
   const bool watched = watches_.Any();
   auto about = [&](const std::string& node) {
-    node_seq_[node] = q.seq;
-    if (node == b.from_node) return;  // the node's own heartbeat: nothing new for its agent
-    order_seq_[node] = q.seq;
-    if (watched) q.watched.push_back(node);
+    // The node's own heartbeat: nothing new for its agent.
+    const bool news = node != b.from_node;
+    seq_.About(node, q.seq, news);
+    if (news && watched) q.watched.push_back(node);
   };
   for (Job* j : b.jobs) {
     j->last_seq = q.seq;
@@ -86,16 +86,13 @@ int64_t Engine::QueueLocked(Batch& b) {
   for (const std::string& n : b.nodes) about(n);
   b = {};
   writer_.Push(std::move(q));
-  return queued_seq_;
+  return seq_.last();
 }
 
 Status Engine::CommitLocked(Batch& b, std::unique_lock<std::mutex>& lock, const std::string* node) {
   const int64_t seq = QueueLocked(b);
-  int64_t target = queued_seq_;
-  if (node != nullptr && seq == 0) {
-    auto it = node_seq_.find(*node);
-    target = it == node_seq_.end() ? 0 : it->second;
-  }
+  int64_t target = seq_.last();
+  if (node != nullptr && seq == 0) target = seq_.LastAbout(*node);
   lock.unlock();
   Status result = writer_.Await(target);
   lock.lock();
@@ -107,7 +104,7 @@ void Engine::Quiesce() {
   int64_t target = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    target = queued_seq_;
+    target = seq_.last();
   }
   writer_.AwaitQuiet(target);
 }
@@ -130,14 +127,14 @@ Status Engine::RenderDurable(const std::function<Status()>& render) {
     {
       std::unique_lock<std::mutex> lock(mu_);
       if (attempt > 0) CatchUpLocked();  // reload after the failed write the last one saw
-      epoch_before = epoch_;
+      epoch_before = seq_.epoch();
     }
     if (Status st = render(); !st.ok()) return st;
     int64_t target = 0, epoch_after = 0;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      target = queued_seq_;  // every batch whose change the rendering may show
-      epoch_after = epoch_;
+      target = seq_.last();  // every batch whose change the rendering may show
+      epoch_after = seq_.epoch();
     }
     Status failure;
     // Reloaded while rendering; or a failed write drops its epoch's batches: the memory rendered
@@ -154,7 +151,7 @@ Status Engine::RenderDurable(const std::function<Status()>& render) {
 
 void Engine::CatchUpLocked() {
   views_.Changed();
-  CommitWriter::Progress p = writer_.TakeProgress(epoch_);
+  CommitWriter::Progress p = writer_.TakeProgress(seq_.epoch());
   MarkStored(jobs_, p.stored);
   // Memory ran ahead of the store by a failed write and whatever was queued after it.
   if (p.reload) {
@@ -175,8 +172,7 @@ Result<uint64_t> Engine::WatchOrders(const Identity& who, const std::string& nod
   std::lock_guard<std::mutex> lock(mu_);
   if (!broken_.ok()) return broken_;
   if (nodes_.count(node) == 0) return Status::NotFound("node '" + node + "' is not registered");
-  auto os = order_seq_.find(node);
-  const int64_t news = os == order_seq_.end() ? 0 : os->second;
+  const int64_t news = seq_.LastNews(node);
   return watches_.Watch(node, after, std::move(wake), news, [this] { return writer_.Durable(); });
 }
 

@@ -62,6 +62,7 @@
 #include <vector>
 
 #include "api/backend_lane.h"
+#include "api/batch_sequence.h"
 #include "api/commit_writer.h"
 #include "api/config.h"
 #include "api/cycle_budget.h"
@@ -503,12 +504,7 @@ class Engine {
   // writer's thread (CommitWriter), which takes no engine lock, so the cycle can go on deciding
   // while its first decisions are written.
   // Under mu_:
-  std::unordered_map<std::string, int64_t> node_seq_;  // the last batch about a job on each node
-  // The last batch that may give each node new orders: node_seq_ less the batches of the node's
-  // own heartbeats. An order watch wakes when one newer than the agent knows is durable.
-  std::unordered_map<std::string, int64_t> order_seq_;
-  int64_t queued_seq_ = 0;  // the last batch queued
-  int64_t epoch_ = 0;       // reloads so far
+  BatchSequence seq_;  // batch numbers, epochs, the last batch about and for each node
   OrderWatches watches_;
   CommitWriter writer_;  // last of what the writer's callbacks use: started last, stopped first
   std::map<std::string, std::unique_ptr<backends::Backend>> backends_;  // by name

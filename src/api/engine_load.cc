@@ -63,7 +63,7 @@ Status Engine::ReloadLocked(const Status& cause) {
   // those of the dropped ones go with their decisions.
   SettleCountsLocked();
   counters_.DropUnsettled();
-  ++epoch_;
+  seq_.NewEpoch();
   Status st = Load();
   broken_ = st;
   if (st.ok()) {

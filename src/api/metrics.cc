@@ -390,7 +390,7 @@ void Engine::CountEventLocked(const quota::Event& e, const Job* j) {
   // its decisions in the same hold of mu_).
   std::optional<DecisionCounters::Placed> placed;
   if (j) placed = DecisionCounters::Placed{j->rec.queue, j->rec.group, j->borrowed};
-  counters_.Count(queued_seq_ + 1, e, placed);
+  counters_.Count(seq_.last() + 1, e, placed);
 }
 
 Result<std::string> Engine::Metrics(const Identity& who) {

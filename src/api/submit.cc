@@ -456,7 +456,7 @@ Result<std::pair<Json, int64_t>> Engine::SubmitQueued(const Identity& who, const
   Job* it = jobs_.Find(id);
   if (it == nullptr)
     return Status::Internal("job '" + id + "' was not recorded: a write failed meanwhile");
-  return std::pair<Json, int64_t>{JobJson(*it), queued_seq_};
+  return std::pair<Json, int64_t>{JobJson(*it), seq_.last()};
 }
 
 Result<Json> Engine::Cancel(const Identity& who, const std::string& id) {

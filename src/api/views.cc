@@ -628,7 +628,7 @@ Json Engine::Health() {
   Json now = {{"ok", ok},
               {"role", "leader"},
               {"store", ok ? "ok" : broken_.message()},
-              {"commits_queued", queued_seq_ - written},
+              {"commits_queued", seq_.last() - written},
               {"jobs_in_memory", jobs_.size()},
               {"nodes", nodes_.size()}};
   views_.Keep(kHealthKey, 0, clock_(), now);

@@ -287,7 +287,7 @@ Result<Json> Engine::RegisterNode(const Identity& who, const Json& body) {
   }
   nodes_[n.name] = n;
   ApplySchedulableLocked(n.name);  // its cordon or drain, kept across registrations
-  cycle_wanted_ = true;
+  pacer_.Want();
   // Exits the agent kept on disk while it (or its link) was down: the jobs ended, they do not
   // run again. Acknowledged (like a heartbeat's) once durable.
   Json ack = Json::array();
@@ -339,7 +339,7 @@ void Engine::FinishPartLocked(Job& j, const std::string& node, int code, int sig
     const size_t mark = qe_->events().size();
     qe_->Stopped(j.handle, NowS());
     TranslateLocked(mark, b);  // job.requeued: pending again, its submit time kept
-    cycle_wanted_ = true;
+    pacer_.Want();
     return;
   }
   if (!all_done && !failed && !j.cancel_requested) {
@@ -362,7 +362,7 @@ void Engine::FinishPartLocked(Job& j, const std::string& node, int code, int sig
   b.Add(MakeEvent(actor, std::string("job.") + JobStateName(state), j.rec.id, reason,
                   {{"exit_code", code}, {"signal", sig}}),
         &j);
-  cycle_wanted_ = true;
+  pacer_.Want();
 }
 
 // A part of a gang whose start order has not gone to `node` yet. The job may already be
@@ -466,7 +466,7 @@ Result<std::pair<Json, int64_t>> Engine::HeartbeatQueued(const Identity& who, co
     n.lost = false;
     n.jobs_released = false;
     ApplySchedulableLocked(node);  // up, unless cordoned
-    cycle_wanted_ = true;
+    pacer_.Want();
     b.Add(MakeEvent(actor, "node.returned", node, "heartbeat after loss"), nullptr);
   }
   auto on_node = [&](const Job& j) {

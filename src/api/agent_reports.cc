@@ -73,7 +73,7 @@ void Engine::RecordHealthLocked(NodeInfo& n, const Json& devices, const std::str
   TranslateLocked(mark, b);
   ApplySchedulableLocked(n.name);
   b.Touch({n.name});
-  cycle_wanted_ = true;
+  pacer_.Want();
 }
 
 // An administrator's word (uncordon of NODE, or of NODE:DEVICE when device >= 0): the unhealthy

@@ -169,7 +169,7 @@ Status Engine::NoteAnswering(const std::string& name, const Status& heard) {
   if (!lane.several || lane.answering == heard.ok()) return Status::Ok();
   lane.answering = heard.ok();
   qe_->SetExternalAnswering(name, heard.ok());
-  cycle_wanted_ = true;
+  pacer_.Want();
   Batch batch;
   if (heard.ok()) {
     batch.Add(MakeEvent("engine", "backend.answering", name, name + " answers again"));
@@ -209,7 +209,7 @@ Status Engine::RefreshCapacity(const std::string& name) {
     if (known.gpu_milli == cap->gpu_milli && known.detail == cap->detail) return Status::Ok();
     known = *cap;
     qe_->SetExternalCapacity(name, cap->gpu_milli);
-    cycle_wanted_ = true;
+    pacer_.Want();
     Batch batch;
     batch.Add(
         MakeEvent(name, "backend.capacity", name, cap->detail, {{"gpu_milli", cap->gpu_milli}}));
@@ -392,7 +392,7 @@ void Engine::RecordSubmissionsLocked(
         if (!EndLocked(j, JobState::kFailed, JobCause::kRefused,
                        "cannot render the batch script: " + d.status.message()))
           continue;
-        cycle_wanted_ = true;
+        pacer_.Want();
         batch->Add(MakeEvent("engine", "job.failed", d.id, j.rec.reason));
         batch->jobs.push_back(&j);
         continue;
@@ -450,7 +450,7 @@ void Engine::RecordPollsLocked(
         if (!EndLocked(j, JobState::kLost, JobCause::kLost,
                        name + " no longer knows job " + j.external_id))
           continue;
-        cycle_wanted_ = true;
+        pacer_.Want();
         batch->Add(
             MakeEvent("engine", "job.lost", id, j.rec.reason, {{"external_id", j.external_id}}));
         batch->jobs.push_back(&j);
@@ -498,7 +498,7 @@ void Engine::RecordPollsLocked(
                       (x.signal ? ", signal " + std::to_string(x.signal) : "");
         // Ended like every other job (EndLocked): counted among the ended, so it leaves memory.
         if (!EndLocked(j, state, JobCause::kExited, why)) continue;
-        cycle_wanted_ = true;
+        pacer_.Want();
         j.rec.exit_code = x.exit_code;
         batch->Add(MakeEvent(name, std::string("job.") + JobStateName(state), id, j.rec.reason,
                              {{"external_id", j.external_id},
@@ -525,7 +525,7 @@ void Engine::StopUnsubmittedLocked(const std::string& name, Batch* batch) {
     const size_t mark = qe_->events().size();
     qe_->Stopped(j.handle, NowS());
     TranslateLocked(mark, *batch);  // job.requeued
-    cycle_wanted_ = true;
+    pacer_.Want();
   }
 }
 
@@ -578,7 +578,7 @@ bool Engine::FollowSuspendLocked(Job& j, const backends::ExternalJob& x, backend
       const size_t mark = qe_->events().size();
       qe_->Stopped(j.handle, NowS());
       TranslateLocked(mark, *batch);  // job.requeued
-      cycle_wanted_ = true;
+      pacer_.Want();
     }
     return true;
   }
@@ -597,7 +597,7 @@ bool Engine::FollowSuspendLocked(Job& j, const backends::ExternalJob& x, backend
                    "requeued: " + j.backend + " did not schedule its pod within " +
                        std::to_string(timeout / 1000) + "s (" + x.reason + ")");
       TranslateLocked(mark, *batch);
-      cycle_wanted_ = true;
+      pacer_.Want();
       return true;
     }
   } else {

@@ -45,4 +45,35 @@ class CycleBudget {
   int64_t not_before_us_ = 0;
 };
 
+// When the scheduling cycle runs: the periodic pass runs it once something changed that may let
+// a job in or move one (Want), and at least every cycle period; a submission runs it itself
+// (schedule_on_submit) unless a cycle started since it was queued, or its CycleBudget says the
+// cycles behind a backlog hold the engine too long. Under the engine's mutex.
+class CyclePacer {
+ public:
+  void Want() { wanted_ = true; }
+  bool Due(int64_t now_ms, int64_t period_ms) const {
+    return wanted_ || now_ms - last_ms_ >= period_ms;
+  }
+  int64_t Submitted() { return ++submissions_; }  // the submission's number
+  // Whether submission number `mine` runs a cycle itself now (steady microseconds).
+  bool SubmissionRuns(int64_t mine, int64_t now_us) const {
+    return cycled_ < mine && budget_.Allows(now_us);
+  }
+  void Starting() { cycled_ = submissions_; }  // a cycle starts: it sees every one queued
+  // A cycle ended at `now_ms` (steady `end_us`), took `took_us` and left `left_waiting` jobs.
+  void Ran(int64_t now_ms, int64_t end_us, int64_t took_us, int64_t left_waiting) {
+    budget_.Ran(end_us, took_us, left_waiting);
+    last_ms_ = now_ms;
+    wanted_ = false;
+  }
+
+ private:
+  CycleBudget budget_;
+  bool wanted_ = true;
+  int64_t last_ms_ = 0;      // when the last cycle ended (the engine's clock)
+  int64_t submissions_ = 0;  // submissions queued so far
+  int64_t cycled_ = 0;       // how many of them the last cycle started after
+};
+
 }  // namespace tessera::api

@@ -344,7 +344,7 @@ void Engine::CycleLocked(Batch& b) {
   // on them before the caller's commit, which waits for all of them.
   constexpr size_t kChunk = 4096;
   const auto started = std::chrono::steady_clock::now();  // for tessera_scheduling_cycle_seconds
-  cycled_submissions_ = submissions_;
+  pacer_.Starting();
   size_t mark = qe_->events().size();
   const quota::CycleStats stats = qe_->RunCycle(NowS(), [&] {
     if (qe_->events().size() - mark < kChunk) return;
@@ -358,9 +358,7 @@ void Engine::CycleLocked(Batch& b) {
                               std::chrono::steady_clock::now() - started)
                               .count();
   counters_.cycle_latency().Observe(took_us);
-  submit_cycles_.Ran(CycleBudget::NowUs(), took_us, stats.pending_at_start - stats.admitted);
-  last_cycle_ms_ = clock_();
-  cycle_wanted_ = false;
+  pacer_.Ran(clock_(), CycleBudget::NowUs(), took_us, stats.pending_at_start - stats.admitted);
 }
 
 Status Engine::RunCycle() {
@@ -389,7 +387,7 @@ Status Engine::Tick() {
     failed_on_load_.clear();
     Status st = MarkLostLocked(b);
     ExpireStartsLocked(b);
-    if (st.ok() && (cycle_wanted_ || clock_() - last_cycle_ms_ >= config_.cycle_ms)) {
+    if (st.ok() && pacer_.Due(clock_(), config_.cycle_ms)) {
       CycleLocked(b);
     }
     if (st.ok()) st = CommitLocked(b, lock);

@@ -426,7 +426,6 @@ class Engine {
   // /metrics render through it: they never show a decision whose commit then fails.
   // REQUIRES: mu_ not held.
   Status RenderDurable(const std::function<Status()>& render);
-  CycleBudget submit_cycles_;  // under mu_
 
   // --- backend_pass.cc
   struct SubmitWork {
@@ -495,11 +494,8 @@ class Engine {
   std::vector<quota::QuotaEngine::Drain> drains_;  // as last committed ("device.drains")
   Status LoadDrains();
   std::map<std::string, NodeInfo> nodes_;  // by name
-  int64_t last_cycle_ms_ = 0;
-  bool cycle_wanted_ = true;
+  CyclePacer pacer_;                       // when the cycle runs
   Status broken_;  // set when a reload after a failed commit failed too: nothing is served
-  int64_t submissions_ = 0;         // submissions queued so far
-  int64_t cycled_submissions_ = 0;  // how many of them the last cycle started after
   // The commit pipeline. Batches are queued under mu_ (QueueLocked) and written in order by the
   // writer's thread (CommitWriter), which takes no engine lock, so the cycle can go on deciding
   // while its first decisions are written.

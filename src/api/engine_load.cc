@@ -304,7 +304,7 @@ Status Engine::Load() {
   st = LoadDrains();
   if (!st.ok()) return st;
   // Nodes are back on probation: each gets a fresh heartbeat window (set in LoadNodes).
-  cycle_wanted_ = true;
+  pacer_.Want();
   broken_ = Status::Ok();
   return qe_->CheckInvariants();
 }

@@ -110,7 +110,7 @@ Result<Json> Engine::AdminNode(const Identity& who, const std::string& node,
   if (to == Admin::kDraining) data["jobs"] = stopped;
   b.Add(MakeEvent(who.name, kind, subject, "by " + who.name, data), nullptr);
   b.Touch({node});
-  cycle_wanted_ = true;
+  pacer_.Want();
   static const log::Logger kLog("engine");
   kLog.Info(std::string(kind), {{"node", subject}, {"by", who.name}});
   if (Status st = CommitLocked(b, lock); !st.ok()) return st;

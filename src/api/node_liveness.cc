@@ -41,7 +41,7 @@ Status Engine::MarkLostLocked(Batch& b) {
       b.Add(MakeEvent("engine", "node.lost", name,
                       "no heartbeat for " + std::to_string((mono - n.heard_mono_ms) / 1000) + "s"),
             nullptr);
-      cycle_wanted_ = true;
+      pacer_.Want();
     }
     // Its jobs: at once; or, with partition_stop, once its agent has stopped them itself if it
     // is only cut off (it may still run them until then).
@@ -51,7 +51,7 @@ Status Engine::MarkLostLocked(Batch& b) {
     const std::vector<std::string> held = jobs_.OnNode(name);  // a copy: the walk changes jobs
     for (const std::string& id : held)
       LoseJobLocked(jobs_.Get(id), name, "node '" + name + "' lost", b);
-    cycle_wanted_ = true;
+    pacer_.Want();
   }
   return Status::Ok();
 }
@@ -78,7 +78,7 @@ void Engine::ExpireStartsLocked(Batch& b) {
                   "its start on node '" + j.node + "' was not confirmed within " +
                       std::to_string(bound / 1000) + "s",
                   b);
-    cycle_wanted_ = true;
+    pacer_.Want();
   }
 }
 
@@ -93,7 +93,7 @@ void Engine::FinishReportedLocked(Job& j, const std::string& node, const Json& f
                   "its agent on node '" + node +
                       "' stopped it, cut off from the control plane for partition_stop",
                   b);
-    cycle_wanted_ = true;
+    pacer_.Want();
     return;
   }
   const bool failed = f.value("exit_code", -1) != 0 || f.value("signal", 0) != 0;

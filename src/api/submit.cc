@@ -430,7 +430,7 @@ Result<std::pair<Json, int64_t>> Engine::SubmitQueued(const Identity& who, const
   }
   j.handle = *h;
   jobs_.Enter(j);
-  cycle_wanted_ = true;
+  pacer_.Want();
   // Like every change, the submission goes through the commit pipeline: queued now, written
   // with whatever else is queued (other submissions, heartbeats) in one transaction.
   Batch b;
@@ -438,7 +438,7 @@ Result<std::pair<Json, int64_t>> Engine::SubmitQueued(const Identity& who, const
                   {{"queue", j.rec.queue}, {"group", j.rec.group}}),
         &j);
   QueueLocked(b);
-  const int64_t mine = ++submissions_;
+  const int64_t mine = pacer_.Submitted();
   if (config_.schedule_on_submit) {
     // Scheduled at once, by one cycle for every submission queued before it started: submitters
     // waiting for the mutex get to queue theirs first. Its decisions are queued behind the
@@ -446,7 +446,7 @@ Result<std::pair<Json, int64_t>> Engine::SubmitQueued(const Identity& who, const
     lock.unlock();
     std::this_thread::yield();
     lock.lock();
-    if (cycled_submissions_ < mine && submit_cycles_.Allows(CycleBudget::NowUs())) {
+    if (pacer_.SubmissionRuns(mine, CycleBudget::NowUs())) {
       Batch decisions;
       CycleLocked(decisions);
       QueueLocked(decisions);
@@ -488,7 +488,7 @@ Result<Json> Engine::Cancel(const Identity& who, const std::string& id) {
     j.grants.clear();
     j.node.clear();
     b.Add(MakeEvent(who.name, "job.cancelled", id, "by " + who.name), &j);
-    cycle_wanted_ = true;
+    pacer_.Want();
   } else {
     j.cancel_requested = true;
     j.rec.reason = "cancel requested";

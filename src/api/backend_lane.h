@@ -1,13 +1,21 @@
-// BackendLane: one external backend's own pass lock and clocks (Engine::BackendPass), so that one
-// backend's pass never waits for another's.
+// BackendLane: one external backend (Slurm, PBS, Kubernetes) as the engine keeps it: the backend,
+// its own pass lock and clocks (Engine::BackendPass), so that one backend's pass never waits for
+// another's, what it last said it has for Tessera and the deletions its next pass owes.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backends/backend.h"
 
 namespace tessera::api {
 
 struct BackendLane {
+  std::unique_ptr<backends::Backend> backend;  // fixed after Open: used without mu_
   std::mutex pass;                // serializes its passes (held without mu_ while commands run)
   int64_t last_poll_ms = 0;       // under mu_
   int64_t last_capacity_ms = -1;  // under mu_
@@ -16,6 +24,12 @@ struct BackendLane {
   // answer after that it is reconciled again (issue 39: its jobs adopted or removed).
   bool answering = true;
   bool several = false;  // fixed after Open: a queue over several backends lists it
+  // Under mu_: what it last said it has for Tessera's jobs (GpuCapacity), refreshed every 5 polls;
+  // the quota engine's external pool follows it. None: not asked since open or a reload.
+  std::optional<backends::Capacity> capacity;
+  // Under mu_: its jobs to delete whose Tessera job ended without its help (a suspended Kubernetes
+  // Job of a job cancelled while pending), by external id; drained by its next pass.
+  std::vector<std::string> deletes;
 };
 
 }  // namespace tessera::api

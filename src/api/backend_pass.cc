@@ -59,8 +59,13 @@ backends::JobRequest Engine::RequestFor(const Job& j) const {
 
 std::vector<std::string> Engine::BackendNames() const {
   std::vector<std::string> names;
-  for (const auto& [name, b] : backends_) names.push_back(name);
+  for (const auto& [name, lane] : lanes_) names.push_back(name);
   return names;
+}
+
+void Engine::QueueBackendDeleteLocked(const Job& j) {
+  auto it = lanes_.find(j.backend);
+  if (it != lanes_.end()) it->second->deletes.push_back(j.external_id);
 }
 
 Status Engine::BackendPass(const std::string& name) {
@@ -97,10 +102,10 @@ Status Engine::BackendPass(const std::string& name) {
     bool known = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      known = capacity_.count(name) > 0;
+      known = lanes_.at(name)->capacity.has_value();
     }
     if (!known) {
-      auto listed = backends_.at(name)->List(ExternalName(""));
+      auto listed = lanes_.at(name)->backend->List(ExternalName(""));
       if (!listed.ok()) heard = listed.status();
     }
   }
@@ -126,7 +131,8 @@ Status Engine::BackendPass(const std::string& name) {
   std::vector<SubmitDone> done;
   for (const SubmitWork& s : w.submits) done.push_back(SubmitOne(s));
   std::map<std::string, Result<std::map<std::string, backends::ExternalJob>>> polled;
-  for (auto& [backend, ids] : w.polls) polled.emplace(backend, backends_[backend]->Poll(ids));
+  for (auto& [backend, ids] : w.polls)
+    polled.emplace(backend, lanes_.at(backend)->backend->Poll(ids));
   for (auto& [backend, res] : polled) {
     if (!res.ok()) (void)NoteAnswering(backend, res.status());
   }
@@ -201,12 +207,13 @@ Status Engine::RefreshCapacity(const std::string& name) {
     lane.last_capacity_ms = now;
   }
   {
-    auto cap = backends_.at(name)->GpuCapacity();  // without the engine's lock: it asks
+    auto cap = lanes_.at(name)->backend->GpuCapacity();  // without the engine's lock: it asks
     if (!cap.ok()) return cap.status();
     if (cap->gpu_milli < 0) return Status::Ok();
     std::unique_lock<std::mutex> lock(mu_);
-    auto& known = capacity_[name];
-    if (known.gpu_milli == cap->gpu_milli && known.detail == cap->detail) return Status::Ok();
+    std::optional<backends::Capacity>& known = lanes_.at(name)->capacity;
+    if (known && known->gpu_milli == cap->gpu_milli && known->detail == cap->detail)
+      return Status::Ok();
     known = *cap;
     qe_->SetExternalCapacity(name, cap->gpu_milli);
     pacer_.Want();
@@ -220,7 +227,7 @@ Status Engine::RefreshCapacity(const std::string& name) {
 Status Engine::ReconcileBackend(const std::string& name) {
   const std::string prefix = ExternalName("");
   // Without the engine's lock: it asks the scheduler. Retried next pass when it does not answer.
-  Result<std::vector<backends::ExternalJob>> list = backends_.at(name)->List(prefix);
+  Result<std::vector<backends::ExternalJob>> list = lanes_.at(name)->backend->List(prefix);
   if (list.ok()) {
     std::vector<std::pair<backends::Backend*, std::string>> to_cancel;
     std::vector<store::Event> events;
@@ -235,8 +242,8 @@ Status Engine::ReconcileBackend(const std::string& name) {
         if (it == nullptr || it->backend != name) {
           // A scheduler that keeps ended jobs as objects (Kubernetes) has them deleted too:
           // a crash between recording an end and Forget must not leave one behind.
-          if (active || backends_[name]->Suspends()) {
-            to_cancel.push_back({backends_[name].get(), x.external_id});
+          if (active || lanes_.at(name)->backend->Suspends()) {
+            to_cancel.push_back({lanes_.at(name)->backend.get(), x.external_id});
             events.push_back(MakeEvent("engine", "backend.orphan_cancelled", id,
                                        name + " job " + x.external_id + " has no Tessera job",
                                        {{"backend", name}, {"external_id", x.external_id}}));
@@ -255,7 +262,7 @@ Status Engine::ReconcileBackend(const std::string& name) {
           changed.push_back(&j);
         } else if (active) {
           // Ended in Tessera, or a second submission: the record wins.
-          to_cancel.push_back({backends_[name].get(), x.external_id});
+          to_cancel.push_back({lanes_.at(name)->backend.get(), x.external_id});
           events.push_back(MakeEvent("engine", "backend.duplicate_cancelled", id,
                                      name + " job " + x.external_id + " is not the one recorded",
                                      {{"backend", name}, {"external_id", x.external_id}}));
@@ -288,15 +295,13 @@ void Engine::CollectBackendWorkLocked(const std::string& name, BackendWork* w) {
   const bool poll_due = now - lane.last_poll_ms >= config_.backend_poll_ms;
   if (poll_due) lane.last_poll_ms = now;
   // This backend's deletions; the others' stay for their own passes.
-  std::erase_if(backend_deletes_, [&](const std::pair<std::string, std::string>& d) {
-    if (d.first != name) return false;
-    cancels.push_back({backends_.at(name).get(), d.second});
-    return true;
-  });
+  for (const std::string& external_id : lane.deletes)
+    cancels.push_back({lane.backend.get(), external_id});
+  lane.deletes.clear();
   for (const std::string& id : jobs_.LiveIds()) {
     Job& j = jobs_.Get(id);
     if (j.backend != name) continue;
-    backends::Backend* b = backends_.at(name).get();
+    backends::Backend* b = lanes_.at(name)->backend.get();
     if (b->Suspends() && j.external_id.empty() && j.state == JobState::kPreempting) w->stops = true;
     if (b->Suspends() && !j.external_id.empty() && (Holds(j) || j.state == JobState::kPending)) {
       // A job the backend keeps: its Job is suspended while Tessera has it pending or preempting,
@@ -377,7 +382,7 @@ void Engine::RecordSubmissionsLocked(
           !TransitionLocked(j, JobState::kStarting, JobCause::kStarted)) {
         // Cancelled while the submission ran.
         if (!d.external_id.empty())
-          late_cancels->push_back({backends_[j.backend].get(), d.external_id});
+          late_cancels->push_back({lanes_.at(j.backend)->backend.get(), d.external_id});
         continue;
       }
       j.external_id = d.external_id;
@@ -464,7 +469,7 @@ void Engine::RecordPollsLocked(
             "cannot follow " + name + " job " + j.external_id + ": " + xs.status().message();
         continue;
       }
-      if (backends_[name]->Suspends() && FollowSuspendLocked(j, x, *xs, batch)) continue;
+      if (lanes_.at(name)->backend->Suspends() && FollowSuspendLocked(j, x, *xs, batch)) continue;
       j.native_state = x.native_state;
       if (!x.node.empty()) j.external_node = x.node;
       if (!x.gres.empty()) j.gres = x.gres;
@@ -506,7 +511,7 @@ void Engine::RecordPollsLocked(
                               {"exit_code", x.exit_code ? *x.exit_code : -1},
                               {"signal", x.signal}}));
         batch->jobs.push_back(&j);
-        forget->push_back({backends_[name].get(), j.external_id});
+        forget->push_back({lanes_.at(name)->backend.get(), j.external_id});
       }
     }
   }
@@ -516,7 +521,7 @@ void Engine::RecordPollsLocked(
 // which RecordSubmissionsLocked has then deleted): nothing runs, so it is stopped at once and
 // pending again.
 void Engine::StopUnsubmittedLocked(const std::string& name, Batch* batch) {
-  if (!backends_.at(name)->Suspends()) return;
+  if (!lanes_.at(name)->backend->Suspends()) return;
   for (const std::string& id : jobs_.LiveIds()) {
     Job& j = jobs_.Get(id);
     if (j.state != JobState::kPreempting || !j.external_id.empty() || j.backend != name) {

@@ -75,7 +75,7 @@ Result<std::unique_ptr<Engine>> Engine::Open(EngineConfig config,
     const std::vector<std::string> names =
         q.backends.empty() && q.external() ? std::vector<std::string>{q.backend} : q.backends;
     for (const std::string& name : names) {  // one instance per name, however many queues
-      if (e->backends_.count(name)) continue;
+      if (e->lanes_.count(name)) continue;
       const NamedBackend* named = e->config_.FindBackend(name);
       const KubeSettings& kube = named != nullptr ? named->kube : e->config_.kubernetes;
       backends::BackendOptions options;
@@ -87,8 +87,8 @@ Result<std::unique_ptr<Engine>> Engine::Open(EngineConfig config,
       options.kube_namespace = kube.ns;
       auto b = backends::BuiltinRegistry().Make(e->config_.TypeOf(name), options);
       if (!b.ok()) return b.status();
-      e->backends_[name] = std::move(*b);
       e->lanes_[name] = std::make_unique<BackendLane>();
+      e->lanes_[name]->backend = std::move(*b);
     }
     for (const std::string& name : names) {
       if (q.multi()) e->lanes_[name]->several = true;

@@ -502,19 +502,14 @@ class Engine {
   // Under mu_:
   BatchSequence seq_;  // batch numbers, epochs, the last batch about and for each node
   OrderWatches watches_;
-  CommitWriter writer_;  // last of what the writer's callbacks use: started last, stopped first
-  std::map<std::string, std::unique_ptr<backends::Backend>> backends_;  // by name
+  CommitWriter writer_;     // last of what the writer's callbacks use: started last, stopped first
   std::mutex register_mu_;  // orders node registrations (held without mu_ while one is written)
-  // Backend jobs to delete whose Tessera job ended without the backend's help (a suspended
-  // Kubernetes Job of a job cancelled while pending): (backend, external id); drained by
-  // that backend's pass.
-  std::vector<std::pair<std::string, std::string>> backend_deletes_;
-  // What each backend last said it has for Tessera's jobs (GpuCapacity), refreshed every 5
-  // backend polls; the quota engine's external pools follow it.
-  std::map<std::string, backends::Capacity> capacity_;
   Status RefreshCapacity(const std::string& name);
   Status NoteAnswering(const std::string& name, const Status& heard);  // backend_pass.cc
-  std::map<std::string, std::unique_ptr<BackendLane>> lanes_;  // by backend; fixed after Open
+  // The external backends, by name (the map is fixed after Open).
+  std::map<std::string, std::unique_ptr<BackendLane>> lanes_;
+  // Deletes `j`'s Job (j.external_id) through its backend's next pass: it ended without it.
+  void QueueBackendDeleteLocked(const Job& j);
   int64_t last_sample_ms_ = 0;
 };
 

@@ -276,8 +276,8 @@ Status Engine::LoadJob(store::JobRecord r) {
 }
 
 Status Engine::Load() {
-  capacity_.clear();  // a new quota engine knows no external capacity: ask the backends again
   for (auto& [name, lane] : lanes_) {
+    lane->capacity.reset();  // a new quota engine knows no external capacity: ask again
     lane->last_capacity_ms = -1;
     lane->reconciled = false;
   }
@@ -321,7 +321,7 @@ void Engine::FillGrantsLocked(Job& j) {
       const quota::JobView v = qe_->job(j.handle);
       if (!v.ext_pool.empty()) backend = v.ext_pool;
       if (!j.backend.empty() && j.backend != backend && !j.external_id.empty()) {
-        backend_deletes_.push_back({j.backend, j.external_id});  // its suspended Job elsewhere
+        QueueBackendDeleteLocked(j);  // its suspended Job elsewhere
         j.external_id.clear();
         j.ext_suspended = false;
       }

@@ -159,23 +159,8 @@ Status CheckHeartbeatJobs(const Json& body) {
   return Status::Ok();
 }
 
-}  // namespace
-
-Status Engine::SpeaksFor(const Identity& who, const std::string& node, const char* what) {
-  if (who.MaySpeakFor(node)) return Status::Ok();
-  static const log::Logger kLog("serve");
-  kLog.Warn("refused: an identity spoke for a node it is not bound to",
-            {{"identity", who.name}, {"action", what}, {"node", node}});
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    AuditLocked(who.name, "agent.refused", node, std::string("may not ") + what + " for this node",
-                {{"action", what}});
-  }
-  return Status::PermissionDenied("identity '" + who.name + "' may not " + what + " for node '" +
-                                  node + "'");
-}
-
-Result<NodeInfo> Engine::NodeOfRegistration(const Json& body) {
+// RegisterNode's node and devices from its body, checked (the agent's `running` list aside).
+Result<NodeInfo> NodeOfRegistration(const Json& body) {
   auto number = [&](const char* key) -> int64_t {
     return body.contains(key) && body[key].is_number_integer() ? body[key].get<int64_t>() : 0;
   };
@@ -222,6 +207,57 @@ Result<NodeInfo> Engine::NodeOfRegistration(const Json& body) {
   }
   if (n.devices.size() > 64) return Status::InvalidArgument("too many devices (at most 64)");
   return n;
+}
+
+Status CheckTelemetry(const Json& body) {
+  if (body.contains("devices")) {
+    if (!body["devices"].is_array()) return Status::InvalidArgument("'devices' must be a list");
+    for (const auto& d : body["devices"]) {
+      if (!d.is_object() || !d.contains("index"))
+        return Status::InvalidArgument("each 'devices' entry needs an 'index'");
+      Status st =
+          OnlyKnownFields(d, {"index", "util_pct", "memory_used_mib", "health", "health_reason"},
+                          "heartbeat: a 'devices' entry");
+      if (st.ok()) st = CheckHealth(d, "devices.");
+      if (st.ok()) st = InRange(d, "index", 1023, "devices.");
+      if (st.ok()) st = InRange(d, "util_pct", 100, "devices.");
+      if (st.ok()) st = InRange(d, "memory_used_mib", int64_t{1} << 40, "devices.");
+      if (!st.ok()) return st;
+    }
+  }
+  for (const auto& r : body.value("running", Json::array())) {
+    if (r.contains("active") && !r["active"].is_boolean())
+      return Status::InvalidArgument("'running.active' must be true or false");
+    if (Status st = InRange(r, "gpu_memory_used_mib", int64_t{1} << 40, "running."); !st.ok())
+      return st;
+    if (Status st = InRange(r, "swapped_mib", int64_t{1} << 40, "running."); !st.ok()) return st;
+    if (r.contains("swap")) {
+      static const std::set<std::string> kStates = {"resident", "swapping-out", "swapped",
+                                                    "resuming", "unswappable",  "mixed"};
+      if (!r["swap"].is_string() || kStates.count(r["swap"].get<std::string>()) == 0) {
+        return Status::InvalidArgument(
+            "'running.swap' must be one of resident, swapping-out, swapped, resuming, unswappable, "
+            "mixed");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status Engine::SpeaksFor(const Identity& who, const std::string& node, const char* what) {
+  if (who.MaySpeakFor(node)) return Status::Ok();
+  static const log::Logger kLog("serve");
+  kLog.Warn("refused: an identity spoke for a node it is not bound to",
+            {{"identity", who.name}, {"action", what}, {"node", node}});
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    AuditLocked(who.name, "agent.refused", node, std::string("may not ") + what + " for this node",
+                {{"action", what}});
+  }
+  return Status::PermissionDenied("identity '" + who.name + "' may not " + what + " for node '" +
+                                  node + "'");
 }
 
 Result<Json> Engine::RegisterNode(const Identity& who, const Json& body) {
@@ -537,41 +573,6 @@ Result<std::pair<Json, int64_t>> Engine::HeartbeatQueued(const Identity& who, co
 // The heartbeat's telemetry: device entries {index, util_pct 0-100, memory_used_mib}, and on each
 // running entry "active" (its devices or processes showed activity since the last heartbeat) and
 // "gpu_memory_used_mib". All optional; an agent that sends none is never judged idle.
-Status Engine::CheckTelemetry(const Json& body) {
-  if (body.contains("devices")) {
-    if (!body["devices"].is_array()) return Status::InvalidArgument("'devices' must be a list");
-    for (const auto& d : body["devices"]) {
-      if (!d.is_object() || !d.contains("index"))
-        return Status::InvalidArgument("each 'devices' entry needs an 'index'");
-      Status st =
-          OnlyKnownFields(d, {"index", "util_pct", "memory_used_mib", "health", "health_reason"},
-                          "heartbeat: a 'devices' entry");
-      if (st.ok()) st = CheckHealth(d, "devices.");
-      if (st.ok()) st = InRange(d, "index", 1023, "devices.");
-      if (st.ok()) st = InRange(d, "util_pct", 100, "devices.");
-      if (st.ok()) st = InRange(d, "memory_used_mib", int64_t{1} << 40, "devices.");
-      if (!st.ok()) return st;
-    }
-  }
-  for (const auto& r : body.value("running", Json::array())) {
-    if (r.contains("active") && !r["active"].is_boolean())
-      return Status::InvalidArgument("'running.active' must be true or false");
-    if (Status st = InRange(r, "gpu_memory_used_mib", int64_t{1} << 40, "running."); !st.ok())
-      return st;
-    if (Status st = InRange(r, "swapped_mib", int64_t{1} << 40, "running."); !st.ok()) return st;
-    if (r.contains("swap")) {
-      static const std::set<std::string> kStates = {"resident", "swapping-out", "swapped",
-                                                    "resuming", "unswappable",  "mixed"};
-      if (!r["swap"].is_string() || kStates.count(r["swap"].get<std::string>()) == 0) {
-        return Status::InvalidArgument(
-            "'running.swap' must be one of resident, swapping-out, swapped, resuming, unswappable, "
-            "mixed");
-      }
-    }
-  }
-  return Status::Ok();
-}
-
 // Orders for node n: start what was placed there; stop what is cancelled or preempted; the
 // rest may run (anything else the agent runs is stopped).
 Json Engine::OrdersLocked(const NodeInfo& n, Batch& b, int64_t durable) {

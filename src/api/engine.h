@@ -260,13 +260,11 @@ class Engine {
   // --- engine.cc
   Status Load();
   Status LoadNodes();
-  static quota::NodeSpec SpecOf(const NodeInfo& n);  // what the scheduler knows of a node
   Status LoadJob(store::JobRecord r);
   // A stored record as a Job (not entered into the quota engine): for loading and for views of
   // jobs no longer in memory.
   Result<Job> JobFromRecord(store::JobRecord r) const;
   Result<Json> StoredJobJson(const Identity& who, const std::string& id);  // a job out of memory
-  static int64_t IdOrder(const std::string& id);  // N of "j-N", for ordering
   // A job's view for `who`: another identity's environment values hidden (admins see all).
   static Json Redacted(const Identity& who, Json job);
   Status NewQuotaEngine();
@@ -318,8 +316,6 @@ class Engine {
   void SwapEventLocked(Job& j, const quota::Event& e, Batch& b);
   void RefreshWaitReasonsLocked();
   void FillGrantsLocked(Job& j);
-  static bool Holds(const Job& j) { return HoldsCapacity(j.state); }
-  static bool Ended(const Job& j) { return IsTerminal(j.state); }
   // The one way a job's state changes: to `to` for `cause` when the job state table holds that
   // change (its update time set), else refused, logged at error level, and false: the caller
   // then leaves the job as it was.
@@ -368,11 +364,8 @@ class Engine {
   // A `finished` entry of `node`'s agent: the part's end (FinishPartLocked), or, stopped by the
   // agent itself for a partition (`stopped_by`), the job lost there as on a lost node.
   void FinishReportedLocked(Job& j, const std::string& node, const Json& f, Batch& b);
-  // RegisterNode's node and devices from its body, checked (the agent's `running` list aside).
-  static Result<NodeInfo> NodeOfRegistration(const Json& body);
   Json StartOrderLocked(Job& j, const NodeInfo& n) const;
   bool GangPartUnsent(const Job& j, const std::string& node) const;
-  static Status CheckTelemetry(const Json& body);
   void RecordTelemetryLocked(NodeInfo& n, const Json& body);  // a heartbeat's `devices`
   void ObserveActivityLocked(Job& j, const Json& report, const std::string& actor, Batch& b);
   // Orders for node n; only decisions durable by `durable` (writer_.Durable()) are acted on.
@@ -407,10 +400,6 @@ class Engine {
   // writes outside mu_).
   Status HistoryTick();
   int64_t last_rollup_ms_ = 0;  // 5-minute buckets before this are rolled up
-  // Every job.* event in the store, oldest first (usage and what-if read the log this way).
-  Status ForEachJobEvent(const std::function<Status(const store::Event&)>& fn);
-  // The events that end a job's hold on its grants.
-  static bool EndsHold(const std::string& kind);
 
   // --- metrics.cc
   // Counts a placement (admission, guaranteed or borrowed), preemption or repartition from the

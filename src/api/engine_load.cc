@@ -91,7 +91,7 @@ Status Engine::NewQuotaEngine() {
   return Status::Ok();
 }
 
-quota::NodeSpec Engine::SpecOf(const NodeInfo& n) {
+quota::NodeSpec SpecOf(const NodeInfo& n) {
   quota::NodeSpec spec;
   spec.name = n.name;
   spec.pool = n.pool;

@@ -15,6 +15,7 @@
 #include <set>
 
 #include "api/engine.h"
+#include "api/job_events.h"
 #include "model/quantity.h"
 
 namespace tessera::api {
@@ -419,15 +420,15 @@ class UsageLedger {
 
 }  // namespace
 
-bool Engine::EndsHold(const std::string& kind) {
+bool EndsHold(const std::string& kind) {
   return kind == "job.requeued" || kind == "job.succeeded" || kind == "job.failed" ||
          kind == "job.cancelled" || kind == "job.lost";
 }
 
-Status Engine::ForEachJobEvent(const std::function<Status(const store::Event&)>& fn) {
+Status ForEachJobEvent(store::Store& store, const std::function<Status(const store::Event&)>& fn) {
   constexpr int kPage = 5000;
   for (int64_t after = 0;;) {
-    auto page = store_->ListEvents(after, kPage, store::EventFilter{"job.", "", ""});
+    auto page = store.ListEvents(after, kPage, store::EventFilter{"job.", "", ""});
     if (!page.ok()) return page.status();
     for (const store::Event& e : *page) {
       after = e.seq;
@@ -449,8 +450,9 @@ Result<Json> Engine::Usage(const Identity& who, const UsageQuery& q) {
   if (since >= until)
     return Status::InvalidArgument("'since' must be before 'until' (and before now)");
   UsageLedger ledger(who, q.by, since, until, store_.get());
-  Status walked = ForEachJobEvent(
-      [&](const store::Event& e) -> Status { return ledger.Observe(e, EndsHold(e.kind)); });
+  Status walked = ForEachJobEvent(*store_, [&](const store::Event& e) -> Status {
+    return ledger.Observe(e, EndsHold(e.kind));
+  });
   if (!walked.ok()) return walked;
   ledger.CloseAll();  // still held
   Json rows = Json::array();

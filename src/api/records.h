@@ -142,5 +142,9 @@ struct Batch {
 
 // The agent nodes of a job's grants, each once, in grant order.
 std::vector<std::string> NodesOf(const Job& j);
+inline bool Holds(const Job& j) { return HoldsCapacity(j.state); }
+inline bool Ended(const Job& j) { return IsTerminal(j.state); }
+// What the scheduler knows of a node (engine_load.cc).
+quota::NodeSpec SpecOf(const NodeInfo& n);
 
 }  // namespace tessera::api

@@ -47,13 +47,13 @@ MilliGpu GpuHeld(const std::vector<quota::GrantView>& grants) {
   return g;
 }
 
-}  // namespace
-
-int64_t Engine::IdOrder(const std::string& id) {
+int64_t IdOrder(const std::string& id) {
   if (id.size() < 3 || id.compare(0, 2, "j-") != 0) return 0;
   auto v = ParseNonNegativeInt(id.substr(2));
   return v.ok() ? *v : 0;
 }
+
+}  // namespace
 
 Json Engine::Redacted(const Identity& who, Json job) {
   // Group members see each other's jobs, not their environment (it may hold secrets).

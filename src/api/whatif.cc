@@ -12,6 +12,7 @@
 #include <set>
 
 #include "api/engine.h"
+#include "api/job_events.h"
 #include "policy/policy_yaml.h"
 
 namespace tessera::api {
@@ -216,8 +217,9 @@ Result<Json> Engine::WhatIfScenario(const Identity& who, int64_t since, int64_t 
   if (since >= until)
     return Status::InvalidArgument("'since' must be before 'until' (and before now)");
   ObservedWindow window(since, until, store_.get());
-  Status walked = ForEachJobEvent(
-      [&](const store::Event& e) -> Status { return window.Observe(e, EndsHold(e.kind)); });
+  Status walked = ForEachJobEvent(*store_, [&](const store::Event& e) -> Status {
+    return window.Observe(e, EndsHold(e.kind));
+  });
   if (!walked.ok()) return walked;
   window.CloseAll();
 

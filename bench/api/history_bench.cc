@@ -137,30 +137,30 @@ int main(int argc, char** argv) {
   if (!engine.ok()) Die("engine", engine.status());
   api::Identity admin{"admin", api::Role::kAdmin, {}, "", {}, "nobody", "", 0};
   t = Clock::now();
-  auto all = (*engine)->Usage(admin, {start, now, "group"});
+  auto all = (*engine)->views().Usage(admin, {start, now, "group"});
   if (!all.ok()) Die("usage", all.status());
   std::printf("  usage by group over all %lld days: %.3f s (total %s GPU-hours)\n",
               static_cast<long long>(days), Since(t),
               (*all)["total"]["gpu_hours"].get<std::string>().c_str());
   t = Clock::now();
-  auto day = (*engine)->Usage(admin, {now - 86'400'000, now, "form"});
+  auto day = (*engine)->views().Usage(admin, {now - 86'400'000, now, "form"});
   if (!day.ok()) Die("usage", day.status());
   std::printf(
       "  usage by form over the last day: %.3f s (total %s GPU-hours; the log is read from its "
       "start)\n",
       Since(t), (*day)["total"]["gpu_hours"].get<std::string>().c_str());
   t = Clock::now();
-  api::Engine::HistoryQuery q;
+  api::Views::HistoryQuery q;
   q.since_ms = now - 86'400'000;
   q.until_ms = now;
   q.step_ms = 288'000;
   q.by = "group";
-  auto util = (*engine)->Utilization(admin, q);
+  auto util = (*engine)->views().Utilization(admin, q);
   if (!util.ok()) Die("utilization", util.status());
   std::printf("  utilization of the last day by group (8,640 samples -> %zu points): %.3f s\n",
               (*util)["samples"].size(), Since(t));
   t = Clock::now();
-  auto w = (*engine)->WhatIfScenario(admin, now - 86'400'000, now);
+  auto w = (*engine)->views().WhatIfScenario(admin, now - 86'400'000, now);
   if (!w.ok()) Die("whatif", w.status());
   std::printf("  what-if scenario of the last day (%lld jobs): %.3f s\n",
               static_cast<long long>((*w)["jobs"].get<int64_t>()), Since(t));

@@ -182,7 +182,7 @@ int main(int argc, char** argv) {
       t = Clock::now();
       Status st = s.engine->RunCycle();
       const double served_s = Since(t);
-      auto placed = s.engine->ListJobs(s.admin, "placed", o.jobs + 1);
+      auto placed = s.engine->views().ListJobs(s.admin, "placed", o.jobs + 1);
       const size_t admitted = placed.ok() ? (*placed)["jobs"].size() : 0;
       std::printf(
           "  served cycle: %zu admitted in %.3f s = %.0f jobs admitted/s (%s), %.2fx the bare "

@@ -145,7 +145,7 @@ int main(int argc, char** argv) {
       api::Engine::Open(*config, std::move(*store), dir, [] { return int64_t{1'800'000'000'000}; });
   if (!engine.ok()) Die("engine", engine.status());
   const double open_s = Since(t);
-  const Json health = (*engine)->Health();
+  const Json health = (*engine)->views().Health();
   std::printf(
       "  Engine::Open (what tessera serve does before it listens): %.3f s, %lld jobs in memory, "
       "RSS %lld MiB "
@@ -154,10 +154,10 @@ int main(int argc, char** argv) {
       static_cast<long long>(RssMiB()), static_cast<long long>(rss0));
   api::Identity admin{"admin", api::Role::kAdmin, {}, "", {}, "nobody", "", 0};
   t = Clock::now();
-  auto oldest = (*engine)->GetJob(admin, "j-1");
+  auto oldest = (*engine)->views().GetJob(admin, "j-1");
   const double get_ms = 1000 * Since(t);
   t = Clock::now();
-  auto page = (*engine)->ListJobs(admin, "succeeded", 100);
+  auto page = (*engine)->views().ListJobs(admin, "succeeded", 100);
   const double list_ms = 1000 * Since(t);
   std::printf("  an ended job from the store: %.2f ms (%s); the newest 100 ended: %.2f ms (%zu)\n",
               get_ms,

@@ -43,7 +43,7 @@ Status Engine::Sync() {
 }
 
 int64_t Engine::QueueLocked(Batch& b) {
-  views_.Changed();  // memory changed (every change queues its batch, even an empty one)
+  version_.fetch_add(1);  // memory changed (every change queues its batch, even an empty one)
   // Drains in progress ride with the decisions that started or ended them, so that a restart
   // finds every drain it must finish (device.drains: the whole set, when it changed).
   if (qe_->MayHaveDrains() || !drains_.empty()) {
@@ -121,26 +121,20 @@ void Engine::AnswerWhenDurable(Result<std::pair<Json, int64_t>> queued,
                       });
 }
 
-Status Engine::RenderDurable(const std::function<Status()>& render) {
+Status Engine::ReadDurable(const std::function<Status(const ReadModel&)>& read) {
   for (int attempt = 0;; ++attempt) {
-    int64_t epoch_before = 0;
+    int64_t target = 0, epoch = 0;
     {
       std::unique_lock<std::mutex> lock(mu_);
       if (attempt > 0) CatchUpLocked();  // reload after the failed write the last one saw
-      epoch_before = seq_.epoch();
-    }
-    if (Status st = render(); !st.ok()) return st;
-    int64_t target = 0, epoch_after = 0;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      target = seq_.last();  // every batch whose change the rendering may show
-      epoch_after = seq_.epoch();
+      SettleCountsLocked();              // the decisions counted are the durable ones
+      if (Status st = read(ModelLocked()); !st.ok()) return st;
+      target = seq_.last();  // every batch whose change the reading may show
+      epoch = seq_.epoch();
     }
     Status failure;
-    // Reloaded while rendering; or a failed write drops its epoch's batches: the memory rendered
-    // is not what is durable.
-    const bool doomed =
-        epoch_after != epoch_before || writer_.AwaitDropped(target, epoch_after, &failure);
+    // A failed write drops its epoch's batches: the memory read is not what is durable.
+    const bool doomed = writer_.AwaitDropped(target, epoch, &failure);
     if (!doomed) return Status::Ok();
     if (attempt > 0) {
       return Status::Internal("the store is failing writes (" + failure.message() +
@@ -149,8 +143,25 @@ Status Engine::RenderDurable(const std::function<Status()>& render) {
   }
 }
 
+void Engine::Read(const std::function<void(const ReadModel&)>& read) {
+  std::lock_guard<std::mutex> lock(mu_);
+  read(ModelLocked());
+}
+
+bool Engine::TryRead(const std::function<void(const ReadModel&)>& read) {
+  std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return false;
+  read(ModelLocked());
+  return true;
+}
+
+ReadModel Engine::ModelLocked() {
+  return ReadModel{config_, *qe_,      jobs_,   nodes_,
+                   admin_,  counters_, broken_, seq_.last() - writer_.Written()};
+}
+
 void Engine::CatchUpLocked() {
-  views_.Changed();
+  version_.fetch_add(1);
   CommitWriter::Progress p = writer_.TakeProgress(seq_.epoch());
   MarkStored(jobs_, p.stored);
   // Memory ran ahead of the store by a failed write and whatever was queued after it.
@@ -207,6 +218,18 @@ void Engine::AuditIdentity(const std::string& kind, const Identity& who, const s
   std::lock_guard<std::mutex> lock(mu_);
   data["role"] = RoleName(who.role);
   AuditLocked(who.name, kind, subject, why, std::move(data));
+}
+
+void Engine::SettleCountsLocked() {
+  counters_.Settle([this](int64_t seq) { return writer_.OutcomeOf(seq); });
+}
+
+void Engine::CountEventLocked(const quota::Event& e, const Job* j) {
+  // Counted with the batch that will carry the decision: the next one queued (the cycle queues
+  // its decisions in the same hold of mu_).
+  std::optional<DecisionCounters::Placed> placed;
+  if (j) placed = DecisionCounters::Placed{j->rec.queue, j->rec.group, j->borrowed};
+  counters_.Count(seq_.last() + 1, e, placed);
 }
 
 }  // namespace tessera::api

@@ -56,7 +56,7 @@ void DecisionCounters::ObserveRequest(const std::string& method, const std::stri
 }
 
 std::map<std::tuple<std::string, std::string, int>, LatencyHistogram>
-DecisionCounters::RequestLatencies() {
+DecisionCounters::RequestLatencies() const {
   std::lock_guard<std::mutex> l(http_mu_);
   return http_;
 }

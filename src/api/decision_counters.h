@@ -47,17 +47,18 @@ class DecisionCounters {
   const Counts& durable() const { return durable_; }
 
   LatencyHistogram& cycle_latency() { return cycle_; }
+  const LatencyHistogram& cycle_latency() const { return cycle_; }
 
   // Request latency by method, route pattern and status code (any thread).
   void ObserveRequest(const std::string& method, const std::string& route, int code,
                       int64_t duration_us);
-  std::map<std::tuple<std::string, std::string, int>, LatencyHistogram> RequestLatencies();
+  std::map<std::tuple<std::string, std::string, int>, LatencyHistogram> RequestLatencies() const;
 
  private:
   Counts durable_;
   std::map<int64_t, Counts> pending_;  // by batch
   LatencyHistogram cycle_;
-  std::mutex http_mu_;
+  mutable std::mutex http_mu_;
   std::map<std::tuple<std::string, std::string, int>, LatencyHistogram> http_;  // under http_mu_
 };
 

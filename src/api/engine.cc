@@ -53,7 +53,8 @@ Engine::Engine(EngineConfig config, std::unique_ptr<store::Store> store, std::st
           },
           [this](const std::vector<std::pair<std::string, int64_t>>& touched) {
             watches_.Fire(touched);
-          }) {}
+          }),
+      views_(*this, config_, data_dir_) {}
 
 Engine::~Engine() {
   if (broken_.ok()) (void)SaveFairShare(true);  // a clean stop loses no fair-share history
@@ -479,6 +480,56 @@ Status Engine::CheckInvariants() {
                                 " disagrees with the scheduler");
       }
     }
+  }
+  return Status::Ok();
+}
+
+Status Engine::HistoryTick() {
+  const int64_t now = clock_();
+  const int fine_s = static_cast<int>(std::max<int64_t>(1, config_.utilization_sample_ms / 1000));
+  std::string sample;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!broken_.ok()) return broken_;
+    if (last_sample_ms_ != 0 && now - last_sample_ms_ < config_.utilization_sample_ms)
+      return Status::Ok();
+    last_sample_ms_ = now;
+    sample = UtilizationSample(ModelLocked());
+  }
+  if (Status st = store_->PutSample(fine_s, {now, sample}); !st.ok()) return st;
+  // Roll every complete 5-minute bucket since the last one rolled (found in the store after a
+  // restart) into its average; fine samples older than utilization_fine_keep go.
+  const int64_t done = now / kCoarseSampleMs * kCoarseSampleMs;  // buckets before this are complete
+  if (done > last_rollup_ms_) {
+    int64_t from = std::max<int64_t>(last_rollup_ms_, done - config_.utilization_fine_keep_ms);
+    if (last_rollup_ms_ == 0) {
+      auto coarse = store_->ListSamples(kCoarseSampleMs / 1000,
+                                        done - config_.utilization_fine_keep_ms, done);
+      if (!coarse.ok()) return coarse.status();
+      from = coarse->empty() ? done - config_.utilization_fine_keep_ms
+                             : coarse->back().time_ms + kCoarseSampleMs;
+    }
+    from = from / kCoarseSampleMs * kCoarseSampleMs;
+    auto fine = store_->ListSamples(fine_s, from, done);
+    if (!fine.ok()) return fine.status();
+    std::map<int64_t, std::vector<Json>> buckets;
+    for (const auto& f : *fine) {
+      Json j = Json::parse(f.data, nullptr, false);
+      if (j.is_object())
+        buckets[f.time_ms / kCoarseSampleMs * kCoarseSampleMs].push_back(std::move(j));
+    }
+    for (const auto& [t, samples] : buckets) {
+      if (Status st =
+              store_->PutSample(kCoarseSampleMs / 1000, {t, AverageSamples(samples).dump()});
+          !st.ok())
+        return st;
+    }
+    last_rollup_ms_ = done;
+    if (auto p = store_->PruneSamples(fine_s, now - config_.utilization_fine_keep_ms); !p.ok())
+      return p.status();
+    if (auto p = store_->PruneSamples(kCoarseSampleMs / 1000, now - config_.utilization_keep_ms);
+        !p.ok())
+      return p.status();
   }
   return Status::Ok();
 }

@@ -8,7 +8,7 @@
 // ancestors' limits, reclaim, priority preemption, gangs, backfill, the class-to-form policy and
 // repartitioning. This class keeps what a served system adds around it: identities, the durable
 // store, node agents (registry, heartbeats, start and stop orders), external backends (Slurm,
-// PBS), job output and the views. It is split by job over several files:
+// PBS) and job output. It is split by job over several files:
 //
 //   engine.cc         open, job records and state changes, the cycle and its decisions, invariants
 //   job_table.h       the jobs in memory and their indexes (JobTable; records.h: Job, NodeInfo)
@@ -20,15 +20,15 @@
 //   node_admin.cc     cordon, drain, uncordon; which devices may take new work (Schedulable)
 //   node_liveness.cc  node loss (and the leader's own stalls), starts never confirmed
 //   backend_pass.cc   external backends: submit, follow, cancel, reconcile after a restart
-//   views.cc          jobs, queues, groups, nodes, summary and events for people
-//   history.cc        the utilization history in the store; usage (attribution) from the event log
-//   whatif.cc         the observed workload as a scenario, for `tessera whatif`
-//   metrics.cc        GET /metrics: all of the above for Prometheus, with counters and latencies
+//
+// What people and Prometheus read is not the engine's: api::Views (views.h; views.cc, history.cc,
+// whatif.cc, metrics.cc) renders a const ReadModel of memory that the engine hands it through
+// LedgerReads (read_model.h) only once what it shows is durable.
 //
 // Durability. A decision is committed before anyone acts on it: placements are in the store
 // before an agent hears of them; a preemption is committed before its SIGTERM is ordered. If a
 // commit fails, the memory state is rebuilt from the store (Reload), so memory never runs ahead
-// of what is durable; views and /metrics wait for what they render to be written (RenderDurable),
+// of what is durable; views and /metrics wait for what they render to be written (ReadDurable),
 // so they never show what a failed write then takes back. On open, every job is re-entered into a
 // new quota engine: held ones with their grants (partitions re-created), pending in submit order.
 //
@@ -71,9 +71,11 @@
 #include "api/json_text.h"
 #include "api/node_admin_table.h"
 #include "api/order_watches.h"
+#include "api/read_model.h"
 #include "api/records.h"
 #include "api/silence_watch.h"
 #include "api/view_cache.h"
+#include "api/views.h"
 #include "backends/backend.h"
 #include "common/status.h"
 #include "model/job_state.h"
@@ -85,13 +87,13 @@ namespace tessera::api {
 using Json = nlohmann::json;
 using Clock = std::function<int64_t()>;  // milliseconds since the epoch
 
-class Engine {
+class Engine final : public LedgerReads {
  public:
   // REQUIRES: store is open. `data_dir` holds job output files.
   static Result<std::unique_ptr<Engine>> Open(EngineConfig config,
                                               std::unique_ptr<store::Store> store,
                                               std::string data_dir, Clock clock);
-  ~Engine();  // writes what is queued, then stops the writer
+  ~Engine() override;  // writes what is queued, then stops the writer
   // Returns once everything queued so far is written and every reply waiting on it was called
   // (a server calls it before its connections go: no answer arrives after them).
   void Quiesce();
@@ -110,31 +112,12 @@ class Engine {
   void SubmitAsync(const Identity& who, const Json& body, const std::string& idempotency_key,
                    SubmitReply done);
   static constexpr int64_t kIdempotencyWindowMs = int64_t{24} * 3600 * 1000;
-  // The reason's prefix of a job its queue's max_runtime is stopping.
-  static constexpr const char* kGuardStopping = "stopping: ";
   // Letters, digits and -_.:/+=, 1 to 200 of them (UUIDs and the like).
   static Status ValidIdempotencyKey(const std::string& key);
-  Result<Json> ListJobs(const Identity& who, const std::string& state_filter, int limit);
-  Result<Json> GetJob(const Identity& who, const std::string& id);
   Result<Json> Cancel(const Identity& who, const std::string& id);
-  // A range of a job's captured output: at most `length` (capped at kOutputRangeMax) bytes from
-  // `offset`, read from its file, never the whole file at once.
-  struct OutputRange {
-    std::string bytes;
-    int64_t offset = 0;
-    int64_t total = 0;  // the output's size now
-  };
-  static constexpr int64_t kOutputRangeMax = int64_t{4} << 20;
-  Result<OutputRange> JobOutput(const Identity& who, const std::string& id, int64_t offset = 0,
-                                int64_t length = kOutputRangeMax);
-  // The views people and dashboards poll (jobs, groups, nodes, summary) are served from a
-  // snapshot: each rendering is kept with the state version it shows and served again, without
-  // the engine's lock, while nothing changed; while the lock is busy (a scheduling cycle
-  // deciding), the last rendering is served at once with "stale_ms" (its age) instead of waiting.
-  Result<Json> Queues(const Identity& who);
-  Result<Json> Groups(const Identity& who);
-  Result<Json> Nodes(const Identity& who);
-  Result<Json> Summary(const Identity& who);
+  // What people, dashboards and Prometheus read (api/views.h): jobs, queues, groups, nodes, the
+  // summary, events, health, history, usage, what-if and /metrics.
+  Views& views() { return views_; }
   // Node administration (node_admin.cc), admins only: `action` "cordon" (no new work), "drain"
   // (no new work, and its jobs are preempted through the policy's grace and requeued to run
   // elsewhere) or "uncordon" (takes work again), of the whole node or, given `device` >= 0, of
@@ -147,47 +130,12 @@ class Engine {
   void SetMonotonicClockForTest(Clock monotonic);
   // For tests: holds the engine's lock (as a long cycle does) until the lock is let go.
   std::unique_lock<std::mutex> HoldForTest() { return std::unique_lock<std::mutex>(mu_); }
-  // For GET /v1/health (no token): the role ("leader": a standby answers health itself, see
-  // StandbyServer), whether the store takes commits, and the commit pipeline's depth.
-  Json Health();
-  // The cluster's utilization over time (history.cc), from the store: samples in [since, until)
-  // (defaults: the last hour, now), averaged per `step` (default and minimum: the sample interval
-  // while the range lies within utilization_fine_keep, else 5 minutes), with a breakdown `by`
-  // group, queue or pool ("": none). A restart loses nothing.
-  struct HistoryQuery {
-    int64_t since_ms = 0, until_ms = 0, step_ms = 0;
-    std::string by;
-  };
-  Result<Json> Utilization(const Identity& who, const HistoryQuery& q);
-  // GPU, GPU-memory and CPU time held (and of it, held idle) in [since, until), by group,
-  // identity, queue or form (form rows split by slice: the partition profile, the share's
-  // memory, the number of whole cards), computed exactly (integer milli-GPU-ms, MiB-ms) from the
-  // event log: from each job.placed to the event that ends the hold; idle from job.idle's
-  // since_ms to job.active or the end. Users see their groups' jobs; admins all.
-  struct UsageQuery {
-    int64_t since_ms = 0, until_ms = 0;
-    std::string by = "group";
-  };
-  Result<Json> Usage(const Identity& who, const UsageQuery& q);
-  // The jobs submitted in [since, until) as a scenario (whatif.cc): {"scenario": YAML text (the
-  // server's policy, its nodes, one workload entry per job that ran: arrival, held time, needs),
-  // "observed": {class: {jobs, max_devices, wait_p50_s, wait_p99_s, wait_max_s}}, "jobs"}.
-  // Admins only.
-  Result<Json> WhatIfScenario(const Identity& who, int64_t since_ms, int64_t until_ms);
-  // That scenario replayed by the simulator with `forms` ("CLASS=FORM[,FORM]" each) applied:
-  // sim::WhatIf's report (cards per class observed, as configured and what-if; waits).
-  Result<Json> WhatIf(const Identity& who, int64_t since_ms, int64_t until_ms,
-                      const std::vector<std::string>& forms);
-  // GET /metrics: the Prometheus text exposition (format 0.0.4) of capacity, allocation, jobs,
-  // counters since start, latency histograms, heartbeat ages and telemetry (docs/metrics.md).
-  // Admins, or anyone when the config says `metrics_public: true`.
-  Result<std::string> Metrics(const Identity& who);
   // The HTTP layer's request latency, by route pattern (never the raw path) and status code.
   // Takes only its own small lock.
   void ObserveRequest(const std::string& method, const std::string& route, int code,
-                      int64_t duration_us);
-  Result<Json> Events(const Identity& who, int64_t after, int limit, const store::EventFilter& f);
-  Result<int64_t> LastEventSeq() { return store_->LastSeq(); }
+                      int64_t duration_us) {
+    counters_.ObserveRequest(method, route, code, duration_us);
+  }
 
   // A request refused for its credentials (missing or unknown token): an "auth.failed" event,
   // rate-limited. `peer` is the client's address when known.
@@ -197,7 +145,14 @@ class Engine {
   void AuditIdentity(const std::string& kind, const Identity& who, const std::string& subject,
                      const std::string& why, Json data);
   // The engine's clock (milliseconds since the epoch): tokens' expiry is checked against it.
-  int64_t NowMs() const { return clock_(); }
+  int64_t NowMs() const override { return clock_(); }
+
+  // LedgerReads (api/read_model.h): how the views read memory.
+  Status ReadDurable(const std::function<Status(const ReadModel&)>& read) override;
+  void Read(const std::function<void(const ReadModel&)>& read) override;
+  bool TryRead(const std::function<void(const ReadModel&)>& read) override;
+  int64_t MemoryVersion() const override { return version_.load(); }
+  store::Store& DurableStore() override { return *store_; }
 
   // Agents.
   Result<Json> RegisterNode(const Identity& who, const Json& body);
@@ -246,27 +201,16 @@ class Engine {
   Engine(EngineConfig config, std::unique_ptr<store::Store> store, std::string data_dir,
          Clock clock);
 
-  // --- views.cc: the snapshot the polled views are served from (see Nodes()). The *Now
-  // renderings REQUIRE that `who` is not an agent: their public views (and AdminNode) refuse them.
-  Result<Json> ViewOf(const std::string& key, const std::function<Result<Json>()>& render);
-  Result<Json> ListJobsNow(const Identity& who, const std::string& state_filter, int limit);
-  Result<Json> GroupsNow(const Identity& who);
-  Result<Json> NodesNow(const Identity& who);
-  Result<Json> SummaryNow(const Identity& who);
-  // Bumped by every change to memory (QueueLocked, reloads); health's last answer is kept here
-  // too, served while the engine's lock is busy.
-  ViewCache views_;
+  // Memory as the views read it. REQUIRES: mu_ held.
+  ReadModel ModelLocked();
+  // Bumped by every change to memory (QueueLocked, reloads): the views' renderings are kept
+  // with the version they show.
+  std::atomic<int64_t> version_{0};
 
   // --- engine.cc
   Status Load();
   Status LoadNodes();
   Status LoadJob(store::JobRecord r);
-  // A stored record as a Job (not entered into the quota engine): for loading and for views of
-  // jobs no longer in memory.
-  Result<Job> JobFromRecord(store::JobRecord r) const;
-  Result<Json> StoredJobJson(const Identity& who, const std::string& id);  // a job out of memory
-  // A job's view for `who`: another identity's environment values hidden (admins see all).
-  static Json Redacted(const Identity& who, Json job);
   Status NewQuotaEngine();
   int64_t NowS() const { return clock_() / 1000; }
   store::Event MakeEvent(const std::string& actor, const std::string& kind,
@@ -390,12 +334,9 @@ class Engine {
   // whenever an input of it changes (registration, loss and return, cordon, load).
   void ApplySchedulableLocked(const std::string& node);
 
-  // --- views.cc
-  bool CanSee(const Identity& who, const Job& j) const;
-  Json JobJson(const Job& j) const;
-  std::string OutputPath(const std::string& job) const;
-  // --- history.cc
-  std::string UtilizationSampleLocked();
+  // A job's view (api/read_model.h's JobJson) from memory now. REQUIRES: mu_ held.
+  Json JobJsonLocked(const Job& j) const { return JobJson(j, *qe_, nodes_); }
+  std::string OutputPath(const std::string& job) const { return JobOutputPath(data_dir_, job); }
   // Takes a sample when due, rolls complete 5-minute buckets into averages and prunes (store
   // writes outside mu_).
   Status HistoryTick();
@@ -409,12 +350,6 @@ class Engine {
   // the requests' latencies.
   DecisionCounters counters_;
   void SettleCountsLocked();
-  // Calls `render` (which reads memory under mu_ and keeps what it made) and returns once all it
-  // may have read is durable. A rendering that may have seen a batch whose write then failed is
-  // made again from the reloaded memory; if that fails too, the failure is the answer. Views and
-  // /metrics render through it: they never show a decision whose commit then fails.
-  // REQUIRES: mu_ not held.
-  Status RenderDurable(const std::function<Status()>& render);
 
   // --- backend_pass.cc
   struct SubmitWork {
@@ -500,6 +435,7 @@ class Engine {
   // Deletes `j`'s Job (j.external_id) through its backend's next pass: it ended without it.
   void QueueBackendDeleteLocked(const Job& j);
   int64_t last_sample_ms_ = 0;
+  Views views_;  // the read side: last, it reads the rest
 };
 
 }  // namespace tessera::api

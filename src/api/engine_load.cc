@@ -57,7 +57,7 @@ Json DispatchJson(const std::vector<quota::PoolForecast>& fs, const std::string&
 }  // namespace
 
 Status Engine::ReloadLocked(const Status& cause) {
-  views_.Changed();
+  version_.fetch_add(1);
   // Memory ran ahead of a commit that failed: drop it and rebuild from what is durable. Batches
   // queued from now on rest on the reloaded state (a new epoch). Counts of written batches stay;
   // those of the dropped ones go with their decisions.
@@ -196,7 +196,7 @@ quota::JobSpec Engine::QuotaSpecOf(const Job& j) const {
   return q;
 }
 
-Result<Job> Engine::JobFromRecord(store::JobRecord r) const {
+Result<Job> JobFromRecord(store::JobRecord r) {
   Job j;
   j.spec = Json::parse(r.spec, nullptr, false);
   if (j.spec.is_discarded())

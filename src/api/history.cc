@@ -14,15 +14,15 @@
 #include <map>
 #include <set>
 
-#include "api/engine.h"
 #include "api/job_events.h"
+#include "api/views.h"
 #include "model/quantity.h"
 
 namespace tessera::api {
 namespace {
 
 __extension__ typedef __int128 Int128;
-constexpr int64_t kCoarseMs = 300'000;  // 5 minutes
+constexpr int64_t kCoarseMs = kCoarseSampleMs;
 
 // acc += x for every integer leaf (objects recursively).
 void AddInto(Json& acc, const Json& x) {
@@ -46,8 +46,14 @@ void DivideBy(Json& acc, int64_t n) {
   }
 }
 
+void Bump(Json& o, const char* k, int64_t v) {
+  o[k] = (o.contains(k) ? o[k].get<int64_t>() : 0) + v;
+}
+
+}  // namespace
+
 // The mean of `samples` (each parsed from its text; unreadable ones skipped).
-Json Average(const std::vector<Json>& samples) {
+Json AverageSamples(const std::vector<Json>& samples) {
   Json acc = Json::object();
   for (const Json& s : samples) AddInto(acc, s);
   if (!samples.empty()) DivideBy(acc, static_cast<int64_t>(samples.size()));
@@ -55,15 +61,7 @@ Json Average(const std::vector<Json>& samples) {
   return acc;
 }
 
-void Bump(Json& o, const char* k, int64_t v) {
-  o[k] = (o.contains(k) ? o[k].get<int64_t>() : 0) + v;
-}
-
-}  // namespace
-
-// ---- Utilization history ------------------------------------------------------------------------
-
-std::string Engine::UtilizationSampleLocked() {
+std::string UtilizationSample(const ReadModel& m) {
   Json s = {{"gpu_milli_total", 0},
             {"gpu_memory_mib_total", 0},
             {"cpu_milli_total", 0},
@@ -74,7 +72,7 @@ std::string Engine::UtilizationSampleLocked() {
             {"workers", 0},
             {"pending", 0}};
   Json by = {{"group", Json::object()}, {"queue", Json::object()}, {"pool", Json::object()}};
-  for (const auto& [name, n] : nodes_) {
+  for (const auto& [name, n] : m.nodes) {
     if (n.lost) continue;
     const std::string pool = n.pool.empty() ? "default" : n.pool;
     MiB mem = 0;
@@ -88,22 +86,21 @@ std::string Engine::UtilizationSampleLocked() {
     Bump(p, "gpu_memory_mib_total", mem);
     Bump(p, "cpu_milli_total", n.cpu_milli);
   }
-  for (const std::string& id : jobs_.LiveIds()) {
-    const Job& j = jobs_.Get(id);
+  m.jobs.ForEachLive([&](const Job& j) {
     Json* rows[2] = {&by["group"][j.rec.group], &by["queue"][j.rec.queue]};
     if (j.state == JobState::kPending) {
       Bump(s, "pending", 1);
       for (Json* r : rows) Bump(*r, "pending", 1);
     }
-    if (!Holds(j)) continue;
+    if (!Holds(j)) return;
     const bool running = j.state == JobState::kRunning;
     if (running) {
       Bump(s, "workers", 1);
       for (Json* r : rows) Bump(*r, "workers", 1);
     }
     for (const auto& g : j.grants) {  // external backends' jobs hold no grants here
-      auto n = nodes_.find(g.node);
-      Json* pool = n == nodes_.end()
+      auto n = m.nodes.find(g.node);
+      Json* pool = n == m.nodes.end()
                        ? nullptr
                        : &by["pool"][n->second.pool.empty() ? "default" : n->second.pool];
       for (Json* r : {rows[0], rows[1], pool, &s}) {
@@ -119,64 +116,20 @@ std::string Engine::UtilizationSampleLocked() {
       Bump(f, "gpu_milli", g.compute);
       Bump(f, "gpu_milli_held_idle", running && j.idle ? g.compute : 0);
     }
-  }
+  });
   s["by"] = std::move(by);
   return s.dump();
 }
 
-Status Engine::HistoryTick() {
-  const int64_t now = clock_();
-  const int fine_s = static_cast<int>(std::max<int64_t>(1, config_.utilization_sample_ms / 1000));
-  std::string sample;
-  {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (!broken_.ok()) return broken_;
-    if (last_sample_ms_ != 0 && now - last_sample_ms_ < config_.utilization_sample_ms)
-      return Status::Ok();
-    last_sample_ms_ = now;
-    sample = UtilizationSampleLocked();
-  }
-  if (Status st = store_->PutSample(fine_s, {now, sample}); !st.ok()) return st;
-  // Roll every complete 5-minute bucket since the last one rolled (found in the store after a
-  // restart) into its average; fine samples older than utilization_fine_keep go.
-  const int64_t done = now / kCoarseMs * kCoarseMs;  // buckets before this are complete
-  if (done > last_rollup_ms_) {
-    int64_t from = std::max<int64_t>(last_rollup_ms_, done - config_.utilization_fine_keep_ms);
-    if (last_rollup_ms_ == 0) {
-      auto coarse =
-          store_->ListSamples(kCoarseMs / 1000, done - config_.utilization_fine_keep_ms, done);
-      if (!coarse.ok()) return coarse.status();
-      from = coarse->empty() ? done - config_.utilization_fine_keep_ms
-                             : coarse->back().time_ms + kCoarseMs;
-    }
-    from = from / kCoarseMs * kCoarseMs;
-    auto fine = store_->ListSamples(fine_s, from, done);
-    if (!fine.ok()) return fine.status();
-    std::map<int64_t, std::vector<Json>> buckets;
-    for (const auto& f : *fine) {
-      Json j = Json::parse(f.data, nullptr, false);
-      if (j.is_object()) buckets[f.time_ms / kCoarseMs * kCoarseMs].push_back(std::move(j));
-    }
-    for (const auto& [t, samples] : buckets) {
-      if (Status st = store_->PutSample(kCoarseMs / 1000, {t, Average(samples).dump()}); !st.ok())
-        return st;
-    }
-    last_rollup_ms_ = done;
-    if (auto p = store_->PruneSamples(fine_s, now - config_.utilization_fine_keep_ms); !p.ok())
-      return p.status();
-    if (auto p = store_->PruneSamples(kCoarseMs / 1000, now - config_.utilization_keep_ms); !p.ok())
-      return p.status();
-  }
-  return Status::Ok();
-}
+// ---- Utilization history ------------------------------------------------------------------------
 
-Result<Json> Engine::Utilization(const Identity& who, const HistoryQuery& q) {
+Result<Json> Views::Utilization(const Identity& who, const HistoryQuery& q) {
   if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot read utilization");
   if (!q.by.empty() && q.by != "group" && q.by != "queue" && q.by != "pool") {
     return Status::InvalidArgument("'by' must be group, queue or pool, not '" + q.by.substr(0, 32) +
                                    "'");
   }
-  const int64_t now = clock_();
+  const int64_t now = ledger_.NowMs();
   const int64_t until = q.until_ms > 0 ? q.until_ms : now + 1;
   const int64_t since = q.since_ms > 0 ? q.since_ms : until - 3600 * 1000;
   if (since >= until) return Status::InvalidArgument("'since' must be before 'until'");
@@ -188,7 +141,7 @@ Result<Json> Engine::Utilization(const Identity& who, const HistoryQuery& q) {
       fine ? std::max<int64_t>(1000, config_.utilization_sample_ms / 1000 * 1000) : kCoarseMs;
   int64_t step = std::max(q.step_ms, resolution);
   if ((until - since) / step > 5000) step = (until - since) / 5000 + 1;  // at most ~5000 points
-  auto rows = store_->ListSamples(static_cast<int>(resolution / 1000), since, until);
+  auto rows = ledger_.DurableStore().ListSamples(static_cast<int>(resolution / 1000), since, until);
   if (!rows.ok()) return rows.status();
   std::map<int64_t, std::vector<Json>> buckets;
   for (const auto& r : *rows) {
@@ -197,7 +150,7 @@ Result<Json> Engine::Utilization(const Identity& who, const HistoryQuery& q) {
   }
   Json samples = Json::array();
   for (auto& [t, list] : buckets) {
-    Json a = list.size() == 1 && step == resolution ? list[0] : Average(list);
+    Json a = list.size() == 1 && step == resolution ? list[0] : AverageSamples(list);
     Json by = a.contains("by") ? a["by"] : Json::object();
     a.erase("by");
     if (!q.by.empty()) {
@@ -438,19 +391,19 @@ Status ForEachJobEvent(store::Store& store, const std::function<Status(const sto
   }
 }
 
-Result<Json> Engine::Usage(const Identity& who, const UsageQuery& q) {
+Result<Json> Views::Usage(const Identity& who, const UsageQuery& q) {
   if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot read usage");
   if (q.by != "group" && q.by != "identity" && q.by != "queue" && q.by != "form") {
     return Status::InvalidArgument("'by' must be group, identity, queue or form, not '" +
                                    q.by.substr(0, 32) + "'");
   }
-  const int64_t now = clock_();
+  const int64_t now = ledger_.NowMs();
   const int64_t until = q.until_ms > 0 ? std::min(q.until_ms, now) : now;
   const int64_t since = q.since_ms;
   if (since >= until)
     return Status::InvalidArgument("'since' must be before 'until' (and before now)");
-  UsageLedger ledger(who, q.by, since, until, store_.get());
-  Status walked = ForEachJobEvent(*store_, [&](const store::Event& e) -> Status {
+  UsageLedger ledger(who, q.by, since, until, &ledger_.DurableStore());
+  Status walked = ForEachJobEvent(ledger_.DurableStore(), [&](const store::Event& e) -> Status {
     return ledger.Observe(e, EndsHold(e.kind));
   });
   if (!walked.ok()) return walked;

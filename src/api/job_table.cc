@@ -91,6 +91,13 @@ const std::vector<std::string>& JobTable::LiveIds() {
   return live_;
 }
 
+void JobTable::ForEachLive(const std::function<void(const Job&)>& fn) const {
+  for (const std::string& id : live_) {
+    auto it = jobs_.find(id);
+    if (it != jobs_.end() && !IsTerminal(it->second.state)) fn(it->second);
+  }
+}
+
 const std::vector<std::string>& JobTable::OnNode(const std::string& node) {
   std::vector<std::string>& ids = node_jobs_[node];
   ids.erase(std::remove_if(ids.begin(), ids.end(),

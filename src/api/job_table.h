@@ -50,6 +50,8 @@ class JobTable {
   // The live ids in submit order (ended jobs are dropped from the list lazily).
   // REQUIRES: no job is added while walking the result.
   const std::vector<std::string>& LiveIds();
+  // The live jobs in submit order, for readers (ended ones the list still holds are skipped).
+  void ForEachLive(const std::function<void(const Job&)>& fn) const;
   // The ids of the jobs holding grants on `node` (entries no longer true are dropped here).
   const std::vector<std::string>& OnNode(const std::string& node);
   const std::vector<std::string>& Order() const { return order_; }  // submit order

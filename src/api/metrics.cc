@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "api/engine.h"
+#include "api/views.h"
 #include "common/text.h"
 
 namespace tessera::api {
@@ -376,24 +376,7 @@ void LatencyHistogram::Observe(int64_t us) {
   sum_us += us;
 }
 
-void Engine::ObserveRequest(const std::string& method, const std::string& route, int code,
-                            int64_t duration_us) {
-  counters_.ObserveRequest(method, route, code, duration_us);
-}
-
-void Engine::SettleCountsLocked() {
-  counters_.Settle([this](int64_t seq) { return writer_.OutcomeOf(seq); });
-}
-
-void Engine::CountEventLocked(const quota::Event& e, const Job* j) {
-  // Counted with the batch that will carry the decision: the next one queued (the cycle queues
-  // its decisions in the same hold of mu_).
-  std::optional<DecisionCounters::Placed> placed;
-  if (j) placed = DecisionCounters::Placed{j->rec.queue, j->rec.group, j->borrowed};
-  counters_.Count(seq_.last() + 1, e, placed);
-}
-
-Result<std::string> Engine::Metrics(const Identity& who) {
+Result<std::string> Views::Metrics(const Identity& who) {
   if (who.role != Role::kAdmin && who.role != Role::kMetrics && !config_.metrics_public) {
     return Status::PermissionDenied(
         "metrics are for admins (or set metrics_public: true in the config)");
@@ -402,13 +385,12 @@ Result<std::string> Engine::Metrics(const Identity& who) {
   std::vector<JobRow> jobs;
   std::vector<quota::GroupView> groups;
   Counters counters;
-  Status durable = RenderDurable([&] {
+  const int64_t now = ledger_.NowMs();
+  Status durable = ledger_.ReadDurable([&](const ReadModel& m) {
     nodes.clear();
     jobs.clear();
-    std::unique_lock<std::mutex> lock(mu_);
-    groups = qe_->groups();
-    const int64_t now = clock_();
-    for (const auto& [name, n] : nodes_) {
+    groups = m.quota.groups();
+    for (const auto& [name, n] : m.nodes) {
       NodeRow row{name,
                   n.pool,
                   n.cpu_milli,
@@ -422,23 +404,20 @@ Result<std::string> Engine::Metrics(const Identity& who) {
       }
       nodes.push_back(std::move(row));
     }
-    for (const std::string& id : jobs_.LiveIds()) {
-      const Job& j = jobs_.Get(id);
-      if (Ended(j)) continue;
+    m.jobs.ForEachLive([&](const Job& j) {
       jobs.push_back({j.rec.id, j.state, j.rec.queue, j.rec.group, j.rec.reason, j.form, j.node,
                       Holds(j), j.idle, j.gpu_memory_used_mib,
                       Holds(j) ? j.grants : std::vector<quota::GrantView>{}, j.swap_state,
                       j.swapped_mib});
-    }
-    SettleCountsLocked();
-    counters.admissions = counters_.durable().admissions;
-    counters.preemptions = counters_.durable().preemptions;
-    counters.repartitions = counters_.durable().repartitions;
-    counters.cycle = counters_.cycle_latency();
+    });
+    counters.admissions = m.counters.durable().admissions;
+    counters.preemptions = m.counters.durable().preemptions;
+    counters.repartitions = m.counters.durable().repartitions;
+    counters.cycle = m.counters.cycle_latency();
+    counters.http = m.counters.RequestLatencies();
     return Status::Ok();
   });
   if (!durable.ok()) return durable;
-  counters.http = counters_.RequestLatencies();
 
   std::map<std::string, std::string> pool_of;
   for (const NodeRow& n : nodes) pool_of[n.name] = n.pool;

@@ -115,7 +115,7 @@ Result<Json> Engine::AdminNode(const Identity& who, const std::string& node,
   kLog.Info(std::string(kind), {{"node", subject}, {"by", who.name}});
   if (Status st = CommitLocked(b, lock); !st.ok()) return st;
   lock.unlock();
-  auto all = NodesNow(who);
+  auto all = views_.Nodes(who);
   if (!all.ok()) return all.status();
   for (Json& n : (*all)["nodes"]) {
     if (n["name"] == node) return n;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/status.h"
 #include "model/job_state.h"
 #include "model/resources.h"
 #include "sched/quota/engine.h"
@@ -146,5 +147,16 @@ inline bool Holds(const Job& j) { return HoldsCapacity(j.state); }
 inline bool Ended(const Job& j) { return IsTerminal(j.state); }
 // What the scheduler knows of a node (engine_load.cc).
 quota::NodeSpec SpecOf(const NodeInfo& n);
+// A stored record as a Job, not entered into the quota engine (engine_load.cc): for loading,
+// and for views of jobs no longer in memory.
+Result<Job> JobFromRecord(store::JobRecord r);
+// The reason's prefix of a job its queue's max_runtime is stopping.
+inline constexpr char kGuardStopping[] = "stopping: ";
+// The GPU compute a job's grants hold.
+inline MilliGpu GpuHeld(const std::vector<quota::GrantView>& grants) {
+  MilliGpu g = 0;
+  for (const auto& x : grants) g += x.compute;
+  return g;
+}
 
 }  // namespace tessera::api

@@ -93,7 +93,7 @@ std::string Refusal(const Route& route, const Identity& who) {
 // with an admin's token.
 RouteHandler Health(Engine* e) {
   return [e](const Identity&, const HttpRequest& req, HttpResponse& res) {
-    Json h = e->Health();
+    Json h = e->views().Health();
     const int code = h["ok"].get<bool>() ? 200 : 503;
     auto who = Authenticate(*e, req);
     if (!who.ok() || who->role != Role::kAdmin) {
@@ -141,14 +141,15 @@ RouteHandler ListJobs(Engine* e) {
     int limit = IntParam(req, "limit", 100, 10000);
     if (limit < 0)
       return ReplyError(res, Status::InvalidArgument("'limit' must be a non-negative integer"));
-    ReplyResult(res, e->ListJobs(who, req.has_param("state") ? req.param("state") : "", limit));
+    ReplyResult(res,
+                e->views().ListJobs(who, req.has_param("state") ? req.param("state") : "", limit));
   };
 }
 
 // A view for people that takes no parameters (queues, groups, nodes, summary): `view(who)`.
-RouteHandler ViewOf(Engine* e, Result<Json> (Engine::*view)(const Identity&)) {
+RouteHandler ViewOf(Engine* e, Result<Json> (Views::*view)(const Identity&)) {
   return [e, view](const Identity& who, const HttpRequest&, HttpResponse& res) {
-    ReplyResult(res, (e->*view)(who));
+    ReplyResult(res, (e->views().*view)(who));
   };
 }
 
@@ -181,9 +182,9 @@ RouteHandler AdminNode(Engine* e, const char* action) {
 // how much there is, so a client reads on from where it stopped.
 RouteHandler JobOutput(Engine* e) {
   return [e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
-    int64_t offset = 0, length = Engine::kOutputRangeMax;
+    int64_t offset = 0, length = Views::kOutputRangeMax;
     if (Status st = OutputRangeOf(req, &offset, &length); !st.ok()) return ReplyError(res, st);
-    auto out = e->JobOutput(who, req.params[0], offset, length);
+    auto out = e->views().JobOutput(who, req.params[0], offset, length);
     if (!out.ok()) return ReplyError(res, out.status());
     const int64_t last = out->offset + static_cast<int64_t>(out->bytes.size());
     res.content_type = "text/plain";
@@ -215,7 +216,7 @@ RouteHandler Events(Engine* e) {
     }
     if (tail > 0) {
       // The newest events: start `tail` before the last one recorded.
-      auto last = e->LastEventSeq();
+      auto last = e->views().LastEventSeq();
       if (!last.ok()) return ReplyError(res, last.status());
       after = std::max<int64_t>(0, *last - tail);
     }
@@ -223,29 +224,29 @@ RouteHandler Events(Engine* e) {
     if (req.has_param("kind")) f.kind_prefix = req.param("kind");
     if (req.has_param("subject")) f.subject = req.param("subject");
     if (req.has_param("actor")) f.actor = req.param("actor");
-    ReplyResult(res, e->Events(who, after, limit, f));
+    ReplyResult(res, e->views().Events(who, after, limit, f));
   };
 }
 
 RouteHandler Utilization(Engine* e) {
   return [e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
-    Engine::HistoryQuery q;
+    Views::HistoryQuery q;
     if (Status st =
             MsParams(req, {{"since", &q.since_ms}, {"until", &q.until_ms}, {"step", &q.step_ms}});
         !st.ok())
       return ReplyError(res, st);
     if (req.has_param("by")) q.by = req.param("by");
-    ReplyResult(res, e->Utilization(who, q));
+    ReplyResult(res, e->views().Utilization(who, q));
   };
 }
 
 RouteHandler Usage(Engine* e) {
   return [e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
-    Engine::UsageQuery q;
+    Views::UsageQuery q;
     if (Status st = MsParams(req, {{"since", &q.since_ms}, {"until", &q.until_ms}}); !st.ok())
       return ReplyError(res, st);
     if (req.has_param("by")) q.by = req.param("by");
-    ReplyResult(res, e->Usage(who, q));
+    ReplyResult(res, e->views().Usage(who, q));
   };
 }
 
@@ -254,7 +255,7 @@ RouteHandler WhatIfScenario(Engine* e) {
     int64_t since = 0, until = 0;
     if (Status st = MsParams(req, {{"since", &since}, {"until", &until}}); !st.ok())
       return ReplyError(res, st);
-    ReplyResult(res, e->WhatIfScenario(who, since, until));
+    ReplyResult(res, e->views().WhatIfScenario(who, since, until));
   };
 }
 
@@ -271,7 +272,7 @@ RouteHandler WhatIf(Engine* e) {
       if (semi != 0) forms.push_back(rest.substr(0, semi));
       rest = semi == std::string::npos ? "" : rest.substr(semi + 1);
     }
-    ReplyResult(res, e->WhatIf(who, since, until, forms));
+    ReplyResult(res, e->views().WhatIf(who, since, until, forms));
   };
 }
 
@@ -294,7 +295,7 @@ RouteHandler WhatIfUsage(Engine* e) {
 // and refused at once over a cap since start).
 RouteHandler Metrics(Engine* e, net::HttpServer* http) {
   return [e, http](const Identity& who, const HttpRequest&, HttpResponse& res) {
-    auto text = e->Metrics(who);
+    auto text = e->views().Metrics(who);
     if (!text.ok()) return ReplyError(res, text.status());
     res.content_type = "text/plain; version=0.0.4; charset=utf-8";
     res.body = std::move(*text) +
@@ -495,7 +496,7 @@ std::vector<Route> RouteTable(Engine* e, net::HttpServer* http) {
       Sync("GET", "/v1/jobs", kUser, ListJobs(e)),
       Sync("GET", "/v1/jobs/{id}", kUser,
            [e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
-             ReplyResult(res, e->GetJob(who, req.params[0]));
+             ReplyResult(res, e->views().GetJob(who, req.params[0]));
            }),
       Sync("POST", "/v1/jobs/{id}/cancel", kUser,
            [e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
@@ -503,13 +504,13 @@ std::vector<Route> RouteTable(Engine* e, net::HttpServer* http) {
            }),
       Sync("GET", "/v1/jobs/{id}/output", kUser, JobOutput(e)),
       // Queues, groups, nodes, the summary and the event log.
-      Sync("GET", "/v1/queues", kUser, ViewOf(e, &Engine::Queues)),
-      Sync("GET", "/v1/groups", kUser, ViewOf(e, &Engine::Groups)),
-      Sync("GET", "/v1/nodes", kUser, ViewOf(e, &Engine::Nodes)),
+      Sync("GET", "/v1/queues", kUser, ViewOf(e, &Views::Queues)),
+      Sync("GET", "/v1/groups", kUser, ViewOf(e, &Views::Groups)),
+      Sync("GET", "/v1/nodes", kUser, ViewOf(e, &Views::Nodes)),
       Sync("POST", "/v1/nodes/{node}/cordon", kAdmin, AdminNode(e, "cordon")),
       Sync("POST", "/v1/nodes/{node}/drain", kAdmin, AdminNode(e, "drain")),
       Sync("POST", "/v1/nodes/{node}/uncordon", kAdmin, AdminNode(e, "uncordon")),
-      Sync("GET", "/v1/summary", kUser, ViewOf(e, &Engine::Summary)),
+      Sync("GET", "/v1/summary", kUser, ViewOf(e, &Views::Summary)),
       Sync("GET", "/v1/events", kUser, Events(e)),
       // Utilization history, usage and what-if.
       Sync("GET", "/v1/utilization", kUser, Utilization(e)),

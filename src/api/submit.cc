@@ -340,7 +340,7 @@ Result<std::optional<Json>> Engine::RepeatedLocked(const Identity& who, const st
     Status st = CommitLocked(none, lock);
     Job* again = jobs_.Find(id);
     if (again != nullptr && again->rec.idempotency_key == scoped)
-      return std::optional<Json>(JobJson(*again));
+      return std::optional<Json>(JobJsonLocked(*again));
     if (!st.ok() && jobs_.IdempotentJob(scoped) == nullptr)
       return std::optional<Json>();  // its write failed: a new one
   }
@@ -349,7 +349,7 @@ Result<std::optional<Json>> Engine::RepeatedLocked(const Identity& who, const st
   auto stored = store_->FindByIdempotencyKey(scoped, clock_() - kIdempotencyWindowMs);
   std::optional<Json> out;
   if (stored.ok() && stored->has_value()) {
-    auto job = StoredJobJson(who, (*stored)->id);
+    auto job = StoredJobJson(*this, who, (*stored)->id);
     if (!job.ok()) {
       lock.lock();
       return job.status();
@@ -456,7 +456,7 @@ Result<std::pair<Json, int64_t>> Engine::SubmitQueued(const Identity& who, const
   Job* it = jobs_.Find(id);
   if (it == nullptr)
     return Status::Internal("job '" + id + "' was not recorded: a write failed meanwhile");
-  return std::pair<Json, int64_t>{JobJson(*it), seq_.last()};
+  return std::pair<Json, int64_t>{JobJsonLocked(*it), seq_.last()};
 }
 
 Result<Json> Engine::Cancel(const Identity& who, const std::string& id) {
@@ -497,9 +497,9 @@ Result<Json> Engine::Cancel(const Identity& who, const std::string& id) {
   Status st = CommitLocked(b, lock);
   if (!st.ok()) return st;
   Job* again = jobs_.Find(id);
-  if (again != nullptr) return Redacted(who, JobJson(*again));
+  if (again != nullptr) return Redacted(who, JobJsonLocked(*again));
   lock.unlock();
-  return StoredJobJson(who, id);  // ended, durable and already out of memory
+  return StoredJobJson(*this, who, id);  // ended, durable and already out of memory
 }
 
 }  // namespace tessera::api

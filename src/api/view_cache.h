@@ -1,8 +1,9 @@
 // ViewCache: the renderings of the views people and dashboards poll (jobs, groups, nodes,
 // summary, health), kept with the version of memory they show. A rendering of the current
 // version is served again without the engine's lock; while that lock is busy the last one is
-// served at once with its age ("stale_ms") instead of waiting. The owner bumps the version with
-// every change to memory (Changed). Bounded: 512 renderings, then it starts over.
+// served at once with its age ("stale_ms") instead of waiting. The version is the ledger's
+// (LedgerReads::MemoryVersion), bumped by every change to memory. Bounded: 512 renderings, then
+// it starts over.
 //
 // Thread-safety: every method may be called from any thread; the cache's lock is never held
 // while the caller takes another.
@@ -20,8 +21,6 @@ namespace tessera::api {
 
 class ViewCache {
  public:
-  void Changed() { version_.fetch_add(1); }
-  int64_t Version() const { return version_.load(); }
   // The rendering kept for `key` if it shows `version`.
   std::optional<nlohmann::json> Current(const std::string& key, int64_t version);
   // The last rendering kept for `key`, whatever it shows, with "stale_ms": its age at `now_ms`.
@@ -35,7 +34,6 @@ class ViewCache {
     nlohmann::json view;
   };
   static constexpr size_t kMaxKept = 512;  // one per identity and view
-  std::atomic<int64_t> version_{0};
   std::mutex mu_;
   std::unordered_map<std::string, Kept> kept_;
 };

@@ -11,8 +11,8 @@
 #include <map>
 #include <set>
 
-#include "api/engine.h"
 #include "api/job_events.h"
+#include "api/views.h"
 #include "policy/policy_yaml.h"
 
 namespace tessera::api {
@@ -209,15 +209,15 @@ void AddImplicitPools(const std::set<std::string>& pools, YAML::Node& out) {
 
 }  // namespace
 
-Result<Json> Engine::WhatIfScenario(const Identity& who, int64_t since, int64_t until) {
+Result<Json> Views::WhatIfScenario(const Identity& who, int64_t since, int64_t until) {
   if (who.role != Role::kAdmin)
     return Status::PermissionDenied("only admins replay the observed workload");
-  const int64_t now = clock_();
+  const int64_t now = ledger_.NowMs();
   if (until <= 0 || until > now) until = now;
   if (since >= until)
     return Status::InvalidArgument("'since' must be before 'until' (and before now)");
-  ObservedWindow window(since, until, store_.get());
-  Status walked = ForEachJobEvent(*store_, [&](const store::Event& e) -> Status {
+  ObservedWindow window(since, until, &ledger_.DurableStore());
+  Status walked = ForEachJobEvent(ledger_.DurableStore(), [&](const store::Event& e) -> Status {
     return window.Observe(e, EndsHold(e.kind));
   });
   if (!walked.ok()) return walked;
@@ -226,23 +226,23 @@ Result<Json> Engine::WhatIfScenario(const Identity& who, int64_t since, int64_t 
   // The scenario: the server's policy, its nodes, the observed jobs.
   YAML::Node out(YAML::NodeType::Map);
   if (Status st = ScenarioPolicy(config_, since, until, out); !st.ok()) return st;
-  std::unique_lock<std::mutex> lock(mu_);
   std::set<std::string> pools;
   YAML::Node nodes(YAML::NodeType::Sequence);
-  for (const auto& [name, n] : nodes_) {
-    if (n.devices.empty()) continue;
-    YAML::Node node;
-    node["name"] = name;
-    node["pool"] = n.pool.empty() ? "default" : n.pool;
-    pools.insert(n.pool.empty() ? "default" : n.pool);
-    node["cpu"] = std::to_string(n.cpu_milli) + "m";
-    node["memory"] = std::to_string(n.memory_mib) + "MiB";
-    node["gpu"]["model"] = n.devices[0].model;
-    node["gpu"]["count"] = static_cast<int>(n.devices.size());
-    node["gpu"]["memory"] = std::to_string(n.devices[0].memory_mib) + "MiB";
-    nodes.push_back(node);
-  }
-  lock.unlock();
+  ledger_.Read([&](const ReadModel& m) {
+    for (const auto& [name, n] : m.nodes) {
+      if (n.devices.empty()) continue;
+      YAML::Node node;
+      node["name"] = name;
+      node["pool"] = n.pool.empty() ? "default" : n.pool;
+      pools.insert(n.pool.empty() ? "default" : n.pool);
+      node["cpu"] = std::to_string(n.cpu_milli) + "m";
+      node["memory"] = std::to_string(n.memory_mib) + "MiB";
+      node["gpu"]["model"] = n.devices[0].model;
+      node["gpu"]["count"] = static_cast<int>(n.devices.size());
+      node["gpu"]["memory"] = std::to_string(n.devices[0].memory_mib) + "MiB";
+      nodes.push_back(node);
+    }
+  });
   out["nodes"] = nodes;
   AddImplicitPools(pools, out);
   YAML::Node workload(YAML::NodeType::Sequence);
@@ -259,8 +259,8 @@ Result<Json> Engine::WhatIfScenario(const Identity& who, int64_t since, int64_t 
               {"observed", window.ObservedJson(waits)}};
 }
 
-Result<Json> Engine::WhatIf(const Identity& who, int64_t since_ms, int64_t until_ms,
-                            const std::vector<std::string>& forms) {
+Result<Json> Views::WhatIf(const Identity& who, int64_t since_ms, int64_t until_ms,
+                           const std::vector<std::string>& forms) {
   Result<Json> observed = WhatIfScenario(who, since_ms, until_ms);
   if (!observed.ok()) return observed.status();
   if (!config_.whatif_replay) {

@@ -383,7 +383,7 @@ TEST_F(ProtocolFaultsTest, InvariantsHoldUnderDroppedDelayedDuplicatedMessagesSt
   const auto settle_until = SteadyClock::now() + 25s;
   auto terminal = [&] {
     for (const std::string& id : ids) {
-      const std::string s = (*engine_->GetJob(Who("admin"), id))["state"];
+      const std::string s = (*engine_->views().GetJob(Who("admin"), id))["state"];
       if (s != "succeeded" && s != "failed" && s != "cancelled" && s != "lost") return false;
     }
     return true;
@@ -394,11 +394,11 @@ TEST_F(ProtocolFaultsTest, InvariantsHoldUnderDroppedDelayedDuplicatedMessagesSt
   }
   std::map<std::string, int> states;
   for (const std::string& id : ids) {
-    Json j = *engine_->GetJob(Who("admin"), id);
+    Json j = *engine_->views().GetJob(Who("admin"), id);
     ++states[j["state"].get<std::string>()];
     if (j["state"] == "succeeded") continue;
     std::string history;
-    auto events = engine_->Events(Who("admin"), 0, 1000, store::EventFilter{"", id, ""});
+    auto events = engine_->views().Events(Who("admin"), 0, 1000, store::EventFilter{"", id, ""});
     if (events.ok()) {
       for (const auto& e : (*events)["events"])
         history += "\n  " + e.value("actor", "") + " " + e.value("kind", "") + " " +
@@ -418,7 +418,8 @@ TEST_F(ProtocolFaultsTest, InvariantsHoldUnderDroppedDelayedDuplicatedMessagesSt
   for (const auto& [name, n] : gateway.Counts()) summary << " " << name << " " << n;
   summary << "; states:";
   for (const auto& [name, n] : states) summary << " " << name << " " << n;
-  auto lost = engine_->Events(Who("admin"), 0, 100000, store::EventFilter{"node.lost", "", ""});
+  auto lost =
+      engine_->views().Events(Who("admin"), 0, 100000, store::EventFilter{"node.lost", "", ""});
   summary << "; nodes lost " << (lost.ok() ? (*lost)["events"].size() : 0);
   std::printf("%s; %zu violations\n", summary.str().c_str(), violations.size());
 }

@@ -49,8 +49,8 @@ class HealthIsolationTest : public testing::EngineFixture {
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     return r.ok() ? (*r)["id"].get<std::string>() : "";
   }
-  Json Job(const std::string& id) { return *engine_->GetJob(Who("admin"), id); }
-  Json Device(int i) { return (*engine_->Nodes(Who("admin")))["nodes"][0]["devices"][i]; }
+  Json Job(const std::string& id) { return *engine_->views().GetJob(Who("admin"), id); }
+  Json Device(int i) { return (*engine_->views().Nodes(Who("admin")))["nodes"][0]["devices"][i]; }
 };
 
 TEST_F(HealthIsolationTest, AQueuesIsolationKeepsItsSharesWhereTheDeviceGivesIt) {
@@ -104,8 +104,8 @@ TEST_F(HealthIsolationTest, AnUnhealthyDeviceTakesNoWorkAndItsJobIsRequeued) {
   EXPECT_EQ(Job(a)["state"], "preempting") << Job(a).dump();
   ASSERT_TRUE(engine_->RunCycle().ok());
   EXPECT_EQ(Job(b)["placement"]["devices"][0]["index"], 0);
-  auto events =
-      engine_->Events(Who("admin"), 0, 1000, store::EventFilter{"device.unhealthy", "", ""});
+  auto events = engine_->views().Events(Who("admin"), 0, 1000,
+                                        store::EventFilter{"device.unhealthy", "", ""});
   ASSERT_TRUE(events.ok());
   ASSERT_EQ((*events)["events"].size(), 2u) << events->dump();
   // Refused: a health that is neither ok nor unhealthy.
@@ -139,7 +139,7 @@ TEST_F(HealthIsolationTest, AnOperatorReturnsAnUnhealthyDeviceByUncordoningIt) {
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ((*back)["devices"][0]["health"], "ok");
   auto events =
-      engine_->Events(Who("admin"), 0, 1000, store::EventFilter{"device.healthy", "", ""});
+      engine_->views().Events(Who("admin"), 0, 1000, store::EventFilter{"device.healthy", "", ""});
   ASSERT_TRUE(events.ok());
   ASSERT_EQ((*events)["events"].size(), 1u) << events->dump();
   const Json ev = (*events)["events"][0];

@@ -43,7 +43,9 @@ class AgentFaultsTest : public testing::EngineFixture {
     for (auto& [k, v] : extra.items()) body[k] = v;
     return engine_->RegisterNode(Who("agent"), body);
   }
-  std::string State(const std::string& id) { return (*engine_->GetJob(Who("admin"), id))["state"]; }
+  std::string State(const std::string& id) {
+    return (*engine_->views().GetJob(Who("admin"), id))["state"];
+  }
   std::string RunOne() {
     std::string id = (*engine_->Submit(
         Who("alice"), {{"queue", "training"}, {"command", {"sleep", "100"}}}))["id"];
@@ -115,7 +117,7 @@ TEST_F(AgentFaultsTest, ALostNodesJobsAreReleasedOnlyAfterItsAgentHasStoppedThem
   int lost_at = -1;
   for (int s = 1; s < 40; ++s) {
     Pass(1'000);
-    auto nodes = (*engine_->Nodes(Who("admin")))["nodes"];
+    auto nodes = (*engine_->views().Nodes(Who("admin")))["nodes"];
     if (lost_at < 0 && nodes[0]["state"] == "lost") lost_at = s;
     ASSERT_EQ(State(a), "running") << "released at " << s << " s, while its agent may run it";
   }
@@ -144,11 +146,11 @@ TEST_F(AgentFaultsTest, AJobItsAgentStoppedForAPartitionIsRequeuedNotFailed) {
             {{"finished",
               {{{"job", a}, {"exit_code", 143}, {"signal", 0}, {"stopped_by", "partition"}}}}});
   EXPECT_NE(State(a), "failed");
-  Json job = *engine_->GetJob(Who("admin"), a);
+  Json job = *engine_->views().GetJob(Who("admin"), a);
   EXPECT_TRUE(job["state"] == "pending" || job["state"] == "placed" || job["state"] == "starting")
       << job.dump();
-  auto events =
-      (*engine_->Events(Who("admin"), 0, 1000, store::EventFilter{"job.", a, ""}))["events"];
+  auto events = (*engine_->views().Events(Who("admin"), 0, 1000,
+                                          store::EventFilter{"job.", a, ""}))["events"];
   bool requeued = false;
   for (const auto& e : events) {
     EXPECT_NE(e["kind"], "job.failed") << events.dump();
@@ -215,7 +217,7 @@ TEST_F(AgentFaultsTest, AQueuesMaxRuntimeStopsItsJobThroughTheAgentAndEndsIt) {
   Start("agent-max-runtime", config);
   ASSERT_TRUE(RegisterWith("n1", Json::object()).ok());
   const std::string a = RunOne();
-  Json job = *engine_->GetJob(Who("admin"), a);
+  Json job = *engine_->views().GetJob(Who("admin"), a);
   ASSERT_TRUE(job.contains("stop_at_ms")) << job.dump();
   const int64_t stop_at = job["stop_at_ms"].get<int64_t>();
   EXPECT_EQ(stop_at, job["submit_ms"].get<int64_t>() / 1000 * 1000 + 30'000) << job.dump();
@@ -232,7 +234,7 @@ TEST_F(AgentFaultsTest, AQueuesMaxRuntimeStopsItsJobThroughTheAgentAndEndsIt) {
   ASSERT_EQ(hb["cancel"].size(), 1u) << hb.dump();
   EXPECT_EQ(hb["cancel"][0]["job"], a);
   Heartbeat("n1", {{"finished", {{{"job", a}, {"exit_code", 143}, {"signal", 15}}}}});
-  job = *engine_->GetJob(Who("admin"), a);
+  job = *engine_->views().GetJob(Who("admin"), a);
   EXPECT_EQ(job["state"], "failed") << job.dump();
   EXPECT_NE(job["reason"].get<std::string>().find("stopped: max_runtime 30s of queue training"),
             std::string::npos)
@@ -258,7 +260,7 @@ TEST_F(AgentFaultsTest, AnIdleWholeCardIsRequeuedThroughTheAgent) {
   };
   now_ += 5'000;  // idle since its start: job.idle at 5 s; users are told what comes and when
   idle_beat();
-  Json told = *engine_->GetJob(Who("alice"), a);
+  Json told = *engine_->views().GetJob(Who("alice"), a);
   EXPECT_EQ(told["idle_action"], "requeue") << told.dump();
   ASSERT_TRUE(told.contains("idle_action_at_ms")) << told.dump();
   EXPECT_EQ(told["idle_action_at_ms"].get<int64_t>(),
@@ -273,7 +275,7 @@ TEST_F(AgentFaultsTest, AnIdleWholeCardIsRequeuedThroughTheAgent) {
   now_ += 1'000;
   idle_beat();
   ASSERT_TRUE(engine_->Tick().ok());
-  Json job = *engine_->GetJob(Who("admin"), a);
+  Json job = *engine_->views().GetJob(Who("admin"), a);
   EXPECT_EQ(job["state"], "preempting") << job.dump();
   EXPECT_NE(job["reason"].get<std::string>().find("idle_timeout: idle 30s since"),
             std::string::npos)
@@ -346,7 +348,7 @@ TEST_F(AgentFaultsTest, AWallClockStepLongerThanTheReleaseTimeLosesNoNodeAndRele
   EXPECT_EQ(State(a), "running") << "a live node's job released after a step of the wall clock";
   EXPECT_EQ(State(b), "starting") << "a start on its way given up after a step of the wall clock";
   auto kinds = [&] {
-    const Json events = (*engine_->Events(Who("admin"), 0, 1000, {}))["events"];
+    const Json events = (*engine_->views().Events(Who("admin"), 0, 1000, {}))["events"];
     std::set<std::string> k;
     for (const auto& e : events) k.insert(e["kind"]);
     return k;

@@ -163,7 +163,7 @@ class CommitFaultTest : public ::testing::TestWithParam<uint32_t> {
   // waiting job's reason and forecast (refreshed by every cycle), nodes' heartbeat times, empty
   // partitions and the MIG mode of a device that holds none.
   static Json Comparable(Engine& e, const Identity& who) {
-    Json jobs = (*e.ListJobs(who, "", 100000))["jobs"];
+    Json jobs = (*e.views().ListJobs(who, "", 100000))["jobs"];
     for (auto& j : jobs) {
       j.erase("activity");  // telemetry is observed, not stored: a reload starts it afresh
       if (j["state"] == "pending") {
@@ -173,7 +173,7 @@ class CommitFaultTest : public ::testing::TestWithParam<uint32_t> {
       }
     }
     Json devices = Json::array();
-    const Json nodes = (*e.Nodes(who))["nodes"];
+    const Json nodes = (*e.views().Nodes(who))["nodes"];
     for (const auto& n : nodes) {
       for (Json d : n["devices"]) {
         // Empty partitions are not durable by design: a reload re-creates the layout from what
@@ -285,7 +285,7 @@ TEST_P(CommitFaultTest, MemoryAlwaysEqualsWhatTheStoreReloads) {
   EXPECT_GT(refused, 0);
   EXPECT_GT(placed_ever, 0);
   std::map<std::string, int> states;
-  const Json jobs = (*engine_->ListJobs(admin(), "", 100000))["jobs"];
+  const Json jobs = (*engine_->views().ListJobs(admin(), "", 100000))["jobs"];
   for (const auto& j : jobs) ++states[j["state"].get<std::string>()];
   EXPECT_GT(states["succeeded"], 5) << Json(states).dump();
   EXPECT_GT(states["running"] + states["placed"] + states["preempting"], 0) << Json(states).dump();

@@ -34,12 +34,12 @@ class DrainRestartTest : public testing::EngineFixture {
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     return r.ok() ? *r : Json();
   }
-  Json Job(const std::string& id) { return *engine_->GetJob(admin(), id); }
-  Json Device() { return (*engine_->Nodes(admin()))["nodes"][0]["devices"][0]; }
+  Json Job(const std::string& id) { return *engine_->views().GetJob(admin(), id); }
+  Json Device() { return (*engine_->views().Nodes(admin()))["nodes"][0]["devices"][0]; }
   int Count(const std::string& kind) {
     store::EventFilter f;
     f.kind_prefix = kind;
-    return static_cast<int>((*engine_->Events(admin(), 0, 1000, f))["events"].size());
+    return static_cast<int>((*engine_->views().Events(admin(), 0, 1000, f))["events"].size());
   }
   const Identity& admin() { return config_.identities[0]; }
   // Node n1 with one A100, whole.

@@ -38,7 +38,7 @@ TEST_F(EngineTest, LifecycleThroughTheAgent) {
   hb = Heartbeat("n1", {{"finished", {{{"job", id}, {"exit_code", 0}}}}});
   EXPECT_EQ(hb["ack"], Json::array({id}));
   EXPECT_EQ(State(id), "succeeded");
-  EXPECT_EQ(engine_->JobOutput(Who("alice"), id)->bytes, "hi\n");
+  EXPECT_EQ(engine_->views().JobOutput(Who("alice"), id)->bytes, "hi\n");
   // A failing job and a cancelled running job.
   std::string f = Submit("alice", {{"queue", "notebooks"}, {"command", {"false"}}})["id"];
   Heartbeat("n1");
@@ -89,17 +89,17 @@ TEST_F(EngineTest, OutputIsCappedAtMaxOutputAndReadInRanges) {
   // The part below the cap is kept, the rest refused.
   ASSERT_TRUE(engine_->WriteOutput(Who("agent"), id, 7, "789abc").ok());
   EXPECT_EQ(engine_->WriteOutput(Who("agent"), id, 10, "d").code(), StatusCode::kResourceExhausted);
-  auto all = engine_->JobOutput(Who("alice"), id);
+  auto all = engine_->views().JobOutput(Who("alice"), id);
   ASSERT_TRUE(all.ok());
   EXPECT_EQ(all->bytes, "0123456789");
   EXPECT_EQ(all->total, 10);
-  auto mid = engine_->JobOutput(Who("alice"), id, 3, 4);
+  auto mid = engine_->views().JobOutput(Who("alice"), id, 3, 4);
   EXPECT_EQ(mid->bytes, "3456");
   EXPECT_EQ(mid->offset, 3);
-  EXPECT_EQ(engine_->JobOutput(Who("alice"), id, 20, 4)->bytes, "");
-  EXPECT_EQ(engine_->JobOutput(Who("alice"), id, -1, 4).status().code(),
+  EXPECT_EQ(engine_->views().JobOutput(Who("alice"), id, 20, 4)->bytes, "");
+  EXPECT_EQ(engine_->views().JobOutput(Who("alice"), id, -1, 4).status().code(),
             StatusCode::kInvalidArgument);
-  EXPECT_EQ(engine_->JobOutput(Who("bob"), id).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(engine_->views().JobOutput(Who("bob"), id).status().code(), StatusCode::kNotFound);
 }
 
 TEST_F(EngineTest, SharesPackByMemoryAndGroupsStopAtTheirLimit) {
@@ -113,12 +113,12 @@ TEST_F(EngineTest, SharesPackByMemoryAndGroupsStopAtTheirLimit) {
   int placed = 0;
   for (const auto& id : ids) placed += State(id) == "placed" ? 1 : 0;
   EXPECT_EQ(placed, 5);
-  Json sixth = *engine_->GetJob(Who("alice"), ids[5]);
+  Json sixth = *engine_->views().GetJob(Who("alice"), ids[5]);
   EXPECT_EQ(sixth["state"], "pending");
   EXPECT_EQ(sixth["wait"]["step"], "Placement") << sixth.dump();
   EXPECT_NE(sixth["reason"].get<std::string>().find("no room for 1 x share"), std::string::npos)
       << sixth["reason"];
-  Json nodes = *engine_->Nodes(Who("admin"));
+  Json nodes = *engine_->views().Nodes(Who("admin"));
   EXPECT_EQ(nodes["nodes"][0]["devices"][0]["gpu_memory_mib_used"], 5 * 16384);
   EXPECT_EQ(nodes["nodes"][0]["devices"][0]["holders"].size(), 5u);
   EXPECT_EQ(nodes["nodes"][0]["devices"][0]["holders"][0]["identity"], "alice");
@@ -126,7 +126,7 @@ TEST_F(EngineTest, SharesPackByMemoryAndGroupsStopAtTheirLimit) {
   Register("n2", 4);
   std::string t =
       Submit("alice", {{"queue", "training"}, {"command", {"true"}}, {"gpus", 2}})["id"];
-  Json tj = *engine_->GetJob(Who("alice"), t);
+  Json tj = *engine_->views().GetJob(Who("alice"), t);
   EXPECT_EQ(tj["state"], "pending");
   EXPECT_EQ(tj["wait"]["step"], "Admission") << tj.dump();
   EXPECT_NE(tj["reason"].get<std::string>().find("group research at its gpu limit"),
@@ -161,8 +161,8 @@ TEST_F(EngineTest, NodeLossRequeuesOrLosesAndReturnAllocatesNothingTwice) {
   Heartbeat("n1");
   Pass(1'000);
   EXPECT_EQ(State(f), "lost");
-  auto events =
-      (*engine_->Events(Who("admin"), 0, 1000, store::EventFilter{"node.", "", ""}))["events"];
+  auto events = (*engine_->views().Events(Who("admin"), 0, 1000,
+                                          store::EventFilter{"node.", "", ""}))["events"];
   bool lost = false, returned = false;
   for (const auto& e : events) {
     lost = lost || e["kind"] == "node.lost";
@@ -187,7 +187,8 @@ TEST_F(EngineTest, ALeaderStallGivesEveryNodeAFreshHeartbeatWindowBeforeJudgingI
   mono += 15'000;
   ASSERT_TRUE(engine_->Tick().ok());
   EXPECT_EQ(State(a), "running") << "a live node was declared lost for the leader's own stall";
-  auto events = (*engine_->Events(Who("admin"), 0, 1000, store::EventFilter{"", "", ""}))["events"];
+  auto events =
+      (*engine_->views().Events(Who("admin"), 0, 1000, store::EventFilter{"", "", ""}))["events"];
   bool stalled = false, lost = false;
   for (const auto& e : events) {
     stalled = stalled || e["kind"] == "leader.stalled";
@@ -276,8 +277,8 @@ TEST_F(EngineTest, AStartWhoseReplyWasLostIsSentAgainAndOneNeverConfirmedIsReque
   Heartbeat("n1");
   ASSERT_TRUE(engine_->Tick().ok());
   EXPECT_NE(State(b), "starting");
-  auto events = (*engine_->Events(Who("admin"), 0, 1000,
-                                  store::EventFilter{"job.requeued", b, ""}))["events"];
+  auto events = (*engine_->views().Events(Who("admin"), 0, 1000,
+                                          store::EventFilter{"job.requeued", b, ""}))["events"];
   ASSERT_EQ(events.size(), 1u);
   EXPECT_NE(events[0]["reason"].get<std::string>().find("was not confirmed within 30s"),
             std::string::npos)
@@ -294,14 +295,14 @@ TEST_F(EngineTest, RestartRebuildsStateWithoutDoubleAllocation) {
   EXPECT_EQ(State(ids[0]), "placed");
   EXPECT_EQ(State(ids[1]), "placed");
   EXPECT_EQ(State(ids[2]), "pending");
-  Json before = *engine_->Nodes(Who("admin"));
+  Json before = *engine_->views().Nodes(Who("admin"));
   Reopen();
   ASSERT_TRUE(engine_->CheckInvariants().ok());
-  for (const auto& id : ids) EXPECT_TRUE(engine_->GetJob(Who("admin"), id).ok());
+  for (const auto& id : ids) EXPECT_TRUE(engine_->views().GetJob(Who("admin"), id).ok());
   EXPECT_EQ(State(ids[2]), "pending");
   ASSERT_TRUE(engine_->Tick().ok());
   EXPECT_EQ(State(ids[2]), "pending") << "nothing freed, nothing placed twice";
-  Json after = *engine_->Nodes(Who("admin"));
+  Json after = *engine_->views().Nodes(Who("admin"));
   EXPECT_EQ(before["nodes"][0]["devices"], after["nodes"][0]["devices"]);
   // New ids continue after the old ones.
   std::string next = Submit("alice", {{"queue", "notebooks"}, {"command", {"true"}}})["id"];
@@ -324,12 +325,12 @@ TEST_F(EngineTest, AJobThePolicyNoLongerAdmitsFailsDurablyOnRestart) {
   ASSERT_TRUE(engine_->Tick().ok());
   Reopen();
   EXPECT_EQ(State(id), "failed") << "read back from the store";
-  auto job = engine_->GetJob(Who("admin"), id);
+  auto job = engine_->views().GetJob(Who("admin"), id);
   ASSERT_TRUE(job.ok());
   EXPECT_NE((*job)["reason"].get<std::string>().find("no longer schedulable after a restart"),
             std::string::npos)
       << job->dump();
-  auto ev = engine_->Events(Who("admin"), 0, 1000, {});
+  auto ev = engine_->views().Events(Who("admin"), 0, 1000, {});
   ASSERT_TRUE(ev.ok());
   int failed = 0;
   for (const auto& e : (*ev)["events"])
@@ -347,7 +348,7 @@ TEST_F(EngineTest, FairShareHistorySurvivesARestart) {
     ASSERT_TRUE(engine_->RunCycle().ok());
   }
   auto share = [&](const std::string& group) {
-    const Json groups = *engine_->Groups(Who("admin"));
+    const Json groups = *engine_->views().Groups(Who("admin"));
     for (const auto& g : groups["groups"]) {
       if (g["name"] == group) return g["fair_share"].get<double>();
     }
@@ -371,7 +372,7 @@ TEST_F(EngineTest, GroupsShowUsagePerPool) {
   Register("n1", 2);
   const std::string id = Submit("alice", {{"queue", "training"}, {"command", {"true"}}})["id"];
   ASSERT_EQ(State(id), "placed");
-  const Json groups = *engine_->Groups(Who("admin"));
+  const Json groups = *engine_->views().Groups(Who("admin"));
   bool seen = false;
   for (const auto& g : groups["groups"]) {
     if (g["name"] != "research") continue;
@@ -446,11 +447,11 @@ TEST_F(SwapEngineTest, OvercommittedSharesOnOneCardAndSwapInTheirOrders) {
   Heartbeat("n1", {{"running",
                     {{{"job", id}, {"pid", 7}, {"swap", "resuming"}, {"swapped_mib", 16384}}}}});
   ASSERT_TRUE(engine_->Sync().ok());  // heartbeats commit after they answer
-  Json view = *engine_->GetJob(Who("alice"), id);
+  Json view = *engine_->views().GetJob(Who("alice"), id);
   EXPECT_EQ(view["activity"]["swap"], "resuming");
   EXPECT_EQ(view["activity"]["swapped_mib"], 16384);
-  Json events =
-      (*engine_->Events(Who("admin"), 0, 1000, store::EventFilter{"job.swap", "", ""}))["events"];
+  Json events = (*engine_->views().Events(Who("admin"), 0, 1000,
+                                          store::EventFilter{"job.swap", "", ""}))["events"];
   ASSERT_EQ(events.size(), 2u) << "one event per change, not per heartbeat";
   EXPECT_NE(events[0]["reason"].get<std::string>().find("swapped out: 16384 MiB"),
             std::string::npos);
@@ -460,7 +461,7 @@ TEST_F(SwapEngineTest, OvercommittedSharesOnOneCardAndSwapInTheirOrders) {
       Who("agent"), {{"node", "n1"}, {"running", {{{"job", id}, {"pid", 7}, {"swap", "asleep"}}}}});
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("running.swap"), std::string::npos);
-  EXPECT_EQ((*engine_->GetJob(Who("alice"), id))["activity"]["swap"], "resuming");
+  EXPECT_EQ((*engine_->views().GetJob(Who("alice"), id))["activity"]["swap"], "resuming");
 }
 
 }  // namespace

@@ -29,7 +29,7 @@ TEST_F(EngineTest, JobListsOfAnyLimitAreTheNewestFirst) {
     ids.push_back(Submit("alice", {{"queue", "training"}, {"command", {"true"}}})["id"]);
   auto names = [&](int limit) {
     std::vector<std::string> out;
-    const Result<Json> list = engine_->ListJobs(Who("admin"), "", limit);
+    const Result<Json> list = engine_->views().ListJobs(Who("admin"), "", limit);
     if (!list.ok()) return out;
     for (const auto& j : (*list)["jobs"]) out.push_back(j["id"]);
     return out;
@@ -63,7 +63,7 @@ TEST_F(EngineTest, ARepeatedIdempotencyKeyReturnsTheFirstJob) {
   auto bad = engine_->Submit(Who("alice"), body, "not a key", &replayed);
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("Idempotency-Key"), std::string::npos);
-  EXPECT_EQ((*engine_->ListJobs(Who("admin"), "", 100))["jobs"].size(), 2u);
+  EXPECT_EQ((*engine_->views().ListJobs(Who("admin"), "", 100))["jobs"].size(), 2u);
   // Ended and not loaded after a restart: found in the store.
   ASSERT_TRUE(engine_->Cancel(Who("alice"), id).ok());
   Reopen();
@@ -206,15 +206,15 @@ TEST_F(EngineTest, NamesAndArgumentsThatCannotBeShownOrRunAsStoredAreRefused) {
 TEST_F(EngineTest, EventsPageByCursorAndFilter) {
   Register("n1", 1);
   for (int i = 0; i < 5; ++i) Submit("alice", {{"queue", "notebooks"}, {"command", {"true"}}});
-  Json p1 = *engine_->Events(Who("admin"), 0, 3, {});
+  Json p1 = *engine_->views().Events(Who("admin"), 0, 3, {});
   ASSERT_EQ(p1["events"].size(), 3u);
-  Json p2 = *engine_->Events(Who("admin"), p1["next"], 3, {});
+  Json p2 = *engine_->views().Events(Who("admin"), p1["next"], 3, {});
   EXPECT_GT(p2["events"][0]["seq"].get<int64_t>(), p1["events"][2]["seq"].get<int64_t>());
   Json submitted =
-      *engine_->Events(Who("admin"), 0, 100, store::EventFilter{"job.submitted", "", ""});
+      *engine_->views().Events(Who("admin"), 0, 100, store::EventFilter{"job.submitted", "", ""});
   EXPECT_EQ(submitted["events"].size(), 5u);
   // bob sees none of alice's job events.
-  Json bob = *engine_->Events(Who("bob"), 0, 100, store::EventFilter{"job.", "", ""});
+  Json bob = *engine_->views().Events(Who("bob"), 0, 100, store::EventFilter{"job.", "", ""});
   EXPECT_TRUE(bob["events"].empty());
 }
 

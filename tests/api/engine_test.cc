@@ -231,8 +231,8 @@ TEST_F(EngineTest, BadSubmissionsAreRefusedAndChangeNothing) {
     EXPECT_EQ(r.status().code(), c.code) << c.body.dump();
     EXPECT_NE(r.status().message().find(c.want), std::string::npos) << r.status().message();
   }
-  EXPECT_TRUE((*engine_->ListJobs(Who("admin"), "", 100))["jobs"].empty());
-  auto ev = engine_->Events(Who("admin"), 0, 100, {});
+  EXPECT_TRUE((*engine_->views().ListJobs(Who("admin"), "", 100))["jobs"].empty());
+  auto ev = engine_->views().Events(Who("admin"), 0, 100, {});
   for (const auto& e : (*ev)["events"]) EXPECT_NE(e["kind"], "job.submitted");
 }
 
@@ -276,7 +276,7 @@ TEST_F(EngineTest, AgentProtocolVersionsOutsideTheServedRangeAreRefused) {
   EXPECT_NE(typed.status().message().find("'protocol'"), std::string::npos);
 
   std::set<std::string> names;
-  const Json nodes = *engine_->Nodes(Who("admin"));
+  const Json nodes = *engine_->views().Nodes(Who("admin"));
   for (const auto& n : nodes["nodes"]) names.insert(n["name"].get<std::string>());
   EXPECT_EQ(names, (std::set<std::string>{"old", "current", "oldest"}));
 }
@@ -335,7 +335,7 @@ TEST_F(EngineTest, BadAgentMessagesAreRefusedAndChangeNothing) {
     EXPECT_NE(r.status().message().find(want), std::string::npos) << r.status().message();
   }
   // Nothing changed: n2 never joined, the job still starts on n1, and the scheduler still works.
-  EXPECT_EQ((*engine_->Nodes(Who("admin")))["nodes"].size(), 1u);
+  EXPECT_EQ((*engine_->views().Nodes(Who("admin")))["nodes"].size(), 1u);
   EXPECT_EQ(State(id), "starting");
   EXPECT_TRUE(engine_->CheckInvariants().ok());
   Reopen();
@@ -381,7 +381,7 @@ TEST_F(EngineTest, AnAgentSpeaksOnlyForItsNodes) {
             StatusCode::kResourceExhausted);
   // Each refused claim is in the audit trail: who, for which node, doing what.
   ASSERT_TRUE(engine_->Tick().ok());  // after a commit, the queued audit events are durable
-  auto ev = engine_->Events(Who("admin"), 0, 1000, {"agent.refused", "", ""});
+  auto ev = engine_->views().Events(Who("admin"), 0, 1000, {"agent.refused", "", ""});
   ASSERT_TRUE(ev.ok());
   std::set<std::string> actions;
   for (const auto& e : (*ev)["events"]) {
@@ -425,13 +425,13 @@ TEST_F(EngineTest, AGroupMateSeesNoSecretsAndCannotCancel) {
                   {{"queue", "training"}, {"command", {"true"}}, {"env", {{"API_KEY", "s3cret"}}}});
   const std::string id = j["id"];
   EXPECT_EQ(j["spec"]["env"]["API_KEY"], "s3cret");  // the owner's own reply
-  auto seen = engine_->GetJob(Who("carol"), id);
+  auto seen = engine_->views().GetJob(Who("carol"), id);
   ASSERT_TRUE(seen.ok());
   EXPECT_EQ((*seen)["spec"]["env"]["API_KEY"], "(hidden)") << seen->dump();
-  auto listed = engine_->ListJobs(Who("carol"), "", 10);
+  auto listed = engine_->views().ListJobs(Who("carol"), "", 10);
   ASSERT_TRUE(listed.ok());
   EXPECT_EQ(listed->dump().find("s3cret"), std::string::npos) << listed->dump();
-  EXPECT_EQ((*engine_->GetJob(Who("admin"), id))["spec"]["env"]["API_KEY"], "s3cret");
+  EXPECT_EQ((*engine_->views().GetJob(Who("admin"), id))["spec"]["env"]["API_KEY"], "s3cret");
   auto c = engine_->Cancel(Who("carol"), id);
   EXPECT_EQ(c.status().code(), StatusCode::kPermissionDenied);
   EXPECT_NE(State(id), "cancelled");
@@ -441,9 +441,10 @@ TEST_F(EngineTest, AGroupMateSeesNoSecretsAndCannotCancel) {
                             {"command", {"login", "--password", "hunter2"}},
                             {"secret_args", {2}}});
   EXPECT_EQ(s["spec"]["command"][2], "hunter2");
-  const Json seen_s = *engine_->GetJob(Who("carol"), s["id"]);
+  const Json seen_s = *engine_->views().GetJob(Who("carol"), s["id"]);
   EXPECT_EQ(seen_s["spec"]["command"], Json({"login", "--password", "(hidden)"}));
-  EXPECT_EQ(engine_->ListJobs(Who("carol"), "", 10)->dump().find("hunter2"), std::string::npos);
+  EXPECT_EQ(engine_->views().ListJobs(Who("carol"), "", 10)->dump().find("hunter2"),
+            std::string::npos);
   auto bad = engine_->Submit(Who("alice"),
                              {{"queue", "training"}, {"command", {"true"}}, {"secret_args", {1}}});
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
@@ -467,11 +468,11 @@ TEST_F(EngineTest, AuthorizationMatrix) {
                       {"bob", false, true, true, false},
                       {"agent", false, false, false, true}};
   for (const Row& r : rows) {
-    EXPECT_EQ(engine_->GetJob(Who(r.who), a).ok(), r.see_a) << r.who;
-    EXPECT_EQ(engine_->GetJob(Who(r.who), b).ok(), r.see_b) << r.who;
-    EXPECT_EQ(engine_->JobOutput(Who(r.who), a).ok(), r.see_a) << r.who;
-    EXPECT_EQ(engine_->Nodes(Who(r.who)).ok(), r.nodes) << r.who;
-    EXPECT_EQ(engine_->Summary(Who(r.who)).ok(), r.nodes) << r.who;
+    EXPECT_EQ(engine_->views().GetJob(Who(r.who), a).ok(), r.see_a) << r.who;
+    EXPECT_EQ(engine_->views().GetJob(Who(r.who), b).ok(), r.see_b) << r.who;
+    EXPECT_EQ(engine_->views().JobOutput(Who(r.who), a).ok(), r.see_a) << r.who;
+    EXPECT_EQ(engine_->views().Nodes(Who(r.who)).ok(), r.nodes) << r.who;
+    EXPECT_EQ(engine_->views().Summary(Who(r.who)).ok(), r.nodes) << r.who;
     auto reg = engine_->RegisterNode(
         Who(r.who), {{"node", "x-" + r.who}, {"cpu_milli", 1000}, {"memory_mib", 1024}});
     EXPECT_EQ(reg.ok(), r.register_node) << r.who;
@@ -480,7 +481,7 @@ TEST_F(EngineTest, AuthorizationMatrix) {
     }
     auto hb = engine_->Heartbeat(Who(r.who), {{"node", "n1"}});
     EXPECT_EQ(hb.ok(), r.register_node) << r.who;
-    auto listed = engine_->ListJobs(Who(r.who), "", 100);
+    auto listed = engine_->views().ListJobs(Who(r.who), "", 100);
     if (r.who == "agent") {
       EXPECT_FALSE(listed.ok());
     } else {
@@ -495,8 +496,8 @@ TEST_F(EngineTest, AuthorizationMatrix) {
   EXPECT_EQ(c.status().code(), StatusCode::kNotFound);
   EXPECT_TRUE(engine_->Cancel(Who("alice"), a).ok());
   // Queues: bob sees training only; alice sees all three.
-  EXPECT_EQ((*engine_->Queues(Who("bob")))["queues"].size(), 1u);
-  EXPECT_EQ((*engine_->Queues(Who("alice")))["queues"].size(), 3u);
+  EXPECT_EQ((*engine_->views().Queues(Who("bob")))["queues"].size(), 1u);
+  EXPECT_EQ((*engine_->views().Queues(Who("alice")))["queues"].size(), 3u);
 }
 
 }  // namespace

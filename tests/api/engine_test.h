@@ -46,7 +46,9 @@ class EngineTest : public testing::EngineFixture {
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     return r.ok() ? *r : Json();
   }
-  std::string State(const std::string& id) { return (*engine_->GetJob(Who("admin"), id))["state"]; }
+  std::string State(const std::string& id) {
+    return (*engine_->views().GetJob(Who("admin"), id))["state"];
+  }
 };
 
 }  // namespace tessera::api::engine_test

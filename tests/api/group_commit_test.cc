@@ -80,7 +80,7 @@ class GroupCommitTest : public testing::EngineFixture {
     return engine_->Submit(Who("alice"), Json{{"queue", queue}, {"command", {"true"}}});
   }
   size_t JobCount() {
-    auto r = engine_->ListJobs(Who("alice"), "", 100000);
+    auto r = engine_->views().ListJobs(Who("alice"), "", 100000);
     EXPECT_TRUE(r.ok());
     return r.ok() ? (*r)["jobs"].size() : 0;
   }
@@ -121,7 +121,8 @@ TEST_F(GroupCommitTest, ConcurrentSubmissionsShareCommitsAndEveryOneLands) {
   delay_ms_ = 0;
   Reopen();
   EXPECT_EQ(JobCount(), size_t{kThreads * kEach});
-  for (const std::string& id : ids) EXPECT_TRUE(engine_->GetJob(Who("alice"), id).ok()) << id;
+  for (const std::string& id : ids)
+    EXPECT_TRUE(engine_->views().GetJob(Who("alice"), id).ok()) << id;
 }
 
 // SubmitAsync returns while the store still writes, and answers from the commit writer once the
@@ -143,7 +144,7 @@ TEST_F(GroupCommitTest, AnAsynchronousSubmissionIsAnsweredByTheWriterOnceDurable
   EXPECT_NE(thread, std::this_thread::get_id()) << "answered on the caller's thread, which waited";
   delay_ms_ = 0;
   Reopen();
-  EXPECT_TRUE(engine_->GetJob(Who("alice"), "j-1").ok()) << "acknowledged but not durable";
+  EXPECT_TRUE(engine_->views().GetJob(Who("alice"), "j-1").ok()) << "acknowledged but not durable";
 
   // A failed write answers with its error; once memory catches up the job is gone.
   fail_ = true;
@@ -234,7 +235,7 @@ TEST_F(GroupCommitTest, AFailedPlacementCommitLeavesTheJobPendingAndTheNodeFree)
   // The cycle's commit, the placement, fails.
   fail_nth_ = commits_.load() + 1;
   EXPECT_FALSE(engine_->RunCycle().ok());
-  auto after = engine_->GetJob(Who("alice"), (*first)["id"]);
+  auto after = engine_->views().GetJob(Who("alice"), (*first)["id"]);
   ASSERT_TRUE(after.ok());
   EXPECT_EQ((*after)["state"], "pending") << after->dump();
   EXPECT_NE((*after)["reason"].get<std::string>().find("could not be recorded"), std::string::npos)
@@ -242,19 +243,19 @@ TEST_F(GroupCommitTest, AFailedPlacementCommitLeavesTheJobPendingAndTheNodeFree)
   // The failed placement reserved nothing: the next cycle places it, and a second job still
   // fits, but a third does not.
   ASSERT_TRUE(engine_->RunCycle().ok());
-  auto again = engine_->GetJob(Who("alice"), (*first)["id"]);
+  auto again = engine_->views().GetJob(Who("alice"), (*first)["id"]);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ((*again)["state"], "placed") << again->dump();
   auto second = Submit("local");
   auto third = Submit("local");
   ASSERT_TRUE(second.ok() && third.ok());
   ASSERT_TRUE(engine_->RunCycle().ok());
-  EXPECT_EQ((*engine_->GetJob(Who("alice"), (*second)["id"]))["state"], "placed");
-  EXPECT_EQ((*engine_->GetJob(Who("alice"), (*third)["id"]))["state"], "pending");
+  EXPECT_EQ((*engine_->views().GetJob(Who("alice"), (*second)["id"]))["state"], "placed");
+  EXPECT_EQ((*engine_->views().GetJob(Who("alice"), (*third)["id"]))["state"], "pending");
   // And after a restart the store agrees: two placed, one pending.
   Reopen();
   int placed = 0;
-  auto list = engine_->ListJobs(Who("alice"), "", 100);
+  auto list = engine_->views().ListJobs(Who("alice"), "", 100);
   ASSERT_TRUE(list.ok());
   for (const auto& j : (*list)["jobs"]) placed += j["state"] == "placed";
   EXPECT_EQ(placed, 2) << list->dump();

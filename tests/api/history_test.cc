@@ -46,7 +46,7 @@ class HistoryTest : public testing::EngineFixture {
     return r.ok() ? *r : Json();
   }
   Json Usage(const std::string& who, int64_t since, int64_t until, const std::string& by) {
-    auto u = engine_->Usage(Who(who), {since, until, by});
+    auto u = engine_->views().Usage(Who(who), {since, until, by});
     EXPECT_TRUE(u.ok()) << u.status().ToString();
     return u.ok() ? *u : Json();
   }
@@ -67,11 +67,11 @@ TEST_F(HistoryTest, UtilizationIsKeptInTheStoreRolledUpAndBrokenDown) {
     ASSERT_TRUE(engine_->Tick().ok());
     now_ += 10'000;
   }
-  Engine::HistoryQuery q;
+  Views::HistoryQuery q;
   q.since_ms = t0;
   q.until_ms = t0 + 360'000;
   q.by = "group";
-  auto u = engine_->Utilization(Who("admin"), q);
+  auto u = engine_->views().Utilization(Who("admin"), q);
   ASSERT_TRUE(u.ok()) << u.status().ToString();
   ASSERT_EQ((*u)["samples"].size(), 36u) << u->dump();
   const Json& first = (*u)["samples"][0];
@@ -82,30 +82,30 @@ TEST_F(HistoryTest, UtilizationIsKeptInTheStoreRolledUpAndBrokenDown) {
   EXPECT_EQ(first["by"]["research"]["gpu_milli"], 1000);
   // Survives a restart: read back from the store.
   Reopen();
-  u = engine_->Utilization(Who("admin"), q);
+  u = engine_->views().Utilization(Who("admin"), q);
   ASSERT_TRUE(u.ok());
   EXPECT_EQ((*u)["samples"].size(), 36u);
   // Other groups' rows are not shown to bob.
-  auto bob = engine_->Utilization(Who("bob"), q);
+  auto bob = engine_->views().Utilization(Who("bob"), q);
   ASSERT_TRUE(bob.ok());
   EXPECT_FALSE((*bob)["samples"][0]["by"].contains("research")) << bob->dump();
   EXPECT_EQ((*bob)["samples"][0]["gpu_milli_total"], 2000);
   // Nor, by queue, a queue another group uses too (training: research and prod): its total is
   // alice's use. Only queues no other group uses are broken down for a user.
-  Engine::HistoryQuery by_queue = q;
+  Views::HistoryQuery by_queue = q;
   by_queue.by = "queue";
-  auto admin_q = engine_->Utilization(Who("admin"), by_queue);
+  auto admin_q = engine_->views().Utilization(Who("admin"), by_queue);
   ASSERT_TRUE(admin_q.ok());
   EXPECT_EQ((*admin_q)["samples"][0]["by"]["training"]["gpu_milli"], 1000) << admin_q->dump();
   for (const char* user : {"bob", "alice"}) {
-    auto u_q = engine_->Utilization(Who(user), by_queue);
+    auto u_q = engine_->views().Utilization(Who(user), by_queue);
     ASSERT_TRUE(u_q.ok());
     EXPECT_FALSE((*u_q)["samples"][0]["by"].contains("training")) << user << ": " << u_q->dump();
   }
   // A step of 5 minutes reads the rolled-up averages: the first bucket (t0 .. t0+5min) was
   // complete at the tick at t0+5min and holds the mean of its 30 samples.
   q.step_ms = 300'000;
-  u = engine_->Utilization(Who("admin"), q);
+  u = engine_->views().Utilization(Who("admin"), q);
   ASSERT_TRUE(u.ok());
   ASSERT_EQ((*u)["resolution_ms"], 300'000);
   ASSERT_EQ((*u)["samples"].size(), 1u) << u->dump();
@@ -113,14 +113,16 @@ TEST_F(HistoryTest, UtilizationIsKeptInTheStoreRolledUpAndBrokenDown) {
   EXPECT_EQ((*u)["samples"][0]["gpu_milli_allocated"], 1000);
   // A step of 20 s over the fine samples: pairs averaged.
   q.step_ms = 20'000;
-  u = engine_->Utilization(Who("admin"), q);
+  u = engine_->views().Utilization(Who("admin"), q);
   ASSERT_TRUE(u.ok());
   EXPECT_EQ((*u)["samples"].size(), 18u);
   EXPECT_EQ((*u)["samples"][0]["samples"], 2);
   // Bad queries name what is wrong.
   q.by = "planet";
-  EXPECT_EQ(engine_->Utilization(Who("admin"), q).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(engine_->Utilization(Who("agent"), {}).status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(engine_->views().Utilization(Who("admin"), q).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine_->views().Utilization(Who("agent"), {}).status().code(),
+            StatusCode::kPermissionDenied);
 }
 
 // A group's row in a sample breaks its holding down by form, with the held-but-idle part where it
@@ -140,13 +142,13 @@ TEST_F(HistoryTest, AGroupsSampleRowSaysPerFormWhatItHoldsAndWhatOfThatIsIdle) {
                     {{{"job", a}, {"pid", 11}, {"active", true}},
                      {{"job", b}, {"pid", 12}, {"active", false}}}}});
   }
-  ASSERT_TRUE((*engine_->GetJob(Who("admin"), b))["activity"]["idle"].get<bool>());
+  ASSERT_TRUE((*engine_->views().GetJob(Who("admin"), b))["activity"]["idle"].get<bool>());
   ASSERT_TRUE(engine_->Tick().ok());
-  Engine::HistoryQuery q;
+  Views::HistoryQuery q;
   q.since_ms = t0;
   q.until_ms = now_ + 1;
   q.by = "group";
-  auto u = engine_->Utilization(Who("admin"), q);
+  auto u = engine_->views().Utilization(Who("admin"), q);
   ASSERT_TRUE(u.ok()) << u.status().ToString();
   ASSERT_FALSE((*u)["samples"].empty()) << u->dump();
   const Json& research = (*u)["samples"].back()["by"]["research"];
@@ -159,7 +161,7 @@ TEST_F(HistoryTest, AGroupsSampleRowSaysPerFormWhatItHoldsAndWhatOfThatIsIdle) {
   EXPECT_FALSE(research["form"].contains("partition")) << research.dump();
   // The queue and pool rows are not broken down by form.
   q.by = "queue";
-  u = engine_->Utilization(Who("admin"), q);
+  u = engine_->views().Utilization(Who("admin"), q);
   ASSERT_TRUE(u.ok());
   EXPECT_FALSE((*u)["samples"].back()["by"]["training"].contains("form")) << u->dump();
 }
@@ -175,10 +177,10 @@ TEST_F(HistoryTest, UsageFromTheEventLogMatchesTheJobLifetimes) {
   now_ = t0 + 10'000;
   const std::string b = Submit(
       "alice", {{"queue", "notebooks"}, {"command", {"sleep", "1000"}}, {"gpu_memory", "8GiB"}});
-  Json bj = *engine_->GetJob(Who("admin"), b);
+  Json bj = *engine_->views().GetJob(Who("admin"), b);
   ASSERT_EQ(bj["placement"]["gpu_milli"], 100) << bj.dump();
   ASSERT_EQ(bj["placement"]["gpu_memory_mib"], 8192);
-  Json aj = *engine_->GetJob(Who("admin"), a);
+  Json aj = *engine_->views().GetJob(Who("admin"), a);
   ASSERT_EQ(aj["placement"]["gpu_milli"], 1000);
   ASSERT_EQ(aj["placement"]["gpu_memory_mib"], 81920) << aj.dump();
   auto running = [&](bool a_active, bool b_active) {
@@ -191,28 +193,28 @@ TEST_F(HistoryTest, UsageFromTheEventLogMatchesTheJobLifetimes) {
   Heartbeat(running(true, false));  // b running since t0+20s: its activity clock starts there
   now_ = t0 + 70'000;
   Heartbeat(running(true, false));  // 50 s without activity: not yet idle (idle_after 60s)
-  EXPECT_FALSE((*engine_->GetJob(Who("admin"), b))["activity"]["idle"].get<bool>());
+  EXPECT_FALSE((*engine_->views().GetJob(Who("admin"), b))["activity"]["idle"].get<bool>());
   now_ = t0 + 90'000;
   Heartbeat(running(true, false));  // 70 s: held but idle, since t0+20s
-  Json idle = *engine_->GetJob(Who("admin"), b);
+  Json idle = *engine_->views().GetJob(Who("admin"), b);
   EXPECT_TRUE(idle["activity"]["idle"].get<bool>()) << idle.dump();
   EXPECT_EQ(idle["activity"]["last_active_ms"], t0 + 20'000);
-  Json nodes = *engine_->Nodes(Who("admin"));
+  Json nodes = *engine_->views().Nodes(Who("admin"));
   bool marked = false;
   for (const auto& h : nodes["nodes"][0]["devices"][0]["holders"])
     marked = marked || (h["job"] == b && h["idle"] == true);
   for (const auto& h : nodes["nodes"][0]["devices"][1]["holders"])
     marked = marked || (h["job"] == b && h["idle"] == true);
   EXPECT_TRUE(marked) << nodes.dump();
-  Json summary = *engine_->Summary(Who("admin"));
+  Json summary = *engine_->views().Summary(Who("admin"));
   EXPECT_EQ(summary["groups"][0]["gpu_milli_held_idle"], 100) << summary.dump();
   now_ = t0 + 150'000;
   Heartbeat(running(true, true));  // active again: idle from t0+20s to t0+150s
-  EXPECT_FALSE((*engine_->GetJob(Who("admin"), b))["activity"]["idle"].get<bool>());
+  EXPECT_FALSE((*engine_->views().GetJob(Who("admin"), b))["activity"]["idle"].get<bool>());
   now_ = t0 + 200'000;
   Heartbeat(Json{{"running", {{{"job", a}, {"pid", 11}, {"active", true}}}},
                  {"finished", {{{"job", b}, {"exit_code", 0}}}}});
-  ASSERT_EQ((*engine_->GetJob(Who("admin"), b))["state"], "succeeded");
+  ASSERT_EQ((*engine_->views().GetJob(Who("admin"), b))["state"], "succeeded");
   ASSERT_TRUE(engine_->Sync().ok());
   now_ = t0 + 300'000;
 
@@ -250,9 +252,9 @@ TEST_F(HistoryTest, UsageFromTheEventLogMatchesTheJobLifetimes) {
   EXPECT_EQ(Row(mid, "queue", "notebooks")["gpu_milli_ms"], 100 * 10'000);
   // bob sees none of research's usage; bad queries are refused.
   EXPECT_TRUE(Usage("bob", since, until, "group")["rows"].empty());
-  EXPECT_EQ(engine_->Usage(Who("admin"), {since, until, "planet"}).status().code(),
+  EXPECT_EQ(engine_->views().Usage(Who("admin"), {since, until, "planet"}).status().code(),
             StatusCode::kInvalidArgument);
-  EXPECT_EQ(engine_->Usage(Who("admin"), {until, since, "group"}).status().code(),
+  EXPECT_EQ(engine_->views().Usage(Who("admin"), {until, since, "group"}).status().code(),
             StatusCode::kInvalidArgument);
   // The same after a restart: it is all in the log.
   Reopen();
@@ -264,7 +266,7 @@ TEST_F(HistoryTest, UsageFromTheEventLogMatchesTheJobLifetimes) {
 // includes the simulator): without it the engine says so; with it, the replay gets the observed
 // scenario and the forms, and its answer is the engine's. Only admins reach it.
 TEST_F(HistoryTest, WhatIfReplaysThroughTheWiredInSimulatorOnly) {
-  auto unwired = engine_->WhatIf(Who("admin"), 0, now_, {"interactive=share"});
+  auto unwired = engine_->views().WhatIf(Who("admin"), 0, now_, {"interactive=share"});
   ASSERT_FALSE(unwired.ok());
   EXPECT_EQ(unwired.status().code(), StatusCode::kFailedPrecondition);
   std::vector<std::string> got_forms;
@@ -275,11 +277,11 @@ TEST_F(HistoryTest, WhatIfReplaysThroughTheWiredInSimulatorOnly) {
     return Result<Json>(Json{{"returned", 7}});
   };
   Reopen();
-  auto denied = engine_->WhatIf(Who("alice"), 0, now_, {"interactive=share"});
+  auto denied = engine_->views().WhatIf(Who("alice"), 0, now_, {"interactive=share"});
   ASSERT_FALSE(denied.ok());
   EXPECT_EQ(denied.status().code(), StatusCode::kPermissionDenied);
   EXPECT_TRUE(got_forms.empty()) << "the replay ran for a non-admin";
-  auto r = engine_->WhatIf(Who("admin"), 0, now_, {"interactive=share"});
+  auto r = engine_->views().WhatIf(Who("admin"), 0, now_, {"interactive=share"});
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ((*r)["returned"], 7);
   EXPECT_EQ(got_forms, std::vector<std::string>{"interactive=share"});

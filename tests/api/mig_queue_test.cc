@@ -110,7 +110,7 @@ TEST_F(MigQueueTest, ImpossibleAsksAndBadModelsAreRefusedByName) {
   EXPECT_NE(r.status().message().find("no MIG profile of H100-80GB gives 100GiB of GPU memory"),
             std::string::npos)
       << r.status().message();
-  auto none = engine_->ListJobs(config_.identities[0], "", 10);
+  auto none = engine_->views().ListJobs(config_.identities[0], "", 10);
   ASSERT_TRUE(none.ok());
   EXPECT_TRUE((*none)["jobs"].empty());  // nothing recorded
   for (const std::string model : {"MI300X", "B300-288GB-nope"}) {

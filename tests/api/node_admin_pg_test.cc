@@ -20,7 +20,7 @@ class NodeAdminPgTest : public EngineTest {
     Start("node_admin_pg", kConfig, StoreAt(*url));
   }
   Json Node(const std::string& name) {
-    const Json all = *engine_->Nodes(Who("admin"));
+    const Json all = *engine_->views().Nodes(Who("admin"));
     for (const Json& n : all["nodes"]) {
       if (n["name"] == name) return n;
     }

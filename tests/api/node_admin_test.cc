@@ -18,14 +18,14 @@ class NodeAdminTest : public EngineTest {
     return r.ok() ? *r : Json();
   }
   Json Node(const std::string& name) {
-    const Json all = *engine_->Nodes(Who("admin"));
+    const Json all = *engine_->views().Nodes(Who("admin"));
     for (const Json& n : all["nodes"]) {
       if (n["name"] == name) return n;
     }
     ADD_FAILURE() << "no node " << name;
     return Json();
   }
-  Json Job(const std::string& id) { return *engine_->GetJob(Who("admin"), id); }
+  Json Job(const std::string& id) { return *engine_->views().GetJob(Who("admin"), id); }
   std::string Train(Json extra = Json::object()) {
     extra["queue"] = "training";
     extra["command"] = {"sleep", "100"};
@@ -35,7 +35,7 @@ class NodeAdminTest : public EngineTest {
     store::EventFilter f;
     f.kind_prefix = kind;
     std::vector<store::Event> out;
-    const Json all = *engine_->Events(Who("admin"), 0, 1000, f);
+    const Json all = *engine_->views().Events(Who("admin"), 0, 1000, f);
     for (const Json& e : all["events"]) {
       store::Event x;
       x.actor = e["actor"];

@@ -44,7 +44,7 @@ class RetentionTest : public testing::EngineFixture {
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     return r.ok() ? (*r)["id"].get<std::string>() : "";
   }
-  int64_t InMemory() { return engine_->Health()["jobs_in_memory"].get<int64_t>(); }
+  int64_t InMemory() { return engine_->views().Health()["jobs_in_memory"].get<int64_t>(); }
 };
 
 TEST_F(RetentionTest, EndedJobsLeaveMemoryButNotTheViews) {
@@ -68,13 +68,13 @@ TEST_F(RetentionTest, EndedJobsLeaveMemoryButNotTheViews) {
   EXPECT_LE(InMemory(), 2 * 1000 + 1) << "ended jobs stay in memory";
   EXPECT_GE(InMemory(), 1000 + 1);
   // The oldest, out of memory, is still there for whoever may see it.
-  auto first = engine_->GetJob(admin(), ids.front());
+  auto first = engine_->views().GetJob(admin(), ids.front());
   ASSERT_TRUE(first.ok()) << first.status().ToString();
   EXPECT_EQ((*first)["state"], "cancelled");
   const Identity& other = (*first)["identity"] == "bob" ? alice() : bob();
-  EXPECT_EQ(engine_->GetJob(other, ids.front()).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(engine_->views().GetJob(other, ids.front()).status().code(), StatusCode::kNotFound);
   // Listing: newest first over memory and store together, each job once, by state.
-  auto all = engine_->ListJobs(admin(), "", 100000);
+  auto all = engine_->views().ListJobs(admin(), "", 100000);
   ASSERT_TRUE(all.ok());
   ASSERT_EQ((*all)["jobs"].size(), 3001u);
   EXPECT_EQ((*all)["jobs"][0]["id"], live);
@@ -82,20 +82,20 @@ TEST_F(RetentionTest, EndedJobsLeaveMemoryButNotTheViews) {
   std::set<std::string> seen;
   for (const auto& j : (*all)["jobs"]) seen.insert(j["id"].get<std::string>());
   EXPECT_EQ(seen.size(), 3001u);
-  auto cancelled = engine_->ListJobs(admin(), "cancelled", 5);
+  auto cancelled = engine_->views().ListJobs(admin(), "cancelled", 5);
   ASSERT_TRUE(cancelled.ok());
   ASSERT_EQ((*cancelled)["jobs"].size(), 5u);
   EXPECT_EQ((*cancelled)["jobs"][0]["id"], ids.back());
-  auto mine = engine_->ListJobs(alice(), "cancelled", 100000);
+  auto mine = engine_->views().ListJobs(alice(), "cancelled", 100000);
   ASSERT_TRUE(mine.ok());
   EXPECT_EQ((*mine)["jobs"].size(), 1500u);
-  auto pending = engine_->ListJobs(admin(), "pending", 10);
+  auto pending = engine_->views().ListJobs(admin(), "pending", 10);
   ASSERT_TRUE(pending.ok());
   ASSERT_EQ((*pending)["jobs"].size(), 1u);
   // A restart loads the live job only; numbering continues after the highest stored id.
   Reopen();
   EXPECT_EQ(InMemory(), 1);
-  EXPECT_EQ((*engine_->GetJob(admin(), ids.front()))["state"], "cancelled");
+  EXPECT_EQ((*engine_->views().GetJob(admin(), ids.front()))["state"], "cancelled");
   const std::string next = Submit(alice());
   EXPECT_EQ(next, "j-" + std::to_string(3002));
 }
@@ -109,10 +109,10 @@ TEST_F(RetentionTest, RetentionDeletesWhatEndedBeforeTheCut) {
   ASSERT_TRUE(engine_->Cancel(admin(), recent).ok());
   ASSERT_TRUE(engine_->Tick().ok());
   Reopen();  // what the store holds now
-  EXPECT_EQ(engine_->GetJob(admin(), old_job).status().code(), StatusCode::kNotFound);
-  EXPECT_TRUE(engine_->GetJob(admin(), waiting).ok());
-  EXPECT_EQ((*engine_->GetJob(admin(), recent))["state"], "cancelled");
-  auto events = engine_->Events(admin(), 0, 1000, {});
+  EXPECT_EQ(engine_->views().GetJob(admin(), old_job).status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(engine_->views().GetJob(admin(), waiting).ok());
+  EXPECT_EQ((*engine_->views().GetJob(admin(), recent))["state"], "cancelled");
+  auto events = engine_->views().Events(admin(), 0, 1000, {});
   ASSERT_TRUE(events.ok());
   for (const auto& e : (*events)["events"]) {
     EXPECT_GE(e["time_ms"].get<int64_t>(), now_ - 3600 * 1000)
@@ -135,7 +135,7 @@ TEST_F(RetentionTest, FailedAuthenticationsAreKeptForTheirOwnTimeOnly) {
   now_ += 2 * 24 * 3600 * 1000LL;  // two days on
   engine_->AuditAuthFailure("GET", "/v1/nodes", "unknown token");
   ASSERT_TRUE(engine_->Tick().ok());
-  auto events = engine_->Events(admin(), 0, 1000, {});
+  auto events = engine_->views().Events(admin(), 0, 1000, {});
   ASSERT_TRUE(events.ok());
   std::vector<std::string> failed;
   bool submitted = false;

@@ -247,7 +247,7 @@ class Served {
   // The decisions of the cycle at t, and what the in-process agents must do about them.
   void Follow(int64_t t) {
     while (true) {
-      auto page = engine_->Events(admin_, cursor_, 1000, {});
+      auto page = engine_->views().Events(admin_, cursor_, 1000, {});
       EXPECT_TRUE(page.ok());
       if (!page.ok() || (*page)["events"].empty()) break;
       cursor_ = (*page)["next"];
@@ -333,7 +333,7 @@ TEST(WhatIf, TheRecordedUtilizationMathHistoryReturnsFortyCards) {
   s->compare_forms.reset();
   Served served(*s, source);
   served.Run();
-  auto w = served.engine().WhatIfScenario(served.admin(), 0, s->until_s * 1000);
+  auto w = served.engine().views().WhatIfScenario(served.admin(), 0, s->until_s * 1000);
   ASSERT_TRUE(w.ok()) << w.status().ToString();
   EXPECT_EQ((*w)["jobs"], 100);  // 30 training, 20 inference, 50 notebooks
   EXPECT_EQ((*w)["observed"]["interactive"]["max_devices"], 50) << (*w)["observed"].dump();
@@ -358,7 +358,7 @@ TEST(WhatIf, TheRecordedUtilizationMathHistoryReturnsFortyCards) {
   EXPECT_TRUE(report->run.invariant_violations.empty());
   // What GET /v1/whatif answers (the dashboard's what-if view): the same cards.
   auto served_report =
-      served.engine().WhatIf(served.admin(), 0, s->until_s * 1000, {"interactive=share"});
+      served.engine().views().WhatIf(served.admin(), 0, s->until_s * 1000, {"interactive=share"});
   ASSERT_TRUE(served_report.ok()) << served_report.status().ToString();
   EXPECT_EQ((*served_report)["classes"]["interactive"]["returned"], 40) << served_report->dump();
   EXPECT_EQ((*served_report)["classes"]["interactive"]["observed_cards"], 50);

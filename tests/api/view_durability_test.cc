@@ -96,11 +96,12 @@ TEST_F(ViewDurabilityTest, ViewsAndMetricsNeverShowADecisionWhoseCommitThenFails
                        [&](Result<Json> r, bool) { submitted.set_value(std::move(r)); });
   store_->WaitHeld();  // the job and its placement are in memory; their write is in progress
   const Identity admin = Who("admin");
-  auto jobs = std::async(std::launch::async, [&] { return engine_->ListJobs(admin, "", 100); });
-  auto job = std::async(std::launch::async, [&] { return engine_->GetJob(admin, "j-1"); });
-  auto nodes = std::async(std::launch::async, [&] { return engine_->Nodes(admin); });
-  auto summary = std::async(std::launch::async, [&] { return engine_->Summary(admin); });
-  auto metrics = std::async(std::launch::async, [&] { return engine_->Metrics(admin); });
+  auto jobs =
+      std::async(std::launch::async, [&] { return engine_->views().ListJobs(admin, "", 100); });
+  auto job = std::async(std::launch::async, [&] { return engine_->views().GetJob(admin, "j-1"); });
+  auto nodes = std::async(std::launch::async, [&] { return engine_->views().Nodes(admin); });
+  auto summary = std::async(std::launch::async, [&] { return engine_->views().Summary(admin); });
+  auto metrics = std::async(std::launch::async, [&] { return engine_->views().Metrics(admin); });
   // Give the renderings time to be made while the write is held (a view that read memory has
   // its answer by then; one that waits for durability still waits), then fail the write. A wait
   // on time, not on a condition: what is checked is that nothing shows in the meantime.
@@ -127,15 +128,15 @@ TEST_F(ViewDurabilityTest, ViewsAndMetricsNeverShowADecisionWhoseCommitThenFails
       << *m;
 
   // After the reload, /metrics still counts nothing of it; a new submission is shown and counted.
-  auto again = engine_->Metrics(admin);
+  auto again = engine_->views().Metrics(admin);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->find("tessera_admissions_total{"), std::string::npos) << *again;
   auto next = engine_->Submit(Who("alice"), Json{{"queue", "training"}, {"command", {"true"}}});
   ASSERT_TRUE(next.ok()) << next.status().ToString();
-  auto shown = engine_->ListJobs(admin, "", 100);
+  auto shown = engine_->views().ListJobs(admin, "", 100);
   ASSERT_TRUE(shown.ok());
   EXPECT_EQ((*shown)["jobs"].size(), 1u) << shown->dump();
-  auto counted = engine_->Metrics(admin);
+  auto counted = engine_->views().Metrics(admin);
   ASSERT_TRUE(counted.ok());
   EXPECT_NE(counted->find("tessera_admissions_total{"), std::string::npos) << *counted;
 }

@@ -197,7 +197,7 @@ TEST_F(DurationFields, EveryDurationFieldReadsTheOneGrammar) {
                    auto r = engine_->Submit(
                        Who("alice"), {{"queue", "q"}, {"command", {"true"}}, {"walltime", v}});
                    if (!r.ok()) return r.status();
-                   auto job = engine_->GetJob(Who("admin"), (*r)["id"].get<std::string>());
+                   auto job = engine_->views().GetJob(Who("admin"), (*r)["id"].get<std::string>());
                    if (!job.ok()) return job.status();
                    return std::optional<int64_t>((*job)["spec"]["walltime_s"].get<int64_t>());
                  }};

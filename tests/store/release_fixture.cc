@@ -69,7 +69,7 @@ std::vector<Json> AllEvents(api::Engine& engine, const api::Identity& who, int p
   std::vector<Json> out;
   int64_t after = 0;
   for (int round = 0; round < 1000; ++round) {
-    auto r = engine.Events(who, after, page, filter);
+    auto r = engine.views().Events(who, after, page, filter);
     if (!r.ok()) throw std::runtime_error("events: " + r.status().ToString());
     for (const auto& e : (*r)["events"]) out.push_back(e);
     const int64_t next = (*r)["next"].get<int64_t>();
@@ -120,7 +120,7 @@ void CheckReleaseStore(const std::string& url, const std::string& data_dir,
 
   // GET /v1/jobs: every job, in the release's order, with its state, group, identity, queue,
   // times, exit code, reason, spec and placement.
-  auto jobs = engine.ListJobs(admin, "", 1000);
+  auto jobs = engine.views().ListJobs(admin, "", 1000);
   ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
   const Json& today_jobs = (*jobs)["jobs"];
   ASSERT_EQ(today_jobs.size(), release_jobs.size()) << today_jobs.dump(1);
@@ -135,19 +135,19 @@ void CheckReleaseStore(const std::string& url, const std::string& data_dir,
   EXPECT_EQ(states, (std::vector<std::string>{"pending", "running", "running", "cancelled",
                                               "running", "failed", "succeeded"}));
   // By state, as `tessera jobs --state` asks.
-  auto running = engine.ListJobs(admin, "running", 1000);
+  auto running = engine.views().ListJobs(admin, "running", 1000);
   ASSERT_TRUE(running.ok()) << running.status().ToString();
   EXPECT_EQ((*running)["jobs"].size(), 3u);
 
   // GET /v1/jobs/{id}: the live ones out of memory, the ended ones out of the store.
   for (const auto& d : release_details) {
     const std::string id = d["id"];
-    auto job = engine.GetJob(admin, id);
+    auto job = engine.views().GetJob(admin, id);
     ASSERT_TRUE(job.ok()) << id << ": " << job.status().ToString();
     ExpectAnswersAsTheRelease(d, *job, "GET /v1/jobs/" + id);
   }
   // A user sees her own jobs and not bob's.
-  auto mine = engine.ListJobs(alice, "", 1000);
+  auto mine = engine.views().ListJobs(alice, "", 1000);
   ASSERT_TRUE(mine.ok()) << mine.status().ToString();
   for (const auto& j : (*mine)["jobs"]) EXPECT_EQ(j["identity"], "alice") << j.dump();
   EXPECT_EQ((*mine)["jobs"].size(), 4u);
@@ -180,7 +180,7 @@ void CheckReleaseStore(const std::string& url, const std::string& data_dir,
   EXPECT_EQ(of_j4.back()["kind"], "job.cancelled");
 
   // GET /v1/nodes: the registered node, its devices, the MIG layout and who holds what.
-  auto nodes = engine.Nodes(admin);
+  auto nodes = engine.views().Nodes(admin);
   ASSERT_TRUE(nodes.ok()) << nodes.status().ToString();
   ASSERT_EQ((*nodes)["nodes"].size(), release_nodes.size()) << nodes->dump(1);
   for (size_t i = 0; i < release_nodes.size(); ++i) {
@@ -214,13 +214,13 @@ void CheckReleaseStore(const std::string& url, const std::string& data_dir,
   EXPECT_EQ((*fresh)["id"], "j-8");
   ASSERT_TRUE(engine.RunCycle().ok());
   ASSERT_TRUE(engine.Sync().ok());
-  auto placed_job = engine.GetJob(admin, "j-8");
+  auto placed_job = engine.views().GetJob(admin, "j-8");
   ASSERT_TRUE(placed_job.ok()) << placed_job.status().ToString();
   const std::string state = (*placed_job)["state"];
   EXPECT_TRUE(state == "placed" || state == "starting") << placed_job->dump(1);
   EXPECT_EQ((*placed_job)["placement"].value("node", ""), "node-a") << placed_job->dump(1);
   // The waiting job still waits (production is at its limit), for the same reason.
-  auto waiting = engine.GetJob(admin, "j-7");
+  auto waiting = engine.views().GetJob(admin, "j-7");
   ASSERT_TRUE(waiting.ok());
   EXPECT_EQ((*waiting)["state"], "pending");
   // The engine's own invariants over the migrated state.
@@ -233,10 +233,10 @@ void CheckReleaseStore(const std::string& url, const std::string& data_dir,
   auto reopened =
       api::Engine::Open(*config, std::move(*reopened_store), data_dir, [now] { return now; });
   ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
-  auto after_restart = (*reopened)->ListJobs(admin, "", 1000);
+  auto after_restart = (*reopened)->views().ListJobs(admin, "", 1000);
   ASSERT_TRUE(after_restart.ok());
   EXPECT_EQ((*after_restart)["jobs"].size(), 8u);
-  auto j8 = (*reopened)->GetJob(admin, "j-8");
+  auto j8 = (*reopened)->views().GetJob(admin, "j-8");
   ASSERT_TRUE(j8.ok());
   EXPECT_EQ((*j8)["state"], state);
 }

@@ -1,5 +1,5 @@
 // BackendLane: one external backend (Slurm, PBS, Kubernetes) as the engine keeps it: the backend,
-// its own pass lock and clocks (Engine::BackendPass), so that one backend's pass never waits for
+// its own pass lock and clocks (BackendExecutor::Pass), so that one backend's pass never waits for
 // another's, what it last said it has for Tessera and the deletions its next pass owes.
 #pragma once
 

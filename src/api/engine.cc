@@ -40,6 +40,31 @@ void WriteGrants(JsonText& w, const std::vector<quota::GrantView>& grants) {
 
 }  // namespace
 
+// The backends' executor's way into the engine (api/ledger_port.h): each call is the engine's
+// own, made under its mutex.
+class Engine::Port final : public LedgerPort {
+ public:
+  explicit Port(Engine& e) : e_(e) {}
+  std::unique_lock<std::mutex> Lock() override { return std::unique_lock<std::mutex>(e_.mu_); }
+  JobTable& Jobs() override { return e_.jobs_; }
+  quota::QuotaEngine& Quota() override { return *e_.qe_; }
+  bool Transition(Job& j, JobState to, JobCause cause) override {
+    return e_.TransitionLocked(j, to, cause);
+  }
+  bool End(Job& j, JobState state, JobCause cause, const std::string& reason) override {
+    return e_.EndLocked(j, state, cause, reason);
+  }
+  void Translate(size_t mark, Batch& b) override { e_.TranslateLocked(mark, b); }
+  void WantCycle() override { e_.pacer_.Want(); }
+  Status Commit(Batch& b, std::unique_lock<std::mutex>& lock) override {
+    return e_.CommitLocked(b, lock);
+  }
+  int64_t NowMs() const override { return e_.clock_(); }
+
+ private:
+  Engine& e_;
+};
+
 Engine::Engine(EngineConfig config, std::unique_ptr<store::Store> store, std::string data_dir,
                Clock clock)
     : config_(std::move(config)),
@@ -54,6 +79,7 @@ Engine::Engine(EngineConfig config, std::unique_ptr<store::Store> store, std::st
           [this](const std::vector<std::pair<std::string, int64_t>>& touched) {
             watches_.Fire(touched);
           }),
+      backends_(std::make_unique<Port>(*this), config_, data_dir_),
       views_(*this, config_, data_dir_) {}
 
 Engine::~Engine() {
@@ -72,29 +98,7 @@ Result<std::unique_ptr<Engine>> Engine::Open(EngineConfig config,
       new Engine(std::move(config), std::move(store), std::move(data_dir), std::move(clock)));
   // The lease's epoch (taken before the engine opens): agents ignore replies from an older one.
   if (auto l = e->store_->Leader(); l.ok()) e->leader_epoch_ = l->epoch;
-  for (const QueueRoute& q : e->config_.routes) {
-    const std::vector<std::string> names =
-        q.backends.empty() && q.external() ? std::vector<std::string>{q.backend} : q.backends;
-    for (const std::string& name : names) {  // one instance per name, however many queues
-      if (e->lanes_.count(name)) continue;
-      const NamedBackend* named = e->config_.FindBackend(name);
-      const KubeSettings& kube = named != nullptr ? named->kube : e->config_.kubernetes;
-      backends::BackendOptions options;
-      options.command_nice = e->config_.backend_nice;
-      options.cluster = e->config_.cluster;
-      options.kubeconfig = kube.kubeconfig;
-      options.kube_context = kube.context;
-      options.kube_in_cluster = kube.in_cluster;
-      options.kube_namespace = kube.ns;
-      auto b = backends::BuiltinRegistry().Make(e->config_.TypeOf(name), options);
-      if (!b.ok()) return b.status();
-      e->lanes_[name] = std::make_unique<BackendLane>();
-      e->lanes_[name]->backend = std::move(*b);
-    }
-    for (const std::string& name : names) {
-      if (q.multi()) e->lanes_[name]->several = true;
-    }
-  }
+  if (Status st = e->backends_.Open(); !st.ok()) return st;
   std::lock_guard<std::mutex> lock(e->mu_);
   Status st = e->Load();
   if (!st.ok()) return st;
@@ -120,19 +124,29 @@ bool Engine::TransitionLocked(Job& j, JobState to, JobCause cause) {
   return true;
 }
 
+store::Event EventAt(int64_t time_ms, const std::string& actor, const std::string& kind,
+                     const std::string& subject, const std::string& reason, const Json& data) {
+  JsonText text;
+  text.Raw(data.dump(-1, ' ', false, Json::error_handler_t::replace));
+  return EventAt(time_ms, actor, kind, subject, reason, std::move(text));
+}
+
 store::Event Engine::MakeEvent(const std::string& actor, const std::string& kind,
                                const std::string& subject, const std::string& reason,
                                Json data) const {
-  JsonText text;
-  text.Raw(data.dump(-1, ' ', false, Json::error_handler_t::replace));
-  return MakeEvent(actor, kind, subject, reason, std::move(text));
+  return EventAt(clock_(), actor, kind, subject, reason, data);
 }
 
 store::Event Engine::MakeEvent(const std::string& actor, const std::string& kind,
                                const std::string& subject, const std::string& reason,
                                JsonText data) const {
+  return EventAt(clock_(), actor, kind, subject, reason, std::move(data));
+}
+
+store::Event EventAt(int64_t time_ms, const std::string& actor, const std::string& kind,
+                     const std::string& subject, const std::string& reason, JsonText data) {
   store::Event ev;
-  ev.time_ms = clock_();
+  ev.time_ms = time_ms;
   // What is stored is valid UTF-8 whatever reached us (an event once made every page of the
   // log that held it fail to render).
   ev.actor = ToValidUtf8(actor);

@@ -19,7 +19,6 @@
 //   agent_reports.cc  what agents report: device health, isolation, telemetry, jobs' activity
 //   node_admin.cc     cordon, drain, uncordon; which devices may take new work (Schedulable)
 //   node_liveness.cc  node loss (and the leader's own stalls), starts never confirmed
-//   backend_pass.cc   external backends: submit, follow, cancel, reconcile after a restart
 //
 // What people and Prometheus read is not the engine's: api::Views (views.h; views.cc, history.cc,
 // whatif.cc, metrics.cc) renders a const ReadModel of memory that the engine hands it through
@@ -61,7 +60,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "api/backend_lane.h"
+#include "api/backend_executor.h"
 #include "api/batch_sequence.h"
 #include "api/commit_writer.h"
 #include "api/config.h"
@@ -174,17 +173,14 @@ class Engine final : public LedgerReads {
   void UnwatchAll();  // answers every watch with 0 (the server stops)
 
   // Housekeeping, called periodically: marks silent nodes lost, runs the cycle when due, samples
-  // the utilization history and prunes. It never runs a backend's command (BackendPass does).
+  // the utilization history and prunes. It never runs a backend's command (backends().Pass does).
   Status Tick();
-  // The external backends (slurm, pbs, kubernetes) the queues use, by name.
-  std::vector<std::string> BackendNames() const;
-  // One pass of backend `name`, outside the engine's lock while its commands run: reconcile
-  // (once after open, until the scheduler answers), refresh its capacity, then submit, follow,
-  // suspend and cancel its jobs, and commit what happened. Passes of one backend are serialized
-  // (a second caller returns at once); passes of different backends run side by side. The server
-  // runs each backend's passes on a thread of its own (api/executors.h), so a scheduler whose
-  // commands hang delays its own jobs only: never the cycle, node loss or another backend.
-  Status BackendPass(const std::string& name);
+  // The external backends (slurm, pbs, kubernetes) the queues use, and their passes: one pass of
+  // a backend runs outside the engine's lock while its commands run, and passes of different
+  // backends run side by side. The server runs each backend's passes on a thread of its own
+  // (api/executors.h), so a scheduler whose commands hang delays its own jobs only: never the
+  // cycle, node loss or another backend.
+  BackendExecutor& backends() { return backends_; }
   // Runs one scheduling cycle now and commits its decisions.
   Status RunCycle();
   // Waits until everything queued so far is written (or, after a failed write, memory is
@@ -351,55 +347,6 @@ class Engine final : public LedgerReads {
   DecisionCounters counters_;
   void SettleCountsLocked();
 
-  // --- backend_pass.cc
-  struct SubmitWork {
-    std::string id;
-    backends::Backend* b;
-    backends::JobRequest req;
-    bool lookup;
-  };
-  struct SubmitDone {
-    std::string id;
-    std::string external_id;
-    Status status;
-    bool permanent = false;  // the job cannot be rendered: it fails rather than retries
-    bool adopted = false;
-  };
-  struct SuspendWork {  // suspend (or resume) a job the backend keeps
-    std::string id;
-    backends::Backend* b;
-    std::string external_id;
-    bool suspend;
-    backends::JobRequest req;  // resume: the queue's scheduling directives
-    Status status;
-  };
-  struct BackendWork {
-    std::vector<SubmitWork> submits;
-    std::vector<SuspendWork> suspends;
-    bool stops = false;  // a kept job preempted before it was submitted (StopUnsubmittedLocked)
-    std::map<std::string, std::vector<std::string>> polls;  // backend -> external ids
-    std::vector<std::pair<backends::Backend*, std::string>> cancels;
-  };
-  Status ReconcileBackend(const std::string& name);
-  void CollectBackendWorkLocked(const std::string& name, BackendWork* w);
-  SubmitDone SubmitOne(const SubmitWork& w);
-  void RecordSubmissionsLocked(
-      const std::vector<SubmitDone>& done,
-      std::vector<std::pair<backends::Backend*, std::string>>* late_cancels, Batch* batch);
-  void RecordPollsLocked(
-      const std::map<std::string, std::vector<std::string>>& polls,
-      std::map<std::string, Result<std::map<std::string, backends::ExternalJob>>>& polled,
-      std::vector<std::pair<backends::Backend*, std::string>>* forget, Batch* batch);
-  void RecordSuspendsLocked(const std::vector<SuspendWork>& done, Batch* batch);
-  void StopUnsubmittedLocked(const std::string& name, Batch* batch);
-  // Whether the poll of a kept (suspending) backend's job changed its course; see backend_pass.cc.
-  bool FollowSuspendLocked(Job& j, const backends::ExternalJob& x, backends::ExternalState xs,
-                           Batch* batch);
-  backends::JobRequest RequestFor(const Job& j) const;
-  std::string ExternalName(const std::string& id) const {
-    return "tessera-" + config_.cluster + "-" + id;
-  }
-
   EngineConfig config_;
   std::unique_ptr<store::Store> store_;
   std::string data_dir_;
@@ -428,12 +375,10 @@ class Engine final : public LedgerReads {
   OrderWatches watches_;
   CommitWriter writer_;     // last of what the writer's callbacks use: started last, stopped first
   std::mutex register_mu_;  // orders node registrations (held without mu_ while one is written)
-  Status RefreshCapacity(const std::string& name);
-  Status NoteAnswering(const std::string& name, const Status& heard);  // backend_pass.cc
-  // The external backends, by name (the map is fixed after Open).
-  std::map<std::string, std::unique_ptr<BackendLane>> lanes_;
-  // Deletes `j`'s Job (j.external_id) through its backend's next pass: it ended without it.
-  void QueueBackendDeleteLocked(const Job& j);
+  // What the backends' executor may ask of the engine (engine.cc): mu_, the jobs, the quota
+  // engine, transitions and the commit pipeline.
+  class Port;
+  BackendExecutor backends_;  // the external backends, one lane each (fixed after Open)
   int64_t last_sample_ms_ = 0;
   Views views_;  // the read side: last, it reads the rest
 };

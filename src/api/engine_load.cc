@@ -276,11 +276,7 @@ Status Engine::LoadJob(store::JobRecord r) {
 }
 
 Status Engine::Load() {
-  for (auto& [name, lane] : lanes_) {
-    lane->capacity.reset();  // a new quota engine knows no external capacity: ask again
-    lane->last_capacity_ms = -1;
-    lane->reconciled = false;
-  }
+  backends_.ResetLocked();
   jobs_.Clear();
   failed_on_load_.clear();
   nodes_.clear();
@@ -321,7 +317,7 @@ void Engine::FillGrantsLocked(Job& j) {
       const quota::JobView v = qe_->job(j.handle);
       if (!v.ext_pool.empty()) backend = v.ext_pool;
       if (!j.backend.empty() && j.backend != backend && !j.external_id.empty()) {
-        QueueBackendDeleteLocked(j);  // its suspended Job elsewhere
+        backends_.QueueDeleteLocked(j);  // its suspended Job elsewhere
         j.external_id.clear();
         j.ext_suspended = false;
       }

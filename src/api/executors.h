@@ -1,5 +1,5 @@
 // BackendExecutors: one thread per external backend (Slurm, PBS, Kubernetes), each running that
-// backend's passes (Engine::BackendPass: submit, follow, suspend, cancel) every period.
+// backend's passes (BackendExecutor::Pass: submit, follow, suspend, cancel) every period.
 //
 // The ticker thread owns the cycle and node-loss detection (Engine::Tick) and never runs a
 // scheduler's command. A scheduler whose commands hang (each bounded by the backend's command

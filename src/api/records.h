@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "api/json_text.h"
 #include "common/status.h"
 #include "model/job_state.h"
 #include "model/resources.h"
@@ -150,6 +151,12 @@ quota::NodeSpec SpecOf(const NodeInfo& n);
 // A stored record as a Job, not entered into the quota engine (engine_load.cc): for loading,
 // and for views of jobs no longer in memory.
 Result<Job> JobFromRecord(store::JobRecord r);
+// An event for the store at `time_ms` (engine.cc): what is stored is valid UTF-8 whatever reached
+// us (an event once made every page of the log that held it fail to render).
+store::Event EventAt(int64_t time_ms, const std::string& actor, const std::string& kind,
+                     const std::string& subject, const std::string& reason, const Json& data);
+store::Event EventAt(int64_t time_ms, const std::string& actor, const std::string& kind,
+                     const std::string& subject, const std::string& reason, JsonText data);
 // The reason's prefix of a job its queue's max_runtime is stopping.
 inline constexpr char kGuardStopping[] = "stopping: ";
 // The GPU compute a job's grants hold.

@@ -230,11 +230,11 @@ Result<int> ApiServer::Adopt(int listening_fd) { return http_->Adopt(listening_f
 
 void ApiServer::Run(int tick_ms) {
   executors_ = std::make_unique<BackendExecutors>(
-      engine_->BackendNames(),
+      engine_->backends().Names(),
       [this](const std::string& b) {
         // Not while this server may no longer lead (as the ticker): skipped, not failed.
         if (gate_->deposed.load() || (lease_fresh_ && !lease_fresh_())) return Status::Ok();
-        return engine_->BackendPass(b);
+        return engine_->backends().Pass(b);
       },
       tick_ms,
       [](const std::string& b, const Status& st) {

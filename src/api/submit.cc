@@ -482,7 +482,7 @@ Result<Json> Engine::Cancel(const Identity& who, const std::string& id) {
     if (!EndLocked(j, JobState::kCancelled, JobCause::kCancelled, "cancelled by " + who.name))
       return Status::Internal("job '" + id + "' cannot be cancelled from " + JobStateName(j.state) +
                               " (logged)");
-    if (!j.backend.empty() && !j.external_id.empty()) QueueBackendDeleteLocked(j);
+    if (!j.backend.empty() && !j.external_id.empty()) backends_.QueueDeleteLocked(j);
     b.Touch(NodesOf(j));
     j.grants.clear();
     j.node.clear();

@@ -1,23 +1,54 @@
-// External backends (Slurm, PBS): the cycle admits their queues' jobs against the same limits as
-// every other job; this pass submits the admitted ones, follows them, cancels them and, once
-// after a restart, reconciles what the schedulers have with the records. Commands run without
-// the engine's lock.
-//
-// Reconciliation rule (first backend pass after open): scheduler jobs named after this cluster
-// whose Tessera job is unknown or already ended are cancelled; an unsubmitted Tessera job whose
-// scheduler job exists is adopted (never submitted twice); a second scheduler job for the same
-// Tessera job is cancelled; a submitted job the scheduler no longer knows (3 polls running) is
-// marked lost. Submission failures leave the job placed-but-unsubmitted with the reason on it,
-// retried with backoff (1s doubling to 60s).
+// BackendExecutor (api/backend_executor.h): the external backends' passes.
+#include "api/backend_executor.h"
+
 #include <algorithm>
 #include <filesystem>
 #include <set>
 
-#include "api/engine.h"
+#include "api/read_model.h"
 
 namespace tessera::api {
 
-backends::JobRequest Engine::RequestFor(const Job& j) const {
+BackendExecutor::BackendExecutor(std::unique_ptr<LedgerPort> ledger, const EngineConfig& config,
+                                 std::string data_dir)
+    : ledger_(std::move(ledger)), config_(config), data_dir_(std::move(data_dir)) {}
+
+Status BackendExecutor::Open() {
+  for (const QueueRoute& q : config_.routes) {
+    const std::vector<std::string> names =
+        q.backends.empty() && q.external() ? std::vector<std::string>{q.backend} : q.backends;
+    for (const std::string& name : names) {  // one instance per name, however many queues
+      if (lanes_.count(name)) continue;
+      const NamedBackend* named = config_.FindBackend(name);
+      const KubeSettings& kube = named != nullptr ? named->kube : config_.kubernetes;
+      backends::BackendOptions options;
+      options.command_nice = config_.backend_nice;
+      options.cluster = config_.cluster;
+      options.kubeconfig = kube.kubeconfig;
+      options.kube_context = kube.context;
+      options.kube_in_cluster = kube.in_cluster;
+      options.kube_namespace = kube.ns;
+      auto b = backends::BuiltinRegistry().Make(config_.TypeOf(name), options);
+      if (!b.ok()) return b.status();
+      lanes_[name] = std::make_unique<BackendLane>();
+      lanes_[name]->backend = std::move(*b);
+    }
+    for (const std::string& name : names) {
+      if (q.multi()) lanes_[name]->several = true;
+    }
+  }
+  return Status::Ok();
+}
+
+void BackendExecutor::ResetLocked() {
+  for (auto& [name, lane] : lanes_) {
+    lane->capacity.reset();  // a new quota engine knows no external capacity: ask again
+    lane->last_capacity_ms = -1;
+    lane->reconciled = false;
+  }
+}
+
+backends::JobRequest BackendExecutor::RequestFor(const Job& j) const {
   backends::JobRequest r;
   r.id = j.rec.id;
   r.name = ExternalName(j.rec.id);
@@ -40,8 +71,8 @@ backends::JobRequest Engine::RequestFor(const Job& j) const {
   if (r.cpu_milli <= 0) r.cpu_milli = 1000;
   if (r.memory_mib <= 0) r.memory_mib = 1024;
   std::error_code ec;
-  auto abs = std::filesystem::absolute(OutputPath(j.rec.id), ec);
-  r.output_path = ec ? OutputPath(j.rec.id) : abs.string();
+  auto abs = std::filesystem::absolute(JobOutputPath(data_dir_, j.rec.id), ec);
+  r.output_path = ec ? JobOutputPath(data_dir_, j.rec.id) : abs.string();
   r.run_as = j.spec.value("run_as", "");  // Slurm and PBS submit as this account
   if (const QueueRoute* q = config_.FindRoute(j.rec.queue)) {
     r.mapping.partition = q->partition;
@@ -57,18 +88,18 @@ backends::JobRequest Engine::RequestFor(const Job& j) const {
   return r;
 }
 
-std::vector<std::string> Engine::BackendNames() const {
+std::vector<std::string> BackendExecutor::Names() const {
   std::vector<std::string> names;
   for (const auto& [name, lane] : lanes_) names.push_back(name);
   return names;
 }
 
-void Engine::QueueBackendDeleteLocked(const Job& j) {
+void BackendExecutor::QueueDeleteLocked(const Job& j) {
   auto it = lanes_.find(j.backend);
   if (it != lanes_.end()) it->second->deletes.push_back(j.external_id);
 }
 
-Status Engine::BackendPass(const std::string& name) {
+Status BackendExecutor::Pass(const std::string& name) {
   auto lane_it = lanes_.find(name);
   if (lane_it == lanes_.end()) return Status::NotFound("no backend named '" + name + "'");
   BackendLane& lane = *lane_it->second;
@@ -76,14 +107,14 @@ Status Engine::BackendPass(const std::string& name) {
   if (!serial.owns_lock()) return Status::Ok();  // another pass of this backend is running
   bool reconcile_now = false;
   {
-    std::unique_lock<std::mutex> lock(mu_);
+    auto lock = ledger_->Lock();
     reconcile_now = !lane.reconciled && lane.answering;
   }
   // 1. Reconciliation, once after open (retried each pass until the scheduler answers), and
   // again once a backend that stopped answering answers (NoteAnswering; not from what a cache
   // kept while it was away).
   if (reconcile_now) {
-    Status st = ReconcileBackend(name);
+    Status st = Reconcile(name);
     if (!st.ok()) return st;
   }
   // An unreachable scheduler keeps the last capacity it gave, and the pass goes on without it
@@ -91,7 +122,7 @@ Status Engine::BackendPass(const std::string& name) {
   // pass while it is not answering) says whether it answers at all.
   bool away = false;
   {
-    std::unique_lock<std::mutex> lock(mu_);
+    auto lock = ledger_->Lock();
     away = lane.several && !lane.answering;
     if (away) lane.last_capacity_ms = -1;  // asked every pass while it is away
   }
@@ -101,7 +132,7 @@ Status Engine::BackendPass(const std::string& name) {
     // PBS) is asked for its jobs instead.
     bool known = false;
     {
-      std::unique_lock<std::mutex> lock(mu_);
+      auto lock = ledger_->Lock();
       known = lanes_.at(name)->capacity.has_value();
     }
     if (!known) {
@@ -116,8 +147,8 @@ Status Engine::BackendPass(const std::string& name) {
   // 2. What to do this pass.
   BackendWork w;
   {
-    std::unique_lock<std::mutex> lock(mu_);
-    CollectBackendWorkLocked(name, &w);
+    auto lock = ledger_->Lock();
+    CollectLocked(name, &w);
   }
   if (w.submits.empty() && w.polls.empty() && w.cancels.empty() && w.suspends.empty() && !w.stops)
     return Status::Ok();
@@ -130,28 +161,28 @@ Status Engine::BackendPass(const std::string& name) {
     s.status = s.suspend ? s.b->Suspend(s.external_id) : s.b->Resume(s.external_id, s.req);
   std::vector<SubmitDone> done;
   for (const SubmitWork& s : w.submits) done.push_back(SubmitOne(s));
-  std::map<std::string, Result<std::map<std::string, backends::ExternalJob>>> polled;
+  Polled polled;
   for (auto& [backend, ids] : w.polls)
     polled.emplace(backend, lanes_.at(backend)->backend->Poll(ids));
   for (auto& [backend, res] : polled) {
     if (!res.ok()) (void)NoteAnswering(backend, res.status());
   }
   // 4. Record what happened.
-  std::vector<std::pair<backends::Backend*, std::string>> late_cancels, forget;
+  Commands late_cancels, forget;
   Batch batch;
   {
-    std::unique_lock<std::mutex> lock(mu_);
+    auto lock = ledger_->Lock();
     RecordSubmissionsLocked(done, &late_cancels, &batch);
     if (!cancel_failed.empty()) {
-      for (const std::string& id : jobs_.LiveIds()) {
-        Job& j = jobs_.Get(id);
+      for (const std::string& id : ledger_->Jobs().LiveIds()) {
+        Job& j = ledger_->Jobs().Get(id);
         if (j.cancel_sent && cancel_failed.count(j.external_id)) j.cancel_sent = false;
       }
     }
     RecordSuspendsLocked(w.suspends, &batch);
     RecordPollsLocked(w.polls, polled, &forget, &batch);
     StopUnsubmittedLocked(name, &batch);
-    Status st = CommitLocked(batch, lock);
+    Status st = ledger_->Commit(batch, lock);
     if (!st.ok()) return st;
   }
   for (auto& [b, ext] : late_cancels) (void)b->Cancel(ext);
@@ -167,41 +198,42 @@ Status Engine::BackendPass(const std::string& name) {
 // whose submission may have gone through stays, to be looked up first). Its first answer after
 // that opens it again, and it is reconciled anew: a job already created there is adopted when
 // Tessera still has it for that backend, removed otherwise; never run twice.
-Status Engine::NoteAnswering(const std::string& name, const Status& heard) {
-  std::unique_lock<std::mutex> lock(mu_);
+Status BackendExecutor::NoteAnswering(const std::string& name, const Status& heard) {
+  auto lock = ledger_->Lock();
   BackendLane& lane = *lanes_.at(name);
   // Only a backend of a queue over several has somewhere else to send the work; a queue of one
   // backend waits for it as before.
   if (!lane.several || lane.answering == heard.ok()) return Status::Ok();
   lane.answering = heard.ok();
-  qe_->SetExternalAnswering(name, heard.ok());
-  pacer_.Want();
+  ledger_->Quota().SetExternalAnswering(name, heard.ok());
+  ledger_->WantCycle();
   Batch batch;
   if (heard.ok()) {
-    batch.Add(MakeEvent("engine", "backend.answering", name, name + " answers again"));
-    return CommitLocked(batch, lock);
+    batch.Add(Event("engine", "backend.answering", name, name + " answers again"));
+    return ledger_->Commit(batch, lock);
   }
   lane.reconciled = false;  // its jobs are matched again once it answers
-  batch.Add(MakeEvent("engine", "backend.not_answering", name,
-                      name + " is not answering (no new work): " + heard.message()));
-  for (const std::string& id : jobs_.LiveIds()) {
-    Job& j = jobs_.Get(id);
+  batch.Add(Event("engine", "backend.not_answering", name,
+                  name + " is not answering (no new work): " + heard.message()));
+  for (const std::string& id : ledger_->Jobs().LiveIds()) {
+    Job& j = ledger_->Jobs().Get(id);
     const QueueRoute* route = config_.FindRoute(j.rec.queue);
     if (j.backend != name || j.state != JobState::kPlaced || !j.external_id.empty() ||
         j.lookup_first || j.submit_attempts > 0 || route == nullptr || !route->multi())
       continue;
-    const size_t mark = qe_->events().size();
-    qe_->Requeue(j.handle, NowS(), "requeued: " + name + " is not answering; dispatched again");
-    TranslateLocked(mark, batch);
+    const size_t mark = ledger_->Quota().events().size();
+    ledger_->Quota().Requeue(j.handle, ledger_->NowMs() / 1000,
+                             "requeued: " + name + " is not answering; dispatched again");
+    ledger_->Translate(mark, batch);
   }
-  return CommitLocked(batch, lock);
+  return ledger_->Commit(batch, lock);
 }
 
-Status Engine::RefreshCapacity(const std::string& name) {
+Status BackendExecutor::RefreshCapacity(const std::string& name) {
   BackendLane& lane = *lanes_.at(name);
   {
-    std::unique_lock<std::mutex> lock(mu_);
-    const int64_t now = clock_();
+    auto lock = ledger_->Lock();
+    const int64_t now = ledger_->NowMs();
     if (lane.last_capacity_ms >= 0 && now - lane.last_capacity_ms < 5 * config_.backend_poll_ms)
       return Status::Ok();
     lane.last_capacity_ms = now;
@@ -210,21 +242,20 @@ Status Engine::RefreshCapacity(const std::string& name) {
     auto cap = lanes_.at(name)->backend->GpuCapacity();  // without the engine's lock: it asks
     if (!cap.ok()) return cap.status();
     if (cap->gpu_milli < 0) return Status::Ok();
-    std::unique_lock<std::mutex> lock(mu_);
+    auto lock = ledger_->Lock();
     std::optional<backends::Capacity>& known = lanes_.at(name)->capacity;
     if (known && known->gpu_milli == cap->gpu_milli && known->detail == cap->detail)
       return Status::Ok();
     known = *cap;
-    qe_->SetExternalCapacity(name, cap->gpu_milli);
-    pacer_.Want();
+    ledger_->Quota().SetExternalCapacity(name, cap->gpu_milli);
+    ledger_->WantCycle();
     Batch batch;
-    batch.Add(
-        MakeEvent(name, "backend.capacity", name, cap->detail, {{"gpu_milli", cap->gpu_milli}}));
-    return CommitLocked(batch, lock);
+    batch.Add(Event(name, "backend.capacity", name, cap->detail, {{"gpu_milli", cap->gpu_milli}}));
+    return ledger_->Commit(batch, lock);
   }
 }
 
-Status Engine::ReconcileBackend(const std::string& name) {
+Status BackendExecutor::Reconcile(const std::string& name) {
   const std::string prefix = ExternalName("");
   // Without the engine's lock: it asks the scheduler. Retried next pass when it does not answer.
   Result<std::vector<backends::ExternalJob>> list = lanes_.at(name)->backend->List(prefix);
@@ -233,43 +264,43 @@ Status Engine::ReconcileBackend(const std::string& name) {
     std::vector<store::Event> events;
     std::vector<Job*> changed;
     {
-      std::unique_lock<std::mutex> lock(mu_);
+      auto lock = ledger_->Lock();
       for (const backends::ExternalJob& x : *list) {
         const std::string id = x.name.substr(prefix.size());
         const auto xs = backends::ParseExternalState(x.state);
         const bool active = xs.ok() && !backends::EndStateOf(*xs);
-        Job* it = jobs_.Find(id);
+        Job* it = ledger_->Jobs().Find(id);
         if (it == nullptr || it->backend != name) {
           // A scheduler that keeps ended jobs as objects (Kubernetes) has them deleted too:
           // a crash between recording an end and Forget must not leave one behind.
           if (active || lanes_.at(name)->backend->Suspends()) {
             to_cancel.push_back({lanes_.at(name)->backend.get(), x.external_id});
-            events.push_back(MakeEvent("engine", "backend.orphan_cancelled", id,
-                                       name + " job " + x.external_id + " has no Tessera job",
-                                       {{"backend", name}, {"external_id", x.external_id}}));
+            events.push_back(Event("engine", "backend.orphan_cancelled", id,
+                                   name + " job " + x.external_id + " has no Tessera job",
+                                   {{"backend", name}, {"external_id", x.external_id}}));
           }
           continue;
         }
         Job& j = *it;
         if (j.external_id == x.external_id) continue;
         if (j.state == JobState::kPlaced && j.external_id.empty() &&
-            TransitionLocked(j, JobState::kStarting, JobCause::kStarted)) {
+            ledger_->Transition(j, JobState::kStarting, JobCause::kStarted)) {
           j.external_id = x.external_id;
           j.lookup_first = false;
           j.rec.reason = "adopted " + name + " job " + x.external_id + " after a restart";
-          events.push_back(MakeEvent("engine", "job.adopted", id, j.rec.reason,
-                                     {{"backend", name}, {"external_id", x.external_id}}));
+          events.push_back(Event("engine", "job.adopted", id, j.rec.reason,
+                                 {{"backend", name}, {"external_id", x.external_id}}));
           changed.push_back(&j);
         } else if (active) {
           // Ended in Tessera, or a second submission: the record wins.
           to_cancel.push_back({lanes_.at(name)->backend.get(), x.external_id});
-          events.push_back(MakeEvent("engine", "backend.duplicate_cancelled", id,
-                                     name + " job " + x.external_id + " is not the one recorded",
-                                     {{"backend", name}, {"external_id", x.external_id}}));
+          events.push_back(Event("engine", "backend.duplicate_cancelled", id,
+                                 name + " job " + x.external_id + " is not the one recorded",
+                                 {{"backend", name}, {"external_id", x.external_id}}));
         }
       }
       // Every unsubmitted job of this backend not found above was never submitted: safe to submit.
-      jobs_.ForEach([&](Job& j) {
+      ledger_->Jobs().ForEach([&](Job& j) {
         if (j.backend == name && j.external_id.empty()) j.lookup_first = false;
       });
       lanes_.at(name)->reconciled = true;
@@ -277,7 +308,7 @@ Status Engine::ReconcileBackend(const std::string& name) {
         Batch batch;
         batch.events = events;
         batch.jobs = changed;
-        Status st = CommitLocked(batch, lock);
+        Status st = ledger_->Commit(batch, lock);
         if (!st.ok()) return st;
       }
     }
@@ -286,11 +317,11 @@ Status Engine::ReconcileBackend(const std::string& name) {
   return Status::Ok();
 }
 
-void Engine::CollectBackendWorkLocked(const std::string& name, BackendWork* w) {
+void BackendExecutor::CollectLocked(const std::string& name, BackendWork* w) {
   auto& submits = w->submits;
   auto& polls = w->polls;
   auto& cancels = w->cancels;
-  const int64_t now = clock_();
+  const int64_t now = ledger_->NowMs();
   BackendLane& lane = *lanes_.at(name);
   const bool poll_due = now - lane.last_poll_ms >= config_.backend_poll_ms;
   if (poll_due) lane.last_poll_ms = now;
@@ -298,8 +329,8 @@ void Engine::CollectBackendWorkLocked(const std::string& name, BackendWork* w) {
   for (const std::string& external_id : lane.deletes)
     cancels.push_back({lane.backend.get(), external_id});
   lane.deletes.clear();
-  for (const std::string& id : jobs_.LiveIds()) {
-    Job& j = jobs_.Get(id);
+  for (const std::string& id : ledger_->Jobs().LiveIds()) {
+    Job& j = ledger_->Jobs().Get(id);
     if (j.backend != name) continue;
     backends::Backend* b = lanes_.at(name)->backend.get();
     if (b->Suspends() && j.external_id.empty() && j.state == JobState::kPreempting) w->stops = true;
@@ -337,7 +368,7 @@ void Engine::CollectBackendWorkLocked(const std::string& name, BackendWork* w) {
   }
 }
 
-Engine::SubmitDone Engine::SubmitOne(const SubmitWork& w) {
+BackendExecutor::SubmitDone BackendExecutor::SubmitOne(const SubmitWork& w) {
   SubmitDone d{w.id, "", Status::Ok()};
   if (w.lookup) {
     auto found = w.b->List(w.req.name);
@@ -369,17 +400,16 @@ Engine::SubmitDone Engine::SubmitOne(const SubmitWork& w) {
   return d;
 }
 
-void Engine::RecordSubmissionsLocked(
-    const std::vector<SubmitDone>& done,
-    std::vector<std::pair<backends::Backend*, std::string>>* late_cancels, Batch* batch) {
-  const int64_t now = clock_();
+void BackendExecutor::RecordSubmissionsLocked(const std::vector<SubmitDone>& done,
+                                              Commands* late_cancels, Batch* batch) {
+  const int64_t now = ledger_->NowMs();
   for (const SubmitDone& d : done) {
-    Job* found = jobs_.Find(d.id);
+    Job* found = ledger_->Jobs().Find(d.id);
     if (found == nullptr) continue;  // ended and out of memory while the submission ran
     Job& j = *found;
     if (d.status.ok()) {
       if (j.state != JobState::kPlaced || !j.external_id.empty() ||
-          !TransitionLocked(j, JobState::kStarting, JobCause::kStarted)) {
+          !ledger_->Transition(j, JobState::kStarting, JobCause::kStarted)) {
         // Cancelled while the submission ran.
         if (!d.external_id.empty())
           late_cancels->push_back({lanes_.at(j.backend)->backend.get(), d.external_id});
@@ -389,16 +419,16 @@ void Engine::RecordSubmissionsLocked(
       j.lookup_first = false;
       j.rec.reason =
           (d.adopted ? "adopted " : "submitted to ") + j.backend + " as job " + d.external_id;
-      batch->Add(MakeEvent("engine", "job.starting", d.id, j.rec.reason,
-                           {{"backend", j.backend}, {"external_id", d.external_id}}));
+      batch->Add(Event("engine", "job.starting", d.id, j.rec.reason,
+                       {{"backend", j.backend}, {"external_id", d.external_id}}));
       batch->jobs.push_back(&j);
     } else if (j.state == JobState::kPlaced) {
       if (d.permanent) {
-        if (!EndLocked(j, JobState::kFailed, JobCause::kRefused,
-                       "cannot render the batch script: " + d.status.message()))
+        if (!ledger_->End(j, JobState::kFailed, JobCause::kRefused,
+                          "cannot render the batch script: " + d.status.message()))
           continue;
-        pacer_.Want();
-        batch->Add(MakeEvent("engine", "job.failed", d.id, j.rec.reason));
+        ledger_->WantCycle();
+        batch->Add(Event("engine", "job.failed", d.id, j.rec.reason));
         batch->jobs.push_back(&j);
         continue;
       }
@@ -411,22 +441,21 @@ void Engine::RecordSubmissionsLocked(
                      std::to_string(j.submit_attempts) + ", next in " +
                      std::to_string(backoff / 1000) + "s): " + d.status.message();
       j.rec.update_ms = now;
-      batch->Add(MakeEvent("engine", "job.submit_failed", d.id, j.rec.reason,
-                           {{"backend", j.backend}, {"attempt", j.submit_attempts}}));
+      batch->Add(Event("engine", "job.submit_failed", d.id, j.rec.reason,
+                       {{"backend", j.backend}, {"attempt", j.submit_attempts}}));
       batch->jobs.push_back(&j);
     }
   }
 }
 
-void Engine::RecordPollsLocked(
-    const std::map<std::string, std::vector<std::string>>& polls,
-    std::map<std::string, Result<std::map<std::string, backends::ExternalJob>>>& polled,
-    std::vector<std::pair<backends::Backend*, std::string>>* forget, Batch* batch) {
+void BackendExecutor::RecordPollsLocked(
+    const std::map<std::string, std::vector<std::string>>& polls, Polled& polled, Commands* forget,
+    Batch* batch) {
   std::map<std::string, std::set<std::string>> asked;  // backend -> the external ids polled
   for (const auto& [name, ids] : polls) asked[name].insert(ids.begin(), ids.end());
   for (auto& [name, res] : polled) {
-    for (const std::string& id : jobs_.LiveIds()) {
-      Job& j = jobs_.Get(id);
+    for (const std::string& id : ledger_->Jobs().LiveIds()) {
+      Job& j = ledger_->Jobs().Get(id);
       if (j.backend != name || j.external_id.empty() ||
           !(Holds(j) || j.state == JobState::kPending))
         continue;
@@ -439,9 +468,9 @@ void Engine::RecordPollsLocked(
       auto it = res->find(j.external_id);
       if (it == res->end()) {
         if (j.cancel_sent) {  // deleted on our request (Kubernetes forgets a deleted Job)
-          if (!EndLocked(j, JobState::kCancelled, JobCause::kCancelled, "cancelled")) continue;
+          if (!ledger_->End(j, JobState::kCancelled, JobCause::kCancelled, "cancelled")) continue;
           batch->Add(
-              MakeEvent(name, "job.cancelled", id, "cancelled", {{"external_id", j.external_id}}));
+              Event(name, "job.cancelled", id, "cancelled", {{"external_id", j.external_id}}));
           batch->jobs.push_back(&j);
           continue;
         }
@@ -452,12 +481,11 @@ void Engine::RecordPollsLocked(
           batch->jobs.push_back(&j);
           continue;
         }
-        if (!EndLocked(j, JobState::kLost, JobCause::kLost,
-                       name + " no longer knows job " + j.external_id))
+        if (!ledger_->End(j, JobState::kLost, JobCause::kLost,
+                          name + " no longer knows job " + j.external_id))
           continue;
-        pacer_.Want();
-        batch->Add(
-            MakeEvent("engine", "job.lost", id, j.rec.reason, {{"external_id", j.external_id}}));
+        ledger_->WantCycle();
+        batch->Add(Event("engine", "job.lost", id, j.rec.reason, {{"external_id", j.external_id}}));
         batch->jobs.push_back(&j);
         continue;
       }
@@ -480,13 +508,13 @@ void Engine::RecordPollsLocked(
                        (x.reason.empty() ? "" : " (" + x.reason + ")");
       } else if (*xs == backends::ExternalState::kRunning) {
         if (j.state != JobState::kRunning &&
-            TransitionLocked(j, JobState::kRunning, JobCause::kRunning)) {
+            ledger_->Transition(j, JobState::kRunning, JobCause::kRunning)) {
           j.rec.reason = "";
-          batch->Add(MakeEvent(name, "job.running", id, "",
-                               {{"external_id", j.external_id},
-                                {"node", j.external_node},
-                                {"gres", j.gres},
-                                {"devices", j.external_devices}}));
+          batch->Add(Event(name, "job.running", id, "",
+                           {{"external_id", j.external_id},
+                            {"node", j.external_node},
+                            {"gres", j.gres},
+                            {"devices", j.external_devices}}));
           batch->jobs.push_back(&j);
         }
       } else if (end) {
@@ -502,14 +530,14 @@ void Engine::RecordPollsLocked(
                       (x.exit_code ? ", exit code " + std::to_string(*x.exit_code) : "") +
                       (x.signal ? ", signal " + std::to_string(x.signal) : "");
         // Ended like every other job (EndLocked): counted among the ended, so it leaves memory.
-        if (!EndLocked(j, state, JobCause::kExited, why)) continue;
-        pacer_.Want();
+        if (!ledger_->End(j, state, JobCause::kExited, why)) continue;
+        ledger_->WantCycle();
         j.rec.exit_code = x.exit_code;
-        batch->Add(MakeEvent(name, std::string("job.") + JobStateName(state), id, j.rec.reason,
-                             {{"external_id", j.external_id},
-                              {"node", j.external_node},
-                              {"exit_code", x.exit_code ? *x.exit_code : -1},
-                              {"signal", x.signal}}));
+        batch->Add(Event(name, std::string("job.") + JobStateName(state), id, j.rec.reason,
+                         {{"external_id", j.external_id},
+                          {"node", j.external_node},
+                          {"exit_code", x.exit_code ? *x.exit_code : -1},
+                          {"signal", x.signal}}));
         batch->jobs.push_back(&j);
         forget->push_back({lanes_.at(name)->backend.get(), j.external_id});
       }
@@ -520,24 +548,24 @@ void Engine::RecordPollsLocked(
 // A job of a backend that suspends, preempted before its Job existed (or while its creation ran,
 // which RecordSubmissionsLocked has then deleted): nothing runs, so it is stopped at once and
 // pending again.
-void Engine::StopUnsubmittedLocked(const std::string& name, Batch* batch) {
+void BackendExecutor::StopUnsubmittedLocked(const std::string& name, Batch* batch) {
   if (!lanes_.at(name)->backend->Suspends()) return;
-  for (const std::string& id : jobs_.LiveIds()) {
-    Job& j = jobs_.Get(id);
+  for (const std::string& id : ledger_->Jobs().LiveIds()) {
+    Job& j = ledger_->Jobs().Get(id);
     if (j.state != JobState::kPreempting || !j.external_id.empty() || j.backend != name) {
       continue;
     }
-    const size_t mark = qe_->events().size();
-    qe_->Stopped(j.handle, NowS());
-    TranslateLocked(mark, *batch);  // job.requeued
-    pacer_.Want();
+    const size_t mark = ledger_->Quota().events().size();
+    ledger_->Quota().Stopped(j.handle, ledger_->NowMs() / 1000);
+    ledger_->Translate(mark, *batch);  // job.requeued
+    ledger_->WantCycle();
   }
 }
 
-void Engine::RecordSuspendsLocked(const std::vector<SuspendWork>& done, Batch* batch) {
-  const int64_t now = clock_();
+void BackendExecutor::RecordSuspendsLocked(const std::vector<SuspendWork>& done, Batch* batch) {
+  const int64_t now = ledger_->NowMs();
   for (const SuspendWork& d : done) {
-    Job* found = jobs_.Find(d.id);
+    Job* found = ledger_->Jobs().Find(d.id);
     if (found == nullptr || found->external_id != d.external_id) continue;
     Job& j = *found;
     const std::string verb = d.suspend ? "suspend" : "resume";
@@ -550,15 +578,15 @@ void Engine::RecordSuspendsLocked(const std::vector<SuspendWork>& done, Batch* b
     j.ext_suspended = d.suspend;
     j.next_suspend_ms = 0;
     if (d.suspend) {
-      batch->Add(MakeEvent("engine", "job.suspended", d.id,
-                           j.backend + " job " + d.external_id + " suspended",
-                           {{"backend", j.backend}, {"external_id", d.external_id}}));
+      batch->Add(Event("engine", "job.suspended", d.id,
+                       j.backend + " job " + d.external_id + " suspended",
+                       {{"backend", j.backend}, {"external_id", d.external_id}}));
     } else if (j.state == JobState::kPlaced &&
-               TransitionLocked(j, JobState::kStarting, JobCause::kStarted)) {
+               ledger_->Transition(j, JobState::kStarting, JobCause::kStarted)) {
       j.rec.reason = "resumed in " + j.backend + " as job " + d.external_id;
       batch->Add(
-          MakeEvent("engine", "job.starting", d.id, j.rec.reason,
-                    {{"backend", j.backend}, {"external_id", d.external_id}, {"resumed", true}}));
+          Event("engine", "job.starting", d.id, j.rec.reason,
+                {{"backend", j.backend}, {"external_id", d.external_id}, {"resumed", true}}));
       batch->jobs.push_back(&j);
     }
   }
@@ -572,18 +600,18 @@ void Engine::RecordSuspendsLocked(const std::vector<SuspendWork>& done, Batch* b
 // - starting, with its pod unschedulable for the queue's placement_timeout: requeued with that
 //   reason (and so suspended).
 // False: the usual following (pending in the scheduler, running, ended).
-bool Engine::FollowSuspendLocked(Job& j, const backends::ExternalJob& x, backends::ExternalState xs,
-                                 Batch* batch) {
-  const int64_t now = clock_();
+bool BackendExecutor::FollowSuspendLocked(Job& j, const backends::ExternalJob& x,
+                                          backends::ExternalState xs, Batch* batch) {
+  const int64_t now = ledger_->NowMs();
   j.ext_suspended = x.suspended;
   if (j.state == JobState::kPending) return true;
   const bool ended = backends::EndStateOf(xs).has_value();
   if (j.state == JobState::kPreempting && !ended) {
     if (xs == backends::ExternalState::kSuspended) {
-      const size_t mark = qe_->events().size();
-      qe_->Stopped(j.handle, NowS());
-      TranslateLocked(mark, *batch);  // job.requeued
-      pacer_.Want();
+      const size_t mark = ledger_->Quota().events().size();
+      ledger_->Quota().Stopped(j.handle, ledger_->NowMs() / 1000);
+      ledger_->Translate(mark, *batch);  // job.requeued
+      ledger_->WantCycle();
     }
     return true;
   }
@@ -597,12 +625,12 @@ bool Engine::FollowSuspendLocked(Job& j, const backends::ExternalJob& x, backend
     const int64_t timeout = route != nullptr ? route->kube.placement_timeout_ms : 0;
     if (timeout > 0 && now - j.unschedulable_since_ms >= timeout) {
       j.unschedulable_since_ms = 0;
-      const size_t mark = qe_->events().size();
-      qe_->Requeue(j.handle, NowS(),
-                   "requeued: " + j.backend + " did not schedule its pod within " +
-                       std::to_string(timeout / 1000) + "s (" + x.reason + ")");
-      TranslateLocked(mark, *batch);
-      pacer_.Want();
+      const size_t mark = ledger_->Quota().events().size();
+      ledger_->Quota().Requeue(j.handle, ledger_->NowMs() / 1000,
+                               "requeued: " + j.backend + " did not schedule its pod within " +
+                                   std::to_string(timeout / 1000) + "s (" + x.reason + ")");
+      ledger_->Translate(mark, *batch);
+      ledger_->WantCycle();
       return true;
     }
   } else {

@@ -30,14 +30,21 @@ Status BackendExecutor::Open() {
       options.kube_namespace = kube.ns;
       auto b = backends::BuiltinRegistry().Make(config_.TypeOf(name), options);
       if (!b.ok()) return b.status();
-      lanes_[name] = std::make_unique<BackendLane>();
-      lanes_[name]->backend = std::move(*b);
+      AddLane(name, std::move(*b), false);
     }
     for (const std::string& name : names) {
       if (q.multi()) lanes_[name]->several = true;
     }
   }
   return Status::Ok();
+}
+
+void BackendExecutor::AddLane(const std::string& name, std::unique_ptr<backends::Backend> backend,
+                              bool several) {
+  auto lane = std::make_unique<BackendLane>();
+  lane->backend = std::move(backend);
+  lane->several = several;
+  lanes_[name] = std::move(lane);
 }
 
 void BackendExecutor::ResetLocked() {

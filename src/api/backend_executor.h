@@ -35,6 +35,10 @@ class BackendExecutor {
 
   // One lane per backend the queues name (one instance per name, however many queues).
   Status Open();
+  // A lane for `backend` under `name` (Open makes one per name the queues use; a test, its fake).
+  // `several`: a queue over several backends lists it, so it gets no new work while it is not
+  // answering.
+  void AddLane(const std::string& name, std::unique_ptr<backends::Backend> backend, bool several);
   std::vector<std::string> Names() const;
   // One pass of one backend: safe from any thread; a pass of a backend already running makes
   // this one a no-op.

@@ -419,8 +419,8 @@ Status Engine::SaveFairShare(bool now) {
   Json saved;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!now && clock_() - last_fair_share_save_ms_ < kFairShareSaveMs) return Status::Ok();
-    last_fair_share_save_ms_ = clock_();
+    if (!now && clock_() - chores_.fair_share_saved_ms < kFairShareSaveMs) return Status::Ok();
+    chores_.fair_share_saved_ms = clock_();
     int64_t as_of = 0;
     Json groups = Json::object();
     for (const auto& h : qe_->FairShare(&as_of))
@@ -457,9 +457,9 @@ Status Engine::RetentionTick() {
   // memory is live or ended recently, so nothing memory holds is older than a day of it).
   const int64_t now = clock_();
   const bool audit = config_.auth_failed_retention_ms > 0;
-  if ((config_.retention_ms <= 0 && !audit) || now - last_prune_ms_ < kPruneEveryMs)
+  if ((config_.retention_ms <= 0 && !audit) || now - chores_.pruned_ms < kPruneEveryMs)
     return Status::Ok();
-  last_prune_ms_ = now;
+  chores_.pruned_ms = now;
   if (audit) {
     auto gone = store_->PruneEventsOfKind("auth.failed", now - config_.auth_failed_retention_ms);
     if (!gone.ok()) return gone.status();
@@ -505,18 +505,18 @@ Status Engine::HistoryTick() {
   {
     std::unique_lock<std::mutex> lock(mu_);
     if (!broken_.ok()) return broken_;
-    if (last_sample_ms_ != 0 && now - last_sample_ms_ < config_.utilization_sample_ms)
+    if (chores_.sampled_ms != 0 && now - chores_.sampled_ms < config_.utilization_sample_ms)
       return Status::Ok();
-    last_sample_ms_ = now;
+    chores_.sampled_ms = now;
     sample = UtilizationSample(ModelLocked());
   }
   if (Status st = store_->PutSample(fine_s, {now, sample}); !st.ok()) return st;
   // Roll every complete 5-minute bucket since the last one rolled (found in the store after a
   // restart) into its average; fine samples older than utilization_fine_keep go.
   const int64_t done = now / kCoarseSampleMs * kCoarseSampleMs;  // buckets before this are complete
-  if (done > last_rollup_ms_) {
-    int64_t from = std::max<int64_t>(last_rollup_ms_, done - config_.utilization_fine_keep_ms);
-    if (last_rollup_ms_ == 0) {
+  if (done > chores_.rolled_up_ms) {
+    int64_t from = std::max<int64_t>(chores_.rolled_up_ms, done - config_.utilization_fine_keep_ms);
+    if (chores_.rolled_up_ms == 0) {
       auto coarse = store_->ListSamples(kCoarseSampleMs / 1000,
                                         done - config_.utilization_fine_keep_ms, done);
       if (!coarse.ok()) return coarse.status();
@@ -538,7 +538,7 @@ Status Engine::HistoryTick() {
           !st.ok())
         return st;
     }
-    last_rollup_ms_ = done;
+    chores_.rolled_up_ms = done;
     if (auto p = store_->PruneSamples(fine_s, now - config_.utilization_fine_keep_ms); !p.ok())
       return p.status();
     if (auto p = store_->PruneSamples(kCoarseSampleMs / 1000, now - config_.utilization_keep_ms);

@@ -245,9 +245,14 @@ class Engine final : public LedgerReads {
   Status LoadFairShare();
   static constexpr const char* kFairShareKey = "scheduler.fair_share";
   static constexpr int64_t kFairShareSaveMs = 60'000;
-  int64_t last_fair_share_save_ms_ = 0;
   static constexpr int64_t kPruneEveryMs = 3600 * 1000;
-  std::atomic<int64_t> last_prune_ms_{0};
+  // When Tick last did each of its periodic chores.
+  struct Chores {
+    int64_t fair_share_saved_ms = 0;
+    std::atomic<int64_t> pruned_ms{0};  // outside mu_ (RetentionTick)
+    int64_t sampled_ms = 0;             // the utilization history's last sample
+    int64_t rolled_up_ms = 0;           // 5-minute buckets before this are rolled up
+  } chores_;
   Status ReloadLocked(const Status& cause);
   // Runs the cycle and turns the quota engine's new events into job changes in `b`.
   void CycleLocked(Batch& b);
@@ -336,7 +341,6 @@ class Engine final : public LedgerReads {
   // Takes a sample when due, rolls complete 5-minute buckets into averages and prunes (store
   // writes outside mu_).
   Status HistoryTick();
-  int64_t last_rollup_ms_ = 0;  // 5-minute buckets before this are rolled up
 
   // --- metrics.cc
   // Counts a placement (admission, guaranteed or borrowed), preemption or repartition from the
@@ -379,8 +383,7 @@ class Engine final : public LedgerReads {
   // engine, transitions and the commit pipeline.
   class Port;
   BackendExecutor backends_;  // the external backends, one lane each (fixed after Open)
-  int64_t last_sample_ms_ = 0;
-  Views views_;  // the read side: last, it reads the rest
+  Views views_;               // the read side: last, it reads the rest
 };
 
 }  // namespace tessera::api

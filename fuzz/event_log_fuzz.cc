@@ -140,9 +140,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   // The newest event, this input's, as a page of /v1/events reads it (a page of several renders
   // as its events do, and each of those was checked as its input's).
-  auto last = e.LastEventSeq();
+  auto last = e.views().LastEventSeq();
   if (!last.ok()) abort();
-  auto events = e.Events(h.admin(), std::max<int64_t>(0, *last - 1), 10, {});
+  auto events = e.views().Events(h.admin(), std::max<int64_t>(0, *last - 1), 10, {});
   if (!events.ok()) abort();
   Check((*events)["events"].size() == 1);
   CheckRendering(Render(*events));

@@ -305,11 +305,12 @@ Result<Json> Engine::RegisterNode(const Identity& who, const Json& body) {
   ApplyIsolationLocked(n);
   auto old = nodes_.find(n.name);
   Batch b;
-  b.Add(MakeEvent(who.name, "node.registered", n.name, "",
-                  {{"devices", n.devices.size()}, {"simulated", n.simulated}}),
+  b.Add(EventAt(clock_(), who.name, "node.registered", n.name, "",
+                {{"devices", n.devices.size()}, {"simulated", n.simulated}}),
         nullptr);
   if (old != nodes_.end() && old->second.lost) {
-    b.Add(MakeEvent(who.name, "node.returned", n.name, "registered again after loss"), nullptr);
+    b.Add(EventAt(clock_(), who.name, "node.returned", n.name, "registered again after loss"),
+          nullptr);
   }
   n.running_reported = *running;
   if (old != nodes_.end() && old->second.devices.size() == n.devices.size()) {
@@ -379,7 +380,8 @@ void Engine::FinishPartLocked(Job& j, const std::string& node, int code, int sig
     return;
   }
   if (!all_done && !failed && !j.cancel_requested) {
-    b.Add(MakeEvent(actor, "job.part_finished", j.rec.id, "part on " + node + " ended"), &j);
+    b.Add(EventAt(clock_(), actor, "job.part_finished", j.rec.id, "part on " + node + " ended"),
+          &j);
     return;
   }
   const JobState state = j.cancel_requested ? JobState::kCancelled
@@ -395,8 +397,8 @@ void Engine::FinishPartLocked(Job& j, const std::string& node, int code, int sig
   if (failed && NodesOf(j).size() > 1) reason += " (part on " + node + ")";
   if (!EndLocked(j, state, JobCause::kExited, reason)) return;
   j.rec.exit_code = code;
-  b.Add(MakeEvent(actor, std::string("job.") + JobStateName(state), j.rec.id, reason,
-                  {{"exit_code", code}, {"signal", sig}}),
+  b.Add(EventAt(clock_(), actor, std::string("job.") + JobStateName(state), j.rec.id, reason,
+                {{"exit_code", code}, {"signal", sig}}),
         &j);
   pacer_.Want();
 }
@@ -404,7 +406,7 @@ void Engine::FinishPartLocked(Job& j, const std::string& node, int code, int sig
 // A part of a gang whose start order has not gone to `node` yet. The job may already be
 // running elsewhere: the first part's start moves it to "starting", its first report to
 // "running", and the other parts' orders follow (each once its decisions are durable).
-bool Engine::GangPartUnsent(const Job& j, const std::string& node) const {
+bool GangPartUnsent(const Job& j, const std::string& node) {
   if (j.state != JobState::kStarting && j.state != JobState::kRunning) return false;
   return NodesOf(j).size() > 1 && !j.parts_done.count("sent:" + node);
 }
@@ -503,7 +505,7 @@ Result<std::pair<Json, int64_t>> Engine::HeartbeatQueued(const Identity& who, co
     n.jobs_released = false;
     ApplySchedulableLocked(node);  // up, unless cordoned
     pacer_.Want();
-    b.Add(MakeEvent(actor, "node.returned", node, "heartbeat after loss"), nullptr);
+    b.Add(EventAt(clock_(), actor, "node.returned", node, "heartbeat after loss"), nullptr);
   }
   auto on_node = [&](const Job& j) {
     const auto nodes = NodesOf(j);
@@ -537,7 +539,8 @@ Result<std::pair<Json, int64_t>> Engine::HeartbeatQueued(const Identity& who, co
     if ((j.state == JobState::kStarting || j.state == JobState::kPlaced) &&
         TransitionLocked(j, JobState::kRunning, JobCause::kRunning)) {
       j.last_active_ms = clock_();  // a fresh start counts as activity
-      b.Add(MakeEvent(actor, "job.running", j.rec.id, "", {{"pid", j.pid}, {"node", node}}), &j);
+      b.Add(EventAt(clock_(), actor, "job.running", j.rec.id, "", {{"pid", j.pid}, {"node", node}}),
+            &j);
     }
     // Back on its device by its agent's word: the "in" order has been carried out.
     if (j.swap_order == "in" && r.contains("swapped") && r["swapped"].is_boolean() &&
@@ -616,7 +619,7 @@ Json Engine::OrdersLocked(const NodeInfo& n, Batch& b, int64_t durable) {
       j.starting_since_mono = silence_.Now();
       if (gang) j.parts_done.insert("sent:" + node);
       if (starts) {
-        b.Add(MakeEvent("engine", "job.starting", id, "", {{"node", node}}), &j);
+        b.Add(EventAt(clock_(), "engine", "job.starting", id, "", {{"node", node}}), &j);
       }
       continue;
     }

@@ -45,7 +45,7 @@ void Engine::RecordHealthLocked(NodeInfo& n, const Json& devices, const std::str
     const std::string subject = n.name + ":" + std::to_string(index);
     Json data = {{"node", n.name}, {"device", index}, {"uuid", dev.uuid}};
     if (healthy) {
-      b.Add(MakeEvent(actor, "device.healthy", subject, "healthy again", data), nullptr);
+      b.Add(EventAt(clock_(), actor, "device.healthy", subject, "healthy again", data), nullptr);
       continue;
     }
     Json stopped = Json::array();
@@ -65,7 +65,7 @@ void Engine::RecordHealthLocked(NodeInfo& n, const Json& devices, const std::str
     }
     data["jobs"] = stopped;
     data["policy"] = config_.unhealthy_requeue ? "requeue" : "finish";
-    b.Add(MakeEvent(actor, "device.unhealthy", subject, reason, data), nullptr);
+    b.Add(EventAt(clock_(), actor, "device.unhealthy", subject, reason, data), nullptr);
     static const log::Logger kLog("engine");
     kLog.Warn("device unhealthy", {{"device", subject}, {"reason", reason}});
   }
@@ -87,12 +87,12 @@ void Engine::ClearHealthLocked(NodeInfo& n, int device, const std::string& who, 
     dev.health_reset = true;
     dev.health_reason.clear();
     const std::string subject = n.name + ":" + std::to_string(dev.index);
-    b.Add(MakeEvent(who, "device.healthy", subject, "returned by " + who,
-                    {{"node", n.name},
-                     {"device", dev.index},
-                     {"uuid", dev.uuid},
-                     {"by", who},
-                     {"cleared", dev.health_cleared}}),
+    b.Add(EventAt(clock_(), who, "device.healthy", subject, "returned by " + who,
+                  {{"node", n.name},
+                   {"device", dev.index},
+                   {"uuid", dev.uuid},
+                   {"by", who},
+                   {"cleared", dev.health_cleared}}),
           nullptr);
     static const log::Logger kLog("engine");
     kLog.Info("device returned", {{"device", subject}, {"by", who}});
@@ -129,10 +129,10 @@ void Engine::ObserveActivityLocked(Job& j, const Json& report, const std::string
                            : state == "resuming" ? "resuming: waiting for room on the device"
                            : state == "resident" ? "back on the device"
                                                  : state;
-      b.Add(MakeEvent(actor, "job.swap", j.rec.id, detail,
-                      {{"from", j.swap_state.empty() ? "resident" : j.swap_state},
-                       {"to", state},
-                       {"swapped_mib", swapped}}),
+      b.Add(EventAt(clock_(), actor, "job.swap", j.rec.id, detail,
+                    {{"from", j.swap_state.empty() ? "resident" : j.swap_state},
+                     {"to", state},
+                     {"swapped_mib", swapped}}),
             nullptr);
       j.swap_state = state;
     }
@@ -146,10 +146,10 @@ void Engine::ObserveActivityLocked(Job& j, const Json& report, const std::string
       j.idle = false;
       if (j.handle >= 0) qe_->SetIdle(j.handle, -1);     // its queue's idle_timeout starts over
       if (j.swap_order == "idle") j.swap_order.clear();  // in use again: back by itself
-      b.Add(MakeEvent(actor, "job.active", j.rec.id,
-                      "activity again after " + std::to_string((now - j.last_active_ms) / 1000) +
-                          "s idle",
-                      {{"at_ms", now}, {"idle_since_ms", j.last_active_ms}}),
+      b.Add(EventAt(clock_(), actor, "job.active", j.rec.id,
+                    "activity again after " + std::to_string((now - j.last_active_ms) / 1000) +
+                        "s idle",
+                    {{"at_ms", now}, {"idle_since_ms", j.last_active_ms}}),
             nullptr);
     }
     j.last_active_ms = now;
@@ -159,10 +159,10 @@ void Engine::ObserveActivityLocked(Job& j, const Json& report, const std::string
     j.idle = true;
     // Its queue's idle_timeout counts from the last activity (the quota engine gives it back).
     if (j.handle >= 0) qe_->SetIdle(j.handle, j.last_active_ms / 1000);
-    b.Add(MakeEvent(actor, "job.idle", j.rec.id,
-                    "held but idle: no activity for " +
-                        std::to_string((now - j.last_active_ms) / 1000) + "s",
-                    {{"since_ms", j.last_active_ms}}),
+    b.Add(EventAt(clock_(), actor, "job.idle", j.rec.id,
+                  "held but idle: no activity for " +
+                      std::to_string((now - j.last_active_ms) / 1000) + "s",
+                  {{"since_ms", j.last_active_ms}}),
           nullptr);
   }
 }

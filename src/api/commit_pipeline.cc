@@ -51,8 +51,8 @@ int64_t Engine::QueueLocked(Batch& b) {
     if (now != drains_) {
       Json list = Json::array();
       for (const auto& d : now) list.push_back(DrainJson(d));
-      b.Add(MakeEvent("engine", "device.drains", "cluster",
-                      std::to_string(now.size()) + " drain(s) in progress", {{"drains", list}}),
+      b.Add(EventAt(clock_(), "engine", "device.drains", "cluster",
+                    std::to_string(now.size()) + " drain(s) in progress", {{"drains", list}}),
             nullptr);
       drains_ = std::move(now);
     }
@@ -203,7 +203,7 @@ void Engine::AuditLocked(const std::string& actor, const std::string& kind,
     if (suppressed > 0) data["suppressed"] = suppressed;
   }
   Batch b;
-  b.Add(MakeEvent(actor, kind, subject, reason, std::move(data)), nullptr);
+  b.Add(EventAt(clock_(), actor, kind, subject, reason, std::move(data)), nullptr);
   QueueLocked(b);
 }
 

@@ -131,18 +131,6 @@ store::Event EventAt(int64_t time_ms, const std::string& actor, const std::strin
   return EventAt(time_ms, actor, kind, subject, reason, std::move(text));
 }
 
-store::Event Engine::MakeEvent(const std::string& actor, const std::string& kind,
-                               const std::string& subject, const std::string& reason,
-                               Json data) const {
-  return EventAt(clock_(), actor, kind, subject, reason, data);
-}
-
-store::Event Engine::MakeEvent(const std::string& actor, const std::string& kind,
-                               const std::string& subject, const std::string& reason,
-                               JsonText data) const {
-  return EventAt(clock_(), actor, kind, subject, reason, std::move(data));
-}
-
 store::Event EventAt(int64_t time_ms, const std::string& actor, const std::string& kind,
                      const std::string& subject, const std::string& reason, JsonText data) {
   store::Event ev;
@@ -157,7 +145,7 @@ store::Event EventAt(int64_t time_ms, const std::string& actor, const std::strin
   return ev;
 }
 
-store::JobRecord Engine::RecordOf(const Job& j) const {
+store::JobRecord RecordOf(const Job& j) {
   store::JobRecord r = j.rec;
   r.state = JobStateName(j.state);
   r.spec = j.stored ? "" : j.spec_text.empty() ? j.spec.dump() : j.spec_text;  // "": unchanged
@@ -212,8 +200,8 @@ void Engine::TranslateLocked(size_t from, Batch& b) {
     const quota::Event& e = evs[i];
     if (e.kind == quota::EventKind::kRepartitioned) {
       CountEventLocked(e, nullptr);
-      b.Add(MakeEvent("engine", "device.repartitioned", e.detail.substr(0, e.detail.find(':')),
-                      e.detail),
+      b.Add(EventAt(clock_(), "engine", "device.repartitioned",
+                    e.detail.substr(0, e.detail.find(':')), e.detail),
             nullptr);
       continue;
     }
@@ -234,14 +222,16 @@ void Engine::TranslateLocked(size_t from, Batch& b) {
         WriteGrants(data, j.grants);
         data.Key("borrowed").Bool(j.borrowed).Key("admission").Str(admission).EndObject();
         CountEventLocked(e, &j);
-        b.Add(MakeEvent("engine", "job.placed", j.rec.id, e.detail, std::move(data)), &j);
+        b.Add(EventAt(clock_(), "engine", "job.placed", j.rec.id, e.detail, std::move(data)), &j);
         break;
       }
       case quota::EventKind::kPreempted:
         if (!TransitionLocked(j, JobState::kPreempting, JobCause::kPreempted)) break;
         CountEventLocked(e, &j);
         j.rec.reason = "preempted: " + e.detail;
-        b.Add(MakeEvent("engine", "job.preempted", j.rec.id, e.detail, {{"group", e.group}}), &j);
+        b.Add(
+            EventAt(clock_(), "engine", "job.preempted", j.rec.id, e.detail, {{"group", e.group}}),
+            &j);
         break;
       case quota::EventKind::kStopped:
         if (!j.held_on.empty()) {  // held swapped out past its queue's swap_hold_limit
@@ -253,7 +243,7 @@ void Engine::TranslateLocked(size_t from, Batch& b) {
         if (!TransitionLocked(j, JobState::kPreempting, JobCause::kPreempted)) break;
         j.guard_stopped = true;
         j.rec.reason = std::string(kGuardStopping) + e.detail;
-        b.Add(MakeEvent("engine", "job.stopping", j.rec.id, e.detail), &j);
+        b.Add(EventAt(clock_(), "engine", "job.stopping", j.rec.id, e.detail), &j);
         break;
       case quota::EventKind::kSwappedOut:
       case quota::EventKind::kSwappedIn:
@@ -274,8 +264,8 @@ void Engine::TranslateLocked(size_t from, Batch& b) {
         j.gpu_memory_used_mib = -1;
         j.swap_state.clear();
         j.swapped_mib = 0;
-        b.Add(MakeEvent("engine", "job.requeued", j.rec.id, e.detail,
-                        {{"preemptions", j.preemptions}}),
+        b.Add(EventAt(clock_(), "engine", "job.requeued", j.rec.id, e.detail,
+                      {{"preemptions", j.preemptions}}),
               &j);
         break;
       default:
@@ -293,7 +283,7 @@ void Engine::SwapEventLocked(Job& j, const quota::Event& e, Batch& b) {
     if (!EndLocked(j, JobState::kFailed, JobCause::kRefused, "stopped: " + e.detail)) return;
     j.held_on.clear();
     j.swap_order.clear();
-    b.Add(MakeEvent("engine", "job.stopped", j.rec.id, e.detail, {{"node", node}}), &j);
+    b.Add(EventAt(clock_(), "engine", "job.stopped", j.rec.id, e.detail, {{"node", node}}), &j);
     return;
   }
   if (e.kind == quota::EventKind::kSwappedIn) {
@@ -303,7 +293,8 @@ void Engine::SwapEventLocked(Job& j, const quota::Event& e, Batch& b) {
     j.swap_order = "in";
     j.last_active_ms = clock_();
     b.Touch(NodesOf(j));
-    b.Add(MakeEvent("engine", "job.swapped_in", j.rec.id, e.detail, {{"node", j.node}}), &j);
+    b.Add(EventAt(clock_(), "engine", "job.swapped_in", j.rec.id, e.detail, {{"node", j.node}}),
+          &j);
     return;
   }
   CountEventLocked(e, &j);
@@ -311,7 +302,8 @@ void Engine::SwapEventLocked(Job& j, const quota::Event& e, Batch& b) {
     // Its queue's idle_timeout: swapped out, not stopped; it keeps its share and runs on.
     j.swap_order = "idle";
     b.Touch(NodesOf(j));
-    b.Add(MakeEvent("engine", "job.swapped_out", j.rec.id, e.detail, {{"node", j.node}}), &j);
+    b.Add(EventAt(clock_(), "engine", "job.swapped_out", j.rec.id, e.detail, {{"node", j.node}}),
+          &j);
     return;
   }
   // Preempted by swapping: pending, its processes paused on its node, its memory off the card.
@@ -327,8 +319,8 @@ void Engine::SwapEventLocked(Job& j, const quota::Event& e, Batch& b) {
   j.form.clear();
   j.parts_done.clear();
   j.idle = false;
-  b.Add(MakeEvent("engine", "job.swapped_out", j.rec.id, e.detail,
-                  {{"node", node}, {"for_job", e.for_job}, {"lost_gpu_s", 0}}),
+  b.Add(EventAt(clock_(), "engine", "job.swapped_out", j.rec.id, e.detail,
+                {{"node", node}, {"for_job", e.for_job}, {"lost_gpu_s", 0}}),
         &j);
 }
 
@@ -397,7 +389,7 @@ Status Engine::Tick() {
       Job* it = jobs_.Find(id);
       if (it == nullptr) continue;
       jobs_.NoteEnded(id);
-      b.Add(MakeEvent("engine", "job.failed", id, it->rec.reason), &*it);
+      b.Add(EventAt(clock_(), "engine", "job.failed", id, it->rec.reason), &*it);
     }
     failed_on_load_.clear();
     Status st = MarkLostLocked(b);

@@ -14,7 +14,8 @@
 //   job_table.h       the jobs in memory and their indexes (JobTable; records.h: Job, NodeInfo)
 //   engine_load.cc    memory from the store: on open and after a failed write (reload)
 //   commit_pipeline.cc  queueing changes, the writer thread, failed writes, evicting ended jobs
-//   submit.cc         request validation, submissions through the commit pipeline; cancel
+//   submit_request.cc request validation (PrepareSubmit: pure, no engine state)
+//   submit.cc         submissions through the commit pipeline; cancel
 //   agent_gateway.cc  node registration, heartbeats (start/stop orders, exits), output
 //   agent_reports.cc  what agents report: device health, isolation, telemetry, jobs' activity
 //   node_admin.cc     cordon, drain, uncordon; which devices may take new work (Schedulable)
@@ -110,9 +111,6 @@ class Engine final : public LedgerReads {
   using SubmitReply = std::function<void(Result<Json>, bool replayed)>;
   void SubmitAsync(const Identity& who, const Json& body, const std::string& idempotency_key,
                    SubmitReply done);
-  static constexpr int64_t kIdempotencyWindowMs = int64_t{24} * 3600 * 1000;
-  // Letters, digits and -_.:/+=, 1 to 200 of them (UUIDs and the like).
-  static Status ValidIdempotencyKey(const std::string& key);
   Result<Json> Cancel(const Identity& who, const std::string& id);
   // What people, dashboards and Prometheus read (api/views.h): jobs, queues, groups, nodes, the
   // summary, events, health, history, usage, what-if and /metrics.
@@ -209,14 +207,6 @@ class Engine final : public LedgerReads {
   Status LoadJob(store::JobRecord r);
   Status NewQuotaEngine();
   int64_t NowS() const { return clock_() / 1000; }
-  store::Event MakeEvent(const std::string& actor, const std::string& kind,
-                         const std::string& subject, const std::string& reason,
-                         Json data = Json::object()) const;
-  // The same with data already written as JSON text (the cycle's hot path).
-  store::Event MakeEvent(const std::string& actor, const std::string& kind,
-                         const std::string& subject, const std::string& reason,
-                         JsonText data) const;
-  store::JobRecord RecordOf(const Job& j) const;
   // Queues a batch for the store and waits, with `lock` released while the store writes, until it
   // and every batch queued before it is durable: a caller replies (and anyone acts) only on
   // durable decisions, and no fsync happens under the engine's mutex. Batches are written in
@@ -265,19 +255,14 @@ class Engine final : public LedgerReads {
   // change (its update time set), else refused, logged at error level, and false: the caller
   // then leaves the job as it was.
   [[nodiscard]] bool TransitionLocked(Job& j, JobState to, JobCause cause);
-  quota::JobSpec QuotaSpecOf(const Job& j) const;
   // Ends a held or pending job in the quota engine and in its record (`state` terminal); false
   // when the job state table refuses the change (nothing changed).
   [[nodiscard]] bool EndLocked(Job& j, JobState state, JobCause cause, const std::string& reason);
 
   // --- submit.cc
-  Result<PendingSubmit> Prepare(const Identity& who, const Json& body) const;
   // Submit's work under mu_: its reply, and the last batch the reply rests on (0: durable now).
   Result<std::pair<Json, int64_t>> SubmitQueued(const Identity& who, const Json& body,
                                                 const std::string& idempotency_key, bool* replayed);
-  // For an external queue: the form the cycle will grant, and the MIG profile its backend is
-  // asked for (the request resized to that instance). "" when none.
-  Result<std::string> ExternalForm(const quota::QueueSpec& q, quota::JobSpec* qs) const;
 
   // --- agent_gateway.cc
   // PermissionDenied (and a log line) unless `who` may speak for `node`.
@@ -310,7 +295,6 @@ class Engine final : public LedgerReads {
   // agent itself for a partition (`stopped_by`), the job lost there as on a lost node.
   void FinishReportedLocked(Job& j, const std::string& node, const Json& f, Batch& b);
   Json StartOrderLocked(Job& j, const NodeInfo& n) const;
-  bool GangPartUnsent(const Job& j, const std::string& node) const;
   void RecordTelemetryLocked(NodeInfo& n, const Json& body);  // a heartbeat's `devices`
   void ObserveActivityLocked(Job& j, const Json& report, const std::string& actor, Batch& b);
   // Orders for node n; only decisions durable by `durable` (writer_.Durable()) are acted on.

@@ -172,7 +172,7 @@ Status Engine::LoadDrains() {
   return Status::Ok();
 }
 
-quota::JobSpec Engine::QuotaSpecOf(const Job& j) const {
+quota::JobSpec QuotaSpecOf(const Job& j) {
   const Json& s = j.spec;
   quota::JobSpec q;
   q.id = j.rec.id;

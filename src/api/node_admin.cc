@@ -108,7 +108,7 @@ Result<Json> Engine::AdminNode(const Identity& who, const std::string& node,
   Json data = {{"node", node}};
   if (device >= 0) data["device"] = device;
   if (to == Admin::kDraining) data["jobs"] = stopped;
-  b.Add(MakeEvent(who.name, kind, subject, "by " + who.name, data), nullptr);
+  b.Add(EventAt(clock_(), who.name, kind, subject, "by " + who.name, data), nullptr);
   b.Touch({node});
   pacer_.Want();
   static const log::Logger kLog("engine");

@@ -26,10 +26,10 @@ Status Engine::MarkLostLocked(Batch& b) {
   if (const int64_t gap = silence_.Pass(mono, config_.heartbeat_timeout_ms / 2); gap > 0) {
     // The leader was not watching (stopped, starved of CPU, or waiting on its store): the nodes'
     // silence meanwhile may be its own deafness. Each gets a whole window from now.
-    b.Add(MakeEvent("engine", "leader.stalled", "cluster",
-                    "no pass for " + std::to_string(gap) +
-                        " ms: every node gets a fresh heartbeat window",
-                    {{"gap_ms", gap}}),
+    b.Add(EventAt(clock_(), "engine", "leader.stalled", "cluster",
+                  "no pass for " + std::to_string(gap) +
+                      " ms: every node gets a fresh heartbeat window",
+                  {{"gap_ms", gap}}),
           nullptr);
     return Status::Ok();
   }
@@ -38,8 +38,8 @@ Status Engine::MarkLostLocked(Batch& b) {
     if (!n.lost && silent >= config_.heartbeat_timeout_ms) {
       n.lost = true;
       qe_->SetNodeDown(name, true);  // nothing new goes there
-      b.Add(MakeEvent("engine", "node.lost", name,
-                      "no heartbeat for " + std::to_string((mono - n.heard_mono_ms) / 1000) + "s"),
+      b.Add(EventAt(clock_(), "engine", "node.lost", name,
+                    "no heartbeat for " + std::to_string((mono - n.heard_mono_ms) / 1000) + "s"),
             nullptr);
       pacer_.Want();
     }
@@ -121,7 +121,7 @@ void Engine::LoseJobLocked(Job& j, const std::string& node, const std::string& w
     qe_->Requeue(j.handle, NowS(), "requeued: " + why);
   } else {
     if (!EndLocked(j, JobState::kLost, JobCause::kLost, why)) return;
-    b.Add(MakeEvent("engine", "job.lost", j.rec.id, why), &j);
+    b.Add(EventAt(clock_(), "engine", "job.lost", j.rec.id, why), &j);
     return;
   }
   TranslateLocked(mark, b);

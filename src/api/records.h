@@ -154,9 +154,17 @@ Result<Job> JobFromRecord(store::JobRecord r);
 // An event for the store at `time_ms` (engine.cc): what is stored is valid UTF-8 whatever reached
 // us (an event once made every page of the log that held it fail to render).
 store::Event EventAt(int64_t time_ms, const std::string& actor, const std::string& kind,
-                     const std::string& subject, const std::string& reason, const Json& data);
+                     const std::string& subject, const std::string& reason,
+                     const Json& data = Json::object());
+// The same with data already written as JSON text (the cycle's hot path).
 store::Event EventAt(int64_t time_ms, const std::string& actor, const std::string& kind,
                      const std::string& subject, const std::string& reason, JsonText data);
+// A job as its store record: state, spec (unless already stored) and placement (engine.cc).
+store::JobRecord RecordOf(const Job& j);
+// What the quota engine is asked for a job: its spec as a scheduling request (engine_load.cc).
+quota::JobSpec QuotaSpecOf(const Job& j);
+// A part of a gang whose start order has not gone to `node` yet (agent_gateway.cc).
+bool GangPartUnsent(const Job& j, const std::string& node);
 // The reason's prefix of a job its queue's max_runtime is stopping.
 inline constexpr char kGuardStopping[] = "stopping: ";
 // The GPU compute a job's grants hold.

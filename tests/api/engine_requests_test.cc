@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "api/engine.h"
+#include "api/submit_request.h"
 #include "engine_fixture.h"
 #include "engine_test.h"
 #include "model/agent_protocol.h"
@@ -74,7 +75,7 @@ TEST_F(EngineTest, ARepeatedIdempotencyKeyReturnsTheFirstJob) {
   EXPECT_EQ((*stored)["id"], id);
   EXPECT_EQ((*stored)["state"], "cancelled");
   // After the window, the key makes a new job.
-  now_ += Engine::kIdempotencyWindowMs + 1000;
+  now_ += kIdempotencyWindowMs + 1000;
   replayed = false;
   auto later = engine_->Submit(Who("alice"), body, "key-1", &replayed);
   ASSERT_TRUE(later.ok());

@@ -669,7 +669,8 @@ Status Engine::WriteOutput(const Identity& who, const std::string& job, int64_t 
       return SpeaksFor(who, it->node.empty() ? "(none)" : it->node, "upload output");
     }
   }
-  int fd = ::open(OutputPath(job).c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0640);
+  int fd = ::open(JobOutputPath(data_dir_, job).c_str(),
+                  O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0640);
   if (fd < 0) return Status::Internal("cannot open output of '" + job + "'");
   // Uploads come in order (docs/agent-protocol.md): one may start where the stored bytes end, or
   // repeat bytes already stored (an upload whose answer was lost); one past the end would leave

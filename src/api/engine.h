@@ -319,9 +319,6 @@ class Engine final : public LedgerReads {
   // whenever an input of it changes (registration, loss and return, cordon, load).
   void ApplySchedulableLocked(const std::string& node);
 
-  // A job's view (api/read_model.h's JobJson) from memory now. REQUIRES: mu_ held.
-  Json JobJsonLocked(const Job& j) const { return JobJson(j, *qe_, nodes_); }
-  std::string OutputPath(const std::string& job) const { return JobOutputPath(data_dir_, job); }
   // Takes a sample when due, rolls complete 5-minute buckets into averages and prunes (store
   // writes outside mu_).
   Status HistoryTick();

@@ -407,9 +407,10 @@ struct AgentFlags {
   LogFlags log;
 };
 
-// A size flag such as 64GiB, from min_mib MiB up, into *bytes; false where it is none.
+// A size flag such as 64GiB, from min_mib MiB up, into *bytes; false where it is none. A plain
+// 0 needs no unit (--max-output 0: no limit).
 bool SizeBytes(const std::string& text, MiB min_mib, int64_t* bytes) {
-  Result<MiB> mib = ParseMemoryMiB(text);
+  Result<MiB> mib = text == "0" ? Result<MiB>(MiB{0}) : ParseMemoryMiB(text);
   if (!mib.ok() || *mib < min_mib || *mib > (INT64_MAX >> 20)) return false;
   *bytes = *mib * 1024 * 1024;
   return true;

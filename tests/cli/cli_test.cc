@@ -247,8 +247,8 @@ TEST(ClientCliTest, ATokenOnTheCommandLineIsRefused) {
   EXPECT_THAT(r.err, HasSubstr("/proc/PID/cmdline"));
 }
 
-// The agent's size flags are sizes (--swap-ram above 0, --swap-disk with --swap-dir), each
-// refused with what it expects before the agent connects anywhere.
+// The agent's size flags are sizes (--swap-ram above 0, --swap-disk with --swap-dir; a plain 0
+// needs no unit), each refused with what it expects before the agent connects anywhere.
 TEST(AgentCliTest, SizeFlagsAreSizes) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--swap-ram", "lots"}, "--swap-ram: expected a size such as 64GiB, not 'lots'"},
@@ -257,6 +257,9 @@ TEST(AgentCliTest, SizeFlagsAreSizes) {
       {{"--swap-ram", "64GiB", "--max-output", "0MiB", "--swap-disk", "1GiB"},
        "--swap-disk: expected a size such as 500GiB, with --swap-dir"},
       {{"--swap-dir", "/nonexistent", "--swap-disk", "big"},
+       "--swap-disk: expected a size such as 500GiB, with --swap-dir"},
+      // A plain 0 is a size (--max-output's help: "0: no limit"): what is refused is what follows.
+      {{"--max-output", "0", "--swap-disk", "1GiB"},
        "--swap-disk: expected a size such as 500GiB, with --swap-dir"},
   };
   for (const auto& [flags, says] : cases) {

@@ -10,9 +10,9 @@
 // commit pipeline (queued, written by the engine's writer thread; Engine::Sync waits until it is
 // durable), not through Engine::Tick, whose scheduling cycle, history, retention and fair-share
 // passes do nothing for an event. The newest event, this input's, is read as an admin reads it
-// (Engine::Events) and rendered as the server answers (nlohmann::json::dump with invalid UTF-8
+// (Views::Events) and rendered as the server answers (nlohmann::json::dump with invalid UTF-8
 // replaced); an event as an older server stored it (any bytes in every field, data too) is
-// rendered the way Engine::Events builds it. Every rendering must parse back and be valid UTF-8,
+// rendered the way Views::Events builds it. Every rendering must parse back and be valid UTF-8,
 // or the run stops.
 //
 // Speed (issue 30): most of an execution is JSON (dumping and parsing arbitrary bytes, \u
@@ -126,7 +126,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   e.AuditAuthFailure(method, path, reason);
   if (!e.Sync().ok()) abort();
 
-  // An event as an older server stored it, any bytes in every field, built as Engine::Events
+  // An event as an older server stored it, any bytes in every field, built as Views::Events
   // builds its answer (data that is not JSON becomes {}).
   Json stored_data = Json::parse(extra, nullptr, false);
   const Json old_event = {{"seq", 1},

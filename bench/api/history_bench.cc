@@ -1,8 +1,8 @@
 // What `tessera usage`, `tessera whatif` and the utilization chart cost over a long history: --jobs
 // ended jobs (each with job.submitted, job.placed with its grant, job.running, job.succeeded; one
 // in ten also job.idle/job.active) spread over --days, and one utilization sample every 10 s of
-// the last day, on SQLite in a temporary folder. Times Engine::Usage over the whole history and
-// over its last day, Engine::Utilization for the last day (fine samples, 300 points) and
+// the last day, on SQLite in a temporary folder. Times Views::Usage over the whole history and
+// over its last day, Views::Utilization for the last day (fine samples, 300 points) and
 // Engine::WhatIfScenario for the last day.
 //
 //   history_bench [--jobs 100000] [--days 30]

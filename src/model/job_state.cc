@@ -12,7 +12,7 @@ using C = JobCause;
 
 // The table of job_state.h, row by row: derived from what the control plane does (api/: the
 // cycle's decisions in engine.cc, submissions and cancels in submit.cc, agents in
-// agent_gateway.cc, batch backends in backend_pass.cc; a restart's reload in engine.cc).
+// agent_gateway.cc, batch backends in backend_executor.cc; a restart's reload in engine.cc).
 constexpr JobTransition kTable[] = {
     // The cycle.
     {S::kPending, S::kPlaced, C::kPlaced},

@@ -3,8 +3,8 @@
 //
 //   POST /v1/jobs                 Engine::Submit (a user, an admin, or with an Idempotency-Key)
 //   POST /v1/jobs/{id}/cancel     Engine::Cancel (the id is the body's text)
-//   POST /v1/agent/register       Engine::RegisterNode
-//   POST /v1/agent/heartbeat      Engine::Heartbeat (exits and running jobs in, orders out)
+//   POST /v1/agent/register       AgentExecutor::RegisterNode
+//   POST /v1/agent/heartbeat      AgentExecutor::Heartbeat (exits and running jobs in, orders out)
 //
 // The engine is a real one (api/engine.h) over a SQLite store in a scratch directory, with an
 // injected clock. It lives across inputs, so nodes registered and jobs submitted by earlier
@@ -129,10 +129,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (ParseBody(text, &body)) st = e.Submit(h.who("admin"), body).status();
       break;
     case 2:
-      if (ParseBody(text, &body)) st = e.RegisterNode(h.who("agent"), body).status();
+      if (ParseBody(text, &body)) st = e.agents().RegisterNode(h.who("agent"), body).status();
       break;
     case 3:
-      if (ParseBody(text, &body)) st = e.Heartbeat(h.who("agent"), body).status();
+      if (ParseBody(text, &body)) st = e.agents().Heartbeat(h.who("agent"), body).status();
       break;
     case 4:
       st = e.Cancel(h.who("alice"), std::string(text)).status();

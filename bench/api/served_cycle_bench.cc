@@ -103,11 +103,11 @@ Served OpenServed(const sim::CycleBenchInput& in, bool schedule_on_submit,
                       {"memory_mib", mem},
                       {"uuid", n.name + "-" + std::to_string(i)}});
     }
-    auto r = s.engine->RegisterNode(s.admin, {{"node", n.name},
-                                              {"pool", n.pool},
-                                              {"cpu_milli", n.cpu_milli},
-                                              {"memory_mib", n.memory_mib},
-                                              {"devices", devs}});
+    auto r = s.engine->agents().RegisterNode(s.admin, {{"node", n.name},
+                                                       {"pool", n.pool},
+                                                       {"cpu_milli", n.cpu_milli},
+                                                       {"memory_mib", n.memory_mib},
+                                                       {"devices", devs}});
     if (!r.ok()) {
       std::fprintf(stderr, "register %s: %s\n", n.name.c_str(), r.status().ToString().c_str());
       std::exit(1);

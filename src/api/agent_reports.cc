@@ -5,25 +5,25 @@
 #include <string>
 #include <vector>
 
-#include "api/engine.h"
+#include "api/agent_executor.h"
 #include "common/log.h"
 #include "model/isolation.h"
 #include "model/quantity.h"
 
 namespace tessera::api {
 
-void Engine::ApplyIsolationLocked(const NodeInfo& n) {
+void AgentExecutor::ApplyIsolationLocked(const NodeInfo& n) {
   for (const DeviceInfo& d : n.devices) {
     const int rank = IsolationRank(d.isolation);
-    if (rank >= 0) qe_->SetDeviceIsolation(n.name, d.index, rank);
-    qe_->SetDeviceMps(n.name, d.index, d.mps);
+    if (rank >= 0) port_->Quota().SetDeviceIsolation(n.name, d.index, rank);
+    port_->Quota().SetDeviceMps(n.name, d.index, d.mps);
   }
 }
 
-void Engine::RecordHealthLocked(NodeInfo& n, const Json& devices, const std::string& actor,
-                                Batch& b) {
+void AgentExecutor::RecordHealthLocked(NodeInfo& n, const Json& devices, const std::string& actor,
+                                       Batch& b) {
   bool changed = false;
-  const size_t mark = qe_->events().size();
+  const size_t mark = port_->Quota().events().size();
   for (const auto& d : devices) {
     if (!d.is_object() || !d.contains("health") || !d.contains("index")) continue;
     const int index = d["index"].get<int>();
@@ -45,41 +45,42 @@ void Engine::RecordHealthLocked(NodeInfo& n, const Json& devices, const std::str
     const std::string subject = n.name + ":" + std::to_string(index);
     Json data = {{"node", n.name}, {"device", index}, {"uuid", dev.uuid}};
     if (healthy) {
-      b.Add(EventAt(clock_(), actor, "device.healthy", subject, "healthy again", data), nullptr);
+      b.Add(EventAt(port_->NowMs(), actor, "device.healthy", subject, "healthy again", data),
+            nullptr);
       continue;
     }
     Json stopped = Json::array();
     if (config_.unhealthy_requeue) {
       // Its jobs are preempted as any preemption is (the agent's stop order, the policy's grace),
       // then pending again with their submit time: they run elsewhere.
-      const std::vector<std::string> held = jobs_.OnNode(n.name);  // a copy
+      const std::vector<std::string> held = port_->Jobs().OnNode(n.name);  // a copy
       for (const std::string& id : held) {
-        Job& j = jobs_.Get(id);
+        Job& j = port_->Jobs().Get(id);
         if (j.state == JobState::kPreempting || j.handle < 0) continue;
         if (std::none_of(j.grants.begin(), j.grants.end(),
                          [&](const auto& g) { return g.node == n.name && g.device == index; }))
           continue;
-        qe_->Evict(j.handle, NowS(), "device " + subject + " unhealthy: " + reason);
+        port_->Quota().Evict(j.handle, NowS(), "device " + subject + " unhealthy: " + reason);
         stopped.push_back(id);
       }
     }
     data["jobs"] = stopped;
     data["policy"] = config_.unhealthy_requeue ? "requeue" : "finish";
-    b.Add(EventAt(clock_(), actor, "device.unhealthy", subject, reason, data), nullptr);
+    b.Add(EventAt(port_->NowMs(), actor, "device.unhealthy", subject, reason, data), nullptr);
     static const log::Logger kLog("engine");
     kLog.Warn("device unhealthy", {{"device", subject}, {"reason", reason}});
   }
   if (!changed) return;
-  TranslateLocked(mark, b);
-  ApplySchedulableLocked(n.name);
+  port_->Translate(mark, b);
+  port_->SetSchedulable(n.name);
   b.Touch({n.name});
-  pacer_.Want();
+  port_->WantCycle();
 }
 
 // An administrator's word (uncordon of NODE, or of NODE:DEVICE when device >= 0): the unhealthy
 // devices there are healthy again, each with a device.healthy event naming who and the reason
 // cleared; their agent is told to start over (health_reset) with the heartbeat replies.
-void Engine::ClearHealthLocked(NodeInfo& n, int device, const std::string& who, Batch& b) {
+void AgentExecutor::ClearHealthLocked(NodeInfo& n, int device, const std::string& who, Batch& b) {
   for (DeviceInfo& dev : n.devices) {
     if (dev.healthy || (device >= 0 && dev.index != device)) continue;
     dev.healthy = true;
@@ -87,7 +88,7 @@ void Engine::ClearHealthLocked(NodeInfo& n, int device, const std::string& who, 
     dev.health_reset = true;
     dev.health_reason.clear();
     const std::string subject = n.name + ":" + std::to_string(dev.index);
-    b.Add(EventAt(clock_(), who, "device.healthy", subject, "returned by " + who,
+    b.Add(EventAt(port_->NowMs(), who, "device.healthy", subject, "returned by " + who,
                   {{"node", n.name},
                    {"device", dev.index},
                    {"uuid", dev.uuid},
@@ -100,21 +101,22 @@ void Engine::ClearHealthLocked(NodeInfo& n, int device, const std::string& who, 
 }
 
 // A heartbeat's device telemetry (`devices`: [{index, util_pct, memory_used_mib}]) on n.
-void Engine::RecordTelemetryLocked(NodeInfo& n, const Json& body) {
+void AgentExecutor::RecordTelemetryLocked(NodeInfo& n, const Json& body) {
   for (const auto& d : body.value("devices", Json::array())) {
     const int index = d["index"].get<int>();
     if (index >= static_cast<int>(n.devices.size())) continue;
     DeviceInfo& dev = n.devices[index];
     dev.util_pct = d.value("util_pct", -1);
     dev.memory_used_mib = d.value("memory_used_mib", MiB{-1});
-    dev.telemetry_ms = clock_();
+    dev.telemetry_ms = port_->NowMs();
   }
 }
 
 // A running job's activity report: the last active time, and the change to or from "held but
 // idle" (no activity for idle_after) as a job.idle / job.active event. Its data carry the times
 // that `tessera usage` needs to count idle holding exactly from the event log.
-void Engine::ObserveActivityLocked(Job& j, const Json& report, const std::string& actor, Batch& b) {
+void AgentExecutor::ObserveActivityLocked(Job& j, const Json& report, const std::string& actor,
+                                          Batch& b) {
   const bool held = j.state == JobState::kPending && !j.held_on.empty();  // swapped out, paused
   if (j.state != JobState::kRunning && !held) return;
   if (report.contains("gpu_memory_used_mib"))
@@ -129,7 +131,7 @@ void Engine::ObserveActivityLocked(Job& j, const Json& report, const std::string
                            : state == "resuming" ? "resuming: waiting for room on the device"
                            : state == "resident" ? "back on the device"
                                                  : state;
-      b.Add(EventAt(clock_(), actor, "job.swap", j.rec.id, detail,
+      b.Add(EventAt(port_->NowMs(), actor, "job.swap", j.rec.id, detail,
                     {{"from", j.swap_state.empty() ? "resident" : j.swap_state},
                      {"to", state},
                      {"swapped_mib", swapped}}),
@@ -139,14 +141,15 @@ void Engine::ObserveActivityLocked(Job& j, const Json& report, const std::string
     j.swapped_mib = swapped;
   }
   if (held || !report.contains("active")) return;  // no telemetry: never judged idle
-  const int64_t now = clock_();
+  const int64_t now = port_->NowMs();
   if (j.last_active_ms == 0) j.last_active_ms = now;
   if (report["active"].get<bool>()) {
     if (j.idle) {
       j.idle = false;
-      if (j.handle >= 0) qe_->SetIdle(j.handle, -1);     // its queue's idle_timeout starts over
+      if (j.handle >= 0)
+        port_->Quota().SetIdle(j.handle, -1);            // its queue's idle_timeout starts over
       if (j.swap_order == "idle") j.swap_order.clear();  // in use again: back by itself
-      b.Add(EventAt(clock_(), actor, "job.active", j.rec.id,
+      b.Add(EventAt(port_->NowMs(), actor, "job.active", j.rec.id,
                     "activity again after " + std::to_string((now - j.last_active_ms) / 1000) +
                         "s idle",
                     {{"at_ms", now}, {"idle_since_ms", j.last_active_ms}}),
@@ -158,8 +161,8 @@ void Engine::ObserveActivityLocked(Job& j, const Json& report, const std::string
   if (!j.idle && now - j.last_active_ms >= config_.idle_after_ms) {
     j.idle = true;
     // Its queue's idle_timeout counts from the last activity (the quota engine gives it back).
-    if (j.handle >= 0) qe_->SetIdle(j.handle, j.last_active_ms / 1000);
-    b.Add(EventAt(clock_(), actor, "job.idle", j.rec.id,
+    if (j.handle >= 0) port_->Quota().SetIdle(j.handle, j.last_active_ms / 1000);
+    b.Add(EventAt(port_->NowMs(), actor, "job.idle", j.rec.id,
                   "held but idle: no activity for " +
                       std::to_string((now - j.last_active_ms) / 1000) + "s",
                   {{"since_ms", j.last_active_ms}}),

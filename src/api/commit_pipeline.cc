@@ -175,24 +175,6 @@ void Engine::CatchUpLocked() {
   if (jobs_.EndedWaiting() > 2 * keep) jobs_.EvictEnded(keep, p.written);
 }
 
-Result<uint64_t> Engine::WatchOrders(const Identity& who, const std::string& node, int64_t after,
-                                     std::function<void(int64_t)> wake) {
-  if (who.role != Role::kAgent && who.role != Role::kAdmin)
-    return Status::PermissionDenied("only agents watch for orders");
-  if (Status st = SpeaksFor(who, node, "watch for orders"); !st.ok()) return st;
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!broken_.ok()) return broken_;
-  if (nodes_.count(node) == 0) return Status::NotFound("node '" + node + "' is not registered");
-  const int64_t news = seq_.LastNews(node);
-  return watches_.Watch(node, after, std::move(wake), news, [this] { return writer_.Durable(); });
-}
-
-void Engine::UnwatchOrders(const std::string& node, uint64_t ticket) {
-  watches_.Unwatch(node, ticket);
-}
-
-void Engine::UnwatchAll() { watches_.UnwatchAll(); }
-
 void Engine::AuditLocked(const std::string& actor, const std::string& kind,
                          const std::string& subject, const std::string& reason, Json data) {
   if (!broken_.ok()) return;

@@ -40,9 +40,9 @@ void WriteGrants(JsonText& w, const std::vector<quota::GrantView>& grants) {
 
 }  // namespace
 
-// The backends' executor's way into the engine (api/ledger_port.h): each call is the engine's
-// own, made under its mutex.
-class Engine::Port final : public LedgerPort {
+// The executors' way into the engine (api/ledger_port.h): each call is the engine's own, made
+// under its mutex unless the port says otherwise.
+class Engine::Port final : public AgentPort {
  public:
   explicit Port(Engine& e) : e_(e) {}
   std::unique_lock<std::mutex> Lock() override { return std::unique_lock<std::mutex>(e_.mu_); }
@@ -60,6 +60,29 @@ class Engine::Port final : public LedgerPort {
     return e_.CommitLocked(b, lock);
   }
   int64_t NowMs() const override { return e_.clock_(); }
+
+  std::map<std::string, NodeInfo>& Nodes() override { return e_.nodes_; }
+  void SetSchedulable(const std::string& node) override { e_.ApplySchedulableLocked(node); }
+  int64_t Queue(Batch& b) override { return e_.QueueLocked(b); }
+  int64_t LastQueued() override { return e_.seq_.last(); }
+  int64_t LastNews(const std::string& node) override { return e_.seq_.LastNews(node); }
+  int64_t Durable() override { return e_.writer_.Durable(); }
+  void AnswerWhenDurable(Result<std::pair<Json, int64_t>> queued,
+                         std::function<void(Result<Json>)> done) override {
+    e_.AnswerWhenDurable(std::move(queued), std::move(done));
+  }
+  Status Sync() override { return e_.Sync(); }
+  Status Broken() override { return e_.broken_; }
+  Status Reload(const Status& cause) override { return e_.ReloadLocked(cause); }
+  Status SaveNode(const std::string& node, const std::string& inventory) override {
+    return e_.store_->PutSetting("node/" + node, inventory);
+  }
+  void Audit(const std::string& actor, const std::string& kind, const std::string& subject,
+             const std::string& reason, Json data) override {
+    e_.AuditLocked(actor, kind, subject, reason, std::move(data));
+  }
+  int64_t Epoch() override { return e_.leader_epoch_; }
+  OrderWatches& Watches() override { return e_.watches_; }
 
  private:
   Engine& e_;
@@ -80,6 +103,7 @@ Engine::Engine(EngineConfig config, std::unique_ptr<store::Store> store, std::st
             watches_.Fire(touched);
           }),
       backends_(std::make_unique<Port>(*this), config_, data_dir_),
+      agents_(std::make_unique<Port>(*this), config_, data_dir_),
       views_(*this, config_, data_dir_) {}
 
 Engine::~Engine() {
@@ -392,13 +416,10 @@ Status Engine::Tick() {
       b.Add(EventAt(clock_(), "engine", "job.failed", id, it->rec.reason), &*it);
     }
     failed_on_load_.clear();
-    Status st = MarkLostLocked(b);
-    ExpireStartsLocked(b);
-    if (st.ok() && pacer_.Due(clock_(), config_.cycle_ms)) {
-      CycleLocked(b);
-    }
-    if (st.ok()) st = CommitLocked(b, lock);
-    if (!st.ok()) return st;
+    agents_.MarkLostLocked(b);
+    agents_.ExpireStartsLocked(b);
+    if (pacer_.Due(clock_(), config_.cycle_ms)) CycleLocked(b);
+    if (Status st = CommitLocked(b, lock); !st.ok()) return st;
   }
   if (Status st = HistoryTick(); !st.ok()) return st;
   if (Status st = RetentionTick(); !st.ok()) return st;

@@ -16,11 +16,11 @@
 //   commit_pipeline.cc  queueing changes, the writer thread, failed writes, evicting ended jobs
 //   submit_request.cc request validation (PrepareSubmit: pure, no engine state)
 //   submit.cc         submissions through the commit pipeline; cancel
-//   agent_gateway.cc  node registration, heartbeats (start/stop orders, exits), output
-//   agent_reports.cc  what agents report: device health, isolation, telemetry, jobs' activity
 //   node_admin.cc     cordon, drain, uncordon; which devices may take new work (Schedulable)
-//   node_liveness.cc  node loss (and the leader's own stalls), starts never confirmed
 //
+// The node agents are served by api::AgentExecutor (agent_executor.h; agent_gateway.cc,
+// agent_reports.cc, node_liveness.cc), the external backends by api::BackendExecutor
+// (backend_executor.h): both reach the engine through a port (ledger_port.h), not its fields.
 // What people and Prometheus read is not the engine's: api::Views (views.h; views.cc, history.cc,
 // whatif.cc, metrics.cc) renders a const ReadModel of memory that the engine hands it through
 // LedgerReads (read_model.h) only once what it shows is durable.
@@ -61,6 +61,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "api/agent_executor.h"
 #include "api/backend_executor.h"
 #include "api/batch_sequence.h"
 #include "api/commit_writer.h"
@@ -73,7 +74,6 @@
 #include "api/order_watches.h"
 #include "api/read_model.h"
 #include "api/records.h"
-#include "api/silence_watch.h"
 #include "api/view_cache.h"
 #include "api/views.h"
 #include "backends/backend.h"
@@ -122,9 +122,6 @@ class Engine final : public LedgerReads {
   // node.uncordoned) names who; the answer is the node as GET /v1/nodes shows it.
   Result<Json> AdminNode(const Identity& who, const std::string& node, const std::string& action,
                          int device = -1);
-  // For tests: the monotonic clock (ms) the engine judges silence and its own stalls on
-  // (default: std::chrono::steady_clock). Every node is taken as heard at the switch.
-  void SetMonotonicClockForTest(Clock monotonic);
   // For tests: holds the engine's lock (as a long cycle does) until the lock is let go.
   std::unique_lock<std::mutex> HoldForTest() { return std::unique_lock<std::mutex>(mu_); }
   // The HTTP layer's request latency, by route pattern (never the raw path) and status code.
@@ -151,24 +148,9 @@ class Engine final : public LedgerReads {
   int64_t MemoryVersion() const override { return version_.load(); }
   store::Store& DurableStore() override { return *store_; }
 
-  // Agents.
-  Result<Json> RegisterNode(const Identity& who, const Json& body);
-  Result<Json> Heartbeat(const Identity& who, const Json& body);
-  // The same, answered through `done` as SubmitAsync is: a heartbeat that reports exits is
-  // answered once they are durable, without a thread waiting for it.
-  void HeartbeatAsync(const Identity& who, const Json& body,
-                      std::function<void(Result<Json>)> done);
-  Status WriteOutput(const Identity& who, const std::string& job, int64_t offset,
-                     const std::string& bytes);
-  // A long poll for a node's orders (GET /v1/agent/orders): `wake` is called once, from any
-  // thread, with the node's order sequence as soon as a durable change that gives the node new
-  // orders is newer than `after` (at once when there is one already). One watch per node: a newer
-  // watch answers the older with 0, as does UnwatchAll. The heartbeat reply's `seq` is the
-  // `after` that wakes for nothing the agent already knows. Returns the watch's ticket.
-  Result<uint64_t> WatchOrders(const Identity& who, const std::string& node, int64_t after,
-                               std::function<void(int64_t)> wake);
-  void UnwatchOrders(const std::string& node, uint64_t ticket);  // its deadline passed: no call
-  void UnwatchAll();  // answers every watch with 0 (the server stops)
+  // The node agents' side (api/agent_executor.h): registration, heartbeats and their orders,
+  // order watches, job output, what agents report, node loss.
+  AgentExecutor& agents() { return agents_; }
 
   // Housekeeping, called periodically: marks silent nodes lost, runs the cycle when due, samples
   // the utilization history and prunes. It never runs a backend's command (backends().Pass does).
@@ -264,50 +246,15 @@ class Engine final : public LedgerReads {
   Result<std::pair<Json, int64_t>> SubmitQueued(const Identity& who, const Json& body,
                                                 const std::string& idempotency_key, bool* replayed);
 
-  // --- agent_gateway.cc
-  // PermissionDenied (and a log line) unless `who` may speak for `node`.
-  // REQUIRES: mu_ not held (a refusal is an audit event).
-  Status SpeaksFor(const Identity& who, const std::string& node, const char* what);
   // Audit trail: an event queued for the store (not waited for). Auth failures are at most
   // kAuditPerSecond events a second; the rest are counted into the next one ("suppressed").
   void AuditLocked(const std::string& actor, const std::string& kind, const std::string& subject,
                    const std::string& reason, Json data);
   static constexpr int kAuditPerSecond = 20;
   PerSecondLimit audit_limit_{kAuditPerSecond};
-  // Heartbeat's work under mu_: its reply, and the last batch the reply rests on (0: none).
-  Result<std::pair<Json, int64_t>> HeartbeatQueued(const Identity& who, const Json& body);
-  // Marks nodes silent for heartbeat_timeout lost, unless the leader stalled (no pass for half
-  // that time: each gets a fresh window). Both on the monotonic clock, which wall steps miss.
-  Status MarkLostLocked(Batch& b);
-  // A job whose start its agent has not confirmed (running or finished) within kStartTimeouts
-  // heartbeat timeouts, although the agent heartbeats, is requeued (or lost) like a lost node's.
-  void ExpireStartsLocked(Batch& b);
-  static constexpr int64_t kStartTimeouts = 3;
-  SilenceWatch silence_;  // the monotonic clock (steady_clock unless a test's) and stall windows
   // The store's fencing epoch when this engine opened (its lease's): in every reply to agents,
   // which ignore replies from an older one (a deposed leader's).
   int64_t leader_epoch_ = 0;
-  // A job held on `node` that no longer runs there: stopped if it was being preempted, else
-  // requeued (if its queue says so) or ended as lost, for `why`.
-  void LoseJobLocked(Job& j, const std::string& node, const std::string& why, Batch& b);
-  void FinishPartLocked(Job& j, const std::string& node, int code, int sig, Batch& b);
-  // A `finished` entry of `node`'s agent: the part's end (FinishPartLocked), or, stopped by the
-  // agent itself for a partition (`stopped_by`), the job lost there as on a lost node.
-  void FinishReportedLocked(Job& j, const std::string& node, const Json& f, Batch& b);
-  Json StartOrderLocked(Job& j, const NodeInfo& n) const;
-  void RecordTelemetryLocked(NodeInfo& n, const Json& body);  // a heartbeat's `devices`
-  void ObserveActivityLocked(Job& j, const Json& report, const std::string& actor, Batch& b);
-  // Orders for node n; only decisions durable by `durable` (writer_.Durable()) are acted on.
-  Json OrdersLocked(const NodeInfo& n, Batch& b, int64_t durable);
-  // A device's health as its agent reports it (registration or heartbeat `devices`: "health",
-  // "health_reason"; absent: unchanged). A change is an event (device.unhealthy,
-  // device.healthy) and goes to Schedulable; a device turned unhealthy has its jobs preempted
-  // and requeued when unhealthy_requeue says so.
-  void RecordHealthLocked(NodeInfo& n, const Json& devices, const std::string& actor, Batch& b);
-  void ClearHealthLocked(NodeInfo& n, int device, const std::string& who, Batch& b);  // uncordon
-  // Tells the quota engine each device's isolation grade (where its agent said one), for the
-  // queues that want a minimum.
-  void ApplyIsolationLocked(const NodeInfo& n);
 
   // --- node_admin.cc: cordon, drain, uncordon; and the one check of what may take new work.
   NodeAdminTable admin_;  // cordons and drains, by node (a setting each)
@@ -358,12 +305,12 @@ class Engine final : public LedgerReads {
   // Under mu_:
   BatchSequence seq_;  // batch numbers, epochs, the last batch about and for each node
   OrderWatches watches_;
-  CommitWriter writer_;     // last of what the writer's callbacks use: started last, stopped first
-  std::mutex register_mu_;  // orders node registrations (held without mu_ while one is written)
-  // What the backends' executor may ask of the engine (engine.cc): mu_, the jobs, the quota
-  // engine, transitions and the commit pipeline.
+  CommitWriter writer_;  // last of what the writer's callbacks use: started last, stopped first
+  // What the executors may ask of the engine (engine.cc, api/ledger_port.h): mu_, the jobs, the
+  // quota engine, the nodes, transitions and the commit pipeline.
   class Port;
   BackendExecutor backends_;  // the external backends, one lane each (fixed after Open)
+  AgentExecutor agents_;      // the node agents
   Views views_;               // the read side: last, it reads the rest
 };
 

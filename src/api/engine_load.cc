@@ -111,32 +111,7 @@ Status Engine::LoadNodes() {
   auto stored = store_->ListSettings("node/");
   if (!stored.ok()) return stored.status();
   for (const auto& [key, value] : *stored) {
-    Json j = Json::parse(value, nullptr, false);
-    if (j.is_discarded()) return Status::Internal("stored inventory '" + key + "' is corrupt");
-    NodeInfo node;
-    node.name = j.value("node", "");
-    node.pool = j.value("pool", "default");
-    node.cpu_milli = j.value("cpu_milli", int64_t{0});
-    node.memory_mib = j.value("memory_mib", int64_t{0});
-    node.swap_mib = j.value("swap_mib", int64_t{0});
-    node.simulated = j.value("simulated", false);
-    for (const auto& d : j.value("devices", Json::array())) {
-      node.devices.push_back({d.value("index", 0), d.value("model", ""),
-                              d.value("memory_mib", int64_t{0}), d.value("uuid", ""),
-                              d.value("simulated", false)});
-      node.devices.back().isolation = d.value("isolation", "");
-      node.devices.back().mps = d.value("mps", false);
-    }
-    node.last_heartbeat_ms = clock_();
-    node.heard_mono_ms = silence_.Now();
-    auto added = qe_->AddNode(SpecOf(node), NowS());
-    if (!added.ok()) {
-      return Status::Internal("stored node '" + node.name +
-                              "' cannot be scheduled: " + added.status().message());
-    }
-    ApplyIsolationLocked(node);
-    nodes_[node.name] = node;
-    ApplySchedulableLocked(node.name);
+    if (Status st = agents_.RestoreNodeLocked(key, value); !st.ok()) return st;
   }
   return Status::Ok();
 }

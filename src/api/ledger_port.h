@@ -3,15 +3,22 @@
 // made through the same state machine (Transition, End) and the same commit pipeline (Commit) as
 // every other change, so nothing an executor records is acted on or shown before it is durable.
 //
-// The engine lends one to its BackendExecutor (api/backend_executor.h); a test can lend a fake.
+// The engine lends one to its BackendExecutor (api/backend_executor.h), and an AgentPort, the
+// same widened with the nodes and the agents' replies, to its AgentExecutor
+// (api/agent_executor.h); a test can lend a fake.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 
 #include "api/job_table.h"
+#include "api/order_watches.h"
 #include "api/records.h"
 #include "common/status.h"
 #include "model/job_state.h"
@@ -38,6 +45,42 @@ class LedgerPort {
   // Queues `b` and waits for it to be written (the lock is released meanwhile).
   virtual Status Commit(Batch& b, std::unique_lock<std::mutex>& lock) = 0;
   virtual int64_t NowMs() const = 0;
+};
+
+// AgentPort: what the node agents' executor may ask of the engine besides: the registered nodes,
+// what may take new work, the commit pipeline's sequence (an agent acts on durable decisions
+// only, and its replies wait for what they acknowledge), and the audit trail. Like LedgerPort's,
+// every call is made with Lock() held unless it says otherwise.
+class AgentPort : public LedgerPort {
+ public:
+  using Json = nlohmann::json;
+  // The registered nodes, by name.
+  virtual std::map<std::string, NodeInfo>& Nodes() = 0;
+  // Tells the quota engine what may take new work on `node` (its loss, cordon, devices' health).
+  virtual void SetSchedulable(const std::string& node) = 0;
+  // Queues `b` for the writer without waiting; its sequence number (0 when it was empty).
+  virtual int64_t Queue(Batch& b) = 0;
+  virtual int64_t LastQueued() = 0;                       // the last batch queued
+  virtual int64_t LastNews(const std::string& node) = 0;  // the last that gives `node` orders
+  virtual int64_t Durable() = 0;                          // the last batch written
+  // Without the lock: answers `done` with a queued reply once the batch it rests on (its
+  // sequence; 0: now) is durable, or with the write's error, or at once with the call's own.
+  virtual void AnswerWhenDurable(Result<std::pair<Json, int64_t>> queued,
+                                 std::function<void(Result<Json>)> done) = 0;
+  // Without the lock: waits for what is queued; after a failed write, memory is rebuilt first.
+  virtual Status Sync() = 0;
+  // Not Ok when memory could not be rebuilt from the store: nothing is served.
+  virtual Status Broken() = 0;
+  // Memory rebuilt from the store after `cause` (a write that failed); returns the error to give.
+  virtual Status Reload(const Status& cause) = 0;
+  // Without the lock: a node's inventory (its registration's body), durable once this returns.
+  virtual Status SaveNode(const std::string& node, const std::string& inventory) = 0;
+  // An audit event, queued (not waited for); refusals are rate-limited.
+  virtual void Audit(const std::string& actor, const std::string& kind, const std::string& subject,
+                     const std::string& reason, Json data) = 0;
+  // The store's fencing epoch when this engine opened: in every reply to an agent.
+  virtual int64_t Epoch() = 0;
+  virtual OrderWatches& Watches() = 0;  // the agents' long polls (its own lock; any thread)
 };
 
 }  // namespace tessera::api

@@ -26,7 +26,7 @@ using Admin = NodeAdminTable::State;
 bool Engine::Schedulable(const std::string& node, int device) const {
   auto n = nodes_.find(node);
   if (n == nodes_.end() || n->second.lost) return false;
-  // A device its agent reports unhealthy (agent_gateway.cc, RecordHealthLocked).
+  // A device its agent reports unhealthy (AgentExecutor::RecordHealthLocked, agent_reports.cc).
   if (device >= 0 && device < static_cast<int>(n->second.devices.size()) &&
       !n->second.devices[device].healthy)
     return false;
@@ -84,7 +84,7 @@ Result<Json> Engine::AdminNode(const Identity& who, const std::string& node,
   admin_.Apply(change);
   Batch b;
   // Uncordon is also the word that returns an unhealthy device (docs/nodes.md).
-  if (to == Admin::kActive) ClearHealthLocked(nit->second, device, who.name, b);
+  if (to == Admin::kActive) agents_.ClearHealthLocked(nit->second, device, who.name, b);
   ApplySchedulableLocked(node);
   Json stopped = Json::array();
   if (to == Admin::kDraining) {

@@ -3,17 +3,18 @@
 // stopped or lost. Called from the periodic pass (Tick) and the agents' requests.
 #include <algorithm>
 
-#include "api/engine.h"
+#include "api/agent_executor.h"
 #include "model/agent_protocol.h"
 
 namespace tessera::api {
 
-void Engine::SetMonotonicClockForTest(Clock monotonic) {
-  std::lock_guard<std::mutex> lock(mu_);
+void AgentExecutor::SetMonotonicClockForTest(SilenceWatch::Clock monotonic) {
+  auto lock = port_->Lock();
   silence_.SetClock(std::move(monotonic));
   const int64_t mono = silence_.Now();
-  for (auto& [name, n] : nodes_) n.heard_mono_ms = mono;  // times of the other clock mean nothing
-  jobs_.ForEach([&](Job& j) {
+  for (auto& [name, n] : port_->Nodes())
+    n.heard_mono_ms = mono;  // times of the other clock mean nothing
+  port_->Jobs().ForEach([&](Job& j) {
     if (j.starting_since_mono != 0) j.starting_since_mono = mono;
   });
 }
@@ -21,54 +22,55 @@ void Engine::SetMonotonicClockForTest(Clock monotonic) {
 // Silence is measured on the monotonic clock: the wall clock steps (NTP, a VM resumed, an
 // administrator), and a step forward longer than the release time would make every live node look
 // silent and release its running jobs. The wall clock only names times (events, views).
-Status Engine::MarkLostLocked(Batch& b) {
+void AgentExecutor::MarkLostLocked(Batch& b) {
   const int64_t mono = silence_.Now();
   if (const int64_t gap = silence_.Pass(mono, config_.heartbeat_timeout_ms / 2); gap > 0) {
     // The leader was not watching (stopped, starved of CPU, or waiting on its store): the nodes'
     // silence meanwhile may be its own deafness. Each gets a whole window from now.
-    b.Add(EventAt(clock_(), "engine", "leader.stalled", "cluster",
+    b.Add(EventAt(port_->NowMs(), "engine", "leader.stalled", "cluster",
                   "no pass for " + std::to_string(gap) +
                       " ms: every node gets a fresh heartbeat window",
                   {{"gap_ms", gap}}),
           nullptr);
-    return Status::Ok();
+    return;
   }
-  for (auto& [name, n] : nodes_) {
+  for (auto& [name, n] : port_->Nodes()) {
     const int64_t silent = silence_.SilentFor(n.heard_mono_ms, mono);
     if (!n.lost && silent >= config_.heartbeat_timeout_ms) {
       n.lost = true;
-      qe_->SetNodeDown(name, true);  // nothing new goes there
-      b.Add(EventAt(clock_(), "engine", "node.lost", name,
+      port_->Quota().SetNodeDown(name, true);  // nothing new goes there
+      b.Add(EventAt(port_->NowMs(), "engine", "node.lost", name,
                     "no heartbeat for " + std::to_string((mono - n.heard_mono_ms) / 1000) + "s"),
             nullptr);
-      pacer_.Want();
+      port_->WantCycle();
     }
     // Its jobs: at once; or, with partition_stop, once its agent has stopped them itself if it
     // is only cut off (it may still run them until then).
     if (!n.lost || n.jobs_released) continue;
     if (config_.partition_stop_ms > 0 && silent < config_.PartitionReleaseMs()) continue;
     n.jobs_released = true;
-    const std::vector<std::string> held = jobs_.OnNode(name);  // a copy: the walk changes jobs
+    const std::vector<std::string> held =
+        port_->Jobs().OnNode(name);  // a copy: the walk changes jobs
     for (const std::string& id : held)
-      LoseJobLocked(jobs_.Get(id), name, "node '" + name + "' lost", b);
-    pacer_.Want();
+      LoseJobLocked(port_->Jobs().Get(id), name, "node '" + name + "' lost", b);
+    port_->WantCycle();
   }
-  return Status::Ok();
 }
 
-void Engine::ExpireStartsLocked(Batch& b) {
+void AgentExecutor::ExpireStartsLocked(Batch& b) {
   const int64_t mono = silence_.Now();  // as silence: a step of the wall clock expires nothing
   const int64_t bound = kStartTimeouts * config_.heartbeat_timeout_ms;
   std::vector<Job*> expired;
-  for (const std::string& id : jobs_.LiveIds()) {
-    Job& j = jobs_.Get(id);
+  for (const std::string& id : port_->Jobs().LiveIds()) {
+    Job& j = port_->Jobs().Get(id);
     if (j.state != JobState::kStarting || j.starting_since_mono == 0 ||
         mono - j.starting_since_mono < bound)
       continue;
     if (NodesOf(j).size() != 1 || !j.backend.empty()) continue;
-    auto n = nodes_.find(j.node);
+    const auto& nodes = port_->Nodes();
+    auto n = nodes.find(j.node);
     // A silent node is judged by its heartbeats (MarkLostLocked), not here.
-    if (n == nodes_.end() || n->second.lost || n->second.heard_mono_ms <= j.starting_since_mono)
+    if (n == nodes.end() || n->second.lost || n->second.heard_mono_ms <= j.starting_since_mono)
       continue;
     expired.push_back(&j);
   }
@@ -78,11 +80,11 @@ void Engine::ExpireStartsLocked(Batch& b) {
                   "its start on node '" + j.node + "' was not confirmed within " +
                       std::to_string(bound / 1000) + "s",
                   b);
-    pacer_.Want();
+    port_->WantCycle();
   }
 }
 
-void Engine::FinishReportedLocked(Job& j, const std::string& node, const Json& f, Batch& b) {
+void AgentExecutor::FinishReportedLocked(Job& j, const std::string& node, const Json& f, Batch& b) {
   // Cut off from every server for partition_stop, the agent stopped the job itself, and reached
   // the leader again before it released the node's jobs (MarkLostLocked): the job did not end,
   // it was lost on the node; requeued (or lost) as its queue says, not failed for the signal.
@@ -93,7 +95,7 @@ void Engine::FinishReportedLocked(Job& j, const std::string& node, const Json& f
                   "its agent on node '" + node +
                       "' stopped it, cut off from the control plane for partition_stop",
                   b);
-    pacer_.Want();
+    port_->WantCycle();
     return;
   }
   const bool failed = f.value("exit_code", -1) != 0 || f.value("signal", 0) != 0;
@@ -107,24 +109,25 @@ void Engine::FinishReportedLocked(Job& j, const std::string& node, const Json& f
   FinishPartLocked(j, node, f.value("exit_code", -1), f.value("signal", 0), b);
 }
 
-void Engine::LoseJobLocked(Job& j, const std::string& node, const std::string& why, Batch& b) {
+void AgentExecutor::LoseJobLocked(Job& j, const std::string& node, const std::string& why,
+                                  Batch& b) {
   const QueueRoute* route = config_.FindRoute(j.rec.queue);
   if (j.state == JobState::kStarting || j.state == JobState::kRunning ||
       j.state == JobState::kPreempting) {
     j.stale_on.insert(node);  // its process there may outlive this decision
   }
-  const size_t mark = qe_->events().size();
+  const size_t mark = port_->Quota().events().size();
   b.Touch({node});
   if (j.state == JobState::kPreempting && !j.cancel_requested) {
-    qe_->Stopped(j.handle, NowS());
+    port_->Quota().Stopped(j.handle, NowS());
   } else if (route && route->requeue_on_loss && !j.cancel_requested) {
-    qe_->Requeue(j.handle, NowS(), "requeued: " + why);
+    port_->Quota().Requeue(j.handle, NowS(), "requeued: " + why);
   } else {
-    if (!EndLocked(j, JobState::kLost, JobCause::kLost, why)) return;
-    b.Add(EventAt(clock_(), "engine", "job.lost", j.rec.id, why), &j);
+    if (!port_->End(j, JobState::kLost, JobCause::kLost, why)) return;
+    b.Add(EventAt(port_->NowMs(), "engine", "job.lost", j.rec.id, why), &j);
     return;
   }
-  TranslateLocked(mark, b);
+  port_->Translate(mark, b);
 }
 
 }  // namespace tessera::api

@@ -329,7 +329,7 @@ RouteHandler RegisterNode(Engine* e) {
   return [e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
     auto body = Body(req);
     if (!body.ok()) return ReplyError(res, body.status());
-    ReplyResult(res, e->RegisterNode(who, *body));
+    ReplyResult(res, e->agents().RegisterNode(who, *body));
   };
 }
 
@@ -338,8 +338,8 @@ AsyncRouteHandler Heartbeat(Engine* e) {
   return [e](const Identity& who, const HttpRequest& req, net::HttpReply reply) {
     auto body = Body(req);
     if (!body.ok()) return ReplyLater(reply, body.status());
-    e->HeartbeatAsync(who, *body,
-                      [reply = std::move(reply)](Result<Json> r) { ReplyLater(reply, r); });
+    e->agents().HeartbeatAsync(
+        who, *body, [reply = std::move(reply)](Result<Json> r) { ReplyLater(reply, r); });
   };
 }
 
@@ -349,7 +349,7 @@ RouteHandler WriteOutput(Engine* e) {
     auto offset = ParseNonNegativeInt(req.has_param("offset") ? req.param("offset") : "0");
     if (!offset.ok())
       return ReplyError(res, Status::InvalidArgument("'offset' must be a non-negative integer"));
-    Status st = e->WriteOutput(who, req.params[0], *offset, req.body);
+    Status st = e->agents().WriteOutput(who, req.params[0], *offset, req.body);
     if (!st.ok()) return ReplyError(res, st);
     Reply(res, 200, Json{{"ok", true}});
   };
@@ -377,13 +377,13 @@ AsyncRouteHandler WatchOrders(Engine* e, net::HttpServer* http) {
       return ReplyLater(reply,
                         Status::InvalidArgument("'wait_ms' must be an integer from 0 to 60000"));
     }
-    auto ticket = e->WatchOrders(who, node, *after, [reply, answer](int64_t seq) {
+    auto ticket = e->agents().WatchOrders(who, node, *after, [reply, answer](int64_t seq) {
       answer(reply, Json{{"wake", seq > 0}, {"seq", seq}});
     });
     if (!ticket.ok()) return ReplyLater(reply, ticket.status());
     if (*ticket == 0) return;  // answered at once
     http->After(*wait, [e, node, t = *ticket, reply, answer] {
-      e->UnwatchOrders(node, t);
+      e->agents().UnwatchOrders(node, t);
       answer(reply, Json{{"wake", false}});
     });
   };

@@ -221,7 +221,7 @@ ApiServer::~ApiServer() {
   // Answers would go to connections about to be destroyed: the ones waiting for a write get
   // theirs now, the order watches theirs at once.
   engine_->Quiesce();
-  engine_->UnwatchAll();
+  engine_->agents().UnwatchAll();
 }
 
 Result<int> ApiServer::Bind(const std::string& host, int port) { return http_->Bind(host, port); }

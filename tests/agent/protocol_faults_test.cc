@@ -145,7 +145,8 @@ class FaultyGateway {
   }
 
   Result<Json> Call(bool registration, const Json& body) {
-    return registration ? engine_->RegisterNode(agent_, body) : engine_->Heartbeat(agent_, body);
+    return registration ? engine_->agents().RegisterNode(agent_, body)
+                        : engine_->agents().Heartbeat(agent_, body);
   }
 
   void Serve(const httplib::Request& q, httplib::Response& r, bool registration) {
@@ -308,7 +309,7 @@ TEST_F(ProtocolFaultsTest, InvariantsHoldUnderDroppedDelayedDuplicatedMessagesSt
   ::chmod(records.c_str(), 0777);  // the jobs run as JobAccount()
 
   // The engine's wall clock follows real time, plus the jumps; its monotonic clock is real time.
-  engine_->SetMonotonicClockForTest([] {
+  engine_->agents().SetMonotonicClockForTest([] {
     return std::chrono::duration_cast<std::chrono::milliseconds>(
                SteadyClock::now().time_since_epoch())
         .count();

@@ -37,11 +37,11 @@ class HealthIsolationTest : public testing::EngineFixture {
                       {"health", devices[i].first},
                       {"isolation", devices[i].second}});
     }
-    auto r = engine_->RegisterNode(Who("agent"), {{"node", "n1"},
-                                                  {"cpu_milli", 32000},
-                                                  {"memory_mib", 65536},
-                                                  {"protocol", 3},
-                                                  {"devices", devs}});
+    auto r = engine_->agents().RegisterNode(Who("agent"), {{"node", "n1"},
+                                                           {"cpu_milli", 32000},
+                                                           {"memory_mib", 65536},
+                                                           {"protocol", 3},
+                                                           {"devices", devs}});
     ASSERT_TRUE(r.ok()) << r.status().ToString();
   }
   std::string Submit(const std::string& queue) {
@@ -91,14 +91,14 @@ TEST_F(HealthIsolationTest, AnUnhealthyDeviceTakesNoWorkAndItsJobIsRequeued) {
   EXPECT_EQ(Job(a)["placement"]["devices"][0]["index"], 1);
   EXPECT_EQ(Job(b)["state"], "pending") << "device 0 is unhealthy";
   // Healthy again: it takes b; then device 1 turns unhealthy with a's job on it.
-  auto hb =
-      engine_->Heartbeat(Who("agent"), {{"node", "n1"},
-                                        {"devices", Json::array({{{"index", 0}, {"health", "ok"}},
-                                                                 {{"index", 1},
-                                                                  {"health", "unhealthy"},
-                                                                  {"health_reason",
-                                                                   "XID 79: GPU has fallen off the "
-                                                                   "bus"}}})}});
+  auto hb = engine_->agents().Heartbeat(
+      Who("agent"), {{"node", "n1"},
+                     {"devices", Json::array({{{"index", 0}, {"health", "ok"}},
+                                              {{"index", 1},
+                                               {"health", "unhealthy"},
+                                               {"health_reason",
+                                                "XID 79: GPU has fallen off the "
+                                                "bus"}}})}});
   ASSERT_TRUE(hb.ok()) << hb.status().ToString();
   EXPECT_EQ(Device(1)["health_reason"], "XID 79: GPU has fallen off the bus");
   EXPECT_EQ(Job(a)["state"], "preempting") << Job(a).dump();
@@ -109,7 +109,7 @@ TEST_F(HealthIsolationTest, AnUnhealthyDeviceTakesNoWorkAndItsJobIsRequeued) {
   ASSERT_TRUE(events.ok());
   ASSERT_EQ((*events)["events"].size(), 2u) << events->dump();
   // Refused: a health that is neither ok nor unhealthy.
-  auto bad = engine_->Heartbeat(
+  auto bad = engine_->agents().Heartbeat(
       Who("agent"),
       {{"node", "n1"}, {"devices", Json::array({{{"index", 0}, {"health", "sick"}}})}});
   ASSERT_FALSE(bad.ok());
@@ -127,7 +127,8 @@ TEST_F(HealthIsolationTest, AnOperatorReturnsAnUnhealthyDeviceByUncordoningIt) {
   auto beat = [&](const std::string& health, const std::string& reason) {
     Json d = {{"index", 0}, {"health", health}};
     if (!reason.empty()) d["health_reason"] = reason;
-    auto hb = engine_->Heartbeat(Who("agent"), {{"node", "n1"}, {"devices", Json::array({d})}});
+    auto hb =
+        engine_->agents().Heartbeat(Who("agent"), {{"node", "n1"}, {"devices", Json::array({d})}});
     EXPECT_TRUE(hb.ok()) << hb.status().ToString();
     return hb.ok() ? *hb : Json();
   };

@@ -30,7 +30,7 @@ class AgentFaultsTest : public testing::EngineFixture {
  protected:
   Json Heartbeat(const std::string& node, Json extra = Json::object()) {
     extra["node"] = node;
-    auto r = engine_->Heartbeat(Who("agent"), extra);
+    auto r = engine_->agents().Heartbeat(Who("agent"), extra);
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     return r.ok() ? *r : Json();
   }
@@ -41,7 +41,7 @@ class AgentFaultsTest : public testing::EngineFixture {
                  {"devices",
                   {{{"index", 0}, {"model", "H100-80GB"}, {"memory_mib", 81920}, {"uuid", "u0"}}}}};
     for (auto& [k, v] : extra.items()) body[k] = v;
-    return engine_->RegisterNode(Who("agent"), body);
+    return engine_->agents().RegisterNode(Who("agent"), body);
   }
   std::string State(const std::string& id) {
     return (*engine_->views().GetJob(Who("admin"), id))["state"];
@@ -173,7 +173,7 @@ TEST_F(AgentFaultsTest, AJobItsAgentStoppedForAPartitionIsRequeuedNotFailed) {
   EXPECT_EQ(State(b), "lost");
 
   // Any other reason is refused, naming the field.
-  auto bad = engine_->Heartbeat(
+  auto bad = engine_->agents().Heartbeat(
       Who("agent"), {{"node", "n2"}, {"finished", {{{"job", b}, {"stopped_by", "whim"}}}}});
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("finished.stopped_by"), std::string::npos)

@@ -122,7 +122,7 @@ class CommitFaultTest : public ::testing::TestWithParam<uint32_t> {
     return {{"node", node}, {"cpu_milli", 64000}, {"memory_mib", 1 << 20}, {"devices", devs}};
   }
   void Register(const std::string& node) {
-    auto r = engine_->RegisterNode(admin(), Inventory(node));
+    auto r = engine_->agents().RegisterNode(admin(), Inventory(node));
     ASSERT_TRUE(r.ok()) << r.status().ToString();
   }
   // An agent that restarts registers again, saying what it still runs.
@@ -131,7 +131,7 @@ class CommitFaultTest : public ::testing::TestWithParam<uint32_t> {
     inv["running"] = Json::array();
     for (const auto& [id, stopping] : agents_[node].running)
       inv["running"].push_back({{"job", id}});
-    return engine_->RegisterNode(admin(), inv).status();
+    return engine_->agents().RegisterNode(admin(), inv).status();
   }
 
   // One heartbeat of `node`'s in-process agent: it reports what it runs and what ended, and
@@ -148,8 +148,8 @@ class CommitFaultTest : public ::testing::TestWithParam<uint32_t> {
         running.push_back({{"job", id}, {"pid", 100}});
       }
     }
-    auto r =
-        engine_->Heartbeat(admin(), {{"node", node}, {"running", running}, {"finished", finished}});
+    auto r = engine_->agents().Heartbeat(
+        admin(), {{"node", node}, {"running", running}, {"finished", finished}});
     if (!r.ok()) return;  // the agent keeps everything and reports it again
     for (const auto& f : finished) a.running.erase(f["job"].get<std::string>());
     for (const auto& s : (*r)["start"]) a.running[s["job"].get<std::string>()] = false;

@@ -30,7 +30,7 @@ class DrainRestartTest : public testing::EngineFixture {
   }
   Json Heartbeat(Json extra = Json::object()) {
     extra["node"] = "n1";
-    auto r = engine_->Heartbeat(admin(), extra);
+    auto r = engine_->agents().Heartbeat(admin(), extra);
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     return r.ok() ? *r : Json();
   }
@@ -45,11 +45,11 @@ class DrainRestartTest : public testing::EngineFixture {
   // Node n1 with one A100, whole.
   void RegisterTheNode() {
     Json dev = {{"index", 0}, {"model", "A100-80GB"}, {"memory_mib", 81920}, {"uuid", "GPU-a"}};
-    ASSERT_TRUE(engine_
-                    ->RegisterNode(admin(), {{"node", "n1"},
-                                             {"cpu_milli", 8000},
-                                             {"memory_mib", 65536},
-                                             {"devices", Json::array({dev})}})
+    ASSERT_TRUE(engine_->agents()
+                    .RegisterNode(admin(), {{"node", "n1"},
+                                            {"cpu_milli", 8000},
+                                            {"memory_mib", 65536},
+                                            {"devices", Json::array({dev})}})
                     .ok());
   }
 };

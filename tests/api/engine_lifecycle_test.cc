@@ -34,7 +34,7 @@ TEST_F(EngineTest, LifecycleThroughTheAgent) {
   EXPECT_EQ(State(id), "starting");
   Heartbeat("n1", {{"running", {{{"job", id}, {"pid", 42}}}}});
   EXPECT_EQ(State(id), "running");
-  ASSERT_TRUE(engine_->WriteOutput(Who("agent"), id, 0, "hi\n").ok());
+  ASSERT_TRUE(engine_->agents().WriteOutput(Who("agent"), id, 0, "hi\n").ok());
   hb = Heartbeat("n1", {{"finished", {{{"job", id}, {"exit_code", 0}}}}});
   EXPECT_EQ(hb["ack"], Json::array({id}));
   EXPECT_EQ(State(id), "succeeded");
@@ -85,10 +85,11 @@ TEST_F(EngineTest, OutputIsCappedAtMaxOutputAndReadInRanges) {
   const std::string id =
       Submit("alice", {{"queue", "notebooks"}, {"command", {"yes"}}, {"gpu_memory", "8GiB"}})["id"];
   Heartbeat("n1");
-  ASSERT_TRUE(engine_->WriteOutput(Who("agent"), id, 0, "0123456").ok());
+  ASSERT_TRUE(engine_->agents().WriteOutput(Who("agent"), id, 0, "0123456").ok());
   // The part below the cap is kept, the rest refused.
-  ASSERT_TRUE(engine_->WriteOutput(Who("agent"), id, 7, "789abc").ok());
-  EXPECT_EQ(engine_->WriteOutput(Who("agent"), id, 10, "d").code(), StatusCode::kResourceExhausted);
+  ASSERT_TRUE(engine_->agents().WriteOutput(Who("agent"), id, 7, "789abc").ok());
+  EXPECT_EQ(engine_->agents().WriteOutput(Who("agent"), id, 10, "d").code(),
+            StatusCode::kResourceExhausted);
   auto all = engine_->views().JobOutput(Who("alice"), id);
   ASSERT_TRUE(all.ok());
   EXPECT_EQ(all->bytes, "0123456789");
@@ -176,7 +177,7 @@ TEST_F(EngineTest, NodeLossRequeuesOrLosesAndReturnAllocatesNothingTwice) {
 // their jobs. A stall the leader sees in its own monotonic clock grants every node a fresh window.
 TEST_F(EngineTest, ALeaderStallGivesEveryNodeAFreshHeartbeatWindowBeforeJudgingIt) {
   tessera::testing::FakeClock mono{0};
-  engine_->SetMonotonicClockForTest(mono.AsClock());
+  engine_->agents().SetMonotonicClockForTest(mono.AsClock());
   Register("n1", 1);
   std::string a = Submit("alice", {{"queue", "training"}, {"command", {"sleep", "100"}}})["id"];
   Heartbeat("n1");
@@ -409,7 +410,7 @@ class SwapEngineTest : public EngineTest {
 // orders tell the agent to create the share's region with swapping on.
 TEST_F(SwapEngineTest, OvercommittedSharesOnOneCardAndSwapInTheirOrders) {
   // A node that offers 256 GiB of host RAM and disk to swapped-out memory.
-  auto r = engine_->RegisterNode(
+  auto r = engine_->agents().RegisterNode(
       Who("agent"),
       {{"node", "n1"},
        {"cpu_milli", 32000},
@@ -418,7 +419,7 @@ TEST_F(SwapEngineTest, OvercommittedSharesOnOneCardAndSwapInTheirOrders) {
        {"devices",
         {{{"index", 0}, {"model", "H100-80GB"}, {"memory_mib", 81920}, {"uuid", "n1-0"}}}}});
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  auto bad = engine_->RegisterNode(
+  auto bad = engine_->agents().RegisterNode(
       Who("agent"),
       {{"node", "n2"}, {"cpu_milli", 1000}, {"memory_mib", 1024}, {"swap_mib", "lots"}});
   ASSERT_FALSE(bad.ok());
@@ -457,7 +458,7 @@ TEST_F(SwapEngineTest, OvercommittedSharesOnOneCardAndSwapInTheirOrders) {
             std::string::npos);
   EXPECT_NE(events[1]["reason"].get<std::string>().find("resuming"), std::string::npos);
   // A state the protocol does not know is refused, naming the field, and changes nothing.
-  auto refused = engine_->Heartbeat(
+  auto refused = engine_->agents().Heartbeat(
       Who("agent"), {{"node", "n1"}, {"running", {{{"job", id}, {"pid", 7}, {"swap", "asleep"}}}}});
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("running.swap"), std::string::npos);

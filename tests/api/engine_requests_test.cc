@@ -197,7 +197,7 @@ TEST_F(EngineTest, NamesAndArgumentsThatCannotBeShownOrRunAsStoredAreRefused) {
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(r.status().message().find("'name'"), std::string::npos) << r.status().message();
   // A node named with a terminal escape is refused at registration.
-  auto reg = engine_->RegisterNode(
+  auto reg = engine_->agents().RegisterNode(
       Who("admin"), {{"node", "n\x1b[2J"}, {"cpu_milli", 1000}, {"memory_mib", 1024}});
   EXPECT_EQ(reg.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(reg.status().message().find("printable ASCII"), std::string::npos)
@@ -227,7 +227,7 @@ TEST_F(EngineTest, AnOrderWatchWakesForNewOrdersOnly) {
   std::mutex m;
   std::vector<int64_t> woke;
   auto watch = [&](int64_t after) {
-    return engine_->WatchOrders(Who("agent"), "n1", after, [&](int64_t s) {
+    return engine_->agents().WatchOrders(Who("agent"), "n1", after, [&](int64_t s) {
       std::lock_guard<std::mutex> g(m);
       woke.push_back(s);
     });
@@ -277,13 +277,13 @@ TEST_F(EngineTest, AnOrderWatchWakesForNewOrdersOnly) {
   ASSERT_TRUE(watch(hb["seq"]).ok());
   EXPECT_EQ(woken(4), 0);
   // Only the agents of n1 may watch n1; unknown nodes are named.
-  EXPECT_EQ(engine_->WatchOrders(Who("rack1"), "n1", 0, [](int64_t) {}).status().code(),
+  EXPECT_EQ(engine_->agents().WatchOrders(Who("rack1"), "n1", 0, [](int64_t) {}).status().code(),
             StatusCode::kPermissionDenied);
-  EXPECT_EQ(engine_->WatchOrders(Who("alice"), "n1", 0, [](int64_t) {}).status().code(),
+  EXPECT_EQ(engine_->agents().WatchOrders(Who("alice"), "n1", 0, [](int64_t) {}).status().code(),
             StatusCode::kPermissionDenied);
-  EXPECT_EQ(engine_->WatchOrders(Who("agent"), "n9", 0, [](int64_t) {}).status().code(),
+  EXPECT_EQ(engine_->agents().WatchOrders(Who("agent"), "n9", 0, [](int64_t) {}).status().code(),
             StatusCode::kNotFound);
-  engine_->UnwatchAll();
+  engine_->agents().UnwatchAll();
   EXPECT_EQ(woken(5), 0);
 }
 

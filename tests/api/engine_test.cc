@@ -244,7 +244,7 @@ TEST_F(EngineTest, AgentProtocolVersionsOutsideTheServedRangeAreRefused) {
   auto reg = [&](const std::string& node, const Json& protocol) {
     Json body = {{"node", node}, {"cpu_milli", 1000}, {"memory_mib", 1024}};
     if (!protocol.is_null()) body["protocol"] = protocol;
-    return engine_->RegisterNode(Who("agent"), body);
+    return engine_->agents().RegisterNode(Who("agent"), body);
   };
   auto missing = reg("old", nullptr);
   EXPECT_TRUE(missing.ok()) << missing.status().ToString();
@@ -289,7 +289,7 @@ TEST_F(EngineTest, BadAgentMessagesAreRefusedAndChangeNothing) {
   Heartbeat("n1");
   ASSERT_EQ(State(id), "starting");
   const Json dev = {{"index", 0}, {"model", "H100-80GB"}, {"memory_mib", 81920}, {"uuid", "u"}};
-  auto reg = [&](Json body) { return engine_->RegisterNode(Who("agent"), body); };
+  auto reg = [&](Json body) { return engine_->agents().RegisterNode(Who("agent"), body); };
   const std::pair<Json, std::string> bad_registrations[] = {
       {{{"node", "n2"}, {"cpu_milli", "lots"}, {"memory_mib", 1024}}, "'cpu_milli'"},
       {{{"node", "n2"}, {"cpu_milli", 1000}, {"memory_mib", uint64_t{1} << 63}}, "'memory_mib'"},
@@ -329,7 +329,7 @@ TEST_F(EngineTest, BadAgentMessagesAreRefusedAndChangeNothing) {
        "'finished.signal' is out of range"},
   };
   for (const auto& [body, want] : bad_heartbeats) {
-    auto r = engine_->Heartbeat(Who("agent"), body);
+    auto r = engine_->agents().Heartbeat(Who("agent"), body);
     ASSERT_FALSE(r.ok()) << body.dump();
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << body.dump();
     EXPECT_NE(r.status().message().find(want), std::string::npos) << r.status().message();
@@ -350,9 +350,9 @@ TEST_F(EngineTest, AnAgentSpeaksOnlyForItsNodes) {
       Json::array({{{"index", 0}, {"model", "H100-80GB"}, {"memory_mib", 81920}, {"uuid", "u0"}}});
   Json inv = {{"cpu_milli", 8000}, {"memory_mib", 65536}, {"devices", devs}};
   inv["node"] = "r1-a";
-  ASSERT_TRUE(engine_->RegisterNode(rack, inv).ok());
+  ASSERT_TRUE(engine_->agents().RegisterNode(rack, inv).ok());
   inv["node"] = "r2-a";
-  auto other = engine_->RegisterNode(rack, inv);
+  auto other = engine_->agents().RegisterNode(rack, inv);
   ASSERT_EQ(other.status().code(), StatusCode::kPermissionDenied);
   EXPECT_NE(other.status().message().find("may not register for node 'r2-a'"), std::string::npos);
   Register("n1", 1);  // by the unbound agent identity
@@ -362,22 +362,23 @@ TEST_F(EngineTest, AnAgentSpeaksOnlyForItsNodes) {
   ASSERT_EQ(j["state"], "placed") << j.dump();
   const std::string node = j["placement"]["node"];
   const std::string id = j["id"];
-  auto hb =
-      engine_->Heartbeat(rack, {{"node", node}, {"finished", {{{"job", id}, {"exit_code", 0}}}}});
+  auto hb = engine_->agents().Heartbeat(
+      rack, {{"node", node}, {"finished", {{{"job", id}, {"exit_code", 0}}}}});
   EXPECT_EQ(hb.status().code(), StatusCode::kPermissionDenied);
   EXPECT_EQ(State(id), "placed") << "a refused heartbeat changed the job";
-  EXPECT_EQ(engine_->WriteOutput(rack, id, 0, "forged").code(), StatusCode::kPermissionDenied);
-  EXPECT_TRUE(engine_->Heartbeat(rack, {{"node", "r1-a"}}).ok());
-  EXPECT_TRUE(engine_->WriteOutput(Who("agent"), id, 0, "real").ok());
+  EXPECT_EQ(engine_->agents().WriteOutput(rack, id, 0, "forged").code(),
+            StatusCode::kPermissionDenied);
+  EXPECT_TRUE(engine_->agents().Heartbeat(rack, {{"node", "r1-a"}}).ok());
+  EXPECT_TRUE(engine_->agents().WriteOutput(Who("agent"), id, 0, "real").ok());
   // Uploads continue where the stored bytes end (or repeat them); one past the end is refused.
-  const Status hole = engine_->WriteOutput(Who("agent"), id, 1000, "later");
+  const Status hole = engine_->agents().WriteOutput(Who("agent"), id, 1000, "later");
   EXPECT_EQ(hole.code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(hole.message().find("continues at byte 4, not 1000"), std::string::npos)
       << hole.message();
-  EXPECT_TRUE(engine_->WriteOutput(Who("agent"), id, 2, "al").ok());   // a repeat
-  EXPECT_TRUE(engine_->WriteOutput(Who("agent"), id, 4, "!\n").ok());  // the next bytes
+  EXPECT_TRUE(engine_->agents().WriteOutput(Who("agent"), id, 2, "al").ok());   // a repeat
+  EXPECT_TRUE(engine_->agents().WriteOutput(Who("agent"), id, 4, "!\n").ok());  // the next bytes
   // Output has a ceiling.
-  EXPECT_EQ(engine_->WriteOutput(Who("agent"), id, config_.max_output_bytes, "x").code(),
+  EXPECT_EQ(engine_->agents().WriteOutput(Who("agent"), id, config_.max_output_bytes, "x").code(),
             StatusCode::kResourceExhausted);
   // Each refused claim is in the audit trail: who, for which node, doing what.
   ASSERT_TRUE(engine_->Tick().ok());  // after a commit, the queued audit events are durable
@@ -473,13 +474,13 @@ TEST_F(EngineTest, AuthorizationMatrix) {
     EXPECT_EQ(engine_->views().JobOutput(Who(r.who), a).ok(), r.see_a) << r.who;
     EXPECT_EQ(engine_->views().Nodes(Who(r.who)).ok(), r.nodes) << r.who;
     EXPECT_EQ(engine_->views().Summary(Who(r.who)).ok(), r.nodes) << r.who;
-    auto reg = engine_->RegisterNode(
+    auto reg = engine_->agents().RegisterNode(
         Who(r.who), {{"node", "x-" + r.who}, {"cpu_milli", 1000}, {"memory_mib", 1024}});
     EXPECT_EQ(reg.ok(), r.register_node) << r.who;
     if (!reg.ok()) {
       EXPECT_EQ(reg.status().code(), StatusCode::kPermissionDenied);
     }
-    auto hb = engine_->Heartbeat(Who(r.who), {{"node", "n1"}});
+    auto hb = engine_->agents().Heartbeat(Who(r.who), {{"node", "n1"}});
     EXPECT_EQ(hb.ok(), r.register_node) << r.who;
     auto listed = engine_->views().ListJobs(Who(r.who), "", 100);
     if (r.who == "agent") {

@@ -42,7 +42,7 @@ class EngineTest : public testing::EngineFixture {
   }
   Json Heartbeat(const std::string& node, Json extra = Json::object()) {
     extra["node"] = node;
-    auto r = engine_->Heartbeat(Who("agent"), extra);
+    auto r = engine_->agents().Heartbeat(Who("agent"), extra);
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     return r.ok() ? *r : Json();
   }

@@ -202,7 +202,7 @@ TEST_F(GroupCommitTest, AScheduleRebuildDuringACommitKeepsTheInFlightUsage) {
       << "the submission's commit never started";
   Json devs =
       Json::array({{{"index", 0}, {"model", "H100-80GB"}, {"memory_mib", 81920}, {"uuid", "g0"}}});
-  auto reg = engine_->RegisterNode(
+  auto reg = engine_->agents().RegisterNode(
       Who("agent"), {{"node", "n1"}, {"cpu_milli", 2000}, {"memory_mib", 4096}, {"devices", devs}});
   ASSERT_TRUE(reg.ok()) << reg.status().ToString();
   a.join();
@@ -226,7 +226,7 @@ TEST_F(GroupCommitTest, AFailedPlacementCommitLeavesTheJobPendingAndTheNodeFree)
   // A node with room for two 1-CPU jobs of the local queue.
   Json devs =
       Json::array({{{"index", 0}, {"model", "H100-80GB"}, {"memory_mib", 81920}, {"uuid", "g0"}}});
-  auto reg = engine_->RegisterNode(
+  auto reg = engine_->agents().RegisterNode(
       Who("agent"), {{"node", "n1"}, {"cpu_milli", 2000}, {"memory_mib", 4096}, {"devices", devs}});
   ASSERT_TRUE(reg.ok()) << reg.status().ToString();
   auto first = Submit("local");

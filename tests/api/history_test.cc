@@ -41,7 +41,7 @@ class HistoryTest : public testing::EngineFixture {
   }
   Json Heartbeat(Json body) {
     body["node"] = "n1";
-    auto r = engine_->Heartbeat(Who("agent"), body);
+    auto r = engine_->agents().Heartbeat(Who("agent"), body);
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     return r.ok() ? *r : Json();
   }

@@ -208,11 +208,11 @@ class Served {
                       {"memory_mib", mem},
                       {"uuid", n.name + "-" + std::to_string(i)}});
     }
-    auto r = engine_->RegisterNode(admin_, {{"node", n.name},
-                                            {"pool", n.pool.empty() ? "default" : n.pool},
-                                            {"cpu_milli", n.cpu_milli},
-                                            {"memory_mib", n.memory_mib},
-                                            {"devices", devs}});
+    auto r = engine_->agents().RegisterNode(admin_, {{"node", n.name},
+                                                     {"pool", n.pool.empty() ? "default" : n.pool},
+                                                     {"cpu_milli", n.cpu_milli},
+                                                     {"memory_mib", n.memory_mib},
+                                                     {"devices", devs}});
     ASSERT_TRUE(r.ok()) << n.name << ": " << r.status().ToString();
   }
 
@@ -239,7 +239,8 @@ class Served {
     now_ms_ = t * 1000;
     for (const std::string& node : nodes_[id]) {
       Json fin = {{"job", id}, {"exit_code", signal ? 128 + signal : 0}, {"signal", signal}};
-      auto r = engine_->Heartbeat(admin_, {{"node", node}, {"finished", Json::array({fin})}});
+      auto r =
+          engine_->agents().Heartbeat(admin_, {{"node", node}, {"finished", Json::array({fin})}});
       EXPECT_TRUE(r.ok()) << r.status().ToString();
     }
   }

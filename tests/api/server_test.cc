@@ -226,7 +226,8 @@ TEST_F(ServerTest, OutputIsServedInRanges) {
                          R"({"queue":"notebooks","command":["true"]})", "application/json");
   ASSERT_EQ(r->status, 201);
   const std::string id = Json::parse(r->body)["id"];
-  ASSERT_TRUE(engine_->WriteOutput(engine_->config().identities[0], id, 0, "0123456789")
+  ASSERT_TRUE(engine_->agents()
+                  .WriteOutput(engine_->config().identities[0], id, 0, "0123456789")
                   .ok());  // an admin may
   const std::string path = "/v1/jobs/" + id + "/output";
   r = client_->Get(path.c_str(), Auth("alice-token-1"));

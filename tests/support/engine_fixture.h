@@ -51,7 +51,7 @@ class EngineFixture : public ::testing::Test {
     auto e = Engine::Open(config_, std::move(*store), dir_, now_.AsClock());
     ASSERT_TRUE(e.ok()) << e.status().ToString();
     engine_ = std::move(*e);
-    engine_->SetMonotonicClockForTest(mono_.AsClock());
+    engine_->agents().SetMonotonicClockForTest(mono_.AsClock());
   }
   // Time passes with the leader watching: both clocks move `ms`, a second at a time, with the
   // engine's periodic pass (Tick) after each step. (Both moved with one pass after them is the
@@ -81,7 +81,7 @@ class EngineFixture : public ::testing::Test {
                       {"memory_mib", 81920},
                       {"uuid", node + "-" + std::to_string(i)}});
     }
-    auto r = engine_->RegisterNode(
+    auto r = engine_->agents().RegisterNode(
         Who("agent"),
         {{"node", node}, {"cpu_milli", cpu_milli}, {"memory_mib", 65536}, {"devices", devs}});
     ASSERT_TRUE(r.ok()) << r.status().ToString();

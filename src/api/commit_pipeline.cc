@@ -206,12 +206,4 @@ void Engine::SettleCountsLocked() {
   counters_.Settle([this](int64_t seq) { return writer_.OutcomeOf(seq); });
 }
 
-void Engine::CountEventLocked(const quota::Event& e, const Job* j) {
-  // Counted with the batch that will carry the decision: the next one queued (the cycle queues
-  // its decisions in the same hold of mu_).
-  std::optional<DecisionCounters::Placed> placed;
-  if (j) placed = DecisionCounters::Placed{j->rec.queue, j->rec.group, j->borrowed};
-  counters_.Count(seq_.last() + 1, e, placed);
-}
-
 }  // namespace tessera::api

@@ -12,8 +12,6 @@
 #include "model/quantity.h"
 
 namespace tessera::api {
-namespace {
-
 void WriteGrants(JsonText& w, const std::vector<quota::GrantView>& grants) {
   w.BeginArray();
   for (const auto& g : grants) {
@@ -38,8 +36,6 @@ void WriteGrants(JsonText& w, const std::vector<quota::GrantView>& grants) {
   w.EndArray();
 }
 
-}  // namespace
-
 // The executors' way into the engine (api/ledger_port.h): each call is the engine's own, made
 // under its mutex unless the port says otherwise.
 class Engine::Port final : public AgentPort {
@@ -54,8 +50,8 @@ class Engine::Port final : public AgentPort {
   bool End(Job& j, JobState state, JobCause cause, const std::string& reason) override {
     return e_.EndLocked(j, state, cause, reason);
   }
-  void Translate(size_t mark, Batch& b) override { e_.TranslateLocked(mark, b); }
-  void WantCycle() override { e_.pacer_.Want(); }
+  void Translate(size_t mark, Batch& b) override { e_.cycle_.TranslateLocked(mark, b); }
+  void WantCycle() override { e_.cycle_.pacer().Want(); }
   Status Commit(Batch& b, std::unique_lock<std::mutex>& lock) override {
     return e_.CommitLocked(b, lock);
   }
@@ -104,6 +100,8 @@ Engine::Engine(EngineConfig config, std::unique_ptr<store::Store> store, std::st
           }),
       backends_(std::make_unique<Port>(*this), config_, data_dir_),
       agents_(std::make_unique<Port>(*this), config_, data_dir_),
+      cycle_(std::make_unique<Port>(*this), config_, counters_,
+             [this](const Job& j) { backends_.QueueDeleteLocked(j); }),
       views_(*this, config_, data_dir_) {}
 
 Engine::~Engine() {
@@ -217,186 +215,11 @@ bool Engine::EndLocked(Job& j, JobState state, JobCause cause, const std::string
   return true;
 }
 
-void Engine::TranslateLocked(size_t from, Batch& b) {
-  const auto& evs = qe_->events();
-  std::string admission;  // the admission of the placement that follows it
-  for (size_t i = from; i < evs.size(); ++i) {
-    const quota::Event& e = evs[i];
-    if (e.kind == quota::EventKind::kRepartitioned) {
-      CountEventLocked(e, nullptr);
-      b.Add(EventAt(clock_(), "engine", "device.repartitioned",
-                    e.detail.substr(0, e.detail.find(':')), e.detail),
-            nullptr);
-      continue;
-    }
-    Job* it = jobs_.Find(e.job);
-    if (it == nullptr) continue;
-    Job& j = *it;
-    switch (e.kind) {
-      case quota::EventKind::kAdmitted:
-        admission = e.detail;  // recorded with the placement: one event per decision
-        break;
-      case quota::EventKind::kPlaced: {
-        if (!TransitionLocked(j, JobState::kPlaced, JobCause::kPlaced)) break;
-        FillGrantsLocked(j);
-        jobs_.NoteNodes(j);
-        j.rec.reason = j.backend.empty() ? "" : "admitted; to be submitted to " + j.backend;
-        JsonText data;
-        data.BeginObject().Key("node").Str(j.node).Key("form").Str(j.form).Key("grants");
-        WriteGrants(data, j.grants);
-        data.Key("borrowed").Bool(j.borrowed).Key("admission").Str(admission).EndObject();
-        CountEventLocked(e, &j);
-        b.Add(EventAt(clock_(), "engine", "job.placed", j.rec.id, e.detail, std::move(data)), &j);
-        break;
-      }
-      case quota::EventKind::kPreempted:
-        if (!TransitionLocked(j, JobState::kPreempting, JobCause::kPreempted)) break;
-        CountEventLocked(e, &j);
-        j.rec.reason = "preempted: " + e.detail;
-        b.Add(
-            EventAt(clock_(), "engine", "job.preempted", j.rec.id, e.detail, {{"group", e.group}}),
-            &j);
-        break;
-      case quota::EventKind::kStopped:
-        if (!j.held_on.empty()) {  // held swapped out past its queue's swap_hold_limit
-          SwapEventLocked(j, e, b);
-          break;
-        }
-        // Its queue's max_runtime: its processes are stopped as a preemption's are (the agent's
-        // cancel order, the policy's grace), then it ends, and is not requeued (FinishPartLocked).
-        if (!TransitionLocked(j, JobState::kPreempting, JobCause::kPreempted)) break;
-        j.guard_stopped = true;
-        j.rec.reason = std::string(kGuardStopping) + e.detail;
-        b.Add(EventAt(clock_(), "engine", "job.stopping", j.rec.id, e.detail), &j);
-        break;
-      case quota::EventKind::kSwappedOut:
-      case quota::EventKind::kSwappedIn:
-        SwapEventLocked(j, e, b);
-        break;
-      case quota::EventKind::kRequeued:
-        if (!TransitionLocked(j, JobState::kPending, JobCause::kRequeued)) break;
-        j.rec.reason = e.detail;
-        j.preemptions = qe_->job(j.handle).preemptions;
-        b.Touch(NodesOf(j));  // its nodes' orders change: it may no longer run there
-        j.grants.clear();
-        j.node.clear();
-        j.form.clear();
-        j.parts_done.clear();
-        j.pid = 0;
-        j.last_active_ms = 0;
-        j.idle = false;
-        j.gpu_memory_used_mib = -1;
-        j.swap_state.clear();
-        j.swapped_mib = 0;
-        b.Add(EventAt(clock_(), "engine", "job.requeued", j.rec.id, e.detail,
-                      {{"preemptions", j.preemptions}}),
-              &j);
-        break;
-      default:
-        break;  // submitted, rejected, completed: the server records those itself
-    }
-  }
-  qe_->ClearEvents();  // recorded (or the server's own): marks start again from 0
-}
-
-void Engine::SwapEventLocked(Job& j, const quota::Event& e, Batch& b) {
-  if (e.kind == quota::EventKind::kStopped) {
-    // Its processes, paused on its node, are stopped there: it leaves may_run.
-    const std::string node = j.held_on;
-    b.Touch({node});
-    if (!EndLocked(j, JobState::kFailed, JobCause::kRefused, "stopped: " + e.detail)) return;
-    j.held_on.clear();
-    j.swap_order.clear();
-    b.Add(EventAt(clock_(), "engine", "job.stopped", j.rec.id, e.detail, {{"node", node}}), &j);
-    return;
-  }
-  if (e.kind == quota::EventKind::kSwappedIn) {
-    // Placed again on its device (job.placed before this): it runs on, brought back in.
-    if (!TransitionLocked(j, JobState::kRunning, JobCause::kRunning)) return;
-    j.held_on.clear();
-    j.swap_order = "in";
-    j.last_active_ms = clock_();
-    b.Touch(NodesOf(j));
-    b.Add(EventAt(clock_(), "engine", "job.swapped_in", j.rec.id, e.detail, {{"node", j.node}}),
-          &j);
-    return;
-  }
-  CountEventLocked(e, &j);
-  if (e.for_job.empty()) {
-    // Its queue's idle_timeout: swapped out, not stopped; it keeps its share and runs on.
-    j.swap_order = "idle";
-    b.Touch(NodesOf(j));
-    b.Add(EventAt(clock_(), "engine", "job.swapped_out", j.rec.id, e.detail, {{"node", j.node}}),
-          &j);
-    return;
-  }
-  // Preempted by swapping: pending, its processes paused on its node, its memory off the card.
-  const std::string node = j.node;
-  b.Touch(NodesOf(j));
-  if (!TransitionLocked(j, JobState::kPending, JobCause::kRequeued)) return;
-  j.held_on = node;
-  j.swap_order = "out";
-  j.rec.reason = "SwappedOut: " + qe_->job(j.handle).wait_reason;
-  j.preemptions = qe_->job(j.handle).preemptions;
-  j.grants.clear();
-  j.node.clear();
-  j.form.clear();
-  j.parts_done.clear();
-  j.idle = false;
-  b.Add(EventAt(clock_(), "engine", "job.swapped_out", j.rec.id, e.detail,
-                {{"node", node}, {"for_job", e.for_job}, {"lost_gpu_s", 0}}),
-        &j);
-}
-
-void Engine::RefreshWaitReasonsLocked() {
-  std::string step, reason;
-  int position = 0;  // in the order the cycle considered them (the forecast's position)
-  for (int h : qe_->waiting()) {  // what the cycle left waiting, and what arrived since
-    Job* found = jobs_.ByHandle(h);
-    if (found == nullptr) continue;
-    Job& j = *found;
-    if (j.state != JobState::kPending) continue;
-    j.wait_position = ++position;
-    qe_->WaitOf(j.handle, &step, &reason);
-    if (step.empty()) continue;
-    // Only rebuilt when it changed: most waiting jobs keep theirs from cycle to cycle.
-    const std::string& cur = j.rec.reason;
-    if (cur.size() == step.size() + 2 + reason.size() && cur.compare(0, step.size(), step) == 0 &&
-        cur.compare(step.size() + 2, std::string::npos, reason) == 0) {
-      continue;
-    }
-    j.rec.reason = step + ": " + reason;
-  }
-}
-
-void Engine::CycleLocked(Batch& b) {
-  // A large cycle's decisions are queued for the writer in chunks while it goes on (after
-  // whatever `b` held before it), so that writing them overlaps deciding the rest; nobody acts
-  // on them before the caller's commit, which waits for all of them.
-  constexpr size_t kChunk = 4096;
-  const auto started = std::chrono::steady_clock::now();  // for tessera_scheduling_cycle_seconds
-  pacer_.Starting();
-  size_t mark = qe_->events().size();
-  const quota::CycleStats stats = qe_->RunCycle(NowS(), [&] {
-    if (qe_->events().size() - mark < kChunk) return;
-    TranslateLocked(mark, b);
-    mark = qe_->events().size();
-    QueueLocked(b);
-  });
-  TranslateLocked(mark, b);
-  RefreshWaitReasonsLocked();
-  const int64_t took_us = std::chrono::duration_cast<std::chrono::microseconds>(
-                              std::chrono::steady_clock::now() - started)
-                              .count();
-  counters_.cycle_latency().Observe(took_us);
-  pacer_.Ran(clock_(), CycleBudget::NowUs(), took_us, stats.pending_at_start - stats.admitted);
-}
-
 Status Engine::RunCycle() {
   std::unique_lock<std::mutex> lock(mu_);
   if (!broken_.ok()) return broken_;
   Batch b;
-  CycleLocked(b);
+  cycle_.RunLocked(b);
   return CommitLocked(b, lock);
 }
 
@@ -418,7 +241,7 @@ Status Engine::Tick() {
     failed_on_load_.clear();
     agents_.MarkLostLocked(b);
     agents_.ExpireStartsLocked(b);
-    if (pacer_.Due(clock_(), config_.cycle_ms)) CycleLocked(b);
+    if (cycle_.pacer().Due(clock_(), config_.cycle_ms)) cycle_.RunLocked(b);
     if (Status st = CommitLocked(b, lock); !st.ok()) return st;
   }
   if (Status st = HistoryTick(); !st.ok()) return st;

@@ -66,7 +66,7 @@
 #include "api/batch_sequence.h"
 #include "api/commit_writer.h"
 #include "api/config.h"
-#include "api/cycle_budget.h"
+#include "api/cycle_driver.h"
 #include "api/decision_counters.h"
 #include "api/job_table.h"
 #include "api/json_text.h"
@@ -226,13 +226,6 @@ class Engine final : public LedgerReads {
     int64_t rolled_up_ms = 0;           // 5-minute buckets before this are rolled up
   } chores_;
   Status ReloadLocked(const Status& cause);
-  // Runs the cycle and turns the quota engine's new events into job changes in `b`.
-  void CycleLocked(Batch& b);
-  void TranslateLocked(size_t from, Batch& b);
-  // A quota kSwappedOut or kSwappedIn, or the kStopped of a job held swapped out.
-  void SwapEventLocked(Job& j, const quota::Event& e, Batch& b);
-  void RefreshWaitReasonsLocked();
-  void FillGrantsLocked(Job& j);
   // The one way a job's state changes: to `to` for `cause` when the job state table holds that
   // change (its update time set), else refused, logged at error level, and false: the caller
   // then leaves the job as it was.
@@ -270,10 +263,6 @@ class Engine final : public LedgerReads {
   // writes outside mu_).
   Status HistoryTick();
 
-  // --- metrics.cc
-  // Counts a placement (admission, guaranteed or borrowed), preemption or repartition from the
-  // quota engine's events, as TranslateLocked records them; `j`: the event's job, if any.
-  void CountEventLocked(const quota::Event& e, const Job* j);
   // Decision counts (moved to /metrics with their batch: SettleCountsLocked), the cycle's and
   // the requests' latencies.
   DecisionCounters counters_;
@@ -297,7 +286,6 @@ class Engine final : public LedgerReads {
   std::vector<quota::QuotaEngine::Drain> drains_;  // as last committed ("device.drains")
   Status LoadDrains();
   std::map<std::string, NodeInfo> nodes_;  // by name
-  CyclePacer pacer_;                       // when the cycle runs
   Status broken_;  // set when a reload after a failed commit failed too: nothing is served
   // The commit pipeline. Batches are queued under mu_ (QueueLocked) and written in order by the
   // writer's thread (CommitWriter), which takes no engine lock, so the cycle can go on deciding
@@ -311,6 +299,7 @@ class Engine final : public LedgerReads {
   class Port;
   BackendExecutor backends_;  // the external backends, one lane each (fixed after Open)
   AgentExecutor agents_;      // the node agents
+  CycleDriver cycle_;         // the scheduling cycle and what its decisions become; its pacer
   Views views_;               // the read side: last, it reads the rest
 };
 

@@ -30,30 +30,6 @@ quota::GrantView GrantFrom(const Json& j) {
   return g;
 }
 
-// Where a job of a queue over several backends went and why (its record, `tessera job`): each
-// backend's predicted start when it was placed, in milliseconds since the epoch (null: never).
-Json DispatchJson(const std::vector<quota::PoolForecast>& fs, const std::string& chosen,
-                  int64_t now_ms) {
-  const int64_t now_s = now_ms / 1000;
-  Json each = Json::array();
-  int tied = 0;
-  for (const quota::PoolForecast& f : fs) {
-    Json e = {{"backend", f.pool}};
-    e["predicted_start_ms"] = f.start >= quota::kForecastNever ? Json(nullptr)
-                              : f.start <= now_s               ? Json(now_ms)
-                                                               : Json(f.start * 1000);
-    if (!f.note.empty()) e["note"] = f.note;
-    tied += f.start <= now_s ? 1 : 0;
-    each.push_back(e);
-  }
-  const std::string why = tied > 1 ? "the first in the queue's order that starts it now"
-                                   : "the earliest predicted start";
-  return {{"backend", chosen},
-          {"decided_ms", now_ms},
-          {"reason", why + " (" + quota::DescribeForecasts(fs, now_s) + ")"},
-          {"forecasts", each}};
-}
-
 }  // namespace
 
 Status Engine::ReloadLocked(const Status& cause) {
@@ -275,35 +251,9 @@ Status Engine::Load() {
   st = LoadDrains();
   if (!st.ok()) return st;
   // Nodes are back on probation: each gets a fresh heartbeat window (set in LoadNodes).
-  pacer_.Want();
+  cycle_.pacer().Want();
   broken_ = Status::Ok();
   return qe_->CheckInvariants();
-}
-
-void Engine::FillGrantsLocked(Job& j) {
-  std::optional<AllocationForm> form;
-  qe_->HeldOf(j.handle, &j.grants, &form, &j.borrowed);
-  j.form = form ? AllocationFormName(*form) : "";
-  j.parts_done.clear();
-  const QueueRoute* route = config_.FindRoute(j.rec.queue);
-  if (route != nullptr && route->external()) {
-    std::string backend = route->backend;
-    if (route->multi()) {  // the backend the cycle chose, and every backend's forecast
-      const quota::JobView v = qe_->job(j.handle);
-      if (!v.ext_pool.empty()) backend = v.ext_pool;
-      if (!j.backend.empty() && j.backend != backend && !j.external_id.empty()) {
-        backends_.QueueDeleteLocked(j);  // its suspended Job elsewhere
-        j.external_id.clear();
-        j.ext_suspended = false;
-      }
-      j.dispatch = DispatchJson(v.dispatch, backend, clock_());
-    }
-    j.backend = backend;
-    j.node = backend + ":" + (route->partition.empty() ? route->queue : route->partition);
-    j.next_submit_ms = 0;
-  } else {
-    j.node = j.grants.empty() ? "" : j.grants.front().node;
-  }
 }
 
 }  // namespace tessera::api

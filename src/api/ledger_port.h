@@ -3,7 +3,8 @@
 // made through the same state machine (Transition, End) and the same commit pipeline (Commit) as
 // every other change, so nothing an executor records is acted on or shown before it is durable.
 //
-// The engine lends one to its BackendExecutor (api/backend_executor.h), and an AgentPort, the
+// The engine lends one to its BackendExecutor (api/backend_executor.h) and its CycleDriver
+// (api/cycle_driver.h), and an AgentPort, the
 // same widened with the nodes and the agents' replies, to its AgentExecutor
 // (api/agent_executor.h); a test can lend a fake.
 #pragma once
@@ -44,6 +45,9 @@ class LedgerPort {
   virtual void WantCycle() = 0;  // the cycle runs again soon: capacity or a job changed
   // Queues `b` and waits for it to be written (the lock is released meanwhile).
   virtual Status Commit(Batch& b, std::unique_lock<std::mutex>& lock) = 0;
+  // Queues `b` for the writer without waiting; its sequence number (0 when it was empty).
+  virtual int64_t Queue(Batch& b) = 0;
+  virtual int64_t LastQueued() = 0;  // the last batch queued
   virtual int64_t NowMs() const = 0;
 };
 

@@ -103,14 +103,14 @@ Result<Json> Engine::AdminNode(const Identity& who, const std::string& node,
       qe_->Evict(j.handle, NowS(), why);
       stopped.push_back(id);
     }
-    TranslateLocked(mark, b);
+    cycle_.TranslateLocked(mark, b);
   }
   Json data = {{"node", node}};
   if (device >= 0) data["device"] = device;
   if (to == Admin::kDraining) data["jobs"] = stopped;
   b.Add(EventAt(clock_(), who.name, kind, subject, "by " + who.name, data), nullptr);
   b.Touch({node});
-  pacer_.Want();
+  cycle_.pacer().Want();
   static const log::Logger kLog("engine");
   kLog.Info(std::string(kind), {{"node", subject}, {"by", who.name}});
   if (Status st = CommitLocked(b, lock); !st.ok()) return st;

@@ -163,6 +163,8 @@ store::Event EventAt(int64_t time_ms, const std::string& actor, const std::strin
 store::JobRecord RecordOf(const Job& j);
 // What the quota engine is asked for a job: its spec as a scheduling request (engine_load.cc).
 quota::JobSpec QuotaSpecOf(const Job& j);
+// A job's grants as a JSON array, for its record and its job.placed event (engine.cc).
+void WriteGrants(JsonText& w, const std::vector<quota::GrantView>& grants);
 // A part of a gang whose start order has not gone to `node` yet (agent_gateway.cc).
 bool GangPartUnsent(const Job& j, const std::string& node);
 // The reason's prefix of a job its queue's max_runtime is stopping.

@@ -109,7 +109,7 @@ Result<std::pair<Json, int64_t>> Engine::SubmitQueued(const Identity& who, const
   }
   j.handle = *h;
   jobs_.Enter(j);
-  pacer_.Want();
+  cycle_.pacer().Want();
   // Like every change, the submission goes through the commit pipeline: queued now, written
   // with whatever else is queued (other submissions, heartbeats) in one transaction.
   Batch b;
@@ -117,7 +117,7 @@ Result<std::pair<Json, int64_t>> Engine::SubmitQueued(const Identity& who, const
                 {{"queue", j.rec.queue}, {"group", j.rec.group}}),
         &j);
   QueueLocked(b);
-  const int64_t mine = pacer_.Submitted();
+  const int64_t mine = cycle_.pacer().Submitted();
   if (config_.schedule_on_submit) {
     // Scheduled at once, by one cycle for every submission queued before it started: submitters
     // waiting for the mutex get to queue theirs first. Its decisions are queued behind the
@@ -125,9 +125,9 @@ Result<std::pair<Json, int64_t>> Engine::SubmitQueued(const Identity& who, const
     lock.unlock();
     std::this_thread::yield();
     lock.lock();
-    if (pacer_.SubmissionRuns(mine, CycleBudget::NowUs())) {
+    if (cycle_.pacer().SubmissionRuns(mine, CycleBudget::NowUs())) {
       Batch decisions;
-      CycleLocked(decisions);
+      cycle_.RunLocked(decisions);
       QueueLocked(decisions);
     }
   }
@@ -166,7 +166,7 @@ Result<Json> Engine::Cancel(const Identity& who, const std::string& id) {
     j.grants.clear();
     j.node.clear();
     b.Add(EventAt(clock_(), who.name, "job.cancelled", id, "by " + who.name), &j);
-    pacer_.Want();
+    cycle_.pacer().Want();
   } else {
     j.cancel_requested = true;
     j.rec.reason = "cancel requested";

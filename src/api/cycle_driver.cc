@@ -1,0 +1,264 @@
+// The scheduling cycle and the translation of its decisions into job changes (api/cycle_driver.h).
+#include "api/cycle_driver.h"
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "api/json_text.h"
+
+namespace tessera::api {
+namespace {
+
+// Where a job of a queue over several backends went and why (its record, `tessera job`): each
+// backend's predicted start when it was placed, in milliseconds since the epoch (null: never).
+Json DispatchJson(const std::vector<quota::PoolForecast>& fs, const std::string& chosen,
+                  int64_t now_ms) {
+  const int64_t now_s = now_ms / 1000;
+  Json each = Json::array();
+  int tied = 0;
+  for (const quota::PoolForecast& f : fs) {
+    Json e = {{"backend", f.pool}};
+    e["predicted_start_ms"] = f.start >= quota::kForecastNever ? Json(nullptr)
+                              : f.start <= now_s               ? Json(now_ms)
+                                                               : Json(f.start * 1000);
+    if (!f.note.empty()) e["note"] = f.note;
+    tied += f.start <= now_s ? 1 : 0;
+    each.push_back(e);
+  }
+  const std::string why = tied > 1 ? "the first in the queue's order that starts it now"
+                                   : "the earliest predicted start";
+  return {{"backend", chosen},
+          {"decided_ms", now_ms},
+          {"reason", why + " (" + quota::DescribeForecasts(fs, now_s) + ")"},
+          {"forecasts", each}};
+}
+
+}  // namespace
+
+CycleDriver::CycleDriver(std::unique_ptr<LedgerPort> ledger, const EngineConfig& config,
+                         DecisionCounters& counters,
+                         std::function<void(const Job&)> delete_external)
+    : ledger_(std::move(ledger)),
+      config_(config),
+      counters_(counters),
+      delete_external_(std::move(delete_external)) {}
+
+void CycleDriver::TranslateLocked(size_t from, Batch& b) {
+  const auto& evs = ledger_->Quota().events();
+  std::string admission;  // the admission of the placement that follows it
+  for (size_t i = from; i < evs.size(); ++i) {
+    const quota::Event& e = evs[i];
+    if (e.kind == quota::EventKind::kRepartitioned) {
+      CountEventLocked(e, nullptr);
+      b.Add(EventAt(ledger_->NowMs(), "engine", "device.repartitioned",
+                    e.detail.substr(0, e.detail.find(':')), e.detail),
+            nullptr);
+      continue;
+    }
+    Job* it = ledger_->Jobs().Find(e.job);
+    if (it == nullptr) continue;
+    Job& j = *it;
+    switch (e.kind) {
+      case quota::EventKind::kAdmitted:
+        admission = e.detail;  // recorded with the placement: one event per decision
+        break;
+      case quota::EventKind::kPlaced: {
+        if (!ledger_->Transition(j, JobState::kPlaced, JobCause::kPlaced)) break;
+        FillGrantsLocked(j);
+        ledger_->Jobs().NoteNodes(j);
+        j.rec.reason = j.backend.empty() ? "" : "admitted; to be submitted to " + j.backend;
+        JsonText data;
+        data.BeginObject().Key("node").Str(j.node).Key("form").Str(j.form).Key("grants");
+        WriteGrants(data, j.grants);
+        data.Key("borrowed").Bool(j.borrowed).Key("admission").Str(admission).EndObject();
+        CountEventLocked(e, &j);
+        b.Add(
+            EventAt(ledger_->NowMs(), "engine", "job.placed", j.rec.id, e.detail, std::move(data)),
+            &j);
+        break;
+      }
+      case quota::EventKind::kPreempted:
+        if (!ledger_->Transition(j, JobState::kPreempting, JobCause::kPreempted)) break;
+        CountEventLocked(e, &j);
+        j.rec.reason = "preempted: " + e.detail;
+        b.Add(EventAt(ledger_->NowMs(), "engine", "job.preempted", j.rec.id, e.detail,
+                      {{"group", e.group}}),
+              &j);
+        break;
+      case quota::EventKind::kStopped:
+        if (!j.held_on.empty()) {  // held swapped out past its queue's swap_hold_limit
+          SwapEventLocked(j, e, b);
+          break;
+        }
+        // Its queue's max_runtime: its processes are stopped as a preemption's are (the agent's
+        // cancel order, the policy's grace), then it ends, and is not requeued (FinishPartLocked).
+        if (!ledger_->Transition(j, JobState::kPreempting, JobCause::kPreempted)) break;
+        j.guard_stopped = true;
+        j.rec.reason = std::string(kGuardStopping) + e.detail;
+        b.Add(EventAt(ledger_->NowMs(), "engine", "job.stopping", j.rec.id, e.detail), &j);
+        break;
+      case quota::EventKind::kSwappedOut:
+      case quota::EventKind::kSwappedIn:
+        SwapEventLocked(j, e, b);
+        break;
+      case quota::EventKind::kRequeued:
+        if (!ledger_->Transition(j, JobState::kPending, JobCause::kRequeued)) break;
+        j.rec.reason = e.detail;
+        j.preemptions = ledger_->Quota().job(j.handle).preemptions;
+        b.Touch(NodesOf(j));  // its nodes' orders change: it may no longer run there
+        j.grants.clear();
+        j.node.clear();
+        j.form.clear();
+        j.parts_done.clear();
+        j.pid = 0;
+        j.last_active_ms = 0;
+        j.idle = false;
+        j.gpu_memory_used_mib = -1;
+        j.swap_state.clear();
+        j.swapped_mib = 0;
+        b.Add(EventAt(ledger_->NowMs(), "engine", "job.requeued", j.rec.id, e.detail,
+                      {{"preemptions", j.preemptions}}),
+              &j);
+        break;
+      default:
+        break;  // submitted, rejected, completed: the server records those itself
+    }
+  }
+  ledger_->Quota().ClearEvents();  // recorded (or the server's own): marks start again from 0
+}
+
+void CycleDriver::SwapEventLocked(Job& j, const quota::Event& e, Batch& b) {
+  if (e.kind == quota::EventKind::kStopped) {
+    // Its processes, paused on its node, are stopped there: it leaves may_run.
+    const std::string node = j.held_on;
+    b.Touch({node});
+    if (!ledger_->End(j, JobState::kFailed, JobCause::kRefused, "stopped: " + e.detail)) return;
+    j.held_on.clear();
+    j.swap_order.clear();
+    b.Add(EventAt(ledger_->NowMs(), "engine", "job.stopped", j.rec.id, e.detail, {{"node", node}}),
+          &j);
+    return;
+  }
+  if (e.kind == quota::EventKind::kSwappedIn) {
+    // Placed again on its device (job.placed before this): it runs on, brought back in.
+    if (!ledger_->Transition(j, JobState::kRunning, JobCause::kRunning)) return;
+    j.held_on.clear();
+    j.swap_order = "in";
+    j.last_active_ms = ledger_->NowMs();
+    b.Touch(NodesOf(j));
+    b.Add(EventAt(ledger_->NowMs(), "engine", "job.swapped_in", j.rec.id, e.detail,
+                  {{"node", j.node}}),
+          &j);
+    return;
+  }
+  CountEventLocked(e, &j);
+  if (e.for_job.empty()) {
+    // Its queue's idle_timeout: swapped out, not stopped; it keeps its share and runs on.
+    j.swap_order = "idle";
+    b.Touch(NodesOf(j));
+    b.Add(EventAt(ledger_->NowMs(), "engine", "job.swapped_out", j.rec.id, e.detail,
+                  {{"node", j.node}}),
+          &j);
+    return;
+  }
+  // Preempted by swapping: pending, its processes paused on its node, its memory off the card.
+  const std::string node = j.node;
+  b.Touch(NodesOf(j));
+  if (!ledger_->Transition(j, JobState::kPending, JobCause::kRequeued)) return;
+  j.held_on = node;
+  j.swap_order = "out";
+  j.rec.reason = "SwappedOut: " + ledger_->Quota().job(j.handle).wait_reason;
+  j.preemptions = ledger_->Quota().job(j.handle).preemptions;
+  j.grants.clear();
+  j.node.clear();
+  j.form.clear();
+  j.parts_done.clear();
+  j.idle = false;
+  b.Add(EventAt(ledger_->NowMs(), "engine", "job.swapped_out", j.rec.id, e.detail,
+                {{"node", node}, {"for_job", e.for_job}, {"lost_gpu_s", 0}}),
+        &j);
+}
+
+void CycleDriver::RefreshWaitReasonsLocked() {
+  std::string step, reason;
+  int position = 0;  // in the order the cycle considered them (the forecast's position)
+  for (int h : ledger_->Quota().waiting()) {  // what the cycle left waiting, and what arrived since
+    Job* found = ledger_->Jobs().ByHandle(h);
+    if (found == nullptr) continue;
+    Job& j = *found;
+    if (j.state != JobState::kPending) continue;
+    j.wait_position = ++position;
+    ledger_->Quota().WaitOf(j.handle, &step, &reason);
+    if (step.empty()) continue;
+    // Only rebuilt when it changed: most waiting jobs keep theirs from cycle to cycle.
+    const std::string& cur = j.rec.reason;
+    if (cur.size() == step.size() + 2 + reason.size() && cur.compare(0, step.size(), step) == 0 &&
+        cur.compare(step.size() + 2, std::string::npos, reason) == 0) {
+      continue;
+    }
+    j.rec.reason = step + ": " + reason;
+  }
+}
+
+void CycleDriver::RunLocked(Batch& b) {
+  // A large cycle's decisions are queued for the writer in chunks while it goes on (after
+  // whatever `b` held before it), so that writing them overlaps deciding the rest; nobody acts
+  // on them before the caller's commit, which waits for all of them.
+  constexpr size_t kChunk = 4096;
+  const auto started = std::chrono::steady_clock::now();  // for tessera_scheduling_cycle_seconds
+  pacer_.Starting();
+  quota::QuotaEngine& qe = ledger_->Quota();
+  size_t mark = qe.events().size();
+  const quota::CycleStats stats = qe.RunCycle(ledger_->NowMs() / 1000, [&] {
+    if (qe.events().size() - mark < kChunk) return;
+    TranslateLocked(mark, b);
+    mark = qe.events().size();
+    ledger_->Queue(b);
+  });
+  TranslateLocked(mark, b);
+  RefreshWaitReasonsLocked();
+  const int64_t took_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                              std::chrono::steady_clock::now() - started)
+                              .count();
+  counters_.cycle_latency().Observe(took_us);
+  pacer_.Ran(ledger_->NowMs(), CycleBudget::NowUs(), took_us,
+             stats.pending_at_start - stats.admitted);
+}
+
+void CycleDriver::FillGrantsLocked(Job& j) {
+  std::optional<AllocationForm> form;
+  ledger_->Quota().HeldOf(j.handle, &j.grants, &form, &j.borrowed);
+  j.form = form ? AllocationFormName(*form) : "";
+  j.parts_done.clear();
+  const QueueRoute* route = config_.FindRoute(j.rec.queue);
+  if (route != nullptr && route->external()) {
+    std::string backend = route->backend;
+    if (route->multi()) {  // the backend the cycle chose, and every backend's forecast
+      const quota::JobView v = ledger_->Quota().job(j.handle);
+      if (!v.ext_pool.empty()) backend = v.ext_pool;
+      if (!j.backend.empty() && j.backend != backend && !j.external_id.empty()) {
+        delete_external_(j);  // its suspended Job elsewhere
+        j.external_id.clear();
+        j.ext_suspended = false;
+      }
+      j.dispatch = DispatchJson(v.dispatch, backend, ledger_->NowMs());
+    }
+    j.backend = backend;
+    j.node = backend + ":" + (route->partition.empty() ? route->queue : route->partition);
+    j.next_submit_ms = 0;
+  } else {
+    j.node = j.grants.empty() ? "" : j.grants.front().node;
+  }
+}
+
+void CycleDriver::CountEventLocked(const quota::Event& e, const Job* j) {
+  // Counted with the batch that will carry the decision: the next one queued (the cycle queues
+  // its decisions in the same hold of mu_).
+  std::optional<DecisionCounters::Placed> placed;
+  if (j) placed = DecisionCounters::Placed{j->rec.queue, j->rec.group, j->borrowed};
+  counters_.Count(ledger_->LastQueued() + 1, e, placed);
+}
+
+}  // namespace tessera::api

@@ -7,12 +7,12 @@
 
 #include <gtest/gtest.h>
 
-#include "support/config_builder.h"
-
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "support/config_builder.h"
 
 namespace tessera::api {
 namespace {

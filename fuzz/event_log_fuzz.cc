@@ -123,7 +123,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   CheckRendering(t.str());
 
   // The engine's own event, through its commit pipeline.
-  e.AuditAuthFailure(method, path, reason);
+  e.audit().AuthFailure(method, path, reason);
   if (!e.Sync().ok()) abort();
 
   // An event as an older server stored it, any bytes in every field, built as Views::Events

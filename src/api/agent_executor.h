@@ -73,8 +73,8 @@ class AgentExecutor {
   // devices are healthy again, each with a device.healthy event naming `who` and the reason
   // cleared; the agent is told to start their health over (health_reset) with its replies.
   void ClearHealthLocked(NodeInfo& n, int device, const std::string& who, Batch& b);
-  // A node from its stored inventory (on load): into the quota engine and the nodes, heard now.
-  Status RestoreNodeLocked(const std::string& key, const std::string& inventory);
+  // The monotonic time (ms) silence is judged on: a load takes every node as heard now.
+  int64_t MonotonicNowLocked() const { return silence_.Now(); }
 
  private:
   int64_t NowS() const { return port_->NowMs() / 1000; }
@@ -99,9 +99,6 @@ class AgentExecutor {
   // device.healthy) and goes to what may take new work; a device turned unhealthy has its jobs
   // preempted and requeued when unhealthy_requeue says so.
   void RecordHealthLocked(NodeInfo& n, const Json& devices, const std::string& actor, Batch& b);
-  // Tells the quota engine each device's isolation grade (where its agent said one), for the
-  // queues that want a minimum.
-  void ApplyIsolationLocked(const NodeInfo& n);
 
   std::unique_ptr<AgentPort> port_;
   const EngineConfig& config_;

@@ -14,6 +14,7 @@
 #include "api/agent_executor.h"
 #include "api/agent_messages.h"
 #include "api/read_model.h"
+#include "api/recovery.h"
 #include "common/log.h"
 #include "model/agent_protocol.h"
 #include "model/isolation.h"
@@ -24,36 +25,6 @@ namespace tessera::api {
 AgentExecutor::AgentExecutor(std::unique_ptr<AgentPort> port, const EngineConfig& config,
                              std::string data_dir)
     : port_(std::move(port)), config_(config), data_dir_(std::move(data_dir)) {}
-
-Status AgentExecutor::RestoreNodeLocked(const std::string& key, const std::string& inventory) {
-  Json j = Json::parse(inventory, nullptr, false);
-  if (j.is_discarded()) return Status::Internal("stored inventory '" + key + "' is corrupt");
-  NodeInfo node;
-  node.name = j.value("node", "");
-  node.pool = j.value("pool", "default");
-  node.cpu_milli = j.value("cpu_milli", int64_t{0});
-  node.memory_mib = j.value("memory_mib", int64_t{0});
-  node.swap_mib = j.value("swap_mib", int64_t{0});
-  node.simulated = j.value("simulated", false);
-  for (const auto& d : j.value("devices", Json::array())) {
-    node.devices.push_back({d.value("index", 0), d.value("model", ""),
-                            d.value("memory_mib", int64_t{0}), d.value("uuid", ""),
-                            d.value("simulated", false)});
-    node.devices.back().isolation = d.value("isolation", "");
-    node.devices.back().mps = d.value("mps", false);
-  }
-  node.last_heartbeat_ms = port_->NowMs();
-  node.heard_mono_ms = silence_.Now();
-  auto added = port_->Quota().AddNode(SpecOf(node), NowS());
-  if (!added.ok()) {
-    return Status::Internal("stored node '" + node.name +
-                            "' cannot be scheduled: " + added.status().message());
-  }
-  ApplyIsolationLocked(node);
-  port_->Nodes()[node.name] = node;
-  port_->SetSchedulable(node.name);
-  return Status::Ok();
-}
 
 Status AgentExecutor::SpeaksFor(const Identity& who, const std::string& node, const char* what) {
   if (who.MaySpeakFor(node)) return Status::Ok();
@@ -111,7 +82,7 @@ Result<Json> AgentExecutor::RegisterNode(const Identity& who, const Json& body) 
     return port_->Reload(Status::Internal("node '" + n.name + "': " + added.status().message()));
   n.last_heartbeat_ms = port_->NowMs();
   n.heard_mono_ms = silence_.Now();
-  ApplyIsolationLocked(n);
+  ApplyIsolation(port_->Quota(), n);
   auto old = port_->Nodes().find(n.name);
   Batch b;
   b.Add(EventAt(port_->NowMs(), who.name, "node.registered", n.name, "",

@@ -6,17 +6,18 @@
 #include <vector>
 
 #include "api/agent_executor.h"
+#include "api/recovery.h"
 #include "common/log.h"
 #include "model/isolation.h"
 #include "model/quantity.h"
 
 namespace tessera::api {
 
-void AgentExecutor::ApplyIsolationLocked(const NodeInfo& n) {
+void ApplyIsolation(quota::QuotaEngine& qe, const NodeInfo& n) {
   for (const DeviceInfo& d : n.devices) {
     const int rank = IsolationRank(d.isolation);
-    if (rank >= 0) port_->Quota().SetDeviceIsolation(n.name, d.index, rank);
-    port_->Quota().SetDeviceMps(n.name, d.index, d.mps);
+    if (rank >= 0) qe.SetDeviceIsolation(n.name, d.index, rank);
+    qe.SetDeviceMps(n.name, d.index, d.mps);
   }
 }
 

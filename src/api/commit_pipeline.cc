@@ -175,33 +175,6 @@ void Engine::CatchUpLocked() {
   if (jobs_.EndedWaiting() > 2 * keep) jobs_.EvictEnded(keep, p.written);
 }
 
-void Engine::AuditLocked(const std::string& actor, const std::string& kind,
-                         const std::string& subject, const std::string& reason, Json data) {
-  if (!broken_.ok()) return;
-  const int64_t second = clock_() / 1000;
-  if (kind == "auth.failed" || kind == "auth.refused") {
-    const int64_t suppressed = audit_limit_.Admit(second);
-    if (suppressed < 0) return;
-    if (suppressed > 0) data["suppressed"] = suppressed;
-  }
-  Batch b;
-  b.Add(EventAt(clock_(), actor, kind, subject, reason, std::move(data)), nullptr);
-  QueueLocked(b);
-}
-
-void Engine::AuditAuthFailure(const std::string& method, const std::string& path,
-                              const std::string& why) {
-  std::lock_guard<std::mutex> lock(mu_);
-  AuditLocked("-", "auth.failed", path, why, {{"method", method}});
-}
-
-void Engine::AuditIdentity(const std::string& kind, const Identity& who, const std::string& subject,
-                           const std::string& why, Json data) {
-  std::lock_guard<std::mutex> lock(mu_);
-  data["role"] = RoleName(who.role);
-  AuditLocked(who.name, kind, subject, why, std::move(data));
-}
-
 void Engine::SettleCountsLocked() {
   counters_.Settle([this](int64_t seq) { return writer_.OutcomeOf(seq); });
 }

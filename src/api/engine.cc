@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "api/json_text.h"
+#include "api/recovery.h"
 #include "common/log.h"
 #include "common/text.h"
 #include "model/quantity.h"
@@ -58,7 +59,9 @@ class Engine::Port final : public AgentPort {
   int64_t NowMs() const override { return e_.clock_(); }
 
   std::map<std::string, NodeInfo>& Nodes() override { return e_.nodes_; }
-  void SetSchedulable(const std::string& node) override { e_.ApplySchedulableLocked(node); }
+  void SetSchedulable(const std::string& node) override {
+    ApplySchedulable(*e_.qe_, e_.nodes_, e_.admin_, node);
+  }
   int64_t Queue(Batch& b) override { return e_.QueueLocked(b); }
   int64_t LastQueued() override { return e_.seq_.last(); }
   int64_t LastNews(const std::string& node) override { return e_.seq_.LastNews(node); }
@@ -75,7 +78,7 @@ class Engine::Port final : public AgentPort {
   }
   void Audit(const std::string& actor, const std::string& kind, const std::string& subject,
              const std::string& reason, Json data) override {
-    e_.AuditLocked(actor, kind, subject, reason, std::move(data));
+    e_.audit_.RecordLocked(actor, kind, subject, reason, std::move(data));
   }
   int64_t Epoch() override { return e_.leader_epoch_; }
   OrderWatches& Watches() override { return e_.watches_; }
@@ -102,10 +105,12 @@ Engine::Engine(EngineConfig config, std::unique_ptr<store::Store> store, std::st
       agents_(std::make_unique<Port>(*this), config_, data_dir_),
       cycle_(std::make_unique<Port>(*this), config_, counters_,
              [this](const Job& j) { backends_.QueueDeleteLocked(j); }),
+      audit_(std::make_unique<Port>(*this)),
+      chores_(*this, config_),
       views_(*this, config_, data_dir_) {}
 
 Engine::~Engine() {
-  if (broken_.ok()) (void)SaveFairShare(true);  // a clean stop loses no fair-share history
+  if (broken_.ok()) (void)chores_.SaveFairShare(true);  // a clean stop loses no fair-share history
   writer_.Stop();
 }
 
@@ -244,65 +249,7 @@ Status Engine::Tick() {
     if (cycle_.pacer().Due(clock_(), config_.cycle_ms)) cycle_.RunLocked(b);
     if (Status st = CommitLocked(b, lock); !st.ok()) return st;
   }
-  if (Status st = HistoryTick(); !st.ok()) return st;
-  if (Status st = RetentionTick(); !st.ok()) return st;
-  return SaveFairShare(false);
-}
-
-// Fair-share history survives restarts: saved every minute (and when asked), outside the
-// engine's mutex, as {"as_of": s, "groups": {name: [gpu, gpu_memory, cpu, memory]}}.
-Status Engine::SaveFairShare(bool now) {
-  Json saved;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!now && clock_() - chores_.fair_share_saved_ms < kFairShareSaveMs) return Status::Ok();
-    chores_.fair_share_saved_ms = clock_();
-    int64_t as_of = 0;
-    Json groups = Json::object();
-    for (const auto& h : qe_->FairShare(&as_of))
-      groups[h.group] = {h.decayed[0], h.decayed[1], h.decayed[2], h.decayed[3]};
-    if (as_of < 0) return Status::Ok();  // no cycle yet: nothing to say
-    saved = {{"as_of", as_of}, {"groups", groups}};
-  }
-  return store_->PutSetting(kFairShareKey, saved.dump());
-}
-
-Status Engine::LoadFairShare() {
-  auto text = store_->GetSetting(kFairShareKey);
-  if (!text.ok()) return text.status();
-  if (!text->has_value()) return Status::Ok();
-  const Json j = Json::parse(**text, nullptr, false);
-  if (!j.is_object() || !j.contains("as_of") || !j["as_of"].is_number_integer() ||
-      !j.contains("groups") || !j["groups"].is_object()) {
-    return Status::Ok();  // unreadable history: start afresh rather than refuse to start
-  }
-  std::vector<quota::QuotaEngine::FairShareHistory> history;
-  for (const auto& [name, v] : j["groups"].items()) {
-    quota::QuotaEngine::FairShareHistory h;
-    h.group = name;
-    for (size_t r = 0; r < 4 && v.is_array() && r < v.size(); ++r)
-      h.decayed[r] = v[r].is_number() ? v[r].get<double>() : 0.0;
-    history.push_back(h);
-  }
-  qe_->RestoreFairShare(history, j["as_of"].get<int64_t>(), NowS());
-  return Status::Ok();
-}
-
-Status Engine::RetentionTick() {
-  // Hourly, outside the engine's mutex: the store deletes what ended before the cut (a job in
-  // memory is live or ended recently, so nothing memory holds is older than a day of it).
-  const int64_t now = clock_();
-  const bool audit = config_.auth_failed_retention_ms > 0;
-  if ((config_.retention_ms <= 0 && !audit) || now - chores_.pruned_ms < kPruneEveryMs)
-    return Status::Ok();
-  chores_.pruned_ms = now;
-  if (audit) {
-    auto gone = store_->PruneEventsOfKind("auth.failed", now - config_.auth_failed_retention_ms);
-    if (!gone.ok()) return gone.status();
-  }
-  if (config_.retention_ms <= 0) return Status::Ok();
-  auto rows = store_->Prune(now - config_.retention_ms);
-  return rows.ok() ? Status::Ok() : rows.status();
+  return chores_.Tick();
 }
 
 Status Engine::CheckInvariants() {
@@ -330,56 +277,6 @@ Status Engine::CheckInvariants() {
                                 " disagrees with the scheduler");
       }
     }
-  }
-  return Status::Ok();
-}
-
-Status Engine::HistoryTick() {
-  const int64_t now = clock_();
-  const int fine_s = static_cast<int>(std::max<int64_t>(1, config_.utilization_sample_ms / 1000));
-  std::string sample;
-  {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (!broken_.ok()) return broken_;
-    if (chores_.sampled_ms != 0 && now - chores_.sampled_ms < config_.utilization_sample_ms)
-      return Status::Ok();
-    chores_.sampled_ms = now;
-    sample = UtilizationSample(ModelLocked());
-  }
-  if (Status st = store_->PutSample(fine_s, {now, sample}); !st.ok()) return st;
-  // Roll every complete 5-minute bucket since the last one rolled (found in the store after a
-  // restart) into its average; fine samples older than utilization_fine_keep go.
-  const int64_t done = now / kCoarseSampleMs * kCoarseSampleMs;  // buckets before this are complete
-  if (done > chores_.rolled_up_ms) {
-    int64_t from = std::max<int64_t>(chores_.rolled_up_ms, done - config_.utilization_fine_keep_ms);
-    if (chores_.rolled_up_ms == 0) {
-      auto coarse = store_->ListSamples(kCoarseSampleMs / 1000,
-                                        done - config_.utilization_fine_keep_ms, done);
-      if (!coarse.ok()) return coarse.status();
-      from = coarse->empty() ? done - config_.utilization_fine_keep_ms
-                             : coarse->back().time_ms + kCoarseSampleMs;
-    }
-    from = from / kCoarseSampleMs * kCoarseSampleMs;
-    auto fine = store_->ListSamples(fine_s, from, done);
-    if (!fine.ok()) return fine.status();
-    std::map<int64_t, std::vector<Json>> buckets;
-    for (const auto& f : *fine) {
-      Json j = Json::parse(f.data, nullptr, false);
-      if (j.is_object())
-        buckets[f.time_ms / kCoarseSampleMs * kCoarseSampleMs].push_back(std::move(j));
-    }
-    for (const auto& [t, samples] : buckets) {
-      if (Status st =
-              store_->PutSample(kCoarseSampleMs / 1000, {t, AverageSamples(samples).dump()});
-          !st.ok())
-        return st;
-    }
-    chores_.rolled_up_ms = done;
-    if (auto p = store_->PruneSamples(fine_s, now - config_.utilization_fine_keep_ms); !p.ok())
-      return p.status();
-    if (auto p = store_->PruneSamples(kCoarseSampleMs / 1000, now - config_.utilization_keep_ms);
-        !p.ok())
-      return p.status();
   }
   return Status::Ok();
 }

@@ -10,17 +10,22 @@
 // store, node agents (registry, heartbeats, start and stop orders), external backends (Slurm,
 // PBS) and job output. It is split by job over several files:
 //
-//   engine.cc         open, job records and state changes, the cycle and its decisions, invariants
+//   engine.cc         open, job records and state changes, Tick, invariants
 //   job_table.h       the jobs in memory and their indexes (JobTable; records.h: Job, NodeInfo)
-//   engine_load.cc    memory from the store: on open and after a failed write (reload)
+//   engine_load.cc    memory from the store (Recover, recovery.h) installed: on open and after a
+//                     failed write (reload)
 //   commit_pipeline.cc  queueing changes, the writer thread, failed writes, evicting ended jobs
 //   submit_request.cc request validation (PrepareSubmit: pure, no engine state)
 //   submit.cc         submissions through the commit pipeline; cancel
 //   node_admin.cc     cordon, drain, uncordon; which devices may take new work (Schedulable)
 //
-// The node agents are served by api::AgentExecutor (agent_executor.h; agent_gateway.cc,
-// agent_reports.cc, node_liveness.cc), the external backends by api::BackendExecutor
-// (backend_executor.h): both reach the engine through a port (ledger_port.h), not its fields.
+// Its parts: the scheduling cycle and what its decisions become is api::CycleDriver
+// (cycle_driver.h); the node agents are served by api::AgentExecutor (agent_executor.h;
+// agent_gateway.cc, agent_reports.cc, node_liveness.cc), the external backends by
+// api::BackendExecutor (backend_executor.h); refusals and sign-ins are the AuditTrail's
+// (audit_trail.h). All of them reach the engine through a port (ledger_port.h), not its fields.
+// The history's chores (samples, retention, fair-share history) are Housekeeping's
+// (housekeeping.h), through LedgerReads like the views.
 // What people and Prometheus read is not the engine's: api::Views (views.h; views.cc, history.cc,
 // whatif.cc, metrics.cc) renders a const ReadModel of memory that the engine hands it through
 // LedgerReads (read_model.h) only once what it shows is durable.
@@ -62,12 +67,14 @@
 #include <vector>
 
 #include "api/agent_executor.h"
+#include "api/audit_trail.h"
 #include "api/backend_executor.h"
 #include "api/batch_sequence.h"
 #include "api/commit_writer.h"
 #include "api/config.h"
 #include "api/cycle_driver.h"
 #include "api/decision_counters.h"
+#include "api/housekeeping.h"
 #include "api/job_table.h"
 #include "api/json_text.h"
 #include "api/node_admin_table.h"
@@ -131,13 +138,8 @@ class Engine final : public LedgerReads {
     counters_.ObserveRequest(method, route, code, duration_us);
   }
 
-  // A request refused for its credentials (missing or unknown token): an "auth.failed" event,
-  // rate-limited. `peer` is the client's address when known.
-  void AuditAuthFailure(const std::string& method, const std::string& path, const std::string& why);
-  // A known identity refused a route (403: "auth.refused", rate-limited like auth.failed), or a
-  // provider's identity signing in (its first accepted token: "auth.signin").
-  void AuditIdentity(const std::string& kind, const Identity& who, const std::string& subject,
-                     const std::string& why, Json data);
+  // Refusals and sign-ins as events (api/audit_trail.h): auth.failed, auth.refused, auth.signin.
+  AuditTrail& audit() { return audit_; }
   // The engine's clock (milliseconds since the epoch): tokens' expiry is checked against it.
   int64_t NowMs() const override { return clock_(); }
 
@@ -183,11 +185,8 @@ class Engine final : public LedgerReads {
   // with the version they show.
   std::atomic<int64_t> version_{0};
 
-  // --- engine.cc
+  // --- engine_load.cc: memory as the store says it is (Recover), installed once it is whole.
   Status Load();
-  Status LoadNodes();
-  Status LoadJob(store::JobRecord r);
-  Status NewQuotaEngine();
   int64_t NowS() const { return clock_() / 1000; }
   // Queues a batch for the store and waits, with `lock` released while the store writes, until it
   // and every batch queued before it is durable: a caller replies (and anyone acts) only on
@@ -209,22 +208,6 @@ class Engine final : public LedgerReads {
                          std::function<void(Result<Json>)> done);
   // Marks the jobs whose records landed, and rebuilds memory from the store after a failed write.
   void CatchUpLocked();
-  // Deletes from the store what the retention setting lets go (hourly).
-  Status RetentionTick();
-  // Fair-share history in the store (setting kFairShareKey): saved every kFairShareSaveMs by
-  // Tick, or at once with `now`; loaded with the jobs.
-  Status SaveFairShare(bool now);
-  Status LoadFairShare();
-  static constexpr const char* kFairShareKey = "scheduler.fair_share";
-  static constexpr int64_t kFairShareSaveMs = 60'000;
-  static constexpr int64_t kPruneEveryMs = 3600 * 1000;
-  // When Tick last did each of its periodic chores.
-  struct Chores {
-    int64_t fair_share_saved_ms = 0;
-    std::atomic<int64_t> pruned_ms{0};  // outside mu_ (RetentionTick)
-    int64_t sampled_ms = 0;             // the utilization history's last sample
-    int64_t rolled_up_ms = 0;           // 5-minute buckets before this are rolled up
-  } chores_;
   Status ReloadLocked(const Status& cause);
   // The one way a job's state changes: to `to` for `cause` when the job state table holds that
   // change (its update time set), else refused, logged at error level, and false: the caller
@@ -239,29 +222,12 @@ class Engine final : public LedgerReads {
   Result<std::pair<Json, int64_t>> SubmitQueued(const Identity& who, const Json& body,
                                                 const std::string& idempotency_key, bool* replayed);
 
-  // Audit trail: an event queued for the store (not waited for). Auth failures are at most
-  // kAuditPerSecond events a second; the rest are counted into the next one ("suppressed").
-  void AuditLocked(const std::string& actor, const std::string& kind, const std::string& subject,
-                   const std::string& reason, Json data);
-  static constexpr int kAuditPerSecond = 20;
-  PerSecondLimit audit_limit_{kAuditPerSecond};
   // The store's fencing epoch when this engine opened (its lease's): in every reply to agents,
   // which ignore replies from an older one (a deposed leader's).
   int64_t leader_epoch_ = 0;
 
   // --- node_admin.cc: cordon, drain, uncordon; and the one check of what may take new work.
   NodeAdminTable admin_;  // cordons and drains, by node (a setting each)
-  Status LoadNodeAdminLocked();
-  // Whether device `device` of `node` may take new work: the node is known and not lost, and
-  // neither the node nor the device is cordoned or draining. The one place that decides it.
-  bool Schedulable(const std::string& node, int device) const;
-  // Tells the quota engine what Schedulable says of the node and each of its devices; called
-  // whenever an input of it changes (registration, loss and return, cordon, load).
-  void ApplySchedulableLocked(const std::string& node);
-
-  // Takes a sample when due, rolls complete 5-minute buckets into averages and prunes (store
-  // writes outside mu_).
-  Status HistoryTick();
 
   // Decision counts (moved to /metrics with their batch: SettleCountsLocked), the cycle's and
   // the requests' latencies.
@@ -284,8 +250,7 @@ class Engine final : public LedgerReads {
   // Jobs Load ended (no longer schedulable under the policy): written by the next Tick.
   std::vector<std::string> failed_on_load_;
   std::vector<quota::QuotaEngine::Drain> drains_;  // as last committed ("device.drains")
-  Status LoadDrains();
-  std::map<std::string, NodeInfo> nodes_;  // by name
+  std::map<std::string, NodeInfo> nodes_;          // by name
   Status broken_;  // set when a reload after a failed commit failed too: nothing is served
   // The commit pipeline. Batches are queued under mu_ (QueueLocked) and written in order by the
   // writer's thread (CommitWriter), which takes no engine lock, so the cycle can go on deciding
@@ -300,6 +265,8 @@ class Engine final : public LedgerReads {
   BackendExecutor backends_;  // the external backends, one lane each (fixed after Open)
   AgentExecutor agents_;      // the node agents
   CycleDriver cycle_;         // the scheduling cycle and what its decisions become; its pacer
+  AuditTrail audit_;          // refusals and sign-ins
+  Housekeeping chores_;       // history samples, retention, fair-share history (through reads)
   Views views_;               // the read side: last, it reads the rest
 };
 

@@ -49,6 +49,9 @@ class LedgerPort {
   virtual int64_t Queue(Batch& b) = 0;
   virtual int64_t LastQueued() = 0;  // the last batch queued
   virtual int64_t NowMs() const = 0;
+  // Not Ok when memory could not be rebuilt from the store after a failed write: nothing is
+  // served, and nothing more is queued.
+  virtual Status Broken() = 0;
 };
 
 // AgentPort: what the node agents' executor may ask of the engine besides: the registered nodes,
@@ -73,8 +76,6 @@ class AgentPort : public LedgerPort {
                                  std::function<void(Result<Json>)> done) = 0;
   // Without the lock: waits for what is queued; after a failed write, memory is rebuilt first.
   virtual Status Sync() = 0;
-  // Not Ok when memory could not be rebuilt from the store: nothing is served.
-  virtual Status Broken() = 0;
   // Memory rebuilt from the store after `cause` (a write that failed); returns the error to give.
   virtual Status Reload(const Status& cause) = 0;
   // Without the lock: a node's inventory (its registration's body), durable once this returns.

@@ -11,42 +11,40 @@
 // A node's own state covers its devices; a device's own state (set by acting on NODE:DEVICE)
 // overrides the node's for that device. Draining reads "drained" once nothing is held there.
 //
-// Schedulable() is the one place that decides whether a device may take new work (the node is
-// known and up, and neither it nor the device is cordoned or draining); ApplySchedulableLocked
-// tells the quota engine, and is called whenever an input of the decision changes.
+// Schedulable() (api/recovery.h) is the one place that decides whether a device may take new work
+// (the node is known and up, the device healthy, and neither it nor the device is cordoned or
+// draining); ApplySchedulable tells the quota engine, and is called whenever an input of the
+// decision changes.
 #include <algorithm>
 
 #include "api/engine.h"
+#include "api/recovery.h"
 #include "common/log.h"
 
 namespace tessera::api {
 
 using Admin = NodeAdminTable::State;
 
-bool Engine::Schedulable(const std::string& node, int device) const {
-  auto n = nodes_.find(node);
-  if (n == nodes_.end() || n->second.lost) return false;
+bool Schedulable(const std::map<std::string, NodeInfo>& nodes, const NodeAdminTable& admin,
+                 const std::string& node, int device) {
+  auto n = nodes.find(node);
+  if (n == nodes.end() || n->second.lost) return false;
   // A device its agent reports unhealthy (AgentExecutor::RecordHealthLocked, agent_reports.cc).
   if (device >= 0 && device < static_cast<int>(n->second.devices.size()) &&
       !n->second.devices[device].healthy)
     return false;
-  return admin_.Of(node, device) == Admin::kActive;
+  return admin.Of(node, device) == Admin::kActive;
 }
 
-void Engine::ApplySchedulableLocked(const std::string& node) {
-  auto n = nodes_.find(node);
-  if (n == nodes_.end()) return;
+void ApplySchedulable(quota::QuotaEngine& qe, const std::map<std::string, NodeInfo>& nodes,
+                      const NodeAdminTable& admin, const std::string& node) {
+  auto n = nodes.find(node);
+  if (n == nodes.end()) return;
   // The node as a whole (its CPU-only work too) is down while lost or cordoned as a whole.
-  qe_->SetNodeDown(node, n->second.lost || admin_.Of(node, -1) != Admin::kActive);
+  qe.SetNodeDown(node, n->second.lost || admin.Of(node, -1) != Admin::kActive);
   for (const DeviceInfo& d : n->second.devices) {
-    qe_->SetDeviceClosed(node, d.index, !Schedulable(node, d.index));
+    qe.SetDeviceClosed(node, d.index, !Schedulable(nodes, admin, node, d.index));
   }
-}
-
-Status Engine::LoadNodeAdminLocked() {
-  auto stored = store_->ListSettings(NodeAdminTable::kSettingPrefix);
-  if (!stored.ok()) return stored.status();
-  return admin_.Load(*stored);
 }
 
 Result<Json> Engine::AdminNode(const Identity& who, const std::string& node,
@@ -85,7 +83,7 @@ Result<Json> Engine::AdminNode(const Identity& who, const std::string& node,
   Batch b;
   // Uncordon is also the word that returns an unhealthy device (docs/nodes.md).
   if (to == Admin::kActive) agents_.ClearHealthLocked(nit->second, device, who.name, b);
-  ApplySchedulableLocked(node);
+  ApplySchedulable(*qe_, nodes_, admin_, node);
   Json stopped = Json::array();
   if (to == Admin::kDraining) {
     // What is held there is preempted as any preemption is (job.preempted, the agent's stop order

@@ -462,19 +462,20 @@ Result<Identity> Admit(const Route& route, Engine& e, const HttpRequest& req) {
   }
   auto who = Authenticate(e, req);
   if (!who.ok()) {
-    e.AuditAuthFailure(req.method, req.path, who.status().message());
+    e.audit().AuthFailure(req.method, req.path, who.status().message());
     return who.status();
   }
   // A provider's identity signing in: its first accepted token since the server started.
   if (!who->subject.empty() && e.config().oidc_verifier->FirstSignIn(who->subject)) {
-    e.AuditIdentity("auth.signin", *who, who->subject, "signed in through the identity provider",
-                    Json{{"groups", who->groups}, {"issuer", e.config().oidc.issuer}});
+    e.audit().IdentityEvent("auth.signin", *who, who->subject,
+                            "signed in through the identity provider",
+                            Json{{"groups", who->groups}, {"issuer", e.config().oidc.issuer}});
   }
   // A viewer reads: every method but GET changes something.
   if (!Admits(route.access, who->role, metrics_public) ||
       (who->role == Role::kViewer && route.method != "GET")) {
     const std::string why = Refusal(route, *who);
-    e.AuditIdentity("auth.refused", *who, req.path, why, Json{{"method", req.method}});
+    e.audit().IdentityEvent("auth.refused", *who, req.path, why, Json{{"method", req.method}});
     return Status::PermissionDenied(why);
   }
   return who;

@@ -98,6 +98,7 @@ class FakeLedger final : public LedgerPort {
     return 0;
   }
   int64_t LastQueued() override { return 0; }
+  Status Broken() override { return Status::Ok(); }
   int64_t NowMs() const override { return now_ms; }
 
   std::mutex mu;

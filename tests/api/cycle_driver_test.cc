@@ -51,6 +51,7 @@ class FakeLedger final : public LedgerPort {
     return ++queued;
   }
   int64_t LastQueued() override { return queued; }
+  Status Broken() override { return Status::Ok(); }
   int64_t NowMs() const override { return now_ms; }
 
   std::mutex mu;

@@ -129,11 +129,11 @@ TEST_F(RetentionTest, FailedAuthenticationsAreKeptForTheirOwnTimeOnly) {
   EXPECT_EQ(c->retention_ms, 0);
   config_ = *c;
   Reopen();
-  engine_->AuditAuthFailure("GET", "/v1/jobs", "unknown token");
+  engine_->audit().AuthFailure("GET", "/v1/jobs", "unknown token");
   const std::string job = Submit(alice());
   ASSERT_TRUE(engine_->Tick().ok());
   now_ += 2 * 24 * 3600 * 1000LL;  // two days on
-  engine_->AuditAuthFailure("GET", "/v1/nodes", "unknown token");
+  engine_->audit().AuthFailure("GET", "/v1/nodes", "unknown token");
   ASSERT_TRUE(engine_->Tick().ok());
   auto events = engine_->views().Events(admin(), 0, 1000, {});
   ASSERT_TRUE(events.ok());

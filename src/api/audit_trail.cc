@@ -1,0 +1,37 @@
+// The audit trail's events (api/audit_trail.h).
+#include "api/audit_trail.h"
+
+#include <utility>
+
+namespace tessera::api {
+
+AuditTrail::AuditTrail(std::unique_ptr<LedgerPort> ledger) : ledger_(std::move(ledger)) {}
+
+void AuditTrail::RecordLocked(const std::string& actor, const std::string& kind,
+                              const std::string& subject, const std::string& reason, Json data) {
+  if (!ledger_->Broken().ok()) return;
+  const int64_t now = ledger_->NowMs();
+  if (kind == "auth.failed" || kind == "auth.refused") {
+    const int64_t suppressed = limit_.Admit(now / 1000);
+    if (suppressed < 0) return;
+    if (suppressed > 0) data["suppressed"] = suppressed;
+  }
+  Batch b;
+  b.Add(EventAt(now, actor, kind, subject, reason, std::move(data)), nullptr);
+  ledger_->Queue(b);
+}
+
+void AuditTrail::AuthFailure(const std::string& method, const std::string& path,
+                             const std::string& why) {
+  auto lock = ledger_->Lock();
+  RecordLocked("-", "auth.failed", path, why, {{"method", method}});
+}
+
+void AuditTrail::IdentityEvent(const std::string& kind, const Identity& who,
+                               const std::string& subject, const std::string& why, Json data) {
+  auto lock = ledger_->Lock();
+  data["role"] = RoleName(who.role);
+  RecordLocked(who.name, kind, subject, why, std::move(data));
+}
+
+}  // namespace tessera::api

@@ -35,8 +35,18 @@ Status Engine::Load() {
   Result<Memory> m =
       Recover(*store_, config_, clock_(), agents_.MonotonicNowLocked(),
               [this](quota::QuotaEngine& qe) { return chores_.RestoreFairShare(qe, NowS()); });
-  if (!m.ok()) return m.status();
   backends_.ResetLocked();  // every backend is asked its capacity again and reconciled
+  if (!m.ok()) {
+    // Memory ran ahead of the store and cannot be rebuilt now: it is dropped, not kept, so that
+    // nothing of it is shown or acted on (nothing is served until a reload succeeds: broken_).
+    jobs_.Clear();
+    nodes_.clear();
+    drains_.clear();
+    failed_on_load_.clear();
+    if (auto empty = quota::QuotaEngine::Create(config_.policy, {}, {}); empty.ok())
+      qe_ = std::move(*empty);
+    return m.status();
+  }
   qe_ = std::move(m->quota);
   jobs_ = std::move(m->jobs);
   nodes_ = std::move(m->nodes);

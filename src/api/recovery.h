@@ -3,7 +3,8 @@
 // fair-share history, the nodes from their inventories with their cordons and drains, the live
 // jobs re-entered (held ones with their grants, partitions made again; pending ones in submit
 // order) and the partition drains in progress resumed. The engine installs it only once it is
-// whole (Engine::Load), so a load that fails half-way applies nothing.
+// whole (Engine::Load): a load that fails half-way installs nothing it read, and memory that ran
+// ahead of the store is dropped all the same (nothing is served until a reload succeeds).
 //
 // Pure but for the store reads: no engine, no lock. A job the policy can no longer schedule (its
 // queue is gone, say) is loaded failed, with the reason, and listed for the next Tick to record.

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "support/config_builder.h"
+#include "part_fakes.h"
 
 namespace tessera::api {
 namespace {
@@ -22,25 +22,15 @@ using Json = nlohmann::json;
 // The engine as the agents' executor sees it.
 class FakeAgentPort final : public AgentPort {
  public:
-  explicit FakeAgentPort(const EngineConfig& config) {
-    quota::EngineOptions o;
-    o.await_stop = true;
-    auto created = quota::QuotaEngine::Create(config.policy, {}, o);
-    EXPECT_TRUE(created.ok());
-    qe = std::move(*created);
-  }
+  explicit FakeAgentPort(const EngineConfig& config) : qe(fakes::NewQuota(config)) {}
   std::unique_lock<std::mutex> Lock() override { return std::unique_lock<std::mutex>(mu); }
   JobTable& Jobs() override { return jobs; }
   quota::QuotaEngine& Quota() override { return *qe; }
   bool Transition(Job& j, JobState to, JobCause cause) override {
-    if (!CheckJobTransition(j.state, to, cause).ok()) return false;
-    j.state = to;
-    return true;
+    return fakes::Transition(j, to, cause);
   }
   bool End(Job& j, JobState state, JobCause cause, const std::string& reason) override {
-    if (!Transition(j, state, cause)) return false;
-    j.rec.reason = reason;
-    return true;
+    return fakes::End(j, state, cause, reason);
   }
   void Translate(size_t, Batch&) override {}
   void WantCycle() override { ++cycles_wanted; }
@@ -127,9 +117,7 @@ Json Registration(const std::string& node) {
 
 struct Rig {
   Rig() {
-    auto parsed = ParseConfig(testing::ConfigBuilder().HeartbeatTimeout("10s").Yaml());
-    EXPECT_TRUE(parsed.ok()) << parsed.status().message();
-    config = std::move(*parsed);
+    config = fakes::Config(testing::ConfigBuilder().HeartbeatTimeout("10s"));
     auto owned = std::make_unique<FakeAgentPort>(config);
     port = owned.get();
     agents = std::make_unique<AgentExecutor>(std::move(owned), config, "/tmp");

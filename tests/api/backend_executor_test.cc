@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "part_fakes.h"
+
 namespace tessera::api {
 namespace {
 
@@ -75,14 +77,10 @@ class FakeLedger final : public LedgerPort {
     std::abort();
   }
   bool Transition(Job& j, JobState to, JobCause cause) override {
-    if (!CheckJobTransition(j.state, to, cause).ok()) return false;
-    j.state = to;
-    return true;
+    return fakes::Transition(j, to, cause);
   }
   bool End(Job& j, JobState state, JobCause cause, const std::string& reason) override {
-    if (!Transition(j, state, cause)) return false;
-    j.rec.reason = reason;
-    return true;
+    return fakes::End(j, state, cause, reason);
   }
   void Translate(size_t, Batch&) override {}
   void WantCycle() override { ++cycles_wanted; }

@@ -13,9 +13,8 @@
 #include "api/housekeeping.h"
 #include "api/recovery.h"
 #include "api/views.h"
+#include "part_fakes.h"
 #include "store/store.h"
-#include "support/config_builder.h"
-#include "support/test_dir.h"
 
 namespace tessera::api {
 namespace {
@@ -90,9 +89,7 @@ class FakeReads final : public LedgerReads {
  public:
   FakeReads(const EngineConfig& c, std::unique_ptr<store::Store> s)
       : config(c), store(std::move(s)) {
-    auto created = quota::QuotaEngine::Create(config.policy, {}, {});
-    EXPECT_TRUE(created.ok());
-    qe = std::move(*created);
+    qe = fakes::NewQuota(config);
   }
   Status ReadDurable(const std::function<Status(const ReadModel&)>& read) override {
     std::lock_guard<std::mutex> lock(mu);
@@ -127,12 +124,8 @@ class FakeReads final : public LedgerReads {
 
 struct ChoresRig {
   ChoresRig() {
-    auto parsed = ParseConfig(testing::ConfigBuilder().Yaml());
-    EXPECT_TRUE(parsed.ok()) << parsed.status().message();
-    config = std::move(*parsed);
-    auto opened = store::Store::Open(testing::FreshTestDir("chores") + "/tessera.db");
-    EXPECT_TRUE(opened.ok()) << opened.status().message();
-    reads = std::make_unique<FakeReads>(config, std::move(*opened));
+    config = fakes::Config(testing::ConfigBuilder());
+    reads = std::make_unique<FakeReads>(config, fakes::ScratchStore("chores"));
     chores = std::make_unique<Housekeeping>(*reads, config);
   }
   size_t Samples(int resolution_s) {
@@ -200,12 +193,8 @@ namespace {
 // Recovery (api/recovery.h): memory from a real SQLite store, with no engine around it.
 struct RecoveryRig {
   RecoveryRig() {
-    auto parsed = ParseConfig(testing::ConfigBuilder().Yaml());
-    EXPECT_TRUE(parsed.ok()) << parsed.status().message();
-    config = std::move(*parsed);
-    auto opened = store::Store::Open(testing::FreshTestDir("recovery") + "/tessera.db");
-    EXPECT_TRUE(opened.ok()) << opened.status().message();
-    store = std::move(*opened);
+    config = fakes::Config(testing::ConfigBuilder());
+    store = fakes::ScratchStore("recovery");
   }
   void Job(const std::string& id, const std::string& queue) {
     store::JobRecord r;

@@ -11,32 +11,23 @@
 #include <string>
 #include <vector>
 
-#include "support/config_builder.h"
+#include "part_fakes.h"
 
 namespace tessera::api {
 namespace {
 
 class FakeLedger final : public LedgerPort {
  public:
-  explicit FakeLedger(const EngineConfig& config) {
-    quota::EngineOptions o;
-    o.await_stop = true;
-    auto created = quota::QuotaEngine::Create(config.policy, {}, o);
-    EXPECT_TRUE(created.ok());
-    qe = std::move(*created);
-  }
+  explicit FakeLedger(const EngineConfig& config) : qe(fakes::NewQuota(config)) {}
   std::unique_lock<std::mutex> Lock() override { return std::unique_lock<std::mutex>(mu); }
   JobTable& Jobs() override { return jobs; }
   quota::QuotaEngine& Quota() override { return *qe; }
   bool Transition(Job& j, JobState to, JobCause cause) override {
-    if (!CheckJobTransition(j.state, to, cause).ok()) return false;
-    j.state = to;
-    return true;
+    return fakes::Transition(j, to, cause);
   }
   bool End(Job& j, JobState state, JobCause cause, const std::string& reason) override {
-    if (!Transition(j, state, cause)) return false;
+    if (!fakes::End(j, state, cause, reason)) return false;
     jobs.NoteEnded(j.rec.id);
-    j.rec.reason = reason;
     return true;
   }
   void Translate(size_t, Batch&) override { ADD_FAILURE() << "the driver translates itself"; }
@@ -63,9 +54,7 @@ class FakeLedger final : public LedgerPort {
 
 struct Rig {
   Rig() {
-    auto parsed = ParseConfig(testing::ConfigBuilder().Yaml());
-    EXPECT_TRUE(parsed.ok()) << parsed.status().message();
-    config = std::move(*parsed);
+    config = fakes::Config(testing::ConfigBuilder());
     auto owned = std::make_unique<FakeLedger>(config);
     ledger = owned.get();
     driver = std::make_unique<CycleDriver>(std::move(owned), config, counters,

@@ -112,7 +112,7 @@ Result<Json> AgentExecutor::RegisterNode(const Identity& who, const Json& body) 
     const std::string id = f["job"].get<std::string>();
     ack.push_back(id);
     Job* it = port_->Jobs().Find(id);
-    if (it == nullptr || !Holds(*it) || !it->backend.empty() || it->parts_done.count(n.name))
+    if (it == nullptr || !Holds(*it) || !it->ext.backend.empty() || it->parts_done.count(n.name))
       continue;
     const auto on = NodesOf(*it);
     if (std::find(on.begin(), on.end(), n.name) == on.end()) continue;
@@ -294,7 +294,7 @@ Result<std::pair<Json, int64_t>> AgentExecutor::HeartbeatQueued(const Identity& 
   }
   auto on_node = [&](const Job& j) {
     const auto nodes = NodesOf(j);
-    return Holds(j) && j.backend.empty() &&
+    return Holds(j) && j.ext.backend.empty() &&
            std::find(nodes.begin(), nodes.end(), node) != nodes.end();
   };
   n.running_reported.clear();
@@ -310,7 +310,7 @@ Result<std::pair<Json, int64_t>> AgentExecutor::HeartbeatQueued(const Identity& 
   }
   for (const auto& r : body.value("running", Json::array())) {
     Job* it = port_->Jobs().Find(r["job"].get<std::string>());
-    if (it != nullptr && it->state == JobState::kPending && it->held_on == node) {
+    if (it != nullptr && it->state == JobState::kPending && it->swap.held_on == node) {
       Json swap_only = r;  // held swapped out: its swap state only, no activity
       swap_only.erase("active");
       ObserveActivityLocked(*it, swap_only, actor, b);
@@ -323,15 +323,15 @@ Result<std::pair<Json, int64_t>> AgentExecutor::HeartbeatQueued(const Identity& 
     j.pid = r.value("pid", int64_t{0});
     if ((j.state == JobState::kStarting || j.state == JobState::kPlaced) &&
         port_->Transition(j, JobState::kRunning, JobCause::kRunning)) {
-      j.last_active_ms = port_->NowMs();  // a fresh start counts as activity
+      j.activity.last_active_ms = port_->NowMs();  // a fresh start counts as activity
       b.Add(EventAt(port_->NowMs(), actor, "job.running", j.rec.id, "",
                     {{"pid", j.pid}, {"node", node}}),
             &j);
     }
     // Back on its device by its agent's word: the "in" order has been carried out.
-    if (j.swap_order == "in" && r.contains("swapped") && r["swapped"].is_boolean() &&
+    if (j.swap.order == "in" && r.contains("swapped") && r["swapped"].is_boolean() &&
         !r["swapped"].get<bool>()) {
-      j.swap_order.clear();
+      j.swap.order.clear();
     }
     ObserveActivityLocked(j, r, actor, b);
   }
@@ -368,7 +368,7 @@ Json AgentExecutor::OrdersLocked(const NodeInfo& n, Batch& b, int64_t durable) {
   const std::string& node = n.name;
   auto on_node = [&](const Job& j) {
     const auto nodes = NodesOf(j);
-    return Holds(j) && j.backend.empty() &&
+    return Holds(j) && j.ext.backend.empty() &&
            std::find(nodes.begin(), nodes.end(), node) != nodes.end();
   };
   Json start = Json::array(), cancel = Json::array(), may_run = Json::array();
@@ -376,16 +376,16 @@ Json AgentExecutor::OrdersLocked(const NodeInfo& n, Batch& b, int64_t durable) {
   Json swap = Json::object();
   for (const std::string& id : port_->Jobs().OnNode(node)) {
     Job& j = port_->Jobs().Get(id);
-    if (j.state == JobState::kPending && !j.held_on.empty()) {
+    if (j.state == JobState::kPending && !j.swap.held_on.empty()) {
       // Held swapped out here: its processes stay, paused, until it resumes or is stopped.
-      if (j.held_on == node) {
+      if (j.swap.held_on == node) {
         may_run.push_back(id);
         swap[id] = "out";
       }
       continue;
     }
     if (!on_node(j) || j.parts_done.count(node)) continue;
-    if (!j.swap_order.empty()) swap[id] = j.swap_order;
+    if (!j.swap.order.empty()) swap[id] = j.swap.order;
     const bool gang = NodesOf(j).size() > 1;
     // A decision still on its way to the store is not acted on: its order goes out with a
     // later heartbeat, once it is durable (the job stays allowed to run meanwhile).
@@ -435,14 +435,14 @@ Status AgentExecutor::WriteOutput(const Identity& who, const std::string& job, i
   if (who.role != Role::kAgent && who.role != Role::kAdmin)
     return Status::PermissionDenied("only agents upload output");
   if (offset < 0) return Status::InvalidArgument("'offset' must not be negative");
-  if (offset >= config_.max_output_bytes) {
+  if (offset >= config_.limits.max_output_bytes) {
     return Status::ResourceExhausted("output of job '" + job + "' is over the limit of " +
-                                     std::to_string(config_.max_output_bytes) +
+                                     std::to_string(config_.limits.max_output_bytes) +
                                      " bytes (max_output)");
   }
   // The part below the limit is kept; the next upload is refused.
-  const size_t keep = static_cast<size_t>(
-      std::min<int64_t>(static_cast<int64_t>(bytes.size()), config_.max_output_bytes - offset));
+  const size_t keep = static_cast<size_t>(std::min<int64_t>(
+      static_cast<int64_t>(bytes.size()), config_.limits.max_output_bytes - offset));
   {
     auto lock = port_->Lock();
     Job* it = port_->Jobs().Find(job);

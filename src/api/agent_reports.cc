@@ -118,55 +118,56 @@ void AgentExecutor::RecordTelemetryLocked(NodeInfo& n, const Json& body) {
 // that `tessera usage` needs to count idle holding exactly from the event log.
 void AgentExecutor::ObserveActivityLocked(Job& j, const Json& report, const std::string& actor,
                                           Batch& b) {
-  const bool held = j.state == JobState::kPending && !j.held_on.empty();  // swapped out, paused
+  const bool held =
+      j.state == JobState::kPending && !j.swap.held_on.empty();  // swapped out, paused
   if (j.state != JobState::kRunning && !held) return;
   if (report.contains("gpu_memory_used_mib"))
-    j.gpu_memory_used_mib = report["gpu_memory_used_mib"].get<MiB>();
+    j.activity.gpu_memory_used_mib = report["gpu_memory_used_mib"].get<MiB>();
   if (report.contains("swap")) {
     // A swapping share's state: every change is an event (swapped out, resuming, back).
     const std::string state = report["swap"].get<std::string>();
     const MiB swapped = report.value("swapped_mib", MiB{0});
-    if (state != j.swap_state) {
+    if (state != j.swap.state) {
       std::string detail = state == "swapped"
                                ? "swapped out: " + std::to_string(swapped) + " MiB off the device"
                            : state == "resuming" ? "resuming: waiting for room on the device"
                            : state == "resident" ? "back on the device"
                                                  : state;
       b.Add(EventAt(port_->NowMs(), actor, "job.swap", j.rec.id, detail,
-                    {{"from", j.swap_state.empty() ? "resident" : j.swap_state},
+                    {{"from", j.swap.state.empty() ? "resident" : j.swap.state},
                      {"to", state},
                      {"swapped_mib", swapped}}),
             nullptr);
-      j.swap_state = state;
+      j.swap.state = state;
     }
-    j.swapped_mib = swapped;
+    j.swap.swapped_mib = swapped;
   }
   if (held || !report.contains("active")) return;  // no telemetry: never judged idle
   const int64_t now = port_->NowMs();
-  if (j.last_active_ms == 0) j.last_active_ms = now;
+  if (j.activity.last_active_ms == 0) j.activity.last_active_ms = now;
   if (report["active"].get<bool>()) {
-    if (j.idle) {
-      j.idle = false;
+    if (j.activity.idle) {
+      j.activity.idle = false;
       if (j.handle >= 0)
         port_->Quota().SetIdle(j.handle, -1);            // its queue's idle_timeout starts over
-      if (j.swap_order == "idle") j.swap_order.clear();  // in use again: back by itself
+      if (j.swap.order == "idle") j.swap.order.clear();  // in use again: back by itself
       b.Add(EventAt(port_->NowMs(), actor, "job.active", j.rec.id,
-                    "activity again after " + std::to_string((now - j.last_active_ms) / 1000) +
-                        "s idle",
-                    {{"at_ms", now}, {"idle_since_ms", j.last_active_ms}}),
+                    "activity again after " +
+                        std::to_string((now - j.activity.last_active_ms) / 1000) + "s idle",
+                    {{"at_ms", now}, {"idle_since_ms", j.activity.last_active_ms}}),
             nullptr);
     }
-    j.last_active_ms = now;
+    j.activity.last_active_ms = now;
     return;
   }
-  if (!j.idle && now - j.last_active_ms >= config_.idle_after_ms) {
-    j.idle = true;
+  if (!j.activity.idle && now - j.activity.last_active_ms >= config_.idle_after_ms) {
+    j.activity.idle = true;
     // Its queue's idle_timeout counts from the last activity (the quota engine gives it back).
-    if (j.handle >= 0) port_->Quota().SetIdle(j.handle, j.last_active_ms / 1000);
+    if (j.handle >= 0) port_->Quota().SetIdle(j.handle, j.activity.last_active_ms / 1000);
     b.Add(EventAt(port_->NowMs(), actor, "job.idle", j.rec.id,
                   "held but idle: no activity for " +
-                      std::to_string((now - j.last_active_ms) / 1000) + "s",
-                  {{"since_ms", j.last_active_ms}}),
+                      std::to_string((now - j.activity.last_active_ms) / 1000) + "s",
+                  {{"since_ms", j.activity.last_active_ms}}),
           nullptr);
   }
 }

@@ -102,8 +102,8 @@ std::vector<std::string> BackendExecutor::Names() const {
 }
 
 void BackendExecutor::QueueDeleteLocked(const Job& j) {
-  auto it = lanes_.find(j.backend);
-  if (it != lanes_.end()) it->second->deletes.push_back(j.external_id);
+  auto it = lanes_.find(j.ext.backend);
+  if (it != lanes_.end()) it->second->deletes.push_back(j.ext.id);
 }
 
 Status BackendExecutor::Pass(const std::string& name) {
@@ -183,7 +183,7 @@ Status BackendExecutor::Pass(const std::string& name) {
     if (!cancel_failed.empty()) {
       for (const std::string& id : ledger_->Jobs().LiveIds()) {
         Job& j = ledger_->Jobs().Get(id);
-        if (j.cancel_sent && cancel_failed.count(j.external_id)) j.cancel_sent = false;
+        if (j.ext.cancel_sent && cancel_failed.count(j.ext.id)) j.ext.cancel_sent = false;
       }
     }
     RecordSuspendsLocked(w.suspends, &batch);
@@ -225,8 +225,8 @@ Status BackendExecutor::NoteAnswering(const std::string& name, const Status& hea
   for (const std::string& id : ledger_->Jobs().LiveIds()) {
     Job& j = ledger_->Jobs().Get(id);
     const QueueRoute* route = config_.FindRoute(j.rec.queue);
-    if (j.backend != name || j.state != JobState::kPlaced || !j.external_id.empty() ||
-        j.lookup_first || j.submit_attempts > 0 || route == nullptr || !route->multi())
+    if (j.ext.backend != name || j.state != JobState::kPlaced || !j.ext.id.empty() ||
+        j.ext.lookup_first || j.ext.submit_attempts > 0 || route == nullptr || !route->multi())
       continue;
     const size_t mark = ledger_->Quota().events().size();
     ledger_->Quota().Requeue(j.handle, ledger_->NowMs() / 1000,
@@ -277,7 +277,7 @@ Status BackendExecutor::Reconcile(const std::string& name) {
         const auto xs = backends::ParseExternalState(x.state);
         const bool active = xs.ok() && !backends::EndStateOf(*xs);
         Job* it = ledger_->Jobs().Find(id);
-        if (it == nullptr || it->backend != name) {
+        if (it == nullptr || it->ext.backend != name) {
           // A scheduler that keeps ended jobs as objects (Kubernetes) has them deleted too:
           // a crash between recording an end and Forget must not leave one behind.
           if (active || lanes_.at(name)->backend->Suspends()) {
@@ -289,11 +289,11 @@ Status BackendExecutor::Reconcile(const std::string& name) {
           continue;
         }
         Job& j = *it;
-        if (j.external_id == x.external_id) continue;
-        if (j.state == JobState::kPlaced && j.external_id.empty() &&
+        if (j.ext.id == x.external_id) continue;
+        if (j.state == JobState::kPlaced && j.ext.id.empty() &&
             ledger_->Transition(j, JobState::kStarting, JobCause::kStarted)) {
-          j.external_id = x.external_id;
-          j.lookup_first = false;
+          j.ext.id = x.external_id;
+          j.ext.lookup_first = false;
           j.rec.reason = "adopted " + name + " job " + x.external_id + " after a restart";
           events.push_back(Event("engine", "job.adopted", id, j.rec.reason,
                                  {{"backend", name}, {"external_id", x.external_id}}));
@@ -308,7 +308,7 @@ Status BackendExecutor::Reconcile(const std::string& name) {
       }
       // Every unsubmitted job of this backend not found above was never submitted: safe to submit.
       ledger_->Jobs().ForEach([&](Job& j) {
-        if (j.backend == name && j.external_id.empty()) j.lookup_first = false;
+        if (j.ext.backend == name && j.ext.id.empty()) j.ext.lookup_first = false;
       });
       lanes_.at(name)->reconciled = true;
       if (!events.empty()) {
@@ -338,39 +338,39 @@ void BackendExecutor::CollectLocked(const std::string& name, BackendWork* w) {
   lane.deletes.clear();
   for (const std::string& id : ledger_->Jobs().LiveIds()) {
     Job& j = ledger_->Jobs().Get(id);
-    if (j.backend != name) continue;
+    if (j.ext.backend != name) continue;
     backends::Backend* b = lanes_.at(name)->backend.get();
-    if (b->Suspends() && j.external_id.empty() && j.state == JobState::kPreempting) w->stops = true;
-    if (b->Suspends() && !j.external_id.empty() && (Holds(j) || j.state == JobState::kPending)) {
+    if (b->Suspends() && j.ext.id.empty() && j.state == JobState::kPreempting) w->stops = true;
+    if (b->Suspends() && !j.ext.id.empty() && (Holds(j) || j.state == JobState::kPending)) {
       // A job the backend keeps: its Job is suspended while Tessera has it pending or preempting,
       // and running (resumed, with the queue's scheduling directives) while it holds its admission.
       const bool want_suspended = j.state == JobState::kPending || j.state == JobState::kPreempting;
       const bool change =
-          want_suspended ? !j.ext_suspended : (j.state == JobState::kPlaced || j.ext_suspended);
-      if (change && !j.cancel_requested && now >= j.next_suspend_ms) {
-        w->suspends.push_back({id, b, j.external_id, want_suspended,
+          want_suspended ? !j.ext.suspended : (j.state == JobState::kPlaced || j.ext.suspended);
+      if (change && !j.cancel_requested && now >= j.ext.next_suspend_ms) {
+        w->suspends.push_back({id, b, j.ext.id, want_suspended,
                                want_suspended ? backends::JobRequest{} : RequestFor(j),
                                Status::Ok()});
-        j.next_suspend_ms = now + 2000;  // not again before the answer is recorded
+        j.ext.next_suspend_ms = now + 2000;  // not again before the answer is recorded
       }
-      if (j.cancel_requested && !j.cancel_sent) {
-        cancels.push_back({b, j.external_id});
-        j.cancel_sent = true;
+      if (j.cancel_requested && !j.ext.cancel_sent) {
+        cancels.push_back({b, j.ext.id});
+        j.ext.cancel_sent = true;
       }
-      if (poll_due) polls[j.backend].push_back(j.external_id);
+      if (poll_due) polls[j.ext.backend].push_back(j.ext.id);
       continue;
     }
     if (!Holds(j)) continue;
-    if (j.state == JobState::kPlaced && j.external_id.empty()) {
-      if (now >= j.next_submit_ms && (lane.reconciled || !j.lookup_first)) {
-        submits.push_back({id, b, RequestFor(j), j.lookup_first});
+    if (j.state == JobState::kPlaced && j.ext.id.empty()) {
+      if (now >= j.ext.next_submit_ms && (lane.reconciled || !j.ext.lookup_first)) {
+        submits.push_back({id, b, RequestFor(j), j.ext.lookup_first});
       }
-    } else if (!j.external_id.empty()) {
-      if (j.cancel_requested && !j.cancel_sent) {
-        cancels.push_back({b, j.external_id});
-        j.cancel_sent = true;
+    } else if (!j.ext.id.empty()) {
+      if (j.cancel_requested && !j.ext.cancel_sent) {
+        cancels.push_back({b, j.ext.id});
+        j.ext.cancel_sent = true;
       }
-      if (poll_due) polls[j.backend].push_back(j.external_id);
+      if (poll_due) polls[j.ext.backend].push_back(j.ext.id);
     }
   }
 }
@@ -415,19 +415,19 @@ void BackendExecutor::RecordSubmissionsLocked(const std::vector<SubmitDone>& don
     if (found == nullptr) continue;  // ended and out of memory while the submission ran
     Job& j = *found;
     if (d.status.ok()) {
-      if (j.state != JobState::kPlaced || !j.external_id.empty() ||
+      if (j.state != JobState::kPlaced || !j.ext.id.empty() ||
           !ledger_->Transition(j, JobState::kStarting, JobCause::kStarted)) {
         // Cancelled while the submission ran.
         if (!d.external_id.empty())
-          late_cancels->push_back({lanes_.at(j.backend)->backend.get(), d.external_id});
+          late_cancels->push_back({lanes_.at(j.ext.backend)->backend.get(), d.external_id});
         continue;
       }
-      j.external_id = d.external_id;
-      j.lookup_first = false;
+      j.ext.id = d.external_id;
+      j.ext.lookup_first = false;
       j.rec.reason =
-          (d.adopted ? "adopted " : "submitted to ") + j.backend + " as job " + d.external_id;
+          (d.adopted ? "adopted " : "submitted to ") + j.ext.backend + " as job " + d.external_id;
       batch->Add(Event("engine", "job.starting", d.id, j.rec.reason,
-                       {{"backend", j.backend}, {"external_id", d.external_id}}));
+                       {{"backend", j.ext.backend}, {"external_id", d.external_id}}));
       batch->jobs.push_back(&j);
     } else if (j.state == JobState::kPlaced) {
       if (d.permanent) {
@@ -439,17 +439,17 @@ void BackendExecutor::RecordSubmissionsLocked(const std::vector<SubmitDone>& don
         batch->jobs.push_back(&j);
         continue;
       }
-      ++j.submit_attempts;
+      ++j.ext.submit_attempts;
       const int64_t backoff =
-          std::min<int64_t>(60000, int64_t{1000} << std::min(j.submit_attempts - 1, 6));
-      j.next_submit_ms = now + backoff;
-      j.lookup_first = true;  // a failed or timed-out submission may still have gone through
-      j.rec.reason = "admitted, not yet submitted to " + j.backend + " (attempt " +
-                     std::to_string(j.submit_attempts) + ", next in " +
+          std::min<int64_t>(60000, int64_t{1000} << std::min(j.ext.submit_attempts - 1, 6));
+      j.ext.next_submit_ms = now + backoff;
+      j.ext.lookup_first = true;  // a failed or timed-out submission may still have gone through
+      j.rec.reason = "admitted, not yet submitted to " + j.ext.backend + " (attempt " +
+                     std::to_string(j.ext.submit_attempts) + ", next in " +
                      std::to_string(backoff / 1000) + "s): " + d.status.message();
       j.rec.update_ms = now;
       batch->Add(Event("engine", "job.submit_failed", d.id, j.rec.reason,
-                       {{"backend", j.backend}, {"attempt", j.submit_attempts}}));
+                       {{"backend", j.ext.backend}, {"attempt", j.ext.submit_attempts}}));
       batch->jobs.push_back(&j);
     }
   }
@@ -463,65 +463,61 @@ void BackendExecutor::RecordPollsLocked(
   for (auto& [name, res] : polled) {
     for (const std::string& id : ledger_->Jobs().LiveIds()) {
       Job& j = ledger_->Jobs().Get(id);
-      if (j.backend != name || j.external_id.empty() ||
-          !(Holds(j) || j.state == JobState::kPending))
+      if (j.ext.backend != name || j.ext.id.empty() || !(Holds(j) || j.state == JobState::kPending))
         continue;
-      if (!asked[name].count(j.external_id)) continue;
+      if (!asked[name].count(j.ext.id)) continue;
       if (!res.ok()) {
-        j.rec.reason =
-            "cannot follow " + name + " job " + j.external_id + ": " + res.status().message();
+        j.rec.reason = "cannot follow " + name + " job " + j.ext.id + ": " + res.status().message();
         continue;
       }
-      auto it = res->find(j.external_id);
+      auto it = res->find(j.ext.id);
       if (it == res->end()) {
-        if (j.cancel_sent) {  // deleted on our request (Kubernetes forgets a deleted Job)
+        if (j.ext.cancel_sent) {  // deleted on our request (Kubernetes forgets a deleted Job)
           if (!ledger_->End(j, JobState::kCancelled, JobCause::kCancelled, "cancelled")) continue;
-          batch->Add(
-              Event(name, "job.cancelled", id, "cancelled", {{"external_id", j.external_id}}));
+          batch->Add(Event(name, "job.cancelled", id, "cancelled", {{"external_id", j.ext.id}}));
           batch->jobs.push_back(&j);
           continue;
         }
-        if (++j.unknown_polls < 3) continue;
+        if (++j.ext.unknown_polls < 3) continue;
         if (j.state == JobState::kPending) {  // its suspended Job is gone: made anew at admission
-          j.external_id.clear();
-          j.unknown_polls = 0;
+          j.ext.id.clear();
+          j.ext.unknown_polls = 0;
           batch->jobs.push_back(&j);
           continue;
         }
         if (!ledger_->End(j, JobState::kLost, JobCause::kLost,
-                          name + " no longer knows job " + j.external_id))
+                          name + " no longer knows job " + j.ext.id))
           continue;
         ledger_->WantCycle();
-        batch->Add(Event("engine", "job.lost", id, j.rec.reason, {{"external_id", j.external_id}}));
+        batch->Add(Event("engine", "job.lost", id, j.rec.reason, {{"external_id", j.ext.id}}));
         batch->jobs.push_back(&j);
         continue;
       }
-      j.unknown_polls = 0;
+      j.ext.unknown_polls = 0;
       const backends::ExternalJob& x = it->second;
       const auto xs = backends::ParseExternalState(x.state);
       if (!xs.ok()) {  // a backend of this build says only what it knows
-        j.rec.reason =
-            "cannot follow " + name + " job " + j.external_id + ": " + xs.status().message();
+        j.rec.reason = "cannot follow " + name + " job " + j.ext.id + ": " + xs.status().message();
         continue;
       }
       if (lanes_.at(name)->backend->Suspends() && FollowSuspendLocked(j, x, *xs, batch)) continue;
-      j.native_state = x.native_state;
-      if (!x.node.empty()) j.external_node = x.node;
-      if (!x.gres.empty()) j.gres = x.gres;
-      if (!x.devices.empty()) j.external_devices = x.devices;
+      j.ext.native_state = x.native_state;
+      if (!x.node.empty()) j.ext.node = x.node;
+      if (!x.gres.empty()) j.ext.gres = x.gres;
+      if (!x.devices.empty()) j.ext.devices = x.devices;
       const std::optional<JobState> end = backends::EndStateOf(*xs);
       if (*xs == backends::ExternalState::kPending) {
-        j.rec.reason = name + " job " + j.external_id + ": " + x.native_state +
+        j.rec.reason = name + " job " + j.ext.id + ": " + x.native_state +
                        (x.reason.empty() ? "" : " (" + x.reason + ")");
       } else if (*xs == backends::ExternalState::kRunning) {
         if (j.state != JobState::kRunning &&
             ledger_->Transition(j, JobState::kRunning, JobCause::kRunning)) {
           j.rec.reason = "";
           batch->Add(Event(name, "job.running", id, "",
-                           {{"external_id", j.external_id},
-                            {"node", j.external_node},
-                            {"gres", j.gres},
-                            {"devices", j.external_devices}}));
+                           {{"external_id", j.ext.id},
+                            {"node", j.ext.node},
+                            {"gres", j.ext.gres},
+                            {"devices", j.ext.devices}}));
           batch->jobs.push_back(&j);
         }
       } else if (end) {
@@ -541,12 +537,12 @@ void BackendExecutor::RecordPollsLocked(
         ledger_->WantCycle();
         j.rec.exit_code = x.exit_code;
         batch->Add(Event(name, std::string("job.") + JobStateName(state), id, j.rec.reason,
-                         {{"external_id", j.external_id},
-                          {"node", j.external_node},
+                         {{"external_id", j.ext.id},
+                          {"node", j.ext.node},
                           {"exit_code", x.exit_code ? *x.exit_code : -1},
                           {"signal", x.signal}}));
         batch->jobs.push_back(&j);
-        forget->push_back({lanes_.at(name)->backend.get(), j.external_id});
+        forget->push_back({lanes_.at(name)->backend.get(), j.ext.id});
       }
     }
   }
@@ -559,7 +555,7 @@ void BackendExecutor::StopUnsubmittedLocked(const std::string& name, Batch* batc
   if (!lanes_.at(name)->backend->Suspends()) return;
   for (const std::string& id : ledger_->Jobs().LiveIds()) {
     Job& j = ledger_->Jobs().Get(id);
-    if (j.state != JobState::kPreempting || !j.external_id.empty() || j.backend != name) {
+    if (j.state != JobState::kPreempting || !j.ext.id.empty() || j.ext.backend != name) {
       continue;
     }
     const size_t mark = ledger_->Quota().events().size();
@@ -573,27 +569,27 @@ void BackendExecutor::RecordSuspendsLocked(const std::vector<SuspendWork>& done,
   const int64_t now = ledger_->NowMs();
   for (const SuspendWork& d : done) {
     Job* found = ledger_->Jobs().Find(d.id);
-    if (found == nullptr || found->external_id != d.external_id) continue;
+    if (found == nullptr || found->ext.id != d.external_id) continue;
     Job& j = *found;
     const std::string verb = d.suspend ? "suspend" : "resume";
     if (!d.status.ok()) {
-      j.next_suspend_ms = now + 5000;
-      j.rec.reason = "cannot " + verb + " " + j.backend + " job " + d.external_id +
+      j.ext.next_suspend_ms = now + 5000;
+      j.rec.reason = "cannot " + verb + " " + j.ext.backend + " job " + d.external_id +
                      " (retried): " + d.status.message();
       continue;
     }
-    j.ext_suspended = d.suspend;
-    j.next_suspend_ms = 0;
+    j.ext.suspended = d.suspend;
+    j.ext.next_suspend_ms = 0;
     if (d.suspend) {
       batch->Add(Event("engine", "job.suspended", d.id,
-                       j.backend + " job " + d.external_id + " suspended",
-                       {{"backend", j.backend}, {"external_id", d.external_id}}));
+                       j.ext.backend + " job " + d.external_id + " suspended",
+                       {{"backend", j.ext.backend}, {"external_id", d.external_id}}));
     } else if (j.state == JobState::kPlaced &&
                ledger_->Transition(j, JobState::kStarting, JobCause::kStarted)) {
-      j.rec.reason = "resumed in " + j.backend + " as job " + d.external_id;
+      j.rec.reason = "resumed in " + j.ext.backend + " as job " + d.external_id;
       batch->Add(
           Event("engine", "job.starting", d.id, j.rec.reason,
-                {{"backend", j.backend}, {"external_id", d.external_id}, {"resumed", true}}));
+                {{"backend", j.ext.backend}, {"external_id", d.external_id}, {"resumed", true}}));
       batch->jobs.push_back(&j);
     }
   }
@@ -610,7 +606,7 @@ void BackendExecutor::RecordSuspendsLocked(const std::vector<SuspendWork>& done,
 bool BackendExecutor::FollowSuspendLocked(Job& j, const backends::ExternalJob& x,
                                           backends::ExternalState xs, Batch* batch) {
   const int64_t now = ledger_->NowMs();
-  j.ext_suspended = x.suspended;
+  j.ext.suspended = x.suspended;
   if (j.state == JobState::kPending) return true;
   const bool ended = backends::EndStateOf(xs).has_value();
   if (j.state == JobState::kPreempting && !ended) {
@@ -623,25 +619,25 @@ bool BackendExecutor::FollowSuspendLocked(Job& j, const backends::ExternalJob& x
     return true;
   }
   if (xs == backends::ExternalState::kSuspended && !ended) {
-    j.rec.reason = j.backend + " job " + j.external_id + " is suspended; resuming it";
+    j.rec.reason = j.ext.backend + " job " + j.ext.id + " is suspended; resuming it";
     return true;
   }
   if (j.state == JobState::kStarting && x.unschedulable) {
-    if (j.unschedulable_since_ms == 0) j.unschedulable_since_ms = now;
+    if (j.ext.unschedulable_since_ms == 0) j.ext.unschedulable_since_ms = now;
     const QueueRoute* route = config_.FindRoute(j.rec.queue);
     const int64_t timeout = route != nullptr ? route->kube.placement_timeout_ms : 0;
-    if (timeout > 0 && now - j.unschedulable_since_ms >= timeout) {
-      j.unschedulable_since_ms = 0;
+    if (timeout > 0 && now - j.ext.unschedulable_since_ms >= timeout) {
+      j.ext.unschedulable_since_ms = 0;
       const size_t mark = ledger_->Quota().events().size();
       ledger_->Quota().Requeue(j.handle, ledger_->NowMs() / 1000,
-                               "requeued: " + j.backend + " did not schedule its pod within " +
+                               "requeued: " + j.ext.backend + " did not schedule its pod within " +
                                    std::to_string(timeout / 1000) + "s (" + x.reason + ")");
       ledger_->Translate(mark, *batch);
       ledger_->WantCycle();
       return true;
     }
   } else {
-    j.unschedulable_since_ms = 0;
+    j.ext.unschedulable_since_ms = 0;
   }
   return false;
 }

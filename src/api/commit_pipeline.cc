@@ -171,7 +171,7 @@ void Engine::CatchUpLocked() {
   }
   // The oldest ended jobs leave memory once durable, a thousand or more at a time; the views
   // read them from the store.
-  const size_t keep = static_cast<size_t>(config_.ended_jobs_in_memory);
+  const size_t keep = static_cast<size_t>(config_.limits.ended_jobs_in_memory);
   if (jobs_.EndedWaiting() > 2 * keep) jobs_.EvictEnded(keep, p.written);
 }
 

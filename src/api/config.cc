@@ -215,9 +215,10 @@ static Status ReadServerSettings(const YAML::Node& root, EngineConfig* c) {
   st = ReadBool(root["schedule_on_submit"], "schedule_on_submit", &c->schedule_on_submit);
   if (st.ok()) st = ReadBool(root["metrics_public"], "metrics_public", &c->metrics_public);
   if (st.ok()) st = ReadMs(root, "backend_poll", true, &c->backend_poll_ms);
-  if (st.ok()) st = ReadMs(root, "utilization_sample", true, &c->utilization_sample_ms);
-  if (st.ok()) st = ReadMs(root, "retention", false, &c->retention_ms);
-  if (st.ok()) st = ReadMs(root, "auth_failed_retention", false, &c->auth_failed_retention_ms);
+  if (st.ok()) st = ReadMs(root, "utilization_sample", true, &c->history.utilization_sample_ms);
+  if (st.ok()) st = ReadMs(root, "retention", false, &c->history.retention_ms);
+  if (st.ok())
+    st = ReadMs(root, "auth_failed_retention", false, &c->history.auth_failed_retention_ms);
   if (st.ok()) st = ReadMs(root, "idle_after", true, &c->idle_after_ms);
   if (st.ok() && root["unhealthy_jobs"]) {
     auto v = Str(root["unhealthy_jobs"], "unhealthy_jobs");
@@ -226,21 +227,23 @@ static Status ReadServerSettings(const YAML::Node& root, EngineConfig* c) {
       return Bad("unhealthy_jobs", "must be requeue or finish, not '" + *v + "'");
     c->unhealthy_requeue = *v == "requeue";
   }
-  if (st.ok()) st = ReadMs(root, "utilization_fine_keep", true, &c->utilization_fine_keep_ms);
-  if (st.ok()) st = ReadMs(root, "utilization_keep", true, &c->utilization_keep_ms);
   if (st.ok())
-    st = ReadCount(root, "max_requests_per_identity", 1, 100'000, &c->max_requests_per_identity);
+    st = ReadMs(root, "utilization_fine_keep", true, &c->history.utilization_fine_keep_ms);
+  if (st.ok()) st = ReadMs(root, "utilization_keep", true, &c->history.utilization_keep_ms);
   if (st.ok())
-    st = ReadCount(root, "max_jobs_per_identity", 1, 100'000'000, &c->max_jobs_per_identity);
+    st = ReadCount(root, "max_requests_per_identity", 1, 100'000,
+                   &c->limits.max_requests_per_identity);
   if (st.ok())
-    st = ReadCount(root, "ended_jobs_in_memory", 1, 10'000'000, &c->ended_jobs_in_memory);
+    st = ReadCount(root, "max_jobs_per_identity", 1, 100'000'000, &c->limits.max_jobs_per_identity);
+  if (st.ok())
+    st = ReadCount(root, "ended_jobs_in_memory", 1, 10'000'000, &c->limits.ended_jobs_in_memory);
   if (st.ok() && root["max_output"]) {
     auto q = ParseMemoryMiB(root["max_output"].as<std::string>());
     if (!q.ok()) return Bad("max_output", q.status().message());
     if (*q <= 0 || *q > std::numeric_limits<int64_t>::max() / (1024 * 1024)) {
       return Bad("max_output", "expected a size such as 1GiB");
     }
-    c->max_output_bytes = *q * 1024 * 1024;
+    c->limits.max_output_bytes = *q * 1024 * 1024;
   }
   if (st.ok()) st = ReadCount(root, "backend_nice", 0, 19, &c->backend_nice);
   return st;

@@ -156,27 +156,37 @@ struct EngineConfig {
   int64_t cycle_ms = 1000;         // how often the scheduling cycle runs
   bool schedule_on_submit = true;  // also run it right after each batch of submissions lands
   int64_t backend_poll_ms = 1000;  // how often external backends are asked about their jobs
-  // `retention: 90d`: jobs that ended longer ago, and older events, are deleted from the store
-  // (checked hourly). 0 keeps everything.
-  int64_t retention_ms = 0;
-  // `auth_failed_retention: 30d` (the default): auth.failed events older than this are deleted,
-  // whatever `retention` says (at up to 20 a second they would otherwise grow without bound).
-  int64_t auth_failed_retention_ms = int64_t{30} * 24 * 3600 * 1000;
-  // `max_output: 64MiB` (the default): the most output kept per job; uploads past it are
-  // refused (413), the part of one below it kept.
-  int64_t max_output_bytes = int64_t{64} << 20;
-  // `max_jobs_per_identity: 10000` (the default): the most jobs one identity may have not yet
-  // ended; a submission past it is refused with 429 and Retry-After, so one user cannot flood the
-  // queue (100,000 pending jobs in 35 s) or the server's memory.
-  int64_t max_jobs_per_identity = 10000;
-  // `ended_jobs_in_memory: 1000` (the default): how many ended jobs memory keeps (the newest; the
-  // views read older ones from the store). Memory holds up to twice this before it lets go.
-  int64_t ended_jobs_in_memory = 1000;
-  // `max_requests_per_identity: 16` (the default): requests one identity (a person or a script;
-  // not an agent) may have in the server at once; past it, 429 with Retry-After.
-  int64_t max_requests_per_identity = 16;
+  // What the store keeps, and for how long (checked hourly).
+  struct History {
+    // `retention: 90d`: jobs that ended longer ago, and older events, are deleted. 0 keeps
+    // everything.
+    int64_t retention_ms = 0;
+    // `auth_failed_retention: 30d` (the default): auth.failed events older than this are deleted,
+    // whatever `retention` says (at up to 20 a second they would otherwise grow without bound).
+    int64_t auth_failed_retention_ms = int64_t{30} * 24 * 3600 * 1000;
+    // Utilization history kept in the store: samples at `utilization_sample` for
+    // `utilization_fine_keep` (1d), 5-minute averages for `utilization_keep` (90d).
+    int64_t utilization_fine_keep_ms = int64_t{24} * 3600 * 1000;
+    int64_t utilization_keep_ms = int64_t{90} * 24 * 3600 * 1000;
+    int64_t utilization_sample_ms = 10000;  // how often the utilization history is sampled
+  } history;
+  // What one identity, one job and memory may hold.
+  struct Limits {
+    // `max_output: 64MiB` (the default): the most output kept per job; uploads past it are
+    // refused (413), the part of one below it kept.
+    int64_t max_output_bytes = int64_t{64} << 20;
+    // `max_jobs_per_identity: 10000` (the default): the most jobs one identity may have not yet
+    // ended; a submission past it is refused with 429 and Retry-After, so one user cannot flood the
+    // queue (100,000 pending jobs in 35 s) or the server's memory.
+    int64_t max_jobs_per_identity = 10000;
+    // `ended_jobs_in_memory: 1000` (the default): how many ended jobs memory keeps (the newest; the
+    // views read older ones from the store). Memory holds up to twice this before it lets go.
+    int64_t ended_jobs_in_memory = 1000;
+    // `max_requests_per_identity: 16` (the default): requests one identity (a person or a script;
+    // not an agent) may have in the server at once; past it, 429 with Retry-After.
+    int64_t max_requests_per_identity = 16;
+  } limits;
   int backend_nice = 10;  // niceness added to the external schedulers' commands (0-19)
-  int64_t utilization_sample_ms = 10000;  // how often the utilization history is sampled
   // `idle_after: 15m` (the default): an allocation whose devices showed no activity for this
   // long is "held but idle" (job.idle event, marked in every view and in /metrics).
   int64_t idle_after_ms = int64_t{15} * 60 * 1000;
@@ -185,10 +195,6 @@ struct EngineConfig {
   // policy's grace) and pending again, to run elsewhere; finish: left to run until they end.
   // Either way the device takes no new work.
   bool unhealthy_requeue = true;
-  // Utilization history kept in the store: samples at `utilization_sample` for
-  // `utilization_fine_keep` (1d), 5-minute averages for `utilization_keep` (90d).
-  int64_t utilization_fine_keep_ms = int64_t{24} * 3600 * 1000;
-  int64_t utilization_keep_ms = int64_t{90} * 24 * 3600 * 1000;
   // `metrics_public: true`: GET /metrics needs no token (for a Prometheus inside a trusted
   // network); otherwise (the default) only admins read it.
   bool metrics_public = false;
@@ -203,10 +209,13 @@ struct EngineConfig {
   std::vector<std::string> warnings;
   std::string source_yaml;  // the text it was parsed from (its policy part seeds `tessera whatif`)
   std::vector<QueueRoute> routes;  // one per policy queue, in the same order
-  // Not from the YAML: the what-if replay the serving process wires in (empty: GET /v1/whatif
-  // answers that this server cannot replay; /v1/whatif/scenario still answers).
-  WhatIfReplay whatif_replay;
-  WhatIfUsageReplay whatif_usage;  // likewise POST /v1/whatif/usage
+  // Not from the YAML: the what-if replays the serving process wires in (empty: GET /v1/whatif
+  // answers that this server cannot replay; /v1/whatif/scenario still answers; likewise
+  // POST /v1/whatif/usage).
+  struct WhatIf {
+    WhatIfReplay replay;
+    WhatIfUsageReplay usage;
+  } whatif;
 
   const Identity* FindIdentityByTokenHash(const std::string& hash) const;
   const quota::GroupSpec* FindGroup(const std::string& name) const;

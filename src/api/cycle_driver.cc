@@ -68,7 +68,7 @@ void CycleDriver::TranslateLocked(size_t from, Batch& b) {
         if (!ledger_->Transition(j, JobState::kPlaced, JobCause::kPlaced)) break;
         FillGrantsLocked(j);
         ledger_->Jobs().NoteNodes(j);
-        j.rec.reason = j.backend.empty() ? "" : "admitted; to be submitted to " + j.backend;
+        j.rec.reason = j.ext.backend.empty() ? "" : "admitted; to be submitted to " + j.ext.backend;
         JsonText data;
         data.BeginObject().Key("node").Str(j.node).Key("form").Str(j.form).Key("grants");
         WriteGrants(data, j.grants);
@@ -88,7 +88,7 @@ void CycleDriver::TranslateLocked(size_t from, Batch& b) {
               &j);
         break;
       case quota::EventKind::kStopped:
-        if (!j.held_on.empty()) {  // held swapped out past its queue's swap_hold_limit
+        if (!j.swap.held_on.empty()) {  // held swapped out past its queue's swap_hold_limit
           SwapEventLocked(j, e, b);
           break;
         }
@@ -113,11 +113,11 @@ void CycleDriver::TranslateLocked(size_t from, Batch& b) {
         j.form.clear();
         j.parts_done.clear();
         j.pid = 0;
-        j.last_active_ms = 0;
-        j.idle = false;
-        j.gpu_memory_used_mib = -1;
-        j.swap_state.clear();
-        j.swapped_mib = 0;
+        j.activity.last_active_ms = 0;
+        j.activity.idle = false;
+        j.activity.gpu_memory_used_mib = -1;
+        j.swap.state.clear();
+        j.swap.swapped_mib = 0;
         b.Add(EventAt(ledger_->NowMs(), "engine", "job.requeued", j.rec.id, e.detail,
                       {{"preemptions", j.preemptions}}),
               &j);
@@ -132,11 +132,11 @@ void CycleDriver::TranslateLocked(size_t from, Batch& b) {
 void CycleDriver::SwapEventLocked(Job& j, const quota::Event& e, Batch& b) {
   if (e.kind == quota::EventKind::kStopped) {
     // Its processes, paused on its node, are stopped there: it leaves may_run.
-    const std::string node = j.held_on;
+    const std::string node = j.swap.held_on;
     b.Touch({node});
     if (!ledger_->End(j, JobState::kFailed, JobCause::kRefused, "stopped: " + e.detail)) return;
-    j.held_on.clear();
-    j.swap_order.clear();
+    j.swap.held_on.clear();
+    j.swap.order.clear();
     b.Add(EventAt(ledger_->NowMs(), "engine", "job.stopped", j.rec.id, e.detail, {{"node", node}}),
           &j);
     return;
@@ -144,9 +144,9 @@ void CycleDriver::SwapEventLocked(Job& j, const quota::Event& e, Batch& b) {
   if (e.kind == quota::EventKind::kSwappedIn) {
     // Placed again on its device (job.placed before this): it runs on, brought back in.
     if (!ledger_->Transition(j, JobState::kRunning, JobCause::kRunning)) return;
-    j.held_on.clear();
-    j.swap_order = "in";
-    j.last_active_ms = ledger_->NowMs();
+    j.swap.held_on.clear();
+    j.swap.order = "in";
+    j.activity.last_active_ms = ledger_->NowMs();
     b.Touch(NodesOf(j));
     b.Add(EventAt(ledger_->NowMs(), "engine", "job.swapped_in", j.rec.id, e.detail,
                   {{"node", j.node}}),
@@ -156,7 +156,7 @@ void CycleDriver::SwapEventLocked(Job& j, const quota::Event& e, Batch& b) {
   CountEventLocked(e, &j);
   if (e.for_job.empty()) {
     // Its queue's idle_timeout: swapped out, not stopped; it keeps its share and runs on.
-    j.swap_order = "idle";
+    j.swap.order = "idle";
     b.Touch(NodesOf(j));
     b.Add(EventAt(ledger_->NowMs(), "engine", "job.swapped_out", j.rec.id, e.detail,
                   {{"node", j.node}}),
@@ -167,15 +167,15 @@ void CycleDriver::SwapEventLocked(Job& j, const quota::Event& e, Batch& b) {
   const std::string node = j.node;
   b.Touch(NodesOf(j));
   if (!ledger_->Transition(j, JobState::kPending, JobCause::kRequeued)) return;
-  j.held_on = node;
-  j.swap_order = "out";
+  j.swap.held_on = node;
+  j.swap.order = "out";
   j.rec.reason = "SwappedOut: " + ledger_->Quota().job(j.handle).wait_reason;
   j.preemptions = ledger_->Quota().job(j.handle).preemptions;
   j.grants.clear();
   j.node.clear();
   j.form.clear();
   j.parts_done.clear();
-  j.idle = false;
+  j.activity.idle = false;
   b.Add(EventAt(ledger_->NowMs(), "engine", "job.swapped_out", j.rec.id, e.detail,
                 {{"node", node}, {"for_job", e.for_job}, {"lost_gpu_s", 0}}),
         &j);
@@ -238,16 +238,16 @@ void CycleDriver::FillGrantsLocked(Job& j) {
     if (route->multi()) {  // the backend the cycle chose, and every backend's forecast
       const quota::JobView v = ledger_->Quota().job(j.handle);
       if (!v.ext_pool.empty()) backend = v.ext_pool;
-      if (!j.backend.empty() && j.backend != backend && !j.external_id.empty()) {
+      if (!j.ext.backend.empty() && j.ext.backend != backend && !j.ext.id.empty()) {
         delete_external_(j);  // its suspended Job elsewhere
-        j.external_id.clear();
-        j.ext_suspended = false;
+        j.ext.id.clear();
+        j.ext.suspended = false;
       }
-      j.dispatch = DispatchJson(v.dispatch, backend, ledger_->NowMs());
+      j.ext.dispatch = DispatchJson(v.dispatch, backend, ledger_->NowMs());
     }
-    j.backend = backend;
+    j.ext.backend = backend;
     j.node = backend + ":" + (route->partition.empty() ? route->queue : route->partition);
-    j.next_submit_ms = 0;
+    j.ext.next_submit_ms = 0;
   } else {
     j.node = j.grants.empty() ? "" : j.grants.front().node;
   }

@@ -192,18 +192,19 @@ store::JobRecord RecordOf(const Job& j) {
     for (const std::string& n : j.parts_done) p.Str(n);
     p.EndArray();
   }
-  if (!j.backend.empty()) {  // also while pending again (a suspended Kubernetes Job keeps its id)
+  if (!j.ext.backend
+           .empty()) {  // also while pending again (a suspended Kubernetes Job keeps its id)
     p.Key("backend")
-        .Str(j.backend)
+        .Str(j.ext.backend)
         .Key("external_id")
-        .Str(j.external_id)
+        .Str(j.ext.id)
         .Key("external_node")
-        .Str(j.external_node)
+        .Str(j.ext.node)
         .Key("gres")
-        .Str(j.gres)
+        .Str(j.ext.gres)
         .Key("attempts")
-        .Int(j.submit_attempts);
-    if (!j.dispatch.is_null()) p.Key("dispatch").Raw(j.dispatch.dump());
+        .Int(j.ext.submit_attempts);
+    if (!j.ext.dispatch.is_null()) p.Key("dispatch").Raw(j.ext.dispatch.dump());
   }
   r.placement = p.EndObject().Take();
   return r;

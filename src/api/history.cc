@@ -108,13 +108,13 @@ std::string UtilizationSample(const ReadModel& m) {
         Bump(*r, r == &s ? "gpu_milli_allocated" : "gpu_milli", g.compute);
         Bump(*r, r == &s ? "gpu_memory_mib_allocated" : "gpu_memory_mib", g.memory);
         Bump(*r, r == &s ? "cpu_milli_allocated" : "cpu_milli", g.cpu);
-        if (running && j.idle) Bump(*r, "gpu_milli_held_idle", g.compute);
+        if (running && j.activity.idle) Bump(*r, "gpu_milli_held_idle", g.compute);
       }
       // The group's holding by form, so that idle is seen where it is: a whole card held but
       // idle, an idle share, an idle partition.
       Json& f = (*rows[0])["form"][j.form.empty() ? "other" : j.form];
       Bump(f, "gpu_milli", g.compute);
-      Bump(f, "gpu_milli_held_idle", running && j.idle ? g.compute : 0);
+      Bump(f, "gpu_milli_held_idle", running && j.activity.idle ? g.compute : 0);
     }
   });
   s["by"] = std::move(by);
@@ -135,10 +135,11 @@ Result<Json> Views::Utilization(const Identity& who, const HistoryQuery& q) {
   if (since >= until) return Status::InvalidArgument("'since' must be before 'until'");
   // Fine samples while the range lies within what they keep and the step asks for no coarser;
   // 5-minute averages otherwise.
-  const bool fine =
-      since >= now - config_.utilization_fine_keep_ms && (q.step_ms == 0 || q.step_ms < kCoarseMs);
+  const bool fine = since >= now - config_.history.utilization_fine_keep_ms &&
+                    (q.step_ms == 0 || q.step_ms < kCoarseMs);
   const int64_t resolution =
-      fine ? std::max<int64_t>(1000, config_.utilization_sample_ms / 1000 * 1000) : kCoarseMs;
+      fine ? std::max<int64_t>(1000, config_.history.utilization_sample_ms / 1000 * 1000)
+           : kCoarseMs;
   int64_t step = std::max(q.step_ms, resolution);
   if ((until - since) / step > 5000) step = (until - since) / 5000 + 1;  // at most ~5000 points
   auto rows = ledger_.DurableStore().ListSamples(static_cast<int>(resolution / 1000), since, until);
@@ -176,7 +177,7 @@ Result<Json> Views::Utilization(const Identity& who, const HistoryQuery& q) {
     a["time_ms"] = t;
     samples.push_back(std::move(a));
   }
-  return Json{{"interval_ms", config_.utilization_sample_ms},
+  return Json{{"interval_ms", config_.history.utilization_sample_ms},
               {"resolution_ms", resolution},
               {"step_ms", step},
               {"since_ms", since},

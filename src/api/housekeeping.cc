@@ -62,29 +62,31 @@ Status Housekeeping::RetentionTick() {
   // Hourly, outside the engine's mutex: the store deletes what ended before the cut (a job in
   // memory is live or ended recently, so nothing memory holds is older than a day of it).
   const int64_t now = reads_.NowMs();
-  const bool audit = config_.auth_failed_retention_ms > 0;
-  if ((config_.retention_ms <= 0 && !audit) || now - done_.pruned_ms < kPruneEveryMs)
+  const bool audit = config_.history.auth_failed_retention_ms > 0;
+  if ((config_.history.retention_ms <= 0 && !audit) || now - done_.pruned_ms < kPruneEveryMs)
     return Status::Ok();
   done_.pruned_ms = now;
   if (audit) {
-    auto gone = reads_.DurableStore().PruneEventsOfKind("auth.failed",
-                                                        now - config_.auth_failed_retention_ms);
+    auto gone = reads_.DurableStore().PruneEventsOfKind(
+        "auth.failed", now - config_.history.auth_failed_retention_ms);
     if (!gone.ok()) return gone.status();
   }
-  if (config_.retention_ms <= 0) return Status::Ok();
-  auto rows = reads_.DurableStore().Prune(now - config_.retention_ms);
+  if (config_.history.retention_ms <= 0) return Status::Ok();
+  auto rows = reads_.DurableStore().Prune(now - config_.history.retention_ms);
   return rows.ok() ? Status::Ok() : rows.status();
 }
 
 Status Housekeeping::HistoryTick() {
   const int64_t now = reads_.NowMs();
-  const int fine_s = static_cast<int>(std::max<int64_t>(1, config_.utilization_sample_ms / 1000));
+  const int fine_s =
+      static_cast<int>(std::max<int64_t>(1, config_.history.utilization_sample_ms / 1000));
   std::string sample;
   Status broken = Status::Ok();
   reads_.Read([&](const ReadModel& m) {
     broken = m.broken;
     if (!broken.ok()) return;
-    if (done_.sampled_ms != 0 && now - done_.sampled_ms < config_.utilization_sample_ms) return;
+    if (done_.sampled_ms != 0 && now - done_.sampled_ms < config_.history.utilization_sample_ms)
+      return;
     done_.sampled_ms = now;
     sample = UtilizationSample(m);
   });
@@ -95,12 +97,13 @@ Status Housekeeping::HistoryTick() {
   // restart) into its average; fine samples older than utilization_fine_keep go.
   const int64_t done = now / kCoarseSampleMs * kCoarseSampleMs;  // buckets before this are complete
   if (done > done_.rolled_up_ms) {
-    int64_t from = std::max<int64_t>(done_.rolled_up_ms, done - config_.utilization_fine_keep_ms);
+    int64_t from =
+        std::max<int64_t>(done_.rolled_up_ms, done - config_.history.utilization_fine_keep_ms);
     if (done_.rolled_up_ms == 0) {
       auto coarse = reads_.DurableStore().ListSamples(
-          kCoarseSampleMs / 1000, done - config_.utilization_fine_keep_ms, done);
+          kCoarseSampleMs / 1000, done - config_.history.utilization_fine_keep_ms, done);
       if (!coarse.ok()) return coarse.status();
-      from = coarse->empty() ? done - config_.utilization_fine_keep_ms
+      from = coarse->empty() ? done - config_.history.utilization_fine_keep_ms
                              : coarse->back().time_ms + kCoarseSampleMs;
     }
     from = from / kCoarseSampleMs * kCoarseSampleMs;
@@ -119,11 +122,12 @@ Status Housekeeping::HistoryTick() {
         return st;
     }
     done_.rolled_up_ms = done;
-    if (auto p = reads_.DurableStore().PruneSamples(fine_s, now - config_.utilization_fine_keep_ms);
+    if (auto p = reads_.DurableStore().PruneSamples(fine_s,
+                                                    now - config_.history.utilization_fine_keep_ms);
         !p.ok())
       return p.status();
     if (auto p = reads_.DurableStore().PruneSamples(kCoarseSampleMs / 1000,
-                                                    now - config_.utilization_keep_ms);
+                                                    now - config_.history.utilization_keep_ms);
         !p.ok())
       return p.status();
   }

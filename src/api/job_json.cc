@@ -139,21 +139,24 @@ Json JobJson(const Job& j, const quota::QuotaEngine& quota,
     // The weakest of its grants' grades (absent when one is not known).
     if (isolation >= 0 && !devs.empty()) o["placement"]["isolation"] = IsolationName(isolation);
   }
-  if (!j.held_on.empty() && j.state == JobState::kPending) o["held_swapped_on"] = j.held_on;
-  if (j.last_active_ms > 0 && (Holds(j) || (!j.held_on.empty() && j.state == JobState::kPending))) {
-    o["activity"] = {{"idle", j.idle}, {"last_active_ms", j.last_active_ms}};
-    if (j.gpu_memory_used_mib >= 0) o["activity"]["gpu_memory_used_mib"] = j.gpu_memory_used_mib;
-    if (!j.swap_state.empty()) {
-      o["activity"]["swap"] = j.swap_state;
-      o["activity"]["swapped_mib"] = j.swapped_mib;
+  if (!j.swap.held_on.empty() && j.state == JobState::kPending)
+    o["held_swapped_on"] = j.swap.held_on;
+  if (j.activity.last_active_ms > 0 &&
+      (Holds(j) || (!j.swap.held_on.empty() && j.state == JobState::kPending))) {
+    o["activity"] = {{"idle", j.activity.idle}, {"last_active_ms", j.activity.last_active_ms}};
+    if (j.activity.gpu_memory_used_mib >= 0)
+      o["activity"]["gpu_memory_used_mib"] = j.activity.gpu_memory_used_mib;
+    if (!j.swap.state.empty()) {
+      o["activity"]["swap"] = j.swap.state;
+      o["activity"]["swapped_mib"] = j.swap.swapped_mib;
     }
   }
-  if (!j.backend.empty()) {
-    o["backend"] = {{"name", j.backend},       {"external_id", j.external_id},
-                    {"node", j.external_node}, {"gres", j.gres},
-                    {"state", j.native_state}, {"submit_attempts", j.submit_attempts}};
-    if (!j.dispatch.is_null()) {  // several backends: where it went, why, and the actual start
-      o["dispatch"] = j.dispatch;
+  if (!j.ext.backend.empty()) {
+    o["backend"] = {{"name", j.ext.backend},       {"external_id", j.ext.id},
+                    {"node", j.ext.node},          {"gres", j.ext.gres},
+                    {"state", j.ext.native_state}, {"submit_attempts", j.ext.submit_attempts}};
+    if (!j.ext.dispatch.is_null()) {  // several backends: where it went, why, and the actual start
+      o["dispatch"] = j.ext.dispatch;
       o["dispatch"]["started_ms"] = j.start_ms > 0 ? Json(j.start_ms) : Json(nullptr);
     }
   }

@@ -61,7 +61,7 @@ void JobTable::Enter(Job& j) {
 }
 
 void JobTable::NoteNodes(const Job& j) {
-  if (!j.backend.empty()) return;
+  if (!j.ext.backend.empty()) return;
   for (const std::string& node : NodesOf(j)) {
     std::vector<std::string>& ids = node_jobs_[node];
     if (std::find(ids.begin(), ids.end(), j.rec.id) == ids.end()) ids.push_back(j.rec.id);
@@ -103,10 +103,10 @@ const std::vector<std::string>& JobTable::OnNode(const std::string& node) {
   ids.erase(std::remove_if(ids.begin(), ids.end(),
                            [&](const std::string& id) {
                              const Job& j = jobs_[id];
-                             if (j.state == JobState::kPending && !j.held_on.empty())
-                               return j.held_on != node;  // held swapped out there
+                             if (j.state == JobState::kPending && !j.swap.held_on.empty())
+                               return j.swap.held_on != node;  // held swapped out there
                              const auto nodes = NodesOf(j);
-                             return !HoldsCapacity(j.state) || !j.backend.empty() ||
+                             return !HoldsCapacity(j.state) || !j.ext.backend.empty() ||
                                     std::find(nodes.begin(), nodes.end(), node) == nodes.end();
                            }),
             ids.end());

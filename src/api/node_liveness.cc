@@ -66,7 +66,7 @@ void AgentExecutor::ExpireStartsLocked(Batch& b) {
     if (j.state != JobState::kStarting || j.starting_since_mono == 0 ||
         mono - j.starting_since_mono < bound)
       continue;
-    if (NodesOf(j).size() != 1 || !j.backend.empty()) continue;
+    if (NodesOf(j).size() != 1 || !j.ext.backend.empty()) continue;
     const auto& nodes = port_->Nodes();
     auto n = nodes.find(j.node);
     // A silent node is judged by its heartbeats (MarkLostLocked), not here.

@@ -94,32 +94,39 @@ struct Job {
   // Telemetry (agent nodes): the last time its devices or processes showed activity (its start
   // until a report says so), whether it is "held but idle" (no activity for idle_after; a
   // job.idle event marked the change), its measured device memory (-1: unknown).
-  int64_t last_active_ms = 0;
-  bool idle = false;
-  MiB gpu_memory_used_mib = -1;
-  std::string swap_state;  // a swapping share's, as its agent last reported it ("": none)
-  // Preemption by swapping (not stored): held swapped out on this node while pending (""),
-  // and the swap order its agent gets ("out", "in", "idle"; docs/agent-protocol.md).
-  std::string held_on, swap_order;
-  MiB swapped_mib = 0;
-  // External backend (empty: local agents).
-  std::string backend;
-  Json dispatch;              // a queue of several backends: their forecasts when it went to one
-  std::string external_id;    // the scheduler's job id once submitted
-  std::string external_node;  // where the scheduler runs it
-  std::string gres;           // the scheduler's allocation text
-  std::vector<int> external_devices;  // GPU indices the scheduler reports
-  std::string native_state;
-  int submit_attempts = 0;
-  int64_t next_submit_ms = 0;
-  bool lookup_first = false;  // a submission may have happened: look before submitting
-  bool cancel_sent = false;
-  int unknown_polls = 0;
-  // Backends that suspend (Kubernetes): the Job's spec.suspend as last seen or set, when the
-  // next suspend/resume may be sent, and since when its pod has been unschedulable.
-  bool ext_suspended = false;
-  int64_t next_suspend_ms = 0;
-  int64_t unschedulable_since_ms = 0;
+  struct Activity {
+    int64_t last_active_ms = 0;
+    bool idle = false;
+    MiB gpu_memory_used_mib = -1;
+  } activity;
+  // A swapping share's memory (not stored but `state`).
+  struct Swap {
+    std::string state;  // as its agent last reported it ("": none)
+    // Preemption by swapping: held swapped out on this node while pending (""), and the swap
+    // order its agent gets ("out", "in", "idle"; docs/agent-protocol.md).
+    std::string held_on, order;
+    MiB swapped_mib = 0;
+  } swap;
+  // What an external backend's executor keeps of it (backend empty: local agents).
+  struct External {
+    std::string backend;
+    Json dispatch;             // a queue of several backends: their forecasts when it went to one
+    std::string id;            // the scheduler's job id once submitted
+    std::string node;          // where the scheduler runs it
+    std::string gres;          // the scheduler's allocation text
+    std::vector<int> devices;  // GPU indices the scheduler reports
+    std::string native_state;
+    int submit_attempts = 0;
+    int64_t next_submit_ms = 0;
+    bool lookup_first = false;  // a submission may have happened: look before submitting
+    bool cancel_sent = false;
+    int unknown_polls = 0;
+    // Backends that suspend (Kubernetes): the Job's spec.suspend as last seen or set, when the
+    // next suspend/resume may be sent, and since when its pod has been unschedulable.
+    bool suspended = false;
+    int64_t next_suspend_ms = 0;
+    int64_t unschedulable_since_ms = 0;
+  } ext;
 };
 // A validated submission, before it has an id.
 struct PendingSubmit {

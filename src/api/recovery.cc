@@ -90,7 +90,8 @@ Status LoadJob(store::JobRecord r, Memory& m, int64_t now_ms) {
   }
   j.handle = *h;
   if (Holds(j)) {
-    if (!j.backend.empty()) m.quota->SetExternalPool(j.handle, j.backend);  // one of several
+    if (!j.ext.backend.empty())
+      m.quota->SetExternalPool(j.handle, j.ext.backend);  // one of several
     auto form = quota::ParseAllocationForm(j.form.empty() ? "whole" : j.form);
     Status st = m.quota->Restore(j.handle, form.ok() ? *form : AllocationForm::kWhole, j.grants,
                                  j.borrowed, j.state == JobState::kPreempting, now_s);
@@ -241,14 +242,14 @@ Result<Job> JobFromRecord(store::JobRecord r) {
     for (const auto& n : p.value("parts_done", Json::array()))
       j.parts_done.insert(n.get<std::string>());
   }
-  j.backend = p.value("backend", "");
-  j.dispatch = p.value("dispatch", Json());
-  j.external_id = p.value("external_id", "");
-  j.external_node = p.value("external_node", "");
-  j.gres = p.value("gres", "");
-  j.submit_attempts = p.value("attempts", 0);
+  j.ext.backend = p.value("backend", "");
+  j.ext.dispatch = p.value("dispatch", Json());
+  j.ext.id = p.value("external_id", "");
+  j.ext.node = p.value("external_node", "");
+  j.ext.gres = p.value("gres", "");
+  j.ext.submit_attempts = p.value("attempts", 0);
   // Placed but with no id recorded: a submission may have happened just before a crash.
-  j.lookup_first = !j.backend.empty() && j.external_id.empty();
+  j.ext.lookup_first = !j.ext.backend.empty() && j.ext.id.empty();
   return j;
 }
 

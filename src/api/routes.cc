@@ -278,10 +278,10 @@ RouteHandler WhatIf(Engine* e) {
 
 // POST /v1/whatif/usage?card=&host_gbps=&headroom=&name=: a fleet's GPU usage history in the
 // body (at most the server's 1 MiB; larger ones with `tessera whatif --usage FILE`), replayed by
-// the simulator the serving process wires in (EngineConfig::whatif_usage).
+// the simulator the serving process wires in (EngineConfig::whatif.usage).
 RouteHandler WhatIfUsage(Engine* e) {
   return [e](const Identity&, const HttpRequest& req, HttpResponse& res) {
-    const WhatIfUsageReplay& replay = e->config().whatif_usage;
+    const WhatIfUsageReplay& replay = e->config().whatif.usage;
     if (!replay) {
       return ReplyError(res, Status::FailedPrecondition(
                                  "this server has no simulator wired in to replay a usage history "

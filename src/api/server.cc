@@ -120,7 +120,7 @@ ApiServerOptions WithSlots(ApiServerOptions o, Engine* e, RequestSlots* slots) {
     if (!slots->Acquire(who->name)) {
       ReplyError(*refusal, Status::ResourceExhausted(
                                "'" + who->name + "' has " +
-                               std::to_string(e->config().max_requests_per_identity) +
+                               std::to_string(e->config().limits.max_requests_per_identity) +
                                " requests in progress (max_requests_per_identity): try again "
                                "shortly"));
       return false;
@@ -204,7 +204,7 @@ void Register(net::HttpServer& http, Engine* e, Route route,
 
 ApiServer::ApiServer(Engine* engine, ApiServerOptions options)
     : engine_(engine),
-      slots_(std::make_unique<RequestSlots>(engine->config().max_requests_per_identity)),
+      slots_(std::make_unique<RequestSlots>(engine->config().limits.max_requests_per_identity)),
       lease_check_(options.lease_check),
       lease_fresh_(options.lease_fresh),
       gate_(std::make_shared<LeaderGate>()),

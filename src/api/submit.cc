@@ -91,9 +91,9 @@ Result<std::pair<Json, int64_t>> Engine::SubmitQueued(const Identity& who, const
   // ever hold) is refused now, before anything is written.
   Status check = qe_->Check(prepared->qspec);
   if (!check.ok()) return Status::InvalidArgument(check.message());
-  if (jobs_.LiveOf(who.name) >= config_.max_jobs_per_identity) {
+  if (jobs_.LiveOf(who.name) >= config_.limits.max_jobs_per_identity) {
     return Status::ResourceExhausted(
-        "'" + who.name + "' has " + std::to_string(config_.max_jobs_per_identity) +
+        "'" + who.name + "' has " + std::to_string(config_.limits.max_jobs_per_identity) +
         " jobs not yet ended (max_jobs_per_identity): submit more as some end");
   }
   const std::string id = prepared->qspec.id = jobs_.NewId();
@@ -161,7 +161,7 @@ Result<Json> Engine::Cancel(const Identity& who, const std::string& id) {
     if (!EndLocked(j, JobState::kCancelled, JobCause::kCancelled, "cancelled by " + who.name))
       return Status::Internal("job '" + id + "' cannot be cancelled from " + JobStateName(j.state) +
                               " (logged)");
-    if (!j.backend.empty() && !j.external_id.empty()) backends_.QueueDeleteLocked(j);
+    if (!j.ext.backend.empty() && !j.ext.id.empty()) backends_.QueueDeleteLocked(j);
     b.Touch(NodesOf(j));
     j.grants.clear();
     j.node.clear();

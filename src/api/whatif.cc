@@ -3,7 +3,7 @@
 // log and their records), the registered nodes, and the server's own policy (the policy part of
 // its config, which is a scenario's schema). Replayed by the simulator under another class-to-form
 // table, it says how many cards each class would need; `observed` says what happened. The replay
-// itself is the simulator's (EngineConfig::whatif_replay, wired in by `tessera serve`): the API
+// itself is the simulator's (EngineConfig::whatif.replay, wired in by `tessera serve`): the API
 // never includes sim/.
 #include <yaml-cpp/yaml.h>
 
@@ -263,12 +263,12 @@ Result<Json> Views::WhatIf(const Identity& who, int64_t since_ms, int64_t until_
                            const std::vector<std::string>& forms) {
   Result<Json> observed = WhatIfScenario(who, since_ms, until_ms);
   if (!observed.ok()) return observed.status();
-  if (!config_.whatif_replay) {
+  if (!config_.whatif.replay) {
     return Status::FailedPrecondition(
         "this server has no simulator wired in to replay the workload (GET /v1/whatif/scenario "
         "gives the scenario; `tessera whatif` replays it)");
   }
-  return config_.whatif_replay(*observed, forms);
+  return config_.whatif.replay(*observed, forms);
 }
 
 }  // namespace tessera::api

@@ -131,8 +131,8 @@ int Serve(const ServeFlags& flags, const ServeHooks& hooks) {
     case Lead::kRefused:
       return 1;
   }
-  config->whatif_replay = sim::WhatIfReport;             // GET /v1/whatif: the simulator replays
-  config->whatif_usage = sim::usage::WhatIfUsageReport;  // POST /v1/whatif/usage
+  config->whatif.replay = sim::WhatIfReport;             // GET /v1/whatif: the simulator replays
+  config->whatif.usage = sim::usage::WhatIfUsageReport;  // POST /v1/whatif/usage
   auto engine = api::Engine::Open(std::move(*config), std::move(*store), data, NowMs);
   if (!engine.ok()) {
     ServeLog().Error(engine.status().message());

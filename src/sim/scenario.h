@@ -97,7 +97,7 @@ struct WhatIfResult {
   std::string text;
 };
 Result<WhatIfResult> WhatIf(const nlohmann::json& observed, const std::vector<std::string>& forms);
-// WhatIf's `report` alone: what GET /v1/whatif answers (api::EngineConfig::whatif_replay).
+// WhatIf's `report` alone: what GET /v1/whatif answers (api::EngineConfig::whatif.replay).
 Result<nlohmann::json> WhatIfReport(const nlohmann::json& observed,
                                     const std::vector<std::string>& forms);
 Result<Scenario> LoadScenario(const std::string& path);

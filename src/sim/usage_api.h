@@ -3,7 +3,7 @@
 // `workload,timestamp,gpu_util_pct,gpu_memory_bytes[,team][,requested_gpus]`), read by the same
 // parser as `tessera whatif --usage FILE` and replayed under the three plans (usage_whatif.h).
 // The control plane never includes sim/ (tools/checks/layering.sh): `tessera serve` wires this
-// in as api::EngineConfig::whatif_usage.
+// in as api::EngineConfig::whatif.usage.
 //
 // Parameters (the request's query), each optional:
 //   card       a model of the partition catalog (default H100-80GB)

@@ -109,8 +109,8 @@ class AuthzMatrixTest : public ::testing::Test {
     ASSERT_TRUE(store.ok());
     auto c = ParseConfig(kConfig + more);
     ASSERT_TRUE(c.ok()) << c.status().ToString();
-    c->whatif_replay = sim::WhatIfReport;  // as `tessera serve` wires it
-    c->whatif_usage = sim::usage::WhatIfUsageReport;
+    c->whatif.replay = sim::WhatIfReport;  // as `tessera serve` wires it
+    c->whatif.usage = sim::usage::WhatIfUsageReport;
     auto e = Engine::Open(*c, std::move(*store), dir_, [] { return int64_t{1'000'000}; });
     ASSERT_TRUE(e.ok());
     engine_ = std::move(*e);

@@ -122,7 +122,7 @@ struct Rig {
     Job j;
     j.rec.id = ledger->jobs.NewId();
     j.rec.queue = "batch";
-    j.backend = "slurm";
+    j.ext.backend = "slurm";
     j.state = JobState::kPlaced;
     j.spec = {{"command", {"true"}}};
     Job& in = ledger->jobs.Insert(std::move(j));
@@ -142,7 +142,7 @@ TEST(BackendExecutor, AnAdmittedJobIsSubmittedOnceAndRecordedAsStartingThroughTh
   ASSERT_TRUE(r.executor->Pass("slurm").ok());
   EXPECT_EQ(r.scheduler->submitted, std::vector<std::string>{"tessera-c1-" + j.rec.id});
   EXPECT_EQ(j.state, JobState::kStarting);
-  EXPECT_EQ(j.external_id, "ext-1");
+  EXPECT_EQ(j.ext.id, "ext-1");
   EXPECT_EQ(r.ledger->committed, std::vector<std::string>{"job.starting " + j.rec.id});
   // Submitted: the next pass follows it rather than submitting it again.
   r.ledger->now_ms += 10'000;
@@ -156,8 +156,8 @@ TEST(BackendExecutor, AFailedSubmissionBacksOffAndLooksBeforeSubmittingAgain) {
   r.scheduler->submit_error = Status::Internal("sbatch: timed out");
   ASSERT_TRUE(r.executor->Pass("slurm").ok());
   EXPECT_EQ(j.state, JobState::kPlaced);
-  EXPECT_EQ(j.submit_attempts, 1);
-  EXPECT_TRUE(j.lookup_first);  // it may have gone through
+  EXPECT_EQ(j.ext.submit_attempts, 1);
+  EXPECT_TRUE(j.ext.lookup_first);  // it may have gone through
   EXPECT_NE(j.rec.reason.find("sbatch: timed out"), std::string::npos) << j.rec.reason;
   // Within its backoff (1 s) nothing is sent.
   ASSERT_TRUE(r.executor->Pass("slurm").ok());
@@ -169,14 +169,14 @@ TEST(BackendExecutor, AFailedSubmissionBacksOffAndLooksBeforeSubmittingAgain) {
   ASSERT_TRUE(r.executor->Pass("slurm").ok());
   EXPECT_EQ(r.scheduler->submitted.size(), 1u);
   EXPECT_EQ(j.state, JobState::kStarting);
-  EXPECT_EQ(j.external_id, "ext-9");
+  EXPECT_EQ(j.ext.id, "ext-9");
 }
 
 TEST(BackendExecutor, AnEndIsForgottenByTheSchedulerOnlyOnceItIsDurable) {
   Rig r;
   Job& j = r.Placed();
   ASSERT_TRUE(r.executor->Pass("slurm").ok());
-  ASSERT_EQ(j.external_id, "ext-1");
+  ASSERT_EQ(j.ext.id, "ext-1");
   r.scheduler->Has("ext-1", "tessera-c1-" + j.rec.id, "running");
   r.ledger->now_ms += 1'000;
   ASSERT_TRUE(r.executor->Pass("slurm").ok());
@@ -200,14 +200,14 @@ TEST(BackendExecutor, AnEndIsForgottenByTheSchedulerOnlyOnceItIsDurable) {
 TEST(BackendExecutor, AfterOpenAnOrphanIsCancelledAndAnUnsubmittedJobFoundThereIsAdopted) {
   Rig r;
   Job& found = r.Placed();
-  found.lookup_first = true;  // its submission may have gone through before the restart
+  found.ext.lookup_first = true;  // its submission may have gone through before the restart
   r.scheduler->Has("ext-7", "tessera-c1-" + found.rec.id, "running");
   r.scheduler->Has("ext-8", "tessera-c1-j-999", "running");   // no Tessera job of that id
   r.scheduler->Has("ext-5", "other-cluster-j-1", "running");  // not ours: left alone
   ASSERT_TRUE(r.executor->Pass("slurm").ok());
   EXPECT_EQ(r.scheduler->cancelled, std::vector<std::string>{"ext-8"});
   EXPECT_TRUE(r.scheduler->submitted.empty());
-  EXPECT_EQ(found.external_id, "ext-7");
+  EXPECT_EQ(found.ext.id, "ext-7");
   EXPECT_EQ(found.state, JobState::kRunning);  // adopted (starting), then followed: running
   // Written in the scheduler's order (then this pass follows the adopted job: job.running).
   ASSERT_GE(r.ledger->committed.size(), 2u);

@@ -140,15 +140,15 @@ struct ChoresRig {
 
 TEST(Housekeeping, OneSampleEveryIntervalAndCompleteBucketsRolledUp) {
   ChoresRig r;
-  const int fine_s = static_cast<int>(r.config.utilization_sample_ms / 1000);
+  const int fine_s = static_cast<int>(r.config.history.utilization_sample_ms / 1000);
   ASSERT_GT(fine_s, 0);
   ASSERT_TRUE(r.chores->Tick().ok());
   EXPECT_EQ(r.Samples(fine_s), 1u);
   // Within the interval: no second sample.
-  r.reads->now_ms += r.config.utilization_sample_ms / 2;
+  r.reads->now_ms += r.config.history.utilization_sample_ms / 2;
   ASSERT_TRUE(r.chores->Tick().ok());
   EXPECT_EQ(r.Samples(fine_s), 1u);
-  r.reads->now_ms += r.config.utilization_sample_ms;
+  r.reads->now_ms += r.config.history.utilization_sample_ms;
   ASSERT_TRUE(r.chores->Tick().ok());
   EXPECT_EQ(r.Samples(fine_s), 2u);
   // Once the 5-minute bucket they fell in is complete, it is one average.
@@ -158,7 +158,7 @@ TEST(Housekeeping, OneSampleEveryIntervalAndCompleteBucketsRolledUp) {
   EXPECT_EQ(r.Samples(static_cast<int>(kCoarseSampleMs / 1000)), 1u);
   // Memory that could not be rebuilt: no sample, and the tick says why.
   r.reads->broken = Status::Internal("reload failed");
-  r.reads->now_ms += r.config.utilization_sample_ms;
+  r.reads->now_ms += r.config.history.utilization_sample_ms;
   EXPECT_FALSE(r.chores->Tick().ok());
 }
 

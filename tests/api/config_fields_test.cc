@@ -75,7 +75,7 @@ TEST(ConfigFields, ReadsEachFieldIntoItsSetting) {
                  "backends: {k: {type: kubernetes, context: other, kubeconfig: /k}}\n");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->backend_nice, 19);
-  EXPECT_EQ(c->max_jobs_per_identity, 5);
+  EXPECT_EQ(c->limits.max_jobs_per_identity, 5);
   EXPECT_TRUE(c->schedule_on_submit);
   EXPECT_TRUE(c->metrics_public);
   EXPECT_EQ(c->kubernetes.context, "prod");

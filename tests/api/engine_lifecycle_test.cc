@@ -79,7 +79,7 @@ TEST_F(EngineTest, EveryGangPartStartsEvenAfterAnotherPartRuns) {
 }
 
 TEST_F(EngineTest, OutputIsCappedAtMaxOutputAndReadInRanges) {
-  config_.max_output_bytes = 10;
+  config_.limits.max_output_bytes = 10;
   Reopen();
   Register("n1", 1);
   const std::string id =

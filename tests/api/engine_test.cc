@@ -378,8 +378,9 @@ TEST_F(EngineTest, AnAgentSpeaksOnlyForItsNodes) {
   EXPECT_TRUE(engine_->agents().WriteOutput(Who("agent"), id, 2, "al").ok());   // a repeat
   EXPECT_TRUE(engine_->agents().WriteOutput(Who("agent"), id, 4, "!\n").ok());  // the next bytes
   // Output has a ceiling.
-  EXPECT_EQ(engine_->agents().WriteOutput(Who("agent"), id, config_.max_output_bytes, "x").code(),
-            StatusCode::kResourceExhausted);
+  EXPECT_EQ(
+      engine_->agents().WriteOutput(Who("agent"), id, config_.limits.max_output_bytes, "x").code(),
+      StatusCode::kResourceExhausted);
   // Each refused claim is in the audit trail: who, for which node, doing what.
   ASSERT_TRUE(engine_->Tick().ok());  // after a commit, the queued audit events are durable
   auto ev = engine_->views().Events(Who("admin"), 0, 1000, {"agent.refused", "", ""});

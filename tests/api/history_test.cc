@@ -271,7 +271,7 @@ TEST_F(HistoryTest, WhatIfReplaysThroughTheWiredInSimulatorOnly) {
   EXPECT_EQ(unwired.status().code(), StatusCode::kFailedPrecondition);
   std::vector<std::string> got_forms;
   Json got_observed;
-  config_.whatif_replay = [&](const Json& observed, const std::vector<std::string>& forms) {
+  config_.whatif.replay = [&](const Json& observed, const std::vector<std::string>& forms) {
     got_observed = observed;
     got_forms = forms;
     return Result<Json>(Json{{"returned", 7}});

@@ -106,7 +106,7 @@ class HostileRequestTest : public ::testing::Test {
   void Start() {
     ASSERT_TRUE(served_.Start(
         dir_, kConfig, [] { return int64_t{1'000'000}; },
-        [](EngineConfig& c) { c.whatif_replay = sim::WhatIfReport; }));  // as `tessera serve`
+        [](EngineConfig& c) { c.whatif.replay = sim::WhatIfReport; }));  // as `tessera serve`
     port_ = served_.port();
     client_ = &served_.client();
     ASSERT_EQ(served_.Send("POST", "/v1/agent/register", "agent1-token-1",

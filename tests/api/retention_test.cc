@@ -126,7 +126,7 @@ TEST_F(RetentionTest, RetentionDeletesWhatEndedBeforeTheCut) {
 TEST_F(RetentionTest, FailedAuthenticationsAreKeptForTheirOwnTimeOnly) {
   auto c = ParseConfig(Config().Set("auth_failed_retention", "1d").Yaml());
   ASSERT_TRUE(c.ok()) << c.status().ToString();
-  EXPECT_EQ(c->retention_ms, 0);
+  EXPECT_EQ(c->history.retention_ms, 0);
   config_ = *c;
   Reopen();
   engine_->audit().AuthFailure("GET", "/v1/jobs", "unknown token");
@@ -147,10 +147,11 @@ TEST_F(RetentionTest, FailedAuthenticationsAreKeptForTheirOwnTimeOnly) {
   EXPECT_TRUE(submitted) << "an event of another kind was pruned without a retention";
   EXPECT_EQ(ParseConfig(Config().Set("retention", "1h").Set("auth_failed_retention", "1d").Yaml())
                 .value()
-                .auth_failed_retention_ms,
+                .history.auth_failed_retention_ms,
             24 * 3600 * 1000LL);
-  EXPECT_EQ(ParseConfig(Config().Set("retention", "1h").Yaml()).value().auth_failed_retention_ms,
-            30 * 24 * 3600 * 1000LL);
+  EXPECT_EQ(
+      ParseConfig(Config().Set("retention", "1h").Yaml()).value().history.auth_failed_retention_ms,
+      30 * 24 * 3600 * 1000LL);
 }
 
 TEST(RetentionConfig, ABadRetentionIsRefusedNamed) {
@@ -173,7 +174,7 @@ TEST(RetentionConfig, TooLargeForMillisecondsOrBytesIsRefusedNamed) {
   // The longest duration of the one grammar (model/duration.h): 36500 days.
   auto c = ParseConfig(Config().Set("retention", "36500d").Yaml());
   ASSERT_TRUE(c.ok()) << c.status().ToString();
-  EXPECT_EQ(c->retention_ms, int64_t{36500} * 86400000);
+  EXPECT_EQ(c->history.retention_ms, int64_t{36500} * 86400000);
 }
 
 }  // namespace

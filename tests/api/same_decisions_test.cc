@@ -114,7 +114,7 @@ class Served {
     }
     config_.schedule_on_submit = false;
     config_.source_yaml = source;
-    config_.whatif_replay = sim::WhatIfReport;  // as `tessera serve` wires it
+    config_.whatif.replay = sim::WhatIfReport;  // as `tessera serve` wires it
     config_.cycle_ms = s.cycle_s * 1000;
     for (const auto& q : s.policy.queues) {
       QueueRoute r;

@@ -148,6 +148,12 @@ Field ServerKey(const std::string& key, int64_t api::EngineConfig::*ms,
   return Config(key, kServer + kServerQueue + extra + key + ": @\n",
                 [ms](const api::EngineConfig& c) { return c.*ms; });
 }
+// The same for a key kept in one of the config's groups (EngineConfig::history).
+template <class Group>
+Field ServerKey(const std::string& key, Group api::EngineConfig::*group, int64_t Group::*ms) {
+  return Config(key, kServer + kServerQueue + key + ": @\n",
+                [group, ms](const api::EngineConfig& c) { return c.*group.*ms; });
+}
 
 const std::string kScenario = R"(nodes: [{name: n, gpu: {model: A100-80GB, count: 1}}]
 groups: [{name: g}]
@@ -212,12 +218,12 @@ TEST_F(DurationFields, EveryDurationFieldReadsTheOneGrammar) {
                 "heartbeat_timeout: 200ms\nheartbeat_interval: 100ms\n"),
       ServerKey("cycle", &C::cycle_ms),
       ServerKey("backend_poll", &C::backend_poll_ms),
-      ServerKey("utilization_sample", &C::utilization_sample_ms),
-      ServerKey("retention", &C::retention_ms),
-      ServerKey("auth_failed_retention", &C::auth_failed_retention_ms),
+      ServerKey("utilization_sample", &C::history, &C::History::utilization_sample_ms),
+      ServerKey("retention", &C::history, &C::History::retention_ms),
+      ServerKey("auth_failed_retention", &C::history, &C::History::auth_failed_retention_ms),
       ServerKey("idle_after", &C::idle_after_ms),
-      ServerKey("utilization_fine_keep", &C::utilization_fine_keep_ms),
-      ServerKey("utilization_keep", &C::utilization_keep_ms),
+      ServerKey("utilization_fine_keep", &C::history, &C::History::utilization_fine_keep_ms),
+      ServerKey("utilization_keep", &C::history, &C::History::utilization_keep_ms),
       Config("queues[k].placement_timeout",
              kServer + "kubernetes: {kubeconfig: /etc/k}\n"
                        "queues: [{name: k, profile: p, groups: [g], backend: kubernetes, "

@@ -4,8 +4,8 @@
 
 namespace tessera::api {
 
-CommitWriter::CommitWriter(Write write, News news)
-    : write_(std::move(write)), news_(std::move(news)) {
+CommitWriter::CommitWriter(Write write, News news, std::function<void()> idle)
+    : write_(std::move(write)), news_(std::move(news)), idle_(std::move(idle)) {
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -126,7 +126,8 @@ void CommitWriter::Loop() {
     std::vector<std::pair<std::string, int64_t>> news;  // watched nodes with new orders
     std::vector<store::Event> events;
     std::vector<store::JobRecord> records;
-    if (!group.empty()) {
+    const bool wrote = !group.empty();
+    if (wrote) {
       for (Batch& b : group) {
         std::move(b.events.begin(), b.events.end(), std::back_inserter(events));
         std::move(b.records.begin(), b.records.end(), std::back_inserter(records));
@@ -173,6 +174,11 @@ void CommitWriter::Loop() {
     Free(records);
     Free(group);
     l.lock();
+    if (idle_ && wrote && queue_.empty()) {  // nothing waits: the store's upkeep now
+      l.unlock();
+      idle_();
+      l.lock();
+    }
   }
 }
 

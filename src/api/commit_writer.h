@@ -48,8 +48,9 @@ class CommitWriter {
       std::function<Status(const std::vector<store::Event>&, const std::vector<store::JobRecord>&)>;
   using News = std::function<void(const std::vector<std::pair<std::string, int64_t>>&)>;
 
-  // Starts the writer thread.
-  CommitWriter(Write write, News news);
+  // Starts the writer thread. `idle`, when set, is called on it whenever the queue runs empty
+  // after a write (the store's upkeep: store::Store::Tidy).
+  CommitWriter(Write write, News news, std::function<void()> idle = nullptr);
   ~CommitWriter();  // Stop()
   CommitWriter(const CommitWriter&) = delete;
   CommitWriter& operator=(const CommitWriter&) = delete;
@@ -95,6 +96,7 @@ class CommitWriter {
 
   const Write write_;
   const News news_;
+  const std::function<void()> idle_;
   std::mutex mu_;
   std::condition_variable work_cv_;     // the writer: something was queued, or stop
   std::condition_variable durable_cv_;  // waiters: written_ moved, or a reply round ended

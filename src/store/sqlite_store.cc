@@ -98,6 +98,10 @@ class SqliteStore final : public Store {
     // 64 MiB of page cache (the default is 2 MiB): a scheduling pass commits tens of thousands of
     // rows whose index pages would otherwise be read back from the file one by one.
     if (auto s = Exec("PRAGMA cache_size=-65536", "sizing the page cache"); !s.ok()) return s;
+    // The log is copied into the database by Tidy, once no commit waits, rather than by the
+    // commit that crosses SQLite's 1,000 pages; a log that reaches kMostWalFrames all the same
+    // (a writer that is never idle) is copied by the commit, as SQLite would.
+    sqlite3_wal_hook(db_, &SqliteStore::WalHook, this);
     return Migrate(target_version);
   }
 
@@ -109,6 +113,11 @@ class SqliteStore final : public Store {
       return WriteTransaction("starting a commit", "committing",
                               [&] { return CommitLocked(events, jobs, assigned); });
     });
+  }
+
+  void Tidy() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (wal_frames_ >= kTidyWalFrames) Checkpoint();
   }
 
   Result<std::vector<JobRecord>> LoadJobs() override {
@@ -605,8 +614,29 @@ class SqliteStore final : public Store {
                 "recording the schema version");
   }
 
+  // SQLite's own threshold, and the most the log may hold before a commit copies it itself.
+  static constexpr int kTidyWalFrames = 1000;
+  static constexpr int kMostWalFrames = 16000;  // 64 MiB of 4 KiB pages
+
+  // Called by SQLite after each commit, with mu_ held, with the frames its log now holds.
+  static int WalHook(void* self, sqlite3* /*db*/, const char* /*name*/, int frames) {
+    auto* store = static_cast<SqliteStore*>(self);
+    store->wal_frames_ = frames;
+    if (frames >= kMostWalFrames) store->Checkpoint();
+    return SQLITE_OK;
+  }
+  // A passive checkpoint: copies what no reader still needs; what is left is copied next time.
+  void Checkpoint() {
+    int log = 0, copied = 0;
+    if (sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_PASSIVE, &log, &copied) ==
+        SQLITE_OK) {
+      wal_frames_ = log - copied;
+    }
+  }
+
   mutable std::mutex mu_;
-  sqlite3* db_;  // guarded by mu_
+  sqlite3* db_;         // guarded by mu_
+  int wal_frames_ = 0;  // in the write-ahead log not yet copied into the database; guarded by mu_
   const std::string path_;
   std::map<std::string, sqlite3_stmt*> cache_;  // guarded by mu_
   int lease_fd_ = -1;                           // "<file>.leader", flocked while leading

@@ -135,6 +135,10 @@ class Store {
       const std::string& prefix) = 0;
 
   virtual Result<int> SchemaVersion() = 0;
+  // Upkeep that can wait until no commit is waiting (the commit writer calls it whenever its
+  // queue runs empty): SQLite copies its write-ahead log into the database here, not inside a
+  // commit that a burst of decisions waits for.
+  virtual void Tidy() {}
   virtual std::string Describe() const = 0;  // "sqlite:/path/tessera.db" or "postgresql://host/db"
 
   // --- Leadership: several servers on one store, one of them writing.

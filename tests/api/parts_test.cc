@@ -79,6 +79,29 @@ TEST(CommitWriter, WritesInOrderAndGroupsWhatQueuesBehindAWrite) {
   EXPECT_EQ(store.calls[1], (std::vector<std::string>{"b", "c"}));
 }
 
+// The store's upkeep (Store::Tidy: SQLite's checkpoint) waits until nothing is queued: not between
+// a write and the batches that queued behind it.
+TEST(CommitWriter, TheStoresUpkeepRunsOnlyOnceTheQueueIsEmpty) {
+  FakeWrite store;
+  Latch entered, gate;
+  store.entered = &entered;
+  store.gate = &gate;
+  std::vector<size_t> idle_after;  // how many writes had been made at each upkeep
+  CommitWriter w(store.Fn(), nullptr, [&] {
+    std::lock_guard<std::mutex> l(store.mu);
+    idle_after.push_back(store.calls.size());
+  });
+  w.Push(B(1, 0, "a"));
+  ASSERT_TRUE(entered.WaitFor(milliseconds(5000)));
+  w.Push(B(2, 0, "b"));
+  w.Push(B(3, 0, "c"));
+  store.gate = nullptr;
+  gate.CountDown();
+  EXPECT_TRUE(w.Await(3).ok());
+  w.Stop();  // the upkeep, when due, ran before the writer's thread looked for more work
+  EXPECT_EQ(idle_after, (std::vector<size_t>{2}));
+}
+
 TEST(CommitWriter, AFailedWriteDropsWhatItsEpochQueuedBehindIt) {
   FakeWrite store;
   Latch entered, gate;

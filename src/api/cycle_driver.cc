@@ -57,7 +57,9 @@ void CycleDriver::TranslateLocked(size_t from, Batch& b) {
             nullptr);
       continue;
     }
-    Job* it = ledger_->Jobs().Find(e.job);
+    // By its handle (an index) where the event names one still in memory, else by its id.
+    Job* it = ledger_->Jobs().ByHandle(e.handle);
+    if (it == nullptr || it->rec.id != e.job) it = ledger_->Jobs().Find(e.job);
     if (it == nullptr) continue;
     Job& j = *it;
     switch (e.kind) {

@@ -61,16 +61,18 @@ bool HasControlCharacters(std::string_view s) {
 std::string ToValidUtf8(std::string_view s) {
   std::string out;
   out.reserve(s.size());
+  size_t copied = 0;  // s before this is in `out`; valid runs are copied whole
   for (size_t i = 0; i < s.size();) {
     const size_t n = SequenceAt(s, i);
-    if (n == 0) {
-      out += "\xEF\xBF\xBD";  // U+FFFD
-      ++i;
-    } else {
-      out.append(s.substr(i, n));
+    if (n != 0) {
       i += n;
+      continue;
     }
+    out.append(s.substr(copied, i - copied));
+    out += "\xEF\xBF\xBD";  // U+FFFD
+    copied = ++i;
   }
+  out.append(s.substr(copied));
   return out;
 }
 

@@ -32,6 +32,29 @@ std::vector<Event> EventsOf(const World& w, EventKind k) {
   return out;
 }
 
+// Every event about a job carries its handle (the served engine finds its record by it, not by a
+// search by id); device events and refused submissions carry none.
+TEST(QuotaEvents, AJobsEventsCarryItsHandle) {
+  PolicySpec p = BasePolicy();
+  Queue(p, "train").max_runtime_s = 100;
+  World w(p, {Node("n0", "train", 1)});
+  w.Submit(Job("first", "train", "a"), 0);
+  w.Submit(Job("second", "train", "b"), 0);
+  EXPECT_FALSE(w.e->Submit(Job("lost", "no-such-queue", "a"), 0).ok());
+  w.e->RunCycle(0);
+  w.e->RunCycle(200);  // "first" stopped at its max_runtime, "second" placed
+  int jobs = 0;
+  for (const Event& e : w.e->events()) {
+    if (e.job == "lost" || e.job.empty()) {
+      EXPECT_EQ(e.handle, -1) << EventKindName(e.kind) << " " << e.job;
+      continue;
+    }
+    ++jobs;
+    EXPECT_EQ(e.handle, w.h.at(e.job)) << EventKindName(e.kind) << " " << e.job;
+  }
+  EXPECT_GE(jobs, 5);  // submitted twice, placed twice, stopped once at least
+}
+
 TEST(QuotaGuards, MaxRuntimeStopsARunningJobAtItsTimeWithAnEvent) {
   PolicySpec p = BasePolicy();
   Queue(p, "train").max_runtime_s = 100;

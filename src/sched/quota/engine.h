@@ -105,6 +105,7 @@ struct Event {
   int64_t time = 0;
   EventKind kind = EventKind::kSubmitted;
   std::string job;  // empty for device events
+  int handle = -1;  // the job's (-1: a device event, or a submission refused before it had one)
   std::string identity;
   std::string group;
   std::string detail;   // why, for people

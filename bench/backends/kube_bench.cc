@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
   // 2. A relist: a fresh backend's first Poll lists every labelled Job and pod, in chunks.
   backends::BackendOptions o;
   o.cluster = "lab";
-  o.kubeconfig = k.kubeconfig();
+  o.kube.kubeconfig = k.kubeconfig();
   t = Clock::now();
   auto b = backends::MakeKubernetesBackend(o);
   auto polled = b->Poll({"ml/tessera-lab-j-0"});

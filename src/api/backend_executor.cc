@@ -20,14 +20,10 @@ Status BackendExecutor::Open() {
     for (const std::string& name : names) {  // one instance per name, however many queues
       if (lanes_.count(name)) continue;
       const NamedBackend* named = config_.FindBackend(name);
-      const KubeSettings& kube = named != nullptr ? named->kube : config_.kubernetes;
       backends::BackendOptions options;
       options.command_nice = config_.backend_nice;
       options.cluster = config_.cluster;
-      options.kubeconfig = kube.kubeconfig;
-      options.kube_context = kube.context;
-      options.kube_in_cluster = kube.in_cluster;
-      options.kube_namespace = kube.ns;
+      options.kube = named != nullptr ? named->kube : config_.kubernetes;
       auto b = backends::BuiltinRegistry().Make(config_.TypeOf(name), options);
       if (!b.ok()) return b.status();
       AddLane(name, std::move(*b), false);

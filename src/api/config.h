@@ -113,12 +113,7 @@ struct QueueRoute {
 // policy/policy_yaml.h) plus identities, queue routes and the server's own timings.
 // `kubernetes:` the cluster the kubernetes queues use: kubeconfig files and context, or the
 // pod's service account (in_cluster: true).
-struct KubeSettings {
-  std::string kubeconfig;  // ':'-separated files ("" : $KUBECONFIG, else ~/.kube/config)
-  std::string context;     // "" : the current-context
-  bool in_cluster = false;
-  std::string ns;  // the default namespace of its queues ("" : the context's, else "default")
-};
+using KubeSettings = backends::KubeCluster;
 
 // `backends:` a named backend (issue 39): one Slurm cluster, PBS server or Kubernetes cluster
 // that queues name in `backend:` or list in `backends:`. A built-in name (slurm, pbs, kubernetes)

@@ -164,6 +164,16 @@ class Backend {
 
 struct CommandResult;
 
+// A Kubernetes cluster and how to reach its API: kubeconfig files (':'-separated; "" :
+// $KUBECONFIG, else ~/.kube/config) and context ("" : the current-context), or in_cluster (the
+// pod's service account); ns, the default namespace ("" : the context's, else "default").
+struct KubeCluster {
+  std::string kubeconfig;
+  std::string context;
+  bool in_cluster = false;
+  std::string ns;
+};
+
 struct BackendOptions {
   std::string bin_dir;  // where the scheduler's commands live; empty: found on PATH
   int64_t command_timeout_ms = 30000;
@@ -174,14 +184,9 @@ struct BackendOptions {
   // name): for the fuzz targets, which feed the backends' parsers in-process.
   std::function<CommandResult(const std::vector<std::string>& argv, const std::string& input)>
       runner;
-  // Kubernetes: the cluster's name (the tessera.io/cluster label) and how to reach the API:
-  // kubeconfig files (':'-separated; "" : $KUBECONFIG, else ~/.kube/config) and context, or
-  // in_cluster (the pod's service account).
+  // Kubernetes: the cluster's name (the tessera.io/cluster label) and how to reach its API.
   std::string cluster = "tessera";
-  std::string kubeconfig;
-  std::string kube_context;
-  bool kube_in_cluster = false;
-  std::string kube_namespace;  // the default namespace ("" : the context's, else "default")
+  KubeCluster kube;
 };
 
 using BackendFactory = std::function<std::unique_ptr<Backend>(const BackendOptions&)>;

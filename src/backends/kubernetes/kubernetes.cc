@@ -79,9 +79,9 @@ class KubernetesBackend : public Backend {
         pods_("/api/v1/pods", selector_),
         claims_("/apis/resource.k8s.io/v1/resourceclaims", selector_) {
     // The context's namespace is the queues' default (read now: rendering needs it first).
-    if (opt_.kube_namespace.empty()) {
+    if (opt_.kube.ns.empty()) {
       auto conn = Connect();
-      if (conn.ok()) opt_.kube_namespace = conn->ns;
+      if (conn.ok()) opt_.kube.ns = conn->ns;
     }
   }
 
@@ -514,14 +514,14 @@ class KubernetesBackend : public Backend {
   }
 
   Result<std::string> Namespace(const JobRequest& job) const {
-    std::string ns = job.mapping.kube.ns.empty() ? opt_.kube_namespace : job.mapping.kube.ns;
+    std::string ns = job.mapping.kube.ns.empty() ? opt_.kube.ns : job.mapping.kube.ns;
     if (ns.empty()) ns = "default";
     return ns;
   }
 
   Result<kube::Connection> Connect() const {
-    if (opt_.kube_in_cluster) return kube::LoadInCluster();
-    return kube::LoadKubeconfig(kube::KubeconfigFiles(opt_.kubeconfig), opt_.kube_context);
+    if (opt_.kube.in_cluster) return kube::LoadInCluster();
+    return kube::LoadKubeconfig(kube::KubeconfigFiles(opt_.kube.kubeconfig), opt_.kube.context);
   }
 
   // The client for calls, made on first use; the watchers start with it.

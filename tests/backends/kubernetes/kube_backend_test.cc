@@ -40,8 +40,8 @@ class KubeBackend : public ::testing::Test {
   std::unique_ptr<Backend> Make(const std::string& context) {
     BackendOptions o;
     o.cluster = "lab";
-    o.kubeconfig = k_->kubeconfig();
-    o.kube_context = context;
+    o.kube.kubeconfig = k_->kubeconfig();
+    o.kube.context = context;
     return MakeKubernetesBackend(o);
   }
   JobRequest Req(const std::string& id, const std::string& script,

@@ -16,7 +16,13 @@ class BatchSequence {
   int64_t Next() { return ++last_; }      // the next batch's number
   int64_t last() const { return last_; }  // the last batch queued (0: none)
   int64_t epoch() const { return epoch_; }
-  void NewEpoch() { ++epoch_; }
+  // The first batch of this epoch: those before it were dropped or failed, and memory was rebuilt
+  // without them.
+  int64_t epoch_began() const { return epoch_began_; }
+  void NewEpoch() {
+    ++epoch_;
+    epoch_began_ = last_ + 1;
+  }
   // Batch `seq` is about `node`'s jobs; `news`: it may give the node new orders.
   void About(const std::string& node, int64_t seq, bool news) {
     about_[node] = seq;
@@ -32,6 +38,7 @@ class BatchSequence {
   }
   int64_t last_ = 0;
   int64_t epoch_ = 0;  // reloads so far
+  int64_t epoch_began_ = 1;
   std::unordered_map<std::string, int64_t> about_, news_;
 };
 

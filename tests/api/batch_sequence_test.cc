@@ -20,9 +20,11 @@ TEST(BatchSequence, ANodesOwnHeartbeatIsAboutItButNoNewsToIt) {
   EXPECT_EQ(s.LastNews("n1"), placed);
   EXPECT_EQ(s.LastNews("n2"), 0);
   EXPECT_EQ(s.epoch(), 0);
+  EXPECT_EQ(s.epoch_began(), 1);
   s.NewEpoch();
   EXPECT_EQ(s.epoch(), 1);
-  EXPECT_EQ(s.Next(), 3);  // numbers go on across epochs
+  EXPECT_EQ(s.epoch_began(), 3);  // batches 1 and 2 were settled by the reload
+  EXPECT_EQ(s.Next(), 3);         // numbers go on across epochs
 }
 
 }  // namespace

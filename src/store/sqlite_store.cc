@@ -98,9 +98,7 @@ class SqliteStore final : public Store {
     // 64 MiB of page cache (the default is 2 MiB): a scheduling pass commits tens of thousands of
     // rows whose index pages would otherwise be read back from the file one by one.
     if (auto s = Exec("PRAGMA cache_size=-65536", "sizing the page cache"); !s.ok()) return s;
-    // The log is copied into the database by Tidy, once no commit waits, rather than by the
-    // commit that crosses SQLite's 1,000 pages; a log that reaches kMostWalFrames all the same
-    // (a writer that is never idle) is copied by the commit, as SQLite would.
+    // The log is copied into the database by Tidy, not by the commit crossing 1,000 pages.
     sqlite3_wal_hook(db_, &SqliteStore::WalHook, this);
     return Migrate(target_version);
   }
@@ -117,7 +115,7 @@ class SqliteStore final : public Store {
 
   void Tidy() override {
     std::lock_guard<std::mutex> lock(mu_);
-    if (wal_frames_ >= kTidyWalFrames) Checkpoint();
+    if (wal_frames_ >= 1000) Checkpoint();  // SQLite's own threshold
   }
 
   Result<std::vector<JobRecord>> LoadJobs() override {
@@ -614,24 +612,19 @@ class SqliteStore final : public Store {
                 "recording the schema version");
   }
 
-  // SQLite's own threshold, and the most the log may hold before a commit copies it itself.
-  static constexpr int kTidyWalFrames = 1000;
-  static constexpr int kMostWalFrames = 16000;  // 64 MiB of 4 KiB pages
-
-  // Called by SQLite after each commit, with mu_ held, with the frames its log now holds.
+  // Called by SQLite after each commit (mu_ held) with the frames its log holds. Past 64 MiB of
+  // 4 KiB pages the commit copies the log itself, as SQLite would: a writer that is never idle.
   static int WalHook(void* self, sqlite3* /*db*/, const char* /*name*/, int frames) {
     auto* store = static_cast<SqliteStore*>(self);
-    store->wal_frames_ = frames;
-    if (frames >= kMostWalFrames) store->Checkpoint();
+    if ((store->wal_frames_ = frames) >= 16000) store->Checkpoint();
     return SQLITE_OK;
   }
-  // A passive checkpoint: copies what no reader still needs; what is left is copied next time.
+  // A passive checkpoint: copies what no reader still needs; the rest is copied next time.
   void Checkpoint() {
     int log = 0, copied = 0;
-    if (sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_PASSIVE, &log, &copied) ==
-        SQLITE_OK) {
-      wal_frames_ = log - copied;
-    }
+    const int rc =
+        sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_PASSIVE, &log, &copied);
+    if (rc == SQLITE_OK) wal_frames_ = log - copied;
   }
 
   mutable std::mutex mu_;

@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -290,13 +289,7 @@ class Engine final : public QuotaEngine {
     e.kind = k;
     if (j) {
       e.job = j->id;
-      // Its handle, for callers that index their own records by it (every job emitting is one
-      // of jobs_; the check keeps a stray copy from naming another's).
-      const Job* first = jobs_.data();
-      if (!jobs_.empty() && std::less_equal<const Job*>()(first, j) &&
-          std::less<const Job*>()(j, first + jobs_.size())) {
-        e.handle = static_cast<int>(j - first);
-      }
+      e.handle = static_cast<int>(j - jobs_.data());  // every job that emits is one of jobs_
       e.identity = j->identity;
       e.group = groups_[j->group].spec.name;
     }

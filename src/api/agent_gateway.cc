@@ -68,21 +68,19 @@ Result<Json> AgentExecutor::RegisterNode(const Identity& who, const Json& body) 
   std::unique_lock<std::mutex> registering(register_mu_);
   auto lock = port_->Lock();
   if (Status broken = port_->Broken(); !broken.ok()) return broken;
-  auto added = port_->Quota().AddNode(spec, NowS());
-  if (!added.ok())
-    return Status::InvalidArgument("node '" + n.name + "': " + added.status().message());
-  port_->Quota().SetNodeDown(n.name, true);
+  Status added = port_->AddNode(spec, /*down=*/true);
+  if (!added.ok()) return Status::InvalidArgument("node '" + n.name + "': " + added.message());
   lock.unlock();
   Status st = port_->SaveNode(n.name, inv.dump());
   lock.lock();
   if (!st.ok()) return port_->Reload(st);
   // Up (AddNode of the same inventory brings a down node back; after a reload meanwhile, adds it).
-  added = port_->Quota().AddNode(spec, NowS());
+  added = port_->AddNode(spec, /*down=*/false);
   if (!added.ok())
-    return port_->Reload(Status::Internal("node '" + n.name + "': " + added.status().message()));
+    return port_->Reload(Status::Internal("node '" + n.name + "': " + added.message()));
   n.last_heartbeat_ms = port_->NowMs();
   n.heard_mono_ms = silence_.Now();
-  ApplyIsolation(port_->Quota(), n);
+  port_->ApplyIsolation(n);
   auto old = port_->Nodes().find(n.name);
   Batch b;
   b.Add(EventAt(port_->NowMs(), who.name, "node.registered", n.name, "",
@@ -155,10 +153,7 @@ void AgentExecutor::FinishPartLocked(Job& j, const std::string& node, int code, 
     // Stopped by the preemption (a signal, or a non-zero exit): pending again once all parts are.
     // Cancelled meanwhile, it ends cancelled below instead (requeued, it ran once more).
     if (!all_done) return;
-    const size_t mark = port_->Quota().events().size();
-    port_->Quota().Stopped(j.handle, NowS());
-    port_->Translate(mark, b);  // job.requeued: pending again, its submit time kept
-    port_->WantCycle();
+    port_->Stopped(j, b);  // job.requeued: pending again, its submit time kept
     return;
   }
   if (!all_done && !failed && !j.cancel_requested) {

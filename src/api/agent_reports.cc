@@ -24,7 +24,6 @@ void ApplyIsolation(quota::QuotaEngine& qe, const NodeInfo& n) {
 void AgentExecutor::RecordHealthLocked(NodeInfo& n, const Json& devices, const std::string& actor,
                                        Batch& b) {
   bool changed = false;
-  const size_t mark = port_->Quota().events().size();
   for (const auto& d : devices) {
     if (!d.is_object() || !d.contains("health") || !d.contains("index")) continue;
     const int index = d["index"].get<int>();
@@ -50,29 +49,28 @@ void AgentExecutor::RecordHealthLocked(NodeInfo& n, const Json& devices, const s
             nullptr);
       continue;
     }
-    Json stopped = Json::array();
+    // Its jobs are preempted as any preemption is (the agent's stop order, the policy's grace),
+    // then pending again with their submit time: they run elsewhere. The device's event first,
+    // then theirs.
+    std::vector<std::string> stopped;
     if (config_.unhealthy_requeue) {
-      // Its jobs are preempted as any preemption is (the agent's stop order, the policy's grace),
-      // then pending again with their submit time: they run elsewhere.
-      const std::vector<std::string> held = port_->Jobs().OnNode(n.name);  // a copy
-      for (const std::string& id : held) {
-        Job& j = port_->Jobs().Get(id);
+      for (const std::string& id : port_->Jobs().OnNode(n.name)) {
+        const Job& j = port_->Jobs().Get(id);
         if (j.state == JobState::kPreempting || j.handle < 0) continue;
-        if (std::none_of(j.grants.begin(), j.grants.end(),
-                         [&](const auto& g) { return g.node == n.name && g.device == index; }))
-          continue;
-        port_->Quota().Evict(j.handle, NowS(), "device " + subject + " unhealthy: " + reason);
-        stopped.push_back(id);
+        if (std::any_of(j.grants.begin(), j.grants.end(),
+                        [&](const auto& g) { return g.node == n.name && g.device == index; }))
+          stopped.push_back(id);
       }
     }
     data["jobs"] = stopped;
     data["policy"] = config_.unhealthy_requeue ? "requeue" : "finish";
     b.Add(EventAt(port_->NowMs(), actor, "device.unhealthy", subject, reason, data), nullptr);
+    for (const std::string& id : stopped)
+      port_->Evict(port_->Jobs().Get(id), "device " + subject + " unhealthy: " + reason, b);
     static const log::Logger kLog("engine");
     kLog.Warn("device unhealthy", {{"device", subject}, {"reason", reason}});
   }
   if (!changed) return;
-  port_->Translate(mark, b);
   port_->SetSchedulable(n.name);
   b.Touch({n.name});
   port_->WantCycle();
@@ -148,8 +146,7 @@ void AgentExecutor::ObserveActivityLocked(Job& j, const Json& report, const std:
   if (report["active"].get<bool>()) {
     if (j.activity.idle) {
       j.activity.idle = false;
-      if (j.handle >= 0)
-        port_->Quota().SetIdle(j.handle, -1);            // its queue's idle_timeout starts over
+      if (j.handle >= 0) port_->SetIdle(j, -1);          // its queue's idle_timeout starts over
       if (j.swap.order == "idle") j.swap.order.clear();  // in use again: back by itself
       b.Add(EventAt(port_->NowMs(), actor, "job.active", j.rec.id,
                     "activity again after " +
@@ -163,7 +160,7 @@ void AgentExecutor::ObserveActivityLocked(Job& j, const Json& report, const std:
   if (!j.activity.idle && now - j.activity.last_active_ms >= config_.idle_after_ms) {
     j.activity.idle = true;
     // Its queue's idle_timeout counts from the last activity (the quota engine gives it back).
-    if (j.handle >= 0) port_->Quota().SetIdle(j.handle, j.activity.last_active_ms / 1000);
+    if (j.handle >= 0) port_->SetIdle(j, j.activity.last_active_ms / 1000);
     b.Add(EventAt(port_->NowMs(), actor, "job.idle", j.rec.id,
                   "held but idle: no activity for " +
                       std::to_string((now - j.activity.last_active_ms) / 1000) + "s",

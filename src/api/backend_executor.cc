@@ -208,8 +208,7 @@ Status BackendExecutor::NoteAnswering(const std::string& name, const Status& hea
   // backend waits for it as before.
   if (!lane.several || lane.answering == heard.ok()) return Status::Ok();
   lane.answering = heard.ok();
-  ledger_->Quota().SetExternalAnswering(name, heard.ok());
-  ledger_->WantCycle();
+  ledger_->SetExternalAnswering(name, heard.ok());
   Batch batch;
   if (heard.ok()) {
     batch.Add(Event("engine", "backend.answering", name, name + " answers again"));
@@ -224,10 +223,7 @@ Status BackendExecutor::NoteAnswering(const std::string& name, const Status& hea
     if (j.ext.backend != name || j.state != JobState::kPlaced || !j.ext.id.empty() ||
         j.ext.lookup_first || j.ext.submit_attempts > 0 || route == nullptr || !route->multi())
       continue;
-    const size_t mark = ledger_->Quota().events().size();
-    ledger_->Quota().Requeue(j.handle, ledger_->NowMs() / 1000,
-                             "requeued: " + name + " is not answering; dispatched again");
-    ledger_->Translate(mark, batch);
+    ledger_->Requeue(j, "requeued: " + name + " is not answering; dispatched again", batch);
   }
   return ledger_->Commit(batch, lock);
 }
@@ -250,8 +246,7 @@ Status BackendExecutor::RefreshCapacity(const std::string& name) {
     if (known && known->gpu_milli == cap->gpu_milli && known->detail == cap->detail)
       return Status::Ok();
     known = *cap;
-    ledger_->Quota().SetExternalCapacity(name, cap->gpu_milli);
-    ledger_->WantCycle();
+    ledger_->SetExternalCapacity(name, cap->gpu_milli);
     Batch batch;
     batch.Add(Event(name, "backend.capacity", name, cap->detail, {{"gpu_milli", cap->gpu_milli}}));
     return ledger_->Commit(batch, lock);
@@ -554,10 +549,7 @@ void BackendExecutor::StopUnsubmittedLocked(const std::string& name, Batch* batc
     if (j.state != JobState::kPreempting || !j.ext.id.empty() || j.ext.backend != name) {
       continue;
     }
-    const size_t mark = ledger_->Quota().events().size();
-    ledger_->Quota().Stopped(j.handle, ledger_->NowMs() / 1000);
-    ledger_->Translate(mark, *batch);  // job.requeued
-    ledger_->WantCycle();
+    ledger_->Stopped(j, *batch);  // job.requeued
   }
 }
 
@@ -607,10 +599,7 @@ bool BackendExecutor::FollowSuspendLocked(Job& j, const backends::ExternalJob& x
   const bool ended = backends::EndStateOf(xs).has_value();
   if (j.state == JobState::kPreempting && !ended) {
     if (xs == backends::ExternalState::kSuspended) {
-      const size_t mark = ledger_->Quota().events().size();
-      ledger_->Quota().Stopped(j.handle, ledger_->NowMs() / 1000);
-      ledger_->Translate(mark, *batch);  // job.requeued
-      ledger_->WantCycle();
+      ledger_->Stopped(j, *batch);  // job.requeued
     }
     return true;
   }
@@ -624,12 +613,10 @@ bool BackendExecutor::FollowSuspendLocked(Job& j, const backends::ExternalJob& x
     const int64_t timeout = route != nullptr ? route->kube.placement_timeout_ms : 0;
     if (timeout > 0 && now - j.ext.unschedulable_since_ms >= timeout) {
       j.ext.unschedulable_since_ms = 0;
-      const size_t mark = ledger_->Quota().events().size();
-      ledger_->Quota().Requeue(j.handle, ledger_->NowMs() / 1000,
-                               "requeued: " + j.ext.backend + " did not schedule its pod within " +
-                                   std::to_string(timeout / 1000) + "s (" + x.reason + ")");
-      ledger_->Translate(mark, *batch);
-      ledger_->WantCycle();
+      ledger_->Requeue(j,
+                       "requeued: " + j.ext.backend + " did not schedule its pod within " +
+                           std::to_string(timeout / 1000) + "s (" + x.reason + ")",
+                       *batch);
       return true;
     }
   } else {

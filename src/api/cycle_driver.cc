@@ -37,7 +37,7 @@ Json DispatchJson(const std::vector<quota::PoolForecast>& fs, const std::string&
 
 }  // namespace
 
-CycleDriver::CycleDriver(std::unique_ptr<LedgerPort> ledger, const EngineConfig& config,
+CycleDriver::CycleDriver(std::unique_ptr<CyclePort> ledger, const EngineConfig& config,
                          DecisionCounters& counters,
                          std::function<void(const Job&)> delete_external)
     : ledger_(std::move(ledger)),
@@ -128,7 +128,7 @@ void CycleDriver::TranslateLocked(size_t from, Batch& b) {
         break;  // submitted, rejected, completed: the server records those itself
     }
   }
-  ledger_->Quota().ClearEvents();  // recorded (or the server's own): marks start again from 0
+  ledger_->Cycle().ClearEvents();  // recorded (or the server's own): marks start again from 0
 }
 
 void CycleDriver::SwapEventLocked(Job& j, const quota::Event& e, Batch& b) {
@@ -211,7 +211,7 @@ void CycleDriver::RunLocked(Batch& b) {
   constexpr size_t kChunk = 4096;
   const auto started = std::chrono::steady_clock::now();  // for tessera_scheduling_cycle_seconds
   pacer_.Starting();
-  quota::QuotaEngine& qe = ledger_->Quota();
+  quota::QuotaEngine& qe = ledger_->Cycle();
   size_t mark = qe.events().size();
   const quota::CycleStats stats = qe.RunCycle(ledger_->NowMs() / 1000, [&] {
     if (qe.events().size() - mark < kChunk) return;

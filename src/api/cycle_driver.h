@@ -5,7 +5,7 @@
 // it counts the decisions for /metrics with the batch that will carry them, and keeps each
 // waiting job's place in the order and the step and reason that hold it.
 //
-// It reaches the engine only through a LedgerPort (api/ledger_port.h): the lock, the jobs, the
+// It reaches the engine only through a CyclePort (api/ledger_port.h): the lock, the jobs, the
 // quota engine, the job state machine and the commit pipeline's queue. Nothing it changes is
 // acted on before its batch is durable: the caller commits it.
 //
@@ -29,7 +29,7 @@ class CycleDriver {
  public:
   // `counters`: /metrics' decision counts. `delete_external`: a job the cycle moved to another
   // of its queue's backends leaves the one that kept it suspended (its object deleted there).
-  CycleDriver(std::unique_ptr<LedgerPort> ledger, const EngineConfig& config,
+  CycleDriver(std::unique_ptr<CyclePort> ledger, const EngineConfig& config,
               DecisionCounters& counters, std::function<void(const Job&)> delete_external);
 
   // Runs one cycle; its decisions as job changes and events in `b`. A large cycle's decisions
@@ -53,7 +53,7 @@ class CycleDriver {
   // one queued); `j`: the event's job, if any.
   void CountEventLocked(const quota::Event& e, const Job* j);
 
-  std::unique_ptr<LedgerPort> ledger_;
+  std::unique_ptr<CyclePort> ledger_;
   const EngineConfig& config_;
   DecisionCounters& counters_;
   std::function<void(const Job&)> delete_external_;

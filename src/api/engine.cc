@@ -39,12 +39,12 @@ void WriteGrants(JsonText& w, const std::vector<quota::GrantView>& grants) {
 
 // The executors' way into the engine (api/ledger_port.h): each call is the engine's own, made
 // under its mutex unless the port says otherwise.
-class Engine::Port final : public AgentPort {
+class Engine::Port final : public AgentPort, public CyclePort {
  public:
   explicit Port(Engine& e) : e_(e) {}
   std::unique_lock<std::mutex> Lock() override { return std::unique_lock<std::mutex>(e_.mu_); }
   JobTable& Jobs() override { return e_.jobs_; }
-  quota::QuotaEngine& Quota() override { return *e_.qe_; }
+  quota::QuotaEngine& QuotaToChange() override { return *e_.qe_; }
   bool Transition(Job& j, JobState to, JobCause cause) override {
     return e_.TransitionLocked(j, to, cause);
   }

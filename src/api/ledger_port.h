@@ -3,10 +3,15 @@
 // made through the same state machine (Transition, End) and the same commit pipeline (Commit) as
 // every other change, so nothing an executor records is acted on or shown before it is durable.
 //
-// The engine lends one to its BackendExecutor (api/backend_executor.h) and its CycleDriver
-// (api/cycle_driver.h), and an AgentPort, the
-// same widened with the nodes and the agents' replies, to its AgentExecutor
-// (api/agent_executor.h); a test can lend a fake.
+// The quota engine is read only through a port. An executor changes it by name (Stopped, Requeue,
+// Evict, ...), and each such call records in the caller's batch what the quota engine decided of
+// it, so no change of an executor's can skip its batch. Only the CycleDriver, which owns the quota
+// cycle, is lent a CyclePort with the engine itself.
+//
+// The engine lends one to its BackendExecutor (api/backend_executor.h), a CyclePort to its
+// CycleDriver (api/cycle_driver.h), and an AgentPort, the same widened with the nodes and the
+// agents' replies, to its AgentExecutor (api/agent_executor.h); a test can lend a fake, which
+// implements the virtual calls only.
 #pragma once
 
 #include <cstddef>
@@ -34,7 +39,21 @@ class LedgerPort {
   // The engine's lock; every call below is made with it held.
   virtual std::unique_lock<std::mutex> Lock() = 0;
   virtual JobTable& Jobs() = 0;
-  virtual quota::QuotaEngine& Quota() = 0;
+  // The quota engine, to read: the calls below change it.
+  const quota::QuotaEngine& Quota() { return QuotaToChange(); }
+  // `j`'s processes are gone (its preemption done, its suspension confirmed): its grants
+  // released, the job pending again.
+  void Stopped(const Job& j, Batch& b);
+  // `j` pending again at once, for `why` (its node lost, its backend silent, its pod unplaced).
+  void Requeue(const Job& j, const std::string& why, Batch& b);
+  // `j` preempted for `why` (its device unhealthy): stopped as any preemption is, then pending.
+  void Evict(const Job& j, const std::string& why, Batch& b);
+  // `j` idle since `since_s` (its queue's idle_timeout counts from there), or active (-1).
+  void SetIdle(const Job& j, int64_t since_s);
+  // An external backend answers or not (a queue over several sends its work elsewhere meanwhile),
+  // and the GPU capacity it offers.
+  void SetExternalAnswering(const std::string& backend, bool answering);
+  void SetExternalCapacity(const std::string& backend, int64_t gpu_milli);
   // A job's state change, refused (false) when the job state table does not hold it.
   [[nodiscard]] virtual bool Transition(Job& j, JobState to, JobCause cause) = 0;
   // A job's end: its grants released, counted among the ended so it leaves memory.
@@ -52,15 +71,37 @@ class LedgerPort {
   // Not Ok when memory could not be rebuilt from the store after a failed write: nothing is
   // served, and nothing more is queued.
   virtual Status Broken() = 0;
+
+ protected:
+  // The quota engine itself: for the calls above, a CyclePort's and an AgentPort's.
+  virtual quota::QuotaEngine& QuotaToChange() = 0;
+
+ private:
+  // Records in `b` what the quota engine decided since `mark` and asks for a cycle.
+  void Decided(size_t mark, Batch& b);
+};
+
+// CyclePort: the CycleDriver's, which owns the quota cycle (it runs it, and clears the events it
+// has turned into job changes).
+class CyclePort : public virtual LedgerPort {
+ public:
+  quota::QuotaEngine& Cycle() { return QuotaToChange(); }
 };
 
 // AgentPort: what the node agents' executor may ask of the engine besides: the registered nodes,
 // what may take new work, the commit pipeline's sequence (an agent acts on durable decisions
 // only, and its replies wait for what they acknowledge), and the audit trail. Like LedgerPort's,
 // every call is made with Lock() held unless it says otherwise.
-class AgentPort : public LedgerPort {
+class AgentPort : public virtual LedgerPort {
  public:
   using Json = nlohmann::json;
+  // A node's inventory into the quota engine (or the same again: a down node back up), down when
+  // `down`; the error names what it cannot hold.
+  Status AddNode(const quota::NodeSpec& spec, bool down);
+  // Nothing new goes to `node` (lost), or it takes work again.
+  void SetNodeDown(const std::string& node, bool down);
+  // Its devices' isolation ranks and MPS, as registered.
+  void ApplyIsolation(const NodeInfo& n);
   // The registered nodes, by name.
   virtual std::map<std::string, NodeInfo>& Nodes() = 0;
   // Tells the quota engine what may take new work on `node` (its loss, cordon, devices' health).

@@ -38,7 +38,7 @@ void AgentExecutor::MarkLostLocked(Batch& b) {
     const int64_t silent = silence_.SilentFor(n.heard_mono_ms, mono);
     if (!n.lost && silent >= config_.heartbeat_timeout_ms) {
       n.lost = true;
-      port_->Quota().SetNodeDown(name, true);  // nothing new goes there
+      port_->SetNodeDown(name, true);  // nothing new goes there
       b.Add(EventAt(port_->NowMs(), "engine", "node.lost", name,
                     "no heartbeat for " + std::to_string((mono - n.heard_mono_ms) / 1000) + "s"),
             nullptr);
@@ -116,18 +116,14 @@ void AgentExecutor::LoseJobLocked(Job& j, const std::string& node, const std::st
       j.state == JobState::kPreempting) {
     j.stale_on.insert(node);  // its process there may outlive this decision
   }
-  const size_t mark = port_->Quota().events().size();
   b.Touch({node});
   if (j.state == JobState::kPreempting && !j.cancel_requested) {
-    port_->Quota().Stopped(j.handle, NowS());
+    port_->Stopped(j, b);
   } else if (route && route->requeue_on_loss && !j.cancel_requested) {
-    port_->Quota().Requeue(j.handle, NowS(), "requeued: " + why);
-  } else {
-    if (!port_->End(j, JobState::kLost, JobCause::kLost, why)) return;
+    port_->Requeue(j, "requeued: " + why, b);
+  } else if (port_->End(j, JobState::kLost, JobCause::kLost, why)) {
     b.Add(EventAt(port_->NowMs(), "engine", "job.lost", j.rec.id, why), &j);
-    return;
   }
-  port_->Translate(mark, b);
 }
 
 }  // namespace tessera::api

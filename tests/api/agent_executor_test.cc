@@ -25,14 +25,14 @@ class FakeAgentPort final : public AgentPort {
   explicit FakeAgentPort(const EngineConfig& config) : qe(fakes::NewQuota(config)) {}
   std::unique_lock<std::mutex> Lock() override { return std::unique_lock<std::mutex>(mu); }
   JobTable& Jobs() override { return jobs; }
-  quota::QuotaEngine& Quota() override { return *qe; }
+  quota::QuotaEngine& QuotaToChange() override { return *qe; }
   bool Transition(Job& j, JobState to, JobCause cause) override {
     return fakes::Transition(j, to, cause);
   }
   bool End(Job& j, JobState state, JobCause cause, const std::string& reason) override {
     return fakes::End(j, state, cause, reason);
   }
-  void Translate(size_t, Batch&) override {}
+  void Translate(size_t mark, Batch&) override { translated.push_back(mark); }
   void WantCycle() override { ++cycles_wanted; }
   Status Commit(Batch& b, std::unique_lock<std::mutex>& lock) override {
     EXPECT_TRUE(lock.owns_lock());
@@ -98,6 +98,7 @@ class FakeAgentPort final : public AgentPort {
   std::map<std::string, std::string> saved;
   std::vector<std::string> queued, audited, schedulable;  // "kind subject"
   std::vector<int64_t> answered_after;  // the batch each heartbeat's reply waited for
+  std::vector<size_t> translated;       // the marks the quota engine's events were taken from
 };
 
 Identity Agent(const std::string& node) {
@@ -180,6 +181,42 @@ TEST(AgentExecutor, ARegistrationIsWrittenOutsideTheLockBeforeTheNodeTakesWork) 
   EXPECT_EQ(reply.status().message(), "disk full");
   EXPECT_EQ(r.port->nodes.count("n2"), 0u);
   EXPECT_EQ(r.port->reloads, 1);
+}
+
+// The executor reads the quota engine through its port and changes it only by name: a device
+// gone unhealthy preempts the job on it, and what the quota engine decided of that is taken into
+// the heartbeat's own batch, after the device's event.
+TEST(AgentExecutor, AnUnhealthyDevicesJobIsPreemptedInTheHeartbeatsBatch) {
+  static_assert(
+      std::is_same_v<decltype(std::declval<AgentPort&>().Quota()), const quota::QuotaEngine&>,
+      "an executor's port lends the quota engine read only");
+  Rig r;
+  ASSERT_TRUE(r.agents->RegisterNode(Agent("n1"), Registration("n1")).ok());
+  Job& j = r.Placed("n1", 0);
+  j.spec["gpus"] = 1;
+  j.rec.identity = "alice";
+  auto handle = r.port->qe->Submit(QuotaSpecOf(j), 1000);
+  ASSERT_TRUE(handle.ok()) << handle.status().message();
+  j.handle = *handle;
+  r.port->qe->RunCycle(1000);
+  ASSERT_EQ(r.port->qe->job(j.handle).state, quota::JobState::kRunning);
+  j.state = JobState::kRunning;
+  const size_t before = r.port->qe->events().size();
+  const int wanted = r.port->cycles_wanted;
+
+  Result<Json> beat = r.Beat(
+      "n1", {{"devices", {{{"index", 0}, {"health", "unhealthy"}, {"health_reason", "Xid 79"}}}}});
+  ASSERT_TRUE(beat.ok()) << beat.status().message();
+  ASSERT_EQ(r.port->translated, std::vector<size_t>{before});
+  bool preempted = false;
+  for (size_t i = before; i < r.port->qe->events().size(); ++i) {
+    const quota::Event& e = r.port->qe->events()[i];
+    preempted = preempted || (e.kind == quota::EventKind::kPreempted && e.job == j.rec.id);
+  }
+  EXPECT_TRUE(preempted) << "the quota engine did not preempt the job on the unhealthy device";
+  EXPECT_GT(r.port->cycles_wanted, wanted);
+  ASSERT_FALSE(r.port->queued.empty());
+  EXPECT_EQ(r.port->queued.back(), "device.unhealthy n1:0");
 }
 
 TEST(AgentExecutor, AnAgentSpeakingForAnotherNodeIsRefusedAndAudited) {

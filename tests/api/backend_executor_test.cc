@@ -72,7 +72,7 @@ class FakeLedger final : public LedgerPort {
  public:
   std::unique_lock<std::mutex> Lock() override { return std::unique_lock<std::mutex>(mu); }
   JobTable& Jobs() override { return jobs; }
-  quota::QuotaEngine& Quota() override {
+  quota::QuotaEngine& QuotaToChange() override {
     ADD_FAILURE() << "the pass reached the quota engine";
     std::abort();
   }

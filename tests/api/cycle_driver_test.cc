@@ -16,12 +16,12 @@
 namespace tessera::api {
 namespace {
 
-class FakeLedger final : public LedgerPort {
+class FakeLedger final : public CyclePort {
  public:
   explicit FakeLedger(const EngineConfig& config) : qe(fakes::NewQuota(config)) {}
   std::unique_lock<std::mutex> Lock() override { return std::unique_lock<std::mutex>(mu); }
   JobTable& Jobs() override { return jobs; }
-  quota::QuotaEngine& Quota() override { return *qe; }
+  quota::QuotaEngine& QuotaToChange() override { return *qe; }
   bool Transition(Job& j, JobState to, JobCause cause) override {
     return fakes::Transition(j, to, cause);
   }

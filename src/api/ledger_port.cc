@@ -1,0 +1,60 @@
+// The ports' named changes of the quota engine: each records what the quota engine decided of it
+// in the caller's batch (Translate), so an executor cannot change it and leave the batch behind.
+#include "api/ledger_port.h"
+
+#include "api/recovery.h"
+
+namespace tessera::api {
+
+void LedgerPort::Decided(size_t mark, Batch& b) {
+  Translate(mark, b);
+  WantCycle();
+}
+
+void LedgerPort::Stopped(const Job& j, Batch& b) {
+  const size_t mark = Quota().events().size();
+  QuotaToChange().Stopped(j.handle, NowMs() / 1000);
+  Decided(mark, b);  // job.requeued: pending again, its submit time kept
+}
+
+void LedgerPort::Requeue(const Job& j, const std::string& why, Batch& b) {
+  const size_t mark = Quota().events().size();
+  QuotaToChange().Requeue(j.handle, NowMs() / 1000, why);
+  Decided(mark, b);
+}
+
+void LedgerPort::Evict(const Job& j, const std::string& why, Batch& b) {
+  const size_t mark = Quota().events().size();
+  QuotaToChange().Evict(j.handle, NowMs() / 1000, why);
+  Decided(mark, b);  // job.preempted: the agent's stop order, the policy's grace
+}
+
+void LedgerPort::SetIdle(const Job& j, int64_t since_s) {
+  QuotaToChange().SetIdle(j.handle, since_s);
+}
+
+void LedgerPort::SetExternalAnswering(const std::string& backend, bool answering) {
+  QuotaToChange().SetExternalAnswering(backend, answering);
+  WantCycle();
+}
+
+void LedgerPort::SetExternalCapacity(const std::string& backend, int64_t gpu_milli) {
+  QuotaToChange().SetExternalCapacity(backend, gpu_milli);
+  WantCycle();
+}
+
+Status AgentPort::AddNode(const quota::NodeSpec& spec, bool down) {
+  auto added = QuotaToChange().AddNode(spec, NowMs() / 1000);
+  if (!added.ok()) return added.status();
+  if (down) QuotaToChange().SetNodeDown(spec.name, true);
+  return Status::Ok();
+}
+
+void AgentPort::SetNodeDown(const std::string& node, bool down) {
+  QuotaToChange().SetNodeDown(node, down);
+  WantCycle();
+}
+
+void AgentPort::ApplyIsolation(const NodeInfo& n) { api::ApplyIsolation(QuotaToChange(), n); }
+
+}  // namespace tessera::api

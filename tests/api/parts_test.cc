@@ -30,6 +30,18 @@ struct FakeWrite {
   int fail_first = 0;                           // how many writes fail, from the first
   Latch* entered = nullptr;
   Latch* gate = nullptr;
+  // Holds the first write until Release (WaitEntered: until it has begun), for what queues
+  // behind it meanwhile.
+  Latch entered_latch, gate_latch;
+  void Hold() {
+    entered = &entered_latch;
+    gate = &gate_latch;
+  }
+  bool WaitEntered() { return entered_latch.WaitFor(std::chrono::milliseconds(5000)); }
+  void Release() {
+    gate = nullptr;
+    gate_latch.CountDown();
+  }
   CommitWriter::Write Fn() {
     return [this](const std::vector<store::Event>& events, const std::vector<store::JobRecord>&) {
       if (entered) entered->CountDown();
@@ -59,18 +71,15 @@ CommitWriter::Batch B(int64_t seq, int64_t epoch, const std::string& kind,
 
 TEST(CommitWriter, WritesInOrderAndGroupsWhatQueuesBehindAWrite) {
   FakeWrite store;
-  Latch entered, gate;
-  store.entered = &entered;
-  store.gate = &gate;
+  store.Hold();
   CommitWriter w(store.Fn(), nullptr);
   w.Push(B(1, 0, "a"));
-  ASSERT_TRUE(entered.WaitFor(milliseconds(5000)));
+  ASSERT_TRUE(store.WaitEntered());
   w.Push(B(2, 0, "b"));
   w.Push(B(3, 0, "c"));
   EXPECT_EQ(w.Written(), 0);
   EXPECT_FALSE(w.OutcomeOf(1).has_value());  // not written yet
-  store.gate = nullptr;
-  gate.CountDown();
+  store.Release();
   EXPECT_TRUE(w.Await(3).ok());
   EXPECT_EQ(w.Durable(), 3);
   std::lock_guard<std::mutex> l(store.mu);
@@ -83,20 +92,17 @@ TEST(CommitWriter, WritesInOrderAndGroupsWhatQueuesBehindAWrite) {
 // a write and the batches that queued behind it.
 TEST(CommitWriter, TheStoresUpkeepRunsOnlyOnceTheQueueIsEmpty) {
   FakeWrite store;
-  Latch entered, gate;
-  store.entered = &entered;
-  store.gate = &gate;
+  store.Hold();
   std::vector<size_t> idle_after;  // how many writes had been made at each upkeep
   CommitWriter w(store.Fn(), nullptr, [&] {
     std::lock_guard<std::mutex> l(store.mu);
     idle_after.push_back(store.calls.size());
   });
   w.Push(B(1, 0, "a"));
-  ASSERT_TRUE(entered.WaitFor(milliseconds(5000)));
+  ASSERT_TRUE(store.WaitEntered());
   w.Push(B(2, 0, "b"));
   w.Push(B(3, 0, "c"));
-  store.gate = nullptr;
-  gate.CountDown();
+  store.Release();
   EXPECT_TRUE(w.Await(3).ok());
   w.Stop();  // the upkeep, when due, ran before the writer's thread looked for more work
   EXPECT_EQ(idle_after, (std::vector<size_t>{2}));
@@ -104,17 +110,14 @@ TEST(CommitWriter, TheStoresUpkeepRunsOnlyOnceTheQueueIsEmpty) {
 
 TEST(CommitWriter, AFailedWriteDropsWhatItsEpochQueuedBehindIt) {
   FakeWrite store;
-  Latch entered, gate;
-  store.entered = &entered;
-  store.gate = &gate;
+  store.Hold();
   store.fail_first = 1;
   CommitWriter w(store.Fn(), nullptr);
   w.Push(B(1, 0, "fails"));
-  ASSERT_TRUE(entered.WaitFor(milliseconds(5000)));
+  ASSERT_TRUE(store.WaitEntered());
   w.Push(B(2, 0, "rests-on-the-failed-memory"));
   w.Push(B(3, 1, "after-the-reload"));
-  store.gate = nullptr;
-  gate.CountDown();
+  store.Release();
   // The first write fails; the one of the same epoch behind it is dropped unwritten; the batch of
   // the next epoch (decided on reloaded memory) is written.
   const Status first = w.Await(1);

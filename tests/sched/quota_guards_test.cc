@@ -24,6 +24,17 @@ QueueSpec& Queue(PolicySpec& p, const std::string& name) {
   return p.queues.front();
 }
 
+// One card in queue "train", whose jobs run 100 s at most, and jobs `a` (group a) and `b` (group b)
+// submitted to it at 0.
+World TwoJobsOneCardMaxRuntime(const std::string& a, const std::string& b) {
+  PolicySpec p = BasePolicy();
+  Queue(p, "train").max_runtime_s = 100;
+  World w(p, {Node("n0", "train", 1)});
+  w.Submit(Job(a, "train", "a"), 0);
+  w.Submit(Job(b, "train", "b"), 0);
+  return w;
+}
+
 std::vector<Event> EventsOf(const World& w, EventKind k) {
   std::vector<Event> out;
   for (const Event& e : w.e->events()) {
@@ -35,11 +46,7 @@ std::vector<Event> EventsOf(const World& w, EventKind k) {
 // Every event about a job carries its handle (the served engine finds its record by it, not by a
 // search by id); device events and refused submissions carry none.
 TEST(QuotaEvents, AJobsEventsCarryItsHandle) {
-  PolicySpec p = BasePolicy();
-  Queue(p, "train").max_runtime_s = 100;
-  World w(p, {Node("n0", "train", 1)});
-  w.Submit(Job("first", "train", "a"), 0);
-  w.Submit(Job("second", "train", "b"), 0);
+  World w = TwoJobsOneCardMaxRuntime("first", "second");
   EXPECT_FALSE(w.e->Submit(Job("lost", "no-such-queue", "a"), 0).ok());
   w.e->RunCycle(0);
   w.e->RunCycle(200);  // "first" stopped at its max_runtime, "second" placed
@@ -56,11 +63,7 @@ TEST(QuotaEvents, AJobsEventsCarryItsHandle) {
 }
 
 TEST(QuotaGuards, MaxRuntimeStopsARunningJobAtItsTimeWithAnEvent) {
-  PolicySpec p = BasePolicy();
-  Queue(p, "train").max_runtime_s = 100;
-  World w(p, {Node("n0", "train", 1)});
-  w.Submit(Job("long", "train", "a"), 0);
-  w.Submit(Job("next", "train", "b"), 0);
+  World w = TwoJobsOneCardMaxRuntime("long", "next");
   w.e->RunCycle(0);
   ASSERT_EQ(w.State("long"), JobState::kRunning);
   EXPECT_EQ(w.View("long").stop_at, 100);  // users are told before it happens

@@ -19,6 +19,7 @@
 #include "api/server.h"
 #include "sim/scenario.h"
 #include "sim/usage_api.h"
+#include "support/test_dir.h"
 #include "support/wait.h"
 
 namespace tessera::api {
@@ -102,9 +103,7 @@ class AuthzMatrixTest : public ::testing::Test {
   void SetUp() override { Start(""); }
   // A server on a fresh data directory, its config kConfig plus `more`.
   void Start(const std::string& more) {
-    dir_ = ::testing::TempDir() + "/authz_" + std::to_string(::getpid());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
+    dir_ = tessera::testing::FreshTestDir("authz");
     auto store = store::Store::Open(dir_ + "/t.db");
     ASSERT_TRUE(store.ok());
     auto c = ParseConfig(kConfig + more);

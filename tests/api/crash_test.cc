@@ -13,6 +13,7 @@
 #include <random>
 #include <set>
 
+#include "../support/test_dir.h"
 #include "../support/wait.h"
 #include "pg_harness.h"
 #include "proc.h"
@@ -41,9 +42,7 @@ queues:
 class CrashTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    dir_ = ::testing::TempDir() + "/crash_" + std::to_string(::getpid()) + "_" + GetParam();
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
+    dir_ = tessera::testing::FreshTestDir("crash_" + GetParam());
     std::ofstream(dir_ + "/config.yaml") << tessera::testing::WithJobAccounts(kConfig);
     if (GetParam() == "postgresql") {
       std::string err;

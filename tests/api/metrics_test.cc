@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "api/server.h"
+#include "support/test_dir.h"
 #include "support/wait.h"
 
 namespace tessera::api {
@@ -92,9 +93,7 @@ std::vector<Sample> Parse(const std::string& text) {
 class MetricsTest : public ::testing::Test {
  protected:
   void Start(const std::string& config) {
-    dir_ = ::testing::TempDir() + "/metrics_" + std::to_string(::getpid());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
+    dir_ = tessera::testing::FreshTestDir("metrics");
     auto store = store::Store::Open(dir_ + "/t.db");
     ASSERT_TRUE(store.ok());
     auto c = ParseConfig(config);

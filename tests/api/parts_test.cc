@@ -28,8 +28,8 @@ struct FakeWrite {
   std::mutex mu;
   std::vector<std::vector<std::string>> calls;  // the event kinds of each write
   int fail_first = 0;                           // how many writes fail, from the first
-  Latch* entered = nullptr;
-  Latch* gate = nullptr;
+  std::atomic<Latch*> entered{nullptr};
+  std::atomic<Latch*> gate{nullptr};  // cleared by the test while the writer's thread reads it
   // Holds the first write until Release (WaitEntered: until it has begun), for what queues
   // behind it meanwhile.
   Latch entered_latch, gate_latch;
@@ -44,8 +44,8 @@ struct FakeWrite {
   }
   CommitWriter::Write Fn() {
     return [this](const std::vector<store::Event>& events, const std::vector<store::JobRecord>&) {
-      if (entered) entered->CountDown();
-      if (gate) gate->Wait();
+      if (Latch* e = entered.load()) e->CountDown();
+      if (Latch* g = gate.load()) g->Wait();
       std::lock_guard<std::mutex> l(mu);
       std::vector<std::string> kinds;
       for (const auto& e : events) kinds.push_back(e.kind);

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <mutex>
 #include <string>
@@ -42,8 +43,10 @@ class TestDirs {
 };
 
 inline std::string FreshTestDir(const std::string& prefix) {
-  const std::string dir = ::testing::TempDir() + "/" + prefix + "_" + std::to_string(::getpid()) +
-                          "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  std::replace(name.begin(), name.end(), '/', '_');  // a parameterized test's "Name/0"
+  const std::string dir =
+      ::testing::TempDir() + "/" + prefix + "_" + std::to_string(::getpid()) + "_" + name;
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   TestDirs::Get().Add(dir);

@@ -11,13 +11,12 @@
 #include <chrono>
 #include <fstream>
 #include <functional>
-#include <mutex>
-#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "../support/remove_at_exit.h"
 #include "../support/wait.h"
 
 namespace tessera::testing {
@@ -51,29 +50,11 @@ inline std::string WithJobAccounts(const std::string& config) {
   return out;
 }
 
-// The token files this process wrote, removed when it exits (by it alone: a forked child that
-// exits without exec removes nothing).
-class TokenFiles {
- public:
-  static TokenFiles& Get() {
-    static TokenFiles files;
-    return files;
-  }
-  void Add(const std::string& path) {
-    std::lock_guard<std::mutex> lock(mu_);
-    paths_.insert(path);
-  }
-  ~TokenFiles() {
-    if (getpid() != owner_) return;
-    for (const std::string& path : paths_) unlink(path.c_str());
-  }
-
- private:
-  TokenFiles() = default;
-  const pid_t owner_ = getpid();
-  std::mutex mu_;
-  std::set<std::string> paths_;
-};
+// The token files this process wrote, removed when it exits.
+inline RemoveAtExit& TokenFiles() {
+  static RemoveAtExit files([] { return true; });
+  return files;
+}
 
 // A file holding `token` (mode 0600), for --token-file: tokens never go on a command line.
 inline std::string TokenFile(const std::string& token) {
@@ -90,7 +71,7 @@ inline std::string TokenFile(const std::string& token) {
     close(fd);
     if (!written || rename(tmp.c_str(), path.c_str()) != 0) unlink(tmp.c_str());
   }
-  TokenFiles::Get().Add(path);
+  TokenFiles().Add(path);
   return path;
 }
 

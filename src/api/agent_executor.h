@@ -7,8 +7,9 @@
 // the jobs held where they no longer run are requeued, stopped or lost.
 //
 // It reaches the engine only through an AgentPort (api/ledger_port.h): the engine's lock, the
-// jobs, the quota engine, the nodes, the job state machine and the commit pipeline. It keeps its
-// own the monotonic clock silence is judged on and the registrations' order.
+// jobs and the quota engine to read, the job state machine and the commit pipeline. It keeps its
+// own the registered nodes (the engine reads them, and loads them from the store), the monotonic
+// clock silence is judged on and the registrations' order.
 //
 //   agent_messages.cc  the messages checked, before anything changes (pure functions)
 //   agent_gateway.cc   registration, heartbeats and their orders, order watches, output
@@ -21,6 +22,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -72,7 +74,11 @@ class AgentExecutor {
   // An administrator's word (uncordon of `n`, or of its `device` when >= 0): its unhealthy
   // devices are healthy again, each with a device.healthy event naming `who` and the reason
   // cleared; the agent is told to start their health over (health_reset) with its replies.
-  void ClearHealthLocked(NodeInfo& n, int device, const std::string& who, Batch& b);
+  void ClearHealthLocked(const std::string& node, int device, const std::string& who, Batch& b);
+  // The registered nodes, by name: what agents said of them, and their liveness.
+  const std::map<std::string, NodeInfo>& NodesLocked() const { return nodes_; }
+  // The nodes as loaded from the store (after a failed write, none: nothing is served).
+  void SetNodesLocked(std::map<std::string, NodeInfo> nodes) { nodes_ = std::move(nodes); }
   // The monotonic time (ms) silence is judged on: a load takes every node as heard now.
   int64_t MonotonicNowLocked() const { return silence_.Now(); }
 
@@ -84,16 +90,16 @@ class AgentExecutor {
   Result<std::pair<Json, int64_t>> HeartbeatQueued(const Identity& who, const Json& body);
   // Orders for node n; only decisions durable by `durable` are acted on.
   Json OrdersLocked(const NodeInfo& n, Batch& b, int64_t durable);
-  Json StartOrderLocked(Job& j, const NodeInfo& n) const;
+  Json StartOrderLocked(const Job& j, const NodeInfo& n) const;
   // A job held on `node` that no longer runs there: stopped if it was being preempted, else
   // requeued (if its queue says so) or ended as lost, for `why`.
-  void LoseJobLocked(Job& j, const std::string& node, const std::string& why, Batch& b);
-  void FinishPartLocked(Job& j, const std::string& node, int code, int sig, Batch& b);
+  void LoseJobLocked(const Job& j, const std::string& node, const std::string& why, Batch& b);
+  void FinishPartLocked(const Job& j, const std::string& node, int code, int sig, Batch& b);
   // A `finished` entry of `node`'s agent: the part's end (FinishPartLocked), or, stopped by the
   // agent itself for a partition (`stopped_by`), the job lost there as on a lost node.
-  void FinishReportedLocked(Job& j, const std::string& node, const Json& f, Batch& b);
+  void FinishReportedLocked(const Job& j, const std::string& node, const Json& f, Batch& b);
   void RecordTelemetryLocked(NodeInfo& n, const Json& body);  // a heartbeat's `devices`
-  void ObserveActivityLocked(Job& j, const Json& report, const std::string& actor, Batch& b);
+  void ObserveActivityLocked(const Job& j, const Json& report, const std::string& actor, Batch& b);
   // A device's health as its agent reports it (registration or heartbeat `devices`: "health",
   // "health_reason"; absent: unchanged). A change is an event (device.unhealthy,
   // device.healthy) and goes to what may take new work; a device turned unhealthy has its jobs
@@ -101,6 +107,7 @@ class AgentExecutor {
   void RecordHealthLocked(NodeInfo& n, const Json& devices, const std::string& actor, Batch& b);
 
   std::unique_ptr<AgentPort> port_;
+  std::map<std::string, NodeInfo> nodes_;  // under the engine's lock
   const EngineConfig& config_;
   const std::string data_dir_;  // job output files
   SilenceWatch silence_;        // under the engine's lock

@@ -81,17 +81,17 @@ Result<Json> AgentExecutor::RegisterNode(const Identity& who, const Json& body) 
   n.last_heartbeat_ms = port_->NowMs();
   n.heard_mono_ms = silence_.Now();
   port_->ApplyIsolation(n);
-  auto old = port_->Nodes().find(n.name);
+  auto old = nodes_.find(n.name);
   Batch b;
   b.Add(EventAt(port_->NowMs(), who.name, "node.registered", n.name, "",
                 {{"devices", n.devices.size()}, {"simulated", n.simulated}}),
         nullptr);
-  if (old != port_->Nodes().end() && old->second.lost) {
+  if (old != nodes_.end() && old->second.lost) {
     b.Add(EventAt(port_->NowMs(), who.name, "node.returned", n.name, "registered again after loss"),
           nullptr);
   }
   n.running_reported = *running;
-  if (old != port_->Nodes().end() && old->second.devices.size() == n.devices.size()) {
+  if (old != nodes_.end() && old->second.devices.size() == n.devices.size()) {
     // Health as last known, so that what the registration says of it is a change (or not).
     for (size_t i = 0; i < n.devices.size(); ++i) {
       n.devices[i].healthy = old->second.devices[i].healthy;
@@ -100,8 +100,7 @@ Result<Json> AgentExecutor::RegisterNode(const Identity& who, const Json& body) 
       n.devices[i].health_reset = old->second.devices[i].health_reset;
     }
   }
-  port_->Nodes()[n.name] = n;
-  port_->SetSchedulable(n.name);  // its cordon or drain, kept across registrations
+  port_->SetSchedulable(nodes_[n.name] = n);  // its cordon or drain, kept across registrations
   port_->WantCycle();
   // Exits the agent kept on disk while it (or its link) was down: the jobs ended, they do not
   // run again. Acknowledged (like a heartbeat's) once durable.
@@ -109,8 +108,9 @@ Result<Json> AgentExecutor::RegisterNode(const Identity& who, const Json& body) 
   for (const auto& f : body.value("finished", Json::array())) {
     const std::string id = f["job"].get<std::string>();
     ack.push_back(id);
-    Job* it = port_->Jobs().Find(id);
-    if (it == nullptr || !Holds(*it) || !it->ext.backend.empty() || it->parts_done.count(n.name))
+    const Job* it = port_->Jobs().Find(id);
+    if (it == nullptr || !Holds(*it) || !it->ext.backend.empty() ||
+        it->agent.parts_done.count(n.name))
       continue;
     const auto on = NodesOf(*it);
     if (std::find(on.begin(), on.end(), n.name) == on.end()) continue;
@@ -123,16 +123,16 @@ Result<Json> AgentExecutor::RegisterNode(const Identity& who, const Json& body) 
                                             ? port_->Jobs().OnNode(n.name)
                                             : std::vector<std::string>{};  // a copy
   for (const std::string& id : held) {
-    Job& j = port_->Jobs().Get(id);
-    if (j.state == JobState::kPlaced || running->count(id) || j.parts_done.count(n.name)) continue;
+    const Job& j = port_->Jobs().Get(id);
+    if (j.state == JobState::kPlaced || running->count(id) || j.agent.parts_done.count(n.name))
+      continue;
     if (GangPartUnsent(j, n.name)) continue;
     LoseJobLocked(j, n.name, "not running on node '" + n.name + "' when its agent registered again",
                   b);
   }
   // A device the agent reports unhealthy (or healthy again) as it registers (protocol 3; an
   // older agent says nothing of health: as it was).
-  RecordHealthLocked(port_->Nodes()[n.name], body.value("devices", Json::array()),
-                     "agent:" + n.name, b);
+  RecordHealthLocked(nodes_[n.name], body.value("devices", Json::array()), "agent:" + n.name, b);
   st = port_->Commit(b, lock);
   if (!st.ok()) return st;
   Json reply = {{"ok", true},
@@ -143,10 +143,11 @@ Result<Json> AgentExecutor::RegisterNode(const Identity& who, const Json& body) 
   return reply;
 }
 
-void AgentExecutor::FinishPartLocked(Job& j, const std::string& node, int code, int sig, Batch& b) {
-  j.parts_done.insert(node);
+void AgentExecutor::FinishPartLocked(const Job& j, const std::string& node, int code, int sig,
+                                     Batch& b) {
+  port_->AgentSideOf(j).parts_done.insert(node);
   bool all_done = true;
-  for (const std::string& n : NodesOf(j)) all_done = all_done && j.parts_done.count(n);
+  for (const std::string& n : NodesOf(j)) all_done = all_done && j.agent.parts_done.count(n);
   const bool failed = code != 0 || sig != 0;
   const std::string actor = "agent:" + node;
   if (j.state == JobState::kPreempting && failed && !j.cancel_requested && !j.guard_stopped) {
@@ -174,7 +175,7 @@ void AgentExecutor::FinishPartLocked(Job& j, const std::string& node, int code, 
                                    : "";
   if (failed && NodesOf(j).size() > 1) reason += " (part on " + node + ")";
   if (!port_->End(j, state, JobCause::kExited, reason)) return;
-  j.rec.exit_code = code;
+  port_->SetExitCode(j, code);
   b.Add(EventAt(port_->NowMs(), actor, std::string("job.") + JobStateName(state), j.rec.id, reason,
                 {{"exit_code", code}, {"signal", sig}}),
         &j);
@@ -186,10 +187,10 @@ void AgentExecutor::FinishPartLocked(Job& j, const std::string& node, int code, 
 // "running", and the other parts' orders follow (each once its decisions are durable).
 bool GangPartUnsent(const Job& j, const std::string& node) {
   if (j.state != JobState::kStarting && j.state != JobState::kRunning) return false;
-  return NodesOf(j).size() > 1 && !j.parts_done.count("sent:" + node);
+  return NodesOf(j).size() > 1 && !j.agent.parts_done.count("sent:" + node);
 }
 
-Json AgentExecutor::StartOrderLocked(Job& j, const NodeInfo& n) const {
+Json AgentExecutor::StartOrderLocked(const Job& j, const NodeInfo& n) const {
   Json devs = Json::array();
   MilliCpu cpu = 0;
   MiB mem = 0, cap = 0;
@@ -272,8 +273,8 @@ Result<std::pair<Json, int64_t>> AgentExecutor::HeartbeatQueued(const Identity& 
   if (Status st = SpeaksFor(who, node, "heartbeat"); !st.ok()) return st;
   auto lock = port_->Lock();
   if (Status broken = port_->Broken(); !broken.ok()) return broken;
-  auto nit = port_->Nodes().find(node);
-  if (nit == port_->Nodes().end()) return Status::NotFound("node '" + node + "' is not registered");
+  auto nit = nodes_.find(node);
+  if (nit == nodes_.end()) return Status::NotFound("node '" + node + "' is not registered");
   NodeInfo& n = nit->second;
   n.last_heartbeat_ms = port_->NowMs();
   n.heard_mono_ms = silence_.Now();
@@ -283,7 +284,7 @@ Result<std::pair<Json, int64_t>> AgentExecutor::HeartbeatQueued(const Identity& 
   if (n.lost) {
     n.lost = false;
     n.jobs_released = false;
-    port_->SetSchedulable(node);  // up, unless cordoned
+    port_->SetSchedulable(n);  // up, unless cordoned
     port_->WantCycle();
     b.Add(EventAt(port_->NowMs(), actor, "node.returned", node, "heartbeat after loss"), nullptr);
   }
@@ -299,34 +300,35 @@ Result<std::pair<Json, int64_t>> AgentExecutor::HeartbeatQueued(const Identity& 
   for (const auto& f : body.value("finished", Json::array())) {
     const std::string id = f["job"].get<std::string>();
     ack.push_back(id);
-    Job* it = port_->Jobs().Find(id);
-    if (it == nullptr || !on_node(*it) || it->parts_done.count(node)) continue;
+    const Job* it = port_->Jobs().Find(id);
+    if (it == nullptr || !on_node(*it) || it->agent.parts_done.count(node)) continue;
     FinishReportedLocked(*it, node, f, b);
   }
   for (const auto& r : body.value("running", Json::array())) {
-    Job* it = port_->Jobs().Find(r["job"].get<std::string>());
-    if (it != nullptr && it->state == JobState::kPending && it->swap.held_on == node) {
+    const Job* it = port_->Jobs().Find(r["job"].get<std::string>());
+    if (it != nullptr && it->state == JobState::kPending && it->agent.swap.held_on == node) {
       Json swap_only = r;  // held swapped out: its swap state only, no activity
       swap_only.erase("active");
       ObserveActivityLocked(*it, swap_only, actor, b);
       continue;
     }
     if (it == nullptr || !on_node(*it)) continue;
-    Job& j = *it;
+    const Job& j = *it;
     // An earlier placement's process: not this one's start (OrdersLocked has it stopped first).
-    if (j.state == JobState::kPlaced && j.stale_on.count(node)) continue;
-    j.pid = r.value("pid", int64_t{0});
+    if (j.state == JobState::kPlaced && j.agent.stale_on.count(node)) continue;
+    port_->AgentSideOf(j).pid = r.value("pid", int64_t{0});
     if ((j.state == JobState::kStarting || j.state == JobState::kPlaced) &&
         port_->Transition(j, JobState::kRunning, JobCause::kRunning)) {
-      j.activity.last_active_ms = port_->NowMs();  // a fresh start counts as activity
+      port_->AgentSideOf(j).activity.last_active_ms =
+          port_->NowMs();  // a fresh start counts as activity
       b.Add(EventAt(port_->NowMs(), actor, "job.running", j.rec.id, "",
-                    {{"pid", j.pid}, {"node", node}}),
+                    {{"pid", j.agent.pid}, {"node", node}}),
             &j);
     }
     // Back on its device by its agent's word: the "in" order has been carried out.
-    if (j.swap.order == "in" && r.contains("swapped") && r["swapped"].is_boolean() &&
+    if (j.agent.swap.order == "in" && r.contains("swapped") && r["swapped"].is_boolean() &&
         !r["swapped"].get<bool>()) {
-      j.swap.order.clear();
+      port_->AgentSideOf(j).swap.order.clear();
     }
     ObserveActivityLocked(j, r, actor, b);
   }
@@ -370,46 +372,46 @@ Json AgentExecutor::OrdersLocked(const NodeInfo& n, Batch& b, int64_t durable) {
   const int64_t preempt_grace_ms = config_.policy.grace_seconds * 1000;
   Json swap = Json::object();
   for (const std::string& id : port_->Jobs().OnNode(node)) {
-    Job& j = port_->Jobs().Get(id);
-    if (j.state == JobState::kPending && !j.swap.held_on.empty()) {
+    const Job& j = port_->Jobs().Get(id);
+    if (j.state == JobState::kPending && !j.agent.swap.held_on.empty()) {
       // Held swapped out here: its processes stay, paused, until it resumes or is stopped.
-      if (j.swap.held_on == node) {
+      if (j.agent.swap.held_on == node) {
         may_run.push_back(id);
         swap[id] = "out";
       }
       continue;
     }
-    if (!on_node(j) || j.parts_done.count(node)) continue;
-    if (!j.swap.order.empty()) swap[id] = j.swap.order;
+    if (!on_node(j) || j.agent.parts_done.count(node)) continue;
+    if (!j.agent.swap.order.empty()) swap[id] = j.agent.swap.order;
     const bool gang = NodesOf(j).size() > 1;
     // A decision still on its way to the store is not acted on: its order goes out with a
     // later heartbeat, once it is durable (the job stays allowed to run meanwhile).
     const bool decided = j.last_seq <= durable;
-    if (j.state == JobState::kPlaced && j.stale_on.count(node)) {
+    if (j.state == JobState::kPlaced && j.agent.stale_on.count(node)) {
       // Requeued from here while its process ran, and placed here again: that process stops
       // first (it is not in may_run), so that no two bindings of the job run at once.
       if (n.running_reported.count(id)) continue;
-      j.stale_on.erase(node);
+      port_->AgentSideOf(j).stale_on.erase(node);
     }
     if (j.state == JobState::kPlaced || GangPartUnsent(j, node)) {
       if (!decided) continue;
       const bool starts = j.state == JobState::kPlaced;  // else: a gang's next part
       if (starts && !port_->Transition(j, JobState::kStarting, JobCause::kStarted)) continue;
       start.push_back(StartOrderLocked(j, n));
-      j.start_sent_ms = port_->NowMs();
-      j.starting_since_mono = silence_.Now();
-      if (gang) j.parts_done.insert("sent:" + node);
+      port_->AgentSideOf(j).start_sent_ms = port_->NowMs();
+      port_->AgentSideOf(j).starting_since_mono = silence_.Now();
+      if (gang) port_->AgentSideOf(j).parts_done.insert("sent:" + node);
       if (starts) {
         b.Add(EventAt(port_->NowMs(), "engine", "job.starting", id, "", {{"node", node}}), &j);
       }
       continue;
     }
     if (j.state == JobState::kStarting && !gang && decided && !n.running_reported.count(id) &&
-        port_->NowMs() - j.start_sent_ms >= 2 * config_.heartbeat_interval_ms) {
+        port_->NowMs() - j.agent.start_sent_ms >= 2 * config_.heartbeat_interval_ms) {
       // Sent, and neither running nor finished on the agent's word since: the reply that carried
       // the start was lost. Sent again (an agent ignores a start for a job it runs).
       start.push_back(StartOrderLocked(j, n));
-      j.start_sent_ms = port_->NowMs();
+      port_->AgentSideOf(j).start_sent_ms = port_->NowMs();
       continue;
     }
     may_run.push_back(id);
@@ -440,7 +442,7 @@ Status AgentExecutor::WriteOutput(const Identity& who, const std::string& job, i
       static_cast<int64_t>(bytes.size()), config_.limits.max_output_bytes - offset));
   {
     auto lock = port_->Lock();
-    Job* it = port_->Jobs().Find(job);
+    const Job* it = port_->Jobs().Find(job);
     if (it == nullptr) return Status::NotFound("no job '" + job + "'");
     // Only for a job on a node this agent speaks for.
     bool mine = who.role == Role::kAdmin;
@@ -477,8 +479,7 @@ Result<uint64_t> AgentExecutor::WatchOrders(const Identity& who, const std::stri
   if (Status st = SpeaksFor(who, node, "watch for orders"); !st.ok()) return st;
   auto lock = port_->Lock();
   if (Status broken = port_->Broken(); !broken.ok()) return broken;
-  if (port_->Nodes().count(node) == 0)
-    return Status::NotFound("node '" + node + "' is not registered");
+  if (nodes_.count(node) == 0) return Status::NotFound("node '" + node + "' is not registered");
   const int64_t news = port_->LastNews(node);
   return port_->Watches().Watch(node, after, std::move(wake), news,
                                 [this] { return port_->Durable(); });

@@ -71,7 +71,7 @@ void AgentExecutor::RecordHealthLocked(NodeInfo& n, const Json& devices, const s
     kLog.Warn("device unhealthy", {{"device", subject}, {"reason", reason}});
   }
   if (!changed) return;
-  port_->SetSchedulable(n.name);
+  port_->SetSchedulable(n);
   b.Touch({n.name});
   port_->WantCycle();
 }
@@ -79,7 +79,11 @@ void AgentExecutor::RecordHealthLocked(NodeInfo& n, const Json& devices, const s
 // An administrator's word (uncordon of NODE, or of NODE:DEVICE when device >= 0): the unhealthy
 // devices there are healthy again, each with a device.healthy event naming who and the reason
 // cleared; their agent is told to start over (health_reset) with the heartbeat replies.
-void AgentExecutor::ClearHealthLocked(NodeInfo& n, int device, const std::string& who, Batch& b) {
+void AgentExecutor::ClearHealthLocked(const std::string& node, int device, const std::string& who,
+                                      Batch& b) {
+  auto it = nodes_.find(node);
+  if (it == nodes_.end()) return;
+  NodeInfo& n = it->second;
   for (DeviceInfo& dev : n.devices) {
     if (dev.healthy || (device >= 0 && dev.index != device)) continue;
     dev.healthy = true;
@@ -114,57 +118,58 @@ void AgentExecutor::RecordTelemetryLocked(NodeInfo& n, const Json& body) {
 // A running job's activity report: the last active time, and the change to or from "held but
 // idle" (no activity for idle_after) as a job.idle / job.active event. Its data carry the times
 // that `tessera usage` needs to count idle holding exactly from the event log.
-void AgentExecutor::ObserveActivityLocked(Job& j, const Json& report, const std::string& actor,
-                                          Batch& b) {
+void AgentExecutor::ObserveActivityLocked(const Job& j, const Json& report,
+                                          const std::string& actor, Batch& b) {
+  Job::AgentSide& side = port_->AgentSideOf(j);
   const bool held =
-      j.state == JobState::kPending && !j.swap.held_on.empty();  // swapped out, paused
+      j.state == JobState::kPending && !side.swap.held_on.empty();  // swapped out, paused
   if (j.state != JobState::kRunning && !held) return;
   if (report.contains("gpu_memory_used_mib"))
-    j.activity.gpu_memory_used_mib = report["gpu_memory_used_mib"].get<MiB>();
+    side.activity.gpu_memory_used_mib = report["gpu_memory_used_mib"].get<MiB>();
   if (report.contains("swap")) {
     // A swapping share's state: every change is an event (swapped out, resuming, back).
     const std::string state = report["swap"].get<std::string>();
     const MiB swapped = report.value("swapped_mib", MiB{0});
-    if (state != j.swap.state) {
+    if (state != side.swap.state) {
       std::string detail = state == "swapped"
                                ? "swapped out: " + std::to_string(swapped) + " MiB off the device"
                            : state == "resuming" ? "resuming: waiting for room on the device"
                            : state == "resident" ? "back on the device"
                                                  : state;
       b.Add(EventAt(port_->NowMs(), actor, "job.swap", j.rec.id, detail,
-                    {{"from", j.swap.state.empty() ? "resident" : j.swap.state},
+                    {{"from", side.swap.state.empty() ? "resident" : side.swap.state},
                      {"to", state},
                      {"swapped_mib", swapped}}),
             nullptr);
-      j.swap.state = state;
+      side.swap.state = state;
     }
-    j.swap.swapped_mib = swapped;
+    side.swap.swapped_mib = swapped;
   }
   if (held || !report.contains("active")) return;  // no telemetry: never judged idle
   const int64_t now = port_->NowMs();
-  if (j.activity.last_active_ms == 0) j.activity.last_active_ms = now;
+  if (side.activity.last_active_ms == 0) side.activity.last_active_ms = now;
   if (report["active"].get<bool>()) {
-    if (j.activity.idle) {
-      j.activity.idle = false;
-      if (j.handle >= 0) port_->SetIdle(j, -1);          // its queue's idle_timeout starts over
-      if (j.swap.order == "idle") j.swap.order.clear();  // in use again: back by itself
+    if (side.activity.idle) {
+      side.activity.idle = false;
+      if (j.handle >= 0) port_->SetIdle(j, -1);  // its queue's idle_timeout starts over
+      if (side.swap.order == "idle") side.swap.order.clear();  // in use again: back by itself
       b.Add(EventAt(port_->NowMs(), actor, "job.active", j.rec.id,
                     "activity again after " +
-                        std::to_string((now - j.activity.last_active_ms) / 1000) + "s idle",
-                    {{"at_ms", now}, {"idle_since_ms", j.activity.last_active_ms}}),
+                        std::to_string((now - side.activity.last_active_ms) / 1000) + "s idle",
+                    {{"at_ms", now}, {"idle_since_ms", side.activity.last_active_ms}}),
             nullptr);
     }
-    j.activity.last_active_ms = now;
+    side.activity.last_active_ms = now;
     return;
   }
-  if (!j.activity.idle && now - j.activity.last_active_ms >= config_.idle_after_ms) {
-    j.activity.idle = true;
+  if (!side.activity.idle && now - side.activity.last_active_ms >= config_.idle_after_ms) {
+    side.activity.idle = true;
     // Its queue's idle_timeout counts from the last activity (the quota engine gives it back).
-    if (j.handle >= 0) port_->SetIdle(j, j.activity.last_active_ms / 1000);
+    if (j.handle >= 0) port_->SetIdle(j, side.activity.last_active_ms / 1000);
     b.Add(EventAt(port_->NowMs(), actor, "job.idle", j.rec.id,
                   "held but idle: no activity for " +
-                      std::to_string((now - j.activity.last_active_ms) / 1000) + "s",
-                  {{"since_ms", j.activity.last_active_ms}}),
+                      std::to_string((now - side.activity.last_active_ms) / 1000) + "s",
+                  {{"since_ms", side.activity.last_active_ms}}),
           nullptr);
   }
 }

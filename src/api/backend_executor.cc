@@ -99,7 +99,7 @@ std::vector<std::string> BackendExecutor::Names() const {
 
 void BackendExecutor::QueueDeleteLocked(const Job& j) {
   auto it = lanes_.find(j.ext.backend);
-  if (it != lanes_.end()) it->second->deletes.push_back(j.ext.id);
+  if (it != lanes_.end()) it->second->deletes.emplace_back(j.rec.id, j.ext.id);
 }
 
 Status BackendExecutor::Pass(const std::string& name) {
@@ -178,8 +178,9 @@ Status BackendExecutor::Pass(const std::string& name) {
     RecordSubmissionsLocked(done, &late_cancels, &batch);
     if (!cancel_failed.empty()) {
       for (const std::string& id : ledger_->Jobs().LiveIds()) {
-        Job& j = ledger_->Jobs().Get(id);
-        if (j.ext.cancel_sent && cancel_failed.count(j.ext.id)) j.ext.cancel_sent = false;
+        const Job& j = ledger_->Jobs().Get(id);
+        Job::External& ext = ledger_->ExternalOf(j);
+        if (ext.cancel_sent && cancel_failed.count(ext.id)) ext.cancel_sent = false;
       }
     }
     RecordSuspendsLocked(w.suspends, &batch);
@@ -218,10 +219,11 @@ Status BackendExecutor::NoteAnswering(const std::string& name, const Status& hea
   batch.Add(Event("engine", "backend.not_answering", name,
                   name + " is not answering (no new work): " + heard.message()));
   for (const std::string& id : ledger_->Jobs().LiveIds()) {
-    Job& j = ledger_->Jobs().Get(id);
+    const Job& j = ledger_->Jobs().Get(id);
+    Job::External& ext = ledger_->ExternalOf(j);
     const QueueRoute* route = config_.FindRoute(j.rec.queue);
-    if (j.ext.backend != name || j.state != JobState::kPlaced || !j.ext.id.empty() ||
-        j.ext.lookup_first || j.ext.submit_attempts > 0 || route == nullptr || !route->multi())
+    if (ext.backend != name || j.state != JobState::kPlaced || !ext.id.empty() ||
+        ext.lookup_first || ext.submit_attempts > 0 || route == nullptr || !route->multi())
       continue;
     ledger_->Requeue(j, "requeued: " + name + " is not answering; dispatched again", batch);
   }
@@ -260,14 +262,14 @@ Status BackendExecutor::Reconcile(const std::string& name) {
   if (list.ok()) {
     std::vector<std::pair<backends::Backend*, std::string>> to_cancel;
     std::vector<store::Event> events;
-    std::vector<Job*> changed;
+    std::vector<const Job*> changed;
     {
       auto lock = ledger_->Lock();
       for (const backends::ExternalJob& x : *list) {
         const std::string id = x.name.substr(prefix.size());
         const auto xs = backends::ParseExternalState(x.state);
         const bool active = xs.ok() && !backends::EndStateOf(*xs);
-        Job* it = ledger_->Jobs().Find(id);
+        const Job* it = ledger_->Jobs().Find(id);
         if (it == nullptr || it->ext.backend != name) {
           // A scheduler that keeps ended jobs as objects (Kubernetes) has them deleted too:
           // a crash between recording an end and Forget must not leave one behind.
@@ -279,13 +281,14 @@ Status BackendExecutor::Reconcile(const std::string& name) {
           }
           continue;
         }
-        Job& j = *it;
-        if (j.ext.id == x.external_id) continue;
-        if (j.state == JobState::kPlaced && j.ext.id.empty() &&
+        const Job& j = *it;
+        Job::External& ext = ledger_->ExternalOf(j);
+        if (ext.id == x.external_id) continue;
+        if (j.state == JobState::kPlaced && ext.id.empty() &&
             ledger_->Transition(j, JobState::kStarting, JobCause::kStarted)) {
-          j.ext.id = x.external_id;
-          j.ext.lookup_first = false;
-          j.rec.reason = "adopted " + name + " job " + x.external_id + " after a restart";
+          ext.id = x.external_id;
+          ext.lookup_first = false;
+          ledger_->SetReason(j, "adopted " + name + " job " + x.external_id + " after a restart");
           events.push_back(Event("engine", "job.adopted", id, j.rec.reason,
                                  {{"backend", name}, {"external_id", x.external_id}}));
           changed.push_back(&j);
@@ -298,8 +301,8 @@ Status BackendExecutor::Reconcile(const std::string& name) {
         }
       }
       // Every unsubmitted job of this backend not found above was never submitted: safe to submit.
-      ledger_->Jobs().ForEach([&](Job& j) {
-        if (j.ext.backend == name && j.ext.id.empty()) j.ext.lookup_first = false;
+      ledger_->Jobs().ForEach([&](const Job& j) {
+        if (j.ext.backend == name && j.ext.id.empty()) ledger_->ExternalOf(j).lookup_first = false;
       });
       lanes_.at(name)->reconciled = true;
       if (!events.empty()) {
@@ -323,45 +326,55 @@ void BackendExecutor::CollectLocked(const std::string& name, BackendWork* w) {
   BackendLane& lane = *lanes_.at(name);
   const bool poll_due = now - lane.last_poll_ms >= config_.backend_poll_ms;
   if (poll_due) lane.last_poll_ms = now;
-  // This backend's deletions; the others' stay for their own passes.
-  for (const std::string& external_id : lane.deletes)
-    cancels.push_back({lane.backend.get(), external_id});
-  lane.deletes.clear();
+  // Only durable decisions are enacted: a job whose last change is still being written waits for
+  // the next pass (a failed write would undo what the scheduler had already been told).
+  const int64_t durable = ledger_->Durable();
+  // This backend's deletions (the others' stay for their own passes).
+  std::vector<std::pair<std::string, std::string>> later;
+  for (auto& [job, external_id] : lane.deletes) {
+    const Job* d = ledger_->Jobs().Find(job);  // gone from memory: its end is durable
+    if (d != nullptr && d->last_seq > durable)
+      later.emplace_back(std::move(job), std::move(external_id));
+    else
+      cancels.push_back({lane.backend.get(), external_id});
+  }
+  lane.deletes = std::move(later);
   for (const std::string& id : ledger_->Jobs().LiveIds()) {
-    Job& j = ledger_->Jobs().Get(id);
-    if (j.ext.backend != name) continue;
+    const Job& j = ledger_->Jobs().Get(id);
+    if (j.ext.backend != name || j.last_seq > durable) continue;
+    Job::External& ext = ledger_->ExternalOf(j);
     backends::Backend* b = lanes_.at(name)->backend.get();
-    if (b->Suspends() && j.ext.id.empty() && j.state == JobState::kPreempting) w->stops = true;
-    if (b->Suspends() && !j.ext.id.empty() && (Holds(j) || j.state == JobState::kPending)) {
+    if (b->Suspends() && ext.id.empty() && j.state == JobState::kPreempting) w->stops = true;
+    if (b->Suspends() && !ext.id.empty() && (Holds(j) || j.state == JobState::kPending)) {
       // A job the backend keeps: its Job is suspended while Tessera has it pending or preempting,
       // and running (resumed, with the queue's scheduling directives) while it holds its admission.
       const bool want_suspended = j.state == JobState::kPending || j.state == JobState::kPreempting;
       const bool change =
-          want_suspended ? !j.ext.suspended : (j.state == JobState::kPlaced || j.ext.suspended);
-      if (change && !j.cancel_requested && now >= j.ext.next_suspend_ms) {
-        w->suspends.push_back({id, b, j.ext.id, want_suspended,
+          want_suspended ? !ext.suspended : (j.state == JobState::kPlaced || ext.suspended);
+      if (change && !j.cancel_requested && now >= ext.next_suspend_ms) {
+        w->suspends.push_back({id, b, ext.id, want_suspended,
                                want_suspended ? backends::JobRequest{} : RequestFor(j),
                                Status::Ok()});
-        j.ext.next_suspend_ms = now + 2000;  // not again before the answer is recorded
+        ext.next_suspend_ms = now + 2000;  // not again before the answer is recorded
       }
-      if (j.cancel_requested && !j.ext.cancel_sent) {
-        cancels.push_back({b, j.ext.id});
-        j.ext.cancel_sent = true;
+      if (j.cancel_requested && !ext.cancel_sent) {
+        cancels.push_back({b, ext.id});
+        ext.cancel_sent = true;
       }
-      if (poll_due) polls[j.ext.backend].push_back(j.ext.id);
+      if (poll_due) polls[ext.backend].push_back(ext.id);
       continue;
     }
     if (!Holds(j)) continue;
-    if (j.state == JobState::kPlaced && j.ext.id.empty()) {
-      if (now >= j.ext.next_submit_ms && (lane.reconciled || !j.ext.lookup_first)) {
-        submits.push_back({id, b, RequestFor(j), j.ext.lookup_first});
+    if (j.state == JobState::kPlaced && ext.id.empty()) {
+      if (now >= ext.next_submit_ms && (lane.reconciled || !ext.lookup_first)) {
+        submits.push_back({id, b, RequestFor(j), ext.lookup_first});
       }
-    } else if (!j.ext.id.empty()) {
-      if (j.cancel_requested && !j.ext.cancel_sent) {
-        cancels.push_back({b, j.ext.id});
-        j.ext.cancel_sent = true;
+    } else if (!ext.id.empty()) {
+      if (j.cancel_requested && !ext.cancel_sent) {
+        cancels.push_back({b, ext.id});
+        ext.cancel_sent = true;
       }
-      if (poll_due) polls[j.ext.backend].push_back(j.ext.id);
+      if (poll_due) polls[ext.backend].push_back(ext.id);
     }
   }
 }
@@ -402,23 +415,24 @@ void BackendExecutor::RecordSubmissionsLocked(const std::vector<SubmitDone>& don
                                               Commands* late_cancels, Batch* batch) {
   const int64_t now = ledger_->NowMs();
   for (const SubmitDone& d : done) {
-    Job* found = ledger_->Jobs().Find(d.id);
+    const Job* found = ledger_->Jobs().Find(d.id);
     if (found == nullptr) continue;  // ended and out of memory while the submission ran
-    Job& j = *found;
+    const Job& j = *found;
+    Job::External& ext = ledger_->ExternalOf(j);
     if (d.status.ok()) {
-      if (j.state != JobState::kPlaced || !j.ext.id.empty() ||
+      if (j.state != JobState::kPlaced || !ext.id.empty() ||
           !ledger_->Transition(j, JobState::kStarting, JobCause::kStarted)) {
         // Cancelled while the submission ran.
         if (!d.external_id.empty())
-          late_cancels->push_back({lanes_.at(j.ext.backend)->backend.get(), d.external_id});
+          late_cancels->push_back({lanes_.at(ext.backend)->backend.get(), d.external_id});
         continue;
       }
-      j.ext.id = d.external_id;
-      j.ext.lookup_first = false;
-      j.rec.reason =
-          (d.adopted ? "adopted " : "submitted to ") + j.ext.backend + " as job " + d.external_id;
+      ext.id = d.external_id;
+      ext.lookup_first = false;
+      ledger_->SetReason(
+          j, (d.adopted ? "adopted " : "submitted to ") + ext.backend + " as job " + d.external_id);
       batch->Add(Event("engine", "job.starting", d.id, j.rec.reason,
-                       {{"backend", j.ext.backend}, {"external_id", d.external_id}}));
+                       {{"backend", ext.backend}, {"external_id", d.external_id}}));
       batch->jobs.push_back(&j);
     } else if (j.state == JobState::kPlaced) {
       if (d.permanent) {
@@ -430,17 +444,18 @@ void BackendExecutor::RecordSubmissionsLocked(const std::vector<SubmitDone>& don
         batch->jobs.push_back(&j);
         continue;
       }
-      ++j.ext.submit_attempts;
+      ++ext.submit_attempts;
       const int64_t backoff =
-          std::min<int64_t>(60000, int64_t{1000} << std::min(j.ext.submit_attempts - 1, 6));
-      j.ext.next_submit_ms = now + backoff;
-      j.ext.lookup_first = true;  // a failed or timed-out submission may still have gone through
-      j.rec.reason = "admitted, not yet submitted to " + j.ext.backend + " (attempt " +
-                     std::to_string(j.ext.submit_attempts) + ", next in " +
-                     std::to_string(backoff / 1000) + "s): " + d.status.message();
-      j.rec.update_ms = now;
+          std::min<int64_t>(60000, int64_t{1000} << std::min(ext.submit_attempts - 1, 6));
+      ext.next_submit_ms = now + backoff;
+      ext.lookup_first = true;  // a failed or timed-out submission may still have gone through
+      ledger_->SetReason(j,
+                         "admitted, not yet submitted to " + ext.backend + " (attempt " +
+                             std::to_string(ext.submit_attempts) + ", next in " +
+                             std::to_string(backoff / 1000) + "s): " + d.status.message(),
+                         now);
       batch->Add(Event("engine", "job.submit_failed", d.id, j.rec.reason,
-                       {{"backend", j.ext.backend}, {"attempt", j.ext.submit_attempts}}));
+                       {{"backend", ext.backend}, {"attempt", ext.submit_attempts}}));
       batch->jobs.push_back(&j);
     }
   }
@@ -453,62 +468,65 @@ void BackendExecutor::RecordPollsLocked(
   for (const auto& [name, ids] : polls) asked[name].insert(ids.begin(), ids.end());
   for (auto& [name, res] : polled) {
     for (const std::string& id : ledger_->Jobs().LiveIds()) {
-      Job& j = ledger_->Jobs().Get(id);
-      if (j.ext.backend != name || j.ext.id.empty() || !(Holds(j) || j.state == JobState::kPending))
+      const Job& j = ledger_->Jobs().Get(id);
+      Job::External& ext = ledger_->ExternalOf(j);
+      if (ext.backend != name || ext.id.empty() || !(Holds(j) || j.state == JobState::kPending))
         continue;
-      if (!asked[name].count(j.ext.id)) continue;
+      if (!asked[name].count(ext.id)) continue;
       if (!res.ok()) {
-        j.rec.reason = "cannot follow " + name + " job " + j.ext.id + ": " + res.status().message();
+        ledger_->SetReason(
+            j, "cannot follow " + name + " job " + ext.id + ": " + res.status().message());
         continue;
       }
-      auto it = res->find(j.ext.id);
+      auto it = res->find(ext.id);
       if (it == res->end()) {
-        if (j.ext.cancel_sent) {  // deleted on our request (Kubernetes forgets a deleted Job)
+        if (ext.cancel_sent) {  // deleted on our request (Kubernetes forgets a deleted Job)
           if (!ledger_->End(j, JobState::kCancelled, JobCause::kCancelled, "cancelled")) continue;
-          batch->Add(Event(name, "job.cancelled", id, "cancelled", {{"external_id", j.ext.id}}));
+          batch->Add(Event(name, "job.cancelled", id, "cancelled", {{"external_id", ext.id}}));
           batch->jobs.push_back(&j);
           continue;
         }
-        if (++j.ext.unknown_polls < 3) continue;
+        if (++ext.unknown_polls < 3) continue;
         if (j.state == JobState::kPending) {  // its suspended Job is gone: made anew at admission
-          j.ext.id.clear();
-          j.ext.unknown_polls = 0;
+          ext.id.clear();
+          ext.unknown_polls = 0;
           batch->jobs.push_back(&j);
           continue;
         }
         if (!ledger_->End(j, JobState::kLost, JobCause::kLost,
-                          name + " no longer knows job " + j.ext.id))
+                          name + " no longer knows job " + ext.id))
           continue;
         ledger_->WantCycle();
-        batch->Add(Event("engine", "job.lost", id, j.rec.reason, {{"external_id", j.ext.id}}));
+        batch->Add(Event("engine", "job.lost", id, j.rec.reason, {{"external_id", ext.id}}));
         batch->jobs.push_back(&j);
         continue;
       }
-      j.ext.unknown_polls = 0;
+      ext.unknown_polls = 0;
       const backends::ExternalJob& x = it->second;
       const auto xs = backends::ParseExternalState(x.state);
       if (!xs.ok()) {  // a backend of this build says only what it knows
-        j.rec.reason = "cannot follow " + name + " job " + j.ext.id + ": " + xs.status().message();
+        ledger_->SetReason(
+            j, "cannot follow " + name + " job " + ext.id + ": " + xs.status().message());
         continue;
       }
       if (lanes_.at(name)->backend->Suspends() && FollowSuspendLocked(j, x, *xs, batch)) continue;
-      j.ext.native_state = x.native_state;
-      if (!x.node.empty()) j.ext.node = x.node;
-      if (!x.gres.empty()) j.ext.gres = x.gres;
-      if (!x.devices.empty()) j.ext.devices = x.devices;
+      ext.native_state = x.native_state;
+      if (!x.node.empty()) ext.node = x.node;
+      if (!x.gres.empty()) ext.gres = x.gres;
+      if (!x.devices.empty()) ext.devices = x.devices;
       const std::optional<JobState> end = backends::EndStateOf(*xs);
       if (*xs == backends::ExternalState::kPending) {
-        j.rec.reason = name + " job " + j.ext.id + ": " + x.native_state +
-                       (x.reason.empty() ? "" : " (" + x.reason + ")");
+        ledger_->SetReason(j, name + " job " + ext.id + ": " + x.native_state +
+                                  (x.reason.empty() ? "" : " (" + x.reason + ")"));
       } else if (*xs == backends::ExternalState::kRunning) {
         if (j.state != JobState::kRunning &&
             ledger_->Transition(j, JobState::kRunning, JobCause::kRunning)) {
-          j.rec.reason = "";
+          ledger_->SetReason(j, "");
           batch->Add(Event(name, "job.running", id, "",
-                           {{"external_id", j.ext.id},
-                            {"node", j.ext.node},
-                            {"gres", j.ext.gres},
-                            {"devices", j.ext.devices}}));
+                           {{"external_id", ext.id},
+                            {"node", ext.node},
+                            {"gres", ext.gres},
+                            {"devices", ext.devices}}));
           batch->jobs.push_back(&j);
         }
       } else if (end) {
@@ -526,14 +544,14 @@ void BackendExecutor::RecordPollsLocked(
         // Ended like every other job (EndLocked): counted among the ended, so it leaves memory.
         if (!ledger_->End(j, state, JobCause::kExited, why)) continue;
         ledger_->WantCycle();
-        j.rec.exit_code = x.exit_code;
+        ledger_->SetExitCode(j, x.exit_code);
         batch->Add(Event(name, std::string("job.") + JobStateName(state), id, j.rec.reason,
-                         {{"external_id", j.ext.id},
-                          {"node", j.ext.node},
+                         {{"external_id", ext.id},
+                          {"node", ext.node},
                           {"exit_code", x.exit_code ? *x.exit_code : -1},
                           {"signal", x.signal}}));
         batch->jobs.push_back(&j);
-        forget->push_back({lanes_.at(name)->backend.get(), j.ext.id});
+        forget->push_back({lanes_.at(name)->backend.get(), ext.id});
       }
     }
   }
@@ -545,8 +563,9 @@ void BackendExecutor::RecordPollsLocked(
 void BackendExecutor::StopUnsubmittedLocked(const std::string& name, Batch* batch) {
   if (!lanes_.at(name)->backend->Suspends()) return;
   for (const std::string& id : ledger_->Jobs().LiveIds()) {
-    Job& j = ledger_->Jobs().Get(id);
-    if (j.state != JobState::kPreempting || !j.ext.id.empty() || j.ext.backend != name) {
+    const Job& j = ledger_->Jobs().Get(id);
+    Job::External& ext = ledger_->ExternalOf(j);
+    if (j.state != JobState::kPreempting || !ext.id.empty() || ext.backend != name) {
       continue;
     }
     ledger_->Stopped(j, *batch);  // job.requeued
@@ -556,28 +575,29 @@ void BackendExecutor::StopUnsubmittedLocked(const std::string& name, Batch* batc
 void BackendExecutor::RecordSuspendsLocked(const std::vector<SuspendWork>& done, Batch* batch) {
   const int64_t now = ledger_->NowMs();
   for (const SuspendWork& d : done) {
-    Job* found = ledger_->Jobs().Find(d.id);
+    const Job* found = ledger_->Jobs().Find(d.id);
     if (found == nullptr || found->ext.id != d.external_id) continue;
-    Job& j = *found;
+    const Job& j = *found;
+    Job::External& ext = ledger_->ExternalOf(j);
     const std::string verb = d.suspend ? "suspend" : "resume";
     if (!d.status.ok()) {
-      j.ext.next_suspend_ms = now + 5000;
-      j.rec.reason = "cannot " + verb + " " + j.ext.backend + " job " + d.external_id +
-                     " (retried): " + d.status.message();
+      ext.next_suspend_ms = now + 5000;
+      ledger_->SetReason(j, "cannot " + verb + " " + ext.backend + " job " + d.external_id +
+                                " (retried): " + d.status.message());
       continue;
     }
-    j.ext.suspended = d.suspend;
-    j.ext.next_suspend_ms = 0;
+    ext.suspended = d.suspend;
+    ext.next_suspend_ms = 0;
     if (d.suspend) {
       batch->Add(Event("engine", "job.suspended", d.id,
-                       j.ext.backend + " job " + d.external_id + " suspended",
-                       {{"backend", j.ext.backend}, {"external_id", d.external_id}}));
+                       ext.backend + " job " + d.external_id + " suspended",
+                       {{"backend", ext.backend}, {"external_id", d.external_id}}));
     } else if (j.state == JobState::kPlaced &&
                ledger_->Transition(j, JobState::kStarting, JobCause::kStarted)) {
-      j.rec.reason = "resumed in " + j.ext.backend + " as job " + d.external_id;
+      ledger_->SetReason(j, "resumed in " + ext.backend + " as job " + d.external_id);
       batch->Add(
           Event("engine", "job.starting", d.id, j.rec.reason,
-                {{"backend", j.ext.backend}, {"external_id", d.external_id}, {"resumed", true}}));
+                {{"backend", ext.backend}, {"external_id", d.external_id}, {"resumed", true}}));
       batch->jobs.push_back(&j);
     }
   }
@@ -591,10 +611,11 @@ void BackendExecutor::RecordSuspendsLocked(const std::vector<SuspendWork>& done,
 // - starting, with its pod unschedulable for the queue's placement_timeout: requeued with that
 //   reason (and so suspended).
 // False: the usual following (pending in the scheduler, running, ended).
-bool BackendExecutor::FollowSuspendLocked(Job& j, const backends::ExternalJob& x,
+bool BackendExecutor::FollowSuspendLocked(const Job& j, const backends::ExternalJob& x,
                                           backends::ExternalState xs, Batch* batch) {
+  Job::External& ext = ledger_->ExternalOf(j);
   const int64_t now = ledger_->NowMs();
-  j.ext.suspended = x.suspended;
+  ext.suspended = x.suspended;
   if (j.state == JobState::kPending) return true;
   const bool ended = backends::EndStateOf(xs).has_value();
   if (j.state == JobState::kPreempting && !ended) {
@@ -604,23 +625,23 @@ bool BackendExecutor::FollowSuspendLocked(Job& j, const backends::ExternalJob& x
     return true;
   }
   if (xs == backends::ExternalState::kSuspended && !ended) {
-    j.rec.reason = j.ext.backend + " job " + j.ext.id + " is suspended; resuming it";
+    ledger_->SetReason(j, ext.backend + " job " + ext.id + " is suspended; resuming it");
     return true;
   }
   if (j.state == JobState::kStarting && x.unschedulable) {
-    if (j.ext.unschedulable_since_ms == 0) j.ext.unschedulable_since_ms = now;
+    if (ext.unschedulable_since_ms == 0) ext.unschedulable_since_ms = now;
     const QueueRoute* route = config_.FindRoute(j.rec.queue);
     const int64_t timeout = route != nullptr ? route->kube.placement_timeout_ms : 0;
-    if (timeout > 0 && now - j.ext.unschedulable_since_ms >= timeout) {
-      j.ext.unschedulable_since_ms = 0;
+    if (timeout > 0 && now - ext.unschedulable_since_ms >= timeout) {
+      ext.unschedulable_since_ms = 0;
       ledger_->Requeue(j,
-                       "requeued: " + j.ext.backend + " did not schedule its pod within " +
+                       "requeued: " + ext.backend + " did not schedule its pod within " +
                            std::to_string(timeout / 1000) + "s (" + x.reason + ")",
                        *batch);
       return true;
     }
   } else {
-    j.ext.unschedulable_since_ms = 0;
+    ext.unschedulable_since_ms = 0;
   }
   return false;
 }

@@ -92,7 +92,7 @@ class BackendExecutor {
                          Polled& polled, Commands* forget, Batch* batch);
   void RecordSuspendsLocked(const std::vector<SuspendWork>& done, Batch* batch);
   void StopUnsubmittedLocked(const std::string& name, Batch* batch);
-  bool FollowSuspendLocked(Job& j, const backends::ExternalJob& x, backends::ExternalState xs,
+  bool FollowSuspendLocked(const Job& j, const backends::ExternalJob& x, backends::ExternalState xs,
                            Batch* batch);
   backends::JobRequest RequestFor(const Job& j) const;
   std::string ExternalName(const std::string& id) const {

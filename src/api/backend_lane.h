@@ -8,6 +8,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/backend.h"
@@ -28,8 +29,9 @@ struct BackendLane {
   // the quota engine's external pool follows it. None: not asked since open or a reload.
   std::optional<backends::Capacity> capacity;
   // Under mu_: its jobs to delete whose Tessera job ended without its help (a suspended Kubernetes
-  // Job of a job cancelled while pending), by external id; drained by its next pass.
-  std::vector<std::string> deletes;
+  // Job of a job cancelled while pending), as (Tessera job id, external id); drained by its next
+  // pass once the decision is durable.
+  std::vector<std::pair<std::string, std::string>> deletes;
 };
 
 }  // namespace tessera::api

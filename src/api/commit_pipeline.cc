@@ -57,7 +57,7 @@ int64_t Engine::QueueLocked(Batch& b) {
       drains_ = std::move(now);
     }
   }
-  for (Job* j : b.jobs) jobs_.CountOut(*j);
+  for (const Job* j : b.jobs) jobs_.CountOut(jobs_.Own(*j));
   if (b.empty()) {
     b = {};
     return 0;
@@ -77,11 +77,12 @@ int64_t Engine::QueueLocked(Batch& b) {
     seq_.About(node, q.seq, news);
     if (news && watched) q.watched.push_back(node);
   };
-  for (Job* j : b.jobs) {
-    j->last_seq = q.seq;
-    q.records.push_back(RecordOf(*j));
-    q.jobs.push_back(j->rec.id);
-    for (const auto& g : j->grants) about(g.node);
+  for (const Job* jp : b.jobs) {
+    Job& j = jobs_.Own(*jp);
+    j.last_seq = q.seq;
+    q.records.push_back(RecordOf(j));
+    q.jobs.push_back(j.rec.id);
+    for (const auto& g : j.grants) about(g.node);
   }
   for (const std::string& n : b.nodes) about(n);
   b = {};
@@ -161,7 +162,7 @@ bool Engine::TryRead(const std::function<void(const ReadModel&)>& read) {
 }
 
 ReadModel Engine::ModelLocked() {
-  return ReadModel{config_, *qe_,      jobs_,   nodes_,
+  return ReadModel{config_, *qe_,      jobs_,   agents_.NodesLocked(),
                    admin_,  counters_, broken_, seq_.last() - writer_.Written()};
 }
 

@@ -58,8 +58,8 @@ void CycleDriver::TranslateLocked(size_t from, Batch& b) {
       continue;
     }
     // By its handle (an index) where the event names one still in memory, else by its id.
-    Job* it = ledger_->Jobs().ByHandle(e.handle);
-    if (it == nullptr || it->rec.id != e.job) it = ledger_->Jobs().Find(e.job);
+    Job* it = ledger_->CycleJobs().ByHandle(e.handle);
+    if (it == nullptr || it->rec.id != e.job) it = ledger_->CycleJobs().Find(e.job);
     if (it == nullptr) continue;
     Job& j = *it;
     switch (e.kind) {
@@ -69,7 +69,7 @@ void CycleDriver::TranslateLocked(size_t from, Batch& b) {
       case quota::EventKind::kPlaced: {
         if (!ledger_->Transition(j, JobState::kPlaced, JobCause::kPlaced)) break;
         FillGrantsLocked(j);
-        ledger_->Jobs().NoteNodes(j);
+        ledger_->CycleJobs().NoteNodes(j);
         j.rec.reason = j.ext.backend.empty() ? "" : "admitted; to be submitted to " + j.ext.backend;
         JsonText data;
         data.BeginObject().Key("node").Str(j.node).Key("form").Str(j.form).Key("grants");
@@ -90,7 +90,7 @@ void CycleDriver::TranslateLocked(size_t from, Batch& b) {
               &j);
         break;
       case quota::EventKind::kStopped:
-        if (!j.swap.held_on.empty()) {  // held swapped out past its queue's swap_hold_limit
+        if (!j.agent.swap.held_on.empty()) {  // held swapped out past its queue's swap_hold_limit
           SwapEventLocked(j, e, b);
           break;
         }
@@ -113,13 +113,13 @@ void CycleDriver::TranslateLocked(size_t from, Batch& b) {
         j.grants.clear();
         j.node.clear();
         j.form.clear();
-        j.parts_done.clear();
-        j.pid = 0;
-        j.activity.last_active_ms = 0;
-        j.activity.idle = false;
-        j.activity.gpu_memory_used_mib = -1;
-        j.swap.state.clear();
-        j.swap.swapped_mib = 0;
+        j.agent.parts_done.clear();
+        j.agent.pid = 0;
+        j.agent.activity.last_active_ms = 0;
+        j.agent.activity.idle = false;
+        j.agent.activity.gpu_memory_used_mib = -1;
+        j.agent.swap.state.clear();
+        j.agent.swap.swapped_mib = 0;
         b.Add(EventAt(ledger_->NowMs(), "engine", "job.requeued", j.rec.id, e.detail,
                       {{"preemptions", j.preemptions}}),
               &j);
@@ -134,11 +134,11 @@ void CycleDriver::TranslateLocked(size_t from, Batch& b) {
 void CycleDriver::SwapEventLocked(Job& j, const quota::Event& e, Batch& b) {
   if (e.kind == quota::EventKind::kStopped) {
     // Its processes, paused on its node, are stopped there: it leaves may_run.
-    const std::string node = j.swap.held_on;
+    const std::string node = j.agent.swap.held_on;
     b.Touch({node});
     if (!ledger_->End(j, JobState::kFailed, JobCause::kRefused, "stopped: " + e.detail)) return;
-    j.swap.held_on.clear();
-    j.swap.order.clear();
+    j.agent.swap.held_on.clear();
+    j.agent.swap.order.clear();
     b.Add(EventAt(ledger_->NowMs(), "engine", "job.stopped", j.rec.id, e.detail, {{"node", node}}),
           &j);
     return;
@@ -146,9 +146,9 @@ void CycleDriver::SwapEventLocked(Job& j, const quota::Event& e, Batch& b) {
   if (e.kind == quota::EventKind::kSwappedIn) {
     // Placed again on its device (job.placed before this): it runs on, brought back in.
     if (!ledger_->Transition(j, JobState::kRunning, JobCause::kRunning)) return;
-    j.swap.held_on.clear();
-    j.swap.order = "in";
-    j.activity.last_active_ms = ledger_->NowMs();
+    j.agent.swap.held_on.clear();
+    j.agent.swap.order = "in";
+    j.agent.activity.last_active_ms = ledger_->NowMs();
     b.Touch(NodesOf(j));
     b.Add(EventAt(ledger_->NowMs(), "engine", "job.swapped_in", j.rec.id, e.detail,
                   {{"node", j.node}}),
@@ -158,7 +158,7 @@ void CycleDriver::SwapEventLocked(Job& j, const quota::Event& e, Batch& b) {
   CountEventLocked(e, &j);
   if (e.for_job.empty()) {
     // Its queue's idle_timeout: swapped out, not stopped; it keeps its share and runs on.
-    j.swap.order = "idle";
+    j.agent.swap.order = "idle";
     b.Touch(NodesOf(j));
     b.Add(EventAt(ledger_->NowMs(), "engine", "job.swapped_out", j.rec.id, e.detail,
                   {{"node", j.node}}),
@@ -169,15 +169,15 @@ void CycleDriver::SwapEventLocked(Job& j, const quota::Event& e, Batch& b) {
   const std::string node = j.node;
   b.Touch(NodesOf(j));
   if (!ledger_->Transition(j, JobState::kPending, JobCause::kRequeued)) return;
-  j.swap.held_on = node;
-  j.swap.order = "out";
+  j.agent.swap.held_on = node;
+  j.agent.swap.order = "out";
   j.rec.reason = "SwappedOut: " + ledger_->Quota().job(j.handle).wait_reason;
   j.preemptions = ledger_->Quota().job(j.handle).preemptions;
   j.grants.clear();
   j.node.clear();
   j.form.clear();
-  j.parts_done.clear();
-  j.activity.idle = false;
+  j.agent.parts_done.clear();
+  j.agent.activity.idle = false;
   b.Add(EventAt(ledger_->NowMs(), "engine", "job.swapped_out", j.rec.id, e.detail,
                 {{"node", node}, {"for_job", e.for_job}, {"lost_gpu_s", 0}}),
         &j);
@@ -187,7 +187,7 @@ void CycleDriver::RefreshWaitReasonsLocked() {
   std::string step, reason;
   int position = 0;  // in the order the cycle considered them (the forecast's position)
   for (int h : ledger_->Quota().waiting()) {  // what the cycle left waiting, and what arrived since
-    Job* found = ledger_->Jobs().ByHandle(h);
+    Job* found = ledger_->CycleJobs().ByHandle(h);
     if (found == nullptr) continue;
     Job& j = *found;
     if (j.state != JobState::kPending) continue;
@@ -233,7 +233,7 @@ void CycleDriver::FillGrantsLocked(Job& j) {
   std::optional<AllocationForm> form;
   ledger_->Quota().HeldOf(j.handle, &j.grants, &form, &j.borrowed);
   j.form = form ? AllocationFormName(*form) : "";
-  j.parts_done.clear();
+  j.agent.parts_done.clear();
   const QueueRoute* route = config_.FindRoute(j.rec.queue);
   if (route != nullptr && route->external()) {
     std::string backend = route->backend;

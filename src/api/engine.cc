@@ -43,13 +43,13 @@ class Engine::Port final : public AgentPort, public CyclePort {
  public:
   explicit Port(Engine& e) : e_(e) {}
   std::unique_lock<std::mutex> Lock() override { return std::unique_lock<std::mutex>(e_.mu_); }
-  JobTable& Jobs() override { return e_.jobs_; }
+  JobTable& JobsToChange() override { return e_.jobs_; }
   quota::QuotaEngine& QuotaToChange() override { return *e_.qe_; }
-  bool Transition(Job& j, JobState to, JobCause cause) override {
-    return e_.TransitionLocked(j, to, cause);
+  bool Transition(const Job& j, JobState to, JobCause cause) override {
+    return e_.TransitionLocked(e_.jobs_.Own(j), to, cause);
   }
-  bool End(Job& j, JobState state, JobCause cause, const std::string& reason) override {
-    return e_.EndLocked(j, state, cause, reason);
+  bool End(const Job& j, JobState state, JobCause cause, const std::string& reason) override {
+    return e_.EndLocked(e_.jobs_.Own(j), state, cause, reason);
   }
   void Translate(size_t mark, Batch& b) override { e_.cycle_.TranslateLocked(mark, b); }
   void WantCycle() override { e_.cycle_.pacer().Want(); }
@@ -58,10 +58,7 @@ class Engine::Port final : public AgentPort, public CyclePort {
   }
   int64_t NowMs() const override { return e_.clock_(); }
 
-  std::map<std::string, NodeInfo>& Nodes() override { return e_.nodes_; }
-  void SetSchedulable(const std::string& node) override {
-    ApplySchedulable(*e_.qe_, e_.nodes_, e_.admin_, node);
-  }
+  void SetSchedulable(const NodeInfo& n) override { ApplySchedulable(*e_.qe_, n, e_.admin_); }
   int64_t Queue(Batch& b) override { return e_.QueueLocked(b); }
   int64_t LastQueued() override { return e_.seq_.last(); }
   int64_t LastNews(const std::string& node) override { return e_.seq_.LastNews(node); }
@@ -190,7 +187,7 @@ store::JobRecord RecordOf(const Job& j) {
         .Key("grants");
     WriteGrants(p, j.grants);
     p.Key("parts_done").BeginArray();
-    for (const std::string& n : j.parts_done) p.Str(n);
+    for (const std::string& n : j.agent.parts_done) p.Str(n);
     p.EndArray();
   }
   if (!j.ext.backend

@@ -250,7 +250,6 @@ class Engine final : public LedgerReads {
   // Jobs Load ended (no longer schedulable under the policy): written by the next Tick.
   std::vector<std::string> failed_on_load_;
   std::vector<quota::QuotaEngine::Drain> drains_;  // as last committed ("device.drains")
-  std::map<std::string, NodeInfo> nodes_;          // by name
   Status broken_;  // set when a reload after a failed commit failed too: nothing is served
   // The commit pipeline. Batches are queued under mu_ (QueueLocked) and written in order by the
   // writer's thread (CommitWriter), which takes no engine lock, so the cycle can go on deciding

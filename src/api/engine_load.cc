@@ -40,7 +40,7 @@ Status Engine::Load() {
     // Memory ran ahead of the store and cannot be rebuilt now: it is dropped, not kept, so that
     // nothing of it is shown or acted on (nothing is served until a reload succeeds: broken_).
     jobs_.Clear();
-    nodes_.clear();
+    agents_.SetNodesLocked({});
     drains_.clear();
     failed_on_load_.clear();
     if (auto empty = quota::QuotaEngine::Create(config_.policy, {}, {}); empty.ok())
@@ -49,7 +49,7 @@ Status Engine::Load() {
   }
   qe_ = std::move(m->quota);
   jobs_ = std::move(m->jobs);
-  nodes_ = std::move(m->nodes);
+  agents_.SetNodesLocked(std::move(m->nodes));
   admin_ = std::move(m->admin);
   drains_ = std::move(m->drains);
   failed_on_load_ = std::move(m->failed_on_load);

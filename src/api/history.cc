@@ -108,13 +108,13 @@ std::string UtilizationSample(const ReadModel& m) {
         Bump(*r, r == &s ? "gpu_milli_allocated" : "gpu_milli", g.compute);
         Bump(*r, r == &s ? "gpu_memory_mib_allocated" : "gpu_memory_mib", g.memory);
         Bump(*r, r == &s ? "cpu_milli_allocated" : "cpu_milli", g.cpu);
-        if (running && j.activity.idle) Bump(*r, "gpu_milli_held_idle", g.compute);
+        if (running && j.agent.activity.idle) Bump(*r, "gpu_milli_held_idle", g.compute);
       }
       // The group's holding by form, so that idle is seen where it is: a whole card held but
       // idle, an idle share, an idle partition.
       Json& f = (*rows[0])["form"][j.form.empty() ? "other" : j.form];
       Bump(f, "gpu_milli", g.compute);
-      Bump(f, "gpu_milli_held_idle", running && j.activity.idle ? g.compute : 0);
+      Bump(f, "gpu_milli_held_idle", running && j.agent.activity.idle ? g.compute : 0);
     }
   });
   s["by"] = std::move(by);

@@ -139,16 +139,17 @@ Json JobJson(const Job& j, const quota::QuotaEngine& quota,
     // The weakest of its grants' grades (absent when one is not known).
     if (isolation >= 0 && !devs.empty()) o["placement"]["isolation"] = IsolationName(isolation);
   }
-  if (!j.swap.held_on.empty() && j.state == JobState::kPending)
-    o["held_swapped_on"] = j.swap.held_on;
-  if (j.activity.last_active_ms > 0 &&
-      (Holds(j) || (!j.swap.held_on.empty() && j.state == JobState::kPending))) {
-    o["activity"] = {{"idle", j.activity.idle}, {"last_active_ms", j.activity.last_active_ms}};
-    if (j.activity.gpu_memory_used_mib >= 0)
-      o["activity"]["gpu_memory_used_mib"] = j.activity.gpu_memory_used_mib;
-    if (!j.swap.state.empty()) {
-      o["activity"]["swap"] = j.swap.state;
-      o["activity"]["swapped_mib"] = j.swap.swapped_mib;
+  if (!j.agent.swap.held_on.empty() && j.state == JobState::kPending)
+    o["held_swapped_on"] = j.agent.swap.held_on;
+  if (j.agent.activity.last_active_ms > 0 &&
+      (Holds(j) || (!j.agent.swap.held_on.empty() && j.state == JobState::kPending))) {
+    o["activity"] = {{"idle", j.agent.activity.idle},
+                     {"last_active_ms", j.agent.activity.last_active_ms}};
+    if (j.agent.activity.gpu_memory_used_mib >= 0)
+      o["activity"]["gpu_memory_used_mib"] = j.agent.activity.gpu_memory_used_mib;
+    if (!j.agent.swap.state.empty()) {
+      o["activity"]["swap"] = j.agent.swap.state;
+      o["activity"]["swapped_mib"] = j.agent.swap.swapped_mib;
     }
   }
   if (!j.ext.backend.empty()) {

@@ -1,6 +1,7 @@
 #include "api/job_table.h"
 
 #include <algorithm>
+#include <cassert>
 #include <set>
 
 namespace tessera::api {
@@ -23,13 +24,18 @@ const Job* JobTable::Find(const std::string& id) const {
   return it == jobs_.end() ? nullptr : &it->second;
 }
 
-Job* JobTable::ByHandle(int handle) const {
+Job* JobTable::handle_at(int handle) const {
   if (handle < 0 || handle >= static_cast<int>(by_handle_.size())) return nullptr;
   return by_handle_[handle];
 }
 
-void JobTable::ForEach(const std::function<void(Job&)>& fn) {
-  for (auto& [id, j] : jobs_) fn(j);
+Job& JobTable::Own(const Job& j) {
+  assert(jobs_.count(j.rec.id) == 1 && &jobs_.at(j.rec.id) == &j);
+  return const_cast<Job&>(j);  // the table's own record: it is not const here
+}
+
+void JobTable::ForEach(const std::function<void(const Job&)>& fn) const {
+  for (const auto& [id, j] : jobs_) fn(j);
 }
 
 void JobTable::SeeId(int64_t number) { next_ = std::max(next_, number + 1); }
@@ -79,12 +85,15 @@ void JobTable::CountOut(Job& j) {
   if (--live_by_identity_[j.rec.identity] <= 0) live_by_identity_.erase(j.rec.identity);
 }
 
-const std::vector<std::string>& JobTable::LiveIds() {
+const std::vector<std::string>& JobTable::LiveIds() const {
   // Pruned when ended ones are more than half the list: each scan stays proportional to the
   // live jobs without a pass over the list at every end.
   if (ended_since_prune_ > 64 && 2 * ended_since_prune_ > live_.size()) {
     live_.erase(std::remove_if(live_.begin(), live_.end(),
-                               [&](const std::string& id) { return IsTerminal(jobs_[id].state); }),
+                               [&](const std::string& id) {
+                                 auto it = jobs_.find(id);
+                                 return it == jobs_.end() || IsTerminal(it->second.state);
+                               }),
                 live_.end());
     ended_since_prune_ = 0;
   }
@@ -98,13 +107,15 @@ void JobTable::ForEachLive(const std::function<void(const Job&)>& fn) const {
   }
 }
 
-const std::vector<std::string>& JobTable::OnNode(const std::string& node) {
+const std::vector<std::string>& JobTable::OnNode(const std::string& node) const {
   std::vector<std::string>& ids = node_jobs_[node];
   ids.erase(std::remove_if(ids.begin(), ids.end(),
                            [&](const std::string& id) {
-                             const Job& j = jobs_[id];
-                             if (j.state == JobState::kPending && !j.swap.held_on.empty())
-                               return j.swap.held_on != node;  // held swapped out there
+                             auto it = jobs_.find(id);
+                             if (it == jobs_.end()) return true;
+                             const Job& j = it->second;
+                             if (j.state == JobState::kPending && !j.agent.swap.held_on.empty())
+                               return j.agent.swap.held_on != node;  // held swapped out there
                              const auto nodes = NodesOf(j);
                              return !HoldsCapacity(j.state) || !j.ext.backend.empty() ||
                                     std::find(nodes.begin(), nodes.end(), node) == nodes.end();

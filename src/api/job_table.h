@@ -2,9 +2,10 @@
 // job: submit order, the live (not yet ended) ones, by quota handle, by agent node, by
 // idempotency key, live jobs per identity, and the ended ones waiting to leave memory.
 //
-// It owns the records. A step changes a record's fields through the reference it gets, and the
-// indexes only through these methods; the table never reaches the store or the quota engine.
-// Not thread-safe: the engine calls it under its mutex.
+// It owns the records. The engine and its cycle change a record's fields through the reference
+// they get, and the indexes only through these methods; the executors see the table const
+// (api/ledger_port.h). The table never reaches the store or the quota engine. Not thread-safe:
+// the engine calls it under its mutex.
 #pragma once
 
 #include <cstdint>
@@ -25,9 +26,16 @@ class JobTable {
   const Job* Find(const std::string& id) const;
   // REQUIRES: `id` is in the table (an id from LiveIds, OnNode or Order).
   Job& Get(const std::string& id) { return jobs_[id]; }
-  Job* ByHandle(int handle) const;  // by its quota engine handle; nullptr when none
+  const Job& Get(const std::string& id) const { return jobs_.at(id); }
+  // By its quota engine handle; nullptr when none.
+  Job* ByHandle(int handle) { return handle_at(handle); }
+  const Job* ByHandle(int handle) const { return handle_at(handle); }
+  // The table's own record `j` (a reference this table gave), to change: for the ledger, which
+  // lends the executors the table const and changes what they report through it.
+  // REQUIRES: `j` is in this table.
+  Job& Own(const Job& j);
   size_t size() const { return jobs_.size(); }
-  void ForEach(const std::function<void(Job&)>& fn);
+  void ForEach(const std::function<void(const Job&)>& fn) const;
 
   // "j-N", N one more than any number seen or handed out.
   std::string NewId() { return "j-" + std::to_string(next_++); }
@@ -49,11 +57,11 @@ class JobTable {
 
   // The live ids in submit order (ended jobs are dropped from the list lazily).
   // REQUIRES: no job is added while walking the result.
-  const std::vector<std::string>& LiveIds();
+  const std::vector<std::string>& LiveIds() const;
   // The live jobs in submit order, for readers (ended ones the list still holds are skipped).
   void ForEachLive(const std::function<void(const Job&)>& fn) const;
   // The ids of the jobs holding grants on `node` (entries no longer true are dropped here).
-  const std::vector<std::string>& OnNode(const std::string& node);
+  const std::vector<std::string>& OnNode(const std::string& node) const;
   const std::vector<std::string>& Order() const { return order_; }  // submit order
   // The job id an idempotency key ("identity\nkey") names, or nullptr.
   const std::string* IdempotentJob(const std::string& scoped) const;
@@ -73,10 +81,12 @@ class JobTable {
   std::vector<std::string> order_;           // ids, in submit order
   std::deque<std::string> ended_;            // ended ids, oldest end first
   std::vector<Job*> by_handle_;              // quota handle -> job (map nodes do not move)
-  std::vector<std::string> live_;            // ids not yet ended (lazily pruned)
-  size_t ended_since_prune_ = 0;             // jobs ended since live_ was last pruned
+  Job* handle_at(int handle) const;
+  // The lazily pruned indexes (pruning changes no answer, so readers of a const table prune).
+  mutable std::vector<std::string> live_;  // ids not yet ended
+  mutable size_t ended_since_prune_ = 0;   // jobs ended since live_ was last pruned
   std::map<std::string, int64_t> live_by_identity_;
-  std::map<std::string, std::vector<std::string>> node_jobs_;  // agent node -> ids (lazy)
+  mutable std::map<std::string, std::vector<std::string>> node_jobs_;  // agent node -> ids
   int64_t next_ = 1;
 };
 

@@ -1,5 +1,6 @@
-// The ports' named changes of the quota engine: each records what the quota engine decided of it
-// in the caller's batch (Translate), so an executor cannot change it and leave the batch behind.
+// The ports' named changes of the jobs and the quota engine: each change of the quota engine
+// records what it decided in the caller's batch (Translate), so an executor cannot change it and
+// leave the batch behind.
 #include "api/ledger_port.h"
 
 #include "api/recovery.h"
@@ -27,6 +28,16 @@ void LedgerPort::Evict(const Job& j, const std::string& why, Batch& b) {
   const size_t mark = Quota().events().size();
   QuotaToChange().Evict(j.handle, NowMs() / 1000, why);
   Decided(mark, b);  // job.preempted: the agent's stop order, the policy's grace
+}
+
+void LedgerPort::SetReason(const Job& j, std::string reason, int64_t update_ms) {
+  Job& own = JobsToChange().Own(j);
+  own.rec.reason = std::move(reason);
+  if (update_ms != 0) own.rec.update_ms = update_ms;
+}
+
+void LedgerPort::SetExitCode(const Job& j, std::optional<int> code) {
+  JobsToChange().Own(j).rec.exit_code = code;
 }
 
 void LedgerPort::SetIdle(const Job& j, int64_t since_s) {

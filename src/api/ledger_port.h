@@ -3,23 +3,26 @@
 // made through the same state machine (Transition, End) and the same commit pipeline (Commit) as
 // every other change, so nothing an executor records is acted on or shown before it is durable.
 //
-// The quota engine is read only through a port. An executor changes it by name (Stopped, Requeue,
-// Evict, ...), and each such call records in the caller's batch what the quota engine decided of
-// it, so no change of an executor's can skip its batch. Only the CycleDriver, which owns the quota
-// cycle, is lent a CyclePort with the engine itself.
+// The jobs and the quota engine are read only through a port. An executor changes a job's state
+// and record by name (Transition, End, SetReason, SetExitCode), and its own bookkeeping of a job
+// through ExternalOf (AgentPort::AgentSideOf): never the job's placement, grants or commit marks.
+// It changes the quota engine by name too (Stopped, Requeue, Evict, ...), and each such call
+// records in the caller's batch what the quota engine decided of it, so no change of an
+// executor's can skip its batch. Only the CycleDriver, which owns the quota cycle, is lent a
+// CyclePort with the job table and the quota engine themselves.
 //
 // The engine lends one to its BackendExecutor (api/backend_executor.h), a CyclePort to its
-// CycleDriver (api/cycle_driver.h), and an AgentPort, the same widened with the nodes and the
-// agents' replies, to its AgentExecutor (api/agent_executor.h); a test can lend a fake, which
+// CycleDriver (api/cycle_driver.h), and an AgentPort, the same widened with what the agents'
+// replies need, to its AgentExecutor (api/agent_executor.h); a test can lend a fake, which
 // implements the virtual calls only.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -38,7 +41,15 @@ class LedgerPort {
 
   // The engine's lock; every call below is made with it held.
   virtual std::unique_lock<std::mutex> Lock() = 0;
-  virtual JobTable& Jobs() = 0;
+  // The jobs, to read: the calls below change them.
+  const JobTable& Jobs() { return JobsToChange(); }
+  // What an external backend's executor keeps of `j` (its job id there, polls, backoff), to
+  // change; `j` is one of Jobs().
+  Job::External& ExternalOf(const Job& j) { return JobsToChange().Own(j).ext; }
+  // `j`'s reason (shown, and stored with its next record), and its update time when given.
+  void SetReason(const Job& j, std::string reason, int64_t update_ms = 0);
+  // An ended job's exit code, as its backend or agent said.
+  void SetExitCode(const Job& j, std::optional<int> code);
   // The quota engine, to read: the calls below change it.
   const quota::QuotaEngine& Quota() { return QuotaToChange(); }
   // `j`'s processes are gone (its preemption done, its suspension confirmed): its grants
@@ -55,9 +66,9 @@ class LedgerPort {
   void SetExternalAnswering(const std::string& backend, bool answering);
   void SetExternalCapacity(const std::string& backend, int64_t gpu_milli);
   // A job's state change, refused (false) when the job state table does not hold it.
-  [[nodiscard]] virtual bool Transition(Job& j, JobState to, JobCause cause) = 0;
+  [[nodiscard]] virtual bool Transition(const Job& j, JobState to, JobCause cause) = 0;
   // A job's end: its grants released, counted among the ended so it leaves memory.
-  [[nodiscard]] virtual bool End(Job& j, JobState state, JobCause cause,
+  [[nodiscard]] virtual bool End(const Job& j, JobState state, JobCause cause,
                                  const std::string& reason) = 0;
   // The quota engine's events since `mark` as job changes and events in `b`.
   virtual void Translate(size_t mark, Batch& b) = 0;
@@ -67,13 +78,18 @@ class LedgerPort {
   // Queues `b` for the writer without waiting; its sequence number (0 when it was empty).
   virtual int64_t Queue(Batch& b) = 0;
   virtual int64_t LastQueued() = 0;  // the last batch queued
+  // The last batch written: an executor enacts a job's decisions once the batch that carried its
+  // record (Job::last_seq) is at most this, never one that may still roll back.
+  virtual int64_t Durable() = 0;
   virtual int64_t NowMs() const = 0;
   // Not Ok when memory could not be rebuilt from the store after a failed write: nothing is
   // served, and nothing more is queued.
   virtual Status Broken() = 0;
 
  protected:
-  // The quota engine itself: for the calls above, a CyclePort's and an AgentPort's.
+  // The job table and the quota engine themselves: for the calls above, a CyclePort's and an
+  // AgentPort's.
+  virtual JobTable& JobsToChange() = 0;
   virtual quota::QuotaEngine& QuotaToChange() = 0;
 
  private:
@@ -82,14 +98,15 @@ class LedgerPort {
 };
 
 // CyclePort: the CycleDriver's, which owns the quota cycle (it runs it, and clears the events it
-// has turned into job changes).
+// has turned into job changes) and turns its decisions into the jobs' changes.
 class CyclePort : public virtual LedgerPort {
  public:
   quota::QuotaEngine& Cycle() { return QuotaToChange(); }
+  JobTable& CycleJobs() { return JobsToChange(); }
 };
 
-// AgentPort: what the node agents' executor may ask of the engine besides: the registered nodes,
-// what may take new work, the commit pipeline's sequence (an agent acts on durable decisions
+// AgentPort: what the node agents' executor may ask of the engine besides: what may take new
+// work, the commit pipeline's sequence (an agent acts on durable decisions
 // only, and its replies wait for what they acknowledge), and the audit trail. Like LedgerPort's,
 // every call is made with Lock() held unless it says otherwise.
 class AgentPort : public virtual LedgerPort {
@@ -102,15 +119,16 @@ class AgentPort : public virtual LedgerPort {
   void SetNodeDown(const std::string& node, bool down);
   // Its devices' isolation ranks and MPS, as registered.
   void ApplyIsolation(const NodeInfo& n);
-  // The registered nodes, by name.
-  virtual std::map<std::string, NodeInfo>& Nodes() = 0;
-  // Tells the quota engine what may take new work on `node` (its loss, cordon, devices' health).
-  virtual void SetSchedulable(const std::string& node) = 0;
+  // What the agents' executor keeps of `j` (its start orders, what its agents report), to
+  // change; `j` is one of Jobs().
+  Job::AgentSide& AgentSideOf(const Job& j) { return JobsToChange().Own(j).agent; }
+  // Tells the quota engine what may take new work on `n` (its loss and its devices' health, as
+  // the executor holds them, and the administrators' cordons and drains, as the engine does).
+  virtual void SetSchedulable(const NodeInfo& n) = 0;
   // Queues `b` for the writer without waiting; its sequence number (0 when it was empty).
   virtual int64_t Queue(Batch& b) = 0;
   virtual int64_t LastQueued() = 0;                       // the last batch queued
   virtual int64_t LastNews(const std::string& node) = 0;  // the last that gives `node` orders
-  virtual int64_t Durable() = 0;                          // the last batch written
   // Without the lock: answers `done` with a queued reply once the batch it rests on (its
   // sequence; 0: now) is durable, or with the write's error, or at once with the call's own.
   virtual void AnswerWhenDurable(Result<std::pair<Json, int64_t>> queued,

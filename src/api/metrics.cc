@@ -406,9 +406,9 @@ Result<std::string> Views::Metrics(const Identity& who) {
     }
     m.jobs.ForEachLive([&](const Job& j) {
       jobs.push_back({j.rec.id, j.state, j.rec.queue, j.rec.group, j.rec.reason, j.form, j.node,
-                      Holds(j), j.activity.idle, j.activity.gpu_memory_used_mib,
-                      Holds(j) ? j.grants : std::vector<quota::GrantView>{}, j.swap.state,
-                      j.swap.swapped_mib});
+                      Holds(j), j.agent.activity.idle, j.agent.activity.gpu_memory_used_mib,
+                      Holds(j) ? j.grants : std::vector<quota::GrantView>{}, j.agent.swap.state,
+                      j.agent.swap.swapped_mib});
     });
     counters.admissions = m.counters.durable().admissions;
     counters.preemptions = m.counters.durable().preemptions;

@@ -25,25 +25,19 @@ namespace tessera::api {
 
 using Admin = NodeAdminTable::State;
 
-bool Schedulable(const std::map<std::string, NodeInfo>& nodes, const NodeAdminTable& admin,
-                 const std::string& node, int device) {
-  auto n = nodes.find(node);
-  if (n == nodes.end() || n->second.lost) return false;
+bool Schedulable(const NodeInfo& n, const NodeAdminTable& admin, int device) {
+  if (n.lost) return false;
   // A device its agent reports unhealthy (AgentExecutor::RecordHealthLocked, agent_reports.cc).
-  if (device >= 0 && device < static_cast<int>(n->second.devices.size()) &&
-      !n->second.devices[device].healthy)
+  if (device >= 0 && device < static_cast<int>(n.devices.size()) && !n.devices[device].healthy)
     return false;
-  return admin.Of(node, device) == Admin::kActive;
+  return admin.Of(n.name, device) == Admin::kActive;
 }
 
-void ApplySchedulable(quota::QuotaEngine& qe, const std::map<std::string, NodeInfo>& nodes,
-                      const NodeAdminTable& admin, const std::string& node) {
-  auto n = nodes.find(node);
-  if (n == nodes.end()) return;
+void ApplySchedulable(quota::QuotaEngine& qe, const NodeInfo& n, const NodeAdminTable& admin) {
   // The node as a whole (its CPU-only work too) is down while lost or cordoned as a whole.
-  qe.SetNodeDown(node, n->second.lost || admin.Of(node, -1) != Admin::kActive);
-  for (const DeviceInfo& d : n->second.devices) {
-    qe.SetDeviceClosed(node, d.index, !Schedulable(nodes, admin, node, d.index));
+  qe.SetNodeDown(n.name, n.lost || admin.Of(n.name, -1) != Admin::kActive);
+  for (const DeviceInfo& d : n.devices) {
+    qe.SetDeviceClosed(n.name, d.index, !Schedulable(n, admin, d.index));
   }
 }
 
@@ -65,8 +59,9 @@ Result<Json> Engine::AdminNode(const Identity& who, const std::string& node,
   }
   std::unique_lock<std::mutex> lock(mu_);
   if (!broken_.ok()) return broken_;
-  auto nit = nodes_.find(node);
-  if (nit == nodes_.end()) return Status::NotFound("no node '" + node + "'");
+  const auto& nodes = agents_.NodesLocked();
+  auto nit = nodes.find(node);
+  if (nit == nodes.end()) return Status::NotFound("no node '" + node + "'");
   const std::string subject = device >= 0 ? node + ":" + std::to_string(device) : node;
   if (device >= 0) {
     const auto& devs = nit->second.devices;
@@ -82,8 +77,8 @@ Result<Json> Engine::AdminNode(const Identity& who, const std::string& node,
   admin_.Apply(change);
   Batch b;
   // Uncordon is also the word that returns an unhealthy device (docs/nodes.md).
-  if (to == Admin::kActive) agents_.ClearHealthLocked(nit->second, device, who.name, b);
-  ApplySchedulable(*qe_, nodes_, admin_, node);
+  if (to == Admin::kActive) agents_.ClearHealthLocked(node, device, who.name, b);
+  ApplySchedulable(*qe_, nit->second, admin_);
   Json stopped = Json::array();
   if (to == Admin::kDraining) {
     // What is held there is preempted as any preemption is (job.preempted, the agent's stop order

@@ -12,10 +12,9 @@ void AgentExecutor::SetMonotonicClockForTest(SilenceWatch::Clock monotonic) {
   auto lock = port_->Lock();
   silence_.SetClock(std::move(monotonic));
   const int64_t mono = silence_.Now();
-  for (auto& [name, n] : port_->Nodes())
-    n.heard_mono_ms = mono;  // times of the other clock mean nothing
-  port_->Jobs().ForEach([&](Job& j) {
-    if (j.starting_since_mono != 0) j.starting_since_mono = mono;
+  for (auto& [name, n] : nodes_) n.heard_mono_ms = mono;  // times of the other clock mean nothing
+  port_->Jobs().ForEach([&](const Job& j) {
+    if (j.agent.starting_since_mono != 0) port_->AgentSideOf(j).starting_since_mono = mono;
   });
 }
 
@@ -34,7 +33,7 @@ void AgentExecutor::MarkLostLocked(Batch& b) {
           nullptr);
     return;
   }
-  for (auto& [name, n] : port_->Nodes()) {
+  for (auto& [name, n] : nodes_) {
     const int64_t silent = silence_.SilentFor(n.heard_mono_ms, mono);
     if (!n.lost && silent >= config_.heartbeat_timeout_ms) {
       n.lost = true;
@@ -60,22 +59,23 @@ void AgentExecutor::MarkLostLocked(Batch& b) {
 void AgentExecutor::ExpireStartsLocked(Batch& b) {
   const int64_t mono = silence_.Now();  // as silence: a step of the wall clock expires nothing
   const int64_t bound = kStartTimeouts * config_.heartbeat_timeout_ms;
-  std::vector<Job*> expired;
+  std::vector<const Job*> expired;
   for (const std::string& id : port_->Jobs().LiveIds()) {
-    Job& j = port_->Jobs().Get(id);
-    if (j.state != JobState::kStarting || j.starting_since_mono == 0 ||
-        mono - j.starting_since_mono < bound)
+    const Job& j = port_->Jobs().Get(id);
+    if (j.state != JobState::kStarting || j.agent.starting_since_mono == 0 ||
+        mono - j.agent.starting_since_mono < bound)
       continue;
     if (NodesOf(j).size() != 1 || !j.ext.backend.empty()) continue;
-    const auto& nodes = port_->Nodes();
+    const auto& nodes = nodes_;
     auto n = nodes.find(j.node);
     // A silent node is judged by its heartbeats (MarkLostLocked), not here.
-    if (n == nodes.end() || n->second.lost || n->second.heard_mono_ms <= j.starting_since_mono)
+    if (n == nodes.end() || n->second.lost ||
+        n->second.heard_mono_ms <= j.agent.starting_since_mono)
       continue;
     expired.push_back(&j);
   }
-  for (Job* jp : expired) {
-    Job& j = *jp;
+  for (const Job* jp : expired) {
+    const Job& j = *jp;
     LoseJobLocked(j, j.node,
                   "its start on node '" + j.node + "' was not confirmed within " +
                       std::to_string(bound / 1000) + "s",
@@ -84,7 +84,8 @@ void AgentExecutor::ExpireStartsLocked(Batch& b) {
   }
 }
 
-void AgentExecutor::FinishReportedLocked(Job& j, const std::string& node, const Json& f, Batch& b) {
+void AgentExecutor::FinishReportedLocked(const Job& j, const std::string& node, const Json& f,
+                                         Batch& b) {
   // Cut off from every server for partition_stop, the agent stopped the job itself, and reached
   // the leader again before it released the node's jobs (MarkLostLocked): the job did not end,
   // it was lost on the node; requeued (or lost) as its queue says, not failed for the signal.
@@ -99,22 +100,22 @@ void AgentExecutor::FinishReportedLocked(Job& j, const std::string& node, const 
     return;
   }
   const bool failed = f.value("exit_code", -1) != 0 || f.value("signal", 0) != 0;
-  if (j.state == JobState::kPlaced && j.stale_on.count(node) && failed) {
+  if (j.state == JobState::kPlaced && j.agent.stale_on.count(node) && failed) {
     // The exit of an earlier placement's process here (stopped as absent from may_run), not this
     // placement's end: acknowledged, and the new start goes out now that the old one is gone.
     // (One that succeeded did the job's work: the job ends succeeded, it does not run again.)
-    j.stale_on.erase(node);
+    port_->AgentSideOf(j).stale_on.erase(node);
     return;
   }
   FinishPartLocked(j, node, f.value("exit_code", -1), f.value("signal", 0), b);
 }
 
-void AgentExecutor::LoseJobLocked(Job& j, const std::string& node, const std::string& why,
+void AgentExecutor::LoseJobLocked(const Job& j, const std::string& node, const std::string& why,
                                   Batch& b) {
   const QueueRoute* route = config_.FindRoute(j.rec.queue);
   if (j.state == JobState::kStarting || j.state == JobState::kRunning ||
       j.state == JobState::kPreempting) {
-    j.stale_on.insert(node);  // its process there may outlive this decision
+    port_->AgentSideOf(j).stale_on.insert(node);  // its process there may outlive this decision
   }
   b.Touch({node});
   if (j.state == JobState::kPreempting && !j.cancel_requested) {

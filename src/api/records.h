@@ -75,39 +75,46 @@ struct Job {
   // Stopped by its queue's runtime guard (max_runtime): "preempting" until its processes are
   // gone, then ended, not requeued.
   bool guard_stopped = false;
-  // Nodes where a process of an earlier placement may still run (the job was requeued from
-  // there while starting, running or preempting): placed there again, its start waits until
-  // the agent no longer reports it, and a report of it running is not this placement's.
-  std::set<std::string> stale_on;
   // When it first ran in this placement (0: not yet); while pending, its place in the order the
   // last cycle considered the waiting jobs (1: first; 0: unknown).
   int64_t start_ms = 0;
   int wait_position = 0;
-  int64_t start_sent_ms = 0;        // when its start order last went out (single-node jobs)
-  int64_t starting_since_mono = 0;  // when it first went out for this placement (monotonic)
-  // Per node of the job: "NODE" once its processes there ended, "sent:NODE" once a gang part
-  // was ordered to start there.
-  std::set<std::string> parts_done;
   bool cancel_requested = false;
   bool counted_live = false;  // in live_by_identity_ (until a batch carries it ended)
-  int64_t pid = 0;
-  // Telemetry (agent nodes): the last time its devices or processes showed activity (its start
-  // until a report says so), whether it is "held but idle" (no activity for idle_after; a
-  // job.idle event marked the change), its measured device memory (-1: unknown).
-  struct Activity {
-    int64_t last_active_ms = 0;
-    bool idle = false;
-    MiB gpu_memory_used_mib = -1;
-  } activity;
-  // A swapping share's memory (not stored but `state`).
-  struct Swap {
-    std::string state;  // as its agent last reported it ("": none)
-    // Preemption by swapping: held swapped out on this node while pending (""), and the swap
-    // order its agent gets ("out", "in", "idle"; docs/agent-protocol.md).
-    std::string held_on, order;
-    MiB swapped_mib = 0;
-  } swap;
-  // What an external backend's executor keeps of it (backend empty: local agents).
+  // What the node agents' executor (api/agent_executor.h) keeps of it: its start orders, what
+  // its agents report of it, and the swap orders they get. The executor writes it through
+  // AgentPort::AgentSideOf (it sees the job itself only const); the cycle sets it afresh for
+  // each placement, and orders swaps.
+  struct AgentSide {
+    // Nodes where a process of an earlier placement may still run (the job was requeued from
+    // there while starting, running or preempting): placed there again, its start waits until
+    // the agent no longer reports it, and a report of it running is not this placement's.
+    std::set<std::string> stale_on;
+    int64_t start_sent_ms = 0;        // when its start order last went out (single-node jobs)
+    int64_t starting_since_mono = 0;  // when it first went out for this placement (monotonic)
+    // Per node of the job: "NODE" once its processes there ended, "sent:NODE" once a gang part
+    // was ordered to start there.
+    std::set<std::string> parts_done;
+    int64_t pid = 0;
+    // Telemetry: the last time its devices or processes showed activity (its start until a
+    // report says so), whether it is "held but idle" (no activity for idle_after; a job.idle
+    // event marked the change), its measured device memory (-1: unknown).
+    struct Activity {
+      int64_t last_active_ms = 0;
+      bool idle = false;
+      MiB gpu_memory_used_mib = -1;
+    } activity;
+    // A swapping share's memory (not stored but `state`).
+    struct Swap {
+      std::string state;  // as its agent last reported it ("": none)
+      // Preemption by swapping: held swapped out on this node while pending (""), and the swap
+      // order its agent gets ("out", "in", "idle"; docs/agent-protocol.md).
+      std::string held_on, order;
+      MiB swapped_mib = 0;
+    } swap;
+  } agent;
+  // What an external backend's executor keeps of it (backend empty: local agents). The executor
+  // writes it through LedgerPort::ExternalOf; the cycle sets it when it dispatches the job.
   struct External {
     std::string backend;
     Json dispatch;             // a queue of several backends: their forecasts when it went to one
@@ -136,12 +143,12 @@ struct PendingSubmit {
 // Store events and changed records collected by one step, committed together.
 struct Batch {
   std::vector<store::Event> events;
-  std::vector<Job*> jobs;
+  std::vector<const Job*> jobs;    // the ledger's own (JobTable::Own), written with the events
   std::vector<std::string> nodes;  // nodes whose jobs lost their grants in this batch
   // The node whose own heartbeat made this batch: what it changed there is no news to that
   // node's agent (no order watch wakes for it).
   std::string from_node;
-  void Add(store::Event e, Job* j = nullptr) {
+  void Add(store::Event e, const Job* j = nullptr) {
     events.push_back(std::move(e));
     if (j) jobs.push_back(j);
   }

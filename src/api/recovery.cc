@@ -156,8 +156,7 @@ Result<Memory> Recover(store::Store& store, const EngineConfig& config, int64_t 
     }
     ApplyIsolation(*m.quota, *node);
     const std::string name = node->name;
-    m.nodes[name] = std::move(*node);
-    ApplySchedulable(*m.quota, m.nodes, m.admin, name);
+    ApplySchedulable(*m.quota, m.nodes[name] = std::move(*node), m.admin);
   }
   // Only what has not ended: ended jobs are read from the store when asked for (views), so
   // memory and start-up follow the live jobs, not the history.
@@ -240,7 +239,7 @@ Result<Job> JobFromRecord(store::JobRecord r) {
     j.borrowed = p.value("borrowed", false);
     for (const auto& g : p.value("grants", Json::array())) j.grants.push_back(GrantFrom(g));
     for (const auto& n : p.value("parts_done", Json::array()))
-      j.parts_done.insert(n.get<std::string>());
+      j.agent.parts_done.insert(n.get<std::string>());
   }
   j.ext.backend = p.value("backend", "");
   j.ext.dispatch = p.value("dispatch", Json());

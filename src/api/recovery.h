@@ -49,12 +49,10 @@ Result<NodeInfo> NodeOfInventory(const std::string& key, const std::string& inve
 // Whether device `device` of `node` may take new work: the node is known and not lost, the
 // device is healthy, and neither the node nor the device is cordoned or draining. The one place
 // that decides it (node_admin.cc).
-bool Schedulable(const std::map<std::string, NodeInfo>& nodes, const NodeAdminTable& admin,
-                 const std::string& node, int device);
+bool Schedulable(const NodeInfo& n, const NodeAdminTable& admin, int device);
 // Tells the quota engine what Schedulable says of `node` and each of its devices; called
 // whenever an input of it changes (registration, loss and return, health, cordon, load).
-void ApplySchedulable(quota::QuotaEngine& qe, const std::map<std::string, NodeInfo>& nodes,
-                      const NodeAdminTable& admin, const std::string& node);
+void ApplySchedulable(quota::QuotaEngine& qe, const NodeInfo& n, const NodeAdminTable& admin);
 // Tells the quota engine each device's isolation grade and MPS (where its agent said one), for
 // the queues that want a minimum (agent_reports.cc).
 void ApplyIsolation(quota::QuotaEngine& qe, const NodeInfo& n);

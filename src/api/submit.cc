@@ -19,7 +19,7 @@ Result<std::optional<Json>> Engine::RepeatedLocked(const Identity& who, const st
     Status st = CommitLocked(none, lock);
     Job* again = jobs_.Find(id);
     if (again != nullptr && again->rec.idempotency_key == scoped)
-      return std::optional<Json>(JobJson(*again, *qe_, nodes_));
+      return std::optional<Json>(JobJson(*again, *qe_, agents_.NodesLocked()));
     if (!st.ok() && jobs_.IdempotentJob(scoped) == nullptr)
       return std::optional<Json>();  // its write failed: a new one
   }
@@ -135,7 +135,7 @@ Result<std::pair<Json, int64_t>> Engine::SubmitQueued(const Identity& who, const
   Job* it = jobs_.Find(id);
   if (it == nullptr)
     return Status::Internal("job '" + id + "' was not recorded: a write failed meanwhile");
-  return std::pair<Json, int64_t>{JobJson(*it, *qe_, nodes_), seq_.last()};
+  return std::pair<Json, int64_t>{JobJson(*it, *qe_, agents_.NodesLocked()), seq_.last()};
 }
 
 Result<Json> Engine::Cancel(const Identity& who, const std::string& id) {
@@ -176,7 +176,7 @@ Result<Json> Engine::Cancel(const Identity& who, const std::string& id) {
   Status st = CommitLocked(b, lock);
   if (!st.ok()) return st;
   Job* again = jobs_.Find(id);
-  if (again != nullptr) return Redacted(who, JobJson(*again, *qe_, nodes_));
+  if (again != nullptr) return Redacted(who, JobJson(*again, *qe_, agents_.NodesLocked()));
   lock.unlock();
   return StoredJobJson(*this, who, id);  // ended, durable and already out of memory
 }

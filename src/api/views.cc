@@ -92,7 +92,7 @@ Json NodesNow(const Identity& who, const ReadModel& m) {
                    {"gpu_milli", h.grant.compute},
                    {"gpu_memory_mib", h.grant.memory}};
         if (!h.grant.slot.empty()) hj["partition"] = h.grant.slot;
-        hj["idle"] = h.job->activity.idle;
+        hj["idle"] = h.job->agent.activity.idle;
         if (CanSee(who, *h.job)) {
           hj["identity"] = h.job->rec.identity;
           hj["group"] = h.job->rec.group;
@@ -166,7 +166,7 @@ Json SummaryNow(const Identity& who, const ReadModel& m) {
       }
       if (j.state == JobState::kRunning) {
         ++workers;
-        if (j.activity.idle) held_idle += gpu;  // held but idle (telemetry)
+        if (j.agent.activity.idle) held_idle += gpu;  // held but idle (telemetry)
       } else {
         gpus_idle += gpu;  // held but not yet (or no longer) running
       }

@@ -24,13 +24,13 @@ class FakeAgentPort final : public AgentPort {
  public:
   explicit FakeAgentPort(const EngineConfig& config) : qe(fakes::NewQuota(config)) {}
   std::unique_lock<std::mutex> Lock() override { return std::unique_lock<std::mutex>(mu); }
-  JobTable& Jobs() override { return jobs; }
+  JobTable& JobsToChange() override { return jobs; }
   quota::QuotaEngine& QuotaToChange() override { return *qe; }
-  bool Transition(Job& j, JobState to, JobCause cause) override {
-    return fakes::Transition(j, to, cause);
+  bool Transition(const Job& j, JobState to, JobCause cause) override {
+    return fakes::Transition(jobs.Own(j), to, cause);
   }
-  bool End(Job& j, JobState state, JobCause cause, const std::string& reason) override {
-    return fakes::End(j, state, cause, reason);
+  bool End(const Job& j, JobState state, JobCause cause, const std::string& reason) override {
+    return fakes::End(jobs.Own(j), state, cause, reason);
   }
   void Translate(size_t mark, Batch&) override { translated.push_back(mark); }
   void WantCycle() override { ++cycles_wanted; }
@@ -41,10 +41,9 @@ class FakeAgentPort final : public AgentPort {
   }
   int64_t NowMs() const override { return now_ms; }
 
-  std::map<std::string, NodeInfo>& Nodes() override { return nodes; }
-  void SetSchedulable(const std::string& node) override {
-    schedulable.push_back(node);
-    qe->SetNodeDown(node, nodes.count(node) == 0 || nodes[node].lost);
+  void SetSchedulable(const NodeInfo& n) override {
+    schedulable.push_back(n.name);
+    qe->SetNodeDown(n.name, n.lost);
   }
   int64_t Queue(Batch& b) override {
     if (b.empty()) return 0;
@@ -87,7 +86,6 @@ class FakeAgentPort final : public AgentPort {
   std::mutex mu;
   JobTable jobs;
   std::unique_ptr<quota::QuotaEngine> qe;
-  std::map<std::string, NodeInfo> nodes;
   OrderWatches watches;
   int64_t now_ms = 1'000'000;
   int64_t last_queued = 0;
@@ -169,8 +167,8 @@ TEST(AgentExecutor, ARegistrationIsWrittenOutsideTheLockBeforeTheNodeTakesWork) 
   EXPECT_EQ((*reply)["epoch"], 3);
   ASSERT_EQ(r.port->saved.count("n1"), 1u);
   EXPECT_EQ(Json::parse(r.port->saved["n1"])["devices"][0]["model"], "H100-80GB");
-  ASSERT_EQ(r.port->nodes.count("n1"), 1u);
-  EXPECT_EQ(r.port->nodes["n1"].devices.size(), 1u);
+  ASSERT_EQ(r.agents->NodesLocked().count("n1"), 1u);
+  EXPECT_EQ(r.agents->NodesLocked().at("n1").devices.size(), 1u);
   EXPECT_EQ(r.port->queued, std::vector<std::string>{"node.registered n1"});
   EXPECT_GT(r.port->cycles_wanted, 0);
 
@@ -179,17 +177,32 @@ TEST(AgentExecutor, ARegistrationIsWrittenOutsideTheLockBeforeTheNodeTakesWork) 
   reply = r.agents->RegisterNode(Agent("n2"), Registration("n2"));
   EXPECT_FALSE(reply.ok());
   EXPECT_EQ(reply.status().message(), "disk full");
-  EXPECT_EQ(r.port->nodes.count("n2"), 0u);
+  EXPECT_EQ(r.agents->NodesLocked().count("n2"), 0u);
   EXPECT_EQ(r.port->reloads, 1);
 }
 
 // The executor reads the quota engine through its port and changes it only by name: a device
 // gone unhealthy preempts the job on it, and what the quota engine decided of that is taken into
 // the heartbeat's own batch, after the device's event.
+// A port that lends the registered nodes to change (as AgentPort::Nodes() once did).
+template <class Port>
+concept LendsNodes = requires(Port& p) {
+  p.Nodes();
+};
+
 TEST(AgentExecutor, AnUnhealthyDevicesJobIsPreemptedInTheHeartbeatsBatch) {
   static_assert(
       std::is_same_v<decltype(std::declval<AgentPort&>().Quota()), const quota::QuotaEngine&>,
       "an executor's port lends the quota engine read only");
+  // The jobs too: the agents' executor writes only its own side of a job (AgentSideOf), and the
+  // job's state and record through the named calls.
+  static_assert(std::is_same_v<decltype(std::declval<AgentPort&>().Jobs()), const JobTable&>,
+                "an executor's port lends the jobs read only");
+  static_assert(
+      std::is_same_v<decltype(std::declval<AgentPort&>().AgentSideOf(std::declval<const Job&>())),
+                     Job::AgentSide&>,
+      "the agents' executor changes its own side of a job");
+  static_assert(!LendsNodes<AgentPort>, "the registered nodes are the executor's own");
   Rig r;
   ASSERT_TRUE(r.agents->RegisterNode(Agent("n1"), Registration("n1")).ok());
   Job& j = r.Placed("n1", 0);
@@ -228,7 +241,7 @@ TEST(AgentExecutor, AnAgentSpeakingForAnotherNodeIsRefusedAndAudited) {
   Result<Json> reg = r.agents->RegisterNode(Agent("n1"), Registration("n3"));
   EXPECT_EQ(reg.status().code(), StatusCode::kPermissionDenied);
   EXPECT_EQ(r.port->audited, (std::vector<std::string>{"agent.refused n2", "agent.refused n3"}));
-  EXPECT_EQ(r.port->nodes.count("n3"), 0u);
+  EXPECT_EQ(r.agents->NodesLocked().count("n3"), 0u);
   // A field the protocol does not name is refused before anything changes.
   Result<Json> odd = r.Beat("n1", {{"gpus", 8}});
   EXPECT_EQ(odd.status().code(), StatusCode::kInvalidArgument);
@@ -264,7 +277,7 @@ TEST(AgentExecutor, AnExitIsAcknowledgedOnlyWithTheBatchThatRecordsIt) {
   r.port->durable = r.port->last_queued;
   ASSERT_TRUE(r.Beat("n1", {{"running", {{{"job", j.rec.id}, {"pid", 42}}}}}).ok());
   EXPECT_EQ(j.state, JobState::kRunning);
-  EXPECT_EQ(j.pid, 42);
+  EXPECT_EQ(j.agent.pid, 42);
   // A heartbeat with nothing to acknowledge waits for no write.
   EXPECT_EQ(r.port->answered_after.back(), 0);
 
@@ -282,18 +295,18 @@ TEST(AgentExecutor, ASilentNodeIsLostButNotForTheLeadersOwnStall) {
   // The leader stalls for 19 s (no pass): the silence is its own; the node gets a fresh window.
   r.PassAt(1'000);
   r.PassAt(20'000);
-  EXPECT_FALSE(r.port->nodes["n1"].lost);
+  EXPECT_FALSE(r.agents->NodesLocked().at("n1").lost);
   EXPECT_EQ(r.port->queued.back(), "leader.stalled cluster");
   r.PassAt(24'000);
   r.PassAt(28'000);
-  EXPECT_FALSE(r.port->nodes["n1"].lost);  // 8 s into its window
+  EXPECT_FALSE(r.agents->NodesLocked().at("n1").lost);  // 8 s into its window
   // Passes every 4 s, and still no heartbeat: lost once the window is 10 s old.
   r.PassAt(30'000);
-  EXPECT_TRUE(r.port->nodes["n1"].lost);
+  EXPECT_TRUE(r.agents->NodesLocked().at("n1").lost);
   EXPECT_EQ(r.port->queued.back(), "node.lost n1");
   // A heartbeat brings it back.
   ASSERT_TRUE(r.Beat("n1").ok());
-  EXPECT_FALSE(r.port->nodes["n1"].lost);
+  EXPECT_FALSE(r.agents->NodesLocked().at("n1").lost);
   EXPECT_EQ(r.port->queued.back(), "node.returned n1");
 }
 

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "part_fakes.h"
@@ -71,16 +72,16 @@ class FakeScheduler final : public backends::Backend {
 class FakeLedger final : public LedgerPort {
  public:
   std::unique_lock<std::mutex> Lock() override { return std::unique_lock<std::mutex>(mu); }
-  JobTable& Jobs() override { return jobs; }
+  JobTable& JobsToChange() override { return jobs; }
   quota::QuotaEngine& QuotaToChange() override {
     ADD_FAILURE() << "the pass reached the quota engine";
     std::abort();
   }
-  bool Transition(Job& j, JobState to, JobCause cause) override {
-    return fakes::Transition(j, to, cause);
+  bool Transition(const Job& j, JobState to, JobCause cause) override {
+    return fakes::Transition(jobs.Own(j), to, cause);
   }
-  bool End(Job& j, JobState state, JobCause cause, const std::string& reason) override {
-    return fakes::End(j, state, cause, reason);
+  bool End(const Job& j, JobState state, JobCause cause, const std::string& reason) override {
+    return fakes::End(jobs.Own(j), state, cause, reason);
   }
   void Translate(size_t, Batch&) override {}
   void WantCycle() override { ++cycles_wanted; }
@@ -96,12 +97,14 @@ class FakeLedger final : public LedgerPort {
     return 0;
   }
   int64_t LastQueued() override { return 0; }
+  int64_t Durable() override { return durable; }
   Status Broken() override { return Status::Ok(); }
   int64_t NowMs() const override { return now_ms; }
 
   std::mutex mu;
   JobTable jobs;
   int64_t now_ms = 1'000'000;
+  int64_t durable = 0;  // the last batch written
   Status commit_error = Status::Ok();
   std::vector<std::string> committed;  // "kind subject" of every event written
   int cycles_wanted = 0;
@@ -137,6 +140,10 @@ struct Rig {
 };
 
 TEST(BackendExecutor, AnAdmittedJobIsSubmittedOnceAndRecordedAsStartingThroughTheLedger) {
+  // The executor sees the jobs read only: it writes its own bookkeeping (ExternalOf), and the
+  // job's state and record only through the ledger's named calls.
+  static_assert(std::is_same_v<decltype(std::declval<LedgerPort&>().Jobs()), const JobTable&>,
+                "an executor's port lends the jobs read only");
   Rig r;
   Job& j = r.Placed();
   ASSERT_TRUE(r.executor->Pass("slurm").ok());
@@ -150,6 +157,44 @@ TEST(BackendExecutor, AnAdmittedJobIsSubmittedOnceAndRecordedAsStartingThroughTh
   EXPECT_EQ(r.scheduler->submitted.size(), 1u);
 }
 
+// The cycle's placement is queued, not yet written: the scheduler hears of it only once it is
+// durable. (A submission made before would run a job whose placement a failed write may undo.)
+TEST(BackendExecutor, AJobIsSubmittedOnlyOnceItsPlacementIsDurable) {
+  Rig r;
+  Job& j = r.Placed();
+  j.last_seq = 7;  // the batch that placed it
+  r.ledger->durable = 6;
+  ASSERT_TRUE(r.executor->Pass("slurm").ok());
+  EXPECT_TRUE(r.scheduler->submitted.empty());
+  EXPECT_EQ(j.state, JobState::kPlaced);
+  r.ledger->durable = 7;
+  ASSERT_TRUE(r.executor->Pass("slurm").ok());
+  EXPECT_EQ(r.scheduler->submitted, std::vector<std::string>{"tessera-c1-" + j.rec.id});
+  EXPECT_EQ(j.state, JobState::kStarting);
+}
+
+// A job cancelled (or sent elsewhere) after its submission: its scheduler's job is deleted only
+// once the decision is durable.
+TEST(BackendExecutor, ADeletionWaitsForItsDecisionToBeDurable) {
+  Rig r;
+  Job& j = r.Placed();
+  ASSERT_TRUE(r.executor->Pass("slurm").ok());
+  ASSERT_EQ(j.ext.id, "ext-1");
+  {
+    auto lock = r.ledger->Lock();
+    r.executor->QueueDeleteLocked(j);
+  }
+  j.last_seq = 3;  // the batch that carries the decision, still being written
+  r.ledger->durable = 2;
+  r.ledger->now_ms += 10'000;
+  ASSERT_TRUE(r.executor->Pass("slurm").ok());
+  EXPECT_TRUE(r.scheduler->cancelled.empty());
+  r.ledger->durable = 3;
+  r.ledger->now_ms += 10'000;
+  ASSERT_TRUE(r.executor->Pass("slurm").ok());
+  EXPECT_EQ(r.scheduler->cancelled, std::vector<std::string>{"ext-1"});
+}
+
 TEST(BackendExecutor, AFailedSubmissionBacksOffAndLooksBeforeSubmittingAgain) {
   Rig r;
   Job& j = r.Placed();
@@ -159,6 +204,7 @@ TEST(BackendExecutor, AFailedSubmissionBacksOffAndLooksBeforeSubmittingAgain) {
   EXPECT_EQ(j.ext.submit_attempts, 1);
   EXPECT_TRUE(j.ext.lookup_first);  // it may have gone through
   EXPECT_NE(j.rec.reason.find("sbatch: timed out"), std::string::npos) << j.rec.reason;
+  EXPECT_EQ(j.rec.update_ms, r.ledger->now_ms);  // the reason's change is the record's update
   // Within its backoff (1 s) nothing is sent.
   ASSERT_TRUE(r.executor->Pass("slurm").ok());
   EXPECT_EQ(r.scheduler->submitted.size(), 1u);

@@ -24,13 +24,13 @@ using Json = nlohmann::json;
 class QueueLedger final : public LedgerPort {
  public:
   std::unique_lock<std::mutex> Lock() override { return std::unique_lock<std::mutex>(mu); }
-  JobTable& Jobs() override { return jobs; }
+  JobTable& JobsToChange() override { return jobs; }
   quota::QuotaEngine& QuotaToChange() override {
     ADD_FAILURE() << "the audit trail reached the quota engine";
     std::abort();
   }
-  bool Transition(Job&, JobState, JobCause) override { return false; }
-  bool End(Job&, JobState, JobCause, const std::string&) override { return false; }
+  bool Transition(const Job&, JobState, JobCause) override { return false; }
+  bool End(const Job&, JobState, JobCause, const std::string&) override { return false; }
   void Translate(size_t, Batch&) override {}
   void WantCycle() override {}
   Status Commit(Batch&, std::unique_lock<std::mutex>&) override {
@@ -44,6 +44,7 @@ class QueueLedger final : public LedgerPort {
     return static_cast<int64_t>(queued.size());
   }
   int64_t LastQueued() override { return static_cast<int64_t>(queued.size()); }
+  int64_t Durable() override { return LastQueued(); }
   int64_t NowMs() const override { return now_ms; }
   Status Broken() override { return broken; }
 

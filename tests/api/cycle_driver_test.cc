@@ -20,13 +20,13 @@ class FakeLedger final : public CyclePort {
  public:
   explicit FakeLedger(const EngineConfig& config) : qe(fakes::NewQuota(config)) {}
   std::unique_lock<std::mutex> Lock() override { return std::unique_lock<std::mutex>(mu); }
-  JobTable& Jobs() override { return jobs; }
+  JobTable& JobsToChange() override { return jobs; }
   quota::QuotaEngine& QuotaToChange() override { return *qe; }
-  bool Transition(Job& j, JobState to, JobCause cause) override {
-    return fakes::Transition(j, to, cause);
+  bool Transition(const Job& j, JobState to, JobCause cause) override {
+    return fakes::Transition(jobs.Own(j), to, cause);
   }
-  bool End(Job& j, JobState state, JobCause cause, const std::string& reason) override {
-    if (!fakes::End(j, state, cause, reason)) return false;
+  bool End(const Job& j, JobState state, JobCause cause, const std::string& reason) override {
+    if (!fakes::End(jobs.Own(j), state, cause, reason)) return false;
     jobs.NoteEnded(j.rec.id);
     return true;
   }
@@ -42,6 +42,7 @@ class FakeLedger final : public CyclePort {
     return ++queued;
   }
   int64_t LastQueued() override { return queued; }
+  int64_t Durable() override { return LastQueued(); }
   Status Broken() override { return Status::Ok(); }
   int64_t NowMs() const override { return now_ms; }
 

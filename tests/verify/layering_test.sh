@@ -56,6 +56,14 @@ fresh
 printf 'target_link_libraries(tessera_model PRIVATE tessera_api)\n' >>"$tmp/src/model/CMakeLists.txt"
 expect_fail "link model -> api" '^src/model/CMakeLists\.txt:[0-9]+: forbidden arrow model -> api \(target tessera_model links tessera_api\)'
 
+# An executor reaching past its port: into the engine, or into the store.
+fresh
+printf '#include "api/engine.h"\n' >>"$tmp/src/api/backend_executor.cc"
+expect_fail "executor -> engine" '^src/api/backend_executor\.cc:[0-9]+: forbidden arrow executor -> engine or store'
+fresh
+printf 'void Keep(store::Store& s);\n' >>"$tmp/src/api/node_liveness.cc"
+expect_fail "executor -> store" '^src/api/node_liveness\.cc:[0-9]+: forbidden arrow executor -> engine or store'
+
 # A new module must be placed in the table.
 fresh
 mkdir "$tmp/src/newmod"

@@ -2,7 +2,8 @@
 # Dependencies point one way (ARCHITECTURE.md, README.md "What is here"). Every header lives under
 # the one src/ root, so include directories alone cannot forbid an arrow: this script does. It
 # reads every `#include "MODULE/..."` under src/ and every tessera_* library a src/ CMakeLists.txt
-# links, and fails naming the file, the line and the forbidden arrow.
+# links, and fails naming the file, the line and the forbidden arrow. Inside the control plane,
+# it holds the executors and the cycle to their ports (rule 3 below).
 #
 #   tools/checks/layering.sh [repo-root]
 #
@@ -104,7 +105,19 @@ while IFS= read -r hit; do
   fail "${hit%%:#*}" "forbidden arrow verify -> sched/quota internals (only sched/quota/engine.h and policy_model.h): ${hit#*:*:}"
 done < <(grep -rnE '#include "sched/' src/verify | grep -vE '"sched/quota/(engine|policy_model)\.h"' || true)
 
-# 3. Links: every tessera_* library a module's target links is a module it may use.
+# 3. Inside the control plane, the executors and the cycle reach the engine only through their
+#    ports (api/ledger_port.h): never the engine itself, and never the store, which only the
+#    ledger writes (its commit pipeline) and the views read (api/read_model.h).
+ports_only="agent_executor.h agent_gateway.cc agent_reports.cc node_liveness.cc backend_executor.h
+  backend_executor.cc backend_lane.h cycle_driver.h cycle_driver.cc ledger_port.h ledger_port.cc"
+for f in $ports_only; do
+  [ -f "src/api/$f" ] || { fail "src/api/$f" "listed in the ports-only rule but missing"; continue; }
+  while IFS= read -r hit; do
+    fail "src/api/$f:${hit%%:*}" "forbidden arrow executor -> engine or store (only through a port): ${hit#*:}"
+  done < <(grep -nE '#[[:space:]]*include[[:space:]]*"(api/engine\.h|store/)|store::Store\b|(^|[^[:alnum:]_:])Engine[&*]|api::Engine\b' "src/api/$f" || true)
+done
+
+# 4. Links: every tessera_* library a module's target links is a module it may use.
 for cm in $(find src -name CMakeLists.txt | sort); do
   # One record per target_link_libraries(...) call: "LINE TARGET ARG...".
   while read -r line owner args; do

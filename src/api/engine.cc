@@ -104,7 +104,7 @@ Engine::Engine(EngineConfig config, std::unique_ptr<store::Store> store, std::st
       cycle_(std::make_unique<Port>(*this), config_, counters_,
              [this](const Job& j) { backends_.QueueDeleteLocked(j); }),
       audit_(std::make_unique<Port>(*this)),
-      chores_(*this, config_),
+      chores_(*this, *store_, config_),
       views_(*this, config_, data_dir_) {}
 
 Engine::~Engine() {

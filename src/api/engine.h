@@ -148,7 +148,7 @@ class Engine final : public LedgerReads {
   void Read(const std::function<void(const ReadModel&)>& read) override;
   bool TryRead(const std::function<void(const ReadModel&)>& read) override;
   int64_t MemoryVersion() const override { return version_.load(); }
-  store::Store& DurableStore() override { return *store_; }
+  store::StoreReader& DurableStore() override { return *store_; }
 
   // The node agents' side (api/agent_executor.h): registration, heartbeats and their orders,
   // order watches, job output, what agents report, node loss.

@@ -259,7 +259,7 @@ Json TotalsJson(const Totals& t) {
 class UsageLedger {
  public:
   UsageLedger(const Identity& who, const std::string& by, int64_t since, int64_t until,
-              store::Store* store)
+              store::StoreReader* store)
       : who_(who), by_(by), since_(since), until_(until), store_(store) {}
 
   // One job.* event; `closes`: it ends the job's hold on its grants.
@@ -365,7 +365,7 @@ class UsageLedger {
   const Identity& who_;
   const std::string& by_;
   const int64_t since_, until_;
-  store::Store* store_;
+  store::StoreReader* store_;
   std::map<std::string, Owner> owners_;
   std::map<std::string, Held> open_;                              // by job
   std::map<std::pair<std::string, std::string>, Totals> totals_;  // (key, slice)
@@ -379,7 +379,8 @@ bool EndsHold(const std::string& kind) {
          kind == "job.cancelled" || kind == "job.lost";
 }
 
-Status ForEachJobEvent(store::Store& store, const std::function<Status(const store::Event&)>& fn) {
+Status ForEachJobEvent(store::StoreReader& store,
+                       const std::function<Status(const store::Event&)>& fn) {
   constexpr int kPage = 5000;
   for (int64_t after = 0;;) {
     auto page = store.ListEvents(after, kPage, store::EventFilter{"job.", "", ""});

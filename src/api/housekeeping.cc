@@ -10,8 +10,8 @@
 
 namespace tessera::api {
 
-Housekeeping::Housekeeping(LedgerReads& reads, const EngineConfig& config)
-    : reads_(reads), config_(config) {}
+Housekeeping::Housekeeping(LedgerReads& reads, store::Store& history, const EngineConfig& config)
+    : reads_(reads), history_(history), config_(config) {}
 
 Status Housekeeping::Tick() {
   if (Status st = HistoryTick(); !st.ok()) return st;
@@ -34,11 +34,11 @@ Status Housekeeping::SaveFairShare(bool now) {
     saved = {{"as_of", as_of}, {"groups", groups}};
   });
   if (saved.is_null()) return Status::Ok();
-  return reads_.DurableStore().PutSetting(kFairShareKey, saved.dump());
+  return history_.PutSetting(kFairShareKey, saved.dump());
 }
 
 Status Housekeeping::RestoreFairShare(quota::QuotaEngine& qe, int64_t now_s) {
-  auto text = reads_.DurableStore().GetSetting(kFairShareKey);
+  auto text = history_.GetSetting(kFairShareKey);
   if (!text.ok()) return text.status();
   if (!text->has_value()) return Status::Ok();
   const Json j = Json::parse(**text, nullptr, false);
@@ -67,12 +67,12 @@ Status Housekeeping::RetentionTick() {
     return Status::Ok();
   done_.pruned_ms = now;
   if (audit) {
-    auto gone = reads_.DurableStore().PruneEventsOfKind(
-        "auth.failed", now - config_.history.auth_failed_retention_ms);
+    auto gone =
+        history_.PruneEventsOfKind("auth.failed", now - config_.history.auth_failed_retention_ms);
     if (!gone.ok()) return gone.status();
   }
   if (config_.history.retention_ms <= 0) return Status::Ok();
-  auto rows = reads_.DurableStore().Prune(now - config_.history.retention_ms);
+  auto rows = history_.Prune(now - config_.history.retention_ms);
   return rows.ok() ? Status::Ok() : rows.status();
 }
 
@@ -92,7 +92,7 @@ Status Housekeeping::HistoryTick() {
   });
   if (!broken.ok()) return broken;
   if (sample.empty()) return Status::Ok();
-  if (Status st = reads_.DurableStore().PutSample(fine_s, {now, sample}); !st.ok()) return st;
+  if (Status st = history_.PutSample(fine_s, {now, sample}); !st.ok()) return st;
   // Roll every complete 5-minute bucket since the last one rolled (found in the store after a
   // restart) into its average; fine samples older than utilization_fine_keep go.
   const int64_t done = now / kCoarseSampleMs * kCoarseSampleMs;  // buckets before this are complete
@@ -100,14 +100,14 @@ Status Housekeeping::HistoryTick() {
     int64_t from =
         std::max<int64_t>(done_.rolled_up_ms, done - config_.history.utilization_fine_keep_ms);
     if (done_.rolled_up_ms == 0) {
-      auto coarse = reads_.DurableStore().ListSamples(
-          kCoarseSampleMs / 1000, done - config_.history.utilization_fine_keep_ms, done);
+      auto coarse = history_.ListSamples(kCoarseSampleMs / 1000,
+                                         done - config_.history.utilization_fine_keep_ms, done);
       if (!coarse.ok()) return coarse.status();
       from = coarse->empty() ? done - config_.history.utilization_fine_keep_ms
                              : coarse->back().time_ms + kCoarseSampleMs;
     }
     from = from / kCoarseSampleMs * kCoarseSampleMs;
-    auto fine = reads_.DurableStore().ListSamples(fine_s, from, done);
+    auto fine = history_.ListSamples(fine_s, from, done);
     if (!fine.ok()) return fine.status();
     std::map<int64_t, std::vector<Json>> buckets;
     for (const auto& f : *fine) {
@@ -116,18 +116,17 @@ Status Housekeeping::HistoryTick() {
         buckets[f.time_ms / kCoarseSampleMs * kCoarseSampleMs].push_back(std::move(j));
     }
     for (const auto& [t, samples] : buckets) {
-      if (Status st = reads_.DurableStore().PutSample(kCoarseSampleMs / 1000,
-                                                      {t, AverageSamples(samples).dump()});
+      if (Status st =
+              history_.PutSample(kCoarseSampleMs / 1000, {t, AverageSamples(samples).dump()});
           !st.ok())
         return st;
     }
     done_.rolled_up_ms = done;
-    if (auto p = reads_.DurableStore().PruneSamples(fine_s,
-                                                    now - config_.history.utilization_fine_keep_ms);
+    if (auto p = history_.PruneSamples(fine_s, now - config_.history.utilization_fine_keep_ms);
         !p.ok())
       return p.status();
-    if (auto p = reads_.DurableStore().PruneSamples(kCoarseSampleMs / 1000,
-                                                    now - config_.history.utilization_keep_ms);
+    if (auto p = history_.PruneSamples(kCoarseSampleMs / 1000,
+                                       now - config_.history.utilization_keep_ms);
         !p.ok())
       return p.status();
   }

@@ -7,7 +7,9 @@
 //   - the fair-share history saved every minute and on a clean stop, and restored on load, so
 //     that a restart does not forget who used what.
 //
-// It reads memory only as the views do, through LedgerReads (api/read_model.h).
+// It reads memory only as the views do, through LedgerReads (api/read_model.h), and writes only
+// the store's history, settings and retention, through the store it is lent: never a job or an
+// event (those go through the commit pipeline).
 //
 // Thread-safety: Tick from the ticker only; SaveFairShare from it or the engine's destructor;
 // RestoreFairShare under the engine's lock (a load).
@@ -25,7 +27,7 @@ namespace tessera::api {
 
 class Housekeeping {
  public:
-  Housekeeping(LedgerReads& reads, const EngineConfig& config);
+  Housekeeping(LedgerReads& reads, store::Store& history, const EngineConfig& config);
 
   // Whichever chores are due.
   Status Tick();
@@ -47,6 +49,7 @@ class Housekeeping {
   Status RetentionTick();
 
   LedgerReads& reads_;
+  store::Store& history_;  // samples, settings and retention
   const EngineConfig& config_;
   // When each chore was last done.
   struct Done {

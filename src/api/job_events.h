@@ -10,7 +10,8 @@
 
 namespace tessera::api {
 
-Status ForEachJobEvent(store::Store& store, const std::function<Status(const store::Event&)>& fn);
+Status ForEachJobEvent(store::StoreReader& store,
+                       const std::function<Status(const store::Event&)>& fn);
 bool EndsHold(const std::string& kind);
 
 }  // namespace tessera::api

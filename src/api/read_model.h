@@ -49,8 +49,8 @@ class LedgerReads {
   // Bumped by every change to memory: a rendering of the same version shows the same.
   virtual int64_t MemoryVersion() const = 0;
   // The durable store, for what is no longer (or never was) in memory: ended jobs, events,
-  // samples. Readers only read it.
-  virtual store::Store& DurableStore() = 0;
+  // samples. Its reads only: a reader cannot write.
+  virtual store::StoreReader& DurableStore() = 0;
   virtual int64_t NowMs() const = 0;  // milliseconds since the epoch
 };
 

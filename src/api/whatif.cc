@@ -40,7 +40,7 @@ int64_t Percentile(std::vector<int64_t> v, int pct) {
 // the most devices its jobs held at once.
 class ObservedWindow {
  public:
-  ObservedWindow(int64_t since, int64_t until, store::Store* store)
+  ObservedWindow(int64_t since, int64_t until, store::StoreReader* store)
       : since_(since), until_(until), store_(store) {}
 
   // One job.* event; `ends_hold`: it ends the job's hold on its grants.
@@ -159,7 +159,7 @@ class ObservedWindow {
   }
 
   const int64_t since_, until_;
-  store::Store* store_;
+  store::StoreReader* store_;
   std::map<std::string, Observed> jobs_;
   std::map<std::string, std::string> class_of_;  // job -> class
   std::map<std::string, std::map<std::pair<std::string, int>, int>>

@@ -122,7 +122,7 @@ Result<std::vector<JobRecord>> Store::LoadLiveJobs() {
   return out;
 }
 
-Result<std::vector<JobRecord>> Store::ListJobs(const std::string& state, int limit) {
+Result<std::vector<JobRecord>> StoreReader::ListJobs(const std::string& state, int limit) {
   auto all = LoadJobs();
   if (!all.ok()) return all.status();
   std::vector<JobRecord> out;

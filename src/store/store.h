@@ -67,10 +67,39 @@ struct EventFilter {
   std::string actor;
 };
 
-class Store {
+// StoreReader: the store's reads, for views, reports and start-up; every Store is one. A part
+// lent only a StoreReader (the views: api/read_model.h) cannot write.
+class StoreReader {
  public:
-  virtual ~Store() = default;
+  virtual ~StoreReader() = default;
 
+  // Every job record, in submit order (then id).
+  virtual Result<std::vector<JobRecord>> LoadJobs() = 0;
+  virtual Result<std::optional<JobRecord>> GetJob(const std::string& id) = 0;
+
+  // Events with seq > after_seq matching `filter`, oldest first, at most `limit`.
+  virtual Result<std::vector<Event>> ListEvents(int64_t after_seq, int limit,
+                                                const EventFilter& filter) = 0;
+  virtual Result<int64_t> LastSeq() = 0;
+
+  // At most `limit` jobs, newest submission first, in `state` when not empty.
+  virtual Result<std::vector<JobRecord>> ListJobs(const std::string& state, int limit);
+
+  // Utilization history: one JSON text per (resolution in seconds, time), since_ms <= time <
+  // until_ms, oldest first (Store::PutSample writes them).
+  struct Sample {
+    int64_t time_ms = 0;
+    std::string data;
+  };
+  virtual Result<std::vector<Sample>> ListSamples(int resolution_s, int64_t since_ms,
+                                                  int64_t until_ms) = 0;
+
+  // A small durable setting (Store::PutSetting), none when never set.
+  virtual Result<std::optional<std::string>> GetSetting(const std::string& key) = 0;
+};
+
+class Store : public StoreReader {
+ public:
   // Opens (creating and migrating as needed) a store. `url` is either
   // "postgresql://..." / "postgres://..." (PostgreSQL, libpq connection URI) or a filesystem
   // path / "sqlite:PATH" (SQLite file, created if missing).
@@ -87,20 +116,9 @@ class Store {
   virtual Status Commit(const std::vector<Event>& events, const std::vector<JobRecord>& jobs,
                         std::vector<int64_t>* seqs) = 0;
 
-  // Every job record, in submit order (then id).
-  virtual Result<std::vector<JobRecord>> LoadJobs() = 0;
-  virtual Result<std::optional<JobRecord>> GetJob(const std::string& id) = 0;
-
-  // Events with seq > after_seq matching `filter`, oldest first, at most `limit`.
-  virtual Result<std::vector<Event>> ListEvents(int64_t after_seq, int limit,
-                                                const EventFilter& filter) = 0;
-  virtual Result<int64_t> LastSeq() = 0;
-
   // Jobs that have not ended (state not succeeded/failed/cancelled/lost), in submit order: what
   // a server loads at start. The default filters LoadJobs().
   virtual Result<std::vector<JobRecord>> LoadLiveJobs();
-  // At most `limit` jobs, newest submission first, in `state` when not empty.
-  virtual Result<std::vector<JobRecord>> ListJobs(const std::string& state, int limit);
   // The first job submitted at or after `since_ms` whose idempotency_key is `key`. The default
   // scans LoadJobs().
   virtual Result<std::optional<JobRecord>> FindByIdempotencyKey(const std::string& key,
@@ -114,22 +132,14 @@ class Store {
   // authentications, kept for a time of its own even when nothing else is pruned); how many went.
   virtual Result<int64_t> PruneEventsOfKind(const std::string& kind, int64_t before_ms);
 
-  // Utilization history: one JSON text per (resolution in seconds, time). PutSample replaces a
-  // sample at the same key; ListSamples returns since_ms <= time < until_ms, oldest first;
+  // Utilization history: PutSample replaces a sample at the same key (ListSamples reads them);
   // PruneSamples deletes those of `resolution_s` older than `before_ms` (how many went). Writes
   // are fenced like every other.
-  struct Sample {
-    int64_t time_ms = 0;
-    std::string data;
-  };
   virtual Status PutSample(int resolution_s, const Sample& sample) = 0;
-  virtual Result<std::vector<Sample>> ListSamples(int resolution_s, int64_t since_ms,
-                                                  int64_t until_ms) = 0;
   virtual Result<int64_t> PruneSamples(int resolution_s, int64_t before_ms) = 0;
 
   // Small durable key-value settings (e.g. "cluster.id").
   virtual Status PutSetting(const std::string& key, const std::string& value) = 0;
-  virtual Result<std::optional<std::string>> GetSetting(const std::string& key) = 0;
   // Every setting whose key starts with `prefix`, by key.
   virtual Result<std::vector<std::pair<std::string, std::string>>> ListSettings(
       const std::string& prefix) = 0;

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "api/audit_trail.h"
@@ -106,7 +107,7 @@ class FakeReads final : public LedgerReads {
     return true;
   }
   int64_t MemoryVersion() const override { return 0; }
-  store::Store& DurableStore() override { return *store; }
+  store::StoreReader& DurableStore() override { return *store; }
   int64_t NowMs() const override { return now_ms; }
   ReadModel Model() { return ReadModel{config, *qe, jobs, nodes, admin, counters, broken, 0}; }
 
@@ -127,7 +128,7 @@ struct ChoresRig {
   ChoresRig() {
     config = fakes::Config(testing::ConfigBuilder());
     reads = std::make_unique<FakeReads>(config, fakes::ScratchStore("chores"));
-    chores = std::make_unique<Housekeeping>(*reads, config);
+    chores = std::make_unique<Housekeeping>(*reads, *reads->store, config);
   }
   size_t Samples(int resolution_s) {
     auto got = reads->store->ListSamples(resolution_s, 0, reads->now_ms + 1);
@@ -139,7 +140,22 @@ struct ChoresRig {
   std::unique_ptr<Housekeeping> chores;
 };
 
+// What can write to a store: commit, upsert a setting or a sample, prune.
+template <class S>
+concept WritesStore = requires(S& s, store::Store::Sample sample) {
+  s.Commit({}, {}, nullptr);
+  s.PutSetting("", "");
+  s.PutSample(1, sample);
+  s.Prune(0);
+};
+
+// The views' and the chores' reads lend the store's reads only: its writes are the ledger's
+// (the commit pipeline) and, for history, settings and retention, the store the chores are lent.
 TEST(Housekeeping, OneSampleEveryIntervalAndCompleteBucketsRolledUp) {
+  static_assert(WritesStore<store::Store>);
+  static_assert(
+      !WritesStore<std::remove_reference_t<decltype(std::declval<LedgerReads&>().DurableStore())>>,
+      "a reader of the ledger cannot write the store");
   ChoresRig r;
   const int fine_s = static_cast<int>(r.config.history.utilization_sample_ms / 1000);
   ASSERT_GT(fine_s, 0);

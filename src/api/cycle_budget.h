@@ -3,6 +3,7 @@
 // (submit.cc).
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <vector>
@@ -12,6 +13,10 @@ namespace tessera::api {
 // A latency histogram for /metrics (metrics.cc): counts per fixed bucket (0.1 ms to 10 s, then
 // +Inf; not cumulative here), their number and their sum, in integer microseconds.
 struct LatencyHistogram {
+  // Bucket bounds, in microseconds (0.1 ms to 10 s); +Inf follows.
+  static constexpr std::array<int64_t, 16> kBoundsUs = {
+      100,   250,    500,    1000,   2500,    5000,    10000,   25000,
+      50000, 100000, 250000, 500000, 1000000, 2500000, 5000000, 10000000};
   std::vector<int64_t> counts;  // empty until the first observation
   int64_t count = 0;
   int64_t sum_us = 0;

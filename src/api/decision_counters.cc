@@ -1,5 +1,7 @@
 #include "api/decision_counters.h"
 
+#include <algorithm>
+
 namespace tessera::api {
 
 void DecisionCounters::Counts::Add(const Counts& o) {
@@ -59,6 +61,16 @@ std::map<std::tuple<std::string, std::string, int>, LatencyHistogram>
 DecisionCounters::RequestLatencies() const {
   std::lock_guard<std::mutex> l(http_mu_);
   return http_;
+}
+
+void LatencyHistogram::Observe(int64_t us) {
+  us = std::max<int64_t>(us, 0);
+  if (counts.empty()) counts.assign(kBoundsUs.size() + 1, 0);  // LatencyHistogram::kBoundsUs
+  const size_t i = static_cast<size_t>(std::lower_bound(kBoundsUs.begin(), kBoundsUs.end(), us) -
+                                       kBoundsUs.begin());
+  ++counts[i];  // the first bucket whose bound is >= us (le: less than or equal)
+  ++count;
+  sum_us += us;
 }
 
 }  // namespace tessera::api

@@ -13,29 +13,6 @@
 #include "model/quantity.h"
 
 namespace tessera::api {
-void WriteGrants(JsonText& w, const std::vector<quota::GrantView>& grants) {
-  w.BeginArray();
-  for (const auto& g : grants) {
-    w.BeginObject()
-        .Key("node")
-        .Str(g.node)
-        .Key("device")
-        .Int(g.device)
-        .Key("slot")
-        .Str(g.slot)
-        .Key("compute")
-        .Int(g.compute)
-        .Key("memory")
-        .Int(g.memory)
-        .Key("cpu")
-        .Int(g.cpu)
-        .Key("host_memory")
-        .Int(g.host_memory);
-    if (g.sm_percent > 0) w.Key("sm_percent").Int(g.sm_percent);  // sm-sharing (issue 38)
-    w.EndObject();
-  }
-  w.EndArray();
-}
 
 // The executors' way into the engine (api/ledger_port.h): each call is the engine's own, made
 // under its mutex unless the port says otherwise.
@@ -147,65 +124,6 @@ bool Engine::TransitionLocked(Job& j, JobState to, JobCause cause) {
   if (to == JobState::kRunning && j.start_ms == 0) j.start_ms = j.rec.update_ms;
   if (to == JobState::kPending) j.start_ms = 0;  // a new run starts again
   return true;
-}
-
-store::Event EventAt(int64_t time_ms, const std::string& actor, const std::string& kind,
-                     const std::string& subject, const std::string& reason, const Json& data) {
-  JsonText text;
-  text.Raw(data.dump(-1, ' ', false, Json::error_handler_t::replace));
-  return EventAt(time_ms, actor, kind, subject, reason, std::move(text));
-}
-
-store::Event EventAt(int64_t time_ms, const std::string& actor, const std::string& kind,
-                     const std::string& subject, const std::string& reason, JsonText data) {
-  store::Event ev;
-  ev.time_ms = time_ms;
-  // What is stored is valid UTF-8 whatever reached us (an event once made every page of the
-  // log that held it fail to render).
-  ev.actor = ToValidUtf8(actor);
-  ev.kind = ToValidUtf8(kind);
-  ev.subject = ToValidUtf8(subject);
-  ev.reason = ToValidUtf8(reason);
-  ev.data = data.Take();
-  return ev;
-}
-
-store::JobRecord RecordOf(const Job& j) {
-  store::JobRecord r = j.rec;
-  r.state = JobStateName(j.state);
-  r.spec = j.stored ? "" : j.spec_text.empty() ? j.spec.dump() : j.spec_text;  // "": unchanged
-  JsonText p;
-  p.BeginObject().Key("preemptions").Int(j.preemptions);
-  if (j.start_ms > 0) p.Key("start_ms").Int(j.start_ms);
-  if (!j.node.empty()) {  // held, or where it ran once ended
-    p.Key("node")
-        .Str(j.node)
-        .Key("form")
-        .Str(j.form)
-        .Key("borrowed")
-        .Bool(j.borrowed)
-        .Key("grants");
-    WriteGrants(p, j.grants);
-    p.Key("parts_done").BeginArray();
-    for (const std::string& n : j.agent.parts_done) p.Str(n);
-    p.EndArray();
-  }
-  if (!j.ext.backend
-           .empty()) {  // also while pending again (a suspended Kubernetes Job keeps its id)
-    p.Key("backend")
-        .Str(j.ext.backend)
-        .Key("external_id")
-        .Str(j.ext.id)
-        .Key("external_node")
-        .Str(j.ext.node)
-        .Key("gres")
-        .Str(j.ext.gres)
-        .Key("attempts")
-        .Int(j.ext.submit_attempts);
-    if (!j.ext.dispatch.is_null()) p.Key("dispatch").Raw(j.ext.dispatch.dump());
-  }
-  r.placement = p.EndObject().Take();
-  return r;
 }
 
 bool Engine::EndLocked(Job& j, JobState state, JobCause cause, const std::string& reason) {

@@ -53,10 +53,6 @@ bool CanSee(const Identity& who, const Job& j) {
   return std::find(who.groups.begin(), who.groups.end(), j.rec.group) != who.groups.end();
 }
 
-std::string JobOutputPath(const std::string& data_dir, const std::string& job) {
-  return data_dir + "/output/" + job + ".log";
-}
-
 Json JobJson(const Job& j, const quota::QuotaEngine& quota,
              const std::map<std::string, NodeInfo>& nodes) {
   Json o = {{"id", j.rec.id},

@@ -22,10 +22,7 @@
 namespace tessera::api {
 namespace {
 
-// Histogram bucket bounds, in microseconds (0.1 ms to 10 s); +Inf follows.
-constexpr std::array<int64_t, 16> kBoundsUs = {100,     250,     500,     1000,    2500,   5000,
-                                               10000,   25000,   50000,   100000,  250000, 500000,
-                                               1000000, 2500000, 5000000, 10000000};
+constexpr const auto& kBoundsUs = LatencyHistogram::kBoundsUs;
 constexpr int64_t kMiB = int64_t{1} << 20;
 
 // `v` / 10^digits as a decimal ("0.0005", "12", "-1.5"): trailing zeros trimmed.
@@ -365,16 +362,6 @@ CounterFamilies CounterMetrics(const Counters& c) {
 }
 
 }  // namespace
-
-void LatencyHistogram::Observe(int64_t us) {
-  us = std::max<int64_t>(us, 0);
-  if (counts.empty()) counts.assign(kBoundsUs.size() + 1, 0);
-  const size_t i = static_cast<size_t>(std::lower_bound(kBoundsUs.begin(), kBoundsUs.end(), us) -
-                                       kBoundsUs.begin());
-  ++counts[i];  // the first bucket whose bound is >= us (le: less than or equal)
-  ++count;
-  sum_us += us;
-}
 
 Result<std::string> Views::Metrics(const Identity& who) {
   if (who.role != Role::kAdmin && who.role != Role::kMetrics && !config_.metrics_public) {

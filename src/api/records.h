@@ -160,12 +160,12 @@ struct Batch {
 std::vector<std::string> NodesOf(const Job& j);
 inline bool Holds(const Job& j) { return HoldsCapacity(j.state); }
 inline bool Ended(const Job& j) { return IsTerminal(j.state); }
-// What the scheduler knows of a node (engine_load.cc).
+// What the scheduler knows of a node (records.cc).
 quota::NodeSpec SpecOf(const NodeInfo& n);
-// A stored record as a Job, not entered into the quota engine (engine_load.cc): for loading,
+// A stored record as a Job, not entered into the quota engine (recovery.cc): for loading,
 // and for views of jobs no longer in memory.
 Result<Job> JobFromRecord(store::JobRecord r);
-// An event for the store at `time_ms` (engine.cc): what is stored is valid UTF-8 whatever reached
+// An event for the store at `time_ms` (records.cc): what is stored is valid UTF-8 whatever reached
 // us (an event once made every page of the log that held it fail to render).
 store::Event EventAt(int64_t time_ms, const std::string& actor, const std::string& kind,
                      const std::string& subject, const std::string& reason,
@@ -173,11 +173,11 @@ store::Event EventAt(int64_t time_ms, const std::string& actor, const std::strin
 // The same with data already written as JSON text (the cycle's hot path).
 store::Event EventAt(int64_t time_ms, const std::string& actor, const std::string& kind,
                      const std::string& subject, const std::string& reason, JsonText data);
-// A job as its store record: state, spec (unless already stored) and placement (engine.cc).
+// A job as its store record: state, spec (unless already stored) and placement (records.cc).
 store::JobRecord RecordOf(const Job& j);
-// What the quota engine is asked for a job: its spec as a scheduling request (engine_load.cc).
+// What the quota engine is asked for a job: its spec as a scheduling request (records.cc).
 quota::JobSpec QuotaSpecOf(const Job& j);
-// A job's grants as a JSON array, for its record and its job.placed event (engine.cc).
+// A job's grants as a JSON array, for its record and its job.placed event (records.cc).
 void WriteGrants(JsonText& w, const std::vector<quota::GrantView>& grants);
 // A part of a gang whose start order has not gone to `node` yet (agent_gateway.cc).
 bool GangPartUnsent(const Job& j, const std::string& node);

@@ -173,45 +173,6 @@ Result<Memory> Recover(store::Store& store, const EngineConfig& config, int64_t 
   return m;
 }
 
-quota::NodeSpec SpecOf(const NodeInfo& n) {
-  quota::NodeSpec spec;
-  spec.name = n.name;
-  spec.pool = n.pool;
-  spec.cpu_milli = n.cpu_milli;
-  spec.memory_mib = n.memory_mib;
-  spec.swap_mib = n.swap_mib;
-  spec.gpu_count = static_cast<int>(n.devices.size());
-  if (!n.devices.empty()) {  // one model per node (registration refuses mixed ones)
-    spec.gpu_model = n.devices[0].model;
-    spec.gpu_memory_mib = n.devices[0].memory_mib;
-  }
-  return spec;
-}
-
-quota::JobSpec QuotaSpecOf(const Job& j) {
-  const Json& s = j.spec;
-  quota::JobSpec q;
-  q.id = j.rec.id;
-  q.identity = j.rec.identity;
-  q.group = j.rec.group;
-  q.queue = j.rec.queue;
-  if (s.contains("class")) {
-    auto c = quota::ParseWorkloadClass(s.value("class", "batch"));
-    if (c.ok()) q.cls = *c;
-  }
-  if (s.contains("form") && s["form"].is_string() && !s["form"].get<std::string>().empty()) {
-    auto f = quota::ParseAllocationForm(s["form"].get<std::string>());
-    if (f.ok()) q.form = *f;
-  }
-  if (s.contains("gpus")) q.gpu_count = s["gpus"].get<int>();
-  if (s.contains("gpu_milli")) q.gpu_milli = s["gpu_milli"].get<int64_t>();
-  if (s.contains("gpu_memory_mib")) q.gpu_memory_mib = s["gpu_memory_mib"].get<int64_t>();
-  if (s.contains("cpu_milli")) q.cpu_milli = s["cpu_milli"].get<int64_t>();
-  if (s.contains("memory_mib")) q.memory_mib = s["memory_mib"].get<int64_t>();
-  q.walltime_s = s.value("walltime_s", int64_t{0});
-  return q;
-}
-
 Result<Job> JobFromRecord(store::JobRecord r) {
   Job j;
   j.spec = Json::parse(r.spec, nullptr, false);

@@ -64,6 +64,11 @@ fresh
 printf 'void Keep(store::Store& s);\n' >>"$tmp/src/api/node_liveness.cc"
 expect_fail "executor -> store" '^src/api/node_liveness\.cc:[0-9]+: forbidden arrow executor -> engine or store'
 
+# The parts' library linking the store.
+fresh
+printf 'target_link_libraries(tessera_api_parts PRIVATE tessera_store)\n' >>"$tmp/src/api/CMakeLists.txt"
+expect_fail "parts -> store" 'forbidden arrow tessera_api_parts -> tessera_store'
+
 # A new module must be placed in the table.
 fresh
 mkdir "$tmp/src/newmod"

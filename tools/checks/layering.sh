@@ -50,7 +50,7 @@ declare -A target_module=(
   [tessera_common]=common [tessera_model]=model [tessera_partition]=partition
   [tessera_sched]=sched [tessera_quota]=sched/quota [tessera_policy]=policy
   [tessera_verify]=verify [tessera_sim]=sim [tessera_scenario]=sim [tessera_store]=store
-  [tessera_net]=net [tessera_auth]=auth [tessera_backends]=backends [tessera_agent]=agent [tessera_api]=api
+  [tessera_net]=net [tessera_auth]=auth [tessera_backends]=backends [tessera_agent]=agent [tessera_api]=api [tessera_api_parts]=api
   [tessera_capgpu_abi]=capgpu [tessera_capgpu_core]=capgpu [tessera_capgpu]=capgpu
   [tessera-capgpu-region]=capgpu [tessera]=cli
 )
@@ -116,6 +116,11 @@ for f in $ports_only; do
     fail "src/api/$f:${hit%%:*}" "forbidden arrow executor -> engine or store (only through a port): ${hit#*:}"
   done < <(grep -nE '#[[:space:]]*include[[:space:]]*"(api/engine\.h|store/)|store::Store\b|(^|[^[:alnum:]_:])Engine[&*]|api::Engine\b' "src/api/$f" || true)
 done
+
+# ... and their library (tessera_api_parts) links no store: only the ledger's (tessera_api) does.
+if tr '\n' ' ' <src/api/CMakeLists.txt | grep -qE 'target_link_libraries\(tessera_api_parts[^)]*tessera_store'; then
+  fail "src/api/CMakeLists.txt" "forbidden arrow tessera_api_parts -> tessera_store (only the ledger's library links the store)"
+fi
 
 # 4. Links: every tessera_* library a module's target links is a module it may use.
 for cm in $(find src -name CMakeLists.txt | sort); do

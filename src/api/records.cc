@@ -1,0 +1,138 @@
+// The records' helpers every part uses: events as stored, a job as its store record, a node and a
+// job as the quota engine is told of them, where a job's output goes. Pure functions of their
+// arguments, in the parts' library (the ledger's and the executors' alike).
+#include "api/records.h"
+
+#include "api/json_text.h"
+#include "api/read_model.h"
+#include "common/text.h"
+
+namespace tessera::api {
+
+void WriteGrants(JsonText& w, const std::vector<quota::GrantView>& grants) {
+  w.BeginArray();
+  for (const auto& g : grants) {
+    w.BeginObject()
+        .Key("node")
+        .Str(g.node)
+        .Key("device")
+        .Int(g.device)
+        .Key("slot")
+        .Str(g.slot)
+        .Key("compute")
+        .Int(g.compute)
+        .Key("memory")
+        .Int(g.memory)
+        .Key("cpu")
+        .Int(g.cpu)
+        .Key("host_memory")
+        .Int(g.host_memory);
+    if (g.sm_percent > 0) w.Key("sm_percent").Int(g.sm_percent);  // sm-sharing (issue 38)
+    w.EndObject();
+  }
+  w.EndArray();
+}
+
+store::Event EventAt(int64_t time_ms, const std::string& actor, const std::string& kind,
+                     const std::string& subject, const std::string& reason, const Json& data) {
+  JsonText text;
+  text.Raw(data.dump(-1, ' ', false, Json::error_handler_t::replace));
+  return EventAt(time_ms, actor, kind, subject, reason, std::move(text));
+}
+
+store::Event EventAt(int64_t time_ms, const std::string& actor, const std::string& kind,
+                     const std::string& subject, const std::string& reason, JsonText data) {
+  store::Event ev;
+  ev.time_ms = time_ms;
+  // What is stored is valid UTF-8 whatever reached us (an event once made every page of the
+  // log that held it fail to render).
+  ev.actor = ToValidUtf8(actor);
+  ev.kind = ToValidUtf8(kind);
+  ev.subject = ToValidUtf8(subject);
+  ev.reason = ToValidUtf8(reason);
+  ev.data = data.Take();
+  return ev;
+}
+
+store::JobRecord RecordOf(const Job& j) {
+  store::JobRecord r = j.rec;
+  r.state = JobStateName(j.state);
+  r.spec = j.stored ? "" : j.spec_text.empty() ? j.spec.dump() : j.spec_text;  // "": unchanged
+  JsonText p;
+  p.BeginObject().Key("preemptions").Int(j.preemptions);
+  if (j.start_ms > 0) p.Key("start_ms").Int(j.start_ms);
+  if (!j.node.empty()) {  // held, or where it ran once ended
+    p.Key("node")
+        .Str(j.node)
+        .Key("form")
+        .Str(j.form)
+        .Key("borrowed")
+        .Bool(j.borrowed)
+        .Key("grants");
+    WriteGrants(p, j.grants);
+    p.Key("parts_done").BeginArray();
+    for (const std::string& n : j.agent.parts_done) p.Str(n);
+    p.EndArray();
+  }
+  if (!j.ext.backend
+           .empty()) {  // also while pending again (a suspended Kubernetes Job keeps its id)
+    p.Key("backend")
+        .Str(j.ext.backend)
+        .Key("external_id")
+        .Str(j.ext.id)
+        .Key("external_node")
+        .Str(j.ext.node)
+        .Key("gres")
+        .Str(j.ext.gres)
+        .Key("attempts")
+        .Int(j.ext.submit_attempts);
+    if (!j.ext.dispatch.is_null()) p.Key("dispatch").Raw(j.ext.dispatch.dump());
+  }
+  r.placement = p.EndObject().Take();
+  return r;
+}
+
+quota::NodeSpec SpecOf(const NodeInfo& n) {
+  quota::NodeSpec spec;
+  spec.name = n.name;
+  spec.pool = n.pool;
+  spec.cpu_milli = n.cpu_milli;
+  spec.memory_mib = n.memory_mib;
+  spec.swap_mib = n.swap_mib;
+  spec.gpu_count = static_cast<int>(n.devices.size());
+  if (!n.devices.empty()) {  // one model per node (registration refuses mixed ones)
+    spec.gpu_model = n.devices[0].model;
+    spec.gpu_memory_mib = n.devices[0].memory_mib;
+  }
+  return spec;
+}
+
+std::string JobOutputPath(const std::string& data_dir, const std::string& job) {
+  return data_dir + "/output/" + job + ".log";
+}
+
+quota::JobSpec QuotaSpecOf(const Job& j) {
+  const Json& s = j.spec;
+  quota::JobSpec q;
+  q.id = j.rec.id;
+  q.identity = j.rec.identity;
+  q.group = j.rec.group;
+  q.queue = j.rec.queue;
+  if (s.contains("class")) {
+    auto c = quota::ParseWorkloadClass(s.value("class", "batch"));
+    if (c.ok()) q.cls = *c;
+  }
+  if (s.contains("form") && s["form"].is_string() && !s["form"].get<std::string>().empty()) {
+    auto f = quota::ParseAllocationForm(s["form"].get<std::string>());
+    if (f.ok()) q.form = *f;
+  }
+  if (s.contains("gpus")) q.gpu_count = s["gpus"].get<int>();
+  if (s.contains("gpu_milli")) q.gpu_milli = s["gpu_milli"].get<int64_t>();
+  if (s.contains("gpu_memory_mib")) q.gpu_memory_mib = s["gpu_memory_mib"].get<int64_t>();
+  if (s.contains("cpu_milli")) q.cpu_milli = s["cpu_milli"].get<int64_t>();
+  if (s.contains("memory_mib")) q.memory_mib = s["memory_mib"].get<int64_t>();
+  q.walltime_s = s.value("walltime_s", int64_t{0});
+  return q;
+}
+
+}  // namespace tessera::api

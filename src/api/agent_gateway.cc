@@ -398,9 +398,10 @@ Json AgentExecutor::OrdersLocked(const NodeInfo& n, Batch& b, int64_t durable) {
       const bool starts = j.state == JobState::kPlaced;  // else: a gang's next part
       if (starts && !port_->Transition(j, JobState::kStarting, JobCause::kStarted)) continue;
       start.push_back(StartOrderLocked(j, n));
-      port_->AgentSideOf(j).start_sent_ms = port_->NowMs();
-      port_->AgentSideOf(j).starting_since_mono = silence_.Now();
-      if (gang) port_->AgentSideOf(j).parts_done.insert("sent:" + node);
+      Job::AgentSide& side = port_->AgentSideOf(j);
+      side.start_sent_ms = port_->NowMs();
+      side.starting_since_mono = silence_.Now();
+      if (gang) side.parts_done.insert("sent:" + node);
       if (starts) {
         b.Add(EventAt(port_->NowMs(), "engine", "job.starting", id, "", {{"node", node}}), &j);
       }

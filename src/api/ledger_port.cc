@@ -30,10 +30,10 @@ void LedgerPort::Evict(const Job& j, const std::string& why, Batch& b) {
   Decided(mark, b);  // job.preempted: the agent's stop order, the policy's grace
 }
 
-void LedgerPort::SetReason(const Job& j, std::string reason, int64_t update_ms) {
+void LedgerPort::SetReason(const Job& j, std::string reason, std::optional<int64_t> update_ms) {
   Job& own = JobsToChange().Own(j);
   own.rec.reason = std::move(reason);
-  if (update_ms != 0) own.rec.update_ms = update_ms;
+  if (update_ms) own.rec.update_ms = *update_ms;
 }
 
 void LedgerPort::SetExitCode(const Job& j, std::optional<int> code) {

@@ -47,7 +47,7 @@ class LedgerPort {
   // change; `j` is one of Jobs().
   Job::External& ExternalOf(const Job& j) { return JobsToChange().Own(j).ext; }
   // `j`'s reason (shown, and stored with its next record), and its update time when given.
-  void SetReason(const Job& j, std::string reason, int64_t update_ms = 0);
+  void SetReason(const Job& j, std::string reason, std::optional<int64_t> update_ms = {});
   // An ended job's exit code, as its backend or agent said.
   void SetExitCode(const Job& j, std::optional<int> code);
   // The quota engine, to read: the calls below change it.

@@ -66,10 +66,9 @@ void AgentExecutor::ExpireStartsLocked(Batch& b) {
         mono - j.agent.starting_since_mono < bound)
       continue;
     if (NodesOf(j).size() != 1 || !j.ext.backend.empty()) continue;
-    const auto& nodes = nodes_;
-    auto n = nodes.find(j.node);
+    auto n = nodes_.find(j.node);
     // A silent node is judged by its heartbeats (MarkLostLocked), not here.
-    if (n == nodes.end() || n->second.lost ||
+    if (n == nodes_.end() || n->second.lost ||
         n->second.heard_mono_ms <= j.agent.starting_since_mono)
       continue;
     expired.push_back(&j);

@@ -110,6 +110,10 @@ class CommitWriter {
   std::multimap<int64_t, std::function<void(Status)>> waiters_;  // by the batch they rest on
   bool replying_ = false;  // replies and news are being called without mu_
   bool stop_ = false;
+  // The writer thread's own: where the batches of one write are gathered when there are several
+  // (emptied after each write, their capacity kept).
+  std::vector<store::Event> events_;
+  std::vector<store::JobRecord> records_;
   std::thread thread_;
 };
 

@@ -4,8 +4,9 @@
 
 namespace tessera::api {
 
-CommitWriter::CommitWriter(Write write, News news, std::function<void()> idle)
-    : write_(std::move(write)), news_(std::move(news)), idle_(std::move(idle)) {
+CommitWriter::CommitWriter(Write write, News news, std::function<void()> idle,
+                           std::chrono::milliseconds settle)
+    : write_(std::move(write)), news_(std::move(news)), idle_(std::move(idle)), settle_(settle) {
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -188,7 +189,10 @@ void CommitWriter::Loop() {
     records_.clear();
     Free(group);
     l.lock();
-    if (idle_ && wrote && queue_.empty()) {  // nothing waits: the store's upkeep now
+    if (idle_ && wrote && queue_.empty()) {  // the store's upkeep, once nothing more comes
+      work_cv_.wait_for(l, settle_, [&] { return stop_ || !queue_.empty(); });
+    }
+    if (idle_ && wrote && queue_.empty()) {
       l.unlock();
       idle_();
       l.lock();

@@ -17,6 +17,7 @@
 // runs on the writer's thread with no lock held, replies and news after it, also without it.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -48,9 +49,13 @@ class CommitWriter {
       std::function<Status(const std::vector<store::Event>&, const std::vector<store::JobRecord>&)>;
   using News = std::function<void(const std::vector<std::pair<std::string, int64_t>>&)>;
 
-  // Starts the writer thread. `idle`, when set, is called on it whenever the queue runs empty
-  // after a write (the store's upkeep: store::Store::Tidy).
-  CommitWriter(Write write, News news, std::function<void()> idle = nullptr);
+  // Starts the writer thread. `idle`, when set, is called on it once the queue has stayed empty
+  // for `settle` after a write, or the writer stops (the store's upkeep: store::Store::Tidy). A
+  // cycle queues its decisions in chunks tens of milliseconds apart: upkeep between two of them
+  // would hold up the rest of the cycle's commit.
+  CommitWriter(Write write, News news, std::function<void()> idle = nullptr,
+               std::chrono::milliseconds settle = kDefaultSettle);
+  static constexpr std::chrono::milliseconds kDefaultSettle{250};
   ~CommitWriter();  // Stop()
   CommitWriter(const CommitWriter&) = delete;
   CommitWriter& operator=(const CommitWriter&) = delete;
@@ -97,6 +102,7 @@ class CommitWriter {
   const Write write_;
   const News news_;
   const std::function<void()> idle_;
+  const std::chrono::milliseconds settle_;
   std::mutex mu_;
   std::condition_variable work_cv_;     // the writer: something was queued, or stop
   std::condition_variable durable_cv_;  // waiters: written_ moved, or a reply round ended

@@ -108,6 +108,33 @@ TEST(CommitWriter, TheStoresUpkeepRunsOnlyOnceTheQueueIsEmpty) {
   EXPECT_EQ(idle_after, (std::vector<size_t>{2}));
 }
 
+// ... and once the queue has stayed empty for the writer's `settle`: a cycle's next chunk, queued
+// just after a write, goes in before the upkeep, which then runs once, after both. A stop does
+// not wait the settle out.
+TEST(CommitWriter, TheStoresUpkeepWaitsUntilNothingMoreComes) {
+  FakeWrite store;
+  std::mutex mu;
+  std::vector<size_t> idle_after;  // how many writes had been made at each upkeep
+  CommitWriter w(
+      store.Fn(), nullptr,
+      [&] {
+        std::lock_guard<std::mutex> l(store.mu);
+        std::lock_guard<std::mutex> m(mu);
+        idle_after.push_back(store.calls.size());
+      },
+      std::chrono::hours(1));
+  w.Push(B(1, 0, "a"));
+  ASSERT_TRUE(w.Await(1).ok());
+  w.Push(B(2, 0, "b"));
+  ASSERT_TRUE(w.Await(2).ok());
+  {
+    std::lock_guard<std::mutex> m(mu);
+    EXPECT_TRUE(idle_after.empty()) << "the upkeep ran after write " << idle_after.front();
+  }
+  w.Stop();
+  EXPECT_EQ(idle_after, (std::vector<size_t>{2}));
+}
+
 TEST(CommitWriter, AFailedWriteDropsWhatItsEpochQueuedBehindIt) {
   FakeWrite store;
   store.Hold();

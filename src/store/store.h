@@ -145,9 +145,9 @@ class Store : public StoreReader {
       const std::string& prefix) = 0;
 
   virtual Result<int> SchemaVersion() = 0;
-  // Upkeep that can wait until no commit is waiting (the commit writer calls it whenever its
-  // queue runs empty): SQLite copies its write-ahead log into the database here, not inside a
-  // commit that a burst of decisions waits for.
+  // Upkeep that can wait until no commit is waiting (the commit writer calls it once its queue
+  // has stayed empty for a moment): SQLite copies its write-ahead log into the database here,
+  // not inside a commit that a burst of decisions waits for.
   virtual void Tidy() {}
   virtual std::string Describe() const = 0;  // "sqlite:/path/tessera.db" or "postgresql://host/db"
 

@@ -612,15 +612,11 @@ class SqliteStore final : public Store {
                 "recording the schema version");
   }
 
-  // Called by SQLite after each commit (mu_ held) with the frames its log holds. Past 256 MiB of
-  // 4 KiB pages the commit copies the log itself, as SQLite would: a writer that is never idle.
-  // A scheduling cycle that places 80,000 jobs writes about 50,000 pages of log in its commits;
-  // below this bound they are copied once the cycle's writes are done (Tidy), not inside one of
-  // them, where the copy held up the rest of the cycle's commit.
-  static constexpr int kLogFramesCopiedByACommit = 65536;
+  // Called by SQLite after each commit (mu_ held) with its log's frames. Past 256 MiB the commit
+  // copies the log (a writer never idle); below, Tidy does, after a cycle's ~50,000 pages.
   static int WalHook(void* self, sqlite3* /*db*/, const char* /*name*/, int frames) {
     auto* store = static_cast<SqliteStore*>(self);
-    if ((store->wal_frames_ = frames) >= kLogFramesCopiedByACommit) store->Checkpoint();
+    if ((store->wal_frames_ = frames) >= 65536) store->Checkpoint();
     return SQLITE_OK;
   }
   // A passive checkpoint: copies what no reader still needs; the rest is copied next time.

@@ -26,14 +26,6 @@ Json DrainJson(const quota::QuotaEngine::Drain& d) {
           {"why", d.why}};
 }
 
-// Marks the jobs whose records landed: their next records need not carry the spec (the store
-// updates the columns that change instead of rewriting every column and index).
-void MarkStored(JobTable& jobs, const std::vector<std::string>& stored) {
-  for (const std::string& id : stored) {
-    if (Job* j = jobs.Find(id)) j->stored = true;
-  }
-}
-
 }  // namespace
 
 Status Engine::Sync() {
@@ -67,9 +59,6 @@ int64_t Engine::QueueLocked(Batch& b) {
   q.epoch = seq_.epoch();
   q.events = std::move(b.events);
   q.records.reserve(b.jobs.size());
-  q.jobs.reserve(b.jobs.size());
-  // What landed since the last catch-up (submissions, say, before the cycle that places them).
-  if (!b.jobs.empty()) MarkStored(jobs_, writer_.TakeProgress(seq_.epoch()).stored);
   const bool watched = watches_.Any();
   auto about = [&](const std::string& node) {
     // The node's own heartbeat: nothing new for its agent.
@@ -81,7 +70,11 @@ int64_t Engine::QueueLocked(Batch& b) {
     Job& j = jobs_.Own(*jp);
     j.last_seq = q.seq;
     q.records.push_back(RecordOf(j));
-    q.jobs.push_back(j.rec.id);
+    // Its later records need not carry the spec (the store updates the columns that change
+    // instead of rewriting every column and index): the writer writes batches in order, and a
+    // failed write drops every batch of its epoch behind it, this job's later ones too, and
+    // memory is rebuilt from the store.
+    j.stored = true;
     for (const auto& g : j.grants) about(g.node);
   }
   for (const std::string& n : b.nodes) about(n);
@@ -169,7 +162,6 @@ ReadModel Engine::ModelLocked() {
 void Engine::CatchUpLocked() {
   version_.fetch_add(1);
   CommitWriter::Progress p = writer_.TakeProgress(seq_.epoch());
-  MarkStored(jobs_, p.stored);
   // Memory ran ahead of the store by a failed write and whatever was queued after it.
   if (p.reload) {
     (void)ReloadLocked(p.cause);

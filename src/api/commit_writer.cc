@@ -63,7 +63,6 @@ bool CommitWriter::AwaitDropped(int64_t target, int64_t epoch, Status* failure) 
 CommitWriter::Progress CommitWriter::TakeProgress(int64_t epoch) {
   std::lock_guard<std::mutex> l(mu_);
   Progress p;
-  p.stored.swap(stored_);
   p.reload = dropped_epoch_ >= epoch;
   p.cause = last_failure_;
   p.written = written_;
@@ -154,7 +153,6 @@ void CommitWriter::Loop() {
       if (st.ok()) {
         durable_ = group.back().seq;
         for (Batch& b : group) {
-          std::move(b.jobs.begin(), b.jobs.end(), std::back_inserter(stored_));
           for (std::string& n : b.watched) news.emplace_back(std::move(n), b.seq);
         }
       } else {

@@ -11,7 +11,7 @@
 // ahead of the store. The owner learns of it (TakeProgress: `reload`), rebuilds its memory from
 // the store, and queues the batches that follow under a new epoch.
 //
-// It knows nothing of jobs or nodes beyond the ids and node names a batch carries; the owner
+// It knows nothing of jobs or nodes beyond the node names a batch carries; the owner
 // supplies the write (the store's Commit) and what to do with the nodes a written batch gives
 // new orders (order watches). Thread-safety: every method may be called from any thread; `Write`
 // runs on the writer's thread with no lock held, replies and news after it, also without it.
@@ -42,7 +42,6 @@ class CommitWriter {
     int64_t epoch = 0;  // the owner's memory reloads before it was decided
     std::vector<store::Event> events;
     std::vector<store::JobRecord> records;
-    std::vector<std::string> jobs;     // the records' job ids: reported stored once durable
     std::vector<std::string> watched;  // nodes it gives new orders: News once durable
   };
   using Write =
@@ -75,10 +74,9 @@ class CommitWriter {
   // Waits until every batch up to `target` was written (or the writer stops); true when a write
   // failed for a batch of epoch `epoch` or later, its error in *failure.
   bool AwaitDropped(int64_t target, int64_t epoch, Status* failure);
-  // What happened since the last call: the jobs whose records landed, whether a write failed for
-  // `epoch` (the owner's current one) so memory must be rebuilt, and why.
+  // What happened since the last call: whether a write failed for `epoch` (the owner's current
+  // one) so memory must be rebuilt, and why.
   struct Progress {
-    std::vector<std::string> stored;
     bool reload = false;
     Status cause;
     int64_t written = 0;
@@ -111,8 +109,7 @@ class CommitWriter {
   int64_t durable_ = 0;         // every batch up to this one that was not dropped is in the store
   int64_t dropped_epoch_ = -1;  // a write failed: batches of this epoch or older are dropped
   Status last_failure_;
-  std::deque<Failure> failures_;     // the most recent ones
-  std::vector<std::string> stored_;  // jobs whose records landed, for TakeProgress
+  std::deque<Failure> failures_;                                 // the most recent ones
   std::multimap<int64_t, std::function<void(Status)>> waiters_;  // by the batch they rest on
   bool replying_ = false;  // replies and news are being called without mu_
   bool stop_ = false;

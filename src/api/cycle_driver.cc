@@ -71,7 +71,7 @@ void CycleDriver::TranslateLocked(size_t from, Batch& b) {
         FillGrantsLocked(j);
         ledger_->CycleJobs().NoteNodes(j);
         j.rec.reason = j.ext.backend.empty() ? "" : "admitted; to be submitted to " + j.ext.backend;
-        JsonText data;
+        JsonText data(512);
         data.BeginObject().Key("node").Str(j.node).Key("form").Str(j.form).Key("grants");
         WriteGrants(data, j.grants);
         data.Key("borrowed").Bool(j.borrowed).Key("admission").Str(admission).EndObject();

@@ -58,7 +58,7 @@ store::JobRecord RecordOf(const Job& j) {
   store::JobRecord r = j.rec;
   r.state = JobStateName(j.state);
   r.spec = j.stored ? "" : j.spec_text.empty() ? j.spec.dump() : j.spec_text;  // "": unchanged
-  JsonText p;
+  JsonText p(256);
   p.BeginObject().Key("preemptions").Int(j.preemptions);
   if (j.start_ms > 0) p.Key("start_ms").Int(j.start_ms);
   if (!j.node.empty()) {  // held, or where it ran once ended

@@ -63,9 +63,10 @@ struct Job {
   JobState state = kInitialJobState;  // changed only by TransitionLocked
   Json spec;
   std::string spec_text;  // spec.dump(), kept: the spec never changes
-  bool stored = false;    // its record is in the store: updates need not rewrite the spec
-  int64_t last_seq = 0;   // the last commit batch that carried its record
-  int handle = -1;        // in the quota engine
+  // Its record is in the store, or queued for it: updates need not rewrite the spec.
+  bool stored = false;
+  int64_t last_seq = 0;  // the last commit batch that carried its record
+  int handle = -1;       // in the quota engine
   // What the job holds while placed/starting/running/preempting.
   std::string form;
   std::vector<quota::GrantView> grants;  // on agent nodes (empty for external backends)

@@ -261,5 +261,73 @@ TEST_F(GroupCommitTest, AFailedPlacementCommitLeavesTheJobPendingAndTheNodeFree)
   EXPECT_EQ(placed, 2) << list->dump();
 }
 
+// A job's first record and its placement, queued behind one slow write, are written together:
+// the placement updates the row its submission inserts in the same transaction. `fail`: that
+// transaction fails. Returns the second submission's answer and the cycle's outcome.
+class GroupedWriteTest : public GroupCommitTest {
+ protected:
+  struct Grouped {
+    Result<Json> second = Status::Internal("unset");
+    Status cycle;
+  };
+  Grouped SubmitAndPlaceBehindASlowWrite(bool fail) {
+    config_.schedule_on_submit = false;  // placed by the cycle below, not at submission
+    Reopen();
+    Grouped g;
+    Json devs = Json::array(
+        {{{"index", 0}, {"model", "H100-80GB"}, {"memory_mib", 81920}, {"uuid", "g0"}}});
+    auto reg = engine_->agents().RegisterNode(
+        Who("agent"),
+        {{"node", "n1"}, {"cpu_milli", 2000}, {"memory_mib", 4096}, {"devices", devs}});
+    EXPECT_TRUE(reg.ok()) << reg.status().ToString();
+    delay_ms_ = 300;  // the write in flight below holds the next ones back
+    const int before = commits_.load();
+    std::promise<Result<Json>> first, second;
+    engine_->SubmitAsync(Who("alice"), Json{{"queue", "local"}, {"command", {"true"}}}, "",
+                         [&](Result<Json> r, bool) { first.set_value(std::move(r)); });
+    EXPECT_TRUE(tessera::testing::WaitFor([&] { return commits_.load() > before; },
+                                          std::chrono::seconds(10)));
+    // The second submission and the cycle's placement of both queue while it is written.
+    engine_->SubmitAsync(Who("alice"), Json{{"queue", "local"}, {"command", {"echo", "two"}}}, "",
+                         [&](Result<Json> r, bool) { second.set_value(std::move(r)); });
+    if (fail) fail_nth_ = commits_.load() + 1;
+    g.cycle = engine_->RunCycle();
+    const Result<Json> first_answer = first.get_future().get();
+    EXPECT_TRUE(first_answer.ok()) << first_answer.status().ToString();
+    g.second = second.get_future().get();
+    EXPECT_EQ(commits_.load(), before + 2) << "the second submission and the cycle not grouped";
+    delay_ms_ = 0;
+    fail_nth_ = -1;
+    return g;
+  }
+};
+
+TEST_F(GroupedWriteTest, ASubmissionAndItsPlacementWrittenInOneTransactionBothLand) {
+  const Grouped g = SubmitAndPlaceBehindASlowWrite(false);
+  ASSERT_TRUE(g.cycle.ok()) << g.cycle.ToString();
+  ASSERT_TRUE(g.second.ok()) << g.second.status().ToString();
+  Reopen();
+  auto job = engine_->views().GetJob(Who("alice"), (*g.second)["id"]);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ((*job)["state"], "placed") << job->dump();
+  EXPECT_EQ((*job)["spec"]["command"], Json({"echo", "two"})) << job->dump();
+}
+
+// When that transaction fails, neither lands, memory forgets the second job, and the next
+// cycle's writes succeed: none updates a row that was never written.
+TEST_F(GroupedWriteTest, WhenTheSharedTransactionFailsNeitherLandsAndTheNextCycleWrites) {
+  const Grouped g = SubmitAndPlaceBehindASlowWrite(true);
+  EXPECT_FALSE(g.cycle.ok());
+  ASSERT_FALSE(g.second.ok());
+  EXPECT_NE(g.second.status().message().find("disk full"), std::string::npos)
+      << g.second.status().ToString();
+  const Status next = engine_->RunCycle();
+  ASSERT_TRUE(next.ok()) << next.ToString();
+  EXPECT_EQ((*engine_->views().GetJob(Who("alice"), "j-1"))["state"], "placed");
+  Reopen();
+  EXPECT_EQ(JobCount(), 1u);
+  EXPECT_EQ((*engine_->views().GetJob(Who("alice"), "j-1"))["state"], "placed");
+}
+
 }  // namespace
 }  // namespace tessera::api

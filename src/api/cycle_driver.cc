@@ -46,14 +46,18 @@ CycleDriver::CycleDriver(std::unique_ptr<CyclePort> ledger, const EngineConfig& 
       delete_external_(std::move(delete_external)) {}
 
 void CycleDriver::TranslateLocked(size_t from, Batch& b) {
-  const auto& evs = ledger_->Quota().events();
-  std::string admission;  // the admission of the placement that follows it
+  // Recorded here and then dropped (ClearEvents below): their texts are moved, not copied.
+  std::vector<quota::Event>& evs = ledger_->Cycle().events_to_record();
+  const int64_t now = ledger_->NowMs();  // the time of the decisions translated together
+  b.events.reserve(b.events.size() + (evs.size() - from));
+  constexpr size_t kNone = static_cast<size_t>(-1);
+  size_t admission = kNone;  // the admission (its event) of the placement that follows it
   for (size_t i = from; i < evs.size(); ++i) {
-    const quota::Event& e = evs[i];
+    quota::Event& e = evs[i];
     if (e.kind == quota::EventKind::kRepartitioned) {
       CountEventLocked(e, nullptr);
-      b.Add(EventAt(ledger_->NowMs(), "engine", "device.repartitioned",
-                    e.detail.substr(0, e.detail.find(':')), e.detail),
+      std::string device = e.detail.substr(0, e.detail.find(':'));
+      b.Add(EventAt(now, "engine", "device.repartitioned", std::move(device), std::move(e.detail)),
             nullptr);
       continue;
     }
@@ -64,7 +68,7 @@ void CycleDriver::TranslateLocked(size_t from, Batch& b) {
     Job& j = *it;
     switch (e.kind) {
       case quota::EventKind::kAdmitted:
-        admission = e.detail;  // recorded with the placement: one event per decision
+        admission = i;  // recorded with the placement: one event per decision
         break;
       case quota::EventKind::kPlaced: {
         if (!ledger_->Transition(j, JobState::kPlaced, JobCause::kPlaced)) break;
@@ -74,19 +78,21 @@ void CycleDriver::TranslateLocked(size_t from, Batch& b) {
         JsonText data(512);
         data.BeginObject().Key("node").Str(j.node).Key("form").Str(j.form).Key("grants");
         WriteGrants(data, j.grants);
-        data.Key("borrowed").Bool(j.borrowed).Key("admission").Str(admission).EndObject();
+        data.Key("borrowed")
+            .Bool(j.borrowed)
+            .Key("admission")
+            .Str(admission == kNone ? std::string_view() : std::string_view(evs[admission].detail))
+            .EndObject();
         CountEventLocked(e, &j);
-        b.Add(
-            EventAt(ledger_->NowMs(), "engine", "job.placed", j.rec.id, e.detail, std::move(data)),
-            &j);
+        b.Add(EventAt(now, "engine", "job.placed", j.rec.id, std::move(e.detail), std::move(data)),
+              &j);
         break;
       }
       case quota::EventKind::kPreempted:
         if (!ledger_->Transition(j, JobState::kPreempting, JobCause::kPreempted)) break;
         CountEventLocked(e, &j);
         j.rec.reason = "preempted: " + e.detail;
-        b.Add(EventAt(ledger_->NowMs(), "engine", "job.preempted", j.rec.id, e.detail,
-                      {{"group", e.group}}),
+        b.Add(EventAt(now, "engine", "job.preempted", j.rec.id, e.detail, {{"group", e.group}}),
               &j);
         break;
       case quota::EventKind::kStopped:
@@ -99,7 +105,7 @@ void CycleDriver::TranslateLocked(size_t from, Batch& b) {
         if (!ledger_->Transition(j, JobState::kPreempting, JobCause::kPreempted)) break;
         j.guard_stopped = true;
         j.rec.reason = std::string(kGuardStopping) + e.detail;
-        b.Add(EventAt(ledger_->NowMs(), "engine", "job.stopping", j.rec.id, e.detail), &j);
+        b.Add(EventAt(now, "engine", "job.stopping", j.rec.id, e.detail), &j);
         break;
       case quota::EventKind::kSwappedOut:
       case quota::EventKind::kSwappedIn:
@@ -120,7 +126,7 @@ void CycleDriver::TranslateLocked(size_t from, Batch& b) {
         j.agent.activity.gpu_memory_used_mib = -1;
         j.agent.swap.state.clear();
         j.agent.swap.swapped_mib = 0;
-        b.Add(EventAt(ledger_->NowMs(), "engine", "job.requeued", j.rec.id, e.detail,
+        b.Add(EventAt(now, "engine", "job.requeued", j.rec.id, e.detail,
                       {{"preemptions", j.preemptions}}),
               &j);
         break;

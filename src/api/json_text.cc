@@ -7,18 +7,29 @@ namespace tessera::api {
 void JsonText::Quote(std::string_view text) {
   static constexpr char kHex[] = "0123456789abcdef";
   // JSON text is UTF-8: bytes that are not (from a request, a node, an old record) become U+FFFD
-  // here, so that no reader of what was written fails on it.
+  // here, so that no reader of what was written fails on it. ASCII, nearly all that is written,
+  // is escaped in one pass; the first byte past it has the whole text checked, and text that
+  // is not UTF-8 is written again from its valid copy.
+  const size_t start = out_.size();
   std::string valid;
   std::string_view s = text;
-  if (!IsValidUtf8(text)) {
-    valid = ToValidUtf8(text);
-    s = valid;
-  }
+  bool checked = false;
   out_ += '"';
   // The runs between bytes that need escaping are appended whole, not byte by byte.
   size_t copied = 0;
   for (size_t i = 0; i < s.size(); ++i) {
     const auto u = static_cast<unsigned char>(s[i]);
+    if (u >= 0x80 && !checked) {
+      checked = true;
+      if (!IsValidUtf8(s)) {
+        valid = ToValidUtf8(s);
+        s = valid;
+        out_.resize(start + 1);  // what was written of it so far, again from the valid copy
+        copied = 0;
+        i = static_cast<size_t>(-1);
+        continue;
+      }
+    }
     if (u >= 0x20 && u != '"' && u != '\\') continue;  // valid UTF-8 passes through as it came
     out_.append(s.substr(copied, i - copied));
     copied = i + 1;

@@ -4,6 +4,7 @@
 // with nlohmann::json like any other stored JSON.
 #pragma once
 
+#include <charconv>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -35,7 +36,9 @@ class JsonText {
   }
   JsonText& Int(int64_t v) {
     Separate();
-    out_ += std::to_string(v);
+    char digits[24];
+    const auto end = std::to_chars(digits, digits + sizeof digits, v).ptr;
+    out_.append(digits, end);
     return *this;
   }
   JsonText& Bool(bool v) {

@@ -33,23 +33,34 @@ void WriteGrants(JsonText& w, const std::vector<quota::GrantView>& grants) {
   w.EndArray();
 }
 
-store::Event EventAt(int64_t time_ms, const std::string& actor, const std::string& kind,
-                     const std::string& subject, const std::string& reason, const Json& data) {
+store::Event EventAt(int64_t time_ms, std::string actor, std::string kind, std::string subject,
+                     std::string reason, const Json& data) {
   JsonText text;
   text.Raw(data.dump(-1, ' ', false, Json::error_handler_t::replace));
-  return EventAt(time_ms, actor, kind, subject, reason, std::move(text));
+  return EventAt(time_ms, std::move(actor), std::move(kind), std::move(subject), std::move(reason),
+                 std::move(text));
 }
 
-store::Event EventAt(int64_t time_ms, const std::string& actor, const std::string& kind,
-                     const std::string& subject, const std::string& reason, JsonText data) {
+namespace {
+
+// `s` as valid UTF-8: itself when it is already (most are), else ToValidUtf8's copy.
+std::string ValidUtf8(std::string s) {
+  if (IsValidUtf8(s)) return s;
+  return ToValidUtf8(s);
+}
+
+}  // namespace
+
+store::Event EventAt(int64_t time_ms, std::string actor, std::string kind, std::string subject,
+                     std::string reason, JsonText data) {
   store::Event ev;
   ev.time_ms = time_ms;
   // What is stored is valid UTF-8 whatever reached us (an event once made every page of the
   // log that held it fail to render).
-  ev.actor = ToValidUtf8(actor);
-  ev.kind = ToValidUtf8(kind);
-  ev.subject = ToValidUtf8(subject);
-  ev.reason = ToValidUtf8(reason);
+  ev.actor = ValidUtf8(std::move(actor));
+  ev.kind = ValidUtf8(std::move(kind));
+  ev.subject = ValidUtf8(std::move(subject));
+  ev.reason = ValidUtf8(std::move(reason));
   ev.data = data.Take();
   return ev;
 }

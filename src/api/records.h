@@ -168,12 +168,12 @@ quota::NodeSpec SpecOf(const NodeInfo& n);
 Result<Job> JobFromRecord(store::JobRecord r);
 // An event for the store at `time_ms` (records.cc): what is stored is valid UTF-8 whatever reached
 // us (an event once made every page of the log that held it fail to render).
-store::Event EventAt(int64_t time_ms, const std::string& actor, const std::string& kind,
-                     const std::string& subject, const std::string& reason,
-                     const Json& data = Json::object());
+// The texts are taken by value: one moved in is kept as it is when it is valid already.
+store::Event EventAt(int64_t time_ms, std::string actor, std::string kind, std::string subject,
+                     std::string reason, const Json& data = Json::object());
 // The same with data already written as JSON text (the cycle's hot path).
-store::Event EventAt(int64_t time_ms, const std::string& actor, const std::string& kind,
-                     const std::string& subject, const std::string& reason, JsonText data);
+store::Event EventAt(int64_t time_ms, std::string actor, std::string kind, std::string subject,
+                     std::string reason, JsonText data);
 // A job as its store record: state, spec (unless already stored) and placement (records.cc).
 store::JobRecord RecordOf(const Job& j);
 // What the quota engine is asked for a job: its spec as a scheduling request (records.cc).

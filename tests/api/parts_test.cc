@@ -310,6 +310,13 @@ TEST(JsonText, EscapesWhatJsonMustAndPassesTheRestThrough) {
   JsonText bad;
   bad.Str("x\xff");  // not UTF-8: U+FFFD
   EXPECT_EQ(nlohmann::json::parse(bad.str()).get<std::string>(), "x\xef\xbf\xbd");
+  // Escapes written before the bad byte are written once, from the valid copy.
+  JsonText late;
+  late.BeginArray().Str("ok").Str("a\"b\n\xc3\xa9\xff c").EndArray();
+  EXPECT_EQ(late.str(), "[\"ok\",\"a\\\"b\\n\xc3\xa9\xef\xbf\xbd c\"]");
+  JsonText ints;
+  ints.BeginArray().Int(0).Int(-7).Int(INT64_MAX).Int(INT64_MIN).EndArray();
+  EXPECT_EQ(ints.str(), "[0,-7,9223372036854775807,-9223372036854775808]");
 }
 
 }  // namespace

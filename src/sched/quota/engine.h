@@ -363,6 +363,8 @@ class QuotaEngine {
   // Members of the groups that list their users, and the identities seen in them.
   virtual std::vector<MemberView> members() const = 0;
   virtual const std::vector<Event>& events() const = 0;
+  // The same, for a caller that records them: it may move their texts out before ClearEvents.
+  virtual std::vector<Event>& events_to_record() = 0;
   // Drops the events recorded so far (a control plane that has recorded them elsewhere: a
   // long-running server would otherwise keep every decision ever made).
   virtual void ClearEvents() = 0;

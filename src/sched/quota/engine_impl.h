@@ -248,6 +248,7 @@ class Engine final : public QuotaEngine {
   JobState job_state(int handle) const override { return jobs_[handle].state; }
   std::vector<GroupView> groups() const override;
   const std::vector<Event>& events() const override { return events_; }
+  std::vector<Event>& events_to_record() override { return events_; }
   void ClearEvents() override {
     events_.clear();
     if (events_.capacity() > 65536) events_.shrink_to_fit();  // after a large cycle

@@ -206,7 +206,8 @@ class Engine final : public LedgerReads {
   // sequence; 0: now), with the write's error if that failed, or at once with the call's own.
   void AnswerWhenDurable(Result<std::pair<Json, int64_t>> queued,
                          std::function<void(Result<Json>)> done);
-  // Marks the jobs whose records landed, and rebuilds memory from the store after a failed write.
+  // Rebuilds memory from the store after a failed write; lets the oldest ended jobs leave memory
+  // once durable.
   void CatchUpLocked();
   Status ReloadLocked(const Status& cause);
   // The one way a job's state changes: to `to` for `cause` when the job state table holds that

@@ -8,6 +8,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libyaml-cpp-dev libcpp-httplib-dev
   libsqlite3-dev libpqxx-dev postgresql libboost-dev libspdlog-dev libssl-dev
+  libgoogle-perftools-dev         # tcmalloc, the tessera executable's allocator (CMakeLists.txt)
   clang-format clang-tidy
   prometheus                     # promtool check metrics (tests/api/metrics_test.cc)
   slurm-wlm munge

@@ -228,9 +228,10 @@ int main(int argc, char** argv) {
   in.policy.placement = placement;
   std::printf(
       "served engine vs bare cycle: %d nodes x 8 H100-80GB, %d pending jobs (tessera bench cycle's "
-      "input, seed %llu), placement %s, %u cores, SQLite on %s\n",
+      "input, seed %llu), placement %s, %u cores, SQLite on %s, %s (as tessera serve)\n",
       o.nodes, o.jobs, static_cast<unsigned long long>(o.seed), placement.c_str(),
-      std::thread::hardware_concurrency(), std::filesystem::temp_directory_path().c_str());
+      std::thread::hardware_concurrency(), std::filesystem::temp_directory_path().c_str(),
+      TESSERA_MALLOC);
 
   // 1 and 2, --runs times: each run a fresh bare engine and a fresh served one.
   if (phases.find("cycle") != std::string::npos) {

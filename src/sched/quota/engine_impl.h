@@ -249,10 +249,7 @@ class Engine final : public QuotaEngine {
   std::vector<GroupView> groups() const override;
   const std::vector<Event>& events() const override { return events_; }
   std::vector<Event>& events_to_record() override { return events_; }
-  void ClearEvents() override {
-    events_.clear();
-    if (events_.capacity() > 65536) events_.shrink_to_fit();  // after a large cycle
-  }
+  void ClearEvents() override;
   std::vector<FairShareHistory> FairShare(int64_t* as_of) const override;
   void RestoreFairShare(const std::vector<FairShareHistory>& history, int64_t as_of,
                         int64_t now) override;

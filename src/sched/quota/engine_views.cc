@@ -235,6 +235,11 @@ void Engine::HeldOf(int handle, std::vector<GrantView>* grants, std::optional<Al
   if (borrowed != nullptr) *borrowed = j.borrowed;
 }
 
+void Engine::ClearEvents() {
+  events_.clear();
+  if (events_.capacity() > 65536) events_.shrink_to_fit();  // after a large cycle
+}
+
 std::vector<GroupView> Engine::groups() const {
   std::vector<GroupView> out;
   for (const GroupRt& g : groups_) {

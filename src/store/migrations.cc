@@ -77,6 +77,15 @@ const std::vector<Migration>& Migrations() {
        "CREATE TABLE samples (resolution_s INTEGER NOT NULL, time_ms BIGINT NOT NULL, data TEXT "
        "NOT NULL,"
        "  PRIMARY KEY (resolution_s, time_ms));"},
+      {7,
+       "job_progress: what changes in a job after its submission (state, placement, reason, exit "
+       "code), appended by each commit and folded into the jobs rows later (SQLite; PostgreSQL "
+       "updates the rows in place)",
+       "CREATE TABLE job_progress (seq INTEGER PRIMARY KEY, id TEXT NOT NULL, state TEXT NOT NULL,"
+       "  placement TEXT NOT NULL, update_ms INTEGER NOT NULL, exit_code INTEGER,"
+       "  reason TEXT NOT NULL, ended_ms INTEGER NOT NULL);"
+       "CREATE INDEX job_progress_id ON job_progress (id, seq);",
+       "SELECT 1"},
   };
   return kSteps;
 }

@@ -253,6 +253,87 @@ TEST_P(StoreSuite, AnUpdateOfAJobNotStoredFailsTheWholeCommit) {
   EXPECT_TRUE(evs->empty());
 }
 
+// What a job became after its submission (state, placement, reason, exit code) is what every
+// read finds: right after the commit, after a reopen, after Tidy; and a job whose record is
+// written whole again is what that record says, whatever progress came before it. (SQLite
+// appends progress to a log that Tidy folds into the rows; PostgreSQL updates them in place.)
+TEST_P(StoreSuite, EveryReadFindsAJobsLatestProgressBeforeAndAfterTidy) {
+  const std::string url = NewUrl();
+  auto store = MustOpen(url);
+  ASSERT_NE(store, nullptr);
+  JobRecord a = MakeJob("j-1", 1000);
+  a.idempotency_key = "alice\nk1";
+  JobRecord b = MakeJob("j-2", 1001);
+  ASSERT_TRUE(store->Commit({}, {a, b}, nullptr).ok());
+  a.spec = b.spec = "";
+  a.state = b.state = "placed";
+  a.placement = b.placement = "{\"node\":\"n1\"}";
+  a.reason = b.reason = "";
+  a.update_ms = b.update_ms = 2000;
+  ASSERT_TRUE(store->Commit({}, {a, b}, nullptr).ok());
+  b.state = "succeeded";
+  b.exit_code = 0;
+  b.update_ms = 5000;
+  ASSERT_TRUE(store->Commit({}, {b}, nullptr).ok());
+
+  const auto expect_current = [&](Store& s, const std::string& when) {
+    SCOPED_TRACE(when);
+    auto one = s.GetJob("j-1");
+    ASSERT_TRUE(one.ok() && one->has_value()) << one.status().ToString();
+    EXPECT_EQ((*one)->state, "placed");
+    EXPECT_EQ((*one)->placement, "{\"node\":\"n1\"}");
+    EXPECT_EQ((*one)->reason, "");
+    EXPECT_EQ((*one)->spec, "{\"gpus\":1}");
+    auto keyed = s.FindByIdempotencyKey("alice\nk1", 0);
+    ASSERT_TRUE(keyed.ok() && keyed->has_value());
+    EXPECT_EQ((*keyed)->state, "placed");
+    auto ended = s.GetJob("j-2");
+    ASSERT_TRUE(ended.ok() && ended->has_value());
+    EXPECT_EQ((*ended)->state, "succeeded");
+    EXPECT_EQ((*ended)->exit_code, std::optional<int>(0));
+    EXPECT_EQ((*ended)->update_ms, 5000);
+    auto placed = s.ListJobs("placed", 10);
+    ASSERT_TRUE(placed.ok());
+    ASSERT_EQ(placed->size(), 1u);
+    EXPECT_EQ((*placed)[0].id, "j-1");
+    EXPECT_EQ(s.ListJobs("succeeded", 10)->size(), 1u);
+    auto live = s.LoadLiveJobs();
+    ASSERT_TRUE(live.ok());
+    ASSERT_EQ(live->size(), 1u);
+    EXPECT_EQ((*live)[0].id, "j-1");
+    auto all = s.LoadJobs();
+    ASSERT_TRUE(all.ok());
+    ASSERT_EQ(all->size(), 2u);
+    EXPECT_EQ((*all)[1].state, "succeeded");
+  };
+  expect_current(*store, "after the commits");
+  store.reset();
+  store = MustOpen(url);
+  ASSERT_NE(store, nullptr);
+  expect_current(*store, "after a reopen");
+  store->Tidy();
+  expect_current(*store, "after Tidy");
+
+  a.state = "running";  // progress, then the whole record written again: the record wins
+  ASSERT_TRUE(store->Commit({}, {a}, nullptr).ok());
+  JobRecord whole = MakeJob("j-1", 1000);
+  whole.spec = "{\"gpus\":2}";
+  ASSERT_TRUE(store->Commit({}, {whole}, nullptr).ok());
+  for (bool tidied : {false, true}) {
+    if (tidied) store->Tidy();
+    auto one = store->GetJob("j-1");
+    ASSERT_TRUE(one.ok() && one->has_value());
+    EXPECT_EQ((*one)->state, "pending") << tidied;
+    EXPECT_EQ((*one)->spec, "{\"gpus\":2}") << tidied;
+    EXPECT_EQ((*store->LoadJobs())[0].state, "pending") << tidied;
+  }
+  // The ended job's end time came with its progress: pruning by it removes the job.
+  auto pruned = store->Prune(6000);
+  ASSERT_TRUE(pruned.ok()) << pruned.status().ToString();
+  EXPECT_FALSE(store->GetJob("j-2")->has_value());
+  EXPECT_TRUE(store->GetJob("j-1")->has_value());
+}
+
 TEST_P(StoreSuite, SeqIsStrictlyIncreasingWithoutGaps) {
   auto store = MustOpen(NewUrl());
   ASSERT_NE(store, nullptr);
@@ -457,13 +538,16 @@ TEST_P(StoreSuite, NewerSchemaIsRefusedNamingBothVersions) {
     ASSERT_NE(store, nullptr);
     ASSERT_TRUE(store->PutSetting("k", "v").ok());
   }
-  ASSERT_TRUE(internal::ExecSql(url, "UPDATE schema_version SET version = 7").ok());
+  ASSERT_TRUE(internal::ExecSql(url, "UPDATE schema_version SET version = " +
+                                         std::to_string(Store::LatestSchemaVersion() + 1))
+                  .ok());
   for (int attempt = 0; attempt < 2; ++attempt) {  // refusing changes nothing: same answer twice
     auto again = Store::Open(url);
     ASSERT_FALSE(again.ok());
     EXPECT_EQ(again.status().code(), StatusCode::kFailedPrecondition);
     EXPECT_NE(again.status().message().find(
-                  "store schema version 7 is newer than this Tessera (knows up to " +
+                  "store schema version " + std::to_string(Store::LatestSchemaVersion() + 1) +
+                  " is newer than this Tessera (knows up to " +
                   std::to_string(Store::LatestSchemaVersion()) + "); upgrade Tessera"),
               std::string::npos)
         << again.status().message();

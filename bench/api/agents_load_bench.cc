@@ -86,6 +86,7 @@ struct Stats {
   int64_t heartbeat_errors = 0, submit_errors = 0, started = 0, finished = 0, wakes = 0;
   std::map<std::string, Clock::time_point> submitted;  // job id -> when its submission was answered
   std::vector<double> start_ms;                        // submit-to-start, per job started
+  std::map<std::string, int64_t> submit_failures;      // "status: reply" -> how many
   bool measuring = false;
 };
 
@@ -325,22 +326,26 @@ class Submitter : public std::enable_shared_from_this<Submitter> {
     timer_.async_wait([self = shared_from_this(), due](beast::error_code ec) {
       if (ec) return;
       const std::string body = R"({"queue":"training","command":["true"]})";
-      self->conn_->Request(http::verb::post, "/v1/jobs", "alice-token-1", body,
-                           [self, due](bool ok, int status, const std::string& reply) {
-                             if (ok && status == 201) {
-                               Json j = Json::parse(reply, nullptr, false);
-                               if (j.is_object() && j.contains("id"))
-                                 self->stats_->submitted[j["id"]] = Clock::now();
-                             }
-                             if (self->stats_->measuring) {
-                               if (ok && status == 201) {
-                                 self->stats_->submit_ms.push_back(Ms(Clock::now() - due));
-                               } else {
-                                 ++self->stats_->submit_errors;
-                               }
-                             }
-                             self->Next(due + self->interval_);
-                           });
+      self->conn_->Request(
+          http::verb::post, "/v1/jobs", "alice-token-1", body,
+          [self, due](bool ok, int status, const std::string& reply) {
+            if (ok && status == 201) {
+              Json j = Json::parse(reply, nullptr, false);
+              if (j.is_object() && j.contains("id"))
+                self->stats_->submitted[j["id"]] = Clock::now();
+            }
+            if (self->stats_->measuring) {
+              if (ok && status == 201) {
+                self->stats_->submit_ms.push_back(Ms(Clock::now() - due));
+              } else {
+                ++self->stats_->submit_errors;
+                ++self->stats_
+                      ->submit_failures[(ok ? std::to_string(status) : std::string("no answer")) +
+                                        ": " + reply.substr(0, 160)];
+              }
+            }
+            self->Next(due + self->interval_);
+          });
     });
   }
   std::shared_ptr<Conn> conn_;
@@ -506,6 +511,8 @@ int main(int argc, char** argv) {
     while (!got && ioc.run_one_for(std::chrono::seconds(30))) {
     }
   }
+  for (const auto& [what, n] : stats.submit_failures)
+    std::printf("  failed submission (%lld): %s\n", static_cast<long long>(n), what.c_str());
   std::printf(
       "  over %d s: %zu heartbeats (%lld failed), %zu submissions (%lld failed), %lld jobs started "
       "by agents\n",

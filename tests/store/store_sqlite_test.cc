@@ -100,60 +100,52 @@ int64_t RawInt(const std::string& path, const std::string& sql) {
   return out;
 }
 
-JobRecord PendingJob(const std::string& id) {
-  JobRecord j;
-  j.id = id;
-  j.queue = "q";
-  j.identity = "alice";
-  j.group = "g";
-  j.state = "pending";
-  j.spec = "{}";
-  j.submit_ms = j.update_ms = 1;
-  return j;
-}
+// A store with one job, j-1, submitted at 1.
+class SqliteProgressTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto s = Store::Open(path_);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    store_ = std::move(*s);
+    ASSERT_TRUE(store_->Commit({}, {MakeJob("j-1", 1)}, nullptr).ok());
+  }
+  // j-1's progress: no spec, so an update.
+  static JobRecord Progress(int64_t update_ms) {
+    JobRecord j = MakeJob("j-1", 1);
+    j.spec = "";
+    j.state = "placed";
+    j.update_ms = update_ms;
+    return j;
+  }
+
+  TempDir dir_;
+  const std::string path_ = dir_.path() + "/t.db";
+  std::unique_ptr<Store> store_;
+};
 
 // A job's progress is appended to job_progress by its commit, leaving the job's row (and its
 // page) alone; Tidy folds it into the row. A cycle's placements, written in place, rewrote
 // ~57,000 pages scattered over the jobs table (served_cycle_bench).
-TEST(SqliteStore, ACommitAppendsJobProgressAndTidyFoldsItIntoTheRow) {
-  TempDir dir;
-  const std::string path = dir.path() + "/t.db";
-  auto s = Store::Open(path);
-  ASSERT_TRUE(s.ok()) << s.status().ToString();
-  JobRecord j = PendingJob("j-1");
-  ASSERT_TRUE((*s)->Commit({}, {j}, nullptr).ok());
-  j.spec = "";
-  j.state = "placed";
-  j.update_ms = 7;
-  ASSERT_TRUE((*s)->Commit({}, {j}, nullptr).ok());
+TEST_F(SqliteProgressTest, ACommitAppendsJobProgressAndTidyFoldsItIntoTheRow) {
+  ASSERT_TRUE(store_->Commit({}, {Progress(7)}, nullptr).ok());
   const std::string row = "SELECT update_ms FROM jobs WHERE id = 'j-1'";
-  EXPECT_EQ(RawInt(path, row), 1) << "the commit rewrote the row";
-  EXPECT_EQ(RawInt(path, "SELECT count(*) FROM job_progress"), 1);
-  (*s)->Tidy();
-  EXPECT_EQ(RawInt(path, row), 7);
-  EXPECT_EQ(RawInt(path, "SELECT count(*) FROM job_progress"), 0);
+  EXPECT_EQ(RawInt(path_, row), 1) << "the commit rewrote the row";
+  EXPECT_EQ(RawInt(path_, "SELECT count(*) FROM job_progress"), 1);
+  store_->Tidy();
+  EXPECT_EQ(RawInt(path_, row), 7);
+  EXPECT_EQ(RawInt(path_, "SELECT count(*) FROM job_progress"), 0);
 }
 
 // A writer never idle (Tidy never runs) keeps the log bounded: a commit that finds it past
 // 131,072 rows folds its oldest 16,384.
-TEST(SqliteStore, PastItsBoundTheProgressLogIsFoldedASliceACommit) {
-  TempDir dir;
-  const std::string path = dir.path() + "/t.db";
-  auto s = Store::Open(path);
-  ASSERT_TRUE(s.ok()) << s.status().ToString();
-  JobRecord j = PendingJob("j-1");
-  ASSERT_TRUE((*s)->Commit({}, {j}, nullptr).ok());
-  j.spec = "";
+TEST_F(SqliteProgressTest, PastItsBoundTheProgressLogIsFoldedASliceACommit) {
   std::vector<JobRecord> updates;
-  for (int i = 0; i < 140'000; ++i) {
-    j.update_ms = 10 + i;
-    updates.push_back(j);
-  }
-  ASSERT_TRUE((*s)->Commit({}, updates, nullptr).ok());
-  EXPECT_EQ(RawInt(path, "SELECT count(*) FROM job_progress"), 140'000 - 16'384);
-  EXPECT_EQ(RawInt(path, "SELECT update_ms FROM jobs WHERE id = 'j-1'"), 10 + 16'383)
+  for (int i = 0; i < 140'000; ++i) updates.push_back(Progress(10 + i));
+  ASSERT_TRUE(store_->Commit({}, updates, nullptr).ok());
+  EXPECT_EQ(RawInt(path_, "SELECT count(*) FROM job_progress"), 140'000 - 16'384);
+  EXPECT_EQ(RawInt(path_, "SELECT update_ms FROM jobs WHERE id = 'j-1'"), 10 + 16'383)
       << "the row takes the latest progress of the slice folded";
-  auto got = (*s)->GetJob("j-1");
+  auto got = store_->GetJob("j-1");
   ASSERT_TRUE(got.ok() && got->has_value());
   EXPECT_EQ((*got)->update_ms, 10 + 139'999) << "a read finds the latest, folded or not";
 }

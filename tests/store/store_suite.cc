@@ -91,13 +91,6 @@ std::vector<Event> AllEvents(Store& store, const EventFilter& filter) {
   }
 }
 
-namespace {
-
-Event MakeEvent(const std::string& kind, const std::string& subject, const std::string& actor,
-                int64_t t = 1000) {
-  return Event{0, t, actor, kind, subject, "because " + subject, "{\"k\":\"" + kind + "\"}"};
-}
-
 JobRecord MakeJob(const std::string& id, int64_t submit_ms) {
   JobRecord j;
   j.id = id;
@@ -110,6 +103,13 @@ JobRecord MakeJob(const std::string& id, int64_t submit_ms) {
   j.update_ms = submit_ms;
   j.reason = "waiting for quota";
   return j;
+}
+
+namespace {
+
+Event MakeEvent(const std::string& kind, const std::string& subject, const std::string& actor,
+                int64_t t = 1000) {
+  return Event{0, t, actor, kind, subject, "because " + subject, "{\"k\":\"" + kind + "\"}"};
 }
 
 std::vector<int64_t> Seqs(const std::vector<Event>& events) {

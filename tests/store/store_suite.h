@@ -35,5 +35,8 @@ void ExpectSameEvent(const Event& a, const Event& b);
 void ExpectSameJob(const JobRecord& a, const JobRecord& b);
 // Every event of `store` that passes `filter`, read page by page.
 std::vector<Event> AllEvents(Store& store, const EventFilter& filter = {});
+// A pending job of queue "training", identity alice, group vision, spec {"gpus":1}, submitted
+// (and last updated) at `submit_ms`.
+JobRecord MakeJob(const std::string& id, int64_t submit_ms);
 
 }  // namespace tessera::store

@@ -441,7 +441,7 @@ class SqliteStore final : public Store {
     q.BindFrom(1, j.id, j.state, j.placement, j.update_ms);
     BindExitCode(q, 5, j);
     q.Bind(6, j.reason);
-    if (ended) q.Bind(7, std::max<int64_t>(j.update_ms, 1));
+    if (ended) q.Bind(7, EndedMs(j));
     if (q.Step() != SQLITE_DONE) return db_.Error("updating job " + j.id);
     if (sqlite3_changes(db_.handle()) != 1) return UnknownJobUpdate(j.id);
     return Status::Ok();

@@ -5,6 +5,12 @@
 // one thread). Prints throughput, p50/p99/max latency and the conditions.
 //
 //   store_bench [--commits 10000] [--backends sqlite,postgresql] [--dir DIR] [--pg-url URL]
+//               [--list-jobs N]
+//
+// With --list-jobs N (0: skip), each backend also times the dashboard's read after a cycle: N
+// jobs submitted, then one commit placing 79% of them (as the cycle of served_cycle_bench does),
+// then a list of every job (GET /v1/jobs asks the store for the jobs memory does not hold plus
+// the limit), once while the cycle's progress is unfolded (SQLite), and again after Tidy.
 //
 // SQLite writes a fresh file under --dir (default: a temporary directory under /tmp).
 // PostgreSQL uses --pg-url, or else starts a private server (tests/store/pg_harness.h) with
@@ -86,6 +92,85 @@ bool Bench(const std::string& url, int commits, Figures* out) {
   return true;
 }
 
+double Seconds(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+
+// The list after a cycle (see the top): prints the times, false on a failure.
+bool ListAfterCycle(const std::string& url, int jobs) {
+  auto opened = Store::Open(url);
+  if (!opened.ok()) {
+    std::fprintf(stderr, "store_bench: %s\n", opened.status().ToString().c_str());
+    return false;
+  }
+  Store& store = **opened;
+  std::vector<JobRecord> records(static_cast<size_t>(jobs));
+  for (int i = 0; i < jobs; ++i) {
+    JobRecord& j = records[static_cast<size_t>(i)];
+    j.id = "j-" + std::to_string(i + 1);
+    j.queue = "training";
+    j.identity = "bench";
+    j.group = "g";
+    j.state = "pending";
+    j.spec = "{\"command\":[\"python\",\"train.py\"],\"gpus\":1,\"pad\":\"" +
+             std::string(400, 'x') + "\"}";
+    j.submit_ms = 1700000000000 + i;
+    j.update_ms = j.submit_ms;
+    j.reason = "waiting for quota";
+  }
+  if (auto s = store.Commit({}, records, nullptr); !s.ok()) {
+    std::fprintf(stderr, "store_bench: submitting: %s\n", s.ToString().c_str());
+    return false;
+  }
+  std::vector<JobRecord> placed;
+  for (int i = 0; i < jobs; ++i) {
+    if (i % 100 >= 79) continue;
+    JobRecord j = records[static_cast<size_t>(i)];
+    j.spec.clear();  // no spec: an update of the job's progress
+    j.state = "placed";
+    j.placement = "{\"node\":\"n" + std::to_string(i % 10000) + "\",\"devices\":[0]}";
+    j.update_ms = j.submit_ms + 60000;
+    j.reason.clear();
+    placed.push_back(std::move(j));
+  }
+  auto t = std::chrono::steady_clock::now();
+  if (auto s = store.Commit({}, placed, nullptr); !s.ok()) {
+    std::fprintf(stderr, "store_bench: placing: %s\n", s.ToString().c_str());
+    return false;
+  }
+  const double cycle_s = Seconds(t);
+  double list_s[2] = {0, 0}, tidy_s = 0, longest_step_s = 0;
+  int steps = 0;
+  size_t listed[2] = {0, 0};
+  for (int k = 0; k < 2; ++k) {
+    if (k == 1) {
+      bool more = true;
+      while (more) {
+        t = std::chrono::steady_clock::now();
+        more = store.Tidy();
+        const double step = Seconds(t);
+        tidy_s += step;
+        longest_step_s = std::max(longest_step_s, step);
+        ++steps;
+      }
+    }
+    t = std::chrono::steady_clock::now();
+    auto all = store.ListJobs("", jobs + 500);
+    list_s[k] = Seconds(t);
+    if (!all.ok()) {
+      std::fprintf(stderr, "store_bench: listing: %s\n", all.status().ToString().c_str());
+      return false;
+    }
+    listed[k] = all->size();
+  }
+  std::printf(
+      "  list after a cycle: %d jobs, %zu placed in one commit of %.3f s; a list of all %zu: "
+      "%.3f s with the progress unfolded, Tidy %.3f s in %d steps (the longest %.3f s), then "
+      "%.3f s\n",
+      jobs, placed.size(), cycle_s, listed[0], list_s[0], tidy_s, steps, longest_step_s, list_s[1]);
+  return listed[0] >= static_cast<size_t>(jobs) && listed[1] == listed[0];
+}
+
 std::string Filesystem(const std::string& dir) {
   // The filesystem type matters for fsync cost; /proc/mounts names it.
   FILE* f = std::fopen("/proc/mounts", "r");
@@ -107,6 +192,7 @@ std::string Filesystem(const std::string& dir) {
 
 int main(int argc, char** argv) {
   int commits = 10000;
+  int list_jobs = 0;
   std::string backends = "sqlite,postgresql";
   std::string dir;
   std::string pg_url;
@@ -127,15 +213,17 @@ int main(int argc, char** argv) {
       dir = next();
     } else if (a == "--pg-url") {
       pg_url = next();
+    } else if (a == "--list-jobs") {
+      list_jobs = std::atoi(next().c_str());
     } else {
       std::fprintf(stderr,
                    "usage: store_bench [--commits N] [--backends sqlite,postgresql] [--dir DIR] "
-                   "[--pg-url URL]\n");
+                   "[--pg-url URL] [--list-jobs N]\n");
       return 2;
     }
   }
-  if (commits <= 0) {
-    std::fprintf(stderr, "store_bench: --commits must be positive\n");
+  if (commits <= 0 || list_jobs < 0) {
+    std::fprintf(stderr, "store_bench: --commits must be positive, --list-jobs not negative\n");
     return 2;
   }
   bool own_dir = false;
@@ -199,6 +287,10 @@ int main(int argc, char** argv) {
     }
     std::printf("%-11s %12.0f %10.3f %10.3f %10.3f  %s\n", b.c_str(), f.per_second, f.p50_ms,
                 f.p99_ms, f.max_ms, conditions.c_str());
+    if (list_jobs > 0) {
+      // SQLite: a file of its own; PostgreSQL: the same database, the commits' jobs listed too.
+      if (!ListAfterCycle(b == "sqlite" ? "sqlite:" + dir + "/list.db" : url, list_jobs)) rc = 1;
+    }
     std::fflush(stdout);
   }
   server.reset();

@@ -4,8 +4,7 @@
 
 namespace tessera::api {
 
-CommitWriter::CommitWriter(Write write, News news, std::function<void()> idle,
-                           std::chrono::milliseconds settle)
+CommitWriter::CommitWriter(Write write, News news, Idle idle, std::chrono::milliseconds settle)
     : write_(std::move(write)), news_(std::move(news)), idle_(std::move(idle)), settle_(settle) {
   thread_ = std::thread([this] { Loop(); });
 }
@@ -190,10 +189,12 @@ void CommitWriter::Loop() {
     if (idle_ && wrote && queue_.empty()) {  // the store's upkeep, once nothing more comes
       work_cv_.wait_for(l, settle_, [&] { return stop_ || !queue_.empty(); });
     }
-    if (idle_ && wrote && queue_.empty()) {
+    // A step at a time while nothing is queued; when stopping, to the end.
+    while (idle_ && wrote && queue_.empty()) {
       l.unlock();
-      idle_();
+      const bool more = idle_();
       l.lock();
+      if (!more) break;
     }
   }
 }

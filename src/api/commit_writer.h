@@ -51,8 +51,11 @@ class CommitWriter {
   // Starts the writer thread. `idle`, when set, is called on it once the queue has stayed empty
   // for `settle` after a write, or the writer stops (the store's upkeep: store::Store::Tidy). A
   // cycle queues its decisions in chunks tens of milliseconds apart: upkeep between two of them
-  // would hold up the rest of the cycle's commit.
-  CommitWriter(Write write, News news, std::function<void()> idle = nullptr,
+  // would hold up the rest of the cycle's commit. `idle` does a step and says whether more is
+  // left: it is called again while the queue stays empty, and a batch queued meanwhile is
+  // written first (upkeep resumes once the queue has been empty for `settle` again).
+  using Idle = std::function<bool()>;
+  CommitWriter(Write write, News news, Idle idle = nullptr,
                std::chrono::milliseconds settle = kDefaultSettle);
   static constexpr std::chrono::milliseconds kDefaultSettle{250};
   ~CommitWriter();  // Stop()
@@ -99,7 +102,7 @@ class CommitWriter {
 
   const Write write_;
   const News news_;
-  const std::function<void()> idle_;
+  const Idle idle_;
   const std::chrono::milliseconds settle_;
   std::mutex mu_;
   std::condition_variable work_cv_;     // the writer: something was queued, or stop

@@ -75,7 +75,7 @@ Engine::Engine(EngineConfig config, std::unique_ptr<store::Store> store, std::st
           [this](const std::vector<std::pair<std::string, int64_t>>& touched) {
             watches_.Fire(touched);
           },
-          [this] { store_->Tidy(); }),
+          [this] { return store_->Tidy(); }),
       backends_(std::make_unique<Port>(*this), config_, data_dir_),
       agents_(std::make_unique<Port>(*this), config_, data_dir_),
       cycle_(std::make_unique<Port>(*this), config_, counters_,

@@ -146,9 +146,11 @@ class Store : public StoreReader {
 
   virtual Result<int> SchemaVersion() = 0;
   // Upkeep that can wait until no commit is waiting (the commit writer calls it once its queue
-  // has stayed empty for a moment): SQLite copies its write-ahead log into the database here,
-  // not inside a commit that a burst of decisions waits for.
-  virtual void Tidy() {}
+  // has stayed empty for a moment): SQLite folds the job progress its commits appended into the
+  // job rows and copies its write-ahead log into the database here, not inside a commit that a
+  // burst of decisions waits for. One bounded step a call, so that a commit that comes waits for
+  // one step, not the whole: true when more is left (call again while nothing waits).
+  virtual bool Tidy() { return false; }
   virtual std::string Describe() const = 0;  // "sqlite:/path/tessera.db" or "postgresql://host/db"
 
   // --- Leadership: several servers on one store, one of them writing.

@@ -150,6 +150,62 @@ TEST_F(SqliteProgressTest, PastItsBoundTheProgressLogIsFoldedASliceACommit) {
   EXPECT_EQ((*got)->update_ms, 10 + 139'999) << "a read finds the latest, folded or not";
 }
 
+// A list of jobs (the dashboard's, GET /v1/jobs) reads the progress not yet folded; it writes
+// nothing, so it is served while the file cannot be written: here another connection holds the
+// write lock (a disk full or read-only alike). It used to fold first, and waited out the busy
+// timeout (5 s) to fail.
+TEST_F(SqliteProgressTest, AListOfJobsReadsTheProgressLogAndWritesNothing) {
+  JobRecord ended = Progress(9);
+  ended.state = "succeeded";
+  ended.exit_code = 0;
+  ASSERT_TRUE(store_->Commit({}, {Progress(7)}, nullptr).ok());
+  ASSERT_TRUE(store_->Commit({}, {MakeJob("j-2", 2)}, nullptr).ok());
+  ASSERT_TRUE(store_->Commit({}, {ended}, nullptr).ok());
+  sqlite3* other = nullptr;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &other), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(other, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK);
+  auto all = store_->ListJobs("", 10);
+  auto done = store_->ListJobs("succeeded", 10);
+  auto pending = store_->ListJobs("pending", 10);
+  sqlite3_exec(other, "ROLLBACK", nullptr, nullptr, nullptr);
+  sqlite3_close(other);
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0].id, "j-2") << "newest first";
+  EXPECT_EQ((*all)[0].state, "pending");
+  EXPECT_EQ((*all)[1].state, "succeeded");
+  EXPECT_EQ((*all)[1].update_ms, 9);
+  ASSERT_TRUE((*all)[1].exit_code.has_value());
+  EXPECT_EQ(*(*all)[1].exit_code, 0);
+  EXPECT_EQ((*all)[0].spec, MakeJob("j-2", 2).spec) << "the columns progress leaves are the row's";
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  ASSERT_EQ(done->size(), 1u) << "the state filter goes by the latest progress";
+  EXPECT_EQ((*done)[0].id, "j-1");
+  ASSERT_TRUE(pending.ok()) << pending.status().ToString();
+  ASSERT_EQ(pending->size(), 1u) << "j-1's row still says pending; its progress does not";
+  EXPECT_EQ((*pending)[0].id, "j-2");
+  EXPECT_EQ(RawInt(path_, "SELECT count(*) FROM job_progress"), 2) << "the list folded the log";
+}
+
+// Tidy folds the log a slice a call (4,096 rows), then copies the write-ahead log in a call of its
+// own, saying whether more is left, so that the commit writer can write what comes between two
+// steps; the rows end with the latest progress.
+TEST_F(SqliteProgressTest, TidyFoldsTheProgressLogAStepACall) {
+  std::vector<JobRecord> updates;
+  for (int i = 0; i < 10'000; ++i) updates.push_back(Progress(10 + i));
+  ASSERT_TRUE(store_->Commit({}, updates, nullptr).ok());
+  EXPECT_TRUE(store_->Tidy());
+  EXPECT_EQ(RawInt(path_, "SELECT count(*) FROM job_progress"), 10'000 - 4'096);
+  EXPECT_EQ(RawInt(path_, "SELECT update_ms FROM jobs WHERE id = 'j-1'"), 10 + 4'095);
+  int more = 0;  // the other two slices, and the write-ahead log's copy if it is long enough
+  while (store_->Tidy()) ++more;
+  EXPECT_GE(more, 1);
+  EXPECT_LE(more, 2);
+  EXPECT_EQ(RawInt(path_, "SELECT count(*) FROM job_progress"), 0);
+  EXPECT_EQ(RawInt(path_, "SELECT update_ms FROM jobs WHERE id = 'j-1'"), 10 + 9'999);
+  EXPECT_FALSE(store_->Tidy()) << "nothing left";
+}
+
 // The database holds commands and environments: its files are its owner's alone, new or old.
 TEST(SqliteStore, TheDatabaseAndItsWalAreTheOwnersAlone) {
   TempDir dir;

@@ -311,7 +311,8 @@ TEST_P(StoreSuite, EveryReadFindsAJobsLatestProgressBeforeAndAfterTidy) {
   store = MustOpen(url);
   ASSERT_NE(store, nullptr);
   expect_current(*store, "after a reopen");
-  store->Tidy();
+  while (store->Tidy()) {
+  }
   expect_current(*store, "after Tidy");
 
   a.state = "running";  // progress, then the whole record written again: the record wins
@@ -320,7 +321,8 @@ TEST_P(StoreSuite, EveryReadFindsAJobsLatestProgressBeforeAndAfterTidy) {
   whole.spec = "{\"gpus\":2}";
   ASSERT_TRUE(store->Commit({}, {whole}, nullptr).ok());
   for (bool tidied : {false, true}) {
-    if (tidied) store->Tidy();
+    while (tidied && store->Tidy()) {
+    }
     auto one = store->GetJob("j-1");
     ASSERT_TRUE(one.ok() && one->has_value());
     EXPECT_EQ((*one)->state, "pending") << tidied;

@@ -8,9 +8,10 @@
 //               [--list-jobs N]
 //
 // With --list-jobs N (0: skip), each backend also times the dashboard's read after a cycle: N
-// jobs submitted, then one commit placing 79% of them (as the cycle of served_cycle_bench does),
-// then a list of every job (GET /v1/jobs asks the store for the jobs memory does not hold plus
-// the limit), once while the cycle's progress is unfolded (SQLite), and again after Tidy.
+// jobs submitted, then one commit placing 79% of them (as the cycle of served_cycle_bench does)
+// and ending 1%, then a list of every job (GET /v1/jobs asks the store for the jobs memory does not
+// hold plus the limit), once while the cycle's progress is unfolded (SQLite), and again after Tidy;
+// and the same for a list of the newest ended jobs (what GET /v1/jobs asks the store for now).
 //
 // SQLite writes a fresh file under --dir (default: a temporary directory under /tmp).
 // PostgreSQL uses --pg-url, or else starts a private server (tests/store/pg_harness.h) with
@@ -124,10 +125,10 @@ bool ListAfterCycle(const std::string& url, int jobs) {
   }
   std::vector<JobRecord> placed;
   for (int i = 0; i < jobs; ++i) {
-    if (i % 100 >= 79) continue;
+    if (i % 100 >= 80) continue;
     JobRecord j = records[static_cast<size_t>(i)];
-    j.spec.clear();  // no spec: an update of the job's progress
-    j.state = "placed";
+    j.spec.clear();                                    // no spec: an update of the job's progress
+    j.state = i % 100 == 79 ? "succeeded" : "placed";  // and 1% ended
     j.placement = "{\"node\":\"n" + std::to_string(i % 10000) + "\",\"devices\":[0]}";
     j.update_ms = j.submit_ms + 60000;
     j.reason.clear();
@@ -139,7 +140,7 @@ bool ListAfterCycle(const std::string& url, int jobs) {
     return false;
   }
   const double cycle_s = Seconds(t);
-  double list_s[2] = {0, 0}, tidy_s = 0, longest_step_s = 0;
+  double list_s[2] = {0, 0}, ended_s[2] = {0, 0}, tidy_s = 0, longest_step_s = 0;
   int steps = 0;
   size_t listed[2] = {0, 0};
   for (int k = 0; k < 2; ++k) {
@@ -162,12 +163,24 @@ bool ListAfterCycle(const std::string& url, int jobs) {
       return false;
     }
     listed[k] = all->size();
+    t = std::chrono::steady_clock::now();
+    auto ended = store.ListEndedJobs("", 1500);  // the views' 500 and memory's 1,000 ended
+    ended_s[k] = Seconds(t);
+    if (!ended.ok()) {
+      std::fprintf(stderr, "store_bench: listing: %s\n", ended.status().ToString().c_str());
+      return false;
+    }
   }
   std::printf(
-      "  list after a cycle: %d jobs, %zu placed in one commit of %.3f s; a list of all %zu: "
+      "  list after a cycle: %d jobs, %zu placed or ended in one commit of %.3f s; a list of all "
+      "%zu: "
       "%.3f s with the progress unfolded, Tidy %.3f s in %d steps (the longest %.3f s), then "
       "%.3f s\n",
       jobs, placed.size(), cycle_s, listed[0], list_s[0], tidy_s, steps, longest_step_s, list_s[1]);
+  std::printf(
+      "  a list of the newest 1,500 ended jobs (%d of them): %.3f s unfolded, %.3f s "
+      "folded\n",
+      (jobs + 99) / 100, ended_s[0], ended_s[1]);
   return listed[0] >= static_cast<size_t>(jobs) && listed[1] == listed[0];
 }
 

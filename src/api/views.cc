@@ -255,9 +255,12 @@ Result<Json> Views::ListJobs(const Identity& who, const std::string& state_filte
 
 Result<Json> Views::ListJobsNow(const Identity& who, const std::string& state_filter, int limit) {
   // Memory holds the live jobs and the newest ended ones; the store every durable job. The
-  // newest `limit` of the union, memory's version winning (it may be ahead of the store).
+  // newest `limit` of the union, memory's version winning (it may be ahead of the store). What
+  // the store adds is ended (every live job is in memory): its newest ended ones, `limit` more
+  // than memory holds ended, so that `limit` remain past those memory has.
   std::vector<Json> mine;
   std::set<std::string> in_memory;
+  int ended_in_memory = 0;
   std::optional<JobState> wanted;  // none: every state
   if (!state_filter.empty()) {
     auto parsed = ParseJobState(state_filter);
@@ -268,11 +271,13 @@ Result<Json> Views::ListJobsNow(const Identity& who, const std::string& state_fi
   Status durable = ledger_.ReadDurable([&](const ReadModel& m) {
     mine.clear();
     in_memory.clear();
+    ended_in_memory = 0;
     for (auto it = m.jobs.Order().rbegin(); it != m.jobs.Order().rend(); ++it) {
       const Job* jt = m.jobs.Find(*it);
       if (jt == nullptr) continue;
       in_memory.insert(*it);
       const Job& j = *jt;
+      if (IsTerminal(j.state)) ++ended_in_memory;
       if (static_cast<int>(mine.size()) >= limit || !CanSee(who, j)) continue;
       if (wanted && j.state != *wanted) continue;
       mine.push_back(Redacted(who, JobJson(j, m.quota, m.nodes)));
@@ -282,8 +287,7 @@ Result<Json> Views::ListJobsNow(const Identity& who, const std::string& state_fi
   if (!durable.ok()) return durable;
   std::vector<Json> older;
   if (!live_only) {  // the store's, read outside the engine's lock
-    auto stored =
-        ledger_.DurableStore().ListJobs(state_filter, limit + static_cast<int>(in_memory.size()));
+    auto stored = ledger_.DurableStore().ListEndedJobs(state_filter, limit + ended_in_memory);
     if (!stored.ok()) return stored.status();
     std::vector<Job> ended;
     for (store::JobRecord& r : *stored) {

@@ -37,6 +37,12 @@ std::string DeposedMessage(const std::string& described_url, int64_t mine,
 inline constexpr const char* kIdempotencyKeyWhere =
     "idem_key = $1 AND idem_key <> '' AND submit_ms >= $2";
 
+// The condition and order of a list of the ended jobs in state $1 (any: '') by newest submission,
+// at most $2 (Store::ListEndedJobs): `ended_ms > 0` is the partial index jobs_ended_submit's own
+// condition, so the list walks that index and no live job.
+inline constexpr const char* kEndedJobListWhere =
+    "ended_ms > 0 AND ($1 = '' OR state = $1) ORDER BY submit_ms DESC, id DESC LIMIT $2";
+
 // The columns of the events and jobs tables, in the order both backends read and bind them.
 inline constexpr const char* kEventColumns = "seq, time_ms, actor, kind, subject, reason, data";
 inline constexpr const char* kJobColumns =

@@ -86,6 +86,11 @@ const std::vector<Migration>& Migrations() {
        "  reason TEXT NOT NULL, ended_ms INTEGER NOT NULL);"
        "CREATE INDEX job_progress_id ON job_progress (id, seq);",
        "SELECT 1"},
+      {8,
+       "jobs_ended_submit: the ended jobs in submit order, for lists of them that do not read "
+       "past the live ones (Store::ListEndedJobs)",
+       "CREATE INDEX jobs_ended_submit ON jobs (submit_ms, id) WHERE ended_ms > 0;",
+       "CREATE INDEX jobs_ended_submit ON jobs (submit_ms, id) WHERE ended_ms > 0;"},
   };
   return kSteps;
 }

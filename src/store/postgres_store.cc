@@ -157,6 +157,14 @@ class PostgresStore final : public Store {
     });
   }
 
+  Result<std::vector<JobRecord>> ListEndedJobs(const std::string& state, int limit) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return Reading("listing ended jobs", [&](pqxx::read_transaction& t) {
+      return ReadJobs(
+          t.exec_prepared("list_ended_jobs", state, static_cast<int64_t>(std::max(0, limit))));
+    });
+  }
+
   Result<int64_t> MaxJobNumber() override {
     std::lock_guard<std::mutex> lock(mu_);
     return Reading("reading the highest job number", [&](pqxx::read_transaction& t) {
@@ -398,6 +406,8 @@ class PostgresStore final : public Store {
                    std::string("SELECT ") + kJobColumns +
                        " FROM jobs WHERE ($1 = '' OR state = $1) ORDER BY submit_ms DESC, id DESC "
                        "LIMIT $2");
+    conn_->prepare("list_ended_jobs",
+                   std::string("SELECT ") + kJobColumns + " FROM jobs WHERE " + kEndedJobListWhere);
     conn_->prepare("put_setting",
                    "INSERT INTO settings (key, value) VALUES ($1, $2) "
                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value");

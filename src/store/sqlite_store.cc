@@ -104,24 +104,10 @@ class SqliteStore final : public Store {
   // served on a disk that cannot be written and never waits for the write lock. Each row listed
   // finds its latest progress by the (id, seq) index.
   Result<std::vector<JobRecord>> ListJobs(const std::string& state, int limit) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    const std::string sql =
-        progress_rows_ == 0
-            ? std::string("SELECT ") + kJobColumns +
-                  " FROM jobs WHERE (?1 = '' OR state = ?1) ORDER BY submit_ms DESC, id DESC "
-                  "LIMIT ?2"
-            : "SELECT j.id, j.queue, j.identity, j.group_name, IFNULL(p.state, j.state), j.spec, "
-              "IIF(p.seq IS NULL, j.placement, p.placement), j.submit_ms, "
-              "IIF(p.seq IS NULL, j.update_ms, p.update_ms), "
-              "IIF(p.seq IS NULL, j.exit_code, p.exit_code), "
-              "IIF(p.seq IS NULL, j.reason, p.reason), j.idem_key FROM jobs AS j "
-              "LEFT JOIN job_progress AS p "
-              "ON p.seq = (SELECT MAX(seq) FROM job_progress WHERE id = j.id) "
-              "WHERE (?1 = '' OR IFNULL(p.state, j.state) = ?1) "
-              "ORDER BY j.submit_ms DESC, j.id DESC LIMIT ?2";
-    return db_.Rows(
-        sql, "listing jobs",
-        [&](Stmt& q) { q.BindFrom(1, state, static_cast<int64_t>(std::max(0, limit))); }, ReadJob);
+    return ListLocked(state, limit, /*ended_only=*/false);
+  }
+  Result<std::vector<JobRecord>> ListEndedJobs(const std::string& state, int limit) override {
+    return ListLocked(state, limit, /*ended_only=*/true);
   }
 
   Result<int64_t> MaxJobNumber() override {
@@ -514,6 +500,34 @@ class SqliteStore final : public Store {
     }
     progress_rows_ = std::max<int64_t>(0, progress_rows_ - folded);
     return Status::Ok();
+  }
+
+  // ListJobs and ListEndedJobs. Without unfolded progress, the ended ones are read by the index
+  // jobs_ended_submit; with some, every row is read with its latest progress (until Tidy folds it,
+  // a fraction of a second after the writer goes idle).
+  Result<std::vector<JobRecord>> ListLocked(const std::string& state, int limit, bool ended_only) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::string sql;
+    if (progress_rows_ == 0) {
+      sql = std::string("SELECT ") + kJobColumns + " FROM jobs WHERE " +
+            (ended_only ? kEndedJobListWhere
+                        : "(?1 = '' OR state = ?1) ORDER BY submit_ms DESC, id DESC LIMIT ?2");
+    } else {
+      sql = std::string(
+                "SELECT j.id, j.queue, j.identity, j.group_name, IFNULL(p.state, j.state), "
+                "j.spec, IIF(p.seq IS NULL, j.placement, p.placement), j.submit_ms, "
+                "IIF(p.seq IS NULL, j.update_ms, p.update_ms), "
+                "IIF(p.seq IS NULL, j.exit_code, p.exit_code), "
+                "IIF(p.seq IS NULL, j.reason, p.reason), j.idem_key FROM jobs AS j "
+                "LEFT JOIN job_progress AS p "
+                "ON p.seq = (SELECT MAX(seq) FROM job_progress WHERE id = j.id) WHERE ") +
+            (ended_only ? "(j.ended_ms > 0 OR IFNULL(p.ended_ms, 0) > 0) AND " : "") +
+            "(?1 = '' OR IFNULL(p.state, j.state) = ?1) ORDER BY j.submit_ms DESC, j.id DESC "
+            "LIMIT ?2";
+    }
+    return db_.Rows(
+        sql, "listing jobs",
+        [&](Stmt& q) { q.BindFrom(1, state, static_cast<int64_t>(std::max(0, limit))); }, ReadJob);
   }
 
   // `job` as its latest unfolded progress says, if any.

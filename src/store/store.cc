@@ -132,6 +132,17 @@ Result<std::vector<JobRecord>> StoreReader::ListJobs(const std::string& state, i
   return out;
 }
 
+Result<std::vector<JobRecord>> StoreReader::ListEndedJobs(const std::string& state, int limit) {
+  auto all = LoadJobs();
+  if (!all.ok()) return all.status();
+  std::vector<JobRecord> out;
+  for (auto it = all->rbegin(); it != all->rend() && static_cast<int>(out.size()) < limit; ++it) {
+    if (Store::EndedState(it->state) && (state.empty() || it->state == state))
+      out.push_back(std::move(*it));
+  }
+  return out;
+}
+
 Result<int64_t> Store::MaxJobNumber() {
   auto all = LoadJobs();
   if (!all.ok()) return all.status();

@@ -84,6 +84,10 @@ class StoreReader {
 
   // At most `limit` jobs, newest submission first, in `state` when not empty.
   virtual Result<std::vector<JobRecord>> ListJobs(const std::string& state, int limit);
+  // The same of the ended jobs alone (Store::EndedState): what the views add to the jobs memory
+  // holds, which are every live one and the newest ended (GET /v1/jobs). By an index of the
+  // ended jobs in submit order, so a list does not read past the live ones.
+  virtual Result<std::vector<JobRecord>> ListEndedJobs(const std::string& state, int limit);
 
   // Utilization history: one JSON text per (resolution in seconds, time), since_ms <= time <
   // until_ms, oldest first (Store::PutSample writes them).

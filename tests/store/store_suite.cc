@@ -253,6 +253,43 @@ TEST_P(StoreSuite, AnUpdateOfAJobNotStoredFailsTheWholeCommit) {
   EXPECT_TRUE(evs->empty());
 }
 
+// A list of ended jobs (what GET /v1/jobs adds to the jobs memory holds) has the newest ended
+// ones only, by submission, in the state asked: with their ends not yet folded (SQLite) and after.
+TEST_P(StoreSuite, AListOfEndedJobsHasTheNewestEndedOnes) {
+  auto store = MustOpen(NewUrl());
+  ASSERT_NE(store, nullptr);
+  std::vector<JobRecord> jobs;
+  for (int i = 1; i <= 6; ++i) jobs.push_back(MakeJob("j-" + std::to_string(i), i));
+  ASSERT_TRUE(store->Commit({}, jobs, nullptr).ok());
+  for (const auto& [i, state] : std::vector<std::pair<int, const char*>>{
+           {2, "failed"}, {4, "succeeded"}, {5, "succeeded"}, {6, "running"}}) {
+    JobRecord j = jobs[static_cast<size_t>(i - 1)];
+    j.spec = "";
+    j.state = state;
+    j.update_ms = 100 + i;
+    ASSERT_TRUE(store->Commit({}, {j}, nullptr).ok());
+  }
+  const auto ids = [](const Result<std::vector<JobRecord>>& r) {
+    std::vector<std::string> out;
+    if (r.ok())
+      for (const JobRecord& j : *r) out.push_back(j.id + ":" + j.state);
+    return out;
+  };
+  for (bool tidied : {false, true}) {
+    while (tidied && store->Tidy()) {
+    }
+    SCOPED_TRACE(tidied ? "after Tidy" : "before Tidy");
+    EXPECT_EQ(ids(store->ListEndedJobs("", 10)),
+              (std::vector<std::string>{"j-5:succeeded", "j-4:succeeded", "j-2:failed"}));
+    EXPECT_EQ(ids(store->ListEndedJobs("", 2)),
+              (std::vector<std::string>{"j-5:succeeded", "j-4:succeeded"}));
+    EXPECT_EQ(ids(store->ListEndedJobs("failed", 10)), (std::vector<std::string>{"j-2:failed"}));
+    EXPECT_TRUE(ids(store->ListEndedJobs("running", 10)).empty());
+    EXPECT_EQ(ids(store->ListJobs("", 2)),
+              (std::vector<std::string>{"j-6:running", "j-5:succeeded"}));
+  }
+}
+
 // What a job became after its submission (state, placement, reason, exit code) is what every
 // read finds: right after the commit, after a reopen, after Tidy; and a job whose record is
 // written whole again is what that record says, whatever progress came before it. (SQLite
@@ -297,6 +334,12 @@ TEST_P(StoreSuite, EveryReadFindsAJobsLatestProgressBeforeAndAfterTidy) {
     ASSERT_EQ(placed->size(), 1u);
     EXPECT_EQ((*placed)[0].id, "j-1");
     EXPECT_EQ(s.ListJobs("succeeded", 10)->size(), 1u);
+    auto ended_list = s.ListEndedJobs("", 10);
+    ASSERT_TRUE(ended_list.ok()) << ended_list.status().ToString();
+    ASSERT_EQ(ended_list->size(), 1u) << "j-1 is live";
+    EXPECT_EQ((*ended_list)[0].id, "j-2");
+    EXPECT_EQ((*ended_list)[0].update_ms, 5000);
+    EXPECT_TRUE(s.ListEndedJobs("placed", 10)->empty());
     auto live = s.LoadLiveJobs();
     ASSERT_TRUE(live.ok());
     ASSERT_EQ(live->size(), 1u);

@@ -20,6 +20,7 @@
 #include "common/log.h"
 #include "store/internal.h"
 #include "store/sqlite_db.h"
+#include "store/sqlite_progress.h"
 #include "store/store.h"
 
 namespace tessera::store::internal {
@@ -49,13 +50,7 @@ class SqliteStore final : public Store {
     if (auto s = Migrate(target_version); !s.ok()) return s;
     auto version = ReadVersionLocked();
     if (!version.ok()) return version.status();
-    progress_log_ = *version >= kProgressLogVersion;
-    if (!progress_log_) return Status::Ok();
-    auto rows = db_.OptionalRow("SELECT count(*) FROM job_progress", "counting job progress",
-                                SqliteDb::NoBindings, [](const Stmt& q) { return q.Int64(0); });
-    if (!rows.ok()) return rows.status();
-    progress_rows_ = rows->value_or(0);
-    return Status::Ok();
+    return progress_.Open(*version >= kProgressLogVersion);
   }
 
   Status Commit(const std::vector<Event>& events, const std::vector<JobRecord>& jobs,
@@ -63,12 +58,12 @@ class SqliteStore final : public Store {
     return CommitWith(events, jobs, seqs, mu_, [&](std::vector<int64_t>* assigned) {
       // IMMEDIATE takes the write lock now, so the seq read below cannot race another writer
       // (another process on the same file).
-      appended_ = 0;
+      progress_.BeginCommit();
       Status s = WriteTransaction("starting a commit", "committing",
                                   [&] { return CommitLocked(events, jobs, assigned); });
-      if (s.ok()) progress_rows_ += appended_;
+      if (s.ok()) progress_.Committed();
       // Past the bound (a writer never idle), each commit folds the log's oldest slice.
-      if (s.ok() && progress_rows_ >= kProgressBound) (void)FoldLocked(kFoldSlice);
+      if (s.ok() && progress_.PastBound()) (void)progress_.Fold(ProgressLog::kBoundSlice);
       return s;
     });
   }
@@ -76,10 +71,12 @@ class SqliteStore final : public Store {
   // A step: a slice of the progress log folded, or once it is folded, the log copied.
   bool Tidy() override {
     std::lock_guard<std::mutex> lock(mu_);
-    if (progress_rows_ > 0) {
-      // On failure, the rows stay; the next read of many jobs or Tidy folds them.
-      if (!FoldLocked(kTidySlice).ok()) return false;
-      return progress_rows_ > 0 || wal_frames_ >= 1000;  // the log's copy, a step of its own
+    auto pending = progress_.Pending();
+    if (!pending.ok()) return false;
+    if (*pending) {
+      // On failure, the rows stay; the next load of the jobs or Tidy folds them.
+      if (!progress_.Fold(ProgressLog::kTidySlice).ok()) return false;
+      return progress_.rows() > 0 || wal_frames_ >= 1000;  // the log's copy, a step of its own
     }
     if (wal_frames_ >= 1000) Checkpoint();  // SQLite's own threshold
     return false;
@@ -87,14 +84,14 @@ class SqliteStore final : public Store {
 
   Result<std::vector<JobRecord>> LoadJobs() override {
     std::lock_guard<std::mutex> lock(mu_);
-    if (auto s = FoldLocked(kAllProgress); !s.ok()) return s;
+    if (auto s = progress_.Fold(ProgressLog::kAll); !s.ok()) return s;
     return db_.Rows(std::string("SELECT ") + kJobColumns + " FROM jobs ORDER BY submit_ms, id",
                     "loading jobs", SqliteDb::NoBindings, ReadJob);
   }
 
   Result<std::vector<JobRecord>> LoadLiveJobs() override {
     std::lock_guard<std::mutex> lock(mu_);
-    if (auto s = FoldLocked(kAllProgress); !s.ok()) return s;
+    if (auto s = progress_.Fold(ProgressLog::kAll); !s.ok()) return s;
     return db_.Rows(std::string("SELECT ") + kJobColumns +
                         " FROM jobs WHERE ended_ms = 0 ORDER BY submit_ms, id",
                     "loading live jobs", SqliteDb::NoBindings, ReadJob);
@@ -122,7 +119,7 @@ class SqliteStore final : public Store {
 
   Result<int64_t> Prune(int64_t before_ms) override {
     std::lock_guard<std::mutex> lock(mu_);
-    if (auto s = FoldLocked(kAllProgress); !s.ok()) return s;
+    if (auto s = progress_.Fold(ProgressLog::kAll); !s.ok()) return s;
     // Events by seq: the log's prefix older than the cut (seq order is time order, near enough).
     return DeleteRows("pruning", "pruning",
                       {"DELETE FROM jobs WHERE ended_ms > 0 AND ended_ms < ?1",
@@ -146,7 +143,7 @@ class SqliteStore final : public Store {
         std::string("SELECT ") + kJobColumns + " FROM jobs WHERE id = ?1", "reading job " + id,
         [&](Stmt& q) { q.Bind(1, id); }, ReadJob);
     if (!job.ok()) return job;
-    if (auto s = OverlayLocked(&*job); !s.ok()) return s;
+    if (auto s = progress_.Overlay(&*job); !s.ok()) return s;
     return job;
   }
 
@@ -160,7 +157,7 @@ class SqliteStore final : public Store {
         "finding a job by idempotency key", [&](Stmt& q) { q.BindFrom(1, key, since_ms); },
         ReadJob);
     if (!job.ok()) return job;
-    if (auto s = OverlayLocked(&*job); !s.ok()) return s;
+    if (auto s = progress_.Overlay(&*job); !s.ok()) return s;
     return job;
   }
 
@@ -395,7 +392,9 @@ class SqliteStore final : public Store {
   Status InsertJobLocked(const JobRecord& j) {
     // A rewritten row must not be overridden, when folded, by progress recorded before it.
     bool rewrite = false;
-    if (progress_log_ && progress_rows_ + appended_ > 0) {
+    auto pending = progress_.Pending();
+    if (!pending.ok()) return pending.status();
+    if (*pending) {
       auto held = HeldLocked(j.id);
       if (!held.ok()) return held.status();
       rewrite = *held;
@@ -409,13 +408,9 @@ class SqliteStore final : public Store {
     q.BindFrom(1, j.id, j.queue, j.identity, j.group, j.state, j.spec, j.placement, j.submit_ms,
                j.update_ms);
     BindExitCode(q, 10, j);
-    q.BindFrom(11, j.reason, j.idempotency_key, EndedMs(j));
+    q.BindFrom(11, j.reason, j.idempotency_key, JobEndedMs(j));
     if (q.Step() != SQLITE_DONE) return db_.Error("writing job " + j.id);
-    return rewrite ? AppendProgressLocked(j) : Status::Ok();
-  }
-
-  static int64_t EndedMs(const JobRecord& j) {
-    return EndedState(j.state) ? std::max<int64_t>(j.update_ms, 1) : int64_t{0};
+    return rewrite ? progress_.Append(j) : Status::Ok();
   }
 
   Result<bool> HeldLocked(const std::string& id) {
@@ -427,12 +422,12 @@ class SqliteStore final : public Store {
   }
 
   // A stored job's progress: the columns that change after submission. Appended to job_progress
-  // (see progress_log_); in place in a store of an older schema.
+  // (store/sqlite_progress.h); in place in a store of an older schema.
   Status UpdateJobLocked(const JobRecord& j) {
-    if (progress_log_) {
+    if (progress_.enabled()) {
       auto held = HeldLocked(j.id);
       if (!held.ok()) return held.status();
-      return *held ? AppendProgressLocked(j) : UnknownJobUpdate(j.id);
+      return *held ? progress_.Append(j) : UnknownJobUpdate(j.id);
     }
     // ended_ms is set once, when the job ends; progress updates leave it (and so every index)
     // alone.
@@ -447,112 +442,19 @@ class SqliteStore final : public Store {
     q.BindFrom(1, j.id, j.state, j.placement, j.update_ms);
     BindExitCode(q, 5, j);
     q.Bind(6, j.reason);
-    if (ended) q.Bind(7, EndedMs(j));
+    if (ended) q.Bind(7, JobEndedMs(j));
     if (q.Step() != SQLITE_DONE) return db_.Error("updating job " + j.id);
     if (sqlite3_changes(db_.handle()) != 1) return UnknownJobUpdate(j.id);
     return Status::Ok();
   }
 
-  Status AppendProgressLocked(const JobRecord& j) {
-    auto st = db_.Prepare(
-        "INSERT INTO job_progress (id, state, placement, update_ms, exit_code, reason, ended_ms) "
-        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)");
-    if (!st.ok()) return st.status();
-    Stmt q(*st);
-    q.BindFrom(1, j.id, j.state, j.placement, j.update_ms);
-    BindExitCode(q, 5, j);
-    q.BindFrom(6, j.reason, EndedMs(j));
-    if (q.Step() != SQLITE_DONE) return db_.Error("recording the progress of job " + j.id);
-    ++appended_;
-    return Status::Ok();
-  }
-
-  // Folds the oldest `most` rows of job_progress into the jobs rows, in one transaction: each
-  // job takes its latest progress among them (ended_ms only once it ended). Not fenced: folding
-  // changes nothing the rows and the log do not already say together.
-  Status FoldLocked(int64_t most) {
-    if (progress_rows_ == 0) return Status::Ok();
-    if (auto s = db_.Exec("BEGIN IMMEDIATE", "folding job progress"); !s.ok()) return s;
-    int64_t folded = 0;
-    Status s = [&]() -> Status {
-      auto cut = db_.OptionalRow(
-          "SELECT MIN(seq) + ?1 FROM job_progress", "folding job progress",
-          [&](Stmt& q) { q.Bind(1, most); }, [](const Stmt& q) { return q.Int64(0); });
-      if (!cut.ok()) return cut.status();
-      auto below = [&](Stmt& q) { q.Bind(1, cut->value_or(0)); };
-      auto updated = db_.Write(
-          "UPDATE jobs SET state = p.state, placement = p.placement, update_ms = p.update_ms, "
-          "exit_code = p.exit_code, reason = p.reason, ended_ms = CASE WHEN p.ended_ms > 0 THEN "
-          "p.ended_ms ELSE jobs.ended_ms END FROM (SELECT id, state, placement, update_ms, "
-          "exit_code, reason, ended_ms, MAX(seq) FROM job_progress WHERE seq < ?1 GROUP BY id) "
-          "AS p WHERE jobs.id = p.id",
-          "folding job progress", below);
-      if (!updated.ok()) return updated.status();
-      auto deleted =
-          db_.Write("DELETE FROM job_progress WHERE seq < ?1", "folding job progress", below);
-      if (!deleted.ok()) return deleted.status();
-      folded = *deleted;
-      return db_.Exec("COMMIT", "committing folded job progress");
-    }();
-    if (!s.ok()) {
-      db_.Rollback("rolling back");
-      return s;
-    }
-    progress_rows_ = std::max<int64_t>(0, progress_rows_ - folded);
-    return Status::Ok();
-  }
-
-  // ListJobs and ListEndedJobs. Without unfolded progress, the ended ones are read by the index
-  // jobs_ended_submit; with some, every row is read with its latest progress (until Tidy folds it,
-  // a fraction of a second after the writer goes idle).
   Result<std::vector<JobRecord>> ListLocked(const std::string& state, int limit, bool ended_only) {
     std::lock_guard<std::mutex> lock(mu_);
-    std::string sql;
-    if (progress_rows_ == 0) {
-      sql = std::string("SELECT ") + kJobColumns + " FROM jobs WHERE " +
-            (ended_only ? kEndedJobListWhere
-                        : "(?1 = '' OR state = ?1) ORDER BY submit_ms DESC, id DESC LIMIT ?2");
-    } else {
-      sql = std::string(
-                "SELECT j.id, j.queue, j.identity, j.group_name, IFNULL(p.state, j.state), "
-                "j.spec, IIF(p.seq IS NULL, j.placement, p.placement), j.submit_ms, "
-                "IIF(p.seq IS NULL, j.update_ms, p.update_ms), "
-                "IIF(p.seq IS NULL, j.exit_code, p.exit_code), "
-                "IIF(p.seq IS NULL, j.reason, p.reason), j.idem_key FROM jobs AS j "
-                "LEFT JOIN job_progress AS p "
-                "ON p.seq = (SELECT MAX(seq) FROM job_progress WHERE id = j.id) WHERE ") +
-            (ended_only ? "(j.ended_ms > 0 OR IFNULL(p.ended_ms, 0) > 0) AND " : "") +
-            "(?1 = '' OR IFNULL(p.state, j.state) = ?1) ORDER BY j.submit_ms DESC, j.id DESC "
-            "LIMIT ?2";
-    }
+    auto pending = progress_.Pending();
+    if (!pending.ok()) return pending.status();
     return db_.Rows(
-        sql, "listing jobs",
+        ProgressLog::ListSql(*pending, ended_only), "listing jobs",
         [&](Stmt& q) { q.BindFrom(1, state, static_cast<int64_t>(std::max(0, limit))); }, ReadJob);
-  }
-
-  // `job` as its latest unfolded progress says, if any.
-  Status OverlayLocked(std::optional<JobRecord>* job) {
-    if (!job->has_value() || progress_rows_ == 0) return Status::Ok();
-    JobRecord& j = **job;
-    auto found = db_.OptionalRow(
-        "SELECT state, placement, update_ms, exit_code, reason FROM job_progress WHERE id = ?1 "
-        "ORDER BY seq DESC LIMIT 1",
-        "reading the progress of job " + j.id, [&](Stmt& q) { q.Bind(1, j.id); },
-        [&](const Stmt& q) {
-          q.ReadFrom(0, &j.state, &j.placement, &j.update_ms);
-          j.exit_code = q.IsNull(3) ? std::nullopt : std::optional<int>(q.Int(3));
-          j.reason = q.Text(4);
-          return true;
-        });
-    return found.status();
-  }
-
-  static void BindExitCode(Stmt& q, int i, const JobRecord& j) {
-    if (j.exit_code) {
-      q.Bind(i, static_cast<int64_t>(*j.exit_code));
-    } else {
-      q.BindNull(i);
-    }
   }
 
   static Event ReadEvent(const Stmt& q) {
@@ -641,25 +543,10 @@ class SqliteStore final : public Store {
     if (rc == SQLITE_OK) wal_frames_ = log - copied;
   }
 
-  // Job progress. A job's row is written whole when it is submitted; what changes after (state,
-  // placement, reason, exit code) is appended to job_progress in the same commit, and folded
-  // into the row later: by Tidy (the writer idle; a slice a step), before a load or prune of the
-  // jobs (ListJobs, GetJob and FindByIdempotencyKey read the latest progress instead), and a
-  // slice a commit once the
-  // log holds kProgressBound rows. An append writes the log's last pages; an update writes its
-  // job's page, and a cycle's updates scatter over the table: a cycle's 79,040 placements
-  // rewrote ~57,000 pages of 4 KiB in its commits (served_cycle_bench).
   static constexpr int kProgressLogVersion = 7;  // schema version that brought job_progress
-  static constexpr int64_t kProgressBound = 131072;
-  static constexpr int64_t kFoldSlice = 16384;
-  static constexpr int64_t kTidySlice = 4096;  // a step of Tidy: tens of milliseconds
-  static constexpr int64_t kAllProgress = int64_t{1} << 62;
-  bool progress_log_ = false;  // the schema has job_progress (a store at an older version: not)
-  int64_t progress_rows_ = 0;  // rows in job_progress; guarded by mu_
-  int64_t appended_ = 0;       // rows the commit in progress appended; guarded by mu_
-
   mutable std::mutex mu_;
-  SqliteDb db_;         // guarded by mu_
+  SqliteDb db_;                // guarded by mu_
+  ProgressLog progress_{db_};  // guarded by mu_ (store/sqlite_progress.h)
   int wal_frames_ = 0;  // in the write-ahead log not yet copied into the database; guarded by mu_
   const std::string path_;
   int lease_fd_ = -1;  // "<file>.leader", flocked while leading

@@ -25,7 +25,12 @@ class ForwardingStore : public store::Store {
   Result<std::vector<store::JobRecord>> ListJobs(const std::string& state, int limit) override {
     return inner_->ListJobs(state, limit);
   }
+  Result<std::vector<store::JobRecord>> ListEndedJobs(const std::string& state,
+                                                      int limit) override {
+    return inner_->ListEndedJobs(state, limit);
+  }
   Result<int64_t> MaxJobNumber() override { return inner_->MaxJobNumber(); }
+  bool Tidy() override { return inner_->Tidy(); }
   Result<std::optional<store::JobRecord>> FindByIdempotencyKey(const std::string& key,
                                                                int64_t since_ms) override {
     return inner_->FindByIdempotencyKey(key, since_ms);

@@ -209,6 +209,33 @@ TEST_F(SqliteProgressTest, AListOfJobsReadsTheProgressLogAndWritesNothing) {
   EXPECT_EQ(RawInt(path_, "SELECT count(*) FROM job_progress"), 2) << "the list folded the log";
 }
 
+// Two stores on one file (a standby that takes over, a reload beside a running engine): each
+// finds the progress the other appended or folded. A store counted the log when it opened, and
+// then trusted its count: a standby opened before the leader's last commits loaded the jobs'
+// older rows on taking over, and a store whose rows another folded looped in Tidy.
+TEST_F(SqliteProgressTest, AStoreFindsTheProgressAnotherStoreOnTheFileAppendedOrFolded) {
+  auto opened = Store::Open(path_);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  std::unique_ptr<Store> other = std::move(*opened);  // opened before the progress
+  ASSERT_TRUE(store_->Commit({}, {Progress(7)}, nullptr).ok());
+  auto one = other->GetJob("j-1");
+  ASSERT_TRUE(one.ok() && one->has_value());
+  EXPECT_EQ((*one)->update_ms, 7);
+  auto listed = other->ListJobs("", 10);
+  ASSERT_TRUE(listed.ok() && listed->size() == 1u);
+  EXPECT_EQ((*listed)[0].update_ms, 7);
+  auto live = other->LoadLiveJobs();  // folds, from the other store
+  ASSERT_TRUE(live.ok() && live->size() == 1u);
+  EXPECT_EQ((*live)[0].update_ms, 7) << "the jobs' rows as they were before the progress";
+  EXPECT_EQ(RawInt(path_, "SELECT count(*) FROM job_progress"), 0);
+  int steps = 0;
+  while (store_->Tidy() && steps < 10) ++steps;
+  EXPECT_LT(steps, 10) << "Tidy went on folding what the other store had folded";
+  auto mine = store_->GetJob("j-1");
+  ASSERT_TRUE(mine.ok() && mine->has_value());
+  EXPECT_EQ((*mine)->update_ms, 7);
+}
+
 // Tidy folds the log a slice a call (4,096 rows), then copies the write-ahead log in a call of its
 // own, saying whether more is left, so that the commit writer can write what comes between two
 // steps; the rows end with the latest progress.

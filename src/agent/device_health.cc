@@ -2,14 +2,12 @@
 
 #include <algorithm>
 
-#include "agent/dynamic_library.h"
+#include "agent/nvml_library.h"
 
 namespace tessera::agent {
 namespace {
 
 // ---- The NVML declarations used here, written from NVML's public API reference. ----
-using NvmlReturn = int;  // nvmlReturn_t; 0 is success
-constexpr NvmlReturn kOk = 0;
 constexpr NvmlReturn kTimeout = 10;  // NVML_ERROR_TIMEOUT
 using Handle = void*;                // nvmlDevice_t, nvmlEventSet_t: opaque pointers
 struct EventData {                   // nvmlEventData_t
@@ -118,29 +116,26 @@ NvmlHealth::NvmlHealth(std::unique_ptr<Api> api) : api_(std::move(api)) {}
 NvmlHealth::~NvmlHealth() = default;
 
 Result<std::unique_ptr<NvmlHealth>> NvmlHealth::Open(const std::string& library) {
-  auto api = std::make_unique<Api>(library);
-  if (!api->lib.loaded()) return Status::FailedPrecondition("cannot load NVML '" + library + "'");
-  if (!api->BindCalls())
-    return Status::FailedPrecondition("NVML '" + library + "' lacks the device calls");
-  if (api->init() != kOk) {
-    api->shutdown = nullptr;
-    return Status::FailedPrecondition("NVML '" + library + "': nvmlInit failed");
-  }
+  auto opened = OpenNvml<Api>(library, "the device calls");
+  if (!opened.ok()) return opened.status();
+  std::unique_ptr<Api> api = std::move(*opened);
   unsigned n = 0;
-  if (api->count(&n) != kOk) n = 0;
+  if (api->count(&n) != kNvmlSuccess) n = 0;
   for (unsigned i = 0; i < n; ++i) {
     Handle h = nullptr;
-    if (api->handle(i, &h) != kOk) h = nullptr;
+    if (api->handle(i, &h) != kNvmlSuccess) h = nullptr;
     api->devices.push_back(h);
     api->health.push_back({static_cast<int>(i), true, ""});
     api->seen.emplace_back();
   }
   if (api->set_create && api->set_free && api->register_events && api->set_wait &&
-      api->set_create(&api->set) == kOk) {
+      api->set_create(&api->set) == kNvmlSuccess) {
     bool any = false;
     for (Handle h : api->devices) {
       // A device that supports no XID events (old or virtual GPUs) is read for ECC only.
-      any = (h != nullptr && api->register_events(h, kEventXidCritical, api->set) == kOk) || any;
+      any =
+          (h != nullptr && api->register_events(h, kEventXidCritical, api->set) == kNvmlSuccess) ||
+          any;
     }
     if (!any) {
       api->set_free(api->set);
@@ -179,7 +174,7 @@ void NvmlHealth::CheckSignals(size_t i, std::vector<std::string>* log) {
   s.restart = false;
   unsigned long long errors = 0;
   // Not supported (a card without ECC, or ECC off): nothing to read.
-  if (a.ecc != nullptr && a.ecc(dev, kUncorrected, kVolatile, &errors) == kOk) {
+  if (a.ecc != nullptr && a.ecc(dev, kUncorrected, kVolatile, &errors) == kNvmlSuccess) {
     if (errors < s.ecc) {
       // The volatile counters went down: the GPU was reset or the driver reloaded, cleanly.
       s.ecc_base = 0;
@@ -202,18 +197,18 @@ void NvmlHealth::CheckSignals(size_t i, std::vector<std::string>* log) {
     if (on && !ack) mark(reason);
   };
   int pending = 0;
-  if (a.retired_pending != nullptr && a.retired_pending(dev, &pending) == kOk)
+  if (a.retired_pending != nullptr && a.retired_pending(dev, &pending) == kNvmlSuccess)
     state(pending == 1, s.retired_ack, "retired pages pending: the device needs a reset");
   unsigned corrected = 0, uncorrected = 0, remap_pending = 0, remap_failed = 0;
   if (a.remapped != nullptr &&
-      a.remapped(dev, &corrected, &uncorrected, &remap_pending, &remap_failed) == kOk) {
+      a.remapped(dev, &corrected, &uncorrected, &remap_pending, &remap_failed) == kNvmlSuccess) {
     state(remap_pending != 0, s.remap_pending_ack,
           "row remapping pending: the device needs a reset");
     state(remap_failed != 0, s.remap_failed_ack, "row remapping failed");
   }
   for (int policy : {kPolicyThermal, kPolicyPower}) {
     ViolationTime now{0, 0};
-    if (a.violation == nullptr || a.violation(dev, policy, &now) != kOk) continue;
+    if (a.violation == nullptr || a.violation(dev, policy, &now) != kNvmlSuccess) continue;
     ViolationTime& before = s.viol[policy];
     // Cumulative since boot: the first read is a starting point; a counter that went back (a
     // reset) starts over.
@@ -243,7 +238,7 @@ std::vector<DeviceHealth> NvmlHealth::Check(int wait_ms, std::vector<std::string
     for (int k = 0; k < kMaxEventsPerCheck; ++k) {
       EventData e{};
       const NvmlReturn rc = a.set_wait(a.set, &e, k == 0 ? static_cast<unsigned>(wait_ms) : 0);
-      if (rc == kTimeout || rc != kOk) break;
+      if (rc == kTimeout || rc != kNvmlSuccess) break;
       if ((e.eventType & kEventXidCritical) == 0) continue;
       size_t i = 0;
       while (i < a.devices.size() && a.devices[i] != e.device) ++i;

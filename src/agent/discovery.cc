@@ -13,16 +13,14 @@
 #include <sstream>
 
 #include "agent/amd_smi.h"
-#include "agent/dynamic_library.h"
+#include "agent/nvml_library.h"
 #include "model/quantity.h"
 
 namespace tessera::agent {
 namespace {
 
 // ---- The few NVML declarations the agent uses, written from NVML's public API reference. ----
-// Every call returns an nvmlReturn_t (an int-sized enum; 0 is success).
-using NvmlReturn = int;
-constexpr NvmlReturn kNvmlSuccess = 0;
+// Every call returns an nvmlReturn_t (agent/nvml_library.h).
 struct NvmlDeviceOpaque;
 using NvmlDevice = NvmlDeviceOpaque*;
 struct NvmlMemory {  // nvmlMemory_t (v1): bytes
@@ -242,46 +240,46 @@ struct NvmlProcessInfo {  // nvmlProcessInfo_t (v2, as the _v3 query fills it)
   unsigned int gpu_instance_id;
   unsigned int compute_instance_id;
 };
-using GetUtilizationFn = NvmlReturn (*)(NvmlDevice, NvmlUtilization*);
-using GetProcessesFn = NvmlReturn (*)(NvmlDevice, unsigned int*, NvmlProcessInfo*);
 constexpr NvmlReturn kNvmlInsufficientSize = 7;  // NVML_ERROR_INSUFFICIENT_SIZE
+
+// The NVML calls telemetry makes: X(member, symbol, required, return type, parameters), the one
+// list the members of NvmlSampler::Impl and their binding come from (agent/dynamic_library.h).
+#define TESSERA_NVML_TELEMETRY_CALLS(X)                                                         \
+  X(init, "nvmlInit_v2", true, NvmlReturn, ())                                                  \
+  X(shutdown, "nvmlShutdown", true, NvmlReturn, ())                                             \
+  X(get_count, "nvmlDeviceGetCount_v2", true, NvmlReturn, (unsigned int*))                      \
+  X(get_handle, "nvmlDeviceGetHandleByIndex_v2", true, NvmlReturn, (unsigned int, NvmlDevice*)) \
+  X(get_memory, "nvmlDeviceGetMemoryInfo", true, NvmlReturn, (NvmlDevice, NvmlMemory*))         \
+  X(get_utilization, "nvmlDeviceGetUtilizationRates", true, NvmlReturn,                         \
+    (NvmlDevice, NvmlUtilization*))                                                             \
+  X(get_processes, "nvmlDeviceGetComputeRunningProcesses_v3", false, NvmlReturn,                \
+    (NvmlDevice, unsigned int*, NvmlProcessInfo*))
 }  // namespace
 
 struct NvmlSampler::Impl {
   explicit Impl(const std::string& path) : lib(path) {}
   DynamicLibrary lib;
-  ShutdownFn shutdown = nullptr;
-  GetCountFn get_count = nullptr;
-  GetHandleFn get_handle = nullptr;
-  GetMemoryFn get_memory = nullptr;
-  GetUtilizationFn get_utilization = nullptr;
-  GetProcessesFn get_processes = nullptr;
+  TESSERA_NVML_TELEMETRY_CALLS(TESSERA_LIBRARY_CALL_MEMBER)
+  // Binds every call listed; false where the library lacks a required one.
+  bool BindCalls() {
+    SymbolBinder sym(lib);
+    TESSERA_NVML_TELEMETRY_CALLS(TESSERA_LIBRARY_CALL_BIND)
+    return sym.all();
+  }
+  ~Impl() {
+    if (shutdown) shutdown();
+  }
 };
 
 Result<std::unique_ptr<NvmlSampler>> NvmlSampler::Open(const std::string& library) {
+  auto impl = OpenNvml<Impl>(library, "the telemetry calls");
+  if (!impl.ok()) return impl.status();
   std::unique_ptr<NvmlSampler> s(new NvmlSampler());
-  s->impl_ = std::make_unique<Impl>(library);
-  Impl& m = *s->impl_;
-  if (!m.lib.loaded()) return Status::FailedPrecondition("no NVML: cannot load " + library);
-  auto init = m.lib.Symbol<InitFn>("nvmlInit_v2");
-  m.shutdown = m.lib.Symbol<ShutdownFn>("nvmlShutdown");
-  m.get_count = m.lib.Symbol<GetCountFn>("nvmlDeviceGetCount_v2");
-  m.get_handle = m.lib.Symbol<GetHandleFn>("nvmlDeviceGetHandleByIndex_v2");
-  m.get_memory = m.lib.Symbol<GetMemoryFn>("nvmlDeviceGetMemoryInfo");
-  m.get_utilization = m.lib.Symbol<GetUtilizationFn>("nvmlDeviceGetUtilizationRates");
-  m.get_processes =
-      m.lib.Symbol<GetProcessesFn>("nvmlDeviceGetComputeRunningProcesses_v3");  // optional
-  if (init == nullptr || m.shutdown == nullptr || m.get_count == nullptr ||
-      m.get_handle == nullptr || m.get_memory == nullptr || m.get_utilization == nullptr) {
-    return Status::FailedPrecondition("no NVML: " + library + " lacks the telemetry entry points");
-  }
-  if (init() != kNvmlSuccess) return Status::FailedPrecondition("no NVML: nvmlInit failed");
+  s->impl_ = std::move(*impl);
   return s;
 }
 
-NvmlSampler::~NvmlSampler() {
-  if (impl_ && impl_->shutdown != nullptr) impl_->shutdown();
-}
+NvmlSampler::~NvmlSampler() = default;
 
 std::vector<NvmlSample> NvmlSampler::Sample() {
   Impl& m = *impl_;

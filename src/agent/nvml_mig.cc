@@ -2,14 +2,12 @@
 
 #include <cstring>
 
-#include "agent/dynamic_library.h"
+#include "agent/nvml_library.h"
 
 namespace tessera::agent {
 namespace {
 
 // ---- The NVML declarations used here, written from NVML's public API reference. ----
-using NvmlReturn = int;  // nvmlReturn_t; 0 is success
-constexpr NvmlReturn kOk = 0;
 using Handle = void*;  // nvmlDevice_t, nvmlGpuInstance_t, nvmlComputeInstance_t: opaque pointers
 struct Placement {     // nvmlGpuInstancePlacement_t
   unsigned start, size;
@@ -86,26 +84,19 @@ NvmlMig::NvmlMig(std::unique_ptr<Api> api) : api_(std::move(api)) {}
 NvmlMig::~NvmlMig() = default;
 
 Result<std::unique_ptr<NvmlMig>> NvmlMig::Open(const std::string& library) {
-  auto api = std::make_unique<Api>(library);
-  if (!api->lib.loaded()) return Status::FailedPrecondition("cannot load NVML '" + library + "'");
-  if (!api->BindCalls())
-    return Status::FailedPrecondition("NVML '" + library +
-                                      "' lacks the MIG calls (driver too old?)");
-  if (NvmlReturn rc = api->init(); rc != kOk) {
-    api->shutdown = nullptr;
-    return Status::FailedPrecondition(api->Error("nvmlInit", rc));
-  }
-  return std::unique_ptr<NvmlMig>(new NvmlMig(std::move(api)));
+  auto api = OpenNvml<Api>(library, "the MIG calls (driver too old?)");
+  if (!api.ok()) return api.status();
+  return std::unique_ptr<NvmlMig>(new NvmlMig(std::move(*api)));
 }
 
 Result<NvmlMig::Instance> NvmlMig::Create(const std::string& gpu_uuid, int profile_id, int start,
                                           int size) {
   const Api& a = *api_;
   Handle dev = nullptr;
-  if (NvmlReturn rc = a.handle_by_uuid(gpu_uuid.c_str(), &dev); rc != kOk)
+  if (NvmlReturn rc = a.handle_by_uuid(gpu_uuid.c_str(), &dev); rc != kNvmlSuccess)
     return Status::NotFound(a.Error(gpu_uuid, rc));
   unsigned current = 0, pending = 0;
-  if (NvmlReturn rc = a.mig_mode(dev, &current, &pending); rc != kOk || current != 1) {
+  if (NvmlReturn rc = a.mig_mode(dev, &current, &pending); rc != kNvmlSuccess || current != 1) {
     return Status::FailedPrecondition(
         gpu_uuid + ": MIG mode is off (enable it on the idle card: nvidia-smi -i " + gpu_uuid +
         " -mig 1)");
@@ -115,7 +106,8 @@ Result<NvmlMig::Instance> NvmlMig::Create(const std::string& gpu_uuid, int profi
   bool found = false;
   for (unsigned p = 0; p < kMaxGpuInstanceProfiles && !found; ++p) {
     GpuInstanceProfileInfo info{};
-    if (a.gi_profile_info(dev, p, &info) == kOk && static_cast<int>(info.id) == profile_id) {
+    if (a.gi_profile_info(dev, p, &info) == kNvmlSuccess &&
+        static_cast<int>(info.id) == profile_id) {
       gip = info;
       found = true;
     }
@@ -124,7 +116,7 @@ Result<NvmlMig::Instance> NvmlMig::Create(const std::string& gpu_uuid, int profi
     return Status::NotFound(gpu_uuid + ": no GPU instance profile " + std::to_string(profile_id));
   Placement where{static_cast<unsigned>(start), static_cast<unsigned>(size)};
   Instance out;
-  if (NvmlReturn rc = a.create_gi(dev, gip.id, &where, &out.gpu_instance); rc != kOk) {
+  if (NvmlReturn rc = a.create_gi(dev, gip.id, &where, &out.gpu_instance); rc != kNvmlSuccess) {
     return Status::FailedPrecondition(a.Error(gpu_uuid + ": GPU instance profile " +
                                                   std::to_string(profile_id) + " at slice " +
                                                   std::to_string(start),
@@ -140,7 +132,7 @@ Result<NvmlMig::Instance> NvmlMig::Create(const std::string& gpu_uuid, int profi
   found = false;
   for (unsigned p = 0; p < kMaxComputeInstanceProfiles && !found; ++p) {
     ComputeInstanceProfileInfo info{};
-    if (a.ci_profile_info(out.gpu_instance, p, kEngineProfileShared, &info) == kOk &&
+    if (a.ci_profile_info(out.gpu_instance, p, kEngineProfileShared, &info) == kNvmlSuccess &&
         info.sliceCount == gip.sliceCount) {
       cip = info;
       found = true;
@@ -149,23 +141,25 @@ Result<NvmlMig::Instance> NvmlMig::Create(const std::string& gpu_uuid, int profi
   if (!found)
     return undo(
         Status::NotFound(gpu_uuid + ": no compute instance profile spans the GPU instance"));
-  if (NvmlReturn rc = a.create_ci(out.gpu_instance, cip.id, &out.compute_instance); rc != kOk) {
+  if (NvmlReturn rc = a.create_ci(out.gpu_instance, cip.id, &out.compute_instance);
+      rc != kNvmlSuccess) {
     return undo(Status::FailedPrecondition(a.Error(gpu_uuid + ": compute instance", rc)));
   }
   // The MIG device of that GPU instance carries the UUID the job sees.
   GpuInstanceInfo gi{};
-  if (NvmlReturn rc = a.gi_info(out.gpu_instance, &gi); rc != kOk)
+  if (NvmlReturn rc = a.gi_info(out.gpu_instance, &gi); rc != kNvmlSuccess)
     return undo(Status::Internal(a.Error("GPU instance info", rc)));
   unsigned count = 0;
-  if (NvmlReturn rc = a.max_mig_devices(dev, &count); rc != kOk)
+  if (NvmlReturn rc = a.max_mig_devices(dev, &count); rc != kNvmlSuccess)
     return undo(Status::Internal(a.Error("MIG devices", rc)));
   for (unsigned i = 0; i < count && out.uuid.empty(); ++i) {
     Handle mig = nullptr;
     unsigned id = 0;
-    if (a.mig_device_by_index(dev, i, &mig) != kOk || a.gi_id_of(mig, &id) != kOk || id != gi.id)
+    if (a.mig_device_by_index(dev, i, &mig) != kNvmlSuccess ||
+        a.gi_id_of(mig, &id) != kNvmlSuccess || id != gi.id)
       continue;
     char buf[kStringBuffer] = {};
-    if (a.uuid(mig, buf, kStringBuffer) == kOk) out.uuid = buf;
+    if (a.uuid(mig, buf, kStringBuffer) == kNvmlSuccess) out.uuid = buf;
   }
   if (out.uuid.rfind("MIG-", 0) != 0)
     return undo(Status::Internal(gpu_uuid + ": the new MIG device has no UUID"));
@@ -175,13 +169,13 @@ Result<NvmlMig::Instance> NvmlMig::Create(const std::string& gpu_uuid, int profi
 Status NvmlMig::Destroy(Instance& instance) {
   const Api& a = *api_;
   if (instance.compute_instance) {
-    if (NvmlReturn rc = a.destroy_ci(instance.compute_instance); rc != kOk) {
+    if (NvmlReturn rc = a.destroy_ci(instance.compute_instance); rc != kNvmlSuccess) {
       return Status::Internal(a.Error(instance.uuid + ": destroying the compute instance", rc));
     }
     instance.compute_instance = nullptr;
   }
   if (instance.gpu_instance) {
-    if (NvmlReturn rc = a.destroy_gi(instance.gpu_instance); rc != kOk) {
+    if (NvmlReturn rc = a.destroy_gi(instance.gpu_instance); rc != kNvmlSuccess) {
       return Status::Internal(a.Error(instance.uuid + ": destroying the GPU instance", rc));
     }
     instance.gpu_instance = nullptr;

@@ -1,10 +1,13 @@
 #include "agent/discovery.h"
 
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
 #include <fstream>
 
+#include "agent/device_health.h"
+#include "agent/nvml_mig.h"
 #include "test_util.h"
 
 namespace tessera::agent {
@@ -151,6 +154,30 @@ TEST(AgentHostParsers, MemInfoTotal) {
 
 namespace tessera::agent {
 namespace {
+
+// Where NVML does not initialise (no driver), each part of the agent that opens it refuses in the
+// same words, naming the library and NVML's reason, and none calls nvmlShutdown on an NVML it
+// never initialised (telemetry used to, from its destructor).
+TEST(OpenNvml, WhereNvmlDoesNotInitialiseEachUserRefusesAndNoneShutsItDown) {
+  void* lib = dlopen(FAKE_NVML_PATH, RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(lib, nullptr);
+  auto shutdowns = reinterpret_cast<int (*)()>(dlsym(lib, "fake_nvml_shutdowns"));
+  ASSERT_NE(shutdowns, nullptr);
+  const int before = shutdowns();
+  setenv("FAKE_NVML_INIT_FAIL", "1", 1);
+  const std::string want =
+      std::string("no NVML: ") + FAKE_NVML_PATH + ": nvmlInit failed: Driver Not Loaded (NVML 9)";
+  EXPECT_EQ(NvmlSampler::Open(FAKE_NVML_PATH).status().message(), want);
+  EXPECT_EQ(NvmlHealth::Open(FAKE_NVML_PATH).status().message(), want);
+  EXPECT_EQ(NvmlMig::Open(FAKE_NVML_PATH).status().message(), want);
+  unsetenv("FAKE_NVML_INIT_FAIL");
+  EXPECT_EQ(shutdowns(), before) << "nvmlShutdown called without nvmlInit";
+  auto sampler = NvmlSampler::Open(FAKE_NVML_PATH);
+  ASSERT_TRUE(sampler.ok()) << sampler.status().ToString();
+  sampler->reset();
+  EXPECT_EQ(shutdowns(), before + 1) << "an NVML initialised is shut down with its user";
+  dlclose(lib);
+}
 
 TEST(NvmlSampler, ReadsUtilizationMemoryAndProcesses) {
   auto sampler = NvmlSampler::Open(FAKE_NVML_PATH);

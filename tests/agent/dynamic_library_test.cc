@@ -42,11 +42,11 @@ TEST(DynamicLibrary, NvmlAndAmdSmiUsersRefuseALibraryLackingTheirCalls) {
   auto health = NvmlHealth::Open("libc.so.6");
   ASSERT_FALSE(health.ok());
   EXPECT_EQ(health.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(health.status().message(), "NVML 'libc.so.6' lacks the device calls");
+  EXPECT_EQ(health.status().message(), "no NVML: libc.so.6 lacks the device calls");
   auto mig = NvmlMig::Open("libc.so.6");
   ASSERT_FALSE(mig.ok());
   EXPECT_EQ(mig.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(mig.status().message(), "NVML 'libc.so.6' lacks the MIG calls (driver too old?)");
+  EXPECT_EQ(mig.status().message(), "no NVML: libc.so.6 lacks the MIG calls (driver too old?)");
   auto smi = AmdSmi::Open("libc.so.6");
   ASSERT_FALSE(smi.ok());
   EXPECT_EQ(smi.status().code(), StatusCode::kFailedPrecondition);

@@ -49,7 +49,15 @@ FAKE_API int nvmlInit_v2() {
   const char* fail = std::getenv("FAKE_NVML_INIT_FAIL");
   return fail != nullptr && fail[0] == '1' ? 9 /* driver not loaded */ : 0;
 }
-FAKE_API int nvmlShutdown() { return 0; }
+namespace {
+int shutdowns = 0;
+}  // namespace
+FAKE_API int nvmlShutdown() {
+  ++shutdowns;
+  return 0;
+}
+// How many times nvmlShutdown was called in this process.
+FAKE_API int fake_nvml_shutdowns() { return shutdowns; }
 FAKE_API const char* nvmlErrorString(int rc) {
   return rc == 9 ? "Driver Not Loaded" : "fake error";
 }

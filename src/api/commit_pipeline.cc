@@ -12,22 +12,6 @@
 
 namespace tessera::api {
 
-namespace {
-
-Json DrainJson(const quota::QuotaEngine::Drain& d) {
-  return {{"node", d.node},
-          {"device", d.device},
-          {"job", d.job},
-          {"evict", d.evict},
-          {"add", d.add},
-          {"enable_mig", d.enable_mig},
-          {"amd_pair", d.amd_pair},
-          {"node_wide", d.node_wide},
-          {"why", d.why}};
-}
-
-}  // namespace
-
 Status Engine::Sync() {
   std::unique_lock<std::mutex> lock(mu_);
   Batch none;
@@ -41,8 +25,7 @@ int64_t Engine::QueueLocked(Batch& b) {
   if (qe_->MayHaveDrains() || !drains_.empty()) {
     std::vector<quota::QuotaEngine::Drain> now = qe_->Drains();
     if (now != drains_) {
-      Json list = Json::array();
-      for (const auto& d : now) list.push_back(DrainJson(d));
+      Json list = now;  // api/records.h's mapping
       b.Add(EventAt(clock_(), "engine", "device.drains", "cluster",
                     std::to_string(now.size()) + " drain(s) in progress", {{"drains", list}}),
             nullptr);

@@ -16,6 +16,15 @@
 #include "sched/quota/engine.h"
 #include "store/store.h"
 
+namespace tessera::quota {
+
+// A drain as the store keeps it (the event "device.drains", which a restart reads back): each
+// field under its own name, a missing one at its default. One mapping for both ways.
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(QuotaEngine::Drain, node, device, job, evict, add,
+                                                enable_mig, amd_pair, node_wide, why)
+
+}  // namespace tessera::quota
+
 namespace tessera::api {
 
 using Json = nlohmann::json;

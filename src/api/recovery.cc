@@ -44,16 +44,7 @@ Status RestoreDrains(store::Store& store, Memory& m, int64_t now_s) {
   }
   if (!last.is_object()) return Status::Ok();
   for (const auto& x : last.value("drains", Json::array())) {
-    quota::QuotaEngine::Drain d;
-    d.node = x.value("node", "");
-    d.device = x.value("device", 0);
-    d.job = x.value("job", "");
-    d.evict = x.value("evict", std::vector<std::string>{});
-    d.add = x.value("add", std::vector<std::string>{});
-    d.enable_mig = x.value("enable_mig", false);
-    d.amd_pair = x.value("amd_pair", "");
-    d.node_wide = x.value("node_wide", false);
-    d.why = x.value("why", "");
+    const auto d = x.get<quota::QuotaEngine::Drain>();  // api/records.h's mapping
     Status st = m.quota->RestoreDrain(d, now_s);
     if (!st.ok()) return Status::Internal("stored drain cannot be resumed: " + st.message());
   }

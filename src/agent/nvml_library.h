@@ -29,9 +29,9 @@ Result<std::unique_ptr<Api>> OpenNvml(const std::string& library, const std::str
     api->shutdown = nullptr;  // not initialised: nothing to shut down
     const auto words = api->lib.template Symbol<const char* (*)(NvmlReturn)>("nvmlErrorString");
     const char* why = words != nullptr ? words(rc) : nullptr;
-    return Status::FailedPrecondition("no NVML: " + library + ": nvmlInit failed: " +
-                                      (why != nullptr ? why : "error") + " (NVML " +
-                                      std::to_string(rc) + ")");
+    return Status::FailedPrecondition("no NVML: " + library +
+                                      ": nvmlInit failed: " + (why != nullptr ? why : "error") +
+                                      " (NVML " + std::to_string(rc) + ")");
   }
   return api;
 }

@@ -122,25 +122,29 @@ Result<std::vector<JobRecord>> Store::LoadLiveJobs() {
   return out;
 }
 
-Result<std::vector<JobRecord>> StoreReader::ListJobs(const std::string& state, int limit) {
-  auto all = LoadJobs();
+namespace {
+
+// The newest `limit` records LoadJobs gives in `state` ('' any), ended ones only if `ended_only`.
+Result<std::vector<JobRecord>> NewestJobs(StoreReader& r, const std::string& state, int limit,
+                                          bool ended_only) {
+  auto all = r.LoadJobs();
   if (!all.ok()) return all.status();
   std::vector<JobRecord> out;
   for (auto it = all->rbegin(); it != all->rend() && static_cast<int>(out.size()) < limit; ++it) {
-    if (state.empty() || it->state == state) out.push_back(std::move(*it));
+    if ((state.empty() || it->state == state) && (!ended_only || Store::EndedState(it->state)))
+      out.push_back(std::move(*it));
   }
   return out;
 }
 
+}  // namespace
+
+Result<std::vector<JobRecord>> StoreReader::ListJobs(const std::string& state, int limit) {
+  return NewestJobs(*this, state, limit, false);
+}
+
 Result<std::vector<JobRecord>> StoreReader::ListEndedJobs(const std::string& state, int limit) {
-  auto all = LoadJobs();
-  if (!all.ok()) return all.status();
-  std::vector<JobRecord> out;
-  for (auto it = all->rbegin(); it != all->rend() && static_cast<int>(out.size()) < limit; ++it) {
-    if (Store::EndedState(it->state) && (state.empty() || it->state == state))
-      out.push_back(std::move(*it));
-  }
-  return out;
+  return NewestJobs(*this, state, limit, true);
 }
 
 Result<int64_t> Store::MaxJobNumber() {

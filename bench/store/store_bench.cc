@@ -5,7 +5,7 @@
 // one thread). Prints throughput, p50/p99/max latency and the conditions.
 //
 //   store_bench [--commits 10000] [--backends sqlite,postgresql] [--dir DIR] [--pg-url URL]
-//               [--list-jobs N]
+//               [--list-jobs N] [--steady N]
 //
 // With --list-jobs N (0: skip), each backend also times the dashboard's read after a cycle: N
 // jobs submitted, then one commit placing 79% of them (as the cycle of served_cycle_bench does)
@@ -13,9 +13,16 @@
 // hold plus the limit), once while the cycle's progress is unfolded (SQLite), and again after Tidy;
 // and the same for a list of the newest ended jobs (what GET /v1/jobs asks the store for now).
 //
+// With --steady N (0: skip), SQLite only: a writer never idle, so the store's upkeep (Tidy) never
+// runs: N commits back to back, each one new job and the progress of 20 earlier ones (placed,
+// running or ended), so that the progress log passes its bound and the commits past it fold it.
+// Prints the commits' latency (p50, p99, p99.9, max), how many took over 20 ms, and the log's size
+// at the end.
+//
 // SQLite writes a fresh file under --dir (default: a temporary directory under /tmp).
 // PostgreSQL uses --pg-url, or else starts a private server (tests/store/pg_harness.h) with
 // fsync on, so both backends pay for real durability.
+#include <sqlite3.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -184,6 +191,84 @@ bool ListAfterCycle(const std::string& url, int jobs) {
   return listed[0] >= static_cast<size_t>(jobs) && listed[1] == listed[0];
 }
 
+// The steady load of --steady (see the top): prints the figures, false on a failure.
+bool Steady(const std::string& url, const std::string& path, int commits) {
+  auto opened = Store::Open(url);
+  if (!opened.ok()) {
+    std::fprintf(stderr, "store_bench: %s\n", opened.status().ToString().c_str());
+    return false;
+  }
+  Store& store = **opened;
+  constexpr int kProgressPerCommit = 20;
+  static const char* const kStates[] = {"placed", "running", "succeeded"};
+  std::vector<double> lat_ms;
+  lat_ms.reserve(static_cast<size_t>(commits));
+  int64_t progress_rows = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < commits; ++i) {
+    std::vector<JobRecord> records;
+    JobRecord j;
+    j.id = "j-" + std::to_string(i + 1);
+    j.queue = "inference";
+    j.identity = "bench";
+    j.group = "g";
+    j.state = "pending";
+    j.spec = "{\"command\":[\"python\",\"serve.py\"],\"gpus\":1}";
+    j.submit_ms = 1700000000000 + i;
+    j.update_ms = j.submit_ms;
+    records.push_back(j);
+    // The progress of 20 jobs submitted before (placed, running, ended, in turn).
+    for (int k = 0; k < kProgressPerCommit && i > 0; ++k) {
+      const int step = (i + k) % 3;
+      const int of = (i * 7 + k * 13) % i;
+      JobRecord p;
+      p.id = "j-" + std::to_string(of + 1);
+      p.state = kStates[step];
+      p.placement = "{\"node\":\"n" + std::to_string(of % 10000) + "\",\"devices\":[0]}";
+      p.submit_ms = 1700000000000 + of;
+      p.update_ms = j.submit_ms;
+      if (step == 2) p.exit_code = 0;
+      records.push_back(std::move(p));
+      ++progress_rows;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    auto s = store.Commit({}, records, nullptr);
+    lat_ms.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    if (!s.ok()) {
+      std::fprintf(stderr, "store_bench: steady commit %d: %s\n", i, s.ToString().c_str());
+      return false;
+    }
+  }
+  const double total_s = Seconds(start);
+  const size_t slow = static_cast<size_t>(
+      std::count_if(lat_ms.begin(), lat_ms.end(), [](double ms) { return ms > 20; }));
+  std::sort(lat_ms.begin(), lat_ms.end());
+  auto pct = [&](double p) {
+    return lat_ms[std::min(lat_ms.size() - 1,
+                           static_cast<size_t>(p * static_cast<double>(lat_ms.size())))];
+  };
+  int64_t left = -1;  // the log's rows at the end, read beside the store
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK) {
+    sqlite3_stmt* q = nullptr;
+    if (sqlite3_prepare_v2(db, "SELECT count(*) FROM job_progress", -1, &q, nullptr) == SQLITE_OK &&
+        sqlite3_step(q) == SQLITE_ROW) {
+      left = sqlite3_column_int64(q, 0);
+    }
+    sqlite3_finalize(q);
+  }
+  sqlite3_close(db);
+  std::printf(
+      "  steady, Tidy never run: %d commits of 1 job + %d progress rows (%lld rows in all) in "
+      "%.1f s = %.0f commits/s; latency p50 %.3f ms, p99 %.3f ms, p99.9 %.3f ms, max %.3f ms; %zu "
+      "over 20 ms; %lld rows left in the progress log\n",
+      commits, kProgressPerCommit, static_cast<long long>(progress_rows), total_s,
+      commits / total_s, pct(0.50), pct(0.99), pct(0.999), lat_ms.back(), slow,
+      static_cast<long long>(left));
+  return true;
+}
+
 std::string Filesystem(const std::string& dir) {
   // The filesystem type matters for fsync cost; /proc/mounts names it.
   FILE* f = std::fopen("/proc/mounts", "r");
@@ -206,6 +291,7 @@ std::string Filesystem(const std::string& dir) {
 int main(int argc, char** argv) {
   int commits = 10000;
   int list_jobs = 0;
+  int steady = 0;
   std::string backends = "sqlite,postgresql";
   std::string dir;
   std::string pg_url;
@@ -228,15 +314,19 @@ int main(int argc, char** argv) {
       pg_url = next();
     } else if (a == "--list-jobs") {
       list_jobs = std::atoi(next().c_str());
+    } else if (a == "--steady") {
+      steady = std::atoi(next().c_str());
     } else {
       std::fprintf(stderr,
                    "usage: store_bench [--commits N] [--backends sqlite,postgresql] [--dir DIR] "
-                   "[--pg-url URL] [--list-jobs N]\n");
+                   "[--pg-url URL] [--list-jobs N] [--steady N]\n");
       return 2;
     }
   }
-  if (commits <= 0 || list_jobs < 0) {
-    std::fprintf(stderr, "store_bench: --commits must be positive, --list-jobs not negative\n");
+  if (commits <= 0 || list_jobs < 0 || steady < 0) {
+    std::fprintf(stderr,
+                 "store_bench: --commits must be positive, --list-jobs and --steady not "
+                 "negative\n");
     return 2;
   }
   bool own_dir = false;
@@ -303,6 +393,10 @@ int main(int argc, char** argv) {
     if (list_jobs > 0) {
       // SQLite: a file of its own; PostgreSQL: the same database, the commits' jobs listed too.
       if (!ListAfterCycle(b == "sqlite" ? "sqlite:" + dir + "/list.db" : url, list_jobs)) rc = 1;
+    }
+    if (steady > 0 && b == "sqlite" &&
+        !Steady("sqlite:" + dir + "/steady.db", dir + "/steady.db", steady)) {
+      rc = 1;
     }
     std::fflush(stdout);
   }

@@ -68,13 +68,11 @@ Status ProgressLog::Fold(int64_t most) {
         [&](Stmt& q) { q.Bind(1, most); }, [](const Stmt& q) { return q.Int64(0); });
     if (!cut.ok()) return cut.status();
     auto below = [&](Stmt& q) { q.Bind(1, cut->value_or(0)); };
-    // SQLite takes the bare columns beside a lone MAX() from the row of the maximum.
     auto updated = db_.Write(
-        "UPDATE jobs SET state = p.state, placement = p.placement, update_ms = p.update_ms, "
-        "exit_code = p.exit_code, reason = p.reason, ended_ms = CASE WHEN p.ended_ms > 0 THEN "
-        "p.ended_ms ELSE jobs.ended_ms END FROM (SELECT id, state, placement, update_ms, "
-        "exit_code, reason, ended_ms, MAX(seq) FROM job_progress WHERE seq < ?1 GROUP BY id) "
-        "AS p WHERE jobs.id = p.id",
+        std::string("UPDATE jobs SET state = p.state, placement = p.placement, update_ms = "
+                    "p.update_ms, exit_code = p.exit_code, reason = p.reason, ended_ms = CASE "
+                    "WHEN p.ended_ms > 0 THEN p.ended_ms ELSE jobs.ended_ms END FROM (") +
+            kLatestProgressBelow + ") AS p WHERE jobs.id = p.id",
         "folding job progress", below);
     if (!updated.ok()) return updated.status();
     auto deleted =

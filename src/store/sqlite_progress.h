@@ -1,11 +1,11 @@
 // The SQLite store's job progress log (schema 7). A job's row is written whole when it is
 // submitted; what changes after (state, placement, reason, exit code, end time) is appended to
 // job_progress in the same commit, and folded into the row later: by Tidy (the writer idle; a
-// slice a step), before a load or prune of the jobs, and a slice a commit once the log holds
-// kBound rows (a writer never idle). Reads of one job or a list read the latest progress instead
-// of folding it. An append writes the log's last pages; an update in place writes its job's
-// page, and a cycle's updates scatter over the table: a cycle's 79,040 placements rewrote
-// ~57,000 pages of 4 KiB in its commits (served_cycle_bench).
+// slice a step), before a load or prune of the jobs, and by a commit that leaves the log past
+// kBound rows (a writer never idle), back to a slice below it. Reads of one job or a list read the
+// latest progress instead of folding it. An append writes the log's last pages; an update in place
+// writes its job's page, and a cycle's updates scatter over the table: a cycle's 79,040 placements
+// rewrote ~57,000 pages of 4 KiB in its commits (served_cycle_bench).
 //
 // Not thread-safe: the store's mutex guards every call, as it does the SqliteDb's.
 #pragma once
@@ -26,11 +26,20 @@ int64_t JobEndedMs(const JobRecord& j);
 // Binds the record's exit code to parameter `i`, NULL when it has none.
 void BindExitCode(Stmt& q, int i, const JobRecord& j);
 
+// Each job's latest progress among the log's rows below seq ?1 (SQLite takes the bare columns
+// beside a lone MAX() from the row of the maximum): what a fold writes into the jobs rows. NOT
+// INDEXED: the slice is read by the primary key's range and grouped in a temporary tree, in
+// proportion to its rows; by the (id, seq) index the GROUP BY walked the whole log.
+inline constexpr char kLatestProgressBelow[] =
+    "SELECT id, state, placement, update_ms, exit_code, reason, ended_ms, MAX(seq) FROM "
+    "job_progress NOT INDEXED WHERE seq < ?1 GROUP BY id";
+
 class ProgressLog {
  public:
-  static constexpr int64_t kBound = 131072;      // rows past which each commit folds a slice
-  static constexpr int64_t kBoundSlice = 16384;  // ... of this many
-  static constexpr int64_t kTidySlice = 4096;    // a step of Tidy: tens of milliseconds
+  static constexpr int64_t kTidySlice = 4096;  // a step of Tidy: a few milliseconds
+  // Rows past which a commit folds the log back to a slice below (a writer never idle, so Tidy
+  // never runs): past the bound, each commit folds about what it appended, a slice at a time.
+  static constexpr int64_t kBound = 131072;
   static constexpr int64_t kAll = int64_t{1} << 62;
 
   explicit ProgressLog(SqliteDb& db) : db_(db) {}
@@ -51,7 +60,8 @@ class ProgressLog {
   void BeginCommit() { appended_ = 0; }
   Status Append(const JobRecord& j);
   void Committed() { rows_ += appended_; }
-  bool PastBound() const { return rows_ >= kBound; }
+  // The rows a commit folds once it is durable: 0 below the bound, else down to a slice below it.
+  int64_t OverBound() const { return rows_ >= kBound ? rows_ - (kBound - kTidySlice) : 0; }
 
   // Folds the oldest `most` rows into the jobs rows, in a transaction of its own: each job takes
   // its latest progress among them (its end time only once it ended). Not fenced: folding

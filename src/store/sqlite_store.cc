@@ -62,8 +62,8 @@ class SqliteStore final : public Store {
       Status s = WriteTransaction("starting a commit", "committing",
                                   [&] { return CommitLocked(events, jobs, assigned); });
       if (s.ok()) progress_.Committed();
-      // Past the bound (a writer never idle), each commit folds the log's oldest slice.
-      if (s.ok() && progress_.PastBound()) (void)progress_.Fold(ProgressLog::kBoundSlice);
+      // Past the bound (a writer never idle), the log folded back below it.
+      if (s.ok() && progress_.OverBound() > 0) (void)progress_.Fold(progress_.OverBound());
       return s;
     });
   }

@@ -32,15 +32,6 @@ constexpr unsigned kNvmlMigEnable = 1;  // NVML_DEVICE_MIG_ENABLE
 // NVML_DEVICE_NAME_V2_BUFFER_SIZE and NVML_DEVICE_UUID_V2_BUFFER_SIZE are both 96.
 constexpr unsigned kNvmlStringBuffer = 96;
 
-using InitFn = NvmlReturn (*)();
-using ShutdownFn = NvmlReturn (*)();
-using GetCountFn = NvmlReturn (*)(unsigned int*);
-using GetHandleFn = NvmlReturn (*)(unsigned int, NvmlDevice*);
-using GetStringFn = NvmlReturn (*)(NvmlDevice, char*, unsigned int);
-using GetMemoryFn = NvmlReturn (*)(NvmlDevice, NvmlMemory*);
-using GetMigModeFn = NvmlReturn (*)(NvmlDevice, unsigned int*, unsigned int*);
-using ErrorStringFn = const char* (*)(NvmlReturn);
-
 std::string Trim(std::string_view s) {
   size_t b = 0, e = s.size();
   while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
@@ -164,46 +155,61 @@ std::string MatchCatalogModel(std::string_view driver_name, MiB memory_mib,
   return best != nullptr ? best->name : "";
 }
 
+namespace {
+
+// The NVML calls the inventory makes: X(member, symbol, required, return type, parameters), the
+// one list the members of InventoryNvml and their binding come from (agent/dynamic_library.h).
+#define TESSERA_NVML_INVENTORY_CALLS(X)                                                         \
+  X(init, "nvmlInit_v2", true, NvmlReturn, ())                                                  \
+  X(shutdown, "nvmlShutdown", true, NvmlReturn, ())                                             \
+  X(get_count, "nvmlDeviceGetCount_v2", true, NvmlReturn, (unsigned int*))                      \
+  X(get_handle, "nvmlDeviceGetHandleByIndex_v2", true, NvmlReturn, (unsigned int, NvmlDevice*)) \
+  X(get_name, "nvmlDeviceGetName", true, NvmlReturn, (NvmlDevice, char*, unsigned int))         \
+  X(get_uuid, "nvmlDeviceGetUUID", true, NvmlReturn, (NvmlDevice, char*, unsigned int))         \
+  X(get_memory, "nvmlDeviceGetMemoryInfo", true, NvmlReturn, (NvmlDevice, NvmlMemory*))         \
+  X(get_mig, "nvmlDeviceGetMigMode", false, NvmlReturn,                                         \
+    (NvmlDevice, unsigned int*, unsigned int*))                                                 \
+  X(error_string, "nvmlErrorString", false, const char*, (NvmlReturn))
+
+struct InventoryNvml {
+  explicit InventoryNvml(const std::string& path) : lib(path) {}
+  DynamicLibrary lib;
+  TESSERA_NVML_INVENTORY_CALLS(TESSERA_LIBRARY_CALL_MEMBER)
+  bool BindCalls() {
+    SymbolBinder sym(lib);
+    TESSERA_NVML_INVENTORY_CALLS(TESSERA_LIBRARY_CALL_BIND)
+    return sym.all();
+  }
+  ~InventoryNvml() {
+    if (shutdown) shutdown();
+  }
+};
+
+}  // namespace
+
 Result<std::vector<DiscoveredDevice>> DiscoverNvml(const partition::Catalog& catalog,
                                                    const std::string& library) {
-  DynamicLibrary lib(library);
-  if (!lib.loaded())
-    return Status::FailedPrecondition("no NVML: cannot load " + library + ": " + lib.error());
-  auto init = lib.Symbol<InitFn>("nvmlInit_v2");
-  auto shutdown = lib.Symbol<ShutdownFn>("nvmlShutdown");
-  auto get_count = lib.Symbol<GetCountFn>("nvmlDeviceGetCount_v2");
-  auto get_handle = lib.Symbol<GetHandleFn>("nvmlDeviceGetHandleByIndex_v2");
-  auto get_name = lib.Symbol<GetStringFn>("nvmlDeviceGetName");
-  auto get_uuid = lib.Symbol<GetStringFn>("nvmlDeviceGetUUID");
-  auto get_memory = lib.Symbol<GetMemoryFn>("nvmlDeviceGetMemoryInfo");
-  auto get_mig = lib.Symbol<GetMigModeFn>("nvmlDeviceGetMigMode");  // optional (pre-Ampere drivers)
-  auto error_string = lib.Symbol<ErrorStringFn>("nvmlErrorString");  // optional
-  if (init == nullptr || shutdown == nullptr || get_count == nullptr || get_handle == nullptr ||
-      get_name == nullptr || get_uuid == nullptr || get_memory == nullptr) {
-    return Status::FailedPrecondition("no NVML: " + library + " lacks the NVML entry points");
-  }
+  auto opened = OpenNvml<InventoryNvml>(library, "the NVML entry points");
+  if (!opened.ok()) return opened.status();
+  const InventoryNvml& nvml = **opened;
   auto describe = [&](NvmlReturn rc) {
-    const char* s = error_string != nullptr ? error_string(rc) : nullptr;
+    const char* s = nvml.error_string != nullptr ? nvml.error_string(rc) : nullptr;
     return s != nullptr ? std::string(s) : "NVML error " + std::to_string(rc);
   };
-  NvmlReturn rc = init();
-  if (rc != kNvmlSuccess)
-    return Status::FailedPrecondition("no NVML: nvmlInit failed: " + describe(rc));
-
   std::vector<DiscoveredDevice> devices;
   Status failure;
   unsigned int count = 0;
-  rc = get_count(&count);
+  NvmlReturn rc = nvml.get_count(&count);
   if (rc != kNvmlSuccess) failure = Status::Internal("nvmlDeviceGetCount: " + describe(rc));
   for (unsigned int i = 0; failure.ok() && i < count; ++i) {
     NvmlDevice handle = nullptr;
     char name[kNvmlStringBuffer] = {};
     char uuid[kNvmlStringBuffer] = {};
     NvmlMemory memory{};
-    if ((rc = get_handle(i, &handle)) != kNvmlSuccess ||
-        (rc = get_name(handle, name, kNvmlStringBuffer)) != kNvmlSuccess ||
-        (rc = get_uuid(handle, uuid, kNvmlStringBuffer)) != kNvmlSuccess ||
-        (rc = get_memory(handle, &memory)) != kNvmlSuccess) {
+    if ((rc = nvml.get_handle(i, &handle)) != kNvmlSuccess ||
+        (rc = nvml.get_name(handle, name, kNvmlStringBuffer)) != kNvmlSuccess ||
+        (rc = nvml.get_uuid(handle, uuid, kNvmlStringBuffer)) != kNvmlSuccess ||
+        (rc = nvml.get_memory(handle, &memory)) != kNvmlSuccess) {
       failure = Status::Internal("NVML device " + std::to_string(i) + ": " + describe(rc));
       break;
     }
@@ -216,14 +222,13 @@ Result<std::vector<DiscoveredDevice>> DiscoverNvml(const partition::Catalog& cat
     if (d.model.empty()) d.model = Trim(name);
     d.uuid = uuid;
     unsigned int current = 0, pending = 0;
-    // Not supported (pre-Ampere) simply means MIG is off.
-    if (get_mig != nullptr && get_mig(handle, &current, &pending) == kNvmlSuccess) {
+    // Not there or not supported (pre-Ampere drivers) simply means MIG is off.
+    if (nvml.get_mig != nullptr && nvml.get_mig(handle, &current, &pending) == kNvmlSuccess) {
       d.mig_enabled = current == kNvmlMigEnable;
     }
     devices.push_back(std::move(d));
   }
-  shutdown();
-  if (!failure.ok()) return failure;
+  if (!failure.ok()) return failure;  // NVML shut down as `opened` goes
   return devices;
 }
 

@@ -155,9 +155,10 @@ TEST(AgentHostParsers, MemInfoTotal) {
 namespace tessera::agent {
 namespace {
 
-// Where NVML does not initialise (no driver), each part of the agent that opens it refuses in the
-// same words, naming the library and NVML's reason, and none calls nvmlShutdown on an NVML it
-// never initialised (telemetry used to, from its destructor).
+// Where NVML does not initialise (no driver), each part of the agent that opens it (the
+// inventory, telemetry, device health, MIG) refuses in the same words, naming the library and
+// NVML's reason, and none calls nvmlShutdown on an NVML it never initialised (telemetry used to,
+// from its destructor; the inventory's message did not name the library).
 TEST(OpenNvml, WhereNvmlDoesNotInitialiseEachUserRefusesAndNoneShutsItDown) {
   void* lib = dlopen(FAKE_NVML_PATH, RTLD_NOW | RTLD_LOCAL);
   ASSERT_NE(lib, nullptr);
@@ -170,6 +171,7 @@ TEST(OpenNvml, WhereNvmlDoesNotInitialiseEachUserRefusesAndNoneShutsItDown) {
   EXPECT_EQ(NvmlSampler::Open(FAKE_NVML_PATH).status().message(), want);
   EXPECT_EQ(NvmlHealth::Open(FAKE_NVML_PATH).status().message(), want);
   EXPECT_EQ(NvmlMig::Open(FAKE_NVML_PATH).status().message(), want);
+  EXPECT_EQ(DiscoverNvml(Cat(), FAKE_NVML_PATH).status().message(), want) << "the inventory's";
   unsetenv("FAKE_NVML_INIT_FAIL");
   EXPECT_EQ(shutdowns(), before) << "nvmlShutdown called without nvmlInit";
   auto sampler = NvmlSampler::Open(FAKE_NVML_PATH);

@@ -74,16 +74,8 @@ std::string Clean(const char* s, size_t max) {
   X(status_string, "amdsmi_status_code_to_string", false, Smi, (Smi, const char**))
 
 struct AmdSmi::Api {
-  explicit Api(const std::string& library) : lib(library) {}
-  DynamicLibrary lib;
+  TESSERA_LIBRARY_API(Api, TESSERA_AMD_SMI_CALLS)
   bool initialised = false;
-  TESSERA_AMD_SMI_CALLS(TESSERA_LIBRARY_CALL_MEMBER)
-  // Binds every call listed; false where the library lacks a required one.
-  bool BindCalls() {
-    SymbolBinder sym(lib);
-    TESSERA_AMD_SMI_CALLS(TESSERA_LIBRARY_CALL_BIND)
-    return sym.all();
-  }
   std::vector<std::pair<std::string, Handle>> devices;  // by UUID; empty: enumerate again
 
   std::string Describe(Smi rc) const {

@@ -85,15 +85,7 @@ std::string XidName(unsigned long long xid) {
     (Handle, unsigned*, unsigned*, unsigned*, unsigned*))
 
 struct NvmlHealth::Api {
-  explicit Api(const std::string& library) : lib(library) {}
-  DynamicLibrary lib;
-  TESSERA_NVML_HEALTH_CALLS(TESSERA_LIBRARY_CALL_MEMBER)
-  // Binds every call listed; false where the library lacks a required one.
-  bool BindCalls() {
-    SymbolBinder sym(lib);
-    TESSERA_NVML_HEALTH_CALLS(TESSERA_LIBRARY_CALL_BIND)
-    return sym.all();
-  }
+  TESSERA_LIBRARY_API(Api, TESSERA_NVML_HEALTH_CALLS)
   Handle set = nullptr;
   std::vector<Handle> devices;
   std::vector<DeviceHealth> health;

@@ -172,14 +172,7 @@ namespace {
   X(error_string, "nvmlErrorString", false, const char*, (NvmlReturn))
 
 struct InventoryNvml {
-  explicit InventoryNvml(const std::string& path) : lib(path) {}
-  DynamicLibrary lib;
-  TESSERA_NVML_INVENTORY_CALLS(TESSERA_LIBRARY_CALL_MEMBER)
-  bool BindCalls() {
-    SymbolBinder sym(lib);
-    TESSERA_NVML_INVENTORY_CALLS(TESSERA_LIBRARY_CALL_BIND)
-    return sym.all();
-  }
+  TESSERA_LIBRARY_API(InventoryNvml, TESSERA_NVML_INVENTORY_CALLS)
   ~InventoryNvml() {
     if (shutdown) shutdown();
   }
@@ -262,15 +255,7 @@ constexpr NvmlReturn kNvmlInsufficientSize = 7;  // NVML_ERROR_INSUFFICIENT_SIZE
 }  // namespace
 
 struct NvmlSampler::Impl {
-  explicit Impl(const std::string& path) : lib(path) {}
-  DynamicLibrary lib;
-  TESSERA_NVML_TELEMETRY_CALLS(TESSERA_LIBRARY_CALL_MEMBER)
-  // Binds every call listed; false where the library lacks a required one.
-  bool BindCalls() {
-    SymbolBinder sym(lib);
-    TESSERA_NVML_TELEMETRY_CALLS(TESSERA_LIBRARY_CALL_BIND)
-    return sym.all();
-  }
+  TESSERA_LIBRARY_API(Impl, TESSERA_NVML_TELEMETRY_CALLS)
   ~Impl() {
     if (shutdown) shutdown();
   }

@@ -70,3 +70,17 @@ class SymbolBinder {
   ret(*member) params = nullptr;
 #define TESSERA_LIBRARY_CALL_BIND(member, symbol, required, ret, params) \
   sym(member, symbol, required);
+
+// The members a struct over one library starts with, from its list of calls (CALLS, a macro of
+// X rows as above): a constructor from the library's path, `DynamicLibrary lib`, a function
+// pointer a call, and `bool BindCalls()`, which binds them all and is false where the library
+// lacks a required one. `Name` is the struct's name.
+#define TESSERA_LIBRARY_API(Name, CALLS)                      \
+  explicit Name(const std::string& library) : lib(library) {} \
+  ::tessera::agent::DynamicLibrary lib;                       \
+  CALLS(TESSERA_LIBRARY_CALL_MEMBER)                          \
+  bool BindCalls() {                                          \
+    ::tessera::agent::SymbolBinder sym(lib);                  \
+    CALLS(TESSERA_LIBRARY_CALL_BIND)                          \
+    return sym.all();                                         \
+  }

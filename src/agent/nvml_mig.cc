@@ -61,15 +61,7 @@ constexpr unsigned kStringBuffer = 96;
   X(uuid, "nvmlDeviceGetUUID", true, NvmlReturn, (Handle, char*, unsigned))
 
 struct NvmlMig::Api {
-  explicit Api(const std::string& library) : lib(library) {}
-  DynamicLibrary lib;
-  TESSERA_NVML_MIG_CALLS(TESSERA_LIBRARY_CALL_MEMBER)
-  // Binds every call listed; false where the library lacks a required one.
-  bool BindCalls() {
-    SymbolBinder sym(lib);
-    TESSERA_NVML_MIG_CALLS(TESSERA_LIBRARY_CALL_BIND)
-    return sym.all();
-  }
+  TESSERA_LIBRARY_API(Api, TESSERA_NVML_MIG_CALLS)
 
   std::string Error(const std::string& what, NvmlReturn rc) const {
     return what + ": " + (error_string ? error_string(rc) : "error") + " (NVML " +

@@ -288,6 +288,22 @@ TEST_P(StoreSuite, AListOfEndedJobsHasTheNewestEndedOnes) {
     EXPECT_EQ(ids(store->ListJobs("", 2)),
               (std::vector<std::string>{"j-6:running", "j-5:succeeded"}));
   }
+  // Some ends folded into the rows (above), more in the log (SQLite): the list takes both.
+  for (const auto& [i, state] :
+       std::vector<std::pair<int, const char*>>{{1, "cancelled"}, {3, "lost"}}) {
+    JobRecord j = jobs[static_cast<size_t>(i - 1)];
+    j.spec = "";
+    j.state = state;
+    j.update_ms = 200 + i;
+    ASSERT_TRUE(store->Commit({}, {j}, nullptr).ok());
+  }
+  EXPECT_EQ(ids(store->ListEndedJobs("", 10)),
+            (std::vector<std::string>{"j-5:succeeded", "j-4:succeeded", "j-3:lost", "j-2:failed",
+                                      "j-1:cancelled"}));
+  EXPECT_EQ(ids(store->ListEndedJobs("", 3)),
+            (std::vector<std::string>{"j-5:succeeded", "j-4:succeeded", "j-3:lost"}));
+  EXPECT_EQ(ids(store->ListEndedJobs("lost", 10)), (std::vector<std::string>{"j-3:lost"}));
+  EXPECT_EQ(ids(store->ListEndedJobs("succeeded", 1)), (std::vector<std::string>{"j-5:succeeded"}));
 }
 
 // What a job became after its submission (state, placement, reason, exit code) is what every

@@ -257,10 +257,11 @@ Result<Json> Views::ListJobsNow(const Identity& who, const std::string& state_fi
   // Memory holds the live jobs and the newest ended ones; the store every durable job. The
   // newest `limit` of the union, memory's version winning (it may be ahead of the store). What
   // the store adds is ended (every live job is in memory): its newest ended ones, `limit` more
-  // than memory holds ended, so that `limit` remain past those memory has.
+  // than memory holds ended, so that `limit` remain past those memory has. Only memory's ended
+  // jobs can be in that list too (an ended job never changes again, and memory is never behind
+  // the store): their ids are kept to skip them there, not every job's (100,000 after a cycle).
   std::vector<Json> mine;
-  std::set<std::string> in_memory;
-  int ended_in_memory = 0;
+  std::set<std::string> ended_in_memory;
   std::optional<JobState> wanted;  // none: every state
   if (!state_filter.empty()) {
     auto parsed = ParseJobState(state_filter);
@@ -270,14 +271,12 @@ Result<Json> Views::ListJobsNow(const Identity& who, const std::string& state_fi
   const bool live_only = wanted && !IsTerminal(*wanted);
   Status durable = ledger_.ReadDurable([&](const ReadModel& m) {
     mine.clear();
-    in_memory.clear();
-    ended_in_memory = 0;
+    ended_in_memory.clear();
     for (auto it = m.jobs.Order().rbegin(); it != m.jobs.Order().rend(); ++it) {
       const Job* jt = m.jobs.Find(*it);
       if (jt == nullptr) continue;
-      in_memory.insert(*it);
       const Job& j = *jt;
-      if (IsTerminal(j.state)) ++ended_in_memory;
+      if (IsTerminal(j.state)) ended_in_memory.insert(*it);
       if (static_cast<int>(mine.size()) >= limit || !CanSee(who, j)) continue;
       if (wanted && j.state != *wanted) continue;
       mine.push_back(Redacted(who, JobJson(j, m.quota, m.nodes)));
@@ -287,11 +286,12 @@ Result<Json> Views::ListJobsNow(const Identity& who, const std::string& state_fi
   if (!durable.ok()) return durable;
   std::vector<Json> older;
   if (!live_only) {  // the store's, read outside the engine's lock
-    auto stored = ledger_.DurableStore().ListEndedJobs(state_filter, limit + ended_in_memory);
+    auto stored = ledger_.DurableStore().ListEndedJobs(
+        state_filter, limit + static_cast<int>(ended_in_memory.size()));
     if (!stored.ok()) return stored.status();
     std::vector<Job> ended;
     for (store::JobRecord& r : *stored) {
-      if (in_memory.count(r.id)) continue;
+      if (ended_in_memory.count(r.id)) continue;
       auto j = JobFromRecord(std::move(r));
       if (j.ok() && CanSee(who, *j)) ended.push_back(std::move(*j));
     }

@@ -36,7 +36,7 @@ inline constexpr char kLatestProgressBelow[] =
 
 class ProgressLog {
  public:
-  static constexpr int64_t kTidySlice = 4096;  // a step of Tidy: a few milliseconds
+  static constexpr int64_t kTidySlice = 4096;  // a step of Tidy: tens of milliseconds
   // Rows past which a commit folds the log back to a slice below (a writer never idle, so Tidy
   // never runs): past the bound, each commit folds about what it appended, a slice at a time.
   static constexpr int64_t kBound = 131072;

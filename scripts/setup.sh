@@ -10,6 +10,7 @@ PACKAGES=(
   libsqlite3-dev libpqxx-dev postgresql libboost-dev libspdlog-dev libssl-dev
   libgoogle-perftools-dev         # tcmalloc, the tessera executable's allocator (CMakeLists.txt)
   clang-format clang-tidy
+  clang                          # tools/checks/sizes.sh counts the control plane's classes from its AST
   prometheus                     # promtool check metrics (tests/api/metrics_test.cc)
   slurm-wlm munge
   slurmdbd mariadb-server         # sacct in the Slurm accounting test (its own slurmdbd and MariaDB)

@@ -37,11 +37,20 @@ std::string DeposedMessage(const std::string& described_url, int64_t mine,
 inline constexpr const char* kIdempotencyKeyWhere =
     "idem_key = $1 AND idem_key <> '' AND submit_ms >= $2";
 
+// Submission order: by time, then, within a millisecond, by the id's number. Ids are "j-N" without
+// leading zeros, so by length and then text is by N: j-9 before j-10, where the text alone puts
+// j-10 first (and a restart queued a burst's jobs out of order). The jobs indexes hold the same
+// expressions (migration 9), so lists and loads read them in order.
+#define TESSERA_SUBMIT_ORDER "submit_ms, length(id), id"
+#define TESSERA_NEWEST_FIRST "submit_ms DESC, length(id) DESC, id DESC"
+inline constexpr const char* kSubmitOrder = TESSERA_SUBMIT_ORDER;
+inline constexpr const char* kNewestFirst = TESSERA_NEWEST_FIRST;
+
 // The condition and order of a list of the ended jobs in state $1 (any: '') by newest submission,
 // at most $2 (Store::ListEndedJobs): `ended_ms > 0` is the partial index jobs_ended_submit's own
 // condition, so the list walks that index and no live job.
 inline constexpr const char* kEndedJobListWhere =
-    "ended_ms > 0 AND ($1 = '' OR state = $1) ORDER BY submit_ms DESC, id DESC LIMIT $2";
+    "ended_ms > 0 AND ($1 = '' OR state = $1) ORDER BY " TESSERA_NEWEST_FIRST " LIMIT $2";
 
 // The columns of the events and jobs tables, in the order both backends read and bind them.
 inline constexpr const char* kEventColumns = "seq, time_ms, actor, kind, subject, reason, data";

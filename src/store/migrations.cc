@@ -7,6 +7,17 @@
 
 namespace tessera::store::internal {
 
+// The same statements for both backends: SQLite and PostgreSQL index an expression alike.
+constexpr const char* kSubmitOrderIndexes =
+    "DROP INDEX jobs_submit;"
+    "CREATE INDEX jobs_submit ON jobs (" TESSERA_SUBMIT_ORDER
+    ");"
+    "DROP INDEX jobs_live;"
+    "CREATE INDEX jobs_live ON jobs (" TESSERA_SUBMIT_ORDER
+    ") WHERE ended_ms = 0;"
+    "DROP INDEX jobs_ended_submit;"
+    "CREATE INDEX jobs_ended_submit ON jobs (" TESSERA_SUBMIT_ORDER ") WHERE ended_ms > 0;";
+
 const std::vector<Migration>& Migrations() {
   static const std::vector<Migration> kSteps = {
       {1, "event log, job records, settings",
@@ -91,6 +102,11 @@ const std::vector<Migration>& Migrations() {
        "past the live ones (Store::ListEndedJobs)",
        "CREATE INDEX jobs_ended_submit ON jobs (submit_ms, id) WHERE ended_ms > 0;",
        "CREATE INDEX jobs_ended_submit ON jobs (submit_ms, id) WHERE ended_ms > 0;"},
+      {9,
+       "jobs in submission order: within a millisecond by the id's number (j-9 before j-10), "
+       "not its text; the indexes in submit order rebuilt on the same expressions "
+       "(internal.h, kSubmitOrder)",
+       kSubmitOrderIndexes, kSubmitOrderIndexes},
   };
   return kSteps;
 }

@@ -396,16 +396,15 @@ class PostgresStore final : public Store {
                    "UPDATE jobs SET state = $2, placement = $3, update_ms = $4, exit_code = $5, "
                    "reason = $6, ended_ms = $7 WHERE id = $1");
     conn_->prepare("load_jobs",
-                   std::string("SELECT ") + kJobColumns + " FROM jobs ORDER BY submit_ms, id");
+                   std::string("SELECT ") + kJobColumns + " FROM jobs ORDER BY " + kSubmitOrder);
     conn_->prepare("get_job", std::string("SELECT ") + kJobColumns + " FROM jobs WHERE id = $1");
     conn_->prepare("find_idem", std::string("SELECT ") + kJobColumns + " FROM jobs WHERE " +
                                     kIdempotencyKeyWhere + " ORDER BY submit_ms LIMIT 1");
     conn_->prepare("load_live_jobs", std::string("SELECT ") + kJobColumns +
-                                         " FROM jobs WHERE ended_ms = 0 ORDER BY submit_ms, id");
-    conn_->prepare("list_jobs",
-                   std::string("SELECT ") + kJobColumns +
-                       " FROM jobs WHERE ($1 = '' OR state = $1) ORDER BY submit_ms DESC, id DESC "
-                       "LIMIT $2");
+                                         " FROM jobs WHERE ended_ms = 0 ORDER BY " + kSubmitOrder);
+    conn_->prepare("list_jobs", std::string("SELECT ") + kJobColumns +
+                                    " FROM jobs WHERE ($1 = '' OR state = $1) ORDER BY " +
+                                    kNewestFirst + " LIMIT $2");
     conn_->prepare("list_ended_jobs",
                    std::string("SELECT ") + kJobColumns + " FROM jobs WHERE " + kEndedJobListWhere);
     conn_->prepare("put_setting",

@@ -110,13 +110,14 @@ std::string ProgressLog::ListSql(bool pending, bool ended_only) {
   if (!pending) {
     return std::string("SELECT ") + kJobColumns + " FROM jobs WHERE " +
            (ended_only ? kEndedJobListWhere
-                       : "(?1 = '' OR state = ?1) ORDER BY submit_ms DESC, id DESC LIMIT ?2");
+                       : "(?1 = '' OR state = ?1) ORDER BY " TESSERA_NEWEST_FIRST " LIMIT ?2");
   }
   // The ended jobs: the newest the rows say ended (by the index; an ended job never changes
   // state again, so its row's state is its latest), and those the log says ended.
   const char* ended =
       "j.rowid IN (SELECT rowid FROM (SELECT rowid FROM jobs WHERE ended_ms > 0 AND (?1 = '' OR "
-      "state = ?1) ORDER BY submit_ms DESC, id DESC LIMIT ?2) UNION SELECT jobs.rowid FROM "
+      "state = ?1) ORDER BY " TESSERA_NEWEST_FIRST
+      " LIMIT ?2) UNION SELECT jobs.rowid FROM "
       "job_progress AS e JOIN jobs ON jobs.id = e.id WHERE e.ended_ms > 0) AND ";
   return std::string(
              "SELECT j.id, j.queue, j.identity, j.group_name, IFNULL(p.state, j.state), j.spec, "
@@ -127,7 +128,8 @@ std::string ProgressLog::ListSql(bool pending, bool ended_only) {
              "LEFT JOIN job_progress AS p "
              "ON p.seq = (SELECT MAX(seq) FROM job_progress WHERE id = j.id) WHERE ") +
          (ended_only ? ended : "") +
-         "(?1 = '' OR IFNULL(p.state, j.state) = ?1) ORDER BY j.submit_ms DESC, j.id DESC "
+         "(?1 = '' OR IFNULL(p.state, j.state) = ?1) "
+         "ORDER BY j.submit_ms DESC, length(j.id) DESC, j.id DESC "
          "LIMIT ?2";
 }
 

@@ -85,7 +85,7 @@ class SqliteStore final : public Store {
   Result<std::vector<JobRecord>> LoadJobs() override {
     std::lock_guard<std::mutex> lock(mu_);
     if (auto s = progress_.Fold(ProgressLog::kAll); !s.ok()) return s;
-    return db_.Rows(std::string("SELECT ") + kJobColumns + " FROM jobs ORDER BY submit_ms, id",
+    return db_.Rows(std::string("SELECT ") + kJobColumns + " FROM jobs ORDER BY " + kSubmitOrder,
                     "loading jobs", SqliteDb::NoBindings, ReadJob);
   }
 
@@ -93,7 +93,7 @@ class SqliteStore final : public Store {
     std::lock_guard<std::mutex> lock(mu_);
     if (auto s = progress_.Fold(ProgressLog::kAll); !s.ok()) return s;
     return db_.Rows(std::string("SELECT ") + kJobColumns +
-                        " FROM jobs WHERE ended_ms = 0 ORDER BY submit_ms, id",
+                        " FROM jobs WHERE ended_ms = 0 ORDER BY " + kSubmitOrder,
                     "loading live jobs", SqliteDb::NoBindings, ReadJob);
   }
 

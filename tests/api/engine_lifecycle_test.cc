@@ -310,6 +310,22 @@ TEST_F(EngineTest, RestartRebuildsStateWithoutDoubleAllocation) {
   EXPECT_EQ(next, "j-4");
 }
 
+// Jobs submitted in one millisecond (the clock stands still here) wait in submission order after
+// a restart too: the store loaded them by their ids' text, so j-10 and j-11 went ahead of j-2.
+TEST_F(EngineTest, JobsSubmittedInOneMillisecondKeepTheirOrderAcrossARestart) {
+  std::vector<std::string> ids;  // no node yet: all wait
+  for (int i = 0; i < 11; ++i)
+    ids.push_back(Submit("alice", {{"queue", "training"}, {"command", {"true"}}})["id"]);
+  ASSERT_EQ(ids[1], "j-2");
+  ASSERT_EQ(ids[9], "j-10");
+  Reopen();
+  Register("n1", 2);
+  ASSERT_TRUE(engine_->Tick().ok());
+  EXPECT_EQ(State(ids[0]), "placed");
+  EXPECT_EQ(State(ids[1]), "placed");
+  for (size_t i = 2; i < ids.size(); ++i) EXPECT_EQ(State(ids[i]), "pending") << ids[i];
+}
+
 // A job the policy no longer admits after a restart (its queue was removed) fails, and the
 // failure is written: the next restart reads it as failed, with one job.failed event, instead
 // of failing it again in memory only.

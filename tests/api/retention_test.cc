@@ -26,6 +26,9 @@ tessera::testing::ConfigBuilder Config() {
       .Queue("train", "card", {"research", "other"});
 }
 
+// A job id's number ("j-12": 12), its place in submission order.
+int64_t Number(const Json& id) { return std::stoll(id.get<std::string>().substr(2)); }
+
 class RetentionTest : public testing::EngineFixture {
  protected:
   void SetUp() override {
@@ -82,6 +85,11 @@ TEST_F(RetentionTest, EndedJobsLeaveMemoryButNotTheViews) {
   std::set<std::string> seen;
   for (const auto& j : (*all)["jobs"]) seen.insert(j["id"].get<std::string>());
   EXPECT_EQ(seen.size(), 3001u);
+  // Newest first throughout, memory's and the store's alike: submitted in the same millisecond
+  // (the clock stands still), j-10 is newer than j-9.
+  for (size_t k = 1; k < 3001; ++k) {
+    ASSERT_LT(Number((*all)["jobs"][k]["id"]), Number((*all)["jobs"][k - 1]["id"])) << k;
+  }
   auto cancelled = engine_->views().ListJobs(admin(), "cancelled", 5);
   ASSERT_TRUE(cancelled.ok());
   ASSERT_EQ((*cancelled)["jobs"].size(), 5u);

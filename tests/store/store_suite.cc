@@ -306,6 +306,48 @@ TEST_P(StoreSuite, AListOfEndedJobsHasTheNewestEndedOnes) {
   EXPECT_EQ(ids(store->ListEndedJobs("succeeded", 1)), (std::vector<std::string>{"j-5:succeeded"}));
 }
 
+// Jobs submitted in the same millisecond (a burst of submissions does that) are in submission
+// order everywhere, j-9 before j-10, as the server's own list merges them (api/views.cc) and as a
+// restart queues them again. By the id's text, j-10 came before j-9: the dashboard's list after a
+// restart jumped from j-99 back to j-989.
+TEST_P(StoreSuite, JobsSubmittedInOneMillisecondAreInSubmissionOrder) {
+  auto store = MustOpen(NewUrl());
+  ASSERT_NE(store, nullptr);
+  std::vector<JobRecord> jobs;
+  for (const char* id : {"j-8", "j-9", "j-10", "j-11", "j-100"}) jobs.push_back(MakeJob(id, 500));
+  jobs.push_back(MakeJob("j-7", 400));  // an earlier millisecond first, whatever its id
+  ASSERT_TRUE(store->Commit({}, jobs, nullptr).ok());
+  const auto ids = [](const Result<std::vector<JobRecord>>& r) {
+    std::vector<std::string> out;
+    if (r.ok())
+      for (const JobRecord& j : *r) out.push_back(j.id);
+    return out;
+  };
+  const std::vector<std::string> oldest_first = {"j-7", "j-8", "j-9", "j-10", "j-11", "j-100"};
+  const std::vector<std::string> newest_first(oldest_first.rbegin(), oldest_first.rend());
+  EXPECT_EQ(ids(store->LoadJobs()), oldest_first);
+  EXPECT_EQ(ids(store->LoadLiveJobs()), oldest_first);
+  EXPECT_EQ(ids(store->ListJobs("", 10)), newest_first);
+  EXPECT_EQ(ids(store->ListJobs("", 2)), (std::vector<std::string>{"j-100", "j-11"}));
+  // Ended: the ends in the log (SQLite, before Tidy) and folded into the rows.
+  for (JobRecord j : jobs) {
+    j.spec = "";
+    j.state = "succeeded";
+    j.update_ms = 600;
+    ASSERT_TRUE(store->Commit({}, {j}, nullptr).ok());
+  }
+  for (bool tidied : {false, true}) {
+    while (tidied && store->Tidy()) {
+    }
+    SCOPED_TRACE(tidied ? "after Tidy" : "before Tidy");
+    EXPECT_EQ(ids(store->ListEndedJobs("", 10)), newest_first);
+    EXPECT_EQ(ids(store->ListEndedJobs("", 3)),
+              (std::vector<std::string>{"j-100", "j-11", "j-10"}));
+    EXPECT_EQ(ids(store->ListJobs("succeeded", 2)), (std::vector<std::string>{"j-100", "j-11"}));
+    EXPECT_EQ(ids(store->LoadJobs()), oldest_first);
+  }
+}
+
 // What a job became after its submission (state, placement, reason, exit code) is what every
 // read finds: right after the commit, after a reopen, after Tidy; and a job whose record is
 // written whole again is what that record says, whatever progress came before it. (SQLite

@@ -70,6 +70,9 @@ class JobTable {
 
   // Ended jobs waiting to leave memory.
   size_t EndedWaiting() const { return ended_.size(); }
+  // Their ids, oldest end first: every ended job in memory but one the first tick after a
+  // restart has yet to end (recovery's failed_on_load), and none of another state.
+  const std::deque<std::string>& EndedIds() const { return ended_; }
   // The oldest ended jobs leave memory until `keep` remain, each once its last batch
   // (Job::last_seq) is at most `written`.
   void EvictEnded(size_t keep, int64_t written);

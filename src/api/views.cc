@@ -7,8 +7,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <deque>
 #include <optional>
-#include <set>
+#include <unordered_set>
 
 #include "model/isolation.h"
 #include "model/quantity.h"
@@ -259,9 +260,10 @@ Result<Json> Views::ListJobsNow(const Identity& who, const std::string& state_fi
   // the store adds is ended (every live job is in memory): its newest ended ones, `limit` more
   // than memory holds ended, so that `limit` remain past those memory has. Only memory's ended
   // jobs can be in that list too (an ended job never changes again, and memory is never behind
-  // the store): their ids are kept to skip them there, not every job's (100,000 after a cycle).
+  // the store): their ids, the job table's list of them, are skipped there. So memory's own
+  // jobs are walked, newest first, only until `limit` are taken (not all 100,000 after a cycle).
   std::vector<Json> mine;
-  std::set<std::string> ended_in_memory;
+  std::unordered_set<std::string> ended_in_memory;
   std::optional<JobState> wanted;  // none: every state
   if (!state_filter.empty()) {
     auto parsed = ParseJobState(state_filter);
@@ -272,14 +274,17 @@ Result<Json> Views::ListJobsNow(const Identity& who, const std::string& state_fi
   Status durable = ledger_.ReadDurable([&](const ReadModel& m) {
     mine.clear();
     ended_in_memory.clear();
-    for (auto it = m.jobs.Order().rbegin(); it != m.jobs.Order().rend(); ++it) {
+    if (!live_only) {
+      const std::deque<std::string>& ended = m.jobs.EndedIds();
+      ended_in_memory.reserve(ended.size());
+      ended_in_memory.insert(ended.begin(), ended.end());
+    }
+    for (auto it = m.jobs.Order().rbegin();
+         it != m.jobs.Order().rend() && static_cast<int>(mine.size()) < limit; ++it) {
       const Job* jt = m.jobs.Find(*it);
-      if (jt == nullptr) continue;
-      const Job& j = *jt;
-      if (IsTerminal(j.state)) ended_in_memory.insert(*it);
-      if (static_cast<int>(mine.size()) >= limit || !CanSee(who, j)) continue;
-      if (wanted && j.state != *wanted) continue;
-      mine.push_back(Redacted(who, JobJson(j, m.quota, m.nodes)));
+      if (jt == nullptr || !CanSee(who, *jt)) continue;
+      if (wanted && jt->state != *wanted) continue;
+      mine.push_back(Redacted(who, JobJson(*jt, m.quota, m.nodes)));
     }
     return Status::Ok();
   });

@@ -76,6 +76,12 @@ TEST_F(RetentionTest, EndedJobsLeaveMemoryButNotTheViews) {
   EXPECT_EQ((*first)["state"], "cancelled");
   const Identity& other = (*first)["identity"] == "bob" ? alice() : bob();
   EXPECT_EQ(engine_->views().GetJob(other, ids.front()).status().code(), StatusCode::kNotFound);
+  // A short list: memory's newest, in order (its walk stops once it has them).
+  auto newest = engine_->views().ListJobs(admin(), "", 7);
+  ASSERT_TRUE(newest.ok());
+  ASSERT_EQ((*newest)["jobs"].size(), 7u);
+  EXPECT_EQ((*newest)["jobs"][0]["id"], live);
+  for (size_t k = 1; k < 7; ++k) EXPECT_EQ((*newest)["jobs"][k]["id"], ids[3000 - k]) << k;
   // Listing: newest first over memory and store together, each job once, by state.
   auto all = engine_->views().ListJobs(admin(), "", 100000);
   ASSERT_TRUE(all.ok());

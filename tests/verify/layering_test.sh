@@ -12,21 +12,7 @@ fresh() {
   rm -rf "$tmp/src"
   cp -r "$root/src" "$tmp/src"
 }
-expect_fail() {  # WHAT PATTERN
-  local out rc=0
-  out=$(bash "$script" "$tmp" 2>&1) || rc=$?
-  if [ $rc -eq 0 ]; then
-    echo "FAIL: $1: layering.sh passed" >&2
-    echo "$out" >&2
-    exit 1
-  fi
-  if ! grep -qE -- "$2" <<<"$out"; then
-    echo "FAIL: $1: layering.sh failed without naming '$2':" >&2
-    echo "$out" >&2
-    exit 1
-  fi
-  echo "ok: $1: $(grep -E -- "$2" <<<"$out" | head -1)"
-}
+source "$(dirname "$0")/expect_fail.sh"  # expect_fail WHAT PATTERN
 
 fresh
 bash "$script" "$tmp" >/dev/null || { echo "FAIL: layering.sh refuses the clean tree" >&2; exit 1; }

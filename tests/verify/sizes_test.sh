@@ -49,21 +49,7 @@ EOF
   printf 'int x;\n' >"$tmp/src/model/short.h"
 }
 run() { bash "$script" "$tmp" 2>&1; }
-expect_fail() {  # WHAT PATTERN
-  local out rc=0
-  out=$(run) || rc=$?
-  if [ $rc -eq 0 ]; then
-    echo "FAIL: $1: sizes.sh passed" >&2
-    echo "$out" >&2
-    exit 1
-  fi
-  if ! grep -qE -- "$2" <<<"$out"; then
-    echo "FAIL: $1: sizes.sh failed without naming '$2':" >&2
-    echo "$out" >&2
-    exit 1
-  fi
-  echo "ok: $1: $(grep -E -- "$2" <<<"$out" | head -1)"
-}
+source "$(dirname "$0")/expect_fail.sh"  # expect_fail WHAT PATTERN
 
 fresh
 out=$(run) || { echo "FAIL: sizes.sh refuses the small tree:" >&2; echo "$out" >&2; exit 1; }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tools/checks/sizes.sh fails where it should, on a small tree of its own (parsed in a second):
 # it passes a control plane within the limits and counts what it should (a deleted constructor
-# and the compiler's implicit members do not count, a nested class is counted apart), and it
+# and the compiler's implicit members do not count, a nested class is counted apart and named in
+# its class where it is defined outside it), and it
 # fails, naming the offender and its count, on a class with 41 methods, on a struct in a source
 # file with 26 fields, on a file of 701 lines, and on a header clang cannot parse.
 set -euo pipefail
@@ -9,7 +10,7 @@ root=${1:-$(cd "$(dirname "$0")/../.." && pwd)}
 script="$root/tools/checks/sizes.sh"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-export MIN_CLASSES=1
+export MIN_CLASSES=1 TOP=10
 
 fresh() {
   rm -rf "$tmp/src"
@@ -28,6 +29,7 @@ class Small {
     int y = 0;
     int z = 0;
   };
+  struct Later;  // defined in small.cc
 
  private:
   int a_ = 0;
@@ -44,6 +46,10 @@ struct Local {
 };
 }  // namespace
 int UseLocal() { return Local{}.one; }
+struct Small::Later {
+  int a = 0;
+  int b = 0;
+};
 }  // namespace tessera::api
 EOF
   printf 'int x;\n' >"$tmp/src/model/short.h"
@@ -54,7 +60,8 @@ source "$(dirname "$0")/expect_fail.sh"  # expect_fail WHAT PATTERN
 fresh
 out=$(run) || { echo "FAIL: sizes.sh refuses the small tree:" >&2; echo "$out" >&2; exit 1; }
 for want in '^  3 2 tessera::api::Small src/api/small.h$' \
-  '^  0 3 tessera::api::Small::Inner ' '^  0 1 tessera::api::\(anonymous\)::Local '; do
+  '^  0 3 tessera::api::Small::Inner ' '^  0 1 tessera::api::\(anonymous\)::Local ' \
+  '^  0 2 tessera::api::Small::Later src/api/small.cc$'; do
   grep -qE -- "$want" <<<"$out" || {
     echo "FAIL: the small tree's counts: no line '$want' in:" >&2
     echo "$out" >&2

@@ -1,19 +1,19 @@
 #!/usr/bin/env python3
 """Counts the members of every class and struct in one C++ namespace, from clang's AST.
 
-Reads, on standard input, what `clang++ -fsyntax-only -Xclang -ast-dump=json -Xclang
--ast-dump-filter=tessera::api` prints for one or more translation units (JSON objects one after
-another: the namespace's blocks), and prints one line per class or struct defined in them:
+Reads what `clang++ -fsyntax-only -Xclang -ast-dump=json -Xclang -ast-dump-filter=tessera::api`
+prints for a translation unit (JSON objects one after another: the namespace's blocks), from each
+file named (one translation unit each) or standard input, and prints one line per class or struct
+defined in them:
 
     METHODS FIELDS QUALIFIED-NAME FILE
 
 METHODS counts the member functions its definition declares (constructors, destructors,
 operators, static ones and member templates included; implicit and `= delete`d ones not);
 FIELDS its non-static data members. A nested class is a line of its own and does not count
-towards the class around it; an anonymous namespace or class is named `(anonymous)`, and a nested
-class defined outside its class (`class Engine::Port {...}` in a source) under its namespace
-(`tessera::api::Port`). A class seen in several translation units is printed once.
-Used by tools/checks/sizes.sh.
+towards the class around it (one defined outside it, `class Engine::Port {...}`, is named in
+it); an anonymous namespace or class is named `(anonymous)`. A class seen in several translation
+units is printed once. Used by tools/checks/sizes.sh.
 """
 import json
 import sys
@@ -47,6 +47,7 @@ class Walker:
     def __init__(self):
         self.file = "?"
         self.records = {}  # qualified name -> (methods, fields, file)
+        self.names = {}  # a record's id in the dump -> its qualified name
 
     def note_file(self, loc):
         if not isinstance(loc, dict):
@@ -69,7 +70,10 @@ class Walker:
         elif kind == "CXXRecordDecl" and node.get("completeDefinition"):
             if node.get("isImplicit"):  # the class's own name injected into it
                 return
-            qualified = scope + "::" + (name or "(anonymous)")
+            # A nested class defined outside its class (`class Engine::Port {...}`) names it.
+            outer = self.names.get(node.get("parentDeclContextId"))
+            qualified = (outer or scope) + "::" + (name or "(anonymous)")
+            self.names[node.get("id")] = qualified
             where = self.file
             methods = fields = 0
             for child in inner:
@@ -90,12 +94,14 @@ class Walker:
 
 
 def main():
-    if len(sys.argv) != 1:
-        sys.exit("usage: class_sizes.py < clang-ast-dump.json")
     walker = Walker()
-    for obj in objects(sys.stdin.read()):
-        walker.file = "?"
-        walker.walk(obj, "")
+    for path in sys.argv[1:] or ["-"]:
+        with (open(path) if path != "-" else sys.stdin) as f:
+            text = f.read()
+        walker.names = {}  # ids are addresses in one clang run: another run's mean nothing here
+        for obj in objects(text):
+            walker.file = "?"
+            walker.walk(obj, "")
     for qualified, (methods, fields, where) in sorted(walker.records.items()):
         # The dump starts at the blocks of the namespace the filter matched, inside `tessera`.
         print(methods, fields, "tessera" + qualified, where)

@@ -9,7 +9,8 @@
 # Prints the largest files and classes either way.
 #
 #   tools/checks/sizes.sh [repo-root]
-#   MAX_LINES=700 MAX_METHODS=40 MAX_FIELDS=25 (the defaults; the environment may set others)
+#   MAX_LINES=700 MAX_METHODS=40 MAX_FIELDS=25 (the defaults; the environment may set others),
+#   TOP=3 (how many of the largest it prints)
 set -euo pipefail
 root=${1:-$(cd "$(dirname "$0")/../.." && pwd)}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -37,7 +38,7 @@ for f in "${files[@]}"; do
   fi
 done
 echo "sizes: ${#files[@]} source files under src/, the longest:"
-top() { sed -n '1,3s/^/  /p'; }  # the first three lines, indented (no SIGPIPE under pipefail)
+top() { sed -n "1,${TOP:-3}s/^/  /p"; }  # the first TOP lines, indented (no SIGPIPE under pipefail)
 sort -rn <<<"$longest" | top
 
 # 2. The control plane's classes: every header in one translation unit, then each source that
@@ -63,7 +64,7 @@ for failed in "$tmp"/*.failed; do
   head -20 "${failed%.failed}.err" >&2
   fail=1
 done
-cat "$tmp"/ast.*.json | python3 "$here/class_sizes.py" >"$tmp/classes"
+python3 "$here/class_sizes.py" "$tmp"/ast.*.json >"$tmp/classes"
 classes=$(wc -l <"$tmp/classes")
 if [ "$classes" -lt "$min_classes" ]; then
   echo "sizes: only $classes classes found in src/api: the AST dump read nothing" >&2

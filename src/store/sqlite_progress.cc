@@ -129,6 +129,7 @@ std::string ProgressLog::ListSql(bool pending, bool ended_only) {
              "ON p.seq = (SELECT MAX(seq) FROM job_progress WHERE id = j.id) WHERE ") +
          (ended_only ? ended : "") +
          "(?1 = '' OR IFNULL(p.state, j.state) = ?1) "
+         // kNewestFirst (internal.h) on the alias j: job_progress has an id column too.
          "ORDER BY j.submit_ms DESC, length(j.id) DESC, j.id DESC "
          "LIMIT ?2";
 }

@@ -5,13 +5,20 @@
 // one thread). Prints throughput, p50/p99/max latency and the conditions.
 //
 //   store_bench [--commits 10000] [--backends sqlite,postgresql] [--dir DIR] [--pg-url URL]
-//               [--list-jobs N] [--steady N]
+//               [--list-jobs N] [--steady N] [--migrate N]
 //
 // With --list-jobs N (0: skip), each backend also times the dashboard's read after a cycle: N
 // jobs submitted, then one commit placing 79% of them (as the cycle of served_cycle_bench does)
 // and ending 1%, then a list of every job (GET /v1/jobs asks the store for the jobs memory does not
 // hold plus the limit), once while the cycle's progress is unfolded (SQLite), and again after Tidy;
 // and the same for a list of the newest ended jobs (what GET /v1/jobs asks the store for now).
+//
+// With --migrate N (0: skip), each backend also times the upgrade of a store of N jobs (99% live,
+// 1% ended) written by the release before schema version 9: Store::Open runs migration 9, which
+// rebuilds the three indexes in submit order (src/store/migrations.cc). The store is written by
+// today's code and then put back as version 8 left it (the three indexes on (submit_ms, id), the
+// version 8), which is all that version 9 changed; the bench refuses to run once a version 10
+// exists. Prints that open's time beside an open with nothing to migrate.
 //
 // With --steady N (0: skip), SQLite only: a writer never idle, so the store's upkeep (Tidy) never
 // runs: N commits back to back, each one new job and the progress of 20 earlier ones (placed,
@@ -31,6 +38,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <pqxx/pqxx>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -40,6 +48,7 @@
 
 namespace {
 
+using tessera::Result;
 using tessera::store::Event;
 using tessera::store::JobRecord;
 using tessera::store::Store;
@@ -191,6 +200,108 @@ bool ListAfterCycle(const std::string& url, int jobs) {
   return listed[0] >= static_cast<size_t>(jobs) && listed[1] == listed[0];
 }
 
+// The store at `url` as the release before schema version 9 left it (see the top).
+constexpr const char* kBackToVersion8 =
+    "DROP INDEX jobs_submit;"
+    "CREATE INDEX jobs_submit ON jobs (submit_ms, id);"
+    "DROP INDEX jobs_live;"
+    "CREATE INDEX jobs_live ON jobs (submit_ms, id) WHERE ended_ms = 0;"
+    "DROP INDEX jobs_ended_submit;"
+    "CREATE INDEX jobs_ended_submit ON jobs (submit_ms, id) WHERE ended_ms > 0;"
+    "UPDATE schema_version SET version = 8 WHERE id = 1;";
+
+bool BackToVersion8(const std::string& url) {
+  if (url.rfind("sqlite:", 0) == 0) {
+    sqlite3* db = nullptr;
+    char* err = nullptr;
+    const int rc = sqlite3_open_v2(url.substr(7).c_str(), &db, SQLITE_OPEN_READWRITE, nullptr);
+    const bool ok =
+        rc == SQLITE_OK && sqlite3_exec(db, kBackToVersion8, nullptr, nullptr, &err) == SQLITE_OK;
+    if (!ok)
+      std::fprintf(stderr, "store_bench: to version 8: %s\n", err ? err : sqlite3_errmsg(db));
+    sqlite3_free(err);
+    sqlite3_close(db);
+    return ok;
+  }
+  try {
+    pqxx::connection c(url);
+    pqxx::work w(c);
+    w.exec(kBackToVersion8);
+    w.commit();
+    return true;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "store_bench: to version 8: %s\n", e.what());
+    return false;
+  }
+}
+
+// The upgrade of --migrate (see the top): prints the times, false on a failure.
+bool Migrate(const std::string& url, int jobs) {
+  if (Store::LatestSchemaVersion() != 9) {
+    std::fprintf(stderr, "store_bench: --migrate knows migration 9 only; this store is at %d\n",
+                 Store::LatestSchemaVersion());
+    return false;
+  }
+  {
+    auto opened = Store::Open(url);
+    if (!opened.ok()) {
+      std::fprintf(stderr, "store_bench: %s\n", opened.status().ToString().c_str());
+      return false;
+    }
+    constexpr int kChunk = 50000;
+    for (int from = 0; from < jobs; from += kChunk) {
+      std::vector<JobRecord> records;
+      for (int i = from; i < std::min(jobs, from + kChunk); ++i) {
+        JobRecord j;
+        j.id = "m-" + std::to_string(i + 1);
+        j.queue = "training";
+        j.identity = "bench";
+        j.group = "g";
+        j.state = i % 100 == 99 ? "succeeded" : "pending";
+        if (i % 100 == 99) j.exit_code = 0;
+        j.spec = "{\"command\":[\"python\",\"train.py\"],\"gpus\":1}";
+        j.submit_ms = 1700000000000 + i / 4;  // four to a millisecond, as a burst has them
+        j.update_ms = j.submit_ms;
+        records.push_back(std::move(j));
+      }
+      if (auto s = (*opened)->Commit({}, records, nullptr); !s.ok()) {
+        std::fprintf(stderr, "store_bench: writing jobs: %s\n", s.ToString().c_str());
+        return false;
+      }
+    }
+  }
+  if (!BackToVersion8(url)) return false;
+  auto t = std::chrono::steady_clock::now();
+  auto migrated = Store::Open(url);
+  const double migrate_s = Seconds(t);
+  if (!migrated.ok()) {
+    std::fprintf(stderr, "store_bench: migrating: %s\n", migrated.status().ToString().c_str());
+    return false;
+  }
+  auto newest = (*migrated)->ListJobs("", 3);  // the migrated store serves: newest first
+  migrated->reset();
+  t = std::chrono::steady_clock::now();
+  auto again = Store::Open(url);
+  const double open_s = Seconds(t);
+  if (!again.ok() || !newest.ok() || newest->empty()) {
+    std::fprintf(stderr, "store_bench: after migrating: %s\n",
+                 !again.ok() ? again.status().ToString().c_str() : "no jobs listed");
+    return false;
+  }
+  // Four jobs share the last millisecond: by the id's text m-999999 would come first.
+  const std::string want = "m-" + std::to_string(jobs);
+  if (newest->front().id != want) {
+    std::fprintf(stderr, "store_bench: after migrating, the newest job is %s, not %s\n",
+                 newest->front().id.c_str(), want.c_str());
+    return false;
+  }
+  std::printf(
+      "  upgrade to schema version 9 (the three submit-order indexes rebuilt) of a store of %d "
+      "jobs: open %.3f s; an open with nothing to migrate %.3f s; newest job %s\n",
+      jobs, migrate_s, open_s, newest->front().id.c_str());
+  return true;
+}
+
 // The steady load of --steady (see the top): prints the figures, false on a failure.
 bool Steady(const std::string& url, const std::string& path, int commits) {
   auto opened = Store::Open(url);
@@ -292,6 +403,7 @@ int main(int argc, char** argv) {
   int commits = 10000;
   int list_jobs = 0;
   int steady = 0;
+  int migrate = 0;
   std::string backends = "sqlite,postgresql";
   std::string dir;
   std::string pg_url;
@@ -316,17 +428,19 @@ int main(int argc, char** argv) {
       list_jobs = std::atoi(next().c_str());
     } else if (a == "--steady") {
       steady = std::atoi(next().c_str());
+    } else if (a == "--migrate") {
+      migrate = std::atoi(next().c_str());
     } else {
       std::fprintf(stderr,
                    "usage: store_bench [--commits N] [--backends sqlite,postgresql] [--dir DIR] "
-                   "[--pg-url URL] [--list-jobs N] [--steady N]\n");
+                   "[--pg-url URL] [--list-jobs N] [--steady N] [--migrate N]\n");
       return 2;
     }
   }
-  if (commits <= 0 || list_jobs < 0 || steady < 0) {
+  if (commits <= 0 || list_jobs < 0 || steady < 0 || migrate < 0) {
     std::fprintf(stderr,
-                 "store_bench: --commits must be positive, --list-jobs and --steady not "
-                 "negative\n");
+                 "store_bench: --commits must be positive, --list-jobs, --steady and --migrate "
+                 "not negative\n");
     return 2;
   }
   bool own_dir = false;
@@ -393,6 +507,15 @@ int main(int argc, char** argv) {
     if (list_jobs > 0) {
       // SQLite: a file of its own; PostgreSQL: the same database, the commits' jobs listed too.
       if (!ListAfterCycle(b == "sqlite" ? "sqlite:" + dir + "/list.db" : url, list_jobs)) rc = 1;
+    }
+    if (migrate > 0) {
+      // SQLite: a file of its own; PostgreSQL: a database of its own where the bench has a server.
+      std::string murl = "sqlite:" + dir + "/migrate.db";
+      if (b == "postgresql") {
+        auto created = server ? server->CreateDatabase("migrate") : Result<std::string>(url);
+        murl = created.ok() ? *created : "";
+      }
+      if (murl.empty() || !Migrate(murl, migrate)) rc = 1;
     }
     if (steady > 0 && b == "sqlite" &&
         !Steady("sqlite:" + dir + "/steady.db", dir + "/steady.db", steady)) {

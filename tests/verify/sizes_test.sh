@@ -4,7 +4,8 @@
 # and the compiler's implicit members do not count, a nested class is counted apart and named in
 # its class where it is defined outside it), and it
 # fails, naming the offender and its count, on a class with 41 methods, on a struct in a source
-# file with 26 fields, on a file of 701 lines, and on a header clang cannot parse.
+# file with 26 fields, on a class template of 41 methods in a source file whose name and brace
+# stand on lines of their own, on a file of 701 lines, and on a header clang cannot parse.
 set -euo pipefail
 root=${1:-$(cd "$(dirname "$0")/../.." && pwd)}
 script="$root/tools/checks/sizes.sh"
@@ -96,6 +97,23 @@ fresh
 } >"$tmp/src/api/wide.cc"
 expect_fail "a struct of 26 fields in a source file" \
   '^sizes: tessera::api::\(anonymous\)::Wide \(src/api/wide.cc\) has 26 fields, over 25$'
+
+fresh
+{  # a template whose name and brace stand on lines of their own, in a source file
+  echo '#include "api/small.h"'
+  echo 'namespace tessera::api {'
+  echo 'template <typename T>'
+  echo 'class [[nodiscard]]'
+  echo '    Tall'
+  echo '{'
+  echo ' public:'
+  for i in $(seq 1 41); do echo "  T m$i() const { return T{}; }"; done
+  echo '};'
+  echo 'int UseTall() { return Tall<int>{}.m1(); }'
+  echo '}  // namespace tessera::api'
+} >"$tmp/src/api/tall.cc"
+expect_fail "a class template of 41 methods split over lines in a source file" \
+  '^sizes: tessera::api::Tall \(src/api/tall.cc\) has 41 methods, over 40$'
 
 fresh
 for i in $(seq 1 701); do echo "int v$i;"; done >"$tmp/src/model/long.h"

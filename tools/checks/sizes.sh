@@ -28,26 +28,28 @@ fail=0
 # 1. Files.
 mapfile -t files < <(find src -type f \( -name '*.cc' -o -name '*.h' -o -name '*.js' -o \
   -name '*.css' -o -name '*.html' \) | sort)
-longest=""
-for f in "${files[@]}"; do
-  n=$(wc -l <"$f")
-  longest+="$n $f"$'\n'
+# One wc for them all: a line "N path" a file, and a total where there are several (every path
+# starts with src/; none has a space).
+longest=$(wc -l "${files[@]}" | awk '$2 != "total" { print $1, $2 }')
+while read -r n f; do
   if [ "$n" -gt "$max_lines" ]; then
     echo "sizes: $f has $n lines, over $max_lines" >&2
     fail=1
   fi
-done
+done <<<"$longest"
 echo "sizes: ${#files[@]} source files under src/, the longest:"
 top() { sed -n "1,${TOP:-3}s/^/  /p"; }  # the first TOP lines, indented (no SIGPIPE under pipefail)
 sort -rn <<<"$longest" | top
 
 # 2. The control plane's classes: every header in one translation unit, then each source that
-# defines a class of its own (a `class X` or `struct X` line that is not a declaration alone).
+# may define a class of its own: `class` or `struct` followed, on any number of lines, by a brace
+# before any `;` (a template, an attribute, a name on a line of its own; also `enum class` and
+# `struct stat st {}`, parsed for nothing).
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 for h in src/api/*.h; do echo "#include \"${h#src/}\""; done >"$tmp/headers.cc"
 units=("$tmp/headers.cc")
-while IFS= read -r f; do units+=("$f"); done < <(grep -lE '^\s*(class|struct) [A-Za-z_:]+[^;]*$' \
+while IFS= read -r f; do units+=("$f"); done < <(grep -lzP '\b(class|struct)\s+[^;{}()"]*\{' \
   src/api/*.cc || true)
 i=0
 for u in "${units[@]}"; do

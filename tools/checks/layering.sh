@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Dependencies point one way (ARCHITECTURE.md, README.md "What is here"). Every header lives under
+# Dependencies point one way (README.md "What is here"). Every header lives under
 # the one src/ root, so include directories alone cannot forbid an arrow: this script does. It
 # reads every `#include "MODULE/..."` under src/ and every tessera_* library a src/ CMakeLists.txt
 # links, and fails naming the file, the line and the forbidden arrow. Inside the control plane,
@@ -147,7 +147,7 @@ for cm in $(find src -name CMakeLists.txt | sort); do
 done
 
 if [ $bad -ne 0 ]; then
-  echo "layering: forbidden arrows (the table is in tools/checks/layering.sh; ARCHITECTURE.md)" >&2
+  echo "layering: forbidden arrows (the table is in tools/checks/layering.sh; README.md "What is here")" >&2
   exit 1
 fi
 echo "layering: ok"

@@ -88,7 +88,7 @@ echo "sizes: the most fields:"
 sort -k2,2rn "$tmp/classes" | top
 if [ $fail -ne 0 ]; then
   echo "sizes: limits are $max_lines lines a file, $max_methods methods and $max_fields fields a" \
-    "class: split the part (ARCHITECTURE.md, \"Its parts, each with one job\")" >&2
+    "class: split the part (docs/threading.md, \"The engine's parts\")" >&2
   exit 1
 fi
 echo "sizes: ok (at most $max_lines lines a file, $max_methods methods and $max_fields fields a class)"

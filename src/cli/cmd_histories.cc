@@ -3,6 +3,7 @@
 //
 //   tessera sim histories [--count 10000] [--seed 1] [--max-seconds 0] [--shrink] [--out DIR]
 //                         [--break NAME] [--seed-only N]
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -47,6 +48,9 @@ struct HistoriesCli {
   int64_t only = -1;
 };
 
+// How many failing seeds a run names, overall and per property.
+constexpr size_t kSeedsShown = 5;
+
 int RunHistories(const HistoriesCli& c) {
   auto b = Breaks().find(c.engine_break);
   if (b == Breaks().end()) {
@@ -68,14 +72,30 @@ int RunHistories(const HistoriesCli& c) {
                               : 0)
             << " histories/s)"
             << (c.engine_break != "none" ? ", engine broken: " + c.engine_break : "") << "\n";
-  for (const auto& [property, n] : r.by_property)
-    std::cout << "  " << property << ": " << n << " histories\n";
+  for (const auto& [property, n] : r.by_property) {
+    std::cout << "  " << property << ": " << n << " histories; first seeds";
+    const auto& firsts = r.first_by_property.at(property);
+    for (size_t i = 0; i < firsts.size() && i < kSeedsShown; ++i)
+      std::cout << (i ? ", " : " ") << firsts[i].seed;
+    std::cout << "\n";
+  }
   std::cout << r.coverage.Table();
-  for (size_t i = 0; i < r.failures.size() && i < 5; ++i) {
+  for (size_t i = 0; i < r.failures.size() && i < kSeedsShown; ++i) {
     std::cout << "seed " << r.failures[i].seed << ": " << r.failures[i].first.ToString() << "\n";
   }
-  if (c.shrink && !r.failures.empty()) {
-    const sim::SweepFailure& f = r.failures.front();
+  // A property not among the first failures: its first history too, so each is named once.
+  for (const auto& [property, firsts] : r.first_by_property) {
+    const bool shown = std::any_of(
+        r.failures.begin(), r.failures.begin() + std::min(r.failures.size(), kSeedsShown),
+        [&](const sim::SweepFailure& f) { return f.first.property == property; });
+    if (!shown)
+      std::cout << "seed " << firsts[0].seed << ": " << firsts[0].first.ToString() << "\n";
+  }
+  if (!c.shrink) return r.failing > 0 ? kExitUnsatisfiable : kExitOk;
+  // The first history of each broken property, shrunk for that property.
+  for (const auto& [property, firsts] : r.first_by_property) {
+    if (property == "generator") continue;  // a scenario the engine refused: nothing to shrink
+    const sim::SweepFailure& f = firsts.front();
     sim::Scenario s = sim::GenerateHistory(f.seed);
     sim::Scenario small = sim::Shrink(s, f.first.property, o);
     std::string yaml = sim::ScenarioYaml(small);
@@ -115,7 +135,8 @@ void RegisterHistoriesCommands(CLI::App& app, CommandContext& ctx) {
   h->add_option("--seed", c->seed, "first seed (1)");
   h->add_option("--seed-only", c->only, "run this one seed");
   h->add_option("--max-seconds", c->max_seconds, "stop after this long (0: run them all)");
-  h->add_flag("--shrink", c->shrink, "shrink the first failing history to a small scenario");
+  h->add_flag("--shrink", c->shrink,
+              "shrink the first failing history of each broken property to a small scenario");
   h->add_option("--out", c->out, "write the shrunk scenario to DIR");
   h->add_option("--break", c->engine_break,
                 "break the engine on purpose (to see the checker notice)");

@@ -502,8 +502,10 @@ SweepResult Sweep(uint64_t first, int64_t count, const RunOptions& o, const Hist
     if (!r.ok()) {
       ++out.failing;
       ++by_property["generator"];
-      if (out.failures.size() < keep_failures)
-        out.failures.push_back({seed, {"generator", 0, r.status().message(), {}, {}}});
+      const SweepFailure f{seed, {"generator", 0, r.status().message(), {}, {}}};
+      if (out.failures.size() < keep_failures) out.failures.push_back(f);
+      if (out.first_by_property["generator"].size() < keep_failures)
+        out.first_by_property["generator"].push_back(f);
       continue;
     }
     out.coverage.Add(r->seen);
@@ -513,7 +515,16 @@ SweepResult Sweep(uint64_t first, int64_t count, const RunOptions& o, const Hist
     for (const verify::Violation& v : r->violations) props.push_back(v.property);
     std::sort(props.begin(), props.end());
     props.erase(std::unique(props.begin(), props.end()), props.end());
-    for (const std::string& p : props) ++by_property[p];
+    for (const std::string& p : props) {
+      ++by_property[p];
+      std::vector<SweepFailure>& firsts = out.first_by_property[p];
+      if (firsts.size() >= keep_failures) continue;
+      for (const verify::Violation& v : r->violations) {
+        if (v.property != p) continue;
+        firsts.push_back({seed, v});
+        break;
+      }
+    }
     if (out.failures.size() < keep_failures) out.failures.push_back({seed, r->violations.front()});
   }
   out.by_property.assign(by_property.begin(), by_property.end());

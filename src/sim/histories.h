@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,9 @@ struct SweepResult {
   int64_t histories = 0;
   int64_t failing = 0;
   std::vector<SweepFailure> failures;  // the first few
+  // Each broken property's first few histories (up to keep_failures each), with that property's
+  // first violation in each: a rare property is named by seed even past the first few failures.
+  std::map<std::string, std::vector<SweepFailure>> first_by_property;
   Coverage coverage;
   std::vector<std::pair<std::string, int64_t>> by_property;  // failing histories per property
   double seconds = 0;

@@ -490,17 +490,27 @@ void Engine::NoRoomReason(const Job& j, bool blocked, std::string* step,
 // A job that may not use the cards kept for a head on its node (it ends after the head's start
 // and does not come before it) leaves the node the head's CPU and host memory at that start,
 // counting what running jobs free by then: a second inference instance on a gang's node once
-// took the host memory the gang needed and put it back by 1,020 s.
+// took the host memory the gang needed and put it back by 1,020 s. A card nominated for a
+// reclaim's claimant is kept strictly, and so is the claimant's CPU and host memory at the end
+// of the victims' grace, from every other job: a borrower once took the CPU a reclaim was
+// freeing for a share inside its group's reservation, so that each reclaim's victim made room
+// only for the next borrower, and the share waited for good.
 bool Engine::TakesHostFromHead(const Job& j, int self, const std::vector<Grant>& grants) const {
-  if (options_.engine_break == EngineOptions::Break::kBackfillIgnoresHead) return false;
   for (const Grant& g : grants) {
     const NodeRt& node = nodes_[g.node];
     for (int d : node.devs) {
       const Dev& dev = devs_[d];
-      if (dev.reserved_by < 0 || dev.reserved_by == self || dev.nominated) continue;
+      if (dev.reserved_by < 0 || dev.reserved_by == self) continue;
       const Job& head = jobs_[dev.reserved_by];
-      if (Outranks(j, head)) continue;
-      if (j.walltime > 0 && now_ + j.walltime <= dev.reserved_until) continue;
+      int kept = head.gpu_count;  // a head is kept one node's cards
+      if (dev.nominated) {
+        kept = 0;  // a claimant, what was nominated for it here
+        for (int k : node.devs) kept += devs_[k].reserved_by == dev.reserved_by ? 1 : 0;
+      } else {
+        if (options_.engine_break == EngineOptions::Break::kBackfillIgnoresHead) continue;
+        if (Outranks(j, head)) continue;
+        if (j.walltime > 0 && now_ + j.walltime <= dev.reserved_until) continue;
+      }
       MilliCpu cpu = node.cpu_free;
       MiB mem = node.mem_free;
       for (const Grant& mine : grants) {
@@ -516,7 +526,7 @@ bool Engine::TakesHostFromHead(const Job& j, int self, const std::vector<Grant>&
           if (x.node == g.node) cpu += x.cpu, mem += x.host_memory;
         }
       }
-      return cpu < head.cpu * head.gpu_count || mem < head.mem * head.gpu_count;
+      if (cpu < head.cpu * kept || mem < head.mem * kept) return true;
     }
   }
   return false;

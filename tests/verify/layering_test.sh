@@ -21,6 +21,8 @@ echo "ok: the clean tree passes"
 # An include: the placement core reaches into the control plane (line 2 of a new file).
 printf '// injected\n#include "api/engine.h"\n' >"$tmp/src/sched/injected_bad.cc"
 expect_fail "include sched -> api" '^src/sched/injected_bad\.cc:2: forbidden arrow sched -> api '
+expect_fail "the summary names where the rules are" \
+  '^layering: forbidden arrows \(the table is in tools/checks/layering.sh; README.md, "What is here"\)$'
 
 # The control plane reaching into the simulator (the what-if once did).
 fresh

@@ -147,7 +147,7 @@ for cm in $(find src -name CMakeLists.txt | sort); do
 done
 
 if [ $bad -ne 0 ]; then
-  echo "layering: forbidden arrows (the table is in tools/checks/layering.sh; README.md "What is here")" >&2
+  echo "layering: forbidden arrows (the table is in tools/checks/layering.sh; README.md, \"What is here\")" >&2
   exit 1
 fi
 echo "layering: ok"

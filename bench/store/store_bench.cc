@@ -14,10 +14,9 @@
 // and the same for a list of the newest ended jobs (what GET /v1/jobs asks the store for now).
 //
 // With --migrate N (0: skip), each backend also times the upgrade of a store of N jobs (99% live,
-// 1% ended) written by the release before schema version 9: Store::Open runs migration 9, which
-// rebuilds the three indexes in submit order (src/store/migrations.cc). The store is written by
-// today's code and then put back as version 8 left it (the three indexes on (submit_ms, id), the
-// version 8), which is all that version 9 changed; the bench refuses to run once a version 10
+// 1% ended) written at schema version 8 (store/internal.h's OpenAtVersion: migrations 1 to 8, as
+// the release before version 9 left it): Store::Open runs migration 9, which rebuilds the three
+// indexes in submit order (src/store/migrations.cc); the bench refuses to run once a version 10
 // exists. Prints that open's time beside an open with nothing to migrate.
 //
 // With --steady N (0: skip), SQLite only: a writer never idle, so the store's upkeep (Tidy) never
@@ -38,12 +37,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <pqxx/pqxx>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "pg_harness.h"
+#include "store/internal.h"  // OpenAtVersion: a store as an earlier release left it
 #include "store/store.h"
 
 namespace {
@@ -200,41 +199,6 @@ bool ListAfterCycle(const std::string& url, int jobs) {
   return listed[0] >= static_cast<size_t>(jobs) && listed[1] == listed[0];
 }
 
-// The store at `url` as the release before schema version 9 left it (see the top).
-constexpr const char* kBackToVersion8 =
-    "DROP INDEX jobs_submit;"
-    "CREATE INDEX jobs_submit ON jobs (submit_ms, id);"
-    "DROP INDEX jobs_live;"
-    "CREATE INDEX jobs_live ON jobs (submit_ms, id) WHERE ended_ms = 0;"
-    "DROP INDEX jobs_ended_submit;"
-    "CREATE INDEX jobs_ended_submit ON jobs (submit_ms, id) WHERE ended_ms > 0;"
-    "UPDATE schema_version SET version = 8 WHERE id = 1;";
-
-bool BackToVersion8(const std::string& url) {
-  if (url.rfind("sqlite:", 0) == 0) {
-    sqlite3* db = nullptr;
-    char* err = nullptr;
-    const int rc = sqlite3_open_v2(url.substr(7).c_str(), &db, SQLITE_OPEN_READWRITE, nullptr);
-    const bool ok =
-        rc == SQLITE_OK && sqlite3_exec(db, kBackToVersion8, nullptr, nullptr, &err) == SQLITE_OK;
-    if (!ok)
-      std::fprintf(stderr, "store_bench: to version 8: %s\n", err ? err : sqlite3_errmsg(db));
-    sqlite3_free(err);
-    sqlite3_close(db);
-    return ok;
-  }
-  try {
-    pqxx::connection c(url);
-    pqxx::work w(c);
-    w.exec(kBackToVersion8);
-    w.commit();
-    return true;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "store_bench: to version 8: %s\n", e.what());
-    return false;
-  }
-}
-
 // The upgrade of --migrate (see the top): prints the times, false on a failure.
 bool Migrate(const std::string& url, int jobs) {
   if (Store::LatestSchemaVersion() != 9) {
@@ -243,7 +207,8 @@ bool Migrate(const std::string& url, int jobs) {
     return false;
   }
   {
-    auto opened = Store::Open(url);
+    // Written as the release before version 9 wrote it: its schema, migrations 1 to 8.
+    auto opened = tessera::store::internal::OpenAtVersion(url, 8);
     if (!opened.ok()) {
       std::fprintf(stderr, "store_bench: %s\n", opened.status().ToString().c_str());
       return false;
@@ -270,7 +235,6 @@ bool Migrate(const std::string& url, int jobs) {
       }
     }
   }
-  if (!BackToVersion8(url)) return false;
   auto t = std::chrono::steady_clock::now();
   auto migrated = Store::Open(url);
   const double migrate_s = Seconds(t);

@@ -99,6 +99,11 @@ void Checker::AfterCycle(const quota::QuotaEngine& e, int64_t now) {
       it = leaving ? std::next(it) : m->erase(it);
     }
   }
+  for (auto it = leaves_by_.begin(); it != leaves_by_.end();) {
+    const bool leaving = static_cast<size_t>(it->first) < s.jobs.size() &&
+                         s.jobs[it->first].state == JobState::kTerminating;
+    it = leaving ? std::next(it) : leaves_by_.erase(it);
+  }
   CheckDevices(s, now);
   CheckLimits(s, now);
   CheckReclaim(s, now);
@@ -139,6 +144,7 @@ void Checker::ReadEvents(const quota::QuotaEngine& e, int64_t now) {
       }
     } else if (x.kind == EventKind::kPreempted && h != handle_of_.end()) {
       const int v = h->second;
+      leaves_by_[v] = now + bounds_.grace_s;
       const Want& victim = wants_[v];
       auto c = handle_of_.find(x.for_job);
       const bool reclaim = x.detail.rfind("reclaim:", 0) == 0;

@@ -138,6 +138,8 @@ class Checker {
   std::map<int, int> leaving_for_;
   // Victims leaving for a claimant by any preemption (reclaim, priority, drain).
   std::map<int, int> making_room_for_;
+  // When each job preempted and still in its grace leaves at the latest (backfill.head).
+  std::map<int, int64_t> leaves_by_;
   std::vector<int> own_for_own_;  // this cycle: preempted for a job of their own group
   std::set<int> preempted_this_cycle_;
   struct Layout {

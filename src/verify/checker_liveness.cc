@@ -179,7 +179,12 @@ int64_t Checker::EarliestStart(const Snapshot& s, const Want& head, const std::v
     const JobNow& j = s.jobs[k];
     if (gone[k]) continue;
     if (j.state == JobState::kTerminating) {
-      ends.push_back({now, static_cast<int>(k)});
+      // In its grace: it holds its cards until the grace ends (counted as gone at once, a job
+      // of 20 s backfilled beside a victim with 20 s of grace left was said to delay the head
+      // it ended in time for). "now" where the checker saw no preemption (a guard's stop).
+      const auto by = leaves_by_.find(static_cast<int>(k));
+      ends.push_back(
+          {by != leaves_by_.end() ? std::max(now, by->second) : now, static_cast<int>(k)});
     } else if (j.state == JobState::kRunning && wants_[k].walltime > 0 && j.start >= 0) {
       ends.push_back({std::max(now, j.start + wants_[k].walltime), static_cast<int>(k)});
     }

@@ -208,7 +208,13 @@ std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order,
         // Only where it stays inside the reservation: a partition may be charged more than it
         // asked (a whole card's share for a 4g.24gb instance of an A30), and a job that ends
         // up borrowing has no claim to go first (it took the card a priority-1 job was to get).
-        if (TryPlace(x, &xs, &xr, &xb, /*guaranteed_only=*/true)) ++stats_.admitted;
+        // An idle split card back to whole in its turn, as below: left split, a borrower after
+        // this pass unsplit the card, was placed and reclaimed for this job in one cycle, and a
+        // lower-priority job of the borrower's group took its place.
+        if (TryPlace(x, &xs, &xr, &xb, /*guaranteed_only=*/true) ||
+            ((xs == "Placement" || xs == "Backfill") && UnsplitInTurn(x) &&
+             TryPlace(x, &xs, &xr, &xb, /*guaranteed_only=*/true)))
+          ++stats_.admitted;
       }
       if (between) between();
     }
@@ -216,7 +222,9 @@ std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order,
       ++stats_.admitted;
       continue;
     }
-    if ((step == "Placement" || step == "Backfill") && j.awaiting == 0 && UnsplitInTurn(h) &&
+    // Also a job waiting out its claim's grace: an idle split card beside it is sooner (a later
+    // job of its own group unsplit the card and took it, and the claimant waited 20 s more).
+    if ((step == "Placement" || step == "Backfill") && UnsplitInTurn(h) &&
         TryPlace(h, &step, &reason, &backfilled)) {
       ++stats_.admitted;
       continue;
@@ -272,6 +280,7 @@ std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order,
           continue;
         }
         if (at_once && claimed) AddToChain(claimed_gpu_, j.group, nominal.gpu_milli);
+        if (j.nominated) RekeepHeadsBefore(h);
         j.wait_step = "Reclaim";
         j.wait_reason = (within_reservation ? "reclaiming capacity from borrowers"
                                             : "preempting lower-priority jobs of the group") +

@@ -88,8 +88,7 @@ struct Dev {
   // What shares of overcommit `oc` may sum to here: memory and compute weight.
   MiB share_capacity(int oc) const { return oc > 0 ? memory * oc / 100 : memory; }
   MilliGpu weight_capacity(int oc) const { return oc > 0 ? kWholeGpu * oc / 100 : kWholeGpu; }
-  // Shares of one overcommit per device.
-  bool ShareKindFits(int oc) const { return shares.empty() || swap_oc == oc; }
+  bool ShareKindFits(int oc) const { return shares.empty() || swap_oc == oc; }  // one oc a dev
 
   bool idle() const {
     if (whole >= 0 || !shares.empty()) return false;
@@ -464,12 +463,14 @@ class Engine final : public QuotaEngine {
   bool TryPreemptExternal(int self, bool reclaim);
   // An external job's nominal GPU: its cards whole when it only takes whole cards.
   int64_t ExternalGpu(const Job& j) const;
+  using Standing = std::tuple<int, int64_t, int64_t>;
   struct PreemptOption {  // the cheapest set of victims found so far
     int64_t cost = kNever;
-    std::vector<int> victims;
-    std::vector<int> devs;
-    void Consider(int64_t c, std::vector<int> v, std::vector<int> d);
+    Standing top{};  // its victim furthest ahead in the order: (priority, -submit, -seq)
+    std::vector<int> victims, devs;
+    void Consider(int64_t c, Standing s, std::vector<int> v, std::vector<int> d);
   };
+  void Offer(PreemptOption* best, int64_t cost, std::vector<int> v, std::vector<int> d) const;
   void Occupants(const Dev& d, std::vector<int>* out) const;
   void PreemptForWhole(const Job& j, int self, bool reclaim, PreemptOption* best);
   int64_t HostFreeAt(const NodeRt& node, const Job& j) const;
@@ -485,6 +486,7 @@ class Engine final : public QuotaEngine {
   void FinishTermination(int v);
   void Nominate(int d, int self, int64_t until);
   void ReserveForHead(int self);
+  void RekeepHeadsBefore(int claimant);  // a claim was nominated: heads that would preempt it
   bool TryRepartition(int self);
   struct DrainOption {  // the cheapest device (or node) to drain for a new layout
     int dev = -1;

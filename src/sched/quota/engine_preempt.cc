@@ -1,10 +1,22 @@
 // The quota engine: preemption and backfill reservations (repartitioning: engine_repartition.cc).
 #include <bit>
+#include <limits>
 
 #include "sched/quota/compute_mode.h"
 #include "sched/quota/engine_impl.h"
 
 namespace tessera::quota::internal {
+
+namespace {
+
+// Whether `head` (which may preempt now) would preempt `claimant` as soon as it is placed: its
+// own group's, of lower priority, preemptible from its start.
+bool PreemptsOnArrival(const Job& head, const Job& claimant) {
+  return claimant.group == head.group && claimant.priority < head.priority &&
+         claimant.preemptible && claimant.min_runtime <= 0 && claimant.external == head.external;
+}
+
+}  // namespace
 
 // ------------------------------------------------------------------------------------------
 // Preemption
@@ -36,11 +48,26 @@ bool Engine::Victim(const Job& claimant, int v, bool reclaim) const {
   return x.group == claimant.group && x.priority < claimant.priority;
 }
 
-void Engine::PreemptOption::Consider(int64_t c, std::vector<int> v, std::vector<int> d) {
-  if (v.empty() || c >= cost) return;
+void Engine::PreemptOption::Consider(int64_t c, Standing s, std::vector<int> v,
+                                     std::vector<int> d) {
+  if (v.empty() || c > cost || (c == cost && (victims.empty() || s >= top))) return;
   cost = c;
+  top = s;
   victims = std::move(v);
   devs = std::move(d);
+}
+
+// The least work lost; between equal losses, the set whose victim furthest ahead stands furthest
+// back: two borrowers placed in one cycle, 0 s of work each, and a reclaim took the earlier
+// submitted one, which then waited while the later one ran (a head delayed by a job behind it).
+void Engine::Offer(PreemptOption* best, int64_t cost, std::vector<int> victims,
+                   std::vector<int> devs) const {
+  Standing top{std::numeric_limits<int>::min(), 0, 0};
+  for (int v : victims) {
+    const Job& x = jobs_[v];
+    top = std::max(top, Standing{x.priority, -x.submit, -x.seq});
+  }
+  best->Consider(cost, top, std::move(victims), std::move(devs));
 }
 
 void Engine::Occupants(const Dev& d, std::vector<int>* out) const {
@@ -181,7 +208,7 @@ void Engine::PreemptForWhole(const Job& j, int self, bool reclaim, PreemptOption
       continue;
     }
     if (cpu < j.cpu * j.gpu_count || mem < j.mem * j.gpu_count) continue;
-    best->Consider(total, victims, devs);
+    Offer(best, total, victims, devs);
   }
 }
 
@@ -216,7 +243,7 @@ void Engine::PreemptForWholeEveryWay(const Job& j, const NodeRt& node,
       }
     }
     if (cpu < j.cpu * j.gpu_count || mem < j.mem * j.gpu_count) continue;
-    best->Consider(lost, victims, devs);
+    Offer(best, lost, victims, devs);
   }
 }
 
@@ -238,7 +265,7 @@ void Engine::PreemptForShare(const Job& j, int self, bool reclaim, PreemptOption
     }
     if (d.whole >= 0) {
       if (Victim(j, d.whole, reclaim) && HostFitsAfter(j, d.node, {d.whole})) {
-        best->Consider(LostWork(jobs_[d.whole]), {d.whole}, {static_cast<int>(di)});
+        Offer(best, LostWork(jobs_[d.whole]), {d.whole}, {static_cast<int>(di)});
       }
       continue;
     }
@@ -268,7 +295,7 @@ void Engine::PreemptForShare(const Job& j, int self, bool reclaim, PreemptOption
     }
     if (room() && HostFitsAfter(j, d.node, victims) &&
         (!reclaim || LendersKeepReservations(victims))) {
-      best->Consider(cost, victims, {static_cast<int>(di)});
+      Offer(best, cost, victims, {static_cast<int>(di)});
     }
   }
 }
@@ -313,7 +340,7 @@ void Engine::PreemptForPartition(const Job& j, int self, bool reclaim, PreemptOp
       bool right = d.mig_capable() ? (pi >= 0 && s.profile == d.model->mig.profiles[pi].name)
                                    : (s.memory >= j.gpu_mem && s.compute >= j.gpu_milli);
       if (right && HostFitsAfter(j, d.node, {s.holder})) {
-        best->Consider(LostWork(jobs_[s.holder]), {s.holder}, {static_cast<int>(di)});
+        Offer(best, LostWork(jobs_[s.holder]), {s.holder}, {static_cast<int>(di)});
       }
     }
   }
@@ -435,8 +462,14 @@ void Engine::ReserveForHead(int self) {
       // A card the engine split counts too, free once its partitions end (it goes back to
       // whole for the head then): skipped, a gang waiting on three cards, two of them split, kept
       // nothing, and a later inference job took the third card for 840 s past the head's start.
+      // A card nominated for a claimant the head would preempt at once (its own group's, of
+      // lower priority) is the head's too, free when the claim's victims have left: not
+      // counted, a gang kept the cards of a later end, a job of 120 s was backfilled onto the
+      // card free beside the claim, and the gang started 30 s late.
+      const bool claim_of_mine = dev.nominated && dev.reserved_by >= 0 && MayPreempt(j) &&
+                                 PreemptsOnArrival(j, jobs_[dev.reserved_by]);
       if ((dev.split && !MayUnsplitAlone(dev)) || dev.plan.active || dev.closed ||
-          dev.reserved_by >= 0 || dev.memory < j.gpu_mem)
+          (dev.reserved_by >= 0 && !claim_of_mine) || dev.memory < j.gpu_mem)
         continue;
       ready.push_back({DevFreeAt(dev), d});
     }
@@ -452,6 +485,7 @@ void Engine::ReserveForHead(int self) {
   }
   if (best_node < 0) return;
   for (int d : best_devs) {
+    if (devs_[d].nominated) continue;  // its claimant's still (above)
     devs_[d].reserved_by = self;
     reserved_devs_.insert(d);
     devs_[d].nominated = false;
@@ -463,6 +497,33 @@ void Engine::ReserveForHead(int self) {
                    nodes_[best_node].name +
                    (best_time >= kNever ? " (start unknown: running jobs declare no walltime)"
                                         : " expected free at " + T(best_time));
+}
+
+// The heads kept before a claim was nominated that would preempt its claimant keep their cards
+// again, counting the claimed card as theirs (ReserveForHead): a gang kept a card free now and
+// one free in 720 s, a reclaim for its own group's priority-1 job then freed a third in 20 s, and
+// a job of 60 s was backfilled onto the free card; the gang preempted the claimant on its
+// arrival and started 40 s late.
+void Engine::RekeepHeadsBefore(int claimant) {
+  std::vector<int> heads;
+  for (int d : reserved_devs_) {
+    const Dev& dev = devs_[d];
+    const int h = dev.reserved_by;
+    if (h < 0 || h == claimant || dev.nominated || !MayPreempt(jobs_[h]) ||
+        !PreemptsOnArrival(jobs_[h], jobs_[claimant]))
+      continue;
+    if (std::find(heads.begin(), heads.end(), h) == heads.end()) heads.push_back(h);
+  }
+  for (int h : heads) {
+    for (int d : reserved_devs_) {
+      if (devs_[d].reserved_by == h && !devs_[d].nominated) devs_[d].reserved_by = -1;
+    }
+    Job& head = jobs_[h];
+    const size_t keeps = head.wait_reason.find("; keeps ");
+    if (keeps != std::string::npos) head.wait_reason.resize(keeps);
+    --heads_;
+    ReserveForHead(h);
+  }
 }
 
 // When the node will have the job's CPU and host memory, by the running jobs' declared ends

@@ -28,7 +28,7 @@ void Engine::ConsiderClearing(const Job& j, int di, bool reclaim, PreemptOption*
     cost += LostWork(jobs_[v]);
   }
   if (HostFitsAfter(j, devs_[di].node, occ) && (!reclaim || LendersKeepReservations(occ))) {
-    best->Consider(cost, occ, {di});
+    Offer(best, cost, occ, {di});
   }
 }
 

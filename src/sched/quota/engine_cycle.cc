@@ -277,10 +277,11 @@ std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order,
                         (UnsplitInTurn(h) && TryPlace(h, &step, &reason, &backfilled)))) {
           if (claimed) AddClaim(j, -nominal.gpu_milli);  // now in its usage
           ++stats_.admitted;
+          KeepHeadsAfterClaim(h);
           continue;
         }
         if (at_once && claimed) AddToChain(claimed_gpu_, j.group, nominal.gpu_milli);
-        if (j.nominated) RekeepHeadsBefore(h);
+        KeepHeadsAfterClaim(h);
         j.wait_step = "Reclaim";
         j.wait_reason = (within_reservation ? "reclaiming capacity from borrowers"
                                             : "preempting lower-priority jobs of the group") +

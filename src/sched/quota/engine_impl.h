@@ -464,6 +464,7 @@ class Engine final : public QuotaEngine {
   // An external job's nominal GPU: its cards whole when it only takes whole cards.
   int64_t ExternalGpu(const Job& j) const;
   using Standing = std::tuple<int, int64_t, int64_t>;
+  static Standing StandingOf(const Job& x) { return {x.priority, -x.submit, -x.seq}; }
   struct PreemptOption {  // the cheapest set of victims found so far
     int64_t cost = kNever;
     Standing top{};  // its victim furthest ahead in the order: (priority, -submit, -seq)
@@ -486,28 +487,27 @@ class Engine final : public QuotaEngine {
   void FinishTermination(int v);
   void Nominate(int d, int self, int64_t until);
   void ReserveForHead(int self);
-  void RekeepHeadsBefore(int claimant);  // a claim was nominated: heads that would preempt it
+  void KeepHeadsAfterClaim(int claimant);  // engine_preempt.cc
   bool TryRepartition(int self);
   struct DrainOption {  // the cheapest device (or node) to drain for a new layout
     int dev = -1;
     int64_t cost = kNever;
     std::vector<int> victims;
     Plan plan;
+    Standing top{};  // as PreemptOption's
   };
   bool NodeHoldsAfter(const Job& j, const DrainOption& o) const;
   bool HostFitsAfter(const Job& j, int node, const std::vector<int>& victims) const;
   bool LendersKeepReservations(const std::vector<int>& victims) const;
   void ConsiderClearing(const Job& j, int di, bool reclaim, PreemptOption* best) const;
-  // May v be drained for j? Preemptible work of lower priority, or of borrowers when j is
-  // within its group's reservation.
+  // May v be drained for j? Lower-priority preemptible work, or borrowers' for j in reservation.
   bool DrainVictim(const Job& j, bool within_reservation, int v) const;
   // Work lost by draining `occupants` for j, or kNever when one of them may not be drained.
   int64_t DrainCost(const Job& j, bool within_reservation, const std::vector<int>& occupants) const;
   void MigDrainOption(const Job& j, int di, bool within_reservation, DrainOption* best);
   void AmdDrainOption(const Job& j, int di, bool within_reservation, DrainOption* best);
-  // Draining device di (its victims lost at `cost`) for `plan`: kept in *best when cheaper.
-  static void OfferDrain(int di, int64_t cost, std::vector<int> victims, Plan plan,
-                         DrainOption* best);
+  // Draining device di (its victims lost at `cost`) for `plan`: kept when cheaper (ties: Offer).
+  void OfferDrain(int di, int64_t cost, std::vector<int> v, Plan plan, DrainOption* best) const;
   bool ApplyPlan(int d);
   bool PlanReady(const Dev& d) const;  // what the plan changes is idle
   bool ApplyAmdPlan(int di);           // false (plan dropped) when the hive refuses the memory mode

@@ -63,10 +63,7 @@ void Engine::PreemptOption::Consider(int64_t c, Standing s, std::vector<int> v,
 void Engine::Offer(PreemptOption* best, int64_t cost, std::vector<int> victims,
                    std::vector<int> devs) const {
   Standing top{std::numeric_limits<int>::min(), 0, 0};
-  for (int v : victims) {
-    const Job& x = jobs_[v];
-    top = std::max(top, Standing{x.priority, -x.submit, -x.seq});
-  }
+  for (int v : victims) top = std::max(top, StandingOf(jobs_[v]));
   best->Consider(cost, top, std::move(victims), std::move(devs));
 }
 
@@ -499,14 +496,21 @@ void Engine::ReserveForHead(int self) {
                                         : " expected free at " + T(best_time));
 }
 
-// The heads kept before a claim was nominated that would preempt its claimant keep their cards
-// again, counting the claimed card as theirs (ReserveForHead): a gang kept a card free now and
-// one free in 720 s, a reclaim for its own group's priority-1 job then freed a third in 20 s, and
-// a job of 60 s was backfilled onto the free card; the gang preempted the claimant on its
-// arrival and started 40 s late.
-void Engine::RekeepHeadsBefore(int claimant) {
+// After a claim for `claimant` (its victims chosen):
+// - The heads kept before a claim was nominated that would preempt its claimant keep their cards
+//   again, counting the claimed card as theirs (ReserveForHead): a gang kept a card free now and
+//   one free in 720 s, a reclaim for its own group's priority-1 job then freed a third in 20 s,
+//   and a job of 60 s was backfilled onto the free card; the gang preempted the claimant on its
+//   arrival and started 40 s late.
+// - Victims requeued at once (no grace) of no lower priority than the claimant come before
+//   every job still to be considered this cycle: those asking for whole cards keep cards as a
+//   blocked head does. Requeued for the next cycle and kept nothing, a borrower placed and
+//   reclaimed in one cycle for a share saw a lower-priority job of its own group take the card
+//   beside the share, and waited 60 s more. (A victim of lower priority keeps nothing: a gang
+//   preempted for a priority-1 job kept the cards the next priority-1 job then could not use.)
+void Engine::KeepHeadsAfterClaim(int claimant) {
   std::vector<int> heads;
-  for (int d : reserved_devs_) {
+  for (int d : jobs_[claimant].nominated ? reserved_devs_ : std::set<int>{}) {
     const Dev& dev = devs_[d];
     const int h = dev.reserved_by;
     if (h < 0 || h == claimant || dev.nominated || !MayPreempt(jobs_[h]) ||
@@ -523,6 +527,16 @@ void Engine::RekeepHeadsBefore(int claimant) {
     if (keeps != std::string::npos) head.wait_reason.resize(keeps);
     --heads_;
     ReserveForHead(h);
+  }
+  for (int v : pending_) {
+    const Job& x = jobs_[v];
+    if (heads_ >= 4 || x.state != JobState::kPending || x.waiting_since != now_ ||
+        x.priority < jobs_[claimant].priority || x.forms.empty() ||
+        x.forms.front() != AllocationForm::kWhole)
+      continue;
+    bool kept = false;
+    for (int d : reserved_devs_) kept = kept || devs_[d].reserved_by == v;
+    if (!kept) ReserveForHead(v);
   }
 }
 

@@ -1,5 +1,7 @@
 // The quota engine: repartitioning with drain (a new MIG layout or AMD mode for waiting
 // partition demand) and the host checks that drains and preemptions share.
+#include <limits>
+
 #include "sched/quota/engine_impl.h"
 
 namespace tessera::quota::internal {
@@ -89,6 +91,7 @@ bool Engine::TryRepartition(int self) {
     if (!thrash && !InstanceAdmitted(j, d)) continue;
     DrainOption cand;
     cand.cost = best.cost;
+    cand.top = best.top;
     if (d.mig_capable()) {
       MigDrainOption(j, static_cast<int>(di), within_reservation, &cand);
     } else if (d.amd_capable()) {
@@ -248,9 +251,11 @@ void Engine::AmdDrainOption(const Job& j, int di, bool within_reservation, Drain
 }
 
 void Engine::OfferDrain(int di, int64_t cost, std::vector<int> victims, Plan plan,
-                        DrainOption* best) {
-  if (cost >= best->cost) return;
-  *best = DrainOption{di, cost, std::move(victims), std::move(plan)};
+                        DrainOption* best) const {
+  Standing top{std::numeric_limits<int>::min(), 0, 0};
+  for (int v : victims) top = std::max(top, StandingOf(jobs_[v]));
+  if (cost >= kNever || cost > best->cost || (cost == best->cost && top >= best->top)) return;
+  *best = DrainOption{di, cost, std::move(victims), std::move(plan), top};
 }
 
 bool Engine::PlanReady(const Dev& d) const {

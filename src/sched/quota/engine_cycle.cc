@@ -166,35 +166,6 @@ std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order,
   claimed_cells_.clear();
   leaving_cells_.clear();
   for (int t : terminating_) AddLeaving(jobs_[t], +1);
-  // A preemption whose victims left at once may free more than its claimant takes: the heads
-  // passed over earlier in the cycle, still keeping cards, try again first (a gang preempted for
-  // a 1-card job freed three cards, and the priority-2 job passed over before it waited 120 s
-  // while inference jobs of priority 1 took the other two). Not a borrower a reclaim could take
-  // back: placed out of turn, two were, and the next job, inside its group's reservation,
-  // reclaimed one at once.
-  const auto heads_again = [&] {
-    std::vector<int> heads;
-    for (int d : reserved_devs_) {
-      const int k = devs_[d].reserved_by;
-      if (k >= 0 && !devs_[d].nominated && jobs_[k].state == JobState::kPending &&
-          jobs_[k].awaiting == 0 && !WouldBeReclaimed(jobs_[k]) &&
-          std::find(heads.begin(), heads.end(), k) == heads.end())
-        heads.push_back(k);
-    }
-    std::sort(heads.begin(), heads.end(),
-              [&](int a, int b) { return StandingOf(jobs_[a]) > StandingOf(jobs_[b]); });
-    for (int k : heads) {
-      if (between) between();
-      std::string ks, kr;
-      bool kb = false;
-      if (!TryPlace(k, &ks, &kr, &kb)) continue;
-      ++stats_.admitted;
-      --heads_;
-      for (int d : reserved_devs_) {
-        if (devs_[d].reserved_by == k) devs_[d].reserved_by = -1;
-      }
-    }
-  };
   for (int h : order) {
     const Job& c = jobs_[h];
     if (c.state == JobState::kPending && c.awaiting > 0) {
@@ -306,7 +277,6 @@ std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order,
                         (UnsplitInTurn(h) && TryPlace(h, &step, &reason, &backfilled)))) {
           if (claimed) AddClaim(j, -nominal.gpu_milli);  // now in its usage
           ++stats_.admitted;
-          heads_again();
           KeepHeadsAfterClaim(h);
           continue;
         }

@@ -166,6 +166,38 @@ std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order,
   claimed_cells_.clear();
   leaving_cells_.clear();
   for (int t : terminating_) AddLeaving(jobs_[t], +1);
+  // A preemption whose victims left at once may free more than its claimant takes: the heads
+  // passed over earlier in the cycle, still keeping cards, try again first (a gang preempted for
+  // a 1-card job freed three cards, and the priority-2 job passed over before it waited 120 s
+  // while inference jobs of priority 1 took the other two). Not a borrower a reclaim could take
+  // back: placed out of turn, two were, and the next job, inside its group's reservation,
+  // reclaimed one at once.
+  const auto heads_again = [&] {
+    std::vector<int> heads;
+    for (int d : reserved_devs_) {
+      const int k = devs_[d].reserved_by;
+      if (k >= 0 && !devs_[d].nominated && jobs_[k].state == JobState::kPending &&
+          jobs_[k].awaiting == 0 && !WouldBeReclaimed(jobs_[k]) &&
+          std::find(heads.begin(), heads.end(), k) == heads.end())
+        heads.push_back(k);
+    }
+    std::sort(heads.begin(), heads.end(), [&](int a, int b) {
+      return std::make_tuple(-jobs_[a].rank, StandingOf(jobs_[a])) >
+             std::make_tuple(-jobs_[b].rank, StandingOf(jobs_[b]));
+    });
+    for (int k : heads) {
+      if (between) between();
+      std::string ks, kr;
+      bool kb = false;
+      if (!TryPlace(k, &ks, &kr, &kb)) continue;
+      ++stats_.admitted;
+      --heads_;
+      for (int d : reserved_devs_) {
+        if (devs_[d].reserved_by == k) devs_[d].reserved_by = -1;
+      }
+    }
+  };
+  for (size_t i = 0; i < order.size(); ++i) jobs_[order[i]].rank = static_cast<int>(i);
   for (int h : order) {
     const Job& c = jobs_[h];
     if (c.state == JobState::kPending && c.awaiting > 0) {
@@ -277,6 +309,7 @@ std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order,
                         (UnsplitInTurn(h) && TryPlace(h, &step, &reason, &backfilled)))) {
           if (claimed) AddClaim(j, -nominal.gpu_milli);  // now in its usage
           ++stats_.admitted;
+          heads_again();
           KeepHeadsAfterClaim(h);
           continue;
         }
@@ -307,6 +340,8 @@ std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order,
     }
     still.push_back(h);
   }
+  for (int h : order) jobs_[h].rank = -1;
+  for (int h : pending_) jobs_[h].rank = -1;  // victims requeued at once (KeepHeadsAfterClaim)
   return still;
 }
 

@@ -39,8 +39,7 @@ struct Slot {
   MilliGpu compute = 0;
   int holder = -1;
   bool alive = true;  // a destroyed instance stays as a tombstone so grant indices hold
-  int slices = 0;  // MIG memory slices it occupies  // a destroyed instance stays as a tombstone so
-                   // grant indices hold
+  int slices = 0;     // MIG memory slices it occupies
 };
 
 // A pending reconfiguration of a device (or, for an AMD memory mode, of its node).
@@ -168,11 +167,12 @@ struct Job {
   bool borrowed = false;
   bool admitted_logged = false;
   int preemptions = 0;
-  int awaiting = 0;                    // victims still terminating for this job
-  int claimant = -1;                   // while terminating: the job waiting for this one's capacity
-  bool nominated = false;              // some device is kept for this job
-  bool external = false;               // its queue's jobs are placed by another scheduler
-  std::string ext_pool;                // ... sharing that scheduler's capacity ("" : unbounded)
+  int rank = -1;           // its place in this cycle's order (AdmitInOrder); -1: not in it
+  int awaiting = 0;        // victims still terminating for this job
+  int claimant = -1;       // while terminating: the job waiting for this one's capacity
+  bool nominated = false;  // some device is kept for this job
+  bool external = false;   // its queue's jobs are placed by another scheduler
+  std::string ext_pool;    // ... sharing that scheduler's capacity ("" : unbounded)
   std::vector<std::string> ext_pools;  // several backends: the one chosen goes to ext_pool
   std::vector<PoolForecast> dispatch;  // their forecasts at the last dispatch decision
   std::string wait_step, wait_reason;
@@ -334,8 +334,10 @@ class Engine final : public QuotaEngine {
   }
   // A job inside its group's reservation comes before a blocked head that would borrow, of no
   // higher priority: the head's kept devices do not hold it back (a group once sat below its
-  // reservation for 1,700 s beside a card kept for another group's borrowing gang).
+  // reservation for 1,700 s beside a card kept for another group's borrowing gang). So does a
+  // job ahead of the head in this cycle's order, tried again after it (heads_again).
   bool Outranks(const Job& j, const Job& head) const {
+    if (j.rank >= 0 && j.rank < head.rank) return true;
     if (head.priority > j.priority || j.group == head.group) return false;
     const Resources mine{j.gpu_count * j.gpu_milli, 0, 0, 0};
     const Resources theirs{head.gpu_count * head.gpu_milli, 0, 0, 0};
@@ -465,6 +467,7 @@ class Engine final : public QuotaEngine {
   int64_t ExternalGpu(const Job& j) const;
   using Standing = std::tuple<int, int64_t, int64_t>;
   static Standing StandingOf(const Job& x) { return {x.priority, -x.submit, -x.seq}; }
+  Standing TopStanding(const std::vector<int>& victims) const;  // the one furthest ahead
   struct PreemptOption {  // the cheapest set of victims found so far
     int64_t cost = kNever;
     Standing top{};  // its victim furthest ahead in the order: (priority, -submit, -seq)
@@ -605,8 +608,7 @@ class Engine final : public QuotaEngine {
   // Per group (its own and its descendants'), as of this cycle: GPU of claims in flight (pending
   // jobs granted preempted capacity, waiting out the grace) and GPU already leaving (terminating
   // jobs). Reclaim counts both, so that it stops at the reservation on either side.
-  std::vector<int64_t> claimed_gpu_;
-  std::vector<int64_t> leaving_gpu_;
+  std::vector<int64_t> claimed_gpu_, leaving_gpu_;
   void AddToChain(std::vector<int64_t>& per_group, int g, int64_t v);
 
   // --- Quota per GPU model and per pool (engine_models.cc, quota_cells.h; docs/scheduling.md).
@@ -664,9 +666,7 @@ class Engine final : public QuotaEngine {
   bool TryPlaceIn(int self, std::string* step, std::string* reason, bool* backfilled,
                   bool guaranteed_only);
   std::set<int> reserved_devs_;  // devices whose reserved_by may be set
-  int64_t now_ = 0;
-  int64_t last_cycle_ = -1;
-  int64_t seq_ = 0;
+  int64_t now_ = 0, last_cycle_ = -1, seq_ = 0;
   size_t cursor_node_ = 0, cursor_dev_share_ = 0, cursor_dev_part_ = 0;
   // Failure memo: in one cycle a shape (all the search depends on, its share kind too) with no
   // room finds none until something is released; fail_end: the earliest end that failed.
@@ -677,9 +677,7 @@ class Engine final : public QuotaEngine {
   std::map<std::tuple<int, uint64_t, int, MilliGpu, MiB, MilliCpu, MiB, uint64_t, int64_t>,
            MemoEntry>
       memo_;
-  int heads_ = 0;
-  int preempt_searches_ = 0;
-  int repartitions_ = 0;
+  int heads_ = 0, preempt_searches_ = 0, repartitions_ = 0;
   std::vector<int> partition_demand_;
   // Jobs that found no room this cycle and would take a whole device or a share: idle devices
   // the engine split go back to whole for them (UnsplitForDemand).

@@ -62,9 +62,14 @@ void Engine::PreemptOption::Consider(int64_t c, Standing s, std::vector<int> v,
 // submitted one, which then waited while the later one ran (a head delayed by a job behind it).
 void Engine::Offer(PreemptOption* best, int64_t cost, std::vector<int> victims,
                    std::vector<int> devs) const {
+  const Standing top = TopStanding(victims);
+  best->Consider(cost, top, std::move(victims), std::move(devs));
+}
+
+Engine::Standing Engine::TopStanding(const std::vector<int>& victims) const {
   Standing top{std::numeric_limits<int>::min(), 0, 0};
   for (int v : victims) top = std::max(top, StandingOf(jobs_[v]));
-  best->Consider(cost, top, std::move(victims), std::move(devs));
+  return top;
 }
 
 void Engine::Occupants(const Dev& d, std::vector<int>* out) const {
@@ -536,6 +541,7 @@ void Engine::KeepHeadsAfterClaim(int claimant) {
       continue;
     bool kept = false;
     for (int d : reserved_devs_) kept = kept || devs_[d].reserved_by == v;
+    jobs_[v].rank = jobs_[claimant].rank;  // ahead of every job still to come
     if (!kept) ReserveForHead(v);
   }
 }

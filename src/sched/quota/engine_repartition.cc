@@ -252,8 +252,7 @@ void Engine::AmdDrainOption(const Job& j, int di, bool within_reservation, Drain
 
 void Engine::OfferDrain(int di, int64_t cost, std::vector<int> victims, Plan plan,
                         DrainOption* best) const {
-  Standing top{std::numeric_limits<int>::min(), 0, 0};
-  for (int v : victims) top = std::max(top, StandingOf(jobs_[v]));
+  const Standing top = TopStanding(victims);
   if (cost >= kNever || cost > best->cost || (cost == best->cost && top >= best->top)) return;
   *best = DrainOption{di, cost, std::move(victims), std::move(plan), top};
 }

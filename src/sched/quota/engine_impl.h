@@ -536,6 +536,7 @@ class Engine final : public QuotaEngine {
   std::vector<int> AdmitInOrder(const std::vector<int>& order,
                                 const std::function<void()>& between);
   void RepartitionForDemand();  // 5.
+  void ReclaimFirst(int x);     // the guaranteed-first pass's reclaim
   Status AddNodeRt(const NodeSpec& ns, const std::string& field);
   // AddNodeRt's new device d of `ns`: the MIG layout or AMD mode the spec gives it.
   Status SplitNewDevice(Dev& d, const NodeSpec& ns, const std::string& field);

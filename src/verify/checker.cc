@@ -61,6 +61,7 @@ Checker::Checker(const quota::PolicySpec& policy, const std::vector<quota::NodeS
     : world_(World::Make(policy, nodes)), bounds_(bounds) {
   down_.assign(world_.nodes.size(), false);
   layout_.assign(world_.devices.size(), {});
+  owned_.assign(world_.devices.size(), 0);
   reconfig_times_.resize(world_.devices.size());
 }
 

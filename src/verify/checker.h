@@ -111,6 +111,8 @@ class Checker {
   void CheckHead(const Snapshot& s, int64_t now);
   // The earliest time `head` could be held if the running jobs left at their declared ends
   // (never, without a walltime) and the jobs in `gone` had not started; kNoStart when none.
+  void TakeForClaim(const Want& c, const Snapshot& s, const std::vector<int>& victims,
+                    Snapshot* t) const;
   int64_t EarliestStart(const Snapshot& s, const Want& head, const std::vector<bool>& gone,
                         int64_t now) const;
   void CheckStability(const quota::QuotaEngine& e, int64_t now);
@@ -147,7 +149,8 @@ class Checker {
     std::string mode;  // "MIG", "CPX+NPS4", ""
     std::set<std::string> slots;
   };
-  std::vector<Layout> layout_;                        // per device, last seen
+  std::vector<Layout> layout_;  // per device, last seen
+  std::vector<char> owned_;     // per device: its layout changed by the engine (it may unsplit it)
   std::vector<std::vector<int64_t>> reconfig_times_;  // per device
   int64_t fair_since_ = -1;                           // fairness: the hour being summed began
   std::vector<int64_t> fair_held_;                    // per group, milli-GPU summed over its cycles

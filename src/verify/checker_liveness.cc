@@ -172,12 +172,58 @@ namespace {
 constexpr int64_t kNoStart = INT64_MAX;
 }
 
+// A whole claimant's cards past its victims', on their node: free ones, marked held (by no job),
+// and the CPU and host memory it needs past theirs.
+void Checker::TakeForClaim(const Want& c, const Snapshot& s, const std::vector<int>& victims,
+                           Snapshot* t) const {
+  std::set<std::string> cards;
+  int node = -1;
+  MilliCpu cpu = c.cpu * c.count;
+  MiB mem = c.mem * c.count;
+  for (int v : victims) {
+    for (const quota::GrantView& g : s.jobs[v].grants) {
+      cards.insert(g.node + "/" + std::to_string(g.device));
+      cpu -= g.cpu;
+      mem -= g.host_memory;
+      for (size_t n = 0; n < world_.nodes.size(); ++n) {
+        if (world_.nodes[n].name == g.node) node = static_cast<int>(n);
+      }
+    }
+  }
+  if (node < 0) return;
+  const std::vector<bool> none;
+  int more = c.count - static_cast<int>(cards.size());
+  for (int d : world_.nodes[node].devices) {
+    if (more <= 0) break;
+    if (!WholeFree(world_, *t, d, none)) continue;
+    t->devices[d].holders.push_back(Holding{});
+    --more;
+  }
+  t->cpu_free[node] -= std::max<MilliCpu>(cpu, 0);
+  t->mem_free[node] -= std::max<MiB>(mem, 0);
+}
+
 int64_t Checker::EarliestStart(const Snapshot& s, const Want& head, const std::vector<bool>& gone,
                                int64_t now) const {
   std::vector<std::pair<int64_t, int>> ends;  // running jobs by declared end
+  // A job asking for whole cards that others were preempted for goes first, onto what they
+  // leave: its victims' cards and host stay taken (as its), and the other cards of their node it
+  // needs too. Not modelled, a borrower's 40 s job beside a card a reclaim had claimed was said
+  // to delay a higher-priority gang that could only have started on the claimed card. (A share
+  // or a partition may be placed elsewhere once a slot opens: its victims leave.)
+  std::map<int, std::vector<int>> claims;  // claimant -> its victims still leaving
+  for (const auto& [v, c] : making_room_for_) {
+    const Want& cw = wants_[c];
+    if (static_cast<size_t>(c) < s.jobs.size() && s.jobs[c].state == JobState::kPending &&
+        cw.id != head.id && !gone[v] && cw.forms.size() == 1 &&
+        cw.forms[0] == AllocationForm::kWhole)
+      claims[c].push_back(v);
+  }
   for (size_t k = 0; k < s.jobs.size() && k < wants_.size(); ++k) {
     const JobNow& j = s.jobs[k];
     if (gone[k]) continue;
+    const auto room = making_room_for_.find(static_cast<int>(k));
+    if (room != making_room_for_.end() && claims.count(room->second)) continue;  // stays, as its
     if (j.state == JobState::kTerminating) {
       // In its grace: it holds its cards until the grace ends (counted as gone at once, a job
       // of 20 s backfilled beside a victim with 20 s of grace left was said to delay the head
@@ -206,6 +252,7 @@ int64_t Checker::EarliestStart(const Snapshot& s, const Want& head, const std::v
   for (size_t k = 0; k < gone.size() && k < s.jobs.size(); ++k) {
     if (gone[k]) leave(static_cast<int>(k));
   }
+  for (const auto& [c, victims] : claims) TakeForClaim(wants_[c], s, victims, &t);
   if (CouldHold(world_, t, head, left)) return now;
   for (size_t i = 0; i < ends.size();) {
     const int64_t at = ends[i].first;
@@ -287,7 +334,14 @@ void Checker::CheckHead(const Snapshot& s, int64_t now) {
     behind.push_back(bw.id);
   }
   if (behind.empty()) return;
-  const int64_t without = EarliestStart(s, hw, gone, now);
+  // Without them, a card its operator registered split that the engine first changed in this
+  // very cycle is as registered, not whole: an inference job behind the head changed a CPX card
+  // (its first layout change), the card went whole for the head, and the head was said to be
+  // delayed by the jobs that made the card one it could have at all.
+  Snapshot before = s;
+  for (size_t d = 0; d < world_.devices.size() && d < before.devices.size(); ++d)
+    before.devices[d].as_registered = world_.devices[d].registered_split && !owned_[d];
+  const int64_t without = EarliestStart(before, hw, gone, now);
   if (without == kNoStart) return;
   const int64_t with = EarliestStart(s, hw, none, now);
   if (with <= without) return;
@@ -318,6 +372,8 @@ void Checker::CheckStability(const quota::QuotaEngine& e, int64_t now) {
     for (const std::string& name : before.slots)
       changed = changed || now_layout.slots.count(name) == 0;
     now_layout.seen = true;
+    if (before.seen && (before.mode != now_layout.mode || before.slots != now_layout.slots))
+      owned_[d] = 1;
     before = std::move(now_layout);
     if (!changed) continue;
     std::vector<int64_t>& times = reconfig_times_[d];

@@ -98,7 +98,7 @@ Snapshot Snapshot::Take(const World& w, const quota::QuotaEngine& e,
     const DeviceInfo& di = w.devices[d];
     dev_of[{w.nodes[di.node].name, di.index}] = static_cast<int>(d);
     quota::DeviceView v = e.device(w.nodes[di.node].name, di.index);
-    s.devices.push_back({v.mig, v.amd_pair, v.slots, v.draining, {}});
+    s.devices.push_back({v.mig, v.amd_pair, v.slots, v.draining, {}, false});
   }
   std::map<std::string, int> node_of;
   for (size_t n = 0; n < w.nodes.size(); ++n) {
@@ -186,11 +186,13 @@ bool Split(const DeviceInfo& info, const DeviceNow& d) {
   return d.mig;
 }
 
+}  // namespace
+
 // Free as a whole device: nothing on it, no layout change under way, and not split unless the
 // engine split it (then it may return it).
 bool WholeFree(const World& w, const Snapshot& s, int d, const std::vector<bool>& gone) {
   const DeviceNow& dn = s.devices[d];
-  if (dn.draining || !Staying(dn, gone).empty()) return false;
+  if (dn.draining || dn.as_registered || !Staying(dn, gone).empty()) return false;
   if (!Split(w.devices[d], dn)) return true;
   if (w.devices[d].registered_split) return false;
   const DeviceInfo& info = w.devices[d];
@@ -206,6 +208,8 @@ bool WholeFree(const World& w, const Snapshot& s, int d, const std::vector<bool>
   }
   return true;
 }
+
+namespace {
 
 bool HoldWhole(const World& w, const Snapshot& s, const Want& want, const std::vector<bool>& gone,
                std::string* where) {

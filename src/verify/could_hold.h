@@ -88,6 +88,8 @@ struct DeviceNow {
   std::vector<quota::SlotView> slots;
   bool draining = false;
   std::vector<Holding> holders;
+  // A counterfactual's (backfill.head): split as its operator registered it, not free whole.
+  bool as_registered = false;
 };
 
 struct JobNow {
@@ -123,6 +125,10 @@ struct Snapshot {
 
 // An idle device the engine may return to whole (it split it; the operator did not).
 bool Returnable(const World& w, const Snapshot& s, int device);
+
+// Free as a whole device, ignoring the jobs in `gone`: nothing on it, no layout change under
+// way, and not split unless the engine split it (then it may return it).
+bool WholeFree(const World& w, const Snapshot& s, int d, const std::vector<bool>& gone);
 
 // Whether `want` could be held on the snapshot's free capacity, ignoring the jobs in `gone`
 // (as if they had left), in any of its forms. `why` (optional) receives where.

@@ -137,8 +137,11 @@ std::vector<int> Engine::Order() {
     const Job& y = jobs_[b];
     // A job others were preempted for goes first: that price is paid. (Higher-priority
     // borrowers preempted by a reclaim once came straight back onto the node's host memory the
-    // claimant needed, and were reclaimed again, every 30 s.)
-    const bool kx = x.nominated || x.awaiting > 0, ky = y.nominated || y.awaiting > 0;
+    // claimant needed, and were reclaimed again, every 30 s.) Not one kept a card only, for a
+    // layout change on an idle card: first, an inference job waiting for a node-wide mode change
+    // took free slices on another node, and the CPU there a higher-priority head was to keep.
+    const bool kx = (x.nominated && x.paid) || x.awaiting > 0;
+    const bool ky = (y.nominated && y.paid) || y.awaiting > 0;
     if (kx != ky) return kx;
     if (x.priority != y.priority) return x.priority > y.priority;
     bool bx = groups_[x.group].below, by = groups_[y.group].below;
@@ -279,7 +282,7 @@ std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order,
       for (Dev& d : devs_) {
         if (d.reserved_by == h) d.reserved_by = -1, d.nominated = false;
       }
-      j.nominated = false;
+      j.nominated = j.paid = false;
     }
     if (step == "Placement" || step == "Backfill") {
       Resources nominal{j.gpu_count * j.gpu_milli, 0, 0, 0};

@@ -171,6 +171,7 @@ struct Job {
   int awaiting = 0;        // victims still terminating for this job
   int claimant = -1;       // while terminating: the job waiting for this one's capacity
   bool nominated = false;  // some device is kept for this job
+  bool paid = false;       // others were preempted for it: it goes first until placed (Order)
   bool external = false;   // its queue's jobs are placed by another scheduler
   std::string ext_pool;    // ... sharing that scheduler's capacity ("" : unbounded)
   std::vector<std::string> ext_pools;  // several backends: the one chosen goes to ext_pool

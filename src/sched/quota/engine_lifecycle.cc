@@ -123,7 +123,7 @@ void Engine::Cancel(int handle, int64_t now, const std::string& why) {
     for (Dev& d : devs_) {
       if (d.reserved_by == handle) d.reserved_by = -1, d.nominated = false;
     }
-    j.nominated = false;
+    j.nominated = j.paid = false;
   }
   j.state = JobState::kDone;
   j.wait_step.clear();
@@ -399,8 +399,12 @@ Status Engine::RestoreDrain(const Drain& x, int64_t now) {
   }
   d.plan = p;
   ++active_plans_;
-  if (p.for_job >= 0 && (!p.node_wide || !p.amd_pair.empty()))
+  if (p.for_job >= 0 && (!p.node_wide || !p.amd_pair.empty())) {
     Nominate(di, p.for_job, now_ + policy_.grace_seconds);
+    // Whether others were preempted for it is not recorded: it goes first (Order), as a drain's
+    // job most often paid for it.
+    jobs_[p.for_job].paid = true;
+  }
   memo_.clear();
   return Status::Ok();
 }

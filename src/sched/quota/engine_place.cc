@@ -334,6 +334,7 @@ void Engine::TakeGrants(int self, AllocationForm f, const std::vector<Grant>& gr
     }
   }
   // Whatever else was kept for this job is free again.
+  j.paid = false;
   if (j.nominated) {
     for (Dev& d : devs_) {
       if (d.reserved_by == self) d.reserved_by = -1, d.nominated = false;

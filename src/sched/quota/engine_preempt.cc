@@ -362,6 +362,7 @@ void Engine::AddToChain(std::vector<int64_t>& per_group, int g, int64_t v) {
 }
 
 void Engine::Preempt(int v, int claimant, const std::string& why) {
+  if (claimant >= 0) jobs_[claimant].paid = true;
   if (HoldSwappedOut(v, claimant, why)) return;  // a swapping share: held, not stopped
   Job& x = jobs_[v];
   AddLeaving(x, +1);

@@ -306,19 +306,11 @@ std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order,
         if (!tried) tried = TryPreempt(h, /*reclaim=*/false);
       }
       if (tried) {
-        // Its victims gone at once (no grace): its own claim is not counted while it is placed,
-        // or the job that fills its group's reservation was admitted as borrowing.
-        const bool at_once = jobs_[h].awaiting == 0;
-        if (at_once && claimed) AddToChain(claimed_gpu_, j.group, -nominal.gpu_milli);
-        if (at_once && (TryPlace(h, &step, &reason, &backfilled) ||
-                        (UnsplitInTurn(h) && TryPlace(h, &step, &reason, &backfilled)))) {
-          if (claimed) AddClaim(j, -nominal.gpu_milli);  // now in its usage
-          ++stats_.admitted;
+        if (PlaceAfterClaim(h, claimed, /*guaranteed_only=*/false)) {
           heads_again();
           KeepHeadsAfterClaim(h);
           continue;
         }
-        if (at_once && claimed) AddToChain(claimed_gpu_, j.group, nominal.gpu_milli);
         KeepHeadsAfterClaim(h);
         j.wait_step = "Reclaim";
         j.wait_reason = (within_reservation ? "reclaiming capacity from borrowers"
@@ -368,20 +360,29 @@ void Engine::ReclaimFirst(int x) {
     return;
   AddToChain(claimed_gpu_, j.group, n);
   AddClaim(j, n);
+  PlaceAfterClaim(x, /*claimed=*/true, /*guaranteed_only=*/true);
+  KeepHeadsAfterClaim(x);
+}
+
+// After a claim for h (its victims chosen; `claimed`: a reclaim, counted in claimed_gpu_ and the
+// claim cells), h placed at once where its victims left at once (no grace). Its own claim is not
+// counted while it is placed, or the job that fills its group's reservation was admitted as
+// borrowing; not placed, the claim counts on (two jobs once reclaimed a card each for one slot).
+bool Engine::PlaceAfterClaim(int h, bool claimed, bool guaranteed_only) {
+  Job& j = jobs_[h];
+  if (j.awaiting != 0) return false;
+  const int64_t n = j.gpu_count * j.gpu_milli;
   std::string step, reason;
   bool backfilled = false;
-  if (j.awaiting == 0) {
-    AddToChain(claimed_gpu_, j.group, -n);
-    if (TryPlace(x, &step, &reason, &backfilled, /*guaranteed_only=*/true) ||
-        (UnsplitInTurn(x) && TryPlace(x, &step, &reason, &backfilled, /*guaranteed_only=*/true))) {
-      AddClaim(j, -n);
-      ++stats_.admitted;
-      KeepHeadsAfterClaim(x);
-      return;
-    }
-    AddToChain(claimed_gpu_, j.group, n);
+  if (claimed) AddToChain(claimed_gpu_, j.group, -n);
+  if (TryPlace(h, &step, &reason, &backfilled, guaranteed_only) ||
+      (UnsplitInTurn(h) && TryPlace(h, &step, &reason, &backfilled, guaranteed_only))) {
+    if (claimed) AddClaim(j, -n);  // now in its usage
+    ++stats_.admitted;
+    return true;
   }
-  KeepHeadsAfterClaim(x);
+  if (claimed) AddToChain(claimed_gpu_, j.group, n);
+  return false;
 }
 
 void Engine::RepartitionForDemand() {

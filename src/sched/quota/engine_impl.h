@@ -538,6 +538,7 @@ class Engine final : public QuotaEngine {
                                 const std::function<void()>& between);
   void RepartitionForDemand();  // 5.
   void ReclaimFirst(int x);     // the guaranteed-first pass's reclaim
+  bool PlaceAfterClaim(int h, bool claimed, bool guaranteed_only);
   Status AddNodeRt(const NodeSpec& ns, const std::string& field);
   // AddNodeRt's new device d of `ns`: the MIG layout or AMD mode the spec gives it.
   Status SplitNewDevice(Dev& d, const NodeSpec& ns, const std::string& field);
@@ -555,7 +556,6 @@ class Engine final : public QuotaEngine {
   void SetDev(const std::string& name, int index, T Dev::*field, T value);
   void CommitExternal(int self, const Resources& charge, bool guaranteed);
   void EndHeld(int self);  // releases and settles claimants
-
   void StepCheck(const char* where) {
     if (!options_.check_invariants_each_step) return;
     Status s = CheckInvariants();

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "capgpu/region.h"
+#include "support/wait.h"
 #include "swap_probe_process.h"
 
 namespace tessera::capgpu {
@@ -104,12 +105,14 @@ TEST_F(ReentryTest, ThreadsInNestedCopiesWaitAtTheGateThenProceed) {
   SwapSummary s;
   ASSERT_TRUE(Settle(SwapTarget::kHold, &s)) << "the swap-out never finished";
   EXPECT_EQ(s.swapped, 1u);
-  const std::string before = p.Ask("loops");
+  const std::string before = p.SettledLoops();
   usleep(200 * 1000);
   EXPECT_EQ(p.Ask("loops"), before) << "no copy may pass while the share is held out";
   ASSERT_TRUE(Settle(SwapTarget::kResident, &s));
-  usleep(100 * 1000);
-  EXPECT_NE(p.Ask("loops"), before);
+  // Resident again, the threads go on: waited for (a loaded machine took longer than 100 ms).
+  EXPECT_TRUE(tessera::testing::WaitFor([&] { return p.Ask("loops") != before; },
+                                        std::chrono::milliseconds(10000)))
+      << "the threads never passed the gate again";
   const std::string stop = p.Ask("stop");
   EXPECT_NE(stop.find("errors=0"), std::string::npos) << stop;
 }

@@ -76,6 +76,20 @@ class Probe {
     Send(line);
     return Line(timeout_ms);
   }
+  // The threads' finished checks ("loops") once no more finish for `quiet_ms`: a check whose
+  // driver calls all returned before the gate closed is counted when its thread next runs, which
+  // on a loaded machine may be after the swap-out settled (CI once read "loops 3" and, 300 ms
+  // later, "loops 4", with every thread at the gate). As last read after `limit_ms`.
+  std::string SettledLoops(int quiet_ms = 200, int limit_ms = 5000) {
+    std::string last = Ask("loops");
+    for (int waited = 0; waited < limit_ms; waited += quiet_ms) {
+      usleep(static_cast<useconds_t>(quiet_ms) * 1000);
+      std::string now = Ask("loops");
+      if (now == last) return now;
+      last = now;
+    }
+    return last;
+  }
   pid_t pid() const { return pid_; }
   void Killed() { pid_ = -1; }
 

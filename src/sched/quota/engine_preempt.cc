@@ -515,14 +515,16 @@ void Engine::ReserveForHead(int self) {
 //   beside the share, and waited 60 s more. (A victim of lower priority keeps nothing: a gang
 //   preempted for a priority-1 job kept the cards the next priority-1 job then could not use.)
 void Engine::KeepHeadsAfterClaim(int claimant) {
-  std::vector<int> heads;  // only a claim kept for a while (nominated) is a card to count
-  for (int d : reserved_devs_) {
-    const Dev& dev = devs_[d];
-    const int h = dev.reserved_by;
-    if (!jobs_[claimant].nominated || h < 0 || h == claimant || dev.nominated ||
-        !MayPreempt(jobs_[h]) || !PreemptsOnArrival(jobs_[h], jobs_[claimant]))
-      continue;
-    if (std::find(heads.begin(), heads.end(), h) == heads.end()) heads.push_back(h);
+  std::vector<int> heads;
+  if (jobs_[claimant].nominated) {  // only a claim kept for a while is a card to count
+    for (int d : reserved_devs_) {
+      const Dev& dev = devs_[d];
+      const int h = dev.reserved_by;
+      if (h < 0 || h == claimant || dev.nominated || !MayPreempt(jobs_[h]) ||
+          !PreemptsOnArrival(jobs_[h], jobs_[claimant]))
+        continue;
+      if (std::find(heads.begin(), heads.end(), h) == heads.end()) heads.push_back(h);
+    }
   }
   for (int h : heads) {
     for (int d : reserved_devs_) {

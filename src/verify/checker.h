@@ -109,12 +109,16 @@ class Checker {
   void CheckStart(const Snapshot& s, int64_t now);
   void CheckReservation(const Snapshot& s, int64_t now);
   void CheckHead(const Snapshot& s, int64_t now);
-  // The earliest time `head` could be held if the running jobs left at their declared ends
-  // (never, without a walltime) and the jobs in `gone` had not started; kNoStart when none.
+  // A claimant's victims staying on as the claimant's, with the other free cards of their node
+  // it needs.
   void TakeForClaim(const Want& c, const Snapshot& s, const std::vector<int>& victims,
                     Snapshot* t) const;
+  // The earliest time `head` could be held if the running jobs left at their declared ends
+  // (never, without a walltime) and the jobs in `gone` had not started; kNoStart when none.
+  // Claims in flight: a whole claimant's victims stay as its (TakeForClaim); a partition's or a
+  // share's too when `every_claim_stays`, else they leave at the end of their grace.
   int64_t EarliestStart(const Snapshot& s, const Want& head, const std::vector<bool>& gone,
-                        int64_t now) const;
+                        int64_t now, bool every_claim_stays) const;
   void CheckStability(const quota::QuotaEngine& e, int64_t now);
   void CheckFairness(const Snapshot& s, int64_t now);
   void CheckIdle(const Snapshot& s, int64_t now);

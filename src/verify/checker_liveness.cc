@@ -204,19 +204,20 @@ void Checker::TakeForClaim(const Want& c, const Snapshot& s, const std::vector<i
 }
 
 int64_t Checker::EarliestStart(const Snapshot& s, const Want& head, const std::vector<bool>& gone,
-                               int64_t now) const {
+                               int64_t now, bool every_claim_stays) const {
   std::vector<std::pair<int64_t, int>> ends;  // running jobs by declared end
   // A job asking for whole cards that others were preempted for goes first, onto what they
   // leave: its victims' cards and host stay taken (as its), and the other cards of their node it
   // needs too. Not modelled, a borrower's 40 s job beside a card a reclaim had claimed was said
-  // to delay a higher-priority gang that could only have started on the claimed card. (A share
-  // or a partition may be placed elsewhere once a slot opens: its victims leave.)
+  // to delay a higher-priority gang that could only have started on the claimed card. A share
+  // or a partition may be placed elsewhere once a slot opens, or on its victims' card: its
+  // victims leave, unless `every_claim_stays` (CheckHead tries both).
   std::map<int, std::vector<int>> claims;  // claimant -> its victims still leaving
   for (const auto& [v, c] : making_room_for_) {
     const Want& cw = wants_[c];
+    const bool whole = cw.forms.size() == 1 && cw.forms[0] == AllocationForm::kWhole;
     if (static_cast<size_t>(c) < s.jobs.size() && s.jobs[c].state == JobState::kPending &&
-        cw.id != head.id && !gone[v] && cw.forms.size() == 1 &&
-        cw.forms[0] == AllocationForm::kWhole)
+        cw.id != head.id && !gone[v] && (whole || every_claim_stays))
       claims[c].push_back(v);
   }
   for (size_t k = 0; k < s.jobs.size() && k < wants_.size(); ++k) {
@@ -341,10 +342,18 @@ void Checker::CheckHead(const Snapshot& s, int64_t now) {
   Snapshot before = s;
   for (size_t d = 0; d < world_.devices.size() && d < before.devices.size(); ++d)
     before.devices[d].as_registered = world_.devices[d].registered_split && !owned_[d];
-  const int64_t without = EarliestStart(before, hw, gone, now);
-  if (without == kNoStart) return;
-  const int64_t with = EarliestStart(s, hw, none, now);
-  if (with <= without) return;
+  // Where a partition or share claimant will go is not known in advance: the head is delayed
+  // only when it is whether the claimant takes its victims' card or a slot elsewhere. Not so,
+  // an inference job backfilled beside a gang head opened a MIG card whose free slices a
+  // claimant of its group then took instead of its victim's card, and the head, which could
+  // not have had the victim's card, was said to be delayed (seed 2033539).
+  int64_t without = kNoStart, with = kNoStart;
+  for (const bool stays : {false, true}) {
+    without = EarliestStart(before, hw, gone, now, stays);
+    if (without == kNoStart) return;
+    with = EarliestStart(s, hw, none, now, stays);
+    if (with <= without) return;
+  }
   std::string names;
   for (const std::string& b : behind) names += (names.empty() ? "" : ", ") + b;
   std::vector<std::string> jobs = {hw.id};

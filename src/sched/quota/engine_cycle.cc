@@ -1,4 +1,6 @@
 // The quota engine: the cycle (order, admission in turn, unsplits) and its steps.
+#include <cmath>
+
 #include "sched/quota/engine_impl.h"
 
 namespace tessera::quota::internal {
@@ -216,12 +218,13 @@ std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order,
     if (j.state != JobState::kPending) continue;
     std::string step, reason;
     bool backfilled = false;
-    if (!guaranteed_first && WouldBeReclaimed(j)) {
-      // Before the first borrower a reclaim could take back, the jobs after it inside their
-      // groups' reservations take the free capacity they fit: placed first, the borrower was
-      // reclaimed by them in the same cycle (0 s of work lost), a card went MIG on for it and
-      // off again for the claimant, and a reserved group's short jobs one after another
-      // changed the card's mode 21 times in an hour.
+    if (!guaranteed_first && WouldBorrow(j)) {
+      // Before the first borrower, the jobs after it inside their groups' reservations take the
+      // free capacity they fit: placed first, the borrower was reclaimed by them in the same
+      // cycle (0 s of work lost), a card went MIG on for it and off again for the claimant, and
+      // a reserved group's short jobs one after another changed the card's mode 21 times in an
+      // hour. A borrower no reclaim can take back too: its group, then above its reservation,
+      // lost its gang, placed just before it, to a reclaim in the same cycle (seed 2059432).
       guaranteed_first = true;
       // Not past a job of its own group that comes before it and would borrow: that one may be
       // a head to keep cards for (an inference job of a group went ahead of its own blocked

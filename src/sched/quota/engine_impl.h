@@ -7,7 +7,6 @@
 #pragma once
 
 #include <algorithm>
-#include <cmath>
 #include <map>
 #include <optional>
 #include <set>
@@ -393,12 +392,13 @@ class Engine final : public QuotaEngine {
   // Ends a running job for a runtime guard (max_runtime, idle_timeout's stop): kStopped with
   // `why`; done at once, or under await_stop terminating until Stopped().
   void GuardStop(int self, const std::string& why);
-  // Placed now, it would borrow and be preemptible: a reclaim may take it back.
-  bool WouldBeReclaimed(const Job& j) const {
-    if (!j.preemptible || j.external || j.gpu_count == 0) return false;
-    return !WithinReservation(groups_[j.group].usage, Resources{j.gpu_count * j.gpu_milli, 0, 0, 0},
+  // Placed now, it would take its group above its reservation; and a reclaim could take it back.
+  bool WouldBorrow(const Job& j) const {
+    return !j.external && j.gpu_count > 0 &&
+           !WithinReservation(groups_[j.group].usage, Resources{j.gpu_count * j.gpu_milli, 0, 0, 0},
                               groups_[j.group].spec.reservation);
   }
+  bool WouldBeReclaimed(const Job& j) const { return j.preemptible && WouldBorrow(j); }
   // Kept for another job that `j` does not come before: preempting what is on it would free it
   // for that job, not for `j` (a reclaim once preempted a borrower every 30 s from a card kept
   // for a higher-priority gang, and the card went back and forth between MIG and whole).

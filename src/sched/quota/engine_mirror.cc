@@ -207,7 +207,10 @@ bool Engine::PolicyPick(Job& j, int self, AllocationForm f, Candidate* c) {
       grants.push_back({p.node, di, -1, want, j.gpu_milli, j.cpu, j.mem, j.sm_percent});
     }
   }
-  if (!ok) {
+  // Nor the host a head kept here needs: the engine's own search looks further (the policy's
+  // pick took a claim's host, refused, and a claimant of priority 2 lost the card its reclaim
+  // had just made whole beside it to a job of its group behind it; seed 1579558).
+  if (!ok || TakesHostFromHead(j, self, grants)) {
     mirror_->Release(p);
     return false;
   }

@@ -91,6 +91,10 @@ bool Engine::FindWhole(Job& j, int self, Candidate* c, bool* blocked) {
       if (static_cast<int>(picked.size()) == j.gpu_count) break;
     }
     if (static_cast<int>(picked.size()) == j.gpu_count) {
+      if (TakesHostFromHead(j, self, picked)) {  // another node may have room
+        *blocked = true;
+        continue;
+      }
       c->grants = std::move(picked);
       c->backfill = backfill;
       cursor_node_ = ni;

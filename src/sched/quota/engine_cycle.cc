@@ -255,6 +255,13 @@ std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order,
           ++stats_.admitted;
         else if (xs == "Placement" || xs == "Backfill")
           ReclaimFirst(x);
+        // Nor past a job of its own group that found no room here and keeps cards in its turn
+        // (a 1-card job went ahead of its group's gang, of higher priority and inside the
+        // reservation too, onto a card the gang would have kept, and put it off by 780 s).
+        const Job& xj = jobs_[x];
+        if (xj.state == JobState::kPending && xs == "Placement" && !xj.forms.empty() &&
+            xj.forms.front() == AllocationForm::kWhole && xj.gpu_count <= max_devs_per_node_)
+          passed[xj.group] = 1;
       }
       if (between) between();
     }

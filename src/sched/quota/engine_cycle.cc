@@ -210,6 +210,20 @@ std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order,
       AddClaim(c, c.gpu_count * c.gpu_milli);  // per GPU model and pool
     }
   }
+  // Per group: it runs a preemptible job (found when first needed, once a cycle).
+  std::vector<char> runs_preemptible;
+  const auto reclaim_follows = [&](const Job& j) {
+    if (!WouldBorrow(j)) return false;
+    if (j.preemptible) return true;
+    if (runs_preemptible.empty()) {
+      runs_preemptible.assign(groups_.size(), 0);
+      for (const Job& r : jobs_) {
+        if (r.state == JobState::kRunning && r.preemptible && !r.external)
+          runs_preemptible[r.group] = 1;
+      }
+    }
+    return runs_preemptible[j.group] != 0;
+  };
   bool guaranteed_first = false;
   for (size_t i = 0; i < order.size(); ++i) {
     const int h = order[i];
@@ -218,13 +232,16 @@ std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order,
     if (j.state != JobState::kPending) continue;
     std::string step, reason;
     bool backfilled = false;
-    if (!guaranteed_first && WouldBorrow(j)) {
-      // Before the first borrower, the jobs after it inside their groups' reservations take the
-      // free capacity they fit: placed first, the borrower was reclaimed by them in the same
-      // cycle (0 s of work lost), a card went MIG on for it and off again for the claimant, and
-      // a reserved group's short jobs one after another changed the card's mode 21 times in an
-      // hour. A borrower no reclaim can take back too: its group, then above its reservation,
-      // lost its gang, placed just before it, to a reclaim in the same cycle (seed 2059432).
+    if (!guaranteed_first && reclaim_follows(j)) {
+      // Before the first borrower a reclaim could answer, the jobs after it inside their groups'
+      // reservations take the free capacity they fit: placed first, the borrower was reclaimed
+      // by them in the same cycle (0 s of work lost), a card went MIG on for it and off again for
+      // the claimant, and a reserved group's short jobs one after another changed the card's
+      // mode 21 times in an hour. Also one no reclaim can take back, beside a preemptible job of
+      // its group: the group, then above its reservation, lost its gang, placed just before it,
+      // to a reclaim in the same cycle (seed 2059432). Not one whose group has nothing a reclaim
+      // could take: the pass then put a priority-1 inference job behind jobs of priority 0
+      // (seed 3007296).
       guaranteed_first = true;
       // Not past a job of its own group that comes before it and would borrow: that one may be
       // a head to keep cards for (an inference job of a group went ahead of its own blocked

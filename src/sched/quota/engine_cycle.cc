@@ -210,19 +210,33 @@ std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order,
       AddClaim(c, c.gpu_count * c.gpu_milli);  // per GPU model and pool
     }
   }
-  // Per group: it runs a preemptible job (found when first needed, once a cycle).
-  std::vector<char> runs_preemptible;
+  // Per group, its running preemptible jobs' priorities and GPU (found when first needed, once
+  // a cycle, from the devices' occupants).
+  std::vector<std::vector<std::pair<int, MilliGpu>>> preemptible;
   const auto reclaim_follows = [&](const Job& j) {
     if (!WouldBorrow(j)) return false;
-    if (j.preemptible) return true;
-    if (runs_preemptible.empty()) {
-      runs_preemptible.assign(groups_.size(), 0);
-      for (const Job& r : jobs_) {
-        if (r.state == JobState::kRunning && r.preemptible && !r.external)
-          runs_preemptible[r.group] = 1;
+    if (preemptible.empty()) {
+      preemptible.resize(groups_.size());
+      std::vector<int> on;
+      for (const Dev& d : devs_) Occupants(d, &on);
+      std::sort(on.begin(), on.end());
+      on.erase(std::unique(on.begin(), on.end()), on.end());
+      for (int v : on) {
+        const Job& r = jobs_[v];
+        if (r.state == JobState::kRunning && r.preemptible)
+          preemptible[r.group].push_back({r.priority, r.charge.gpu_milli});
       }
     }
-    return runs_preemptible[j.group] != 0;
+    // Not one its own group's jobs of lower priority make room for inside the reservation: it
+    // preempts them (the pass put a priority-2 gang behind another group's job of priority 0,
+    // which took the host CPU the gang needed; seed 2174035).
+    Resources held = groups_[j.group].usage;
+    for (const auto& [priority, gpu] : preemptible[j.group])
+      held.gpu_milli -= priority < j.priority ? gpu : 0;
+    if (WithinReservation(held, Resources{j.gpu_count * j.gpu_milli, 0, 0, 0},
+                          groups_[j.group].spec.reservation))
+      return false;
+    return j.preemptible || !preemptible[j.group].empty();
   };
   bool guaranteed_first = false;
   for (size_t i = 0; i < order.size(); ++i) {

@@ -48,6 +48,15 @@ bool Engine::Victim(const Job& claimant, int v, bool reclaim) const {
   return x.group == claimant.group && x.priority < claimant.priority;
 }
 
+// Only where some group reserves GPU: with no reservation there is no reclaim, and a head passed
+// over in its turn, a borrower, was not tried again when a preemption freed two cards; a share of
+// lower priority took one of them (seed 3006899).
+bool Engine::WouldBeReclaimed(const Job& j) const {
+  return j.preemptible && WouldBorrow(j) &&
+         std::any_of(groups_.begin(), groups_.end(),
+                     [](const GroupRt& g) { return g.spec.reservation.gpu_milli > 0; });
+}
+
 void Engine::PreemptOption::Consider(int64_t c, Standing s, std::vector<int> v,
                                      std::vector<int> d) {
   if (v.empty() || c > cost || (c == cost && (victims.empty() || s >= top))) return;

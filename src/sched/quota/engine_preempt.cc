@@ -311,21 +311,36 @@ void Engine::PreemptForShare(const Job& j, int self, bool reclaim, PreemptOption
   }
 }
 
-// Whether the MIG instance `j` would get on `d` passes its group's limits, charged as placed (its
+// Whether the partition `j` would get on `d` passes its group's limits, charged as placed (its
 // compute share of the card: an A30's 4g.24gb instance is the whole card, whatever fraction the
-// job asked). Preempted or drained for a job its limit then refused, a card went back to the job
-// it was taken from and was taken again, every 10-20 s. True for a card that is not MIG.
+// job asked; an MI300X's DPX partition half of it). Preempted or drained for a job its limit then
+// refused, a card went back to the job it was taken from and was taken again, every 10-20 s (an
+// MI300X too, between SPX and DPX: seed 4094405). True for a card that cannot be split.
 bool Engine::InstanceAdmitted(const Job& j, const Dev& d) const {
-  if (!d.mig_capable()) return true;
-  const int pi = BestMigProfile(d.model, j.gpu_milli, j.gpu_mem);
-  if (pi < 0) return false;
-  const part::MigProfile& p = d.model->mig.profiles[pi];
+  Resources charge{0, 0, j.cpu, j.mem};
+  if (d.mig_capable()) {
+    const int pi = BestMigProfile(d.model, j.gpu_milli, j.gpu_mem);
+    if (pi < 0) return false;
+    const part::MigProfile& p = d.model->mig.profiles[pi];
+    charge.gpu_milli = p.compute_slices * kWholeGpu / d.model->mig.compute_slices;
+    charge.gpu_memory_mib = p.memory_mib;
+  } else if (d.amd_capable()) {
+    // One of its partitions as split now, or as the change a drain would make splits it.
+    if (d.split && !d.slots.empty()) {
+      charge.gpu_milli = d.slots.front().compute;
+      charge.gpu_memory_mib = d.slots.front().memory;
+    } else {
+      const std::optional<part::AmdPartitioning> shape =
+          AmdShapeFor(d, j, /*keep_memory_mode=*/false);
+      if (!shape) return false;
+      charge.gpu_milli = kWholeGpu / std::max(shape->partitions, 1);
+      charge.gpu_memory_mib = shape->memory_per_partition_mib;
+    }
+  } else {
+    return true;
+  }
   bool guaranteed = false;
-  return Admission(j,
-                   Resources{p.compute_slices * kWholeGpu / d.model->mig.compute_slices,
-                             p.memory_mib, j.cpu, j.mem},
-                   &guaranteed)
-      .ok();
+  return Admission(j, charge, &guaranteed).ok();
 }
 
 // A partition: a slot of the right size held by a victim.

@@ -447,7 +447,7 @@ class Engine final : public QuotaEngine {
   // past each device's memory, summed) within the node's swap budget.
   bool SwapRoom(int di, MiB want) const;
   bool FindShare(Job& j, int self, Candidate* c, bool* blocked);
-  bool FindCpuOnly(Job& j, Candidate* c);
+  bool FindCpuOnly(Job& j, int self, Candidate* c, bool* blocked);
   bool FindInForm(Job& j, int self, AllocationForm f, Candidate* c, bool* blocked);
   void Commit(int self, AllocationForm f, Candidate& c, bool guaranteed);
   void ApplyCandidateLayout(const Job& j, const Candidate& c);  // MIG on, AMD mode, new instances

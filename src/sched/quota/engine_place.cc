@@ -129,10 +129,14 @@ bool Engine::FindGang(Job& j, int self, Candidate* c, bool* blocked) {
                    [](const auto& a, const auto& b) { return a.first > b.first; });
   std::vector<Grant> picked;
   for (auto& [count, grants] : options) {
-    for (const Grant& g : grants) {
-      if (static_cast<int>(picked.size()) == j.gpu_count) break;
-      picked.push_back(g);
+    // The host check is per node: a node whose part would take a head's host is passed over.
+    const size_t need = static_cast<size_t>(j.gpu_count) - picked.size();
+    grants.resize(std::min(need, grants.size()));
+    if (TakesHostFromHead(j, self, grants)) {
+      *blocked = true;
+      continue;
     }
+    picked.insert(picked.end(), grants.begin(), grants.end());
     (void)count;
     if (static_cast<int>(picked.size()) == j.gpu_count) break;
   }
@@ -168,7 +172,12 @@ bool Engine::FindShare(Job& j, int self, Candidate* c, bool* blocked) {
       return false;
     }
     if (!NodeHas(nodes_[d.node], j.cpu, j.mem)) return false;
-    return Usable(d, j, self, bf, blocked);
+    if (!Usable(d, j, self, bf, blocked)) return false;
+    if (TakesHostFromHead(j, self, {{d.node, di, -1, want, j.gpu_milli, j.cpu, j.mem}})) {
+      *blocked = true;
+      return false;
+    }
+    return true;
   };
   auto take = [&](int di, bool bf) {
     const Dev& d = devs_[di];
@@ -231,11 +240,16 @@ bool Engine::FindShare(Job& j, int self, Candidate* c, bool* blocked) {
   return false;
 }
 
-bool Engine::FindCpuOnly(Job& j, Candidate* c) {
+bool Engine::FindCpuOnly(Job& j, int self, Candidate* c, bool* blocked) {
   for (size_t ni = 0; ni < nodes_.size(); ++ni) {
     const NodeRt& node = nodes_[ni];
     if (!InPools(j, node.pool) || !NodeHas(node, j.cpu, j.mem)) continue;
-    c->grants = {{static_cast<int>(ni), -1, -1, 0, 0, j.cpu, j.mem}};
+    std::vector<Grant> grants = {{static_cast<int>(ni), -1, -1, 0, 0, j.cpu, j.mem}};
+    if (TakesHostFromHead(j, self, grants)) {
+      *blocked = true;
+      continue;
+    }
+    c->grants = std::move(grants);
     return true;
   }
   return false;
@@ -434,7 +448,7 @@ void Engine::Release(int self) {
 }
 
 bool Engine::FindInForm(Job& j, int self, AllocationForm f, Candidate* c, bool* blocked) {
-  if (j.gpu_count == 0) return FindCpuOnly(j, c);
+  if (j.gpu_count == 0) return FindCpuOnly(j, self, c, blocked);
   if (j.held_dev >= 0 && f != AllocationForm::kShare) return false;  // back where it was held
   if (f == AllocationForm::kWhole) return FindWhole(j, self, c, blocked);
   if (f == AllocationForm::kPartition) return FindPartition(j, self, c, blocked);
@@ -597,12 +611,10 @@ bool Engine::TryPlaceIn(int self, std::string* step, std::string* reason, bool* 
   bool not_guaranteed = false;  // a guaranteed_only search found room, but borrowing
   for (AllocationForm f : j.forms) {
     Candidate c;
+    // Every search passes over a place that would take a head's host (TakesHostFromHead) and
+    // goes on to the next: refusing its one pick here once left a free card on another node
+    // untried (seeds 1579558, 5062119).
     if (!FindInForm(j, self, f, &c, &blocked)) continue;
-    if (TakesHostFromHead(j, self, c.grants)) {
-      DropPick(c);
-      blocked = true;
-      continue;
-    }
     Resources charge = ChargeOf(j, c.grants);
     Status a = Admission(j, charge, &guaranteed);
     if (a.ok()) a = CellAdmission(j, c.grants, &guaranteed);

@@ -103,6 +103,11 @@ bool Engine::PartitionAt(const Job& j, int self, size_t di, int pass, Candidate*
   bool bf = false;
   if (!Usable(d, j, self, &bf, blocked)) return false;
   bool found = d.mig_capable() ? MigPartitionAt(j, di, pass, c) : AmdPartitionAt(j, di, pass, c);
+  if (found && TakesHostFromHead(j, self, c->grants)) {  // another card may be on another node
+    *c = Candidate{};
+    *blocked = true;
+    return false;
+  }
   if (found) c->backfill = bf;
   return found;
 }

@@ -182,7 +182,7 @@ std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order,
     for (int d : reserved_devs_) {
       const int k = devs_[d].reserved_by;
       if (k >= 0 && !devs_[d].nominated && jobs_[k].state == JobState::kPending &&
-          jobs_[k].awaiting == 0 && !WouldBeReclaimed(jobs_[k]) &&
+          jobs_[k].awaiting == 0 && !WouldBeReclaimed(jobs_[k], order) &&
           std::find(heads.begin(), heads.end(), k) == heads.end())
         heads.push_back(k);
     }

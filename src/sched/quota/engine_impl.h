@@ -398,7 +398,7 @@ class Engine final : public QuotaEngine {
            !WithinReservation(groups_[j.group].usage, Resources{j.gpu_count * j.gpu_milli, 0, 0, 0},
                               groups_[j.group].spec.reservation);
   }
-  bool WouldBeReclaimed(const Job& j) const;  // engine_preempt.cc
+  bool WouldBeReclaimed(const Job& j, const std::vector<int>& order) const;
   // Kept for another job that `j` does not come before: preempting what is on it would free it
   // for that job, not for `j` (a reclaim once preempted a borrower every 30 s from a card kept
   // for a higher-priority gang, and the card went back and forth between MIG and whole).

@@ -48,13 +48,20 @@ bool Engine::Victim(const Job& claimant, int v, bool reclaim) const {
   return x.group == claimant.group && x.priority < claimant.priority;
 }
 
-// Only where some group reserves GPU: with no reservation there is no reclaim, and a head passed
-// over in its turn, a borrower, was not tried again when a preemption freed two cards; a share of
-// lower priority took one of them (seed 3006899).
-bool Engine::WouldBeReclaimed(const Job& j) const {
-  return j.preemptible && WouldBorrow(j) &&
-         std::any_of(groups_.begin(), groups_.end(),
-                     [](const GroupRt& g) { return g.spec.reservation.gpu_milli > 0; });
+// Only while a job of another group waits inside its group's reservation, for which a reclaim
+// would take it back: a head passed over in its turn, a borrower, was not tried again when a
+// preemption freed cards, and a share of lower priority took one of them, once with no
+// reservation anywhere (seed 3006899) and once with the only group below its reservation waiting
+// for more than it reserves (seed 6010473).
+// `order`: the cycle's (pending_ holds only the victims requeued in it).
+bool Engine::WouldBeReclaimed(const Job& j, const std::vector<int>& order) const {
+  if (!j.preemptible || !WouldBorrow(j)) return false;
+  const auto claims = [&](int x) {
+    const Job& c = jobs_[x];
+    return c.state == JobState::kPending && c.group != j.group && InsideReservation(c);
+  };
+  return std::any_of(order.begin(), order.end(), claims) ||
+         std::any_of(pending_.begin(), pending_.end(), claims);
 }
 
 void Engine::PreemptOption::Consider(int64_t c, Standing s, std::vector<int> v,

@@ -239,6 +239,12 @@ std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order,
     return j.preemptible || !preemptible[j.group].empty();
   };
   bool guaranteed_first = false;
+  // The group whose jobs the pass skipped (those of the borrower it ran before): they go once
+  // more before the next borrower of another group a reclaim could answer. Skipped and left to
+  // their turn, a priority-0 job of a gang's group reclaimed a card after an inference job of
+  // another group was backfilled beside the gang, and the gang, which the reclaim made sooner,
+  // started 780 s late (seed 5041433).
+  int skipped = -1;
   for (size_t i = 0; i < order.size(); ++i) {
     const int h = order[i];
     if (between) between();  // every decision so far is final
@@ -246,7 +252,8 @@ std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order,
     if (j.state != JobState::kPending) continue;
     std::string step, reason;
     bool backfilled = false;
-    if (!guaranteed_first && reclaim_follows(j)) {
+    const bool again = guaranteed_first && skipped >= 0 && j.group != skipped;
+    if ((!guaranteed_first || again) && reclaim_follows(j)) {
       // Before the first borrower a reclaim could answer, the jobs after it inside their groups'
       // reservations take the free capacity they fit: placed first, the borrower was reclaimed
       // by them in the same cycle (0 s of work lost), a card went MIG on for it and off again for
@@ -256,6 +263,8 @@ std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order,
       // to a reclaim in the same cycle (seed 2059432). Not one whose group has nothing a reclaim
       // could take: the pass then put a priority-1 inference job behind jobs of priority 0
       // (seed 3007296).
+      const int only = again ? skipped : -1;
+      skipped = again ? -1 : j.group;
       guaranteed_first = true;
       // Not past a job of its own group that comes before it and would borrow: that one may be
       // a head to keep cards for (an inference job of a group went ahead of its own blocked
@@ -266,6 +275,7 @@ std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order,
         // Nor ahead of a borrower of higher priority, as with kept cards (Outranks): an inference
         // job of priority 0 took the card a priority-1 job was to get back whole.
         if (jobs_[x].state != JobState::kPending || jobs_[x].group == j.group) continue;
+        if (only >= 0 && jobs_[x].group != only) continue;
         if (passed[jobs_[x].group]) continue;
         if (!InsideReservation(jobs_[x])) {
           passed[jobs_[x].group] = 1;

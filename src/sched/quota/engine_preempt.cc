@@ -547,12 +547,15 @@ void Engine::ReserveForHead(int self) {
 //   preempted for a priority-1 job kept the cards the next priority-1 job then could not use.)
 void Engine::KeepHeadsAfterClaim(int claimant) {
   std::vector<int> heads;
-  if (jobs_[claimant].nominated) {  // only a claim kept for a while is a card to count
+  // Only a claim kept for a while is a card to count; a claimant placed at once may end before
+  // the victims it replaced, so every head keeps its cards again (seed 5041433).
+  const bool placed = jobs_[claimant].state == JobState::kRunning;
+  if (jobs_[claimant].nominated || placed) {
     for (int d : reserved_devs_) {
       const Dev& dev = devs_[d];
       const int h = dev.reserved_by;
-      if (h < 0 || h == claimant || dev.nominated || !MayPreempt(jobs_[h]) ||
-          !PreemptsOnArrival(jobs_[h], jobs_[claimant]))
+      if (h < 0 || h == claimant || dev.nominated) continue;
+      if (!placed && (!MayPreempt(jobs_[h]) || !PreemptsOnArrival(jobs_[h], jobs_[claimant])))
         continue;
       if (std::find(heads.begin(), heads.end(), h) == heads.end()) heads.push_back(h);
     }

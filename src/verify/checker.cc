@@ -93,6 +93,11 @@ void Checker::Report(std::string property, int64_t now, std::string what,
 void Checker::AfterCycle(const quota::QuotaEngine& e, int64_t now) {
   ReadEvents(e, now);
   Snapshot s = Snapshot::Take(world_, e, down_);
+  // A card its operator registered split, whose mode the engine has changed since, is the
+  // engine's to return to whole: taken for the operator's still, an MI300X node registered in
+  // CPX that the engine had split to DPX was never free for a gang, which started on it by its
+  // expected time, and a job on an L4 card was said to delay it (seed 1581795).
+  for (size_t d = 0; d < s.devices.size() && d < owned_.size(); ++d) s.devices[d].owned = owned_[d];
   for (std::map<int, int>* m : {&leaving_for_, &making_room_for_}) {
     for (auto it = m->begin(); it != m->end();) {
       bool leaving = static_cast<size_t>(it->first) < s.jobs.size() &&

@@ -154,7 +154,7 @@ class Checker {
     std::set<std::string> slots;
   };
   std::vector<Layout> layout_;  // per device, last seen
-  std::vector<char> owned_;     // per device: its layout changed by the engine (it may unsplit it)
+  std::vector<char> owned_;     // per device: its mode changed by the engine (it may unsplit it)
   std::vector<std::vector<int64_t>> reconfig_times_;  // per device
   int64_t fair_since_ = -1;                           // fairness: the hour being summed began
   std::vector<int64_t> fair_held_;                    // per group, milli-GPU summed over its cycles

@@ -381,8 +381,7 @@ void Checker::CheckStability(const quota::QuotaEngine& e, int64_t now) {
     for (const std::string& name : before.slots)
       changed = changed || now_layout.slots.count(name) == 0;
     now_layout.seen = true;
-    if (before.seen && (before.mode != now_layout.mode || before.slots != now_layout.slots))
-      owned_[d] = 1;
+    if (before.seen && before.mode != now_layout.mode) owned_[d] = 1;
     before = std::move(now_layout);
     if (!changed) continue;
     std::vector<int64_t>& times = reconfig_times_[d];

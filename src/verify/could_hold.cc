@@ -189,15 +189,18 @@ bool Split(const DeviceInfo& info, const DeviceNow& d) {
 }  // namespace
 
 // Free as a whole device: nothing on it, no layout change under way, and not split unless the
-// engine split it (then it may return it).
+// engine split it (then it may return it). A card its operator registered split is the
+// engine's once the engine has changed its mode, where it may return it alone (not in a
+// node-wide memory mode: its reclaim does not count such a card for a whole job).
 bool WholeFree(const World& w, const Snapshot& s, int d, const std::vector<bool>& gone) {
   const DeviceNow& dn = s.devices[d];
   if (dn.draining || dn.as_registered || !Staying(dn, gone).empty()) return false;
   if (!Split(w.devices[d], dn)) return true;
-  if (w.devices[d].registered_split) return false;
   const DeviceInfo& info = w.devices[d];
-  if (info.model != nullptr && info.model->is_amd() &&
-      dn.amd_pair.find("NPS1") == std::string::npos) {
+  const bool node_wide = info.model != nullptr && info.model->is_amd() &&
+                         dn.amd_pair.find("NPS1") == std::string::npos;
+  if (info.registered_split && (!dn.owned || node_wide)) return false;
+  if (node_wide) {
     // A memory mode is the node's: every device of the node must be free too.
     for (int od : w.nodes[info.node].devices) {
       if (od == d) continue;

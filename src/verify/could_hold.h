@@ -90,6 +90,9 @@ struct DeviceNow {
   std::vector<Holding> holders;
   // A counterfactual's (backfill.head): split as its operator registered it, not free whole.
   bool as_registered = false;
+  // Its mode changed by the engine since registration: split by the engine since, which may
+  // return it to whole when it is idle (the operator's layout no longer stands).
+  bool owned = false;
 };
 
 struct JobNow {

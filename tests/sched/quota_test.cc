@@ -374,6 +374,30 @@ TEST(QuotaRepartition, AmdMemoryModeChangeDrainsTheNode) {
   w.Done();
 }
 
+// A partition that an earlier change in the same cycle opened is used before another card is
+// changed: two inference jobs on a CPX+NPS4 node once changed both cards (the node to DPX+NPS1,
+// then the second card CPX to DPX), and the second job took the first card's free DPX
+// partition, leaving the second change for nobody (seed 1594778's history).
+TEST(QuotaRepartition, APartitionAnEarlierChangeOpenedIsUsedFirst) {
+  PolicySpec p = BasePolicy();
+  p.profiles.push_back({"part40", 1, 400, 8 * kGiB, 1000, 1024, {}, {}});
+  p.queues.push_back({"infer-40", "part40", {"a"}, 0, true, C::kInference});
+  NodeSpec n = Node("mi", "infer", 2, "MI300X");
+  n.amd_mode = "CPX+NPS4";
+  World w(p, {n});
+  w.Submit(Job("first", "infer-40", "a"), 0);
+  w.Submit(Job("second", "infer-40", "a"), 0);
+  w.e->RunCycle(0);
+  EXPECT_EQ(w.State("first"), JobState::kRunning) << w.View("first").wait_reason;
+  EXPECT_EQ(w.State("second"), JobState::kRunning) << w.View("second").wait_reason;
+  EXPECT_EQ(w.e->device_layout(0, 0), "DPX+NPS1");
+  EXPECT_EQ(w.e->device_layout(0, 1), "CPX+NPS1") << "changed for a job placed elsewhere";
+  int changes = 0;
+  for (const Event& e : w.e->events()) changes += e.kind == EventKind::kRepartitioned;
+  EXPECT_EQ(changes, 1);
+  w.Done();
+}
+
 // Found by fuzz/api_requests_fuzz: two agents registering absurd amounts overflowed the
 // cluster's totals; amounts past 2^40 are refused.
 TEST(QuotaNodes, AmountsPastTwoToTheFortyAreRefused) {

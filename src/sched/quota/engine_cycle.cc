@@ -441,6 +441,7 @@ void Engine::RepartitionForDemand() {
   if (policy_.repartition) {
     repartition_failed_.clear();
     repartition_attempts_ = 0;
+    bool changed = false;  // by an earlier job's repartition in this loop
     for (int h : partition_demand_) {
       if (repartitions_ >= policy_.max_repartitions_per_cycle) break;
       // Each search walks every device; a shape that found nothing will not find it again
@@ -451,16 +452,24 @@ void Engine::RepartitionForDemand() {
       auto rkey = std::make_tuple(j.priority, j.pools, j.gpu_milli, j.gpu_mem);
       if (repartition_failed_.count(rkey)) continue;
       ++repartition_attempts_;
+      // A partition an earlier change opened first: two jobs on a CPX+NPS4 node changed both
+      // cards, and the second job took the first card's other DPX partition (seed 1594778).
+      // Not while a head keeps cards: a change nominates its card for its job, the head keeping
+      // it loses it, and a borrower of priority 0 then took the card's other partition for
+      // 1,200 s in front of the priority-2 head (seed 2193866).
+      std::string step, reason;
+      bool bf = false;
+      if (changed && heads_ == 0 && TryPlace(h, &step, &reason, &bf)) {
+        ++stats_.admitted;
+        continue;
+      }
       if (!TryRepartition(h)) {
         repartition_failed_.insert(rkey);
         continue;
       }
+      changed = true;
       ApplyReadyPlans();
-      if (jobs_[h].awaiting == 0) {
-        std::string step, reason;
-        bool bf = false;
-        if (TryPlace(h, &step, &reason, &bf)) ++stats_.admitted;
-      }
+      if (jobs_[h].awaiting == 0 && TryPlace(h, &step, &reason, &bf)) ++stats_.admitted;
     }
   }
 }

@@ -217,11 +217,7 @@ std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order,
     if (!WouldBorrow(j)) return false;
     if (preemptible.empty()) {
       preemptible.resize(groups_.size());
-      std::vector<int> on;
-      for (const Dev& d : devs_) Occupants(d, &on);
-      std::sort(on.begin(), on.end());
-      on.erase(std::unique(on.begin(), on.end()), on.end());
-      for (int v : on) {
+      for (int v : Holders(-1)) {
         const Job& r = jobs_[v];
         if (r.state == JobState::kRunning && r.preemptible)
           preemptible[r.group].push_back({r.priority, r.charge.gpu_milli});

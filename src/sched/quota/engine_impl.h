@@ -345,8 +345,7 @@ class Engine final : public QuotaEngine {
            !WithinReservation(groups_[head.group].usage, theirs,
                               groups_[head.group].spec.reservation);
   }
-  // Inside its group's reservation, counting the group's claims in flight: a reclaim may make
-  // room for it.
+  // Inside its group's reservation (counting its claims in flight): a reclaim may make room.
   bool InsideReservation(const Job& j) const {
     const GroupRt& g = groups_[j.group];
     if (g.spec.reservation.gpu_milli <= 0) return false;
@@ -477,6 +476,7 @@ class Engine final : public QuotaEngine {
   };
   void Offer(PreemptOption* best, int64_t cost, std::vector<int> v, std::vector<int> d) const;
   void Occupants(const Dev& d, std::vector<int>* out) const;
+  std::vector<int> Holders(int ni) const;  // the jobs on node ni's cards (-1: any), each once
   void PreemptForWhole(const Job& j, int self, bool reclaim, PreemptOption* best);
   int64_t HostFreeAt(const NodeRt& node, const Job& j) const;
   int64_t DevFreeAt(const Dev& dev) const;

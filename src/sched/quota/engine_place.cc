@@ -535,11 +535,7 @@ bool Engine::TakesHostFromHead(const Job& j, int self, const std::vector<Grant>&
       for (const Grant& mine : grants) {
         if (mine.node == g.node) cpu -= mine.cpu, mem -= mine.host_memory;
       }
-      std::vector<int> on;
-      for (int od : node.devs) Occupants(devs_[od], &on);
-      std::sort(on.begin(), on.end());
-      on.erase(std::unique(on.begin(), on.end()), on.end());
-      for (int v : on) {
+      for (int v : Holders(g.node)) {
         if (ExpectedEnd(jobs_[v]) > dev.reserved_until) continue;
         for (const Grant& x : jobs_[v].grants) {
           if (x.node == g.node) cpu += x.cpu, mem += x.host_memory;

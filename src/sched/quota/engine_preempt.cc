@@ -96,6 +96,18 @@ void Engine::Occupants(const Dev& d, std::vector<int>* out) const {
   }
 }
 
+std::vector<int> Engine::Holders(int ni) const {
+  std::vector<int> on;
+  if (ni < 0) {
+    for (const Dev& d : devs_) Occupants(d, &on);
+  } else {
+    for (int d : nodes_[ni].devs) Occupants(devs_[d], &on);
+  }
+  std::sort(on.begin(), on.end());
+  on.erase(std::unique(on.begin(), on.end()), on.end());
+  return on;
+}
+
 int64_t Engine::ExternalGpu(const Job& j) const {
   const bool whole_only = j.forms.size() == 1 && j.forms.front() == AllocationForm::kWhole;
   return j.gpu_count * (whole_only ? kWholeGpu : j.gpu_milli);
@@ -593,12 +605,8 @@ int64_t Engine::HostFreeAt(const NodeRt& node, const Job& j) const {
   const MiB need_mem = j.mem * j.gpu_count;
   if (cpu >= need_cpu && mem >= need_mem) return now_;
   const int ni = static_cast<int>(&node - nodes_.data());
-  std::vector<int> on;
-  for (int d : node.devs) Occupants(devs_[d], &on);
-  std::sort(on.begin(), on.end());
-  on.erase(std::unique(on.begin(), on.end()), on.end());
   std::vector<std::pair<int64_t, int>> ends;
-  for (int v : on) ends.push_back({ExpectedEnd(jobs_[v]), v});
+  for (int v : Holders(ni)) ends.push_back({ExpectedEnd(jobs_[v]), v});
   std::sort(ends.begin(), ends.end());
   for (const auto& [end, v] : ends) {
     if (end >= kNever) return kNever;

@@ -477,6 +477,7 @@ Result<RunReport> RunOnce(const Scenario& s, const std::string& name, RunOptions
                            .max_reconfigurations_per_hour = o.max_reconfigurations_per_hour});
   ScenarioRun run(s, e, name, checker);
   for (int64_t t = 0; t <= s.until_s; t += s.cycle_s) run.Cycle(t);
+  checker.Finish(s.until_s);
   RunReport r = run.Finish();
   r.invariant_violations = e.violations();
   r.promises = checker.violations();

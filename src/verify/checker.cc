@@ -115,12 +115,15 @@ void Checker::AfterCycle(const quota::QuotaEngine& e, int64_t now) {
   CheckReclaim(s, now);
   CheckStart(s, now);
   CheckReservation(s, now);
+  JudgeHeads(&s, now);
   CheckHead(s, now);
   CheckStability(e, now);
   CheckFairness(s, now);
   CheckIdle(s, now);
   preempted_this_cycle_.clear();
 }
+
+void Checker::Finish(int64_t now) { JudgeHeads(nullptr, now); }
 
 // ------------------------------------------------------------------------------------------
 // Events: preemptions (standing), and what the history contained.

@@ -24,7 +24,9 @@
 //                         grace (rounded up to cycles, plus the cycle that sees it); each such
 //                         job on its own clock
 //   backfill.head         a job of lower standing that starts while the blocked head waits does
-//                         not put the head's earliest start (by declared walltimes) later
+//                         not make the head start later than its earliest start (by declared
+//                         walltimes) had that job not started; judged when the head starts, or
+//                         once that time has passed (at the end, by the estimates)
 //   guard.idle            a holding is given back for idleness (swapped out, requeued, stopped)
 //                         only under its queue's idle_timeout and not before it; a running job
 //                         idle past its queue's idle_timeout holds nothing after the next cycle
@@ -94,6 +96,9 @@ class Checker {
   void NodeDown(const std::string& node, bool down);
   // After every cycle (and at the end): reads the engine's views and events since the last call.
   void AfterCycle(const quota::QuotaEngine& e, int64_t now);
+  // The history has ended at `now`: a verdict still waiting for its job is given by the
+  // estimates it was made on (backfill.head: a head that never started).
+  void Finish(int64_t now);
 
   const std::vector<Violation>& violations() const { return violations_; }
   const Seen& seen() const { return seen_; }
@@ -109,6 +114,8 @@ class Checker {
   void CheckStart(const Snapshot& s, int64_t now);
   void CheckReservation(const Snapshot& s, int64_t now);
   void CheckHead(const Snapshot& s, int64_t now);
+  // backfill.head's verdicts waiting for their head to start.
+  void JudgeHeads(const Snapshot* s, int64_t now);
   // A claimant's victims staying on as the claimant's, with the other free cards of their node
   // it needs.
   void TakeForClaim(const Want& c, const Snapshot& s, const std::vector<int>& victims,
@@ -134,10 +141,18 @@ class Checker {
   std::vector<Want> wants_;  // by handle
   std::map<std::string, int> handle_of_;
   size_t events_seen_ = 0;
-  std::map<int, int64_t> owed_since_;   // liveness.start: handle -> first cycle owed
-  std::vector<char> was_pending_;       // by handle, at the last look (backfill.head)
-  std::set<int> paid_for_;              // jobs others were preempted for, until they start
-  std::map<int, int64_t> short_since_;  // liveness.reservation: handle -> first cycle owed
+  std::map<int, int64_t> owed_since_;  // liveness.start: handle -> first cycle owed
+  std::vector<char> was_pending_;      // by handle, at the last look (backfill.head)
+  std::set<int> paid_for_;             // jobs others were preempted for, until they start
+  // backfill.head: a start behind a blocked head that put the head's earliest start past
+  // `without`, judged once the head starts (late only if after `without`) or `without` passes.
+  struct HeadDelay {
+    int64_t at = 0, without = 0;
+    std::string what;
+    std::vector<std::string> jobs;
+  };
+  std::map<int, HeadDelay> head_delays_;  // by the head's handle: the earliest `without`
+  std::map<int, int64_t> short_since_;    // liveness.reservation: handle -> first cycle owed
   // safety.reclaim per GPU model: each group's running GPU per model at the last check.
   std::vector<std::map<std::string, MilliGpu>> prev_model_staying_, prev_pool_staying_;
   // Victims leaving for a claimant: victim handle -> claimant handle, while terminating.

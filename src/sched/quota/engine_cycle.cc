@@ -354,8 +354,8 @@ std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order,
       }
       if (tried) {
         if (PlaceAfterClaim(h, claimed, /*guaranteed_only=*/false)) {
+          KeepHeadsAfterClaim(h);  // first: a victim of higher standing keeps its cards
           heads_again();
-          KeepHeadsAfterClaim(h);
           continue;
         }
         KeepHeadsAfterClaim(h);

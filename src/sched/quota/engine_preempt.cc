@@ -580,18 +580,29 @@ void Engine::KeepHeadsAfterClaim(int claimant) {
     const size_t keeps = head.wait_reason.find("; keeps ");
     if (keeps != std::string::npos) head.wait_reason.resize(keeps);
     --heads_;
-    ReserveForHead(h);
   }
   for (int v : pending_) {
-    const Job& x = jobs_[v];
-    if (heads_ >= 4 || x.state != JobState::kPending || x.waiting_since != now_ ||
+    Job& x = jobs_[v];
+    if (x.state != JobState::kPending || x.waiting_since != now_ ||
         x.priority < jobs_[claimant].priority || x.forms.empty() ||
         x.forms.front() != AllocationForm::kWhole)
       continue;
+    // Ahead of every job still to come, and in its own place if it had one in this cycle's
+    // order: given the claimant's, a gang placed in its turn and reclaimed at once stood behind
+    // a priority-0 head that came between the two, which took the card beside the claimant
+    // (seed 8085138).
+    x.rank = x.rank >= 0 ? std::min(x.rank, jobs_[claimant].rank) : jobs_[claimant].rank;
     bool kept = false;
     for (int d : reserved_devs_) kept = kept || devs_[d].reserved_by == v;
-    jobs_[v].rank = jobs_[claimant].rank;  // ahead of every job still to come
-    if (!kept) ReserveForHead(v);
+    if (!kept && std::find(heads.begin(), heads.end(), v) == heads.end()) heads.push_back(v);
+  }
+  // In the cycle's order, so that the first keeps the cards free soonest.
+  std::stable_sort(heads.begin(), heads.end(), [&](int a, int b) {
+    return std::make_tuple(jobs_[a].rank, StandingOf(jobs_[b])) <
+           std::make_tuple(jobs_[b].rank, StandingOf(jobs_[a]));
+  });
+  for (int h : heads) {
+    if (heads_ < 4) ReserveForHead(h);
   }
 }
 

@@ -332,19 +332,8 @@ class Engine final : public QuotaEngine {
     if (blocked) *blocked = true;
     return false;
   }
-  // A job inside its group's reservation comes before a blocked head that would borrow, of no
-  // higher priority: the head's kept devices do not hold it back (a group once sat below its
-  // reservation for 1,700 s beside a card kept for another group's borrowing gang). So does a
-  // job ahead of the head in this cycle's order, tried again after it (heads_again).
-  bool Outranks(const Job& j, const Job& head) const {
-    if (j.rank >= 0 && j.rank < head.rank) return true;
-    if (head.priority > j.priority || j.group == head.group) return false;
-    const Resources mine{j.gpu_count * j.gpu_milli, 0, 0, 0};
-    const Resources theirs{head.gpu_count * head.gpu_milli, 0, 0, 0};
-    return WithinReservation(groups_[j.group].usage, mine, groups_[j.group].spec.reservation) &&
-           !WithinReservation(groups_[head.group].usage, theirs,
-                              groups_[head.group].spec.reservation);
-  }
+  // j may use the cards kept for `head` (engine_place.cc).
+  bool Outranks(const Job& j, const Job& head) const;
   // Inside its group's reservation (counting its claims in flight): a reclaim may make room.
   bool InsideReservation(const Job& j) const {
     const GroupRt& g = groups_[j.group];
@@ -426,6 +415,8 @@ class Engine final : public QuotaEngine {
     std::string amd_switch;  // with enable_amd_dev: switch an idle device's compute mode
     int amd_dev = -1;
   };
+  // A pick that used a kept card only by j's reservation (Outranks) and borrows as charged.
+  bool BorrowsKeptCard(const Job& j, const Candidate& c) const;
   bool FindWhole(Job& j, int self, Candidate* c, bool* blocked);
   bool FindGang(Job& j, int self, Candidate* c, bool* blocked);
   bool FindPartition(Job& j, int self, Candidate* c, bool* blocked);

@@ -67,6 +67,45 @@ Resources Engine::ChargeOf(const Job& j, const std::vector<Grant>& gs) const {
 // ------------------------------------------------------------------------------------------
 // Placement
 
+// A job inside its group's reservation comes before a blocked head that would borrow, of no
+// higher priority: the head's kept devices do not hold it back (a group once sat below its
+// reservation for 1,700 s beside a card kept for another group's borrowing gang). Of higher
+// priority too, where the job's reclaim would take the head straight back (preemptible, its
+// group at its reservation without it): kept from the card, an inference job drained it once
+// the head was placed there, and the head's own group's later job kept the card beside it
+// (seed 8037518). So does a job ahead of the head in this cycle's order, tried again after it
+// (heads_again).
+bool Engine::Outranks(const Job& j, const Job& head) const {
+  if (j.rank >= 0 && j.rank < head.rank) return true;
+  if (j.group == head.group) return false;
+  if (head.priority > j.priority &&
+      (!head.preemptible || !MayPreempt(j) ||
+       groups_[head.group].usage.gpu_milli < groups_[head.group].spec.reservation.gpu_milli))
+    return false;
+  const Resources mine{j.gpu_count * j.gpu_milli, 0, 0, 0};
+  const Resources theirs{head.gpu_count * head.gpu_milli, 0, 0, 0};
+  return WithinReservation(groups_[j.group].usage, mine, groups_[j.group].spec.reservation) &&
+         !WithinReservation(groups_[head.group].usage, theirs,
+                            groups_[head.group].spec.reservation);
+}
+
+// A pick on a card kept for a head of higher priority, which the job may use only as one inside
+// its group's reservation (Outranks, by what it asked), whose charge borrows after all: an
+// inference job charged half an A30 for its 2g.12gb took the other partition of a card kept for
+// a priority-2 head (seed 1062762).
+bool Engine::BorrowsKeptCard(const Job& j, const Candidate& c) const {
+  if (options_.engine_break == EngineOptions::Break::kBackfillIgnoresHead) return false;
+  for (const Grant& g : c.grants) {
+    const Dev& d = devs_[g.dev];
+    if (d.reserved_by < 0 || d.nominated || &jobs_[d.reserved_by] == &j) continue;
+    const Job& head = jobs_[d.reserved_by];
+    if (head.priority <= j.priority || (j.rank >= 0 && j.rank < head.rank)) continue;
+    if (j.walltime > 0 && now_ + j.walltime <= d.reserved_until) continue;
+    return true;
+  }
+  return false;
+}
+
 bool Engine::FindWhole(Job& j, int self, Candidate* c, bool* blocked) {
   if (j.gpu_count > max_devs_per_node_) return FindGang(j, self, c, blocked);
   if (PolicyPick(j, self, AllocationForm::kWhole, c)) return true;
@@ -621,6 +660,11 @@ bool Engine::TryPlaceIn(int self, std::string* step, std::string* reason, bool* 
     }
     if (guaranteed_only && !guaranteed) {
       not_guaranteed = true;
+      DropPick(c);
+      continue;
+    }
+    if (!guaranteed && BorrowsKeptCard(j, c)) {
+      blocked = true;
       DropPick(c);
       continue;
     }

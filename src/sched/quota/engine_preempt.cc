@@ -493,6 +493,7 @@ void Engine::ReserveForHead(int self) {
   if (std::find(j.forms.begin(), j.forms.end(), AllocationForm::kWhole) == j.forms.end()) return;
   int best_node = -1;
   int64_t best_time = kNever + 1;
+  bool best_claims = false;
   std::vector<int> best_devs;
   for (size_t ni = 0; ni < nodes_.size(); ++ni) {
     const NodeRt& node = nodes_[ni];
@@ -502,7 +503,7 @@ void Engine::ReserveForHead(int self) {
     // kept every card of the cluster for itself, and nothing ran.
     if (node.down || node.cpu_total < j.cpu * j.gpu_count || node.mem_total < j.mem * j.gpu_count)
       continue;
-    std::vector<std::pair<int64_t, int>> ready;
+    std::vector<std::tuple<int64_t, bool, int>> ready;  // free at, a claim's, device
     for (int d : node.devs) {
       const Dev& dev = devs_[d];
       // A card the engine split counts too, free once its partitions end (it goes back to
@@ -517,16 +518,22 @@ void Engine::ReserveForHead(int self) {
       if ((dev.split && !MayUnsplitAlone(dev)) || dev.plan.active || dev.closed ||
           (dev.reserved_by >= 0 && !claim_of_mine) || dev.memory < j.gpu_mem)
         continue;
-      ready.push_back({DevFreeAt(dev), d});
+      ready.push_back({DevFreeAt(dev), claim_of_mine, d});
     }
     if (static_cast<int>(ready.size()) < j.gpu_count) continue;
     std::sort(ready.begin(), ready.end());
-    int64_t t = std::max(ready[j.gpu_count - 1].first, HostFreeAt(node, j));
-    if (t < best_time) {
+    int64_t t = std::max(std::get<0>(ready[j.gpu_count - 1]), HostFreeAt(node, j));
+    // At the same time, cards that no claimant has to give up first: kept on a claim's cards,
+    // a gang left the node free by then, and a job of its group was placed there; the gang
+    // preempted it a grace later (seed 3077269).
+    bool claims = false;
+    for (int k = 0; k < j.gpu_count; ++k) claims = claims || std::get<1>(ready[k]);
+    if (t < best_time || (t == best_time && best_claims && !claims)) {
       best_time = t;
+      best_claims = claims;
       best_node = static_cast<int>(ni);
       best_devs.clear();
-      for (int k = 0; k < j.gpu_count; ++k) best_devs.push_back(ready[k].second);
+      for (int k = 0; k < j.gpu_count; ++k) best_devs.push_back(std::get<2>(ready[k]));
     }
   }
   if (best_node < 0) return;

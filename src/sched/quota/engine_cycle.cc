@@ -290,8 +290,10 @@ std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order,
             ((xs == "Placement" || xs == "Backfill") && UnsplitInTurn(x) &&
              TryPlace(x, &xs, &xr, &xb, /*guaranteed_only=*/true)))
           ++stats_.admitted;
-        else if (xs == "Placement" || xs == "Backfill")
+        else if (xs == "Placement" || xs == "Backfill") {
           ReclaimFirst(x);
+          AvoidForClaim(x, h);
+        }
         // Nor past a job of its own group that found no room here and keeps cards in its turn
         // (a 1-card job went ahead of its group's gang, of higher priority and inside the
         // reservation too, onto a card the gang would have kept, and put it off by 780 s).
@@ -302,7 +304,16 @@ std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order,
       }
       if (between) between();
     }
-    if (TryPlace(h, &step, &reason, &backfilled)) {
+    if (h == avoid_for_) avoid_devs_.clear(), avoid_group_ = avoid_for_ = -1;
+    avoiding_ = !avoid_devs_.empty() && j.group == avoid_group_;
+    bool placed = TryPlace(h, &step, &reason, &backfilled);
+    if (avoiding_ && !placed) {
+      avoiding_ = false;
+      memo_.clear();  // what it found without those cards
+      placed = TryPlace(h, &step, &reason, &backfilled);
+    }
+    avoiding_ = false;
+    if (placed) {
       ++stats_.admitted;
       continue;
     }
@@ -386,7 +397,47 @@ std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order,
   }
   for (int h : order) jobs_[h].rank = -1;
   for (int h : pending_) jobs_[h].rank = -1;  // victims requeued at once (KeepHeadsAfterClaim)
+  avoid_devs_.clear();
+  avoid_group_ = avoid_for_ = -1;
   return still;
+}
+
+// The pass found no room for x inside its group's reservation, and no reclaim: h's group, a
+// lender at its reservation, has nothing to give until h borrows. The cards x would reclaim then
+// that are free now go to h's group's jobs last, until x's turn: placed first on them, a borrower
+// was reclaimed at once for x while a later job of its group kept the card it took beside them
+// (seeds 1094184, 1529044, 9019786).
+void Engine::AvoidForClaim(int x, int h) {
+  const Job& c = jobs_[x];
+  const Job& j = jobs_[h];
+  if (!avoid_devs_.empty() || c.state != JobState::kPending || c.awaiting > 0 || c.nominated ||
+      c.group == j.group || preempt_searches_ >= policy_.max_preemption_searches_per_cycle ||
+      !MayPreempt(c) || options_.engine_break != EngineOptions::Break::kNone)
+    return;
+  const bool whole = j.forms.size() == 1 && j.forms.front() == AllocationForm::kWhole;
+  const Resources as_if{j.gpu_count * (whole ? kWholeGpu : j.gpu_milli), 0, 0, 0};
+  AddUsage(j.group, as_if, +1);
+  ++preempt_searches_;
+  PreemptOption best;
+  for (AllocationForm f : c.forms) {
+    if (f == AllocationForm::kWhole) {
+      PreemptForWhole(c, x, /*reclaim=*/true, &best);
+    } else if (f == AllocationForm::kShare) {
+      PreemptForShare(c, x, /*reclaim=*/true, &best);
+    } else {
+      PreemptForPartition(c, x, /*reclaim=*/true, &best);
+    }
+  }
+  AddUsage(j.group, as_if, -1);
+  const bool lender = std::any_of(best.victims.begin(), best.victims.end(),
+                                  [&](int v) { return jobs_[v].group == j.group; });
+  if (!lender) return;
+  for (int d : best.devs) {
+    std::vector<int> occ;
+    Occupants(devs_[d], &occ);
+    if (occ.empty()) avoid_devs_.push_back(d);
+  }
+  if (!avoid_devs_.empty()) avoid_group_ = j.group, avoid_for_ = x;
 }
 
 // The guaranteed-first pass's job that found no room inside its group's reservation reclaims

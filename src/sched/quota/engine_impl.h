@@ -321,6 +321,9 @@ class Engine final : public QuotaEngine {
   // because it ends before the reserved start; *blocked when a reservation stopped it.
   bool Usable(const Dev& d, const Job& j, int self, bool* backfill, bool* blocked) const {
     if (d.plan.active || d.closed || nodes_[d.node].down) return false;
+    if (avoiding_ && j.group == avoid_group_ &&
+        std::find(avoid_devs_.begin(), avoid_devs_.end(), &d - devs_.data()) != avoid_devs_.end())
+      return false;
     if (d.reserved_by < 0 || d.reserved_by == self) return true;
     if (!d.nominated && (Outranks(j, jobs_[d.reserved_by]) ||
                          options_.engine_break == EngineOptions::Break::kBackfillIgnoresHead))
@@ -529,6 +532,7 @@ class Engine final : public QuotaEngine {
                                 const std::function<void()>& between);
   void RepartitionForDemand();  // 5.
   void ReclaimFirst(int x);     // the guaranteed-first pass's reclaim
+  void AvoidForClaim(int x, int h);
   bool PlaceAfterClaim(int h, bool claimed, bool guaranteed_only);
   Status AddNodeRt(const NodeSpec& ns, const std::string& field);
   // AddNodeRt's new device d of `ns`: the MIG layout or AMD mode the spec gives it.
@@ -671,6 +675,11 @@ class Engine final : public QuotaEngine {
            MemoEntry>
       memo_;
   int heads_ = 0, preempt_searches_ = 0, repartitions_ = 0;
+  // Free cards a claimant the guaranteed-first pass could not place would reclaim once
+  // avoid_group_ borrows: that group's jobs take them last (AvoidForClaim, engine_cycle.cc).
+  std::vector<int> avoid_devs_;
+  int avoid_group_ = -1, avoid_for_ = -1;
+  bool avoiding_ = false;
   std::vector<int> partition_demand_;
   // Jobs that found no room this cycle and would take a whole device or a share: idle devices
   // the engine split go back to whole for them (UnsplitForDemand).

@@ -309,7 +309,6 @@ std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order,
     bool placed = TryPlace(h, &step, &reason, &backfilled);
     if (avoiding_ && !placed) {
       avoiding_ = false;
-      memo_.clear();  // what it found without those cards
       placed = TryPlace(h, &step, &reason, &backfilled);
     }
     avoiding_ = false;

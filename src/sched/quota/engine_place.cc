@@ -683,8 +683,9 @@ bool Engine::TryPlaceIn(int self, std::string* step, std::string* reason, bool* 
     *reason = HeldReason(j) + " (" + *reason + ")";
   }
   // A guaranteed_only search that found no room at all is a failure like any other (room only
-  // shrinks until a release clears the memo); one that found room only borrowing is not.
-  if (use_memo && !not_guaranteed) {
+  // shrinks until a release clears the memo); one that found room only borrowing is not, nor
+  // one that passed over cards a claim will reclaim (AvoidForClaim).
+  if (use_memo && !not_guaranteed && !avoiding_) {
     auto it = memo_.find(key);
     if (it == memo_.end() || end < it->second.fail_end) memo_[key] = {*step, *reason, end};
   }

@@ -96,6 +96,7 @@ bool Engine::Outranks(const Job& j, const Job& head) const {
 bool Engine::BorrowsKeptCard(const Job& j, const Candidate& c) const {
   if (options_.engine_break == EngineOptions::Break::kBackfillIgnoresHead) return false;
   for (const Grant& g : c.grants) {
+    if (g.dev < 0) continue;  // a CPU-only job's grant: no card
     const Dev& d = devs_[g.dev];
     if (d.reserved_by < 0 || d.nominated || &jobs_[d.reserved_by] == &j) continue;
     const Job& head = jobs_[d.reserved_by];

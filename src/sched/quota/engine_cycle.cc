@@ -410,23 +410,15 @@ void Engine::AvoidForClaim(int x, int h) {
   const Job& c = jobs_[x];
   const Job& j = jobs_[h];
   if (!avoid_devs_.empty() || c.state != JobState::kPending || c.awaiting > 0 || c.nominated ||
-      c.group == j.group || preempt_searches_ >= policy_.max_preemption_searches_per_cycle ||
-      !MayPreempt(c) || options_.engine_break != EngineOptions::Break::kNone)
+      c.external || c.gpu_count == 0 || c.gpu_count > max_devs_per_node_ || c.group == j.group ||
+      preempt_searches_ >= policy_.max_preemption_searches_per_cycle || !MayPreempt(c) ||
+      options_.engine_break != EngineOptions::Break::kNone)
     return;
   const bool whole = j.forms.size() == 1 && j.forms.front() == AllocationForm::kWhole;
   const Resources as_if{j.gpu_count * (whole ? kWholeGpu : j.gpu_milli), 0, 0, 0};
   AddUsage(j.group, as_if, +1);
-  ++preempt_searches_;
   PreemptOption best;
-  for (AllocationForm f : c.forms) {
-    if (f == AllocationForm::kWhole) {
-      PreemptForWhole(c, x, /*reclaim=*/true, &best);
-    } else if (f == AllocationForm::kShare) {
-      PreemptForShare(c, x, /*reclaim=*/true, &best);
-    } else {
-      PreemptForPartition(c, x, /*reclaim=*/true, &best);
-    }
-  }
+  SearchPreemption(c, x, /*reclaim=*/true, &best);
   AddUsage(j.group, as_if, -1);
   const bool lender = std::any_of(best.victims.begin(), best.victims.end(),
                                   [&](int v) { return jobs_[v].group == j.group; });

@@ -471,6 +471,7 @@ class Engine final : public QuotaEngine {
   void Offer(PreemptOption* best, int64_t cost, std::vector<int> v, std::vector<int> d) const;
   void Occupants(const Dev& d, std::vector<int>* out) const;
   std::vector<int> Holders(int ni) const;  // the jobs on node ni's cards (-1: any), each once
+  void SearchPreemption(const Job& j, int self, bool reclaim, PreemptOption* best);
   void PreemptForWhole(const Job& j, int self, bool reclaim, PreemptOption* best);
   int64_t HostFreeAt(const NodeRt& node, const Job& j) const;
   int64_t DevFreeAt(const Dev& dev) const;
@@ -675,8 +676,7 @@ class Engine final : public QuotaEngine {
            MemoEntry>
       memo_;
   int heads_ = 0, preempt_searches_ = 0, repartitions_ = 0;
-  // Free cards a claimant the guaranteed-first pass could not place would reclaim once
-  // avoid_group_ borrows: that group's jobs take them last (AvoidForClaim, engine_cycle.cc).
+  // Free cards a claim will reclaim once avoid_group_ borrows, its jobs' last (AvoidForClaim).
   std::vector<int> avoid_devs_;
   int avoid_group_ = -1, avoid_for_ = -1;
   bool avoiding_ = false;

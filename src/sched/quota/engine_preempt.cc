@@ -154,17 +154,8 @@ bool Engine::TryPreempt(int self, bool reclaim) {
   Job& j = jobs_[self];
   if (j.external) return TryPreemptExternal(self, reclaim);
   if (j.gpu_count == 0 || j.gpu_count > max_devs_per_node_) return false;
-  ++preempt_searches_;
   PreemptOption best;
-  for (AllocationForm f : j.forms) {
-    if (f == AllocationForm::kWhole) {
-      PreemptForWhole(j, self, reclaim, &best);
-    } else if (f == AllocationForm::kShare) {
-      PreemptForShare(j, self, reclaim, &best);
-    } else {
-      PreemptForPartition(j, self, reclaim, &best);
-    }
-  }
+  SearchPreemption(j, self, reclaim, &best);
   if (best.victims.empty()) return false;
   std::string why = std::string(reclaim ? "reclaim: group " : "priority preemption: ") +
                     (reclaim ? groups_[j.group].spec.name + " is below its reservation; " : "") +
@@ -175,6 +166,20 @@ bool Engine::TryPreempt(int self, bool reclaim) {
   j.awaiting = static_cast<int>(best.victims.size());
   for (int v : best.victims) Preempt(v, self, why);
   return true;
+}
+
+// The cheapest victims for `j` in any of its forms (one search of the cycle's budget).
+void Engine::SearchPreemption(const Job& j, int self, bool reclaim, PreemptOption* best) {
+  ++preempt_searches_;
+  for (AllocationForm f : j.forms) {
+    if (f == AllocationForm::kWhole) {
+      PreemptForWhole(j, self, reclaim, best);
+    } else if (f == AllocationForm::kShare) {
+      PreemptForShare(j, self, reclaim, best);
+    } else {
+      PreemptForPartition(j, self, reclaim, best);
+    }
+  }
 }
 
 // Whole devices on one node: the cheapest devices to clear, when everything on them may go.

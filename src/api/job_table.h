@@ -13,6 +13,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "api/records.h"
@@ -89,7 +90,7 @@ class JobTable {
   mutable std::vector<std::string> live_;  // ids not yet ended
   mutable size_t ended_since_prune_ = 0;   // jobs ended since live_ was last pruned
   std::map<std::string, int64_t> live_by_identity_;
-  mutable std::map<std::string, std::vector<std::string>> node_jobs_;  // agent node -> ids
+  mutable std::unordered_map<std::string, std::vector<std::string>> node_jobs_;  // node -> ids
   int64_t next_ = 1;
 };
 

@@ -1,10 +1,35 @@
 #include "api/json_text.h"
 
+#include <array>
+
 #include "common/text.h"
 
 namespace tessera::api {
+namespace {
+
+// The bytes Quote must look at: those JSON escapes, and every byte past ASCII (whose text is
+// checked for UTF-8). Names, ids and numbers, nearly all that is written, have none.
+constexpr std::array<bool, 256> kLookAt = [] {
+  std::array<bool, 256> t{};
+  for (int c = 0; c < 256; ++c) t[c] = c < 0x20 || c == '"' || c == '\\' || c >= 0x80;
+  return t;
+}();
+
+}  // namespace
 
 void JsonText::Quote(std::string_view text) {
+  size_t plain = 0;
+  while (plain < text.size() && !kLookAt[static_cast<unsigned char>(text[plain])]) ++plain;
+  if (plain == text.size()) {  // written as it is
+    out_ += '"';
+    out_ += text;
+    out_ += '"';
+    return;
+  }
+  QuoteEscaped(text);
+}
+
+void JsonText::QuoteEscaped(std::string_view text) {
   static constexpr char kHex[] = "0123456789abcdef";
   // JSON text is UTF-8: bytes that are not (from a request, a node, an old record) become U+FFFD
   // here, so that no reader of what was written fails on it. ASCII, nearly all that is written,

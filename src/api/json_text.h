@@ -77,6 +77,7 @@ class JsonText {
     first_ = false;
   }
   void Quote(std::string_view s);
+  void QuoteEscaped(std::string_view s);  // Quote's way for text with bytes to escape or check
 
   std::string out_;
   bool first_ = true;

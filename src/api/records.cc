@@ -65,10 +65,39 @@ store::Event EventAt(int64_t time_ms, std::string actor, std::string kind, std::
   return ev;
 }
 
+void WritePlaced(store::Event& ev, const Job& j, std::string_view admission) {
+  JsonText data(256 + 160 * j.grants.size() + admission.size());
+  data.BeginObject().Key("node").Str(j.node).Key("form").Str(j.form).Key("grants");
+  WriteGrants(data, j.grants);
+  data.Key("borrowed").Bool(j.borrowed).Key("admission").Str(admission).EndObject();
+  ev.subject = ValidUtf8(std::move(ev.subject));
+  ev.reason = ValidUtf8(std::move(ev.reason));
+  ev.data = data.Take();
+}
+
+void WriteAhead(Batch& b, bool records) {
+  for (Batch::PlacedLater& p : b.placed_later) WritePlaced(b.events[p.event], *p.job, p.admission);
+  b.placed_later.clear();
+  if (!records) return;
+  b.records.reserve(b.jobs.size());
+  for (const Job* j : b.jobs) b.records.push_back(RecordOf(*j));
+}
+
 store::JobRecord RecordOf(const Job& j) {
-  store::JobRecord r = j.rec;
+  store::JobRecord r;
+  if (j.stored) {
+    // An update (spec ""): the store changes only the columns that move after submission
+    // (store::JobRecord), so the rest of the record is not copied.
+    r.id = j.rec.id;
+    r.submit_ms = j.rec.submit_ms;
+    r.update_ms = j.rec.update_ms;
+    r.exit_code = j.rec.exit_code;
+    r.reason = j.rec.reason;
+  } else {
+    r = j.rec;
+    r.spec = j.spec_text.empty() ? j.spec.dump() : j.spec_text;
+  }
   r.state = JobStateName(j.state);
-  r.spec = j.stored ? "" : j.spec_text.empty() ? j.spec.dump() : j.spec_text;  // "": unchanged
   JsonText p(256);
   p.BeginObject().Key("preemptions").Int(j.preemptions);
   if (j.start_ms > 0) p.Key("start_ms").Int(j.start_ms);

@@ -57,6 +57,7 @@ void CycleDriver::TranslateLocked(size_t from, Batch& b, bool ahead) {
   // With `ahead`, job.placed events are written later (WriteAhead), from the job as it is then;
   // one whose job changes again in this chunk is written before it does.
   std::unordered_map<const Job*, size_t> placed_later;
+  if (ahead) placed_later.reserve(evs.size() - from);
   auto write_placed_now = [&](const Job& j) {
     auto it = placed_later.find(&j);
     if (it == placed_later.end()) return;

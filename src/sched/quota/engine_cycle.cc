@@ -424,9 +424,7 @@ void Engine::AvoidForClaim(int x, int h) {
                                   [&](int v) { return jobs_[v].group == j.group; });
   if (!lender) return;
   for (int d : best.devs) {
-    std::vector<int> occ;
-    Occupants(devs_[d], &occ);
-    if (occ.empty()) avoid_devs_.push_back(d);
+    if (devs_[d].idle()) avoid_devs_.push_back(d);
   }
   if (!avoid_devs_.empty()) avoid_group_ = j.group, avoid_for_ = x;
 }

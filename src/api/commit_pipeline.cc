@@ -32,7 +32,6 @@ int64_t Engine::QueueLocked(Batch& b) {
       drains_ = std::move(now);
     }
   }
-  WriteAhead(b, false);  // events left to write (a batch whose records were not built ahead)
   for (const Job* j : b.jobs) jobs_.CountOut(jobs_.Own(*j));
   if (b.empty()) {
     b = {};
@@ -42,12 +41,7 @@ int64_t Engine::QueueLocked(Batch& b) {
   q.seq = seq_.Next();
   q.epoch = seq_.epoch();
   q.events = std::move(b.events);
-  const bool built = b.records.size() == b.jobs.size();
-  if (built) {
-    q.records = std::move(b.records);
-  } else {
-    q.records.reserve(b.jobs.size());
-  }
+  q.records.reserve(b.jobs.size());
   const bool watched = watches_.Any();
   auto about = [&](const std::string& node) {
     // The node's own heartbeat: nothing new for its agent.
@@ -58,7 +52,7 @@ int64_t Engine::QueueLocked(Batch& b) {
   for (const Job* jp : b.jobs) {
     Job& j = jobs_.Own(*jp);
     j.last_seq = q.seq;
-    if (!built) q.records.push_back(RecordOf(j));
+    q.records.push_back(RecordOf(j));
     // Its later records need not carry the spec (the store updates the columns that change
     // instead of rewriting every column and index): the writer writes batches in order, and a
     // failed write drops every batch of its epoch behind it, this job's later ones too, and

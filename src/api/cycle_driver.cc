@@ -2,10 +2,8 @@
 #include "api/cycle_driver.h"
 
 #include <chrono>
-#include <future>
 #include <optional>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "api/json_text.h"
@@ -47,25 +45,13 @@ CycleDriver::CycleDriver(std::unique_ptr<CyclePort> ledger, const EngineConfig& 
       counters_(counters),
       delete_external_(std::move(delete_external)) {}
 
-void CycleDriver::TranslateLocked(size_t from, Batch& b, bool ahead) {
+void CycleDriver::TranslateLocked(size_t from, Batch& b) {
   // Recorded here and then dropped (ClearEvents below): their texts are moved, not copied.
   std::vector<quota::Event>& evs = ledger_->Cycle().events_to_record();
   const int64_t now = ledger_->NowMs();  // the time of the decisions translated together
   b.events.reserve(b.events.size() + (evs.size() - from));
   constexpr size_t kNone = static_cast<size_t>(-1);
   size_t admission = kNone;  // the admission (its event) of the placement that follows it
-  // With `ahead`, job.placed events are written later (WriteAhead), from the job as it is then;
-  // one whose job changes again in this chunk is written before it does.
-  std::unordered_map<const Job*, size_t> placed_later;
-  if (ahead) placed_later.reserve(evs.size() - from);
-  auto write_placed_now = [&](const Job& j) {
-    auto it = placed_later.find(&j);
-    if (it == placed_later.end()) return;
-    Batch::PlacedLater& p = b.placed_later[it->second];
-    WritePlaced(b.events[p.event], j, p.admission);
-    p.job = nullptr;  // written
-    placed_later.erase(it);
-  };
   for (size_t i = from; i < evs.size(); ++i) {
     quota::Event& e = evs[i];
     if (e.kind == quota::EventKind::kRepartitioned) {
@@ -80,7 +66,6 @@ void CycleDriver::TranslateLocked(size_t from, Batch& b, bool ahead) {
     if (it == nullptr || it->rec.id != e.job) it = ledger_->CycleJobs().Find(e.job);
     if (it == nullptr) continue;
     Job& j = *it;
-    if (!placed_later.empty() && e.kind != quota::EventKind::kAdmitted) write_placed_now(j);
     switch (e.kind) {
       case quota::EventKind::kAdmitted:
         admission = i;  // recorded with the placement: one event per decision
@@ -91,20 +76,15 @@ void CycleDriver::TranslateLocked(size_t from, Batch& b, bool ahead) {
         ledger_->CycleJobs().NoteNodes(j);
         j.rec.reason = j.ext.backend.empty() ? "" : "admitted; to be submitted to " + j.ext.backend;
         CountEventLocked(e, &j);
-        std::string admitted =
-            admission == kNone ? std::string() : std::move(evs[admission].detail);
+        const std::string_view admitted =
+            admission == kNone ? std::string_view() : std::string_view(evs[admission].detail);
         store::Event placed;
         placed.time_ms = now;
         placed.actor = "engine";
         placed.kind = "job.placed";
         placed.subject = j.rec.id;
         placed.reason = std::move(e.detail);
-        if (ahead && j.ext.backend.empty()) {
-          placed_later.emplace(&j, b.placed_later.size());
-          b.placed_later.push_back({b.events.size(), &j, std::move(admitted)});
-        } else {
-          WritePlaced(placed, j, admitted);
-        }
+        WritePlaced(placed, j, admitted);
         b.Add(std::move(placed), &j);
         break;
       }
@@ -154,8 +134,6 @@ void CycleDriver::TranslateLocked(size_t from, Batch& b, bool ahead) {
         break;  // submitted, rejected, completed: the server records those itself
     }
   }
-  // Those written already (their jobs changed again) are not written twice.
-  std::erase_if(b.placed_later, [](const Batch::PlacedLater& p) { return p.job == nullptr; });
   ledger_->Cycle().ClearEvents();  // recorded (or the server's own): marks start again from 0
 }
 
@@ -235,31 +213,18 @@ void CycleDriver::RefreshWaitReasonsLocked() {
 void CycleDriver::RunLocked(Batch& b) {
   // A large cycle's decisions are queued for the writer in chunks while it goes on (after
   // whatever `b` held before it), so that writing them overlaps deciding the rest; nobody acts
-  // on them before the caller's commit, which waits for all of them. A chunk's records are
-  // built on another thread while the quota engine decides the next one: no job changes until
-  // the next chunk is translated, which waits for them first.
+  // on them before the caller's commit, which waits for all of them.
   constexpr size_t kChunk = 4096;
   const auto started = std::chrono::steady_clock::now();  // for tessera_scheduling_cycle_seconds
   pacer_.Starting();
   quota::QuotaEngine& qe = ledger_->Cycle();
   size_t mark = qe.events().size();
-  Batch ahead;                 // the last chunk, its records being built
-  std::future<void> building;  // ... by this
-  auto queue_ahead = [&] {
-    if (!building.valid()) return;
-    building.get();
-    ledger_->Queue(ahead);
-  };
   const quota::CycleStats stats = qe.RunCycle(ledger_->NowMs() / 1000, [&] {
     if (qe.events().size() - mark < kChunk) return;
-    queue_ahead();
-    TranslateLocked(mark, b, true);
+    TranslateLocked(mark, b);
     mark = qe.events().size();
-    ahead = std::move(b);
-    b = Batch();
-    building = std::async(std::launch::async, [&ahead] { WriteAhead(ahead, true); });
+    ledger_->Queue(b);
   });
-  queue_ahead();
   TranslateLocked(mark, b);
   RefreshWaitReasonsLocked();
   const int64_t took_us = std::chrono::duration_cast<std::chrono::microseconds>(

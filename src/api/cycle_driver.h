@@ -38,10 +38,8 @@ class CycleDriver {
   // commit, which waits for all of them.
   void RunLocked(Batch& b);
   // The quota engine's events since `from` as job changes and events in `b` (a cycle's, or an
-  // eviction's, requeue's or stop's made outside one); the events are then cleared. With
-  // `ahead`, the job.placed events' texts are left to WriteAhead (records.h), which the cycle
-  // runs on another thread while the quota engine decides the next chunk.
-  void TranslateLocked(size_t from, Batch& b, bool ahead = false);
+  // eviction's, requeue's or stop's made outside one); the events are then cleared.
+  void TranslateLocked(size_t from, Batch& b);
   // When the cycle runs: wanted, due, or run by a submission.
   CyclePacer& pacer() { return pacer_; }
 

@@ -75,14 +75,6 @@ void WritePlaced(store::Event& ev, const Job& j, std::string_view admission) {
   ev.data = data.Take();
 }
 
-void WriteAhead(Batch& b, bool records) {
-  for (Batch::PlacedLater& p : b.placed_later) WritePlaced(b.events[p.event], *p.job, p.admission);
-  b.placed_later.clear();
-  if (!records) return;
-  b.records.reserve(b.jobs.size());
-  for (const Job* j : b.jobs) b.records.push_back(RecordOf(*j));
-}
-
 store::JobRecord RecordOf(const Job& j) {
   store::JobRecord r;
   if (j.stored) {

@@ -153,18 +153,7 @@ struct PendingSubmit {
 // Store events and changed records collected by one step, committed together.
 struct Batch {
   std::vector<store::Event> events;
-  std::vector<const Job*> jobs;  // the ledger's own (JobTable::Own), written with the events
-  // RecordOf(*jobs[i]) for each job, when built ahead of queueing (the cycle's chunks: on
-  // another thread, while no job changes); empty: built when queued.
-  std::vector<store::JobRecord> records;
-  // job.placed events whose texts are written ahead of queueing, with the records (the cycle's
-  // chunks): events[event] holds its time, actor, kind, subject and reason as they came.
-  struct PlacedLater {
-    size_t event;
-    const Job* job;         // as placed: nothing changes it before the event is written
-    std::string admission;  // the admission's text
-  };
-  std::vector<PlacedLater> placed_later;
+  std::vector<const Job*> jobs;    // the ledger's own (JobTable::Own), written with the events
   std::vector<std::string> nodes;  // nodes whose jobs lost their grants in this batch
   // The node whose own heartbeat made this batch: what it changed there is no news to that
   // node's agent (no order watch wakes for it).
@@ -196,9 +185,6 @@ store::Event EventAt(int64_t time_ms, std::string actor, std::string kind, std::
                      std::string reason, JsonText data);
 // A job as its store record: state, spec (unless already stored) and placement (records.cc).
 store::JobRecord RecordOf(const Job& j);
-// Writes `b`'s job.placed events left to write (placed_later) and, when `records`, every job's
-// record; only reads the jobs, so it may run on another thread while none of them changes.
-void WriteAhead(Batch& b, bool records);
 // The job.placed event of `j` as placed now: its node, form, grants, whether it borrows, and the
 // admission's text; `ev` holds the rest (records.cc).
 void WritePlaced(store::Event& ev, const Job& j, std::string_view admission);

@@ -171,52 +171,5 @@ TEST(CycleDriver, AnEvictionMadeOutsideACycleIsTranslatedIntoARequeue) {
   EXPECT_TRUE(r.ledger->qe->events().empty());  // recorded: marks start again from 0
 }
 
-// The cycle's chunks leave their job.placed events to WriteAhead, on another thread, while the
-// quota engine decides the next chunk. What is written is what would have been written at once,
-// also for a job that changes again in the same chunk (placed, evicted, requeued and placed on
-// another node): its first job.placed is written before its preemption is translated, its
-// second by WriteAhead, and the chunk's records from the jobs as the chunk left them.
-TEST(CycleDriver, EventsWrittenAheadAreThoseWrittenAtOnceThoughTheirJobChangedAgain) {
-  auto decide = [](Rig& r, bool ahead) {
-    r.AddNode("n2");
-    Job& j = r.Pending();
-    const size_t mark = r.ledger->qe->events().size();
-    r.ledger->qe->RunCycle(1000);  // placed (the driver translates the chunk below)
-    std::vector<quota::GrantView> first;
-    r.ledger->qe->HeldOf(j.handle, &first, nullptr, nullptr);
-    EXPECT_EQ(first.size(), 1u);
-    r.ledger->qe->Evict(j.handle, 1001, "device unhealthy");
-    r.ledger->qe->Stopped(j.handle, 1002);
-    r.ledger->qe->SetNodeDown(first.at(0).node, true);
-    r.ledger->qe->RunCycle(1003);  // placed again, on the other node
-    Batch b;
-    r.driver->TranslateLocked(mark, b, ahead);
-    EXPECT_EQ(b.placed_later.size(), ahead ? 1u : 0u);  // the second placement's
-    WriteAhead(b, true);
-    return b;
-  };
-  Rig eager_rig, ahead_rig;
-  const Batch eager = decide(eager_rig, false);
-  const Batch ahead = decide(ahead_rig, true);
-  ASSERT_EQ(ahead_rig.Kinds(ahead), eager_rig.Kinds(eager));
-  ASSERT_EQ(ahead.events.size(), 4u);  // placed, preempted, requeued, placed
-  for (size_t k = 0; k < eager.events.size(); ++k) {
-    EXPECT_EQ(ahead.events[k].reason, eager.events[k].reason) << k;
-    EXPECT_EQ(ahead.events[k].data, eager.events[k].data) << k;
-  }
-  // The second placement's event names the node it was placed on ("whole on n1/gpu0").
-  const std::string& why = ahead.events[3].reason;
-  const size_t on = why.find(" on ") + 4;
-  const std::string node = why.substr(on, why.find('/', on) - on);
-  EXPECT_NE(ahead.events[3].data.find("\"grants\":[{\"node\":\"" + node + "\""), std::string::npos)
-      << why << " " << ahead.events[3].data;
-  EXPECT_TRUE(ahead.placed_later.empty());
-  ASSERT_EQ(ahead.records.size(), ahead.jobs.size());
-  for (size_t k = 0; k < ahead.jobs.size(); ++k) {
-    EXPECT_EQ(ahead.records[k].placement, RecordOf(*ahead.jobs[k]).placement) << k;
-    EXPECT_EQ(ahead.records[k].state, "placed") << k;
-  }
-}
-
 }  // namespace
 }  // namespace tessera::api

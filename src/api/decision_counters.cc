@@ -15,20 +15,9 @@ void DecisionCounters::Count(int64_t seq, const quota::Event& e,
   Counts& c = pending_[seq];
   switch (e.kind) {
     case quota::EventKind::kPlaced:
-      if (placed) {
-        const std::string_view how = placed->borrowed ? "borrowed" : "guaranteed";
-        const std::tuple<std::string_view, std::string_view, std::string_view> key{
-            placed->queue, placed->group, how};
-        auto it = c.admissions.find(key);
-        if (it == c.admissions.end()) {
-          it = c.admissions
-                   .emplace(std::tuple<std::string, std::string, std::string>(placed->queue,
-                                                                              placed->group, how),
-                            0)
-                   .first;
-        }
-        ++it->second;
-      }
+      if (placed)
+        ++c.admissions[{placed->queue, placed->group,
+                        placed->borrowed ? "borrowed" : "guaranteed"}];
       break;
     case quota::EventKind::kPreempted: {
       const std::string& d = e.detail;

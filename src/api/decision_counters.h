@@ -14,7 +14,6 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <string_view>
 #include <tuple>
 
 #include "api/cycle_budget.h"
@@ -26,15 +25,14 @@ namespace tessera::api {
 class DecisionCounters {
  public:
   struct Counts {
-    // By queue, group and "borrowed" or "guaranteed" (found by views of them: no copy per count).
-    std::map<std::tuple<std::string, std::string, std::string>, int64_t, std::less<>> admissions;
+    std::map<std::tuple<std::string, std::string, std::string>, int64_t> admissions;
     std::map<std::string, int64_t> preemptions;
     std::map<std::string, int64_t> repartitions;
     void Add(const Counts& o);
   };
   // What a placement is counted under: its job's queue, group and whether it was borrowed.
   struct Placed {
-    std::string_view queue, group;  // the job's, which outlive the call
+    std::string queue, group;
     bool borrowed = false;
   };
   // Counts quota engine event `e` (a placement of `placed`'s job, a preemption, a held swap, a

@@ -127,7 +127,7 @@ struct JobRow {
 
 // Counters since start and latency histograms, copied under their locks.
 struct Counters {
-  decltype(DecisionCounters::Counts::admissions) admissions;
+  std::map<std::tuple<std::string, std::string, std::string>, int64_t> admissions;
   std::map<std::string, int64_t> preemptions, repartitions;
   LatencyHistogram cycle;
   std::map<std::tuple<std::string, std::string, int>, LatencyHistogram> http;

@@ -75,17 +75,17 @@ void CycleDriver::TranslateLocked(size_t from, Batch& b) {
         FillGrantsLocked(j);
         ledger_->CycleJobs().NoteNodes(j);
         j.rec.reason = j.ext.backend.empty() ? "" : "admitted; to be submitted to " + j.ext.backend;
+        JsonText data(512);
+        data.BeginObject().Key("node").Str(j.node).Key("form").Str(j.form).Key("grants");
+        WriteGrants(data, j.grants);
+        data.Key("borrowed")
+            .Bool(j.borrowed)
+            .Key("admission")
+            .Str(admission == kNone ? std::string_view() : std::string_view(evs[admission].detail))
+            .EndObject();
         CountEventLocked(e, &j);
-        const std::string_view admitted =
-            admission == kNone ? std::string_view() : std::string_view(evs[admission].detail);
-        store::Event placed;
-        placed.time_ms = now;
-        placed.actor = "engine";
-        placed.kind = "job.placed";
-        placed.subject = j.rec.id;
-        placed.reason = std::move(e.detail);
-        WritePlaced(placed, j, admitted);
-        b.Add(std::move(placed), &j);
+        b.Add(EventAt(now, "engine", "job.placed", j.rec.id, std::move(e.detail), std::move(data)),
+              &j);
         break;
       }
       case quota::EventKind::kPreempted:

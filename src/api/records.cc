@@ -65,16 +65,6 @@ store::Event EventAt(int64_t time_ms, std::string actor, std::string kind, std::
   return ev;
 }
 
-void WritePlaced(store::Event& ev, const Job& j, std::string_view admission) {
-  JsonText data(256 + 160 * j.grants.size() + admission.size());
-  data.BeginObject().Key("node").Str(j.node).Key("form").Str(j.form).Key("grants");
-  WriteGrants(data, j.grants);
-  data.Key("borrowed").Bool(j.borrowed).Key("admission").Str(admission).EndObject();
-  ev.subject = ValidUtf8(std::move(ev.subject));
-  ev.reason = ValidUtf8(std::move(ev.reason));
-  ev.data = data.Take();
-}
-
 store::JobRecord RecordOf(const Job& j) {
   store::JobRecord r;
   if (j.stored) {

@@ -185,9 +185,6 @@ store::Event EventAt(int64_t time_ms, std::string actor, std::string kind, std::
                      std::string reason, JsonText data);
 // A job as its store record: state, spec (unless already stored) and placement (records.cc).
 store::JobRecord RecordOf(const Job& j);
-// The job.placed event of `j` as placed now: its node, form, grants, whether it borrows, and the
-// admission's text; `ev` holds the rest (records.cc).
-void WritePlaced(store::Event& ev, const Job& j, std::string_view admission);
 // What the quota engine is asked for a job: its spec as a scheduling request (records.cc).
 quota::JobSpec QuotaSpecOf(const Job& j);
 // A job's grants as a JSON array, for its record and its job.placed event (records.cc).

@@ -60,12 +60,8 @@ struct Rig {
     ledger = owned.get();
     driver = std::make_unique<CycleDriver>(std::move(owned), config, counters,
                                            [this](const Job& j) { deleted.push_back(j.rec.id); });
-    AddNode("n1");
-  }
-  // A node of one H100-80GB.
-  void AddNode(const std::string& name) {
     quota::NodeSpec n;
-    n.name = name;
+    n.name = "n1";
     n.pool = "default";
     n.cpu_milli = 8000;
     n.memory_mib = 65536;

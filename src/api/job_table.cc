@@ -68,11 +68,7 @@ void JobTable::Enter(Job& j) {
 
 void JobTable::NoteNodes(const Job& j) {
   if (!j.ext.backend.empty()) return;
-  for (size_t k = 0; k < j.grants.size(); ++k) {  // NodesOf(j), without building its list
-    const std::string& node = j.grants[k].node;
-    bool seen = false;
-    for (size_t m = 0; m < k && !seen; ++m) seen = j.grants[m].node == node;
-    if (seen) continue;
+  for (const std::string& node : NodesOf(j)) {
     std::vector<std::string>& ids = node_jobs_[node];
     if (std::find(ids.begin(), ids.end(), j.rec.id) == ids.end()) ids.push_back(j.rec.id);
   }

@@ -58,7 +58,10 @@ int64_t Engine::QueueLocked(Batch& b) {
     // failed write drops every batch of its epoch behind it, this job's later ones too, and
     // memory is rebuilt from the store.
     j.stored = true;
-    for (const auto& g : j.grants) about(g.node);
+    // A job's grants on one node come together (eight for a whole 8-card job): each node once.
+    for (size_t k = 0; k < j.grants.size(); ++k) {
+      if (k == 0 || j.grants[k].node != j.grants[k - 1].node) about(j.grants[k].node);
+    }
   }
   for (const std::string& n : b.nodes) about(n);
   b = {};

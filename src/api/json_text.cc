@@ -17,10 +17,15 @@ constexpr std::array<bool, 256> kLookAt = [] {
 
 }  // namespace
 
+bool JsonText::Plain(std::string_view s) {
+  for (const char c : s) {
+    if (kLookAt[static_cast<unsigned char>(c)]) return false;
+  }
+  return true;
+}
+
 void JsonText::Quote(std::string_view text) {
-  size_t plain = 0;
-  while (plain < text.size() && !kLookAt[static_cast<unsigned char>(text[plain])]) ++plain;
-  if (plain == text.size()) {  // written as it is
+  if (Plain(text)) {  // written as it is
     out_ += '"';
     out_ += text;
     out_ += '"';

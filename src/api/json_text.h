@@ -52,6 +52,8 @@ class JsonText {
     out_ += json;
     return *this;
   }
+  // Whether Str writes `s` as it is between quotes: nothing in it to escape or check.
+  static bool Plain(std::string_view s);
   const std::string& str() const { return out_; }
   std::string Take() { return std::move(out_); }
 

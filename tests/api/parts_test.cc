@@ -13,6 +13,7 @@
 #include "api/commit_writer.h"
 #include "api/json_text.h"
 #include "api/order_watches.h"
+#include "api/records.h"
 #include "api/view_cache.h"
 #include "support/wait.h"
 
@@ -342,6 +343,47 @@ TEST(JsonText, EscapesWhatJsonMustAndPassesTheRestThrough) {
   JsonText ints;
   ints.BeginArray().Int(0).Int(-7).Int(INT64_MAX).Int(INT64_MIN).EndArray();
   EXPECT_EQ(ints.str(), "[0,-7,9223372036854775807,-9223372036854775808]");
+}
+
+// Grants are written for every placement twice (its event and its record), by a writer that
+// appends each grant's object at once: the same text a field-by-field nlohmann tree gives, the
+// names that need escaping or checking included.
+TEST(JsonText, GrantsAreTheTextTheTreeGives) {
+  std::vector<quota::GrantView> grants;
+  grants.push_back({"node-00017", 3, "", 1000, 81559, 0, 0, 0});
+  grants.push_back({"n", -1, "1g.10gb@6", 142, 9728, 2500, 4096, 30});
+  grants.push_back({"say \"hi\"\n", 0, "CPX#2", INT64_MAX, 0, -1, INT64_MIN, 100});
+  grants.push_back({std::string(300, 'x'), 7, std::string(200, 's'), 0, 0, 0, 0, 0});
+  grants.push_back({"caf\xc3\xa9", 1, "bad \xff", 5, 6, 7, 8, 0});
+  nlohmann::json tree = nlohmann::json::array();
+  for (const auto& g : grants) {
+    nlohmann::json o = {{"node", g.node},
+                        {"device", g.device},
+                        {"slot", g.slot},
+                        {"compute", g.compute},
+                        {"memory", g.memory},
+                        {"cpu", g.cpu},
+                        {"host_memory", g.host_memory}};
+    if (g.sm_percent > 0) o["sm_percent"] = g.sm_percent;
+    tree.push_back(o);
+  }
+  JsonText t;
+  t.BeginObject().Key("grants");
+  WriteGrants(t, grants);
+  t.Key("after").Int(1).EndObject();
+  const nlohmann::json parsed = nlohmann::json::parse(t.str());
+  EXPECT_EQ(parsed["grants"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+            tree.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  EXPECT_EQ(parsed["after"], 1);
+  // Keys in the order written (the tree sorts them), no spaces: byte for byte what it was.
+  JsonText one;
+  WriteGrants(one, {grants[1]});
+  EXPECT_EQ(one.str(),
+            "[{\"node\":\"n\",\"device\":-1,\"slot\":\"1g.10gb@6\",\"compute\":142,\"memory\":"
+            "9728,\"cpu\":2500,\"host_memory\":4096,\"sm_percent\":30}]");
+  JsonText none;
+  WriteGrants(none, {});
+  EXPECT_EQ(none.str(), "[]");
 }
 
 }  // namespace

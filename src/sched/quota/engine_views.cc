@@ -218,6 +218,7 @@ void Engine::HeldOf(int handle, std::vector<GrantView>* grants, std::optional<Al
                     bool* borrowed) const {
   const Job& j = jobs_[handle];
   grants->clear();
+  grants->reserve(j.grants.size());  // one allocation where a whole 8-card job would take four
   for (const Grant& g : j.grants) {
     GrantView gv;
     gv.node = nodes_[g.node].name;

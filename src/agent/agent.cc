@@ -177,8 +177,10 @@ void Agent::RecordExit(const JobExit& e) {
   // Stopped by this agent for a partition (CheckPartition): the leader requeues it, as a lost
   // node's, rather than take the signal for the job's own end.
   const bool partition = partition_stopped_.erase(e.id) != 0;
-  KeepExit(FinishedReport{e.id, e.exit_code, e.signal, e.output_bytes,
-                          partition ? kStoppedByPartition : ""});
+  FinishedReport report{e.id, e.exit_code, e.signal, e.output_bytes,
+                        partition ? kStoppedByPartition : ""};
+  report.run_ms = e.run_ms;
+  KeepExit(report);
   partitions_.Release(e.id);
   for (auto& [device, manager] : swap_) manager->Remove(e.id);
   wake_.store(true);  // reported now, not at the end of the period: its devices free up sooner

@@ -83,6 +83,7 @@ Status AgentState::Save(const ExitRecord& r) {
             {"signal", r.report.signal}, {"output_bytes", r.report.output_bytes},
             {"ended_ms", r.ended_ms},    {"uploaded", r.uploaded}};
   if (!r.report.stopped_by.empty()) j["stopped_by"] = r.report.stopped_by;
+  if (r.report.run_ms >= 0) j["run_ms"] = r.report.run_ms;
   return WriteDurably(dir_, RecordPath(r.report.job), j.dump() + "\n");
 }
 
@@ -128,6 +129,7 @@ std::vector<ExitRecord> AgentState::Load(std::vector<std::string>* corrupt) cons
     if (j.contains("stopped_by") && j["stopped_by"].is_string())
       r.report.stopped_by = j["stopped_by"].get<std::string>();
     Int(j, "ended_ms", &r.ended_ms);
+    if (!Int(j, "run_ms", &r.report.run_ms) || r.report.run_ms < 0) r.report.run_ms = -1;
     Int(j, "uploaded", &r.uploaded);
     r.uploaded = std::clamp<int64_t>(r.uploaded, 0, r.report.output_bytes);
     out.push_back(std::move(r));

@@ -170,6 +170,7 @@ Status Launcher::Start(const JobSpec& spec) {
     return Status::Internal(std::string("fork: ") + std::strerror(fork_errno));
   }
   job.pid = pid;
+  job.started = std::chrono::steady_clock::now();
   jobs_.emplace(spec.id, std::move(job));
   WriteRunningList();
   return Status::Ok();
@@ -233,6 +234,8 @@ std::vector<JobExit> Launcher::Poll() {
     struct stat st {};
     if (fstat(job.out_fd, &st) == 0) exit.output_bytes = st.st_size;
     exit.output_cut = job.output_cut;
+    exit.run_ms = std::max<int64_t>(
+        0, std::chrono::duration_cast<std::chrono::milliseconds>(now - job.started).count());
     Cleanup(job);
     ended.push_back(std::move(exit));
     it = jobs_.erase(it);

@@ -99,6 +99,7 @@ struct JobExit {
   int64_t output_bytes = 0;
   bool cancelled = false;   // it was stopped by Cancel()
   bool output_cut = false;  // its output went past max_output_bytes: the rest was dropped
+  int64_t run_ms = -1;      // from its start to when Poll found it ended (steady clock)
 };
 
 struct RunningJob {
@@ -210,6 +211,7 @@ class Launcher {
     bool cancelled = false;
     bool kill_sent = false;
     std::chrono::steady_clock::time_point kill_at;
+    std::chrono::steady_clock::time_point started;
   };
   void ProbeCgroups();
   Status PrepareCgroup(const JobSpec& spec, std::string* dir, int* procs_fd);

@@ -97,6 +97,7 @@ json FinishedList(const std::vector<FinishedReport>& finished) {
                   {"signal", e.signal},
                   {"output_bytes", e.output_bytes}};
     if (!e.stopped_by.empty()) entry["stopped_by"] = e.stopped_by;
+    if (e.run_ms >= 0) entry["run_ms"] = e.run_ms;
     f.push_back(std::move(entry));
   }
   return f;

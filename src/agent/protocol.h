@@ -64,6 +64,9 @@ struct FinishedReport {
   // reply from the control plane for partition_stop_ms). "": it ended on its own, or was stopped
   // on the control plane's order.
   std::string stopped_by = "";
+  // How long the job ran, by the agent's monotonic clock, sent as `run_ms` (protocol 5) when
+  // known: -1 for a job that never started, or an exit kept on disk by an older agent.
+  int64_t run_ms = -1;
 };
 
 // POST /v1/agent/register body.

@@ -26,6 +26,7 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -94,7 +95,10 @@ class AgentExecutor {
   // A job held on `node` that no longer runs there: stopped if it was being preempted, else
   // requeued (if its queue says so) or ended as lost, for `why`.
   void LoseJobLocked(const Job& j, const std::string& node, const std::string& why, Batch& b);
-  void FinishPartLocked(const Job& j, const std::string& node, int code, int sig, Batch& b);
+  // The part of `j` on `node` ended with `code` and `sig`, after `run_ms` by the agent's clock
+  // (protocol 5; absent: an older agent's report, or a part that never started).
+  void FinishPartLocked(const Job& j, const std::string& node, int code, int sig, Batch& b,
+                        std::optional<int64_t> run_ms = std::nullopt);
   // A `finished` entry of `node`'s agent: the part's end (FinishPartLocked), or, stopped by the
   // agent itself for a partition (`stopped_by`), the job lost there as on a lost node.
   void FinishReportedLocked(const Job& j, const std::string& node, const Json& f, Batch& b);

@@ -144,7 +144,7 @@ Result<Json> AgentExecutor::RegisterNode(const Identity& who, const Json& body) 
 }
 
 void AgentExecutor::FinishPartLocked(const Job& j, const std::string& node, int code, int sig,
-                                     Batch& b) {
+                                     Batch& b, std::optional<int64_t> run_ms) {
   port_->AgentSideOf(j).parts_done.insert(node);
   bool all_done = true;
   for (const std::string& n : NodesOf(j)) all_done = all_done && j.agent.parts_done.count(n);
@@ -176,8 +176,13 @@ void AgentExecutor::FinishPartLocked(const Job& j, const std::string& node, int 
   if (failed && NodesOf(j).size() > 1) reason += " (part on " + node + ")";
   if (!port_->End(j, state, JobCause::kExited, reason)) return;
   port_->SetExitCode(j, code);
+  Json data = {{"exit_code", code}, {"signal", sig}};
+  if (run_ms) {
+    port_->SetRanFor(j, *run_ms);
+    data["run_ms"] = *run_ms;
+  }
   b.Add(EventAt(port_->NowMs(), actor, std::string("job.") + JobStateName(state), j.rec.id, reason,
-                {{"exit_code", code}, {"signal", sig}}),
+                data),
         &j);
   port_->WantCycle();
 }

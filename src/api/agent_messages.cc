@@ -116,17 +116,26 @@ Status CheckHeartbeatJobs(const Json& body) {
         return Status::InvalidArgument(std::string("each '") + key +
                                        "' entry needs a string 'job'");
       }
-      Status known =
-          OnlyKnownFields(e,
-                          {"job", "exit_code", "signal", "pid", "output_bytes", "active",
-                           "gpu_memory_used_mib", "swap", "swapped_mib", "swapped", "stopped_by"},
-                          std::string("heartbeat: a '") + key + "' entry");
+      Status known = OnlyKnownFields(
+          e,
+          {"job", "exit_code", "signal", "pid", "output_bytes", "active", "gpu_memory_used_mib",
+           "swap", "swapped_mib", "swapped", "stopped_by", "run_ms"},
+          std::string("heartbeat: a '") + key + "' entry");
       if (!known.ok()) return known;
       // Why the agent stopped a job itself: only "partition" (docs/agent-protocol.md, "Faults").
       if (e.contains("stopped_by") &&
           (std::string(key) != "finished" || e["stopped_by"] != kStoppedByPartition)) {
         return Status::InvalidArgument(std::string("'") + key +
                                        ".stopped_by' must be \"partition\" in a 'finished' entry");
+      }
+      // How long the job ran, by the node's monotonic clock (protocol 5): a finished entry's.
+      if (e.contains("run_ms") &&
+          (std::string(key) != "finished" || !e["run_ms"].is_number_integer() ||
+           (!e["run_ms"].is_number_unsigned() && e["run_ms"].get<int64_t>() < 0) ||
+           (e["run_ms"].is_number_unsigned() && e["run_ms"].get<uint64_t>() > INT64_MAX))) {
+        return Status::InvalidArgument(std::string("'") + key +
+                                       ".run_ms' must be a non-negative integer (milliseconds) in "
+                                       "a 'finished' entry");
       }
       for (const char* f : {"exit_code", "signal", "pid", "output_bytes"}) {
         if (e.contains(f) && !e[f].is_number_integer()) {

@@ -3,6 +3,8 @@
 // leave the batch behind.
 #include "api/ledger_port.h"
 
+#include <algorithm>
+
 #include "api/recovery.h"
 
 namespace tessera::api {
@@ -38,6 +40,11 @@ void LedgerPort::SetReason(const Job& j, std::string reason, std::optional<int64
 
 void LedgerPort::SetExitCode(const Job& j, std::optional<int> code) {
   JobsToChange().Own(j).rec.exit_code = code;
+}
+
+void LedgerPort::SetRanFor(const Job& j, int64_t run_ms) {
+  Job& own = JobsToChange().Own(j);
+  if (own.start_ms == 0) own.start_ms = std::max(own.rec.submit_ms, NowMs() - run_ms);
 }
 
 void LedgerPort::SetIdle(const Job& j, int64_t since_s) {

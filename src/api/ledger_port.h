@@ -50,6 +50,10 @@ class LedgerPort {
   void SetReason(const Job& j, std::string reason, std::optional<int64_t> update_ms = {});
   // An ended job's exit code, as its backend or agent said.
   void SetExitCode(const Job& j, std::optional<int> code);
+  // An ended job that was never reported running (it ended within its agent's first heartbeat
+  // period) started `run_ms` before now, as its agent measured it; no earlier than it was
+  // submitted. A start already known is kept.
+  void SetRanFor(const Job& j, int64_t run_ms);
   // The quota engine, to read: the calls below change it.
   const quota::QuotaEngine& Quota() { return QuotaToChange(); }
   // `j`'s processes are gone (its preemption done, its suspension confirmed): its grants

@@ -106,7 +106,9 @@ void AgentExecutor::FinishReportedLocked(const Job& j, const std::string& node, 
     port_->AgentSideOf(j).stale_on.erase(node);
     return;
   }
-  FinishPartLocked(j, node, f.value("exit_code", -1), f.value("signal", 0), b);
+  std::optional<int64_t> run_ms;  // checked by CheckHeartbeatJobs: 0 to INT64_MAX
+  if (f.contains("run_ms")) run_ms = f["run_ms"].get<int64_t>();
+  FinishPartLocked(j, node, f.value("exit_code", -1), f.value("signal", 0), b, run_ms);
 }
 
 void AgentExecutor::LoseJobLocked(const Job& j, const std::string& node, const std::string& why,

@@ -11,6 +11,9 @@
 // adds a device's `"mps": true` in registrations (the agent offers MPS there for sm-sharing
 // shares) and a start order's `"compute"` ({"mode": "sm-sharing", "percent": P}), sent only for
 // devices whose agent said `mps`: a server serving 1-3 refuses a version-4 agent the same way.
+// Version 5 adds a `finished` entry's `run_ms` (how long the job ran, by the agent's monotonic
+// clock): a job that ends before any heartbeat lists it running gets its start from it. A server
+// serving 1-4 refuses a version-5 agent the same way; this one takes `run_ms` from any version.
 //
 // Thread-safety: constants and a pure function.
 #pragma once
@@ -20,7 +23,7 @@
 
 namespace tessera {
 
-inline constexpr int64_t kAgentProtocolVersion = 4;
+inline constexpr int64_t kAgentProtocolVersion = 5;
 inline constexpr int64_t kAgentProtocolMinServed = 1;
 // The version of a registration without a `protocol` field.
 inline constexpr int64_t kAgentProtocolUnversioned = 1;

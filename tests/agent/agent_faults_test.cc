@@ -248,6 +248,7 @@ TEST(AgentFaults, AnExitRecordedOnDiskIsReportedAfterARestartAndTheJobDoesNotRun
     Agent agent(cp.url(), dir.path());
     ASSERT_TRUE(WaitFor([&] { return (pid = cp.Pid("once")) > 0; }, 10s));
     cp.Down();
+    std::this_thread::sleep_for(300ms);  // it runs this long at least (its run_ms)
     testing::WriteAll(go, "");
     // Reaped by the agent (a zombie still answers kill 0): its exit is recorded.
     ASSERT_TRUE(WaitFor([&] { return kill(pid, 0) != 0; }, 10s));
@@ -269,6 +270,8 @@ TEST(AgentFaults, AnExitRecordedOnDiskIsReportedAfterARestartAndTheJobDoesNotRun
     EXPECT_EQ(fin[0]["job"], "once");
     EXPECT_EQ(fin[0]["exit_code"], 4);
     EXPECT_EQ(fin[0]["signal"], 0);
+    // How long it ran, kept on disk with the exit across the restart.
+    EXPECT_GE(fin[0].value("run_ms", -1), 300) << fin[0].dump();
   }
   EXPECT_EQ(cp.FinishedReports("once"), 2);
   EXPECT_EQ(cp.Finished("once")["exit_code"], 4);
@@ -296,6 +299,7 @@ TEST(AgentFaults, AServerWithoutFinishedInRegistrationGetsTheExitsInHeartbeats) 
   Agent agent(cp.url(), dir.path());
   ASSERT_TRUE(WaitFor([&] { return cp.Acked("old"); }, 10s)) << cp.Registrations().size();
   EXPECT_EQ(cp.Finished("old")["exit_code"], 2);
+  EXPECT_FALSE(cp.Finished("old").contains("run_ms"));  // its record says nothing of it
   EXPECT_EQ(cp.Registrations().size(), 2u);
   EXPECT_EQ(agent.Stop(), 0);
 }

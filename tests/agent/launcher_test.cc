@@ -49,6 +49,16 @@ TEST(AgentLauncher, CapturesStdoutAndStderrAndExitZero) {
   EXPECT_FALSE(l.IsRunning("ok"));
 }
 
+// How long a job ran, by the agent's monotonic clock (the finished report's run_ms): at least as
+// long as it slept, and known (0 or more) for a job that exits at once.
+TEST(AgentLauncher, MeasuresHowLongTheJobRan) {
+  TempDir dir;
+  Launcher l(Opts(dir));
+  EXPECT_GE(RunToEnd(l, Sh("slept", "sleep 0.3")).run_ms, 300);
+  EXPECT_GE(RunToEnd(l, Sh("quick", "true")).run_ms, 0);
+  EXPECT_EQ(JobExit{}.run_ms, -1);  // not known until measured
+}
+
 // run_as: the job runs under the named account (uid, gid, HOME), checked from /proc while it
 // runs; an account the node lacks is refused with its name. Switching accounts needs root (CI
 // runs as root); elsewhere the refusal a non-root agent gives is checked instead.

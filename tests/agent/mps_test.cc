@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "agent/protocol.h"
+#include "model/agent_protocol.h"
 #include "test_util.h"
 
 namespace tessera::agent {
@@ -159,7 +160,9 @@ TEST(AgentMps, ProtocolCarriesMpsAndComputeMode) {
   const std::string body = RegisterBody(inv, false);
   EXPECT_EQ(body.find("\"mps\":true"), body.rfind("\"mps\":true")) << body;
   EXPECT_NE(body.find("\"mps\":true"), std::string::npos) << body;
-  EXPECT_NE(body.find("\"protocol\":4"), std::string::npos) << body;
+  static_assert(kAgentProtocolVersion >= 4, "mps and compute came with protocol 4");
+  EXPECT_NE(body.find("\"protocol\":" + std::to_string(kAgentProtocolVersion)), std::string::npos)
+      << body;
   auto r = ParseHeartbeatReply(
       R"({"start": [{"job": "a", "command": ["x"], "compute": {"mode": "sm-sharing", "percent": 40}},
                     {"job": "b", "command": ["x"], "compute": {"mode": "time-slicing"}},

@@ -233,6 +233,14 @@ TEST(AgentProtocol, FinishedInRegistrationEpochAndPartitionStop) {
   ASSERT_EQ(j["finished"].size(), 1u) << j.dump();
   EXPECT_EQ(j["finished"][0],
             json({{"job", "j-1"}, {"exit_code", 3}, {"signal", 9}, {"output_bytes", 12}}));
+  // Protocol 5: how long it ran, where the agent measured it (a record from an older agent's
+  // disk has no such figure and sends none).
+  FinishedReport timed{"j-2", 0, 0, 0, ""};
+  timed.run_ms = 1500;
+  j = json::parse(RegisterBody(inv, true, {}, {timed}));
+  EXPECT_EQ(j["finished"][0]["run_ms"], 1500) << j.dump();
+  EXPECT_EQ(json::parse(HeartbeatBody("host-a", {}, {timed}))["finished"][0]["run_ms"], 1500);
+  EXPECT_EQ(j["protocol"], 5);
 
   Result<RegisterReply> r = ParseRegisterReplyFields(R"({"ok": true, "heartbeat_ms": 250})", 1000);
   ASSERT_TRUE(r.ok());

@@ -289,6 +289,48 @@ TEST(AgentExecutor, AnExitIsAcknowledgedOnlyWithTheBatchThatRecordsIt) {
   EXPECT_EQ(r.port->answered_after.back(), r.port->last_queued);  // the batch with the exit
 }
 
+// A job that ends before any heartbeat lists it running (`echo hello` exits within the first
+// heartbeat period) was never given a start: its view said neither when it started nor how long
+// it ran. Its agent (protocol 5) says how long it ran by the node's monotonic clock (`run_ms`),
+// and the job starts that long before its end; no earlier than its submission. An agent that
+// says nothing (protocol 4 or older) leaves the start unknown, and a start the running report
+// gave is kept.
+TEST(AgentExecutor, AJobThatEndsBeforeItsFirstRunningReportStartsAsLongAgoAsItRan) {
+  Rig r;
+  ASSERT_TRUE(r.agents->RegisterNode(Agent("n1"), Registration("n1")).ok());
+  const auto ended = [&](Json entry, int64_t start_ms = 0, int64_t submit_ms = 0) -> Job& {
+    Job& j = r.Placed("n1", r.port->last_queued + 1);
+    j.rec.submit_ms = submit_ms;
+    j.start_ms = start_ms;
+    EXPECT_TRUE(r.port->Transition(j, JobState::kStarting, JobCause::kStarted));
+    r.port->durable = r.port->last_queued = j.last_seq;
+    entry["job"] = j.rec.id;
+    entry["exit_code"] = 0;
+    Result<Json> reply = r.Beat("n1", {{"finished", {entry}}});
+    EXPECT_TRUE(reply.ok()) << reply.status().message();
+    EXPECT_EQ(j.state, JobState::kSucceeded);
+    return j;
+  };
+  EXPECT_EQ(ended({{"run_ms", 1500}}).start_ms, r.port->now_ms - 1500);
+  EXPECT_EQ(ended({{"run_ms", 0}}).start_ms, r.port->now_ms);
+  EXPECT_EQ(ended(Json::object()).start_ms, 0);  // an older agent: not known
+  EXPECT_EQ(ended({{"run_ms", 1500}}, /*start_ms=*/999'000).start_ms, 999'000);
+  EXPECT_EQ(ended({{"run_ms", 5'000'000}}, 0, /*submit_ms=*/990'000).start_ms, 990'000);
+
+  // A run_ms that is not a non-negative integer is refused, named, and nothing changes.
+  for (const Json& bad : {Json(-1), Json("1500"), Json(1.5)}) {
+    Job& j = r.Placed("n1", r.port->last_queued + 1);
+    ASSERT_TRUE(r.port->Transition(j, JobState::kStarting, JobCause::kStarted));
+    Result<Json> reply =
+        r.Beat("n1", {{"finished", {{{"job", j.rec.id}, {"exit_code", 0}, {"run_ms", bad}}}}});
+    ASSERT_FALSE(reply.ok()) << bad.dump();
+    EXPECT_NE(reply.status().message().find("finished.run_ms"), std::string::npos)
+        << reply.status().message();
+    EXPECT_EQ(j.state, JobState::kStarting);
+    EXPECT_EQ(j.start_ms, 0);
+  }
+}
+
 TEST(AgentExecutor, ASilentNodeIsLostButNotForTheLeadersOwnStall) {
   Rig r;
   ASSERT_TRUE(r.agents->RegisterNode(Agent("n1"), Registration("n1")).ok());

@@ -161,6 +161,12 @@ TEST_F(E2eTest, SubmitRunCaptureOutput) {
   EXPECT_NE(out->body.find("dev=GPU-sim-n1-"), std::string::npos) << out->body;
   EXPECT_NE(out->body.find("cap=8589934592"), std::string::npos) << out->body;
   EXPECT_NE(out->body.find("err"), std::string::npos);
+  // It ends within the agent's first heartbeat period, never listed running: its start is how
+  // long the agent says it ran before its end (protocol 5's run_ms), not unknown.
+  const Json done = Call("GET", "/v1/jobs/" + id);
+  ASSERT_TRUE(done.contains("start_ms")) << done.dump();
+  EXPECT_GE(done["start_ms"].get<int64_t>(), done["submit_ms"].get<int64_t>());
+  EXPECT_LE(done["start_ms"].get<int64_t>(), done["end_ms"].get<int64_t>());
   // A failing command reports its exit code.
   std::string f =
       Call("POST", "/v1/jobs", {{"queue", "training"}, {"command", {"sh", "-c", "exit 3"}}})["id"];

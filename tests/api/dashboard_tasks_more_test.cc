@@ -78,6 +78,51 @@ TEST_F(DashboardTasksTest, WhyMyJobWaitsAndWhenItShouldStart) {
   }
 }
 
+// Vee's group reserves the only card, which Sam's job borrows: Vee's job reclaims it. The
+// preemption's reason says when the grace ends ("grace until t=SECONDS s" as the scheduler writes
+// it): on the overview's recent events and the Events view it reads as a time, as in the CLI,
+// never as epoch seconds (they did, where the word before it was not "at"), and a time to come
+// as "in ..." (it read "just now").
+TEST_F(DashboardTasksTest, APreemptionsGraceEndsAtATimeForPeople) {
+  server_.reset();  // again, with training jobs preemptible
+  std::string config = testing::kDashboardTasksConfig;
+  const std::string training = "class: training}";
+  config.replace(config.find(training), training.size(), "class: training, preemptible: true}");
+  config +=
+      "grace: 60s\n";  // the grace ends a minute after the preemption: "in 1 min", not "just now"
+  WriteConfig(config);
+  StartServer();
+  StartAgents(1, "1xH100-80GB");
+  const auto submit = [&](const std::string& token, const std::string& name) {
+    Json r = Call("POST", "/v1/jobs",
+                  {{"queue", "training"}, {"command", {"sleep", "1000"}}, {"name", name}}, token);
+    EXPECT_TRUE(r.is_object() && r.contains("id")) << r.dump();
+    return r.is_object() ? r.value("id", "") : "";
+  };
+  const std::string borrower = submit("speech-token-1", "sam-borrows");
+  ASSERT_TRUE(WaitFor([&] { return AdminState(borrower) == "running"; }))
+      << AdminJob(borrower).dump();
+  submit("vision-token-1", "vee-reclaims");
+  ASSERT_TRUE(WaitFor([&] { return AdminState(borrower) != "running"; }))
+      << AdminJob(borrower).dump();
+  const std::string preempted = "[data-kind=\"job.preempted\"]";
+  Json r = Browse({
+      Goto(Url("token=admin-token-1")),
+      Wait("document.querySelector('#ov-events " + preempted + "')"),
+      Eval("document.querySelector('#ov-events " + preempted + "').textContent", "overview"),
+      Click("nav a[data-view=events]"),
+      Wait("document.querySelector('#events tbody tr" + preempted + "')"),
+      Eval("document.querySelector('#events tbody tr" + preempted + "').textContent", "events"),
+  });
+  const std::regex epoch(R"(t=\d{6,}s)");
+  for (const char* k : {"overview", "events"}) {
+    ASSERT_TRUE(r.contains(k)) << r.dump(1);
+    EXPECT_TRUE(std::regex_search(r.value(k, ""), std::regex(R"(grace until \d\d:\d\d \(in )")))
+        << k << ": " << r[k];
+    EXPECT_FALSE(std::regex_search(r.value(k, ""), epoch)) << k << ": " << r[k];
+  }
+}
+
 constexpr int64_t kGiB = 1024LL * 1024 * 1024;
 
 // Ten notebooks of 16 GiB over 6 hours of one-minute samples, each busy 6 minutes an hour in turn

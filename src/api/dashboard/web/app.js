@@ -41,7 +41,7 @@ function span(ms) {  // a duration: "45 s", "12 min", "3 h 05 min", "2 d 4 h"
 function ago(ms) {  // a time: relative, the exact time in a tooltip (see when())
   if (!ms) return "";
   const d = Date.now() - ms;
-  return d < 5000 ? "just now" : d >= 0 ? span(d) + " ago" : "in " + span(-d);
+  return Math.abs(d) < 5000 ? "just now" : d > 0 ? span(d) + " ago" : "in " + span(-d);
 }
 const byName = new Intl.Collator(undefined, { numeric: true }).compare;  // "node-2" before "node-10"; fast on 10,000
 const plural = (n, one, many) => n + " " + (n === 1 ? one : many || one + "s");
@@ -319,9 +319,10 @@ function forecastText(j) {
   const t = at ? (at - Date.now() < 5000 ? "expected to start now" : "expected to start in " + span(at - Date.now())) : "no start expected yet";
   return t + (f.position ? " (" + ordinal(f.position) + " in line)" : "");
 }
-// The scheduler's reasons say when devices are expected free in epoch seconds ("expected free at
-// t=1796242375s"): shown as a time for people ("at 14:32 (in 59 min)"), as the CLI does.
-const humanTimes = text => String(text || "").replace(/\bat t=(\d{9,})s\b/g, (m, s) => "at " + hhmm(s * 1000) + " (" + ago(s * 1000) + ")");
+// The scheduler's reasons give times in epoch seconds ("expected free at t=1796242375s", "grace
+// until t=...", "since t=..."): each shown as a time for people ("at 14:32 (in 59 min)"), as the
+// CLI does. Smaller values are a simulation's seconds, not times, and stay as they are.
+const humanTimes = text => String(text || "").replace(/\bt=(\d{1,15})s\b/g, (m, s) => Number(s) < 1e9 ? m : hhmm(s * 1000) + " (" + ago(s * 1000) + ")");
 // Why a job is where it is: the step it waits at and the reason, else the reason it ended.
 const jobReason = j => humanTimes(j.wait ? j.wait.step + ": " + j.wait.reason : j.reason || "");
 function ordinal(n) { const t = n % 100, o = n % 10; return n + (t >= 11 && t <= 13 ? "th" : o === 1 ? "st" : o === 2 ? "nd" : o === 3 ? "rd" : "th"); }

@@ -545,11 +545,15 @@ void BackendExecutor::RecordPollsLocked(
         if (!ledger_->End(j, state, JobCause::kExited, why)) continue;
         ledger_->WantCycle();
         ledger_->SetExitCode(j, x.exit_code);
-        batch->Add(Event(name, std::string("job.") + JobStateName(state), id, j.rec.reason,
-                         {{"external_id", ext.id},
-                          {"node", ext.node},
-                          {"exit_code", x.exit_code ? *x.exit_code : -1},
-                          {"signal", x.signal}}));
+        Json data = {{"external_id", ext.id},
+                     {"node", ext.node},
+                     {"exit_code", x.exit_code ? *x.exit_code : -1},
+                     {"signal", x.signal}};
+        if (x.run_s >= 0) {  // a job never seen running started that long before now
+          ledger_->SetRanFor(j, x.run_s * 1000);
+          data["run_ms"] = x.run_s * 1000;
+        }
+        batch->Add(Event(name, std::string("job.") + JobStateName(state), id, j.rec.reason, data));
         batch->jobs.push_back(&j);
         forget->push_back({lanes_.at(name)->backend.get(), ext.id});
       }

@@ -229,9 +229,6 @@ std::vector<std::string> ConfigWarnings(const EngineConfig& c);
 const std::set<std::string>& ServerQueueKeys();
 Result<EngineConfig> LoadConfig(const std::string& path);
 
-// "2027-06-30", "2027-06-30T18:00:00Z" or "...T18:00:00+02:00" in milliseconds since the epoch.
-Result<int64_t> ParseTimestampMs(const std::string& text);
-
 // Lowercase hex SHA-256 of `text`.
 std::string Sha256Hex(const std::string& text);
 // A new random token ("tsk_" + 40 hex digits) from the OS's random source.

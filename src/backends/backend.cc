@@ -476,6 +476,43 @@ std::vector<int> ParseIndexList(const std::string& text) {
   return out;
 }
 
+int64_t ClockSeconds(const std::string& text) {
+  std::string rest = text;
+  int64_t days = -1;
+  const size_t dash = rest.find('-');
+  const auto number = [](const std::string& t, int64_t* out) {
+    if (t.empty() || t.size() > 9 || t.find_first_not_of("0123456789") != std::string::npos)
+      return false;
+    *out = std::stoll(t);
+    return true;
+  };
+  if (dash != std::string::npos) {
+    if (!number(rest.substr(0, dash), &days)) return -1;
+    rest = rest.substr(dash + 1);
+  }
+  std::vector<int64_t> parts;
+  size_t from = 0;
+  for (;;) {
+    const size_t colon = rest.find(':', from);
+    int64_t v = 0;
+    if (!number(rest.substr(from, colon == std::string::npos ? colon : colon - from), &v))
+      return -1;
+    parts.push_back(v);
+    if (colon == std::string::npos) break;
+    from = colon + 1;
+  }
+  // Without days the last field is seconds and there are two or three; with days the first is
+  // hours. Every field after the first is below 60.
+  if (parts.size() > 3 || (days < 0 && parts.size() < 2)) return -1;
+  for (size_t k = 1; k < parts.size(); ++k) {
+    if (parts[k] >= 60) return -1;
+  }
+  if (days >= 0) parts.resize(3, 0);  // D-HH[:MM[:SS]]
+  int64_t seconds = 0;
+  for (int64_t v : parts) seconds = seconds * 60 + v;
+  return std::max<int64_t>(days, 0) * 86400 + seconds;
+}
+
 Result<std::string> GresFor(const JobRequest& job) {
   const QueueMapping& m = job.mapping;
   if (job.gpus <= 0 || job.form.empty()) return std::string();

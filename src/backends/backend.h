@@ -117,6 +117,9 @@ struct ExternalJob {
   bool suspended =
       false;  // Kubernetes: the Job is suspended (state "suspended" once its pods are gone)
   bool unschedulable = false;  // Kubernetes: its pod cannot be scheduled (reason says why)
+  // How long it has run, or ran, as its scheduler says (seconds; -1: it does not say). A job
+  // that ends between two polls is never seen running: its start is this long before its end.
+  int64_t run_s = -1;
 };
 
 // The GPUs a scheduler has for Tessera's jobs, in thousandths of a card (negative: unknown,
@@ -285,9 +288,14 @@ std::string ExpandGres(std::string pattern, int gpus, const std::string& type, i
                        const std::string& profile = "");
 // "0-2,5" -> {0,1,2,5}; bad text -> empty.
 std::vector<int> ParseIndexList(const std::string& text);
+// A duration as schedulers print one, in seconds: "MM:SS", "HH:MM:SS" (Slurm's TimeUsed, PBS's
+// walltime), "D-HH", "D-HH:MM", "D-HH:MM:SS" (Slurm, with days). -1 for anything else
+// ("INVALID", "UNLIMITED", a bare number, a minute or second past 59).
+int64_t ClockSeconds(const std::string& text);
 
 // Slurm's listings: one line of `squeue -h -t all -O JobID:|,State:|,NodeList:|,Reason:|,
-// exit_code:|,Name:|` (nullopt when malformed), and one line of `scontrol show job -d -o`.
+// exit_code:|,TimeUsed:|,Name:|` (nullopt when malformed), and one line of `scontrol show job -d
+// -o`.
 std::optional<ExternalJob> ParseSqueueLine(const std::string& line);
 ExternalJob ParseScontrolLine(const std::string& line);
 

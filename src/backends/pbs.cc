@@ -94,6 +94,12 @@ class PbsBackend : public ScriptBackend {
       } else {
         j.state = ExternalStateName(ExternalState::kPending);
       }
+      // How long it has run: resources_used.walltime, "HH:MM:SS".
+      if (auto used = v.find("resources_used"); used != v.end() && used->is_object()) {
+        auto wall = used->find("walltime");
+        if (wall != used->end() && wall->is_string())
+          j.run_s = ClockSeconds(wall->get<std::string>());
+      }
       // exec_host "node1/0*2"; exec_vnode "(node1:ngpus=1:ncpus=2)".
       std::string host = text("exec_host");
       j.node = host.substr(0, host.find('/'));

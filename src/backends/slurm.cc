@@ -49,13 +49,13 @@ void ParseExit(const std::string& text, ExternalJob& j) {
 
 }  // namespace
 
-// One line of `squeue -h -t all -O JobID:|,State:|,NodeList:|,Reason:|,exit_code:|,Name:|`: the
-// name comes last so that a '|' in it cannot shift the other fields; exit_code is the raw wait
-// status (768 = exit 3).
+// One line of `squeue -h -t all -O JobID:|,State:|,NodeList:|,Reason:|,exit_code:|,TimeUsed:|,
+// Name:|`: the name comes last so that a '|' in it cannot shift the other fields; exit_code is the
+// raw wait status (768 = exit 3); TimeUsed how long it has run ([D-][HH:]MM:SS).
 std::optional<ExternalJob> ParseSqueueLine(const std::string& line) {
   std::vector<std::string> f;
   size_t start = 0;
-  for (int k = 0; k < 5; ++k) {
+  for (int k = 0; k < 6; ++k) {
     size_t bar = line.find('|', start);
     if (bar == std::string::npos) return std::nullopt;
     f.push_back(line.substr(start, bar - start));
@@ -69,6 +69,7 @@ std::optional<ExternalJob> ParseSqueueLine(const std::string& line) {
   j.node = f[2] == "(null)" ? "" : f[2];
   if (f[3] != "None") j.reason = f[3];
   j.name = name;
+  j.run_s = ClockSeconds(f[5]);
   const ExternalState state = MapSlurmState(j.native_state);
   j.state = ExternalStateName(state);
   if (j.external_id.empty() || j.native_state.empty()) return std::nullopt;
@@ -195,7 +196,7 @@ class SlurmBackend : public ScriptBackend {
       std::string list;
       for (const auto& id : missing) list += (list.empty() ? "" : ",") + id;
       auto acct = RunSchedulerCommand(opt_, {"sacct", "-n", "-P", "-X", "-j", list, "-o",
-                                             "JobID,JobName,State,ExitCode,NodeList"});
+                                             "JobID,JobName,State,ExitCode,NodeList,ElapsedRaw"});
       if (acct.ok()) {
         std::stringstream ss(*acct);
         std::string line;
@@ -212,6 +213,9 @@ class SlurmBackend : public ScriptBackend {
           j.state = ExternalStateName(MapSlurmState(j.native_state));
           ParseExit(f[3], j);
           j.node = f[4] == "None assigned" ? "" : f[4];
+          if (f.size() > 5 && !f[5].empty() && f[5].size() <= 12 &&
+              f[5].find_first_not_of("0123456789") == std::string::npos)
+            j.run_s = std::stoll(f[5]);  // ElapsedRaw: seconds
           out[j.external_id] = j;
         }
       }
@@ -233,7 +237,8 @@ class SlurmBackend : public ScriptBackend {
   Result<std::map<std::string, ExternalJob>> Listing() override {
     auto listing =
         RunSchedulerCommand(opt_, {"squeue", "-h", "-t", "all", "-O",
-                                   "JobID:|,State:|,NodeList:|,Reason:|,exit_code:|,Name:|"});
+                                   "JobID:|,State:|,NodeList:|,Reason:|,exit_code:|,TimeUsed:|,"
+                                   "Name:|"});
     if (!listing.ok()) return listing.status();
     std::map<std::string, ExternalJob> out;
     std::stringstream ss(*listing);

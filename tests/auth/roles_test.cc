@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "api/routes.h"
+#include "model/timestamp.h"
 #include "support/served_engine.h"
 #include "support/test_dir.h"
 #include "support/wait.h"

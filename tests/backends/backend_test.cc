@@ -122,25 +122,43 @@ TEST(IndexList, Ranges) {
   EXPECT_EQ(ParseIndexList("2147483647-2147483647"), (std::vector<int>{2147483647}));
 }
 
+// How long a job ran, as Slurm's TimeUsed and PBS's resources_used.walltime write it.
+TEST(BackendText, ClockDurations) {
+  EXPECT_EQ(ClockSeconds("0:00"), 0);
+  EXPECT_EQ(ClockSeconds("1:05"), 65);
+  EXPECT_EQ(ClockSeconds("00:00:05"), 5);
+  EXPECT_EQ(ClockSeconds("2:03:04"), 7384);
+  EXPECT_EQ(ClockSeconds("1-02:03:04"), 93784);
+  EXPECT_EQ(ClockSeconds("1-02:03"), 93780);  // days-hours:minutes
+  for (const char* bad : {"", "INVALID", "UNLIMITED", "5", "1:2:3:4", "-1:00", "1:xx", "1:60",
+                          "99999999999999999999:00", ":05", "1::05"}) {
+    EXPECT_EQ(ClockSeconds(bad), -1) << bad;
+  }
+}
+
 // Lines as Slurm 22.05's squeue and scontrol print them (captured from the test cluster).
 TEST(SlurmListing, ParsesSqueueAndScontrolLines) {
-  auto held = ParseSqueueLine("2|PENDING||JobHeldUser|0|tessera-x-j-2|");
+  auto held = ParseSqueueLine("2|PENDING||JobHeldUser|0|0:00|tessera-x-j-2|");
   ASSERT_TRUE(held.has_value());
   EXPECT_EQ(held->external_id, "2");
   EXPECT_EQ(held->state, "pending");
   EXPECT_EQ(held->reason, "JobHeldUser");
   EXPECT_EQ(held->name, "tessera-x-j-2");
   EXPECT_FALSE(held->exit_code.has_value());
-  auto failed = ParseSqueueLine("2001|FAILED|vm|NonZeroExitCode|768|tx|fail|");
+  EXPECT_EQ(held->run_s, 0);
+  auto failed = ParseSqueueLine("2001|FAILED|vm|NonZeroExitCode|768|1:05|tx|fail|");
   ASSERT_TRUE(failed.has_value());
   EXPECT_EQ(failed->state, "failed");
   EXPECT_EQ(failed->exit_code, 3);  // the raw wait status 768
   EXPECT_EQ(failed->node, "vm");
   EXPECT_EQ(failed->name, "tx|fail");  // a '|' in a name shifts nothing
-  auto killed = ParseSqueueLine("7|CANCELLED|vm|None|9|t|");
+  EXPECT_EQ(failed->run_s, 65);        // TimeUsed: how long it ran
+  auto killed = ParseSqueueLine("7|CANCELLED|vm|None|9|1-02:03:04|t|");
   ASSERT_TRUE(killed.has_value());
   EXPECT_EQ(killed->state, "cancelled");
   EXPECT_EQ(killed->signal, 9);
+  EXPECT_EQ(killed->run_s, 93784);
+  EXPECT_EQ(ParseSqueueLine("8|RUNNING|vm|None|0|INVALID|t|")->run_s, -1);  // not said
   EXPECT_FALSE(ParseSqueueLine("garbage").has_value());
   ExternalJob running = ParseScontrolLine(
       "JobId=2002 JobName=tx-run JobState=RUNNING Reason=None ExitCode=0:0 NodeList=vm "
@@ -162,9 +180,10 @@ TEST(SlurmPoll, ReadsGresOncePerJobAndListsAllWhenManyStart) {
     std::filesystem::permissions(dir + "/" + name, std::filesystem::perms::owner_all);
   };
   // RUNNING jobs 1..N (N from the file `n`), each on index (id mod 4).
-  script("squeue", "n=$(cat " + dir +
-                       "/n); i=1; while [ $i -le $n ]; do echo \"$i|RUNNING|vm|None|0|t-j-$i|\"; "
-                       "i=$((i+1)); done\n");
+  script("squeue",
+         "n=$(cat " + dir +
+             "/n); i=1; while [ $i -le $n ]; do echo \"$i|RUNNING|vm|None|0|0:05|t-j-$i|\"; "
+             "i=$((i+1)); done\n");
   script("scontrol", "echo \"$*\" >> " + dir + "/calls\nn=$(cat " + dir +
                          "/n); i=1\n"
                          "while [ $i -le $n ]; do if [ -z \"$5\" ] || [ \"$5\" = \"$i\" ]; then "
@@ -265,8 +284,9 @@ TEST(ScriptBackends, SubmitCancelAndListThroughTheirCommands) {
   script("qstat", R"(echo '{"Jobs": {"1.s": {"Job_Name": "tessera-c-1", "job_state": "R"},)"
                   R"( "2.s": {"Job_Name": "other", "job_state": "Q"}}}')"
                   "\n");
-  script("squeue",
-         "echo '5|PENDING|(null)|None|0|tessera-c-5|'; echo '6|RUNNING|vm|None|0|other|'\n");
+  script(
+      "squeue",
+      "echo '5|PENDING|(null)|None|0|0:00|tessera-c-5|'; echo '6|RUNNING|vm|None|0|0:07|other|'\n");
   BackendOptions o;
   o.bin_dir = dir;
   o.command_nice = 0;

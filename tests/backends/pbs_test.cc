@@ -2,7 +2,8 @@
 // packages, so this test writes STAND-IN `qsub`/`qstat`/`qdel` scripts into a temp directory placed
 // first on PATH. They record every call and answer in PBS Pro/OpenPBS's documented formats: qsub
 // prints "SEQ.SERVER"; `qstat -x -f -F json` prints {"Jobs": {ID: {"Job_Name", "job_state" (Q, R,
-// F), "exec_host", "exec_vnode", "Exit_status"}}} (PBS Reference Guide, qstat JSON output); qdel
+// F), "exec_host", "exec_vnode", "Exit_status", "resources_used": {"walltime": "HH:MM:SS"}}}} (PBS
+// Reference Guide, qstat JSON output; walltime once finished only, here); qdel
 // kills the job (Exit_status 271 = 256 + SIGTERM). The stand-in qsub really runs the script, in the
 // background, as the account qsub was run as (as PBS runs a job as its owner), writing where its
 // `#PBS -o` says; it records that account as the job's Job_Owner, which qstat shows.
@@ -39,7 +40,7 @@ cat > "$S/$n.sh"
 name=$(sed -n 's/^#PBS -N //p' "$S/$n.sh"); out=$(sed -n 's/^#PBS -o //p' "$S/$n.sh")
 echo "$name" > "$S/$n.name"
 echo "$(id -un) $(id -u) $(id -g) HOME=$HOME USER=$USER LOGNAME=$LOGNAME PWD=$PWD" > "$S/$n.owner"
-setsid bash -c 'bash "$0/$1.sh" > "$2" 2>&1; echo $? > "$0/$1.exit.tmp"; mv "$0/$1.exit.tmp" "$0/$1.exit"' "$S" "$n" "${out:-/dev/null}" </dev/null >/dev/null 2>&1 &
+setsid bash -c 'date +%s > "$0/$1.start"; bash "$0/$1.sh" > "$2" 2>&1; echo $? > "$0/$1.exit.tmp"; date +%s > "$0/$1.end"; mv "$0/$1.exit.tmp" "$0/$1.exit"' "$S" "$n" "${out:-/dev/null}" </dev/null >/dev/null 2>&1 &
 echo $! > "$S/$n.pid"
 echo "$id"
 # Test hook: the submission goes through but qsub reports a failure (as on a timeout).
@@ -59,6 +60,9 @@ for i in range(1, n + 1):
     if os.path.exists("%s/%d.exit" % (S, i)):
         j["job_state"] = "F"
         j["Exit_status"] = int(open("%s/%d.exit" % (S, i)).read())
+        if os.path.exists("%s/%d.end" % (S, i)):  # not one qdel ended
+            ran = int(open("%s/%d.end" % (S, i)).read()) - int(open("%s/%d.start" % (S, i)).read())
+            j["resources_used"] = {"walltime": "%02d:%02d:%02d" % (ran // 3600, ran // 60 % 60, ran % 60)}
     else:
         j["job_state"] = "R"
     jobs["%d.pbs-test" % i] = j
@@ -135,6 +139,14 @@ TEST_F(PbsTest, SubmitFollowFailCancel) {
       << Job(ok).dump() << Calls() << server_->Log();
   ASSERT_TRUE(WaitFor([&] { return State(bad) == "failed"; })) << Job(bad).dump();
   EXPECT_EQ(Job(bad)["exit_code"], 3);
+  // Both ended within milliseconds, most often before a poll (every 200 ms) saw them run: each
+  // starts its walltime (resources_used.walltime) before its end, no earlier than submitted.
+  for (const std::string& id : {ok, bad}) {
+    const Json j = Job(id);
+    ASSERT_TRUE(j.contains("start_ms")) << j.dump();
+    EXPECT_GE(j["start_ms"].get<int64_t>(), j["submit_ms"].get<int64_t>()) << j.dump();
+    EXPECT_LE(j["start_ms"].get<int64_t>(), j["end_ms"].get<int64_t>()) << j.dump();
+  }
   ASSERT_TRUE(WaitFor([&] { return State(slow) == "running"; })) << Job(slow).dump();
   Json sj = Job(slow);
   EXPECT_EQ(sj["backend"]["node"], "pbsnode1");

@@ -179,6 +179,14 @@ TEST_F(SlurmTest, WholeCardsAndSharesRunToCompletionWithTheirGres) {
   }
   EXPECT_TRUE(saw_gres) << ev.dump();
   EXPECT_EQ(SlurmJobsNamed("tessera-t1-" + w), 1);
+  // Each shows when it started, also the share that may end between two polls, never seen
+  // running: then squeue's TimeUsed says how long before its end.
+  for (const std::string& id : {w, s}) {
+    const Json j = Job(id);
+    ASSERT_TRUE(j.contains("start_ms")) << j.dump();
+    EXPECT_GE(j["start_ms"].get<int64_t>(), j["submit_ms"].get<int64_t>()) << j.dump();
+    EXPECT_LE(j["start_ms"].get<int64_t>(), j["end_ms"].get<int64_t>()) << j.dump();
+  }
 }
 
 TEST_F(SlurmTest, MigInstancesRunAsTypedGres) {

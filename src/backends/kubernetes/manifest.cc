@@ -6,6 +6,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "model/timestamp.h"
+
 namespace tessera::backends::kube {
 
 const char* kDefaultJobTemplate = R"(apiVersion: batch/v1
@@ -436,6 +438,12 @@ ExternalJob ReadJob(const Json& job, const std::vector<const Json*>& pods) {
       x.reason = StrAt(*sched, "reason") + ": " + StrAt(*sched, "message");
       x.unschedulable = StrAt(*sched, "reason") == "Unschedulable";
     }
+  }
+  // How long its (first ended) container ran, where the pod says when it started and ended.
+  if (const Json* t = pod != nullptr ? Terminated(*pod) : nullptr) {
+    const Result<int64_t> from = ParseTimestampMs(StrAt(*t, "startedAt")),
+                          to = ParseTimestampMs(StrAt(*t, "finishedAt"));
+    if (from.ok() && to.ok() && *to >= *from) x.run_s = (*to - *from) / 1000;
   }
   const Json* failed = Condition(job, "Failed");
   if (True(Condition(job, "Complete"))) {

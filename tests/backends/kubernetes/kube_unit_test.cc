@@ -293,10 +293,24 @@ TEST(ReadJob, StatesExitCodesAndReasonsComeFromTheJobAndItsNewestPod) {
   EXPECT_EQ(ReadJob(job, {&evicted}).reason, "Evicted");
   EXPECT_EQ(ReadJob(job, {}).reason, "BackoffLimitExceeded");
 
+  EXPECT_EQ(x.run_s, -1);  // its container says neither when it started nor when it ended
+
   job["status"] = {{"conditions", {{{"type", "Complete"}, {"status", "True"}}}}};
   x = ReadJob(job, {});
   EXPECT_EQ(x.state, "succeeded");
   EXPECT_EQ(*x.exit_code, 0);
+  EXPECT_EQ(x.run_s, -1);  // no pod: how long it ran is not known
+  // How long its container ran: from startedAt to finishedAt (whole seconds, RFC 3339).
+  Json done = Pod("Succeeded", "2026-12-01T10:00:06Z",
+                  {{"containerStatuses",
+                    {{{"state",
+                       {{"terminated",
+                         {{"exitCode", 0},
+                          {"startedAt", "2026-12-01T10:00:07Z"},
+                          {"finishedAt", "2026-12-01T10:01:12Z"}}}}}}}}});
+  EXPECT_EQ(ReadJob(job, {&done}).run_s, 65);
+  done["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"] = "soon";
+  EXPECT_EQ(ReadJob(job, {&done}).run_s, -1);
 
   job["spec"]["suspend"] = true;
   job["status"] = {{"active", 1}};

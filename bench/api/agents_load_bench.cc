@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "agent/protocol.h"
+#include "bench_args.h"
 #include "percentile.h"
 #include "proc.h"
 
@@ -400,6 +401,9 @@ int Port(const std::string& log_path) {
 
 int main(int argc, char** argv) {
   Options o;
+  tessera::bench::CheckArgs(argc, argv,
+                            {"--agents", "--seconds", "--rate", "--period-ms", "--job-seconds",
+                             "--submitters", "--watch", "--server-threads"});
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--agents")) o.agents = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--seconds")) o.seconds = std::atoi(argv[i + 1]);

@@ -43,6 +43,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_args.h"
 #include "conn_flood_clients.h"
 #include "net/tls.h"
 #include "percentile.h"
@@ -139,6 +140,9 @@ void Line(const char* what, const std::vector<double>& v, int failed) {
 
 int main(int argc, char** argv) {
   Options o;
+  tessera::bench::CheckArgs(
+      argc, argv,
+      {"--connections", "--slow", "--hold", "--settle", "--rounds", "--agents", "--per-peer"});
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--connections")) o.connections = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--slow")) o.slow = std::atoi(argv[i + 1]);

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "api/engine.h"
+#include "bench_args.h"
 
 namespace {
 
@@ -45,6 +46,7 @@ void Die(const std::string& what, const Status& st) {
 
 int main(int argc, char** argv) {
   int64_t jobs = 100'000, days = 30;
+  tessera::bench::CheckArgs(argc, argv, {"--jobs", "--days"});
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--jobs")) jobs = std::stoll(argv[i + 1]);
     if (!std::strcmp(argv[i], "--days")) days = std::stoll(argv[i + 1]);

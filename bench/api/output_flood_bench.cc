@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_args.h"
 #include "percentile.h"
 #include "proc.h"
 
@@ -50,6 +51,7 @@ int64_t NowMs() {
 
 int main(int argc, char** argv) {
   int rate_mb = 100, seconds = 60;
+  tessera::bench::CheckArgs(argc, argv, {"--rate-mb", "--seconds"});
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--rate-mb")) rate_mb = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--seconds")) seconds = std::atoi(argv[i + 1]);

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "api/engine.h"
+#include "bench_args.h"
 #include "partition/catalog.h"
 #include "percentile.h"
 #include "sim/scenario_bench.h"
@@ -225,6 +226,9 @@ int main(int argc, char** argv) {
   int rate = 1000, seconds = 5, threads = 4, warmup = -1, runs = 1;
   std::string phases = "cycle,latency";
   std::string placement = "tessera";
+  tessera::bench::CheckArgs(argc, argv,
+                            {"--nodes", "--jobs", "--rate", "--seconds", "--threads", "--warmup",
+                             "--phases", "--runs", "--placement"});
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--nodes")) o.nodes = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--jobs")) o.jobs = std::atoi(argv[i + 1]);

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "api/engine.h"
+#include "bench_args.h"
 
 namespace {
 
@@ -55,6 +56,7 @@ void Die(const std::string& what, const Status& st) {
 int main(int argc, char** argv) {
   int64_t past = 1'000'000, live = 1000;
   int nodes = 100;
+  tessera::bench::CheckArgs(argc, argv, {"--past", "--live", "--nodes"});
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--past")) past = std::stoll(argv[i + 1]);
     if (!std::strcmp(argv[i], "--live")) live = std::stoll(argv[i + 1]);

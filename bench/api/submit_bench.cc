@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_args.h"
 #include "pg_harness.h"
 #include "proc.h"
 #include "store/store.h"
@@ -57,6 +58,7 @@ int main(int argc, char** argv) {
   int jobs = 10000;
   std::string clients_arg = "1,4", stores_arg = "sqlite,postgresql", keyed_arg = "no";
   int stored = 0;
+  tessera::bench::CheckArgs(argc, argv, {"--jobs", "--stored", "--keyed", "--clients", "--store"});
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--jobs")) jobs = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--stored")) stored = std::atoi(argv[i + 1]);

@@ -26,7 +26,9 @@ inline void CheckArgs(int argc, char** argv, std::initializer_list<const char*> 
   for (int i = 1; i < argc; i += 2) {
     bool known = false;
     for (const char* f : flags) known = known || !std::strcmp(argv[i], f);
-    const char* why = !known ? "unknown flag" : i + 1 >= argc ? "a value is missing after" : nullptr;
+    const char* why = !known          ? "unknown flag"
+                      : i + 1 >= argc ? "a value is missing after"
+                                      : nullptr;
     if (why == nullptr) continue;
     std::fprintf(stderr, "%s: %s '%s'\n%s", argv[0], why, argv[i], usage.c_str());
     std::exit(2);

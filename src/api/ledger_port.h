@@ -51,8 +51,8 @@ class LedgerPort {
   // An ended job's exit code, as its backend or agent said.
   void SetExitCode(const Job& j, std::optional<int> code);
   // An ended job that was never reported running (it ended within its agent's first heartbeat
-  // period) started `run_ms` before now, as its agent measured it; no earlier than it was
-  // submitted. A start already known is kept.
+  // period, or between two polls of its backend) started `run_ms` before now, as its agent or
+  // scheduler measured it; no earlier than it was submitted. A start already known is kept.
   void SetRanFor(const Job& j, int64_t run_ms);
   // The quota engine, to read: the calls below change it.
   const quota::QuotaEngine& Quota() { return QuotaToChange(); }

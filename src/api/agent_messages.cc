@@ -130,9 +130,7 @@ Status CheckHeartbeatJobs(const Json& body) {
       }
       // How long the job ran, by the node's monotonic clock (protocol 5): a finished entry's.
       if (e.contains("run_ms") &&
-          (std::string(key) != "finished" || !e["run_ms"].is_number_integer() ||
-           (!e["run_ms"].is_number_unsigned() && e["run_ms"].get<int64_t>() < 0) ||
-           (e["run_ms"].is_number_unsigned() && e["run_ms"].get<uint64_t>() > INT64_MAX))) {
+          (std::string(key) != "finished" || !InRange(e, "run_ms", INT64_MAX, "").ok())) {
         return Status::InvalidArgument(std::string("'") + key +
                                        ".run_ms' must be a non-negative integer (milliseconds) in "
                                        "a 'finished' entry");

@@ -238,6 +238,11 @@ Result<Json> Views::ViewOf(const std::string& key, const std::function<Result<Js
 
 Result<Json> Views::ListJobs(const Identity& who, const std::string& state_filter, int limit) {
   if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot list jobs");
+  // A filter that names no state is a typo to name, not a list that happens to be empty.
+  if (!state_filter.empty()) {
+    if (auto parsed = ParseJobState(state_filter); !parsed.ok())
+      return Status::InvalidArgument("'state': " + parsed.status().message());
+  }
   // Cached per identity and filter at three sizes (100, 500: the dashboard's, and 1000 jobs), each
   // request cut from them; longer lists and long filters are rendered each time. So the cache holds
   // a few renderings per identity, not one per limit asked (512 limits near 10,000 were gigabytes).
@@ -267,7 +272,7 @@ Result<Json> Views::ListJobsNow(const Identity& who, const std::string& state_fi
   std::optional<JobState> wanted;  // none: every state
   if (!state_filter.empty()) {
     auto parsed = ParseJobState(state_filter);
-    if (!parsed.ok()) return Json{{"jobs", Json::array()}};  // no job is in a state that is none
+    if (!parsed.ok()) return Status::InvalidArgument("'state': " + parsed.status().message());
     wanted = *parsed;
   }
   const bool live_only = wanted && !IsTerminal(*wanted);

@@ -44,6 +44,21 @@ TEST_F(EngineTest, JobListsOfAnyLimitAreTheNewestFirst) {
   EXPECT_EQ(names(0).size(), 0u);
 }
 
+// A state filter that names no state is refused, naming it and the states there are: an empty
+// list would read as "no such jobs" when the filter was a typo.
+TEST_F(EngineTest, AJobListsStateFilterThatIsNoStateIsRefusedByName) {
+  Submit("alice", {{"queue", "training"}, {"command", {"true"}}});
+  const Result<Json> bad = engine_->views().ListJobs(Who("admin"), "runing", 100);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("'state'"), std::string::npos) << bad.status().message();
+  EXPECT_NE(bad.status().message().find("'runing'"), std::string::npos) << bad.status().message();
+  EXPECT_NE(bad.status().message().find("running"), std::string::npos) << bad.status().message();
+  const Result<Json> good = engine_->views().ListJobs(Who("admin"), "pending", 100);
+  ASSERT_TRUE(good.ok()) << good.status().ToString();
+  EXPECT_EQ((*good)["jobs"].size(), 1u);
+}
+
 TEST_F(EngineTest, ARepeatedIdempotencyKeyReturnsTheFirstJob) {
   const Json body = {{"queue", "training"}, {"command", {"true"}}};
   bool replayed = false;

@@ -181,11 +181,13 @@ static Status ReadMs(const YAML::Node& root, const char* key, bool positive, int
 template <typename Int>
 static Status ReadCount(const YAML::Node& root, const char* key, int64_t lo, int64_t hi, Int* out) {
   if (!root[key]) return Status::Ok();
-  int64_t n = -1;
-  if (!YAML::convert<int64_t>::decode(root[key], n) || n < lo || n > hi) {
+  // Decimal digits as people write them: YAML's own reading takes 023 as octal and 0x13 as hex.
+  const Result<int64_t> n =
+      root[key].IsScalar() ? ParseNonNegativeInt(root[key].Scalar()) : Result<int64_t>(-1);
+  if (!n.ok() || *n < lo || *n > hi) {
     return Bad(key, "must be an integer from " + std::to_string(lo) + " to " + std::to_string(hi));
   }
-  *out = static_cast<Int>(n);
+  *out = static_cast<Int>(*n);
   return Status::Ok();
 }
 
@@ -238,7 +240,9 @@ static Status ReadServerSettings(const YAML::Node& root, EngineConfig* c) {
   if (st.ok())
     st = ReadCount(root, "ended_jobs_in_memory", 1, 10'000'000, &c->limits.ended_jobs_in_memory);
   if (st.ok() && root["max_output"]) {
-    auto q = ParseMemoryMiB(root["max_output"].as<std::string>());
+    auto text = Str(root["max_output"], "max_output");
+    if (!text.ok()) return text.status();
+    auto q = ParseMemoryMiB(*text);
     if (!q.ok()) return Bad("max_output", q.status().message());
     if (*q <= 0 || *q > std::numeric_limits<int64_t>::max() / (1024 * 1024)) {
       return Bad("max_output", "expected a size such as 1GiB");
@@ -317,6 +321,19 @@ static Status CheckIdentityGroups(const EngineConfig& c) {
     for (const auto& g : c.identities[i].groups) {
       if (!c.FindGroup(g)) {
         return Bad("identities[" + std::to_string(i) + "].groups", "unknown group '" + g + "'");
+      }
+    }
+  }
+  // A group's users are identities. Without an identity provider to bring others, a name that
+  // no identity has is a typo whose weight and limit would never apply.
+  if (c.oidc.enabled()) return Status::Ok();
+  for (const quota::GroupSpec& g : c.policy.groups) {
+    for (const quota::MemberSpec& m : g.members) {
+      const bool known = std::any_of(c.identities.begin(), c.identities.end(),
+                                     [&](const Identity& id) { return id.name == m.identity; });
+      if (!known) {
+        return Bad("groups[" + g.name + "].users[" + m.identity + "]",
+                   "no identity is named '" + m.identity + "'");
       }
     }
   }
@@ -414,6 +431,7 @@ Result<EngineConfig> ParseConfig(const std::string& yaml_text) {
   }
   if (!root.IsMap()) return Status::InvalidArgument("config: expected a YAML map at the top");
   try {
+    if (Status twice = policy::UniqueKeys(root, ""); !twice.ok()) return Prefixed(twice);
     EngineConfig c;
     c.source_yaml = yaml_text;
     Status st = ReadServerSettings(root, &c);

@@ -130,11 +130,15 @@ Status ReadIdentities(const YAML::Node& ids, std::vector<Identity>* out) {
     auto name = Str(n["name"], w + ".name");
     if (!name.ok()) return name.status();
     id.name = *name;
-    auto role = ParseRole(n["role"] ? n["role"].as<std::string>() : "user");
+    auto role_name = n["role"] ? Str(n["role"], w + ".role") : Result<std::string>("user");
+    if (!role_name.ok()) return role_name.status();
+    auto role = ParseRole(*role_name);
     if (!role.ok()) return Bad(w + ".role", role.status().message());
     id.role = *role;
     if (n["expires"]) {
-      auto at = ParseTimestampMs(n["expires"].as<std::string>());
+      auto text = Str(n["expires"], w + ".expires");
+      if (!text.ok()) return text.status();
+      auto at = ParseTimestampMs(*text);
       if (!at.ok()) return Bad(w + ".expires", at.status().message());
       id.expires_ms = *at;
     }
@@ -162,8 +166,12 @@ Status ReadIdentities(const YAML::Node& ids, std::vector<Identity>* out) {
       }
       id.run_as = *account;
     }
+    // One of the two: a token beside its hash would never be checked against it.
+    if (n["token_sha256"] && n["token"]) return Bad(w, "token and token_sha256 exclude each other");
     if (n["token_sha256"]) {
-      id.token_sha256 = n["token_sha256"].as<std::string>();
+      auto hash = Str(n["token_sha256"], w + ".token_sha256");
+      if (!hash.ok()) return hash.status();
+      id.token_sha256 = *hash;
       // As sha256sum prints it; an upper-case digest (as some tools print it) is taken too.
       for (char& c : id.token_sha256)
         c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -172,7 +180,9 @@ Status ReadIdentities(const YAML::Node& ids, std::vector<Identity>* out) {
         return Bad(w + ".token_sha256", "expected 64 hex digits");
       }
     } else if (n["token"]) {
-      std::string t = n["token"].as<std::string>();
+      auto token = Str(n["token"], w + ".token");
+      if (!token.ok()) return token.status();
+      const std::string& t = *token;
       if (t.size() < 8) return Bad(w + ".token", "too short (at least 8 characters)");
       id.token_sha256 = Sha256Hex(t);
     } else {

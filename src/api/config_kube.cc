@@ -213,12 +213,13 @@ Status ParseKubeRoute(const YAML::Node& n, const std::string& w, QueueRoute* q) 
         if (!st.ok()) return st;
       }
       if (t["operator"]) {
-        st = OneOf(t["operator"].as<std::string>(), {"Equal", "Exists"}, tw + ".operator");
+        st = OneOf(t["operator"].IsScalar() ? t["operator"].Scalar() : "", {"Equal", "Exists"},
+                   tw + ".operator");
         if (!st.ok()) return st;
       }
       if (t["effect"]) {
-        st = OneOf(t["effect"].as<std::string>(), {"NoSchedule", "PreferNoSchedule", "NoExecute"},
-                   tw + ".effect");
+        st = OneOf(t["effect"].IsScalar() ? t["effect"].Scalar() : "",
+                   {"NoSchedule", "PreferNoSchedule", "NoExecute"}, tw + ".effect");
         if (!st.ok()) return st;
       }
     }

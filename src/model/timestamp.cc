@@ -32,7 +32,12 @@ Result<int64_t> ParseTimestampMs(const std::string& text) {
       return bad;
     }
   }
-  if (y < 1970 || mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || se > 60) return bad;
+  if (y < 1970 || mo < 1 || mo > 12 || h < 0 || h > 23 || mi < 0 || mi > 59 || se < 0 || se > 60)
+    return bad;
+  // A day the month has: 2030-02-30 would otherwise be read as 2030-03-02.
+  const bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+  constexpr int kDays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+  if (d < 1 || d > kDays[mo - 1] + (mo == 2 && leap ? 1 : 0)) return bad;
   // Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's days_from_civil).
   const int yy = mo <= 2 ? y - 1 : y;
   const int era = yy / 400;

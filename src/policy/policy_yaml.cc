@@ -175,7 +175,11 @@ Status ReadProfiles(const YAML::Node& root, quota::PolicySpec& p) {
     if (n["memory"]) TESSERA_TRY_ASSIGN(pr.memory_mib, GetMemory(n["memory"], f + ".memory"));
     if (n["forms"]) TESSERA_TRY_ASSIGN(pr.forms, GetForms(n["forms"], f + ".forms"));
     if (n["pools"]) TESSERA_TRY_ASSIGN(pr.pools, GetStrings(n["pools"], f + ".pools"));
-    if (pr.gpu_count == 0) pr.gpu_milli = 0;  // a CPU-only profile
+    // A CPU-only profile: a job of it that asks for GPUs gets whole ones unless it says
+    // gpu_fraction itself, so a fraction here would be dropped without a word.
+    if (pr.gpu_count == 0 && n["gpu_fraction"])
+      return FieldError(f + ".gpu_fraction", "only for a profile of 1 or more gpus");
+    if (pr.gpu_count == 0) pr.gpu_milli = 0;
     p.profiles.push_back(pr);
     return Status::Ok();
   });

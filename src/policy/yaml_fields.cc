@@ -108,4 +108,27 @@ std::string EntryName(const YAML::Node& n, size_t i) {
   return n.IsMap() && n["name"] && n["name"].IsScalar() ? Scalar(n["name"]) : std::to_string(i);
 }
 
+Status UniqueKeys(const YAML::Node& n, const std::string& field) {
+  if (n.IsMap()) {
+    std::set<std::string> seen;
+    for (const auto& kv : n) {
+      const std::string key = kv.first.IsScalar() ? Scalar(kv.first) : "?";
+      const std::string at = field.empty() ? key : field + "." + key;
+      if (!seen.insert(key).second) {
+        const YAML::Mark m = kv.first.Mark();
+        return FieldError(at, "given twice (again at line " + std::to_string(m.line + 1) +
+                                  ", column " + std::to_string(m.column + 1) + ")");
+      }
+      TESSERA_TRY(UniqueKeys(kv.second, at));
+    }
+  } else if (n.IsSequence()) {
+    size_t i = 0;
+    for (const auto& entry : n) {
+      TESSERA_TRY(UniqueKeys(entry, field + "[" + EntryName(entry, i) + "]"));
+      ++i;
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace tessera::policy

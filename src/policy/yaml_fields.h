@@ -40,6 +40,10 @@ Result<Resources> GetResources(const YAML::Node& n, const std::string& field, Re
 Status KnownKeys(const YAML::Node& n, const std::string& field, const std::set<std::string>& keys);
 // The entry's name for field paths, else its index.
 std::string EntryName(const YAML::Node& n, size_t i);
+// Every map under `n`, at any depth, names each of its keys once (`field`: the path to `n`, ""
+// at the top). YAML keeps the first of a repeated key and drops the others without a word, so
+// an override added at the end of a file would do nothing.
+Status UniqueKeys(const YAML::Node& n, const std::string& field);
 
 #define TESSERA_TRY_ASSIGN(lhs, expr) \
   do {                                \

@@ -27,6 +27,7 @@ using policy::GetForms;
 using policy::GetInt;
 using policy::GetMemory;
 using policy::GetMilli;
+using policy::GetString;
 using policy::GetStrings;
 using policy::KnownKeys;
 using policy::Scalar;
@@ -178,9 +179,10 @@ Result<WorkloadEntry> ParseWorkloadEntry(const YAML::Node& n, size_t i) {
        "gpu_fraction", "gpu_memory", "cpu", "memory", "walltime", "idle_after"}));
   WorkloadEntry w;
   if (!n["queue"]) return FieldError(f + ".queue", "required");
-  w.base.queue = Scalar(n["queue"]);
-  w.base.identity = n["identity"] ? Scalar(n["identity"]) : "user" + std::to_string(i);
-  if (n["group"]) w.base.group = Scalar(n["group"]);
+  TRY_ASSIGN(w.base.queue, GetString(n["queue"], f + ".queue"));
+  w.base.identity = "user" + std::to_string(i);
+  if (n["identity"]) TRY_ASSIGN(w.base.identity, GetString(n["identity"], f + ".identity"));
+  if (n["group"]) TRY_ASSIGN(w.base.group, GetString(n["group"], f + ".group"));
   int64_t count = 1;
   if (n["count"]) TRY_ASSIGN(count, GetInt(n["count"], f + ".count"));
   TRY(Within(count, 0, kMaxJobsPerEntry, f + ".count"));
@@ -247,6 +249,15 @@ Result<Scenario> Parse(const YAML::Node& root) {
   for (size_t i = 0; i < root["workload"].size(); ++i) {
     WorkloadEntry w;
     TRY_ASSIGN(w, ParseWorkloadEntry(root["workload"][i], i));
+    // Names the policy has: a job of no queue or group would only be counted "rejected".
+    const std::string f = "workload[" + std::to_string(i) + "]";
+    if (!std::any_of(s.policy.queues.begin(), s.policy.queues.end(),
+                     [&](const quota::QueueSpec& q) { return q.name == w.base.queue; }))
+      return FieldError(f + ".queue", "no queue '" + w.base.queue + "'");
+    if (!w.base.group.empty() &&
+        !std::any_of(s.policy.groups.begin(), s.policy.groups.end(),
+                     [&](const quota::GroupSpec& g) { return g.name == w.base.group; }))
+      return FieldError(f + ".group", "no group '" + w.base.group + "'");
     s.workload.push_back(w);
   }
   if (root["outages"]) TRY(ParseOutages(root["outages"], s));
@@ -265,6 +276,7 @@ Result<Scenario> ParseScenario(std::string_view yaml_text) {
     return Status::InvalidArgument(std::string("YAML: ") + e.what());
   }
   try {
+    if (Status twice = policy::UniqueKeys(root, ""); !twice.ok()) return twice;
     return Parse(root);
   } catch (const YAML::Exception& e) {
     return Status::InvalidArgument(std::string("YAML: ") + e.what());

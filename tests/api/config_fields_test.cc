@@ -66,6 +66,77 @@ TEST(ConfigFields, ErrorsNameTheField) {
   }
 }
 
+// What the loader used to read silently otherwise (an audit of the server config): a key given
+// twice (YAML keeps the first: an override added at the end did nothing), a placement policy it
+// cannot build (the cycle fell back to next-fit), a GPU fraction on a profile of no GPUs (dropped),
+// counts with a leading 0 (read as octal) or 0x (hex), a token beside its hash (never checked),
+// a group's user who is no identity (a limit that never applies), a field of the wrong type
+// (an error that named no field) and a date that does not exist (rolled into the next month).
+TEST(ConfigFields, WhatWasReadSilentlyOtherwiseIsRefusedByName) {
+  const std::string q = kQueue;
+  const std::string local = q + "}]\n";
+  const std::pair<std::string, std::string> cases[] = {
+      {local + "cycle: 1s\ncycle: 0", "config: cycle: given twice (again at line 6, column 1)"},
+      {local + "grace: 30s\ngrace: 500ms", "config: grace: given twice (again at line 6"},
+      {q + "max_runtime: 1h, max_runtime: 500ms}]", "config: queues[q].max_runtime: given twice"},
+      {local + "groups: [{name: h}]", "config: groups: given twice (again at line 5"},
+      {local + "placement: tesera",
+       "config: placement: unknown policy 'tesera' (known: nextfit, random, dotprod, clustering, "
+       "packing, bestfit, tessera)"},
+      {local + "placement: fgd", "config: placement: policy 'fgd' needs the target workload mix"},
+      {"identities: [{name: a, token: aaaaaaaaaa}]\ngroups: [{name: g}]\n"
+       "profiles: [{name: p, gpus: 0, gpu_fraction: 0.5, forms: [share]}]\n" +
+           local,
+       "config: profiles[p].gpu_fraction: only for a profile of 1 or more gpus"},
+      {local + "backend_nice: 023", "config: backend_nice: must be an integer from 0 to 19"},
+      {local + "backend_nice: 0x13", "config: backend_nice: must be an integer from 0 to 19"},
+      {local + "max_jobs_per_identity: 1e3",
+       "config: max_jobs_per_identity: must be an integer from 1 to 100000000"},
+      {"identities: [{name: a, token: aaaaaaaaaa, token_sha256: " + std::string(64, 'a') +
+           "}]\ngroups: [{name: g}]\nprofiles: [{name: p, forms: [whole]}]\n" + local,
+       "config: identities[0]: token and token_sha256 exclude each other"},
+      {"identities: [{name: a, token: aaaaaaaaaa}]\n"
+       "groups: [{name: g, users: {bob: {limit: {gpu: 2}}}}]\n"
+       "profiles: [{name: p, forms: [whole]}]\n" +
+           local,
+       "config: groups[g].users[bob]: no identity is named 'bob'"},
+      {local + "max_output: [1GiB]", "config: max_output: expected a string"},
+      {"identities: [{name: a, token: aaaaaaaaaa, role: [user]}]\ngroups: [{name: g}]\n"
+       "profiles: [{name: p, forms: [whole]}]\n" +
+           local,
+       "config: identities[0].role: expected a string"},
+      {"identities: [{name: a, token: aaaaaaaaaa, expires: [a]}]\ngroups: [{name: g}]\n"
+       "profiles: [{name: p, forms: [whole]}]\n" +
+           local,
+       "config: identities[0].expires: expected a string"},
+      {"identities: [{name: a, token: aaaaaaaaaa, expires: 2030-02-30}]\ngroups: [{name: g}]\n"
+       "profiles: [{name: p, forms: [whole]}]\n" +
+           local,
+       "config: identities[0].expires: "},
+  };
+  for (const auto& [yaml, want] : cases) {
+    // A case of its own identities, groups and profiles is the whole config.
+    auto c = yaml.rfind("identities:", 0) == 0 ? ParseConfig(yaml) : Parse(yaml);
+    if (c.ok()) {
+      ADD_FAILURE() << "accepted:\n" << yaml;
+      continue;
+    }
+    EXPECT_EQ(c.status().message().substr(0, want.size()), want)
+        << yaml << "\n  said: " << c.status().message();
+  }
+  // Decimal, as people write it: a leading zero is not octal.
+  auto c = Parse(local + "max_requests_per_identity: 019\nbackend_nice: 08\nplacement: nextfit");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->limits.max_requests_per_identity, 19);
+  EXPECT_EQ(c->backend_nice, 8);
+  // A group's users are identities; with an identity provider they may come from it instead.
+  EXPECT_TRUE(ParseConfig("identities: [{name: a, token: aaaaaaaaaa}]\n"
+                          "groups: [{name: g, users: {bob: {limit: {gpu: 2}}}}]\n"
+                          "profiles: [{name: p, forms: [whole]}]\n" +
+                          local + "oidc: {issuer: https://idp.example, client_id: c}")
+                  .ok());
+}
+
 TEST(ConfigFields, ReadsEachFieldIntoItsSetting) {
   auto c = Parse(std::string(kQueue) +
                  "backend: kubernetes, partition: debug, namespace: ml, placement_timeout: 2m}]\n"

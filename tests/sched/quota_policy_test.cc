@@ -322,7 +322,9 @@ TEST(QuotaForms, TheNodeSwapBudgetBoundsTheOvercommit) {
 // fits caps in physical memory: with `placement: tessera` the sixth share once went to the
 // second node, and the overcommit was used only once every device was full.)
 TEST(QuotaForms, SwapSharesPackOntoOneDeviceBeforeOpeningAnother) {
-  for (const char* placement : {"tessera", "fgd", "bestfit", "nextfit"}) {
+  // (fgd was listed here too, and ran as next-fit: the cycle has no workload mix up front for
+  // it, and such a placement is now refused by name.)
+  for (const char* placement : {"tessera", "packing", "bestfit", "nextfit"}) {
     PolicySpec p = BasePolicy();
     p.placement = placement;
     p.queues.push_back({"inter-swap", "share16", {"a", "b"}, 0, true, C::kInteractive});

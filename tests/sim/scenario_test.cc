@@ -53,6 +53,15 @@ TEST(ScenarioParse, ErrorsNameTheField) {
        "workload: []",
        "groups[g].reservation.gpu exceeds its limit"},
       {"nodes: [{name: n}]\nworkload: [\n", "YAML:"},
+      // Once run with "1 rejected" in the summary and the reason only in --events.
+      {ok_head + "workload: [{queue: qq, duration: 1h}]", "workload[0].queue: no queue 'qq'"},
+      {ok_head + "workload: [{queue: q, group: h, duration: 1h}]",
+       "workload[0].group: no group 'h'"},
+      {ok_head + "workload: [{queue: [q], duration: 1h}]", "workload[0].queue: expected a string"},
+      // Once read as the first value, the second dropped; and a placement run as next-fit.
+      {ok_head + "cycle: 10s\ncycle: 1s\nworkload: []",
+       "cycle: given twice (again at line 6, column 1)"},
+      {ok_head + "placement: tesera\nworkload: []", "placement: unknown policy 'tesera'"},
   };
   for (const Case& c : cases) {
     auto s = ParseScenario(c.yaml);

@@ -7,6 +7,7 @@
 #include "common/enum_names.h"
 #include "model/quantity.h"
 #include "partition/catalog.h"
+#include "sched/policy.h"
 
 namespace tessera::quota {
 namespace {
@@ -330,6 +331,25 @@ Status ValidateQueue(const PolicySpec& p, const QueueSpec& q, size_t i, const Gr
 }
 
 // The class-forms table and the policy-wide settings.
+// A placement the cycle can build: "nextfit" (its own search) or a placement-core policy that
+// needs no workload mix up front. One it cannot build would have the cycle fall back to next-fit
+// without a word.
+Status ValidatePlacement(const std::string& name) {
+  if (name == "nextfit") return Status::Ok();
+  auto made = sched::MakePolicy(name, {});
+  if (made.ok()) return Status::Ok();
+  std::string known = "nextfit";
+  for (const std::string& n : sched::PolicyNames()) {
+    if (sched::MakePolicy(n, {}).ok()) known += ", " + n;
+  }
+  const bool exists = std::find(sched::PolicyNames().begin(), sched::PolicyNames().end(), name) !=
+                      sched::PolicyNames().end();
+  return Status::InvalidArgument(
+      "placement: " + (exists ? made.status().message() +
+                                    ", which the cycle does not have (known here: " + known + ")"
+                              : "unknown policy '" + name + "' (known: " + known + ")"));
+}
+
 Status ValidateSettings(const PolicySpec& p) {
   for (int c = 0; c < kClassCount; ++c) {
     if (p.class_forms.table[c].empty()) {
@@ -342,7 +362,7 @@ Status ValidateSettings(const PolicySpec& p) {
   if (p.fair_share_half_life_s <= 0) {
     return Status::InvalidArgument("fair_share_half_life must be positive");
   }
-  return Status::Ok();
+  return ValidatePlacement(p.placement);
 }
 
 }  // namespace

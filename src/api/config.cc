@@ -71,7 +71,10 @@ Result<QueueRoute> ParseRoute(const YAML::Node& n, const std::string& w, const E
     q.shard_mib = *v;
   }
   if (st = ReadBool(n["run_as_root"], w + ".run_as_root", &q.run_as_root); !st.ok()) return st;
-  if (n["overcommit"] && !n["swap"]) return Bad(w + ".overcommit", "needs swap: true");
+  if (n["overcommit"]) {  // swap: false (or none) would leave it unread
+    const Result<bool> swap = n["swap"] ? policy::GetBool(n["swap"], w + ".swap") : false;
+    if (swap.ok() && !*swap) return Bad(w + ".overcommit", "needs swap: true");
+  }
   if (n["max_runtime"] && q.external()) {
     return Bad(w + ".max_runtime",
                "only for queues run by node agents (backend local); a batch system's queue stops "

@@ -116,6 +116,31 @@ bool DnsSubdomain(const std::string& s) {
   return true;
 }
 
+// What only one vendor's devices read, refused on the other's rather than ignored; an AMD
+// partition named as the device plugin names it: compute mode, then memory mode.
+Status CheckVendor(const YAML::Node& n, const std::string& w, const QueueRoute& q) {
+  const backends::KubeMapping& k = q.kube;
+  if (k.vendor != "amd" && n["amd_partition"])
+    return Bad(w + ".amd_partition", "only with vendor: amd");
+  if (k.vendor == "amd" && !q.mig_model.empty()) {
+    return Bad(w + ".mig_model", "only with vendor: nvidia (an AMD partition is amd_partition)");
+  }
+  if (k.vendor == "amd" && (n["mig_strategy"] || n["mig_product"]))
+    return Bad(w + (n["mig_strategy"] ? ".mig_strategy" : ".mig_product"),
+               "only with vendor: nvidia");
+  if (!n["amd_partition"]) return Status::Ok();
+  const std::string& p = k.amd_partition;
+  const size_t bar = p.find('_');
+  const std::set<std::string> compute = {"spx", "dpx", "qpx", "cpx"}, memory = {"nps1", "nps4"};
+  if (bar == std::string::npos || !compute.count(p.substr(0, bar)) ||
+      !memory.count(p.substr(bar + 1))) {
+    return Bad(w + ".amd_partition", "'" + p +
+                                         "' is not a compute and memory mode such as cpx_nps4 "
+                                         "(spx, dpx, qpx or cpx; nps1 or nps4)");
+  }
+  return Status::Ok();
+}
+
 // The choice between extended resources and DRA, and what only one of them understands.
 Status CheckDra(const YAML::Node& n, const std::string& w, QueueRoute* q) {
   backends::KubeMapping& k = q->kube;
@@ -177,6 +202,7 @@ Status ParseKubeRoute(const YAML::Node& n, const std::string& w, QueueRoute* q) 
   if (st.ok() && k.devices == "dra" && !n["share_mode"]) k.share_mode = "mps";
   if (st.ok()) st = OneOf(k.share_mode, {"hami", "timeslice", "mps"}, w + ".share_mode");
   if (!st.ok()) return st;
+  if (st = CheckVendor(n, w, *q); !st.ok()) return st;
   if (st = CheckDra(n, w, q); !st.ok()) return st;
   if (k.mig_strategy == "single" && !q->mig_model.empty() && k.mig_product.empty()) {
     return Bad(w + ".mig_product",

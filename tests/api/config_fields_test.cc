@@ -137,6 +137,39 @@ TEST(ConfigFields, WhatWasReadSilentlyOtherwiseIsRefusedByName) {
                   .ok());
 }
 
+// What one vendor's devices or one setting alone reads, given where nothing reads it: refused by
+// name, not ignored (an AMD partition on an NVIDIA queue, a MIG model on an AMD one, a partition
+// name the device plugin does not have, an overcommit with swapping off).
+TEST(ConfigFields, SettingsThatNothingWouldReadAreRefused) {
+  const std::string q = kQueue;
+  const std::pair<std::string, std::string> cases[] = {
+      {q + "backend: kubernetes, amd_partition: cpx_nps4}]",
+       "config: queues[q].amd_partition: only with vendor: amd"},
+      {q + "backend: kubernetes, vendor: amd, amd_partition: xyz_bogus}]",
+       "config: queues[q].amd_partition: 'xyz_bogus' is not a compute and memory mode such as "
+       "cpx_nps4"},
+      {q + "backend: kubernetes, vendor: amd, mig_model: A100-80GB}]",
+       "config: queues[q].mig_model: only with vendor: nvidia"},
+      {q + "swap: false, overcommit: 3}]", "config: queues[q].overcommit: needs swap: true"},
+  };
+  for (const auto& [yaml, want] : cases) {
+    auto c = Parse(yaml + "\n");
+    if (c.ok()) {
+      ADD_FAILURE() << "accepted:\n" << yaml;
+      continue;
+    }
+    EXPECT_EQ(c.status().message().substr(0, want.size()), want)
+        << yaml << "\n  said: " << c.status().message();
+  }
+  for (const std::string& ok :
+       {q + "backend: kubernetes, vendor: amd, amd_partition: cpx_nps4}]",
+        q + "backend: kubernetes, vendor: amd, amd_partition: dpx_nps1}]",
+        q + "backend: kubernetes, mig_model: A100-80GB}]", q + "swap: true, overcommit: 3}]"}) {
+    auto c = Parse(ok + "\n");
+    EXPECT_TRUE(c.ok()) << ok << "\n  said: " << c.status().message();
+  }
+}
+
 TEST(ConfigFields, ReadsEachFieldIntoItsSetting) {
   auto c = Parse(std::string(kQueue) +
                  "backend: kubernetes, partition: debug, namespace: ml, placement_timeout: 2m}]\n"

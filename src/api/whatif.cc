@@ -214,8 +214,17 @@ Result<Json> Views::WhatIfScenario(const Identity& who, int64_t since, int64_t u
     return Status::PermissionDenied("only admins replay the observed workload");
   const int64_t now = ledger_.NowMs();
   if (until <= 0 || until > now) until = now;
+  // The replay runs every cycle of the window: without `since`, the last 7 days (as `tessera
+  // whatif` asks), and never more than a month (once since 1970: 56 years of cycles).
+  constexpr int64_t kDayMs = 86'400'000;
+  if (since <= 0) since = std::max<int64_t>(0, until - 7 * kDayMs);
   if (since >= until)
     return Status::InvalidArgument("'since' must be before 'until' (and before now)");
+  if (until - since > 31 * kDayMs) {
+    return Status::InvalidArgument("'since': the replay window is at most 31 days (asked: " +
+                                   std::to_string((until - since) / kDayMs) +
+                                   " days); the simulator replays every cycle of it");
+  }
   ObservedWindow window(since, until, &ledger_.DurableStore());
   Status walked = ForEachJobEvent(ledger_.DurableStore(), [&](const store::Event& e) -> Status {
     return window.Observe(e, EndsHold(e.kind));

@@ -262,6 +262,32 @@ TEST_F(HistoryTest, UsageFromTheEventLogMatchesTheJobLifetimes) {
             81920 * a_ms + 8192 * b_ms);
 }
 
+// The replay runs every cycle of its window: GET /v1/whatif without `since` once replayed from
+// 1970 (56 years of one-second cycles, an API thread and gigabytes gone). Without `since` it is
+// the last 7 days, as `tessera whatif` asks; a window over 31 days is refused, naming `since`.
+TEST_F(HistoryTest, TheWhatIfWindowIsSevenDaysUnlessSaidAndAtMostThirtyOne) {
+  constexpr int64_t kDayMs = 86'400'000;
+  now_ = 40 * kDayMs;
+  const int64_t now = now_.NowMs();
+  auto absent = engine_->views().WhatIfScenario(Who("admin"), 0, 0);
+  ASSERT_TRUE(absent.ok()) << absent.status().ToString();
+  EXPECT_EQ((*absent)["since_ms"], now - 7 * kDayMs);
+  EXPECT_EQ((*absent)["until_ms"], now);
+  auto month = engine_->views().WhatIfScenario(Who("admin"), now - 31 * kDayMs, 0);
+  EXPECT_TRUE(month.ok()) << month.status().ToString();
+  for (int64_t since : {int64_t{1}, now - 31 * kDayMs - 1}) {
+    auto longer = engine_->views().WhatIfScenario(Who("admin"), since, 0);
+    ASSERT_FALSE(longer.ok()) << since;
+    EXPECT_EQ(longer.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(longer.status().message().find("'since'"), std::string::npos)
+        << longer.status().message();
+    EXPECT_NE(longer.status().message().find("31 days"), std::string::npos)
+        << longer.status().message();
+  }
+  auto replay = engine_->views().WhatIf(Who("admin"), 1, 0, {"interactive=share"});
+  EXPECT_EQ(replay.status().code(), StatusCode::kInvalidArgument);
+}
+
 // GET /v1/whatif through the thin interface the serving process wires in (the API never
 // includes the simulator): without it the engine says so; with it, the replay gets the observed
 // scenario and the forms, and its answer is the engine's. Only admins reach it.

@@ -2,6 +2,7 @@
 // agent on this host). The user commands that talk to a server are in cmd_client.cc.
 #include <pwd.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -349,8 +350,13 @@ int Up(const std::string& data, const std::string& listen, const std::string& si
     const std::string token_file = data + "/agent.token";
     const std::string ca_file = tls ? flags.tls_cert : "";
     const std::string work = data + "/agent";
+    const pid_t parent = getpid();
     const pid_t child = fork();
     if (child == 0) {
+      // The agent goes when `tessera up` goes, however it goes (SIGKILL, an OOM kill): asked
+      // from this, the main thread, which lives as long as the process does.
+      prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (getppid() != parent) _exit(0);  // gone already, before the line above
       execl(self.c_str(), self.c_str(), "agent", "--server", url.c_str(), "--token-file",
             token_file.c_str(), "--ca", ca_file.c_str(), "--node", "local", "--simulate",
             simulate.c_str(), "--work", work.c_str(), "--log-level", log_level.c_str(),

@@ -1,6 +1,7 @@
 // The HTTP server: routes, the connection caps, memory trims, TLS and the public methods.
 #include "net/http_server.h"
 
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -264,6 +265,12 @@ void HttpServer::After(int64_t ms, std::function<void()> fn) {
 
 // Takes connections from the listening acceptor under the server's limits; its port.
 Result<int> HttpServer::Impl::Listen() {
+  // Close-on-exec, bound or handed over: a process started from here (`tessera up`'s agent, a
+  // backend's command) must not keep the port after this one is gone. Accepted connections are
+  // made close-on-exec by accept4.
+  const int fd = acceptor.native_handle();
+  if (const int flags = fcntl(fd, F_GETFD); flags < 0 || fcntl(fd, F_SETFD, flags | FD_CLOEXEC) < 0)
+    return Status::Internal("cannot make the listening socket close-on-exec");
   max_connections = options.max_connections > 0 ? options.max_connections : DefaultMaxConnections();
   Accept();
   TrimTick();

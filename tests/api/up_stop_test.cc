@@ -10,6 +10,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -140,6 +141,46 @@ TEST_F(UpTest, ASecondUpOnTheSameDataSaysWhoHoldsItAndExits) {
   EXPECT_EQ(log.find("standby"), std::string::npos) << log;
   // The first one still serves.
   EXPECT_TRUE(Call("GET", "/v1/health", Admin()).is_object());
+}
+
+// Killed outright (SIGKILL, an OOM kill), `tessera up` leaves neither its agent running nor its
+// port held: the agent inherited the listening socket, outlived its parent, and the next `tessera
+// up` said "Address already in use".
+TEST_F(UpTest, AKilledUpLeavesNoAgentBehindAndItsPortFree) {
+  Proc& up = Up(port_);
+  ASSERT_GT(up.WaitForPort(30000), 0) << up.Log();
+  ASSERT_TRUE(Wait([&] { return NodeReady(); }, 30000)) << up.Log();
+  const std::string token_file = dir_ + "/data/agent.token";
+  // The agents started with this data directory's token file, by their command lines.
+  auto agents = [&] {
+    std::vector<pid_t> found;
+    for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+      const std::string name = e.path().filename();
+      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::string cmdline = testing::ReadFile(e.path().string() + "/cmdline");
+      std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+      if (cmdline.find(" agent ") != std::string::npos &&
+          cmdline.find(token_file) != std::string::npos)
+        found.push_back(std::stoi(name));
+    }
+    return found;
+  };
+  ASSERT_EQ(agents().size(), 1u) << up.Log();
+  up.KillOnly(SIGKILL);
+  const bool gone = Wait([&] { return agents().empty(); }, 10000);
+  for (pid_t p : agents()) ::kill(p, SIGKILL);  // not to outlive the test
+  EXPECT_TRUE(gone) << "the agent outlived its `tessera up`";
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in at{};
+  at.sin_family = AF_INET;
+  at.sin_port = htons(static_cast<uint16_t>(port_));
+  at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const bool bound =
+      ::bind(fd, reinterpret_cast<sockaddr*>(&at), sizeof at) == 0 && ::listen(fd, 1) == 0;
+  ::close(fd);
+  EXPECT_TRUE(bound) << "port " << port_ << " is still held after `tessera up` was killed";
 }
 
 }  // namespace

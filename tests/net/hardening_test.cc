@@ -9,14 +9,17 @@
 #include <malloc.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -189,6 +192,36 @@ class HardeningTest : public ::testing::Test {
   int port_ = 0;
   std::vector<int> fds_;
 };
+
+// A process the server starts (`tessera up`'s agent, a backend's sbatch) does not keep its
+// listening socket: killed, `tessera up` once left its agent holding the port, and the next start
+// said "Address already in use".
+TEST_F(HardeningTest, AChildProcessDoesNotKeepTheListeningPort) {
+  Start(HttpServerOptions{});
+  const pid_t child = fork();
+  if (child == 0) {
+    execl("/bin/sleep", "sleep", "30", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  ASSERT_GT(child, 0);
+  server_->Stop();
+  thread_.join();
+  server_.reset();
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in at{};
+  at.sin_family = AF_INET;
+  at.sin_port = htons(static_cast<uint16_t>(port_));
+  inet_pton(AF_INET, "127.0.0.1", &at.sin_addr);
+  const bool bound =
+      ::bind(fd, reinterpret_cast<sockaddr*>(&at), sizeof at) == 0 && ::listen(fd, 1) == 0;
+  const int bind_errno = errno;
+  ::close(fd);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  EXPECT_TRUE(bound) << "port " << port_ << " still held: " << std::strerror(bind_errno);
+}
 
 TEST_F(HardeningTest, OverTheConnectionCapANewConnectionIsClosedAtOnceAndOthersAreServed) {
   HttpServerOptions o;

@@ -3,6 +3,10 @@
 #include "api/routes_http.h"
 
 #include <algorithm>
+#include <cctype>
+#include <set>
+#include <string_view>
+#include <vector>
 
 #include "auth/jwt.h"
 #include "auth/oidc.h"
@@ -121,11 +125,15 @@ static Result<Identity> FromProvider(const Engine& e, const std::string& token) 
 
 Result<Identity> Authenticate(const Engine& e, const HttpRequest& req) {
   const std::string h = req.header("authorization");
-  const std::string prefix = "Bearer ";
-  if (h.rfind(prefix, 0) != 0 || h.size() == prefix.size()) {
+  // The scheme's name is case-insensitive (RFC 9110, 11.1): "bearer" is "Bearer".
+  constexpr std::string_view kScheme = "bearer ";
+  const bool bearer = h.size() > kScheme.size() &&
+                      std::equal(kScheme.begin(), kScheme.end(), h.begin(), [](char a, char b) {
+                        return a == std::tolower(static_cast<unsigned char>(b));
+                      });
+  if (!bearer)
     return Status::Unauthenticated("missing bearer token (Authorization: Bearer <token>)");
-  }
-  const std::string token = h.substr(prefix.size());
+  const std::string token = h.substr(kScheme.size());
   if (e.config().oidc_verifier && auth::LooksLikeJwt(token)) return FromProvider(e, token);
   const Identity* id = e.config().FindIdentityByTokenHash(Sha256Hex(token));
   if (!id) return Status::Unauthenticated("unknown token");
@@ -143,8 +151,27 @@ Result<Json> Body(const HttpRequest& req) {
   if (Nesting(req.body, kMaxNesting) > kMaxNesting) {
     return Status::InvalidArgument("JSON body nested deeper than 64 levels");
   }
-  Json j = Json::parse(req.body, nullptr, false);
+  // A field given twice in one object is refused: the parser would keep the last, unchecked
+  // against the first (a job went to the second queue its body named).
+  std::vector<std::set<std::string, std::less<>>> open;  // the keys of each object being read
+  std::string twice;
+  auto check = [&](int, Json::parse_event_t event, Json& parsed) {
+    if (event == Json::parse_event_t::object_start) {
+      open.emplace_back();
+    } else if (event == Json::parse_event_t::object_end) {
+      if (!open.empty()) open.pop_back();
+    } else if (event == Json::parse_event_t::key && !open.empty() && twice.empty()) {
+      const std::string& key = parsed.get_ref<const std::string&>();
+      if (!open.back().insert(key).second) twice = key.substr(0, 64);
+    }
+    return true;
+  };
+  Json j = Json::parse(req.body, check, false);
   if (j.is_discarded()) return Status::InvalidArgument("malformed JSON body");
+  if (!twice.empty()) {
+    return Status::InvalidArgument("field '" + ToValidUtf8(EscapeForTerminal(twice)) +
+                                   "' is given twice in the JSON body");
+  }
   return j;
 }
 

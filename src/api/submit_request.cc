@@ -147,15 +147,17 @@ Status ReadCommand(const Json& body, std::vector<std::string>* cmd, Json* env) {
 // What the job needs: class, form, GPUs and quantities (each defaulting to the queue's profile),
 // walltime. Fills the scheduler's request.
 Status ReadNeeds(const Json& body, const quota::ProfileSpec& prof, quota::JobSpec* qs) {
+  for (const char* field : {"class", "form"}) {
+    if (body.contains(field) && !body[field].is_string())
+      return Status::InvalidArgument(std::string("'") + field + "' must be a string");
+  }
   if (body.contains("class")) {
-    auto c = quota::ParseWorkloadClass(body["class"].is_string() ? body["class"].get<std::string>()
-                                                                 : "");
+    auto c = quota::ParseWorkloadClass(body["class"].get<std::string>());
     if (!c.ok()) return Status::InvalidArgument("'class': " + c.status().message());
     qs->cls = *c;
   }
   if (body.contains("form")) {
-    auto f =
-        quota::ParseAllocationForm(body["form"].is_string() ? body["form"].get<std::string>() : "");
+    auto f = quota::ParseAllocationForm(body["form"].get<std::string>());
     if (!f.ok()) return Status::InvalidArgument("'form': " + f.status().message());
     qs->form = *f;
   }
@@ -182,6 +184,17 @@ Status ReadNeeds(const Json& body, const quota::ProfileSpec& prof, quota::JobSpe
       quantity("gpu_fraction", false, gpus > 0 && prof.gpu_count == 0 ? kWholeGpu : prof.gpu_milli);
   if (!fraction.ok()) return fraction.status();
   if (*fraction > kWholeGpu) return Status::InvalidArgument("'gpu_fraction' is above 1");
+  // Said, it is a share of one GPU: never dropped beside no GPUs, nor taken as a whole card at 0.
+  if (body.contains("gpu_fraction")) {
+    if (*fraction == 0) {
+      return Status::InvalidArgument(
+          "'gpu_fraction' must be above 0 (a share of a GPU; 'gpus': 0 for none)");
+    }
+    if (gpus == 0 || (gpus > 1 && *fraction < kWholeGpu)) {
+      return Status::InvalidArgument("'gpu_fraction' is for a job of 1 GPU ('gpus' is " +
+                                     std::to_string(gpus) + ")");
+    }
+  }
   int64_t walltime = 0;
   if (body.contains("walltime")) {
     const Json& w = body["walltime"];

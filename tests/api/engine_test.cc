@@ -224,6 +224,23 @@ TEST_F(EngineTest, BadSubmissionsAreRefusedAndChangeNothing) {
        {{"queue", "notebooks"}, {"command", {"true"}}, {"walltime", int64_t{1} << 62}},
        StatusCode::kInvalidArgument,
        "ten years"},
+      // Once taken: a fraction of 0 became a whole card; one beside no GPUs was dropped.
+      {"alice",
+       {{"queue", "notebooks"}, {"command", {"true"}}, {"gpu_fraction", 0}},
+       StatusCode::kInvalidArgument,
+       "'gpu_fraction' must be above 0 (a share of a GPU; 'gpus': 0 for none)"},
+      {"alice",
+       {{"queue", "training"}, {"command", {"true"}}, {"gpus", 0}, {"gpu_fraction", "0.5"}},
+       StatusCode::kInvalidArgument,
+       "'gpu_fraction' is for a job of 1 GPU ('gpus' is 0)"},
+      {"alice",
+       {{"queue", "training"}, {"command", {"true"}}, {"gpus", 2}, {"gpu_fraction", "0.5"}},
+       StatusCode::kInvalidArgument,
+       "'gpu_fraction' is for a job of 1 GPU ('gpus' is 2)"},
+      {"alice",
+       {{"queue", "notebooks"}, {"command", {"true"}}, {"class", 5}},
+       StatusCode::kInvalidArgument,
+       "'class' must be a string"},
   };
   for (const Case& c : cases) {
     auto r = engine_->Submit(Who(c.who), c.body);

@@ -84,6 +84,32 @@ TEST_F(ServerTest, StatusCodesAndJsonErrors) {
   r = client_->Post("/v1/jobs", Auth("alice-token-1"), "{not json", "application/json");
   EXPECT_EQ(r->status, 400);
   EXPECT_EQ(Error(r), "malformed JSON body");
+  // A field given twice is refused, not read as its last value (a job went to the second queue
+  // named, and its first was never checked), at any depth.
+  r = client_->Post("/v1/jobs", Auth("alice-token-1"),
+                    R"({"queue":"nope","command":["true"],"queue":"training"})",
+                    "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(Error(r), "field 'queue' is given twice in the JSON body");
+  r = client_->Post("/v1/jobs", Auth("alice-token-1"),
+                    R"({"queue":"training","command":["true"],"env":{"A":"1","A":"2"}})",
+                    "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(Error(r), "field 'A' is given twice in the JSON body");
+  // The same name in two objects is two fields.
+  r = client_->Post("/v1/jobs", Auth("alice-token-1"),
+                    R"({"queue":"nope","command":["true"],"env":{"queue":"x"}})",
+                    "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_NE(Error(r).find("unknown queue 'nope'"), std::string::npos) << Error(r);
+  // The authentication scheme is case-insensitive (RFC 9110): "bearer" is "Bearer".
+  for (const char* scheme : {"bearer ", "BEARER "}) {
+    r = client_->Get("/v1/whoami", {{"Authorization", std::string(scheme) + "alice-token-1"}});
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << scheme << r->body;
+  }
   // Deep nesting is refused before it is parsed (a stack overflow otherwise, for any token).
   const std::string deep =
       R"({"queue": "x", "command": )" + std::string(200000, '[') + std::string(200000, ']') + "}";

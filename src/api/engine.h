@@ -245,8 +245,10 @@ class Engine final : public LedgerReads {
   // The jobs in memory and their indexes (scoped idempotency keys are "identity\nkey"; evicted
   // jobs are found in the store).
   JobTable jobs_;
-  // The job a repeated key names, durable, or nullopt when the key is new.
+  // The job a repeated key names, durable, or nullopt when the key is new; refused (409) when
+  // that job's request (`spec_text`, as PrepareSubmit writes it) was another.
   Result<std::optional<Json>> RepeatedLocked(const Identity& who, const std::string& scoped,
+                                             const std::string& spec_text,
                                              std::unique_lock<std::mutex>& lock);
   // Jobs Load ended (no longer schedulable under the policy): written by the next Tick.
   std::vector<std::string> failed_on_load_;

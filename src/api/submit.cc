@@ -10,7 +10,19 @@
 
 namespace tessera::api {
 
+namespace {
+
+// A key names one request: the same key with another is a mistake to name, not a replay.
+Status KeyReused(const std::string& scoped, const std::string& id) {
+  return Status::FailedPrecondition("Idempotency-Key '" + scoped.substr(scoped.find('\n') + 1) +
+                                    "' was used for job " + id +
+                                    " with a different request: a new request needs a new key");
+}
+
+}  // namespace
+
 Result<std::optional<Json>> Engine::RepeatedLocked(const Identity& who, const std::string& scoped,
+                                                   const std::string& spec_text,
                                                    std::unique_lock<std::mutex>& lock) {
   if (const std::string* named = jobs_.IdempotentJob(scoped)) {
     // Possibly still on its way to the store: answered once it is durable, like the first time.
@@ -18,8 +30,10 @@ Result<std::optional<Json>> Engine::RepeatedLocked(const Identity& who, const st
     Batch none;
     Status st = CommitLocked(none, lock);
     Job* again = jobs_.Find(id);
-    if (again != nullptr && again->rec.idempotency_key == scoped)
+    if (again != nullptr && again->rec.idempotency_key == scoped) {
+      if (again->spec_text != spec_text) return KeyReused(scoped, id);
       return std::optional<Json>(JobJson(*again, *qe_, agents_.NodesLocked()));
+    }
     if (!st.ok() && jobs_.IdempotentJob(scoped) == nullptr)
       return std::optional<Json>();  // its write failed: a new one
   }
@@ -28,6 +42,10 @@ Result<std::optional<Json>> Engine::RepeatedLocked(const Identity& who, const st
   auto stored = store_->FindByIdempotencyKey(scoped, clock_() - kIdempotencyWindowMs);
   std::optional<Json> out;
   if (stored.ok() && stored->has_value()) {
+    if ((*stored)->spec != spec_text) {
+      lock.lock();
+      return KeyReused(scoped, (*stored)->id);
+    }
     auto job = StoredJobJson(*this, who, (*stored)->id);
     if (!job.ok()) {
       lock.lock();
@@ -75,11 +93,11 @@ Result<std::pair<Json, int64_t>> Engine::SubmitQueued(const Identity& who, const
   std::unique_lock<std::mutex> lock(mu_);
   if (!broken_.ok()) return broken_;
   if (!scoped.empty()) {
-    auto repeated = RepeatedLocked(who, scoped, lock);
+    auto repeated = RepeatedLocked(who, scoped, prepared->job.spec_text, lock);
     if (!repeated.ok()) return repeated.status();
     // A twin that raced in while the store was asked (the lock was let go) is found here.
     if (!repeated->has_value() && jobs_.IdempotentJob(scoped) != nullptr)
-      repeated = RepeatedLocked(who, scoped, lock);
+      repeated = RepeatedLocked(who, scoped, prepared->job.spec_text, lock);
     if (!repeated.ok()) return repeated.status();
     if (repeated->has_value()) {
       *replayed = true;

@@ -59,6 +59,34 @@ TEST_F(EngineTest, AJobListsStateFilterThatIsNoStateIsRefusedByName) {
   EXPECT_EQ((*good)["jobs"].size(), 1u);
 }
 
+// A key names one request: reused for a different one, it is refused (409), naming the key and
+// the job it made, in memory and from the store after a restart. It once answered with the first
+// job, and the second request was lost without a word.
+TEST_F(EngineTest, AnIdempotencyKeyReusedForADifferentRequestIsRefused) {
+  const Json body = {{"queue", "training"}, {"command", {"true"}}};
+  const Json other = {{"queue", "training"}, {"command", {"echo", "different"}}};
+  bool replayed = false;
+  auto first = engine_->Submit(Who("alice"), body, "key-9", &replayed);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  const std::string id = (*first)["id"];
+  for (int restarted = 0; restarted < 2; ++restarted) {
+    auto again = engine_->Submit(Who("alice"), other, "key-9", &replayed);
+    ASSERT_FALSE(again.ok()) << "restarted " << restarted << ": " << again->dump();
+    EXPECT_EQ(again.status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(again.status().message().find("'key-9'"), std::string::npos)
+        << again.status().message();
+    EXPECT_NE(again.status().message().find(id), std::string::npos) << again.status().message();
+    // The same request again is still the first job's answer.
+    auto same = engine_->Submit(Who("alice"), body, "key-9", &replayed);
+    ASSERT_TRUE(same.ok()) << same.status().ToString();
+    EXPECT_TRUE(replayed);
+    EXPECT_EQ((*same)["id"], id);
+    ASSERT_TRUE(engine_->Cancel(Who("alice"), id).ok() || restarted == 1);
+    Reopen();
+  }
+  EXPECT_EQ((*engine_->views().ListJobs(Who("admin"), "", 100))["jobs"].size(), 1u);
+}
+
 TEST_F(EngineTest, ARepeatedIdempotencyKeyReturnsTheFirstJob) {
   const Json body = {{"queue", "training"}, {"command", {"true"}}};
   bool replayed = false;

@@ -61,11 +61,27 @@ static Status CheckHealth(const Json& d, const std::string& where) {
   return Status::Ok();
 }
 
+// Fields given as strings and as booleans, where given: another type is refused, not read as
+// the default (a pool of 5 was the pool "default", "simulated": "true" was false).
+static Status Typed(const Json& obj, std::initializer_list<const char*> strings,
+                    std::initializer_list<const char*> booleans, const std::string& where) {
+  for (const char* key : strings) {
+    if (obj.contains(key) && !obj[key].is_string())
+      return Status::InvalidArgument(where + "'" + key + "' must be a string");
+  }
+  for (const char* key : booleans) {
+    if (obj.contains(key) && !obj[key].is_boolean())
+      return Status::InvalidArgument(where + "'" + key + "' must be true or false");
+  }
+  return Status::Ok();
+}
+
 Status CheckRegistration(const Json& body) {
   Status st = OnlyKnownFields(body,
                               {"node", "pool", "cpu_milli", "memory_mib", "swap_mib", "simulated",
                                "devices", "cgroups", "running", "finished", "protocol"},
                               "register");
+  if (st.ok()) st = Typed(body, {"node", "pool"}, {"simulated"}, "");
   if (st.ok()) st = InRange(body, "cpu_milli", int64_t{1} << 30, "");   // a million cores
   if (st.ok()) st = InRange(body, "memory_mib", int64_t{1} << 40, "");  // an exbibyte
   if (st.ok()) st = InRange(body, "swap_mib", int64_t{1} << 40, "");
@@ -77,8 +93,9 @@ Status CheckRegistration(const Json& body) {
                           "health", "health_reason", "isolation", "mps"},
                          "register: a device");
     if (st.ok()) st = CheckHealth(d, "a device's ");
-    if (st.ok() && d.contains("mps") && !d["mps"].is_boolean())
-      st = Status::InvalidArgument("a device's 'mps' must be true or false");
+    if (st.ok())
+      st = Typed(d, {"model", "uuid", "isolation"}, {"simulated", "mig_enabled", "mps"},
+                 "a device's ");
     if (st.ok() && d.contains("isolation") &&
         (!d["isolation"].is_string() || IsolationRank(d["isolation"].get<std::string>()) < 0))
       st = Status::InvalidArgument(

@@ -324,6 +324,22 @@ TEST_F(EngineTest, BadAgentMessagesAreRefusedAndChangeNothing) {
        "mixes GPU models"},
       {{{"node", "n2"}, {"cpu_milli", 1000}, {"memory_mib", 1024}, {"running", {{{"job", 7}}}}},
        "string 'job'"},
+      // Once read as their defaults: pool "default", not simulated, no uuid.
+      {{{"node", "n2"}, {"cpu_milli", 1000}, {"memory_mib", 1024}, {"pool", 5}},
+       "'pool' must be a string"},
+      {{{"node", "n2"}, {"cpu_milli", 1000}, {"memory_mib", 1024}, {"simulated", "true"}},
+       "'simulated' must be true or false"},
+      {{{"node", "n2"},
+        {"cpu_milli", 1000},
+        {"memory_mib", 1024},
+        {"devices", {{{"index", 0}, {"model", "H100-80GB"}, {"memory_mib", 81920}, {"uuid", 5}}}}},
+       "a device's 'uuid' must be a string"},
+      {{{"node", "n2"},
+        {"cpu_milli", 1000},
+        {"memory_mib", 1024},
+        {"devices",
+         {{{"index", 0}, {"model", "H100-80GB"}, {"memory_mib", 81920}, {"mig_enabled", 1}}}}},
+       "a device's 'mig_enabled' must be true or false"},
   };
   for (const auto& [body, want] : bad_registrations) {
     auto r = reg(body);

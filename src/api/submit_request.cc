@@ -204,6 +204,8 @@ Status ReadNeeds(const Json& body, const quota::ProfileSpec& prof, quota::JobSpe
         Status::InvalidArgument("not a duration (a string such as \"2h\", or seconds)");
     if (w.is_string()) {
       d = ParseDurationSeconds(w.get<std::string>());
+    } else if (w.is_number_unsigned()) {  // past int64 is still too long, not negative
+      d = static_cast<int64_t>(std::min<uint64_t>(w.get<uint64_t>(), INT64_MAX));
     } else if (w.is_number_integer()) {
       d = w.get<int64_t>() >= 0
               ? Result<int64_t>(w.get<int64_t>())

@@ -224,6 +224,11 @@ TEST_F(EngineTest, BadSubmissionsAreRefusedAndChangeNothing) {
        {{"queue", "notebooks"}, {"command", {"true"}}, {"walltime", int64_t{1} << 62}},
        StatusCode::kInvalidArgument,
        "ten years"},
+      // Past int64: once read as -1 and called negative.
+      {"alice",
+       {{"queue", "notebooks"}, {"command", {"true"}}, {"walltime", UINT64_MAX}},
+       StatusCode::kInvalidArgument,
+       "ten years"},
       // Once taken: a fraction of 0 became a whole card; one beside no GPUs was dropped.
       {"alice",
        {{"queue", "notebooks"}, {"command", {"true"}}, {"gpu_fraction", 0}},

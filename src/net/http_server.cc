@@ -126,6 +126,25 @@ log::Level HttpServer::Impl::Dispatch(HttpRequest& req, HttpResponse& res) const
     }
     return r.log_level;
   }
+  // A path served under other methods: 405 naming them (RFC 9110, 15.5.6), not "no such
+  // endpoint".
+  std::vector<std::string> methods;
+  for (const RouteEntry& r : routes) {
+    HttpRequest probe;
+    if (Matches(r, segs, &probe.params) &&
+        std::find(methods.begin(), methods.end(), r.method) == methods.end())
+      methods.push_back(r.method);
+  }
+  std::string allowed;
+  for (const std::string& m : methods) allowed += (allowed.empty() ? "" : ", ") + m;
+  if (!allowed.empty()) {
+    res = HttpResponse{405,
+                       "application/json",
+                       ErrorBody("method " + req.method.substr(0, 16) +
+                                 " is not allowed here (allowed: " + allowed + ")"),
+                       {{"Allow", allowed}}};
+    return log::Level::kInfo;
+  }
   res = HttpResponse{404, "application/json", ErrorBody("no such endpoint"), {}};
   return log::Level::kInfo;
 }

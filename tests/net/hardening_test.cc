@@ -193,6 +193,28 @@ class HardeningTest : public ::testing::Test {
   std::vector<int> fds_;
 };
 
+// A path served under other methods answers 405 with the methods it takes (RFC 9110, 15.5.6),
+// not 404 "no such endpoint"; a path served under none is 404.
+TEST_F(HardeningTest, AMethodThePathDoesNotTakeIs405WithTheMethodsItDoes) {
+  Start(HttpServerOptions{});
+  auto ask = [&](const std::string& request) {
+    const int fd = Connect(port_);
+    SendAll(fd, request);
+    bool closed = false;
+    const std::string raw = ReadUntilClosed(fd, 5000, &closed);
+    ::close(fd);
+    return raw;
+  };
+  const std::string wrong =
+      ask("DELETE /v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(StatusOf(wrong), 405) << wrong;
+  EXPECT_NE(wrong.find("Allow: GET\r\n"), std::string::npos) << wrong;
+  EXPECT_NE(wrong.find("method DELETE is not allowed here (allowed: GET)"), std::string::npos)
+      << wrong;
+  const std::string none = ask("GET /nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(StatusOf(none), 404) << none;
+}
+
 // A process the server starts (`tessera up`'s agent, a backend's sbatch) does not keep its
 // listening socket: killed, `tessera up` once left its agent holding the port, and the next start
 // said "Address already in use".

@@ -190,6 +190,18 @@ RouteHandler JobOutput(Engine* e) {
     res.content_type = "text/plain";
     res.headers.emplace_back("X-Output-Size", std::to_string(out->total));
     res.headers.emplace_back("Accept-Ranges", "bytes");
+    // A Range header starting past the end is unsatisfiable (RFC 9110, 15.5.17); ?offset= at the
+    // end is a follower asking for more, answered 206 and empty.
+    if (out->bytes.empty() && out->offset >= out->total && !req.header("range").empty()) {
+      res = HttpResponse{416,
+                         "application/json",
+                         Json{{"error", "the range starts past the output's " +
+                                            std::to_string(out->total) + " bytes"}}
+                             .dump(),
+                         {{"Content-Range", "bytes */" + std::to_string(out->total)},
+                          {"X-Output-Size", std::to_string(out->total)}}};
+      return;
+    }
     if (out->offset > 0 || last < out->total) {
       res.status = 206;
       res.headers.emplace_back("Content-Range", out->bytes.empty()

@@ -282,6 +282,16 @@ TEST_F(ServerTest, OutputIsServedInRanges) {
   r = client_->Get(path.c_str(), ranged);
   EXPECT_EQ(r->status, 200) << "all of it";
   EXPECT_EQ(r->body, "0123456789");
+  // A Range starting past the end is unsatisfiable (RFC 9110, 15.5.17): 416, saying the size.
+  // (?offset= at the end stays 206 and empty: a follower waiting for more output.)
+  ranged = Auth("alice-token-1");
+  ranged.emplace("Range", "bytes=10-");
+  r = client_->Get(path.c_str(), ranged);
+  EXPECT_EQ(r->status, 416);
+  EXPECT_EQ(r->get_header_value("Content-Range"), "bytes */10");
+  r = client_->Get((path + "?offset=10").c_str(), Auth("alice-token-1"));
+  EXPECT_EQ(r->status, 206);
+  EXPECT_EQ(r->body, "");
 }
 
 TEST_F(ServerTest, OpenApiDescribesExactlyTheRoutes) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 
 namespace tessera {
 namespace {
@@ -34,6 +35,21 @@ size_t SequenceAt(std::string_view s, size_t i) {
   return n;
 }
 
+// The bidirectional formatting character at s[i] (U+061C, U+200E, U+200F, U+202A..U+202E,
+// U+2066..U+2069: they reorder what a terminal shows), as {code point, UTF-8 length}; {0, 0}
+// when there is none.
+std::pair<uint32_t, size_t> BidiAt(std::string_view s, size_t i) {
+  const auto b = [&](size_t k) { return k < s.size() ? static_cast<unsigned char>(s[k]) : 0; };
+  if (b(i) == 0xD8 && b(i + 1) == 0x9C) return {0x061C, 2};
+  if (b(i) != 0xE2) return {0, 0};
+  const uint32_t cp = 0x2000 + ((b(i + 1) & 0x3Fu) << 6) + (b(i + 2) & 0x3Fu);
+  const bool bidi =
+      (b(i + 1) == 0x80 && (cp == 0x200E || cp == 0x200F || (cp >= 0x202A && cp <= 0x202E))) ||
+      (b(i + 1) == 0x81 && cp >= 0x2066 && cp <= 0x2069);
+  return bidi && (b(i + 2) & 0xC0) == 0x80 ? std::pair<uint32_t, size_t>{cp, 3}
+                                           : std::pair<uint32_t, size_t>{0, 0};
+}
+
 }  // namespace
 
 bool IsValidUtf8(std::string_view s) {
@@ -56,6 +72,7 @@ bool HasControlCharacters(std::string_view s) {
       const auto d = static_cast<unsigned char>(s[i + 1]);
       if (d >= 0x80 && d <= 0x9F) return true;
     }
+    if ((c == 0xD8 || c == 0xE2) && BidiAt(s, i).second != 0) return true;
   }
   return false;
 }
@@ -96,6 +113,10 @@ std::string EscapeForTerminal(std::string_view s) {
       out += "\\u00";
       out += kHex[d >> 4];
       out += kHex[d & 15];
+    } else if (const auto [cp, n] = BidiAt(valid, i); n != 0) {
+      out += "\\u";
+      for (int shift = 12; shift >= 0; shift -= 4) out += kHex[(cp >> shift) & 15];
+      i += n - 1;
     } else {
       out += static_cast<char>(c);
     }

@@ -16,7 +16,9 @@ namespace tessera {
 // Whether `s` is well-formed UTF-8 (no overlong forms, no surrogates, nothing past U+10FFFF).
 bool IsValidUtf8(std::string_view s);
 
-// Whether `s` holds a C0 control character (below 0x20), DEL, or a C1 control (U+0080..U+009F).
+// Whether `s` holds a C0 control character (below 0x20), DEL, a C1 control (U+0080..U+009F), or
+// a bidirectional formatting character (U+061C, U+200E, U+200F, U+202A..U+202E, U+2066..U+2069),
+// which reorders what a terminal shows.
 bool HasControlCharacters(std::string_view s);
 
 // Valid UTF-8 without control characters: the test for a name or a parameter.
@@ -26,7 +28,8 @@ inline bool IsCleanText(std::string_view s) { return IsValidUtf8(s) && !HasContr
 std::string ToValidUtf8(std::string_view s);
 
 // `s` made safe for a terminal: valid UTF-8 (as ToValidUtf8), and every control character
-// (ESC, CR, BEL, C1 controls...) written as a visible escape such as \x1b or \u009b.
+// (ESC, CR, BEL, C1 controls, bidirectional formatting...) written as a visible escape such as
+// \x1b, \u009b or \u202e.
 std::string EscapeForTerminal(std::string_view s);
 
 // `s` with each character that `escapes` names written as its escape, the rest as they are: the

@@ -30,6 +30,30 @@ TEST(Text, ControlCharactersAreFoundC0DelAndC1) {
   EXPECT_TRUE(IsCleanText("x y"));
 }
 
+// The bidirectional formatting characters reorder what a terminal shows ("Trojan source"): a job
+// named "a\u202eb" printed raw turned the rest of `tessera jobs`'s line around. They count as
+// control characters, and are shown escaped.
+TEST(Text, BidiFormattingCharactersAreControlsAndShownEscaped) {
+  for (const char* bidi : {"\xD8\x9C", "\xE2\x80\x8E", "\xE2\x80\x8F", "\xE2\x80\xAA",
+                           "\xE2\x80\xAE", "\xE2\x81\xA6", "\xE2\x81\xA9"}) {
+    EXPECT_TRUE(HasControlCharacters(std::string("a") + bidi + "b")) << bidi;
+    EXPECT_FALSE(IsCleanText(std::string("a") + bidi + "b")) << bidi;
+  }
+  EXPECT_EQ(EscapeForTerminal("a\xE2\x80\xAE"
+                              "b"),
+            "a\\u202eb");
+  EXPECT_EQ(EscapeForTerminal("\xE2\x81\xA6x\xE2\x81\xA9"), "\\u2066x\\u2069");
+  EXPECT_EQ(EscapeForTerminal("\xD8\x9C"), "\\u061c");
+  // Their neighbours are text: an en dash (U+2013), a euro sign (U+20AC), Arabic letters.
+  EXPECT_FALSE(
+      HasControlCharacters("a\xE2\x80\x93"
+                           "b \xE2\x82\xAC \xD8\xA8"));
+  EXPECT_EQ(EscapeForTerminal("a\xE2\x80\x93"
+                              "b"),
+            "a\xE2\x80\x93"
+            "b");
+}
+
 TEST(Text, InvalidBytesBecomeReplacementCharacters) {
   EXPECT_EQ(ToValidUtf8("/v1/jobs/\xFF\xFE"), "/v1/jobs/\xEF\xBF\xBD\xEF\xBF\xBD");
   EXPECT_EQ(ToValidUtf8("\xE2\x82\xAC"), "\xE2\x82\xAC");

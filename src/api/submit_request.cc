@@ -253,13 +253,18 @@ Result<std::string> ExternalForm(const EngineConfig& config, const quota::QueueS
 
 }  // namespace
 
+const std::set<std::string>& SubmitFields() {
+  static const std::set<std::string> kFields = {
+      "queue",      "command",      "env", "name",   "class", "form",     "gpus",
+      "gpu_memory", "gpu_fraction", "cpu", "memory", "group", "walltime", "secret_args"};
+  return kFields;
+}
+
 Result<PendingSubmit> PrepareSubmit(const EngineConfig& config, const Identity& who,
                                     const Json& body) {
   if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot submit jobs");
   if (!body.is_object()) return Status::InvalidArgument("the body must be a JSON object");
-  static const std::set<std::string> kFields = {
-      "queue",      "command",      "env", "name",   "class", "form",     "gpus",
-      "gpu_memory", "gpu_fraction", "cpu", "memory", "group", "walltime", "secret_args"};
+  const std::set<std::string>& kFields = SubmitFields();
   for (const auto& [k, v] : body.items()) {
     if (!kFields.count(k)) return Status::InvalidArgument("unknown field '" + k + "'");
   }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 
 #include "api/config.h"
@@ -19,6 +20,10 @@ inline constexpr int64_t kIdempotencyWindowMs = int64_t{24} * 3600 * 1000;
 
 // Letters, digits and -_.:/+=, 1 to 200 of them (UUIDs and the like).
 Status ValidIdempotencyKey(const std::string& key);
+
+// The fields a submission may carry (any other is refused, named); docs/openapi.json's Submit
+// schema lists the same.
+const std::set<std::string>& SubmitFields();
 
 Result<PendingSubmit> PrepareSubmit(const EngineConfig& config, const Identity& who,
                                     const Json& body);

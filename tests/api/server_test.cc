@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "api/routes.h"
+#include "api/submit_request.h"
 #include "forwarding_store.h"
 #include "support/served_engine.h"
 #include "support/test_dir.h"
@@ -292,6 +293,18 @@ TEST_F(ServerTest, OutputIsServedInRanges) {
   r = client_->Get((path + "?offset=10").c_str(), Auth("alice-token-1"));
   EXPECT_EQ(r->status, 206);
   EXPECT_EQ(r->body, "");
+}
+
+// The Submit schema (additionalProperties: false) lists exactly the fields the server takes: it
+// once left out secret_args, which a client checking against it would refuse to send.
+TEST(OpenApi, TheSubmitSchemaListsExactlyTheFieldsASubmissionTakes) {
+  std::ifstream in(TESSERA_SOURCE_DIR "/docs/openapi.json");
+  ASSERT_TRUE(in) << "docs/openapi.json missing";
+  const Json spec = Json::parse(in);
+  std::set<std::string> documented;
+  for (const auto& [field, schema] : spec["components"]["schemas"]["Submit"]["properties"].items())
+    documented.insert(field);
+  EXPECT_EQ(documented, SubmitFields());
 }
 
 TEST_F(ServerTest, OpenApiDescribesExactlyTheRoutes) {

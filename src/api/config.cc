@@ -156,6 +156,15 @@ Result<QueueRoute> ParseRoute(const YAML::Node& n, const std::string& w, const E
   }
   if (has_type("kubernetes")) {
     if (st = ParseKubeRoute(n, w, &q); !st.ok()) return st;
+    // Slurm's and PBS's mapping where only Kubernetes runs the queue: nothing would read it.
+    if (!has_type("slurm") && !has_type("pbs")) {
+      for (const char* key :
+           {"gpu_type", "gres_whole", "gres_share", "gres_partition", "shard_memory"}) {
+        if (n[key]) return Bad(w + "." + key, "only for a queue run by Slurm or PBS");
+      }
+      if (n["cap_library"] && q.kube.share_mode != "timeslice")
+        return Bad(w + ".cap_library", "only with share_mode: timeslice");
+    }
   } else {
     for (const std::string& key : KubeQueueKeys()) {
       if (n[key]) return Bad(w + "." + key, "only for a queue with backend: kubernetes");

@@ -151,6 +151,15 @@ TEST(ConfigFields, SettingsThatNothingWouldReadAreRefused) {
       {q + "backend: kubernetes, vendor: amd, mig_model: A100-80GB}]",
        "config: queues[q].mig_model: only with vendor: nvidia"},
       {q + "swap: false, overcommit: 3}]", "config: queues[q].overcommit: needs swap: true"},
+      // Slurm's and PBS's mapping on a queue only Kubernetes runs: nothing there reads it.
+      {q + "backend: kubernetes, gres_whole: \"gpu:{gpus}\"}]",
+       "config: queues[q].gres_whole: only for a queue run by Slurm or PBS"},
+      {q + "backend: kubernetes, gpu_type: h100}]",
+       "config: queues[q].gpu_type: only for a queue run by Slurm or PBS"},
+      {q + "backend: kubernetes, shard_memory: 2GiB}]",
+       "config: queues[q].shard_memory: only for a queue run by Slurm or PBS"},
+      {q + "backend: kubernetes, share_mode: hami, cap_library: /x.so}]",
+       "config: queues[q].cap_library: only with share_mode: timeslice"},
   };
   for (const auto& [yaml, want] : cases) {
     auto c = Parse(yaml + "\n");
@@ -164,7 +173,9 @@ TEST(ConfigFields, SettingsThatNothingWouldReadAreRefused) {
   for (const std::string& ok :
        {q + "backend: kubernetes, vendor: amd, amd_partition: cpx_nps4}]",
         q + "backend: kubernetes, vendor: amd, amd_partition: dpx_nps1}]",
-        q + "backend: kubernetes, mig_model: A100-80GB}]", q + "swap: true, overcommit: 3}]"}) {
+        q + "backend: kubernetes, mig_model: A100-80GB}]", q + "swap: true, overcommit: 3}]",
+        q + "backend: slurm, gres_whole: \"gpu:{gpus}\", gpu_type: h100, shard_memory: 2GiB}]",
+        q + "backend: kubernetes, share_mode: timeslice, cap_library: /x.so}]"}) {
     auto c = Parse(ok + "\n");
     EXPECT_TRUE(c.ok()) << ok << "\n  said: " << c.status().message();
   }

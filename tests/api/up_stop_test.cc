@@ -170,16 +170,7 @@ TEST_F(UpTest, AKilledUpLeavesNoAgentBehindAndItsPortFree) {
   const bool gone = Wait([&] { return agents().empty(); }, 10000);
   for (pid_t p : agents()) ::kill(p, SIGKILL);  // not to outlive the test
   EXPECT_TRUE(gone) << "the agent outlived its `tessera up`";
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  const int one = 1;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_in at{};
-  at.sin_family = AF_INET;
-  at.sin_port = htons(static_cast<uint16_t>(port_));
-  at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  const bool bound =
-      ::bind(fd, reinterpret_cast<sockaddr*>(&at), sizeof at) == 0 && ::listen(fd, 1) == 0;
-  ::close(fd);
+  const bool bound = testing::PortIsFree(port_);
   EXPECT_TRUE(bound) << "port " << port_ << " is still held after `tessera up` was killed";
 }
 

@@ -19,7 +19,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -29,6 +28,7 @@
 
 #include "net/heap.h"
 #include "net/http_server.h"
+#include "support/free_port.h"
 #include "support/wait.h"
 
 namespace tessera::net {
@@ -229,20 +229,10 @@ TEST_F(HardeningTest, AChildProcessDoesNotKeepTheListeningPort) {
   server_->Stop();
   thread_.join();
   server_.reset();
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  const int one = 1;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_in at{};
-  at.sin_family = AF_INET;
-  at.sin_port = htons(static_cast<uint16_t>(port_));
-  inet_pton(AF_INET, "127.0.0.1", &at.sin_addr);
-  const bool bound =
-      ::bind(fd, reinterpret_cast<sockaddr*>(&at), sizeof at) == 0 && ::listen(fd, 1) == 0;
-  const int bind_errno = errno;
-  ::close(fd);
+  const bool bound = tessera::testing::PortIsFree(port_);
   kill(child, SIGKILL);
   waitpid(child, nullptr, 0);
-  EXPECT_TRUE(bound) << "port " << port_ << " still held: " << std::strerror(bind_errno);
+  EXPECT_TRUE(bound) << "port " << port_ << " is still held by the child";
 }
 
 TEST_F(HardeningTest, OverTheConnectionCapANewConnectionIsClosedAtOnceAndOthersAreServed) {

@@ -324,11 +324,12 @@ int RunAgent(const AgentOptions& options) {
     std::string u = options.control_plane_url.substr(start, comma - start);
     while (!u.empty() && u.front() == ' ') u.erase(u.begin());
     while (!u.empty() && u.back() == ' ') u.pop_back();
-    if (!net::IsHttpUrl(u)) {
-      fail("control plane URL '" + u + "' must look like http://host:port or https://host:port");
+    auto checked = net::ServerUrl(u);
+    if (!checked.ok()) {
+      fail("control plane " + checked.status().message());
       return 2;
     }
-    urls.push_back(u);
+    urls.push_back(*checked);
     start = comma + 1;
   }
   Result<Inventory> inventory =

@@ -1,8 +1,8 @@
 #include "agent/protocol.h"
 
-#include <cctype>
 #include <nlohmann/json.hpp>
 
+#include "common/text.h"
 #include "model/cluster.h"
 
 namespace tessera::agent {
@@ -330,27 +330,6 @@ Result<OrdersWake> ParseOrdersWake(const std::string& body) {
   }
   return out;
 }
-
-namespace {
-
-// `s` as a URL path segment or query value: RFC 3986's unreserved characters as they are, every
-// other byte as %XX.
-std::string PercentEncoded(const std::string& s) {
-  static const char* kHex = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    }
-  }
-  return out;
-}
-
-}  // namespace
 
 std::string OutputPath(const std::string& job, int64_t offset) {
   return "/v1/agent/jobs/" + PercentEncoded(job) + "/output?offset=" + std::to_string(offset);

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <iostream>
 #include <random>
 #include <thread>
 #include <vector>
@@ -114,6 +115,11 @@ ClientReply HttpCall(const CallOptions& o, const std::string& method, const std:
     if (!idempotent || !unavailable || std::chrono::steady_clock::now() >= until) {
       // The most telling failure: a server's own answer over "cannot reach" another.
       return answered.status != 0 ? answered : last;
+    }
+    if (round == 0 && o.retry_for_ms >= 5000) {  // not silent for half a minute
+      std::cerr << "tessera: " << (last.error.empty() ? "no server answered" : last.error)
+                << "; trying again for up to " << o.retry_for_ms / 1000 << "s"
+                << (o.headers.empty() ? "" : " (the same request: it is done once)") << "\n";
     }
     std::this_thread::sleep_for(
         std::chrono::milliseconds(std::min(2000, 200 << std::min(round, 3))));

@@ -55,6 +55,16 @@ bool Resolve(ClientOptions* o) {
     std::cerr << "tessera: no server: set TESSERA_URL or pass --url\n";
     return false;
   }
+  std::string urls;  // each checked, a trailing "/" dropped
+  for (const std::string& given : SplitUrls(o->url)) {
+    auto u = net::ServerUrl(given);
+    if (!u.ok()) {
+      std::cerr << "tessera: " << u.status().message() << "\n";
+      return false;
+    }
+    urls += (urls.empty() ? "" : ",") + *u;
+  }
+  o->url = urls;
   if (o->token.empty()) {  // the login `tessera login` kept, if any (refreshed when due)
     auto login = LoginToken(o->tls);
     if (!login.ok() && login.status().code() != StatusCode::kNotFound) {

@@ -246,7 +246,12 @@ void RegisterSubmitCommand(CLI::App& app, CommandContext& ctx) {
        AllocationFormName(AllocationForm::kShare)});
   cmd->add_option("--walltime", o->walltime, "declared run time, e.g. 2h (lets it backfill)");
   cmd->add_option("--name", o->name, "a name for people");
-  cmd->add_option("--env", o->env, "NAME=VALUE for the job's environment (repeatable)");
+  // One value a use, repeated: a list would take `--` as its own end, and the job's flags as
+  // tessera's.
+  cmd->add_option("--env", o->env, "NAME=VALUE for the job's environment (repeatable)")
+      ->expected(1)
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("command", o->command, "the command after --")->required();
   cmd->callback([o, &ctx] { Submit(*o, &ctx.exit_code); });
 }
@@ -258,6 +263,11 @@ struct Args {
   std::string text;
   std::vector<std::string> ids;
 };
+
+// A job id as typed: an empty one names no job (it would ask for the list).
+const CLI::Validator kJobId(
+    [](std::string& id) { return id.empty() ? std::string("'' is not a job id") : std::string(); },
+    "ID");
 
 // Calls the server and prints its answer: whole with --json, else as `print` puts it for people.
 template <typename Print>
@@ -286,7 +296,7 @@ void ListJobs(const ClientOptions& co, const Args& args, int* exit_code) {
 
 void ShowJob(const ClientOptions& co, const Args& args, int* exit_code) {
   const std::string& id = args.ids.front();
-  CallAndPrint(co, "GET", "/v1/jobs/" + id, exit_code, [&](Json& j) {
+  CallAndPrint(co, "GET", "/v1/jobs/" + PercentEncoded(id), exit_code, [&](Json& j) {
     PrintTable({kJobColumns, JobRow(j)});
     if (j.contains("exit_code")) std::cout << "exit code: " << j["exit_code"] << "\n";
     // The isolation its grants give it (issue 38): hardware, driver, mps, preload or none.
@@ -316,8 +326,9 @@ void ShowJob(const ClientOptions& co, const Args& args, int* exit_code) {
     }
     // Range by range (the server sends at most 4 MiB at a time), as it is now.
     for (int64_t offset = 0;;) {
-      ClientReply out = HttpCall(CallOptions{co.url, co.token, co.tls, {}, 0}, "GET",
-                                 "/v1/jobs/" + id + "/output?offset=" + std::to_string(offset));
+      ClientReply out =
+          HttpCall(CallOptions{co.url, co.token, co.tls, {}, 0}, "GET",
+                   "/v1/jobs/" + PercentEncoded(id) + "/output?offset=" + std::to_string(offset));
       if ((out.status != 200 && out.status != 206) || out.body.empty()) break;
       if (offset == 0) std::cout << "--- output ---\n";
       std::cout << out.body;
@@ -335,11 +346,11 @@ void CancelJobs(const ClientOptions& co, const Args& args, int* exit_code) {
   CallOptions call{co.url, co.token, co.tls, {}, 30000, /*repeatable=*/true};
   Json all = Json::array();
   for (const std::string& id : args.ids) {
-    ClientReply r = HttpCall(call, "POST", "/v1/jobs/" + id + "/cancel");
+    ClientReply r = HttpCall(call, "POST", "/v1/jobs/" + PercentEncoded(id) + "/cancel");
     Json j = Json::parse(r.body, nullptr, false);
     std::string outcome;
     if (r.status == 409) {  // already ended: as it ended
-      ClientReply now = HttpCall(call, "GET", "/v1/jobs/" + id);
+      ClientReply now = HttpCall(call, "GET", "/v1/jobs/" + PercentEncoded(id));
       j = Json::parse(now.body, nullptr, false);
       if (now.status != 200 || !j.is_object()) j = {{"id", id}};
       outcome = "already ended" + (j.contains("state") ? " (" + j.value("state", "") + ")" : "");
@@ -469,16 +480,7 @@ void AdminNode(const ClientOptions& co, const std::string& action, const std::st
     *exit_code = kExitBadInput;
     return;
   }
-  std::string path = "/v1/nodes/";
-  for (unsigned char c : node) {  // percent-encoded, but for what a path segment keeps as is
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || c == ':') {
-      path += static_cast<char>(c);
-    } else {
-      static const char* kHex = "0123456789ABCDEF";
-      path += {'%', kHex[c >> 4], kHex[c & 15]};
-    }
-  }
-  path += "/" + action;
+  const std::string path = "/v1/nodes/" + PercentEncoded(node) + "/" + action;
   // Repeating one changes nothing more: it may go on to another server after reaching one.
   CallOptions call;
   call.repeatable = true;
@@ -535,10 +537,15 @@ void RegisterClientCommands(CLI::App& app, CommandContext& ctx) {
       ListJobs);
   RegisterClientCommand(
       app, ctx, "job", "Show one job and its output",
-      [](CLI::App* c, Args* a) { c->add_option("id", a->ids)->required()->expected(1); }, ShowJob);
+      [](CLI::App* c, Args* a) {
+        c->add_option("id", a->ids)->required()->expected(1)->check(kJobId);
+      },
+      ShowJob);
   RegisterClientCommand(
       app, ctx, "cancel", "Cancel jobs: tessera cancel ID...",
-      [](CLI::App* c, Args* a) { c->add_option("ids", a->ids, "job ids")->required(); },
+      [](CLI::App* c, Args* a) {
+        c->add_option("ids", a->ids, "job ids")->required()->check(kJobId);
+      },
       CancelJobs);
   RegisterClientCommand(app, ctx, "queues", "List the queues you may use", no_arg, ListQueues);
   RegisterClientCommand(app, ctx, "groups", "Groups with reservation, limit and usage", no_arg,
@@ -597,7 +604,7 @@ void Events(const EventsOptions& o, int* exit_code) {
   do {
     Json j = Call(co, "GET",
                   "/v1/events?after=" + std::to_string(cursor) + "&limit=500" +
-                      (o.kind.empty() ? "" : "&kind=" + o.kind),
+                      (o.kind.empty() ? "" : "&kind=" + PercentEncoded(o.kind)),
                   exit_code);
     if (j.is_discarded()) return;
     for (const auto& e : j["events"]) PrintEvent(e, co.json);

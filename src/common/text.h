@@ -32,6 +32,10 @@ std::string ToValidUtf8(std::string_view s);
 // \x1b, \u009b or \u202e.
 std::string EscapeForTerminal(std::string_view s);
 
+// `s` as a URL path segment or query value (RFC 3986): its unreserved characters (letters,
+// digits, - _ . ~) as they are, every other byte as %XX.
+std::string PercentEncoded(std::string_view s);
+
 // `s` with each character that `escapes` names written as its escape, the rest as they are: the
 // one loop behind a format's escaping (HTML text: {'<', "&lt;"}, {'>', "&gt;"}, {'&', "&amp;"};
 // a Prometheus label value: {'\\', "\\\\"}, {'"', "\\\""}, {'\n', "\\n"}).

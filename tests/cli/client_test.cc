@@ -19,6 +19,7 @@
 #include "../api/serve_fixture.h"
 #include "run_tessera.h"
 #include "support/config_builder.h"
+#include "support/free_port.h"
 #include "support/test_dir.h"
 
 namespace tessera::testing {
@@ -199,6 +200,60 @@ TEST_F(UpTest, NamesHumanTimesAndCancellingSeveralJobs) {
   EXPECT_THAT(c.err, HasSubstr("tessera cancel: j-99: no job 'j-99' (HTTP 404)"));
   EXPECT_EQ(c.exit_code, 2);  // one of them could not be cancelled
   EXPECT_THAT(WaitForOutput("alice", {"job", "j-1"}, "cancelled").out, HasSubstr("cancelled"));
+}
+
+// What a new user typed, taken as typed (a red team's report): `--env` before `--` once took
+// `--` as the end of its own list and the job's `-c` as tessera's flag; an id or a kind with
+// URL characters went into the URL as they were (`job 'j-1?x=1'` showed j-1, `--kind
+// 'job.placed&after=60'` printed each event twice); a server URL with a trailing slash could not
+// be reached, ftp:// aborted (rc 134) and a missing CA file was "cannot reach (SSLLoadingCerts)".
+TEST_F(UpTest, EnvIdsKindsUrlsAndCaFilesAreTakenAsTyped) {
+  ProcessResult env = As("alice", {"submit", "--queue", "notebooks", "--env", "FOO=bar", "--env",
+                                   "B=2", "--", "sh", "-c", "echo $FOO-$B"});
+  ASSERT_EQ(env.exit_code, 0) << env.err;
+  EXPECT_THAT(WaitForOutput("alice", {"job", "j-1"}, "bar-2").out, HasSubstr("bar-2"));
+  ProcessResult odd = As("alice", {"job", "j-1?x=1"});
+  EXPECT_EQ(odd.exit_code, 2) << odd.out;
+  EXPECT_THAT(odd.err, HasSubstr("no job 'j-1?x=1'"));
+  ProcessResult empty = As("alice", {"job", ""});
+  EXPECT_EQ(empty.exit_code, 2) << empty.out;
+  EXPECT_THAT(empty.err, HasSubstr("'' is not a job id"));
+  ProcessResult kinds = As("admin", {"events", "--kind", "job.submitted&after=0"});
+  EXPECT_EQ(kinds.exit_code, 0) << kinds.err;
+  EXPECT_THAT(kinds.out, Not(HasSubstr("job.submitted"))) << "no event is of that kind";
+  const std::string token = "TESSERA_TOKEN_FILE=" + dir_ + "/d/alice.token";
+  const std::string ca = "TESSERA_CA=" + dir_ + "/d/tls/cert.pem";
+  ProcessResult slash = Tessera({"jobs"}, {"TESSERA_URL=" + url_ + "/", token, ca});
+  EXPECT_EQ(slash.exit_code, 0) << slash.err;
+  EXPECT_THAT(slash.out, HasSubstr("j-1"));
+  for (const std::string& url :
+       {std::string("ftp://x"), std::string("127.0.0.1:1"), url_ + "/v1"}) {
+    ProcessResult bad = Tessera({"jobs"}, {"TESSERA_URL=" + url, token, ca});
+    EXPECT_EQ(bad.exit_code, 2) << url << ": " << bad.err;
+    EXPECT_THAT(bad.err, HasSubstr("server URL '" + url +
+                                   "' must look like http://host:port or https://host:port"));
+  }
+  ProcessResult no_ca =
+      Tessera({"jobs"}, {"TESSERA_URL=" + url_, token, "TESSERA_CA=/nonexistent"});
+  EXPECT_EQ(no_ca.exit_code, 2) << no_ca.err;
+  EXPECT_THAT(no_ca.err, HasSubstr("cannot read CA file '/nonexistent'"));
+  ProcessResult not_pem =
+      Tessera({"jobs"}, {"TESSERA_URL=" + url_, token, "TESSERA_CA=" + dir_ + "/d/alice.token"});
+  EXPECT_EQ(not_pem.exit_code, 2) << not_pem.err;
+  EXPECT_THAT(not_pem.err, HasSubstr("holds no PEM certificate"));
+}
+
+// A submission to a server that does not answer is tried again for 30 s (a leader may be
+// restarting; the key keeps it from running twice): it once said nothing all that time.
+TEST(SubmitRetryTest, SaysAtOnceThatItIsTryingAgain) {
+  const std::string dir = FreshTestDir("cli-retry");
+  Proc submit({"/usr/bin/env", "TESSERA_URL=http://127.0.0.1:" + std::to_string(FreePort()),
+               "TESSERA_TOKEN=x", kTessera, "submit", "--queue", "q", "--", "true"},
+              dir + "/submit.log");
+  EXPECT_TRUE(WaitFor([&] { return submit.Log().find("trying again") != std::string::npos; },
+                      std::chrono::seconds(10)))
+      << submit.Log();
+  EXPECT_THAT(submit.Log(), HasSubstr("for up to 30s"));
 }
 
 // A plain-HTTP `tessera serve`, and a fake server in front of it for a deposed leader.

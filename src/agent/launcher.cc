@@ -138,6 +138,7 @@ Status Launcher::Start(const JobSpec& spec) {
   child.argv = exec.argv.data();
   child.envp = exec.envp.data();
   child.exec_error = exec.exec_error.c_str();
+  child.exec_not_in_path = exec.exec_not_in_path.c_str();
   Job job;
   job.spec = spec;
   if (Status s = OpenJobStdio(OutputPath(spec.id), &child.out_fd, &job.out_fd, &child.null_fd);

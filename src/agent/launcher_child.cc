@@ -52,6 +52,36 @@ char* SafeItoa(long long v, char* buf) {
   return buf;
 }
 
+// Whether a file named argv[0] stands in a directory of the job's PATH (as execvp searches it:
+// an empty entry is the working directory; no PATH, /bin:/usr/bin), as the job's account sees
+// them. Async-signal-safe: a fixed buffer and access(2).
+bool InSomePathDirectory(const internal::ChildSetup& c) {
+  const char* path = "/bin:/usr/bin";
+  for (char* const* e = c.envp; e != nullptr && *e != nullptr; ++e) {
+    if (std::strncmp(*e, "PATH=", 5) == 0) path = *e + 5;
+  }
+  const size_t name = std::strlen(c.argv[0]);
+  char buf[4096];
+  for (const char* p = path;; ++p) {
+    const char* end = std::strchr(p, ':');
+    if (end == nullptr) end = p + std::strlen(p);
+    const auto dir = static_cast<size_t>(end - p);
+    if (dir + 2 + name < sizeof buf) {
+      size_t n = dir;
+      if (dir == 0) {
+        buf[n++] = '.';
+      } else {
+        std::memcpy(buf, p, dir);
+      }
+      buf[n++] = '/';
+      std::memcpy(buf + n, c.argv[0], name + 1);
+      if (access(buf, F_OK) == 0) return true;
+    }
+    if (*end == '\0') return false;
+    p = end;
+  }
+}
+
 }  // namespace
 
 namespace internal {
@@ -68,6 +98,9 @@ void BuildExecArgs(const JobSpec& spec, const LauncherOptions& options, ExecArgs
   for (std::string& s : x->args) x->argv.push_back(s.data());
   x->argv.push_back(nullptr);
   x->exec_error = "tessera-agent: cannot execute '" + x->args[0] + "': errno ";
+  x->exec_not_in_path = "tessera-agent: cannot execute '" + x->args[0] +
+                        "': not found in PATH (some of its directories are closed to the job's "
+                        "account)\n";
 }
 
 Status OpenJobStdio(const std::string& out_path, int* out_fd, int* own_fd, int* null_fd) {
@@ -170,6 +203,10 @@ Result<Account> ResolveAccount(const std::string& name) {
   }
   execvpe(c.argv[0], c.argv, c.envp);
   int err = errno;
+  if (err == EACCES && std::strchr(c.argv[0], '/') == nullptr && !InSomePathDirectory(c)) {
+    SafeWrite(2, c.exec_not_in_path);
+    _exit(127);
+  }
   SafeWrite(2, c.exec_error);
   SafeWrite(2, SafeItoa(err, num));
   SafeWrite(2, err == ENOENT ? " (not found)\n" : err == EACCES ? " (permission denied)\n" : "\n");

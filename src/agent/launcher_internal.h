@@ -21,6 +21,8 @@ struct ExecArgs {
   std::vector<std::string> args;
   std::vector<char*> argv;
   std::string exec_error;  // the prefix the child writes when exec fails
+  // What it writes when a bare command is in no PATH directory the job's account can search.
+  std::string exec_not_in_path;
 };
 
 void BuildExecArgs(const JobSpec& spec, const LauncherOptions& options, ExecArgs* x);
@@ -51,6 +53,7 @@ struct ChildSetup {
   char* const* argv = nullptr;
   char* const* envp = nullptr;
   const char* exec_error = nullptr;
+  const char* exec_not_in_path = nullptr;
   const Account* account = nullptr;  // switch to it (uid, gid, groups) before exec
   const char* cwd = "/";             // the account's home (never the agent's directory)
 };

@@ -343,6 +343,33 @@ TEST(AgentLauncher, MissingProgramExits127WithTheReasonInItsOutput) {
             std::string::npos);
 }
 
+// A bare command that no PATH directory holds, where one directory is closed to the job's
+// account (root's PATH, /root/... in it, for a job run as nobody): execvp says EACCES, and the
+// job's output once said "permission denied" for a command that is simply not there.
+TEST(AgentLauncher, ACommandNotInPathIsSaidNotFoundWhenADirectoryIsClosed) {
+  TempDir dir;
+  Launcher l(Opts(dir));
+  const std::string closed = dir.path() + "/closed";
+  ASSERT_EQ(mkdir(closed.c_str(), 0700), 0);
+  JobSpec spec;
+  spec.id = "nocmd";
+  spec.command = {"tessera-no-such-program", "x"};
+  spec.env["PATH"] = closed + ":/usr/bin:/bin";
+  if (geteuid() == 0) {
+    spec.run_as = "nobody";  // root reads any directory: the job's account does not
+  } else {
+    ASSERT_EQ(chmod(closed.c_str(), 0), 0);
+  }
+  JobExit e = RunToEnd(l, spec);
+  EXPECT_EQ(e.exit_code, 127);
+  const std::string out = ReadAll(l.OutputPath("nocmd"));
+  EXPECT_NE(out.find("cannot execute 'tessera-no-such-program': not found in PATH"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("permission denied"), std::string::npos) << out;
+  chmod(closed.c_str(), 0700);
+}
+
 TEST(AgentLauncher, RefusesBadSpecsAndDuplicates) {
   TempDir dir;
   Launcher l(Opts(dir));

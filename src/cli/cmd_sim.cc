@@ -1,6 +1,9 @@
 // `tessera sim openb`: replay an Alibaba openb trace under the FGD paper's protocol.
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -233,7 +236,22 @@ int WriteSweeps(const SimOptions& o, const std::string& trace,
   return kExitOk;
 }
 
+// Whether `path` could be written now: its directory exists and takes files, and a file already
+// there may be replaced. Checked before a replay, which may take minutes.
+bool Writable(const std::string& path) {
+  const std::filesystem::path p(path);
+  const std::string dir = p.has_parent_path() ? p.parent_path().string() : ".";
+  return access(dir.c_str(), W_OK) == 0 &&
+         (access(path.c_str(), F_OK) != 0 || access(path.c_str(), W_OK) == 0);
+}
+
 int RunOpenb(const SimOptions& o) {
+  for (const std::string* out : {&o.csv, &o.plot}) {
+    if (!out->empty() && !Writable(*out)) {
+      std::cerr << "tessera sim: cannot write '" << *out << "'\n";
+      return kExitBadInput;
+    }
+  }
   OpenbInput in;
   if (!LoadOpenbInput(o, &in)) return kExitBadInput;
   if (o.timed) return RunOpenbTimed(o, in);
@@ -260,7 +278,8 @@ void RegisterSimCommands(CLI::App& app, CommandContext& ctx) {
   openb->add_flag("--json", opts->json, "print one JSON object (an array for several policies)");
   openb->add_option("--csv", opts->csv, "write the whole curve (0..130%) as CSV");
   openb->add_option("--plot", opts->plot, "write an SVG chart of the curves");
-  openb->add_option("--threads", opts->threads, "worker threads (default: all cores)");
+  openb->add_option("--threads", opts->threads, "worker threads (default: all cores)")
+      ->check(CLI::Range(0, 1024));
   openb->add_flag(
       "--timed", opts->timed,
       "replay on the trace's own clock with departures and queueing instead of dropping");

@@ -60,6 +60,25 @@ TEST(SimCliTest, TruncatedTraceIsRefusedWithFileLineColumn) {
   EXPECT_NE(r.out.find("unknown policy 'nosuch'"), std::string::npos) << r.out;
 }
 
+// An output it cannot write is said before the replay, not after minutes of it; a negative
+// thread count is refused as it is parsed.
+TEST(SimCliTest, AnOutputItCannotWriteIsRefusedBeforeTheReplay) {
+  for (const char* flag : {"--csv", "--plot"}) {
+    CmdResult r =
+        Sh(kTessera + " sim openb --nodes " + kTraces + "openb_node_list_gpu_node.csv --pods " +
+           kTraces + "openb_pod_list_default.csv --policy tessera --seeds 42 " + flag +
+           " /nonexistent-dir/out 2>&1");
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.out.find("cannot write '/nonexistent-dir/out'"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("unallocated"), std::string::npos) << "it replayed first:\n" << r.out;
+  }
+  CmdResult r =
+      Sh(kTessera + " sim openb --nodes " + kTraces + "openb_node_list_gpu_node.csv --pods " +
+         kTraces + "openb_pod_list_default.csv --threads -3 2>&1");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("--threads"), std::string::npos) << r.out;
+}
+
 TEST(BenchCliTest, PlacementJson) {
   CmdResult r = Sh(kTessera + " bench placement --nodes 200 --jobs 2000 --json");
   ASSERT_EQ(r.code, 0) << r.out;

@@ -65,10 +65,9 @@ std::string JobGpus(const Json& j) {
   if (j.contains("placement") && j["placement"].value("gpu_milli", Json()).is_number_integer())
     return FormatMilli(j["placement"]["gpu_milli"].get<int64_t>());
   const Json& s = j["spec"];
-  if (s.contains("gpu_fraction"))
-    return s["gpu_fraction"].is_string() ? s["gpu_fraction"].get<std::string>()
-                                         : s["gpu_fraction"].dump();
-  return std::to_string(s.value("gpus", 0));
+  const int gpus = s.value("gpus", 0);
+  const int64_t milli = s.value("gpu_milli", int64_t{1000});
+  return gpus == 1 && milli < 1000 ? FormatMilli(milli) : std::to_string(gpus);
 }
 
 // A waiting job's reason, and when it is expected to start (the server's forecast).
@@ -108,12 +107,15 @@ std::vector<std::string> JobRow(const Json& j) {
       j.contains("placement") ? j["placement"].value("form", "") : s.value("form", "");
   const int gpus = s.value("gpus", 0);
   const MiB mem = s.value("gpu_memory_mib", int64_t{0});
+  // Asked for, before a form is chosen: "0.1 gpu 8GiB" for a fraction of one, as JobGpus.
+  const std::string asked = gpus == 1 && s.value("gpu_milli", int64_t{1000}) < 1000
+                                ? FormatMilli(s["gpu_milli"].get<int64_t>())
+                                : std::to_string(gpus);
   std::string need = gpus == 0             ? "cpu"
                      : form == "share"     ? "share " + FormatMiB(mem)
                      : form == "partition" ? "partition " + FormatMiB(mem)
-                     : form == "whole"
-                         ? std::to_string(gpus) + " whole"
-                         : std::to_string(gpus) + " gpu" + (mem > 0 ? " " + FormatMiB(mem) : "");
+                     : form == "whole"     ? std::to_string(gpus) + " whole"
+                                           : asked + " gpu" + (mem > 0 ? " " + FormatMiB(mem) : "");
   const std::string name = s.value("name", "");
   return {j["id"],
           name.empty() ? "-" : name,
@@ -620,6 +622,8 @@ void RegisterEventsCommand(CLI::App& app, CommandContext& ctx) {
   auto* cmd = app.add_subcommand("events", "The event log (--follow to keep watching)");
   auto o = std::make_shared<EventsOptions>();
   AddClientFlags(cmd, &o->client);
+  // A log read as it grows: one JSON object a line (JSON Lines), not one document.
+  cmd->get_option("--json")->description("print each event as one JSON object a line (JSON Lines)");
   cmd->add_flag("--follow,-f", o->follow, "keep printing new events");
   cmd->add_option("--kind", o->kind, "only events whose kind starts with this (e.g. job.)");
   cmd->add_option("--after", o->after, "only events after this sequence number");

@@ -243,6 +243,20 @@ TEST_F(UpTest, EnvIdsKindsUrlsAndCaFilesAreTakenAsTyped) {
   EXPECT_THAT(not_pem.err, HasSubstr("holds no PEM certificate"));
 }
 
+// A waiting share shows the fraction of a GPU it asked for, as it will once placed: it showed
+// "1 gpu 8GiB" and GPUS 1, then "share 8GiB" and 0.1.
+TEST_F(UpTest, AWaitingShareShowsTheFractionItAskedFor) {
+  ASSERT_EQ(As("admin", {"cordon", "local"}).exit_code, 0);
+  ProcessResult sub =
+      As("alice", {"submit", "--queue", "notebooks", "--gpu-memory", "8GiB", "--", "true"});
+  ASSERT_EQ(sub.exit_code, 0) << sub.err;
+  ProcessResult jobs = As("alice", {"jobs"});
+  EXPECT_THAT(jobs.out, ::testing::ContainsRegex("j-1 .* pending .* 0.1 gpu 8GiB +0.1 +-"))
+      << jobs.out;
+  // And the reason is that no node takes work, not that the job is larger than a node of 0 CPUs.
+  EXPECT_THAT(jobs.out, HasSubstr("no node in pools [default] takes new work")) << jobs.out;
+}
+
 // A submission to a server that does not answer is tried again for 30 s (a leader may be
 // restarting; the key keeps it from running twice): it once said nothing all that time.
 TEST(SubmitRetryTest, SaysAtOnceThatItIsTryingAgain) {

@@ -239,6 +239,17 @@ TEST(QuotaPolicy, ImpossibleRequestsAreRefusedOrSayWhyTheyWait) {
   EXPECT_NE(w.View("big-mem").wait_reason.find("larger than any node present: needs memory"),
             std::string::npos)
       << w.View("big-mem").wait_reason;
+  // With every node of its pools down (lost, cordoned), a job is not "larger than any node
+  // present ... has 0": no node takes new work, and it says so.
+  w.e->SetNodeDown("n0", true);
+  JobSpec small = Job("small-one", "train", "a");
+  w.Submit(small, 2);
+  w.e->RunCycle(2);
+  EXPECT_EQ(w.State("small-one"), JobState::kPending);
+  EXPECT_NE(w.View("small-one")
+                .wait_reason.find("no node in pools [train,infer,inter,any] takes new work"),
+            std::string::npos)
+      << w.View("small-one").wait_reason;
   w.Done();
 }
 

@@ -529,12 +529,17 @@ void Engine::NoRoomReason(const Job& j, bool blocked, std::string* step,
     const int per_node = j.gpu_count > max_devs_per_node_ ? 1 : std::max(j.gpu_count, 1);
     MilliCpu most_cpu = 0;
     MiB most_mem = 0;
+    bool any = false;
     for (const NodeRt& n : nodes_) {
       if (n.down || !ServesNode(j, n)) continue;
+      any = true;
       most_cpu = std::max(most_cpu, n.cpu_total);
       most_mem = std::max(most_mem, n.mem_total);
     }
-    if (j.cpu * per_node > most_cpu) {
+    if (!any) {  // not "larger than any node present ... has 0"
+      *reason = "no node in pools " + PoolNames(j) +
+                " takes new work (none has joined, or each is lost, cordoned or draining)";
+    } else if (j.cpu * per_node > most_cpu) {
       *reason = "larger than any node present: needs cpu " + FormatMilli(j.cpu * per_node) +
                 " on one node, the largest in pools " + PoolNames(j) + " has " +
                 FormatMilli(most_cpu) + " (waits for a larger node to join)";

@@ -255,6 +255,13 @@ Status LocalCertificate(const std::string& data, const std::string& listen, Serv
 
 int Up(const std::string& data, const std::string& listen, const std::string& simulate,
        const std::string& log_level, const std::string& log_format, bool tls) {
+  // Checked before the data directory and its tokens are made for a server that never starts.
+  std::string listen_host;
+  int listen_port = 0;
+  if (!SplitListen(listen, &listen_host, &listen_port)) {
+    ServeLog().Error("bad --listen '" + listen + "' (HOST:PORT)");
+    return 2;
+  }
   std::error_code ec;
   std::filesystem::create_directories(data, ec);
   ServeFlags flags;

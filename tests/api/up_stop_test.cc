@@ -143,6 +143,16 @@ TEST_F(UpTest, ASecondUpOnTheSameDataSaysWhoHoldsItAndExits) {
   EXPECT_TRUE(Call("GET", "/v1/health", Admin()).is_object());
 }
 
+// A --listen that is no HOST:PORT is refused before anything is made: it once left a data
+// directory with tokens in it for a server that never started.
+TEST_F(UpTest, ABadListenIsRefusedBeforeTheDataDirectoryIsMade) {
+  const std::string data = dir_ + "/never";
+  Proc up({kTessera, "up", "--data", data, "--listen", "bogus", "--no-tls"}, dir_ + "/bad.log");
+  ASSERT_TRUE(up.WaitExited(std::chrono::seconds(20))) << up.Log();
+  EXPECT_NE(up.Log().find("bad --listen 'bogus'"), std::string::npos) << up.Log();
+  EXPECT_FALSE(std::filesystem::exists(data)) << "made " << data;
+}
+
 // Killed outright (SIGKILL, an OOM kill), `tessera up` leaves neither its agent running nor its
 // port held: the agent inherited the listening socket, outlived its parent, and the next `tessera
 // up` said "Address already in use".

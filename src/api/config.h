@@ -225,6 +225,9 @@ struct EngineConfig {
 Result<EngineConfig> ParseConfig(const std::string& yaml_text);
 // The warnings of a parsed config (EngineConfig::warnings).
 std::vector<std::string> ConfigWarnings(const EngineConfig& c);
+// The identities whose token has expired by `now_ms` (their requests are refused), one warning
+// each, for `serve` and `--check-config` to say at start.
+std::vector<std::string> ExpiredTokenWarnings(const EngineConfig& c, int64_t now_ms);
 // The keys of a queue entry that only the server reads (backend routing), not a scenario.
 const std::set<std::string>& ServerQueueKeys();
 Result<EngineConfig> LoadConfig(const std::string& path);

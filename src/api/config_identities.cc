@@ -252,4 +252,15 @@ Status ReadOidc(const YAML::Node& root, EngineConfig* c) {
 }
 
 }  // namespace cfg
+std::vector<std::string> ExpiredTokenWarnings(const EngineConfig& c, int64_t now_ms) {
+  std::vector<std::string> out;
+  for (const Identity& id : c.identities) {
+    if (id.expires_ms > 0 && id.expires_ms <= now_ms) {
+      out.push_back("identity '" + id.name + "': its token expired at " +
+                    auth::FormatUtc(id.expires_ms) + ", so its requests are refused");
+    }
+  }
+  return out;
+}
+
 }  // namespace tessera::api

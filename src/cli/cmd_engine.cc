@@ -68,6 +68,8 @@ int CheckConfig(const std::string& config_path) {
                 r.run_as_root ? " (jobs as root)" : "");
   }
   for (const std::string& w : c.warnings) std::printf("warning: %s\n", w.c_str());
+  for (const std::string& w : api::ExpiredTokenWarnings(c, NowMs()))
+    std::printf("warning: %s\n", w.c_str());
   return kExitOk;
 }
 
@@ -90,6 +92,8 @@ int Serve(const ServeFlags& flags, const ServeHooks& hooks) {
     return kExitBadInput;
   }
   for (const std::string& w : config->warnings) ServeLog().Warn("config: " + w);
+  for (const std::string& w : api::ExpiredTokenWarnings(*config, NowMs()))
+    ServeLog().Warn("config: " + w);
   std::string host;
   int port = 0;
   if (!SplitListen(listen, &host, &port)) {

@@ -318,7 +318,8 @@ void RegisterWhatIfCommand(CLI::App& app, CommandContext& ctx) {
   auto* cmd = app.add_subcommand(
       "whatif",
       "Replay the observed jobs under another class-to-form table: the cards each class needs "
-      "(with --usage FILE: a fleet's GPU telemetry, replayed here)");
+      "(an admin's token; at most 31 days, default 7; with --usage FILE: a fleet's GPU "
+      "telemetry, replayed here)");
   auto o = std::make_shared<WhatIfOptions>();
   AddWindowFlags(cmd, &o->window);
   cmd->add_option("--forms", o->forms, "CLASS=FORM[,FORM...], e.g. interactive=share (repeatable)");

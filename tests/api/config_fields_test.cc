@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "api/config.h"
+#include "model/timestamp.h"
 
 namespace tessera::api {
 namespace {
@@ -214,6 +215,23 @@ TEST(ConfigFields, ReadsEachFieldIntoItsSetting) {
   ASSERT_NE(a, nullptr);
   EXPECT_EQ(a->name, "a");
   EXPECT_EQ(c->FindIdentityByTokenHash(Sha256Hex("bbbbbbbbbb")), nullptr);
+}
+
+// A token past its expiry is said at start (serve, --check-config): its requests are refused,
+// and the config read as fine said nothing of it.
+TEST(ConfigFields, ExpiredTokensAreSaidAtStart) {
+  auto c = ParseConfig(
+      "identities: [{name: a, token: aaaaaaaaaa, expires: 2027-01-15}, {name: b, token: "
+      "bbbbbbbbbb}]\ngroups: [{name: g}]\nprofiles: [{name: p, forms: [whole]}]\n" +
+      std::string(kQueue) + "}]\n");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const int64_t expiry = *ParseTimestampMs("2027-01-15");
+  EXPECT_TRUE(ExpiredTokenWarnings(*c, expiry - 1).empty());
+  const std::vector<std::string> w = ExpiredTokenWarnings(*c, expiry);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_EQ(w[0],
+            "identity 'a': its token expired at 2027-01-15T00:00:00Z, so its requests are "
+            "refused");
 }
 
 TEST(ConfigFields, RolesReadBothWays) {

@@ -527,16 +527,14 @@ void Engine::NoRoomReason(const Job& j, bool blocked, std::string* step,
     // A request no node present could hold even empty says so, with the largest there is: it
     // waits for a larger node to join, not for others to finish.
     const int per_node = j.gpu_count > max_devs_per_node_ ? 1 : std::max(j.gpu_count, 1);
-    MilliCpu most_cpu = 0;
+    MilliCpu most_cpu = -1;  // -1: no node takes work
     MiB most_mem = 0;
-    bool any = false;
     for (const NodeRt& n : nodes_) {
       if (n.down || !ServesNode(j, n)) continue;
-      any = true;
       most_cpu = std::max(most_cpu, n.cpu_total);
       most_mem = std::max(most_mem, n.mem_total);
     }
-    if (!any) {  // not "larger than any node present ... has 0"
+    if (most_cpu < 0) {  // not "larger than any node present ... has 0"
       *reason = "no node in pools " + PoolNames(j) +
                 " takes new work (none has joined, or each is lost, cordoned or draining)";
     } else if (j.cpu * per_node > most_cpu) {

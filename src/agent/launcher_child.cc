@@ -201,6 +201,9 @@ Result<Account> ResolveAccount(const std::string& name) {
   if (close_range(3, ~0U, 0) != 0) {
     for (int fd = 3; fd < 4096; ++fd) close(fd);
   }
+  // execvpe looks a bare command up in the caller's PATH (getenv), not in envp's: the job's
+  // environment becomes this process's first, so its own PATH is the one searched.
+  environ = const_cast<char**>(c.envp);
   execvpe(c.argv[0], c.argv, c.envp);
   int err = errno;
   if (err == EACCES && std::strchr(c.argv[0], '/') == nullptr && !InSomePathDirectory(c)) {

@@ -343,6 +343,31 @@ TEST(AgentLauncher, MissingProgramExits127WithTheReasonInItsOutput) {
             std::string::npos);
 }
 
+// A bare command is looked up in the job's own PATH (its env), not the agent's: execvpe searches
+// the caller's, so a job's `--env PATH=...` tool was not found, and the reasons given for a
+// failed lookup spoke of directories the job never named.
+TEST(AgentLauncher, ABareCommandIsLookedUpInTheJobsOwnPath) {
+  TempDir dir;
+  Launcher l(Opts(dir));
+  const std::string bin = dir.path() + "/bin";
+  ASSERT_EQ(mkdir(bin.c_str(), 0755), 0);
+  const std::string tool = bin + "/tessera-test-tool";
+  {
+    std::ofstream out(tool);
+    out << "#!/bin/sh\necho found in the PATH of the job\n";
+  }
+  ASSERT_EQ(chmod(tool.c_str(), 0755), 0);
+  JobSpec spec;
+  spec.id = "ownpath";
+  spec.command = {"tessera-test-tool"};
+  spec.env["PATH"] = bin + ":/usr/bin:/bin";
+  JobExit e = RunToEnd(l, spec);
+  EXPECT_EQ(e.exit_code, 0) << ReadAll(l.OutputPath("ownpath"));
+  EXPECT_NE(ReadAll(l.OutputPath("ownpath")).find("found in the PATH of the job"),
+            std::string::npos)
+      << ReadAll(l.OutputPath("ownpath"));
+}
+
 // A bare command that no PATH directory holds, where one directory is closed to the job's
 // account (root's PATH, /root/... in it, for a job run as nobody): execvp says EACCES, and the
 // job's output once said "permission denied" for a command that is simply not there.

@@ -69,11 +69,19 @@ class ObservedWindow {
     for (auto& [id, o] : jobs_) Close(o, id, until_);
   }
 
-  // One workload entry per job that ran (arrival, held time, needs), and its wait by class.
-  Status Workload(YAML::Node* workload, std::map<std::string, std::vector<int64_t>>* waits,
-                  int64_t* replayed) {
+  // One workload entry per job that ran (arrival, held time, needs), and its wait by class. A
+  // job of a queue or group `config` no longer has is counted in *left_out, not replayed: the
+  // scenario's policy is today's, and a workload naming what it lacks is refused.
+  Status Workload(const EngineConfig& config, YAML::Node* workload,
+                  std::map<std::string, std::vector<int64_t>>* waits, int64_t* replayed,
+                  int64_t* left_out) {
     for (const auto& [id, o] : jobs_) {
       if (o.first_placed_ms < 0) continue;  // never ran: nothing to replay
+      if (config.FindQueue(o.queue) == nullptr ||
+          (!o.group.empty() && config.FindGroup(o.group) == nullptr)) {
+        ++*left_out;
+        continue;
+      }
       auto rec = store_->GetJob(id);
       if (!rec.ok()) return rec.status();
       if (!*rec) continue;
@@ -256,14 +264,16 @@ Result<Json> Views::WhatIfScenario(const Identity& who, int64_t since, int64_t u
   AddImplicitPools(pools, out);
   YAML::Node workload(YAML::NodeType::Sequence);
   std::map<std::string, std::vector<int64_t>> waits;  // class -> observed waits (s)
-  int64_t replayed = 0;
-  if (Status st = window.Workload(&workload, &waits, &replayed); !st.ok()) return st;
+  int64_t replayed = 0, left_out = 0;
+  if (Status st = window.Workload(config_, &workload, &waits, &replayed, &left_out); !st.ok())
+    return st;
   out["workload"] = workload;
   YAML::Emitter emit;
   emit << out;
   return Json{{"since_ms", since},
               {"until_ms", until},
               {"jobs", replayed},
+              {"jobs_not_replayed", left_out},  // of a queue or group no longer configured
               {"scenario", std::string(emit.c_str())},
               {"observed", window.ObservedJson(waits)}};
 }

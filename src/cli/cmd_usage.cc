@@ -310,6 +310,11 @@ void WhatIf(const WhatIfOptions& o, int* exit_code) {
             << (o.forms.empty() ? " under the server's policy"
                                 : " with the class-to-form table changed")
             << ":\n\n";
+  if (const int64_t left_out = j.value("jobs_not_replayed", int64_t{0}); left_out > 0) {
+    std::cout
+        << left_out
+        << " more job(s) ran on a queue or in a group the config no longer has: left out.\n\n";
+  }
   PrintTable(rows);
   std::cout << "\n" << returned_total << " card(s) returned to the pool at peak.\n\n" << r->text;
 }

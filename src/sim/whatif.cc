@@ -76,6 +76,7 @@ Result<WhatIfResult> WhatIf(const nlohmann::json& observed, const std::vector<st
   Json r = {{"since_ms", observed.value("since_ms", int64_t{0})},
             {"until_ms", observed.value("until_ms", int64_t{0})},
             {"jobs", observed.value("jobs", int64_t{0})},
+            {"jobs_not_replayed", observed.value("jobs_not_replayed", int64_t{0})},
             {"forms", forms},
             {"classes", Json::object()}};
   int64_t returned_total = 0;

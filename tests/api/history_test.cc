@@ -3,6 +3,8 @@
 // hand below.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "api/engine.h"
 #include "engine_fixture.h"
 #include "test_dir.h"
@@ -286,6 +288,35 @@ TEST_F(HistoryTest, TheWhatIfWindowIsSevenDaysUnlessSaidAndAtMostThirtyOne) {
   }
   auto replay = engine_->views().WhatIf(Who("admin"), 1, 0, {"interactive=share"});
   EXPECT_EQ(replay.status().code(), StatusCode::kInvalidArgument);
+}
+
+// A job whose queue (or group) the config no longer has is left out of the observed scenario and
+// counted, not replayed: a scenario naming a queue its policy lacks is refused, so a queue
+// renamed in the window would fail every what-if over it.
+TEST_F(HistoryTest, JobsOfAQueueNoLongerConfiguredAreLeftOutOfTheWhatIfAndCounted) {
+  Register("n1", 2);
+  const std::string nb = Submit("alice", {{"queue", "notebooks"}, {"command", {"sleep", "100"}}});
+  const std::string tr = Submit("alice", {{"queue", "training"}, {"command", {"sleep", "100"}}});
+  Pass(2000);
+  ASSERT_TRUE(engine_->views().WhatIfScenario(Who("admin"), 0, 0).ok());
+  auto& queues = config_.policy.queues;
+  queues.erase(std::remove_if(queues.begin(), queues.end(),
+                              [](const quota::QueueSpec& q) { return q.name == "notebooks"; }),
+               queues.end());
+  auto& routes = config_.routes;
+  routes.erase(std::remove_if(routes.begin(), routes.end(),
+                              [](const QueueRoute& r) { return r.queue == "notebooks"; }),
+               routes.end());
+  config_.source_yaml.clear();
+  Reopen();
+  Pass(1000);
+  auto w = engine_->views().WhatIfScenario(Who("admin"), 0, 0);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  EXPECT_EQ((*w)["jobs"], 1) << w->dump();
+  EXPECT_EQ((*w)["jobs_not_replayed"], 1) << w->dump();
+  const std::string scenario = (*w)["scenario"];
+  EXPECT_EQ(scenario.find("notebooks"), std::string::npos) << scenario;
+  EXPECT_NE(scenario.find("training"), std::string::npos) << scenario;
 }
 
 // GET /v1/whatif through the thin interface the serving process wires in (the API never

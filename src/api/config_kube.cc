@@ -17,11 +17,13 @@
 //       devices: extended | dra       # dra: a resource.k8s.io/v1 ResourceClaim per job
 //       device_classes: {whole: gpu.nvidia.com, mig: mig.nvidia.com, share: gpu.nvidia.com,
 //                        amd_partition: gpu.amd.com}   share_mode (dra): mps | timeslice
+#include <cctype>
 #include <nlohmann/json.hpp>
 
 #include "api/config.h"
 #include "api/config_fields.h"
 #include "model/quantity.h"
+#include "partition/catalog.h"
 
 namespace tessera::api {
 namespace {
@@ -129,14 +131,26 @@ Status CheckVendor(const YAML::Node& n, const std::string& w, const QueueRoute& 
     return Bad(w + (n["mig_strategy"] ? ".mig_strategy" : ".mig_product"),
                "only with vendor: nvidia");
   if (!n["amd_partition"]) return Status::Ok();
+  // A compute mode and a memory mode one AMD model of the catalog has, in the device plugin's
+  // lower case: "cpx_nps4".
   const std::string& p = k.amd_partition;
   const size_t bar = p.find('_');
-  const std::set<std::string> compute = {"spx", "dpx", "qpx", "cpx"}, memory = {"nps1", "nps4"};
-  if (bar == std::string::npos || !compute.count(p.substr(0, bar)) ||
-      !memory.count(p.substr(bar + 1))) {
-    return Bad(w + ".amd_partition", "'" + p +
-                                         "' is not a compute and memory mode such as cpx_nps4 "
-                                         "(spx, dpx, qpx or cpx; nps1 or nps4)");
+  std::set<std::string> known;
+  for (const partition::GpuModel& m : partition::Catalog::BuiltIn().models()) {
+    if (!m.is_amd()) continue;
+    for (const partition::AmdComputeMode& c : m.amd.compute_modes) {
+      for (const partition::AmdMemoryMode& mem : m.amd.memory_modes) {
+        std::string name = c.name + "_" + mem.name;
+        for (char& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+        known.insert(name);
+      }
+    }
+  }
+  if (bar == std::string::npos || known.count(p) == 0) {
+    std::string list;
+    for (const std::string& name : known) list += (list.empty() ? "" : ", ") + name;
+    return Bad(w + ".amd_partition",
+               "'" + p + "' is not a compute and memory mode of an AMD model (" + list + ")");
   }
   return Status::Ok();
 }

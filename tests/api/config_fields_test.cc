@@ -147,8 +147,8 @@ TEST(ConfigFields, SettingsThatNothingWouldReadAreRefused) {
       {q + "backend: kubernetes, amd_partition: cpx_nps4}]",
        "config: queues[q].amd_partition: only with vendor: amd"},
       {q + "backend: kubernetes, vendor: amd, amd_partition: xyz_bogus}]",
-       "config: queues[q].amd_partition: 'xyz_bogus' is not a compute and memory mode such as "
-       "cpx_nps4"},
+       "config: queues[q].amd_partition: 'xyz_bogus' is not a compute and memory mode of an "
+       "AMD model (cpx_nps1, cpx_nps2, cpx_nps4, "},
       {q + "backend: kubernetes, vendor: amd, mig_model: A100-80GB}]",
        "config: queues[q].mig_model: only with vendor: nvidia"},
       {q + "swap: false, overcommit: 3}]", "config: queues[q].overcommit: needs swap: true"},
@@ -174,6 +174,7 @@ TEST(ConfigFields, SettingsThatNothingWouldReadAreRefused) {
   for (const std::string& ok :
        {q + "backend: kubernetes, vendor: amd, amd_partition: cpx_nps4}]",
         q + "backend: kubernetes, vendor: amd, amd_partition: dpx_nps1}]",
+        q + "backend: kubernetes, vendor: amd, amd_partition: dpx_nps2}]",  // MI355X
         q + "backend: kubernetes, mig_model: A100-80GB}]", q + "swap: true, overcommit: 3}]",
         q + "backend: slurm, gres_whole: \"gpu:{gpus}\", gpu_type: h100, shard_memory: 2GiB}]",
         q + "backend: kubernetes, share_mode: timeslice, cap_library: /x.so}]"}) {

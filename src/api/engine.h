@@ -246,10 +246,10 @@ class Engine final : public LedgerReads {
   // jobs are found in the store).
   JobTable jobs_;
   // The job a repeated key names, durable, or nullopt when the key is new; refused (409) when
-  // that job's request (`spec_text`, as PrepareSubmit writes it) was another.
+  // that job's request was another: its queue, group or spec (as PrepareSubmit makes them)
+  // differ from `asked`'s.
   Result<std::optional<Json>> RepeatedLocked(const Identity& who, const std::string& scoped,
-                                             const std::string& spec_text,
-                                             std::unique_lock<std::mutex>& lock);
+                                             const Job& asked, std::unique_lock<std::mutex>& lock);
   // Jobs Load ended (no longer schedulable under the policy): written by the next Tick.
   std::vector<std::string> failed_on_load_;
   std::vector<quota::QuotaEngine::Drain> drains_;  // as last committed ("device.drains")

@@ -22,8 +22,12 @@ Status KeyReused(const std::string& scoped, const std::string& id) {
 }  // namespace
 
 Result<std::optional<Json>> Engine::RepeatedLocked(const Identity& who, const std::string& scoped,
-                                                   const std::string& spec_text,
+                                                   const Job& asked,
                                                    std::unique_lock<std::mutex>& lock) {
+  const auto same = [&](const std::string& queue, const std::string& group,
+                        const std::string& spec_text) {
+    return queue == asked.rec.queue && group == asked.rec.group && spec_text == asked.spec_text;
+  };
   if (const std::string* named = jobs_.IdempotentJob(scoped)) {
     // Possibly still on its way to the store: answered once it is durable, like the first time.
     const std::string id = *named;
@@ -31,7 +35,7 @@ Result<std::optional<Json>> Engine::RepeatedLocked(const Identity& who, const st
     Status st = CommitLocked(none, lock);
     Job* again = jobs_.Find(id);
     if (again != nullptr && again->rec.idempotency_key == scoped) {
-      if (again->spec_text != spec_text) return KeyReused(scoped, id);
+      if (!same(again->rec.queue, again->rec.group, again->spec_text)) return KeyReused(scoped, id);
       return std::optional<Json>(JobJson(*again, *qe_, agents_.NodesLocked()));
     }
     if (!st.ok() && jobs_.IdempotentJob(scoped) == nullptr)
@@ -42,7 +46,7 @@ Result<std::optional<Json>> Engine::RepeatedLocked(const Identity& who, const st
   auto stored = store_->FindByIdempotencyKey(scoped, clock_() - kIdempotencyWindowMs);
   std::optional<Json> out;
   if (stored.ok() && stored->has_value()) {
-    if ((*stored)->spec != spec_text) {
+    if (!same((*stored)->queue, (*stored)->group, (*stored)->spec)) {
       lock.lock();
       return KeyReused(scoped, (*stored)->id);
     }
@@ -93,11 +97,11 @@ Result<std::pair<Json, int64_t>> Engine::SubmitQueued(const Identity& who, const
   std::unique_lock<std::mutex> lock(mu_);
   if (!broken_.ok()) return broken_;
   if (!scoped.empty()) {
-    auto repeated = RepeatedLocked(who, scoped, prepared->job.spec_text, lock);
+    auto repeated = RepeatedLocked(who, scoped, prepared->job, lock);
     if (!repeated.ok()) return repeated.status();
     // A twin that raced in while the store was asked (the lock was let go) is found here.
     if (!repeated->has_value() && jobs_.IdempotentJob(scoped) != nullptr)
-      repeated = RepeatedLocked(who, scoped, prepared->job.spec_text, lock);
+      repeated = RepeatedLocked(who, scoped, prepared->job, lock);
     if (!repeated.ok()) return repeated.status();
     if (repeated->has_value()) {
       *replayed = true;

@@ -85,6 +85,15 @@ TEST_F(EngineTest, AnIdempotencyKeyReusedForADifferentRequestIsRefused) {
     Reopen();
   }
   EXPECT_EQ((*engine_->views().ListJobs(Who("admin"), "", 100))["jobs"].size(), 1u);
+  // Another queue with the very same spec is another request too (the queue and group are the
+  // job's record, not its spec).
+  const Json training = {{"queue", "training"}, {"class", "training"}, {"command", {"true"}}};
+  const Json fragile = {{"queue", "fragile"}, {"class", "training"}, {"command", {"true"}}};
+  auto t = engine_->Submit(Who("alice"), training, "key-10", &replayed);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  auto f = engine_->Submit(Who("alice"), fragile, "key-10", &replayed);
+  ASSERT_FALSE(f.ok()) << f->dump();
+  EXPECT_EQ(f.status().code(), StatusCode::kFailedPrecondition);
 }
 
 TEST_F(EngineTest, ARepeatedIdempotencyKeyReturnsTheFirstJob) {

@@ -16,7 +16,7 @@
 //     reply, which carries the placement when the job was placed by the cycle after its commit.
 //
 //   served_cycle_bench [--nodes 10000] [--jobs 100000] [--rate 1000] [--seconds 5] [--threads 4]
-//                      [--phases cycle,latency] [--placement tessera|fgd|nextfit|...]
+//                      [--phases cycle,latency] [--placement tessera|bestfit|nextfit|...]
 //                      [--warmup N (untimed submissions before the latency phase; default: --rate)]
 //                      [--runs N (the cycle phase N times, each on fresh engines; prints every
 //                       served/bare ratio and their median, the goal being the median within 1.5x)]

@@ -241,8 +241,9 @@ int WriteSweeps(const SimOptions& o, const std::string& trace,
 bool Writable(const std::string& path) {
   const std::filesystem::path p(path);
   const std::string dir = p.has_parent_path() ? p.parent_path().string() : ".";
-  return access(dir.c_str(), W_OK) == 0 &&
-         (access(path.c_str(), F_OK) != 0 || access(path.c_str(), W_OK) == 0);
+  // A file there already is written in place (/dev/stdout; a file in a read-only directory).
+  if (access(path.c_str(), F_OK) == 0) return access(path.c_str(), W_OK) == 0;
+  return access(dir.c_str(), W_OK) == 0;
 }
 
 int RunOpenb(const SimOptions& o) {

@@ -72,6 +72,11 @@ TEST(SimCliTest, AnOutputItCannotWriteIsRefusedBeforeTheReplay) {
     EXPECT_NE(r.out.find("cannot write '/nonexistent-dir/out'"), std::string::npos) << r.out;
     EXPECT_EQ(r.out.find("unallocated"), std::string::npos) << "it replayed first:\n" << r.out;
   }
+  // A file that is there already is written in place, whatever its directory (/dev/stdout).
+  CmdResult out =
+      Sh(kTessera + " sim openb --nodes " + kTraces + "openb_node_list_gpu_node.csv --pods " +
+         kTraces + "openb_pod_list_default.csv --policy tessera --seeds 42 --csv /dev/stdout 2>&1");
+  EXPECT_EQ(out.code, 0) << out.out;
   CmdResult r =
       Sh(kTessera + " sim openb --nodes " + kTraces + "openb_node_list_gpu_node.csv --pods " +
          kTraces + "openb_pod_list_default.csv --threads -3 2>&1");

@@ -62,14 +62,14 @@ void Engine::GuardStop(int h, const std::string& why) {
     // Its processes stop first: terminating, then done (not requeued) once Stopped().
     ForgetRuntime(h);
     AddLeaving(j, +1);
-    j.state = JobState::kTerminating;
+    SetState(h, JobState::kTerminating);
     terminating_.insert(h);
     j.grace_end = now_;
     j.claimant = -1;
     j.stop_final = true;
   } else {
     EndHeld(h);
-    j.state = JobState::kDone;
+    SetState(h, JobState::kDone);
   }
   j.wait_step.clear();
   j.wait_reason.clear();
@@ -222,7 +222,7 @@ bool Engine::HoldSwappedOut(int v, int claimant, const std::string& why) {
   x.held_start = start;
   x.held_mem = mem;
   nodes_[devs_[dev].node].held_swap_mib += mem;
-  x.state = JobState::kPending;
+  SetState(v, JobState::kPending);
   x.waiting_since = now_;
   x.start = -1;
   ++x.preemptions;
@@ -281,7 +281,7 @@ int Engine::StopOverHoldLimit() {
                             policy_.queues[j.queue].name + " reached (held swapped out on " +
                             DevName(j.held_dev) + " since " + T(j.held_since) + "): stopped";
     DropHold(h);
-    j.state = JobState::kDone;
+    SetState(h, JobState::kDone);
     j.wait_step.clear();
     j.wait_reason.clear();
     Emit(EventKind::kStopped, &j, why);

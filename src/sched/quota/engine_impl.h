@@ -384,11 +384,7 @@ class Engine final : public QuotaEngine {
   // `why`; done at once, or under await_stop terminating until Stopped().
   void GuardStop(int self, const std::string& why);
   // Placed now, it would take its group above its reservation; and a reclaim could take it back.
-  bool WouldBorrow(const Job& j) const {
-    return !j.external && j.gpu_count > 0 &&
-           !WithinReservation(groups_[j.group].usage, Resources{j.gpu_count * j.gpu_milli, 0, 0, 0},
-                              groups_[j.group].spec.reservation);
-  }
+  bool WouldBorrow(const Job& j) const;
   bool WouldBeReclaimed(const Job& j, const std::vector<int>& order) const;
   // Kept for another job that `j` does not come before: preempting what is on it would free it
   // for that job, not for `j` (a reclaim once preempted a borrower every 30 s from a card kept
@@ -470,7 +466,8 @@ class Engine final : public QuotaEngine {
   };
   void Offer(PreemptOption* best, int64_t cost, std::vector<int> v, std::vector<int> d) const;
   void Occupants(const Dev& d, std::vector<int>* out) const;
-  std::vector<int> Holders(int ni) const;  // the jobs on node ni's cards (-1: any), each once
+  std::vector<int> Holders(int ni) const;  // the jobs on node ni's cards, each once
+  void SetState(int handle, JobState s);   // every change of a job's state: keeps running_
   void SearchPreemption(const Job& j, int self, bool reclaim, PreemptOption* best);
   void PreemptForWhole(const Job& j, int self, bool reclaim, PreemptOption* best);
   int64_t HostFreeAt(const NodeRt& node, const Job& j) const;
@@ -598,6 +595,7 @@ class Engine final : public QuotaEngine {
   MiB gpu_memory_capacity_ = 0;
   MilliCpu cpu_capacity_ = 0;  // every node's, for the fair-share key
   MiB host_memory_capacity_ = 0;
+  std::set<int> running_;                            // handles in kRunning, in handle order
   std::set<int> terminating_;                        // handles in kTerminating, in handle order
   std::set<std::pair<int64_t, int>> runtime_stops_;  // (max_runtime stop time, handle), running
   std::set<std::pair<int64_t, int>> idle_checks_;    // (idle_timeout time, handle), idle, running

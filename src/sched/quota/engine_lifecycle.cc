@@ -125,7 +125,7 @@ void Engine::Cancel(int handle, int64_t now, const std::string& why) {
     }
     j.nominated = j.paid = false;
   }
-  j.state = JobState::kDone;
+  SetState(handle, JobState::kDone);
   j.wait_step.clear();
   j.wait_reason.clear();
   Emit(EventKind::kCompleted, &j, why);
@@ -137,7 +137,7 @@ void Engine::Requeue(int handle, int64_t now, const std::string& why) {
   Job& j = jobs_[handle];
   if (j.state != JobState::kRunning && j.state != JobState::kTerminating) return;
   EndHeld(handle);
-  j.state = JobState::kPending;
+  SetState(handle, JobState::kPending);
   j.stop_final = false;
   j.idle_requeue = false;
   j.waiting_since = now_;
@@ -172,7 +172,7 @@ void Engine::CommitExternal(int self, const Resources& charge, bool guaranteed) 
   AddUsage(j.group, j.charge, +1);
   AddMemberUsage(j, +1);
   if (!j.ext_pool.empty()) ext_used_[j.ext_pool] += j.charge.gpu_milli;
-  j.state = JobState::kRunning;
+  SetState(self, JobState::kRunning);
   j.start = now_;
   WatchRuntime(self);
   j.wait_step.clear();
@@ -320,7 +320,7 @@ Status Engine::Restore(int handle, AllocationForm form, const std::vector<GrantV
   }
   if (terminating) {
     ForgetRuntime(handle);
-    j.state = JobState::kTerminating;
+    SetState(handle, JobState::kTerminating);
     terminating_.insert(handle);
     j.grace_end = now_ + policy_.grace_seconds;
     j.claimant = -1;

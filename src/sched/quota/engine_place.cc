@@ -432,7 +432,7 @@ void Engine::Commit(int self, AllocationForm f, Candidate& c, bool guaranteed) {
   AddUsage(j.group, j.charge, +1);
   ChargeJobCells(j, +1);  // per GPU model and pool
   AddMemberUsage(j, +1);
-  j.state = JobState::kRunning;
+  SetState(self, JobState::kRunning);
   j.start = now_;
   WatchRuntime(self);
   j.wait_step.clear();

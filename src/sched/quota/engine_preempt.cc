@@ -88,6 +88,21 @@ Engine::Standing Engine::TopStanding(const std::vector<int>& victims) const {
   return top;
 }
 
+bool Engine::WouldBorrow(const Job& j) const {
+  return !j.external && j.gpu_count > 0 &&
+         !WithinReservation(groups_[j.group].usage, Resources{j.gpu_count * j.gpu_milli, 0, 0, 0},
+                            groups_[j.group].spec.reservation);
+}
+
+void Engine::SetState(int handle, JobState s) {
+  if (s == JobState::kRunning) {
+    running_.insert(handle);
+  } else {
+    running_.erase(handle);
+  }
+  jobs_[handle].state = s;
+}
+
 void Engine::Occupants(const Dev& d, std::vector<int>* out) const {
   if (d.whole >= 0) out->push_back(d.whole);
   for (int s : d.shares) out->push_back(s);
@@ -98,11 +113,7 @@ void Engine::Occupants(const Dev& d, std::vector<int>* out) const {
 
 std::vector<int> Engine::Holders(int ni) const {
   std::vector<int> on;
-  if (ni < 0) {
-    for (const Dev& d : devs_) Occupants(d, &on);
-  } else {
-    for (int d : nodes_[ni].devs) Occupants(devs_[d], &on);
-  }
+  for (int d : nodes_[ni].devs) Occupants(devs_[d], &on);
   std::sort(on.begin(), on.end());
   on.erase(std::unique(on.begin(), on.end()), on.end());
   return on;
@@ -416,7 +427,7 @@ void Engine::Preempt(int v, int claimant, const std::string& why) {
   AddLeaving(x, +1);
   int64_t lost = LostWork(x);
   ForgetRuntime(v);
-  x.state = JobState::kTerminating;
+  SetState(v, JobState::kTerminating);
   terminating_.insert(v);
   x.grace_end = now_ + policy_.grace_seconds;
   x.claimant = claimant;
@@ -466,13 +477,13 @@ void Engine::FinishTermination(int v) {
   AddLeaving(x, -1);
   Release(v);
   if (x.stop_final) {  // stopped by a runtime guard: its processes are gone, and so is it
-    x.state = JobState::kDone;
+    SetState(v, JobState::kDone);
     x.claimant = -1;
     x.start = -1;
     Emit(EventKind::kCompleted, &x, "stopped by its runtime guard; its processes ended");
     return;
   }
-  x.state = JobState::kPending;
+  SetState(v, JobState::kPending);
   x.waiting_since = now_;
   if (x.idle_requeue) {  // given back for idleness: behind the jobs waiting now
     x.submit = now_;

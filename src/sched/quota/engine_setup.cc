@@ -426,7 +426,7 @@ void Engine::Complete(int handle, int64_t now) {
   if (j.state != JobState::kRunning && j.state != JobState::kTerminating) return;
   int claimant = j.claimant;
   Release(handle);
-  j.state = JobState::kDone;
+  SetState(handle, JobState::kDone);
   if (claimant >= 0 && jobs_[claimant].awaiting > 0) --jobs_[claimant].awaiting;
   j.claimant = -1;
   Emit(EventKind::kCompleted, &j, "finished");

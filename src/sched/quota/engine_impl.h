@@ -467,7 +467,8 @@ class Engine final : public QuotaEngine {
   void Offer(PreemptOption* best, int64_t cost, std::vector<int> v, std::vector<int> d) const;
   void Occupants(const Dev& d, std::vector<int>* out) const;
   std::vector<int> Holders(int ni) const;  // the jobs on node ni's cards, each once
-  void SetState(int handle, JobState s);   // every change of a job's state: keeps running_
+  // Every change of a job's state goes through here: it keeps preemptible_running_.
+  void SetState(int handle, JobState s);
   void SearchPreemption(const Job& j, int self, bool reclaim, PreemptOption* best);
   void PreemptForWhole(const Job& j, int self, bool reclaim, PreemptOption* best);
   int64_t HostFreeAt(const NodeRt& node, const Job& j) const;
@@ -595,8 +596,8 @@ class Engine final : public QuotaEngine {
   MiB gpu_memory_capacity_ = 0;
   MilliCpu cpu_capacity_ = 0;  // every node's, for the fair-share key
   MiB host_memory_capacity_ = 0;
-  std::set<int> running_;                            // handles in kRunning, in handle order
-  std::set<int> terminating_;                        // handles in kTerminating, in handle order
+  std::set<int> preemptible_running_;  // handles of preemptible jobs in kRunning, in handle order
+  std::set<int> terminating_;          // handles in kTerminating, in handle order
   std::set<std::pair<int64_t, int>> runtime_stops_;  // (max_runtime stop time, handle), running
   std::set<std::pair<int64_t, int>> idle_checks_;    // (idle_timeout time, handle), idle, running
   std::vector<MemberRt> members_;

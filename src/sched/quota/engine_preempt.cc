@@ -95,10 +95,10 @@ bool Engine::WouldBorrow(const Job& j) const {
 }
 
 void Engine::SetState(int handle, JobState s) {
-  if (s == JobState::kRunning) {
-    running_.insert(handle);
+  if (s == JobState::kRunning && jobs_[handle].preemptible) {
+    preemptible_running_.insert(handle);
   } else {
-    running_.erase(handle);
+    preemptible_running_.erase(handle);
   }
   jobs_[handle].state = s;
 }

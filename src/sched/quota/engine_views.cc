@@ -23,9 +23,10 @@ struct Engine::InvariantTally {
 Status Engine::CheckJobHoldings(InvariantTally* t) const {
   for (size_t h = 0; h < jobs_.size(); ++h) {
     const Job& j = jobs_[h];
-    if ((j.state == JobState::kRunning) != running_.contains(static_cast<int>(h)))
+    if ((j.state == JobState::kRunning && j.preemptible) !=
+        preemptible_running_.contains(static_cast<int>(h)))
       return Status::Internal("job " + j.id + " is " + JobStateName(j.state) +
-                              " but the running index says otherwise");
+                              " but the index of preemptible running jobs says otherwise");
     bool holds = j.state == JobState::kRunning || j.state == JobState::kTerminating;
     if (!holds) {
       if (!j.grants.empty())

@@ -41,6 +41,20 @@ void ApplySchedulable(quota::QuotaEngine& qe, const NodeInfo& n, const NodeAdmin
   }
 }
 
+namespace {
+
+// The node as GET /v1/nodes shows it.
+Result<Json> NodeView(Views& views, const Identity& who, const std::string& node) {
+  auto all = views.Nodes(who);
+  if (!all.ok()) return all.status();
+  for (Json& n : (*all)["nodes"]) {
+    if (n["name"] == node) return n;
+  }
+  return Status::NotFound("no node '" + node + "'");
+}
+
+}  // namespace
+
 Result<Json> Engine::AdminNode(const Identity& who, const std::string& node,
                                const std::string& action, int device) {
   if (who.role != Role::kAdmin)
@@ -73,6 +87,14 @@ Result<Json> Engine::AdminNode(const Identity& who, const std::string& node,
   }
   // Durable before anything acts on it (a restart finds it; the quota engine follows memory).
   const NodeAdminTable::Change change = admin_.Plan(node, device, to);
+  // Already so: nothing to store or say (uncordon still returns an unhealthy device).
+  const bool unhealthy = std::any_of(
+      nit->second.devices.begin(), nit->second.devices.end(),
+      [&](const DeviceInfo& d) { return !d.healthy && (device < 0 || d.index == device); });
+  if (!admin_.Changes(change) && (to != Admin::kActive || !unhealthy)) {
+    lock.unlock();
+    return NodeView(views_, who, node);
+  }
   if (Status st = store_->PutSetting(change.key, change.value); !st.ok()) return st;
   admin_.Apply(change);
   Batch b;
@@ -108,12 +130,7 @@ Result<Json> Engine::AdminNode(const Identity& who, const std::string& node,
   kLog.Info(std::string(kind), {{"node", subject}, {"by", who.name}});
   if (Status st = CommitLocked(b, lock); !st.ok()) return st;
   lock.unlock();
-  auto all = views_.Nodes(who);
-  if (!all.ok()) return all.status();
-  for (Json& n : (*all)["nodes"]) {
-    if (n["name"] == node) return n;
-  }
-  return Status::NotFound("no node '" + node + "'");
+  return NodeView(views_, who, node);
 }
 
 }  // namespace tessera::api

@@ -87,6 +87,12 @@ NodeAdminTable::Change NodeAdminTable::Plan(const std::string& node, int device,
   return c;
 }
 
+bool NodeAdminTable::Changes(const Change& c) const {
+  const auto it = by_node_.find(c.node);
+  if (it == by_node_.end()) return c.state != State::kActive || !c.devices.empty();
+  return it->second.node != c.state || it->second.devices != c.devices;
+}
+
 void NodeAdminTable::Apply(const Change& c) {
   if (c.state == State::kActive && c.devices.empty()) {
     by_node_.erase(c.node);

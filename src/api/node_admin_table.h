@@ -37,6 +37,7 @@ class NodeAdminTable {
     std::string key, value;
   };
   Change Plan(const std::string& node, int device, State to) const;
+  bool Changes(const Change& c) const;  // false: the table holds that already
   void Apply(const Change& c);
 
  private:

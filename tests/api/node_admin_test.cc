@@ -144,6 +144,26 @@ TEST_F(NodeAdminTest, OneDeviceCordonedOrDrainedAlone) {
   ASSERT_TRUE(engine_->CheckInvariants().ok());
 }
 
+// Asked again for the state it is in, a node is left as it is and the event log says it once
+// (a second cordon wrote node.cordoned twice; an uncordon of an active node wrote one).
+TEST_F(NodeAdminTest, AskedForTheStateItIsInANodeWritesNothingMore) {
+  Register("n1", 2);
+  EXPECT_EQ(Admin("n1", "cordon")["admin_state"], "cordoned");
+  EXPECT_EQ(Admin("n1", "cordon")["admin_state"], "cordoned");
+  EXPECT_EQ(Events("node.cordoned").size(), 1u);
+  EXPECT_EQ(Admin("n1", "drain", 1)["devices"][1]["admin_state"], "drained");
+  Admin("n1", "drain", 1);
+  EXPECT_EQ(Events("node.drained").size(), 1u);
+  // The whole node cordoned again while one device drains is a change: the device follows it.
+  EXPECT_EQ(Admin("n1", "cordon")["devices"][1]["admin_state"], "cordoned");
+  EXPECT_EQ(Events("node.cordoned").size(), 2u);
+  EXPECT_EQ(Admin("n1", "uncordon")["admin_state"], "active");
+  EXPECT_EQ(Admin("n1", "uncordon")["admin_state"], "active");
+  EXPECT_EQ(Admin("n1", "uncordon", 0)["devices"][0]["admin_state"], "active");
+  EXPECT_EQ(Events("node.uncordoned").size(), 1u);
+  ASSERT_TRUE(engine_->CheckInvariants().ok());
+}
+
 TEST_F(NodeAdminTest, TheStateSurvivesARestartAndARegistration) {
   Register("n1", 1);
   Admin("n1", "cordon");

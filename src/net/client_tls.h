@@ -44,6 +44,7 @@ inline Result<std::string> ServerUrl(std::string u) {
   }
   const std::string host = rest.substr(0, colon);
   if (host.empty() || host.find_first_of("/?#@ \t") != std::string::npos) return bad;
+  if (rest.front() != '[' && host.find(':') != std::string::npos) return bad;  // a:1:2, ::1
   if (colon != std::string::npos) {
     const std::string port = rest.substr(colon + 1);
     if (port.empty() || port.size() > 5 ||

@@ -3,6 +3,7 @@
 // table: the cards each class would need, side by side with what happened; with --usage FILE, a
 // fleet's own GPU telemetry replayed locally instead, sim/usage_whatif.h).
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -138,13 +139,18 @@ void Usage(const UsageOptions& o, int* exit_code) {
   auto add = [&](const Json& r, const std::string& name) {
     std::vector<std::string> row = {name};
     if (slices) row.push_back(r.value("slice", ""));
-    const int64_t held = r["gpu_milli_ms"].get<int64_t>(),
-                  idle = r["idle_gpu_milli_ms"].get<int64_t>();
+    // The exact amounts are integers, or their decimal digits past 64 bits (then not zero).
+    const auto exact = [&](const char* f) {
+      const Json& v = r[f];
+      return v.is_number_integer() ? v.get<int64_t>() : v.is_string() ? INT64_MAX : 0;
+    };
+    const int64_t held = exact("gpu_milli_ms"), idle = exact("idle_gpu_milli_ms");
     row.push_back(std::to_string(r["jobs"].get<int64_t>()));
-    row.push_back(r["gpu_hours"].get<std::string>());
-    row.push_back(r["gpu_hours_used"].get<std::string>());
-    row.push_back(held > 0 ? std::to_string(idle * 100 / held) : "-");
-    row.push_back(r["gpu_memory_gib_hours"].get<std::string>());
+    row.push_back(RoundedDown(r["gpu_hours"].get<std::string>(), held));
+    row.push_back(RoundedDown(r["gpu_hours_used"].get<std::string>(), held - idle));
+    row.push_back(held > 0 && held < INT64_MAX / 100 ? std::to_string(idle * 100 / held) : "-");
+    row.push_back(
+        RoundedDown(r["gpu_memory_gib_hours"].get<std::string>(), exact("gpu_memory_mib_ms")));
     rows.push_back(row);
   };
   for (const auto& r : j["rows"]) add(r, r[o.by].get<std::string>());

@@ -131,4 +131,11 @@ std::string UnknownChoice(const std::string& what, const std::string& given,
          ")";
 }
 
+std::string RoundedDown(const std::string& decimal, int64_t exact) {
+  if (exact <= 0 || decimal.find_first_not_of("0.") != std::string::npos) return decimal;
+  const size_t dot = decimal.find('.');
+  if (dot == std::string::npos || dot + 1 == decimal.size()) return decimal;
+  return "<" + decimal.substr(0, decimal.size() - 1) + "1";
+}
+
 }  // namespace tessera::cli

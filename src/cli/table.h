@@ -19,6 +19,11 @@ std::string HumanDuration(int64_t seconds);
 // not wall-clock times (a simulation's seconds) and are left as they are.
 std::string HumanTimes(const std::string& text, int64_t now_ms);
 
+// A server's rounded-down decimal ("0.000" GPU-hours) for people: "<0.001" when the exact amount
+// behind it (`exact`, in the server's integer unit) is not zero, so a short job's use does not
+// read as none; any other text as it is.
+std::string RoundedDown(const std::string& decimal, int64_t exact);
+
 // The items joined by `sep`: {"a", "b"}, ", " -> "a, b".
 std::string Join(const std::vector<std::string>& items, const std::string& sep);
 

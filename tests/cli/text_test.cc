@@ -55,5 +55,15 @@ TEST(ClosestTest, SuggestsATyposCorrectionAndNothingFarOff) {
   EXPECT_EQ(Closest("jbos", {"job", "jobs", "groups"}), "jobs");  // two letters swapped: one edit
 }
 
+// `tessera usage` showed a job of a few seconds as 0.000 GPU-hours, as if it had used nothing.
+TEST(RoundedDownTest, AnAmountTooSmallToShowIsSaidToBeLessThanTheLastDigit) {
+  EXPECT_EQ(RoundedDown("0.000", 850), "<0.001");
+  EXPECT_EQ(RoundedDown("0.00", 1), "<0.01");
+  EXPECT_EQ(RoundedDown("0.000", 0), "0.000");
+  EXPECT_EQ(RoundedDown("0.001", 3600000), "0.001");
+  EXPECT_EQ(RoundedDown("12.500", 45000000000), "12.500");
+  EXPECT_EQ(RoundedDown("0", 5), "0");
+}
+
 }  // namespace
 }  // namespace tessera::cli

@@ -173,6 +173,12 @@ Result<QueueRoute> ParseRoute(const YAML::Node& n, const std::string& w, const E
   if (!q.template_path.empty()) {
     std::ifstream t(q.template_path);
     if (!t) return Bad(w + ".template", "cannot read '" + q.template_path + "'");
+    std::stringstream text;
+    text << t.rdbuf();
+    for (const std::string& type : q.backend_types) {
+      if (Status checked = backends::CheckScriptTemplate(text.str(), type); !checked.ok())
+        return Bad(w + ".template", "'" + q.template_path + "': " + checked.message());
+    }
   }
   return q;
 }

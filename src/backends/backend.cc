@@ -271,6 +271,51 @@ Result<std::string> RenderTemplate(const std::string& text,
   }
 }
 
+Status CheckScriptTemplate(const std::string& text, const std::string& backend) {
+  const std::string directive = backend == "slurm" ? "#SBATCH" : backend == "pbs" ? "#PBS" : "";
+  if (directive.empty()) return Status::Ok();
+  const std::string reader = backend == "slurm" ? "sbatch" : "qsub";
+  std::stringstream in(text);
+  std::string line;
+  int first_command = 0;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (n == 1 && line.rfind("#!", 0) == 0) continue;
+    // Leading {{sbatch_...}} / {{pbs_...}}: a whole directive line each, or nothing.
+    std::string rest = line;
+    bool directives = false;
+    while (rest.rfind("{{", 0) == 0 && rest.find("}}") != std::string::npos) {
+      const std::string key = TrimSpace(rest.substr(2, rest.find("}}") - 2));
+      if (key.rfind("sbatch_", 0) != 0 && key.rfind("pbs_", 0) != 0) break;
+      directives = true;
+      rest = rest.substr(rest.find("}}") + 2);
+    }
+    std::string expands;  // the first placeholder of the line that expands to commands
+    for (size_t open = rest.find("{{"); open != std::string::npos && expands.empty();
+         open = rest.find("{{", open + 2)) {
+      const size_t close = rest.find("}}", open + 2);
+      if (close == std::string::npos) break;
+      const std::string key = TrimSpace(rest.substr(open + 2, close - open - 2));
+      if (key == "env" || key == "command") expands = "{{" + key + "}}";
+    }
+    const std::string body = TrimSpace(rest);
+    const bool comment = !body.empty() && body.front() == '#';
+    if (comment && !expands.empty()) {
+      return Status::InvalidArgument(
+          "template line " + std::to_string(n) + ": " + expands +
+          " in a comment expands to commands there, and " + reader + " reads no " + directive +
+          " line after the first command (name placeholders in comments without their braces)");
+    }
+    if ((directives || body.rfind(directive, 0) == 0) && first_command > 0) {
+      return Status::InvalidArgument("template line " + std::to_string(n) + " ('" + line +
+                                     "') comes after the first command (line " +
+                                     std::to_string(first_command) + "), and " + reader +
+                                     " reads no " + directive + " line after it");
+    }
+    if (!comment && !body.empty() && first_command == 0) first_command = n;
+  }
+  return Status::Ok();
+}
+
 std::string ShellQuote(const std::string& s) {
   std::string out = "'";
   for (char c : s) {
@@ -590,12 +635,23 @@ Result<std::string> ScriptBackend::Render(const JobRequest& request) const {
   if (!as.ok()) return as.status();
   auto text = TemplateText(*as, default_template_);
   if (!text.ok()) return text.status();
+  if (Status st = CheckScriptTemplate(*text, name_); !st.ok()) {
+    return Status::InvalidArgument("template '" + as->mapping.template_path + "': " + st.message());
+  }
   auto own = OwnVars(*as);
   if (!own.ok()) return own.status();
   auto vars = CommonVars(*as);
   if (!vars.ok()) return vars.status();
   for (auto& [k, v] : *own) (*vars)[k] = std::move(v);
-  return RenderTemplate(*text, *vars);
+  auto script = RenderTemplate(*text, *vars);
+  // sbatch refuses such a script ("DOS line breaks") every time: the job fails, naming why,
+  // rather than waiting for a submission that cannot succeed.
+  if (script.ok() && name_ == "slurm" && script->find('\r') != std::string::npos) {
+    return Status::InvalidArgument(
+        "the job's command or environment holds a carriage return (\\r), and sbatch refuses a "
+        "batch script with one");
+  }
+  return script;
 }
 
 Result<std::string> ScriptBackend::Submit(const JobRequest& job, const std::string& script) {

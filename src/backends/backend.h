@@ -281,6 +281,11 @@ Result<std::string> TemplateText(const JobRequest& job, const char* default_text
 // Replaces each {{key}} in `text` by vars[key]; an unknown key is an error naming it.
 Result<std::string> RenderTemplate(const std::string& text,
                                    const std::map<std::string, std::string>& vars);
+// A batch-script template of `backend` ("slurm": #SBATCH, "pbs": #PBS; any other: no check)
+// whose directives all come before its first command, and whose {{env}} and {{command}} (which
+// expand to commands) are not in a comment: sbatch and qsub read no directive after the first
+// command. An error names the line.
+Status CheckScriptTemplate(const std::string& text, const std::string& backend);
 // Single-quotes `s` for a POSIX shell.
 std::string ShellQuote(const std::string& s);
 // Replaces {gpus}/{type}/{shards}/{profile} in a GRES pattern.

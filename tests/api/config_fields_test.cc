@@ -2,6 +2,8 @@
 // durations and bounded counts, each error naming its field as before; the lookups by name.
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include "api/config.h"
 #include "model/timestamp.h"
 
@@ -180,6 +182,25 @@ TEST(ConfigFields, SettingsThatNothingWouldReadAreRefused) {
         q + "backend: kubernetes, share_mode: timeslice, cap_library: /x.so}]"}) {
     auto c = Parse(ok + "\n");
     EXPECT_TRUE(c.ok()) << ok << "\n  said: " << c.status().message();
+  }
+}
+
+// A batch-script template whose #SBATCH lines sbatch would not read is refused at start, naming
+// the line; the shipped examples are taken.
+TEST(ConfigFields, AScriptTemplateWhoseDirectivesWouldBeIgnoredIsRefused) {
+  const std::string bad = ::testing::TempDir() + "/late.sbatch";
+  std::ofstream(bad) << "#!/bin/bash\n{{env}}\n#SBATCH --job-name={{job_name}}\n{{command}}\n";
+  auto c = Parse(std::string(kQueue) + "backend: slurm, template: " + bad + "}]\n");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message(),
+            "config: queues[q].template: '" + bad +
+                "': template line 3 ('#SBATCH --job-name={{job_name}}') comes after the first "
+                "command (line 2), and sbatch reads no #SBATCH line after it");
+  for (const char* file : {"/examples/slurm/job.sbatch", "/examples/slurm/job.pbs"}) {
+    const std::string backend = std::string(file).ends_with(".pbs") ? "pbs" : "slurm";
+    auto ok = Parse(std::string(kQueue) + "backend: " + backend +
+                    ", template: " + TESSERA_SOURCE_DIR + file + "}]\n");
+    EXPECT_TRUE(ok.ok()) << file << ": " << ok.status().message();
   }
 }
 

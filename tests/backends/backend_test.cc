@@ -114,6 +114,61 @@ TEST(Render, UnknownPlaceholderIsNamed) {
   EXPECT_NE(bad.status().message().find("nope"), std::string::npos);
 }
 
+// sbatch and qsub read no directive after a script's first command. The shipped Slurm example
+// listed {{env}} in its header comment: its export lines came first, so no job got its name,
+// partition, GPUs or output file, and a job's environment could add #SBATCH lines of its own.
+TEST(TemplateCheck, DirectivesComeBeforeTheFirstCommandAndCommandsStayOutOfComments) {
+  for (const char* file : {"/examples/slurm/job.sbatch", "/examples/slurm/job.pbs"}) {
+    std::ifstream in(std::string(TESSERA_SOURCE_DIR) + file);
+    std::stringstream text;
+    text << in.rdbuf();
+    ASSERT_FALSE(text.str().empty()) << file;
+    const std::string backend = std::string(file).ends_with(".pbs") ? "pbs" : "slurm";
+    EXPECT_TRUE(CheckScriptTemplate(text.str(), backend).ok())
+        << file << ": " << CheckScriptTemplate(text.str(), backend).ToString();
+  }
+  const Status in_comment = CheckScriptTemplate(
+      "#!/bin/bash\n# placeholders: {{env}} {{command}}\n#SBATCH -J x\n"
+      "{{env}}\n{{command}}\n",
+      "slurm");
+  ASSERT_FALSE(in_comment.ok());
+  EXPECT_NE(in_comment.message().find("line 2"), std::string::npos) << in_comment.ToString();
+  EXPECT_NE(in_comment.message().find("{{env}}"), std::string::npos) << in_comment.ToString();
+  const Status late = CheckScriptTemplate(
+      "#!/bin/bash\n#PBS -N {{job_name}}\n{{env}}\n#PBS -o {{output}}\n{{command}}\n", "pbs");
+  ASSERT_FALSE(late.ok());
+  EXPECT_NE(late.message().find("line 4 ('#PBS -o {{output}}') comes after the first command "
+                                "(line 3)"),
+            std::string::npos)
+      << late.ToString();
+  const Status late_line = CheckScriptTemplate(
+      "#!/bin/bash\ncd /scratch\n{{sbatch_gres}}{{env}}\n{{command}}\n", "slurm");
+  EXPECT_FALSE(late_line.ok());
+  // What the backends build in, and a template for a backend without directives.
+  EXPECT_TRUE(CheckScriptTemplate("#!/bin/bash\n#SBATCH -J {{job_name}}\n\n# run it\n"
+                                  "{{sbatch_partition}}{{sbatch_gres}}{{env}}\n{{command}}\n",
+                                  "slurm")
+                  .ok());
+  EXPECT_TRUE(CheckScriptTemplate("echo {{env}}", "kubernetes").ok());
+}
+
+// sbatch refuses a script with a carriage return in it, every time: the job waited for ever,
+// placed and holding its group's quota, retrying once a minute.
+TEST(Render, ACarriageReturnIsRefusedForSlurmNotRetried) {
+  auto slurm = BuiltinRegistry().Make("slurm", {});
+  JobRequest j = Job("whole", 1);
+  j.command = {"python", "-c", "print(1)\r\nprint(2)"};
+  auto s = (*slurm)->Render(j);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("carriage return"), std::string::npos)
+      << s.status().ToString();
+  j.command = {"true"};
+  j.env["A"] = "x\r";
+  EXPECT_FALSE((*slurm)->Render(j).ok());
+  auto pbs = BuiltinRegistry().Make("pbs", {});
+  EXPECT_TRUE((*pbs)->Render(j).ok()) << "qsub takes it, quoted";
+}
+
 TEST(IndexList, Ranges) {
   EXPECT_EQ(ParseIndexList("0-2,5"), (std::vector<int>{0, 1, 2, 5}));
   EXPECT_EQ(ParseIndexList("3"), (std::vector<int>{3}));

@@ -283,7 +283,8 @@ void Agent::Apply(const HeartbeatReply& reply) {
     }
   }
   for (const CancelOrder& c : reply.cancel) {
-    if (launcher_.Cancel(c.job, milliseconds(c.grace_ms)).ok()) {
+    const bool again = launcher_.Cancelling(c.job);  // the order repeats until the job is gone
+    if (launcher_.Cancel(c.job, milliseconds(c.grace_ms)).ok() && !again) {
       Info("job " + c.job + " cancelled (grace " + std::to_string(c.grace_ms) + " ms)");
     }
   }
@@ -295,7 +296,8 @@ void Agent::Apply(const HeartbeatReply& reply) {
     std::set<std::string> may(reply.may_run->begin(), reply.may_run->end());
     for (const RunningJob& r : launcher_.Running()) {
       if (may.count(r.id) != 0 || starting.count(r.id) != 0) continue;
-      if (launcher_.Cancel(r.id, milliseconds(options_.stop_grace_ms)).ok()) {
+      const bool again = launcher_.Cancelling(r.id);
+      if (launcher_.Cancel(r.id, milliseconds(options_.stop_grace_ms)).ok() && !again) {
         Info("job " + r.id + " is not in may_run: stopping it", {{"job", r.id}});
       }
     }

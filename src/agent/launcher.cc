@@ -182,12 +182,15 @@ Status Launcher::Cancel(const std::string& id, std::chrono::milliseconds grace) 
   if (it == jobs_.end()) return Status::NotFound("job " + id + " is not running here");
   Job& job = it->second;
   auto deadline = std::chrono::steady_clock::now() + grace;
+  const bool again = job.cancelled;
   if (!job.cancelled || deadline < job.kill_at) job.kill_at = deadline;
   job.cancelled = true;
   if (grace.count() <= 0) {
-    SignalJob(job.pid, SIGKILL);
+    if (!job.kill_sent) SignalJob(job.pid, SIGKILL);
     job.kill_sent = true;
-  } else {
+  } else if (!again) {
+    // Once: the control plane repeats its order every heartbeat, and a job that checkpoints on
+    // SIGTERM would start over each time.
     SignalJob(job.pid, SIGTERM);
   }
   return Status::Ok();

@@ -159,8 +159,13 @@ class Launcher {
   Status Start(const JobSpec& spec);
 
   // Sends SIGTERM to the job's process group; SIGKILL follows from Poll() once `grace` has
-  // passed. A second Cancel keeps the earlier deadline. kNotFound when not running.
+  // passed. A second Cancel sends nothing more and keeps the earlier deadline (a grace of 0
+  // kills at once). kNotFound when not running. Cancelling() says whether it was cancelled.
   Status Cancel(const std::string& id, std::chrono::milliseconds grace);
+  bool Cancelling(const std::string& id) const {
+    auto it = jobs_.find(id);
+    return it != jobs_.end() && it->second.cancelled;
+  }
 
   // Reaps exited jobs (waitpid WNOHANG) and escalates expired cancels; cuts output files past
   // max_output_bytes. Returns the jobs that ended since the last call.

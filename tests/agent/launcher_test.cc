@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -440,6 +441,35 @@ TEST(AgentLauncher, CancelKillsAJobIgnoringSigtermAfterTheGrace) {
   EXPECT_EQ(ended[0].signal, SIGKILL);
   EXPECT_TRUE(ended[0].cancelled);
   EXPECT_GE(std::chrono::steady_clock::now() - t0, 400ms);
+}
+
+// The control plane repeats its cancel order on every heartbeat until the job is gone: each
+// repeat sent SIGTERM again, so a job that checkpoints on SIGTERM started its handler over once
+// a second for the whole grace. One SIGTERM, then SIGKILL at the first deadline given.
+TEST(AgentLauncher, ARepeatedCancelSendsNoSecondSigterm) {
+  TempDir dir;
+  Launcher l(Opts(dir));
+  ASSERT_TRUE(l.Start(Sh("saver",
+                         "trap 'echo term' TERM; echo ready; "
+                         "while :; do sleep 0.05; done"))
+                  .ok());
+  ASSERT_TRUE(WaitFor([&] { return ReadAll(l.OutputPath("saver")) == "ready\n"; }, 5s));
+  ASSERT_TRUE(l.Cancel("saver", 600ms).ok());
+  const auto terms = [&] {  // the lines "term" of its output (sh also says "Terminated")
+    std::stringstream out(ReadAll(l.OutputPath("saver")));
+    int n = 0;
+    for (std::string line; std::getline(out, line);) n += line == "term" ? 1 : 0;
+    return n;
+  };
+  ASSERT_TRUE(WaitFor([&] { return terms() == 1; }, 5s));
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(l.Cancel("saver", 5s).ok());  // a later, longer grace moves nothing
+    std::this_thread::sleep_for(60ms);
+  }
+  std::vector<JobExit> ended = l.WaitAll(5s);
+  ASSERT_EQ(ended.size(), 1u);
+  EXPECT_EQ(ended[0].signal, SIGKILL);
+  EXPECT_EQ(terms(), 1) << ReadAll(l.OutputPath("saver"));
 }
 
 TEST(AgentLauncher, BindsTheAllocationIntoTheEnvironment) {

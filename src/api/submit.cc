@@ -165,7 +165,21 @@ Result<Json> Engine::Cancel(const Identity& who, const std::string& id) {
   std::unique_lock<std::mutex> lock(mu_);
   if (!broken_.ok()) return broken_;
   Job* it = jobs_.Find(id);
-  if (it == nullptr || !CanSee(who, *it)) return Status::NotFound("no job '" + id + "'");
+  if (it == nullptr) {
+    // Ended and out of memory (only unfinished jobs are loaded at start): it says so as before.
+    lock.unlock();
+    auto rec = store_->GetJob(id);
+    if (!rec.ok()) return rec.status();
+    if (!rec->has_value()) return Status::NotFound("no job '" + id + "'");
+    auto stored = JobFromRecord(std::move(**rec));
+    if (!stored.ok()) return stored.status();
+    if (!CanSee(who, *stored)) return Status::NotFound("no job '" + id + "'");
+    if (!Ended(*stored))
+      return Status::Internal("job '" + id + "' is stored unfinished but not loaded");
+    return Status::FailedPrecondition("job '" + id + "' has already ended (" +
+                                      JobStateName(stored->state) + ")");
+  }
+  if (!CanSee(who, *it)) return Status::NotFound("no job '" + id + "'");
   Job& j = *it;
   const quota::GroupSpec* group = config_.FindGroup(j.rec.group);
   if (who.role != Role::kAdmin && who.name != j.rec.identity &&

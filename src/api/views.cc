@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <map>
 #include <optional>
 #include <unordered_set>
 
@@ -438,6 +439,7 @@ Result<Json> Views::Events(const Identity& who, int64_t after, int limit,
   if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot read events");
   Json out = Json::array();
   int64_t cursor = after;
+  std::map<std::string, bool> seen_stored;  // job id -> visible, of jobs read from the store
   // Users see the events of the jobs they can see and of nodes; page until `limit` such events.
   for (int round = 0; round < 50 && static_cast<int>(out.size()) < limit; ++round) {
     auto evs = ledger_.DurableStore().ListEvents(cursor, limit, f);
@@ -445,13 +447,30 @@ Result<Json> Views::Events(const Identity& who, int64_t after, int limit,
     if (evs->empty()) break;
     std::vector<bool> visible(evs->size(), who.role == Role::kAdmin);
     if (who.role != Role::kAdmin) {
+      std::vector<size_t> stored;  // of jobs ended and out of memory: the store says whose
       ledger_.Read([&](const ReadModel& m) {
         for (size_t i = 0; i < evs->size(); ++i) {
           const store::Event& e = (*evs)[i];
           const Job* it = m.jobs.Find(e.subject);
           visible[i] = e.kind.rfind("node.", 0) == 0 || (it != nullptr && CanSee(who, *it));
+          if (!visible[i] && it == nullptr) stored.push_back(i);
         }
       });
+      for (size_t i : stored) {
+        const std::string& subject = (*evs)[i].subject;
+        auto seen = seen_stored.find(subject);
+        if (seen == seen_stored.end()) {
+          auto rec = ledger_.DurableStore().GetJob(subject);
+          if (!rec.ok()) return rec.status();
+          bool may = false;
+          if (rec->has_value()) {
+            auto j = JobFromRecord(std::move(**rec));
+            may = j.ok() && CanSee(who, *j);
+          }
+          seen = seen_stored.emplace(subject, may).first;
+        }
+        visible[i] = seen->second;
+      }
     }
     for (size_t i = 0; i < evs->size(); ++i) {
       const store::Event& e = (*evs)[i];

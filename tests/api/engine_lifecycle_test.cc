@@ -357,6 +357,30 @@ TEST_F(EngineTest, AJobThePolicyNoLongerAdmitsFailsDurablyOnRestart) {
 
 // Fair share survives a restart: a group that used the cluster still ranks behind one that did
 // not, with its history decayed over the time the server was down.
+// Only unfinished jobs are loaded at start. An ended job was then unknown to cancel ("no job",
+// 404, where it had said "already ended") and its events hidden from its own group's users.
+TEST_F(EngineTest, AnEndedJobIsTheSameAfterARestartToCancelAndToItsEvents) {
+  const std::string id = Submit("alice", {{"queue", "training"}, {"command", {"true"}}})["id"];
+  ASSERT_TRUE(engine_->Cancel(Who("alice"), id).ok());
+  const auto events_of = [&](const std::string& who) {
+    int n = 0;
+    const Json all = *engine_->views().Events(Who(who), 0, 1000, store::EventFilter{});
+    for (const Json& e : all["events"]) n += e["subject"] == id ? 1 : 0;
+    return n;
+  };
+  const int before = events_of("alice");
+  ASSERT_GE(before, 2);  // submitted, cancelled
+  Reopen();
+  auto again = engine_->Cancel(Who("alice"), id);
+  EXPECT_EQ(again.status().code(), StatusCode::kFailedPrecondition) << again.status().ToString();
+  EXPECT_EQ(again.status().message(), "job '" + id + "' has already ended (cancelled)");
+  EXPECT_EQ(engine_->Cancel(Who("bob"), id).status().code(), StatusCode::kNotFound)
+      << "bob's groups do not hold it";
+  EXPECT_EQ(events_of("alice"), before);
+  EXPECT_EQ(events_of("carol"), before) << "carol shares alice's group";
+  EXPECT_EQ(events_of("bob"), 0);
+}
+
 TEST_F(EngineTest, FairShareHistorySurvivesARestart) {
   Register("n1", 2);
   const std::string id = Submit("alice", {{"queue", "training"}, {"command", {"true"}}})["id"];

@@ -197,9 +197,17 @@ TEST_F(KubeBackend, SuspendKeepsTheJobAndResumeRunsItAgain) {
   r.mapping.kube.tolerations_json =
       R"([{"key":"gpu","operator":"Equal","value":"reserved","effect":"NoSchedule"}])";
   ASSERT_TRUE(b_->Resume(id, r).ok());
-  x = WaitFor(*b_, id, "running");
+  // Running on the new pool's node, its taint tolerated. The watch's pods may lag its Jobs: under
+  // load (CI) the suspended run's pod, not yet seen deleted, read as running on n1 for a poll.
+  tessera::testing::WaitFor(
+      [&] {
+        auto p = b_->Poll({id});
+        if (p.ok() && p->count(id)) x = p->at(id);
+        return x.state == "running" && x.node == "n4";
+      },
+      std::chrono::milliseconds(20000), std::chrono::milliseconds(50));
   EXPECT_EQ(x.state, "running");
-  EXPECT_EQ(x.node, "n4");  // the new pool's node, its taint tolerated
+  EXPECT_EQ(x.node, "n4");
   EXPECT_EQ(
       k_->Control("GET", "/apis/batch/v1/namespaces/ml/jobs/tessera-lab-j-5")["metadata"]["uid"],
       uid);

@@ -1,6 +1,9 @@
 // BackendExecutor (api/backend_executor.h): the external backends' passes.
 #include "api/backend_executor.h"
 
+#include <pwd.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <set>
@@ -8,6 +11,26 @@
 #include "api/read_model.h"
 
 namespace tessera::api {
+namespace {
+
+// Whether `x` runs as the account Tessera submits a job of `run_as` as (its run_as, else the
+// server's own): a scheduler lists every account's jobs, and any of its users may name a job
+// as Tessera names its own. Not said by the scheduler: taken as Tessera's.
+bool SubmittedByTessera(const backends::ExternalJob& x, const std::string& run_as) {
+  if (x.user.empty()) return true;
+  if (!run_as.empty()) return x.user == run_as;
+  static const std::string self = [] {
+    struct passwd pw {};
+    struct passwd* found = nullptr;
+    std::vector<char> buf(16384);
+    if (getpwuid_r(geteuid(), &pw, buf.data(), buf.size(), &found) != 0 || found == nullptr)
+      return std::to_string(geteuid());
+    return std::string(pw.pw_name);
+  }();
+  return x.user == self;
+}
+
+}  // namespace
 
 BackendExecutor::BackendExecutor(std::unique_ptr<LedgerPort> ledger, const EngineConfig& config,
                                  std::string data_dir)
@@ -284,6 +307,7 @@ Status BackendExecutor::Reconcile(const std::string& name) {
         const Job& j = *it;
         Job::External& ext = ledger_->ExternalOf(j);
         if (ext.id == x.external_id) continue;
+        if (!SubmittedByTessera(x, j.spec.value("run_as", ""))) continue;  // a stranger's
         if (j.state == JobState::kPlaced && ext.id.empty() &&
             ledger_->Transition(j, JobState::kStarting, JobCause::kStarted)) {
           ext.id = x.external_id;
@@ -388,7 +412,7 @@ BackendExecutor::SubmitDone BackendExecutor::SubmitOne(const SubmitWork& w) {
       return d;
     }
     for (const auto& x : *found) {
-      if (x.name == w.req.name) {
+      if (x.name == w.req.name && SubmittedByTessera(x, w.req.run_as)) {
         d.external_id = x.external_id;
         d.adopted = true;
       }

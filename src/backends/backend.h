@@ -112,6 +112,7 @@ struct ExternalJob {
   std::optional<int> exit_code;
   int signal = 0;
   std::string node;          // where it runs (first node)
+  std::string user;          // the account it runs as, where the scheduler says ("": unknown)
   std::vector<int> devices;  // GPU indices on that node, when reported
   std::string gres;          // the scheduler's allocation text, e.g. "gpu:testgpu(IDX:0)"
   bool suspended =

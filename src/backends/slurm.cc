@@ -50,12 +50,13 @@ void ParseExit(const std::string& text, ExternalJob& j) {
 }  // namespace
 
 // One line of `squeue -h -t all -O JobID:|,State:|,NodeList:|,Reason:|,exit_code:|,TimeUsed:|,
-// Name:|`: the name comes last so that a '|' in it cannot shift the other fields; exit_code is the
-// raw wait status (768 = exit 3); TimeUsed how long it has run ([D-][HH:]MM:SS).
+// UserName:|,Name:|`: the name comes last so that a '|' in it cannot shift the other fields;
+// exit_code is the raw wait status (768 = exit 3); TimeUsed how long it has run
+// ([D-][HH:]MM:SS); UserName the account it runs as (any account may name a job as Tessera does).
 std::optional<ExternalJob> ParseSqueueLine(const std::string& line) {
   std::vector<std::string> f;
   size_t start = 0;
-  for (int k = 0; k < 6; ++k) {
+  for (int k = 0; k < 7; ++k) {
     size_t bar = line.find('|', start);
     if (bar == std::string::npos) return std::nullopt;
     f.push_back(line.substr(start, bar - start));
@@ -70,6 +71,7 @@ std::optional<ExternalJob> ParseSqueueLine(const std::string& line) {
   if (f[3] != "None") j.reason = f[3];
   j.name = name;
   j.run_s = ClockSeconds(f[5]);
+  j.user = f[6];
   const ExternalState state = MapSlurmState(j.native_state);
   j.state = ExternalStateName(state);
   if (j.external_id.empty() || j.native_state.empty()) return std::nullopt;
@@ -238,14 +240,20 @@ class SlurmBackend : public ScriptBackend {
     auto listing =
         RunSchedulerCommand(opt_, {"squeue", "-h", "-t", "all", "-O",
                                    "JobID:|,State:|,NodeList:|,Reason:|,exit_code:|,TimeUsed:|,"
-                                   "Name:|"});
+                                   "UserName:|,Name:|"});
     if (!listing.ok()) return listing.status();
     std::map<std::string, ExternalJob> out;
+    std::set<std::string> twice;
     std::stringstream ss(*listing);
     std::string line;
     while (std::getline(ss, line)) {
-      if (auto j = ParseSqueueLine(line)) out[j->external_id] = std::move(*j);
+      auto j = ParseSqueueLine(line);
+      if (!j) continue;
+      // A job's name may hold a newline and then a line of its own making: an id said twice is
+      // believed neither time.
+      if (!out.emplace(j->external_id, *j).second) twice.insert(j->external_id);
     }
+    for (const std::string& id : twice) out.erase(id);
     return out;
   }
 

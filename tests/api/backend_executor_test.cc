@@ -54,12 +54,14 @@ class FakeScheduler final : public backends::Backend {
     return Status::Ok();
   }
 
-  void Has(const std::string& external_id, const std::string& name, const std::string& state) {
+  void Has(const std::string& external_id, const std::string& name, const std::string& state,
+           const std::string& user = "") {
     backends::ExternalJob x;
     x.external_id = external_id;
     x.name = name;
     x.state = state;
     x.native_state = state;
+    x.user = user;
     jobs[external_id] = x;
   }
 
@@ -216,6 +218,42 @@ TEST(BackendExecutor, AFailedSubmissionBacksOffAndLooksBeforeSubmittingAgain) {
   EXPECT_EQ(r.scheduler->submitted.size(), 1u);
   EXPECT_EQ(j.state, JobState::kStarting);
   EXPECT_EQ(j.ext.id, "ext-9");
+}
+
+// A scheduler lists every account's jobs, and any of its users may name a job as Tessera does:
+// a job of another account was adopted in place of a submission that timed out (the Tessera
+// job never ran, and its cancel cancelled the stranger's job as root). Only a job of the
+// account Tessera submits as (the job's run_as) is adopted.
+TEST(BackendExecutor, AJobOfAnotherAccountWithTheSameNameIsNotAdopted) {
+  Rig r;
+  Job& j = r.Placed();
+  j.spec["run_as"] = "alice";
+  r.scheduler->submit_error = Status::Internal("sbatch: timed out");
+  ASSERT_TRUE(r.executor->Pass("slurm").ok());
+  ASSERT_TRUE(j.ext.lookup_first);
+  r.scheduler->submit_error = Status::Ok();
+  r.scheduler->Has("ext-66", "tessera-c1-" + j.rec.id, "running", "mallory");
+  r.ledger->now_ms += 1'000;
+  ASSERT_TRUE(r.executor->Pass("slurm").ok());
+  EXPECT_EQ(r.scheduler->submitted.size(), 2u) << "submitted again, not adopted";
+  EXPECT_NE(j.ext.id, "ext-66");
+  // After a restart too.
+  Rig again;
+  Job& k = again.Placed();
+  k.spec["run_as"] = "alice";
+  k.ext.lookup_first = true;
+  again.scheduler->Has("ext-67", "tessera-c1-" + k.rec.id, "running", "mallory");
+  ASSERT_TRUE(again.executor->Pass("slurm").ok());
+  EXPECT_NE(k.ext.id, "ext-67");
+  // Its own account's job is adopted.
+  Rig own;
+  Job& m = own.Placed();
+  m.spec["run_as"] = "alice";
+  m.ext.lookup_first = true;
+  own.scheduler->Has("ext-68", "tessera-c1-" + m.rec.id, "running", "alice");
+  ASSERT_TRUE(own.executor->Pass("slurm").ok());
+  EXPECT_EQ(m.ext.id, "ext-68");
+  EXPECT_TRUE(own.scheduler->submitted.empty());
 }
 
 TEST(BackendExecutor, AnEndIsForgottenByTheSchedulerOnlyOnceItIsDurable) {

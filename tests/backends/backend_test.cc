@@ -193,27 +193,28 @@ TEST(BackendText, ClockDurations) {
 
 // Lines as Slurm 22.05's squeue and scontrol print them (captured from the test cluster).
 TEST(SlurmListing, ParsesSqueueAndScontrolLines) {
-  auto held = ParseSqueueLine("2|PENDING||JobHeldUser|0|0:00|tessera-x-j-2|");
+  auto held = ParseSqueueLine("2|PENDING||JobHeldUser|0|0:00|alice|tessera-x-j-2|");
   ASSERT_TRUE(held.has_value());
   EXPECT_EQ(held->external_id, "2");
+  EXPECT_EQ(held->user, "alice");
   EXPECT_EQ(held->state, "pending");
   EXPECT_EQ(held->reason, "JobHeldUser");
   EXPECT_EQ(held->name, "tessera-x-j-2");
   EXPECT_FALSE(held->exit_code.has_value());
   EXPECT_EQ(held->run_s, 0);
-  auto failed = ParseSqueueLine("2001|FAILED|vm|NonZeroExitCode|768|1:05|tx|fail|");
+  auto failed = ParseSqueueLine("2001|FAILED|vm|NonZeroExitCode|768|1:05|bob|tx|fail|");
   ASSERT_TRUE(failed.has_value());
   EXPECT_EQ(failed->state, "failed");
   EXPECT_EQ(failed->exit_code, 3);  // the raw wait status 768
   EXPECT_EQ(failed->node, "vm");
   EXPECT_EQ(failed->name, "tx|fail");  // a '|' in a name shifts nothing
   EXPECT_EQ(failed->run_s, 65);        // TimeUsed: how long it ran
-  auto killed = ParseSqueueLine("7|CANCELLED|vm|None|9|1-02:03:04|t|");
+  auto killed = ParseSqueueLine("7|CANCELLED|vm|None|9|1-02:03:04|root|t|");
   ASSERT_TRUE(killed.has_value());
   EXPECT_EQ(killed->state, "cancelled");
   EXPECT_EQ(killed->signal, 9);
   EXPECT_EQ(killed->run_s, 93784);
-  EXPECT_EQ(ParseSqueueLine("8|RUNNING|vm|None|0|INVALID|t|")->run_s, -1);  // not said
+  EXPECT_EQ(ParseSqueueLine("8|RUNNING|vm|None|0|INVALID|root|t|")->run_s, -1);  // not said
   EXPECT_FALSE(ParseSqueueLine("garbage").has_value());
   ExternalJob running = ParseScontrolLine(
       "JobId=2002 JobName=tx-run JobState=RUNNING Reason=None ExitCode=0:0 NodeList=vm "
@@ -237,7 +238,7 @@ TEST(SlurmPoll, ReadsGresOncePerJobAndListsAllWhenManyStart) {
   // RUNNING jobs 1..N (N from the file `n`), each on index (id mod 4).
   script("squeue",
          "n=$(cat " + dir +
-             "/n); i=1; while [ $i -le $n ]; do echo \"$i|RUNNING|vm|None|0|0:05|t-j-$i|\"; "
+             "/n); i=1; while [ $i -le $n ]; do echo \"$i|RUNNING|vm|None|0|0:05|root|t-j-$i|\"; "
              "i=$((i+1)); done\n");
   script("scontrol", "echo \"$*\" >> " + dir + "/calls\nn=$(cat " + dir +
                          "/n); i=1\n"
@@ -339,9 +340,9 @@ TEST(ScriptBackends, SubmitCancelAndListThroughTheirCommands) {
   script("qstat", R"(echo '{"Jobs": {"1.s": {"Job_Name": "tessera-c-1", "job_state": "R"},)"
                   R"( "2.s": {"Job_Name": "other", "job_state": "Q"}}}')"
                   "\n");
-  script(
-      "squeue",
-      "echo '5|PENDING|(null)|None|0|0:00|tessera-c-5|'; echo '6|RUNNING|vm|None|0|0:07|other|'\n");
+  script("squeue",
+         "echo '5|PENDING|(null)|None|0|0:00|root|tessera-c-5|'; echo "
+         "'6|RUNNING|vm|None|0|0:07|root|other|'\n");
   BackendOptions o;
   o.bin_dir = dir;
   o.command_nice = 0;
@@ -366,6 +367,16 @@ TEST(ScriptBackends, SubmitCancelAndListThroughTheirCommands) {
   ASSERT_TRUE(listed.ok()) << listed.status().ToString();
   ASSERT_EQ(listed->size(), 1u);
   EXPECT_EQ(listed->front().external_id, "5");
+  EXPECT_EQ(listed->front().user, "root");
+  // A name holding a newline and a line of its own making: job 5 said twice is believed neither
+  // time (it turned a running job failed).
+  script(
+      "squeue",
+      "echo '5|RUNNING|vm|None|0|0:07|root|tessera-c-5|'; echo "
+      "'9|RUNNING|vm|None|0|0:07|mallory|x'; echo '5|FAILED|vm|None|256|0:08|root|tessera-c-5|'\n");
+  listed = slurm->List("tessera-c-");
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  EXPECT_TRUE(listed->empty()) << listed->front().state;
   // A listing command that fails fails List.
   std::filesystem::remove(dir + "/squeue");
   EXPECT_FALSE(slurm->List("tessera-c-").ok());

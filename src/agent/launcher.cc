@@ -11,8 +11,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <sstream>
 #include <thread>
@@ -33,10 +35,36 @@ using internal::OpenJobStdio;
 using internal::OpenShareRegion;
 using internal::ResolveAccount;
 
-// Signals the process group (the job is a session leader: pgid == pid); falls back to the pid
-// itself when the child has not reached setsid() yet.
+// Signals the processes of session `sid` outside its leader's process group: a process that
+// made a group of its own (setpgid, a shell's job control) left the job's group but not its
+// session. Where there are no cgroups this is what finds them; one that started a session of its
+// own (setsid) is found only by its cgroup. Only while the leader (alive or a zombie not yet
+// reaped) holds the id, so that it cannot be another session's.
+void SignalSession(pid_t sid, int sig) {
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return;
+  while (const dirent* e = readdir(proc)) {
+    char* end = nullptr;
+    const long pid = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0' || pid <= 0 || pid == sid) continue;
+    std::ifstream in("/proc/" + std::string(e->d_name) + "/stat");
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t paren = stat.rfind(')');  // the name may hold spaces and parentheses
+    if (paren == std::string::npos) continue;
+    std::istringstream fields(stat.substr(paren + 1));
+    std::string state;
+    long ppid = 0, pgrp = 0, session = 0;
+    if (!(fields >> state >> ppid >> pgrp >> session)) continue;
+    if (session == sid && pgrp != sid) kill(static_cast<pid_t>(pid), sig);
+  }
+  closedir(proc);
+}
+
+// Signals the process group (the job is a session leader: pgid == pid) and the rest of its
+// session; falls back to the pid itself when the child has not reached setsid() yet.
 void SignalJob(pid_t pid, int sig) {
   if (kill(-pid, sig) != 0 && errno == ESRCH) kill(pid, sig);
+  SignalSession(pid, sig);
 }
 
 }  // namespace
@@ -218,7 +246,8 @@ std::vector<JobExit> Launcher::Poll() {
       ++it;
       continue;
     }
-    kill(-job.pid, SIGKILL);  // leftovers of the job's process group
+    kill(-job.pid, SIGKILL);  // leftovers of the job's process group and session
+    SignalSession(job.pid, SIGKILL);
     JobExit exit;
     exit.id = it->first;
     exit.cancelled = job.cancelled;

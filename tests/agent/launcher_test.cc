@@ -567,6 +567,37 @@ TEST(AgentLauncher, LeftoversOfTheProcessGroupAreKilledWhenTheJobEnds) {
       3s));
 }
 
+// A process that left the job's process group (its own group, as a shell with job control or
+// setpgid makes) but not its session outlived the job's end and its cancel, where there are no
+// cgroups, and kept its device. The job's session is swept too.
+TEST(AgentLauncher, LeftoversInAnotherProcessGroupOfTheSessionAreKilled) {
+  TempDir dir;
+  Launcher l(Opts(dir));
+  const auto gone = [](pid_t pid) {  // or a zombie waiting for its new parent to reap it
+    std::string stat = ReadAll("/proc/" + std::to_string(pid) + "/stat");
+    return stat.empty() || stat.find(") Z ") != std::string::npos;
+  };
+  const std::string kOwnGroup =
+      "python3 -c 'import os, time; os.setpgid(0, 0); time.sleep(30)'";  // a group of its own
+  const std::string ended = dir.path() + "/ended.pid";
+  JobExit e =
+      RunToEnd(l, Sh("grouped", kOwnGroup + " & p=$!; sleep 1; echo $p > " + ended + "; exit 0"));
+  EXPECT_EQ(e.exit_code, 0);
+  const pid_t after_end = std::stoi(ReadAll(ended));
+  EXPECT_TRUE(WaitFor([&] { return gone(after_end); }, 3s)) << "left running after the job ended";
+  const std::string cancelled = dir.path() + "/cancelled.pid";
+  ASSERT_TRUE(l.Start(Sh("stays", kOwnGroup + " & p=$!; sleep 1; echo $p > " + cancelled +
+                                      "; trap '' TERM; wait"))
+                  .ok());
+  ASSERT_TRUE(WaitFor([&] { return !ReadAll(cancelled).empty(); }, 5s));
+  const pid_t on_cancel = std::stoi(ReadAll(cancelled));
+  ASSERT_TRUE(l.Cancel("stays", 200ms).ok());
+  l.WaitAll(5s);
+  EXPECT_TRUE(WaitFor([&] { return gone(on_cancel); }, 3s)) << "left running after a cancel";
+  kill(after_end, SIGKILL);
+  kill(on_cancel, SIGKILL);
+}
+
 TEST(AgentLauncher, WritesCgroupLimitsWhenTheHierarchyAllowsIt) {
   // A stand-in cgroup tree: plain files where cgroupfs would create control files.
   TempDir dir;

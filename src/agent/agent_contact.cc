@@ -126,7 +126,7 @@ bool Agent::UploadOutput(const std::string& id, Clock::time_point deadline) {
       return Failover(),
              Failed("output upload for job " + id + ": " + httplib::to_string(res.error()));
     if (res->status == 409 && Rewind(id, res->body, &offset)) continue;  // a new leader
-    if (res->status / 100 == 4) {
+    if (res->status / 100 == 4 && res->status != 429) {  // 429: a limit of the moment
       // Refused for good (e.g. the job is no longer this node's, or its output is past the
       // server's max_output): give the rest of this output up rather than hold back the job's
       // finished report forever.

@@ -362,6 +362,9 @@ RouteHandler WriteOutput(Engine* e) {
     if (!offset.ok())
       return ReplyError(res, Status::InvalidArgument("'offset' must be a non-negative integer"));
     Status st = e->agents().WriteOutput(who, req.params[0], *offset, req.body);
+    // Past max_output: refused for good (413), not "try again later" (429, as a limit answers).
+    if (st.code() == StatusCode::kResourceExhausted)
+      return Reply(res, 413, Json{{"error", st.message()}});
     if (!st.ok()) return ReplyError(res, st);
     Reply(res, 200, Json{{"ok", true}});
   };

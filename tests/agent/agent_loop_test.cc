@@ -111,6 +111,12 @@ class FakeControlPlane : public testing::AgentReports {
                     res.status = 409;
                     return;
                   }
+                  if (busy_uploads_ > 0) {  // a limit of the moment: try again later
+                    --busy_uploads_;
+                    res.status = 429;
+                    res.set_content(R"({"error":"busy"})", "application/json");
+                    return;
+                  }
                   if (req.body.empty()) Violation("empty output upload for " + id);
                   out += req.body;
                   ++uploads_;
@@ -153,6 +159,10 @@ class FakeControlPlane : public testing::AgentReports {
     if (geteuid() == 0) s["run_as"] = "nobody";
     s.update(extra);
     pending_start_.push_back(s);
+  }
+  void BusyUploads(int n) {  // the next n output uploads are answered 429
+    std::lock_guard<std::mutex> lock(mu_);
+    busy_uploads_ = n;
   }
   void Cancel(const std::string& id, int grace_ms) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -203,6 +213,7 @@ class FakeControlPlane : public testing::AgentReports {
   std::set<std::string> may_run_;
   std::map<std::string, std::set<int>> pids_seen_;
   std::map<std::string, std::string> output_;
+  int busy_uploads_ = 0;
 };
 
 // RunAgent on a thread, stopped and joined on destruction.
@@ -237,6 +248,22 @@ class AgentThread {
 };
 
 std::vector<std::string> Sh(const std::string& script) { return {"/bin/sh", "-c", script}; }
+
+// 429 is "too many requests: try again later". An agent gave the rest of a job's output up on
+// it, as on a refusal for good (a 4xx), and the job's output was lost past that point.
+TEST(AgentLoop, AnOutputUploadAnswered429IsSentAgainLater) {
+  TempDir dir;
+  FakeControlPlane cp;
+  ASSERT_GT(cp.port(), 0);
+  cp.BusyUploads(2);
+  AgentThread agent(cp.url(), dir);
+  ASSERT_TRUE(WaitFor([&] { return cp.Heartbeats() >= 1; }, 5s));
+  cp.Start("j-busy", Sh("i=0; while [ $i -lt 500 ]; do echo line-$i; i=$((i+1)); done"));
+  ASSERT_TRUE(WaitFor([&] { return cp.Acked("j-busy"); }, 15s));
+  const std::string out = cp.Output("j-busy");
+  EXPECT_EQ(cp.Finished("j-busy")["output_bytes"].get<size_t>(), out.size());
+  EXPECT_NE(out.find("line-499\n"), std::string::npos) << out.size() << " bytes uploaded";
+}
 
 TEST(AgentLoop, RunsJobsAsTheControlPlaneSays) {
   TempDir dir;

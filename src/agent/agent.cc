@@ -177,11 +177,8 @@ void Agent::RecordExit(const JobExit& e) {
   // Stopped by this agent for a partition (CheckPartition): the leader requeues it, as a lost
   // node's, rather than take the signal for the job's own end.
   const bool partition = partition_stopped_.erase(e.id) != 0;
-  const bool shutdown = shutdown_stopped_.erase(e.id) != 0;  // so too when it shuts down
   FinishedReport report{e.id, e.exit_code, e.signal, e.output_bytes,
-                        partition  ? kStoppedByPartition
-                        : shutdown ? kStoppedByShutdown
-                                   : ""};
+                        partition ? kStoppedByPartition : ""};
   report.run_ms = e.run_ms;
   KeepExit(report);
   partitions_.Release(e.id);
@@ -278,9 +275,7 @@ void Agent::Shutdown() {
   if (!running.empty()) Info("stopping " + std::to_string(running.size()) + " job(s)");
   for (const RunningJob& r : running) {
     // NotFound: it ended since Running(); WaitAll below collects its exit either way.
-    const bool cancelled = launcher_.Cancelling(r.id);  // ordered by the control plane before
     Status st = launcher_.Cancel(r.id, milliseconds(options_.stop_grace_ms));
-    if (st.ok() && !cancelled) shutdown_stopped_.insert(r.id);  // its exit says so (RecordExit)
     if (!st.ok() && st.code() != StatusCode::kNotFound)
       Warn("stopping job " + r.id + ": " + st.message(), {{"job", r.id}});
   }

@@ -24,23 +24,11 @@ void Agent::KeepExit(const FinishedReport& f) {
 }
 
 void Agent::TakeStoppedByOff(std::vector<FinishedReport>* finished) const {
-  for (FinishedReport& f : *finished) {
-    if (!stopped_by_taken_ || (!shutdown_taken_ && f.stopped_by == kStoppedByShutdown))
-      f.stopped_by.clear();
-  }
+  if (stopped_by_taken_) return;
+  for (FinishedReport& f : *finished) f.stopped_by.clear();
 }
 
 bool Agent::StoppedByRefused(const std::string& body) {
-  // A server that takes "partition" alone (before "shutdown") names it in its refusal (a JSON
-  // string: the quotes escaped).
-  if (shutdown_taken_ &&
-      body.find(R"(stopped_by' must be \"partition\" in)") != std::string::npos) {
-    Warn(
-        "this control plane takes no 'stopped_by: shutdown' (a server before it): jobs stopped as "
-        "this agent shut down are reported without it, and it may record them failed");
-    shutdown_taken_ = false;
-    return true;
-  }
   if (!stopped_by_taken_ || body.find("unknown field 'stopped_by'") == std::string::npos)
     return false;
   Warn(

@@ -89,16 +89,11 @@ void AgentExecutor::FinishReportedLocked(const Job& j, const std::string& node, 
   // the leader again before it released the node's jobs (MarkLostLocked): the job did not end,
   // it was lost on the node; requeued (or lost) as its queue says, not failed for the signal.
   // Cancelled, preempted or stopped by a guard meanwhile, the stop is the one ordered.
-  // So too when the agent was shut down on purpose, and stopped its jobs before it went: they
-  // were recorded failed for the signal, where its crash had them requeued.
-  const std::string stopped_by = f.value("stopped_by", "");
-  if ((stopped_by == kStoppedByPartition || stopped_by == kStoppedByShutdown) &&
-      !j.cancel_requested && !j.guard_stopped && j.state != JobState::kPreempting) {
+  if (f.value("stopped_by", "") == kStoppedByPartition && !j.cancel_requested && !j.guard_stopped &&
+      j.state != JobState::kPreempting) {
     LoseJobLocked(j, node,
-                  "its agent on node '" + node + "' stopped it, " +
-                      (stopped_by == kStoppedByShutdown
-                           ? std::string("shut down")
-                           : std::string("cut off from the control plane for partition_stop")),
+                  "its agent on node '" + node +
+                      "' stopped it, cut off from the control plane for partition_stop",
                   b);
     port_->WantCycle();
     return;

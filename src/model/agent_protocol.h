@@ -33,8 +33,6 @@ inline constexpr int64_t kAgentProtocolUnversioned = 1;
 // the job itself, cut off from every server for partition_stop_ms. The job did not end: the
 // leader requeues it (or ends it lost), as a lost node's.
 inline constexpr const char* kStoppedByPartition = "partition";
-// ... and stopped on purpose (SIGTERM, Ctrl-C of `tessera up`): it stopped its jobs first.
-inline constexpr const char* kStoppedByShutdown = "shutdown";
 
 // Every refusal of a version starts with this: the agent recognizes it and exits.
 inline constexpr const char* kAgentProtocolRefusalPrefix = "agent protocol ";

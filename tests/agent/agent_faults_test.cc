@@ -89,13 +89,6 @@ class FaultyControlPlane : public testing::AgentReports {
               "application/json");
           return;
         }
-        if (partition_only_ && f.value("stopped_by", "") == "shutdown") {  // before "shutdown"
-          res.status = 400;
-          res.set_content(
-              R"({"error": "'finished.stopped_by' must be \"partition\" in a 'finished' entry"})",
-              "application/json");
-          return;
-        }
       }
       json reply = {{"start", json::array()}, {"cancel", json::array()}, {"ack", json::array()}};
       running_.clear();
@@ -174,11 +167,6 @@ class FaultyControlPlane : public testing::AgentReports {
     std::lock_guard<std::mutex> lock(mu_);
     old_server_ = true;
   }
-  // Refuses `stopped_by: shutdown` naming "partition", as a server before "shutdown".
-  void TakePartitionOnly() {
-    std::lock_guard<std::mutex> lock(mu_);
-    partition_only_ = true;
-  }
 
  private:
   std::unique_ptr<httplib::Server> server_;
@@ -187,7 +175,6 @@ class FaultyControlPlane : public testing::AgentReports {
   int64_t epoch_ = -1;  // -1: replies carry none
   int64_t partition_stop_ms_ = 0;
   bool old_server_ = false;
-  bool partition_only_ = false;
   std::map<std::string, json> desired_;  // starts to send until the job is reported
   std::map<std::string, json> placed_;   // started on the node, not reported finished
   std::set<std::string> forgotten_;
@@ -449,24 +436,6 @@ TEST(AgentFaults, AServerWithoutStoppedByGetsTheExitWithoutIt) {
   EXPECT_FALSE(cp.Finished("p3").contains("stopped_by"));
   EXPECT_EQ(agent.Logged({"stopped_by"}).size(), 1u) << "said once";
   EXPECT_EQ(agent.Stop(), 0);
-}
-
-// A server that takes `stopped_by: partition` but not "shutdown" still gets the exits of the
-// jobs an agent stopped as it shut down, without the field (saved on disk, reported at the next
-// start when the last heartbeat did not get through).
-TEST(AgentFaults, AServerBeforeShutdownGetsTheExitWithoutIt) {
-  TempDir dir;
-  FaultyControlPlane cp;
-  cp.TakePartitionOnly();
-  auto agent = std::make_unique<Agent>(cp.url(), dir.path());
-  cp.Start("s1", Sh("exec sleep 30"));
-  ASSERT_TRUE(WaitFor([&] { return cp.Pid("s1") > 0; }, 10s));
-  EXPECT_EQ(agent->Stop(), 0);
-  Agent again(cp.url(), dir.path());
-  ASSERT_TRUE(WaitFor([&] { return cp.Acked("s1"); }, 10s))
-      << testing::Joined(again.Logged({"stopped_by"}));
-  EXPECT_FALSE(cp.Finished("s1").contains("stopped_by"));
-  EXPECT_EQ(again.Stop(), 0);
 }
 
 }  // namespace

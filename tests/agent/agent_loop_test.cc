@@ -265,27 +265,6 @@ TEST(AgentLoop, AnOutputUploadAnswered429IsSentAgainLater) {
   EXPECT_NE(out.find("line-499\n"), std::string::npos) << out.size() << " bytes uploaded";
 }
 
-// Stopped on purpose, the agent stops its jobs and says why (`stopped_by: shutdown`): the
-// control plane requeues them as a lost node's, not failed for the signal. A job the control
-// plane had ordered cancelled stays a cancel.
-TEST(AgentLoop, JobsStoppedAsTheAgentShutsDownSaySo) {
-  TempDir dir;
-  FakeControlPlane cp;
-  ASSERT_GT(cp.port(), 0);
-  auto agent = std::make_unique<AgentThread>(cp.url(), dir);
-  ASSERT_TRUE(WaitFor([&] { return cp.Heartbeats() >= 1; }, 5s));
-  cp.Start("j-stays", Sh("exec sleep 30"));
-  cp.Start("j-ordered", Sh("trap '' TERM; while :; do sleep 0.05; done"));
-  ASSERT_TRUE(WaitFor([&] { return cp.IsRunning("j-stays") && cp.IsRunning("j-ordered"); }, 10s));
-  const int before = cp.Heartbeats();
-  cp.Cancel("j-ordered", 20000);
-  ASSERT_TRUE(WaitFor([&] { return cp.Heartbeats() >= before + 2; }, 10s));  // delivered
-  agent->Stop();
-  EXPECT_EQ(cp.Finished("j-stays").value("stopped_by", ""), "shutdown")
-      << cp.Finished("j-stays").dump();
-  EXPECT_FALSE(cp.Finished("j-ordered").contains("stopped_by")) << cp.Finished("j-ordered").dump();
-}
-
 TEST(AgentLoop, RunsJobsAsTheControlPlaneSays) {
   TempDir dir;
   FakeControlPlane cp;

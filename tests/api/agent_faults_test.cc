@@ -181,30 +181,6 @@ TEST_F(AgentFaultsTest, AJobItsAgentStoppedForAPartitionIsRequeuedNotFailed) {
   ASSERT_TRUE(engine_->CheckInvariants().ok());
 }
 
-// An agent stopped on purpose (SIGTERM, or Ctrl-C of `tessera up`) stops its jobs first. They
-// were recorded failed ("killed by signal 15", "exit code 7": the job's answer to SIGTERM),
-// where a crash of the same agent had them requeued as a lost node's. The agent says why it
-// stopped them (`stopped_by: shutdown`): requeued, as a lost node's.
-TEST_F(AgentFaultsTest, AJobItsAgentStoppedAtShutdownIsRequeuedNotFailed) {
-  Start("agent-shutdown", kConfig);
-  ASSERT_TRUE(RegisterWith("n1", Json::object()).ok());
-  const std::string a = RunOne();
-  ASSERT_EQ(State(a), "running");
-  Heartbeat("n1", {{"finished",
-                    {{{"job", a}, {"exit_code", 0}, {"signal", 15}, {"stopped_by", "shutdown"}}}}});
-  EXPECT_NE(State(a), "failed");
-  auto events = (*engine_->views().Events(Who("admin"), 0, 1000,
-                                          store::EventFilter{"job.", a, ""}))["events"];
-  bool requeued = false;
-  for (const auto& e : events) {
-    EXPECT_NE(e["kind"], "job.failed") << events.dump();
-    if (e["kind"] == "job.requeued" && e.value("reason", "").find("shut down") != std::string::npos)
-      requeued = true;
-  }
-  EXPECT_TRUE(requeued) << "no job.requeued event naming the shutdown: " << events.dump();
-  ASSERT_TRUE(engine_->CheckInvariants().ok());
-}
-
 // Found by the protocol fault harness (tests/agent/protocol_faults_test.cc): a node taken for
 // lost had its job requeued and placed on the same node again; the agent then stopped the old
 // process (absent from may_run) and reported its exit 143, which the leader took for the new

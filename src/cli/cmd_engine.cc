@@ -289,6 +289,11 @@ int Up(const std::string& data, const std::string& listen, const std::string& si
     out << ExampleConfig(admin, user, agent);
   }
   std::atomic<pid_t> agent_pid{-1};
+  // The agent's watch (started with it): reaps it, and starts it again when it died while `up`
+  // runs (a crash, a kill -9: it stayed a zombie and the node lost for good). The one place that
+  // waits for the agent; it ends once `agent_stopping` is set and the agent has gone.
+  std::atomic<bool> agent_stopping{false};
+  std::thread agent_watch;
   // SIGINT (Ctrl-C) or SIGTERM: the agent is stopped first, and the server serves until it has
   // gone, so that it reports how its jobs ended (its stopped jobs are recorded, never run again
   // from scratch after a restart); a second signal stops the server at once.
@@ -312,6 +317,7 @@ int Up(const std::string& data, const std::string& listen, const std::string& si
       return;
     }
     stopping = std::thread([&, sig] {
+      agent_stopping.store(true);  // not started again
       const pid_t child_pid = agent_pid.load();
       if (child_pid > 0) {
         ServeLog().Info(std::string(sig == SIGINT ? "SIGINT" : "SIGTERM") +
@@ -319,11 +325,8 @@ int Up(const std::string& data, const std::string& listen, const std::string& si
                         "(again: stop at once)");
         kill(child_pid, SIGTERM);
         const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(1);
-        while (!stop_now.load() && std::chrono::steady_clock::now() < deadline) {
-          if (waitpid(child_pid, nullptr, WNOHANG) == child_pid) {
-            agent_pid.store(-1);
-            break;
-          }
+        while (!stop_now.load() && std::chrono::steady_clock::now() < deadline &&
+               agent_pid.load() > 0) {  // the watch reaps it
           std::this_thread::sleep_for(std::chrono::milliseconds(50));
         }
       }
@@ -362,27 +365,53 @@ int Up(const std::string& data, const std::string& listen, const std::string& si
     const std::string ca_file = tls ? flags.tls_cert : "";
     const std::string work = data + "/agent";
     const pid_t parent = getpid();
-    const pid_t child = fork();
-    if (child == 0) {
-      // The agent goes when `tessera up` goes, however it goes (SIGKILL, an OOM kill): asked
-      // from this, the main thread, which lives as long as the process does.
-      prctl(PR_SET_PDEATHSIG, SIGTERM);
-      if (getppid() != parent) _exit(0);  // gone already, before the line above
-      execl(self.c_str(), self.c_str(), "agent", "--server", url.c_str(), "--token-file",
-            token_file.c_str(), "--ca", ca_file.c_str(), "--node", "local", "--simulate",
-            simulate.c_str(), "--work", work.c_str(), "--log-level", log_level.c_str(),
-            "--log-format", log_format.c_str(), static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    agent_pid.store(child);
+    // Forked from the watch's thread, which lives until the agent has gone for good: the agent
+    // goes when `tessera up` goes, however it goes (SIGKILL, an OOM kill).
+    auto start_agent = [=] {
+      const pid_t child = fork();
+      if (child == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != parent) _exit(0);  // gone already, before the line above
+        execl(self.c_str(), self.c_str(), "agent", "--server", url.c_str(), "--token-file",
+              token_file.c_str(), "--ca", ca_file.c_str(), "--node", "local", "--simulate",
+              simulate.c_str(), "--work", work.c_str(), "--log-level", log_level.c_str(),
+              "--log-format", log_format.c_str(), static_cast<char*>(nullptr));
+        _exit(127);
+      }
+      return child;
+    };
+    agent_watch = std::thread([&agent_pid, &agent_stopping, start_agent] {
+      agent_pid.store(start_agent());
+      auto started = std::chrono::steady_clock::now();
+      while (true) {
+        const pid_t pid = agent_pid.load();
+        int status = 0;
+        if (pid > 0 && waitpid(pid, &status, WNOHANG) == pid) {
+          agent_pid.store(-1);
+          if (agent_stopping.load()) return;
+          const std::string how = WIFSIGNALED(status)
+                                      ? "killed by signal " + std::to_string(WTERMSIG(status))
+                                      : "exit status " + std::to_string(WEXITSTATUS(status));
+          // Not at once when it dies as soon as it starts (a broken host): once a second at most.
+          const bool soon = std::chrono::steady_clock::now() - started < std::chrono::seconds(1);
+          ServeLog().Error("the agent (pid " + std::to_string(pid) + ") ended, " + how +
+                           ": starting it again" + (soon ? " in 1 s" : ""));
+          if (soon) std::this_thread::sleep_for(std::chrono::seconds(1));
+          if (agent_stopping.load()) return;
+          agent_pid.store(start_agent());
+          started = std::chrono::steady_clock::now();
+        }
+        if (pid <= 0 && agent_stopping.load()) return;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    });
   };
   int rc = Serve(flags, hooks);
   signals.reset();  // no more signals handled here: the stopping thread is the last
   if (stopping.joinable()) stopping.join();
-  if (const pid_t child_pid = agent_pid.load(); child_pid > 0) {
-    kill(child_pid, SIGTERM);
-    waitpid(child_pid, nullptr, 0);
-  }
+  agent_stopping.store(true);
+  if (const pid_t child_pid = agent_pid.load(); child_pid > 0) kill(child_pid, SIGTERM);
+  if (agent_watch.joinable()) agent_watch.join();  // it reaps the agent, then ends
   return rc;
 }
 

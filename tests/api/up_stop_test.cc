@@ -156,7 +156,7 @@ TEST_F(UpTest, ABadListenIsRefusedBeforeTheDataDirectoryIsMade) {
 // Killed outright (SIGKILL, an OOM kill), `tessera up` leaves neither its agent running nor its
 // port held: the agent inherited the listening socket, outlived its parent, and the next `tessera
 // up` said "Address already in use".
-TEST_F(UpTest, AKilledUpLeavesNoAgentBehindAndItsPortFree) {
+TEST_F(UpTest, AKilledAgentIsStartedAgainAndAKilledUpLeavesNoAgentBehind) {
   Proc& up = Up(port_);
   ASSERT_GT(up.WaitForPort(30000), 0) << up.Log();
   ASSERT_TRUE(Wait([&] { return NodeReady(); }, 30000)) << up.Log();
@@ -176,6 +176,23 @@ TEST_F(UpTest, AKilledUpLeavesNoAgentBehindAndItsPortFree) {
     return found;
   };
   ASSERT_EQ(agents().size(), 1u) << up.Log();
+  // Its agent killed, `up` starts it again (it stayed a zombie, and the node lost, for good).
+  const pid_t first = agents().front();
+  ::kill(first, SIGKILL);
+  ASSERT_TRUE(Wait(
+      [&] {
+        auto now = agents();
+        std::string stat = testing::ReadFile("/proc/" + std::to_string(first) + "/stat");
+        const bool reaped = stat.empty();
+        return reaped && now.size() == 1u && now.front() != first;
+      },
+      10000))
+      << "the killed agent was not reaped and started again\n"
+      << up.Log();
+  EXPECT_NE(
+      up.Log().find("the agent (pid " + std::to_string(first) + ") ended, killed by signal 9"),
+      std::string::npos)
+      << up.Log();
   up.KillOnly(SIGKILL);
   const bool gone = Wait([&] { return agents().empty(); }, 10000);
   for (pid_t p : agents()) ::kill(p, SIGKILL);  // not to outlive the test

@@ -246,6 +246,8 @@ TEST_F(UpTest, EnvIdsKindsUrlsAndCaFilesAreTakenAsTyped) {
 // A waiting share shows the fraction of a GPU it asked for, as it will once placed: it showed
 // "1 gpu 8GiB" and GPUS 1, then "share 8GiB" and 0.1.
 TEST_F(UpTest, AWaitingShareShowsTheFractionItAskedFor) {
+  // Once the agent has registered the node (the port opens first).
+  ASSERT_THAT(WaitForOutput("admin", {"nodes"}, "local").out, HasSubstr("local"));
   ASSERT_EQ(As("admin", {"cordon", "local"}).exit_code, 0);
   ProcessResult sub =
       As("alice", {"submit", "--queue", "notebooks", "--gpu-memory", "8GiB", "--", "true"});

@@ -453,7 +453,7 @@ Result<Json> Views::Events(const Identity& who, int64_t after, int limit,
           const store::Event& e = (*evs)[i];
           const Job* it = m.jobs.Find(e.subject);
           visible[i] = e.kind.rfind("node.", 0) == 0 || (it != nullptr && CanSee(who, *it));
-          if (!visible[i] && it == nullptr) stored.push_back(i);
+          if (!visible[i] && it == nullptr && e.kind.rfind("job.", 0) == 0) stored.push_back(i);
         }
       });
       for (size_t i : stored) {

@@ -160,13 +160,19 @@ Json JobJson(const Job& j, const quota::QuotaEngine& quota,
   return o;
 }
 
-Result<Json> StoredJobJson(LedgerReads& ledger, const Identity& who, const std::string& id) {
-  auto rec = ledger.DurableStore().GetJob(id);
+Result<Job> StoredJob(store::StoreReader& store, const Identity& who, const std::string& id) {
+  auto rec = store.GetJob(id);
   if (!rec.ok()) return rec.status();
   if (!rec->has_value()) return Status::NotFound("no job '" + id + "'");
   auto j = JobFromRecord(std::move(**rec));
   if (!j.ok()) return j.status();
   if (!CanSee(who, *j)) return Status::NotFound("no job '" + id + "'");
+  return j;
+}
+
+Result<Json> StoredJobJson(LedgerReads& ledger, const Identity& who, const std::string& id) {
+  auto j = StoredJob(ledger.DurableStore(), who, id);
+  if (!j.ok()) return j.status();
   Json out;
   ledger.Read([&](const ReadModel& m) { out = JobJson(*j, m.quota, m.nodes); });
   return Redacted(who, std::move(out));

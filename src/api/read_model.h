@@ -63,6 +63,7 @@ Json Redacted(const Identity& who, Json job);
 // Whether `who` may see `j`: admins all; users and viewers their groups' jobs.
 bool CanSee(const Identity& who, const Job& j);
 // A job no longer in memory, read from the store, as `who` may see it (NotFound otherwise).
+Result<Job> StoredJob(store::StoreReader& store, const Identity& who, const std::string& id);
 Result<Json> StoredJobJson(LedgerReads& ledger, const Identity& who, const std::string& id);
 // Where a job's captured output is kept under the data directory.
 std::string JobOutputPath(const std::string& data_dir, const std::string& job);

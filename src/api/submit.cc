@@ -168,12 +168,8 @@ Result<Json> Engine::Cancel(const Identity& who, const std::string& id) {
   if (it == nullptr) {
     // Ended and out of memory (only unfinished jobs are loaded at start): it says so as before.
     lock.unlock();
-    auto rec = store_->GetJob(id);
-    if (!rec.ok()) return rec.status();
-    if (!rec->has_value()) return Status::NotFound("no job '" + id + "'");
-    auto stored = JobFromRecord(std::move(**rec));
+    auto stored = StoredJob(*store_, who, id);
     if (!stored.ok()) return stored.status();
-    if (!CanSee(who, *stored)) return Status::NotFound("no job '" + id + "'");
     if (!Ended(*stored))
       return Status::Internal("job '" + id + "' is stored unfinished but not loaded");
     return Status::FailedPrecondition("job '" + id + "' has already ended (" +

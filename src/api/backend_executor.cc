@@ -100,6 +100,7 @@ backends::JobRequest BackendExecutor::RequestFor(const Job& j) const {
   auto abs = std::filesystem::absolute(JobOutputPath(data_dir_, j.rec.id), ec);
   r.output_path = ec ? JobOutputPath(data_dir_, j.rec.id) : abs.string();
   r.run_as = j.spec.value("run_as", "");  // Slurm and PBS submit as this account
+  r.walltime_s = j.spec.value("walltime_s", int64_t{0});
   if (const QueueRoute* q = config_.FindRoute(j.rec.queue)) {
     r.mapping.partition = q->partition;
     r.mapping.template_path = q->template_path;

@@ -521,6 +521,13 @@ std::vector<int> ParseIndexList(const std::string& text) {
   return out;
 }
 
+std::string ClockText(int64_t seconds) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%02lld:%02lld:%02lld", static_cast<long long>(seconds / 3600),
+                static_cast<long long>(seconds / 60 % 60), static_cast<long long>(seconds % 60));
+  return text;
+}
+
 int64_t ClockSeconds(const std::string& text) {
   std::string rest = text;
   int64_t days = -1;
@@ -600,6 +607,7 @@ Result<std::map<std::string, std::string>> CommonVars(const JobRequest& job) {
       job.form == "share" ? std::max<int64_t>(1, (job.gpu_memory_mib + per - 1) / per) : 0);
   auto gres = GresFor(job);
   v["gres"] = gres.ok() ? *gres : "";
+  v["walltime"] = job.walltime_s > 0 ? ClockText(job.walltime_s) : "";
   std::map<std::string, std::string> env = job.env;
   env["TESSERA_JOB_ID"] = job.id;
   if (job.form == "share" && job.gpu_memory_mib > 0) {

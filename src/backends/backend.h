@@ -87,6 +87,9 @@ struct JobRequest {
   // The Unix account the job is submitted as, so that the scheduler runs it as, and accounts it
   // to, that account (the job spec's run_as); "" : the account the server runs under.
   std::string run_as;
+  // Its declared walltime, in seconds (0: none): the scheduler is asked to stop it then (Slurm's
+  // --time, PBS's walltime, a Kubernetes Job's activeDeadlineSeconds), as backfill counts on it.
+  int64_t walltime_s = 0;
   QueueMapping mapping;
 };
 
@@ -298,6 +301,8 @@ std::vector<int> ParseIndexList(const std::string& text);
 // walltime), "D-HH", "D-HH:MM", "D-HH:MM:SS" (Slurm, with days). -1 for anything else
 // ("INVALID", "UNLIMITED", a bare number, a minute or second past 59).
 int64_t ClockSeconds(const std::string& text);
+// Seconds as "HH:MM:SS", the hours past 24 as they come (Slurm's --time, PBS's walltime).
+std::string ClockText(int64_t seconds);
 
 // Slurm's listings: one line of `squeue -h -t all -O JobID:|,State:|,NodeList:|,Reason:|,
 // exit_code:|,TimeUsed:|,Name:|` (nullopt when malformed), and one line of `scontrol show job -d
@@ -308,8 +313,9 @@ ExternalJob ParseScontrolLine(const std::string& line);
 // The GRES string a job asks for under `mapping` (empty: no GPU), or an error.
 Result<std::string> GresFor(const JobRequest& job);
 // The variables every template can use (job_name, partition, cpus, memory_mib, output, env,
-// command, gres, gpus, gpu_memory_mib, shards, job_id); an environment variable whose name is
-// not a shell name is refused (it would be written into the script unquoted).
+// command, gres, gpus, gpu_memory_mib, shards, job_id, walltime: HH:MM:SS or empty); an environment
+// variable whose name is not a shell name is refused (it would be written into the script
+// unquoted).
 Result<std::map<std::string, std::string>> CommonVars(const JobRequest& job);
 
 // A batch scheduler driven by commands on a rendered script (Slurm, PBS). Render: the job as

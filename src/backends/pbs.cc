@@ -11,7 +11,7 @@ namespace {
 
 const char* kDefaultPbsTemplate = R"(#!/bin/bash
 #PBS -N {{job_name}}
-{{pbs_queue}}#PBS -l select=1:ncpus={{cpus}}:ngpus={{gpus}}:mem={{memory_mib}}mb
+{{pbs_queue}}{{pbs_walltime}}#PBS -l select=1:ncpus={{cpus}}:ngpus={{gpus}}:mem={{memory_mib}}mb
 #PBS -j oe
 #PBS -o {{output}}
 {{env}}
@@ -48,7 +48,10 @@ class PbsBackend : public ScriptBackend {
     if (job.form == "partition")
       return Status::InvalidArgument("the PBS backend maps no MIG instances");
     const std::string& queue = job.mapping.partition;
-    return ScriptVars{{"pbs_queue", queue.empty() ? "" : "#PBS -q " + queue + "\n"}};
+    return ScriptVars{
+        {"pbs_queue", queue.empty() ? "" : "#PBS -q " + queue + "\n"},
+        {"pbs_walltime",
+         job.walltime_s > 0 ? "#PBS -l walltime=" + ClockText(job.walltime_s) + "\n" : ""}};
   }
 
   Result<std::map<std::string, ExternalJob>> Listing() override {

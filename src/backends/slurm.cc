@@ -15,7 +15,7 @@ namespace {
 
 const char* kDefaultSlurmTemplate = R"(#!/bin/bash
 #SBATCH --job-name={{job_name}}
-{{sbatch_partition}}#SBATCH --cpus-per-task={{cpus}}
+{{sbatch_partition}}{{sbatch_time}}#SBATCH --cpus-per-task={{cpus}}
 #SBATCH --mem={{memory_mib}}M
 #SBATCH --output={{output}}
 {{sbatch_gres}}{{env}}
@@ -232,7 +232,9 @@ class SlurmBackend : public ScriptBackend {
     const std::string& partition = job.mapping.partition;
     return ScriptVars{
         {"sbatch_partition", partition.empty() ? "" : "#SBATCH --partition=" + partition + "\n"},
-        {"sbatch_gres", gres->empty() ? "" : "#SBATCH --gres=" + *gres + "\n"}};
+        {"sbatch_gres", gres->empty() ? "" : "#SBATCH --gres=" + *gres + "\n"},
+        {"sbatch_time",
+         job.walltime_s > 0 ? "#SBATCH --time=" + ClockText(job.walltime_s) + "\n" : ""}};
   }
 
   // Every job slurmctld still holds, by id.

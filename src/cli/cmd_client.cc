@@ -246,7 +246,8 @@ void RegisterSubmitCommand(CLI::App& app, CommandContext& ctx) {
       "form",
       {AllocationFormName(AllocationForm::kWhole), AllocationFormName(AllocationForm::kPartition),
        AllocationFormName(AllocationForm::kShare)});
-  cmd->add_option("--walltime", o->walltime, "declared run time, e.g. 2h (lets it backfill)");
+  cmd->add_option("--walltime", o->walltime,
+                  "declared run time, e.g. 2h: it may backfill, and is stopped then");
   cmd->add_option("--name", o->name, "a name for people");
   // One value a use, repeated: a list would take `--` as its own end, and the job's flags as
   // tessera's.

@@ -34,6 +34,7 @@ const std::map<std::string, Break>& Breaks() {
       {"fair-share-ignores-weights", Break::kFairShareIgnoresWeights},
       {"ignore-host-capacity", Break::kIgnoreHostCapacity},
       {"backfill-ignores-head", Break::kBackfillIgnoresHead},
+      {"ignore-walltime", Break::kIgnoreWalltime},
   };
   return m;
 }

@@ -231,6 +231,8 @@ void GenerateWorkload(Rng& r, const HistoryOptions& o, Scenario& s) {
       shorts.at_s = t0 + r.In(2, 10) * 30;
       shorts.interval_s = r.In(1, 4) * 30;
       shorts.durations_s = {r.In(1, 6) * 60, r.In(1, 3) * 60};
+      // Sometimes they run past the walltime they declare: stopped then, they delay no head.
+      if (r.Chance(40)) shorts.walltime_s = r.In(1, 2) * 30;
       s.workload.push_back(shorts);
     }
   }
@@ -347,7 +349,11 @@ std::string ScenarioYaml(const Scenario& s) {
         y << (d ? ", " : "") << Mem(w.gpu_memory_mib[d]);
       y << "]";
     }
-    if (!w.declare_walltime) y << ", walltime: false";
+    if (!w.declare_walltime) {
+      y << ", walltime: false";
+    } else if (w.walltime_s >= 0) {
+      y << ", walltime: " << w.walltime_s;
+    }
     y << "}\n";
   }
   if (!s.outages.empty()) {

@@ -61,7 +61,7 @@ void AddArrivals(const WorkloadEntry& w, size_t k, const quota::ProfileSpec* pro
     if (!w.gpu_memory_mib.empty()) {
       a.spec.gpu_memory_mib = w.gpu_memory_mib[static_cast<size_t>(i) % w.gpu_memory_mib.size()];
     }
-    a.spec.walltime_s = w.declare_walltime ? a.duration : 0;
+    a.spec.walltime_s = !w.declare_walltime ? 0 : w.walltime_s >= 0 ? w.walltime_s : a.duration;
     a.idle_after = w.idle_after_s;
     int count = a.spec.gpu_count.value_or(prof ? prof->gpu_count : 1);
     MilliGpu milli = a.spec.gpu_milli.value_or(prof ? prof->gpu_milli : kWholeGpu);

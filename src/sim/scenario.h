@@ -16,10 +16,10 @@
 //                before min_runtime; preempts nothing before waiting preemption_delay
 //   class_forms: {training: [whole], inference: [partition], ...}   (overrides the default)
 //   workload:  [{queue, identity, group, count, at, interval, duration, class, form, gpus,
-//   gpu_fraction,
-//                gpu_memory, cpu, memory, walltime, idle_after}]  -- duration and gpu_memory may
-//                be lists, used in turn; walltime (default true) declares the duration for
-//                backfill; idle_after: held but idle from that long after each start
+//                gpu_fraction, gpu_memory, cpu, memory, walltime, idle_after}]  -- duration and
+//                gpu_memory may be lists, used in turn; walltime (default true) declares the
+//                duration for backfill, false none, a duration that one (a job that runs longer
+//                is stopped then); idle_after: held but idle from that long after each start
 //   groups may list users: {IDENTITY: {weight, limit}} (fair share inside the group, reported
 //   per member); queues may give back idle holdings (idle_timeout, idle_action)
 //   compare_with: {name, class_forms: {...}}  -- run again with this table and compare
@@ -56,6 +56,7 @@ struct WorkloadEntry {
   std::vector<int64_t> durations_s;  // used in turn
   std::vector<MiB> gpu_memory_mib;   // used in turn; empty = the profile's
   bool declare_walltime = true;
+  int64_t walltime_s = -1;  // declared when it is not each job's duration (-1: the duration)
   // Held but idle from this long after each start until it ends (-1: always active): what its
   // agent would report, fed to QuotaEngine::SetIdle at that second (queues' idle_timeout).
   int64_t idle_after_s = -1;

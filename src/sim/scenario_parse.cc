@@ -193,7 +193,18 @@ Result<WorkloadEntry> ParseWorkloadEntry(const YAML::Node& n, size_t i) {
   TRY(ParseDurations(n["duration"], f, &w.durations_s));
   if (w.durations_s.empty()) return FieldError(f + ".duration", "empty list");
   TRY(ParseWorkloadRequest(n, f, &w));
-  if (n["walltime"]) TRY_ASSIGN(w.declare_walltime, GetBool(n["walltime"], f + ".walltime"));
+  if (const YAML::Node wt = n["walltime"]) {  // true, false, or a duration declared
+    Result<bool> declare = GetBool(wt, f + ".walltime");
+    if (declare.ok()) {
+      w.declare_walltime = *declare;
+    } else {
+      Result<int64_t> d = GetDuration(wt, f + ".walltime");
+      if (!d.ok() || *d <= 0) {
+        return FieldError(f + ".walltime", "expected true, false or a positive duration");
+      }
+      w.walltime_s = *d;
+    }
+  }
   if (n["idle_after"]) TRY_ASSIGN(w.idle_after_s, GetDuration(n["idle_after"], f + ".idle_after"));
   return w;
 }

@@ -120,6 +120,7 @@ void Checker::AfterCycle(const quota::QuotaEngine& e, int64_t now) {
   CheckStability(e, now);
   CheckFairness(s, now);
   CheckIdle(s, now);
+  CheckWalltime(s, now);
   preempted_this_cycle_.clear();
 }
 
@@ -140,6 +141,7 @@ void Checker::ReadEvents(const quota::QuotaEngine& e, int64_t now) {
       CheckIdleEvent(x, now);  // a guard's give-back, for no claimant
       continue;
     }
+    if (h != handle_of_.end()) NotePause(x, h->second);
     if (x.kind == EventKind::kPlaced) {
       seen_.backfill = seen_.backfill || x.detail.find("[backfill]") != std::string::npos;
       if (h != handle_of_.end() && wants_[h->second].count >= 2) seen_.gang = true;
@@ -421,6 +423,39 @@ void Checker::CheckIdle(const Snapshot& s, int64_t now) {
              wants_[h].id + " idle since t=" + std::to_string(j.idle_since) +
                  " still holds past its queue's idle_timeout of " + std::to_string(timeout) + " s",
              {wants_[h].id});
+    }
+  }
+}
+
+void Checker::NotePause(const quota::Event& x, int handle) {
+  if (x.kind == EventKind::kSwappedOut) {  // held (an idle share's swap-out runs on: not here)
+    Pause& p = pauses_[handle];
+    p.held_paused = p.paused;
+    p.held_at = x.time;
+    return;
+  }
+  auto p = pauses_.find(handle);
+  if (p == pauses_.end()) return;
+  if (x.kind == EventKind::kPlaced) {
+    p->second.paused = 0;
+  } else if (x.kind == EventKind::kSwappedIn && p->second.held_at >= 0) {
+    p->second.paused = p->second.held_paused + x.time - p->second.held_at;
+    p->second.held_at = -1;
+  }
+}
+
+void Checker::CheckWalltime(const Snapshot& s, int64_t now) {
+  for (size_t h = 0; h < s.jobs.size() && h < wants_.size(); ++h) {
+    const JobNow& j = s.jobs[h];
+    const Want& w = wants_[h];
+    if (j.state != JobState::kRunning || w.external || w.walltime <= 0 || j.start < 0) continue;
+    const auto p = pauses_.find(static_cast<int>(h));
+    const int64_t paused = p == pauses_.end() ? 0 : p->second.paused;
+    if (now > j.start + w.walltime + paused) {
+      Report("guard.walltime", now,
+             w.id + " running since t=" + std::to_string(j.start) + " holds past its walltime of " +
+                 std::to_string(w.walltime) + " s",
+             {w.id});
     }
   }
 }

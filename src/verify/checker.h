@@ -31,6 +31,8 @@
 //                         only under its queue's idle_timeout and not before it; a running job
 //                         idle past its queue's idle_timeout holds nothing after the next cycle
 //                         (unless swapped out)
+//   guard.walltime        a running job (of a queue placed here) holds nothing after its declared
+//                         walltime has passed: backfill and the heads' estimates count on it
 //   stability.reconfigure no device changes mode (MIG on/off, AMD pair) or loses a partition
 //                         more than `max_reconfigurations_per_hour` times in any hour
 //
@@ -129,6 +131,9 @@ class Checker {
   void CheckStability(const quota::QuotaEngine& e, int64_t now);
   void CheckFairness(const Snapshot& s, int64_t now);
   void CheckIdle(const Snapshot& s, int64_t now);
+  void CheckWalltime(const Snapshot& s, int64_t now);
+  // Time held swapped out is not run time (guard.walltime): kept from the events.
+  void NotePause(const quota::Event& x, int handle);
   // An event giving back an idle holding ("idle_timeout: idle Ns ..."): under its queue's
   // idle_timeout, and not before.
   void CheckIdleEvent(const quota::Event& x, int64_t now);
@@ -140,6 +145,12 @@ class Checker {
   std::vector<bool> down_;   // per node
   std::vector<Want> wants_;  // by handle
   std::map<std::string, int> handle_of_;
+  struct Pause {
+    int64_t paused = 0;       // held swapped out since it started, in seconds
+    int64_t held_paused = 0;  // paused when it was last held
+    int64_t held_at = -1;     // held swapped out since (-1: not held)
+  };
+  std::map<int, Pause> pauses_;  // by handle, jobs ever held swapped out
   size_t events_seen_ = 0;
   std::map<int, int64_t> owed_since_;  // liveness.start: handle -> first cycle owed
   std::vector<char> was_pending_;      // by handle, at the last look (backfill.head)

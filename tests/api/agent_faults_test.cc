@@ -207,42 +207,59 @@ TEST_F(AgentFaultsTest, TheExitOfAnEarlierPlacementsProcessDoesNotEndTheNewOne) 
   ASSERT_TRUE(engine_->CheckInvariants().ok());
 }
 
-// Issue 37's runtime guard, served: a queue's max_runtime stops a running job through its agent
-// (the cancel order and grace a preemption uses), and the job then ends, not requeued; while it
-// runs, the job says when the guard will stop it.
-TEST_F(AgentFaultsTest, AQueuesMaxRuntimeStopsItsJobThroughTheAgentAndEndsIt) {
-  std::string config = kConfig;
-  config.replace(config.find("requeue_on_loss: true}"), 22,
-                 "requeue_on_loss: true, max_runtime: 30s}");
-  Start("agent-max-runtime", config);
-  ASSERT_TRUE(RegisterWith("n1", Json::object()).ok());
-  const std::string a = RunOne();
-  Json job = *engine_->views().GetJob(Who("admin"), a);
-  ASSERT_TRUE(job.contains("stop_at_ms")) << job.dump();
-  const int64_t stop_at = job["stop_at_ms"].get<int64_t>();
-  EXPECT_EQ(stop_at, job["submit_ms"].get<int64_t>() / 1000 * 1000 + 30'000) << job.dump();
-  for (int s = 1; s < 30; ++s) {
-    now_ += 1'000;
+// Issue 37's runtime guard, served: a queue's max_runtime, or a job's declared walltime (a limit,
+// as a batch system's: backfill counts on it), stops a running job through its agent (the cancel
+// order and grace a preemption uses), and the job then ends, not requeued; while it runs, the job
+// says when it will be stopped.
+TEST_F(AgentFaultsTest, AQueuesMaxRuntimeOrAJobsWalltimeStopsItThroughTheAgentAndEndsIt) {
+  struct Case {
+    std::string queue_guard;  // added to the queue
+    Json walltime;            // the job's, when not null
+    std::string reason;
+  };
+  const std::vector<Case> cases = {
+      {", max_runtime: 30s", nullptr, "stopped: max_runtime 30s of queue training"},
+      {"", "30s", "stopped: walltime 30s reached, as declared at submission"},
+      {", max_runtime: 1h", 30, "stopped: walltime 30s reached"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.reason);
+    std::string config = kConfig;
+    config.replace(config.find("requeue_on_loss: true}"), 22,
+                   "requeue_on_loss: true" + c.queue_guard + "}");
+    Start("agent-max-runtime", config);
+    ASSERT_TRUE(RegisterWith("n1", Json::object()).ok());
+    Json body = {{"queue", "training"}, {"command", {"sleep", "100"}}};
+    if (!c.walltime.is_null()) body["walltime"] = c.walltime;
+    const std::string a = (*engine_->Submit(Who("alice"), body))["id"];
+    Heartbeat("n1");
     Heartbeat("n1", {{"running", {{{"job", a}, {"pid", 7}}}}});
+    ASSERT_EQ(State(a), "running");
+    Json job = *engine_->views().GetJob(Who("admin"), a);
+    ASSERT_TRUE(job.contains("stop_at_ms")) << job.dump();
+    const int64_t stop_at = job["stop_at_ms"].get<int64_t>();
+    EXPECT_EQ(stop_at, job["submit_ms"].get<int64_t>() / 1000 * 1000 + 30'000) << job.dump();
+    for (int s = 1; s < 30; ++s) {
+      now_ += 1'000;
+      Heartbeat("n1", {{"running", {{{"job", a}, {"pid", 7}}}}});
+      ASSERT_TRUE(engine_->Tick().ok());
+      ASSERT_EQ(State(a), "running") << "stopped early, at " << s << " s";
+    }
+    now_ += 1'000;
     ASSERT_TRUE(engine_->Tick().ok());
-    ASSERT_EQ(State(a), "running") << "stopped early, at " << s << " s";
+    EXPECT_EQ(State(a), "preempting");
+    Json hb = Heartbeat("n1", {{"running", {{{"job", a}, {"pid", 7}}}}});
+    ASSERT_EQ(hb["cancel"].size(), 1u) << hb.dump();
+    EXPECT_EQ(hb["cancel"][0]["job"], a);
+    Heartbeat("n1", {{"finished", {{{"job", a}, {"exit_code", 143}, {"signal", 15}}}}});
+    job = *engine_->views().GetJob(Who("admin"), a);
+    EXPECT_EQ(job["state"], "failed") << job.dump();
+    EXPECT_NE(job["reason"].get<std::string>().find(c.reason), std::string::npos) << job.dump();
+    ASSERT_TRUE(engine_->Tick().ok());
+    EXPECT_EQ(State(a), "failed") << "requeued after its guard stopped it";
+    EXPECT_TRUE(Heartbeat("n1")["start"].empty());
+    ASSERT_TRUE(engine_->CheckInvariants().ok());
   }
-  now_ += 1'000;
-  ASSERT_TRUE(engine_->Tick().ok());
-  EXPECT_EQ(State(a), "preempting");
-  Json hb = Heartbeat("n1", {{"running", {{{"job", a}, {"pid", 7}}}}});
-  ASSERT_EQ(hb["cancel"].size(), 1u) << hb.dump();
-  EXPECT_EQ(hb["cancel"][0]["job"], a);
-  Heartbeat("n1", {{"finished", {{{"job", a}, {"exit_code", 143}, {"signal", 15}}}}});
-  job = *engine_->views().GetJob(Who("admin"), a);
-  EXPECT_EQ(job["state"], "failed") << job.dump();
-  EXPECT_NE(job["reason"].get<std::string>().find("stopped: max_runtime 30s of queue training"),
-            std::string::npos)
-      << job.dump();
-  ASSERT_TRUE(engine_->Tick().ok());
-  EXPECT_EQ(State(a), "failed") << "requeued after its guard stopped it";
-  EXPECT_TRUE(Heartbeat("n1")["start"].empty());
-  ASSERT_TRUE(engine_->CheckInvariants().ok());
 }
 
 // idle_timeout (issue 37): a whole card its agent reports idle (no activity) for its queue's

@@ -98,6 +98,29 @@ TEST(Render, AnEnvironmentNameThatIsNotAShellNameIsRefused) {
   }
 }
 
+// A declared walltime is the scheduler's time limit (backfill counts on it; the control plane
+// leaves an external queue's jobs to their scheduler to stop): a directive before the first
+// command, and none without one.
+TEST(Render, AWalltimeIsTheSchedulersTimeLimit) {
+  for (const auto& [backend, directive] : std::vector<std::pair<std::string, std::string>>{
+           {"slurm", "#SBATCH --time=25:01:01\n"}, {"pbs", "#PBS -l walltime=25:01:01\n"}}) {
+    auto b = BuiltinRegistry().Make(backend, {});
+    JobRequest j = Job("whole", 1);
+    auto none = (*b)->Render(j);
+    ASSERT_TRUE(none.ok()) << none.status().message();
+    EXPECT_EQ(none->find("time"), std::string::npos) << *none;
+    j.walltime_s = 25 * 3600 + 61;
+    auto s = (*b)->Render(j);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    const size_t at = s->find(directive);
+    ASSERT_NE(at, std::string::npos) << directive << " in\n" << *s;
+    EXPECT_LT(at, s->find("export ")) << *s;
+    EXPECT_TRUE(CheckScriptTemplate(*s, backend).ok()) << *s;
+  }
+  EXPECT_EQ(ClockSeconds(ClockText(25 * 3600 + 61)), 25 * 3600 + 61);
+  EXPECT_EQ(ClockText(59), "00:00:59");
+}
+
 TEST(Render, PbsDefaultTemplateUsesSelect) {
   auto b = BuiltinRegistry().Make("pbs", {});
   auto s = (*b)->Render(Job("whole", 2));

@@ -103,14 +103,18 @@ class SlurmTest : public testing::ServeFixture {
   ~SlurmTest() override {
     if (started_) (void)Sh("bash " + kScripts + "/slurm_down.sh " + slurm_);
   }
-  // How many Slurm jobs carry `name`.
-  int SlurmJobsNamed(const std::string& name) {
+  // How many Slurm jobs carry `name`; `line`, when given, gets the last one's scontrol line.
+  int SlurmJobsNamed(const std::string& name, std::string* line_out = nullptr) {
     const std::string f = dir_ + "/sq.txt";
     (void)Sh("scontrol show job -o > " + f + " 2>/dev/null");
     std::ifstream in(f);
     std::string line;
     int n = 0;
-    while (std::getline(in, line)) n += line.find(" JobName=" + name + " ") != std::string::npos;
+    while (std::getline(in, line)) {
+      if (line.find(" JobName=" + name + " ") == std::string::npos) continue;
+      ++n;
+      if (line_out != nullptr) *line_out = line;
+    }
     return n;
   }
   std::string Diag(const std::string& id) {
@@ -151,6 +155,7 @@ TEST_F(SlurmTest, WholeCardsAndSharesRunToCompletionWithTheirGres) {
       "POST", "/v1/jobs",
       {{"queue", "training"},
        {"gpus", 2},
+       {"walltime", "10m"},  // Slurm's time limit for it: Slurm stops it then
        {"command",
         {"sh", "-c", "echo whole cvd=$CUDA_VISIBLE_DEVICES q=$TESSERA_QUEUE; sleep 1"}}})["id"];
   std::string s =
@@ -178,7 +183,11 @@ TEST_F(SlurmTest, WholeCardsAndSharesRunToCompletionWithTheirGres) {
       saw_gres = e["data"]["gres"].get<std::string>().find("IDX:0-1") != std::string::npos;
   }
   EXPECT_TRUE(saw_gres) << ev.dump();
-  EXPECT_EQ(SlurmJobsNamed("tessera-t1-" + w), 1);
+  std::string line;
+  EXPECT_EQ(SlurmJobsNamed("tessera-t1-" + w, &line), 1);
+  EXPECT_NE(line.find(" TimeLimit=00:10:00 "), std::string::npos) << line;
+  EXPECT_EQ(SlurmJobsNamed("tessera-t1-" + s, &line), 1);
+  EXPECT_NE(line.find(" TimeLimit=UNLIMITED "), std::string::npos) << line;
   // Each shows when it started, also the share that may end between two polls, never seen
   // running: then squeue's TimeUsed says how long before its end.
   for (const std::string& id : {w, s}) {

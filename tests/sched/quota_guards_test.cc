@@ -139,6 +139,53 @@ TEST(QuotaGuards, ARestoredJobKeepsItsStartForTheGuards) {
 }
 
 // A lower-priority job of the same group is preempted only once it has run min_runtime.
+// A job's declared walltime is a limit, as a batch system's time limit is: backfill placed work
+// beside a blocked head only because it would end by then, so a job that runs longer is stopped
+// at its walltime (the earlier of it and its queue's max_runtime), not left to delay the head.
+// An external queue's jobs are left to their batch system, which is given the walltime.
+TEST(QuotaGuards, AJobIsStoppedAtItsDeclaredWalltime) {
+  PolicySpec p = BasePolicy();
+  Queue(p, "train").max_runtime_s = 300;
+  World w(p, {Node("n0", "train", 2)});
+  JobSpec declared = Job("declared", "train", "a");
+  declared.walltime_s = 120;
+  w.Submit(declared, 0);
+  JobSpec longer = Job("longer", "train", "a");
+  longer.walltime_s = 1000;  // past max_runtime: the queue's guard comes first
+  w.Submit(longer, 0);
+  w.e->RunCycle(0);
+  ASSERT_EQ(w.State("declared"), JobState::kRunning);
+  ASSERT_EQ(w.State("longer"), JobState::kRunning);
+  EXPECT_EQ(w.View("declared").stop_at, 120);
+  EXPECT_EQ(w.View("longer").stop_at, 300);
+  EXPECT_EQ(w.e->NextRuntimeStop(), 120);
+  EXPECT_EQ(w.e->StopOverRuntime(120), 1);
+  EXPECT_EQ(w.State("declared"), JobState::kDone);
+  const std::vector<Event> stops = EventsOf(w, EventKind::kStopped);
+  ASSERT_EQ(stops.size(), 1u);
+  EXPECT_EQ(stops[0].job, "declared");
+  EXPECT_NE(stops[0].detail.find("walltime 120s reached"), std::string::npos) << stops[0].detail;
+  EXPECT_EQ(w.e->StopOverRuntime(300), 1);
+  EXPECT_EQ(w.State("longer"), JobState::kDone);
+  EXPECT_NE(EventsOf(w, EventKind::kStopped).back().detail.find("max_runtime 300s"),
+            std::string::npos);
+  w.Done();
+  // Another scheduler's job keeps running here: that scheduler was given the walltime.
+  PolicySpec ext = BasePolicy();
+  ext.queues.push_back({"slurm", "gpu1", {"a", "b"}, 0, true, WorkloadClass::kTraining});
+  ext.queues.back().external = true;
+  World x(ext, {});
+  JobSpec batch = Job("batch", "slurm", "a");
+  batch.walltime_s = 120;
+  x.Submit(batch, 0);
+  x.e->RunCycle(0);
+  ASSERT_EQ(x.State("batch"), JobState::kRunning);
+  EXPECT_EQ(x.View("batch").stop_at, -1);
+  EXPECT_EQ(x.e->StopOverRuntime(1000), 0);
+  EXPECT_EQ(x.State("batch"), JobState::kRunning);
+  x.Done();
+}
+
 TEST(QuotaGuards, MinRuntimeKeepsAYoungJobFromPriorityPreemption) {
   PolicySpec p = BasePolicy();
   Queue(p, "train-lo").min_runtime_s = 300;

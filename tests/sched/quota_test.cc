@@ -249,11 +249,13 @@ TEST(QuotaBackfill, SmallJobsRunOnlyWhenTheyEndBeforeTheHeadStarts) {
     std::string name;
     int64_t small_walltime;  // 0 = not declared
     bool want_backfilled;
+    bool overruns = false;  // still running at its walltime: stopped then, not left in the way
   };
   std::vector<Case> cases = {
       {"ends before the head's start", 50, true},
       {"would delay the head", 500, false},
       {"no walltime declared", 0, false},
+      {"runs past its walltime", 50, true, true},
   };
   for (const Case& c : cases) {
     World w(BasePolicy(), {Node("n0", "train", 4)});
@@ -272,9 +274,12 @@ TEST(QuotaBackfill, SmallJobsRunOnlyWhenTheyEndBeforeTheHeadStarts) {
     }
     // The head starts when the running job ends, whatever was backfilled.
     w.e->Complete(w.h["big-running"], 100);
-    if (c.want_backfilled) w.e->Complete(w.h["small"], 60);
+    if (c.want_backfilled && !c.overruns) w.e->Complete(w.h["small"], 45);
     w.e->RunCycle(100);
     EXPECT_EQ(w.State("head"), JobState::kRunning) << c.name;
+    if (c.overruns) {
+      EXPECT_EQ(w.State("small"), JobState::kDone) << c.name;
+    }
     w.Done();
   }
 }

@@ -108,6 +108,35 @@ TEST(ScenarioIdle, IdleHoldingsAreGivenBackAtTheirTime) {
   }
 }
 
+// A workload entry may declare a walltime shorter than it runs: its jobs are stopped then (a
+// declared walltime is a limit); a walltime that is neither a boolean nor a duration is named.
+TEST(ScenarioWalltime, AJobRunningPastTheWalltimeItDeclaredIsStoppedThen) {
+  const std::string head =
+      "nodes: [{name: n, gpu: {model: A100-80GB, count: 1}}]\n"
+      "groups: [{name: g}]\nprofiles: [{name: p}]\n"
+      "queues: [{name: q, profile: p, groups: [g]}]\n";
+  auto s = ParseScenario(head + "workload: [{queue: q, identity: u, duration: 1h, walltime: 10m}]");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  std::vector<quota::Event> events;
+  auto r = RunScenario(*s, {.events = &events});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->run.promises.empty()) << r->run.promises.front().ToString();
+  int stopped = 0;
+  for (const quota::Event& e : events) {
+    EXPECT_NE(e.kind, quota::EventKind::kCompleted) << e.job << " ran its hour";
+    if (e.kind != quota::EventKind::kStopped) continue;
+    ++stopped;
+    EXPECT_EQ(e.time, 600);
+    EXPECT_EQ(e.detail.rfind("walltime 600s reached", 0), 0u) << e.detail;
+  }
+  EXPECT_EQ(stopped, 1);
+  auto bad = ParseScenario(head + "workload: [{queue: q, duration: 1h, walltime: soon}]");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("workload[0].walltime: expected true, false or a"),
+            std::string::npos)
+      << bad.status().message();
+}
+
 TEST(ScenarioIdle, NewKeysNameTheirField) {
   const std::string head =
       "nodes: [{name: n, gpu: {model: A100-80GB, count: 1}}]\n"

@@ -95,7 +95,9 @@ INSTANTIATE_TEST_SUITE_P(
         BreakCase{Break::kThrash, "stability.reconfigure",
                   "idle split cards go back to whole every cycle"},
         BreakCase{Break::kBackfillIgnoresHead, "backfill.head",
-                  "any job may use the cards kept for a blocked head"}),
+                  "any job may use the cards kept for a blocked head"},
+        BreakCase{Break::kIgnoreWalltime, "guard.walltime",
+                  "a job runs on past its declared walltime"}),
     [](const ::testing::TestParamInfo<BreakCase>& i) {
       std::string n = i.param.property;
       n += "_" + std::to_string(i.index);

@@ -314,6 +314,8 @@ Result<Json> RenderJobUnguarded(const JobRequest& job, const std::string& cluste
   }
   m["spec"]["suspend"] = true;
   m["spec"]["backoffLimit"] = 0;  // Tessera owns retries
+  // Its walltime: counted from each start (a suspended Job's timer starts again on resume).
+  if (job.walltime_s > 0) m["spec"]["activeDeadlineSeconds"] = job.walltime_s;
   Json& spec = pod["spec"];
   if (!spec.contains("restartPolicy")) spec["restartPolicy"] = "Never";
   if (!job.mapping.kube.priority_class.empty())

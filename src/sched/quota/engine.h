@@ -70,7 +70,8 @@ struct JobSpec {
   std::optional<MiB> gpu_memory_mib;
   std::optional<MilliCpu> cpu_milli;
   std::optional<MiB> memory_mib;
-  int64_t walltime_s = 0;  // declared run time, used by backfill; 0 = unknown
+  int64_t walltime_s = 0;  // declared run time: backfill counts on it, and it is stopped
+                           // then (not external: its batch system is told); 0 = unknown
   // Re-entering a job already accepted once (a control plane reloading its store): skips the
   // "never schedulable" check, which depends on the nodes known at the time.
   bool restoring = false;
@@ -88,7 +89,7 @@ enum class EventKind {
   kRequeued,
   kRepartitioned,
   kCompleted,
-  kStopped,  // a runtime guard ended it (its queue's max_runtime); the detail says which
+  kStopped,  // a runtime guard ended it (max_runtime, its walltime); the detail says which
   // Held but idle past its queue's idle_timeout, a swapping share is swapped out: it keeps
   // running and its grant, and its memory leaves the device (the agent's swap path). The detail
   // names the idle time. (Requeued or stopped for idleness: kPreempted "idle_timeout: ..." or
@@ -137,7 +138,7 @@ struct JobView {
   int64_t submit_time = 0;
   int64_t start_time = -1;
   int preemptions = 0;
-  int64_t stop_at = -1;     // while running under a max_runtime: when that guard stops it
+  int64_t stop_at = -1;     // running under max_runtime or a walltime: when that stops it
   int64_t idle_since = -1;  // while running and reported idle (SetIdle): since when
   // While idle under an idle_timeout and not yet given back: when the guard acts, and how
   // ("swap", "requeue" or "stop"); users are told before it happens.
@@ -217,6 +218,7 @@ struct EngineOptions {
     kFairShareIgnoresWeights,  // the fair-share order ignores groups' weights
     kIgnoreHostCapacity,       // placement ignores the node's free CPU and host memory
     kBackfillIgnoresHead,      // any job may use the cards kept for a blocked head
+    kIgnoreWalltime,           // a job runs on past its declared walltime
   };
   Break engine_break = Break::kNone;
 };
@@ -258,13 +260,14 @@ class QuotaEngine {
   // `between`, when given, is called after each job the cycle considered: decisions made so far
   // are final (events() holds them), so a caller may record them while the cycle goes on.
   virtual CycleStats RunCycle(int64_t now, const std::function<void()>& between = nullptr) = 0;
-  // Runtime guards (QueueSpec::max_runtime_s): stops every running job that has run its queue's
-  // max_runtime by `now`, with a kStopped event naming the guard; returns how many. Without
-  // await_stop it ends at once (state done, capacity back); with await_stop it is terminating
-  // until Stopped(), then done (not requeued). RunCycle does this first; a caller may call it
-  // between cycles, at NextRuntimeStop(), to stop a job at its exact time.
+  // Runtime guards (QueueSpec::max_runtime_s, JobSpec::walltime_s): stops every running job that
+  // has run its queue's max_runtime or its declared walltime by `now`, with a kStopped event naming
+  // the guard; returns how many. Without await_stop it ends at once (state done, capacity back);
+  // with await_stop it is terminating until Stopped(), then done (not requeued). RunCycle does this
+  // first; a caller may call it between cycles, at NextRuntimeStop(), to stop a job at its exact
+  // time.
   virtual int StopOverRuntime(int64_t now) = 0;
-  // The earliest time StopOverRuntime would stop a running job; -1 when none has a max_runtime.
+  // The earliest time StopOverRuntime would stop a running job; -1 when none has a limit.
   virtual int64_t NextRuntimeStop() const = 0;
   // Activity, as the job's agent reports it: held but idle since `idle_since` (-1: active
   // again). Ignored unless running. A swapped-out share that is active again is back.

@@ -1,8 +1,8 @@
-// The quota engine's runtime guards (QueueSpec): max_runtime stops a running job; idle_timeout
-// gives back an idle holding (swapped out, requeued or stopped); min_runtime and
-// preemption_delay are read where victims and preemptors are chosen (PastMinRuntime, MayPreempt
-// in engine_impl.h). Fair share inside a group (GroupSpec::members) keeps its members here too.
-// See engine_impl.h.
+// The quota engine's runtime guards (QueueSpec): max_runtime, or a job's declared walltime, stops
+// a running job; idle_timeout gives back an idle holding (swapped out, requeued or stopped);
+// min_runtime and preemption_delay are read where victims and preemptors are chosen
+// (PastMinRuntime, MayPreempt in engine_impl.h). Fair share inside a group (GroupSpec::members)
+// keeps its members here too. See engine_impl.h.
 #include "sched/quota/engine_impl.h"
 
 namespace tessera::quota::internal {
@@ -29,13 +29,18 @@ int64_t Engine::NextRuntimeStop() const { return NextDue(runtime_stops_); }
 int64_t Engine::NextIdleGiveBack() const { return NextDue(idle_checks_); }
 
 void Engine::WatchRuntime(int self) {
-  const Job& j = jobs_[self];
-  if (j.max_runtime > 0 && j.start >= 0) runtime_stops_.insert({j.start + j.max_runtime, self});
+  Job& j = jobs_[self];
+  if (j.stop_key >= 0) runtime_stops_.erase({j.stop_key, self});
+  j.stop_key = -1;
+  if (j.run_limit <= 0 || j.start < 0) return;
+  j.stop_key = j.start + j.run_limit + j.paused;
+  runtime_stops_.insert({j.stop_key, self});
 }
 
 void Engine::ForgetRuntime(int self) {
   Job& j = jobs_[self];
-  if (j.max_runtime > 0 && j.start >= 0) runtime_stops_.erase({j.start + j.max_runtime, self});
+  if (j.stop_key >= 0) runtime_stops_.erase({j.stop_key, self});
+  j.stop_key = -1;
   if (j.idle_since >= 0 && j.idle_timeout > 0)
     idle_checks_.erase({j.idle_since + j.idle_timeout, self});
   j.idle_since = -1;
@@ -82,8 +87,16 @@ int Engine::StopOverRuntime(int64_t now) {
   for (int h = PopDue(runtime_stops_, now_); h >= 0; h = PopDue(runtime_stops_, now_)) {
     Job& j = jobs_[h];
     if (j.state != JobState::kRunning) continue;
-    GuardStop(h, "max_runtime " + std::to_string(j.max_runtime) + "s of queue " +
-                     policy_.queues[j.queue].name + " reached (running since " + T(j.start) + ")");
+    const std::string since =
+        " reached (running since " + T(j.start) +
+        (j.paused > 0 ? ", held swapped out " + std::to_string(j.paused) + "s of it" : "") + ")";
+    GuardStop(h, j.run_limit == j.max_runtime
+                     ? "max_runtime " + std::to_string(j.max_runtime) + "s of queue " +
+                           policy_.queues[j.queue].name + since
+                     : "walltime " + std::to_string(j.run_limit) +
+                           "s reached, as declared at "
+                           "submission" +
+                           since);
     ++stopped;
   }
   if (stopped > 0) StepCheck("runtime guard");
@@ -220,6 +233,7 @@ bool Engine::HoldSwappedOut(int v, int claimant, const std::string& why) {
   x.held_dev = dev;
   x.held_since = now_;
   x.held_start = start;
+  x.held_paused = x.paused;
   x.held_mem = mem;
   nodes_[devs_[dev].node].held_swap_mib += mem;
   SetState(v, JobState::kPending);
@@ -254,6 +268,7 @@ void Engine::DropHold(int self) {
   j.held_dev = -1;
   j.held_since = -1;
   j.held_start = -1;
+  j.held_paused = 0;
   j.held_mem = 0;
 }
 
@@ -262,6 +277,7 @@ void Engine::ResumedFromHold(int self) {
   if (j.held_dev < 0) return;
   const int64_t since = j.held_since, start = j.held_start;
   const std::string where = DevName(j.held_dev);
+  j.paused = j.held_paused + (now_ - since);  // not run time: its runtime stop moves by it
   DropHold(self);
   SetStartTime(self, start);  // it ran from then on: no work was lost
   Emit(EventKind::kSwappedIn, &j,

@@ -140,21 +140,21 @@ struct Job {
   bool preemptible = false;
   int64_t submit = 0, walltime = 0, seq = 0;
   // Runtime guards, from its queue (seconds; 0: none), and since when it waits (submitted or
-  // last back to pending), for preemption_delay.
-  int64_t max_runtime = 0, min_runtime = 0, preempt_delay = 0;
-  int64_t waiting_since = 0;
+  // last back to pending), for preemption_delay. run_limit: the earlier of max_runtime and (not
+  // external) its walltime; paused: seconds held swapped out since it started (the stop moves by
+  // them); stop_key: its time in runtime_stops_ (-1: none).
+  int64_t max_runtime = 0, min_runtime = 0, preempt_delay = 0, run_limit = 0;
+  int64_t paused = 0, stop_key = -1, waiting_since = 0;
   // Idle holdings (QueueSpec::idle_timeout_s, idle_action): idle since (-1: active), swapped out
   // by the guard already.
-  int64_t idle_timeout = 0;
-  bool idle_stop = false;
-  int64_t idle_since = -1;
-  bool idle_swapped = false;
+  int64_t idle_timeout = 0, idle_since = -1;
+  bool idle_stop = false, idle_swapped = false;
   bool idle_requeue = false;  // terminating for idleness: back to pending behind its queue
   // Preemption by swapping (engine_guards.cc): held swapped out on device held_dev (-1: not held)
   // since held_since, its memory held_mem counted in its node's held_swap_mib; started at
   // held_start; stopped once held hold_limit seconds (0: no limit).
   int held_dev = -1;
-  int64_t held_since = -1, held_start = -1, hold_limit = 0;
+  int64_t held_since = -1, held_start = -1, held_paused = 0, hold_limit = 0;
   MiB held_mem = 0;
   int member = -1;  // its identity in its group's members_ entry; -1: the group lists no users
   bool stop_final = false;  // terminating because a guard stopped it: done, not requeued

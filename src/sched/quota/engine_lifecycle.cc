@@ -174,6 +174,7 @@ void Engine::CommitExternal(int self, const Resources& charge, bool guaranteed) 
   if (!j.ext_pool.empty()) ext_used_[j.ext_pool] += j.charge.gpu_milli;
   SetState(self, JobState::kRunning);
   j.start = now_;
+  j.paused = 0;
   WatchRuntime(self);
   j.wait_step.clear();
   j.wait_reason.clear();

@@ -434,6 +434,7 @@ void Engine::Commit(int self, AllocationForm f, Candidate& c, bool guaranteed) {
   AddMemberUsage(j, +1);
   SetState(self, JobState::kRunning);
   j.start = now_;
+  j.paused = 0;
   WatchRuntime(self);
   j.wait_step.clear();
   j.wait_reason.clear();

@@ -382,6 +382,13 @@ Result<Job> Engine::Build(const JobSpec& spec) const {
   j.priority = queue.priority;
   j.preemptible = queue.preemptible;
   j.walltime = spec.walltime_s;
+  // A declared walltime is a limit (backfill counted on it); an external queue's batch system
+  // is given it and keeps it.
+  const bool kept = !j.external && options_.engine_break != EngineOptions::Break::kIgnoreWalltime;
+  const int64_t walltime_limit = kept ? j.walltime : 0;
+  j.run_limit = j.max_runtime > 0 && (walltime_limit <= 0 || j.max_runtime <= walltime_limit)
+                    ? j.max_runtime
+                    : walltime_limit;
   return j;
 }
 

@@ -196,8 +196,7 @@ JobView Engine::job(int handle) const {
   v.submit_time = j.submit;
   v.start_time = j.start;
   v.preemptions = j.preemptions;
-  if (j.state == JobState::kRunning && j.max_runtime > 0 && j.start >= 0)
-    v.stop_at = j.start + j.max_runtime;
+  if (j.state == JobState::kRunning && j.stop_key >= 0) v.stop_at = j.stop_key;
   if (j.state == JobState::kRunning) {
     v.idle_since = j.idle_since;
     v.swapped_out = j.idle_swapped;

@@ -197,6 +197,9 @@ TEST(Manifest, TheJobIsSuspendedLabelledAndCarriesValuesAsData) {
   EXPECT_EQ((*m)["spec"]["template"]["metadata"]["labels"]["tessera.io/cluster"], "lab");
   EXPECT_EQ((*m)["spec"]["suspend"], true);
   EXPECT_EQ((*m)["spec"]["backoffLimit"], 0);
+  EXPECT_FALSE((*m)["spec"].contains("activeDeadlineSeconds"));  // no walltime declared
+  r.walltime_s = 7200;  // the Job's deadline, counted again from each resume
+  EXPECT_EQ((*RenderJob(r, "lab", "ml"))["spec"]["activeDeadlineSeconds"], 7200);
   const auto& pod = (*m)["spec"]["template"]["spec"];
   EXPECT_EQ(pod["restartPolicy"], "Never");
   EXPECT_EQ(pod["priorityClassName"], "batch");
@@ -396,7 +399,9 @@ TEST(Manifest, EveryFormIsWrittenForTheSchemaCheck) {
   };
   std::vector<Case> cases;
   cases.push_back({"cpu-only", Req("", 0)});
-  cases.push_back({"whole-nvidia", Req("whole", 4)});
+  JobRequest whole = Req("whole", 4);
+  whole.walltime_s = 3600;  // activeDeadlineSeconds
+  cases.push_back({"whole-nvidia", whole});
   JobRequest amd = Req("whole", 2);
   amd.mapping.kube.vendor = "amd";
   cases.push_back({"whole-amd", amd});

@@ -296,8 +296,10 @@ Status BackendExecutor::Reconcile(const std::string& name) {
         const Job* it = ledger_->Jobs().Find(id);
         if (it == nullptr || it->ext.backend != name) {
           // A scheduler that keeps ended jobs as objects (Kubernetes) has them deleted too:
-          // a crash between recording an end and Forget must not leave one behind.
-          if (active || lanes_.at(name)->backend->Suspends()) {
+          // a crash between recording an end and Forget must not leave one behind. Only a job
+          // of an account Tessera submits as: any user may name a job as Tessera does.
+          const std::string run_as = it == nullptr ? "" : it->spec.value("run_as", "");
+          if ((active || lanes_.at(name)->backend->Suspends()) && SubmittedByTessera(x, run_as)) {
             to_cancel.push_back({lanes_.at(name)->backend.get(), x.external_id});
             events.push_back(Event("engine", "backend.orphan_cancelled", id,
                                    name + " job " + x.external_id + " has no Tessera job",

@@ -282,6 +282,8 @@ TEST(BackendExecutor, AfterOpenAnOrphanIsCancelledAndAnUnsubmittedJobFoundThereI
   r.scheduler->Has("ext-7", "tessera-c1-" + found.rec.id, "running");
   r.scheduler->Has("ext-8", "tessera-c1-j-999", "running");   // no Tessera job of that id
   r.scheduler->Has("ext-5", "other-cluster-j-1", "running");  // not ours: left alone
+  // Named as Tessera names its jobs by another account: not Tessera's to cancel.
+  r.scheduler->Has("ext-9", "tessera-c1-j-998", "running", "mallory");
   ASSERT_TRUE(r.executor->Pass("slurm").ok());
   EXPECT_EQ(r.scheduler->cancelled, std::vector<std::string>{"ext-8"});
   EXPECT_TRUE(r.scheduler->submitted.empty());

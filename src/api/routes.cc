@@ -13,17 +13,25 @@
 namespace tessera::api {
 namespace {
 
-// The range asked of a job's output: a "Range: bytes=FIRST-[LAST]" header, or ?offset=&length=.
-Status OutputRangeOf(const HttpRequest& req, int64_t* offset, int64_t* length) {
+// The range asked of a job's output: a "Range: bytes=FIRST-[LAST]" header, or ?offset=&length=;
+// a suffix range, "bytes=-N" (the last N bytes), sets *suffix to N (else it stays -1).
+Status OutputRangeOf(const HttpRequest& req, int64_t* offset, int64_t* length, int64_t* suffix) {
   const std::string range = req.header("range");
   if (!range.empty()) {
     const size_t dash = range.find('-');
     if (range.rfind("bytes=", 0) != 0 || dash == std::string::npos ||
         range.find(',') != std::string::npos) {
-      return Status::InvalidArgument("Range: expected bytes=FIRST-[LAST]");
+      return Status::InvalidArgument("Range: expected bytes=FIRST-[LAST] or bytes=-N");
+    }
+    if (dash == 6) {
+      auto n = ParseNonNegativeInt(range.substr(7));
+      if (!n.ok()) return Status::InvalidArgument("Range: expected bytes=FIRST-[LAST] or bytes=-N");
+      *suffix = *n;
+      return Status::Ok();
     }
     auto first = ParseNonNegativeInt(range.substr(6, dash - 6));
-    if (!first.ok()) return Status::InvalidArgument("Range: expected bytes=FIRST-[LAST]");
+    if (!first.ok())
+      return Status::InvalidArgument("Range: expected bytes=FIRST-[LAST] or bytes=-N");
     *offset = *first;
     if (dash + 1 < range.size()) {
       auto last = ParseNonNegativeInt(range.substr(dash + 1));
@@ -182,8 +190,16 @@ RouteHandler AdminNode(Engine* e, const char* action) {
 // how much there is, so a client reads on from where it stopped.
 RouteHandler JobOutput(Engine* e) {
   return [e](const Identity& who, const HttpRequest& req, HttpResponse& res) {
-    int64_t offset = 0, length = Views::kOutputRangeMax;
-    if (Status st = OutputRangeOf(req, &offset, &length); !st.ok()) return ReplyError(res, st);
+    int64_t offset = 0, length = Views::kOutputRangeMax, suffix = -1;
+    if (Status st = OutputRangeOf(req, &offset, &length, &suffix); !st.ok())
+      return ReplyError(res, st);
+    if (suffix >= 0) {  // the last `suffix` bytes: where they start, from the size
+      auto size = e->views().JobOutput(who, req.params[0], 0, 0);
+      if (!size.ok()) return ReplyError(res, size.status());
+      // Suffix 0 asks for nothing: unsatisfiable, as a range past the end (below).
+      offset = suffix == 0 ? size->total : std::max<int64_t>(0, size->total - suffix);
+      length = std::min(length, suffix);
+    }
     auto out = e->views().JobOutput(who, req.params[0], offset, length);
     if (!out.ok()) return ReplyError(res, out.status());
     const int64_t last = out->offset + static_cast<int64_t>(out->bytes.size());

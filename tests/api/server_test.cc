@@ -293,6 +293,26 @@ TEST_F(ServerTest, OutputIsServedInRanges) {
   r = client_->Get((path + "?offset=10").c_str(), Auth("alice-token-1"));
   EXPECT_EQ(r->status, 206);
   EXPECT_EQ(r->body, "");
+  // A suffix range: the last N bytes (the tail of a log), all of it when N is more.
+  const std::vector<std::tuple<std::string, int, std::string, std::string>> suffixes = {
+      {"bytes=-3", 206, "789", "bytes 7-9/10"},
+      {"bytes=-10", 200, "0123456789", ""},
+      {"bytes=-99", 200, "0123456789", ""},
+  };
+  for (const auto& [range, status, body, content_range] : suffixes) {
+    ranged = Auth("alice-token-1");
+    ranged.emplace("Range", range);
+    r = client_->Get(path.c_str(), ranged);
+    EXPECT_EQ(r->status, status) << range;
+    EXPECT_EQ(r->body, body) << range;
+    EXPECT_EQ(r->get_header_value("Content-Range"), content_range) << range;
+  }
+  ranged = Auth("alice-token-1");
+  ranged.emplace("Range", "bytes=-0");  // no bytes at all: unsatisfiable
+  EXPECT_EQ(client_->Get(path.c_str(), ranged)->status, 416);
+  ranged = Auth("alice-token-1");
+  ranged.emplace("Range", "bytes=-");
+  EXPECT_EQ(client_->Get(path.c_str(), ranged)->status, 400);
 }
 
 // The Submit schema (additionalProperties: false) lists exactly the fields the server takes: it

@@ -443,9 +443,16 @@ Status AgentExecutor::WriteOutput(const Identity& who, const std::string& job, i
                                      std::to_string(config_.limits.max_output_bytes) +
                                      " bytes (max_output)");
   }
-  // The part below the limit is kept; the next upload is refused.
-  const size_t keep = static_cast<size_t>(std::min<int64_t>(
-      static_cast<int64_t>(bytes.size()), config_.limits.max_output_bytes - offset));
+  // The part below the limit is kept, ended by a note saying so where the limit has room for it
+  // (as the agent's own cut); the next upload is refused.
+  const int64_t max = config_.limits.max_output_bytes;
+  const std::string note = "\ntessera: output cut at " + std::to_string(max) +
+                           " bytes (max_output); the rest was dropped\n";
+  const int64_t room =
+      static_cast<int64_t>(note.size()) * 4 <= max ? max - static_cast<int64_t>(note.size()) : max;
+  const bool cut = offset + static_cast<int64_t>(bytes.size()) > room;
+  const size_t keep = static_cast<size_t>(
+      std::clamp<int64_t>(room - offset, 0, static_cast<int64_t>(bytes.size())));
   {
     auto lock = port_->Lock();
     const Job* it = port_->Jobs().Find(job);
@@ -472,9 +479,13 @@ Status AgentExecutor::WriteOutput(const Identity& who, const std::string& job, i
                                       std::to_string(have) + ", not " + std::to_string(offset));
   }
   ssize_t n = ::pwrite(fd, bytes.data(), keep, static_cast<off_t>(offset));
+  bool written = n == static_cast<ssize_t>(keep);
+  if (written && cut && room < max) {
+    written = ::pwrite(fd, note.data(), note.size(), static_cast<off_t>(room)) ==
+              static_cast<ssize_t>(note.size());
+  }
   ::close(fd);
-  if (n != static_cast<ssize_t>(keep))
-    return Status::Internal("short write of output of '" + job + "'");
+  if (!written) return Status::Internal("short write of output of '" + job + "'");
   return Status::Ok();
 }
 

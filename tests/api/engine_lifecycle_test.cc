@@ -103,6 +103,29 @@ TEST_F(EngineTest, OutputIsCappedAtMaxOutputAndReadInRanges) {
   EXPECT_EQ(engine_->views().JobOutput(Who("bob"), id).status().code(), StatusCode::kNotFound);
 }
 
+// A cut at the server's max_output says so at the end of what is kept (as the agent's own cut
+// does), where the limit has room for the note; an upload repeated (its answer lost) keeps it.
+TEST_F(EngineTest, OutputCutAtMaxOutputEndsWithANoteSayingSo) {
+  config_.limits.max_output_bytes = 400;
+  Reopen();
+  Register("n1", 1);
+  const std::string id =
+      Submit("alice", {{"queue", "notebooks"}, {"command", {"yes"}}, {"gpu_memory", "8GiB"}})["id"];
+  Heartbeat("n1");
+  const std::string note =
+      "\ntessera: output cut at 400 bytes (max_output); the rest was dropped\n";
+  ASSERT_TRUE(engine_->agents().WriteOutput(Who("agent"), id, 0, std::string(300, 'a')).ok());
+  for (int upload = 0; upload < 2; ++upload) {
+    ASSERT_TRUE(engine_->agents().WriteOutput(Who("agent"), id, 300, std::string(200, 'b')).ok());
+    auto all = engine_->views().JobOutput(Who("alice"), id);
+    ASSERT_TRUE(all.ok());
+    EXPECT_EQ(all->total, 400);
+    EXPECT_EQ(all->bytes, std::string(300, 'a') + std::string(100 - note.size(), 'b') + note);
+  }
+  EXPECT_EQ(engine_->agents().WriteOutput(Who("agent"), id, 400, "c").code(),
+            StatusCode::kResourceExhausted);
+}
+
 TEST_F(EngineTest, SharesPackByMemoryAndGroupsStopAtTheirLimit) {
   Register("n1", 1);  // one 80 GiB device
   std::vector<std::string> ids;

@@ -212,7 +212,12 @@ Result<Account> ResolveAccount(const std::string& name) {
   }
   SafeWrite(2, c.exec_error);
   SafeWrite(2, SafeItoa(err, num));
-  SafeWrite(2, err == ENOENT ? " (not found)\n" : err == EACCES ? " (permission denied)\n" : "\n");
+  SafeWrite(2, err == ENOENT    ? " (not found)\n"
+               : err == EACCES  ? " (permission denied)\n"
+               : err == E2BIG   ? " (the arguments or environment are too long)\n"
+               : err == ENOEXEC ? " (not an executable format)\n"
+               : err == ETXTBSY ? " (the file is open for writing)\n"
+                                : "\n");
   _exit(127);
 }
 

@@ -342,6 +342,13 @@ TEST(AgentLauncher, MissingProgramExits127WithTheReasonInItsOutput) {
   EXPECT_EQ(e.exit_code, 127);
   EXPECT_NE(ReadAll(l.OutputPath("nope")).find("cannot execute '/nonexistent/program'"),
             std::string::npos);
+  // A reason a person can read, not only a number: an argument past the kernel's 128 KiB each.
+  spec.id = "long";
+  spec.command = {"/bin/true", std::string(200 * 1024, 'x')};
+  e = RunToEnd(l, spec);
+  EXPECT_EQ(e.exit_code, 127);
+  const std::string out = ReadAll(l.OutputPath("long"));
+  EXPECT_NE(out.find("(the arguments or environment are too long)"), std::string::npos) << out;
 }
 
 // A bare command is looked up in the job's own PATH (its env), not the agent's: execvpe searches

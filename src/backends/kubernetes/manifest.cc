@@ -382,17 +382,26 @@ std::string RvOf(const Json& obj) { return StrAt(At(obj, "metadata"), "resourceV
 namespace {
 
 // The terminated state of a pod's first container that has one.
-const Json* Terminated(const Json& pod) {
+// The first container state of `kind` ("terminated", "waiting") the pod reports, or null.
+const Json* ContainerState(const Json& pod, const char* kind) {
   const Json& st = At(pod, "status");
   for (const char* key : {"containerStatuses", "initContainerStatuses"}) {
     const Json& list = At(st, key);
     if (!list.is_array()) continue;
     for (const Json& cs : list) {
-      const Json& t = At(At(cs, "state"), "terminated");
+      const Json& t = At(At(cs, "state"), kind);
       if (t.is_object()) return &t;
     }
   }
   return nullptr;
+}
+
+const Json* Terminated(const Json& pod) { return ContainerState(pod, "terminated"); }
+
+// Why a container waits, where no wait of its own ends it: an image name that cannot be parsed,
+// or one the node may never pull. Kubernetes keeps such a pod pending for ever.
+bool WaitsForEver(const std::string& reason) {
+  return reason == "InvalidImageName" || reason == "ErrImageNeverPull";
 }
 
 const Json* Condition(const Json& obj, const std::string& type) {
@@ -440,6 +449,11 @@ ExternalJob ReadJob(const Json& job, const std::vector<const Json*>& pods) {
       x.reason = StrAt(*sched, "reason") + ": " + StrAt(*sched, "message");
       x.unschedulable = StrAt(*sched, "reason") == "Unschedulable";
     }
+    // A container that has not started says why (ImagePullBackOff: the image and the error).
+    const Json* waiting = ContainerState(*pod, "waiting");
+    if (x.reason.empty() && waiting != nullptr && !StrAt(*waiting, "reason").empty()) {
+      x.reason = StrAt(*waiting, "reason") + ": " + StrAt(*waiting, "message");
+    }
   }
   // How long its (first ended) container ran, where the pod says when it started and ended.
   if (const Json* t = pod != nullptr ? Terminated(*pod) : nullptr) {
@@ -465,6 +479,10 @@ ExternalJob ReadJob(const Json& job, const std::vector<const Json*>& pods) {
       const std::string pr = StrAt(At(*pod, "status"), "reason");
       if (!pr.empty()) x.reason = pr;  // Evicted, UnexpectedAdmissionError, DeadlineExceeded ...
     }
+  } else if (const Json* waiting = pod != nullptr ? ContainerState(*pod, "waiting") : nullptr;
+             waiting != nullptr && WaitsForEver(StrAt(*waiting, "reason")) && !x.suspended) {
+    x.state = ExternalStateName(ExternalState::kFailed);  // it would wait for ever
+    x.native_state = "Failed";
   } else if (x.suspended) {
     // Pods still stopping count as running.
     x.state = ExternalStateName(active > 0 ? ExternalState::kRunning : ExternalState::kSuspended);

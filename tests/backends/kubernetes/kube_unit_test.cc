@@ -281,6 +281,23 @@ TEST(ReadJob, StatesExitCodesAndReasonsComeFromTheJobAndItsNewestPod) {
   EXPECT_EQ(x.state, "pending");
   EXPECT_TRUE(x.unschedulable);
   EXPECT_NE(x.reason.find("0/3 nodes"), std::string::npos);
+  // A container that cannot start says why. An image pull that backs off waits (the registry may
+  // answer later); an image name that cannot be parsed never starts: failed, not pending for ever.
+  auto waiting = [](const std::string& reason, const std::string& message) {
+    return Pod("Pending", "2026-12-01T10:00:03Z",
+               {{"containerStatuses",
+                 {{{"state", {{"waiting", {{"reason", reason}, {"message", message}}}}}}}}});
+  };
+  Json backoff = waiting("ImagePullBackOff", "Back-off pulling image \"pyton:3.12\"");
+  x = ReadJob(job, {&backoff});
+  EXPECT_EQ(x.state, "pending");
+  EXPECT_EQ(x.reason, "ImagePullBackOff: Back-off pulling image \"pyton:3.12\"");
+  for (const char* never : {"InvalidImageName", "ErrImageNeverPull"}) {
+    Json bad = waiting(never, "couldn't parse image name \"Python:3\"");
+    x = ReadJob(job, {&bad});
+    EXPECT_EQ(x.state, "failed") << never;
+    EXPECT_EQ(x.reason, std::string(never) + ": couldn't parse image name \"Python:3\"");
+  }
 
   job["status"] = {
       {"conditions",

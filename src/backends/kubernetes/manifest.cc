@@ -1,11 +1,13 @@
 #include "backends/kubernetes/manifest.h"
 
+#include <pwd.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <fstream>
 #include <sstream>
 
+#include "common/accounts.h"
 #include "model/timestamp.h"
 
 namespace tessera::backends::kube {
@@ -67,6 +69,37 @@ std::string Fill(std::string pattern, const std::string& key, const std::string&
   for (size_t at; (at = pattern.find(key)) != std::string::npos;)
     pattern.replace(at, key.size(), value);
   return pattern;
+}
+
+// The job's account in its pod, never root by default (as on a node agent): a queue with
+// run_as_root (the job's run_as "root") runs as its image says; any other job's container may not
+// run as root, and runs as its account's uid, gid and groups where the server's host knows the
+// account (accounts shared through a directory), else as its image's own non-root user (an image
+// that would run as root does not start: CreateContainerConfigError). Set on the container, where
+// it overrides a template's own.
+void AccountContext(const std::string& run_as, Json& pod_spec, Json& container) {
+  if (run_as == "root") return;
+  Json& sc = container["securityContext"];
+  if (!sc.is_object()) sc = Json::object();
+  sc["runAsNonRoot"] = true;
+  std::vector<char> buf(16384);
+  passwd pw{};
+  passwd* found = nullptr;
+  if (run_as.empty() || getpwnam_r(run_as.c_str(), &pw, buf.data(), buf.size(), &found) != 0 ||
+      found == nullptr || pw.pw_uid == 0) {
+    sc.erase("runAsUser");  // a template's uid (0 included) is not the job's account
+    sc.erase("runAsGroup");
+    return;
+  }
+  sc["runAsUser"] = static_cast<int64_t>(pw.pw_uid);
+  sc["runAsGroup"] = static_cast<int64_t>(pw.pw_gid);
+  Json groups = Json::array();
+  for (gid_t g : GroupsOfAccount(run_as, pw.pw_gid)) {
+    if (g != pw.pw_gid) groups.push_back(static_cast<int64_t>(g));
+  }
+  Json& psc = pod_spec["securityContext"];
+  if (!psc.is_object()) psc = Json::object();
+  psc["supplementalGroups"] = groups;
 }
 
 }  // namespace
@@ -314,8 +347,13 @@ Result<Json> RenderJobUnguarded(const JobRequest& job, const std::string& cluste
   }
   m["spec"]["suspend"] = true;
   m["spec"]["backoffLimit"] = 0;  // Tessera owns retries
-  // Its walltime: counted from each start (a suspended Job's timer starts again on resume).
-  if (job.walltime_s > 0) m["spec"]["activeDeadlineSeconds"] = job.walltime_s;
+  // Its walltime: counted from each start (a suspended Job's timer starts again on resume); a
+  // template's own deadline, where shorter, stays (the admin's limit).
+  if (job.walltime_s > 0) {
+    const Json& own = At(m["spec"], "activeDeadlineSeconds");
+    m["spec"]["activeDeadlineSeconds"] =
+        own.is_number_integer() ? std::min(own.get<int64_t>(), job.walltime_s) : job.walltime_s;
+  }
   Json& spec = pod["spec"];
   if (!spec.contains("restartPolicy")) spec["restartPolicy"] = "Never";
   if (!job.mapping.kube.priority_class.empty())
@@ -348,6 +386,7 @@ Result<Json> RenderJobUnguarded(const JobRequest& job, const std::string& cluste
     rc.push_back({{"name", "gpu"}, {"resourceClaimName", JobName(job.name)}});
     spec["resourceClaims"] = rc;
   }
+  AccountContext(job.run_as, spec, c);
   // The pool's scheduling directives (with the template's own): set again by the admission patch.
   auto sched = SchedulingFor(job, spec);
   if (!sched.ok()) return sched.status();
@@ -399,9 +438,11 @@ const Json* ContainerState(const Json& pod, const char* kind) {
 const Json* Terminated(const Json& pod) { return ContainerState(pod, "terminated"); }
 
 // Why a container waits, where no wait of its own ends it: an image name that cannot be parsed,
-// or one the node may never pull. Kubernetes keeps such a pod pending for ever.
+// or one the node may never pull, or a container Kubernetes may not make as asked (an image that
+// would run as root under runAsNonRoot). Kubernetes keeps such a pod pending for ever.
 bool WaitsForEver(const std::string& reason) {
-  return reason == "InvalidImageName" || reason == "ErrImageNeverPull";
+  return reason == "InvalidImageName" || reason == "ErrImageNeverPull" ||
+         reason == "CreateContainerConfigError";
 }
 
 const Json* Condition(const Json& obj, const std::string& type) {

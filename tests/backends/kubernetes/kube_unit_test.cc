@@ -1,6 +1,7 @@
 // Unit tests of the Kubernetes backend's pure parts: kubeconfig merging, manifests per form,
 // Job/pod status read back, and the config of kubernetes queues.
 #include <gtest/gtest.h>
+#include <pwd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -230,6 +231,11 @@ TEST(Manifest, TemplatesAreCheckedAndKeepTheirOwnFields) {
   auto m = RenderJob(r, "lab", "default");
   ASSERT_TRUE(m.ok()) << m.status().message();
   EXPECT_EQ((*m)["spec"]["activeDeadlineSeconds"], 3600);
+  for (const auto& [walltime, deadline] : {std::pair{7200, 3600}, std::pair{600, 600}}) {
+    r.walltime_s = walltime;  // the shorter of the job's walltime and the template's deadline
+    EXPECT_EQ((*RenderJob(r, "lab", "default"))["spec"]["activeDeadlineSeconds"], deadline);
+  }
+  r.walltime_s = 0;
   EXPECT_EQ((*m)["metadata"]["labels"]["team"], "ml");
   EXPECT_EQ((*m)["spec"]["template"]["spec"]["serviceAccountName"], "runner");
   EXPECT_FALSE((*m)["spec"]["template"]["spec"]["containers"][0].contains("args"));
@@ -244,6 +250,46 @@ TEST(Manifest, TemplatesAreCheckedAndKeepTheirOwnFields) {
   r.mapping.template_path = "/nonexistent/job.yaml";
   EXPECT_NE(RenderJob(r, "lab", "default").status().message().find("cannot read"),
             std::string::npos);
+}
+
+// A job's container runs as its account, never as root by default (as on a node agent): the
+// account's uid and groups where the server's host knows it, else the image's own non-root user;
+// a template's uid does not override it. A run_as_root queue's job (run_as "root") is left as
+// the image says.
+TEST(Manifest, APodRunsAsTheJobsAccountAndNeverAsRootByDefault) {
+  const std::string path =
+      (fs::temp_directory_path() / ("root-" + std::to_string(::getpid()) + ".yaml")).string();
+  std::ofstream(path) << "apiVersion: batch/v1\nkind: Job\nspec:\n  template:\n    spec:\n"
+                         "      containers: [{name: main, image: 'busybox:1.36',"
+                         " securityContext: {runAsUser: 0, readOnlyRootFilesystem: true}}]\n";
+  const passwd* nobody = getpwnam("nobody");
+  ASSERT_NE(nobody, nullptr);
+  const int64_t uid = nobody->pw_uid, gid = nobody->pw_gid;
+  for (const bool from_template : {false, true}) {
+    JobRequest r = Req("whole");
+    if (from_template) r.mapping.template_path = path;
+    r.run_as = "nobody";
+    auto m = RenderJob(r, "lab", "default");
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    const Json& sc = (*m)["spec"]["template"]["spec"]["containers"][0]["securityContext"];
+    EXPECT_EQ(sc["runAsNonRoot"], true) << sc.dump();
+    EXPECT_EQ(sc["runAsUser"], uid) << sc.dump();
+    EXPECT_EQ(sc["runAsGroup"], gid) << sc.dump();
+    if (from_template) {
+      EXPECT_EQ(sc["readOnlyRootFilesystem"], true) << "the template's own kept";
+    }
+    r.run_as = "no-such-account-here";  // unknown here: the image's own user, never root
+    const Json unknown =
+        (*RenderJob(r, "lab", "default"))["spec"]["template"]["spec"]["containers"][0];
+    EXPECT_EQ(unknown["securityContext"]["runAsNonRoot"], true) << unknown.dump();
+    EXPECT_FALSE(unknown["securityContext"].contains("runAsUser")) << unknown.dump();
+    r.run_as = "root";  // a run_as_root queue
+    const Json root =
+        (*RenderJob(r, "lab", "default"))["spec"]["template"]["spec"]["containers"][0];
+    EXPECT_FALSE(root.value("securityContext", Json::object()).contains("runAsNonRoot"))
+        << root.dump();
+  }
+  fs::remove(path);
 }
 
 Json Pod(const std::string& phase, const std::string& created, Json extra = Json::object()) {

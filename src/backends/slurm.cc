@@ -32,9 +32,16 @@ ExternalState MapSlurmState(const std::string& s) {
     return ExternalState::kRunning;
   }
   if (s == "COMPLETED") return ExternalState::kSucceeded;
-  if (s.rfind("CANCELLED", 0) == 0) return ExternalState::kCancelled;
-  // FAILED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, BOOT_FAIL, DEADLINE, PREEMPTED
-  return ExternalState::kFailed;
+  // REVOKED: a federation sibling removed, its job started on another cluster.
+  if (s.rfind("CANCELLED", 0) == 0 || s == "REVOKED") return ExternalState::kCancelled;
+  if (s == "FAILED" || s == "TIMEOUT" || s == "NODE_FAIL" || s == "OUT_OF_MEMORY" ||
+      s == "BOOT_FAIL" || s == "DEADLINE" || s == "PREEMPTED") {
+    return ExternalState::kFailed;
+  }
+  // SPECIAL_EXIT (requeued and held), or a state this release does not know: followed as
+  // waiting (its name in the job's reason), not ended while it may still run. A job that leaves
+  // Slurm's listing is handled as any that does.
+  return ExternalState::kPending;
 }
 
 // "3:0" -> code 3, signal 0.
@@ -162,7 +169,7 @@ class SlurmBackend : public ScriptBackend {
         started.push_back(id);
     }
     if (started.size() > kScontrolEach) {
-      auto listing = RunSchedulerCommand(opt_, {"scontrol", "show", "job", "-d", "-o"});
+      auto listing = RunSchedulerCommand(opt_, {"scontrol", "-a", "show", "job", "-d", "-o"});
       std::set<std::string> wanted(started.begin(), started.end());
       std::stringstream ss(listing.ok() ? *listing : "");
       std::string line;
@@ -173,7 +180,7 @@ class SlurmBackend : public ScriptBackend {
       }
     } else {
       for (const std::string& id : started) {
-        auto line = RunSchedulerCommand(opt_, {"scontrol", "show", "job", "-d", "-o", id});
+        auto line = RunSchedulerCommand(opt_, {"scontrol", "-a", "show", "job", "-d", "-o", id});
         if (line.ok() && line->rfind("JobId=", 0) == 0) {
           ExternalJob d = ParseScontrolLine(line->substr(0, line->find('\n')));
           gres_[id] = {d.gres, d.devices};
@@ -240,7 +247,7 @@ class SlurmBackend : public ScriptBackend {
   // Every job slurmctld still holds, by id.
   Result<std::map<std::string, ExternalJob>> Listing() override {
     auto listing =
-        RunSchedulerCommand(opt_, {"squeue", "-h", "-t", "all", "-O",
+        RunSchedulerCommand(opt_, {"squeue", "-a", "-h", "-t", "all", "-O",
                                    "JobID:|,State:|,NodeList:|,Reason:|,exit_code:|,TimeUsed:|,"
                                    "UserName:|,Name:|"});
     if (!listing.ok()) return listing.status();

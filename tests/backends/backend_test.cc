@@ -238,6 +238,17 @@ TEST(SlurmListing, ParsesSqueueAndScontrolLines) {
   EXPECT_EQ(killed->signal, 9);
   EXPECT_EQ(killed->run_s, 93784);
   EXPECT_EQ(ParseSqueueLine("8|RUNNING|vm|None|0|INVALID|root|t|")->run_s, -1);  // not said
+  // Only the states Slurm documents as ends end a job: a held requeue (SPECIAL_EXIT) or a state
+  // this release does not know is followed as waiting, not recorded failed while it may run on.
+  const std::vector<std::pair<std::string, std::string>> states = {
+      {"SPECIAL_EXIT", "pending"}, {"SOME_NEW_STATE", "pending"}, {"REVOKED", "cancelled"},
+      {"TIMEOUT", "failed"},       {"OUT_OF_MEMORY", "failed"},   {"PREEMPTED", "failed"},
+      {"NODE_FAIL", "failed"},     {"BOOT_FAIL", "failed"},       {"DEADLINE", "failed"}};
+  for (const auto& [native, state] : states) {
+    auto x = ParseSqueueLine("9|" + native + "|vm|None|0|0:01|root|t|");
+    ASSERT_TRUE(x.has_value()) << native;
+    EXPECT_EQ(x->state, state) << native;
+  }
   EXPECT_FALSE(ParseSqueueLine("garbage").has_value());
   ExternalJob running = ParseScontrolLine(
       "JobId=2002 JobName=tx-run JobState=RUNNING Reason=None ExitCode=0:0 NodeList=vm "
@@ -258,14 +269,15 @@ TEST(SlurmPoll, ReadsGresOncePerJobAndListsAllWhenManyStart) {
     std::ofstream(dir + "/" + name) << "#!/bin/sh\n" << body;
     std::filesystem::permissions(dir + "/" + name, std::filesystem::perms::owner_all);
   };
-  // RUNNING jobs 1..N (N from the file `n`), each on index (id mod 4).
+  // RUNNING jobs 1..N (N from the file `n`), each on index (id mod 4). Both list every
+  // partition's jobs (-a: hidden ones too, which a server not run as root would not see).
   script("squeue",
-         "n=$(cat " + dir +
+         "echo \"squeue $*\" | cut -c1-19 >> " + dir + "/calls\nn=$(cat " + dir +
              "/n); i=1; while [ $i -le $n ]; do echo \"$i|RUNNING|vm|None|0|0:05|root|t-j-$i|\"; "
              "i=$((i+1)); done\n");
   script("scontrol", "echo \"$*\" >> " + dir + "/calls\nn=$(cat " + dir +
                          "/n); i=1\n"
-                         "while [ $i -le $n ]; do if [ -z \"$5\" ] || [ \"$5\" = \"$i\" ]; then "
+                         "while [ $i -le $n ]; do if [ -z \"$6\" ] || [ \"$6\" = \"$i\" ]; then "
                          "echo \"JobId=$i JobName=t-j-$i JobState=RUNNING Reason=None NodeList=vm "
                          "GRES=gpu:t:1(IDX:$((i % 4)))\"; fi; "
                          "i=$((i+1)); done\n");
@@ -287,12 +299,13 @@ TEST(SlurmPoll, ReadsGresOncePerJobAndListsAllWhenManyStart) {
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->at("2").devices, (std::vector<int>{2}));
   EXPECT_EQ(r->at("1").gres, "gpu:t:1(IDX:1)");
-  EXPECT_EQ(calls(), (std::vector<std::string>{"show job -d -o 1", "show job -d -o 2"}));
+  EXPECT_EQ(calls(), (std::vector<std::string>{"squeue -a -h -t all", "-a show job -d -o 1",
+                                               "-a show job -d -o 2"}));
   // Polled again: known already, no scontrol call; the indices are still reported.
   r = b->Poll({"1", "2"});
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->at("2").devices, (std::vector<int>{2}));
-  EXPECT_TRUE(calls().empty());
+  EXPECT_EQ(calls(), std::vector<std::string>{"squeue -a -h -t all"});
   // Twenty more start at once: one full listing.
   std::ofstream(dir + "/n") << 22;
   std::vector<std::string> ids;
@@ -302,7 +315,7 @@ TEST(SlurmPoll, ReadsGresOncePerJobAndListsAllWhenManyStart) {
   EXPECT_EQ(r->size(), 22u);
   EXPECT_EQ(r->at("22").devices, (std::vector<int>{2}));
   EXPECT_EQ(r->at("13").devices, (std::vector<int>{1}));
-  EXPECT_EQ(calls(), (std::vector<std::string>{"show job -d -o"}));
+  EXPECT_EQ(calls(), (std::vector<std::string>{"squeue -a -h -t all", "-a show job -d -o"}));
   std::filesystem::remove_all(dir);
 }
 

@@ -219,8 +219,8 @@ TEST_F(AgentFaultsTest, AQueuesMaxRuntimeOrAJobsWalltimeStopsItThroughTheAgentAn
   };
   const std::vector<Case> cases = {
       {", max_runtime: 30s", nullptr, "stopped: max_runtime 30s of queue training"},
-      {"", "30s", "stopped: walltime 30s reached, as declared at submission"},
-      {", max_runtime: 1h", 30, "stopped: walltime 30s reached"},
+      {"", "30s", "stopped: walltime 30s (declared at submission) reached"},
+      {", max_runtime: 1h", 30, "stopped: walltime 30s (declared"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.reason);

@@ -164,7 +164,9 @@ TEST(QuotaGuards, AJobIsStoppedAtItsDeclaredWalltime) {
   const std::vector<Event> stops = EventsOf(w, EventKind::kStopped);
   ASSERT_EQ(stops.size(), 1u);
   EXPECT_EQ(stops[0].job, "declared");
-  EXPECT_NE(stops[0].detail.find("walltime 120s reached"), std::string::npos) << stops[0].detail;
+  EXPECT_NE(stops[0].detail.find("walltime 120s (declared at submission) reached"),
+            std::string::npos)
+      << stops[0].detail;
   EXPECT_EQ(w.e->StopOverRuntime(300), 1);
   EXPECT_EQ(w.State("longer"), JobState::kDone);
   EXPECT_NE(EventsOf(w, EventKind::kStopped).back().detail.find("max_runtime 300s"),

@@ -127,7 +127,7 @@ TEST(ScenarioWalltime, AJobRunningPastTheWalltimeItDeclaredIsStoppedThen) {
     if (e.kind != quota::EventKind::kStopped) continue;
     ++stopped;
     EXPECT_EQ(e.time, 600);
-    EXPECT_EQ(e.detail.rfind("walltime 600s reached", 0), 0u) << e.detail;
+    EXPECT_EQ(e.detail.rfind("walltime 600s (declared at submission) reached", 0), 0u) << e.detail;
   }
   EXPECT_EQ(stopped, 1);
   auto bad = ParseScenario(head + "workload: [{queue: q, duration: 1h, walltime: soon}]");

@@ -90,13 +90,10 @@ int Engine::StopOverRuntime(int64_t now) {
     const std::string since =
         " reached (running since " + T(j.start) +
         (j.paused > 0 ? ", held swapped out " + std::to_string(j.paused) + "s of it" : "") + ")";
+    const std::string limit = std::to_string(j.run_limit) + "s";
     GuardStop(h, j.run_limit == j.max_runtime
-                     ? "max_runtime " + std::to_string(j.max_runtime) + "s of queue " +
-                           policy_.queues[j.queue].name + since
-                     : "walltime " + std::to_string(j.run_limit) +
-                           "s reached, as declared at "
-                           "submission" +
-                           since);
+                     ? "max_runtime " + limit + " of queue " + policy_.queues[j.queue].name + since
+                     : "walltime " + limit + " (declared at submission)" + since);
     ++stopped;
   }
   if (stopped > 0) StepCheck("runtime guard");

@@ -357,8 +357,9 @@ class Engine final : public QuotaEngine {
     if (j.held_dev >= 0) return false;  // held swapped out: it waits for its own device
     return j.preempt_delay <= 0 || now_ - j.waiting_since >= j.preempt_delay;
   }
-  void WatchRuntime(int self);   // placed: its max_runtime stop, when it has one
-  void ForgetRuntime(int self);  // no longer running (also forgets its idleness)
+  void WatchRuntime(int self);               // placed: its runtime stop, when it has one
+  void Admitted(int self, bool guaranteed);  // running from now, charged: kAdmitted
+  void ForgetRuntime(int self);              // no longer running (also forgets its idleness)
   // A share of a swapping queue: idleness swaps it out rather than stopping it.
   static bool IdleSwaps(const Job& j) { return j.form == AllocationForm::kShare && j.swap_oc > 0; }
   // Preemption by swapping (engine_guards.cc). The one choice between stopping a victim and

@@ -4,6 +4,23 @@
 #include "sched/quota/engine_impl.h"
 
 namespace tessera::quota::internal {
+
+// Admitted and charged (Commit, CommitExternal): running from now, its runtime stop watched.
+void Engine::Admitted(int self, bool guaranteed) {
+  Job& j = jobs_[self];
+  SetState(self, JobState::kRunning);
+  j.start = now_;
+  j.paused = 0;
+  WatchRuntime(self);
+  j.wait_step.clear();
+  j.wait_reason.clear();
+  const GroupRt& g = groups_[j.group];
+  Emit(EventKind::kAdmitted, &j,
+       std::string(guaranteed ? "guaranteed: within reservation" : "borrowed: above reservation") +
+           " (" + j.charge.ToString() + "; group holds " + g.usage.ToString() + ")");
+  j.admitted_logged = true;
+}
+
 namespace {
 
 // The engine's handle of device `index` of node `n` (a NodeByName result), or -1 where either is
@@ -172,17 +189,7 @@ void Engine::CommitExternal(int self, const Resources& charge, bool guaranteed) 
   AddUsage(j.group, j.charge, +1);
   AddMemberUsage(j, +1);
   if (!j.ext_pool.empty()) ext_used_[j.ext_pool] += j.charge.gpu_milli;
-  SetState(self, JobState::kRunning);
-  j.start = now_;
-  j.paused = 0;
-  WatchRuntime(self);
-  j.wait_step.clear();
-  j.wait_reason.clear();
-  const GroupRt& g = groups_[j.group];
-  Emit(EventKind::kAdmitted, &j,
-       std::string(guaranteed ? "guaranteed: within reservation" : "borrowed: above reservation") +
-           " (" + j.charge.ToString() + "; group holds " + g.usage.ToString() + ")");
-  j.admitted_logged = true;
+  Admitted(self, guaranteed);
   Emit(EventKind::kPlaced, &j,
        std::string(AllocationFormName(j.form)) + " by queue " + policy_.queues[j.queue].name +
            "'s external scheduler");

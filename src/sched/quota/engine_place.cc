@@ -432,18 +432,8 @@ void Engine::Commit(int self, AllocationForm f, Candidate& c, bool guaranteed) {
   AddUsage(j.group, j.charge, +1);
   ChargeJobCells(j, +1);  // per GPU model and pool
   AddMemberUsage(j, +1);
-  SetState(self, JobState::kRunning);
-  j.start = now_;
-  j.paused = 0;
-  WatchRuntime(self);
-  j.wait_step.clear();
-  j.wait_reason.clear();
   j.awaiting = 0;
-  const GroupRt& g = groups_[j.group];
-  Emit(EventKind::kAdmitted, &j,
-       std::string(guaranteed ? "guaranteed: within reservation" : "borrowed: above reservation") +
-           " (" + j.charge.ToString() + "; group holds " + g.usage.ToString() + ")");
-  j.admitted_logged = true;
+  Admitted(self, guaranteed);
   Emit(EventKind::kPlaced, &j, PlacedDetail(j, f, c.backfill));
   if (c.backfill) ++stats_.backfilled;
   ResumedFromHold(self);

@@ -79,12 +79,7 @@ TEST_F(EngineTest, EveryGangPartStartsEvenAfterAnotherPartRuns) {
 }
 
 TEST_F(EngineTest, OutputIsCappedAtMaxOutputAndReadInRanges) {
-  config_.limits.max_output_bytes = 10;
-  Reopen();
-  Register("n1", 1);
-  const std::string id =
-      Submit("alice", {{"queue", "notebooks"}, {"command", {"yes"}}, {"gpu_memory", "8GiB"}})["id"];
-  Heartbeat("n1");
+  const std::string id = OutputJob(10);
   ASSERT_TRUE(engine_->agents().WriteOutput(Who("agent"), id, 0, "0123456").ok());
   // The part below the cap is kept, the rest refused.
   ASSERT_TRUE(engine_->agents().WriteOutput(Who("agent"), id, 7, "789abc").ok());
@@ -106,12 +101,7 @@ TEST_F(EngineTest, OutputIsCappedAtMaxOutputAndReadInRanges) {
 // A cut at the server's max_output says so at the end of what is kept (as the agent's own cut
 // does), where the limit has room for the note; an upload repeated (its answer lost) keeps it.
 TEST_F(EngineTest, OutputCutAtMaxOutputEndsWithANoteSayingSo) {
-  config_.limits.max_output_bytes = 400;
-  Reopen();
-  Register("n1", 1);
-  const std::string id =
-      Submit("alice", {{"queue", "notebooks"}, {"command", {"yes"}}, {"gpu_memory", "8GiB"}})["id"];
-  Heartbeat("n1");
+  const std::string id = OutputJob(400);
   const std::string note =
       "\ntessera: output cut at 400 bytes (max_output); the rest was dropped\n";
   ASSERT_TRUE(engine_->agents().WriteOutput(Who("agent"), id, 0, std::string(300, 'a')).ok());

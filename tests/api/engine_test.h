@@ -49,6 +49,17 @@ class EngineTest : public testing::EngineFixture {
   std::string State(const std::string& id) {
     return (*engine_->views().GetJob(Who("admin"), id))["state"];
   }
+  // The engine again with `max_output` bytes of output kept per job, and a share placed on n1:
+  // its id.
+  std::string OutputJob(int64_t max_output) {
+    config_.limits.max_output_bytes = max_output;
+    Reopen();
+    Register("n1", 1);
+    const std::string id = Submit(
+        "alice", {{"queue", "notebooks"}, {"command", {"yes"}}, {"gpu_memory", "8GiB"}})["id"];
+    Heartbeat("n1");
+    return id;
+  }
 };
 
 }  // namespace tessera::api::engine_test

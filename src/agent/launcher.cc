@@ -22,6 +22,7 @@
 #include "agent/host_files.h"
 #include "agent/launcher_internal.h"
 #include "capgpu/region.h"
+#include "common/text.h"
 
 namespace tessera::agent {
 namespace {
@@ -98,13 +99,8 @@ Launcher::Launcher(LauncherOptions options) : options_(std::move(options)) {
   } else {
     regions_error_ = regions.status().message();
   }
-  if (options_.max_output_bytes > 0) {
-    const std::string note = "\ntessera-agent: output cut at " +
-                             std::to_string(options_.max_output_bytes) +
-                             " bytes (the node's limit); the rest was dropped\n";
-    // A limit too small to hold the note as well is a plain cut.
-    if (static_cast<int64_t>(note.size()) * 4 <= options_.max_output_bytes) cut_note_ = note;
-  }
+  if (options_.max_output_bytes > 0)
+    cut_note_ = OutputCutNote("tessera-agent", options_.max_output_bytes, "the node's limit");
   // One launcher per work directory keeps its list of running jobs: a second one at once (two
   // agents given the same --work) neither reads nor writes it, so that it never stops the
   // first one's jobs as left over.

@@ -16,6 +16,7 @@
 #include "api/read_model.h"
 #include "api/recovery.h"
 #include "common/log.h"
+#include "common/text.h"
 #include "model/agent_protocol.h"
 #include "model/isolation.h"
 #include "model/quantity.h"
@@ -446,10 +447,8 @@ Status AgentExecutor::WriteOutput(const Identity& who, const std::string& job, i
   // The part below the limit is kept, ended by a note saying so where the limit has room for it
   // (as the agent's own cut); the next upload is refused.
   const int64_t max = config_.limits.max_output_bytes;
-  const std::string note = "\ntessera: output cut at " + std::to_string(max) +
-                           " bytes (max_output); the rest was dropped\n";
-  const int64_t room =
-      static_cast<int64_t>(note.size()) * 4 <= max ? max - static_cast<int64_t>(note.size()) : max;
+  const std::string note = OutputCutNote("tessera", max, "max_output");
+  const int64_t room = max - static_cast<int64_t>(note.size());
   const bool cut = offset + static_cast<int64_t>(bytes.size()) > room;
   const size_t keep = static_cast<size_t>(
       std::clamp<int64_t>(room - offset, 0, static_cast<int64_t>(bytes.size())));
@@ -480,7 +479,7 @@ Status AgentExecutor::WriteOutput(const Identity& who, const std::string& job, i
   }
   ssize_t n = ::pwrite(fd, bytes.data(), keep, static_cast<off_t>(offset));
   bool written = n == static_cast<ssize_t>(keep);
-  if (written && cut && room < max) {
+  if (written && cut && !note.empty()) {
     written = ::pwrite(fd, note.data(), note.size(), static_cast<off_t>(room)) ==
               static_cast<ssize_t>(note.size());
   }

@@ -160,4 +160,13 @@ std::string EscapeChars(std::string_view s,
   return out;
 }
 
+std::string OutputCutNote(std::string_view who, int64_t max, std::string_view limit) {
+  std::string note = "\n";
+  note.append(who);
+  note += ": output cut at " + std::to_string(max) + " bytes (";
+  note.append(limit);
+  note += "); the rest was dropped\n";
+  return static_cast<int64_t>(note.size()) * 4 <= max ? note : "";
+}
+
 }  // namespace tessera

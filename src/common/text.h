@@ -6,6 +6,7 @@
 // terminal has its control characters escaped.
 #pragma once
 
+#include <cstdint>
 #include <initializer_list>
 #include <string>
 #include <string_view>
@@ -31,6 +32,11 @@ std::string ToValidUtf8(std::string_view s);
 // (ESC, CR, BEL, C1 controls, bidirectional formatting...) written as a visible escape such as
 // \x1b, \u009b or \u202e.
 std::string EscapeForTerminal(std::string_view s);
+
+// The line that ends a job's output cut at `max` bytes ("\n<who>: output cut at <max> bytes
+// (<limit>); the rest was dropped\n"), or "" where `max` has no room for it (less than four
+// times its length): a small limit is a plain cut. The node agent's and the server's cut both.
+std::string OutputCutNote(std::string_view who, int64_t max, std::string_view limit);
 
 // `s` as a URL path segment or query value (RFC 3986): its unreserved characters (letters,
 // digits, - _ . ~) as they are, every other byte as %XX.

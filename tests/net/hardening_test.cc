@@ -5,6 +5,7 @@
 // ambiguous framing refused with 400 and the connection closed; idle connections keep no request
 // buffers; memory freed by a flood of connections goes back to the system.
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <malloc.h>
 #include <netinet/in.h>
@@ -16,6 +17,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -220,12 +222,21 @@ TEST_F(HardeningTest, AMethodThePathDoesNotTakeIs405WithTheMethodsItDoes) {
 // said "Address already in use".
 TEST_F(HardeningTest, AChildProcessDoesNotKeepTheListeningPort) {
   Start(HttpServerOptions{});
+  // Until it execs, a forked child holds every descriptor: the check is of the program it runs.
+  // A close-on-exec pipe tells when the exec has happened (its end closes then).
+  int exec_seen[2];
+  ASSERT_EQ(::pipe2(exec_seen, O_CLOEXEC), 0);
   const pid_t child = fork();
   if (child == 0) {
     execl("/bin/sleep", "sleep", "30", static_cast<char*>(nullptr));
     _exit(127);
   }
   ASSERT_GT(child, 0);
+  ::close(exec_seen[1]);
+  char byte;
+  while (::read(exec_seen[0], &byte, 1) < 0 && errno == EINTR) {
+  }
+  ::close(exec_seen[0]);
   server_->Stop();
   thread_.join();
   server_.reset();

@@ -14,6 +14,8 @@
 #include <sstream>
 #include <vector>
 
+#include "common/read_file.h"
+
 namespace tessera::agent::internal {
 namespace {
 
@@ -32,9 +34,12 @@ bool InCgroup(long pid, std::string root, const std::string& dir) {
 std::string ReadSmallFile(const std::string& path, bool* ok) {
   std::ifstream in(path);
   *ok = static_cast<bool>(in);
-  std::ostringstream ss;
-  if (in) ss << in.rdbuf();
-  return ss.str();
+  return ReadRest(in);
+}
+
+std::string ReadRest(std::istream& in) {
+  bool failed = false;
+  return tessera::ReadRest(in, &failed);
 }
 
 std::string WriteControl(const std::string& path, const std::string& text) {

@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <istream>
 #include <string>
 
 #include "common/status.h"
@@ -13,6 +14,9 @@ namespace tessera::agent::internal {
 
 // A whole small file (a control file, a /proc entry); *ok false when it cannot be opened.
 std::string ReadSmallFile(const std::string& path, bool* ok);
+// What is left to read of an open file, as far as it reads: never an exception (a /proc file of a
+// process that exits between its open and its read fails with ESRCH).
+std::string ReadRest(std::istream& in);
 // Writes `text` to an existing control file. Returns "" or the reason.
 std::string WriteControl(const std::string& path, const std::string& text);
 // Whether whitespace-separated `text` has `word` ("cpu" in cgroup.controllers).

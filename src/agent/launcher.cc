@@ -34,6 +34,7 @@ using internal::ForkJob;
 using internal::KillCgroup;
 using internal::OpenJobStdio;
 using internal::OpenShareRegion;
+using internal::ReadSmallFile;
 using internal::ResolveAccount;
 
 // Signals the processes of session `sid` outside its leader's process group: a process that
@@ -48,8 +49,8 @@ void SignalSession(pid_t sid, int sig) {
     char* end = nullptr;
     const long pid = std::strtol(e->d_name, &end, 10);
     if (end == e->d_name || *end != '\0' || pid <= 0 || pid == sid) continue;
-    std::ifstream in("/proc/" + std::string(e->d_name) + "/stat");
-    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    bool opened = false;  // a process that exits meanwhile reads as nothing (ESRCH), not a throw
+    const std::string stat = ReadSmallFile("/proc/" + std::string(e->d_name) + "/stat", &opened);
     const size_t paren = stat.rfind(')');  // the name may hold spaces and parentheses
     if (paren == std::string::npos) continue;
     std::istringstream fields(stat.substr(paren + 1));

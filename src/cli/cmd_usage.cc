@@ -17,6 +17,7 @@
 #include "cli/client.h"
 #include "cli/commands.h"
 #include "cli/table.h"
+#include "common/read_file.h"
 #include "model/duration.h"
 #include "model/quantity.h"
 #include "policy/yaml_fields.h"
@@ -251,9 +252,9 @@ void RunUsageWhatIf(const WhatIfOptions& o, int* exit_code) {
   if (!o.overcommits.empty()) w.overcommits = o.overcommits;
   sim::usage::History h;
   for (const std::string& path : o.usage) {
-    std::ifstream f(path, std::ios::binary);
-    if (!f) return bad("cannot read " + path);
-    std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const Result<std::string> read = ReadWholeFile(path);  // a directory too: EISDIR
+    if (!read.ok()) return bad("cannot read " + path);
+    const std::string& text = *read;
     Status s = sim::usage::ParseUsage(text, path, &h);
     if (!s.ok()) return bad(s.message());
   }

@@ -7,6 +7,7 @@
 #include <iterator>
 #include <string>
 
+#include "common/read_file.h"
 #include "common/status.h"
 
 namespace tessera::net {
@@ -58,9 +59,9 @@ inline Result<std::string> ServerUrl(std::string u) {
 // The CA file a client was given, readable and holding a PEM certificate: "cannot reach ...
 // (SSLLoadingCerts)" named neither the file nor what is wrong with it.
 inline Status CheckCaFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return Status::InvalidArgument("cannot read CA file '" + path + "'");
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const Result<std::string> read = ReadWholeFile(path);  // a directory too: EISDIR
+  if (!read.ok()) return Status::InvalidArgument("cannot read CA file '" + path + "'");
+  const std::string& text = *read;
   if (text.find("-----BEGIN CERTIFICATE-----") == std::string::npos)
     return Status::InvalidArgument("CA file '" + path + "' holds no PEM certificate");
   return Status::Ok();

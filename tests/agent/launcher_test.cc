@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "agent/host_files.h"
 #include "capgpu/region.h"
 #include "launcher_test_util.h"
 
@@ -330,6 +331,26 @@ TEST(AgentLauncher, KilledBySignal) {
   JobExit e = RunToEnd(l, Sh("sig", "kill -KILL $$"));
   EXPECT_EQ(e.signal, SIGKILL);
   EXPECT_EQ(e.exit_code, 128 + SIGKILL);
+}
+
+// The agent reads /proc/PID/stat of every process when it signals a job's session. A process that
+// exits between the file's open and its read fails the read (ESRCH): that read threw out of the
+// agent ("basic_filebuf::underflow error reading the file: No such process", a crash seen once in
+// CI under load). It reads as nothing now.
+TEST(AgentLauncher, AProcFileOfAProcessGoneBeforeItsReadReadsAsNothing) {
+  const pid_t child = fork();
+  if (child == 0) {
+    pause();
+    _exit(0);
+  }
+  ASSERT_GT(child, 0);
+  std::ifstream stat("/proc/" + std::to_string(child) + "/stat");
+  ASSERT_TRUE(stat.is_open());
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  std::string text = "not read";
+  EXPECT_NO_THROW(text = internal::ReadRest(stat));
+  EXPECT_EQ(text, "");
 }
 
 TEST(AgentLauncher, MissingProgramExits127WithTheReasonInItsOutput) {

@@ -241,6 +241,10 @@ TEST_F(UpTest, EnvIdsKindsUrlsAndCaFilesAreTakenAsTyped) {
       Tessera({"jobs"}, {"TESSERA_URL=" + url_, token, "TESSERA_CA=" + dir_ + "/d/alice.token"});
   EXPECT_EQ(not_pem.exit_code, 2) << not_pem.err;
   EXPECT_THAT(not_pem.err, HasSubstr("holds no PEM certificate"));
+  // A directory opens but does not read (EISDIR): that read threw out of the CLI (an abort).
+  ProcessResult dir = Tessera({"jobs"}, {"TESSERA_URL=" + url_, token, "TESSERA_CA=" + dir_});
+  EXPECT_EQ(dir.exit_code, 2) << dir.err;
+  EXPECT_THAT(dir.err, HasSubstr("cannot read CA file '" + dir_ + "'"));
 }
 
 // A waiting share shows the fraction of a GPU it asked for, as it will once placed: it showed

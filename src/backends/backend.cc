@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
-#include <pwd.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/stat.h>
@@ -372,27 +371,25 @@ Result<SubmitAccount> ResolveSubmitAccount(const std::string& backend, const std
                                            uid_t server_uid) {
   SubmitAccount a;
   if (run_as.empty()) return a;
-  std::vector<char> buf(16384);
-  passwd pw{};
-  passwd* found = nullptr;
-  if (getpwnam_r(run_as.c_str(), &pw, buf.data(), buf.size(), &found) != 0 || found == nullptr) {
+  const std::optional<AccountEntry> pw = FindAccount(run_as);
+  if (!pw) {
     return Status::FailedPrecondition("run_as: the account '" + run_as +
                                       "' does not exist on the server's host, so no " + backend +
                                       " job can be submitted as it");
   }
-  if (pw.pw_uid == server_uid) return a;  // the server's own account: submitted as before
+  if (pw->uid == server_uid) return a;  // the server's own account: submitted as before
   if (server_uid != 0) {
     return Status::PermissionDenied(
         "run_as: tessera serve runs as uid " + std::to_string(server_uid) +
         ", not root, so it cannot submit " + backend + " jobs as '" + run_as + "' (uid " +
-        std::to_string(pw.pw_uid) +
+        std::to_string(pw->uid) +
         "); refused rather than run under the server's account (run tessera serve as root)");
   }
   a.other = true;
   a.name = run_as;
-  a.uid = pw.pw_uid;
-  a.gid = pw.pw_gid;
-  a.home = pw.pw_dir != nullptr ? pw.pw_dir : "/";
+  a.uid = pw->uid;
+  a.gid = pw->gid;
+  a.home = pw->home;
   a.groups = GroupsOfAccount(run_as, a.gid);
   struct stat st {};
   a.work_dir = stat(a.home.c_str(), &st) == 0 && S_ISDIR(st.st_mode) ? a.home : "/tmp";

@@ -1,10 +1,21 @@
 #include "common/accounts.h"
 
 #include <grp.h>
+#include <pwd.h>
 
 #include <algorithm>
 
 namespace tessera {
+
+std::optional<AccountEntry> FindAccount(const std::string& name) {
+  if (name.empty()) return std::nullopt;
+  std::vector<char> buf(16384);
+  passwd pw{};
+  passwd* found = nullptr;
+  if (getpwnam_r(name.c_str(), &pw, buf.data(), buf.size(), &found) != 0 || found == nullptr)
+    return std::nullopt;
+  return AccountEntry{pw.pw_uid, pw.pw_gid, pw.pw_dir != nullptr ? pw.pw_dir : "/"};
+}
 
 std::vector<gid_t> GroupsOfAccount(const std::string& user, gid_t primary) {
   int n = 64;

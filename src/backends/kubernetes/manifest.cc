@@ -1,6 +1,5 @@
 #include "backends/kubernetes/manifest.h"
 
-#include <pwd.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -82,20 +81,17 @@ void AccountContext(const std::string& run_as, Json& pod_spec, Json& container) 
   Json& sc = container["securityContext"];
   if (!sc.is_object()) sc = Json::object();
   sc["runAsNonRoot"] = true;
-  std::vector<char> buf(16384);
-  passwd pw{};
-  passwd* found = nullptr;
-  if (run_as.empty() || getpwnam_r(run_as.c_str(), &pw, buf.data(), buf.size(), &found) != 0 ||
-      found == nullptr || pw.pw_uid == 0) {
+  const std::optional<AccountEntry> account = FindAccount(run_as);
+  if (!account || account->uid == 0) {
     sc.erase("runAsUser");  // a template's uid (0 included) is not the job's account
     sc.erase("runAsGroup");
     return;
   }
-  sc["runAsUser"] = static_cast<int64_t>(pw.pw_uid);
-  sc["runAsGroup"] = static_cast<int64_t>(pw.pw_gid);
+  sc["runAsUser"] = static_cast<int64_t>(account->uid);
+  sc["runAsGroup"] = static_cast<int64_t>(account->gid);
   Json groups = Json::array();
-  for (gid_t g : GroupsOfAccount(run_as, pw.pw_gid)) {
-    if (g != pw.pw_gid) groups.push_back(static_cast<int64_t>(g));
+  for (gid_t g : GroupsOfAccount(run_as, account->gid)) {
+    if (g != account->gid) groups.push_back(static_cast<int64_t>(g));
   }
   Json& psc = pod_spec["securityContext"];
   if (!psc.is_object()) psc = Json::object();

@@ -177,6 +177,18 @@ bool SubmitBody(const SubmitOptions& s, Json* body) {
       return false;
     }
   }
+  // The body is JSON, whose strings are UTF-8 text: bytes that are not (a Latin-1 file name) are
+  // named here, before any call, rather than failing the body's rendering.
+  const auto text = [](const std::string& what, const std::string& value) {
+    if (IsValidUtf8(value)) return true;
+    std::cerr << "tessera submit: " << what << " ('" << EscapeForTerminal(value)
+              << "') is not UTF-8 text, and the API carries only text\n";
+    return false;
+  };
+  if (!text("--queue", s.queue) || !text("--name", s.name)) return false;
+  for (size_t i = 0; i < s.command.size(); ++i) {
+    if (!text("the command's argument " + std::to_string(i + 1), s.command[i])) return false;
+  }
   *body = {{"queue", s.queue}, {"command", s.command}};
   if (s.gpus) (*body)["gpus"] = *s.gpus;
   if (!s.gpu_memory.empty()) (*body)["gpu_memory"] = s.gpu_memory;
@@ -195,6 +207,7 @@ bool SubmitBody(const SubmitOptions& s, Json* body) {
         std::cerr << "tessera submit: --env wants NAME=VALUE, got '" << kv << "'\n";
         return false;
       }
+      if (!text("--env " + EscapeForTerminal(kv.substr(0, eq)), kv)) return false;
       e[kv.substr(0, eq)] = kv.substr(eq + 1);
     }
     (*body)["env"] = e;

@@ -52,6 +52,32 @@ TEST(SubmitFlagsTest, NegativeAmountsAreRefusedNamingTheFlagAndTheValue) {
   }
 }
 
+// A command argument, name, queue or environment value that is not UTF-8 cannot travel in the
+// JSON body: it said "unexpected answer from the server: [json.exception.type_error.316] ...",
+// though no server had answered. It is refused before any call, naming what is not text.
+TEST(SubmitFlagsTest, TextThatIsNotUtf8IsRefusedNamingWhereItIs) {
+  const std::vector<std::string> env = {"TESSERA_URL=http://127.0.0.1:1", "TESSERA_TOKEN=x"};
+  const std::string bad = "caf\xe9";  // Latin-1, as a file name of an old system may be
+  struct Case {
+    std::vector<std::string> args;
+    std::string said;
+  };
+  for (const Case& c : {Case{{"--queue", "q", "--", "ls", bad}, "the command's argument 2 ('caf"},
+                        Case{{"--queue", "q", "--", bad}, "the command's argument 1"},
+                        Case{{"--queue", "q", "--name", bad, "--", "true"}, "--name"},
+                        Case{{"--queue", bad, "--", "true"}, "--queue"},
+                        Case{{"--queue", "q", "--env", "A=" + bad, "--", "true"}, "--env A"}}) {
+    std::vector<std::string> args = {"submit"};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    ProcessResult r = Tessera(args, env);
+    EXPECT_EQ(r.exit_code, 2) << c.said << ": " << r.out << r.err;
+    EXPECT_THAT(r.err, HasSubstr(c.said));
+    EXPECT_THAT(r.err, HasSubstr("is not UTF-8 text"));
+    EXPECT_THAT(r.err, Not(HasSubstr("unexpected answer")));
+    EXPECT_THAT(r.err, Not(HasSubstr("cannot reach")));  // refused before any call
+  }
+}
+
 // `--queu Q` said "--queue is required"; an unknown flag is named, with the closest one.
 TEST(UnknownFlagTest, IsRefusedByNameWithASuggestion) {
   ProcessResult r = Tessera({"submit", "--queu", "notebooks", "--", "true"});

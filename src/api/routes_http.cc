@@ -64,6 +64,24 @@ int Nesting(std::string_view text, int limit) {
   return deepest;
 }
 
+// Where and why the parser stopped, from its message ("[json.exception.parse_error.101] parse
+// error at line 1, column 3: syntax error while parsing object key - invalid literal; last read:
+// '{no'; expected string literal"): "at line 1, column 3: syntax error while parsing object key
+// - invalid literal (expected string literal)". What it last read is the sender's own bytes,
+// left out (they may be any length, and not text).
+std::string ParseErrorWords(std::string_view what) {
+  constexpr std::string_view kAt = "parse error ",
+                             kRead = "; last read: ", kExpected = "; expected ";
+  const size_t at = what.find(kAt);
+  std::string_view rest = at == std::string_view::npos ? what : what.substr(at + kAt.size());
+  const size_t expected = rest.rfind(kExpected);
+  std::string words(rest.substr(0, std::min(rest.find(kRead), expected)));
+  if (expected != std::string_view::npos) {
+    words += " (expected " + std::string(rest.substr(expected + kExpected.size())) + ")";
+  }
+  return ToValidUtf8(EscapeForTerminal(words));
+}
+
 }  // namespace
 
 void Reply(HttpResponse& res, int code, const Json& body) {
@@ -166,8 +184,12 @@ Result<Json> Body(const HttpRequest& req) {
     }
     return true;
   };
-  Json j = Json::parse(req.body, check, false);
-  if (j.is_discarded()) return Status::InvalidArgument("malformed JSON body");
+  Json j;
+  try {
+    j = Json::parse(req.body, check);
+  } catch (const Json::parse_error& e) {
+    return Status::InvalidArgument("malformed JSON body: " + ParseErrorWords(e.what()));
+  }
   if (!twice.empty()) {
     return Status::InvalidArgument("field '" + ToValidUtf8(EscapeForTerminal(twice)) +
                                    "' is given twice in the JSON body");

@@ -84,7 +84,23 @@ TEST_F(ServerTest, StatusCodesAndJsonErrors) {
   EXPECT_EQ(Error(r), "unknown token");
   r = client_->Post("/v1/jobs", Auth("alice-token-1"), "{not json", "application/json");
   EXPECT_EQ(r->status, 400);
-  EXPECT_EQ(Error(r), "malformed JSON body");
+  // Where and why: it said only "malformed JSON body", which left the writer of a request by hand
+  // to guess (a body of Latin-1 text, not UTF-8, read the same as a missing brace).
+  EXPECT_EQ(Error(r),
+            "malformed JSON body: at line 1, column 3: syntax error while parsing object key - "
+            "invalid literal (expected string literal)");
+  r = client_->Post("/v1/jobs", Auth("alice-token-1"),
+                    "{\"queue\":\"q\",\n\"command\":[\"caf\xe9\"]}", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(Error(r),
+            "malformed JSON body: at line 2, column 17: syntax error while parsing value - invalid "
+            "string: ill-formed UTF-8 byte");
+  r = client_->Post("/v1/jobs", Auth("alice-token-1"), "{\"queue\":\"q\"", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(Error(r),
+            "malformed JSON body: at line 1, column 13: syntax error while parsing object - "
+            "unexpected end of input (expected '}')");
   // A field given twice is refused, not read as its last value (a job went to the second queue
   // named, and its first was never checked), at any depth.
   r = client_->Post("/v1/jobs", Auth("alice-token-1"),

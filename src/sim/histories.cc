@@ -138,6 +138,19 @@ void GeneratePolicy(Rng& r, const std::vector<std::string>& pools, Scenario& s) 
   queue("notebook", "notebook", WorkloadClass::kInteractive);
 }
 
+// The leaf group with the largest GPU reservation (none: nullptr).
+const quota::GroupSpec* ReservedLeaf(const Scenario& s, const std::vector<std::string>& leaves) {
+  const quota::GroupSpec* reserved = nullptr;
+  for (const quota::GroupSpec& g : s.policy.groups) {
+    bool leaf = std::find(leaves.begin(), leaves.end(), g.name) != leaves.end();
+    if (leaf && g.reservation.gpu_milli > 0 &&
+        (!reserved || g.reservation.gpu_milli > reserved->reservation.gpu_milli)) {
+      reserved = &g;
+    }
+  }
+  return reserved;
+}
+
 void GenerateWorkload(Rng& r, const HistoryOptions& o, Scenario& s) {
   std::vector<std::string> leaves;
   for (const quota::QueueSpec& q : s.policy.queues) leaves = q.groups;
@@ -160,14 +173,7 @@ void GenerateWorkload(Rng& r, const HistoryOptions& o, Scenario& s) {
   }
   // Contention: one group fills the cluster with long work, then a group with a reservation asks
   // for more than it all at once (reclaim with claims in flight, heads blocked, backfill).
-  const quota::GroupSpec* reserved = nullptr;
-  for (const quota::GroupSpec& g : s.policy.groups) {
-    bool leaf = std::find(leaves.begin(), leaves.end(), g.name) != leaves.end();
-    if (leaf && g.reservation.gpu_milli > 0 &&
-        (!reserved || g.reservation.gpu_milli > reserved->reservation.gpu_milli)) {
-      reserved = &g;
-    }
-  }
+  const quota::GroupSpec* reserved = ReservedLeaf(s, leaves);
   if (reserved != nullptr && leaves.size() > 1 && r.Chance(40)) {
     int64_t devices = 0;
     for (const quota::NodeSpec& n : s.nodes) devices += n.gpu_count;
@@ -238,6 +244,45 @@ void GenerateWorkload(Rng& r, const HistoryOptions& o, Scenario& s) {
   }
 }
 
+// Preemption by swapping: the notebook queue's shares swap (a queue's `swap: true`), so reclaim
+// holds one swapped out on its device, within its node's swap budget (some nodes have none: it
+// is stopped as before), until it resumes there or its queue's swap_hold_limit stops it. One
+// group fills the cards with notebooks, some declaring walltimes shorter than they run (the
+// walltime stop moves by the time held); the group with a reservation then asks for shares.
+void GenerateSwap(Rng& r, const HistoryOptions& o, Scenario& s) {
+  for (quota::QueueSpec& q : s.policy.queues) {
+    if (q.name != "notebook") continue;
+    q.swap_overcommit_percent = 200;
+    q.preemptible = true;
+    q.swap_hold_limit_s = r.Chance(50) ? r.In(2, 20) * 60 : 0;
+    for (quota::NodeSpec& n : s.nodes) n.swap_mib = r.Chance(20) ? 0 : r.In(1, 3) * 32 * kGiB;
+  }
+  std::vector<std::string> leaves;
+  for (const quota::QueueSpec& q : s.policy.queues) leaves = q.groups;
+  const quota::GroupSpec* reserved = ReservedLeaf(s, leaves);
+  if (reserved == nullptr || leaves.size() < 2) return;
+  int64_t devices = 0;
+  for (const quota::NodeSpec& n : s.nodes) devices += n.gpu_count;
+  WorkloadEntry fill;
+  fill.base.queue = "notebook";
+  fill.base.group = reserved->name == leaves[0] ? leaves[1] : leaves[0];
+  fill.base.identity = "u6";
+  fill.count = static_cast<int>(devices * r.In(4, 8));
+  fill.at_s = r.In(0, o.span_s / 60) * 30;
+  fill.durations_s = {r.In(10, 40) * 60, r.In(2, 10) * 60};
+  if (r.Chance(40)) fill.walltime_s = r.In(5, 30) * 60;
+  s.workload.push_back(fill);
+  WorkloadEntry claim = fill;
+  claim.base.group = reserved->name;
+  claim.base.identity = "u5";
+  claim.count = static_cast<int>(r.In(1, 4));
+  claim.at_s = fill.at_s + r.In(1, 10) * 30;
+  claim.interval_s = r.In(0, 4) * 30;
+  claim.durations_s = {r.In(1, 10) * 60};
+  claim.walltime_s = -1;
+  s.workload.push_back(claim);
+}
+
 std::string Milli(int64_t m) { return std::to_string(m) + "m"; }
 std::string Mem(MiB m) { return std::to_string(m) + "MiB"; }
 
@@ -283,6 +328,7 @@ Scenario GenerateHistory(uint64_t seed, const HistoryOptions& o) {
   GenerateGroups(r, devices, s);
   GeneratePolicy(r, pools, s);
   GenerateWorkload(r, o, s);
+  if (r.Chance(o.swap_percent)) GenerateSwap(r, o, s);  // drawn last: the others stay as they were
   return s;
 }
 
@@ -317,7 +363,10 @@ std::string ScenarioYaml(const Scenario& s) {
   for (const quota::QueueSpec& q : p.queues) {
     y << "  - {name: " << q.name << ", profile: " << q.profile << ", groups: " << List(q.groups)
       << ", priority: " << q.priority << ", preemptible: " << (q.preemptible ? "true" : "false")
-      << ", class: " << quota::WorkloadClassName(q.default_class) << "}\n";
+      << ", class: " << quota::WorkloadClassName(q.default_class);
+    if (q.swap_overcommit_percent > 0) y << ", swap: true";  // 200, as a scenario's swap reads
+    if (q.swap_hold_limit_s > 0) y << ", swap_hold_limit: " << q.swap_hold_limit_s;
+    y << "}\n";
   }
   y << "class_forms:\n";
   for (int c = 0; c < quota::kClassCount; ++c) {
@@ -333,6 +382,7 @@ std::string ScenarioYaml(const Scenario& s) {
     y << "}";
     if (!n.mig_layout.empty()) y << ", mig: " << List(n.mig_layout);
     if (!n.amd_mode.empty()) y << ", amd_mode: " << n.amd_mode;
+    if (n.swap_mib > 0) y << ", swap: " << Mem(n.swap_mib);
     y << "}\n";
   }
   y << "workload:\n";
@@ -457,6 +507,7 @@ void Coverage::Add(const verify::Seen& s) {
   node_loss += s.node_loss;
   reclaim_in_flight += s.reclaim_in_flight;
   backfill += s.backfill;
+  swap_hold += s.swap_hold;
 }
 
 namespace {
@@ -466,7 +517,8 @@ std::vector<std::pair<const char*, int64_t>> Rows(const Coverage& c) {
           {"gang (a job on 2+ devices)", c.gang},
           {"node loss", c.node_loss},
           {"reclaim in flight (waiting out a grace)", c.reclaim_in_flight},
-          {"backfill", c.backfill}};
+          {"backfill", c.backfill},
+          {"swap hold (held swapped out, then resumed)", c.swap_hold}};
 }
 }  // namespace
 

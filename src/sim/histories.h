@@ -5,7 +5,8 @@
 // A history is a Scenario (scenario.h) drawn from a seed: NVIDIA models with MIG and AMD models
 // with compute and memory modes (some registered split), models outside the catalog, one or two
 // pools, groups with reservations, limits, weights and parents, queues of four classes with
-// priorities and preemptible work, gangs, walltimes, bursts, and nodes lost and returned. The
+// priorities and preemptible work, gangs, walltimes, bursts, shares preempted by swapping (held
+// swapped out within their nodes' swap budgets, resumed later), and nodes lost and returned. The
 // same seed gives the same history on every machine (SplitMix64, no std:: distributions).
 //
 // Thread-safety: pure functions over value types.
@@ -28,6 +29,7 @@ struct HistoryOptions {
   int max_count = 4;      // jobs per entry
   int64_t span_s = 1800;  // arrivals within this; the run goes on 40 minutes past it
   int head_percent = 15;  // histories with a blocked head and short work behind it (backfill)
+  int swap_percent = 50;  // histories whose notebook shares are held swapped out when preempted
 };
 
 Scenario GenerateHistory(uint64_t seed, const HistoryOptions& o = {});
@@ -55,7 +57,7 @@ Scenario Shrink(const Scenario& s, const std::string& property, const RunOptions
 struct Coverage {
   int64_t histories = 0;
   int64_t unsplit = 0, amd_mode_change = 0, gang = 0, node_loss = 0, reclaim_in_flight = 0,
-          backfill = 0;
+          backfill = 0, swap_hold = 0;
   void Add(const verify::Seen& s);
   // "coverage over N histories:\n  unsplit  12.3%\n ..."; each line marked when under `min_pct`.
   std::string Table(int min_pct = 5) const;

@@ -98,6 +98,19 @@ void Checker::AfterCycle(const quota::QuotaEngine& e, int64_t now) {
   // CPX that the engine had split to DPX was never free for a gang, which started on it by its
   // expected time, and a job on an L4 card was said to delay it (seed 1581795).
   for (size_t d = 0; d < s.devices.size() && d < owned_.size(); ++d) s.devices[d].owned = owned_[d];
+  // A share held swapped out stays on its device (paused), where alone it resumes.
+  for (const auto& [h, p] : pauses_) {
+    if (p.held_at < 0 || static_cast<size_t>(h) >= s.jobs.size() ||
+        s.jobs[h].state != JobState::kPending)
+      continue;
+    const std::string on = e.job(h).held_on;  // "node/gpuN"
+    for (size_t d = 0; d < world_.devices.size(); ++d) {
+      const DeviceInfo& di = world_.devices[d];
+      if (on != world_.nodes[di.node].name + "/gpu" + std::to_string(di.index)) continue;
+      s.jobs[h].held_on = static_cast<int>(d);
+      s.devices[d].held.push_back(h);
+    }
+  }
   for (std::map<int, int>* m : {&leaving_for_, &making_room_for_}) {
     for (auto it = m->begin(); it != m->end();) {
       bool leaving = static_cast<size_t>(it->first) < s.jobs.size() &&
@@ -441,7 +454,13 @@ void Checker::NotePause(const quota::Event& x, int handle) {
   } else if (x.kind == EventKind::kSwappedIn && p->second.held_at >= 0) {
     p->second.paused = p->second.held_paused + x.time - p->second.held_at;
     p->second.held_at = -1;
+    seen_.swap_hold = true;
   }
+}
+
+int64_t Checker::Paused(int handle) const {
+  const auto p = pauses_.find(handle);
+  return p == pauses_.end() ? 0 : p->second.paused;
 }
 
 void Checker::CheckWalltime(const Snapshot& s, int64_t now) {
@@ -449,9 +468,7 @@ void Checker::CheckWalltime(const Snapshot& s, int64_t now) {
     const JobNow& j = s.jobs[h];
     const Want& w = wants_[h];
     if (j.state != JobState::kRunning || w.external || w.walltime <= 0 || j.start < 0) continue;
-    const auto p = pauses_.find(static_cast<int>(h));
-    const int64_t paused = p == pauses_.end() ? 0 : p->second.paused;
-    if (now > j.start + w.walltime + paused) {
+    if (now > j.start + w.walltime + Paused(static_cast<int>(h))) {
       Report("guard.walltime", now,
              w.id + " running since t=" + std::to_string(j.start) + " holds past its walltime of " +
                  std::to_string(w.walltime) + " s",

@@ -86,6 +86,7 @@ struct Seen {
   bool backfill = false;
   bool reclaim = false;
   bool repartition = false;
+  bool swap_hold = false;  // a share held swapped out (preempted by swapping), then resumed
 };
 
 class Checker {
@@ -134,6 +135,7 @@ class Checker {
   void CheckWalltime(const Snapshot& s, int64_t now);
   // Time held swapped out is not run time (guard.walltime): kept from the events.
   void NotePause(const quota::Event& x, int handle);
+  int64_t Paused(int handle) const;  // seconds held swapped out since it last started
   // An event giving back an idle holding ("idle_timeout: idle Ns ..."): under its queue's
   // idle_timeout, and not before.
   void CheckIdleEvent(const quota::Event& x, int64_t now);

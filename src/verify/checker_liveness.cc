@@ -50,7 +50,7 @@ void Checker::CheckStart(const Snapshot& s, int64_t now) {
   for (size_t h = 0; h < s.jobs.size() && h < wants_.size(); ++h) {
     if (s.jobs[h].state != JobState::kPending || !wants_[h].valid || wants_[h].external) continue;
     pending.push_back(static_cast<int>(h));
-    holdable[h] = CouldHold(world_, s, wants_[h], none);
+    holdable[h] = CouldHold(world_, s, wants_[h], none, nullptr, s.jobs[h].held_on);
   }
   // Only jobs still waiting keep their clock (one that started and waits again starts anew).
   for (auto it = owed_since_.begin(); it != owed_since_.end();) {
@@ -74,7 +74,7 @@ void Checker::CheckStart(const Snapshot& s, int64_t now) {
     auto [it, fresh] = owed_since_.emplace(h, now);
     if (!fresh && now - it->second > bounds_.StartBound()) {
       std::string where;
-      CouldHold(world_, s, w, none, &where);
+      CouldHold(world_, s, w, none, &where, s.jobs[h].held_on);
       Report("liveness.start", now,
              w.id + " could be held (" + where +
                  ") and nothing above it waits, yet it has waited " +
@@ -101,7 +101,7 @@ void Checker::CheckReservation(const Snapshot& s, int64_t now) {
   std::map<int, bool> holdable;
   auto could_hold = [&](int k) {
     auto [it, fresh] = holdable.emplace(k, false);
-    if (fresh) it->second = CouldHold(world_, s, wants_[k], none);
+    if (fresh) it->second = CouldHold(world_, s, wants_[k], none, nullptr, s.jobs[k].held_on);
     return it->second;
   };
   // Each job owed keeps its own clock (the group's would run on while one job after another
@@ -144,7 +144,7 @@ void Checker::CheckReservation(const Snapshot& s, int64_t now) {
             wants_[k].priority > w.priority || (k != h && wants_[k].priority == w.priority && peer);
         above = ahead && PoolsOverlap(wants_[k], w) && !could_hold(k);
       }
-      if (above || !CouldHold(world_, s, w, gone)) continue;
+      if (above || !CouldHold(world_, s, w, gone, nullptr, s.jobs[h].held_on)) continue;
       owed.insert(h);
       auto [it, fresh] = short_since_.emplace(h, now);
       if (!fresh && now - it->second > bounds_.ReservationBound() &&
@@ -233,7 +233,9 @@ int64_t Checker::EarliestStart(const Snapshot& s, const Want& head, const std::v
       ends.push_back(
           {by != leaves_by_.end() ? std::max(now, by->second) : now, static_cast<int>(k)});
     } else if (j.state == JobState::kRunning && wants_[k].walltime > 0 && j.start >= 0) {
-      ends.push_back({std::max(now, j.start + wants_[k].walltime), static_cast<int>(k)});
+      // Time held swapped out is not run time: its stop moves by it (guard.walltime).
+      ends.push_back({std::max(now, j.start + wants_[k].walltime + Paused(static_cast<int>(k))),
+                      static_cast<int>(k)});
     }
   }
   std::sort(ends.begin(), ends.end());
@@ -297,7 +299,7 @@ void Checker::CheckHead(const Snapshot& s, int64_t now) {
   bool ambiguous = false;
   for (int h : pending) {
     const Want& w = wants_[h];
-    if (CouldHold(world_, s, w, none)) continue;
+    if (CouldHold(world_, s, w, none, nullptr, s.jobs[h].held_on)) continue;
     if (head < 0 || w.priority > wants_[head].priority) {
       head = h;
       ambiguous = false;

@@ -194,7 +194,8 @@ bool Split(const DeviceInfo& info, const DeviceNow& d) {
 // node-wide memory mode: its reclaim does not count such a card for a whole job).
 bool WholeFree(const World& w, const Snapshot& s, int d, const std::vector<bool>& gone) {
   const DeviceNow& dn = s.devices[d];
-  if (dn.draining || dn.as_registered || !Staying(dn, gone).empty()) return false;
+  if (dn.draining || dn.as_registered || !dn.held.empty() || !Staying(dn, gone).empty())
+    return false;
   if (!Split(w.devices[d], dn)) return true;
   const DeviceInfo& info = w.devices[d];
   const bool node_wide = info.model != nullptr && info.model->is_amd() &&
@@ -205,7 +206,7 @@ bool WholeFree(const World& w, const Snapshot& s, int d, const std::vector<bool>
     for (int od : w.nodes[info.node].devices) {
       if (od == d) continue;
       if (!Staying(s.devices[od], gone).empty() || s.devices[od].draining ||
-          w.devices[od].registered_split)
+          !s.devices[od].held.empty() || w.devices[od].registered_split)
         return false;
     }
   }
@@ -232,7 +233,7 @@ bool HoldWhole(const World& w, const Snapshot& s, const Want& want, const std::v
 }
 
 bool HoldShare(const World& w, const Snapshot& s, const Want& want, const std::vector<bool>& gone,
-               std::string* where) {
+               std::string* where, int only_device) {
   if (want.count != 1) return false;
   for (size_t n = 0; n < w.nodes.size(); ++n) {
     const NodeInfo& node = w.nodes[n];
@@ -241,6 +242,7 @@ bool HoldShare(const World& w, const Snapshot& s, const Want& want, const std::v
     if (s.cpu_free[n] < want.cpu || s.mem_free[n] < want.mem) continue;
     for (int d : node.devices) {
       const DeviceNow& dn = s.devices[d];
+      if (only_device >= 0 && d != only_device) continue;
       std::vector<Holding> stay = Staying(dn, gone);
       if (dn.draining) continue;
       if (Split(w.devices[d], dn) && !WholeFree(w, s, d, gone)) continue;
@@ -272,7 +274,7 @@ bool HoldPartition(const World& w, const Snapshot& s, const Want& want,
     for (int d : node.devices) {
       const DeviceInfo& info = w.devices[d];
       const DeviceNow& dn = s.devices[d];
-      if (info.model == nullptr || dn.draining) continue;
+      if (info.model == nullptr || dn.draining || !dn.held.empty()) continue;
       std::vector<Holding> stay = Staying(dn, gone);
       std::vector<std::string> held;
       bool whole_or_share = false;
@@ -348,11 +350,12 @@ bool Returnable(const World& w, const Snapshot& s, int device) {
 }
 
 bool CouldHold(const World& w, const Snapshot& s, const Want& want, const std::vector<bool>& gone,
-               std::string* where) {
+               std::string* where, int held_on) {
   if (!want.valid || want.external || want.count < 1) return false;
+  if (held_on >= 0) return HoldShare(w, s, want, gone, where, held_on);
   for (AllocationForm f : want.forms) {
     bool ok = f == AllocationForm::kWhole   ? HoldWhole(w, s, want, gone, where)
-              : f == AllocationForm::kShare ? HoldShare(w, s, want, gone, where)
+              : f == AllocationForm::kShare ? HoldShare(w, s, want, gone, where, -1)
                                             : HoldPartition(w, s, want, gone, where);
     if (ok) return true;
   }

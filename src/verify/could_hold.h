@@ -93,6 +93,9 @@ struct DeviceNow {
   // Its mode changed by the engine since registration: split by the engine since, which may
   // return it to whole when it is idle (the operator's layout no longer stands).
   bool owned = false;
+  // Shares held swapped out here: their processes stay (paused), and they resume only here, so
+  // it takes shares beside them but is never free whole, nor split under them.
+  std::vector<int> held{};
 };
 
 struct JobNow {
@@ -105,6 +108,7 @@ struct JobNow {
   int64_t start = -1;        // while running: when it started
   int64_t idle_since = -1;   // while running and reported idle
   bool swapped_out = false;  // its idle_timeout swapped it out
+  int held_on = -1;          // pending, held swapped out (preempted by swapping): its device
 };
 
 // Everything the checks read, as of one instant.
@@ -135,8 +139,9 @@ bool WholeFree(const World& w, const Snapshot& s, int d, const std::vector<bool>
 
 // Whether `want` could be held on the snapshot's free capacity, ignoring the jobs in `gone`
 // (as if they had left), in any of its forms. `why` (optional) receives where.
+// A share held swapped out (`held_on`, a device; -1: none) resumes only where it was held.
 bool CouldHold(const World& w, const Snapshot& s, const Want& want, const std::vector<bool>& gone,
-               std::string* where = nullptr);
+               std::string* where = nullptr, int held_on = -1);
 
 // The MIG profile the engine offers for a partition request: the smallest covering memory and
 // compute (not "+me"); nullptr when none.

@@ -4,6 +4,8 @@
 // node's swap budget has no room for its memory. Known answers in exact seconds.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -147,6 +149,104 @@ TEST(QuotaSwapHold, TheNodesSwapBudgetCountsWhatItHoldsAlready) {
   for (int i = 0; i < 3; ++i) EXPECT_EQ(w.State("a" + std::to_string(i)), JobState::kRunning) << i;
   EXPECT_EQ(Of(w, EventKind::kSwappedOut).size(), 2u);
   EXPECT_EQ(Of(w, EventKind::kPreempted).size(), 1u);
+  w.Done();
+}
+
+// A share held swapped out runs that much longer: its walltime stop moves by the time held
+// (engine_guards.cc). The forecast of when its card frees (a blocked head's "expected free at",
+// and how long backfill may use the card) moves with it: it said start + walltime, the time held
+// too early, so a head was told its card would free before the share could be stopped.
+TEST(QuotaSwapHold, AResumedShareIsForecastToEndByItsWalltimePlusTheTimeItWasHeld) {
+  PolicySpec p = BasePolicy();
+  p.groups[0].reservation = Gpu(200);
+  for (QueueSpec& q : p.queues) {
+    if (q.name == "inter") q.swap_overcommit_percent = 100;
+  }
+  NodeSpec n = Node("n0", "any", 1);
+  n.swap_mib = 32 * kGiB;
+  World w(p, {n});
+  std::map<std::string, int64_t> end;  // each b share's start plus walltime
+  for (int i = 0; i < 5; ++i) {
+    const std::string id = "b" + std::to_string(i);
+    const int64_t at = i == 4 ? 50 : 0, walltime = i == 4 ? 1000 : 900 + 10 * i;
+    w.Submit(Job(id, "inter", "b", 1, walltime), at);
+    w.e->RunCycle(at);
+    ASSERT_EQ(w.State(id), JobState::kRunning);
+    end[id] = at + walltime;
+  }
+  w.Submit(Job("a0", "inter", "a"), 100);
+  w.e->RunCycle(100);
+  ASSERT_EQ(w.State("a0"), JobState::kRunning);
+  std::string victim;
+  for (const auto& [id, e] : end) {
+    if (w.State(id) != JobState::kRunning) victim = id;
+  }
+  ASSERT_FALSE(victim.empty());
+  w.e->Complete(w.h["a0"], 300);
+  w.e->RunCycle(300);
+  ASSERT_EQ(w.State(victim), JobState::kRunning) << "resumed after 200 s held";
+  end[victim] += 200;
+  EXPECT_EQ(w.View(victim).stop_at, end[victim]);
+  int64_t free_at = 0;
+  for (const auto& [id, e] : end) free_at = std::max(free_at, e);
+  // A whole card for group b (no reservation: nothing is reclaimed for it) waits for all five.
+  w.Submit(Job("h", "train", "b"), 400);
+  w.e->RunCycle(400);
+  ASSERT_EQ(w.State("h"), JobState::kPending);
+  EXPECT_NE(w.View("h").wait_reason.find(
+                "keeps 1 device(s) on n0 expected free at t=" + std::to_string(free_at) + "s"),
+            std::string::npos)
+      << "victim " << victim << ": " << w.View("h").wait_reason;
+  w.Done();
+}
+
+// Past the card's memory, a swapping queue's shares need their node's swap budget (SwapRoom).
+// Reclaim counted the room at the overcommit alone: on a node with no budget it found room for
+// the claimant with no victim, so preempted nothing, and the claimant, within its group's
+// reservation, waited behind a borrower's shares until they ended (a generated history, seed 840).
+TEST(QuotaSwapHold, ReclaimCountsTheNodesSwapBudgetNotTheOvercommitAlone) {
+  PolicySpec p = BasePolicy();
+  p.groups[0].reservation = Gpu(200);
+  for (QueueSpec& q : p.queues) {
+    if (q.name == "inter") q.swap_overcommit_percent = 200;
+  }
+  World w(p, {Node("n0", "inter", 1)});  // no swap budget: the shares fit the card's memory
+  for (int i = 0; i < 5; ++i) w.Submit(Job("b" + std::to_string(i), "inter", "b"), 0);
+  w.e->RunCycle(0);
+  for (int i = 0; i < 5; ++i) ASSERT_EQ(w.State("b" + std::to_string(i)), JobState::kRunning);
+  w.Submit(Job("a0", "inter", "a"), 100);
+  w.e->RunCycle(100);
+  EXPECT_EQ(Of(w, EventKind::kPreempted).size(), 1u) << w.View("a0").wait_reason;
+  EXPECT_TRUE(Of(w, EventKind::kSwappedOut).empty()) << "no budget to hold it: stopped";
+  for (int64_t t = 110; t <= 200; t += 10) w.e->RunCycle(t);
+  EXPECT_EQ(w.State("a0"), JobState::kRunning) << w.View("a0").wait_reason;
+  w.Done();
+}
+
+// A share is held swapped out only where a share takes its place. A reclaim for a partition
+// clears the card and enables MIG on it, which a paused process's context forbids; the share was
+// held there anyway, MIG was enabled under it, and it waited for a card that would not take it
+// back until its hold limit stopped it (a generated history, seed 2). Now it is stopped with a
+// grace, as a victim of a queue that does not swap.
+TEST(QuotaSwapHold, ASharePreemptedForAPartitionIsStoppedNotHeld) {
+  PolicySpec p = BasePolicy();
+  p.groups[0].reservation = Gpu(200);
+  for (QueueSpec& q : p.queues) {
+    if (q.name == "inter") q.swap_overcommit_percent = 100;
+  }
+  NodeSpec n = Node("n0", "any", 1);
+  n.swap_mib = 32 * kGiB;
+  World w(p, {n});
+  w.Submit(Job("b0", "inter", "b"), 0);
+  w.e->RunCycle(0);
+  ASSERT_EQ(w.State("b0"), JobState::kRunning);
+  w.Submit(Job("a0", "infer", "a"), 100);  // a partition only
+  for (int64_t t = 100; t <= 200; t += 10) w.e->RunCycle(t);
+  EXPECT_TRUE(Of(w, EventKind::kSwappedOut).empty());
+  ASSERT_EQ(Of(w, EventKind::kPreempted).size(), 1u);
+  EXPECT_EQ(Of(w, EventKind::kPreempted)[0].job, "b0");
+  EXPECT_EQ(w.State("a0"), JobState::kRunning) << w.View("a0").wait_reason;
+  EXPECT_EQ(w.View("a0").form, AllocationForm::kPartition);
   w.Done();
 }
 

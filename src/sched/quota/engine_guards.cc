@@ -233,6 +233,7 @@ bool Engine::HoldSwappedOut(int v, int claimant, const std::string& why) {
   x.held_paused = x.paused;
   x.held_mem = mem;
   nodes_[devs_[dev].node].held_swap_mib += mem;
+  ++devs_[dev].held;
   SetState(v, JobState::kPending);
   x.waiting_since = now_;
   x.start = -1;
@@ -262,6 +263,7 @@ void Engine::DropHold(int self) {
   Job& j = jobs_[self];
   if (j.held_dev < 0) return;
   nodes_[devs_[j.held_dev].node].held_swap_mib -= j.held_mem;
+  --devs_[j.held_dev].held;
   j.held_dev = -1;
   j.held_since = -1;
   j.held_start = -1;

@@ -82,6 +82,8 @@ struct Dev {
   int swap_oc = 0;        // the overcommit percent of the shares it holds (0: no swapping)
   uint64_t no_start = 0;  // MIG profiles (bit = catalog index) known to have no legal start now
   int model_id = 0;       // its GPU model (Engine::model_names_), for quotas per model
+  int held =
+      0;  // shares held swapped out here: they resume here, so it is not idle (its mode stays)
 
   // What shares of overcommit `oc` may sum to here: memory and compute weight.
   MiB share_capacity(int oc) const { return oc > 0 ? memory * oc / 100 : memory; }
@@ -89,7 +91,7 @@ struct Dev {
   bool ShareKindFits(int oc) const { return shares.empty() || swap_oc == oc; }  // one oc a dev
 
   bool idle() const {
-    if (whole >= 0 || !shares.empty()) return false;
+    if (whole >= 0 || !shares.empty() || held > 0) return false;
     for (const Slot& s : slots) {
       if (s.holder >= 0) return false;
     }
@@ -308,15 +310,8 @@ class Engine final : public QuotaEngine {
     }
     return "[" + s + "]";
   }
-  int64_t LostWork(const Job& v) const {
-    if (v.state != JobState::kRunning || v.start < 0) return 0;
-    return (now_ - v.start) * std::max<int64_t>(v.charge.gpu_milli, 1);
-  }
-  int64_t ExpectedEnd(const Job& v) const {
-    if (v.state == JobState::kTerminating) return v.grace_end;
-    if (v.walltime <= 0) return kNever;
-    return std::max(now_, v.start + v.walltime);
-  }
+  int64_t LostWork(const Job& v) const;
+  int64_t ExpectedEnd(const Job& v) const;
   // May `j` use device d at all given reservations? Sets *backfill when it does so only
   // because it ends before the reserved start; *blocked when a reservation stopped it.
   bool Usable(const Dev& d, const Job& j, int self, bool* backfill, bool* blocked) const {
@@ -435,7 +430,7 @@ class Engine final : public QuotaEngine {
                                                    bool keep_memory_mode) const;
   // Whether a swapping share of `want` MiB on device `di` keeps its node's overcommit (the caps
   // past each device's memory, summed) within the node's swap budget.
-  bool SwapRoom(int di, MiB want) const;
+  bool SwapRoom(int di, MiB want, MiB freed = 0) const;  // `freed`: its shares' memory leaving
   bool FindShare(Job& j, int self, Candidate* c, bool* blocked);
   bool FindCpuOnly(Job& j, int self, Candidate* c, bool* blocked);
   bool FindInForm(Job& j, int self, AllocationForm f, Candidate* c, bool* blocked);
@@ -463,6 +458,8 @@ class Engine final : public QuotaEngine {
     int64_t cost = kNever;
     Standing top{};  // its victim furthest ahead in the order: (priority, -submit, -seq)
     std::vector<int> victims, devs;
+    AllocationForm form = AllocationForm::kWhole;  // the claimant's, in the place they leave
+    int taken = 0;                                 // offers taken (each better than the last)
     void Consider(int64_t c, Standing s, std::vector<int> v, std::vector<int> d);
   };
   void Offer(PreemptOption* best, int64_t cost, std::vector<int> v, std::vector<int> d) const;
@@ -481,7 +478,7 @@ class Engine final : public QuotaEngine {
                                PreemptOption* best);
   void PreemptForShare(const Job& j, int self, bool reclaim, PreemptOption* best);
   void PreemptForPartition(const Job& j, int self, bool reclaim, PreemptOption* best);
-  void Preempt(int v, int claimant, const std::string& why);
+  void Preempt(int v, int claimant, const std::string& why, bool may_hold = true);
   void FinishTermination(int v);
   void Nominate(int d, int self, int64_t until);
   void ReserveForHead(int self);

@@ -185,7 +185,7 @@ bool Engine::FindGang(Job& j, int self, Candidate* c, bool* blocked) {
   return true;
 }
 
-bool Engine::SwapRoom(int di, MiB want) const {
+bool Engine::SwapRoom(int di, MiB want, MiB freed) const {
   const Dev& d = devs_[di];
   const NodeRt& n = nodes_[d.node];
   MiB over = 0;
@@ -194,7 +194,8 @@ bool Engine::SwapRoom(int di, MiB want) const {
     if (e.share_mem > e.memory) over += e.share_mem - e.memory;
   }
   const MiB before = d.share_mem > d.memory ? d.share_mem - d.memory : 0;
-  const MiB after = d.share_mem + want > d.memory ? d.share_mem + want - d.memory : 0;
+  const MiB used = d.share_mem - freed + want;
+  const MiB after = used > d.memory ? used - d.memory : 0;
   return over + n.held_swap_mib - before + after <= n.spec.swap_mib;
 }
 

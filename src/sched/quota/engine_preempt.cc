@@ -71,6 +71,21 @@ void Engine::PreemptOption::Consider(int64_t c, Standing s, std::vector<int> v,
   top = s;
   victims = std::move(v);
   devs = std::move(d);
+  ++taken;
+}
+
+int64_t Engine::LostWork(const Job& v) const {
+  if (v.state != JobState::kRunning || v.start < 0) return 0;
+  return (now_ - v.start) * std::max<int64_t>(v.charge.gpu_milli, 1);
+}
+
+// When a job holding something is expected to leave it: at the end of its grace, or at its start
+// plus its walltime and the time it was held swapped out (not run time: its stop moves by it);
+// never, without a walltime.
+int64_t Engine::ExpectedEnd(const Job& v) const {
+  if (v.state == JobState::kTerminating) return v.grace_end;
+  if (v.walltime <= 0) return kNever;
+  return std::max(now_, v.start + v.walltime + v.paused);
 }
 
 // The least work lost; between equal losses, the set whose victim furthest ahead stands furthest
@@ -175,7 +190,10 @@ bool Engine::TryPreempt(int self, bool reclaim) {
   for (int d = 0; d < kDims; ++d)
     j.claim_cell[d] = best.devs.empty() ? -1 : CellOf(d, best.devs.front());
   j.awaiting = static_cast<int>(best.victims.size());
-  for (int v : best.victims) Preempt(v, self, why);
+  // A share is held swapped out only where a share takes its place: a whole card or a new
+  // partition layout needs the device to itself (a layout cannot change under a paused
+  // process), and a share held there waited for a device that would not take it back.
+  for (int v : best.victims) Preempt(v, self, why, best.form == AllocationForm::kShare);
   return true;
 }
 
@@ -183,6 +201,7 @@ bool Engine::TryPreempt(int self, bool reclaim) {
 void Engine::SearchPreemption(const Job& j, int self, bool reclaim, PreemptOption* best) {
   ++preempt_searches_;
   for (AllocationForm f : j.forms) {
+    const int taken = best->taken;
     if (f == AllocationForm::kWhole) {
       PreemptForWhole(j, self, reclaim, best);
     } else if (f == AllocationForm::kShare) {
@@ -190,6 +209,7 @@ void Engine::SearchPreemption(const Job& j, int self, bool reclaim, PreemptOptio
     } else {
       PreemptForPartition(j, self, reclaim, best);
     }
+    if (best->taken != taken) best->form = f;
   }
 }
 
@@ -328,13 +348,19 @@ void Engine::PreemptForShare(const Job& j, int self, bool reclaim, PreemptOption
     std::sort(vs.begin(), vs.end());
     int64_t cost = 0;
     std::vector<int> victims;
+    // Past the card's memory only within the node's swap budget, as placement (SwapRoom): room
+    // at the overcommit alone was found with no victim on a node without one, and a share within
+    // its group's reservation waited behind a borrower's until they ended.
+    MiB freed = 0;
     auto room = [&] {
-      return free_mem >= want && free_w >= j.gpu_milli && free_pct >= j.sm_percent;
+      return free_mem >= want && free_w >= j.gpu_milli && free_pct >= j.sm_percent &&
+             (j.swap_oc == 0 || SwapRoom(static_cast<int>(di), want, freed));
     };
     for (auto& [c, v] : vs) {
       if (room()) break;
       cost += c;
       victims.push_back(v);
+      freed += jobs_[v].grants[0].memory;
       free_mem += jobs_[v].grants[0].memory;
       free_w += jobs_[v].grants[0].compute;
       free_pct += jobs_[v].grants[0].sm_percent;
@@ -420,9 +446,9 @@ void Engine::AddToChain(std::vector<int64_t>& per_group, int g, int64_t v) {
   for (; g >= 0; g = groups_[g].parent) per_group[g] += v;
 }
 
-void Engine::Preempt(int v, int claimant, const std::string& why) {
+void Engine::Preempt(int v, int claimant, const std::string& why, bool may_hold) {
   if (claimant >= 0) jobs_[claimant].paid = true;
-  if (HoldSwappedOut(v, claimant, why)) return;  // a swapping share: held, not stopped
+  if (may_hold && HoldSwappedOut(v, claimant, why)) return;  // a swapping share: held
   Job& x = jobs_[v];
   AddLeaving(x, +1);
   int64_t lost = LostWork(x);

@@ -35,6 +35,11 @@ const std::map<std::string, Break>& Breaks() {
       {"ignore-host-capacity", Break::kIgnoreHostCapacity},
       {"backfill-ignores-head", Break::kBackfillIgnoresHead},
       {"ignore-walltime", Break::kIgnoreWalltime},
+      {"ignore-max-runtime", Break::kIgnoreMaxRuntime},
+      {"ignore-min-runtime", Break::kIgnoreMinRuntime},
+      {"ignore-preemption-delay", Break::kIgnorePreemptionDelay},
+      {"hold-for-any-claimant", Break::kHoldForAnyClaimant},
+      {"reclaim-ignores-swap-budget", Break::kReclaimIgnoresSwapBudget},
   };
   return m;
 }

@@ -283,6 +283,16 @@ void GenerateSwap(Rng& r, const HistoryOptions& o, Scenario& s) {
   s.workload.push_back(claim);
 }
 
+// Runtime guards on some queues: max_runtime stops long jobs, min_runtime keeps young ones from
+// being victims, preemption_delay makes a waiting job wait before it preempts.
+void GenerateGuards(Rng& r, Scenario& s) {
+  for (quota::QueueSpec& q : s.policy.queues) {
+    if (r.Chance(30)) q.max_runtime_s = r.In(5, 40) * 60;
+    if (q.preemptible && r.Chance(50)) q.min_runtime_s = r.In(1, 10) * 60;
+    if (r.Chance(40)) q.preemption_delay_s = r.In(1, 6) * 30;
+  }
+}
+
 std::string Milli(int64_t m) { return std::to_string(m) + "m"; }
 std::string Mem(MiB m) { return std::to_string(m) + "MiB"; }
 
@@ -329,6 +339,7 @@ Scenario GenerateHistory(uint64_t seed, const HistoryOptions& o) {
   GeneratePolicy(r, pools, s);
   GenerateWorkload(r, o, s);
   if (r.Chance(o.swap_percent)) GenerateSwap(r, o, s);  // drawn last: the others stay as they were
+  if (r.Chance(o.guard_percent)) GenerateGuards(r, s);  // and after it
   return s;
 }
 
@@ -366,6 +377,9 @@ std::string ScenarioYaml(const Scenario& s) {
       << ", class: " << quota::WorkloadClassName(q.default_class);
     if (q.swap_overcommit_percent > 0) y << ", swap: true";  // 200, as a scenario's swap reads
     if (q.swap_hold_limit_s > 0) y << ", swap_hold_limit: " << q.swap_hold_limit_s;
+    if (q.max_runtime_s > 0) y << ", max_runtime: " << q.max_runtime_s;
+    if (q.min_runtime_s > 0) y << ", min_runtime: " << q.min_runtime_s;
+    if (q.preemption_delay_s > 0) y << ", preemption_delay: " << q.preemption_delay_s;
     y << "}\n";
   }
   y << "class_forms:\n";

@@ -6,7 +6,8 @@
 // with compute and memory modes (some registered split), models outside the catalog, one or two
 // pools, groups with reservations, limits, weights and parents, queues of four classes with
 // priorities and preemptible work, gangs, walltimes, bursts, shares preempted by swapping (held
-// swapped out within their nodes' swap budgets, resumed later), and nodes lost and returned. The
+// swapped out within their nodes' swap budgets, resumed later), queues' runtime guards, and nodes
+// lost and returned. The
 // same seed gives the same history on every machine (SplitMix64, no std:: distributions).
 //
 // Thread-safety: pure functions over value types.
@@ -25,11 +26,12 @@ namespace tessera::sim {
 struct HistoryOptions {
   int max_nodes = 3;
   int max_gpus_per_node = 4;
-  int max_entries = 7;    // workload entries
-  int max_count = 4;      // jobs per entry
-  int64_t span_s = 1800;  // arrivals within this; the run goes on 40 minutes past it
-  int head_percent = 15;  // histories with a blocked head and short work behind it (backfill)
-  int swap_percent = 50;  // histories whose notebook shares are held swapped out when preempted
+  int max_entries = 7;     // workload entries
+  int max_count = 4;       // jobs per entry
+  int64_t span_s = 1800;   // arrivals within this; the run goes on 40 minutes past it
+  int head_percent = 15;   // histories with a blocked head and short work behind it (backfill)
+  int swap_percent = 50;   // histories whose notebook shares are held swapped out when preempted
+  int guard_percent = 30;  // histories whose queues have max_runtime, min_runtime, preemption_delay
 };
 
 Scenario GenerateHistory(uint64_t seed, const HistoryOptions& o = {});

@@ -98,6 +98,10 @@ void Checker::AfterCycle(const quota::QuotaEngine& e, int64_t now) {
   // CPX that the engine had split to DPX was never free for a gang, which started on it by its
   // expected time, and a job on an L4 card was said to delay it (seed 1581795).
   for (size_t d = 0; d < s.devices.size() && d < owned_.size(); ++d) s.devices[d].owned = owned_[d];
+  for (size_t h = 0; h < s.jobs.size(); ++h) {
+    if (s.jobs[h].state == JobState::kRunning && s.jobs[h].start >= 0)
+      started_at_[static_cast<int>(h)] = s.jobs[h].start;
+  }
   // A share held swapped out stays on its device (paused), where alone it resumes.
   for (const auto& [h, p] : pauses_) {
     if (p.held_at < 0 || static_cast<size_t>(h) >= s.jobs.size() ||
@@ -154,7 +158,19 @@ void Checker::ReadEvents(const quota::QuotaEngine& e, int64_t now) {
       CheckIdleEvent(x, now);  // a guard's give-back, for no claimant
       continue;
     }
-    if (h != handle_of_.end()) NotePause(x, h->second);
+    if (h != handle_of_.end()) {
+      NotePause(x, h->second);
+      if (x.kind == EventKind::kSubmitted || x.kind == EventKind::kRequeued ||
+          (x.kind == EventKind::kSwappedOut && !x.for_job.empty()))
+        waiting_since_[h->second] = x.time;
+      const auto c = handle_of_.find(x.for_job);
+      if ((x.kind == EventKind::kPreempted || x.kind == EventKind::kSwappedOut) &&
+          c != handle_of_.end())
+        CheckPreemptionGuards(x, h->second, c->second);
+      if (x.kind == EventKind::kPreempted || x.kind == EventKind::kRequeued ||
+          x.kind == EventKind::kCompleted || x.kind == EventKind::kStopped)
+        started_at_.erase(h->second);  // held swapped out, it keeps its start
+    }
     if (x.kind == EventKind::kPlaced) {
       seen_.backfill = seen_.backfill || x.detail.find("[backfill]") != std::string::npos;
       if (h != handle_of_.end() && wants_[h->second].count >= 2) seen_.gang = true;
@@ -458,6 +474,32 @@ void Checker::NotePause(const quota::Event& x, int handle) {
   }
 }
 
+void Checker::CheckPreemptionGuards(const quota::Event& x, int victim, int claimant) {
+  const Want& v = wants_[victim];
+  const Want& c = wants_[claimant];
+  if (v.min_runtime > 0) {
+    // Not running at the last cycle's look: it started in this one.
+    const auto s = started_at_.find(victim);
+    const int64_t ran = s == started_at_.end() ? 0 : x.time - s->second;
+    if (ran < v.min_runtime) {
+      Report("guard.min_runtime", x.time,
+             x.job + " preempted for " + x.for_job + " after running " + std::to_string(ran) +
+                 " s, under its queue's min_runtime of " + std::to_string(v.min_runtime) + " s",
+             {x.job, x.for_job});
+    }
+  }
+  if (c.preemption_delay > 0) {
+    const auto w = waiting_since_.find(claimant);
+    if (w != waiting_since_.end() && x.time - w->second < c.preemption_delay) {
+      Report("guard.preemption_delay", x.time,
+             x.for_job + " preempted " + x.job + " after waiting " +
+                 std::to_string(x.time - w->second) + " s, under its queue's preemption_delay of " +
+                 std::to_string(c.preemption_delay) + " s",
+             {x.for_job, x.job});
+    }
+  }
+}
+
 int64_t Checker::Paused(int handle) const {
   const auto p = pauses_.find(handle);
   return p == pauses_.end() ? 0 : p->second.paused;
@@ -467,11 +509,18 @@ void Checker::CheckWalltime(const Snapshot& s, int64_t now) {
   for (size_t h = 0; h < s.jobs.size() && h < wants_.size(); ++h) {
     const JobNow& j = s.jobs[h];
     const Want& w = wants_[h];
-    if (j.state != JobState::kRunning || w.external || w.walltime <= 0 || j.start < 0) continue;
-    if (now > j.start + w.walltime + Paused(static_cast<int>(h))) {
+    if (j.state != JobState::kRunning || w.external || j.start < 0) continue;
+    const int64_t paused = Paused(static_cast<int>(h));
+    if (w.walltime > 0 && now > j.start + w.walltime + paused) {
       Report("guard.walltime", now,
              w.id + " running since t=" + std::to_string(j.start) + " holds past its walltime of " +
                  std::to_string(w.walltime) + " s",
+             {w.id});
+    }
+    if (w.max_runtime > 0 && now > j.start + w.max_runtime + paused) {
+      Report("guard.max_runtime", now,
+             w.id + " running since t=" + std::to_string(j.start) +
+                 " holds past its queue's max_runtime of " + std::to_string(w.max_runtime) + " s",
              {w.id});
     }
   }

@@ -139,6 +139,9 @@ class Checker {
   // An event giving back an idle holding ("idle_timeout: idle Ns ..."): under its queue's
   // idle_timeout, and not before.
   void CheckIdleEvent(const quota::Event& x, int64_t now);
+  // A preemption of `victim` for `claimant` (reclaim, priority, a drain; held swapped out too):
+  // the victim has run its min_runtime, the claimant waited its preemption_delay.
+  void CheckPreemptionGuards(const quota::Event& x, int victim, int claimant);
 
   bool Admissible(const Snapshot& s, const Want& w) const;
 
@@ -153,6 +156,10 @@ class Checker {
     int64_t held_at = -1;     // held swapped out since (-1: not held)
   };
   std::map<int, Pause> pauses_;  // by handle, jobs ever held swapped out
+  // guard.min_runtime and guard.preemption_delay: each running job's start as the last cycle's
+  // views showed it (kept while held swapped out: it resumes with it), and since when each job
+  // waits (submitted, or back to pending), from the events.
+  std::map<int, int64_t> started_at_, waiting_since_;
   size_t events_seen_ = 0;
   std::map<int, int64_t> owed_since_;  // liveness.start: handle -> first cycle owed
   std::vector<char> was_pending_;      // by handle, at the last look (backfill.head)

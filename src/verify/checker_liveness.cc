@@ -19,6 +19,13 @@ using quota::JobState;
 
 namespace {
 
+// How long a job may run, as far as is known: the earlier of its declared walltime and its
+// queue's max_runtime (guard.walltime, guard.max_runtime stop it then); 0: unknown.
+int64_t KnownRun(const Want& w) {
+  if (w.walltime > 0 && (w.max_runtime <= 0 || w.walltime < w.max_runtime)) return w.walltime;
+  return w.max_runtime;
+}
+
 bool PoolsOverlap(const Want& a, const Want& b) {
   if (a.pools.empty() || b.pools.empty()) return true;
   for (const std::string& p : a.pools) {
@@ -122,6 +129,9 @@ void Checker::CheckReservation(const Snapshot& s, int64_t now) {
       if (j.state != JobState::kRunning || o < 0 || o == static_cast<int>(g) ||
           !wants_[k].preemptible)
         continue;
+      // Not before it has run its queue's min_runtime (guard.min_runtime).
+      if (wants_[k].min_runtime > 0 && (j.start < 0 || now - j.start < wants_[k].min_runtime))
+        continue;
       if (left[o] - j.charge.gpu_milli < world_.policy.groups[o].reservation.gpu_milli) continue;
       left[o] -= j.charge.gpu_milli;
       gone[k] = true;
@@ -130,6 +140,11 @@ void Checker::CheckReservation(const Snapshot& s, int64_t now) {
     for (int h : pending) {
       const Want& w = wants_[h];
       if (w.group != static_cast<int>(g) || Nominal(w) > lacking || !Admissible(s, w)) continue;
+      // It may preempt only once it has waited its queue's preemption_delay.
+      const auto since = waiting_since_.find(h);
+      if (w.preemption_delay > 0 &&
+          (since == waiting_since_.end() || now - since->second < w.preemption_delay))
+        continue;
       bool above = false;
       // Excused behind a job that cannot be held: of higher priority, or of equal priority
       // from its own group or another group below its reservation (a head the devices are
@@ -232,9 +247,9 @@ int64_t Checker::EarliestStart(const Snapshot& s, const Want& head, const std::v
       const auto by = leaves_by_.find(static_cast<int>(k));
       ends.push_back(
           {by != leaves_by_.end() ? std::max(now, by->second) : now, static_cast<int>(k)});
-    } else if (j.state == JobState::kRunning && wants_[k].walltime > 0 && j.start >= 0) {
+    } else if (j.state == JobState::kRunning && j.start >= 0 && KnownRun(wants_[k]) > 0) {
       // Time held swapped out is not run time: its stop moves by it (guard.walltime).
-      ends.push_back({std::max(now, j.start + wants_[k].walltime + Paused(static_cast<int>(k))),
+      ends.push_back({std::max(now, j.start + KnownRun(wants_[k]) + Paused(static_cast<int>(k))),
                       static_cast<int>(k)});
     }
   }
@@ -270,7 +285,7 @@ int64_t Checker::EarliestStart(const Snapshot& s, const Want& head, const std::v
 // the earliest submitted; the order between groups of equal priority is the engine's fair share,
 // not judged). A job of lower standing that starts while it waits (lower priority, or its own
 // group's at equal priority submitted after it) must not put the head's earliest start, by the
-// running jobs' declared walltimes, later than it would be had that job not started. Not judged:
+// running jobs' known ends (KnownRun), later than it would be had that job not started. Not judged:
 // a job that others were preempted for (it goes first: that price is paid), nor one inside its
 // group's reservation while the head would borrow (a reservation comes before a borrower).
 void Checker::CheckHead(const Snapshot& s, int64_t now) {
@@ -371,7 +386,7 @@ void Checker::CheckHead(const Snapshot& s, int64_t now) {
 }
 
 // A head said to be delayed is late only if it starts after its earliest start without the
-// jobs behind it, on the cycle's clock: the estimate counts declared walltimes only, and a head
+// jobs behind it, on the cycle's clock: the estimate counts the known ends only, and a head
 // that started by preempting a job at once was said to be delayed by jobs that did not delay it
 // (seed 9064950). Until the head starts, the verdict waits; at the end (`s` null), a head still
 // waiting is judged by the estimates.

@@ -284,6 +284,35 @@ TEST(QuotaBackfill, SmallJobsRunOnlyWhenTheyEndBeforeTheHeadStarts) {
   }
 }
 
+// A queue's max_runtime is a known end, as a walltime is: a running job of a queue that stops it
+// at 100 s gives a blocked head its expected start, and a job without a walltime in a queue that
+// stops it at 50 s backfills as one declaring 50 s does. (Both were unknown: "start unknown:
+// running jobs declare no walltime"; "declares no walltime, so it could delay that job".)
+TEST(QuotaBackfill, AQueuesMaxRuntimeIsAKnownEndAsAWalltimeIs) {
+  PolicySpec p = BasePolicy();
+  for (QueueSpec& q : p.queues) {
+    if (q.name == "train-lo") q.max_runtime_s = 100;
+    if (q.name == "train") q.max_runtime_s = 50;
+  }
+  World w(p, {Node("n0", "train", 4)});
+  w.Submit(Job("big-running", "train-lo", "b", 2), 0);  // group b: the head preempts nothing
+  w.e->RunCycle(0);
+  w.Submit(Job("head", "train-hi", "a", 4, 100), 1);
+  w.Submit(Job("small", "train", "b", 1), 2);
+  w.e->RunCycle(10);
+  EXPECT_EQ(w.State("head"), JobState::kPending);
+  EXPECT_NE(w.View("head").wait_reason.find("keeps 4 device(s) on n0 expected free at t=100s"),
+            std::string::npos)
+      << w.View("head").wait_reason;
+  EXPECT_EQ(w.State("small"), JobState::kRunning) << w.View("small").wait_reason;
+  w.e->RunCycle(60);
+  EXPECT_EQ(w.State("small"), JobState::kDone) << "stopped at its queue's max_runtime";
+  w.e->RunCycle(100);
+  EXPECT_EQ(w.State("big-running"), JobState::kDone);
+  EXPECT_EQ(w.State("head"), JobState::kRunning) << w.View("head").wait_reason;
+  w.Done();
+}
+
 // ---------------------------------------------------------------------------------------------
 // Repartitioning
 

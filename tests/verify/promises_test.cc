@@ -97,7 +97,17 @@ INSTANTIATE_TEST_SUITE_P(
         BreakCase{Break::kBackfillIgnoresHead, "backfill.head",
                   "any job may use the cards kept for a blocked head"},
         BreakCase{Break::kIgnoreWalltime, "guard.walltime",
-                  "a job runs on past its declared walltime"}),
+                  "a job runs on past its declared walltime"},
+        BreakCase{Break::kIgnoreMaxRuntime, "guard.max_runtime",
+                  "a job runs on past its queue's max_runtime"},
+        BreakCase{Break::kIgnoreMinRuntime, "guard.min_runtime",
+                  "a job younger than its queue's min_runtime may be a victim"},
+        BreakCase{Break::kIgnorePreemptionDelay, "guard.preemption_delay",
+                  "a job may preempt before its queue's preemption_delay"},
+        BreakCase{Break::kHoldForAnyClaimant, "liveness.reservation",
+                  "a swapping share is held whatever takes its place (seed 987)"},
+        BreakCase{Break::kReclaimIgnoresSwapBudget, "liveness.reservation",
+                  "reclaim for a share counts room at the overcommit alone (seed 840)"}),
     [](const ::testing::TestParamInfo<BreakCase>& i) {
       std::string n = i.param.property;
       n += "_" + std::to_string(i.index);

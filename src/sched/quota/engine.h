@@ -206,19 +206,24 @@ struct EngineOptions {
   // off, so that a test can show the checker notices what the guard prevents. kNone elsewhere.
   enum class Break {
     kNone,
-    kNoUnsplit,                // an idle card the engine split never goes back to whole
-    kReclaimIgnoresInFlight,   // reclaim does not count the claims waiting out a grace
-    kReclaimAnyBorrower,       // reclaim may take a victim's group below its reservation
-    kPreemptNonPreemptible,    // preemption may take work of a non-preemptible queue
-    kIgnoreLimits,             // admission ignores group limits
-    kDoubleBookWhole,          // a held device may be granted whole again
-    kMigOverlap,               // a new MIG instance may start on slices already in use
-    kThrash,                   // idle split cards go back to whole every cycle, demand or not
-    kNoReclaim,                // a group below its reservation never preempts borrowers
-    kFairShareIgnoresWeights,  // the fair-share order ignores groups' weights
-    kIgnoreHostCapacity,       // placement ignores the node's free CPU and host memory
-    kBackfillIgnoresHead,      // any job may use the cards kept for a blocked head
-    kIgnoreWalltime,           // a job runs on past its declared walltime
+    kNoUnsplit,                 // an idle card the engine split never goes back to whole
+    kReclaimIgnoresInFlight,    // reclaim does not count the claims waiting out a grace
+    kReclaimAnyBorrower,        // reclaim may take a victim's group below its reservation
+    kPreemptNonPreemptible,     // preemption may take work of a non-preemptible queue
+    kIgnoreLimits,              // admission ignores group limits
+    kDoubleBookWhole,           // a held device may be granted whole again
+    kMigOverlap,                // a new MIG instance may start on slices already in use
+    kThrash,                    // idle split cards go back to whole every cycle, demand or not
+    kNoReclaim,                 // a group below its reservation never preempts borrowers
+    kFairShareIgnoresWeights,   // the fair-share order ignores groups' weights
+    kIgnoreHostCapacity,        // placement ignores the node's free CPU and host memory
+    kBackfillIgnoresHead,       // any job may use the cards kept for a blocked head
+    kIgnoreWalltime,            // a job runs on past its declared walltime
+    kIgnoreMaxRuntime,          // a job runs on past its queue's max_runtime
+    kIgnoreMinRuntime,          // a job younger than its queue's min_runtime may be a victim
+    kIgnorePreemptionDelay,     // a job may preempt before its queue's preemption_delay
+    kHoldForAnyClaimant,        // a swapping share is held whatever takes its place
+    kReclaimIgnoresSwapBudget,  // reclaim for a share counts room at the overcommit alone
   };
   Break engine_break = Break::kNone;
 };

@@ -61,6 +61,17 @@ void Engine::SetStartTime(int self, int64_t start) {
   }
 }
 
+bool Engine::PastMinRuntime(const Job& v) const {
+  return v.min_runtime <= 0 || (v.start >= 0 && now_ - v.start >= v.min_runtime) ||
+         options_.engine_break == EngineOptions::Break::kIgnoreMinRuntime;
+}
+
+bool Engine::MayPreempt(const Job& j) const {
+  if (j.held_dev >= 0) return false;  // held swapped out: it waits for its own device
+  return j.preempt_delay <= 0 || now_ - j.waiting_since >= j.preempt_delay ||
+         options_.engine_break == EngineOptions::Break::kIgnorePreemptionDelay;
+}
+
 void Engine::GuardStop(int h, const std::string& why) {
   Job& j = jobs_[h];
   if (options_.await_stop) {

@@ -144,8 +144,10 @@ struct Job {
   // Runtime guards, from its queue (seconds; 0: none), and since when it waits (submitted or
   // last back to pending), for preemption_delay. run_limit: the earlier of max_runtime and (not
   // external) its walltime; paused: seconds held swapped out since it started (the stop moves by
-  // them); stop_key: its time in runtime_stops_ (-1: none).
+  // them); stop_key: its time in runtime_stops_ (-1: none). known_run: how long it may run, as
+  // far as is known (run_limit, else an external job's walltime; 0: unknown), for estimates.
   int64_t max_runtime = 0, min_runtime = 0, preempt_delay = 0, run_limit = 0;
+  int64_t known_run() const { return run_limit > 0 ? run_limit : walltime; }
   int64_t paused = 0, stop_key = -1, waiting_since = 0;
   // Idle holdings (QueueSpec::idle_timeout_s, idle_action): idle since (-1: active), swapped out
   // by the guard already.
@@ -323,7 +325,7 @@ class Engine final : public QuotaEngine {
     if (!d.nominated && (Outranks(j, jobs_[d.reserved_by]) ||
                          options_.engine_break == EngineOptions::Break::kBackfillIgnoresHead))
       return true;
-    if (!d.nominated && j.walltime > 0 && now_ + j.walltime <= d.reserved_until) {
+    if (!d.nominated && j.known_run() > 0 && now_ + j.known_run() <= d.reserved_until) {
       if (backfill) *backfill = true;
       return true;
     }
@@ -345,13 +347,8 @@ class Engine final : public QuotaEngine {
   }
   // Runtime guards (engine_guards.cc). A running job younger than its min_runtime is no victim;
   // a waiting job that has waited less than its preemption_delay preempts nothing.
-  bool PastMinRuntime(const Job& v) const {
-    return v.min_runtime <= 0 || (v.start >= 0 && now_ - v.start >= v.min_runtime);
-  }
-  bool MayPreempt(const Job& j) const {
-    if (j.held_dev >= 0) return false;  // held swapped out: it waits for its own device
-    return j.preempt_delay <= 0 || now_ - j.waiting_since >= j.preempt_delay;
-  }
+  bool PastMinRuntime(const Job& v) const;
+  bool MayPreempt(const Job& j) const;       // never while held swapped out (it waits for its card)
   void WatchRuntime(int self);               // placed: its runtime stop, when it has one
   void Admitted(int self, bool guaranteed);  // running from now, charged: kAdmitted
   void ForgetRuntime(int self);              // no longer running (also forgets its idleness)

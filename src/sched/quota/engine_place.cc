@@ -101,7 +101,7 @@ bool Engine::BorrowsKeptCard(const Job& j, const Candidate& c) const {
     if (d.reserved_by < 0 || d.nominated || &jobs_[d.reserved_by] == &j) continue;
     const Job& head = jobs_[d.reserved_by];
     if (head.priority <= j.priority || (j.rank >= 0 && j.rank < head.rank)) continue;
-    if (j.walltime > 0 && now_ + j.walltime <= d.reserved_until) continue;
+    if (j.known_run() > 0 && now_ + j.known_run() <= d.reserved_until) continue;
     return true;
   }
   return false;
@@ -499,8 +499,10 @@ void Engine::NoRoomReason(const Job& j, bool blocked, std::string* step,
   if (blocked) {
     *step = "Backfill";
     *reason = "room exists only on devices kept for a waiting job; " + shape +
-              (j.walltime > 0 ? " would not finish before it starts"
-                              : " declares no walltime, so it could delay that job");
+              (j.known_run() > 0
+                   ? " would not finish before it starts"
+                   : " declares no walltime (nor has its queue a max_runtime), so it could delay "
+                     "that job");
   } else {
     *step = "Placement";
     *reason = "no room for " + shape + " in pools " + PoolNames(j) +
@@ -563,7 +565,7 @@ bool Engine::TakesHostFromHead(const Job& j, int self, const std::vector<Grant>&
       } else {
         if (options_.engine_break == EngineOptions::Break::kBackfillIgnoresHead) continue;
         if (Outranks(j, head)) continue;
-        if (j.walltime > 0 && now_ + j.walltime <= dev.reserved_until) continue;
+        if (j.known_run() > 0 && now_ + j.known_run() <= dev.reserved_until) continue;
       }
       MilliCpu cpu = node.cpu_free;
       MiB mem = node.mem_free;
@@ -603,7 +605,7 @@ bool Engine::TryPlaceIn(int self, std::string* step, std::string* reason, bool* 
                              j.models,
                              // The queue's share kind: overcommit, min_isolation, compute_percent.
                              (int64_t{j.swap_oc} * 10 + j.min_isolation) * 1000 + j.sm_percent);
-  int64_t end = j.walltime > 0 ? now_ + j.walltime : kNever;
+  int64_t end = j.known_run() > 0 ? now_ + j.known_run() : kNever;
   bool use_memo = !j.nominated && !j.external && j.held_dev < 0;
   if (use_memo) {
     auto it = memo_.find(key);

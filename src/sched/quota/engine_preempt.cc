@@ -80,12 +80,12 @@ int64_t Engine::LostWork(const Job& v) const {
 }
 
 // When a job holding something is expected to leave it: at the end of its grace, or at its start
-// plus its walltime and the time it was held swapped out (not run time: its stop moves by it);
-// never, without a walltime.
+// plus the earlier of its walltime and its queue's max_runtime (where it is stopped) and the time
+// it was held swapped out (not run time: its stop moves by it); never, without either.
 int64_t Engine::ExpectedEnd(const Job& v) const {
   if (v.state == JobState::kTerminating) return v.grace_end;
-  if (v.walltime <= 0) return kNever;
-  return std::max(now_, v.start + v.walltime + v.paused);
+  if (v.known_run() <= 0) return kNever;
+  return std::max(now_, v.start + v.known_run() + v.paused);
 }
 
 // The least work lost; between equal losses, the set whose victim furthest ahead stands furthest
@@ -193,7 +193,9 @@ bool Engine::TryPreempt(int self, bool reclaim) {
   // A share is held swapped out only where a share takes its place: a whole card or a new
   // partition layout needs the device to itself (a layout cannot change under a paused
   // process), and a share held there waited for a device that would not take it back.
-  for (int v : best.victims) Preempt(v, self, why, best.form == AllocationForm::kShare);
+  const bool hold = best.form == AllocationForm::kShare ||
+                    options_.engine_break == EngineOptions::Break::kHoldForAnyClaimant;
+  for (int v : best.victims) Preempt(v, self, why, hold);
   return true;
 }
 
@@ -354,7 +356,8 @@ void Engine::PreemptForShare(const Job& j, int self, bool reclaim, PreemptOption
     MiB freed = 0;
     auto room = [&] {
       return free_mem >= want && free_w >= j.gpu_milli && free_pct >= j.sm_percent &&
-             (j.swap_oc == 0 || SwapRoom(static_cast<int>(di), want, freed));
+             (j.swap_oc == 0 || SwapRoom(static_cast<int>(di), want, freed) ||
+              options_.engine_break == EngineOptions::Break::kReclaimIgnoresSwapBudget);
     };
     for (auto& [c, v] : vs) {
       if (room()) break;

@@ -386,8 +386,10 @@ Result<Job> Engine::Build(const JobSpec& spec) const {
   // is given it and keeps it.
   const bool kept = !j.external && options_.engine_break != EngineOptions::Break::kIgnoreWalltime;
   const int64_t walltime_limit = kept ? j.walltime : 0;
-  j.run_limit = j.max_runtime > 0 && (walltime_limit <= 0 || j.max_runtime <= walltime_limit)
-                    ? j.max_runtime
+  const int64_t max_runtime =
+      options_.engine_break == EngineOptions::Break::kIgnoreMaxRuntime ? 0 : j.max_runtime;
+  j.run_limit = max_runtime > 0 && (walltime_limit <= 0 || max_runtime <= walltime_limit)
+                    ? max_runtime
                     : walltime_limit;
   return j;
 }

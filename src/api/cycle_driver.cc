@@ -174,8 +174,15 @@ void CycleDriver::SwapEventLocked(Job& j, const quota::Event& e, Batch& b) {
   // Preempted by swapping: pending, its processes paused on its node, its memory off the card.
   const std::string node = j.node;
   b.Touch(NodesOf(j));
+  const quota::GrantView card = j.grants.empty() ? quota::GrantView{} : j.grants.front();
   if (!ledger_->Transition(j, JobState::kPending, JobCause::kRequeued)) return;
+  const quota::JobView hold = ledger_->Quota().job(j.handle);
   j.agent.swap.held_on = node;
+  j.agent.swap.held_device = card.device;
+  j.agent.swap.held_mib = card.memory;
+  j.agent.swap.held_since_s = hold.held_swapped_since;
+  j.agent.swap.held_start_s = hold.held_start;
+  j.agent.swap.held_paused_s = hold.held_paused;
   j.agent.swap.order = "out";
   j.rec.reason = "SwappedOut: " + ledger_->Quota().job(j.handle).wait_reason;
   j.preemptions = ledger_->Quota().job(j.handle).preemptions;

@@ -63,12 +63,16 @@ void JobTable::Enter(Job& j) {
     if (j.handle >= static_cast<int>(by_handle_.size())) by_handle_.resize(j.handle + 1, nullptr);
     by_handle_[j.handle] = &j;
   }
-  if (HoldsCapacity(j.state)) NoteNodes(j);
+  if (HoldsCapacity(j.state) || !j.agent.swap.held_on.empty()) NoteNodes(j);
 }
 
 void JobTable::NoteNodes(const Job& j) {
   if (!j.ext.backend.empty()) return;
-  for (const std::string& node : NodesOf(j)) {
+  std::vector<std::string> nodes = NodesOf(j);
+  // Held swapped out (loaded so after a restart): its paused processes are on that node.
+  if (j.state == JobState::kPending && !j.agent.swap.held_on.empty())
+    nodes = {j.agent.swap.held_on};
+  for (const std::string& node : nodes) {
     std::vector<std::string>& ids = node_jobs_[node];
     if (std::find(ids.begin(), ids.end(), j.rec.id) == ids.end()) ids.push_back(j.rec.id);
   }

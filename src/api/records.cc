@@ -134,6 +134,24 @@ store::JobRecord RecordOf(const Job& j) {
     for (const std::string& n : j.agent.parts_done) p.Str(n);
     p.EndArray();
   }
+  if (j.state == JobState::kPending && !j.agent.swap.held_on.empty()) {  // held swapped out
+    const auto& h = j.agent.swap;
+    p.Key("held")
+        .BeginObject()
+        .Key("node")
+        .Str(h.held_on)
+        .Key("device")
+        .Int(h.held_device)
+        .Key("memory_mib")
+        .Int(h.held_mib)
+        .Key("since_s")
+        .Int(h.held_since_s)
+        .Key("start_s")
+        .Int(h.held_start_s)
+        .Key("paused_s")
+        .Int(h.held_paused_s)
+        .EndObject();
+  }
   if (!j.ext.backend
            .empty()) {  // also while pending again (a suspended Kubernetes Job keeps its id)
     p.Key("backend")

@@ -121,6 +121,12 @@ struct Job {
       // order its agent gets ("out", "in", "idle"; docs/agent-protocol.md).
       std::string held_on, order;
       MiB swapped_mib = 0;
+      // The hold as the engine keeps it (JobView::held_*), stored so a restart keeps it
+      // (QuotaEngine::RestoreHold): its card on held_on, its memory, since when, its start and
+      // the time held before, in seconds.
+      int held_device = -1;
+      MiB held_mib = 0;
+      int64_t held_since_s = -1, held_start_s = -1, held_paused_s = 0;
     } swap;
   } agent;
   // What an external backend's executor keeps of it (backend empty: local agents). The executor

@@ -80,6 +80,18 @@ Status LoadJob(store::JobRecord r, Memory& m, int64_t now_ms) {
     return Status::Ok();
   }
   j.handle = *h;
+  auto& sw = j.agent.swap;
+  if (!sw.held_on.empty()) {
+    // Held swapped out: held again on its card, its processes paused there. Should that fail (its
+    // node or queue changed), it is a plain pending job and its agent stops the paused processes.
+    Status st = m.quota->RestoreHold(j.handle, sw.held_on, sw.held_device, sw.held_mib,
+                                     sw.held_since_s, sw.held_start_s, sw.held_paused_s);
+    if (!st.ok()) {
+      j.rec.reason = "Requeued: its hold swapped out on " + sw.held_on +
+                     " could not be kept over a restart (" + st.message() + ")";
+      sw = {};
+    }
+  }
   if (Holds(j)) {
     if (!j.ext.backend.empty())
       m.quota->SetExternalPool(j.handle, j.ext.backend);  // one of several
@@ -192,6 +204,17 @@ Result<Job> JobFromRecord(store::JobRecord r) {
     for (const auto& g : p.value("grants", Json::array())) j.grants.push_back(GrantFrom(g));
     for (const auto& n : p.value("parts_done", Json::array()))
       j.agent.parts_done.insert(n.get<std::string>());
+  }
+  if (p.contains("held") && j.state == JobState::kPending) {  // held swapped out on a card
+    const Json& h = p["held"];
+    auto& sw = j.agent.swap;
+    sw.held_on = h.value("node", "");
+    sw.held_device = h.value("device", -1);
+    sw.held_mib = h.value("memory_mib", MiB{0});
+    sw.held_since_s = h.value("since_s", int64_t{-1});
+    sw.held_start_s = h.value("start_s", int64_t{-1});
+    sw.held_paused_s = h.value("paused_s", int64_t{0});
+    sw.order = "out";
   }
   j.ext.backend = p.value("backend", "");
   j.ext.dispatch = p.value("dispatch", Json());

@@ -150,5 +150,51 @@ TEST_F(SwapE2eTest, AnIdleShareOfASwappingQueueIsSwappedOutNotKilled) {
   EXPECT_EQ(State(id), "running");
 }
 
+// A server restart keeps a hold: the share stays held swapped out on its card (its processes
+// paused there, told to stay out) and resumes there when capacity returns, with no work lost.
+// The hold lived only in the server's memory: after a restart the job was a plain pending job,
+// its agent was no longer told to keep the paused process, which was killed, and the job ran
+// again from its start.
+TEST_F(SwapE2eTest, AHoldSurvivesAServerRestartAndTheShareResumesIntact) {
+  const std::string script =
+      std::string(
+          "(echo 'alloc x 4MiB'; echo 'fill x 7'; echo 'threads 1 x 7'; sleep 20; "
+          "echo stop; echo 'check x 7'; echo quit) | ") +
+      CAPGPU_SWAP_PROBE;
+  Json guest = Call("POST", "/v1/jobs",
+                    {{"queue", "notebooks"},
+                     {"env", {{"LD_LIBRARY_PATH", CAPGPU_FAKE_DRIVER_DIR}}},
+                     {"command", {"sh", "-c", script}}});
+  ASSERT_TRUE(guest.contains("id")) << guest.dump();
+  const std::string id = guest["id"];
+  ASSERT_TRUE(WaitFor([&] { return Output(id).find("fill x 0") != std::string::npos; }))
+      << Output(id) << Logs();
+  Json owner = Call("POST", "/v1/jobs", {{"queue", "notebooks"}, {"command", {"sleep", "6"}}},
+                    "bob-token-1");
+  ASSERT_TRUE(owner.contains("id")) << owner.dump();
+  const std::string oid = owner["id"];
+  ASSERT_TRUE(WaitFor([&] {
+    return Job(id).value("activity", Json::object()).value("swap", "") == "swapped";
+  })) << Job(id).dump()
+      << Logs();
+  server_.reset();  // stopped while the share is held swapped out
+  StartServer();
+  if (HasFatalFailure()) return;
+  ASSERT_TRUE(WaitFor([&] { return !State(id).empty(); })) << Logs();  // answering again
+  Json held = Job(id);
+  EXPECT_EQ(held["state"], "pending") << held;
+  EXPECT_EQ(held.value("held_swapped_on", ""), "gpu-1") << held;
+  EXPECT_EQ(held.value("reason", "").rfind("SwappedOut: held swapped out since", 0), 0u) << held;
+  ASSERT_TRUE(WaitFor([&] { return !Events("kind=job.swapped_in&subject=" + id).empty(); }, 30000))
+      << Job(id).dump() << Logs();
+  ASSERT_TRUE(WaitFor([&] { return State(id) == "succeeded"; }, 30000))
+      << State(id) << Output(id) << Logs();
+  const std::string text = Output(id);
+  EXPECT_NE(text.find("errors=0"), std::string::npos) << text;
+  EXPECT_NE(text.find("check x ok"), std::string::npos) << text;
+  EXPECT_EQ(text.find("fill x 0"), text.rfind("fill x 0")) << "it ran once: " << text;
+  EXPECT_EQ(Job(id).value("preemptions", -1), 1) << Job(id).dump();
+}
+
 }  // namespace
 }  // namespace tessera

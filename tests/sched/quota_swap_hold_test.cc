@@ -250,5 +250,40 @@ TEST(QuotaSwapHold, ASharePreemptedForAPartitionIsStoppedNotHeld) {
   w.Done();
 }
 
+// After a restart the control plane puts a hold back (QuotaEngine::RestoreHold, from what it
+// stored of JobView::held_*): the share waits for its own card again, not for another, and
+// resumes there keeping its start and the time it was held. Only a pending share of a swapping
+// queue can be held; anything else is refused, changing nothing.
+TEST(QuotaSwapHold, ARestoredHoldResumesOnItsOwnCardKeepingItsStart) {
+  PolicySpec p = BasePolicy();
+  for (QueueSpec& q : p.queues) {
+    if (q.name == "inter") q.swap_overcommit_percent = 100;
+  }
+  p.queues.push_back({"inter-plain", "share16", {"a", "b"}, 0, true, C::kInteractive});
+  NodeSpec n0 = Node("n0", "inter", 1), n1 = Node("n1", "inter", 1);
+  n0.swap_mib = n1.swap_mib = 32 * kGiB;
+  World w(p, {n0, n1});
+  JobSpec held = Job("held", "inter", "b", 1, 1000);
+  held.restoring = true;
+  w.Submit(held, 0);
+  EXPECT_FALSE(w.e->RestoreHold(w.h["held"], "n9", 0, 16 * kGiB, 100, 0, 0).ok());
+  EXPECT_FALSE(w.e->RestoreHold(w.h["held"], "n0", 3, 16 * kGiB, 100, 0, 0).ok());
+  w.Submit(Job("plain", "inter-plain", "b"), 0);  // a share that does not swap
+  EXPECT_FALSE(w.e->RestoreHold(w.h["plain"], "n0", 0, 16 * kGiB, 100, 0, 0).ok());
+  w.e->Cancel(w.h["plain"], 0, "not needed");
+  ASSERT_TRUE(w.e->RestoreHold(w.h["held"], "n1", 0, 16 * kGiB, 100, 0, 50).ok());
+  EXPECT_EQ(w.View("held").held_on, "n1/gpu0");
+  EXPECT_EQ(w.View("held").wait_step, "SwappedOut");
+  // Both cards are free: it resumes on its own (n1), not on the first free one (n0).
+  w.e->RunCycle(150);
+  ASSERT_EQ(w.State("held"), JobState::kRunning) << w.View("held").wait_reason;
+  EXPECT_EQ(w.View("held").grants[0].node, "n1");
+  EXPECT_EQ(w.View("held").start_time, 0) << "it ran from t=0: no work lost";
+  // Its walltime stop moves by the 50 s held before and the 50 s of this hold.
+  EXPECT_EQ(w.View("held").stop_at, 0 + 1000 + 50 + 50);
+  EXPECT_EQ(Of(w, EventKind::kSwappedIn).size(), 1u);
+  w.Done();
+}
+
 }  // namespace
 }  // namespace tessera::quota

@@ -149,6 +149,9 @@ struct JobView {
   // memory off the device): since when, where ("node/gpu0"), and when its queue's
   // swap_hold_limit stops it (-1: no limit). -1 / "" otherwise.
   int64_t held_swapped_since = -1;
+  // Held: since when it ran (its start, kept), and the seconds it was held before this hold
+  // (not run time): what RestoreHold takes back after a restart.
+  int64_t held_start = -1, held_paused = 0;
   std::string held_on;
   int64_t hold_stop_at = -1;
   std::string wait_step;    // while pending: "Admission", "Placement", "Backfill", "Reclaim", ...
@@ -329,6 +332,12 @@ class QuotaEngine {
   // A restored job's first start, as recorded before the restart (Restore starts it at `now`):
   // max_runtime, min_runtime and lost work count from it. Ignored unless running, or when later.
   virtual void SetStartTime(int job, int64_t start) = 0;
+  // Re-enters a hold after a restart: a share preempted by swapping, pending, its processes
+  // paused on `node`'s card `device` with `memory` off the card since `held_since`, having run
+  // from `start` and been held `paused` seconds before this hold (JobView::held_*). Fails,
+  // changing nothing, unless the job is a pending share of a swapping queue and the card known.
+  virtual Status RestoreHold(int job, const std::string& node, int device, MiB memory,
+                             int64_t held_since, int64_t start, int64_t paused) = 0;
   virtual DeviceView device(const std::string& node, int index) const = 0;
 
   // Drains in progress (a device, or for an AMD memory mode its node, waiting to empty for a new

@@ -261,6 +261,34 @@ bool Engine::HoldSwappedOut(int v, int claimant, const std::string& why) {
   return true;
 }
 
+Status Engine::RestoreHold(int h, const std::string& node, int device, MiB memory,
+                           int64_t held_since, int64_t start, int64_t paused) {
+  Job& x = jobs_[h];
+  if (x.state != JobState::kPending || x.held_dev >= 0 || x.swap_oc <= 0 || x.external ||
+      std::find(x.forms.begin(), x.forms.end(), AllocationForm::kShare) == x.forms.end())
+    return Status::FailedPrecondition("job " + x.id + " is not a share of a swapping queue");
+  const auto n = node_index_.find(node);
+  if (n == node_index_.end() || device < 0 ||
+      device >= static_cast<int>(nodes_[n->second].devs.size()))
+    return Status::FailedPrecondition("job " + x.id + ": no card " + node + "/gpu" +
+                                      std::to_string(device) + " to hold it on");
+  const int dev = nodes_[n->second].devs[device];
+  x.held_dev = dev;
+  x.held_since = held_since;
+  x.held_start = start;
+  x.held_paused = paused;
+  x.held_mem = memory;
+  nodes_[n->second].held_swap_mib += memory;
+  ++devs_[dev].held;
+  x.wait_step = "SwappedOut";
+  x.wait_reason = HeldReason(x);
+  return Status::Ok();
+}
+
+std::string Engine::DevName(int d) const {
+  return nodes_[devs_[d].node].name + "/gpu" + std::to_string(devs_[d].index);
+}
+
 std::string Engine::HeldReason(const Job& j) const {
   return "held swapped out since " + T(j.held_since) + " on " + DevName(j.held_dev) +
          "; resumes there when capacity returns" +

@@ -232,6 +232,8 @@ class Engine final : public QuotaEngine {
   CycleStats RunCycle(int64_t now, const std::function<void()>& between = nullptr) override;
   int StopOverRuntime(int64_t now) override;
   void SetStartTime(int job, int64_t start) override;
+  Status RestoreHold(int job, const std::string& node, int device, MiB memory, int64_t held_since,
+                     int64_t start, int64_t paused) override;
   int64_t NextRuntimeStop() const override;
   void SetIdle(int job, int64_t idle_since) override;
   int GiveBackIdle(int64_t now) override;
@@ -297,9 +299,7 @@ class Engine final : public QuotaEngine {
     e.detail = std::move(detail);
     events_.push_back(std::move(e));
   }
-  std::string DevName(int d) const {
-    return nodes_[devs_[d].node].name + "/gpu" + std::to_string(devs_[d].index);
-  }
+  std::string DevName(int d) const;  // "node/gpuN"
   bool PoolAllows(int pool, AllocationForm f) const {
     const auto& forms = policy_.pools[pool].forms;
     return std::find(forms.begin(), forms.end(), f) != forms.end();

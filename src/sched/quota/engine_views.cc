@@ -207,6 +207,8 @@ JobView Engine::job(int handle) const {
   }
   if (j.held_dev >= 0) {
     v.held_swapped_since = j.held_since;
+    v.held_start = j.held_start;
+    v.held_paused = j.held_paused;
     v.held_on = DevName(j.held_dev);
     if (j.hold_limit > 0) v.hold_stop_at = j.held_since + j.hold_limit;
   }

@@ -284,12 +284,22 @@ void GenerateSwap(Rng& r, const HistoryOptions& o, Scenario& s) {
 }
 
 // Runtime guards on some queues: max_runtime stops long jobs, min_runtime keeps young ones from
-// being victims, preemption_delay makes a waiting job wait before it preempts.
+// being victims, preemption_delay makes a waiting job wait before it preempts, idle_timeout gives
+// back what jobs hold idle (requeued or stopped; a swapping queue's shares are swapped out), and
+// some workload entries go idle a while after each start (what their agents would report).
 void GenerateGuards(Rng& r, Scenario& s) {
   for (quota::QueueSpec& q : s.policy.queues) {
     if (r.Chance(30)) q.max_runtime_s = r.In(5, 40) * 60;
     if (q.preemptible && r.Chance(50)) q.min_runtime_s = r.In(1, 10) * 60;
     if (r.Chance(40)) q.preemption_delay_s = r.In(1, 6) * 30;
+    if (r.Chance(30)) {
+      q.idle_timeout_s = r.In(1, 10) * 60;
+      q.idle_action = r.Chance(50) ? quota::QueueSpec::IdleAction::kRequeue
+                                   : quota::QueueSpec::IdleAction::kStop;
+    }
+  }
+  for (WorkloadEntry& w : s.workload) {
+    if (r.Chance(30)) w.idle_after_s = r.In(1, 15) * 60;
   }
 }
 
@@ -380,6 +390,10 @@ std::string ScenarioYaml(const Scenario& s) {
     if (q.max_runtime_s > 0) y << ", max_runtime: " << q.max_runtime_s;
     if (q.min_runtime_s > 0) y << ", min_runtime: " << q.min_runtime_s;
     if (q.preemption_delay_s > 0) y << ", preemption_delay: " << q.preemption_delay_s;
+    if (q.idle_timeout_s > 0) {
+      y << ", idle_timeout: " << q.idle_timeout_s << ", idle_action: "
+        << (q.idle_action == quota::QueueSpec::IdleAction::kStop ? "stop" : "requeue");
+    }
     y << "}\n";
   }
   y << "class_forms:\n";
@@ -413,6 +427,7 @@ std::string ScenarioYaml(const Scenario& s) {
         y << (d ? ", " : "") << Mem(w.gpu_memory_mib[d]);
       y << "]";
     }
+    if (w.idle_after_s >= 0) y << ", idle_after: " << w.idle_after_s;
     if (!w.declare_walltime) {
       y << ", walltime: false";
     } else if (w.walltime_s >= 0) {

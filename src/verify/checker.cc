@@ -69,6 +69,8 @@ void Checker::Submitted(int handle, const quota::JobSpec& spec) {
   if (static_cast<size_t>(handle) >= wants_.size()) wants_.resize(handle + 1);
   wants_[handle] = world_.Resolve(spec);
   handle_of_[spec.id] = handle;
+  if (static_cast<size_t>(handle) >= standing_.size()) standing_.resize(handle + 1, 0);
+  standing_[handle] = next_standing_++;
 }
 
 void Checker::NodeDown(const std::string& node, bool down) {
@@ -156,10 +158,14 @@ void Checker::ReadEvents(const quota::QuotaEngine& e, int64_t now) {
         (x.kind == EventKind::kPreempted || x.kind == EventKind::kStopped ||
          x.kind == EventKind::kSwappedOut)) {
       CheckIdleEvent(x, now);  // a guard's give-back, for no claimant
+      if (x.kind == EventKind::kPreempted && h != handle_of_.end())
+        idle_requeued_.insert(h->second);  // to the back of the order once back to pending
       continue;
     }
     if (h != handle_of_.end()) {
       NotePause(x, h->second);
+      if (x.kind == EventKind::kRequeued && idle_requeued_.erase(h->second) > 0)
+        standing_[h->second] = next_standing_++;
       if (x.kind == EventKind::kSubmitted || x.kind == EventKind::kRequeued ||
           (x.kind == EventKind::kSwappedOut && !x.for_job.empty()))
         waiting_since_[h->second] = x.time;

@@ -160,6 +160,12 @@ class Checker {
   // views showed it (kept while held swapped out: it resumes with it), and since when each job
   // waits (submitted, or back to pending), from the events.
   std::map<int, int64_t> started_at_, waiting_since_;
+  // Each job's place in the order, by handle (backfill.head's "lower standing"): its submission;
+  // a job requeued for idleness goes to the back, as the engine puts it (behind the jobs waiting
+  // then), once it is back to pending.
+  std::vector<int64_t> standing_;
+  int64_t next_standing_ = 0;
+  std::set<int> idle_requeued_;
   size_t events_seen_ = 0;
   std::map<int, int64_t> owed_since_;  // liveness.start: handle -> first cycle owed
   std::vector<char> was_pending_;      // by handle, at the last look (backfill.head)

@@ -337,8 +337,8 @@ void Checker::CheckHead(const Snapshot& s, int64_t now) {
     // In a group that lists its users, its users' jobs go by each user's fair share (decayed
     // usage over weight, the engine's to weigh): only the head's own later jobs stand lower.
     const bool by_users = !world_.policy.groups[hg].members.empty() && bw.identity != hw.identity;
-    const bool lower = bw.priority < hw.priority ||
-                       (bw.priority == hw.priority && bw.group == hg && b > head && !by_users);
+    const bool lower = bw.priority < hw.priority || (bw.priority == hw.priority && bw.group == hg &&
+                                                     standing_[b] > standing_[head] && !by_users);
     if (!lower || !PoolsOverlap(bw, hw)) continue;
     if (paid.count(b)) continue;
     const int bg = bw.group;

@@ -59,25 +59,44 @@ class SwapE2eTest : public testing::ServeFixture {
     StopAgents();
     server_.reset();
   }
+  // The guest's job: 4 MiB filled with a pattern, one thread checking it in a loop for `seconds`
+  // (across a hold), then a last check; its driver calls go through the cap library. Its id, once
+  // it has filled its memory ("" and a failure otherwise).
+  std::string SubmitGuest(int seconds) {
+    const std::string script =
+        "(echo 'alloc x 4MiB'; echo 'fill x 7'; echo 'threads 1 x 7'; "
+        "sleep " +
+        std::to_string(seconds) + "; echo stop; echo 'check x 7'; echo quit) | " +
+        CAPGPU_SWAP_PROBE;
+    Json guest = Call("POST", "/v1/jobs",
+                      {{"queue", "notebooks"},
+                       {"env", {{"LD_LIBRARY_PATH", CAPGPU_FAKE_DRIVER_DIR}}},
+                       {"command", {"sh", "-c", script}}});
+    EXPECT_TRUE(guest.contains("id")) << guest.dump();
+    const std::string id = guest.value("id", "");
+    EXPECT_TRUE(WaitFor([&] { return Output(id).find("fill x 0") != std::string::npos; }))
+        << Output(id) << Logs();
+    return id;
+  }
+  // The guest resumes on its card (job.swapped_in) and finishes without an error, preempted once.
+  void ExpectResumedIntact(const std::string& id) {
+    ASSERT_TRUE(
+        WaitFor([&] { return !Events("kind=job.swapped_in&subject=" + id).empty(); }, 30000))
+        << Job(id).dump() << Logs();
+    ASSERT_TRUE(WaitFor([&] { return State(id) == "succeeded"; }, 30000))
+        << State(id) << Output(id) << Logs();
+    const std::string text = Output(id);
+    EXPECT_NE(text.find("errors=0"), std::string::npos) << text;
+    EXPECT_NE(text.find("check x ok"), std::string::npos) << text;
+    EXPECT_EQ(text.find("fill x 0"), text.rfind("fill x 0")) << "it ran once: " << text;
+    EXPECT_EQ(Job(id).value("preemptions", -1), 1) << Job(id).dump();
+  }
 };
 
 TEST_F(SwapE2eTest, AShareReclaimedOnASwappingQueueIsHeldSwappedOutAndResumesIntact) {
-  // The guest's job: 4 MiB filled with a pattern, one thread checking it in a loop for 15 s
-  // (across the hold), then a last check. Its driver calls go through the cap library.
-  const std::string script =
-      std::string(
-          "(echo 'alloc x 4MiB'; echo 'fill x 7'; echo 'threads 1 x 7'; sleep 15; "
-          "echo stop; echo 'check x 7'; echo quit) | ") +
-      CAPGPU_SWAP_PROBE;
-  Json guest = Call("POST", "/v1/jobs",
-                    {{"queue", "notebooks"},
-                     {"env", {{"LD_LIBRARY_PATH", CAPGPU_FAKE_DRIVER_DIR}}},
-                     {"command", {"sh", "-c", script}}});
-  ASSERT_TRUE(guest.contains("id")) << guest.dump();
-  const std::string id = guest["id"];
+  const std::string id = SubmitGuest(15);
+  if (HasFailure()) return;
   ASSERT_TRUE(WaitFor([&] { return State(id) == "running"; })) << State(id) << Logs();
-  ASSERT_TRUE(WaitFor([&] { return Output(id).find("fill x 0") != std::string::npos; }))
-      << Output(id) << Logs();
   // The owners' job needs the card: reclaim takes the guest's share back, holding it swapped out.
   Json owner = Call("POST", "/v1/jobs", {{"queue", "notebooks"}, {"command", {"sleep", "3"}}},
                     "bob-token-1");
@@ -103,14 +122,8 @@ TEST_F(SwapE2eTest, AShareReclaimedOnASwappingQueueIsHeldSwappedOutAndResumesInt
   };
   ASSERT_TRUE(WaitFor([&] { return owner_state() == "succeeded"; })) << owner_state() << Logs();
   // Capacity returns: it resumes on its card, and its job finishes without an error.
-  ASSERT_TRUE(WaitFor([&] { return !Events("kind=job.swapped_in&subject=" + id).empty(); }))
-      << Job(id).dump() << Logs();
-  ASSERT_TRUE(WaitFor([&] { return State(id) == "succeeded"; }, 30000))
-      << State(id) << Output(id) << Logs();
-  const std::string text = Output(id);
-  EXPECT_NE(text.find("errors=0"), std::string::npos) << text;
-  EXPECT_NE(text.find("check x ok"), std::string::npos) << text;
-  EXPECT_EQ(Job(id).value("preemptions", -1), 1) << Job(id).dump();
+  ExpectResumedIntact(id);
+  if (HasFatalFailure()) return;
   Json metrics = Call("GET", "/metrics", {}, "admin-token-1");
   const std::string m = metrics.is_string() ? metrics.get<std::string>() : metrics.dump();
   EXPECT_NE(m.find("tessera_preemptions_total{reason=\"held_swapped\"} 1"), std::string::npos)
@@ -156,19 +169,8 @@ TEST_F(SwapE2eTest, AnIdleShareOfASwappingQueueIsSwappedOutNotKilled) {
 // its agent was no longer told to keep the paused process, which was killed, and the job ran
 // again from its start.
 TEST_F(SwapE2eTest, AHoldSurvivesAServerRestartAndTheShareResumesIntact) {
-  const std::string script =
-      std::string(
-          "(echo 'alloc x 4MiB'; echo 'fill x 7'; echo 'threads 1 x 7'; sleep 20; "
-          "echo stop; echo 'check x 7'; echo quit) | ") +
-      CAPGPU_SWAP_PROBE;
-  Json guest = Call("POST", "/v1/jobs",
-                    {{"queue", "notebooks"},
-                     {"env", {{"LD_LIBRARY_PATH", CAPGPU_FAKE_DRIVER_DIR}}},
-                     {"command", {"sh", "-c", script}}});
-  ASSERT_TRUE(guest.contains("id")) << guest.dump();
-  const std::string id = guest["id"];
-  ASSERT_TRUE(WaitFor([&] { return Output(id).find("fill x 0") != std::string::npos; }))
-      << Output(id) << Logs();
+  const std::string id = SubmitGuest(20);
+  if (HasFailure()) return;
   Json owner = Call("POST", "/v1/jobs", {{"queue", "notebooks"}, {"command", {"sleep", "6"}}},
                     "bob-token-1");
   ASSERT_TRUE(owner.contains("id")) << owner.dump();
@@ -185,15 +187,7 @@ TEST_F(SwapE2eTest, AHoldSurvivesAServerRestartAndTheShareResumesIntact) {
   EXPECT_EQ(held["state"], "pending") << held;
   EXPECT_EQ(held.value("held_swapped_on", ""), "gpu-1") << held;
   EXPECT_EQ(held.value("reason", "").rfind("SwappedOut: held swapped out since", 0), 0u) << held;
-  ASSERT_TRUE(WaitFor([&] { return !Events("kind=job.swapped_in&subject=" + id).empty(); }, 30000))
-      << Job(id).dump() << Logs();
-  ASSERT_TRUE(WaitFor([&] { return State(id) == "succeeded"; }, 30000))
-      << State(id) << Output(id) << Logs();
-  const std::string text = Output(id);
-  EXPECT_NE(text.find("errors=0"), std::string::npos) << text;
-  EXPECT_NE(text.find("check x ok"), std::string::npos) << text;
-  EXPECT_EQ(text.find("fill x 0"), text.rfind("fill x 0")) << "it ran once: " << text;
-  EXPECT_EQ(Job(id).value("preemptions", -1), 1) << Job(id).dump();
+  ExpectResumedIntact(id);
 }
 
 }  // namespace

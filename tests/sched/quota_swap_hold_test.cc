@@ -26,6 +26,24 @@ std::vector<Event> Of(const World& w, EventKind k) {
   return out;
 }
 
+// The base policy with queue inter's shares swapping at `overcommit` percent, group a reserving
+// 0.2 GPU (reclaim for its share takes one of b's).
+PolicySpec SwapPolicy(int overcommit) {
+  PolicySpec p = BasePolicy();
+  p.groups[0].reservation = Gpu(200);
+  for (QueueSpec& q : p.queues) {
+    if (q.name == "inter") q.swap_overcommit_percent = overcommit;
+  }
+  return p;
+}
+
+// One node of one A100-80GB in `pool`, with `swap_mib` of swap budget.
+NodeSpec SwapNode(const std::string& pool, MiB swap_mib) {
+  NodeSpec n = Node("n0", pool, 1);
+  n.swap_mib = swap_mib;
+  return n;
+}
+
 // One A100-80GB in the share pool; queue inter swaps (overcommit 100%: caps fit the memory);
 // group b (no reservation) fills the card with five 16 GiB shares, then group a, which reserves
 // 0.2 GPU, asks for one: reclaim takes one of b's.
@@ -157,14 +175,7 @@ TEST(QuotaSwapHold, TheNodesSwapBudgetCountsWhatItHoldsAlready) {
 // and how long backfill may use the card) moves with it: it said start + walltime, the time held
 // too early, so a head was told its card would free before the share could be stopped.
 TEST(QuotaSwapHold, AResumedShareIsForecastToEndByItsWalltimePlusTheTimeItWasHeld) {
-  PolicySpec p = BasePolicy();
-  p.groups[0].reservation = Gpu(200);
-  for (QueueSpec& q : p.queues) {
-    if (q.name == "inter") q.swap_overcommit_percent = 100;
-  }
-  NodeSpec n = Node("n0", "any", 1);
-  n.swap_mib = 32 * kGiB;
-  World w(p, {n});
+  World w(SwapPolicy(100), {SwapNode("any", 32 * kGiB)});
   std::map<std::string, int64_t> end;  // each b share's start plus walltime
   for (int i = 0; i < 5; ++i) {
     const std::string id = "b" + std::to_string(i);
@@ -205,12 +216,7 @@ TEST(QuotaSwapHold, AResumedShareIsForecastToEndByItsWalltimePlusTheTimeItWasHel
 // the claimant with no victim, so preempted nothing, and the claimant, within its group's
 // reservation, waited behind a borrower's shares until they ended (a generated history, seed 840).
 TEST(QuotaSwapHold, ReclaimCountsTheNodesSwapBudgetNotTheOvercommitAlone) {
-  PolicySpec p = BasePolicy();
-  p.groups[0].reservation = Gpu(200);
-  for (QueueSpec& q : p.queues) {
-    if (q.name == "inter") q.swap_overcommit_percent = 200;
-  }
-  World w(p, {Node("n0", "inter", 1)});  // no swap budget: the shares fit the card's memory
+  World w(SwapPolicy(200), {SwapNode("inter", 0)});  // no budget: shares fit the card's memory
   for (int i = 0; i < 5; ++i) w.Submit(Job("b" + std::to_string(i), "inter", "b"), 0);
   w.e->RunCycle(0);
   for (int i = 0; i < 5; ++i) ASSERT_EQ(w.State("b" + std::to_string(i)), JobState::kRunning);
@@ -229,14 +235,7 @@ TEST(QuotaSwapHold, ReclaimCountsTheNodesSwapBudgetNotTheOvercommitAlone) {
 // back until its hold limit stopped it (a generated history, seed 2). Now it is stopped with a
 // grace, as a victim of a queue that does not swap.
 TEST(QuotaSwapHold, ASharePreemptedForAPartitionIsStoppedNotHeld) {
-  PolicySpec p = BasePolicy();
-  p.groups[0].reservation = Gpu(200);
-  for (QueueSpec& q : p.queues) {
-    if (q.name == "inter") q.swap_overcommit_percent = 100;
-  }
-  NodeSpec n = Node("n0", "any", 1);
-  n.swap_mib = 32 * kGiB;
-  World w(p, {n});
+  World w(SwapPolicy(100), {SwapNode("any", 32 * kGiB)});
   w.Submit(Job("b0", "inter", "b"), 0);
   w.e->RunCycle(0);
   ASSERT_EQ(w.State("b0"), JobState::kRunning);
@@ -255,10 +254,7 @@ TEST(QuotaSwapHold, ASharePreemptedForAPartitionIsStoppedNotHeld) {
 // resumes there keeping its start and the time it was held. Only a pending share of a swapping
 // queue can be held; anything else is refused, changing nothing.
 TEST(QuotaSwapHold, ARestoredHoldResumesOnItsOwnCardKeepingItsStart) {
-  PolicySpec p = BasePolicy();
-  for (QueueSpec& q : p.queues) {
-    if (q.name == "inter") q.swap_overcommit_percent = 100;
-  }
+  PolicySpec p = SwapPolicy(100);
   p.queues.push_back({"inter-plain", "share16", {"a", "b"}, 0, true, C::kInteractive});
   NodeSpec n0 = Node("n0", "inter", 1), n1 = Node("n1", "inter", 1);
   n0.swap_mib = n1.swap_mib = 32 * kGiB;

@@ -184,8 +184,8 @@ void CycleDriver::SwapEventLocked(Job& j, const quota::Event& e, Batch& b) {
   j.agent.swap.held_start_s = hold.held_start;
   j.agent.swap.held_paused_s = hold.held_paused;
   j.agent.swap.order = "out";
-  j.rec.reason = "SwappedOut: " + ledger_->Quota().job(j.handle).wait_reason;
-  j.preemptions = ledger_->Quota().job(j.handle).preemptions;
+  j.rec.reason = "SwappedOut: " + hold.wait_reason;
+  j.preemptions = hold.preemptions;
   j.grants.clear();
   j.node.clear();
   j.form.clear();

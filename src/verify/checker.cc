@@ -104,18 +104,23 @@ void Checker::AfterCycle(const quota::QuotaEngine& e, int64_t now) {
     if (s.jobs[h].state == JobState::kRunning && s.jobs[h].start >= 0)
       started_at_[static_cast<int>(h)] = s.jobs[h].start;
   }
-  // A share held swapped out stays on its device (paused), where alone it resumes.
-  for (const auto& [h, p] : pauses_) {
+  // A share held swapped out stays on its device (paused), where alone it resumes: the engine's
+  // view names it ("node/gpuN"), read once a hold.
+  for (auto& [h, p] : pauses_) {
     if (p.held_at < 0 || static_cast<size_t>(h) >= s.jobs.size() ||
         s.jobs[h].state != JobState::kPending)
       continue;
-    const std::string on = e.job(h).held_on;  // "node/gpuN"
-    for (size_t d = 0; d < world_.devices.size(); ++d) {
-      const DeviceInfo& di = world_.devices[d];
-      if (on != world_.nodes[di.node].name + "/gpu" + std::to_string(di.index)) continue;
-      s.jobs[h].held_on = static_cast<int>(d);
-      s.devices[d].held.push_back(h);
+    if (p.device < 0) {
+      const std::string on = e.job(h).held_on;
+      for (size_t d = 0; d < world_.devices.size() && p.device < 0; ++d) {
+        const DeviceInfo& di = world_.devices[d];
+        if (on == world_.nodes[di.node].name + "/gpu" + std::to_string(di.index))
+          p.device = static_cast<int>(d);
+      }
     }
+    if (p.device < 0) continue;
+    s.jobs[h].held_on = p.device;
+    s.devices[p.device].held.push_back(h);
   }
   for (std::map<int, int>* m : {&leaving_for_, &making_room_for_}) {
     for (auto it = m->begin(); it != m->end();) {
@@ -467,6 +472,7 @@ void Checker::NotePause(const quota::Event& x, int handle) {
     Pause& p = pauses_[handle];
     p.held_paused = p.paused;
     p.held_at = x.time;
+    p.device = -1;  // read from the engine's view at the next look
     return;
   }
   auto p = pauses_.find(handle);

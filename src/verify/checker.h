@@ -154,6 +154,7 @@ class Checker {
     int64_t paused = 0;       // held swapped out since it started, in seconds
     int64_t held_paused = 0;  // paused when it was last held
     int64_t held_at = -1;     // held swapped out since (-1: not held)
+    int device = -1;          // while held: the device it resumes on (World::devices), once read
   };
   std::map<int, Pause> pauses_;  // by handle, jobs ever held swapped out
   // guard.min_runtime and guard.preemption_delay: each running job's start as the last cycle's

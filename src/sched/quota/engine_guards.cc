@@ -273,6 +273,8 @@ Status Engine::RestoreHold(int h, const std::string& node, int device, MiB memor
     return Status::FailedPrecondition("job " + x.id + ": no card " + node + "/gpu" +
                                       std::to_string(device) + " to hold it on");
   const int dev = nodes_[n->second].devs[device];
+  if (devs_[dev].split)  // its mode changed meanwhile: the share cannot come back there
+    return Status::FailedPrecondition("job " + x.id + ": " + DevName(dev) + " is split now");
   x.held_dev = dev;
   x.held_since = held_since;
   x.held_start = start;

@@ -255,8 +255,8 @@ void GenerateSwap(Rng& r, const HistoryOptions& o, Scenario& s) {
     q.swap_overcommit_percent = 200;
     q.preemptible = true;
     q.swap_hold_limit_s = r.Chance(50) ? r.In(2, 20) * 60 : 0;
-    for (quota::NodeSpec& n : s.nodes) n.swap_mib = r.Chance(20) ? 0 : r.In(1, 3) * 32 * kGiB;
   }
+  for (quota::NodeSpec& n : s.nodes) n.swap_mib = r.Chance(20) ? 0 : r.In(1, 3) * 32 * kGiB;
   std::vector<std::string> leaves;
   for (const quota::QueueSpec& q : s.policy.queues) leaves = q.groups;
   const quota::GroupSpec* reserved = ReservedLeaf(s, leaves);

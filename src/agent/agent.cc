@@ -174,11 +174,14 @@ void Agent::RecordExit(const JobExit& e) {
            " output bytes" +
            (e.output_cut ? " (cut at the node's limit: the rest was dropped)" : ""),
        {{"job", e.id}, {"exit_code", e.exit_code}});
-  // Stopped by this agent for a partition (CheckPartition): the leader requeues it, as a lost
-  // node's, rather than take the signal for the job's own end.
+  // Stopped by this agent for a partition (CheckPartition) or as it stops (Shutdown): the leader
+  // requeues it, as a lost node's, rather than take the signal for the job's own end.
   const bool partition = partition_stopped_.erase(e.id) != 0;
+  const bool shutdown = shutdown_stopped_.erase(e.id) != 0;
   FinishedReport report{e.id, e.exit_code, e.signal, e.output_bytes,
-                        partition ? kStoppedByPartition : ""};
+                        partition  ? kStoppedByPartition
+                        : shutdown ? kStoppedByShutdown
+                                   : ""};
   report.run_ms = e.run_ms;
   KeepExit(report);
   partitions_.Release(e.id);
@@ -276,6 +279,7 @@ void Agent::Shutdown() {
   for (const RunningJob& r : running) {
     // NotFound: it ended since Running(); WaitAll below collects its exit either way.
     Status st = launcher_.Cancel(r.id, milliseconds(options_.stop_grace_ms));
+    if (st.ok()) shutdown_stopped_.insert(r.id);  // its exit says so (RecordExit)
     if (!st.ok() && st.code() != StatusCode::kNotFound)
       Warn("stopping job " + r.id + ": " + st.message(), {{"job", r.id}});
   }

@@ -200,6 +200,7 @@ class Agent {
   bool finished_in_register_ = true;  // false: this server refused `finished` in a registration
   bool stopped_by_taken_ = true;      // false: this server refused `stopped_by` (before the field)
   std::set<std::string> partition_stopped_;  // stopped by CheckPartition, exit not yet recorded
+  std::set<std::string> shutdown_stopped_;   // stopped by Shutdown, exit not yet recorded
 };
 
 }  // namespace tessera::agent::internal

@@ -96,9 +96,10 @@ class AgentExecutor {
   // requeued (if its queue says so) or ended as lost, for `why`.
   void LoseJobLocked(const Job& j, const std::string& node, const std::string& why, Batch& b);
   // The part of `j` on `node` ended with `code` and `sig`, after `run_ms` by the agent's clock
-  // (protocol 5; absent: an older agent's report, or a part that never started).
+  // (protocol 5; absent: an older agent's report, or a part that never started); `shutdown`: its
+  // agent stopped it as it was itself stopped (protocol 6), which the reason says.
   void FinishPartLocked(const Job& j, const std::string& node, int code, int sig, Batch& b,
-                        std::optional<int64_t> run_ms = std::nullopt);
+                        std::optional<int64_t> run_ms = std::nullopt, bool shutdown = false);
   // A `finished` entry of `node`'s agent: the part's end (FinishPartLocked), or, stopped by the
   // agent itself for a partition (`stopped_by`), the job lost there as on a lost node.
   void FinishReportedLocked(const Job& j, const std::string& node, const Json& f, Batch& b);

@@ -145,7 +145,7 @@ Result<Json> AgentExecutor::RegisterNode(const Identity& who, const Json& body) 
 }
 
 void AgentExecutor::FinishPartLocked(const Job& j, const std::string& node, int code, int sig,
-                                     Batch& b, std::optional<int64_t> run_ms) {
+                                     Batch& b, std::optional<int64_t> run_ms, bool shutdown) {
   port_->AgentSideOf(j).parts_done.insert(node);
   bool all_done = true;
   for (const std::string& n : NodesOf(j)) all_done = all_done && j.agent.parts_done.count(n);
@@ -174,6 +174,8 @@ void AgentExecutor::FinishPartLocked(const Job& j, const std::string& node, int 
                        : sig != 0  ? "killed by signal " + std::to_string(sig)
                        : code != 0 ? "exit code " + std::to_string(code)
                                    : "";
+  if (failed && shutdown && !j.cancel_requested && !j.guard_stopped)
+    reason = "stopped as its agent on node '" + node + "' was shut down (" + reason + ")";
   if (failed && NodesOf(j).size() > 1) reason += " (part on " + node + ")";
   if (!port_->End(j, state, JobCause::kExited, reason)) return;
   port_->SetExitCode(j, code);

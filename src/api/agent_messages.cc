@@ -139,11 +139,13 @@ Status CheckHeartbeatJobs(const Json& body) {
            "swap", "swapped_mib", "swapped", "stopped_by", "run_ms"},
           std::string("heartbeat: a '") + key + "' entry");
       if (!known.ok()) return known;
-      // Why the agent stopped a job itself: only "partition" (docs/agent-protocol.md, "Faults").
+      // Why the agent stopped a job itself (docs/agent-protocol.md, "Faults").
       if (e.contains("stopped_by") &&
-          (std::string(key) != "finished" || e["stopped_by"] != kStoppedByPartition)) {
-        return Status::InvalidArgument(std::string("'") + key +
-                                       ".stopped_by' must be \"partition\" in a 'finished' entry");
+          (std::string(key) != "finished" ||
+           (e["stopped_by"] != kStoppedByPartition && e["stopped_by"] != kStoppedByShutdown))) {
+        return Status::InvalidArgument(
+            std::string("'") + key +
+            ".stopped_by' must be \"partition\" or \"shutdown\" in a 'finished' entry");
       }
       // How long the job ran, by the node's monotonic clock (protocol 5): a finished entry's.
       if (e.contains("run_ms") &&

@@ -89,7 +89,8 @@ void AgentExecutor::FinishReportedLocked(const Job& j, const std::string& node, 
   // the leader again before it released the node's jobs (MarkLostLocked): the job did not end,
   // it was lost on the node; requeued (or lost) as its queue says, not failed for the signal.
   // Cancelled, preempted or stopped by a guard meanwhile, the stop is the one ordered.
-  if (f.value("stopped_by", "") == kStoppedByPartition && !j.cancel_requested && !j.guard_stopped &&
+  const std::string by = f.value("stopped_by", "");
+  if (by == kStoppedByPartition && !j.cancel_requested && !j.guard_stopped &&
       j.state != JobState::kPreempting) {
     LoseJobLocked(j, node,
                   "its agent on node '" + node +
@@ -108,7 +109,10 @@ void AgentExecutor::FinishReportedLocked(const Job& j, const std::string& node, 
   }
   std::optional<int64_t> run_ms;  // checked by CheckHeartbeatJobs: 0 to INT64_MAX
   if (f.contains("run_ms")) run_ms = f["run_ms"].get<int64_t>();
-  FinishPartLocked(j, node, f.value("exit_code", -1), f.value("signal", 0), b, run_ms);
+  // Stopped as its agent was stopped (an upgrade, a reboot, Ctrl-C on `tessera up`): it ends as
+  // it ended, never run again from scratch, and its reason says why (not a bare signal).
+  FinishPartLocked(j, node, f.value("exit_code", -1), f.value("signal", 0), b, run_ms,
+                   by == kStoppedByShutdown);
 }
 
 void AgentExecutor::LoseJobLocked(const Job& j, const std::string& node, const std::string& why,

@@ -14,6 +14,8 @@
 // Version 5 adds a `finished` entry's `run_ms` (how long the job ran, by the agent's monotonic
 // clock): a job that ends before any heartbeat lists it running gets its start from it. A server
 // serving 1-4 refuses a version-5 agent the same way; this one takes `run_ms` from any version.
+// Version 6 adds the `finished` entry's `"stopped_by": "shutdown"` (the agent stopped the job as it
+// was itself stopped); a server serving 1-5 refuses a version-6 agent the same way.
 //
 // Thread-safety: constants and a pure function.
 #pragma once
@@ -23,7 +25,7 @@
 
 namespace tessera {
 
-inline constexpr int64_t kAgentProtocolVersion = 5;
+inline constexpr int64_t kAgentProtocolVersion = 6;
 inline constexpr int64_t kAgentProtocolMinServed = 1;
 // The version of a registration without a `protocol` field.
 inline constexpr int64_t kAgentProtocolUnversioned = 1;
@@ -33,6 +35,10 @@ inline constexpr int64_t kAgentProtocolUnversioned = 1;
 // the job itself, cut off from every server for partition_stop_ms. The job did not end: the
 // leader requeues it (or ends it lost), as a lost node's.
 inline constexpr const char* kStoppedByPartition = "partition";
+// The agent stopped the job as its operator stopped the agent (SIGTERM: an upgrade, a reboot;
+// protocol 6). It ends as it ended (never run again from scratch), its reason naming the
+// shutdown rather than a bare signal.
+inline constexpr const char* kStoppedByShutdown = "shutdown";
 
 // Every refusal of a version starts with this: the agent recognizes it and exits.
 inline constexpr const char* kAgentProtocolRefusalPrefix = "agent protocol ";

@@ -416,6 +416,26 @@ TEST(AgentFaults, APartitionStopOutlivesARestartOfTheAgent) {
   EXPECT_EQ(agent->Stop(), 0);
 }
 
+// An agent stopped by its operator (SIGTERM: an upgrade, a reboot) stops its jobs and reports
+// them in its last heartbeat saying why (`stopped_by: shutdown`), so that the leader requeues
+// them (or ends them lost) rather than take the signal for their own failure. A job that ended on
+// its own before is reported as it ended.
+TEST(AgentFaults, AStoppedAgentReportsTheJobsItStoppedAsStoppedForTheShutdown) {
+  TempDir dir;
+  FaultyControlPlane cp;
+  Agent agent(cp.url(), dir.path());
+  cp.Start("s1", Sh("exec sleep 30"));
+  cp.Start("own", Sh("exit 3"));
+  int pid = 0;
+  ASSERT_TRUE(WaitFor([&] { return (pid = cp.Pid("s1")) > 0 && cp.Acked("own"); }, 10s));
+  EXPECT_EQ(agent.Stop(), 0);
+  EXPECT_NE(kill(pid, 0), 0) << "the job outlived its agent";
+  EXPECT_EQ(cp.Finished("s1").value("stopped_by", ""), "shutdown") << cp.Finished("s1").dump();
+  EXPECT_EQ(cp.Finished("s1")["signal"], SIGTERM) << cp.Finished("s1").dump();
+  EXPECT_FALSE(cp.Finished("own").contains("stopped_by")) << cp.Finished("own").dump();
+  EXPECT_EQ(cp.Violations(), std::vector<std::string>{});
+}
+
 // A server from before `stopped_by` refuses a heartbeat that carries it (400, unknown field):
 // the agent reports its exits without the field from then on, rather than retry the refused
 // body forever (that server takes the exit for the job's end, as before the field).

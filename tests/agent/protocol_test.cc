@@ -240,7 +240,11 @@ TEST(AgentProtocol, FinishedInRegistrationEpochAndPartitionStop) {
   j = json::parse(RegisterBody(inv, true, {}, {timed}));
   EXPECT_EQ(j["finished"][0]["run_ms"], 1500) << j.dump();
   EXPECT_EQ(json::parse(HeartbeatBody("host-a", {}, {timed}))["finished"][0]["run_ms"], 1500);
-  EXPECT_EQ(j["protocol"], 5);
+  EXPECT_EQ(j["protocol"], 6);
+  // Protocol 6: a job the agent stopped as it was itself stopped says so.
+  FinishedReport stopped{"j-3", 143, 0, 0, kStoppedByShutdown};
+  EXPECT_EQ(json::parse(HeartbeatBody("host-a", {}, {stopped}))["finished"][0]["stopped_by"],
+            "shutdown");
 
   Result<RegisterReply> r = ParseRegisterReplyFields(R"({"ok": true, "heartbeat_ms": 250})", 1000);
   ASSERT_TRUE(r.ok());

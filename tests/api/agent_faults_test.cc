@@ -181,6 +181,41 @@ TEST_F(AgentFaultsTest, AJobItsAgentStoppedForAPartitionIsRequeuedNotFailed) {
   ASSERT_TRUE(engine_->CheckInvariants().ok());
 }
 
+// An agent stopped by its operator (SIGTERM: an upgrade, a reboot, Ctrl-C on `tessera up`) stops
+// its jobs first. Their end was recorded as a bare signal ("killed by signal 15"), as if the job
+// itself had failed. The agent says why (`stopped_by: shutdown`): the job ends (never run again
+// from scratch, issue 33) and its reason names the shutdown; one that ended well meanwhile (exit
+// 0, no signal) succeeded, as it said.
+TEST_F(AgentFaultsTest, AJobStoppedByItsAgentsShutdownEndsSayingSo) {
+  Start("agent-shutdown-stop", kConfig);
+  ASSERT_TRUE(RegisterWith("n1", Json::object()).ok());
+  const std::string a = RunOne();
+  Heartbeat("n1", {{"finished",
+                    {{{"job", a}, {"exit_code", 0}, {"signal", 15}, {"stopped_by", "shutdown"}}}}});
+  Json job = *engine_->views().GetJob(Who("admin"), a);
+  EXPECT_EQ(job["state"], "failed") << job.dump();
+  EXPECT_EQ(job.value("reason", ""),
+            "stopped as its agent on node 'n1' was shut down (killed by signal 15)")
+      << job.dump();
+  auto events = (*engine_->views().Events(Who("admin"), 0, 1000,
+                                          store::EventFilter{"job.failed", a, ""}))["events"];
+  ASSERT_EQ(events.size(), 1u) << events.dump();
+  EXPECT_NE(events[0].value("reason", "").find("shut down"), std::string::npos) << events.dump();
+
+  // One that ended well as the agent stopped: succeeded, as it said.
+  const std::string c = RunOne();
+  Heartbeat("n1", {{"finished",
+                    {{{"job", c}, {"exit_code", 0}, {"signal", 0}, {"stopped_by", "shutdown"}}}}});
+  EXPECT_EQ(State(c), "succeeded");
+  // Another reason is still refused, naming the field.
+  auto bad = engine_->agents().Heartbeat(
+      Who("agent"), {{"node", "n1"}, {"finished", {{{"job", c}, {"stopped_by", "reboot"}}}}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("finished.stopped_by"), std::string::npos)
+      << bad.status().message();
+  ASSERT_TRUE(engine_->CheckInvariants().ok());
+}
+
 // Found by the protocol fault harness (tests/agent/protocol_faults_test.cc): a node taken for
 // lost had its job requeued and placed on the same node again; the agent then stopped the old
 // process (absent from may_run) and reported its exit 143, which the leader took for the new

@@ -124,6 +124,9 @@ TEST_F(UpTest, CtrlCLetsTheAgentReportItsRunningJobSoItIsNeverRunAgain) {
       << first_log << "\n--- second up:\n"
       << again.Log();
   EXPECT_EQ(Runs(id), 1);
+  // Its reason says why it ended: the agent was shut down (not a bare "killed by signal 15").
+  const Json ended = Call("GET", "/v1/jobs/" + id, Alice());
+  EXPECT_NE(ended.value("reason", "").find("was shut down"), std::string::npos) << ended.dump();
   std::printf("[up] Ctrl-C: stopped in %.2f s; after the restart job %s is %s, ran %d time(s)\n",
               stopped_s, id.c_str(), state.c_str(), Runs(id));
 }

@@ -379,8 +379,13 @@ Json AgentExecutor::OrdersLocked(const NodeInfo& n, Batch& b, int64_t durable) {
   Json start = Json::array(), cancel = Json::array(), may_run = Json::array();
   const int64_t preempt_grace_ms = config_.policy.grace_seconds * 1000;
   Json swap = Json::object();
+  std::vector<std::string> unstarted;  // preempted before any start went out: requeued below
   for (const std::string& id : port_->Jobs().OnNode(node)) {
     const Job& j = port_->Jobs().Get(id);
+    if (j.state == JobState::kPreempting && j.agent.preempted_unstarted && on_node(j)) {
+      unstarted.push_back(id);  // nothing of it runs: no exit will come to end the preemption
+      continue;
+    }
     if (j.state == JobState::kPending && !j.agent.swap.held_on.empty()) {
       // Held swapped out here: its processes stay, paused, until it resumes or is stopped.
       if (j.agent.swap.held_on == node) {
@@ -429,6 +434,15 @@ Json AgentExecutor::OrdersLocked(const NodeInfo& n, Batch& b, int64_t durable) {
       cancel.push_back({{"job", id}, {"grace_ms", preempt_grace_ms}});
     } else if (j.cancel_requested) {
       cancel.push_back({{"job", id}, {"grace_ms", config_.cancel_grace_ms}});
+    }
+  }
+  for (const std::string& id : unstarted) {
+    const Job& j = port_->Jobs().Get(id);
+    if (j.cancel_requested) {
+      if (port_->End(j, JobState::kCancelled, JobCause::kCancelled, "cancelled"))
+        b.Add(EventAt(port_->NowMs(), "engine", "job.cancelled", id, "cancelled"), &j);
+    } else {
+      port_->Stopped(j, b);  // job.requeued: pending again, its submit time kept
     }
   }
   Json orders = {{"start", start}, {"cancel", cancel}, {"may_run", may_run}};

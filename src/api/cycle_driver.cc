@@ -88,13 +88,16 @@ void CycleDriver::TranslateLocked(size_t from, Batch& b) {
               &j);
         break;
       }
-      case quota::EventKind::kPreempted:
+      case quota::EventKind::kPreempted: {
+        const bool placed = j.state == JobState::kPlaced;
         if (!ledger_->Transition(j, JobState::kPreempting, JobCause::kPreempted)) break;
+        if (j.ext.backend.empty()) NoteUnstartedPartsLocked(j, placed);
         CountEventLocked(e, &j);
         j.rec.reason = "preempted: " + e.detail;
         b.Add(EventAt(now, "engine", "job.preempted", j.rec.id, e.detail, {{"group", e.group}}),
               &j);
         break;
+      }
       case quota::EventKind::kStopped:
         if (!j.agent.swap.held_on.empty()) {  // held swapped out past its queue's swap_hold_limit
           SwapEventLocked(j, e, b);
@@ -120,6 +123,7 @@ void CycleDriver::TranslateLocked(size_t from, Batch& b) {
         j.node.clear();
         j.form.clear();
         j.agent.parts_done.clear();
+        j.agent.preempted_unstarted = false;
         j.agent.pid = 0;
         j.agent.activity.last_active_ms = 0;
         j.agent.activity.idle = false;
@@ -135,6 +139,22 @@ void CycleDriver::TranslateLocked(size_t from, Batch& b) {
     }
   }
   ledger_->Cycle().ClearEvents();  // recorded (or the server's own): marks start again from 0
+}
+
+void CycleDriver::NoteUnstartedPartsLocked(Job& j, bool placed) {
+  // A gang's parts never ordered to start have no process to report an end: done already. A job
+  // with nothing left to report (placed: no start went out) is requeued by its node's next orders.
+  const std::vector<std::string> nodes = NodesOf(j);
+  if (!placed && nodes.size() < 2) return;  // its start went out: its exit ends the preemption
+  bool all_done = true;
+  for (const std::string& n : nodes) {
+    if (placed || !j.agent.parts_done.count("sent:" + n)) j.agent.parts_done.insert(n);
+    all_done = all_done && j.agent.parts_done.count(n);
+  }
+  if (placed || all_done) {
+    j.agent.parts_done.clear();  // its node's orders look at it once more, to requeue it
+    j.agent.preempted_unstarted = true;
+  }
 }
 
 void CycleDriver::SwapEventLocked(Job& j, const quota::Event& e, Batch& b) {

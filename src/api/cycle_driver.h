@@ -40,6 +40,9 @@ class CycleDriver {
   // The quota engine's events since `from` as job changes and events in `b` (a cycle's, or an
   // eviction's, requeue's or stop's made outside one); the events are then cleared.
   void TranslateLocked(size_t from, Batch& b);
+  // A job just preempted (`placed`: before any start order went out): marks its parts that
+  // never started as done, and the job as preempted_unstarted where nothing of it runs.
+  void NoteUnstartedPartsLocked(Job& j, bool placed);
   // When the cycle runs: wanted, due, or run by a submission.
   CyclePacer& pacer() { return pacer_; }
 

@@ -105,6 +105,10 @@ struct Job {
     // Per node of the job: "NODE" once its processes there ended, "sent:NODE" once a gang part
     // was ordered to start there.
     std::set<std::string> parts_done;
+    // Preempted before any of its processes was ordered to start (placed, or a gang whose every
+    // started part had ended): nothing of it runs, so no exit will end the preemption; the next
+    // orders of its node requeue it (OrdersLocked). Not stored: recovery requeues such a job.
+    bool preempted_unstarted = false;
     int64_t pid = 0;
     // Telemetry: the last time its devices or processes showed activity (its start until a
     // report says so), whether it is "held but idle" (no activity for idle_after; a job.idle

@@ -90,6 +90,13 @@ TEST_F(HealthIsolationTest, AnUnhealthyDeviceTakesNoWorkAndItsJobIsRequeued) {
   ASSERT_TRUE(engine_->RunCycle().ok());
   EXPECT_EQ(Job(a)["placement"]["devices"][0]["index"], 1);
   EXPECT_EQ(Job(b)["state"], "pending") << "device 0 is unhealthy";
+  // a starts and runs (a job preempted before its start went out is requeued at once instead).
+  ASSERT_TRUE(engine_->agents().Heartbeat(Who("agent"), {{"node", "n1"}}).ok());
+  ASSERT_TRUE(
+      engine_->agents()
+          .Heartbeat(Who("agent"), {{"node", "n1"}, {"running", {{{"job", a}, {"pid", 7}}}}})
+          .ok());
+  ASSERT_EQ(Job(a)["state"], "running") << Job(a).dump();
   // Healthy again: it takes b; then device 1 turns unhealthy with a's job on it.
   auto hb = engine_->agents().Heartbeat(
       Who("agent"), {{"node", "n1"},

@@ -135,5 +135,50 @@ TEST_F(DrainRestartTest, ACancelDuringAPreemptionEndsTheJob) {
   EXPECT_EQ(Job(batch)["state"], "cancelled");
 }
 
+// Found by a new user's run of `tessera up`: a job preempted while placed, before any start order
+// went out, stayed `preempting` with its card held until the server restarted: its agent never
+// heard of it, so no exit ever came to end the preemption (and a cancel only said "cancel
+// requested"). It holds nothing on the node: pending again at the node's next heartbeat, and the
+// job it was preempted for gets the card.
+TEST_F(DrainRestartTest, AJobPreemptedBeforeItsStartWentOutIsRequeuedNotHeldForever) {
+  RegisterTheNode();
+  std::string batch =
+      (*engine_->Submit(admin(), {{"queue", "batch"}, {"command", {"sleep", "1000"}}}))["id"];
+  ASSERT_EQ(Job(batch)["state"], "placed");
+  now_ += 1000;
+  std::string serve =
+      (*engine_->Submit(admin(), {{"queue", "serve"}, {"command", {"true"}}}))["id"];
+  ASSERT_EQ(Job(batch)["state"], "preempting") << Job(batch).dump();
+  Json orders = Heartbeat();  // the agent runs nothing: no start of `batch` ever went out
+  for (const Json& c : orders["cancel"]) EXPECT_NE(c["job"], batch) << orders.dump();
+  for (const Json& st : orders["start"]) EXPECT_NE(st["job"], batch) << orders.dump();
+  EXPECT_EQ(Job(batch)["state"], "pending") << Job(batch).dump();
+  EXPECT_EQ(Count("job.requeued"), 1);
+  for (int i = 0; i < 3 && Job(serve)["state"] == "pending"; ++i) {
+    now_ += 1000;
+    ASSERT_TRUE(engine_->RunCycle().ok());
+    Heartbeat();
+  }
+  EXPECT_NE(Job(serve)["state"], "pending") << Job(serve).dump();
+  EXPECT_EQ(Job(batch)["state"], "pending") << Job(batch).dump();
+  ASSERT_TRUE(engine_->CheckInvariants().ok());
+}
+
+// Cancelled while so preempted, it ends cancelled at its node's next heartbeat (it only said
+// "cancel requested", and stayed).
+TEST_F(DrainRestartTest, AJobPreemptedBeforeItsStartAndCancelledEndsCancelled) {
+  RegisterTheNode();
+  std::string batch =
+      (*engine_->Submit(admin(), {{"queue", "batch"}, {"command", {"sleep", "1000"}}}))["id"];
+  now_ += 1000;
+  ASSERT_TRUE(engine_->Submit(admin(), {{"queue", "serve"}, {"command", {"true"}}}).ok());
+  ASSERT_EQ(Job(batch)["state"], "preempting") << Job(batch).dump();
+  ASSERT_TRUE(engine_->Cancel(admin(), batch).ok());
+  Heartbeat();
+  EXPECT_EQ(Job(batch)["state"], "cancelled") << Job(batch).dump();
+  EXPECT_EQ(Count("job.requeued"), 0);
+  ASSERT_TRUE(engine_->CheckInvariants().ok());
+}
+
 }  // namespace
 }  // namespace tessera::api

@@ -158,6 +158,16 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
               413, "application/json", ErrorBody(TooLarge(server_->options.max_body_bytes)), {}},
           11, false, RefusedEntry());
     }
+    if (ec == http::error::buffer_overflow) {
+      // Nothing more is read: the connection closes after the answer.
+      return Send(HttpResponse{400,
+                               "application/json",
+                               ErrorBody("malformed HTTP request: a header or chunk header line "
+                                         "longer than " +
+                                         std::to_string(kMaxBufferedBytes) + " bytes"),
+                               {}},
+                  11, false, RefusedEntry());
+    }
     if (ec) {
       return Send(HttpResponse{400, "application/json", ErrorBody("malformed HTTP request"), {}},
                   11, false, RefusedEntry());
@@ -317,9 +327,13 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   }
 
   static constexpr size_t kMaxHeaderBytes = 64 * 1024;
+  // What the parser may hold unparsed: a whole header, or a chunk header and some body. Without a
+  // limit a chunk header that never ended (an endless chunk extension) was buffered whole: one
+  // request without a token took gigabytes.
+  static constexpr size_t kMaxBufferedBytes = kMaxHeaderBytes + 64 * 1024;
 
   Stream stream_;
-  beast::flat_buffer buffer_;
+  beast::flat_buffer buffer_{kMaxBufferedBytes};
   std::optional<BeastRequestParser> parser_;
   http::response<http::string_body> res_;
   HttpServer::Impl* server_;

@@ -298,6 +298,45 @@ TEST_F(HostileRequestTest, ArbitraryBytesOnEveryRouteFromEveryRoleNeverGetA5xx) 
 // An identity's requests in the server at once are bounded (max_requests_per_identity): past its
 // slots it gets 429 with Retry-After at once; a slot comes back with each answer; agents and
 // other identities are not counted against it.
+// The red team's one request that took gigabytes: a chunked body whose chunk header never ends
+// (a chunk extension of endless bytes, no CRLF), without a token. The parser waited for the end
+// of the line in a read buffer without a limit: 3 GB resident after 2 GiB sent, kept after the
+// connection closed. The buffer has a limit now: the server stops reading at once and answers
+// 400; a sender gets nowhere near the 64 MiB it tries to send.
+TEST_F(HostileRequestTest, AChunkHeaderThatNeverEndsIsRefusedNotBuffered) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  timeval tv{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port_));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  const std::string head =
+      "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1;";
+  ASSERT_EQ(send(fd, head.data(), head.size(), MSG_NOSIGNAL), static_cast<ssize_t>(head.size()));
+  const std::string junk(64 * 1024, 'a');
+  int64_t sent = 0;
+  while (sent < 64 * 1024 * 1024) {
+    const ssize_t n = send(fd, junk.data(), junk.size(), MSG_NOSIGNAL);
+    if (n <= 0) break;  // closed by the server, or it stopped reading (the send timed out)
+    sent += n;
+  }
+  std::string got;
+  char buf[4096];
+  for (ssize_t n; got.find("\r\n") == std::string::npos && (n = recv(fd, buf, sizeof buf, 0)) > 0;)
+    got.append(buf, static_cast<size_t>(n));
+  close(fd);
+  // What the kernel's socket buffers hold is all the server does not read.
+  EXPECT_LT(sent, 32 * 1024 * 1024) << "the server read " << sent << " bytes of one chunk header";
+  if (!got.empty()) {
+    EXPECT_EQ(got.rfind("HTTP/1.1 400", 0), 0u) << got;
+  }
+  ExpectReadsAnswer("after the endless chunk header");
+}
+
 TEST(RequestSlots, AnIdentityHoldsAtMostItsSlots) {
   RequestSlots slots(2);
   EXPECT_TRUE(slots.Acquire("alice"));

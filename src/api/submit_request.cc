@@ -180,6 +180,12 @@ Status ReadNeeds(const Json& body, const quota::ProfileSpec& prof, quota::JobSpe
   if (!cpu.ok()) return cpu.status();
   auto memory = quantity("memory", true, prof.memory_mib);
   if (!memory.ok()) return memory.status();
+  // Asked for, host CPU and memory are above 0: at 0 nothing is counted against the group's
+  // limit and the node sets no cgroup limit ("max"), so a job so asked took as much as it liked.
+  if (body.contains("cpu") && *cpu <= 0)
+    return Status::InvalidArgument("'cpu' must be above 0 (e.g. \"100m\", a tenth of a core)");
+  if (body.contains("memory") && *memory <= 0)
+    return Status::InvalidArgument("'memory' must be above 0 (e.g. \"256MiB\")");
   auto fraction =
       quantity("gpu_fraction", false, gpus > 0 && prof.gpu_count == 0 ? kWholeGpu : prof.gpu_milli);
   if (!fraction.ok()) return fraction.status();

@@ -242,6 +242,16 @@ TEST_F(EngineTest, BadSubmissionsAreRefusedAndChangeNothing) {
        {{"queue", "training"}, {"command", {"true"}}, {"gpus", 2}, {"gpu_fraction", "0.5"}},
        StatusCode::kInvalidArgument,
        "'gpu_fraction' is for a job of 1 GPU ('gpus' is 2)"},
+      // Once taken (the red team): no CPU or memory counted against the group's limit, and no
+      // cgroup limit on the node (0 is "max" there): forty such jobs ran where twenty fit.
+      {"alice",
+       {{"queue", "notebooks"}, {"command", {"true"}}, {"cpu", "0"}},
+       StatusCode::kInvalidArgument,
+       "'cpu' must be above 0"},
+      {"alice",
+       {{"queue", "notebooks"}, {"command", {"true"}}, {"memory", "0B"}},
+       StatusCode::kInvalidArgument,
+       "'memory' must be above 0"},
       {"alice",
        {{"queue", "notebooks"}, {"command", {"true"}}, {"class", 5}},
        StatusCode::kInvalidArgument,

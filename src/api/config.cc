@@ -359,12 +359,15 @@ static Status CheckIdentityGroups(const EngineConfig& c) {
 }
 
 // The Unix account `id`'s jobs run under outside run_as_root queues: its own run_as, else its
-// first group's, else its own name (when that is an account name; "" otherwise).
+// first group's, else its own name (when that is an account name; "" otherwise). Not so for an
+// identity of the provider: its name is a username its person may choose (`daemon`, a
+// colleague's account), so only the account claim (its run_as) or its group's run_as count.
 std::string EngineConfig::AccountOf(const Identity& id, const std::string& group) const {
   if (!id.run_as.empty()) return id.run_as;
   const quota::GroupSpec* g =
       FindGroup(group.empty() && !id.groups.empty() ? id.groups.front() : group);
   if (g != nullptr && !g->run_as.empty()) return g->run_as;
+  if (!id.subject.empty()) return "";
   return IsUnixAccountName(id.name) && id.name != "root" ? id.name : "";
 }
 

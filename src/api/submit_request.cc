@@ -333,10 +333,15 @@ Result<PendingSubmit> PrepareSubmit(const EngineConfig& config, const Identity& 
       config.FindRoute(qname)->run_as_root ? "root" : config.AccountOf(who, *group);
   if (run_as.empty()) {
     return Status::FailedPrecondition(
-        "'" + who.name +
-        "' has no Unix account to run jobs under: its name is not an account name "
-        "and neither it nor group '" +
-        *group + "' sets run_as");
+        "'" + who.name + "' has no Unix account to run jobs under: " +
+        (who.subject.empty()
+             ? "its name is not an account name and neither it nor group '" + *group +
+                   "' sets run_as"
+             : (config.oidc.account_claim.empty()
+                    ? std::string("the config maps no token claim to an account "
+                                  "(oidc.account_claim)")
+                    : "the provider's token has no '" + config.oidc.account_claim + "' claim") +
+                   " and group '" + *group + "' sets no run_as"));
   }
   spec["run_as"] = run_as;
   if (!mig_profile->empty()) spec["mig_profile"] = *mig_profile;

@@ -268,6 +268,31 @@ TEST_F(EngineTest, BadSubmissionsAreRefusedAndChangeNothing) {
   for (const auto& e : (*ev)["events"]) EXPECT_NE(e["kind"], "job.submitted");
 }
 
+// The red team: a person signed in through the provider had their jobs run as the account named
+// like their provider username (no account claim in the token), which the person may choose:
+// `daemon`, or a colleague's `run_as` account, whose jobs' environments they could then read. A
+// provider identity's account comes from the account claim or its group's run_as alone; a
+// static identity's name is still its account (the config's author chose it).
+TEST_F(EngineTest, AProviderIdentityIsNeverRunAsTheAccountNamedLikeItsUsername) {
+  Identity from_provider;
+  from_provider.name = "daemon";
+  from_provider.subject = "c0ffee-1";
+  from_provider.role = Role::kUser;
+  from_provider.groups = {"research"};
+  auto r = engine_->Submit(from_provider, {{"queue", "notebooks"}, {"command", {"true"}}});
+  ASSERT_FALSE(r.ok()) << r->dump();
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("no Unix account"), std::string::npos)
+      << r.status().message();
+  from_provider.run_as = "nobody";  // the token's account claim
+  r = engine_->Submit(from_provider, {{"queue", "notebooks"}, {"command", {"true"}}});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)["spec"]["run_as"], "nobody");
+  r = engine_->Submit(Who("alice"), {{"queue", "notebooks"}, {"command", {"true"}}});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)["spec"]["run_as"], "alice");
+}
+
 // Versions (docs/agent-protocol.md): a registration without `protocol` is version 1 (an agent of
 // the release before versions) and is served, as is the current version; a version outside the
 // served range is refused (409) naming both the agent's version and the range, and the node is

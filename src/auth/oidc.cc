@@ -2,6 +2,7 @@
 #include "auth/oidc.h"
 
 #include <algorithm>
+#include <chrono>
 #include <ctime>
 
 #include "net/http_client.h"
@@ -87,6 +88,15 @@ Fetcher HttpFetcher(const std::string& ca_file) {
 OidcVerifier::OidcVerifier(OidcSettings settings, Fetcher fetch)
     : settings_(std::move(settings)), fetch_(std::move(fetch)) {}
 
+OidcVerifier::~OidcVerifier() {
+  std::thread t;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    t = std::move(fetcher_);
+  }
+  if (t.joinable()) t.join();
+}
+
 bool OidcVerifier::FirstSignIn(const std::string& subject) {
   std::lock_guard<std::mutex> lock(mu_);
   return signed_in_.insert(subject).second;
@@ -104,6 +114,12 @@ Result<Json> OidcVerifier::Discovery() {
 
 Result<Json> OidcVerifier::DiscoveryLocked() {
   if (discovery_) return *discovery_;
+  Result<Json> d = FetchDiscovery();
+  if (d.ok()) discovery_ = *d;
+  return d;
+}
+
+Result<Json> OidcVerifier::FetchDiscovery() const {
   std::string issuer = settings_.issuer;
   while (!issuer.empty() && issuer.back() == '/') issuer.pop_back();
   auto body = fetch_(issuer + "/.well-known/openid-configuration");
@@ -116,21 +132,48 @@ Result<Json> OidcVerifier::DiscoveryLocked() {
                             d.value("issuer", "") + "', not the configured '" + settings_.issuer +
                             "'");
   }
-  discovery_ = d;
   return d;
 }
 
-Status OidcVerifier::FetchKeysLocked(int64_t now_ms) {
-  auto d = DiscoveryLocked();
-  if (!d.ok()) return d.status();
-  auto body = fetch_((*d)["jwks_uri"].get<std::string>());
+bool OidcVerifier::StartFetchLocked(int64_t now_ms) {
+  if (fetching_) return false;
+  fetching_ = true;
   keys_at_ms_ = now_ms;  // a failed fetch, too, waits kMinRefetchMs before the next
   ++key_fetches_;
-  if (!body.ok()) return body.status();
-  auto set = KeySet::Parse(Json::parse(*body, nullptr, false));
-  if (!set.ok()) return Status::Internal("identity provider: " + set.status().message());
-  keys_ = std::move(*set);
-  return Status::Ok();
+  if (fetcher_.joinable()) fetcher_.join();  // ended: fetching_ was false
+  fetcher_ = std::thread([this] { FetchKeys(); });
+  return true;
+}
+
+void OidcVerifier::FetchKeys() {
+  std::optional<Json> discovery;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    discovery = discovery_;
+  }
+  Status st;
+  std::optional<KeySet> keys;
+  if (!discovery) {
+    Result<Json> d = FetchDiscovery();
+    if (d.ok()) discovery = *d;
+    st = d.status();
+  }
+  if (discovery) {
+    auto body = fetch_((*discovery)["jwks_uri"].get<std::string>());
+    st = body.status();
+    if (body.ok()) {
+      auto set = KeySet::Parse(Json::parse(*body, nullptr, false));
+      if (set.ok()) keys = std::move(*set);
+      st = set.ok() ? Status::Ok()
+                    : Status::Internal("identity provider: " + set.status().message());
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (discovery && !discovery_) discovery_ = discovery;
+  if (keys) keys_ = std::move(keys);
+  fetch_error_ = st;
+  fetching_ = false;
+  fetched_.notify_all();
 }
 
 Result<Json> OidcVerifier::Verify(const std::string& token, int64_t now_ms) {
@@ -143,19 +186,28 @@ Result<Json> OidcVerifier::Verify(const std::string& token, int64_t now_ms) {
                                    "'");
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!keys_ || now_ms - keys_at_ms_ > kKeysMaxAgeMs) {
-      Status st = FetchKeysLocked(now_ms);
-      if (!st.ok() && !keys_) return st;
+    std::unique_lock<std::mutex> lock(mu_);
+    // Old keys are fetched again on the side; the token is checked with those at hand.
+    if (keys_ && now_ms - keys_at_ms_ > kKeysMaxAgeMs) StartFetchLocked(now_ms);
+    Status st = keys_ ? keys_->Verify(*jwt) : Status::NotFound("no keys of the provider yet");
+    if (st.code() == StatusCode::kNotFound) {
+      // No keys yet, or a key id not seen yet (the provider may have rotated its keys): the token
+      // that starts a fetch waits for it a moment; one that comes while a fetch is on its way, or
+      // within kMinRefetchMs of the last, is refused at once.
+      const bool started =
+          (key_fetches_ == 0 || now_ms - keys_at_ms_ >= kMinRefetchMs) && StartFetchLocked(now_ms);
+      if (started) {
+        fetched_.wait_for(lock, std::chrono::milliseconds(kKeyWaitMs), [&] { return !fetching_; });
+        if (!fetching_ && !fetch_error_.ok() && !keys_) return fetch_error_;
+        st = keys_ ? keys_->Verify(*jwt) : Status::NotFound("no keys of the provider yet");
+      }
+      if (st.code() == StatusCode::kNotFound) {
+        return Status::Unauthenticated(st.message() +
+                                       (fetching_ ? " (the provider's keys are being fetched: "
+                                                    "try again in a moment)"
+                                                  : ""));
+      }
     }
-    Status st = keys_->Verify(*jwt);
-    if (st.code() == StatusCode::kNotFound && now_ms - keys_at_ms_ >= kMinRefetchMs) {
-      // A key id not seen yet: the provider may have rotated its keys.
-      Status fetched = FetchKeysLocked(now_ms);
-      if (!fetched.ok()) return fetched;
-      st = keys_->Verify(*jwt);
-    }
-    if (st.code() == StatusCode::kNotFound) return Status::Unauthenticated(st.message());
     if (!st.ok()) return st;
   }
   const Json& c = jwt->claims;

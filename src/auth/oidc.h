@@ -11,10 +11,14 @@
 //               a list) holds the audience; "exp" not past and "nbf"/"iat" not ahead, each with
 //               `clock_skew_ms` of slack.
 //
-// Thread-safety: OidcVerifier is safe to call from many threads; fetches happen under its lock
-// (one at a time; others wait for the keys it fetches rather than fetching them again).
+// Thread-safety: OidcVerifier is safe to call from many threads. Keys are fetched on a thread of
+// its own, one fetch at a time and never under its lock: a token of a known key is verified with
+// the keys at hand meanwhile; the token that started a fetch waits for it at most kKeyWaitMs,
+// and another token of a key not at hand is refused at once (a slow provider and tokens naming
+// unknown keys held every request up, on the server's event loops).
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -22,6 +26,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "auth/jwt.h"
@@ -72,8 +77,12 @@ class OidcVerifier {
  public:
   static constexpr int64_t kMinRefetchMs = 1000;
   static constexpr int64_t kKeysMaxAgeMs = 3600'000;
+  static constexpr int64_t kKeyWaitMs = 1000;
 
   OidcVerifier(OidcSettings settings, Fetcher fetch);
+  ~OidcVerifier();  // waits for a fetch on its way
+  OidcVerifier(const OidcVerifier&) = delete;
+  OidcVerifier& operator=(const OidcVerifier&) = delete;
 
   // The token's claims once signature, issuer, audience and times check out at `now_ms`;
   // Unauthenticated saying what failed ("expired at ...", "issued by ... not ...") otherwise,
@@ -89,7 +98,11 @@ class OidcVerifier {
 
  private:
   Result<Json> DiscoveryLocked();
-  Status FetchKeysLocked(int64_t now_ms);
+  // The discovery document from the provider, checked (no lock held).
+  Result<Json> FetchDiscovery() const;
+  // Starts a fetch of the keys on fetcher_ unless one is on its way; true if it did.
+  bool StartFetchLocked(int64_t now_ms);
+  void FetchKeys();  // on fetcher_: discovery if not yet, then the keys; stores them under mu_
 
   const OidcSettings settings_;
   const Fetcher fetch_;
@@ -98,7 +111,11 @@ class OidcVerifier {
   std::optional<KeySet> keys_;       // GUARDED_BY(mu_)
   int64_t keys_at_ms_ = 0;           // GUARDED_BY(mu_)
   int key_fetches_ = 0;              // GUARDED_BY(mu_)
+  bool fetching_ = false;            // GUARDED_BY(mu_)
+  Status fetch_error_;               // GUARDED_BY(mu_): the last fetch's, when it failed
   std::set<std::string> signed_in_;  // GUARDED_BY(mu_)
+  std::condition_variable fetched_;  // a fetch ended
+  std::thread fetcher_;              // GUARDED_BY(mu_)
 };
 
 // "2027-06-30T18:00:00Z" for milliseconds since the epoch (messages say when a token expired).

@@ -11,7 +11,13 @@
 #include <openssl/ecdsa.h>
 #include <openssl/evp.h>
 
+#include <atomic>
+#include <chrono>
+#include <future>
 #include <memory>
+#include <thread>
+
+#include "auth/oidc.h"
 
 namespace tessera::auth {
 namespace {
@@ -140,6 +146,56 @@ TEST(JwtTest, KeySetsWithoutUsableKeysAreErrors) {
   bad["n"] = "AQAB";  // 3 bytes: far under 2048 bits
   EXPECT_NE(KeySet::Parse(Json{{"keys", {bad}}}).status().message().find("under 2048 bits"),
             std::string::npos);
+}
+
+// The red team: tokens naming unknown key ids, sent while the provider answered slowly (4 s),
+// made every request wait: each sent the verifier to fetch the keys again, under the lock every
+// verification takes, on the server's event loop. A token of a known key is verified with the
+// keys at hand while a fetch is on its way; a token of an unknown key waits a moment for the
+// fetch it started, and another meanwhile is refused at once. (A provider that never answers
+// here: the fetch is held on a latch, released at the end; the bound below is a hang detector.)
+TEST(OidcVerifierTest, ASlowProviderNeverHoldsUpTokensOfKnownKeys) {
+  const TestKey rsa = Rsa("r1");
+  const Json jwks = {{"keys", {rsa.jwk}}};
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<bool> slow{false};
+  std::atomic<int> fetches{0};
+  OidcSettings settings;
+  settings.issuer = "https://idp.test";
+  settings.client_id = "tessera";
+  OidcVerifier v(settings, [&](const std::string& url) -> Result<std::string> {
+    if (url.find("openid-configuration") != std::string::npos)
+      return Json{{"issuer", "https://idp.test"}, {"jwks_uri", "https://idp.test/keys"}}.dump();
+    ++fetches;
+    if (slow) released.wait();
+    return jwks.dump();
+  });
+  const int64_t now_ms = 1'800'000'000'000;
+  const Json claims = {{"iss", "https://idp.test"},
+                       {"aud", "tessera"},
+                       {"sub", "s-1"},
+                       {"exp", now_ms / 1000 + 600}};
+  const std::string good = Sign(rsa, claims);
+  ASSERT_TRUE(v.Verify(good, now_ms).ok());
+  slow = true;
+  const int64_t later = now_ms + 5000;  // past kMinRefetchMs: an unknown key fetches again
+  auto unknown = std::async(std::launch::async,
+                            [&] { return v.Verify(Sign(rsa, claims, "", "rotated?"), later); });
+  while (fetches.load() < 2) std::this_thread::yield();  // its fetch is on its way, and stays
+  auto known = std::async(std::launch::async, [&] { return v.Verify(good, later); });
+  auto other = std::async(std::launch::async,
+                          [&] { return v.Verify(Sign(rsa, claims, "", "another"), later); });
+  const bool answered = known.wait_for(std::chrono::seconds(30)) == std::future_status::ready &&
+                        other.wait_for(std::chrono::seconds(30)) == std::future_status::ready &&
+                        unknown.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  release.set_value();
+  ASSERT_TRUE(answered) << "a verification waited for the provider's slow answer";
+  EXPECT_TRUE(known.get().ok());
+  const Result<Json> refused = other.get();
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnauthenticated) << refused.status().ToString();
+  EXPECT_EQ(unknown.get().status().code(), StatusCode::kUnauthenticated);
+  EXPECT_EQ(fetches.load(), 2) << "one fetch for the two unknown keys";
 }
 
 }  // namespace

@@ -121,7 +121,12 @@ bool Engine::TransitionLocked(Job& j, JobState to, JobCause cause) {
   }
   j.state = to;
   j.rec.update_ms = clock_();
-  if (to == JobState::kRunning && j.start_ms == 0) j.start_ms = j.rec.update_ms;
+  if (to == JobState::kRunning && j.start_ms == 0) {
+    j.start_ms = j.rec.update_ms;
+    // Runtime guards count from here, not from the placement's second rounded down (a 10 s
+    // walltime ran 8.8 s): to the second rounded up, so never less than the limit.
+    if (j.handle >= 0) qe_->SetRunStart(j.handle, (j.start_ms + 999) / 1000);
+  }
   if (to == JobState::kPending) j.start_ms = 0;  // a new run starts again
   return true;
 }

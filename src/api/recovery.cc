@@ -102,6 +102,9 @@ Status LoadJob(store::JobRecord r, Memory& m, int64_t now_ms) {
       // A broken invariant: two held jobs claim the same capacity. Stop loudly.
       return Status::Internal("job '" + id + "' cannot be re-reserved: " + st.message());
     }
+    // Restored, it runs from its recorded start, not from now: its runtime guards count from
+    // that (a 10 s walltime ran 21 s over a restart).
+    if (j.start_ms > 0) m.quota->SetStartTime(j.handle, (j.start_ms + 999) / 1000);
   }
   m.jobs.Enter(m.jobs.Insert(std::move(j)));
   return Status::Ok();

@@ -297,6 +297,40 @@ TEST_F(AgentFaultsTest, AQueuesMaxRuntimeOrAJobsWalltimeStopsItThroughTheAgentAn
   }
 }
 
+// Found by a new user: a walltime counted from the cycle's second of the placement (rounded down)
+// stopped jobs up to a second and more early (`--walltime 10s` ran 8.8 s), and a restart of the
+// server counted it again from the restart (a 10 s job ran 21 s). It counts from when the job
+// started running, rounded up to the second, and a restart keeps that start.
+TEST_F(AgentFaultsTest, AWalltimeCountsFromTheJobsStartAndARestartKeepsIt) {
+  Start("agent-walltime-start", kConfig);
+  ASSERT_TRUE(RegisterWith("n1", Json::object()).ok());
+  now_ += 200;  // placed at 1000.2 s
+  const std::string a = (*engine_->Submit(
+      Who("alice"),
+      {{"queue", "training"}, {"command", {"sleep", "100"}}, {"walltime", "10s"}}))["id"];
+  Heartbeat("n1");
+  now_ += 700;  // running from 1000.9 s
+  Heartbeat("n1", {{"running", {{{"job", a}, {"pid", 7}}}}});
+  Json job = *engine_->views().GetJob(Who("admin"), a);
+  ASSERT_EQ(job["state"], "running") << job.dump();
+  const int64_t start_ms = job["start_ms"].get<int64_t>();
+  EXPECT_EQ(start_ms, 1'000'900);
+  EXPECT_EQ(job["stop_at_ms"].get<int64_t>(), 1'011'000) << job.dump();
+  now_ += 5'000;
+  Reopen();
+  job = *engine_->views().GetJob(Who("admin"), a);
+  ASSERT_EQ(job["state"], "running") << job.dump();
+  EXPECT_EQ(job["stop_at_ms"].get<int64_t>(), 1'011'000) << "counted again from the restart";
+  now_ += 4'000;  // 1009.9 s
+  Heartbeat("n1", {{"running", {{{"job", a}, {"pid", 7}}}}});
+  ASSERT_TRUE(engine_->Tick().ok());
+  EXPECT_EQ(State(a), "running") << "stopped before it ran 10 s";
+  now_ += 1'100;  // 1011 s
+  ASSERT_TRUE(engine_->Tick().ok());
+  EXPECT_EQ(State(a), "preempting");
+  ASSERT_TRUE(engine_->CheckInvariants().ok());
+}
+
 // idle_timeout (issue 37): a whole card its agent reports idle (no activity) for its queue's
 // idle_timeout is given back: 'preempting' (the agent's cancel order) at that second, with the
 // idle time in its reason, then pending again once its process is gone.

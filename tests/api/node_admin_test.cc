@@ -206,13 +206,14 @@ TEST_F(NodeAdminTest, JobTimesAndAWaitingJobsForecast) {
   Heartbeat("n1", {{"running", {{{"job", a}, {"pid", 10}}}}});
   EXPECT_EQ(Job(a)["start_ms"], t0 + 2000);
   // Two more wait behind it: the first keeps the card, expected free when a's walltime ends
-  // (counted by the scheduler from its placement, in whole seconds).
+  // (counted from its start, rounded up to the second).
   const std::string b = Train({{"walltime", "1h"}}), c = Train({{"walltime", "1h"}});
   Json jb = Job(b), jc = Job(c);
   ASSERT_EQ(jb["state"], "pending");
   EXPECT_EQ(jb["forecast"]["position"], 1) << jb.dump();
   EXPECT_EQ(jc["forecast"]["position"], 2) << jc.dump();
-  EXPECT_EQ(jb["forecast"]["expected_start_ms"], t0 / 1000 * 1000 + 3600 * 1000) << jb.dump();
+  EXPECT_EQ(jb["forecast"]["expected_start_ms"], (t0 + 2000 + 999) / 1000 * 1000 + 3600 * 1000)
+      << jb.dump();
   EXPECT_FALSE(jb.contains("end_ms"));
   // It ends: end_ms, and its start kept (also once out of memory, from the store).
   now_ += 3000;

@@ -47,9 +47,20 @@ void Engine::ForgetRuntime(int self) {
   j.idle_swapped = false;
 }
 
+void Engine::SetRunStart(int self, int64_t start) {
+  Job& j = jobs_[self];
+  if (j.state != JobState::kRunning || start <= j.start || j.paused > 0) return;
+  MoveStart(self, start);
+}
+
 void Engine::SetStartTime(int self, int64_t start) {
   Job& j = jobs_[self];
   if (j.state != JobState::kRunning || start < 0 || start > j.start) return;
+  MoveStart(self, start);
+}
+
+void Engine::MoveStart(int self, int64_t start) {
+  Job& j = jobs_[self];
   const int64_t idle_since = j.idle_since;
   const bool swapped = j.idle_swapped;
   ForgetRuntime(self);

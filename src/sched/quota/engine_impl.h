@@ -232,6 +232,7 @@ class Engine final : public QuotaEngine {
   CycleStats RunCycle(int64_t now, const std::function<void()>& between = nullptr) override;
   int StopOverRuntime(int64_t now) override;
   void SetStartTime(int job, int64_t start) override;
+  void SetRunStart(int job, int64_t start) override;
   Status RestoreHold(int job, const std::string& node, int device, MiB memory, int64_t held_since,
                      int64_t start, int64_t paused) override;
   int64_t NextRuntimeStop() const override;
@@ -350,6 +351,7 @@ class Engine final : public QuotaEngine {
   bool PastMinRuntime(const Job& v) const;
   bool MayPreempt(const Job& j) const;       // never while held swapped out (it waits for its card)
   void WatchRuntime(int self);               // placed: its runtime stop, when it has one
+  void MoveStart(int self, int64_t start);   // SetStartTime, SetRunStart: the guards move with it
   void Admitted(int self, bool guaranteed);  // running from now, charged: kAdmitted
   void ForgetRuntime(int self);              // no longer running (also forgets its idleness)
   // A share of a swapping queue: idleness swaps it out rather than stopping it.

@@ -280,13 +280,23 @@ int Up(const std::string& data, const std::string& listen, const std::string& si
       return 1;
     }
   }
+  const std::string config = flags.config = data + "/config.yaml";
+  // Tokens made anew (a token file removed) do not match the config written with the old ones.
+  bool made_token = false;
+  for (const char* t : {"/admin.token", "/alice.token", "/agent.token"})
+    made_token = made_token || !std::filesystem::exists(data + t);
   const std::string admin = ReadOrMakeToken(data + "/admin.token");
   const std::string user = ReadOrMakeToken(data + "/alice.token");
   const std::string agent = ReadOrMakeToken(data + "/agent.token");
-  const std::string config = flags.config = data + "/config.yaml";
-  {
+  // The default config is written where there is none; an existing one (its owner's edits) is
+  // served as it is: it was written over at every start, edits gone without a word.
+  const bool kept = std::filesystem::exists(config);
+  if (!kept) {
     std::ofstream out(config);
     out << ExampleConfig(admin, user, agent);
+  } else if (made_token) {
+    ServeLog().Warn("a token file of " + data + " was made anew: " + config +
+                    " (kept as it is) may not hold its hash; remove it for the default");
   }
   std::atomic<pid_t> agent_pid{-1};
   // The agent's watch (started with it): reaps it, and starts it again when it died while `up`
@@ -345,6 +355,9 @@ int Up(const std::string& data, const std::string& listen, const std::string& si
         "Tessera is up.\n  URL:          %s\n  admin token:  %s\n  user 'alice': %s\n  dashboard:  "
         "  %s/#token=%s\n",
         url.c_str(), admin.c_str(), user.c_str(), url.c_str(), admin.c_str());
+    std::printf("  config:       %s (%s)\n", config.c_str(),
+                kept ? "kept as it was; remove it for the default"
+                     : "the default; edit it and start again");
     if (tls) {
       std::printf("  certificate:  %s (self-signed for this host: browsers ask once)\n",
                   flags.tls_cert.c_str());

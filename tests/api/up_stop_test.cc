@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "../support/free_port.h"
@@ -129,6 +130,27 @@ TEST_F(UpTest, CtrlCLetsTheAgentReportItsRunningJobSoItIsNeverRunAgain) {
   EXPECT_NE(ended.value("reason", "").find("was shut down"), std::string::npos) << ended.dump();
   std::printf("[up] Ctrl-C: stopped in %.2f s; after the restart job %s is %s, ran %d time(s)\n",
               stopped_s, id.c_str(), state.c_str(), Runs(id));
+}
+
+// Found by a new user: `tessera up` wrote its default config over DATA/config.yaml at every start,
+// so an edit (a heartbeat_timeout, a queue) was gone at the next `up` without a word, and an
+// invalid one never reported. It writes the file only where there is none, and says which it
+// serves.
+TEST_F(UpTest, AnEditedConfigIsKeptAcrossARestart) {
+  Proc& up = Up(port_);
+  ASSERT_GT(up.WaitForPort(30000), 0) << up.Log();
+  ::kill(-up.pid(), SIGINT);
+  ASSERT_TRUE(up.WaitExited(std::chrono::seconds(60))) << up.Log();
+  const std::string path = dir_ + "/data/config.yaml";
+  const std::string edited = testing::ReadFile(path) + "# mine: kept\n";
+  {
+    std::ofstream out(path);
+    out << edited;
+  }
+  Proc& again = Up(port_);
+  ASSERT_GT(again.WaitForPort(30000), 0) << again.Log();
+  EXPECT_EQ(testing::ReadFile(path), edited) << "the edited config was written over";
+  EXPECT_NE(again.Log().find(path), std::string::npos) << again.Log();
 }
 
 TEST_F(UpTest, ASecondUpOnTheSameDataSaysWhoHoldsItAndExits) {

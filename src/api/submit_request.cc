@@ -118,6 +118,24 @@ Status ReadCommand(const Json& body, std::vector<std::string>* cmd, Json* env) {
   auto c = StringList(body["command"], "'command'");
   if (!c.ok()) return c.status();
   if (c->empty() || (*c)[0].empty()) return Status::InvalidArgument("'command' must not be empty");
+  // One string past the kernel's limit for one (MAX_ARG_STRLEN, 128 KiB with its NUL) failed only
+  // at exec on the node (E2BIG); and all of them are bounded so that a user's many submissions
+  // cannot take the server's memory (each stored job is held in memory until it ends).
+  constexpr size_t kMaxString = 128 * 1024 - 1, kMaxTotal = 256 * 1024;
+  size_t total = 0;
+  for (size_t i = 0; i < c->size(); ++i) {
+    if ((*c)[i].size() > kMaxString) {
+      return Status::InvalidArgument("'command' argument " + std::to_string(i) + " is " +
+                                     std::to_string((*c)[i].size()) + " bytes: at most " +
+                                     std::to_string(kMaxString) + " (the kernel's limit for one)");
+    }
+    total += (*c)[i].size();
+  }
+  const auto too_much = [&] {
+    return Status::InvalidArgument("'command' and 'env' hold " + std::to_string(total) +
+                                   " bytes: at most " + std::to_string(kMaxTotal));
+  };
+  if (total > kMaxTotal) return too_much();
   *cmd = *c;
   *env = Json::object();
   if (!body.contains("env")) return Status::Ok();
@@ -136,12 +154,20 @@ Status ReadCommand(const Json& body, std::vector<std::string>* cmd, Json* env) {
     }
     if (!v.is_string())
       return Status::InvalidArgument("'env': the value of '" + k + "' must be a string");
-    if (v.get<std::string>().find('\0') != std::string::npos) {
+    const std::string& value = v.get_ref<const std::string&>();
+    if (value.find('\0') != std::string::npos) {
       return Status::InvalidArgument("'env': the value of '" + k + "' contains a NUL byte");
     }
+    if (k.size() + 1 + value.size() > kMaxString) {
+      return Status::InvalidArgument("'env': the value of '" + k + "' is " +
+                                     std::to_string(value.size()) + " bytes: at most " +
+                                     std::to_string(kMaxString - k.size() - 1) +
+                                     " (the kernel's limit for one variable)");
+    }
+    total += k.size() + 1 + value.size();
     (*env)[k] = v;
   }
-  return Status::Ok();
+  return total > kMaxTotal ? too_much() : Status::Ok();
 }
 
 // What the job needs: class, form, GPUs and quantities (each defaulting to the queue's profile),

@@ -242,6 +242,24 @@ TEST_F(EngineTest, BadSubmissionsAreRefusedAndChangeNothing) {
        {{"queue", "training"}, {"command", {"true"}}, {"gpus", 2}, {"gpu_fraction", "0.5"}},
        StatusCode::kInvalidArgument,
        "'gpu_fraction' is for a job of 1 GPU ('gpus' is 2)"},
+      // Once taken: one argument or variable past the kernel's limit for one string (128 KiB)
+      // failed at exec on the node (E2BIG); and a user's many 1 MiB submissions took 2.7 MB of
+      // the server's memory each (the red team).
+      {"alice",
+       {{"queue", "notebooks"}, {"command", {"echo", std::string(131072, 'x')}}},
+       StatusCode::kInvalidArgument,
+       "argument 1 is 131072 bytes: at most 131071"},
+      {"alice",
+       {{"queue", "notebooks"},
+        {"command", {"true"}},
+        {"env", {{"BIG", std::string(900000, 'x')}}}},
+       StatusCode::kInvalidArgument,
+       "'env': the value of 'BIG' is 900000 bytes: at most 131067"},
+      {"alice",
+       {{"queue", "notebooks"},
+        {"command", Json(std::vector<std::string>(3, std::string(100000, 'x')))}},
+       StatusCode::kInvalidArgument,
+       "'command' and 'env' hold 300000 bytes: at most 262144"},
       // Once taken (the red team): no CPU or memory counted against the group's limit, and no
       // cgroup limit on the node (0 is "max" there): forty such jobs ran where twenty fit.
       {"alice",

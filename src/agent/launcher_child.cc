@@ -142,11 +142,14 @@ Result<Account> ResolveAccount(const std::string& name) {
     return Status::FailedPrecondition("run_as: the account '" + name +
                                       "' does not exist on this node");
   }
-  a.set = true;
   a.uid = pw.pw_uid;
   a.gid = pw.pw_gid;
   a.name = name;
   a.home = pw.pw_dir != nullptr ? pw.pw_dir : "/";
+  // A non-root agent already runs as the account: nothing to switch (setgroups is root's alone,
+  // and failed every job of `tessera up` run by a user as that user).
+  if (geteuid() != 0 && a.uid == geteuid()) return a;
+  a.set = true;
   int n = 64;
   a.groups.resize(static_cast<size_t>(n));
   if (getgrouplist(name.c_str(), a.gid, a.groups.data(), &n) < 0) {

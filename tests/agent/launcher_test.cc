@@ -3,6 +3,7 @@
 #include "agent/launcher.h"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <gtest/gtest.h>
 #include <pwd.h>
 #include <signal.h>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "agent/host_files.h"
+#include "agent/launcher_internal.h"
 #include "capgpu/region.h"
 #include "launcher_test_util.h"
 
@@ -23,6 +25,26 @@ namespace tessera::agent {
 namespace {
 
 using namespace std::chrono_literals;
+
+// Found by the red team: `tessera up` run by a non-root user ran no job at all ("cannot switch to
+// the job's account (errno 1)"): its jobs run as its own account, and the child still called
+// setgroups, which only root may. An agent already running as the job's account does not switch.
+TEST(LauncherAccount, ANonRootAgentRunsItsOwnAccountsJobsWithoutSwitching) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to become another account first";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    passwd* pw = getpwnam("nobody");
+    if (pw == nullptr) _exit(3);
+    if (setgroups(0, nullptr) != 0 || setgid(pw->pw_gid) != 0 || setuid(pw->pw_uid) != 0) _exit(4);
+    auto a = internal::ResolveAccount("nobody");
+    _exit(a.ok() && !a->set && a->name == "nobody" ? 0 : 1);
+  }
+  ASSERT_GT(pid, 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: it would switch (setgroups: EPERM); 3, 4: no nobody";
+}
 using testing::Opts;
 using testing::ReadAll;
 using testing::Sh;

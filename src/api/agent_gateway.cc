@@ -480,8 +480,8 @@ Status AgentExecutor::WriteOutput(const Identity& who, const std::string& job, i
       return SpeaksFor(who, it->node.empty() ? "(none)" : it->node, "upload output");
     }
   }
-  int fd = ::open(JobOutputPath(data_dir_, job).c_str(),
-                  O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0640);
+  int fd = ::open(JobOutputPath(data_dir_, job).c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW,
+                  0640);  // read: what it repeats
   if (fd < 0) return Status::Internal("cannot open output of '" + job + "'");
   // Uploads come in order (docs/agent-protocol.md): one may start where the stored bytes end, or
   // repeat bytes already stored (an upload whose answer was lost); one past the end would leave
@@ -493,8 +493,23 @@ Status AgentExecutor::WriteOutput(const Identity& who, const std::string& job, i
     return Status::FailedPrecondition("output of job '" + job + "' continues at byte " +
                                       std::to_string(have) + ", not " + std::to_string(offset));
   }
-  ssize_t n = ::pwrite(fd, bytes.data(), keep, static_cast<off_t>(offset));
-  bool written = n == static_cast<ssize_t>(keep);
+  // What it repeats must be what is stored: a "repeat" of other bytes rewrote stored output, also
+  // of a job that had ended (an agent's forgery); only the bytes past the end are written.
+  const size_t repeats =
+      std::min(keep, static_cast<size_t>(static_cast<int64_t>(st.st_size) - offset));
+  std::string stored(repeats, '\0');
+  if (repeats > 0 && (::pread(fd, stored.data(), repeats, static_cast<off_t>(offset)) !=
+                          static_cast<ssize_t>(repeats) ||
+                      stored.compare(0, repeats, bytes, 0, repeats) != 0)) {
+    ::close(fd);
+    return Status::FailedPrecondition(
+        "output of job '" + job + "': bytes " + std::to_string(offset) + " to " +
+        std::to_string(offset + static_cast<int64_t>(repeats)) +
+        " differ from those stored: stored output is never rewritten");
+  }
+  const ssize_t n = ::pwrite(fd, bytes.data() + repeats, keep - repeats,
+                             static_cast<off_t>(offset + static_cast<int64_t>(repeats)));
+  bool written = n == static_cast<ssize_t>(keep - repeats);
   if (written && cut && !note.empty()) {
     written = ::pwrite(fd, note.data(), note.size(), static_cast<off_t>(room)) ==
               static_cast<ssize_t>(note.size());

@@ -468,6 +468,13 @@ TEST_F(EngineTest, AnAgentSpeaksOnlyForItsNodes) {
       << hole.message();
   EXPECT_TRUE(engine_->agents().WriteOutput(Who("agent"), id, 2, "al").ok());   // a repeat
   EXPECT_TRUE(engine_->agents().WriteOutput(Who("agent"), id, 4, "!\n").ok());  // the next bytes
+  // A "repeat" of other bytes rewrote what was stored, also after the job ended (the red team's
+  // forged output of a finished job): refused, the stored bytes kept.
+  const Status rewrite = engine_->agents().WriteOutput(Who("agent"), id, 0, "forged");
+  EXPECT_EQ(rewrite.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(rewrite.message().find("differ from those stored"), std::string::npos)
+      << rewrite.message();
+  EXPECT_TRUE(engine_->agents().WriteOutput(Who("agent"), id, 4, "!\nmore").ok());  // and more
   // Output has a ceiling.
   EXPECT_EQ(
       engine_->agents().WriteOutput(Who("agent"), id, config_.limits.max_output_bytes, "x").code(),

@@ -216,7 +216,8 @@ static Status ReadServerSettings(const YAML::Node& root, EngineConfig* c) {
     if (!s.ok()) return s.status();
     c->cluster = *s;
   }
-  Status st = ReadMs(root, "heartbeat_timeout", false, &c->heartbeat_timeout_ms);
+  // Positive: at 0 every node is lost at once (and the refusal blamed heartbeat_interval).
+  Status st = ReadMs(root, "heartbeat_timeout", true, &c->heartbeat_timeout_ms);
   if (st.ok()) st = ReadMs(root, "heartbeat_interval", true, &c->heartbeat_interval_ms);
   if (st.ok() && c->heartbeat_interval_ms * 2 > c->heartbeat_timeout_ms) {
     return Bad("heartbeat_interval", "must be at most half of heartbeat_timeout (" +

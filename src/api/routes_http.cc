@@ -212,7 +212,10 @@ Status CheckRequestText(const HttpRequest& req) {
   bool key_ok = key.size() <= 255;
   for (unsigned char c : key) key_ok = key_ok && c > 0x20 && c < 0x7f;
   if (!key_ok)
-    return Status::InvalidArgument("Idempotency-Key must be 1 to 255 printable ASCII characters");
+    // The words of the submission's own check (ValidIdempotencyKey), which this one precedes:
+    // "printable ASCII" refused a key with a space or '!' as if they were not printable.
+    return Status::InvalidArgument(
+        "Idempotency-Key: expected 1 to 200 letters, digits or -_.:/+= (a UUID, say)");
   return Status::Ok();
 }
 

@@ -191,7 +191,7 @@ Status ReadNeeds(const Json& body, const quota::ProfileSpec& prof, quota::JobSpe
   if (body.contains("gpus")) {
     if (!body["gpus"].is_number_integer() || body["gpus"].get<int64_t>() < 0 ||
         body["gpus"].get<int64_t>() > 4096) {
-      return Status::InvalidArgument("'gpus' must be a non-negative integer");
+      return Status::InvalidArgument("'gpus' must be an integer from 0 to 4096");
     }
     gpus = static_cast<int>(body["gpus"].get<int64_t>());
   }

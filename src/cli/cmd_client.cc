@@ -278,6 +278,7 @@ void RegisterSubmitCommand(CLI::App& app, CommandContext& ctx) {
 struct Args {
   std::string text;
   std::vector<std::string> ids;
+  int limit = 100;  // `jobs --limit`
 };
 
 // A job id as typed: an empty one names no job (it would ask for the list).
@@ -302,12 +303,19 @@ std::string JoinedStrings(const Json& list) {
 
 void ListJobs(const ClientOptions& co, const Args& args, int* exit_code) {
   const std::string& state = args.text;  // one of JobStateNames() (checked as it is parsed)
-  CallAndPrint(co, "GET", "/v1/jobs" + (state.empty() ? "" : "?state=" + state), exit_code,
-               [&](Json& j) {
-                 std::vector<std::vector<std::string>> rows = {kJobColumns};
-                 for (const auto& job : j["jobs"]) rows.push_back(JobRow(job));
-                 PrintTable(rows);
-               });
+  CallAndPrint(
+      co, "GET",
+      "/v1/jobs?limit=" + std::to_string(args.limit) + (state.empty() ? "" : "&state=" + state),
+      exit_code, [&](Json& j) {
+        std::vector<std::vector<std::string>> rows = {kJobColumns};
+        for (const auto& job : j["jobs"]) rows.push_back(JobRow(job));
+        PrintTable(rows);
+        // A full page may leave older jobs out: it showed the newest 100 without a word.
+        if (j["jobs"].size() >= static_cast<size_t>(args.limit) && args.limit > 0) {
+          std::cerr << "(the newest " << args.limit
+                    << " jobs; older ones may be left out: --limit N, up to 10000)\n";
+        }
+      });
 }
 
 void ShowJob(const ClientOptions& co, const Args& args, int* exit_code) {
@@ -549,6 +557,8 @@ void RegisterClientCommands(CLI::App& app, CommandContext& ctx) {
         Choices(
             c->add_option("--state", a->text, "only jobs in this state (pending, running, ...)"),
             "state", JobStateNames());
+        c->add_option("--limit", a->limit, "the newest this many jobs (100; at most 10000)")
+            ->check(CLI::Range(1, 10000));
       },
       ListJobs);
   RegisterClientCommand(

@@ -61,6 +61,8 @@ TEST_F(EngineTest, ConfigErrorsNameTheField) {
       {id + "backend_nice: 20", "backend_nice: must be an integer from 0 to 19"},
       {id + "backend_nice: low", "backend_nice: must be an integer from 0 to 19"},
       {id + "utilization_sample: 0s", "utilization_sample: must be positive"},
+      // It blamed heartbeat_interval ("at most half of heartbeat_timeout (0s)").
+      {id + "heartbeat_timeout: 0", "heartbeat_timeout: must be positive"},
       {"{{{", "not valid YAML"},
       {id + "groups: [{name: g}]\nprofiles: [{name: p}]\nqueues: [{name: q, profile: p, groups: "
             "[g], overcommit: 2}]",
@@ -260,6 +262,11 @@ TEST_F(EngineTest, BadSubmissionsAreRefusedAndChangeNothing) {
         {"command", Json(std::vector<std::string>(3, std::string(100000, 'x')))}},
        StatusCode::kInvalidArgument,
        "'command' and 'env' hold 300000 bytes: at most 262144"},
+      // It said "must be a non-negative integer" of 2147483647.
+      {"alice",
+       {{"queue", "training"}, {"command", {"true"}}, {"gpus", 2147483647}},
+       StatusCode::kInvalidArgument,
+       "'gpus' must be an integer from 0 to 4096"},
       // Once taken (the red team): no CPU or memory counted against the group's limit, and no
       // cgroup limit on the node (0 is "max" there): forty such jobs ran where twenty fit.
       {"alice",

@@ -96,6 +96,18 @@ TEST_F(ServerTest, StatusCodesAndJsonErrors) {
   EXPECT_EQ(Error(r),
             "malformed JSON body: at line 2, column 17: syntax error while parsing value - invalid "
             "string: ill-formed UTF-8 byte");
+  // A key with a space and a key of 201 characters were refused in words that contradicted each
+  // other ("1 to 255 printable ASCII characters", "1 to 200 letters, digits or ..."): one rule.
+  for (const std::string& key : {std::string("bad key!"), std::string(201, 'k')}) {
+    httplib::Headers h = Auth("alice-token-1");
+    h.emplace("Idempotency-Key", key);
+    r = client_->Post("/v1/jobs", h, R"({"queue":"training","command":["true"]})",
+                      "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400);
+    EXPECT_EQ(Error(r),
+              "Idempotency-Key: expected 1 to 200 letters, digits or -_.:/+= (a UUID, say)");
+  }
   r = client_->Post("/v1/jobs", Auth("alice-token-1"), "{\"queue\":\"q\"", "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(Error(r),

@@ -171,6 +171,25 @@ TEST_F(UpTest, GroupsShowsALimitLeftUnsetAsADash) {
   EXPECT_THAT(r.out, ::testing::ContainsRegex("production +0 +1 +2 +0 +-"));
 }
 
+// `tessera jobs` showed the newest 100 jobs and said nothing of the rest: --limit, and a note
+// when a full page may leave older ones out.
+TEST_F(UpTest, JobsSaysWhenItShowsAFullPageAndTakesALimit) {
+  for (int i = 0; i < 3; ++i) {
+    ProcessResult s = As("alice", {"submit", "--queue", "training", "--", "true"});
+    ASSERT_EQ(s.exit_code, 0) << s.err;
+  }
+  ProcessResult two = As("alice", {"jobs", "--limit", "2"});
+  ASSERT_EQ(two.exit_code, 0) << two.err;
+  EXPECT_THAT(two.out, HasSubstr("j-3"));
+  EXPECT_THAT(two.out, ::testing::Not(HasSubstr("j-1")));
+  EXPECT_THAT(two.err, HasSubstr("the newest 2 jobs; older ones may be left out"));
+  ProcessResult all = As("alice", {"jobs"});
+  ASSERT_EQ(all.exit_code, 0) << all.err;
+  EXPECT_THAT(all.out, HasSubstr("j-1"));
+  EXPECT_THAT(all.err, ::testing::Not(HasSubstr("older ones")));
+  EXPECT_NE(As("alice", {"jobs", "--limit", "0"}).exit_code, 0);
+}
+
 // An http:// URL against the HTTPS server said "cannot reach ... (Read)".
 TEST_F(UpTest, AnHttpUrlIsToldTheServerSpeaksHttps) {
   ProcessResult r = As("alice", {"jobs", "--url", "http://127.0.0.1:" + std::to_string(port_)});

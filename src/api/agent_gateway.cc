@@ -438,9 +438,20 @@ Json AgentExecutor::OrdersLocked(const NodeInfo& n, Batch& b, int64_t durable) {
   }
   for (const std::string& id : unstarted) {
     const Job& j = port_->Jobs().Get(id);
-    if (j.cancel_requested) {
-      if (port_->End(j, JobState::kCancelled, JobCause::kCancelled, "cancelled"))
-        b.Add(EventAt(port_->NowMs(), "engine", "job.cancelled", id, "cancelled"), &j);
+    b.Touch(NodesOf(j));
+    if (j.cancel_requested || j.guard_stopped) {
+      // Cancelled, or stopped by a runtime guard, before it ran: it ends so (not requeued).
+      const std::string why =
+          j.cancel_requested
+              ? std::string("cancelled")
+              : "stopped: " +
+                    j.rec.reason.substr(std::min(j.rec.reason.size(), std::strlen(kGuardStopping)));
+      const JobState to = j.cancel_requested ? JobState::kCancelled : JobState::kFailed;
+      if (port_->End(j, to, j.cancel_requested ? JobCause::kCancelled : JobCause::kExited, why)) {
+        b.Add(EventAt(port_->NowMs(), "engine", std::string("job.") + JobStateName(to), id, why),
+              &j);
+      }
+      port_->WantCycle();
     } else {
       port_->Stopped(j, b);  // job.requeued: pending again, its submit time kept
     }

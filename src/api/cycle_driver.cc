@@ -105,7 +105,12 @@ void CycleDriver::TranslateLocked(size_t from, Batch& b) {
         }
         // Its queue's max_runtime: its processes are stopped as a preemption's are (the agent's
         // cancel order, the policy's grace), then it ends, and is not requeued (FinishPartLocked).
-        if (!ledger_->Transition(j, JobState::kPreempting, JobCause::kPreempted)) break;
+        // Stopped before its start went out, it ends at its node's next orders (OrdersLocked).
+        {
+          const bool placed = j.state == JobState::kPlaced;
+          if (!ledger_->Transition(j, JobState::kPreempting, JobCause::kPreempted)) break;
+          if (j.ext.backend.empty()) NoteUnstartedPartsLocked(j, placed);
+        }
         j.guard_stopped = true;
         j.rec.reason = std::string(kGuardStopping) + e.detail;
         b.Add(EventAt(now, "engine", "job.stopping", j.rec.id, e.detail), &j);

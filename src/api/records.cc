@@ -133,6 +133,8 @@ store::JobRecord RecordOf(const Job& j) {
     p.Key("parts_done").BeginArray();
     for (const std::string& n : j.agent.parts_done) p.Str(n);
     p.EndArray();
+    // Preempted before its start went out: a restart must still requeue it (no exit will come).
+    if (j.agent.preempted_unstarted) p.Key("unstarted").Bool(true);
   }
   if (j.state == JobState::kPending && !j.agent.swap.held_on.empty()) {  // held swapped out
     const auto& h = j.agent.swap;

@@ -107,7 +107,8 @@ struct Job {
     std::set<std::string> parts_done;
     // Preempted before any of its processes was ordered to start (placed, or a gang whose every
     // started part had ended): nothing of it runs, so no exit will end the preemption; the next
-    // orders of its node requeue it (OrdersLocked). Not stored: recovery requeues such a job.
+    // orders of its node requeue it (OrdersLocked). Stored (the placement's "unstarted") so that
+    // a restart does not forget it.
     bool preempted_unstarted = false;
     int64_t pid = 0;
     // Telemetry: the last time its devices or processes showed activity (its start until a

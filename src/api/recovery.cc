@@ -207,6 +207,7 @@ Result<Job> JobFromRecord(store::JobRecord r) {
     for (const auto& g : p.value("grants", Json::array())) j.grants.push_back(GrantFrom(g));
     for (const auto& n : p.value("parts_done", Json::array()))
       j.agent.parts_done.insert(n.get<std::string>());
+    j.agent.preempted_unstarted = p.value("unstarted", false);
   }
   if (p.contains("held") && j.state == JobState::kPending) {  // held swapped out on a card
     const Json& h = p["held"];

@@ -341,15 +341,18 @@ Result<PendingSubmit> PrepareSubmit(const EngineConfig& config, const Identity& 
   if (qs.form) spec["form"] = AllocationFormName(*qs.form);
   if (body.contains("secret_args")) {
     // Indices of command arguments only the owner and admins see (a password on a command line).
+    // Each at most once: a megabyte of [0,0,...] was stored and kept with the job.
     const Json& sa = body["secret_args"];
-    bool ok = sa.is_array();
+    bool ok = sa.is_array() && sa.size() <= cmd.size();
+    std::set<int64_t> seen;
     for (const Json& i : ok ? sa : Json::array()) {
       ok = ok && i.is_number_integer() && i.get<int64_t>() >= 0 &&
-           i.get<int64_t>() < static_cast<int64_t>(cmd.size());
+           i.get<int64_t>() < static_cast<int64_t>(cmd.size()) &&
+           seen.insert(i.get<int64_t>()).second;
     }
     if (!ok)
       return Status::InvalidArgument("'secret_args' must list indices into 'command' (0 to " +
-                                     std::to_string(cmd.size() - 1) + ")");
+                                     std::to_string(cmd.size() - 1) + "), each once");
     spec["secret_args"] = sa;
   }
   // The Unix account its processes run under (on agent nodes, and as the submitter of Slurm and

@@ -149,6 +149,8 @@ TEST_F(DrainRestartTest, AJobPreemptedBeforeItsStartWentOutIsRequeuedNotHeldFore
   std::string serve =
       (*engine_->Submit(admin(), {{"queue", "serve"}, {"command", {"true"}}}))["id"];
   ASSERT_EQ(Job(batch)["state"], "preempting") << Job(batch).dump();
+  Reopen();  // and a restart does not forget that it never started
+  ASSERT_EQ(Job(batch)["state"], "preempting") << Job(batch).dump();
   Json orders = Heartbeat();  // the agent runs nothing: no start of `batch` ever went out
   for (const Json& c : orders["cancel"]) EXPECT_NE(c["job"], batch) << orders.dump();
   for (const Json& st : orders["start"]) EXPECT_NE(st["job"], batch) << orders.dump();
@@ -176,6 +178,25 @@ TEST_F(DrainRestartTest, AJobPreemptedBeforeItsStartAndCancelledEndsCancelled) {
   ASSERT_TRUE(engine_->Cancel(admin(), batch).ok());
   Heartbeat();
   EXPECT_EQ(Job(batch)["state"], "cancelled") << Job(batch).dump();
+  EXPECT_EQ(Count("job.requeued"), 0);
+  ASSERT_TRUE(engine_->CheckInvariants().ok());
+}
+
+// Stopped by its walltime before its start went out (a slow node): it ends so at its node's next
+// heartbeat, not requeued, and not held preempting for an exit that never comes.
+TEST_F(DrainRestartTest, AJobStoppedByItsWalltimeBeforeItsStartEndsSaying) {
+  RegisterTheNode();
+  std::string batch = (*engine_->Submit(
+      admin(), {{"queue", "batch"}, {"command", {"sleep", "1000"}}, {"walltime", 1}}))["id"];
+  ASSERT_EQ(Job(batch)["state"], "placed");
+  now_ += 2000;
+  ASSERT_TRUE(engine_->Tick().ok());
+  ASSERT_EQ(Job(batch)["state"], "preempting") << Job(batch).dump();
+  Heartbeat();
+  Json j = Job(batch);
+  EXPECT_EQ(j["state"], "failed") << j.dump();
+  EXPECT_NE(j["reason"].get<std::string>().find("stopped: walltime 1s"), std::string::npos)
+      << j.dump();
   EXPECT_EQ(Count("job.requeued"), 0);
   ASSERT_TRUE(engine_->CheckInvariants().ok());
 }

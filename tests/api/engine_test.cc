@@ -262,6 +262,10 @@ TEST_F(EngineTest, BadSubmissionsAreRefusedAndChangeNothing) {
         {"command", Json(std::vector<std::string>(3, std::string(100000, 'x')))}},
        StatusCode::kInvalidArgument,
        "'command' and 'env' hold 300000 bytes: at most 262144"},
+      {"alice",
+       {{"queue", "notebooks"}, {"command", {"echo", "pw"}}, {"secret_args", {1, 1}}},
+       StatusCode::kInvalidArgument,
+       "'secret_args' must list indices into 'command' (0 to 1), each once"},
       // It said "must be a non-negative integer" of 2147483647.
       {"alice",
        {{"queue", "training"}, {"command", {"true"}}, {"gpus", 2147483647}},

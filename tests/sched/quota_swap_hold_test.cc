@@ -211,6 +211,35 @@ TEST(QuotaSwapHold, AResumedShareIsForecastToEndByItsWalltimePlusTheTimeItWasHel
   w.Done();
 }
 
+// The served side moves a job's start to its agent's report of it running (SetRunStart); not so
+// a share resumed from a hold, whose start is its first run's. Held and resumed within the same
+// second (0 s held), it was taken for a fresh start (the review of SetRunStart).
+TEST(QuotaSwapHold, AShareResumedInTheSecondItWasHeldKeepsItsFirstStart) {
+  World w(SwapPolicy(100), {SwapNode("any", 32 * kGiB)});
+  for (int i = 0; i < 5; ++i) {
+    w.Submit(Job("b" + std::to_string(i), "inter", "b", 1, 900), 0);
+    w.e->RunCycle(0);
+  }
+  w.Submit(Job("a0", "inter", "a"), 100);
+  w.e->RunCycle(100);
+  ASSERT_EQ(w.State("a0"), JobState::kRunning);
+  std::string victim;
+  for (int i = 0; i < 5; ++i) {
+    if (w.State("b" + std::to_string(i)) != JobState::kRunning) victim = "b" + std::to_string(i);
+  }
+  ASSERT_FALSE(victim.empty());
+  w.e->Complete(w.h["a0"], 100);
+  w.e->RunCycle(100);
+  ASSERT_EQ(w.State(victim), JobState::kRunning) << "resumed in the second it was held";
+  EXPECT_EQ(w.View(victim).stop_at, 900);
+  w.e->SetRunStart(w.h[victim], 101);  // its agent's report of it running again
+  EXPECT_EQ(w.View(victim).stop_at, 900) << "counted again from its resume";
+  const std::string other = victim == "b0" ? "b1" : "b0";  // never held: its start moves
+  w.e->SetRunStart(w.h[other], 1);
+  EXPECT_EQ(w.View(other).stop_at, 901);
+  w.Done();
+}
+
 // Past the card's memory, a swapping queue's shares need their node's swap budget (SwapRoom).
 // Reclaim counted the room at the overcommit alone: on a node with no budget it found room for
 // the claimant with no victim, so preempted nothing, and the claimant, within its group's

@@ -334,7 +334,8 @@ class QuotaEngine {
   virtual void SetStartTime(int job, int64_t start) = 0;
   // Its processes started running at `start` (its agent's report, later than its placement by the
   // start's delivery): runtime guards count from then. Ignored unless running, when not later, or
-  // for a share resumed from a hold (its start is its first run's; the hold is added).
+  // for a share resumed from a hold (its start is its first run's; the hold is added), even one
+  // held less than a second.
   virtual void SetRunStart(int job, int64_t start) = 0;
   // Re-enters a hold after a restart: a share preempted by swapping, pending, its processes
   // paused on `node`'s card `device` with `memory` off the card since `held_since`, having run

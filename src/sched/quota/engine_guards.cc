@@ -49,7 +49,7 @@ void Engine::ForgetRuntime(int self) {
 
 void Engine::SetRunStart(int self, int64_t start) {
   Job& j = jobs_[self];
-  if (j.state != JobState::kRunning || start <= j.start || j.paused > 0) return;
+  if (j.state != JobState::kRunning || start <= j.start || j.resumed) return;
   MoveStart(self, start);
 }
 
@@ -331,6 +331,7 @@ void Engine::ResumedFromHold(int self) {
   j.paused = j.held_paused + (now_ - since);  // not run time: its runtime stop moves by it
   DropHold(self);
   SetStartTime(self, start);  // it ran from then on: no work was lost
+  j.resumed = true;
   Emit(EventKind::kSwappedIn, &j,
        "resumed on " + where + " after being held swapped out since " + T(since) + " (" +
            std::to_string(now_ - since) + "s); lost 0 GPU-s");

@@ -162,6 +162,7 @@ struct Job {
   MiB held_mem = 0;
   int member = -1;  // its identity in its group's members_ entry; -1: the group lists no users
   bool stop_final = false;  // terminating because a guard stopped it: done, not requeued
+  bool resumed = false;     // resumed from a hold: its start is its first run's (SetRunStart)
   JobState state = JobState::kPending;
   int64_t start = -1, grace_end = 0;
   AllocationForm form = AllocationForm::kWhole;

@@ -11,6 +11,7 @@ void Engine::Admitted(int self, bool guaranteed) {
   SetState(self, JobState::kRunning);
   j.start = now_;
   j.paused = 0;
+  j.resumed = false;
   WatchRuntime(self);
   j.wait_step.clear();
   j.wait_reason.clear();

@@ -76,7 +76,8 @@ void Engine::PreemptOption::Consider(int64_t c, Standing s, std::vector<int> v,
 
 int64_t Engine::LostWork(const Job& v) const {
   if (v.state != JobState::kRunning || v.start < 0) return 0;
-  return (now_ - v.start) * std::max<int64_t>(v.charge.gpu_milli, 1);
+  // Never below 0: a served start is its report rounded up to the second (SetRunStart).
+  return std::max<int64_t>(now_ - v.start, 0) * std::max<int64_t>(v.charge.gpu_milli, 1);
 }
 
 // When a job holding something is expected to leave it: at the end of its grace, or at its start

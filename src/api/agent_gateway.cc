@@ -144,6 +144,16 @@ Result<Json> AgentExecutor::RegisterNode(const Identity& who, const Json& body) 
   return reply;
 }
 
+namespace {
+
+// A job a runtime guard stopped ends with the guard's words: "stopped: max_runtime 100s ...".
+std::string GuardStopReason(const Job& j) {
+  return "stopped: " +
+         j.rec.reason.substr(std::min(j.rec.reason.size(), std::strlen(kGuardStopping)));
+}
+
+}  // namespace
+
 void AgentExecutor::FinishPartLocked(const Job& j, const std::string& node, int code, int sig,
                                      Batch& b, std::optional<int64_t> run_ms, bool shutdown) {
   port_->AgentSideOf(j).parts_done.insert(node);
@@ -168,12 +178,10 @@ void AgentExecutor::FinishPartLocked(const Job& j, const std::string& node, int 
                          : failed           ? JobState::kFailed
                                             : JobState::kSucceeded;
   std::string reason = j.cancel_requested ? "cancelled"
-                       : j.guard_stopped
-                           ? "stopped: " + j.rec.reason.substr(std::min(
-                                               j.rec.reason.size(), std::strlen(kGuardStopping)))
-                       : sig != 0  ? "killed by signal " + std::to_string(sig)
-                       : code != 0 ? "exit code " + std::to_string(code)
-                                   : "";
+                       : j.guard_stopped  ? GuardStopReason(j)
+                       : sig != 0         ? "killed by signal " + std::to_string(sig)
+                       : code != 0        ? "exit code " + std::to_string(code)
+                                          : "";
   if (failed && shutdown && !j.cancel_requested && !j.guard_stopped)
     reason = "stopped as its agent on node '" + node + "' was shut down (" + reason + ")";
   if (failed && NodesOf(j).size() > 1) reason += " (part on " + node + ")";
@@ -441,11 +449,7 @@ Json AgentExecutor::OrdersLocked(const NodeInfo& n, Batch& b, int64_t durable) {
     b.Touch(NodesOf(j));
     if (j.cancel_requested || j.guard_stopped) {
       // Cancelled, or stopped by a runtime guard, before it ran: it ends so (not requeued).
-      const std::string why =
-          j.cancel_requested
-              ? std::string("cancelled")
-              : "stopped: " +
-                    j.rec.reason.substr(std::min(j.rec.reason.size(), std::strlen(kGuardStopping)));
+      const std::string why = j.cancel_requested ? std::string("cancelled") : GuardStopReason(j);
       const JobState to = j.cancel_requested ? JobState::kCancelled : JobState::kFailed;
       if (port_->End(j, to, j.cancel_requested ? JobCause::kCancelled : JobCause::kExited, why)) {
         b.Add(EventAt(port_->NowMs(), "engine", std::string("job.") + JobStateName(to), id, why),

@@ -108,15 +108,17 @@ int OidcVerifier::key_fetches() const {
 }
 
 Result<Json> OidcVerifier::Discovery() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return DiscoveryLocked();
-}
-
-Result<Json> OidcVerifier::DiscoveryLocked() {
-  if (discovery_) return *discovery_;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (discovery_) return *discovery_;
+  }
+  // Fetched outside the lock, as the keys are: a slow provider held every verification up
+  // behind a public GET /v1/auth/config until the document was first fetched.
   Result<Json> d = FetchDiscovery();
-  if (d.ok()) discovery_ = *d;
-  return d;
+  if (!d.ok()) return d;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!discovery_) discovery_ = *d;
+  return *discovery_;
 }
 
 Result<Json> OidcVerifier::FetchDiscovery() const {

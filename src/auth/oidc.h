@@ -97,7 +97,6 @@ class OidcVerifier {
   int key_fetches() const;
 
  private:
-  Result<Json> DiscoveryLocked();
   // The discovery document from the provider, checked (no lock held).
   Result<Json> FetchDiscovery() const;
   // Starts a fetch of the keys on fetcher_ unless one is on its way; true if it did.

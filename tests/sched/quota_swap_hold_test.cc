@@ -278,6 +278,35 @@ TEST(QuotaSwapHold, ASharePreemptedForAPartitionIsStoppedNotHeld) {
   w.Done();
 }
 
+// A whole job may take a card with a share held swapped out on it (the share's memory is off
+// the card); the share waits, held, and resumes there once the whole job has ended. (An earlier
+// reading of the docs said such a card took no whole job, and that a held share without a hold
+// limit could keep a reservation waiting for good: neither is so.)
+TEST(QuotaSwapHold, AWholeJobMayTakeACardWithAHeldShareWhichResumesWhenItEnds) {
+  PolicySpec p = SwapPolicy(100);
+  p.groups[0].reservation = Gpu(2000);
+  World w(p, {SwapNode("any", 32 * kGiB)});
+  for (int i = 0; i < 5; ++i) w.Submit(Job("b" + std::to_string(i), "inter", "b"), 0);
+  w.e->RunCycle(0);
+  w.Submit(Job("a0", "inter", "a"), 100);
+  w.e->RunCycle(100);
+  ASSERT_EQ(Of(w, EventKind::kSwappedOut).size(), 1u);
+  const std::string held = Of(w, EventKind::kSwappedOut)[0].job;
+  w.Submit(Job("whole", "train", "a"), 200);
+  w.e->RunCycle(200);
+  w.e->Complete(w.h["a0"], 300);
+  for (int64_t t = 300; t <= 400; t += 10) w.e->RunCycle(t);
+  ASSERT_EQ(w.State("whole"), JobState::kRunning) << w.View("whole").wait_reason;
+  EXPECT_EQ(w.State(held), JobState::kPending);
+  EXPECT_EQ(w.View(held).held_on, "n0/gpu0");
+  EXPECT_TRUE(Of(w, EventKind::kStopped).empty());
+  w.e->Complete(w.h["whole"], 500);
+  w.e->RunCycle(500);
+  ASSERT_EQ(w.State(held), JobState::kRunning) << w.View(held).wait_reason;
+  EXPECT_EQ(w.View(held).start_time, 0) << "it ran from t=0: no work lost";
+  w.Done();
+}
+
 // After a restart the control plane puts a hold back (QuotaEngine::RestoreHold, from what it
 // stored of JobView::held_*): the share waits for its own card again, not for another, and
 // resumes there keeping its start and the time it was held. Only a pending share of a swapping

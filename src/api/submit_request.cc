@@ -227,6 +227,11 @@ Status ReadNeeds(const Json& body, const quota::ProfileSpec& prof, quota::JobSpe
                                      std::to_string(gpus) + ")");
     }
   }
+  // Said beside no GPUs, GPU memory or a form was dropped and the job ran on CPUs alone.
+  if (gpus == 0 && body.contains("gpu_memory") && *gpu_memory > 0)
+    return Status::InvalidArgument("'gpu_memory' is for a job with GPUs ('gpus' is 0)");
+  if (gpus == 0 && body.contains("form"))
+    return Status::InvalidArgument("'form' is the form of a job's GPUs ('gpus' is 0)");
   int64_t walltime = 0;
   if (body.contains("walltime")) {
     const Json& w = body["walltime"];

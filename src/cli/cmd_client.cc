@@ -240,6 +240,11 @@ void Submit(const SubmitOptions& s, int* exit_code) {
   }
 }
 
+// Given empty, a value was taken as not given (`--gpu-memory ""` took the profile's).
+const CLI::Validator kNotEmpty(
+    [](std::string& v) { return v.empty() ? std::string("the value is empty") : std::string(); },
+    "", "not empty");
+
 void RegisterSubmitCommand(CLI::App& app, CommandContext& ctx) {
   auto* cmd =
       app.add_subcommand("submit", "Submit a job: tessera submit --queue Q [needs] -- COMMAND...");
@@ -247,21 +252,25 @@ void RegisterSubmitCommand(CLI::App& app, CommandContext& ctx) {
   AddClientFlags(cmd, &o->client);
   cmd->add_option("--queue", o->queue, "execution queue")->required();
   cmd->add_option("--gpus", o->gpus, "number of GPUs");
-  cmd->add_option("--gpu-memory", o->gpu_memory, "GPU memory, e.g. 8GiB (a share's cap)");
-  cmd->add_option("--cpu", o->cpu, "CPU cores, e.g. 2 or 500m");
-  cmd->add_option("--memory", o->memory, "host memory, e.g. 4GiB");
-  Choices(cmd->add_option("--class", o->job_class, "training, inference, interactive, ci, batch"),
+  cmd->add_option("--gpu-memory", o->gpu_memory, "GPU memory, e.g. 8GiB (a share's cap)")
+      ->check(kNotEmpty);
+  cmd->add_option("--cpu", o->cpu, "CPU cores, e.g. 2 or 500m")->check(kNotEmpty);
+  cmd->add_option("--memory", o->memory, "host memory, e.g. 4GiB")->check(kNotEmpty);
+  Choices(cmd->add_option("--class", o->job_class, "training, inference, interactive, ci, batch")
+              ->check(kNotEmpty),
           "class", ClassNames());
-  cmd->add_option("--gpu-fraction", o->gpu_fraction, "compute share of one GPU, e.g. 0.25");
+  cmd->add_option("--gpu-fraction", o->gpu_fraction, "compute share of one GPU, e.g. 0.25")
+      ->check(kNotEmpty);
   Choices(
       cmd->add_option("--form", o->form,
-                      "whole, partition or share (if the queue's policy allows it)"),
+                      "whole, partition or share (if the queue's policy allows it)")
+          ->check(kNotEmpty),
       "form",
       {AllocationFormName(AllocationForm::kWhole), AllocationFormName(AllocationForm::kPartition),
        AllocationFormName(AllocationForm::kShare)});
   cmd->add_option("--walltime", o->walltime,
                   "declared run time, e.g. 2h: it may backfill, and is stopped then");
-  cmd->add_option("--name", o->name, "a name for people");
+  cmd->add_option("--name", o->name, "a name for people")->check(kNotEmpty);
   // One value a use, repeated: a list would take `--` as its own end, and the job's flags as
   // tessera's.
   cmd->add_option("--env", o->env, "NAME=VALUE for the job's environment (repeatable)")

@@ -285,6 +285,15 @@ TEST_F(EngineTest, BadSubmissionsAreRefusedAndChangeNothing) {
        {{"queue", "notebooks"}, {"command", {"true"}}, {"class", 5}},
        StatusCode::kInvalidArgument,
        "'class' must be a string"},
+      // Once taken as a CPU job without a word (a new user): GPU memory or a form beside no GPUs.
+      {"alice",
+       {{"queue", "notebooks"}, {"command", {"true"}}, {"gpus", 0}, {"gpu_memory", "8GiB"}},
+       StatusCode::kInvalidArgument,
+       "'gpu_memory' is for a job with GPUs ('gpus' is 0)"},
+      {"alice",
+       {{"queue", "notebooks"}, {"command", {"true"}}, {"gpus", 0}, {"form", "partition"}},
+       StatusCode::kInvalidArgument,
+       "'form' is the form of a job's GPUs ('gpus' is 0)"},
   };
   for (const Case& c : cases) {
     auto r = engine_->Submit(Who(c.who), c.body);

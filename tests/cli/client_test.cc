@@ -52,6 +52,20 @@ TEST(SubmitFlagsTest, NegativeAmountsAreRefusedNamingTheFlagAndTheValue) {
   }
 }
 
+// An empty value was taken as no flag (`--gpu-memory ""` submitted the profile's GPU memory): it
+// is refused, naming the flag, as the API refuses an empty quantity.
+TEST(SubmitFlagsTest, AnEmptyValueIsRefusedNamingTheFlag) {
+  const std::vector<std::string> env = {"TESSERA_URL=http://127.0.0.1:1", "TESSERA_TOKEN=x"};
+  for (const char* flag :
+       {"--gpu-memory", "--memory", "--cpu", "--gpu-fraction", "--form", "--class", "--name"}) {
+    ProcessResult r = Tessera({"submit", "--queue", "training", flag, "", "--", "true"}, env);
+    EXPECT_EQ(r.exit_code, 2) << flag << ": " << r.out << r.err;
+    EXPECT_THAT(r.err, HasSubstr(std::string(flag) + ": "));
+    EXPECT_THAT(r.err, HasSubstr("empty"));
+    EXPECT_THAT(r.err, Not(HasSubstr("cannot reach")));  // refused before any call
+  }
+}
+
 // A command argument, name, queue or environment value that is not UTF-8 cannot travel in the
 // JSON body: it said "unexpected answer from the server: [json.exception.type_error.316] ...",
 // though no server had answered. It is refused before any call, naming what is not text.

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <memory>
 #include <sstream>
 #include <thread>
 
@@ -33,7 +34,7 @@ using internal::ExecArgs;
 using internal::ForkJob;
 using internal::KillCgroup;
 using internal::OpenJobStdio;
-using internal::OpenShareRegion;
+using internal::ReadShareRegion;
 using internal::ReadSmallFile;
 using internal::ResolveAccount;
 
@@ -371,6 +372,7 @@ std::vector<RunningJob> Launcher::Running(bool usage) const {
   std::vector<RunningJob> out;
   std::map<pid_t, uint64_t> ticks;
   if (usage) ticks = CpuTicksBySession();
+  std::unique_ptr<capgpu::RegionFile> copy;  // a share's region, read (never mapped)
   for (const auto& [id, job] : jobs_) {
     RunningJob r;
     r.id = id;
@@ -379,21 +381,18 @@ std::vector<RunningJob> Launcher::Running(bool usage) const {
     if (usage) {
       auto t = ticks.find(job.pid);
       if (t != ticks.end()) r.cpu_ticks = t->second;
-      capgpu::Region region;
-      if (OpenShareRegion(job.region_path, job.region_owner, &region)) {
-        capgpu::RegionLock lock(region, capgpu::kObserverLockMs);
+      if (!job.region_path.empty() && !copy) copy = std::make_unique<capgpu::RegionFile>();
+      if (ReadShareRegion(job.region_path, job.region_owner, copy.get())) {
+        const capgpu::RegionData& data = copy->data;
         uint64_t used = 0;
-        if (lock.held()) {
-          for (uint32_t d = 0; d < capgpu::kMaxDevices; ++d) used += region.data().used[d];
-          r.gpu_launches =
-              static_cast<int64_t>(__atomic_load_n(&region.data().launches, __ATOMIC_RELAXED));
-          if (region.data().swap_enabled != 0) {
-            const capgpu::SwapSummary m = capgpu::SummarizeSwap(region.data());
-            r.swap_state = capgpu::ShareSwapState(m);
-            r.swapped_bytes = static_cast<int64_t>(m.host_bytes + m.disk_bytes);
-          }
+        for (uint32_t d = 0; d < capgpu::kMaxDevices; ++d) used += data.used[d];
+        r.gpu_launches = static_cast<int64_t>(data.launches & INT64_MAX);
+        if (data.swap_enabled != 0) {
+          const capgpu::SwapSummary m = capgpu::SummarizeSwap(data);
+          r.swap_state = capgpu::ShareSwapState(m);
+          r.swapped_bytes = static_cast<int64_t>((m.host_bytes + m.disk_bytes) & INT64_MAX);
         }
-        r.gpu_memory_used_bytes = static_cast<int64_t>(used);
+        r.gpu_memory_used_bytes = static_cast<int64_t>(used & INT64_MAX);
       }
     }
     out.push_back(std::move(r));

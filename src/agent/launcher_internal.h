@@ -70,8 +70,9 @@ Status CreateShareRegion(const std::string& path, int64_t limit_bytes, bool swap
                          int64_t swap_ram_bytes, const std::string& swap_dir, uid_t owner,
                          gid_t group);
 
-// Maps a share's region as the agent made it (no symbolic link, one name, `owner`'s); false
-// when there is none such at `path`.
-bool OpenShareRegion(const std::string& path, uid_t owner, capgpu::Region* region);
+// Reads a copy of a share's region as the agent made it (no symbolic link, one name, `owner`'s);
+// false when there is none such at `path`. The region is the job's to write: it is never mapped
+// nor locked here (capgpu/region.h, "An observer outside the workload").
+bool ReadShareRegion(const std::string& path, uid_t owner, capgpu::RegionFile* copy);
 
 }  // namespace tessera::agent::internal

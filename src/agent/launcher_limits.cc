@@ -62,11 +62,11 @@ Status CreateShareRegion(const std::string& path, int64_t limit_bytes, bool swap
   return s;
 }
 
-bool OpenShareRegion(const std::string& path, uid_t owner, capgpu::Region* region) {
-  if (path.empty()) return false;
+bool ReadShareRegion(const std::string& path, uid_t owner, capgpu::RegionFile* copy) {
+  if (path.empty() || copy == nullptr) return false;
   Result<int> fd = internal::OpenRegionFile(path, owner);
   if (!fd.ok()) return false;
-  const int rc = region->OpenFd(*fd);
+  const int rc = capgpu::ReadRegionCopy(*fd, copy);
   close(*fd);
   return rc == 0;
 }

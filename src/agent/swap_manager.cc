@@ -12,15 +12,18 @@
 
 namespace tessera::agent {
 
+// The region belongs to the job's account: the manager never maps it nor takes its lock, it
+// reads a copy and writes single fields (capgpu/region.h, "An observer outside the workload").
 struct SwapManager::Share {
   std::string id;
   std::string path;
-  int fd = -1;  // the region file as opened, so that its size is the mapped file's (fstat)
-  capgpu::Region region;
-  bool unread = false;  // its lock timed out this tick: its summary is stale, it is left alone
+  int fd = -1;  // the region file as the agent made it (opened once: the path may change)
+  std::unique_ptr<capgpu::RegionFile> copy = std::make_unique<capgpu::RegionFile>();
   ~Share() {
     if (fd >= 0) close(fd);
   }
+  bool Read() { return capgpu::ReadRegionCopy(fd, copy.get()) == 0; }
+  const capgpu::RegionData& data() const { return copy->data; }
   uint64_t launches = 0, gate_waits = 0, resident = 0, cap = 0;
   int64_t last_active_ms = 0;
   int64_t resident_since_ms = 0;  // since its swapped bytes last came back (or it was added)
@@ -35,7 +38,6 @@ struct SwapManager::Share {
 
 namespace {
 
-// A share whose region lock is not had within capgpu::kObserverLockMs is skipped this tick.
 // Under pressure a share this long without activity may make room for another.
 constexpr int64_t kPressureIdleMs = 2000;
 // Slicing: at most one round of active shares asked out per device per this long.
@@ -75,17 +77,11 @@ Status SwapManager::Add(const std::string& id, const std::string& region_path, i
   if (!fd.ok())
     return Status::NotFound("swap: cannot open the region of " + id + ": " + fd.status().message());
   share->fd = *fd;
-  if (share->region.OpenFd(share->fd) != 0) {
-    return Status::NotFound("swap: cannot open the region of " + id + " (" + region_path + ")");
+  if (!share->Read()) {
+    return Status::NotFound("swap: cannot read the region of " + id + " (" + region_path + ")");
   }
-  {
-    capgpu::RegionLock lock(share->region, capgpu::kObserverLockMs);
-    if (!lock.held())
-      return Status::FailedPrecondition("swap: the region of " + id +
-                                        " stayed locked (a process of it stopped?)");
-    if (share->region.data().swap_enabled == 0) {
-      return Status::FailedPrecondition("swap: the region of " + id + " does not have swapping on");
-    }
+  if (share->data().swap_enabled == 0) {
+    return Status::FailedPrecondition("swap: the region of " + id + " does not have swapping on");
   }
   share->last_active_ms = now_ms;
   share->resident_since_ms = now_ms;
@@ -109,19 +105,15 @@ Result<bool> SwapManager::Order(const std::string& id, const std::string& order)
     return Status::InvalidArgument("swap: order '" + order + "' is not out, in or idle");
   }
   Share& s = *it->second;
-  uint32_t now = 0;
-  {
-    capgpu::RegionLock lock(s.region, capgpu::kObserverLockMs);
-    if (!lock.held()) return false;  // the next heartbeat orders it again
-    now = s.region.data().swap_target;
-  }
+  if (!s.Read()) return false;  // the next heartbeat orders it again
+  const uint32_t now = s.data().swap_target;
   // "idle" once out (or back by itself since): nothing to do until the next order.
   if (now == static_cast<uint32_t>(target) ||
       (order == "idle" && now != static_cast<uint32_t>(capgpu::SwapTarget::kResident))) {
     return false;
   }
   if (order == "idle" && s.ordered_idle) return false;  // once per order: it comes back on use
-  if (!capgpu::RequestSwap(s.region, target)) return false;
+  if (capgpu::WriteSwapTarget(s.fd, target) != 0) return false;
   s.held_since_ms = -1;  // not a slice: held until ordered in
   s.ordered_idle = order == "idle";
   if (target != capgpu::SwapTarget::kResident) {
@@ -152,14 +144,10 @@ uint64_t SwapManager::HostBytes() const {
 std::vector<std::string> SwapManager::Tick(int64_t now_ms, uint64_t* host_ram_left) {
   std::vector<std::string> actions;
   uint64_t resident_total = 0;
-  // Read every share, and note activity.
-  // The region file belongs to the job's account: one cut short would make touching its
-  // mapping a SIGBUS in the agent. Such a share is dropped (it can no longer swap anyway). The
-  // size is the opened file's (fstat), whatever is at the path now.
+  // Read every share, and note activity. A region cut short (or no longer a region) is
+  // dropped: it can no longer swap anyway.
   for (auto it = shares_.begin(); it != shares_.end();) {
-    struct stat st {};
-    if (fstat(it->second->fd, &st) == 0 &&
-        static_cast<size_t>(st.st_size) >= sizeof(capgpu::RegionFile)) {
+    if (it->second->Read()) {
       ++it;
       continue;
     }
@@ -167,16 +155,13 @@ std::vector<std::string> SwapManager::Tick(int64_t now_ms, uint64_t* host_ram_le
     it = shares_.erase(it);
   }
   for (auto& [id, s] : shares_) {
-    uint64_t launches = __atomic_load_n(&s->region.data().launches, __ATOMIC_RELAXED);
-    {
-      capgpu::RegionLock lock(s->region, capgpu::kObserverLockMs);
-      s->unread = !lock.held();
-      if (s->unread) continue;
-      capgpu::ReapDead(s->region.data(), capgpu::ProcessIsAlive, nullptr);
-      s->summary = capgpu::SummarizeSwap(s->region.data());
-      s->target = s->region.data().swap_target;
-      s->cap = capgpu::LimitFor(s->region.data(), 0);
-    }
+    // The copy is the manager's own: dead processes' slots are left out of it, not reclaimed in
+    // the file (the processes do that under their lock).
+    capgpu::ReapDead(s->copy->data, capgpu::ProcessIsAlive, nullptr);
+    const uint64_t launches = s->data().launches;
+    s->summary = capgpu::SummarizeSwap(s->data());
+    s->target = s->data().swap_target;
+    s->cap = capgpu::LimitFor(s->data(), 0);
     const bool wants = s->summary.room_wanted > 0 || s->summary.swapping_in > 0;
     if (launches != s->launches || s->summary.gate_waits != s->gate_waits ||
         s->summary.resident_bytes != s->resident || wants) {
@@ -220,7 +205,7 @@ std::vector<std::string> SwapManager::Tick(int64_t now_ms, uint64_t* host_ram_le
   // does not take the room back first; then it waits in turn like any share that wants its
   // bytes back.
   for (auto& [id, s] : shares_) {
-    if (s->held_since_ms < 0 || s->unread) continue;
+    if (s->held_since_ms < 0) continue;
     if (s->target != static_cast<uint32_t>(capgpu::SwapTarget::kHold)) {
       s->held_since_ms = -1;  // someone else changed its target
       continue;
@@ -232,7 +217,7 @@ std::vector<std::string> SwapManager::Tick(int64_t now_ms, uint64_t* host_ram_le
       s->held_since_ms = now_ms;  // still leaving
     if (!others_served && now_ms - s->held_since_ms < std::max(options_.slice_ms, kSliceGapMs))
       continue;
-    if (!capgpu::RequestSwap(s->region, capgpu::SwapTarget::kOut)) continue;  // next tick
+    if (capgpu::WriteSwapTarget(s->fd, capgpu::SwapTarget::kOut) != 0) continue;  // next tick
     actions.push_back(
         "release " + s->id + ": " +
         (others_served ? std::string("the room it left is taken") : "held out a slice") +
@@ -252,7 +237,7 @@ std::vector<std::string> SwapManager::Tick(int64_t now_ms, uint64_t* host_ram_le
   std::vector<Share*> idle;
   for (auto& [id, s] : shares_) {
     const bool in_need = s->summary.room_wanted > 0 || s->summary.swapping_in > 0;
-    if (s->unread || in_need || s->summary.resident_bytes == 0 || s->summary.unswappable > 0 ||
+    if (in_need || s->summary.resident_bytes == 0 || s->summary.unswappable > 0 ||
         s->target != static_cast<uint32_t>(capgpu::SwapTarget::kResident) ||
         now_ms - s->last_active_ms < idle_for) {
       continue;
@@ -267,12 +252,10 @@ std::vector<std::string> SwapManager::Tick(int64_t now_ms, uint64_t* host_ram_le
   // to disk.
   auto ask_out = [&](Share* s, capgpu::SwapTarget target) {
     if (host_ram_left != nullptr) {
-      capgpu::RegionLock lock(s->region, capgpu::kObserverLockMs);
-      if (!lock.held()) return false;
-      s->region.data().swap_ram_limit = s->region.data().host_used + *host_ram_left;
+      if (capgpu::WriteSwapRamLimit(s->fd, s->data().host_used + *host_ram_left) != 0) return false;
       *host_ram_left -= std::min(*host_ram_left, s->summary.resident_bytes);
     }
-    if (!capgpu::RequestSwap(s->region, target)) return false;
+    if (capgpu::WriteSwapTarget(s->fd, target) != 0) return false;
     ++s->swap_outs;
     s->was_out = true;  // its return is seen even if it comes back before the next tick
     freeing += s->summary.resident_bytes;
@@ -295,7 +278,7 @@ std::vector<std::string> SwapManager::Tick(int64_t now_ms, uint64_t* host_ram_le
     std::vector<Share*> held;
     for (auto& [id, s] : shares_) {
       const bool in_need = s->summary.room_wanted > 0 || s->summary.swapping_in > 0;
-      if (s->unread || in_need || s->summary.resident_bytes == 0 || s->summary.unswappable > 0 ||
+      if (in_need || s->summary.resident_bytes == 0 || s->summary.unswappable > 0 ||
           s->target != static_cast<uint32_t>(capgpu::SwapTarget::kResident) ||
           now_ms - s->resident_since_ms < options_.slice_ms ||
           std::find(idle.begin(), idle.end(), s.get()) != idle.end()) {

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -158,6 +159,50 @@ bool RequestSwap(Region& region, SwapTarget target) {
   }
   syscall(SYS_futex, &region.data().swap_seq, FUTEX_WAKE, 0x7fffffff, nullptr, nullptr, 0);
   return true;
+}
+
+namespace {
+
+// Writes `bytes` at `offset` of the file in one call. 0 or an errno.
+int WriteAt(int fd, const void* bytes, size_t n, size_t offset) {
+  const ssize_t w = pwrite(fd, bytes, n, static_cast<off_t>(offset));
+  if (w < 0) return errno;
+  return static_cast<size_t>(w) == n ? 0 : EIO;
+}
+
+constexpr size_t kDataAt = offsetof(RegionFile, data);
+
+}  // namespace
+
+int ReadRegionCopy(int fd, RegionFile* copy) {
+  size_t done = 0;
+  auto* out = reinterpret_cast<char*>(copy);
+  while (done < sizeof(RegionFile)) {
+    const ssize_t n = pread(fd, out + done, sizeof(RegionFile) - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno;
+    if (n == 0) return EINVAL;  // cut short
+    done += static_cast<size_t>(n);
+  }
+  if (copy->magic != kRegionMagic || copy->version != kRegionVersion ||
+      copy->file_bytes != sizeof(RegionFile))
+    return EINVAL;
+  return 0;
+}
+
+int WriteSwapTarget(int fd, SwapTarget target) {
+  const uint32_t value = static_cast<uint32_t>(target);
+  if (int rc = WriteAt(fd, &value, sizeof(value), kDataAt + offsetof(RegionData, swap_target)))
+    return rc;
+  uint32_t seq = 0;
+  const size_t seq_at = kDataAt + offsetof(RegionData, swap_seq);
+  if (pread(fd, &seq, sizeof(seq), static_cast<off_t>(seq_at)) != sizeof(seq)) return EIO;
+  ++seq;
+  return WriteAt(fd, &seq, sizeof(seq), seq_at);
+}
+
+int WriteSwapRamLimit(int fd, uint64_t bytes) {
+  return WriteAt(fd, &bytes, sizeof(bytes), kDataAt + offsetof(RegionData, swap_ram_limit));
 }
 
 bool WaitSwapSettled(Region& region, int64_t timeout_ms, SwapSummary* summary) {

@@ -65,8 +65,8 @@ class Region {
 
   // REQUIRES: is_open(). Returns false only if the mutex is unrecoverable (a bug elsewhere).
   bool Lock();
-  // As Lock, giving up after `timeout_ms`: for the agent, which must not hang on a share whose
-  // process was stopped (SIGSTOP, a debugger) while it held the lock.
+  // As Lock, giving up after `timeout_ms`: for an operator's tool, which must not hang on a share
+  // whose process was stopped (SIGSTOP, a debugger) while it held the lock.
   bool LockFor(int64_t timeout_ms);
   void Unlock();
   // REQUIRES: the lock is held (or the region is private to the caller).
@@ -79,9 +79,6 @@ class Region {
 };
 
 // RAII holder of a region's lock.
-// How long an observer of a share (the agent) waits for its region's lock, which the share's
-// processes take too: one stopped while holding it must not stop the observer.
-constexpr int64_t kObserverLockMs = 200;
 
 class RegionLock {
  public:
@@ -110,6 +107,24 @@ bool RequestSwap(Region& region, SwapTarget target);
 // settled), or `timeout_ms` passes; *summary gets the last state seen. True when settled.
 // Dead processes are reaped along the way.
 bool WaitSwapSettled(Region& region, int64_t timeout_ms, SwapSummary* summary);
+
+// ---- An observer outside the workload (the node agent) -----------------------------------------
+// The workload's processes own the region file, so they can write any bytes into it (the
+// mutex's robust-list pointers, which glibc follows when its locker unlocks: a write where the
+// job chooses, in the locker) and cut it short (a mapping read past its end is a SIGBUS). An
+// observer that must outlive them (root's agent) therefore never maps the file nor takes its
+// lock: it reads a copy (pread), in which each field is as a process last wrote it (a sum may
+// be mid-update: what it reads is advisory), and writes single aligned fields (pwrite), which
+// the processes read with atomic loads.
+
+// A copy of the region open on `fd`. 0, or an errno (EINVAL: cut short, or not a region of this
+// version).
+int ReadRegionCopy(int fd, RegionFile* copy);
+// Sets the share's swap target and bumps swap_seq (the processes' watchers wait on it with a
+// timeout of 20 ms, so they see it without a wake). 0, or an errno.
+int WriteSwapTarget(int fd, SwapTarget target);
+// Sets the host RAM the share's swapped bytes may take (swap_ram_limit). 0, or an errno.
+int WriteSwapRamLimit(int fd, uint64_t bytes);
 
 // ---- Processes (system calls; the impure half of liveness) ------------------------------------
 

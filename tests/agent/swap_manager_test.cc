@@ -4,12 +4,16 @@
 // when the other grows; it resumes when it runs again; neither job ever sees an error.
 #include "agent/swap_manager.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -204,6 +208,69 @@ TEST_F(SwapManagerTest, ARegionCutShortIsDroppedNotRead) {
   EXPECT_EQ(log[0], "dropped a: its region file is gone or cut short");
   ASSERT_EQ(m.States().size(), 1u);
   EXPECT_EQ(m.States()[0].id, "b");
+}
+
+// The red team: the region belongs to the job's account, so a job can write anything into it
+// and cut it short at will. The agent (root) once mapped it and took its process-shared robust
+// mutex every tick: a job rewriting the mutex's robust-list pointers while the agent held it
+// made glibc's unlock write where the job chose (SIGSEGV, 3 crashes in 7 s), and one cutting the
+// file short between the agent's size check and its reads killed it with SIGBUS (13 in 20 s),
+// each crash restarting every job on the node. The agent now only copies the file (pread) and
+// writes single fields (pwrite): whatever the job does, the manager keeps running, and orders
+// still reach a region put right again.
+TEST_F(SwapManagerTest, AJobThatRewritesOrCutsItsRegionNeverReachesTheAgent) {
+  const std::string a = Region("a", 8 * kMiB);
+  const int fd = open(a.c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  const size_t size = sizeof(capgpu::RegionFile);
+  std::vector<char> whole(size);  // the region as the agent made it
+  ASSERT_EQ(pread(fd, whole.data(), size, 0), static_cast<ssize_t>(size));
+  auto* map = static_cast<char*>(mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+  ASSERT_NE(map, MAP_FAILED);
+  // Runs `job` on a thread while the agent's side ticks, orders, and (dropped) adds the share
+  // again, for 1.5 s.
+  auto against = [&](const std::function<void(uint64_t)>& job) {
+    SwapManager m({.device_memory = 12 * kMiB, .idle_ms = 100});
+    std::atomic<bool> stop{false};
+    std::thread t([&] {
+      for (uint64_t i = 0; !stop; ++i) job(i);
+    });
+    const int64_t until = NowMs() + 1500;
+    int rounds = 0;
+    while (NowMs() < until) {
+      if (m.States().empty()) (void)m.Add("a", a, NowMs());
+      m.Tick(NowMs());
+      (void)m.Order("a", rounds % 2 == 0 ? "out" : "in");
+      ++rounds;
+    }
+    stop = true;
+    t.join();
+    EXPECT_GT(rounds, 100);
+  };
+  // The mutex's robust list (prev, next), at offsets 40 and 48 of the file, rewritten without
+  // pause.
+  against([&](uint64_t i) {
+    const uint64_t bad = 0x4141414141414140ULL;
+    __atomic_store_n(reinterpret_cast<uint64_t*>(map + 40), bad + 64 * i, __ATOMIC_RELAXED);
+    __atomic_store_n(reinterpret_cast<uint64_t*>(map + 48), bad - 64 * i, __ATOMIC_RELAXED);
+  });
+  // The file cut to nothing and grown back, its header written again, without pause.
+  against([&](uint64_t) {
+    if (ftruncate(fd, 0) != 0 || ftruncate(fd, static_cast<off_t>(size)) != 0 ||
+        pwrite(fd, whole.data(), 64, 0) != 64)
+      ADD_FAILURE() << "the job's own writes: " << strerror(errno);
+  });
+  munmap(map, size);
+  // Put right, the share takes orders again.
+  ASSERT_EQ(pwrite(fd, whole.data(), size, 0), static_cast<ssize_t>(size));
+  close(fd);
+  SwapManager again({.device_memory = 12 * kMiB, .idle_ms = 100});
+  ASSERT_TRUE(again.Add("a", a, NowMs()).ok());
+  (void)again.Order("a", "in");
+  ASSERT_TRUE(*again.Order("a", "out"));
+  capgpu::Region r;
+  ASSERT_EQ(r.Open(a.c_str()), 0);
+  EXPECT_EQ(r.data().swap_target, static_cast<uint32_t>(capgpu::SwapTarget::kHold));
 }
 
 // The manager opens a region only as the file the agent made: never through a symbolic link,

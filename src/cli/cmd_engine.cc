@@ -273,6 +273,9 @@ int Up(const std::string& data, const std::string& listen, const std::string& si
   flags.listen = listen;
   flags.sole = true;
   flags.stop_on_signals = false;  // the watch below stops the agent first
+  // Its jobs run on the host it serves from: a job holding every connection from 127.0.0.1
+  // locked out every other client, the CLI included, as long as it liked (the red team).
+  flags.limit_loopback_peers = true;
   if (tls) {
     Status st = LocalCertificate(data, listen, &flags);
     if (!st.ok()) {

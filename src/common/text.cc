@@ -169,4 +169,11 @@ std::string OutputCutNote(std::string_view who, int64_t max, std::string_view li
   return static_cast<int64_t>(note.size()) * 4 <= max ? note : "";
 }
 
+std::string CutForRecord(std::string_view s, size_t max) {
+  if (s.size() <= max) return std::string(s);
+  size_t cut = max;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+  return std::string(s.substr(0, cut)) + "...(" + std::to_string(s.size()) + " bytes)";
+}
+
 }  // namespace tessera

@@ -38,6 +38,11 @@ std::string EscapeForTerminal(std::string_view s);
 // times its length): a small limit is a plain cut. The node agent's and the server's cut both.
 std::string OutputCutNote(std::string_view who, int64_t max, std::string_view limit);
 
+// `s` as recorded where anyone may send it (a request's path in the request log and in an
+// auth.failed event): whole up to `max` bytes; longer, its first `max` bytes (not splitting a
+// UTF-8 sequence) and "...(N bytes)".
+std::string CutForRecord(std::string_view s, size_t max = 256);
+
 // `s` as a URL path segment or query value (RFC 3986): its unreserved characters (letters,
 // digits, - _ . ~) as they are, every other byte as %XX.
 std::string PercentEncoded(std::string_view s);

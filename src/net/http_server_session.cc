@@ -11,6 +11,7 @@
 #include <string_view>
 #include <type_traits>
 
+#include "common/text.h"
 #include "net/http_framing.h"
 #include "net/http_server_internal.h"
 
@@ -269,9 +270,10 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     }
     const auto us =
         std::chrono::duration_cast<std::chrono::microseconds>(SteadyClock::now() - e.start).count();
+    const std::string path = CutForRecord(e.path);  // anyone may send 64 KiB of it
     RequestLog().Log(e.level, "request",
                      {{"method", e.method},
-                      {"path", e.path},
+                      {"path", path},
                       {"status", e.status},
                       {"duration_us", us},
                       {"bytes", e.bytes},

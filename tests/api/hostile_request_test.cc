@@ -13,11 +13,14 @@
 
 #include <atomic>
 #include <filesystem>
+#include <mutex>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
 
 #include "api/routes.h"
 #include "api/server.h"
+#include "common/log.h"
 #include "common/text.h"
 #include "sim/scenario.h"
 #include "support/served_engine.h"
@@ -176,6 +179,43 @@ TEST_F(HostileRequestTest, InvalidUtf8InAPathOrQueryNeverBreaksTheEventLog) {
   ASSERT_EQ(ev->status, 200);
   EXPECT_TRUE(IsValidUtf8(ev->body));
   EXPECT_NE(ev->body.find("/v1/jobs/\xEF\xBF\xBD\xEF\xBF\xBD"), std::string::npos) << ev->body;
+}
+
+// The red team: paths up to the header's limit (64 KiB), sent without a token, were written
+// whole into the request log (2.8 GB in 30 s from one client) and into every auth.failed event
+// (the store grew 80 MB in 30 s, kept 30 days). Both keep the path's first 256 bytes and its
+// length.
+TEST_F(HostileRequestTest, ALongPathIsRecordedCutNotWhole) {
+  const log::Level level = log::CurrentLevel();
+  const log::Format format = log::CurrentFormat();
+  std::mutex mu;
+  size_t longest = 0;
+  std::string request_line;
+  log::ConfigureForTesting(log::Level::kInfo, log::Format::kJson, [&](std::string_view line) {
+    std::lock_guard<std::mutex> l(mu);
+    if (line.find("\"request\"") == std::string_view::npos) return;
+    longest = std::max(longest, line.size());
+    if (line.find("aaaa") != std::string_view::npos) request_line = std::string(line);
+  });
+  const std::string path = "/v1/jobs/" + std::string(60000, 'a');
+  EXPECT_EQ(RawRequest(port_, Request("GET", path, "")), 401);
+  EXPECT_EQ(RawRequest(port_, Request("GET", "/zz" + std::string(60000, 'b'), "")), 404);
+  log::Configure(level, format);
+  {
+    std::lock_guard<std::mutex> l(mu);
+    EXPECT_LT(longest, 1024u) << request_line.substr(0, 400);
+    EXPECT_NE(request_line.find("(60009 bytes)"), std::string::npos) << request_line.substr(0, 600);
+  }
+  auto ev = client_->Get("/v1/events?kind=auth.failed&limit=10",
+                         {{"Authorization", "Bearer admin-token-1"}});
+  ASSERT_TRUE(ev);
+  ASSERT_EQ(ev->status, 200);
+  const auto events = nlohmann::json::parse(ev->body)["events"];
+  ASSERT_FALSE(events.empty()) << ev->body;
+  const std::string subject = events[0]["subject"];
+  EXPECT_LT(subject.size(), 300u);
+  EXPECT_EQ(subject.rfind("/v1/jobs/aaaa", 0), 0u) << subject;
+  EXPECT_NE(subject.find("(60009 bytes)"), std::string::npos) << subject;
 }
 
 TEST_F(HostileRequestTest, ArbitraryBytesOnEveryRouteFromEveryRoleNeverGetA5xx) {

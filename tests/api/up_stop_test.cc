@@ -9,6 +9,7 @@
 #include <httplib.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -151,6 +152,44 @@ TEST_F(UpTest, AnEditedConfigIsKeptAcrossARestart) {
   ASSERT_GT(again.WaitForPort(30000), 0) << again.Log();
   EXPECT_EQ(testing::ReadFile(path), edited) << "the edited config was written over";
   EXPECT_NE(again.Log().find(path), std::string::npos) << again.Log();
+}
+
+// The red team: `tessera up` runs jobs on the host it serves from, and loopback peers were not
+// counted against the per-address cap (512): a job held 18,974 idle connections and every other
+// client, the CLI included, was refused until it let go. `up` counts loopback peers: the
+// connections past 512 from 127.0.0.1 are closed at once, and the server still answers.
+TEST_F(UpTest, OneLocalProcessCannotTakeEveryConnection) {
+  Proc& up = Up(port_);
+  ASSERT_GT(up.WaitForPort(30000), 0) << up.Log();
+  std::vector<int> fds;
+  for (int i = 0; i < 600; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port_));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+      close(fd);
+      continue;
+    }
+    fds.push_back(fd);
+  }
+  // A connection the server closed reads as its end (0); one it keeps has nothing to read.
+  int closed = 0;
+  Wait(
+      [&] {
+        closed = 0;
+        for (int fd : fds) {
+          char c;
+          if (recv(fd, &c, 1, MSG_DONTWAIT) == 0) ++closed;
+        }
+        return closed >= 600 - 512;
+      },
+      5000);
+  for (int fd : fds) close(fd);
+  EXPECT_GE(closed, 600 - 512) << "of " << fds.size() << " connections from 127.0.0.1";
+  EXPECT_TRUE(Call("GET", "/v1/health", "").is_object()) << up.Log();
 }
 
 TEST_F(UpTest, ASecondUpOnTheSameDataSaysWhoHoldsItAndExits) {

@@ -79,5 +79,15 @@ TEST(Text, EscapeCharsWritesEachNamedCharacterAsItsEscape) {
   EXPECT_EQ(EscapeChars("plain", {}), "plain");
 }
 
+// What anyone may send is recorded cut: whole up to the limit, then its first bytes (never half
+// a UTF-8 sequence) and its length.
+TEST(CutForRecord, KeepsShortTextAndCutsLongTextSayingItsLength) {
+  EXPECT_EQ(CutForRecord("/v1/jobs/j-1"), "/v1/jobs/j-1");
+  EXPECT_EQ(CutForRecord(std::string(256, 'a')), std::string(256, 'a'));
+  EXPECT_EQ(CutForRecord(std::string(300, 'a')), std::string(256, 'a') + "...(300 bytes)");
+  // "é" is two bytes: a cut at 3 would split the second one.
+  EXPECT_EQ(CutForRecord("a\u00e9\u00e9b", 4), "a\u00e9...(6 bytes)");
+}
+
 }  // namespace
 }  // namespace tessera

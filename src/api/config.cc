@@ -209,6 +209,21 @@ static Status ReadCount(const YAML::Node& root, const char* key, int64_t lo, int
   return Status::Ok();
 }
 
+// An optional size ("64MiB") of at least `min_bytes`, in bytes.
+static Status ReadBytes(const YAML::Node& root, const char* key, int64_t min_bytes, int64_t* out) {
+  if (!root[key]) return Status::Ok();
+  auto text = Str(root[key], key);
+  if (!text.ok()) return text.status();
+  auto q = ParseMemoryMiB(*text);
+  if (!q.ok()) return Bad(key, q.status().message());
+  if (*q <= 0 || *q > std::numeric_limits<int64_t>::max() / (1024 * 1024))
+    return Bad(key, "expected a size such as 1GiB");
+  if (*q * 1024 * 1024 < min_bytes)
+    return Bad(key, "must be at least " + FormatMiB(min_bytes / (1024 * 1024)));
+  *out = *q * 1024 * 1024;
+  return Status::Ok();
+}
+
 // The server's own settings: cluster name, timings, schedule_on_submit, backend_nice.
 static Status ReadServerSettings(const YAML::Node& root, EngineConfig* c) {
   if (root["cluster"]) {
@@ -258,15 +273,10 @@ static Status ReadServerSettings(const YAML::Node& root, EngineConfig* c) {
     st = ReadCount(root, "max_jobs_per_identity", 1, 100'000'000, &c->limits.max_jobs_per_identity);
   if (st.ok())
     st = ReadCount(root, "ended_jobs_in_memory", 1, 10'000'000, &c->limits.ended_jobs_in_memory);
-  if (st.ok() && root["max_output"]) {
-    auto text = Str(root["max_output"], "max_output");
-    if (!text.ok()) return text.status();
-    auto q = ParseMemoryMiB(*text);
-    if (!q.ok()) return Bad("max_output", q.status().message());
-    if (*q <= 0 || *q > std::numeric_limits<int64_t>::max() / (1024 * 1024)) {
-      return Bad("max_output", "expected a size such as 1GiB");
-    }
-    c->limits.max_output_bytes = *q * 1024 * 1024;
+  if (st.ok()) st = ReadBytes(root, "max_output", 1, &c->limits.max_output_bytes);
+  if (st.ok()) {
+    st = ReadBytes(root, "max_command_bytes_per_identity", int64_t{1} << 20,
+                   &c->limits.max_command_bytes_per_identity);
   }
   if (st.ok()) st = ReadCount(root, "backend_nice", 0, 19, &c->backend_nice);
   return st;
@@ -305,6 +315,7 @@ static Result<quota::PolicySpec> ReadPolicy(const YAML::Node& root) {
                      "auth_failed_retention",
                      "max_output",
                      "max_jobs_per_identity",
+                     "max_command_bytes_per_identity",
                      "max_requests_per_identity",
                      "identities",
                      "idle_after",

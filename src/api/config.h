@@ -174,6 +174,10 @@ struct EngineConfig {
     // ended; a submission past it is refused with 429 and Retry-After, so one user cannot flood the
     // queue (100,000 pending jobs in 35 s) or the server's memory.
     int64_t max_jobs_per_identity = 10000;
+    // `max_command_bytes_per_identity: 64MiB` (the default; 1MiB at least):
+    // the most bytes of command and environment one identity's jobs not yet ended may hold, so
+    // that its jobs' specs cannot fill the server's memory (10,000 jobs of 254 KiB took 5 GB).
+    int64_t max_command_bytes_per_identity = int64_t{64} << 20;
     // `ended_jobs_in_memory: 1000` (the default): how many ended jobs memory keeps (the newest; the
     // views read older ones from the store). Memory holds up to twice this before it lets go.
     int64_t ended_jobs_in_memory = 1000;

@@ -55,10 +55,25 @@ void JobTable::Erase(const std::string& id) {
   if (!order_.empty() && order_.back() == id) order_.pop_back();
 }
 
+int64_t CommandBytes(const Json& spec) {
+  int64_t n = 0;
+  if (const auto c = spec.find("command"); c != spec.end() && c->is_array()) {
+    for (const Json& a : *c)
+      n += a.is_string() ? static_cast<int64_t>(a.get_ref<const std::string&>().size()) : 0;
+  }
+  if (const auto e = spec.find("env"); e != spec.end() && e->is_object()) {
+    for (const auto& [k, v] : e->items())
+      n += static_cast<int64_t>(k.size()) + 1 +
+           (v.is_string() ? static_cast<int64_t>(v.get_ref<const std::string&>().size()) : 0);
+  }
+  return n;
+}
+
 void JobTable::Enter(Job& j) {
   live_.push_back(j.rec.id);
   j.counted_live = true;
   ++live_by_identity_[j.rec.identity];
+  live_bytes_by_identity_[j.rec.identity] += CommandBytes(j.spec);
   if (j.handle >= 0) {
     if (j.handle >= static_cast<int>(by_handle_.size())) by_handle_.resize(j.handle + 1, nullptr);
     by_handle_[j.handle] = &j;
@@ -87,6 +102,10 @@ void JobTable::CountOut(Job& j) {
   if (!j.counted_live || !IsTerminal(j.state)) return;
   j.counted_live = false;
   if (--live_by_identity_[j.rec.identity] <= 0) live_by_identity_.erase(j.rec.identity);
+  int64_t& bytes = live_bytes_by_identity_[j.rec.identity];
+  bytes -= CommandBytes(j.spec);
+  if (bytes <= 0 || !live_by_identity_.count(j.rec.identity))
+    live_bytes_by_identity_.erase(j.rec.identity);
 }
 
 const std::vector<std::string>& JobTable::LiveIds() const {
@@ -131,6 +150,11 @@ const std::vector<std::string>& JobTable::OnNode(const std::string& node) const 
 const std::string* JobTable::IdempotentJob(const std::string& scoped) const {
   auto it = idem_.find(scoped);
   return it == idem_.end() ? nullptr : &it->second;
+}
+
+int64_t JobTable::LiveBytesOf(const std::string& identity) const {
+  auto it = live_bytes_by_identity_.find(identity);
+  return it == live_bytes_by_identity_.end() ? 0 : it->second;
 }
 
 int64_t JobTable::LiveOf(const std::string& identity) const {

@@ -20,6 +20,10 @@
 
 namespace tessera::api {
 
+// The bytes a job's command and environment hold (its spec's "command" strings, and each
+// variable's name, '=' and value): what max_command_bytes_per_identity bounds.
+int64_t CommandBytes(const Json& spec);
+
 class JobTable {
  public:
   // The job `id`, or nullptr when it is not in memory (never submitted, or ended and evicted).
@@ -68,6 +72,8 @@ class JobTable {
   const std::string* IdempotentJob(const std::string& scoped) const;
   void ForgetKey(const std::string& scoped) { idem_.erase(scoped); }
   int64_t LiveOf(const std::string& identity) const;  // jobs of `identity` not yet ended
+  // Bytes of command and environment (CommandBytes) of those jobs.
+  int64_t LiveBytesOf(const std::string& identity) const;
 
   // Ended jobs waiting to leave memory.
   size_t EndedWaiting() const { return ended_.size(); }
@@ -90,6 +96,7 @@ class JobTable {
   mutable std::vector<std::string> live_;  // ids not yet ended
   mutable size_t ended_since_prune_ = 0;   // jobs ended since live_ was last pruned
   std::map<std::string, int64_t> live_by_identity_;
+  std::map<std::string, int64_t> live_bytes_by_identity_;
   mutable std::unordered_map<std::string, std::vector<std::string>> node_jobs_;  // node -> ids
   int64_t next_ = 1;
 };

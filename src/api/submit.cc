@@ -7,6 +7,7 @@
 
 #include "api/engine.h"
 #include "api/submit_request.h"
+#include "model/quantity.h"
 
 namespace tessera::api {
 
@@ -117,6 +118,16 @@ Result<std::pair<Json, int64_t>> Engine::SubmitQueued(const Identity& who, const
     return Status::ResourceExhausted(
         "'" + who.name + "' has " + std::to_string(config_.limits.max_jobs_per_identity) +
         " jobs not yet ended (max_jobs_per_identity): submit more as some end");
+  }
+  const int64_t bytes = CommandBytes(prepared->job.spec);
+  if (jobs_.LiveBytesOf(who.name) + bytes > config_.limits.max_command_bytes_per_identity) {
+    return Status::ResourceExhausted(
+        "'" + who.name + "' has jobs not yet ended holding " +
+        std::to_string(jobs_.LiveBytesOf(who.name)) +
+        " bytes of command and environment; this one (" + std::to_string(bytes) +
+        " bytes) would take it past max_command_bytes_per_identity (" +
+        FormatMiB(config_.limits.max_command_bytes_per_identity >> 20) +
+        "): submit more as some end");
   }
   const std::string id = prepared->qspec.id = jobs_.NewId();
   prepared->job.rec.id = id;

@@ -235,6 +235,37 @@ TEST_F(EngineTest, AnIdentityHasAtMostMaxJobsNotYetEnded) {
   EXPECT_NE(bad.status().message().find("max_jobs_per_identity"), std::string::npos);
 }
 
+// The red team: 3,000 waiting jobs of 254 KiB of environment each took 1.6 GB of the server (5.3
+// GB at max_jobs_per_identity). The bytes of command and environment one identity's jobs not
+// yet ended hold are bounded too (max_command_bytes_per_identity), counted again after a
+// restart, and an ended job gives its bytes back.
+TEST_F(EngineTest, AnIdentitysJobsHoldAtMostMaxCommandBytes) {
+  auto c = ParseConfig(std::string(kConfig) + "max_command_bytes_per_identity: 1MiB\n");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  config_ = *c;
+  Reopen();
+  const Json body = {{"queue", "training"},
+                     {"command", {"true"}},
+                     {"env", {{"A", std::string(120000, 'x')}, {"B", std::string(120000, 'y')}}}};
+  std::vector<std::string> ids;
+  for (int i = 0; i < 4; ++i) ids.push_back(Submit("alice", body)["id"]);
+  auto fifth = engine_->Submit(Who("alice"), body);
+  ASSERT_EQ(fifth.status().code(), StatusCode::kResourceExhausted) << fifth.status().ToString();
+  EXPECT_NE(fifth.status().message().find("max_command_bytes_per_identity (1MiB)"),
+            std::string::npos)
+      << fifth.status().message();
+  EXPECT_TRUE(engine_->Submit(Who("carol"), body).ok());  // her own count
+  Reopen();
+  EXPECT_EQ(engine_->Submit(Who("alice"), body).status().code(), StatusCode::kResourceExhausted);
+  ASSERT_TRUE(engine_->Cancel(Who("alice"), ids[0]).ok());
+  EXPECT_TRUE(engine_->Submit(Who("alice"), body).ok()) << "an ended job gives its bytes back";
+  EXPECT_TRUE(engine_->Submit(Who("alice"), {{"queue", "training"}, {"command", {"true"}}}).ok())
+      << "a small job still fits";
+  auto bad = ParseConfig(std::string(kConfig) + "max_command_bytes_per_identity: 0B\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("max_command_bytes_per_identity"), std::string::npos);
+}
+
 TEST_F(EngineTest, NamesAndArgumentsThatCannotBeShownOrRunAsStoredAreRefused) {
   Register("n1", 1);
   std::string nul_arg = "a";

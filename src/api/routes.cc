@@ -350,6 +350,9 @@ RouteHandler Dashboard() {
   return [](const Identity&, const HttpRequest&, HttpResponse& res) {
     res.content_type = "text/html";
     res.body = DashboardHtml();
+    // It acts with the token it keeps: no other site may frame it (clickjacking).
+    res.headers = {{"X-Frame-Options", "DENY"},
+                   {"Content-Security-Policy", "frame-ancestors 'none'"}};
   };
 }
 

@@ -218,6 +218,17 @@ TEST_F(HostileRequestTest, ALongPathIsRecordedCutNotWhole) {
   EXPECT_NE(subject.find("(60009 bytes)"), std::string::npos) << subject;
 }
 
+// The red team: the dashboard, which acts with the token it keeps, could be framed by another
+// site (clickjacking). It says it may not be, in both ways browsers read.
+TEST_F(HostileRequestTest, TheDashboardMayNotBeFramed) {
+  auto r = client_->Get("/");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200);
+  EXPECT_EQ(r->get_header_value("X-Frame-Options"), "DENY");
+  EXPECT_NE(r->get_header_value("Content-Security-Policy").find("frame-ancestors 'none'"),
+            std::string::npos);
+}
+
 TEST_F(HostileRequestTest, ArbitraryBytesOnEveryRouteFromEveryRoleNeverGetA5xx) {
   std::mt19937_64 rng(20261202);
   auto byte = [&] { return static_cast<char>(rng() & 0xFF); };

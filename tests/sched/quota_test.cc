@@ -217,6 +217,64 @@ TEST(QuotaPreemption, PriorityInsideTheGroup) {
   }
 }
 
+// A new user: at its group's limit with a card free, a job of higher priority waited for good
+// ("Admission: group research at its gpu limit"): priority preemption was tried only for a job
+// that found no room, never for one held at a limit. Its group's lower-priority preemptible jobs
+// now make room under the limit (the least lost work first, no more than it lacks); jobs of
+// another group, or not preemptible, or of no lower priority, never do.
+TEST(QuotaPreemption, PriorityMakesRoomUnderTheGroupsLimit) {
+  struct Case {
+    std::string name;
+    int64_t limit_cards;
+    std::vector<std::string> a_queues, b_queues;  // jobs running before, in group a and b
+    std::string claimant_queue;                   // group a's job after them
+    int want_preempted;                           // -1: the claimant waits at Admission
+  };
+  for (const Case& c : std::vector<Case>{
+           {"a lower-priority preemptible job of its group",
+            2,
+            {"train", "train-lo"},
+            {},
+            "train-hi",
+            1},
+           {"no more than it lacks", 3, {"train", "train-lo", "train-lo"}, {}, "train-hi", 1},
+           {"not preemptible", 2, {"train", "train"}, {}, "train-hi", -1},
+           {"of no higher priority", 2, {"train", "train-lo"}, {}, "train", -1},
+           {"another group's job", 2, {"train", "train"}, {"train-lo"}, "train-hi", -1},
+       }) {
+    PolicySpec p = BasePolicy();
+    p.groups[0].limit.gpu_milli = c.limit_cards * kWholeGpu;
+    World w(p, {Node("n0", "train", 4)});
+    std::vector<std::string> others;
+    for (size_t i = 0; i < c.a_queues.size(); ++i) {
+      others.push_back("a" + std::to_string(i));
+      w.Submit(Job(others.back(), c.a_queues[i], "a"), 0);
+    }
+    for (size_t i = 0; i < c.b_queues.size(); ++i) {
+      others.push_back("b" + std::to_string(i));
+      w.Submit(Job(others.back(), c.b_queues[i], "b"), 0);
+    }
+    w.e->RunCycle(0);
+    for (const std::string& o : others) ASSERT_EQ(w.State(o), JobState::kRunning) << c.name << o;
+    w.Submit(Job("claimant", c.claimant_queue, "a"), 10);
+    for (int64_t t = 10; t <= 100; t += 10) w.e->RunCycle(t);
+    int preempted = 0;
+    for (const std::string& o : others) preempted += w.State(o) != JobState::kRunning;
+    if (c.want_preempted < 0) {
+      EXPECT_EQ(w.State("claimant"), JobState::kPending) << c.name;
+      EXPECT_EQ(w.View("claimant").wait_step, "Admission") << c.name;
+      EXPECT_EQ(preempted, 0) << c.name;
+    } else {
+      EXPECT_EQ(w.State("claimant"), JobState::kRunning)
+          << c.name << ": " << w.View("claimant").wait_step << " "
+          << w.View("claimant").wait_reason;
+      EXPECT_EQ(preempted, c.want_preempted) << c.name;
+      EXPECT_EQ(w.State("a0"), JobState::kRunning) << c.name << ": not preemptible, stays";
+    }
+    w.Done();
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Gang
 

@@ -393,6 +393,14 @@ std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order,
                            " (preemption_delay " + std::to_string(j.preempt_delay) + "s)";
         }
       }
+    } else if (step == "Admission" && MayPreempt(j) &&
+               preempt_searches_ < policy_.max_preemption_searches_per_cycle &&
+               TryPreemptForLimit(h)) {
+      j.wait_step = "Reclaim";
+      j.wait_reason =
+          "preempting lower-priority jobs of the group to make room under its limit; "
+          "back by " +
+          T(now_ + policy_.grace_seconds);
     }
     still.push_back(h);
   }

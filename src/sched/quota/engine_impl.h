@@ -449,6 +449,7 @@ class Engine final : public QuotaEngine {
   bool Victim(const Job& claimant, int v, bool reclaim) const;
   bool TryPreempt(int self, bool reclaim);
   bool TryPreemptExternal(int self, bool reclaim);
+  bool TryPreemptForLimit(int self);  // held at a limit (engine_preempt_limit.cc)
   // An external job's nominal GPU: its cards whole when it only takes whole cards.
   int64_t ExternalGpu(const Job& j) const;
   using Standing = std::tuple<int, int64_t, int64_t>;

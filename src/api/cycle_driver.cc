@@ -120,6 +120,17 @@ void CycleDriver::TranslateLocked(size_t from, Batch& b) {
         SwapEventLocked(j, e, b);
         break;
       case quota::EventKind::kRequeued:
+        if (j.state == JobState::kPending && !j.agent.swap.held_on.empty()) {
+          // Held swapped out on a card that will not take it back (a drain): a plain pending job
+          // again. Its paused processes leave its node's may_run, and its agent stops them.
+          b.Touch({j.agent.swap.held_on});
+          j.agent.swap = {};
+          j.rec.reason = e.detail;
+          b.Add(EventAt(now, "engine", "job.requeued", j.rec.id, e.detail,
+                        {{"preemptions", j.preemptions}}),
+                &j);
+          break;
+        }
         if (!ledger_->Transition(j, JobState::kPending, JobCause::kRequeued)) break;
         j.rec.reason = e.detail;
         j.preemptions = ledger_->Quota().job(j.handle).preemptions;

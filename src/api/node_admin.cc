@@ -111,9 +111,13 @@ Result<Json> Engine::AdminNode(const Identity& who, const std::string& node,
     for (const std::string& id : held) {
       Job& j = jobs_.Get(id);
       if (j.state == JobState::kPreempting || j.handle < 0) continue;
-      const bool there = std::any_of(j.grants.begin(), j.grants.end(), [&](const auto& g) {
-        return g.node == node && (device < 0 || g.device == device);
-      });
+      // Held swapped out there too: it would wait for the drained card until its hold limit.
+      const bool held_here = j.state == JobState::kPending && j.agent.swap.held_on == node &&
+                             (device < 0 || j.agent.swap.held_device == device);
+      const bool there =
+          held_here || std::any_of(j.grants.begin(), j.grants.end(), [&](const auto& g) {
+            return g.node == node && (device < 0 || g.device == device);
+          });
       if (!there) continue;
       qe_->Evict(j.handle, NowS(), why);
       stopped.push_back(id);

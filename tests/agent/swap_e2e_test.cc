@@ -190,5 +190,42 @@ TEST_F(SwapE2eTest, AHoldSurvivesAServerRestartAndTheShareResumesIntact) {
   ExpectResumedIntact(id);
 }
 
+// A new user: a drain of the card a share was held on left it held there ("drained" though it
+// waited for it) until its hold limit stopped it as failed, other cards free. The drain requeues
+// it: its agent stops the paused processes, the card holds nothing, and once the card takes work
+// again the job runs there from its start.
+TEST_F(SwapE2eTest, ADrainRequeuesAShareHeldOnItsCard) {
+  const std::string id = SubmitGuest(30);
+  if (HasFailure()) return;
+  Json owner = Call("POST", "/v1/jobs", {{"queue", "notebooks"}, {"command", {"sleep", "4"}}},
+                    "bob-token-1");
+  ASSERT_TRUE(owner.contains("id")) << owner.dump();
+  ASSERT_TRUE(WaitFor([&] {
+    return Job(id).value("activity", Json::object()).value("swap", "") == "swapped";
+  })) << Job(id).dump()
+      << Logs();
+  Call("POST", "/v1/nodes/gpu-1/drain", Json{{"device", 0}}, "admin-token-1");
+  ASSERT_TRUE(WaitFor([&] { return !Events("kind=job.requeued&subject=" + id).empty(); }))
+      << Job(id).dump() << Logs();
+  const Json requeued = Events("kind=job.requeued&subject=" + id)[0];
+  EXPECT_NE(requeued["reason"].get<std::string>().find("drain of gpu-1:0 by admin"),
+            std::string::npos)
+      << requeued;
+  Json j = Job(id);
+  EXPECT_EQ(j["state"], "pending") << j;
+  EXPECT_FALSE(j.contains("held_swapped_on")) << j;
+  // Its paused processes are stopped on the node: the agent no longer lists it.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return agents_[0]->Log().find("job " + id + " is not in may_run: stopping it") !=
+               std::string::npos;
+      },
+      20000))
+      << Logs();
+  Call("POST", "/v1/nodes/gpu-1/uncordon", Json{{"device", 0}}, "admin-token-1");
+  ASSERT_TRUE(WaitFor([&] { return State(id) == "running"; }, 30000)) << Job(id).dump() << Logs();
+  EXPECT_TRUE(Events("kind=job.stopped&subject=" + id).empty()) << "requeued, not stopped";
+}
+
 }  // namespace
 }  // namespace tessera

@@ -307,6 +307,31 @@ TEST(QuotaSwapHold, AWholeJobMayTakeACardWithAHeldShareWhichResumesWhenItEnds) {
   w.Done();
 }
 
+// A new user: a drain of the card a share is held on left the share held there (the card read
+// "drained" while it waited) until its hold limit stopped it as failed, with other cards free.
+// Evicted (a drain), a held share gives its hold up: pending, it runs again from its start
+// wherever there is room, and the card holds nothing.
+TEST(QuotaSwapHold, AnEvictedHeldShareIsRequeuedToRunElsewhere) {
+  SwapWorld s(32 * kGiB, /*hold_limit=*/600);
+  World& w = *s.w;
+  const std::string v = s.Victim();
+  ASSERT_FALSE(v.empty());
+  ASSERT_EQ(w.View(v).held_on, "n0/gpu0");
+  w.e->Evict(w.h[v], 200, "drain of n0/gpu0 by admin");
+  EXPECT_EQ(w.State(v), JobState::kPending);
+  EXPECT_EQ(w.View(v).held_on, "");
+  EXPECT_EQ(w.View(v).wait_step, "Requeued");
+  const std::vector<Event> requeued = Of(w, EventKind::kRequeued);
+  ASSERT_EQ(requeued.size(), 1u);
+  EXPECT_EQ(requeued[0].job, v);
+  EXPECT_EQ(requeued[0].detail,
+            "drain of n0/gpu0 by admin; it was held swapped out on n0/gpu0: it runs again from its "
+            "start where there is room");
+  w.e->RunCycle(700);  // past the hold limit: no longer held, it is not stopped
+  EXPECT_TRUE(Of(w, EventKind::kStopped).empty());
+  w.Done();
+}
+
 // After a restart the control plane puts a hold back (QuotaEngine::RestoreHold, from what it
 // stored of JobView::held_*): the share waits for its own card again, not for another, and
 // resumes there keeping its start and the time it was held. Only a pending share of a swapping

@@ -296,8 +296,9 @@ class QuotaEngine {
   // A down node takes no new work; what it held must be requeued or ended by the caller.
   virtual void SetNodeDown(const std::string& node, bool down) = 0;
   // Preempts a running job now, for `why` (an administrator's drain): terminating, through the
-  // policy's grace and Stopped() as a preemption, then pending again with its submit time.
-  // Nothing if it is not running.
+  // policy's grace and Stopped() as a preemption, then pending again with its submit time. A
+  // job held swapped out gives its hold up (kRequeued): it runs again from its start elsewhere.
+  // Nothing if it is neither.
   virtual void Evict(int job, int64_t now, const std::string& why) = 0;
   // A closed device takes no new work (cordoned by an operator, or unhealthy as its agent
   // reports); what it holds stays until the caller ends, requeues or lets it finish. Reopened,

@@ -169,7 +169,20 @@ void Engine::Requeue(int handle, int64_t now, const std::string& why) {
 void Engine::Evict(int handle, int64_t now, const std::string& why) {
   now_ = std::max(now_, now);
   if (handle < 0 || handle >= static_cast<int>(jobs_.size())) return;
-  if (jobs_[handle].state != JobState::kRunning || jobs_[handle].external) return;
+  Job& j = jobs_[handle];
+  if (j.state == JobState::kPending && j.held_dev >= 0) {
+    // Held swapped out on a card that will not take it back (a drain): a plain pending job
+    // again. Left held, it waited there until its hold limit stopped it, other cards free.
+    const std::string where = DevName(j.held_dev);
+    DropHold(handle);
+    j.wait_step = "Requeued";
+    j.wait_reason = why + "; it was held swapped out on " + where +
+                    ": it runs again from its start where there is room";
+    Emit(EventKind::kRequeued, &j, j.wait_reason);
+    StepCheck("evict");
+    return;
+  }
+  if (j.state != JobState::kRunning || j.external) return;
   Preempt(handle, -1, why);
   StepCheck("evict");
 }

@@ -134,6 +134,7 @@ std::vector<std::string> JobRow(const Json& j) {
 struct SubmitOptions {
   ClientOptions client;
   std::string queue;
+  std::string group;  // "": the caller's first group the queue takes
   std::string gpu_memory;
   std::string cpu;
   std::string memory;
@@ -185,11 +186,13 @@ bool SubmitBody(const SubmitOptions& s, Json* body) {
               << "') is not UTF-8 text, and the API carries only text\n";
     return false;
   };
-  if (!text("--queue", s.queue) || !text("--name", s.name)) return false;
+  if (!text("--queue", s.queue) || !text("--name", s.name) || !text("--group", s.group))
+    return false;
   for (size_t i = 0; i < s.command.size(); ++i) {
     if (!text("the command's argument " + std::to_string(i + 1), s.command[i])) return false;
   }
   *body = {{"queue", s.queue}, {"command", s.command}};
+  if (!s.group.empty()) (*body)["group"] = s.group;
   if (s.gpus) (*body)["gpus"] = *s.gpus;
   if (!s.gpu_memory.empty()) (*body)["gpu_memory"] = s.gpu_memory;
   if (!s.cpu.empty()) (*body)["cpu"] = s.cpu;
@@ -251,6 +254,9 @@ void RegisterSubmitCommand(CLI::App& app, CommandContext& ctx) {
   auto o = std::make_shared<SubmitOptions>();
   AddClientFlags(cmd, &o->client);
   cmd->add_option("--queue", o->queue, "execution queue")->required();
+  cmd->add_option("--group", o->group,
+                  "the group it runs in and is charged to (default: your first the queue takes)")
+      ->check(kNotEmpty);
   cmd->add_option("--gpus", o->gpus, "number of GPUs");
   cmd->add_option("--gpu-memory", o->gpu_memory, "GPU memory, e.g. 8GiB (a share's cap)")
       ->check(kNotEmpty);
@@ -303,6 +309,13 @@ void CallAndPrint(const ClientOptions& co, const std::string& method, const std:
   if (j.is_discarded()) return;
   if (co.json) return void(std::cout << j.dump(2) << "\n");
   print(j);
+  // With the engine busy, a view is its last rendering, of any age: a listing 20 s old looked
+  // current (a new user). A second or more is said.
+  if (j.is_object() && j.contains("stale_ms") && j["stale_ms"].is_number_integer() &&
+      j["stale_ms"].get<int64_t>() >= 1000) {
+    std::cerr << "(as of " << j["stale_ms"].get<int64_t>() / 1000
+              << " s ago: the server was busy and answered with its last view)\n";
+  }
 }
 
 // The strings of a JSON array, joined by commas.

@@ -466,5 +466,49 @@ TEST(UnexpectedAnswerTest, IsSaidAndExitsOne) {
   EXPECT_THAT(r.err, HasSubstr("tessera: unexpected answer from the server: "));
 }
 
+// A new user in two groups always submitted in the first: the API takes "group", the CLI had no
+// flag for it.
+TEST(SubmitGroupTest, GroupIsSentAsGiven) {
+  httplib::Server fake;
+  std::string body;
+  fake.Post("/v1/jobs", [&](const httplib::Request& req, httplib::Response& res) {
+    body = req.body;
+    res.set_content(R"({"id": "j-1", "state": "pending"})", "application/json");
+  });
+  const int port = fake.bind_to_any_port("127.0.0.1");
+  std::thread serving([&] { fake.listen_after_bind(); });
+  ProcessResult r =
+      Tessera({"submit", "--queue", "q", "--group", "tiny", "--", "true"},
+              {"TESSERA_URL=http://127.0.0.1:" + std::to_string(port), "TESSERA_TOKEN=x"});
+  fake.stop();
+  serving.join();
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(Json::parse(body, nullptr, false).value("group", ""), "tiny") << body;
+}
+
+// A new user: with the engine busy a view is its last rendering, of any age ("stale_ms"), and the
+// tables said nothing: a listing 20 s old looked current. It is said, on stderr.
+TEST(StaleViewTest, ATableOfAnOldViewSaysHowOld) {
+  httplib::Server fake;
+  fake.Get("/v1/queues", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(R"({"queues": [], "stale_ms": 20059})", "application/json");
+  });
+  fake.Get("/v1/groups", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(R"({"groups": [], "stale_ms": 300})", "application/json");
+  });
+  const int port = fake.bind_to_any_port("127.0.0.1");
+  std::thread serving([&] { fake.listen_after_bind(); });
+  const std::vector<std::string> env = {"TESSERA_URL=http://127.0.0.1:" + std::to_string(port),
+                                        "TESSERA_TOKEN=x"};
+  ProcessResult old = Tessera({"queues"}, env);
+  ProcessResult fresh = Tessera({"groups"}, env);
+  fake.stop();
+  serving.join();
+  EXPECT_EQ(old.exit_code, 0) << old.out << old.err;
+  EXPECT_THAT(old.err, HasSubstr("(as of 20 s ago: the server was busy"));
+  EXPECT_EQ(fresh.exit_code, 0) << fresh.out << fresh.err;
+  EXPECT_THAT(fresh.err, Not(HasSubstr("as of")));
+}
+
 }  // namespace
 }  // namespace tessera::testing

@@ -185,25 +185,36 @@ Json SummaryNow(const Identity& who, const ReadModel& m) {
                       {"gpu_milli_limit", cap(g.limit.gpu_milli)},
                       {"gpu_milli_reservation", g.reservation.gpu_milli}});
   }
-  MilliGpu total = 0, allocated = 0;
+  MilliGpu total = 0, idle = 0, unavailable = 0;
   MilliCpu cpu_total = 0, cpu_alloc = 0;
   int nodes_ready = 0;
-  for (const auto& [name, n] : m.nodes) {
-    if (n.lost) continue;
-    ++nodes_ready;
-    total += static_cast<int64_t>(n.devices.size()) * kWholeGpu;
-    cpu_total += n.cpu_milli;
-  }
+  std::map<std::pair<std::string, int>, MilliGpu> used;  // (node, device) -> compute granted
   for (const Job* jp : live) {
     if (!Holds(*jp)) continue;
     for (const auto& x : jp->grants) {
-      allocated += x.compute;
+      used[{x.node, x.device}] += x.compute;
       cpu_alloc += x.cpu;
+    }
+  }
+  // Idle is what the cards that take work have free (a drained card counted as idle while a job
+  // waited for one, and shares overcommitting a card took from the empty ones' figure).
+  for (const auto& [name, n] : m.nodes) {
+    if (n.lost) continue;
+    ++nodes_ready;
+    cpu_total += n.cpu_milli;
+    for (const auto& d : n.devices) {
+      total += kWholeGpu;
+      const auto u = used.find({name, d.index});
+      const MilliGpu free = std::max<MilliGpu>(0, kWholeGpu - (u == used.end() ? 0 : u->second));
+      const bool takes_work =
+          d.healthy && m.admin.Of(name, d.index) == NodeAdminTable::State::kActive;
+      (takes_work ? idle : unavailable) += free;
     }
   }
   return Json{{"cluster",
                {{"gpu_milli_total", total},
-                {"gpu_milli_idle", total - allocated},
+                {"gpu_milli_idle", idle},
+                {"gpu_milli_unavailable", unavailable},
                 {"cpu_milli_total", cpu_total},
                 {"cpu_milli_idle", cpu_total - cpu_alloc},
                 {"nodes", nodes_ready}}},

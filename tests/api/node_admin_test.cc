@@ -144,6 +144,23 @@ TEST_F(NodeAdminTest, OneDeviceCordonedOrDrainedAlone) {
   ASSERT_TRUE(engine_->CheckInvariants().ok());
 }
 
+// A new user: the summary counted a drained card as idle (1 GPU idle while a job waited for a
+// card), and a card whose shares overcommit it made the idle figure smaller than the empty
+// cards. Idle is what the cards that take work have free; the others are "unavailable".
+TEST_F(NodeAdminTest, TheSummaryCountsNoCardThatTakesNoWorkAsIdle) {
+  Register("n1", 3);
+  const std::string a = Train();
+  Heartbeat("n1", {{"running", {{{"job", a}, {"pid", 10}}}}});
+  const int on = Job(a)["placement"]["devices"][0]["index"];
+  Admin("n1", "cordon", (on + 1) % 3);
+  auto s = engine_->views().Summary(Who("admin"));
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ((*s)["cluster"]["gpu_milli_total"], 3000) << s->dump();
+  EXPECT_EQ((*s)["cluster"]["gpu_milli_idle"], 1000) << s->dump();
+  EXPECT_EQ((*s)["cluster"]["gpu_milli_unavailable"], 1000) << s->dump();
+  ASSERT_TRUE(engine_->CheckInvariants().ok());
+}
+
 // Asked again for the state it is in, a node is left as it is and the event log says it once
 // (a second cordon wrote node.cordoned twice; an uncordon of an active node wrote one).
 TEST_F(NodeAdminTest, AskedForTheStateItIsInANodeWritesNothingMore) {

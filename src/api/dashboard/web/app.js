@@ -203,7 +203,9 @@ function renderOverview(sum, groups, nodes) {
   for (const g of sum.groups) { held_idle += g.gpu_milli_held_idle || 0; workers += g.workers; pending += g.pending; mem_held += g.memory_mib_total || 0; }
   $("gpus-total").textContent = gpus(c.gpu_milli_total);
   $("gpus-idle").textContent = gpus(c.gpu_milli_idle);
-  $("gpus-held").textContent = gpus(Math.max(0, c.gpu_milli_total - c.gpu_milli_idle));
+  // Cards that take no work (cordoned, drained, unhealthy) are neither idle nor held.
+  $("gpus-held").textContent =
+    gpus(Math.max(0, c.gpu_milli_total - c.gpu_milli_idle - (c.gpu_milli_unavailable || 0)));
   $("gpus-held-idle").textContent = gpus(held_idle);
   $("cpus-total").textContent = cpus(c.cpu_milli_total);
   $("cpus-idle").textContent = cpus(c.cpu_milli_idle);

@@ -454,9 +454,17 @@ void Checker::CheckIdleEvent(const quota::Event& x, int64_t now) {
 }
 
 void Checker::CheckIdle(const Snapshot& s, int64_t now) {
+  // A requeue gives the holding to jobs that wait: owed once a job (not held swapped out) has
+  // waited since the last check, which the engine's cycle then saw. A stop is owed regardless.
+  const bool waited = others_waited_;
+  others_waited_ = false;
+  for (size_t h = 0; h < s.jobs.size(); ++h) {
+    if (s.jobs[h].state == JobState::kPending && s.jobs[h].held_on < 0) others_waited_ = true;
+  }
   for (size_t h = 0; h < s.jobs.size() && h < wants_.size(); ++h) {
     const JobNow& j = s.jobs[h];
     if (j.state != JobState::kRunning || j.idle_since < 0 || j.swapped_out) continue;
+    if (!waited && !wants_[h].idle_stop) continue;
     const int64_t timeout = wants_[h].idle_timeout;
     if (timeout > 0 && now - j.idle_since >= timeout) {
       Report("guard.idle", now,

@@ -30,7 +30,7 @@
 //   guard.idle            a holding is given back for idleness (swapped out, requeued, stopped)
 //                         only under its queue's idle_timeout and not before it; a running job
 //                         idle past its queue's idle_timeout holds nothing after the next cycle
-//                         (unless swapped out)
+//                         (unless swapped out; requeued only while another job waits)
 //   guard.walltime        a running job (of a queue placed here) holds nothing after its declared
 //                         walltime has passed: backfill and the heads' estimates count on it
 //   stability.reconfigure no device changes mode (MIG on/off, AMD pair) or loses a partition
@@ -182,6 +182,7 @@ class Checker {
   std::map<int, int64_t> short_since_;    // liveness.reservation: handle -> first cycle owed
   // safety.reclaim per GPU model: each group's running GPU per model at the last check.
   std::vector<std::map<std::string, MilliGpu>> prev_model_staying_, prev_pool_staying_;
+  bool others_waited_ = false;  // guard.idle: a job waited (pending, not held) at the last check
   // Victims leaving for a claimant: victim handle -> claimant handle, while terminating.
   std::map<int, int> leaving_for_;
   // Victims leaving for a claimant by any preemption (reclaim, priority, drain).

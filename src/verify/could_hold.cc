@@ -75,6 +75,7 @@ Want World::Resolve(const quota::JobSpec& spec) const {
   w.preemptible = q->preemptible;
   w.external = q->external;
   w.idle_timeout = q->idle_timeout_s;
+  w.idle_stop = q->idle_action == quota::QueueSpec::IdleAction::kStop;
   w.max_runtime = q->external ? 0 : q->max_runtime_s;
   w.min_runtime = q->min_runtime_s;
   w.preemption_delay = q->preemption_delay_s;

@@ -39,6 +39,7 @@ struct Want {
   bool valid = false;        // resolved (known queue and profile)
   int64_t walltime = 0;      // declared run time; 0 = none
   int64_t idle_timeout = 0;  // its queue's (guard.idle); 0 = none
+  bool idle_stop = false;    // its queue's idle_action is stop (else requeue, or a swap)
   // Its queue's runtime guards, in seconds (0: none): max_runtime (queues placed here only),
   // min_runtime (no victim younger), preemption_delay (preempts only after waiting this long).
   int64_t max_runtime = 0, min_runtime = 0, preemption_delay = 0;

@@ -332,8 +332,9 @@ TEST_F(AgentFaultsTest, AWalltimeCountsFromTheJobsStartAndARestartKeepsIt) {
 }
 
 // idle_timeout (issue 37): a whole card its agent reports idle (no activity) for its queue's
-// idle_timeout is given back: 'preempting' (the agent's cancel order) at that second, with the
-// idle time in its reason, then pending again once its process is gone.
+// idle_timeout is given back, while another job waits for it: 'preempting' (the agent's cancel
+// order) at that second, with the idle time in its reason, then pending again once its process
+// is gone.
 TEST_F(AgentFaultsTest, AnIdleWholeCardIsRequeuedThroughTheAgent) {
   std::string config = std::string(kConfig) + "idle_after: 5s\n";
   config.replace(config.find("requeue_on_loss: true}"), 22,
@@ -341,6 +342,10 @@ TEST_F(AgentFaultsTest, AnIdleWholeCardIsRequeuedThroughTheAgent) {
   Start("agent-idle", config);
   ASSERT_TRUE(RegisterWith("n1", Json::object()).ok());
   const std::string a = RunOne();
+  // Another job waits for the card (with none, an idle job is not given back: it would only be
+  // placed there again).
+  const std::string waits = (*engine_->Submit(
+      Who("alice"), {{"queue", "training"}, {"command", {"sleep", "100"}}}))["id"];
   auto idle_beat = [&] {
     return Heartbeat("n1", {{"running", {{{"job", a}, {"pid", 7}, {"active", false}}}}});
   };
@@ -371,6 +376,9 @@ TEST_F(AgentFaultsTest, AnIdleWholeCardIsRequeuedThroughTheAgent) {
   EXPECT_EQ(hb["cancel"][0]["job"], a);
   Heartbeat("n1", {{"finished", {{{"job", a}, {"exit_code", 143}, {"signal", 15}}}}});
   EXPECT_EQ(State(a), "pending") << "an idle card is requeued, not ended";
+  now_ += 1'000;
+  ASSERT_TRUE(engine_->Tick().ok());
+  EXPECT_EQ(State(waits), "placed") << "the waiting job gets the card";
   ASSERT_TRUE(engine_->CheckInvariants().ok());
 }
 

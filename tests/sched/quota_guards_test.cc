@@ -341,6 +341,8 @@ TEST(QuotaIdleGuard, AnIdleWholeCardIsRequeuedAtItsTimeWithAnEvent) {
   EXPECT_EQ(w.View("idle").idle_since, 50);
   EXPECT_EQ(w.View("idle").idle_action_at, 350);  // users are told before it happens
   EXPECT_EQ(w.View("idle").idle_action, "requeue");
+  w.Submit(Job("waits", "train", "b"), 60);  // a job waits for the card
+  w.e->RunCycle(60);
   EXPECT_EQ(w.e->GiveBackIdle(349), 0);
   EXPECT_EQ(w.State("idle"), JobState::kRunning);
   EXPECT_EQ(w.e->GiveBackIdle(350), 1);
@@ -352,6 +354,31 @@ TEST(QuotaIdleGuard, AnIdleWholeCardIsRequeuedAtItsTimeWithAnEvent) {
   EXPECT_EQ(w.State("idle"), JobState::kPending);  // grace 0: back to pending at once
   EXPECT_EQ(w.e->allocated().gpu_milli, 0);
   EXPECT_EQ(w.e->NextIdleGiveBack(), -1);
+  w.e->RunCycle(360);
+  EXPECT_EQ(w.State("waits"), JobState::kRunning) << "the waiting job gets the card";
+  w.Done();
+}
+
+// A new user: with nothing waiting, an idle job was stopped and placed back on its card every
+// idle_timeout (29 GPU-s lost every 30 s, for good). A requeue gives the holding to a job that
+// waits: with none it runs on past its timeout, and goes at the first cycle another job waits.
+TEST(QuotaIdleGuard, AnIdleJobIsRequeuedOnlyOnceAnotherJobWaits) {
+  PolicySpec p = BasePolicy();
+  QueueOf(p, "train").idle_timeout_s = 300;
+  World w(p, {Node("n0", "train", 1)});
+  w.Submit(Job("idle", "train", "a"), 0);
+  w.e->RunCycle(0);
+  w.e->SetIdle(w.h["idle"], 50);
+  for (int64_t t = 350; t <= 1000; t += 50) w.e->RunCycle(t);
+  EXPECT_EQ(w.State("idle"), JobState::kRunning);
+  EXPECT_TRUE(KindOf(w, EventKind::kPreempted).empty());
+  w.Submit(Job("waits", "train", "b"), 1010);
+  w.e->RunCycle(1010);  // given back in the cycle that sees a job wait
+  const std::vector<Event> pre = KindOf(w, EventKind::kPreempted);
+  ASSERT_EQ(pre.size(), 1u);
+  EXPECT_EQ(pre[0].detail.rfind("idle_timeout: idle 960s since t=50s", 0), 0u) << pre[0].detail;
+  w.e->RunCycle(1020);
+  EXPECT_EQ(w.State("waits"), JobState::kRunning);
   w.Done();
 }
 
@@ -370,6 +397,7 @@ TEST(QuotaIdleGuard, ActivityAgainResetsTheIdleClock) {
   w.e->SetIdle(h, 200);
   w.e->SetIdle(h, 260);  // still idle: the first report's time counts
   EXPECT_EQ(w.e->NextIdleGiveBack(), 500);
+  w.Submit(Job("waits", "train", "b"), 300);  // a job waits for the card
   w.e->RunCycle(400);
   EXPECT_EQ(w.State("j"), JobState::kRunning);
   w.e->RunCycle(510);

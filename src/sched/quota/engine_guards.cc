@@ -43,6 +43,7 @@ void Engine::ForgetRuntime(int self) {
   j.stop_key = -1;
   if (j.idle_since >= 0 && j.idle_timeout > 0)
     idle_checks_.erase({j.idle_since + j.idle_timeout, self});
+  idle_overdue_.erase(self);
   j.idle_since = -1;
   j.idle_swapped = false;
 }
@@ -128,6 +129,7 @@ void Engine::SetIdle(int self, int64_t idle_since) {
   if (idle_since < 0) {  // active again: a swapped-out share is back on its next use
     if (j.idle_since >= 0 && j.idle_timeout > 0)
       idle_checks_.erase({j.idle_since + j.idle_timeout, self});
+    idle_overdue_.erase(self);
     j.idle_since = -1;
     j.idle_swapped = false;
     return;
@@ -140,9 +142,24 @@ void Engine::SetIdle(int self, int64_t idle_since) {
 int Engine::GiveBackIdle(int64_t now) {
   now_ = std::max(now_, now);
   int acted = 0;
-  for (int h = PopDue(idle_checks_, now_); h >= 0; h = PopDue(idle_checks_, now_)) {
+  std::vector<int> due(idle_overdue_.begin(), idle_overdue_.end());
+  idle_overdue_.clear();
+  for (int h = PopDue(idle_checks_, now_); h >= 0; h = PopDue(idle_checks_, now_)) due.push_back(h);
+  // A requeue gives the holding to the jobs waiting: with none, the job was stopped and placed
+  // back on its card every idle_timeout, losing its work each time (a new user's: 29 GPU-s every
+  // 30 s, for good). It waits past its timeout until another job waits.
+  const bool others_wait = std::any_of(pending_.begin(), pending_.end(), [&](int p) {
+    return jobs_[p].state == JobState::kPending && jobs_[p].held_dev < 0;
+  });
+  for (int h : due) {
     Job& j = jobs_[h];
-    if (j.state != JobState::kRunning || j.idle_since < 0 || j.idle_swapped) continue;
+    if (j.state != JobState::kRunning || j.idle_since < 0 || j.idle_swapped ||
+        now_ - j.idle_since < j.idle_timeout)
+      continue;
+    if (!IdleSwaps(j) && !j.idle_stop && !others_wait) {
+      idle_overdue_.insert(h);
+      continue;
+    }
     const std::string why = "idle_timeout: idle " + std::to_string(now_ - j.idle_since) +
                             "s since " + T(j.idle_since) + " (queue " +
                             policy_.queues[j.queue].name + "'s idle_timeout " +

@@ -599,6 +599,7 @@ class Engine final : public QuotaEngine {
   std::set<int> terminating_;          // handles in kTerminating, in handle order
   std::set<std::pair<int64_t, int>> runtime_stops_;  // (max_runtime stop time, handle), running
   std::set<std::pair<int64_t, int>> idle_checks_;    // (idle_timeout time, handle), idle, running
+  std::set<int> idle_overdue_;  // idle past it, to requeue once another job waits (engine_guards)
   std::vector<MemberRt> members_;
   std::map<std::pair<int, std::string>, int> member_index_;
   // Per group (its own and its descendants'), as of this cycle: GPU of claims in flight (pending

@@ -86,7 +86,7 @@ Status ValidateJobId(const std::string& id) {
 
 Launcher::Launcher(LauncherOptions options) : options_(std::move(options)) {
   assert(!options_.work_dir.empty());
-  mkdir(options_.work_dir.c_str(), 0755);
+  mkdir(options_.work_dir.c_str(), 0711);  // jobs reach their own output by name; none lists
   ProbeCgroups();
   // Share regions go in a directory of this launcher's own, under a name nobody can guess, so
   // that no other local account can take or redirect a region's name (region_dir is shared:

@@ -104,8 +104,9 @@ void BuildExecArgs(const JobSpec& spec, const LauncherOptions& options, ExecArgs
 }
 
 Status OpenJobStdio(const std::string& out_path, int* out_fd, int* own_fd, int* null_fd) {
+  // The account's alone: 0640 let a primary group everyone shares (an LDAP "users") read it.
   *out_fd = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_NOFOLLOW | O_CLOEXEC,
-                 0640);
+                 0600);
   if (*out_fd < 0) return Status::Internal("output file " + out_path + ": " + std::strerror(errno));
   *own_fd = open(out_path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
   struct stat a {};

@@ -73,6 +73,22 @@ TEST(AgentLauncher, CapturesStdoutAndStderrAndExitZero) {
   EXPECT_FALSE(l.IsRunning("ok"));
 }
 
+// The red team: output files were 0640 (the account's primary group) in a 0755 work directory:
+// where everyone shares a primary group (an LDAP "users"), each could read the others' output.
+// A job's output is its account's alone (0600), and the work directory lists nothing (0711).
+TEST(AgentLauncher, AJobsOutputIsItsAccountsAlone) {
+  TempDir dir;
+  Launcher l(Opts(dir));
+  JobSpec s = Sh("mine", "echo secret");
+  if (geteuid() == 0) s.run_as = "nobody";
+  RunToEnd(l, s);
+  struct stat st {};
+  ASSERT_EQ(stat(l.OutputPath("mine").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  ASSERT_EQ(stat((dir.path() + "/out").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0711u);
+}
+
 // How long a job ran, by the agent's monotonic clock (the finished report's run_ms): at least as
 // long as it slept, and known (0 or more) for a job that exits at once.
 TEST(AgentLauncher, MeasuresHowLongTheJobRan) {

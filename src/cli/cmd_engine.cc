@@ -366,11 +366,13 @@ int Up(const std::string& data, const std::string& listen, const std::string& si
                   flags.tls_cert.c_str());
     }
     const std::string ca = tls ? " TESSERA_CA=" + flags.tls_cert : "";
-    std::printf(
-        "Try:\n  export TESSERA_URL=%s TESSERA_TOKEN_FILE=%s/alice.token%s\n"
-        "  tessera submit --queue notebooks --gpu-memory 8GiB -- sh -c 'echo hello from a share; "
-        "echo $CUDA_VISIBLE_DEVICES'\n  tessera jobs\nCtrl-C stops it.\n",
-        url.c_str(), data.c_str(), ca.c_str());
+    std::printf("Try:\n  export TESSERA_URL=%s TESSERA_TOKEN_FILE=%s/alice.token%s\n", url.c_str(),
+                data.c_str(), ca.c_str());
+    // A kept config has its own queues: the example's notebooks queue may not be one of them.
+    std::printf("%s  tessera jobs\nCtrl-C stops it.\n",
+                kept ? "  tessera queues    # your config's; then tessera submit --queue Q -- CMD\n"
+                     : "  tessera submit --queue notebooks --gpu-memory 8GiB -- sh -c 'echo hello "
+                       "from a share; echo $CUDA_VISIBLE_DEVICES'\n");
     std::fflush(stdout);
     // Everything the child needs is made before fork: the server is multi-threaded, and between
     // fork and exec the child may only make async-signal-safe calls (no allocation).

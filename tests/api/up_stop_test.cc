@@ -152,6 +152,10 @@ TEST_F(UpTest, AnEditedConfigIsKeptAcrossARestart) {
   ASSERT_GT(again.WaitForPort(30000), 0) << again.Log();
   EXPECT_EQ(testing::ReadFile(path), edited) << "the edited config was written over";
   EXPECT_NE(again.Log().find(path), std::string::npos) << again.Log();
+  // Its queues are its own: the example's notebooks queue is not suggested (a new user's edited
+  // config had none).
+  EXPECT_EQ(again.Log().find("--queue notebooks"), std::string::npos) << again.Log();
+  EXPECT_NE(again.Log().find("tessera queues"), std::string::npos) << again.Log();
 }
 
 // The red team: `tessera up` runs jobs on the host it serves from, and loopback peers were not

@@ -125,6 +125,7 @@ void CycleDriver::TranslateLocked(size_t from, Batch& b) {
           // again. Its paused processes leave its node's may_run, and its agent stops them.
           b.Touch({j.agent.swap.held_on});
           j.agent.swap = {};
+          j.start_ms = 0;  // it runs again from its start
           j.rec.reason = e.detail;
           b.Add(EventAt(now, "engine", "job.requeued", j.rec.id, e.detail,
                         {{"preemptions", j.preemptions}}),
@@ -178,6 +179,8 @@ void CycleDriver::SwapEventLocked(Job& j, const quota::Event& e, Batch& b) {
     // Its processes, paused on its node, are stopped there: it leaves may_run.
     const std::string node = j.agent.swap.held_on;
     b.Touch({node});
+    if (j.start_ms == 0 && j.agent.swap.held_start_s > 0)  // it ran
+      j.start_ms = j.agent.swap.held_start_s * 1000;
     if (!ledger_->End(j, JobState::kFailed, JobCause::kRefused, "stopped: " + e.detail)) return;
     j.agent.swap.held_on.clear();
     j.agent.swap.order.clear();
@@ -186,7 +189,10 @@ void CycleDriver::SwapEventLocked(Job& j, const quota::Event& e, Batch& b) {
     return;
   }
   if (e.kind == quota::EventKind::kSwappedIn) {
-    // Placed again on its device (job.placed before this): it runs on, brought back in.
+    // Placed again on its device (job.placed before this): it runs on, brought back in, from its
+    // first start (its start read the time it resumed).
+    if (j.start_ms == 0 && j.agent.swap.held_start_s > 0)  // held over a restart
+      j.start_ms = j.agent.swap.held_start_s * 1000;
     if (!ledger_->Transition(j, JobState::kRunning, JobCause::kRunning)) return;
     j.agent.swap.held_on.clear();
     j.agent.swap.order = "in";
@@ -211,7 +217,9 @@ void CycleDriver::SwapEventLocked(Job& j, const quota::Event& e, Batch& b) {
   const std::string node = j.node;
   b.Touch(NodesOf(j));
   const quota::GrantView card = j.grants.empty() ? quota::GrantView{} : j.grants.front();
+  const int64_t started = j.start_ms;  // kept: it resumes from there, not from scratch
   if (!ledger_->Transition(j, JobState::kPending, JobCause::kRequeued)) return;
+  j.start_ms = started;
   const quota::JobView hold = ledger_->Quota().job(j.handle);
   j.agent.swap.held_on = node;
   j.agent.swap.held_device = card.device;

@@ -97,6 +97,7 @@ TEST_F(SwapE2eTest, AShareReclaimedOnASwappingQueueIsHeldSwappedOutAndResumesInt
   const std::string id = SubmitGuest(15);
   if (HasFailure()) return;
   ASSERT_TRUE(WaitFor([&] { return State(id) == "running"; })) << State(id) << Logs();
+  const Json started = Job(id).value("start_ms", Json());
   // The owners' job needs the card: reclaim takes the guest's share back, holding it swapped out.
   Json owner = Call("POST", "/v1/jobs", {{"queue", "notebooks"}, {"command", {"sleep", "3"}}},
                     "bob-token-1");
@@ -123,6 +124,9 @@ TEST_F(SwapE2eTest, AShareReclaimedOnASwappingQueueIsHeldSwappedOutAndResumesInt
   ASSERT_TRUE(WaitFor([&] { return owner_state() == "succeeded"; })) << owner_state() << Logs();
   // Capacity returns: it resumes on its card, and its job finishes without an error.
   ExpectResumedIntact(id);
+  // It ran from its first start (a new user saw STARTED reset to the time it resumed).
+  EXPECT_EQ(Job(id).value("start_ms", Json()).get<int64_t>() / 1000, started.get<int64_t>() / 1000)
+      << Job(id).dump();
   if (HasFatalFailure()) return;
   Json metrics = Call("GET", "/metrics", {}, "admin-token-1");
   const std::string m = metrics.is_string() ? metrics.get<std::string>() : metrics.dump();

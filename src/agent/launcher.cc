@@ -87,6 +87,11 @@ Status ValidateJobId(const std::string& id) {
 Launcher::Launcher(LauncherOptions options) : options_(std::move(options)) {
   assert(!options_.work_dir.empty());
   mkdir(options_.work_dir.c_str(), 0711);  // jobs reach their own output by name; none lists
+  struct stat wd {};
+  // One an earlier agent made 0755: no longer listed nor read by others (kept as tight if so).
+  if (stat(options_.work_dir.c_str(), &wd) == 0 && wd.st_uid == geteuid() &&
+      (wd.st_mode & (S_IRGRP | S_IWGRP | S_IROTH | S_IWOTH)) != 0)
+    chmod(options_.work_dir.c_str(), wd.st_mode & 0711);
   ProbeCgroups();
   // Share regions go in a directory of this launcher's own, under a name nobody can guess, so
   // that no other local account can take or redirect a region's name (region_dir is shared:

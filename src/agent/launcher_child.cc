@@ -108,6 +108,7 @@ Status OpenJobStdio(const std::string& out_path, int* out_fd, int* own_fd, int* 
   *out_fd = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_NOFOLLOW | O_CLOEXEC,
                  0600);
   if (*out_fd < 0) return Status::Internal("output file " + out_path + ": " + std::strerror(errno));
+  (void)fchmod(*out_fd, 0600);  // one left by an earlier run keeps its mode through O_CREAT
   *own_fd = open(out_path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
   struct stat a {};
   struct stat b {};

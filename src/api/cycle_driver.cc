@@ -124,6 +124,9 @@ void CycleDriver::TranslateLocked(size_t from, Batch& b) {
           // Held swapped out on a card that will not take it back (a drain): a plain pending job
           // again. Its paused processes leave its node's may_run, and its agent stops them.
           b.Touch({j.agent.swap.held_on});
+          // Its paused process there may still be reported running: a new run placed on that
+          // node must not take it for its own (it stops first, as after a requeue from there).
+          j.agent.stale_on.insert(j.agent.swap.held_on);
           j.agent.swap = {};
           j.start_ms = 0;  // it runs again from its start
           j.rec.reason = e.detail;

@@ -90,6 +90,7 @@ Status LoadJob(store::JobRecord r, Memory& m, int64_t now_ms) {
       j.rec.reason = "Requeued: its hold swapped out on " + sw.held_on +
                      " could not be kept over a restart (" + st.message() + ")";
       sw = {};
+      j.start_ms = 0;  // it runs again from its start
     }
   }
   if (Holds(j)) {

@@ -454,12 +454,16 @@ void Checker::CheckIdleEvent(const quota::Event& x, int64_t now) {
 }
 
 void Checker::CheckIdle(const Snapshot& s, int64_t now) {
-  // A requeue gives the holding to jobs that wait: owed once a job (not held swapped out) has
+  // A requeue gives the holding to jobs that wait: owed once a job that could take it has
   // waited since the last check, which the engine's cycle then saw. A stop is owed regardless.
   const bool waited = others_waited_;
   others_waited_ = false;
-  for (size_t h = 0; h < s.jobs.size(); ++h) {
-    if (s.jobs[h].state == JobState::kPending && s.jobs[h].held_on < 0) others_waited_ = true;
+  // As the engine counts them: not held swapped out, not held at a limit, not another
+  // scheduler's.
+  for (size_t h = 0; h < s.jobs.size() && h < wants_.size(); ++h) {
+    const JobNow& p = s.jobs[h];
+    if (p.state == JobState::kPending && p.held_on < 0 && !p.at_admission && !wants_[h].external)
+      others_waited_ = true;
   }
   for (size_t h = 0; h < s.jobs.size() && h < wants_.size(); ++h) {
     const JobNow& j = s.jobs[h];

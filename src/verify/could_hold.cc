@@ -121,6 +121,7 @@ Snapshot Snapshot::Take(const World& w, const quota::QuotaEngine& e,
   for (int h = 0; h < e.job_count(); ++h) {
     JobNow& j = s.jobs[h];
     j.state = e.job_state(h);
+    if (j.state == quota::JobState::kPending) j.at_admission = e.job(h).wait_step == "Admission";
     if (j.state != quota::JobState::kRunning && j.state != quota::JobState::kTerminating) continue;
     e.HeldOf(h, &j.grants, &j.form, &j.borrowed);
     const quota::JobView view = e.job(h);

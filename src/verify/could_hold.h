@@ -109,10 +109,11 @@ struct JobNow {
   std::vector<quota::GrantView> grants;
   std::optional<AllocationForm> form;
   bool borrowed = false;
-  int64_t start = -1;        // while running: when it started
-  int64_t idle_since = -1;   // while running and reported idle
-  bool swapped_out = false;  // its idle_timeout swapped it out
-  int held_on = -1;          // pending, held swapped out (preempted by swapping): its device
+  int64_t start = -1;         // while running: when it started
+  int64_t idle_since = -1;    // while running and reported idle
+  bool swapped_out = false;   // its idle_timeout swapped it out
+  int held_on = -1;           // pending, held swapped out (preempted by swapping): its device
+  bool at_admission = false;  // pending, held at a limit (its wait step is Admission)
 };
 
 // Everything the checks read, as of one instant.

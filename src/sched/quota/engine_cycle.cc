@@ -396,6 +396,11 @@ std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order,
     } else if (step == "Admission" && MayPreempt(j) &&
                preempt_searches_ < policy_.max_preemption_searches_per_cycle &&
                TryPreemptForLimit(h)) {
+      // Gone at once (no grace): placed now, before a later job takes what they left.
+      if (j.awaiting == 0 && TryPlace(h, &step, &reason, &backfilled)) {
+        ++stats_.admitted;
+        continue;
+      }
       j.wait_step = "Reclaim";
       j.wait_reason =
           "preempting lower-priority jobs of the group to make room under its limit; "

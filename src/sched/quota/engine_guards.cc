@@ -148,8 +148,12 @@ int Engine::GiveBackIdle(int64_t now) {
   // A requeue gives the holding to the jobs waiting: with none, the job was stopped and placed
   // back on its card every idle_timeout, losing its work each time (a new user's: 29 GPU-s every
   // 30 s, for good). It waits past its timeout until another job waits.
+  // Jobs that could take it: not held swapped out (they wait for their own card), not held at a
+  // limit, not another scheduler's.
   const bool others_wait = std::any_of(pending_.begin(), pending_.end(), [&](int p) {
-    return jobs_[p].state == JobState::kPending && jobs_[p].held_dev < 0;
+    const Job& x = jobs_[p];
+    return x.state == JobState::kPending && x.held_dev < 0 && !x.external &&
+           x.wait_step != "Admission";
   });
   for (int h : due) {
     Job& j = jobs_[h];

@@ -8,48 +8,105 @@
 
 namespace tessera::quota::internal {
 
+namespace {
+
+// The components of `r` in Within's order: gpu, gpu memory, cpu, memory.
+int64_t Part(const Resources& r, int k) {
+  return k == 0 ? r.gpu_milli : k == 1 ? r.gpu_memory_mib : k == 2 ? r.cpu_milli : r.memory_mib;
+}
+
+}  // namespace
+
 // Its group's running jobs that may go for it (Victim: preemptible, of lower priority, past
-// min_runtime), least lost work first, until it fits every limit that holds it (its group's and
-// each ancestor's, its member's), counting what is already leaving. Only for a job the free
-// capacity holds now, and nothing is preempted unless they make it fit; they are stopped with
-// the policy's grace, as for a job that found no room.
+// min_runtime), least lost work first, each only if it frees part of a component still over a
+// limit, until it fits every limit that holds it (its group's and each ancestor's, its
+// member's), counting what is already leaving; then any the rest make do without are kept. Only
+// for a job the free capacity holds now, and nothing is preempted unless they make it fit; they
+// are stopped with the policy's grace, as for a job that found no room.
 bool Engine::TryPreemptForLimit(int self) {
   Job& j = jobs_[self];
   if (j.external) return false;
-  ++preempt_searches_;
   const bool share = j.forms.size() == 1 && j.forms.front() == AllocationForm::kShare;
   const int64_t n = std::max(j.gpu_count, 1);
   const Resources charge{j.gpu_count * (share ? j.gpu_milli : kWholeGpu), j.gpu_count * j.gpu_mem,
                          n * j.cpu, n * j.mem};
-  // What leaves each group of its chain and its member: jobs already terminating, then victims.
-  std::vector<int> chain;
-  for (int g = j.group; g >= 0; g = groups_[g].parent) chain.push_back(g);
-  std::vector<Resources> freed(chain.size());
-  Resources member_freed;
-  const auto leave = [&](const Job& v) {
-    for (size_t k = 0; k < chain.size(); ++k) {
-      for (int g = v.group; g >= 0; g = groups_[g].parent) {
-        if (g == chain[k]) freed[k] += v.charge;
+  // Each limit that may hold it: the groups of its chain, and its member (the last entry).
+  struct Level {
+    Resources usage, limit;
+    int group;  // -1: the member's
+  };
+  std::vector<Level> levels;
+  for (int g = j.group; g >= 0; g = groups_[g].parent)
+    levels.push_back({groups_[g].usage, groups_[g].spec.limit, g});
+  if (j.member >= 0) levels.push_back({members_[j.member].usage, members_[j.member].limit, -1});
+  // Whether `v` counts at level `l`: a job of a group counts in that group and each ancestor.
+  const auto counts = [&](const Job& v, const Level& l) {
+    if (l.group < 0) return v.member >= 0 && v.member == j.member;
+    for (int g = v.group; g >= 0; g = groups_[g].parent) {
+      if (g == l.group) return true;
+    }
+    return false;
+  };
+  // As Within: a component the job does not ask for holds it at no limit.
+  const auto over = [&](const Level& l, const Resources& freed, int k) {
+    return Part(charge, k) > 0 &&
+           Part(l.usage, k) - Part(freed, k) + Part(charge, k) > Part(l.limit, k);
+  };
+  const auto fits = [&](const std::vector<Resources>& freed) {
+    for (size_t i = 0; i < levels.size(); ++i) {
+      for (int k = 0; k < 4; ++k) {
+        if (over(levels[i], freed[i], k)) return false;
       }
     }
-    if (j.member >= 0 && v.member == j.member) member_freed += v.charge;
+    return true;
   };
-  const auto fits = [&] {
-    const char* which = nullptr;
-    for (size_t k = 0; k < chain.size(); ++k) {
-      Resources usage = groups_[chain[k]].usage;
-      usage -= freed[k];
-      if (!Within(usage, charge, groups_[chain[k]].spec.limit, &which)) return false;
+  std::vector<Resources> freed(levels.size());
+  const auto leave = [&](const Job& v, std::vector<Resources>* f, int sign) {
+    for (size_t i = 0; i < levels.size(); ++i) {
+      if (!counts(v, levels[i])) continue;
+      if (sign > 0) {
+        (*f)[i] += v.charge;
+      } else {
+        (*f)[i] -= v.charge;
+      }
     }
-    if (j.member < 0) return true;
-    Resources usage = members_[j.member].usage;
-    usage -= member_freed;
-    return Within(usage, charge, members_[j.member].limit, &which);
   };
-  for (int t : terminating_) leave(jobs_[t]);
-  if (fits()) return false;  // what is leaving makes room: nothing more goes
+  for (int t : terminating_) leave(jobs_[t], &freed, +1);  // leaving already
+  if (fits(freed)) return false;  // what is leaving makes room: nothing more goes
+  std::vector<std::pair<int64_t, int>> options;
+  for (int v : preemptible_running_) {
+    if (v != self && jobs_[v].group == j.group && Victim(j, v, /*reclaim=*/false))
+      options.push_back({LostWork(jobs_[v]), v});
+  }
+  if (options.empty()) return false;
+  std::sort(options.begin(), options.end());
+  std::vector<int> victims;
+  for (const auto& [lost, v] : options) {
+    if (fits(freed)) break;
+    // Only one that frees part of a component still over a limit where it counts (a CPU-only
+    // job freed nothing of a GPU limit, and went first, losing least).
+    bool useful = false;
+    for (size_t i = 0; i < levels.size() && !useful; ++i) {
+      if (!counts(jobs_[v], levels[i])) continue;
+      for (int k = 0; k < 4 && !useful; ++k)
+        useful = over(levels[i], freed[i], k) && Part(jobs_[v].charge, k) > 0;
+    }
+    if (!useful) continue;
+    leave(jobs_[v], &freed, +1);
+    victims.push_back(v);
+  }
+  if (!fits(freed)) return false;
+  // Kept: each the others make do without, most lost work first.
+  for (size_t i = victims.size(); i-- > 0;) {
+    std::vector<Resources> without = freed;
+    leave(jobs_[victims[i]], &without, -1);
+    if (!fits(without)) continue;
+    freed = std::move(without);
+    victims.erase(victims.begin() + static_cast<std::ptrdiff_t>(i));
+  }
   // Only where the free capacity holds it: a gang at its limit with no three cards free once
   // preempted a partition of its group every cycle, to no end.
+  ++preempt_searches_;
   bool room = false;
   for (AllocationForm f : j.forms) {
     Candidate c;
@@ -60,19 +117,6 @@ bool Engine::TryPreemptForLimit(int self) {
     break;
   }
   if (!room) return false;
-  std::vector<std::pair<int64_t, int>> options;
-  for (int v : preemptible_running_) {
-    if (v != self && jobs_[v].group == j.group && Victim(j, v, /*reclaim=*/false))
-      options.push_back({LostWork(jobs_[v]), v});
-  }
-  std::sort(options.begin(), options.end());
-  std::vector<int> victims;
-  for (const auto& [lost, v] : options) {
-    leave(jobs_[v]);
-    victims.push_back(v);
-    if (fits()) break;
-  }
-  if (victims.empty() || !fits()) return false;
   const std::string why = "priority preemption: for " + j.id + " (priority " +
                           std::to_string(j.priority) + ") held at a limit of group " +
                           groups_[j.group].spec.name;

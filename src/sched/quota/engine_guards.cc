@@ -150,11 +150,12 @@ int Engine::GiveBackIdle(int64_t now) {
   // 30 s, for good). It waits past its timeout until another job waits.
   // Jobs that could take it: not held swapped out (they wait for their own card), not held at a
   // limit, not another scheduler's.
-  const bool others_wait = std::any_of(pending_.begin(), pending_.end(), [&](int p) {
-    const Job& x = jobs_[p];
-    return x.state == JobState::kPending && x.held_dev < 0 && !x.external &&
-           x.wait_step != "Admission";
-  });
+  const bool others_wait =
+      !due.empty() && std::any_of(pending_.begin(), pending_.end(), [&](int p) {
+        const Job& x = jobs_[p];
+        return x.state == JobState::kPending && x.held_dev < 0 && !x.external &&
+               x.wait_step != "Admission";
+      });  // looked for only when some job is due
   for (int h : due) {
     Job& j = jobs_[h];
     if (j.state != JobState::kRunning || j.idle_since < 0 || j.idle_swapped ||

@@ -514,6 +514,13 @@ void AdminNode(const ClientOptions& co, const std::string& action, const std::st
                int* exit_code) {
   std::string node = target;
   Json body = Json::object();
+  if (!target.empty() && target.back() == ':') {  // it said "no node 'local:'"
+    std::cerr << "tessera " << action << ": '" << EscapeForTerminal(target)
+              << "' names no device after ':' (NODE or NODE:DEVICE, e.g. "
+              << EscapeForTerminal(target.substr(0, target.size() - 1)) << ":0)\n";
+    *exit_code = kExitBadInput;
+    return;
+  }
   const size_t colon = target.rfind(':');
   if (colon != std::string::npos && colon + 1 < target.size() &&
       target.find_first_not_of("0123456789", colon + 1) == std::string::npos &&

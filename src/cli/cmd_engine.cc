@@ -638,8 +638,12 @@ void RegisterUpCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--listen", *listen, "HOST:PORT (default 127.0.0.1:8080)");
   cmd->add_option("--simulate", *simulate,
                   "simulated devices where there is no GPU (default 2xH100-80GB)");
-  cmd->add_flag("--tls,!--no-tls", *tls,
-                "HTTPS with a self-signed certificate made under DATA/tls (default on)");
+  // Two plain flags: one "--tls,!--no-tls" read "--tls,--no-tls{false}" in the help.
+  cmd->add_flag_callback(
+      "--tls", [tls] { *tls = true; },
+      "HTTPS with a self-signed certificate made under DATA/tls (the default)");
+  cmd->add_flag_callback(
+      "--no-tls", [tls] { *tls = false; }, "plain HTTP instead of HTTPS");
   auto log_flags = std::make_shared<LogFlags>();
   AddLogFlags(cmd, log_flags.get());
   cmd->callback([=, &ctx] {

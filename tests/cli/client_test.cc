@@ -466,6 +466,21 @@ TEST(UnexpectedAnswerTest, IsSaidAndExitsOne) {
   EXPECT_THAT(r.err, HasSubstr("tessera: unexpected answer from the server: "));
 }
 
+// A new user's typos: `drain local:` (a device index left out) said "no node 'local:'", and
+// `up --help` showed "--tls,--no-tls{false}".
+TEST(NodeFlagsTest, ADeviceLeftOutAndTheTlsFlagsAreSaidPlainly) {
+  const std::vector<std::string> env = {"TESSERA_URL=http://127.0.0.1:1", "TESSERA_TOKEN=x"};
+  ProcessResult r = Tessera({"drain", "local:"}, env);
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("'local:' names no device after ':' (NODE or NODE:DEVICE, e.g. "
+                               "local:0)"));
+  EXPECT_THAT(r.err, Not(HasSubstr("cannot reach")));  // refused before any call
+  ProcessResult help = Tessera({"up", "--help"}, env);
+  EXPECT_EQ(help.exit_code, 0) << help.err;
+  EXPECT_THAT(help.out, Not(HasSubstr("{false}")));
+  EXPECT_THAT(help.out, HasSubstr("--no-tls"));
+}
+
 // A new user in two groups always submitted in the first: the API takes "group", the CLI had no
 // flag for it.
 TEST(SubmitGroupTest, GroupIsSentAsGiven) {

@@ -177,13 +177,23 @@ void CycleDriver::NoteUnstartedPartsLocked(Job& j, bool placed) {
   }
 }
 
+namespace {
+
+// A held share ran from its first start: held over a restart its record may not say it (its
+// start is kept while held, but not stored as such by an earlier release), its hold does.
+void KeepHeldStart(Job& j) {
+  if (j.start_ms == 0 && j.agent.swap.held_start_s > 0)
+    j.start_ms = j.agent.swap.held_start_s * 1000;
+}
+
+}  // namespace
+
 void CycleDriver::SwapEventLocked(Job& j, const quota::Event& e, Batch& b) {
   if (e.kind == quota::EventKind::kStopped) {
     // Its processes, paused on its node, are stopped there: it leaves may_run.
     const std::string node = j.agent.swap.held_on;
     b.Touch({node});
-    if (j.start_ms == 0 && j.agent.swap.held_start_s > 0)  // it ran
-      j.start_ms = j.agent.swap.held_start_s * 1000;
+    KeepHeldStart(j);  // it ran
     if (!ledger_->End(j, JobState::kFailed, JobCause::kRefused, "stopped: " + e.detail)) return;
     j.agent.swap.held_on.clear();
     j.agent.swap.order.clear();
@@ -194,8 +204,7 @@ void CycleDriver::SwapEventLocked(Job& j, const quota::Event& e, Batch& b) {
   if (e.kind == quota::EventKind::kSwappedIn) {
     // Placed again on its device (job.placed before this): it runs on, brought back in, from its
     // first start (its start read the time it resumed).
-    if (j.start_ms == 0 && j.agent.swap.held_start_s > 0)  // held over a restart
-      j.start_ms = j.agent.swap.held_start_s * 1000;
+    KeepHeldStart(j);
     if (!ledger_->Transition(j, JobState::kRunning, JobCause::kRunning)) return;
     j.agent.swap.held_on.clear();
     j.agent.swap.order = "in";

@@ -40,6 +40,7 @@ const std::map<std::string, Break>& Breaks() {
       {"ignore-preemption-delay", Break::kIgnorePreemptionDelay},
       {"hold-for-any-claimant", Break::kHoldForAnyClaimant},
       {"reclaim-ignores-swap-budget", Break::kReclaimIgnoresSwapBudget},
+      {"borrow-reserved", Break::kBorrowReserved},
   };
   return m;
 }

@@ -136,6 +136,7 @@ void Checker::AfterCycle(const quota::QuotaEngine& e, int64_t now) {
   }
   CheckDevices(s, now);
   CheckLimits(s, now);
+  CheckBorrowing(s, now);
   CheckReclaim(s, now);
   CheckStart(s, now);
   CheckReservation(s, now);
@@ -146,6 +147,7 @@ void Checker::AfterCycle(const quota::QuotaEngine& e, int64_t now) {
   CheckIdle(s, now);
   CheckWalltime(s, now);
   preempted_this_cycle_.clear();
+  placed_this_cycle_.clear();
 }
 
 void Checker::Finish(int64_t now) { JudgeHeads(nullptr, now); }
@@ -183,6 +185,7 @@ void Checker::ReadEvents(const quota::QuotaEngine& e, int64_t now) {
         started_at_.erase(h->second);  // held swapped out, it keeps its start
     }
     if (x.kind == EventKind::kPlaced) {
+      if (h != handle_of_.end()) placed_this_cycle_.push_back(h->second);
       seen_.backfill = seen_.backfill || x.detail.find("[backfill]") != std::string::npos;
       if (h != handle_of_.end() && wants_[h->second].count >= 2) seen_.gang = true;
     } else if (x.kind == EventKind::kRepartitioned) {
@@ -347,6 +350,54 @@ void Checker::CheckLimits(const Snapshot& s, int64_t now) {
                {}, {world_.group_names[g]});
       }
     }
+  }
+}
+
+MilliGpu Checker::FirmNeed(const Snapshot& s, int g, MilliGpu extra, MilliGpu* firm) const {
+  auto top = [&](int x) {
+    while (x >= 0 && world_.parent[x] >= 0) x = world_.parent[x];
+    return x;
+  };
+  const size_t groups = world_.group_names.size();
+  std::vector<MilliGpu> held(groups, 0), preemptible(groups, 0);
+  if (g >= 0) held[top(g)] += extra;
+  for (size_t k = 0; k < s.jobs.size() && k < wants_.size(); ++k) {
+    const JobNow& j = s.jobs[k];
+    if ((j.state != JobState::kRunning && j.state != JobState::kTerminating) || j.group < 0 ||
+        wants_[k].external)
+      continue;
+    held[top(j.group)] += j.charge.gpu_milli;
+    if (wants_[k].preemptible) preemptible[top(j.group)] += j.charge.gpu_milli;
+  }
+  MilliGpu need = 0;
+  *firm = 0;
+  for (size_t t = 0; t < groups; ++t) {
+    if (world_.parent[t] >= 0) continue;
+    const MilliGpu reserved = world_.policy.groups[t].reservation.gpu_milli;
+    const MilliGpu f =
+        held[t] - std::min(preemptible[t], std::max<MilliGpu>(0, held[t] - reserved));
+    *firm += f;
+    need += std::max(reserved, f);
+  }
+  return need;
+}
+
+void Checker::CheckBorrowing(const Snapshot& s, int64_t now) {
+  const MilliGpu cards = static_cast<MilliGpu>(world_.devices.size()) * kWholeGpu;
+  for (int k : placed_this_cycle_) {
+    const JobNow& j = s.jobs[k];
+    if (j.state != JobState::kRunning || !j.borrowed || wants_[k].preemptible || wants_[k].external)
+      continue;
+    MilliGpu firm = 0;
+    const MilliGpu need = FirmNeed(s, -1, 0, &firm);
+    if (need > cards && firm <= cards) {
+      Report("safety.borrowing", now,
+             wants_[k].id + " (not preemptible) borrowed past its group's reservation where " +
+                 "reservations and work reclaim cannot take back need " + std::to_string(need) +
+                 " milli-GPU of the cluster's " + std::to_string(cards),
+             {wants_[k].id});
+    }
+    return;  // the state after the cycle, judged once
   }
 }
 

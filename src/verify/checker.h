@@ -113,6 +113,14 @@ class Checker {
   void ReadEvents(const quota::QuotaEngine& e, int64_t now);
   void CheckDevices(Snapshot& s, int64_t now);
   void CheckLimits(const Snapshot& s, int64_t now);
+  // safety.borrowing: a non-preemptible job placed past its group's reservation leaves every
+  // reservation within reach (FirmNeed within the cards).
+  void CheckBorrowing(const Snapshot& s, int64_t now);
+  // What the top-level groups' reservations and the work reclaim could never take back need of
+  // the cards, in GPU: per group the larger of its reservation and what it holds on them less
+  // its preemptible jobs above the reservation; with `extra` GPU of non-preemptible work more in
+  // group `g` (-1: none). *firm: the same without the reservations.
+  MilliGpu FirmNeed(const Snapshot& s, int g, MilliGpu extra, MilliGpu* firm) const;
   void CheckReclaim(const Snapshot& s, int64_t now);
   void CheckStart(const Snapshot& s, int64_t now);
   void CheckReservation(const Snapshot& s, int64_t now);
@@ -191,6 +199,7 @@ class Checker {
   std::map<int, int64_t> leaves_by_;
   std::vector<int> own_for_own_;  // this cycle: preempted for a job of their own group
   std::set<int> preempted_this_cycle_;
+  std::vector<int> placed_this_cycle_;  // from the events (safety.borrowing)
   struct Layout {
     bool seen = false;
     std::string mode;  // "MIG", "CPX+NPS4", ""

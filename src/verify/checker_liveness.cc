@@ -47,7 +47,16 @@ bool Checker::Admissible(const Snapshot& s, const Want& w) const {
     }
     if (s.usage[g].gpu_milli + Nominal(w) > l.gpu_milli) return false;
   }
-  return true;
+  // Not preemptible and past its group's reservation: only where every reservation stays
+  // within reach (safety.borrowing), counting it at the most it may charge. Where it would not be
+  // (judged after the cycle: the engine judged it before the jobs placed after it), not judged.
+  if (w.preemptible || w.external ||
+      s.usage[w.group].gpu_milli + Nominal(w) <=
+          world_.policy.groups[w.group].reservation.gpu_milli)
+    return true;
+  MilliGpu firm = 0;
+  return FirmNeed(s, w.group, Nominal(w), &firm) <=
+         static_cast<MilliGpu>(world_.devices.size()) * kWholeGpu;
 }
 
 void Checker::CheckStart(const Snapshot& s, int64_t now) {

@@ -12,6 +12,14 @@ namespace {
 
 class NodeAdminTest : public EngineTest {
  protected:
+  // Without research's reservation: bob's jobs (of the non-preemptible training queue) may then
+  // borrow every card (docs/scheduling.md, "Admit"), and these tests fill the cards with them.
+  void SetUp() override {
+    std::string config = kConfig;
+    const std::string reserved = "reservation: {gpu: 1}, ";
+    config.erase(config.find(reserved), reserved.size());
+    Start("engine", config);
+  }
   Json Admin(const std::string& node, const std::string& action, int device = -1) {
     auto r = engine_->AdminNode(Who("admin"), node, action, device);
     EXPECT_TRUE(r.ok()) << r.status().ToString();

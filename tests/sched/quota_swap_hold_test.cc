@@ -200,8 +200,9 @@ TEST(QuotaSwapHold, AResumedShareIsForecastToEndByItsWalltimePlusTheTimeItWasHel
   EXPECT_EQ(w.View(victim).stop_at, end[victim]);
   int64_t free_at = 0;
   for (const auto& [id, e] : end) free_at = std::max(free_at, e);
-  // A whole card for group b (no reservation: nothing is reclaimed for it) waits for all five.
-  w.Submit(Job("h", "train", "b"), 400);
+  // A whole card for group b (no reservation: nothing is reclaimed for it) waits for all five
+  // (preemptible: a job that may not be preempted would not borrow the card a reserves part of).
+  w.Submit(Job("h", "train-lo", "b"), 400);
   w.e->RunCycle(400);
   ASSERT_EQ(w.State("h"), JobState::kPending);
   EXPECT_NE(w.View("h").wait_reason.find(

@@ -46,6 +46,43 @@ TEST(QuotaAdmission, GuaranteedBorrowedAndLimit) {
   w.Done();
 }
 
+// A reservation is a promise reclaim keeps by preempting borrowers, so a job that may not be
+// preempted borrows only capacity no group reserves. It once took another group's reserved
+// card, and that group waited at Placement for as long as it ran (reclaim may not take it).
+TEST(QuotaAdmission, ANonPreemptibleJobBorrowsOnlyWhatNoGroupReserved) {
+  PolicySpec p = BasePolicy();
+  p.grace_seconds = 0;
+  p.groups[0].reservation = Gpu(2000);  // a: 2 of the 3 cards
+  World w(p, {Node("n0", "train", 3)});
+  w.Submit(Job("b1", "train", "b"), 0);  // non-preemptible, b reserves nothing
+  w.Submit(Job("b2", "train", "b"), 1);
+  w.Submit(Job("b3", "train-lo", "b"), 2);  // preemptible: may borrow reserved capacity
+  w.e->RunCycle(5);
+  EXPECT_EQ(w.State("b1"), JobState::kRunning);
+  EXPECT_TRUE(w.View("b1").borrowed);
+  ASSERT_EQ(w.State("b2"), JobState::kPending);
+  EXPECT_EQ(w.View("b2").wait_step, "Admission");
+  EXPECT_EQ(w.View("b2").wait_reason,
+            "queue train is not preemptible, so group b borrows only what leaves every reservation "
+            "within reach: of the cluster's 3 GPU, reservations and work that may not be "
+            "preempted take 3, job needs 1");
+  EXPECT_EQ(w.State("b3"), JobState::kRunning);
+  // a asks for its two cards: one is free, the other comes back from b's preemptible borrower.
+  w.Submit(Job("a1", "train", "a"), 10);
+  w.Submit(Job("a2", "train", "a"), 11);
+  w.e->RunCycle(15);
+  w.e->RunCycle(25);
+  EXPECT_EQ(w.State("a1"), JobState::kRunning);
+  EXPECT_EQ(w.State("a2"), JobState::kRunning) << w.View("a2").wait_reason;
+  EXPECT_EQ(w.State("b1"), JobState::kRunning);
+  EXPECT_EQ(w.State("b2"), JobState::kPending);
+  // b1's end gives the unreserved card back to whoever borrows next.
+  w.e->Complete(w.h.at("b1"), 31);
+  w.e->RunCycle(35);
+  EXPECT_EQ(w.State("b2"), JobState::kRunning) << w.View("b2").wait_reason;
+  w.Done();
+}
+
 TEST(QuotaAdmission, ParentLimitBindsChildren) {
   PolicySpec p = BasePolicy();
   p.groups.push_back(
@@ -171,7 +208,6 @@ TEST(QuotaReclaim, NoReclaimFromNonPreemptibleOrAboveReservation) {
     std::string want_step;
   };
   std::vector<Case> cases = {
-      {"borrower not preemptible", "train", 1000, "Placement"},
       {"claimant above its reservation", "train-lo", 0, "Placement"},
   };
   for (const Case& c : cases) {
@@ -396,7 +432,8 @@ TEST(QuotaRepartition, MigLayoutChangedWhenWorthIt) {
     p.queues.push_back({"infer-big-np", "part80", {"a", "b"}, 0, false, C::kInference});
     NodeSpec n = Node("n0", "infer", 1);
     n.mig_layout = {"7g.80gb"};
-    World w(p, {n});
+    // A second card no group reserves, so that a non-preemptible occupant may borrow at all.
+    World w(p, {n, Node("n1", "train", 1)});
     w.Submit(Job("big", c.occupant_queue, "b"), 0);
     w.e->RunCycle(0);
     ASSERT_EQ(w.State("big"), JobState::kRunning) << c.name;

@@ -107,7 +107,9 @@ INSTANTIATE_TEST_SUITE_P(
         BreakCase{Break::kHoldForAnyClaimant, "liveness.reservation",
                   "a swapping share is held whatever takes its place (seed 987)"},
         BreakCase{Break::kReclaimIgnoresSwapBudget, "liveness.reservation",
-                  "reclaim for a share counts room at the overcommit alone (seed 840)"}),
+                  "reclaim for a share counts room at the overcommit alone (seed 840)"},
+        BreakCase{Break::kBorrowReserved, "safety.borrowing",
+                  "non-preemptible work may borrow capacity groups reserve"}),
     [](const ::testing::TestParamInfo<BreakCase>& i) {
       std::string n = i.param.property;
       n += "_" + std::to_string(i.index);

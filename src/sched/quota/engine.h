@@ -227,6 +227,7 @@ struct EngineOptions {
     kIgnorePreemptionDelay,     // a job may preempt before its queue's preemption_delay
     kHoldForAnyClaimant,        // a swapping share is held whatever takes its place
     kReclaimIgnoresSwapBudget,  // reclaim for a share counts room at the overcommit alone
+    kBorrowReserved,            // non-preemptible work may borrow capacity groups reserve
   };
   Break engine_break = Break::kNone;
 };

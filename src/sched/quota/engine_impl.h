@@ -207,6 +207,7 @@ struct GroupRt {
   GroupSpec spec;
   int parent = -1;
   Resources usage;
+  MilliGpu preemptible = 0, external = 0;  // of usage.gpu_milli: preemptible on our cards, external
   double decayed[4] = {0, 0, 0, 0};
   double fair_share = 0;
   bool below = false;
@@ -399,6 +400,7 @@ class Engine final : public QuotaEngine {
   Resources ChargeOf(const Job& j, const std::vector<Grant>& g) const;
   Status Admission(const Job& j, const Resources& charge, bool* guaranteed) const;
   void AddUsage(int group, const Resources& r, int sign);
+  void ChargeGroups(const Job& j, int sign);
 
   // --- placement
   struct Candidate {
@@ -548,12 +550,8 @@ class Engine final : public QuotaEngine {
   template <typename T>
   void SetDev(const std::string& name, int index, T Dev::*field, T value);
   void CommitExternal(int self, const Resources& charge, bool guaranteed);
-  void EndHeld(int self);  // releases and settles claimants
-  void StepCheck(const char* where) {
-    if (!options_.check_invariants_each_step) return;
-    Status s = CheckInvariants();
-    if (!s.ok()) violations_.push_back(T(now_) + " after " + where + ": " + s.message());
-  }
+  void EndHeld(int self);             // releases and settles claimants
+  void StepCheck(const char* where);  // CheckInvariants, with check_invariants_each_step
   // CheckInvariants' parts: the jobs' grants against the devices (summed into the tally), then
   // the sums against the nodes, devices and groups.
   struct InvariantTally;
@@ -593,6 +591,9 @@ class Engine final : public QuotaEngine {
   std::map<int, sched::Placement> mirror_blocks_;             // device -> its block while split
   std::vector<sched::ModelMask> pool_models_;                 // pool -> mirror model ids
   MiB gpu_memory_capacity_ = 0;
+  MilliGpu gpu_capacity_ = 0;  // every live node's cards, whole
+  // A non-preemptible job borrows only where every reservation stays within reach.
+  Status BorrowRoom(const Job& j, const Resources& charge) const;
   MilliCpu cpu_capacity_ = 0;  // every node's, for the fair-share key
   MiB host_memory_capacity_ = 0;
   std::set<int> preemptible_running_;  // handles of preemptible jobs in kRunning, in handle order
@@ -687,8 +688,7 @@ class Engine final : public QuotaEngine {
   void Unsplit(int di, const std::string& for_job);
   CycleStats stats_;
   int max_devs_per_node_ = 0;
-  std::map<std::string, int64_t>
-      ext_cap_;  // external pool -> GPU capacity (milli); absent: unbounded
+  std::map<std::string, int64_t> ext_cap_;   // external pool -> GPU capacity (milli); or unbounded
   std::map<std::string, int64_t> ext_used_;  // external pool -> GPU charged by its held jobs
   std::set<std::string> ext_down_;  // external pools not answering: no new work (engine_dispatch)
   // A job of several pools: the one with the earliest predicted start, into j.ext_pool (true when

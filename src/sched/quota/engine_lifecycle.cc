@@ -61,12 +61,14 @@ Result<int> Engine::AddNode(const NodeSpec& ns, int64_t now) {
   // new one; its capacity leaves the totals. Refused, nothing changes.
   const bool was_down = old >= 0 && nodes_[old].down;
   const MiB gpu_memory_was = gpu_memory_capacity_;
+  const MilliGpu gpu_was = gpu_capacity_;
   const MilliCpu cpu_was = cpu_capacity_;
   const MiB host_memory_was = host_memory_capacity_;
   if (old >= 0) {
     NodeRt& n = nodes_[old];
     n.down = true;
     for (int d : n.devs) gpu_memory_capacity_ -= devs_[d].memory;
+    gpu_capacity_ -= static_cast<MilliGpu>(n.devs.size()) * kWholeGpu;
     cpu_capacity_ -= n.cpu_total;
     host_memory_capacity_ -= n.mem_total;
   }
@@ -76,6 +78,7 @@ Result<int> Engine::AddNode(const NodeSpec& ns, int64_t now) {
       node_index_[ns.name] = old;
       nodes_[old].down = was_down;
       gpu_memory_capacity_ = gpu_memory_was;
+      gpu_capacity_ = gpu_was;
       cpu_capacity_ = cpu_was;
       host_memory_capacity_ = host_memory_was;
     }
@@ -200,7 +203,7 @@ void Engine::CommitExternal(int self, const Resources& charge, bool guaranteed) 
   j.form = j.forms.empty() ? AllocationForm::kWhole : j.forms.front();
   j.charge = charge;
   j.borrowed = !guaranteed;
-  AddUsage(j.group, j.charge, +1);
+  ChargeGroups(j, +1);
   AddMemberUsage(j, +1);
   if (!j.ext_pool.empty()) ext_used_[j.ext_pool] += j.charge.gpu_milli;
   Admitted(self, guaranteed);

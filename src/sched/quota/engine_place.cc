@@ -1,68 +1,8 @@
-// The quota engine: admission against limits and placement in each form.
+// The quota engine: placement in each form (admission against quotas: engine_admission.cc).
 #include "sched/quota/compute_mode.h"
 #include "sched/quota/engine_impl.h"
 
 namespace tessera::quota::internal {
-
-// ------------------------------------------------------------------------------------------
-// Quota
-
-void Engine::AddUsage(int g, const Resources& r, int sign) {
-  for (; g >= 0; g = groups_[g].parent) {
-    if (sign > 0) {
-      groups_[g].usage += r;
-    } else {
-      groups_[g].usage -= r;
-    }
-  }
-}
-
-Status Engine::Admission(const Job& j, const Resources& charge, bool* guaranteed) const {
-  const char* which = nullptr;
-  for (int g = j.group; g >= 0; g = groups_[g].parent) {
-    const GroupRt& gr = groups_[g];
-    if (options_.engine_break == EngineOptions::Break::kIgnoreLimits) break;
-    if (!Within(gr.usage, charge, gr.spec.limit, &which)) {
-      std::string w = which;
-      return Status::ResourceExhausted("group " + gr.spec.name + " at its " + w + " limit: holds " +
-                                       Amount(which, Component(gr.usage, w)) + ", job needs " +
-                                       Amount(which, Component(charge, w)) + ", limit " +
-                                       Amount(which, Component(gr.spec.limit, w)));
-    }
-  }
-  if (j.member >= 0 && options_.engine_break != EngineOptions::Break::kIgnoreLimits) {
-    // A member's own limit inside its group (GroupSpec::members).
-    const MemberRt& m = members_[j.member];
-    if (!Within(m.usage, charge, m.limit, &which)) {
-      std::string w = which;
-      return Status::ResourceExhausted(
-          "user " + m.identity + " at its " + w + " limit in group " + groups_[j.group].spec.name +
-          ": holds " + Amount(which, Component(m.usage, w)) + ", job needs " +
-          Amount(which, Component(charge, w)) + ", limit " + Amount(which, Component(m.limit, w)));
-    }
-  }
-  // The reservation guarantees the components it names (> 0); one naming none guarantees
-  // nothing. A GPU-only reservation thus covers a job's GPU compute whatever its CPU needs.
-  // Counting the group's claims in flight: a job placed on free capacity while a reclaim for the
-  // group waits out its grace is borrowed, or the group would end past its reservation.
-  const GroupRt& own = groups_[j.group];
-  Resources held = own.usage;
-  if (static_cast<size_t>(j.group) < claimed_gpu_.size()) held.gpu_milli += claimed_gpu_[j.group];
-  *guaranteed = WithinReservation(held, charge, own.spec.reservation);
-  return Status::Ok();
-}
-
-Resources Engine::ChargeOf(const Job& j, const std::vector<Grant>& gs) const {
-  Resources r;
-  for (const Grant& g : gs) {
-    r.gpu_milli += g.compute;
-    r.gpu_memory_mib += g.memory;
-    r.cpu_milli += g.cpu;
-    r.memory_mib += g.host_memory;
-  }
-  (void)j;
-  return r;
-}
 
 // ------------------------------------------------------------------------------------------
 // Placement
@@ -430,7 +370,7 @@ void Engine::Commit(int self, AllocationForm f, Candidate& c, bool guaranteed) {
   j.form = f;
   j.charge = ChargeOf(j, j.grants);
   j.borrowed = !guaranteed;
-  AddUsage(j.group, j.charge, +1);
+  ChargeGroups(j, +1);
   ChargeJobCells(j, +1);  // per GPU model and pool
   AddMemberUsage(j, +1);
   j.awaiting = 0;
@@ -470,7 +410,7 @@ void Engine::Release(int self) {
     }
     Reindex(g.dev);
   }
-  AddUsage(j.group, j.charge, -1);
+  ChargeGroups(j, -1);
   ChargeJobCells(j, -1);
   AddMemberUsage(j, -1);
   if (j.external && !j.ext_pool.empty()) ext_used_[j.ext_pool] -= j.charge.gpu_milli;
@@ -651,6 +591,7 @@ bool Engine::TryPlaceIn(int self, std::string* step, std::string* reason, bool* 
     Resources charge = ChargeOf(j, c.grants);
     Status a = Admission(j, charge, &guaranteed);
     if (a.ok()) a = CellAdmission(j, c.grants, &guaranteed);
+    if (a.ok() && !guaranteed) a = BorrowRoom(j, charge);  // borrowing per model or pool
     if (!a.ok()) {
       limit_reason = a.message();
       DropPick(c);

@@ -158,6 +158,7 @@ Status Engine::AddNodeRt(const NodeSpec& ns, const std::string& field) {
     }
     for (Dev& d : made) {
       gpu_memory_capacity_ += d.memory;
+      gpu_capacity_ += kWholeGpu;
       n.devs.push_back(static_cast<int>(devs_.size()));
       devs_.push_back(std::move(d));
     }

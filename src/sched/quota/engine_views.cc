@@ -16,8 +16,9 @@ struct Engine::InvariantTally {
   std::vector<MilliGpu> share_w;
   // Per quota dimension (GPU model, pool), per group, per cell: what its grants add up to.
   std::array<std::vector<std::array<int64_t, 64>>, kDims> cell_usage;
-  std::vector<int> sm_sum;     // sm-sharing percentages per device
-  std::vector<int> ts_shares;  // time-slicing shares per device
+  std::vector<int> sm_sum;                      // sm-sharing percentages per device
+  std::vector<int> ts_shares;                   // time-slicing shares per device
+  std::vector<MilliGpu> preemptible, external;  // per group, with descendants (GroupRt's)
 };
 
 Status Engine::CheckJobHoldings(InvariantTally* t) const {
@@ -37,6 +38,9 @@ Status Engine::CheckJobHoldings(InvariantTally* t) const {
       return Status::Internal("job " + j.id + " runs without an admission event");
     if (j.identity.empty()) return Status::Internal("job " + j.id + " has no identity");
     for (int g = j.group; g >= 0; g = groups_[g].parent) t->usage[g] += j.charge;
+    for (int g = j.group; g >= 0; g = groups_[g].parent)
+      (j.external ? t->external : t->preemptible)[g] +=
+          j.external || j.preemptible ? j.charge.gpu_milli : 0;
     for (int g = j.group; g >= 0; g = groups_[g].parent) {
       for (const Grant& gr : j.grants) {
         for (int d = 0; d < kDims && gr.dev >= 0; ++d)
@@ -134,7 +138,8 @@ Status Engine::CheckDevices(const InvariantTally& t) const {
 Status Engine::CheckGroupUsage(const InvariantTally& t) const {
   for (size_t g = 0; g < groups_.size(); ++g) {
     const GroupRt& gr = groups_[g];
-    if (!(t.usage[g] == gr.usage)) {
+    if (!(t.usage[g] == gr.usage) || t.preemptible[g] != gr.preemptible ||
+        t.external[g] != gr.external) {
       return Status::Internal("group " + gr.spec.name + " usage out of step with its jobs");
     }
     const char* which = nullptr;
@@ -168,6 +173,8 @@ Status Engine::CheckInvariants() const {
   t.cpu.assign(nodes_.size(), 0);
   t.mem.assign(nodes_.size(), 0);
   t.usage.resize(groups_.size());
+  t.preemptible.assign(groups_.size(), 0);
+  t.external.assign(groups_.size(), 0);
   for (auto& u : t.cell_usage) u.assign(groups_.size(), {});
   t.share_mem.assign(devs_.size(), 0);
   t.share_w.assign(devs_.size(), 0);
@@ -178,6 +185,12 @@ Status Engine::CheckInvariants() const {
   if (Status s = CheckNodeTotals(t); !s.ok()) return s;
   if (Status s = CheckDevices(t); !s.ok()) return s;
   return CheckGroupUsage(t);
+}
+
+void Engine::StepCheck(const char* where) {
+  if (!options_.check_invariants_each_step) return;
+  Status s = CheckInvariants();
+  if (!s.ok()) violations_.push_back(T(now_) + " after " + where + ": " + s.message());
 }
 
 JobView Engine::job(int handle) const {

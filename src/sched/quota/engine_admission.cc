@@ -1,0 +1,114 @@
+// The quota engine: admission against groups' and members' limits, and which jobs are guaranteed
+// (inside their group's reservation) or borrow.
+#include <algorithm>
+
+#include "sched/quota/engine_impl.h"
+
+namespace tessera::quota::internal {
+
+// ------------------------------------------------------------------------------------------
+// Quota
+
+void Engine::AddUsage(int g, const Resources& r, int sign) {
+  for (; g >= 0; g = groups_[g].parent) {
+    if (sign > 0) {
+      groups_[g].usage += r;
+    } else {
+      groups_[g].usage -= r;
+    }
+  }
+}
+
+// A held job's charge into its groups' usage (and their preemptible GPU), or out of it.
+void Engine::ChargeGroups(const Job& j, int sign) {
+  AddUsage(j.group, j.charge, sign);
+  for (int g = j.group; g >= 0; g = groups_[g].parent) {
+    if (j.external || j.preemptible)
+      (j.external ? groups_[g].external : groups_[g].preemptible) += sign * j.charge.gpu_milli;
+  }
+}
+
+Status Engine::Admission(const Job& j, const Resources& charge, bool* guaranteed) const {
+  const char* which = nullptr;
+  for (int g = j.group; g >= 0; g = groups_[g].parent) {
+    const GroupRt& gr = groups_[g];
+    if (options_.engine_break == EngineOptions::Break::kIgnoreLimits) break;
+    if (!Within(gr.usage, charge, gr.spec.limit, &which)) {
+      std::string w = which;
+      return Status::ResourceExhausted("group " + gr.spec.name + " at its " + w + " limit: holds " +
+                                       Amount(which, Component(gr.usage, w)) + ", job needs " +
+                                       Amount(which, Component(charge, w)) + ", limit " +
+                                       Amount(which, Component(gr.spec.limit, w)));
+    }
+  }
+  if (j.member >= 0 && options_.engine_break != EngineOptions::Break::kIgnoreLimits) {
+    // A member's own limit inside its group (GroupSpec::members).
+    const MemberRt& m = members_[j.member];
+    if (!Within(m.usage, charge, m.limit, &which)) {
+      std::string w = which;
+      return Status::ResourceExhausted(
+          "user " + m.identity + " at its " + w + " limit in group " + groups_[j.group].spec.name +
+          ": holds " + Amount(which, Component(m.usage, w)) + ", job needs " +
+          Amount(which, Component(charge, w)) + ", limit " + Amount(which, Component(m.limit, w)));
+    }
+  }
+  // The reservation guarantees the components it names (> 0); one naming none guarantees
+  // nothing. A GPU-only reservation thus covers a job's GPU compute whatever its CPU needs.
+  // Counting the group's claims in flight: a job placed on free capacity while a reclaim for the
+  // group waits out its grace is borrowed, or the group would end past its reservation.
+  const GroupRt& own = groups_[j.group];
+  Resources held = own.usage;
+  if (static_cast<size_t>(j.group) < claimed_gpu_.size()) held.gpu_milli += claimed_gpu_[j.group];
+  *guaranteed = WithinReservation(held, charge, own.spec.reservation);
+  return *guaranteed ? Status::Ok() : BorrowRoom(j, charge);
+}
+
+// Reclaim keeps a reservation by preempting borrowers, and cannot take back a borrower that may
+// not be preempted: such a job borrows only where every reservation stays within reach. Per
+// top-level group (their reservations hold their children's), what reclaim could never take back
+// is what it holds on the engine's cards less its preemptible jobs above its reservation; the
+// reservations and these together fit the cluster, counted in GPU. One once took a card another
+// group reserved, and that group waited at Placement for as long as it ran. A job that would not
+// fit the cards even without reservations waits for room at Placement, as before.
+Status Engine::BorrowRoom(const Job& j, const Resources& charge) const {
+  if (j.preemptible || j.external || charge.gpu_milli <= 0 ||
+      options_.engine_break == EngineOptions::Break::kBorrowReserved)
+    return Status::Ok();
+  int top = j.group;
+  while (groups_[top].parent >= 0) top = groups_[top].parent;
+  MilliGpu firm = 0, needed = 0, before = 0;  // with j: firm alone, and with reservations
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const GroupRt& gr = groups_[g];
+    if (gr.parent >= 0) continue;
+    const MilliGpu reserved = gr.spec.reservation.gpu_milli;
+    const MilliGpu on_cards = gr.usage.gpu_milli - gr.external;
+    auto firm_of = [&](MilliGpu held) {
+      return held - std::min(gr.preemptible, std::max<MilliGpu>(0, held - reserved));
+    };
+    const MilliGpu f = firm_of(on_cards + (static_cast<int>(g) == top ? charge.gpu_milli : 0));
+    firm += f;
+    needed += std::max(reserved, f);
+    before += std::max(reserved, firm_of(on_cards));
+  }
+  if (needed <= gpu_capacity_ || firm > gpu_capacity_) return Status::Ok();
+  return Status::ResourceExhausted(
+      "queue " + policy_.queues[j.queue].name + " is not preemptible, so group " +
+      groups_[j.group].spec.name +
+      " borrows only what leaves every reservation within reach: of the cluster's " +
+      Amount("gpu", gpu_capacity_) + " GPU, reservations and work that may not be preempted take " +
+      Amount("gpu", before) + ", job needs " + Amount("gpu", charge.gpu_milli));
+}
+
+Resources Engine::ChargeOf(const Job& j, const std::vector<Grant>& gs) const {
+  Resources r;
+  for (const Grant& g : gs) {
+    r.gpu_milli += g.compute;
+    r.gpu_memory_mib += g.memory;
+    r.cpu_milli += g.cpu;
+    r.memory_mib += g.host_memory;
+  }
+  (void)j;
+  return r;
+}
+
+}  // namespace tessera::quota::internal

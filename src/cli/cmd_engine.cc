@@ -28,6 +28,7 @@
 #include "cli/commands.h"
 #include "cli/table.h"
 #include "common/log.h"
+#include "common/read_file.h"
 #include "model/quantity.h"
 #include "net/client_tls.h"
 #include "net/tls.h"
@@ -225,17 +226,6 @@ queues:
 )";
 }
 
-std::string ReadOrMakeToken(const std::string& path) {
-  std::ifstream in(path);
-  std::string t;
-  if (in && std::getline(in, t) && !t.empty()) return t;
-  t = api::NewToken();
-  std::ofstream out(path);
-  out << t << "\n";
-  chmod(path.c_str(), 0600);
-  return t;
-}
-
 // `tessera up --tls` (the default): a self-signed certificate for this host, made once under
 // DATA/tls and kept, so that clients trusting it (TESSERA_CA) keep working across restarts.
 Status LocalCertificate(const std::string& data, const std::string& listen, ServeFlags* f) {
@@ -266,8 +256,13 @@ int Up(const std::string& data, const std::string& listen, const std::string& si
     ServeLog().Error("bad --listen '" + listen + "' (HOST:PORT)");
     return 2;
   }
+  // Owner-only before anything is written in it (serve tightens it too, but only later).
   std::error_code ec;
   std::filesystem::create_directories(data, ec);
+  if (::chmod(data.c_str(), 0700) != 0) {
+    ServeLog().Error("cannot make " + data + " owner-only: " + std::strerror(errno));
+    return 1;
+  }
   ServeFlags flags;
   flags.data = data;
   flags.listen = listen;
@@ -288,9 +283,17 @@ int Up(const std::string& data, const std::string& listen, const std::string& si
   bool made_token = false;
   for (const char* t : {"/admin.token", "/alice.token", "/agent.token"})
     made_token = made_token || !std::filesystem::exists(data + t);
-  const std::string admin = ReadOrMakeToken(data + "/admin.token");
-  const std::string user = ReadOrMakeToken(data + "/alice.token");
-  const std::string agent = ReadOrMakeToken(data + "/agent.token");
+  std::string tokens[3];
+  for (int i = 0; i < 3; ++i) {
+    const char* names[] = {"/admin.token", "/alice.token", "/agent.token"};
+    auto t = ReadOrMakeSecret(data + names[i], api::NewToken());
+    if (!t.ok()) {
+      ServeLog().Error(t.status().message());
+      return 1;
+    }
+    tokens[i] = *t;
+  }
+  const std::string &admin = tokens[0], &user = tokens[1], &agent = tokens[2];
   // The default config is written where there is none; an existing one (its owner's edits) is
   // served as it is: it was written over at every start, edits gone without a word.
   const bool kept = std::filesystem::exists(config);

@@ -17,4 +17,11 @@ std::string ReadRest(std::istream& in, bool* failed);
 // The whole of the file at `path`; an error naming it when it cannot be opened or read.
 Result<std::string> ReadWholeFile(const std::string& path);
 
+// The first line of the secret file at `path` (a token), or `made` written there as a new file
+// where there is none (or it is empty). Never through a symbolic link (an error naming it); a
+// new file is owner-only from its creation (O_EXCL, 0600: made with the umask's mode and
+// chmod-ed after, another account that opened it in between kept reading it), and one that
+// exists is tightened to 0600.
+Result<std::string> ReadOrMakeSecret(const std::string& path, const std::string& made);
+
 }  // namespace tessera

@@ -1,12 +1,14 @@
 #include "net/tls.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/rand.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -41,9 +43,14 @@ template <class Fn>
 Status WritePem(const std::string& path, mode_t mode, Fn write) {
   const std::string tmp = path + ".tmp";
   std::remove(tmp.c_str());
-  FILE* f = std::fopen(tmp.c_str(), "wx");
-  if (f == nullptr) return Status::FailedPrecondition("cannot write " + tmp);
-  chmod(tmp.c_str(), mode);
+  // Its mode from its creation (a key made with the umask's and chmod-ed after could be opened
+  // by another account in between), never through a link.
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+  FILE* f = fd < 0 ? nullptr : ::fdopen(fd, "w");
+  if (f == nullptr) {
+    if (fd >= 0) ::close(fd);
+    return Status::FailedPrecondition("cannot write " + tmp);
+  }
   const bool ok = write(f);
   if (std::fclose(f) != 0 || !ok) {
     std::remove(tmp.c_str());

@@ -26,12 +26,32 @@ bool EqualsNoCase(std::string_view a, std::string_view b) {
 
 }  // namespace
 
+std::map<std::string, std::string> HeaderFields(const http::request_header<>& header) {
+  std::map<std::string, std::string> out;
+  for (const auto& f : header) {
+    std::string name(f.name_string());
+    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    out[name] = std::string(f.value());
+  }
+  return out;
+}
+
 void ConfigureParser(BeastRequestParser& p, const HttpParseLimits& limits) {
   p.header_limit(static_cast<std::uint32_t>(std::min<size_t>(limits.max_header_bytes, UINT32_MAX)));
   p.body_limit(limits.max_body_bytes);
 }
 
 std::string FramingError(const http::request_header<>& header) {
+  // What names the caller or a retried request, once; a path with one segment (a proxy's rules
+  // match the path as sent: an encoded '/' decoded before routing passed them).
+  if (header.count(http::field::authorization) > 1) return "more than one Authorization field";
+  if (header.count("Idempotency-Key") > 1) return "more than one Idempotency-Key field";
+  const std::string_view target(header.target().data(), header.target().size());
+  const std::string_view path = target.substr(0, target.find('?'));
+  for (size_t i = path.find('%'); i != std::string_view::npos; i = path.find('%', i + 1)) {
+    if (i + 2 < path.size() && path[i + 1] == '2' && (path[i + 2] == 'F' || path[i + 2] == 'f'))
+      return "an encoded '/' (%2F) in the path";
+  }
   int transfer_encodings = 0;
   std::string_view transfer_encoding;
   std::string content_length;  // the first value, without leading zeros
@@ -85,18 +105,18 @@ void ParseQuery(const std::string& q, std::map<std::string, std::string>* out) {
   }
 }
 
-HttpRequest ToHttpRequest(http::request<http::string_body>&& msg) {
+HttpRequest ToHttpRequest(http::request<http::string_body>&& msg,
+                          std::map<std::string, std::string> header) {
   HttpRequest req;
   req.method = std::string(msg.method_string());
   const std::string target(msg.target());
   const size_t q = target.find('?');
   req.path = HttpServer::Decode(target.substr(0, q), false);
   if (q != std::string::npos) ParseQuery(target.substr(q + 1), &req.query);
-  for (const auto& f : msg) {
-    std::string name(f.name_string());
-    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    req.headers[name] = std::string(f.value());
-  }
+  // The header's fields as read before the body: Beast adds a chunked body's trailer fields to
+  // the same list (each beside the header's field of its name), and one named Authorization
+  // stood for the header's (the red team).
+  req.headers = std::move(header);
   req.body = std::move(msg.body());
   return req;
 }
@@ -111,6 +131,7 @@ ParsedRequest ParseHttpRequest(std::string_view bytes, const HttpParseLimits& li
   size_t fed = 0;  // bytes the parser consumed
   size_t avail = std::min(bytes.size(), step);
   bool header_checked = false;
+  std::map<std::string, std::string> header_fields;
   while (true) {
     beast::error_code ec;
     const size_t n = p.put(asio::const_buffer(bytes.data() + fed, avail - fed), ec);
@@ -135,6 +156,7 @@ ParsedRequest ParseHttpRequest(std::string_view bytes, const HttpParseLimits& li
       out.version = p.get().version();
       out.keep_alive = p.get().keep_alive();
       out.error = FramingError(p.get());
+      header_fields = HeaderFields(p.get());
       if (!out.error.empty()) {
         out.outcome = ParseOutcome::kMalformed;
         return out;
@@ -144,7 +166,7 @@ ParsedRequest ParseHttpRequest(std::string_view bytes, const HttpParseLimits& li
     if (p.is_done()) {
       out.outcome = ParseOutcome::kComplete;
       out.consumed = fed;
-      out.request = ToHttpRequest(p.release());
+      out.request = ToHttpRequest(p.release(), std::move(header_fields));
       return out;
     }
   }

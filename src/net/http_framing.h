@@ -42,9 +42,14 @@ void ConfigureParser(BeastRequestParser& p, const HttpParseLimits& limits);
 // Why a request header's framing is refused, or "" when it is sound (see the top of the file).
 std::string FramingError(const boost::beast::http::request_header<>& header);
 
-// What handlers see of a parsed request: the method, the decoded path and query, header names in
-// lower case, the body (moved from `msg`).
-HttpRequest ToHttpRequest(boost::beast::http::request<boost::beast::http::string_body>&& msg);
+// A request header's fields, names in lower case: read once the header is done, before the
+// body (whose chunked trailer fields Beast adds to the same list; they are never headers).
+std::map<std::string, std::string> HeaderFields(const boost::beast::http::request_header<>& header);
+
+// What handlers see of a parsed request: the method, the decoded path and query, the header's
+// fields (HeaderFields, read before the body), the body (moved from `msg`).
+HttpRequest ToHttpRequest(boost::beast::http::request<boost::beast::http::string_body>&& msg,
+                          std::map<std::string, std::string> header);
 
 // Decodes "a=1&b=x%20y" into `out` ('+' is a space); malformed escapes stay as they are.
 void ParseQuery(const std::string& query, std::map<std::string, std::string>* out);

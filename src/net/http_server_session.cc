@@ -130,6 +130,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   void OnHeader(beast::error_code ec) {
     if (ec) return OnRead(ec);
     const std::string bad = FramingError(parser_->get());
+    header_fields_ = HeaderFields(parser_->get());
     if (!bad.empty()) {
       linger_ = true;  // what the client still sends is drained, so that it reads the 400
       return Send(
@@ -183,7 +184,8 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     if (buffer_.size() == 0) buffer_.shrink_to_fit();
     const unsigned version = msg.version();
     const bool keep_alive = msg.keep_alive();
-    auto req = std::make_shared<HttpRequest>(ToHttpRequest(std::move(msg)));
+    auto req =
+        std::make_shared<HttpRequest>(ToHttpRequest(std::move(msg), std::move(header_fields_)));
     const RouteEntry* route = server_->Find(*req);
     if (route != nullptr && server_->options.admission) {
       HttpResponse refusal;
@@ -341,6 +343,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   HttpServer::Impl* server_;
   std::atomic<int64_t>* loop_open_;  // its loop's count of open connections
   bool linger_ = false;
+  std::map<std::string, std::string> header_fields_;  // of the request being read (HeaderFields)
   std::vector<char> drain_;
   RequestLogEntry logged_;         // the request being answered, for the request log
   std::function<void()> release_;  // its admission's release, called as its answer is sent

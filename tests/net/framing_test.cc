@@ -92,7 +92,7 @@ TEST(Framing, SoundRequestsAreReadWholeInAnyPieces) {
       "Transfer-Encoding: Chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\nGET /next "
       "HTTP/1.1\r\n";
   const std::string sized =
-      "PUT /a%2Fb HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nhelloGET";
+      "PUT /a%20b HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nhelloGET";
   for (size_t piece : {0, 1, 2, 3, 7, 64}) {
     ParsedRequest p = Parse(chunked, piece);
     ASSERT_EQ(p.outcome, ParseOutcome::kComplete) << piece << ": " << p.error;
@@ -107,9 +107,50 @@ TEST(Framing, SoundRequestsAreReadWholeInAnyPieces) {
 
     p = Parse(sized, piece);
     ASSERT_EQ(p.outcome, ParseOutcome::kComplete) << piece << ": " << p.error;
-    EXPECT_EQ(p.request.path, "/a/b");
+    EXPECT_EQ(p.request.path, "/a b");
     EXPECT_EQ(p.request.body, "hello");
     EXPECT_EQ(sized.substr(p.consumed), "GET");
+  }
+}
+
+// The red team: a chunked request's trailer fields were read as header fields, the last copy
+// winning, so that a trailer's Authorization stood for the header's (bob's header, the admin's
+// token in the trailer: the node cordoned "by admin"), and a trailer alone authenticated. A
+// proxy that checks or sets the header saw another caller than the server did. Trailers are
+// not headers now; two Authorization or Idempotency-Key fields are refused, and so is an
+// encoded '/' in the path (it was decoded before routing: /v1/agent%2Fheartbeat reached the
+// agent's route past a proxy's rule for /v1/agent/).
+TEST(Framing, ATrailerIsNoHeaderAndWhatNamesTheCallerOrRouteIsUnambiguous) {
+  const std::string trailer =
+      "POST /v1/nodes/n1/cordon HTTP/1.1\r\nAuthorization: Bearer tok-bob\r\n"
+      "Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\nAuthorization: Bearer tok-admin\r\n"
+      "Idempotency-Key: k\r\n\r\n";
+  for (size_t piece : {0, 1, 5}) {
+    const ParsedRequest p = Parse(trailer, piece);
+    ASSERT_EQ(p.outcome, ParseOutcome::kComplete) << p.error;
+    EXPECT_EQ(p.request.header("authorization"), "Bearer tok-bob");
+    EXPECT_EQ(p.request.header("idempotency-key"), "");
+    EXPECT_EQ(p.request.body, "{}");
+  }
+  const ParsedRequest alone = Parse(
+      "POST /v1/x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n"
+      "Authorization: Bearer tok-admin\r\n\r\n");
+  ASSERT_EQ(alone.outcome, ParseOutcome::kComplete) << alone.error;
+  EXPECT_EQ(alone.request.header("authorization"), "");
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"GET /v1/jobs HTTP/1.1\r\nAuthorization: Bearer a\r\nauthorization: Bearer b\r\n\r\n",
+       "more than one Authorization field"},
+      {"POST /v1/jobs HTTP/1.1\r\nIdempotency-Key: a\r\nIdempotency-Key: b\r\n"
+       "Content-Length: 0\r\n\r\n",
+       "more than one Idempotency-Key field"},
+      {"POST /v1/agent%2Fheartbeat HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
+       "an encoded '/' (%2F) in the path"},
+      {"GET /v1/jobs/j-1%2foutput HTTP/1.1\r\n\r\n", "an encoded '/' (%2F) in the path"},
+  };
+  for (const auto& [bytes, why] : refused) {
+    const ParsedRequest p = Parse(bytes);
+    EXPECT_EQ(p.outcome, ParseOutcome::kMalformed) << bytes;
+    EXPECT_EQ(p.error, why) << bytes;
   }
 }
 

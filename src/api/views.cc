@@ -450,13 +450,27 @@ Result<Json> Views::Events(const Identity& who, int64_t after, int limit,
   if (who.role == Role::kAgent) return Status::PermissionDenied("agents cannot read events");
   Json out = Json::array();
   int64_t cursor = after;
+  // A user's "next" never names an event they may not see (the red team: a filter for another
+  // group's job answered with the seq of its last event): the last one shown, or the log's last
+  // as of before the scan once the scan found no more (none it may see is missed below it).
+  const bool admin = who.role == Role::kAdmin;
+  int64_t shown = after, head = after;
+  if (!admin) {
+    auto last = ledger_.DurableStore().LastSeq();
+    if (!last.ok()) return last.status();
+    head = std::max(after, *last);
+  }
+  bool exhausted = false;
   std::map<std::string, bool> seen_stored;  // job id -> visible, of jobs read from the store
   // Users see the events of the jobs they can see and of nodes; page until `limit` such events.
   for (int round = 0; round < 50 && static_cast<int>(out.size()) < limit; ++round) {
     auto evs = ledger_.DurableStore().ListEvents(cursor, limit, f);
     if (!evs.ok()) return evs.status();
-    if (evs->empty()) break;
-    std::vector<bool> visible(evs->size(), who.role == Role::kAdmin);
+    if (evs->empty()) {
+      exhausted = true;
+      break;
+    }
+    std::vector<bool> visible(evs->size(), admin);
     if (who.role != Role::kAdmin) {
       std::vector<size_t> stored;  // of jobs ended and out of memory: the store says whose
       ledger_.Read([&](const ReadModel& m) {
@@ -487,6 +501,7 @@ Result<Json> Views::Events(const Identity& who, int64_t after, int limit,
       const store::Event& e = (*evs)[i];
       cursor = e.seq;
       if (!visible[i]) continue;
+      shown = e.seq;
       Json data = Json::parse(e.data, nullptr, false);
       out.push_back({{"seq", e.seq},
                      {"time_ms", e.time_ms},
@@ -498,7 +513,13 @@ Result<Json> Views::Events(const Identity& who, int64_t after, int limit,
       if (static_cast<int>(out.size()) >= limit) break;
     }
   }
-  return Json{{"events", out}, {"next", cursor}};
+  // Not exhausted after 50 pages of events it may not see: the last scanned, so that a poll
+  // goes on (the one seq it tells is one of thousands hidden in a row).
+  const int64_t next = admin                                   ? cursor
+                       : static_cast<int>(out.size()) >= limit ? shown
+                       : exhausted                             ? std::max(shown, head)
+                                                               : cursor;
+  return Json{{"events", out}, {"next", next}};
 }
 
 namespace {

@@ -300,6 +300,22 @@ TEST_F(EngineTest, EventsPageByCursorAndFilter) {
   // bob sees none of alice's job events.
   Json bob = *engine_->views().Events(Who("bob"), 0, 100, store::EventFilter{"job.", "", ""});
   EXPECT_TRUE(bob["events"].empty());
+  // Nor their numbers through the cursor (the red team): a filter for alice's job answered
+  // "next" with the seq of its last event, one for no job with 0; bob learned which jobs and
+  // identities exist and when another group's jobs changed. Both answer the same now.
+  const std::string alices = submitted["events"][0]["subject"];
+  Json by_job = *engine_->views().Events(Who("bob"), 0, 100, store::EventFilter{"", alices, ""});
+  Json by_none = *engine_->views().Events(Who("bob"), 0, 100, store::EventFilter{"", "j-99", ""});
+  Json by_actor = *engine_->views().Events(Who("bob"), 0, 100, store::EventFilter{"", "", "alice"});
+  EXPECT_TRUE(by_job["events"].empty());
+  EXPECT_EQ(by_job["next"], by_none["next"]);
+  EXPECT_EQ(by_actor["next"], by_none["next"]);
+  // And a poll from there misses nothing bob may see.
+  Register("n2", 1);
+  ASSERT_TRUE(engine_->Tick().ok());
+  Json later = *engine_->views().Events(Who("bob"), by_none["next"], 100, {});
+  ASSERT_FALSE(later["events"].empty());
+  EXPECT_EQ(later["events"].back()["subject"], "n2");
 }
 
 // An agent's order watch (the long poll behind GET /v1/agent/orders) wakes as soon as a durable

@@ -141,7 +141,8 @@ TEST_F(SwapE2eTest, AShareReclaimedOnASwappingQueueIsHeldSwappedOutAndResumesInt
 // it keeps running, and the event names its idle time.
 TEST_F(SwapE2eTest, AnIdleShareOfASwappingQueueIsSwappedOutNotKilled) {
   Start(Config()
-            .Queue("idle-nb", "nb", {"guests"}, "class: interactive, swap: true, idle_timeout: 2s")
+            .Queue("idle-nb", "nb", {"guests"},
+                   "class: interactive, swap: true, idle_timeout: 2s, preemptible: true")
             .Set("idle_after", "1s")
             .Yaml());
   if (HasFatalFailure()) return;

@@ -66,6 +66,7 @@ Status LoadJob(store::JobRecord r, Memory& m, int64_t now_ms) {
   }
   quota::JobSpec qs = QuotaSpecOf(j);
   qs.restoring = true;
+  qs.holds = Holds(j);
   auto h = m.quota->Submit(qs, j.rec.submit_ms / 1000);
   if (!h.ok()) {
     // The policy changed under it (its queue is gone, say): it ends, with the reason, written

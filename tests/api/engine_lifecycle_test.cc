@@ -368,6 +368,46 @@ TEST_F(EngineTest, AJobThePolicyNoLongerAdmitsFailsDurablyOnRestart) {
   EXPECT_EQ(failed, 1);
 }
 
+// A group's limit lowered while its jobs run (a new user): the server refused to start ("group
+// research over its gpu limit"), the whole control plane down for an edit of the config. Now
+// what runs keeps running, the group takes nothing new until it is back under the limit, and a
+// waiting job the new limit can never hold fails, with the reason, as a fresh one is refused.
+TEST_F(EngineTest, ALimitLoweredUnderRunningJobsKeepsThemAndServes) {
+  Register("n1", 4);
+  const std::string a =
+      Submit("alice", {{"queue", "training"}, {"command", {"sleep", "100"}}})["id"];
+  const std::string b =
+      Submit("alice", {{"queue", "training"}, {"command", {"sleep", "100"}}})["id"];
+  const std::string big =
+      Submit("alice", {{"queue", "training"}, {"gpus", 2}, {"command", {"true"}}})["id"];
+  ASSERT_EQ(State(a), "placed");
+  ASSERT_EQ(State(b), "placed");
+  ASSERT_EQ(State(big), "pending");  // at the limit of 2
+  std::string lowered = kConfig;
+  const std::string was = "limit: {gpu: 2}";
+  lowered.replace(lowered.find(was), was.size(), "limit: {gpu: 1}");
+  auto c = ParseConfig(lowered);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  config_ = *c;
+  Reopen();
+  ASSERT_TRUE(engine_->CheckInvariants().ok()) << engine_->CheckInvariants().ToString();
+  EXPECT_EQ(State(a), "placed");
+  EXPECT_EQ(State(b), "placed");
+  EXPECT_EQ(State(big), "failed");
+  const Json failed = *engine_->views().GetJob(Who("admin"), big);
+  EXPECT_NE(failed["reason"].get<std::string>().find("may hold at most 1 of gpu"),
+            std::string::npos)
+      << failed.dump();
+  const std::string next =
+      Submit("alice", {{"queue", "training"}, {"command", {"sleep", "100"}}})["id"];
+  ASSERT_TRUE(engine_->Tick().ok());
+  EXPECT_EQ(State(next), "pending");
+  const Json waits = *engine_->views().GetJob(Who("admin"), next);
+  EXPECT_NE(waits["reason"].get<std::string>().find("at its gpu limit"), std::string::npos)
+      << waits.dump();
+  ASSERT_TRUE(engine_->CheckInvariants().ok()) << engine_->CheckInvariants().ToString();
+}
+
 // Fair share survives a restart: a group that used the cluster still ranks behind one that did
 // not, with its history decayed over the time the server was down.
 // Only unfinished jobs are loaded at start. An ended job was then unknown to cancel ("no job",

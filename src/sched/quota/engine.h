@@ -73,8 +73,10 @@ struct JobSpec {
   int64_t walltime_s = 0;  // declared run time: backfill counts on it, and it is stopped
                            // then (not external: its batch system is told); 0 = unknown
   // Re-entering a job already accepted once (a control plane reloading its store): skips the
-  // "never schedulable" check, which depends on the nodes known at the time.
+  // "never schedulable" check, which depends on the nodes known at the time; and, for one that
+  // `holds` capacity (Restore follows), its group's limits, which may have been lowered since.
   bool restoring = false;
+  bool holds = false;
 };
 
 enum class JobState { kPending, kRunning, kTerminating, kDone, kRejected };

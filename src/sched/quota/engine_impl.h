@@ -208,6 +208,7 @@ struct GroupRt {
   int parent = -1;
   Resources usage;
   MilliGpu preemptible = 0, external = 0;  // of usage.gpu_milli: preemptible on our cards, external
+  bool past_limit = false;  // restored past a limit lowered since: held until back within all
   double decayed[4] = {0, 0, 0, 0};
   double fair_share = 0;
   bool below = false;
@@ -401,6 +402,7 @@ class Engine final : public QuotaEngine {
   Status Admission(const Job& j, const Resources& charge, bool* guaranteed) const;
   void AddUsage(int group, const Resources& r, int sign);
   void ChargeGroups(const Job& j, int sign);
+  bool WithinLimits(int g) const;  // its totals and its quotas per model and pool
 
   // --- placement
   struct Candidate {
@@ -591,9 +593,8 @@ class Engine final : public QuotaEngine {
   std::map<int, sched::Placement> mirror_blocks_;             // device -> its block while split
   std::vector<sched::ModelMask> pool_models_;                 // pool -> mirror model ids
   MiB gpu_memory_capacity_ = 0;
-  MilliGpu gpu_capacity_ = 0;  // every live node's cards, whole
-  // A non-preemptible job borrows only where every reservation stays within reach.
-  Status BorrowRoom(const Job& j, const Resources& charge) const;
+  MilliGpu gpu_capacity_ = 0;                                      // every live node's cards, whole
+  Status BorrowRoom(const Job& j, const Resources& charge) const;  // engine_admission.cc
   MilliCpu cpu_capacity_ = 0;  // every node's, for the fair-share key
   MiB host_memory_capacity_ = 0;
   std::set<int> preemptible_running_;  // handles of preemptible jobs in kRunning, in handle order

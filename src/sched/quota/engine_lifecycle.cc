@@ -343,6 +343,11 @@ Status Engine::Restore(int handle, AllocationForm form, const std::vector<GrantV
     }
     Commit(handle, form, c, !borrowed);
   }
+  // A limit lowered since it was admitted (a config edited across a restart): what it holds is
+  // kept, and its groups past a limit take nothing new until they are back within it (the
+  // control plane refused to start: "group research over its gpu limit").
+  for (int g = j.group; g >= 0; g = groups_[g].parent)
+    groups_[g].past_limit = groups_[g].past_limit || !WithinLimits(g);
   if (terminating) {
     ForgetRuntime(handle);
     SetState(handle, JobState::kTerminating);

@@ -412,6 +412,8 @@ void Engine::Release(int self) {
   }
   ChargeGroups(j, -1);
   ChargeJobCells(j, -1);
+  for (int g = j.group; g >= 0; g = groups_[g].parent)
+    groups_[g].past_limit = groups_[g].past_limit && !WithinLimits(g);
   AddMemberUsage(j, -1);
   if (j.external && !j.ext_pool.empty()) ext_used_[j.ext_pool] -= j.charge.gpu_milli;
   j.grants.clear();

@@ -358,7 +358,7 @@ Result<Job> Engine::Build(const JobSpec& spec) const {
   // What its group's limits (or an ancestor's) could never allow, even with nothing else held,
   // is refused naming the resource: the nominal charge (as admission counts it) against each
   // limit. Restored jobs were accepted once.
-  if (!spec.restoring) {
+  if (!spec.restoring || !spec.holds) {
     Resources nominal{j.gpu_count * j.gpu_milli, j.gpu_count * j.gpu_mem,
                       j.cpu * std::max(j.gpu_count, 1), j.mem * std::max(j.gpu_count, 1)};
     if (j.forms.size() == 1 && j.forms.front() == AllocationForm::kWhole)

@@ -34,8 +34,12 @@ bool Schedulable(const NodeInfo& n, const NodeAdminTable& admin, int device) {
 }
 
 void ApplySchedulable(quota::QuotaEngine& qe, const NodeInfo& n, const NodeAdminTable& admin) {
-  // The node as a whole (its CPU-only work too) is down while lost or cordoned as a whole.
-  qe.SetNodeDown(n.name, n.lost || admin.Of(n.name, -1) != Admin::kActive);
+  // The node as a whole (its CPU-only work too) is down while lost, or cordoned as a whole with
+  // none of its devices opened on its own: `uncordon NODE:DEVICE` opens that device, and the node
+  // is then up for it and for CPU-only work; its other devices stay closed.
+  bool opened = false;
+  for (const DeviceInfo& d : n.devices) opened = opened || Schedulable(n, admin, d.index);
+  qe.SetNodeDown(n.name, n.lost || (admin.Of(n.name, -1) != Admin::kActive && !opened));
   for (const DeviceInfo& d : n.devices) {
     qe.SetDeviceClosed(n.name, d.index, !Schedulable(n, admin, d.index));
   }

@@ -152,6 +152,24 @@ TEST_F(NodeAdminTest, OneDeviceCordonedOrDrainedAlone) {
   ASSERT_TRUE(engine_->CheckInvariants().ok());
 }
 
+// docs/nodes.md: "`tessera uncordon gpu-03:5` opens device 5 of a cordoned node". A new user
+// found it did not: the device read active while jobs waited with "no node ... takes new work",
+// the node as a whole kept down by its own cordon.
+TEST_F(NodeAdminTest, ADeviceUncordonedOnACordonedNodeTakesWorkAndNoOtherDoes) {
+  Register("n1", 2);
+  Admin("n1", "cordon");
+  Json n = Admin("n1", "uncordon", 1);
+  EXPECT_EQ(n["admin_state"], "cordoned");
+  EXPECT_EQ(n["devices"][1]["admin_state"], "active");
+  const std::string a = Train(), b = Train();
+  now_ += 1000;
+  ASSERT_TRUE(engine_->RunCycle().ok());
+  EXPECT_EQ(Job(a)["placement"]["node"], "n1") << Job(a).dump();
+  EXPECT_EQ(Job(a)["placement"]["devices"][0]["index"], 1) << Job(a).dump();
+  EXPECT_EQ(State(b), "pending") << "device 0 stays cordoned with its node: " << Job(b).dump();
+  ASSERT_TRUE(engine_->CheckInvariants().ok());
+}
+
 // A new user: the summary counted a drained card as idle (1 GPU idle while a job waited for a
 // card), and a card whose shares overcommit it made the idle figure smaller than the empty
 // cards. Idle is what the cards that take work have free; the others are "unavailable".

@@ -263,19 +263,10 @@ int64_t Checker::EarliestStart(const Snapshot& s, const Want& head, const std::v
     }
   }
   std::sort(ends.begin(), ends.end());
-  // Those gone give back their host CPU and memory too (CouldHold frees only their devices).
+  // Those gone give back their devices and their host CPU and memory (CouldHold frees both).
   Snapshot t = s;
   std::vector<bool> left = gone;
-  auto leave = [&](int k) {
-    left[k] = true;
-    for (const quota::GrantView& g : s.jobs[k].grants) {
-      for (size_t n = 0; n < world_.nodes.size(); ++n) {
-        if (world_.nodes[n].name != g.node) continue;
-        t.cpu_free[n] += g.cpu;
-        t.mem_free[n] += g.host_memory;
-      }
-    }
-  };
+  auto leave = [&](int k) { left[k] = true; };
   for (size_t k = 0; k < gone.size() && k < s.jobs.size(); ++k) {
     if (gone[k]) leave(static_cast<int>(k));
   }

@@ -220,6 +220,21 @@ bool WholeFree(const World& w, const Snapshot& s, int d, const std::vector<bool>
 
 namespace {
 
+// Whether node n has `cpu` and `mem` free once the jobs in `gone` have left it (their grants
+// there, on its cards or CPU-only): reclaim takes borrowers for a job's host CPU and memory too.
+bool HostHolds(const World& w, const Snapshot& s, const std::vector<bool>& gone, size_t n,
+               MilliCpu cpu, MiB mem) {
+  MilliCpu c = s.cpu_free[n];
+  MiB m = s.mem_free[n];
+  for (size_t k = 0; (c < cpu || m < mem) && k < gone.size() && k < s.jobs.size(); ++k) {
+    if (!gone[k]) continue;
+    for (const quota::GrantView& g : s.jobs[k].grants) {
+      if (g.node == w.nodes[n].name) c += g.cpu, m += g.host_memory;
+    }
+  }
+  return c >= cpu && m >= mem;
+}
+
 bool HoldWhole(const World& w, const Snapshot& s, const Want& want, const std::vector<bool>& gone,
                std::string* where) {
   for (size_t n = 0; n < w.nodes.size(); ++n) {
@@ -230,7 +245,7 @@ bool HoldWhole(const World& w, const Snapshot& s, const Want& want, const std::v
     for (int d : node.devices)
       free += WholeFree(w, s, d, gone) && w.devices[d].memory >= want.gpu_mem;
     if (free < want.count) continue;
-    if (s.cpu_free[n] < want.cpu * want.count || s.mem_free[n] < want.mem * want.count) continue;
+    if (!HostHolds(w, s, gone, n, want.cpu * want.count, want.mem * want.count)) continue;
     if (where != nullptr) *where = "whole on " + node.name;
     return true;
   }
@@ -244,7 +259,7 @@ bool HoldShare(const World& w, const Snapshot& s, const Want& want, const std::v
     const NodeInfo& node = w.nodes[n];
     if (s.down[n] || !Serves(want, node) || !w.PoolAllows(node.pool, AllocationForm::kShare))
       continue;
-    if (s.cpu_free[n] < want.cpu || s.mem_free[n] < want.mem) continue;
+    if (!HostHolds(w, s, gone, n, want.cpu, want.mem)) continue;
     for (int d : node.devices) {
       const DeviceNow& dn = s.devices[d];
       if (only_device >= 0 && d != only_device) continue;
@@ -275,7 +290,7 @@ bool HoldPartition(const World& w, const Snapshot& s, const Want& want,
     if (s.down[n] || !Serves(want, node) || !w.PoolAllows(node.pool, AllocationForm::kPartition)) {
       continue;
     }
-    if (s.cpu_free[n] < want.cpu || s.mem_free[n] < want.mem) continue;
+    if (!HostHolds(w, s, gone, n, want.cpu, want.mem)) continue;
     for (int d : node.devices) {
       const DeviceInfo& info = w.devices[d];
       const DeviceNow& dn = s.devices[d];

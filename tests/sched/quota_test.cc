@@ -176,6 +176,39 @@ TEST(QuotaReclaim, BelowReservationTakesBackFromBorrowersWithLeastLostWork) {
   w.Done();
 }
 
+// A new user: borrowers' shares held all of a node's CPU, three cards stood idle, and a job inside
+// its group's reservation waited at Placement for as long as they ran: reclaim looked for
+// victims on the cards it would take, never for the host CPU or memory the job needs beside
+// them. It now takes borrowers elsewhere on the node for those too, least lost work first.
+TEST(QuotaReclaim, BorrowersHoldingTheNodesCpuAreReclaimedForItToo) {
+  for (const std::string form : {"whole", "share"}) {
+    PolicySpec p = BasePolicy();
+    p.grace_seconds = 10;
+    p.groups[0].reservation = Gpu(1000);
+    p.profiles.push_back({"nb-cpu", 1, 100, 8 * kGiB, 500, 1024, {}, {}});
+    p.queues.push_back({"nb-cpu", "nb-cpu", {"a", "b"}, 0, true, C::kInteractive});
+    NodeSpec n = Node("n0", "any", 4);
+    n.cpu_milli = 2000;  // four of b's shares take it all
+    World w(p, {n});
+    for (int i = 0; i < 4; ++i) w.Submit(Job("b" + std::to_string(i), "nb-cpu", "b"), i);
+    w.e->RunCycle(10);
+    for (int i = 0; i < 4; ++i) ASSERT_EQ(w.State("b" + std::to_string(i)), JobState::kRunning);
+    w.Submit(Job("a1", form == "whole" ? "train" : "nb-cpu", "a"), 100);
+    w.e->RunCycle(100);
+    // A whole card's job needs 1 CPU, two of the shares' 0.5; the share's job one. Equal work
+    // lost (all started together): the last submitted go first.
+    const int victims = form == "whole" ? 2 : 1;
+    EXPECT_EQ(w.Count(EventKind::kPreempted), victims) << form << ": " << w.View("a1").wait_reason;
+    EXPECT_EQ(w.State("b3"), JobState::kTerminating) << form;
+    EXPECT_EQ(w.State("b2"), victims == 2 ? JobState::kTerminating : JobState::kRunning) << form;
+    EXPECT_EQ(w.State("b0"), JobState::kRunning) << form;
+    w.e->RunCycle(110);
+    w.e->RunCycle(120);
+    EXPECT_EQ(w.State("a1"), JobState::kRunning) << form << ": " << w.View("a1").wait_reason;
+    w.Done();
+  }
+}
+
 // Reclaim stops at the reservation, counting claims in flight (jobs granted preempted capacity
 // that wait out the grace) and capacity already leaving: 22 jobs against a reservation of 16 on
 // a full cluster preempt exactly 16 borrowers, and the borrowing group keeps the rest (it once

@@ -498,6 +498,8 @@ class Engine final : public QuotaEngine {
   };
   bool NodeHoldsAfter(const Job& j, const DrainOption& o) const;
   bool HostFitsAfter(const Job& j, int node, const std::vector<int>& victims) const;
+  // Or with more victims on the node for j's CPU and memory (engine_repartition.cc).
+  bool HostVictims(const Job& j, int node, bool reclaim, std::vector<int>* v, int64_t* cost) const;
   bool LendersKeepReservations(const std::vector<int>& victims) const;
   void ConsiderClearing(const Job& j, int di, bool reclaim, PreemptOption* best) const;
   // May v be drained for j? Lower-priority preemptible work, or borrowers' for j in reservation.
@@ -514,10 +516,9 @@ class Engine final : public QuotaEngine {
   void ApplyMigPlan(Dev& d);
   void ApplyReadyPlans();
   void RebuildAmdSlots(Dev& d);
-  // The placement core's view of the engine's devices (engine_mirror.cc): the policy named by
-  // PolicySpec::placement chooses whole and share grants on it. Rebuilt from the engine's own
-  // state when nodes change; kept in step by Commit and Release. Split (partitioned) devices
-  // are blocked whole in it. The engine's state stays the truth: a pick is checked against it.
+  // The placement core's view of the devices (engine_mirror.cc), where PolicySpec::placement
+  // chooses whole and share grants: rebuilt when nodes change, kept in step by Commit and
+  // Release, split devices blocked whole. The engine's state stays the truth: picks are checked.
   void RebuildMirror();
   void MirrorAddNode(int node);  // a node joined: into the mirror in place, else rebuilt later
   void MirrorAdopt(int self, const std::vector<Grant>& grants);
@@ -561,8 +562,7 @@ class Engine final : public QuotaEngine {
   Status CheckNodeTotals(const InvariantTally& t) const;
   Status CheckDevices(const InvariantTally& t) const;
   Status CheckGroupUsage(const InvariantTally& t) const;
-  // Recomputes device d's membership in the placement indexes. Call after any change to it.
-  void Reindex(int d);
+  void Reindex(int d);  // device d's membership in the placement indexes, after any change
 
   PolicySpec policy_;
   EngineOptions options_;

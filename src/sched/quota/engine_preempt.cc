@@ -242,8 +242,6 @@ void Engine::PreemptForWhole(const Job& j, int self, bool reclaim, PreemptOption
     std::sort(costs.begin(), costs.end());
     int64_t total = 0;
     std::vector<int> victims, devs;
-    MilliCpu cpu = node.cpu_free;
-    MiB mem = node.mem_free;
     // Cheapest first, skipping a device whose occupants would take their group below its
     // reservation together with those already chosen (a gang once found no option because the
     // two cheapest cards were one lender's).
@@ -261,11 +259,7 @@ void Engine::PreemptForWhole(const Job& j, int self, bool reclaim, PreemptOption
       total += costs[k].first;
       devs.push_back(costs[k].second);
       for (int v : occ) {
-        if (std::find(victims.begin(), victims.end(), v) != victims.end()) continue;
-        victims.push_back(v);
-        for (const Grant& g : jobs_[v].grants) {
-          if (g.dev == costs[k].second) cpu += g.cpu, mem += g.host_memory;
-        }
+        if (std::find(victims.begin(), victims.end(), v) == victims.end()) victims.push_back(v);
       }
     }
     if (static_cast<int>(devs.size()) < j.gpu_count) {
@@ -276,7 +270,8 @@ void Engine::PreemptForWhole(const Job& j, int self, bool reclaim, PreemptOption
       if (skipped && costs.size() <= 16) PreemptForWholeEveryWay(j, node, costs, best);
       continue;
     }
-    if (cpu < j.cpu * j.gpu_count || mem < j.mem * j.gpu_count) continue;
+    if (!HostVictims(j, static_cast<int>(&node - nodes_.data()), reclaim, &victims, &total))
+      continue;
     Offer(best, total, victims, devs);
   }
 }
@@ -301,17 +296,9 @@ void Engine::PreemptForWholeEveryWay(const Job& j, const NodeRt& node,
       }
     }
     if (!LendersKeepReservations(victims)) continue;
-    const int ni = static_cast<int>(&node - nodes_.data());
-    MilliCpu cpu = node.cpu_free;
-    MiB mem = node.mem_free;
     int64_t lost = 0;
-    for (int v : victims) {
-      lost += LostWork(jobs_[v]);
-      for (const Grant& g : jobs_[v].grants) {
-        if (g.node == ni) cpu += g.cpu, mem += g.host_memory;
-      }
-    }
-    if (cpu < j.cpu * j.gpu_count || mem < j.mem * j.gpu_count) continue;
+    for (int v : victims) lost += LostWork(jobs_[v]);
+    if (!HostVictims(j, static_cast<int>(&node - nodes_.data()), true, &victims, &lost)) continue;
     Offer(best, lost, victims, devs);
   }
 }
@@ -333,9 +320,10 @@ void Engine::PreemptForShare(const Job& j, int self, bool reclaim, PreemptOption
       continue;
     }
     if (d.whole >= 0) {
-      if (Victim(j, d.whole, reclaim) && HostFitsAfter(j, d.node, {d.whole})) {
-        Offer(best, LostWork(jobs_[d.whole]), {d.whole}, {static_cast<int>(di)});
-      }
+      std::vector<int> victims = {d.whole};
+      int64_t cost = LostWork(jobs_[d.whole]);
+      if (Victim(j, d.whole, reclaim) && HostVictims(j, d.node, reclaim, &victims, &cost))
+        Offer(best, cost, victims, {static_cast<int>(di)});
       continue;
     }
     if (!d.ShareKindFits(j.swap_oc)) continue;  // shares of another overcommit stay apart
@@ -369,8 +357,8 @@ void Engine::PreemptForShare(const Job& j, int self, bool reclaim, PreemptOption
       free_w += jobs_[v].grants[0].compute;
       free_pct += jobs_[v].grants[0].sm_percent;
     }
-    if (room() && HostFitsAfter(j, d.node, victims) &&
-        (!reclaim || LendersKeepReservations(victims))) {
+    if (room() && (!reclaim || LendersKeepReservations(victims)) &&
+        HostVictims(j, d.node, reclaim, &victims, &cost)) {
       Offer(best, cost, victims, {static_cast<int>(di)});
     }
   }
@@ -430,9 +418,10 @@ void Engine::PreemptForPartition(const Job& j, int self, bool reclaim, PreemptOp
       if (s.holder < 0 || !Victim(j, s.holder, reclaim)) continue;
       bool right = d.mig_capable() ? (pi >= 0 && s.profile == d.model->mig.profiles[pi].name)
                                    : (s.memory >= j.gpu_mem && s.compute >= j.gpu_milli);
-      if (right && HostFitsAfter(j, d.node, {s.holder})) {
-        Offer(best, LostWork(jobs_[s.holder]), {s.holder}, {static_cast<int>(di)});
-      }
+      std::vector<int> victims = {s.holder};
+      int64_t cost = LostWork(jobs_[s.holder]);
+      if (right && HostVictims(j, d.node, reclaim, &victims, &cost))
+        Offer(best, cost, victims, {static_cast<int>(di)});
     }
   }
 }

@@ -63,6 +63,51 @@ bool Engine::HostFitsAfter(const Job& j, int node, const std::vector<int>& victi
   return cpu >= j.cpu && mem >= j.mem;
 }
 
+// A new user: borrowers' shares held all of a node's CPU while three of its cards stood idle, and
+// a job inside its group's reservation waited for as long as they ran: victims were sought on
+// the cards the job would take, never for the host CPU and memory it needs beside them. Now the
+// node's other jobs that may go (on its other cards, or CPU-only) are added, least lost work
+// first, each lender keeping its reservation, until the node holds the job (j.cpu and j.mem per
+// card it takes).
+bool Engine::HostVictims(const Job& j, int node, bool reclaim, std::vector<int>* victims,
+                         int64_t* cost) const {
+  const int cards = std::max(j.gpu_count, 1);
+  MilliCpu cpu = nodes_[node].cpu_free;
+  MiB mem = nodes_[node].mem_free;
+  auto add = [&](int v, int sign) {
+    for (const Grant& g : jobs_[v].grants) {
+      if (g.node == node) cpu += sign * g.cpu, mem += sign * g.host_memory;
+    }
+  };
+  for (int v : *victims) add(v, +1);
+  auto fits = [&] { return cpu >= j.cpu * cards && mem >= j.mem * cards; };
+  if (fits()) return true;
+  // Least lost work first; between equal losses, the one furthest back in the order (as the
+  // victims on the cards: PreemptOption::Consider).
+  std::vector<std::tuple<int64_t, Standing, int>> more;  // (lost work, standing, handle)
+  for (int v : preemptible_running_) {
+    if (std::find(victims->begin(), victims->end(), v) != victims->end() || !Victim(j, v, reclaim))
+      continue;
+    const auto& gs = jobs_[v].grants;
+    if (std::any_of(gs.begin(), gs.end(), [&](const Grant& g) {
+          return g.node == node && (g.cpu > 0 || g.host_memory > 0);
+        }))
+      more.push_back({LostWork(jobs_[v]), StandingOf(jobs_[v]), v});
+  }
+  std::sort(more.begin(), more.end());
+  for (const auto& [lost, standing, v] : more) {
+    victims->push_back(v);
+    if (reclaim && !LendersKeepReservations(*victims)) {
+      victims->pop_back();
+      continue;
+    }
+    add(v, +1);
+    *cost += lost;
+    if (fits()) return true;
+  }
+  return false;
+}
+
 bool Engine::TryRepartition(int self) {
   Job& j = jobs_[self];
   if (j.gpu_count != 1) return false;

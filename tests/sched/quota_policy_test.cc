@@ -190,7 +190,8 @@ TEST(QuotaPolicy, HugeAmountsAreRefused) {
 // with a reason that says so (a larger node may join). Broken on purpose, either waits silently.
 TEST(QuotaPolicy, ImpossibleRequestsAreRefusedOrSayWhyTheyWait) {
   PolicySpec p = BasePolicy();
-  p.groups.push_back({"small", "", Gpu(0), Resources{2000, 0, 16000, 64 * kGiB}, 1000, "", false});
+  p.groups.push_back(
+      {"small", "", Gpu(0), Resources{2000, kUnlimited, 16000, 64 * kGiB}, 1000, "", false});
   p.groups.push_back({"team", "small", Gpu(0), UnlimitedResources(), 1000, "", false});
   for (QueueSpec& q : p.queues) {
     q.groups.push_back("small");

@@ -609,6 +609,23 @@ TEST(QuotaSubmit, NeverSchedulableIsRejected) {
   EXPECT_NE(r2.status().message().find("group 'zzz' may not use queue 'train'"), std::string::npos);
 }
 
+// An impossible request waited forever (a new user): whole cards past the group's GPU memory
+// limit (4 x 80 GiB against 200 GiB: the nominal charge counted no memory for whole cards, and
+// admission as placed refused it every cycle). It is refused, naming the limit; what fits is not.
+TEST(QuotaSubmit, WholeCardsPastTheGroupsGpuMemoryLimitAreRefused) {
+  PolicySpec p = BasePolicy();
+  p.groups[1].limit.gpu_memory_mib = 200 * kGiB;
+  World w(p, {Node("n0", "train", 4)});
+  auto over_memory = w.e->Submit(Job("b4", "train", "b", 4), 0);
+  ASSERT_FALSE(over_memory.ok());
+  EXPECT_NE(over_memory.status().message().find(
+                "never schedulable: group 'b' may hold at most 200GiB of gpu_memory"),
+            std::string::npos)
+      << over_memory.status().message();
+  EXPECT_TRUE(w.e->Submit(Job("b2", "train", "b", 2), 0).ok()) << "2 x 80 GiB fits 200 GiB";
+  EXPECT_TRUE(w.e->Submit(Job("a4", "train", "a", 4), 0).ok()) << "a has no memory limit";
+}
+
 }  // namespace
 }  // namespace tessera::quota
 

@@ -577,9 +577,8 @@ class Engine final : public QuotaEngine {
   std::set<std::pair<MiB, int>> shared_by_free_;  // devices with shares and room, by free memory
   std::set<int> free_slot_devs_;                  // devices with a free partition slot
   std::set<int> mig_open_devs_;                   // MIG devices with memory slices no instance uses
-  // Submit's never-schedulable verdicts, by request shape.
-  mutable std::map<std::tuple<int, uint64_t, int, MilliGpu, MiB, uint64_t>, std::string>
-      feasible_cache_;
+  using Shape = std::tuple<int, uint64_t, int, MilliGpu, MiB, uint64_t>;
+  mutable std::map<Shape, std::string> feasible_cache_;  // Submit's never-schedulable verdicts
   // Shapes whose repartition search found nothing this cycle.
   std::set<std::tuple<int, uint64_t, MilliGpu, MiB>> repartition_failed_;
   int repartition_attempts_ = 0;

@@ -361,8 +361,21 @@ Result<Job> Engine::Build(const JobSpec& spec) const {
   if (!spec.restoring || !spec.holds) {
     Resources nominal{j.gpu_count * j.gpu_milli, j.gpu_count * j.gpu_mem,
                       j.cpu * std::max(j.gpu_count, 1), j.mem * std::max(j.gpu_count, 1)};
-    if (j.forms.size() == 1 && j.forms.front() == AllocationForm::kWhole)
+    if (j.forms.size() == 1 && j.forms.front() == AllocationForm::kWhole) {
       nominal.gpu_milli = j.gpu_count * kWholeGpu;
+      // A whole card is charged its memory: the least of a card that could hold it (a new user's
+      // 4 x 80 GiB against a limit of 200 GiB waited forever at Admission).
+      bool memory_limited = false;
+      for (int g = j.group; g >= 0; g = groups_[g].parent)
+        memory_limited = memory_limited || groups_[g].spec.limit.gpu_memory_mib < kUnlimited;
+      MiB least = 0;
+      for (size_t di = 0; memory_limited && di < devs_.size(); ++di) {
+        const Dev& d = devs_[di];
+        if (Serves(j, d) && PoolAllows(d.pool, AllocationForm::kWhole) && d.memory >= j.gpu_mem)
+          least = least == 0 ? d.memory : std::min(least, d.memory);
+      }
+      nominal.gpu_memory_mib = std::max(nominal.gpu_memory_mib, j.gpu_count * least);
+    }
     for (int g = j.group; g >= 0; g = groups_[g].parent) {
       const char* which = nullptr;
       if (!Within(Resources{}, nominal, groups_[g].spec.limit, &which)) {

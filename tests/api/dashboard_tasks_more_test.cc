@@ -29,6 +29,14 @@ using testing::Wait;
 // overview he clicks Jobs (the table's reason column says it), then the job (its page says why it
 // waits, when it should start, and its place in line). No epoch seconds anywhere.
 TEST_F(DashboardTasksTest, WhyMyJobWaitsAndWhenItShouldStart) {
+  // Without vision's reservation of the only card: sam's jobs (of the non-preemptible training
+  // queue) could not borrow it (docs/scheduling.md, "Admit").
+  server_.reset();
+  std::string config = testing::kDashboardTasksConfig;
+  const std::string reserved = "{name: vision, reservation: {gpu: 1}}";
+  config.replace(config.find(reserved), reserved.size(), "{name: vision}");
+  WriteConfig(config);
+  StartServer();
   StartAgents(1, "1xH100-80GB");
   auto submit = [&](const std::string& name) {
     Json r = Call(

@@ -22,10 +22,8 @@ void Engine::AddUsage(int g, const Resources& r, int sign) {
 // A held job's charge into its groups' usage (and their preemptible GPU), or out of it.
 void Engine::ChargeGroups(const Job& j, int sign) {
   AddUsage(j.group, j.charge, sign);
-  for (int g = j.group; g >= 0; g = groups_[g].parent) {
-    if (j.external || j.preemptible)
-      (j.external ? groups_[g].external : groups_[g].preemptible) += sign * j.charge.gpu_milli;
-  }
+  for (int g = j.group; g >= 0 && j.preemptible; g = groups_[g].parent)
+    groups_[g].preemptible += sign * j.charge.gpu_milli;
 }
 
 Status Engine::Admission(const Job& j, const Resources& charge, bool* guaranteed) const {
@@ -66,14 +64,17 @@ Status Engine::Admission(const Job& j, const Resources& charge, bool* guaranteed
 // Reclaim keeps a reservation by preempting borrowers, and cannot take back a borrower that may
 // not be preempted: such a job borrows only where every reservation stays within reach. Per
 // top-level group (their reservations hold their children's), what reclaim could never take back
-// is what it holds on the engine's cards less its preemptible jobs above its reservation; the
-// reservations and these together fit the cluster, counted in GPU. One once took a card another
-// group reserved, and that group waited at Placement for as long as it ran. A job that would not
-// fit the cards even without reservations waits for room at Placement, as before.
+// is what it holds less its preemptible jobs above its reservation; the reservations and these
+// together fit the cluster: the engine's cards and the capacity external pools report (a
+// reservation may be met in Kubernetes, by suspending borrowers there), counted in GPU. One once
+// took a card another group reserved, and that group waited at Placement for as long as it ran.
+// A job that would not fit even without reservations waits for room at Placement, as before.
 Status Engine::BorrowRoom(const Job& j, const Resources& charge) const {
   if (j.preemptible || j.external || charge.gpu_milli <= 0 ||
       options_.engine_break == EngineOptions::Break::kBorrowReserved)
     return Status::Ok();
+  MilliGpu cluster = gpu_capacity_;
+  for (const auto& [pool, cap] : ext_cap_) cluster += cap;
   int top = j.group;
   while (groups_[top].parent >= 0) top = groups_[top].parent;
   MilliGpu firm = 0, needed = 0, before = 0;  // with j: firm alone, and with reservations
@@ -81,21 +82,21 @@ Status Engine::BorrowRoom(const Job& j, const Resources& charge) const {
     const GroupRt& gr = groups_[g];
     if (gr.parent >= 0) continue;
     const MilliGpu reserved = gr.spec.reservation.gpu_milli;
-    const MilliGpu on_cards = gr.usage.gpu_milli - gr.external;
     auto firm_of = [&](MilliGpu held) {
       return held - std::min(gr.preemptible, std::max<MilliGpu>(0, held - reserved));
     };
-    const MilliGpu f = firm_of(on_cards + (static_cast<int>(g) == top ? charge.gpu_milli : 0));
+    const MilliGpu held = gr.usage.gpu_milli;
+    const MilliGpu f = firm_of(held + (static_cast<int>(g) == top ? charge.gpu_milli : 0));
     firm += f;
     needed += std::max(reserved, f);
-    before += std::max(reserved, firm_of(on_cards));
+    before += std::max(reserved, firm_of(held));
   }
-  if (needed <= gpu_capacity_ || firm > gpu_capacity_) return Status::Ok();
+  if (needed <= cluster || firm > cluster) return Status::Ok();
   return Status::ResourceExhausted(
       "queue " + policy_.queues[j.queue].name + " is not preemptible, so group " +
       groups_[j.group].spec.name +
       " borrows only what leaves every reservation within reach: of the cluster's " +
-      Amount("gpu", gpu_capacity_) + " GPU, reservations and work that may not be preempted take " +
+      Amount("gpu", cluster) + " GPU, reservations and work that may not be preempted take " +
       Amount("gpu", before) + ", job needs " + Amount("gpu", charge.gpu_milli));
 }
 

@@ -207,8 +207,8 @@ struct GroupRt {
   GroupSpec spec;
   int parent = -1;
   Resources usage;
-  MilliGpu preemptible = 0, external = 0;  // of usage.gpu_milli: preemptible on our cards, external
-  bool past_limit = false;  // restored past a limit lowered since: held until back within all
+  MilliGpu preemptible = 0;  // of usage.gpu_milli: the preemptible jobs' (external ones too)
+  bool past_limit = false;   // restored past a limit lowered since: held until back within all
   double decayed[4] = {0, 0, 0, 0};
   double fair_share = 0;
   bool below = false;

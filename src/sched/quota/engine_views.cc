@@ -16,9 +16,9 @@ struct Engine::InvariantTally {
   std::vector<MilliGpu> share_w;
   // Per quota dimension (GPU model, pool), per group, per cell: what its grants add up to.
   std::array<std::vector<std::array<int64_t, 64>>, kDims> cell_usage;
-  std::vector<int> sm_sum;                      // sm-sharing percentages per device
-  std::vector<int> ts_shares;                   // time-slicing shares per device
-  std::vector<MilliGpu> preemptible, external;  // per group, with descendants (GroupRt's)
+  std::vector<int> sm_sum;            // sm-sharing percentages per device
+  std::vector<int> ts_shares;         // time-slicing shares per device
+  std::vector<MilliGpu> preemptible;  // per group, with descendants (GroupRt's)
 };
 
 Status Engine::CheckJobHoldings(InvariantTally* t) const {
@@ -38,9 +38,8 @@ Status Engine::CheckJobHoldings(InvariantTally* t) const {
       return Status::Internal("job " + j.id + " runs without an admission event");
     if (j.identity.empty()) return Status::Internal("job " + j.id + " has no identity");
     for (int g = j.group; g >= 0; g = groups_[g].parent) t->usage[g] += j.charge;
-    for (int g = j.group; g >= 0; g = groups_[g].parent)
-      (j.external ? t->external : t->preemptible)[g] +=
-          j.external || j.preemptible ? j.charge.gpu_milli : 0;
+    for (int g = j.group; g >= 0 && j.preemptible; g = groups_[g].parent)
+      t->preemptible[g] += j.charge.gpu_milli;
     for (int g = j.group; g >= 0; g = groups_[g].parent) {
       for (const Grant& gr : j.grants) {
         for (int d = 0; d < kDims && gr.dev >= 0; ++d)
@@ -150,8 +149,7 @@ bool Engine::WithinLimits(int g) const {
 Status Engine::CheckGroupUsage(const InvariantTally& t) const {
   for (size_t g = 0; g < groups_.size(); ++g) {
     const GroupRt& gr = groups_[g];
-    if (!(t.usage[g] == gr.usage) || t.preemptible[g] != gr.preemptible ||
-        t.external[g] != gr.external) {
+    if (!(t.usage[g] == gr.usage) || t.preemptible[g] != gr.preemptible) {
       return Status::Internal("group " + gr.spec.name + " usage out of step with its jobs");
     }
     const char* which = nullptr;
@@ -186,7 +184,6 @@ Status Engine::CheckInvariants() const {
   t.mem.assign(nodes_.size(), 0);
   t.usage.resize(groups_.size());
   t.preemptible.assign(groups_.size(), 0);
-  t.external.assign(groups_.size(), 0);
   for (auto& u : t.cell_usage) u.assign(groups_.size(), {});
   t.share_mem.assign(devs_.size(), 0);
   t.share_w.assign(devs_.size(), 0);

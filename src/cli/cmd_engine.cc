@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "agent/agent.h"
+#include "agent/discovery.h"
 #include "api/server.h"
 #include "cli/choices.h"
 #include "cli/client.h"
@@ -255,6 +256,15 @@ int Up(const std::string& data, const std::string& listen, const std::string& si
   if (!SplitListen(listen, &listen_host, &listen_port)) {
     ServeLog().Error("bad --listen '" + listen + "' (HOST:PORT)");
     return 2;
+  }
+  // The agent's inventory too: refused by the agent alone, it was started again every second
+  // after "Tessera is up." (a new user).
+  if (!simulate.empty()) {
+    auto devices = agent::ParseSimulatedInventory(simulate, "local", partition::Catalog::BuiltIn());
+    if (!devices.ok()) {
+      ServeLog().Error("bad --simulate '" + simulate + "': " + devices.status().message());
+      return 2;
+    }
   }
   // Owner-only before anything is written in it (serve tightens it too, but only later).
   std::error_code ec;

@@ -243,6 +243,21 @@ TEST_F(UpTest, ItsTokensAreTheOwnersAloneAndNoLinkIsFollowed) {
   EXPECT_EQ(Alice(), "tsk_an_older_token_left_readable");
 }
 
+// A --simulate the agent cannot read (an unknown model, a count of 0) is refused at start, naming
+// it (a new user: `up` said "Tessera is up." and restarted its agent every second for good).
+TEST_F(UpTest, ABadSimulateIsRefusedAtStart) {
+  for (const std::string spec : {"4xFOO", "0xA100-80GB"}) {
+    const std::string data = dir_ + "/never-" + spec;
+    Proc up({kTessera, "up", "--data", data, "--listen", "127.0.0.1:" + std::to_string(port_),
+             "--simulate", spec, "--no-tls"},
+            dir_ + "/bad-simulate.log");
+    ASSERT_TRUE(up.WaitExited(std::chrono::seconds(20))) << up.Log();
+    EXPECT_NE(up.Log().find("bad --simulate '" + spec + "'"), std::string::npos) << up.Log();
+    EXPECT_EQ(up.Log().find("Tessera is up"), std::string::npos) << up.Log();
+    EXPECT_FALSE(std::filesystem::exists(data)) << "made " << data;
+  }
+}
+
 // A --listen that is no HOST:PORT is refused before anything is made: it once left a data
 // directory with tokens in it for a server that never started.
 TEST_F(UpTest, ABadListenIsRefusedBeforeTheDataDirectoryIsMade) {

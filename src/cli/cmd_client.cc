@@ -370,17 +370,22 @@ void ShowJob(const ClientOptions& co, const Args& args, int* exit_code) {
       }
       std::cout << "  started: " << JobTime(d, "started_ms") << "\n";
     }
-    // Range by range (the server sends at most 4 MiB at a time), as it is now.
+    // Range by range (the server sends at most 4 MiB at a time), as it is now. To a terminal,
+    // its control characters are shown escaped (a job's own escapes wrote to the reader's
+    // clipboard and cleared the screen: the red team); to a pipe or a file, as the job wrote it.
+    const bool terminal = ::isatty(STDOUT_FILENO) == 1;
+    std::string carry;
     for (int64_t offset = 0;;) {
       ClientReply out =
           HttpCall(CallOptions{co.url, co.token, co.tls, {}, 0}, "GET",
                    "/v1/jobs/" + PercentEncoded(id) + "/output?offset=" + std::to_string(offset));
       if ((out.status != 200 && out.status != 206) || out.body.empty()) break;
       if (offset == 0) std::cout << "--- output ---\n";
-      std::cout << out.body;
+      std::cout << (terminal ? EscapeOutputForTerminal(out.body, &carry) : out.body);
       offset += static_cast<int64_t>(out.body.size());
       if (out.status == 200) break;
     }
+    if (terminal) std::cout << EscapeOutputForTerminal("", &carry);
   });
 }
 

@@ -124,6 +124,32 @@ std::string EscapeForTerminal(std::string_view s) {
   return out;
 }
 
+std::string EscapeOutputForTerminal(std::string_view piece, std::string* carry) {
+  std::string text = *carry + std::string(piece);
+  carry->clear();
+  // A lead byte among the last three whose sequence runs past the end waits for the next piece.
+  for (size_t back = 1; !piece.empty() && back <= 3 && back <= text.size(); ++back) {
+    const auto c = static_cast<unsigned char>(text[text.size() - back]);
+    if (c < 0x80) break;
+    if (c < 0xC0) continue;  // a continuation byte: look further back
+    const size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
+    if (need > back) {
+      *carry = text.substr(text.size() - back);
+      text.resize(text.size() - back);
+    }
+    break;
+  }
+  std::string out;
+  size_t start = 0;
+  for (size_t i = 0; i <= text.size(); ++i) {
+    if (i < text.size() && text[i] != '\n' && text[i] != '\t') continue;
+    out += EscapeForTerminal(std::string_view(text).substr(start, i - start));
+    if (i < text.size()) out += text[i];
+    start = i + 1;
+  }
+  return out;
+}
+
 std::string PercentEncoded(std::string_view s) {
   static constexpr char kHex[] = "0123456789ABCDEF";
   std::string out;

@@ -33,6 +33,12 @@ std::string ToValidUtf8(std::string_view s);
 // \x1b, \u009b or \u202e.
 std::string EscapeForTerminal(std::string_view s);
 
+// A piece of a job's output made safe for a terminal (EscapeForTerminal) but for its line breaks
+// and tabs, which stay: a job's printf of ESC ] 52 wrote to the clipboard of whoever ran `tessera
+// job` on it (the red team). A UTF-8 sequence cut at the piece's end waits in *carry for the next
+// piece (pass "" at the end to flush it).
+std::string EscapeOutputForTerminal(std::string_view piece, std::string* carry);
+
 // The line that ends a job's output cut at `max` bytes ("\n<who>: output cut at <max> bytes
 // (<limit>); the rest was dropped\n"), or "" where `max` has no room for it (less than four
 // times its length): a small limit is a plain cut. The node agent's and the server's cut both.

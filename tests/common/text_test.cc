@@ -89,5 +89,22 @@ TEST(CutForRecord, KeepsShortTextAndCutsLongTextSayingItsLength) {
   EXPECT_EQ(CutForRecord("a\u00e9\u00e9b", 4), "a\u00e9...(6 bytes)");
 }
 
+// The red team: a job's output reached the terminal of whoever read it with `tessera job`
+// as it was, escapes and all (an OSC 52 clipboard write, a screen clear). On a terminal its
+// controls are shown escaped, its lines and tabs kept, and a character cut between two ranges
+// of output is whole once the next one comes.
+TEST(Text, AJobsOutputReachesATerminalWithItsControlsEscapedAndItsLinesKept) {
+  std::string carry;
+  EXPECT_EQ(EscapeOutputForTerminal("hello\033]52;c;ZWNobw==\007\033[2Jworld\n\tnext\r\n", &carry),
+            "hello\\x1b]52;c;ZWNobw==\\x07\\x1b[2Jworld\n\tnext\\x0d\n");
+  EXPECT_EQ(carry, "");
+  EXPECT_EQ(EscapeOutputForTerminal("caf\xC3", &carry), "caf");
+  EXPECT_EQ(carry, "\xC3");
+  EXPECT_EQ(EscapeOutputForTerminal("\xA9 \xE2\x80", &carry), "\xC3\xA9 ");
+  EXPECT_EQ(EscapeOutputForTerminal("\xAE!", &carry), "\\u202e!");  // a bidi override, escaped
+  EXPECT_EQ(EscapeOutputForTerminal("\xC3", &carry), "");
+  EXPECT_EQ(EscapeOutputForTerminal("", &carry), "\xEF\xBF\xBD");  // flushed: not UTF-8
+}
+
 }  // namespace
 }  // namespace tessera

@@ -209,6 +209,28 @@ TEST(QuotaReclaim, BorrowersHoldingTheNodesCpuAreReclaimedForItToo) {
   }
 }
 
+// A new user: jobs waited with "no room for 1 x whole" while cards stood empty; the node's CPU was
+// what was short, and nothing said so. The reason now names the host CPU and memory when no node
+// has them free.
+TEST(QuotaPlacement, AJobShortOfHostCpuSaysSoBesideFreeCards) {
+  PolicySpec p = BasePolicy();
+  p.profiles.push_back({"nb-cpu", 1, 100, 8 * kGiB, 500, 1024, {}, {}});
+  p.queues.push_back({"nb-cpu", "nb-cpu", {"a", "b"}, 0, true, C::kInteractive});
+  NodeSpec n = Node("n0", "any", 4);
+  n.cpu_milli = 2000;
+  World w(p, {n});
+  for (int i = 0; i < 4; ++i) w.Submit(Job("b" + std::to_string(i), "nb-cpu", "b"), 0);
+  w.Submit(Job("b-whole", "train", "b"), 1);
+  w.e->RunCycle(10);
+  ASSERT_EQ(w.State("b-whole"), JobState::kPending);
+  EXPECT_NE(w.View("b-whole").wait_reason.find(
+                "; no node in pools [train,infer,inter,any] has its host CPU and memory free "
+                "(cpu 1, 1GiB; the most free: cpu 0, 508GiB on n0)"),
+            std::string::npos)
+      << w.View("b-whole").wait_reason;
+  w.Done();
+}
+
 // Reclaim stops at the reservation, counting claims in flight (jobs granted preempted capacity
 // that wait out the grace) and capacity already leaving: 22 jobs against a reservation of 16 on
 // a full cluster preempt exactly 16 borrowers, and the borrowing group keeps the rest (it once

@@ -481,6 +481,23 @@ void Engine::NoRoomReason(const Job& j, bool blocked, std::string* step,
       *reason = "larger than any node present: needs memory " + FormatMiB(j.mem * per_node) +
                 " on one node, the largest in pools " + PoolNames(j) + " has " +
                 FormatMiB(most_mem) + " (waits for a larger node to join)";
+    } else {
+      // Cards may be free where the host CPU or memory is not (a new user saw "no room" beside
+      // empty cards, the node's CPU held by shares): said when no node has them free.
+      const NodeRt* most = nullptr;
+      for (const NodeRt& n : nodes_) {
+        if (n.down || !ServesNode(j, n)) continue;
+        if (n.cpu_free >= j.cpu * per_node && n.mem_free >= j.mem * per_node) return;
+        if (most == nullptr ||
+            std::make_pair(n.cpu_free, n.mem_free) > std::make_pair(most->cpu_free, most->mem_free))
+          most = &n;
+      }
+      if (most != nullptr)
+        *reason += "; no node in pools " + PoolNames(j) +
+                   " has its host CPU and memory free (cpu " + FormatMilli(j.cpu * per_node) +
+                   ", " + FormatMiB(j.mem * per_node) + "; the most free: cpu " +
+                   FormatMilli(most->cpu_free) + ", " + FormatMiB(most->mem_free) + " on " +
+                   most->name + ")";
     }
   }
 }

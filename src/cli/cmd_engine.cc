@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -310,9 +311,34 @@ int Up(const std::string& data, const std::string& listen, const std::string& si
   if (!kept) {
     std::ofstream out(config);
     out << ExampleConfig(admin, user, agent);
-  } else if (made_token) {
-    ServeLog().Warn("a token file of " + data + " was made anew: " + config +
-                    " (kept as it is) may not hold its hash; remove it for the default");
+  }
+  // A kept config may accept none of the token files (their tokens made anew, or a config
+  // brought from elsewhere): with no agent token it accepts, its agent retried its 401 for good
+  // while `up` printed tokens every call refused (a new user). Refused at start, saying what to
+  // do; a person's token it refuses is not printed as one.
+  std::string shown[2] = {admin, user};
+  if (kept) {
+    auto c = api::LoadConfig(config);
+    auto accepts = [&](const std::string& token, api::Role role) {
+      const std::string hash = api::Sha256Hex(token);
+      return std::any_of(c->identities.begin(), c->identities.end(), [&](const api::Identity& i) {
+        return i.token_sha256 == hash && i.role == role;
+      });
+    };
+    if (c.ok() && !accepts(agent, api::Role::kAgent)) {
+      ServeLog().Error("the kept config " + config + " accepts no agent token from " + data +
+                       "/agent.token" + (made_token ? " (a token file was made anew)" : "") +
+                       ": remove the config for the default, or write the token of one of its "
+                       "agent identities into that file");
+      return 2;
+    }
+    const char* names[] = {"admin", "user"};
+    const api::Role roles[] = {api::Role::kAdmin, api::Role::kUser};
+    for (int i = 0; c.ok() && i < 2; ++i) {
+      if (!accepts(shown[i], roles[i]))
+        shown[i] = std::string("(the kept config accepts no ") + names[i] + " token from " + data +
+                   (i == 0 ? "/admin.token)" : "/alice.token)");
+    }
   }
   std::atomic<pid_t> agent_pid{-1};
   // The agent's watch (started with it): reaps it, and starts it again when it died while `up`
@@ -370,7 +396,7 @@ int Up(const std::string& data, const std::string& listen, const std::string& si
     std::printf(
         "Tessera is up.\n  URL:          %s\n  admin token:  %s\n  user 'alice': %s\n  dashboard:  "
         "  %s/#token=%s\n",
-        url.c_str(), admin.c_str(), user.c_str(), url.c_str(), admin.c_str());
+        url.c_str(), shown[0].c_str(), shown[1].c_str(), url.c_str(), admin.c_str());
     std::printf("  config:       %s (%s)\n", config.c_str(),
                 kept ? "kept as it was; remove it for the default"
                      : "the default; edit it and start again");

@@ -158,6 +158,33 @@ TEST_F(UpTest, AnEditedConfigIsKeptAcrossARestart) {
   EXPECT_NE(again.Log().find("tessera queues"), std::string::npos) << again.Log();
 }
 
+// A kept config that accepts none of the token files (a new user copied a config with its own
+// tokens into a fresh data directory): `up` printed new tokens as the admin's and alice's, each
+// refused with 401, and its agent retried its 401 for good. It now refuses to start when the
+// config accepts no agent token from the file, saying what to do, and prints no token the
+// config would refuse.
+TEST_F(UpTest, AKeptConfigThatAcceptsNotItsTokenFilesIsSaidSo) {
+  Proc& up = Up(port_);
+  ASSERT_GT(up.WaitForPort(30000), 0) << up.Log();
+  ::kill(-up.pid(), SIGINT);
+  ASSERT_TRUE(up.WaitExited(std::chrono::seconds(60))) << up.Log();
+  std::filesystem::remove(dir_ + "/data/alice.token");
+  Proc& user_gone = Up(port_);
+  ASSERT_GT(user_gone.WaitForPort(30000), 0) << user_gone.Log();
+  EXPECT_NE(user_gone.Log().find("user 'alice': (the kept config accepts no user token from "),
+            std::string::npos)
+      << user_gone.Log();
+  ::kill(-user_gone.pid(), SIGINT);
+  ASSERT_TRUE(user_gone.WaitExited(std::chrono::seconds(60))) << user_gone.Log();
+  std::filesystem::remove(dir_ + "/data/agent.token");
+  Proc& agent_gone = Up(port_);
+  ASSERT_TRUE(agent_gone.WaitExited(std::chrono::seconds(30))) << agent_gone.Log();
+  EXPECT_NE(agent_gone.Log().find("accepts no agent token from " + dir_ + "/data/agent.token"),
+            std::string::npos)
+      << agent_gone.Log();
+  EXPECT_EQ(agent_gone.Log().find("Tessera is up"), std::string::npos) << agent_gone.Log();
+}
+
 // The red team: `tessera up` runs jobs on the host it serves from, and loopback peers were not
 // counted against the per-address cap (512): a job held 18,974 idle connections and every other
 // client, the CLI included, was refused until it let go. `up` counts loopback peers: the

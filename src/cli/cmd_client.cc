@@ -345,6 +345,10 @@ void ShowJob(const ClientOptions& co, const Args& args, int* exit_code) {
   CallAndPrint(co, "GET", "/v1/jobs/" + PercentEncoded(id), exit_code, [&](Json& j) {
     PrintTable({kJobColumns, JobRow(j)});
     if (j.contains("exit_code")) std::cout << "exit code: " << j["exit_code"] << "\n";
+    // When a running job will be stopped: only the JSON said (a new user).
+    if (j.contains("stop_at_ms"))
+      std::cout << "stops at: " << JobTime(j, "stop_at_ms")
+                << " (its walltime or its queue's max_runtime, whichever comes first)\n";
     // The isolation its grants give it (issue 38): hardware, driver, mps, preload or none.
     if (j.contains("placement") && j["placement"].contains("isolation"))
       std::cout << "isolation: " << j["placement"]["isolation"].get<std::string>() << "\n";

@@ -464,7 +464,9 @@ Result<Json> Views::Events(const Identity& who, int64_t after, int limit,
   std::map<std::string, bool> seen_stored;  // job id -> visible, of jobs read from the store
   // Users see the events of the jobs they can see and of nodes; page until `limit` such events.
   for (int round = 0; round < 50 && static_cast<int>(out.size()) < limit; ++round) {
-    auto evs = ledger_.DurableStore().ListEvents(cursor, limit, f);
+    // Pages of at least 1,000: 50 of them scan 50,000 events, past which (hidden ones in a row)
+    // "next" is the last scanned (pages of `limit` made it 50 events at limit=1: the red team).
+    auto evs = ledger_.DurableStore().ListEvents(cursor, std::max(limit, 1000), f);
     if (!evs.ok()) return evs.status();
     if (evs->empty()) {
       exhausted = true;
@@ -514,7 +516,7 @@ Result<Json> Views::Events(const Identity& who, int64_t after, int limit,
     }
   }
   // Not exhausted after 50 pages of events it may not see: the last scanned, so that a poll
-  // goes on (the one seq it tells is one of thousands hidden in a row).
+  // goes on (the one seq it tells is one of 50,000 hidden in a row).
   const int64_t next = admin                                   ? cursor
                        : static_cast<int>(out.size()) >= limit ? shown
                        : exhausted                             ? std::max(shown, head)

@@ -345,8 +345,7 @@ void ShowJob(const ClientOptions& co, const Args& args, int* exit_code) {
   CallAndPrint(co, "GET", "/v1/jobs/" + PercentEncoded(id), exit_code, [&](Json& j) {
     PrintTable({kJobColumns, JobRow(j)});
     if (j.contains("exit_code")) std::cout << "exit code: " << j["exit_code"] << "\n";
-    // When a running job will be stopped: only the JSON said (a new user).
-    if (j.contains("stop_at_ms"))
+    if (j.contains("stop_at_ms"))  // when it will be stopped: only the JSON said (a new user)
       std::cout << "stops at: " << JobTime(j, "stop_at_ms")
                 << " (its walltime or its queue's max_runtime, whichever comes first)\n";
     // The isolation its grants give it (issue 38): hardware, driver, mps, preload or none.
@@ -374,11 +373,9 @@ void ShowJob(const ClientOptions& co, const Args& args, int* exit_code) {
       }
       std::cout << "  started: " << JobTime(d, "started_ms") << "\n";
     }
-    // Range by range (the server sends at most 4 MiB at a time), as it is now. To a terminal,
-    // its control characters are shown escaped (a job's own escapes wrote to the reader's
-    // clipboard and cleared the screen: the red team); to a pipe or a file, as the job wrote it.
+    // Range by range (4 MiB at most); to a terminal with controls escaped (the red team).
     const bool terminal = ::isatty(STDOUT_FILENO) == 1;
-    std::string carry;
+    std::string carry;  // a UTF-8 sequence cut between two ranges
     for (int64_t offset = 0;;) {
       ClientReply out =
           HttpCall(CallOptions{co.url, co.token, co.tls, {}, 0}, "GET",

@@ -29,6 +29,7 @@
 #include "cli/cmd_engine_leader.h"
 #include "cli/commands.h"
 #include "cli/table.h"
+#include "cli/up_config.h"
 #include "common/log.h"
 #include "common/read_file.h"
 #include "model/quantity.h"
@@ -172,60 +173,6 @@ int Serve(const ServeFlags& flags, const ServeHooks& hooks) {
   server.Run();
   if (!server.deposed().ok()) return kExitDeposed;
   return kExitOk;
-}
-
-// The example configuration `tessera up` writes: queues for notebooks (shares), inference and
-// training over the local simulated node.
-// Jobs never run as root: as root, `tessera up` runs alice's and admin's jobs as the unprivileged
-// `nobody`; as anyone else, as that user (the only account a non-root agent can run jobs as).
-std::string LocalJobAccount() {
-  if (geteuid() == 0) return "nobody";
-  std::vector<char> buf(16384);
-  passwd pw{};
-  passwd* found = nullptr;
-  if (getpwuid_r(geteuid(), &pw, buf.data(), buf.size(), &found) == 0 && found != nullptr)
-    return pw.pw_name;
-  return "nobody";
-}
-
-std::string ExampleConfig(const std::string& admin, const std::string& user,
-                          const std::string& agent) {
-  const std::string account = LocalJobAccount();
-  return R"(# Written by `tessera up`. Tokens are stored as SHA-256 hashes only.
-cluster: local
-heartbeat_timeout: 10s
-cancel_grace: 5s
-identities:
-# Jobs run under each identity's Unix account (run_as; by default the identity's own name), never
-# as root. On one host both run as )" +
-         account + R"( here: give each person an account of their own.
-  - {name: admin, role: admin, run_as: )" +
-         account + R"(, token_sha256: )" + api::Sha256Hex(admin) + R"(}
-  - {name: alice, role: user, groups: [research], run_as: )" +
-         account + R"(, token_sha256: )" + api::Sha256Hex(user) + R"(}
-  - {name: local-agent, role: agent, nodes: [local], token_sha256: )" +
-         api::Sha256Hex(agent) + R"(}
-groups:
-  - name: research
-    reservation: {gpu: 1}
-    limit: {gpu: 3, cpu: 16, memory: 64GiB}
-  - name: production
-    reservation: {gpu: 1}
-    limit: {gpu: 2}
-grace: 10s
-pools:
-  - {name: default, forms: [whole, partition, share]}
-profiles:
-  - {name: notebook, gpus: 1, gpu_fraction: 0.1, gpu_memory: 8GiB, max_gpu_memory: 16GiB, cpu: 500m, memory: 1GiB, forms: [share]}
-  - {name: inference, gpus: 1, gpu_fraction: 0.1, gpu_memory: 20GiB, max_gpu_memory: 40GiB, cpu: 500m, memory: 2GiB, forms: [partition, share, whole]}
-  - {name: training, gpus: 1, max_gpus: 2, cpu: 500m, memory: 2GiB, forms: [whole]}
-class_forms:
-  inference: [partition, share, whole]
-queues:
-  - {name: notebooks, profile: notebook, groups: [research], priority: 10, class: interactive, preemptible: true}
-  - {name: inference, profile: inference, groups: [research, production], priority: 20, class: inference}
-  - {name: training, profile: training, groups: [research], priority: 5, class: training, preemptible: true}
-)";
 }
 
 // `tessera up --tls` (the default): a self-signed certificate for this host, made once under
@@ -396,7 +343,8 @@ int Up(const std::string& data, const std::string& listen, const std::string& si
     std::printf(
         "Tessera is up.\n  URL:          %s\n  admin token:  %s\n  user 'alice': %s\n  dashboard:  "
         "  %s/#token=%s\n",
-        url.c_str(), shown[0].c_str(), shown[1].c_str(), url.c_str(), admin.c_str());
+        url.c_str(), shown[0].c_str(), shown[1].c_str(), url.c_str(),
+        shown[0] == admin ? admin.c_str() : "ADMIN-TOKEN");
     std::printf("  config:       %s (%s)\n", config.c_str(),
                 kept ? "kept as it was; remove it for the default"
                      : "the default; edit it and start again");

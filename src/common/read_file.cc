@@ -44,7 +44,18 @@ Result<std::string> ReadOrMakeSecret(const std::string& path, const std::string&
     char buf[4096];
     ssize_t n = 0;
     const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
-    if (regular && (st.st_mode & 077) != 0) ::fchmod(fd, 0600);
+    // Another account's file (planted where the directory let it) is no secret of ours.
+    if (regular && st.st_uid != ::geteuid()) {
+      ::close(fd);
+      return Status::FailedPrecondition("'" + path + "' belongs to another account (uid " +
+                                        std::to_string(st.st_uid) + "): remove it");
+    }
+    if (regular && (st.st_mode & 077) != 0 && ::fchmod(fd, 0600) != 0) {
+      const int e = errno;
+      ::close(fd);
+      errno = e;
+      return failed("make owner-only");
+    }
     while (regular && (n = ::read(fd, buf, sizeof buf)) > 0)
       text.append(buf, static_cast<size_t>(n));
     ::close(fd);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <functional>
 #include <sstream>
 #include <utility>
 
@@ -354,37 +355,50 @@ void Checker::CheckLimits(const Snapshot& s, int64_t now) {
 }
 
 MilliGpu Checker::FirmNeed(const Snapshot& s, int g, MilliGpu extra, MilliGpu* firm) const {
-  auto top = [&](int x) {
-    while (x >= 0 && world_.parent[x] >= 0) x = world_.parent[x];
-    return x;
-  };
   const size_t groups = world_.group_names.size();
+  // Per group, with its descendants (as Snapshot::usage): GPU held on the cards, and of it the
+  // preemptible jobs'; j's `extra` counted in its group and every ancestor.
   std::vector<MilliGpu> held(groups, 0), preemptible(groups, 0);
-  if (g >= 0) held[top(g)] += extra;
+  for (int x = g; x >= 0; x = world_.parent[x]) held[x] += extra;
+  *firm = extra;
   for (size_t k = 0; k < s.jobs.size() && k < wants_.size(); ++k) {
     const JobNow& j = s.jobs[k];
     if ((j.state != JobState::kRunning && j.state != JobState::kTerminating) || j.group < 0 ||
         wants_[k].external)
       continue;
-    held[top(j.group)] += j.charge.gpu_milli;
-    if (wants_[k].preemptible) preemptible[top(j.group)] += j.charge.gpu_milli;
+    if (!wants_[k].preemptible) *firm += j.charge.gpu_milli;
+    for (int x = j.group; x >= 0; x = world_.parent[x]) {
+      held[x] += j.charge.gpu_milli;
+      if (wants_[k].preemptible) preemptible[x] += j.charge.gpu_milli;
+    }
   }
-  MilliGpu need = 0;
-  *firm = 0;
+  // need(x): the larger of its reservation and what reclaim could never take back from it (its
+  // own jobs less its preemptible ones above its reservation), plus its children's needs.
+  std::function<MilliGpu(int)> need = [&](int x) {
+    MilliGpu own = held[x], own_preemptible = preemptible[x], below = 0;
+    for (size_t c = 0; c < groups; ++c) {
+      if (world_.parent[c] != x) continue;
+      own -= held[c];
+      own_preemptible -= preemptible[c];
+      below += need(static_cast<int>(c));
+    }
+    const MilliGpu reserved = world_.policy.groups[x].reservation.gpu_milli;
+    return std::max(
+        reserved,
+        own - std::min(own_preemptible, std::max<MilliGpu>(0, held[x] - reserved)) + below);
+  };
+  MilliGpu total = 0;
   for (size_t t = 0; t < groups; ++t) {
-    if (world_.parent[t] >= 0) continue;
-    const MilliGpu reserved = world_.policy.groups[t].reservation.gpu_milli;
-    const MilliGpu f =
-        held[t] - std::min(preemptible[t], std::max<MilliGpu>(0, held[t] - reserved));
-    *firm += f;
-    need += std::max(reserved, f);
+    if (world_.parent[t] < 0) total += need(static_cast<int>(t));
   }
-  return need;
+  return total;
 }
 
 void Checker::CheckBorrowing(const Snapshot& s, int64_t now) {
   const MilliGpu cards = static_cast<MilliGpu>(world_.devices.size()) * kWholeGpu;
   for (int k : placed_this_cycle_) {
+    if (static_cast<size_t>(k) >= s.jobs.size() || static_cast<size_t>(k) >= wants_.size())
+      continue;
     const JobNow& j = s.jobs[k];
     if (j.state != JobState::kRunning || !j.borrowed || wants_[k].preemptible || wants_[k].external)
       continue;

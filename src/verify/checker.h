@@ -116,10 +116,10 @@ class Checker {
   // safety.borrowing: a non-preemptible job placed past its group's reservation leaves every
   // reservation within reach (FirmNeed within the cards).
   void CheckBorrowing(const Snapshot& s, int64_t now);
-  // What the top-level groups' reservations and the work reclaim could never take back need of
-  // the cards, in GPU: per group the larger of its reservation and what it holds on them less
-  // its preemptible jobs above the reservation; with `extra` GPU of non-preemptible work more in
-  // group `g` (-1: none). *firm: the same without the reservations.
+  // What the groups' reservations and the work reclaim could never take back need of the
+  // cards, in GPU: per group the larger of its reservation and its own jobs less its preemptible
+  // ones above the reservation, plus its children's needs; with `extra` GPU of non-preemptible
+  // work more in group `g` (-1: none). *firm: the non-preemptible work alone, with `extra`.
   MilliGpu FirmNeed(const Snapshot& s, int g, MilliGpu extra, MilliGpu* firm) const;
   void CheckReclaim(const Snapshot& s, int64_t now);
   void CheckStart(const Snapshot& s, int64_t now);

@@ -83,6 +83,31 @@ TEST(QuotaAdmission, ANonPreemptibleJobBorrowsOnlyWhatNoGroupReserved) {
   w.Done();
 }
 
+// The review: the rule summed top-level groups only, so that a child's non-preemptible borrowing
+// inside its parent's reservation took its sibling's: c1 and c2 reserve 2 each under t (4 of 4
+// cards), and c1's four non-preemptible jobs took every card. c1 borrows only what leaves c2's
+// reservation within reach.
+TEST(QuotaAdmission, ANonPreemptibleJobDoesNotBorrowItsSiblingsReservation) {
+  PolicySpec p = BasePolicy();
+  p.groups.push_back({"t", "", Gpu(4000), UnlimitedResources(), 1000, "", false});
+  p.groups[0].parent = p.groups[1].parent = "t";
+  p.groups[0].reservation = Gpu(2000);
+  p.groups[1].reservation = Gpu(2000);
+  World w(p, {Node("n0", "train", 4)});
+  for (int i = 0; i < 4; ++i) w.Submit(Job("a" + std::to_string(i), "train", "a"), i);
+  w.e->RunCycle(10);
+  EXPECT_EQ(w.State("a0"), JobState::kRunning);
+  EXPECT_EQ(w.State("a1"), JobState::kRunning);
+  EXPECT_EQ(w.State("a2"), JobState::kPending);
+  EXPECT_EQ(w.View("a2").wait_step, "Admission") << w.View("a2").wait_reason;
+  w.Submit(Job("b0", "train", "b"), 20);
+  w.Submit(Job("b1", "train", "b"), 20);
+  w.e->RunCycle(30);
+  EXPECT_EQ(w.State("b0"), JobState::kRunning);
+  EXPECT_EQ(w.State("b1"), JobState::kRunning);
+  w.Done();
+}
+
 TEST(QuotaAdmission, ParentLimitBindsChildren) {
   PolicySpec p = BasePolicy();
   p.groups.push_back(

@@ -1,6 +1,7 @@
 // The quota engine: admission against groups' and members' limits, and which jobs are guaranteed
 // (inside their group's reservation) or borrow.
 #include <algorithm>
+#include <functional>
 
 #include "sched/quota/engine_impl.h"
 
@@ -62,42 +63,65 @@ Status Engine::Admission(const Job& j, const Resources& charge, bool* guaranteed
 }
 
 // Reclaim keeps a reservation by preempting borrowers, and cannot take back a borrower that may
-// not be preempted: such a job borrows only where every reservation stays within reach. Per
-// top-level group (their reservations hold their children's), what reclaim could never take back
-// is what it holds less its preemptible jobs above its reservation; the reservations and these
-// together fit the cluster: the engine's cards and the capacity external pools report (a
-// reservation may be met in Kubernetes, by suspending borrowers there), counted in GPU. One once
-// took a card another group reserved, and that group waited at Placement for as long as it ran.
-// A job that would not fit even without reservations waits for room at Placement, as before.
+// not be preempted: such a job borrows only where every reservation stays within reach. What a
+// group needs of the cluster is the larger of its reservation and what reclaim could never take
+// back from it: its own jobs less its preemptible ones above its reservation, plus what its
+// children need (a child's non-preemptible borrowing may not take a sibling's reservation either).
+// The top-level groups' needs together fit the cluster: the engine's cards and the capacity
+// external pools report (a reservation may be met in Kubernetes, by suspending borrowers there),
+// counted in GPU. One once took a card another group reserved, and that group waited at Placement
+// for as long as it ran. A job the cluster could not hold beside the work that may not be
+// preempted, reservations or none, waits for room at Placement, as before.
 Status Engine::BorrowRoom(const Job& j, const Resources& charge) const {
   if (j.preemptible || j.external || charge.gpu_milli <= 0 ||
       options_.engine_break == EngineOptions::Break::kBorrowReserved)
     return Status::Ok();
   MilliGpu cluster = gpu_capacity_;
   for (const auto& [pool, cap] : ext_cap_) cluster += cap;
-  int top = j.group;
-  while (groups_[top].parent >= 0) top = groups_[top].parent;
-  MilliGpu firm = 0, needed = 0, before = 0;  // with j: firm alone, and with reservations
+  std::vector<std::vector<int>> children(groups_.size());
+  MilliGpu firm = charge.gpu_milli;  // what may not be preempted, with j
   for (size_t g = 0; g < groups_.size(); ++g) {
-    const GroupRt& gr = groups_[g];
-    if (gr.parent >= 0) continue;
-    const MilliGpu reserved = gr.spec.reservation.gpu_milli;
-    auto firm_of = [&](MilliGpu held) {
-      return held - std::min(gr.preemptible, std::max<MilliGpu>(0, held - reserved));
-    };
-    const MilliGpu held = gr.usage.gpu_milli;
-    const MilliGpu f = firm_of(held + (static_cast<int>(g) == top ? charge.gpu_milli : 0));
-    firm += f;
-    needed += std::max(reserved, f);
-    before += std::max(reserved, firm_of(held));
+    if (groups_[g].parent >= 0) {
+      children[groups_[g].parent].push_back(static_cast<int>(g));
+    } else {
+      firm += groups_[g].usage.gpu_milli - groups_[g].preemptible;
+    }
   }
-  if (needed <= cluster || firm > cluster) return Status::Ok();
+  if (firm > cluster) return Status::Ok();
+  // need(g), with `extra` more GPU held by j's group.
+  std::function<MilliGpu(int, MilliGpu)> need = [&](int g, MilliGpu extra) {
+    const GroupRt& gr = groups_[g];
+    const MilliGpu reserved = gr.spec.reservation.gpu_milli;
+    const MilliGpu held = gr.usage.gpu_milli + (InChain(j.group, g) ? extra : 0);
+    MilliGpu own = held, own_preemptible = gr.preemptible, below = 0;
+    for (int c : children[g]) {
+      own -= groups_[c].usage.gpu_milli + (InChain(j.group, c) ? extra : 0);
+      own_preemptible -= groups_[c].preemptible;
+      below += need(c, extra);
+    }
+    const MilliGpu taken = std::min(own_preemptible, std::max<MilliGpu>(0, held - reserved));
+    return std::max(reserved, own - taken + below);
+  };
+  MilliGpu needed = 0, before = 0;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    if (groups_[g].parent >= 0) continue;
+    needed += need(static_cast<int>(g), charge.gpu_milli);
+    before += need(static_cast<int>(g), 0);
+  }
+  if (needed <= cluster) return Status::Ok();
   return Status::ResourceExhausted(
       "queue " + policy_.queues[j.queue].name + " is not preemptible, so group " +
       groups_[j.group].spec.name +
       " borrows only what leaves every reservation within reach: of the cluster's " +
       Amount("gpu", cluster) + " GPU, reservations and work that may not be preempted take " +
       Amount("gpu", before) + ", job needs " + Amount("gpu", charge.gpu_milli));
+}
+
+// Whether `g` is `ancestor` or below it.
+bool Engine::InChain(int g, int ancestor) const {
+  for (; g >= 0; g = groups_[g].parent)
+    if (g == ancestor) return true;
+  return false;
 }
 
 Resources Engine::ChargeOf(const Job& j, const std::vector<Grant>& gs) const {

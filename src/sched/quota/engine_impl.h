@@ -208,7 +208,7 @@ struct GroupRt {
   int parent = -1;
   Resources usage;
   MilliGpu preemptible = 0;  // of usage.gpu_milli: the preemptible jobs' (external ones too)
-  bool past_limit = false;   // restored past a limit lowered since: held until back within all
+  bool past_limit = false;   // restored past a lowered limit: its invariant waits until within
   double decayed[4] = {0, 0, 0, 0};
   double fair_share = 0;
   bool below = false;
@@ -594,6 +594,7 @@ class Engine final : public QuotaEngine {
   MiB gpu_memory_capacity_ = 0;
   MilliGpu gpu_capacity_ = 0;                                      // every live node's cards, whole
   Status BorrowRoom(const Job& j, const Resources& charge) const;  // engine_admission.cc
+  bool InChain(int g, int ancestor) const;
   MilliCpu cpu_capacity_ = 0;  // every node's, for the fair-share key
   MiB host_memory_capacity_ = 0;
   std::set<int> preemptible_running_;  // handles of preemptible jobs in kRunning, in handle order

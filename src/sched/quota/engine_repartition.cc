@@ -74,36 +74,49 @@ bool Engine::HostVictims(const Job& j, int node, bool reclaim, std::vector<int>*
   const int cards = std::max(j.gpu_count, 1);
   MilliCpu cpu = nodes_[node].cpu_free;
   MiB mem = nodes_[node].mem_free;
-  auto add = [&](int v, int sign) {
+  auto host = [&](int v) {  // what v holds on the node
+    std::pair<MilliCpu, MiB> h{0, 0};
     for (const Grant& g : jobs_[v].grants) {
-      if (g.node == node) cpu += sign * g.cpu, mem += sign * g.host_memory;
+      if (g.node == node) h.first += g.cpu, h.second += g.host_memory;
     }
+    return h;
   };
-  for (int v : *victims) add(v, +1);
+  for (int v : *victims) cpu += host(v).first, mem += host(v).second;
   auto fits = [&] { return cpu >= j.cpu * cards && mem >= j.mem * cards; };
   if (fits()) return true;
   // Least lost work first; between equal losses, the one furthest back in the order (as the
-  // victims on the cards: PreemptOption::Consider).
+  // victims on the cards: PreemptOption::Consider). Only jobs holding what is short.
+  const bool cpu_short = cpu < j.cpu * cards, mem_short = mem < j.mem * cards;
   std::vector<std::tuple<int64_t, Standing, int>> more;  // (lost work, standing, handle)
   for (int v : preemptible_running_) {
     if (std::find(victims->begin(), victims->end(), v) != victims->end() || !Victim(j, v, reclaim))
       continue;
-    const auto& gs = jobs_[v].grants;
-    if (std::any_of(gs.begin(), gs.end(), [&](const Grant& g) {
-          return g.node == node && (g.cpu > 0 || g.host_memory > 0);
-        }))
+    const auto [c, m] = host(v);
+    if ((cpu_short && c > 0) || (mem_short && m > 0))
       more.push_back({LostWork(jobs_[v]), StandingOf(jobs_[v]), v});
   }
   std::sort(more.begin(), more.end());
+  const size_t chosen = victims->size();
   for (const auto& [lost, standing, v] : more) {
     victims->push_back(v);
     if (reclaim && !LendersKeepReservations(*victims)) {
       victims->pop_back();
       continue;
     }
-    add(v, +1);
+    cpu += host(v).first, mem += host(v).second;
     *cost += lost;
-    if (fits()) return true;
+    if (!fits()) continue;
+    // The added ones the rest make unneeded stay (a cheap job added first, then one that alone
+    // would have done): the latest first.
+    for (size_t k = victims->size(); k-- > chosen;) {
+      const int x = (*victims)[k];
+      const auto [c, m] = host(x);
+      if (cpu - c < j.cpu * cards || mem - m < j.mem * cards) continue;
+      cpu -= c, mem -= m;
+      *cost -= LostWork(jobs_[x]);
+      victims->erase(victims->begin() + static_cast<std::ptrdiff_t>(k));
+    }
+    return true;
   }
   return false;
 }

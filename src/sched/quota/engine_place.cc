@@ -609,8 +609,9 @@ bool Engine::TryPlaceIn(int self, std::string* step, std::string* reason, bool* 
     if (!FindInForm(j, self, f, &c, &blocked)) continue;
     Resources charge = ChargeOf(j, c.grants);
     Status a = Admission(j, charge, &guaranteed);
+    const bool by_totals = guaranteed;  // else Admission judged the borrowing already
     if (a.ok()) a = CellAdmission(j, c.grants, &guaranteed);
-    if (a.ok() && !guaranteed) a = BorrowRoom(j, charge);  // borrowing per model or pool
+    if (a.ok() && by_totals && !guaranteed) a = BorrowRoom(j, charge);  // borrows per model/pool
     if (!a.ok()) {
       limit_reason = a.message();
       DropPick(c);

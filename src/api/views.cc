@@ -89,13 +89,13 @@ Json NodesNow(const Identity& who, const ReadModel& m) {
       for (const Holder& h : held[{name, d.index}]) {
         used += h.grant.compute;
         mem_used += h.grant.memory;
-        Json hj = {{"job", h.job->rec.id},
-                   {"form", h.job->form},
+        Json hj = {{"form", h.job->form},
                    {"gpu_milli", h.grant.compute},
                    {"gpu_memory_mib", h.grant.memory}};
         if (!h.grant.slot.empty()) hj["partition"] = h.grant.slot;
         hj["idle"] = h.job->agent.activity.idle;
-        if (CanSee(who, *h.job)) {
+        if (CanSee(who, *h.job)) {  // whose, to those who may see the job alone
+          hj["job"] = h.job->rec.id;
           hj["identity"] = h.job->rec.identity;
           hj["group"] = h.job->rec.group;
         }
@@ -103,9 +103,13 @@ Json NodesNow(const Identity& who, const ReadModel& m) {
       }
       quota::DeviceView v = m.quota.device(name, d.index);
       Json slots = Json::array();
-      for (const auto& s : v.slots)
-        slots.push_back(
-            {{"name", s.name}, {"profile", s.profile}, {"start", s.start}, {"job", s.holder}});
+      for (const auto& s : v.slots) {
+        const Job* holder = s.holder.empty() ? nullptr : m.jobs.Find(s.holder);
+        slots.push_back({{"name", s.name},
+                         {"profile", s.profile},
+                         {"start", s.start},
+                         {"job", holder != nullptr && CanSee(who, *holder) ? s.holder : ""}});
+      }
       std::string layout = v.mig ? "MIG" : v.amd_pair;
       devs.push_back({{"index", d.index},
                       {"model", d.model},
@@ -132,10 +136,19 @@ Json NodesNow(const Identity& who, const ReadModel& m) {
       if (d.mps) devs.back()["mps"] = true;
       if (!d.healthy) devs.back()["health_reason"] = d.health_reason;
     }
+    MilliCpu cpu_used = 0;
+    MiB memory_used = 0;
+    for (auto it = held.lower_bound({name, -1}); it != held.end() && it->first.first == name; ++it)
+      for (const Holder& h : it->second) {
+        cpu_used += h.grant.cpu;
+        memory_used += h.grant.host_memory;
+      }
     out.push_back({{"name", name},
                    {"pool", n.pool},
                    {"cpu_milli", n.cpu_milli},
                    {"memory_mib", n.memory_mib},
+                   {"cpu_milli_used", cpu_used},
+                   {"memory_mib_used", memory_used},
                    {"simulated", n.simulated},
                    {"state", n.lost ? "lost" : "ready"},
                    {"admin_state", m.admin.StateName(name, -1, holds_on(name))},
@@ -419,7 +432,13 @@ Result<Json> Views::Queues(const Identity& who) {
                    {"max_gpu_memory_mib",
                     p->max_gpu_memory_mib > 0 ? Json(p->max_gpu_memory_mib) : Json(nullptr)},
                    {"cpu_milli", p->cpu_milli},
-                   {"memory_mib", p->memory_mib}});
+                   {"memory_mib", p->memory_mib},
+                   {"max_runtime_s", q.max_runtime_s},
+                   {"min_runtime_s", q.min_runtime_s},
+                   {"preemption_delay_s", q.preemption_delay_s},
+                   {"idle_timeout_s", q.idle_timeout_s},
+                   {"idle_action",
+                    q.idle_action == quota::QueueSpec::IdleAction::kStop ? "stop" : "requeue"}});
   }
   return Json{{"queues", out}};
 }

@@ -143,4 +143,19 @@ int64_t NowMs() {
       .count();
 }
 
+void CallAndPrint(const ClientOptions& co, const std::string& method, const std::string& path,
+                  int* exit_code, const std::function<void(nlohmann::json&)>& print) {
+  nlohmann::json j = Call(co, method, path, exit_code);
+  if (j.is_discarded()) return;
+  if (co.json) return void(std::cout << j.dump(2) << "\n");
+  print(j);
+  // With the engine busy, a view is its last rendering, of any age: a listing 20 s old looked
+  // current (a new user). A second or more is said.
+  if (j.is_object() && j.contains("stale_ms") && j["stale_ms"].is_number_integer() &&
+      j["stale_ms"].get<int64_t>() >= 1000) {
+    std::cerr << "(as of " << j["stale_ms"].get<int64_t>() / 1000
+              << " s ago: the server was busy and answered with its last view)\n";
+  }
+}
+
 }  // namespace tessera::cli

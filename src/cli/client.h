@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
@@ -71,5 +72,9 @@ bool Resolve(ClientOptions* o);
 // JSON.
 nlohmann::json Call(const ClientOptions& o, const std::string& method, const std::string& path,
                     int* exit_code, const std::string& body = "", CallOptions call = {});
+// Calls the server and prints its answer: whole with --json, else as `print` puts it for people,
+// then how old the view is where the server answered with an older one.
+void CallAndPrint(const ClientOptions& co, const std::string& method, const std::string& path,
+                  int* exit_code, const std::function<void(nlohmann::json&)>& print);
 
 }  // namespace tessera::cli

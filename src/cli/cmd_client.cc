@@ -14,6 +14,7 @@
 
 #include "cli/choices.h"
 #include "cli/client.h"
+#include "cli/cluster_views.h"
 #include "cli/commands.h"
 #include "cli/table.h"
 #include "common/text.h"
@@ -301,28 +302,6 @@ const CLI::Validator kJobId(
     [](std::string& id) { return id.empty() ? std::string("'' is not a job id") : std::string(); },
     "ID");
 
-// Calls the server and prints its answer: whole with --json, else as `print` puts it for people.
-template <typename Print>
-void CallAndPrint(const ClientOptions& co, const std::string& method, const std::string& path,
-                  int* exit_code, Print print) {
-  Json j = Call(co, method, path, exit_code);
-  if (j.is_discarded()) return;
-  if (co.json) return void(std::cout << j.dump(2) << "\n");
-  print(j);
-  // With the engine busy, a view is its last rendering, of any age: a listing 20 s old looked
-  // current (a new user). A second or more is said.
-  if (j.is_object() && j.contains("stale_ms") && j["stale_ms"].is_number_integer() &&
-      j["stale_ms"].get<int64_t>() >= 1000) {
-    std::cerr << "(as of " << j["stale_ms"].get<int64_t>() / 1000
-              << " s ago: the server was busy and answered with its last view)\n";
-  }
-}
-
-// The strings of a JSON array, joined by commas.
-std::string JoinedStrings(const Json& list) {
-  return Join(list.get<std::vector<std::string>>(), ",");
-}
-
 void ListJobs(const ClientOptions& co, const Args& args, int* exit_code) {
   const std::string& state = args.text;  // one of JobStateNames() (checked as it is parsed)
   CallAndPrint(
@@ -426,94 +405,6 @@ void CancelJobs(const ClientOptions& co, const Args& args, int* exit_code) {
   if (co.json && !all.empty()) std::cout << (all.size() == 1 ? all[0] : all).dump(2) << "\n";
 }
 
-void ListQueues(const ClientOptions& co, const Args&, int* exit_code) {
-  CallAndPrint(co, "GET", "/v1/queues", exit_code, [&](Json& j) {
-    std::vector<std::vector<std::string>> rows = {
-        {"QUEUE", "PRIORITY", "CLASS", "FORMS", "GROUPS", "PREEMPTIBLE"}};
-    for (const auto& q : j["queues"]) {
-      rows.push_back({q["name"], std::to_string(q["priority"].get<int>()), q["class"],
-                      JoinedStrings(q["forms"]), JoinedStrings(q["groups"]),
-                      q["preemptible"].get<bool>() ? "yes" : "no"});
-    }
-    PrintTable(rows);
-  });
-}
-
-// An amount in thousandths, g[what][field]; "-" for none (a limit the group leaves unset is null).
-std::string Milli(const Json& g, const char* what, const char* field) {
-  if (!g.is_object() || !g.contains(what) || !g[what].is_object()) return "-";
-  const Json v = g[what].value(field, Json());
-  return v.is_number_integer() ? FormatMilli(v.get<int64_t>()) : std::string("-");
-}
-
-void ListGroups(const ClientOptions& co, const Args&, int* exit_code) {
-  CallAndPrint(co, "GET", "/v1/groups", exit_code, [&](Json& j) {
-    std::vector<std::vector<std::string>> rows = {
-        {"GROUP", "GPU USED", "RESERVED", "LIMIT", "CPU USED", "CPU LIMIT"}};
-    for (const auto& g : j["groups"]) {
-      rows.push_back({g.value("name", ""), Milli(g, "usage", "gpu_milli"),
-                      Milli(g, "reservation", "gpu_milli"), Milli(g, "limit", "gpu_milli"),
-                      Milli(g, "usage", "cpu_milli"), Milli(g, "limit", "cpu_milli")});
-    }
-    PrintTable(rows);
-  });
-}
-
-// "job(form[ partition][,identity])" per holder, space-separated.
-std::string DeviceHolders(const Json& d) {
-  std::string holders;
-  for (const auto& h : d["holders"]) {
-    holders += (holders.empty() ? "" : " ") + h["job"].get<std::string>() + "(" +
-               h["form"].get<std::string>() +
-               (h.contains("partition") ? " " + h["partition"].get<std::string>() : "") +
-               (h.contains("identity") ? "," + h["identity"].get<std::string>() : "") + ")";
-  }
-  return holders;
-}
-
-// The partition layout: MIG instances (free ones too), the AMD mode, or "whole".
-std::string DeviceLayout(const Json& d) {
-  std::string layout;
-  for (const auto& p : d.value("partitions", Json::array())) {
-    layout += (layout.empty() ? "" : ",") + p["name"].get<std::string>();
-  }
-  if (layout.empty()) layout = d.value("mig", false) ? "MIG (empty)" : d.value("amd_mode", "");
-  if (layout.empty()) layout = "-";
-  if (d.value("draining", false)) layout += " draining";
-  return layout;
-}
-
-void ListNodes(const ClientOptions& co, const Args&, int* exit_code) {
-  CallAndPrint(co, "GET", "/v1/nodes", exit_code, [&](Json& j) {
-    std::vector<std::vector<std::string>> rows = {
-        {"NODE", "STATE", "DEVICE", "MODEL", "LAYOUT", "USED", "MEMORY USED", "HOLDERS"}};
-    for (const auto& n : j["nodes"]) {
-      std::string state =
-          n["state"].get<std::string>() + (n["simulated"].get<bool>() ? " (simulated)" : "");
-      const std::string node_admin = n.value("admin_state", "active");
-      if (n["devices"].empty()) rows.push_back({n["name"], state, "-", "-", "-", "-", "-", "-"});
-      for (const auto& d : n["devices"]) {
-        std::string holders = DeviceHolders(d);
-        std::string layout = DeviceLayout(d);
-        // Cordoned, draining or drained (the device's own, else the node's): said after the state.
-        const std::string admin = d.value("admin_state", node_admin);
-        // A device its agent reports unhealthy (issue 38): said after the state, with why.
-        const std::string health =
-            d.value("health", "ok") == "unhealthy"
-                ? ", unhealthy: " + EscapeForTerminal(d.value("health_reason", ""))
-                : "";
-        rows.push_back({n["name"], state + (admin == "active" ? "" : ", " + admin) + health,
-                        std::to_string(d["index"].get<int>()),
-                        d["model"].get<std::string>() + (d["simulated"].get<bool>() ? "*" : ""),
-                        layout, FormatMilli(d["gpu_milli_used"]),
-                        FormatMiB(d["gpu_memory_mib_used"]) + "/" + FormatMiB(d["memory_mib"]),
-                        holders.empty() ? "-" : holders});
-      }
-    }
-    PrintTable(rows);
-  });
-}
-
 // `tessera cordon|drain|uncordon NODE[:DEVICE]`: POST /v1/nodes/NODE/ACTION, with {"device": N}
 // for one device. A node's name may hold ':' itself: only digits after the last one are a device.
 void AdminNode(const ClientOptions& co, const std::string& action, const std::string& target,
@@ -608,10 +499,12 @@ void RegisterClientCommands(CLI::App& app, CommandContext& ctx) {
         c->add_option("ids", a->ids, "job ids")->required()->check(kJobId);
       },
       CancelJobs);
-  RegisterClientCommand(app, ctx, "queues", "List the queues you may use", no_arg, ListQueues);
+  RegisterClientCommand(app, ctx, "queues", "List the queues you may use", no_arg,
+                        [](const ClientOptions& co, const Args&, int* rc) { ListQueues(co, rc); });
   RegisterClientCommand(app, ctx, "groups", "Groups with reservation, limit and usage", no_arg,
-                        ListGroups);
-  RegisterClientCommand(app, ctx, "nodes", "Nodes, devices, and who holds them", no_arg, ListNodes);
+                        [](const ClientOptions& co, const Args&, int* rc) { ListGroups(co, rc); });
+  RegisterClientCommand(app, ctx, "nodes", "Nodes, devices, and who holds them", no_arg,
+                        [](const ClientOptions& co, const Args&, int* rc) { ListNodes(co, rc); });
   RegisterClientCommand(app, ctx, "whoami", "Who the token belongs to", no_arg, WhoAmI);
   // Admins: node administration.
   auto target = [](CLI::App* c, Args* a) {

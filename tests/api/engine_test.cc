@@ -574,6 +574,37 @@ TEST_F(EngineTest, AGroupMateSeesNoSecretsAndCannotCancel) {
   EXPECT_TRUE(engine_->Cancel(Who("carol"), s["id"]).ok());
 }
 
+// The nodes view shows what is held where to every user, and which job holds it only to those who
+// may see the job (the red team: bob's view named alice's job); with the host CPU and memory in
+// use on each node (a new user: `tessera nodes` said nothing of them). The queues view names a
+// queue's runtime guards (a new user: a job stopped at a max_runtime no view showed).
+TEST_F(EngineTest, NodesNameOnlyVisibleJobsAndShowHostUseAndQueuesTheirGuards) {
+  Register("n1", 4);
+  const std::string a = Submit("alice", {{"queue", "training"}, {"command", {"true"}}})["id"];
+  Heartbeat("n1");
+  const Json mine = *engine_->views().Nodes(Who("alice"));
+  const Json theirs = *engine_->views().Nodes(Who("bob"));
+  EXPECT_NE(mine.dump().find("\"" + a + "\""), std::string::npos) << mine.dump();
+  EXPECT_EQ(theirs.dump().find("\"" + a + "\""), std::string::npos) << theirs.dump();
+  size_t holders = 0;
+  for (const auto& d : theirs["nodes"][0]["devices"]) holders += d["holders"].size();
+  EXPECT_EQ(holders, 1u) << theirs.dump();  // held, by a job bob may not name
+  EXPECT_EQ(theirs["nodes"][0]["cpu_milli_used"], 1000) << theirs.dump();
+  EXPECT_EQ(theirs["nodes"][0]["memory_mib_used"], 1024) << theirs.dump();
+  for (auto& q : config_.policy.queues) {
+    if (q.name != "training") continue;
+    q.max_runtime_s = 7200;
+    q.idle_timeout_s = 1800;
+  }
+  Reopen();
+  const Json queues = *engine_->views().Queues(Who("bob"));
+  ASSERT_EQ(queues["queues"].size(), 1u);
+  EXPECT_EQ(queues["queues"][0]["max_runtime_s"], 7200) << queues.dump();
+  EXPECT_EQ(queues["queues"][0]["idle_timeout_s"], 1800) << queues.dump();
+  EXPECT_EQ(queues["queues"][0]["idle_action"], "requeue") << queues.dump();
+  EXPECT_EQ(queues["queues"][0]["min_runtime_s"], 0) << queues.dump();
+}
+
 TEST_F(EngineTest, AuthorizationMatrix) {
   Register("n1", 4);
   std::string a = Submit("alice", {{"queue", "training"}, {"command", {"true"}}})["id"];

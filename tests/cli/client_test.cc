@@ -470,6 +470,45 @@ TEST(UnexpectedAnswerTest, IsSaidAndExitsOne) {
   EXPECT_THAT(r.err, HasSubstr("tessera: unexpected answer from the server: "));
 }
 
+// What a user reads of the cluster: a card another group holds as "other" (the server names the
+// job only to those who may see it), each node's host CPU and memory in use (a new user missed
+// them), and each queue's runtime guards (a job was stopped at a max_runtime no listing showed).
+TEST(ClusterViewsTest, NodesShowHostUseAndOthersWorkAndQueuesTheirGuards) {
+  httplib::Server fake;
+  fake.Get("/v1/nodes", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(R"({"nodes": [{"name": "n1", "state": "ready", "simulated": false,
+        "cpu_milli": 16000, "memory_mib": 65536, "cpu_milli_used": 2500, "memory_mib_used": 8192,
+        "devices": [{"index": 0, "model": "H100-80GB", "simulated": false, "memory_mib": 81920,
+                     "gpu_milli_used": 1000, "gpu_memory_mib_used": 81920,
+                     "holders": [{"form": "whole", "gpu_milli": 1000, "gpu_memory_mib": 81920}]}]}]})",
+                    "application/json");
+  });
+  fake.Get("/v1/queues", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(R"({"queues": [
+        {"name": "train", "priority": 0, "class": "training", "forms": ["whole"],
+         "groups": ["a"], "preemptible": true, "max_runtime_s": 7200, "idle_timeout_s": 1800,
+         "idle_action": "requeue"},
+        {"name": "nb", "priority": 10, "class": "interactive", "forms": ["share"],
+         "groups": ["a"], "preemptible": false}]})",
+                    "application/json");
+  });
+  const int port = fake.bind_to_any_port("127.0.0.1");
+  std::thread serving([&] { fake.listen_after_bind(); });
+  const std::vector<std::string> env = {"TESSERA_URL=http://127.0.0.1:" + std::to_string(port),
+                                        "TESSERA_TOKEN=x"};
+  ProcessResult nodes = Tessera({"nodes"}, env);
+  ProcessResult queues = Tessera({"queues"}, env);
+  fake.stop();
+  serving.join();
+  EXPECT_EQ(nodes.exit_code, 0) << nodes.out << nodes.err;
+  EXPECT_THAT(nodes.out, HasSubstr("HOST USED"));
+  EXPECT_THAT(nodes.out, HasSubstr("2.5/16 cpu 8GiB/64GiB"));
+  EXPECT_THAT(nodes.out, HasSubstr("other(whole)"));
+  EXPECT_EQ(queues.exit_code, 0) << queues.out << queues.err;
+  EXPECT_THAT(queues.out, HasSubstr("max 2h, idle 30m (requeue)"));
+  EXPECT_THAT(queues.out, ::testing::ContainsRegex("nb .* no +-"));
+}
+
 // A new user's typos: `drain local:` (a device index left out) said "no node 'local:'", and
 // `up --help` showed "--tls,--no-tls{false}".
 TEST(NodeFlagsTest, ADeviceLeftOutAndTheTlsFlagsAreSaidPlainly) {

@@ -85,8 +85,7 @@ std::vector<DeviceTelemetry> Agent::Telemetry(std::vector<RunningJob>& running) 
     for (int d : r.devices) {
       if (elapsed_ms > 0)
         util_milli[d] += static_cast<int64_t>(delta) * 1000 * 1000 / (kTicksPerSecond * elapsed_ms);
-      if (r.gpu_memory_used_bytes >= 0)
-        memory_mib[d] += (r.gpu_memory_used_bytes + (1 << 20) - 1) >> 20;
+      if (r.gpu_memory_used_bytes >= 0) memory_mib[d] += MiBRoundedUp(r.gpu_memory_used_bytes);
     }
   }
   cpu_ticks_ = std::move(seen);
@@ -123,8 +122,11 @@ std::vector<DeviceTelemetry> Agent::Telemetry(std::vector<RunningJob>& running) 
   if (!inventory_.simulated || elapsed_ms == 0) return out;
   for (const DiscoveredDevice& d : inventory_.devices) {
     const int64_t u = util_milli.count(d.index) ? util_milli[d.index] : 0;
+    // No more than the device has, whatever its shares' regions claim.
     out.push_back({d.index, static_cast<int>(std::min<int64_t>(100, u / 10)),
-                   memory_mib.count(d.index) ? memory_mib[d.index] : 0, "", ""});
+                   std::min<int64_t>(memory_mib.count(d.index) ? memory_mib[d.index] : 0,
+                                     std::max<int64_t>(0, d.memory_mib)),
+                   "", ""});
   }
   return out;
 }

@@ -373,6 +373,20 @@ std::map<pid_t, uint64_t> CpuTicksBySession(const std::string& proc) {
   return out;
 }
 
+namespace {
+
+// The most device memory a share may report using, or having swapped out: its cap on each of its
+// devices (a share of no cap, at most 1 PiB).
+uint64_t ShareBytesAtMost(const JobSpec& spec) {
+  constexpr uint64_t kMost = uint64_t{1} << 50;
+  if (spec.gpu_memory_limit_bytes <= 0) return kMost;
+  const uint64_t devices = std::max<uint64_t>(1, spec.devices.size());
+  return std::min(kMost, std::min(kMost, static_cast<uint64_t>(spec.gpu_memory_limit_bytes)) *
+                             std::min<uint64_t>(devices, 1024));
+}
+
+}  // namespace
+
 std::vector<RunningJob> Launcher::Running(bool usage) const {
   std::vector<RunningJob> out;
   std::map<pid_t, uint64_t> ticks;
@@ -388,16 +402,23 @@ std::vector<RunningJob> Launcher::Running(bool usage) const {
       if (t != ticks.end()) r.cpu_ticks = t->second;
       if (!job.region_path.empty() && !copy) copy = std::make_unique<capgpu::RegionFile>();
       if (ReadShareRegion(job.region_path, job.region_owner, copy.get())) {
+        // The region is the job's own file: its counts are claims, held to what the share may
+        // hold (a job wrote 2^62 there; every heartbeat of its node was refused for it, and the
+        // node was lost with other users' jobs on it), summed without wrapping.
+        const uint64_t most = ShareBytesAtMost(job.spec);
+        const auto add = [most](uint64_t a, uint64_t b) {
+          return std::min(most, std::min(most, a) + std::min(most, b));
+        };
         const capgpu::RegionData& data = copy->data;
         uint64_t used = 0;
-        for (uint32_t d = 0; d < capgpu::kMaxDevices; ++d) used += data.used[d];
+        for (uint32_t d = 0; d < capgpu::kMaxDevices; ++d) used = add(used, data.used[d]);
         r.gpu_launches = static_cast<int64_t>(data.launches & INT64_MAX);
         if (data.swap_enabled != 0) {
           const capgpu::SwapSummary m = capgpu::SummarizeSwap(data);
           r.swap_state = capgpu::ShareSwapState(m);
-          r.swapped_bytes = static_cast<int64_t>((m.host_bytes + m.disk_bytes) & INT64_MAX);
+          r.swapped_bytes = static_cast<int64_t>(add(m.host_bytes, m.disk_bytes));
         }
-        r.gpu_memory_used_bytes = static_cast<int64_t>(used & INT64_MAX);
+        r.gpu_memory_used_bytes = static_cast<int64_t>(used);
       }
     }
     out.push_back(std::move(r));

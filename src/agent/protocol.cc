@@ -190,6 +190,11 @@ Result<int64_t> ParseRegisterReply(std::string_view body, int64_t fallback_ms) {
   return r->heartbeat_ms;
 }
 
+int64_t MiBRoundedUp(int64_t bytes) {
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  return bytes / kMiB + (bytes % kMiB > 0 ? 1 : 0);
+}
+
 std::string HeartbeatBody(const std::string& node, const std::vector<RunningJob>& running,
                           const std::vector<FinishedReport>& finished,
                           const std::vector<DeviceTelemetry>& devices) {
@@ -198,10 +203,10 @@ std::string HeartbeatBody(const std::string& node, const std::vector<RunningJob>
     json e = {{"job", job.id}, {"pid", job.pid}};
     if (job.active >= 0) e["active"] = job.active == 1;
     if (job.gpu_memory_used_bytes >= 0)
-      e["gpu_memory_used_mib"] = (job.gpu_memory_used_bytes + (1 << 20) - 1) >> 20;
+      e["gpu_memory_used_mib"] = MiBRoundedUp(job.gpu_memory_used_bytes);
     if (!job.swap_state.empty()) {
       e["swap"] = job.swap_state;
-      e["swapped_mib"] = (job.swapped_bytes + (1 << 20) - 1) >> 20;
+      e["swapped_mib"] = MiBRoundedUp(job.swapped_bytes);
       if (job.swap_ordered) e["swapped"] = job.swap_state == "swapped";  // all off the device
     }
     r.push_back(std::move(e));

@@ -99,6 +99,9 @@ struct RegisterReply {
 };
 Result<RegisterReply> ParseRegisterReplyFields(std::string_view body, int64_t fallback_ms);
 
+// Bytes as MiB, rounded up; never overflows (bytes up to INT64_MAX).
+int64_t MiBRoundedUp(int64_t bytes);
+
 // POST /v1/agent/heartbeat body.
 // Device telemetry for a heartbeat (-1: not known, left out).
 struct DeviceTelemetry {

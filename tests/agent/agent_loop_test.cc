@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
@@ -17,6 +18,7 @@
 #include <thread>
 
 #include "agent/agent.h"
+#include "capgpu/region.h"
 #include "fake_control_plane.h"
 #include "test_util.h"
 
@@ -411,6 +413,59 @@ TEST(AgentLoop, ReportsNvmlTelemetryAndTheJobsOnTheDevices) {
   EXPECT_EQ(hb["devices"][0]["memory_used_mib"], 0);
   EXPECT_EQ(hb["devices"][1]["util_pct"], 0);
   ::unsetenv("FAKE_NVML_PID");
+  EXPECT_EQ(agent.Stop(), 0);
+}
+
+// A share's region is the job's own file, and what it says there is a claim: a job that wrote
+// 2^62 bytes "used" made every heartbeat of its node one the control plane refused (a number past
+// what any device holds), and the node was lost with every other user's job on it (the red team).
+// The agent reports no more than the share may hold, its devices no more than they have.
+TEST(AgentLoop, WhatAJobWritesInItsRegionIsReportedWithinItsShare) {
+  TempDir dir;
+  FakeControlPlane cp;
+  ASSERT_GT(cp.port(), 0);
+  AgentThread agent(cp.url(), dir);
+  ASSERT_TRUE(WaitFor([&] { return cp.Heartbeats() >= 1; }, 5s));
+  cp.Start("j-share", Sh("exec sleep 30"),
+           {{"devices", json::array({{{"index", 0}, {"uuid", "GPU-sim-host-a-0"}, {"mig", ""}}})},
+            {"gpu_memory_limit_bytes", int64_t{1} << 30}});
+  std::string path;  // the launcher's region directory is one of its own making under region_dir
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        std::error_code ec;
+        for (const auto& e : std::filesystem::recursive_directory_iterator(dir.path(), ec))
+          if (e.path().filename() == "tessera-capgpu-j-share") path = e.path().string();
+        return !path.empty();
+      },
+      5s));
+  {
+    capgpu::Region region;
+    ASSERT_EQ(region.Open(path.c_str()), 0) << path;
+    region.data().used[0] = uint64_t{1} << 62;  // as the job may write it
+  }
+  json hb;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        hb = cp.LastHeartbeat();
+        return hb.contains("running") && !hb["running"].empty() &&
+               hb["running"][0].value("gpu_memory_used_mib", int64_t{0}) > 0 &&
+               hb.contains("devices") && !hb["devices"].empty();
+      },
+      5s))
+      << hb.dump();
+  EXPECT_EQ(hb["running"][0]["gpu_memory_used_mib"], 1024) << hb.dump();
+  EXPECT_LE(hb["devices"][0]["memory_used_mib"].get<int64_t>(), 81920) << hb.dump();
+  // Two devices' counts that wrap past 2^64 together read as the whole share, not as 0.
+  {
+    capgpu::Region region;
+    ASSERT_EQ(region.Open(path.c_str()), 0) << path;
+    region.data().used[0] = uint64_t{1} << 63;
+    region.data().used[1] = uint64_t{1} << 63;
+  }
+  const int seen = cp.Heartbeats();
+  ASSERT_TRUE(WaitFor([&] { return cp.Heartbeats() >= seen + 2; }, 5s));
+  EXPECT_EQ(cp.LastHeartbeat()["running"][0]["gpu_memory_used_mib"], 1024)
+      << cp.LastHeartbeat().dump();
   EXPECT_EQ(agent.Stop(), 0);
 }
 

@@ -189,6 +189,13 @@ Result<Json> Body(const HttpRequest& req) {
     j = Json::parse(req.body, check);
   } catch (const Json::parse_error& e) {
     return Status::InvalidArgument("malformed JSON body: " + ParseErrorWords(e.what()));
+  } catch (const Json::out_of_range& e) {  // "number overflow parsing '1e400'": was a 500
+    const std::string_view what = e.what();
+    const size_t from = what.find('\''), to = what.rfind('\'');
+    const std::string number(from < to ? what.substr(from + 1, std::min<size_t>(to - from - 1, 40))
+                                       : std::string_view("?"));
+    return Status::InvalidArgument(
+        "malformed JSON body: a number past what JSON numbers hold here (" + number + ")");
   }
   if (!twice.empty()) {
     return Status::InvalidArgument("field '" + ToValidUtf8(EscapeForTerminal(twice)) +

@@ -113,6 +113,12 @@ TEST_F(ServerTest, StatusCodesAndJsonErrors) {
   EXPECT_EQ(Error(r),
             "malformed JSON body: at line 1, column 13: syntax error while parsing object - "
             "unexpected end of input (expected '}')");
+  // A number past what a double holds was a 500 "internal error" (the red team): said, 400.
+  r = client_->Post("/v1/jobs", Auth("alice-token-1"),
+                    R"({"queue":"training","command":["true"],"gpus":1e400})", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(Error(r), "malformed JSON body: a number past what JSON numbers hold here (1e400)");
   // A field given twice is refused, not read as its last value (a job went to the second queue
   // named, and its first was never checked), at any depth.
   r = client_->Post("/v1/jobs", Auth("alice-token-1"),

@@ -80,10 +80,29 @@ TEST(AuditTrail, AFloodOfRefusalsIsCappedPerSecondAndTheRestCountedIntoTheNext) 
   EXPECT_EQ(ledger->queued.size(), static_cast<size_t>(2 * AuditTrail::kPerSecond) + 2);
   EXPECT_EQ(ledger->queued.back().actor, "alice");
   EXPECT_EQ(Json::parse(ledger->queued.back().data)["role"], "user");
+  // An agent speaking for nodes it is not bound to is capped too (the red team: 3,000 refused
+  // heartbeats in 0.6 s wrote 3,000 events).
+  ledger->now_ms += 1000;
+  const size_t before = ledger->queued.size();
+  {
+    auto lock = ledger->Lock();  // RecordLocked's callers hold the engine's lock
+    for (int i = 0; i < AuditTrail::kPerSecond + 7; ++i)
+      audit.RecordLocked("agent2", "agent.refused", "node-" + std::to_string(i),
+                         "may not heartbeat for this node", Json::object());
+  }
+  EXPECT_EQ(ledger->queued.size(), before + AuditTrail::kPerSecond);
+  ledger->now_ms += 1000;
+  {
+    auto lock = ledger->Lock();
+    audit.RecordLocked("agent2", "agent.refused", "n", "may not heartbeat for this node",
+                       Json::object());
+  }
+  EXPECT_EQ(Json::parse(ledger->queued.back().data)["suppressed"], 7);
+  const size_t capped = ledger->queued.size();
   // Memory that could not be rebuilt queues nothing more.
   ledger->broken = Status::Internal("reload failed");
   audit.AuthFailure("GET", "/v1/jobs", "unknown token");
-  EXPECT_EQ(ledger->queued.size(), static_cast<size_t>(2 * AuditTrail::kPerSecond) + 2);
+  EXPECT_EQ(ledger->queued.size(), capped);
 }
 
 // Memory as the views read it: an engine's config, an empty quota engine and jobs, a real store.

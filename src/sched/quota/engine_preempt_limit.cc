@@ -20,9 +20,12 @@ int64_t Part(const Resources& r, int k) {
 // Its group's running jobs that may go for it (Victim: preemptible, of lower priority, past
 // min_runtime), least lost work first, each only if it frees part of a component still over a
 // limit, until it fits every limit that holds it (its group's and each ancestor's, its
-// member's), counting what is already leaving; then any the rest make do without are kept. Only
-// for a job the free capacity holds now, and nothing is preempted unless they make it fit; they
-// are stopped with the policy's grace, as for a job that found no room.
+// member's), counting what is already leaving; then any the rest make do without are kept. Where
+// the free capacity does not hold it, the cheapest of them to clear for it go first (counted
+// against the limits too); where none would, nothing goes (a gang at its limit with no three
+// cards free once preempted a partition of its group every cycle, to no end). Nothing is
+// preempted unless they make it fit; they are stopped with the policy's grace, as for a job that
+// found no room.
 bool Engine::TryPreemptForLimit(int self) {
   Job& j = jobs_[self];
   if (j.external) return false;
@@ -73,12 +76,32 @@ bool Engine::TryPreemptForLimit(int self) {
   };
   for (int t : terminating_) leave(jobs_[t], &freed, +1);  // leaving already
   if (fits(freed)) return false;  // what is leaving makes room: nothing more goes
+  // Where it goes: the free capacity now, or else the cheapest of its group's lower-priority jobs
+  // to clear for it (priority preemption's victims, Victim), who leave the limits too. With
+  // another group on the last card, a job waited at Admission for as long as its group's low
+  // jobs ran, though one of them going made both room and its group's limit (a new user).
+  ++preempt_searches_;
+  bool room = false;
+  for (AllocationForm f : j.forms) {
+    Candidate c;
+    bool blocked = false;
+    if (!FindInForm(j, self, f, &c, &blocked)) continue;
+    DropPick(c);
+    room = true;
+    break;
+  }
+  PreemptOption place;
+  if (!room) {
+    SearchPreemption(j, self, /*reclaim=*/false, &place);
+    if (place.victims.empty()) return false;
+    for (int v : place.victims) leave(jobs_[v], &freed, +1);
+  }
   std::vector<std::pair<int64_t, int>> options;
   for (int v : preemptible_running_) {
-    if (v != self && jobs_[v].group == j.group && Victim(j, v, /*reclaim=*/false))
+    if (v != self && jobs_[v].group == j.group && Victim(j, v, /*reclaim=*/false) &&
+        std::find(place.victims.begin(), place.victims.end(), v) == place.victims.end())
       options.push_back({LostWork(jobs_[v]), v});
   }
-  if (options.empty()) return false;
   std::sort(options.begin(), options.end());
   std::vector<int> victims;
   for (const auto& [lost, v] : options) {
@@ -96,7 +119,7 @@ bool Engine::TryPreemptForLimit(int self) {
     victims.push_back(v);
   }
   if (!fits(freed)) return false;
-  // Kept: each the others make do without, most lost work first.
+  // Kept: each the others make do without, most lost work first (those cleared for room stay).
   for (size_t i = victims.size(); i-- > 0;) {
     std::vector<Resources> without = freed;
     leave(jobs_[victims[i]], &without, -1);
@@ -104,19 +127,11 @@ bool Engine::TryPreemptForLimit(int self) {
     freed = std::move(without);
     victims.erase(victims.begin() + static_cast<std::ptrdiff_t>(i));
   }
-  // Only where the free capacity holds it: a gang at its limit with no three cards free once
-  // preempted a partition of its group every cycle, to no end.
-  ++preempt_searches_;
-  bool room = false;
-  for (AllocationForm f : j.forms) {
-    Candidate c;
-    bool blocked = false;
-    if (!FindInForm(j, self, f, &c, &blocked)) continue;
-    DropPick(c);
-    room = true;
-    break;
-  }
-  if (!room) return false;
+  // Cleared for it: its devices kept for it through the grace, as for a job that found no room.
+  for (int d : place.devs) Nominate(d, self, now_ + policy_.grace_seconds);
+  if (!place.devs.empty())
+    for (int d = 0; d < kDims; ++d) j.claim_cell[d] = CellOf(d, place.devs.front());
+  victims.insert(victims.end(), place.victims.begin(), place.victims.end());
   const std::string why = "priority preemption: for " + j.id + " (priority " +
                           std::to_string(j.priority) + ") held at a limit of group " +
                           groups_[j.group].spec.name;

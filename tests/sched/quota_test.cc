@@ -360,10 +360,18 @@ TEST(QuotaPreemption, PriorityMakesRoomUnderTheGroupsLimit) {
            // A second new user: with another group on the last card, the job waited at
            // Admission for as long as its group's low jobs ran, though preempting one of them
            // both brings the group under its limit and frees a card.
-           {"the cluster full besides", 3, {"train", "train-lo", "train-lo"}, {"train"},
-            "train-hi", 1},
-           {"the cluster full, not preemptible", 3, {"train", "train", "train"}, {"train-lo"},
-            "train-hi", -1},
+           {"the cluster full besides",
+            3,
+            {"train", "train-lo", "train-lo"},
+            {"train"},
+            "train-hi",
+            1},
+           {"the cluster full, not preemptible",
+            3,
+            {"train", "train", "train"},
+            {"train-lo"},
+            "train-hi",
+            -1},
        }) {
     PolicySpec p = BasePolicy();
     p.groups[0].limit.gpu_milli = c.limit_cards * kWholeGpu;

@@ -251,6 +251,26 @@ TEST(QuotaGuards, PreemptionDelayHoldsThePreemptorUntilItHasWaited) {
   w.Done();
 }
 
+// Held at its group's limit, it says so too (a new user read only "at its gpu limit" for the
+// 20 s of its delay, and could not tell it would preempt).
+TEST(QuotaGuards, PreemptionDelayIsSaidAtTheLimitToo) {
+  PolicySpec p = BasePolicy();
+  Queue(p, "train-hi").preemption_delay_s = 60;
+  p.groups[0].limit.gpu_milli = kWholeGpu;
+  World w(p, {Node("n0", "train", 2)});
+  w.Submit(Job("lo", "train-lo", "a"), 0);
+  w.e->RunCycle(0);
+  w.Submit(Job("hi", "train-hi", "a"), 10);
+  w.e->RunCycle(10);
+  EXPECT_EQ(w.View("hi").wait_step, "Admission");
+  EXPECT_NE(w.View("hi").wait_reason.find("may preempt from t=70s (preemption_delay 60s)"),
+            std::string::npos)
+      << w.View("hi").wait_reason;
+  w.e->RunCycle(70);
+  EXPECT_EQ(w.Count(EventKind::kPreempted), 1);
+  w.Done();
+}
+
 TEST(QuotaGuards, ReclaimWaitsForThePreemptionDelayToo) {
   PolicySpec p = BasePolicy();
   p.groups[1].reservation = Gpu(1000);

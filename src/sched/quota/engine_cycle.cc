@@ -393,7 +393,12 @@ std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order,
                            " (preemption_delay " + std::to_string(j.preempt_delay) + "s)";
         }
       }
-    } else if (step == "Admission" && MayPreempt(j) &&
+    } else if (step == "Admission" && !MayPreempt(j)) {
+      if (j.held_dev < 0 && j.preempt_delay > 0) {  // at a limit its group's jobs may clear
+        j.wait_reason += "; may preempt from " + T(j.waiting_since + j.preempt_delay) +
+                         " (preemption_delay " + std::to_string(j.preempt_delay) + "s)";
+      }
+    } else if (step == "Admission" &&
                preempt_searches_ < policy_.max_preemption_searches_per_cycle &&
                TryPreemptForLimit(h)) {
       // Gone at once (no grace): placed now, before a later job takes what they left.

@@ -473,6 +473,27 @@ TEST(QuotaBackfill, SmallJobsRunOnlyWhenTheyEndBeforeTheHeadStarts) {
   }
 }
 
+// A head whose start no one can know (a job in its way declares no walltime, and its queue has
+// no max_runtime) is owed no start: a job declaring its end uses the cards it keeps meanwhile, as
+// Slurm's backfill does beside a job without a time limit, and its reason says so (a new user
+// read "keeps 2 device(s) ... (start unknown ...)" and then saw one of them taken).
+TEST(QuotaBackfill, AHeadOfUnknownStartSaysItsCardsAreUsedMeanwhile) {
+  World w(BasePolicy(), {Node("n0", "train", 2)});
+  w.Submit(Job("endless", "train", "a"), 0);  // no walltime
+  w.e->RunCycle(0);
+  w.Submit(Job("gang", "train-hi", "b", 2), 10);
+  w.e->RunCycle(10);
+  w.Submit(Job("small", "train", "b", 1, /*walltime=*/600), 20);
+  w.e->RunCycle(20);
+  EXPECT_EQ(w.State("small"), JobState::kRunning);
+  EXPECT_NE(w.View("gang").wait_reason.find(
+                "(start unknown: running jobs declare no walltime, so jobs that declare one may "
+                "use them meanwhile)"),
+            std::string::npos)
+      << w.View("gang").wait_reason;
+  w.Done();
+}
+
 // A queue's max_runtime is a known end, as a walltime is: a running job of a queue that stops it
 // at 100 s gives a blocked head its expected start, and a job without a walltime in a queue that
 // stops it at 50 s backfills as one declaring 50 s does. (Both were unknown: "start unknown:

@@ -581,10 +581,11 @@ void Engine::ReserveForHead(int self) {
   }
   ++heads_;
   memo_.clear();  // the kept devices change what later shapes find
-  j.wait_reason += "; keeps " + std::to_string(j.gpu_count) + " device(s) on " +
-                   nodes_[best_node].name +
-                   (best_time >= kNever ? " (start unknown: running jobs declare no walltime)"
-                                        : " expected free at " + T(best_time));
+  j.wait_reason +=
+      "; keeps " + std::to_string(j.gpu_count) + " device(s) on " + nodes_[best_node].name +
+      (best_time >= kNever ? " (start unknown: running jobs declare no walltime, so jobs "
+                             "that declare one may use them meanwhile)"
+                           : " expected free at " + T(best_time));
 }
 
 // After a claim for `claimant` (its victims chosen):

@@ -303,5 +303,22 @@ TEST(QuotaModels, AFamilyTakesAModelFirstSeenOnANodeAddedLater) {
   w.Done();
 }
 
+// A queue of models no node in its pools has: refused naming them and what the pools have (a
+// new user's queue of A100-80GB on H100s read "no device in pools [train] can hold 1 x (gpu 1,
+// 0MiB) in any allowed form", and nothing of models).
+TEST(QuotaModels, AQueueOfModelsThePoolsLackIsRefusedNamingThem) {
+  PolicySpec p = MixedPolicy({kA100});
+  p.groups[0].reservation = Gpu(0);
+  p.groups[0].models.clear();
+  World w(p, {Node("h0", "train", 4, kH100)});
+  auto r = w.e->Submit(Job("j", "a-mixed", "a"), 0);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("of model A100-80GB (its queue's models; the devices "
+                                      "there are H100-80GB)"),
+            std::string::npos)
+      << r.status().message();
+  w.Done();
+}
+
 }  // namespace
 }  // namespace tessera::quota

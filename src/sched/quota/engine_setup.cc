@@ -266,13 +266,31 @@ std::string Engine::NeverSchedulable(const Job& j) const {
       }
     }
   }
+  // Devices in its pools that its queue's models leave out: the models said, and theirs (a new
+  // user's queue of A100-80GB on H100s read only "no device in pools [default] can hold ...").
+  std::set<std::string> others;
+  for (const Dev& d : devs_) {
+    if (InPools(j, d.pool) && !Serves(j, d) && d.model_id >= 0)
+      others.insert(model_names_[d.model_id]);
+  }
+  std::string models;
+  const std::vector<std::string>& wanted = policy_.queues[j.queue].models;
+  if (!others.empty() && !wanted.empty()) {
+    const auto join = [](auto names) {
+      std::string out;
+      for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+      return out;
+    };
+    models = " of model " + join(wanted) + " (its queue's models; the devices there are " +
+             join(others) + ")";
+  }
   if (!any) {
-    verdict = "never schedulable: no device in pools " + PoolNames(j) + " can hold " +
+    verdict = "never schedulable: no device" + models + " in pools " + PoolNames(j) + " can hold " +
               std::to_string(j.gpu_count) + " x (gpu " + FormatMilli(j.gpu_milli) + ", " +
               FormatMiB(j.gpu_mem) + ") in any allowed form";
   } else if (j.gpu_count > devices_in_pools) {
-    verdict = "never schedulable: wants " + std::to_string(j.gpu_count) + " devices, pools " +
-              PoolNames(j) + " have " + std::to_string(devices_in_pools);
+    verdict = "never schedulable: wants " + std::to_string(j.gpu_count) + " devices" + models +
+              ", pools " + PoolNames(j) + " have " + std::to_string(devices_in_pools);
   }
   return verdict;
 }

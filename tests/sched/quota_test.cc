@@ -692,6 +692,25 @@ TEST(QuotaSubmit, NeverSchedulableIsRejected) {
   EXPECT_NE(r2.status().message().find("group 'zzz' may not use queue 'train'"), std::string::npos);
 }
 
+// Two GPUs of a queue whose profile gives a fraction: refused naming whose fraction it is (a new
+// user asked for no fraction and read "a fraction of a GPU needs gpu_count 1").
+TEST(QuotaSubmit, ManyGpusOfAQueueOfFractionsSayWhoseFraction) {
+  World w(BasePolicy(), {Node("n0", "inter", 2)});
+  JobSpec two = Job("two", "inter", "a", 2);
+  auto r = w.e->Submit(two, 0);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("a fraction of a GPU (0.2, queue 'inter' gives) needs "
+                                      "gpu_count 1; 2 GPUs are whole"),
+            std::string::npos)
+      << r.status().message();
+  two.gpu_milli = 500;
+  r = w.e->Submit(two, 0);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("a fraction of a GPU (0.5, asked) needs gpu_count 1"),
+            std::string::npos)
+      << r.status().message();
+}
+
 // An impossible request waited forever (a new user): whole cards past the group's GPU memory
 // limit (4 x 80 GiB against 200 GiB: the nominal charge counted no memory for whole cards, and
 // admission as placed refused it every cycle). It is refused, naming the limit; what fits is not.

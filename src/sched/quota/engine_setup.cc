@@ -342,7 +342,11 @@ Result<Job> Engine::Build(const JobSpec& spec) const {
     return reject("walltime must be between 0 and ten years");
   }
   if (j.gpu_count > 1 && j.gpu_milli != kWholeGpu) {
-    return reject("a fraction of a GPU needs gpu_count 1");
+    // Whose fraction: the request's, or the queue's profile (a new user asked for 2 GPUs of a
+    // queue of shares, and read of a fraction they never asked for).
+    return reject("a fraction of a GPU (" + FormatMilli(j.gpu_milli) + ", " +
+                  (spec.gpu_milli ? std::string("asked") : "queue '" + queue.name + "' gives") +
+                  ") needs gpu_count 1; " + std::to_string(j.gpu_count) + " GPUs are whole");
   }
   if (j.gpu_count > 0 && j.gpu_milli == 0) j.gpu_milli = kWholeGpu;
   if (pr.max_gpus > 0 && j.gpu_count > pr.max_gpus) {

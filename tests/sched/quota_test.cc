@@ -711,6 +711,22 @@ TEST(QuotaSubmit, ManyGpusOfAQueueOfFractionsSayWhoseFraction) {
       << r.status().message();
 }
 
+// A fraction asked of a queue of whole cards alone is refused, not run on a whole card charged
+// whole without a word (a new user's --gpu-fraction 0.5 on a training queue).
+TEST(QuotaSubmit, AFractionOfAQueueOfWholeCardsIsRefused) {
+  World w(BasePolicy(), {Node("n0", "train", 2)});
+  JobSpec half = Job("half", "train", "a");
+  half.gpu_milli = 500;
+  auto r = w.e->Submit(half, 0);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("queue 'train' grants whole GPUs only (profile 'gpu1'), so "
+                                      "a fraction (0.5) would hold a whole one"),
+            std::string::npos)
+      << r.status().message();
+  half.gpu_milli = 1000;
+  EXPECT_TRUE(w.e->Submit(half, 0).ok());
+}
+
 // An impossible request waited forever (a new user): whole cards past the group's GPU memory
 // limit (4 x 80 GiB against 200 GiB: the nominal charge counted no memory for whole cards, and
 // admission as placed refused it every cycle). It is refused, naming the limit; what fits is not.

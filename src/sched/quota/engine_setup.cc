@@ -370,6 +370,14 @@ Result<Job> Engine::Build(const JobSpec& spec) const {
                   j.forms.end());
     if (j.forms.empty()) return reject("several devices are granted only as whole devices");
   }
+  // A fraction asked of a queue of whole cards alone would hold a whole card, charged whole (a
+  // new user's --gpu-fraction 0.5 ran on a whole card without a word).
+  if (spec.gpu_milli && *spec.gpu_milli > 0 && *spec.gpu_milli < kWholeGpu &&
+      j.forms == std::vector<AllocationForm>{AllocationForm::kWhole}) {
+    return reject("queue '" + queue.name + "' grants whole GPUs only (profile '" + pr.name +
+                  "'), so a fraction (" + FormatMilli(*spec.gpu_milli) +
+                  ") would hold a whole one: ask a queue of shares or partitions, or no fraction");
+  }
   for (size_t p = 0; p < policy_.pools.size(); ++p) {
     bool listed = pr.pools.empty() || std::find(pr.pools.begin(), pr.pools.end(),
                                                 policy_.pools[p].name) != pr.pools.end();

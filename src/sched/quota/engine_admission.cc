@@ -72,49 +72,61 @@ Status Engine::Admission(const Job& j, const Resources& charge, bool* guaranteed
 // counted in GPU. One once took a card another group reserved, and that group waited at Placement
 // for as long as it ran. A job the cluster could not hold beside the work that may not be
 // preempted, reservations or none, waits for room at Placement, as before.
-Status Engine::BorrowRoom(const Job& j, const Resources& charge) const {
+// `held` false: as if nothing ran (at submission, whether it could ever be admitted).
+Status Engine::BorrowRoom(const Job& j, const Resources& charge, bool held) const {
   if (j.preemptible || j.external || charge.gpu_milli <= 0 ||
       options_.engine_break == EngineOptions::Break::kBorrowReserved)
     return Status::Ok();
   MilliGpu cluster = gpu_capacity_;
   for (const auto& [pool, cap] : ext_cap_) cluster += cap;
+  const auto usage = [&](int g) { return held ? groups_[g].usage.gpu_milli : MilliGpu{0}; };
+  const auto preemptible = [&](int g) { return held ? groups_[g].preemptible : MilliGpu{0}; };
   std::vector<std::vector<int>> children(groups_.size());
   MilliGpu firm = charge.gpu_milli;  // what may not be preempted, with j
   for (size_t g = 0; g < groups_.size(); ++g) {
     if (groups_[g].parent >= 0) {
       children[groups_[g].parent].push_back(static_cast<int>(g));
     } else {
-      firm += groups_[g].usage.gpu_milli - groups_[g].preemptible;
+      firm += usage(static_cast<int>(g)) - preemptible(static_cast<int>(g));
     }
   }
   if (firm > cluster) return Status::Ok();
   // need(g), with `extra` more GPU held by j's group.
   std::function<MilliGpu(int, MilliGpu)> need = [&](int g, MilliGpu extra) {
-    const GroupRt& gr = groups_[g];
-    const MilliGpu reserved = gr.spec.reservation.gpu_milli;
-    const MilliGpu held = gr.usage.gpu_milli + (InChain(j.group, g) ? extra : 0);
-    MilliGpu own = held, own_preemptible = gr.preemptible, below = 0;
+    const MilliGpu reserved = groups_[g].spec.reservation.gpu_milli;
+    const MilliGpu in = usage(g) + (InChain(j.group, g) ? extra : 0);
+    MilliGpu own = in, own_preemptible = preemptible(g), below = 0;
     for (int c : children[g]) {
-      own -= groups_[c].usage.gpu_milli + (InChain(j.group, c) ? extra : 0);
-      own_preemptible -= groups_[c].preemptible;
+      own -= usage(c) + (InChain(j.group, c) ? extra : 0);
+      own_preemptible -= preemptible(c);
       below += need(c, extra);
     }
-    const MilliGpu taken = std::min(own_preemptible, std::max<MilliGpu>(0, held - reserved));
+    const MilliGpu taken = std::min(own_preemptible, std::max<MilliGpu>(0, in - reserved));
     return std::max(reserved, own - taken + below);
   };
-  MilliGpu needed = 0, before = 0;
+  int top = j.group;
+  while (groups_[top].parent >= 0) top = groups_[top].parent;
+  MilliGpu needed = 0, others = 0;
   for (size_t g = 0; g < groups_.size(); ++g) {
     if (groups_[g].parent >= 0) continue;
-    needed += need(static_cast<int>(g), charge.gpu_milli);
-    before += need(static_cast<int>(g), 0);
+    const MilliGpu n = need(static_cast<int>(g), charge.gpu_milli);
+    needed += n;
+    if (static_cast<int>(g) != top) others += n;
   }
   if (needed <= cluster) return Status::Ok();
+  // What the other top-level groups keep, and what that leaves j's (a new user read "reservations
+  // ... take 3" with its own group's reservation, which the job would fill, among the 3).
+  const std::string& name = groups_[top].spec.name;
   return Status::ResourceExhausted(
       "queue " + policy_.queues[j.queue].name + " is not preemptible, so group " +
       groups_[j.group].spec.name +
       " borrows only what leaves every reservation within reach: of the cluster's " +
-      Amount("gpu", cluster) + " GPU, reservations and work that may not be preempted take " +
-      Amount("gpu", before) + ", job needs " + Amount("gpu", charge.gpu_milli));
+      Amount("gpu", cluster) + " GPU, the other groups keep " + Amount("gpu", others) +
+      (held ? " (reservations and work that may not be preempted)" : " (their reservations)") +
+      ", leaving group " + name + " " + Amount("gpu", std::max<MilliGpu>(0, cluster - others)) +
+      " for work that may not be preempted; " +
+      (held ? "with this job it would need " : "it needs ") +
+      Amount("gpu", need(top, charge.gpu_milli)));
 }
 
 // Whether `g` is `ancestor` or below it.

@@ -592,8 +592,8 @@ class Engine final : public QuotaEngine {
   std::map<int, sched::Placement> mirror_blocks_;             // device -> its block while split
   std::vector<sched::ModelMask> pool_models_;                 // pool -> mirror model ids
   MiB gpu_memory_capacity_ = 0;
-  MilliGpu gpu_capacity_ = 0;                                      // every live node's cards, whole
-  Status BorrowRoom(const Job& j, const Resources& charge) const;  // engine_admission.cc
+  MilliGpu gpu_capacity_ = 0;  // every live node's cards, whole
+  Status BorrowRoom(const Job& j, const Resources& charge, bool held = true) const;  // admission
   bool InChain(int g, int ancestor) const;
   MilliCpu cpu_capacity_ = 0;  // every node's, for the fair-share key
   MiB host_memory_capacity_ = 0;

@@ -425,6 +425,21 @@ Result<Job> Engine::Build(const JobSpec& spec) const {
   }
   j.priority = queue.priority;
   j.preemptible = queue.preemptible;
+  // Not preemptible, and more than the reservations leave it with nothing running: never admitted
+  // while they stand (a new user's 4 cards, with 2 of 4 reserved by another group, waited for
+  // good at Admission). Not where external pools add capacity they have yet to report.
+  if (!spec.restoring && !j.external && !devs_.empty() &&
+      std::none_of(policy_.queues.begin(), policy_.queues.end(),
+                   [](const QueueSpec& other) { return other.external; })) {
+    const bool whole = j.forms == std::vector<AllocationForm>{AllocationForm::kWhole};
+    const int64_t n = std::max(j.gpu_count, 1);
+    const Resources nominal{j.gpu_count * (whole ? kWholeGpu : j.gpu_milli),
+                            j.gpu_count * j.gpu_mem, n * j.cpu, n * j.mem};
+    if (!WithinReservation(Resources{}, nominal, groups_[j.group].spec.reservation)) {
+      Status room = BorrowRoom(j, nominal, /*held=*/false);
+      if (!room.ok()) return reject("never schedulable: " + room.message());
+    }
+  }
   j.walltime = spec.walltime_s;
   // A declared walltime is a limit (backfill counted on it); an external queue's batch system
   // is given it and keeps it.

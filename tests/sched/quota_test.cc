@@ -212,6 +212,26 @@ TEST(QuotaReclaim, BelowReservationTakesBackFromBorrowersWithLeastLostWork) {
   w.Done();
 }
 
+// A new user: a 2-card reclaim preempted two borrowers that had just started (0 GPU-s lost each)
+// while a third card stood free, and one of them went straight back onto it: between cards of
+// equal cost, the free one goes first.
+TEST(QuotaReclaim, AFreeCardIsTakenBeforeABorrowersOfEqualCost) {
+  PolicySpec p = BasePolicy();
+  p.grace_seconds = 30;
+  p.groups[0].reservation = Gpu(2000);
+  World w(p, {Node("n0", "train", 3)});
+  w.Submit(Job("b1", "train-lo", "b"), 0);
+  w.Submit(Job("b2", "train-lo", "b"), 0);
+  w.e->RunCycle(0);
+  ASSERT_EQ(w.State("b1"), JobState::kRunning);
+  ASSERT_EQ(w.State("b2"), JobState::kRunning);
+  w.Submit(Job("gang", "train", "a", 2), 0);
+  w.e->RunCycle(0);
+  EXPECT_EQ(w.Count(EventKind::kPreempted), 1);
+  EXPECT_EQ(w.View("gang").wait_step, "Reclaim") << w.View("gang").wait_reason;
+  w.Done();
+}
+
 // A new user: borrowers' shares held all of a node's CPU, three cards stood idle, and a job inside
 // its group's reservation waited at Placement for as long as they ran: reclaim looked for
 // victims on the cards it would take, never for the host CPU or memory the job needs beside

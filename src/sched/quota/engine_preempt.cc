@@ -66,7 +66,10 @@ bool Engine::WouldBeReclaimed(const Job& j, const std::vector<int>& order) const
 
 void Engine::PreemptOption::Consider(int64_t c, Standing s, std::vector<int> v,
                                      std::vector<int> d) {
-  if (v.empty() || c > cost || (c == cost && (victims.empty() || s >= top))) return;
+  // At equal cost and standing, fewer victims (a free card in the set costs nothing).
+  if (v.empty() || c > cost ||
+      (c == cost && (victims.empty() || s > top || (s == top && v.size() >= victims.size()))))
+    return;
   cost = c;
   top = s;
   victims = std::move(v);
@@ -239,7 +242,18 @@ void Engine::PreemptForWhole(const Job& j, int self, bool reclaim, PreemptOption
       if (ok) costs.push_back({cost, d});
     }
     if (static_cast<int>(costs.size()) < j.gpu_count) continue;
-    std::sort(costs.begin(), costs.end());
+    // Cheapest first, a free card before an occupied one of equal cost (a 2-card reclaim took
+    // two borrowers that had just started, 0 GPU-s each, beside a free card: a new user).
+    const auto occupied = [&](int d) {
+      std::vector<int> occ;
+      Occupants(devs_[d], &occ);
+      return !occ.empty();
+    };
+    std::sort(costs.begin(), costs.end(), [&](const auto& x, const auto& y) {
+      if (x.first != y.first) return x.first < y.first;
+      const bool ox = occupied(x.second), oy = occupied(y.second);
+      return ox != oy ? !ox : x.second < y.second;
+    });
     int64_t total = 0;
     std::vector<int> victims, devs;
     // Cheapest first, skipping a device whose occupants would take their group below its

@@ -99,6 +99,8 @@ struct SimJob {
   bool started_once = false;
   bool pending = false;
   int64_t worked = 0;  // run before being held swapped out (preemption by swapping): not lost
+  // All the time it waited: from submission, and from each requeue or hold, to its placement.
+  int64_t waited = 0, pending_since = -1;
 };
 
 // One run on the virtual clock: feeds the engine arrivals and completions cycle by cycle and
@@ -308,6 +310,7 @@ class ScenarioRun {
     if (sj.start >= 0) sj.worked += x.time - sj.start;
     sj.start = -1;  // its completion as placed then no longer counts
     sj.pending = true;
+    sj.pending_since = x.time;
     pending_gpu_[sj.group].insert(sj.nominal);
   }
 
@@ -319,6 +322,8 @@ class ScenarioRun {
     if (!sj.pending) return;
     pending_gpu_[sj.group].erase(pending_gpu_[sj.group].find(sj.nominal));
     sj.pending = false;
+    if (sj.pending_since >= 0) sj.waited += x.time - sj.pending_since;
+    sj.pending_since = -1;
   }
 
   void OnJobEvent(const quota::Event& x) {
@@ -327,23 +332,22 @@ class ScenarioRun {
     SimJob& sj = jobs_[it->second];
     if (x.kind == quota::EventKind::kSubmitted || x.kind == quota::EventKind::kRequeued) {
       sj.pending = true;
+      sj.pending_since = x.time;
       pending_gpu_[sj.group].insert(sj.nominal);
     } else if (x.kind == quota::EventKind::kPlaced) {
       if (sj.pending) {
         pending_gpu_[sj.group].erase(pending_gpu_[sj.group].find(sj.nominal));
         sj.pending = false;
       }
+      if (sj.pending_since >= 0) sj.waited += x.time - sj.pending_since;
+      sj.pending_since = -1;
       sj.start = x.time;
       // Resumed after being held swapped out: only what it had left to run.
       completions_.push(
           {x.time + std::max<int64_t>(sj.duration - sj.worked, 0), it->second, x.time});
       if (sj.idle_after >= 0 && sj.idle_after < sj.duration)
         idles_.push({x.time + sj.idle_after, it->second, x.time});
-      if (!sj.started_once) {
-        sj.started_once = true;
-        group_waits_[sj.group].push_back(x.time - sj.submit);
-        class_waits_[sj.cls].push_back(x.time - sj.submit);
-      }
+      sj.started_once = true;
     }
   }
 
@@ -413,6 +417,10 @@ class ScenarioRun {
       ++r_.classes[sj.cls].jobs;
       if (sj.started_once) {
         ++gr.started;
+        // Each wait, the one after a requeue too; still waiting at the end, until the end.
+        const int64_t w = sj.waited + (sj.pending_since >= 0 ? s_.until_s - sj.pending_since : 0);
+        group_waits_[sj.group].push_back(w);
+        class_waits_[sj.cls].push_back(w);
       } else {
         ++gr.never_started;
         // A job that never started waited at least until the end.

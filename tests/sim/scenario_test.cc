@@ -143,6 +143,37 @@ TEST(ScenarioRun, ReservationRegainedWithinOneCyclePlusGrace) {
   for (const GroupReport& g : r->run.groups) EXPECT_FALSE(g.limit_exceeded) << g.name;
 }
 
+// A job's wait is all the time it spent pending: a preempted job waits again after its requeue
+// (a new user's report said "waits 0/0/0" for a group whose jobs were preempted and waited).
+TEST(ScenarioRun, AWaitCountsTheTimeAfterARequeueToo) {
+  auto s = ParseScenario(R"(
+name: requeued-wait
+until: 1h
+cycle: 10s
+grace: 0s
+nodes:
+  - {name: n, count: 1, pool: p, cpu: 64, memory: 512GiB, gpu: {model: H100-80GB, count: 1}}
+pools:
+  - {name: p, forms: [whole]}
+groups:
+  - {name: a}
+profiles:
+  - {name: one, gpus: 1, gpu_fraction: 1, cpu: 1, memory: 1GiB, forms: [whole]}
+queues:
+  - {name: low, profile: one, groups: [a], priority: 0, preemptible: true, class: training}
+  - {name: high, profile: one, groups: [a], priority: 9, class: training}
+workload:
+  - {queue: low, identity: l, at: 0s, duration: 20m}
+  - {queue: high, identity: h, at: 5m, duration: 10m}
+)");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  auto r = RunScenario(*s);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->run.preemptions, 1);
+  // low: placed at 0, preempted at 5m, back at 15m: waited 10 min; high waited none.
+  EXPECT_EQ(Group(r->run, "a").wait_max_s, 600);
+}
+
 // Issue 37: a group reserving 4 H100 and 8 of anything on a mixed fleet, everything borrowed,
 // gets exactly that back by reclaim (examples/scenarios/model-quotas.yaml): 4 H100 first, then
 // 8 A100 in its queue's order; 12 preemptions; past its reservation it takes nothing.

@@ -26,6 +26,28 @@ namespace tessera::testing {
 namespace {
 
 using Json = nlohmann::json;
+
+// A fake API server on a free port of 127.0.0.1, serving from the first Env() until it goes out
+// of scope: routes first (`api.server.Get(...)`), then the environment that points the CLI at it.
+class FakeApi {
+ public:
+  httplib::Server server;
+  std::vector<std::string> Env() {
+    if (!serving_.joinable()) {
+      port_ = server.bind_to_any_port("127.0.0.1");
+      serving_ = std::thread([this] { server.listen_after_bind(); });
+    }
+    return {"TESSERA_URL=http://127.0.0.1:" + std::to_string(port_), "TESSERA_TOKEN=x"};
+  }
+  ~FakeApi() {
+    server.stop();
+    if (serving_.joinable()) serving_.join();
+  }
+
+ private:
+  int port_ = 0;
+  std::thread serving_;
+};
 using ::testing::HasSubstr;
 using ::testing::Not;
 
@@ -456,16 +478,11 @@ TEST_F(ServeClientTest, AFiveHundredFromTheOnlyServerIsNotRetried) {
 
 // An answer of a shape the client does not expect is said, never an abort (rc 134).
 TEST(UnexpectedAnswerTest, IsSaidAndExitsOne) {
-  httplib::Server fake;
-  fake.Get("/v1/queues", [](const httplib::Request&, httplib::Response& res) {
+  FakeApi api;
+  api.server.Get("/v1/queues", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(R"({"queues": [{"name": "q", "priority": null}]})", "application/json");
   });
-  const int port = fake.bind_to_any_port("127.0.0.1");
-  std::thread serving([&] { fake.listen_after_bind(); });
-  ProcessResult r = Tessera(
-      {"queues"}, {"TESSERA_URL=http://127.0.0.1:" + std::to_string(port), "TESSERA_TOKEN=x"});
-  fake.stop();
-  serving.join();
+  ProcessResult r = Tessera({"queues"}, api.Env());
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
   EXPECT_THAT(r.err, HasSubstr("tessera: unexpected answer from the server: "));
 }
@@ -474,8 +491,8 @@ TEST(UnexpectedAnswerTest, IsSaidAndExitsOne) {
 // job only to those who may see it), each node's host CPU and memory in use (a new user missed
 // them), and each queue's runtime guards (a job was stopped at a max_runtime no listing showed).
 TEST(ClusterViewsTest, NodesShowHostUseAndOthersWorkAndQueuesTheirGuards) {
-  httplib::Server fake;
-  fake.Get("/v1/nodes", [](const httplib::Request&, httplib::Response& res) {
+  FakeApi api;
+  api.server.Get("/v1/nodes", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(R"({"nodes": [{"name": "n1", "state": "ready", "simulated": false,
         "cpu_milli": 16000, "memory_mib": 65536, "cpu_milli_used": 2500, "memory_mib_used": 8192,
         "devices": [{"index": 0, "model": "H100-80GB", "simulated": false, "memory_mib": 81920,
@@ -483,7 +500,7 @@ TEST(ClusterViewsTest, NodesShowHostUseAndOthersWorkAndQueuesTheirGuards) {
                      "holders": [{"form": "whole", "gpu_milli": 1000, "gpu_memory_mib": 81920}]}]}]})",
                     "application/json");
   });
-  fake.Get("/v1/queues", [](const httplib::Request&, httplib::Response& res) {
+  api.server.Get("/v1/queues", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(R"({"queues": [
         {"name": "train", "priority": 0, "class": "training", "forms": ["whole"],
          "groups": ["a"], "preemptible": true, "max_runtime_s": 7200, "idle_timeout_s": 1800,
@@ -492,14 +509,9 @@ TEST(ClusterViewsTest, NodesShowHostUseAndOthersWorkAndQueuesTheirGuards) {
          "groups": ["a"], "preemptible": false}]})",
                     "application/json");
   });
-  const int port = fake.bind_to_any_port("127.0.0.1");
-  std::thread serving([&] { fake.listen_after_bind(); });
-  const std::vector<std::string> env = {"TESSERA_URL=http://127.0.0.1:" + std::to_string(port),
-                                        "TESSERA_TOKEN=x"};
+  const std::vector<std::string> env = api.Env();
   ProcessResult nodes = Tessera({"nodes"}, env);
   ProcessResult queues = Tessera({"queues"}, env);
-  fake.stop();
-  serving.join();
   EXPECT_EQ(nodes.exit_code, 0) << nodes.out << nodes.err;
   EXPECT_THAT(nodes.out, HasSubstr("HOST USED"));
   EXPECT_THAT(nodes.out, HasSubstr("2.5/16 cpu 8GiB/64GiB"));
@@ -527,19 +539,13 @@ TEST(NodeFlagsTest, ADeviceLeftOutAndTheTlsFlagsAreSaidPlainly) {
 // A new user in two groups always submitted in the first: the API takes "group", the CLI had no
 // flag for it.
 TEST(SubmitGroupTest, GroupIsSentAsGiven) {
-  httplib::Server fake;
+  FakeApi api;
   std::string body;
-  fake.Post("/v1/jobs", [&](const httplib::Request& req, httplib::Response& res) {
+  api.server.Post("/v1/jobs", [&](const httplib::Request& req, httplib::Response& res) {
     body = req.body;
     res.set_content(R"({"id": "j-1", "state": "pending"})", "application/json");
   });
-  const int port = fake.bind_to_any_port("127.0.0.1");
-  std::thread serving([&] { fake.listen_after_bind(); });
-  ProcessResult r =
-      Tessera({"submit", "--queue", "q", "--group", "tiny", "--", "true"},
-              {"TESSERA_URL=http://127.0.0.1:" + std::to_string(port), "TESSERA_TOKEN=x"});
-  fake.stop();
-  serving.join();
+  ProcessResult r = Tessera({"submit", "--queue", "q", "--group", "tiny", "--", "true"}, api.Env());
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(Json::parse(body, nullptr, false).value("group", ""), "tiny") << body;
 }
@@ -547,21 +553,16 @@ TEST(SubmitGroupTest, GroupIsSentAsGiven) {
 // A new user: with the engine busy a view is its last rendering, of any age ("stale_ms"), and the
 // tables said nothing: a listing 20 s old looked current. It is said, on stderr.
 TEST(StaleViewTest, ATableOfAnOldViewSaysHowOld) {
-  httplib::Server fake;
-  fake.Get("/v1/queues", [](const httplib::Request&, httplib::Response& res) {
+  FakeApi api;
+  api.server.Get("/v1/queues", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(R"({"queues": [], "stale_ms": 20059})", "application/json");
   });
-  fake.Get("/v1/groups", [](const httplib::Request&, httplib::Response& res) {
+  api.server.Get("/v1/groups", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(R"({"groups": [], "stale_ms": 300})", "application/json");
   });
-  const int port = fake.bind_to_any_port("127.0.0.1");
-  std::thread serving([&] { fake.listen_after_bind(); });
-  const std::vector<std::string> env = {"TESSERA_URL=http://127.0.0.1:" + std::to_string(port),
-                                        "TESSERA_TOKEN=x"};
+  const std::vector<std::string> env = api.Env();
   ProcessResult old = Tessera({"queues"}, env);
   ProcessResult fresh = Tessera({"groups"}, env);
-  fake.stop();
-  serving.join();
   EXPECT_EQ(old.exit_code, 0) << old.out << old.err;
   EXPECT_THAT(old.err, HasSubstr("(as of 20 s ago: the server was busy"));
   EXPECT_EQ(fresh.exit_code, 0) << fresh.out << fresh.err;

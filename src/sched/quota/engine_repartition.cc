@@ -6,6 +6,19 @@
 
 namespace tessera::quota::internal {
 
+namespace {
+
+// What job `v` holds of node `node`'s CPU and memory.
+std::pair<MilliCpu, MiB> HostOn(const Job& v, int node) {
+  std::pair<MilliCpu, MiB> h{0, 0};
+  for (const Grant& g : v.grants) {
+    if (g.node == node) h.first += g.cpu, h.second += g.host_memory;
+  }
+  return h;
+}
+
+}  // namespace
+
 // ------------------------------------------------------------------------------------------
 // Repartitioning
 
@@ -56,9 +69,8 @@ bool Engine::HostFitsAfter(const Job& j, int node, const std::vector<int>& victi
   MilliCpu cpu = nodes_[node].cpu_free;
   MiB mem = nodes_[node].mem_free;
   for (int v : victims) {
-    for (const Grant& g : jobs_[v].grants) {
-      if (g.node == node) cpu += g.cpu, mem += g.host_memory;
-    }
+    const auto [c, m] = HostOn(jobs_[v], node);
+    cpu += c, mem += m;
   }
   return cpu >= j.cpu && mem >= j.mem;
 }
@@ -74,13 +86,7 @@ bool Engine::HostVictims(const Job& j, int node, bool reclaim, std::vector<int>*
   const int cards = std::max(j.gpu_count, 1);
   MilliCpu cpu = nodes_[node].cpu_free;
   MiB mem = nodes_[node].mem_free;
-  auto host = [&](int v) {  // what v holds on the node
-    std::pair<MilliCpu, MiB> h{0, 0};
-    for (const Grant& g : jobs_[v].grants) {
-      if (g.node == node) h.first += g.cpu, h.second += g.host_memory;
-    }
-    return h;
-  };
+  auto host = [&](int v) { return HostOn(jobs_[v], node); };
   for (int v : *victims) cpu += host(v).first, mem += host(v).second;
   auto fits = [&] { return cpu >= j.cpu * cards && mem >= j.mem * cards; };
   if (fits()) return true;

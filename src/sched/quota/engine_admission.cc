@@ -81,14 +81,10 @@ Status Engine::BorrowRoom(const Job& j, const Resources& charge, bool held) cons
   for (const auto& [pool, cap] : ext_cap_) cluster += cap;
   const auto usage = [&](int g) { return held ? groups_[g].usage.gpu_milli : MilliGpu{0}; };
   const auto preemptible = [&](int g) { return held ? groups_[g].preemptible : MilliGpu{0}; };
-  std::vector<std::vector<int>> children(groups_.size());
   MilliGpu firm = charge.gpu_milli;  // what may not be preempted, with j
   for (size_t g = 0; g < groups_.size(); ++g) {
-    if (groups_[g].parent >= 0) {
-      children[groups_[g].parent].push_back(static_cast<int>(g));
-    } else {
+    if (groups_[g].parent < 0)
       firm += usage(static_cast<int>(g)) - preemptible(static_cast<int>(g));
-    }
   }
   if (firm > cluster) return Status::Ok();
   // need(g), with `extra` more GPU held by j's group.
@@ -96,7 +92,7 @@ Status Engine::BorrowRoom(const Job& j, const Resources& charge, bool held) cons
     const MilliGpu reserved = groups_[g].spec.reservation.gpu_milli;
     const MilliGpu in = usage(g) + (InChain(j.group, g) ? extra : 0);
     MilliGpu own = in, own_preemptible = preemptible(g), below = 0;
-    for (int c : children[g]) {
+    for (int c : groups_[g].children) {
       own -= usage(c) + (InChain(j.group, c) ? extra : 0);
       own_preemptible -= preemptible(c);
       below += need(c, extra);

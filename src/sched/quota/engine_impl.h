@@ -206,6 +206,7 @@ struct MemberRt {
 struct GroupRt {
   GroupSpec spec;
   int parent = -1;
+  std::vector<int> children;  // set up once: the groups whose parent it is
   Resources usage;
   MilliGpu preemptible = 0;  // of usage.gpu_milli: the preemptible jobs' (external ones too)
   bool past_limit = false;   // restored past a lowered limit: its invariant waits until within
@@ -216,8 +217,7 @@ struct GroupRt {
   std::array<DimQuota, kDims> dims;
 };
 
-bool Within(const Resources& usage, const Resources& charge, const Resources& cap,
-            const char** which);
+bool Within(const Resources& usage, const Resources& charge, const Resources& cap, const char** w);
 bool WithinReservation(const Resources& usage, const Resources& charge, const Resources& res);
 std::string Amount(const char* which, int64_t v);
 int64_t Component(const Resources& r, const std::string& w);

@@ -73,6 +73,9 @@ Status Engine::Init(const PolicySpec& policy, const std::vector<NodeSpec>& nodes
     groups_.push_back(g);
   }
   for (size_t i = 0; i < groups_.size(); ++i) {
+    if (groups_[i].parent >= 0) groups_[groups_[i].parent].children.push_back(static_cast<int>(i));
+  }
+  for (size_t i = 0; i < groups_.size(); ++i) {
     for (const MemberSpec& m : groups_[i].spec.members) MemberOf(static_cast<int>(i), m.identity);
   }
   for (size_t i = 0; i < policy_.queues.size(); ++i) {

@@ -244,6 +244,12 @@ TEST_F(EngineTest, BadSubmissionsAreRefusedAndChangeNothing) {
        {{"queue", "training"}, {"command", {"true"}}, {"gpus", 2}, {"gpu_fraction", "0.5"}},
        StatusCode::kInvalidArgument,
        "'gpu_fraction' is for a job of 1 GPU ('gpus' is 2)"},
+      // A fraction of a queue of whole cards ran on a whole card, charged whole (a new user).
+      {"alice",
+       {{"queue", "training"}, {"command", {"true"}}, {"gpu_fraction", "0.5"}},
+       StatusCode::kInvalidArgument,
+       "queue 'training' grants whole GPUs only (profile 'train'), so a fraction (0.5) would hold "
+       "a whole one"},
       // Once taken: one argument or variable past the kernel's limit for one string (128 KiB)
       // failed at exec on the node (E2BIG); and a user's many 1 MiB submissions took 2.7 MB of
       // the server's memory each (the red team).

@@ -327,6 +327,8 @@ Result<Job> Engine::Build(const JobSpec& spec) const {
   j.cls = spec.cls.value_or(queue.default_class);
   j.gpu_count = spec.gpu_count.value_or(pr.gpu_count);
   j.gpu_milli = spec.gpu_milli.value_or(pr.gpu_milli);
+  // The request's own fraction, not its queue's (the server passes the profile's on as asked).
+  const bool own_fraction = spec.gpu_milli && *spec.gpu_milli != pr.gpu_milli;
   j.gpu_mem = spec.gpu_memory_mib.value_or(pr.gpu_memory_mib);
   j.cpu = spec.cpu_milli.value_or(pr.cpu_milli);
   j.mem = spec.memory_mib.value_or(pr.memory_mib);
@@ -348,7 +350,7 @@ Result<Job> Engine::Build(const JobSpec& spec) const {
     // Whose fraction: the request's, or the queue's profile (a new user asked for 2 GPUs of a
     // queue of shares, and read of a fraction they never asked for).
     return reject("a fraction of a GPU (" + FormatMilli(j.gpu_milli) + ", " +
-                  (spec.gpu_milli ? std::string("asked") : "queue '" + queue.name + "' gives") +
+                  (own_fraction ? std::string("asked") : "queue '" + queue.name + "' gives") +
                   ") needs gpu_count 1; " + std::to_string(j.gpu_count) + " GPUs are whole");
   }
   if (j.gpu_count > 0 && j.gpu_milli == 0) j.gpu_milli = kWholeGpu;
@@ -375,7 +377,7 @@ Result<Job> Engine::Build(const JobSpec& spec) const {
   }
   // A fraction asked of a queue of whole cards alone would hold a whole card, charged whole (a
   // new user's --gpu-fraction 0.5 ran on a whole card without a word).
-  if (spec.gpu_milli && *spec.gpu_milli > 0 && *spec.gpu_milli < kWholeGpu &&
+  if (own_fraction && *spec.gpu_milli > 0 && *spec.gpu_milli < kWholeGpu &&
       j.forms == std::vector<AllocationForm>{AllocationForm::kWhole}) {
     return reject("queue '" + queue.name + "' grants whole GPUs only (profile '" + pr.name +
                   "'), so a fraction (" + FormatMilli(*spec.gpu_milli) +

@@ -111,6 +111,10 @@ Json NodesNow(const Identity& who, const ReadModel& m) {
                          {"job", holder != nullptr && CanSee(who, *holder) ? s.holder : ""}});
       }
       std::string layout = v.mig ? "MIG" : v.amd_pair;
+      // Why it drains names the job it drains for: to those who may see that job alone.
+      const Job* drains_for = v.plan_for.empty() ? nullptr : m.jobs.Find(v.plan_for);
+      if (!v.plan_for.empty() && (drains_for == nullptr || !CanSee(who, *drains_for)))
+        v.plan = "for another group's job";
       devs.push_back({{"index", d.index},
                       {"model", d.model},
                       {"memory_mib", d.memory_mib},
@@ -492,6 +496,7 @@ Result<Json> Views::Events(const Identity& who, int64_t after, int limit,
       break;
     }
     std::vector<bool> visible(evs->size(), admin);
+    std::map<size_t, Json> node_data;  // a node event's data, with the jobs the user may see only
     if (who.role != Role::kAdmin) {
       std::vector<size_t> stored;  // of jobs ended and out of memory: the store says whose
       ledger_.Read([&](const ReadModel& m) {
@@ -499,6 +504,19 @@ Result<Json> Views::Events(const Identity& who, int64_t after, int limit,
           const store::Event& e = (*evs)[i];
           const Job* it = m.jobs.Find(e.subject);
           visible[i] = e.kind.rfind("node.", 0) == 0 || (it != nullptr && CanSee(who, *it));
+          // A drain's event lists the jobs it stopped: another group's were named to everyone.
+          if (e.kind.rfind("node.", 0) == 0 && e.data.find("\"jobs\"") != std::string::npos) {
+            Json data = Json::parse(e.data, nullptr, false);
+            if (data.is_object() && data.contains("jobs") && data["jobs"].is_array()) {
+              Json mine = Json::array();
+              for (const Json& id : data["jobs"]) {
+                const Job* held = id.is_string() ? m.jobs.Find(id.get<std::string>()) : nullptr;
+                if (held != nullptr && CanSee(who, *held)) mine.push_back(id);
+              }
+              data["jobs"] = mine;
+              node_data[i] = data;
+            }
+          }
           if (!visible[i] && it == nullptr && e.kind.rfind("job.", 0) == 0) stored.push_back(i);
         }
       });
@@ -523,7 +541,8 @@ Result<Json> Views::Events(const Identity& who, int64_t after, int limit,
       cursor = e.seq;
       if (!visible[i]) continue;
       shown = e.seq;
-      Json data = Json::parse(e.data, nullptr, false);
+      auto shaped = node_data.find(i);
+      Json data = shaped != node_data.end() ? shaped->second : Json::parse(e.data, nullptr, false);
       out.push_back({{"seq", e.seq},
                      {"time_ms", e.time_ms},
                      {"actor", e.actor},

@@ -13,7 +13,8 @@ const char* kConfig = R"(
 grace: 30s
 identities:
   - {name: admin, role: admin, token: admin-token-1}
-groups: [{name: lab}]
+  - {name: bob, role: user, groups: [else], token: bob-token-12}
+groups: [{name: lab}, {name: else}]
 profiles:
   - {name: card, gpus: 1, cpu: 1, memory: 1GiB, forms: [whole]}
   - {name: serve, gpus: 1, gpu_fraction: 0.1, gpu_memory: 9GiB, cpu: 1, memory: 1GiB, forms: [partition]}
@@ -199,6 +200,25 @@ TEST_F(DrainRestartTest, AJobStoppedByItsWalltimeBeforeItsStartEndsSaying) {
       << j.dump();
   EXPECT_EQ(Count("job.requeued"), 0);
   ASSERT_TRUE(engine_->CheckInvariants().ok());
+}
+
+// Why a card drains names the job it drains for: to those who may see that job alone (the
+// review: bob's /v1/nodes read "for j-2 (gpu 0.1, 9GiB) ..." of a job of another group).
+TEST_F(DrainRestartTest, WhoADrainIsForIsToldOnlyToThoseWhoMaySeeTheJob) {
+  RegisterTheNode();
+  std::string batch =
+      (*engine_->Submit(admin(), {{"queue", "batch"}, {"command", {"sleep", "1000"}}}))["id"];
+  Heartbeat();
+  Heartbeat({{"running", {{{"job", batch}, {"pid", 10}}}}});
+  now_ += 100'000;
+  std::string serve =
+      (*engine_->Submit(admin(), {{"queue", "serve"}, {"command", {"true"}}}))["id"];
+  ASSERT_TRUE(Device()["draining"].get<bool>()) << Device().dump();
+  EXPECT_EQ(Device()["drain_reason"].get<std::string>().rfind("for " + serve + " (", 0), 0u)
+      << Device().dump();
+  const Json seen = (*engine_->views().Nodes(config_.identities[1]))["nodes"][0]["devices"][0];
+  EXPECT_TRUE(seen["draining"].get<bool>());
+  EXPECT_EQ(seen["drain_reason"], "for another group's job") << seen.dump();
 }
 
 }  // namespace

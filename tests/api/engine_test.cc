@@ -596,6 +596,16 @@ TEST_F(EngineTest, NodesNameOnlyVisibleJobsAndShowHostUseAndQueuesTheirGuards) {
   for (const auto& d : theirs["nodes"][0]["devices"]) holders += d["holders"].size();
   EXPECT_EQ(holders, 1u) << theirs.dump();  // held, by a job bob may not name
   EXPECT_EQ(theirs["nodes"][0]["cpu_milli_used"], 1000) << theirs.dump();
+  // A drain's event lists the jobs it stopped: another group's to no one else (the review).
+  ASSERT_TRUE(engine_->AdminNode(Who("admin"), "n1", "drain").ok());
+  store::EventFilter drained;
+  drained.kind_prefix = "node.drained";
+  const Json for_bob = (*engine_->views().Events(Who("bob"), 0, 100, drained))["events"];
+  const Json for_alice = (*engine_->views().Events(Who("alice"), 0, 100, drained))["events"];
+  ASSERT_EQ(for_bob.size(), 1u);
+  EXPECT_EQ(for_bob[0]["data"]["jobs"], Json::array()) << for_bob.dump();
+  ASSERT_EQ(for_alice.size(), 1u);
+  EXPECT_EQ(for_alice[0]["data"]["jobs"], Json::array({a})) << for_alice.dump();
   EXPECT_EQ(theirs["nodes"][0]["memory_mib_used"], 1024) << theirs.dump();
   for (auto& q : config_.policy.queues) {
     if (q.name != "training") continue;

@@ -250,6 +250,7 @@ struct DeviceView {
   std::vector<SlotView> slots;  // live partitions
   bool draining = false;        // a new layout waits for the device (or node) to empty
   std::string plan;             // why, while draining
+  std::string plan_for;         // the job it drains for ("": none, or an administrator's drain)
 };
 
 class QuotaEngine {

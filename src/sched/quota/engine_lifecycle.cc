@@ -374,6 +374,7 @@ DeviceView Engine::device(const std::string& node, int index) const {
   }
   v.draining = d.plan.active;
   v.plan = d.plan.why;
+  if (d.plan.active && d.plan.for_job >= 0) v.plan_for = jobs_[d.plan.for_job].id;
   return v;
 }
 

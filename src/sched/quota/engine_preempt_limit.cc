@@ -76,11 +76,16 @@ bool Engine::TryPreemptForLimit(int self) {
   };
   for (int t : terminating_) leave(jobs_[t], &freed, +1);  // leaving already
   if (fits(freed)) return false;  // what is leaving makes room: nothing more goes
-  // Where it goes: the free capacity now, or else the cheapest of its group's lower-priority jobs
-  // to clear for it (priority preemption's victims, Victim), who leave the limits too. With
-  // another group on the last card, a job waited at Admission for as long as its group's low
-  // jobs ran, though one of them going made both room and its group's limit (a new user).
-  ++preempt_searches_;
+  std::vector<std::pair<int64_t, int>> options;
+  for (int v : preemptible_running_) {
+    if (v != self && jobs_[v].group == j.group && Victim(j, v, /*reclaim=*/false))
+      options.push_back({LostWork(jobs_[v]), v});
+  }
+  if (options.empty()) return false;
+  // Where it goes: the free capacity now, or else the cheapest of those jobs to clear for it
+  // (priority preemption's victims, Victim), who leave the limits too. With another group on the
+  // last card, a job waited at Admission for as long as its group's low jobs ran, though one of
+  // them going made both room and its group's limit (a new user). One search of the cycle's.
   bool room = false;
   for (AllocationForm f : j.forms) {
     Candidate c;
@@ -91,16 +96,16 @@ bool Engine::TryPreemptForLimit(int self) {
     break;
   }
   PreemptOption place;
-  if (!room) {
+  if (room || j.gpu_count == 0 || j.gpu_count > max_devs_per_node_) {
+    ++preempt_searches_;
+    if (!room) return false;  // none to clear a place for it (as TryPreempt)
+  } else {
     SearchPreemption(j, self, /*reclaim=*/false, &place);
     if (place.victims.empty()) return false;
     for (int v : place.victims) leave(jobs_[v], &freed, +1);
-  }
-  std::vector<std::pair<int64_t, int>> options;
-  for (int v : preemptible_running_) {
-    if (v != self && jobs_[v].group == j.group && Victim(j, v, /*reclaim=*/false) &&
-        std::find(place.victims.begin(), place.victims.end(), v) == place.victims.end())
-      options.push_back({LostWork(jobs_[v]), v});
+    std::erase_if(options, [&](const auto& o) {
+      return std::find(place.victims.begin(), place.victims.end(), o.second) != place.victims.end();
+    });
   }
   std::sort(options.begin(), options.end());
   std::vector<int> victims;

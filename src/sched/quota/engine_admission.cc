@@ -111,8 +111,11 @@ Status Engine::BorrowRoom(const Job& j, const Resources& charge, bool held) cons
   }
   if (needed <= cluster) return Status::Ok();
   // What the other top-level groups keep, and what that leaves j's (a new user read "reservations
-  // ... take 3" with its own group's reservation, which the job would fill, among the 3).
+  // ... take 3" with its own group's reservation, which the job would fill, among the 3), and
+  // whether it could be admitted with nothing running at all (the new user's waited for good,
+  // not told so; refused at submission, it would be refused while nodes still register).
   const std::string& name = groups_[top].spec.name;
+  const bool ever = !held || BorrowRoom(j, charge, /*held=*/false).ok();
   return Status::ResourceExhausted(
       "queue " + policy_.queues[j.queue].name + " is not preemptible, so group " +
       groups_[j.group].spec.name +
@@ -122,7 +125,10 @@ Status Engine::BorrowRoom(const Job& j, const Resources& charge, bool held) cons
       ", leaving group " + name + " " + Amount("gpu", std::max<MilliGpu>(0, cluster - others)) +
       " for work that may not be preempted; " +
       (held ? "with this job it would need " : "it needs ") +
-      Amount("gpu", need(top, charge.gpu_milli)));
+      Amount("gpu", need(top, charge.gpu_milli)) +
+      (ever ? ""
+            : " (nor with nothing running: it waits for the reservations to change or the "
+              "cluster to grow)"));
 }
 
 // Whether `g` is `ancestor` or below it.

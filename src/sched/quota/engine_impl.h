@@ -577,7 +577,7 @@ class Engine final : public QuotaEngine {
   std::set<std::pair<MiB, int>> shared_by_free_;  // devices with shares and room, by free memory
   std::set<int> free_slot_devs_;                  // devices with a free partition slot
   std::set<int> mig_open_devs_;                   // MIG devices with memory slices no instance uses
-  using Shape = std::tuple<int, uint64_t, int, MilliGpu, MiB, uint64_t>;
+  using Shape = std::tuple<int, uint64_t, int, MilliGpu, MiB, uint64_t, int>;  // + the queue
   mutable std::map<Shape, std::string> feasible_cache_;  // Submit's never-schedulable verdicts
   // Shapes whose repartition search found nothing this cycle.
   std::set<std::tuple<int, uint64_t, MilliGpu, MiB>> repartition_failed_;

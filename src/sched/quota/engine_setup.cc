@@ -246,8 +246,9 @@ int Engine::BestMigProfile(const part::GpuModel* m, MilliGpu milli, MiB mem) con
 std::string Engine::NeverSchedulable(const Job& j) const {
   uint64_t form_bits = 0;
   for (AllocationForm f : j.forms) form_bits |= uint64_t{1} << static_cast<int>(f);
+  // The queue too: the verdict names its models as it spells them.
   auto fkey = std::make_tuple(j.gpu_count, j.pools, static_cast<int>(form_bits), j.gpu_milli,
-                              j.gpu_mem, j.queue_models);
+                              j.gpu_mem, j.queue_models, j.queue);
   auto cached = feasible_cache_.find(fkey);
   if (cached != feasible_cache_.end()) return cached->second;
   std::string& verdict = feasible_cache_[fkey];
@@ -377,10 +378,15 @@ Result<Job> Engine::Build(const JobSpec& spec) const {
   }
   // A fraction asked of a queue of whole cards alone would hold a whole card, charged whole (a
   // new user's --gpu-fraction 0.5 ran on a whole card without a word).
-  if (own_fraction && *spec.gpu_milli > 0 && *spec.gpu_milli < kWholeGpu &&
+  if (!spec.restoring && own_fraction && *spec.gpu_milli > 0 && *spec.gpu_milli < kWholeGpu &&
       j.forms == std::vector<AllocationForm>{AllocationForm::kWhole}) {
-    return reject("queue '" + queue.name + "' grants whole GPUs only (profile '" + pr.name +
-                  "'), so a fraction (" + FormatMilli(*spec.gpu_milli) +
+    // What narrowed it to whole cards: the form asked, the class asked, or the queue.
+    const std::string why =
+        spec.form ? std::string("form whole is asked")
+        : spec.cls
+            ? std::string("class ") + WorkloadClassName(*spec.cls) + " gets whole GPUs only"
+            : "queue '" + queue.name + "' grants whole GPUs only (profile '" + pr.name + "')";
+    return reject(why + ", so a fraction (" + FormatMilli(*spec.gpu_milli) +
                   ") would hold a whole one: ask a queue of shares or partitions, or no fraction");
   }
   for (size_t p = 0; p < policy_.pools.size(); ++p) {
@@ -430,21 +436,6 @@ Result<Job> Engine::Build(const JobSpec& spec) const {
   }
   j.priority = queue.priority;
   j.preemptible = queue.preemptible;
-  // Not preemptible, and more than the reservations leave it with nothing running: never admitted
-  // while they stand (a new user's 4 cards, with 2 of 4 reserved by another group, waited for
-  // good at Admission). Not where external pools add capacity they have yet to report.
-  if (!spec.restoring && !j.external && !devs_.empty() &&
-      std::none_of(policy_.queues.begin(), policy_.queues.end(),
-                   [](const QueueSpec& other) { return other.external; })) {
-    const bool whole = j.forms == std::vector<AllocationForm>{AllocationForm::kWhole};
-    const int64_t n = std::max(j.gpu_count, 1);
-    const Resources nominal{j.gpu_count * (whole ? kWholeGpu : j.gpu_milli),
-                            j.gpu_count * j.gpu_mem, n * j.cpu, n * j.mem};
-    if (!WithinReservation(Resources{}, nominal, groups_[j.group].spec.reservation)) {
-      Status room = BorrowRoom(j, nominal, /*held=*/false);
-      if (!room.ok()) return reject("never schedulable: " + room.message());
-    }
-  }
   j.walltime = spec.walltime_s;
   // A declared walltime is a limit (backfill counted on it); an external queue's batch system
   // is given it and keeps it.

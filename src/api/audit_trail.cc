@@ -16,8 +16,12 @@ void AuditTrail::RecordLocked(const std::string& actor, const std::string& kind,
   // Refusals anyone with a token (or none) may cause at will: at most kPerSecond a second, the
   // rest counted into the next (an agent bound to one node sent 3,000 heartbeats for others in
   // 0.6 s: 3,000 events).
-  if (kind == "auth.failed" || kind == "auth.refused" || kind == "agent.refused") {
-    const int64_t suppressed = limit_.Admit(now / 1000);
+  PerSecondLimit* limit = kind == "auth.failed"     ? &failed_
+                          : kind == "auth.refused"  ? &refused_
+                          : kind == "agent.refused" ? &agent_refused_
+                                                    : nullptr;
+  if (limit != nullptr) {
+    const int64_t suppressed = limit->Admit(now / 1000);
     if (suppressed < 0) return;
     if (suppressed > 0) data["suppressed"] = suppressed;
   }

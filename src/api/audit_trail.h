@@ -2,7 +2,7 @@
 // its credentials ("auth.failed"), a known identity refused a route ("auth.refused"), an identity
 // of the OpenID Connect provider signing in ("auth.signin"), an agent speaking for a node it is
 // not bound to ("agent.refused"). Each is queued with the next batch, not waited for. Refusals
-// are at most kPerSecond events a second; the rest are counted into the next one
+// are at most kPerSecond events a second of each kind; the rest are counted into the next one
 // ("suppressed"), so that a flood of bad tokens cannot flood the event log.
 //
 // It reaches the engine only through a LedgerPort (api/ledger_port.h): the lock, the clock and
@@ -40,7 +40,9 @@ class AuditTrail {
 
  private:
   std::unique_ptr<LedgerPort> ledger_;
-  PerSecondLimit limit_{kPerSecond};  // under the engine's lock
+  // Under the engine's lock: one a kind, so that an agent's refusals cannot use up the budget
+  // that records failed sign-ins (nor their suppressed counts land on another kind's event).
+  PerSecondLimit failed_{kPerSecond}, refused_{kPerSecond}, agent_refused_{kPerSecond};
 };
 
 }  // namespace tessera::api

@@ -81,7 +81,8 @@ TEST(AuditTrail, AFloodOfRefusalsIsCappedPerSecondAndTheRestCountedIntoTheNext) 
   EXPECT_EQ(ledger->queued.back().actor, "alice");
   EXPECT_EQ(Json::parse(ledger->queued.back().data)["role"], "user");
   // An agent speaking for nodes it is not bound to is capped too (the red team: 3,000 refused
-  // heartbeats in 0.6 s wrote 3,000 events).
+  // heartbeats in 0.6 s wrote 3,000 events), on a budget of its own: failed sign-ins in the same
+  // second are still recorded (the review).
   ledger->now_ms += 1000;
   const size_t before = ledger->queued.size();
   {
@@ -91,6 +92,9 @@ TEST(AuditTrail, AFloodOfRefusalsIsCappedPerSecondAndTheRestCountedIntoTheNext) 
                          "may not heartbeat for this node", Json::object());
   }
   EXPECT_EQ(ledger->queued.size(), before + AuditTrail::kPerSecond);
+  audit.AuthFailure("GET", "/v1/jobs", "unknown token");
+  EXPECT_EQ(ledger->queued.back().kind, "auth.failed");
+  EXPECT_EQ(ledger->queued.size(), before + AuditTrail::kPerSecond + 1);
   ledger->now_ms += 1000;
   {
     auto lock = ledger->Lock();

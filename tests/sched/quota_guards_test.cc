@@ -257,7 +257,8 @@ TEST(QuotaGuards, PreemptionDelayIsSaidAtTheLimitToo) {
   PolicySpec p = BasePolicy();
   Queue(p, "train-hi").preemption_delay_s = 60;
   p.groups[0].limit.gpu_milli = kWholeGpu;
-  World w(p, {Node("n0", "train", 2)});
+  p.groups[1].limit.gpu_milli = kWholeGpu;
+  World w(p, {Node("n0", "train", 3)});
   w.Submit(Job("lo", "train-lo", "a"), 0);
   w.e->RunCycle(0);
   w.Submit(Job("hi", "train-hi", "a"), 10);
@@ -268,6 +269,16 @@ TEST(QuotaGuards, PreemptionDelayIsSaidAtTheLimitToo) {
       << w.View("hi").wait_reason;
   w.e->RunCycle(70);
   EXPECT_EQ(w.Count(EventKind::kPreempted), 1);
+  // Not where nothing of its group may go for it (the review): b at its limit with a job that
+  // is not preemptible.
+  w.Submit(Job("b-np", "train", "b"), 80);
+  w.e->RunCycle(80);
+  ASSERT_EQ(w.State("b-np"), JobState::kRunning);
+  w.Submit(Job("b-hi", "train-hi", "b"), 90);
+  w.e->RunCycle(90);
+  EXPECT_EQ(w.View("b-hi").wait_step, "Admission");
+  EXPECT_EQ(w.View("b-hi").wait_reason.find("may preempt"), std::string::npos)
+      << w.View("b-hi").wait_reason;
   w.Done();
 }
 

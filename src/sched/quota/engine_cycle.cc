@@ -394,7 +394,16 @@ std::vector<int> Engine::AdmitInOrder(const std::vector<int>& order,
         }
       }
     } else if (step == "Admission" && !MayPreempt(j)) {
-      if (j.held_dev < 0 && j.preempt_delay > 0) {  // at a limit its group's jobs may clear
+      // At a limit, with jobs of its group it may preempt once it has waited (not for the
+      // borrowing rule, which no preemption answers).
+      const bool may_clear =
+          j.held_dev < 0 && j.preempt_delay > 0 &&
+          j.wait_reason.find(" limit") != std::string::npos &&
+          j.wait_reason.rfind("queue ", 0) != 0 &&
+          std::any_of(preemptible_running_.begin(), preemptible_running_.end(), [&](int v) {
+            return jobs_[v].group == j.group && Victim(j, v, /*reclaim=*/false);
+          });
+      if (may_clear) {
         j.wait_reason += "; may preempt from " + T(j.waiting_since + j.preempt_delay) +
                          " (preemption_delay " + std::to_string(j.preempt_delay) + "s)";
       }

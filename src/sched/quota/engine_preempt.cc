@@ -226,6 +226,7 @@ void Engine::PreemptForWhole(const Job& j, int self, bool reclaim, PreemptOption
     if (static_cast<int>(node.devs.size()) < j.gpu_count) continue;
     // Per device: the cost of clearing it, or skip when something there must stay.
     std::vector<std::pair<int64_t, int>> costs;
+    std::vector<int> free;  // of those, the cards nothing holds
     for (int d : node.devs) {
       const Dev& dev = devs_[d];
       if ((dev.split && !MayUnsplitAlone(dev)) || dev.plan.active || dev.memory < j.gpu_mem)
@@ -240,14 +241,13 @@ void Engine::PreemptForWhole(const Job& j, int self, bool reclaim, PreemptOption
         cost += LostWork(jobs_[v]);
       }
       if (ok) costs.push_back({cost, d});
+      if (ok && occ.empty()) free.push_back(d);
     }
     if (static_cast<int>(costs.size()) < j.gpu_count) continue;
     // Cheapest first, a free card before an occupied one of equal cost (a 2-card reclaim took
     // two borrowers that had just started, 0 GPU-s each, beside a free card: a new user).
     const auto occupied = [&](int d) {
-      std::vector<int> occ;
-      Occupants(devs_[d], &occ);
-      return !occ.empty();
+      return std::find(free.begin(), free.end(), d) == free.end();
     };
     std::sort(costs.begin(), costs.end(), [&](const auto& x, const auto& y) {
       if (x.first != y.first) return x.first < y.first;

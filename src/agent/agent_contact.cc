@@ -174,6 +174,27 @@ bool Agent::Heartbeat() {
     return Failed("heartbeat: HTTP 404 (node unknown), registering again");
   }
   if (res->status == 400 && StoppedByRefused(res->body)) return Heartbeat();
+  const bool readings =
+      !devices.empty() || std::any_of(running.begin(), running.end(), [](auto& r) {
+        return r.gpu_memory_used_bytes >= 0 || r.swapped_bytes > 0 || !r.swap_state.empty();
+      });
+  if (res->status == 400 && readings) {
+    // A reading it will not take must not cost the node its liveness and its orders: once more
+    // without the readings (the same refused body, sent for good, lost the node while its jobs
+    // ran on: the red team). Said once a minute at most.
+    if (Clock::now() - readings_refused_ >= std::chrono::minutes(1)) {
+      Warn("heartbeat refused for a reading: HTTP 400 " + res->body +
+           "; sent again without the devices' and jobs' readings");
+      readings_refused_ = Clock::now();
+    }
+    for (RunningJob& r : running)
+      r.gpu_memory_used_bytes = -1, r.swapped_bytes = 0, r.swap_state = "";
+    devices.clear();
+    res = client_->Post("/v1/agent/heartbeat",
+                        HeartbeatBody(inventory_.node, running, finished, devices),
+                        "application/json");
+    if (!res) return Failover(), Failed("heartbeat: " + httplib::to_string(res.error()));
+  }
   if (res->status / 100 != 2)
     return Failed("heartbeat: HTTP " + std::to_string(res->status) + " " + res->body);
   Result<HeartbeatReply> reply = ParseHeartbeatReply(res->body);

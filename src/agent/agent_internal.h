@@ -185,6 +185,7 @@ class Agent {
   bool registered_ = false;
   bool refused_ = false;  // the control plane refused this agent's protocol version: exit 1
   bool down_ = false;
+  Clock::time_point readings_refused_{};  // when a heartbeat refused for a reading was last said
   bool stopping_ = false;
   std::map<std::string, FinishedReport> finished_;    // ended, not yet acked
   std::map<std::string, int64_t> uploaded_;           // output bytes the control plane holds

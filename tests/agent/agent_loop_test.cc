@@ -69,6 +69,13 @@ class FakeControlPlane : public testing::AgentReports {
         Violation("heartbeat body: " + req.body);
         return;
       }
+      if (refuse_readings_ && body.contains("devices")) {  // a server that refuses a reading
+        ++refused_heartbeats_;
+        res.status = 400;
+        res.set_content(R"({"error": "devices.'memory_used_mib' must be an integer from 0 to 1"})",
+                        "application/json");
+        return;
+      }
       ++heartbeats_;
       last_heartbeat_ = body;
       json reply = {{"start", json::array()}, {"cancel", json::array()}, {"ack", json::array()}};
@@ -137,6 +144,15 @@ class FakeControlPlane : public testing::AgentReports {
   }
 
   int port() const { return port_; }
+  // Answers 400 to every heartbeat that carries the devices' readings.
+  void RefuseReadings() {
+    std::lock_guard<std::mutex> lock(mu_);
+    refuse_readings_ = true;
+  }
+  int RefusedHeartbeats() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return refused_heartbeats_;
+  }
   // Answers every registration 409 with `message` as the error.
   void RefuseRegistrations(const std::string& message) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -209,6 +225,8 @@ class FakeControlPlane : public testing::AgentReports {
   bool registered_ = false;
   std::string refusal_;
   int refused_registrations_ = 0;
+  bool refuse_readings_ = false;
+  int refused_heartbeats_ = 0;
   json last_heartbeat_;
   int uploads_ = 0;
   std::vector<json> pending_start_, pending_cancel_;
@@ -466,6 +484,24 @@ TEST(AgentLoop, WhatAJobWritesInItsRegionIsReportedWithinItsShare) {
   ASSERT_TRUE(WaitFor([&] { return cp.Heartbeats() >= seen + 2; }, 5s));
   EXPECT_EQ(cp.LastHeartbeat()["running"][0]["gpu_memory_used_mib"], 1024)
       << cp.LastHeartbeat().dump();
+  EXPECT_EQ(agent.Stop(), 0);
+}
+
+// A heartbeat the control plane refuses for a reading (a number it will not take) is sent again
+// without the readings: the node stays alive and its orders keep coming. Before, the agent sent
+// the same refused body for good, its node was lost and its jobs were requeued while they still
+// ran there (the red team, through a share's region).
+TEST(AgentLoop, AHeartbeatRefusedForItsReadingsGoesAgainWithoutThem) {
+  TempDir dir;
+  FakeControlPlane cp;
+  ASSERT_GT(cp.port(), 0);
+  cp.RefuseReadings();
+  AgentThread agent(cp.url(), dir);
+  ASSERT_TRUE(WaitFor([&] { return cp.Heartbeats() >= 3; }, 5s));
+  EXPECT_GT(cp.RefusedHeartbeats(), 0);
+  cp.Start("j-on", Sh("exec sleep 30"));
+  ASSERT_TRUE(WaitFor([&] { return cp.IsRunning("j-on"); }, 5s));
+  EXPECT_FALSE(cp.LastHeartbeat().contains("devices")) << cp.LastHeartbeat().dump();
   EXPECT_EQ(agent.Stop(), 0);
 }
 

@@ -43,6 +43,18 @@ class DrainRestartTest : public testing::EngineFixture {
     return static_cast<int>((*engine_->views().Events(admin(), 0, 1000, f))["events"].size());
   }
   const Identity& admin() { return config_.identities[0]; }
+  // A batch job running on the only card, then an inference job for which the cycle drains it:
+  // the batch job's id, and the inference job's in *serve.
+  std::string BatchThenServe(std::string* serve) {
+    RegisterTheNode();
+    std::string batch =
+        (*engine_->Submit(admin(), {{"queue", "batch"}, {"command", {"sleep", "1000"}}}))["id"];
+    Heartbeat();
+    Heartbeat({{"running", {{{"job", batch}, {"pid", 10}}}}});
+    now_ += 100'000;
+    *serve = (*engine_->Submit(admin(), {{"queue", "serve"}, {"command", {"true"}}}))["id"];
+    return batch;
+  }
   // Node n1 with one A100, whole.
   void RegisterTheNode() {
     Json dev = {{"index", 0}, {"model", "A100-80GB"}, {"memory_mib", 81920}, {"uuid", "GPU-a"}};
@@ -114,13 +126,9 @@ TEST_F(DrainRestartTest, ADrainInProgressSurvivesARestart) {
 // A job cancelled while it is being preempted ends cancelled when its processes stop; it is not
 // requeued (it was: pending again, the cancel kept only in memory, and it ran once more).
 TEST_F(DrainRestartTest, ACancelDuringAPreemptionEndsTheJob) {
-  RegisterTheNode();
-  std::string batch =
-      (*engine_->Submit(admin(), {{"queue", "batch"}, {"command", {"sleep", "1000"}}}))["id"];
-  Heartbeat();
-  Heartbeat({{"running", {{{"job", batch}, {"pid", 10}}}}});
-  now_ += 100'000;
-  ASSERT_TRUE(engine_->Submit(admin(), {{"queue", "serve"}, {"command", {"true"}}}).ok());
+  std::string serve;
+  std::string batch = BatchThenServe(&serve);
+  ASSERT_FALSE(serve.empty());
   ASSERT_EQ(Job(batch)["state"], "preempting") << Job(batch).dump();
   auto c = engine_->Cancel(admin(), batch);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
@@ -205,14 +213,8 @@ TEST_F(DrainRestartTest, AJobStoppedByItsWalltimeBeforeItsStartEndsSaying) {
 // Why a card drains names the job it drains for: to those who may see that job alone (the
 // review: bob's /v1/nodes read "for j-2 (gpu 0.1, 9GiB) ..." of a job of another group).
 TEST_F(DrainRestartTest, WhoADrainIsForIsToldOnlyToThoseWhoMaySeeTheJob) {
-  RegisterTheNode();
-  std::string batch =
-      (*engine_->Submit(admin(), {{"queue", "batch"}, {"command", {"sleep", "1000"}}}))["id"];
-  Heartbeat();
-  Heartbeat({{"running", {{{"job", batch}, {"pid", 10}}}}});
-  now_ += 100'000;
-  std::string serve =
-      (*engine_->Submit(admin(), {{"queue", "serve"}, {"command", {"true"}}}))["id"];
+  std::string serve;
+  BatchThenServe(&serve);
   ASSERT_TRUE(Device()["draining"].get<bool>()) << Device().dump();
   EXPECT_EQ(Device()["drain_reason"].get<std::string>().rfind("for " + serve + " (", 0), 0u)
       << Device().dump();
